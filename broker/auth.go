@@ -1,0 +1,99 @@
+package broker
+
+import (
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Client is what a connecting client presented, as the Authenticator sees it.
+type Client struct {
+	Username string
+	Password string // an enrolling client's token secret: never log it
+	Token    string // the control plane's own in-process credential: never log it
+	Nkey     string // a node's public nkey
+	JWT      string // an operator's user JWT
+	Sig      string // signature of Nonce by Nkey, or by the JWT's subject key
+	Name     string // the client's self-chosen connection name (informational)
+	Nonce    []byte
+	Remote   net.Addr
+	TLS      *tls.ConnectionState
+}
+
+// Grant is the outcome of a successful authentication: who the client is and what it may
+// do. The broker refuses everything a Grant does not allow.
+type Grant struct {
+	// User is the name the connection is known by (used to find and kick it).
+	User string
+	// Publish and Subscribe list the allowed subjects; both nil means everything.
+	Publish   []string
+	Subscribe []string
+	// AllowAll grants every subject (operators and the control plane itself).
+	AllowAll bool
+	// Deadline, when set, closes the connection at that time (enrolling clients).
+	Deadline time.Time
+}
+
+// Authenticator decides client connections. It runs for every connection and again for
+// every client on a configuration reload, so it must be idempotent and cheap: it must
+// not consume anything (tokens are consumed by the enrolment handler, through the log).
+type Authenticator interface {
+	Authenticate(Client) (Grant, error)
+}
+
+// ErrRefused is the base of every refusal an Authenticator returns.
+var ErrRefused = errors.New("connection refused")
+
+// hook adapts an Authenticator to nats-server's CustomClientAuthentication.
+type hook struct {
+	auth Authenticator
+	log  *slog.Logger
+}
+
+func (h *hook) Check(c server.ClientAuthentication) bool {
+	o := c.GetOpts()
+	if o == nil {
+		return false
+	}
+	cl := Client{
+		Username: o.Username,
+		Password: o.Password,
+		Token:    o.Token,
+		Nkey:     o.Nkey,
+		JWT:      o.JWT,
+		Sig:      o.Sig,
+		Name:     o.Name,
+		Nonce:    c.GetNonce(),
+		Remote:   c.RemoteAddress(),
+		TLS:      c.GetTLSConnectionState(),
+	}
+	g, err := h.auth.Authenticate(cl)
+	if err != nil {
+		h.log.Warn("client refused", "remote", addrString(cl.Remote), "user", cl.Username, "nkey", cl.Nkey, "reason", err.Error())
+		return false
+	}
+	u := &server.User{Username: g.User, ConnectionDeadline: g.Deadline}
+	if !g.AllowAll {
+		u.Permissions = &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: nonNil(g.Publish)},
+			Subscribe: &server.SubjectPermission{Allow: nonNil(g.Subscribe)},
+		}
+	}
+	c.RegisterUser(u)
+	return true
+}
+
+// nonNil keeps an empty allow list meaning "nothing": nats-server reads a nil Allow as
+// "no restriction" and a non-nil empty one as "nothing allowed".
+func nonNil(s []string) []string { return append([]string{}, s...) }
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
+}

@@ -1,0 +1,224 @@
+// Package broker embeds the NATS server that every node of the mesh connects to.
+//
+// The broker does not decide who may connect: for every client it asks an
+// Authenticator (the control plane, which holds the roster), and applies the
+// permissions the Authenticator grants. Everything the broker serves is TLS with the
+// handshake first, so no byte of the NATS protocol crosses in clear and a client can
+// check the pin before it sends anything.
+package broker
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+)
+
+// Config is what the broker needs to start.
+type Config struct {
+	// Name identifies this broker among the mesh's brokers (the control node's id).
+	Name string
+	// Listen is the client address, ip:port.
+	Listen string
+	// TLS is the server configuration: the leaf with the mesh CA in its chain.
+	TLS *tls.Config
+	// Auth decides every client connection.
+	Auth Authenticator
+	// Cluster, when set, joins this broker to the other control nodes' brokers.
+	Cluster *ClusterConfig
+	// Logger receives the broker's own log lines (permission violations among them).
+	Logger *slog.Logger
+	// MaxPayload caps one message; 0 means 2 MiB (a declaration is at most 1 MiB).
+	MaxPayload int32
+}
+
+// ClusterConfig joins brokers of several control nodes over mutual TLS.
+type ClusterConfig struct {
+	Listen string      // ip:port for routes
+	Routes []string    // other control nodes' route addresses, ip:port
+	TLS    *tls.Config // mutual TLS: leaf, CA as ClientCAs and RootCAs, client certs required
+}
+
+// Server is a running embedded broker.
+type Server struct {
+	ns     *server.Server
+	log    *slog.Logger
+	listen string
+}
+
+// Start configures and starts the broker and waits until it accepts connections.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.TLS == nil {
+		return nil, errors.New("broker: TLS configuration is required")
+	}
+	if cfg.Auth == nil {
+		return nil, errors.New("broker: an authenticator is required")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	host, port, err := splitHostPort(cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("broker listen address: %w", err)
+	}
+	// nats-server discards a client's JWT unless it runs in operator mode, and the
+	// operators' standard .creds files authenticate with one. A trusted key that
+	// signs nothing switches operator mode on; no account JWT is ever resolved,
+	// because the authentication hook decides every client (docs/decisions/0002).
+	throwaway, err := nkeys.CreateOperator()
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	trusted, _ := throwaway.PublicKey()
+	maxPayload := cfg.MaxPayload
+	if maxPayload == 0 {
+		maxPayload = 2 << 20
+	}
+	opts := &server.Options{
+		ServerName:        cfg.Name,
+		Host:              host,
+		Port:              port,
+		NoSigs:            true,
+		NoLog:             false,
+		MaxPayload:        maxPayload,
+		TLS:               true,
+		TLSConfig:         cfg.TLS,
+		TLSTimeout:        5,
+		TLSHandshakeFirst: true,
+		AlwaysEnableNonce: true,
+		// A client must authenticate quickly; enrolling clients get a connection deadline
+		// of their own on top of this.
+		AuthTimeout:                5,
+		CustomClientAuthentication: &hook{auth: cfg.Auth, log: log},
+		TrustedKeys:                []string{trusted},
+		AccountResolver:            &server.MemAccResolver{},
+		// The broker is a message bus, not a store; JetStream stays off.
+		JetStream: false,
+		HTTPPort:  0,
+		// Ping clients often enough that a dead peer is noticed within a minute.
+		PingInterval: 20 * time.Second,
+		MaxPingsOut:  3,
+	}
+	if c := cfg.Cluster; c != nil {
+		ch, cp, err := splitHostPort(c.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("broker cluster address: %w", err)
+		}
+		opts.Cluster = server.ClusterOpts{
+			Name:       "mesh",
+			Host:       ch,
+			Port:       cp,
+			TLSConfig:  c.TLS,
+			TLSTimeout: 5,
+			// Routes are authenticated by their certificate, not by a password.
+			TLSMap: false,
+		}
+		for _, r := range c.Routes {
+			if _, _, err := splitHostPort(r); err != nil {
+				return nil, fmt.Errorf("route: %w", err)
+			}
+			opts.Routes = append(opts.Routes, server.RoutesFromStr("tls://"+r)...)
+		}
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w", err)
+	}
+	ns.SetLoggerV2(&logAdapter{log: log.With("component", "broker")}, false, false, false)
+	go ns.Start()
+	deadline := 10 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		deadline = time.Until(d)
+	}
+	if !ns.ReadyForConnections(deadline) {
+		ns.Shutdown()
+		return nil, fmt.Errorf("broker: not accepting connections on %s after %s (is the address in use?)", cfg.Listen, deadline)
+	}
+	return &Server{ns: ns, log: log, listen: ns.ClientURL()}, nil
+}
+
+// Addr returns the address clients connect to, ip:port.
+func (s *Server) Addr() string {
+	a := s.ns.Addr()
+	if a == nil {
+		return ""
+	}
+	return a.String()
+}
+
+// InProcess returns the provider for an in-process client connection (no socket, no
+// TLS), used by the control plane for its own client.
+func (s *Server) InProcess() *server.Server { return s.ns }
+
+// Kick closes every connection authenticated as user on this broker and returns how
+// many it closed.
+func (s *Server) Kick(user string) (int, error) {
+	connz, err := s.ns.Connz(&server.ConnzOptions{Username: true, User: user, State: server.ConnOpen, Limit: 1 << 16})
+	if err != nil {
+		return 0, fmt.Errorf("list connections of %s: %w", user, err)
+	}
+	n := 0
+	for _, c := range connz.Conns {
+		if err := s.ns.DisconnectClientByID(c.Cid); err == nil {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Connections returns the number of open client connections per authenticated user.
+func (s *Server) Connections() (map[string]int, error) {
+	connz, err := s.ns.Connz(&server.ConnzOptions{Username: true, State: server.ConnOpen, Limit: 1 << 20})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int, len(connz.Conns))
+	for _, c := range connz.Conns {
+		out[c.AuthorizedUser]++
+	}
+	return out, nil
+}
+
+// NumRoutes reports how many cluster routes are up.
+func (s *Server) NumRoutes() int { return s.ns.NumRoutes() }
+
+// Shutdown stops the broker and closes every connection.
+func (s *Server) Shutdown() {
+	s.ns.Shutdown()
+	s.ns.WaitForShutdown()
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		h, p, err2 := net.SplitHostPort(addr)
+		if err2 != nil {
+			return "", 0, fmt.Errorf("%q is not ip:port", addr)
+		}
+		port, err3 := strconv.Atoi(p)
+		if err3 != nil || port < 0 || port > 65535 {
+			return "", 0, fmt.Errorf("%q has no valid port", addr)
+		}
+		return h, port, nil
+	}
+	return ap.Addr().String(), int(ap.Port()), nil
+}
+
+// logAdapter sends the NATS server's log lines to slog.
+type logAdapter struct{ log *slog.Logger }
+
+func (l *logAdapter) Noticef(f string, v ...any) { l.log.Info(fmt.Sprintf(f, v...)) }
+func (l *logAdapter) Warnf(f string, v ...any)   { l.log.Warn(fmt.Sprintf(f, v...)) }
+func (l *logAdapter) Fatalf(f string, v ...any)  { l.log.Error(fmt.Sprintf(f, v...), "fatal", true) }
+func (l *logAdapter) Errorf(f string, v ...any)  { l.log.Error(fmt.Sprintf(f, v...)) }
+func (l *logAdapter) Debugf(f string, v ...any)  { l.log.Debug(fmt.Sprintf(f, v...)) }
+func (l *logAdapter) Tracef(f string, v ...any)  {}

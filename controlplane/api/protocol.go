@@ -1,0 +1,187 @@
+// Package api holds the control plane's side of the wire protocol (docs/protocol.md):
+// the subjects and the JSON messages exchanged with host agents and with operators.
+//
+// The host agent defines the host-facing messages again on its own side, because it
+// imports nothing of the control plane; golden JSON vectors in both packages' testdata
+// keep the two definitions in step.
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// ProtocolVersion is the "v" of every message.
+const ProtocolVersion = 1
+
+// Subject names. Node ids never contain '.', '*' or '>' (see tokenfmt), so they are
+// safe as subject tokens.
+const (
+	EnrolPrefix       = "mesh.enrol."
+	NodePrefix        = "mesh.node."
+	AdminPrefix       = "mesh.admin."
+	NodeInboxPrefix   = "_INBOX.node."
+	EnrolInboxPrefix  = "_INBOX.enrol."
+	declarationSuffix = ".decl"
+	statusSuffix      = ".status"
+	syncSuffix        = ".sync"
+)
+
+// EnrolSubject is where an enrolling client for node sends its request.
+func EnrolSubject(node string) string { return EnrolPrefix + node }
+
+// DeclarationSubject is where node receives its envelopes.
+func DeclarationSubject(node string) string { return NodePrefix + node + declarationSuffix }
+
+// StatusSubject is where node publishes its status.
+func StatusSubject(node string) string { return NodePrefix + node + statusSuffix }
+
+// SyncSubject is where node asks for its current declaration.
+func SyncSubject(node string) string { return NodePrefix + node + syncSuffix }
+
+// NodeInbox is the inbox prefix a node's replies come to.
+func NodeInbox(node string) string { return NodeInboxPrefix + node }
+
+// EnrolInbox is the inbox prefix an enrolling client's reply comes to.
+func EnrolInbox(node string) string { return EnrolInboxPrefix + node }
+
+// Subjects tells a node where it talks.
+type Subjects struct {
+	Declarations string `json:"declarations"`
+	Status       string `json:"status"`
+	Sync         string `json:"sync"`
+	InboxPrefix  string `json:"inbox_prefix"`
+}
+
+// SubjectsFor returns the subjects of node.
+func SubjectsFor(node string) Subjects {
+	return Subjects{
+		Declarations: DeclarationSubject(node),
+		Status:       StatusSubject(node),
+		Sync:         SyncSubject(node),
+		InboxPrefix:  NodeInbox(node),
+	}
+}
+
+// Error is a refusal with a stable code.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Enrolment refusal codes (docs/protocol.md).
+const (
+	CodeTokenUnknown   = "token_unknown"
+	CodeTokenUsed      = "token_used"
+	CodeTokenExpired   = "token_expired"
+	CodeTokenOtherNode = "token_other_node"
+	CodeTokenWrongRole = "token_wrong_role"
+	CodeBadRequest     = "bad_request"
+	CodeUnavailable    = "unavailable"
+	CodeNodeExists     = "node_exists"
+	CodeKeyRevoked     = "key_revoked"
+	CodeNotFound       = "not_found"
+	CodeInternal       = "internal"
+)
+
+// EnrolRequest is what an enrolling host sends.
+type EnrolRequest struct {
+	V         int    `json:"v"`
+	Mesh      string `json:"mesh"`
+	Node      string `json:"node"`
+	Role      string `json:"role"`
+	Secret    string `json:"secret"`     // hex; never logged
+	PublicKey string `json:"public_key"` // nkey user public key
+	KeyProof  string `json:"key_proof"`  // base64 signature by that key over KeyProofMessage
+	Agent     string `json:"agent,omitempty"`
+}
+
+// KeyProofMessage is what a joiner signs with its new key to prove it holds it.
+func KeyProofMessage(mesh, node, publicKey string) []byte {
+	return []byte("mesh-enrol-v1\x00" + mesh + "\x00" + node + "\x00" + publicKey)
+}
+
+// EnrolResponse answers an EnrolRequest.
+type EnrolResponse struct {
+	V           int             `json:"v"`
+	OK          bool            `json:"ok"`
+	Error       *Error          `json:"error,omitempty"`
+	Mesh        string          `json:"mesh,omitempty"`
+	Node        string          `json:"node,omitempty"`
+	Role        string          `json:"role,omitempty"`
+	CAPEM       string          `json:"ca_pem,omitempty"`
+	Brokers     []string        `json:"brokers,omitempty"`
+	Subjects    *Subjects       `json:"subjects,omitempty"`
+	Keyring     json.RawMessage `json:"keyring,omitempty"`
+	Declaration json.RawMessage `json:"declaration,omitempty"`
+}
+
+// SyncRequest asks for a node's current declaration.
+type SyncRequest struct {
+	V              int    `json:"v"`
+	AppliedVersion uint64 `json:"applied_version"`
+	KeyringEpoch   uint64 `json:"keyring_epoch"`
+}
+
+// SyncResponse carries the current signed declaration and keyring.
+type SyncResponse struct {
+	V           int             `json:"v"`
+	Error       *Error          `json:"error,omitempty"`
+	Declaration json.RawMessage `json:"declaration,omitempty"`
+	Keyring     json.RawMessage `json:"keyring,omitempty"`
+}
+
+// StatusError is the error part of a status report.
+type StatusError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Version uint64 `json:"version,omitempty"`
+}
+
+// Status is what a node reports after handling a declaration, and as its heartbeat.
+type Status struct {
+	V              int          `json:"v"`
+	Node           string       `json:"node"`
+	HaveApplied    bool         `json:"have_applied"`
+	AppliedVersion uint64       `json:"applied_version"`
+	KeyringEpoch   uint64       `json:"keyring_epoch"`
+	Stale          bool         `json:"stale,omitempty"`
+	Error          *StatusError `json:"error,omitempty"`
+	Agent          string       `json:"agent,omitempty"`
+}
+
+// MaxMessageSize caps any message the control plane decodes from a node or an
+// enrolling client; a declaration envelope is at most 1 MiB and nothing else is near.
+const MaxMessageSize = 64 << 10
+
+// ErrVersion is returned for a message of another protocol version.
+var ErrVersion = errors.New("unsupported protocol version")
+
+// Message is a protocol message the control plane receives.
+type Message interface {
+	EnrolRequest | SyncRequest | Status
+}
+
+// Decode parses a message from the network: size capped, then JSON, then the version
+// checked. Unknown fields are ignored so that additions within a version stay
+// compatible; anything incompatible bumps the version.
+func Decode[T Message](data []byte) (T, error) {
+	var m T
+	if len(data) > MaxMessageSize {
+		return m, fmt.Errorf("message of %d bytes exceeds the %d byte cap", len(data), MaxMessageSize)
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, fmt.Errorf("malformed message: %w", err)
+	}
+	var v struct {
+		V int `json:"v"`
+	}
+	_ = json.Unmarshal(data, &v)
+	if v.V != ProtocolVersion {
+		return m, fmt.Errorf("%w %d (this control plane speaks %d)", ErrVersion, v.V, ProtocolVersion)
+	}
+	return m, nil
+}

@@ -1,0 +1,437 @@
+// Package bootstrap creates a mesh on its first control node: it prints its plan, runs
+// the checks first, then the irreversible steps (CA, keys, Raft), each skipped when a
+// previous run already did it. Running it again resumes; it never makes a second CA,
+// so the pin in tokens already handed out stays valid.
+package bootstrap
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
+
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/pki"
+	"mesh/controlplane/replication"
+	"mesh/tokenfmt"
+)
+
+// Options are bootstrap's inputs.
+type Options struct {
+	Mesh string
+	// Node is this control node's id; default "cp-1".
+	Node string
+	// Listen is the broker's client address; Advertise is the address tokens carry
+	// (default: Listen, which then must not be a wildcard address).
+	Listen    string
+	Advertise string
+	// RaftListen and ClusterListen default to Listen's IP with the port plus 1 and 2.
+	RaftListen    string
+	ClusterListen string
+	Dir           datadir.Dir
+	DryRun        bool
+	Out           io.Writer
+	Now           func() time.Time
+}
+
+// ErrConflict means the data directory holds something bootstrap will not touch.
+var ErrConflict = errors.New("bootstrap conflict")
+
+// step is one line of the plan.
+type step struct {
+	kind  string
+	what  string
+	done  func() bool // already carried out by an earlier run
+	run   func() (string, error)
+	check bool // a check: runs every time, changes nothing
+}
+
+// Run prints the plan and, unless DryRun, carries it out.
+func Run(o Options) error {
+	if err := o.defaults(); err != nil {
+		return err
+	}
+	b := &run{o: o}
+	if err := b.loadPrevious(); err != nil {
+		return err
+	}
+	steps := b.plan()
+	fmt.Fprintf(o.Out, "bootstrap mesh %q in %s (control node %s)\nplan:\n", o.Mesh, o.Dir, o.Node)
+	for i, s := range steps {
+		mark := ""
+		if !s.check && s.done() {
+			mark = "  (already done: skipped)"
+		}
+		fmt.Fprintf(o.Out, "  %d. %-9s %s%s\n", i+1, s.kind, s.what, mark)
+	}
+	if o.DryRun {
+		fmt.Fprintln(o.Out, "dry run: nothing was changed")
+		return nil
+	}
+	if b.complete() {
+		fmt.Fprintf(o.Out, "mesh %s is already bootstrapped in %s; nothing to do.\nstart it with: meshctl serve --data %s\n", o.Mesh, o.Dir, o.Dir)
+		return nil
+	}
+	fmt.Fprintln(o.Out, "running:")
+	for i, s := range steps {
+		if !s.check && s.done() {
+			fmt.Fprintf(o.Out, "  %d. %-9s already done\n", i+1, s.kind)
+			continue
+		}
+		note, err := s.run()
+		if err != nil {
+			fmt.Fprintf(o.Out, "  %d. %-9s FAILED\n", i+1, s.kind)
+			return fmt.Errorf("step %d (%s): %w\nnothing after this step was done; fix the cause and run bootstrap again to resume", i+1, s.kind, err)
+		}
+		fmt.Fprintf(o.Out, "  %d. %-9s ok%s\n", i+1, s.kind, note)
+	}
+	fmt.Fprintf(o.Out, "mesh %s is bootstrapped.\n  CA pin:            sha256:%s\n  operator creds:    %s\n  keep safe offline: %s and %s (only this machine can mint control tokens)\nnext: meshctl serve --data %s\n",
+		o.Mesh, b.cfg.CAPin, o.Dir.Path(datadir.AdminCredsFile), o.Dir.Path(datadir.CAKeyFile), o.Dir.Path(datadir.AccountKeyFile), o.Dir)
+	return nil
+}
+
+func (o *Options) defaults() error {
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Node == "" {
+		o.Node = "cp-1"
+	}
+	if o.Dir == "" {
+		return errors.New("--data is required")
+	}
+	if err := tokenfmt.ValidateMeshID(o.Mesh); err != nil {
+		return fmt.Errorf("--mesh: %w", err)
+	}
+	if err := tokenfmt.ValidateNodeID(o.Node); err != nil {
+		return fmt.Errorf("--node: %w", err)
+	}
+	listen, err := netip.ParseAddrPort(o.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen %q is not ip:port", o.Listen)
+	}
+	if o.Advertise == "" {
+		if listen.Addr().IsUnspecified() {
+			return fmt.Errorf("--listen %s is a wildcard address; give --advertise ip:port, the address hosts will dial", o.Listen)
+		}
+		o.Advertise = o.Listen
+	}
+	adv, err := netip.ParseAddrPort(o.Advertise)
+	if err != nil || adv.Addr().IsUnspecified() {
+		return fmt.Errorf("--advertise %q must be a concrete ip:port hosts can dial", o.Advertise)
+	}
+	if o.RaftListen == "" {
+		o.RaftListen = netip.AddrPortFrom(listen.Addr(), listen.Port()+1).String()
+	}
+	if o.ClusterListen == "" {
+		o.ClusterListen = netip.AddrPortFrom(listen.Addr(), listen.Port()+2).String()
+	}
+	return nil
+}
+
+type run struct {
+	o   Options
+	cfg datadir.Config
+	ca  *pki.CA
+}
+
+// loadPrevious reads what an earlier run left, and refuses a directory that holds
+// another mesh or unrelated files.
+func (b *run) loadPrevious() error {
+	d := b.o.Dir
+	if d.Exists(datadir.ConfigFile) {
+		cfg, err := readConfigLoose(d)
+		if err != nil {
+			return err
+		}
+		if cfg.Mesh != b.o.Mesh {
+			return fmt.Errorf("%w: %s already holds mesh %q; use another --data directory", ErrConflict, d, cfg.Mesh)
+		}
+		if cfg.Node != b.o.Node || cfg.Listen != b.o.Listen {
+			return fmt.Errorf("%w: the bootstrap in %s was started with --node %s --listen %s; run it again with the same flags to resume, or use a fresh --data directory",
+				ErrConflict, d, cfg.Node, cfg.Listen)
+		}
+		b.cfg = cfg
+		return nil
+	}
+	entries, err := os.ReadDir(string(d))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("read %s: %w", d, err)
+	}
+	if len(entries) > 0 {
+		return fmt.Errorf("%w: %s is not empty and holds no mesh.json; bootstrap only uses an empty or new directory", ErrConflict, d)
+	}
+	b.cfg = datadir.Config{
+		Format:        datadir.ConfigFormat,
+		Mesh:          b.o.Mesh,
+		Node:          b.o.Node,
+		Listen:        b.o.Listen,
+		RaftListen:    b.o.RaftListen,
+		ClusterListen: b.o.ClusterListen,
+		Brokers:       []string{b.o.Advertise},
+	}
+	return nil
+}
+
+func (b *run) complete() bool {
+	ok, err := replication.HasState(b.o.Dir.Path(datadir.RaftDir))
+	return err == nil && ok && b.cfg.CAPin != "" && b.cfg.AdminAccount != ""
+}
+
+func (b *run) plan() []step {
+	d := b.o.Dir
+	return []step{
+		{kind: "check", check: true, what: fmt.Sprintf("data directory %s is new, empty, or an unfinished bootstrap of mesh %s", d, b.o.Mesh),
+			run: func() (string, error) { return "", os.MkdirAll(string(d), 0o700) }},
+		{kind: "check", check: true, what: fmt.Sprintf("addresses can be bound: broker %s, raft %s, cluster %s", b.cfg.Listen, b.cfg.RaftListen, b.cfg.ClusterListen),
+			run: func() (string, error) { return "", checkBindable(b.cfg.Listen, b.cfg.RaftListen, b.cfg.ClusterListen) }},
+		{kind: "check", check: true, what: "the clock is sane (certificates and token expiry depend on it)",
+			run: func() (string, error) { return checkClock(b.o.Now()) }},
+		{kind: "config", what: "record the mesh's parameters in " + d.Path(datadir.ConfigFile),
+			done: func() bool { return d.Exists(datadir.ConfigFile) },
+			run:  func() (string, error) { return "", d.SaveConfig(b.cfg) }},
+		{kind: "ca", what: fmt.Sprintf("generate the mesh CA (its private key stays in %s)", d.Path(datadir.CAKeyFile)),
+			done: func() bool { return d.Exists(datadir.CACertFile) && d.Exists(datadir.CAKeyFile) && b.cfg.CAPin != "" },
+			run:  b.makeCA},
+		{kind: "tls", what: "issue this control node's TLS identity (broker, raft, cluster) for " + hostsOf(b.cfg),
+			done: func() bool { return d.Exists(datadir.TLSCertFile) && d.Exists(datadir.TLSKeyFile) },
+			run:  b.makeLeaf},
+		{kind: "signing", what: "generate the declaration signing key (Ed25519)",
+			done: func() bool { return d.Exists(datadir.SigningKeyFile) },
+			run:  b.makeSigningKey},
+		{kind: "operator", what: "create operator credentials " + d.Path(datadir.AdminCredsFile),
+			done: func() bool {
+				return d.Exists(datadir.AdminCredsFile) && d.Exists(datadir.AccountKeyFile) && b.cfg.AdminAccount != ""
+			},
+			run: b.makeOperator},
+		{kind: "raft", what: "bootstrap a one-voter Raft cluster (the mesh exists after this)",
+			done: func() bool {
+				ok, err := replication.HasState(d.Path(datadir.RaftDir))
+				return err == nil && ok
+			},
+			run: b.makeRaft},
+	}
+}
+
+func (b *run) makeCA() (string, error) {
+	d := b.o.Dir
+	hasCert, hasKey := d.Exists(datadir.CACertFile), d.Exists(datadir.CAKeyFile)
+	switch {
+	case hasCert && hasKey:
+		// A previous run made the CA but stopped before recording its pin.
+		ca, err := d.LoadCA()
+		if err != nil {
+			return "", err
+		}
+		b.ca = ca
+	case hasCert || hasKey:
+		return "", fmt.Errorf("%w: only one of %s and %s exists; restore the other from backup, or start over in an empty directory",
+			ErrConflict, datadir.CACertFile, datadir.CAKeyFile)
+	default:
+		ca, keyPEM, err := pki.NewCA(b.o.Mesh, b.o.Now())
+		if err != nil {
+			return "", err
+		}
+		// Key first: a certificate without its key is useless, a key without its
+		// certificate is never written by itself.
+		if err := datadir.WriteFile(d.Path(datadir.CAKeyFile), keyPEM, 0o600); err != nil {
+			return "", err
+		}
+		if err := datadir.WriteFile(d.Path(datadir.CACertFile), ca.CertPEM, 0o644); err != nil {
+			return "", err
+		}
+		b.ca = ca
+	}
+	pin := b.ca.Pin()
+	b.cfg.CAPin = hex.EncodeToString(pin[:])
+	if err := d.SaveConfig(b.cfg); err != nil {
+		return "", err
+	}
+	return " (pin sha256:" + b.cfg.CAPin + ")", nil
+}
+
+func (b *run) loadCA() (*pki.CA, error) {
+	if b.ca != nil {
+		return b.ca, nil
+	}
+	ca, err := b.o.Dir.LoadCA()
+	if err != nil {
+		return nil, err
+	}
+	b.ca = ca
+	return ca, nil
+}
+
+func (b *run) makeLeaf() (string, error) {
+	ca, err := b.loadCA()
+	if err != nil {
+		return "", err
+	}
+	leaf, err := ca.IssueLeaf("control "+b.o.Node, ipsOf(b.cfg), b.o.Now())
+	if err != nil {
+		return "", err
+	}
+	d := b.o.Dir
+	if err := datadir.WriteFile(d.Path(datadir.TLSKeyFile), leaf.KeyPEM, 0o600); err != nil {
+		return "", err
+	}
+	return "", datadir.WriteFile(d.Path(datadir.TLSCertFile), leaf.CertPEM, 0o644)
+}
+
+func (b *run) makeSigningKey() (string, error) {
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return "", err
+	}
+	pemData, err := datadir.EncodeSigningKey(key)
+	if err != nil {
+		return "", err
+	}
+	if err := datadir.WriteFile(b.o.Dir.Path(datadir.SigningKeyFile), pemData, 0o600); err != nil {
+		return "", err
+	}
+	return " (public key " + hex.EncodeToString(pub) + ")", nil
+}
+
+func (b *run) makeOperator() (string, error) {
+	d := b.o.Dir
+	var account nkeys.KeyPair
+	if d.Exists(datadir.AccountKeyFile) {
+		seed, err := d.ReadFile(datadir.AccountKeyFile)
+		if err != nil {
+			return "", err
+		}
+		if account, err = nkeys.FromSeed(seed); err != nil {
+			return "", fmt.Errorf("%s: %w", datadir.AccountKeyFile, err)
+		}
+	} else {
+		var err error
+		if account, err = nkeys.CreateAccount(); err != nil {
+			return "", err
+		}
+		seed, _ := account.Seed()
+		if err := datadir.WriteFile(d.Path(datadir.AccountKeyFile), seed, 0o600); err != nil {
+			return "", err
+		}
+	}
+	accountPub, _ := account.PublicKey()
+	creds, err := OperatorCreds(account, "admin")
+	if err != nil {
+		return "", err
+	}
+	if err := datadir.WriteFile(d.Path(datadir.AdminCredsFile), creds, 0o600); err != nil {
+		return "", err
+	}
+	b.cfg.AdminAccount = accountPub
+	return "", d.SaveConfig(b.cfg)
+}
+
+// OperatorCreds issues a standard NATS .creds file (user JWT + seed) for an operator,
+// signed by the mesh's admin account key.
+func OperatorCreds(account nkeys.KeyPair, name string) ([]byte, error) {
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, err
+	}
+	userPub, _ := user.PublicKey()
+	userSeed, _ := user.Seed()
+	claims := jwt.NewUserClaims(userPub)
+	claims.Name = name
+	token, err := claims.Encode(account)
+	if err != nil {
+		return nil, fmt.Errorf("sign operator JWT: %w", err)
+	}
+	return jwt.FormatUserConfig(token, userSeed)
+}
+
+func (b *run) makeRaft() (string, error) {
+	_, err := replication.Bootstrap(replication.Config{
+		Dir:  b.o.Dir.Path(datadir.RaftDir),
+		ID:   b.o.Node,
+		Bind: b.cfg.RaftListen,
+	})
+	return "", err
+}
+
+func checkBindable(addrs ...string) error {
+	for _, a := range addrs {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			return fmt.Errorf("cannot listen on %s: %w (is another process using it, or is the address not on this machine?)", a, err)
+		}
+		ln.Close()
+	}
+	return nil
+}
+
+func checkClock(now time.Time) (string, error) {
+	if now.Year() < 2025 || now.Year() > 2200 {
+		return "", fmt.Errorf("the clock says %s; set the time before creating a CA", now.UTC().Format(time.RFC3339))
+	}
+	return " (" + now.UTC().Format(time.RFC3339) + ")", nil
+}
+
+func ipsOf(cfg datadir.Config) []net.IP {
+	var ips []net.IP
+	add := func(hostport string) {
+		ap, err := netip.ParseAddrPort(hostport)
+		if err != nil || ap.Addr().IsUnspecified() {
+			return
+		}
+		ip := net.IP(ap.Addr().AsSlice())
+		if !slices.ContainsFunc(ips, ip.Equal) {
+			ips = append(ips, ip)
+		}
+	}
+	add(cfg.Listen)
+	for _, b := range cfg.Brokers {
+		add(b)
+	}
+	add(cfg.RaftListen)
+	return ips
+}
+
+func hostsOf(cfg datadir.Config) string {
+	s := ""
+	for i, ip := range ipsOf(cfg) {
+		if i > 0 {
+			s += ", "
+		}
+		s += ip.String()
+	}
+	return s
+}
+
+// readConfigLoose reads mesh.json of an unfinished bootstrap, where the pin and the
+// account are not recorded yet.
+func readConfigLoose(d datadir.Dir) (datadir.Config, error) {
+	cfg, err := d.LoadConfig()
+	if err == nil {
+		return cfg, nil
+	}
+	data, rerr := d.ReadFile(datadir.ConfigFile)
+	if rerr != nil {
+		return datadir.Config{}, rerr
+	}
+	if jerr := json.Unmarshal(data, &cfg); jerr != nil {
+		return datadir.Config{}, fmt.Errorf("%w: %s is corrupt (%v); move it away or use a fresh directory", ErrConflict, d.Path(datadir.ConfigFile), jerr)
+	}
+	if cfg.Mesh == "" || cfg.Node == "" {
+		return datadir.Config{}, fmt.Errorf("%w: %s is incomplete", ErrConflict, d.Path(datadir.ConfigFile))
+	}
+	return cfg, nil
+}

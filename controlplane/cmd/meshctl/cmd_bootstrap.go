@@ -1,0 +1,43 @@
+package main
+
+import (
+	"flag"
+
+	"mesh/controlplane/bootstrap"
+	"mesh/controlplane/datadir"
+)
+
+func bootstrapCommand() command {
+	return command{
+		name:  "bootstrap",
+		usage: "--mesh ID --listen IP:PORT --data DIR [--dry-run]",
+		summary: `Create a mesh on this machine, its first control node.
+Prints its plan, checks first (data directory, addresses, clock), then makes the CA,
+this node's TLS identity, the declaration signing key, operator credentials and a
+one-voter Raft cluster. Running it again resumes an unfinished bootstrap and never
+makes a second CA.`,
+		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+			var o bootstrap.Options
+			var dir string
+			fs.StringVar(&o.Mesh, "mesh", "", "mesh id: 1-63 characters of a-z, 0-9 and - (required)")
+			fs.StringVar(&o.Listen, "listen", "", "broker address hosts connect to, ip:port (required)")
+			fs.StringVar(&o.Advertise, "advertise", "", "address tokens carry, ip:port (default: --listen)")
+			fs.StringVar(&o.RaftListen, "raft-listen", "", "Raft address between control nodes (default: --listen port+1)")
+			fs.StringVar(&o.ClusterListen, "cluster-listen", "", "broker route address between control nodes (default: --listen port+2)")
+			fs.StringVar(&o.Node, "node", "cp-1", "this control node's id")
+			fs.StringVar(&dir, "data", "", "data directory (required)")
+			fs.BoolVar(&o.DryRun, "dry-run", false, "print the plan and change nothing")
+			return func(args []string) error {
+				if err := noPositional(args); err != nil {
+					return err
+				}
+				if o.Mesh == "" || o.Listen == "" || dir == "" {
+					return usagef("--mesh, --listen and --data are required")
+				}
+				o.Dir = datadir.Dir(dir)
+				o.Out = cio.stdout
+				return bootstrap.Run(o)
+			}
+		},
+	}
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/operator"
+	"mesh/declarations"
+)
+
+func declareCommand() command {
+	return command{
+		name:  "declare",
+		usage: "--data DIR --file BODY.json (--node ID... | --role R | --label k=v... | --all) [--json]",
+		summary: `Declare the whole desired state of nodes, signed, one version per node.
+Each selected node gets its own signed declaration at its own next version.
+The body file is JSON:
+  {"files":[{"path":"etc/app.conf","content":"text","mode":"0640"}]}
+with content_base64 instead of content for binary data; paths are relative to the
+host's managed root. "-" reads the body from stdin.`,
+		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+			var (
+				dir, file, role string
+				nodes           stringList
+				labels          = labelFlag{}
+				all, asJSON     bool
+			)
+			fs.StringVar(&dir, "data", "", "data directory of a control node (required)")
+			fs.StringVar(&file, "file", "", "declaration body, JSON (required; - for stdin)")
+			fs.Var(&nodes, "node", "target node id (repeatable)")
+			fs.StringVar(&role, "role", "", "target every node of this role")
+			fs.Var(labels, "label", "target nodes carrying this label k=v (repeatable: all must match)")
+			fs.BoolVar(&all, "all", false, "target every enrolled node")
+			fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
+			return func(args []string) error {
+				if err := noPositional(args); err != nil {
+					return err
+				}
+				if dir == "" || file == "" {
+					return usagef("--data and --file are required")
+				}
+				if len(nodes) == 0 && role == "" && len(labels) == 0 && !all {
+					return usagef("say which nodes the declaration is for: --node, --role, --label or --all")
+				}
+				raw, err := readBody(file, cio.stdin)
+				if err != nil {
+					return err
+				}
+				body, err := declarations.ParseBody(raw)
+				if err != nil {
+					return fmt.Errorf("%s: %w", file, err)
+				}
+				canonical, _ := json.Marshal(body)
+				c, err := operator.Dial(datadir.Dir(dir), operator.Options{})
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				var res api.DeclareResult
+				if err := c.Call(api.OpDeclare, api.DeclareRequest{Nodes: nodes, Role: role, Labels: labels, All: all, Body: canonical}, &res); err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(cio.stdout, res)
+				}
+				for _, a := range res.Assignments {
+					fmt.Fprintf(cio.stdout, "declared %s v%d\n", a.Node, a.Version)
+				}
+				for _, s := range res.Skipped {
+					fmt.Fprintf(cio.stdout, "skipped  %s (revoked)\n", s)
+				}
+				return nil
+			}
+		},
+	}
+}
+
+// readBody reads a declaration body, refusing anything too large to be signed before
+// reading it whole.
+func readBody(file string, stdin io.Reader) ([]byte, error) {
+	var r io.Reader
+	if file == "-" {
+		r = stdin
+	} else {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	data, err := io.ReadAll(io.LimitReader(r, declarations.MaxEnvelopeSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", file, err)
+	}
+	if len(data) > declarations.MaxEnvelopeSize {
+		return nil, fmt.Errorf("%s is larger than %d bytes, the most a signed declaration can carry; split the state or ship large files another way", file, declarations.MaxEnvelopeSize)
+	}
+	return data, nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

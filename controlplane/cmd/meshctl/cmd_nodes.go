@@ -1,0 +1,90 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/operator"
+)
+
+func nodesCommand() command {
+	return command{
+		name:    "nodes",
+		usage:   "--data DIR [--json] [ID...]",
+		summary: "Show the mesh's nodes: role, alive or offline, last seen, declared and applied version, last error.",
+		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+			var dir string
+			var asJSON bool
+			fs.StringVar(&dir, "data", "", "data directory of a control node (required)")
+			fs.BoolVar(&asJSON, "json", false, "print JSON")
+			return func(args []string) error {
+				if dir == "" {
+					return usagef("--data is required")
+				}
+				c, err := operator.Dial(datadir.Dir(dir), operator.Options{})
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				var res api.NodesResult
+				if err := c.Call(api.OpNodes, api.NodesRequest{Nodes: args}, &res); err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(cio.stdout, res)
+				}
+				printNodes(cio.stdout, res, time.Now())
+				return nil
+			}
+		},
+	}
+}
+
+func printNodes(w io.Writer, res api.NodesResult, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tROLE\tSTATE\tLAST SEEN\tDECLARED\tAPPLIED\tLAST ERROR")
+	for _, n := range res.Nodes {
+		applied := "-"
+		if n.Applied != nil {
+			applied = fmt.Sprintf("v%d", *n.Applied)
+		}
+		seen := "never"
+		if !n.LastSeen.IsZero() {
+			seen = ago(now.Sub(n.LastSeen))
+		}
+		lastErr := "-"
+		if n.LastError != nil {
+			lastErr = fmt.Sprintf("v%d %s: %s", n.LastError.Version, n.LastError.Code, oneLine(n.LastError.Message, 60))
+		}
+		state := n.State
+		if n.Stale {
+			state += " (stale)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tv%d\t%s\t%s\n", n.ID, n.Role, state, seen, n.Declared, applied, lastErr)
+	}
+	tw.Flush()
+	if len(res.Nodes) == 0 {
+		fmt.Fprintln(w, "(no nodes enrolled yet: mint a token with `meshctl token`)")
+	}
+}
+
+func ago(d time.Duration) string {
+	if d < time.Second {
+		return "just now"
+	}
+	return d.Round(time.Second).String() + " ago"
+}
+
+func oneLine(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > n {
+		return s[:n-1] + "…"
+	}
+	return s
+}

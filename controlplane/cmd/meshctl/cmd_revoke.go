@@ -1,0 +1,96 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/operator"
+)
+
+func revokeCommand() command {
+	return command{
+		name:  "revoke",
+		usage: "--data DIR NODE",
+		summary: `Revoke a node for good: connections closed at once, its key refused from then on.
+Its agent stops. Enrolling the machine again needs a new token.`,
+		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+			var dir string
+			fs.StringVar(&dir, "data", "", "data directory of a control node (required)")
+			return func(args []string) error {
+				if dir == "" {
+					return usagef("--data is required")
+				}
+				if len(args) != 1 {
+					return usagef("name exactly one node to revoke")
+				}
+				c, err := operator.Dial(datadir.Dir(dir), operator.Options{})
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				var res api.RevokeResult
+				if err := c.Call(api.OpRevoke, api.RevokeRequest{Node: args[0]}, &res); err != nil {
+					return err
+				}
+				fmt.Fprintf(cio.stdout, "revoked %s: %d connection(s) closed; its key is refused from now on\n", res.Node, res.Kicked)
+				return nil
+			}
+		},
+	}
+}
+
+func labelCommand() command {
+	return command{
+		name:    "label",
+		usage:   "--data DIR NODE k=v [k=v...]   (k= removes a label)",
+		summary: "Set or remove labels on a node; declarations can target labels with --label.",
+		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+			var dir string
+			fs.StringVar(&dir, "data", "", "data directory of a control node (required)")
+			return func(args []string) error {
+				if dir == "" {
+					return usagef("--data is required")
+				}
+				if len(args) < 2 {
+					return usagef("name a node and at least one k=v")
+				}
+				labels := labelFlag{}
+				for _, a := range args[1:] {
+					if err := labels.Set(a); err != nil {
+						return usagef("%v", err)
+					}
+				}
+				c, err := operator.Dial(datadir.Dir(dir), operator.Options{})
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				var v api.NodeView
+				if err := c.Call(api.OpLabel, api.LabelRequest{Node: args[0], Labels: labels}, &v); err != nil {
+					return err
+				}
+				fmt.Fprintf(cio.stdout, "%s labels: %v\n", v.ID, v.Labels)
+				return nil
+			}
+		},
+	}
+}
+
+func versionCommand() command {
+	return command{
+		name:    "version",
+		usage:   "",
+		summary: "Print the version.",
+		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+			return func([]string) error {
+				fmt.Fprintln(cio.stdout, "meshctl", version)
+				return nil
+			}
+		},
+	}
+}
+
+// version is the program's version.
+const version = "0.1.0"

@@ -1,0 +1,298 @@
+package daemon
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/replication"
+	"mesh/controlplane/state"
+	"mesh/declarations"
+	"mesh/tokenfmt"
+)
+
+// MaxAdminRequest caps an operator request: a declaration body plus a little.
+const MaxAdminRequest = declarations.MaxEnvelopeSize + 64<<10
+
+// handleAdmin serves the operator API.
+func (d *Daemon) handleAdmin(m *nats.Msg) {
+	op := strings.TrimPrefix(m.Subject, api.AdminPrefix)
+	var (
+		result any
+		err    error
+	)
+	if len(m.Data) > MaxAdminRequest {
+		err = badRequest("request of %d bytes exceeds the %d byte cap", len(m.Data), MaxAdminRequest)
+	} else {
+		switch op {
+		case api.OpPing:
+			result = api.PingResult{Mesh: d.cfg.Mesh, Node: d.cfg.Node, Leader: d.raft.IsLeader()}
+		case api.OpTokenCreate:
+			result, err = adminCall(m.Data, d.createToken)
+		case api.OpDeclare:
+			result, err = adminCall(m.Data, d.declare)
+		case api.OpNodes:
+			result, err = adminCall(m.Data, d.nodes)
+		case api.OpRevoke:
+			result, err = adminCall(m.Data, d.revoke)
+		case api.OpLabel:
+			result, err = adminCall(m.Data, d.label)
+		default:
+			err = &api.Error{Code: api.CodeNotFound, Message: "unknown operation " + op}
+		}
+	}
+	resp := api.AdminResponse{V: api.ProtocolVersion}
+	if err != nil {
+		var ae *api.Error
+		if !errors.As(err, &ae) {
+			ae = &api.Error{Code: api.CodeInternal, Message: err.Error()}
+		}
+		resp.Error = ae
+		d.log.Warn("operator request refused", "op", op, "code", ae.Code, "reason", ae.Message)
+	} else {
+		resp.Result, _ = json.Marshal(result)
+	}
+	data, _ := json.Marshal(resp)
+	if err := m.Respond(data); err != nil {
+		d.log.Warn("operator reply not sent", "op", op, "err", err)
+	}
+}
+
+func adminCall[Req any, Res any](data []byte, fn func(Req) (Res, error)) (any, error) {
+	var req Req
+	if err := json.Unmarshal(data, &req); err != nil {
+		return nil, badRequest("malformed request: %v", err)
+	}
+	return fn(req)
+}
+
+func badRequest(format string, args ...any) *api.Error {
+	return &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf(format, args...)}
+}
+
+// commit applies a command, turning failures into operator-facing errors.
+func (d *Daemon) commit(c state.Command) (state.Result, error) {
+	res, err := d.raft.Apply(c, 10*time.Second)
+	if err != nil {
+		if errors.Is(err, replication.ErrNotLeader) {
+			return res, &api.Error{Code: api.CodeUnavailable, Message: "leadership changed during the request; run it again"}
+		}
+		return res, &api.Error{Code: api.CodeUnavailable, Message: err.Error()}
+	}
+	return res, nil
+}
+
+func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult, error) {
+	var out api.TokenCreateResult
+	if err := tokenfmt.ValidateNodeID(req.Node); err != nil {
+		return out, badRequest("%v", err)
+	}
+	if _, err := tokenfmt.ParseRole(req.Role); err != nil {
+		return out, badRequest("%v", err)
+	}
+	if b, err := hex.DecodeString(req.ID); err != nil || len(b) != 32 {
+		return out, badRequest("token id is not a 64 hex digit hash")
+	}
+	ttl := time.Duration(req.TTL)
+	if ttl <= 0 || ttl > tokenfmt.MaxTTL {
+		return out, badRequest("ttl %s is outside (0, %s]: a long-lived token is a long-lived root credential", ttl, tokenfmt.MaxTTL)
+	}
+	if err := validateLabels(req.Labels); err != nil {
+		return out, err
+	}
+	res, err := d.commit(state.Command{Op: state.OpCreateToken, CreateToken: &state.CreateTokenCmd{
+		ID: req.ID, Node: req.Node, Role: req.Role, Labels: req.Labels, TTL: ttl,
+	}})
+	if err != nil {
+		return out, err
+	}
+	if res.Err != nil {
+		if errors.Is(res.Err, state.ErrNodeExists) {
+			return out, &api.Error{Code: api.CodeNodeExists, Message: res.Err.Error()}
+		}
+		return out, res.Err
+	}
+	d.fsm.Read(func(s *state.State) {
+		out.SigningKey = s.Keyring.Keys[len(s.Keyring.Keys)-1]
+	})
+	out.Mesh = d.cfg.Mesh
+	out.Brokers = d.cfg.Brokers
+	out.CAPin = d.cfg.CAPin
+	out.Expiry = res.Token.Expiry
+	d.log.Info("token minted", "node", req.Node, "role", req.Role, "expiry", out.Expiry)
+	return out, nil
+}
+
+func (d *Daemon) declare(req api.DeclareRequest) (api.DeclareResult, error) {
+	var out api.DeclareResult
+	body, err := declarations.ParseBody(req.Body)
+	if err != nil {
+		return out, badRequest("the declaration body is invalid: %v", err)
+	}
+	canonical, err := json.Marshal(body)
+	if err != nil {
+		return out, err
+	}
+	// The envelope base64-encodes the payload: keep well inside the host's cap.
+	if est := len(canonical)*4/3 + 4096; est > declarations.MaxEnvelopeSize {
+		return out, badRequest("the declaration body is %d bytes; signed, it would exceed the %d byte cap hosts accept", len(canonical), declarations.MaxEnvelopeSize)
+	}
+	sel := state.Selector{Nodes: req.Nodes, Role: req.Role, Labels: req.Labels, All: req.All}
+	if sel.Empty() {
+		return out, badRequest("say which nodes the declaration is for: --node, --role, --label or --all")
+	}
+	for _, n := range req.Nodes {
+		if err := tokenfmt.ValidateNodeID(n); err != nil {
+			return out, badRequest("%v", err)
+		}
+	}
+	var unknown []string
+	d.fsm.Read(func(s *state.State) {
+		for _, n := range req.Nodes {
+			if _, ok := s.Nodes[n]; !ok {
+				unknown = append(unknown, n)
+			}
+		}
+	})
+	if len(unknown) > 0 {
+		return out, &api.Error{Code: api.CodeNotFound, Message: "no such node: " + strings.Join(unknown, ", ")}
+	}
+	res, err := d.commit(state.Command{Op: state.OpDeclare, Declare: &state.DeclareCmd{Selector: sel, Body: canonical}})
+	if err != nil {
+		return out, err
+	}
+	if res.Err != nil {
+		return out, &api.Error{Code: api.CodeNotFound, Message: res.Err.Error()}
+	}
+	nodes := make([]string, 0, len(res.Assignments))
+	for _, a := range res.Assignments {
+		out.Assignments = append(out.Assignments, api.Assignment{Node: a.Node, Version: a.Version})
+		nodes = append(nodes, a.Node)
+	}
+	out.Skipped = res.Skipped
+	d.publishDeclarations(nodes)
+	d.log.Info("declaration committed and sent", "nodes", len(nodes), "skipped", len(res.Skipped))
+	return out, nil
+}
+
+func (d *Daemon) nodes(req api.NodesRequest) (api.NodesResult, error) {
+	now := time.Now()
+	out := api.NodesResult{Mesh: d.cfg.Mesh, AnsweredBy: d.cfg.Node}
+	d.fsm.Read(func(s *state.State) {
+		out.KeyringEpoch = s.Keyring.Epoch
+		for _, n := range s.Nodes {
+			if len(req.Nodes) > 0 && !slices.Contains(req.Nodes, n.ID) {
+				continue
+			}
+			out.Nodes = append(out.Nodes, d.view(n, now))
+		}
+	})
+	slices.SortFunc(out.Nodes, func(a, b api.NodeView) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+func (d *Daemon) view(n *state.Node, now time.Time) api.NodeView {
+	v := api.NodeView{
+		ID:             n.ID,
+		Role:           n.Role,
+		Labels:         n.Labels,
+		PublicKey:      n.PublicKey,
+		EnrolledAt:     n.EnrolledAt,
+		Declared:       n.Declared.Version,
+		DeclaredExpiry: n.Declared.ExpiresAt,
+		KeyringEpoch:   n.Applied.KeyringEpoch,
+		Stale:          n.Applied.Stale,
+		RevokedAt:      n.RevokedAt,
+	}
+	if n.Applied.HaveApplied {
+		ver := n.Applied.Version
+		v.Applied = &ver
+		v.Converged = ver == n.Declared.Version
+	}
+	if n.Applied.ErrorCode != "" {
+		v.LastError = &api.StatusError{Code: n.Applied.ErrorCode, Message: n.Applied.ErrorMessage, Version: n.Applied.ErrorVersion}
+	}
+	last, ok := d.seen.get(n.ID)
+	if ok {
+		v.LastSeen = last.UTC()
+	} else if !n.Applied.ReportedAt.IsZero() {
+		v.LastSeen = n.Applied.ReportedAt
+	}
+	switch {
+	case n.Revoked:
+		v.State = api.StateRevoked
+	case ok && now.Sub(last) <= d.opts.OfflineAfter:
+		v.State = api.StateAlive
+	default:
+		v.State = api.StateOffline
+	}
+	return v
+}
+
+func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
+	out := api.RevokeResult{Node: req.Node}
+	var exists bool
+	d.fsm.Read(func(s *state.State) { _, exists = s.Nodes[req.Node] })
+	if !exists {
+		return out, &api.Error{Code: api.CodeNotFound, Message: "no such node: " + req.Node}
+	}
+	res, err := d.commit(state.Command{Op: state.OpRevoke, Revoke: &state.RevokeCmd{Node: req.Node}})
+	if err != nil {
+		return out, err
+	}
+	if res.Err != nil {
+		return out, res.Err
+	}
+	out.Kicked = d.enforceRevocation(req.Node)
+	d.log.Warn("node revoked", "node", req.Node, "connections_closed", out.Kicked)
+	return out, nil
+}
+
+func (d *Daemon) label(req api.LabelRequest) (api.NodeView, error) {
+	if err := validateLabels(req.Labels); err != nil {
+		return api.NodeView{}, err
+	}
+	res, err := d.commit(state.Command{Op: state.OpLabel, Label: &state.LabelCmd{Node: req.Node, Labels: req.Labels}})
+	if err != nil {
+		return api.NodeView{}, err
+	}
+	if res.Err != nil {
+		return api.NodeView{}, &api.Error{Code: api.CodeNotFound, Message: res.Err.Error()}
+	}
+	return d.view(res.Node, time.Now()), nil
+}
+
+// validateLabels keeps label keys and values short and plain.
+func validateLabels(l map[string]string) error {
+	if len(l) > 64 {
+		return badRequest("at most 64 labels")
+	}
+	for k, v := range l {
+		if !labelText(k, false) || !labelText(v, true) {
+			return badRequest("label %q=%q: keys are 1-63 characters of a-z 0-9 . _ / -; values up to 63 of the same", k, v)
+		}
+	}
+	return nil
+}
+
+func labelText(s string, emptyOK bool) bool {
+	if s == "" {
+		return emptyOK
+	}
+	if len(s) > 63 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '/' || r == '-' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
+}

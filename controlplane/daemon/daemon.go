@@ -1,0 +1,323 @@
+// Package daemon is the control-plane daemon (`meshctl serve`): the Raft member with
+// the replicated state, the embedded broker whose clients it authenticates, and the
+// handlers that admit nodes, hand out signed declarations, record status and serve
+// operators.
+//
+// Only the Raft leader serves the API: it subscribes its handlers when it becomes
+// leader and drops them when it stops being leader, so every write is proposed where
+// it can be committed and every answer reflects committed state. Every control node
+// runs a broker and enforces revocations on it.
+package daemon
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/oklog/run"
+
+	"mesh/broker"
+	"mesh/controlplane/authn"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/pki"
+	"mesh/controlplane/replication"
+	"mesh/controlplane/state"
+	"mesh/declarations"
+)
+
+// Options configures a daemon.
+type Options struct {
+	Dir    datadir.Dir
+	Logger *slog.Logger
+	// Timeouts tunes Raft; zero means replication.DefaultTimeouts.
+	Timeouts replication.Timeouts
+	// OfflineAfter is how long after its last report a node counts as offline: three
+	// missed heartbeats by default.
+	OfflineAfter time.Duration
+	// ReconcileInterval is how often the leader re-sends declarations that nodes
+	// have not applied yet.
+	ReconcileInterval time.Duration
+	// StatusFlushInterval batches status changes into one log entry.
+	StatusFlushInterval time.Duration
+	// ReadyTimeout bounds the wait for this node's state to be current at start.
+	ReadyTimeout time.Duration
+}
+
+func (o *Options) defaults() {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.OfflineAfter == 0 {
+		o.OfflineAfter = 45 * time.Second
+	}
+	if o.ReconcileInterval == 0 {
+		o.ReconcileInterval = 10 * time.Second
+	}
+	if o.StatusFlushInterval == 0 {
+		o.StatusFlushInterval = 200 * time.Millisecond
+	}
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = time.Minute
+	}
+}
+
+// Daemon is a running control node.
+type Daemon struct {
+	opts   Options
+	cfg    datadir.Config
+	log    *slog.Logger
+	caPEM  []byte
+	key    ed25519.PrivateKey
+	fsm    *state.FSM
+	raft   *replication.Node
+	broker *broker.Server
+	nc     *nats.Conn
+	signer *signer
+	seen   *liveness
+	status *statusBatcher
+
+	mu   sync.Mutex
+	subs []*nats.Subscription
+}
+
+// Open loads the data directory, starts Raft and waits until this node's state is
+// current, initialises the mesh on first start, then starts the broker and the
+// control plane's own client. The daemon serves nothing until Run.
+func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
+	opts.defaults()
+	d := &Daemon{opts: opts, log: opts.Logger, fsm: state.NewFSM(), seen: newLiveness()}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	if d.cfg, err = opts.Dir.LoadConfig(); err != nil {
+		return nil, err
+	}
+	if d.caPEM, err = opts.Dir.ReadFile(datadir.CACertFile); err != nil {
+		return nil, err
+	}
+	leaf, err := opts.Dir.LoadLeaf()
+	if err != nil {
+		return nil, err
+	}
+	if d.key, err = opts.Dir.LoadSigningKey(); err != nil {
+		return nil, err
+	}
+	d.signer = newSigner(d.key)
+	mutual, err := pki.MutualConfig(leaf, d.caPEM)
+	if err != nil {
+		return nil, err
+	}
+	serverTLS, err := pki.ServerConfig(leaf, d.caPEM)
+	if err != nil {
+		return nil, err
+	}
+
+	d.raft, err = replication.Open(replication.Config{
+		Dir:      opts.Dir.Path(datadir.RaftDir),
+		ID:       d.cfg.Node,
+		Bind:     d.cfg.RaftListen,
+		TLS:      mutual,
+		FSM:      d.fsm,
+		Timeouts: opts.Timeouts,
+		Logger:   d.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.fsm.OnApply(d.applied)
+	readyCtx, cancel := context.WithTimeout(ctx, opts.ReadyTimeout)
+	defer cancel()
+	d.log.Info("waiting for the replicated state to be current", "node", d.cfg.Node)
+	if err := d.raft.WaitReady(readyCtx); err != nil {
+		return nil, err
+	}
+	if err := d.initialise(); err != nil {
+		return nil, err
+	}
+
+	internal := make([]byte, 32)
+	if _, err := rand.Read(internal); err != nil {
+		return nil, err
+	}
+	auth := authn.New(authn.Config{FSM: d.fsm, InternalToken: hex.EncodeToString(internal), Logger: d.log.With("component", "authn")})
+	d.broker, err = broker.Start(ctx, broker.Config{
+		Name:   d.cfg.Node,
+		Listen: d.cfg.Listen,
+		TLS:    serverTLS,
+		Auth:   auth,
+		Logger: d.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	d.nc, err = nats.Connect("",
+		nats.InProcessServer(d.broker.InProcess()),
+		nats.Token(hex.EncodeToString(internal)),
+		nats.Name("control-plane "+d.cfg.Node),
+		nats.MaxReconnects(-1),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("connect the control plane to its own broker: %w", err)
+	}
+	d.status = newStatusBatcher(d)
+	d.log.Info("control node ready", "mesh", d.cfg.Mesh, "node", d.cfg.Node, "broker", d.broker.Addr())
+	return d, nil
+}
+
+// initialise applies the mesh's first command if the state is empty: the mesh id, the
+// first keyring (epoch 1, this signing key, signed by it) and the operator account.
+func (d *Daemon) initialise() error {
+	var done bool
+	d.fsm.Read(func(s *state.State) { done = s.Initialised() })
+	if done {
+		return nil
+	}
+	pub := d.key.Public().(ed25519.PublicKey)
+	kr := declarations.Keyring{Mesh: d.cfg.Mesh, Epoch: 1, Keys: []string{hex.EncodeToString(pub)}, IssuedAt: time.Now().UTC().Truncate(time.Second)}
+	env, err := declarations.SignKeyring(kr, d.key)
+	if err != nil {
+		return fmt.Errorf("sign the first keyring: %w", err)
+	}
+	res, err := d.raft.Apply(state.Command{Op: state.OpInit, Init: &state.InitCmd{
+		Mesh:         d.cfg.Mesh,
+		AdminAccount: d.cfg.AdminAccount,
+		Keyring:      state.Keyring{Epoch: kr.Epoch, Keys: kr.Keys, Envelope: env},
+		Validity:     declarations.DefaultValidity,
+	}}, 10*time.Second)
+	if err != nil {
+		return fmt.Errorf("initialise the mesh state: %w", err)
+	}
+	return res.Err
+}
+
+// BrokerAddr is the address the broker listens on.
+func (d *Daemon) BrokerAddr() string { return d.broker.Addr() }
+
+// Config returns this node's configuration.
+func (d *Daemon) Config() datadir.Config { return d.cfg }
+
+// FSM exposes the state machine for reads (tests, the demo).
+func (d *Daemon) FSM() *state.FSM { return d.fsm }
+
+// Run serves until ctx ends: it follows leadership, batches status reports and
+// re-sends declarations nodes have not applied.
+func (d *Daemon) Run(ctx context.Context) error {
+	var g run.Group
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return d.followLeadership(ctx) }, func(error) { cancel() })
+	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return d.status.run(ctx) }, func(error) { cancel() })
+	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return d.reconcileLoop(ctx) }, func(error) { cancel() })
+	}
+	err := g.Run()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// followLeadership subscribes the API handlers while this node leads.
+func (d *Daemon) followLeadership(ctx context.Context) error {
+	if d.raft.IsLeader() {
+		if err := d.serveAPI(); err != nil {
+			return err
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			d.stopAPI()
+			return ctx.Err()
+		case leader := <-d.raft.LeaderChanges():
+			if leader {
+				d.log.Info("this control node is now the leader; serving the API")
+				if err := d.raft.Raft.Barrier(10 * time.Second).Error(); err != nil {
+					d.log.Warn("barrier after election failed", "err", err)
+					continue
+				}
+				if err := d.serveAPI(); err != nil {
+					return err
+				}
+			} else {
+				d.log.Info("this control node is no longer the leader; API handed over")
+				d.stopAPI()
+			}
+		}
+	}
+}
+
+const queueGroup = "control-plane"
+
+func (d *Daemon) serveAPI() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.subs) > 0 {
+		return nil
+	}
+	handlers := []struct {
+		subject string
+		h       nats.MsgHandler
+	}{
+		{"mesh.enrol.*", d.handleEnrol},
+		{"mesh.node.*.sync", d.handleSync},
+		{"mesh.node.*.status", d.handleStatus},
+		{"mesh.admin.>", d.handleAdmin},
+	}
+	for _, h := range handlers {
+		sub, err := d.nc.QueueSubscribe(h.subject, queueGroup, h.h)
+		if err != nil {
+			return fmt.Errorf("subscribe %s: %w", h.subject, err)
+		}
+		d.subs = append(d.subs, sub)
+	}
+	return d.nc.Flush()
+}
+
+func (d *Daemon) stopAPI() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, s := range d.subs {
+		_ = s.Unsubscribe()
+	}
+	d.subs = nil
+}
+
+// applied runs after every command on every control node.
+func (d *Daemon) applied(c *state.Command, res state.Result) {
+	if c.Op == state.OpRevoke && res.Err == nil && c.Revoke != nil && !d.raft.IsLeader() {
+		// The leader enforces in its handler; the others close the node's
+		// connections on their own brokers.
+		go d.enforceRevocation(c.Revoke.Node)
+	}
+}
+
+// Close stops everything the daemon started.
+func (d *Daemon) Close() {
+	d.stopAPI()
+	if d.nc != nil {
+		d.nc.Close()
+	}
+	if d.broker != nil {
+		d.broker.Shutdown()
+	}
+	if d.raft != nil {
+		if err := d.raft.Close(); err != nil {
+			d.log.Warn("raft shutdown", "err", err)
+		}
+	}
+}

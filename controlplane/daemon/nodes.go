@@ -1,0 +1,274 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/authn"
+	"mesh/controlplane/state"
+)
+
+// nodeOf extracts the node id from mesh.node.<id>.<suffix>. The broker only lets a
+// node publish on its own subjects, so the subject names the sender.
+func nodeOf(subject string) string {
+	rest := strings.TrimPrefix(subject, api.NodePrefix)
+	if i := strings.IndexByte(rest, '.'); i > 0 {
+		return rest[:i]
+	}
+	return ""
+}
+
+// handleSync answers a node asking for its current declaration and keyring.
+func (d *Daemon) handleSync(m *nats.Msg) {
+	node := nodeOf(m.Subject)
+	d.seen.mark(node, time.Now())
+	resp := api.SyncResponse{V: api.ProtocolVersion}
+	if _, err := api.Decode[api.SyncRequest](m.Data); err != nil {
+		resp.Error = &api.Error{Code: api.CodeBadRequest, Message: err.Error()}
+	} else {
+		d.fsm.Read(func(s *state.State) {
+			n, ok := s.Nodes[node]
+			if !ok || n.Revoked {
+				resp.Error = &api.Error{Code: api.CodeNotFound, Message: "no such node"}
+				return
+			}
+			env, err := d.signer.declaration(s, n)
+			if err != nil {
+				resp.Error = &api.Error{Code: api.CodeInternal, Message: err.Error()}
+				return
+			}
+			resp.Declaration = env
+			resp.Keyring = s.Keyring.Envelope
+		})
+	}
+	data, _ := json.Marshal(resp)
+	if err := m.Respond(data); err != nil {
+		d.log.Warn("sync reply not sent", "node", node, "err", err)
+	}
+}
+
+// handleStatus records a node's report: liveness in memory, changes through the log.
+func (d *Daemon) handleStatus(m *nats.Msg) {
+	node := nodeOf(m.Subject)
+	now := time.Now()
+	st, err := api.Decode[api.Status](m.Data)
+	if err != nil {
+		d.log.Warn("status report refused", "node", node, "err", err)
+		return
+	}
+	if st.Node != node {
+		d.log.Warn("status report names another node than its subject; ignored", "subject_node", node, "claimed", st.Node)
+		return
+	}
+	d.seen.mark(node, now)
+	a := state.Applied{
+		HaveApplied:  st.HaveApplied,
+		Version:      st.AppliedVersion,
+		KeyringEpoch: st.KeyringEpoch,
+		Stale:        st.Stale,
+	}
+	if st.Error != nil {
+		a.ErrorCode, a.ErrorMessage, a.ErrorVersion = st.Error.Code, truncate(st.Error.Message, 512), st.Error.Version
+	}
+	changed := false
+	d.fsm.Read(func(s *state.State) {
+		n, ok := s.Nodes[node]
+		if !ok || n.Revoked {
+			return
+		}
+		old := n.Applied
+		old.ReportedAt = time.Time{}
+		changed = old != a
+	})
+	if changed {
+		d.status.add(node, a)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// liveness remembers when each node was last heard from. It is the leader's memory,
+// not replicated: a new leader learns it again within a heartbeat.
+type liveness struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+func newLiveness() *liveness { return &liveness{last: map[string]time.Time{}} }
+
+func (l *liveness) mark(node string, t time.Time) {
+	if node == "" {
+		return
+	}
+	l.mu.Lock()
+	l.last[node] = t
+	l.mu.Unlock()
+}
+
+func (l *liveness) get(node string) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, ok := l.last[node]
+	return t, ok
+}
+
+func (l *liveness) forget(node string) {
+	l.mu.Lock()
+	delete(l.last, node)
+	l.mu.Unlock()
+}
+
+// statusBatcher collects status changes and commits them as one command per flush.
+type statusBatcher struct {
+	d       *Daemon
+	mu      sync.Mutex
+	pending map[string]state.Applied
+}
+
+func newStatusBatcher(d *Daemon) *statusBatcher {
+	return &statusBatcher{d: d, pending: map[string]state.Applied{}}
+}
+
+func (b *statusBatcher) add(node string, a state.Applied) {
+	b.mu.Lock()
+	b.pending[node] = a
+	b.mu.Unlock()
+}
+
+func (b *statusBatcher) run(ctx context.Context) error {
+	t := time.NewTicker(b.d.opts.StatusFlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			b.flush()
+		}
+	}
+}
+
+func (b *statusBatcher) flush() {
+	b.mu.Lock()
+	if len(b.pending) == 0 {
+		b.mu.Unlock()
+		return
+	}
+	batch := b.pending
+	b.pending = map[string]state.Applied{}
+	b.mu.Unlock()
+	if !b.d.raft.IsLeader() {
+		return // the new leader hears the next heartbeat
+	}
+	cmd := &state.StatusCmd{}
+	for node, a := range batch {
+		cmd.Reports = append(cmd.Reports, state.StatusReport{Node: node, Applied: a})
+	}
+	if _, err := b.d.raft.Apply(state.Command{Op: state.OpStatus, Status: cmd}, 10*time.Second); err != nil {
+		b.d.log.Warn("status reports not committed; they will be reported again", "nodes", len(batch), "err", err)
+	}
+}
+
+// publishDeclarations signs and sends each assignment's declaration to its node.
+func (d *Daemon) publishDeclarations(nodes []string) {
+	type out struct {
+		node string
+		env  []byte
+	}
+	var msgs []out
+	d.fsm.Read(func(s *state.State) {
+		for _, id := range nodes {
+			n, ok := s.Nodes[id]
+			if !ok || n.Revoked {
+				continue
+			}
+			env, err := d.signer.declaration(s, n)
+			if err != nil {
+				d.log.Error("declaration not signed", "node", id, "err", err)
+				continue
+			}
+			msgs = append(msgs, out{id, env})
+		}
+	})
+	for _, m := range msgs {
+		if err := d.nc.Publish(api.DeclarationSubject(m.node), m.env); err != nil {
+			d.log.Warn("declaration not sent; the node gets it on its next sync", "node", m.node, "err", err)
+		}
+	}
+	_ = d.nc.Flush()
+}
+
+// reconcileLoop re-sends, while this node leads, the declarations that live nodes
+// have not applied (a push lost to a partition, a leader change).
+func (d *Daemon) reconcileLoop(ctx context.Context) error {
+	t := time.NewTicker(d.opts.ReconcileInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			if d.raft.IsLeader() {
+				d.reconcile(time.Now())
+			}
+		}
+	}
+}
+
+func (d *Daemon) reconcile(now time.Time) {
+	var lagging []string
+	d.fsm.Read(func(s *state.State) {
+		for id, n := range s.Nodes {
+			if n.Revoked {
+				continue
+			}
+			last, ok := d.seen.get(id)
+			if !ok || now.Sub(last) > d.opts.OfflineAfter {
+				continue
+			}
+			a := n.Applied
+			behind := !a.HaveApplied || a.Version < n.Declared.Version
+			failedThis := a.ErrorVersion == n.Declared.Version && a.ErrorCode != ""
+			if behind && !failedThis {
+				lagging = append(lagging, id)
+			}
+		}
+	})
+	if len(lagging) > 0 {
+		d.log.Info("re-sending declarations not yet applied", "nodes", len(lagging))
+		d.publishDeclarations(lagging)
+	}
+}
+
+// enforceRevocation tells the node, with a signed notice, that it was revoked, then
+// closes its connections on this control node's broker. The notice goes first so the
+// agent can stop with the right message instead of retrying.
+func (d *Daemon) enforceRevocation(node string) int {
+	notice, err := d.signer.revocation(d.cfg.Mesh, node, time.Now().UTC().Truncate(time.Second))
+	if err == nil {
+		_ = d.nc.Publish(api.DeclarationSubject(node), notice)
+		_ = d.nc.FlushTimeout(time.Second)
+		// Give the broker a moment to write the notice out before the kick closes
+		// the socket.
+		time.Sleep(100 * time.Millisecond)
+	} else {
+		d.log.Error("revocation notice not signed", "node", node, "err", err)
+	}
+	n, err := d.broker.Kick(authn.NodeUserPrefix + node)
+	if err != nil {
+		d.log.Error("could not close the revoked node's connections", "node", node, "err", err)
+	}
+	d.seen.forget(node)
+	return n
+}

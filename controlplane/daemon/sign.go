@@ -1,0 +1,80 @@
+package daemon
+
+import (
+	"crypto/ed25519"
+	"fmt"
+	"sync"
+	"time"
+
+	"mesh/controlplane/state"
+	"mesh/declarations"
+)
+
+// signer turns a node's declared state into its signed envelope, and remembers the
+// result: hosts ask again on every reconnect, and a leader re-sends to laggards, so
+// the same envelope is wanted many times.
+type signer struct {
+	key ed25519.PrivateKey
+
+	mu     sync.Mutex
+	cache  map[string]signed            // by node
+	bodies map[string]declarations.Body // parsed bodies by digest
+}
+
+type signed struct {
+	version  uint64
+	issuedAt time.Time
+	epoch    uint64
+	digest   string
+	envelope []byte
+}
+
+func newSigner(key ed25519.PrivateKey) *signer {
+	return &signer{key: key, cache: map[string]signed{}, bodies: map[string]declarations.Body{}}
+}
+
+// declaration returns n's current declaration, signed. It must be called inside an
+// FSM read (st is live state).
+func (s *signer) declaration(st *state.State, n *state.Node) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	dcl := n.Declared
+	if c, ok := s.cache[n.ID]; ok && c.version == dcl.Version && c.issuedAt.Equal(dcl.IssuedAt) &&
+		c.epoch == st.Keyring.Epoch && c.digest == dcl.BodyDigest {
+		return c.envelope, nil
+	}
+	body, ok := s.bodies[dcl.BodyDigest]
+	if !ok {
+		raw, found := st.Bodies[dcl.BodyDigest]
+		if !found {
+			return nil, fmt.Errorf("declared body %s of node %s is missing from the state", dcl.BodyDigest, n.ID)
+		}
+		var err error
+		if body, err = declarations.ParseBody(raw); err != nil {
+			return nil, fmt.Errorf("declared body of node %s: %w", n.ID, err)
+		}
+		if len(s.bodies) > 1024 {
+			clear(s.bodies)
+		}
+		s.bodies[dcl.BodyDigest] = body
+	}
+	env, err := declarations.SignDeclaration(declarations.Declaration{
+		Mesh:         st.Mesh,
+		Node:         n.ID,
+		Version:      dcl.Version,
+		KeyringEpoch: st.Keyring.Epoch,
+		IssuedAt:     dcl.IssuedAt,
+		ExpiresAt:    dcl.ExpiresAt,
+		Body:         body,
+	}, s.key)
+	if err != nil {
+		return nil, fmt.Errorf("sign declaration v%d for %s: %w", dcl.Version, n.ID, err)
+	}
+	s.cache[n.ID] = signed{version: dcl.Version, issuedAt: dcl.IssuedAt, epoch: st.Keyring.Epoch, digest: dcl.BodyDigest, envelope: env}
+	return env, nil
+}
+
+// revocation signs the notice that tells a node it was revoked.
+func (s *signer) revocation(mesh, node string, at time.Time) ([]byte, error) {
+	return declarations.SignRevocation(declarations.Revocation{Mesh: mesh, Node: node, RevokedAt: at}, s.key)
+}

@@ -1,0 +1,228 @@
+// Package datadir is the layout of a control node's data directory: which file holds
+// what, with which mode, and how each is read back. Secrets (the CA key, TLS keys, the
+// signing key, operator credentials) are written 0600 and atomically.
+package datadir
+
+import (
+	"crypto/ed25519"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"mesh/controlplane/pki"
+)
+
+// File names inside a data directory.
+const (
+	ConfigFile     = "mesh.json"
+	CACertFile     = "ca.pem"
+	CAKeyFile      = "ca-key.pem" // only on the machine that ran bootstrap
+	TLSCertFile    = "tls.pem"
+	TLSKeyFile     = "tls-key.pem"
+	SigningKeyFile = "signing-key.pem"
+	AdminCredsFile = "admin.creds"
+	AccountKeyFile = "admin-account.nk" // only on the machine that ran bootstrap
+	RaftDir        = "raft"
+)
+
+// ConfigFormat is the version of mesh.json this program writes.
+const ConfigFormat = 1
+
+// Config is mesh.json: the non-secret facts about this control node and its mesh.
+type Config struct {
+	Format int    `json:"format"`
+	Mesh   string `json:"mesh"`
+	// Node is this control node's id.
+	Node string `json:"node"`
+	// Listen is the broker's client address; RaftListen and ClusterListen are the
+	// addresses control nodes reach each other on.
+	Listen        string `json:"listen"`
+	RaftListen    string `json:"raft_listen"`
+	ClusterListen string `json:"cluster_listen"`
+	// Brokers are the client addresses of the mesh's brokers, the ones tokens carry.
+	Brokers []string `json:"brokers"`
+	// CAPin is the hex SHA-256 of the CA's SubjectPublicKeyInfo.
+	CAPin string `json:"ca_pin"`
+	// AdminAccount is the public nkey that issues operator credentials.
+	AdminAccount string `json:"admin_account"`
+}
+
+// Dir is a data directory.
+type Dir string
+
+// Path returns the path of name inside the directory.
+func (d Dir) Path(name string) string { return filepath.Join(string(d), name) }
+
+// ErrNoConfig means the directory holds no mesh.json: it was never bootstrapped or
+// joined.
+var ErrNoConfig = errors.New("no mesh configuration")
+
+// Exists reports whether name exists in the directory.
+func (d Dir) Exists(name string) bool {
+	_, err := os.Stat(d.Path(name))
+	return err == nil
+}
+
+// LoadConfig reads mesh.json.
+func (d Dir) LoadConfig() (Config, error) {
+	data, err := os.ReadFile(d.Path(ConfigFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Config{}, fmt.Errorf("%w in %s: run `meshctl bootstrap --data %s` (or `meshctl join`) first", ErrNoConfig, d, d)
+	}
+	if err != nil {
+		return Config{}, fmt.Errorf("read %s: %w", d.Path(ConfigFile), err)
+	}
+	var c Config
+	if err := json.Unmarshal(data, &c); err != nil {
+		return Config{}, fmt.Errorf("%s is corrupt: %w", d.Path(ConfigFile), err)
+	}
+	if c.Format != ConfigFormat {
+		return Config{}, fmt.Errorf("%s has format %d; this program reads format %d", d.Path(ConfigFile), c.Format, ConfigFormat)
+	}
+	if c.Mesh == "" || c.Node == "" || c.Listen == "" || len(c.Brokers) == 0 || c.CAPin == "" {
+		return Config{}, fmt.Errorf("%s is incomplete (mesh, node, listen, brokers and ca_pin are required)", d.Path(ConfigFile))
+	}
+	return c, nil
+}
+
+// SaveConfig writes mesh.json.
+func (d Dir) SaveConfig(c Config) error {
+	c.Format = ConfigFormat
+	data, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	return WriteFile(d.Path(ConfigFile), append(data, '\n'), 0o644)
+}
+
+// Pin returns the configured CA pin.
+func (c Config) Pin() ([32]byte, error) {
+	var pin [32]byte
+	b, err := hex.DecodeString(c.CAPin)
+	if err != nil || len(b) != 32 {
+		return pin, fmt.Errorf("mesh.json: ca_pin is not 64 hex digits")
+	}
+	copy(pin[:], b)
+	return pin, nil
+}
+
+// ReadFile reads a file of the directory, saying which one failed and why.
+func (d Dir) ReadFile(name string) ([]byte, error) {
+	data, err := os.ReadFile(d.Path(name))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", d.Path(name), err)
+	}
+	return data, nil
+}
+
+// LoadCA reads the CA certificate and, when present, its key.
+func (d Dir) LoadCA() (*pki.CA, error) {
+	certPEM, err := d.ReadFile(CACertFile)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := d.ReadFile(CAKeyFile)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s holds no CA key (%s): only the machine that ran bootstrap can mint control tokens and TLS identities", d, CAKeyFile)
+		}
+		return nil, err
+	}
+	return pki.LoadCA(certPEM, keyPEM)
+}
+
+// LoadLeaf reads this control node's TLS identity.
+func (d Dir) LoadLeaf() (pki.Leaf, error) {
+	cert, err := d.ReadFile(TLSCertFile)
+	if err != nil {
+		return pki.Leaf{}, err
+	}
+	key, err := d.ReadFile(TLSKeyFile)
+	if err != nil {
+		return pki.Leaf{}, err
+	}
+	return pki.Leaf{CertPEM: cert, KeyPEM: key}, nil
+}
+
+// LoadSigningKey reads the declaration signing key.
+func (d Dir) LoadSigningKey() (ed25519.PrivateKey, error) {
+	data, err := d.ReadFile(SigningKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSigningKey(data)
+}
+
+// EncodeSigningKey encodes an Ed25519 private key as PKCS#8 PEM.
+func EncodeSigningKey(key ed25519.PrivateKey) ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+// ParseSigningKey decodes a PKCS#8 PEM Ed25519 private key.
+func ParseSigningKey(data []byte) (ed25519.PrivateKey, error) {
+	block, _ := pem.Decode(data)
+	if block == nil || block.Type != "PRIVATE KEY" {
+		return nil, errors.New("signing key: no PEM private key found")
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("signing key: %w", err)
+	}
+	key, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, errors.New("signing key: not an Ed25519 key")
+	}
+	return key, nil
+}
+
+// WriteFile writes data atomically and durably: temp file, fsync, rename, fsync dir.
+func WriteFile(path string, data []byte, perm fs.FileMode) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if err := f.Chmod(perm); err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	ok = true
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,115 @@
+// Package operator is the client side of the operator API: it connects to a mesh
+// broker with the operator credentials of a data directory (a standard NATS .creds
+// file), checks the broker against the CA pin like any host does, and calls the
+// leader's API.
+package operator
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/pki"
+)
+
+// ErrUnreachable means no broker of the mesh answered.
+var ErrUnreachable = errors.New("cannot reach the control plane")
+
+// ErrNoLeader means the brokers answered but no control node served the request.
+var ErrNoLeader = errors.New("no control node answered: the control plane is not serving (is `meshctl serve` running, and does it have a Raft leader?)")
+
+// Client calls the operator API.
+type Client struct {
+	nc      *nats.Conn
+	timeout time.Duration
+}
+
+// Options tune Dial.
+type Options struct {
+	// Servers overrides the brokers listed in mesh.json.
+	Servers []string
+	// Timeout bounds each call; 0 means 15 seconds.
+	Timeout time.Duration
+}
+
+// Dial connects using dir's mesh.json (brokers, pin) and admin.creds.
+func Dial(dir datadir.Dir, o Options) (*Client, error) {
+	cfg, err := dir.LoadConfig()
+	if err != nil {
+		return nil, err
+	}
+	pin, err := cfg.Pin()
+	if err != nil {
+		return nil, err
+	}
+	servers := o.Servers
+	if len(servers) == 0 {
+		servers = append([]string{cfg.Listen}, cfg.Brokers...)
+	}
+	urls := make([]string, 0, len(servers))
+	for _, s := range servers {
+		urls = append(urls, "tls://"+s)
+	}
+	if !dir.Exists(datadir.AdminCredsFile) {
+		return nil, fmt.Errorf("%s holds no operator credentials (%s)", dir, datadir.AdminCredsFile)
+	}
+	timeout := o.Timeout
+	if timeout == 0 {
+		timeout = 15 * time.Second
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","),
+		nats.UserCredentials(dir.Path(datadir.AdminCredsFile)),
+		nats.Secure(pki.PinnedClientConfig(pin)),
+		nats.TLSHandshakeFirst(),
+		nats.Name("meshctl"),
+		nats.Timeout(5*time.Second),
+		nats.DontRandomize(),
+		nats.NoReconnect(),
+	)
+	if err != nil {
+		if errors.Is(err, pki.ErrPinMismatch) || strings.Contains(err.Error(), pki.ErrPinMismatch.Error()) {
+			return nil, fmt.Errorf("%w at %s: %v", ErrUnreachable, strings.Join(servers, ", "), pki.ErrPinMismatch)
+		}
+		return nil, fmt.Errorf("%w at %s: %v (is `meshctl serve --data %s` running?)", ErrUnreachable, strings.Join(servers, ", "), err, dir)
+	}
+	return &Client{nc: nc, timeout: timeout}, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() { c.nc.Close() }
+
+// Call sends req to operation op and decodes the result into res. A refusal by the
+// control plane comes back as *api.Error.
+func (c *Client) Call(op string, req, res any) error {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	msg, err := c.nc.Request(api.AdminSubject(op), data, c.timeout)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return ErrNoLeader
+		}
+		if errors.Is(err, nats.ErrTimeout) {
+			return fmt.Errorf("the control plane did not answer %s within %s", op, c.timeout)
+		}
+		return err
+	}
+	var resp api.AdminResponse
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return fmt.Errorf("malformed reply from the control plane: %w", err)
+	}
+	if resp.Error != nil {
+		return resp.Error
+	}
+	if res == nil {
+		return nil
+	}
+	return json.Unmarshal(resp.Result, res)
+}

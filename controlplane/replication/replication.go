@@ -1,0 +1,275 @@
+// Package replication runs the control plane's state machine under hashicorp/raft,
+// with a durable bolt store for the log, a file snapshot store, and a transport over
+// mutual TLS. One control node is a one-voter cluster: high availability is the same
+// code path with more voters.
+package replication
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"mesh/controlplane/state"
+)
+
+// Timeouts tunes Raft for the machine it runs on. The defaults are twice
+// hashicorp/raft's, because small, noisy machines (2 cores, shared) miss 1 s
+// heartbeats under load and start needless elections.
+type Timeouts struct {
+	Heartbeat   time.Duration
+	Election    time.Duration
+	LeaderLease time.Duration
+	Commit      time.Duration
+}
+
+// DefaultTimeouts suit small, noisy machines.
+func DefaultTimeouts() Timeouts {
+	return Timeouts{Heartbeat: 2 * time.Second, Election: 2 * time.Second, LeaderLease: time.Second, Commit: 50 * time.Millisecond}
+}
+
+// Config describes one Raft member.
+type Config struct {
+	// Dir holds raft.db and the snapshots.
+	Dir string
+	// ID is this control node's id.
+	ID string
+	// Bind is the ip:port the Raft transport listens on; Advertise, when set, is the
+	// address other members dial (defaults to Bind).
+	Bind      string
+	Advertise string
+	// TLS is the mutual TLS configuration between control nodes.
+	TLS      *tls.Config
+	FSM      *state.FSM
+	Timeouts Timeouts
+	Logger   *slog.Logger
+}
+
+// Node is a running Raft member.
+type Node struct {
+	Raft   *raft.Raft
+	FSM    *state.FSM
+	store  *raftboltdb.BoltStore
+	trans  *raft.NetworkTransport
+	leader chan bool
+	log    *slog.Logger
+}
+
+// ErrNotLeader means a write was proposed on a control node that is not the leader.
+var ErrNotLeader = errors.New("this control node is not the Raft leader")
+
+func raftConfig(cfg Config) *raft.Config {
+	t := cfg.Timeouts
+	if t.Heartbeat == 0 {
+		t = DefaultTimeouts()
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.HeartbeatTimeout = t.Heartbeat
+	rc.ElectionTimeout = t.Election
+	rc.LeaderLeaseTimeout = t.LeaderLease
+	rc.CommitTimeout = t.Commit
+	rc.SnapshotThreshold = 2048
+	rc.SnapshotInterval = 2 * time.Minute
+	rc.TrailingLogs = 4096
+	rc.Logger = hclogger(cfg.Logger)
+	return rc
+}
+
+func openStores(dir string, log *slog.Logger) (*raftboltdb.BoltStore, raft.SnapshotStore, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	if err != nil {
+		return nil, nil, fmt.Errorf("open raft log %s: %w", filepath.Join(dir, "raft.db"), err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 3, hclogger(log))
+	if err != nil {
+		store.Close()
+		return nil, nil, fmt.Errorf("open raft snapshots: %w", err)
+	}
+	return store, snaps, nil
+}
+
+// Bootstrap makes dir a one-voter cluster with this node as its only member. It
+// reports done=false, with no error, if the stores already hold a cluster: bootstrap
+// is then a resume, never a second cluster.
+func Bootstrap(cfg Config) (done bool, err error) {
+	store, snaps, err := openStores(cfg.Dir, cfg.Logger)
+	if err != nil {
+		return false, err
+	}
+	defer store.Close()
+	addr := cfg.Advertise
+	if addr == "" {
+		addr = cfg.Bind
+	}
+	_, trans := raft.NewInmemTransport(raft.ServerAddress(addr))
+	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(cfg.ID), Address: raft.ServerAddress(addr)}}}
+	err = raft.BootstrapCluster(raftConfig(cfg), store, store, snaps, trans, conf)
+	if errors.Is(err, raft.ErrCantBootstrap) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("bootstrap raft: %w", err)
+	}
+	return true, nil
+}
+
+// HasState reports whether dir holds a Raft cluster's state.
+func HasState(dir string) (bool, error) {
+	if _, err := os.Stat(filepath.Join(dir, "raft.db")); errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	store, snaps, err := openStores(dir, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return false, err
+	}
+	defer store.Close()
+	return raft.HasExistingState(store, store, snaps)
+}
+
+// Open starts the Raft member on its stores and transport.
+func Open(cfg Config) (*Node, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	store, snaps, err := openStores(cfg.Dir, log)
+	if err != nil {
+		return nil, err
+	}
+	var adv net.Addr
+	if cfg.Advertise != "" {
+		adv, err = net.ResolveTCPAddr("tcp", cfg.Advertise)
+		if err != nil {
+			store.Close()
+			return nil, fmt.Errorf("raft advertise address: %w", err)
+		}
+	}
+	stream, err := newTLSStream(cfg.Bind, adv, cfg.TLS, log)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("raft listen on %s: %w", cfg.Bind, err)
+	}
+	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  stream,
+		MaxPool: 3,
+		Timeout: 10 * time.Second,
+		Logger:  hclogger(log),
+	})
+	rc := raftConfig(cfg)
+	leader := make(chan bool, 16)
+	rc.NotifyCh = leader
+	r, err := raft.NewRaft(rc, cfg.FSM, store, store, snaps, trans)
+	if err != nil {
+		trans.Close()
+		store.Close()
+		return nil, fmt.Errorf("start raft: %w", err)
+	}
+	return &Node{Raft: r, FSM: cfg.FSM, store: store, trans: trans, leader: leader, log: log}, nil
+}
+
+// LeaderChanges delivers true when this node becomes leader and false when it stops
+// being leader.
+func (n *Node) LeaderChanges() <-chan bool { return n.leader }
+
+// IsLeader reports whether this node is the leader now.
+func (n *Node) IsLeader() bool { return n.Raft.State() == raft.Leader }
+
+// WaitReady blocks until this node is leader and has applied every entry committed
+// before it became leader (a barrier), or until ctx ends. A control node serves
+// nothing before its state is current.
+func (n *Node) WaitReady(ctx context.Context) error {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if n.IsLeader() {
+			if err := n.Raft.Barrier(10 * time.Second).Error(); err == nil {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for this control node to become Raft leader: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Apply proposes a command and waits for it to be applied, returning the state
+// machine's result. The command's time is stamped here, on the leader.
+func (n *Node) Apply(c state.Command, timeout time.Duration) (state.Result, error) {
+	if !n.IsLeader() {
+		return state.Result{}, ErrNotLeader
+	}
+	if c.At.IsZero() {
+		c.At = time.Now().UTC()
+	}
+	data, err := json.Marshal(c)
+	if err != nil {
+		return state.Result{}, fmt.Errorf("encode command: %w", err)
+	}
+	f := n.Raft.Apply(data, timeout)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return state.Result{}, fmt.Errorf("%w: %v", ErrNotLeader, err)
+		}
+		return state.Result{}, fmt.Errorf("commit %s: %w", c.Op, err)
+	}
+	res, _ := f.Response().(state.Result)
+	return res, nil
+}
+
+// Close shuts Raft down and closes the stores.
+func (n *Node) Close() error {
+	err := n.Raft.Shutdown().Error()
+	n.trans.Close()
+	if cerr := n.store.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// hclogger sends hashicorp/raft's log lines to slog, at warning level and above: Raft
+// is chatty at info, and what matters (elections, failed appends) is a warning.
+func hclogger(log *slog.Logger) hclog.Logger {
+	if log == nil {
+		log = slog.Default()
+	}
+	return hclog.New(&hclog.LoggerOptions{
+		Name:   "raft",
+		Level:  hclog.Warn,
+		Output: slogWriter{log.With("component", "raft")},
+	})
+}
+
+type slogWriter struct{ log *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	switch {
+	case strings.Contains(line, "[ERROR]"):
+		w.log.Error(line)
+	case strings.Contains(line, "[WARN]"):
+		w.log.Warn(line)
+	default:
+		w.log.Info(line)
+	}
+	return len(p), nil
+}
+
+var _ io.Writer = slogWriter{}

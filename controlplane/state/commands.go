@@ -1,0 +1,370 @@
+package state
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
+
+// Command is one entry of the replicated log. Exactly one of the operation fields is
+// set, named by Op. At is the proposing leader's clock, and the only time the state
+// machine ever uses.
+type Command struct {
+	Op string    `json:"op"`
+	At time.Time `json:"at"`
+
+	Init        *InitCmd        `json:"init,omitempty"`
+	CreateToken *CreateTokenCmd `json:"create_token,omitempty"`
+	Enrol       *EnrolCmd       `json:"enrol,omitempty"`
+	Declare     *DeclareCmd     `json:"declare,omitempty"`
+	Revoke      *RevokeCmd      `json:"revoke,omitempty"`
+	Status      *StatusCmd      `json:"status,omitempty"`
+	Label       *LabelCmd       `json:"label,omitempty"`
+	Probe       *ProbeCmd       `json:"probe,omitempty"`
+}
+
+// Operation names.
+const (
+	OpInit        = "init"
+	OpCreateToken = "create_token"
+	OpEnrol       = "enrol"
+	OpDeclare     = "declare"
+	OpRevoke      = "revoke"
+	OpStatus      = "status"
+	OpLabel       = "label"
+	OpProbe       = "probe"
+)
+
+// InitCmd creates the mesh: its id, its first keyring, the declaration validity.
+type InitCmd struct {
+	Mesh string `json:"mesh"`
+	// AdminAccount is the public account nkey that issues operator credentials.
+	AdminAccount string        `json:"admin_account"`
+	Keyring      Keyring       `json:"keyring"`
+	Validity     time.Duration `json:"validity"`
+}
+
+// CreateTokenCmd records a minted token by the hash of its secret.
+type CreateTokenCmd struct {
+	ID     string            `json:"id"`
+	Node   string            `json:"node"`
+	Role   string            `json:"role"`
+	Labels map[string]string `json:"labels,omitempty"`
+	TTL    time.Duration     `json:"ttl"`
+}
+
+// EnrolCmd consumes a token and records the node with its public key.
+type EnrolCmd struct {
+	TokenID   string `json:"token_id"`
+	Node      string `json:"node"`
+	Role      string `json:"role"`
+	PublicKey string `json:"public_key"`
+}
+
+// Selector chooses the nodes a declaration is for. The state machine resolves it at the
+// log index it is applied at, so every control node resolves it alike.
+type Selector struct {
+	Nodes  []string          `json:"nodes,omitempty"`
+	Role   string            `json:"role,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+	All    bool              `json:"all,omitempty"`
+}
+
+// Empty reports whether the selector selects nothing at all.
+func (s Selector) Empty() bool {
+	return len(s.Nodes) == 0 && s.Role == "" && len(s.Labels) == 0 && !s.All
+}
+
+// DeclareCmd assigns a body to every node the selector matches, each at its own next
+// version: one log entry however many nodes it reaches.
+type DeclareCmd struct {
+	Selector Selector        `json:"selector"`
+	Body     json.RawMessage `json:"body"` // canonical body JSON, validated by the proposer
+}
+
+// RevokeCmd revokes a node and its key for good.
+type RevokeCmd struct {
+	Node string `json:"node"`
+}
+
+// StatusCmd records what nodes reported, when it changed. Reports are batched: a
+// fleet answering one declaration is a few log entries, not one per node.
+type StatusCmd struct {
+	Reports []StatusReport `json:"reports"`
+}
+
+// StatusReport is one node's report.
+type StatusReport struct {
+	Node    string  `json:"node"`
+	Applied Applied `json:"applied"`
+}
+
+// LabelCmd sets (or, with an empty value, removes) labels on a node.
+type LabelCmd struct {
+	Node   string            `json:"node"`
+	Labels map[string]string `json:"labels"`
+}
+
+// ProbeCmd does nothing but occupy an index: a joining control node proves it
+// replicates by applying it.
+type ProbeCmd struct {
+	ID string `json:"id"`
+}
+
+// Assignment is one node's new declaration from a DeclareCmd.
+type Assignment struct {
+	Node    string `json:"node"`
+	Version uint64 `json:"version"`
+}
+
+// Result is what applying a command returns to the proposer.
+type Result struct {
+	Err         error
+	Token       *Token
+	Node        *Node
+	Assignments []Assignment
+	Skipped     []string // selected nodes that could not take the declaration (revoked)
+}
+
+// BodyDigest is the key a body is stored under.
+func BodyDigest(body []byte) string {
+	d := sha256.Sum256(body)
+	return hex.EncodeToString(d[:])
+}
+
+// EmptyBody is the canonical body of the declaration every node starts with.
+var emptyBody = json.RawMessage(`{"files":[]}`)
+
+// EmptyBody returns the canonical empty body.
+func EmptyBody() json.RawMessage { return slices.Clone(emptyBody) }
+
+// expiredTokenRetention is how long a used or expired token record is kept, so that a
+// late repeat is told "used"/"expired" rather than "unknown".
+const expiredTokenRetention = 24 * time.Hour
+
+// apply changes s by c. It never reads the clock.
+func (s *State) apply(c *Command) Result {
+	if c.Op != OpInit && !s.Initialised() {
+		return Result{Err: ErrNotInitialised}
+	}
+	s.purgeTokens(c.At)
+	switch {
+	case c.Op == OpInit && c.Init != nil:
+		return s.applyInit(c.At, c.Init)
+	case c.Op == OpCreateToken && c.CreateToken != nil:
+		return s.applyCreateToken(c.At, c.CreateToken)
+	case c.Op == OpEnrol && c.Enrol != nil:
+		return s.applyEnrol(c.At, c.Enrol)
+	case c.Op == OpDeclare && c.Declare != nil:
+		return s.applyDeclare(c.At, c.Declare)
+	case c.Op == OpRevoke && c.Revoke != nil:
+		return s.applyRevoke(c.At, c.Revoke)
+	case c.Op == OpStatus && c.Status != nil:
+		return s.applyStatus(c.At, c.Status)
+	case c.Op == OpLabel && c.Label != nil:
+		return s.applyLabel(c.Label)
+	case c.Op == OpProbe:
+		return Result{}
+	}
+	return Result{Err: fmt.Errorf("%w: op %q", ErrBadCommand, c.Op)}
+}
+
+func (s *State) applyInit(at time.Time, c *InitCmd) Result {
+	if s.Initialised() {
+		if s.Mesh == c.Mesh {
+			return Result{} // a repeated init after a restart is harmless
+		}
+		return Result{Err: fmt.Errorf("%w: the state belongs to mesh %q", ErrBadCommand, s.Mesh)}
+	}
+	s.Mesh = c.Mesh
+	s.CreatedAt = at
+	s.Keyring = c.Keyring
+	s.Validity = c.Validity
+	s.AdminAccount = c.AdminAccount
+	s.Bodies[BodyDigest(emptyBody)] = EmptyBody()
+	return Result{}
+}
+
+func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd) Result {
+	if _, dup := s.Tokens[c.ID]; dup {
+		return Result{Err: fmt.Errorf("%w: token id already exists", ErrBadCommand)}
+	}
+	if n, ok := s.Nodes[c.Node]; ok && !n.Revoked {
+		return Result{Err: fmt.Errorf("node %s: %w", c.Node, ErrNodeExists)}
+	}
+	t := &Token{ID: c.ID, Node: c.Node, Role: c.Role, Labels: maps.Clone(c.Labels), CreatedAt: at, Expiry: at.Add(c.TTL)}
+	s.Tokens[c.ID] = t
+	tc := *t
+	return Result{Token: &tc}
+}
+
+func (s *State) applyEnrol(at time.Time, c *EnrolCmd) Result {
+	t, err := s.TokenState(c.TokenID, c.Node, c.Role, c.PublicKey, at)
+	if err != nil {
+		return Result{Err: err}
+	}
+	if !t.UsedAt.IsZero() {
+		n := *s.Nodes[c.Node]
+		return Result{Node: &n} // repeat of the same enrolment
+	}
+	t.UsedAt = at
+	t.UsedKey = c.PublicKey
+	if old, ok := s.Nodes[c.Node]; ok {
+		delete(s.byKey, old.PublicKey) // a revoked node's id enrolled again; its old key stays in RevokedKeys
+	}
+	n := &Node{
+		ID:         c.Node,
+		Role:       t.Role,
+		PublicKey:  c.PublicKey,
+		Labels:     maps.Clone(t.Labels),
+		EnrolledAt: at,
+		Declared: Declared{
+			Version:    0,
+			BodyDigest: BodyDigest(emptyBody),
+			IssuedAt:   at,
+			ExpiresAt:  at.Add(s.Validity),
+		},
+	}
+	s.Nodes[c.Node] = n
+	s.byKey[c.PublicKey] = c.Node
+	nc := *n
+	return Result{Node: &nc}
+}
+
+func (s *State) applyDeclare(at time.Time, c *DeclareCmd) Result {
+	targets := s.Select(c.Selector)
+	var res Result
+	digest := BodyDigest(c.Body)
+	for _, id := range targets {
+		n, ok := s.Nodes[id]
+		if !ok || n.Revoked {
+			res.Skipped = append(res.Skipped, id)
+			continue
+		}
+		n.Declared = Declared{
+			Version:    n.Declared.Version + 1,
+			BodyDigest: digest,
+			IssuedAt:   at,
+			ExpiresAt:  at.Add(s.Validity),
+		}
+		res.Assignments = append(res.Assignments, Assignment{Node: id, Version: n.Declared.Version})
+	}
+	if len(res.Assignments) == 0 {
+		res.Err = ErrNoTargets
+		return res
+	}
+	s.Bodies[digest] = slices.Clone(c.Body)
+	s.collectBodies()
+	return res
+}
+
+func (s *State) applyRevoke(at time.Time, c *RevokeCmd) Result {
+	n, ok := s.Nodes[c.Node]
+	if !ok {
+		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownNode, c.Node)}
+	}
+	if !n.Revoked {
+		n.Revoked = true
+		n.RevokedAt = at
+		s.RevokedKeys[n.PublicKey] = n.ID
+	}
+	// Tokens minted for the node and not yet used die with it.
+	for id, t := range s.Tokens {
+		if t.Node == c.Node && t.UsedAt.IsZero() {
+			delete(s.Tokens, id)
+		}
+	}
+	nc := *n
+	return Result{Node: &nc}
+}
+
+func (s *State) applyStatus(at time.Time, c *StatusCmd) Result {
+	for _, r := range c.Reports {
+		n, ok := s.Nodes[r.Node]
+		if !ok || n.Revoked {
+			continue // a report that raced a revocation
+		}
+		a := r.Applied
+		a.ReportedAt = at
+		n.Applied = a
+	}
+	return Result{}
+}
+
+func (s *State) applyLabel(c *LabelCmd) Result {
+	n, ok := s.Nodes[c.Node]
+	if !ok {
+		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownNode, c.Node)}
+	}
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	for k, v := range c.Labels {
+		if v == "" {
+			delete(n.Labels, k)
+		} else {
+			n.Labels[k] = v
+		}
+	}
+	nc := *n
+	nc.Labels = maps.Clone(n.Labels)
+	return Result{Node: &nc}
+}
+
+// Select resolves a selector to node ids, sorted. Unknown ids named explicitly are
+// returned too, so the caller can report them.
+func (s *State) Select(sel Selector) []string {
+	set := map[string]bool{}
+	for _, id := range sel.Nodes {
+		set[id] = true
+	}
+	if sel.All || sel.Role != "" || len(sel.Labels) > 0 {
+		for id, n := range s.Nodes {
+			if n.Revoked {
+				continue
+			}
+			if sel.All || matches(n, sel.Role, sel.Labels) {
+				set[id] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+func matches(n *Node, role string, labels map[string]string) bool {
+	if role != "" && n.Role != role {
+		return false
+	}
+	for k, v := range labels {
+		if n.Labels[k] != v {
+			return false
+		}
+	}
+	return role != "" || len(labels) > 0
+}
+
+// purgeTokens drops token records that have been dead for a day.
+func (s *State) purgeTokens(at time.Time) {
+	for id, t := range s.Tokens {
+		if at.Sub(t.Expiry) > expiredTokenRetention {
+			delete(s.Tokens, id)
+		}
+	}
+}
+
+// collectBodies drops bodies no node refers to any more.
+func (s *State) collectBodies() {
+	used := map[string]bool{BodyDigest(emptyBody): true}
+	for _, n := range s.Nodes {
+		used[n.Declared.BodyDigest] = true
+	}
+	for d := range s.Bodies {
+		if !used[d] {
+			delete(s.Bodies, d)
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package state
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
+
+// FSM adapts State to raft.FSM. Reads go through Read, under a read lock, so the
+// broker's authentication hook never copies the roster.
+type FSM struct {
+	mu    sync.RWMutex
+	st    *State
+	index uint64
+	// onApply, when set, is called after each command is applied, outside the lock.
+	onApply func(*Command, Result)
+}
+
+// NewFSM returns a state machine over an empty state.
+func NewFSM() *FSM { return &FSM{st: New()} }
+
+// OnApply registers a function called after every applied command (on every control
+// node, leader or not). It must not block for long: it runs on Raft's apply goroutine.
+func (f *FSM) OnApply(fn func(*Command, Result)) {
+	f.mu.Lock()
+	f.onApply = fn
+	f.mu.Unlock()
+}
+
+// Apply implements raft.FSM.
+func (f *FSM) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return Result{}
+	}
+	var c Command
+	if err := json.Unmarshal(l.Data, &c); err != nil {
+		// A command that does not decode is skipped identically on every node.
+		f.mu.Lock()
+		f.index = l.Index
+		f.mu.Unlock()
+		return Result{Err: fmt.Errorf("%w: %v", ErrBadCommand, err)}
+	}
+	f.mu.Lock()
+	res := f.st.apply(&c)
+	f.index = l.Index
+	hook := f.onApply
+	f.mu.Unlock()
+	if hook != nil {
+		hook(&c, res)
+	}
+	return res
+}
+
+// Read runs fn with the live state under a read lock. fn must not keep references
+// to the state after it returns, nor modify it.
+func (f *FSM) Read(fn func(*State)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	fn(f.st)
+}
+
+// Snapshot returns a deep copy of the state.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	data, err := json.Marshal(f.st)
+	if err != nil {
+		return nil, fmt.Errorf("encode state snapshot: %w", err)
+	}
+	return snapshot(data), nil
+}
+
+// Restore replaces the state with a snapshot's.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	st := New()
+	if err := json.NewDecoder(rc).Decode(st); err != nil {
+		return fmt.Errorf("decode state snapshot: %w", err)
+	}
+	fillMaps(st)
+	st.reindex()
+	f.mu.Lock()
+	f.st = st
+	f.mu.Unlock()
+	return nil
+}
+
+// AppliedIndex is the index of the last log entry applied.
+func (f *FSM) AppliedIndex() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.index
+}
+
+func fillMaps(st *State) {
+	if st.Tokens == nil {
+		st.Tokens = map[string]*Token{}
+	}
+	if st.Nodes == nil {
+		st.Nodes = map[string]*Node{}
+	}
+	if st.Bodies == nil {
+		st.Bodies = map[string]json.RawMessage{}
+	}
+	if st.RevokedKeys == nil {
+		st.RevokedKeys = map[string]string{}
+	}
+}
+
+type snapshot []byte
+
+func (s snapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (s snapshot) Release() {}

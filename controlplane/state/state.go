@@ -1,0 +1,209 @@
+// Package state is the control plane's replicated state: the roster of nodes, the
+// outstanding tokens, the declarations assigned to each node, and the signing keyring.
+//
+// It is the finite state machine under hashicorp/raft. Every change is a Command in the
+// replicated log, and applying a command is deterministic: the time a command speaks of
+// is carried in the command (stamped by the leader that proposed it), never read from
+// the local clock, so every control node reaches the same state.
+//
+// Nothing secret is kept here in clear: tokens are stored as the hash of their secret,
+// and the declaration signing key is not in the state at all.
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
+
+// Roles a node can hold.
+const (
+	RoleWorker  = "worker"
+	RoleControl = "control"
+)
+
+// State is the whole replicated state. Callers get copies, never the live maps.
+type State struct {
+	Mesh      string    `json:"mesh"`
+	CreatedAt time.Time `json:"created_at"`
+	// Keyring is the current set of trusted declaration signing keys.
+	Keyring Keyring `json:"keyring"`
+	// Tokens are indexed by the hex SHA-256 id of their secret.
+	Tokens map[string]*Token `json:"tokens"`
+	Nodes  map[string]*Node  `json:"nodes"`
+	// Bodies holds each distinct declaration body once, by its hex digest.
+	Bodies map[string]json.RawMessage `json:"bodies"`
+	// RevokedKeys lists every node key the mesh has revoked, with its node id: a
+	// revoked key stays refused even after its node id enrols again.
+	RevokedKeys map[string]string `json:"revoked_keys"`
+	// AdminAccount is the public account nkey that issues operator credentials.
+	AdminAccount string `json:"admin_account"`
+	// Validity is how long a declaration stays valid after it is signed.
+	Validity time.Duration `json:"validity"`
+
+	// byKey indexes Nodes by public key; derived, rebuilt on restore.
+	byKey map[string]string
+}
+
+// Keyring is the declaration signing keyring: public keys only.
+type Keyring struct {
+	Epoch uint64   `json:"epoch"`
+	Keys  []string `json:"keys"` // hex Ed25519 public keys
+	// Envelope is the keyring signed by its keys (and by the keys it replaced), as
+	// hosts receive it. Signing needs the private keys, so the leader signs and puts
+	// the result in the command.
+	Envelope json.RawMessage `json:"envelope"`
+}
+
+// Token is what the mesh remembers of a minted token. The secret itself is not here.
+type Token struct {
+	ID        string            `json:"id"` // hex SHA-256 of the secret (domain-separated)
+	Node      string            `json:"node"`
+	Role      string            `json:"role"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	Expiry    time.Time         `json:"expiry"`
+	// UsedAt and UsedKey are set when the token enrolled a node with that key.
+	UsedAt  time.Time `json:"used_at,omitzero"`
+	UsedKey string    `json:"used_key,omitempty"`
+}
+
+// Node is one enrolled machine.
+type Node struct {
+	ID         string            `json:"id"`
+	Role       string            `json:"role"`
+	PublicKey  string            `json:"public_key"` // nkey user public key
+	Labels     map[string]string `json:"labels,omitempty"`
+	EnrolledAt time.Time         `json:"enrolled_at"`
+	Revoked    bool              `json:"revoked,omitempty"`
+	RevokedAt  time.Time         `json:"revoked_at,omitzero"`
+	Declared   Declared          `json:"declared"`
+	Applied    Applied           `json:"applied"`
+}
+
+// Declared is the declaration the mesh wants a node to hold. The signed envelope is
+// derived from it (and the body) by whichever control node sends it.
+type Declared struct {
+	Version    uint64    `json:"version"`
+	BodyDigest string    `json:"body_digest"`
+	IssuedAt   time.Time `json:"issued_at"`
+	ExpiresAt  time.Time `json:"expires_at"`
+}
+
+// Applied is what the node last reported.
+type Applied struct {
+	HaveApplied  bool      `json:"have_applied"`
+	Version      uint64    `json:"version"`
+	KeyringEpoch uint64    `json:"keyring_epoch"`
+	ErrorCode    string    `json:"error_code,omitempty"`
+	ErrorMessage string    `json:"error_message,omitempty"`
+	ErrorVersion uint64    `json:"error_version,omitempty"`
+	Stale        bool      `json:"stale,omitempty"`
+	ReportedAt   time.Time `json:"reported_at,omitzero"`
+}
+
+// Errors the state machine returns for refused commands. The enrolment refusals map to
+// the protocol's error codes (see docs/protocol.md).
+var (
+	ErrNotInitialised = errors.New("the mesh state is not initialised yet")
+	ErrTokenUnknown   = errors.New("no token with this secret was minted by this mesh")
+	ErrTokenUsed      = errors.New("this token already enrolled a node; mint a new token")
+	ErrTokenExpired   = errors.New("this token has expired; mint a new token")
+	ErrTokenOtherNode = errors.New("this token was minted for another node")
+	ErrTokenWrongRole = errors.New("this token admits another role")
+	ErrNodeExists     = errors.New("a node with this id is enrolled; revoke it first to enrol the id again")
+	ErrKeyRevoked     = errors.New("this node key was revoked and stays refused")
+	ErrUnknownNode    = errors.New("no such node")
+	ErrBadCommand     = errors.New("malformed command")
+	ErrNoTargets      = errors.New("the declaration matches no enrolled, unrevoked node")
+)
+
+// New returns an empty state.
+func New() *State {
+	return &State{
+		Tokens:      map[string]*Token{},
+		Nodes:       map[string]*Node{},
+		Bodies:      map[string]json.RawMessage{},
+		RevokedKeys: map[string]string{},
+		byKey:       map[string]string{},
+	}
+}
+
+// reindex rebuilds the derived indexes after a restore.
+func (s *State) reindex() {
+	s.byKey = make(map[string]string, len(s.Nodes))
+	for id, n := range s.Nodes {
+		s.byKey[n.PublicKey] = id
+	}
+}
+
+// Clone returns a deep copy, so readers never share maps with the state machine.
+func (s *State) Clone() *State {
+	c := *s
+	c.Keyring.Keys = slices.Clone(s.Keyring.Keys)
+	c.Tokens = make(map[string]*Token, len(s.Tokens))
+	for k, t := range s.Tokens {
+		tc := *t
+		tc.Labels = maps.Clone(t.Labels)
+		c.Tokens[k] = &tc
+	}
+	c.Nodes = make(map[string]*Node, len(s.Nodes))
+	for k, n := range s.Nodes {
+		nc := *n
+		nc.Labels = maps.Clone(n.Labels)
+		c.Nodes[k] = &nc
+	}
+	c.Bodies = maps.Clone(s.Bodies)
+	c.RevokedKeys = maps.Clone(s.RevokedKeys)
+	c.byKey = maps.Clone(s.byKey)
+	return &c
+}
+
+// Initialised reports whether the mesh's first command has been applied.
+func (s *State) Initialised() bool { return s.Mesh != "" }
+
+// TokenState classifies a token record against a presented node, role and key at a
+// given time, returning nil when the enrolment may proceed (or is a repeat of one that
+// did). Both the enrolment handler (to answer quickly) and the state machine (to decide
+// for good) use it.
+func (s *State) TokenState(id, node, role, key string, at time.Time) (*Token, error) {
+	t, ok := s.Tokens[id]
+	if !ok {
+		return nil, ErrTokenUnknown
+	}
+	if t.Node != node {
+		return t, fmt.Errorf("%w (%s), not for %s", ErrTokenOtherNode, t.Node, node)
+	}
+	if t.Role != role {
+		return t, fmt.Errorf("%w: it admits a %s, not a %s", ErrTokenWrongRole, t.Role, role)
+	}
+	if !t.UsedAt.IsZero() {
+		if t.UsedKey == key && at.Before(t.Expiry) {
+			return t, nil // the same enrolment again: its reply was lost
+		}
+		return t, ErrTokenUsed
+	}
+	if !at.Before(t.Expiry) {
+		return t, fmt.Errorf("%w (it expired %s ago)", ErrTokenExpired, at.Sub(t.Expiry).Round(time.Second))
+	}
+	if _, revoked := s.RevokedKeys[key]; revoked {
+		return t, ErrKeyRevoked
+	}
+	if n, ok := s.Nodes[node]; ok && !n.Revoked {
+		return t, ErrNodeExists
+	}
+	return t, nil
+}
+
+// NodeByKey returns the node holding a public key, if any.
+func (s *State) NodeByKey(key string) (*Node, bool) {
+	id, ok := s.byKey[key]
+	if !ok {
+		return nil, false
+	}
+	n, ok := s.Nodes[id]
+	return n, ok
+}
