@@ -160,7 +160,8 @@ func (s *Server) Addr() string {
 func (s *Server) InProcess() *server.Server { return s.ns }
 
 // Kick closes every connection authenticated as user on this broker and returns how
-// many it closed.
+// many it closed. user is the name nats-server knows the connection by: for a client
+// that authenticated with an nkey, its public key; otherwise the granted user name.
 func (s *Server) Kick(user string) (int, error) {
 	connz, err := s.ns.Connz(&server.ConnzOptions{Username: true, User: user, State: server.ConnOpen, Limit: 1 << 16})
 	if err != nil {
@@ -175,7 +176,8 @@ func (s *Server) Kick(user string) (int, error) {
 	return n, nil
 }
 
-// Connections returns the number of open client connections per authenticated user.
+// Connections returns the number of open client connections per authenticated user
+// (for nkey clients, their public key; see Kick).
 func (s *Server) Connections() (map[string]int, error) {
 	connz, err := s.ns.Connz(&server.ConnzOptions{Username: true, State: server.ConnOpen, Limit: 1 << 20})
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"mesh/controlplane/api"
-	"mesh/controlplane/authn"
 	"mesh/controlplane/state"
 )
 
@@ -239,7 +238,9 @@ func (d *Daemon) reconcile(now time.Time) {
 			}
 			a := n.Applied
 			behind := !a.HaveApplied || a.Version < n.Declared.Version
-			failedThis := a.ErrorVersion == n.Declared.Version && a.ErrorCode != ""
+			// A node that verified this very version and could not apply it would
+			// only fail again; it retries when a new version comes.
+			failedThis := a.ErrorCode == "apply_failed" && a.ErrorVersion == n.Declared.Version
 			if behind && !failedThis {
 				lagging = append(lagging, id)
 			}
@@ -254,7 +255,21 @@ func (d *Daemon) reconcile(now time.Time) {
 // enforceRevocation tells the node, with a signed notice, that it was revoked, then
 // closes its connections on this control node's broker. The notice goes first so the
 // agent can stop with the right message instead of retrying.
+//
+// It returns how many connections the node had open on this broker when the
+// revocation was enforced: the agent usually leaves on the notice, before the kick.
 func (d *Daemon) enforceRevocation(node string) int {
+	// nats-server knows an nkey client by its key, not by the name we granted.
+	var user string
+	d.fsm.Read(func(s *state.State) {
+		if n, ok := s.Nodes[node]; ok {
+			user = n.PublicKey
+		}
+	})
+	open := 0
+	if conns, err := d.broker.Connections(); err == nil {
+		open = conns[user]
+	}
 	notice, err := d.signer.revocation(d.cfg.Mesh, node, time.Now().UTC().Truncate(time.Second))
 	if err == nil {
 		_ = d.nc.Publish(api.DeclarationSubject(node), notice)
@@ -265,10 +280,10 @@ func (d *Daemon) enforceRevocation(node string) int {
 	} else {
 		d.log.Error("revocation notice not signed", "node", node, "err", err)
 	}
-	n, err := d.broker.Kick(authn.NodeUserPrefix + node)
+	n, err := d.broker.Kick(user)
 	if err != nil {
 		d.log.Error("could not close the revoked node's connections", "node", node, "err", err)
 	}
 	d.seen.forget(node)
-	return n
+	return max(open, n)
 }

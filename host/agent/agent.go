@@ -1,0 +1,450 @@
+// Package agent is the enrolled host's run loop: it stays connected to the mesh as its
+// node, verifies every envelope it receives (declarations, keyrings, the revocation
+// notice) before acting on it, applies declarations, persists what it applied, and
+// reports status.
+//
+// One goroutine owns the agent's state; the NATS callbacks only hand events to it, so
+// a declaration is never applied concurrently with another and the applied version
+// only moves forward.
+package agent
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"mesh/declarations"
+	"mesh/host/apply"
+	"mesh/host/enrol"
+	"mesh/host/identity"
+	"mesh/host/pintls"
+	"mesh/host/state"
+	"mesh/host/wire"
+)
+
+// Options configure an agent.
+type Options struct {
+	StateDir string
+	// Root is the managed root the file applier keeps in line with declarations.
+	Root   string
+	Logger *slog.Logger
+	// Heartbeat is how often the agent reports when nothing happens; 15s by default.
+	Heartbeat time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Applier applies declarations; nil means a FileApplier on Root.
+	Applier apply.Applier
+	// AuthFailureLimit is how many consecutive authorization refusals by the mesh
+	// (after the pin check, so by the real mesh) end the agent; 5 by default.
+	AuthFailureLimit int
+	// Skew is the clock tolerance for declaration validity; 0 means the default.
+	Skew time.Duration
+}
+
+// ErrRevoked is returned by Run when the mesh revoked this node.
+var ErrRevoked = errors.New("this node was revoked by the mesh; its identity is no longer accepted")
+
+// ErrIdentityRefused is returned by Run when the mesh keeps refusing the node's key.
+var ErrIdentityRefused = errors.New("the mesh refuses this node's identity")
+
+// RevokedError carries the signed revocation notice's time.
+type RevokedError struct{ At time.Time }
+
+func (e *RevokedError) Error() string {
+	return fmt.Sprintf("%v (revoked at %s)", ErrRevoked, e.At.Format(time.RFC3339))
+}
+
+func (e *RevokedError) Unwrap() error { return ErrRevoked }
+
+// Agent is an enrolled node's agent.
+type Agent struct {
+	o       Options
+	log     *slog.Logger
+	id      identity.Identity
+	kp      nkeys.KeyPair
+	applied state.Applied
+	keyring declarations.Keyring
+	keys    []ed25519.PublicKey
+	applier apply.Applier
+
+	msgs   chan []byte
+	events chan event
+}
+
+type event struct {
+	connected bool
+	err       error
+}
+
+// New loads the identity and the applied state. Each way they can be unusable is its
+// own error; none of them is ever answered by starting from scratch.
+func New(o Options) (*Agent, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Heartbeat == 0 {
+		o.Heartbeat = 15 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.AuthFailureLimit == 0 {
+		o.AuthFailureLimit = 5
+	}
+	id, err := identity.Load(o.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	kp, err := id.KeyPair()
+	if err != nil {
+		return nil, err
+	}
+	applied, err := state.Load(o.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	kr, err := trustedKeyring(id, applied)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := kr.PublicKeys()
+	if err != nil {
+		return nil, err
+	}
+	app := o.Applier
+	if app == nil {
+		if o.Root == "" {
+			return nil, errors.New("a managed root (--root) is required")
+		}
+		app = apply.FileApplier{Root: o.Root, Chown: os.Geteuid() == 0}
+	}
+	return &Agent{
+		o: o, log: o.Logger.With("node", id.Node), id: id, kp: kp, applied: applied,
+		keyring: kr, keys: keys, applier: app,
+		msgs: make(chan []byte, 64), events: make(chan event, 16),
+	}, nil
+}
+
+// trustedKeyring is the keyring the agent last accepted, or the token's key as the
+// anchor (epoch 0) if it accepted none yet. The stored keyring was verified before it
+// was saved; it is read back without re-verifying because its signers may have been
+// retired since.
+func trustedKeyring(id identity.Identity, a state.Applied) (declarations.Keyring, error) {
+	anchor := declarations.Keyring{Mesh: id.Mesh, Epoch: 0, Keys: id.SigningKeys}
+	if len(a.Keyring) == 0 {
+		return anchor, nil
+	}
+	var env declarations.Envelope
+	if err := json.Unmarshal(a.Keyring, &env); err != nil {
+		return anchor, fmt.Errorf("%s: stored keyring: %w", state.Path(""), err)
+	}
+	var kr declarations.Keyring
+	if err := json.Unmarshal(env.Payload, &kr); err != nil {
+		return anchor, fmt.Errorf("%s: stored keyring: %w", state.Path(""), err)
+	}
+	if kr.Mesh != id.Mesh || len(kr.Keys) == 0 {
+		return anchor, fmt.Errorf("stored keyring is for mesh %q or empty", kr.Mesh)
+	}
+	return kr, nil
+}
+
+// Identity returns the loaded identity.
+func (a *Agent) Identity() identity.Identity { return a.id }
+
+// Applied returns the applied state (for status output and tests).
+func (a *Agent) Applied() state.Applied { return a.applied }
+
+// Run connects and serves until ctx ends (nil), the node is revoked (ErrRevoked) or
+// its identity keeps being refused (ErrIdentityRefused).
+func (a *Agent) Run(ctx context.Context) error {
+	pin, err := enrol.PinOf(a.id)
+	if err != nil {
+		return err
+	}
+	urls := make([]string, 0, len(a.id.Brokers))
+	for _, b := range a.id.Brokers {
+		urls = append(urls, "tls://"+b)
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","),
+		nats.Secure(pintls.Config(pin)),
+		nats.TLSHandshakeFirst(),
+		nats.Nkey(a.id.PublicKey, a.kp.Sign),
+		nats.CustomInboxPrefix(a.id.Subjects.InboxPrefix),
+		nats.Name("meshhost "+a.id.Node),
+		nats.DontRandomize(),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.ReconnectJitter(500*time.Millisecond, time.Second),
+		nats.IgnoreAuthErrorAbort(),
+		nats.Timeout(10*time.Second),
+		nats.PingInterval(20*time.Second),
+		nats.MaxPingsOutstanding(3),
+		nats.ConnectHandler(func(*nats.Conn) { a.event(event{connected: true}) }),
+		nats.ReconnectHandler(func(*nats.Conn) { a.event(event{connected: true}) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				a.log.Warn("disconnected from the mesh; reconnecting", "err", err)
+			}
+		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { a.event(event{err: err}) }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { a.event(event{err: err}) }),
+	)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer nc.Close()
+	sub, err := nc.Subscribe(a.id.Subjects.Declarations, func(m *nats.Msg) {
+		select {
+		case a.msgs <- m.Data:
+		default:
+			// A full queue only drops pushes; the next sync fetches the current state.
+			a.log.Warn("declaration queue full; will sync")
+			a.event(event{connected: true})
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe %s: %w", a.id.Subjects.Declarations, err)
+	}
+	defer sub.Unsubscribe()
+
+	a.log.Info("agent running", "mesh", a.id.Mesh, "brokers", a.id.Brokers, "root", a.o.Root, "applied_version", a.appliedText())
+	beat := time.NewTicker(a.o.Heartbeat)
+	defer beat.Stop()
+	authFailures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-a.events:
+			switch {
+			case ev.connected:
+				authFailures = 0
+				a.log.Info("connected to the mesh", "broker", nc.ConnectedUrlRedacted())
+				if err := a.sync(ctx, nc); err != nil {
+					return err
+				}
+				a.report(nc)
+			case isAuthError(ev.err):
+				authFailures++
+				a.log.Warn("the mesh refused this node's key", "attempt", authFailures, "of", a.o.AuthFailureLimit)
+				if authFailures >= a.o.AuthFailureLimit {
+					return fmt.Errorf("%w: refused %d times in a row after the broker proved it is the mesh; the node was most likely revoked: a new token is needed", ErrIdentityRefused, authFailures)
+				}
+			case ev.err != nil && strings.Contains(ev.err.Error(), "does not chain to the CA pinned"):
+				a.log.Error("a broker address answered with a certificate that is not the mesh's: refusing it and trying again", "err", ev.err)
+			case ev.err != nil:
+				a.log.Warn("connection problem", "err", ev.err)
+			}
+		case data := <-a.msgs:
+			if err := a.handle(ctx, data); err != nil {
+				return err
+			}
+			a.report(nc)
+		case <-beat.C:
+			a.report(nc)
+		}
+	}
+}
+
+func (a *Agent) event(ev event) {
+	select {
+	case a.events <- ev:
+	default:
+	}
+}
+
+func isAuthError(err error) bool {
+	return err != nil && (errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization violation"))
+}
+
+func (a *Agent) appliedText() string {
+	if !a.applied.HaveApplied {
+		return "none"
+	}
+	return fmt.Sprintf("v%d", a.applied.Version)
+}
+
+// sync asks the mesh for the current keyring and declaration and handles them like
+// pushed ones.
+func (a *Agent) sync(ctx context.Context, nc *nats.Conn) error {
+	req, _ := json.Marshal(wire.SyncRequest{V: wire.ProtocolVersion, AppliedVersion: a.applied.Version, KeyringEpoch: a.keyring.Epoch})
+	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	msg, err := nc.RequestWithContext(rctx, a.id.Subjects.Sync, req)
+	if err != nil {
+		a.log.Warn("sync failed; pushed declarations still arrive, and the next reconnect syncs again", "err", err)
+		return nil
+	}
+	resp, err := wire.DecodeReply[wire.SyncResponse](msg.Data)
+	if err != nil {
+		a.log.Warn("sync reply refused", "err", err)
+		return nil
+	}
+	if resp.Error != nil {
+		a.log.Warn("the mesh could not answer the sync", "code", resp.Error.Code, "reason", resp.Error.Message)
+		return nil
+	}
+	if len(resp.Keyring) > 0 {
+		if err := a.handle(ctx, resp.Keyring); err != nil {
+			return err
+		}
+	}
+	if len(resp.Declaration) > 0 {
+		return a.handle(ctx, resp.Declaration)
+	}
+	return nil
+}
+
+// handle routes one envelope to its verifier. Only a verified revocation stops the
+// agent; anything that does not verify is recorded and reported, nothing more.
+func (a *Agent) handle(ctx context.Context, raw []byte) error {
+	typ, err := declarations.PeekType(raw)
+	if err != nil {
+		a.fail(err, 0)
+		return nil
+	}
+	switch typ {
+	case declarations.PayloadTypeDeclaration:
+		a.handleDeclaration(ctx, raw)
+	case declarations.PayloadTypeKeyring:
+		a.handleKeyring(raw)
+	case declarations.PayloadTypeRevocation:
+		rev, err := declarations.VerifyRevocation(raw, a.keys, a.id.Mesh, a.id.Node)
+		if err != nil {
+			a.log.Warn("revocation notice refused: it does not verify, so the agent carries on", "err", err)
+			a.fail(err, 0)
+			return nil
+		}
+		return &RevokedError{At: rev.RevokedAt}
+	default:
+		a.fail(fmt.Errorf("%w: unknown payload type %q", declarations.ErrMalformed, typ), 0)
+	}
+	return nil
+}
+
+func (a *Agent) handleDeclaration(ctx context.Context, raw []byte) {
+	digest, _ := hex.DecodeString(a.applied.BodyDigest)
+	var appliedDigest [32]byte
+	copy(appliedDigest[:], digest)
+	v, err := declarations.VerifyDeclaration(raw, a.keys, declarations.Expect{
+		Mesh: a.id.Mesh, Node: a.id.Node,
+		HaveApplied: a.applied.HaveApplied, AppliedVersion: a.applied.Version, AppliedBodyDigest: appliedDigest,
+		Now: a.o.Now(), Skew: a.o.Skew,
+	})
+	if err != nil {
+		var ve *declarations.VersionError
+		version := uint64(0)
+		if errors.As(err, &ve) {
+			version = ve.Got
+		}
+		a.fail(err, version)
+		return
+	}
+	if v.SameAsApplied {
+		// A re-signed copy of what is applied: only its validity moves.
+		if v.ExpiresAt.After(a.applied.ExpiresAt) {
+			a.applied.IssuedAt, a.applied.ExpiresAt = v.IssuedAt, v.ExpiresAt
+			a.save()
+		}
+		return
+	}
+	files := make([]apply.File, 0, len(v.Body.Files))
+	for _, f := range v.Body.Files {
+		data, err := f.Data()
+		if err != nil {
+			a.fail(err, v.Version)
+			return
+		}
+		mode, err := f.FileMode()
+		if err != nil {
+			a.fail(err, v.Version)
+			return
+		}
+		files = append(files, apply.File{Path: f.Path, Data: data, Mode: mode, Owner: f.Owner, Group: f.Group})
+	}
+	res, err := a.applier.Apply(ctx, files, a.applied.Managed)
+	if err != nil {
+		a.failCode("apply_failed", err, v.Version)
+		return
+	}
+	a.applied.HaveApplied = true
+	a.applied.Version = v.Version
+	a.applied.BodyDigest = hex.EncodeToString(v.BodyDigest[:])
+	a.applied.IssuedAt, a.applied.ExpiresAt = v.IssuedAt, v.ExpiresAt
+	a.applied.Managed = res.Managed
+	a.applied.LastError, a.applied.LastErrorCode, a.applied.LastErrorVersion = "", "", 0
+	a.save()
+	a.log.Info("declaration applied", "version", v.Version, "written", len(res.Written), "removed", len(res.Removed), "unchanged", len(res.Unchanged))
+}
+
+func (a *Agent) handleKeyring(raw []byte) {
+	kr, err := declarations.VerifyKeyring(raw, a.keyring, a.id.Mesh)
+	if err != nil {
+		a.fail(err, 0)
+		return
+	}
+	if kr.Epoch == a.keyring.Epoch {
+		return
+	}
+	keys, err := kr.PublicKeys()
+	if err != nil {
+		a.fail(err, 0)
+		return
+	}
+	a.keyring, a.keys = kr, keys
+	a.applied.Keyring, a.applied.KeyringEpoch = raw, kr.Epoch
+	a.save()
+	a.log.Info("keyring accepted", "epoch", kr.Epoch, "keys", len(kr.Keys))
+}
+
+// fail records why an envelope was not applied; the applied state is untouched.
+func (a *Agent) fail(err error, version uint64) { a.failCode(declarations.Code(err), err, version) }
+
+func (a *Agent) failCode(code string, err error, version uint64) {
+	a.log.Warn("envelope not applied", "code", code, "version", version, "err", err)
+	a.applied.LastErrorCode, a.applied.LastError, a.applied.LastErrorVersion = code, err.Error(), version
+	a.save()
+}
+
+func (a *Agent) save() {
+	if err := state.Save(a.o.StateDir, a.applied); err != nil {
+		// The change is applied in memory; a restart re-applies the same
+		// declaration, which is harmless. Report it loudly.
+		a.log.Error("could not persist the applied state", "err", err)
+		a.applied.LastErrorCode, a.applied.LastError = "state_not_saved", err.Error()
+	}
+}
+
+// Stale reports whether the applied declaration has expired without a fresh one.
+func (a *Agent) Stale() bool {
+	return a.applied.HaveApplied && a.o.Now().After(a.applied.ExpiresAt)
+}
+
+func (a *Agent) report(nc *nats.Conn) {
+	if !nc.IsConnected() {
+		return
+	}
+	st := wire.Status{
+		V: wire.ProtocolVersion, Node: a.id.Node,
+		HaveApplied: a.applied.HaveApplied, AppliedVersion: a.applied.Version,
+		KeyringEpoch: a.keyring.Epoch, Stale: a.Stale(), Agent: enrol.Agent,
+	}
+	if a.applied.LastErrorCode != "" {
+		st.Error = &wire.StatusError{Code: a.applied.LastErrorCode, Message: a.applied.LastError, Version: a.applied.LastErrorVersion}
+	}
+	data, _ := json.Marshal(st)
+	if err := nc.Publish(a.id.Subjects.Status, data); err != nil {
+		a.log.Warn("status not sent", "err", err)
+	}
+}

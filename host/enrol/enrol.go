@@ -1,0 +1,462 @@
+// Package enrol adopts a machine into a mesh from one token.
+//
+// The order is the security argument: the token is parsed offline; an existing
+// identity stops everything; the broker is dialled with TLS first and its chain checked
+// against the pinned CA inside the handshake, before any credential crosses; only then
+// are the secret and a freshly generated public key presented. The mesh's answer is
+// verified with the signing key from the token before anything is saved, the identity
+// is saved atomically, and success is reported only after the node reconnected with
+// its own key. Nothing irreversible happens until everything reversible has succeeded:
+// a half-finished enrolment can be run again with the same token until it expires.
+package enrol
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"mesh/declarations"
+	"mesh/host/identity"
+	"mesh/host/pintls"
+	"mesh/host/state"
+	"mesh/host/token"
+	"mesh/host/wire"
+)
+
+// Agent is the agent string sent with requests.
+const Agent = "meshhost/0.1.0"
+
+// ClockTolerance is how far past its expiry (by this machine's clock) a token is still
+// presented: the mesh's clock decides, and a host clock a few minutes fast should not
+// refuse a token the mesh would accept.
+const ClockTolerance = 5 * time.Minute
+
+// Options are the inputs of an enrolment.
+type Options struct {
+	StateDir string
+	// Token is the token text as pasted (stdin, a file, MESH_TOKEN).
+	Token string
+	// Out receives the plan's progress lines; nil discards them.
+	Out io.Writer
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// DialTimeout bounds each connection attempt; RequestTimeout the enrolment reply.
+	DialTimeout    time.Duration
+	RequestTimeout time.Duration
+}
+
+// Result is what a successful enrolment produced.
+type Result struct {
+	Identity identity.Identity
+	// DeclarationVersion is the version of the first declaration, verified.
+	DeclarationVersion uint64
+	Broker             string
+}
+
+// Errors an enrolment ends with; each is distinct and says what to do.
+var (
+	// ErrToken: the token cannot be used (malformed, expired, for another role).
+	ErrToken = errors.New("the token cannot be used")
+	// ErrSubstituted: the broker's chain does not reach the pinned CA.
+	ErrSubstituted = pintls.ErrSubstituted
+	// ErrUnreachable: no broker in the token could be reached; retrying may help.
+	ErrUnreachable = errors.New("no broker of the mesh could be reached")
+	// ErrRefused: the mesh refused the enrolment (see RefusedError for why).
+	ErrRefused = errors.New("the mesh refused the enrolment")
+	// ErrBadAnswer: the mesh answered something that does not verify.
+	ErrBadAnswer = errors.New("the mesh's answer does not verify")
+	// ErrSave: the identity could not be saved.
+	ErrSave = errors.New("the identity could not be saved")
+	// ErrReconnect: the identity is saved, but the node could not reconnect with it.
+	ErrReconnect = errors.New("enrolled, but the node could not reconnect with its own key")
+)
+
+// RefusedError is a refusal by the mesh, with its protocol code.
+type RefusedError struct {
+	Code    string
+	Message string
+}
+
+func (e *RefusedError) Error() string {
+	advice := map[string]string{
+		wire.CodeTokenUnknown:   "this mesh never minted this token (or it expired more than a day ago): ask the operator for a new one",
+		wire.CodeTokenUsed:      "the token already enrolled a machine: ask the operator for a new one",
+		wire.CodeTokenExpired:   "ask the operator for a new token",
+		wire.CodeTokenOtherNode: "a token admits exactly one node id: ask for a token for this node",
+		wire.CodeTokenWrongRole: "ask for a token of the right role",
+		wire.CodeNodeExists:     "the operator must revoke the existing node first",
+		wire.CodeKeyRevoked:     "this key was revoked",
+		wire.CodeUnavailable:    "run enrol again in a few seconds with the same token",
+	}[e.Code]
+	msg := fmt.Sprintf("%s (%s): %s", ErrRefused, e.Code, e.Message)
+	if advice != "" {
+		msg += "; " + advice
+	}
+	return msg
+}
+
+func (e *RefusedError) Unwrap() error { return ErrRefused }
+
+// Retryable reports whether running enrol again with the same token may succeed.
+func (e *RefusedError) Retryable() bool { return e.Code == wire.CodeUnavailable }
+
+type run struct {
+	o   Options
+	tok token.Token
+	out io.Writer
+	n   int
+}
+
+func (r *run) step(kind, format string, args ...any) {
+	r.n++
+	fmt.Fprintf(r.out, "  %d. %-9s %s\n", r.n, kind, fmt.Sprintf(format, args...))
+}
+
+// Enrol carries out the enrolment and returns the saved identity.
+func Enrol(ctx context.Context, o Options) (Result, error) {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.DialTimeout == 0 {
+		o.DialTimeout = 10 * time.Second
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = 20 * time.Second
+	}
+	r := &run{o: o, out: o.Out}
+
+	// 1. The token, offline.
+	now := o.Now()
+	tok, err := token.Parse(o.Token, now)
+	var expired *token.ExpiredError
+	if errors.As(err, &expired) && expired.Ago() <= ClockTolerance {
+		err = nil // let the mesh's clock decide
+	}
+	if err != nil {
+		return Result{}, fmt.Errorf("%w: %w", ErrToken, err)
+	}
+	if tok.Role != token.RoleWorker {
+		return Result{}, fmt.Errorf("%w: this is a %s token; meshhost enrols workers (control nodes join with `meshctl join`)", ErrToken, tok.Role)
+	}
+	r.tok = tok
+	fmt.Fprintf(r.out, "enrol node %s into mesh %s\n", tok.Node, tok.Mesh)
+	r.step("token", "parsed offline: role %s, %d broker(s), expires %s", tok.Role, len(tok.Brokers), expiryText(tok.Expiry, now))
+
+	// 2. No identity may exist.
+	if err := identity.CheckAbsent(o.StateDir); err != nil {
+		return Result{}, err
+	}
+	r.step("identity", "none in %s yet (a new machine)", o.StateDir)
+
+	// 3. Dial with the pin checked inside the handshake, before any credential.
+	nc, broker, err := r.dialEnrolment(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	defer nc.Close()
+
+	// 4. The node's key pair, generated here; kept pending until the end so that a
+	// re-run presents the same key and the mesh sees the same enrolment.
+	kp, reused, err := r.nodeKey()
+	if err != nil {
+		return Result{}, err
+	}
+	pub, _ := kp.PublicKey()
+	if reused {
+		r.step("key", "reusing the key of the unfinished enrolment %s", pub)
+	} else {
+		r.step("key", "generated the node key %s (the private half stays in %s)", pub, o.StateDir)
+	}
+
+	// 5. Present the secret and the public key.
+	resp, err := r.request(nc, kp, pub)
+	if err != nil {
+		return Result{}, err
+	}
+	r.step("enrol", "the mesh admitted %s as a %s", resp.Node, resp.Role)
+
+	// 6. Verify what the mesh answered, with the key from the token.
+	id, keyringEnv, kr, decl, err := r.verify(resp, kp, pub)
+	if err != nil {
+		return Result{}, err
+	}
+	r.step("verify", "first declaration v%d verified: signed by the mesh's key, addressed to %s", decl.Version, tok.Node)
+
+	// 7. Save: the applied state (keyring) first, then the identity that makes the
+	// machine enrolled.
+	if err := state.Save(o.StateDir, state.Applied{Format: 1, KeyringEpoch: kr.Epoch, Keyring: keyringEnv}); err != nil {
+		return Result{}, saveError(err, tok)
+	}
+	if err := identity.Save(o.StateDir, id); err != nil {
+		return Result{}, saveError(err, tok)
+	}
+	r.step("save", "identity saved to %s (mode 0600)", identity.Path(o.StateDir))
+
+	// 8. Reconnect as the node itself; only that proves the mesh holds our key.
+	if err := reconnect(ctx, id, kp, o.DialTimeout); err != nil {
+		return Result{}, fmt.Errorf("%w: %v; `meshhost run --state %s` keeps trying", ErrReconnect, err, o.StateDir)
+	}
+	_ = identity.RemovePending(o.StateDir)
+	r.step("connect", "reconnected to %s with the node's own key; the mesh knows this node", broker)
+	return Result{Identity: id, DeclarationVersion: decl.Version, Broker: broker}, nil
+}
+
+func expiryText(exp, now time.Time) string {
+	if d := exp.Sub(now); d > 0 {
+		return "in " + d.Round(time.Second).String()
+	}
+	return now.Sub(exp).Round(time.Second).String() + " ago by this machine's clock (the mesh decides)"
+}
+
+// dialEnrolment connects to the first broker that completes a pinned handshake.
+func (r *run) dialEnrolment(ctx context.Context) (*nats.Conn, string, error) {
+	var errs []string
+	substituted := 0
+	for _, b := range r.tok.Brokers {
+		if ctx.Err() != nil {
+			return nil, "", ctx.Err()
+		}
+		addr := b.String()
+		nc, err := nats.Connect("tls://"+addr,
+			nats.Secure(pintls.Config(r.tok.CAPin)),
+			nats.TLSHandshakeFirst(),
+			nats.UserInfo(wire.EnrolUser(r.tok.Node), hex.EncodeToString(r.tok.Secret[:])),
+			nats.CustomInboxPrefix(wire.EnrolInbox(r.tok.Node)),
+			nats.Name("meshhost enrol "+r.tok.Node),
+			nats.Timeout(r.o.DialTimeout),
+			nats.NoReconnect(),
+		)
+		if err == nil {
+			r.step("connect", "%s: TLS handshake checked against the pinned CA: it is the mesh", addr)
+			return nc, addr, nil
+		}
+		switch {
+		case isSubstituted(err):
+			substituted++
+			r.step("connect", "%s: REFUSED: the certificate does not chain to the pinned CA; nothing was sent", addr)
+			errs = append(errs, addr+": certificate does not chain to the pinned CA")
+		case errors.Is(err, nats.ErrAuthorization):
+			// The pin was checked, so this is the mesh itself saying the secret
+			// names no token it minted.
+			return nil, "", &RefusedError{Code: wire.CodeTokenUnknown, Message: "the mesh does not recognise the token's secret"}
+		default:
+			r.step("connect", "%s: unreachable (%v)", addr, err)
+			errs = append(errs, addr+": "+err.Error())
+		}
+	}
+	if substituted > 0 && substituted == len(r.tok.Brokers) {
+		return nil, "", fmt.Errorf("%w (%s)", ErrSubstituted, strings.Join(errs, "; "))
+	}
+	if substituted > 0 {
+		return nil, "", fmt.Errorf("%w; and at least one address answered with another CA: %s", ErrUnreachable, strings.Join(errs, "; "))
+	}
+	return nil, "", fmt.Errorf("%w (%s); retrying may help once the network or the control plane is back", ErrUnreachable, strings.Join(errs, "; "))
+}
+
+func isSubstituted(err error) bool {
+	return errors.Is(err, pintls.ErrSubstituted) || strings.Contains(err.Error(), "does not chain to the CA pinned")
+}
+
+// nodeKey returns the pending key of an unfinished enrolment with this token, or a
+// new one saved as pending before it is ever presented.
+func (r *run) nodeKey() (nkeys.KeyPair, bool, error) {
+	th := r.tok.SecretHash()
+	tokenID := hex.EncodeToString(th[:])
+	p, err := identity.LoadPending(r.o.StateDir)
+	switch {
+	case err == nil && p.Mesh == r.tok.Mesh && p.Node == r.tok.Node && p.TokenHash == tokenID:
+		kp, err := nkeys.FromSeed([]byte(p.Seed))
+		if err == nil {
+			return kp, true, nil
+		}
+	case err != nil && !errors.Is(err, identity.ErrNoPending):
+		// A damaged pending file belongs to an enrolment that never finished; a new
+		// key with this token is the same enrolment restarted.
+		_ = identity.RemovePending(r.o.StateDir)
+	}
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, false, fmt.Errorf("generate the node key: %w", err)
+	}
+	seed, _ := kp.Seed()
+	if err := identity.SavePending(r.o.StateDir, identity.Pending{
+		Format: 1, Mesh: r.tok.Mesh, Node: r.tok.Node, TokenHash: tokenID, Seed: string(seed), CreatedAt: r.o.Now().UTC(),
+	}); err != nil {
+		return nil, false, saveError(err, r.tok)
+	}
+	return kp, false, nil
+}
+
+func (r *run) request(nc *nats.Conn, kp nkeys.KeyPair, pub string) (wire.EnrolResponse, error) {
+	proof, err := kp.Sign(wire.KeyProofMessage(r.tok.Mesh, r.tok.Node, pub))
+	if err != nil {
+		return wire.EnrolResponse{}, err
+	}
+	req, _ := json.Marshal(wire.EnrolRequest{
+		V: wire.ProtocolVersion, Mesh: r.tok.Mesh, Node: r.tok.Node, Role: string(r.tok.Role),
+		Secret: hex.EncodeToString(r.tok.Secret[:]), PublicKey: pub,
+		KeyProof: base64.StdEncoding.EncodeToString(proof), Agent: Agent,
+	})
+	msg, err := nc.Request(wire.EnrolSubject(r.tok.Node), req, r.o.RequestTimeout)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return wire.EnrolResponse{}, &RefusedError{Code: wire.CodeUnavailable, Message: "no control node is serving enrolments right now"}
+		}
+		return wire.EnrolResponse{}, fmt.Errorf("%w: no answer to the enrolment request (%v); run enrol again with the same token", ErrUnreachable, err)
+	}
+	resp, err := wire.DecodeReply[wire.EnrolResponse](msg.Data)
+	if err != nil {
+		return resp, fmt.Errorf("%w: %v", ErrBadAnswer, err)
+	}
+	if !resp.OK {
+		if resp.Error == nil {
+			return resp, fmt.Errorf("%w: a refusal without a reason", ErrBadAnswer)
+		}
+		return resp, &RefusedError{Code: resp.Error.Code, Message: resp.Error.Message}
+	}
+	return resp, nil
+}
+
+// verify checks the mesh's answer: the CA it hands over is the pinned one, the keyring
+// is signed by the token's key, and the first declaration verifies under that keyring.
+func (r *run) verify(resp wire.EnrolResponse, kp nkeys.KeyPair, pub string) (identity.Identity, []byte, declarations.Keyring, declarations.Verified, error) {
+	fail := func(format string, args ...any) (identity.Identity, []byte, declarations.Keyring, declarations.Verified, error) {
+		return identity.Identity{}, nil, declarations.Keyring{}, declarations.Verified{}, fmt.Errorf("%w: %s", ErrBadAnswer, fmt.Sprintf(format, args...))
+	}
+	if resp.Mesh != r.tok.Mesh || resp.Node != r.tok.Node {
+		return fail("the answer is for %s/%s, not %s/%s", resp.Mesh, resp.Node, r.tok.Mesh, r.tok.Node)
+	}
+	block, _ := pem.Decode([]byte(resp.CAPEM))
+	if block == nil {
+		return fail("no CA certificate in the answer")
+	}
+	ca, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return fail("CA certificate: %v", err)
+	}
+	if pintls.Pin(ca) != r.tok.CAPin {
+		return fail("the CA in the answer is not the one pinned in the token")
+	}
+	if resp.Subjects == nil || len(resp.Brokers) == 0 {
+		return fail("the answer lacks subjects or brokers")
+	}
+	anchor := declarations.Keyring{Mesh: r.tok.Mesh, Epoch: 0, Keys: []string{hex.EncodeToString(r.tok.SigningKey)}}
+	kr, err := declarations.VerifyKeyring(resp.Keyring, anchor, r.tok.Mesh)
+	if err != nil {
+		return fail("keyring: %v", err)
+	}
+	keys, err := kr.PublicKeys()
+	if err != nil {
+		return fail("keyring: %v", err)
+	}
+	decl, err := declarations.VerifyDeclaration(resp.Declaration, keys, declarations.Expect{
+		Mesh: r.tok.Mesh, Node: r.tok.Node, Now: r.o.Now(),
+	})
+	if err != nil {
+		return fail("first declaration: %v", err)
+	}
+	seed, _ := kp.Seed()
+	id := identity.Identity{
+		Format:      identity.FormatVersion,
+		Mesh:        r.tok.Mesh,
+		Node:        r.tok.Node,
+		Role:        resp.Role,
+		Seed:        string(seed),
+		PublicKey:   pub,
+		CAPEM:       resp.CAPEM,
+		CAPin:       hex.EncodeToString(r.tok.CAPin[:]),
+		Brokers:     resp.Brokers,
+		Subjects:    identity.Subjects(*resp.Subjects),
+		SigningKeys: []string{hex.EncodeToString(r.tok.SigningKey)},
+		EnrolledAt:  r.o.Now().UTC().Truncate(time.Second),
+	}
+	if err := id.Validate(); err != nil {
+		return fail("%v", err)
+	}
+	return id, resp.Keyring, kr, decl, nil
+}
+
+func saveError(err error, tok token.Token) error {
+	if errors.Is(err, identity.ErrAlreadyEnrolled) {
+		return err
+	}
+	hint := "fix the cause and run enrol again with the same token (valid until " + tok.Expiry.Format(time.RFC3339) + ")"
+	if errors.Is(err, syscall.ENOSPC) {
+		hint = "the disk is full: free space and run enrol again with the same token (valid until " + tok.Expiry.Format(time.RFC3339) + ")"
+	}
+	return fmt.Errorf("%w: %v; nothing is half-written: %s", ErrSave, err, hint)
+}
+
+// reconnect proves the mesh accepts the node's own key: it connects with it and asks
+// for its declaration.
+func reconnect(ctx context.Context, id identity.Identity, kp nkeys.KeyPair, timeout time.Duration) error {
+	nc, err := Connect(id, kp, timeout)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	req, _ := json.Marshal(wire.SyncRequest{V: wire.ProtocolVersion})
+	reqCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	msg, err := nc.RequestWithContext(reqCtx, id.Subjects.Sync, req)
+	if err != nil {
+		return fmt.Errorf("sync as the node: %w", err)
+	}
+	resp, err := wire.DecodeReply[wire.SyncResponse](msg.Data)
+	if err != nil {
+		return err
+	}
+	if resp.Error != nil {
+		return fmt.Errorf("the mesh answered %s: %s", resp.Error.Code, resp.Error.Message)
+	}
+	return nil
+}
+
+// Connect dials the mesh as the enrolled node: pinned TLS, handshake first, the node's
+// nkey signing the server's nonce. It is a one-shot connection (no reconnects).
+func Connect(id identity.Identity, kp nkeys.KeyPair, timeout time.Duration) (*nats.Conn, error) {
+	pin, err := PinOf(id)
+	if err != nil {
+		return nil, err
+	}
+	var urls []string
+	for _, b := range id.Brokers {
+		urls = append(urls, "tls://"+b)
+	}
+	return nats.Connect(strings.Join(urls, ","),
+		nats.Secure(pintls.Config(pin)),
+		nats.TLSHandshakeFirst(),
+		nats.Nkey(id.PublicKey, kp.Sign),
+		nats.CustomInboxPrefix(id.Subjects.InboxPrefix),
+		nats.Name("meshhost "+id.Node),
+		nats.Timeout(timeout),
+		nats.DontRandomize(),
+		nats.NoReconnect(),
+	)
+}
+
+// PinOf returns the identity's CA pin.
+func PinOf(id identity.Identity) ([32]byte, error) {
+	var pin [32]byte
+	b, err := hex.DecodeString(id.CAPin)
+	if err != nil || len(b) != 32 {
+		return pin, fmt.Errorf("identity: ca_pin is not 64 hex digits")
+	}
+	copy(pin[:], b)
+	return pin, nil
+}

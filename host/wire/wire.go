@@ -1,0 +1,150 @@
+// Package wire is the host agent's side of the wire protocol (docs/protocol.md): the
+// subjects an enrolling host uses and the JSON messages it exchanges with the control
+// plane.
+//
+// The control plane defines the same messages in controlplane/api. The host imports
+// nothing of the control plane, so the two are held together by golden JSON vectors
+// that both sides' tests decode (testdata/golden.json here, and its copy there).
+package wire
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// ProtocolVersion is the "v" of every message this agent speaks.
+const ProtocolVersion = 1
+
+// MaxReplySize caps a reply the agent decodes: a declaration envelope is at most
+// 1 MiB, and a reply carries one plus a keyring and a certificate.
+const MaxReplySize = 2 << 20
+
+// EnrolSubject is where an enrolling client for node sends its request.
+func EnrolSubject(node string) string { return "mesh.enrol." + node }
+
+// EnrolInbox is the inbox prefix of an enrolling client for node.
+func EnrolInbox(node string) string { return "_INBOX.enrol." + node }
+
+// EnrolUser is the user name an enrolling client presents; its password is the token
+// secret.
+func EnrolUser(node string) string { return "enrol:" + node }
+
+// KeyProofMessage is what a joiner signs with its new key.
+func KeyProofMessage(mesh, node, publicKey string) []byte {
+	return []byte("mesh-enrol-v1\x00" + mesh + "\x00" + node + "\x00" + publicKey)
+}
+
+// Error is a refusal with a stable code.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Refusal codes the agent acts on.
+const (
+	CodeTokenUnknown   = "token_unknown"
+	CodeTokenUsed      = "token_used"
+	CodeTokenExpired   = "token_expired"
+	CodeTokenOtherNode = "token_other_node"
+	CodeTokenWrongRole = "token_wrong_role"
+	CodeNodeExists     = "node_exists"
+	CodeKeyRevoked     = "key_revoked"
+	CodeBadRequest     = "bad_request"
+	CodeUnavailable    = "unavailable"
+	CodeNotFound       = "not_found"
+)
+
+// EnrolRequest is what the agent sends to enrol.
+type EnrolRequest struct {
+	V         int    `json:"v"`
+	Mesh      string `json:"mesh"`
+	Node      string `json:"node"`
+	Role      string `json:"role"`
+	Secret    string `json:"secret"`
+	PublicKey string `json:"public_key"`
+	KeyProof  string `json:"key_proof"`
+	Agent     string `json:"agent,omitempty"`
+}
+
+// Subjects tells the node where it talks.
+type Subjects struct {
+	Declarations string `json:"declarations"`
+	Status       string `json:"status"`
+	Sync         string `json:"sync"`
+	InboxPrefix  string `json:"inbox_prefix"`
+}
+
+// EnrolResponse is the mesh's answer.
+type EnrolResponse struct {
+	V           int             `json:"v"`
+	OK          bool            `json:"ok"`
+	Error       *Error          `json:"error,omitempty"`
+	Mesh        string          `json:"mesh,omitempty"`
+	Node        string          `json:"node,omitempty"`
+	Role        string          `json:"role,omitempty"`
+	CAPEM       string          `json:"ca_pem,omitempty"`
+	Brokers     []string        `json:"brokers,omitempty"`
+	Subjects    *Subjects       `json:"subjects,omitempty"`
+	Keyring     json.RawMessage `json:"keyring,omitempty"`
+	Declaration json.RawMessage `json:"declaration,omitempty"`
+}
+
+// SyncRequest asks for the node's current declaration.
+type SyncRequest struct {
+	V              int    `json:"v"`
+	AppliedVersion uint64 `json:"applied_version"`
+	KeyringEpoch   uint64 `json:"keyring_epoch"`
+}
+
+// SyncResponse carries the current declaration and keyring, both signed.
+type SyncResponse struct {
+	V           int             `json:"v"`
+	Error       *Error          `json:"error,omitempty"`
+	Declaration json.RawMessage `json:"declaration,omitempty"`
+	Keyring     json.RawMessage `json:"keyring,omitempty"`
+}
+
+// StatusError is the error part of a status report.
+type StatusError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Version uint64 `json:"version,omitempty"`
+}
+
+// Status is the agent's report.
+type Status struct {
+	V              int          `json:"v"`
+	Node           string       `json:"node"`
+	HaveApplied    bool         `json:"have_applied"`
+	AppliedVersion uint64       `json:"applied_version"`
+	KeyringEpoch   uint64       `json:"keyring_epoch"`
+	Stale          bool         `json:"stale,omitempty"`
+	Error          *StatusError `json:"error,omitempty"`
+	Agent          string       `json:"agent,omitempty"`
+}
+
+// ErrMalformedReply means the control plane's reply could not be understood.
+var ErrMalformedReply = errors.New("malformed reply from the control plane")
+
+// Reply is a message the agent receives.
+type Reply interface{ EnrolResponse | SyncResponse }
+
+// DecodeReply parses a reply: size capped, JSON, version checked.
+func DecodeReply[T Reply](data []byte) (T, error) {
+	var m T
+	if len(data) > MaxReplySize {
+		return m, fmt.Errorf("%w: %d bytes exceeds the %d byte cap", ErrMalformedReply, len(data), MaxReplySize)
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, fmt.Errorf("%w: %v", ErrMalformedReply, err)
+	}
+	var v struct {
+		V int `json:"v"`
+	}
+	_ = json.Unmarshal(data, &v)
+	if v.V != ProtocolVersion {
+		return m, fmt.Errorf("%w: protocol version %d; this agent speaks %d (upgrade meshhost)", ErrMalformedReply, v.V, ProtocolVersion)
+	}
+	return m, nil
+}
