@@ -224,3 +224,13 @@ func (l *logAdapter) Fatalf(f string, v ...any)  { l.log.Error(fmt.Sprintf(f, v.
 func (l *logAdapter) Errorf(f string, v ...any)  { l.log.Error(fmt.Sprintf(f, v...)) }
 func (l *logAdapter) Debugf(f string, v ...any)  { l.log.Debug(fmt.Sprintf(f, v...)) }
 func (l *logAdapter) Tracef(f string, v ...any)  {}
+
+// Traffic reports what the broker received from clients since it started: the
+// connections that completed a handshake and the application bytes read from them.
+func (s *Server) Traffic() (connections uint64, inBytes int64, err error) {
+	v, err := s.ns.Varz(nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	return v.TotalConnections, v.InBytes, nil
+}

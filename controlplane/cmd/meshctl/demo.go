@@ -1,17 +1,324 @@
 package main
 
 import (
+	"context"
+	"crypto/rand"
 	"errors"
 	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"mesh/broker"
+	"mesh/controlplane/api"
+	"mesh/controlplane/bootstrap"
+	"mesh/controlplane/daemon"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/operator"
+	"mesh/controlplane/pki"
+	"mesh/controlplane/replication"
+	"mesh/host/agent"
+	"mesh/host/enrol"
+	"mesh/host/identity"
+	"mesh/tokenfmt"
 )
 
 func demoCommand() command {
 	return command{
-		name:    "demo",
-		usage:   "",
-		summary: "Run a whole mesh on loopback in a temporary directory and narrate each step.",
+		name:  "demo",
+		usage: "[--keep] [--dir DIR] [--verbose]",
+		summary: `Run a whole mesh on loopback in a temporary directory and narrate each step.
+Bootstrap, serve, mint a token, enrol a host, run its agent, declare a file, watch it
+converge, refuse an impostor broker, revoke the node. Everything is real: the embedded
+nats-server with TLS, Raft on disk, signed declarations.`,
 		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
-			return func([]string) error { return errors.New("the demo is not written yet") }
+			var (
+				keep, verbose bool
+				dir           string
+			)
+			fs.BoolVar(&keep, "keep", false, "keep the temporary directory afterwards")
+			fs.StringVar(&dir, "dir", "", "use this directory instead of a temporary one (must not exist or be empty)")
+			fs.BoolVar(&verbose, "verbose", false, "also show the control plane's and the agent's logs")
+			return func(args []string) error {
+				if err := noPositional(args); err != nil {
+					return err
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				defer cancel()
+				return runDemo(ctx, cio.stdout, dir, keep, verbose)
+			}
 		},
 	}
+}
+
+type narrator struct {
+	w     io.Writer
+	n     int
+	start time.Time
+}
+
+func (n *narrator) chapter(format string, args ...any) {
+	n.n++
+	fmt.Fprintf(n.w, "\n== %d. %s\n", n.n, fmt.Sprintf(format, args...))
+}
+
+func (n *narrator) say(format string, args ...any) {
+	fmt.Fprintf(n.w, "   %s\n", fmt.Sprintf(format, args...))
+}
+
+// indent prefixes every line written through it, for output of the real commands.
+type indent struct {
+	w   io.Writer
+	mid bool // inside a line: the prefix is already written
+}
+
+func (i *indent) Write(p []byte) (int, error) {
+	for _, part := range strings.SplitAfter(string(p), "\n") {
+		if part == "" {
+			continue
+		}
+		if !i.mid {
+			if _, err := io.WriteString(i.w, "   | "); err != nil {
+				return 0, err
+			}
+		}
+		if _, err := io.WriteString(i.w, part); err != nil {
+			return 0, err
+		}
+		i.mid = !strings.HasSuffix(part, "\n")
+	}
+	return len(p), nil
+}
+
+func runDemo(ctx context.Context, out io.Writer, dir string, keep, verbose bool) (err error) {
+	n := &narrator{w: out, start: time.Now()}
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "mesh-demo-"); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		if keep {
+			fmt.Fprintf(out, "\neverything is kept in %s\n", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	}()
+	logOut := io.Discard
+	if verbose {
+		logOut = &indent{w: out}
+	}
+	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	ports, err := freePorts(4)
+	if err != nil {
+		return err
+	}
+	listen := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	cpDir := datadir.Dir(filepath.Join(dir, "cp"))
+	hostState := filepath.Join(dir, "web-1")
+	root := filepath.Join(hostState, "managed")
+
+	n.chapter("bootstrap: create mesh \"demo\" with its broker on %s (meshctl bootstrap)", listen)
+	if err := bootstrap.Run(bootstrap.Options{
+		Mesh: "demo", Listen: listen, RaftListen: fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		ClusterListen: fmt.Sprintf("127.0.0.1:%d", ports[2]), Dir: cpDir, Out: &indent{w: out},
+	}); err != nil {
+		return err
+	}
+
+	n.chapter("serve: start the control plane: Raft (one voter), embedded nats-server with TLS (meshctl serve)")
+	fast := replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 20 * time.Millisecond}
+	d, err := daemon.Open(ctx, daemon.Options{Dir: cpDir, Logger: log, Timeouts: fast, ReconcileInterval: 2 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	dctx, stopDaemon := context.WithCancel(ctx)
+	defer stopDaemon()
+	go d.Run(dctx)
+	n.say("control node cp-1 is the Raft leader; the broker accepts TLS (handshake first) on %s", d.BrokerAddr())
+
+	n.chapter("token: the operator mints a one-time token for node web-1, valid 15 minutes (meshctl token)")
+	text, err := mintToken(cpDir, "web-1", tokenfmt.RoleWorker, 15*time.Minute, nil)
+	if err != nil {
+		return err
+	}
+	tok, _ := tokenfmt.Parse(text, time.Now())
+	n.say("%s", tok) // redacted: a token is a credential, even in a demo
+	n.say("it carries the broker address, the CA pin, the signing key and a 256-bit secret (shown redacted)")
+	n.say("the mesh stored only the secret's hash; the token travels to the new machine out of band")
+
+	n.chapter("enrol: on the new machine, the person pastes the token (meshhost enrol)")
+	if _, err := enrol.Enrol(ctx, enrol.Options{StateDir: hostState, Token: text, Out: &indent{w: out}}); err != nil {
+		return err
+	}
+
+	n.chapter("run: the agent connects as web-1 and keeps the managed root in line (meshhost run)")
+	a, err := agent.New(agent.Options{StateDir: hostState, Root: root, Logger: log, Heartbeat: time.Second})
+	if err != nil {
+		return err
+	}
+	agentDone := make(chan error, 1)
+	actx, stopAgent := context.WithCancel(ctx)
+	defer stopAgent()
+	go func() { agentDone <- a.Run(actx) }()
+	n.say("managed root: %s", root)
+
+	op, err := operator.Dial(cpDir, operator.Options{})
+	if err != nil {
+		return err
+	}
+	defer op.Close()
+
+	n.chapter("declare: the operator declares web-1's whole state: one file (meshctl declare)")
+	body := []byte(`{"files":[{"path":"etc/motd","content":"welcome to web-1, managed by the mesh\n","mode":"0644"}]}`)
+	n.say("body: %s", body)
+	var dres api.DeclareResult
+	if err := op.Call(api.OpDeclare, api.DeclareRequest{Nodes: []string{"web-1"}, Body: body}, &dres); err != nil {
+		return err
+	}
+	n.say("committed through Raft as web-1 v%d, signed with the mesh's Ed25519 key, published to web-1's subject", dres.Assignments[0].Version)
+
+	n.chapter("converge: the agent verified signature, audience, version and validity, applied, reported back (meshctl nodes)")
+	var nodes api.NodesResult
+	if err := waitFor(ctx, 20*time.Second, func() bool {
+		if op.Call(api.OpNodes, api.NodesRequest{}, &nodes) != nil {
+			return false
+		}
+		return len(nodes.Nodes) == 1 && nodes.Nodes[0].Converged && nodes.Nodes[0].Declared == dres.Assignments[0].Version
+	}); err != nil {
+		return fmt.Errorf("web-1 did not converge: %w", err)
+	}
+	printNodes(&indent{w: out}, nodes, time.Now())
+	content, err := os.ReadFile(filepath.Join(root, "etc", "motd"))
+	if err != nil {
+		return err
+	}
+	n.say("%s now holds: %q", filepath.Join(root, "etc", "motd"), content)
+
+	n.chapter("impostor: something else answers at a broker address, with a CA of its own")
+	imp, err := startImpostor(ctx, fmt.Sprintf("127.0.0.1:%d", ports[3]))
+	if err != nil {
+		return err
+	}
+	defer imp.srv.Shutdown()
+	n.say("a real nats-server with another CA listens on %s and accepts any credential", imp.srv.Addr())
+	forged := tok
+	forged.Node = "web-2"
+	forged.Brokers = []netip.AddrPort{netip.MustParseAddrPort(imp.srv.Addr())}
+	if _, err := rand.Read(forged.Secret[:]); err != nil {
+		return err
+	}
+	impState := filepath.Join(dir, "web-2")
+	_, err = enrol.Enrol(ctx, enrol.Options{StateDir: impState, Token: forged.Encode(), Out: &indent{w: out}})
+	if !errors.Is(err, enrol.ErrSubstituted) {
+		return fmt.Errorf("the impostor was not refused as a substitution: %v", err)
+	}
+	_, inBytes, _ := imp.srv.Traffic()
+	_, idErr := identity.Load(impState)
+	n.say("refused: %v", err)
+	n.say("application bytes the impostor received: %d; credentials it saw: %d; identity saved: %v",
+		inBytes, imp.attempts.Load(), !errors.Is(idErr, identity.ErrNotEnrolled))
+
+	n.chapter("revoke: the operator revokes web-1 (meshctl revoke)")
+	var rres api.RevokeResult
+	if err := op.Call(api.OpRevoke, api.RevokeRequest{Node: "web-1"}, &rres); err != nil {
+		return err
+	}
+	n.say("revoked: %d connection(s) closed on the broker", rres.Kicked)
+	select {
+	case err := <-agentDone:
+		n.say("the agent stopped: %v", err)
+	case <-time.After(10 * time.Second):
+		return errors.New("the agent did not stop after its revocation")
+	}
+	id, _ := identity.Load(hostState)
+	kp, _ := id.KeyPair()
+	if nc, err := enrol.Connect(id, kp, 5*time.Second); err == nil {
+		nc.Close()
+		return errors.New("the revoked key could still connect")
+	} else {
+		n.say("connecting again with the revoked key: refused (%v)", err)
+	}
+	if err := op.Call(api.OpNodes, api.NodesRequest{}, &nodes); err == nil {
+		printNodes(&indent{w: out}, nodes, time.Now())
+	}
+
+	fmt.Fprintf(out, "\nthe whole story took %s on loopback. The same commands on two machines:\n", time.Since(n.start).Round(100*time.Millisecond))
+	fmt.Fprintln(out, "   control:  meshctl bootstrap --mesh demo --listen IP:7300 --data ./cp && meshctl serve --data ./cp")
+	fmt.Fprintln(out, "   operator: meshctl token --data ./cp --node web-1 > token.txt   (carry it to the machine)")
+	fmt.Fprintln(out, "   machine:  meshhost enrol --state ./h1 < token.txt && meshhost run --state ./h1 --root ./h1/managed")
+	return nil
+}
+
+type impostor struct {
+	srv      *broker.Server
+	attempts atomic.Int64
+}
+
+// Authenticate accepts anyone: an impostor wants the credentials.
+func (i *impostor) Authenticate(broker.Client) (broker.Grant, error) {
+	i.attempts.Add(1)
+	return broker.Grant{User: "victim", AllowAll: true}, nil
+}
+
+func startImpostor(ctx context.Context, addr string) (*impostor, error) {
+	ca, _, err := pki.NewCA("impostor", time.Now())
+	if err != nil {
+		return nil, err
+	}
+	ip := net.ParseIP(strings.Split(addr, ":")[0])
+	leaf, err := ca.IssueLeaf("impostor", []net.IP{ip}, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pki.ServerConfig(leaf, ca.CertPEM)
+	if err != nil {
+		return nil, err
+	}
+	imp := &impostor{}
+	imp.srv, err = broker.Start(ctx, broker.Config{Name: "impostor", Listen: addr, TLS: cfg, Auth: imp, Logger: slog.New(slog.DiscardHandler)})
+	return imp, err
+}
+
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func waitFor(ctx context.Context, limit time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %s", limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
 }
