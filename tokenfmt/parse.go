@@ -1,0 +1,255 @@
+package tokenfmt
+
+import (
+	"crypto/ed25519"
+	"encoding/hex"
+	"fmt"
+	"hash/crc32"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// maxExpiryUnix is 9999-12-31T23:59:59Z: later expiries cannot be written as RFC 3339
+// and are not a lifetime anyone meant.
+const maxExpiryUnix = 253402300799
+
+// maxVersionDigits bounds the version number read from the prefix. A longer number is
+// not a version anyone minted, and keeping it short keeps error texts free of
+// arbitrary input.
+const maxVersionDigits = 3
+
+// Parse reads a token as pasted: surrounding whitespace (a trailing newline) is
+// ignored, anything else must be exactly as minted. It checks, in this order, that
+// the input is not empty (ErrEmpty) or too long (ErrTooLong), that it is a token of
+// this kind (ErrTruncated for a cut-off prefix, ErrNotToken), its version
+// (*VersionError), that it has all its fields (ErrTruncated), the checksum
+// (*FieldError for the crc field, ErrTruncated, ErrChecksum), then every field in
+// order (*FieldError). Non-canonical spellings (uppercase hex, leading zeros,
+// uncompressed IPv6) are malformed, so Encode(Parse(x)) is strings.TrimSpace(x).
+//
+// If the token is well formed but now is not before its expiry, Parse returns the
+// token together with an *ExpiredError, so the caller can still say which node and
+// mesh it was for.
+func Parse(s string, now time.Time) (Token, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return Token{}, ErrEmpty
+	}
+	if len(s) > MaxEncodedLen {
+		return Token{}, detail(ErrTooLong, "the input is %d bytes, more than the %d a token can be: paste only the one line that meshctl token printed", len(s), MaxEncodedLen)
+	}
+	head := Prefix + strconv.Itoa(Version) + "_"
+	if len(s) < len(head) && strings.HasPrefix(head, s) {
+		return Token{}, detail(ErrTruncated, "the token is truncated: it stops inside the %q prefix; copy the whole line again", head)
+	}
+	version, ok := readVersion(s)
+	if !ok {
+		return Token{}, ErrNotToken
+	}
+	if version != Version {
+		return Token{}, &VersionError{Got: version}
+	}
+
+	parts := strings.Split(s, "_")
+	fields := Fields()
+	switch {
+	case len(parts) < numFields:
+		return Token{}, detail(ErrTruncated, "the token is truncated: it stops in the %s field (field %d of %d); copy the whole line again", fields[len(parts)-1], len(parts), numFields)
+	case len(parts) > numFields:
+		return Token{}, &FieldError{Field: fieldCRC, Reason: fmt.Sprintf("the token has %d fields separated by '_' where %d are expected: there is text after the checksum, or an extra '_'; copy only the token line", len(parts), numFields)}
+	}
+
+	crc := parts[9]
+	if len(crc) < 8 && isLowerHex(crc) {
+		return Token{}, detail(ErrTruncated, "the token is truncated: the checksum at its end has %d of 8 digits; copy the whole line again", len(crc))
+	}
+	if len(crc) != 8 || !isLowerHex(crc) {
+		return Token{}, &FieldError{Field: fieldCRC, Reason: "the checksum must be 8 lowercase hex digits; copy only the token line"}
+	}
+	body := s[:len(s)-len(crc)-1]
+	if checksum(body) != crc {
+		if strings.ContainsFunc(body, unicode.IsSpace) {
+			return Token{}, detail(ErrChecksum, "the token's checksum does not match and the token contains a space or line break: it was split when copied; paste it as one line")
+		}
+		return Token{}, ErrChecksum
+	}
+
+	t, err := parseFields(parts)
+	if err != nil {
+		// The checksum matched, so the text is what was minted (or crafted): copying
+		// it again will not help.
+		return Token{}, &detailError{kind: err, msg: err.Error() + "; the checksum matches, so the token was made this way: mint a new one with meshctl token"}
+	}
+	if !now.Before(t.Expiry) {
+		return t, &ExpiredError{Expiry: t.Expiry, Now: now}
+	}
+	return t, nil
+}
+
+// readVersion reads "mesh<digits>_" at the start of s.
+func readVersion(s string) (int, bool) {
+	rest, ok := strings.CutPrefix(s, Prefix)
+	if !ok {
+		return 0, false
+	}
+	n := 0
+	for n < len(rest) && '0' <= rest[n] && rest[n] <= '9' {
+		n++
+	}
+	if n == 0 || n > maxVersionDigits || n == len(rest) || rest[n] != '_' || (n > 1 && rest[0] == '0') {
+		return 0, false
+	}
+	v, err := strconv.Atoi(rest[:n])
+	return v, err == nil
+}
+
+// parseFields parses fields 1 to 8 (the version and crc are already checked).
+func parseFields(p []string) (Token, error) {
+	var t Token
+	var err error
+	t.Mesh = p[1]
+	if err = ValidateMeshID(t.Mesh); err != nil {
+		return Token{}, err
+	}
+	if t.Brokers, err = parseBrokers(p[2]); err != nil {
+		return Token{}, err
+	}
+	if t.CAPin, err = parseKey(fieldCAPin, p[3]); err != nil {
+		return Token{}, err
+	}
+	key, err := parseKey(fieldSigningKey, p[4])
+	if err != nil {
+		return Token{}, err
+	}
+	t.SigningKey = ed25519.PublicKey(key[:])
+	t.Node = p[5]
+	if err = ValidateNodeID(t.Node); err != nil {
+		return Token{}, err
+	}
+	if t.Role, err = ParseRole(p[6]); err != nil {
+		return Token{}, err
+	}
+	if t.Expiry, err = parseExpiry(p[7]); err != nil {
+		return Token{}, err
+	}
+	if t.Secret, err = parseKey(fieldSecret, p[8]); err != nil {
+		return Token{}, err
+	}
+	return t, nil
+}
+
+func parseBrokers(s string) ([]netip.AddrPort, error) {
+	bad := func(format string, args ...any) error {
+		return &FieldError{Field: fieldBrokers, Reason: fmt.Sprintf(format, args...)}
+	}
+	if s == "" {
+		return nil, bad("there is no broker address")
+	}
+	if n := strings.Count(s, ",") + 1; n > MaxBrokers {
+		return nil, bad("there are %d broker addresses, more than %d", n, MaxBrokers)
+	}
+	list := strings.Split(s, ",")
+	out := make([]netip.AddrPort, 0, len(list))
+	for i, text := range list {
+		if text == "" {
+			return nil, bad("broker address %d is empty (a stray comma)", i+1)
+		}
+		ap, err := netip.ParseAddrPort(text)
+		if err != nil {
+			return nil, bad("broker address %d is not ip:port (a numeric IPv4 address, or an IPv6 address in brackets, then a port); host names are not accepted", i+1)
+		}
+		if reason := brokerProblem(ap); reason != "" {
+			return nil, bad("broker address %d %s", i+1, reason)
+		}
+		if ap.String() != text {
+			return nil, bad("broker address %d is not written in canonical form (lowercase, shortest IPv6 form, no leading zeros in the port)", i+1)
+		}
+		for j, prev := range out {
+			if prev == ap {
+				return nil, bad("broker address %d repeats address %d", i+1, j+1)
+			}
+		}
+		out = append(out, ap)
+	}
+	return out, nil
+}
+
+// brokerProblem describes why ap cannot be a broker address, or returns "".
+func brokerProblem(ap netip.AddrPort) string {
+	a := ap.Addr()
+	switch {
+	case !a.IsValid():
+		return "is not set"
+	case a.Zone() != "":
+		return "has an IPv6 zone, which means nothing on another machine"
+	case ap.Port() == 0:
+		return "has port 0"
+	case a.Is4In6():
+		return "is an IPv4-mapped IPv6 address: write it as plain IPv4"
+	case a.IsUnspecified():
+		return "is an unspecified address (0.0.0.0 or ::), which is where a server listens, not where to connect"
+	case a.IsMulticast():
+		return "is a multicast address"
+	}
+	return ""
+}
+
+// parseKey reads 64 lowercase hex digits into 32 bytes; an all-zero value is never
+// one that was set on purpose.
+func parseKey(field, s string) ([32]byte, error) {
+	var out [32]byte
+	if len(s) != 64 {
+		return out, &FieldError{Field: field, Reason: fmt.Sprintf("it has %d characters; it must be 64 lowercase hex digits", len(s))}
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; 'A' <= c && c <= 'F' {
+			return out, &FieldError{Field: field, Reason: "it has uppercase hex digits; tokens are written in lowercase"}
+		}
+	}
+	if _, err := hex.Decode(out[:], []byte(s)); err != nil {
+		return [32]byte{}, &FieldError{Field: field, Reason: "it has a character that is not a hex digit; it must be 64 lowercase hex digits"}
+	}
+	if out == ([32]byte{}) {
+		return out, &FieldError{Field: field, Reason: "it is all zeros, which is never a real value"}
+	}
+	return out, nil
+}
+
+func parseExpiry(s string) (time.Time, error) {
+	bad := func(reason string) (time.Time, error) {
+		return time.Time{}, &FieldError{Field: fieldExpiry, Reason: reason}
+	}
+	if s == "" {
+		return bad("it is empty; it must be a time in unix seconds")
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return bad("it must be a time in unix seconds, written with the digits 0-9 only")
+		}
+	}
+	if len(s) > 1 && s[0] == '0' {
+		return bad("it has a leading zero")
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n > maxExpiryUnix {
+		return bad("it is after the year 9999")
+	}
+	return time.Unix(n, 0).UTC(), nil
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// checksum is the crc field for body: CRC-32 (Castagnoli) as 8 lowercase hex digits.
+func checksum(body string) string {
+	return fmt.Sprintf("%08x", crc32.Checksum([]byte(body), crc32.MakeTable(crc32.Castagnoli)))
+}
