@@ -1,0 +1,594 @@
+// Package apply makes the machine match a declaration.
+//
+// An Applier turns the declared state into the actual one. The file applier is
+// the first: it keeps a managed root directory holding exactly the declared
+// files. Declarations come from the network, so the applier assumes nothing
+// about their paths: every path is checked, no write can leave the root or go
+// through a symbolic link, and a declaration is applied whole or not at all.
+package apply
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/user"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// File is one declared file. Path is slash-separated and relative to the
+// managed root. The caller has validated it already; the applier checks again.
+type File struct {
+	Path  string
+	Data  []byte
+	Mode  fs.FileMode // permission bits, optionally with fs.ModeSetuid, ModeSetgid, ModeSticky (or Unix 04000, 02000, 01000)
+	Owner string      // user name or numeric id; empty leaves the owner alone
+	Group string      // group name or numeric id; empty leaves the group alone
+}
+
+// Result says what an Apply did. Written, Removed and Unchanged are sorted.
+// Managed is the new set of managed paths, sorted: every declared path.
+type Result struct {
+	Written   []string
+	Removed   []string
+	Unchanged []string
+	Managed   []string
+}
+
+// Applier makes part of the machine match a declaration.
+type Applier interface {
+	// Apply makes the managed root hold exactly files, removing the paths in
+	// previous that are no longer declared.
+	Apply(ctx context.Context, files []File, previous []string) (Result, error)
+}
+
+// FileApplier keeps the regular files under Root equal to the declared ones.
+//
+// Paths are opened through os.Root, so no path and no symbolic link can reach
+// outside Root; beyond that, a symbolic link anywhere on a declared or
+// previously managed path (even one pointing inside Root) is refused, so a
+// declaration cannot aim writes through links. Root itself may be a link: it
+// is the operator's configuration, not the declaration's.
+//
+// Each file is written atomically (temp file in its directory, fsync, chown,
+// chmod, rename, fsync of the directory) and only when its content, mode or
+// declared ownership differs. Root and missing parent directories are created
+// with mode 0755. A file that is no longer declared is removed; directories
+// the applier created are left in place when they become empty. A file no
+// longer declared may give way to a directory a new file needs, but a
+// directory is never replaced by a file, even one the removals left empty:
+// such a declaration is refused until someone removes the directory.
+//
+// Owner and Group are applied only when Chown is true, which in practice means
+// running as root. When Chown is false they are ignored: new files belong to
+// the agent's user, and replaced files take the agent's ownership too, since
+// replacing is writing a new file.
+//
+// The checks happen on the paths as they are when Apply starts; a local
+// process racing the applier to swap a directory for a link can at worst
+// redirect a write to another place inside Root, never outside it.
+type FileApplier struct {
+	Root  string
+	Chown bool // apply Owner/Group (only meaningful as root)
+
+	// failpoint, when set by tests, is called before each step ("write",
+	// "syncdir" after a rename, "remove", "rollback") on a path, and an error
+	// from it fails that step.
+	failpoint func(step, path string) error
+}
+
+// Apply makes Root hold exactly files, removing the paths in previous that are
+// no longer declared. It first checks everything: every path, every directory
+// on the way, every owner. A problem there is a *PathError and nothing is
+// changed. Then it removes the files no longer declared and writes the ones
+// that differ, in path order. If a write or removal fails, or ctx is cancelled,
+// the changes already made are undone (replaced files get their previous
+// content, mode and ownership back, new ones are removed, removed ones are
+// restored) and the error is an *ApplyError saying whether that succeeded.
+func (a FileApplier) Apply(ctx context.Context, files []File, previous []string) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	if a.Root == "" {
+		return Result{}, errors.New("apply: FileApplier has no Root")
+	}
+	decl, err := checkDeclared(files)
+	if err != nil {
+		return Result{}, err
+	}
+	var stale []string
+	for _, p := range previous {
+		if err := checkPath(p); err != nil {
+			return Result{}, err
+		}
+		if _, declared := decl[p]; !declared && !slices.Contains(stale, p) {
+			stale = append(stale, p)
+		}
+	}
+	slices.Sort(stale)
+
+	if err := os.MkdirAll(a.Root, 0o755); err != nil {
+		return Result{}, fmt.Errorf("apply: creating the managed root: %w", err)
+	}
+	root, err := os.OpenRoot(a.Root)
+	if err != nil {
+		return Result{}, fmt.Errorf("apply: opening the managed root: %w", err)
+	}
+	defer root.Close()
+
+	r := run{a: a, root: root}
+	plan, err := r.inspect(decl, stale)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{Managed: sortedKeys(decl)}
+	// Removals first: a file no longer declared may stand where a declared
+	// file now needs a directory.
+	for _, rm := range plan.removes {
+		if err := ctx.Err(); err != nil {
+			return Result{}, r.fail(rm.path, err)
+		}
+		if err := r.remove(rm); err != nil {
+			return Result{}, r.fail(rm.path, err)
+		}
+		res.Removed = append(res.Removed, rm.path)
+	}
+	for _, w := range plan.writes {
+		if w.unchanged {
+			res.Unchanged = append(res.Unchanged, w.path)
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return Result{}, r.fail(w.path, err)
+		}
+		if err := r.write(w); err != nil {
+			return Result{}, r.fail(w.path, err)
+		}
+		res.Written = append(res.Written, w.path)
+	}
+	return res, nil
+}
+
+// checkDeclared checks the declared files on their own, before looking at the
+// disk: paths, modes, duplicates, and a file declared where another declared
+// file needs a directory.
+func checkDeclared(files []File) (map[string]File, error) {
+	decl := make(map[string]File, len(files))
+	for _, f := range files {
+		if err := checkPath(f.Path); err != nil {
+			return nil, err
+		}
+		f.Mode = unixMode(f.Mode)
+		if f.Mode&^modeBits != 0 {
+			return nil, &PathError{Path: f.Path, Err: ErrInvalidMode,
+				Reason: fmt.Sprintf("mode %v is not a file permission", f.Mode)}
+		}
+		if _, dup := decl[f.Path]; dup {
+			return nil, &PathError{Path: f.Path, Err: ErrInvalidPath, Reason: "it is declared twice"}
+		}
+		decl[f.Path] = f
+	}
+	for p := range decl {
+		for dir := path.Dir(p); dir != "."; dir = path.Dir(dir) {
+			if _, ok := decl[dir]; ok {
+				return nil, &PathError{Path: dir, Err: ErrInvalidPath,
+					Reason: fmt.Sprintf("it is declared as a file and is also the directory of %q", p)}
+			}
+		}
+	}
+	return decl, nil
+}
+
+// checkPath accepts a clean, relative, slash-separated path with no ".."
+// element: the only form in which a declaration names a file.
+func checkPath(p string) error {
+	bad := func(kind error, reason string) error { return &PathError{Path: p, Err: kind, Reason: reason} }
+	switch {
+	case p == "":
+		return bad(ErrInvalidPath, "the path is empty")
+	case strings.HasPrefix(p, "/"):
+		return bad(ErrEscapesRoot, "the path is absolute; declared paths are relative to the managed root")
+	case strings.IndexByte(p, 0) >= 0:
+		return bad(ErrInvalidPath, "the path contains a NUL byte")
+	case slices.Contains(strings.Split(p, "/"), ".."):
+		return bad(ErrEscapesRoot, `the path has a ".." element`)
+	case p == "." || !fs.ValidPath(p):
+		return bad(ErrInvalidPath, `the path is not clean (empty, "." or trailing elements, or a doubled slash)`)
+	case len(p) > 4000:
+		return bad(ErrInvalidPath, "the path is too long")
+	}
+	for _, e := range strings.Split(p, "/") {
+		if len(e) > 255 {
+			return bad(ErrInvalidPath, "a path element is longer than 255 bytes")
+		}
+	}
+	return nil
+}
+
+// write is one declared file and what the disk holds at its path now.
+type write struct {
+	path      string
+	file      File
+	uid, gid  int  // to set, -1 to leave alone
+	unchanged bool // the disk already matches
+	prev      *saved
+	mkdirs    []string // parent directories to create, outermost first
+}
+
+// remove is a file no longer declared.
+type remove struct {
+	path string
+	prev *saved
+}
+
+// saved is a file's previous state, kept in memory to roll back to.
+type saved struct {
+	data     []byte
+	mode     fs.FileMode
+	uid, gid int // -1 when unknown
+}
+
+type plan struct {
+	writes  []write
+	removes []remove
+}
+
+// run is one Apply's progress, so a failure can be undone.
+type run struct {
+	a    FileApplier
+	root *os.Root
+	done []undo
+}
+
+type undo struct {
+	path    string
+	prev    *saved // nil: the path did not exist before
+	isDir   bool   // a directory this run created
+	removed bool   // a file this run removed
+}
+
+// inspect checks every path against the disk and reads what is there, before
+// anything is written.
+func (r *run) inspect(decl map[string]File, stale []string) (plan, error) {
+	var pl plan
+	goingAway := map[string]bool{}
+	for _, p := range stale {
+		missing, err := r.checkParents(p, nil)
+		if err != nil {
+			return plan{}, err
+		}
+		if len(missing) > 0 {
+			continue // already gone
+		}
+		prev, err := r.readExisting(p)
+		if err != nil {
+			return plan{}, err
+		}
+		if prev != nil {
+			pl.removes = append(pl.removes, remove{path: p, prev: prev})
+			goingAway[p] = true
+		}
+	}
+	for _, p := range sortedKeys(decl) {
+		f := decl[p]
+		w := write{path: p, file: f, uid: -1, gid: -1}
+		if r.a.Chown {
+			var err error
+			if w.uid, w.gid, err = lookupOwner(f); err != nil {
+				return plan{}, err
+			}
+		}
+		missing, err := r.checkParents(p, goingAway)
+		if err != nil {
+			return plan{}, err
+		}
+		w.mkdirs = missing
+		if len(missing) == 0 {
+			prev, err := r.readExisting(p)
+			if err != nil {
+				return plan{}, err
+			}
+			w.prev = prev
+			w.unchanged = prev != nil && bytes.Equal(prev.data, f.Data) && prev.mode == f.Mode &&
+				(w.uid < 0 || w.uid == prev.uid) && (w.gid < 0 || w.gid == prev.gid)
+		}
+		pl.writes = append(pl.writes, w)
+	}
+	return pl, nil
+}
+
+// checkParents walks the directories above p from the root down. It refuses a
+// symbolic link or a non-directory on the way, unless that is a file in
+// goingAway (to be removed first), and returns the directories that will have
+// to be created, outermost first.
+func (r *run) checkParents(p string, goingAway map[string]bool) ([]string, error) {
+	elems := strings.Split(p, "/")
+	for i := 1; i < len(elems); i++ {
+		dir := strings.Join(elems[:i], "/")
+		fi, err := r.root.Lstat(dir)
+		switch {
+		case errors.Is(err, fs.ErrNotExist) || err == nil && goingAway[dir]:
+			var missing []string
+			for j := i; j < len(elems); j++ {
+				missing = append(missing, strings.Join(elems[:j], "/"))
+			}
+			return missing, nil
+		case err != nil:
+			return nil, fmt.Errorf("apply: inspecting %q: %w", dir, err)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			return nil, &PathError{Path: p, Err: ErrEscapesRoot,
+				Reason: fmt.Sprintf("%q on its way is a symbolic link, and declared files are never written through links", dir)}
+		case !fi.IsDir():
+			return nil, &PathError{Path: p, Err: ErrInvalidPath,
+				Reason: fmt.Sprintf("%q on its way is a %s, not a directory", dir, kind(fi.Mode()))}
+		}
+	}
+	return nil, nil
+}
+
+// readExisting returns what is at p now: nil if nothing, its content, mode and
+// owner if a regular file, and a refusal if anything else.
+func (r *run) readExisting(p string) (*saved, error) {
+	fi, err := r.root.Lstat(p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("apply: inspecting %q: %w", p, err)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return nil, &PathError{Path: p, Err: ErrEscapesRoot,
+			Reason: "it is a symbolic link; the applier neither writes through nor removes links"}
+	case !fi.Mode().IsRegular():
+		return nil, &PathError{Path: p, Err: ErrInvalidPath,
+			Reason: fmt.Sprintf("a %s is in its place; the applier only manages regular files", kind(fi.Mode()))}
+	}
+	data, err := r.root.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("apply: reading the current %q: %w", p, err)
+	}
+	uid, gid := owner(fi)
+	return &saved{data: data, mode: fi.Mode() & modeBits, uid: uid, gid: gid}, nil
+}
+
+const modeBits = fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky
+
+// unixMode turns the Unix special bits (04000 setuid, 02000 setgid, 01000
+// sticky), which a mode converted from a declaration's octal number carries,
+// into fs.FileMode's. No fs.FileMode flag uses those bits, so this is never
+// ambiguous.
+func unixMode(m fs.FileMode) fs.FileMode {
+	for _, b := range []struct{ unix, goBit fs.FileMode }{
+		{0o4000, fs.ModeSetuid}, {0o2000, fs.ModeSetgid}, {0o1000, fs.ModeSticky},
+	} {
+		if m&b.unix != 0 {
+			m = m&^b.unix | b.goBit
+		}
+	}
+	return m
+}
+
+func kind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "directory"
+	case m.IsRegular():
+		return "file"
+	case m&fs.ModeSymlink != 0:
+		return "symbolic link"
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "special file"
+}
+
+func (r *run) hook(step, p string) error {
+	if r.a.failpoint == nil {
+		return nil
+	}
+	return r.a.failpoint(step, p)
+}
+
+// write creates the missing parents of w and writes its file atomically.
+func (r *run) write(w write) error {
+	if err := r.hook("write", w.path); err != nil {
+		return err
+	}
+	for _, dir := range w.mkdirs {
+		if err := r.root.Mkdir(dir, 0o755); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				continue // an earlier file in this run made it
+			}
+			return err
+		}
+		r.done = append(r.done, undo{path: dir, isDir: true})
+		// Mkdir's mode is narrowed by the umask; the documented mode is 0755.
+		if err := r.root.Chmod(dir, 0o755); err != nil {
+			return err
+		}
+		if err := r.syncDir(path.Dir(dir)); err != nil {
+			return err
+		}
+	}
+	// Recorded before writing: a failure after the rename (flushing the
+	// directory) must still be undone. Undoing a write that did not happen
+	// rewrites the previous content or removes nothing, both harmless.
+	r.done = append(r.done, undo{path: w.path, prev: w.prev})
+	return r.writeAtomic(w.path, w.file.Data, w.file.Mode, w.uid, w.gid)
+}
+
+// writeAtomic writes data to p inside the root: temp file in the same
+// directory, write, fsync, chown, chmod, rename over p, fsync the directory.
+// On failure the temp file is removed and p is untouched.
+func (r *run) writeAtomic(p string, data []byte, mode fs.FileMode, uid, gid int) (err error) {
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	// A short fixed-length name: a 255-byte declared name must not make its
+	// temp name too long.
+	tmp := path.Join(path.Dir(p), ".meshhost-"+hex.EncodeToString(rnd[:]))
+	f, err := r.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			r.root.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if uid >= 0 || gid >= 0 {
+		// Only what differs from the new file's owner, so that restoring a
+		// file the agent owned works without privilege.
+		if fi, err := f.Stat(); err == nil {
+			cu, cg := owner(fi)
+			if cu == uid {
+				uid = -1
+			}
+			if cg == gid {
+				gid = -1
+			}
+		}
+	}
+	if uid >= 0 || gid >= 0 {
+		if err := f.Chown(uid, gid); err != nil {
+			return err
+		}
+	}
+	// After chown, which clears setuid and setgid.
+	if err := f.Chmod(mode); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := r.root.Rename(tmp, p); err != nil {
+		return err
+	}
+	if err := r.hook("syncdir", p); err != nil {
+		return err
+	}
+	return r.syncDir(path.Dir(p))
+}
+
+func (r *run) syncDir(dir string) error {
+	d, err := r.root.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func (r *run) remove(rm remove) error {
+	if err := r.hook("remove", rm.path); err != nil {
+		return err
+	}
+	if err := r.root.Remove(rm.path); err != nil {
+		return err
+	}
+	r.done = append(r.done, undo{path: rm.path, prev: rm.prev, removed: true})
+	return r.syncDir(path.Dir(rm.path))
+}
+
+// fail undoes this run's changes, newest first, and reports the failure.
+func (r *run) fail(p string, cause error) error {
+	var errs []error
+	for i := len(r.done) - 1; i >= 0; i-- {
+		u := r.done[i]
+		if err := r.hook("rollback", u.path); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", u.path, err))
+			continue
+		}
+		var err error
+		switch {
+		case u.isDir:
+			// Only if still empty: something else may have put a file there.
+			if rerr := r.root.Remove(u.path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) && !isNotEmpty(rerr) {
+				err = rerr
+			}
+		case u.prev == nil:
+			if rerr := r.root.Remove(u.path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+				err = rerr
+			}
+		default:
+			err = r.writeAtomic(u.path, u.prev.data, u.prev.mode, u.prev.uid, u.prev.gid)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("restoring %s: %w", u.path, err))
+		}
+	}
+	r.done = nil
+	rbErr := errors.Join(errs...)
+	return &ApplyError{Path: p, Err: cause, RolledBack: rbErr == nil, RollbackErr: rbErr}
+}
+
+// lookupOwner resolves a file's declared owner and group to ids; a numeric
+// value is taken as an id, as chown(1) does.
+func lookupOwner(f File) (uid, gid int, err error) {
+	uid, gid = -1, -1
+	if f.Owner != "" {
+		if uid, err = resolveID(f.Owner, func(name string) (string, error) {
+			u, err := user.Lookup(name)
+			if err != nil {
+				return "", err
+			}
+			return u.Uid, nil
+		}); err != nil {
+			return -1, -1, &PathError{Path: f.Path, Err: ErrUnknownOwner,
+				Reason: fmt.Sprintf("owner %q is not a user on this machine", f.Owner)}
+		}
+	}
+	if f.Group != "" {
+		if gid, err = resolveID(f.Group, func(name string) (string, error) {
+			g, err := user.LookupGroup(name)
+			if err != nil {
+				return "", err
+			}
+			return g.Gid, nil
+		}); err != nil {
+			return -1, -1, &PathError{Path: f.Path, Err: ErrUnknownOwner,
+				Reason: fmt.Sprintf("group %q is not a group on this machine", f.Group)}
+		}
+	}
+	return uid, gid, nil
+}
+
+func resolveID(s string, lookup func(string) (string, error)) (int, error) {
+	if n, err := strconv.ParseUint(s, 10, 31); err == nil {
+		return int(n), nil
+	}
+	id, err := lookup(s)
+	if err != nil {
+		return -1, err
+	}
+	n, err := strconv.ParseUint(id, 10, 31)
+	if err != nil {
+		return -1, err
+	}
+	return int(n), nil
+}
+
+func sortedKeys(m map[string]File) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

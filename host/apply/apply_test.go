@@ -1,0 +1,688 @@
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// snapshot records everything under dir: for each path its type, mode, owner
+// and content (or link target), so a test can show nothing changed.
+func snapshot(t testing.TB, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		uid, gid := owner(fi)
+		desc := fmt.Sprintf("%v %d:%d", fi.Mode(), uid, gid)
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			desc += " -> " + target
+		case fi.Mode().IsRegular():
+			b, _ := os.ReadFile(p)
+			desc += " " + string(b)
+		}
+		out[rel] = desc
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func mustWrite(t testing.TB, p, data string, mode fs.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(data), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func assertFile(t testing.TB, p, data string, mode fs.FileMode) {
+	t.Helper()
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fi.Mode().IsRegular() {
+		t.Fatalf("%s is a %v, want a regular file", p, fi.Mode())
+	}
+	if got := fi.Mode() & modeBits; got != mode {
+		t.Fatalf("%s has mode %v, want %v", p, got, mode)
+	}
+	b, _ := os.ReadFile(p)
+	if string(b) != data {
+		t.Fatalf("%s holds %q, want %q", p, b, data)
+	}
+}
+
+func assertAbsent(t testing.TB, p string) {
+	t.Helper()
+	if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("%s exists (%v)", p, err)
+	}
+}
+
+// noTemp fails if a temp file was left anywhere under dir.
+func noTemp(t testing.TB, dir string) {
+	t.Helper()
+	for p := range snapshot(t, dir) {
+		if strings.Contains(filepath.Base(p), ".meshhost-") {
+			t.Fatalf("temp file %s left behind", p)
+		}
+	}
+}
+
+func TestApplyLifecycle(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "managed") // created by Apply
+	a := FileApplier{Root: root}
+	ctx := context.Background()
+
+	res, err := a.Apply(ctx, []File{
+		{Path: "motd", Data: []byte("hello\n"), Mode: 0o644},
+		{Path: "etc/app/app.conf", Data: []byte("x=1\n"), Mode: 0o600},
+		{Path: "bin/run", Data: []byte("#!/bin/sh\n"), Mode: 0o755},
+		{Path: "empty", Data: nil, Mode: 0o640},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Result{
+		Written: []string{"bin/run", "empty", "etc/app/app.conf", "motd"},
+		Managed: []string{"bin/run", "empty", "etc/app/app.conf", "motd"},
+	}
+	if !reflect.DeepEqual(res, want) {
+		t.Fatalf("first apply: %+v, want %+v", res, want)
+	}
+	assertFile(t, filepath.Join(root, "motd"), "hello\n", 0o644)
+	assertFile(t, filepath.Join(root, "etc/app/app.conf"), "x=1\n", 0o600)
+	assertFile(t, filepath.Join(root, "bin/run"), "#!/bin/sh\n", 0o755)
+	assertFile(t, filepath.Join(root, "empty"), "", 0o640)
+	for _, d := range []string{"", "etc", "etc/app", "bin"} {
+		fi, err := os.Stat(filepath.Join(root, d))
+		if err != nil || fi.Mode().Perm() != 0o755 {
+			t.Fatalf("directory %q: %v %v, want mode 0755", d, fi, err)
+		}
+	}
+
+	// Same declaration again: nothing written.
+	res, err = a.Apply(ctx, []File{
+		{Path: "motd", Data: []byte("hello\n"), Mode: 0o644},
+		{Path: "etc/app/app.conf", Data: []byte("x=1\n"), Mode: 0o600},
+		{Path: "bin/run", Data: []byte("#!/bin/sh\n"), Mode: 0o755},
+		{Path: "empty", Data: nil, Mode: 0o640},
+	}, res.Managed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Written) != 0 || len(res.Removed) != 0 || len(res.Unchanged) != 4 {
+		t.Fatalf("re-apply: %+v", res)
+	}
+
+	// Content change, mode-only change, one dropped, one added.
+	res, err = a.Apply(ctx, []File{
+		{Path: "motd", Data: []byte("bye\n"), Mode: 0o644},
+		{Path: "etc/app/app.conf", Data: []byte("x=1\n"), Mode: 0o640},
+		{Path: "empty", Data: nil, Mode: 0o640},
+		{Path: "etc/new", Data: []byte("n"), Mode: 0o600},
+	}, res.Managed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = Result{
+		Written:   []string{"etc/app/app.conf", "etc/new", "motd"},
+		Removed:   []string{"bin/run"},
+		Unchanged: []string{"empty"},
+		Managed:   []string{"empty", "etc/app/app.conf", "etc/new", "motd"},
+	}
+	if !reflect.DeepEqual(res, want) {
+		t.Fatalf("third apply: %+v, want %+v", res, want)
+	}
+	assertFile(t, filepath.Join(root, "motd"), "bye\n", 0o644)
+	assertFile(t, filepath.Join(root, "etc/app/app.conf"), "x=1\n", 0o640)
+	assertAbsent(t, filepath.Join(root, "bin/run"))
+	if _, err := os.Stat(filepath.Join(root, "bin")); err != nil {
+		t.Fatal("the emptied directory was removed; the documented behaviour is to leave it")
+	}
+
+	// Everything dropped; a previous path already gone is no error.
+	res, err = a.Apply(ctx, nil, append(res.Managed, "never/was"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(res.Removed, []string{"empty", "etc/app/app.conf", "etc/new", "motd"}) || len(res.Managed) != 0 {
+		t.Fatalf("removing all: %+v", res)
+	}
+	for p, d := range snapshot(t, root) {
+		if strings.HasPrefix(d, "-") {
+			t.Fatalf("file %s left after everything was undeclared", p)
+		}
+	}
+	noTemp(t, root)
+}
+
+func TestApplyFileBecomesDirectory(t *testing.T) {
+	// "a" was a managed file; now "a/b" is declared. The old file goes first so
+	// the directory can take its place.
+	root := t.TempDir()
+	a := FileApplier{Root: root}
+	ctx := context.Background()
+	if _, err := a.Apply(ctx, []File{{Path: "a", Data: []byte("file"), Mode: 0o644}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, root)
+
+	// First with a failure after the change, to see it undone.
+	failing := FileApplier{Root: root, failpoint: func(step, p string) error {
+		if step == "write" && p == "z" {
+			return syscall.EIO
+		}
+		return nil
+	}}
+	_, err := failing.Apply(ctx, []File{{Path: "a/b", Data: []byte("nested"), Mode: 0o644}, {Path: "z", Mode: 0o644}}, []string{"a"})
+	var ae *ApplyError
+	if !errors.As(err, &ae) || !ae.RolledBack {
+		t.Fatalf("got %v", err)
+	}
+	if after := snapshot(t, root); !reflect.DeepEqual(before, after) {
+		t.Fatalf("rollback did not restore the file:\nbefore %v\nafter  %v", before, after)
+	}
+
+	res, err := a.Apply(ctx, []File{{Path: "a/b", Data: []byte("nested"), Mode: 0o644}}, []string{"a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(res.Removed, []string{"a"}) || !reflect.DeepEqual(res.Written, []string{"a/b"}) {
+		t.Fatalf("%+v", res)
+	}
+	assertFile(t, filepath.Join(root, "a/b"), "nested", 0o644)
+
+	// The other way round is refused: the emptied directory stays, and a
+	// directory is never replaced by a file.
+	_, err = a.Apply(ctx, []File{{Path: "a", Data: []byte("file"), Mode: 0o644}}, []string{"a/b"})
+	if !errors.Is(err, ErrInvalidPath) {
+		t.Fatalf("got %v", err)
+	}
+	assertFile(t, filepath.Join(root, "a/b"), "nested", 0o644)
+}
+
+func TestApplyModesIgnoreUmask(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	root := t.TempDir()
+	files := []File{
+		{Path: "a", Data: []byte("a"), Mode: 0o644},
+		{Path: "d/b", Data: []byte("b"), Mode: fs.ModeSetuid | 0o755},
+		{Path: "c", Data: []byte("c"), Mode: fs.ModeSetgid | 0o750},
+		{Path: "e", Data: []byte("e"), Mode: fs.ModeSticky | 0o777},
+		{Path: "z", Data: []byte("z"), Mode: 0o400},
+	}
+	if _, err := (FileApplier{Root: root}).Apply(context.Background(), files, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		assertFile(t, filepath.Join(root, f.Path), string(f.Data), f.Mode)
+	}
+	// The same special bits written the Unix way, as a mode converted from an
+	// octal number would carry them, give the same files: nothing to write.
+	unixStyle := []File{
+		{Path: "a", Data: []byte("a"), Mode: 0o644},
+		{Path: "d/b", Data: []byte("b"), Mode: 0o4755},
+		{Path: "c", Data: []byte("c"), Mode: 0o2750},
+		{Path: "e", Data: []byte("e"), Mode: 0o1777},
+		{Path: "z", Data: []byte("z"), Mode: 0o400},
+	}
+	res, err := (FileApplier{Root: root}).Apply(context.Background(), unixStyle, nil)
+	if err != nil || len(res.Unchanged) != 5 {
+		t.Fatalf("Unix-style modes: %+v %v", res, err)
+	}
+	if fi, _ := os.Stat(filepath.Join(root, "d")); fi.Mode().Perm() != 0o755 {
+		t.Fatalf("created directory has mode %v under umask 077, want 0755", fi.Mode().Perm())
+	}
+}
+
+func TestApplyAdoptsExistingFile(t *testing.T) {
+	// A declared path that holds an unmanaged regular file is taken over.
+	root := t.TempDir()
+	mustWrite(t, filepath.Join(root, "conf"), "local edit", 0o600)
+	res, err := (FileApplier{Root: root}).Apply(context.Background(), []File{{Path: "conf", Data: []byte("declared"), Mode: 0o644}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(res.Written, []string{"conf"}) {
+		t.Fatalf("%+v", res)
+	}
+	assertFile(t, filepath.Join(root, "conf"), "declared", 0o644)
+}
+
+// hostileTree builds a root with links inside and out and a secret outside.
+func hostileTree(t testing.TB, base string) (root, outside string) {
+	t.Helper()
+	root = filepath.Join(base, "root")
+	outside = filepath.Join(base, "outside")
+	mustWrite(t, filepath.Join(outside, "secret"), "outside", 0o600)
+	mustWrite(t, filepath.Join(root, "sub", "inner"), "inner", 0o644)
+	mustWrite(t, filepath.Join(root, "plain"), "plain", 0o644)
+	for link, target := range map[string]string{
+		"out":        "../outside",                 // directory outside, relative
+		"abs":        outside,                      // directory outside, absolute
+		"in":         "sub",                        // directory inside
+		"sub/up":     "..",                         // directory inside, upwards
+		"file-out":   "../outside/secret",          // file outside
+		"file-in":    "plain",                      // file inside
+		"dangling":   "../outside/not-yet-created", // nothing yet, outside
+		"sub/inlink": "inner",
+	} {
+		if err := os.Symlink(target, filepath.Join(root, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(root, "dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(root, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root, outside
+}
+
+func TestApplyRefusals(t *testing.T) {
+	tests := []struct {
+		name     string
+		files    []string // declared paths
+		previous []string
+		mode     fs.FileMode
+		want     error
+	}{
+		{"empty path", []string{""}, nil, 0, ErrInvalidPath},
+		{"absolute", []string{"/etc/passwd"}, nil, 0, ErrEscapesRoot},
+		{"dot-dot", []string{"../outside/secret"}, nil, 0, ErrEscapesRoot},
+		{"dot-dot inside", []string{"sub/../plain"}, nil, 0, ErrEscapesRoot},
+		{"dot-dot at end", []string{"sub/.."}, nil, 0, ErrEscapesRoot},
+		{"dot", []string{"."}, nil, 0, ErrInvalidPath},
+		{"dot prefix", []string{"./plain"}, nil, 0, ErrInvalidPath},
+		{"double slash", []string{"sub//x"}, nil, 0, ErrInvalidPath},
+		{"trailing slash", []string{"sub/"}, nil, 0, ErrInvalidPath},
+		{"NUL", []string{"a\x00b"}, nil, 0, ErrInvalidPath},
+		{"long element", []string{strings.Repeat("x", 256)}, nil, 0, ErrInvalidPath},
+		{"long path", []string{strings.Repeat("abcdefgh/", 500) + "x"}, nil, 0, ErrInvalidPath},
+		{"declared twice", []string{"new", "new"}, nil, 0, ErrInvalidPath},
+		{"file and its directory", []string{"x", "x/y"}, nil, 0, ErrInvalidPath},
+		{"directory mode", []string{"new"}, nil, fs.ModeDir | 0o755, ErrInvalidMode},
+		{"symlink mode", []string{"new"}, nil, fs.ModeSymlink | 0o777, ErrInvalidMode},
+		{"link to outside dir", []string{"out/secret"}, nil, 0, ErrEscapesRoot},
+		{"link to outside dir, new file", []string{"out/new"}, nil, 0, ErrEscapesRoot},
+		{"absolute link", []string{"abs/new"}, nil, 0, ErrEscapesRoot},
+		{"link to inside dir", []string{"in/inner"}, nil, 0, ErrEscapesRoot},
+		{"upward link inside", []string{"sub/up/plain"}, nil, 0, ErrEscapesRoot},
+		{"final link outside", []string{"file-out"}, nil, 0, ErrEscapesRoot},
+		{"final link inside", []string{"file-in"}, nil, 0, ErrEscapesRoot},
+		{"dangling final link", []string{"dangling"}, nil, 0, ErrEscapesRoot},
+		{"directory in the way", []string{"dir"}, nil, 0, ErrInvalidPath},
+		{"directory in the way, nested", []string{"sub"}, nil, 0, ErrInvalidPath},
+		{"file where a directory is needed", []string{"plain/x"}, nil, 0, ErrInvalidPath},
+		{"fifo in the way", []string{"fifo"}, nil, 0, ErrInvalidPath},
+		{"good then bad", []string{"good-1", "good-2", "out/x"}, nil, 0, ErrEscapesRoot},
+		{"previous escapes", []string{"good"}, []string{"../outside/secret"}, 0, ErrEscapesRoot},
+		{"previous absolute", []string{"good"}, []string{"/etc/passwd"}, 0, ErrEscapesRoot},
+		{"previous through a link", []string{"good"}, []string{"out/secret"}, 0, ErrEscapesRoot},
+		{"previous is a link", []string{"good"}, []string{"file-out"}, 0, ErrEscapesRoot},
+		{"previous is a directory", []string{"good"}, []string{"dir"}, 0, ErrInvalidPath},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			base := t.TempDir()
+			root, _ := hostileTree(t, base)
+			before := snapshot(t, base)
+			var files []File
+			for _, p := range tc.files {
+				mode := tc.mode
+				if mode == 0 {
+					mode = 0o644
+				}
+				files = append(files, File{Path: p, Data: []byte("pwned"), Mode: mode})
+			}
+			res, err := (FileApplier{Root: root}).Apply(context.Background(), files, tc.previous)
+			var pe *PathError
+			if !errors.As(err, &pe) {
+				t.Fatalf("got %v (%+v), want a *PathError", err, res)
+			}
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			for _, other := range []error{ErrEscapesRoot, ErrInvalidPath, ErrInvalidMode, ErrUnknownOwner} {
+				if other != tc.want && errors.Is(err, other) {
+					t.Fatalf("%v also matches %v", err, other)
+				}
+			}
+			if !reflect.DeepEqual(res, Result{}) {
+				t.Fatalf("a refusal came with a result: %+v", res)
+			}
+			if after := snapshot(t, base); !reflect.DeepEqual(before, after) {
+				t.Fatalf("a refused declaration changed the disk:\nbefore %v\nafter  %v", before, after)
+			}
+		})
+	}
+}
+
+func TestApplyRollbackOnWriteFailure(t *testing.T) {
+	root := t.TempDir()
+	mustWrite(t, filepath.Join(root, "a"), "old a", 0o600)
+	mustWrite(t, filepath.Join(root, "stale"), "stale", 0o644)
+	before := snapshot(t, root)
+
+	injected := errors.New("injected write failure")
+	a := FileApplier{Root: root, failpoint: func(step, p string) error {
+		if step == "write" && p == "m/n/c" {
+			return injected
+		}
+		return nil
+	}}
+	files := []File{
+		{Path: "a", Data: []byte("new a"), Mode: 0o644},     // replaced
+		{Path: "b/new", Data: []byte("new b"), Mode: 0o644}, // created, with a directory
+		{Path: "m/n/c", Data: []byte("never"), Mode: 0o644}, // fails
+		{Path: "z", Data: []byte("after the failure"), Mode: 0o644},
+	}
+	res, err := a.Apply(context.Background(), files, []string{"a", "stale"})
+	var ae *ApplyError
+	if !errors.As(err, &ae) {
+		t.Fatalf("got %v, want *ApplyError", err)
+	}
+	if ae.Path != "m/n/c" || !ae.RolledBack || ae.RollbackErr != nil || !errors.Is(err, injected) {
+		t.Fatalf("ApplyError %+v", ae)
+	}
+	if !strings.Contains(err.Error(), "rolled back") {
+		t.Fatalf("message does not say the changes were undone: %v", err)
+	}
+	if !reflect.DeepEqual(res, Result{}) {
+		t.Fatalf("failed apply returned %+v", res)
+	}
+	if after := snapshot(t, root); !reflect.DeepEqual(before, after) {
+		t.Fatalf("rollback did not restore the root:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
+func TestApplyRollbackAfterRename(t *testing.T) {
+	// The failure comes after the new file took its name: it must still be
+	// undone, for a replaced file and for a new one.
+	for _, failing := range []string{"a", "b"} {
+		root := t.TempDir()
+		mustWrite(t, filepath.Join(root, "a"), "old a", 0o600)
+		before := snapshot(t, root)
+		fired := false
+		a := FileApplier{Root: root, failpoint: func(step, p string) error {
+			if step == "syncdir" && p == failing && !fired {
+				fired = true // once: the rollback's own rewrite must succeed
+				return syscall.EIO
+			}
+			return nil
+		}}
+		_, err := a.Apply(context.Background(), []File{
+			{Path: "a", Data: []byte("new a"), Mode: 0o644},
+			{Path: "b", Data: []byte("new b"), Mode: 0o644},
+		}, nil)
+		var ae *ApplyError
+		if !errors.As(err, &ae) || ae.Path != failing || !ae.RolledBack {
+			t.Fatalf("failing %s: got %v", failing, err)
+		}
+		if after := snapshot(t, root); !reflect.DeepEqual(before, after) {
+			t.Fatalf("failing %s: rollback did not restore the root:\nbefore %v\nafter  %v", failing, before, after)
+		}
+	}
+}
+
+func TestApplyRollbackOnRemoveFailure(t *testing.T) {
+	root := t.TempDir()
+	mustWrite(t, filepath.Join(root, "keep"), "old", 0o644)
+	mustWrite(t, filepath.Join(root, "gone-1"), "one", 0o640)
+	mustWrite(t, filepath.Join(root, "gone-2"), "two", 0o600)
+	before := snapshot(t, root)
+	a := FileApplier{Root: root, failpoint: func(step, p string) error {
+		if step == "remove" && p == "gone-2" {
+			return syscall.EIO
+		}
+		return nil
+	}}
+	_, err := a.Apply(context.Background(),
+		[]File{{Path: "keep", Data: []byte("new"), Mode: 0o644}, {Path: "fresh", Data: []byte("f"), Mode: 0o644}},
+		[]string{"keep", "gone-1", "gone-2"})
+	var ae *ApplyError
+	if !errors.As(err, &ae) || ae.Path != "gone-2" || !ae.RolledBack || !errors.Is(err, syscall.EIO) {
+		t.Fatalf("got %v", err)
+	}
+	if after := snapshot(t, root); !reflect.DeepEqual(before, after) {
+		t.Fatalf("rollback did not restore the root:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
+func TestApplyRollbackThatFails(t *testing.T) {
+	root := t.TempDir()
+	mustWrite(t, filepath.Join(root, "a"), "old", 0o644)
+	a := FileApplier{Root: root, failpoint: func(step, p string) error {
+		switch {
+		case step == "write" && p == "b":
+			return syscall.EIO
+		case step == "rollback" && p == "a":
+			return syscall.EROFS
+		}
+		return nil
+	}}
+	_, err := a.Apply(context.Background(), []File{
+		{Path: "a", Data: []byte("new"), Mode: 0o644},
+		{Path: "b", Data: []byte("b"), Mode: 0o644},
+	}, nil)
+	var ae *ApplyError
+	if !errors.As(err, &ae) || ae.RolledBack || !errors.Is(ae.RollbackErr, syscall.EROFS) || !errors.Is(err, syscall.EIO) {
+		t.Fatalf("got %#v", err)
+	}
+	if !strings.Contains(err.Error(), "mixture") {
+		t.Fatalf("message does not say the root may be inconsistent: %v", err)
+	}
+}
+
+func TestApplyContext(t *testing.T) {
+	root := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := (FileApplier{Root: root}).Apply(ctx, []File{{Path: "a", Data: []byte("a"), Mode: 0o644}}, nil)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v", err)
+	}
+	assertAbsent(t, filepath.Join(root, "a"))
+
+	// Cancelled part-way: what was written is undone.
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	a := FileApplier{Root: root, failpoint: func(step, p string) error {
+		if step == "write" && p == "b" {
+			cancel() // the next file's check sees it
+		}
+		return nil
+	}}
+	_, err = a.Apply(ctx, []File{
+		{Path: "a", Data: []byte("a"), Mode: 0o644},
+		{Path: "b", Data: []byte("b"), Mode: 0o644},
+		{Path: "c", Data: []byte("c"), Mode: 0o644},
+	}, nil)
+	var ae *ApplyError
+	if !errors.As(err, &ae) || ae.Path != "c" || !ae.RolledBack || !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v", err)
+	}
+	for _, p := range []string{"a", "b", "c"} {
+		assertAbsent(t, filepath.Join(root, p))
+	}
+}
+
+func TestApplyChown(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("changing a file's owner needs root")
+	}
+	root := t.TempDir()
+	a := FileApplier{Root: root, Chown: true}
+	ctx := context.Background()
+	files := []File{{Path: "owned", Data: []byte("x"), Mode: fs.ModeSetuid | 0o750, Owner: "12345", Group: "23456"}}
+	if _, err := a.Apply(ctx, files, nil); err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := os.Lstat(filepath.Join(root, "owned"))
+	if uid, gid := owner(fi); uid != 12345 || gid != 23456 {
+		t.Fatalf("owner %d:%d, want 12345:23456", uid, gid)
+	}
+	// chown clears setuid; the applier sets the mode after it.
+	assertFile(t, filepath.Join(root, "owned"), "x", fs.ModeSetuid|0o750)
+
+	res, err := a.Apply(ctx, files, []string{"owned"})
+	if err != nil || !reflect.DeepEqual(res.Unchanged, []string{"owned"}) {
+		t.Fatalf("re-apply: %+v %v", res, err)
+	}
+	files[0].Owner = "root"
+	res, err = a.Apply(ctx, files, []string{"owned"})
+	if err != nil || !reflect.DeepEqual(res.Written, []string{"owned"}) {
+		t.Fatalf("owner change: %+v %v", res, err)
+	}
+	fi, _ = os.Lstat(filepath.Join(root, "owned"))
+	if uid, _ := owner(fi); uid != 0 {
+		t.Fatalf("owner %d, want root", uid)
+	}
+
+	// A failed apply restores the previous owner too.
+	before := snapshot(t, root)
+	files[0].Owner, files[0].Data = "12345", []byte("y")
+	failing := FileApplier{Root: root, Chown: true, failpoint: func(step, p string) error {
+		if step == "write" && p == "second" {
+			return syscall.EIO
+		}
+		return nil
+	}}
+	_, err = failing.Apply(ctx, append(files, File{Path: "second", Mode: 0o644}), []string{"owned"})
+	if ae := (*ApplyError)(nil); !errors.As(err, &ae) || !ae.RolledBack {
+		t.Fatalf("got %v", err)
+	}
+	if after := snapshot(t, root); !reflect.DeepEqual(before, after) {
+		t.Fatalf("rollback did not restore ownership:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
+func TestApplyUnknownOwner(t *testing.T) {
+	root := t.TempDir()
+	for _, f := range []File{
+		{Path: "x", Mode: 0o644, Owner: "no-such-user-meshhost"},
+		{Path: "x", Mode: 0o644, Group: "no-such-group-meshhost"},
+	} {
+		_, err := (FileApplier{Root: root, Chown: true}).Apply(context.Background(), []File{f}, nil)
+		if !errors.Is(err, ErrUnknownOwner) {
+			t.Fatalf("got %v", err)
+		}
+		// Without Chown the names are not looked at.
+		if _, err := (FileApplier{Root: root}).Apply(context.Background(), []File{f}, nil); err != nil {
+			t.Fatalf("Chown false: %v", err)
+		}
+		os.Remove(filepath.Join(root, "x"))
+	}
+}
+
+// TestApplyFullDisk writes onto a small tmpfs until it is full and checks that
+// the error is ENOSPC and the files written before it are restored.
+func TestApplyFullDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small tmpfs to fill needs root")
+	}
+	root := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", root).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs (not permitted here?): %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", root).CombinedOutput(); err != nil {
+			t.Errorf("umount: %v: %s", err, out)
+		}
+	})
+	mustWrite(t, filepath.Join(root, "a"), "old a", 0o644)
+	before := snapshot(t, root)
+	_, err := (FileApplier{Root: root}).Apply(context.Background(), []File{
+		{Path: "a", Data: []byte("new a"), Mode: 0o600},
+		{Path: "deep/er/big", Data: make([]byte, 128<<10), Mode: 0o644},
+	}, []string{"a"})
+	var ae *ApplyError
+	if !errors.As(err, &ae) || ae.Path != "deep/er/big" || !ae.RolledBack || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("got %v", err)
+	}
+	if after := snapshot(t, root); !reflect.DeepEqual(before, after) {
+		t.Fatalf("rollback did not restore the root:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
+func TestApplyReadOnlyDirectory(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root writes into read-only directories; the failpoint and full-disk tests cover rollback")
+	}
+	root := t.TempDir()
+	mustWrite(t, filepath.Join(root, "a"), "old", 0o644)
+	mustWrite(t, filepath.Join(root, "ro", "x"), "x", 0o644)
+	if err := os.Chmod(filepath.Join(root, "ro"), 0o555); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(filepath.Join(root, "ro"), 0o755) })
+	before := snapshot(t, root)
+	_, err := (FileApplier{Root: root}).Apply(context.Background(), []File{
+		{Path: "a", Data: []byte("new"), Mode: 0o644},
+		{Path: "ro/x", Data: []byte("y"), Mode: 0o644},
+	}, nil)
+	var ae *ApplyError
+	if !errors.As(err, &ae) || ae.Path != "ro/x" || !ae.RolledBack || !errors.Is(err, fs.ErrPermission) {
+		t.Fatalf("got %v", err)
+	}
+	if after := snapshot(t, root); !reflect.DeepEqual(before, after) {
+		t.Fatalf("rollback did not restore the root:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
+func TestApplyNoRoot(t *testing.T) {
+	if _, err := (FileApplier{}).Apply(context.Background(), nil, nil); err == nil {
+		t.Fatal("an applier without a root applied")
+	}
+	// Root is a file.
+	f := filepath.Join(t.TempDir(), "file")
+	mustWrite(t, f, "", 0o644)
+	if _, err := (FileApplier{Root: f}).Apply(context.Background(), nil, nil); err == nil {
+		t.Fatal("a file as the root was accepted")
+	}
+}
+
+func TestResultIsSorted(t *testing.T) {
+	root := t.TempDir()
+	var files []File
+	for _, p := range []string{"z", "a/b", "m", "a/a", "b"} {
+		files = append(files, File{Path: p, Data: []byte(p), Mode: 0o644})
+	}
+	res, err := (FileApplier{Root: root}).Apply(context.Background(), files, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.IsSorted(res.Written) || !slices.IsSorted(res.Managed) || len(res.Managed) != 5 {
+		t.Fatalf("%+v", res)
+	}
+}

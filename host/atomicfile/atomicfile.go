@@ -1,0 +1,153 @@
+// Package atomicfile writes files so that a reader, or a machine that loses
+// power, sees either the old content or the new content, never a mixture and
+// never an empty file.
+//
+// The host agent keeps its identity and its applied state in small files that
+// it must not lose: a torn identity file would cut the machine off from the mesh
+// that still believes it. Every write therefore goes to a temporary file in the
+// same directory, is flushed to stable storage, and only then takes the final
+// name; the directory is flushed afterwards so the new name itself survives a
+// crash.
+//
+// Errors wrap the underlying *fs.PathError or *os.LinkError, and through them
+// the system error number, so callers can test errors.Is(err, syscall.ENOSPC)
+// and tell a person that the disk is full.
+package atomicfile
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// hooks lets tests fail a write at a chosen step. A nil *hooks (the exported
+// functions' case) injects nothing.
+type hooks struct {
+	// before is called just before the named step ("write", "sync", "chmod",
+	// "close", "rename", "link", "syncdir") and aborts it with its error.
+	before func(step string) error
+}
+
+func (h *hooks) check(step string) error {
+	if h == nil || h.before == nil {
+		return nil
+	}
+	return h.before(step)
+}
+
+// WriteFile writes data to path atomically and durably: temp file in the same
+// directory, write, fsync, chmod perm, close, rename over path, fsync the
+// directory. On any error the temp file is removed and path is untouched,
+// except that a failure to fsync the directory is reported after the rename
+// has happened: path then holds the new content, which may not yet be durable.
+//
+// perm is applied with chmod, so the process umask does not narrow it. While it
+// is being written the temp file has mode 0600, so secrets are never readable
+// by others even for a moment.
+func WriteFile(path string, data []byte, perm fs.FileMode) error {
+	return write(path, data, perm, false, nil)
+}
+
+// CreateExclusive is WriteFile that never replaces an existing file: it links
+// the synced temp file to path (os.Link fails if path exists, and the error then
+// wraps fs.ErrExist), then removes the temp name and fsyncs the directory.
+//
+// Because the final name appears through a hard link, the file system must
+// support hard links; on one that does not, CreateExclusive fails without
+// creating path.
+func CreateExclusive(path string, data []byte, perm fs.FileMode) error {
+	return write(path, data, perm, true, nil)
+}
+
+func write(path string, data []byte, perm fs.FileMode, exclusive bool, h *hooks) (err error) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	if base == "" {
+		return fmt.Errorf("atomicfile: %q names a directory, not a file", path)
+	}
+	// The leading dot keeps the temp file out of casual listings; the base name
+	// in it tells a person who finds one after a crash what it was meant to be.
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("atomicfile: writing %s: %w", path, err)
+	}
+	tmp := f.Name()
+	closed := false
+	defer func() {
+		if err == nil {
+			return
+		}
+		if !closed {
+			f.Close()
+		}
+		// Best effort: the temp name is ours alone, and reporting a failure to
+		// remove it would hide the error that matters.
+		os.Remove(tmp)
+	}()
+
+	step := func(name string, fn func() error) error {
+		if err := h.check(name); err != nil {
+			return err
+		}
+		return fn()
+	}
+	if err := step("write", func() error { _, err := f.Write(data); return err }); err != nil {
+		return fmt.Errorf("atomicfile: writing %s: %w", path, err)
+	}
+	if err := step("sync", f.Sync); err != nil {
+		return fmt.Errorf("atomicfile: flushing %s to disk: %w", path, err)
+	}
+	if err := step("chmod", func() error { return f.Chmod(perm) }); err != nil {
+		return fmt.Errorf("atomicfile: setting the mode of %s: %w", path, err)
+	}
+	// Close can report a deferred write error (on NFS, for instance), so it is
+	// checked like any other step.
+	if err := step("close", f.Close); err != nil {
+		return fmt.Errorf("atomicfile: writing %s: %w", path, err)
+	}
+	closed = true
+
+	if exclusive {
+		if err := step("link", func() error { return os.Link(tmp, path) }); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return fmt.Errorf("atomicfile: %s already exists and is never replaced: %w", path, err)
+			}
+			return fmt.Errorf("atomicfile: creating %s: %w", path, err)
+		}
+		// path now holds the data; the temp name is only a second link to it.
+		// Failing to remove it leaves a stray file, not a wrong one, so it does
+		// not undo a creation that succeeded.
+		os.Remove(tmp)
+	} else {
+		if err := step("rename", func() error { return os.Rename(tmp, path) }); err != nil {
+			return fmt.Errorf("atomicfile: replacing %s: %w", path, err)
+		}
+	}
+	if err := step("syncdir", func() error { return syncDir(dir) }); err != nil {
+		return fmt.Errorf("atomicfile: %s was written but its directory could not be flushed to disk: %w", path, err)
+	}
+	return nil
+}
+
+// syncDir flushes a directory so that a rename or link in it survives a crash.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	// Some file systems cannot flush a directory and say so; their renames are
+	// as durable as they will ever be, and refusing to proceed would help no one.
+	if errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOTSUP) {
+		return nil
+	}
+	return err
+}

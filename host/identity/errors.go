@@ -1,0 +1,156 @@
+package identity
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors callers branch on with errors.Is. The typed errors below carry the
+// details and match these sentinels.
+var (
+	// ErrNotEnrolled: no identity file exists. This is the ordinary state of a
+	// machine that has never enrolled, not a fault.
+	ErrNotEnrolled = errors.New("identity: this machine has not enrolled")
+	// ErrUnreadable: the file exists but cannot be read (permissions, a
+	// directory in its place, an I/O error). See *UnreadableError.
+	ErrUnreadable = errors.New("identity: file cannot be read")
+	// ErrTruncated: the file is empty or its JSON ends early. See *TruncatedError.
+	ErrTruncated = errors.New("identity: file is truncated")
+	// ErrCorrupt: the file parses as far as it goes but is not a valid
+	// identity. See *CorruptError.
+	ErrCorrupt = errors.New("identity: file is corrupt")
+	// ErrAlreadyEnrolled: a valid identity exists, and enrolling again would
+	// give the machine a second one. See *EnrolledError.
+	ErrAlreadyEnrolled = errors.New("identity: this machine is already enrolled")
+	// ErrNoPending: no unfinished enrolment is recorded.
+	ErrNoPending = errors.New("identity: no enrolment in progress")
+	// ErrInvalid: an Identity or Pending value fails validation. See *InvalidError.
+	ErrInvalid = errors.New("identity: invalid")
+)
+
+// advice is what a person should do about an identity or pending-enrolment
+// file that exists but cannot be used. The two differ: an identity file is
+// what the mesh believes this machine to be, so throwing it away strands the
+// node; a pending file only holds a key the mesh may or may not have recorded.
+func advice(pending bool, path string) string {
+	if pending {
+		return fmt.Sprintf("It records an enrolment that did not finish. Remove %s and run the enrolment again; "+
+			"if the mesh answers that the token is already used, ask an operator for a new token "+
+			"(and to revoke the half-enrolled node)", path)
+	}
+	return fmt.Sprintf("Do not enrol again over it: the mesh still believes the identity in this file. "+
+		"Restore %s from a backup, or have an operator revoke this node on the control plane, "+
+		"then remove the file and enrol with a new token", path)
+}
+
+func what(pending bool) string {
+	if pending {
+		return "pending enrolment"
+	}
+	return "identity"
+}
+
+// UnreadableError reports a file that exists but could not be read: permission
+// denied, a directory or device in its place, a dangling symbolic link, an I/O
+// error. It matches ErrUnreadable and unwraps to the operating-system error.
+type UnreadableError struct {
+	Path    string
+	Err     error
+	pending bool
+}
+
+func (e *UnreadableError) Error() string {
+	return fmt.Sprintf("identity: the %s file %s exists but cannot be read: %v. %s",
+		what(e.pending), e.Path, e.Err, advice(e.pending, e.Path))
+}
+
+// Is reports whether target is ErrUnreadable.
+func (e *UnreadableError) Is(target error) bool { return target == ErrUnreadable }
+
+// Unwrap returns the operating-system error.
+func (e *UnreadableError) Unwrap() error { return e.Err }
+
+// TruncatedError reports a file that is empty or whose JSON ends before it is
+// complete, as a copy interrupted or a disk that filled up would leave it. It
+// matches ErrTruncated.
+type TruncatedError struct {
+	Path    string
+	Size    int // bytes in the file
+	pending bool
+}
+
+func (e *TruncatedError) Error() string {
+	state := fmt.Sprintf("ends after %d bytes, before its content is complete", e.Size)
+	if e.Size == 0 {
+		state = "is empty"
+	}
+	return fmt.Sprintf("identity: the %s file %s %s. %s",
+		what(e.pending), e.Path, state, advice(e.pending, e.Path))
+}
+
+// Is reports whether target is ErrTruncated.
+func (e *TruncatedError) Is(target error) bool { return target == ErrTruncated }
+
+// CorruptError reports a file that can be read but is not a valid identity:
+// not JSON, trailing garbage, too big, an unknown format version, a seed that
+// does not match its public key, a pin that does not match the CA. Reason says
+// which; it never contains the seed. It matches ErrCorrupt.
+type CorruptError struct {
+	Path    string
+	Reason  string
+	pending bool
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("identity: the %s file %s is corrupt: %s. %s",
+		what(e.pending), e.Path, e.Reason, advice(e.pending, e.Path))
+}
+
+// Is reports whether target is ErrCorrupt.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// EnrolledError reports that this machine already has a valid identity. Mesh
+// and Node are empty when Save found a file in the way that it could not read.
+// It matches ErrAlreadyEnrolled.
+type EnrolledError struct {
+	Path string
+	Mesh string
+	Node string
+}
+
+func (e *EnrolledError) Error() string {
+	who := "an identity"
+	if e.Node != "" {
+		who = fmt.Sprintf("the identity of node %q in mesh %q", e.Node, e.Mesh)
+	}
+	return fmt.Sprintf("identity: this machine is already enrolled: %s holds %s. "+
+		"Enrolling again would give it a second identity. To move it to another mesh or node, "+
+		"have an operator revoke it first, then remove %s and enrol with a new token", e.Path, who, e.Path)
+}
+
+// Is reports whether target is ErrAlreadyEnrolled.
+func (e *EnrolledError) Is(target error) bool { return target == ErrAlreadyEnrolled }
+
+// InvalidError reports the first field of an Identity or Pending that fails
+// validation. Reason never contains the seed. It matches ErrInvalid.
+type InvalidError struct {
+	Field  string // the JSON name of the field
+	Reason string
+}
+
+func (e *InvalidError) Error() string {
+	return fmt.Sprintf("identity: %s %s", e.Field, e.Reason)
+}
+
+// Is reports whether target is ErrInvalid.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+// invalidReason words a validation error as a CorruptError's reason, without
+// the package prefix the CorruptError already carries.
+func invalidReason(err error) string {
+	var ie *InvalidError
+	if errors.As(err, &ie) {
+		return ie.Field + " " + ie.Reason
+	}
+	return err.Error()
+}

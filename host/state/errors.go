@@ -1,0 +1,89 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors callers branch on with errors.Is. A missing file is not an error.
+var (
+	// ErrUnreadable: the file exists but cannot be read. See *UnreadableError.
+	ErrUnreadable = errors.New("state: applied state cannot be read")
+	// ErrTruncated: the file is empty or its JSON ends early. See *TruncatedError.
+	ErrTruncated = errors.New("state: applied state is truncated")
+	// ErrCorrupt: the file is readable but not a valid applied state. See
+	// *CorruptError.
+	ErrCorrupt = errors.New("state: applied state is corrupt")
+	// ErrInvalid: an Applied value fails validation. See *InvalidError.
+	ErrInvalid = errors.New("state: invalid applied state")
+)
+
+// advice is what a person can do about an applied-state file the agent cannot
+// use. Removing it is safe only with its consequence understood, so the
+// message states the consequence.
+func advice(path string) string {
+	return fmt.Sprintf("The agent will not run without knowing what it applied last, or it could apply an older declaration over a newer one. "+
+		"Restore %s from a backup; or remove it, and the agent will accept the mesh's current declaration as if for the first time "+
+		"(files it managed before and that are no longer declared will then be left in place)", path)
+}
+
+// UnreadableError reports a file that exists but could not be read. It matches
+// ErrUnreadable and unwraps to the operating-system error.
+type UnreadableError struct {
+	Path string
+	Err  error
+}
+
+func (e *UnreadableError) Error() string {
+	return fmt.Sprintf("state: the applied state %s exists but cannot be read: %v. %s", e.Path, e.Err, advice(e.Path))
+}
+
+// Is reports whether target is ErrUnreadable.
+func (e *UnreadableError) Is(target error) bool { return target == ErrUnreadable }
+
+// Unwrap returns the operating-system error.
+func (e *UnreadableError) Unwrap() error { return e.Err }
+
+// TruncatedError reports a file that is empty or whose JSON ends early. It
+// matches ErrTruncated.
+type TruncatedError struct {
+	Path string
+	Size int // bytes in the file
+}
+
+func (e *TruncatedError) Error() string {
+	state := fmt.Sprintf("ends after %d bytes, before its content is complete", e.Size)
+	if e.Size == 0 {
+		state = "is empty"
+	}
+	return fmt.Sprintf("state: the applied state %s %s. %s", e.Path, state, advice(e.Path))
+}
+
+// Is reports whether target is ErrTruncated.
+func (e *TruncatedError) Is(target error) bool { return target == ErrTruncated }
+
+// CorruptError reports a file that can be read but is not a valid applied
+// state; Reason says why. It matches ErrCorrupt.
+type CorruptError struct {
+	Path   string
+	Reason string
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("state: the applied state %s is corrupt: %s. %s", e.Path, e.Reason, advice(e.Path))
+}
+
+// Is reports whether target is ErrCorrupt.
+func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// InvalidError reports the first field of an Applied that fails validation. It
+// matches ErrInvalid.
+type InvalidError struct {
+	Field  string // the JSON name of the field
+	Reason string
+}
+
+func (e *InvalidError) Error() string { return fmt.Sprintf("state: %s %s", e.Field, e.Reason) }
+
+// Is reports whether target is ErrInvalid.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }

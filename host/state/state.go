@@ -1,0 +1,159 @@
+// Package state keeps what the host agent applied last, in
+// <state>/applied.json, so that an agent that restarts never applies an older
+// declaration after a newer one and knows which files it owns.
+//
+// A missing file means nothing has been applied yet. A file that exists but
+// cannot be read, is truncated or is corrupt is an error the agent must stop
+// on: carrying on would forget the applied version, and the next declaration
+// the broker delivered, however old, would be accepted.
+package state
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"mesh/host/atomicfile"
+)
+
+const (
+	// FileName is the applied state's file name inside the state directory.
+	FileName = "applied.json"
+	// FormatVersion is the layout version this agent writes and reads.
+	FormatVersion = 1
+	// MaxFileSize caps what Load reads. The file holds a keyring and the list
+	// of managed paths; anything larger is not one of ours.
+	MaxFileSize = 16 << 20
+)
+
+// Applied is what the agent applied last and what it owns.
+type Applied struct {
+	Format           int       `json:"format"` // FormatVersion
+	HaveApplied      bool      `json:"have_applied"`
+	Version          uint64    `json:"version"`
+	BodyDigest       string    `json:"body_digest"` // hex SHA-256
+	IssuedAt         time.Time `json:"issued_at"`
+	ExpiresAt        time.Time `json:"expires_at"`
+	KeyringEpoch     uint64    `json:"keyring_epoch"`
+	Keyring          []byte    `json:"keyring,omitempty"` // the signed keyring envelope last accepted (raw JSON)
+	Managed          []string  `json:"managed"`           // slash-separated paths, relative to the managed root, the agent wrote and owns
+	LastError        string    `json:"last_error,omitempty"`
+	LastErrorCode    string    `json:"last_error_code,omitempty"`
+	LastErrorVersion uint64    `json:"last_error_version,omitempty"`
+}
+
+// Path returns the applied state's path in stateDir.
+func Path(stateDir string) string { return filepath.Join(stateDir, FileName) }
+
+// Validate reports the first field that is inconsistent. When HaveApplied is
+// false nothing has been applied, so the version, digest, times and managed
+// list must be empty; when it is true the digest must be a SHA-256 and the
+// validity window must not be inverted. A keyring, when present, must be JSON,
+// and managed paths must be unique, slash-separated and relative.
+func (a Applied) Validate() error {
+	if a.Format != FormatVersion {
+		return invalid("format", "is %d; this agent reads version %d", a.Format, FormatVersion)
+	}
+	if a.HaveApplied {
+		if b, err := hex.DecodeString(a.BodyDigest); err != nil || len(b) != 32 {
+			return invalid("body_digest", "is not 64 hex digits (a SHA-256)")
+		}
+		if a.IssuedAt.IsZero() || a.ExpiresAt.IsZero() {
+			return invalid("issued_at", "and expires_at must both be set once a declaration is applied")
+		}
+		if a.ExpiresAt.Before(a.IssuedAt) {
+			return invalid("expires_at", "is before issued_at")
+		}
+	} else {
+		if a.Version != 0 || a.BodyDigest != "" || !a.IssuedAt.IsZero() || !a.ExpiresAt.IsZero() {
+			return invalid("have_applied", "is false but a declaration's version, digest or times are set")
+		}
+		if len(a.Managed) != 0 {
+			return invalid("managed", "lists files although nothing has been applied")
+		}
+	}
+	if len(a.Keyring) != 0 && !json.Valid(a.Keyring) {
+		return invalid("keyring", "is not a JSON document")
+	}
+	seen := make(map[string]bool, len(a.Managed))
+	for i, p := range a.Managed {
+		if p == "." || !fs.ValidPath(p) {
+			return invalid(fmt.Sprintf("managed[%d]", i), "is %q, not a clean relative path", truncate(p, 200))
+		}
+		if seen[p] {
+			return invalid(fmt.Sprintf("managed[%d]", i), "repeats %q", truncate(p, 200))
+		}
+		seen[p] = true
+	}
+	return nil
+}
+
+// Load reads the applied state in stateDir. A missing file gives a zero
+// Applied and nil: nothing has been applied yet. A file that cannot be read
+// gives *UnreadableError (ErrUnreadable), one that is empty or cut short
+// *TruncatedError (ErrTruncated), and one that is readable but wrong
+// *CorruptError (ErrCorrupt). The agent must refuse to run on any of those
+// rather than forget what it applied.
+func Load(stateDir string) (Applied, error) {
+	return load(Path(stateDir), readRegular)
+}
+
+func load(path string, read readFunc) (Applied, error) {
+	var a Applied
+	if err := decodeFile(path, read, MaxFileSize, FormatVersion, &a); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return Applied{}, nil
+		}
+		return Applied{}, err
+	}
+	if err := a.Validate(); err != nil {
+		var ie *InvalidError
+		errors.As(err, &ie)
+		return Applied{}, &CorruptError{Path: path, Reason: ie.Field + " " + ie.Reason}
+	}
+	return a, nil
+}
+
+// Save writes a into stateDir (created 0700 if missing) with
+// atomicfile.WriteFile, mode 0600. A zero Format is taken as FormatVersion; an
+// Applied that fails Validate is refused, so that Load can always read what
+// Save wrote. A full disk gives an error matching syscall.ENOSPC, and the
+// previous file is then intact.
+func Save(stateDir string, a Applied) error {
+	if a.Format == 0 {
+		a.Format = FormatVersion
+	}
+	if err := a.Validate(); err != nil {
+		return fmt.Errorf("state: refusing to save an invalid applied state: %w", err)
+	}
+	data, err := json.MarshalIndent(a, "", "  ")
+	if err != nil {
+		return fmt.Errorf("state: encoding: %w", err)
+	}
+	data = append(data, '\n')
+	if len(data) > MaxFileSize {
+		return fmt.Errorf("state: refusing to save an applied state of %d bytes, more than the %d Load accepts", len(data), MaxFileSize)
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return fmt.Errorf("state: creating the state directory: %w", err)
+	}
+	path := Path(stateDir)
+	if err := atomicfile.WriteFile(path, data, 0o600); err != nil {
+		if errors.Is(err, syscall.ENOSPC) {
+			return fmt.Errorf("state: cannot record the applied state in %s because the disk is full; "+
+				"the previous record is intact: %w", path, err)
+		}
+		return fmt.Errorf("state: cannot record the applied state in %s: %w", path, err)
+	}
+	return nil
+}
+
+func invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
