@@ -9,7 +9,9 @@
 // again over it would strand the node.
 //
 // The seed is the only secret here. It is written to the file and nowhere
-// else: String, GoString, fmt's verbs, slog and json.Marshal all leave it out.
+// else: String and GoString (and so %v, %+v, %#v, %s and %q), slog and
+// json.Marshal all leave it out. A verb meant for numbers (%d, %x) would still
+// print the struct's fields; go vet reports such format strings.
 package identity
 
 import (
