@@ -175,22 +175,20 @@ func (a *Agent) Run(ctx context.Context) error {
 	for _, b := range a.id.Brokers {
 		urls = append(urls, "tls://"+b)
 	}
-	nc, err := nats.Connect(strings.Join(urls, ","),
+	opts := []nats.Option{
 		nats.Secure(pintls.Config(pin)),
 		nats.TLSHandshakeFirst(),
 		nats.Nkey(a.id.PublicKey, a.kp.Sign),
 		nats.CustomInboxPrefix(a.id.Subjects.InboxPrefix),
-		nats.Name("meshhost "+a.id.Node),
+		nats.Name("meshhost " + a.id.Node),
 		nats.DontRandomize(),
-		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second),
 		nats.ReconnectJitter(500*time.Millisecond, time.Second),
 		nats.IgnoreAuthErrorAbort(),
-		nats.Timeout(10*time.Second),
-		nats.PingInterval(20*time.Second),
+		nats.Timeout(10 * time.Second),
+		nats.PingInterval(20 * time.Second),
 		nats.MaxPingsOutstanding(3),
-		nats.ConnectHandler(func(*nats.Conn) { a.event(event{connected: true}) }),
 		nats.ReconnectHandler(func(*nats.Conn) { a.event(event{connected: true}) }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
@@ -198,12 +196,18 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		}),
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { a.event(event{err: err}) }),
+		// Authorization refusals while reconnecting arrive here.
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { a.event(event{err: err}) }),
-	)
+	}
+	nc, err := a.connect(ctx, strings.Join(urls, ","), opts)
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+		if ctx.Err() != nil {
+			return nil // asked to stop before the first connection
+		}
+		return err
 	}
 	defer nc.Close()
+	a.event(event{connected: true})
 	sub, err := nc.Subscribe(a.id.Subjects.Declarations, func(m *nats.Msg) {
 		select {
 		case a.msgs <- m.Data:
@@ -239,7 +243,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				authFailures++
 				a.log.Warn("the mesh refused this node's key", "attempt", authFailures, "of", a.o.AuthFailureLimit)
 				if authFailures >= a.o.AuthFailureLimit {
-					return fmt.Errorf("%w: refused %d times in a row after the broker proved it is the mesh; the node was most likely revoked: a new token is needed", ErrIdentityRefused, authFailures)
+					return a.refused(authFailures)
 				}
 			case ev.err != nil && strings.Contains(ev.err.Error(), "does not chain to the CA pinned"):
 				a.log.Error("a broker address answered with a certificate that is not the mesh's: refusing it and trying again", "err", ev.err)
@@ -255,6 +259,42 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.report(nc)
 		}
 	}
+}
+
+// connect makes the first connection itself, with backoff, because nats.go does not
+// report authorization refusals while it retries a first connection: the agent must
+// count them to tell a revoked identity from a network that is down.
+func (a *Agent) connect(ctx context.Context, urls string, opts []nats.Option) (*nats.Conn, error) {
+	wait := time.Second
+	refusals := 0
+	for {
+		nc, err := nats.Connect(urls, opts...)
+		if err == nil {
+			return nc, nil
+		}
+		switch {
+		case isAuthError(err):
+			refusals++
+			a.log.Warn("the mesh refused this node's key", "attempt", refusals, "of", a.o.AuthFailureLimit)
+			if refusals >= a.o.AuthFailureLimit {
+				return nil, a.refused(refusals)
+			}
+		case strings.Contains(err.Error(), "does not chain to the CA pinned"):
+			a.log.Error("a broker address answered with a certificate that is not the mesh's: refusing it and trying again", "err", err)
+		default:
+			a.log.Warn("cannot reach the mesh yet; retrying", "err", err, "in", wait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 30*time.Second)
+	}
+}
+
+func (a *Agent) refused(n int) error {
+	return fmt.Errorf("%w: refused %d times in a row after the broker proved it is the mesh; the node was most likely revoked: a new token is needed", ErrIdentityRefused, n)
 }
 
 func (a *Agent) event(ev event) {

@@ -51,8 +51,8 @@ Hand it to the machine out of band: meshhost reads it from stdin, a file or MESH
 				if r == tokenfmt.RoleControl {
 					return fmt.Errorf("control tokens are minted with the control-node join flow, which this build does not include yet; mint a worker token")
 				}
-				if ttl <= 0 || ttl > tokenfmt.MaxTTL {
-					return usagef("--ttl %s: must be more than 0 and at most %s (a long-lived token is a long-lived root credential)", ttl, tokenfmt.MaxTTL)
+				if ttl < time.Second || ttl > tokenfmt.MaxTTL {
+					return usagef("--ttl %s: must be at least 1s and at most %s (a long-lived token is a long-lived root credential)", ttl, tokenfmt.MaxTTL)
 				}
 				text, err := mintToken(datadir.Dir(dir), node, r, ttl, labels)
 				if err != nil {

@@ -1,0 +1,284 @@
+package harness
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"mesh/broker"
+	"mesh/controlplane/pki"
+)
+
+// Impostor is a real nats-server under a CA of its own that accepts any credential: the
+// thing a host must refuse before it sends anything.
+type Impostor struct {
+	Server   *broker.Server
+	attempts atomic.Int64
+}
+
+// Authenticate accepts every client and counts it.
+func (i *Impostor) Authenticate(broker.Client) (broker.Grant, error) {
+	i.attempts.Add(1)
+	return broker.Grant{User: "victim", AllowAll: true}, nil
+}
+
+// CredentialsSeen is how many clients reached its authentication hook.
+func (i *Impostor) CredentialsSeen() int64 { return i.attempts.Load() }
+
+// AppBytes is how many application bytes the impostor received from clients.
+func (i *Impostor) AppBytes(t testing.TB) int64 {
+	_, in, err := i.Server.Traffic()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+// Addr is where it listens.
+func (i *Impostor) Addr() string { return i.Server.Addr() }
+
+// StartImpostor starts an impostor broker on addr (ip:port; port 0 picks one).
+func StartImpostor(t testing.TB, addr string) *Impostor {
+	t.Helper()
+	cfg := OtherCATLS(t, addr)
+	imp := &Impostor{}
+	srv, err := broker.Start(context.Background(), broker.Config{Name: "impostor", Listen: addr, TLS: cfg, Auth: imp, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("impostor: %v", err)
+	}
+	imp.Server = srv
+	t.Cleanup(srv.Shutdown)
+	return imp
+}
+
+// OtherCATLS is a server TLS configuration under a freshly made CA that is not the
+// mesh's.
+func OtherCATLS(t testing.TB, addr string) *tls.Config {
+	t.Helper()
+	ca, _, err := pki.NewCA("impostor", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	leaf, err := ca.IssueLeaf("impostor", []net.IP{net.ParseIP(host)}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pki.ServerConfig(leaf, ca.CertPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// Proxy is a TCP relay between a listen address and a target, with faults on command:
+// added latency, a stall (bytes held, nothing forwarded), and cutting or resetting
+// every connection. It is transparent: TLS passes through it untouched.
+type Proxy struct {
+	ln     net.Listener
+	target atomic.Value // string
+	delay  atomic.Int64 // one-way latency, ns
+	stall  atomic.Bool
+	refuse atomic.Bool
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+	bytes atomic.Int64
+}
+
+// StartProxy listens on listen (ip:port, port 0 picks one) and relays to target.
+func StartProxy(t testing.TB, listen, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		t.Fatalf("proxy listen: %v", err)
+	}
+	p := &Proxy{ln: ln, conns: map[net.Conn]struct{}{}}
+	p.target.Store(target)
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Addr is the proxy's listen address.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// SetTarget changes where new connections go.
+func (p *Proxy) SetTarget(target string) { p.target.Store(target) }
+
+// SetLatency adds d in each direction (a round trip costs 2d).
+func (p *Proxy) SetLatency(d time.Duration) { p.delay.Store(int64(d)) }
+
+// Stall holds every byte until Unstall: connections stay open, nothing moves.
+func (p *Proxy) Stall()   { p.stall.Store(true) }
+func (p *Proxy) Unstall() { p.stall.Store(false) }
+
+// Partition cuts every connection and refuses new ones until Heal.
+func (p *Proxy) Partition() {
+	p.refuse.Store(true)
+	p.CutAll()
+}
+
+// Heal lets connections through again.
+func (p *Proxy) Heal() { p.refuse.Store(false) }
+
+// CutAll closes every relayed connection (a clean FIN both ways).
+func (p *Proxy) CutAll() { p.closeAll(false) }
+
+// ResetAll resets every relayed connection (RST).
+func (p *Proxy) ResetAll() { p.closeAll(true) }
+
+// Bytes is how many bytes went through, both directions.
+func (p *Proxy) Bytes() int64 { return p.bytes.Load() }
+
+func (p *Proxy) closeAll(reset bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		if tc, ok := c.(*net.TCPConn); ok && reset {
+			_ = tc.SetLinger(0)
+		}
+		_ = c.Close()
+		delete(p.conns, c)
+	}
+}
+
+// Close stops the proxy and every connection.
+func (p *Proxy) Close() {
+	_ = p.ln.Close()
+	p.closeAll(false)
+	p.wg.Wait()
+}
+
+func (p *Proxy) track(c net.Conn) {
+	p.mu.Lock()
+	p.conns[c] = struct{}{}
+	p.mu.Unlock()
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if p.refuse.Load() {
+			_ = c.Close()
+			continue
+		}
+		up, err := net.DialTimeout("tcp", p.target.Load().(string), 5*time.Second)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.track(c)
+		p.track(up)
+		go p.pipe(c, up)
+		go p.pipe(up, c)
+	}
+}
+
+func (p *Proxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			for p.stall.Load() {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if d := time.Duration(p.delay.Load()); d > 0 {
+				time.Sleep(d)
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+			p.bytes.Add(int64(n))
+		}
+		if err != nil {
+			break
+		}
+	}
+	_ = dst.Close()
+	_ = src.Close()
+}
+
+// TLSRelay terminates TLS with a certificate of its own and relays the plaintext to the
+// real broker over a new TLS connection: a man in the middle that holds a certificate
+// from some CA, just not the mesh's.
+type TLSRelay struct {
+	ln        net.Listener
+	plaintext atomic.Int64
+}
+
+// StartTLSRelay listens on listen and relays to the broker at target.
+func StartTLSRelay(t testing.TB, listen, target string) *TLSRelay {
+	t.Helper()
+	cfg := OtherCATLS(t, listen)
+	ln, err := tls.Listen("tcp", listen, cfg)
+	if err != nil {
+		t.Fatalf("relay listen: %v", err)
+	}
+	r := &TLSRelay{ln: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go r.relay(c, target)
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return r
+}
+
+// Addr is where it listens.
+func (r *TLSRelay) Addr() string { return r.ln.Addr().String() }
+
+// PlaintextBytes is how many decrypted application bytes it read from clients.
+func (r *TLSRelay) PlaintextBytes() int64 { return r.plaintext.Load() }
+
+func (r *TLSRelay) relay(c net.Conn, target string) {
+	defer c.Close()
+	if err := c.(*tls.Conn).Handshake(); err != nil {
+		return
+	}
+	up, err := tls.Dial("tcp", target, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // an attacker does not verify
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	go func() {
+		n, _ := io.Copy(up, countingReader{c, &r.plaintext})
+		_ = n
+		up.Close()
+	}()
+	_, _ = io.Copy(c, up)
+}
+
+type countingReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// IsClosed reports whether err means a closed network connection.
+func IsClosed(err error) bool {
+	return errors.Is(err, net.ErrClosed) || err != nil && strings.Contains(err.Error(), "closed")
+}

@@ -1,0 +1,336 @@
+// Package harness starts real meshes for the integration tests: control planes and
+// host agents as the built binaries (subprocesses) or in-process, on loopback ports it
+// picks itself, and the fault injectors the scenarios need.
+package harness
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"mesh/controlplane/api"
+)
+
+// Binaries are the built meshctl and meshhost.
+type Binaries struct {
+	Meshctl  string
+	Meshhost string
+}
+
+// Build compiles both binaries into dir. Integration tests call it once from TestMain.
+func Build(dir string) (Binaries, error) {
+	b := Binaries{Meshctl: filepath.Join(dir, "meshctl"), Meshhost: filepath.Join(dir, "meshhost")}
+	root, err := moduleRoot()
+	if err != nil {
+		return b, err
+	}
+	for out, pkg := range map[string]string{b.Meshctl: "./controlplane/cmd/meshctl", b.Meshhost: "./host/cmd/meshhost"} {
+		cmd := exec.Command("go", "build", "-o", out, pkg)
+		cmd.Dir = root
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return b, fmt.Errorf("go build %s: %v\n%s", pkg, err, msg)
+		}
+	}
+	return b, nil
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("not inside the module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// FreePorts returns n distinct free TCP ports on 127.0.0.1.
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ports []int
+	var lns []net.Listener
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range lns {
+		l.Close()
+	}
+	return ports
+}
+
+// Result is a finished command.
+type Result struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+// Combined is stdout and stderr together, for assertions on messages.
+func (r Result) Combined() string { return r.Stdout + r.Stderr }
+
+// Run runs a binary to completion with stdin and extra environment.
+func Run(t testing.TB, stdin string, env []string, bin string, args ...string) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run %s %v: %v", filepath.Base(bin), args, err)
+	}
+	return Result{Stdout: out.String(), Stderr: errb.String(), Code: code}
+}
+
+// Process is a long-running subprocess whose output is captured.
+type Process struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan struct{}
+	err  error
+}
+
+type lockedWriter struct{ p *Process }
+
+func (w lockedWriter) Write(b []byte) (int, error) {
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
+	return w.p.out.Write(b)
+}
+
+// Start starts a subprocess; it is killed when the test ends.
+func Start(t testing.TB, env []string, bin string, args ...string) *Process {
+	t.Helper()
+	p := &Process{done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{p}, lockedWriter{p}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", filepath.Base(bin), err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() { p.Kill() })
+	return p
+}
+
+// Output is everything the process wrote so far.
+func (p *Process) Output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// Signal sends sig to the process.
+func (p *Process) Signal(sig syscall.Signal) { _ = p.cmd.Process.Signal(sig) }
+
+// Kill kills the process with SIGKILL and waits for it.
+func (p *Process) Kill() {
+	p.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// Wait waits up to limit for the process to exit and returns its exit code, or -1
+// if it is still running.
+func (p *Process) Wait(limit time.Duration) int {
+	select {
+	case <-p.done:
+		var ee *exec.ExitError
+		if errors.As(p.err, &ee) {
+			return ee.ExitCode()
+		}
+		return 0
+	case <-time.After(limit):
+		return -1
+	}
+}
+
+// Exited reports whether the process has exited.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// WaitOutput waits until the output contains s.
+func (p *Process) WaitOutput(t testing.TB, s string, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !strings.Contains(p.Output(), s) {
+		if time.Now().After(deadline) || p.Exited() && !strings.Contains(p.Output(), s) {
+			t.Fatalf("output never contained %q within %s; output:\n%s", s, limit, p.Output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Eventually polls cond until it holds or limit passes.
+func Eventually(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, limit)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// ControlPlane is a control node driven through the meshctl binary.
+type ControlPlane struct {
+	Bin     Binaries
+	Dir     string
+	Mesh    string
+	Listen  string
+	Raft    string
+	Cluster string
+	serve   *Process
+	t       testing.TB
+}
+
+// NewControlPlane bootstraps a mesh in a fresh directory on free loopback ports.
+func NewControlPlane(t testing.TB, bin Binaries, mesh string) *ControlPlane {
+	t.Helper()
+	ports := FreePorts(t, 3)
+	cp := &ControlPlane{
+		Bin: bin, Dir: filepath.Join(t.TempDir(), "cp"), Mesh: mesh, t: t,
+		Listen:  fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		Raft:    fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		Cluster: fmt.Sprintf("127.0.0.1:%d", ports[2]),
+	}
+	r := cp.Ctl("bootstrap", "--mesh", mesh, "--listen", cp.Listen, "--raft-listen", cp.Raft, "--cluster-listen", cp.Cluster)
+	if r.Code != 0 {
+		t.Fatalf("bootstrap failed (%d):\n%s", r.Code, r.Combined())
+	}
+	return cp
+}
+
+// Ctl runs meshctl with --data set.
+func (cp *ControlPlane) Ctl(args ...string) Result {
+	cp.t.Helper()
+	return Run(cp.t, "", nil, cp.Bin.Meshctl, append(args, "--data", cp.Dir)...)
+}
+
+// Serve starts `meshctl serve` and waits until it answers operators.
+func (cp *ControlPlane) Serve(extra ...string) *Process {
+	cp.t.Helper()
+	args := append([]string{"serve", "--data", cp.Dir, "--raft-heartbeat", "300ms", "--reconcile", "1s"}, extra...)
+	cp.serve = Start(cp.t, nil, cp.Bin.Meshctl, args...)
+	cp.serve.WaitOutput(cp.t, "control node ready", 30*time.Second)
+	Eventually(cp.t, 20*time.Second, "control plane answers", func() bool { return cp.Ctl("nodes").Code == 0 })
+	return cp.serve
+}
+
+// Process is the running serve process.
+func (cp *ControlPlane) Process() *Process { return cp.serve }
+
+// Token mints a token and returns its text.
+func (cp *ControlPlane) Token(node string, extra ...string) string {
+	cp.t.Helper()
+	r := cp.Ctl(append([]string{"token", "--node", node}, extra...)...)
+	if r.Code != 0 {
+		cp.t.Fatalf("token for %s failed (%d): %s", node, r.Code, r.Combined())
+	}
+	return r.Stdout
+}
+
+// Nodes returns the roster.
+func (cp *ControlPlane) Nodes() api.NodesResult {
+	cp.t.Helper()
+	r := cp.Ctl("nodes", "--json")
+	if r.Code != 0 {
+		cp.t.Fatalf("nodes failed (%d): %s", r.Code, r.Combined())
+	}
+	var res api.NodesResult
+	if err := json.Unmarshal([]byte(r.Stdout), &res); err != nil {
+		cp.t.Fatalf("nodes --json: %v\n%s", err, r.Stdout)
+	}
+	return res
+}
+
+// Node returns one node's view, or false.
+func (cp *ControlPlane) Node(id string) (api.NodeView, bool) {
+	for _, n := range cp.Nodes().Nodes {
+		if n.ID == id {
+			return n, true
+		}
+	}
+	return api.NodeView{}, false
+}
+
+// WaitConverged waits until node has applied version.
+func (cp *ControlPlane) WaitConverged(node string, version uint64, limit time.Duration) {
+	cp.t.Helper()
+	Eventually(cp.t, limit, fmt.Sprintf("%s applies v%d", node, version), func() bool {
+		n, ok := cp.Node(node)
+		return ok && n.Applied != nil && *n.Applied == version
+	})
+}
+
+// Host is a machine driven through the meshhost binary.
+type Host struct {
+	Bin   Binaries
+	Name  string
+	State string
+	Root  string
+	run   *Process
+	t     testing.TB
+}
+
+// NewHost makes a host with its own state directory.
+func NewHost(t testing.TB, bin Binaries, name string) *Host {
+	dir := filepath.Join(t.TempDir(), name)
+	return &Host{Bin: bin, Name: name, State: dir, Root: filepath.Join(dir, "managed"), t: t}
+}
+
+// Enrol runs `meshhost enrol` with the token on stdin.
+func (h *Host) Enrol(token string, extra ...string) Result {
+	h.t.Helper()
+	return Run(h.t, token, nil, h.Bin.Meshhost, append([]string{"enrol", "--state", h.State}, extra...)...)
+}
+
+// Run starts `meshhost run`.
+func (h *Host) Run(extra ...string) *Process {
+	h.t.Helper()
+	h.run = Start(h.t, nil, h.Bin.Meshhost, append([]string{"run", "--state", h.State, "--root", h.Root, "--heartbeat", "1s"}, extra...)...)
+	return h.run
+}
+
+// Process is the running agent.
+func (h *Host) Process() *Process { return h.run }
+
+// ReadManaged reads a file under the managed root.
+func (h *Host) ReadManaged(rel string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(h.Root, filepath.FromSlash(rel)))
+	return string(b), err
+}
