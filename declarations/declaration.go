@@ -1,0 +1,182 @@
+package declarations
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Declaration is the signed payload that tells one node its whole desired
+// state. It is not a delta: applying it replaces whatever an earlier
+// declaration asked for.
+type Declaration struct {
+	Mesh string `json:"mesh"`
+	Node string `json:"node"` // the audience: the one node this is for
+	// Version is assigned by the control plane, monotonic per node; 0 is the
+	// empty declaration given at enrolment.
+	Version uint64 `json:"version"`
+	// KeyringEpoch is the epoch of the keyring the control plane held when
+	// it signed; the host reports it, it is not checked here.
+	KeyringEpoch uint64    `json:"keyring_epoch"`
+	IssuedAt     time.Time `json:"issued_at"`
+	ExpiresAt    time.Time `json:"expires_at"`
+	Body         Body      `json:"body"`
+}
+
+// SignDeclaration checks d (mesh and node ids, expires_at after issued_at,
+// the body rules) and returns it signed as an envelope of type
+// PayloadTypeDeclaration. Times are encoded in UTC.
+func SignDeclaration(d Declaration, keys ...ed25519.PrivateKey) ([]byte, error) {
+	if r := checkID("mesh", d.Mesh); r != "" {
+		return nil, errors.New("declarations: cannot sign declaration: " + r)
+	}
+	if r := checkID("node", d.Node); r != "" {
+		return nil, errors.New("declarations: cannot sign declaration: " + r)
+	}
+	if d.IssuedAt.IsZero() {
+		return nil, errors.New("declarations: cannot sign declaration: issued_at is not set")
+	}
+	if !d.ExpiresAt.After(d.IssuedAt) {
+		return nil, errors.New("declarations: cannot sign declaration: expires_at is not after issued_at")
+	}
+	if err := d.Body.Validate(); err != nil {
+		return nil, err
+	}
+	d.IssuedAt, d.ExpiresAt = d.IssuedAt.UTC(), d.ExpiresAt.UTC()
+	payload, err := json.Marshal(d)
+	if err != nil {
+		return nil, fmt.Errorf("declarations: encoding declaration: %w", err)
+	}
+	return SignEnvelope(PayloadTypeDeclaration, payload, keys...)
+}
+
+// Expect is what a host knows before it looks at a declaration: who it is,
+// what it last applied, and the time.
+type Expect struct {
+	Mesh, Node string
+	// HaveApplied is false before the first declaration was applied: any
+	// version is then acceptable.
+	HaveApplied       bool
+	AppliedVersion    uint64
+	AppliedBodyDigest [32]byte
+	// Now is this node's clock; it must be set.
+	Now time.Time
+	// Skew is the clock tolerance on both ends of the validity window; 0
+	// means DefaultSkew.
+	Skew time.Duration
+}
+
+// Verified is a declaration that passed every check.
+type Verified struct {
+	Declaration
+	BodyDigest [32]byte
+	// SignedBy lists the key ids of the trusted keys that signed it.
+	SignedBy []string
+	// SameAsApplied is true when the version equals the applied one and the
+	// body is identical: a re-signed refresh, with nothing to apply.
+	SameAsApplied bool
+}
+
+// VerifyDeclaration checks a declaration envelope in this order, stopping at
+// the first failure, each with its own error:
+//
+//  1. size cap: ErrTooLarge, before any parsing;
+//  2. envelope shape and payload type: *MalformedError;
+//  3. a valid signature by a key in trusted: ErrUntrusted;
+//  4. the payload, strictly (unknown fields refused): *MalformedError with
+//     Signed set;
+//  5. audience, mesh and node equal to exp's: *AudienceError;
+//  6. version, if exp.HaveApplied: older than applied is *VersionError
+//     (ErrRolledBack); equal with another body is ErrReplayed; equal with the
+//     same body is accepted with SameAsApplied;
+//  7. validity window, widened by the skew on both ends: ErrNotYetValid or
+//     *ExpiredError;
+//  8. the body rules: *BodyError.
+//
+// Mistakes by the caller (no mesh or node in exp, a zero Now, a trusted key
+// of the wrong length) are plain errors, Code "error".
+func VerifyDeclaration(raw []byte, trusted []ed25519.PublicKey, exp Expect) (Verified, error) {
+	if exp.Mesh == "" || exp.Node == "" {
+		return Verified{}, errors.New("declarations: VerifyDeclaration needs the node's mesh and node id")
+	}
+	if exp.Now.IsZero() {
+		return Verified{}, errors.New("declarations: VerifyDeclaration needs the current time")
+	}
+	if exp.Skew < 0 {
+		return Verified{}, errors.New("declarations: VerifyDeclaration: negative clock skew")
+	}
+	skew := exp.Skew
+	if skew == 0 {
+		skew = DefaultSkew
+	}
+
+	payload, signedBy, err := OpenEnvelope(raw, PayloadTypeDeclaration, trusted) // 1, 2, 3
+	if err != nil {
+		return Verified{}, err
+	}
+
+	var d Declaration // 4
+	if err := decodeStrict(payload, &d); err != nil {
+		return Verified{}, &MalformedError{What: "declaration", Signed: true, Reason: err.Error()}
+	}
+	if d.IssuedAt.IsZero() {
+		return Verified{}, &MalformedError{What: "declaration", Signed: true, Reason: "issued_at is not set"}
+	}
+	if !d.ExpiresAt.After(d.IssuedAt) {
+		return Verified{}, &MalformedError{What: "declaration", Signed: true, Reason: "expires_at is not after issued_at"}
+	}
+
+	if d.Mesh != exp.Mesh || d.Node != exp.Node { // 5
+		return Verified{}, &AudienceError{WantMesh: exp.Mesh, WantNode: exp.Node, GotMesh: d.Mesh, GotNode: d.Node}
+	}
+
+	digest := d.Body.Digest() // 6
+	same := false
+	if exp.HaveApplied {
+		switch {
+		case d.Version < exp.AppliedVersion:
+			return Verified{}, &VersionError{What: "declaration version", Got: d.Version, Current: exp.AppliedVersion}
+		case d.Version == exp.AppliedVersion && digest != exp.AppliedBodyDigest:
+			return Verified{}, fmt.Errorf("%w: version %d was already applied with a different body; a change must come under a new version, so this one is refused", ErrReplayed, d.Version)
+		case d.Version == exp.AppliedVersion:
+			same = true
+		}
+	}
+
+	if exp.Now.Before(d.IssuedAt.Add(-skew)) { // 7
+		return Verified{}, fmt.Errorf("%w: issued at %s, %s ahead of this node's clock (tolerance %s); check this node's clock",
+			ErrNotYetValid, d.IssuedAt.UTC().Format(time.RFC3339), d.IssuedAt.Sub(exp.Now).Round(time.Second), skew)
+	}
+	if exp.Now.After(d.ExpiresAt.Add(skew)) {
+		return Verified{}, &ExpiredError{ExpiresAt: d.ExpiresAt, Now: exp.Now}
+	}
+
+	if err := d.Body.Validate(); err != nil { // 8
+		return Verified{}, err
+	}
+
+	ids := make([]string, len(signedBy))
+	for i, k := range signedBy {
+		ids[i] = KeyID(k)
+	}
+	return Verified{Declaration: d, BodyDigest: digest, SignedBy: ids, SameAsApplied: same}, nil
+}
+
+// checkID returns why s is not a valid mesh or node id, or "": 1 to 63
+// characters of a-z, 0-9 and '-', starting and ending with a letter or digit
+// (docs/protocol.md).
+func checkID(what, s string) string {
+	bad := fmt.Sprintf("%s id %q is not 1 to 63 characters of a-z, 0-9 and '-' starting and ending with a letter or digit", what, clip(s, maxIDShown))
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return bad
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
+			return bad
+		}
+	}
+	return ""
+}
