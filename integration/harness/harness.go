@@ -19,7 +19,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/pki"
 )
 
 // Binaries are the built meshctl and meshhost.
@@ -333,4 +337,29 @@ func (h *Host) Process() *Process { return h.run }
 func (h *Host) ReadManaged(rel string) (string, error) {
 	b, err := os.ReadFile(filepath.Join(h.Root, filepath.FromSlash(rel)))
 	return string(b), err
+}
+
+// OperatorConn connects to the control plane's broker with the data directory's
+// operator credentials, checking the pin like any client: the vantage point of a party
+// with broker access.
+func (cp *ControlPlane) OperatorConn() *nats.Conn {
+	cp.t.Helper()
+	cfg, err := datadir.Dir(cp.Dir).LoadConfig()
+	if err != nil {
+		cp.t.Fatal(err)
+	}
+	pin, err := cfg.Pin()
+	if err != nil {
+		cp.t.Fatal(err)
+	}
+	nc, err := nats.Connect("tls://"+cp.Listen,
+		nats.UserCredentials(filepath.Join(cp.Dir, datadir.AdminCredsFile)),
+		nats.Secure(pki.PinnedClientConfig(pin)),
+		nats.TLSHandshakeFirst(),
+	)
+	if err != nil {
+		cp.t.Fatalf("operator connection: %v", err)
+	}
+	cp.t.Cleanup(nc.Close)
+	return nc
 }

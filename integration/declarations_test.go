@@ -1,0 +1,130 @@
+package integration
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"mesh/declarations"
+	"mesh/integration/harness"
+)
+
+// TestInjectedDeclarationsRejected: a party with broker access publishes into a host's
+// subject a declaration signed by another key, an older one replayed, and one
+// addressed to another node. Each is rejected with its own error, nothing is applied,
+// and the agent keeps running with its state.
+func TestInjectedDeclarationsRejected(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "inject")
+	cp.Serve()
+	op := cp.OperatorConn()
+
+	// Record every envelope the control plane sends, as a broker insider would.
+	var mu sync.Mutex
+	captured := map[string][][]byte{}
+	if _, err := op.Subscribe("mesh.node.*.decl", func(m *nats.Msg) {
+		mu.Lock()
+		captured[m.Subject] = append(captured[m.Subject], m.Data)
+		mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	op.Flush()
+
+	hosts := map[string]*harness.Host{}
+	for _, id := range []string{"web-1", "web-2"} {
+		h := harness.NewHost(t, bin, id)
+		if r := h.Enrol(cp.Token(id)); r.Code != 0 {
+			t.Fatalf("enrol %s: %s", id, r.Combined())
+		}
+		h.Run()
+		hosts[id] = h
+	}
+	body := filepath.Join(t.TempDir(), "b.json")
+	declare := func(node, content string) {
+		writeFile(t, body, `{"files":[{"path":"app.conf","content":"`+content+`"}]}`)
+		if r := cp.Ctl("declare", "--node", node, "--file", body); r.Code != 0 {
+			t.Fatalf("declare: %s", r.Combined())
+		}
+	}
+	declare("web-1", "one")
+	declare("web-2", "two")
+	cp.WaitConverged("web-1", 1, 20*time.Second)
+	cp.WaitConverged("web-2", 1, 20*time.Second)
+	declare("web-1", "one-b")
+	cp.WaitConverged("web-1", 2, 20*time.Second)
+
+	mu.Lock()
+	web1v1 := envelopeWithVersion(t, captured["mesh.node.web-1.decl"], 1)
+	web2v1 := envelopeWithVersion(t, captured["mesh.node.web-2.decl"], 1)
+	mu.Unlock()
+
+	_, otherKey, _ := ed25519.GenerateKey(rand.Reader)
+	forged, err := declarations.SignDeclaration(declarations.Declaration{
+		Mesh: "inject", Node: "web-1", Version: 99, KeyringEpoch: 1,
+		IssuedAt: time.Now().UTC(), ExpiresAt: time.Now().Add(time.Hour).UTC(),
+		Body: declarations.Body{Files: []declarations.File{{Path: "app.conf", Content: ptr("owned")}}},
+	}, otherKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	attacks := []struct {
+		name, code string
+		envelope   []byte
+	}{
+		{"signed by another key", "untrusted", forged},
+		{"older declaration replayed", "rolled_back", web1v1},
+		{"addressed to another node", "wrong_audience", web2v1},
+		{"garbage bytes", "malformed", []byte("\x00\xffnot an envelope")},
+	}
+	for _, a := range attacks {
+		if err := op.Publish("mesh.node.web-1.decl", a.envelope); err != nil {
+			t.Fatal(err)
+		}
+		op.Flush()
+		harness.Eventually(t, 15*time.Second, a.name+" reported as "+a.code, func() bool {
+			n, _ := cp.Node("web-1")
+			return n.LastError != nil && n.LastError.Code == a.code
+		})
+		n, _ := cp.Node("web-1")
+		if n.Applied == nil || *n.Applied != 2 {
+			t.Fatalf("%s: applied version moved to %v", a.name, n.Applied)
+		}
+		if got, _ := hosts["web-1"].ReadManaged("app.conf"); got != "one-b" {
+			t.Fatalf("%s: app.conf = %q, the injected declaration was applied", a.name, got)
+		}
+		if hosts["web-1"].Process().Exited() {
+			t.Fatalf("%s: the agent stopped:\n%s", a.name, hosts["web-1"].Process().Output())
+		}
+	}
+	// The mesh still reaches the node afterwards.
+	declare("web-1", "three")
+	cp.WaitConverged("web-1", 3, 20*time.Second)
+	if got, _ := hosts["web-1"].ReadManaged("app.conf"); got != "three" {
+		t.Fatalf("after the attacks app.conf = %q", got)
+	}
+	if n, _ := cp.Node("web-1"); n.LastError != nil {
+		t.Fatalf("last error not cleared by a good declaration: %+v", n.LastError)
+	}
+}
+
+func envelopeWithVersion(t *testing.T, envs [][]byte, version uint64) []byte {
+	t.Helper()
+	for _, e := range envs {
+		var env declarations.Envelope
+		var d declarations.Declaration
+		if json.Unmarshal(e, &env) == nil && json.Unmarshal(env.Payload, &d) == nil && d.Version == version {
+			return e
+		}
+	}
+	t.Fatalf("no captured envelope with version %d among %d", version, len(envs))
+	return nil
+}
+
+func ptr[T any](v T) *T { return &v }

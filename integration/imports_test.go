@@ -1,0 +1,48 @@
+package integration
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestHostImportsNothingOfTheControlPlane enforces the layout rule of the design: the
+// host agent depends on the standard library, nats.go, nkeys and the declarations
+// package, and on nothing else of this module.
+func TestHostImportsNothingOfTheControlPlane(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "mesh/host/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	allowedExternal := []string{"github.com/nats-io/nats.go", "github.com/nats-io/nkeys", "github.com/nats-io/nuid", "golang.org/x/crypto", "golang.org/x/sys", "github.com/klauspost/compress"}
+	for _, pkg := range strings.Fields(string(out)) {
+		switch {
+		case pkg == "mesh/declarations", strings.HasPrefix(pkg, "mesh/host/"):
+		case strings.HasPrefix(pkg, "mesh/"):
+			t.Errorf("the host imports %s: the host may import nothing of this module but declarations", pkg)
+		default:
+			ok := false
+			for _, a := range allowedExternal {
+				if pkg == a || strings.HasPrefix(pkg, a+"/") {
+					ok = true
+				}
+			}
+			if !ok {
+				t.Errorf("the host imports %s, which is not nats.go, nkeys or their own dependencies", pkg)
+			}
+		}
+	}
+}
+
+// TestDeclarationsIsStdlibOnly: the host imports declarations, so it must bring nothing.
+func TestDeclarationsIsStdlibOnly(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "mesh/declarations").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if pkg != "mesh/declarations" {
+			t.Errorf("declarations imports %s; it must use the standard library only", pkg)
+		}
+	}
+}
