@@ -48,6 +48,27 @@ type Options struct {
 // ErrConflict means the data directory holds something bootstrap will not touch.
 var ErrConflict = errors.New("bootstrap conflict")
 
+// OptionError is a bootstrap option that cannot be used; nothing was changed.
+type OptionError struct {
+	Flag   string
+	Reason string
+}
+
+func (e *OptionError) Error() string { return e.Flag + ": " + e.Reason }
+
+func optionError(flag, format string, args ...any) error {
+	return &OptionError{Flag: flag, Reason: fmt.Sprintf(format, args...)}
+}
+
+// idReason is a short reason for an invalid id, without the token vocabulary.
+func idReason(err error) string {
+	var fe *tokenfmt.FieldError
+	if errors.As(err, &fe) {
+		return fe.Reason
+	}
+	return err.Error()
+}
+
 // step is one line of the plan.
 type step struct {
 	kind  string
@@ -112,27 +133,27 @@ func (o *Options) defaults() error {
 		o.Node = "cp-1"
 	}
 	if o.Dir == "" {
-		return errors.New("--data is required")
+		return optionError("--data", "is required")
 	}
 	if err := tokenfmt.ValidateMeshID(o.Mesh); err != nil {
-		return fmt.Errorf("--mesh: %w", err)
+		return optionError("--mesh", "%s", idReason(err))
 	}
 	if err := tokenfmt.ValidateNodeID(o.Node); err != nil {
-		return fmt.Errorf("--node: %w", err)
+		return optionError("--node", "%s", idReason(err))
 	}
 	listen, err := netip.ParseAddrPort(o.Listen)
 	if err != nil {
-		return fmt.Errorf("--listen %q is not ip:port", o.Listen)
+		return optionError("--listen", "%q is not ip:port (an address, not a name: hosts must reach it before any name resolution)", o.Listen)
 	}
 	if o.Advertise == "" {
 		if listen.Addr().IsUnspecified() {
-			return fmt.Errorf("--listen %s is a wildcard address; give --advertise ip:port, the address hosts will dial", o.Listen)
+			return optionError("--listen", "%s is a wildcard address; give --advertise ip:port, the address hosts will dial", o.Listen)
 		}
 		o.Advertise = o.Listen
 	}
 	adv, err := netip.ParseAddrPort(o.Advertise)
 	if err != nil || adv.Addr().IsUnspecified() {
-		return fmt.Errorf("--advertise %q must be a concrete ip:port hosts can dial", o.Advertise)
+		return optionError("--advertise", "%q must be a concrete ip:port hosts can dial", o.Advertise)
 	}
 	if o.RaftListen == "" {
 		o.RaftListen = netip.AddrPortFrom(listen.Addr(), listen.Port()+1).String()

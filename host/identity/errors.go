@@ -80,9 +80,9 @@ type TruncatedError struct {
 }
 
 func (e *TruncatedError) Error() string {
-	state := fmt.Sprintf("ends after %d bytes, before its content is complete", e.Size)
+	state := fmt.Sprintf("is truncated: it ends after %d bytes, before its content is complete", e.Size)
 	if e.Size == 0 {
-		state = "is empty"
+		state = "is truncated: it is empty"
 	}
 	return fmt.Sprintf("identity: the %s file %s %s. %s",
 		what(e.pending), e.Path, state, advice(e.pending, e.Path))

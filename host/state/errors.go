@@ -52,9 +52,9 @@ type TruncatedError struct {
 }
 
 func (e *TruncatedError) Error() string {
-	state := fmt.Sprintf("ends after %d bytes, before its content is complete", e.Size)
+	state := fmt.Sprintf("is truncated: it ends after %d bytes, before its content is complete", e.Size)
 	if e.Size == 0 {
-		state = "is empty"
+		state = "is truncated: it is empty"
 	}
 	return fmt.Sprintf("state: the applied state %s %s. %s", e.Path, state, advice(e.Path))
 }

@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"mesh/controlplane/api"
+	"mesh/controlplane/bootstrap"
 	"mesh/controlplane/operator"
 )
 
@@ -122,8 +123,9 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	fmt.Fprintf(stderr, "meshctl %s: %v\n", name, err)
 	var ue usageError
 	var ae *api.Error
+	var oe *bootstrap.OptionError
 	switch {
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), errors.As(err, &oe):
 		fmt.Fprintf(stderr, "run `meshctl %s --help` for usage\n", name)
 		return exitUsage
 	case errors.Is(err, operator.ErrUnreachable), errors.Is(err, operator.ErrNoLeader):

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func runCLI(stdin string, env map[string]string, args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(args, &cliIO{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb, getenv: func(k string) string { return env[k] }})
+	return code, out.String(), errb.String()
+}
+
+func TestUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"frobnicate"}, "unknown command"},
+		{[]string{"enrol"}, "--state is required"},
+		{[]string{"enrol", "--state", dir, "mesh1_demo_the_token_on_the_command_line"}, "never given on the command line"},
+		{[]string{"run", "--state", dir}, "--state and --root are required"},
+		{[]string{"run", "--state", dir, "--root", dir, "--heartbeat", "10ms"}, "at least 1s"},
+		{[]string{"run", "--state", dir, "--root", dir, "--log-level", "loud"}, "--log-level"},
+		{[]string{"status"}, "--state is required"},
+		{[]string{"enrol", "--bogus"}, "flag provided but not defined"},
+	}
+	for _, c := range cases {
+		code, _, stderr := runCLI("", nil, c.args...)
+		if code != exitUsage || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q, want %d and %q", c.args, code, stderr, exitUsage, c.want)
+		}
+	}
+}
+
+// TestTokenInputs: the token's sources and what goes wrong with each, before any network.
+func TestTokenInputs(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		name, stdin string
+		env         map[string]string
+		args        []string
+		want        string
+	}{
+		{"empty stdin", "", nil, nil, "no token given"},
+		{"garbage", "hello world\n", nil, nil, "not"},
+		{"oversized", strings.Repeat("m", 20<<10), nil, nil, "over 16384 bytes"},
+		{"missing file", "", nil, []string{"--token-file", dir + "/nope"}, "no such file"},
+		{"truncated in env", "", map[string]string{"MESH_TOKEN": "mesh1_demo_127.0.0.1:7300_ab"}, nil, "truncated"},
+	}
+	for _, c := range cases {
+		code, _, stderr := runCLI(c.stdin, c.env, append([]string{"enrol", "--state", dir}, c.args...)...)
+		if code != exitToken || !strings.Contains(stderr, c.want) {
+			t.Errorf("%s: exit %d, stderr %q; want %d and %q", c.name, code, stderr, exitToken, c.want)
+		}
+	}
+}
+
+func TestStatusWithoutIdentity(t *testing.T) {
+	code, _, stderr := runCLI("", nil, "status", "--state", t.TempDir())
+	if code != exitIdentity || !strings.Contains(stderr, "not enrolled") {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+}
