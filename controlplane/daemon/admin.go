@@ -183,7 +183,7 @@ func (d *Daemon) declare(req api.DeclareRequest) (api.DeclareResult, error) {
 }
 
 func (d *Daemon) nodes(req api.NodesRequest) (api.NodesResult, error) {
-	now := time.Now()
+	now := d.now()
 	out := api.NodesResult{Mesh: d.cfg.Mesh, AnsweredBy: d.cfg.Node}
 	d.fsm.Read(func(s *state.State) {
 		out.KeyringEpoch = s.Keyring.Epoch
@@ -266,7 +266,7 @@ func (d *Daemon) label(req api.LabelRequest) (api.NodeView, error) {
 	if res.Err != nil {
 		return api.NodeView{}, &api.Error{Code: api.CodeNotFound, Message: res.Err.Error()}
 	}
-	return d.view(res.Node, time.Now()), nil
+	return d.view(res.Node, d.now()), nil
 }
 
 // validateLabels keeps label keys and values short and plain.

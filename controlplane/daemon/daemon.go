@@ -48,6 +48,9 @@ type Options struct {
 	StatusFlushInterval time.Duration
 	// ReadyTimeout bounds the wait for this node's state to be current at start.
 	ReadyTimeout time.Duration
+	// Now is the wall clock (tests skew it); nil means time.Now. It stamps the
+	// commands this node proposes, and so token expiry and declaration validity.
+	Now func() time.Time
 }
 
 func (o *Options) defaults() {
@@ -66,7 +69,13 @@ func (o *Options) defaults() {
 	if o.ReadyTimeout == 0 {
 		o.ReadyTimeout = time.Minute
 	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 }
+
+// now is the daemon's wall clock.
+func (d *Daemon) now() time.Time { return d.opts.Now() }
 
 // Daemon is a running control node.
 type Daemon struct {
@@ -129,6 +138,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		FSM:      d.fsm,
 		Timeouts: opts.Timeouts,
 		Logger:   d.log,
+		Now:      opts.Now,
 	})
 	if err != nil {
 		return nil, err
@@ -182,7 +192,7 @@ func (d *Daemon) initialise() error {
 		return nil
 	}
 	pub := d.key.Public().(ed25519.PublicKey)
-	kr := declarations.Keyring{Mesh: d.cfg.Mesh, Epoch: 1, Keys: []string{hex.EncodeToString(pub)}, IssuedAt: time.Now().UTC().Truncate(time.Second)}
+	kr := declarations.Keyring{Mesh: d.cfg.Mesh, Epoch: 1, Keys: []string{hex.EncodeToString(pub)}, IssuedAt: d.now().UTC().Truncate(time.Second)}
 	env, err := declarations.SignKeyring(kr, d.key)
 	if err != nil {
 		return fmt.Errorf("sign the first keyring: %w", err)

@@ -61,7 +61,7 @@ func (d *Daemon) enrol(node string, data []byte) api.EnrolResponse {
 	}
 
 	// Answer a hopeless request without touching the log.
-	now := time.Now().UTC()
+	now := d.now().UTC()
 	var pre error
 	d.fsm.Read(func(s *state.State) { _, pre = s.TokenState(id, req.Node, req.Role, req.PublicKey, now) })
 	if pre != nil {

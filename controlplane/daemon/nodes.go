@@ -26,7 +26,7 @@ func nodeOf(subject string) string {
 // handleSync answers a node asking for its current declaration and keyring.
 func (d *Daemon) handleSync(m *nats.Msg) {
 	node := nodeOf(m.Subject)
-	d.seen.mark(node, time.Now())
+	d.seen.mark(node, d.now())
 	resp := api.SyncResponse{V: api.ProtocolVersion}
 	if _, err := api.Decode[api.SyncRequest](m.Data); err != nil {
 		resp.Error = &api.Error{Code: api.CodeBadRequest, Message: err.Error()}
@@ -55,7 +55,7 @@ func (d *Daemon) handleSync(m *nats.Msg) {
 // handleStatus records a node's report: liveness in memory, changes through the log.
 func (d *Daemon) handleStatus(m *nats.Msg) {
 	node := nodeOf(m.Subject)
-	now := time.Now()
+	now := d.now()
 	st, err := api.Decode[api.Status](m.Data)
 	if err != nil {
 		d.log.Warn("status report refused", "node", node, "err", err)
@@ -219,7 +219,7 @@ func (d *Daemon) reconcileLoop(ctx context.Context) error {
 			return ctx.Err()
 		case <-t.C:
 			if d.raft.IsLeader() {
-				d.reconcile(time.Now())
+				d.reconcile(d.now())
 			}
 		}
 	}
@@ -270,7 +270,7 @@ func (d *Daemon) enforceRevocation(node string) int {
 	if conns, err := d.broker.Connections(); err == nil {
 		open = conns[user]
 	}
-	notice, err := d.signer.revocation(d.cfg.Mesh, node, time.Now().UTC().Truncate(time.Second))
+	notice, err := d.signer.revocation(d.cfg.Mesh, node, d.now().UTC().Truncate(time.Second))
 	if err == nil {
 		_ = d.nc.Publish(api.DeclarationSubject(node), notice)
 		_ = d.nc.FlushTimeout(time.Second)

@@ -5,9 +5,13 @@
 package operator
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -16,6 +20,7 @@ import (
 	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
+	"mesh/tokenfmt"
 )
 
 // ErrUnreachable means no broker of the mesh answered.
@@ -112,4 +117,44 @@ func (c *Client) Call(op string, req, res any) error {
 		return nil
 	}
 	return json.Unmarshal(resp.Result, res)
+}
+
+// MintToken mints a token for node: the secret is generated here and only its hash
+// reaches the control plane, which answers with what hosts must be told (brokers, pin,
+// current signing key) and the expiry by its clock.
+func (c *Client) MintToken(node string, role tokenfmt.Role, ttl time.Duration, labels map[string]string) (tokenfmt.Token, error) {
+	var t tokenfmt.Token
+	if _, err := rand.Read(t.Secret[:]); err != nil {
+		return t, err
+	}
+	id := t.SecretHash()
+	var res api.TokenCreateResult
+	err := c.Call(api.OpTokenCreate, api.TokenCreateRequest{
+		ID: hex.EncodeToString(id[:]), Node: node, Role: string(role), Labels: labels, TTL: api.Duration(ttl),
+	}, &res)
+	if err != nil {
+		return t, err
+	}
+	t.Mesh, t.Node, t.Role, t.Expiry = res.Mesh, node, role, res.Expiry.UTC().Truncate(time.Second)
+	for _, b := range res.Brokers {
+		ap, err := netip.ParseAddrPort(b)
+		if err != nil {
+			return t, fmt.Errorf("the control plane lists broker %q, which is not ip:port", b)
+		}
+		t.Brokers = append(t.Brokers, ap)
+	}
+	pin, err := hex.DecodeString(res.CAPin)
+	if err != nil || len(pin) != 32 {
+		return t, errors.New("the control plane sent a malformed CA pin")
+	}
+	copy(t.CAPin[:], pin)
+	key, err := hex.DecodeString(res.SigningKey)
+	if err != nil || len(key) != ed25519.PublicKeySize {
+		return t, errors.New("the control plane sent a malformed signing key")
+	}
+	t.SigningKey = ed25519.PublicKey(key)
+	if err := t.Validate(); err != nil {
+		return t, fmt.Errorf("minted token does not validate: %w", err)
+	}
+	return t, nil
 }

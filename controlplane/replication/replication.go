@@ -55,10 +55,13 @@ type Config struct {
 	FSM      *state.FSM
 	Timeouts Timeouts
 	Logger   *slog.Logger
+	// Now stamps the commands this member proposes; nil means time.Now.
+	Now func() time.Time
 }
 
 // Node is a running Raft member.
 type Node struct {
+	now    func() time.Time
 	Raft   *raft.Raft
 	FSM    *state.FSM
 	store  *raftboltdb.BoltStore
@@ -180,7 +183,11 @@ func Open(cfg Config) (*Node, error) {
 		store.Close()
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
-	return &Node{Raft: r, FSM: cfg.FSM, store: store, trans: trans, leader: leader, log: log}, nil
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Node{now: now, Raft: r, FSM: cfg.FSM, store: store, trans: trans, leader: leader, log: log}, nil
 }
 
 // LeaderChanges delivers true when this node becomes leader and false when it stops
@@ -217,7 +224,7 @@ func (n *Node) Apply(c state.Command, timeout time.Duration) (state.Result, erro
 		return state.Result{}, ErrNotLeader
 	}
 	if c.At.IsZero() {
-		c.At = time.Now().UTC()
+		c.At = n.now().UTC()
 	}
 	data, err := json.Marshal(c)
 	if err != nil {

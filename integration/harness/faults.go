@@ -93,7 +93,22 @@ type Proxy struct {
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
 	bytes atomic.Int64
+	// dropOver, when positive, cuts every connection instead of forwarding the first
+	// server-to-client read at least that large (once).
+	dropOver atomic.Int64
+	dropped  atomic.Int64
 }
+
+// CutOnLargeReply arms a one-shot fault: once a connection has carried n bytes from
+// the server after its TLS handshake flight, the read that crosses n is not forwarded
+// and every connection is cut. During enrolment the server sends, after the handshake,
+// INFO and a PONG (together under 1 kB) and then the enrolment reply (CA, keyring,
+// declaration: about 1.9 kB encrypted), so n = 1200 loses exactly the reply, after the
+// mesh committed the enrolment.
+func (p *Proxy) CutOnLargeReply(n int) { p.dropOver.Store(int64(n)) }
+
+// Dropped reports how many times CutOnLargeReply fired.
+func (p *Proxy) Dropped() int64 { return p.dropped.Load() }
 
 // StartProxy listens on listen (ip:port, port 0 picks one) and relays to target.
 func StartProxy(t testing.TB, listen, target string) *Proxy {
@@ -184,15 +199,27 @@ func (p *Proxy) accept() {
 		}
 		p.track(c)
 		p.track(up)
-		go p.pipe(c, up)
-		go p.pipe(up, c)
+		go p.pipe(c, up, true)
+		go p.pipe(up, c, false)
 	}
 }
 
-func (p *Proxy) pipe(dst, src net.Conn) {
+func (p *Proxy) pipe(dst, src net.Conn, fromServer bool) {
 	buf := make([]byte, 32<<10)
+	reads, after := 0, int64(0)
 	for {
 		n, err := src.Read(buf)
+		reads++
+		// The first read from the server is its TLS handshake flight (certificates
+		// included); the fault counts what comes after it.
+		if fromServer && reads > 1 {
+			after += int64(n)
+		}
+		if limit := p.dropOver.Load(); fromServer && reads > 1 && limit > 0 && after >= limit && p.dropOver.CompareAndSwap(limit, 0) {
+			p.dropped.Add(1)
+			p.CutAll()
+			break
+		}
 		if n > 0 {
 			for p.stall.Load() {
 				time.Sleep(10 * time.Millisecond)

@@ -225,6 +225,22 @@ type ControlPlane struct {
 // NewControlPlane bootstraps a mesh in a fresh directory on free loopback ports.
 func NewControlPlane(t testing.TB, bin Binaries, mesh string) *ControlPlane {
 	t.Helper()
+	return newControlPlane(t, bin, mesh, "")
+}
+
+// NewControlPlaneBehindProxy bootstraps a mesh whose advertised broker address (the
+// one tokens carry and hosts dial) is a Proxy in front of the real broker, so every
+// host connection can be slowed, stalled or cut. Operators connect directly.
+func NewControlPlaneBehindProxy(t testing.TB, bin Binaries, mesh string) (*ControlPlane, *Proxy) {
+	t.Helper()
+	proxy := StartProxy(t, "127.0.0.1:0", "127.0.0.1:1")
+	cp := newControlPlane(t, bin, mesh, proxy.Addr())
+	proxy.SetTarget(cp.Listen)
+	return cp, proxy
+}
+
+func newControlPlane(t testing.TB, bin Binaries, mesh, advertise string) *ControlPlane {
+	t.Helper()
 	ports := FreePorts(t, 3)
 	cp := &ControlPlane{
 		Bin: bin, Dir: filepath.Join(t.TempDir(), "cp"), Mesh: mesh, t: t,
@@ -232,7 +248,11 @@ func NewControlPlane(t testing.TB, bin Binaries, mesh string) *ControlPlane {
 		Raft:    fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		Cluster: fmt.Sprintf("127.0.0.1:%d", ports[2]),
 	}
-	r := cp.Ctl("bootstrap", "--mesh", mesh, "--listen", cp.Listen, "--raft-listen", cp.Raft, "--cluster-listen", cp.Cluster)
+	args := []string{"bootstrap", "--mesh", mesh, "--listen", cp.Listen, "--raft-listen", cp.Raft, "--cluster-listen", cp.Cluster}
+	if advertise != "" {
+		args = append(args, "--advertise", advertise)
+	}
+	r := cp.Ctl(args...)
 	if r.Code != 0 {
 		t.Fatalf("bootstrap failed (%d):\n%s", r.Code, r.Combined())
 	}

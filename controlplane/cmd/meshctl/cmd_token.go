@@ -1,15 +1,10 @@
 package main
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/hex"
 	"flag"
 	"fmt"
-	"net/netip"
 	"time"
 
-	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/operator"
 	"mesh/tokenfmt"
@@ -65,46 +60,16 @@ Hand it to the machine out of band: meshhost reads it from stdin, a file or MESH
 	}
 }
 
-// mintToken generates the secret locally, records its hash in the mesh, and encodes
-// the token with what the control plane says hosts must be told.
+// mintToken mints a token through the control plane of dir and returns its text.
 func mintToken(dir datadir.Dir, node string, role tokenfmt.Role, ttl time.Duration, labels map[string]string) (string, error) {
-	var t tokenfmt.Token
-	if _, err := rand.Read(t.Secret[:]); err != nil {
-		return "", err
-	}
-	id := t.SecretHash()
 	c, err := operator.Dial(dir, operator.Options{})
 	if err != nil {
 		return "", err
 	}
 	defer c.Close()
-	var res api.TokenCreateResult
-	err = c.Call(api.OpTokenCreate, api.TokenCreateRequest{
-		ID: hex.EncodeToString(id[:]), Node: node, Role: string(role), Labels: labels, TTL: api.Duration(ttl),
-	}, &res)
+	t, err := c.MintToken(node, role, ttl, labels)
 	if err != nil {
 		return "", err
-	}
-	t.Mesh, t.Node, t.Role, t.Expiry = res.Mesh, node, role, res.Expiry.UTC().Truncate(time.Second)
-	for _, b := range res.Brokers {
-		ap, err := netip.ParseAddrPort(b)
-		if err != nil {
-			return "", fmt.Errorf("the control plane lists broker %q, which is not ip:port", b)
-		}
-		t.Brokers = append(t.Brokers, ap)
-	}
-	pin, err := hex.DecodeString(res.CAPin)
-	if err != nil || len(pin) != 32 {
-		return "", fmt.Errorf("the control plane sent a malformed CA pin")
-	}
-	copy(t.CAPin[:], pin)
-	key, err := hex.DecodeString(res.SigningKey)
-	if err != nil || len(key) != ed25519.PublicKeySize {
-		return "", fmt.Errorf("the control plane sent a malformed signing key")
-	}
-	t.SigningKey = ed25519.PublicKey(key)
-	if err := t.Validate(); err != nil {
-		return "", fmt.Errorf("minted token does not validate: %w", err)
 	}
 	return t.Encode(), nil
 }
