@@ -63,9 +63,11 @@ type Expect struct {
 	AppliedBodyDigest [32]byte
 	// Now is this node's clock; it must be set.
 	Now time.Time
-	// Skew is the clock tolerance on both ends of the validity window; 0
-	// means DefaultSkew.
+	// Skew is the clock tolerance after expiry; 0 means DefaultSkew.
 	Skew time.Duration
+	// FutureSkew is how far in this node's future the issue time may be; 0 means
+	// DefaultFutureSkew.
+	FutureSkew time.Duration
 }
 
 // Verified is a declaration that passed every check.
@@ -91,7 +93,7 @@ type Verified struct {
 //  6. version, if exp.HaveApplied: older than applied is *VersionError
 //     (ErrRolledBack); equal with another body is ErrReplayed; equal with the
 //     same body is accepted with SameAsApplied;
-//  7. validity window, widened by the skew on both ends: ErrNotYetValid or
+//  7. validity window, widened by FutureSkew before and Skew after: ErrNotYetValid or
 //     *ExpiredError;
 //  8. the body rules: *BodyError.
 //
@@ -145,9 +147,13 @@ func VerifyDeclaration(raw []byte, trusted []ed25519.PublicKey, exp Expect) (Ver
 		}
 	}
 
-	if exp.Now.Before(d.IssuedAt.Add(-skew)) { // 7
+	future := exp.FutureSkew
+	if future <= 0 {
+		future = DefaultFutureSkew
+	}
+	if exp.Now.Before(d.IssuedAt.Add(-future)) { // 7
 		return Verified{}, fmt.Errorf("%w: issued at %s, %s ahead of this node's clock (tolerance %s); check this node's clock",
-			ErrNotYetValid, d.IssuedAt.UTC().Format(time.RFC3339), d.IssuedAt.Sub(exp.Now).Round(time.Second), skew)
+			ErrNotYetValid, d.IssuedAt.UTC().Format(time.RFC3339), d.IssuedAt.Sub(exp.Now).Round(time.Second), future)
 	}
 	if exp.Now.After(d.ExpiresAt.Add(skew)) {
 		return Verified{}, &ExpiredError{ExpiresAt: d.ExpiresAt, Now: exp.Now}

@@ -227,25 +227,26 @@ func TestVerifyDeclarationWindow(t *testing.T) {
 	d := sampleDecl()
 	raw := mustSign(t, d, k)
 	tests := []struct {
-		name string
-		now  time.Time
-		skew time.Duration
-		code string
+		name   string
+		now    time.Time
+		skew   time.Duration
+		future time.Duration
+		code   string
 	}{
-		{"inside", t0.Add(time.Hour), 0, ""},
-		{"at issued_at minus skew", d.IssuedAt.Add(-DefaultSkew), 0, ""},
-		{"just before issued_at minus skew", d.IssuedAt.Add(-DefaultSkew - time.Nanosecond), 0, "not_yet_valid"},
-		{"far in the past", d.IssuedAt.Add(-48 * time.Hour), 0, "not_yet_valid"},
-		{"at expires_at plus skew", d.ExpiresAt.Add(DefaultSkew), 0, ""},
-		{"just after expires_at plus skew", d.ExpiresAt.Add(DefaultSkew + time.Nanosecond), 0, "expired"},
-		{"custom skew widens", d.ExpiresAt.Add(20 * time.Minute), time.Hour, ""},
-		{"custom skew narrows", d.ExpiresAt.Add(2 * time.Second), time.Second, "expired"},
-		{"custom skew narrows the start", d.IssuedAt.Add(-2 * time.Second), time.Second, "not_yet_valid"},
+		{"inside", t0.Add(time.Hour), 0, 0, ""},
+		{"at issued_at minus future skew", d.IssuedAt.Add(-DefaultFutureSkew), 0, 0, ""},
+		{"just before issued_at minus future skew", d.IssuedAt.Add(-DefaultFutureSkew - time.Nanosecond), 0, 0, "not_yet_valid"},
+		{"far in the past", d.IssuedAt.Add(-48 * time.Hour), 0, 0, "not_yet_valid"},
+		{"at expires_at plus skew", d.ExpiresAt.Add(DefaultSkew), 0, 0, ""},
+		{"just after expires_at plus skew", d.ExpiresAt.Add(DefaultSkew + time.Nanosecond), 0, 0, "expired"},
+		{"custom skew widens", d.ExpiresAt.Add(20 * time.Minute), time.Hour, 0, ""},
+		{"custom skew narrows", d.ExpiresAt.Add(2 * time.Second), time.Second, 0, "expired"},
+		{"custom skew narrows the start", d.IssuedAt.Add(-2 * time.Second), 0, time.Second, "not_yet_valid"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			exp := sampleExpect()
-			exp.Now, exp.Skew = tc.now, tc.skew
+			exp.Now, exp.Skew, exp.FutureSkew = tc.now, tc.skew, tc.future
 			_, err := VerifyDeclaration(raw, trusted, exp)
 			wantCode(t, err, tc.code)
 		})
@@ -260,9 +261,9 @@ func TestVerifyDeclarationWindow(t *testing.T) {
 	}
 	wantErrContains(t, err, "expired 3h0m0s ago")
 
-	exp.Now = d.IssuedAt.Add(-time.Hour)
+	exp.Now = d.IssuedAt.Add(-2 * time.Hour)
 	_, err = VerifyDeclaration(raw, trusted, exp)
-	wantErrContains(t, err, "1h0m0s ahead of this node's clock")
+	wantErrContains(t, err, "2h0m0s ahead of this node's clock")
 }
 
 func TestVerifyDeclarationBody(t *testing.T) {

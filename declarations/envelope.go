@@ -49,9 +49,15 @@ const (
 	// MaxKeyringKeys bounds the keys of one keyring.
 	MaxKeyringKeys = 8
 
-	// DefaultSkew is the clock tolerance applied on both ends of a
-	// declaration's validity window.
+	// DefaultSkew is the clock tolerance applied after a declaration's expiry:
+	// freshness is what expiry protects, so it stays tight.
 	DefaultSkew = 5 * time.Minute
+	// DefaultFutureSkew is how far in a node's future a declaration may have been
+	// issued and still be accepted. An issue time carries no security weight of its
+	// own (versions order declarations, expiry bounds their life), while a node
+	// whose clock runs behind would otherwise refuse every fresh declaration; only a
+	// grossly wrong clock is refused, with a message that says so.
+	DefaultFutureSkew = time.Hour
 	// DefaultValidity is how long after issuing a declaration should expire;
 	// the control plane re-signs before that.
 	DefaultValidity = 24 * time.Hour

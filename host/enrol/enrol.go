@@ -148,6 +148,10 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 		err = nil // let the mesh's clock decide
 	}
 	if err != nil {
+		if expired != nil {
+			return Result{}, fmt.Errorf("%w: %w (by this machine's clock, which reads %s; the mesh's clock decides, so if this clock is wrong, fix it and run enrol again)",
+				ErrToken, err, now.UTC().Format(time.RFC3339))
+		}
 		return Result{}, fmt.Errorf("%w: %w", ErrToken, err)
 	}
 	if tok.Role != token.RoleWorker {
