@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
@@ -11,14 +12,16 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"mesh/controlplane/datadir"
 	"mesh/declarations"
 	"mesh/integration/harness"
 )
 
 // TestInjectedDeclarationsRejected: a party with broker access publishes into a host's
-// subject a declaration signed by another key, an older one replayed, and one
-// addressed to another node. Each is rejected with its own error, nothing is applied,
-// and the agent keeps running with its state.
+// subject a declaration signed by another key, an older one replayed, one addressed to
+// another node, a forged revocation notice, an expired one signed by the mesh's own
+// key, an oversized one and garbage. Each is rejected with its own error, nothing is
+// applied, and the agent keeps running with its state.
 func TestInjectedDeclarationsRejected(t *testing.T) {
 	cp := harness.NewControlPlane(t, bin, "inject")
 	cp.Serve()
@@ -74,6 +77,24 @@ func TestInjectedDeclarationsRejected(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	meshKey, err := datadir.Dir(cp.Dir).LoadSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired, err := declarations.SignDeclaration(declarations.Declaration{
+		Mesh: "inject", Node: "web-1", Version: 50, KeyringEpoch: 1,
+		IssuedAt: time.Now().Add(-48 * time.Hour).UTC(), ExpiresAt: time.Now().Add(-24 * time.Hour).UTC(),
+		Body: declarations.Body{Files: []declarations.File{{Path: "app.conf", Content: ptr("stale")}}},
+	}, meshKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forgedRevocation, err := declarations.SignRevocation(declarations.Revocation{Mesh: "inject", Node: "web-1", RevokedAt: time.Now().UTC()}, otherKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oversized := append([]byte(`{"payloadType":"`), bytes.Repeat([]byte("A"), declarations.MaxEnvelopeSize+1024)...)
+
 	attacks := []struct {
 		name, code string
 		envelope   []byte
@@ -81,6 +102,9 @@ func TestInjectedDeclarationsRejected(t *testing.T) {
 		{"signed by another key", "untrusted", forged},
 		{"older declaration replayed", "rolled_back", web1v1},
 		{"addressed to another node", "wrong_audience", web2v1},
+		{"revocation notice signed by another key", "untrusted", forgedRevocation},
+		{"expired, signed by the mesh", "expired", expired},
+		{"oversized", "too_large", oversized},
 		{"garbage bytes", "malformed", []byte("\x00\xffnot an envelope")},
 	}
 	for _, a := range attacks {

@@ -257,7 +257,7 @@ func (r *run) dialEnrolment(ctx context.Context) (*nats.Conn, string, error) {
 		case errors.Is(err, nats.ErrAuthorization):
 			// The pin was checked, so this is the mesh itself saying the secret
 			// names no token it minted.
-			return nil, "", &RefusedError{Code: wire.CodeTokenUnknown, Message: "the mesh does not recognise the token's secret"}
+			return nil, "", &RefusedError{Code: wire.CodeTokenUnknown, Message: "the mesh refused the token's secret: it never minted this token, or this address made too many failed attempts in the last minute (then wait a minute)"}
 		default:
 			r.step("connect", "%s: unreachable (%v)", addr, err)
 			errs = append(errs, addr+": "+err.Error())

@@ -1,0 +1,240 @@
+package integration
+
+import (
+	"crypto/rand"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/pki"
+	"mesh/host/identity"
+	"mesh/integration/harness"
+	"mesh/tokenfmt"
+)
+
+// nodeConn connects as an enrolled node, with its own valid credentials, from the
+// identity file: what a compromised host holds.
+func nodeConn(t *testing.T, cpDir, state, listen string, errs chan<- error) *nats.Conn {
+	t.Helper()
+	id, err := identity.Load(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := id.KeyPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := datadir.Dir(cpDir).LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin, _ := cfg.Pin()
+	nc, err := nats.Connect("tls://"+listen,
+		nats.Secure(pki.PinnedClientConfig(pin)), nats.TLSHandshakeFirst(),
+		nats.Nkey(id.PublicKey, kp.Sign), nats.CustomInboxPrefix(id.Subjects.InboxPrefix),
+		nats.NoReconnect(),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case errs <- err:
+			default:
+			}
+		}),
+	)
+	if err != nil {
+		t.Fatalf("connect as the node: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// TestCompromisedHostRefused: a host using its own valid credentials tries to read
+// another node's declarations, publish a declaration, publish another node's status
+// and use the operator API. The broker refuses every attempt, and each shows in the
+// control plane's log.
+func TestCompromisedHostRefused(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "compromised")
+	serve := cp.Serve()
+	evil := harness.NewHost(t, bin, "evil")
+	victim := harness.NewHost(t, bin, "victim")
+	for _, h := range []*harness.Host{evil, victim} {
+		if r := h.Enrol(cp.Token(h.Name)); r.Code != 0 {
+			t.Fatalf("enrol %s: %s", h.Name, r.Combined())
+		}
+	}
+	victim.Run()
+	cp.WaitConverged("victim", 0, 15*time.Second)
+	errs := make(chan error, 64)
+	nc := nodeConn(t, cp.Dir, evil.State, cp.Listen, errs)
+
+	attempts := []struct {
+		name string
+		try  func() error
+		want string // the subject the broker names in the violation
+	}{
+		{"read another node's declarations", func() error { _, err := nc.SubscribeSync("mesh.node.victim.decl"); return err }, "mesh.node.victim.decl"},
+		{"read everything", func() error { _, err := nc.SubscribeSync(">"); return err }, ">"},
+		{"publish a declaration to itself", func() error { return nc.Publish("mesh.node.evil.decl", []byte("{}")) }, "mesh.node.evil.decl"},
+		{"publish a declaration to another node", func() error { return nc.Publish("mesh.node.victim.decl", []byte("{}")) }, "mesh.node.victim.decl"},
+		{"publish another node's status", func() error {
+			return nc.Publish("mesh.node.victim.status", []byte(`{"v":1,"node":"victim","have_applied":true,"applied_version":99}`))
+		}, "mesh.node.victim.status"},
+		{"use the operator API", func() error { return nc.PublishRequest("mesh.admin.nodes", "_INBOX.node.evil.x", []byte("{}")) }, "mesh.admin.nodes"},
+		{"enrol as another node", func() error { return nc.Publish("mesh.enrol.victim", []byte("{}")) }, "mesh.enrol.victim"},
+	}
+	for _, a := range attempts {
+		if err := a.try(); err != nil {
+			t.Fatalf("%s: the client library refused locally: %v", a.name, err)
+		}
+		nc.Flush()
+		select {
+		case err := <-errs:
+			if !strings.Contains(strings.ToLower(err.Error()), "permissions violation") || !strings.Contains(err.Error(), a.want) {
+				t.Fatalf("%s: broker answered %v", a.name, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the broker did not refuse it", a.name)
+		}
+	}
+	harness.Eventually(t, 5*time.Second, "violations in the control plane's log", func() bool {
+		return strings.Count(serve.Output(), "Violation - Subject") >= len(attempts)
+	})
+	for _, a := range attempts {
+		if !strings.Contains(serve.Output(), a.want) {
+			t.Errorf("the control plane's log does not show the attempt on %s", a.want)
+		}
+	}
+	if n, _ := cp.Node("victim"); n.Applied == nil || *n.Applied != 0 {
+		t.Fatalf("the forged status moved the victim's applied version: %+v", n.Applied)
+	}
+}
+
+// TestTokenAbuse: repeated wrong secrets from one address are rate limited and
+// logged; other addresses are unaffected; nothing is recorded.
+func TestTokenAbuse(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "abuse")
+	serve := cp.Serve()
+	good := cp.Token("web-1")
+	tok, err := tokenfmt.Parse(good, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		wrong := tok
+		rand.Read(wrong.Secret[:])
+		r := harness.NewHost(t, bin, "guess").Enrol(wrong.Encode())
+		if r.Code != hostExitToken || !strings.Contains(r.Combined(), "token_unknown") {
+			t.Fatalf("guess %d: exit %d:\n%s", i, r.Code, r.Combined())
+		}
+	}
+	harness.Eventually(t, 5*time.Second, "the block is logged", func() bool {
+		return strings.Contains(serve.Output(), "enrolment attempts from this address are blocked")
+	})
+	// From the blocked address even the right secret is refused for now...
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(good); r.Code != hostExitToken || !strings.Contains(r.Combined(), "too many failed attempts") {
+		t.Fatalf("a blocked address enrolled (exit %d):\n%s", r.Code, r.Combined())
+	}
+	if !strings.Contains(serve.Output(), "too many failed enrolment attempts") {
+		t.Fatalf("refusals during the block are not logged:\n%s", serve.Output())
+	}
+	// ...while another address is not blocked: the right secret connects from 127.0.0.2.
+	cfg, _ := datadir.Dir(cp.Dir).LoadConfig()
+	pin, _ := cfg.Pin()
+	nc, err := nats.Connect("tls://"+cp.Listen,
+		nats.Secure(pki.PinnedClientConfig(pin)), nats.TLSHandshakeFirst(),
+		nats.UserInfo("enrol:web-1", hexSecret(tok)), nats.NoReconnect(),
+		nats.SetCustomDialer(&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}, Timeout: 5 * time.Second}),
+	)
+	if err != nil {
+		t.Fatalf("another address is blocked too: %v", err)
+	}
+	nc.Close()
+	if _, ok := cp.Node("web-1"); ok {
+		t.Fatal("a node was recorded by refused attempts")
+	}
+	if _, err := identity.Load(h.State); !errors.Is(err, identity.ErrNotEnrolled) {
+		t.Fatalf("identity: %v", err)
+	}
+}
+
+func hexSecret(t tokenfmt.Token) string {
+	e := t.Encode()
+	return e[len(e)-9-64 : len(e)-9]
+}
+
+// TestRevocationDisconnectsWithinOneSecond: a revoked node that ignores the signed
+// notice (a compromised host) is disconnected by the broker within a second of
+// `meshctl revoke` returning, and refused on reconnect. Enrolling the machine again
+// with a new token gives a new identity; the old key stays refused.
+func TestRevocationDisconnectsWithinOneSecond(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "revoke")
+	cp.Serve()
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	closed := make(chan time.Time, 1)
+	errs := make(chan error, 8)
+	nc := nodeConn(t, cp.Dir, h.State, cp.Listen, errs)
+	nc.SetClosedHandler(func(*nats.Conn) { closed <- time.Now() })
+	if _, err := nc.SubscribeSync("mesh.node.web-1.decl"); err != nil { // it reads the notice, and ignores it
+		t.Fatal(err)
+	}
+	nc.Flush()
+
+	r := cp.Ctl("revoke", "web-1")
+	returned := time.Now()
+	if r.Code != 0 || !strings.Contains(r.Stdout, "1 connection(s) closed") {
+		t.Fatalf("revoke (%d): %s", r.Code, r.Combined())
+	}
+	select {
+	case at := <-closed:
+		if d := at.Sub(returned); d > time.Second {
+			t.Fatalf("disconnected %s after revoke returned, want within 1s", d)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("still connected 1s after revoke returned")
+	}
+	old, _ := identity.Load(h.State)
+	oldKey, _ := old.KeyPair()
+	cfg, _ := datadir.Dir(cp.Dir).LoadConfig()
+	pin, _ := cfg.Pin()
+	reconnect := func() error {
+		c, err := nats.Connect("tls://"+cp.Listen, nats.Secure(pki.PinnedClientConfig(pin)), nats.TLSHandshakeFirst(),
+			nats.Nkey(old.PublicKey, oldKey.Sign), nats.NoReconnect())
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	if err := reconnect(); !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("reconnect with the revoked key: %v", err)
+	}
+
+	// Adopt the machine again: new token, fresh identity, new key.
+	if err := os.Remove(identity.Path(h.State)); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(h.State, "applied.json"))
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol again with a new token (%d): %s", r.Code, r.Combined())
+	}
+	fresh, _ := identity.Load(h.State)
+	if fresh.PublicKey == old.PublicKey {
+		t.Fatal("the new enrolment reused the revoked key")
+	}
+	if err := reconnect(); !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("the old key is accepted again after the id re-enrolled: %v", err)
+	}
+	h.Run()
+	if n, _ := cp.Node("web-1"); n.State == "revoked" || n.PublicKey != fresh.PublicKey {
+		t.Fatalf("web-1 after re-enrolment: %+v", n)
+	}
+}
