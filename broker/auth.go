@@ -29,7 +29,8 @@ type Client struct {
 type Grant struct {
 	// User is the name the connection is known by (used to find and kick it).
 	User string
-	// Publish and Subscribe list the allowed subjects; both nil means everything.
+	// Publish and Subscribe list the allowed subjects; an empty or nil list allows
+	// nothing. Only AllowAll grants everything.
 	Publish   []string
 	Subscribe []string
 	// AllowAll grants every subject (operators and the control plane itself).
@@ -79,17 +80,23 @@ func (h *hook) Check(c server.ClientAuthentication) bool {
 	u := &server.User{Username: g.User, ConnectionDeadline: g.Deadline}
 	if !g.AllowAll {
 		u.Permissions = &server.Permissions{
-			Publish:   &server.SubjectPermission{Allow: nonNil(g.Publish)},
-			Subscribe: &server.SubjectPermission{Allow: nonNil(g.Subscribe)},
+			Publish:   allowOnly(g.Publish),
+			Subscribe: allowOnly(g.Subscribe),
 		}
 	}
 	c.RegisterUser(u)
 	return true
 }
 
-// nonNil keeps an empty allow list meaning "nothing": nats-server reads a nil Allow as
-// "no restriction" and a non-nil empty one as "nothing allowed".
-func nonNil(s []string) []string { return append([]string{}, s...) }
+// allowOnly permits exactly subjects. An empty list must deny everything, and
+// nats-server reads an empty allow list as "no restriction" (for subscriptions even
+// when it is non-nil), so that case is spelled as a deny of every subject.
+func allowOnly(subjects []string) *server.SubjectPermission {
+	if len(subjects) == 0 {
+		return &server.SubjectPermission{Deny: []string{">"}}
+	}
+	return &server.SubjectPermission{Allow: append([]string{}, subjects...)}
+}
 
 func addrString(a net.Addr) string {
 	if a == nil {

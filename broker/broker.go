@@ -26,7 +26,7 @@ import (
 type Config struct {
 	// Name identifies this broker among the mesh's brokers (the control node's id).
 	Name string
-	// Listen is the client address, ip:port.
+	// Listen is the client address, ip:port; port 0 picks a free port (see Addr).
 	Listen string
 	// TLS is the server configuration: the leaf with the mesh CA in its chain.
 	TLS *tls.Config
@@ -70,6 +70,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("broker listen address: %w", err)
 	}
+	port = anyPort(port)
 	// nats-server discards a client's JWT unless it runs in operator mode, and the
 	// operators' standard .creds files authenticate with one. A trusted key that
 	// signs nothing switches operator mode on; no account JWT is ever resolved,
@@ -116,7 +117,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		opts.Cluster = server.ClusterOpts{
 			Name:       "mesh",
 			Host:       ch,
-			Port:       cp,
+			Port:       anyPort(cp),
 			TLSConfig:  c.TLS,
 			TLSTimeout: 5,
 			// Routes are authenticated by their certificate, not by a password.
@@ -197,6 +198,16 @@ func (s *Server) NumRoutes() int { return s.ns.NumRoutes() }
 func (s *Server) Shutdown() {
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
+}
+
+// anyPort maps port 0 to nats-server's "pick a free port": nats-server reads 0 as
+// "the default port" (4222 for clients, no listener at all for routes), which is not
+// what ip:0 means anywhere else.
+func anyPort(port int) int {
+	if port == 0 {
+		return server.RANDOM_PORT
+	}
+	return port
 }
 
 func splitHostPort(addr string) (string, int, error) {

@@ -157,8 +157,15 @@ type Status struct {
 // enrolling client; a declaration envelope is at most 1 MiB and nothing else is near.
 const MaxMessageSize = 64 << 10
 
-// ErrVersion is returned for a message of another protocol version.
-var ErrVersion = errors.New("unsupported protocol version")
+// Decode's errors, one per way a message can be refused.
+var (
+	// ErrTooLarge is returned for a message over MaxMessageSize; it is not parsed.
+	ErrTooLarge = errors.New("message exceeds the size cap")
+	// ErrMalformed is returned for a message that is not the JSON expected.
+	ErrMalformed = errors.New("malformed message")
+	// ErrVersion is returned for a message of another protocol version.
+	ErrVersion = errors.New("unsupported protocol version")
+)
 
 // Message is a protocol message the control plane receives.
 type Message interface {
@@ -171,10 +178,10 @@ type Message interface {
 func Decode[T Message](data []byte) (T, error) {
 	var m T
 	if len(data) > MaxMessageSize {
-		return m, fmt.Errorf("message of %d bytes exceeds the %d byte cap", len(data), MaxMessageSize)
+		return m, fmt.Errorf("%w: %d bytes, the cap is %d", ErrTooLarge, len(data), MaxMessageSize)
 	}
 	if err := json.Unmarshal(data, &m); err != nil {
-		return m, fmt.Errorf("malformed message: %w", err)
+		return m, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	var v struct {
 		V int `json:"v"`

@@ -122,8 +122,12 @@ func (a *Authenticator) operator(c broker.Client) (broker.Grant, error) {
 	if account == "" || claims.Issuer != account {
 		return broker.Grant{}, ErrBadOperator
 	}
-	if claims.Expires != 0 && a.cfg.Now().Unix() > claims.Expires {
+	now := a.cfg.Now().Unix()
+	if claims.Expires != 0 && now > claims.Expires {
 		return broker.Grant{}, fmt.Errorf("%w: credentials expired", ErrBadOperator)
+	}
+	if claims.NotBefore != 0 && now < claims.NotBefore {
+		return broker.Grant{}, fmt.Errorf("%w: credentials not valid yet", ErrBadOperator)
 	}
 	if err := verifyNonce(claims.Subject, c.Nonce, c.Sig); err != nil {
 		return broker.Grant{}, err

@@ -199,6 +199,7 @@ func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd) Result {
 	t := &Token{ID: c.ID, Node: c.Node, Role: c.Role, Labels: maps.Clone(c.Labels), CreatedAt: at, Expiry: at.Add(c.TTL)}
 	s.Tokens[c.ID] = t
 	tc := *t
+	tc.Labels = maps.Clone(t.Labels) // the result must not alias the live state
 	return Result{Token: &tc}
 }
 
@@ -208,8 +209,7 @@ func (s *State) applyEnrol(at time.Time, c *EnrolCmd) Result {
 		return Result{Err: err}
 	}
 	if !t.UsedAt.IsZero() {
-		n := *s.Nodes[c.Node]
-		return Result{Node: &n} // repeat of the same enrolment
+		return Result{Node: s.Nodes[c.Node].copy()} // repeat of the same enrolment
 	}
 	t.UsedAt = at
 	t.UsedKey = c.PublicKey
@@ -231,8 +231,7 @@ func (s *State) applyEnrol(at time.Time, c *EnrolCmd) Result {
 	}
 	s.Nodes[c.Node] = n
 	s.byKey[c.PublicKey] = c.Node
-	nc := *n
-	return Result{Node: &nc}
+	return Result{Node: n.copy()}
 }
 
 func (s *State) applyDeclare(at time.Time, c *DeclareCmd) Result {
@@ -278,8 +277,7 @@ func (s *State) applyRevoke(at time.Time, c *RevokeCmd) Result {
 			delete(s.Tokens, id)
 		}
 	}
-	nc := *n
-	return Result{Node: &nc}
+	return Result{Node: n.copy()}
 }
 
 func (s *State) applyStatus(at time.Time, c *StatusCmd) Result {
@@ -310,9 +308,15 @@ func (s *State) applyLabel(c *LabelCmd) Result {
 			n.Labels[k] = v
 		}
 	}
-	nc := *n
-	nc.Labels = maps.Clone(n.Labels)
-	return Result{Node: &nc}
+	return Result{Node: n.copy()}
+}
+
+// copy returns a copy of n that shares no map with the state: results travel to the
+// proposer's goroutine while the state machine goes on changing the live node.
+func (n *Node) copy() *Node {
+	c := *n
+	c.Labels = maps.Clone(n.Labels)
+	return &c
 }
 
 // Select resolves a selector to node ids, sorted. Unknown ids named explicitly are

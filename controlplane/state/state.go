@@ -181,6 +181,11 @@ func (s *State) TokenState(id, node, role, key string, at time.Time) (*Token, er
 		return t, fmt.Errorf("%w: it admits a %s, not a %s", ErrTokenWrongRole, t.Role, role)
 	}
 	if !t.UsedAt.IsZero() {
+		if _, revoked := s.RevokedKeys[key]; revoked && t.UsedKey == key {
+			// The node this token enrolled was revoked since: a "repeat" would hand
+			// the revoked key a freshly signed declaration.
+			return t, ErrKeyRevoked
+		}
 		if t.UsedKey == key && at.Before(t.Expiry) {
 			return t, nil // the same enrolment again: its reply was lost
 		}

@@ -124,8 +124,17 @@ type Status struct {
 	Agent          string       `json:"agent,omitempty"`
 }
 
-// ErrMalformedReply means the control plane's reply could not be understood.
-var ErrMalformedReply = errors.New("malformed reply from the control plane")
+// DecodeReply's errors. Every refusal is ErrMalformedReply; the two that are not about
+// the JSON itself are also ErrReplyTooLarge or ErrReplyVersion, so callers can tell
+// "upgrade meshhost" from "the control plane sent garbage".
+var (
+	// ErrMalformedReply means the control plane's reply could not be understood.
+	ErrMalformedReply = errors.New("malformed reply from the control plane")
+	// ErrReplyTooLarge means the reply exceeds MaxReplySize; it was not parsed.
+	ErrReplyTooLarge = errors.New("reply exceeds the size cap")
+	// ErrReplyVersion means the reply speaks another protocol version.
+	ErrReplyVersion = errors.New("reply of another protocol version")
+)
 
 // Reply is a message the agent receives.
 type Reply interface{ EnrolResponse | SyncResponse }
@@ -134,7 +143,7 @@ type Reply interface{ EnrolResponse | SyncResponse }
 func DecodeReply[T Reply](data []byte) (T, error) {
 	var m T
 	if len(data) > MaxReplySize {
-		return m, fmt.Errorf("%w: %d bytes exceeds the %d byte cap", ErrMalformedReply, len(data), MaxReplySize)
+		return m, fmt.Errorf("%w: %w: %d bytes, the cap is %d", ErrMalformedReply, ErrReplyTooLarge, len(data), MaxReplySize)
 	}
 	if err := json.Unmarshal(data, &m); err != nil {
 		return m, fmt.Errorf("%w: %v", ErrMalformedReply, err)
@@ -144,7 +153,7 @@ func DecodeReply[T Reply](data []byte) (T, error) {
 	}
 	_ = json.Unmarshal(data, &v)
 	if v.V != ProtocolVersion {
-		return m, fmt.Errorf("%w: protocol version %d; this agent speaks %d (upgrade meshhost)", ErrMalformedReply, v.V, ProtocolVersion)
+		return m, fmt.Errorf("%w: %w: version %d; this agent speaks %d (upgrade meshhost)", ErrMalformedReply, ErrReplyVersion, v.V, ProtocolVersion)
 	}
 	return m, nil
 }

@@ -1,0 +1,328 @@
+package api
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nkeys"
+)
+
+// The golden vectors are shared, byte for byte, with host/wire: the host defines the
+// same messages on its own side, and both sides must read and write these exactly.
+const (
+	goldenPath     = "testdata/golden.json"
+	hostGoldenPath = "../../host/wire/testdata/golden.json"
+)
+
+// goldenTypes maps each vector to the control plane's type for it.
+var goldenTypes = map[string]func() any{
+	"enrol_request":          func() any { return new(EnrolRequest) },
+	"enrol_response_ok":      func() any { return new(EnrolResponse) },
+	"enrol_response_refused": func() any { return new(EnrolResponse) },
+	"sync_request":           func() any { return new(SyncRequest) },
+	"sync_response":          func() any { return new(SyncResponse) },
+	"sync_response_refused":  func() any { return new(SyncResponse) },
+	"status":                 func() any { return new(Status) },
+	"status_with_error":      func() any { return new(Status) },
+}
+
+func golden(t *testing.T) map[string]json.RawMessage {
+	t.Helper()
+	data, err := os.ReadFile(goldenPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func compact(t *testing.T, raw []byte) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func TestGoldenVectorsRoundTrip(t *testing.T) {
+	vectors := golden(t)
+	var names []string
+	for name := range vectors {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var want []string
+	for name := range goldenTypes {
+		want = append(want, name)
+	}
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		t.Fatalf("golden vectors %v, want %v", names, want)
+	}
+	for name, raw := range vectors {
+		t.Run(name, func(t *testing.T) {
+			v := goldenTypes[name]()
+			// Strict decoding: a field the vector has and the type lacks (renamed,
+			// removed) fails here; one the type has and the vector lacks fails below.
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(v); err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			out, err := json.Marshal(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := string(out), compact(t, raw); got != want {
+				t.Fatalf("re-encoding differs from the vector:\n got %s\nwant %s", got, want)
+			}
+		})
+	}
+}
+
+// Every field of every type appears in at least one vector, so a field added on one
+// side only cannot hide behind omitempty.
+func TestGoldenVectorsCoverEveryField(t *testing.T) {
+	vectors := golden(t)
+	seen := map[reflect.Type]map[string]bool{}
+	for name, raw := range vectors {
+		typ := reflect.TypeOf(goldenTypes[name]()).Elem()
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &fields); err != nil {
+			t.Fatal(err)
+		}
+		if seen[typ] == nil {
+			seen[typ] = map[string]bool{}
+		}
+		for f := range fields {
+			seen[typ][f] = true
+		}
+		if sub, ok := fields["subjects"]; ok {
+			var s map[string]any
+			json.Unmarshal(sub, &s)
+			st := reflect.TypeOf(Subjects{})
+			if seen[st] == nil {
+				seen[st] = map[string]bool{}
+			}
+			for f := range s {
+				seen[st][f] = true
+			}
+		}
+	}
+	for typ, fields := range seen {
+		for i := range typ.NumField() {
+			tag := strings.Split(typ.Field(i).Tag.Get("json"), ",")[0]
+			if !fields[tag] {
+				t.Errorf("%s.%s (%q) appears in no golden vector", typ.Name(), typ.Field(i).Name, tag)
+			}
+		}
+	}
+}
+
+func TestGoldenFilesAreIdentical(t *testing.T) {
+	ours, err := os.ReadFile(goldenPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := os.ReadFile(hostGoldenPath)
+	if err != nil {
+		t.Fatalf("the host's copy of the golden vectors: %v", err)
+	}
+	if !bytes.Equal(ours, theirs) {
+		t.Fatalf("%s and %s differ: the control plane and the host would not speak the same protocol", goldenPath, hostGoldenPath)
+	}
+}
+
+func TestGoldenDecode(t *testing.T) {
+	v := golden(t)
+	req, err := Decode[EnrolRequest](v["enrol_request"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.V != 1 || req.Mesh != "demo" || req.Node != "web-1" || req.Role != "worker" || len(req.Secret) != 64 || req.Agent != "meshhost/0.1.0" {
+		t.Fatalf("enrol request = %+v", req)
+	}
+	// The key proof in the vector verifies under this side's KeyProofMessage.
+	kp, err := nkeys.FromPublicKey(req.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proof, err := base64.StdEncoding.DecodeString(req.KeyProof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kp.Verify(KeyProofMessage(req.Mesh, req.Node, req.PublicKey), proof); err != nil {
+		t.Fatal("the golden key proof does not verify: KeyProofMessage changed")
+	}
+	sr, err := Decode[SyncRequest](v["sync_request"])
+	if err != nil || sr.AppliedVersion != 3 || sr.KeyringEpoch != 1 {
+		t.Fatalf("sync request = %+v, %v", sr, err)
+	}
+	st, err := Decode[Status](v["status_with_error"])
+	if err != nil || st.Error == nil || st.Error.Code != "rolled_back" || st.Error.Version != 2 || !st.Stale {
+		t.Fatalf("status = %+v, %v", st, err)
+	}
+	ok, _ := Decode[Status](v["status"])
+	if ok.Error != nil || !ok.HaveApplied || ok.AppliedVersion != 3 {
+		t.Fatalf("status = %+v", ok)
+	}
+	// The reply's subjects are the ones this side computes.
+	var resp EnrolResponse
+	json.Unmarshal(v["enrol_response_ok"], &resp)
+	if resp.Subjects == nil || *resp.Subjects != SubjectsFor("web-1") {
+		t.Fatalf("golden subjects %+v, SubjectsFor gives %+v", resp.Subjects, SubjectsFor("web-1"))
+	}
+}
+
+func TestSubjects(t *testing.T) {
+	// docs/protocol.md, spelled out.
+	for got, want := range map[string]string{
+		EnrolSubject("web-1"):       "mesh.enrol.web-1",
+		DeclarationSubject("web-1"): "mesh.node.web-1.decl",
+		StatusSubject("web-1"):      "mesh.node.web-1.status",
+		SyncSubject("web-1"):        "mesh.node.web-1.sync",
+		NodeInbox("web-1"):          "_INBOX.node.web-1",
+		EnrolInbox("web-1"):         "_INBOX.enrol.web-1",
+		AdminSubject(OpRevoke):      "mesh.admin.revoke",
+		AdminSubject(OpTokenCreate): "mesh.admin.token.create",
+	} {
+		if got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	}
+	if got := string(KeyProofMessage("demo", "web-1", "UKEY")); got != "mesh-enrol-v1\x00demo\x00web-1\x00UKEY" {
+		t.Errorf("KeyProofMessage = %q", got)
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	valid := `{"v":1,"applied_version":3,"keyring_epoch":1}`
+	pad := func(n int) []byte {
+		// Valid JSON of exactly n bytes: the size cap is checked before parsing.
+		return []byte(valid[:len(valid)-1] + strings.Repeat(" ", n-len(valid)) + "}")
+	}
+	kinds := []error{ErrTooLarge, ErrMalformed, ErrVersion}
+	tests := []struct {
+		name string
+		data []byte
+		want error
+	}{
+		{"one byte over the cap", pad(MaxMessageSize + 1), ErrTooLarge},
+		{"far over the cap", bytes.Repeat([]byte("x"), 4*MaxMessageSize), ErrTooLarge},
+		{"version 2", []byte(`{"v":2,"applied_version":3}`), ErrVersion},
+		{"version 0", []byte(`{"v":0}`), ErrVersion},
+		{"version negative", []byte(`{"v":-1}`), ErrVersion},
+		{"version missing", []byte(`{"applied_version":3}`), ErrVersion},
+		{"version null", []byte(`{"v":null}`), ErrVersion},
+		{"json null", []byte(`null`), ErrVersion},
+		{"duplicate v, last wins", []byte(`{"v":1,"v":2}`), ErrVersion},
+		{"empty", nil, ErrMalformed},
+		{"not json", []byte("hello"), ErrMalformed},
+		{"truncated", []byte(valid[:20]), ErrMalformed},
+		{"array", []byte(`[1]`), ErrMalformed},
+		{"version as string", []byte(`{"v":"1"}`), ErrMalformed},
+		{"version as float", []byte(`{"v":1.5}`), ErrMalformed},
+		{"field of the wrong type", []byte(`{"v":1,"applied_version":"3"}`), ErrMalformed},
+		{"negative version number", []byte(`{"v":1,"applied_version":-3}`), ErrMalformed},
+		{"trailing garbage", []byte(valid + "x"), ErrMalformed},
+		{"two objects", []byte(valid + valid), ErrMalformed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Decode[SyncRequest](tt.data)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+			for _, k := range kinds {
+				if k != tt.want && errors.Is(err, k) {
+					t.Fatalf("err = %v is also %v", err, k)
+				}
+			}
+		})
+	}
+	// Exactly at the cap is accepted; unknown fields are ignored within a version.
+	if _, err := Decode[SyncRequest](pad(MaxMessageSize)); err != nil {
+		t.Fatalf("a message of exactly the cap: %v", err)
+	}
+	if m, err := Decode[SyncRequest]([]byte(`{"v":1,"applied_version":7,"future":true}`)); err != nil || m.AppliedVersion != 7 {
+		t.Fatalf("unknown field: %+v, %v", m, err)
+	}
+	// The error never echoes a large or secret-bearing input back.
+	_, err := Decode[EnrolRequest]([]byte(`{"v":2,"secret":"` + strings.Repeat("ab", 32) + `"}`))
+	if err == nil || strings.Contains(err.Error(), "abab") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestDuration(t *testing.T) {
+	b, err := json.Marshal(TokenCreateRequest{ID: "x", Node: "n", Role: "worker", TTL: Duration(15 * time.Minute)})
+	if err != nil || !strings.Contains(string(b), `"ttl":"15m0s"`) {
+		t.Fatalf("%s, %v", b, err)
+	}
+	var r TokenCreateRequest
+	if err := json.Unmarshal(b, &r); err != nil || time.Duration(r.TTL) != 15*time.Minute {
+		t.Fatalf("%+v, %v", r, err)
+	}
+	for _, bad := range []string{`{"ttl":15}`, `{"ttl":"soon"}`, `{"ttl":""}`, `{"ttl":null}`, `{"ttl":"15"}`} {
+		var r TokenCreateRequest
+		if err := json.Unmarshal([]byte(bad), &r); err == nil {
+			t.Errorf("%s accepted as %v", bad, time.Duration(r.TTL))
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	data, err := os.ReadFile(goldenPath)
+	if err != nil {
+		f.Fatal(err)
+	}
+	var m map[string]json.RawMessage
+	json.Unmarshal(data, &m)
+	for _, raw := range m {
+		f.Add([]byte(raw))
+	}
+	f.Add([]byte(`{"v":1}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fuzzRoundTrip[EnrolRequest](t, data)
+		fuzzRoundTrip[SyncRequest](t, data)
+		fuzzRoundTrip[Status](t, data)
+	})
+}
+
+// fuzzRoundTrip checks that Decode refuses with one of its errors, or accepts a
+// version-1 message within the cap that survives re-encoding unchanged.
+func fuzzRoundTrip[T Message](t *testing.T, data []byte) {
+	m, err := Decode[T](data)
+	if err != nil {
+		if !errors.Is(err, ErrTooLarge) && !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrVersion) {
+			t.Fatalf("error of no known kind: %v", err)
+		}
+		return
+	}
+	if v := reflect.ValueOf(m).FieldByName("V").Int(); v != ProtocolVersion || len(data) > MaxMessageSize {
+		t.Fatalf("accepted v=%d, %d bytes", v, len(data))
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Decode[T](out)
+	if err != nil {
+		t.Fatalf("re-encoded %T refused: %v", m, err)
+	}
+	if !reflect.DeepEqual(m, again) {
+		t.Fatalf("round trip changed %+v into %+v", m, again)
+	}
+}

@@ -1,0 +1,665 @@
+package bootstrap
+
+import (
+	"bytes"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
+
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/pki"
+)
+
+// freeAddrs returns n loopback addresses that could be bound a moment ago.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return out
+}
+
+func options(t *testing.T, dir string) (Options, *bytes.Buffer) {
+	t.Helper()
+	addrs := freeAddrs(t, 3)
+	out := &bytes.Buffer{}
+	return Options{
+		Mesh:          "demo",
+		Node:          "cp-1",
+		Listen:        addrs[0],
+		RaftListen:    addrs[1],
+		ClusterListen: addrs[2],
+		Dir:           datadir.Dir(dir),
+		Out:           out,
+		Now:           time.Now,
+	}, out
+}
+
+var secretFiles = []string{datadir.CAKeyFile, datadir.TLSKeyFile, datadir.SigningKeyFile, datadir.AdminCredsFile, datadir.AccountKeyFile}
+var publicFiles = []string{datadir.ConfigFile, datadir.CACertFile, datadir.TLSCertFile}
+
+// snapshotDir reads every regular file under dir (raft excluded: bolt rewrites it).
+func snapshotDir(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	out := map[string][]byte{}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[e.Name()] = b
+	}
+	return out
+}
+
+func caPin(t *testing.T, dir string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, datadir.CACertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := pki.ParseCertificatePEM(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pki.PinOf(c)
+	return hex.EncodeToString(p[:])
+}
+
+func assertEmpty(t *testing.T, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) > 0 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("%s holds %v; nothing should have been written", dir, names)
+	}
+}
+
+func TestDryRunPrintsThePlanAndChangesNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	o, out := options(t, dir)
+	o.DryRun = true
+	if err := Run(o); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	for _, want := range []string{"plan:", "check", "config", "ca", "tls", "signing", "operator", "raft", "dry run: nothing was changed", o.Listen, o.RaftListen, o.ClusterListen} {
+		if !strings.Contains(text, want) {
+			t.Errorf("plan does not mention %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "running:") {
+		t.Error("a dry run ran steps")
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a dry run created the data directory: %v", err)
+	}
+}
+
+func TestFullRun(t *testing.T) {
+	dir := t.TempDir()
+	o, out := options(t, dir)
+	if err := Run(o); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, name := range secretFiles {
+		info, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if info.Mode().Perm() != 0o600 {
+			t.Errorf("%s has mode %v, want 0600", name, info.Mode().Perm())
+		}
+	}
+	for _, name := range publicFiles {
+		info, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if info.Mode().Perm() != 0o644 {
+			t.Errorf("%s has mode %v, want 0644", name, info.Mode().Perm())
+		}
+	}
+	if info, err := os.Stat(filepath.Join(dir, datadir.RaftDir)); err != nil || !info.IsDir() {
+		t.Fatalf("no raft directory: %v", err)
+	}
+
+	d := datadir.Dir(dir)
+	cfg, err := d.LoadConfig()
+	if err != nil {
+		t.Fatalf("mesh.json after bootstrap: %v", err)
+	}
+	if cfg.Mesh != "demo" || cfg.Node != "cp-1" || cfg.Listen != o.Listen || cfg.RaftListen != o.RaftListen ||
+		cfg.ClusterListen != o.ClusterListen || len(cfg.Brokers) != 1 || cfg.Brokers[0] != o.Listen {
+		t.Fatalf("config = %+v", cfg)
+	}
+	if cfg.CAPin != caPin(t, dir) {
+		t.Fatalf("recorded pin %s is not the CA's %s", cfg.CAPin, caPin(t, dir))
+	}
+	if !strings.Contains(out.String(), cfg.CAPin) {
+		t.Error("the pin was not printed")
+	}
+
+	// The CA loads, and the TLS leaf verifies against it for both usages.
+	ca, err := d.LoadCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := d.LoadLeaf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, err := pki.ParseCertificatePEM(leaf.CertPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pki.VerifyPinnedChain([]*x509.Certificate{lc, ca.Cert}, ca.Pin()); err != nil {
+		t.Fatalf("leaf does not reach the pin: %v", err)
+	}
+	if len(lc.IPAddresses) == 0 || !lc.IPAddresses[0].Equal(net.IPv4(127, 0, 0, 1)) {
+		t.Errorf("leaf IP SANs = %v", lc.IPAddresses)
+	}
+	if _, err := pki.MutualConfig(leaf, ca.CertPEM); err != nil {
+		t.Fatalf("leaf unusable for mutual TLS: %v", err)
+	}
+	if _, err := d.LoadSigningKey(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The operator creds are issued by the recorded admin account, whose seed is the
+	// account key file.
+	creds, _ := d.ReadFile(datadir.AdminCredsFile)
+	tok, err := jwt.ParseDecoratedJWT(creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := jwt.DecodeUserClaims(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claims.Issuer != cfg.AdminAccount {
+		t.Fatalf("creds issued by %s, config records %s", claims.Issuer, cfg.AdminAccount)
+	}
+	seed, _ := d.ReadFile(datadir.AccountKeyFile)
+	acct, err := nkeys.FromSeed(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pub, _ := acct.PublicKey(); pub != cfg.AdminAccount {
+		t.Fatalf("account key file holds %s, config records %s", pub, cfg.AdminAccount)
+	}
+	// No secret is printed.
+	for _, name := range []string{datadir.CAKeyFile, datadir.SigningKeyFile, datadir.AccountKeyFile} {
+		b, _ := d.ReadFile(name)
+		if bytes.Contains(out.Bytes(), bytes.TrimSpace(b)) {
+			t.Errorf("%s was printed", name)
+		}
+	}
+	if bytes.Contains(out.Bytes(), seed) {
+		t.Error("the account seed was printed")
+	}
+}
+
+func TestSecondRunDoesNothing(t *testing.T) {
+	dir := t.TempDir()
+	o, _ := options(t, dir)
+	if err := Run(o); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshotDir(t, dir)
+	out := &bytes.Buffer{}
+	o.Out = out
+	if err := Run(o); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "nothing to do") {
+		t.Fatalf("second run output:\n%s", out)
+	}
+	if strings.Count(out.String(), "already done: skipped") != 6 {
+		t.Errorf("the plan does not mark the six done steps:\n%s", out)
+	}
+	after := snapshotDir(t, dir)
+	if len(after) != len(before) {
+		t.Fatalf("files changed: %d before, %d after", len(before), len(after))
+	}
+	for name, b := range before {
+		if !bytes.Equal(after[name], b) {
+			t.Errorf("%s changed on a second run", name)
+		}
+	}
+	// It does not even need the addresses: a running control node holds them.
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := Run(o); err != nil {
+		t.Fatalf("a complete bootstrap re-run while the node serves: %v", err)
+	}
+}
+
+func TestInterruptedRunResumesWithTheSameCA(t *testing.T) {
+	dir := t.TempDir()
+	o, _ := options(t, dir)
+	if err := Run(o); err != nil {
+		t.Fatal(err)
+	}
+	pin := caPin(t, dir)
+	caPEM, _ := os.ReadFile(filepath.Join(dir, datadir.CACertFile))
+	caKey, _ := os.ReadFile(filepath.Join(dir, datadir.CAKeyFile))
+	oldLeaf, _ := os.ReadFile(filepath.Join(dir, datadir.TLSCertFile))
+
+	// Everything after the CA step is lost.
+	for _, name := range []string{datadir.RaftDir, datadir.TLSCertFile, datadir.TLSKeyFile, datadir.SigningKeyFile, datadir.AdminCredsFile} {
+		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := &bytes.Buffer{}
+	o.Out = out
+	if err := Run(o); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if got := caPin(t, dir); got != pin {
+		t.Fatalf("resume made a new CA: pin %s, was %s", got, pin)
+	}
+	nowPEM, _ := os.ReadFile(filepath.Join(dir, datadir.CACertFile))
+	nowKey, _ := os.ReadFile(filepath.Join(dir, datadir.CAKeyFile))
+	if !bytes.Equal(nowPEM, caPEM) || !bytes.Equal(nowKey, caKey) {
+		t.Fatal("resume rewrote the CA")
+	}
+	if !strings.Contains(out.String(), "already done") {
+		t.Errorf("resume output does not say what was skipped:\n%s", out)
+	}
+	newLeaf, err := os.ReadFile(filepath.Join(dir, datadir.TLSCertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(newLeaf, oldLeaf) {
+		t.Fatal("the lost leaf was not reissued")
+	}
+	d := datadir.Dir(dir)
+	ca, _ := d.LoadCA()
+	lc, _ := pki.ParseCertificatePEM(newLeaf)
+	if err := pki.VerifyPinnedChain([]*x509.Certificate{lc, ca.Cert}, ca.Pin()); err != nil {
+		t.Fatalf("reissued leaf: %v", err)
+	}
+	cfg, err := d.LoadConfig()
+	if err != nil || cfg.CAPin != pin {
+		t.Fatalf("config after resume: %+v, %v", cfg, err)
+	}
+}
+
+// A run that stopped after writing the CA files but before recording the pin in
+// mesh.json must adopt that CA, not make another.
+func TestInterruptedBeforeThePinWasRecorded(t *testing.T) {
+	dir := t.TempDir()
+	o, _ := options(t, dir)
+	if err := Run(o); err != nil {
+		t.Fatal(err)
+	}
+	pin := caPin(t, dir)
+	d := datadir.Dir(dir)
+	cfg, _ := d.LoadConfig()
+	cfg.CAPin, cfg.AdminAccount = "", ""
+	raw, _ := json.Marshal(cfg)
+	if err := os.WriteFile(d.Path(datadir.ConfigFile), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{datadir.RaftDir, datadir.TLSCertFile, datadir.TLSKeyFile, datadir.SigningKeyFile, datadir.AdminCredsFile, datadir.AccountKeyFile} {
+		os.RemoveAll(d.Path(name))
+	}
+	if err := Run(o); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := d.LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.CAPin != pin || caPin(t, dir) != pin {
+		t.Fatalf("pin %s after resume, was %s", cfg.CAPin, pin)
+	}
+	if cfg.AdminAccount == "" {
+		t.Fatal("admin account not recorded on resume")
+	}
+}
+
+// The operator step keeps an existing account key: creds already issued stay valid.
+func TestResumeKeepsTheAdminAccount(t *testing.T) {
+	dir := t.TempDir()
+	o, _ := options(t, dir)
+	if err := Run(o); err != nil {
+		t.Fatal(err)
+	}
+	d := datadir.Dir(dir)
+	cfg, _ := d.LoadConfig()
+	account := cfg.AdminAccount
+	os.RemoveAll(d.Path(datadir.RaftDir))
+	os.Remove(d.Path(datadir.AdminCredsFile))
+	if err := Run(o); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ = d.LoadConfig()
+	if cfg.AdminAccount != account {
+		t.Fatalf("admin account changed from %s to %s", account, cfg.AdminAccount)
+	}
+}
+
+func TestConflicts(t *testing.T) {
+	t.Run("another mesh", func(t *testing.T) {
+		dir := t.TempDir()
+		o, _ := options(t, dir)
+		if err := Run(o); err != nil {
+			t.Fatal(err)
+		}
+		before := snapshotDir(t, dir)
+		o.Mesh = "other"
+		err := Run(o)
+		if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), `"demo"`) {
+			t.Fatalf("err = %v, want ErrConflict naming demo", err)
+		}
+		assertUnchanged(t, dir, before)
+	})
+	t.Run("another node or listen address", func(t *testing.T) {
+		dir := t.TempDir()
+		o, _ := options(t, dir)
+		if err := Run(o); err != nil {
+			t.Fatal(err)
+		}
+		o2 := o
+		o2.Node = "cp-2"
+		if err := Run(o2); !errors.Is(err, ErrConflict) {
+			t.Fatalf("another node: err = %v, want ErrConflict", err)
+		}
+		o3 := o
+		o3.Listen = freeAddrs(t, 1)[0]
+		if err := Run(o3); !errors.Is(err, ErrConflict) {
+			t.Fatalf("another listen address: err = %v, want ErrConflict", err)
+		}
+	})
+	t.Run("unrelated non-empty directory", func(t *testing.T) {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o644)
+		o, _ := options(t, dir)
+		before := snapshotDir(t, dir)
+		if err := Run(o); !errors.Is(err, ErrConflict) {
+			t.Fatalf("err = %v, want ErrConflict", err)
+		}
+		assertUnchanged(t, dir, before)
+	})
+	t.Run("unrelated non-empty directory, dry run", func(t *testing.T) {
+		dir := t.TempDir()
+		os.Mkdir(filepath.Join(dir, "sub"), 0o700)
+		o, _ := options(t, dir)
+		o.DryRun = true
+		if err := Run(o); !errors.Is(err, ErrConflict) {
+			t.Fatalf("err = %v, want ErrConflict", err)
+		}
+	})
+	t.Run("corrupt mesh.json", func(t *testing.T) {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, datadir.ConfigFile), []byte("{"), 0o644)
+		o, _ := options(t, dir)
+		if err := Run(o); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "corrupt") {
+			t.Fatalf("err = %v, want ErrConflict saying corrupt", err)
+		}
+	})
+	for _, keep := range []string{datadir.CACertFile, datadir.CAKeyFile} {
+		t.Run("only "+keep, func(t *testing.T) {
+			dir := t.TempDir()
+			o, _ := options(t, dir)
+			if err := Run(o); err != nil {
+				t.Fatal(err)
+			}
+			pem, _ := os.ReadFile(filepath.Join(dir, keep))
+			other := datadir.CACertFile
+			if keep == other {
+				other = datadir.CAKeyFile
+			}
+			// Lose the other half and everything after, so the CA step must run.
+			for _, name := range []string{other, datadir.RaftDir, datadir.TLSCertFile, datadir.TLSKeyFile} {
+				os.RemoveAll(filepath.Join(dir, name))
+			}
+			err := Run(o)
+			if !errors.Is(err, ErrConflict) {
+				t.Fatalf("err = %v, want ErrConflict", err)
+			}
+			if !strings.Contains(err.Error(), "run bootstrap again") && !strings.Contains(err.Error(), "restore") {
+				t.Errorf("the error does not say what to do: %v", err)
+			}
+			if _, serr := os.Stat(filepath.Join(dir, other)); !errors.Is(serr, fs.ErrNotExist) {
+				t.Fatalf("bootstrap recreated %s: a second CA", other)
+			}
+			if got, _ := os.ReadFile(filepath.Join(dir, keep)); !bytes.Equal(got, pem) {
+				t.Fatalf("%s was rewritten", keep)
+			}
+			if _, serr := os.Stat(filepath.Join(dir, datadir.TLSCertFile)); !errors.Is(serr, fs.ErrNotExist) {
+				t.Fatal("steps after the failed CA step ran")
+			}
+		})
+	}
+}
+
+func assertUnchanged(t *testing.T, dir string, before map[string][]byte) {
+	t.Helper()
+	after := snapshotDir(t, dir)
+	if len(after) != len(before) {
+		t.Fatalf("files changed: %d before, %d after", len(before), len(after))
+	}
+	for name, b := range before {
+		if !bytes.Equal(after[name], b) {
+			t.Fatalf("%s changed", name)
+		}
+	}
+}
+
+func TestAddressInUseFailsBeforeAnyFile(t *testing.T) {
+	for i, which := range []string{"listen", "raft", "cluster"} {
+		t.Run(which, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			o, out := options(t, dir)
+			addr := []string{o.Listen, o.RaftListen, o.ClusterListen}[i]
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			err = Run(o)
+			if err == nil || !strings.Contains(err.Error(), addr) {
+				t.Fatalf("err = %v, want it to name %s", err, addr)
+			}
+			if !strings.Contains(out.String(), "FAILED") {
+				t.Errorf("output does not show the failed step:\n%s", out)
+			}
+			assertEmpty(t, dir)
+		})
+	}
+}
+
+func TestInsaneClockFailsBeforeAnyFile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	o, _ := options(t, dir)
+	o.Now = func() time.Time { return time.Date(1999, 1, 1, 0, 0, 0, 0, time.UTC) }
+	if err := Run(o); err == nil || !strings.Contains(err.Error(), "clock") {
+		t.Fatalf("err = %v, want a clock complaint", err)
+	}
+	assertEmpty(t, dir)
+}
+
+func TestOptionErrors(t *testing.T) {
+	tests := []struct {
+		name    string
+		edit    func(*Options)
+		mention string
+	}{
+		{"wildcard listen without advertise", func(o *Options) { o.Listen = "0.0.0.0:7300" }, "--advertise"},
+		{"IPv6 wildcard without advertise", func(o *Options) { o.Listen = "[::]:7300" }, "--advertise"},
+		{"wildcard advertise", func(o *Options) { o.Listen = "0.0.0.0:7300"; o.Advertise = "0.0.0.0:7300" }, "--advertise"},
+		{"advertise not ip:port", func(o *Options) { o.Advertise = "mesh.example:7300" }, "--advertise"},
+		{"listen is a name", func(o *Options) { o.Listen = "localhost:7300" }, "--listen"},
+		{"listen without port", func(o *Options) { o.Listen = "127.0.0.1" }, "--listen"},
+		{"no mesh", func(o *Options) { o.Mesh = "" }, "--mesh"},
+		{"mesh with underscore", func(o *Options) { o.Mesh = "my_mesh" }, "--mesh"},
+		{"mesh with dot", func(o *Options) { o.Mesh = "a.b" }, "--mesh"},
+		{"mesh upper case", func(o *Options) { o.Mesh = "Demo" }, "--mesh"},
+		{"mesh too long", func(o *Options) { o.Mesh = strings.Repeat("a", 64) }, "--mesh"},
+		{"mesh ends with dash", func(o *Options) { o.Mesh = "demo-" }, "--mesh"},
+		{"node with wildcard", func(o *Options) { o.Node = "cp>" }, "--node"},
+		{"no data dir", func(o *Options) { o.Dir = "" }, "--data"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			o, _ := options(t, dir)
+			tt.edit(&o)
+			err := Run(o)
+			if err == nil || !strings.Contains(err.Error(), tt.mention) {
+				t.Fatalf("err = %v, want it to mention %s", err, tt.mention)
+			}
+			assertEmpty(t, dir)
+		})
+	}
+}
+
+func TestWildcardListenWithAdvertise(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	o, out := options(t, dir)
+	o.Listen = "0.0.0.0:" + strings.Split(o.Listen, ":")[1]
+	o.RaftListen, o.ClusterListen = "", ""
+	o.Advertise = "192.0.2.10:7300"
+	o.DryRun = true
+	if err := Run(o); err != nil {
+		t.Fatal(err)
+	}
+	// Raft and cluster default to the listen IP with the next two ports.
+	p := netip.MustParseAddrPort(o.Listen).Port()
+	for _, want := range []string{"0.0.0.0:" + strconv.Itoa(int(p)+1), "0.0.0.0:" + strconv.Itoa(int(p)+2)} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("plan does not show default address %s:\n%s", want, out)
+		}
+	}
+}
+
+func TestOperatorCreds(t *testing.T) {
+	account, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	accountPub, _ := account.PublicKey()
+	creds, err := OperatorCreds(account, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := jwt.ParseDecoratedJWT(creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := jwt.DecodeUserClaims(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claims.Issuer != accountPub || claims.Name != "alice" {
+		t.Fatalf("issuer %s name %q; want %s alice", claims.Issuer, claims.Name, accountPub)
+	}
+	user, err := jwt.ParseDecoratedUserNKey(creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	userPub, _ := user.PublicKey()
+	if userPub != claims.Subject {
+		t.Fatalf("seed is for %s, JWT for %s", userPub, claims.Subject)
+	}
+	// The user key can answer a nonce the way the broker checks it.
+	sig, err := user.Sign([]byte("nonce"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier, _ := nkeys.FromPublicKey(claims.Subject)
+	if err := verifier.Verify([]byte("nonce"), sig); err != nil {
+		t.Fatal(err)
+	}
+	// Each call makes a new user.
+	again, _ := OperatorCreds(account, "alice")
+	if bytes.Equal(again, creds) {
+		t.Fatal("two creds files are identical")
+	}
+	// An account key is required: a user key cannot issue.
+	if _, err := OperatorCreds(user, "x"); err == nil {
+		t.Fatal("a user key issued operator creds")
+	}
+}
+
+func TestDryRunOfAnUnfinishedBootstrapChangesNothing(t *testing.T) {
+	dir := t.TempDir()
+	o, _ := options(t, dir)
+	if err := Run(o); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(filepath.Join(dir, datadir.RaftDir))
+	os.Remove(filepath.Join(dir, datadir.TLSKeyFile))
+	before := snapshotDir(t, dir)
+	out := &bytes.Buffer{}
+	o.Out, o.DryRun = out, true
+	if err := Run(o); err != nil {
+		t.Fatal(err)
+	}
+	assertUnchanged(t, dir, before)
+	if _, err := os.Stat(filepath.Join(dir, datadir.RaftDir)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal("a dry run bootstrapped Raft")
+	}
+	// The plan tells what is left: the CA is done, the TLS identity and Raft are not.
+	want := map[string]bool{"config": true, "ca": true, "tls": false, "signing": true, "operator": true, "raft": false}
+	got := map[string]bool{}
+	for _, l := range strings.Split(out.String(), "\n") {
+		var n int
+		var kind string
+		if _, err := fmt.Sscanf(strings.TrimSpace(l), "%d. %s", &n, &kind); err != nil || kind == "check" {
+			continue
+		}
+		got[kind] = strings.Contains(l, "already done")
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("steps marked done: %v, want %v\n%s", got, want, out)
+	}
+}

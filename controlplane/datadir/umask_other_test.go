@@ -1,0 +1,5 @@
+//go:build !unix
+
+package datadir
+
+func syscallUmask(int) int { return 0 }

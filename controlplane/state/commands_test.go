@@ -1,0 +1,681 @@
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+var allEnrolErrors = []error{
+	ErrTokenUnknown, ErrTokenUsed, ErrTokenExpired, ErrTokenOtherNode, ErrTokenWrongRole,
+	ErrNodeExists, ErrKeyRevoked, ErrNotInitialised, ErrBadCommand,
+}
+
+// assertOnly fails unless err is want and none of the other enrolment errors.
+func assertOnly(t *testing.T, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Fatalf("err = %v, want %v", err, want)
+	}
+	for _, other := range allEnrolErrors {
+		if other != want && errors.Is(err, other) {
+			t.Fatalf("err = %v is also %v; refusals must be distinct", err, other)
+		}
+	}
+}
+
+func TestCommandsBeforeInitAreRefused(t *testing.T) {
+	for _, c := range []Command{
+		tokenCmd("tok", "web-1", RoleWorker, t0, time.Hour),
+		enrolCmd("tok", "web-1", RoleWorker, "K", t0),
+		declareCmd(Selector{All: true}, `{"files":[]}`, t0),
+		revokeCmd("web-1", t0),
+		{Op: OpProbe, At: t0, Probe: &ProbeCmd{ID: "p"}},
+	} {
+		m := newMachine(t)
+		if r := m.apply(c); !errors.Is(r.Err, ErrNotInitialised) {
+			t.Errorf("%s before init: err = %v, want ErrNotInitialised", c.Op, r.Err)
+		}
+		if s := m.state(); s.Initialised() || len(s.Tokens) != 0 {
+			t.Errorf("%s before init changed the state", c.Op)
+		}
+	}
+}
+
+func TestInit(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	s := m.state()
+	if s.Mesh != "demo" || !s.CreatedAt.Equal(t0) || s.AdminAccount != "AADMINACCOUNT" || s.Validity != testValidity {
+		t.Fatalf("state after init = %+v", s)
+	}
+	if s.Keyring.Epoch != 1 || !slices.Equal(s.Keyring.Keys, []string{"aa11"}) || string(s.Keyring.Envelope) != `{"payloadType":"k"}` {
+		t.Fatalf("keyring after init = %+v", s.Keyring)
+	}
+	if got := s.Bodies[BodyDigest(EmptyBody())]; string(got) != `{"files":[]}` {
+		t.Fatalf("empty body not stored: %q", got)
+	}
+	before := m.snapshot()
+
+	// Repeated init of the same mesh (a restart proposing it again) changes nothing.
+	again := initCmd("demo", t0.Add(time.Hour))
+	again.Init.AdminAccount = "AOTHER"
+	m.must(again)
+	if got := m.snapshot(); string(got) != string(before) {
+		t.Fatalf("repeated init changed the state:\n%s\n%s", before, got)
+	}
+
+	// Another mesh is refused, and the state keeps its mesh.
+	r := m.apply(initCmd("other", t0))
+	if !errors.Is(r.Err, ErrBadCommand) || !strings.Contains(r.Err.Error(), `"demo"`) {
+		t.Fatalf("init of another mesh: err = %v, want ErrBadCommand naming demo", r.Err)
+	}
+	if got := m.snapshot(); string(got) != string(before) {
+		t.Fatal("refused init changed the state")
+	}
+}
+
+func TestCreateToken(t *testing.T) {
+	m := enrolled(t, map[string]string{"web-1": RoleWorker})
+	at := t0.Add(2 * time.Minute)
+	r := m.must(Command{Op: OpCreateToken, At: at, CreateToken: &CreateTokenCmd{
+		ID: "tok-2", Node: "web-2", Role: RoleControl, Labels: map[string]string{"env": "prod"}, TTL: 15 * time.Minute,
+	}})
+	want := Token{ID: "tok-2", Node: "web-2", Role: RoleControl, Labels: map[string]string{"env": "prod"}, CreatedAt: at, Expiry: at.Add(15 * time.Minute)}
+	if r.Token == nil || r.Token.ID != want.ID || r.Token.Node != want.Node || r.Token.Role != want.Role ||
+		!maps.Equal(r.Token.Labels, want.Labels) || !r.Token.CreatedAt.Equal(want.CreatedAt) || !r.Token.Expiry.Equal(want.Expiry) {
+		t.Fatalf("token = %+v, want %+v", r.Token, want)
+	}
+	// The result is a copy: changing it does not change the state.
+	r.Token.Labels["env"] = "dev"
+	r.Token.Node = "mallory"
+	if tk := m.state().Tokens["tok-2"]; tk.Node != "web-2" || tk.Labels["env"] != "prod" {
+		t.Fatalf("result aliases the state: %+v", tk)
+	}
+
+	if r := m.apply(tokenCmd("tok-2", "web-3", RoleWorker, at, time.Hour)); !errors.Is(r.Err, ErrBadCommand) {
+		t.Errorf("duplicate token id: err = %v, want ErrBadCommand", r.Err)
+	}
+	if r := m.apply(tokenCmd("tok-3", "web-1", RoleWorker, at, time.Hour)); !errors.Is(r.Err, ErrNodeExists) {
+		t.Errorf("token for an enrolled node: err = %v, want ErrNodeExists", r.Err)
+	}
+	if _, ok := m.state().Tokens["tok-3"]; ok {
+		t.Error("a refused token was recorded")
+	}
+}
+
+func TestEnrolHappyPath(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	m.must(Command{Op: OpCreateToken, At: t0, CreateToken: &CreateTokenCmd{
+		ID: "tok", Node: "web-1", Role: RoleWorker, Labels: map[string]string{"env": "prod"}, TTL: time.Hour,
+	}})
+	at := t0.Add(10 * time.Minute)
+	r := m.must(enrolCmd("tok", "web-1", RoleWorker, "K1", at))
+	n := r.Node
+	if n == nil || n.ID != "web-1" || n.Role != RoleWorker || n.PublicKey != "K1" || !n.EnrolledAt.Equal(at) ||
+		n.Revoked || n.Labels["env"] != "prod" {
+		t.Fatalf("node = %+v", n)
+	}
+	wantDecl := Declared{Version: 0, BodyDigest: BodyDigest(EmptyBody()), IssuedAt: at, ExpiresAt: at.Add(testValidity)}
+	if n.Declared.Version != wantDecl.Version || n.Declared.BodyDigest != wantDecl.BodyDigest ||
+		!n.Declared.IssuedAt.Equal(wantDecl.IssuedAt) || !n.Declared.ExpiresAt.Equal(wantDecl.ExpiresAt) {
+		t.Fatalf("declared = %+v, want %+v", n.Declared, wantDecl)
+	}
+	s := m.state()
+	if tk := s.Tokens["tok"]; !tk.UsedAt.Equal(at) || tk.UsedKey != "K1" {
+		t.Fatalf("token not marked used: %+v", tk)
+	}
+	if got, ok := s.NodeByKey("K1"); !ok || got.ID != "web-1" {
+		t.Fatalf("NodeByKey(K1) = %v, %v", got, ok)
+	}
+	// Results are copies: the proposer reads them while the state machine goes on.
+	r.Node.Labels["env"] = "mutated"
+	if m.state().Nodes["web-1"].Labels["env"] != "prod" {
+		t.Fatal("the enrol result aliases the live node's labels")
+	}
+	rv := m.must(revokeCmd("web-1", at))
+	rv.Node.Labels["env"] = "mutated"
+	if m.state().Nodes["web-1"].Labels["env"] != "prod" {
+		t.Fatal("the revoke result aliases the live node's labels")
+	}
+	// The token's labels were copied, not shared.
+	s.Tokens["tok"].Labels["env"] = "dev"
+	if m.state().Nodes["web-1"].Labels["env"] != "prod" {
+		t.Fatal("node labels alias token labels")
+	}
+}
+
+func TestEnrolRefusals(t *testing.T) {
+	type setup func(m *machine)
+	at := t0.Add(10 * time.Minute)
+	tests := []struct {
+		name  string
+		setup setup
+		cmd   Command
+		want  error // nil: success
+	}{
+		{
+			name: "unknown token",
+			cmd:  enrolCmd("nope", "web-1", RoleWorker, "K1", at),
+			want: ErrTokenUnknown,
+		},
+		{
+			name:  "used by another key",
+			setup: func(m *machine) { m.must(enrolCmd("tok", "web-1", RoleWorker, "K1", at)) },
+			cmd:   enrolCmd("tok", "web-1", RoleWorker, "K2", at.Add(time.Minute)),
+			want:  ErrTokenUsed,
+		},
+		{
+			name:  "same key again is the same enrolment",
+			setup: func(m *machine) { m.must(enrolCmd("tok", "web-1", RoleWorker, "K1", at)) },
+			cmd:   enrolCmd("tok", "web-1", RoleWorker, "K1", at.Add(time.Minute)),
+		},
+		{
+			name:  "same key again after expiry",
+			setup: func(m *machine) { m.must(enrolCmd("tok", "web-1", RoleWorker, "K1", at)) },
+			cmd:   enrolCmd("tok", "web-1", RoleWorker, "K1", t0.Add(time.Hour)),
+			want:  ErrTokenUsed,
+		},
+		{
+			name: "expired at exactly its expiry",
+			cmd:  enrolCmd("tok", "web-1", RoleWorker, "K1", t0.Add(time.Hour)),
+			want: ErrTokenExpired,
+		},
+		{
+			name: "expired long ago",
+			cmd:  enrolCmd("tok", "web-1", RoleWorker, "K1", t0.Add(3*time.Hour)),
+			want: ErrTokenExpired,
+		},
+		{
+			name: "one nanosecond before expiry",
+			cmd:  enrolCmd("tok", "web-1", RoleWorker, "K1", t0.Add(time.Hour-1)),
+		},
+		{
+			name: "other node",
+			cmd:  enrolCmd("tok", "web-2", RoleWorker, "K1", at),
+			want: ErrTokenOtherNode,
+		},
+		{
+			name: "wrong role",
+			cmd:  enrolCmd("tok", "web-1", RoleControl, "K1", at),
+			want: ErrTokenWrongRole,
+		},
+		{
+			name: "revoked key",
+			setup: func(m *machine) {
+				m.must(tokenCmd("old", "db-1", RoleWorker, t0, time.Hour))
+				m.must(enrolCmd("old", "db-1", RoleWorker, "KR", at))
+				m.must(revokeCmd("db-1", at))
+			},
+			cmd:  enrolCmd("tok", "web-1", RoleWorker, "KR", at),
+			want: ErrKeyRevoked,
+		},
+		{
+			name: "node id already enrolled and not revoked",
+			setup: func(m *machine) {
+				m.must(tokenCmd("tok-b", "web-1", RoleWorker, t0, time.Hour)) // minted before web-1 enrolled
+				m.must(enrolCmd("tok-b", "web-1", RoleWorker, "K0", at))
+			},
+			cmd:  enrolCmd("tok", "web-1", RoleWorker, "K1", at),
+			want: ErrNodeExists,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newMachine(t)
+			m.must(initCmd("demo", t0))
+			m.must(tokenCmd("tok", "web-1", RoleWorker, t0, time.Hour))
+			if tt.setup != nil {
+				tt.setup(m)
+			}
+			before := m.snapshot()
+			r := m.apply(tt.cmd)
+			if tt.want == nil {
+				if r.Err != nil || r.Node == nil || r.Node.PublicKey != tt.cmd.Enrol.PublicKey {
+					t.Fatalf("result = %+v, want success for key %s", r, tt.cmd.Enrol.PublicKey)
+				}
+				// TokenState, which the enrolment handler asks first, agrees.
+				var pre error
+				m.f.Read(func(s *State) {
+					_, pre = s.TokenState(tt.cmd.Enrol.TokenID, tt.cmd.Enrol.Node, tt.cmd.Enrol.Role, tt.cmd.Enrol.PublicKey, tt.cmd.At)
+				})
+				if pre != nil {
+					t.Fatalf("TokenState after success = %v", pre)
+				}
+				return
+			}
+			assertOnly(t, r.Err, tt.want)
+			if r.Node != nil {
+				t.Fatalf("a refusal returned node %+v", r.Node)
+			}
+			if after := m.snapshot(); string(after) != string(before) {
+				t.Fatalf("a refused enrolment changed the state")
+			}
+			// The enrolment handler's quick check says the same.
+			var pre error
+			m.f.Read(func(s *State) {
+				_, pre = s.TokenState(tt.cmd.Enrol.TokenID, tt.cmd.Enrol.Node, tt.cmd.Enrol.Role, tt.cmd.Enrol.PublicKey, tt.cmd.At)
+			})
+			assertOnly(t, pre, tt.want)
+		})
+	}
+}
+
+func TestEnrolRepeatReturnsTheSameNode(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	m.must(tokenCmd("tok", "web-1", RoleWorker, t0, time.Hour))
+	first := m.must(enrolCmd("tok", "web-1", RoleWorker, "K1", t0.Add(time.Minute)))
+	before := m.snapshot()
+	again := m.must(enrolCmd("tok", "web-1", RoleWorker, "K1", t0.Add(5*time.Minute)))
+	a, _ := json.Marshal(first.Node)
+	b, _ := json.Marshal(again.Node)
+	if string(a) != string(b) {
+		t.Fatalf("repeat returned another node:\n%s\n%s", a, b)
+	}
+	if string(m.snapshot()) != string(before) {
+		t.Fatal("a repeated enrolment changed the state")
+	}
+}
+
+func TestEnrolRefusalDoesNotConsumeTheToken(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	m.must(tokenCmd("tok", "web-1", RoleWorker, t0, time.Hour))
+	for _, c := range []Command{
+		enrolCmd("tok", "web-2", RoleWorker, "K9", t0.Add(time.Minute)),
+		enrolCmd("tok", "web-1", RoleControl, "K9", t0.Add(time.Minute)),
+	} {
+		if r := m.apply(c); r.Err == nil {
+			t.Fatalf("%+v accepted", c.Enrol)
+		}
+	}
+	m.must(enrolCmd("tok", "web-1", RoleWorker, "K1", t0.Add(2*time.Minute)))
+}
+
+// A host whose node was revoked must not get its enrolment "repeated": the mesh would
+// answer it with a freshly signed declaration.
+func TestEnrolRepeatAfterRevocationIsRefused(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	m.must(tokenCmd("tok", "web-1", RoleWorker, t0, time.Hour))
+	m.must(enrolCmd("tok", "web-1", RoleWorker, "K1", t0.Add(time.Minute)))
+	m.must(revokeCmd("web-1", t0.Add(2*time.Minute)))
+	r := m.apply(enrolCmd("tok", "web-1", RoleWorker, "K1", t0.Add(3*time.Minute)))
+	assertOnly(t, r.Err, ErrKeyRevoked)
+
+	// And once the id enrolled again with a new key, the old token and key still get
+	// nothing, in particular not the new node's record.
+	m.must(tokenCmd("tok-2", "web-1", RoleWorker, t0.Add(4*time.Minute), time.Hour))
+	m.must(enrolCmd("tok-2", "web-1", RoleWorker, "K2", t0.Add(5*time.Minute)))
+	r = m.apply(enrolCmd("tok", "web-1", RoleWorker, "K1", t0.Add(6*time.Minute)))
+	assertOnly(t, r.Err, ErrKeyRevoked)
+	if r.Node != nil {
+		t.Fatalf("revoked key got node %+v", r.Node)
+	}
+}
+
+func TestRevoke(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	// Two tokens for web-1 minted before it enrolled: one is used, one stays unused.
+	m.must(tokenCmd("used", "web-1", RoleWorker, t0, time.Hour))
+	m.must(tokenCmd("spare", "web-1", RoleWorker, t0, time.Hour))
+	m.must(tokenCmd("other", "web-2", RoleWorker, t0, time.Hour))
+	m.must(enrolCmd("used", "web-1", RoleWorker, "K1", t0.Add(time.Minute)))
+
+	revokedAt := t0.Add(2 * time.Minute)
+	r := m.must(revokeCmd("web-1", revokedAt))
+	if r.Node == nil || !r.Node.Revoked || !r.Node.RevokedAt.Equal(revokedAt) {
+		t.Fatalf("revoke result = %+v", r.Node)
+	}
+	s := m.state()
+	if s.RevokedKeys["K1"] != "web-1" {
+		t.Fatalf("RevokedKeys = %v", s.RevokedKeys)
+	}
+	if _, ok := s.Tokens["spare"]; ok {
+		t.Error("the revoked node's unused token survived")
+	}
+	if _, ok := s.Tokens["used"]; !ok {
+		t.Error("the used token was dropped: a late repeat would read 'unknown' instead of a refusal")
+	}
+	if _, ok := s.Tokens["other"]; !ok {
+		t.Error("another node's token was dropped")
+	}
+
+	// Revoking again changes nothing, not even the time.
+	before := m.snapshot()
+	m.must(revokeCmd("web-1", revokedAt.Add(time.Hour)))
+	if string(m.snapshot()) != string(before) {
+		t.Error("a second revocation changed the state")
+	}
+	if r := m.apply(revokeCmd("ghost", revokedAt)); !errors.Is(r.Err, ErrUnknownNode) {
+		t.Errorf("revoke unknown: err = %v, want ErrUnknownNode", r.Err)
+	}
+
+	// The id can enrol again with a new token and a new key; the old key stays refused.
+	m.must(tokenCmd("new", "web-1", RoleWorker, t0.Add(3*time.Minute), time.Hour))
+	if r := m.apply(enrolCmd("new", "web-1", RoleWorker, "K1", t0.Add(4*time.Minute))); !errors.Is(r.Err, ErrKeyRevoked) {
+		t.Fatalf("old key with a new token: err = %v, want ErrKeyRevoked", r.Err)
+	}
+	n := m.must(enrolCmd("new", "web-1", RoleWorker, "K2", t0.Add(4*time.Minute))).Node
+	if n.Revoked || n.PublicKey != "K2" || n.Declared.Version != 0 {
+		t.Fatalf("re-enrolled node = %+v", n)
+	}
+	s = m.state()
+	if s.RevokedKeys["K1"] != "web-1" {
+		t.Error("the old key left RevokedKeys when the id enrolled again")
+	}
+	if _, ok := s.NodeByKey("K1"); ok {
+		t.Error("NodeByKey still finds the node by its revoked key")
+	}
+	if got, ok := s.NodeByKey("K2"); !ok || got.ID != "web-1" {
+		t.Errorf("NodeByKey(K2) = %v, %v", got, ok)
+	}
+}
+
+func TestDeclare(t *testing.T) {
+	m := enrolled(t, map[string]string{"web-1": RoleWorker, "web-2": RoleWorker, "cp-1": RoleControl, "gone": RoleWorker})
+	m.must(Command{Op: OpLabel, At: t0, Label: &LabelCmd{Node: "web-1", Labels: map[string]string{"env": "prod", "tier": "web"}}})
+	m.must(Command{Op: OpLabel, At: t0, Label: &LabelCmd{Node: "web-2", Labels: map[string]string{"env": "dev", "tier": "web"}}})
+	m.must(Command{Op: OpLabel, At: t0, Label: &LabelCmd{Node: "gone", Labels: map[string]string{"env": "prod"}}})
+	m.must(revokeCmd("gone", t0.Add(2*time.Minute)))
+
+	version := func(id string) uint64 { return m.state().Nodes[id].Declared.Version }
+	at := t0.Add(time.Hour)
+	tests := []struct {
+		name    string
+		sel     Selector
+		want    []string // nodes that get a new version
+		skipped []string
+		err     error
+	}{
+		{name: "node list", sel: Selector{Nodes: []string{"web-2", "web-1"}}, want: []string{"web-1", "web-2"}},
+		{name: "one node", sel: Selector{Nodes: []string{"web-1"}}, want: []string{"web-1"}},
+		{name: "unknown and revoked skipped", sel: Selector{Nodes: []string{"web-1", "ghost", "gone"}}, want: []string{"web-1"}, skipped: []string{"ghost", "gone"}},
+		{name: "only unknown", sel: Selector{Nodes: []string{"ghost"}}, skipped: []string{"ghost"}, err: ErrNoTargets},
+		{name: "only revoked", sel: Selector{Nodes: []string{"gone"}}, skipped: []string{"gone"}, err: ErrNoTargets},
+		{name: "empty selector", sel: Selector{}, err: ErrNoTargets},
+		{name: "role", sel: Selector{Role: RoleControl}, want: []string{"cp-1"}},
+		{name: "role worker skips revoked", sel: Selector{Role: RoleWorker}, want: []string{"web-1", "web-2"}},
+		{name: "label", sel: Selector{Labels: map[string]string{"env": "prod"}}, want: []string{"web-1"}},
+		{name: "labels all must match", sel: Selector{Labels: map[string]string{"env": "dev", "tier": "web"}}, want: []string{"web-2"}},
+		{name: "role and label", sel: Selector{Role: RoleControl, Labels: map[string]string{"tier": "web"}}, err: ErrNoTargets},
+		{name: "label nobody has", sel: Selector{Labels: map[string]string{"env": "staging"}}, err: ErrNoTargets},
+		{name: "all", sel: Selector{All: true}, want: []string{"cp-1", "web-1", "web-2"}},
+		{name: "list plus role", sel: Selector{Nodes: []string{"cp-1"}, Role: RoleWorker}, want: []string{"cp-1", "web-1", "web-2"}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := map[string]uint64{}
+			for _, id := range []string{"web-1", "web-2", "cp-1", "gone"} {
+				before[id] = version(id)
+			}
+			idx := m.f.AppliedIndex()
+			body := `{"files":[{"path":"motd","content":"` + tt.name + `"}]}`
+			r := m.apply(declareCmd(tt.sel, body, at.Add(time.Duration(i)*time.Second)))
+			if m.f.AppliedIndex() != idx+1 {
+				t.Fatalf("one declaration took %d log entries", m.f.AppliedIndex()-idx)
+			}
+			if tt.err != nil {
+				if !errors.Is(r.Err, tt.err) {
+					t.Fatalf("err = %v, want %v", r.Err, tt.err)
+				}
+			} else if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			if !slices.Equal(r.Skipped, tt.skipped) {
+				t.Errorf("skipped = %v, want %v", r.Skipped, tt.skipped)
+			}
+			var got []string
+			for _, a := range r.Assignments {
+				got = append(got, a.Node)
+				if a.Version != before[a.Node]+1 {
+					t.Errorf("%s: version %d, want %d", a.Node, a.Version, before[a.Node]+1)
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("assigned %v, want %v", got, tt.want)
+			}
+			s := m.state()
+			for id, v := range before {
+				n := s.Nodes[id]
+				if slices.Contains(tt.want, id) {
+					d := n.Declared
+					wantAt := at.Add(time.Duration(i) * time.Second)
+					if d.Version != v+1 || d.BodyDigest != BodyDigest([]byte(body)) || !d.IssuedAt.Equal(wantAt) || !d.ExpiresAt.Equal(wantAt.Add(testValidity)) {
+						t.Errorf("%s declared = %+v", id, d)
+					}
+					if string(s.Bodies[d.BodyDigest]) != body {
+						t.Errorf("%s: body not stored under its digest", id)
+					}
+				} else if n.Declared.Version != v {
+					t.Errorf("%s was not selected but moved from %d to %d", id, v, n.Declared.Version)
+				}
+			}
+			if tt.err != nil {
+				if _, ok := s.Bodies[BodyDigest([]byte(body))]; ok {
+					t.Error("a declaration that reached nobody stored its body")
+				}
+			}
+		})
+	}
+}
+
+func TestDeclareCollectsUnusedBodies(t *testing.T) {
+	m := enrolled(t, map[string]string{"a": RoleWorker, "b": RoleWorker})
+	bodyA, bodyB := `{"files":[{"path":"a"}]}`, `{"files":[{"path":"b"}]}`
+	dA, dB, dEmpty := BodyDigest([]byte(bodyA)), BodyDigest([]byte(bodyB)), BodyDigest(EmptyBody())
+	has := func(d string) bool { _, ok := m.state().Bodies[d]; return ok }
+
+	m.must(declareCmd(Selector{All: true}, bodyA, t0.Add(time.Hour)))
+	if !has(dA) || !has(dEmpty) {
+		t.Fatal("body A or the empty body missing after the first declaration")
+	}
+	m.must(declareCmd(Selector{Nodes: []string{"a"}}, bodyB, t0.Add(time.Hour)))
+	if !has(dA) || !has(dB) {
+		t.Fatal("body A dropped while b still holds it")
+	}
+	m.must(declareCmd(Selector{Nodes: []string{"b"}}, bodyB, t0.Add(time.Hour)))
+	if has(dA) {
+		t.Fatal("body A kept after no node holds it")
+	}
+	if !has(dB) || !has(dEmpty) {
+		t.Fatal("a body still in use, or the empty body, was collected")
+	}
+	if n := len(m.state().Bodies); n != 2 {
+		t.Fatalf("%d bodies stored, want 2", n)
+	}
+	// The same body twice is stored once, and a revoked node keeps its body alive.
+	m.must(revokeCmd("b", t0.Add(time.Hour)))
+	m.must(declareCmd(Selector{Nodes: []string{"a"}}, bodyA, t0.Add(time.Hour)))
+	if !has(dB) {
+		t.Fatal("the revoked node's body was collected")
+	}
+}
+
+func TestStatusBatch(t *testing.T) {
+	m := enrolled(t, map[string]string{"a": RoleWorker, "b": RoleWorker, "c": RoleWorker})
+	m.must(revokeCmd("c", t0.Add(time.Minute)))
+	at := t0.Add(time.Hour)
+	idx := m.f.AppliedIndex()
+	m.must(Command{Op: OpStatus, At: at, Status: &StatusCmd{Reports: []StatusReport{
+		{Node: "a", Applied: Applied{HaveApplied: true, Version: 3, KeyringEpoch: 1}},
+		{Node: "b", Applied: Applied{HaveApplied: true, Version: 2, ErrorCode: "rolled_back", ErrorMessage: "x", ErrorVersion: 1, Stale: true, ReportedAt: t0.Add(100 * time.Hour)}},
+		{Node: "c", Applied: Applied{HaveApplied: true, Version: 9}},
+		{Node: "ghost", Applied: Applied{HaveApplied: true, Version: 9}},
+	}}})
+	if m.f.AppliedIndex() != idx+1 {
+		t.Fatal("a batch took more than one log entry")
+	}
+	s := m.state()
+	if a := s.Nodes["a"].Applied; !a.HaveApplied || a.Version != 3 || a.KeyringEpoch != 1 || !a.ReportedAt.Equal(at) || a.ErrorCode != "" {
+		t.Errorf("a applied = %+v", a)
+	}
+	// ReportedAt is the command's time, not what the node claimed.
+	if b := s.Nodes["b"].Applied; b.Version != 2 || b.ErrorCode != "rolled_back" || b.ErrorVersion != 1 || !b.Stale || !b.ReportedAt.Equal(at) {
+		t.Errorf("b applied = %+v", b)
+	}
+	if c := s.Nodes["c"].Applied; c.HaveApplied {
+		t.Errorf("a revoked node's report was recorded: %+v", c)
+	}
+	if _, ok := s.Nodes["ghost"]; ok {
+		t.Error("a report created a node")
+	}
+}
+
+func TestLabel(t *testing.T) {
+	m := enrolled(t, map[string]string{"a": RoleWorker})
+	r := m.must(Command{Op: OpLabel, At: t0, Label: &LabelCmd{Node: "a", Labels: map[string]string{"env": "prod", "zone": "1"}}})
+	if !maps.Equal(r.Node.Labels, map[string]string{"env": "prod", "zone": "1"}) {
+		t.Fatalf("labels = %v", r.Node.Labels)
+	}
+	r.Node.Labels["env"] = "mutated"
+	r = m.must(Command{Op: OpLabel, At: t0, Label: &LabelCmd{Node: "a", Labels: map[string]string{"zone": "", "tier": "db"}}})
+	want := map[string]string{"env": "prod", "tier": "db"}
+	if !maps.Equal(r.Node.Labels, want) || !maps.Equal(m.state().Nodes["a"].Labels, want) {
+		t.Fatalf("labels after remove = %v / %v, want %v", r.Node.Labels, m.state().Nodes["a"].Labels, want)
+	}
+	if got := m.state().Select(Selector{Labels: map[string]string{"zone": "1"}}); len(got) != 0 {
+		t.Fatalf("a removed label still selects: %v", got)
+	}
+	if r := m.apply(Command{Op: OpLabel, At: t0, Label: &LabelCmd{Node: "ghost", Labels: map[string]string{"x": "y"}}}); !errors.Is(r.Err, ErrUnknownNode) {
+		t.Fatalf("label unknown node: err = %v", r.Err)
+	}
+}
+
+func TestTokenPurge(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	m.must(tokenCmd("unused", "web-1", RoleWorker, t0, time.Hour))
+	m.must(tokenCmd("used", "web-2", RoleWorker, t0, time.Hour))
+	m.must(tokenCmd("later", "web-3", RoleWorker, t0.Add(time.Hour), time.Hour))
+	m.must(enrolCmd("used", "web-2", RoleWorker, "K2", t0.Add(time.Minute)))
+	expiry := t0.Add(time.Hour)
+	probe := func(at time.Time) {
+		m.must(Command{Op: OpProbe, At: at, Probe: &ProbeCmd{ID: at.String()}})
+	}
+	probe(expiry.Add(24 * time.Hour))
+	if s := m.state(); len(s.Tokens) != 3 {
+		t.Fatalf("tokens purged at exactly 24h after expiry: %d left", len(s.Tokens))
+	}
+	// Within the retention, a late repeat is told why, not "unknown".
+	if r := m.apply(enrolCmd("unused", "web-1", RoleWorker, "K1", expiry.Add(24*time.Hour))); !errors.Is(r.Err, ErrTokenExpired) {
+		t.Fatalf("late use within retention: %v", r.Err)
+	}
+	probe(expiry.Add(24*time.Hour + time.Second))
+	s := m.state()
+	if _, ok := s.Tokens["unused"]; ok {
+		t.Error("an unused expired token survived the retention")
+	}
+	if _, ok := s.Tokens["used"]; ok {
+		t.Error("a used token survived the retention")
+	}
+	if _, ok := s.Tokens["later"]; !ok {
+		t.Error("a token still within its retention was purged")
+	}
+	if _, ok := s.Nodes["web-2"]; !ok {
+		t.Error("purging a token removed its node")
+	}
+	if r := m.apply(enrolCmd("used", "web-2", RoleWorker, "K2", expiry.Add(25*time.Hour))); !errors.Is(r.Err, ErrTokenUnknown) {
+		t.Fatalf("purged token: %v", r.Err)
+	}
+}
+
+func TestBadCommands(t *testing.T) {
+	m := enrolled(t, map[string]string{"a": RoleWorker})
+	before := m.snapshot()
+	for _, tt := range []struct {
+		name string
+		data string
+	}{
+		{"not json", `garbage`},
+		{"truncated", `{"op":"declare","at":"2001-02-03T04:05:06Z","declare":{"selector":{"all":true},"body":`},
+		{"wrong type", `{"op":1}`},
+		{"bad time", `{"op":"probe","at":"yesterday"}`},
+		{"op without its payload", `{"op":"enrol","at":"2001-02-03T04:05:06Z"}`},
+		{"payload of another op", `{"op":"revoke","at":"2001-02-03T04:05:06Z","enrol":{"node":"a"}}`},
+		{"unknown op", `{"op":"format_disk","at":"2001-02-03T04:05:06Z"}`},
+		{"empty op", `{}`},
+		{"null", `null`},
+		{"array", `[1,2,3]`},
+		{"empty", ``},
+		{"body not json", `{"op":"declare","at":"2001-02-03T04:05:06Z","declare":{"selector":{"all":true},"body":nope}}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			idx := m.f.AppliedIndex()
+			r := m.applyRaw([]byte(tt.data))
+			if !errors.Is(r.Err, ErrBadCommand) {
+				t.Errorf("err = %v, want ErrBadCommand", r.Err)
+			}
+			if m.f.AppliedIndex() != idx+1 {
+				t.Error("a skipped command did not advance the applied index")
+			}
+			if string(m.snapshot()) != string(before) {
+				t.Error("a bad command changed the state")
+			}
+		})
+	}
+}
+
+func TestNonCommandLogsAreIgnored(t *testing.T) {
+	m := enrolled(t, map[string]string{"a": RoleWorker})
+	before := m.snapshot()
+	data, _ := json.Marshal(revokeCmd("a", t0))
+	for _, typ := range []uint8{2, 3, 4} { // LogNoop, LogAddPeerDeprecated, LogRemovePeerDeprecated
+		out := m.f.Apply(rawLog(typ, 99, data))
+		if r, ok := out.(Result); !ok || r.Err != nil {
+			t.Fatalf("log type %d: %#v", typ, out)
+		}
+	}
+	if string(m.snapshot()) != string(before) {
+		t.Fatal("a non-command log entry was applied")
+	}
+}
+
+func TestOnApply(t *testing.T) {
+	m := newMachine(t)
+	var seen []string
+	m.f.OnApply(func(c *Command, r Result) {
+		// The hook runs outside the lock: reading the state here must not deadlock.
+		m.f.Read(func(*State) {})
+		seen = append(seen, c.Op+"/"+errString(r.Err))
+	})
+	m.must(initCmd("demo", t0))
+	m.apply(enrolCmd("x", "a", RoleWorker, "K", t0))
+	m.applyRaw([]byte("garbage")) // not decoded: no command to report
+	want := []string{"init/", "enrol/" + ErrTokenUnknown.Error()}
+	if !slices.Equal(seen, want) {
+		t.Fatalf("hook saw %q, want %q", seen, want)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func TestCloneIsDeep(t *testing.T) {
+	m := enrolled(t, map[string]string{"a": RoleWorker})
+	m.must(Command{Op: OpLabel, At: t0, Label: &LabelCmd{Node: "a", Labels: map[string]string{"env": "prod"}}})
+	before := m.snapshot()
+	var c *State
+	m.f.Read(func(s *State) { c = s.Clone() })
+	c.Nodes["a"].Labels["env"] = "dev"
+	c.Nodes["a"].Revoked = true
+	c.Tokens["tok-a"].UsedKey = "X"
+	c.Keyring.Keys[0] = "ff"
+	c.RevokedKeys["K-a"] = "a"
+	c.Bodies["x"] = json.RawMessage(`{}`)
+	c.Nodes["b"] = &Node{ID: "b"}
+	if string(m.snapshot()) != string(before) {
+		t.Fatal("changing a clone changed the state")
+	}
+}

@@ -1,0 +1,235 @@
+package state
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"mesh/tokenfmt"
+)
+
+func rawLog(typ uint8, index uint64, data []byte) *raft.Log {
+	return &raft.Log{Type: raft.LogType(typ), Index: index, Data: data}
+}
+
+// history is a command sequence touching every operation, refusals included.
+func history() []Command {
+	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
+	return []Command{
+		initCmd("demo", at(0)),
+		tokenCmd("t-a", "a", RoleWorker, at(1), time.Hour),
+		tokenCmd("t-b", "b", RoleWorker, at(1), time.Hour),
+		tokenCmd("t-c", "c", RoleControl, at(1), time.Hour),
+		tokenCmd("t-a2", "a", RoleWorker, at(1), time.Hour),
+		enrolCmd("t-a", "a", RoleWorker, "KA", at(2)),
+		enrolCmd("t-b", "b", RoleWorker, "KB", at(2)),
+		enrolCmd("t-c", "c", RoleControl, "KC", at(3)),
+		enrolCmd("t-b", "b", RoleWorker, "KX", at(3)), // refused: used
+		{Op: OpLabel, At: at(4), Label: &LabelCmd{Node: "a", Labels: map[string]string{"env": "prod"}}},
+		declareCmd(Selector{All: true}, `{"files":[{"path":"x","content":"1"}]}`, at(5)),
+		declareCmd(Selector{Labels: map[string]string{"env": "prod"}}, `{"files":[{"path":"x","content":"2"}]}`, at(6)),
+		declareCmd(Selector{Nodes: []string{"b", "ghost"}}, `{"files":[]}`, at(7)),
+		{Op: OpStatus, At: at(8), Status: &StatusCmd{Reports: []StatusReport{
+			{Node: "a", Applied: Applied{HaveApplied: true, Version: 2, KeyringEpoch: 1}},
+			{Node: "b", Applied: Applied{HaveApplied: true, Version: 1, ErrorCode: "expired", ErrorMessage: "late"}},
+		}}},
+		revokeCmd("b", at(9)),
+		{Op: OpProbe, At: at(10), Probe: &ProbeCmd{ID: "p1"}},
+		tokenCmd("t-b2", "b", RoleWorker, at(11), time.Hour),
+		enrolCmd("t-b2", "b", RoleWorker, "KB2", at(12)),
+		declareCmd(Selector{Role: RoleWorker}, `{"files":[{"path":"y"}]}`, at(13)),
+	}
+}
+
+func TestApplyIsDeterministic(t *testing.T) {
+	a, b := newMachine(t), newMachine(t)
+	for _, c := range history() {
+		ra, rb := a.apply(c), b.apply(c)
+		if errString(ra.Err) != errString(rb.Err) {
+			t.Fatalf("%s: results differ: %v / %v", c.Op, ra.Err, rb.Err)
+		}
+	}
+	sa, sb := a.snapshot(), b.snapshot()
+	if !bytes.Equal(sa, sb) {
+		t.Fatalf("snapshots differ:\n%s\n%s", sa, sb)
+	}
+	// Snapshots are stable: taking one twice gives the same bytes (map order does not leak).
+	for range 5 {
+		if !bytes.Equal(a.snapshot(), sa) {
+			t.Fatal("two snapshots of the same state differ")
+		}
+	}
+	if a.f.AppliedIndex() != uint64(len(history())) {
+		t.Fatalf("AppliedIndex = %d, want %d", a.f.AppliedIndex(), len(history()))
+	}
+}
+
+func TestSnapshotRestoreRoundTrip(t *testing.T) {
+	a := newMachine(t)
+	for _, c := range history() {
+		a.apply(c)
+	}
+	snap := a.snapshot()
+
+	b := newMachine(t)
+	b.must(initCmd("stale", t0)) // Restore replaces whatever was there
+	if err := b.f.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.snapshot(); !bytes.Equal(got, snap) {
+		t.Fatalf("restored state differs:\n%s\n%s", snap, got)
+	}
+	// The derived key index is rebuilt.
+	b.f.Read(func(s *State) {
+		for key, want := range map[string]string{"KA": "a", "KB2": "b", "KC": "c"} {
+			if n, ok := s.NodeByKey(key); !ok || n.ID != want {
+				t.Errorf("NodeByKey(%s) after restore = %v, %v; want %s", key, n, ok, want)
+			}
+		}
+		if _, ok := s.NodeByKey("KB"); ok {
+			t.Error("the revoked, replaced key KB is indexed after restore")
+		}
+		if s.RevokedKeys["KB"] != "b" {
+			t.Error("RevokedKeys lost in restore")
+		}
+	})
+	// Both continue alike.
+	b.index = a.index
+	next := []Command{
+		enrolCmd("t-a2", "a", RoleWorker, "KZ", t0.Add(20*time.Minute)), // refused: a exists
+		revokeCmd("a", t0.Add(21*time.Minute)),
+		declareCmd(Selector{All: true}, `{"files":[{"path":"z"}]}`, t0.Add(22*time.Minute)),
+	}
+	for _, c := range next {
+		if ra, rb := a.apply(c), b.apply(c); errString(ra.Err) != errString(rb.Err) {
+			t.Fatalf("%s after restore: %v / %v", c.Op, ra.Err, rb.Err)
+		}
+	}
+	if !bytes.Equal(a.snapshot(), b.snapshot()) {
+		t.Fatal("original and restored machines diverged")
+	}
+}
+
+func TestRestoreEmptyMaps(t *testing.T) {
+	f := NewFSM()
+	if err := f.Restore(io.NopCloser(strings.NewReader(`{"mesh":"demo"}`))); err != nil {
+		t.Fatal(err)
+	}
+	m := &machine{t: t, f: f}
+	// Maps missing from the snapshot are usable after restore (no nil-map panic).
+	m.must(tokenCmd("t", "a", RoleWorker, t0, time.Hour))
+	m.must(enrolCmd("t", "a", RoleWorker, "K", t0))
+	m.must(revokeCmd("a", t0))
+	if r := m.apply(declareCmd(Selector{All: true}, `{"files":[]}`, t0)); !errors.Is(r.Err, ErrNoTargets) {
+		t.Fatalf("declare to a mesh whose only node is revoked: %v", r.Err)
+	}
+	m.must(Command{Op: OpLabel, At: t0, Label: &LabelCmd{Node: "a", Labels: map[string]string{"k": "v"}}})
+}
+
+func TestRestoreGarbageKeepsState(t *testing.T) {
+	m := enrolled(t, map[string]string{"a": RoleWorker})
+	before := m.snapshot()
+	for _, in := range []string{"", "garbage", `{"nodes":[1]}`, `{"mesh":`} {
+		rc := &trackingCloser{Reader: strings.NewReader(in)}
+		if err := m.f.Restore(rc); err == nil {
+			t.Errorf("Restore(%q) succeeded", in)
+		}
+		if !rc.closed {
+			t.Errorf("Restore(%q) did not close its reader", in)
+		}
+		if !bytes.Equal(m.snapshot(), before) {
+			t.Fatalf("a failed Restore(%q) changed the state", in)
+		}
+	}
+}
+
+type trackingCloser struct {
+	io.Reader
+	closed bool
+}
+
+func (c *trackingCloser) Close() error { c.closed = true; return nil }
+
+func TestPersistFailureCancelsTheSink(t *testing.T) {
+	m := enrolled(t, map[string]string{"a": RoleWorker})
+	snap, err := m.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &failSink{}
+	if err := snap.Persist(sink); err == nil {
+		t.Fatal("Persist succeeded on a failing sink")
+	}
+	if !sink.cancelled || sink.closed {
+		t.Fatalf("failing sink: cancelled=%v closed=%v, want the sink cancelled, not closed", sink.cancelled, sink.closed)
+	}
+}
+
+// The snapshot is a copy: applying more commands after taking it does not change it.
+func TestSnapshotIsPointInTime(t *testing.T) {
+	m := enrolled(t, map[string]string{"a": RoleWorker})
+	snap, err := m.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.must(revokeCmd("a", t0))
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(sink.String(), `"revoked":true`) {
+		t.Fatal("a snapshot taken before the revocation contains it")
+	}
+}
+
+func TestSnapshotHoldsNoTokenSecret(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	var secrets [][]byte
+	var ids []string
+	for i := range 3 {
+		var tok tokenfmt.Token
+		if _, err := rand.Read(tok.Secret[:]); err != nil {
+			t.Fatal(err)
+		}
+		h := tok.SecretHash()
+		id := hex.EncodeToString(h[:])
+		node := string(rune('a' + i))
+		m.must(tokenCmd(id, node, RoleWorker, t0, time.Hour))
+		secrets = append(secrets, tok.Secret[:])
+		ids = append(ids, id)
+	}
+	m.must(enrolCmd(ids[0], "a", RoleWorker, "KA", t0.Add(time.Minute)))
+	snap := m.snapshot()
+	for i, s := range secrets {
+		for _, form := range []string{hex.EncodeToString(s), strings.ToUpper(hex.EncodeToString(s)), base64.StdEncoding.EncodeToString(s), base64.RawURLEncoding.EncodeToString(s)} {
+			if bytes.Contains(snap, []byte(form)) {
+				t.Fatalf("token secret %d appears in the snapshot", i)
+			}
+		}
+		if !bytes.Contains(snap, []byte(ids[i])) {
+			t.Fatalf("token %d is not in the snapshot by its hash", i)
+		}
+	}
+	// And the state has no field that could hold one.
+	var generic map[string]any
+	if err := json.Unmarshal(snap, &generic); err != nil {
+		t.Fatal(err)
+	}
+	for id, tk := range generic["tokens"].(map[string]any) {
+		for field := range tk.(map[string]any) {
+			if strings.Contains(strings.ToLower(field), "secret") {
+				t.Errorf("token %s has a field %q", id, field)
+			}
+		}
+	}
+}
