@@ -130,8 +130,20 @@ func (w lockedWriter) Write(b []byte) (int, error) {
 // Start starts a subprocess; it is killed when the test ends.
 func Start(t testing.TB, env []string, bin string, args ...string) *Process {
 	t.Helper()
+	return start(t, "", env, bin, args...)
+}
+
+// StartWithInput starts a subprocess with stdin.
+func StartWithInput(t testing.TB, stdin string, bin string, args ...string) *Process {
+	t.Helper()
+	return start(t, stdin, nil, bin, args...)
+}
+
+func start(t testing.TB, stdin string, env []string, bin string, args ...string) *Process {
+	t.Helper()
 	p := &Process{done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
+	p.cmd.Stdin = strings.NewReader(stdin)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = lockedWriter{p}, lockedWriter{p}
 	if err := p.cmd.Start(); err != nil {

@@ -1,0 +1,186 @@
+package integration
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"mesh/host/identity"
+	"mesh/host/state"
+	"mesh/integration/harness"
+)
+
+// mountTinyFS mounts a 64 KiB tmpfs at dir and fills it until only free pages remain.
+// It skips the test, saying why, when that is not possible (not root, no mount).
+func mountTinyFS(t *testing.T, dir string, free int) (filler string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a size-limited tmpfs for a real full disk; the unit tests of host/atomicfile cover the error path with an injected failure")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v: %s); skipping the real full-disk case", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	filler = filepath.Join(dir, "filler")
+	size := (int64(st.Bfree) - int64(free)) * st.Bsize
+	if err := os.WriteFile(filler, make([]byte, size), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	syscall.Statfs(dir, &st)
+	if int(st.Bfree) != free {
+		t.Fatalf("could not leave exactly %d free pages (have %d)", free, st.Bfree)
+	}
+	return filler
+}
+
+// TestFullDiskDuringIdentityWrite: the disk fills up exactly when the identity is being
+// written. Enrolment says the disk is full, leaves no identity and no temporary file,
+// and completes with the same token once there is room.
+func TestFullDiskDuringIdentityWrite(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "fulldisk")
+	cp.Serve()
+	h := harness.NewHost(t, bin, "web-1")
+	// Room for the pending key and the applied state, not for the identity.
+	filler := mountTinyFS(t, h.State, 2)
+	text := cp.Token("web-1")
+
+	r := h.Enrol(text)
+	if r.Code == 0 || !strings.Contains(r.Combined(), "the disk is full") || !strings.Contains(r.Combined(), "same token") {
+		t.Fatalf("enrol on a full disk (exit %d):\n%s", r.Code, r.Combined())
+	}
+	if _, err := identity.Load(h.State); !errors.Is(err, identity.ErrNotEnrolled) {
+		t.Fatalf("identity after the failed write: %v (want none, never a torn file)", err)
+	}
+	entries, _ := os.ReadDir(h.State)
+	for _, e := range entries {
+		if strings.Contains(e.Name(), ".tmp") {
+			t.Fatalf("a temporary file was left behind: %s", e.Name())
+		}
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.Enrol(text); r.Code != 0 || !strings.Contains(r.Stdout, "reusing the key") {
+		t.Fatalf("enrol once there is room (exit %d):\n%s", r.Code, r.Combined())
+	}
+	if _, err := identity.Load(h.State); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkNoTornFiles fails if the identity, pending key or applied state is anything but
+// absent or whole.
+func checkNoTornFiles(t *testing.T, dir, when string) {
+	t.Helper()
+	if _, err := identity.Load(dir); err != nil && !errors.Is(err, identity.ErrNotEnrolled) {
+		t.Fatalf("%s: identity: %v", when, err)
+	}
+	if _, err := identity.LoadPending(dir); err != nil && !errors.Is(err, identity.ErrNoPending) {
+		t.Fatalf("%s: pending key: %v", when, err)
+	}
+	if _, err := state.Load(dir); err != nil {
+		t.Fatalf("%s: applied state: %v", when, err)
+	}
+}
+
+// TestKillDuringIdentityWrites: meshhost enrol is killed with SIGKILL at random moments;
+// no file is ever torn, and the interrupted enrolment completes when run again.
+func TestKillDuringIdentityWrites(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "killenrol")
+	cp.Serve()
+	rng := rand.New(rand.NewPCG(1, 2))
+	completed, interrupted := 0, 0
+	for i := range 12 {
+		name := fmt.Sprintf("k-%d", i)
+		h := harness.NewHost(t, bin, name)
+		text := cp.Token(name)
+		p := harness.StartWithInput(t, text, bin.Meshhost, "enrol", "--state", h.State)
+		time.Sleep(time.Duration(rng.IntN(60)) * time.Millisecond)
+		p.Kill()
+		if strings.Contains(p.Output(), "enrolled "+name) {
+			completed++
+		} else {
+			interrupted++
+		}
+		checkNoTornFiles(t, h.State, "after SIGKILL "+name)
+		r := h.Enrol(text)
+		switch {
+		case r.Code == 0:
+		case r.Code == hostExitIdentity && strings.Contains(r.Stderr, "already enrolled"):
+		default:
+			t.Fatalf("%s: enrol again after the kill (exit %d):\n%s", name, r.Code, r.Combined())
+		}
+		if _, err := identity.Load(h.State); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	t.Logf("kills: %d interrupted an enrolment, %d came after it completed", interrupted, completed)
+	if interrupted == 0 {
+		t.Fatal("no kill interrupted an enrolment: nothing was tested")
+	}
+}
+
+// TestKillDuringVersionWrites: the agent is killed with SIGKILL at random moments while
+// declarations stream in; the applied state is never torn, and across restarts the
+// applied version never goes back.
+func TestKillDuringVersionWrites(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "killrun")
+	cp.Serve()
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	var stop atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		body := filepath.Join(t.TempDir(), "b.json")
+		for i := 1; !stop.Load(); i++ {
+			writeFile(t, body, fmt.Sprintf(`{"files":[{"path":"state","content":"%d"},{"path":"big","content":"%s"}]}`, i, strings.Repeat("x", 64<<10)))
+			cp.Ctl("declare", "--node", "web-1", "--file", body)
+		}
+	}()
+	rng := rand.New(rand.NewPCG(3, 4))
+	var last uint64
+	for i := range 10 {
+		agent := h.Run()
+		time.Sleep(time.Duration(300+rng.IntN(400)) * time.Millisecond)
+		agent.Kill()
+		checkNoTornFiles(t, h.State, fmt.Sprintf("after SIGKILL %d", i))
+		a, _ := state.Load(h.State)
+		if a.Version < last {
+			t.Fatalf("the applied version went back from v%d to v%d", last, a.Version)
+		}
+		seq := appliedSequence(t, agent.Output())
+		for j := 1; j < len(seq); j++ {
+			if seq[j] < seq[j-1] {
+				t.Fatalf("applied v%d after v%d", seq[j], seq[j-1])
+			}
+		}
+		if len(seq) > 0 && seq[0] < last {
+			t.Fatalf("after a restart the agent applied v%d below v%d it had persisted", seq[0], last)
+		}
+		last = a.Version
+	}
+	stop.Store(true)
+	<-done
+	h.Run()
+	n, _ := cp.Node("web-1")
+	cp.WaitConverged("web-1", n.Declared, 30*time.Second)
+	t.Logf("ten kills; converged on v%d", n.Declared)
+}
