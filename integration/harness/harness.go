@@ -26,20 +26,21 @@ import (
 	"mesh/controlplane/pki"
 )
 
-// Binaries are the built meshctl and meshhost.
+// Binaries are the built meshctl and meshhost, and the impostor test tool.
 type Binaries struct {
 	Meshctl  string
 	Meshhost string
+	Impostor string
 }
 
 // Build compiles both binaries into dir. Integration tests call it once from TestMain.
 func Build(dir string) (Binaries, error) {
-	b := Binaries{Meshctl: filepath.Join(dir, "meshctl"), Meshhost: filepath.Join(dir, "meshhost")}
+	b := Binaries{Meshctl: filepath.Join(dir, "meshctl"), Meshhost: filepath.Join(dir, "meshhost"), Impostor: filepath.Join(dir, "impostor")}
 	root, err := moduleRoot()
 	if err != nil {
 		return b, err
 	}
-	for out, pkg := range map[string]string{b.Meshctl: "./controlplane/cmd/meshctl", b.Meshhost: "./host/cmd/meshhost"} {
+	for out, pkg := range map[string]string{b.Meshctl: "./controlplane/cmd/meshctl", b.Meshhost: "./host/cmd/meshhost", b.Impostor: "./integration/cmd/impostor"} {
 		cmd := exec.Command("go", "build", "-o", out, pkg)
 		cmd.Dir = root
 		if msg, err := cmd.CombinedOutput(); err != nil {

@@ -1,0 +1,145 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/integration/harness"
+)
+
+// netns is a set of network namespaces the test made, removed when it ends.
+type netns struct {
+	t      *testing.T
+	prefix string
+	names  []string
+}
+
+func (n *netns) ip(args ...string) {
+	n.t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		n.t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+func (n *netns) add(name string) string {
+	full := n.prefix + name
+	n.ip("netns", "add", full)
+	n.names = append(n.names, full)
+	n.ip("-n", full, "link", "set", "lo", "up")
+	return full
+}
+
+// link joins two namespaces with a veth pair and addresses both ends.
+func (n *netns) link(a, aIf, aAddr, b, bIf, bAddr string) {
+	n.ip("link", "add", aIf, "netns", a, "type", "veth", "peer", "name", bIf, "netns", b)
+	n.ip("-n", a, "addr", "add", aAddr, "dev", aIf)
+	n.ip("-n", b, "addr", "add", bAddr, "dev", bIf)
+	n.ip("-n", a, "link", "set", aIf, "up")
+	n.ip("-n", b, "link", "set", bIf, "up")
+}
+
+// in wraps a command to run inside a namespace.
+func in(ns string, args ...string) []string { return append([]string{"netns", "exec", ns}, args...) }
+
+// TestSeparateMachines: network namespaces act as a control-plane machine, a host
+// machine and a router between them. An attacker's namespace takes over the broker's
+// address on the path: the host refuses it before sending anything. Once the real
+// route is back, enrolment succeeds and the host converges across the router.
+func TestSeparateMachines(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create network namespaces (CI runs as root); the same attack is covered on loopback by TestImpostorRefusedBeforeAnyCredential")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs iproute2's ip command (.ci/run installs it); the same attack is covered on loopback by TestImpostorRefusedBeforeAnyCredential")
+	}
+	n := &netns{t: t, prefix: fmt.Sprintf("mesh%d-", os.Getpid()%100000)}
+	if out, err := exec.Command("ip", "netns", "add", n.prefix+"probe").CombinedOutput(); err != nil {
+		t.Skipf("cannot create network namespaces here (%v: %s)", err, strings.TrimSpace(string(out)))
+	}
+	n.names = append(n.names, n.prefix+"probe")
+	t.Cleanup(func() {
+		for _, name := range n.names {
+			exec.Command("ip", "netns", "pids", name).Run()
+			exec.Command("ip", "netns", "del", name).Run()
+		}
+	})
+
+	cpNS, hostNS, router, attacker := n.add("cp"), n.add("host"), n.add("router"), n.add("attacker")
+	n.link(cpNS, "eth0", "10.71.1.2/24", router, "r-cp", "10.71.1.1/24")
+	n.link(hostNS, "eth0", "10.71.2.2/24", router, "r-host", "10.71.2.1/24")
+	n.link(attacker, "eth0", "10.71.3.2/24", router, "r-att", "10.71.3.1/24")
+	n.ip("-n", cpNS, "route", "add", "default", "via", "10.71.1.1")
+	n.ip("-n", hostNS, "route", "add", "default", "via", "10.71.2.1")
+	n.ip("-n", attacker, "route", "add", "default", "via", "10.71.3.1")
+	// The attacker owns the broker's address on its own machine, ready to answer.
+	n.ip("-n", attacker, "addr", "add", "10.71.1.2/32", "dev", "eth0")
+	if out, err := exec.Command("ip", in(router, "sysctl", "-qw", "net.ipv4.ip_forward=1")...).CombinedOutput(); err != nil {
+		t.Fatalf("enable forwarding: %v %s", err, out)
+	}
+
+	// The control-plane machine.
+	dir := filepath.Join(t.TempDir(), "cp")
+	broker := "10.71.1.2:7300"
+	ctl := func(args ...string) harness.Result {
+		return harness.Run(t, "", nil, "ip", in(cpNS, append([]string{bin.Meshctl}, append(args, "--data", dir)...)...)...)
+	}
+	if r := ctl("bootstrap", "--mesh", "twomachines", "--listen", broker); r.Code != 0 {
+		t.Fatalf("bootstrap in the control-plane namespace: %s", r.Combined())
+	}
+	serve := harness.Start(t, nil, "ip", in(cpNS, bin.Meshctl, "serve", "--data", dir, "--raft-heartbeat", "300ms", "--reconcile", "1s")...)
+	serve.WaitOutput(t, "control node ready", 30*time.Second)
+	tok := ctl("token", "--node", "web-1")
+	if tok.Code != 0 {
+		t.Fatalf("token: %s", tok.Combined())
+	}
+
+	// The attacker answers at the broker's address and the router sends it the traffic.
+	stats := filepath.Join(t.TempDir(), "impostor.json")
+	imp := harness.Start(t, nil, "ip", in(attacker, bin.Impostor, "--listen", broker, "--stats", stats)...)
+	imp.WaitOutput(t, "impostor listening", 10*time.Second)
+	n.ip("-n", router, "route", "add", "10.71.1.2/32", "via", "10.71.3.2")
+
+	state := filepath.Join(t.TempDir(), "host")
+	enrolCmd := in(hostNS, bin.Meshhost, "enrol", "--state", state)
+	r := harness.Run(t, tok.Stdout, nil, "ip", enrolCmd...)
+	if r.Code != hostExitSubstituted || !strings.Contains(r.Combined(), "retrying will not help") {
+		t.Fatalf("with the attacker on the path: exit %d:\n%s", r.Code, r.Combined())
+	}
+	time.Sleep(300 * time.Millisecond)
+	var got map[string]int64
+	data, err := os.ReadFile(stats)
+	if err != nil || json.Unmarshal(data, &got) != nil {
+		t.Fatalf("impostor stats: %v %s", err, data)
+	}
+	if got["connections"] == 0 {
+		t.Fatal("the host never reached the attacker: the takeover did not happen")
+	}
+	if got["in_bytes"] != 0 || got["credentials"] != 0 {
+		t.Fatalf("the attacker received %d application bytes and %d credentials, want 0 and 0", got["in_bytes"], got["credentials"])
+	}
+
+	// The real route is back: the same token enrols, and the host converges.
+	n.ip("-n", router, "route", "del", "10.71.1.2/32", "via", "10.71.3.2")
+	if r := harness.Run(t, tok.Stdout, nil, "ip", enrolCmd...); r.Code != 0 {
+		t.Fatalf("enrol once the route is back (exit %d):\n%s", r.Code, r.Combined())
+	}
+	agent := harness.Start(t, nil, "ip", in(hostNS, bin.Meshhost, "run", "--state", state, "--root", filepath.Join(state, "managed"), "--heartbeat", "1s")...)
+	body := filepath.Join(t.TempDir(), "b.json")
+	writeFile(t, body, `{"files":[{"path":"hello","content":"across the router"}]}`)
+	if r := ctl("declare", "--node", "web-1", "--file", body); r.Code != 0 {
+		t.Fatalf("declare: %s", r.Combined())
+	}
+	harness.Eventually(t, 30*time.Second, "web-1 applies v1 across the router", func() bool {
+		r := ctl("nodes", "--json")
+		return strings.Contains(r.Stdout, `"applied_version": 1`)
+	})
+	if b, _ := os.ReadFile(filepath.Join(state, "managed", "hello")); string(b) != "across the router" {
+		t.Fatalf("hello = %q\nagent:\n%s", b, agent.Output())
+	}
+}
