@@ -13,7 +13,68 @@ const (
 	OpNodes       = "nodes"
 	OpRevoke      = "revoke"
 	OpLabel       = "label"
+
+	OpControlAdd     = "control.add"
+	OpControlConfirm = "control.confirm"
+	OpControlAbort   = "control.abort"
+	OpControlRemove  = "control.remove"
 )
+
+// ControlRequest names a control node.
+type ControlRequest struct {
+	Node string `json:"node"`
+}
+
+// ControlAddResult tells a joiner which log index proves it replicates.
+type ControlAddResult struct {
+	ProbeIndex uint64 `json:"probe_index"`
+}
+
+// ControlConfirmRequest proves replication: the ids of the probe entries the joiner
+// applied, which reached it only through the log.
+type ControlConfirmRequest struct {
+	Node   string   `json:"node"`
+	Probes []string `json:"probes"`
+}
+
+// ControlConfirmResult says what the leader made of the confirmed node.
+type ControlConfirmResult struct {
+	Voter    bool     `json:"voter"`
+	Promoted []string `json:"promoted,omitempty"`
+	Voters   []string `json:"voters"`
+	Note     string   `json:"note,omitempty"`
+}
+
+// ControlView is a control node as operators see it.
+type ControlView struct {
+	ID           string    `json:"id"`
+	Broker       string    `json:"broker"`
+	Raft         string    `json:"raft_role"` // leader, voter, nonvoter, not a member, removed
+	State        string    `json:"state"`     // alive, offline, removed
+	LastSeen     time.Time `json:"last_seen,omitzero"`
+	AppliedIndex uint64    `json:"applied_index,omitempty"`
+	CAHolder     bool      `json:"ca_holder,omitempty"`
+}
+
+// Control node Raft roles in a ControlView.
+const (
+	RaftLeader    = "leader"
+	RaftVoter     = "voter"
+	RaftNonvoter  = "nonvoter"
+	RaftNotMember = "not a member"
+	RaftRemoved   = "removed"
+)
+
+// ControlHeartbeatSubject is where control node id reports itself.
+func ControlHeartbeatSubject(id string) string { return "mesh.control." + id + ".heartbeat" }
+
+// ControlHeartbeat is a control node's periodic report.
+type ControlHeartbeat struct {
+	V            int    `json:"v"`
+	Node         string `json:"node"`
+	AppliedIndex uint64 `json:"applied_index"`
+	Raft         string `json:"raft"`
+}
 
 // AdminSubject is the subject of an operator API operation.
 func AdminSubject(op string) string { return AdminPrefix + op }
@@ -40,6 +101,11 @@ type TokenCreateRequest struct {
 	Role   string            `json:"role"`
 	Labels map[string]string `json:"labels,omitempty"`
 	TTL    Duration          `json:"ttl"`
+	// Control tokens only: the addresses the node is admitted with, and its TLS
+	// identity and operator credentials sealed under the token secret by the CA
+	// holder that minted it.
+	Control *ControlMember `json:"control,omitempty"`
+	Sealed  []byte         `json:"sealed,omitempty"`
 }
 
 // TokenCreateResult tells meshctl what to put in the token besides the secret.
@@ -101,14 +167,16 @@ const (
 	StateAlive   = "alive"
 	StateOffline = "offline"
 	StateRevoked = "revoked"
+	StateRemoved = "removed"
 )
 
 // NodesResult is the roster.
 type NodesResult struct {
-	Mesh         string     `json:"mesh"`
-	AnsweredBy   string     `json:"answered_by"`
-	KeyringEpoch uint64     `json:"keyring_epoch"`
-	Nodes        []NodeView `json:"nodes"`
+	Mesh         string        `json:"mesh"`
+	AnsweredBy   string        `json:"answered_by"`
+	KeyringEpoch uint64        `json:"keyring_epoch"`
+	Control      []ControlView `json:"control"`
+	Nodes        []NodeView    `json:"nodes"`
 }
 
 // RevokeRequest revokes a node.

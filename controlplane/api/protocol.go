@@ -97,6 +97,9 @@ type EnrolRequest struct {
 	PublicKey string `json:"public_key"` // nkey user public key
 	KeyProof  string `json:"key_proof"`  // base64 signature by that key over KeyProofMessage
 	Agent     string `json:"agent,omitempty"`
+	// CurveKey is a joining control node's public curve key: the signing key is
+	// sealed to it.
+	CurveKey string `json:"curve_key,omitempty"`
 }
 
 // KeyProofMessage is what a joiner signs with its new key to prove it holds it.
@@ -117,6 +120,31 @@ type EnrolResponse struct {
 	Subjects    *Subjects       `json:"subjects,omitempty"`
 	Keyring     json.RawMessage `json:"keyring,omitempty"`
 	Declaration json.RawMessage `json:"declaration,omitempty"`
+	// Control is set when a control node is admitted.
+	Control *ControlAdmission `json:"control,omitempty"`
+}
+
+// ControlMember is a control node's addresses.
+type ControlMember struct {
+	ID      string `json:"id"`
+	Broker  string `json:"broker"`
+	Raft    string `json:"raft"`
+	Cluster string `json:"cluster"`
+}
+
+// ControlAdmission is what a joining control node receives.
+type ControlAdmission struct {
+	// Sealed is its TLS identity and operator credentials, sealed under a key
+	// derived from the token secret when the token was minted on the CA holder.
+	Sealed []byte `json:"sealed"`
+	// SigningKey is the declaration signing key (PKCS#8 PEM), sealed to the
+	// joiner's curve key by Sealer, a one-time curve key of the admitting node.
+	SigningKey   []byte          `json:"signing_key"`
+	Sealer       string          `json:"sealer"`
+	AdminAccount string          `json:"admin_account"`
+	CAHolder     string          `json:"ca_holder"`
+	Self         ControlMember   `json:"self"`
+	Members      []ControlMember `json:"members"`
 }
 
 // SyncRequest asks for a node's current declaration.
@@ -132,6 +160,9 @@ type SyncResponse struct {
 	Error       *Error          `json:"error,omitempty"`
 	Declaration json.RawMessage `json:"declaration,omitempty"`
 	Keyring     json.RawMessage `json:"keyring,omitempty"`
+	// Brokers lists every control node's broker, so hosts learn of control nodes
+	// that joined after them and can fail over to them.
+	Brokers []string `json:"brokers,omitempty"`
 }
 
 // StatusError is the error part of a status report.

@@ -204,6 +204,7 @@ func (b *run) loadPrevious() error {
 		RaftListen:    b.o.RaftListen,
 		ClusterListen: b.o.ClusterListen,
 		Brokers:       []string{b.o.Advertise},
+		CAHolder:      b.o.Node,
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -44,6 +45,14 @@ func (d *Daemon) handleAdmin(m *nats.Msg) {
 			result, err = adminCall(m.Data, d.revoke)
 		case api.OpLabel:
 			result, err = adminCall(m.Data, d.label)
+		case api.OpControlAdd:
+			result, err = adminCall(m.Data, d.controlAdd)
+		case api.OpControlConfirm:
+			result, err = adminCall(m.Data, d.controlConfirm)
+		case api.OpControlAbort:
+			result, err = adminCall(m.Data, d.controlAbort)
+		case api.OpControlRemove:
+			result, err = adminCall(m.Data, d.controlRemove)
 		default:
 			err = &api.Error{Code: api.CodeNotFound, Message: "unknown operation " + op}
 		}
@@ -107,9 +116,22 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 	if err := validateLabels(req.Labels); err != nil {
 		return out, err
 	}
-	res, err := d.commit(state.Command{Op: state.OpCreateToken, CreateToken: &state.CreateTokenCmd{
-		ID: req.ID, Node: req.Node, Role: req.Role, Labels: req.Labels, TTL: ttl,
-	}})
+	cmd := &state.CreateTokenCmd{ID: req.ID, Node: req.Node, Role: req.Role, Labels: req.Labels, TTL: ttl}
+	if req.Role == state.RoleControl {
+		if req.Control == nil || len(req.Sealed) == 0 {
+			return out, badRequest("a control token needs its addresses and a sealed identity: mint it with meshctl token --role control on the machine holding the CA key")
+		}
+		for _, a := range []string{req.Control.Broker, req.Control.Raft, req.Control.Cluster} {
+			if _, err := netip.ParseAddrPort(a); err != nil {
+				return out, badRequest("control address %q is not ip:port", a)
+			}
+		}
+		cmd.Control = &state.ControlAddrs{Broker: req.Control.Broker, Raft: req.Control.Raft, Cluster: req.Control.Cluster}
+		cmd.Sealed = req.Sealed
+	} else if req.Control != nil || len(req.Sealed) > 0 {
+		return out, badRequest("only control tokens carry addresses and a sealed identity")
+	}
+	res, err := d.commit(state.Command{Op: state.OpCreateToken, CreateToken: cmd})
 	if err != nil {
 		return out, err
 	}
@@ -121,9 +143,9 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 	}
 	d.fsm.Read(func(s *state.State) {
 		out.SigningKey = s.Keyring.Keys[len(s.Keyring.Keys)-1]
+		out.Brokers = s.Brokers()
 	})
 	out.Mesh = d.cfg.Mesh
-	out.Brokers = d.cfg.Brokers
 	out.CAPin = d.cfg.CAPin
 	out.Expiry = res.Token.Expiry
 	d.log.Info("token minted", "node", req.Node, "role", req.Role, "expiry", out.Expiry)
@@ -187,6 +209,7 @@ func (d *Daemon) nodes(req api.NodesRequest) (api.NodesResult, error) {
 	out := api.NodesResult{Mesh: d.cfg.Mesh, AnsweredBy: d.cfg.Node}
 	d.fsm.Read(func(s *state.State) {
 		out.KeyringEpoch = s.Keyring.Epoch
+		out.Control = d.controlViews(s, now)
 		for _, n := range s.Nodes {
 			if len(req.Nodes) > 0 && !slices.Contains(req.Nodes, n.ID) {
 				continue

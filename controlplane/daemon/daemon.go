@@ -91,6 +91,10 @@ type Daemon struct {
 	signer *signer
 	seen   *liveness
 	status *statusBatcher
+	ctl    *controlTracker
+	// removed is closed when this control node is removed from the control plane.
+	removed     chan struct{}
+	removedOnce sync.Once
 
 	mu   sync.Mutex
 	subs []*nats.Subscription
@@ -101,7 +105,7 @@ type Daemon struct {
 // control plane's own client. The daemon serves nothing until Run.
 func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	opts.defaults()
-	d := &Daemon{opts: opts, log: opts.Logger, fsm: state.NewFSM(), seen: newLiveness()}
+	d := &Daemon{opts: opts, log: opts.Logger, fsm: state.NewFSM(), seen: newLiveness(), ctl: newControlTracker(), removed: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -147,12 +151,20 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	readyCtx, cancel := context.WithTimeout(ctx, opts.ReadyTimeout)
 	defer cancel()
 	d.log.Info("waiting for the replicated state to be current", "node", d.cfg.Node)
-	if err := d.raft.WaitReady(readyCtx); err != nil {
+	if err := d.raft.WaitFollowing(readyCtx); err != nil {
 		return nil, err
 	}
 	if err := d.initialise(); err != nil {
 		return nil, err
 	}
+	var routes []string
+	d.fsm.Read(func(s *state.State) {
+		for _, c := range s.ActiveControlNodes() {
+			if c.ID != d.cfg.Node {
+				routes = append(routes, c.Cluster)
+			}
+		}
+	})
 
 	internal := make([]byte, 32)
 	if _, err := rand.Read(internal); err != nil {
@@ -160,11 +172,12 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	auth := authn.New(authn.Config{FSM: d.fsm, InternalToken: hex.EncodeToString(internal), Logger: d.log.With("component", "authn")})
 	d.broker, err = broker.Start(ctx, broker.Config{
-		Name:   d.cfg.Node,
-		Listen: d.cfg.Listen,
-		TLS:    serverTLS,
-		Auth:   auth,
-		Logger: d.log,
+		Name:    d.cfg.Node,
+		Listen:  d.cfg.Listen,
+		TLS:     serverTLS,
+		Auth:    auth,
+		Logger:  d.log,
+		Cluster: &broker.ClusterConfig{Listen: d.cfg.ClusterListen, Routes: routes, TLS: mutual},
 	})
 	if err != nil {
 		return nil, err
@@ -188,7 +201,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 func (d *Daemon) initialise() error {
 	var done bool
 	d.fsm.Read(func(s *state.State) { done = s.Initialised() })
-	if done {
+	if done || !d.raft.IsLeader() {
 		return nil
 	}
 	pub := d.key.Public().(ed25519.PublicKey)
@@ -200,6 +213,7 @@ func (d *Daemon) initialise() error {
 	res, err := d.raft.Apply(state.Command{Op: state.OpInit, Init: &state.InitCmd{
 		Mesh:         d.cfg.Mesh,
 		AdminAccount: d.cfg.AdminAccount,
+		Control:      state.ControlNode{ID: d.cfg.Node, Broker: d.cfg.Brokers[0], Raft: d.cfg.RaftListen, Cluster: d.cfg.ClusterListen},
 		Keyring:      state.Keyring{Epoch: kr.Epoch, Keys: kr.Keys, Envelope: env},
 		Validity:     declarations.DefaultValidity,
 	}}, 10*time.Second)
@@ -233,6 +247,21 @@ func (d *Daemon) Run(ctx context.Context) error {
 	{
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return d.reconcileLoop(ctx) }, func(error) { cancel() })
+	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return d.heartbeatLoop(ctx) }, func(error) { cancel() })
+	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error {
+			select {
+			case <-d.removed:
+				return ErrRemoved
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}, func(error) { cancel() })
 	}
 	err := g.Run()
 	if errors.Is(err, context.Canceled) {
@@ -287,6 +316,7 @@ func (d *Daemon) serveAPI() error {
 		{"mesh.node.*.sync", d.handleSync},
 		{"mesh.node.*.status", d.handleStatus},
 		{"mesh.admin.>", d.handleAdmin},
+		{"mesh.control.*.heartbeat", d.handleHeartbeat},
 	}
 	for _, h := range handlers {
 		sub, err := d.nc.QueueSubscribe(h.subject, queueGroup, h.h)
@@ -313,6 +343,10 @@ func (d *Daemon) applied(c *state.Command, res state.Result) {
 		// The leader enforces in its handler; the others close the node's
 		// connections on their own brokers.
 		go d.enforceRevocation(c.Revoke.Node)
+	}
+	if c.Op == state.OpRemoveControl && res.Err == nil && c.RemoveControl != nil && c.RemoveControl.Node == d.cfg.Node {
+		d.log.Warn("this control node was removed from the control plane; stopping")
+		d.removedOnce.Do(func() { close(d.removed) })
 	}
 }
 

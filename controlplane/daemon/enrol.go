@@ -79,6 +79,20 @@ func (d *Daemon) enrol(node string, data []byte) api.EnrolResponse {
 	if res.Err != nil {
 		return refuse(enrolCode(res.Err), res.Err.Error())
 	}
+	if res.Control != nil {
+		adm, err := d.admitControl(req, res.Control)
+		if err != nil {
+			return refuse(api.CodeInternal, err.Error())
+		}
+		resp := api.EnrolResponse{V: api.ProtocolVersion, OK: true, Mesh: d.cfg.Mesh, Node: req.Node, Role: state.RoleControl,
+			CAPEM: string(d.caPEM), Control: adm}
+		d.fsm.Read(func(s *state.State) {
+			resp.Keyring = s.Keyring.Envelope
+			resp.Brokers = s.Brokers()
+		})
+		d.log.Info("control node admitted; it joins Raft next", "node", req.Node, "raft", res.Control.Raft)
+		return resp
+	}
 
 	resp := api.EnrolResponse{
 		V:        api.ProtocolVersion,
@@ -87,11 +101,11 @@ func (d *Daemon) enrol(node string, data []byte) api.EnrolResponse {
 		Node:     req.Node,
 		Role:     res.Node.Role,
 		CAPEM:    string(d.caPEM),
-		Brokers:  d.cfg.Brokers,
 		Subjects: ptr(api.SubjectsFor(req.Node)),
 	}
 	var signErr error
 	d.fsm.Read(func(s *state.State) {
+		resp.Brokers = s.Brokers()
 		n := s.Nodes[req.Node]
 		if n == nil {
 			signErr = errors.New("node vanished after enrolment")

@@ -44,6 +44,7 @@ func (d *Daemon) handleSync(m *nats.Msg) {
 			}
 			resp.Declaration = env
 			resp.Keyring = s.Keyring.Envelope
+			resp.Brokers = s.Brokers()
 		})
 	}
 	data, _ := json.Marshal(resp)

@@ -51,6 +51,11 @@ type Config struct {
 	CAPin string `json:"ca_pin"`
 	// AdminAccount is the public nkey that issues operator credentials.
 	AdminAccount string `json:"admin_account"`
+	// CAHolder is the control node holding the CA key: only it mints control tokens.
+	CAHolder string `json:"ca_holder,omitempty"`
+	// Joining is set while `meshctl join` has not completed: the node is not a
+	// member yet and serve refuses to start.
+	Joining bool `json:"joining,omitempty"`
 }
 
 // Dir is a data directory.
@@ -62,6 +67,23 @@ func (d Dir) Path(name string) string { return filepath.Join(string(d), name) }
 // ErrNoConfig means the directory holds no mesh.json: it was never bootstrapped or
 // joined.
 var ErrNoConfig = errors.New("no mesh configuration")
+
+// ErrJoinIncomplete means mesh.json belongs to a join that has not completed.
+var ErrJoinIncomplete = errors.New("join incomplete")
+
+// ReadConfigRaw reads mesh.json without judging it: for bootstrap and join, which
+// resume what an earlier run left.
+func (d Dir) ReadConfigRaw() (Config, error) {
+	data, err := os.ReadFile(d.Path(ConfigFile))
+	if err != nil {
+		return Config{}, err
+	}
+	var c Config
+	if err := json.Unmarshal(data, &c); err != nil {
+		return Config{}, fmt.Errorf("%s is corrupt: %w", d.Path(ConfigFile), err)
+	}
+	return c, nil
+}
 
 // Exists reports whether name exists in the directory.
 func (d Dir) Exists(name string) bool {
@@ -84,6 +106,9 @@ func (d Dir) LoadConfig() (Config, error) {
 	}
 	if c.Format != ConfigFormat {
 		return Config{}, fmt.Errorf("%s has format %d; this program reads format %d", d.Path(ConfigFile), c.Format, ConfigFormat)
+	}
+	if c.Joining {
+		return Config{}, fmt.Errorf("%w: the join of %s into mesh %s did not complete; run `meshctl join --data %s` again with the same token", ErrJoinIncomplete, c.Node, c.Mesh, d)
 	}
 	if c.Mesh == "" || c.Node == "" || c.Listen == "" || len(c.Brokers) == 0 || c.CAPin == "" {
 		return Config{}, fmt.Errorf("%s is incomplete (mesh, node, listen, brokers and ca_pin are required)", d.Path(ConfigFile))

@@ -41,11 +41,16 @@ type Options struct {
 	Servers []string
 	// Timeout bounds each call; 0 means 15 seconds.
 	Timeout time.Duration
+	// Joining lets a join in progress use its own unfinished configuration.
+	Joining bool
 }
 
 // Dial connects using dir's mesh.json (brokers, pin) and admin.creds.
 func Dial(dir datadir.Dir, o Options) (*Client, error) {
 	cfg, err := dir.LoadConfig()
+	if o.Joining && errors.Is(err, datadir.ErrJoinIncomplete) {
+		cfg, err = dir.ReadConfigRaw()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -119,23 +124,29 @@ func (c *Client) Call(op string, req, res any) error {
 	return json.Unmarshal(resp.Result, res)
 }
 
-// MintToken mints a token for node: the secret is generated here and only its hash
-// reaches the control plane, which answers with what hosts must be told (brokers, pin,
-// current signing key) and the expiry by its clock.
+// MintToken mints a worker token for node: the secret is generated here and only its
+// hash reaches the control plane, which answers with what hosts must be told
+// (brokers, pin, current signing key) and the expiry by its clock.
 func (c *Client) MintToken(node string, role tokenfmt.Role, ttl time.Duration, labels map[string]string) (tokenfmt.Token, error) {
-	var t tokenfmt.Token
-	if _, err := rand.Read(t.Secret[:]); err != nil {
-		return t, err
+	var secret [tokenfmt.SecretSize]byte
+	if _, err := rand.Read(secret[:]); err != nil {
+		return tokenfmt.Token{}, err
 	}
-	id := t.SecretHash()
+	id := (tokenfmt.Token{Secret: secret}).SecretHash()
 	var res api.TokenCreateResult
 	err := c.Call(api.OpTokenCreate, api.TokenCreateRequest{
 		ID: hex.EncodeToString(id[:]), Node: node, Role: string(role), Labels: labels, TTL: api.Duration(ttl),
 	}, &res)
 	if err != nil {
-		return t, err
+		return tokenfmt.Token{}, err
 	}
-	t.Mesh, t.Node, t.Role, t.Expiry = res.Mesh, node, role, res.Expiry.UTC().Truncate(time.Second)
+	return TokenFrom(secret, node, role, res)
+}
+
+// TokenFrom assembles a token from its secret and the control plane's answer to the
+// token's creation.
+func TokenFrom(secret [tokenfmt.SecretSize]byte, node string, role tokenfmt.Role, res api.TokenCreateResult) (tokenfmt.Token, error) {
+	t := tokenfmt.Token{Secret: secret, Mesh: res.Mesh, Node: node, Role: role, Expiry: res.Expiry.UTC().Truncate(time.Second)}
 	for _, b := range res.Brokers {
 		ap, err := netip.ParseAddrPort(b)
 		if err != nil {

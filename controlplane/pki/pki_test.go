@@ -362,6 +362,10 @@ func TestCertificateAndConfigsRefuseMismatchedKeys(t *testing.T) {
 // it fail too. (net.Pipe would deadlock: both sides write close_notify at once.)
 func handshake(t *testing.T, server, client *tls.Config) (serverErr, clientErr error) {
 	t.Helper()
+	if client.ServerName == "" && !client.InsecureSkipVerify {
+		client = client.Clone()
+		client.ServerName = "127.0.0.1" // what a dialler of 127.0.0.1 sets
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

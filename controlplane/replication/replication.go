@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -217,28 +218,42 @@ func (n *Node) WaitReady(ctx context.Context) error {
 	}
 }
 
+// ApplyIndex is Apply for commands whose log index matters (probe entries).
+func (n *Node) ApplyIndex(c state.Command, timeout time.Duration) (uint64, error) {
+	res, index, err := n.apply(c, timeout)
+	if err == nil && res.Err != nil {
+		err = res.Err
+	}
+	return index, err
+}
+
 // Apply proposes a command and waits for it to be applied, returning the state
 // machine's result. The command's time is stamped here, on the leader.
 func (n *Node) Apply(c state.Command, timeout time.Duration) (state.Result, error) {
+	res, _, err := n.apply(c, timeout)
+	return res, err
+}
+
+func (n *Node) apply(c state.Command, timeout time.Duration) (state.Result, uint64, error) {
 	if !n.IsLeader() {
-		return state.Result{}, ErrNotLeader
+		return state.Result{}, 0, ErrNotLeader
 	}
 	if c.At.IsZero() {
 		c.At = n.now().UTC()
 	}
 	data, err := json.Marshal(c)
 	if err != nil {
-		return state.Result{}, fmt.Errorf("encode command: %w", err)
+		return state.Result{}, 0, fmt.Errorf("encode command: %w", err)
 	}
 	f := n.Raft.Apply(data, timeout)
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			return state.Result{}, fmt.Errorf("%w: %v", ErrNotLeader, err)
+			return state.Result{}, 0, fmt.Errorf("%w: %v", ErrNotLeader, err)
 		}
-		return state.Result{}, fmt.Errorf("commit %s: %w", c.Op, err)
+		return state.Result{}, 0, fmt.Errorf("commit %s: %w", c.Op, err)
 	}
 	res, _ := f.Response().(state.Result)
-	return res, nil
+	return res, f.Index(), nil
 }
 
 // Close shuts Raft down and closes the stores.
@@ -280,3 +295,72 @@ func (w slogWriter) Write(p []byte) (int, error) {
 }
 
 var _ io.Writer = slogWriter{}
+
+// WaitFollowing blocks until this node knows a leader and has applied everything it
+// knows to be committed, or until ctx ends. A follower serves its broker only then, so
+// its authentication hook never decides from a stale roster.
+func (n *Node) WaitFollowing(ctx context.Context) error {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if n.IsLeader() {
+			return n.WaitReady(ctx)
+		}
+		if addr, _ := n.Raft.LeaderWithID(); addr != "" {
+			commit, err := strconv.ParseUint(n.Raft.Stats()["commit_index"], 10, 64)
+			if err == nil && commit > 0 && n.Raft.AppliedIndex() >= commit {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for this control node to catch up with the leader: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Member is one server of the Raft configuration.
+type Member struct {
+	ID      string
+	Address string
+	Voter   bool
+}
+
+// Members returns the current Raft configuration.
+func (n *Node) Members() ([]Member, error) {
+	f := n.Raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, err
+	}
+	var out []Member
+	for _, s := range f.Configuration().Servers {
+		out = append(out, Member{ID: string(s.ID), Address: string(s.Address), Voter: s.Suffrage == raft.Voter})
+	}
+	return out, nil
+}
+
+// Leader returns the current leader's id, if known.
+func (n *Node) Leader() string {
+	_, id := n.Raft.LeaderWithID()
+	return string(id)
+}
+
+// AddNonvoter adds a server that receives the log but does not vote. Raft reports
+// success without ever reaching the server, so a caller must confirm it replicates.
+func (n *Node) AddNonvoter(id, addr string, timeout time.Duration) error {
+	return n.Raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout).Error()
+}
+
+// Promote makes a server a voter.
+func (n *Node) Promote(id, addr string, timeout time.Duration) error {
+	return n.Raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout).Error()
+}
+
+// Remove takes a server out of the configuration.
+func (n *Node) Remove(id string, timeout time.Duration) error {
+	return n.Raft.RemoveServer(raft.ServerID(id), 0, timeout).Error()
+}
+
+// AppliedIndex is the index of the last entry applied to the state machine here.
+func (n *Node) AppliedIndex() uint64 { return n.Raft.AppliedIndex() }

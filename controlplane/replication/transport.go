@@ -107,7 +107,11 @@ func (s *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net
 	if err != nil {
 		return nil, err
 	}
-	c := tls.Client(raw, s.cfg)
+	cfg := s.cfg.Clone()
+	if host, _, err := net.SplitHostPort(string(address)); err == nil {
+		cfg.ServerName = host // checked against the peer's IP SAN
+	}
+	c := tls.Client(raw, cfg)
 	_ = c.SetDeadline(time.Now().Add(timeout))
 	if err := c.Handshake(); err != nil {
 		_ = raw.Close()

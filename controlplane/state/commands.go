@@ -25,6 +25,8 @@ type Command struct {
 	Status      *StatusCmd      `json:"status,omitempty"`
 	Label       *LabelCmd       `json:"label,omitempty"`
 	Probe       *ProbeCmd       `json:"probe,omitempty"`
+
+	RemoveControl *RemoveControlCmd `json:"remove_control,omitempty"`
 }
 
 // Operation names.
@@ -43,9 +45,11 @@ const (
 type InitCmd struct {
 	Mesh string `json:"mesh"`
 	// AdminAccount is the public account nkey that issues operator credentials.
-	AdminAccount string        `json:"admin_account"`
-	Keyring      Keyring       `json:"keyring"`
-	Validity     time.Duration `json:"validity"`
+	AdminAccount string `json:"admin_account"`
+	// Control is the bootstrap control node, the first member; it holds the CA key.
+	Control  ControlNode   `json:"control"`
+	Keyring  Keyring       `json:"keyring"`
+	Validity time.Duration `json:"validity"`
 }
 
 // CreateTokenCmd records a minted token by the hash of its secret.
@@ -55,6 +59,9 @@ type CreateTokenCmd struct {
 	Role   string            `json:"role"`
 	Labels map[string]string `json:"labels,omitempty"`
 	TTL    time.Duration     `json:"ttl"`
+	// Control and Sealed are set for control tokens only (see Token).
+	Control *ControlAddrs `json:"control,omitempty"`
+	Sealed  []byte        `json:"sealed,omitempty"`
 }
 
 // EnrolCmd consumes a token and records the node with its public key.
@@ -126,6 +133,7 @@ type Result struct {
 	Err         error
 	Token       *Token
 	Node        *Node
+	Control     *ControlNode
 	Assignments []Assignment
 	Skipped     []string // selected nodes that could not take the declaration (revoked)
 }
@@ -169,6 +177,8 @@ func (s *State) apply(c *Command) Result {
 		return s.applyLabel(c.Label)
 	case c.Op == OpProbe:
 		return Result{}
+	case c.Op == OpRemoveControl && c.RemoveControl != nil:
+		return s.applyRemoveControl(c.At, c.RemoveControl)
 	}
 	return Result{Err: fmt.Errorf("%w: op %q", ErrBadCommand, c.Op)}
 }
@@ -185,6 +195,12 @@ func (s *State) applyInit(at time.Time, c *InitCmd) Result {
 	s.Keyring = c.Keyring
 	s.Validity = c.Validity
 	s.AdminAccount = c.AdminAccount
+	if c.Control.ID != "" {
+		cn := c.Control
+		cn.JoinedAt = at
+		s.ControlNodes[cn.ID] = &cn
+		s.CAHolder = cn.ID
+	}
 	s.Bodies[BodyDigest(emptyBody)] = EmptyBody()
 	return Result{}
 }
@@ -193,10 +209,14 @@ func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd) Result {
 	if _, dup := s.Tokens[c.ID]; dup {
 		return Result{Err: fmt.Errorf("%w: token id already exists", ErrBadCommand)}
 	}
-	if n, ok := s.Nodes[c.Node]; ok && !n.Revoked {
+	if s.idInUse(c.Node) {
 		return Result{Err: fmt.Errorf("node %s: %w", c.Node, ErrNodeExists)}
 	}
-	t := &Token{ID: c.ID, Node: c.Node, Role: c.Role, Labels: maps.Clone(c.Labels), CreatedAt: at, Expiry: at.Add(c.TTL)}
+	if (c.Role == RoleControl) != (c.Control != nil && len(c.Sealed) > 0) {
+		return Result{Err: fmt.Errorf("%w: a control token carries addresses and a sealed identity, a worker token neither", ErrBadCommand)}
+	}
+	t := &Token{ID: c.ID, Node: c.Node, Role: c.Role, Labels: maps.Clone(c.Labels), CreatedAt: at, Expiry: at.Add(c.TTL),
+		Control: c.Control, Sealed: slices.Clone(c.Sealed)}
 	s.Tokens[c.ID] = t
 	tc := *t
 	tc.Labels = maps.Clone(t.Labels) // the result must not alias the live state
@@ -207,6 +227,9 @@ func (s *State) applyEnrol(at time.Time, c *EnrolCmd) Result {
 	t, err := s.TokenState(c.TokenID, c.Node, c.Role, c.PublicKey, at)
 	if err != nil {
 		return Result{Err: err}
+	}
+	if t.Role == RoleControl {
+		return s.admitControl(at, t, c)
 	}
 	if !t.UsedAt.IsZero() {
 		return Result{Node: s.Nodes[c.Node].copy()} // repeat of the same enrolment

@@ -108,6 +108,9 @@ func fillMaps(st *State) {
 	if st.RevokedKeys == nil {
 		st.RevokedKeys = map[string]string{}
 	}
+	if st.ControlNodes == nil {
+		st.ControlNodes = map[string]*ControlNode{}
+	}
 }
 
 type snapshot []byte

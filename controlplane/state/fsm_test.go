@@ -90,7 +90,10 @@ func TestSnapshotRestoreRoundTrip(t *testing.T) {
 	}
 	// The derived key index is rebuilt.
 	b.f.Read(func(s *State) {
-		for key, want := range map[string]string{"KA": "a", "KB2": "b", "KC": "c"} {
+		if c, ok := s.ControlNodes["c"]; !ok || c.Raft != "10.0.0.9:7301" {
+			t.Errorf("control node c after restore = %+v, %v", c, ok)
+		}
+		for key, want := range map[string]string{"KA": "a", "KB2": "b"} {
 			if n, ok := s.NodeByKey(key); !ok || n.ID != want {
 				t.Errorf("NodeByKey(%s) after restore = %v, %v; want %s", key, n, ok, want)
 			}

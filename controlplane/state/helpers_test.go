@@ -111,7 +111,12 @@ func initCmd(mesh string, at time.Time) Command {
 }
 
 func tokenCmd(id, node, role string, at time.Time, ttl time.Duration) Command {
-	return Command{Op: OpCreateToken, At: at, CreateToken: &CreateTokenCmd{ID: id, Node: node, Role: role, TTL: ttl}}
+	c := &CreateTokenCmd{ID: id, Node: node, Role: role, TTL: ttl}
+	if role == RoleControl {
+		c.Control = &ControlAddrs{Broker: "10.0.0.9:7300", Raft: "10.0.0.9:7301", Cluster: "10.0.0.9:7302"}
+		c.Sealed = []byte("sealed identity")
+	}
+	return Command{Op: OpCreateToken, At: at, CreateToken: c}
 }
 
 func enrolCmd(id, node, role, key string, at time.Time) Command {

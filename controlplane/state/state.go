@@ -41,6 +41,11 @@ type State struct {
 	RevokedKeys map[string]string `json:"revoked_keys"`
 	// AdminAccount is the public account nkey that issues operator credentials.
 	AdminAccount string `json:"admin_account"`
+	// ControlNodes are the members of the control plane, by id.
+	ControlNodes map[string]*ControlNode `json:"control_nodes"`
+	// CAHolder is the control node that holds the CA key: only it mints control
+	// tokens and TLS identities.
+	CAHolder string `json:"ca_holder"`
 	// Validity is how long a declaration stays valid after it is signed.
 	Validity time.Duration `json:"validity"`
 
@@ -66,6 +71,11 @@ type Token struct {
 	Labels    map[string]string `json:"labels,omitempty"`
 	CreatedAt time.Time         `json:"created_at"`
 	Expiry    time.Time         `json:"expiry"`
+	// Control tokens carry the addresses the node is admitted with and its TLS
+	// identity and operator credentials, sealed under a key derived from the token
+	// secret: any control node can hand them over, and the state alone opens nothing.
+	Control *ControlAddrs `json:"control,omitempty"`
+	Sealed  []byte        `json:"sealed,omitempty"`
 	// UsedAt and UsedKey are set when the token enrolled a node with that key.
 	UsedAt  time.Time `json:"used_at,omitzero"`
 	UsedKey string    `json:"used_key,omitempty"`
@@ -124,11 +134,12 @@ var (
 // New returns an empty state.
 func New() *State {
 	return &State{
-		Tokens:      map[string]*Token{},
-		Nodes:       map[string]*Node{},
-		Bodies:      map[string]json.RawMessage{},
-		RevokedKeys: map[string]string{},
-		byKey:       map[string]string{},
+		Tokens:       map[string]*Token{},
+		Nodes:        map[string]*Node{},
+		Bodies:       map[string]json.RawMessage{},
+		RevokedKeys:  map[string]string{},
+		ControlNodes: map[string]*ControlNode{},
+		byKey:        map[string]string{},
 	}
 }
 
@@ -158,6 +169,11 @@ func (s *State) Clone() *State {
 	}
 	c.Bodies = maps.Clone(s.Bodies)
 	c.RevokedKeys = maps.Clone(s.RevokedKeys)
+	c.ControlNodes = make(map[string]*ControlNode, len(s.ControlNodes))
+	for k, n := range s.ControlNodes {
+		nc := *n
+		c.ControlNodes[k] = &nc
+	}
 	c.byKey = maps.Clone(s.byKey)
 	return &c
 }
@@ -197,7 +213,7 @@ func (s *State) TokenState(id, node, role, key string, at time.Time) (*Token, er
 	if _, revoked := s.RevokedKeys[key]; revoked {
 		return t, ErrKeyRevoked
 	}
-	if n, ok := s.Nodes[node]; ok && !n.Revoked {
+	if s.idInUse(node) {
 		return t, ErrNodeExists
 	}
 	return t, nil

@@ -16,7 +16,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -171,8 +173,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	urls := make([]string, 0, len(a.id.Brokers))
-	for _, b := range a.id.Brokers {
+	urls := make([]string, 0, len(a.id.Brokers)+len(a.applied.Brokers))
+	for _, b := range a.brokers() {
 		urls = append(urls, "tls://"+b)
 	}
 	opts := []nats.Option{
@@ -297,6 +299,30 @@ func (a *Agent) refused(n int) error {
 	return fmt.Errorf("%w: refused %d times in a row after the broker proved it is the mesh; the node was most likely revoked: a new token is needed", ErrIdentityRefused, n)
 }
 
+// brokers is where the agent connects: the brokers the mesh last listed, then the
+// identity's, without duplicates.
+func (a *Agent) brokers() []string {
+	var out []string
+	for _, b := range append(slices.Clone(a.applied.Brokers), a.id.Brokers...) {
+		if !slices.Contains(out, b) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func validBrokers(bs []string) bool {
+	if len(bs) > 64 {
+		return false
+	}
+	for _, b := range bs {
+		if _, err := netip.ParseAddrPort(b); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
 func (a *Agent) event(ev event) {
 	select {
 	case a.events <- ev:
@@ -334,6 +360,14 @@ func (a *Agent) sync(ctx context.Context, nc *nats.Conn) error {
 	if resp.Error != nil {
 		a.log.Warn("the mesh could not answer the sync", "code", resp.Error.Code, "reason", resp.Error.Message)
 		return nil
+	}
+	if len(resp.Brokers) > 0 && !slices.Equal(resp.Brokers, a.applied.Brokers) && validBrokers(resp.Brokers) {
+		// Not security-critical: every broker is checked against the pin. Known
+		// brokers let a restarted agent fail over to control nodes that joined
+		// after it enrolled.
+		a.applied.Brokers = slices.Clone(resp.Brokers)
+		a.save()
+		a.log.Info("the mesh's brokers", "brokers", resp.Brokers)
 	}
 	if len(resp.Keyring) > 0 {
 		if err := a.handle(ctx, resp.Keyring); err != nil {

@@ -211,8 +211,18 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	}
 	r.step("save", "identity saved to %s (mode 0600)", identity.Path(o.StateDir))
 
-	// 8. Reconnect as the node itself; only that proves the mesh holds our key.
-	if err := reconnect(ctx, id, kp, o.DialTimeout); err != nil {
+	// 8. Reconnect as the node itself; only that proves the mesh holds our key. A
+	// broker of another control node may not have applied the enrolment yet (it is
+	// milliseconds behind the leader), so a refusal is retried briefly.
+	var err8 error
+	for attempt := 0; attempt < 5; attempt++ {
+		err8 = reconnect(ctx, id, kp, o.DialTimeout)
+		if err8 == nil || !errors.Is(err8, nats.ErrAuthorization) && !strings.Contains(err8.Error(), wire.CodeNotFound) {
+			break
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if err := err8; err != nil {
 		return Result{}, fmt.Errorf("%w: %v; `meshhost run --state %s` keeps trying", ErrReconnect, err, o.StateDir)
 	}
 	_ = identity.RemovePending(o.StateDir)

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -46,6 +47,9 @@ type Applied struct {
 	LastError        string    `json:"last_error,omitempty"`
 	LastErrorCode    string    `json:"last_error_code,omitempty"`
 	LastErrorVersion uint64    `json:"last_error_version,omitempty"`
+	// Brokers is the mesh's current broker list, learnt from the control plane
+	// after enrolment; the agent tries these after the identity's own.
+	Brokers []string `json:"brokers,omitempty"`
 }
 
 // Path returns the applied state's path in stateDir.
@@ -80,6 +84,14 @@ func (a Applied) Validate() error {
 	}
 	if len(a.Keyring) != 0 && !json.Valid(a.Keyring) {
 		return invalid("keyring", "is not a JSON document")
+	}
+	if len(a.Brokers) > 64 {
+		return invalid("brokers", "lists %d addresses; a mesh has at most 64 brokers", len(a.Brokers))
+	}
+	for i, b := range a.Brokers {
+		if _, err := netip.ParseAddrPort(b); err != nil {
+			return invalid(fmt.Sprintf("brokers[%d]", i), "is %q, not ip:port", truncate(b, 100))
+		}
 	}
 	seen := make(map[string]bool, len(a.Managed))
 	for i, p := range a.Managed {

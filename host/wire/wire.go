@@ -103,6 +103,9 @@ type SyncResponse struct {
 	Error       *Error          `json:"error,omitempty"`
 	Declaration json.RawMessage `json:"declaration,omitempty"`
 	Keyring     json.RawMessage `json:"keyring,omitempty"`
+	// Brokers lists every control node's broker: the agent learns of control nodes
+	// that joined after it enrolled, and fails over to them.
+	Brokers []string `json:"brokers,omitempty"`
 }
 
 // StatusError is the error part of a status report.

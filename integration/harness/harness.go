@@ -396,3 +396,28 @@ func (cp *ControlPlane) OperatorConn() *nats.Conn {
 	cp.t.Cleanup(nc.Close)
 	return nc
 }
+
+// ControlToken mints, on cp (which must hold the CA key), a control token for a new
+// control node on fresh loopback ports, and returns the token and the node to join
+// with it (not joined yet).
+func (cp *ControlPlane) ControlToken(node string) (string, *ControlPlane) {
+	cp.t.Helper()
+	ports := FreePorts(cp.t, 3)
+	n := &ControlPlane{
+		Bin: cp.Bin, Dir: filepath.Join(cp.t.TempDir(), node), Mesh: cp.Mesh, t: cp.t,
+		Listen:  fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		Raft:    fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		Cluster: fmt.Sprintf("127.0.0.1:%d", ports[2]),
+	}
+	r := cp.Ctl("token", "--role", "control", "--node", node, "--addr", n.Listen, "--raft-addr", n.Raft, "--cluster-addr", n.Cluster)
+	if r.Code != 0 {
+		cp.t.Fatalf("control token for %s (%d): %s", node, r.Code, r.Combined())
+	}
+	return r.Stdout, n
+}
+
+// Join runs `meshctl join` for this (new) control node with token.
+func (cp *ControlPlane) Join(token string) Result {
+	cp.t.Helper()
+	return Run(cp.t, token, nil, cp.Bin.Meshctl, "join", "--data", cp.Dir, "--raft-heartbeat", "300ms")
+}

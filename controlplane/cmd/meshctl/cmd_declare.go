@@ -83,8 +83,14 @@ host's managed root. "-" reads the body from stdin.`,
 // readBody reads a declaration body, refusing anything too large to be signed before
 // reading it whole.
 func readBody(file string, stdin io.Reader) ([]byte, error) {
+	return readBounded(file, stdin)
+}
+
+// readBounded reads a file ("-": stdin) of at most MaxEnvelopeSize bytes, refusing a
+// larger one before reading it whole.
+func readBounded(file string, stdin io.Reader) ([]byte, error) {
 	var r io.Reader
-	if file == "-" {
+	if file == "-" && stdin != nil {
 		r = stdin
 	} else {
 		f, err := os.Open(file)

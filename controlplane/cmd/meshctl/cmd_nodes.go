@@ -47,6 +47,23 @@ func nodesCommand() command {
 }
 
 func printNodes(w io.Writer, res api.NodesResult, now time.Time) {
+	if len(res.Control) > 1 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "CONTROL\tRAFT\tSTATE\tLAST SEEN\tBROKER\tAPPLIED INDEX")
+		for _, c := range res.Control {
+			seen := "never"
+			if !c.LastSeen.IsZero() {
+				seen = ago(now.Sub(c.LastSeen))
+			}
+			name := c.ID
+			if c.CAHolder {
+				name += " (CA)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", name, c.Raft, c.State, seen, c.Broker, c.AppliedIndex)
+		}
+		tw.Flush()
+		fmt.Fprintln(w)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tROLE\tSTATE\tLAST SEEN\tDECLARED\tAPPLIED\tLAST ERROR")
 	for _, n := range res.Nodes {

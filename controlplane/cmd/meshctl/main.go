@@ -47,6 +47,7 @@ type command struct {
 type cliIO struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
+	getenv         func(string) string
 }
 
 // usageError is a mistake in the command line.
@@ -65,13 +66,15 @@ func commands() []command {
 		nodesCommand(),
 		revokeCommand(),
 		labelCommand(),
+		joinCommand(),
+		controlCommand(),
 		demoCommand(),
 		versionCommand(),
 	}
 }
 
 func main() {
-	os.Exit(run(os.Args[1:], &cliIO{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}))
+	os.Exit(run(os.Args[1:], &cliIO{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}))
 }
 
 // run executes a command line and returns the exit code.

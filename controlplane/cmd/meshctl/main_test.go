@@ -10,7 +10,7 @@ import (
 
 func runCLI(args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
-	code := run(args, &cliIO{stdin: strings.NewReader(""), stdout: &out, stderr: &errb})
+	code := run(args, &cliIO{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }})
 	return code, out.String(), errb.String()
 }
 

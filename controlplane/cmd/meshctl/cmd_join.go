@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/join"
+	"mesh/controlplane/operator"
+	"mesh/controlplane/replication"
+)
+
+func joinCommand() command {
+	return command{
+		name:  "join",
+		usage: "--data DIR [--token-file F]   (the control token on stdin, in F, or in MESH_TOKEN)",
+		summary: `Join this machine to a mesh as a control node, with a control token.
+Prints each step: pin check, TLS identity and signing key received, Raft nonvoter,
+proof that it replicates, promotion, a NATS route to the other brokers. Reports
+success only when confirmed; a join that cannot be confirmed is rolled back and says
+why. Running it again resumes an unfinished join, and is a no-op on a joined node.
+Then start the node with meshctl serve.`,
+		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+			var dir, tokenFile string
+			var heartbeat time.Duration
+			fs.StringVar(&dir, "data", "", "data directory for the new control node (required)")
+			fs.StringVar(&tokenFile, "token-file", "", "read the control token from this file instead of stdin")
+			fs.DurationVar(&heartbeat, "raft-heartbeat", replication.DefaultTimeouts().Heartbeat, "Raft heartbeat and election timeout")
+			return func(args []string) error {
+				if err := noPositional(args); err != nil {
+					return err
+				}
+				if dir == "" {
+					return usagef("--data is required")
+				}
+				text, err := readSecretInput(tokenFile, cio)
+				if err != nil {
+					return err
+				}
+				ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+				defer stop()
+				err = join.Join(ctx, join.Options{Dir: datadir.Dir(dir), Token: text, Out: cio.stdout,
+					Timeouts: replication.Timeouts{Heartbeat: heartbeat, Election: heartbeat, LeaderLease: heartbeat / 2, Commit: 50 * time.Millisecond}})
+				if errors.Is(err, join.ErrAlreadyJoined) {
+					fmt.Fprintln(cio.stdout, err)
+					return nil
+				}
+				return err
+			}
+		},
+	}
+}
+
+// readSecretInput reads a token from a file, MESH_TOKEN or stdin; never from the
+// command line.
+func readSecretInput(file string, cio *cliIO) (string, error) {
+	if file != "" {
+		data, err := readBounded(file, nil)
+		return string(data), err
+	}
+	if v := cio.getenv("MESH_TOKEN"); v != "" {
+		return v, nil
+	}
+	data, err := io.ReadAll(io.LimitReader(cio.stdin, 16<<10+1))
+	if err != nil {
+		return "", err
+	}
+	if len(data) > 16<<10 {
+		return "", usagef("the input is over 16 KiB; a token is one line of a few hundred characters")
+	}
+	return string(data), nil
+}
+
+func controlCommand() command {
+	return command{
+		name:  "control",
+		usage: "remove --data DIR NODE",
+		summary: `Manage control nodes: "control remove NODE" takes a control node out of Raft and of the
+control plane for good (stop it first if it is the leader). See docs/operations.md.`,
+		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+			var dir string
+			fs.StringVar(&dir, "data", "", "data directory of a control node (required)")
+			return func(args []string) error {
+				if dir == "" {
+					return usagef("--data is required")
+				}
+				if len(args) != 2 || args[0] != "remove" {
+					return usagef("usage: meshctl control remove --data DIR NODE")
+				}
+				c, err := operator.Dial(datadir.Dir(dir), operator.Options{})
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				if err := c.Call(api.OpControlRemove, api.ControlRequest{Node: args[1]}, nil); err != nil {
+					return err
+				}
+				fmt.Fprintf(cio.stdout, "removed control node %s from Raft and from the control plane\n", strings.TrimSpace(args[1]))
+				return nil
+			}
+		},
+	}
+}

@@ -1,0 +1,566 @@
+// Package join adds a control node to a mesh: minting its control token on the machine
+// that holds the CA key, and `meshctl join` on the new machine.
+//
+// The join prints each step and reports success only when it is confirmed: the
+// broker's pin checked before the secret leaves; the sealed TLS identity and the
+// signing key received and checked against the pin and the keyring; the node a Raft
+// nonvoter; proof that it replicates (it names the probe entry it could only have
+// learnt from the log); promotion (keeping the number of voters odd); a NATS route
+// over mutual TLS to the other brokers. A join that cannot be confirmed is rolled back
+// and says why; running it again with the same token resumes it.
+package join
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"mesh/broker"
+	"mesh/controlplane/api"
+	"mesh/controlplane/authn"
+	"mesh/controlplane/bootstrap"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/operator"
+	"mesh/controlplane/pki"
+	"mesh/controlplane/replication"
+	"mesh/controlplane/seal"
+	"mesh/controlplane/state"
+	"mesh/declarations"
+	"mesh/tokenfmt"
+)
+
+// Errors a join ends with.
+var (
+	ErrToken        = errors.New("the token cannot be used to join")
+	ErrNotCAHolder  = errors.New("control tokens are minted only on the machine holding the CA key")
+	ErrRefused      = errors.New("the mesh refused the join")
+	ErrBadAnswer    = errors.New("the mesh's answer does not verify")
+	ErrNotConfirmed = errors.New("the join could not be confirmed and was rolled back")
+	ErrDataDir      = errors.New("the data directory is in the way")
+)
+
+// MintOptions describe a control token.
+type MintOptions struct {
+	Node string
+	// Broker is the new node's client address; Raft and Cluster default to its port
+	// plus 1 and 2.
+	Broker, Raft, Cluster string
+	TTL                   time.Duration
+	Now                   func() time.Time
+}
+
+// Mint mints a control token through the control plane of dir, which must hold the CA
+// key and the operator account key: the new node's TLS identity and operator
+// credentials are issued here and sealed under the token secret.
+func Mint(dir datadir.Dir, o MintOptions) (tokenfmt.Token, error) {
+	var tok tokenfmt.Token
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	cfg, err := dir.LoadConfig()
+	if err != nil {
+		return tok, err
+	}
+	if !dir.Exists(datadir.CAKeyFile) || !dir.Exists(datadir.AccountKeyFile) {
+		holder := cfg.CAHolder
+		if holder == "" {
+			holder = "the machine that ran bootstrap"
+		}
+		return tok, fmt.Errorf("%w: this is %s, and the CA key is on %s (its %s); mint the control token there", ErrNotCAHolder, cfg.Node, holder, datadir.CAKeyFile)
+	}
+	addrs, err := ControlAddresses(o.Broker, o.Raft, o.Cluster)
+	if err != nil {
+		return tok, err
+	}
+	ca, err := dir.LoadCA()
+	if err != nil {
+		return tok, err
+	}
+	ap, _ := netip.ParseAddrPort(addrs.Broker)
+	leaf, err := ca.IssueLeaf("control "+o.Node, []net.IP{net.IP(ap.Addr().AsSlice())}, o.Now())
+	if err != nil {
+		return tok, err
+	}
+	seed, err := dir.ReadFile(datadir.AccountKeyFile)
+	if err != nil {
+		return tok, err
+	}
+	account, err := nkeys.FromSeed(seed)
+	if err != nil {
+		return tok, fmt.Errorf("%s: %w", datadir.AccountKeyFile, err)
+	}
+	creds, err := bootstrap.OperatorCreds(account, o.Node)
+	if err != nil {
+		return tok, err
+	}
+	if _, err := rand.Read(tok.Secret[:]); err != nil {
+		return tok, err
+	}
+	sealed, err := seal.Identity(tok.Secret, cfg.Mesh, o.Node, seal.ControlIdentity{CertPEM: leaf.CertPEM, KeyPEM: leaf.KeyPEM, Creds: creds})
+	if err != nil {
+		return tok, err
+	}
+	c, err := operator.Dial(dir, operator.Options{})
+	if err != nil {
+		return tok, err
+	}
+	defer c.Close()
+	id := tok.SecretHash()
+	var res api.TokenCreateResult
+	if err := c.Call(api.OpTokenCreate, api.TokenCreateRequest{
+		ID: hex.EncodeToString(id[:]), Node: o.Node, Role: string(tokenfmt.RoleControl), TTL: api.Duration(o.TTL),
+		Control: &addrs, Sealed: sealed,
+	}, &res); err != nil {
+		return tok, err
+	}
+	return operator.TokenFrom(tok.Secret, o.Node, tokenfmt.RoleControl, res)
+}
+
+// ControlAddresses completes a control node's addresses from its broker address.
+func ControlAddresses(brokerAddr, raftAddr, clusterAddr string) (api.ControlMember, error) {
+	ap, err := netip.ParseAddrPort(brokerAddr)
+	if err != nil || ap.Addr().IsUnspecified() || ap.Port() == 0 || ap.Port() > 65533 {
+		return api.ControlMember{}, fmt.Errorf("--addr %q must be the new node's concrete ip:port, the broker address hosts will dial", brokerAddr)
+	}
+	if raftAddr == "" {
+		raftAddr = netip.AddrPortFrom(ap.Addr(), ap.Port()+1).String()
+	}
+	if clusterAddr == "" {
+		clusterAddr = netip.AddrPortFrom(ap.Addr(), ap.Port()+2).String()
+	}
+	for _, a := range []string{raftAddr, clusterAddr} {
+		if _, err := netip.ParseAddrPort(a); err != nil {
+			return api.ControlMember{}, fmt.Errorf("%q is not ip:port", a)
+		}
+	}
+	return api.ControlMember{Broker: ap.String(), Raft: raftAddr, Cluster: clusterAddr}, nil
+}
+
+// Options are a join's inputs.
+type Options struct {
+	Dir   datadir.Dir
+	Token string
+	Out   io.Writer
+	// Listen overrides the addresses this node binds (default: the ones the token
+	// was minted for, which its certificate carries).
+	Logger   *slog.Logger
+	Now      func() time.Time
+	Timeouts replication.Timeouts
+	// ConfirmTimeout bounds the wait for the proof of replication; RouteTimeout the
+	// wait for a route to another broker.
+	ConfirmTimeout time.Duration
+	RouteTimeout   time.Duration
+}
+
+// pending is what a join keeps between runs until it completes.
+type pending struct {
+	Node      string `json:"node"`
+	TokenHash string `json:"token_hash"`
+	NkeySeed  string `json:"nkey_seed"`
+	CurveSeed string `json:"curve_seed"`
+}
+
+const pendingFile = "join-pending.json"
+
+type run struct {
+	o   Options
+	tok tokenfmt.Token
+	n   int
+}
+
+func (r *run) step(kind, format string, args ...any) {
+	r.n++
+	fmt.Fprintf(r.o.Out, "  %d. %-9s %s\n", r.n, kind, fmt.Sprintf(format, args...))
+}
+
+// ErrAlreadyJoined is returned (with nothing done) when the directory already holds a
+// completed join of this node.
+var ErrAlreadyJoined = errors.New("already joined")
+
+// Join carries out the join.
+func Join(ctx context.Context, o Options) error {
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.ConfirmTimeout == 0 {
+		o.ConfirmTimeout = 45 * time.Second
+	}
+	if o.RouteTimeout == 0 {
+		o.RouteTimeout = 30 * time.Second
+	}
+	r := &run{o: o}
+	tok, err := tokenfmt.Parse(o.Token, o.Now())
+	var expired *tokenfmt.ExpiredError
+	if errors.As(err, &expired) && expired.Ago() <= 5*time.Minute {
+		err = nil // the mesh's clock decides
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrToken, err)
+	}
+	if tok.Role != tokenfmt.RoleControl {
+		return fmt.Errorf("%w: this is a %s token; workers enrol with meshhost enrol", ErrToken, tok.Role)
+	}
+	r.tok = tok
+	fmt.Fprintf(o.Out, "join control node %s into mesh %s\n", tok.Node, tok.Mesh)
+	r.step("token", "parsed offline: role control, %d broker(s), expires %s", len(tok.Brokers), tok.Expiry.Sub(o.Now()).Round(time.Second))
+
+	if err := r.checkDir(); err != nil {
+		return err
+	}
+	return r.join(ctx)
+}
+
+func (r *run) checkDir() error {
+	d := r.o.Dir
+	cfg, err := d.ReadConfigRaw()
+	switch {
+	case err == nil && !cfg.Joining && cfg.Mesh == r.tok.Mesh && cfg.Node == r.tok.Node:
+		return fmt.Errorf("%w: %s already holds control node %s of mesh %s; nothing to do (start it with meshctl serve --data %s)", ErrAlreadyJoined, d, cfg.Node, cfg.Mesh, d)
+	case err == nil && (cfg.Mesh != r.tok.Mesh || cfg.Node != r.tok.Node):
+		return fmt.Errorf("%w: %s holds %s of mesh %s; use another --data directory", ErrDataDir, d, cfg.Node, cfg.Mesh)
+	case err == nil:
+		r.step("data dir", "%s holds an unfinished join of %s: resuming", d, cfg.Node)
+		return nil
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%w: %v", ErrDataDir, err)
+	}
+	entries, err := os.ReadDir(string(d))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	for _, e := range entries {
+		if e.Name() != pendingFile {
+			return fmt.Errorf("%w: %s is not empty and holds no join; use an empty or new directory", ErrDataDir, d)
+		}
+	}
+	if err := os.MkdirAll(string(d), 0o700); err != nil {
+		return err
+	}
+	r.step("data dir", "%s is new", d)
+	return nil
+}
+
+// keys returns the join's nkey and curve key pair, kept in the data directory until the
+// join completes so that a re-run presents the same ones.
+func (r *run) keys() (nkeys.KeyPair, nkeys.KeyPair, error) {
+	th := r.tok.SecretHash()
+	path := r.o.Dir.Path(pendingFile)
+	var p pending
+	if data, err := os.ReadFile(path); err == nil && json.Unmarshal(data, &p) == nil && p.Node == r.tok.Node && p.TokenHash == hex.EncodeToString(th[:]) {
+		nk, err1 := nkeys.FromSeed([]byte(p.NkeySeed))
+		ck, err2 := nkeys.FromCurveSeed([]byte(p.CurveSeed))
+		if err1 == nil && err2 == nil {
+			return nk, ck, nil
+		}
+	}
+	nk, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, nil, err
+	}
+	ck, err := nkeys.CreateCurveKeys()
+	if err != nil {
+		return nil, nil, err
+	}
+	ns, _ := nk.Seed()
+	cs, _ := ck.Seed()
+	data, _ := json.Marshal(pending{Node: r.tok.Node, TokenHash: hex.EncodeToString(th[:]), NkeySeed: string(ns), CurveSeed: string(cs)})
+	if err := datadir.WriteFile(path, data, 0o600); err != nil {
+		return nil, nil, err
+	}
+	return nk, ck, nil
+}
+
+func (r *run) join(ctx context.Context) error {
+	d := r.o.Dir
+	// 1. Admission, over a connection whose pin is checked before the secret leaves.
+	nk, ck, err := r.keys()
+	if err != nil {
+		return err
+	}
+	resp, broker, err := r.admission(nk, ck)
+	if err != nil {
+		return err
+	}
+	adm := resp.Control
+	r.step("admit", "the mesh (via %s) admitted %s as a control node", broker, r.tok.Node)
+
+	// 2. Open and check what was handed over.
+	ident, err := seal.OpenIdentity(r.tok.Secret, r.tok.Mesh, r.tok.Node, adm.Sealed)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadAnswer, err)
+	}
+	caCert, err := pki.ParseCertificatePEM([]byte(resp.CAPEM))
+	if err != nil || pki.PinOf(caCert) != r.tok.CAPin {
+		return fmt.Errorf("%w: the CA handed over is not the pinned one", ErrBadAnswer)
+	}
+	leafCert, err := pki.ParseCertificatePEM(ident.CertPEM)
+	if err != nil {
+		return fmt.Errorf("%w: TLS identity: %v", ErrBadAnswer, err)
+	}
+	if err := pki.VerifyPinnedChain([]*x509.Certificate{leafCert, caCert}, r.tok.CAPin); err != nil {
+		return fmt.Errorf("%w: the TLS identity does not chain to the pinned CA: %v", ErrBadAnswer, err)
+	}
+	if _, err := pki.Certificate(pki.Leaf{CertPEM: ident.CertPEM, KeyPEM: ident.KeyPEM}, []byte(resp.CAPEM)); err != nil {
+		return fmt.Errorf("%w: TLS identity: %v", ErrBadAnswer, err)
+	}
+	keyPEM, err := seal.FromCurveKey(ck, adm.SigningKey, adm.Sealer)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadAnswer, err)
+	}
+	signing, err := datadir.ParseSigningKey(keyPEM)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadAnswer, err)
+	}
+	anchor := declarations.Keyring{Mesh: r.tok.Mesh, Epoch: 0, Keys: []string{hex.EncodeToString(r.tok.SigningKey)}}
+	kr, err := declarations.VerifyKeyring(resp.Keyring, anchor, r.tok.Mesh)
+	if err != nil {
+		return fmt.Errorf("%w: keyring: %v", ErrBadAnswer, err)
+	}
+	if !slices.Contains(kr.Keys, hex.EncodeToString(signing.Public().(ed25519.PublicKey))) {
+		return fmt.Errorf("%w: the signing key handed over is not in the mesh's keyring", ErrBadAnswer)
+	}
+	r.step("keys", "TLS identity (chains to the pinned CA), signing key (in keyring epoch %d) and operator credentials received", kr.Epoch)
+
+	// 3. Write the data directory, marked as joining until the end.
+	cfg := datadir.Config{
+		Format: datadir.ConfigFormat, Mesh: r.tok.Mesh, Node: r.tok.Node,
+		Listen: adm.Self.Broker, RaftListen: adm.Self.Raft, ClusterListen: adm.Self.Cluster,
+		Brokers: resp.Brokers, CAPin: hex.EncodeToString(r.tok.CAPin[:]), AdminAccount: adm.AdminAccount,
+		CAHolder: adm.CAHolder, Joining: true,
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+		mode os.FileMode
+	}{
+		{datadir.CACertFile, []byte(resp.CAPEM), 0o644},
+		{datadir.TLSKeyFile, ident.KeyPEM, 0o600},
+		{datadir.TLSCertFile, ident.CertPEM, 0o644},
+		{datadir.SigningKeyFile, keyPEM, 0o600},
+		{datadir.AdminCredsFile, ident.Creds, 0o600},
+	} {
+		if err := datadir.WriteFile(d.Path(f.name), f.data, f.mode); err != nil {
+			return err
+		}
+	}
+	if err := d.SaveConfig(cfg); err != nil {
+		return err
+	}
+	r.step("save", "identity and keys saved in %s (secrets 0600)", d)
+
+	// 4. Raft: nonvoter, proof of replication, promotion.
+	return r.member(ctx, cfg, adm)
+}
+
+func (r *run) admission(nk, ck nkeys.KeyPair) (api.EnrolResponse, string, error) {
+	var resp api.EnrolResponse
+	var errs []string
+	for _, b := range r.tok.Brokers {
+		addr := b.String()
+		nc, err := nats.Connect("tls://"+addr,
+			nats.Secure(pki.PinnedClientConfig(r.tok.CAPin)),
+			nats.TLSHandshakeFirst(),
+			nats.UserInfo(authn.EnrolUserPrefix+r.tok.Node, hex.EncodeToString(r.tok.Secret[:])),
+			nats.CustomInboxPrefix(api.EnrolInbox(r.tok.Node)),
+			nats.Timeout(10*time.Second), nats.NoReconnect(),
+		)
+		if err != nil {
+			if strings.Contains(err.Error(), "does not chain to the pinned mesh CA") {
+				r.step("connect", "%s: REFUSED: not the mesh's CA; nothing was sent", addr)
+				errs = append(errs, addr+": "+pki.ErrPinMismatch.Error())
+				continue
+			}
+			if errors.Is(err, nats.ErrAuthorization) {
+				return resp, "", fmt.Errorf("%w (%s): the mesh does not know this token's secret", ErrRefused, api.CodeTokenUnknown)
+			}
+			r.step("connect", "%s: unreachable (%v)", addr, err)
+			errs = append(errs, addr+": "+err.Error())
+			continue
+		}
+		r.step("connect", "%s: TLS handshake checked against the pinned CA", addr)
+		defer nc.Close()
+		pub, _ := nk.PublicKey()
+		curve, _ := ck.PublicKey()
+		proof, _ := nk.Sign(api.KeyProofMessage(r.tok.Mesh, r.tok.Node, pub))
+		req, _ := json.Marshal(api.EnrolRequest{V: api.ProtocolVersion, Mesh: r.tok.Mesh, Node: r.tok.Node, Role: string(tokenfmt.RoleControl),
+			Secret: hex.EncodeToString(r.tok.Secret[:]), PublicKey: pub, KeyProof: base64.StdEncoding.EncodeToString(proof),
+			Agent: "meshctl join", CurveKey: curve})
+		msg, err := nc.Request(api.EnrolSubject(r.tok.Node), req, 20*time.Second)
+		if err != nil {
+			return resp, "", fmt.Errorf("%w: no answer to the join request (%v); run join again with the same token", ErrRefused, err)
+		}
+		if err := json.Unmarshal(msg.Data, &resp); err != nil {
+			return resp, "", fmt.Errorf("%w: %v", ErrBadAnswer, err)
+		}
+		if !resp.OK || resp.Error != nil {
+			if resp.Error == nil {
+				return resp, "", fmt.Errorf("%w: a refusal without a reason", ErrBadAnswer)
+			}
+			return resp, "", fmt.Errorf("%w (%s): %s", ErrRefused, resp.Error.Code, resp.Error.Message)
+		}
+		if resp.Control == nil || resp.Mesh != r.tok.Mesh || resp.Node != r.tok.Node {
+			return resp, "", fmt.Errorf("%w: the answer is not a control admission for %s", ErrBadAnswer, r.tok.Node)
+		}
+		return resp, addr, nil
+	}
+	if len(errs) > 0 && len(errs) == len(r.tok.Brokers) && strings.Contains(strings.Join(errs, ""), pki.ErrPinMismatch.Error()) {
+		return resp, "", pki.ErrPinMismatch
+	}
+	return resp, "", fmt.Errorf("no broker of the mesh could be reached (%s); retrying may help", strings.Join(errs, "; "))
+}
+
+// member makes the node a confirmed Raft member with a route to the other brokers.
+func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAdmission) error {
+	d := r.o.Dir
+	leaf, err := d.LoadLeaf()
+	if err != nil {
+		return err
+	}
+	caPEM, err := d.ReadFile(datadir.CACertFile)
+	if err != nil {
+		return err
+	}
+	mutual, err := pki.MutualConfig(leaf, caPEM)
+	if err != nil {
+		return err
+	}
+	fsm := state.NewFSM()
+	var (
+		mu     sync.Mutex
+		probes []string
+	)
+	fsm.OnApply(func(c *state.Command, _ state.Result) {
+		if c.Op == state.OpProbe && c.Probe != nil {
+			mu.Lock()
+			probes = append(probes, c.Probe.ID)
+			mu.Unlock()
+		}
+	})
+	node, err := replication.Open(replication.Config{
+		Dir: d.Path(datadir.RaftDir), ID: cfg.Node, Bind: cfg.RaftListen, TLS: mutual, FSM: fsm,
+		Timeouts: r.o.Timeouts, Logger: r.o.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+	op, err := operator.Dial(d, operator.Options{Servers: cfg.Brokers, Joining: true})
+	if err != nil {
+		return err
+	}
+	defer op.Close()
+
+	var add api.ControlAddResult
+	if err := op.Call(api.OpControlAdd, api.ControlRequest{Node: cfg.Node}, &add); err != nil {
+		return fmt.Errorf("%w: add as a Raft nonvoter: %v", ErrNotConfirmed, err)
+	}
+	r.step("raft", "added as a nonvoter; Raft replicates the log to %s", cfg.RaftListen)
+
+	deadline := time.Now().Add(r.o.ConfirmTimeout)
+	for node.AppliedIndex() < add.ProbeIndex {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			_ = op.Call(api.OpControlAbort, api.ControlRequest{Node: cfg.Node}, nil)
+			return fmt.Errorf("%w: after %s this node had applied log index %d, not the probe at %d: the leader cannot reach %s (firewall? wrong address?)",
+				ErrNotConfirmed, r.o.ConfirmTimeout, node.AppliedIndex(), add.ProbeIndex, cfg.RaftListen)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	mu.Lock()
+	seen := slices.Clone(probes)
+	mu.Unlock()
+	var conf api.ControlConfirmResult
+	if err := op.Call(api.OpControlConfirm, api.ControlConfirmRequest{Node: cfg.Node, Probes: seen}, &conf); err != nil {
+		_ = op.Call(api.OpControlAbort, api.ControlRequest{Node: cfg.Node}, nil)
+		return fmt.Errorf("%w: %v", ErrNotConfirmed, err)
+	}
+	r.step("confirm", "replicating: applied the probe entry at index %d, which only the log carried", add.ProbeIndex)
+	if conf.Voter {
+		r.step("promote", "now a voter (voters: %s)", strings.Join(conf.Voters, ", "))
+	} else {
+		r.step("promote", "stays a nonvoter for now: %s", conf.Note)
+	}
+	if len(conf.Promoted) > 0 && !(len(conf.Promoted) == 1 && conf.Voter) {
+		r.step("promote", "promoted together: %s", strings.Join(conf.Promoted, ", "))
+	}
+
+	// 5. A route to another broker over mutual TLS.
+	if err := r.route(ctx, cfg, adm); err != nil {
+		return err
+	}
+	cfg.Joining = false
+	if err := d.SaveConfig(cfg); err != nil {
+		return err
+	}
+	_ = os.Remove(d.Path(pendingFile))
+	fmt.Fprintf(r.o.Out, "joined: %s is a control node of mesh %s. start it with: meshctl serve --data %s\n", cfg.Node, cfg.Mesh, d)
+	return nil
+}
+
+func (r *run) route(ctx context.Context, cfg datadir.Config, adm *api.ControlAdmission) error {
+	var routes []string
+	for _, m := range adm.Members {
+		routes = append(routes, m.Cluster)
+	}
+	if len(routes) == 0 {
+		return nil
+	}
+	leaf, _ := r.o.Dir.LoadLeaf()
+	caPEM, _ := r.o.Dir.ReadFile(datadir.CACertFile)
+	serverTLS, err := pki.ServerConfig(leaf, caPEM)
+	if err != nil {
+		return err
+	}
+	mt, err := pki.MutualConfig(leaf, caPEM)
+	if err != nil {
+		return err
+	}
+	srv, err := broker.Start(ctx, broker.Config{
+		Name: cfg.Node, Listen: cfg.Listen, TLS: serverTLS, Auth: refuseAll{}, Logger: r.o.Logger,
+		Cluster: &broker.ClusterConfig{Listen: cfg.ClusterListen, Routes: routes, TLS: mt},
+	})
+	if err != nil {
+		return fmt.Errorf("start this node's broker: %w", err)
+	}
+	defer srv.Shutdown()
+	deadline := time.Now().Add(r.o.RouteTimeout)
+	for srv.NumRoutes() == 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: no NATS route to %s within %s (the cluster port must be reachable both ways, with mutual TLS)", ErrNotConfirmed, strings.Join(routes, ", "), r.o.RouteTimeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.step("route", "NATS route up over mutual TLS (%d route(s) to %s)", srv.NumRoutes(), strings.Join(routes, ", "))
+	return nil
+}
+
+// refuseAll keeps the join's temporary broker closed to clients: it exists only to
+// prove the route.
+type refuseAll struct{}
+
+func (refuseAll) Authenticate(broker.Client) (broker.Grant, error) {
+	return broker.Grant{}, fmt.Errorf("%w: this control node is still joining", broker.ErrRefused)
+}

@@ -1,0 +1,120 @@
+package state
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// ControlNode is a member of the control plane: a Raft member running a broker.
+type ControlNode struct {
+	ID string `json:"id"`
+	// Broker is the client address hosts dial; Raft and Cluster are where control
+	// nodes reach each other.
+	Broker   string    `json:"broker"`
+	Raft     string    `json:"raft"`
+	Cluster  string    `json:"cluster"`
+	JoinedAt time.Time `json:"joined_at"`
+	// Removed control nodes stay listed so their id is not reused by accident.
+	Removed   bool      `json:"removed,omitempty"`
+	RemovedAt time.Time `json:"removed_at,omitzero"`
+}
+
+// ControlAddrs are the addresses a control token admits a node with, fixed when the
+// token is minted (its TLS identity carries them).
+type ControlAddrs struct {
+	Broker  string `json:"broker"`
+	Raft    string `json:"raft"`
+	Cluster string `json:"cluster"`
+}
+
+// RemoveControlCmd takes a control node out of the control plane's membership.
+type RemoveControlCmd struct {
+	Node string `json:"node"`
+}
+
+// OpRemoveControl names RemoveControlCmd.
+const OpRemoveControl = "remove_control"
+
+// ErrLastControlNode refuses removing the only control node.
+var ErrLastControlNode = fmt.Errorf("%w: it is the last control node", ErrBadCommand)
+
+// Brokers lists the client addresses of the control nodes, in the order they joined:
+// what tokens carry and hosts try in order.
+func (s *State) Brokers() []string {
+	nodes := s.ActiveControlNodes()
+	out := make([]string, 0, len(nodes))
+	for _, c := range nodes {
+		out = append(out, c.Broker)
+	}
+	return out
+}
+
+// ActiveControlNodes returns copies of the control nodes not removed, oldest first.
+func (s *State) ActiveControlNodes() []ControlNode {
+	var out []ControlNode
+	for _, c := range s.ControlNodes {
+		if !c.Removed {
+			out = append(out, *c)
+		}
+	}
+	slices.SortFunc(out, func(a, b ControlNode) int {
+		if c := a.JoinedAt.Compare(b.JoinedAt); c != 0 {
+			return c
+		}
+		return cmpString(a.ID, b.ID)
+	})
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// idInUse reports whether a node id names an enrolled worker or an active control node.
+func (s *State) idInUse(id string) bool {
+	if n, ok := s.Nodes[id]; ok && !n.Revoked {
+		return true
+	}
+	if c, ok := s.ControlNodes[id]; ok && !c.Removed {
+		return true
+	}
+	return false
+}
+
+func (s *State) applyRemoveControl(at time.Time, c *RemoveControlCmd) Result {
+	n, ok := s.ControlNodes[c.Node]
+	if !ok || n.Removed {
+		return Result{Err: fmt.Errorf("%w: no active control node %s", ErrUnknownNode, c.Node)}
+	}
+	if len(s.ActiveControlNodes()) == 1 {
+		return Result{Err: ErrLastControlNode}
+	}
+	n.Removed, n.RemovedAt = true, at
+	cn := *n
+	return Result{Control: &cn}
+}
+
+// admitControl consumes a control token and records the control node with the
+// addresses the token was minted for. Raft membership is the leader's business after
+// this: the node is not a member until it proved it replicates.
+func (s *State) admitControl(at time.Time, t *Token, c *EnrolCmd) Result {
+	if !t.UsedAt.IsZero() {
+		cn := *s.ControlNodes[c.Node]
+		return Result{Control: &cn} // repeat of the same admission
+	}
+	if t.Control == nil {
+		return Result{Err: fmt.Errorf("%w: control token without addresses", ErrBadCommand)}
+	}
+	t.UsedAt, t.UsedKey = at, c.PublicKey
+	cn := &ControlNode{ID: c.Node, Broker: t.Control.Broker, Raft: t.Control.Raft, Cluster: t.Control.Cluster, JoinedAt: at}
+	s.ControlNodes[c.Node] = cn
+	out := *cn
+	return Result{Control: &out}
+}

@@ -1,0 +1,298 @@
+package integration
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/pki"
+	"mesh/integration/harness"
+	"mesh/tokenfmt"
+)
+
+// joinControl mints a control token on ca, joins the new node and serves it.
+func joinControl(t *testing.T, ca *harness.ControlPlane, node string) *harness.ControlPlane {
+	t.Helper()
+	tok, n := ca.ControlToken(node)
+	r := n.Join(tok)
+	if r.Code != 0 {
+		t.Fatalf("join %s (exit %d):\n%s", node, r.Code, r.Combined())
+	}
+	n.Serve()
+	return n
+}
+
+func controlView(t *testing.T, cp *harness.ControlPlane) map[string]api.ControlView {
+	t.Helper()
+	out := map[string]api.ControlView{}
+	for _, c := range cp.Nodes().Control {
+		out[c.ID] = c
+	}
+	return out
+}
+
+// TestHighAvailability: three control nodes as separate processes. Joins are
+// confirmed; every control node shows the same view; killing the leader hands over
+// within seconds without losing an accepted declaration while hosts keep converging;
+// with the bootstrap machine gone for good the others admit a new worker and a
+// pre-minted control node; restarting everything loses nothing.
+func TestHighAvailability(t *testing.T) {
+	cp1 := harness.NewControlPlane(t, bin, "ha")
+	cp1.Serve()
+	tok2, cp2 := cp1.ControlToken("cp-2")
+	r := cp2.Join(tok2)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "stays a nonvoter") || !strings.Contains(r.Stdout, "NATS route up") {
+		t.Fatalf("join cp-2 (exit %d):\n%s", r.Code, r.Combined())
+	}
+	if again := cp2.Join(tok2); again.Code != 0 || !strings.Contains(again.Stdout, "nothing to do") {
+		t.Fatalf("re-running join on a joined node (exit %d):\n%s", again.Code, again.Combined())
+	}
+	cp2.Serve()
+	cp3 := joinControl(t, cp1, "cp-3")
+	cps := map[string]*harness.ControlPlane{"cp-1": cp1, "cp-2": cp2, "cp-3": cp3}
+
+	harness.Eventually(t, 15*time.Second, "three voters, all alive, the same view everywhere", func() bool {
+		for _, cp := range cps {
+			v := controlView(t, cp)
+			voters := 0
+			for _, c := range v {
+				if (c.Raft == api.RaftVoter || c.Raft == api.RaftLeader) && c.State == api.StateAlive {
+					voters++
+				}
+			}
+			if voters != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	// A control token pre-minted now, on the CA holder, is used after it is gone.
+	preTok, cp4 := cp1.ControlToken("cp-4")
+
+	// A worker whose token lists all three brokers.
+	web := harness.NewHost(t, bin, "web-1")
+	wt := cp2.Token("web-1")
+	parsed, _ := tokenfmt.Parse(wt, time.Now())
+	if len(parsed.Brokers) != 3 {
+		t.Fatalf("the token lists %d brokers, want 3", len(parsed.Brokers))
+	}
+	if r := web.Enrol(wt); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	agent := web.Run()
+	body := filepath.Join(t.TempDir(), "b.json")
+	declare := func(cp *harness.ControlPlane, content string) uint64 {
+		t.Helper()
+		writeFile(t, body, `{"files":[{"path":"state","content":"`+content+`"}]}`)
+		r := cp.Ctl("declare", "--node", "web-1", "--file", body)
+		m := declaredRE.FindStringSubmatch(r.Stdout)
+		if r.Code != 0 || m == nil {
+			t.Fatalf("declare via %s (exit %d): %s", filepath.Base(cp.Dir), r.Code, r.Combined())
+		}
+		v, _ := strconv.ParseUint(m[1], 10, 64)
+		return v
+	}
+	v := declare(cp3, "one")
+	cp1.WaitConverged("web-1", v, 20*time.Second)
+
+	// Kill the leader.
+	var leader string
+	for id, c := range controlView(t, cp2) {
+		if c.Raft == api.RaftLeader {
+			leader = id
+		}
+	}
+	if leader == "" {
+		t.Fatal("no leader")
+	}
+	killedAt := time.Now()
+	cps[leader].Process().Kill()
+	var survivor *harness.ControlPlane
+	for id, cp := range cps {
+		if id != leader {
+			survivor = cp
+		}
+	}
+	harness.Eventually(t, 20*time.Second, "a new leader", func() bool {
+		r := survivor.Ctl("nodes", "--json")
+		return r.Code == 0 && strings.Contains(r.Stdout, `"raft_role": "leader"`)
+	})
+	t.Logf("leader %s killed; a new leader answered after %s", leader, time.Since(killedAt).Round(100*time.Millisecond))
+	v = declare(survivor, "two")
+	survivor.WaitConverged("web-1", v, 30*time.Second)
+	if got, _ := web.ReadManaged("state"); got != "two" {
+		t.Fatalf("state = %q after failover", got)
+	}
+	// Bring the old leader back, then remove the bootstrap machine for good.
+	cps[leader].Serve()
+	cp1.Process().Kill()
+	harness.Eventually(t, 20*time.Second, "cp-1 removed", func() bool {
+		return cp2.Ctl("control", "remove", "cp-1").Code == 0
+	})
+	delete(cps, "cp-1")
+	if r := cp2.Ctl("token", "--role", "control", "--node", "cp-9", "--addr", "127.0.0.1:1"); r.Code == 0 || !strings.Contains(r.Stderr, "CA key is on cp-1") {
+		t.Fatalf("a control token was minted away from the CA holder (exit %d): %s", r.Code, r.Combined())
+	}
+	web2 := harness.NewHost(t, bin, "web-2")
+	if r := web2.Enrol(cp3.Token("web-2")); r.Code != 0 {
+		t.Fatalf("a worker could not enrol without the bootstrap machine: %s", r.Combined())
+	}
+	if r := cp4.Join(preTok); r.Code != 0 {
+		t.Fatalf("the pre-minted control token did not join without the bootstrap machine (exit %d):\n%s", r.Code, r.Combined())
+	}
+	cp4.Serve()
+	cps["cp-4"] = cp4
+	v = declare(cp4, "three")
+	cp4.WaitConverged("web-1", v, 30*time.Second)
+
+	// Restart everything: nothing is lost.
+	for _, cp := range cps {
+		cp.Process().Kill()
+	}
+	agent.Kill()
+	restart := make(chan struct{}, len(cps))
+	for _, cp := range cps {
+		go func() { cp.Serve(); restart <- struct{}{} }()
+	}
+	for range cps {
+		<-restart
+	}
+	n, ok := cp3.Node("web-1")
+	if !ok || n.Declared != v {
+		t.Fatalf("after restarting everything web-1 = %+v", n)
+	}
+	if _, ok := cp2.Node("web-2"); !ok {
+		t.Fatal("web-2 lost in the restart")
+	}
+	web.Run()
+	cp2.WaitConverged("web-1", v, 30*time.Second)
+
+	scanKeys(t, cp1, cps, []*harness.Host{web, web2}, []string{wt, preTok, tok2})
+}
+
+// scanKeys checks that keys stay where docs/security.md says: the CA key only in the
+// bootstrap machine's ca-key.pem; the signing key in clear only in control nodes'
+// signing-key.pem; token secrets nowhere; a worker holds no TLS identity and no
+// signing key. Every file each role wrote is read, the Raft logs and snapshots
+// included, for every encoding a key could leak in.
+func scanKeys(t *testing.T, caHolder *harness.ControlPlane, cps map[string]*harness.ControlPlane, hosts []*harness.Host, tokens []string) {
+	t.Helper()
+	caKey, err := pki.ParseKeyPEM(mustRead(t, filepath.Join(caHolder.Dir, "ca-key.pem")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signing, err := datadir.Dir(caHolder.Dir).LoadSigningKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	caDER, _ := x509.MarshalPKCS8PrivateKey(caKey)
+	caScalar := caKey.(*ecdsa.PrivateKey).D.FillBytes(make([]byte, 32))
+	sigDER, _ := x509.MarshalPKCS8PrivateKey(signing)
+	needles := map[string][][]byte{
+		"the CA private key": encodings(caScalar, caDER, mustRead(t, filepath.Join(caHolder.Dir, "ca-key.pem"))),
+		"the signing key":    encodings(signing.Seed(), sigDER, mustRead(t, filepath.Join(caHolder.Dir, "signing-key.pem"))),
+	}
+	for i, tok := range tokens {
+		p, err := tokenfmt.Parse(tok, time.Now().Add(-time.Hour))
+		if err != nil && p.Node == "" {
+			t.Fatal(err)
+		}
+		needles[fmt.Sprintf("token secret %d", i)] = encodings(p.Secret[:], nil, nil)
+	}
+	allowed := func(needle, path string) bool {
+		switch needle {
+		case "the CA private key":
+			return path == filepath.Join(caHolder.Dir, "ca-key.pem")
+		case "the signing key":
+			return filepath.Base(path) == "signing-key.pem"
+		}
+		return false
+	}
+	dirs := []string{caHolder.Dir}
+	for _, cp := range cps {
+		dirs = append(dirs, cp.Dir)
+	}
+	for _, h := range hosts {
+		dirs = append(dirs, h.State)
+	}
+	files, found := 0, map[string]int{}
+	for _, dir := range dirs {
+		filepath.Walk(dir, func(path string, fi os.FileInfo, err error) error {
+			if err != nil || fi.IsDir() {
+				return err
+			}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			files++
+			for name, forms := range needles {
+				for _, form := range forms {
+					if bytes.Contains(data, form) {
+						found[name]++
+						if !allowed(name, path) {
+							t.Errorf("%s found in %s", name, path)
+						}
+						break
+					}
+				}
+			}
+			return nil
+		})
+	}
+	// The scan must see the copies that are allowed, or it proves nothing.
+	if found["the CA private key"] != 1 {
+		t.Errorf("the CA key was found in %d files, want exactly its own ca-key.pem", found["the CA private key"])
+	}
+	if found["the signing key"] < len(cps)+1 {
+		t.Errorf("the signing key was found in %d files; each control node should hold its signing-key.pem", found["the signing key"])
+	}
+	for _, h := range hosts {
+		for _, f := range []string{"tls.pem", "tls-key.pem", "signing-key.pem", "ca-key.pem"} {
+			if _, err := os.Stat(filepath.Join(h.State, f)); err == nil {
+				t.Errorf("worker %s holds %s", h.Name, f)
+			}
+		}
+	}
+	t.Logf("scanned %d files in %d directories for %d secrets", files, len(dirs), len(needles))
+}
+
+// encodings are the forms a secret could leak in: raw, hex, base64 (standard and URL,
+// with and without padding), the DER key in the same, and each line of its PEM.
+func encodings(raw, der, pemFile []byte) [][]byte {
+	var out [][]byte
+	for _, b := range [][]byte{raw, der} {
+		if len(b) == 0 {
+			continue
+		}
+		out = append(out, b, []byte(hex.EncodeToString(b)),
+			[]byte(base64.StdEncoding.EncodeToString(b)), []byte(base64.RawStdEncoding.EncodeToString(b)),
+			[]byte(base64.URLEncoding.EncodeToString(b)), []byte(base64.RawURLEncoding.EncodeToString(b)))
+	}
+	for _, line := range strings.Split(string(pemFile), "\n") {
+		if len(line) >= 40 && !strings.HasPrefix(line, "-----") {
+			out = append(out, []byte(line))
+		}
+	}
+	return out
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
