@@ -226,7 +226,7 @@ func scanKeys(t *testing.T, caHolder *harness.ControlPlane, cps map[string]*harn
 	for _, h := range hosts {
 		dirs = append(dirs, h.State)
 	}
-	files, found := 0, map[string]int{}
+	files, snapshots, found := 0, 0, map[string]int{}
 	for _, dir := range dirs {
 		filepath.Walk(dir, func(path string, fi os.FileInfo, err error) error {
 			if err != nil || fi.IsDir() {
@@ -237,6 +237,9 @@ func scanKeys(t *testing.T, caHolder *harness.ControlPlane, cps map[string]*harn
 				return err
 			}
 			files++
+			if filepath.Base(path) == "state.bin" {
+				snapshots++
+			}
 			for name, forms := range needles {
 				for _, form := range forms {
 					if bytes.Contains(data, form) {
@@ -250,6 +253,9 @@ func scanKeys(t *testing.T, caHolder *harness.ControlPlane, cps map[string]*harn
 			}
 			return nil
 		})
+	}
+	if snapshots == 0 {
+		t.Error("no Raft snapshot was written: the scan covered the log only")
 	}
 	// The scan must see the copies that are allowed, or it proves nothing.
 	if found["the CA private key"] != 1 {
@@ -265,7 +271,7 @@ func scanKeys(t *testing.T, caHolder *harness.ControlPlane, cps map[string]*harn
 			}
 		}
 	}
-	t.Logf("scanned %d files in %d directories for %d secrets", files, len(dirs), len(needles))
+	t.Logf("scanned %d files (%d Raft snapshots) in %d directories for %d secrets", files, snapshots, len(dirs), len(needles))
 }
 
 // encodings are the forms a secret could leak in: raw, hex, base64 (standard and URL,

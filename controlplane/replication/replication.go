@@ -34,6 +34,12 @@ type Timeouts struct {
 	Election    time.Duration
 	LeaderLease time.Duration
 	Commit      time.Duration
+	// SnapshotInterval and SnapshotThreshold set how often the state is
+	// snapshotted and the log compacted; zero means 2 minutes and 2048 entries.
+	SnapshotInterval  time.Duration
+	SnapshotThreshold uint64
+	// Handshake bounds a TLS handshake on the Raft port; zero means HandshakeTimeout.
+	Handshake time.Duration
 }
 
 // DefaultTimeouts suit small, noisy machines.
@@ -77,7 +83,8 @@ var ErrNotLeader = errors.New("this control node is not the Raft leader")
 func raftConfig(cfg Config) *raft.Config {
 	t := cfg.Timeouts
 	if t.Heartbeat == 0 {
-		t = DefaultTimeouts()
+		d := DefaultTimeouts()
+		t.Heartbeat, t.Election, t.LeaderLease, t.Commit = d.Heartbeat, d.Election, d.LeaderLease, d.Commit
 	}
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
@@ -87,6 +94,13 @@ func raftConfig(cfg Config) *raft.Config {
 	rc.CommitTimeout = t.Commit
 	rc.SnapshotThreshold = 2048
 	rc.SnapshotInterval = 2 * time.Minute
+	if cfg.Timeouts.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = cfg.Timeouts.SnapshotThreshold
+		rc.TrailingLogs = min(rc.TrailingLogs, cfg.Timeouts.SnapshotThreshold)
+	}
+	if cfg.Timeouts.SnapshotInterval > 0 {
+		rc.SnapshotInterval = cfg.Timeouts.SnapshotInterval
+	}
 	rc.TrailingLogs = 4096
 	rc.Logger = hclogger(cfg.Logger)
 	return rc
@@ -164,7 +178,7 @@ func Open(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("raft advertise address: %w", err)
 		}
 	}
-	stream, err := newTLSStream(cfg.Bind, adv, cfg.TLS, log)
+	stream, err := newTLSStream(cfg.Bind, adv, cfg.TLS, log, cfg.Timeouts.Handshake)
 	if err != nil {
 		store.Close()
 		return nil, fmt.Errorf("raft listen on %s: %w", cfg.Bind, err)

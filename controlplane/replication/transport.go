@@ -23,13 +23,14 @@ type tlsStream struct {
 	advertise net.Addr
 	cfg       *tls.Config
 	log       *slog.Logger
+	handshake time.Duration
 
 	conns     chan net.Conn
 	closeOnce sync.Once
 	done      chan struct{}
 }
 
-func newTLSStream(bind string, advertise net.Addr, cfg *tls.Config, log *slog.Logger) (*tlsStream, error) {
+func newTLSStream(bind string, advertise net.Addr, cfg *tls.Config, log *slog.Logger, handshake time.Duration) (*tlsStream, error) {
 	ln, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, err
@@ -37,7 +38,10 @@ func newTLSStream(bind string, advertise net.Addr, cfg *tls.Config, log *slog.Lo
 	if advertise == nil {
 		advertise = ln.Addr()
 	}
-	s := &tlsStream{ln: ln, advertise: advertise, cfg: cfg, log: log, conns: make(chan net.Conn), done: make(chan struct{})}
+	if handshake <= 0 {
+		handshake = HandshakeTimeout
+	}
+	s := &tlsStream{ln: ln, advertise: advertise, cfg: cfg, log: log, handshake: handshake, conns: make(chan net.Conn), done: make(chan struct{})}
 	go s.acceptLoop()
 	return s, nil
 }
@@ -62,7 +66,7 @@ func (s *tlsStream) acceptLoop() {
 		}
 		go func() {
 			c := tls.Server(raw, s.cfg)
-			_ = c.SetDeadline(time.Now().Add(HandshakeTimeout))
+			_ = c.SetDeadline(time.Now().Add(s.handshake))
 			if err := c.Handshake(); err != nil {
 				s.log.Warn("raft: refused a connection", "remote", raw.RemoteAddr().String(), "reason", err.Error())
 				_ = raw.Close()
@@ -99,8 +103,8 @@ func (s *tlsStream) Close() error {
 func (s *tlsStream) Addr() net.Addr { return s.advertise }
 
 func (s *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	if timeout <= 0 || timeout > HandshakeTimeout {
-		timeout = HandshakeTimeout
+	if timeout <= 0 || timeout > s.handshake {
+		timeout = s.handshake
 	}
 	d := net.Dialer{Timeout: timeout}
 	raw, err := d.Dial("tcp", string(address))

@@ -281,7 +281,10 @@ func (cp *ControlPlane) Ctl(args ...string) Result {
 // Serve starts `meshctl serve` and waits until it answers operators.
 func (cp *ControlPlane) Serve(extra ...string) *Process {
 	cp.t.Helper()
-	args := append([]string{"serve", "--data", cp.Dir, "--raft-heartbeat", "300ms", "--reconcile", "1s"}, extra...)
+	// Snapshots are frequent here so that tests see the log compacted and read
+	// snapshots as well as the log.
+	args := append([]string{"serve", "--data", cp.Dir, "--raft-heartbeat", "300ms", "--reconcile", "1s",
+		"--raft-snapshot-interval", "1s", "--raft-snapshot-threshold", "8"}, extra...)
 	cp.serve = Start(cp.t, nil, cp.Bin.Meshctl, args...)
 	cp.serve.WaitOutput(cp.t, "control node ready", 30*time.Second)
 	Eventually(cp.t, 20*time.Second, "control plane answers", func() bool { return cp.Ctl("nodes").Code == 0 })

@@ -35,12 +35,19 @@ Runs until interrupted (SIGINT or SIGTERM). Logs go to stderr.`,
 			fs.DurationVar(&heartbeat, "raft-heartbeat", def.Heartbeat, "Raft heartbeat and election timeout; raise it on slow or loaded machines")
 			fs.DurationVar(&offline, "offline-after", 45*time.Second, "a node that has not reported for this long is shown offline")
 			fs.DurationVar(&reconcile, "reconcile", 10*time.Second, "how often declarations not yet applied are sent again")
+			var snapInterval time.Duration
+			var snapThreshold uint64
+			fs.DurationVar(&snapInterval, "raft-snapshot-interval", 2*time.Minute, "how often Raft checks whether to snapshot the state and compact its log")
+			fs.Uint64Var(&snapThreshold, "raft-snapshot-threshold", 2048, "log entries since the last snapshot that trigger a new one")
 			return func(args []string) error {
 				if err := noPositional(args); err != nil {
 					return err
 				}
 				if dir == "" {
 					return usagef("--data is required")
+				}
+				if snapThreshold == 0 || snapInterval < time.Second {
+					return usagef("--raft-snapshot-threshold must be positive and --raft-snapshot-interval at least 1s")
 				}
 				if heartbeat < 100*time.Millisecond {
 					return usagef("--raft-heartbeat %s is too short (at least 100ms)", heartbeat)
@@ -52,9 +59,10 @@ Runs until interrupted (SIGINT or SIGTERM). Logs go to stderr.`,
 				ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 				defer stop()
 				d, err := daemon.Open(ctx, daemon.Options{
-					Dir:               datadir.Dir(dir),
-					Logger:            log,
-					Timeouts:          replication.Timeouts{Heartbeat: heartbeat, Election: heartbeat, LeaderLease: heartbeat / 2, Commit: def.Commit},
+					Dir:    datadir.Dir(dir),
+					Logger: log,
+					Timeouts: replication.Timeouts{Heartbeat: heartbeat, Election: heartbeat, LeaderLease: heartbeat / 2, Commit: def.Commit,
+						SnapshotInterval: snapInterval, SnapshotThreshold: snapThreshold},
 					OfflineAfter:      offline,
 					ReconcileInterval: reconcile,
 				})

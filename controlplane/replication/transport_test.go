@@ -1,0 +1,122 @@
+package replication
+
+import (
+	"crypto/tls"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"mesh/controlplane/pki"
+)
+
+func leafConfig(t *testing.T, ca *pki.CA) *tls.Config {
+	t.Helper()
+	leaf, err := ca.IssueLeaf("control test", []net.IP{net.ParseIP("127.0.0.1")}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pki.MutualConfig(leaf, ca.CertPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func newCA(t *testing.T, name string) *pki.CA {
+	t.Helper()
+	ca, _, err := pki.NewCA(name, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca
+}
+
+// TestRaftPortRefusesStrangers: only a peer with a leaf of the mesh CA completes a
+// handshake on the Raft port. A host has no certificate at all; an impostor has one
+// from another CA; a silent peer is cut off at the handshake deadline.
+func TestRaftPortRefusesStrangers(t *testing.T) {
+	mesh := newCA(t, "mesh")
+	stream, err := newTLSStream("127.0.0.1:0", nil, leafConfig(t, mesh), slog.New(slog.DiscardHandler), 500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	addr := stream.Addr().String()
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := stream.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+
+	dial := func(cfg *tls.Config) error {
+		raw, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return err
+		}
+		defer raw.Close()
+		c := tls.Client(raw, cfg)
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		if err := c.Handshake(); err != nil {
+			return err
+		}
+		// In TLS 1.3 a refused client certificate surfaces on the first read.
+		_, err = c.Read(make([]byte, 1))
+		return err
+	}
+	noCert := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13} //nolint:gosec // a host dialling with what it has
+	if err := dial(noCert); err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("a client without a certificate was not refused: %v", err)
+	}
+	other := leafConfig(t, newCA(t, "other"))
+	other.ServerName = "127.0.0.1"
+	if err := dial(other); err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("a client with another CA's leaf was not refused: %v", err)
+	}
+	select {
+	case <-accepted:
+		t.Fatal("a refused peer reached Raft")
+	case <-time.After(200 * time.Millisecond):
+	}
+
+	// A silent peer: the server closes it at the deadline.
+	raw, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	start := time.Now()
+	_ = raw.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = raw.Read(make([]byte, 1))
+	if waited := time.Since(start); err == nil || waited > 3*time.Second {
+		t.Fatalf("a silent peer was held %s (err %v), want closed at the 500ms handshake deadline", waited, err)
+	}
+
+	// A genuine peer gets through, by Dial.
+	peer, err := newTLSStream("127.0.0.1:0", nil, leafConfig(t, mesh), slog.New(slog.DiscardHandler), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	c, err := peer.Dial(serverAddress(addr), time.Second)
+	if err != nil {
+		t.Fatalf("a mesh peer could not dial: %v", err)
+	}
+	defer c.Close()
+	select {
+	case got := <-accepted:
+		got.Close()
+	case <-time.After(2 * time.Second):
+		t.Fatal("the mesh peer was not accepted")
+	}
+}
+
+func serverAddress(a string) raft.ServerAddress { return raft.ServerAddress(a) }
