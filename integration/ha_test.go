@@ -302,3 +302,45 @@ func mustRead(t *testing.T, path string) []byte {
 	}
 	return b
 }
+
+// TestRecoverLostQuorum: two of three voters are lost for good. The survivor cannot
+// lead alone; with a peers file listing only itself it recovers the configuration at
+// start, keeps every node and declaration, and admits again (docs/operations.md).
+func TestRecoverLostQuorum(t *testing.T) {
+	cp1 := harness.NewControlPlane(t, bin, "quorum")
+	cp1.Serve()
+	cp2 := joinControl(t, cp1, "cp-2")
+	cp3 := joinControl(t, cp1, "cp-3")
+	web := harness.NewHost(t, bin, "web-1")
+	if r := web.Enrol(cp1.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	body := filepath.Join(t.TempDir(), "b.json")
+	writeFile(t, body, `{"files":[{"path":"f","content":"kept"}]}`)
+	if r := cp1.Ctl("declare", "--node", "web-1", "--file", body); r.Code != 0 {
+		t.Fatalf("declare: %s", r.Combined())
+	}
+	cp2.Process().Kill()
+	cp3.Process().Kill()
+	harness.Eventually(t, 20*time.Second, "the survivor loses leadership", func() bool {
+		return cp1.Ctl("nodes").Code == 3
+	})
+	cp1.Process().Kill()
+	peers := `[{"id":"cp-1","address":"` + cp1.Raft + `","non_voter":false}]`
+	writeFile(t, filepath.Join(cp1.Dir, "raft", "peers.json"), peers)
+	cp1.Serve()
+	if n, ok := cp1.Node("web-1"); !ok || n.Declared != 1 {
+		t.Fatalf("after recovery web-1 = %+v (found %v)", n, ok)
+	}
+	if _, err := os.Stat(filepath.Join(cp1.Dir, "raft", "peers.json.applied")); err != nil {
+		t.Fatalf("the peers file was not marked applied: %v", err)
+	}
+	for _, gone := range []string{"cp-2", "cp-3"} {
+		if r := cp1.Ctl("control", "remove", gone); r.Code != 0 {
+			t.Fatalf("remove %s: %s", gone, r.Combined())
+		}
+	}
+	if r := harness.NewHost(t, bin, "web-2").Enrol(cp1.Token("web-2")); r.Code != 0 {
+		t.Fatalf("enrol after recovery: %s", r.Combined())
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -190,6 +191,11 @@ func Open(cfg Config) (*Node, error) {
 		Logger:  hclogger(log),
 	})
 	rc := raftConfig(cfg)
+	if err := recoverFromPeersFile(cfg, rc, store, snaps, trans, log); err != nil {
+		trans.Close()
+		store.Close()
+		return nil, err
+	}
 	leader := make(chan bool, 16)
 	rc.NotifyCh = leader
 	r, err := raft.NewRaft(rc, cfg.FSM, store, store, snaps, trans)
@@ -378,3 +384,32 @@ func (n *Node) Remove(id string, timeout time.Duration) error {
 
 // AppliedIndex is the index of the last entry applied to the state machine here.
 func (n *Node) AppliedIndex() uint64 { return n.Raft.AppliedIndex() }
+
+// PeersFile is the manual recovery file: when it exists in the Raft directory at start,
+// the node rewrites its configuration to the servers it lists, the way out of a lost
+// quorum (docs/operations.md). It is renamed once applied.
+const PeersFile = "peers.json"
+
+func recoverFromPeersFile(cfg Config, rc *raft.Config, store *raftboltdb.BoltStore, snaps raft.SnapshotStore, trans raft.Transport, log *slog.Logger) error {
+	path := filepath.Join(cfg.Dir, PeersFile)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	conf, err := raft.ReadConfigJSON(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w (expected [{\"id\":\"cp-2\",\"address\":\"10.0.0.2:7301\",\"non_voter\":false}])", path, err)
+	}
+	if !slices.ContainsFunc(conf.Servers, func(s raft.Server) bool { return string(s.ID) == cfg.ID }) {
+		return fmt.Errorf("%s does not list this node (%s); a node only recovers into a configuration it belongs to", path, cfg.ID)
+	}
+	// RecoverCluster replays the log into a scratch state machine to compute the new
+	// snapshot; the real one is restored from it when Raft starts.
+	if err := raft.RecoverCluster(rc, state.NewFSM(), store, store, snaps, trans, conf); err != nil {
+		return fmt.Errorf("recover the Raft configuration from %s: %w", path, err)
+	}
+	if err := os.Rename(path, path+".applied"); err != nil {
+		return err
+	}
+	log.Warn("Raft configuration recovered from the peers file", "file", path, "servers", len(conf.Servers))
+	return nil
+}
