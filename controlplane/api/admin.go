@@ -18,7 +18,38 @@ const (
 	OpControlConfirm = "control.confirm"
 	OpControlAbort   = "control.abort"
 	OpControlRemove  = "control.remove"
+
+	OpSigningKeyRotate = "signing-key.rotate"
+	OpSigningKeyStatus = "signing-key.status"
+	OpSigningKeyRetire = "signing-key.retire"
 )
+
+// KeyringResult describes the keyring a rotation or retirement installed.
+type KeyringResult struct {
+	Epoch uint64   `json:"epoch"`
+	Keys  []string `json:"keys"`
+	// Stranded lists the live nodes a forced retirement left behind.
+	Stranded []string `json:"stranded,omitempty"`
+}
+
+// RetireRequest asks to retire the old signing key.
+type RetireRequest struct {
+	Force bool `json:"force,omitempty"`
+}
+
+// KeyringStatus is the current keyring and what each node acknowledged.
+type KeyringStatus struct {
+	Epoch uint64       `json:"epoch"`
+	Keys  []string     `json:"keys"`
+	Nodes []KeyringAck `json:"nodes"`
+}
+
+// KeyringAck is the keyring epoch a node last reported.
+type KeyringAck struct {
+	Node  string `json:"node"`
+	State string `json:"state"`
+	Epoch uint64 `json:"epoch"`
+}
 
 // ControlRequest names a control node.
 type ControlRequest struct {

@@ -163,6 +163,10 @@ type SyncResponse struct {
 	// Brokers lists every control node's broker, so hosts learn of control nodes
 	// that joined after them and can fail over to them.
 	Brokers []string `json:"brokers,omitempty"`
+	// Keyrings is the chain of signed keyrings after the epoch the host reported,
+	// oldest first, each signed by the keys it replaced: a host that was away
+	// follows it to the current keyring.
+	Keyrings []json.RawMessage `json:"keyrings,omitempty"`
 }
 
 // StatusError is the error part of a status report.

@@ -232,8 +232,8 @@ func (b *run) plan() []step {
 		{kind: "tls", what: "issue this control node's TLS identity (broker, raft, cluster) for " + hostsOf(b.cfg),
 			done: func() bool { return d.Exists(datadir.TLSCertFile) && d.Exists(datadir.TLSKeyFile) },
 			run:  b.makeLeaf},
-		{kind: "signing", what: "generate the declaration signing key (Ed25519)",
-			done: func() bool { return d.Exists(datadir.SigningKeyFile) },
+		{kind: "signing", what: "generate the declaration signing key (Ed25519), and this node's curve key for later rotations",
+			done: func() bool { return d.Exists(datadir.SigningKeyFile) && d.Exists(datadir.CurveKeyFile) },
 			run:  b.makeSigningKey},
 		{kind: "operator", what: "create operator credentials " + d.Path(datadir.AdminCredsFile),
 			done: func() bool {
@@ -315,6 +315,18 @@ func (b *run) makeLeaf() (string, error) {
 }
 
 func (b *run) makeSigningKey() (string, error) {
+	if !b.o.Dir.Exists(datadir.CurveKeyFile) {
+		ck, err := nkeys.CreateCurveKeys()
+		if err != nil {
+			return "", err
+		}
+		if err := b.o.Dir.SaveCurveKey(ck); err != nil {
+			return "", err
+		}
+	}
+	if b.o.Dir.Exists(datadir.SigningKeyFile) {
+		return "", nil
+	}
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return "", err

@@ -53,6 +53,12 @@ func (d *Daemon) handleAdmin(m *nats.Msg) {
 			result, err = adminCall(m.Data, d.controlAbort)
 		case api.OpControlRemove:
 			result, err = adminCall(m.Data, d.controlRemove)
+		case api.OpSigningKeyRotate:
+			result, err = adminCall(m.Data, d.rotateKey)
+		case api.OpSigningKeyStatus:
+			result, err = adminCall(m.Data, d.keyringStatus)
+		case api.OpSigningKeyRetire:
+			result, err = adminCall(m.Data, d.retireKey)
 		default:
 			err = &api.Error{Code: api.CodeNotFound, Message: "unknown operation " + op}
 		}

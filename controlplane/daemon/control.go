@@ -87,7 +87,7 @@ func (d *Daemon) admitControl(req api.EnrolRequest, cn *state.ControlNode) (*api
 	if req.CurveKey == "" {
 		return nil, errors.New("a joining control node must present a curve key")
 	}
-	keyPEM, err := datadir.EncodeSigningKey(d.key)
+	keyPEM, err := datadir.EncodeSigningKeys(d.signer.currentKeys())
 	if err != nil {
 		return nil, err
 	}

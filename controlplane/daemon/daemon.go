@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"github.com/oklog/run"
 
 	"mesh/broker"
@@ -83,7 +84,7 @@ type Daemon struct {
 	cfg    datadir.Config
 	log    *slog.Logger
 	caPEM  []byte
-	key    ed25519.PrivateKey
+	curve  nkeys.KeyPair
 	fsm    *state.FSM
 	raft   *replication.Node
 	broker *broker.Server
@@ -98,6 +99,9 @@ type Daemon struct {
 
 	mu   sync.Mutex
 	subs []*nats.Subscription
+	// keysMu serialises syncKeys: the leader's handler and the apply hook may both
+	// run it.
+	keysMu sync.Mutex
 }
 
 // Open loads the data directory, starts Raft and waits until this node's state is
@@ -121,10 +125,14 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.key, err = opts.Dir.LoadSigningKey(); err != nil {
+	keys, err := opts.Dir.LoadSigningKeys()
+	if err != nil {
 		return nil, err
 	}
-	d.signer = newSigner(d.key)
+	if d.curve, err = opts.Dir.LoadCurveKey(); err != nil {
+		return nil, fmt.Errorf("%w (every control node has one since bootstrap or join)", err)
+	}
+	d.signer = newSigner(keys)
 	mutual, err := pki.MutualConfig(leaf, d.caPEM)
 	if err != nil {
 		return nil, err
@@ -155,6 +163,9 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	if err := d.initialise(); err != nil {
+		return nil, err
+	}
+	if err := d.syncKeys(); err != nil {
 		return nil, err
 	}
 	var routes []string
@@ -204,18 +215,21 @@ func (d *Daemon) initialise() error {
 	if done || !d.raft.IsLeader() {
 		return nil
 	}
-	pub := d.key.Public().(ed25519.PublicKey)
+	keys := d.signer.currentKeys()
+	key := keys[len(keys)-1]
+	pub := key.Public().(ed25519.PublicKey)
 	kr := declarations.Keyring{Mesh: d.cfg.Mesh, Epoch: 1, Keys: []string{hex.EncodeToString(pub)}, IssuedAt: d.now().UTC().Truncate(time.Second)}
-	env, err := declarations.SignKeyring(kr, d.key)
+	env, err := declarations.SignKeyring(kr, key)
 	if err != nil {
 		return fmt.Errorf("sign the first keyring: %w", err)
 	}
 	res, err := d.raft.Apply(state.Command{Op: state.OpInit, Init: &state.InitCmd{
 		Mesh:         d.cfg.Mesh,
 		AdminAccount: d.cfg.AdminAccount,
-		Control:      state.ControlNode{ID: d.cfg.Node, Broker: d.cfg.Brokers[0], Raft: d.cfg.RaftListen, Cluster: d.cfg.ClusterListen},
-		Keyring:      state.Keyring{Epoch: kr.Epoch, Keys: kr.Keys, Envelope: env},
-		Validity:     declarations.DefaultValidity,
+		Control: state.ControlNode{ID: d.cfg.Node, Broker: d.cfg.Brokers[0], Raft: d.cfg.RaftListen, Cluster: d.cfg.ClusterListen,
+			CurveKey: curvePublic(d.curve)},
+		Keyring:  state.Keyring{Epoch: kr.Epoch, Keys: kr.Keys, Envelope: env},
+		Validity: declarations.DefaultValidity,
 	}}, 10*time.Second)
 	if err != nil {
 		return fmt.Errorf("initialise the mesh state: %w", err)
@@ -343,6 +357,13 @@ func (d *Daemon) applied(c *state.Command, res state.Result) {
 		// The leader enforces in its handler; the others close the node's
 		// connections on their own brokers.
 		go d.enforceRevocation(c.Revoke.Node)
+	}
+	if (c.Op == state.OpRotate || c.Op == state.OpRetire) && res.Err == nil && !d.raft.IsLeader() {
+		go func() {
+			if err := d.syncKeys(); err != nil {
+				d.log.Error("signing keys not updated after a keyring change", "err", err)
+			}
+		}()
 	}
 	if c.Op == state.OpRemoveControl && res.Err == nil && c.RemoveControl != nil && c.RemoveControl.Node == d.cfg.Node {
 		d.log.Warn("this control node was removed from the control plane; stopping")

@@ -68,7 +68,7 @@ func (d *Daemon) enrol(node string, data []byte) api.EnrolResponse {
 		return refuse(enrolCode(pre), pre.Error())
 	}
 	res, err := d.raft.Apply(state.Command{Op: state.OpEnrol, At: now, Enrol: &state.EnrolCmd{
-		TokenID: id, Node: req.Node, Role: req.Role, PublicKey: req.PublicKey,
+		TokenID: id, Node: req.Node, Role: req.Role, PublicKey: req.PublicKey, CurveKey: req.CurveKey,
 	}}, 10*time.Second)
 	if err != nil {
 		if errors.Is(err, replication.ErrNotLeader) {

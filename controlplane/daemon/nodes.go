@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -28,7 +29,7 @@ func (d *Daemon) handleSync(m *nats.Msg) {
 	node := nodeOf(m.Subject)
 	d.seen.mark(node, d.now())
 	resp := api.SyncResponse{V: api.ProtocolVersion}
-	if _, err := api.Decode[api.SyncRequest](m.Data); err != nil {
+	if req, err := api.Decode[api.SyncRequest](m.Data); err != nil {
 		resp.Error = &api.Error{Code: api.CodeBadRequest, Message: err.Error()}
 	} else {
 		d.fsm.Read(func(s *state.State) {
@@ -45,6 +46,7 @@ func (d *Daemon) handleSync(m *nats.Msg) {
 			resp.Declaration = env
 			resp.Keyring = s.Keyring.Envelope
 			resp.Brokers = s.Brokers()
+			resp.Keyrings = s.KeyringChain(req.KeyringEpoch)
 		})
 	}
 	data, _ := json.Marshal(resp)
@@ -227,6 +229,7 @@ func (d *Daemon) reconcileLoop(ctx context.Context) error {
 }
 
 func (d *Daemon) reconcile(now time.Time) {
+	d.refresh(now)
 	var lagging []string
 	d.fsm.Read(func(s *state.State) {
 		for id, n := range s.Nodes {
@@ -287,4 +290,25 @@ func (d *Daemon) enforceRevocation(node string) int {
 	}
 	d.seen.forget(node)
 	return max(open, n)
+}
+
+// refresh re-signs, in one log entry, every declaration past half its validity, and
+// sends them: hosts that keep receiving them never go stale.
+func (d *Daemon) refresh(now time.Time) {
+	var due []string
+	d.fsm.Read(func(s *state.State) { due = s.DueForRefresh(now) })
+	if len(due) == 0 {
+		return
+	}
+	res, err := d.raft.Apply(state.Command{Op: state.OpRefresh, At: now.UTC(), Refresh: &state.RefreshCmd{Nodes: due}}, 10*time.Second)
+	if err != nil || res.Err != nil {
+		d.log.Warn("declarations not refreshed; will try again", "nodes", len(due), "err", errors.Join(err, res.Err))
+		return
+	}
+	nodes := make([]string, 0, len(res.Assignments))
+	for _, a := range res.Assignments {
+		nodes = append(nodes, a.Node)
+	}
+	d.log.Info("declarations re-signed before they expire", "nodes", len(nodes))
+	d.publishDeclarations(nodes)
 }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"crypto/ed25519"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -14,9 +15,11 @@ import (
 // result: hosts ask again on every reconnect, and a leader re-sends to laggards, so
 // the same envelope is wanted many times.
 type signer struct {
-	key ed25519.PrivateKey
-
-	mu     sync.Mutex
+	mu sync.Mutex
+	// keys are the private keys of the current keyring this node holds, in keyring
+	// order: during a rotation every declaration carries a signature by each, so
+	// hosts on the old keyring and on the new one both verify it.
+	keys   []ed25519.PrivateKey
 	cache  map[string]signed            // by node
 	bodies map[string]declarations.Body // parsed bodies by digest
 }
@@ -29,8 +32,23 @@ type signed struct {
 	envelope []byte
 }
 
-func newSigner(key ed25519.PrivateKey) *signer {
-	return &signer{key: key, cache: map[string]signed{}, bodies: map[string]declarations.Body{}}
+func newSigner(keys []ed25519.PrivateKey) *signer {
+	return &signer{keys: keys, cache: map[string]signed{}, bodies: map[string]declarations.Body{}}
+}
+
+// setKeys replaces the signing keys; envelopes signed before are forgotten.
+func (s *signer) setKeys(keys []ed25519.PrivateKey) {
+	s.mu.Lock()
+	s.keys = slices.Clone(keys)
+	clear(s.cache)
+	s.mu.Unlock()
+}
+
+// currentKeys returns the signing keys.
+func (s *signer) currentKeys() []ed25519.PrivateKey {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.keys)
 }
 
 // declaration returns n's current declaration, signed. It must be called inside an
@@ -66,7 +84,7 @@ func (s *signer) declaration(st *state.State, n *state.Node) ([]byte, error) {
 		IssuedAt:     dcl.IssuedAt,
 		ExpiresAt:    dcl.ExpiresAt,
 		Body:         body,
-	}, s.key)
+	}, s.keys...)
 	if err != nil {
 		return nil, fmt.Errorf("sign declaration v%d for %s: %w", dcl.Version, n.ID, err)
 	}
@@ -76,5 +94,5 @@ func (s *signer) declaration(st *state.State, n *state.Node) ([]byte, error) {
 
 // revocation signs the notice that tells a node it was revoked.
 func (s *signer) revocation(mesh, node string, at time.Time) ([]byte, error) {
-	return declarations.SignRevocation(declarations.Revocation{Mesh: mesh, Node: node, RevokedAt: at}, s.key)
+	return declarations.SignRevocation(declarations.Revocation{Mesh: mesh, Node: node, RevokedAt: at}, s.currentKeys()...)
 }

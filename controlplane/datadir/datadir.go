@@ -4,6 +4,7 @@
 package datadir
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/x509"
 	"encoding/hex"
@@ -15,6 +16,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/nats-io/nkeys"
+
 	"mesh/controlplane/pki"
 )
 
@@ -25,7 +28,8 @@ const (
 	CAKeyFile      = "ca-key.pem" // only on the machine that ran bootstrap
 	TLSCertFile    = "tls.pem"
 	TLSKeyFile     = "tls-key.pem"
-	SigningKeyFile = "signing-key.pem"
+	SigningKeyFile = "signing-key.pem"  // one PEM block per key of the keyring, newest last
+	CurveKeyFile   = "control-curve.nk" // this control node's curve key: new signing keys are sealed to it
 	AdminCredsFile = "admin.creds"
 	AccountKeyFile = "admin-account.nk" // only on the machine that ran bootstrap
 	RaftDir        = "raft"
@@ -175,13 +179,87 @@ func (d Dir) LoadLeaf() (pki.Leaf, error) {
 	return pki.Leaf{CertPEM: cert, KeyPEM: key}, nil
 }
 
-// LoadSigningKey reads the declaration signing key.
+// LoadSigningKey reads the newest declaration signing key.
 func (d Dir) LoadSigningKey() (ed25519.PrivateKey, error) {
+	keys, err := d.LoadSigningKeys()
+	if err != nil {
+		return nil, err
+	}
+	return keys[len(keys)-1], nil
+}
+
+// LoadSigningKeys reads every signing key held, oldest first.
+func (d Dir) LoadSigningKeys() ([]ed25519.PrivateKey, error) {
 	data, err := d.ReadFile(SigningKeyFile)
 	if err != nil {
 		return nil, err
 	}
-	return ParseSigningKey(data)
+	return ParseSigningKeys(data)
+}
+
+// SaveSigningKeys replaces the signing keys held (0600, atomically).
+func (d Dir) SaveSigningKeys(keys []ed25519.PrivateKey) error {
+	data, err := EncodeSigningKeys(keys)
+	if err != nil {
+		return err
+	}
+	return WriteFile(d.Path(SigningKeyFile), data, 0o600)
+}
+
+// EncodeSigningKeys encodes keys as consecutive PKCS#8 PEM blocks.
+func EncodeSigningKeys(keys []ed25519.PrivateKey) ([]byte, error) {
+	var out []byte
+	for _, k := range keys {
+		b, err := EncodeSigningKey(k)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b...)
+	}
+	return out, nil
+}
+
+// ParseSigningKeys decodes one or more PKCS#8 PEM Ed25519 keys.
+func ParseSigningKeys(data []byte) ([]ed25519.PrivateKey, error) {
+	var keys []ed25519.PrivateKey
+	for rest := data; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		k, err := ParseSigningKey(pem.EncodeToMemory(block))
+		if err != nil {
+			return nil, err
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("signing key: no PEM private key found")
+	}
+	return keys, nil
+}
+
+// LoadCurveKey reads this control node's curve key.
+func (d Dir) LoadCurveKey() (nkeys.KeyPair, error) {
+	seed, err := d.ReadFile(CurveKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	kp, err := nkeys.FromCurveSeed(bytes.TrimSpace(seed))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", d.Path(CurveKeyFile), err)
+	}
+	return kp, nil
+}
+
+// SaveCurveKey writes this control node's curve key (0600).
+func (d Dir) SaveCurveKey(kp nkeys.KeyPair) error {
+	seed, err := kp.Seed()
+	if err != nil {
+		return err
+	}
+	return WriteFile(d.Path(CurveKeyFile), seed, 0o600)
 }
 
 // EncodeSigningKey encodes an Ed25519 private key as PKCS#8 PEM.

@@ -331,7 +331,7 @@ func (r *run) join(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrBadAnswer, err)
 	}
-	signing, err := datadir.ParseSigningKey(keyPEM)
+	signingKeys, err := datadir.ParseSigningKeys(keyPEM)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrBadAnswer, err)
 	}
@@ -340,8 +340,10 @@ func (r *run) join(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: keyring: %v", ErrBadAnswer, err)
 	}
-	if !slices.Contains(kr.Keys, hex.EncodeToString(signing.Public().(ed25519.PublicKey))) {
-		return fmt.Errorf("%w: the signing key handed over is not in the mesh's keyring", ErrBadAnswer)
+	for _, k := range signingKeys {
+		if !slices.Contains(kr.Keys, hex.EncodeToString(k.Public().(ed25519.PublicKey))) {
+			return fmt.Errorf("%w: a signing key handed over is not in the mesh's keyring", ErrBadAnswer)
+		}
 	}
 	r.step("keys", "TLS identity (chains to the pinned CA), signing key (in keyring epoch %d) and operator credentials received", kr.Epoch)
 
@@ -366,6 +368,9 @@ func (r *run) join(ctx context.Context) error {
 		if err := datadir.WriteFile(d.Path(f.name), f.data, f.mode); err != nil {
 			return err
 		}
+	}
+	if err := d.SaveCurveKey(ck); err != nil {
+		return err
 	}
 	if err := d.SaveConfig(cfg); err != nil {
 		return err

@@ -27,7 +27,20 @@ type Command struct {
 	Probe       *ProbeCmd       `json:"probe,omitempty"`
 
 	RemoveControl *RemoveControlCmd `json:"remove_control,omitempty"`
+	Refresh       *RefreshCmd       `json:"refresh,omitempty"`
+	Rotate        *RotateCmd        `json:"rotate,omitempty"`
+	Retire        *RetireCmd        `json:"retire,omitempty"`
 }
+
+// RefreshCmd re-issues the listed nodes' declarations: same version, same body, a new
+// validity window from the command's time. A host that stops receiving them sees its
+// declaration expire and reports itself stale, so a broker that withholds them is seen.
+type RefreshCmd struct {
+	Nodes []string `json:"nodes"`
+}
+
+// OpRefresh names RefreshCmd.
+const OpRefresh = "refresh"
 
 // Operation names.
 const (
@@ -70,6 +83,8 @@ type EnrolCmd struct {
 	Node      string `json:"node"`
 	Role      string `json:"role"`
 	PublicKey string `json:"public_key"`
+	// CurveKey is a joining control node's public curve key.
+	CurveKey string `json:"curve_key,omitempty"`
 }
 
 // Selector chooses the nodes a declaration is for. The state machine resolves it at the
@@ -179,6 +194,12 @@ func (s *State) apply(c *Command) Result {
 		return Result{}
 	case c.Op == OpRemoveControl && c.RemoveControl != nil:
 		return s.applyRemoveControl(c.At, c.RemoveControl)
+	case c.Op == OpRefresh && c.Refresh != nil:
+		return s.applyRefresh(c.At, c.Refresh)
+	case c.Op == OpRotate && c.Rotate != nil:
+		return s.applyRotate(c.Rotate)
+	case c.Op == OpRetire && c.Retire != nil:
+		return s.applyRetire(c.Retire)
 	}
 	return Result{Err: fmt.Errorf("%w: op %q", ErrBadCommand, c.Op)}
 }
@@ -394,4 +415,31 @@ func (s *State) collectBodies() {
 			delete(s.Bodies, d)
 		}
 	}
+}
+
+func (s *State) applyRefresh(at time.Time, c *RefreshCmd) Result {
+	var res Result
+	for _, id := range c.Nodes {
+		n, ok := s.Nodes[id]
+		if !ok || n.Revoked {
+			res.Skipped = append(res.Skipped, id)
+			continue
+		}
+		n.Declared.IssuedAt, n.Declared.ExpiresAt = at, at.Add(s.Validity)
+		res.Assignments = append(res.Assignments, Assignment{Node: id, Version: n.Declared.Version})
+	}
+	return res
+}
+
+// DueForRefresh lists the nodes whose declaration has less than half its validity left
+// at now (or has expired), sorted.
+func (s *State) DueForRefresh(now time.Time) []string {
+	var out []string
+	for id, n := range s.Nodes {
+		if !n.Revoked && n.Declared.ExpiresAt.Sub(now) < s.Validity/2 {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

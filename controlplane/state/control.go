@@ -15,6 +15,8 @@ type ControlNode struct {
 	Raft     string    `json:"raft"`
 	Cluster  string    `json:"cluster"`
 	JoinedAt time.Time `json:"joined_at"`
+	// CurveKey is the node's public curve key: new signing keys are sealed to it.
+	CurveKey string `json:"curve_key,omitempty"`
 	// Removed control nodes stay listed so their id is not reused by accident.
 	Removed   bool      `json:"removed,omitempty"`
 	RemovedAt time.Time `json:"removed_at,omitzero"`
@@ -113,7 +115,7 @@ func (s *State) admitControl(at time.Time, t *Token, c *EnrolCmd) Result {
 		return Result{Err: fmt.Errorf("%w: control token without addresses", ErrBadCommand)}
 	}
 	t.UsedAt, t.UsedKey = at, c.PublicKey
-	cn := &ControlNode{ID: c.Node, Broker: t.Control.Broker, Raft: t.Control.Raft, Cluster: t.Control.Cluster, JoinedAt: at}
+	cn := &ControlNode{ID: c.Node, Broker: t.Control.Broker, Raft: t.Control.Raft, Cluster: t.Control.Cluster, JoinedAt: at, CurveKey: c.CurveKey}
 	s.ControlNodes[c.Node] = cn
 	out := *cn
 	return Result{Control: &out}

@@ -31,6 +31,12 @@ type State struct {
 	CreatedAt time.Time `json:"created_at"`
 	// Keyring is the current set of trusted declaration signing keys.
 	Keyring Keyring `json:"keyring"`
+	// Keyrings holds every earlier signed keyring by epoch: the chain a host that
+	// was away follows.
+	Keyrings map[uint64]json.RawMessage `json:"keyrings,omitempty"`
+	// SealedKeys holds, during a rotation, the newest signing key sealed to each
+	// control node's curve key (never in clear).
+	SealedKeys map[string]SealedKey `json:"sealed_keys,omitempty"`
 	// Tokens are indexed by the hex SHA-256 id of their secret.
 	Tokens map[string]*Token `json:"tokens"`
 	Nodes  map[string]*Node  `json:"nodes"`
@@ -155,6 +161,8 @@ func (s *State) reindex() {
 func (s *State) Clone() *State {
 	c := *s
 	c.Keyring.Keys = slices.Clone(s.Keyring.Keys)
+	c.Keyrings = maps.Clone(s.Keyrings)
+	c.SealedKeys = maps.Clone(s.SealedKeys)
 	c.Tokens = make(map[string]*Token, len(s.Tokens))
 	for k, t := range s.Tokens {
 		tc := *t

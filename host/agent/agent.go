@@ -369,6 +369,13 @@ func (a *Agent) sync(ctx context.Context, nc *nats.Conn) error {
 		a.save()
 		a.log.Info("the mesh's brokers", "brokers", resp.Brokers)
 	}
+	// The chain of keyrings since this agent's epoch first, each verified from the
+	// one before: an agent that was away during a rotation catches up here.
+	for _, kr := range resp.Keyrings {
+		if err := a.handle(ctx, kr); err != nil {
+			return err
+		}
+	}
 	if len(resp.Keyring) > 0 {
 		if err := a.handle(ctx, resp.Keyring); err != nil {
 			return err

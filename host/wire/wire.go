@@ -106,6 +106,9 @@ type SyncResponse struct {
 	// Brokers lists every control node's broker: the agent learns of control nodes
 	// that joined after it enrolled, and fails over to them.
 	Brokers []string `json:"brokers,omitempty"`
+	// Keyrings is the chain of signed keyrings after the agent's epoch, oldest
+	// first; the agent verifies each from the one before.
+	Keyrings []json.RawMessage `json:"keyrings,omitempty"`
 }
 
 // StatusError is the error part of a status report.

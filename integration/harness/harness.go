@@ -284,7 +284,9 @@ func (cp *ControlPlane) Serve(extra ...string) *Process {
 	// Snapshots are frequent here so that tests see the log compacted and read
 	// snapshots as well as the log.
 	args := append([]string{"serve", "--data", cp.Dir, "--raft-heartbeat", "300ms", "--reconcile", "1s",
-		"--raft-snapshot-interval", "1s", "--raft-snapshot-threshold", "8"}, extra...)
+		"--raft-snapshot-interval", "1s", "--raft-snapshot-threshold", "8",
+		// Agents here report every second (Host.Run), so three silent seconds is offline.
+		"--offline-after", "3s"}, extra...)
 	cp.serve = Start(cp.t, nil, cp.Bin.Meshctl, args...)
 	cp.serve.WaitOutput(cp.t, "control node ready", 30*time.Second)
 	Eventually(cp.t, 20*time.Second, "control plane answers", func() bool { return cp.Ctl("nodes").Code == 0 })

@@ -16,7 +16,7 @@ import (
 func declareCommand() command {
 	return command{
 		name:  "declare",
-		usage: "--data DIR --file BODY.json (--node ID... | --role R | --label k=v... | --all) [--json]",
+		usage: "--data DIR --file BODY.json (--node ID... | --role R | --label k=v... | --all) [--wait[=2m]] [--json]",
 		summary: `Declare the whole desired state of nodes, signed, one version per node.
 Each selected node gets its own signed declaration at its own next version.
 The body file is JSON:
@@ -37,6 +37,8 @@ host's managed root. "-" reads the body from stdin.`,
 			fs.Var(labels, "label", "target nodes carrying this label k=v (repeatable: all must match)")
 			fs.BoolVar(&all, "all", false, "target every enrolled node")
 			fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
+			wait := waitFlag{}
+			fs.Var(&wait, "wait", "wait until the nodes applied it: --wait (2m) or --wait=30s; exits 5 naming the nodes that failed or did not answer")
 			return func(args []string) error {
 				if err := noPositional(args); err != nil {
 					return err
@@ -65,16 +67,37 @@ host's managed root. "-" reads the body from stdin.`,
 				if err := c.Call(api.OpDeclare, api.DeclareRequest{Nodes: nodes, Role: role, Labels: labels, All: all, Body: canonical}, &res); err != nil {
 					return err
 				}
-				if asJSON {
+				if asJSON && wait.d == 0 {
 					return writeJSON(cio.stdout, res)
 				}
-				for _, a := range res.Assignments {
-					fmt.Fprintf(cio.stdout, "declared %s v%d\n", a.Node, a.Version)
+				if !asJSON {
+					for _, a := range res.Assignments {
+						fmt.Fprintf(cio.stdout, "declared %s v%d\n", a.Node, a.Version)
+					}
+					for _, s := range res.Skipped {
+						fmt.Fprintf(cio.stdout, "skipped  %s (revoked or not a worker)\n", s)
+					}
 				}
-				for _, s := range res.Skipped {
-					fmt.Fprintf(cio.stdout, "skipped  %s (revoked)\n", s)
+				if wait.d == 0 {
+					return nil
 				}
-				return nil
+				progress := cio.stderr
+				if asJSON {
+					progress = io.Discard
+				}
+				report, err := waitConverged(c, res.Assignments, wait.d, progress)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					if err := writeJSON(cio.stdout, struct {
+						api.DeclareResult
+						Wait convergence `json:"wait"`
+					}{res, report}); err != nil {
+						return err
+					}
+				}
+				return report.err()
 			}
 		},
 	}

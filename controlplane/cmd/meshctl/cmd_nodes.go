@@ -105,3 +105,78 @@ func oneLine(s string, n int) string {
 	}
 	return s
 }
+
+func statusCommand() command {
+	return command{
+		name:    "status",
+		usage:   "--data DIR [--json] [ID...]",
+		summary: "Show convergence: per node declared vs applied version, last error, last seen, staleness; and a summary.",
+		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+			var dir string
+			var asJSON bool
+			fs.StringVar(&dir, "data", "", "data directory of a control node (required)")
+			fs.BoolVar(&asJSON, "json", false, "print JSON")
+			return func(args []string) error {
+				if dir == "" {
+					return usagef("--data is required")
+				}
+				c, err := operator.Dial(datadir.Dir(dir), operator.Options{})
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				var res api.NodesResult
+				if err := c.Call(api.OpNodes, api.NodesRequest{Nodes: args}, &res); err != nil {
+					return err
+				}
+				sum := summarise(res)
+				if asJSON {
+					return writeJSON(cio.stdout, struct {
+						Summary summary        `json:"summary"`
+						Nodes   []api.NodeView `json:"nodes"`
+					}{sum, res.Nodes})
+				}
+				printNodes(cio.stdout, res, time.Now())
+				fmt.Fprintf(cio.stdout, "\n%d node(s): %d converged, %d behind, %d failing, %d stale, %d offline, %d revoked; keyring epoch %d\n",
+					sum.Nodes, sum.Converged, sum.Behind, sum.Failing, sum.Stale, sum.Offline, sum.Revoked, res.KeyringEpoch)
+				return nil
+			}
+		},
+	}
+}
+
+// summary counts nodes by convergence.
+type summary struct {
+	Nodes     int `json:"nodes"`
+	Converged int `json:"converged"`
+	Behind    int `json:"behind"`
+	Failing   int `json:"failing"`
+	Stale     int `json:"stale"`
+	Offline   int `json:"offline"`
+	Revoked   int `json:"revoked"`
+}
+
+func summarise(res api.NodesResult) summary {
+	var s summary
+	for _, n := range res.Nodes {
+		s.Nodes++
+		switch {
+		case n.State == api.StateRevoked:
+			s.Revoked++
+			continue
+		case n.Converged:
+			s.Converged++
+		case n.LastError != nil:
+			s.Failing++
+		default:
+			s.Behind++
+		}
+		if n.Stale {
+			s.Stale++
+		}
+		if n.State == api.StateOffline {
+			s.Offline++
+		}
+	}
+	return s
+}

@@ -9,7 +9,8 @@
 //	meshctl demo
 //
 // Exit codes: 0 success; 1 failure; 2 usage error; 3 the control plane could not be
-// reached or has no leader; 4 the control plane refused the request.
+// reached or has no leader; 4 the control plane refused the request; 5 declare --wait
+// ended with nodes that failed or did not answer.
 package main
 
 import (
@@ -64,10 +65,12 @@ func commands() []command {
 		tokenCommand(),
 		declareCommand(),
 		nodesCommand(),
+		statusCommand(),
 		revokeCommand(),
 		labelCommand(),
 		joinCommand(),
 		controlCommand(),
+		signingKeyCommand(),
 		demoCommand(),
 		versionCommand(),
 	}
@@ -182,7 +185,7 @@ func printUsage(w io.Writer, cmds []command) {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, firstLine(c.summary))
 	}
 	fmt.Fprintln(w, "\nrun `meshctl <command> --help` for a command's flags.")
-	fmt.Fprintln(w, "exit codes: 0 ok, 1 failure, 2 usage, 3 control plane unreachable, 4 refused by the control plane")
+	fmt.Fprintln(w, "exit codes: 0 ok, 1 failure, 2 usage, 3 control plane unreachable, 4 refused by the control plane, 5 declare --wait: not converged")
 }
 
 func firstLine(s string) string {

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"text/tabwriter"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/operator"
+)
+
+func signingKeyCommand() command {
+	return command{
+		name:  "signing-key",
+		usage: "(rotate | status | retire [--force]) --data DIR [--json]",
+		summary: `Roll the declaration signing key over, with overlap and no flag day.
+  rotate  adds a new key: the keyring lists old and new, signed by both; declarations
+          are signed by both; every control node receives the new key sealed to it.
+  status  shows which live nodes acknowledged which keyring.
+  retire  drops the old key; refused while a live node has not acknowledged the
+          current keyring, unless --force, which names the nodes it strands.
+Hosts offline throughout catch up by following the chain of keyrings.`,
+		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+			var dir string
+			var force, asJSON bool
+			fs.StringVar(&dir, "data", "", "data directory of a control node (required)")
+			fs.BoolVar(&force, "force", false, "retire even if live nodes have not acknowledged the new keyring")
+			fs.BoolVar(&asJSON, "json", false, "print JSON")
+			return func(args []string) error {
+				if dir == "" {
+					return usagef("--data is required")
+				}
+				if len(args) != 1 {
+					return usagef("say rotate, status or retire")
+				}
+				if force && args[0] != "retire" {
+					return usagef("--force applies to retire")
+				}
+				c, err := operator.Dial(datadir.Dir(dir), operator.Options{})
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				switch args[0] {
+				case "rotate":
+					var res api.KeyringResult
+					if err := c.Call(api.OpSigningKeyRotate, struct{}{}, &res); err != nil {
+						return err
+					}
+					if asJSON {
+						return writeJSON(cio.stdout, res)
+					}
+					fmt.Fprintf(cio.stdout, "keyring epoch %d: %d keys (old and new); new tokens carry the new key\nwhen `meshctl signing-key status` shows every live node on epoch %d: meshctl signing-key retire\n", res.Epoch, len(res.Keys), res.Epoch)
+				case "status":
+					var res api.KeyringStatus
+					if err := c.Call(api.OpSigningKeyStatus, struct{}{}, &res); err != nil {
+						return err
+					}
+					if asJSON {
+						return writeJSON(cio.stdout, res)
+					}
+					fmt.Fprintf(cio.stdout, "keyring epoch %d, %d key(s)\n", res.Epoch, len(res.Keys))
+					tw := tabwriter.NewWriter(cio.stdout, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "NODE\tSTATE\tKEYRING\t")
+					behind := 0
+					for _, n := range res.Nodes {
+						mark := "acknowledged"
+						if n.Epoch < res.Epoch {
+							mark = "behind"
+							if n.State == api.StateAlive {
+								behind++
+							}
+						}
+						fmt.Fprintf(tw, "%s\t%s\tepoch %d\t%s\n", n.Node, n.State, n.Epoch, mark)
+					}
+					tw.Flush()
+					if len(res.Keys) > 1 {
+						fmt.Fprintf(cio.stdout, "%d live node(s) behind; retire is refused until they acknowledge (or --force)\n", behind)
+					}
+				case "retire":
+					var res api.KeyringResult
+					if err := c.Call(api.OpSigningKeyRetire, api.RetireRequest{Force: force}, &res); err != nil {
+						return err
+					}
+					if asJSON {
+						return writeJSON(cio.stdout, res)
+					}
+					fmt.Fprintf(cio.stdout, "keyring epoch %d: the old key is retired; declarations it signs are refused from now on\n", res.Epoch)
+					for _, s := range res.Stranded {
+						fmt.Fprintf(cio.stdout, "stranded: %s (it catches up when it accepts the chain of keyrings)\n", s)
+					}
+				default:
+					return usagef("unknown signing-key action %q: say rotate, status or retire", args[0])
+				}
+				return nil
+			}
+		},
+	}
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/operator"
+)
+
+// exitNotConverged is declare --wait's exit code when a node failed or did not answer.
+const exitNotConverged = 5
+
+// waitFlag is --wait, alone (the default timeout) or --wait=DURATION.
+type waitFlag struct{ d time.Duration }
+
+// defaultWait is how long --wait waits without a value.
+const defaultWait = 2 * time.Minute
+
+func (w *waitFlag) String() string {
+	if w == nil || w.d == 0 {
+		return ""
+	}
+	return w.d.String()
+}
+
+func (w *waitFlag) IsBoolFlag() bool { return true }
+
+func (w *waitFlag) Set(v string) error {
+	switch v {
+	case "true":
+		w.d = defaultWait
+		return nil
+	case "false":
+		w.d = 0
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("--wait=%s: give a positive duration such as 30s", v)
+	}
+	w.d = d
+	return nil
+}
+
+// convergence is where each declared node stands after --wait.
+type convergence struct {
+	Converged []string          `json:"converged"`
+	Failed    map[string]string `json:"failed,omitempty"`  // node -> last error
+	Pending   []string          `json:"pending,omitempty"` // alive, not applied yet
+	Offline   []string          `json:"offline,omitempty"`
+}
+
+func (c convergence) err() error {
+	if len(c.Failed) == 0 && len(c.Pending) == 0 && len(c.Offline) == 0 {
+		return nil
+	}
+	var parts []string
+	for _, n := range slices.Sorted(maps.Keys(c.Failed)) {
+		parts = append(parts, fmt.Sprintf("%s failed (%s)", n, c.Failed[n]))
+	}
+	for _, n := range c.Pending {
+		parts = append(parts, n+" did not apply it in time")
+	}
+	for _, n := range c.Offline {
+		parts = append(parts, n+" is offline")
+	}
+	return exitError{code: exitNotConverged, err: fmt.Errorf("not converged: %s", strings.Join(parts, "; "))}
+}
+
+// waitConverged polls the roster until every assigned node applied its version or
+// failed it, or until the deadline, printing progress.
+func waitConverged(c *operator.Client, assigned []api.Assignment, limit time.Duration, progress io.Writer) (convergence, error) {
+	want := map[string]uint64{}
+	var ids []string
+	for _, a := range assigned {
+		want[a.Node] = a.Version
+		ids = append(ids, a.Node)
+	}
+	deadline := time.Now().Add(limit)
+	start := time.Now()
+	for {
+		var res api.NodesResult
+		if err := c.Call(api.OpNodes, api.NodesRequest{Nodes: ids}, &res); err != nil {
+			return convergence{}, err
+		}
+		var cv convergence
+		cv.Failed = map[string]string{}
+		for _, n := range res.Nodes {
+			v := want[n.ID]
+			switch {
+			case n.Applied != nil && *n.Applied >= v:
+				cv.Converged = append(cv.Converged, n.ID)
+			case n.LastError != nil && n.LastError.Version >= v:
+				cv.Failed[n.ID] = n.LastError.Code + ": " + n.LastError.Message
+			case n.State != api.StateAlive:
+				cv.Offline = append(cv.Offline, n.ID)
+			default:
+				cv.Pending = append(cv.Pending, n.ID)
+			}
+		}
+		done := len(cv.Pending) == 0 && len(cv.Offline) == 0
+		fmt.Fprintf(progress, "\rwaiting for %d node(s): %d converged, %d failed, %d offline, %d pending (%s) ",
+			len(ids), len(cv.Converged), len(cv.Failed), len(cv.Offline), len(cv.Pending), time.Since(start).Round(time.Second))
+		if done || time.Now().After(deadline) {
+			fmt.Fprintln(progress)
+			return cv, nil
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}

@@ -1,0 +1,227 @@
+package daemon
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nkeys"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/seal"
+	"mesh/controlplane/state"
+	"mesh/declarations"
+)
+
+func curvePublic(kp nkeys.KeyPair) string {
+	pub, _ := kp.PublicKey()
+	return pub
+}
+
+// syncKeys makes the signing keys this node holds match the replicated keyring: a key
+// added by a rotation is opened from its copy sealed to this node's curve key, a
+// retired one is dropped from signing-key.pem. The signer then signs with every key of
+// the keyring.
+func (d *Daemon) syncKeys() error {
+	d.keysMu.Lock()
+	defer d.keysMu.Unlock()
+	var (
+		want   []string
+		sealed state.SealedKey
+		have   bool
+	)
+	d.fsm.Read(func(s *state.State) {
+		want = slices.Clone(s.Keyring.Keys)
+		sealed, have = s.SealedKeys[d.cfg.Node]
+	})
+	if len(want) == 0 {
+		return nil // not initialised yet
+	}
+	held, err := d.opts.Dir.LoadSigningKeys()
+	if err != nil {
+		return err
+	}
+	byPub := map[string]ed25519.PrivateKey{}
+	for _, k := range held {
+		byPub[hex.EncodeToString(k.Public().(ed25519.PublicKey))] = k
+	}
+	var keys []ed25519.PrivateKey
+	var missing []string
+	for _, pub := range want {
+		if k, ok := byPub[pub]; ok {
+			keys = append(keys, k)
+			continue
+		}
+		if have && sealed.KeyID == pub {
+			pemData, err := seal.FromCurveKey(d.curve, sealed.Blob, sealed.Sealer)
+			if err != nil {
+				return fmt.Errorf("open the new signing key sealed to this node: %w", err)
+			}
+			k, err := datadir.ParseSigningKey(pemData)
+			if err != nil {
+				return err
+			}
+			if hex.EncodeToString(k.Public().(ed25519.PublicKey)) != pub {
+				return fmt.Errorf("the signing key sealed to this node is not the keyring's key %s", pub[:16])
+			}
+			keys = append(keys, k)
+			continue
+		}
+		missing = append(missing, pub[:16])
+	}
+	if len(keys) == 0 {
+		return fmt.Errorf("this control node holds none of the keyring's signing keys (%s)", strings.Join(missing, ", "))
+	}
+	if len(missing) > 0 {
+		d.log.Error("this control node lacks signing keys of the keyring; hosts that trust only those will not verify what it signs", "missing", missing)
+	}
+	if len(keys) != len(held) || !slices.EqualFunc(keys, held, func(a, b ed25519.PrivateKey) bool { return a.Equal(b) }) {
+		if err := d.opts.Dir.SaveSigningKeys(keys); err != nil {
+			return err
+		}
+		d.log.Info("signing keys updated to the keyring", "keys", len(keys))
+	}
+	d.signer.setKeys(keys)
+	return nil
+}
+
+// rotateKey adds a new signing key: the keyring epoch+1 lists the old keys and the new
+// one, signed by all of them; the new private key is sealed to each control node.
+func (d *Daemon) rotateKey(struct{}) (api.KeyringResult, error) {
+	var (
+		cur     state.Keyring
+		members []state.ControlNode
+		mesh    string
+	)
+	d.fsm.Read(func(s *state.State) {
+		cur, members, mesh = s.Keyring, s.ActiveControlNodes(), s.Mesh
+	})
+	if len(cur.Keys) > 1 {
+		return api.KeyringResult{}, &api.Error{Code: api.CodeBadRequest, Message: "a rotation is in progress (the keyring holds two keys): retire the old key first with meshctl signing-key retire"}
+	}
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return api.KeyringResult{}, err
+	}
+	next := declarations.Keyring{Mesh: mesh, Epoch: cur.Epoch + 1, Keys: append(slices.Clone(cur.Keys), hex.EncodeToString(pub)), IssuedAt: d.now().UTC().Truncate(time.Second)}
+	env, err := declarations.SignKeyring(next, append(d.signer.currentKeys(), key)...)
+	if err != nil {
+		return api.KeyringResult{}, err
+	}
+	keyPEM, err := datadir.EncodeSigningKey(key)
+	if err != nil {
+		return api.KeyringResult{}, err
+	}
+	sealed := map[string]state.SealedKey{}
+	for _, m := range members {
+		if m.CurveKey == "" {
+			return api.KeyringResult{}, &api.Error{Code: api.CodeInternal, Message: "control node " + m.ID + " has no curve key: it could not receive the new key"}
+		}
+		blob, sender, err := seal.ToCurveKey(keyPEM, m.CurveKey)
+		if err != nil {
+			return api.KeyringResult{}, err
+		}
+		sealed[m.ID] = state.SealedKey{KeyID: hex.EncodeToString(pub), Blob: blob, Sealer: sender}
+	}
+	res, err := d.commit(state.Command{Op: state.OpRotate, Rotate: &state.RotateCmd{
+		Keyring: state.Keyring{Epoch: next.Epoch, Keys: next.Keys, Envelope: env}, Sealed: sealed,
+	}})
+	if err != nil {
+		return api.KeyringResult{}, err
+	}
+	if res.Err != nil {
+		return api.KeyringResult{}, &api.Error{Code: api.CodeBadRequest, Message: res.Err.Error()}
+	}
+	if err := d.syncKeys(); err != nil {
+		return api.KeyringResult{}, err
+	}
+	d.publishKeyring(env)
+	d.log.Warn("signing key rotated: the keyring lists the old and the new key until the old one is retired", "epoch", next.Epoch)
+	return api.KeyringResult{Epoch: next.Epoch, Keys: next.Keys}, nil
+}
+
+// keyringStatus says which live nodes acknowledged which keyring epoch.
+func (d *Daemon) keyringStatus(struct{}) (api.KeyringStatus, error) {
+	now := d.now()
+	var out api.KeyringStatus
+	d.fsm.Read(func(s *state.State) {
+		out.Epoch, out.Keys = s.Keyring.Epoch, s.Keyring.Keys
+		for _, n := range s.Nodes {
+			if n.Revoked {
+				continue
+			}
+			v := d.view(n, now)
+			out.Nodes = append(out.Nodes, api.KeyringAck{Node: n.ID, State: v.State, Epoch: n.Applied.KeyringEpoch})
+		}
+	})
+	slices.SortFunc(out.Nodes, func(a, b api.KeyringAck) int { return strings.Compare(a.Node, b.Node) })
+	return out, nil
+}
+
+// retireKey drops every key but the newest. It is refused while a live node has not
+// acknowledged the current keyring, unless forced; forced, it names the nodes it
+// strands (they follow the chain of keyrings when they accept it).
+func (d *Daemon) retireKey(req api.RetireRequest) (api.KeyringResult, error) {
+	st, _ := d.keyringStatus(struct{}{})
+	if len(st.Keys) < 2 {
+		return api.KeyringResult{}, &api.Error{Code: api.CodeBadRequest, Message: "the keyring holds one key: there is nothing to retire (rotate first)"}
+	}
+	var lagging []string
+	for _, n := range st.Nodes {
+		if n.State == api.StateAlive && n.Epoch < st.Epoch {
+			lagging = append(lagging, fmt.Sprintf("%s (epoch %d)", n.Node, n.Epoch))
+		}
+	}
+	if len(lagging) > 0 && !req.Force {
+		return api.KeyringResult{}, &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf(
+			"%d live node(s) have not acknowledged keyring epoch %d: %s; wait for them, or --force to retire anyway and strand them",
+			len(lagging), st.Epoch, strings.Join(lagging, ", "))}
+	}
+	var mesh string
+	d.fsm.Read(func(s *state.State) { mesh = s.Mesh })
+	keep := st.Keys[len(st.Keys)-1:]
+	next := declarations.Keyring{Mesh: mesh, Epoch: st.Epoch + 1, Keys: keep, IssuedAt: d.now().UTC().Truncate(time.Second)}
+	// Signed by every key it replaces, so a host still on an older keyring can
+	// follow the chain.
+	env, err := declarations.SignKeyring(next, d.signer.currentKeys()...)
+	if err != nil {
+		return api.KeyringResult{}, err
+	}
+	res, err := d.commit(state.Command{Op: state.OpRetire, Retire: &state.RetireCmd{Keyring: state.Keyring{Epoch: next.Epoch, Keys: next.Keys, Envelope: env}}})
+	if err != nil {
+		return api.KeyringResult{}, err
+	}
+	if res.Err != nil {
+		return api.KeyringResult{}, &api.Error{Code: api.CodeBadRequest, Message: res.Err.Error()}
+	}
+	if err := d.syncKeys(); err != nil {
+		return api.KeyringResult{}, err
+	}
+	d.publishKeyring(env)
+	d.log.Warn("old signing key retired", "epoch", next.Epoch, "stranded", lagging)
+	return api.KeyringResult{Epoch: next.Epoch, Keys: next.Keys, Stranded: lagging}, nil
+}
+
+// publishKeyring sends a keyring to every node; nodes that miss it get the chain on
+// their next sync.
+func (d *Daemon) publishKeyring(env []byte) {
+	var ids []string
+	d.fsm.Read(func(s *state.State) {
+		for id, n := range s.Nodes {
+			if !n.Revoked {
+				ids = append(ids, id)
+			}
+		}
+	})
+	for _, id := range ids {
+		_ = d.nc.Publish(api.DeclarationSubject(id), env)
+	}
+	_ = d.nc.Flush()
+	// Declarations re-signed by the new set of keys follow.
+	d.publishDeclarations(ids)
+}

@@ -1,0 +1,99 @@
+package state
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+)
+
+// SealedKey is a signing private key sealed to one control node's curve key.
+type SealedKey struct {
+	KeyID  string `json:"key_id"` // hex public key it belongs to
+	Blob   []byte `json:"blob"`
+	Sealer string `json:"sealer"` // the sender's public curve key
+}
+
+// RotateCmd adds a new signing key: the keyring it installs lists the old keys and the
+// new one and is signed by all of them; the new private key travels sealed to each
+// control node's curve key, never in clear.
+type RotateCmd struct {
+	Keyring Keyring              `json:"keyring"`
+	Sealed  map[string]SealedKey `json:"sealed"` // control node id -> the new key, sealed to it
+}
+
+// RetireCmd installs a keyring without the retired keys.
+type RetireCmd struct {
+	Keyring Keyring `json:"keyring"`
+}
+
+// Operation names.
+const (
+	OpRotate = "rotate"
+	OpRetire = "retire"
+)
+
+// Keyring errors.
+var (
+	ErrRotationPending = fmt.Errorf("%w: a rotation is in progress; retire the old key first", ErrBadCommand)
+	ErrNothingToRetire = fmt.Errorf("%w: the keyring holds one key; rotate first", ErrBadCommand)
+)
+
+// KeyringChain returns the signed keyrings after epoch, oldest first: what a host that
+// was away follows to the current keyring, each link signed by the keys it replaced.
+func (s *State) KeyringChain(after uint64) []json.RawMessage {
+	var out []json.RawMessage
+	for _, e := range slices.Sorted(maps.Keys(s.Keyrings)) {
+		if e > after && e < s.Keyring.Epoch {
+			out = append(out, s.Keyrings[e])
+		}
+	}
+	if s.Keyring.Epoch > after {
+		out = append(out, s.Keyring.Envelope)
+	}
+	return out
+}
+
+func (s *State) applyRotate(c *RotateCmd) Result {
+	next := c.Keyring
+	if len(s.Keyring.Keys) > 1 {
+		return Result{Err: ErrRotationPending}
+	}
+	if next.Epoch != s.Keyring.Epoch+1 || len(next.Keys) != len(s.Keyring.Keys)+1 || !slices.Equal(next.Keys[:len(s.Keyring.Keys)], s.Keyring.Keys) {
+		return Result{Err: fmt.Errorf("%w: a rotation adds one key to keyring epoch %d", ErrBadCommand, s.Keyring.Epoch)}
+	}
+	s.archiveKeyring()
+	s.Keyring = next
+	s.SealedKeys = maps.Clone(c.Sealed)
+	return Result{}
+}
+
+func (s *State) applyRetire(c *RetireCmd) Result {
+	next := c.Keyring
+	if len(s.Keyring.Keys) < 2 {
+		return Result{Err: ErrNothingToRetire}
+	}
+	if next.Epoch != s.Keyring.Epoch+1 || len(next.Keys) == 0 {
+		return Result{Err: fmt.Errorf("%w: a retirement installs keyring epoch %d with the keys kept", ErrBadCommand, s.Keyring.Epoch+1)}
+	}
+	for _, k := range next.Keys {
+		if !slices.Contains(s.Keyring.Keys, k) {
+			return Result{Err: fmt.Errorf("%w: a retirement cannot add a key", ErrBadCommand)}
+		}
+	}
+	s.archiveKeyring()
+	s.Keyring = next
+	for id, sk := range s.SealedKeys {
+		if !slices.Contains(next.Keys, sk.KeyID) {
+			delete(s.SealedKeys, id)
+		}
+	}
+	return Result{}
+}
+
+func (s *State) archiveKeyring() {
+	if s.Keyrings == nil {
+		s.Keyrings = map[uint64]json.RawMessage{}
+	}
+	s.Keyrings[s.Keyring.Epoch] = s.Keyring.Envelope
+}
