@@ -28,6 +28,7 @@ import (
 	"mesh/declarations"
 	"mesh/host/apply"
 	"mesh/host/enrol"
+	"mesh/host/hooks"
 	"mesh/host/identity"
 	"mesh/host/pintls"
 	"mesh/host/state"
@@ -51,6 +52,9 @@ type Options struct {
 	AuthFailureLimit int
 	// Skew is the clock tolerance for declaration validity; 0 means the default.
 	Skew time.Duration
+	// Hooks are the commands this host's local configuration runs after files
+	// change; a declaration can never add one.
+	Hooks hooks.Config
 }
 
 // ErrRevoked is returned by Run when the mesh revoked this node.
@@ -467,6 +471,20 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte) {
 	a.applied.LastError, a.applied.LastErrorCode, a.applied.LastErrorVersion = "", "", 0
 	a.save()
 	a.log.Info("declaration applied", "version", v.Version, "written", len(res.Written), "removed", len(res.Removed), "unchanged", len(res.Unchanged))
+	if changed := append(slices.Clone(res.Written), res.Removed...); len(changed) > 0 && len(a.o.Hooks.Hooks) > 0 {
+		ran, failures := a.o.Hooks.Run(ctx, a.o.Root, changed)
+		if len(ran) > 0 {
+			a.log.Info("hooks ran after the change", "hooks", ran, "failed", len(failures))
+		}
+		if len(failures) > 0 {
+			errs := make([]error, len(failures))
+			for i, f := range failures {
+				errs[i] = f
+			}
+			// The declaration is applied and persisted; the failure is reported.
+			a.failCode("hook_failed", errors.Join(errs...), v.Version)
+		}
+	}
 }
 
 func (a *Agent) handleKeyring(raw []byte) {

@@ -28,6 +28,7 @@ import (
 
 	"mesh/host/agent"
 	"mesh/host/enrol"
+	"mesh/host/hooks"
 	"mesh/host/identity"
 	"mesh/host/state"
 )
@@ -90,7 +91,7 @@ func usage(w io.Writer) {
 
 usage:
   meshhost enrol  --state DIR [--token-file F]   read the token from stdin, F, or MESH_TOKEN
-  meshhost run    --state DIR --root DIR         stay connected and apply declarations
+  meshhost run    --state DIR --root DIR [--hooks F]   stay connected and apply declarations
   meshhost status --state DIR [--json]           show this node's identity and applied version
   meshhost version
 
@@ -224,6 +225,7 @@ func cmdRun(args []string, cio *cliIO) error {
 	heartbeat := fs.Duration("heartbeat", 15*time.Second, "how often to report status when nothing changes")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "log JSON lines")
+	hooksFile := fs.String("hooks", "", "local hooks file: commands to run after declared files change (a declaration can never add one)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -234,7 +236,8 @@ func cmdRun(args []string, cio *cliIO) error {
 		return usageError{"--heartbeat must be at least 1s"}
 	}
 	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
+	var err error
+	if err = lvl.UnmarshalText([]byte(*logLevel)); err != nil {
 		return usageError{"--log-level: use debug, info, warn or error"}
 	}
 	hopts := &slog.HandlerOptions{Level: lvl}
@@ -244,7 +247,13 @@ func cmdRun(args []string, cio *cliIO) error {
 	} else {
 		log = slog.New(slog.NewTextHandler(cio.stderr, hopts))
 	}
-	a, err := agent.New(agent.Options{StateDir: *stateDir, Root: *root, Logger: log, Heartbeat: *heartbeat})
+	var hk hooks.Config
+	if *hooksFile != "" {
+		if hk, err = hooks.Load(*hooksFile); err != nil {
+			return usageError{err.Error()}
+		}
+	}
+	a, err := agent.New(agent.Options{StateDir: *stateDir, Root: *root, Logger: log, Heartbeat: *heartbeat, Hooks: hk})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,178 @@
+// Package hooks runs commands after declared files change, as the host's own local
+// configuration says. A declaration never names a command: it can only change files,
+// and whether a change runs anything is decided on the host, by a file the mesh cannot
+// write. The format:
+//
+//	{"hooks":[{"name":"reload-app","paths":["etc/app/*.conf"],"run":["/usr/bin/systemctl","reload","app"],"timeout":"30s"}]}
+//
+// paths are path.Match patterns relative to the managed root; run is an argv, executed
+// without a shell; each hook runs at most once per applied declaration, with the
+// changed paths in MESH_CHANGED (newline-separated).
+package hooks
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"strings"
+	"time"
+)
+
+// MaxConfigSize caps the hooks file.
+const MaxConfigSize = 64 << 10
+
+// DefaultTimeout bounds a hook without a timeout of its own.
+const DefaultTimeout = 60 * time.Second
+
+// Hook is one configured command.
+type Hook struct {
+	Name    string   `json:"name"`
+	Paths   []string `json:"paths"`
+	Run     []string `json:"run"`
+	Timeout string   `json:"timeout,omitempty"`
+	timeout time.Duration
+}
+
+// Config is the hooks file.
+type Config struct {
+	Hooks []Hook `json:"hooks"`
+}
+
+// ErrConfig means the hooks file cannot be used; the agent refuses to start rather
+// than run without the hooks the operator configured.
+var ErrConfig = errors.New("hooks file")
+
+// Load reads and checks a hooks file.
+func Load(file string) (Config, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: %v", ErrConfig, err)
+	}
+	defer f.Close()
+	dec := json.NewDecoder(&limited{r: f, n: MaxConfigSize})
+	dec.DisallowUnknownFields()
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("%w %s: %v", ErrConfig, file, err)
+	}
+	if dec.More() {
+		return Config{}, fmt.Errorf("%w %s: trailing data after the JSON object", ErrConfig, file)
+	}
+	return c, c.validate()
+}
+
+type limited struct {
+	r interface{ Read([]byte) (int, error) }
+	n int
+}
+
+func (l *limited) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, fmt.Errorf("larger than %d bytes", MaxConfigSize)
+	}
+	if len(p) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= n
+	return n, err
+}
+
+func (c *Config) validate() error {
+	names := map[string]bool{}
+	for i := range c.Hooks {
+		h := &c.Hooks[i]
+		where := fmt.Sprintf("hook %d (%q)", i, h.Name)
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("%w: %s: %s", ErrConfig, where, fmt.Sprintf(format, args...))
+		}
+		if h.Name == "" || names[h.Name] {
+			return bad("every hook needs a unique name")
+		}
+		names[h.Name] = true
+		if len(h.Paths) == 0 {
+			return bad("no paths")
+		}
+		for _, p := range h.Paths {
+			if _, err := path.Match(p, ""); err != nil || strings.HasPrefix(p, "/") || p == "" {
+				return bad("path pattern %q is not a relative path.Match pattern", p)
+			}
+		}
+		if len(h.Run) == 0 || h.Run[0] == "" {
+			return bad("run must be a non-empty argv")
+		}
+		h.timeout = DefaultTimeout
+		if h.Timeout != "" {
+			d, err := time.ParseDuration(h.Timeout)
+			if err != nil || d <= 0 || d > time.Hour {
+				return bad("timeout %q must be a duration up to 1h", h.Timeout)
+			}
+			h.timeout = d
+		}
+	}
+	return nil
+}
+
+// Failure is a hook that did not succeed.
+type Failure struct {
+	Hook   string
+	Err    error
+	Output string
+}
+
+func (f Failure) Error() string {
+	msg := fmt.Sprintf("hook %s: %v", f.Hook, f.Err)
+	if out := strings.TrimSpace(f.Output); out != "" {
+		msg += ": " + out
+	}
+	return msg
+}
+
+// Run runs, in order, every hook whose patterns match a changed path, once each, and
+// returns the failures. A hook's output is capped at 4 KiB.
+func (c Config) Run(ctx context.Context, root string, changed []string) (ran []string, failures []Failure) {
+	for _, h := range c.Hooks {
+		var hit []string
+		for _, p := range changed {
+			for _, pat := range h.Paths {
+				if ok, _ := path.Match(pat, p); ok {
+					hit = append(hit, p)
+					break
+				}
+			}
+		}
+		if len(hit) == 0 {
+			continue
+		}
+		ran = append(ran, h.Name)
+		hctx, cancel := context.WithTimeout(ctx, h.timeout)
+		cmd := exec.CommandContext(hctx, h.Run[0], h.Run[1:]...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "MESH_CHANGED="+strings.Join(hit, "\n"), "MESH_ROOT="+root)
+		var out capped
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		cancel()
+		if err != nil {
+			if hctx.Err() == context.DeadlineExceeded {
+				err = fmt.Errorf("timed out after %s", h.timeout)
+			}
+			failures = append(failures, Failure{Hook: h.Name, Err: err, Output: out.String()})
+		}
+	}
+	return ran, failures
+}
+
+type capped struct{ bytes.Buffer }
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := 4096 - c.Len(); room > 0 {
+		c.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}

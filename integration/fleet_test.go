@@ -1,0 +1,152 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"mesh/integration/harness"
+)
+
+// TestFleetTargeting: declarations by label, role, node list and --all; each node gets
+// its own version; --wait reports converged, failed and offline nodes and exits 5
+// naming the ones that did not converge; labels set at mint and changed later; hooks
+// run only as the host's local configuration says.
+func TestFleetTargeting(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "fleet")
+	cp.Serve()
+	labels := map[string][]string{
+		"web-1": {"--label", "tier=web", "--label", "env=prod"},
+		"web-2": {"--label", "tier=web", "--label", "env=dev"},
+		"db-1":  {"--label", "tier=db"},
+	}
+	hosts := map[string]*harness.Host{}
+	agents := map[string]*harness.Process{}
+	marker := filepath.Join(t.TempDir(), "hook-ran")
+	hooksFile := filepath.Join(t.TempDir(), "hooks.json")
+	writeFile(t, hooksFile, `{"hooks":[{"name":"reload-db","paths":["etc/db.conf"],"run":["sh","-c","printf '%s' \"$MESH_CHANGED\" > `+marker+`"]}]}`)
+	for _, id := range []string{"web-1", "web-2", "db-1"} {
+		h := harness.NewHost(t, bin, id)
+		if r := h.Enrol(cp.Token(id, labels[id]...)); r.Code != 0 {
+			t.Fatalf("enrol %s: %s", id, r.Combined())
+		}
+		if id == "db-1" {
+			agents[id] = h.Run("--hooks", hooksFile)
+		} else {
+			agents[id] = h.Run()
+		}
+		hosts[id] = h
+	}
+	dir := t.TempDir()
+	body := func(name, content string) string {
+		p := filepath.Join(dir, name+".json")
+		writeFile(t, p, content)
+		return p
+	}
+	declare := func(want int, args ...string) harness.Result {
+		t.Helper()
+		r := cp.Ctl(append([]string{"declare"}, args...)...)
+		if r.Code != want {
+			t.Fatalf("declare %v: exit %d, want %d:\n%s", args, r.Code, want, r.Combined())
+		}
+		return r
+	}
+	version := func(id string) uint64 { n, _ := cp.Node(id); return n.Declared }
+
+	r := declare(0, "--label", "tier=web", "--file", body("web", `{"files":[{"path":"etc/web.conf","content":"web"}]}`), "--wait=30s")
+	if !strings.Contains(r.Stdout, "declared web-1 v1") || !strings.Contains(r.Stdout, "declared web-2 v1") || strings.Contains(r.Stdout, "db-1") {
+		t.Fatalf("--label tier=web selected:\n%s", r.Stdout)
+	}
+	if !strings.Contains(r.Stderr, "2 converged, 0 failed, 0 offline, 0 pending") {
+		t.Fatalf("--wait progress:\n%s", r.Stderr)
+	}
+	if version("db-1") != 0 {
+		t.Fatal("db-1 was declared for a label it does not carry")
+	}
+	declare(0, "--label", "tier=web", "--label", "env=prod", "--file", body("prod", `{"files":[{"path":"etc/web.conf","content":"prod"}]}`), "--wait=30s")
+	if version("web-1") != 2 || version("web-2") != 1 {
+		t.Fatalf("labels must all match: web-1 v%d, web-2 v%d", version("web-1"), version("web-2"))
+	}
+	// Labels change after enrolment.
+	if r := cp.Ctl("label", "db-1", "tier=web"); r.Code != 0 {
+		t.Fatalf("label: %s", r.Combined())
+	}
+	declare(0, "--label", "tier=web", "--file", body("web2", `{"files":[{"path":"etc/web.conf","content":"web again"}]}`), "--wait=30s")
+	if version("db-1") != 1 {
+		t.Fatalf("db-1 relabelled tier=web was not selected (v%d)", version("db-1"))
+	}
+	declare(0, "--role", "worker", "--file", body("role", `{"files":[{"path":"etc/role","content":"worker"}]}`), "--wait=30s")
+	declare(0, "--node", "web-2", "--node", "db-1", "--file", body("list", `{"files":[{"path":"etc/db.conf","content":"db"}]}`), "--wait=30s")
+	if version("web-1") != 4 || version("web-2") != 4 || version("db-1") != 3 {
+		t.Fatalf("versions after the list: web-1 v%d, web-2 v%d, db-1 v%d", version("web-1"), version("web-2"), version("db-1"))
+	}
+	// The hook on db-1 ran for its own configured path; web-2 has no hooks.
+	harness.Eventually(t, 10*time.Second, "db-1's hook ran", func() bool {
+		b, _ := os.ReadFile(marker)
+		return string(b) == "etc/db.conf"
+	})
+	// A declaration cannot carry a command.
+	if r := cp.Ctl("declare", "--all", "--file", body("cmd", `{"files":[],"run":["rm","-rf","/"]}`)); r.Code == 0 || !strings.Contains(r.Stderr, "unknown field") {
+		t.Fatalf("a body with a command was accepted (exit %d): %s", r.Code, r.Combined())
+	}
+
+	// A node that cannot apply: a directory sits where web-2's file is declared.
+	if err := os.MkdirAll(filepath.Join(hosts["web-2"].Root, "etc", "blocked"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r = declare(5, "--all", "--file", body("all", `{"files":[{"path":"etc/blocked","content":"x"}]}`), "--wait=30s")
+	if !strings.Contains(r.Stderr, "web-2 failed (apply_failed") || strings.Contains(r.Stderr, "web-1 failed") {
+		t.Fatalf("--wait with a failing node:\n%s", r.Combined())
+	}
+	if n, _ := cp.Node("web-2"); n.LastError == nil || !strings.Contains(n.LastError.Message, "etc/blocked") {
+		t.Fatalf("the failure does not name the path: %+v", n.LastError)
+	}
+	// A node that does not answer.
+	agents["db-1"].Kill()
+	harness.Eventually(t, 15*time.Second, "db-1 offline", func() bool { n, _ := cp.Node("db-1"); return n.State == "offline" })
+	r = declare(5, "--node", "db-1", "--file", body("off", `{"files":[]}`), "--wait=2s")
+	if !strings.Contains(r.Stderr, "db-1 is offline") {
+		t.Fatalf("--wait with an offline node:\n%s", r.Combined())
+	}
+	st := cp.Ctl("status")
+	if st.Code != 0 || !strings.Contains(st.Stdout, "3 node(s): 1 converged") || !strings.Contains(st.Stdout, "1 offline") {
+		t.Fatalf("status:\n%s", st.Combined())
+	}
+}
+
+// TestOwnerAndGroup: declared owner and group are applied when the agent runs as root.
+func TestOwnerAndGroup(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the agent changes ownership only when it runs as root (documented); the applier's unit tests cover the rest")
+	}
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Skipf("no user nobody here: %v", err)
+	}
+	cp := harness.NewControlPlane(t, bin, "owner")
+	cp.Serve()
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	h.Run()
+	f := filepath.Join(t.TempDir(), "b.json")
+	writeFile(t, f, fmt.Sprintf(`{"files":[{"path":"srv/owned","content":"x","mode":"0640","owner":"nobody","group":"%s"}]}`, nobody.Gid))
+	if r := cp.Ctl("declare", "--node", "web-1", "--file", f, "--wait=30s"); r.Code != 0 {
+		t.Fatalf("declare: %s", r.Combined())
+	}
+	fi, err := os.Stat(filepath.Join(h.Root, "srv", "owned"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if strconv.Itoa(int(st.Uid)) != nobody.Uid || strconv.Itoa(int(st.Gid)) != nobody.Gid || fi.Mode().Perm() != 0o640 {
+		t.Fatalf("owner %d:%d mode %v, want %s:%s 0640", st.Uid, st.Gid, fi.Mode().Perm(), nobody.Uid, nobody.Gid)
+	}
+}
