@@ -93,6 +93,9 @@ type Daemon struct {
 	seen   *liveness
 	status *statusBatcher
 	ctl    *controlTracker
+	// internalToken is this process's own credential on its broker; it never
+	// leaves the process.
+	internalToken string
 	// removed is closed when this control node is removed from the control plane.
 	removed     chan struct{}
 	removedOnce sync.Once
@@ -181,7 +184,8 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if _, err := rand.Read(internal); err != nil {
 		return nil, err
 	}
-	auth := authn.New(authn.Config{FSM: d.fsm, InternalToken: hex.EncodeToString(internal), Logger: d.log.With("component", "authn")})
+	d.internalToken = hex.EncodeToString(internal)
+	auth := authn.New(authn.Config{FSM: d.fsm, InternalToken: d.internalToken, Logger: d.log.With("component", "authn")})
 	d.broker, err = broker.Start(ctx, broker.Config{
 		Name:    d.cfg.Node,
 		Listen:  d.cfg.Listen,
@@ -195,7 +199,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	d.nc, err = nats.Connect("",
 		nats.InProcessServer(d.broker.InProcess()),
-		nats.Token(hex.EncodeToString(internal)),
+		nats.Token(d.internalToken),
 		nats.Name("control-plane "+d.cfg.Node),
 		nats.MaxReconnects(-1),
 	)

@@ -52,16 +52,19 @@ func (s *signer) currentKeys() []ed25519.PrivateKey {
 }
 
 // declaration returns n's current declaration, signed. It must be called inside an
-// FSM read (st is live state).
+// FSM read (st is live state); it may be called from several goroutines at once: the
+// signing itself runs outside the signer's lock.
 func (s *signer) declaration(st *state.State, n *state.Node) ([]byte, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	dcl := n.Declared
+	s.mu.Lock()
 	if c, ok := s.cache[n.ID]; ok && c.version == dcl.Version && c.issuedAt.Equal(dcl.IssuedAt) &&
 		c.epoch == st.Keyring.Epoch && c.digest == dcl.BodyDigest {
+		s.mu.Unlock()
 		return c.envelope, nil
 	}
 	body, ok := s.bodies[dcl.BodyDigest]
+	keys := s.keys
+	s.mu.Unlock()
 	if !ok {
 		raw, found := st.Bodies[dcl.BodyDigest]
 		if !found {
@@ -71,10 +74,12 @@ func (s *signer) declaration(st *state.State, n *state.Node) ([]byte, error) {
 		if body, err = declarations.ParseBody(raw); err != nil {
 			return nil, fmt.Errorf("declared body of node %s: %w", n.ID, err)
 		}
+		s.mu.Lock()
 		if len(s.bodies) > 1024 {
 			clear(s.bodies)
 		}
 		s.bodies[dcl.BodyDigest] = body
+		s.mu.Unlock()
 	}
 	env, err := declarations.SignDeclaration(declarations.Declaration{
 		Mesh:         st.Mesh,
@@ -84,11 +89,13 @@ func (s *signer) declaration(st *state.State, n *state.Node) ([]byte, error) {
 		IssuedAt:     dcl.IssuedAt,
 		ExpiresAt:    dcl.ExpiresAt,
 		Body:         body,
-	}, s.keys...)
+	}, keys...)
 	if err != nil {
 		return nil, fmt.Errorf("sign declaration v%d for %s: %w", dcl.Version, n.ID, err)
 	}
+	s.mu.Lock()
 	s.cache[n.ID] = signed{version: dcl.Version, issuedAt: dcl.IssuedAt, epoch: st.Keyring.Epoch, digest: dcl.BodyDigest, envelope: env}
+	s.mu.Unlock()
 	return env, nil
 }
 

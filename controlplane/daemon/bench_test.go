@@ -1,0 +1,151 @@
+package daemon
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/bootstrap"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/replication"
+	"mesh/controlplane/state"
+)
+
+// fleet is a control plane with n enrolled nodes, seeded through the log.
+func fleet(b *testing.B, n int) *Daemon {
+	b.Helper()
+	var ports []int
+	for range 3 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		l.Close()
+	}
+	dir := datadir.Dir(filepath.Join(b.TempDir(), "cp"))
+	if err := bootstrap.Run(bootstrap.Options{Mesh: "bench", Dir: dir,
+		Listen:     fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		RaftListen: fmt.Sprintf("127.0.0.1:%d", ports[1]), ClusterListen: fmt.Sprintf("127.0.0.1:%d", ports[2])}); err != nil {
+		b.Fatal(err)
+	}
+	d, err := Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.DiscardHandler),
+		Timeouts: replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(d.Close)
+	// Concurrent proposals: Raft batches them into few fsyncs.
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 256)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			node := fmt.Sprintf("n-%d", i)
+			kp, _ := nkeys.CreateUser()
+			pub, _ := kp.PublicKey()
+			id := hex.EncodeToString([]byte(fmt.Sprintf("%032d", i)))
+			for _, c := range []state.Command{
+				{Op: state.OpCreateToken, CreateToken: &state.CreateTokenCmd{ID: id, Node: node, Role: state.RoleWorker, TTL: time.Hour}},
+				{Op: state.OpEnrol, Enrol: &state.EnrolCmd{TokenID: id, Node: node, Role: state.RoleWorker, PublicKey: pub}},
+			} {
+				if res, err := d.raft.Apply(c, time.Minute); err != nil || res.Err != nil {
+					b.Errorf("seed %s: %v %v", node, err, res.Err)
+					return
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	return d
+}
+
+// counter counts messages on every node's declaration subject, as n hosts would
+// receive them, over its own connection to the broker.
+func counter(b *testing.B, d *Daemon) (*atomic.Int64, *nats.Conn) {
+	b.Helper()
+	nc, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()), nats.Token(d.internalToken))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	var got atomic.Int64
+	sub, err := nc.Subscribe("mesh.node.*.decl", func(*nats.Msg) { got.Add(1) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	sub.SetPendingLimits(-1, -1)
+	nc.Flush()
+	return &got, nc
+}
+
+func waitCount(b *testing.B, got *atomic.Int64, want int64) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for got.Load() < want {
+		if time.Now().After(deadline) {
+			b.Fatalf("received %d of %d", got.Load(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// BenchmarkDeclareFanout measures one declaration for a whole fleet (commit one log
+// entry, sign one envelope per node, publish, received by a subscriber), beside the
+// baseline in the same run: the same envelopes published raw, without committing or
+// signing. Run with: go test -run='^$' -bench=DeclareFanout -benchtime=5x ./controlplane/daemon/
+func BenchmarkDeclareFanout(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		d := fleet(b, n)
+		got, _ := counter(b, d)
+		body := []byte(`{"files":[{"path":"etc/app.conf","content":"listen 8080\n","mode":"0640"}]}`)
+		b.Run(fmt.Sprintf("nodes=%d/declare", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				start := got.Load()
+				res, err := d.declare(api.DeclareRequest{All: true, Body: body})
+				if err != nil || len(res.Assignments) != n {
+					b.Fatalf("declare: %v (%d assignments)", err, len(res.Assignments))
+				}
+				waitCount(b, got, start+int64(n))
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/node")
+		})
+		// The baseline: the same number of envelopes of the same size, already
+		// signed, published to the same subjects.
+		var envs [][]byte
+		var subjects []string
+		d.fsm.Read(func(s *state.State) {
+			for id, nd := range s.Nodes {
+				env, _ := d.signer.declaration(s, nd)
+				envs, subjects = append(envs, env), append(subjects, api.DeclarationSubject(id))
+			}
+		})
+		b.Run(fmt.Sprintf("nodes=%d/baseline-raw-nats", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				start := got.Load()
+				for i := range envs {
+					d.nc.Publish(subjects[i], envs[i])
+				}
+				d.nc.Flush()
+				waitCount(b, got, start+int64(n))
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/node")
+		})
+		d.Close()
+	}
+}
