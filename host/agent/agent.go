@@ -193,8 +193,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		nats.ReconnectJitter(500*time.Millisecond, time.Second),
 		nats.IgnoreAuthErrorAbort(),
 		nats.Timeout(10 * time.Second),
-		nats.PingInterval(20 * time.Second),
-		nats.MaxPingsOutstanding(3),
+		// A broker cut off without a reset (a partition) is noticed in about 10s.
+		nats.PingInterval(5 * time.Second),
+		nats.MaxPingsOutstanding(2),
 		nats.ReconnectHandler(func(*nats.Conn) { a.event(event{connected: true}) }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
