@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -27,22 +26,7 @@ type machine struct {
 // machine is killed and a new leader takes over; a follower's machine is cut off by
 // the router and comes back; the host keeps converging throughout.
 func TestControlPlaneMachines(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces (CI runs as root); TestHighAvailability covers the same on loopback")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2's ip command (.ci/run installs it); TestHighAvailability covers the same on loopback")
-	}
-	n := &netns{t: t, prefix: fmt.Sprintf("mha%d-", os.Getpid()%100000)}
-	if out, err := exec.Command("ip", "netns", "add", n.prefix+"probe").CombinedOutput(); err != nil {
-		t.Skipf("cannot create network namespaces here (%v: %s)", err, strings.TrimSpace(string(out)))
-	}
-	n.names = append(n.names, n.prefix+"probe")
-	t.Cleanup(func() {
-		for _, name := range n.names {
-			exec.Command("ip", "netns", "del", name).Run()
-		}
-	})
+	n := newNetns(t, "mha", "TestHighAvailability")
 	router := n.add("router")
 	if out, err := exec.Command("ip", in(router, "sysctl", "-qw", "net.ipv4.ip_forward=1")...).CombinedOutput(); err != nil {
 		t.Fatalf("forwarding: %v %s", err, out)

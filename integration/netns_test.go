@@ -44,6 +44,29 @@ func (n *netns) link(a, aIf, aAddr, b, bIf, bAddr string) {
 	n.ip("-n", b, "link", "set", bIf, "up")
 }
 
+// newNetns prepares for a test that builds machines out of network namespaces, or
+// skips it, saying why and which loopback test covers the same ground.
+func newNetns(t *testing.T, tag, coveredBy string) *netns {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skipf("needs root to create network namespaces (CI runs as root); %s covers the same on loopback", coveredBy)
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skipf("needs iproute2's ip command (.ci/run installs it); %s covers the same on loopback", coveredBy)
+	}
+	n := &netns{t: t, prefix: fmt.Sprintf("%s%d-", tag, os.Getpid()%100000)}
+	if out, err := exec.Command("ip", "netns", "add", n.prefix+"probe").CombinedOutput(); err != nil {
+		t.Skipf("cannot create network namespaces here (%v: %s)", err, strings.TrimSpace(string(out)))
+	}
+	n.names = append(n.names, n.prefix+"probe")
+	t.Cleanup(func() {
+		for _, name := range n.names {
+			exec.Command("ip", "netns", "del", name).Run()
+		}
+	})
+	return n
+}
+
 // in wraps a command to run inside a namespace.
 func in(ns string, args ...string) []string { return append([]string{"netns", "exec", ns}, args...) }
 
@@ -52,23 +75,7 @@ func in(ns string, args ...string) []string { return append([]string{"netns", "e
 // address on the path: the host refuses it before sending anything. Once the real
 // route is back, enrolment succeeds and the host converges across the router.
 func TestSeparateMachines(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to create network namespaces (CI runs as root); the same attack is covered on loopback by TestImpostorRefusedBeforeAnyCredential")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2's ip command (.ci/run installs it); the same attack is covered on loopback by TestImpostorRefusedBeforeAnyCredential")
-	}
-	n := &netns{t: t, prefix: fmt.Sprintf("mesh%d-", os.Getpid()%100000)}
-	if out, err := exec.Command("ip", "netns", "add", n.prefix+"probe").CombinedOutput(); err != nil {
-		t.Skipf("cannot create network namespaces here (%v: %s)", err, strings.TrimSpace(string(out)))
-	}
-	n.names = append(n.names, n.prefix+"probe")
-	t.Cleanup(func() {
-		for _, name := range n.names {
-			exec.Command("ip", "netns", "pids", name).Run()
-			exec.Command("ip", "netns", "del", name).Run()
-		}
-	})
+	n := newNetns(t, "mesh", "TestImpostorRefusedBeforeAnyCredential")
 
 	cpNS, hostNS, router, attacker := n.add("cp"), n.add("host"), n.add("router"), n.add("attacker")
 	n.link(cpNS, "eth0", "10.71.1.2/24", router, "r-cp", "10.71.1.1/24")

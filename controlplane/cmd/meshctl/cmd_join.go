@@ -14,7 +14,6 @@ import (
 	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/join"
-	"mesh/controlplane/operator"
 	"mesh/controlplane/replication"
 )
 
@@ -95,12 +94,7 @@ control plane for good (stop it first if it is the leader). See docs/operations.
 				if len(args) != 2 || args[0] != "remove" {
 					return usagef("usage: meshctl control remove --data DIR NODE")
 				}
-				c, err := operator.Dial(datadir.Dir(dir), operator.Options{})
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				if err := c.Call(api.OpControlRemove, api.ControlRequest{Node: args[1]}, nil); err != nil {
+				if err := call(dir, api.OpControlRemove, api.ControlRequest{Node: args[1]}, nil); err != nil {
 					return err
 				}
 				fmt.Fprintf(cio.stdout, "removed control node %s from Raft and from the control plane\n", strings.TrimSpace(args[1]))

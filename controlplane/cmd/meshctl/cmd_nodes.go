@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"mesh/controlplane/api"
-	"mesh/controlplane/datadir"
-	"mesh/controlplane/operator"
 )
 
 func nodesCommand() command {
@@ -27,13 +25,8 @@ func nodesCommand() command {
 				if dir == "" {
 					return usagef("--data is required")
 				}
-				c, err := operator.Dial(datadir.Dir(dir), operator.Options{})
-				if err != nil {
-					return err
-				}
-				defer c.Close()
 				var res api.NodesResult
-				if err := c.Call(api.OpNodes, api.NodesRequest{Nodes: args}, &res); err != nil {
+				if err := call(dir, api.OpNodes, api.NodesRequest{Nodes: args}, &res); err != nil {
 					return err
 				}
 				if asJSON {
@@ -120,13 +113,8 @@ func statusCommand() command {
 				if dir == "" {
 					return usagef("--data is required")
 				}
-				c, err := operator.Dial(datadir.Dir(dir), operator.Options{})
-				if err != nil {
-					return err
-				}
-				defer c.Close()
 				var res api.NodesResult
-				if err := c.Call(api.OpNodes, api.NodesRequest{Nodes: args}, &res); err != nil {
+				if err := call(dir, api.OpNodes, api.NodesRequest{Nodes: args}, &res); err != nil {
 					return err
 				}
 				sum := summarise(res)

@@ -5,8 +5,6 @@ import (
 	"fmt"
 
 	"mesh/controlplane/api"
-	"mesh/controlplane/datadir"
-	"mesh/controlplane/operator"
 )
 
 func revokeCommand() command {
@@ -25,13 +23,8 @@ Its agent stops. Enrolling the machine again needs a new token.`,
 				if len(args) != 1 {
 					return usagef("name exactly one node to revoke")
 				}
-				c, err := operator.Dial(datadir.Dir(dir), operator.Options{})
-				if err != nil {
-					return err
-				}
-				defer c.Close()
 				var res api.RevokeResult
-				if err := c.Call(api.OpRevoke, api.RevokeRequest{Node: args[0]}, &res); err != nil {
+				if err := call(dir, api.OpRevoke, api.RevokeRequest{Node: args[0]}, &res); err != nil {
 					return err
 				}
 				fmt.Fprintf(cio.stdout, "revoked %s: %d connection(s) closed; its key is refused from now on\n", res.Node, res.Kicked)
@@ -62,13 +55,8 @@ func labelCommand() command {
 						return usagef("%v", err)
 					}
 				}
-				c, err := operator.Dial(datadir.Dir(dir), operator.Options{})
-				if err != nil {
-					return err
-				}
-				defer c.Close()
 				var v api.NodeView
-				if err := c.Call(api.OpLabel, api.LabelRequest{Node: args[0], Labels: labels}, &v); err != nil {
+				if err := call(dir, api.OpLabel, api.LabelRequest{Node: args[0], Labels: labels}, &v); err != nil {
 					return err
 				}
 				fmt.Fprintf(cio.stdout, "%s labels: %v\n", v.ID, v.Labels)

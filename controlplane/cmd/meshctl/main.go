@@ -23,6 +23,7 @@ import (
 
 	"mesh/controlplane/api"
 	"mesh/controlplane/bootstrap"
+	"mesh/controlplane/datadir"
 	"mesh/controlplane/operator"
 )
 
@@ -226,4 +227,14 @@ func noPositional(args []string) error {
 		return usagef("unexpected argument %q", args[0])
 	}
 	return nil
+}
+
+// call runs one operator API call through the control plane of dir.
+func call(dir, op string, req, res any) error {
+	c, err := operator.Dial(datadir.Dir(dir), operator.Options{})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Call(op, req, res)
 }
