@@ -172,7 +172,15 @@ type DeclareResult struct {
 // NodesRequest asks for the roster; Nodes filters it when set.
 type NodesRequest struct {
 	Nodes []string `json:"nodes,omitempty"`
+	// After and Limit page through the roster in node id order: a page holds the
+	// nodes after the given id, at most Limit of them (0: the control plane's page).
+	After string `json:"after,omitempty"`
+	Limit int    `json:"limit,omitempty"`
 }
+
+// MaxNodesPage is the most nodes one reply carries: a fleet's roster would exceed
+// the broker's message cap in one piece.
+const MaxNodesPage = 2000
 
 // NodeView is one node as operators see it.
 type NodeView struct {
@@ -208,6 +216,8 @@ type NodesResult struct {
 	KeyringEpoch uint64        `json:"keyring_epoch"`
 	Control      []ControlView `json:"control"`
 	Nodes        []NodeView    `json:"nodes"`
+	// Next is the id to ask for the following page After; empty on the last page.
+	Next string `json:"next,omitempty"`
 }
 
 // RevokeRequest revokes a node.

@@ -212,18 +212,36 @@ func (d *Daemon) declare(req api.DeclareRequest) (api.DeclareResult, error) {
 
 func (d *Daemon) nodes(req api.NodesRequest) (api.NodesResult, error) {
 	now := d.now()
+	limit := req.Limit
+	if limit <= 0 || limit > api.MaxNodesPage {
+		limit = api.MaxNodesPage
+	}
+	var want map[string]bool
+	if len(req.Nodes) > 0 {
+		want = make(map[string]bool, len(req.Nodes))
+		for _, id := range req.Nodes {
+			want[id] = true
+		}
+	}
 	out := api.NodesResult{Mesh: d.cfg.Mesh, AnsweredBy: d.cfg.Node}
 	d.fsm.Read(func(s *state.State) {
 		out.KeyringEpoch = s.Keyring.Epoch
 		out.Control = d.controlViews(s, now)
-		for _, n := range s.Nodes {
-			if len(req.Nodes) > 0 && !slices.Contains(req.Nodes, n.ID) {
-				continue
+		ids := make([]string, 0, len(s.Nodes))
+		for id := range s.Nodes {
+			if id > req.After && (want == nil || want[id]) {
+				ids = append(ids, id)
 			}
-			out.Nodes = append(out.Nodes, d.view(n, now))
+		}
+		slices.Sort(ids)
+		if len(ids) > limit {
+			ids = ids[:limit]
+			out.Next = ids[limit-1]
+		}
+		for _, id := range ids {
+			out.Nodes = append(out.Nodes, d.view(s.Nodes[id], now))
 		}
 	})
-	slices.SortFunc(out.Nodes, func(a, b api.NodeView) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }
 

@@ -23,7 +23,7 @@ import (
 )
 
 // fleet is a control plane with n enrolled nodes, seeded through the log.
-func fleet(b *testing.B, n int) *Daemon {
+func fleet(b testing.TB, n int) *Daemon {
 	b.Helper()
 	var ports []int
 	for range 3 {

@@ -91,6 +91,14 @@ func Dial(dir datadir.Dir, o Options) (*Client, error) {
 	return &Client{nc: nc, timeout: timeout}, nil
 }
 
+// NewClient wraps an existing connection (tests; the demo uses Dial).
+func NewClient(nc *nats.Conn, timeout time.Duration) *Client {
+	if timeout == 0 {
+		timeout = 15 * time.Second
+	}
+	return &Client{nc: nc, timeout: timeout}
+}
+
 // Close closes the connection.
 func (c *Client) Close() { c.nc.Close() }
 
@@ -168,4 +176,23 @@ func TokenFrom(secret [tokenfmt.SecretSize]byte, node string, role tokenfmt.Role
 		return t, fmt.Errorf("minted token does not validate: %w", err)
 	}
 	return t, nil
+}
+
+// Nodes fetches the roster (or the nodes named in req), following the pages.
+func (c *Client) Nodes(req api.NodesRequest) (api.NodesResult, error) {
+	var all api.NodesResult
+	for {
+		var page api.NodesResult
+		if err := c.Call(api.OpNodes, req, &page); err != nil {
+			return all, err
+		}
+		nodes := append(all.Nodes, page.Nodes...)
+		all = page
+		all.Nodes = nodes
+		if page.Next == "" {
+			all.Next = ""
+			return all, nil
+		}
+		req.After = page.Next
+	}
 }

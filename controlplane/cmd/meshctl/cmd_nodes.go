@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/operator"
 )
 
 func nodesCommand() command {
@@ -25,8 +27,8 @@ func nodesCommand() command {
 				if dir == "" {
 					return usagef("--data is required")
 				}
-				var res api.NodesResult
-				if err := call(dir, api.OpNodes, api.NodesRequest{Nodes: args}, &res); err != nil {
+				res, err := fetchNodes(dir, args)
+				if err != nil {
 					return err
 				}
 				if asJSON {
@@ -113,8 +115,8 @@ func statusCommand() command {
 				if dir == "" {
 					return usagef("--data is required")
 				}
-				var res api.NodesResult
-				if err := call(dir, api.OpNodes, api.NodesRequest{Nodes: args}, &res); err != nil {
+				res, err := fetchNodes(dir, args)
+				if err != nil {
 					return err
 				}
 				sum := summarise(res)
@@ -167,4 +169,14 @@ func summarise(res api.NodesResult) summary {
 		}
 	}
 	return s
+}
+
+// fetchNodes reads the roster (or the named nodes), all pages of it.
+func fetchNodes(dir string, ids []string) (api.NodesResult, error) {
+	c, err := operator.Dial(datadir.Dir(dir), operator.Options{})
+	if err != nil {
+		return api.NodesResult{}, err
+	}
+	defer c.Close()
+	return c.Nodes(api.NodesRequest{Nodes: ids})
 }

@@ -190,7 +190,8 @@ func runDemo(ctx context.Context, out io.Writer, dir string, keep, verbose bool)
 	n.chapter("converge: the agent verified signature, audience, version and validity, applied, reported back (meshctl nodes)")
 	var nodes api.NodesResult
 	if err := waitFor(ctx, 20*time.Second, func() bool {
-		if op.Call(api.OpNodes, api.NodesRequest{}, &nodes) != nil {
+		var err error
+		if nodes, err = op.Nodes(api.NodesRequest{}); err != nil {
 			return false
 		}
 		return len(nodes.Nodes) == 1 && nodes.Nodes[0].Converged && nodes.Nodes[0].Declared == dres.Assignments[0].Version
@@ -248,7 +249,7 @@ func runDemo(ctx context.Context, out io.Writer, dir string, keep, verbose bool)
 	} else {
 		n.say("connecting again with the revoked key: refused (%v)", err)
 	}
-	if err := op.Call(api.OpNodes, api.NodesRequest{}, &nodes); err == nil {
+	if nodes, err = op.Nodes(api.NodesRequest{}); err == nil {
 		printNodes(&indent{w: out}, nodes, time.Now())
 	}
 

@@ -84,8 +84,8 @@ func waitConverged(c *operator.Client, assigned []api.Assignment, limit time.Dur
 	deadline := time.Now().Add(limit)
 	start := time.Now()
 	for {
-		var res api.NodesResult
-		if err := c.Call(api.OpNodes, api.NodesRequest{Nodes: ids}, &res); err != nil {
+		res, err := c.Nodes(api.NodesRequest{Nodes: ids})
+		if err != nil {
 			return convergence{}, err
 		}
 		var cv convergence
