@@ -128,7 +128,7 @@ func TestLoadFileStates(t *testing.T) {
 			want: "corrupt", reason: "nkey_seed does not match", notWant: other.Seed},
 		{name: "seed of wrong type", data: withField(t, id, "nkey_seed", fmt.Sprintf("%q", acctSeed)),
 			want: "corrupt", reason: "not a user seed", notWant: string(acctSeed)},
-		{name: "seed mangled", data: withField(t, id, "nkey_seed", fmt.Sprintf("%q", id.Seed[:20]+"A"+id.Seed[21:])),
+		{name: "seed mangled", data: withField(t, id, "nkey_seed", fmt.Sprintf("%q", mangle(id.Seed, 20))),
 			want: "corrupt", reason: "not a valid nkeys seed"},
 		{name: "seed missing", data: withField(t, id, "nkey_seed", ""), want: "corrupt", reason: "nkey_seed is missing"},
 		{name: "pin of another CA", data: withField(t, id, "ca_pin", fmt.Sprintf("%q", other.CAPin)), want: "corrupt", reason: "ca_pin does not match"},
@@ -385,4 +385,14 @@ func TestValidate(t *testing.T) {
 			}
 		}
 	}
+}
+
+// mangle changes the character at i to a different one (always: a fixed replacement
+// would leave the seed intact when it is already that character).
+func mangle(s string, i int) string {
+	c := byte('A')
+	if s[i] == c {
+		c = 'B'
+	}
+	return s[:i] + string(c) + s[i+1:]
 }
