@@ -310,6 +310,9 @@ func cmdStatus(args []string, cio *cliIO) error {
 	ver := "none yet"
 	if out.HaveApplied {
 		ver = fmt.Sprintf("v%d (valid until %s)", out.AppliedVersion, out.ExpiresAt)
+		if time.Now().After(applied.ExpiresAt) {
+			ver += " STALE: expired without a fresh one; the files stay as they are"
+		}
 	}
 	fmt.Fprintf(cio.stdout, "node      %s\nmesh      %s\nkey       %s\nbrokers   %s\napplied   %s\nkeyring   epoch %d\nmanaged   %d file(s)\n",
 		out.Node, out.Mesh, out.PublicKey, strings.Join(out.Brokers, ", "), ver, out.KeyringEpoch, len(out.Managed))
