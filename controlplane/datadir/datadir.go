@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"mesh/controlplane/pki"
+	"mesh/host/atomicfile"
 )
 
 // File names inside a data directory.
@@ -288,44 +289,11 @@ func ParseSigningKey(data []byte) (ed25519.PrivateKey, error) {
 	return key, nil
 }
 
-// WriteFile writes data atomically and durably: temp file, fsync, rename, fsync dir.
+// WriteFile writes data atomically and durably (temp file, fsync, rename, fsync of the
+// directory), creating the directory (0700) if needed.
 func WriteFile(path string, data []byte, perm fs.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if err := f.Chmod(perm); err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	ok = true
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.WriteFile(path, data, perm)
 }
