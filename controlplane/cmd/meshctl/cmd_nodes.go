@@ -14,10 +14,19 @@ import (
 )
 
 func nodesCommand() command {
+	return rosterCommand("nodes", "Show the mesh's nodes: role, alive or offline, last seen, declared and applied version, last error.", false)
+}
+
+func statusCommand() command {
+	return rosterCommand("status", "Show convergence: per node declared vs applied version, last error, last seen, staleness; and a summary.", true)
+}
+
+// rosterCommand is nodes, or status when withSummary adds the convergence summary.
+func rosterCommand(name, summaryText string, withSummary bool) command {
 	return command{
-		name:    "nodes",
+		name:    name,
 		usage:   "--data DIR [--json] [ID...]",
-		summary: "Show the mesh's nodes: role, alive or offline, last seen, declared and applied version, last error.",
+		summary: summaryText,
 		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
 			var dir string
 			var asJSON bool
@@ -31,10 +40,21 @@ func nodesCommand() command {
 				if err != nil {
 					return err
 				}
-				if asJSON {
+				sum := summarise(res)
+				switch {
+				case asJSON && withSummary:
+					return writeJSON(cio.stdout, struct {
+						Summary summary        `json:"summary"`
+						Nodes   []api.NodeView `json:"nodes"`
+					}{sum, res.Nodes})
+				case asJSON:
 					return writeJSON(cio.stdout, res)
 				}
 				printNodes(cio.stdout, res, time.Now())
+				if withSummary {
+					fmt.Fprintf(cio.stdout, "\n%d node(s): %d converged, %d behind, %d failing, %d stale, %d offline, %d revoked; keyring epoch %d\n",
+						sum.Nodes, sum.Converged, sum.Behind, sum.Failing, sum.Stale, sum.Offline, sum.Revoked, res.KeyringEpoch)
+				}
 				return nil
 			}
 		},
@@ -99,40 +119,6 @@ func oneLine(s string, n int) string {
 		return s[:n-1] + "…"
 	}
 	return s
-}
-
-func statusCommand() command {
-	return command{
-		name:    "status",
-		usage:   "--data DIR [--json] [ID...]",
-		summary: "Show convergence: per node declared vs applied version, last error, last seen, staleness; and a summary.",
-		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
-			var dir string
-			var asJSON bool
-			fs.StringVar(&dir, "data", "", "data directory of a control node (required)")
-			fs.BoolVar(&asJSON, "json", false, "print JSON")
-			return func(args []string) error {
-				if dir == "" {
-					return usagef("--data is required")
-				}
-				res, err := fetchNodes(dir, args)
-				if err != nil {
-					return err
-				}
-				sum := summarise(res)
-				if asJSON {
-					return writeJSON(cio.stdout, struct {
-						Summary summary        `json:"summary"`
-						Nodes   []api.NodeView `json:"nodes"`
-					}{sum, res.Nodes})
-				}
-				printNodes(cio.stdout, res, time.Now())
-				fmt.Fprintf(cio.stdout, "\n%d node(s): %d converged, %d behind, %d failing, %d stale, %d offline, %d revoked; keyring epoch %d\n",
-					sum.Nodes, sum.Converged, sum.Behind, sum.Failing, sum.Stale, sum.Offline, sum.Revoked, res.KeyringEpoch)
-				return nil
-			}
-		},
-	}
 }
 
 // summary counts nodes by convergence.
