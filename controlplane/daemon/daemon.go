@@ -168,6 +168,14 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err := d.initialise(); err != nil {
 		return nil, err
 	}
+	var removed bool
+	d.fsm.Read(func(s *state.State) {
+		c, ok := s.ControlNodes[d.cfg.Node]
+		removed = ok && c.Removed
+	})
+	if removed {
+		return nil, fmt.Errorf("%w: %s was removed (meshctl control remove); it will not serve again. To bring the machine back, join it with a new control token and a fresh --data directory", ErrRemoved, d.cfg.Node)
+	}
 	if err := d.syncKeys(); err != nil {
 		return nil, err
 	}

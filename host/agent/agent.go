@@ -111,6 +111,10 @@ func New(o Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if fi, err := os.Stat(identity.Path(o.StateDir)); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		o.Logger.Warn("the identity file is readable by other users: it holds this node's private key; chmod 600 it",
+			"file", identity.Path(o.StateDir), "mode", fi.Mode().Perm().String())
+	}
 	kp, err := id.KeyPair()
 	if err != nil {
 		return nil, err
