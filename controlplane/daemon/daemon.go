@@ -161,6 +161,11 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	d.fsm.OnApply(d.applied)
 	readyCtx, cancel := context.WithTimeout(ctx, opts.ReadyTimeout)
 	defer cancel()
+	// The snapshot restored at start may already say this node was removed: it
+	// would wait for a leader that no longer talks to it.
+	if err := d.checkNotRemoved(); err != nil {
+		return nil, err
+	}
 	d.log.Info("waiting for the replicated state to be current", "node", d.cfg.Node)
 	if err := d.raft.WaitFollowing(readyCtx); err != nil {
 		return nil, err
@@ -168,13 +173,8 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err := d.initialise(); err != nil {
 		return nil, err
 	}
-	var removed bool
-	d.fsm.Read(func(s *state.State) {
-		c, ok := s.ControlNodes[d.cfg.Node]
-		removed = ok && c.Removed
-	})
-	if removed {
-		return nil, fmt.Errorf("%w: %s was removed (meshctl control remove); it will not serve again. To bring the machine back, join it with a new control token and a fresh --data directory", ErrRemoved, d.cfg.Node)
+	if err := d.checkNotRemoved(); err != nil {
+		return nil, err
 	}
 	if err := d.syncKeys(); err != nil {
 		return nil, err
@@ -397,4 +397,17 @@ func (d *Daemon) Close() {
 			d.log.Warn("raft shutdown", "err", err)
 		}
 	}
+}
+
+// checkNotRemoved refuses to serve a control node the control plane removed.
+func (d *Daemon) checkNotRemoved() error {
+	var removed bool
+	d.fsm.Read(func(s *state.State) {
+		c, ok := s.ControlNodes[d.cfg.Node]
+		removed = ok && c.Removed
+	})
+	if removed {
+		return fmt.Errorf("%w: %s was removed (meshctl control remove); it will not serve again. To bring the machine back, join it with a new control token and a fresh --data directory", ErrRemoved, d.cfg.Node)
+	}
+	return nil
 }
