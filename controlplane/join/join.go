@@ -159,8 +159,8 @@ type Options struct {
 	Dir   datadir.Dir
 	Token string
 	Out   io.Writer
-	// Listen overrides the addresses this node binds (default: the ones the token
-	// was minted for, which its certificate carries).
+	// The node binds the addresses its token was minted for (its certificate
+	// carries them).
 	Logger   *slog.Logger
 	Now      func() time.Time
 	Timeouts replication.Timeouts

@@ -24,7 +24,9 @@ import (
 	"mesh/controlplane/api"
 	"mesh/controlplane/bootstrap"
 	"mesh/controlplane/datadir"
+	"mesh/controlplane/join"
 	"mesh/controlplane/operator"
+	"mesh/controlplane/pki"
 )
 
 // Exit codes.
@@ -137,6 +139,8 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		return exitUsage
 	case errors.Is(err, operator.ErrUnreachable), errors.Is(err, operator.ErrNoLeader):
 		return exitUnreachable
+	case errors.Is(err, join.ErrRefused), errors.Is(err, join.ErrToken), errors.Is(err, pki.ErrPinMismatch):
+		return exitRefused
 	case errors.As(err, &ae):
 		if ae.Code == api.CodeUnavailable {
 			return exitUnreachable
