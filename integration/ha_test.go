@@ -344,3 +344,25 @@ func TestRecoverLostQuorum(t *testing.T) {
 		t.Fatalf("enrol after recovery: %s", r.Combined())
 	}
 }
+
+// TestJoinRefusals: each wrong token for a join is refused with its own message, and
+// a control token cannot make a worker.
+func TestJoinRefusals(t *testing.T) {
+	cp1 := harness.NewControlPlane(t, bin, "joinref")
+	cp1.Serve()
+	_, stranger := cp1.ControlToken("cp-9") // only to get a fresh directory and ports
+	if r := stranger.Join(cp1.Token("web-1")); r.Code != 4 || !strings.Contains(r.Stderr, "workers enrol with meshhost enrol") {
+		t.Fatalf("join with a worker token (exit %d): %s", r.Code, r.Combined())
+	}
+	tok, cp2 := cp1.ControlToken("cp-2")
+	if r := harness.NewHost(t, bin, "cp-2").Enrol(tok); r.Code != hostExitToken || !strings.Contains(r.Stderr, "meshctl join") {
+		t.Fatalf("meshhost enrol with a control token (exit %d): %s", r.Code, r.Combined())
+	}
+	if r := cp2.Join(tok); r.Code != 0 {
+		t.Fatalf("join: %s", r.Combined())
+	}
+	_, other := cp1.ControlToken("cp-3")
+	if r := other.Join(tok); r.Code != 4 || !strings.Contains(r.Stderr, "token_other_node") && !strings.Contains(r.Stderr, "token_used") {
+		t.Fatalf("a used control token on another machine (exit %d): %s", r.Code, r.Combined())
+	}
+}
