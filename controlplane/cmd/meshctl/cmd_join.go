@@ -82,8 +82,9 @@ func controlCommand() command {
 	return command{
 		name:  "control",
 		usage: "remove --data DIR NODE",
-		summary: `Manage control nodes: "control remove NODE" takes a control node out of Raft and of the
-control plane for good (stop it first if it is the leader). See docs/operations.md.`,
+		summary: `Manage control nodes; "control remove NODE" removes one for good.
+It takes the node out of Raft and of the control plane (stop it first if it is the
+leader). See docs/operations.md.`,
 		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
 			var dir string
 			fs.StringVar(&dir, "data", "", "data directory of a control node (required)")

@@ -112,11 +112,14 @@ func run(args []string, cio *cliIO) int {
 		fmt.Fprintf(fs.Output(), "usage: meshctl %s %s\n\n%s\n\nflags:\n", cmd.name, cmd.usage, cmd.summary)
 		fs.PrintDefaults()
 	}
+	for _, a := range args[1:] {
+		if a == "-h" || a == "-help" || a == "--help" {
+			fs.SetOutput(stdout) // asked for, help is output, not an error
+		}
+	}
 	positional, err := parseInterspersed(fs, args[1:])
 	if errors.Is(err, flag.ErrHelp) {
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return exitOK
+		return exitOK // the flag package printed the usage
 	}
 	if err != nil {
 		return exitUsage // the flag package already said why
@@ -187,7 +190,7 @@ func printUsage(w io.Writer, cmds []command) {
 	fmt.Fprintln(w, "meshctl operates a mesh: bootstrap it, serve its control plane, mint tokens, declare state, watch nodes.")
 	fmt.Fprintln(w, "\nusage: meshctl <command> [flags]\n\ncommands:")
 	for _, c := range cmds {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, firstLine(c.summary))
+		fmt.Fprintf(w, "  %-12s %s\n", c.name, firstLine(c.summary))
 	}
 	fmt.Fprintln(w, "\nrun `meshctl <command> --help` for a command's flags.")
 	fmt.Fprintln(w, "exit codes: 0 ok, 1 failure, 2 usage, 3 control plane unreachable, 4 refused by the control plane, 5 declare --wait: not converged")
