@@ -139,13 +139,29 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	return exitFailure
 }
 
+// synopses are the subcommands' usage lines.
+var synopses = map[string]string{
+	"enrol":  "--state DIR [--token-file F]   (the token on stdin, in F, or in MESH_TOKEN)\n\nAdopt this machine into the mesh the token names: pin checked before any credential\nleaves, a key generated here, the answer verified, the identity saved, then a\nreconnection with the node's own key. Each step is printed.",
+	"run":    "--state DIR --root DIR [--hooks F]\n\nStay connected as this node and keep the managed root in line with its declarations:\nevery one verified (signature, audience, version, validity) before it is applied.",
+	"status": "--state DIR [--json]\n\nShow this node's identity, applied version and last error.",
+}
+
 func newFlags(name string, cio *cliIO) *flag.FlagSet {
 	fs := flag.NewFlagSet("meshhost "+name, flag.ContinueOnError)
 	fs.SetOutput(cio.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: meshhost %s %s\n\nflags:\n", name, synopses[name])
+		fs.PrintDefaults()
+	}
 	return fs
 }
 
-func parse(fs *flag.FlagSet, args []string) error {
+func parse(fs *flag.FlagSet, args []string, cio *cliIO) error {
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" {
+			fs.SetOutput(cio.stdout) // asked for, help is output, not an error
+		}
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -163,7 +179,7 @@ func cmdEnrol(args []string, cio *cliIO) error {
 	stateDir := fs.String("state", "", "state directory for the identity and applied state (required)")
 	tokenFile := fs.String("token-file", "", "read the token from this file instead of stdin")
 	timeout := fs.Duration("timeout", 20*time.Second, "how long to wait for the mesh's answer")
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, cio); err != nil {
 		return err
 	}
 	if *stateDir == "" {
@@ -226,7 +242,7 @@ func cmdRun(args []string, cio *cliIO) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logJSON := fs.Bool("log-json", false, "log JSON lines")
 	hooksFile := fs.String("hooks", "", "local hooks file: commands to run after declared files change (a declaration can never add one)")
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, cio); err != nil {
 		return err
 	}
 	if *stateDir == "" || *root == "" {
@@ -270,7 +286,7 @@ func cmdStatus(args []string, cio *cliIO) error {
 	fs := newFlags("status", cio)
 	stateDir := fs.String("state", "", "state directory (required)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, args); err != nil {
+	if err := parse(fs, args, cio); err != nil {
 		return err
 	}
 	if *stateDir == "" {
