@@ -139,18 +139,24 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	return exitFailure
 }
 
-// synopses are the subcommands' usage lines.
-var synopses = map[string]string{
-	"enrol":  "--state DIR [--token-file F]   (the token on stdin, in F, or in MESH_TOKEN)\n\nAdopt this machine into the mesh the token names: pin checked before any credential\nleaves, a key generated here, the answer verified, the identity saved, then a\nreconnection with the node's own key. Each step is printed.",
-	"run":    "--state DIR --root DIR [--hooks F]\n\nStay connected as this node and keep the managed root in line with its declarations:\nevery one verified (signature, audience, version, validity) before it is applied.",
-	"status": "--state DIR [--json]\n\nShow this node's identity, applied version and last error.",
+// synopsis is a subcommand's usage line and description.
+func synopsis(name string) string {
+	switch name {
+	case "enrol":
+		return "--state DIR [--token-file F]   (the token on stdin, in F, or in MESH_TOKEN)\n\nAdopt this machine into the mesh the token names: pin checked before any credential\nleaves, a key generated here, the answer verified, the identity saved, then a\nreconnection with the node's own key. Each step is printed."
+	case "run":
+		return "--state DIR --root DIR [--hooks F]\n\nStay connected as this node and keep the managed root in line with its declarations:\nevery one verified (signature, audience, version, validity) before it is applied."
+	case "status":
+		return "--state DIR [--json]\n\nShow this node's identity, applied version and last error."
+	}
+	return ""
 }
 
 func newFlags(name string, cio *cliIO) *flag.FlagSet {
 	fs := flag.NewFlagSet("meshhost "+name, flag.ContinueOnError)
 	fs.SetOutput(cio.stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: meshhost %s %s\n\nflags:\n", name, synopses[name])
+		fmt.Fprintf(fs.Output(), "usage: meshhost %s %s\n\nflags:\n", name, synopsis(name))
 		fs.PrintDefaults()
 	}
 	return fs
