@@ -159,11 +159,11 @@ func BodyDigest(body []byte) string {
 	return hex.EncodeToString(d[:])
 }
 
-// EmptyBody is the canonical body of the declaration every node starts with.
-var emptyBody = json.RawMessage(`{"files":[]}`)
+// emptyBody is the canonical body of the declaration every node starts with.
+const emptyBody = `{"files":[]}`
 
 // EmptyBody returns the canonical empty body.
-func EmptyBody() json.RawMessage { return slices.Clone(emptyBody) }
+func EmptyBody() json.RawMessage { return json.RawMessage(emptyBody) }
 
 // expiredTokenRetention is how long a used or expired token record is kept, so that a
 // late repeat is told "used"/"expired" rather than "unknown".
@@ -222,7 +222,7 @@ func (s *State) applyInit(at time.Time, c *InitCmd) Result {
 		s.ControlNodes[cn.ID] = &cn
 		s.CAHolder = cn.ID
 	}
-	s.Bodies[BodyDigest(emptyBody)] = EmptyBody()
+	s.Bodies[BodyDigest([]byte(emptyBody))] = EmptyBody()
 	return Result{}
 }
 
@@ -268,7 +268,7 @@ func (s *State) applyEnrol(at time.Time, c *EnrolCmd) Result {
 		EnrolledAt: at,
 		Declared: Declared{
 			Version:    0,
-			BodyDigest: BodyDigest(emptyBody),
+			BodyDigest: BodyDigest([]byte(emptyBody)),
 			IssuedAt:   at,
 			ExpiresAt:  at.Add(s.Validity),
 		},
@@ -406,7 +406,7 @@ func (s *State) purgeTokens(at time.Time) {
 
 // collectBodies drops bodies no node refers to any more.
 func (s *State) collectBodies() {
-	used := map[string]bool{BodyDigest(emptyBody): true}
+	used := map[string]bool{BodyDigest([]byte(emptyBody)): true}
 	for _, n := range s.Nodes {
 		used[n.Declared.BodyDigest] = true
 	}
