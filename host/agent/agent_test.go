@@ -1,0 +1,206 @@
+package agent
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"log/slog"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nkeys"
+
+	"mesh/declarations"
+	"mesh/host/apply"
+	"mesh/host/identity"
+	"mesh/host/state"
+)
+
+var t0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+
+type fixture struct {
+	a    *Agent
+	key  ed25519.PrivateKey
+	root string
+	dir  string
+}
+
+// newFixture enrols nothing over a network: it writes the identity an enrolment
+// would have written, with the mesh's signing key known to the test.
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, IsCA: true,
+		BasicConstraintsValid: true, NotBefore: t0.Add(-time.Hour), NotAfter: t0.Add(time.Hour * 24 * 365), KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pin := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	pub, _ := kp.PublicKey()
+	id := identity.Identity{
+		Format: identity.FormatVersion, Mesh: "m", Node: "n-1", Role: "worker", Seed: string(seed), PublicKey: pub,
+		CAPEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), CAPin: hex.EncodeToString(pin[:]),
+		Brokers: []string{"127.0.0.1:1"},
+		Subjects: identity.Subjects{Declarations: "mesh.node.n-1.decl", Status: "mesh.node.n-1.status",
+			Sync: "mesh.node.n-1.sync", InboxPrefix: "_INBOX.node.n-1"},
+		SigningKeys: []string{hex.EncodeToString(key.Public().(ed25519.PublicKey))},
+		EnrolledAt:  t0,
+	}
+	if err := identity.Save(dir, id); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(dir, "managed")
+	a, err := New(Options{StateDir: dir, Root: root, Now: func() time.Time { return t0 }, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{a: a, key: key, root: root, dir: dir}
+}
+
+func (f *fixture) decl(t *testing.T, version uint64, content string, keys ...ed25519.PrivateKey) []byte {
+	t.Helper()
+	if len(keys) == 0 {
+		keys = []ed25519.PrivateKey{f.key}
+	}
+	env, err := declarations.SignDeclaration(declarations.Declaration{
+		Mesh: "m", Node: "n-1", Version: version, KeyringEpoch: 0, IssuedAt: t0, ExpiresAt: t0.Add(24 * time.Hour),
+		Body: declarations.Body{Files: []declarations.File{{Path: "etc/app.conf", Content: &content}}},
+	}, keys...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+func (f *fixture) file(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(f.root, "etc", "app.conf"))
+	if errors.Is(err, os.ErrNotExist) {
+		return "<absent>"
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestHandleVerifiesBeforeApplying: only a verified, newer declaration reaches the
+// disk; every refusal is recorded with its code and leaves the applied state alone.
+func TestHandleVerifiesBeforeApplying(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.a.handle(ctx, f.decl(t, 2, "two")); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.a.Applied(); !got.HaveApplied || got.Version != 2 || f.file(t) != "two" {
+		t.Fatalf("v2 not applied: %+v, file %q", got, f.file(t))
+	}
+	_, other, _ := ed25519.GenerateKey(rand.Reader)
+	cases := []struct {
+		name, code string
+		env        []byte
+	}{
+		{"another key", "untrusted", f.decl(t, 3, "forged", other)},
+		{"older", "rolled_back", f.decl(t, 1, "old")},
+		{"same version, other body", "replayed", f.decl(t, 2, "changed")},
+		{"garbage", "malformed", []byte("not an envelope")},
+	}
+	for _, c := range cases {
+		if err := f.a.handle(ctx, c.env); err != nil {
+			t.Fatalf("%s: the agent stopped: %v", c.name, err)
+		}
+		got := f.a.Applied()
+		if got.LastErrorCode != c.code || got.Version != 2 || f.file(t) != "two" {
+			t.Fatalf("%s: error %q, version %d, file %q", c.name, got.LastErrorCode, got.Version, f.file(t))
+		}
+	}
+	// What was recorded survives a restart: the persisted state matches.
+	persisted, err := state.Load(f.dir)
+	if err != nil || persisted.Version != 2 || persisted.LastErrorCode != "malformed" {
+		t.Fatalf("persisted %+v, %v", persisted, err)
+	}
+	// A good declaration clears the error.
+	if err := f.a.handle(ctx, f.decl(t, 3, "three")); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.a.Applied(); got.LastErrorCode != "" || got.Version != 3 || f.file(t) != "three" {
+		t.Fatalf("after v3: %+v, file %q", got, f.file(t))
+	}
+}
+
+// TestRevocationNotice: only a notice signed by the mesh stops the agent.
+func TestRevocationNotice(t *testing.T) {
+	f := newFixture(t)
+	_, other, _ := ed25519.GenerateKey(rand.Reader)
+	forged, _ := declarations.SignRevocation(declarations.Revocation{Mesh: "m", Node: "n-1", RevokedAt: t0}, other)
+	if err := f.a.handle(context.Background(), forged); err != nil {
+		t.Fatalf("a forged revocation stopped the agent: %v", err)
+	}
+	if f.a.Applied().LastErrorCode != "untrusted" {
+		t.Fatalf("forged revocation recorded as %q", f.a.Applied().LastErrorCode)
+	}
+	other2, _ := declarations.SignRevocation(declarations.Revocation{Mesh: "m", Node: "n-2", RevokedAt: t0}, f.key)
+	if err := f.a.handle(context.Background(), other2); err != nil {
+		t.Fatalf("another node's revocation stopped this agent: %v", err)
+	}
+	genuine, _ := declarations.SignRevocation(declarations.Revocation{Mesh: "m", Node: "n-1", RevokedAt: t0}, f.key)
+	err := f.a.handle(context.Background(), genuine)
+	var re *RevokedError
+	if !errors.As(err, &re) || !errors.Is(err, ErrRevoked) || !re.At.Equal(t0) {
+		t.Fatalf("the mesh's revocation: %v", err)
+	}
+}
+
+type failingApplier struct{}
+
+func (failingApplier) Apply(context.Context, []apply.File, []string) (apply.Result, error) {
+	return apply.Result{}, &apply.ApplyError{Path: "etc/app.conf", Err: errors.New("disk on fire"), RolledBack: true}
+}
+
+// TestApplyFailureIsReported: an applier error leaves the version where it was and is
+// reported with the path and the version it concerns.
+func TestApplyFailureIsReported(t *testing.T) {
+	f := newFixture(t)
+	f.a.applier = failingApplier{}
+	if err := f.a.handle(context.Background(), f.decl(t, 1, "x")); err != nil {
+		t.Fatal(err)
+	}
+	got := f.a.Applied()
+	if got.HaveApplied || got.LastErrorCode != "apply_failed" || got.LastErrorVersion != 1 || !strings.Contains(got.LastError, "etc/app.conf") {
+		t.Fatalf("%+v", got)
+	}
+}
+
+// TestStale: an applied declaration past its expiry makes the agent stale, never
+// removes its files.
+func TestStale(t *testing.T) {
+	f := newFixture(t)
+	if err := f.a.handle(context.Background(), f.decl(t, 1, "kept")); err != nil {
+		t.Fatal(err)
+	}
+	if f.a.Stale() {
+		t.Fatal("stale at once")
+	}
+	f.a.o.Now = func() time.Time { return t0.Add(25 * time.Hour) }
+	if !f.a.Stale() || f.file(t) != "kept" {
+		t.Fatalf("stale %v, file %q", f.a.Stale(), f.file(t))
+	}
+}
