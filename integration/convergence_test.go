@@ -115,7 +115,8 @@ func TestKillDuringDeclarationBurst(t *testing.T) {
 
 // TestPartitionConvergesToNewest: the host is cut off from the broker while five
 // declarations are issued; after the heal it converges to the newest in one step,
-// never applying an older one after a newer one.
+// never applying an older one after a newer one. Then its connection is reset, and it
+// converges again.
 func TestPartitionConvergesToNewest(t *testing.T) {
 	cp, proxy := harness.NewControlPlaneBehindProxy(t, bin, "partition")
 	cp.Serve()
@@ -154,4 +155,12 @@ func TestPartitionConvergesToNewest(t *testing.T) {
 	if !strings.Contains(agent.Output(), "disconnected") {
 		t.Fatalf("the agent never noticed the partition:\n%s", agent.Output())
 	}
+	// Connections reset (RST) on the path: the agent reconnects and converges.
+	proxy.ResetAll()
+	writeFile(t, body, `{"files":[{"path":"state","content":"after a reset"}]}`)
+	if r := cp.Ctl("declare", "--node", "web-1", "--file", body); r.Code != 0 {
+		t.Fatalf("declare after the reset: %s", r.Combined())
+	}
+	cp.WaitConverged("web-1", 7, 30*time.Second)
+	strictlyIncreasing(t, appliedSequence(t, agent.Output()))
 }
