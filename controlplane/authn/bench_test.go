@@ -1,10 +1,19 @@
 package authn
 
 import (
+	"bufio"
 	"context"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,4 +80,112 @@ func BenchmarkNodeConnect(b *testing.B) {
 		})
 		srv.Shutdown()
 	}
+}
+
+// BenchmarkIdleConnectionMemory reports the broker's heap per idle node connection:
+// 1,000 nodes connect from a separate process (this test binary, re-run as a helper)
+// and subscribe to their declarations, so only the broker's side is in this heap. The
+// roster hook's per-node grants are measured beside the allow-all hook in the same
+// run. Run with:
+// go test -run='^$' -bench=IdleConnectionMemory -benchtime=1x ./controlplane/authn/
+func BenchmarkIdleConnectionMemory(b *testing.B) {
+	fx := newFixture(b)
+	const conns = 1000
+	seeds := make([]string, conns)
+	at := now0.Add(-time.Hour)
+	for i := range conns {
+		kp := mustKey(b, nkeys.CreateUser)
+		pub, _ := kp.PublicKey()
+		seed, _ := kp.Seed()
+		seeds[i] = string(seed)
+		id := fmt.Sprintf("idle-%d", i)
+		fx.apply(b, state.Command{Op: state.OpCreateToken, At: at, CreateToken: &state.CreateTokenCmd{ID: id, Node: id, Role: state.RoleWorker, TTL: time.Hour}})
+		fx.apply(b, state.Command{Op: state.OpEnrol, At: at, Enrol: &state.EnrolCmd{TokenID: id, Node: id, Role: state.RoleWorker, PublicKey: pub}})
+	}
+	ca, _, _ := pki.NewCA("bench", time.Now())
+	leaf, _ := ca.IssueLeaf("bench", []net.IP{net.IPv4(127, 0, 0, 1)}, time.Now())
+	serverTLS, _ := pki.ServerConfig(leaf, ca.CertPEM)
+	pin := ca.Pin()
+	seedFile := filepath.Join(b.TempDir(), "seeds.json")
+	data, _ := json.Marshal(map[string]any{"seeds": seeds, "pin": hex.EncodeToString(pin[:])})
+	if err := os.WriteFile(seedFile, data, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		auth broker.Authenticator
+	}{{"roster-nkey", New(Config{FSM: fx.fsm, Logger: slog.New(slog.DiscardHandler)})}, {"baseline-allow-all", allowAll{}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			for range b.N {
+				srv, err := broker.Start(context.Background(), broker.Config{Name: "bench", Listen: "127.0.0.1:0", TLS: serverTLS, Auth: tc.auth, Logger: slog.New(slog.DiscardHandler)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				before := heapInUse()
+				cmd := exec.Command(os.Args[0], "-test.run=^TestIdleClientsHelper$")
+				cmd.Env = append(os.Environ(), "MESH_IDLE_CLIENTS="+srv.Addr()+","+seedFile)
+				stdin, _ := cmd.StdinPipe()
+				out, _ := cmd.StdoutPipe()
+				if err := cmd.Start(); err != nil {
+					b.Fatal(err)
+				}
+				line, _ := bufio.NewReader(out).ReadString('\n')
+				if !strings.HasPrefix(line, "ready") {
+					b.Fatalf("helper: %q", line)
+				}
+				if n, _ := srv.Connections(); len(n) != conns {
+					b.Fatalf("%d connections, want %d", len(n), conns)
+				}
+				b.ReportMetric(float64(heapInUse()-before)/conns/1024, "KiB/conn")
+				stdin.Close()
+				cmd.Wait()
+				srv.Shutdown()
+			}
+		})
+	}
+}
+
+// TestIdleClientsHelper is the helper process of BenchmarkIdleConnectionMemory: it
+// does nothing unless that benchmark runs it.
+func TestIdleClientsHelper(t *testing.T) {
+	arg := os.Getenv("MESH_IDLE_CLIENTS")
+	if arg == "" {
+		t.Skip("helper process for BenchmarkIdleConnectionMemory; it runs only when that benchmark starts it")
+	}
+	addr, file, _ := strings.Cut(arg, ",")
+	var in struct {
+		Seeds []string `json:"seeds"`
+		Pin   string   `json:"pin"`
+	}
+	data, _ := os.ReadFile(file)
+	if err := json.Unmarshal(data, &in); err != nil {
+		t.Fatal(err)
+	}
+	var pin [32]byte
+	b, _ := hex.DecodeString(in.Pin)
+	copy(pin[:], b)
+	var open []*nats.Conn
+	for i, seed := range in.Seeds {
+		kp, _ := nkeys.FromSeed([]byte(seed))
+		pub, _ := kp.PublicKey()
+		nc, err := nats.Connect("tls://"+addr, nats.Secure(pki.PinnedClientConfig(pin)), nats.TLSHandshakeFirst(), nats.Nkey(pub, kp.Sign), nats.NoReconnect())
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.SubscribeSync(fmt.Sprintf("mesh.node.idle-%d.decl", i))
+		open = append(open, nc)
+	}
+	for _, nc := range open {
+		nc.Flush()
+	}
+	fmt.Println("ready")
+	io.ReadAll(os.Stdin)
+}
+
+func heapInUse() int64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapInuse)
 }
