@@ -323,8 +323,14 @@ func TestRecoverLostQuorum(t *testing.T) {
 	cp2.Process().Kill()
 	cp3.Process().Kill()
 	harness.Eventually(t, 20*time.Second, "the survivor loses leadership", func() bool {
-		return cp1.Ctl("nodes").Code == 3
+		return cp1.Ctl("nodes", "--leader-wait", "0").Code == 3
 	})
+	// Without a quorum no election can succeed: meshctl waits as long as it was
+	// told to, then says so.
+	start := time.Now()
+	if r := cp1.Ctl("nodes", "--leader-wait", "1s"); r.Code != 3 || !strings.Contains(r.Stderr, "no control node answered") || !strings.Contains(r.Stderr, "waited 1s") || time.Since(start) < time.Second {
+		t.Fatalf("nodes without a quorum: exit %d after %s: %s", r.Code, time.Since(start), r.Combined())
+	}
 	cp1.Process().Kill()
 	peers := `[{"id":"cp-1","address":"` + cp1.Raft + `","non_voter":false}]`
 	writeFile(t, filepath.Join(cp1.Dir, "raft", "peers.json"), peers)

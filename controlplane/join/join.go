@@ -414,7 +414,10 @@ func (r *run) admission(nk, ck nkeys.KeyPair) (api.EnrolResponse, string, error)
 		req, _ := json.Marshal(api.EnrolRequest{V: api.ProtocolVersion, Mesh: r.tok.Mesh, Node: r.tok.Node, Role: string(tokenfmt.RoleControl),
 			Secret: hex.EncodeToString(r.tok.Secret[:]), PublicKey: pub, KeyProof: base64.StdEncoding.EncodeToString(proof),
 			Agent: "meshctl join", CurveKey: curve})
-		msg, err := nc.Request(api.EnrolSubject(r.tok.Node), req, 20*time.Second)
+		msg, err := operator.Request(nc, api.EnrolSubject(r.tok.Node), req, 20*time.Second, operator.DefaultLeaderWait)
+		if errors.Is(err, nats.ErrNoResponders) {
+			return resp, "", fmt.Errorf("%w; run join again with the same token", operator.ErrNoLeader)
+		}
 		if err != nil {
 			return resp, "", fmt.Errorf("%w: no answer to the join request (%v); run join again with the same token", ErrRefused, err)
 		}

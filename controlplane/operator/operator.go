@@ -31,9 +31,15 @@ var ErrNoLeader = errors.New("no control node answered: the control plane is not
 
 // Client calls the operator API.
 type Client struct {
-	nc      *nats.Conn
-	timeout time.Duration
+	nc         *nats.Conn
+	timeout    time.Duration
+	leaderWait time.Duration
 }
+
+// DefaultLeaderWait is how long a call waits for a control node to serve it: long
+// enough to ride out an election with the default Raft timeouts (2 s), short enough
+// that a mesh which lost its quorum is reported quickly.
+const DefaultLeaderWait = 10 * time.Second
 
 // Options tune Dial.
 type Options struct {
@@ -43,6 +49,10 @@ type Options struct {
 	Timeout time.Duration
 	// Joining lets a join in progress use its own unfinished configuration.
 	Joining bool
+	// LeaderWait bounds how long a call waits while no control node serves the
+	// API (an election, or a daemon still starting); 0 means DefaultLeaderWait,
+	// a negative value fails at once.
+	LeaderWait time.Duration
 }
 
 // Dial connects using dir's mesh.json (brokers, pin) and admin.creds.
@@ -88,15 +98,25 @@ func Dial(dir datadir.Dir, o Options) (*Client, error) {
 		}
 		return nil, fmt.Errorf("%w at %s: %v (is `meshctl serve --data %s` running?)", ErrUnreachable, strings.Join(servers, ", "), err, dir)
 	}
-	return &Client{nc: nc, timeout: timeout}, nil
+	return newClient(nc, timeout, o.LeaderWait), nil
 }
 
 // NewClient wraps an existing connection (tests; the demo uses Dial).
 func NewClient(nc *nats.Conn, timeout time.Duration) *Client {
+	return newClient(nc, timeout, 0)
+}
+
+func newClient(nc *nats.Conn, timeout, leaderWait time.Duration) *Client {
 	if timeout == 0 {
 		timeout = 15 * time.Second
 	}
-	return &Client{nc: nc, timeout: timeout}
+	switch {
+	case leaderWait == 0:
+		leaderWait = DefaultLeaderWait
+	case leaderWait < 0:
+		leaderWait = 0
+	}
+	return &Client{nc: nc, timeout: timeout, leaderWait: leaderWait}
 }
 
 // Close closes the connection.
@@ -109,10 +129,10 @@ func (c *Client) Call(op string, req, res any) error {
 	if err != nil {
 		return err
 	}
-	msg, err := c.nc.Request(api.AdminSubject(op), data, c.timeout)
+	msg, err := Request(c.nc, api.AdminSubject(op), data, c.timeout, c.leaderWait)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return ErrNoLeader
+			return fmt.Errorf("%w; waited %s", ErrNoLeader, c.leaderWait)
 		}
 		if errors.Is(err, nats.ErrTimeout) {
 			return fmt.Errorf("the control plane did not answer %s within %s", op, c.timeout)
@@ -130,6 +150,24 @@ func (c *Client) Call(op string, req, res any) error {
 		return nil
 	}
 	return json.Unmarshal(resp.Result, res)
+}
+
+// Request sends data to subject and waits up to timeout for the answer. "No
+// responders" means the broker delivered the request to nobody (no leader yet, or an
+// election in progress), so sending it again cannot make anything happen twice; it is
+// sent again until leaderWait has passed, and the last "no responders" is returned.
+func Request(nc *nats.Conn, subject string, data []byte, timeout, leaderWait time.Duration) (*nats.Msg, error) {
+	deadline := time.Now().Add(leaderWait)
+	pause := 50 * time.Millisecond
+	for {
+		msg, err := nc.Request(subject, data, timeout)
+		remaining := time.Until(deadline)
+		if !errors.Is(err, nats.ErrNoResponders) || remaining <= 0 {
+			return msg, err
+		}
+		time.Sleep(min(pause, remaining))
+		pause = min(2*pause, time.Second)
+	}
 }
 
 // MintToken mints a worker token for node: the secret is generated here and only its

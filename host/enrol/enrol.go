@@ -326,7 +326,7 @@ func (r *run) request(nc *nats.Conn, kp nkeys.KeyPair, pub string) (wire.EnrolRe
 		Secret: hex.EncodeToString(r.tok.Secret[:]), PublicKey: pub,
 		KeyProof: base64.StdEncoding.EncodeToString(proof), Agent: Agent,
 	})
-	msg, err := nc.Request(wire.EnrolSubject(r.tok.Node), req, r.o.RequestTimeout)
+	msg, err := requestServed(nc, wire.EnrolSubject(r.tok.Node), req, r.o.RequestTimeout)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return wire.EnrolResponse{}, &RefusedError{Code: wire.CodeUnavailable, Message: "no control node is serving enrolments right now"}
@@ -344,6 +344,23 @@ func (r *run) request(nc *nats.Conn, kp nkeys.KeyPair, pub string) (wire.EnrolRe
 		return resp, &RefusedError{Code: resp.Error.Code, Message: resp.Error.Message}
 	}
 	return resp, nil
+}
+
+// requestServed sends a request and waits up to timeout for an answer. While no
+// control node serves the subject (a leader election, a control plane still
+// starting) the broker answers "no responders": nothing received the request, so it
+// is sent again, within the same timeout.
+func requestServed(nc *nats.Conn, subject string, data []byte, timeout time.Duration) (*nats.Msg, error) {
+	deadline := time.Now().Add(timeout)
+	pause := 50 * time.Millisecond
+	for {
+		msg, err := nc.Request(subject, data, time.Until(deadline))
+		if !errors.Is(err, nats.ErrNoResponders) || time.Now().Add(pause).After(deadline) {
+			return msg, err
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, time.Second)
+	}
 }
 
 // verify checks the mesh's answer: the CA it hands over is the pinned one, the keyring

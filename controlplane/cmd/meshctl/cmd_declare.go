@@ -8,8 +8,6 @@ import (
 	"os"
 
 	"mesh/controlplane/api"
-	"mesh/controlplane/datadir"
-	"mesh/controlplane/operator"
 	"mesh/declarations"
 )
 
@@ -25,12 +23,13 @@ with content_base64 instead of content for binary data; paths are relative to th
 host's managed root. "-" reads the body from stdin.`,
 		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
 			var (
-				dir, file, role string
-				nodes           stringList
-				labels          = labelFlag{}
-				all, asJSON     bool
+				cp          controlPlaneFlags
+				file, role  string
+				nodes       stringList
+				labels      = labelFlag{}
+				all, asJSON bool
 			)
-			fs.StringVar(&dir, "data", "", "data directory of a control node (required)")
+			cp.register(fs)
 			fs.StringVar(&file, "file", "", "declaration body, JSON (required; - for stdin)")
 			fs.Var(&nodes, "node", "target node id (repeatable)")
 			fs.StringVar(&role, "role", "", "target every node of this role")
@@ -43,7 +42,7 @@ host's managed root. "-" reads the body from stdin.`,
 				if err := noPositional(args); err != nil {
 					return err
 				}
-				if dir == "" || file == "" {
+				if cp.dir == "" || file == "" {
 					return usagef("--data and --file are required")
 				}
 				if len(nodes) == 0 && role == "" && len(labels) == 0 && !all {
@@ -58,7 +57,7 @@ host's managed root. "-" reads the body from stdin.`,
 					return fmt.Errorf("%s: %w", file, err)
 				}
 				canonical, _ := json.Marshal(body)
-				c, err := operator.Dial(datadir.Dir(dir), operator.Options{})
+				c, err := cp.dial()
 				if err != nil {
 					return err
 				}

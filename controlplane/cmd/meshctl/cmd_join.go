@@ -86,16 +86,16 @@ func controlCommand() command {
 It takes the node out of Raft and of the control plane (stop it first if it is the
 leader). See docs/operations.md.`,
 		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
-			var dir string
-			fs.StringVar(&dir, "data", "", "data directory of a control node (required)")
+			var cp controlPlaneFlags
+			cp.register(fs)
 			return func(args []string) error {
-				if dir == "" {
+				if cp.dir == "" {
 					return usagef("--data is required")
 				}
 				if len(args) != 2 || args[0] != "remove" {
 					return usagef("usage: meshctl control remove --data DIR NODE")
 				}
-				if err := call(dir, api.OpControlRemove, api.ControlRequest{Node: args[1]}, nil); err != nil {
+				if err := cp.call(api.OpControlRemove, api.ControlRequest{Node: args[1]}, nil); err != nil {
 					return err
 				}
 				fmt.Fprintf(cio.stdout, "removed control node %s from Raft and from the control plane\n", strings.TrimSpace(args[1]))

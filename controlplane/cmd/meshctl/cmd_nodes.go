@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"mesh/controlplane/api"
-	"mesh/controlplane/datadir"
-	"mesh/controlplane/operator"
 )
 
 func nodesCommand() command {
@@ -28,15 +26,15 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 		usage:   "--data DIR [--json] [ID...]",
 		summary: summaryText,
 		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
-			var dir string
+			var cp controlPlaneFlags
 			var asJSON bool
-			fs.StringVar(&dir, "data", "", "data directory of a control node (required)")
+			cp.register(fs)
 			fs.BoolVar(&asJSON, "json", false, "print JSON")
 			return func(args []string) error {
-				if dir == "" {
+				if cp.dir == "" {
 					return usagef("--data is required")
 				}
-				res, err := fetchNodes(dir, args)
+				res, err := fetchNodes(&cp, args)
 				if err != nil {
 					return err
 				}
@@ -158,8 +156,8 @@ func summarise(res api.NodesResult) summary {
 }
 
 // fetchNodes reads the roster (or the named nodes), all pages of it.
-func fetchNodes(dir string, ids []string) (api.NodesResult, error) {
-	c, err := operator.Dial(datadir.Dir(dir), operator.Options{})
+func fetchNodes(cp *controlPlaneFlags, ids []string) (api.NodesResult, error) {
+	c, err := cp.dial()
 	if err != nil {
 		return api.NodesResult{}, err
 	}

@@ -14,17 +14,17 @@ func revokeCommand() command {
 		summary: `Revoke a node for good: connections closed at once, its key refused from then on.
 Its agent stops. Enrolling the machine again needs a new token.`,
 		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
-			var dir string
-			fs.StringVar(&dir, "data", "", "data directory of a control node (required)")
+			var cp controlPlaneFlags
+			cp.register(fs)
 			return func(args []string) error {
-				if dir == "" {
+				if cp.dir == "" {
 					return usagef("--data is required")
 				}
 				if len(args) != 1 {
 					return usagef("name exactly one node to revoke")
 				}
 				var res api.RevokeResult
-				if err := call(dir, api.OpRevoke, api.RevokeRequest{Node: args[0]}, &res); err != nil {
+				if err := cp.call(api.OpRevoke, api.RevokeRequest{Node: args[0]}, &res); err != nil {
 					return err
 				}
 				fmt.Fprintf(cio.stdout, "revoked %s: %d connection(s) closed; its key is refused from now on\n", res.Node, res.Kicked)
@@ -40,10 +40,10 @@ func labelCommand() command {
 		usage:   "--data DIR NODE k=v [k=v...]   (k= removes a label)",
 		summary: "Set or remove labels on a node; declarations can target labels with --label.",
 		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
-			var dir string
-			fs.StringVar(&dir, "data", "", "data directory of a control node (required)")
+			var cp controlPlaneFlags
+			cp.register(fs)
 			return func(args []string) error {
-				if dir == "" {
+				if cp.dir == "" {
 					return usagef("--data is required")
 				}
 				if len(args) < 2 {
@@ -56,7 +56,7 @@ func labelCommand() command {
 					}
 				}
 				var v api.NodeView
-				if err := call(dir, api.OpLabel, api.LabelRequest{Node: args[0], Labels: labels}, &v); err != nil {
+				if err := cp.call(api.OpLabel, api.LabelRequest{Node: args[0], Labels: labels}, &v); err != nil {
 					return err
 				}
 				fmt.Fprintf(cio.stdout, "%s labels: %v\n", v.ID, v.Labels)

@@ -6,8 +6,6 @@ import (
 	"text/tabwriter"
 
 	"mesh/controlplane/api"
-	"mesh/controlplane/datadir"
-	"mesh/controlplane/operator"
 )
 
 func signingKeyCommand() command {
@@ -22,13 +20,13 @@ func signingKeyCommand() command {
           current keyring, unless --force, which names the nodes it strands.
 Hosts offline throughout catch up by following the chain of keyrings.`,
 		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
-			var dir string
+			var cp controlPlaneFlags
 			var force, asJSON bool
-			fs.StringVar(&dir, "data", "", "data directory of a control node (required)")
+			cp.register(fs)
 			fs.BoolVar(&force, "force", false, "retire even if live nodes have not acknowledged the new keyring")
 			fs.BoolVar(&asJSON, "json", false, "print JSON")
 			return func(args []string) error {
-				if dir == "" {
+				if cp.dir == "" {
 					return usagef("--data is required")
 				}
 				if len(args) != 1 {
@@ -37,7 +35,7 @@ Hosts offline throughout catch up by following the chain of keyrings.`,
 				if force && args[0] != "retire" {
 					return usagef("--force applies to retire")
 				}
-				c, err := operator.Dial(datadir.Dir(dir), operator.Options{})
+				c, err := cp.dial()
 				if err != nil {
 					return err
 				}

@@ -7,7 +7,6 @@ import (
 
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/join"
-	"mesh/controlplane/operator"
 	"mesh/tokenfmt"
 )
 
@@ -21,12 +20,13 @@ carries the broker addresses, the CA pin and the signing key the node will belie
 Hand it to the machine out of band: meshhost reads it from stdin, a file or MESH_TOKEN.`,
 		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
 			var (
-				dir, node, role             string
+				cp                          controlPlaneFlags
+				node, role                  string
 				addr, raftAddr, clusterAddr string
 				ttl                         time.Duration
 				labels                      = labelFlag{}
 			)
-			fs.StringVar(&dir, "data", "", "data directory of a control node (required)")
+			cp.register(fs)
 			fs.StringVar(&node, "node", "", "id of the node the token admits (required)")
 			fs.StringVar(&role, "role", "worker", "role the token admits: worker or control")
 			fs.DurationVar(&ttl, "ttl", tokenfmt.DefaultTTL, "how long the token stays valid (at most 1h)")
@@ -38,7 +38,7 @@ Hand it to the machine out of band: meshhost reads it from stdin, a file or MESH
 				if err := noPositional(args); err != nil {
 					return err
 				}
-				if dir == "" || node == "" {
+				if cp.dir == "" || node == "" {
 					return usagef("--data and --node are required")
 				}
 				if err := tokenfmt.ValidateNodeID(node); err != nil {
@@ -61,7 +61,7 @@ Hand it to the machine out of band: meshhost reads it from stdin, a file or MESH
 					if _, err := join.ControlAddresses(addr, raftAddr, clusterAddr); err != nil {
 						return usagef("%v", err)
 					}
-					tok, err := join.Mint(datadir.Dir(dir), join.MintOptions{Node: node, Broker: addr, Raft: raftAddr, Cluster: clusterAddr, TTL: ttl})
+					tok, err := join.Mint(datadir.Dir(cp.dir), join.MintOptions{Node: node, Broker: addr, Raft: raftAddr, Cluster: clusterAddr, TTL: ttl})
 					if err != nil {
 						return err
 					}
@@ -71,27 +71,18 @@ Hand it to the machine out of band: meshhost reads it from stdin, a file or MESH
 				if addr != "" || raftAddr != "" || clusterAddr != "" {
 					return usagef("--addr, --raft-addr and --cluster-addr are for --role control")
 				}
-				text, err := mintToken(datadir.Dir(dir), node, r, ttl, labels)
+				c, err := cp.dial()
 				if err != nil {
 					return err
 				}
-				fmt.Fprintln(cio.stdout, text)
+				defer c.Close()
+				tok, err := c.MintToken(node, r, ttl, labels)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(cio.stdout, tok.Encode())
 				return nil
 			}
 		},
 	}
-}
-
-// mintToken mints a token through the control plane of dir and returns its text.
-func mintToken(dir datadir.Dir, node string, role tokenfmt.Role, ttl time.Duration, labels map[string]string) (string, error) {
-	c, err := operator.Dial(dir, operator.Options{})
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	t, err := c.MintToken(node, role, ttl, labels)
-	if err != nil {
-		return "", err
-	}
-	return t.Encode(), nil
 }

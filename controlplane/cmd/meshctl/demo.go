@@ -147,11 +147,16 @@ func runDemo(ctx context.Context, out io.Writer, dir string, keep, verbose bool)
 	n.say("control node cp-1 is the Raft leader; the broker accepts TLS (handshake first) on %s", d.BrokerAddr())
 
 	n.chapter("token: the operator mints a one-time token for node web-1, valid 15 minutes (meshctl token)")
-	text, err := mintToken(cpDir, "web-1", tokenfmt.RoleWorker, 15*time.Minute, nil)
+	op, err := operator.Dial(cpDir, operator.Options{})
 	if err != nil {
 		return err
 	}
-	tok, _ := tokenfmt.Parse(text, time.Now())
+	defer op.Close()
+	tok, err := op.MintToken("web-1", tokenfmt.RoleWorker, 15*time.Minute, nil)
+	if err != nil {
+		return err
+	}
+	text := tok.Encode()
 	n.say("%s", tok) // redacted: a token is a credential, even in a demo
 	n.say("it carries the broker address, the CA pin, the signing key and a 256-bit secret (shown redacted)")
 	n.say("the mesh stored only the secret's hash; the token travels to the new machine out of band")
@@ -171,12 +176,6 @@ func runDemo(ctx context.Context, out io.Writer, dir string, keep, verbose bool)
 	defer stopAgent()
 	go func() { agentDone <- a.Run(actx) }()
 	n.say("managed root: %s", root)
-
-	op, err := operator.Dial(cpDir, operator.Options{})
-	if err != nil {
-		return err
-	}
-	defer op.Close()
 
 	n.chapter("declare: the operator declares web-1's whole state: one file (meshctl declare)")
 	body := []byte(`{"files":[{"path":"etc/motd","content":"welcome to web-1, managed by the mesh\n","mode":"0644"}]}`)

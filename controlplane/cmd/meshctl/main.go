@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"mesh/controlplane/api"
 	"mesh/controlplane/bootstrap"
@@ -236,9 +237,34 @@ func noPositional(args []string) error {
 	return nil
 }
 
-// call runs one operator API call through the control plane of dir.
-func call(dir, op string, req, res any) error {
-	c, err := operator.Dial(datadir.Dir(dir), operator.Options{})
+// controlPlaneFlags are the flags of every command that calls a running control
+// plane: which data directory's configuration and credentials to use, and how long
+// to wait while no control node serves (an election, a daemon still starting).
+type controlPlaneFlags struct {
+	dir        string
+	leaderWait time.Duration
+}
+
+func (f *controlPlaneFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.dir, "data", "", "data directory of a control node (required)")
+	fs.DurationVar(&f.leaderWait, "leader-wait", operator.DefaultLeaderWait, "how long to wait while no control node serves the request (an election); 0 fails at once")
+}
+
+// dial connects to the control plane of f.dir.
+func (f *controlPlaneFlags) dial() (*operator.Client, error) {
+	wait := f.leaderWait
+	switch {
+	case wait < 0:
+		return nil, usagef("--leader-wait %s: must not be negative", wait)
+	case wait == 0:
+		wait = -1 // operator.Options: negative means do not wait
+	}
+	return operator.Dial(datadir.Dir(f.dir), operator.Options{LeaderWait: wait})
+}
+
+// call runs one operator API call.
+func (f *controlPlaneFlags) call(op string, req, res any) error {
+	c, err := f.dial()
 	if err != nil {
 		return err
 	}

@@ -43,6 +43,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"revoke", "--data", dir, "a", "b"}, "exactly one node"},
 		{[]string{"label", "--data", dir, "web-1"}, "at least one k=v"},
 		{[]string{"nodes", "--bogus"}, "flag provided but not defined"},
+		{[]string{"nodes", "--data", dir, "--leader-wait", "soon"}, "invalid value"},
+		{[]string{"nodes", "--data", dir, "--leader-wait", "-1s"}, "must not be negative"},
+		{[]string{"revoke", "--data", dir, "--leader-wait", "-1s", "web-1"}, "must not be negative"},
 	}
 	for _, c := range cases {
 		code, _, stderr := runCLI(c.args...)

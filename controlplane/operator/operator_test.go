@@ -1,0 +1,76 @@
+package operator
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"mesh/controlplane/api"
+)
+
+// startBroker runs a real nats-server on a loopback port; the operator client's
+// retry logic depends only on how the broker answers a request nobody listens to.
+func startBroker(t *testing.T) *nats.Conn {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	t.Cleanup(s.Shutdown)
+	if !s.ReadyForConnections(5 * time.Second) {
+		t.Fatal("broker not ready")
+	}
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func TestCallWaitsForALeader(t *testing.T) {
+	nc := startBroker(t)
+	c := newClient(nc, 5*time.Second, 5*time.Second)
+	// The API appears 300 ms after the call is made, as when a daemon is still
+	// starting or an election is under way.
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_, _ = nc.Subscribe(api.AdminSubject(api.OpPing), func(m *nats.Msg) {
+			out, _ := json.Marshal(api.AdminResponse{Result: json.RawMessage(`{"mesh":"m"}`)})
+			_ = m.Respond(out)
+		})
+	}()
+	var res struct{ Mesh string }
+	if err := c.Call(api.OpPing, struct{}{}, &res); err != nil {
+		t.Fatalf("call during a leaderless moment: %v", err)
+	}
+	if res.Mesh != "m" {
+		t.Fatalf("result %+v", res)
+	}
+}
+
+func TestCallGivesUpWithoutALeader(t *testing.T) {
+	nc := startBroker(t)
+	for _, tc := range []struct {
+		wait, atLeast, atMost time.Duration
+	}{
+		{wait: 400 * time.Millisecond, atLeast: 250 * time.Millisecond, atMost: 5 * time.Second},
+		{wait: -1, atLeast: 0, atMost: 5 * time.Second},
+	} {
+		c := newClient(nc, 5*time.Second, tc.wait)
+		start := time.Now()
+		err := c.Call(api.OpPing, struct{}{}, nil)
+		took := time.Since(start)
+		if !errors.Is(err, ErrNoLeader) {
+			t.Fatalf("wait %s: want ErrNoLeader, got %v", tc.wait, err)
+		}
+		if took < tc.atLeast || took > tc.atMost {
+			t.Fatalf("wait %s: gave up after %s", tc.wait, took)
+		}
+	}
+}

@@ -1,0 +1,55 @@
+package enrol
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// A real nats-server on loopback: what matters here is how a broker answers a
+// request that no control node listens to yet.
+func startBroker(t *testing.T) *nats.Conn {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	t.Cleanup(s.Shutdown)
+	if !s.ReadyForConnections(5 * time.Second) {
+		t.Fatal("broker not ready")
+	}
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func TestRequestServedWaitsOutALeaderlessMoment(t *testing.T) {
+	nc := startBroker(t)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_, _ = nc.Subscribe("mesh.enrol.web-1", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) })
+	}()
+	msg, err := requestServed(nc, "mesh.enrol.web-1", []byte("{}"), 5*time.Second)
+	if err != nil || string(msg.Data) != "ok" {
+		t.Fatalf("want the answer once a control node serves, got %v", err)
+	}
+}
+
+func TestRequestServedGivesUpAtTheTimeout(t *testing.T) {
+	nc := startBroker(t)
+	start := time.Now()
+	_, err := requestServed(nc, "mesh.enrol.web-1", []byte("{}"), 500*time.Millisecond)
+	if !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("want no responders, got %v", err)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond || took > 3*time.Second {
+		t.Fatalf("gave up after %s, want about the 500 ms timeout", took)
+	}
+}
