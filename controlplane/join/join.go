@@ -146,12 +146,18 @@ func ControlAddresses(brokerAddr, raftAddr, clusterAddr string) (api.ControlMemb
 	if clusterAddr == "" {
 		clusterAddr = netip.AddrPortFrom(ap.Addr(), ap.Port()+2).String()
 	}
-	for _, a := range []string{raftAddr, clusterAddr} {
-		if _, err := netip.ParseAddrPort(a); err != nil {
-			return api.ControlMember{}, fmt.Errorf("%q is not ip:port", a)
+	parsed := make([]netip.AddrPort, 0, 2)
+	for _, a := range []struct{ flag, addr string }{{"--raft-addr", raftAddr}, {"--cluster-addr", clusterAddr}} {
+		p, err := netip.ParseAddrPort(a.addr)
+		if err != nil || p.Addr().IsUnspecified() || p.Port() == 0 {
+			return api.ControlMember{}, fmt.Errorf("%s %q must be a concrete ip:port the other control nodes can dial", a.flag, a.addr)
 		}
+		parsed = append(parsed, p)
 	}
-	return api.ControlMember{Broker: ap.String(), Raft: raftAddr, Cluster: clusterAddr}, nil
+	if parsed[0] == ap || parsed[1] == ap || parsed[0] == parsed[1] {
+		return api.ControlMember{}, fmt.Errorf("the broker, Raft and cluster addresses must differ (got %s, %s, %s)", ap, parsed[0], parsed[1])
+	}
+	return api.ControlMember{Broker: ap.String(), Raft: parsed[0].String(), Cluster: parsed[1].String()}, nil
 }
 
 // Options are a join's inputs.

@@ -1,0 +1,229 @@
+package join
+
+import (
+	"crypto/ed25519"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/pki"
+	"mesh/tokenfmt"
+)
+
+func TestControlAddresses(t *testing.T) {
+	got, err := ControlAddresses("10.0.0.2:7300", "", "")
+	if err != nil || got.Broker != "10.0.0.2:7300" || got.Raft != "10.0.0.2:7301" || got.Cluster != "10.0.0.2:7302" {
+		t.Fatalf("defaults: %+v, %v", got, err)
+	}
+	got, err = ControlAddresses("10.0.0.2:7300", "10.0.1.2:9000", "10.0.1.2:9001")
+	if err != nil || got.Raft != "10.0.1.2:9000" || got.Cluster != "10.0.1.2:9001" {
+		t.Fatalf("explicit: %+v, %v", got, err)
+	}
+	for _, c := range []struct{ broker, raft, cluster, want string }{
+		{"", "", "", "--addr"},
+		{"cp-2:7300", "", "", "--addr"},                       // a name: the certificate carries IPs
+		{"0.0.0.0:7300", "", "", "--addr"},                    // hosts cannot dial "anywhere"
+		{"10.0.0.2:0", "", "", "--addr"},                      // no port
+		{"10.0.0.2:65535", "", "", "--addr"},                  // +1 and +2 would overflow
+		{"10.0.0.2:7300", "raft", "", "--raft-addr"},          // not ip:port
+		{"10.0.0.2:7300", "[::]:7301", "", "--raft-addr"},     // unspecified
+		{"10.0.0.2:7300", "", "10.0.0.2:0", "--cluster-addr"}, // no port
+		{"10.0.0.2:7300", "10.0.0.2:7300", "", "must differ"}, // the broker's own port
+		{"10.0.0.2:7300", "", "10.0.0.2:7301", "must differ"}, // the default Raft port
+		{"10.0.0.2:7300", strings.Repeat("9", 300), "", "--raft-addr"},
+	} {
+		if _, err := ControlAddresses(c.broker, c.raft, c.cluster); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ControlAddresses(%q, %q, %q) = %v, want an error naming %s", c.broker, c.raft, c.cluster, err, c.want)
+		}
+	}
+}
+
+// controlToken mints a control token for node cp-2 of mesh "m" whose broker is addr
+// and whose pin is pin.
+func controlToken(t *testing.T, addr string, pin [32]byte, role tokenfmt.Role, now time.Time) string {
+	t.Helper()
+	pub, _, _ := ed25519.GenerateKey(nil)
+	tok, err := tokenfmt.Mint(tokenfmt.MintOptions{
+		Mesh: "m", Brokers: []netip.AddrPort{netip.MustParseAddrPort(addr)}, CAPin: pin, SigningKey: pub,
+		Node: "cp-2", Role: role, TTL: 15 * time.Minute, Now: now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.Encode()
+}
+
+func TestJoinRefusesUnusableTokens(t *testing.T) {
+	pin := [32]byte{1}
+	now := time.Now()
+	for name, c := range map[string]struct {
+		token, want string
+	}{
+		"empty":            {"", "empty"},
+		"garbage":          {"not a token at all", "not a mesh join token"},
+		"truncated":        {controlToken(t, "127.0.0.1:7300", pin, tokenfmt.RoleControl, now)[:40], "truncated"},
+		"worker token":     {controlToken(t, "127.0.0.1:7300", pin, tokenfmt.RoleWorker, now), "workers enrol with meshhost enrol"},
+		"expired long ago": {controlToken(t, "127.0.0.1:7300", pin, tokenfmt.RoleControl, now.Add(-time.Hour)), "expired"},
+		"oversized":        {strings.Repeat("A", 1<<20), "more than the 4096"},
+		"blank":            {"  \n", "empty"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "cp-2")
+			err := Join(t.Context(), Options{Dir: datadir.Dir(dir), Token: c.token})
+			if !errors.Is(err, ErrToken) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("want ErrToken naming %q, got %v", c.want, err)
+			}
+			if _, statErr := os.Stat(dir); !errors.Is(statErr, os.ErrNotExist) {
+				t.Fatalf("a refused token created %s", dir)
+			}
+		})
+	}
+}
+
+func TestJoinDataDirectoryInTheWay(t *testing.T) {
+	pin := [32]byte{1}
+	tok := controlToken(t, "127.0.0.1:1", pin, tokenfmt.RoleControl, time.Now())
+	for name, c := range map[string]struct {
+		prepare func(d datadir.Dir)
+		target  error
+		want    string
+	}{
+		"not empty": {func(d datadir.Dir) { write(t, d.Path("notes.txt"), "mine") }, ErrDataDir, "not empty"},
+		"another mesh's node": {func(d datadir.Dir) {
+			save(t, d, datadir.Config{Mesh: "other", Node: "cp-2", Listen: "127.0.0.1:1", Brokers: []string{"127.0.0.1:1"}, CAPin: "00"})
+		}, ErrDataDir, "use another --data directory"},
+		"another node of this mesh": {func(d datadir.Dir) {
+			save(t, d, datadir.Config{Mesh: "m", Node: "cp-7", Listen: "127.0.0.1:1", Brokers: []string{"127.0.0.1:1"}, CAPin: "00"})
+		}, ErrDataDir, "cp-7"},
+		"already joined": {func(d datadir.Dir) {
+			save(t, d, datadir.Config{Mesh: "m", Node: "cp-2", Listen: "127.0.0.1:1", Brokers: []string{"127.0.0.1:1"}, CAPin: "00"})
+		}, ErrAlreadyJoined, "nothing to do"},
+		"corrupt mesh.json": {func(d datadir.Dir) { write(t, d.Path(datadir.ConfigFile), `{"mesh":`) }, ErrDataDir, "corrupt"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := datadir.Dir(t.TempDir())
+			c.prepare(d)
+			before := listing(t, d)
+			err := Join(t.Context(), Options{Dir: d, Token: tok})
+			if !errors.Is(err, c.target) || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("want %v naming %q, got %v", c.target, c.want, err)
+			}
+			if after := listing(t, d); after != before {
+				t.Fatalf("the refused join changed the directory: %s -> %s", before, after)
+			}
+		})
+	}
+}
+
+// TestJoinRefusesAnImpostorBeforeTheSecret: a TLS server under another CA at the
+// token's broker address gets a handshake and not one application byte, so the
+// secret never leaves; nothing is written but the join's own pending keys.
+func TestJoinRefusesAnImpostorBeforeTheSecret(t *testing.T) {
+	now := time.Now()
+	other, _, err := pki.NewCA("impostor", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := other.IssueLeaf("impostor", []net.IP{net.IPv4(127, 0, 0, 1)}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pki.ServerConfig(leaf, other.CertPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var received atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				n, _ := io.Copy(io.Discard, c) // completes the handshake, counts what follows
+				received.Add(n)
+			}()
+		}
+	}()
+
+	realCA, _, err := pki.NewCA("m", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := controlToken(t, ln.Addr().String(), realCA.Pin(), tokenfmt.RoleControl, now)
+	d := datadir.Dir(filepath.Join(t.TempDir(), "cp-2"))
+	err = Join(t.Context(), Options{Dir: d, Token: tok})
+	if !errors.Is(err, pki.ErrPinMismatch) {
+		t.Fatalf("want the pin mismatch, got %v", err)
+	}
+	ln.Close()
+	time.Sleep(100 * time.Millisecond)
+	if n := received.Load(); n != 0 {
+		t.Fatalf("the impostor received %d application bytes", n)
+	}
+	if d.Exists(datadir.ConfigFile) {
+		t.Fatal("a refused join wrote mesh.json")
+	}
+}
+
+func TestJoinUnreachableSaysRetry(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	pin := [32]byte{1}
+	d := datadir.Dir(filepath.Join(t.TempDir(), "cp-2"))
+	err = Join(t.Context(), Options{Dir: d, Token: controlToken(t, addr, pin, tokenfmt.RoleControl, time.Now())})
+	if err == nil || !strings.Contains(err.Error(), "retrying may help") {
+		t.Fatalf("want an unreachable mesh that says retrying may help, got %v", err)
+	}
+	if d.Exists(datadir.ConfigFile) {
+		t.Fatal("an unreachable mesh left mesh.json")
+	}
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func save(t *testing.T, d datadir.Dir, c datadir.Config) {
+	t.Helper()
+	if err := d.SaveConfig(c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func listing(t *testing.T, d datadir.Dir) string {
+	t.Helper()
+	entries, err := os.ReadDir(string(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		info, _ := e.Info()
+		names = append(names, e.Name()+":"+info.ModTime().String())
+	}
+	return strings.Join(names, ",")
+}
