@@ -65,6 +65,8 @@ type MintOptions struct {
 	Broker, Raft, Cluster string
 	TTL                   time.Duration
 	Now                   func() time.Time
+	// Operator tunes the call to the control plane (its LeaderWait, say).
+	Operator operator.Options
 }
 
 // Mint mints a control token through the control plane of dir, which must hold the CA
@@ -118,7 +120,7 @@ func Mint(dir datadir.Dir, o MintOptions) (tokenfmt.Token, error) {
 	if err != nil {
 		return tok, err
 	}
-	c, err := operator.Dial(dir, operator.Options{})
+	c, err := operator.Dial(dir, o.Operator)
 	if err != nil {
 		return tok, err
 	}

@@ -61,7 +61,11 @@ Hand it to the machine out of band: meshhost reads it from stdin, a file or MESH
 					if _, err := join.ControlAddresses(addr, raftAddr, clusterAddr); err != nil {
 						return usagef("%v", err)
 					}
-					tok, err := join.Mint(datadir.Dir(cp.dir), join.MintOptions{Node: node, Broker: addr, Raft: raftAddr, Cluster: clusterAddr, TTL: ttl})
+					opts, err := cp.options()
+					if err != nil {
+						return err
+					}
+					tok, err := join.Mint(datadir.Dir(cp.dir), join.MintOptions{Node: node, Broker: addr, Raft: raftAddr, Cluster: clusterAddr, TTL: ttl, Operator: opts})
 					if err != nil {
 						return err
 					}

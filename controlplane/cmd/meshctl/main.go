@@ -250,16 +250,24 @@ func (f *controlPlaneFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.leaderWait, "leader-wait", operator.DefaultLeaderWait, "how long to wait while no control node serves the request (an election); 0 fails at once")
 }
 
+// options are the operator client's options the flags ask for.
+func (f *controlPlaneFlags) options() (operator.Options, error) {
+	switch {
+	case f.leaderWait < 0:
+		return operator.Options{}, usagef("--leader-wait %s: must not be negative", f.leaderWait)
+	case f.leaderWait == 0:
+		return operator.Options{LeaderWait: -1}, nil // negative there means do not wait
+	}
+	return operator.Options{LeaderWait: f.leaderWait}, nil
+}
+
 // dial connects to the control plane of f.dir.
 func (f *controlPlaneFlags) dial() (*operator.Client, error) {
-	wait := f.leaderWait
-	switch {
-	case wait < 0:
-		return nil, usagef("--leader-wait %s: must not be negative", wait)
-	case wait == 0:
-		wait = -1 // operator.Options: negative means do not wait
+	o, err := f.options()
+	if err != nil {
+		return nil, err
 	}
-	return operator.Dial(datadir.Dir(f.dir), operator.Options{LeaderWait: wait})
+	return operator.Dial(datadir.Dir(f.dir), o)
 }
 
 // call runs one operator API call.

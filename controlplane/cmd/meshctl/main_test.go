@@ -50,6 +50,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"nodes", "--data", dir, "--leader-wait", "soon"}, "invalid value"},
 		{[]string{"nodes", "--data", dir, "--leader-wait", "-1s"}, "must not be negative"},
 		{[]string{"revoke", "--data", dir, "--leader-wait", "-1s", "web-1"}, "must not be negative"},
+		{[]string{"token", "--data", dir, "--node", "cp-2", "--role", "control", "--addr", "127.0.0.1:7300", "--leader-wait", "-1s"}, "must not be negative"},
 	}
 	for _, c := range cases {
 		code, _, stderr := runCLI(c.args...)
