@@ -24,17 +24,18 @@ type Client struct {
 	TLS      *tls.ConnectionState
 }
 
-// Grant is the outcome of a successful authentication: who the client is and what it may
-// do. The broker refuses everything a Grant does not allow.
+// Grant is the outcome of a successful authentication: who the client is, the account
+// it is placed in and what it may do there. The broker refuses everything a Grant does
+// not allow; no grant allows everything.
 type Grant struct {
 	// User is the name the connection is known by (used to find and kick it).
 	User string
+	// Account is where the client's subjects live; it must be set.
+	Account Account
 	// Publish and Subscribe list the allowed subjects; an empty or nil list allows
-	// nothing. Only AllowAll grants everything.
+	// nothing.
 	Publish   []string
 	Subscribe []string
-	// AllowAll grants every subject (operators and the control plane itself).
-	AllowAll bool
 	// Deadline, when set, closes the connection at that time (enrolling clients).
 	Deadline time.Time
 }
@@ -51,8 +52,10 @@ var ErrRefused = errors.New("connection refused")
 
 // hook adapts an Authenticator to nats-server's CustomClientAuthentication.
 type hook struct {
-	auth Authenticator
-	log  *slog.Logger
+	auth     Authenticator
+	log      *slog.Logger
+	accounts *accounts
+	ns       *server.Server
 }
 
 func (h *hook) Check(c server.ClientAuthentication) bool {
@@ -77,14 +80,25 @@ func (h *hook) Check(c server.ClientAuthentication) bool {
 		h.log.Warn("client refused", "remote", addrString(cl.Remote), "user", cl.Username, "nkey", cl.Nkey, "reason", err.Error())
 		return false
 	}
-	u := &server.User{Username: g.User, ConnectionDeadline: g.Deadline}
-	if !g.AllowAll {
-		u.Permissions = &server.Permissions{
+	name, ok := h.accounts.names[g.Account]
+	if !ok {
+		h.log.Error("client refused: the grant names no account", "user", g.User)
+		return false
+	}
+	acc, err := h.ns.LookupAccount(name)
+	if err != nil {
+		h.log.Error("client refused: account not found", "account", g.Account.String(), "err", err)
+		return false
+	}
+	c.RegisterUser(&server.User{
+		Username:           g.User,
+		Account:            acc,
+		ConnectionDeadline: g.Deadline,
+		Permissions: &server.Permissions{
 			Publish:   allowOnly(g.Publish),
 			Subscribe: allowOnly(g.Subscribe),
-		}
-	}
-	c.RegisterUser(u)
+		},
+	})
 	return true
 }
 

@@ -1,10 +1,12 @@
 // Package broker embeds the NATS server that every node of the mesh connects to.
 //
 // The broker does not decide who may connect: for every client it asks an
-// Authenticator (the control plane, which holds the roster), and applies the
-// permissions the Authenticator grants. Everything the broker serves is TLS with the
-// handshake first, so no byte of the NATS protocol crosses in clear and a client can
-// check the pin before it sends anything.
+// Authenticator (the control plane, which holds the roster), and places the client in
+// the account, with the permissions, the Authenticator grants. The accounts separate
+// hosts, the control plane, operators and nats-server's system account; messages cross
+// between them only along the Flows given at start (docs/decisions/0008). Everything
+// the broker serves is TLS with the handshake first, so no byte of the NATS protocol
+// crosses in clear and a client can check the pin before it sends anything.
 package broker
 
 import (
@@ -26,6 +28,12 @@ import (
 type Config struct {
 	// Name identifies this broker among the mesh's brokers (the control node's id).
 	Name string
+	// Mesh is the mesh id; it names the accounts alike on every broker of the mesh.
+	Mesh string
+	// Flows are the subjects that cross between accounts.
+	Flows Flows
+	// HostLimits bound every connection of the hosts account.
+	HostLimits Limits
 	// Listen is the client address, ip:port; port 0 picks a free port (see Addr).
 	Listen string
 	// TLS is the server configuration: the leaf with the mesh CA in its chain.
@@ -36,7 +44,8 @@ type Config struct {
 	Cluster *ClusterConfig
 	// Logger receives the broker's own log lines (permission violations among them).
 	Logger *slog.Logger
-	// MaxPayload caps one message; 0 means 2 MiB (a declaration is at most 1 MiB).
+	// MaxPayload caps one message in any account; 0 means 2 MiB (a declaration is at
+	// most 1 MiB). HostLimits caps the hosts account further.
 	MaxPayload int32
 }
 
@@ -49,9 +58,10 @@ type ClusterConfig struct {
 
 // Server is a running embedded broker.
 type Server struct {
-	ns     *server.Server
-	log    *slog.Logger
-	listen string
+	ns       *server.Server
+	log      *slog.Logger
+	listen   string
+	accounts *accounts
 }
 
 // Start configures and starts the broker and waits until it accepts connections.
@@ -72,14 +82,18 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	port = anyPort(port)
 	// nats-server discards a client's JWT unless it runs in operator mode, and the
-	// operators' standard .creds files authenticate with one. A trusted key that
-	// signs nothing switches operator mode on; no account JWT is ever resolved,
-	// because the authentication hook decides every client (docs/decisions/0002).
-	throwaway, err := nkeys.CreateOperator()
+	// operators' standard .creds files authenticate with one. A key of this process
+	// is the trusted operator: it signs the account JWTs and nothing else, and the
+	// authentication hook decides every client (docs/decisions/0002, 0008).
+	operator, err := nkeys.CreateOperator()
 	if err != nil {
 		return nil, fmt.Errorf("broker: %w", err)
 	}
-	trusted, _ := throwaway.PublicKey()
+	trusted, _ := operator.PublicKey()
+	accts, err := newAccounts(cfg.Mesh, operator, cfg.Flows, cfg.HostLimits)
+	if err != nil {
+		return nil, err
+	}
 	maxPayload := cfg.MaxPayload
 	if maxPayload == 0 {
 		maxPayload = 2 << 20
@@ -99,9 +113,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		// A client must authenticate quickly; enrolling clients get a connection deadline
 		// of their own on top of this.
 		AuthTimeout:                5,
-		CustomClientAuthentication: &hook{auth: cfg.Auth, log: log},
-		TrustedKeys:                []string{trusted},
-		AccountResolver:            &server.MemAccResolver{},
+		TrustedKeys:     []string{trusted},
+		AccountResolver: accts.resolver,
+		SystemAccount:   accts.system,
 		// The broker is a message bus, not a store; JetStream stays off.
 		JetStream: false,
 		HTTPPort:  0,
@@ -130,10 +144,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			opts.Routes = append(opts.Routes, server.RoutesFromStr("tls://"+r)...)
 		}
 	}
+	h := &hook{auth: cfg.Auth, log: log, accounts: accts}
+	opts.CustomClientAuthentication = h
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("broker: %w", err)
 	}
+	h.ns = ns
 	ns.SetLoggerV2(&logAdapter{log: log.With("component", "broker")}, false, false, false)
 	go ns.Start()
 	deadline := 10 * time.Second
@@ -144,7 +161,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("broker: not accepting connections on %s after %s (is the address in use?)", cfg.Listen, deadline)
 	}
-	return &Server{ns: ns, log: log, listen: ns.ClientURL()}, nil
+	return &Server{ns: ns, log: log, listen: ns.ClientURL(), accounts: accts}, nil
 }
 
 // Addr returns the address clients connect to, ip:port.
@@ -159,6 +176,16 @@ func (s *Server) Addr() string {
 // InProcess returns the provider for an in-process client connection (no socket, no
 // TLS), used by the control plane for its own client.
 func (s *Server) InProcess() *server.Server { return s.ns }
+
+// ConnectionEvents returns the subjects on which nats-server announces, in the system
+// account and across the cluster, each connection that opens or closes in account a.
+func (s *Server) ConnectionEvents(a Account) (connect, disconnect string) {
+	name := s.accounts.names[a]
+	return "$SYS.ACCOUNT." + name + ".CONNECT", "$SYS.ACCOUNT." + name + ".DISCONNECT"
+}
+
+// AccountName returns the name nats-server knows account a by (a public account key).
+func (s *Server) AccountName(a Account) string { return s.accounts.names[a] }
 
 // Kick closes every connection authenticated as user on this broker and returns how
 // many it closed. user is the name nats-server knows the connection by: for a client

@@ -94,12 +94,23 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// testFlows are the mesh's own flows between accounts: declarations from the control
+// account to hosts, the operator API from the control account to operators.
+var testFlows = broker.Flows{HostStreams: []string{"mesh.node.*.decl"}, OperatorServices: []string{"mesh.admin.>"}}
+
+// everything grants user every subject of account a.
+func everything(user string, a broker.Account) broker.Grant {
+	return broker.Grant{User: user, Account: a, Publish: []string{">"}, Subscribe: []string{">"}}
+}
+
 func start(t testing.TB, m *mesh, auth broker.Authenticator) (*broker.Server, *syncBuffer) {
 	t.Helper()
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := broker.Start(ctx, broker.Config{
+		Mesh:   "test",
+		Flows:  testFlows,
 		Name:   "cp-1",
 		Listen: "127.0.0.1:0",
 		TLS:    m.server,
@@ -188,12 +199,12 @@ func TestStartRefusesBadConfig(t *testing.T) {
 		name string
 		cfg  broker.Config
 	}{
-		{"no TLS", broker.Config{Listen: "127.0.0.1:0", Auth: auth}},
-		{"no authenticator", broker.Config{Listen: "127.0.0.1:0", TLS: m.server}},
-		{"listen not ip:port", broker.Config{Listen: "nonsense", TLS: m.server, Auth: auth}},
-		{"listen bad port", broker.Config{Listen: "127.0.0.1:99999", TLS: m.server, Auth: auth}},
-		{"bad cluster address", broker.Config{Listen: "127.0.0.1:0", TLS: m.server, Auth: auth, Cluster: &broker.ClusterConfig{Listen: "x"}}},
-		{"bad route", broker.Config{Listen: "127.0.0.1:0", TLS: m.server, Auth: auth, Cluster: &broker.ClusterConfig{Listen: "127.0.0.1:0", Routes: []string{"nowhere"}}}},
+		{"no TLS", broker.Config{Mesh: "test", Flows: testFlows, Listen: "127.0.0.1:0", Auth: auth}},
+		{"no authenticator", broker.Config{Mesh: "test", Flows: testFlows, Listen: "127.0.0.1:0", TLS: m.server}},
+		{"listen not ip:port", broker.Config{Mesh: "test", Flows: testFlows, Listen: "nonsense", TLS: m.server, Auth: auth}},
+		{"listen bad port", broker.Config{Mesh: "test", Flows: testFlows, Listen: "127.0.0.1:99999", TLS: m.server, Auth: auth}},
+		{"bad cluster address", broker.Config{Mesh: "test", Flows: testFlows, Listen: "127.0.0.1:0", TLS: m.server, Auth: auth, Cluster: &broker.ClusterConfig{Listen: "x"}}},
+		{"bad route", broker.Config{Mesh: "test", Flows: testFlows, Listen: "127.0.0.1:0", TLS: m.server, Auth: auth, Cluster: &broker.ClusterConfig{Listen: "127.0.0.1:0", Routes: []string{"nowhere"}}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.cfg.Logger = slog.New(slog.DiscardHandler)
@@ -216,7 +227,7 @@ func TestStartAddressInUse(t *testing.T) {
 	defer ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	s, err := broker.Start(ctx, broker.Config{Listen: ln.Addr().String(), TLS: m.server, Auth: byToken(nil), Logger: slog.New(slog.DiscardHandler)})
+	s, err := broker.Start(ctx, broker.Config{Mesh: "test", Flows: testFlows, Listen: ln.Addr().String(), TLS: m.server, Auth: byToken(nil), Logger: slog.New(slog.DiscardHandler)})
 	if err == nil {
 		s.Shutdown()
 		t.Fatal("started on an address in use")
@@ -245,7 +256,7 @@ func TestListenPortZeroPicksAFreePort(t *testing.T) {
 func TestTLSHandshakeFirstOnly(t *testing.T) {
 	t.Parallel() // waits on timers
 	m := newMesh(t)
-	auth := byToken(map[string]broker.Grant{"t": {User: "x", AllowAll: true}})
+	auth := byToken(map[string]broker.Grant{"t": everything("x", broker.AccountControl)})
 	s, _ := start(t, m, auth)
 
 	// A client that waits for the INFO line in clear before TLS gets nothing.
@@ -277,7 +288,7 @@ func TestTLSHandshakeFirstOnly(t *testing.T) {
 
 func TestPinMismatchReachesNoAuthenticator(t *testing.T) {
 	m, other := newMesh(t), newMesh(t)
-	auth := byToken(map[string]broker.Grant{"t": {User: "x", AllowAll: true}})
+	auth := byToken(map[string]broker.Grant{"t": everything("x", broker.AccountControl)})
 	s, _ := start(t, m, auth)
 	_, err := dial(t, s, other.ca.Pin(), nats.Token("t"))
 	if err == nil {
@@ -323,9 +334,10 @@ func TestRefusedClient(t *testing.T) {
 func TestGrantsRestrictSubjects(t *testing.T) {
 	m := newMesh(t)
 	auth := byToken(map[string]broker.Grant{
-		"cp": {User: "control-plane", AllowAll: true},
+		"cp": everything("control-plane", broker.AccountHosts),
 		"node-a": {
 			User:      "node:a",
+			Account:   broker.AccountHosts,
 			Publish:   []string{"mesh.node.a.status", "mesh.node.a.sync"},
 			Subscribe: []string{"mesh.node.a.decl", "_INBOX.node.a.>"},
 		},
@@ -398,10 +410,10 @@ func TestGrantsRestrictSubjects(t *testing.T) {
 func TestEmptyGrantAllowsNothing(t *testing.T) {
 	m := newMesh(t)
 	auth := byToken(map[string]broker.Grant{
-		"cp":       {User: "control-plane", AllowAll: true},
-		"sub-only": {User: "sub-only", Subscribe: []string{"allowed"}},
-		"nothing":  {User: "nothing"},
-		"empty":    {User: "empty", Publish: []string{}, Subscribe: []string{}},
+		"cp":       everything("control-plane", broker.AccountControl),
+		"sub-only": {User: "sub-only", Account: broker.AccountControl, Subscribe: []string{"allowed"}},
+		"nothing":  {User: "nothing", Account: broker.AccountControl},
+		"empty":    {User: "empty", Account: broker.AccountControl, Publish: []string{}, Subscribe: []string{}},
 	})
 	s, _ := start(t, m, auth)
 	cp := mustDial(t, s, m.ca.Pin(), nats.Token("cp"))
@@ -436,7 +448,7 @@ func TestDeadlineClosesTheConnection(t *testing.T) {
 	var deadline time.Time
 	auth := &fakeAuth{decide: func(broker.Client) (broker.Grant, error) {
 		deadline = time.Now().Add(life)
-		return broker.Grant{User: "enrol:a", Publish: []string{"mesh.enrol.a"}, Deadline: deadline}, nil
+		return broker.Grant{User: "enrol:a", Account: broker.AccountHosts, Publish: []string{"mesh.enrol.a"}, Deadline: deadline}, nil
 	}}
 	s, _ := start(t, m, auth)
 	c := mustDial(t, s, m.ca.Pin(), nats.UserInfo("enrol:a", "x"))
@@ -456,7 +468,7 @@ func TestDeadlineClosesTheConnection(t *testing.T) {
 func TestNoDeadlineStaysOpen(t *testing.T) {
 	t.Parallel() // waits on timers
 	m := newMesh(t)
-	s, _ := start(t, m, byToken(map[string]broker.Grant{"t": {User: "x", AllowAll: true}}))
+	s, _ := start(t, m, byToken(map[string]broker.Grant{"t": everything("x", broker.AccountControl)}))
 	c := mustDial(t, s, m.ca.Pin(), nats.Token("t"))
 	select {
 	case <-c.closed:
@@ -472,9 +484,9 @@ func TestKickAndConnections(t *testing.T) {
 	auth := &fakeAuth{decide: func(c broker.Client) (broker.Grant, error) {
 		switch {
 		case c.Token == "op":
-			return broker.Grant{User: "operator:alice", AllowAll: true}, nil
+			return everything("operator:alice", broker.AccountControl), nil
 		case c.Nkey == nodePub:
-			return broker.Grant{User: "node:a", Publish: []string{"mesh.node.a.status"}, Subscribe: []string{"mesh.node.a.decl"}}, nil
+			return broker.Grant{User: "node:a", Account: broker.AccountHosts, Publish: []string{"mesh.node.a.status"}, Subscribe: []string{"mesh.node.a.decl"}}, nil
 		}
 		return broker.Grant{}, broker.ErrRefused
 	}}
@@ -517,7 +529,9 @@ func TestNkeyClientPresentsASignedNonce(t *testing.T) {
 	m := newMesh(t)
 	kp, _ := nkeys.CreateUser()
 	pub, _ := kp.PublicKey()
-	auth := &fakeAuth{decide: func(broker.Client) (broker.Grant, error) { return broker.Grant{User: "n", AllowAll: true}, nil }}
+	auth := &fakeAuth{decide: func(broker.Client) (broker.Grant, error) {
+		return everything("n", broker.AccountControl), nil
+	}}
 	s, _ := start(t, m, auth)
 	mustDial(t, s, m.ca.Pin(), nats.Nkey(pub, kp.Sign))
 	c := auth.calls()[0]
@@ -549,7 +563,7 @@ func TestUserJWTReachesTheAuthenticator(t *testing.T) {
 		if c.JWT == "" {
 			return broker.Grant{}, broker.ErrRefused
 		}
-		return broker.Grant{User: "operator:admin", AllowAll: true}, nil
+		return everything("operator:admin", broker.AccountControl), nil
 	}}
 	s, _ := start(t, m, auth)
 	c := mustDial(t, s, m.ca.Pin(), nats.UserJWTAndSeed(token, string(seed)))
@@ -580,7 +594,7 @@ func TestUserJWTReachesTheAuthenticator(t *testing.T) {
 
 func TestTraffic(t *testing.T) {
 	m := newMesh(t)
-	s, _ := start(t, m, byToken(map[string]broker.Grant{"t": {User: "x", AllowAll: true}}))
+	s, _ := start(t, m, byToken(map[string]broker.Grant{"t": everything("x", broker.AccountControl)}))
 	conns0, in0, err := s.Traffic()
 	if err != nil {
 		t.Fatal(err)
@@ -607,8 +621,8 @@ func TestMaxPayload(t *testing.T) {
 	m := newMesh(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := broker.Start(ctx, broker.Config{Listen: "127.0.0.1:0", TLS: m.server, MaxPayload: 1024,
-		Auth: byToken(map[string]broker.Grant{"t": {User: "x", AllowAll: true}}), Logger: slog.New(slog.DiscardHandler)})
+	s, err := broker.Start(ctx, broker.Config{Mesh: "test", Flows: testFlows, Listen: "127.0.0.1:0", TLS: m.server, MaxPayload: 1024,
+		Auth: byToken(map[string]broker.Grant{"t": everything("x", broker.AccountControl)}), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -620,7 +634,7 @@ func TestMaxPayload(t *testing.T) {
 	if err := c.nc.Publish("x", make([]byte, 2048)); !errors.Is(err, nats.ErrMaxPayload) {
 		t.Fatalf("oversized publish: %v", err)
 	}
-	d, _ := start(t, m, byToken(map[string]broker.Grant{"t": {User: "x", AllowAll: true}}))
+	d, _ := start(t, m, byToken(map[string]broker.Grant{"t": everything("x", broker.AccountControl)}))
 	if got := mustDial(t, d, m.ca.Pin(), nats.Token("t")).nc.MaxPayload(); got != 2<<20 {
 		t.Fatalf("default MaxPayload = %d, want 2 MiB", got)
 	}
@@ -634,16 +648,16 @@ func TestCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	ports := freePorts(t, 2)
-	auth := byToken(map[string]broker.Grant{"t": {User: "x", AllowAll: true}})
+	auth := byToken(map[string]broker.Grant{"t": everything("x", broker.AccountControl)})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	a, err := broker.Start(ctx, broker.Config{Name: "cp-1", Listen: "127.0.0.1:0", TLS: m.server, Auth: auth, Logger: slog.New(slog.DiscardHandler),
+	a, err := broker.Start(ctx, broker.Config{Mesh: "test", Flows: testFlows, Name: "cp-1", Listen: "127.0.0.1:0", TLS: m.server, Auth: auth, Logger: slog.New(slog.DiscardHandler),
 		Cluster: &broker.ClusterConfig{Listen: ports[0], Routes: []string{ports[1]}, TLS: mutual}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Shutdown()
-	b, err := broker.Start(ctx, broker.Config{Name: "cp-2", Listen: "127.0.0.1:0", TLS: m.server, Auth: auth, Logger: slog.New(slog.DiscardHandler),
+	b, err := broker.Start(ctx, broker.Config{Mesh: "test", Flows: testFlows, Name: "cp-2", Listen: "127.0.0.1:0", TLS: m.server, Auth: auth, Logger: slog.New(slog.DiscardHandler),
 		Cluster: &broker.ClusterConfig{Listen: ports[1], Routes: []string{ports[0]}, TLS: mutual}})
 	if err != nil {
 		t.Fatal(err)
@@ -671,7 +685,7 @@ func TestCluster(t *testing.T) {
 	other := newMesh(t)
 	otherMutual, _ := pki.MutualConfig(other.leaf, other.ca.CertPEM)
 	routes := a.NumRoutes() // route pooling: several connections per peer
-	x, err := broker.Start(ctx, broker.Config{Name: "intruder", Listen: "127.0.0.1:0", TLS: other.server, Auth: auth, Logger: slog.New(slog.DiscardHandler),
+	x, err := broker.Start(ctx, broker.Config{Mesh: "test", Flows: testFlows, Name: "intruder", Listen: "127.0.0.1:0", TLS: other.server, Auth: auth, Logger: slog.New(slog.DiscardHandler),
 		Cluster: &broker.ClusterConfig{Listen: freePorts(t, 1)[0], Routes: []string{ports[0]}, TLS: otherMutual}})
 	if err != nil {
 		t.Fatal(err)

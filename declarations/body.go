@@ -143,6 +143,8 @@ func checkPath(p string) string {
 		return "path is not valid UTF-8"
 	case strings.IndexByte(p, 0) >= 0:
 		return "path contains a NUL byte"
+	case strings.IndexFunc(p, isControl) >= 0:
+		return "path contains a control character (a newline, tab or other); hooks and logs read paths line by line"
 	case strings.HasPrefix(p, "/"):
 		return "path is absolute; paths are relative to the managed root"
 	case p == ".":
@@ -257,3 +259,6 @@ func (b Body) Validate() error {
 	}
 	return nil
 }
+
+// isControl reports whether r is a C0 or C1 control character or DEL.
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) }

@@ -14,6 +14,10 @@ import (
 type Declaration struct {
 	Mesh string `json:"mesh"`
 	Node string `json:"node"` // the audience: the one node this is for
+	// NodeKey is the node's public key (an nkey) from its enrolment: a node id
+	// enrolled again gets a new key, so nothing signed for the earlier
+	// enrolment verifies for the new one.
+	NodeKey string `json:"node_key"`
 	// Version is assigned by the control plane, monotonic per node; 0 is the
 	// empty declaration given at enrolment.
 	Version uint64 `json:"version"`
@@ -33,6 +37,9 @@ func SignDeclaration(d Declaration, keys ...ed25519.PrivateKey) ([]byte, error) 
 		return nil, errors.New("declarations: cannot sign declaration: " + r)
 	}
 	if r := checkID("node", d.Node); r != "" {
+		return nil, errors.New("declarations: cannot sign declaration: " + r)
+	}
+	if r := checkNodeKey(d.NodeKey); r != "" {
 		return nil, errors.New("declarations: cannot sign declaration: " + r)
 	}
 	if d.IssuedAt.IsZero() {
@@ -56,6 +63,11 @@ func SignDeclaration(d Declaration, keys ...ed25519.PrivateKey) ([]byte, error) 
 // what it last applied, and the time.
 type Expect struct {
 	Mesh, Node string
+	// NodeKey is the public key this node enrolled with; it must be set.
+	NodeKey string
+	// KeyringEpoch is the epoch of the keyring this node has accepted: a
+	// declaration signed under an older one is refused (ErrOldKeyring).
+	KeyringEpoch uint64
 	// HaveApplied is false before the first declaration was applied: any
 	// version is then acceptable.
 	HaveApplied       bool
@@ -89,19 +101,21 @@ type Verified struct {
 //  3. a valid signature by a key in trusted: ErrUntrusted;
 //  4. the payload, strictly (unknown fields refused): *MalformedError with
 //     Signed set;
-//  5. audience, mesh and node equal to exp's: *AudienceError;
-//  6. version, if exp.HaveApplied: older than applied is *VersionError
+//  5. audience, mesh, node and node key equal to exp's: *AudienceError
+//     (ErrWrongMesh, ErrWrongAudience, ErrWrongEnrolment);
+//  6. keyring epoch not older than exp.KeyringEpoch: *OldKeyringError;
+//  7. version, if exp.HaveApplied: older than applied is *VersionError
 //     (ErrRolledBack); equal with another body is ErrReplayed; equal with the
 //     same body is accepted with SameAsApplied;
-//  7. validity window, widened by FutureSkew before and Skew after: ErrNotYetValid or
+//  8. validity window, widened by FutureSkew before and Skew after: ErrNotYetValid or
 //     *ExpiredError;
-//  8. the body rules: *BodyError.
+//  9. the body rules: *BodyError.
 //
-// Mistakes by the caller (no mesh or node in exp, a zero Now, a trusted key
+// Mistakes by the caller (no mesh, node or node key in exp, a zero Now, a trusted key
 // of the wrong length) are plain errors, Code "error".
 func VerifyDeclaration(raw []byte, trusted []ed25519.PublicKey, exp Expect) (Verified, error) {
-	if exp.Mesh == "" || exp.Node == "" {
-		return Verified{}, errors.New("declarations: VerifyDeclaration needs the node's mesh and node id")
+	if exp.Mesh == "" || exp.Node == "" || exp.NodeKey == "" {
+		return Verified{}, errors.New("declarations: VerifyDeclaration needs the node's mesh, node id and node key")
 	}
 	if exp.Now.IsZero() {
 		return Verified{}, errors.New("declarations: VerifyDeclaration needs the current time")
@@ -130,11 +144,16 @@ func VerifyDeclaration(raw []byte, trusted []ed25519.PublicKey, exp Expect) (Ver
 		return Verified{}, &MalformedError{What: "declaration", Signed: true, Reason: "expires_at is not after issued_at"}
 	}
 
-	if d.Mesh != exp.Mesh || d.Node != exp.Node { // 5
-		return Verified{}, &AudienceError{WantMesh: exp.Mesh, WantNode: exp.Node, GotMesh: d.Mesh, GotNode: d.Node}
+	if d.Mesh != exp.Mesh || d.Node != exp.Node || d.NodeKey != exp.NodeKey { // 5
+		return Verified{}, &AudienceError{WantMesh: exp.Mesh, WantNode: exp.Node, WantKey: exp.NodeKey,
+			GotMesh: d.Mesh, GotNode: d.Node, GotKey: d.NodeKey}
 	}
 
-	digest := d.Body.Digest() // 6
+	if d.KeyringEpoch < exp.KeyringEpoch { // 6
+		return Verified{}, &OldKeyringError{Got: d.KeyringEpoch, Current: exp.KeyringEpoch}
+	}
+
+	digest := d.Body.Digest() // 7
 	same := false
 	if exp.HaveApplied {
 		switch {
@@ -151,7 +170,7 @@ func VerifyDeclaration(raw []byte, trusted []ed25519.PublicKey, exp Expect) (Ver
 	if future <= 0 {
 		future = DefaultFutureSkew
 	}
-	if exp.Now.Before(d.IssuedAt.Add(-future)) { // 7
+	if exp.Now.Before(d.IssuedAt.Add(-future)) { // 8
 		return Verified{}, fmt.Errorf("%w: issued at %s, %s ahead of this node's clock (tolerance %s); check this node's clock",
 			ErrNotYetValid, d.IssuedAt.UTC().Format(time.RFC3339), d.IssuedAt.Sub(exp.Now).Round(time.Second), future)
 	}
@@ -159,7 +178,7 @@ func VerifyDeclaration(raw []byte, trusted []ed25519.PublicKey, exp Expect) (Ver
 		return Verified{}, &ExpiredError{ExpiresAt: d.ExpiresAt, Now: exp.Now}
 	}
 
-	if err := d.Body.Validate(); err != nil { // 8
+	if err := d.Body.Validate(); err != nil { // 9
 		return Verified{}, err
 	}
 
@@ -181,6 +200,21 @@ func checkID(what, s string) string {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
+			return bad
+		}
+	}
+	return ""
+}
+
+// checkNodeKey returns why s is not a node public key, or "": an nkey user
+// public key is 56 characters of base32 (A-Z, 2-7) starting with 'U'.
+func checkNodeKey(s string) string {
+	bad := fmt.Sprintf("node key %q is not an nkey user public key (56 characters of A-Z and 2-7, starting with U)", clip(s, maxIDShown))
+	if len(s) != 56 || s[0] != 'U' {
+		return bad
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('A' <= c && c <= 'Z' || '2' <= c && c <= '7') {
 			return bad
 		}
 	}

@@ -157,20 +157,70 @@ func TestVerifyDeclarationSignedButMalformed(t *testing.T) {
 
 func TestVerifyDeclarationAudience(t *testing.T) {
 	k := testKey(1)
-	for _, tc := range []struct{ mesh, node string }{{"demo", "db-1"}, {"other", "web-1"}, {"other", "db-1"}} {
+	for _, tc := range []struct{ mesh, node, key, code string }{
+		{"demo", "db-1", testNodeKey, "wrong_audience"},
+		{"other", "web-1", testNodeKey, "wrong_mesh"},
+		{"other", "db-1", testNodeKey, "wrong_mesh"},
+		{"demo", "web-1", otherNodeKey, "wrong_enrolment"},
+		{"demo", "db-1", otherNodeKey, "wrong_audience"},
+	} {
 		d := sampleDecl()
-		d.Mesh, d.Node = tc.mesh, tc.node
+		d.Mesh, d.Node, d.NodeKey = tc.mesh, tc.node, tc.key
 		_, err := VerifyDeclaration(mustSign(t, d, k), []ed25519.PublicKey{pub(k)}, sampleExpect())
-		wantCode(t, err, "wrong_audience")
+		wantCode(t, err, tc.code)
+		if !errors.Is(err, ErrWrongAudience) {
+			t.Errorf("%v does not match ErrWrongAudience", err)
+		}
 		var ae *AudienceError
 		if !errors.As(err, &ae) {
 			t.Fatalf("%T is not *AudienceError", err)
 		}
-		want := AudienceError{WantMesh: "demo", WantNode: "web-1", GotMesh: tc.mesh, GotNode: tc.node}
+		want := AudienceError{WantMesh: "demo", WantNode: "web-1", WantKey: testNodeKey, GotMesh: tc.mesh, GotNode: tc.node, GotKey: tc.key}
 		if *ae != want {
 			t.Errorf("AudienceError = %+v, want %+v", *ae, want)
 		}
-		wantErrContains(t, err, `addressed to node "`+tc.node+`"`)
+		if tc.code == "wrong_enrolment" {
+			wantErrContains(t, err, "earlier enrolment")
+		} else {
+			wantErrContains(t, err, `addressed to node "`+tc.node+`"`)
+		}
+	}
+}
+
+// TestVerifyDeclarationOldKeyring: a declaration signed under a keyring epoch
+// older than the one the node accepted since was issued before a rotation.
+func TestVerifyDeclarationOldKeyring(t *testing.T) {
+	k := testKey(1)
+	d := sampleDecl() // keyring epoch 1
+	exp := sampleExpect()
+	exp.KeyringEpoch = 2
+	_, err := VerifyDeclaration(mustSign(t, d, k), []ed25519.PublicKey{pub(k)}, exp)
+	wantCode(t, err, "old_keyring")
+	var oe *OldKeyringError
+	if !errors.As(err, &oe) || oe.Got != 1 || oe.Current != 2 {
+		t.Fatalf("error %#v, want *OldKeyringError{1, 2}", err)
+	}
+	wantErrContains(t, err, "before a key rotation")
+	d.KeyringEpoch = 2
+	if _, err := VerifyDeclaration(mustSign(t, d, k), []ed25519.PublicKey{pub(k)}, exp); err != nil {
+		t.Fatalf("same epoch refused: %v", err)
+	}
+	d.KeyringEpoch = 3 // a newer keyring the node has not seen yet is not this check's business
+	if _, err := VerifyDeclaration(mustSign(t, d, k), []ed25519.PublicKey{pub(k)}, exp); err != nil {
+		t.Fatalf("newer epoch refused: %v", err)
+	}
+}
+
+func TestSignDeclarationNeedsNodeKey(t *testing.T) {
+	for _, key := range []string{"", "U123", "N" + testNodeKey[1:], "u" + testNodeKey[1:], testNodeKey[:55] + "1"} {
+		d := sampleDecl()
+		d.NodeKey = key
+		if _, err := SignDeclaration(d, testKey(1)); err == nil || !strings.Contains(err.Error(), "node key") {
+			t.Errorf("node key %q: SignDeclaration error %v, want one naming the node key", key, err)
+		}
+	}
+	if _, err := VerifyDeclaration(mustSign(t, sampleDecl(), testKey(1)), []ed25519.PublicKey{pub(testKey(1))}, Expect{Mesh: "demo", Node: "web-1", Now: t0}); err == nil {
+		t.Error("VerifyDeclaration without the node's key in Expect accepted")
 	}
 }
 

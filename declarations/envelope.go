@@ -26,9 +26,9 @@ import (
 
 // Payload types, limits and defaults.
 const (
-	PayloadTypeDeclaration = "application/vnd.mesh.declaration.v1+json"
+	PayloadTypeDeclaration = "application/vnd.mesh.declaration.v2+json"
 	PayloadTypeKeyring     = "application/vnd.mesh.keyring.v1+json"
-	PayloadTypeRevocation  = "application/vnd.mesh.revocation.v1+json"
+	PayloadTypeRevocation  = "application/vnd.mesh.revocation.v2+json"
 
 	// MaxEnvelopeSize bounds an encoded envelope in bytes. It is checked
 	// before any parsing.

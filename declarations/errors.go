@@ -27,8 +27,23 @@ var (
 	ErrUnprovenKey = errors.New("declarations: keyring adds a key that did not sign it")
 
 	// ErrWrongAudience means a correctly signed message was addressed to
-	// another node or another mesh.
+	// another node, another enrolment of this node, or another mesh. The two
+	// errors below narrow it down, and match it too.
 	ErrWrongAudience = errors.New("declarations: addressed to another node")
+
+	// ErrWrongMesh means a correctly signed message was addressed to another
+	// mesh. It also matches ErrWrongAudience.
+	ErrWrongMesh = errors.New("declarations: addressed to another mesh")
+
+	// ErrWrongEnrolment means a correctly signed message was addressed to this
+	// node id under another node key: an earlier enrolment of the same id. It
+	// also matches ErrWrongAudience.
+	ErrWrongEnrolment = errors.New("declarations: addressed to another enrolment of this node")
+
+	// ErrOldKeyring means a correctly signed declaration was issued under an
+	// older keyring epoch than the one this node has accepted since: it was
+	// signed before a rotation and is delivered again.
+	ErrOldKeyring = errors.New("declarations: signed under an older keyring")
 
 	// ErrRolledBack means a correctly signed message is older than what the
 	// node already applied (declaration version or keyring epoch).
@@ -61,7 +76,8 @@ func (*tooLargeError) Is(target error) bool { return target == ErrMalformed }
 // Code returns a short, stable code for err, meant for status reports and
 // logs read by programs: "too_large", "malformed", "untrusted",
 // "unproven_key", "wrong_audience", "rolled_back", "replayed", "expired",
-// "not_yet_valid", "invalid_body"; "" for nil and "error" for anything else
+// "not_yet_valid", "invalid_body", "wrong_mesh", "wrong_enrolment",
+// "old_keyring"; "" for nil and "error" for anything else
 // (such as a caller passing an unusable key).
 func Code(err error) string {
 	switch {
@@ -75,8 +91,14 @@ func Code(err error) string {
 		return "untrusted"
 	case errors.Is(err, ErrUnprovenKey):
 		return "unproven_key"
+	case errors.Is(err, ErrWrongMesh): // before ErrWrongAudience: it is both
+		return "wrong_mesh"
+	case errors.Is(err, ErrWrongEnrolment): // likewise
+		return "wrong_enrolment"
 	case errors.Is(err, ErrWrongAudience):
 		return "wrong_audience"
+	case errors.Is(err, ErrOldKeyring):
+		return "old_keyring"
 	case errors.Is(err, ErrRolledBack):
 		return "rolled_back"
 	case errors.Is(err, ErrReplayed):
@@ -116,25 +138,56 @@ func (e *MalformedError) Error() string {
 // Is reports whether target is ErrMalformed.
 func (e *MalformedError) Is(target error) bool { return target == ErrMalformed }
 
-// AudienceError reports a correctly signed message addressed to another node
-// or mesh. It matches ErrWrongAudience. For keyrings, which address a whole
-// mesh, WantNode and GotNode are empty.
+// AudienceError reports a correctly signed message addressed to another node,
+// another enrolment of this node (another node key) or another mesh. It
+// matches ErrWrongAudience, and ErrWrongMesh or ErrWrongEnrolment when that is
+// the difference. For keyrings, which address a whole mesh, WantNode and
+// GotNode are empty; keys are compared only when the message names one.
 type AudienceError struct {
-	WantMesh, WantNode string // who this node is
-	GotMesh, GotNode   string // whom the message was addressed to
+	WantMesh, WantNode, WantKey string // who this node is
+	GotMesh, GotNode, GotKey    string // whom the message was addressed to
 }
 
 func (e *AudienceError) Error() string {
-	if e.WantNode == "" && e.GotNode == "" {
+	switch {
+	case e.WantNode == "" && e.GotNode == "":
 		return fmt.Sprintf("declarations: addressed to mesh %q, but this node belongs to mesh %q; it was delivered to the wrong place and is ignored",
 			clip(e.GotMesh, maxIDShown), e.WantMesh)
+	case e.GotMesh == e.WantMesh && e.GotNode == e.WantNode && e.GotKey != e.WantKey:
+		return fmt.Sprintf("declarations: addressed to node %q under the node key %s, but this node enrolled with the key %s: it was issued for an earlier enrolment of this node id and is ignored",
+			e.WantNode, clip(e.GotKey, maxIDShown), e.WantKey)
 	}
 	return fmt.Sprintf("declarations: addressed to node %q of mesh %q, but this is node %q of mesh %q; it was delivered to the wrong place and is ignored",
 		clip(e.GotNode, maxIDShown), clip(e.GotMesh, maxIDShown), e.WantNode, e.WantMesh)
 }
 
-// Is reports whether target is ErrWrongAudience.
-func (e *AudienceError) Is(target error) bool { return target == ErrWrongAudience }
+// Is reports whether target is ErrWrongAudience, or the narrower error that
+// names the difference.
+func (e *AudienceError) Is(target error) bool {
+	switch target {
+	case ErrWrongAudience:
+		return true
+	case ErrWrongMesh:
+		return e.GotMesh != e.WantMesh
+	case ErrWrongEnrolment:
+		return e.GotMesh == e.WantMesh && e.GotNode == e.WantNode && e.GotKey != e.WantKey
+	}
+	return false
+}
+
+// OldKeyringError reports a declaration signed under an older keyring epoch
+// than the node has accepted. It matches ErrOldKeyring.
+type OldKeyringError struct {
+	Got, Current uint64 // the declaration's keyring epoch, the node's
+}
+
+func (e *OldKeyringError) Error() string {
+	return fmt.Sprintf("declarations: signed under keyring epoch %d, but this node has accepted epoch %d since: it was issued before a key rotation and is delivered again, so it is ignored",
+		e.Got, e.Current)
+}
+
+// Is reports whether target is ErrOldKeyring.
+func (e *OldKeyringError) Is(target error) bool { return target == ErrOldKeyring }
 
 // VersionError reports a correctly signed message older than what the node
 // already holds. It matches ErrRolledBack.

@@ -19,7 +19,7 @@ import (
 
 var knownCodes = map[string]bool{
 	"too_large": true, "malformed": true, "untrusted": true, "unproven_key": true,
-	"wrong_audience": true, "rolled_back": true, "replayed": true, "expired": true,
+	"wrong_audience": true, "wrong_mesh": true, "wrong_enrolment": true, "old_keyring": true, "rolled_back": true, "replayed": true, "expired": true,
 	"not_yet_valid": true, "invalid_body": true,
 }
 

@@ -23,6 +23,13 @@ func hexKey(k ed25519.PrivateKey) string { return hex.EncodeToString(pub(k)) }
 
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
+// testNodeKey and otherNodeKey have the shape of nkey user public keys: the
+// key web-1 enrolled with, and the key of an earlier enrolment of web-1.
+var (
+	testNodeKey  = "U" + strings.Repeat("A", 55)
+	otherNodeKey = "U" + strings.Repeat("B", 55)
+)
+
 func strp(s string) *string { return &s }
 
 func sampleBody() Body {
@@ -34,14 +41,14 @@ func sampleBody() Body {
 
 func sampleDecl() Declaration {
 	return Declaration{
-		Mesh: "demo", Node: "web-1", Version: 3, KeyringEpoch: 1,
+		Mesh: "demo", Node: "web-1", NodeKey: testNodeKey, Version: 3, KeyringEpoch: 1,
 		IssuedAt: t0, ExpiresAt: t0.Add(DefaultValidity),
 		Body: sampleBody(),
 	}
 }
 
 func sampleExpect() Expect {
-	return Expect{Mesh: "demo", Node: "web-1", Now: t0.Add(time.Hour)}
+	return Expect{Mesh: "demo", Node: "web-1", NodeKey: testNodeKey, Now: t0.Add(time.Hour)}
 }
 
 func mustSign(t testing.TB, d Declaration, keys ...ed25519.PrivateKey) []byte {

@@ -179,8 +179,11 @@ func sameKeys(a, b []ed25519.PublicKey) bool {
 // Revocation tells a node that the mesh revoked it. The host stops for good:
 // it no longer reconnects or applies declarations.
 type Revocation struct {
-	Mesh      string    `json:"mesh"`
-	Node      string    `json:"node"`
+	Mesh string `json:"mesh"`
+	Node string `json:"node"`
+	// NodeKey binds the notice to one enrolment of the node id: a notice that
+	// revoked an earlier enrolment does not stop the node enrolled since.
+	NodeKey   string    `json:"node_key"`
 	RevokedAt time.Time `json:"revoked_at"`
 }
 
@@ -191,6 +194,9 @@ func SignRevocation(r Revocation, keys ...ed25519.PrivateKey) ([]byte, error) {
 		return nil, errors.New("declarations: cannot sign revocation: " + reason)
 	}
 	if reason := checkID("node", r.Node); reason != "" {
+		return nil, errors.New("declarations: cannot sign revocation: " + reason)
+	}
+	if reason := checkNodeKey(r.NodeKey); reason != "" {
 		return nil, errors.New("declarations: cannot sign revocation: " + reason)
 	}
 	if r.RevokedAt.IsZero() {
@@ -206,11 +212,11 @@ func SignRevocation(r Revocation, keys ...ed25519.PrivateKey) ([]byte, error) {
 
 // VerifyRevocation checks a revocation envelope: size cap and shape, a valid
 // signature by a key in trusted, the payload, and that it names this mesh and
-// node (the same errors as VerifyDeclaration's first five steps). A
-// revocation does not expire.
-func VerifyRevocation(raw []byte, trusted []ed25519.PublicKey, mesh, node string) (Revocation, error) {
-	if mesh == "" || node == "" {
-		return Revocation{}, errors.New("declarations: VerifyRevocation needs the node's mesh and node id")
+// node under this node's key (the same errors as VerifyDeclaration's first five
+// steps). A revocation does not expire.
+func VerifyRevocation(raw []byte, trusted []ed25519.PublicKey, mesh, node, nodeKey string) (Revocation, error) {
+	if mesh == "" || node == "" || nodeKey == "" {
+		return Revocation{}, errors.New("declarations: VerifyRevocation needs the node's mesh, node id and node key")
 	}
 	payload, _, err := OpenEnvelope(raw, PayloadTypeRevocation, trusted)
 	if err != nil {
@@ -223,8 +229,8 @@ func VerifyRevocation(raw []byte, trusted []ed25519.PublicKey, mesh, node string
 	if r.RevokedAt.IsZero() {
 		return Revocation{}, &MalformedError{What: "revocation", Signed: true, Reason: "revoked_at is not set"}
 	}
-	if r.Mesh != mesh || r.Node != node {
-		return Revocation{}, &AudienceError{WantMesh: mesh, WantNode: node, GotMesh: r.Mesh, GotNode: r.Node}
+	if r.Mesh != mesh || r.Node != node || r.NodeKey != nodeKey {
+		return Revocation{}, &AudienceError{WantMesh: mesh, WantNode: node, WantKey: nodeKey, GotMesh: r.Mesh, GotNode: r.Node, GotKey: r.NodeKey}
 	}
 	return r, nil
 }

@@ -94,7 +94,7 @@ func TestVerifyKeyringRefuses(t *testing.T) {
 		{"one of two new keys did not sign", mustKeyring(t, with(e2, func(k *Keyring) { k.Keys = append(k.Keys, hexKey(k3)) }), k1, k2), e1, "unproven_key", KeyID(pub(k3))},
 		{"lower epoch", mustKeyring(t, e1, k1), e2, "rolled_back", "keyring epoch 1 is older than 2"},
 		{"same epoch, other keys", mustKeyring(t, with(e2, func(k *Keyring) { k.Keys = []string{hexKey(k1)} }), k1), e2, "replayed", "epoch 2"},
-		{"other mesh", mustKeyring(t, with(e2, func(k *Keyring) { k.Mesh = "evil" }), k1, k2), e1, "wrong_audience", `mesh "evil"`},
+		{"other mesh", mustKeyring(t, with(e2, func(k *Keyring) { k.Mesh = "evil" }), k1, k2), e1, "wrong_mesh", `mesh "evil"`},
 		{"declaration type", mustSign(t, sampleDecl(), k1), e1, "malformed", "payload type"},
 		{"too large", []byte(strings.Repeat(" ", MaxEnvelopeSize+1)), e1, "too_large", ""},
 		{"truncated", mustKeyring(t, e2, k1, k2)[:40], e1, "malformed", "truncated"},
@@ -192,12 +192,12 @@ func TestKeyringPublicKeys(t *testing.T) {
 func TestRevocation(t *testing.T) {
 	k, other := testKey(1), testKey(2)
 	trusted := []ed25519.PublicKey{pub(k)}
-	r := Revocation{Mesh: "demo", Node: "web-1", RevokedAt: t0}
+	r := Revocation{Mesh: "demo", Node: "web-1", NodeKey: testNodeKey, RevokedAt: t0}
 	raw, err := SignRevocation(r, k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := VerifyRevocation(raw, trusted, "demo", "web-1")
+	got, err := VerifyRevocation(raw, trusted, "demo", "web-1", testNodeKey)
 	if err != nil || got.Mesh != "demo" || got.Node != "web-1" || !got.RevokedAt.Equal(t0) {
 		t.Fatalf("VerifyRevocation = %+v, %v", got, err)
 	}
@@ -209,27 +209,31 @@ func TestRevocation(t *testing.T) {
 		name string
 		raw  []byte
 		node string
+		key  string
 		code string
 	}{
-		{"for another node", raw, "web-2", "wrong_audience"},
-		{"forged", must(SignRevocation(r, other)), "web-1", "untrusted"},
-		{"declaration envelope", mustSign(t, sampleDecl(), k), "web-1", "malformed"},
-		{"truncated", raw[:len(raw)-2], "web-1", "malformed"},
-		{"unknown field", must(SignEnvelope(PayloadTypeRevocation, []byte(`{"mesh":"demo","node":"web-1","revoked_at":"2025-03-01T12:00:00Z","all":true}`), k)), "web-1", "malformed"},
-		{"zero time", must(SignEnvelope(PayloadTypeRevocation, []byte(`{"mesh":"demo","node":"web-1","revoked_at":"0001-01-01T00:00:00Z"}`), k)), "web-1", "malformed"},
+		{"for another node", raw, "web-2", testNodeKey, "wrong_audience"},
+		{"for an earlier enrolment of this node", raw, "web-1", otherNodeKey, "wrong_enrolment"},
+		{"without a node key", must(SignEnvelope(PayloadTypeRevocation, []byte(`{"mesh":"demo","node":"web-1","revoked_at":"2025-03-01T12:00:00Z"}`), k)), "web-1", testNodeKey, "malformed"},
+		{"forged", must(SignRevocation(r, other)), "web-1", testNodeKey, "untrusted"},
+		{"declaration envelope", mustSign(t, sampleDecl(), k), "web-1", testNodeKey, "malformed"},
+		{"truncated", raw[:len(raw)-2], "web-1", testNodeKey, "malformed"},
+		{"unknown field", must(SignEnvelope(PayloadTypeRevocation, []byte(`{"mesh":"demo","node":"web-1","revoked_at":"2025-03-01T12:00:00Z","all":true}`), k)), "web-1", testNodeKey, "malformed"},
+		{"zero time", must(SignEnvelope(PayloadTypeRevocation, []byte(`{"mesh":"demo","node":"web-1","revoked_at":"0001-01-01T00:00:00Z"}`), k)), "web-1", testNodeKey, "malformed"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := VerifyRevocation(tc.raw, trusted, "demo", tc.node)
+			_, err := VerifyRevocation(tc.raw, trusted, "demo", tc.node, tc.key)
 			wantCode(t, err, tc.code)
 		})
 	}
-	_, err = VerifyRevocation(raw, trusted, "", "")
+	_, err = VerifyRevocation(raw, trusted, "", "", "")
 	wantCode(t, err, "error")
 	for name, bad := range map[string]Revocation{
 		"no mesh": {Node: "web-1", RevokedAt: t0},
 		"no node": {Mesh: "demo", RevokedAt: t0},
-		"no time": {Mesh: "demo", Node: "web-1"},
+		"no time": {Mesh: "demo", Node: "web-1", NodeKey: testNodeKey},
+		"no key":  {Mesh: "demo", Node: "web-1", RevokedAt: t0},
 	} {
 		if _, err := SignRevocation(bad, k); err == nil {
 			t.Errorf("%s: signed", name)

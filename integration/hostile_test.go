@@ -96,7 +96,7 @@ func TestHostileMessagesToTheControlPlane(t *testing.T) {
 		}
 		var r api.SyncResponse
 		json.Unmarshal(m.Data, &r)
-		if r.Error == nil || r.Error.Code != api.CodeBadRequest || len(r.Declaration) != 0 {
+		if r.Error == nil || r.Error.Code != api.CodeBadRequest || r.Sent != 0 {
 			t.Errorf("sync %q answered %+v", data, r)
 		}
 	}

@@ -1,7 +1,10 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -31,6 +34,13 @@ type KeyringResult struct {
 	// Stranded lists the live nodes a forced retirement left behind.
 	Stranded []string `json:"stranded,omitempty"`
 }
+
+// RotateRequest asks for a new signing key. It has no arguments: its envelope,
+// an AdminRequest naming this operation, is what makes it explicit.
+type RotateRequest struct{}
+
+// KeyringStatusRequest asks for the keyring and each node's acknowledgement.
+type KeyringStatusRequest struct{}
 
 // RetireRequest asks to retire the old signing key.
 type RetireRequest struct {
@@ -97,7 +107,7 @@ const (
 )
 
 // ControlHeartbeatSubject is where control node id reports itself.
-func ControlHeartbeatSubject(id string) string { return "mesh.control." + id + ".heartbeat" }
+func ControlHeartbeatSubject(id string) string { return ControlPrefix + id + ".heartbeat" }
 
 // ControlHeartbeat is a control node's periodic report.
 type ControlHeartbeat struct {
@@ -109,6 +119,65 @@ type ControlHeartbeat struct {
 
 // AdminSubject is the subject of an operator API operation.
 func AdminSubject(op string) string { return AdminPrefix + op }
+
+// AdminRequest wraps every operator request but a ping: the protocol version, the
+// operation (which must match the subject it is sent on) and its arguments. The
+// control plane decodes it strictly, so nothing but a request made for that very
+// operation, such as another call's reply delivered there, can act.
+type AdminRequest struct {
+	V    int             `json:"v"`
+	Op   string          `json:"op"`
+	Args json.RawMessage `json:"args"`
+}
+
+// EncodeAdminRequest wraps args as a request for op.
+func EncodeAdminRequest(op string, args any) ([]byte, error) {
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(AdminRequest{V: ProtocolVersion, Op: op, Args: raw})
+}
+
+// ErrAdminRequest is the base of DecodeAdminRequest's refusals.
+var ErrAdminRequest = errors.New("not a request for this operation")
+
+// DecodeAdminRequest decodes a request sent to op into args. It refuses, each with
+// its reason, anything that is not exactly an AdminRequest for op: unknown fields,
+// another version, another operation, arguments that do not
+// decode strictly into args.
+func DecodeAdminRequest(op string, data []byte, args any) error {
+	var req AdminRequest
+	if err := decodeStrict(data, &req); err != nil {
+		return fmt.Errorf("%w: %v (send {\"v\":%d,\"op\":%q,\"args\":{...}})", ErrAdminRequest, err, ProtocolVersion, op)
+	}
+	if req.V != ProtocolVersion {
+		return fmt.Errorf("%w: version %d; this control plane speaks %d", ErrAdminRequest, req.V, ProtocolVersion)
+	}
+	if req.Op != op {
+		return fmt.Errorf("%w: it names operation %q, but was sent to %q", ErrAdminRequest, req.Op, op)
+	}
+	if len(req.Args) == 0 {
+		return fmt.Errorf("%w: args is missing", ErrAdminRequest)
+	}
+	if err := decodeStrict(req.Args, args); err != nil {
+		return fmt.Errorf("%w: args: %v", ErrAdminRequest, err)
+	}
+	return nil
+}
+
+// decodeStrict decodes one JSON value, refusing unknown fields and trailing data.
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON value")
+	}
+	return nil
+}
 
 // AdminResponse wraps every operator API answer: either Error or Result.
 type AdminResponse struct {

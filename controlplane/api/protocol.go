@@ -12,8 +12,10 @@ import (
 	"fmt"
 )
 
-// ProtocolVersion is the "v" of every message.
-const ProtocolVersion = 1
+// ProtocolVersion is the "v" of every message. Version 2 binds enrolment to a key
+// (the enrolling client's nkey and inbox), pushes sync answers on the declaration
+// subject, and wraps operator requests in AdminRequest (docs/protocol.md).
+const ProtocolVersion = 2
 
 // Subject names. Node ids never contain '.', '*' or '>' (see tokenfmt), so they are
 // safe as subject tokens.
@@ -21,30 +23,33 @@ const (
 	EnrolPrefix       = "mesh.enrol."
 	NodePrefix        = "mesh.node."
 	AdminPrefix       = "mesh.admin."
+	ControlPrefix     = "mesh.control."
 	NodeInboxPrefix   = "_INBOX.node."
 	EnrolInboxPrefix  = "_INBOX.enrol."
-	declarationSuffix = ".decl"
-	statusSuffix      = ".status"
-	syncSuffix        = ".sync"
+	DeclarationSuffix = ".decl"
+	StatusSuffix      = ".status"
+	SyncSuffix        = ".sync"
 )
 
 // EnrolSubject is where an enrolling client for node sends its request.
 func EnrolSubject(node string) string { return EnrolPrefix + node }
 
 // DeclarationSubject is where node receives its envelopes.
-func DeclarationSubject(node string) string { return NodePrefix + node + declarationSuffix }
+func DeclarationSubject(node string) string { return NodePrefix + node + DeclarationSuffix }
 
 // StatusSubject is where node publishes its status.
-func StatusSubject(node string) string { return NodePrefix + node + statusSuffix }
+func StatusSubject(node string) string { return NodePrefix + node + StatusSuffix }
 
 // SyncSubject is where node asks for its current declaration.
-func SyncSubject(node string) string { return NodePrefix + node + syncSuffix }
+func SyncSubject(node string) string { return NodePrefix + node + SyncSuffix }
 
 // NodeInbox is the inbox prefix a node's replies come to.
 func NodeInbox(node string) string { return NodeInboxPrefix + node }
 
-// EnrolInbox is the inbox prefix an enrolling client's reply comes to.
-func EnrolInbox(node string) string { return EnrolInboxPrefix + node }
+// EnrolInbox is the inbox prefix of a client enrolling node with the node key key:
+// the broker lets only the connection that proved key subscribe there, so the reply
+// reaches the connection that asked and nobody else.
+func EnrolInbox(node, key string) string { return EnrolInboxPrefix + node + "." + key }
 
 // Subjects tells a node where it talks.
 type Subjects struct {
@@ -85,6 +90,11 @@ const (
 	CodeKeyRevoked     = "key_revoked"
 	CodeNotFound       = "not_found"
 	CodeInternal       = "internal"
+	// CodeTokenOtherMesh: the token's CA pin is not this mesh's.
+	CodeTokenOtherMesh = "token_other_mesh"
+	// CodeTokenStaleKey: the token's signing key is no longer in the mesh's keyring
+	// (rotated and retired since it was minted).
+	CodeTokenStaleKey = "token_stale_key"
 )
 
 // EnrolRequest is what an enrolling host sends.
@@ -96,7 +106,11 @@ type EnrolRequest struct {
 	Secret    string `json:"secret"`     // hex; never logged
 	PublicKey string `json:"public_key"` // nkey user public key
 	KeyProof  string `json:"key_proof"`  // base64 signature by that key over KeyProofMessage
-	Agent     string `json:"agent,omitempty"`
+	// CAPin and SigningKey are what the host read from its token (hex): the mesh
+	// refuses, before anything is consumed, a token that is not its own.
+	CAPin      string `json:"ca_pin"`
+	SigningKey string `json:"signing_key"`
+	Agent      string `json:"agent,omitempty"`
 	// CurveKey is a joining control node's public curve key: the signing key is
 	// sealed to it.
 	CurveKey string `json:"curve_key,omitempty"`
@@ -154,19 +168,19 @@ type SyncRequest struct {
 	KeyringEpoch   uint64 `json:"keyring_epoch"`
 }
 
-// SyncResponse carries the current signed declaration and keyring.
+// SyncResponse acknowledges a sync: the signed envelopes themselves (the chain of
+// keyrings after the epoch the host reported, oldest first, then its declaration)
+// were published on the node's declaration subject just before, in that order.
+// Replies stay small: the hosts account caps every message a connection in it
+// publishes, the control plane's included.
 type SyncResponse struct {
-	V           int             `json:"v"`
-	Error       *Error          `json:"error,omitempty"`
-	Declaration json.RawMessage `json:"declaration,omitempty"`
-	Keyring     json.RawMessage `json:"keyring,omitempty"`
+	V     int    `json:"v"`
+	Error *Error `json:"error,omitempty"`
+	// Sent is how many envelopes were published on the declaration subject.
+	Sent int `json:"sent,omitempty"`
 	// Brokers lists every control node's broker, so hosts learn of control nodes
 	// that joined after them and can fail over to them.
 	Brokers []string `json:"brokers,omitempty"`
-	// Keyrings is the chain of signed keyrings after the epoch the host reported,
-	// oldest first, each signed by the keys it replaced: a host that was away
-	// follows it to the current keyring.
-	Keyrings []json.RawMessage `json:"keyrings,omitempty"`
 }
 
 // StatusError is the error part of a status report.

@@ -209,7 +209,7 @@ func TestGoldenDecode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if req.V != 1 || req.Mesh != "demo" || req.Node != "web-1" || req.Role != "worker" || len(req.Secret) != 64 || req.Agent != "meshhost/0.1.0" {
+	if req.V != 2 || req.Mesh != "demo" || req.Node != "web-1" || req.Role != "worker" || len(req.Secret) != 64 || req.Agent != "meshhost/0.1.0" {
 		t.Fatalf("enrol request = %+v", req)
 	}
 	// The key proof in the vector verifies under this side's KeyProofMessage.
@@ -252,7 +252,7 @@ func TestSubjects(t *testing.T) {
 		StatusSubject("web-1"):      "mesh.node.web-1.status",
 		SyncSubject("web-1"):        "mesh.node.web-1.sync",
 		NodeInbox("web-1"):          "_INBOX.node.web-1",
-		EnrolInbox("web-1"):         "_INBOX.enrol.web-1",
+		EnrolInbox("web-1", "UKEY"): "_INBOX.enrol.web-1.UKEY",
 		AdminSubject(OpRevoke):      "mesh.admin.revoke",
 		AdminSubject(OpTokenCreate): "mesh.admin.token.create",
 	} {
@@ -266,7 +266,7 @@ func TestSubjects(t *testing.T) {
 }
 
 func TestDecodeErrors(t *testing.T) {
-	valid := `{"v":1,"applied_version":3,"keyring_epoch":1}`
+	valid := `{"v":2,"applied_version":3,"keyring_epoch":1}`
 	pad := func(n int) []byte {
 		// Valid JSON of exactly n bytes: the size cap is checked before parsing.
 		return []byte(valid[:len(valid)-1] + strings.Repeat(" ", n-len(valid)) + "}")
@@ -279,21 +279,21 @@ func TestDecodeErrors(t *testing.T) {
 	}{
 		{"one byte over the cap", pad(MaxMessageSize + 1), ErrTooLarge},
 		{"far over the cap", bytes.Repeat([]byte("x"), 4*MaxMessageSize), ErrTooLarge},
-		{"version 2", []byte(`{"v":2,"applied_version":3}`), ErrVersion},
+		{"version 1, the previous protocol", []byte(`{"v":1,"applied_version":3}`), ErrVersion},
 		{"version 0", []byte(`{"v":0}`), ErrVersion},
 		{"version negative", []byte(`{"v":-1}`), ErrVersion},
 		{"version missing", []byte(`{"applied_version":3}`), ErrVersion},
 		{"version null", []byte(`{"v":null}`), ErrVersion},
 		{"json null", []byte(`null`), ErrVersion},
-		{"duplicate v, last wins", []byte(`{"v":1,"v":2}`), ErrVersion},
+		{"duplicate v, last wins", []byte(`{"v":2,"v":1}`), ErrVersion},
 		{"empty", nil, ErrMalformed},
 		{"not json", []byte("hello"), ErrMalformed},
 		{"truncated", []byte(valid[:20]), ErrMalformed},
 		{"array", []byte(`[1]`), ErrMalformed},
-		{"version as string", []byte(`{"v":"1"}`), ErrMalformed},
-		{"version as float", []byte(`{"v":1.5}`), ErrMalformed},
-		{"field of the wrong type", []byte(`{"v":1,"applied_version":"3"}`), ErrMalformed},
-		{"negative version number", []byte(`{"v":1,"applied_version":-3}`), ErrMalformed},
+		{"version as string", []byte(`{"v":"2"}`), ErrMalformed},
+		{"version as float", []byte(`{"v":2.5}`), ErrMalformed},
+		{"field of the wrong type", []byte(`{"v":2,"applied_version":"3"}`), ErrMalformed},
+		{"negative version number", []byte(`{"v":2,"applied_version":-3}`), ErrMalformed},
 		{"trailing garbage", []byte(valid + "x"), ErrMalformed},
 		{"two objects", []byte(valid + valid), ErrMalformed},
 	}
@@ -314,11 +314,11 @@ func TestDecodeErrors(t *testing.T) {
 	if _, err := Decode[SyncRequest](pad(MaxMessageSize)); err != nil {
 		t.Fatalf("a message of exactly the cap: %v", err)
 	}
-	if m, err := Decode[SyncRequest]([]byte(`{"v":1,"applied_version":7,"future":true}`)); err != nil || m.AppliedVersion != 7 {
+	if m, err := Decode[SyncRequest]([]byte(`{"v":2,"applied_version":7,"future":true}`)); err != nil || m.AppliedVersion != 7 {
 		t.Fatalf("unknown field: %+v, %v", m, err)
 	}
 	// The error never echoes a large or secret-bearing input back.
-	_, err := Decode[EnrolRequest]([]byte(`{"v":2,"secret":"` + strings.Repeat("ab", 32) + `"}`))
+	_, err := Decode[EnrolRequest]([]byte(`{"v":1,"secret":"` + strings.Repeat("ab", 32) + `"}`))
 	if err == nil || strings.Contains(err.Error(), "abab") {
 		t.Fatalf("err = %v", err)
 	}
@@ -383,4 +383,47 @@ func fuzzRoundTrip[T Message](t *testing.T, data []byte) {
 	if !reflect.DeepEqual(m, again) {
 		t.Fatalf("round trip changed %+v into %+v", m, again)
 	}
+}
+
+// TestAdminRequest: an operator request is exactly an AdminRequest for its operation;
+// anything else, such as another call's reply delivered on the subject, is refused.
+func TestAdminRequest(t *testing.T) {
+	good, err := EncodeAdminRequest(OpRevoke, RevokeRequest{Node: "web-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r RevokeRequest
+	if err := DecodeAdminRequest(OpRevoke, good, &r); err != nil || r.Node != "web-1" {
+		t.Fatalf("round trip: %+v, %v", r, err)
+	}
+	reply, _ := json.Marshal(AdminResponse{V: ProtocolVersion, Result: json.RawMessage(`{"node":"web-1"}`)})
+	for name, data := range map[string][]byte{
+		"another operation":   must(EncodeAdminRequest(OpLabel, RevokeRequest{Node: "web-1"})),
+		"a reply":             reply,
+		"empty":               nil,
+		"empty object":        []byte(`{}`),
+		"bare arguments":      []byte(`{"node":"web-1"}`),
+		"previous version":    []byte(`{"v":1,"op":"revoke","args":{"node":"web-1"}}`),
+		"no arguments":        []byte(`{"v":2,"op":"revoke"}`),
+		"unknown field":       []byte(`{"v":2,"op":"revoke","args":{"node":"web-1"},"force":true}`),
+		"unknown argument":    []byte(`{"v":2,"op":"revoke","args":{"node":"web-1","all":true}}`),
+		"trailing data":       append(slices.Clone(good), []byte(` {}`)...),
+		"arguments of a type": []byte(`{"v":2,"op":"revoke","args":"web-1"}`),
+	} {
+		var r RevokeRequest
+		if err := DecodeAdminRequest(OpRevoke, data, &r); !errors.Is(err, ErrAdminRequest) {
+			t.Errorf("%s: %v, want ErrAdminRequest", name, err)
+		}
+	}
+	var rot RotateRequest
+	if err := DecodeAdminRequest(OpSigningKeyRotate, must(EncodeAdminRequest(OpSigningKeyRotate, RotateRequest{})), &rot); err != nil {
+		t.Fatalf("an operation without arguments: %v", err)
+	}
+}
+
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -1,13 +1,20 @@
-// Package authn decides who may connect to the mesh's brokers and what each may do,
-// from the replicated roster. It is the broker's Authenticator.
+// Package authn decides who may connect to the mesh's brokers, in which account, and
+// what each may do there, from the replicated roster. It is the broker's
+// Authenticator; the table of who may publish and subscribe where is docs/security.md's
+// authority model, and this package is where the broker is told it.
 //
-// Four kinds of client:
-//   - the control plane's own in-process client, with a random per-process token;
+// Five kinds of client:
+//   - the control plane's own in-process connections, one per role, with a random
+//     per-process token;
 //   - operators, with a user JWT issued by the mesh's admin account (a standard NATS
-//     .creds file), proving the user key by signing the server's nonce;
-//   - enrolled nodes, proving their nkey by signing the nonce;
-//   - enrolling clients, presenting a token secret, which gets them only the enrolment
-//     subject of their node and a private inbox, for a short while.
+//     .creds file), proving the user key by signing the server's nonce; they reach
+//     the operator API and nats-server's read-only monitoring, nothing else;
+//   - enrolled nodes, proving their nkey by signing the nonce; they reach their own
+//     subjects only;
+//   - enrolling clients, presenting a live token's secret and the node key they are
+//     about to register (signing the nonce with it): the enrolment subject of the
+//     token's node and an inbox bound to that key, for a short while;
+//   - and nobody else.
 //
 // The check is cheap and consumes nothing: nats-server runs it again for every client
 // on a reload. Tokens are consumed by the enrolment handler, through the log.
@@ -37,11 +44,43 @@ const (
 	NodeUserPrefix     = "node:"
 	EnrolUserPrefix    = "enrol:"
 	OperatorUserPrefix = "operator:"
-	InternalUser       = "control-plane"
 )
 
-// EnrolConnectionLifetime bounds an enrolling client's connection.
-const EnrolConnectionLifetime = 30 * time.Second
+// Role names one of the control plane's own connections. Each gets the subjects its
+// job needs and no more, so that a connection that answers hosts can never publish
+// where the operator API or another node listens.
+type Role string
+
+// The control plane's connections (docs/security.md, "The authority model").
+const (
+	// RoleHosts answers hosts: enrolment, sync and status requests in the hosts
+	// account. It may publish only on hosts' and enrolling clients' inboxes.
+	RoleHosts Role = "control-plane:hosts"
+	// RolePublisher sends declarations and notices from the control account, which
+	// the broker streams to each node's declaration subject. It subscribes nowhere.
+	RolePublisher Role = "control-plane:publisher"
+	// RoleAdmin serves the operator API in the control account. It may publish only
+	// on the reply subjects the broker makes for operators' requests.
+	RoleAdmin Role = "control-plane:admin"
+	// RoleControl carries the control nodes' heartbeats, in the control account.
+	RoleControl Role = "control-plane:control"
+	// RoleEvents hears nats-server's connection events and may close connections of
+	// the hosts account, in the system account.
+	RoleEvents Role = "control-plane:events"
+)
+
+// Lifetimes and budgets of enrolling clients.
+const (
+	// EnrolConnectionLifetime bounds an enrolling client's connection.
+	EnrolConnectionLifetime = 30 * time.Second
+	// RefusalConnectionLifetime bounds the connection of a token the mesh no
+	// longer admits (used by another key, or expired): long enough to be told
+	// why, and no longer.
+	RefusalConnectionLifetime = 5 * time.Second
+	// DefaultTokenConnections is how many connections one token is granted per
+	// EnrolConnectionLifetime on one broker, so at most this many are open at once.
+	DefaultTokenConnections = 3
+)
 
 // Refusal reasons, each distinct in the control plane's log.
 var (
@@ -50,23 +89,40 @@ var (
 	ErrUnknownKey      = fmt.Errorf("%w: unknown node key", broker.ErrRefused)
 	ErrRevoked         = fmt.Errorf("%w: node revoked", broker.ErrRefused)
 	ErrUnknownSecret   = fmt.Errorf("%w: token secret matches no minted token", broker.ErrRefused)
+	ErrNoEnrolKey      = fmt.Errorf("%w: an enrolling client must present the node key it enrols (nkey and signed nonce)", broker.ErrRefused)
+	ErrTokenBusy       = fmt.Errorf("%w: too many connections for this token at once", broker.ErrRefused)
 	ErrRateLimited     = fmt.Errorf("%w: too many failed enrolment attempts from this address", broker.ErrRefused)
 	ErrBadOperator     = fmt.Errorf("%w: operator credentials not issued by this mesh", broker.ErrRefused)
-	ErrInternalMissing = fmt.Errorf("%w: wrong control-plane token", broker.ErrRefused)
+	ErrInternalMissing = fmt.Errorf("%w: wrong control-plane token or role", broker.ErrRefused)
 )
+
+// Roster is what authentication reads of the replicated state: typed queries that
+// take the state's lock once and return values (state.FSM implements it).
+type Roster interface {
+	AdminAccount() string
+	NodeByKey(key string) (state.NodeAuth, bool)
+	KeyRevoked(key string) bool
+	TokenByID(id string) (state.TokenAuth, bool)
+}
 
 // Config configures an Authenticator.
 type Config struct {
-	FSM *state.FSM
+	Roster Roster
 	// InternalToken is the control plane's own credential, random per process.
 	InternalToken string
-	Logger        *slog.Logger
+	// HostEvents are the system-account subjects announcing hosts' connections
+	// (broker.Server.ConnectionEvents): RoleEvents may subscribe to them.
+	HostEvents []string
+	Logger     *slog.Logger
 	// Now is the clock (tests inject one); nil means time.Now.
 	Now func() time.Time
 	// FailureLimit failed enrolment attempts from one address within FailureWindow
 	// block that address for FailureWindow. Zero values mean 5 and one minute.
 	FailureLimit  int
 	FailureWindow time.Duration
+	// TokenConnections caps the connections one token is granted per
+	// EnrolConnectionLifetime; 0 means DefaultTokenConnections.
+	TokenConnections int
 }
 
 // Authenticator implements broker.Authenticator over the replicated roster.
@@ -74,6 +130,7 @@ type Authenticator struct {
 	cfg     Config
 	log     *slog.Logger
 	limiter *limiter
+	tokens  *window
 }
 
 // New returns an Authenticator.
@@ -87,29 +144,107 @@ func New(cfg Config) *Authenticator {
 	if cfg.FailureWindow == 0 {
 		cfg.FailureWindow = time.Minute
 	}
+	if cfg.TokenConnections == 0 {
+		cfg.TokenConnections = DefaultTokenConnections
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Authenticator{cfg: cfg, log: log, limiter: &limiter{limit: cfg.FailureLimit, window: cfg.FailureWindow, m: map[string]*bucket{}}}
+	return &Authenticator{
+		cfg: cfg, log: log,
+		limiter: &limiter{limit: cfg.FailureLimit, window: cfg.FailureWindow, m: map[string]*bucket{}},
+		tokens:  &window{limit: cfg.TokenConnections, span: EnrolConnectionLifetime, m: map[string][]time.Time{}},
+	}
 }
 
 // Authenticate implements broker.Authenticator.
 func (a *Authenticator) Authenticate(c broker.Client) (broker.Grant, error) {
 	switch {
 	case c.Token != "":
-		if subtle.ConstantTimeCompare([]byte(c.Token), []byte(a.cfg.InternalToken)) == 1 && a.cfg.InternalToken != "" {
-			return broker.Grant{User: InternalUser, AllowAll: true}, nil
-		}
-		return broker.Grant{}, ErrInternalMissing
+		return a.internal(c)
 	case c.JWT != "":
 		return a.operator(c)
-	case c.Nkey != "":
-		return a.node(c)
 	case strings.HasPrefix(c.Username, EnrolUserPrefix):
 		return a.enrolling(c)
+	case c.Nkey != "":
+		return a.node(c)
 	}
 	return broker.Grant{}, ErrNoCredentials
+}
+
+func (a *Authenticator) internal(c broker.Client) (broker.Grant, error) {
+	if a.cfg.InternalToken == "" || subtle.ConstantTimeCompare([]byte(c.Token), []byte(a.cfg.InternalToken)) != 1 {
+		return broker.Grant{}, ErrInternalMissing
+	}
+	g, ok := InternalGrant(Role(c.Username), a.cfg.HostEvents)
+	if !ok {
+		return broker.Grant{}, ErrInternalMissing
+	}
+	return g, nil
+}
+
+// InternalGrant is what each of the control plane's own connections may do.
+func InternalGrant(r Role, hostEvents []string) (broker.Grant, bool) {
+	g := broker.Grant{User: string(r)}
+	switch r {
+	case RoleHosts:
+		g.Account = broker.AccountHosts
+		g.Subscribe = []string{api.EnrolPrefix + "*", api.NodePrefix + "*" + api.SyncSuffix, api.NodePrefix + "*" + api.StatusSuffix}
+		g.Publish = []string{api.NodeInboxPrefix + "*.>", api.EnrolInboxPrefix + "*.>"}
+	case RolePublisher:
+		g.Account = broker.AccountControl
+		g.Publish = []string{api.NodePrefix + "*" + api.DeclarationSuffix}
+	case RoleAdmin:
+		g.Account = broker.AccountControl
+		g.Subscribe = []string{api.AdminPrefix + ">"}
+		g.Publish = []string{"_R_.>"}
+	case RoleControl:
+		g.Account = broker.AccountControl
+		g.Subscribe = []string{api.ControlPrefix + ">", "_INBOX.>"}
+		g.Publish = []string{api.ControlPrefix + ">"}
+	case RoleEvents:
+		g.Account = broker.AccountSystem
+		g.Subscribe = append([]string{"_INBOX.>"}, hostEvents...)
+		g.Publish = []string{"$SYS.REQ.SERVER.*.CONNZ", "$SYS.REQ.SERVER.*.KICK", "$SYS.REQ.SERVER.PING.IDZ"}
+	default:
+		return broker.Grant{}, false
+	}
+	return g, true
+}
+
+// OperatorGrant is what an operator may do: call the operator API and read
+// nats-server's monitoring, with replies on its own inbox.
+func OperatorGrant(name string) broker.Grant {
+	return broker.Grant{
+		User:      OperatorUserPrefix + name,
+		Account:   broker.AccountOperators,
+		Publish:   append([]string{api.AdminPrefix + ">"}, broker.MonitoringSubjects()...),
+		Subscribe: []string{"_INBOX.>"},
+	}
+}
+
+// NodeGrant is what enrolled node id may do: report and sync on its own subjects,
+// receive its own declarations and replies.
+func NodeGrant(id string) broker.Grant {
+	return broker.Grant{
+		User:      NodeUserPrefix + id,
+		Account:   broker.AccountHosts,
+		Publish:   []string{api.StatusSubject(id), api.SyncSubject(id)},
+		Subscribe: []string{api.DeclarationSubject(id), api.NodeInbox(id) + ".>"},
+	}
+}
+
+// EnrolGrant is what a client enrolling node with key may do, until deadline: ask on
+// the node's enrolment subject, hear the answer on the inbox bound to its key.
+func EnrolGrant(node, key string, deadline time.Time) broker.Grant {
+	return broker.Grant{
+		User:      EnrolUserPrefix + node,
+		Account:   broker.AccountHosts,
+		Publish:   []string{api.EnrolSubject(node)},
+		Subscribe: []string{api.EnrolInbox(node, key) + ".>"},
+		Deadline:  deadline,
+	}
 }
 
 func (a *Authenticator) operator(c broker.Client) (broker.Grant, error) {
@@ -117,8 +252,7 @@ func (a *Authenticator) operator(c broker.Client) (broker.Grant, error) {
 	if err != nil {
 		return broker.Grant{}, fmt.Errorf("%w: %v", ErrBadOperator, err)
 	}
-	var account string
-	a.cfg.FSM.Read(func(s *state.State) { account = s.AdminAccount })
+	account := a.cfg.Roster.AdminAccount()
 	if account == "" || claims.Issuer != account {
 		return broker.Grant{}, ErrBadOperator
 	}
@@ -132,25 +266,15 @@ func (a *Authenticator) operator(c broker.Client) (broker.Grant, error) {
 	if err := verifyNonce(claims.Subject, c.Nonce, c.Sig); err != nil {
 		return broker.Grant{}, err
 	}
-	return broker.Grant{User: OperatorUserPrefix + claims.Name, AllowAll: true}, nil
+	return OperatorGrant(claims.Name), nil
 }
 
 func (a *Authenticator) node(c broker.Client) (broker.Grant, error) {
-	var (
-		id      string
-		found   bool
-		revoked bool
-	)
-	a.cfg.FSM.Read(func(s *state.State) {
-		if _, r := s.RevokedKeys[c.Nkey]; r {
-			revoked = true
-		}
-		if n, ok := s.NodeByKey(c.Nkey); ok {
-			id, found = n.ID, true
-			revoked = revoked || n.Revoked
-		}
-	})
-	if revoked {
+	if a.cfg.Roster.KeyRevoked(c.Nkey) {
+		return broker.Grant{}, ErrRevoked
+	}
+	n, found := a.cfg.Roster.NodeByKey(c.Nkey)
+	if found && n.Revoked {
 		return broker.Grant{}, ErrRevoked
 	}
 	if !found {
@@ -161,13 +285,19 @@ func (a *Authenticator) node(c broker.Client) (broker.Grant, error) {
 	if err := verifyNonce(c.Nkey, c.Nonce, c.Sig); err != nil {
 		return broker.Grant{}, err
 	}
-	return broker.Grant{
-		User:      NodeUserPrefix + id,
-		Publish:   []string{api.StatusSubject(id), api.SyncSubject(id)},
-		Subscribe: []string{api.DeclarationSubject(id), api.NodeInbox(id) + ".>"},
-	}, nil
+	return NodeGrant(n.ID), nil
 }
 
+// enrolling admits a client that presents a token's secret and the node key it is
+// about to register. A live token (for the node the client names, unexpired, and
+// unused or used by this very key: the same enrolment run again) is granted its
+// node's enrolment subject and the inbox bound to the key, for
+// EnrolConnectionLifetime. A token the mesh knows but does not admit (used by another
+// key, expired, or minted for another node than the one named) is granted the same
+// subjects for RefusalConnectionLifetime only: the enrolment handler refuses it before
+// anything is recorded, and the person is told "used", "expired" or "another node"
+// rather than a bare refusal. A secret the mesh never minted, a revoked key, or a
+// token past its budget of connections is refused by the broker itself.
 func (a *Authenticator) enrolling(c broker.Client) (broker.Grant, error) {
 	node := strings.TrimPrefix(c.Username, EnrolUserPrefix)
 	if err := tokenfmt.ValidateNodeID(node); err != nil {
@@ -179,22 +309,37 @@ func (a *Authenticator) enrolling(c broker.Client) (broker.Grant, error) {
 		return broker.Grant{}, ErrRateLimited
 	}
 	id, ok := SecretID(c.Password)
-	known := false
+	var t state.TokenAuth
 	if ok {
-		a.cfg.FSM.Read(func(s *state.State) { _, known = s.Tokens[id] })
+		t, ok = a.cfg.Roster.TokenByID(id)
 	}
-	if !known {
-		if a.limiter.fail(host, now) {
-			a.log.Warn("enrolment attempts from this address are blocked", "remote", host, "node", node, "for", a.cfg.FailureWindow.String())
-		}
+	if !ok {
+		a.fail(host, node, now)
 		return broker.Grant{}, ErrUnknownSecret
 	}
-	return broker.Grant{
-		User:      EnrolUserPrefix + node,
-		Publish:   []string{api.EnrolSubject(node)},
-		Subscribe: []string{api.EnrolInbox(node) + ".>"},
-		Deadline:  now.Add(EnrolConnectionLifetime),
-	}, nil
+	if c.Nkey == "" || !nkeys.IsValidPublicUserKey(c.Nkey) {
+		return broker.Grant{}, ErrNoEnrolKey
+	}
+	if err := verifyNonce(c.Nkey, c.Nonce, c.Sig); err != nil {
+		return broker.Grant{}, err
+	}
+	if a.cfg.Roster.KeyRevoked(c.Nkey) {
+		return broker.Grant{}, ErrRevoked
+	}
+	if !a.tokens.admit(id, now) {
+		return broker.Grant{}, ErrTokenBusy
+	}
+	live := t.Node == node && now.Before(t.Expiry) && (!t.Used || t.UsedKey == c.Nkey)
+	if !live {
+		return EnrolGrant(node, c.Nkey, now.Add(RefusalConnectionLifetime)), nil
+	}
+	return EnrolGrant(node, c.Nkey, now.Add(EnrolConnectionLifetime)), nil
+}
+
+func (a *Authenticator) fail(host, node string, now time.Time) {
+	if a.limiter.fail(host, now) {
+		a.log.Warn("enrolment attempts from this address are blocked", "remote", host, "node", node, "for", a.cfg.FailureWindow.String())
+	}
 }
 
 // SecretID returns the id the mesh stores a token under, from the hex secret an
@@ -286,6 +431,39 @@ func (l *limiter) fail(host string, now time.Time) bool {
 		return true
 	}
 	return false
+}
+
+// window admits at most limit events per key within span: with connections that live
+// at most span, at most limit are open at once.
+type window struct {
+	mu    sync.Mutex
+	limit int
+	span  time.Duration
+	m     map[string][]time.Time
+}
+
+func (w *window) admit(key string, now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.m) > 100_000 {
+		for k, ts := range w.m {
+			if len(ts) == 0 || now.Sub(ts[len(ts)-1]) >= w.span {
+				delete(w.m, k)
+			}
+		}
+	}
+	recent := w.m[key][:0]
+	for _, t := range w.m[key] {
+		if now.Sub(t) < w.span {
+			recent = append(recent, t)
+		}
+	}
+	if len(recent) >= w.limit {
+		w.m[key] = recent
+		return false
+	}
+	w.m[key] = append(recent, now)
+	return true
 }
 
 var _ broker.Authenticator = (*Authenticator)(nil)

@@ -36,6 +36,9 @@ type fixture struct {
 	oldDB   nkeys.KeyPair // db-1's first key, revoked; db-1 enrolled again with newDB
 	newDB   nkeys.KeyPair
 	secret  string // hex secret of an unused token for web-2
+	used    string // hex secret of a token web-5 enrolled with, key web5
+	web5    nkeys.KeyPair
+	expired string // hex secret of an unused token for web-6 that expired
 	clock   time.Time
 	logs    bytes.Buffer
 }
@@ -64,17 +67,32 @@ func newFixture(t testing.TB) *fixture {
 	fx.apply(t, state.Command{Op: state.OpRevoke, At: at, Revoke: &state.RevokeCmd{Node: "db-1"}})
 	enrol("t4", "db-1", fx.newDB)
 
-	var tok tokenfmt.Token
-	if _, err := rand.Read(tok.Secret[:]); err != nil {
-		t.Fatal(err)
+	mint := func(node string, at time.Time, ttl time.Duration) (string, string) {
+		var tok tokenfmt.Token
+		if _, err := rand.Read(tok.Secret[:]); err != nil {
+			t.Fatal(err)
+		}
+		secret := hex.EncodeToString(tok.Secret[:])
+		id, ok := SecretID(secret)
+		if !ok {
+			t.Fatal("SecretID refused a fresh secret")
+		}
+		fx.apply(t, state.Command{Op: state.OpCreateToken, At: at, CreateToken: &state.CreateTokenCmd{ID: id, Node: node, Role: state.RoleWorker, TTL: ttl}})
+		return secret, id
 	}
-	fx.secret = hex.EncodeToString(tok.Secret[:])
-	id, ok := SecretID(fx.secret)
-	if !ok {
-		t.Fatal("SecretID refused a fresh secret")
-	}
-	fx.apply(t, state.Command{Op: state.OpCreateToken, At: now0, CreateToken: &state.CreateTokenCmd{ID: id, Node: "web-2", Role: state.RoleWorker, TTL: time.Hour}})
+	fx.secret, _ = mint("web-2", now0, time.Hour)
+	fx.web5 = mustKey(t, nkeys.CreateUser)
+	var usedID string
+	fx.used, usedID = mint("web-5", now0.Add(-time.Minute), time.Hour)
+	fx.apply(t, state.Command{Op: state.OpEnrol, At: now0.Add(-time.Minute), Enrol: &state.EnrolCmd{TokenID: usedID, Node: "web-5", Role: state.RoleWorker, PublicKey: pub(fx.web5)}})
+	fx.expired, _ = mint("web-6", now0.Add(-2*time.Hour), time.Hour)
 	return fx
+}
+
+// enrolling is the client an enrolling host presents: the token's secret as the
+// password of enrol:<node>, and the key it will register, signing the nonce.
+func enrolling(t *testing.T, node, secret string, kp nkeys.KeyPair, nonce []byte) broker.Client {
+	return broker.Client{Username: EnrolUserPrefix + node, Password: secret, Nkey: pub(kp), Nonce: nonce, Sig: sign(t, kp, nonce), Remote: remote1}
 }
 
 func (fx *fixture) apply(t testing.TB, c state.Command) {
@@ -91,12 +109,16 @@ func (fx *fixture) apply(t testing.TB, c state.Command) {
 
 func (fx *fixture) auth(internal string) *Authenticator {
 	return New(Config{
-		FSM:           fx.fsm,
+		Roster:        fx.fsm,
+		HostEvents:    []string{"$SYS.ACCOUNT.HOSTS.CONNECT", "$SYS.ACCOUNT.HOSTS.DISCONNECT"},
 		InternalToken: internal,
 		Logger:        slog.New(slog.NewTextHandler(&fx.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Now:           func() time.Time { return fx.clock },
 		FailureLimit:  3,
 		FailureWindow: time.Minute,
+		// The rate-limit tests admit the same token many times; the token budget
+		// has a test of its own.
+		TokenConnections: 100,
 	})
 }
 
@@ -148,27 +170,42 @@ func TestAuthenticate(t *testing.T) {
 		tampered = goodJWT[:len(goodJWT)-4] + "BBBB"
 	}
 
+	newKey := mustKey(t, nkeys.CreateUser)
 	tests := []struct {
 		name     string
 		internal string
 		client   broker.Client
 		want     error        // nil: granted
 		grant    broker.Grant // checked when want is nil (Deadline compared separately)
+		deadline time.Duration
 	}{
-		// The control plane's own client.
-		{name: "internal token", internal: "s3cret-internal", client: broker.Client{Token: "s3cret-internal"},
-			grant: broker.Grant{User: InternalUser, AllowAll: true}},
-		{name: "internal token wrong", internal: "s3cret-internal", client: broker.Client{Token: "s3cret-internaX"}, want: ErrInternalMissing},
-		{name: "internal token prefix", internal: "s3cret-internal", client: broker.Client{Token: "s3cret"}, want: ErrInternalMissing},
-		{name: "internal token not configured", internal: "", client: broker.Client{Token: "anything"}, want: ErrInternalMissing},
+		// The control plane's own connections, one per role.
+		{name: "internal hosts role", internal: "s3cret-internal", client: broker.Client{Username: string(RoleHosts), Token: "s3cret-internal"},
+			grant: broker.Grant{User: string(RoleHosts), Account: broker.AccountHosts,
+				Subscribe: []string{"mesh.enrol.*", "mesh.node.*.sync", "mesh.node.*.status"},
+				Publish:   []string{"_INBOX.node.*.>", "_INBOX.enrol.*.>"}}},
+		{name: "internal publisher role", internal: "s3cret-internal", client: broker.Client{Username: string(RolePublisher), Token: "s3cret-internal"},
+			grant: broker.Grant{User: string(RolePublisher), Account: broker.AccountControl, Publish: []string{"mesh.node.*.decl"}}},
+		{name: "internal admin role", internal: "s3cret-internal", client: broker.Client{Username: string(RoleAdmin), Token: "s3cret-internal"},
+			grant: broker.Grant{User: string(RoleAdmin), Account: broker.AccountControl, Subscribe: []string{"mesh.admin.>"}, Publish: []string{"_R_.>"}}},
+		{name: "internal control role", internal: "s3cret-internal", client: broker.Client{Username: string(RoleControl), Token: "s3cret-internal"},
+			grant: broker.Grant{User: string(RoleControl), Account: broker.AccountControl, Subscribe: []string{"mesh.control.>", "_INBOX.>"}, Publish: []string{"mesh.control.>"}}},
+		{name: "internal events role", internal: "s3cret-internal", client: broker.Client{Username: string(RoleEvents), Token: "s3cret-internal"},
+			grant: broker.Grant{User: string(RoleEvents), Account: broker.AccountSystem,
+				Subscribe: []string{"_INBOX.>", "$SYS.ACCOUNT.HOSTS.CONNECT", "$SYS.ACCOUNT.HOSTS.DISCONNECT"},
+				Publish:   []string{"$SYS.REQ.SERVER.*.CONNZ", "$SYS.REQ.SERVER.*.KICK", "$SYS.REQ.SERVER.PING.IDZ"}}},
+		{name: "internal token, no role", internal: "s3cret-internal", client: broker.Client{Token: "s3cret-internal"}, want: ErrInternalMissing},
+		{name: "internal token, unknown role", internal: "s3cret-internal", client: broker.Client{Username: "control-plane:everything", Token: "s3cret-internal"}, want: ErrInternalMissing},
+		{name: "internal token wrong", internal: "s3cret-internal", client: broker.Client{Username: string(RoleHosts), Token: "s3cret-internaX"}, want: ErrInternalMissing},
+		{name: "internal token prefix", internal: "s3cret-internal", client: broker.Client{Username: string(RoleHosts), Token: "s3cret"}, want: ErrInternalMissing},
+		{name: "internal token not configured", internal: "", client: broker.Client{Username: string(RoleHosts), Token: "anything"}, want: ErrInternalMissing},
 
 		// Operators.
-		{name: "operator", client: broker.Client{JWT: goodJWT, Nonce: nonce, Sig: sign(t, operator, nonce)},
-			grant: broker.Grant{User: OperatorUserPrefix + "alice", AllowAll: true}},
+		{name: "operator", client: broker.Client{JWT: goodJWT, Nonce: nonce, Sig: sign(t, operator, nonce)}, grant: OperatorGrant("alice")},
 		{name: "operator std base64 sig", client: broker.Client{JWT: goodJWT, Nonce: nonce, Sig: func() string {
 			s, _ := operator.Sign(nonce)
 			return base64.StdEncoding.EncodeToString(s)
-		}()}, grant: broker.Grant{User: OperatorUserPrefix + "alice", AllowAll: true}},
+		}()}, grant: OperatorGrant("alice")},
 		{name: "operator of another account", client: broker.Client{JWT: userJWT(t, otherAccount, operator, nil), Nonce: nonce, Sig: sign(t, operator, nonce)}, want: ErrBadOperator},
 		{name: "operator signed by another account claiming ours", client: broker.Client{JWT: userJWT(t, otherAccount, operator, func(c *jwt.UserClaims) {
 			c.IssuerAccount = pub(fx.account)
@@ -181,7 +218,7 @@ func TestAuthenticate(t *testing.T) {
 		}), Nonce: nonce, Sig: sign(t, operator, nonce)}, want: ErrBadOperator},
 		{name: "operator expiring later", client: broker.Client{JWT: userJWT(t, fx.account, operator, func(c *jwt.UserClaims) {
 			c.Expires = now0.Add(time.Hour).Unix()
-		}), Nonce: nonce, Sig: sign(t, operator, nonce)}, grant: broker.Grant{User: OperatorUserPrefix + "alice", AllowAll: true}},
+		}), Nonce: nonce, Sig: sign(t, operator, nonce)}, grant: OperatorGrant("alice")},
 		{name: "operator JWT tampered", client: broker.Client{JWT: tampered, Nonce: nonce, Sig: sign(t, operator, nonce)}, want: ErrBadOperator},
 		{name: "operator JWT garbage", client: broker.Client{JWT: "not.a.jwt", Nonce: nonce, Sig: sign(t, operator, nonce)}, want: ErrBadOperator},
 		{name: "operator nonce signed by another key", client: broker.Client{JWT: goodJWT, Nonce: nonce, Sig: sign(t, fx.web1, nonce)}, want: ErrBadSignature},
@@ -192,15 +229,12 @@ func TestAuthenticate(t *testing.T) {
 		{name: "node", client: broker.Client{Nkey: pub(fx.web1), Nonce: nonce, Sig: sign(t, fx.web1, nonce)},
 			grant: broker.Grant{
 				User:      "node:web-1",
+				Account:   broker.AccountHosts,
 				Publish:   []string{"mesh.node.web-1.status", "mesh.node.web-1.sync"},
 				Subscribe: []string{"mesh.node.web-1.decl", "_INBOX.node.web-1.>"},
 			}},
 		{name: "node enrolled again with a new key", client: broker.Client{Nkey: pub(fx.newDB), Nonce: nonce, Sig: sign(t, fx.newDB, nonce)},
-			grant: broker.Grant{
-				User:      "node:db-1",
-				Publish:   []string{"mesh.node.db-1.status", "mesh.node.db-1.sync"},
-				Subscribe: []string{"mesh.node.db-1.decl", "_INBOX.node.db-1.>"},
-			}},
+			grant: NodeGrant("db-1")},
 		{name: "node unknown key", client: func() broker.Client {
 			kp := mustKey(t, nkeys.CreateUser)
 			return broker.Client{Nkey: pub(kp), Nonce: nonce, Sig: sign(t, kp, nonce)}
@@ -215,26 +249,39 @@ func TestAuthenticate(t *testing.T) {
 		{name: "node key is an account key", client: broker.Client{Nkey: pub(fx.account), Nonce: nonce, Sig: sign(t, fx.account, nonce)}, want: ErrUnknownKey},
 		{name: "node key garbage", client: broker.Client{Nkey: "Uxyz", Nonce: nonce, Sig: "x"}, want: ErrUnknownKey},
 
-		// Enrolling clients.
-		{name: "enrolling", client: broker.Client{Username: "enrol:web-2", Password: fx.secret, Remote: remote1},
-			grant: broker.Grant{User: "enrol:web-2", Publish: []string{"mesh.enrol.web-2"}, Subscribe: []string{"_INBOX.enrol.web-2.>"}}},
-		{name: "enrolling upper-case hex", client: broker.Client{Username: "enrol:web-2", Password: strings.ToUpper(fx.secret), Remote: remote1},
-			grant: broker.Grant{User: "enrol:web-2", Publish: []string{"mesh.enrol.web-2"}, Subscribe: []string{"_INBOX.enrol.web-2.>"}}},
-		// A known secret for another node gets that node's enrolment subject only; the
-		// enrolment handler then says "issued for another node".
-		{name: "enrolling names another node", client: broker.Client{Username: "enrol:web-3", Password: fx.secret, Remote: remote1},
-			grant: broker.Grant{User: "enrol:web-3", Publish: []string{"mesh.enrol.web-3"}, Subscribe: []string{"_INBOX.enrol.web-3.>"}}},
-		{name: "enrolling unknown secret", client: broker.Client{Username: "enrol:web-2", Password: strings.Repeat("ab", 32), Remote: remote1}, want: ErrUnknownSecret},
-		{name: "enrolling short secret", client: broker.Client{Username: "enrol:web-2", Password: fx.secret[:62], Remote: remote1}, want: ErrUnknownSecret},
-		{name: "enrolling long secret", client: broker.Client{Username: "enrol:web-2", Password: fx.secret + "00", Remote: remote1}, want: ErrUnknownSecret},
-		{name: "enrolling non-hex secret", client: broker.Client{Username: "enrol:web-2", Password: strings.Repeat("zz", 32), Remote: remote1}, want: ErrUnknownSecret},
-		{name: "enrolling the token id instead of the secret", client: broker.Client{Username: "enrol:web-2", Password: func() string { id, _ := SecretID(fx.secret); return id }(), Remote: remote1}, want: ErrUnknownSecret},
-		{name: "enrolling empty secret", client: broker.Client{Username: "enrol:web-2", Remote: remote1}, want: ErrUnknownSecret},
-		{name: "enrolling no node", client: broker.Client{Username: "enrol:", Password: fx.secret, Remote: remote1}, want: broker.ErrRefused},
-		{name: "enrolling wildcard node", client: broker.Client{Username: "enrol:>", Password: fx.secret, Remote: remote1}, want: broker.ErrRefused},
-		{name: "enrolling dotted node", client: broker.Client{Username: "enrol:web-2.decl", Password: fx.secret, Remote: remote1}, want: broker.ErrRefused},
-		{name: "enrolling star node", client: broker.Client{Username: "enrol:*", Password: fx.secret, Remote: remote1}, want: broker.ErrRefused},
-		{name: "enrolling upper-case node", client: broker.Client{Username: "enrol:WEB-2", Password: fx.secret, Remote: remote1}, want: broker.ErrRefused},
+		// Enrolling clients: a live token, under its own node, with the key to register.
+		{name: "enrolling", client: enrolling(t, "web-2", fx.secret, newKey, nonce),
+			grant: broker.Grant{User: "enrol:web-2", Account: broker.AccountHosts, Publish: []string{"mesh.enrol.web-2"},
+				Subscribe: []string{"_INBOX.enrol.web-2." + pub(newKey) + ".>"}}, deadline: EnrolConnectionLifetime},
+		{name: "enrolling upper-case hex", client: enrolling(t, "web-2", strings.ToUpper(fx.secret), newKey, nonce),
+			grant: EnrolGrant("web-2", pub(newKey), time.Time{}), deadline: EnrolConnectionLifetime},
+		// The same enrolment run again with the key the token enrolled: admitted.
+		{name: "enrolling again, same key", client: enrolling(t, "web-5", fx.used, fx.web5, nonce),
+			grant: EnrolGrant("web-5", pub(fx.web5), time.Time{}), deadline: EnrolConnectionLifetime},
+		// A used token with another key, or an expired one: admitted for a few
+		// seconds, able to ask and be told why, nothing more.
+		{name: "enrolling a used token, another key", client: enrolling(t, "web-5", fx.used, newKey, nonce),
+			grant: EnrolGrant("web-5", pub(newKey), time.Time{}), deadline: RefusalConnectionLifetime},
+		{name: "enrolling an expired token", client: enrolling(t, "web-6", fx.expired, newKey, nonce),
+			grant: EnrolGrant("web-6", pub(newKey), time.Time{}), deadline: RefusalConnectionLifetime},
+		{name: "enrolling names another node", client: enrolling(t, "web-3", fx.secret, newKey, nonce),
+			grant: EnrolGrant("web-3", pub(newKey), time.Time{}), deadline: RefusalConnectionLifetime},
+		{name: "enrolling with a revoked key", client: enrolling(t, "web-2", fx.secret, fx.gone, nonce), want: ErrRevoked},
+		{name: "enrolling without a key", client: broker.Client{Username: "enrol:web-2", Password: fx.secret, Remote: remote1}, want: ErrNoEnrolKey},
+		{name: "enrolling, key but no signature", client: broker.Client{Username: "enrol:web-2", Password: fx.secret, Nkey: pub(newKey), Nonce: nonce, Remote: remote1}, want: ErrBadSignature},
+		{name: "enrolling with an account key", client: broker.Client{Username: "enrol:web-2", Password: fx.secret, Nkey: pub(fx.account), Nonce: nonce, Sig: sign(t, fx.account, nonce), Remote: remote1}, want: ErrNoEnrolKey},
+		{name: "enrolling, nonce signed by another key", client: broker.Client{Username: "enrol:web-2", Password: fx.secret, Nkey: pub(newKey), Nonce: nonce, Sig: sign(t, fx.web1, nonce), Remote: remote1}, want: ErrBadSignature},
+		{name: "enrolling unknown secret", client: enrolling(t, "web-2", strings.Repeat("ab", 32), newKey, nonce), want: ErrUnknownSecret},
+		{name: "enrolling short secret", client: enrolling(t, "web-2", fx.secret[:62], newKey, nonce), want: ErrUnknownSecret},
+		{name: "enrolling long secret", client: enrolling(t, "web-2", fx.secret+"00", newKey, nonce), want: ErrUnknownSecret},
+		{name: "enrolling non-hex secret", client: enrolling(t, "web-2", strings.Repeat("zz", 32), newKey, nonce), want: ErrUnknownSecret},
+		{name: "enrolling the token id instead of the secret", client: enrolling(t, "web-2", func() string { id, _ := SecretID(fx.secret); return id }(), newKey, nonce), want: ErrUnknownSecret},
+		{name: "enrolling empty secret", client: enrolling(t, "web-2", "", newKey, nonce), want: ErrUnknownSecret},
+		{name: "enrolling no node", client: enrolling(t, "", fx.secret, newKey, nonce), want: broker.ErrRefused},
+		{name: "enrolling wildcard node", client: enrolling(t, ">", fx.secret, newKey, nonce), want: broker.ErrRefused},
+		{name: "enrolling dotted node", client: enrolling(t, "web-2.decl", fx.secret, newKey, nonce), want: broker.ErrRefused},
+		{name: "enrolling star node", client: enrolling(t, "*", fx.secret, newKey, nonce), want: broker.ErrRefused},
+		{name: "enrolling upper-case node", client: enrolling(t, "WEB-2", fx.secret, newKey, nonce), want: broker.ErrRefused},
 
 		// Nothing presented.
 		{name: "nothing", client: broker.Client{}, want: ErrNoCredentials},
@@ -252,7 +299,7 @@ func TestAuthenticate(t *testing.T) {
 				if !errors.Is(err, broker.ErrRefused) {
 					t.Fatalf("refusal %v does not wrap broker.ErrRefused", err)
 				}
-				if g.User != "" || g.AllowAll || g.Publish != nil || g.Subscribe != nil {
+				if g.User != "" || g.Account != broker.AccountNone || g.Publish != nil || g.Subscribe != nil {
 					t.Fatalf("a refusal came with a grant: %+v", g)
 				}
 				return
@@ -260,13 +307,13 @@ func TestAuthenticate(t *testing.T) {
 			if err != nil {
 				t.Fatalf("refused: %v", err)
 			}
-			if g.User != tt.grant.User || g.AllowAll != tt.grant.AllowAll ||
+			if g.User != tt.grant.User || g.Account != tt.grant.Account ||
 				!slices.Equal(g.Publish, tt.grant.Publish) || !slices.Equal(g.Subscribe, tt.grant.Subscribe) {
 				t.Fatalf("grant = %+v, want %+v", g, tt.grant)
 			}
-			if strings.HasPrefix(g.User, EnrolUserPrefix) {
-				if !g.Deadline.Equal(now0.Add(30 * time.Second)) {
-					t.Fatalf("enrolling deadline = %v, want now+30s", g.Deadline)
+			if tt.deadline != 0 {
+				if !g.Deadline.Equal(now0.Add(tt.deadline)) {
+					t.Fatalf("deadline = %v, want now+%s", g.Deadline, tt.deadline)
 				}
 			} else if !g.Deadline.IsZero() {
 				t.Fatalf("%s got a connection deadline %v", g.User, g.Deadline)
@@ -275,9 +322,35 @@ func TestAuthenticate(t *testing.T) {
 	}
 }
 
+// TestTokenConnectionBudget: one token is granted at most TokenConnections
+// connections per EnrolConnectionLifetime, so at most that many are open at once.
+func TestTokenConnectionBudget(t *testing.T) {
+	fx := newFixture(t)
+	a := New(Config{Roster: fx.fsm, Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return fx.clock }})
+	nonce := []byte("n")
+	for i := range DefaultTokenConnections {
+		if _, err := a.Authenticate(enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), nonce)); err != nil {
+			t.Fatalf("connection %d: %v", i+1, err)
+		}
+	}
+	if _, err := a.Authenticate(enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), nonce)); !errors.Is(err, ErrTokenBusy) {
+		t.Fatalf("one connection over the budget: %v, want ErrTokenBusy", err)
+	}
+	// Another token is unaffected.
+	if _, err := a.Authenticate(enrolling(t, "web-5", fx.used, fx.web5, nonce)); err != nil {
+		t.Fatalf("another token: %v", err)
+	}
+	// Once the connections granted have lived out their lifetime, the token may
+	// connect again.
+	fx.clock = fx.clock.Add(EnrolConnectionLifetime)
+	if _, err := a.Authenticate(enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), nonce)); err != nil {
+		t.Fatalf("after the lifetime: %v", err)
+	}
+}
+
 // Errors are distinct: a person reading the log can tell every refusal apart.
 func TestRefusalsAreDistinct(t *testing.T) {
-	errs := []error{ErrNoCredentials, ErrBadSignature, ErrUnknownKey, ErrRevoked, ErrUnknownSecret, ErrRateLimited, ErrBadOperator, ErrInternalMissing}
+	errs := []error{ErrNoCredentials, ErrBadSignature, ErrUnknownKey, ErrRevoked, ErrUnknownSecret, ErrNoEnrolKey, ErrTokenBusy, ErrRateLimited, ErrBadOperator, ErrInternalMissing}
 	for i, a := range errs {
 		if !errors.Is(a, broker.ErrRefused) {
 			t.Errorf("%v does not wrap broker.ErrRefused", a)
@@ -291,7 +364,7 @@ func TestRefusalsAreDistinct(t *testing.T) {
 }
 
 func TestOperatorBeforeInit(t *testing.T) {
-	a := New(Config{FSM: state.NewFSM(), Logger: slog.New(slog.DiscardHandler)})
+	a := New(Config{Roster: state.NewFSM(), Logger: slog.New(slog.DiscardHandler)})
 	account := mustKey(t, nkeys.CreateAccount)
 	user := mustKey(t, nkeys.CreateUser)
 	nonce := []byte("n")
@@ -309,7 +382,9 @@ func TestRateLimit(t *testing.T) {
 	other := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 2), Port: 40000}
 	samehost := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 40001} // another port of remote1's host
 	try := func(secret string, from net.Addr) error {
-		_, err := a.Authenticate(broker.Client{Username: "enrol:web-2", Password: secret, Remote: from})
+		c := enrolling(t, "web-2", secret, mustKey(t, nkeys.CreateUser), []byte("n"))
+		c.Remote = from
+		_, err := a.Authenticate(c)
 		return err
 	}
 
@@ -363,7 +438,7 @@ func TestRateLimitBlocksNodeAndSecretAlike(t *testing.T) {
 		a.Authenticate(broker.Client{Username: "enrol:web-9", Password: "x", Remote: remote1})
 	}
 	// The block is per address, not per node name.
-	if _, err := a.Authenticate(broker.Client{Username: "enrol:web-2", Password: fx.secret, Remote: remote1}); !errors.Is(err, ErrRateLimited) {
+	if _, err := a.Authenticate(enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), []byte("n"))); !errors.Is(err, ErrRateLimited) {
 		t.Fatalf("err = %v, want ErrRateLimited", err)
 	}
 	// Invalid node names are refused before the limiter and do not count.
@@ -372,7 +447,7 @@ func TestRateLimitBlocksNodeAndSecretAlike(t *testing.T) {
 	for range 10 {
 		b.Authenticate(broker.Client{Username: "enrol:BAD", Password: "x", Remote: remote1})
 	}
-	if _, err := b.Authenticate(broker.Client{Username: "enrol:web-2", Password: fx2.secret, Remote: remote1}); err != nil {
+	if _, err := b.Authenticate(enrolling(t, "web-2", fx2.secret, mustKey(t, nkeys.CreateUser), []byte("n"))); err != nil {
 		t.Fatalf("invalid node names counted as failures: %v", err)
 	}
 }
@@ -384,25 +459,25 @@ func TestFailuresSpreadOverTimeDoNotBlock(t *testing.T) {
 		a.Authenticate(broker.Client{Username: "enrol:web-2", Password: "x", Remote: remote1})
 		fx.clock = fx.clock.Add(31 * time.Second) // two per window at most
 	}
-	if _, err := a.Authenticate(broker.Client{Username: "enrol:web-2", Password: fx.secret, Remote: remote1}); err != nil {
+	if _, err := a.Authenticate(enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), []byte("n"))); err != nil {
 		t.Fatalf("slow failures blocked the address: %v", err)
 	}
 }
 
 func TestDefaults(t *testing.T) {
 	fx := newFixture(t)
-	a := New(Config{FSM: fx.fsm, Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return fx.clock }})
+	a := New(Config{Roster: fx.fsm, Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return fx.clock }})
 	for i := range 5 {
 		if _, err := a.Authenticate(broker.Client{Username: "enrol:web-2", Password: "x", Remote: remote1}); !errors.Is(err, ErrUnknownSecret) {
 			t.Fatalf("failure %d: %v", i+1, err)
 		}
 	}
 	// Five failures within the default minute block.
-	if _, err := a.Authenticate(broker.Client{Username: "enrol:web-2", Password: fx.secret, Remote: remote1}); !errors.Is(err, ErrRateLimited) {
+	if _, err := a.Authenticate(enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), []byte("n"))); !errors.Is(err, ErrRateLimited) {
 		t.Fatalf("after 5 failures: %v", err)
 	}
 	fx.clock = fx.clock.Add(time.Minute)
-	if _, err := a.Authenticate(broker.Client{Username: "enrol:web-2", Password: fx.secret, Remote: remote1}); err != nil {
+	if _, err := a.Authenticate(enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), []byte("n"))); err != nil {
 		t.Fatalf("after a minute: %v", err)
 	}
 }
@@ -413,7 +488,7 @@ func TestSecretsNeverLogged(t *testing.T) {
 	wrongSecret := strings.Repeat("9f", 32)
 	for range 5 {
 		a.Authenticate(broker.Client{Username: "enrol:web-2", Password: wrongSecret, Remote: remote1})
-		a.Authenticate(broker.Client{Username: "enrol:web-2", Password: fx.secret, Remote: remote1})
+		a.Authenticate(enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), []byte("n")))
 		a.Authenticate(broker.Client{Token: "internal-token-valuX"})
 	}
 	logs := fx.logs.String()
@@ -469,7 +544,7 @@ func FuzzAuthenticate(f *testing.F) {
 	f.Add("", "", "", "", "eyJhbGciOiJlZDI1NTE5In0.e30.sig", []byte("nonce"))
 	fx := newFixture(f)
 	f.Fuzz(func(t *testing.T, user, pass, token, nkey, jwtText string, nonce []byte) {
-		a := New(Config{FSM: fx.fsm, InternalToken: "internal", Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return now0 }})
+		a := New(Config{Roster: fx.fsm, InternalToken: "internal", Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return now0 }})
 		g, err := a.Authenticate(broker.Client{Username: user, Password: pass, Token: token, Nkey: nkey, JWT: jwtText, Sig: "x", Nonce: nonce, Remote: remote1})
 		if err != nil {
 			if !errors.Is(err, broker.ErrRefused) {
@@ -477,15 +552,10 @@ func FuzzAuthenticate(f *testing.F) {
 			}
 			return
 		}
-		// Only the internal token and a minted secret can get in without a signature.
-		switch {
-		case g.AllowAll && token == "internal":
-		case strings.HasPrefix(g.User, EnrolUserPrefix):
-			if _, ok := SecretID(pass); !ok {
-				t.Fatalf("granted %+v for a malformed secret", g)
-			}
-		default:
-			t.Fatalf("granted %+v to an unsigned client", g)
+		// The fuzzer cannot sign the nonce ("x" is no signature), so only the
+		// internal token, with one of its roles, can get in.
+		if token != "internal" || !strings.HasPrefix(g.User, "control-plane:") || g.Account == broker.AccountNone {
+			t.Fatalf("granted %+v to a client that proved nothing", g)
 		}
 	})
 }

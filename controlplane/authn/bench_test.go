@@ -28,7 +28,7 @@ import (
 type allowAll struct{}
 
 func (allowAll) Authenticate(broker.Client) (broker.Grant, error) {
-	return broker.Grant{User: "anyone", AllowAll: true}, nil
+	return broker.Grant{User: "anyone", Account: broker.AccountHosts, Publish: []string{">"}, Subscribe: []string{">"}}, nil
 }
 
 // BenchmarkNodeConnect measures what a host's connection costs the broker: TLS 1.3
@@ -56,12 +56,12 @@ func BenchmarkNodeConnect(b *testing.B) {
 	}
 	leaf, _ := ca.IssueLeaf("bench", []net.IP{net.IPv4(127, 0, 0, 1)}, time.Now())
 	serverTLS, _ := pki.ServerConfig(leaf, ca.CertPEM)
-	auth := New(Config{FSM: fx.fsm, Logger: slog.New(slog.DiscardHandler)})
+	auth := New(Config{Roster: fx.fsm, Logger: slog.New(slog.DiscardHandler)})
 	for _, tc := range []struct {
 		name string
 		auth broker.Authenticator
 	}{{"roster-nkey", auth}, {"baseline-allow-all", allowAll{}}} {
-		srv, err := broker.Start(context.Background(), broker.Config{Name: "bench", Listen: "127.0.0.1:0", TLS: serverTLS, Auth: tc.auth, Logger: slog.New(slog.DiscardHandler)})
+		srv, err := broker.Start(context.Background(), broker.Config{Name: "bench", Mesh: "bench", Listen: "127.0.0.1:0", TLS: serverTLS, Auth: tc.auth, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -114,10 +114,10 @@ func BenchmarkIdleConnectionMemory(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		auth broker.Authenticator
-	}{{"roster-nkey", New(Config{FSM: fx.fsm, Logger: slog.New(slog.DiscardHandler)})}, {"baseline-allow-all", allowAll{}}} {
+	}{{"roster-nkey", New(Config{Roster: fx.fsm, Logger: slog.New(slog.DiscardHandler)})}, {"baseline-allow-all", allowAll{}}} {
 		b.Run(tc.name, func(b *testing.B) {
 			for range b.N {
-				srv, err := broker.Start(context.Background(), broker.Config{Name: "bench", Listen: "127.0.0.1:0", TLS: serverTLS, Auth: tc.auth, Logger: slog.New(slog.DiscardHandler)})
+				srv, err := broker.Start(context.Background(), broker.Config{Name: "bench", Mesh: "bench", Listen: "127.0.0.1:0", TLS: serverTLS, Auth: tc.auth, Logger: slog.New(slog.DiscardHandler)})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -22,9 +22,18 @@ import (
 // MaxAdminRequest caps an operator request: a declaration body plus a little.
 const MaxAdminRequest = declarations.MaxEnvelopeSize + 64<<10
 
-// handleAdmin serves the operator API.
+// handleAdmin serves the operator API. Requests reach it only from the operators
+// account, through the service import, so their reply subjects are ones the broker
+// made ("_R_." and a token) that lead back to the requester and nowhere else; a
+// request with any other reply is dropped. Every operation but a ping needs its
+// explicit AdminRequest envelope, decoded strictly: another call's answer delivered
+// here by a reflected reply subject decodes as nothing.
 func (d *Daemon) handleAdmin(m *nats.Msg) {
 	op := strings.TrimPrefix(m.Subject, api.AdminPrefix)
+	if !replyUnder(m.Reply, "_R_.") {
+		d.dropReply("admin", op, m.Reply)
+		return
+	}
 	var (
 		result any
 		err    error
@@ -36,29 +45,29 @@ func (d *Daemon) handleAdmin(m *nats.Msg) {
 		case api.OpPing:
 			result = api.PingResult{Mesh: d.cfg.Mesh, Node: d.cfg.Node, Leader: d.raft.IsLeader()}
 		case api.OpTokenCreate:
-			result, err = adminCall(m.Data, d.createToken)
+			result, err = adminCall(op, m.Data, d.createToken)
 		case api.OpDeclare:
-			result, err = adminCall(m.Data, d.declare)
+			result, err = adminCall(op, m.Data, d.declare)
 		case api.OpNodes:
-			result, err = adminCall(m.Data, d.nodes)
+			result, err = adminCall(op, m.Data, d.nodes)
 		case api.OpRevoke:
-			result, err = adminCall(m.Data, d.revoke)
+			result, err = adminCall(op, m.Data, d.revoke)
 		case api.OpLabel:
-			result, err = adminCall(m.Data, d.label)
+			result, err = adminCall(op, m.Data, d.label)
 		case api.OpControlAdd:
-			result, err = adminCall(m.Data, d.controlAdd)
+			result, err = adminCall(op, m.Data, d.controlAdd)
 		case api.OpControlConfirm:
-			result, err = adminCall(m.Data, d.controlConfirm)
+			result, err = adminCall(op, m.Data, d.controlConfirm)
 		case api.OpControlAbort:
-			result, err = adminCall(m.Data, d.controlAbort)
+			result, err = adminCall(op, m.Data, d.controlAbort)
 		case api.OpControlRemove:
-			result, err = adminCall(m.Data, d.controlRemove)
+			result, err = adminCall(op, m.Data, d.controlRemove)
 		case api.OpSigningKeyRotate:
-			result, err = adminCall(m.Data, d.rotateKey)
+			result, err = adminCall(op, m.Data, d.rotateKey)
 		case api.OpSigningKeyStatus:
-			result, err = adminCall(m.Data, d.keyringStatus)
+			result, err = adminCall(op, m.Data, d.keyringStatus)
 		case api.OpSigningKeyRetire:
-			result, err = adminCall(m.Data, d.retireKey)
+			result, err = adminCall(op, m.Data, d.retireKey)
 		default:
 			err = &api.Error{Code: api.CodeNotFound, Message: "unknown operation " + op}
 		}
@@ -70,20 +79,20 @@ func (d *Daemon) handleAdmin(m *nats.Msg) {
 			ae = &api.Error{Code: api.CodeInternal, Message: err.Error()}
 		}
 		resp.Error = ae
-		d.log.Warn("operator request refused", "op", op, "code", ae.Code, "reason", ae.Message)
+		d.guard.refuse("admin", Reason(ae.Code), op, ae.Message)
 	} else {
 		resp.Result, _ = json.Marshal(result)
 	}
 	data, _ := json.Marshal(resp)
-	if err := m.Respond(data); err != nil {
+	if err := d.conns.admin.Publish(m.Reply, data); err != nil {
 		d.log.Warn("operator reply not sent", "op", op, "err", err)
 	}
 }
 
-func adminCall[Req any, Res any](data []byte, fn func(Req) (Res, error)) (any, error) {
+func adminCall[Req any, Res any](op string, data []byte, fn func(Req) (Res, error)) (any, error) {
 	var req Req
-	if err := json.Unmarshal(data, &req); err != nil {
-		return nil, badRequest("malformed request: %v", err)
+	if err := api.DecodeAdminRequest(op, data, &req); err != nil {
+		return nil, badRequest("%v", err)
 	}
 	return fn(req)
 }
@@ -297,7 +306,7 @@ func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
 	if res.Err != nil {
 		return out, res.Err
 	}
-	out.Kicked = d.enforceRevocation(req.Node)
+	out.Kicked = d.enforceRevocation(req.Node, res.Node.PublicKey)
 	d.log.Warn("node revoked", "node", req.Node, "connections_closed", out.Kicked)
 	return out, nil
 }

@@ -15,7 +15,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"mesh/broker"
 	"mesh/controlplane/api"
+	"mesh/controlplane/authn"
 	"mesh/controlplane/bootstrap"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/replication"
@@ -40,7 +42,7 @@ func fleet(b testing.TB, n int) *Daemon {
 		RaftListen: fmt.Sprintf("127.0.0.1:%d", ports[1]), ClusterListen: fmt.Sprintf("127.0.0.1:%d", ports[2])}); err != nil {
 		b.Fatal(err)
 	}
-	d, err := Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.DiscardHandler),
+	d, err := Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.DiscardHandler), wrapAuth: withObserver,
 		Timeouts: replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
 	if err != nil {
 		b.Fatal(err)
@@ -74,11 +76,34 @@ func fleet(b testing.TB, n int) *Daemon {
 	return d
 }
 
+// observerToken admits, in the package's tests only, a connection in the hosts
+// account that hears every node's declarations and every reply: what n hosts
+// together would receive.
+const observerToken = "test-observer"
+
+// operatorToken admits, in the package's tests only, an operator without
+// credentials: the operators account and an operator's grant.
+const operatorToken = "test-operator"
+
+type observing struct{ broker.Authenticator }
+
+func (o observing) Authenticate(c broker.Client) (broker.Grant, error) {
+	switch c.Token {
+	case observerToken:
+		return broker.Grant{User: "test-observer", Account: broker.AccountHosts, Subscribe: []string{"mesh.node.*.decl", "_INBOX.>"}}, nil
+	case operatorToken:
+		return authn.OperatorGrant("test"), nil
+	}
+	return o.Authenticator.Authenticate(c)
+}
+
+func withObserver(a broker.Authenticator) broker.Authenticator { return observing{a} }
+
 // counter counts messages on every node's declaration subject, as n hosts would
 // receive them, over its own connection to the broker.
-func counter(b *testing.B, d *Daemon) (*atomic.Int64, *nats.Conn) {
+func counter(b testing.TB, d *Daemon) (*atomic.Int64, *nats.Conn) {
 	b.Helper()
-	nc, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()), nats.Token(d.internalToken))
+	nc, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()), nats.Token(observerToken))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -139,9 +164,9 @@ func BenchmarkDeclareFanout(b *testing.B) {
 			for range b.N {
 				start := got.Load()
 				for i := range envs {
-					d.nc.Publish(subjects[i], envs[i])
+					d.conns.publisher.Publish(subjects[i], envs[i])
 				}
-				d.nc.Flush()
+				d.conns.publisher.Flush()
 				waitCount(b, got, start+int64(n))
 			}
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/node")

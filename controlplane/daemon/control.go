@@ -64,7 +64,7 @@ func (d *Daemon) heartbeatLoop(ctx context.Context) error {
 			role = api.RaftLeader
 		}
 		data, _ := json.Marshal(api.ControlHeartbeat{V: api.ProtocolVersion, Node: d.cfg.Node, AppliedIndex: d.raft.AppliedIndex(), Raft: role})
-		_ = d.nc.Publish(api.ControlHeartbeatSubject(d.cfg.Node), data)
+		_ = d.conns.control.Publish(api.ControlHeartbeatSubject(d.cfg.Node), data)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -76,6 +76,7 @@ func (d *Daemon) heartbeatLoop(ctx context.Context) error {
 func (d *Daemon) handleHeartbeat(m *nats.Msg) {
 	var h api.ControlHeartbeat
 	if err := json.Unmarshal(m.Data, &h); err != nil || h.V != api.ProtocolVersion || api.ControlHeartbeatSubject(h.Node) != m.Subject {
+		d.guard.drop("heartbeat", ReasonMalformed, m.Subject, "not a heartbeat of this protocol version from the node its subject names")
 		return
 	}
 	d.ctl.beat(h, d.now())

@@ -25,9 +25,11 @@ import (
 	"github.com/oklog/run"
 
 	"mesh/broker"
+	"mesh/controlplane/api"
 	"mesh/controlplane/authn"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
+	"mesh/controlplane/presence"
 	"mesh/controlplane/replication"
 	"mesh/controlplane/state"
 	"mesh/declarations"
@@ -52,6 +54,12 @@ type Options struct {
 	// Now is the wall clock (tests skew it); nil means time.Now. It stamps the
 	// commands this node proposes, and so token expiry and declaration validity.
 	Now func() time.Time
+	// Budgets bound what one node may send; zero fields take DefaultBudgets.
+	Budgets Budgets
+
+	// wrapAuth, when set, wraps the broker's authenticator: the package's tests
+	// use it to admit an observer no real client can be.
+	wrapAuth func(broker.Authenticator) broker.Authenticator
 }
 
 func (o *Options) defaults() {
@@ -80,19 +88,22 @@ func (d *Daemon) now() time.Time { return d.opts.Now() }
 
 // Daemon is a running control node.
 type Daemon struct {
-	opts   Options
-	cfg    datadir.Config
-	log    *slog.Logger
-	caPEM  []byte
-	curve  nkeys.KeyPair
-	fsm    *state.FSM
-	raft   *replication.Node
-	broker *broker.Server
-	nc     *nats.Conn
-	signer *signer
-	seen   *liveness
-	status *statusBatcher
-	ctl    *controlTracker
+	opts     Options
+	cfg      datadir.Config
+	log      *slog.Logger
+	caPEM    []byte
+	curve    nkeys.KeyPair
+	fsm      *state.FSM
+	raft     *replication.Node
+	broker   *broker.Server
+	conns    *conns
+	presence *presence.Tracker
+	signer   *signer
+	seen     *liveness
+	status   *statusBatcher
+	ctl      *controlTracker
+	guard    *guard
+	effects  *effectQueue
 	// internalToken is this process's own credential on its broker; it never
 	// leaves the process.
 	internalToken string
@@ -102,8 +113,8 @@ type Daemon struct {
 
 	mu   sync.Mutex
 	subs []*nats.Subscription
-	// keysMu serialises syncKeys: the leader's handler and the apply hook may both
-	// run it.
+	// keysMu serialises syncKeys: the leader's handler and the effects actor may
+	// both run it.
 	keysMu sync.Mutex
 }
 
@@ -112,7 +123,9 @@ type Daemon struct {
 // control plane's own client. The daemon serves nothing until Run.
 func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	opts.defaults()
-	d := &Daemon{opts: opts, log: opts.Logger, fsm: state.NewFSM(), seen: newLiveness(), ctl: newControlTracker(), removed: make(chan struct{})}
+	d := &Daemon{opts: opts, log: opts.Logger, fsm: state.NewFSM(), seen: newLiveness(), ctl: newControlTracker(),
+		removed: make(chan struct{}), effects: newEffectQueue()}
+	d.guard = newGuard(opts.Logger, opts.Now, opts.Budgets)
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -170,6 +183,9 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err := d.raft.WaitFollowing(readyCtx); err != nil {
 		return nil, err
 	}
+	// From here on, applied commands' effects are carried out (once Run starts the
+	// actor); those of the entries replayed so far are covered by what follows.
+	d.effects.opened.Store(true)
 	if err := d.initialise(); err != nil {
 		return nil, err
 	}
@@ -193,26 +209,40 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.internalToken = hex.EncodeToString(internal)
-	auth := authn.New(authn.Config{FSM: d.fsm, InternalToken: d.internalToken, Logger: d.log.With("component", "authn")})
+	connect, disconnect, err := broker.ConnectionEvents(d.cfg.Mesh, broker.AccountHosts)
+	if err != nil {
+		return nil, err
+	}
+	var auth broker.Authenticator = authn.New(authn.Config{Roster: d.fsm, InternalToken: d.internalToken, HostEvents: []string{connect, disconnect},
+		Logger: d.log.With("component", "authn")})
+	if opts.wrapAuth != nil {
+		auth = opts.wrapAuth(auth)
+	}
 	d.broker, err = broker.Start(ctx, broker.Config{
-		Name:    d.cfg.Node,
-		Listen:  d.cfg.Listen,
-		TLS:     serverTLS,
-		Auth:    auth,
-		Logger:  d.log,
+		Name:   d.cfg.Node,
+		Mesh:   d.cfg.Mesh,
+		Listen: d.cfg.Listen,
+		TLS:    serverTLS,
+		Auth:   auth,
+		Logger: d.log,
+		Flows: broker.Flows{
+			HostStreams:      []string{api.NodePrefix + "*" + api.DeclarationSuffix},
+			OperatorServices: []string{api.AdminPrefix + ">"},
+		},
 		Cluster: &broker.ClusterConfig{Listen: d.cfg.ClusterListen, Routes: routes, TLS: mutual},
 	})
 	if err != nil {
 		return nil, err
 	}
-	d.nc, err = nats.Connect("",
-		nats.InProcessServer(d.broker.InProcess()),
-		nats.Token(d.internalToken),
-		nats.Name("control-plane "+d.cfg.Node),
-		nats.MaxReconnects(-1),
-	)
+	if d.conns, err = dialConns(d.broker, d.internalToken, d.cfg.Node); err != nil {
+		return nil, err
+	}
+	d.presence, err = presence.Start(presence.Config{
+		Conn: d.conns.events, Connect: connect, Disconnect: disconnect, Account: d.broker.AccountName(broker.AccountHosts),
+		OnChange: d.connectionChanged, Logger: d.log.With("component", "presence"), Now: opts.Now,
+	})
 	if err != nil {
-		return nil, fmt.Errorf("connect the control plane to its own broker: %w", err)
+		return nil, err
 	}
 	d.status = newStatusBatcher(d)
 	d.log.Info("control node ready", "mesh", d.cfg.Mesh, "node", d.cfg.Node, "broker", d.broker.Addr())
@@ -280,6 +310,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	{
 		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return d.runEffects(ctx) }, func(error) { cancel() })
+	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return d.syncPresence(ctx) }, func(error) { cancel() })
+	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error {
 			select {
 			case <-d.removed:
@@ -328,6 +366,7 @@ func (d *Daemon) followLeadership(ctx context.Context) error {
 
 const queueGroup = "control-plane"
 
+// serveAPI subscribes the leader's handlers, each on the connection of its role.
 func (d *Daemon) serveAPI() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -335,23 +374,24 @@ func (d *Daemon) serveAPI() error {
 		return nil
 	}
 	handlers := []struct {
+		nc      *nats.Conn
 		subject string
 		h       nats.MsgHandler
 	}{
-		{"mesh.enrol.*", d.handleEnrol},
-		{"mesh.node.*.sync", d.handleSync},
-		{"mesh.node.*.status", d.handleStatus},
-		{"mesh.admin.>", d.handleAdmin},
-		{"mesh.control.*.heartbeat", d.handleHeartbeat},
+		{d.conns.hosts, api.EnrolPrefix + "*", d.handleEnrol},
+		{d.conns.hosts, api.NodePrefix + "*" + api.SyncSuffix, d.handleSync},
+		{d.conns.hosts, api.NodePrefix + "*" + api.StatusSuffix, d.handleStatus},
+		{d.conns.admin, api.AdminPrefix + ">", d.handleAdmin},
+		{d.conns.control, api.ControlPrefix + "*.heartbeat", d.handleHeartbeat},
 	}
 	for _, h := range handlers {
-		sub, err := d.nc.QueueSubscribe(h.subject, queueGroup, h.h)
+		sub, err := h.nc.QueueSubscribe(h.subject, queueGroup, h.h)
 		if err != nil {
 			return fmt.Errorf("subscribe %s: %w", h.subject, err)
 		}
 		d.subs = append(d.subs, sub)
 	}
-	return d.nc.Flush()
+	return d.conns.flush()
 }
 
 func (d *Daemon) stopAPI() {
@@ -363,32 +403,31 @@ func (d *Daemon) stopAPI() {
 	d.subs = nil
 }
 
-// applied runs after every command on every control node.
+// applied runs after every command on every control node, on Raft's apply goroutine.
+// It does nothing itself: what a command calls for on this node (closing a revoked
+// node's connections, taking up new signing keys, stopping when removed) is queued for
+// the effects actor, which runs once the broker exists (see effects.go).
 func (d *Daemon) applied(c *state.Command, res state.Result) {
-	if c.Op == state.OpRevoke && res.Err == nil && c.Revoke != nil && !d.raft.IsLeader() {
-		// The leader enforces in its handler; the others close the node's
-		// connections on their own brokers.
-		go d.enforceRevocation(c.Revoke.Node)
+	if res.Err != nil {
+		return
 	}
-	if (c.Op == state.OpRotate || c.Op == state.OpRetire) && res.Err == nil && !d.raft.IsLeader() {
-		go func() {
-			if err := d.syncKeys(); err != nil {
-				d.log.Error("signing keys not updated after a keyring change", "err", err)
-			}
-		}()
-	}
-	if c.Op == state.OpRemoveControl && res.Err == nil && c.RemoveControl != nil && c.RemoveControl.Node == d.cfg.Node {
-		d.log.Warn("this control node was removed from the control plane; stopping")
-		d.removedOnce.Do(func() { close(d.removed) })
+	switch {
+	case c.Op == state.OpRevoke && c.Revoke != nil && res.Node != nil:
+		d.effects.push(effect{kind: effectRevoked, node: c.Revoke.Node, key: res.Node.PublicKey})
+	case c.Op == state.OpRotate || c.Op == state.OpRetire:
+		d.effects.push(effect{kind: effectKeyring})
+	case c.Op == state.OpRemoveControl && c.RemoveControl != nil && c.RemoveControl.Node == d.cfg.Node:
+		d.effects.push(effect{kind: effectRemoved})
 	}
 }
 
 // Close stops everything the daemon started.
 func (d *Daemon) Close() {
 	d.stopAPI()
-	if d.nc != nil {
-		d.nc.Close()
+	if d.presence != nil {
+		d.presence.Close()
 	}
+	d.conns.close()
 	if d.broker != nil {
 		d.broker.Shutdown()
 	}

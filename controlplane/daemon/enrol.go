@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,27 +20,47 @@ import (
 // handleEnrol admits a node: it checks the secret against the token record, consumes
 // the token through the log (atomically, bound to the joiner's key), and answers with
 // everything the node needs, the first declaration signed.
+//
+// It answers only on the inbox bound to the key the request registers, and only once
+// the request proves possession of that key: the broker lets nobody but the
+// connection that proved the key subscribe there, so the reply reaches the requester
+// and nobody else. A request that cannot show this is dropped unanswered.
 func (d *Daemon) handleEnrol(m *nats.Msg) {
 	node := strings.TrimPrefix(m.Subject, api.EnrolPrefix)
-	resp := d.enrol(node, m.Data)
+	if len(m.Data) > d.guard.budgets.MaxEnrol {
+		d.guard.drop("enrol", ReasonTooLarge, node, "enrolment request over its budget")
+		return
+	}
+	req, err := api.Decode[api.EnrolRequest](m.Data)
+	if err != nil {
+		d.guard.drop("enrol", ReasonMalformed, node, err.Error())
+		return
+	}
+	if !replyUnder(m.Reply, api.EnrolInbox(node, req.PublicKey)+".") || !nkeys.IsValidPublicUserKey(req.PublicKey) {
+		d.dropReply("enrol", node, m.Reply)
+		return
+	}
+	kp, _ := nkeys.FromPublicKey(req.PublicKey)
+	proof, err := base64.StdEncoding.DecodeString(req.KeyProof)
+	if err != nil || kp.Verify(api.KeyProofMessage(req.Mesh, req.Node, req.PublicKey), proof) != nil {
+		d.guard.drop("enrol", ReasonBadProof, node, "key_proof does not verify: the joiner must sign with the key it registers")
+		return
+	}
+	resp := d.enrol(node, req)
 	data, err := json.Marshal(resp)
 	if err != nil {
 		d.log.Error("encode enrolment reply", "err", err)
 		return
 	}
-	if err := m.Respond(data); err != nil {
+	if err := d.conns.hosts.Publish(m.Reply, data); err != nil {
 		d.log.Warn("enrolment reply not sent", "node", node, "err", err)
 	}
 }
 
-func (d *Daemon) enrol(node string, data []byte) api.EnrolResponse {
+func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 	refuse := func(code, msg string) api.EnrolResponse {
-		d.log.Warn("enrolment refused", "node", node, "code", code, "reason", msg)
+		d.guard.refuse("enrol", Reason(code), node, msg)
 		return api.EnrolResponse{V: api.ProtocolVersion, Error: &api.Error{Code: code, Message: msg}}
-	}
-	req, err := api.Decode[api.EnrolRequest](data)
-	if err != nil {
-		return refuse(api.CodeBadRequest, err.Error())
 	}
 	if req.Node != node {
 		return refuse(api.CodeBadRequest, "the request names node "+req.Node+" on the enrolment subject of "+node)
@@ -51,21 +72,22 @@ func (d *Daemon) enrol(node string, data []byte) api.EnrolResponse {
 	if !ok {
 		return refuse(api.CodeBadRequest, "the secret is not 64 hex digits")
 	}
-	if !nkeys.IsValidPublicUserKey(req.PublicKey) {
-		return refuse(api.CodeBadRequest, "public_key is not an nkey user public key")
-	}
-	kp, _ := nkeys.FromPublicKey(req.PublicKey)
-	proof, err := base64.StdEncoding.DecodeString(req.KeyProof)
-	if err != nil || kp.Verify(api.KeyProofMessage(req.Mesh, req.Node, req.PublicKey), proof) != nil {
-		return refuse(api.CodeBadRequest, "key_proof does not verify: the joiner must sign with the key it registers")
-	}
-
 	// Answer a hopeless request without touching the log.
 	now := d.now().UTC()
 	var pre error
 	d.fsm.Read(func(s *state.State) { _, pre = s.TokenState(id, req.Node, req.Role, req.PublicKey, now) })
 	if pre != nil {
 		return refuse(enrolCode(pre), pre.Error())
+	}
+	// The secret is this mesh's; the rest of the token must be too, in every part the
+	// host relies on, or the host would refuse the answer after the token was consumed.
+	if !strings.EqualFold(req.CAPin, d.cfg.CAPin) {
+		return refuse(api.CodeTokenOtherMesh, "the token pins another CA than this mesh's: it was not minted by this mesh (or the mesh's CA was replaced since); mint a new token")
+	}
+	var keys []string
+	d.fsm.Read(func(s *state.State) { keys = slices.Clone(s.Keyring.Keys) })
+	if !slices.Contains(keys, strings.ToLower(req.SigningKey)) {
+		return refuse(api.CodeTokenStaleKey, "the token names a signing key the mesh no longer holds (it was rotated and retired since the token was minted): mint a new token")
 	}
 	res, err := d.raft.Apply(state.Command{Op: state.OpEnrol, At: now, Enrol: &state.EnrolCmd{
 		TokenID: id, Node: req.Node, Role: req.Role, PublicKey: req.PublicKey, CurveKey: req.CurveKey,

@@ -92,7 +92,7 @@ func (d *Daemon) syncKeys() error {
 
 // rotateKey adds a new signing key: the keyring epoch+1 lists the old keys and the new
 // one, signed by all of them; the new private key is sealed to each control node.
-func (d *Daemon) rotateKey(struct{}) (api.KeyringResult, error) {
+func (d *Daemon) rotateKey(api.RotateRequest) (api.KeyringResult, error) {
 	var (
 		cur     state.Keyring
 		members []state.ControlNode
@@ -146,7 +146,7 @@ func (d *Daemon) rotateKey(struct{}) (api.KeyringResult, error) {
 }
 
 // keyringStatus says which live nodes acknowledged which keyring epoch.
-func (d *Daemon) keyringStatus(struct{}) (api.KeyringStatus, error) {
+func (d *Daemon) keyringStatus(api.KeyringStatusRequest) (api.KeyringStatus, error) {
 	now := d.now()
 	var out api.KeyringStatus
 	d.fsm.Read(func(s *state.State) {
@@ -167,7 +167,7 @@ func (d *Daemon) keyringStatus(struct{}) (api.KeyringStatus, error) {
 // acknowledged the current keyring, unless forced; forced, it names the nodes it
 // strands (they follow the chain of keyrings when they accept it).
 func (d *Daemon) retireKey(req api.RetireRequest) (api.KeyringResult, error) {
-	st, _ := d.keyringStatus(struct{}{})
+	st, _ := d.keyringStatus(api.KeyringStatusRequest{})
 	if len(st.Keys) < 2 {
 		return api.KeyringResult{}, &api.Error{Code: api.CodeBadRequest, Message: "the keyring holds one key: there is nothing to retire (rotate first)"}
 	}
@@ -219,9 +219,9 @@ func (d *Daemon) publishKeyring(env []byte) {
 		}
 	})
 	for _, id := range ids {
-		_ = d.nc.Publish(api.DeclarationSubject(id), env)
+		_ = d.conns.publisher.Publish(api.DeclarationSubject(id), env)
 	}
-	_ = d.nc.Flush()
+	_ = d.conns.publisher.Flush()
 	// Declarations re-signed by the new set of keys follow.
 	d.publishDeclarations(ids)
 }

@@ -29,6 +29,7 @@ type signed struct {
 	issuedAt time.Time
 	epoch    uint64
 	digest   string
+	nodeKey  string
 	envelope []byte
 }
 
@@ -58,7 +59,7 @@ func (s *signer) declaration(st *state.State, n *state.Node) ([]byte, error) {
 	dcl := n.Declared
 	s.mu.Lock()
 	if c, ok := s.cache[n.ID]; ok && c.version == dcl.Version && c.issuedAt.Equal(dcl.IssuedAt) &&
-		c.epoch == st.Keyring.Epoch && c.digest == dcl.BodyDigest {
+		c.epoch == st.Keyring.Epoch && c.digest == dcl.BodyDigest && c.nodeKey == n.PublicKey {
 		s.mu.Unlock()
 		return c.envelope, nil
 	}
@@ -84,6 +85,7 @@ func (s *signer) declaration(st *state.State, n *state.Node) ([]byte, error) {
 	env, err := declarations.SignDeclaration(declarations.Declaration{
 		Mesh:         st.Mesh,
 		Node:         n.ID,
+		NodeKey:      n.PublicKey,
 		Version:      dcl.Version,
 		KeyringEpoch: st.Keyring.Epoch,
 		IssuedAt:     dcl.IssuedAt,
@@ -94,12 +96,13 @@ func (s *signer) declaration(st *state.State, n *state.Node) ([]byte, error) {
 		return nil, fmt.Errorf("sign declaration v%d for %s: %w", dcl.Version, n.ID, err)
 	}
 	s.mu.Lock()
-	s.cache[n.ID] = signed{version: dcl.Version, issuedAt: dcl.IssuedAt, epoch: st.Keyring.Epoch, digest: dcl.BodyDigest, envelope: env}
+	s.cache[n.ID] = signed{version: dcl.Version, issuedAt: dcl.IssuedAt, epoch: st.Keyring.Epoch, digest: dcl.BodyDigest, nodeKey: n.PublicKey, envelope: env}
 	s.mu.Unlock()
 	return env, nil
 }
 
-// revocation signs the notice that tells a node it was revoked.
-func (s *signer) revocation(mesh, node string, at time.Time) ([]byte, error) {
-	return declarations.SignRevocation(declarations.Revocation{Mesh: mesh, Node: node, RevokedAt: at}, s.currentKeys()...)
+// revocation signs the notice that tells the node enrolled with key that it was
+// revoked.
+func (s *signer) revocation(mesh, node, key string, at time.Time) ([]byte, error) {
+	return declarations.SignRevocation(declarations.Revocation{Mesh: mesh, Node: node, NodeKey: key, RevokedAt: at}, s.currentKeys()...)
 }

@@ -394,11 +394,16 @@ func (r *run) admission(nk, ck nkeys.KeyPair) (api.EnrolResponse, string, error)
 	var errs []string
 	for _, b := range r.tok.Brokers {
 		addr := b.String()
+		pub, _ := nk.PublicKey()
+		// The secret, and the key this node registers (signing the server's nonce):
+		// the broker admits the connection only for a live token, and lets only it
+		// hear the answer, on the inbox bound to that key.
 		nc, err := nats.Connect("tls://"+addr,
 			nats.Secure(pki.PinnedClientConfig(r.tok.CAPin)),
 			nats.TLSHandshakeFirst(),
 			nats.UserInfo(authn.EnrolUserPrefix+r.tok.Node, hex.EncodeToString(r.tok.Secret[:])),
-			nats.CustomInboxPrefix(api.EnrolInbox(r.tok.Node)),
+			nats.Nkey(pub, nk.Sign),
+			nats.CustomInboxPrefix(api.EnrolInbox(r.tok.Node, pub)),
 			nats.Timeout(10*time.Second), nats.NoReconnect(),
 		)
 		if err != nil {
@@ -408,7 +413,7 @@ func (r *run) admission(nk, ck nkeys.KeyPair) (api.EnrolResponse, string, error)
 				continue
 			}
 			if errors.Is(err, nats.ErrAuthorization) {
-				return resp, "", fmt.Errorf("%w (%s): the mesh does not know this token's secret", ErrRefused, api.CodeTokenUnknown)
+				return resp, "", fmt.Errorf("%w (%s): the mesh does not admit this token: it never minted it, it was cancelled or expired over a day ago, the key it enrolled was revoked, or too many connections used it in the last 30 seconds (then wait and run join again)", ErrRefused, api.CodeTokenUnknown)
 			}
 			r.step("connect", "%s: unreachable (%v)", addr, err)
 			errs = append(errs, addr+": "+err.Error())
@@ -416,11 +421,11 @@ func (r *run) admission(nk, ck nkeys.KeyPair) (api.EnrolResponse, string, error)
 		}
 		r.step("connect", "%s: TLS handshake checked against the pinned CA", addr)
 		defer nc.Close()
-		pub, _ := nk.PublicKey()
 		curve, _ := ck.PublicKey()
 		proof, _ := nk.Sign(api.KeyProofMessage(r.tok.Mesh, r.tok.Node, pub))
 		req, _ := json.Marshal(api.EnrolRequest{V: api.ProtocolVersion, Mesh: r.tok.Mesh, Node: r.tok.Node, Role: string(tokenfmt.RoleControl),
 			Secret: hex.EncodeToString(r.tok.Secret[:]), PublicKey: pub, KeyProof: base64.StdEncoding.EncodeToString(proof),
+			CAPin: hex.EncodeToString(r.tok.CAPin[:]), SigningKey: hex.EncodeToString(r.tok.SigningKey),
 			Agent: "meshctl join", CurveKey: curve})
 		msg, err := operator.Request(nc, api.EnrolSubject(r.tok.Node), req, 20*time.Second, operator.DefaultLeaderWait)
 		if errors.Is(err, nats.ErrNoResponders) {
@@ -555,7 +560,7 @@ func (r *run) route(ctx context.Context, cfg datadir.Config, adm *api.ControlAdm
 		return err
 	}
 	srv, err := broker.Start(ctx, broker.Config{
-		Name: cfg.Node, Listen: cfg.Listen, TLS: serverTLS, Auth: refuseAll{}, Logger: r.o.Logger,
+		Name: cfg.Node, Mesh: cfg.Mesh, Listen: cfg.Listen, TLS: serverTLS, Auth: refuseAll{}, Logger: r.o.Logger,
 		Cluster: &broker.ClusterConfig{Listen: cfg.ClusterListen, Routes: routes, TLS: mt},
 	})
 	if err != nil {

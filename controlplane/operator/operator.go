@@ -125,7 +125,7 @@ func (c *Client) Close() { c.nc.Close() }
 // Call sends req to operation op and decodes the result into res. A refusal by the
 // control plane comes back as *api.Error.
 func (c *Client) Call(op string, req, res any) error {
-	data, err := json.Marshal(req)
+	data, err := api.EncodeAdminRequest(op, req)
 	if err != nil {
 		return err
 	}

@@ -257,8 +257,13 @@ func (s *State) applyEnrol(at time.Time, c *EnrolCmd) Result {
 	}
 	t.UsedAt = at
 	t.UsedKey = c.PublicKey
+	// Versions never restart for a node id: a revoked node's id enrolled again
+	// continues after the last version its earlier enrolment was given, so no
+	// version is ever signed twice for the same id.
+	first := uint64(0)
 	if old, ok := s.Nodes[c.Node]; ok {
-		delete(s.byKey, old.PublicKey) // a revoked node's id enrolled again; its old key stays in RevokedKeys
+		delete(s.byKey, old.PublicKey) // its old key stays in RevokedKeys
+		first = old.Declared.Version + 1
 	}
 	n := &Node{
 		ID:         c.Node,
@@ -267,7 +272,7 @@ func (s *State) applyEnrol(at time.Time, c *EnrolCmd) Result {
 		Labels:     maps.Clone(t.Labels),
 		EnrolledAt: at,
 		Declared: Declared{
-			Version:    0,
+			Version:    first,
 			BodyDigest: BodyDigest([]byte(emptyBody)),
 			IssuedAt:   at,
 			ExpiresAt:  at.Add(s.Validity),

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"fmt"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -364,9 +365,12 @@ func TestRevoke(t *testing.T) {
 	if r := m.apply(enrolCmd("new", "web-1", RoleWorker, "K1", t0.Add(4*time.Minute))); !errors.Is(r.Err, ErrKeyRevoked) {
 		t.Fatalf("old key with a new token: err = %v, want ErrKeyRevoked", r.Err)
 	}
+	oldVersion := m.state().Nodes["web-1"].Declared.Version
 	n := m.must(enrolCmd("new", "web-1", RoleWorker, "K2", t0.Add(4*time.Minute))).Node
-	if n.Revoked || n.PublicKey != "K2" || n.Declared.Version != 0 {
-		t.Fatalf("re-enrolled node = %+v", n)
+	// Versions never restart for an id: the new enrolment's first declaration
+	// comes after every version the old one was given.
+	if n.Revoked || n.PublicKey != "K2" || n.Declared.Version != oldVersion+1 {
+		t.Fatalf("re-enrolled node = %+v, want version %d", n, oldVersion+1)
 	}
 	s = m.state()
 	if s.RevokedKeys["K1"] != "web-1" {
@@ -689,5 +693,25 @@ func TestCloneIsDeep(t *testing.T) {
 	c.Nodes["b"] = &Node{ID: "b"}
 	if string(m.snapshot()) != string(before) {
 		t.Fatal("changing a clone changed the state")
+	}
+}
+
+// TestKeyringHistoryIsBounded: rotations and retirements archive the keyring they
+// replace, and only the newest MaxKeyringHistory are kept, so repeated rotations
+// cannot grow the state without bound.
+func TestKeyringHistoryIsBounded(t *testing.T) {
+	s := New()
+	for e := uint64(1); e <= MaxKeyringHistory+10; e++ {
+		s.Keyring = Keyring{Epoch: e, Envelope: []byte(fmt.Sprintf(`"epoch %d"`, e))}
+		s.archiveKeyring()
+	}
+	if len(s.Keyrings) != MaxKeyringHistory {
+		t.Fatalf("%d keyrings kept, want %d", len(s.Keyrings), MaxKeyringHistory)
+	}
+	if _, ok := s.Keyrings[10]; ok {
+		t.Error("epoch 10 kept although it is among the oldest")
+	}
+	if _, ok := s.Keyrings[MaxKeyringHistory+10]; !ok {
+		t.Error("the newest archived keyring was dropped")
 	}
 }

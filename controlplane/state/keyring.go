@@ -91,9 +91,17 @@ func (s *State) applyRetire(c *RetireCmd) Result {
 	return Result{}
 }
 
+// MaxKeyringHistory bounds the earlier keyrings the state keeps for hosts that were
+// away: a host more than this many epochs behind cannot follow the chain and must be
+// enrolled again.
+const MaxKeyringHistory = 64
+
 func (s *State) archiveKeyring() {
 	if s.Keyrings == nil {
 		s.Keyrings = map[uint64]json.RawMessage{}
 	}
 	s.Keyrings[s.Keyring.Epoch] = s.Keyring.Envelope
+	for len(s.Keyrings) > MaxKeyringHistory {
+		delete(s.Keyrings, slices.Min(slices.Collect(maps.Keys(s.Keyrings))))
+	}
 }

@@ -19,7 +19,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -30,7 +30,7 @@ import (
 	"mesh/host/enrol"
 	"mesh/host/hooks"
 	"mesh/host/identity"
-	"mesh/host/pintls"
+	"mesh/host/link"
 	"mesh/host/state"
 	"mesh/host/wire"
 )
@@ -85,6 +85,10 @@ type Agent struct {
 
 	msgs   chan []byte
 	events chan event
+	// hookJobs hands the hook worker what to run; hookWaiting is what waits for it
+	// while the worker is busy (merged, so a burst of declarations runs hooks once).
+	hookJobs    chan hookRun
+	hookWaiting *hookRun
 }
 
 type event struct {
@@ -176,29 +180,25 @@ func (a *Agent) Applied() state.Applied { return a.applied }
 
 // Run connects and serves until ctx ends (nil), the node is revoked (ErrRevoked) or
 // its identity keeps being refused (ErrIdentityRefused).
+//
+// One loop owns the agent's state. Around it: nats.go's callbacks hand it envelopes
+// and connection events; a sync runs in its own goroutine so that a slow or absent
+// control plane never stops the loop from verifying and reporting; the hooks run in
+// a worker of their own, for the same reason.
 func (a *Agent) Run(ctx context.Context) error {
-	pin, err := enrol.PinOf(a.id)
+	base, err := link.AsNode(a.id, a.kp)
 	if err != nil {
 		return err
 	}
-	urls := make([]string, 0, len(a.id.Brokers)+len(a.applied.Brokers))
-	for _, b := range a.brokers() {
-		urls = append(urls, "tls://"+b)
-	}
-	opts := []nats.Option{
-		nats.Secure(pintls.Config(pin)),
-		nats.TLSHandshakeFirst(),
-		nats.Nkey(a.id.PublicKey, a.kp.Sign),
-		nats.CustomInboxPrefix(a.id.Subjects.InboxPrefix),
-		nats.Name("meshhost " + a.id.Node),
+	opts := append(base,
 		nats.DontRandomize(),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(time.Second),
 		nats.ReconnectJitter(500*time.Millisecond, time.Second),
 		nats.IgnoreAuthErrorAbort(),
-		nats.Timeout(10 * time.Second),
+		nats.Timeout(10*time.Second),
 		// A broker cut off without a reset (a partition) is noticed in about 10s.
-		nats.PingInterval(5 * time.Second),
+		nats.PingInterval(5*time.Second),
 		nats.MaxPingsOutstanding(2),
 		nats.ReconnectHandler(func(*nats.Conn) { a.event(event{connected: true}) }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
@@ -209,8 +209,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { a.event(event{err: err}) }),
 		// Authorization refusals while reconnecting arrive here.
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { a.event(event{err: err}) }),
-	}
-	nc, err := a.connect(ctx, strings.Join(urls, ","), opts)
+	)
+	nc, err := a.connect(ctx, link.URLs(a.brokers()), opts)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // asked to stop before the first connection
@@ -218,12 +218,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer nc.Close()
-	a.event(event{connected: true})
 	sub, err := nc.Subscribe(a.id.Subjects.Declarations, func(m *nats.Msg) {
 		select {
 		case a.msgs <- m.Data:
 		default:
-			// A full queue only drops pushes; the next sync fetches the current state.
+			// A full queue only drops pushes; a sync fetches the current state.
 			a.log.Warn("declaration queue full; will sync")
 			a.event(event{connected: true})
 		}
@@ -233,9 +232,20 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer sub.Unsubscribe()
 
+	var workers sync.WaitGroup
+	defer workers.Wait()
+	loopCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	hookDone := make(chan hookRun, 1)
+	a.hookJobs = make(chan hookRun, 1)
+	workers.Add(1)
+	go func() { defer workers.Done(); a.runHooks(loopCtx, hookDone) }()
+
 	a.log.Info("agent running", "mesh", a.id.Mesh, "brokers", a.id.Brokers, "root", a.o.Root, "applied_version", a.appliedText())
 	beat := time.NewTicker(a.o.Heartbeat)
 	defer beat.Stop()
+	sy := &syncer{a: a, nc: nc, done: make(chan syncResult, 1)}
+	a.event(event{connected: true}) // the first connection: sync and report
 	authFailures := 0
 	for {
 		select {
@@ -246,25 +256,31 @@ func (a *Agent) Run(ctx context.Context) error {
 			case ev.connected:
 				authFailures = 0
 				a.log.Info("connected to the mesh", "broker", nc.ConnectedUrlRedacted())
-				if err := a.sync(ctx, nc); err != nil {
-					return err
-				}
+				sy.backoff = 0
+				sy.start(loopCtx, &workers)
 				a.report(nc)
-			case isAuthError(ev.err):
+			case link.IsAuthRefused(ev.err):
 				authFailures++
 				a.log.Warn("the mesh refused this node's key", "attempt", authFailures, "of", a.o.AuthFailureLimit)
 				if authFailures >= a.o.AuthFailureLimit {
 					return a.refused(authFailures)
 				}
-			case ev.err != nil && strings.Contains(ev.err.Error(), "does not chain to the CA pinned"):
+			case link.IsSubstituted(ev.err):
 				a.log.Error("a broker address answered with a certificate that is not the mesh's: refusing it and trying again", "err", ev.err)
 			case ev.err != nil:
 				a.log.Warn("connection problem", "err", ev.err)
 			}
+		case r := <-sy.done:
+			sy.finished(loopCtx, r)
+		case <-sy.retry():
+			sy.start(loopCtx, &workers)
 		case data := <-a.msgs:
 			if err := a.handle(ctx, data); err != nil {
 				return err
 			}
+			a.report(nc)
+		case h := <-hookDone:
+			a.hooksFinished(h)
 			a.report(nc)
 		case <-beat.C:
 			a.report(nc)
@@ -284,13 +300,13 @@ func (a *Agent) connect(ctx context.Context, urls string, opts []nats.Option) (*
 			return nc, nil
 		}
 		switch {
-		case isAuthError(err):
+		case link.IsAuthRefused(err):
 			refusals++
 			a.log.Warn("the mesh refused this node's key", "attempt", refusals, "of", a.o.AuthFailureLimit)
 			if refusals >= a.o.AuthFailureLimit {
 				return nil, a.refused(refusals)
 			}
-		case strings.Contains(err.Error(), "does not chain to the CA pinned"):
+		case link.IsSubstituted(err):
 			a.log.Error("a broker address answered with a certificate that is not the mesh's: refusing it and trying again", "err", err)
 		default:
 			a.log.Warn("cannot reach the mesh yet; retrying", "err", err, "in", wait)
@@ -339,10 +355,6 @@ func (a *Agent) event(ev event) {
 	}
 }
 
-func isAuthError(err error) bool {
-	return err != nil && (errors.Is(err, nats.ErrAuthorization) || strings.Contains(strings.ToLower(err.Error()), "authorization violation"))
-}
-
 func (a *Agent) appliedText() string {
 	if !a.applied.HaveApplied {
 		return "none"
@@ -350,50 +362,108 @@ func (a *Agent) appliedText() string {
 	return fmt.Sprintf("v%d", a.applied.Version)
 }
 
-// sync asks the mesh for the current keyring and declaration and handles them like
-// pushed ones.
-func (a *Agent) sync(ctx context.Context, nc *nats.Conn) error {
-	req, _ := json.Marshal(wire.SyncRequest{V: wire.ProtocolVersion, AppliedVersion: a.applied.Version, KeyringEpoch: a.keyring.Epoch})
-	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	msg, err := nc.RequestWithContext(rctx, a.id.Subjects.Sync, req)
-	if err != nil {
-		a.log.Warn("sync failed; pushed declarations still arrive, and the next reconnect syncs again", "err", err)
+// syncResult is the outcome of one sync request.
+type syncResult struct {
+	resp wire.SyncResponse
+	err  error
+}
+
+// syncer asks the mesh for the node's current state: the mesh publishes the keyrings
+// the agent lacks and its declaration on the declaration subject, where the loop
+// verifies them like any push, and acknowledges on the node's inbox. A sync that gets
+// no acknowledgement (no control node serving yet, a timeout, the mesh unable to
+// answer) is tried again with capped exponential backoff until one succeeds.
+type syncer struct {
+	a        *Agent
+	nc       *nats.Conn
+	done     chan syncResult
+	inFlight bool
+	again    bool // a sync was asked for while one was in flight
+	backoff  time.Duration
+	timer    *time.Timer
+}
+
+// Sync backoff bounds.
+const (
+	syncFirstRetry = 500 * time.Millisecond
+	syncMaxRetry   = 30 * time.Second
+	syncTimeout    = 15 * time.Second
+)
+
+func (s *syncer) retry() <-chan time.Time {
+	if s.timer == nil {
 		return nil
 	}
-	resp, err := wire.DecodeReply[wire.SyncResponse](msg.Data)
-	if err != nil {
-		a.log.Warn("sync reply refused", "err", err)
-		return nil
+	return s.timer.C
+}
+
+func (s *syncer) start(ctx context.Context, workers *sync.WaitGroup) {
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
 	}
-	if resp.Error != nil {
-		a.log.Warn("the mesh could not answer the sync", "code", resp.Error.Code, "reason", resp.Error.Message)
-		return nil
+	if s.inFlight {
+		s.again = true
+		return
 	}
-	if len(resp.Brokers) > 0 && !slices.Equal(resp.Brokers, a.applied.Brokers) && validBrokers(resp.Brokers) {
-		// Not security-critical: every broker is checked against the pin. Known
-		// brokers let a restarted agent fail over to control nodes that joined
-		// after it enrolled.
-		a.applied.Brokers = slices.Clone(resp.Brokers)
-		a.save()
-		a.log.Info("the mesh's brokers", "brokers", resp.Brokers)
-	}
-	// The chain of keyrings since this agent's epoch first, each verified from the
-	// one before: an agent that was away during a rotation catches up here.
-	for _, kr := range resp.Keyrings {
-		if err := a.handle(ctx, kr); err != nil {
-			return err
+	s.inFlight = true
+	req, _ := json.Marshal(wire.SyncRequest{V: wire.ProtocolVersion, AppliedVersion: s.a.applied.Version, KeyringEpoch: s.a.keyring.Epoch})
+	workers.Add(1)
+	go func() {
+		defer workers.Done()
+		rctx, cancel := context.WithTimeout(ctx, syncTimeout)
+		defer cancel()
+		var r syncResult
+		msg, err := s.nc.RequestWithContext(rctx, s.a.id.Subjects.Sync, req)
+		if err == nil {
+			r.resp, err = wire.DecodeReply[wire.SyncResponse](msg.Data)
+		}
+		r.err = err
+		select {
+		case s.done <- r:
+		case <-ctx.Done():
+		}
+	}()
+}
+
+func (s *syncer) finished(ctx context.Context, r syncResult) {
+	s.inFlight = false
+	a := s.a
+	switch {
+	case r.err != nil:
+		s.schedule("sync not answered", r.err.Error())
+	case r.resp.Error != nil && r.resp.Error.Code == wire.CodeNotFound:
+		// The mesh no longer knows this node: a signed notice says why, if revoked.
+		a.log.Warn("the mesh does not know this node any more", "reason", r.resp.Error.Message)
+	case r.resp.Error != nil:
+		s.schedule("the mesh could not answer the sync", r.resp.Error.Code+": "+r.resp.Error.Message)
+	default:
+		s.backoff = 0
+		if b := r.resp.Brokers; len(b) > 0 && !slices.Equal(b, a.applied.Brokers) && validBrokers(b) {
+			// Not security-critical: every broker is checked against the pin. Known
+			// brokers let a restarted agent fail over to control nodes that joined
+			// after it enrolled.
+			a.applied.Brokers = slices.Clone(b)
+			a.save()
+			a.log.Info("the mesh's brokers", "brokers", b)
 		}
 	}
-	if len(resp.Keyring) > 0 {
-		if err := a.handle(ctx, resp.Keyring); err != nil {
-			return err
+	if s.again && ctx.Err() == nil {
+		s.again = false
+		if s.timer == nil {
+			s.timer = time.NewTimer(0)
 		}
 	}
-	if len(resp.Declaration) > 0 {
-		return a.handle(ctx, resp.Declaration)
+}
+
+func (s *syncer) schedule(what, why string) {
+	if s.backoff == 0 {
+		s.backoff = syncFirstRetry
+	} else {
+		s.backoff = min(2*s.backoff, syncMaxRetry)
 	}
-	return nil
+	s.a.log.Warn(what+"; trying again", "reason", why, "in", s.backoff.String())
+	s.timer = time.NewTimer(s.backoff)
 }
 
 // handle routes one envelope to its verifier. Only a verified revocation stops the
@@ -410,7 +480,7 @@ func (a *Agent) handle(ctx context.Context, raw []byte) error {
 	case declarations.PayloadTypeKeyring:
 		a.handleKeyring(raw)
 	case declarations.PayloadTypeRevocation:
-		rev, err := declarations.VerifyRevocation(raw, a.keys, a.id.Mesh, a.id.Node)
+		rev, err := declarations.VerifyRevocation(raw, a.keys, a.id.Mesh, a.id.Node, a.id.PublicKey)
 		if err != nil {
 			a.log.Warn("revocation notice refused: it does not verify, so the agent carries on", "err", err)
 			a.fail(err, 0)
@@ -428,7 +498,7 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte) {
 	var appliedDigest [32]byte
 	copy(appliedDigest[:], digest)
 	v, err := declarations.VerifyDeclaration(raw, a.keys, declarations.Expect{
-		Mesh: a.id.Mesh, Node: a.id.Node,
+		Mesh: a.id.Mesh, Node: a.id.Node, NodeKey: a.id.PublicKey, KeyringEpoch: a.keyring.Epoch,
 		HaveApplied: a.applied.HaveApplied, AppliedVersion: a.applied.Version, AppliedBodyDigest: appliedDigest,
 		Now: a.o.Now(), Skew: a.o.Skew,
 	})
@@ -477,18 +547,7 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte) {
 	a.save()
 	a.log.Info("declaration applied", "version", v.Version, "written", len(res.Written), "removed", len(res.Removed), "unchanged", len(res.Unchanged))
 	if changed := append(slices.Clone(res.Written), res.Removed...); len(changed) > 0 && len(a.o.Hooks.Hooks) > 0 {
-		ran, failures := a.o.Hooks.Run(ctx, a.o.Root, changed)
-		if len(ran) > 0 {
-			a.log.Info("hooks ran after the change", "hooks", ran, "failed", len(failures))
-		}
-		if len(failures) > 0 {
-			errs := make([]error, len(failures))
-			for i, f := range failures {
-				errs[i] = f
-			}
-			// The declaration is applied and persisted; the failure is reported.
-			a.failCode("hook_failed", errors.Join(errs...), v.Version)
-		}
+		a.queueHooks(hookRun{version: v.Version, changed: changed})
 	}
 }
 

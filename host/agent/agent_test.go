@@ -31,10 +31,11 @@ import (
 var t0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 
 type fixture struct {
-	a    *Agent
-	key  ed25519.PrivateKey
-	root string
-	dir  string
+	a       *Agent
+	key     ed25519.PrivateKey
+	root    string
+	dir     string
+	nodeKey string // the public key this node enrolled with
 }
 
 // newFixture enrols nothing over a network: it writes the identity an enrolment
@@ -72,7 +73,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{a: a, key: key, root: root, dir: dir}
+	return &fixture{a: a, key: key, root: root, dir: dir, nodeKey: pub}
 }
 
 func (f *fixture) decl(t *testing.T, version uint64, content string, keys ...ed25519.PrivateKey) []byte {
@@ -81,9 +82,23 @@ func (f *fixture) decl(t *testing.T, version uint64, content string, keys ...ed2
 		keys = []ed25519.PrivateKey{f.key}
 	}
 	env, err := declarations.SignDeclaration(declarations.Declaration{
-		Mesh: "m", Node: "n-1", Version: version, KeyringEpoch: 0, IssuedAt: t0, ExpiresAt: t0.Add(24 * time.Hour),
+		Mesh: "m", Node: "n-1", NodeKey: f.nodeKey, Version: version, KeyringEpoch: 0, IssuedAt: t0, ExpiresAt: t0.Add(24 * time.Hour),
 		Body: declarations.Body{Files: []declarations.File{{Path: "etc/app.conf", Content: &content}}},
 	}, keys...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+// declFor signs a declaration for this node id under another node key, as the mesh
+// did for an earlier enrolment of the same id.
+func (f *fixture) declFor(t *testing.T, nodeKey string, version uint64, content string) []byte {
+	t.Helper()
+	env, err := declarations.SignDeclaration(declarations.Declaration{
+		Mesh: "m", Node: "n-1", NodeKey: nodeKey, Version: version, IssuedAt: t0, ExpiresAt: t0.Add(24 * time.Hour),
+		Body: declarations.Body{Files: []declarations.File{{Path: "etc/app.conf", Content: &content}}},
+	}, f.key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +137,7 @@ func TestHandleVerifiesBeforeApplying(t *testing.T) {
 		{"older", "rolled_back", f.decl(t, 1, "old")},
 		{"same version, other body", "replayed", f.decl(t, 2, "changed")},
 		{"garbage", "malformed", []byte("not an envelope")},
+		{"an earlier enrolment's", "wrong_enrolment", f.declFor(t, "U"+strings.Repeat("B", 55), 9, "replayed from before")},
 	}
 	for _, c := range cases {
 		if err := f.a.handle(ctx, c.env); err != nil {
@@ -134,7 +150,7 @@ func TestHandleVerifiesBeforeApplying(t *testing.T) {
 	}
 	// What was recorded survives a restart: the persisted state matches.
 	persisted, err := state.Load(f.dir)
-	if err != nil || persisted.Version != 2 || persisted.LastErrorCode != "malformed" {
+	if err != nil || persisted.Version != 2 || persisted.LastErrorCode != "wrong_enrolment" {
 		t.Fatalf("persisted %+v, %v", persisted, err)
 	}
 	// A good declaration clears the error.
@@ -150,18 +166,28 @@ func TestHandleVerifiesBeforeApplying(t *testing.T) {
 func TestRevocationNotice(t *testing.T) {
 	f := newFixture(t)
 	_, other, _ := ed25519.GenerateKey(rand.Reader)
-	forged, _ := declarations.SignRevocation(declarations.Revocation{Mesh: "m", Node: "n-1", RevokedAt: t0}, other)
+	forged, _ := declarations.SignRevocation(declarations.Revocation{Mesh: "m", Node: "n-1", NodeKey: f.nodeKey, RevokedAt: t0}, other)
 	if err := f.a.handle(context.Background(), forged); err != nil {
 		t.Fatalf("a forged revocation stopped the agent: %v", err)
 	}
 	if f.a.Applied().LastErrorCode != "untrusted" {
 		t.Fatalf("forged revocation recorded as %q", f.a.Applied().LastErrorCode)
 	}
-	other2, _ := declarations.SignRevocation(declarations.Revocation{Mesh: "m", Node: "n-2", RevokedAt: t0}, f.key)
+	other2, _ := declarations.SignRevocation(declarations.Revocation{Mesh: "m", Node: "n-2", NodeKey: f.nodeKey, RevokedAt: t0}, f.key)
 	if err := f.a.handle(context.Background(), other2); err != nil {
 		t.Fatalf("another node's revocation stopped this agent: %v", err)
 	}
-	genuine, _ := declarations.SignRevocation(declarations.Revocation{Mesh: "m", Node: "n-1", RevokedAt: t0}, f.key)
+	// A notice that revoked an earlier enrolment of this node id does not stop it.
+	kp, _ := nkeys.CreateUser()
+	earlierKey, _ := kp.PublicKey()
+	earlier, _ := declarations.SignRevocation(declarations.Revocation{Mesh: "m", Node: "n-1", NodeKey: earlierKey, RevokedAt: t0}, f.key)
+	if err := f.a.handle(context.Background(), earlier); err != nil {
+		t.Fatalf("the revocation of an earlier enrolment stopped this agent: %v", err)
+	}
+	if f.a.Applied().LastErrorCode != "wrong_enrolment" {
+		t.Fatalf("an earlier enrolment's revocation recorded as %q", f.a.Applied().LastErrorCode)
+	}
+	genuine, _ := declarations.SignRevocation(declarations.Revocation{Mesh: "m", Node: "n-1", NodeKey: f.nodeKey, RevokedAt: t0}, f.key)
 	err := f.a.handle(context.Background(), genuine)
 	var re *RevokedError
 	if !errors.As(err, &re) || !errors.Is(err, ErrRevoked) || !re.At.Equal(t0) {

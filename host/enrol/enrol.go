@@ -1,9 +1,11 @@
 // Package enrol adopts a machine into a mesh from one token.
 //
 // The order is the security argument: the token is parsed offline; an existing
-// identity stops everything; the broker is dialled with TLS first and its chain checked
-// against the pinned CA inside the handshake, before any credential crosses; only then
-// are the secret and a freshly generated public key presented. The mesh's answer is
+// identity stops everything; the node's key pair is generated here; the broker is
+// dialled with TLS first and its chain checked against the pinned CA inside the
+// handshake, before any credential crosses; only then are the secret and the new
+// public key presented (the key signs the server's nonce, and the mesh's answer comes
+// to an inbox only that key's connection can read). The mesh's answer is
 // verified with the signing key from the token before anything is saved, the identity
 // is saved atomically, and success is reported only after the node reconnected with
 // its own key. Nothing irreversible happens until everything reversible has succeeded:
@@ -29,6 +31,7 @@ import (
 
 	"mesh/declarations"
 	"mesh/host/identity"
+	"mesh/host/link"
 	"mesh/host/pintls"
 	"mesh/host/state"
 	"mesh/host/token"
@@ -99,6 +102,8 @@ func (e *RefusedError) Error() string {
 		wire.CodeNodeExists:     "the operator must revoke the existing node first",
 		wire.CodeKeyRevoked:     "this key was revoked",
 		wire.CodeUnavailable:    "run enrol again in a few seconds with the same token",
+		wire.CodeTokenOtherMesh: "the token was not minted by the mesh at its address: check where it came from",
+		wire.CodeTokenStaleKey:  "the mesh's signing key was rotated since the token was minted: ask the operator for a new one",
 	}[e.Code]
 	msg := fmt.Sprintf("%s (%s): %s", ErrRefused, e.Code, e.Message)
 	if advice != "" {
@@ -167,14 +172,7 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	}
 	r.step("identity", "none in %s yet (a new machine)", o.StateDir)
 
-	// 3. Dial with the pin checked inside the handshake, before any credential.
-	nc, broker, err := r.dialEnrolment(ctx)
-	if err != nil {
-		return Result{}, err
-	}
-	defer nc.Close()
-
-	// 4. The node's key pair, generated here; kept pending until the end so that a
+	// 3. The node's key pair, generated here; kept pending until the end so that a
 	// re-run presents the same key and the mesh sees the same enrolment.
 	kp, reused, err := r.nodeKey()
 	if err != nil {
@@ -186,6 +184,13 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	} else {
 		r.step("key", "generated the node key %s (the private half stays in %s)", pub, o.StateDir)
 	}
+
+	// 4. Dial with the pin checked inside the handshake, before any credential.
+	nc, broker, err := r.dialEnrolment(ctx, kp, pub)
+	if err != nil {
+		return Result{}, err
+	}
+	defer nc.Close()
 
 	// 5. Present the secret and the public key.
 	resp, err := r.request(nc, kp, pub)
@@ -217,7 +222,7 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	var err8 error
 	for attempt := 0; attempt < 5; attempt++ {
 		err8 = reconnect(ctx, id, kp, o.DialTimeout)
-		if err8 == nil || !errors.Is(err8, nats.ErrAuthorization) && !strings.Contains(err8.Error(), wire.CodeNotFound) {
+		if err8 == nil || !link.IsAuthRefused(err8) && !errors.Is(err8, errNotKnownYet) {
 			break
 		}
 		time.Sleep(300 * time.Millisecond)
@@ -237,8 +242,9 @@ func expiryText(exp, now time.Time) string {
 	return now.Sub(exp).Round(time.Second).String() + " ago by this machine's clock (the mesh decides)"
 }
 
-// dialEnrolment connects to the first broker that completes a pinned handshake.
-func (r *run) dialEnrolment(ctx context.Context) (*nats.Conn, string, error) {
+// dialEnrolment connects to the first broker that completes a pinned handshake,
+// presenting the token's secret and the node key kp.
+func (r *run) dialEnrolment(ctx context.Context, kp nkeys.KeyPair, pub string) (*nats.Conn, string, error) {
 	var errs []string
 	substituted := 0
 	for _, b := range r.tok.Brokers {
@@ -246,28 +252,28 @@ func (r *run) dialEnrolment(ctx context.Context) (*nats.Conn, string, error) {
 			return nil, "", ctx.Err()
 		}
 		addr := b.String()
-		nc, err := nats.Connect("tls://"+addr,
-			nats.Secure(pintls.Config(r.tok.CAPin)),
-			nats.TLSHandshakeFirst(),
+		nc, err := nats.Connect(link.URLs([]string{addr}), append(link.Pinned(r.tok.CAPin),
 			nats.UserInfo(wire.EnrolUser(r.tok.Node), hex.EncodeToString(r.tok.Secret[:])),
-			nats.CustomInboxPrefix(wire.EnrolInbox(r.tok.Node)),
+			nats.Nkey(pub, kp.Sign),
+			nats.CustomInboxPrefix(wire.EnrolInbox(r.tok.Node, pub)),
 			nats.Name("meshhost enrol "+r.tok.Node),
 			nats.Timeout(r.o.DialTimeout),
 			nats.NoReconnect(),
-		)
+		)...)
 		if err == nil {
 			r.step("connect", "%s: TLS handshake checked against the pinned CA: it is the mesh", addr)
 			return nc, addr, nil
 		}
 		switch {
-		case isSubstituted(err):
+		case link.IsSubstituted(err):
 			substituted++
 			r.step("connect", "%s: REFUSED: the certificate does not chain to the pinned CA; nothing was sent", addr)
 			errs = append(errs, addr+": certificate does not chain to the pinned CA")
-		case errors.Is(err, nats.ErrAuthorization):
-			// The pin was checked, so this is the mesh itself saying the secret
-			// names no token it minted.
-			return nil, "", &RefusedError{Code: wire.CodeTokenUnknown, Message: "the mesh refused the token's secret: it never minted this token, or this address made too many failed attempts in the last minute (then wait a minute)"}
+		case link.IsAuthRefused(err):
+			// The pin was checked, so this is the mesh itself refusing the token
+			// before admitting the connection (a used or expired token is admitted
+			// far enough to be told so, and answers with its own code).
+			return nil, "", &RefusedError{Code: wire.CodeTokenUnknown, Message: "the mesh refused the token: it never minted it (or it was cancelled, or expired more than a day ago), the node key it enrolled was revoked, this address made too many failed attempts in the last minute, or too many connections used this token in the last 30 seconds (then wait a minute and run enrol again)"}
 		default:
 			r.step("connect", "%s: unreachable (%v)", addr, err)
 			errs = append(errs, addr+": "+err.Error())
@@ -280,10 +286,6 @@ func (r *run) dialEnrolment(ctx context.Context) (*nats.Conn, string, error) {
 		return nil, "", fmt.Errorf("%w; and at least one address answered with another CA: %s", ErrUnreachable, strings.Join(errs, "; "))
 	}
 	return nil, "", fmt.Errorf("%w (%s); retrying may help once the network or the control plane is back", ErrUnreachable, strings.Join(errs, "; "))
-}
-
-func isSubstituted(err error) bool {
-	return errors.Is(err, pintls.ErrSubstituted) || strings.Contains(err.Error(), "does not chain to the CA pinned")
 }
 
 // nodeKey returns the pending key of an unfinished enrolment with this token, or a
@@ -324,7 +326,10 @@ func (r *run) request(nc *nats.Conn, kp nkeys.KeyPair, pub string) (wire.EnrolRe
 	req, _ := json.Marshal(wire.EnrolRequest{
 		V: wire.ProtocolVersion, Mesh: r.tok.Mesh, Node: r.tok.Node, Role: string(r.tok.Role),
 		Secret: hex.EncodeToString(r.tok.Secret[:]), PublicKey: pub,
-		KeyProof: base64.StdEncoding.EncodeToString(proof), Agent: Agent,
+		KeyProof:   base64.StdEncoding.EncodeToString(proof),
+		CAPin:      hex.EncodeToString(r.tok.CAPin[:]),
+		SigningKey: hex.EncodeToString(r.tok.SigningKey),
+		Agent:      Agent,
 	})
 	msg, err := requestServed(nc, wire.EnrolSubject(r.tok.Node), req, r.o.RequestTimeout)
 	if err != nil {
@@ -396,7 +401,7 @@ func (r *run) verify(resp wire.EnrolResponse, kp nkeys.KeyPair, pub string) (ide
 		return fail("keyring: %v", err)
 	}
 	decl, err := declarations.VerifyDeclaration(resp.Declaration, keys, declarations.Expect{
-		Mesh: r.tok.Mesh, Node: r.tok.Node, Now: r.o.Now(),
+		Mesh: r.tok.Mesh, Node: r.tok.Node, NodeKey: pub, KeyringEpoch: kr.Epoch, Now: r.o.Now(),
 	})
 	if err != nil {
 		return fail("first declaration: %v", err)
@@ -453,41 +458,24 @@ func reconnect(ctx context.Context, id identity.Identity, kp nkeys.KeyPair, time
 		return err
 	}
 	if resp.Error != nil {
+		if resp.Error.Code == wire.CodeNotFound {
+			return fmt.Errorf("%w: %s", errNotKnownYet, resp.Error.Message)
+		}
 		return fmt.Errorf("the mesh answered %s: %s", resp.Error.Code, resp.Error.Message)
 	}
 	return nil
 }
 
+// errNotKnownYet: the control node that answered has not applied the enrolment yet
+// (it is milliseconds behind the leader); asking again shortly succeeds.
+var errNotKnownYet = errors.New("the mesh does not know this node yet")
+
 // Connect dials the mesh as the enrolled node: pinned TLS, handshake first, the node's
 // nkey signing the server's nonce. It is a one-shot connection (no reconnects).
 func Connect(id identity.Identity, kp nkeys.KeyPair, timeout time.Duration) (*nats.Conn, error) {
-	pin, err := PinOf(id)
+	opts, err := link.AsNode(id, kp)
 	if err != nil {
 		return nil, err
 	}
-	var urls []string
-	for _, b := range id.Brokers {
-		urls = append(urls, "tls://"+b)
-	}
-	return nats.Connect(strings.Join(urls, ","),
-		nats.Secure(pintls.Config(pin)),
-		nats.TLSHandshakeFirst(),
-		nats.Nkey(id.PublicKey, kp.Sign),
-		nats.CustomInboxPrefix(id.Subjects.InboxPrefix),
-		nats.Name("meshhost "+id.Node),
-		nats.Timeout(timeout),
-		nats.DontRandomize(),
-		nats.NoReconnect(),
-	)
-}
-
-// PinOf returns the identity's CA pin.
-func PinOf(id identity.Identity) ([32]byte, error) {
-	var pin [32]byte
-	b, err := hex.DecodeString(id.CAPin)
-	if err != nil || len(b) != 32 {
-		return pin, fmt.Errorf("identity: ca_pin is not 64 hex digits")
-	}
-	copy(pin[:], b)
-	return pin, nil
+	return nats.Connect(link.URLs(id.Brokers), append(opts, nats.Timeout(timeout), nats.DontRandomize(), nats.NoReconnect())...)
 }

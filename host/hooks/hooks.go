@@ -133,8 +133,15 @@ func (f Failure) Error() string {
 	return msg
 }
 
+// killGrace is how long after a hook's timeout its output pipes may stay open (a
+// background child still holding them) before the agent stops waiting for them.
+const killGrace = 2 * time.Second
+
 // Run runs, in order, every hook whose patterns match a changed path, once each, and
-// returns the failures. A hook's output is capped at 4 KiB.
+// returns the failures. A hook's output is capped at 4 KiB. Each hook runs in a
+// process group of its own: at its timeout the whole group is killed, children it
+// left in the background included, and the agent waits at most killGrace more for
+// its output, so no hook can hold the caller past its timeout.
 func (c Config) Run(ctx context.Context, root string, changed []string) (ran []string, failures []Failure) {
 	for _, h := range c.Hooks {
 		var hit []string
@@ -152,14 +159,20 @@ func (c Config) Run(ctx context.Context, root string, changed []string) (ran []s
 		ran = append(ran, h.Name)
 		hctx, cancel := context.WithTimeout(ctx, h.timeout)
 		cmd := exec.CommandContext(hctx, h.Run[0], h.Run[1:]...)
+		ownGroup(cmd)
+		cmd.WaitDelay = killGrace
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "MESH_CHANGED="+strings.Join(hit, "\n"), "MESH_ROOT="+root)
 		var out capped
 		cmd.Stdout, cmd.Stderr = &out, &out
 		err := cmd.Run()
+		timedOut := hctx.Err() == context.DeadlineExceeded
 		cancel()
+		// A hook that exits but leaves a child in its group: the child goes too, or it
+		// would outlive the hook and act after the agent reported the hook done.
+		killGroup(cmd)
 		if err != nil {
-			if hctx.Err() == context.DeadlineExceeded {
+			if timedOut {
 				err = fmt.Errorf("timed out after %s", h.timeout)
 			}
 			failures = append(failures, Failure{Hook: h.Name, Err: err, Output: out.String()})

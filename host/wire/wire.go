@@ -14,17 +14,21 @@ import (
 )
 
 // ProtocolVersion is the "v" of every message this agent speaks.
-const ProtocolVersion = 1
+const ProtocolVersion = 2
 
-// MaxReplySize caps a reply the agent decodes: a declaration envelope is at most
-// 1 MiB, and a reply carries one plus a keyring and a certificate.
-const MaxReplySize = 2 << 20
+// MaxReplySize caps a reply the agent decodes. The broker caps every message
+// published in the hosts account at 64 KiB, the mesh's replies included; the largest
+// reply (an enrolment: a certificate, a keyring and the first, empty declaration) is a
+// few KiB.
+const MaxReplySize = 64 << 10
 
 // EnrolSubject is where an enrolling client for node sends its request.
 func EnrolSubject(node string) string { return "mesh.enrol." + node }
 
-// EnrolInbox is the inbox prefix of an enrolling client for node.
-func EnrolInbox(node string) string { return "_INBOX.enrol." + node }
+// EnrolInbox is the inbox prefix of a client enrolling node with the node key key.
+// The broker lets only the connection that proved key subscribe there, so the mesh's
+// answer reaches this client and nobody else.
+func EnrolInbox(node, key string) string { return "_INBOX.enrol." + node + "." + key }
 
 // EnrolUser is the user name an enrolling client presents; its password is the token
 // secret.
@@ -53,6 +57,8 @@ const (
 	CodeBadRequest     = "bad_request"
 	CodeUnavailable    = "unavailable"
 	CodeNotFound       = "not_found"
+	CodeTokenOtherMesh = "token_other_mesh"
+	CodeTokenStaleKey  = "token_stale_key"
 )
 
 // EnrolRequest is what the agent sends to enrol.
@@ -64,7 +70,11 @@ type EnrolRequest struct {
 	Secret    string `json:"secret"`
 	PublicKey string `json:"public_key"`
 	KeyProof  string `json:"key_proof"`
-	Agent     string `json:"agent,omitempty"`
+	// CAPin and SigningKey are what the token says (hex): the mesh refuses a token
+	// that is not its own before it consumes it.
+	CAPin      string `json:"ca_pin"`
+	SigningKey string `json:"signing_key"`
+	Agent      string `json:"agent,omitempty"`
 }
 
 // Subjects tells the node where it talks.
@@ -97,18 +107,17 @@ type SyncRequest struct {
 	KeyringEpoch   uint64 `json:"keyring_epoch"`
 }
 
-// SyncResponse carries the current declaration and keyring, both signed.
+// SyncResponse acknowledges a sync. The signed envelopes themselves (the keyrings
+// after the agent's epoch, oldest first, then its declaration) arrive on the node's
+// declaration subject, where the agent verifies them like any other.
 type SyncResponse struct {
-	V           int             `json:"v"`
-	Error       *Error          `json:"error,omitempty"`
-	Declaration json.RawMessage `json:"declaration,omitempty"`
-	Keyring     json.RawMessage `json:"keyring,omitempty"`
+	V     int    `json:"v"`
+	Error *Error `json:"error,omitempty"`
+	// Sent is how many envelopes the mesh published for this sync.
+	Sent int `json:"sent,omitempty"`
 	// Brokers lists every control node's broker: the agent learns of control nodes
 	// that joined after it enrolled, and fails over to them.
 	Brokers []string `json:"brokers,omitempty"`
-	// Keyrings is the chain of signed keyrings after the agent's epoch, oldest
-	// first; the agent verifies each from the one before.
-	Keyrings []json.RawMessage `json:"keyrings,omitempty"`
 }
 
 // StatusError is the error part of a status report.

@@ -154,11 +154,11 @@ func TestGoldenDecodeReply(t *testing.T) {
 		t.Fatalf("refusal = %+v, %v", refused, err)
 	}
 	sr, err := DecodeReply[SyncResponse](v["sync_response"])
-	if err != nil || sr.Error != nil || len(sr.Declaration) == 0 || len(sr.Keyring) == 0 {
+	if err != nil || sr.Error != nil || sr.Sent != 2 || len(sr.Brokers) != 2 {
 		t.Fatalf("sync response = %+v, %v", sr, err)
 	}
 	srr, err := DecodeReply[SyncResponse](v["sync_response_refused"])
-	if err != nil || srr.Error == nil || srr.Error.Code != CodeNotFound || srr.Declaration != nil {
+	if err != nil || srr.Error == nil || srr.Error.Code != CodeNotFound || srr.Sent != 0 {
 		t.Fatalf("sync refusal = %+v, %v", srr, err)
 	}
 
@@ -180,9 +180,9 @@ func TestGoldenDecodeReply(t *testing.T) {
 
 func TestSubjects(t *testing.T) {
 	for got, want := range map[string]string{
-		EnrolSubject("web-1"): "mesh.enrol.web-1",
-		EnrolInbox("web-1"):   "_INBOX.enrol.web-1",
-		EnrolUser("web-1"):    "enrol:web-1",
+		EnrolSubject("web-1"):       "mesh.enrol.web-1",
+		EnrolInbox("web-1", "UKEY"): "_INBOX.enrol.web-1.UKEY",
+		EnrolUser("web-1"):          "enrol:web-1",
 	} {
 		if got != want {
 			t.Errorf("got %q, want %q", got, want)
@@ -194,7 +194,7 @@ func TestSubjects(t *testing.T) {
 }
 
 func TestDecodeReplyErrors(t *testing.T) {
-	valid := `{"v":1,"ok":false,"error":{"code":"token_used","message":"x"}}`
+	valid := `{"v":2,"ok":false,"error":{"code":"token_used","message":"x"}}`
 	pad := func(n int) []byte {
 		return []byte(valid[:len(valid)-1] + strings.Repeat(" ", n-len(valid)) + "}")
 	}
@@ -210,7 +210,7 @@ func TestDecodeReplyErrors(t *testing.T) {
 	}{
 		{"one byte over the cap", pad(MaxReplySize + 1), tooLarge},
 		{"far over the cap", bytes.Repeat([]byte("{"), 2*MaxReplySize), tooLarge},
-		{"version 2", []byte(`{"v":2,"ok":true}`), version},
+		{"version 1, the previous protocol", []byte(`{"v":1,"ok":true}`), version},
 		{"version 0", []byte(`{"v":0}`), version},
 		{"version missing", []byte(`{"ok":true}`), version},
 		{"json null", []byte(`null`), version},
@@ -218,10 +218,10 @@ func TestDecodeReplyErrors(t *testing.T) {
 		{"not json", []byte("<html>"), malformed},
 		{"truncated", []byte(valid[:30]), malformed},
 		{"array", []byte(`[]`), malformed},
-		{"ok as string", []byte(`{"v":1,"ok":"true"}`), malformed},
-		{"version as string", []byte(`{"v":"1"}`), malformed},
-		{"keyring not json", []byte(`{"v":1,"ok":true,"keyring":nope}`), malformed},
-		{"brokers not a list", []byte(`{"v":1,"ok":true,"brokers":"127.0.0.1:1"}`), malformed},
+		{"ok as string", []byte(`{"v":2,"ok":"true"}`), malformed},
+		{"version as string", []byte(`{"v":"2"}`), malformed},
+		{"keyring not json", []byte(`{"v":2,"ok":true,"keyring":nope}`), malformed},
+		{"brokers not a list", []byte(`{"v":2,"ok":true,"brokers":"127.0.0.1:1"}`), malformed},
 		{"trailing garbage", []byte(valid + "]"), malformed},
 	}
 	for _, tt := range tests {
@@ -244,7 +244,7 @@ func TestDecodeReplyErrors(t *testing.T) {
 	if _, err := DecodeReply[EnrolResponse](pad(MaxReplySize)); err != nil {
 		t.Fatalf("a reply of exactly the cap: %v", err)
 	}
-	if r, err := DecodeReply[SyncResponse]([]byte(`{"v":1,"added_later":[1,2]}`)); err != nil || r.V != 1 {
+	if r, err := DecodeReply[SyncResponse]([]byte(`{"v":2,"added_later":[1,2]}`)); err != nil || r.V != 2 {
 		t.Fatalf("an unknown field within a version: %+v, %v", r, err)
 	}
 }

@@ -27,7 +27,7 @@ type Impostor struct {
 // Authenticate accepts every client and counts it.
 func (i *Impostor) Authenticate(broker.Client) (broker.Grant, error) {
 	i.attempts.Add(1)
-	return broker.Grant{User: "victim", AllowAll: true}, nil
+	return broker.Grant{User: "victim", Account: broker.AccountControl, Publish: []string{">"}, Subscribe: []string{">"}}, nil
 }
 
 // CredentialsSeen is how many clients reached its authentication hook.
@@ -50,7 +50,7 @@ func StartImpostor(t testing.TB, addr string) *Impostor {
 	t.Helper()
 	cfg := OtherCATLS(t, addr)
 	imp := &Impostor{}
-	srv, err := broker.Start(context.Background(), broker.Config{Name: "impostor", Listen: addr, TLS: cfg, Auth: imp, Logger: slog.New(slog.DiscardHandler)})
+	srv, err := broker.Start(context.Background(), broker.Config{Name: "impostor", Mesh: "impostor", Listen: addr, TLS: cfg, Auth: imp, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatalf("impostor: %v", err)
 	}

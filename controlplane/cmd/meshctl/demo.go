@@ -267,7 +267,7 @@ type impostor struct {
 // Authenticate accepts anyone: an impostor wants the credentials.
 func (i *impostor) Authenticate(broker.Client) (broker.Grant, error) {
 	i.attempts.Add(1)
-	return broker.Grant{User: "victim", AllowAll: true}, nil
+	return broker.Grant{User: "victim", Account: broker.AccountControl, Publish: []string{">"}, Subscribe: []string{">"}}, nil
 }
 
 func startImpostor(ctx context.Context, addr string) (*impostor, error) {
@@ -285,7 +285,7 @@ func startImpostor(ctx context.Context, addr string) (*impostor, error) {
 		return nil, err
 	}
 	imp := &impostor{}
-	imp.srv, err = broker.Start(ctx, broker.Config{Name: "impostor", Listen: addr, TLS: cfg, Auth: imp, Logger: slog.New(slog.DiscardHandler)})
+	imp.srv, err = broker.Start(ctx, broker.Config{Name: "impostor", Mesh: "impostor", Listen: addr, TLS: cfg, Auth: imp, Logger: slog.New(slog.DiscardHandler)})
 	return imp, err
 }
 

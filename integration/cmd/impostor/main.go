@@ -24,7 +24,7 @@ type counting struct{ n atomic.Int64 }
 
 func (c *counting) Authenticate(broker.Client) (broker.Grant, error) {
 	c.n.Add(1)
-	return broker.Grant{User: "victim", AllowAll: true}, nil
+	return broker.Grant{User: "victim", Account: broker.AccountControl, Publish: []string{">"}, Subscribe: []string{">"}}, nil
 }
 
 func main() {
@@ -55,7 +55,7 @@ func run(listen, statsFile string) error {
 		return err
 	}
 	auth := &counting{}
-	srv, err := broker.Start(context.Background(), broker.Config{Name: "impostor", Listen: listen, TLS: cfg, Auth: auth, Logger: slog.New(slog.DiscardHandler)})
+	srv, err := broker.Start(context.Background(), broker.Config{Name: "impostor", Mesh: "impostor", Listen: listen, TLS: cfg, Auth: auth, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ func TestRosterPages(t *testing.T) {
 	if err := d.serveAPI(); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()), nats.Token(d.internalToken))
+	nc, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()), nats.Token(operatorToken))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,183 @@
+package broker
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+)
+
+// Account is one of the broker's NATS accounts. Accounts are separate subject
+// spaces: a message published in one reaches another only through the exports and
+// imports below, which the broker enforces whatever a client asks (docs/decisions/0008).
+type Account int
+
+// The accounts every broker of a mesh has.
+const (
+	// AccountNone is the zero value: a Grant must name an account.
+	AccountNone Account = iota
+	// AccountHosts holds enrolled hosts, enrolling clients and the control plane's
+	// host-facing connection. Every connection in it is bounded by Limits.
+	AccountHosts
+	// AccountControl holds the control plane's own connections: the publisher of
+	// declarations, the operator API and the control nodes' heartbeats.
+	AccountControl
+	// AccountOperators holds operators. It reaches the operator API and nats-server's
+	// read-only monitoring, and nothing else.
+	AccountOperators
+	// AccountSystem is nats-server's system account; only the control plane's
+	// listener for connection events is granted it.
+	AccountSystem
+)
+
+var accountNames = [...]string{"", "HOSTS", "CONTROL", "OPERATORS", "SYSTEM"}
+
+// String returns the account's name (the name tag nats-server reports).
+func (a Account) String() string {
+	if a <= AccountNone || int(a) >= len(accountNames) {
+		return fmt.Sprintf("Account(%d)", int(a))
+	}
+	return accountNames[a]
+}
+
+// Flows are the only ways a message crosses from one account into another.
+type Flows struct {
+	// HostStreams are subjects published in the control account and delivered to
+	// subscribers in the hosts account (declarations and notices).
+	HostStreams []string
+	// OperatorServices are subjects served in the control account that operators
+	// may request; nats-server rewrites each request's reply subject, so the
+	// responder can answer the requester and nobody else.
+	OperatorServices []string
+}
+
+// Limits bound every connection of the hosts account, enforced by nats-server: a
+// larger message closes the connection ("Maximum Payload Violation"), and so does
+// one subscription too many.
+type Limits struct {
+	// MaxPayload caps one message published in the hosts account; 0 means 64 KiB.
+	MaxPayload int32
+	// MaxSubscriptions caps one connection's subscriptions; 0 means 16.
+	MaxSubscriptions int32
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxPayload == 0 {
+		l.MaxPayload = 64 << 10
+	}
+	if l.MaxSubscriptions == 0 {
+		l.MaxSubscriptions = 16
+	}
+	return l
+}
+
+// MonitoringSubjects are nats-server's read-only monitoring requests, which the
+// operators account imports from the system account: enough for `nats server ping`,
+// `server list`, `server info` and `server report connections`. Nothing here
+// changes the server (no KICK, LDM or RELOAD) or reads a profile.
+var monitoringSuffixes = []string{"IDZ", "STATSZ", "VARZ", "SUBSZ", "CONNZ", "ROUTEZ", "ACCOUNTZ", "HEALTHZ", "JSZ", "GATEWAYZ", "LEAFZ"}
+
+// MonitoringSubjects returns the subjects an operator may request for
+// nats-server's own monitoring (each answered by every broker of the mesh).
+func MonitoringSubjects() []string {
+	out := []string{"$SYS.REQ.SERVER.PING"}
+	for _, s := range monitoringSuffixes {
+		out = append(out, "$SYS.REQ.SERVER.*."+s)
+	}
+	return out
+}
+
+// accountKey derives an account's identity from the mesh id. nats-server names a
+// JWT account by a public account key, and every broker of a mesh must name its
+// accounts alike or routes would not carry them; deriving the key from the mesh id
+// and the account's role gives the same name everywhere with no state to hand over.
+// Its private half signs nothing: client authentication is the control plane's
+// hook, and the account JWTs are signed by each broker's own operator key.
+func accountKey(mesh string, a Account) (nkeys.KeyPair, error) {
+	seed := sha256.Sum256([]byte("mesh-nats-account-v1\x00" + mesh + "\x00" + a.String()))
+	return nkeys.FromRawSeed(nkeys.PrefixByteAccount, seed[:])
+}
+
+// AccountName returns the name (a public account key) every broker of mesh gives
+// account a.
+func AccountName(mesh string, a Account) (string, error) {
+	kp, err := accountKey(mesh, a)
+	if err != nil {
+		return "", err
+	}
+	return kp.PublicKey()
+}
+
+// ConnectionEvents returns the subjects on which nats-server announces, in the system
+// account and across the cluster, each connection that opens or closes in account a
+// of mesh.
+func ConnectionEvents(mesh string, a Account) (connect, disconnect string, err error) {
+	name, err := AccountName(mesh, a)
+	if err != nil {
+		return "", "", err
+	}
+	return "$SYS.ACCOUNT." + name + ".CONNECT", "$SYS.ACCOUNT." + name + ".DISCONNECT", nil
+}
+
+// accounts is the resolved account layout of one broker.
+type accounts struct {
+	names    map[Account]string // public account key by account
+	resolver *server.MemAccResolver
+	system   string
+}
+
+// newAccounts signs the four account JWTs with operator and stores them in an
+// in-memory resolver, the only place nats-server looks accounts up.
+func newAccounts(mesh string, operator nkeys.KeyPair, flows Flows, limits Limits) (*accounts, error) {
+	if mesh == "" {
+		return nil, errors.New("broker: the mesh id is required: it names the broker's accounts")
+	}
+	limits = limits.withDefaults()
+	acc := &accounts{names: map[Account]string{}, resolver: &server.MemAccResolver{}}
+	for _, a := range []Account{AccountHosts, AccountControl, AccountOperators, AccountSystem} {
+		kp, err := accountKey(mesh, a)
+		if err != nil {
+			return nil, fmt.Errorf("broker: account %s: %w", a, err)
+		}
+		acc.names[a], _ = kp.PublicKey()
+	}
+	acc.system = acc.names[AccountSystem]
+
+	claims := map[Account]*jwt.AccountClaims{}
+	for a, pub := range acc.names {
+		c := jwt.NewAccountClaims(pub)
+		c.Name = a.String()
+		// No JetStream anywhere: the broker is a bus, not a store.
+		c.Limits.JetStreamLimits = jwt.JetStreamLimits{}
+		claims[a] = c
+	}
+	hosts, control, ops, sys := claims[AccountHosts], claims[AccountControl], claims[AccountOperators], claims[AccountSystem]
+	hosts.Limits.Payload = int64(limits.MaxPayload)
+	hosts.Limits.Subs = int64(limits.MaxSubscriptions)
+	for _, subj := range flows.HostStreams {
+		control.Exports.Add(&jwt.Export{Subject: jwt.Subject(subj), Type: jwt.Stream})
+		hosts.Imports.Add(&jwt.Import{Account: acc.names[AccountControl], Subject: jwt.Subject(subj), Type: jwt.Stream})
+	}
+	for _, subj := range flows.OperatorServices {
+		control.Exports.Add(&jwt.Export{Subject: jwt.Subject(subj), Type: jwt.Service})
+		ops.Imports.Add(&jwt.Import{Account: acc.names[AccountControl], Subject: jwt.Subject(subj), Type: jwt.Service})
+	}
+	for _, subj := range MonitoringSubjects() {
+		// Every broker answers a PING: the responses are a stream, not one reply.
+		sys.Exports.Add(&jwt.Export{Subject: jwt.Subject(subj), Type: jwt.Service, ResponseType: jwt.ResponseTypeStream})
+		ops.Imports.Add(&jwt.Import{Account: acc.names[AccountSystem], Subject: jwt.Subject(subj), Type: jwt.Service})
+	}
+	for a, c := range claims {
+		token, err := c.Encode(operator)
+		if err != nil {
+			return nil, fmt.Errorf("broker: sign the %s account: %w", a, err)
+		}
+		if err := acc.resolver.Store(acc.names[a], token); err != nil {
+			return nil, fmt.Errorf("broker: store the %s account: %w", a, err)
+		}
+	}
+	return acc, nil
+}

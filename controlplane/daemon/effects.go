@@ -1,0 +1,92 @@
+package daemon
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
+
+// effectKind names what an applied command calls for on this control node.
+type effectKind int
+
+const (
+	// effectRevoked: close the revoked node's connections on this node's broker
+	// (after sending it the signed notice).
+	effectRevoked effectKind = iota + 1
+	// effectKeyring: take up the keyring's signing keys (open a new one sealed to
+	// this node, drop a retired one).
+	effectKeyring
+	// effectRemoved: this control node was removed from the control plane; stop.
+	effectRemoved
+)
+
+type effect struct {
+	kind      effectKind
+	node, key string
+}
+
+// effectQueue hands effects from Raft's apply goroutine to the effects actor without
+// ever blocking the former. Effects queued before the daemon finished opening are
+// those of replayed log entries; they are dropped when the actor starts, because
+// opening already did what they ask (the broker starts with nobody connected, and
+// refuses revoked keys; the signing keys and removal are checked at open).
+type effectQueue struct {
+	mu     sync.Mutex
+	items  []effect
+	ready  chan struct{} // signalled when items were added
+	opened atomic.Bool
+}
+
+func newEffectQueue() *effectQueue { return &effectQueue{ready: make(chan struct{}, 1)} }
+
+func (q *effectQueue) push(e effect) {
+	if !q.opened.Load() {
+		return // replayed at start: opening covers it
+	}
+	q.mu.Lock()
+	q.items = append(q.items, e)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (q *effectQueue) take() []effect {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := q.items
+	q.items = nil
+	return out
+}
+
+// runEffects is the actor that carries out applied commands' effects in order.
+func (d *Daemon) runEffects(ctx context.Context) error {
+	for {
+		for _, e := range d.effects.take() {
+			d.carryOut(e)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-d.effects.ready:
+		}
+	}
+}
+
+func (d *Daemon) carryOut(e effect) {
+	switch e.kind {
+	case effectRevoked:
+		// The leader enforced it in the revoke handler already.
+		if !d.raft.IsLeader() {
+			d.enforceRevocation(e.node, e.key)
+		}
+	case effectKeyring:
+		if err := d.syncKeys(); err != nil {
+			d.log.Error("signing keys not updated after a keyring change", "err", err)
+		}
+	case effectRemoved:
+		d.log.Warn("this control node was removed from the control plane; stopping")
+		d.removedOnce.Do(func() { close(d.removed) })
+	}
+}

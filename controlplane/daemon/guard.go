@@ -1,0 +1,214 @@
+package daemon
+
+import (
+	"log/slog"
+	"maps"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Reason says why the control plane dropped a message without acting on it. Each is
+// counted (Daemon.Dropped, and the metrics) and logged at a bounded rate, never once
+// per message: a host that floods must not flood the log too.
+type Reason string
+
+// Why messages are dropped.
+const (
+	// ReasonForeignReply: the reply subject is not the requester's own inbox
+	// (another node's subjects, the operator API, another client's inbox). Nothing
+	// is sent there.
+	ReasonForeignReply Reason = "foreign_reply"
+	// ReasonNoReply: a request that needs an answer named no reply subject.
+	ReasonNoReply Reason = "no_reply"
+	// ReasonTooLarge: over the size budget of its subject.
+	ReasonTooLarge Reason = "too_large"
+	// ReasonRate: the node sent more than its message budget allows.
+	ReasonRate Reason = "rate"
+	// ReasonMalformed: not a message of the protocol.
+	ReasonMalformed Reason = "malformed"
+	// ReasonBadProof: an enrolment request whose key proof does not verify, so the
+	// reply subject it names cannot be trusted to be the requester's.
+	ReasonBadProof Reason = "bad_proof"
+	// ReasonOtherNode: a message naming another node than its subject's.
+	ReasonOtherNode Reason = "other_node"
+	// ReasonConnections: a node opened more connections than its budget; the newest
+	// is closed.
+	ReasonConnections Reason = "connections"
+)
+
+// Budgets bound what one node may send. Every limit here is enforced by dropping the
+// message and, for size, rate and connections, disconnecting the node; the broker
+// enforces the hosts account's own caps (payload, subscriptions) before these.
+type Budgets struct {
+	// MaxEnrol, MaxSync and MaxStatus cap one message on each subject, in bytes.
+	MaxEnrol, MaxSync, MaxStatus int
+	// Burst and PerSecond are a node's message budget on its sync and status
+	// subjects together: Burst at once, refilled at PerSecond.
+	Burst     float64
+	PerSecond float64
+	// MaxConnections caps the connections one node key holds open at once,
+	// cluster-wide.
+	MaxConnections int
+}
+
+// DefaultBudgets leave honest agents far inside every limit: an agent sends a status
+// after each declaration and a heartbeat every 15 s, and syncs once per connection.
+func DefaultBudgets() Budgets {
+	return Budgets{MaxEnrol: 16 << 10, MaxSync: 1 << 10, MaxStatus: 8 << 10, Burst: 200, PerSecond: 20, MaxConnections: 4}
+}
+
+func (b Budgets) withDefaults() Budgets {
+	d := DefaultBudgets()
+	if b.MaxEnrol == 0 {
+		b.MaxEnrol = d.MaxEnrol
+	}
+	if b.MaxSync == 0 {
+		b.MaxSync = d.MaxSync
+	}
+	if b.MaxStatus == 0 {
+		b.MaxStatus = d.MaxStatus
+	}
+	if b.Burst == 0 {
+		b.Burst = d.Burst
+	}
+	if b.PerSecond == 0 {
+		b.PerSecond = d.PerSecond
+	}
+	if b.MaxConnections == 0 {
+		b.MaxConnections = d.MaxConnections
+	}
+	return b
+}
+
+// DropKey names a counter of dropped messages: the kind of subject and the reason.
+type DropKey struct {
+	Subject string // "enrol", "sync", "status", "admin", "heartbeat"
+	Reason  Reason
+}
+
+// guard counts what the control plane refuses to act on, logs it at a bounded rate,
+// and keeps each node's message budget.
+type guard struct {
+	log      *slog.Logger
+	now      func() time.Time
+	budgets  Budgets
+	interval time.Duration // at most one log line per key per interval
+
+	mu      sync.Mutex
+	counts  map[DropKey]uint64 // dropped: not acted on, not answered
+	refused map[DropKey]uint64 // answered with a refusal
+	kicks   map[Reason]uint64  // disconnections for a budget
+	logged  map[DropKey]time.Time
+	since   map[DropKey]uint64 // since the last line for the key
+	buckets map[string]*tokenBucket
+}
+
+func newGuard(log *slog.Logger, now func() time.Time, b Budgets) *guard {
+	return &guard{
+		log: log, now: now, budgets: b.withDefaults(), interval: 10 * time.Second,
+		counts: map[DropKey]uint64{}, refused: map[DropKey]uint64{}, kicks: map[Reason]uint64{},
+		logged: map[DropKey]time.Time{}, since: map[DropKey]uint64{},
+		buckets: map[string]*tokenBucket{},
+	}
+}
+
+// drop counts a message not acted on and not answered. The first of its kind is
+// logged at once; later ones at most once per interval, with how many there were
+// meanwhile.
+func (g *guard) drop(subject string, reason Reason, who, detail string) {
+	g.count(g.counts, "message dropped", subject, reason, who, detail)
+}
+
+// refuse counts a request answered with a refusal, logged the same bounded way.
+func (g *guard) refuse(subject string, reason Reason, who, detail string) {
+	g.count(g.refused, "request refused", subject, reason, who, detail)
+}
+
+// kicked counts a node disconnected for exceeding a budget.
+func (g *guard) kicked(reason Reason) {
+	g.mu.Lock()
+	g.kicks[reason]++
+	g.mu.Unlock()
+}
+
+func (g *guard) count(into map[DropKey]uint64, what, subject string, reason Reason, who, detail string) {
+	k := DropKey{Subject: subject, Reason: reason}
+	lk := DropKey{Subject: what + " " + subject, Reason: reason}
+	now := g.now()
+	g.mu.Lock()
+	into[k]++
+	g.since[lk]++
+	last, seen := g.logged[lk]
+	due := !seen || now.Sub(last) >= g.interval
+	n := g.since[lk]
+	if due {
+		g.logged[lk], g.since[lk] = now, 0
+	}
+	g.mu.Unlock()
+	if due {
+		g.log.Warn(what, "subject", subject, "reason", string(reason), "from", who, "detail", clipText(detail, 200), "count", n)
+	}
+}
+
+// Counts is what the guard counted since the daemon started.
+type Counts struct {
+	Dropped map[DropKey]uint64
+	Refused map[DropKey]uint64
+	Kicked  map[Reason]uint64
+}
+
+func (g *guard) snapshot() Counts {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return Counts{Dropped: maps.Clone(g.counts), Refused: maps.Clone(g.refused), Kicked: maps.Clone(g.kicks)}
+}
+
+// spend takes one message from node's budget and reports whether it had one.
+func (g *guard) spend(node string) bool {
+	now := g.now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	b := g.buckets[node]
+	if b == nil {
+		if len(g.buckets) > 1_000_000 { // bound memory under a spray of node ids
+			clear(g.buckets)
+		}
+		b = &tokenBucket{tokens: g.budgets.Burst, at: now}
+		g.buckets[node] = b
+	}
+	return b.take(now, g.budgets.Burst, g.budgets.PerSecond)
+}
+
+// tokenBucket is a message budget: up to burst at once, refilled at rate per second.
+type tokenBucket struct {
+	tokens float64
+	at     time.Time
+}
+
+func (b *tokenBucket) take(now time.Time, burst, rate float64) bool {
+	if d := now.Sub(b.at); d > 0 {
+		b.tokens = min(burst, b.tokens+d.Seconds()*rate)
+		b.at = now
+	}
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// replyUnder reports whether reply is a subject under prefix (prefix ends in '.').
+// A requester chooses its reply subject freely and the broker does not check it
+// against the requester's permissions, so the control plane answers only on the
+// requester's own inbox and drops everything else.
+func replyUnder(reply, prefix string) bool {
+	return len(reply) > len(prefix) && strings.HasPrefix(reply, prefix) && !strings.ContainsAny(reply[len(prefix):], "*> \t\r\n")
+}
+
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

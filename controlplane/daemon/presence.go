@@ -1,0 +1,48 @@
+package daemon
+
+import (
+	"context"
+	"time"
+
+	"mesh/controlplane/presence"
+	"mesh/controlplane/state"
+)
+
+// Counters returns what the control plane refused, dropped and disconnected since it
+// started (docs/security.md: every refusal is counted).
+func (d *Daemon) Counters() Counts { return d.guard.snapshot() }
+
+// connectionChanged is told by the presence tracker of every host connection that
+// opens or closes, on any broker. A node holding more connections than its budget
+// has its newest closed, by the leader alone so that it is closed once.
+func (d *Daemon) connectionChanged(user string, c presence.Conn, opened bool, open int) {
+	if !opened || open <= d.guard.budgets.MaxConnections || !d.raft.IsLeader() {
+		return
+	}
+	d.guard.drop("connect", ReasonConnections, user, "more connections than the node's budget; the newest is closed")
+	d.presence.KickConn(c)
+	d.guard.kicked(ReasonConnections)
+}
+
+// presenceResync is how often the tracker re-reads every broker's connection list, to
+// repair what a lost event left wrong.
+const presenceResync = time.Minute
+
+// syncPresence lists every broker's connections at start, and again every
+// presenceResync.
+func (d *Daemon) syncPresence(ctx context.Context) error {
+	for {
+		var brokers int
+		d.fsm.Read(func(s *state.State) { brokers = len(s.ActiveControlNodes()) })
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		if err := d.presence.Sync(sctx, max(1, brokers)); err != nil && ctx.Err() == nil {
+			d.log.Warn("not every broker listed its connections; presence may lag until the next listing", "err", err)
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(presenceResync):
+		}
+	}
+}

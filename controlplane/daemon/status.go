@@ -1,0 +1,112 @@
+package daemon
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/state"
+)
+
+// handleStatus records a node's report: liveness in memory, changes through the log.
+// A status is a publish, never a request: any reply subject it names is ignored.
+func (d *Daemon) handleStatus(m *nats.Msg) {
+	node := nodeOf(m.Subject)
+	if !d.admitNodeMessage("status", node, m, d.guard.budgets.MaxStatus) {
+		return
+	}
+	now := d.now()
+	st, err := api.Decode[api.Status](m.Data)
+	if err != nil {
+		d.guard.drop("status", ReasonMalformed, node, err.Error())
+		return
+	}
+	if st.Node != node {
+		d.guard.drop("status", ReasonOtherNode, node, "the report names "+st.Node)
+		return
+	}
+	d.seen.mark(node, now)
+	a := state.Applied{
+		HaveApplied:  st.HaveApplied,
+		Version:      st.AppliedVersion,
+		KeyringEpoch: st.KeyringEpoch,
+		Stale:        st.Stale,
+	}
+	if st.Error != nil {
+		a.ErrorCode, a.ErrorMessage, a.ErrorVersion = st.Error.Code, truncate(st.Error.Message, 512), st.Error.Version
+	}
+	changed := false
+	d.fsm.Read(func(s *state.State) {
+		n, ok := s.Nodes[node]
+		if !ok || n.Revoked {
+			return
+		}
+		old := n.Applied
+		old.ReportedAt = time.Time{}
+		changed = old != a
+	})
+	if changed {
+		d.status.add(node, a)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// statusBatcher collects status changes and commits them as one command per flush.
+type statusBatcher struct {
+	d       *Daemon
+	mu      sync.Mutex
+	pending map[string]state.Applied
+}
+
+func newStatusBatcher(d *Daemon) *statusBatcher {
+	return &statusBatcher{d: d, pending: map[string]state.Applied{}}
+}
+
+func (b *statusBatcher) add(node string, a state.Applied) {
+	b.mu.Lock()
+	b.pending[node] = a
+	b.mu.Unlock()
+}
+
+func (b *statusBatcher) run(ctx context.Context) error {
+	t := time.NewTicker(b.d.opts.StatusFlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			b.flush()
+		}
+	}
+}
+
+func (b *statusBatcher) flush() {
+	b.mu.Lock()
+	if len(b.pending) == 0 {
+		b.mu.Unlock()
+		return
+	}
+	batch := b.pending
+	b.pending = map[string]state.Applied{}
+	b.mu.Unlock()
+	if !b.d.raft.IsLeader() {
+		return // the new leader hears the next heartbeat
+	}
+	cmd := &state.StatusCmd{}
+	for node, a := range batch {
+		cmd.Reports = append(cmd.Reports, state.StatusReport{Node: node, Applied: a})
+	}
+	if _, err := b.d.raft.Apply(state.Command{Op: state.OpStatus, Status: cmd}, 10*time.Second); err != nil {
+		b.d.log.Warn("status reports not committed; they will be reported again", "nodes", len(batch), "err", err)
+	}
+}

@@ -1,0 +1,125 @@
+package daemon
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/state"
+)
+
+// nodeOf extracts the node id from mesh.node.<id>.<suffix>. The broker only lets a
+// node publish on its own subjects, so the subject names the sender.
+func nodeOf(subject string) string {
+	rest := strings.TrimPrefix(subject, api.NodePrefix)
+	if i := strings.IndexByte(rest, '.'); i > 0 {
+		return rest[:i]
+	}
+	return ""
+}
+
+// handleSync answers a node asking for its current state: the keyrings it has not
+// seen and its declaration are published on its declaration subject, and the reply,
+// on the node's own inbox only, says how many.
+func (d *Daemon) handleSync(m *nats.Msg) {
+	node := nodeOf(m.Subject)
+	if !d.admitNodeMessage("sync", node, m, d.guard.budgets.MaxSync) {
+		return
+	}
+	if !replyUnder(m.Reply, api.NodeInbox(node)+".") {
+		d.dropReply("sync", node, m.Reply)
+		return
+	}
+	d.seen.mark(node, d.now())
+	resp := api.SyncResponse{V: api.ProtocolVersion}
+	req, err := api.Decode[api.SyncRequest](m.Data)
+	var envs [][]byte
+	if err != nil {
+		resp.Error = &api.Error{Code: api.CodeBadRequest, Message: err.Error()}
+	} else {
+		d.fsm.Read(func(s *state.State) {
+			n, ok := s.Nodes[node]
+			if !ok || n.Revoked {
+				resp.Error = &api.Error{Code: api.CodeNotFound, Message: "no such node"}
+				return
+			}
+			env, err := d.signer.declaration(s, n)
+			if err != nil {
+				resp.Error = &api.Error{Code: api.CodeInternal, Message: err.Error()}
+				return
+			}
+			for _, kr := range s.KeyringChain(req.KeyringEpoch) {
+				envs = append(envs, kr)
+			}
+			envs = append(envs, env)
+			resp.Brokers = s.Brokers()
+		})
+	}
+	// In order, on one connection: each keyring before what it signs.
+	for _, env := range envs {
+		if err := d.conns.publisher.Publish(api.DeclarationSubject(node), env); err != nil {
+			d.log.Warn("sync: envelope not sent", "node", node, "err", err)
+		}
+	}
+	resp.Sent = len(envs)
+	data, _ := json.Marshal(resp)
+	if err := d.conns.hosts.Publish(m.Reply, data); err != nil {
+		d.log.Warn("sync reply not sent", "node", node, "err", err)
+	}
+}
+
+// admitNodeMessage checks a message on one of node's subjects against its budgets:
+// its size, and the node's message rate. A node over either is disconnected (on
+// whichever broker holds it) and the message dropped.
+func (d *Daemon) admitNodeMessage(kind, node string, m *nats.Msg, maxSize int) bool {
+	if node == "" {
+		d.guard.drop(kind, ReasonMalformed, m.Subject, "no node in the subject")
+		return false
+	}
+	switch {
+	case len(m.Data) > maxSize:
+		d.guard.drop(kind, ReasonTooLarge, node, "message over the subject's budget")
+		d.disconnectNode(node, ReasonTooLarge)
+		return false
+	case !d.guard.spend(node):
+		d.guard.drop(kind, ReasonRate, node, "message rate over the node's budget")
+		d.disconnectNode(node, ReasonRate)
+		return false
+	}
+	return true
+}
+
+// dropReply counts a request whose reply subject is not the requester's own inbox.
+// Nothing is sent there: a requester chooses its reply subject freely, and answering
+// it would publish the control plane's answer wherever the requester liked.
+func (d *Daemon) dropReply(kind, who, reply string) {
+	if reply == "" {
+		d.guard.drop(kind, ReasonNoReply, who, "no reply subject")
+		return
+	}
+	d.guard.drop(kind, ReasonForeignReply, who, "reply subject "+reply+" is not the requester's inbox")
+}
+
+// disconnectNode closes every connection of node, cluster-wide.
+func (d *Daemon) disconnectNode(node string, why Reason) {
+	n, ok := d.nodeKey(node)
+	if !ok {
+		return
+	}
+	if closed := d.presence.Kick(n); closed > 0 {
+		d.guard.kicked(why)
+	}
+}
+
+// nodeKey returns the public key node is enrolled with.
+func (d *Daemon) nodeKey(node string) (string, bool) {
+	var key string
+	d.fsm.Read(func(s *state.State) {
+		if n, ok := s.Nodes[node]; ok {
+			key = n.PublicKey
+		}
+	})
+	return key, key != ""
+}

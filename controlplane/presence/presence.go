@@ -1,0 +1,369 @@
+// Package presence follows, across every broker of the mesh, which clients hold open
+// connections in the hosts account. nats-server announces each connection that opens
+// or closes in its system account, and the announcements cross the cluster's routes;
+// a Tracker listens to them, and pages through every broker's connection list to know
+// the connections that opened before it started.
+//
+// The control plane uses it to tell a connected host from one that merely reported
+// recently, and to close the connections of a node that exceeds its budget, on
+// whichever broker they are.
+package presence
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Conn names one client connection: the broker's server id and its connection id.
+type Conn struct {
+	Server string
+	CID    uint64
+}
+
+// Config configures a Tracker.
+type Config struct {
+	// Conn is a connection in the system account allowed to hear Connect and
+	// Disconnect, and to request $SYS.REQ.SERVER.*.CONNZ and .KICK.
+	Conn *nats.Conn
+	// Connect and Disconnect are the account's event subjects.
+	Connect, Disconnect string
+	// Account is the account's name, to list its connections.
+	Account string
+	// OnChange, when set, is called after a user's count of open connections
+	// changes, with the connection that changed it. It runs on the events
+	// goroutine and must not block.
+	OnChange func(user string, c Conn, opened bool, open int)
+	Logger   *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Tracker is the cluster-wide map of open connections by authenticated user (for an
+// nkey client, its public key; otherwise the user name its grant gave it).
+type Tracker struct {
+	cfg  Config
+	subs []*nats.Subscription
+
+	mu    sync.Mutex
+	users map[string]map[Conn]time.Time // when each connection was first seen
+	byID  map[Conn]string
+	gone  map[Conn]time.Time // closed connections, so a late listing does not bring them back
+}
+
+// tombstoneFor is how long a closed connection is remembered.
+const tombstoneFor = 2 * time.Minute
+
+// Start subscribes to the events. Call Sync to learn the connections that opened
+// before.
+func Start(cfg Config) (*Tracker, error) {
+	if cfg.Conn == nil || cfg.Connect == "" || cfg.Disconnect == "" {
+		return nil, errors.New("presence: a system-account connection and the event subjects are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	t := &Tracker{cfg: cfg, users: map[string]map[Conn]time.Time{}, byID: map[Conn]string{}, gone: map[Conn]time.Time{}}
+	for subj, h := range map[string]nats.MsgHandler{cfg.Connect: t.onConnect, cfg.Disconnect: t.onDisconnect} {
+		sub, err := cfg.Conn.Subscribe(subj, h)
+		if err != nil {
+			t.Close()
+			return nil, fmt.Errorf("presence: subscribe %s: %w", subj, err)
+		}
+		// Events come in bursts (a fleet reconnecting): never drop them.
+		_ = sub.SetPendingLimits(-1, -1)
+		t.subs = append(t.subs, sub)
+	}
+	if err := cfg.Conn.Flush(); err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// Close stops listening.
+func (t *Tracker) Close() {
+	for _, s := range t.subs {
+		_ = s.Unsubscribe()
+	}
+}
+
+// event is the part of nats-server's client connect and disconnect events the
+// tracker reads (server.ConnectEventMsg, server.DisconnectEventMsg).
+type event struct {
+	Server struct {
+		ID string `json:"id"`
+	} `json:"server"`
+	Client struct {
+		ID   uint64 `json:"id"`
+		User string `json:"user"`
+	} `json:"client"`
+}
+
+func (t *Tracker) decode(m *nats.Msg) (Conn, string, bool) {
+	var e event
+	if err := json.Unmarshal(m.Data, &e); err != nil || e.Server.ID == "" || e.Client.User == "" {
+		t.cfg.Logger.Warn("connection event not understood", "subject", m.Subject, "err", err)
+		return Conn{}, "", false
+	}
+	return Conn{Server: e.Server.ID, CID: e.Client.ID}, e.Client.User, true
+}
+
+func (t *Tracker) onConnect(m *nats.Msg) {
+	c, user, ok := t.decode(m)
+	if !ok {
+		return
+	}
+	if n, added := t.add(user, c, t.cfg.Now()); added && t.cfg.OnChange != nil {
+		t.cfg.OnChange(user, c, true, n)
+	}
+}
+
+func (t *Tracker) onDisconnect(m *nats.Msg) {
+	c, user, ok := t.decode(m)
+	if !ok {
+		return
+	}
+	if n, removed := t.remove(c, t.cfg.Now()); removed && t.cfg.OnChange != nil {
+		t.cfg.OnChange(user, c, false, n)
+	}
+}
+
+func (t *Tracker) add(user string, c Conn, now time.Time) (int, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, closed := t.gone[c]; closed {
+		return len(t.users[user]), false
+	}
+	if _, known := t.byID[c]; known {
+		return len(t.users[user]), false
+	}
+	set := t.users[user]
+	if set == nil {
+		set = map[Conn]time.Time{}
+		t.users[user] = set
+	}
+	set[c] = now
+	t.byID[c] = user
+	return len(set), true
+}
+
+func (t *Tracker) remove(c Conn, now time.Time) (int, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.gone[c] = now
+	if len(t.gone) > 4096 {
+		for k, at := range t.gone {
+			if now.Sub(at) > tombstoneFor {
+				delete(t.gone, k)
+			}
+		}
+	}
+	user, ok := t.byID[c]
+	if !ok {
+		return 0, false
+	}
+	delete(t.byID, c)
+	set := t.users[user]
+	delete(set, c)
+	if len(set) == 0 {
+		delete(t.users, user)
+	}
+	return len(set), true
+}
+
+// Open returns how many connections user holds open, cluster-wide.
+func (t *Tracker) Open(user string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.users[user])
+}
+
+// Since returns when the oldest of user's open connections was first seen, if any.
+func (t *Tracker) Since(user string) (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var first time.Time
+	for _, at := range t.users[user] {
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	return first, !first.IsZero()
+}
+
+// Users returns every user with at least one open connection.
+func (t *Tracker) Users() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]string, 0, len(t.users))
+	for u := range t.users {
+		out = append(out, u)
+	}
+	return out
+}
+
+// Kick asks the broker holding each of user's connections to close it and returns how
+// many it asked for.
+func (t *Tracker) Kick(user string) int {
+	t.mu.Lock()
+	conns := make([]Conn, 0, len(t.users[user]))
+	for c := range t.users[user] {
+		conns = append(conns, c)
+	}
+	t.mu.Unlock()
+	for _, c := range conns {
+		t.KickConn(c)
+	}
+	return len(conns)
+}
+
+// KickConn asks the broker holding c to close it (nats-server's
+// $SYS.REQ.SERVER.<id>.KICK); the disconnect event follows.
+func (t *Tracker) KickConn(c Conn) {
+	data, _ := json.Marshal(struct {
+		CID uint64 `json:"cid"`
+	}{c.CID})
+	if err := t.cfg.Conn.Publish("$SYS.REQ.SERVER."+c.Server+".KICK", data); err != nil {
+		t.cfg.Logger.Warn("could not ask a broker to close a connection", "server", c.Server, "cid", c.CID, "err", err)
+	}
+}
+
+// connzPage is the part of a broker's answer to $SYS.REQ.SERVER.*.CONNZ the tracker
+// reads (server.ServerAPIResponse carrying a server.Connz).
+type connzPage struct {
+	Server struct {
+		ID string `json:"id"`
+	} `json:"server"`
+	Data struct {
+		Total int `json:"total"`
+		Conns []struct {
+			CID  uint64 `json:"cid"`
+			User string `json:"authorized_user"`
+		} `json:"connections"`
+	} `json:"data"`
+	Error *struct {
+		Description string `json:"description"`
+	} `json:"error"`
+}
+
+// pageSize keeps one broker's page of connections well inside a message.
+const pageSize = 1000
+
+// Sync lists the open connections of every broker (servers of them are expected to
+// answer) and makes the tracker agree with the listing: connections it did not know
+// are added, and connections it knew from before the listing started that no broker
+// listed are dropped (their disconnect event was missed).
+func (t *Tracker) Sync(ctx context.Context, servers int) error {
+	started := t.cfg.Now()
+	listed := map[Conn]string{}
+	pages, err := t.ping(ctx, 0, servers)
+	if err != nil {
+		return err
+	}
+	answered := map[string]bool{}
+	for _, p := range pages {
+		answered[p.Server.ID] = true
+		t.collect(p, listed)
+		for off := len(p.Data.Conns); off < p.Data.Total; off += pageSize {
+			next, err := t.page(ctx, p.Server.ID, off)
+			if err != nil {
+				return err
+			}
+			t.collect(next, listed)
+			if len(next.Data.Conns) == 0 {
+				break
+			}
+		}
+	}
+	now := t.cfg.Now()
+	t.mu.Lock()
+	var dropped []Conn
+	for c, user := range t.byID {
+		if _, ok := listed[c]; !ok && answered[c.Server] && t.users[user][c].Before(started) {
+			dropped = append(dropped, c)
+		}
+	}
+	t.mu.Unlock()
+	for _, c := range dropped {
+		t.remove(c, now)
+	}
+	for c, user := range listed {
+		if n, added := t.add(user, c, now); added && t.cfg.OnChange != nil {
+			t.cfg.OnChange(user, c, true, n)
+		}
+	}
+	if len(answered) < servers {
+		return fmt.Errorf("presence: %d of %d brokers listed their connections", len(answered), servers)
+	}
+	return nil
+}
+
+func (t *Tracker) collect(p connzPage, into map[Conn]string) {
+	for _, c := range p.Data.Conns {
+		if c.User != "" {
+			into[Conn{Server: p.Server.ID, CID: c.CID}] = c.User
+		}
+	}
+}
+
+func (t *Tracker) request(offset int) []byte {
+	data, _ := json.Marshal(map[string]any{"acc": t.cfg.Account, "auth": true, "state": 0, "offset": offset, "limit": pageSize})
+	return data
+}
+
+// ping asks every broker for its first page and gathers the answers until servers of
+// them answered or a second passed without a new one.
+func (t *Tracker) ping(ctx context.Context, offset, servers int) ([]connzPage, error) {
+	inbox := t.cfg.Conn.NewRespInbox()
+	sub, err := t.cfg.Conn.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	if err := t.cfg.Conn.PublishRequest("$SYS.REQ.SERVER.PING.CONNZ", inbox, t.request(offset)); err != nil {
+		return nil, err
+	}
+	var out []connzPage
+	for len(out) < servers {
+		wait, cancel := context.WithTimeout(ctx, time.Second)
+		m, err := sub.NextMsgWithContext(wait)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return out, ctx.Err()
+			}
+			break // the brokers that answer have answered
+		}
+		var p connzPage
+		if err := json.Unmarshal(m.Data, &p); err != nil || p.Error != nil || p.Server.ID == "" {
+			t.cfg.Logger.Warn("a broker's connection list was not understood", "err", err)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func (t *Tracker) page(ctx context.Context, server string, offset int) (connzPage, error) {
+	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err := t.cfg.Conn.RequestWithContext(wait, "$SYS.REQ.SERVER."+server+".CONNZ", t.request(offset))
+	if err != nil {
+		return connzPage{}, fmt.Errorf("presence: list the connections of broker %s: %w", server, err)
+	}
+	var p connzPage
+	if err := json.Unmarshal(m.Data, &p); err != nil || p.Error != nil {
+		return connzPage{}, fmt.Errorf("presence: broker %s answered a listing that is not understood: %v", server, err)
+	}
+	return p, nil
+}

@@ -1,0 +1,88 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"slices"
+)
+
+// hookRun is one batch of hooks to run: the paths a declaration changed.
+type hookRun struct {
+	version  uint64
+	changed  []string
+	ran      []string
+	failures []error
+}
+
+// queueHooks hands a batch to the hook worker, or, while it is busy, merges it into
+// the batch that waits: hooks never run concurrently with each other, and a slow hook
+// never keeps the loop from receiving, verifying, applying and reporting.
+func (a *Agent) queueHooks(h hookRun) {
+	if a.hookJobs == nil { // not running (tests call handle directly)
+		ran, failures := a.o.Hooks.Run(context.Background(), a.o.Root, h.changed)
+		h.ran = ran
+		for _, f := range failures {
+			h.failures = append(h.failures, f)
+		}
+		a.hooksFinished(h)
+		return
+	}
+	if a.hookWaiting != nil {
+		w := a.hookWaiting
+		w.version = h.version
+		for _, p := range h.changed {
+			if !slices.Contains(w.changed, p) {
+				w.changed = append(w.changed, p)
+			}
+		}
+		a.offerHooks()
+		return
+	}
+	a.hookWaiting = &h
+	a.offerHooks()
+}
+
+// offerHooks passes the waiting batch to the worker if it is free.
+func (a *Agent) offerHooks() {
+	if a.hookWaiting == nil {
+		return
+	}
+	select {
+	case a.hookJobs <- *a.hookWaiting:
+		a.hookWaiting = nil
+	default:
+	}
+}
+
+// runHooks is the hook worker: it runs one batch at a time until ctx ends.
+func (a *Agent) runHooks(ctx context.Context, done chan<- hookRun) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case h := <-a.hookJobs:
+			ran, failures := a.o.Hooks.Run(ctx, a.o.Root, h.changed)
+			h.ran = ran
+			for _, f := range failures {
+				h.failures = append(h.failures, f)
+			}
+			select {
+			case done <- h:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// hooksFinished records a batch's outcome, and passes on the batch that waited.
+func (a *Agent) hooksFinished(h hookRun) {
+	if len(h.ran) > 0 {
+		a.log.Info("hooks ran after the change", "hooks", h.ran, "failed", len(h.failures), "version", h.version)
+	}
+	if len(h.failures) > 0 {
+		// The declaration is applied and persisted; the failure is reported.
+		a.failCode("hook_failed", errors.Join(h.failures...), h.version)
+	}
+	a.offerHooks()
+}
