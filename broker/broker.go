@@ -112,7 +112,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		AlwaysEnableNonce: true,
 		// A client must authenticate quickly; enrolling clients get a connection deadline
 		// of their own on top of this.
-		AuthTimeout:                5,
+		AuthTimeout:     5,
 		TrustedKeys:     []string{trusted},
 		AccountResolver: accts.resolver,
 		SystemAccount:   accts.system,

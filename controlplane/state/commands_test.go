@@ -1,9 +1,9 @@
 package state
 
 import (
-	"fmt"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
