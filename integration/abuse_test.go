@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
@@ -83,7 +84,7 @@ func TestCompromisedHostRefused(t *testing.T) {
 		{"publish a declaration to itself", func() error { return nc.Publish("mesh.node.evil.decl", []byte("{}")) }, "mesh.node.evil.decl"},
 		{"publish a declaration to another node", func() error { return nc.Publish("mesh.node.victim.decl", []byte("{}")) }, "mesh.node.victim.decl"},
 		{"publish another node's status", func() error {
-			return nc.Publish("mesh.node.victim.status", []byte(`{"v":1,"node":"victim","have_applied":true,"applied_version":99}`))
+			return nc.Publish("mesh.node.victim.status", []byte(`{"v":2,"node":"victim","have_applied":true,"applied_version":99}`))
 		}, "mesh.node.victim.status"},
 		{"use the operator API", func() error { return nc.PublishRequest("mesh.admin.nodes", "_INBOX.node.evil.x", []byte("{}")) }, "mesh.admin.nodes"},
 		{"enrol as another node", func() error { return nc.Publish("mesh.enrol.victim", []byte("{}")) }, "mesh.enrol.victim"},
@@ -147,9 +148,11 @@ func TestTokenAbuse(t *testing.T) {
 	// ...while another address is not blocked: the right secret connects from 127.0.0.2.
 	cfg, _ := datadir.Dir(cp.Dir).LoadConfig()
 	pin, _ := cfg.Pin()
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
 	nc, err := nats.Connect("tls://"+cp.Listen,
 		nats.Secure(pki.PinnedClientConfig(pin)), nats.TLSHandshakeFirst(),
-		nats.UserInfo("enrol:web-1", hexSecret(tok)), nats.NoReconnect(),
+		nats.UserInfo("enrol:web-1", hexSecret(tok)), nats.Nkey(pub, kp.Sign), nats.NoReconnect(),
 		nats.SetCustomDialer(&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}, Timeout: 5 * time.Second}),
 	)
 	if err != nil {

@@ -6,38 +6,25 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 
 	"mesh/controlplane/datadir"
 	"mesh/declarations"
 	"mesh/integration/harness"
 )
 
-// TestInjectedDeclarationsRejected: a party with broker access publishes into a host's
-// subject a declaration signed by another key, an older one replayed, one addressed to
-// another node, a forged revocation notice, an expired one signed by the mesh's own
-// key, an oversized one and garbage. Each is rejected with its own error, nothing is
-// applied, and the agent keeps running with its state.
+// TestInjectedDeclarationsRejected: a hostile broker (one holding the mesh's own TLS
+// identity, routed into its cluster) records what the control plane sends and
+// publishes into a host's subject a declaration signed by another key, an older one
+// replayed, one addressed to another node, a forged revocation notice, an expired one
+// signed by the mesh's own key, an oversized one and garbage. Each is rejected with
+// its own error, nothing is applied, and the agent keeps running with its state.
 func TestInjectedDeclarationsRejected(t *testing.T) {
 	cp := harness.NewControlPlane(t, bin, "inject")
 	cp.Serve()
-	op := cp.OperatorConn()
-
-	// Record every envelope the control plane sends, as a broker insider would.
-	var mu sync.Mutex
-	captured := map[string][][]byte{}
-	if _, err := op.Subscribe("mesh.node.*.decl", func(m *nats.Msg) {
-		mu.Lock()
-		captured[m.Subject] = append(captured[m.Subject], m.Data)
-		mu.Unlock()
-	}); err != nil {
-		t.Fatal(err)
-	}
-	op.Flush()
+	hb := harness.StartHostileBroker(t, cp)
 
 	hosts := map[string]*harness.Host{}
 	for _, id := range []string{"web-1", "web-2"} {
@@ -45,6 +32,7 @@ func TestInjectedDeclarationsRejected(t *testing.T) {
 		if r := h.Enrol(cp.Token(id)); r.Code != 0 {
 			t.Fatalf("enrol %s: %s", id, r.Combined())
 		}
+		h.RouteThrough(hb.Addr())
 		h.Run()
 		hosts[id] = h
 	}
@@ -62,14 +50,13 @@ func TestInjectedDeclarationsRejected(t *testing.T) {
 	declare("web-1", "one-b")
 	cp.WaitConverged("web-1", 2, 20*time.Second)
 
-	mu.Lock()
-	web1v1 := envelopeWithVersion(t, captured["mesh.node.web-1.decl"], 1)
-	web2v1 := envelopeWithVersion(t, captured["mesh.node.web-2.decl"], 1)
-	mu.Unlock()
+	web1v1 := envelopeWithVersion(t, hb.Captured("web-1"), 1)
+	web2v1 := envelopeWithVersion(t, hb.Captured("web-2"), 1)
 
 	_, otherKey, _ := ed25519.GenerateKey(rand.Reader)
+	web1Key := hosts["web-1"].PublicKey()
 	forged, err := declarations.SignDeclaration(declarations.Declaration{
-		Mesh: "inject", Node: "web-1", Version: 99, KeyringEpoch: 1,
+		Mesh: "inject", Node: "web-1", NodeKey: web1Key, Version: 99, KeyringEpoch: 1,
 		IssuedAt: time.Now().UTC(), ExpiresAt: time.Now().Add(time.Hour).UTC(),
 		Body: declarations.Body{Files: []declarations.File{{Path: "app.conf", Content: ptr("owned")}}},
 	}, otherKey)
@@ -82,14 +69,14 @@ func TestInjectedDeclarationsRejected(t *testing.T) {
 		t.Fatal(err)
 	}
 	expired, err := declarations.SignDeclaration(declarations.Declaration{
-		Mesh: "inject", Node: "web-1", Version: 50, KeyringEpoch: 1,
+		Mesh: "inject", Node: "web-1", NodeKey: web1Key, Version: 50, KeyringEpoch: 1,
 		IssuedAt: time.Now().Add(-48 * time.Hour).UTC(), ExpiresAt: time.Now().Add(-24 * time.Hour).UTC(),
 		Body: declarations.Body{Files: []declarations.File{{Path: "app.conf", Content: ptr("stale")}}},
 	}, meshKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	forgedRevocation, err := declarations.SignRevocation(declarations.Revocation{Mesh: "inject", Node: "web-1", RevokedAt: time.Now().UTC()}, otherKey)
+	forgedRevocation, err := declarations.SignRevocation(declarations.Revocation{Mesh: "inject", Node: "web-1", NodeKey: web1Key, RevokedAt: time.Now().UTC()}, otherKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,10 +95,7 @@ func TestInjectedDeclarationsRejected(t *testing.T) {
 		{"garbage bytes", "malformed", []byte("\x00\xffnot an envelope")},
 	}
 	for _, a := range attacks {
-		if err := op.Publish("mesh.node.web-1.decl", a.envelope); err != nil {
-			t.Fatal(err)
-		}
-		op.Flush()
+		hb.Inject(t, "web-1", a.envelope)
 		harness.Eventually(t, 15*time.Second, a.name+" reported as "+a.code, func() bool {
 			n, _ := cp.Node("web-1")
 			return n.LastError != nil && n.LastError.Code == a.code

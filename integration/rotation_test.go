@@ -74,7 +74,7 @@ func TestSigningKeyRotation(t *testing.T) {
 	defer close(stop)
 	go func() {
 		for {
-			lag.Publish("mesh.node.lagging.status", []byte(`{"v":1,"node":"lagging","have_applied":false,"applied_version":0,"keyring_epoch":1}`))
+			lag.Publish("mesh.node.lagging.status", []byte(`{"v":2,"node":"lagging","have_applied":false,"applied_version":0,"keyring_epoch":1}`))
 			select {
 			case <-stop:
 				return
@@ -126,15 +126,15 @@ func TestSigningKeyRotation(t *testing.T) {
 		n, _ := cp1.Node("online")
 		return n.KeyringEpoch == 3
 	})
-	// A declaration signed by the retired key is refused as not from the mesh.
-	op := cp1.OperatorConn()
+	// A declaration signed by the retired key is refused as not from the mesh, even
+	// delivered by a broker of the mesh's own cluster.
+	hb := harness.StartHostileBroker(t, cp1)
 	forged, _ := declarations.SignDeclaration(declarations.Declaration{
-		Mesh: "rotate", Node: "online", Version: 50, KeyringEpoch: 1,
+		Mesh: "rotate", Node: "online", NodeKey: online.PublicKey(), Version: 50, KeyringEpoch: 1,
 		IssuedAt: time.Now().UTC(), ExpiresAt: time.Now().Add(time.Hour).UTC(),
 		Body: declarations.Body{Files: []declarations.File{{Path: "state", Content: ptr("old key")}}},
 	}, oldKey)
-	op.Publish("mesh.node.online.decl", forged)
-	op.Flush()
+	hb.Inject(t, "online", forged)
 	harness.Eventually(t, 15*time.Second, "the retired key's declaration refused", func() bool {
 		n, _ := cp1.Node("online")
 		return n.LastError != nil && n.LastError.Code == "untrusted"

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -56,6 +57,9 @@ type Options struct {
 	Now func() time.Time
 	// Budgets bound what one node may send; zero fields take DefaultBudgets.
 	Budgets Budgets
+	// MetricsListen, when set, is where /metrics, /healthz and /readyz are served
+	// (ip:port).
+	MetricsListen string
 
 	// wrapAuth, when set, wraps the broker's authenticator: the package's tests
 	// use it to admit an observer no real client can be.
@@ -104,6 +108,8 @@ type Daemon struct {
 	ctl      *controlTracker
 	guard    *guard
 	effects  *effectQueue
+	// metricsLn is where the metrics and health endpoints listen, if anywhere.
+	metricsLn net.Listener
 	// internalToken is this process's own credential on its broker; it never
 	// leaves the process.
 	internalToken string
@@ -245,6 +251,11 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.status = newStatusBatcher(d)
+	if opts.MetricsListen != "" {
+		if d.metricsLn, err = net.Listen("tcp", opts.MetricsListen); err != nil {
+			return nil, fmt.Errorf("--metrics-listen %s: %w", opts.MetricsListen, err)
+		}
+	}
 	d.log.Info("control node ready", "mesh", d.cfg.Mesh, "node", d.cfg.Node, "broker", d.broker.Addr())
 	return d, nil
 }
@@ -315,6 +326,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	{
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return d.syncPresence(ctx) }, func(error) { cancel() })
+	}
+	if d.metricsLn != nil {
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return d.serveHTTP(ctx, d.metricsLn) }, func(error) { cancel() })
 	}
 	{
 		ctx, cancel := context.WithCancel(ctx)
@@ -424,6 +439,9 @@ func (d *Daemon) applied(c *state.Command, res state.Result) {
 // Close stops everything the daemon started.
 func (d *Daemon) Close() {
 	d.stopAPI()
+	if d.metricsLn != nil {
+		d.metricsLn.Close()
+	}
 	if d.presence != nil {
 		d.presence.Close()
 	}

@@ -231,6 +231,8 @@ type ControlPlane struct {
 	Listen  string
 	Raft    string
 	Cluster string
+	// Metrics is where the running serve answers /metrics.
+	Metrics string
 	serve   *Process
 	t       testing.TB
 }
@@ -283,10 +285,11 @@ func (cp *ControlPlane) Serve(extra ...string) *Process {
 	cp.t.Helper()
 	// Snapshots are frequent here so that tests see the log compacted and read
 	// snapshots as well as the log.
+	cp.Metrics = fmt.Sprintf("127.0.0.1:%d", FreePorts(cp.t, 1)[0])
 	args := append([]string{"serve", "--data", cp.Dir, "--raft-heartbeat", "300ms", "--reconcile", "1s",
 		"--raft-snapshot-interval", "1s", "--raft-snapshot-threshold", "8",
 		// Agents here report every second (Host.Run), so three silent seconds is offline.
-		"--offline-after", "3s"}, extra...)
+		"--offline-after", "3s", "--metrics-listen", cp.Metrics}, extra...)
 	cp.serve = Start(cp.t, nil, cp.Bin.Meshctl, args...)
 	cp.serve.WaitOutput(cp.t, "control node ready", 30*time.Second)
 	Eventually(cp.t, 20*time.Second, "control plane answers", func() bool { return cp.Ctl("nodes").Code == 0 })

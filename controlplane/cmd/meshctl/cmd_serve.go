@@ -35,6 +35,8 @@ Runs until interrupted (SIGINT or SIGTERM). Logs go to stderr.`,
 			fs.DurationVar(&heartbeat, "raft-heartbeat", def.Heartbeat, "Raft heartbeat and election timeout; raise it on slow or loaded machines")
 			fs.DurationVar(&offline, "offline-after", 45*time.Second, "a node that has not reported for this long is shown offline")
 			fs.DurationVar(&reconcile, "reconcile", 10*time.Second, "how often declarations not yet applied are sent again")
+			var metricsListen string
+			fs.StringVar(&metricsListen, "metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this ip:port (off by default)")
 			var snapInterval time.Duration
 			var snapThreshold uint64
 			fs.DurationVar(&snapInterval, "raft-snapshot-interval", 2*time.Minute, "how often Raft checks whether to snapshot the state and compact its log")
@@ -65,6 +67,7 @@ Runs until interrupted (SIGINT or SIGTERM). Logs go to stderr.`,
 						SnapshotInterval: snapInterval, SnapshotThreshold: snapThreshold},
 					OfflineAfter:      offline,
 					ReconcileInterval: reconcile,
+					MetricsListen:     metricsListen,
 				})
 				if err != nil {
 					return err

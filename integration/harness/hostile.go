@@ -1,0 +1,164 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"mesh/broker"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/pki"
+	"mesh/host/identity"
+	"mesh/host/state"
+)
+
+// HostileBroker is a broker holding the mesh's own TLS identity, as a compromised
+// control node's broker would: hosts that pin the mesh's CA accept it; it joins the
+// mesh's cluster over a route with the same certificate, so the control plane's
+// traffic to and from the hosts behind it passes through it; and it admits every
+// client, so the test reads everything that crosses it and publishes whatever it
+// likes to any host. It is what a host's verification of every declaration is for:
+// the broker is trusted for delivery only.
+type HostileBroker struct {
+	Server *broker.Server
+	// Conn is the test's connection to it: every subject of the hosts account.
+	Conn *nats.Conn
+
+	mu       sync.Mutex
+	captured map[string][][]byte
+}
+
+type admitAll struct{}
+
+func (admitAll) Authenticate(broker.Client) (broker.Grant, error) {
+	return broker.Grant{User: "anyone", Account: broker.AccountHosts, Publish: []string{">"}, Subscribe: []string{">"}}, nil
+}
+
+// StartHostileBroker starts one on a free loopback port with cp's TLS identity, routed
+// into cp's cluster, and records every envelope sent on any node's declaration subject.
+func StartHostileBroker(t testing.TB, cp *ControlPlane) *HostileBroker {
+	t.Helper()
+	dir := datadir.Dir(cp.Dir)
+	leaf, err := dir.LoadLeaf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := dir.ReadFile(datadir.CACertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverTLS, err := pki.ServerConfig(leaf, caPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mutual, err := pki.MutualConfig(leaf, caPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := FreePorts(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv, err := broker.Start(ctx, broker.Config{
+		Name: "hostile", Mesh: cp.Mesh, Listen: fmt.Sprintf("127.0.0.1:%d", ports[0]), TLS: serverTLS, Auth: admitAll{},
+		// A broker of its own lets its own clients publish whatever it likes.
+		HostLimits: broker.Limits{MaxPayload: 2 << 20, MaxSubscriptions: 1 << 16},
+		Logger: slog.New(slog.DiscardHandler),
+		Flows:  broker.Flows{HostStreams: []string{"mesh.node.*.decl"}, OperatorServices: []string{"mesh.admin.>"}},
+		Cluster: &broker.ClusterConfig{Listen: fmt.Sprintf("127.0.0.1:%d", ports[1]), Routes: []string{cp.Cluster}, TLS: mutual},
+	})
+	if err != nil {
+		t.Fatalf("hostile broker: %v", err)
+	}
+	t.Cleanup(srv.Shutdown)
+	Eventually(t, 10*time.Second, "the hostile broker routed into the mesh", func() bool { return srv.NumRoutes() > 0 })
+	cfg, err := dir.LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin, _ := cfg.Pin()
+	nc, err := nats.Connect("tls://"+srv.Addr(), nats.Secure(pki.PinnedClientConfig(pin)), nats.TLSHandshakeFirst())
+	if err != nil {
+		t.Fatalf("connect to the hostile broker: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	hb := &HostileBroker{Server: srv, Conn: nc, captured: map[string][][]byte{}}
+	sub, err := nc.Subscribe("mesh.node.*.decl", func(m *nats.Msg) {
+		hb.mu.Lock()
+		hb.captured[m.Subject] = append(hb.captured[m.Subject], m.Data)
+		hb.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.SetPendingLimits(-1, -1)
+	nc.Flush()
+	return hb
+}
+
+// Addr is where hosts reach it.
+func (hb *HostileBroker) Addr() string { return hb.Server.Addr() }
+
+// Captured returns the envelopes recorded on node's declaration subject, oldest first.
+func (hb *HostileBroker) Captured(node string) [][]byte {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	return append([][]byte(nil), hb.captured["mesh.node."+node+".decl"]...)
+}
+
+// Inject publishes raw on node's declaration subject, as only a broker can.
+func (hb *HostileBroker) Inject(t testing.TB, node string, raw []byte) {
+	t.Helper()
+	if err := hb.Conn.Publish("mesh.node."+node+".decl", raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := hb.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// RouteThrough makes the host reach the mesh through addr only: the brokers in its
+// identity and applied state are replaced, as a network that leads every connection
+// there would. The agent must not be running.
+func (h *Host) RouteThrough(addr string) {
+	h.t.Helper()
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		h.t.Fatal(err)
+	}
+	id, err := identity.Load(h.State)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	id.Brokers = []string{addr}
+	// identity.Save never replaces an identity: the test removes it first.
+	if err := os.Remove(identity.Path(h.State)); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := identity.Save(h.State, id); err != nil {
+		h.t.Fatal(err)
+	}
+	applied, err := state.Load(h.State)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	applied.Brokers = nil
+	if err := state.Save(h.State, applied); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// PublicKey returns the node key the host enrolled with.
+func (h *Host) PublicKey() string {
+	h.t.Helper()
+	id, err := identity.Load(h.State)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return id.PublicKey
+}
