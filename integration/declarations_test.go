@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-
 	"mesh/controlplane/datadir"
 	"mesh/declarations"
 	"mesh/integration/harness"

@@ -69,9 +69,9 @@ func StartHostileBroker(t testing.TB, cp *ControlPlane) *HostileBroker {
 		Name: "hostile", Mesh: cp.Mesh, Listen: fmt.Sprintf("127.0.0.1:%d", ports[0]), TLS: serverTLS, Auth: admitAll{},
 		// A broker of its own lets its own clients publish whatever it likes.
 		HostLimits: broker.Limits{MaxPayload: 2 << 20, MaxSubscriptions: 1 << 16},
-		Logger: slog.New(slog.DiscardHandler),
-		Flows:  broker.Flows{HostStreams: []string{"mesh.node.*.decl"}, OperatorServices: []string{"mesh.admin.>"}},
-		Cluster: &broker.ClusterConfig{Listen: fmt.Sprintf("127.0.0.1:%d", ports[1]), Routes: []string{cp.Cluster}, TLS: mutual},
+		Logger:     slog.New(slog.DiscardHandler),
+		Flows:      broker.Flows{HostStreams: []string{"mesh.node.*.decl"}, OperatorServices: []string{"mesh.admin.>"}},
+		Cluster:    &broker.ClusterConfig{Listen: fmt.Sprintf("127.0.0.1:%d", ports[1]), Routes: []string{cp.Cluster}, TLS: mutual},
 	})
 	if err != nil {
 		t.Fatalf("hostile broker: %v", err)
