@@ -2,21 +2,25 @@ package harness
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"mesh/broker"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
 	"mesh/host/identity"
 	"mesh/host/state"
+	"mesh/tokenfmt"
 )
 
 // HostileBroker is a broker holding the mesh's own TLS identity, as a compromised
@@ -30,6 +34,9 @@ type HostileBroker struct {
 	Server *broker.Server
 	// Conn is the test's connection to it: every subject of the hosts account.
 	Conn *nats.Conn
+	// control is a connection in the control account, where declarations are
+	// published: what it sends reaches a host on any broker of the cluster.
+	control *nats.Conn
 
 	mu       sync.Mutex
 	captured map[string][][]byte
@@ -37,7 +44,10 @@ type HostileBroker struct {
 
 type admitAll struct{}
 
-func (admitAll) Authenticate(broker.Client) (broker.Grant, error) {
+func (admitAll) Authenticate(c broker.Client) (broker.Grant, error) {
+	if c.Username == "control" {
+		return broker.Grant{User: "control", Account: broker.AccountControl, Publish: []string{">"}, Subscribe: []string{">"}}, nil
+	}
 	return broker.Grant{User: "anyone", Account: broker.AccountHosts, Publish: []string{">"}, Subscribe: []string{">"}}, nil
 }
 
@@ -88,7 +98,12 @@ func StartHostileBroker(t testing.TB, cp *ControlPlane) *HostileBroker {
 		t.Fatalf("connect to the hostile broker: %v", err)
 	}
 	t.Cleanup(nc.Close)
-	hb := &HostileBroker{Server: srv, Conn: nc, captured: map[string][][]byte{}}
+	control, err := nats.Connect("tls://"+srv.Addr(), nats.Secure(pki.PinnedClientConfig(pin)), nats.TLSHandshakeFirst(), nats.UserInfo("control", ""))
+	if err != nil {
+		t.Fatalf("connect to the hostile broker: %v", err)
+	}
+	t.Cleanup(control.Close)
+	hb := &HostileBroker{Server: srv, Conn: nc, control: control, captured: map[string][][]byte{}}
 	sub, err := nc.Subscribe("mesh.node.*.decl", func(m *nats.Msg) {
 		hb.mu.Lock()
 		hb.captured[m.Subject] = append(hb.captured[m.Subject], m.Data)
@@ -112,13 +127,24 @@ func (hb *HostileBroker) Captured(node string) [][]byte {
 	return append([][]byte(nil), hb.captured["mesh.node."+node+".decl"]...)
 }
 
-// Inject publishes raw on node's declaration subject, as only a broker can.
+// Inject publishes raw on node's declaration subject, as only a broker can: in the
+// control account, where the mesh's declarations come from, so that it reaches the
+// host on whichever broker of the cluster it is connected to. It first waits until
+// this broker knows of the host's subscription (interest crosses routes
+// asynchronously: a host that just reconnected elsewhere may not be known yet).
 func (hb *HostileBroker) Inject(t testing.TB, node string, raw []byte) {
 	t.Helper()
-	if err := hb.Conn.Publish("mesh.node."+node+".decl", raw); err != nil {
+	subject := "mesh.node." + node + ".decl"
+	acc, err := hb.Server.InProcess().LookupAccount(hb.Server.AccountName(broker.AccountControl))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := hb.Conn.Flush(); err != nil {
+	// This broker's own stream import is one interest; the host's is the other.
+	Eventually(t, 10*time.Second, "the hostile broker knows "+node+"'s subscription", func() bool { return acc.Interest(subject) > 1 })
+	if err := hb.control.Publish(subject, raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := hb.control.Flush(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -161,4 +187,41 @@ func (h *Host) PublicKey() string {
 		h.t.Fatal(err)
 	}
 	return id.PublicKey
+}
+
+// KeyPair returns the node key the host enrolled with, private half included.
+func (h *Host) KeyPair(t testing.TB) nkeys.KeyPair {
+	t.Helper()
+	id, err := identity.Load(h.State)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := id.KeyPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
+}
+
+// PendingKey prepares the key the host's next enrolment with tokenText will present
+// (as an enrolment interrupted after generating it would have left it), and returns
+// its public half: a test can then watch that enrolment from outside.
+func (h *Host) PendingKey(t testing.TB, tokenText string) string {
+	t.Helper()
+	tok, err := tokenfmt.Parse(strings.TrimSpace(tokenText), time.Now().Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := kp.Seed()
+	th := tok.SecretHash()
+	if err := identity.SavePending(h.State, identity.Pending{Format: identity.FormatVersion, Mesh: tok.Mesh, Node: tok.Node,
+		TokenHash: hex.EncodeToString(th[:]), Seed: string(seed), CreatedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	return pub
 }

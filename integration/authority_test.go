@@ -1,0 +1,404 @@
+package integration
+
+import (
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/pki"
+	"mesh/integration/harness"
+	"mesh/tokenfmt"
+)
+
+// The authority model (docs/security.md) tested as a model: for every identity, for
+// every subject it may publish on, with every privileged or foreign reply subject,
+// nothing changes in the mesh's state and nothing is delivered where it must not be.
+// The requester's own inbox is tried too, as the positive control: it is answered.
+
+// rosterDigest is what an attack must not change: every node's key, declared and
+// applied versions, revocation, and the keyring.
+func rosterDigest(t *testing.T, cp *harness.ControlPlane) string {
+	t.Helper()
+	var b strings.Builder
+	for _, n := range cp.Nodes().Nodes {
+		applied := "-"
+		if n.Applied != nil {
+			applied = fmt.Sprint(*n.Applied)
+		}
+		fmt.Fprintf(&b, "%s %s %s d%d a%s e%d r%v|", n.ID, n.Role, n.PublicKey, n.Declared, applied, n.KeyringEpoch, !n.RevokedAt.IsZero())
+	}
+	st := keyringStatus(t, cp)
+	fmt.Fprintf(&b, "keyring %d %v", st.Epoch, st.Keys)
+	return b.String()
+}
+
+// spy counts what reaches a connection's subscriptions.
+type spy struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (s *spy) watch(t *testing.T, nc *nats.Conn, subjects ...string) {
+	t.Helper()
+	for _, subj := range subjects {
+		sub, err := nc.Subscribe(subj, func(m *nats.Msg) {
+			s.mu.Lock()
+			s.seen = append(s.seen, m.Subject)
+			s.mu.Unlock()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub.SetPendingLimits(-1, -1)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *spy) got() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.seen)
+}
+
+// targets are the reply subjects an attacker might name: every operation of the
+// operator API, another node's subjects, the control nodes' subjects, other clients'
+// inboxes, nats-server's own requests, and the broker's reserved replies.
+func targets(newbieKey string) []string {
+	out := []string{
+		"mesh.node.victim.decl", "mesh.node.victim.status", "mesh.node.victim.sync",
+		"_INBOX.node.victim.hijack", "_INBOX.node.victim.hijack.1",
+		"_INBOX.enrol.newbie." + newbieKey + ".hijack",
+		"_INBOX.operator", "_INBOX.x.y",
+		"mesh.control.cp-1.heartbeat", "mesh.control.kick",
+		"mesh.enrol.victim", "mesh.enrol.newbie",
+		"$SYS.REQ.SERVER.PING", "$SYS.REQ.SERVER.PING.KICK", "$SYS.REQ.ACCOUNT.PING.CONNZ",
+		// A reply the broker reserves for its own service imports: refused by the
+		// broker before anything sees it.
+		"_R_.ABCDEF.ghijkl",
+	}
+	for _, op := range []string{api.OpPing, api.OpTokenCreate, api.OpDeclare, api.OpNodes, api.OpRevoke, api.OpLabel,
+		api.OpControlAdd, api.OpControlConfirm, api.OpControlAbort, api.OpControlRemove,
+		api.OpSigningKeyRotate, api.OpSigningKeyStatus, api.OpSigningKeyRetire} {
+		out = append(out, api.AdminSubject(op))
+	}
+	return out
+}
+
+func TestAuthorityModel(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "authority")
+	cp.Serve()
+	// The victim runs its agent; a second connection with its own credentials spies
+	// on everything the victim can receive.
+	victim := harness.NewHost(t, bin, "victim")
+	if r := victim.Enrol(cp.Token("victim")); r.Code != 0 {
+		t.Fatalf("enrol victim: %s", r.Combined())
+	}
+	victim.Run()
+	cp.WaitConverged("victim", 0, 20*time.Second)
+	victimSpy := &spy{}
+	victimSpy.watch(t, nodeConn(t, cp.Dir, victim.State, cp.Listen, make(chan error, 64)), "mesh.node.victim.decl", "_INBOX.node.victim.>")
+
+	// The attacker is an enrolled host using its own credentials.
+	attackerHost := harness.NewHost(t, bin, "attacker")
+	attackerToken := cp.Token("attacker")
+	if r := attackerHost.Enrol(attackerToken); r.Code != 0 {
+		t.Fatalf("enrol attacker: %s", r.Combined())
+	}
+	attacker := nodeConn(t, cp.Dir, attackerHost.State, cp.Listen, make(chan error, 64))
+
+	// A machine waiting to enrol with a live token: its inbox must hear nothing of
+	// the attacks. A second client holding the same live token attacks.
+	newbieTok := parseToken(t, cp.Token("newbie"))
+	newbieKey, _ := nkeys.CreateUser()
+	newbiePub, _ := newbieKey.PublicKey()
+	newbieSpy := &spy{}
+	newbieSpy.watch(t, enrollingConn(t, cp, newbieTok, newbieKey), api.EnrolInbox("newbie", newbiePub)+".>")
+	liveKey, _ := nkeys.CreateUser()
+	live := enrollingConn(t, cp, newbieTok, liveKey)
+
+	// A client holding the attacker's used token, and one holding an expired token.
+	usedKey, _ := nkeys.CreateUser()
+	used := enrollingConn(t, cp, parseToken(t, attackerToken), usedKey)
+	expiredText := cp.Token("late", "--ttl", "1s")
+	time.Sleep(1100 * time.Millisecond)
+	expiredKey, _ := nkeys.CreateUser()
+	expired := enrollingConn(t, cp, parseToken(t, expiredText), expiredKey)
+
+	// The operator, with its credentials, asks read-only questions.
+	op := cp.OperatorConn()
+
+	before := rosterDigest(t, cp)
+	dropsBefore := cp.Counter("mesh_control_messages_dropped_total", "reason=foreign_reply")
+	adminBefore := cp.Counter("mesh_control_requests_refused_total", "subject=admin") + cp.Counter("mesh_control_messages_dropped_total", "subject=admin")
+	heartbeatBefore := cp.Counter("mesh_control_messages_dropped_total", "subject=heartbeat")
+
+	tg := targets(newbiePub)
+	enrolRequest := func(tok tokenfmt.Token, kp nkeys.KeyPair, role string) []byte {
+		pub, _ := kp.PublicKey()
+		sig, _ := kp.Sign(api.KeyProofMessage(tok.Mesh, tok.Node, pub))
+		b, _ := json.Marshal(api.EnrolRequest{V: api.ProtocolVersion, Mesh: tok.Mesh, Node: tok.Node, Role: role,
+			Secret: hexSecret(tok), PublicKey: pub, KeyProof: base64.StdEncoding.EncodeToString(sig),
+			CAPin: hex.EncodeToString(tok.CAPin[:]), SigningKey: hex.EncodeToString(tok.SigningKey)})
+		return b
+	}
+	attackerSync, _ := json.Marshal(api.SyncRequest{V: api.ProtocolVersion})
+	attackerStatus, _ := json.Marshal(api.Status{V: api.ProtocolVersion, Node: "attacker"})
+	readOnly, _ := api.EncodeAdminRequest(api.OpNodes, api.NodesRequest{})
+	keyStatus, _ := api.EncodeAdminRequest(api.OpSigningKeyStatus, api.KeyringStatusRequest{})
+
+	type sender struct {
+		identity, subject string
+		nc                *nats.Conn
+		data              []byte
+		// counted: a foreign reply on this subject is dropped and counted by the
+		// control plane (requests); a status is a publish whose reply is ignored.
+		counted bool
+	}
+	senders := []sender{
+		{"enrolled host", "mesh.node.attacker.sync", attacker, attackerSync, true},
+		{"enrolled host", "mesh.node.attacker.status", attacker, attackerStatus, false},
+		// A live token: a request that would be refused (wrong role) so the matrix
+		// consumes nothing even if a reply were wrongly answered.
+		{"enrolling client, live token", "mesh.enrol.newbie", live, enrolRequest(newbieTok, liveKey, "control"), true},
+		{"enrolling client, used token", "mesh.enrol.attacker", used, enrolRequest(parseToken(t, attackerToken), usedKey, "worker"), true},
+		{"enrolling client, expired token", "mesh.enrol.late", expired, enrolRequest(parseToken(t, expiredText), expiredKey, "worker"), true},
+		{"operator", api.AdminSubject(api.OpNodes), op, readOnly, false},
+		{"operator", api.AdminSubject(api.OpSigningKeyStatus), op, keyStatus, false},
+		{"operator", api.AdminSubject(api.OpPing), op, nil, false},
+	}
+	expectedDrops := 0
+	for _, s := range senders {
+		for _, reply := range tg {
+			if err := s.nc.PublishRequest(s.subject, reply, s.data); err != nil {
+				t.Fatalf("%s on %s reply %s: %v", s.identity, s.subject, reply, err)
+			}
+			if s.counted && !strings.HasPrefix(reply, "_R_.") {
+				expectedDrops++
+			}
+		}
+		if err := s.nc.Flush(); err != nil {
+			t.Fatalf("%s: %v", s.identity, err)
+		}
+	}
+	// Each identity's own inbox, the positive control: answered.
+	if m, err := attacker.Request("mesh.node.attacker.sync", attackerSync, 10*time.Second); err != nil {
+		t.Fatalf("the attacker's own sync went unanswered: %v", err)
+	} else if r, _ := decodeSync(m.Data); r.Error != nil || r.Sent == 0 {
+		t.Fatalf("the attacker's own sync answered %+v", r)
+	}
+	for _, c := range []struct {
+		nc   *nats.Conn
+		subj string
+		data []byte
+		code string
+	}{
+		{live, "mesh.enrol.newbie", enrolRequest(newbieTok, liveKey, "control"), api.CodeTokenWrongRole},
+		{used, "mesh.enrol.attacker", enrolRequest(parseToken(t, attackerToken), usedKey, "worker"), api.CodeTokenUsed},
+		{expired, "mesh.enrol.late", enrolRequest(parseToken(t, expiredText), expiredKey, "worker"), api.CodeTokenExpired},
+	} {
+		m, err := c.nc.Request(c.subj, c.data, 10*time.Second)
+		if err != nil {
+			t.Fatalf("%s on its own inbox: %v", c.subj, err)
+		}
+		var r api.EnrolResponse
+		json.Unmarshal(m.Data, &r)
+		if r.OK || r.Error == nil || r.Error.Code != c.code {
+			t.Fatalf("%s on its own inbox answered %+v, want %s", c.subj, r.Error, c.code)
+		}
+	}
+
+	harness.Eventually(t, 10*time.Second, fmt.Sprintf("%d foreign replies dropped and counted", expectedDrops), func() bool {
+		return cp.Counter("mesh_control_messages_dropped_total", "reason=foreign_reply") >= dropsBefore+float64(expectedDrops)
+	})
+	time.Sleep(time.Second) // anything misdelivered has arrived by now
+	if got := cp.Counter("mesh_control_messages_dropped_total", "reason=foreign_reply"); got != dropsBefore+float64(expectedDrops) {
+		t.Errorf("%v foreign replies counted, want exactly %d", got-dropsBefore, expectedDrops)
+	}
+	if seen := victimSpy.got(); len(seen) != 0 {
+		t.Errorf("the victim received %d messages it was not sent: %v", len(seen), seen)
+	}
+	if seen := newbieSpy.got(); len(seen) != 0 {
+		t.Errorf("the waiting enrolment's inbox received %v", seen)
+	}
+	// Nothing of the hosts' and enrolling clients' attempts reached the operator API or
+	// the control nodes' subjects; the operator's reflections reach only the operator
+	// API, whose strict requests make nothing of another call's answer.
+	if got := cp.Counter("mesh_control_messages_dropped_total", "subject=heartbeat"); got != heartbeatBefore {
+		t.Errorf("%v messages reached the control nodes' heartbeat subject", got-heartbeatBefore)
+	}
+	if after := rosterDigest(t, cp); after != before {
+		t.Fatalf("the mesh's state changed:\nbefore %s\nafter  %s", before, after)
+	}
+	t.Logf("%d senders x %d reply subjects; %d foreign replies dropped; operator API refusals meanwhile: %v",
+		len(senders), len(tg), expectedDrops,
+		cp.Counter("mesh_control_requests_refused_total", "subject=admin")+cp.Counter("mesh_control_messages_dropped_total", "subject=admin")-adminBefore)
+
+	// The live token still enrols its machine, which the attacks did not consume.
+	newbie := harness.NewHost(t, bin, "newbie")
+	if r := newbie.Enrol(tokenText(newbieTok)); r.Code != 0 {
+		t.Fatalf("the live token after the attacks: %s", r.Combined())
+	}
+}
+
+// TestTokenAdmitsOneMachineOnce: the broker admits a token's connections only under
+// its own node, at most a few at once; the enrolment reply reaches only the
+// connection that asked; a revoked node gets nowhere, with its key or its old token.
+func TestTokenAdmitsOneMachineOnce(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "onetoken")
+	cp.Serve()
+	cfg, _ := datadir.Dir(cp.Dir).LoadConfig()
+	pin, _ := cfg.Pin()
+	tok := parseToken(t, cp.Token("web-1"))
+
+	// Concurrent connections on one token: at most three are admitted.
+	var admitted, refused atomic.Int32
+	var wg sync.WaitGroup
+	var conns []*nats.Conn
+	var mu sync.Mutex
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			kp, _ := nkeys.CreateUser()
+			pub, _ := kp.PublicKey()
+			nc, err := nats.Connect("tls://"+cp.Listen, nats.Secure(pki.PinnedClientConfig(pin)), nats.TLSHandshakeFirst(),
+				nats.UserInfo("enrol:web-1", hexSecret(tok)), nats.Nkey(pub, kp.Sign), nats.NoReconnect())
+			if err != nil {
+				refused.Add(1)
+				return
+			}
+			admitted.Add(1)
+			mu.Lock()
+			conns = append(conns, nc)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if admitted.Load() != 3 || refused.Load() != 17 {
+		t.Fatalf("20 concurrent connections on one token: %d admitted, %d refused; want 3 and 17", admitted.Load(), refused.Load())
+	}
+	for _, nc := range conns {
+		nc.Close()
+	}
+
+	// A token under another node's name: admitted briefly, only to be told.
+	otherTok := parseToken(t, cp.Token("web-9"))
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	nc, err := nats.Connect("tls://"+cp.Listen, nats.Secure(pki.PinnedClientConfig(pin)), nats.TLSHandshakeFirst(),
+		nats.UserInfo("enrol:web-2", hexSecret(otherTok)), nats.Nkey(pub, kp.Sign), nats.CustomInboxPrefix(api.EnrolInbox("web-2", pub)), nats.NoReconnect())
+	if err != nil {
+		t.Fatalf("another node's name: %v", err)
+	}
+	sig, _ := kp.Sign(api.KeyProofMessage(otherTok.Mesh, "web-2", pub))
+	req, _ := json.Marshal(api.EnrolRequest{V: api.ProtocolVersion, Mesh: otherTok.Mesh, Node: "web-2", Role: "worker", Secret: hexSecret(otherTok),
+		PublicKey: pub, KeyProof: base64.StdEncoding.EncodeToString(sig), CAPin: hex.EncodeToString(otherTok.CAPin[:]), SigningKey: hex.EncodeToString(otherTok.SigningKey)})
+	m, err := nc.Request("mesh.enrol.web-2", req, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r api.EnrolResponse
+	json.Unmarshal(m.Data, &r)
+	if r.OK || r.Error == nil || r.Error.Code != api.CodeTokenOtherNode {
+		t.Fatalf("another node's name answered %+v", r.Error)
+	}
+	// ...and the connection ends within the short refusal lifetime.
+	harness.Eventually(t, 10*time.Second, "the refused token's connection closes", func() bool { return nc.IsClosed() })
+
+	// Two machines holding the same live token: the second cannot read the first's
+	// answer, and the first's enrolment completes.
+	tok = parseToken(t, cp.Token("web-5"))
+	first := harness.NewHost(t, bin, "web-5")
+	otherKey, _ := nkeys.CreateUser()
+	errs := make(chan error, 4)
+	snoop := enrollingConnWithErrors(t, cp, tok, otherKey, errs)
+	firstPending := first.PendingKey(t, tokenText(tok))
+	snoop.SubscribeSync(api.EnrolInbox("web-5", firstPending) + ".>")
+	snoop.Flush()
+	select {
+	case err := <-errs:
+		if !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+			t.Fatalf("subscribing to another client's enrolment inbox: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the broker let one client subscribe to another's enrolment inbox")
+	}
+	if r := first.Enrol(tokenText(tok)); r.Code != 0 {
+		t.Fatalf("the first machine's enrolment: %s", r.Combined())
+	}
+	if first.PublicKey() != firstPending {
+		t.Fatal("the enrolment did not use the key prepared for it")
+	}
+
+	// Revoked: neither the node's key nor its old token gets a connection.
+	if r := cp.Ctl("revoke", "web-5"); r.Code != 0 {
+		t.Fatalf("revoke: %s", r.Combined())
+	}
+	if _, err := dialNode(t, first.KeyPair(t), pin, cp.Listen); err == nil {
+		t.Fatal("the revoked node's key was admitted")
+	}
+	id := first.PublicKey()
+	idKey := first.KeyPair(t)
+	_, err = nats.Connect("tls://"+cp.Listen, nats.Secure(pki.PinnedClientConfig(pin)), nats.TLSHandshakeFirst(),
+		nats.UserInfo("enrol:web-5", hexSecret(tok)), nats.Nkey(id, idKey.Sign), nats.NoReconnect())
+	if err == nil {
+		t.Fatal("the revoked node's key was admitted with its old token")
+	}
+}
+
+func enrollingConnWithErrors(t *testing.T, cp *harness.ControlPlane, tok tokenfmt.Token, kp nkeys.KeyPair, errs chan error) *nats.Conn {
+	t.Helper()
+	cfg, _ := datadir.Dir(cp.Dir).LoadConfig()
+	pin, _ := cfg.Pin()
+	pub, _ := kp.PublicKey()
+	nc, err := nats.Connect("tls://"+cp.Listen, nats.Secure(pki.PinnedClientConfig(pin)), nats.TLSHandshakeFirst(),
+		nats.UserInfo("enrol:"+tok.Node, hexSecret(tok)), nats.Nkey(pub, kp.Sign), nats.CustomInboxPrefix(api.EnrolInbox(tok.Node, pub)), nats.NoReconnect(),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case errs <- err:
+			default:
+			}
+		}))
+	if err != nil {
+		t.Fatalf("enrolling connection: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func parseToken(t *testing.T, text string) tokenfmt.Token {
+	t.Helper()
+	tok, err := tokenfmt.Parse(strings.TrimSpace(text), time.Now().Add(-time.Minute))
+	if err != nil {
+		t.Fatalf("parse token: %v", err)
+	}
+	return tok
+}
+
+func tokenText(tok tokenfmt.Token) string { return tok.Encode() }
+
+func decodeSync(data []byte) (api.SyncResponse, error) {
+	var r api.SyncResponse
+	err := json.Unmarshal(data, &r)
+	return r, err
+}
+
+func dialNode(t *testing.T, kp nkeys.KeyPair, pin [32]byte, addr string) (*nats.Conn, error) {
+	t.Helper()
+	pub, _ := kp.PublicKey()
+	return nats.Connect("tls://"+addr, nats.Secure(pki.PinnedClientConfig(pin)), nats.TLSHandshakeFirst(), nats.Nkey(pub, kp.Sign), nats.NoReconnect())
+}
