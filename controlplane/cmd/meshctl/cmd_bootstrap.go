@@ -1,7 +1,7 @@
 package main
 
 import (
-	"flag"
+	"github.com/spf13/cobra"
 
 	"mesh/controlplane/bootstrap"
 	"mesh/controlplane/datadir"
@@ -16,7 +16,8 @@ Prints its plan, checks first (data directory, addresses, clock), then makes the
 this node's TLS identity, the declaration signing key, operator credentials and a
 one-voter Raft cluster. Running it again resumes an unfinished bootstrap and never
 makes a second CA.`,
-		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
+			fs := c.Flags()
 			var o bootstrap.Options
 			var dir string
 			fs.StringVar(&o.Mesh, "mesh", "", "mesh id: 1-63 characters of a-z, 0-9 and - (required)")
@@ -26,6 +27,7 @@ makes a second CA.`,
 			fs.StringVar(&o.ClusterListen, "cluster-listen", "", "broker route address between control nodes (default: --listen port+2)")
 			fs.StringVar(&o.Node, "node", "cp-1", "this control node's id")
 			fs.StringVar(&dir, "data", "", "data directory (required)")
+			_ = c.MarkFlagDirname("data")
 			fs.BoolVar(&o.DryRun, "dry-run", false, "print the plan and change nothing")
 			return func(args []string) error {
 				if err := noPositional(args); err != nil {
