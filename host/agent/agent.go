@@ -55,6 +55,11 @@ type Options struct {
 	// Hooks are the commands this host's local configuration runs after files
 	// change; a declaration can never add one.
 	Hooks hooks.Config
+	// OnSynced, if set, is called each time the agent has connected and run its
+	// sync with the mesh: it applied what the mesh sent, or (the mesh could not
+	// answer) carries on with its last verified state. The first call means the
+	// agent is up; meshhost tells the service manager so.
+	OnSynced func()
 }
 
 // ErrRevoked is returned by Run when the mesh revoked this node.
@@ -250,6 +255,9 @@ func (a *Agent) Run(ctx context.Context) error {
 					return err
 				}
 				a.report(nc)
+				if a.o.OnSynced != nil {
+					a.o.OnSynced()
+				}
 			case isAuthError(ev.err):
 				authFailures++
 				a.log.Warn("the mesh refused this node's key", "attempt", authFailures, "of", a.o.AuthFailureLimit)
