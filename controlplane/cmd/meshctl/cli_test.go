@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -345,5 +346,35 @@ func TestEndpointFromDataDir(t *testing.T) {
 	_, err = operator.DialEndpoint(e, operator.Options{Timeout: 500 * time.Millisecond})
 	if !errors.Is(err, operator.ErrUnreachable) || !strings.Contains(err.Error(), "meshctl serve --data "+dir) {
 		t.Fatalf("dial: %v", err)
+	}
+}
+
+// TestBootstrapJSON: with --json the plan goes to stderr and stdout is the mesh as
+// bootstrapped, its pin the one mesh.json records.
+func TestBootstrapJSON(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cp")
+	var addrs []string
+	for range 3 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, l.Addr().String())
+		l.Close()
+	}
+	code, out, stderr := runCLI("bootstrap", "--mesh", "js", "--listen", addrs[0], "--raft-listen", addrs[1], "--cluster-listen", addrs[2], "--data", dir, "--json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var res bootstrapResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("stdout is not JSON (%v):\n%s", err, out)
+	}
+	cfg, err := datadir.Dir(dir).LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Mesh != "js" || res.Node != "cp-1" || res.CAPin != cfg.CAPin || len(res.CAPin) != 64 || !strings.Contains(stderr, "plan") {
+		t.Fatalf("result %+v (pin in mesh.json %s); stderr:\n%s", res, cfg.CAPin, stderr)
 	}
 }
