@@ -28,7 +28,7 @@ func readmeBuildLine(t *testing.T, root string) []string {
 }
 
 // withoutBuildVCS is GOFLAGS less any -buildvcs setting: the README's line is run
-// with Go's default, as on a machine whose environment does not turn stamping off.
+// with Go's default, as on a machine whose configuration does not turn stamping off.
 func withoutBuildVCS(goflags string) string {
 	var keep []string
 	for _, f := range strings.Fields(goflags) {
@@ -40,7 +40,7 @@ func withoutBuildVCS(goflags string) string {
 }
 
 // TestReadmeBuildLine runs the README's build line as a person would (Go's default
-// VCS stamping, whatever this machine's GOFLAGS say), writing into a scratch
+// VCS stamping, whatever this machine's GOFLAGS or go env say), writing into a scratch
 // directory instead of ./bin, and checks that it writes both binaries and that their
 // versions name the commit they were built from.
 func TestReadmeBuildLine(t *testing.T) {
@@ -59,7 +59,9 @@ func TestReadmeBuildLine(t *testing.T) {
 	}
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOFLAGS="+withoutBuildVCS(os.Getenv("GOFLAGS")))
+	// An empty GOFLAGS would fall back to `go env -w` settings (this machine's turn
+	// stamping off there), so Go's default is spelt out.
+	cmd.Env = append(os.Environ(), "GOFLAGS="+strings.TrimSpace(withoutBuildVCS(os.Getenv("GOFLAGS"))+" -buildvcs=auto"))
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, msg)
 	}
