@@ -94,8 +94,7 @@ func TestInjectedDeclarationsRejected(t *testing.T) {
 		{"garbage bytes", "malformed", []byte("\x00\xffnot an envelope")},
 	}
 	for _, a := range attacks {
-		hb.Inject(t, "web-1", a.envelope)
-		harness.Eventually(t, 15*time.Second, a.name+" reported as "+a.code, func() bool {
+		hb.InjectUntil(t, "web-1", a.envelope, 15*time.Second, a.name+" reported as "+a.code, func() bool {
 			n, _ := cp.Node("web-1")
 			return n.LastError != nil && n.LastError.Code == a.code
 		})

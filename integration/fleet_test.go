@@ -114,9 +114,12 @@ func TestFleetTargeting(t *testing.T) {
 	if !strings.Contains(r.Stderr, "db-1 is offline") {
 		t.Fatalf("--wait with an offline node:\n%s", r.Combined())
 	}
+	// status exits 5 while a live node has not converged (web-2 fails); the
+	// offline db-1 is counted, not waited for.
 	st := cp.Ctl("status")
-	if st.Code != 0 || !strings.Contains(st.Stdout, "3 node(s): 1 converged") || !strings.Contains(st.Stdout, "1 offline") {
-		t.Fatalf("status:\n%s", st.Combined())
+	if st.Code != 5 || !strings.Contains(st.Stdout, "3 node(s): 1 converged") || !strings.Contains(st.Stdout, "1 offline") ||
+		!strings.Contains(st.Stderr, "web-2 (failing") || strings.Contains(st.Stderr, "db-1") {
+		t.Fatalf("status: exit %d\n%s", st.Code, st.Combined())
 	}
 }
 

@@ -66,8 +66,7 @@ func TestHostileBrokerReplays(t *testing.T) {
 	// report is fresh.
 	refused := func(h *harness.Host, what, code, want string, env []byte) {
 		t.Helper()
-		hb.Inject(t, "web-3", env)
-		harness.Eventually(t, 15*time.Second, what+" refused as "+code, func() bool {
+		hb.InjectUntil(t, "web-3", env, 15*time.Second, what+" refused as "+code, func() bool {
 			n, _ := cp.Node("web-3")
 			return n.LastError != nil && n.LastError.Code == code
 		})

@@ -128,14 +128,13 @@ func TestSigningKeyRotation(t *testing.T) {
 	})
 	// A declaration signed by the retired key is refused as not from the mesh, even
 	// delivered by a broker of the mesh's own cluster.
-	hb := harness.StartHostileBroker(t, cp1)
+	hb := harness.StartHostileBroker(t, cp1, cp2, cp3)
 	forged, _ := declarations.SignDeclaration(declarations.Declaration{
 		Mesh: "rotate", Node: "online", NodeKey: online.PublicKey(), Version: 50, KeyringEpoch: 1,
 		IssuedAt: time.Now().UTC(), ExpiresAt: time.Now().Add(time.Hour).UTC(),
 		Body: declarations.Body{Files: []declarations.File{{Path: "state", Content: ptr("old key")}}},
 	}, oldKey)
-	hb.Inject(t, "online", forged)
-	harness.Eventually(t, 15*time.Second, "the retired key's declaration refused", func() bool {
+	hb.InjectUntil(t, "online", forged, 15*time.Second, "the retired key's declaration refused", func() bool {
 		n, _ := cp1.Node("online")
 		return n.LastError != nil && n.LastError.Code == "untrusted"
 	})

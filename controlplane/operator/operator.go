@@ -1,7 +1,7 @@
 // Package operator is the client side of the operator API: it connects to a mesh
-// broker with the operator credentials of a data directory (a standard NATS .creds
-// file), checks the broker against the CA pin like any host does, and calls the
-// leader's API.
+// broker with operator credentials (a standard NATS .creds file, from a control
+// node's data directory or given on an operator's own machine), checks the broker
+// against the CA pin like any host does, and calls the leader's API.
 package operator
 
 import (
@@ -43,7 +43,7 @@ const DefaultLeaderWait = 10 * time.Second
 
 // Options tune Dial.
 type Options struct {
-	// Servers overrides the brokers listed in mesh.json.
+	// Servers overrides the endpoint's brokers (those of mesh.json for Dial).
 	Servers []string
 	// Timeout bounds each call; 0 means 15 seconds.
 	Timeout time.Duration
@@ -57,46 +57,53 @@ type Options struct {
 
 // Dial connects using dir's mesh.json (brokers, pin) and admin.creds.
 func Dial(dir datadir.Dir, o Options) (*Client, error) {
-	cfg, err := dir.LoadConfig()
-	if o.Joining && errors.Is(err, datadir.ErrJoinIncomplete) {
-		cfg, err = dir.ReadConfigRaw()
-	}
+	e, err := DirEndpoint(dir, o.Joining)
 	if err != nil {
 		return nil, err
 	}
-	pin, err := cfg.Pin()
-	if err != nil {
-		return nil, err
+	return DialEndpoint(e, o)
+}
+
+// DialEndpoint connects to the first broker of e that answers, checking inside the
+// TLS handshake that it proves e's CA pin, and logs in with e's credentials.
+func DialEndpoint(e Endpoint, o Options) (*Client, error) {
+	servers := e.Servers
+	if len(o.Servers) > 0 {
+		servers = o.Servers
 	}
-	servers := o.Servers
 	if len(servers) == 0 {
-		servers = append([]string{cfg.Listen}, cfg.Brokers...)
+		return nil, fmt.Errorf("%w: no broker address", ErrEndpoint)
 	}
 	urls := make([]string, 0, len(servers))
 	for _, s := range servers {
 		urls = append(urls, "tls://"+s)
 	}
-	if !dir.Exists(datadir.AdminCredsFile) {
-		return nil, fmt.Errorf("%s holds no operator credentials (%s)", dir, datadir.AdminCredsFile)
-	}
 	timeout := o.Timeout
 	if timeout == 0 {
 		timeout = 15 * time.Second
 	}
+	dialTimeout := 5 * time.Second
+	if o.Timeout > 0 && o.Timeout < dialTimeout {
+		dialTimeout = o.Timeout
+	}
 	nc, err := nats.Connect(strings.Join(urls, ","),
-		nats.UserCredentials(dir.Path(datadir.AdminCredsFile)),
-		nats.Secure(pki.PinnedClientConfig(pin)),
+		nats.UserCredentials(e.Creds),
+		nats.Secure(pki.PinnedClientConfig(e.Pin)),
 		nats.TLSHandshakeFirst(),
 		nats.Name("meshctl"),
-		nats.Timeout(5*time.Second),
+		nats.Timeout(dialTimeout),
 		nats.DontRandomize(),
 		nats.NoReconnect(),
 	)
 	if err != nil {
-		if errors.Is(err, pki.ErrPinMismatch) || strings.Contains(err.Error(), pki.ErrPinMismatch.Error()) {
-			return nil, fmt.Errorf("%w at %s: %v", ErrUnreachable, strings.Join(servers, ", "), pki.ErrPinMismatch)
+		if errors.Is(err, pki.ErrPinMismatch) {
+			return nil, fmt.Errorf("%w at %s: %w", ErrUnreachable, strings.Join(servers, ", "), pki.ErrPinMismatch)
 		}
-		return nil, fmt.Errorf("%w at %s: %v (is `meshctl serve --data %s` running?)", ErrUnreachable, strings.Join(servers, ", "), err, dir)
+		hint := ""
+		if e.Hint != "" {
+			hint = " (" + e.Hint + ")"
+		}
+		return nil, fmt.Errorf("%w at %s: %v%s", ErrUnreachable, strings.Join(servers, ", "), err, hint)
 	}
 	return newClient(nc, timeout, o.LeaderWait), nil
 }

@@ -55,6 +55,12 @@ type Options struct {
 	// Hooks are the commands this host's local configuration runs after files
 	// change; a declaration can never add one.
 	Hooks hooks.Config
+	// OnSynced, if set, is called each time the mesh acknowledged a sync: the
+	// agent is connected and the mesh has sent it its current state (which it
+	// verifies as it arrives). The first call means the agent is up; meshhost tells
+	// the service manager so. While no control node answers, the agent keeps
+	// trying and does not call it.
+	OnSynced func()
 }
 
 // ErrRevoked is returned by Run when the mesh revoked this node.
@@ -439,6 +445,9 @@ func (s *syncer) finished(ctx context.Context, r syncResult) {
 		s.schedule("the mesh could not answer the sync", r.resp.Error.Code+": "+r.resp.Error.Message)
 	default:
 		s.backoff = 0
+		if a.o.OnSynced != nil {
+			a.o.OnSynced()
+		}
 		if b := r.resp.Brokers; len(b) > 0 && !slices.Equal(b, a.applied.Brokers) && validBrokers(b) {
 			// Not security-critical: every broker is checked against the pin. Known
 			// brokers let a restarted agent fail over to control nodes that joined

@@ -52,8 +52,9 @@ func (admitAll) Authenticate(c broker.Client) (broker.Grant, error) {
 }
 
 // StartHostileBroker starts one on a free loopback port with cp's TLS identity, routed
-// into cp's cluster, and records every envelope sent on any node's declaration subject.
-func StartHostileBroker(t testing.TB, cp *ControlPlane) *HostileBroker {
+// to cp and to the other control nodes given, and records every envelope sent on any
+// node's declaration subject.
+func StartHostileBroker(t testing.TB, cp *ControlPlane, others ...*ControlPlane) *HostileBroker {
 	t.Helper()
 	dir := datadir.Dir(cp.Dir)
 	leaf, err := dir.LoadLeaf()
@@ -73,6 +74,10 @@ func StartHostileBroker(t testing.TB, cp *ControlPlane) *HostileBroker {
 		t.Fatal(err)
 	}
 	ports := FreePorts(t, 2)
+	routes := []string{cp.Cluster}
+	for _, o := range others {
+		routes = append(routes, o.Cluster)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	srv, err := broker.Start(ctx, broker.Config{
@@ -87,7 +92,7 @@ func StartHostileBroker(t testing.TB, cp *ControlPlane) *HostileBroker {
 		t.Fatalf("hostile broker: %v", err)
 	}
 	t.Cleanup(srv.Shutdown)
-	Eventually(t, 10*time.Second, "the hostile broker routed into the mesh", func() bool { return srv.NumRoutes() > 0 })
+	Eventually(t, 10*time.Second, "the hostile broker routed into the mesh", func() bool { return srv.NumRoutes() >= len(routes) })
 	cfg, err := dir.LoadConfig()
 	if err != nil {
 		t.Fatal(err)
@@ -127,25 +132,36 @@ func (hb *HostileBroker) Captured(node string) [][]byte {
 	return append([][]byte(nil), hb.captured["mesh.node."+node+".decl"]...)
 }
 
-// Inject publishes raw on node's declaration subject, as only a broker can: in the
-// control account, where the mesh's declarations come from, so that it reaches the
-// host on whichever broker of the cluster it is connected to. It first waits until
-// this broker knows of the host's subscription (interest crosses routes
-// asynchronously: a host that just reconnected elsewhere may not be known yet).
+// Inject publishes raw once on node's declaration subject, as only a broker can: in
+// the control account, where the mesh's declarations come from, so that it reaches
+// the host on whichever broker of the cluster it is connected to.
 func (hb *HostileBroker) Inject(t testing.TB, node string, raw []byte) {
 	t.Helper()
-	subject := "mesh.node." + node + ".decl"
-	acc, err := hb.Server.InProcess().LookupAccount(hb.Server.AccountName(broker.AccountControl))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// This broker's own stream import is one interest; the host's is the other.
-	Eventually(t, 10*time.Second, "the hostile broker knows "+node+"'s subscription", func() bool { return acc.Interest(subject) > 1 })
-	if err := hb.control.Publish(subject, raw); err != nil {
+	if err := hb.control.Publish("mesh.node."+node+".decl", raw); err != nil {
 		t.Fatal(err)
 	}
 	if err := hb.control.Flush(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// InjectUntil injects raw every half second until cond holds or limit passes.
+// Interest crosses routes asynchronously: a host that has just (re)subscribed on
+// another broker may not be known here yet, and what is published before then
+// reaches nobody. Delivering the same envelope twice is harmless to a host.
+func (hb *HostileBroker) InjectUntil(t testing.TB, node string, raw []byte, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		hb.Inject(t, node, raw)
+		for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			if cond() {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, limit)
+		}
 	}
 }
 

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"flag"
+	"github.com/spf13/cobra"
 
 	"mesh/controlplane/bootstrap"
 	"mesh/controlplane/datadir"
@@ -10,13 +10,15 @@ import (
 func bootstrapCommand() command {
 	return command{
 		name:  "bootstrap",
-		usage: "--mesh ID --listen IP:PORT --data DIR [--dry-run]",
+		usage: "--mesh ID --listen IP:PORT --data DIR [--dry-run | --json]",
 		summary: `Create a mesh on this machine, its first control node.
 Prints its plan, checks first (data directory, addresses, clock), then makes the CA,
 this node's TLS identity, the declaration signing key, operator credentials and a
 one-voter Raft cluster. Running it again resumes an unfinished bootstrap and never
-makes a second CA.`,
-		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+makes a second CA. With --json the plan and its steps go to stderr, and stdout is the
+mesh as bootstrapped (its id, this node, addresses and CA pin) as JSON.`,
+		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
+			fs := c.Flags()
 			var o bootstrap.Options
 			var dir string
 			fs.StringVar(&o.Mesh, "mesh", "", "mesh id: 1-63 characters of a-z, 0-9 and - (required)")
@@ -26,7 +28,10 @@ makes a second CA.`,
 			fs.StringVar(&o.ClusterListen, "cluster-listen", "", "broker route address between control nodes (default: --listen port+2)")
 			fs.StringVar(&o.Node, "node", "cp-1", "this control node's id")
 			fs.StringVar(&dir, "data", "", "data directory (required)")
+			_ = c.MarkFlagDirname("data")
 			fs.BoolVar(&o.DryRun, "dry-run", false, "print the plan and change nothing")
+			var asJSON bool
+			fs.BoolVar(&asJSON, "json", false, "print the bootstrapped mesh as JSON on stdout (the plan goes to stderr)")
 			return func(args []string) error {
 				if err := noPositional(args); err != nil {
 					return err
@@ -34,10 +39,37 @@ makes a second CA.`,
 				if o.Mesh == "" || o.Listen == "" || dir == "" {
 					return usagef("--mesh, --listen and --data are required")
 				}
+				if asJSON && o.DryRun {
+					return usagef("--dry-run prints a plan for a person; --json describes a mesh that exists: give one of them")
+				}
 				o.Dir = datadir.Dir(dir)
 				o.Out = cio.stdout
-				return bootstrap.Run(o)
+				if asJSON {
+					o.Out = cio.stderr
+				}
+				if err := bootstrap.Run(o); err != nil || !asJSON {
+					return err
+				}
+				cfg, err := o.Dir.LoadConfig()
+				if err != nil {
+					return err
+				}
+				return writeJSON(cio.stdout, bootstrapResult{Mesh: cfg.Mesh, Node: cfg.Node, Listen: cfg.Listen, RaftListen: cfg.RaftListen,
+					ClusterListen: cfg.ClusterListen, Brokers: cfg.Brokers, CAPin: cfg.CAPin, Data: dir, Next: "meshctl serve --data " + dir})
 			}
 		},
 	}
+}
+
+// bootstrapResult is what `bootstrap --json` prints.
+type bootstrapResult struct {
+	Mesh          string   `json:"mesh"`
+	Node          string   `json:"node"`
+	Listen        string   `json:"listen"`
+	RaftListen    string   `json:"raft_listen"`
+	ClusterListen string   `json:"cluster_listen"`
+	Brokers       []string `json:"brokers"`
+	CAPin         string   `json:"ca_pin"`
+	Data          string   `json:"data"`
+	Next          string   `json:"next"`
 }

@@ -2,10 +2,11 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/spf13/cobra"
 
 	"mesh/controlplane/api"
 	"mesh/declarations"
@@ -14,14 +15,15 @@ import (
 func declareCommand() command {
 	return command{
 		name:  "declare",
-		usage: "--data DIR --file BODY.json (--node ID... | --role R | --label k=v... | --all) [--wait[=2m]] [--json]",
+		usage: "--data DIR --file BODY.json (--node ID... | --role R | --label k=v... | --all) [--wait [30s]] [--json]",
 		summary: `Declare the whole desired state of nodes, signed, one version per node.
 Each selected node gets its own signed declaration at its own next version.
 The body file is JSON:
   {"files":[{"path":"etc/app.conf","content":"text","mode":"0640"}]}
 with content_base64 instead of content for binary data; paths are relative to the
 host's managed root. "-" reads the body from stdin.`,
-		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
+			fs := c.Flags()
 			var (
 				cp          controlPlaneFlags
 				file, role  string
@@ -29,21 +31,27 @@ host's managed root. "-" reads the body from stdin.`,
 				labels      = labelFlag{}
 				all, asJSON bool
 			)
-			cp.register(fs)
+			cp.register(c, cio)
 			fs.StringVar(&file, "file", "", "declaration body, JSON (required; - for stdin)")
+			_ = c.MarkFlagFilename("file", "json")
 			fs.Var(&nodes, "node", "target node id (repeatable)")
 			fs.StringVar(&role, "role", "", "target every node of this role")
 			fs.Var(labels, "label", "target nodes carrying this label k=v (repeatable: all must match)")
 			fs.BoolVar(&all, "all", false, "target every enrolled node")
 			fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
 			wait := waitFlag{}
-			fs.Var(&wait, "wait", "wait until the nodes applied it: --wait (2m) or --wait=30s; exits 5 naming the nodes that failed or did not answer")
+			fs.Var(&wait, "wait", "wait until the nodes applied it: --wait (2m), --wait 30s or --wait=30s; exits 5 naming the nodes that failed or did not answer")
+			fs.Lookup("wait").NoOptDefVal = defaultWait.String()
+			_ = c.RegisterFlagCompletionFunc("node", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+				return cp.nodeNames(false), cobra.ShellCompDirectiveNoFileComp
+			})
+			_ = c.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]cobra.Completion{"worker"}, cobra.ShellCompDirectiveNoFileComp))
 			return func(args []string) error {
 				if err := noPositional(args); err != nil {
 					return err
 				}
-				if cp.dir == "" || file == "" {
-					return usagef("--data and --file are required")
+				if file == "" {
+					return usagef("--file is required")
 				}
 				if len(nodes) == 0 && role == "" && len(labels) == 0 && !all {
 					return usagef("say which nodes the declaration is for: --node, --role, --label or --all")
@@ -57,13 +65,13 @@ host's managed root. "-" reads the body from stdin.`,
 					return fmt.Errorf("%s: %w", file, err)
 				}
 				canonical, _ := json.Marshal(body)
-				c, err := cp.dial()
+				client, err := cp.dial()
 				if err != nil {
 					return err
 				}
-				defer c.Close()
+				defer client.Close()
 				var res api.DeclareResult
-				if err := c.Call(api.OpDeclare, api.DeclareRequest{Nodes: nodes, Role: role, Labels: labels, All: all, Body: canonical}, &res); err != nil {
+				if err := client.Call(api.OpDeclare, api.DeclareRequest{Nodes: nodes, Role: role, Labels: labels, All: all, Body: canonical}, &res); err != nil {
 					return err
 				}
 				if asJSON && wait.d == 0 {
@@ -84,7 +92,7 @@ host's managed root. "-" reads the body from stdin.`,
 				if asJSON {
 					progress = io.Discard
 				}
-				report, err := waitConverged(c, res.Assignments, wait.d, progress)
+				report, err := waitConverged(client, res.Assignments, wait.d, progress, cio.stderrIsTTY)
 				if err != nil {
 					return err
 				}

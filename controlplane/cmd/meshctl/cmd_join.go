@@ -3,13 +3,14 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
@@ -20,19 +21,23 @@ import (
 func joinCommand() command {
 	return command{
 		name:  "join",
-		usage: "--data DIR [--token-file F]   (the control token on stdin, in F, or in MESH_TOKEN)",
+		usage: "--data DIR [--token-file F] [--json]   (the control token on stdin, in F, or in MESH_TOKEN)",
 		summary: `Join this machine to a mesh as a control node, with a control token.
 Prints each step: pin check, TLS identity and signing key received, Raft nonvoter,
 proof that it replicates, promotion, a NATS route to the other brokers. Reports
 success only when confirmed; a join that cannot be confirmed is rolled back and says
 why. Running it again resumes an unfinished join, and is a no-op on a joined node.
 Then start the node with meshctl serve.`,
-		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
+			fs := c.Flags()
 			var dir, tokenFile string
 			var heartbeat time.Duration
+			var asJSON bool
 			fs.StringVar(&dir, "data", "", "data directory for the new control node (required)")
 			fs.StringVar(&tokenFile, "token-file", "", "read the control token from this file instead of stdin")
 			fs.DurationVar(&heartbeat, "raft-heartbeat", replication.DefaultTimeouts().Heartbeat, "Raft heartbeat and election timeout")
+			fs.BoolVar(&asJSON, "json", false, "print the result as JSON on stdout (the steps go to stderr)")
+			_ = c.MarkFlagDirname("data")
 			return func(args []string) error {
 				if err := noPositional(args); err != nil {
 					return err
@@ -44,18 +49,42 @@ Then start the node with meshctl serve.`,
 				if err != nil {
 					return err
 				}
+				steps := cio.stdout
+				if asJSON {
+					steps = cio.stderr
+				}
 				ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 				defer stop()
-				err = join.Join(ctx, join.Options{Dir: datadir.Dir(dir), Token: text, Out: cio.stdout,
+				err = join.Join(ctx, join.Options{Dir: datadir.Dir(dir), Token: text, Out: steps,
 					Timeouts: replication.Timeouts{Heartbeat: heartbeat, Election: heartbeat, LeaderLease: heartbeat / 2, Commit: 50 * time.Millisecond}})
-				if errors.Is(err, join.ErrAlreadyJoined) {
-					fmt.Fprintln(cio.stdout, err)
+				already := errors.Is(err, join.ErrAlreadyJoined)
+				if already {
+					fmt.Fprintln(steps, err)
+				} else if err != nil {
+					return err
+				}
+				if !asJSON {
 					return nil
 				}
-				return err
+				cfg, err := datadir.Dir(dir).LoadConfig()
+				if err != nil {
+					return err
+				}
+				return writeJSON(cio.stdout, joinResult{Mesh: cfg.Mesh, Node: cfg.Node, Broker: cfg.Listen, Brokers: cfg.Brokers, AlreadyJoined: already,
+					Next: "meshctl serve --data " + dir})
 			}
 		},
 	}
+}
+
+// joinResult is what `join --json` prints.
+type joinResult struct {
+	Mesh          string   `json:"mesh"`
+	Node          string   `json:"node"`
+	Broker        string   `json:"broker"`
+	Brokers       []string `json:"brokers"`
+	AlreadyJoined bool     `json:"already_joined"`
+	Next          string   `json:"next"`
 }
 
 // readSecretInput reads a token from a file, MESH_TOKEN or stdin; never from the
@@ -81,24 +110,38 @@ func readSecretInput(file string, cio *cliIO) (string, error) {
 func controlCommand() command {
 	return command{
 		name:  "control",
-		usage: "remove --data DIR NODE",
+		usage: "remove --data DIR NODE [--json]",
 		summary: `Manage control nodes; "control remove NODE" removes one for good.
 It takes the node out of Raft and of the control plane (stop it first if it is the
 leader). See docs/operations.md.`,
-		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			var cp controlPlaneFlags
-			cp.register(fs)
-			return func(args []string) error {
-				if cp.dir == "" {
-					return usagef("--data is required")
+			var asJSON bool
+			cp.register(c, cio)
+			c.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+			c.ValidArgsFunction = func(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+				switch len(args) {
+				case 0:
+					return []cobra.Completion{"remove\tremove a control node for good"}, cobra.ShellCompDirectiveNoFileComp
+				case 1:
+					return cp.nodeNames(true), cobra.ShellCompDirectiveNoFileComp
 				}
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			return func(args []string) error {
 				if len(args) != 2 || args[0] != "remove" {
 					return usagef("usage: meshctl control remove --data DIR NODE")
 				}
+				node := strings.TrimSpace(args[1])
 				if err := cp.call(api.OpControlRemove, api.ControlRequest{Node: args[1]}, nil); err != nil {
 					return err
 				}
-				fmt.Fprintf(cio.stdout, "removed control node %s from Raft and from the control plane\n", strings.TrimSpace(args[1]))
+				if asJSON {
+					return writeJSON(cio.stdout, struct {
+						Removed string `json:"removed"`
+					}{node})
+				}
+				fmt.Fprintf(cio.stdout, "removed control node %s from Raft and from the control plane\n", node)
 				return nil
 			}
 		},

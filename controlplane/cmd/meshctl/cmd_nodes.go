@@ -1,12 +1,13 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"mesh/controlplane/api"
 )
@@ -16,7 +17,10 @@ func nodesCommand() command {
 }
 
 func statusCommand() command {
-	return rosterCommand("status", "Show convergence: per node declared vs applied version, last error, last seen, staleness; and a summary.", true)
+	return rosterCommand("status", `Show convergence: per node declared vs applied version, last error, last seen, staleness; and a summary.
+Exits 0 only when every live node applied the version declared for it and is not
+stale; otherwise 5, naming the nodes that are not. Offline and revoked nodes are
+counted, not waited for.`, true)
 }
 
 // rosterCommand is nodes, or status when withSummary adds the convergence summary.
@@ -25,15 +29,13 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 		name:    name,
 		usage:   "--data DIR [--json] [ID...]",
 		summary: summaryText,
-		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			var cp controlPlaneFlags
 			var asJSON bool
-			cp.register(fs)
-			fs.BoolVar(&asJSON, "json", false, "print JSON")
+			cp.register(c, cio)
+			c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+			c.ValidArgsFunction = cp.completeNodes(0)
 			return func(args []string) error {
-				if cp.dir == "" {
-					return usagef("--data is required")
-				}
 				res, err := fetchNodes(&cp, args)
 				if err != nil {
 					return err
@@ -41,17 +43,23 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 				sum := summarise(res)
 				switch {
 				case asJSON && withSummary:
-					return writeJSON(cio.stdout, struct {
+					if err := writeJSON(cio.stdout, struct {
 						Summary summary        `json:"summary"`
 						Nodes   []api.NodeView `json:"nodes"`
-					}{sum, res.Nodes})
+					}{sum, res.Nodes}); err != nil {
+						return err
+					}
 				case asJSON:
 					return writeJSON(cio.stdout, res)
+				default:
+					printNodes(cio.stdout, res, time.Now())
+					if withSummary {
+						fmt.Fprintf(cio.stdout, "\n%d node(s): %d converged, %d behind, %d failing, %d stale, %d offline, %d revoked; keyring epoch %d\n",
+							sum.Nodes, sum.Converged, sum.Behind, sum.Failing, sum.Stale, sum.Offline, sum.Revoked, res.KeyringEpoch)
+					}
 				}
-				printNodes(cio.stdout, res, time.Now())
 				if withSummary {
-					fmt.Fprintf(cio.stdout, "\n%d node(s): %d converged, %d behind, %d failing, %d stale, %d offline, %d revoked; keyring epoch %d\n",
-						sum.Nodes, sum.Converged, sum.Behind, sum.Failing, sum.Stale, sum.Offline, sum.Revoked, res.KeyringEpoch)
+					return notConverged(res.Nodes)
 				}
 				return nil
 			}
@@ -153,6 +161,32 @@ func summarise(res api.NodesResult) summary {
 		}
 	}
 	return s
+}
+
+// notConverged is status's verdict: nil when every live node applied the version
+// declared for it and is not stale, else an exit-5 error naming the others. Nodes
+// that are offline or revoked are not live: they are shown, not waited for.
+func notConverged(nodes []api.NodeView) error {
+	var behind []string
+	for _, n := range nodes {
+		if n.State != api.StateAlive {
+			continue
+		}
+		switch {
+		case n.Converged && !n.Stale:
+			continue
+		case n.Converged:
+			behind = append(behind, n.ID+" (stale)")
+		case n.LastError != nil:
+			behind = append(behind, fmt.Sprintf("%s (failing: %s)", n.ID, n.LastError.Code))
+		default:
+			behind = append(behind, fmt.Sprintf("%s (behind: declared v%d)", n.ID, n.Declared))
+		}
+	}
+	if len(behind) == 0 {
+		return nil
+	}
+	return exitError{code: exitNotConverged, err: fmt.Errorf("not converged: %d live node(s): %s", len(behind), strings.Join(behind, ", "))}
 }
 
 // fetchNodes reads the roster (or the named nodes), all pages of it.

@@ -1,8 +1,9 @@
 package main
 
 import (
-	"flag"
 	"fmt"
+
+	"github.com/spf13/cobra"
 
 	"mesh/controlplane/api"
 )
@@ -10,22 +11,25 @@ import (
 func revokeCommand() command {
 	return command{
 		name:  "revoke",
-		usage: "--data DIR NODE",
+		usage: "--data DIR NODE [--json]",
 		summary: `Revoke a node for good: connections closed at once, its key refused from then on.
 Its agent stops. Enrolling the machine again needs a new token.`,
-		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			var cp controlPlaneFlags
-			cp.register(fs)
+			var asJSON bool
+			cp.register(c, cio)
+			c.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+			c.ValidArgsFunction = cp.completeNodes(1)
 			return func(args []string) error {
-				if cp.dir == "" {
-					return usagef("--data is required")
-				}
 				if len(args) != 1 {
 					return usagef("name exactly one node to revoke")
 				}
 				var res api.RevokeResult
 				if err := cp.call(api.OpRevoke, api.RevokeRequest{Node: args[0]}, &res); err != nil {
 					return err
+				}
+				if asJSON {
+					return writeJSON(cio.stdout, res)
 				}
 				fmt.Fprintf(cio.stdout, "revoked %s: %d connection(s) closed; its key is refused from now on\n", res.Node, res.Kicked)
 				return nil
@@ -37,15 +41,20 @@ Its agent stops. Enrolling the machine again needs a new token.`,
 func labelCommand() command {
 	return command{
 		name:    "label",
-		usage:   "--data DIR NODE k=v [k=v...]   (k= removes a label)",
+		usage:   "--data DIR NODE k=v [k=v...] [--json]   (k= removes a label)",
 		summary: "Set or remove labels on a node; declarations can target labels with --label.",
-		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			var cp controlPlaneFlags
-			cp.register(fs)
-			return func(args []string) error {
-				if cp.dir == "" {
-					return usagef("--data is required")
+			var asJSON bool
+			cp.register(c, cio)
+			c.Flags().BoolVar(&asJSON, "json", false, "print the node as JSON")
+			c.ValidArgsFunction = func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+				if len(args) == 0 {
+					return cp.completeNodes(1)(cmd, args, toComplete)
 				}
+				return nil, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
+			}
+			return func(args []string) error {
 				if len(args) < 2 {
 					return usagef("name a node and at least one k=v")
 				}
@@ -59,26 +68,12 @@ func labelCommand() command {
 				if err := cp.call(api.OpLabel, api.LabelRequest{Node: args[0], Labels: labels}, &v); err != nil {
 					return err
 				}
-				fmt.Fprintf(cio.stdout, "%s labels: %v\n", v.ID, v.Labels)
+				if asJSON {
+					return writeJSON(cio.stdout, v)
+				}
+				fmt.Fprintf(cio.stdout, "%s labels: %s\n", v.ID, formatLabels(v.Labels))
 				return nil
 			}
 		},
 	}
 }
-
-func versionCommand() command {
-	return command{
-		name:    "version",
-		usage:   "",
-		summary: "Print the version.",
-		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
-			return func([]string) error {
-				fmt.Fprintln(cio.stdout, "meshctl", version)
-				return nil
-			}
-		},
-	}
-}
-
-// version is the program's version.
-const version = "0.1.0"

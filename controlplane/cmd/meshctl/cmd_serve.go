@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
-	"flag"
+	"fmt"
+	"io"
 	"log/slog"
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"mesh/controlplane/daemon"
 	"mesh/controlplane/datadir"
@@ -16,13 +19,17 @@ import (
 func serveCommand() command {
 	return command{
 		name:  "serve",
-		usage: "--data DIR",
+		usage: "--data DIR [--log-format text|json]",
 		summary: `Run this control node: Raft member, embedded broker, enrolment and declarations.
-Runs until interrupted (SIGINT or SIGTERM). Logs go to stderr.`,
-		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+Runs until interrupted (SIGINT or SIGTERM). Logs go to stderr. Under systemd
+(Type=notify) it reports ready once its replicated state is current and its broker
+accepts connections (dist/systemd/meshctl.service).`,
+		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
+			fs := c.Flags()
 			var (
 				dir       string
 				logLevel  string
+				logFormat string
 				logJSON   bool
 				heartbeat time.Duration
 				offline   time.Duration
@@ -31,7 +38,11 @@ Runs until interrupted (SIGINT or SIGTERM). Logs go to stderr.`,
 			def := replication.DefaultTimeouts()
 			fs.StringVar(&dir, "data", "", "data directory made by bootstrap or join (required)")
 			fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-			fs.BoolVar(&logJSON, "log-json", false, "log JSON lines instead of text")
+			fs.StringVar(&logFormat, "log-format", "text", "text (key=value lines) or json (one JSON object a line)")
+			fs.BoolVar(&logJSON, "log-json", false, "the same as --log-format json")
+			_ = c.MarkFlagDirname("data")
+			_ = c.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions([]cobra.Completion{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
+			_ = c.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions([]cobra.Completion{"debug", "info", "warn", "error"}, cobra.ShellCompDirectiveNoFileComp))
 			fs.DurationVar(&heartbeat, "raft-heartbeat", def.Heartbeat, "Raft heartbeat and election timeout; raise it on slow or loaded machines")
 			fs.DurationVar(&offline, "offline-after", 45*time.Second, "a node that has not reported for this long is shown offline")
 			fs.DurationVar(&reconcile, "reconcile", 10*time.Second, "how often declarations not yet applied are sent again")
@@ -54,7 +65,11 @@ Runs until interrupted (SIGINT or SIGTERM). Logs go to stderr.`,
 				if heartbeat < 100*time.Millisecond {
 					return usagef("--raft-heartbeat %s is too short (at least 100ms)", heartbeat)
 				}
-				log, err := newLogger(cio, logLevel, logJSON)
+				format, err := logFormatFlag(logFormat, logJSON, c.Flags().Changed("log-format"))
+				if err != nil {
+					return err
+				}
+				log, err := newLogger(cio.stderr, logLevel, format)
 				if err != nil {
 					return err
 				}
@@ -73,7 +88,12 @@ Runs until interrupted (SIGINT or SIGTERM). Logs go to stderr.`,
 					return err
 				}
 				defer d.Close()
+				cfg := d.Config()
+				if err := notifyState(cio, fmt.Sprintf("READY=1\nSTATUS=control node %s of mesh %s; broker on %s", cfg.Node, cfg.Mesh, d.BrokerAddr())); err != nil {
+					log.Warn("could not tell systemd the control node is ready", "err", err)
+				}
 				err = d.Run(ctx)
+				_ = notifyState(cio, "STOPPING=1")
 				log.Info("control node stopped")
 				return err
 			}
@@ -81,14 +101,30 @@ Runs until interrupted (SIGINT or SIGTERM). Logs go to stderr.`,
 	}
 }
 
-func newLogger(cio *cliIO, level string, asJSON bool) (*slog.Logger, error) {
+// logFormatFlag is the log format --log-format and its alias --log-json ask for
+// (formatSet: --log-format was given).
+func logFormatFlag(format string, logJSON, formatSet bool) (string, error) {
+	if format != "text" && format != "json" {
+		return "", usagef("--log-format %q: use text or json", format)
+	}
+	if logJSON {
+		if formatSet && format != "json" {
+			return "", usagef("--log-json and --log-format %s disagree; --log-json is the same as --log-format json", format)
+		}
+		return "json", nil
+	}
+	return format, nil
+}
+
+// newLogger is the daemon's logger: slog's text or JSON handler on w.
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, usagef("--log-level %q: use debug, info, warn or error", level)
 	}
 	opts := &slog.HandlerOptions{Level: l}
-	if asJSON {
-		return slog.New(slog.NewJSONHandler(cio.stderr, opts)), nil
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return slog.New(slog.NewTextHandler(cio.stderr, opts)), nil
+	return slog.New(slog.NewTextHandler(w, opts)), nil
 }

@@ -1,9 +1,10 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"text/tabwriter"
+
+	"github.com/spf13/cobra"
 
 	"mesh/controlplane/api"
 )
@@ -19,31 +20,30 @@ func signingKeyCommand() command {
   retire  drops the old key; refused while a live node has not acknowledged the
           current keyring, unless --force, which names the nodes it strands.
 Hosts offline throughout catch up by following the chain of keyrings.`,
-		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
+			fs := c.Flags()
 			var cp controlPlaneFlags
 			var force, asJSON bool
-			cp.register(fs)
+			cp.register(c, cio)
+			c.ValidArgs = []cobra.Completion{"rotate\tadd a new signing key", "status\twhich nodes acknowledged which keyring", "retire\tdrop the old key"}
 			fs.BoolVar(&force, "force", false, "retire even if live nodes have not acknowledged the new keyring")
 			fs.BoolVar(&asJSON, "json", false, "print JSON")
 			return func(args []string) error {
-				if cp.dir == "" {
-					return usagef("--data is required")
-				}
 				if len(args) != 1 {
 					return usagef("say rotate, status or retire")
 				}
 				if force && args[0] != "retire" {
 					return usagef("--force applies to retire")
 				}
-				c, err := cp.dial()
+				client, err := cp.dial()
 				if err != nil {
 					return err
 				}
-				defer c.Close()
+				defer client.Close()
 				switch args[0] {
 				case "rotate":
 					var res api.KeyringResult
-					if err := c.Call(api.OpSigningKeyRotate, struct{}{}, &res); err != nil {
+					if err := client.Call(api.OpSigningKeyRotate, struct{}{}, &res); err != nil {
 						return err
 					}
 					if asJSON {
@@ -52,7 +52,7 @@ Hosts offline throughout catch up by following the chain of keyrings.`,
 					fmt.Fprintf(cio.stdout, "keyring epoch %d: %d keys (old and new); new tokens carry the new key\nwhen `meshctl signing-key status` shows every live node on epoch %d: meshctl signing-key retire\n", res.Epoch, len(res.Keys), res.Epoch)
 				case "status":
 					var res api.KeyringStatus
-					if err := c.Call(api.OpSigningKeyStatus, struct{}{}, &res); err != nil {
+					if err := client.Call(api.OpSigningKeyStatus, struct{}{}, &res); err != nil {
 						return err
 					}
 					if asJSON {
@@ -78,7 +78,7 @@ Hosts offline throughout catch up by following the chain of keyrings.`,
 					}
 				case "retire":
 					var res api.KeyringResult
-					if err := c.Call(api.OpSigningKeyRetire, api.RetireRequest{Force: force}, &res); err != nil {
+					if err := client.Call(api.OpSigningKeyRetire, api.RetireRequest{Force: force}, &res); err != nil {
 						return err
 					}
 					if asJSON {

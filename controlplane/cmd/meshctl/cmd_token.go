@@ -1,9 +1,10 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/join"
@@ -13,20 +14,26 @@ import (
 func tokenCommand() command {
 	return command{
 		name:  "token",
-		usage: "--data DIR --node ID [--ttl 15m] [--label k=v]...  |  --data DIR --role control --node ID --addr IP:PORT",
+		usage: "--data DIR --node ID [--ttl 15m] [--label k=v]... [--json]  |  --data DIR --role control --node ID --addr IP:PORT [--json]",
 		summary: `Mint a one-time enrolment token for one node; stdout is the token and nothing else.
 The secret is generated here and only its hash reaches the control plane. The token
 carries the broker addresses, the CA pin and the signing key the node will believe.
-Hand it to the machine out of band: meshhost reads it from stdin, a file or MESH_TOKEN.`,
-		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+Hand it to the machine out of band: meshhost reads it from stdin, a file, MESH_TOKEN
+or a systemd credential. With --json, stdout is a JSON object whose "token" is the
+token, beside what it admits and until when.
+Control tokens are minted with the data directory of the node holding the CA key.`,
+		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
+			fs := c.Flags()
 			var (
 				cp                          controlPlaneFlags
 				node, role                  string
 				addr, raftAddr, clusterAddr string
 				ttl                         time.Duration
 				labels                      = labelFlag{}
+				asJSON                      bool
 			)
-			cp.register(fs)
+			cp.register(c, cio)
+			fs.BoolVar(&asJSON, "json", false, "print the token and what it admits as JSON")
 			fs.StringVar(&node, "node", "", "id of the node the token admits (required)")
 			fs.StringVar(&role, "role", "worker", "role the token admits: worker or control")
 			fs.DurationVar(&ttl, "ttl", tokenfmt.DefaultTTL, "how long the token stays valid (at most 1h)")
@@ -34,12 +41,13 @@ Hand it to the machine out of band: meshhost reads it from stdin, a file or MESH
 			fs.StringVar(&addr, "addr", "", "control tokens: the new control node's broker address ip:port (its TLS identity carries it)")
 			fs.StringVar(&raftAddr, "raft-addr", "", "control tokens: its Raft address (default: --addr port+1)")
 			fs.StringVar(&clusterAddr, "cluster-addr", "", "control tokens: its broker route address (default: --addr port+2)")
+			_ = c.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]cobra.Completion{"worker", "control"}, cobra.ShellCompDirectiveNoFileComp))
 			return func(args []string) error {
 				if err := noPositional(args); err != nil {
 					return err
 				}
-				if cp.dir == "" || node == "" {
-					return usagef("--data and --node are required")
+				if node == "" {
+					return usagef("--node is required")
 				}
 				if err := tokenfmt.ValidateNodeID(node); err != nil {
 					return usagef("--node: %v", err)
@@ -61,6 +69,9 @@ Hand it to the machine out of band: meshhost reads it from stdin, a file or MESH
 					if _, err := join.ControlAddresses(addr, raftAddr, clusterAddr); err != nil {
 						return usagef("%v", err)
 					}
+					if cp.dir == "" || cp.remote() {
+						return usagef("control tokens are minted with the data directory of the control node that holds the CA key: --data DIR")
+					}
 					opts, err := cp.options()
 					if err != nil {
 						return err
@@ -69,24 +80,45 @@ Hand it to the machine out of band: meshhost reads it from stdin, a file or MESH
 					if err != nil {
 						return err
 					}
-					fmt.Fprintln(cio.stdout, tok.Encode())
-					return nil
+					return printToken(cio, tok, asJSON)
 				}
 				if addr != "" || raftAddr != "" || clusterAddr != "" {
 					return usagef("--addr, --raft-addr and --cluster-addr are for --role control")
 				}
-				c, err := cp.dial()
+				client, err := cp.dial()
 				if err != nil {
 					return err
 				}
-				defer c.Close()
-				tok, err := c.MintToken(node, r, ttl, labels)
+				defer client.Close()
+				tok, err := client.MintToken(node, r, ttl, labels)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintln(cio.stdout, tok.Encode())
-				return nil
+				return printToken(cio, tok, asJSON)
 			}
 		},
 	}
+}
+
+// tokenResult is what `token --json` prints.
+type tokenResult struct {
+	Token     string    `json:"token"`
+	Mesh      string    `json:"mesh"`
+	Node      string    `json:"node"`
+	Role      string    `json:"role"`
+	Brokers   []string  `json:"brokers"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// printToken prints the token alone on a line, or with what it admits as JSON.
+func printToken(cio *cliIO, tok tokenfmt.Token, asJSON bool) error {
+	if !asJSON {
+		_, err := fmt.Fprintln(cio.stdout, tok.Encode())
+		return err
+	}
+	res := tokenResult{Token: tok.Encode(), Mesh: tok.Mesh, Node: tok.Node, Role: string(tok.Role), ExpiresAt: tok.Expiry.UTC()}
+	for _, b := range tok.Brokers {
+		res.Brokers = append(res.Brokers, b.String())
+	}
+	return writeJSON(cio.stdout, res)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"mesh/broker"
 	"mesh/controlplane/api"
@@ -38,7 +39,8 @@ func demoCommand() command {
 Bootstrap, serve, mint a token, enrol a host, run its agent, declare a file, watch it
 converge, refuse an impostor broker, revoke the node. Everything is real: the embedded
 nats-server with TLS, Raft on disk, signed declarations.`,
-		setup: func(fs *flag.FlagSet, cio *cliIO) func([]string) error {
+		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
+			fs := c.Flags()
 			var (
 				keep, verbose bool
 				dir           string

@@ -9,50 +9,67 @@
 //	meshctl demo
 //
 // Exit codes: 0 success; 1 failure; 2 usage error; 3 the control plane could not be
-// reached or has no leader; 4 the control plane refused the request; 5 declare --wait
-// ended with nodes that failed or did not answer.
+// reached or has no leader; 4 the control plane refused the request; 5 not converged
+// (declare --wait, status); 6 this control node was removed and will not serve
+// again; 7 the data directory is not a control node's (not bootstrapped or joined,
+// or a join that did not complete).
+//
+// The command line is parsed by cobra (docs/decisions/0007-the-command-line.md).
 package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
-	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"mesh/controlplane/api"
 	"mesh/controlplane/bootstrap"
+	"mesh/controlplane/daemon"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/join"
 	"mesh/controlplane/operator"
 	"mesh/controlplane/pki"
 )
 
-// Exit codes.
+// Exit codes. docs/operations.md lists them, and the systemd units name the ones
+// that mean a person must act (RestartPreventExitStatus).
 const (
-	exitOK          = 0
-	exitFailure     = 1
-	exitUsage       = 2
-	exitUnreachable = 3
-	exitRefused     = 4
+	exitOK           = 0
+	exitFailure      = 1
+	exitUsage        = 2
+	exitUnreachable  = 3
+	exitRefused      = 4
+	exitNotConverged = 5
+	exitRemoved      = 6
+	exitDataDir      = 7
 )
 
 // command is one meshctl subcommand.
 type command struct {
 	name    string
+	aliases []string
 	summary string
 	usage   string // argument synopsis after the name
-	// setup declares the command's flags and returns the function that runs it.
-	setup func(fs *flag.FlagSet, io *cliIO) func(args []string) error
+	// setup declares the command's flags (and completions) on c and returns the
+	// function that runs it.
+	setup func(c *cobra.Command, io *cliIO) func(args []string) error
 }
 
-// cliIO is the command's standard streams.
+// cliIO is the command's standard streams and its view of the process.
 type cliIO struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// stderrIsTTY says whether progress may redraw a line in place.
+	stderrIsTTY bool
+	// notify tells the service manager about the daemon's state (sd_notify); nil
+	// means nobody is listening.
+	notify func(state string) error
 }
 
 // usageError is a mistake in the command line.
@@ -76,56 +93,103 @@ func commands() []command {
 		controlCommand(),
 		signingKeyCommand(),
 		demoCommand(),
+		completionCommand(),
 		versionCommand(),
 	}
 }
 
 func main() {
-	os.Exit(run(os.Args[1:], &cliIO{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}))
+	os.Exit(run(os.Args[1:], &cliIO{
+		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv,
+		stderrIsTTY: isTerminal(os.Stderr),
+		notify:      sdNotify,
+	}))
 }
+
+// isTerminal reports whether f is a character device, as a terminal is.
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// commandError is an error returned by a command's own code, as opposed to one
+// cobra returns for a command line it cannot parse.
+type commandError struct{ err error }
+
+func (e commandError) Error() string { return e.err.Error() }
+func (e commandError) Unwrap() error { return e.err }
 
 // run executes a command line and returns the exit code.
 func run(args []string, cio *cliIO) int {
-	stdout, stderr := cio.stdout, cio.stderr
-	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		printUsage(stdout, cmds)
-		if len(args) == 0 {
-			return exitUsage
-		}
-		return exitOK
-	}
-	var cmd *command
-	for i := range cmds {
-		if cmds[i].name == args[0] {
-			cmd = &cmds[i]
-		}
-	}
-	if cmd == nil {
-		fmt.Fprintf(stderr, "meshctl: unknown command %q\n\n", args[0])
-		printUsage(stderr, cmds)
+	root := newRoot(cio)
+	if len(args) == 0 {
+		printUsage(cio.stdout, root)
 		return exitUsage
 	}
-	fs := flag.NewFlagSet("meshctl "+cmd.name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	exec := cmd.setup(fs, cio)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: meshctl %s %s\n\n%s\n\nflags:\n", cmd.name, cmd.usage, cmd.summary)
-		fs.PrintDefaults()
+	root.SetArgs(joinOptionalValues(root, args))
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return exitOK
 	}
-	for _, a := range args[1:] {
-		if a == "-h" || a == "-help" || a == "--help" {
-			fs.SetOutput(stdout) // asked for, help is output, not an error
+	name := "meshctl"
+	if cmd != nil && cmd != root {
+		name = cmd.CommandPath()
+	}
+	var ce commandError
+	if errors.As(err, &ce) {
+		return exitCode(cio.stderr, name, ce.err)
+	}
+	// Anything cobra itself refused is a malformed command line.
+	fmt.Fprintf(cio.stderr, "%s: %v\nrun `%s --help` for usage\n", name, err, name)
+	return exitUsage
+}
+
+// newRoot builds the command tree, writing to cio.
+func newRoot(cio *cliIO) *cobra.Command {
+	root := &cobra.Command{
+		Use:               "meshctl",
+		Short:             "meshctl operates a mesh: bootstrap it, serve its control plane, mint tokens, declare state, watch nodes.",
+		Version:           readVersion("meshctl").String(),
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+	}
+	root.SetIn(cio.stdin)
+	root.SetOut(cio.stdout)
+	root.SetErr(cio.stderr)
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
+	root.SetHelpFunc(func(c *cobra.Command, _ []string) {
+		if c == root {
+			printUsage(c.OutOrStdout(), root)
+			return
 		}
+		fmt.Fprintf(c.OutOrStdout(), "usage: %s %s\n\n%s\n", c.CommandPath(), c.Annotations["usage"], c.Long)
+		if c.HasAvailableLocalFlags() {
+			fmt.Fprintf(c.OutOrStdout(), "\nflags:\n%s", c.LocalFlags().FlagUsages())
+		}
+	})
+	for _, spec := range commands() {
+		c := &cobra.Command{
+			Use:         spec.name,
+			Aliases:     spec.aliases,
+			Short:       firstLine(spec.summary),
+			Long:        spec.summary,
+			Annotations: map[string]string{"usage": spec.usage},
+			// Positional arguments are checked by each command, which says what
+			// it expected.
+			Args: cobra.ArbitraryArgs,
+		}
+		exec := spec.setup(c, cio)
+		c.RunE = func(_ *cobra.Command, args []string) error {
+			if err := exec(args); err != nil {
+				return commandError{err}
+			}
+			return nil
+		}
+		root.AddCommand(c)
 	}
-	positional, err := parseInterspersed(fs, args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK // the flag package printed the usage
-	}
-	if err != nil {
-		return exitUsage // the flag package already said why
-	}
-	return exitCode(stderr, cmd.name, exec(positional))
+	return root
 }
 
 // exitCode reports err and maps it to meshctl's exit codes.
@@ -133,14 +197,18 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "meshctl %s: %v\n", name, err)
+	fmt.Fprintf(stderr, "%s: %v\n", name, err)
 	var ue usageError
 	var ae *api.Error
 	var oe *bootstrap.OptionError
 	switch {
 	case errors.As(err, &ue), errors.As(err, &oe):
-		fmt.Fprintf(stderr, "run `meshctl %s --help` for usage\n", name)
+		fmt.Fprintf(stderr, "run `%s --help` for usage\n", name)
 		return exitUsage
+	case errors.Is(err, daemon.ErrRemoved):
+		return exitRemoved
+	case errors.Is(err, datadir.ErrNoConfig), errors.Is(err, datadir.ErrJoinIncomplete):
+		return exitDataDir
 	case errors.Is(err, operator.ErrUnreachable), errors.Is(err, operator.ErrNoLeader):
 		return exitUnreachable
 	case errors.Is(err, join.ErrRefused), errors.Is(err, join.ErrToken), errors.Is(err, pki.ErrPinMismatch):
@@ -167,34 +235,53 @@ type exitError struct {
 func (e exitError) Error() string { return e.err.Error() }
 func (e exitError) Unwrap() error { return e.err }
 
-// parseInterspersed parses flags wherever they appear among positional arguments, as
-// operators expect from `meshctl revoke web-1 --data ./cp`.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return positional, nil
-		}
-		if rest[0] == "--" {
-			return append(positional, rest[1:]...), nil
-		}
-		positional = append(positional, rest[0])
-		args = rest[1:]
-	}
+// optionalValue is a flag whose value may be left out (--wait alone), and that
+// says which following argument it would take as its value.
+type optionalValue interface {
+	pflag.Value
+	accepts(arg string) bool
 }
 
-func printUsage(w io.Writer, cmds []command) {
-	fmt.Fprintln(w, "meshctl operates a mesh: bootstrap it, serve its control plane, mint tokens, declare state, watch nodes.")
-	fmt.Fprintln(w, "\nusage: meshctl <command> [flags]\n\ncommands:")
-	for _, c := range cmds {
-		fmt.Fprintf(w, "  %-12s %s\n", c.name, firstLine(c.summary))
+// joinOptionalValues lets a flag whose value is optional take it as the next
+// argument, like every other flag: `--wait 30s` becomes `--wait=30s` when 30s is a
+// value --wait accepts. (pflag takes an optional value only after "=".)
+func joinOptionalValues(root *cobra.Command, args []string) []string {
+	cmd, _, err := root.Find(args)
+	if err != nil || cmd == root {
+		return args
 	}
-	fmt.Fprintln(w, "\nrun `meshctl <command> --help` for a command's flags.")
-	fmt.Fprintln(w, "exit codes: 0 ok, 1 failure, 2 usage, 3 control plane unreachable, 4 refused by the control plane, 5 declare --wait: not converged")
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if name, ok := strings.CutPrefix(a, "--"); ok && i+1 < len(args) {
+			if f := cmd.Flags().Lookup(name); f != nil && f.NoOptDefVal != "" {
+				if v, ok := f.Value.(optionalValue); ok && v.accepts(args[i+1]) {
+					out = append(out, a+"="+args[i+1])
+					i++
+					continue
+				}
+			}
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func printUsage(w io.Writer, root *cobra.Command) {
+	fmt.Fprintln(w, root.Short)
+	fmt.Fprintln(w, "\nusage: meshctl <command> [flags]\n\ncommands:")
+	for _, c := range root.Commands() {
+		if c.Hidden || c.Name() == "help" {
+			continue
+		}
+		fmt.Fprintf(w, "  %-12s %s\n", c.Name(), c.Short)
+	}
+	fmt.Fprintln(w, "\nrun `meshctl <command> --help` for a command's flags; `meshctl --version` for the version.")
+	fmt.Fprintln(w, "exit codes: 0 ok, 1 failure, 2 usage, 3 control plane unreachable, 4 refused by the control plane,")
+	fmt.Fprintln(w, "5 not converged (declare --wait, status), 6 this control node was removed, 7 data directory not a control node's")
 }
 
 func firstLine(s string) string {
@@ -204,78 +291,9 @@ func firstLine(s string) string {
 	return s
 }
 
-// stringList is a repeatable string flag.
-type stringList []string
-
-func (s *stringList) String() string     { return strings.Join(*s, ",") }
-func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
-
-// labelFlag is a repeatable k=v flag.
-type labelFlag map[string]string
-
-func (l labelFlag) String() string {
-	parts := make([]string, 0, len(l))
-	for k, v := range l {
-		parts = append(parts, k+"="+v)
-	}
-	return strings.Join(parts, ",")
-}
-
-func (l labelFlag) Set(v string) error {
-	k, val, ok := strings.Cut(v, "=")
-	if !ok || k == "" {
-		return fmt.Errorf("label %q is not key=value", v)
-	}
-	l[k] = val
-	return nil
-}
-
 func noPositional(args []string) error {
 	if len(args) > 0 {
 		return usagef("unexpected argument %q", args[0])
 	}
 	return nil
-}
-
-// controlPlaneFlags are the flags of every command that calls a running control
-// plane: which data directory's configuration and credentials to use, and how long
-// to wait while no control node serves (an election, a daemon still starting).
-type controlPlaneFlags struct {
-	dir        string
-	leaderWait time.Duration
-}
-
-func (f *controlPlaneFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.dir, "data", "", "data directory of a control node (required)")
-	fs.DurationVar(&f.leaderWait, "leader-wait", operator.DefaultLeaderWait, "how long to wait while no control node serves the request (an election); 0 fails at once")
-}
-
-// options are the operator client's options the flags ask for.
-func (f *controlPlaneFlags) options() (operator.Options, error) {
-	switch {
-	case f.leaderWait < 0:
-		return operator.Options{}, usagef("--leader-wait %s: must not be negative", f.leaderWait)
-	case f.leaderWait == 0:
-		return operator.Options{LeaderWait: -1}, nil // negative there means do not wait
-	}
-	return operator.Options{LeaderWait: f.leaderWait}, nil
-}
-
-// dial connects to the control plane of f.dir.
-func (f *controlPlaneFlags) dial() (*operator.Client, error) {
-	o, err := f.options()
-	if err != nil {
-		return nil, err
-	}
-	return operator.Dial(datadir.Dir(f.dir), o)
-}
-
-// call runs one operator API call.
-func (f *controlPlaneFlags) call(op string, req, res any) error {
-	c, err := f.dial()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	return c.Call(op, req, res)
 }

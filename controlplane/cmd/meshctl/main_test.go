@@ -31,23 +31,35 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve"}, "--data is required"},
 		{[]string{"serve", "--data", dir, "--raft-heartbeat", "1ms"}, "too short"},
 		{[]string{"serve", "--data", dir, "--log-level", "loud"}, "--log-level"},
-		{[]string{"token", "--data", dir}, "--data and --node are required"},
+		{[]string{"token", "--data", dir}, "--node is required"},
 		{[]string{"token", "--data", dir, "--node", "WEB_1"}, "--node"},
 		{[]string{"token", "--data", dir, "--node", "web-1", "--ttl", "2h"}, "at most 1h"},
 		{[]string{"token", "--data", dir, "--node", "web-1", "--ttl", "100ms"}, "at least 1s"},
 		{[]string{"token", "--data", dir, "--node", "web-1", "--role", "king"}, "--role"},
 		{[]string{"token", "--data", dir, "--node", "web-1", "--label", "novalue"}, "key=value"},
 		{[]string{"declare", "--data", dir, "--file", "x.json"}, "say which nodes"},
-		{[]string{"declare", "--data", dir, "--node", "web-1"}, "--data and --file are required"},
+		{[]string{"declare", "--data", dir, "--node", "web-1"}, "--file is required"},
 		{[]string{"revoke", "--data", dir}, "exactly one node"},
 		{[]string{"revoke", "--data", dir, "a", "b"}, "exactly one node"},
 		{[]string{"label", "--data", dir, "web-1"}, "at least one k=v"},
-		{[]string{"nodes", "--bogus"}, "flag provided but not defined"},
+		{[]string{"nodes", "--bogus"}, "unknown flag: --bogus"},
+		{[]string{"nodes"}, "say which control plane"},
+		{[]string{"nodes", "--data", dir, "--creds", "x.creds"}, "either --data or --creds"},
+		{[]string{"nodes", "--creds", "x.creds"}, "missing: --servers (MESH_SERVERS), --ca (MESH_CA)"},
+		{[]string{"nodes", "--servers", "10.0.0.1", "--creds", "x.creds", "--ca", "ca.pem"}, "not host:port"},
+		{[]string{"token", "--node", "cp-2", "--role", "control", "--addr", "127.0.0.1:7300", "--creds", "x.creds"}, "data directory of the control node that holds the CA key"},
+		{[]string{"serve", "--data", dir, "--log-format", "xml"}, "--log-format"},
+		{[]string{"serve", "--data", dir, "--log-json", "--log-format", "text"}, "disagree"},
+		{[]string{"declare", "--data", dir, "--node", "web-1", "--file", "x.json", "--wait=soon"}, "positive duration"},
+		{[]string{"version", "extra"}, "unexpected argument"},
+		{[]string{"bootstrap", "--mesh", "m", "--listen", "127.0.0.1:7300", "--data", dir, "--dry-run", "--json"}, "give one of them"},
+		{[]string{"completion"}, "name the shell"},
+		{[]string{"completion", "tcsh"}, "no completion for"},
 		{[]string{"token", "--data", dir, "--node", "cp-2", "--role", "control"}, "needs --addr"},
 		{[]string{"token", "--data", dir, "--node", "cp-2", "--role", "control", "--addr", "0.0.0.0:7300"}, "--addr"},
 		{[]string{"token", "--data", dir, "--node", "cp-2", "--role", "control", "--addr", "127.0.0.1:7300", "--raft-addr", "127.0.0.1:7300"}, "must differ"},
 		{[]string{"token", "--data", dir, "--node", "web-1", "--addr", "127.0.0.1:7300"}, "are for --role control"},
-		{[]string{"nodes", "--data", dir, "--leader-wait", "soon"}, "invalid value"},
+		{[]string{"nodes", "--data", dir, "--leader-wait", "soon"}, "invalid argument"},
 		{[]string{"nodes", "--data", dir, "--leader-wait", "-1s"}, "must not be negative"},
 		{[]string{"revoke", "--data", dir, "--leader-wait", "-1s", "web-1"}, "must not be negative"},
 		{[]string{"token", "--data", dir, "--node", "cp-2", "--role", "control", "--addr", "127.0.0.1:7300", "--leader-wait", "-1s"}, "must not be negative"},
@@ -67,22 +79,29 @@ func TestUsageErrors(t *testing.T) {
 }
 
 func TestHelpExitsZero(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"help"}, {"token", "--help"}, {"bootstrap", "-h"}} {
-		code, stdout, _ := runCLI(args...)
-		if code != exitOK || !strings.Contains(stdout, "usage") {
-			t.Errorf("%v: exit %d, stdout %q", args, code, stdout)
+	for _, args := range [][]string{{"--help"}, {"help"}, {"token", "--help"}, {"bootstrap", "-h"}, {"help", "declare"}} {
+		code, stdout, stderr := runCLI(args...)
+		if code != exitOK || !strings.Contains(stdout, "usage") || stderr != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
 		}
+	}
+	// A command's help shows its flags.
+	if _, stdout, _ := runCLI("declare", "--help"); !strings.Contains(stdout, "--wait") || !strings.Contains(stdout, "--servers") {
+		t.Errorf("declare --help lacks its flags:\n%s", stdout)
 	}
 	if code, _, _ := runCLI(); code != exitUsage {
 		t.Errorf("no arguments: exit %d, want %d", code, exitUsage)
 	}
 }
 
-// TestNoControlPlane: operator commands against a directory without a mesh say so.
+// TestNoControlPlane: operator commands against a directory without a mesh say so,
+// with the exit code of a data directory that is not a control node's.
 func TestNoControlPlane(t *testing.T) {
-	code, _, stderr := runCLI("nodes", "--data", t.TempDir())
-	if code != exitFailure || !strings.Contains(stderr, "bootstrap") {
-		t.Fatalf("exit %d: %s", code, stderr)
+	for _, cmd := range []string{"nodes", "serve"} {
+		code, _, stderr := runCLI(cmd, "--data", t.TempDir())
+		if code != exitDataDir || !strings.Contains(stderr, "bootstrap") {
+			t.Fatalf("%s: exit %d: %s", cmd, code, stderr)
+		}
 	}
 }
 

@@ -12,10 +12,8 @@ import (
 	"mesh/controlplane/operator"
 )
 
-// exitNotConverged is declare --wait's exit code when a node failed or did not answer.
-const exitNotConverged = 5
-
-// waitFlag is --wait, alone (the default timeout) or --wait=DURATION.
+// waitFlag is --wait: alone (the default timeout), --wait DURATION or
+// --wait=DURATION.
 type waitFlag struct{ d time.Duration }
 
 // defaultWait is how long --wait waits without a value.
@@ -28,7 +26,13 @@ func (w *waitFlag) String() string {
 	return w.d.String()
 }
 
-func (w *waitFlag) IsBoolFlag() bool { return true }
+func (w *waitFlag) Type() string { return "duration" }
+
+// accepts reports whether arg, following --wait, is its value.
+func (w *waitFlag) accepts(arg string) bool {
+	d, err := time.ParseDuration(arg)
+	return err == nil && d > 0
+}
 
 func (w *waitFlag) Set(v string) error {
 	switch v {
@@ -73,8 +77,9 @@ func (c convergence) err() error {
 }
 
 // waitConverged polls the roster until every assigned node applied its version or
-// failed it, or until the deadline, printing progress.
-func waitConverged(c *operator.Client, assigned []api.Assignment, limit time.Duration, progress io.Writer) (convergence, error) {
+// failed it, or until the deadline, printing progress: one line redrawn in place on
+// a terminal (redraw), else a plain line each time the counts change.
+func waitConverged(c *operator.Client, assigned []api.Assignment, limit time.Duration, progress io.Writer, redraw bool) (convergence, error) {
 	want := map[string]uint64{}
 	var ids []string
 	for _, a := range assigned {
@@ -83,6 +88,7 @@ func waitConverged(c *operator.Client, assigned []api.Assignment, limit time.Dur
 	}
 	deadline := time.Now().Add(limit)
 	start := time.Now()
+	line := progressLine{w: progress, redraw: redraw}
 	for {
 		res, err := c.Nodes(api.NodesRequest{Nodes: ids})
 		if err != nil {
@@ -104,12 +110,37 @@ func waitConverged(c *operator.Client, assigned []api.Assignment, limit time.Dur
 			}
 		}
 		done := len(cv.Pending) == 0 && len(cv.Offline) == 0
-		fmt.Fprintf(progress, "\rwaiting for %d node(s): %d converged, %d failed, %d offline, %d pending (%s) ",
-			len(ids), len(cv.Converged), len(cv.Failed), len(cv.Offline), len(cv.Pending), time.Since(start).Round(time.Second))
-		if done || time.Now().After(deadline) {
-			fmt.Fprintln(progress)
+		counts := fmt.Sprintf("waiting for %d node(s): %d converged, %d failed, %d offline, %d pending",
+			len(ids), len(cv.Converged), len(cv.Failed), len(cv.Offline), len(cv.Pending))
+		finished := done || time.Now().After(deadline)
+		line.show(counts, time.Since(start), finished)
+		if finished {
 			return cv, nil
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// progressLine prints a progress report that changes over time: on a terminal one
+// line redrawn in place; elsewhere (a log, a pipe) a plain line each time the report
+// changes, and no carriage returns.
+type progressLine struct {
+	w      io.Writer
+	redraw bool
+	last   string
+}
+
+// show prints report, elapsed so far; final ends the line.
+func (p *progressLine) show(report string, elapsed time.Duration, final bool) {
+	if p.redraw {
+		fmt.Fprintf(p.w, "\r%s (%s) ", report, elapsed.Round(time.Second))
+		if final {
+			fmt.Fprintln(p.w)
+		}
+		return
+	}
+	if report != p.last {
+		fmt.Fprintf(p.w, "%s (%s)\n", report, elapsed.Round(time.Second))
+	}
+	p.last = report
 }

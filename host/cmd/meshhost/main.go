@@ -1,14 +1,20 @@
 // Command meshhost is the host agent: it adopts this machine into a mesh from one
 // token, then keeps it in line with the declarations the mesh signs.
 //
-//	meshhost enrol --state ./h1 < token.txt     (or --token-file F, or MESH_TOKEN)
+//	meshhost enrol --state ./h1 < token.txt     (or --token-file F, MESH_TOKEN, or the systemd credential mesh-token)
 //	meshhost run   --state ./h1 --root ./h1/managed
 //	meshhost status --state ./h1 [--json]
+//	meshhost version [--json]
 //
 // Exit codes: 0 success; 1 failure; 2 usage; 3 the token cannot be used or the mesh
 // refused it; 4 the broker is not the mesh the token names (retrying will not help);
 // 5 the identity file is in the way (already enrolled, unreadable, truncated, corrupt);
-// 6 this node was revoked; 7 the mesh could not be reached (retrying may help).
+// 6 this node was revoked (or its key is refused); 7 the mesh could not be reached
+// (retrying may help). The systemd unit names the ones that mean a person must act
+// (RestartPreventExitStatus in dist/systemd/meshhost.service).
+//
+// The command line uses the standard flag package, which accepts --flag value and
+// --flag=value (docs/decisions/0007-the-command-line.md says why not cobra here).
 package main
 
 import (
@@ -22,7 +28,9 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -47,17 +55,40 @@ const (
 // maxTokenInput bounds what is read as a token: a token is a few hundred bytes.
 const maxTokenInput = 16 << 10
 
+// credentialName is the systemd credential enrolment reads the token from
+// (LoadCredential=mesh-token:FILE in dist/systemd/meshhost-enrol.service).
+const credentialName = "mesh-token"
+
 type cliIO struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	stdinIsTTY     bool
+	// notify tells the service manager about the agent's state (sd_notify); nil
+	// means nobody is listening.
+	notify func(state string) error
+	// now is the clock; nil means time.Now.
+	now func() time.Time
+}
+
+func (c *cliIO) notifyState(state string) error {
+	if c.notify == nil {
+		return nil
+	}
+	return c.notify(state)
+}
+
+func (c *cliIO) clock() time.Time {
+	if c.now == nil {
+		return time.Now()
+	}
+	return c.now()
 }
 
 func main() {
 	fi, _ := os.Stdin.Stat()
 	tty := fi != nil && fi.Mode()&os.ModeCharDevice != 0
-	os.Exit(run(os.Args[1:], &cliIO{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, stdinIsTTY: tty}))
+	os.Exit(run(os.Args[1:], &cliIO{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, stdinIsTTY: tty, notify: sdNotify}))
 }
 
 func run(args []string, cio *cliIO) int {
@@ -77,7 +108,13 @@ func run(args []string, cio *cliIO) int {
 	case "status":
 		err = cmdStatus(args[1:], cio)
 	case "version":
-		fmt.Fprintln(cio.stdout, enrol.Agent)
+		err = cmdVersion(args[1:], cio)
+	case "--version", "-version":
+		if len(args) > 1 {
+			err = usageError{fmt.Sprintf("unexpected argument %q after --version", args[1])}
+			break
+		}
+		fmt.Fprintln(cio.stdout, readVersion())
 	default:
 		fmt.Fprintf(cio.stderr, "meshhost: unknown command %q\n\n", args[0])
 		usage(cio.stderr)
@@ -90,10 +127,12 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `meshhost adopts this machine into a mesh from one token and applies what the mesh declares.
 
 usage:
-  meshhost enrol  --state DIR [--token-file F]   read the token from stdin, F, or MESH_TOKEN
-  meshhost run    --state DIR --root DIR [--hooks F]   stay connected and apply declarations
-  meshhost status --state DIR [--json]           show this node's identity and applied version
-  meshhost version
+  meshhost enrol   --state DIR [--token-file F] [--json]   read the token from stdin, F, MESH_TOKEN
+                                                 or the systemd credential mesh-token
+  meshhost run     --state DIR --root DIR [--hooks F] [--log-format text|json]
+                                                 stay connected and apply declarations
+  meshhost status  --state DIR [--json]          show this node's identity and applied version
+  meshhost version [--json]                      the version and the commit it was built from (also --version)
 
 exit codes: 0 ok, 1 failure, 2 usage, 3 token unusable or refused, 4 not the mesh (retrying
 will not help), 5 identity file in the way, 6 revoked, 7 mesh unreachable (retrying may help)
@@ -143,11 +182,13 @@ func exitCode(stderr io.Writer, name string, err error) int {
 func synopsis(name string) string {
 	switch name {
 	case "enrol":
-		return "--state DIR [--token-file F]   (the token on stdin, in F, or in MESH_TOKEN)\n\nAdopt this machine into the mesh the token names: pin checked before any credential\nleaves, a key generated here, the answer verified, the identity saved, then a\nreconnection with the node's own key. Each step is printed."
+		return "--state DIR [--token-file F] [--json]   (the token in F, in MESH_TOKEN, in the systemd credential mesh-token, or on stdin)\n\nAdopt this machine into the mesh the token names: pin checked before any credential\nleaves, a key generated here, the answer verified, the identity saved, then a\nreconnection with the node's own key. Each step is printed."
 	case "run":
-		return "--state DIR --root DIR [--hooks F]\n\nStay connected as this node and keep the managed root in line with its declarations:\nevery one verified (signature, audience, version, validity) before it is applied."
+		return "--state DIR --root DIR [--hooks F] [--log-format text|json]\n\nStay connected as this node and keep the managed root in line with its declarations:\nevery one verified (signature, audience, version, validity) before it is applied.\nUnder systemd (Type=notify) it reports ready once connected and synced with the mesh."
 	case "status":
-		return "--state DIR [--json]\n\nShow this node's identity, applied version and last error."
+		return "--state DIR [--json]\n\nShow this node's identity, applied version and last error. Exits 6 when the mesh\nrevoked this node (as `meshhost run` recorded it)."
+	case "version":
+		return "[--json]\n\nPrint the version and the commit this binary was built from, as Go recorded it."
 	}
 	return ""
 }
@@ -175,7 +216,10 @@ func parse(fs *flag.FlagSet, args []string, cio *cliIO) error {
 		return usageError{err.Error()}
 	}
 	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q (the token is never given on the command line: use stdin, --token-file or MESH_TOKEN)", fs.Arg(0))}
+		if fs.Name() == "meshhost enrol" {
+			return usageError{fmt.Sprintf("unexpected argument %q (the token is never given on the command line: use stdin, --token-file or MESH_TOKEN)", fs.Arg(0))}
+		}
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
 	return nil
 }
@@ -185,6 +229,7 @@ func cmdEnrol(args []string, cio *cliIO) error {
 	stateDir := fs.String("state", "", "state directory for the identity and applied state (required)")
 	tokenFile := fs.String("token-file", "", "read the token from this file instead of stdin")
 	timeout := fs.Duration("timeout", 20*time.Second, "how long to wait for the mesh's answer")
+	asJSON := fs.Bool("json", false, "print the result as JSON on stdout (the steps go to stderr)")
 	if err := parse(fs, args, cio); err != nil {
 		return err
 	}
@@ -195,19 +240,51 @@ func cmdEnrol(args []string, cio *cliIO) error {
 	if err != nil {
 		return err
 	}
+	steps := cio.stdout
+	if *asJSON {
+		steps = cio.stderr
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	res, err := enrol.Enrol(ctx, enrol.Options{StateDir: *stateDir, Token: text, Out: cio.stdout, RequestTimeout: *timeout})
+	res, err := enrol.Enrol(ctx, enrol.Options{StateDir: *stateDir, Token: text, Out: steps, RequestTimeout: *timeout})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cio.stdout, "enrolled %s in mesh %s. next: meshhost run --state %s --root DIR\n", res.Identity.Node, res.Identity.Mesh, *stateDir)
+	// A record that an identity once enrolled here was revoked is about that
+	// identity, not this one.
+	if err := os.Remove(revokedPath(*stateDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintf(cio.stderr, "warning: %v\n", err)
+	}
+	next := fmt.Sprintf("meshhost run --state %s --root DIR", *stateDir)
+	if *asJSON {
+		enc := json.NewEncoder(cio.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			Mesh      string   `json:"mesh"`
+			Node      string   `json:"node"`
+			PublicKey string   `json:"public_key"`
+			Brokers   []string `json:"brokers"`
+			Version   uint64   `json:"declaration_version"`
+			State     string   `json:"state"`
+			Next      string   `json:"next"`
+		}{res.Identity.Mesh, res.Identity.Node, res.Identity.PublicKey, res.Identity.Brokers, res.DeclarationVersion, *stateDir, next})
+	}
+	fmt.Fprintf(cio.stdout, "enrolled %s in mesh %s. next: %s\n", res.Identity.Node, res.Identity.Mesh, next)
 	return nil
 }
 
-// readToken takes the token from --token-file, MESH_TOKEN or stdin, in that order. It
-// never comes from the command line, where other users and shell history could see it.
+// readToken takes the token from --token-file, MESH_TOKEN, the systemd credential
+// mesh-token ($CREDENTIALS_DIRECTORY/mesh-token, LoadCredential=) or stdin, in that
+// order. It never comes from the command line, where other users and shell history
+// could see it.
 func readToken(file string, cio *cliIO) (string, error) {
+	if file == "" {
+		if dir := cio.getenv("CREDENTIALS_DIRECTORY"); dir != "" && cio.getenv("MESH_TOKEN") == "" {
+			if cred := filepath.Join(dir, credentialName); fileExists(cred) {
+				file = cred
+			}
+		}
+	}
 	var r io.Reader
 	switch {
 	case file != "":
@@ -240,13 +317,19 @@ func readToken(file string, cio *cliIO) (string, error) {
 	return string(data), nil
 }
 
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
 func cmdRun(args []string, cio *cliIO) error {
 	fs := newFlags("run", cio)
 	stateDir := fs.String("state", "", "state directory written by enrol (required)")
 	root := fs.String("root", "", "managed root: declared files are kept here (required)")
 	heartbeat := fs.Duration("heartbeat", 15*time.Second, "how often to report status when nothing changes")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	logJSON := fs.Bool("log-json", false, "log JSON lines")
+	logFormat := fs.String("log-format", "text", "text (key=value lines) or json (one JSON object a line)")
+	logJSON := fs.Bool("log-json", false, "the same as --log-format json")
 	hooksFile := fs.String("hooks", "", "local hooks file: commands to run after declared files change (a declaration can never add one)")
 	if err := parse(fs, args, cio); err != nil {
 		return err
@@ -257,17 +340,15 @@ func cmdRun(args []string, cio *cliIO) error {
 	if *heartbeat < time.Second {
 		return usageError{"--heartbeat must be at least 1s"}
 	}
-	var lvl slog.Level
-	var err error
-	if err = lvl.UnmarshalText([]byte(*logLevel)); err != nil {
-		return usageError{"--log-level: use debug, info, warn or error"}
+	formatSet := false
+	fs.Visit(func(f *flag.Flag) { formatSet = formatSet || f.Name == "log-format" })
+	format, err := chooseLogFormat(*logFormat, *logJSON, formatSet)
+	if err != nil {
+		return err
 	}
-	hopts := &slog.HandlerOptions{Level: lvl}
-	var log *slog.Logger
-	if *logJSON {
-		log = slog.New(slog.NewJSONHandler(cio.stderr, hopts))
-	} else {
-		log = slog.New(slog.NewTextHandler(cio.stderr, hopts))
+	log, err := newLogger(cio.stderr, *logLevel, format)
+	if err != nil {
+		return err
 	}
 	var hk hooks.Config
 	if *hooksFile != "" {
@@ -275,17 +356,69 @@ func cmdRun(args []string, cio *cliIO) error {
 			return usageError{err.Error()}
 		}
 	}
-	a, err := agent.New(agent.Options{StateDir: *stateDir, Root: *root, Logger: log, Heartbeat: *heartbeat, Hooks: hk})
+	var ready sync.Once
+	var id identity.Identity
+	a, err := agent.New(agent.Options{StateDir: *stateDir, Root: *root, Logger: log, Heartbeat: *heartbeat, Hooks: hk,
+		OnSynced: func() {
+			ready.Do(func() {
+				if err := clearRefusal(*stateDir, id); err != nil {
+					log.Warn("could not clear the record of earlier refusals", "err", err)
+				}
+				if err := cio.notifyState(fmt.Sprintf("READY=1\nSTATUS=node %s of mesh %s: connected and synced", id.Node, id.Mesh)); err != nil {
+					log.Warn("could not tell systemd the agent is ready", "err", err)
+				}
+			})
+		}})
 	if err != nil {
 		return err
+	}
+	id = a.Identity()
+	// The mesh does not take a revocation back: a node it revoked stays stopped
+	// rather than knocking on the broker's door on every restart.
+	if rec, ok, err := loadRevocation(*stateDir, id); err != nil {
+		return err
+	} else if ok && rec.Signed {
+		return rec.err(*stateDir)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	err = a.Run(ctx)
+	_ = cio.notifyState("STOPPING=1")
 	if errors.Is(err, agent.ErrRevoked) || errors.Is(err, agent.ErrIdentityRefused) {
+		if rerr := recordRevocation(*stateDir, id, err, cio.clock()); rerr != nil {
+			log.Warn("could not record the revocation for meshhost status", "err", rerr)
+		}
 		return fmt.Errorf("%w\nthe agent stopped. To adopt this machine again, remove %s and enrol with a new token", err, identity.Path(*stateDir))
 	}
 	return err
+}
+
+// chooseLogFormat is the log format --log-format and its alias --log-json ask for
+// (formatSet: --log-format was given).
+func chooseLogFormat(format string, logJSON, formatSet bool) (string, error) {
+	if format != "text" && format != "json" {
+		return "", usageError{fmt.Sprintf("--log-format %q: use text or json", format)}
+	}
+	if logJSON {
+		if formatSet && format != "json" {
+			return "", usageError{fmt.Sprintf("--log-json and --log-format %s disagree; --log-json is the same as --log-format json", format)}
+		}
+		return "json", nil
+	}
+	return format, nil
+}
+
+// newLogger is the agent's logger: slog's text or JSON handler on w.
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageError{"--log-level: use debug, info, warn or error"}
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), nil
 }
 
 func cmdStatus(args []string, cio *cliIO) error {
@@ -306,6 +439,10 @@ func cmdStatus(args []string, cio *cliIO) error {
 	if err != nil {
 		return err
 	}
+	rec, revoked, err := loadRevocation(*stateDir, id)
+	if err != nil {
+		return err
+	}
 	out := struct {
 		Mesh           string   `json:"mesh"`
 		Node           string   `json:"node"`
@@ -317,7 +454,13 @@ func cmdStatus(args []string, cio *cliIO) error {
 		KeyringEpoch   uint64   `json:"keyring_epoch"`
 		LastError      string   `json:"last_error,omitempty"`
 		Managed        []string `json:"managed"`
-	}{id.Mesh, id.Node, id.PublicKey, id.Brokers, applied.HaveApplied, applied.Version, "", applied.KeyringEpoch, "", applied.Managed}
+		// Revoked is the record `meshhost run` left when the mesh revoked the
+		// node (or kept refusing its key); status then exits 6.
+		Revoked *revocation `json:"revoked,omitempty"`
+	}{id.Mesh, id.Node, id.PublicKey, id.Brokers, applied.HaveApplied, applied.Version, "", applied.KeyringEpoch, "", applied.Managed, nil}
+	if revoked {
+		out.Revoked = &rec
+	}
 	if applied.HaveApplied {
 		out.ExpiresAt = applied.ExpiresAt.Format(time.RFC3339)
 	}
@@ -327,7 +470,13 @@ func cmdStatus(args []string, cio *cliIO) error {
 	if *asJSON {
 		enc := json.NewEncoder(cio.stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+		if revoked {
+			return rec.err(*stateDir)
+		}
+		return nil
 	}
 	ver := "none yet"
 	if out.HaveApplied {
@@ -341,5 +490,29 @@ func cmdStatus(args []string, cio *cliIO) error {
 	if out.LastError != "" {
 		fmt.Fprintf(cio.stdout, "last error %s\n", out.LastError)
 	}
+	if revoked {
+		what := "REVOKED by the mesh"
+		if !rec.Signed {
+			what = "REFUSED by the mesh (most likely revoked)"
+		}
+		fmt.Fprintf(cio.stdout, "state     %s at %s\n", what, rec.At.Format(time.RFC3339))
+		return rec.err(*stateDir)
+	}
+	return nil
+}
+
+func cmdVersion(args []string, cio *cliIO) error {
+	fs := newFlags("version", cio)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, args, cio); err != nil {
+		return err
+	}
+	v := readVersion()
+	if *asJSON {
+		enc := json.NewEncoder(cio.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	fmt.Fprintln(cio.stdout, v)
 	return nil
 }

@@ -26,6 +26,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--state", dir, "--root", dir, "--log-level", "loud"}, "--log-level"},
 		{[]string{"status"}, "--state is required"},
 		{[]string{"enrol", "--bogus"}, "flag provided but not defined"},
+		{[]string{"run", "--state", dir, "--root", dir, "--log-format", "yaml"}, "--log-format"},
+		{[]string{"run", "--state", dir, "--root", dir, "--log-json", "--log-format", "text"}, "disagree"},
+		{[]string{"version", "extra"}, "unexpected argument"},
+		{[]string{"--version", "extra"}, "unexpected argument"},
 	}
 	for _, c := range cases {
 		code, _, stderr := runCLI("", nil, c.args...)

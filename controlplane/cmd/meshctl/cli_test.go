@@ -1,0 +1,380 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/operator"
+	"mesh/controlplane/pki"
+)
+
+func runCLIEnv(env map[string]string, args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(args, &cliIO{stdin: strings.NewReader(""), stdout: &out, stderr: &errb, getenv: func(k string) string { return env[k] }})
+	return code, out.String(), errb.String()
+}
+
+// TestFlagValueForms: every flag takes its value as the next argument or after "=",
+// --wait included, and --wait alone still means its default. The command line is
+// accepted (the failure is the empty data directory, exit 7, not a usage error).
+func TestFlagValueForms(t *testing.T) {
+	dir := t.TempDir()
+	body := filepath.Join(dir, "body.json")
+	writeTestFile(t, body, `{"files":[]}`)
+	base := []string{"declare", "--data", dir, "--node", "web-1", "--file", body}
+	for _, extra := range [][]string{
+		{"--wait", "30s"},
+		{"--wait=30s"},
+		{"--wait"},
+		{"--wait", "--json"},
+		{"--leader-wait", "1s", "--wait", "2m"},
+		{"--leader-wait=1s"},
+		{"--json", "--wait", "1m30s"},
+	} {
+		code, _, stderr := runCLI(append(slices.Clone(base), extra...)...)
+		if code != exitDataDir {
+			t.Errorf("%v: exit %d, want %d (the data directory's error, not the command line's):\n%s", extra, code, exitDataDir, stderr)
+		}
+	}
+	// What follows --wait and is not a duration stays an argument of its own.
+	code, _, stderr := runCLI(append(slices.Clone(base), "--wait", "soon")...)
+	if code != exitUsage || !strings.Contains(stderr, `unexpected argument "soon"`) {
+		t.Errorf("--wait soon: exit %d: %s", code, stderr)
+	}
+}
+
+func TestJoinOptionalValues(t *testing.T) {
+	root := newRoot(&cliIO{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}, getenv: func(string) string { return "" }})
+	cases := []struct{ in, want []string }{
+		{[]string{"declare", "--wait", "30s", "--all"}, []string{"declare", "--wait=30s", "--all"}},
+		{[]string{"declare", "--wait", "--all"}, []string{"declare", "--wait", "--all"}},
+		{[]string{"declare", "--wait"}, []string{"declare", "--wait"}},
+		{[]string{"declare", "--", "--wait", "30s"}, []string{"declare", "--", "--wait", "30s"}},
+		// Only flags whose value is optional: --json takes no value at all.
+		{[]string{"nodes", "--json", "web-1"}, []string{"nodes", "--json", "web-1"}},
+		{[]string{"frobnicate", "--wait", "30s"}, []string{"frobnicate", "--wait", "30s"}},
+	}
+	for _, c := range cases {
+		if got := joinOptionalValues(root, c.in); !slices.Equal(got, c.want) {
+			t.Errorf("%v: got %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, line, _ := runCLI("version")
+	if code != exitOK || !strings.HasPrefix(line, "meshctl "+version+" (") || strings.Count(line, "\n") != 1 {
+		t.Fatalf("version: exit %d, %q", code, line)
+	}
+	code, flagLine, _ := runCLI("--version")
+	if code != exitOK || flagLine != line {
+		t.Fatalf("--version: exit %d, %q; want the same line as `version`, %q", code, flagLine, line)
+	}
+	code, out, _ := runCLI("version", "--json")
+	var v buildVersion
+	if err := json.Unmarshal([]byte(out), &v); code != exitOK || err != nil || v.Program != "meshctl" || v.Version != version || !strings.HasPrefix(v.Go, "go") {
+		t.Fatalf("version --json: exit %d, %v, %s", code, err, out)
+	}
+}
+
+// TestVersionFromBuildInfo: the revision, its time and a dirty tree come from the
+// build information Go records.
+func TestVersionFromBuildInfo(t *testing.T) {
+	info := &debug.BuildInfo{GoVersion: "go1.26.8", Settings: []debug.BuildSetting{
+		{Key: "GOOS", Value: "linux"}, {Key: "GOARCH", Value: "arm64"},
+		{Key: "vcs", Value: "git"},
+		{Key: "vcs.revision", Value: "0123456789abcdef0123456789abcdef01234567"},
+		{Key: "vcs.time", Value: "2026-12-01T10:00:00Z"},
+		{Key: "vcs.modified", Value: "true"},
+	}}
+	v := versionFrom("meshctl", "0.1.0", info, true)
+	if v.Revision != "0123456789abcdef0123456789abcdef01234567" || v.CommitTime != "2026-12-01T10:00:00Z" || !v.Modified || v.Platform != "linux/arm64" {
+		t.Fatalf("read %+v", v)
+	}
+	if got, want := v.String(), "meshctl 0.1.0 (revision 0123456789ab+modified of 2026-12-01T10:00:00Z, go1.26.8 linux/arm64)"; got != want {
+		t.Fatalf("got %q\nwant %q", got, want)
+	}
+	none := versionFrom("meshctl", "0.1.0", &debug.BuildInfo{GoVersion: "go1.26.8"}, true)
+	if !strings.Contains(none.String(), "revision unknown") {
+		t.Fatalf("without VCS information: %q", none.String())
+	}
+}
+
+func TestCompletionScripts(t *testing.T) {
+	for shell, marker := range map[string]string{"bash": "__start_meshctl", "zsh": "#compdef meshctl", "fish": "complete -c meshctl"} {
+		code, out, stderr := runCLI("completion", shell)
+		if code != exitOK || !strings.Contains(out, marker) {
+			t.Errorf("completion %s: exit %d, no %q in %d bytes; %s", shell, code, marker, len(out), stderr)
+		}
+	}
+}
+
+// TestCompletionCandidates asks what the shell scripts ask: commands, flags, fixed
+// values. (Node ids need a running control plane: integration/ops_test.go.)
+func TestCompletionCandidates(t *testing.T) {
+	cases := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"__complete", "re"}, []string{"revoke"}},
+		{[]string{"__complete", ""}, []string{"bootstrap", "declare", "status", "completion", "version"}},
+		{[]string{"__complete", "declare", "--wa"}, []string{"--wait"}},
+		{[]string{"__complete", "nodes", "--"}, []string{"--data", "--servers", "--creds", "--ca", "--context", "--json"}},
+		{[]string{"__complete", "serve", "--log-format", ""}, []string{"text", "json"}},
+		{[]string{"__complete", "token", "--role", ""}, []string{"worker", "control"}},
+		{[]string{"__complete", "signing-key", ""}, []string{"rotate", "status", "retire"}},
+		{[]string{"__complete", "completion", ""}, []string{"bash", "zsh", "fish"}},
+	}
+	for _, c := range cases {
+		code, out, stderr := runCLI(c.args...)
+		if code != exitOK {
+			t.Errorf("%v: exit %d: %s", c.args, code, stderr)
+			continue
+		}
+		var got []string
+		for _, line := range strings.Split(out, "\n") {
+			if line == "" || strings.HasPrefix(line, ":") {
+				continue
+			}
+			name, _, _ := strings.Cut(line, "\t")
+			got = append(got, name)
+		}
+		for _, w := range c.want {
+			if !slices.Contains(got, w) {
+				t.Errorf("%v: %q not among %v", c.args, w, got)
+			}
+		}
+	}
+	// A node id cannot be offered without a control plane, and asking must not hang.
+	start := time.Now()
+	if code, _, _ := runCLI("__complete", "revoke", "--data", t.TempDir(), ""); code != exitOK || time.Since(start) > 5*time.Second {
+		t.Fatalf("completing a node id without a control plane: exit %d after %s", code, time.Since(start))
+	}
+}
+
+func TestLabelsPrintAsKeyValue(t *testing.T) {
+	if got := formatLabels(map[string]string{"zone": "b", "tier": "web", "empty": ""}); got != "empty= tier=web zone=b" {
+		t.Fatalf("got %q", got)
+	}
+	if got := formatLabels(nil); got != "(none)" {
+		t.Fatalf("no labels: %q", got)
+	}
+	if got := (labelFlag{"b": "2", "a": "1"}).String(); got != "a=1,b=2" {
+		t.Fatalf("flag: %q", got)
+	}
+}
+
+// TestProgressLine: a terminal gets one line redrawn with \r; a pipe or a log gets a
+// plain line each time the report changes, and never a \r.
+func TestProgressLine(t *testing.T) {
+	var tty, plain bytes.Buffer
+	reports := []string{"1 pending", "1 pending", "1 converged"}
+	for i, r := range reports {
+		final := i == len(reports)-1
+		(&progressLine{w: &tty, redraw: true}).show(r, time.Duration(i)*time.Second, final)
+	}
+	p := progressLine{w: &plain}
+	for i, r := range reports {
+		p.show(r, time.Duration(i)*time.Second, i == len(reports)-1)
+	}
+	if strings.Count(tty.String(), "\r") != 3 || !strings.HasSuffix(tty.String(), "\n") {
+		t.Fatalf("terminal output %q", tty.String())
+	}
+	if strings.Contains(plain.String(), "\r") {
+		t.Fatalf("plain output has a carriage return: %q", plain.String())
+	}
+	if got, want := plain.String(), "1 pending (0s)\n1 converged (2s)\n"; got != want {
+		t.Fatalf("plain output %q, want %q", got, want)
+	}
+}
+
+func TestStatusVerdict(t *testing.T) {
+	v := func(n uint64) *uint64 { return &n }
+	converged := api.NodeView{ID: "web-1", State: api.StateAlive, Declared: 2, Applied: v(2), Converged: true}
+	if err := notConverged([]api.NodeView{converged,
+		{ID: "off-1", State: api.StateOffline, Declared: 2, Applied: v(1)},
+		{ID: "gone-1", State: api.StateRevoked, Declared: 3},
+	}); err != nil {
+		t.Fatalf("every live node converged; offline and revoked ones do not count: %v", err)
+	}
+	err := notConverged([]api.NodeView{converged,
+		{ID: "web-2", State: api.StateAlive, Declared: 3, Applied: v(2), LastError: &api.StatusError{Code: "apply_failed", Version: 3}},
+		{ID: "web-3", State: api.StateAlive, Declared: 3, Applied: v(2)},
+		{ID: "web-4", State: api.StateAlive, Declared: 3, Applied: v(3), Converged: true, Stale: true},
+	})
+	var ex exitError
+	if !errors.As(err, &ex) || ex.code != exitNotConverged {
+		t.Fatalf("want exit %d, got %v", exitNotConverged, err)
+	}
+	for _, want := range []string{"3 live node(s)", "web-2 (failing: apply_failed)", "web-3 (behind: declared v3)", "web-4 (stale)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q lacks %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "web-1") {
+		t.Errorf("names a converged node: %v", err)
+	}
+}
+
+func TestLogFormatFlag(t *testing.T) {
+	cases := []struct {
+		format       string
+		logJSON, set bool
+		want         string
+		bad          bool
+	}{
+		{"text", false, false, "text", false},
+		{"json", false, true, "json", false},
+		{"text", true, false, "json", false}, // --log-json alone
+		{"json", true, true, "json", false},
+		{"text", true, true, "", true},
+		{"xml", false, true, "", true},
+	}
+	for _, c := range cases {
+		got, err := logFormatFlag(c.format, c.logJSON, c.set)
+		var ue usageError
+		if c.bad != errors.As(err, &ue) || got != c.want {
+			t.Errorf("%+v: got %q, %v", c, got, err)
+		}
+	}
+	var buf bytes.Buffer
+	log, err := newLogger(&buf, "info", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("hello", "k", "v")
+	var line map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil || line["msg"] != "hello" || line["k"] != "v" {
+		t.Fatalf("json log line %q: %v", buf.String(), err)
+	}
+}
+
+// operatorFiles writes what an operator's machine holds: a CA certificate and a
+// .creds file (only its existence is checked before dialling).
+func operatorFiles(t *testing.T) (dir, ca, creds string) {
+	t.Helper()
+	dir = t.TempDir()
+	c, _, err := pki.NewCA("m", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca = filepath.Join(dir, "ca.pem")
+	creds = filepath.Join(dir, "admin.creds")
+	writeTestFile(t, ca, string(c.CertPEM))
+	writeTestFile(t, creds, "not read before dialling")
+	return dir, ca, creds
+}
+
+// TestEndpointSources: on an operator's machine, each of servers, creds and CA comes
+// from its flag, else its environment variable, else the NATS context; the pin is
+// the CA's.
+func TestEndpointSources(t *testing.T) {
+	dir, ca, creds := operatorFiles(t)
+	caPEM, _ := os.ReadFile(ca)
+	caCert, _ := pki.ParseCertificatePEM(caPEM)
+	pin := pki.PinOf(caCert)
+	ctxDir := filepath.Join(dir, "config", "nats", "context")
+	if err := os.MkdirAll(ctxDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeTestFile(t, filepath.Join(ctxDir, "mesh.json"), `{"url":"tls://10.9.9.9:7300","creds":"`+creds+`","ca":"`+ca+`"}`)
+
+	cases := []struct {
+		name        string
+		f           controlPlaneFlags
+		env         map[string]string
+		wantServers []string
+	}{
+		{"flags", controlPlaneFlags{servers: []string{"10.0.0.1:7300", "tls://10.0.0.2:7300"}, creds: creds, ca: ca}, nil, []string{"10.0.0.1:7300", "10.0.0.2:7300"}},
+		{"environment", controlPlaneFlags{}, map[string]string{envServers: "10.0.0.3:7300,10.0.0.4:7300", envCreds: creds, envCA: ca}, []string{"10.0.0.3:7300", "10.0.0.4:7300"}},
+		{"flag over environment", controlPlaneFlags{servers: []string{"10.0.0.5:7300"}}, map[string]string{envServers: "10.0.0.3:7300", envCreds: creds, envCA: ca}, []string{"10.0.0.5:7300"}},
+		{"context", controlPlaneFlags{context: "mesh"}, map[string]string{"XDG_CONFIG_HOME": filepath.Join(dir, "config")}, []string{"10.9.9.9:7300"}},
+		{"context from the environment, a flag over it", controlPlaneFlags{servers: []string{"10.0.0.6:7300"}}, map[string]string{envContext: filepath.Join(ctxDir, "mesh.json")}, []string{"10.0.0.6:7300"}},
+	}
+	for _, c := range cases {
+		f := c.f
+		f.remoteAllowed = true
+		f.getenv = func(k string) string { return c.env[k] }
+		e, err := f.endpoint()
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if !slices.Equal(e.Servers, c.wantServers) || e.Creds != creds || e.Pin != pin {
+			t.Errorf("%s: endpoint %v %s, pin matches %v", c.name, e.Servers, e.Creds, e.Pin == pin)
+		}
+	}
+}
+
+// TestEndpointFromDataDir: --data reads mesh.json and admin.creds; --servers may
+// replace the brokers.
+func TestEndpointFromDataDir(t *testing.T) {
+	dir := t.TempDir()
+	d := datadir.Dir(dir)
+	pinHex := strings.Repeat("ab", 32)
+	if err := d.SaveConfig(datadir.Config{Mesh: "m", Node: "cp-1", Listen: "127.0.0.1:7300", Brokers: []string{"127.0.0.1:7300"}, CAPin: pinHex}); err != nil {
+		t.Fatal(err)
+	}
+	writeTestFile(t, d.Path(datadir.AdminCredsFile), "x")
+	f := controlPlaneFlags{dir: dir, remoteAllowed: true, getenv: func(string) string { return "" }}
+	e, err := f.endpoint()
+	if err != nil || e.Creds != d.Path(datadir.AdminCredsFile) || e.Servers[0] != "127.0.0.1:7300" {
+		t.Fatalf("%+v %v", e, err)
+	}
+	f.servers = []string{"10.0.0.7:7300"}
+	if e, err = f.endpoint(); err != nil || !slices.Equal(e.Servers, []string{"10.0.0.7:7300"}) {
+		t.Fatalf("--servers with --data: %+v %v", e, err)
+	}
+	// The environment of an operator's machine does not override a data directory.
+	f.servers = nil
+	f.getenv = func(k string) string { return map[string]string{envCA: "/elsewhere/ca.pem"}[k] }
+	if e, err = f.endpoint(); err != nil || e.Creds != d.Path(datadir.AdminCredsFile) {
+		t.Fatalf("environment with --data: %+v %v", e, err)
+	}
+	// Unreachable, it says so with the data-directory hint.
+	_, err = operator.DialEndpoint(e, operator.Options{Timeout: 500 * time.Millisecond})
+	if !errors.Is(err, operator.ErrUnreachable) || !strings.Contains(err.Error(), "meshctl serve --data "+dir) {
+		t.Fatalf("dial: %v", err)
+	}
+}
+
+// TestBootstrapJSON: with --json the plan goes to stderr and stdout is the mesh as
+// bootstrapped, its pin the one mesh.json records.
+func TestBootstrapJSON(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cp")
+	var addrs []string
+	for range 3 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, l.Addr().String())
+		l.Close()
+	}
+	code, out, stderr := runCLI("bootstrap", "--mesh", "js", "--listen", addrs[0], "--raft-listen", addrs[1], "--cluster-listen", addrs[2], "--data", dir, "--json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var res bootstrapResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("stdout is not JSON (%v):\n%s", err, out)
+	}
+	cfg, err := datadir.Dir(dir).LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Mesh != "js" || res.Node != "cp-1" || res.CAPin != cfg.CAPin || len(res.CAPin) != 64 || !strings.Contains(stderr, "plan") {
+		t.Fatalf("result %+v (pin in mesh.json %s); stderr:\n%s", res, cfg.CAPin, stderr)
+	}
+}

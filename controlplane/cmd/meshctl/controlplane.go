@@ -1,0 +1,217 @@
+package main
+
+import (
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/operator"
+)
+
+// Environment variables an operator's machine can name the control plane with,
+// instead of flags.
+const (
+	envServers = "MESH_SERVERS"
+	envCreds   = "MESH_CREDS"
+	envCA      = "MESH_CA"
+	envContext = "MESH_CONTEXT"
+)
+
+// controlPlaneFlags are the flags of every command that calls a running control
+// plane: where it is and which operator credentials to use (a control node's data
+// directory, or on an operator's own machine the brokers, a .creds file and the CA),
+// and how long to wait while no control node serves (an election, a daemon still
+// starting).
+type controlPlaneFlags struct {
+	dir           string
+	servers       []string
+	creds, ca     string
+	context       string
+	leaderWait    time.Duration
+	getenv        func(string) string
+	remoteAllowed bool
+}
+
+func (f *controlPlaneFlags) register(c *cobra.Command, cio *cliIO) {
+	fs := c.Flags()
+	f.getenv = cio.getenv
+	f.remoteAllowed = true
+	fs.StringVar(&f.dir, "data", "", "data directory of a control node (or, on an operator's machine, --servers, --creds and --ca)")
+	fs.StringSliceVar(&f.servers, "servers", nil, "broker addresses host:port, comma-separated or repeated (env "+envServers+"; with --data: instead of mesh.json's)")
+	fs.StringVar(&f.creds, "creds", "", "operator credentials, a NATS .creds file (env "+envCreds+")")
+	fs.StringVar(&f.ca, "ca", "", "the mesh CA certificate; brokers must prove it (env "+envCA+")")
+	fs.StringVar(&f.context, "context", "", "a NATS CLI context (~/.config/nats/context/NAME.json: url, creds, ca) (env "+envContext+")")
+	fs.DurationVar(&f.leaderWait, "leader-wait", operator.DefaultLeaderWait, "how long to wait while no control node serves the request (an election); 0 fails at once")
+	_ = c.MarkFlagDirname("data")
+	_ = c.MarkFlagFilename("creds", "creds")
+	_ = c.MarkFlagFilename("ca", "pem", "crt")
+}
+
+// registerDataOnly registers the flags of a command that needs a control node's
+// data directory itself (control tokens: the CA key is there).
+func (f *controlPlaneFlags) registerDataOnly(c *cobra.Command, cio *cliIO) {
+	f.register(c, cio)
+	f.remoteAllowed = false
+}
+
+// options are the operator client's options the flags ask for.
+func (f *controlPlaneFlags) options() (operator.Options, error) {
+	switch {
+	case f.leaderWait < 0:
+		return operator.Options{}, usagef("--leader-wait %s: must not be negative", f.leaderWait)
+	case f.leaderWait == 0:
+		return operator.Options{LeaderWait: -1}, nil // negative there means do not wait
+	}
+	return operator.Options{LeaderWait: f.leaderWait}, nil
+}
+
+// remote reports whether the command line names the control plane by creds and CA
+// rather than by a data directory.
+func (f *controlPlaneFlags) remote() bool {
+	return f.creds != "" || f.ca != "" || f.context != ""
+}
+
+// endpoint resolves where the control plane is and how to log in. A data directory
+// is used as it is (--servers may replace its brokers). Otherwise each of servers,
+// creds and CA comes from its flag, else its environment variable, else the NATS
+// context named by --context or MESH_CONTEXT.
+func (f *controlPlaneFlags) endpoint() (operator.Endpoint, error) {
+	if f.dir != "" {
+		if f.remote() {
+			return operator.Endpoint{}, usagef("--data uses the data directory's credentials and CA: give either --data or --creds/--ca/--context")
+		}
+		e, err := operator.DirEndpoint(datadir.Dir(f.dir), false)
+		if err != nil {
+			return e, err
+		}
+		if len(f.servers) > 0 {
+			if e.Servers, err = operator.ParseServers(f.servers...); err != nil {
+				return e, usagef("--servers: %v", err)
+			}
+		}
+		return e, nil
+	}
+	servers, creds, ca := strings.Join(f.servers, ","), f.creds, f.ca
+	if servers == "" {
+		servers = f.getenv(envServers)
+	}
+	if creds == "" {
+		creds = f.getenv(envCreds)
+	}
+	if ca == "" {
+		ca = f.getenv(envCA)
+	}
+	name := f.context
+	if name == "" {
+		name = f.getenv(envContext)
+	}
+	if name != "" && (servers == "" || creds == "" || ca == "") {
+		ctx, err := operator.LoadContext(name, f.getenv)
+		if err != nil {
+			return operator.Endpoint{}, err
+		}
+		servers = orElse(servers, ctx.URL)
+		creds = orElse(creds, ctx.Creds)
+		ca = orElse(ca, ctx.CA)
+	}
+	if servers == "" && creds == "" && ca == "" {
+		if !f.remoteAllowed {
+			return operator.Endpoint{}, usagef("--data is required")
+		}
+		return operator.Endpoint{}, usagef("say which control plane: --data DIR on a control node; elsewhere --servers, --creds and --ca (or %s, %s, %s, or --context NAME)", envServers, envCreds, envCA)
+	}
+	if !f.remoteAllowed {
+		return operator.Endpoint{}, usagef("this needs a control node's data directory (--data), not operator credentials")
+	}
+	var missing []string
+	for _, m := range []struct{ v, name string }{{servers, "--servers (" + envServers + ")"}, {creds, "--creds (" + envCreds + ")"}, {ca, "--ca (" + envCA + ")"}} {
+		if m.v == "" {
+			missing = append(missing, m.name)
+		}
+	}
+	if len(missing) > 0 {
+		return operator.Endpoint{}, usagef("an operator's machine needs the broker addresses, the .creds file and the mesh CA; missing: %s", strings.Join(missing, ", "))
+	}
+	list, err := operator.ParseServers(servers)
+	if err != nil {
+		return operator.Endpoint{}, usagef("servers: %v", err)
+	}
+	return operator.CAEndpoint(list, creds, ca)
+}
+
+// orElse is a unless it is empty, else b.
+func orElse(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// dial connects to the control plane the flags name.
+func (f *controlPlaneFlags) dial() (*operator.Client, error) {
+	o, err := f.options()
+	if err != nil {
+		return nil, err
+	}
+	e, err := f.endpoint()
+	if err != nil {
+		return nil, err
+	}
+	return operator.DialEndpoint(e, o)
+}
+
+// call runs one operator API call.
+func (f *controlPlaneFlags) call(op string, req, res any) error {
+	c, err := f.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.Call(op, req, res)
+}
+
+// completionTimeout bounds the call a completion makes: a shell must not hang.
+const completionTimeout = 2 * time.Second
+
+// nodeNames lists the node ids the control plane knows, for shell completion; it
+// fails silently (no candidates) when the control plane cannot answer at once.
+func (f *controlPlaneFlags) nodeNames(control bool) []string {
+	e, err := f.endpoint()
+	if err != nil {
+		return nil
+	}
+	c, err := operator.DialEndpoint(e, operator.Options{LeaderWait: -1, Timeout: completionTimeout})
+	if err != nil {
+		return nil
+	}
+	defer c.Close()
+	res, err := c.Nodes(api.NodesRequest{})
+	if err != nil {
+		return nil
+	}
+	var names []string
+	if control {
+		for _, n := range res.Control {
+			names = append(names, n.ID)
+		}
+		return names
+	}
+	for _, n := range res.Nodes {
+		names = append(names, n.ID+"\t"+n.Role+", "+n.State)
+	}
+	return names
+}
+
+// completeNodes completes positional arguments with node ids, at most max of them
+// (0: any number).
+func (f *controlPlaneFlags) completeNodes(max int) cobra.CompletionFunc {
+	return func(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if max > 0 && len(args) >= max {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return f.nodeNames(false), cobra.ShellCompDirectiveNoFileComp
+	}
+}

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// unitValues reads every value of key in a systemd unit file, with the values of a
+// space-separated list split.
+func unitValues(t *testing.T, path, key string) []string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), key+"="); ok {
+			out = append(out, strings.Fields(v)...)
+		}
+	}
+	return out
+}
+
+// TestUnitMatchesExitCodes: the unit must not restart meshctl serve after the exits
+// that mean a person must act, and must restart it after any other failure. The
+// codes are this program's constants, not copies.
+func TestUnitMatchesExitCodes(t *testing.T) {
+	unit := filepath.Join("..", "..", "..", "dist", "systemd", "meshctl.service")
+	var want []string
+	for _, c := range []int{exitUsage, exitRemoved, exitDataDir} {
+		want = append(want, strconv.Itoa(c))
+	}
+	if got := unitValues(t, unit, "RestartPreventExitStatus"); !slices.Equal(got, want) {
+		t.Errorf("RestartPreventExitStatus=%v, want %v (usage, removed, data directory)", got, want)
+	}
+	for key, want := range map[string]string{
+		"Type": "notify", "Restart": "on-failure", "User": "meshctl", "NoNewPrivileges": "yes",
+		"ProtectSystem": "strict", "PrivateTmp": "yes", "StateDirectory": "meshctl", "ReadWritePaths": "/var/lib/meshctl",
+	} {
+		if got := unitValues(t, unit, key); !slices.Equal(got, []string{want}) {
+			t.Errorf("%s=%v, want %s", key, got, want)
+		}
+	}
+	if exec := strings.Join(unitValues(t, unit, "ExecStart"), " "); !strings.HasPrefix(exec, "/usr/bin/meshctl serve --data /var/lib/meshctl") {
+		t.Errorf("ExecStart=%s", exec)
+	}
+}

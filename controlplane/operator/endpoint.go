@@ -1,0 +1,177 @@
+package operator
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/pki"
+)
+
+// Endpoint is everything an operator needs to call the mesh: where its brokers are,
+// the operator credentials (a standard NATS .creds file) and the pin of the mesh CA
+// every broker must prove it belongs to. A control node's data directory holds all
+// three; an operator's own machine needs only these, given as files.
+type Endpoint struct {
+	// Servers are broker addresses, host:port, tried in order.
+	Servers []string
+	// Creds is the path of the operator's .creds file.
+	Creds string
+	// Pin is the SHA-256 of the mesh CA's SubjectPublicKeyInfo.
+	Pin [32]byte
+	// Hint ends the message given when no broker answers: what to check.
+	Hint string
+}
+
+// ErrEndpoint means the addresses, credentials or CA given to reach the mesh cannot
+// be used; the message says which and why.
+var ErrEndpoint = errors.New("cannot use the operator credentials given")
+
+// DirEndpoint is the endpoint a control node's data directory describes: the brokers
+// and the pin of its mesh.json, and its admin.creds. joining admits the unfinished
+// configuration of a join in progress.
+func DirEndpoint(dir datadir.Dir, joining bool) (Endpoint, error) {
+	cfg, err := dir.LoadConfig()
+	if joining && errors.Is(err, datadir.ErrJoinIncomplete) {
+		cfg, err = dir.ReadConfigRaw()
+	}
+	if err != nil {
+		return Endpoint{}, err
+	}
+	pin, err := cfg.Pin()
+	if err != nil {
+		return Endpoint{}, err
+	}
+	if !dir.Exists(datadir.AdminCredsFile) {
+		return Endpoint{}, fmt.Errorf("%w: %s holds no operator credentials (%s)", ErrEndpoint, dir, datadir.AdminCredsFile)
+	}
+	return Endpoint{
+		Servers: append([]string{cfg.Listen}, cfg.Brokers...),
+		Creds:   dir.Path(datadir.AdminCredsFile),
+		Pin:     pin,
+		Hint:    fmt.Sprintf("is `meshctl serve --data %s` running?", dir),
+	}, nil
+}
+
+// CAEndpoint is the endpoint of an operator's machine: broker addresses, a .creds
+// file and the mesh CA's certificate, whose pin it computes. The brokers are then
+// checked against that pin inside the TLS handshake, exactly as on a control node.
+func CAEndpoint(servers []string, creds, caFile string) (Endpoint, error) {
+	if len(servers) == 0 {
+		return Endpoint{}, fmt.Errorf("%w: no broker address", ErrEndpoint)
+	}
+	if _, err := os.Stat(creds); err != nil {
+		return Endpoint{}, fmt.Errorf("%w: creds file: %w", ErrEndpoint, err)
+	}
+	data, err := os.ReadFile(caFile)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("%w: CA file: %w", ErrEndpoint, err)
+	}
+	ca, err := pki.ParseCertificatePEM(data)
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("%w: CA file %s: %w", ErrEndpoint, caFile, err)
+	}
+	if !ca.IsCA {
+		return Endpoint{}, fmt.Errorf("%w: %s is not a CA certificate: give the mesh CA (ca.pem of a control node's data directory)", ErrEndpoint, caFile)
+	}
+	return Endpoint{
+		Servers: servers,
+		Creds:   creds,
+		Pin:     pki.PinOf(ca),
+		Hint:    "are the broker addresses right, and is `meshctl serve` running there?",
+	}, nil
+}
+
+// ParseServers reads broker addresses: comma-separated lists of host:port, each
+// optionally written as a NATS URL (tls://host:port or nats://host:port). Whatever
+// the scheme, the connection is TLS from its first byte.
+func ParseServers(lists ...string) ([]string, error) {
+	var out []string
+	for _, list := range lists {
+		for _, s := range strings.Split(list, ",") {
+			s = strings.TrimSpace(s)
+			if s == "" {
+				continue
+			}
+			if scheme, rest, ok := strings.Cut(s, "://"); ok {
+				if scheme != "tls" && scheme != "nats" {
+					return nil, fmt.Errorf("%w: broker %q: use host:port or tls://host:port", ErrEndpoint, s)
+				}
+				s = rest
+			}
+			if host, port, err := net.SplitHostPort(s); err != nil || host == "" || port == "" {
+				return nil, fmt.Errorf("%w: broker %q is not host:port", ErrEndpoint, s)
+			}
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// Context is the part of a NATS CLI context (the JSON files the nats CLI keeps in
+// ~/.config/nats/context/) that reaches a mesh: its servers, operator credentials
+// and CA.
+type Context struct {
+	// Path is the file it was read from.
+	Path  string `json:"-"`
+	URL   string `json:"url"`
+	Creds string `json:"creds"`
+	CA    string `json:"ca"`
+}
+
+// ContextPath is where the nats CLI keeps the context called name:
+// $XDG_CONFIG_HOME/nats/context/NAME.json, by default under ~/.config. A name that
+// is a path (it holds a slash or ends in .json) is taken as it is.
+func ContextPath(name string, getenv func(string) string) (string, error) {
+	if strings.ContainsRune(name, '/') || strings.HasSuffix(name, ".json") {
+		return name, nil
+	}
+	base := getenv("XDG_CONFIG_HOME")
+	if base == "" {
+		home := getenv("HOME")
+		if home == "" {
+			return "", fmt.Errorf("%w: context %q: neither XDG_CONFIG_HOME nor HOME is set; give the context file's path", ErrEndpoint, name)
+		}
+		base = filepath.Join(home, ".config")
+	}
+	return filepath.Join(base, "nats", "context", name+".json"), nil
+}
+
+// LoadContext reads the NATS CLI context called name (or at that path). Paths in
+// it may start with ~/, as the nats CLI allows.
+func LoadContext(name string, getenv func(string) string) (Context, error) {
+	path, err := ContextPath(name, getenv)
+	if err != nil {
+		return Context{}, err
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Context{}, fmt.Errorf("%w: no NATS context %q (%s); create it with `nats context add` or write the file with url, creds and ca", ErrEndpoint, name, path)
+	}
+	if err != nil {
+		return Context{}, fmt.Errorf("%w: %w", ErrEndpoint, err)
+	}
+	var c Context
+	if err := json.Unmarshal(data, &c); err != nil {
+		return Context{}, fmt.Errorf("%w: NATS context %s is not valid JSON: %w", ErrEndpoint, path, err)
+	}
+	c.Path = path
+	c.Creds = expandHome(c.Creds, getenv)
+	c.CA = expandHome(c.CA, getenv)
+	return c, nil
+}
+
+func expandHome(p string, getenv func(string) string) string {
+	if rest, ok := strings.CutPrefix(p, "~/"); ok {
+		if home := getenv("HOME"); home != "" {
+			return filepath.Join(home, rest)
+		}
+	}
+	return p
+}

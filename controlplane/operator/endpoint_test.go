@@ -1,0 +1,177 @@
+package operator
+
+import (
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+
+	"mesh/controlplane/bootstrap"
+	"mesh/controlplane/pki"
+)
+
+// tlsBroker runs a nats-server that speaks TLS first with a leaf of a fresh CA, as
+// a mesh broker does, and returns its address and that CA's certificate file.
+func tlsBroker(t *testing.T) (addr, caFile string) {
+	t.Helper()
+	now := time.Now()
+	ca, _, err := pki.NewCA("m", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.IssueLeaf("cp-1", []net.IP{net.IPv4(127, 0, 0, 1)}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pki.ServerConfig(leaf, ca.CertPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		TLSConfig: cfg, TLS: true, TLSHandshakeFirst: true, AllowNonTLS: false})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	t.Cleanup(s.Shutdown)
+	if !s.ReadyForConnections(5 * time.Second) {
+		t.Fatal("broker not ready")
+	}
+	caFile = filepath.Join(t.TempDir(), "ca.pem")
+	writeFile(t, caFile, ca.CertPEM)
+	return s.Addr().String(), caFile
+}
+
+func writeFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func credsFile(t *testing.T) string {
+	t.Helper()
+	account, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := bootstrap.OperatorCreds(account, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "admin.creds")
+	writeFile(t, path, creds)
+	return path
+}
+
+// TestCAEndpointChecksThePin: an operator's machine that holds only the creds and the
+// CA computes the pin from the CA and refuses a broker of another CA in the handshake.
+func TestCAEndpointChecksThePin(t *testing.T) {
+	addr, caFile := tlsBroker(t)
+	_, otherCA := tlsBroker(t)
+	creds := credsFile(t)
+
+	e, err := CAEndpoint([]string{addr}, creds, caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := DialEndpoint(e, Options{})
+	if err != nil {
+		t.Fatalf("the broker proves the CA given, and was refused: %v", err)
+	}
+	c.Close()
+
+	e, err = CAEndpoint([]string{addr}, creds, otherCA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = DialEndpoint(e, Options{})
+	if !errors.Is(err, pki.ErrPinMismatch) || !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("a broker of another CA: want ErrPinMismatch, got %v", err)
+	}
+}
+
+func TestCAEndpointRefusesWhatItCannotUse(t *testing.T) {
+	_, caFile := tlsBroker(t)
+	creds := credsFile(t)
+	leafOnly := filepath.Join(t.TempDir(), "leaf.pem")
+	now := time.Now()
+	ca, _, _ := pki.NewCA("m", now)
+	leaf, _ := ca.IssueLeaf("x", nil, now)
+	writeFile(t, leafOnly, leaf.CertPEM)
+	cases := []struct {
+		name        string
+		servers     []string
+		creds, ca   string
+		wantMessage string
+	}{
+		{"no servers", nil, creds, caFile, "no broker address"},
+		{"no creds file", []string{"127.0.0.1:1"}, "/nonexistent/admin.creds", caFile, "creds file"},
+		{"no CA file", []string{"127.0.0.1:1"}, creds, "/nonexistent/ca.pem", "CA file"},
+		{"CA file is not PEM", []string{"127.0.0.1:1"}, creds, creds, "no PEM certificate"},
+		{"a leaf, not a CA", []string{"127.0.0.1:1"}, creds, leafOnly, "not a CA certificate"},
+	}
+	for _, c := range cases {
+		_, err := CAEndpoint(c.servers, c.creds, c.ca)
+		if !errors.Is(err, ErrEndpoint) || !strings.Contains(err.Error(), c.wantMessage) {
+			t.Errorf("%s: want ErrEndpoint saying %q, got %v", c.name, c.wantMessage, err)
+		}
+	}
+}
+
+func TestParseServers(t *testing.T) {
+	got, err := ParseServers("tls://10.0.0.1:7300, 10.0.0.2:7300", "nats://cp-3.example:7300")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"10.0.0.1:7300", "10.0.0.2:7300", "cp-3.example:7300"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for _, bad := range []string{"ws://10.0.0.1:7300", "10.0.0.1", ":7300"} {
+		if _, err := ParseServers(bad); !errors.Is(err, ErrEndpoint) {
+			t.Errorf("%q: want ErrEndpoint, got %v", bad, err)
+		}
+	}
+}
+
+func TestLoadContext(t *testing.T) {
+	home := t.TempDir()
+	env := map[string]string{"HOME": home}
+	getenv := func(k string) string { return env[k] }
+	dir := filepath.Join(home, ".config", "nats", "context")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "prod.json"), []byte(`{"description":"the mesh","url":"tls://10.0.0.1:7300,tls://10.0.0.2:7300","creds":"~/mesh/admin.creds","ca":"/etc/mesh/ca.pem","tls_first":true}`))
+	c, err := LoadContext("prod", getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.URL != "tls://10.0.0.1:7300,tls://10.0.0.2:7300" || c.Creds != filepath.Join(home, "mesh", "admin.creds") || c.CA != "/etc/mesh/ca.pem" {
+		t.Fatalf("context read as %+v", c)
+	}
+	// XDG_CONFIG_HOME moves the directory, as it does for the nats CLI.
+	xdg := t.TempDir()
+	env["XDG_CONFIG_HOME"] = xdg
+	if p, _ := ContextPath("prod", getenv); p != filepath.Join(xdg, "nats", "context", "prod.json") {
+		t.Fatalf("with XDG_CONFIG_HOME: %s", p)
+	}
+	if _, err := LoadContext("prod", getenv); !errors.Is(err, ErrEndpoint) || !strings.Contains(err.Error(), "nats context add") {
+		t.Fatalf("a missing context: %v", err)
+	}
+	// A path is taken as it is.
+	if c, err := LoadContext(filepath.Join(dir, "prod.json"), getenv); err != nil || c.CA != "/etc/mesh/ca.pem" {
+		t.Fatalf("context by path: %+v %v", c, err)
+	}
+	writeFile(t, filepath.Join(dir, "broken.json"), []byte(`{"url":`))
+	if _, err := LoadContext(filepath.Join(dir, "broken.json"), getenv); !errors.Is(err, ErrEndpoint) || !strings.Contains(err.Error(), "not valid JSON") {
+		t.Fatalf("a broken context: %v", err)
+	}
+}

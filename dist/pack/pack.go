@@ -1,0 +1,130 @@
+// Package pack builds the mesh's Debian packages (meshctl and meshhost) with nfpm,
+// from binaries already built, the systemd units of dist/systemd and the nfpm
+// configurations of dist/nfpm. `task package` runs it through dist/cmd/package; the
+// integration test of the packages calls it directly.
+//
+// nfpm runs as a Go tool of its own module file, dist/tools.mod, so that its
+// dependencies stay out of the product's go.mod: `go tool -modfile=dist/tools.mod
+// nfpm` needs nothing but the Go module proxy, and is built once into Go's cache.
+package pack
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+)
+
+// Options say what to package and where.
+type Options struct {
+	// Root is the module root: dist/ and go.mod are there.
+	Root string
+	// Out is the directory the .deb files are written to.
+	Out string
+	// Meshctl and Meshhost are the built binaries.
+	Meshctl, Meshhost string
+	// Version is the packages' version; empty means the one `meshctl version`
+	// reports.
+	Version string
+	// Arch is the Go architecture the binaries were built for; empty means this
+	// machine's.
+	Arch string
+	// Log receives nfpm's output; nil discards it.
+	Log io.Writer
+}
+
+// ErrTool means nfpm could not be run or refused the configuration.
+var ErrTool = errors.New("nfpm failed")
+
+// Build writes one .deb per package into o.Out and returns their paths.
+func Build(ctx context.Context, o Options) ([]string, error) {
+	if o.Root == "" || o.Out == "" || o.Meshctl == "" || o.Meshhost == "" {
+		return nil, errors.New("pack: Root, Out, Meshctl and Meshhost are required")
+	}
+	if o.Arch == "" {
+		o.Arch = runtime.GOARCH
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	meshctl, err := filepath.Abs(o.Meshctl)
+	if err != nil {
+		return nil, err
+	}
+	meshhost, err := filepath.Abs(o.Meshhost)
+	if err != nil {
+		return nil, err
+	}
+	if o.Version == "" {
+		if o.Version, err = binaryVersion(ctx, meshctl); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return nil, err
+	}
+	stage, err := os.MkdirTemp("", "mesh-pack-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(stage)
+	if err := completions(ctx, meshctl, stage); err != nil {
+		return nil, err
+	}
+	var debs []string
+	for _, name := range []string{"meshctl", "meshhost"} {
+		target, err := filepath.Abs(filepath.Join(o.Out, fmt.Sprintf("%s_%s_%s.deb", name, o.Version, o.Arch)))
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.CommandContext(ctx, "go", "tool", "-modfile=dist/tools.mod", "nfpm", "package",
+			"--config", filepath.Join("dist", "nfpm", name+".yaml"), "--packager", "deb", "--target", target)
+		cmd.Dir = o.Root
+		cmd.Env = append(os.Environ(),
+			"VERSION="+o.Version, "ARCH="+o.Arch,
+			"MESHCTL_BIN="+meshctl, "MESHHOST_BIN="+meshhost, "STAGE="+stage)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, o.Log), io.MultiWriter(&out, o.Log)
+		if err := cmd.Run(); err != nil {
+			return debs, fmt.Errorf("%w for %s: %v\n%s", ErrTool, name, err, out.Bytes())
+		}
+		debs = append(debs, target)
+	}
+	return debs, nil
+}
+
+// binaryVersion is the product version the built meshctl reports.
+func binaryVersion(ctx context.Context, meshctl string) (string, error) {
+	out, err := exec.CommandContext(ctx, meshctl, "version", "--json").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s version --json: %w", meshctl, err)
+	}
+	var v struct {
+		Version string `json:"version"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil || v.Version == "" {
+		return "", fmt.Errorf("%s version --json printed no version: %q", meshctl, out)
+	}
+	return v.Version, nil
+}
+
+// completions writes meshctl's completion scripts, which the meshctl package
+// installs, into dir.
+func completions(ctx context.Context, meshctl, dir string) error {
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		out, err := exec.CommandContext(ctx, meshctl, "completion", shell).Output()
+		if err != nil {
+			return fmt.Errorf("meshctl completion %s: %w", shell, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "meshctl."+shell), out, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nkeys"
+
+	"mesh/host/agent"
+	"mesh/host/identity"
+)
+
+// enrolled writes a valid identity into a fresh state directory, as enrolment
+// leaves it, and returns both.
+func enrolled(t *testing.T) (string, identity.Identity) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test mesh CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pin := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := kp.Seed()
+	upub, _ := kp.PublicKey()
+	signing, _, _ := ed25519.GenerateKey(rand.Reader)
+	id := identity.Identity{
+		Format: identity.FormatVersion, Mesh: "demo", Node: "web-1", Role: "worker",
+		Seed: string(seed), PublicKey: upub,
+		CAPEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), CAPin: hex.EncodeToString(pin[:]),
+		Brokers: []string{"127.0.0.1:1"},
+		Subjects: identity.Subjects{Declarations: "mesh.node.web-1.decl", Status: "mesh.node.web-1.status",
+			Sync: "mesh.node.web-1.sync", InboxPrefix: "_INBOX.node.web-1"},
+		SigningKeys: []string{hex.EncodeToString(signing)},
+		EnrolledAt:  time.Now().UTC().Truncate(time.Second),
+	}
+	dir := t.TempDir()
+	if err := identity.Save(dir, id); err != nil {
+		t.Fatal(err)
+	}
+	return dir, id
+}
+
+// TestStatusOfARevokedNode: once `meshhost run` recorded the mesh's revocation,
+// status says so and exits 6, in text and in JSON; a record about an identity
+// enrolled before this one does not count.
+func TestStatusOfARevokedNode(t *testing.T) {
+	dir, id := enrolled(t)
+	if code, out, stderr := runCLI("", nil, "status", "--state", dir); code != exitOK || strings.Contains(out, "REVOKED") {
+		t.Fatalf("before any revocation: exit %d\n%s%s", code, out, stderr)
+	}
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	if err := recordRevocation(dir, id, &agent.RevokedError{At: at}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := runCLI("", nil, "status", "--state", dir)
+	if code != exitRevoked || !strings.Contains(out, "REVOKED by the mesh at 2026-12-01T10:00:00Z") || !strings.Contains(stderr, "enrol with a new token") {
+		t.Fatalf("revoked: exit %d\n%s%s", code, out, stderr)
+	}
+	code, out, _ = runCLI("", nil, "status", "--state", dir, "--json")
+	var st struct {
+		Node    string      `json:"node"`
+		Revoked *revocation `json:"revoked"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); code != exitRevoked || err != nil || st.Revoked == nil || !st.Revoked.Signed || !st.Revoked.At.Equal(at) {
+		t.Fatalf("revoked, --json: exit %d, %v\n%s", code, err, out)
+	}
+	// run refuses at once: the mesh does not take a revocation back.
+	code, _, stderr = runCLI("", nil, "run", "--state", dir, "--root", filepath.Join(dir, "managed"))
+	if code != exitRevoked || !strings.Contains(stderr, "will not connect again") {
+		t.Fatalf("run of a revoked node: exit %d: %s", code, stderr)
+	}
+	// A signed revocation is never cleared by a later connection.
+	if err := clearRefusal(dir, id); err != nil || !fileExists(revokedPath(dir)) {
+		t.Fatalf("a signed revocation was cleared: %v", err)
+	}
+	// Another identity in the same directory (enrolled again) is not revoked.
+	other, _ := enrolled(t)
+	data, _ := os.ReadFile(revokedPath(dir))
+	if err := os.WriteFile(revokedPath(other), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runCLI("", nil, "status", "--state", other); code != exitOK {
+		t.Fatalf("a record about another key: exit %d: %s", code, stderr)
+	}
+}
+
+// TestRefusalRecord: a key the mesh kept refusing is recorded as such (exit 6), and
+// the record goes once the mesh accepts the key again.
+func TestRefusalRecord(t *testing.T) {
+	dir, id := enrolled(t)
+	if err := recordRevocation(dir, id, agent.ErrIdentityRefused, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := runCLI("", nil, "status", "--state", dir)
+	if code != exitRevoked || !strings.Contains(out, "REFUSED by the mesh") {
+		t.Fatalf("refused: exit %d\n%s", code, out)
+	}
+	if err := clearRefusal(dir, id); err != nil || fileExists(revokedPath(dir)) {
+		t.Fatalf("the refusal record stayed: %v", err)
+	}
+	// Other ends of the agent leave no record.
+	if err := recordRevocation(dir, id, os.ErrPermission, time.Now()); err != nil || fileExists(revokedPath(dir)) {
+		t.Fatalf("an unrelated error was recorded: %v", err)
+	}
+	// A corrupt record says what to do rather than guessing.
+	if err := os.WriteFile(revokedPath(dir), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runCLI("", nil, "status", "--state", dir); code == exitOK || !strings.Contains(stderr, "remove it") {
+		t.Fatalf("corrupt record: exit %d: %s", code, stderr)
+	}
+}
+
+// TestTokenFromSystemdCredential: with LoadCredential=mesh-token:FILE, systemd sets
+// $CREDENTIALS_DIRECTORY and enrol reads the token there. (A garbage token proves it
+// was read: empty stdin would say no token was given.)
+func TestTokenFromSystemdCredential(t *testing.T) {
+	creds := t.TempDir()
+	if err := os.WriteFile(filepath.Join(creds, credentialName), []byte("hello world\n"), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCLI("", map[string]string{"CREDENTIALS_DIRECTORY": creds}, "enrol", "--state", t.TempDir())
+	if code != exitToken || strings.Contains(stderr, "no token given") || !strings.Contains(stderr, "not") {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	// Without the credential file, stdin is read as before.
+	code, _, stderr = runCLI("", map[string]string{"CREDENTIALS_DIRECTORY": t.TempDir()}, "enrol", "--state", t.TempDir())
+	if code != exitToken || !strings.Contains(stderr, "no token given") {
+		t.Fatalf("no credential: exit %d: %s", code, stderr)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, line, _ := runCLI("", nil, "version")
+	if code != exitOK || !strings.HasPrefix(line, "meshhost "+agentVersion()+" (") || strings.Count(line, "\n") != 1 {
+		t.Fatalf("version: exit %d, %q", code, line)
+	}
+	if code, flagLine, _ := runCLI("", nil, "--version"); code != exitOK || flagLine != line {
+		t.Fatalf("--version: exit %d, %q, want %q", code, flagLine, line)
+	}
+	code, out, _ := runCLI("", nil, "version", "--json")
+	var v buildVersion
+	if err := json.Unmarshal([]byte(out), &v); code != exitOK || err != nil || v.Program != "meshhost" || v.Version != agentVersion() {
+		t.Fatalf("version --json: exit %d, %v, %s", code, err, out)
+	}
+	info := &debug.BuildInfo{GoVersion: "go1.26.8", Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "fedcba9876543210fedcba9876543210fedcba98"}, {Key: "vcs.time", Value: "2026-12-01T10:00:00Z"},
+		{Key: "GOOS", Value: "linux"}, {Key: "GOARCH", Value: "amd64"}}}
+	if got, want := versionFrom("0.1.0", info, true).String(), "meshhost 0.1.0 (revision fedcba987654 of 2026-12-01T10:00:00Z, go1.26.8 linux/amd64)"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+func TestLogFormat(t *testing.T) {
+	for _, c := range []struct {
+		format       string
+		logJSON, set bool
+		want         string
+		bad          bool
+	}{
+		{"text", false, false, "text", false},
+		{"json", false, true, "json", false},
+		{"text", true, false, "json", false},
+		{"text", true, true, "", true},
+		{"yaml", false, true, "", true},
+	} {
+		got, err := chooseLogFormat(c.format, c.logJSON, c.set)
+		if (err != nil) != c.bad || got != c.want {
+			t.Errorf("%+v: %q %v", c, got, err)
+		}
+	}
+	var buf bytes.Buffer
+	log, err := newLogger(&buf, "info", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("connected", "broker", "127.0.0.1:7300")
+	var line map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil || line["msg"] != "connected" {
+		t.Fatalf("%q: %v", buf.String(), err)
+	}
+}

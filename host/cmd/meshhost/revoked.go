@@ -1,0 +1,96 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"mesh/host/agent"
+	"mesh/host/atomicfile"
+	"mesh/host/identity"
+)
+
+// revokedFile is where `meshhost run` records, in the state directory, that the mesh
+// revoked this node or kept refusing its key, so that `meshhost status` (and the
+// next `meshhost run`) know without asking the mesh.
+const revokedFile = "revoked.json"
+
+// revocation is the record of revokedFile. It names the identity it is about: an
+// identity enrolled afresh in the same directory is not revoked.
+type revocation struct {
+	Node      string `json:"node"`
+	PublicKey string `json:"public_key"`
+	// Signed is true for a revocation notice the mesh signed; false when the mesh
+	// refused the key time after time (most likely revoked, but no notice arrived).
+	Signed bool      `json:"signed"`
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason"`
+}
+
+func revokedPath(stateDir string) string { return filepath.Join(stateDir, revokedFile) }
+
+// recordRevocation writes what the agent's end (err) says about the node, if it was
+// a revocation or a refused identity; other errors leave no record.
+func recordRevocation(stateDir string, id identity.Identity, err error, now time.Time) error {
+	r := revocation{Node: id.Node, PublicKey: id.PublicKey, At: now.UTC(), Reason: err.Error()}
+	var re *agent.RevokedError
+	switch {
+	case errors.As(err, &re):
+		r.Signed, r.At = true, re.At.UTC()
+	case errors.Is(err, agent.ErrRevoked):
+		r.Signed = true
+	case errors.Is(err, agent.ErrIdentityRefused):
+	default:
+		return nil
+	}
+	data, merr := json.MarshalIndent(r, "", "  ")
+	if merr != nil {
+		return merr
+	}
+	return atomicfile.WriteFile(revokedPath(stateDir), append(data, '\n'), 0o600)
+}
+
+// loadRevocation reads the record about id, if there is one. A record about another
+// identity (the machine was enrolled again since) is no record.
+func loadRevocation(stateDir string, id identity.Identity) (revocation, bool, error) {
+	data, err := os.ReadFile(revokedPath(stateDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return revocation{}, false, nil
+	}
+	if err != nil {
+		return revocation{}, false, err
+	}
+	var r revocation
+	if err := json.Unmarshal(data, &r); err != nil {
+		return revocation{}, false, fmt.Errorf("%s is corrupt (%v): remove it; `meshhost run` records a revocation again if there is one", revokedPath(stateDir), err)
+	}
+	if r.PublicKey != id.PublicKey {
+		return revocation{}, false, nil
+	}
+	return r, true, nil
+}
+
+// clearRefusal removes a record of refusals once the mesh accepted the node's key
+// again. A signed revocation is never cleared: the mesh does not take one back.
+func clearRefusal(stateDir string, id identity.Identity) error {
+	r, ok, err := loadRevocation(stateDir, id)
+	if err != nil || !ok || r.Signed {
+		return err
+	}
+	return os.Remove(revokedPath(stateDir))
+}
+
+// err is the record as the error status and run end with: it wraps
+// agent.ErrRevoked (signed) or agent.ErrIdentityRefused, exit code 6 either way.
+func (r revocation) err(stateDir string) error {
+	if r.Signed {
+		return fmt.Errorf("%w: %s was revoked at %s; the agent will not connect again. To adopt this machine again, remove %s and enrol with a new token",
+			agent.ErrRevoked, r.Node, r.At.Format(time.RFC3339), identity.Path(stateDir))
+	}
+	return fmt.Errorf("%w: the mesh refused %s's key time after time (last at %s), most likely because it was revoked; `meshhost run` tries again, or remove %s and enrol with a new token",
+		agent.ErrIdentityRefused, r.Node, r.At.Format(time.RFC3339), identity.Path(stateDir))
+}
