@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -246,6 +247,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	d.presence, err = presence.Start(presence.Config{
 		Conn: d.conns.events, Connect: connect, Disconnect: disconnect, Account: d.broker.AccountName(broker.AccountHosts),
 		OnChange: d.connectionChanged, Logger: d.log.With("component", "presence"), Now: opts.Now,
+		Ignore: func(user string) bool { return strings.HasPrefix(user, "control-plane:") },
 	})
 	if err != nil {
 		return nil, err

@@ -102,6 +102,46 @@ type guard struct {
 	logged  map[DropKey]time.Time
 	since   map[DropKey]uint64 // since the last line for the key
 	buckets map[string]*tokenBucket
+	owed    map[string]owedKick // by node key
+}
+
+// owedFor is how long a disconnection is owed to a connection the presence tracker
+// has not heard of yet: nats-server's connect event can trail the node's messages by
+// seconds when the system account is busy.
+const owedFor = 10 * time.Second
+
+// owedKick is a disconnection decided for a node key before its connection was
+// known (nats-server's connect event comes after the node's first messages).
+type owedKick struct {
+	at     time.Time
+	reason Reason
+}
+
+// owe records that key's connection is to be closed as soon as it is known.
+func (g *guard) owe(key string, reason Reason) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.owed) > 100_000 {
+		clear(g.owed)
+	}
+	g.owed[key] = owedKick{at: g.now(), reason: reason}
+}
+
+// collect returns, and forgets, a disconnection owed to key, if still due for a
+// connection the broker accepted at started: one accepted after the offending message
+// arrived owes nothing (a second of slack covers the brokers' clocks).
+func (g *guard) collect(key string, started time.Time) (Reason, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	o, ok := g.owed[key]
+	if !ok {
+		return "", false
+	}
+	delete(g.owed, key)
+	if !started.IsZero() && started.After(o.at.Add(time.Second)) {
+		return "", false
+	}
+	return o.reason, g.now().Sub(o.at) < owedFor
 }
 
 func newGuard(log *slog.Logger, now func() time.Time, b Budgets) *guard {
@@ -109,7 +149,7 @@ func newGuard(log *slog.Logger, now func() time.Time, b Budgets) *guard {
 		log: log, now: now, budgets: b.withDefaults(), interval: 10 * time.Second,
 		counts: map[DropKey]uint64{}, refused: map[DropKey]uint64{}, kicks: map[Reason]uint64{},
 		logged: map[DropKey]time.Time{}, since: map[DropKey]uint64{},
-		buckets: map[string]*tokenBucket{},
+		buckets: map[string]*tokenBucket{}, owed: map[string]owedKick{},
 	}
 }
 
@@ -125,7 +165,7 @@ func (g *guard) refuse(subject string, reason Reason, who, detail string) {
 	g.count(g.refused, "request refused", subject, reason, who, detail)
 }
 
-// kicked counts a node disconnected for exceeding a budget.
+// kicked counts a connection closed for exceeding a budget.
 func (g *guard) kicked(reason Reason) {
 	g.mu.Lock()
 	g.kicks[reason]++

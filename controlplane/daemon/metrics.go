@@ -24,6 +24,9 @@ var (
 	descKicked = prometheus.NewDesc("mesh_control_budget_disconnects_total",
 		"Nodes disconnected for exceeding a budget, by reason.",
 		[]string{"reason"}, nil)
+	descHostConns = prometheus.NewDesc("mesh_control_host_connections",
+		"Connections open in the hosts account on every broker of the mesh, as nats-server's events report them.",
+		nil, nil)
 )
 
 // collector exports the daemon's counters.
@@ -33,6 +36,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descDropped
 	ch <- descRefused
 	ch <- descKicked
+	ch <- descHostConns
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
@@ -46,6 +50,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for r, v := range n.Kicked {
 		ch <- prometheus.MustNewConstMetric(descKicked, prometheus.CounterValue, float64(v), string(r))
 	}
+	ch <- prometheus.MustNewConstMetric(descHostConns, prometheus.GaugeValue, float64(c.d.presence.Count()))
 }
 
 // Registry returns a Prometheus registry with the daemon's metrics and the process's.

@@ -15,8 +15,19 @@ func (d *Daemon) Counters() Counts { return d.guard.snapshot() }
 // connectionChanged is told by the presence tracker of every host connection that
 // opens or closes, on any broker. A node holding more connections than its budget
 // has its newest closed, by the leader alone so that it is closed once.
-func (d *Daemon) connectionChanged(user string, c presence.Conn, opened bool, open int) {
-	if !opened || open <= d.guard.budgets.MaxConnections || !d.raft.IsLeader() {
+func (d *Daemon) connectionChanged(user string, c presence.Conn, started time.Time, opened bool, open int) {
+	if !opened || !d.raft.IsLeader() {
+		return
+	}
+	// A disconnection decided before this connection was announced applies to it
+	// only if it was open when the offending message arrived: a node that
+	// reconnects afterwards starts afresh.
+	if why, due := d.guard.collect(user, started); due {
+		d.presence.KickConn(c)
+		d.guard.kicked(why)
+		return
+	}
+	if open <= d.guard.budgets.MaxConnections {
 		return
 	}
 	d.guard.drop("connect", ReasonConnections, user, "more connections than the node's budget; the newest is closed")

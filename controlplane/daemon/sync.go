@@ -102,14 +102,21 @@ func (d *Daemon) dropReply(kind, who, reply string) {
 	d.guard.drop(kind, ReasonForeignReply, who, "reply subject "+reply+" is not the requester's inbox")
 }
 
-// disconnectNode closes every connection of node, cluster-wide.
+// disconnectNode closes every connection of node, cluster-wide. A flood puts many
+// over-budget messages in the queue at once; each connection is asked to close once.
+// A node whose connection nats-server has not announced yet (its connect event can
+// trail its first messages) owes the disconnection, paid when it is announced.
 func (d *Daemon) disconnectNode(node string, why Reason) {
 	n, ok := d.nodeKey(node)
 	if !ok {
 		return
 	}
-	if closed := d.presence.Kick(n); closed > 0 {
+	asked, open := d.presence.Kick(n)
+	switch {
+	case asked > 0:
 		d.guard.kicked(why)
+	case open == 0:
+		d.guard.owe(n, why)
 	}
 }
 

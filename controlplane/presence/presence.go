@@ -37,10 +37,13 @@ type Config struct {
 	// Account is the account's name, to list its connections.
 	Account string
 	// OnChange, when set, is called after a user's count of open connections
-	// changes, with the connection that changed it. It runs on the events
-	// goroutine and must not block.
-	OnChange func(user string, c Conn, opened bool, open int)
-	Logger   *slog.Logger
+	// changes, with the connection that changed it and when the broker accepted it
+	// (zero when not known). It runs on the events goroutine and must not block.
+	OnChange func(user string, c Conn, started time.Time, opened bool, open int)
+	// Ignore, when set, names users not to track (the control plane's own
+	// connections in the account).
+	Ignore func(user string) bool
+	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -51,10 +54,11 @@ type Tracker struct {
 	cfg  Config
 	subs []*nats.Subscription
 
-	mu    sync.Mutex
-	users map[string]map[Conn]time.Time // when each connection was first seen
-	byID  map[Conn]string
-	gone  map[Conn]time.Time // closed connections, so a late listing does not bring them back
+	mu      sync.Mutex
+	users   map[string]map[Conn]time.Time // when each connection was first seen
+	byID    map[Conn]string
+	gone    map[Conn]time.Time // closed connections, so a late listing does not bring them back
+	kicking map[Conn]bool      // asked to close, not closed yet
 }
 
 // tombstoneFor is how long a closed connection is remembered.
@@ -72,7 +76,7 @@ func Start(cfg Config) (*Tracker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	t := &Tracker{cfg: cfg, users: map[string]map[Conn]time.Time{}, byID: map[Conn]string{}, gone: map[Conn]time.Time{}}
+	t := &Tracker{cfg: cfg, users: map[string]map[Conn]time.Time{}, byID: map[Conn]string{}, gone: map[Conn]time.Time{}, kicking: map[Conn]bool{}}
 	for subj, h := range map[string]nats.MsgHandler{cfg.Connect: t.onConnect, cfg.Disconnect: t.onDisconnect} {
 		sub, err := cfg.Conn.Subscribe(subj, h)
 		if err != nil {
@@ -104,41 +108,45 @@ type event struct {
 		ID string `json:"id"`
 	} `json:"server"`
 	Client struct {
-		ID   uint64 `json:"id"`
-		User string `json:"user"`
+		ID    uint64    `json:"id"`
+		User  string    `json:"user"`
+		Start time.Time `json:"start"`
 	} `json:"client"`
 }
 
-func (t *Tracker) decode(m *nats.Msg) (Conn, string, bool) {
+func (t *Tracker) decode(m *nats.Msg) (Conn, string, time.Time, bool) {
 	var e event
 	if err := json.Unmarshal(m.Data, &e); err != nil || e.Server.ID == "" || e.Client.User == "" {
 		t.cfg.Logger.Warn("connection event not understood", "subject", m.Subject, "err", err)
-		return Conn{}, "", false
+		return Conn{}, "", time.Time{}, false
 	}
-	return Conn{Server: e.Server.ID, CID: e.Client.ID}, e.Client.User, true
+	return Conn{Server: e.Server.ID, CID: e.Client.ID}, e.Client.User, e.Client.Start, true
 }
 
 func (t *Tracker) onConnect(m *nats.Msg) {
-	c, user, ok := t.decode(m)
+	c, user, started, ok := t.decode(m)
 	if !ok {
 		return
 	}
 	if n, added := t.add(user, c, t.cfg.Now()); added && t.cfg.OnChange != nil {
-		t.cfg.OnChange(user, c, true, n)
+		t.cfg.OnChange(user, c, started, true, n)
 	}
 }
 
 func (t *Tracker) onDisconnect(m *nats.Msg) {
-	c, user, ok := t.decode(m)
+	c, user, started, ok := t.decode(m)
 	if !ok {
 		return
 	}
 	if n, removed := t.remove(c, t.cfg.Now()); removed && t.cfg.OnChange != nil {
-		t.cfg.OnChange(user, c, false, n)
+		t.cfg.OnChange(user, c, started, false, n)
 	}
 }
 
 func (t *Tracker) add(user string, c Conn, now time.Time) (int, bool) {
+	if t.cfg.Ignore != nil && t.cfg.Ignore(user) {
+		return 0, false
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, closed := t.gone[c]; closed {
@@ -168,6 +176,7 @@ func (t *Tracker) remove(c Conn, now time.Time) (int, bool) {
 			}
 		}
 	}
+	delete(t.kicking, c)
 	user, ok := t.byID[c]
 	if !ok {
 		return 0, false
@@ -186,6 +195,13 @@ func (t *Tracker) Open(user string) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.users[user])
+}
+
+// Count returns how many connections are open, cluster-wide.
+func (t *Tracker) Count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.byID)
 }
 
 // Since returns when the oldest of user's open connections was first seen, if any.
@@ -212,28 +228,39 @@ func (t *Tracker) Users() []string {
 	return out
 }
 
-// Kick asks the broker holding each of user's connections to close it and returns how
-// many it asked for.
-func (t *Tracker) Kick(user string) int {
+// Kick asks the broker holding each of user's connections to close it, once per
+// connection however often it is called before the connection is gone, and returns
+// how many it asked for now and how many user holds open.
+func (t *Tracker) Kick(user string) (asked, open int) {
 	t.mu.Lock()
-	conns := make([]Conn, 0, len(t.users[user]))
+	var conns []Conn
 	for c := range t.users[user] {
-		conns = append(conns, c)
+		if !t.kicking[c] {
+			conns = append(conns, c)
+		}
 	}
+	open = len(t.users[user])
 	t.mu.Unlock()
 	for _, c := range conns {
 		t.KickConn(c)
 	}
-	return len(conns)
+	return len(conns), open
 }
 
 // KickConn asks the broker holding c to close it (nats-server's
 // $SYS.REQ.SERVER.<id>.KICK); the disconnect event follows.
 func (t *Tracker) KickConn(c Conn) {
+	t.mu.Lock()
+	if _, known := t.byID[c]; known {
+		t.kicking[c] = true
+	}
+	t.mu.Unlock()
 	data, _ := json.Marshal(struct {
 		CID uint64 `json:"cid"`
 	}{c.CID})
-	if err := t.cfg.Conn.Publish("$SYS.REQ.SERVER."+c.Server+".KICK", data); err != nil {
+	// nats-server acts on a system request only when it names a reply subject; the
+	// answer is not needed.
+	if err := t.cfg.Conn.PublishRequest("$SYS.REQ.SERVER."+c.Server+".KICK", t.cfg.Conn.NewRespInbox(), data); err != nil {
 		t.cfg.Logger.Warn("could not ask a broker to close a connection", "server", c.Server, "cid", c.CID, "err", err)
 	}
 }
@@ -299,7 +326,7 @@ func (t *Tracker) Sync(ctx context.Context, servers int) error {
 	}
 	for c, user := range listed {
 		if n, added := t.add(user, c, now); added && t.cfg.OnChange != nil {
-			t.cfg.OnChange(user, c, true, n)
+			t.cfg.OnChange(user, c, time.Time{}, true, n)
 		}
 	}
 	if len(answered) < servers {

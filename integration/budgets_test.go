@@ -1,0 +1,189 @@
+package integration
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/integration/harness"
+)
+
+// TestNodeBudgets: a node that sends a message over its subject's size budget, or
+// more messages than its rate budget, or holds more connections than its budget, is
+// disconnected, on whichever broker holds it; each is counted, the log stays short,
+// and the node can connect again afterwards.
+func TestNodeBudgets(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "budgets")
+	serve := cp.Serve()
+	t.Cleanup(func() {
+		if t.Failed() { // what the control plane made of it
+			for _, l := range strings.Split(serve.Output(), "\n") {
+				if strings.Contains(l, "dropped") {
+					t.Log(l)
+				}
+			}
+		}
+	})
+	h := harness.NewHost(t, bin, "flood")
+	if r := h.Enrol(cp.Token("flood")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	closedBy := func(nc *nats.Conn) bool { return nc.IsClosed() || !nc.IsConnected() }
+	status := func(pad int) []byte {
+		b, _ := json.Marshal(api.Status{V: api.ProtocolVersion, Node: "flood", Agent: strings.Repeat("x", pad)})
+		return b
+	}
+
+	// Size: a status report over 8 KiB (well under the broker's 64 KiB cap).
+	nc := nodeConn(t, cp.Dir, h.State, cp.Listen, make(chan error, 8))
+	if err := nc.Publish("mesh.node.flood.status", status(9<<10)); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	harness.Eventually(t, 10*time.Second, "the oversized report's sender disconnected", func() bool { return closedBy(nc) })
+	if got := cp.Counter("mesh_control_budget_disconnects_total", "reason=too_large"); got != 1 {
+		t.Errorf("disconnects for size: %v, want 1", got)
+	}
+	// Over the broker's own cap for hosts (64 KiB), nats-server closes the connection
+	// itself (or nats.go, told the cap, refuses to send): the control plane never
+	// sees the message.
+	nc = nodeConn(t, cp.Dir, h.State, cp.Listen, make(chan error, 8))
+	if err := nc.Publish("mesh.node.flood.status", make([]byte, 100<<10)); !errors.Is(err, nats.ErrMaxPayload) {
+		nc.Flush()
+		harness.Eventually(t, 10*time.Second, "the broker closes a connection over its payload cap", func() bool { return closedBy(nc) })
+	} else if got := nc.MaxPayload(); got != 64<<10 {
+		t.Errorf("the client was told a payload cap of %d, want the hosts account's 64 KiB", got)
+	}
+	if got := cp.Counter("mesh_control_messages_dropped_total", "subject=status", "reason=too_large"); got != 1 {
+		t.Errorf("%v reports counted as too large: the control plane saw what the broker should have stopped", got)
+	}
+
+	// Rate: far more reports than the budget allows, as fast as it can.
+	nc = nodeConn(t, cp.Dir, h.State, cp.Listen, make(chan error, 8))
+	for range 400 {
+		if err := nc.Publish("mesh.node.flood.status", status(0)); err != nil {
+			break
+		}
+	}
+	nc.Flush()
+	harness.Eventually(t, 10*time.Second, "the flooding node disconnected", func() bool { return closedBy(nc) })
+	if got := cp.Counter("mesh_control_budget_disconnects_total", "reason=rate"); got < 1 {
+		t.Errorf("disconnects for rate: %v, want at least 1", got)
+	}
+	if dropped := cp.Counter("mesh_control_messages_dropped_total", "subject=status", "reason=rate"); dropped < 1 {
+		t.Errorf("no report counted as over the rate budget")
+	}
+	if lines := strings.Count(serve.Output(), "message dropped"); lines > 10 {
+		t.Errorf("%d log lines for a flood: the log is not bounded", lines)
+	}
+
+	// Connections: the budget is 4 at once; the fifth is closed.
+	time.Sleep(10 * time.Second) // the rate budget refills (20 per second, 200 at once)
+	harness.Eventually(t, 10*time.Second, "no host connection left open", func() bool { return cp.Counter("mesh_control_host_connections") == 0 })
+	var conns []*nats.Conn
+	for range 4 {
+		conns = append(conns, nodeConn(t, cp.Dir, h.State, cp.Listen, make(chan error, 8)))
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The fifth is closed as soon as nats-server announces it, which can be before
+	// the client has finished connecting.
+	if fifth, err := dialNode(t, h.KeyPair(t), pinOf(t, cp), cp.Listen); err == nil {
+		harness.Eventually(t, 10*time.Second, "the fifth connection closed", func() bool { return closedBy(fifth) })
+	}
+	time.Sleep(500 * time.Millisecond)
+	for i, c := range conns {
+		if closedBy(c) {
+			t.Errorf("connection %d of 4 was closed", i+1)
+		}
+	}
+	if got := cp.Counter("mesh_control_budget_disconnects_total", "reason=connections"); got != 1 {
+		t.Errorf("disconnects for connections: %v, want 1", got)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+
+	// The node is not locked out: its agent connects and converges.
+	h.Run()
+	cp.WaitConverged("flood", 0, 20*time.Second)
+}
+
+// TestSlowHookDoesNotStallTheAgent: a hook that hangs (and leaves a child holding its
+// output) does not keep the agent from applying and reporting the next
+// declarations; the hook is killed, whole, at its timeout, and reported.
+func TestSlowHookDoesNotStallTheAgent(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "hooks")
+	cp.Serve()
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	hooksFile := filepath.Join(t.TempDir(), "hooks.json")
+	writeFile(t, hooksFile, `{"hooks":[{"name":"hang","paths":["slow.conf"],"run":["sh","-c","sleep 300 & sleep 300"],"timeout":"4s"}]}`)
+	h.Run("--hooks", hooksFile)
+	body := filepath.Join(t.TempDir(), "b.json")
+	declare := func(files string) {
+		t.Helper()
+		writeFile(t, body, `{"files":[`+files+`]}`)
+		if r := cp.Ctl("declare", "--node", "web-1", "--file", body); r.Code != 0 {
+			t.Fatalf("declare: %s", r.Combined())
+		}
+	}
+	declare(`{"path":"slow.conf","content":"1"}`)
+	cp.WaitConverged("web-1", 1, 20*time.Second)
+	// While the hook hangs, the next declaration applies at once.
+	start := time.Now()
+	declare(`{"path":"slow.conf","content":"1"},{"path":"other.conf","content":"2"}`)
+	cp.WaitConverged("web-1", 2, 20*time.Second)
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("v2 applied %s after it was declared, while the hook hung", took)
+	}
+	if got, _ := h.ReadManaged("other.conf"); got != "2" {
+		t.Fatalf("other.conf = %q", got)
+	}
+	harness.Eventually(t, 20*time.Second, "the hook's timeout reported", func() bool {
+		n, _ := cp.Node("web-1")
+		return n.LastError != nil && n.LastError.Code == "hook_failed" && strings.Contains(n.LastError.Message, "timed out")
+	})
+	// The hook's process group is gone: no sleep 300 left behind.
+	harness.Eventually(t, 10*time.Second, "the hook's children killed", func() bool { return !processRunning("sleep 300") })
+}
+
+// processRunning reports whether a process with this command line runs.
+func processRunning(cmdline string) bool {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " ") == cmdline {
+			stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+			if !strings.Contains(string(stat), ") Z ") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func pinOf(t *testing.T, cp *harness.ControlPlane) [32]byte {
+	t.Helper()
+	cfg, err := datadir.Dir(cp.Dir).LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin, err := cfg.Pin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pin
+}
