@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
@@ -110,6 +111,19 @@ func TestNodeBudgets(t *testing.T) {
 	for _, c := range conns {
 		c.Close()
 	}
+
+	// Enrolling clients: a flood of requests on one node's enrolment subject is
+	// dropped after the budget, cheaply, before anything is decoded.
+	fresh := parseToken(t, cp.Token("fresh"))
+	kp, _ := nkeys.CreateUser()
+	enc := enrollingConn(t, cp, fresh, kp)
+	for range 300 {
+		enc.Publish("mesh.enrol.fresh", []byte("{}"))
+	}
+	enc.Flush()
+	harness.Eventually(t, 10*time.Second, "the enrolment flood counted", func() bool {
+		return cp.Counter("mesh_control_messages_dropped_total", "subject=enrol", "reason=rate") >= 100
+	})
 
 	// The node is not locked out: its agent connects and converges.
 	h.Run()

@@ -31,6 +31,12 @@ func (d *Daemon) handleEnrol(m *nats.Msg) {
 		d.guard.drop("enrol", ReasonTooLarge, node, "enrolment request over its budget")
 		return
 	}
+	// The clients enrolling a node share one message budget: a flood costs a map
+	// lookup per message, and the clients' connections end within 30 seconds.
+	if !d.guard.spend(enrolBudgetKey + node) {
+		d.guard.drop("enrol", ReasonRate, node, "enrolment requests over the node's budget")
+		return
+	}
 	req, err := api.Decode[api.EnrolRequest](m.Data)
 	if err != nil {
 		d.guard.drop("enrol", ReasonMalformed, node, err.Error())
@@ -56,6 +62,10 @@ func (d *Daemon) handleEnrol(m *nats.Msg) {
 		d.log.Warn("enrolment reply not sent", "node", node, "err", err)
 	}
 }
+
+// enrolBudgetKey prefixes the message budget of a node's enrolling clients, apart
+// from the node's own once enrolled.
+const enrolBudgetKey = "enrol:"
 
 func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 	refuse := func(code, msg string) api.EnrolResponse {
