@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ProtocolVersion is the "v" of every message. Version 2 binds enrolment to a key
@@ -188,6 +189,8 @@ type StatusError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Version uint64 `json:"version,omitempty"`
+	// RetryAt is when the agent tries again to apply a declaration that failed.
+	RetryAt time.Time `json:"retry_at,omitzero"`
 }
 
 // Status is what a node reports after handling a declaration, and as its heartbeat.

@@ -273,7 +273,8 @@ func (d *Daemon) view(n *state.Node, now time.Time) api.NodeView {
 		v.Converged = ver == n.Declared.Version
 	}
 	if n.Applied.ErrorCode != "" {
-		v.LastError = &api.StatusError{Code: n.Applied.ErrorCode, Message: n.Applied.ErrorMessage, Version: n.Applied.ErrorVersion}
+		v.LastError = &api.StatusError{Code: n.Applied.ErrorCode, Message: n.Applied.ErrorMessage, Version: n.Applied.ErrorVersion,
+			RetryAt: n.Applied.ErrorRetryAt}
 	}
 	last, ok := d.seen.get(n.ID)
 	if ok {
@@ -284,7 +285,7 @@ func (d *Daemon) view(n *state.Node, now time.Time) api.NodeView {
 	switch {
 	case n.Revoked:
 		v.State = api.StateRevoked
-	case ok && now.Sub(last) <= d.opts.OfflineAfter:
+	case d.alive(n, now):
 		v.State = api.StateAlive
 	default:
 		v.State = api.StateOffline

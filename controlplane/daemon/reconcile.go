@@ -33,8 +33,7 @@ func (d *Daemon) reconcile(now time.Time) {
 			if n.Revoked {
 				continue
 			}
-			last, ok := d.seen.get(id)
-			if !ok || now.Sub(last) > d.opts.OfflineAfter {
+			if !d.alive(n, now) {
 				continue
 			}
 			a := n.Applied

@@ -37,6 +37,7 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 	}
 	if st.Error != nil {
 		a.ErrorCode, a.ErrorMessage, a.ErrorVersion = st.Error.Code, truncate(st.Error.Message, 512), st.Error.Version
+		a.ErrorRetryAt = st.Error.RetryAt.UTC().Truncate(time.Second)
 	}
 	changed := false
 	d.fsm.Read(func(s *state.State) {

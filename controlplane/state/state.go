@@ -117,6 +117,7 @@ type Applied struct {
 	ErrorCode    string    `json:"error_code,omitempty"`
 	ErrorMessage string    `json:"error_message,omitempty"`
 	ErrorVersion uint64    `json:"error_version,omitempty"`
+	ErrorRetryAt time.Time `json:"error_retry_at,omitzero"`
 	Stale        bool      `json:"stale,omitempty"`
 	ReportedAt   time.Time `json:"reported_at,omitzero"`
 }

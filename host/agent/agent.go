@@ -55,6 +55,10 @@ type Options struct {
 	// Hooks are the commands this host's local configuration runs after files
 	// change; a declaration can never add one.
 	Hooks hooks.Config
+	// RetryMin and RetryMax bound the backoff between attempts to apply a
+	// declaration that failed to apply (a local fault: a file where a directory must
+	// go, a full disk); 0 means 1 second and 5 minutes.
+	RetryMin, RetryMax time.Duration
 	// OnSynced, if set, is called each time the mesh acknowledged a sync: the
 	// agent is connected and the mesh has sent it its current state (which it
 	// verifies as it arrives). The first call means the agent is up; meshhost tells
@@ -95,6 +99,8 @@ type Agent struct {
 	// while the worker is busy (merged, so a burst of declarations runs hooks once).
 	hookJobs    chan hookRun
 	hookWaiting *hookRun
+	// retry is the declaration whose apply failed, tried again later.
+	retry applyRetry
 }
 
 type event struct {
@@ -116,6 +122,12 @@ func New(o Options) (*Agent, error) {
 	}
 	if o.AuthFailureLimit == 0 {
 		o.AuthFailureLimit = 5
+	}
+	if o.RetryMin == 0 {
+		o.RetryMin = time.Second
+	}
+	if o.RetryMax == 0 {
+		o.RetryMax = 5 * time.Minute
 	}
 	id, err := identity.Load(o.StateDir)
 	if err != nil {
@@ -287,6 +299,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.report(nc)
 		case h := <-hookDone:
 			a.hooksFinished(h)
+			a.report(nc)
+		case <-a.retry.due():
+			a.log.Info("trying again to apply the declaration that failed", "version", a.retry.version, "attempt", a.retry.attempt+1)
+			if err := a.handle(ctx, a.retry.raw); err != nil {
+				return err
+			}
 			a.report(nc)
 		case <-beat.C:
 			a.report(nc)
@@ -545,8 +563,14 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte) {
 	res, err := a.applier.Apply(ctx, files, a.applied.Managed)
 	if err != nil {
 		a.failCode("apply_failed", err, v.Version)
+		at := a.retry.schedule(raw, v.Version, a.o.Now(), a.o.RetryMin, a.o.RetryMax)
+		a.applied.NextAttempt = at
+		a.save()
+		a.log.Warn("the declaration will be tried again", "version", v.Version, "at", at.Format(time.RFC3339))
 		return
 	}
+	a.retry.clear()
+	a.applied.NextAttempt = time.Time{}
 	a.applied.HaveApplied = true
 	a.applied.Version = v.Version
 	a.applied.BodyDigest = hex.EncodeToString(v.BodyDigest[:])
@@ -613,7 +637,8 @@ func (a *Agent) report(nc *nats.Conn) {
 		KeyringEpoch: a.keyring.Epoch, Stale: a.Stale(), Agent: enrol.Agent,
 	}
 	if a.applied.LastErrorCode != "" {
-		st.Error = &wire.StatusError{Code: a.applied.LastErrorCode, Message: a.applied.LastError, Version: a.applied.LastErrorVersion}
+		st.Error = &wire.StatusError{Code: a.applied.LastErrorCode, Message: a.applied.LastError, Version: a.applied.LastErrorVersion,
+			RetryAt: a.applied.NextAttempt}
 	}
 	data, _ := json.Marshal(st)
 	if err := nc.Publish(a.id.Subjects.Status, data); err != nil {

@@ -230,3 +230,76 @@ func TestStale(t *testing.T) {
 		t.Fatalf("stale %v, file %q", f.a.Stale(), f.file(t))
 	}
 }
+
+// flakyApplier fails while blocked is true, then applies into a FileApplier.
+type flakyApplier struct {
+	blocked bool
+	inner   apply.Applier
+}
+
+func (f *flakyApplier) Apply(ctx context.Context, files []apply.File, managed []string) (apply.Result, error) {
+	if f.blocked {
+		return apply.Result{}, &apply.ApplyError{Path: "etc/app.conf", Err: errors.New("a file stands where a directory must go"), RolledBack: true}
+	}
+	return f.inner.Apply(ctx, files, managed)
+}
+
+// TestFailedApplyIsRetried: a declaration that verified but failed to apply is kept
+// and tried again with growing waits; once the local fault is gone it applies without
+// a new declaration, and the retry is forgotten.
+func TestFailedApplyIsRetried(t *testing.T) {
+	f := newFixture(t)
+	flaky := &flakyApplier{blocked: true, inner: f.a.applier}
+	f.a.applier = flaky
+	ctx := context.Background()
+	if err := f.a.handle(ctx, f.decl(t, 1, "one")); err != nil {
+		t.Fatal(err)
+	}
+	got := f.a.Applied()
+	if got.HaveApplied || got.LastErrorCode != "apply_failed" || !got.NextAttempt.Equal(t0.Add(time.Second)) {
+		t.Fatalf("after the failure: %+v", got)
+	}
+	if persisted, _ := state.Load(f.dir); !persisted.NextAttempt.Equal(t0.Add(time.Second)) {
+		t.Fatalf("the next attempt is not persisted: %+v", persisted)
+	}
+	if f.a.retry.due() == nil {
+		t.Fatal("no retry scheduled")
+	}
+	// Still failing: each attempt waits twice as long.
+	for i, want := range []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second} {
+		f.a.handle(ctx, f.a.retry.raw)
+		if got := f.a.Applied().NextAttempt; !got.Equal(t0.Add(want)) {
+			t.Fatalf("attempt %d: next attempt %v, want now+%s", i+2, got, want)
+		}
+	}
+	// The fault is fixed: the retry applies the same declaration.
+	flaky.blocked = false
+	if err := f.a.handle(ctx, f.a.retry.raw); err != nil {
+		t.Fatal(err)
+	}
+	got = f.a.Applied()
+	if !got.HaveApplied || got.Version != 1 || got.LastErrorCode != "" || !got.NextAttempt.IsZero() || f.file(t) != "one" {
+		t.Fatalf("after the fix: %+v, file %q", got, f.file(t))
+	}
+	if f.a.retry.due() != nil {
+		t.Fatal("a retry is still scheduled after the apply succeeded")
+	}
+}
+
+func TestRetryBackoffIsCapped(t *testing.T) {
+	var r applyRetry
+	var last time.Time
+	for range 30 {
+		last = r.schedule([]byte("x"), 7, t0, time.Second, time.Minute)
+	}
+	if !last.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("after 30 failures the wait is %s, want the 1m cap", last.Sub(t0))
+	}
+	if at := r.schedule([]byte("y"), 8, t0, time.Second, time.Minute); !at.Equal(t0.Add(time.Second)) {
+		t.Fatalf("a new version starts again at the minimum, got %s", at.Sub(t0))
+	}
+	r.clear()
+	if r.due() != nil {
+		t.Fatal("cleared, still due")
+	}
+}

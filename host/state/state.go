@@ -47,6 +47,8 @@ type Applied struct {
 	LastError        string    `json:"last_error,omitempty"`
 	LastErrorCode    string    `json:"last_error_code,omitempty"`
 	LastErrorVersion uint64    `json:"last_error_version,omitempty"`
+	// NextAttempt is when a declaration that failed to apply is tried again.
+	NextAttempt time.Time `json:"next_attempt,omitzero"`
 	// Brokers is the mesh's current broker list, learnt from the control plane
 	// after enrolment; the agent tries these after the identity's own.
 	Brokers []string `json:"brokers,omitempty"`

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ProtocolVersion is the "v" of every message this agent speaks.
@@ -125,6 +126,8 @@ type StatusError struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Version uint64 `json:"version,omitempty"`
+	// RetryAt is when the agent tries again to apply a declaration that failed.
+	RetryAt time.Time `json:"retry_at,omitzero"`
 }
 
 // Status is the agent's report.

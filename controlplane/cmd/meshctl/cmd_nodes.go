@@ -99,6 +99,9 @@ func printNodes(w io.Writer, res api.NodesResult, now time.Time) {
 		lastErr := "-"
 		if n.LastError != nil {
 			lastErr = fmt.Sprintf("v%d %s: %s", n.LastError.Version, n.LastError.Code, oneLine(n.LastError.Message, 60))
+			if !n.LastError.RetryAt.IsZero() {
+				lastErr += " (retry at " + n.LastError.RetryAt.UTC().Format(time.TimeOnly) + ")"
+			}
 		}
 		state := n.State
 		if n.Stale {

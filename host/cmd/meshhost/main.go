@@ -453,11 +453,14 @@ func cmdStatus(args []string, cio *cliIO) error {
 		ExpiresAt      string   `json:"expires_at,omitempty"`
 		KeyringEpoch   uint64   `json:"keyring_epoch"`
 		LastError      string   `json:"last_error,omitempty"`
-		Managed        []string `json:"managed"`
+		// NextAttempt is when `meshhost run` tries again a declaration that
+		// failed to apply.
+		NextAttempt string   `json:"next_attempt,omitempty"`
+		Managed     []string `json:"managed"`
 		// Revoked is the record `meshhost run` left when the mesh revoked the
 		// node (or kept refusing its key); status then exits 6.
 		Revoked *revocation `json:"revoked,omitempty"`
-	}{id.Mesh, id.Node, id.PublicKey, id.Brokers, applied.HaveApplied, applied.Version, "", applied.KeyringEpoch, "", applied.Managed, nil}
+	}{id.Mesh, id.Node, id.PublicKey, id.Brokers, applied.HaveApplied, applied.Version, "", applied.KeyringEpoch, "", "", applied.Managed, nil}
 	if revoked {
 		out.Revoked = &rec
 	}
@@ -466,6 +469,9 @@ func cmdStatus(args []string, cio *cliIO) error {
 	}
 	if applied.LastErrorCode != "" {
 		out.LastError = applied.LastErrorCode + ": " + applied.LastError
+	}
+	if !applied.NextAttempt.IsZero() {
+		out.NextAttempt = applied.NextAttempt.UTC().Format(time.RFC3339)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(cio.stdout)
@@ -489,6 +495,9 @@ func cmdStatus(args []string, cio *cliIO) error {
 		out.Node, out.Mesh, out.PublicKey, strings.Join(out.Brokers, ", "), ver, out.KeyringEpoch, len(out.Managed))
 	if out.LastError != "" {
 		fmt.Fprintf(cio.stdout, "last error %s\n", out.LastError)
+	}
+	if out.NextAttempt != "" {
+		fmt.Fprintf(cio.stdout, "retry     at %s (while meshhost run runs)\n", out.NextAttempt)
 	}
 	if revoked {
 		what := "REVOKED by the mesh"

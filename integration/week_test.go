@@ -1,0 +1,87 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"mesh/integration/harness"
+)
+
+// The operator's week: ordinary operations and mistakes, each with the built binaries.
+
+// TestFailedApplyIsRetried: a local fault makes an apply fail (a file stands where the
+// declaration needs a directory). The host reports the error and when it tries again;
+// once the fault is fixed by hand it converges on the same declaration, without a new
+// one being issued.
+func TestFailedApplyIsRetried(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "retry")
+	cp.Serve()
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	h.Run()
+	cp.WaitConverged("web-1", 0, 20*time.Second)
+	// The fault: a plain file where the declaration wants a directory.
+	blocker := filepath.Join(h.Root, "etc")
+	if err := os.MkdirAll(h.Root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, blocker, "not a directory\n")
+	body := filepath.Join(t.TempDir(), "b.json")
+	writeFile(t, body, `{"files":[{"path":"etc/app.conf","content":"listen 8080\n"}]}`)
+	if r := cp.Ctl("declare", "--node", "web-1", "--file", body); r.Code != 0 {
+		t.Fatalf("declare: %s", r.Combined())
+	}
+	harness.Eventually(t, 20*time.Second, "the failure reported with the next attempt", func() bool {
+		n, _ := cp.Node("web-1")
+		return n.LastError != nil && n.LastError.Code == "apply_failed" && n.LastError.Version == 1 && !n.LastError.RetryAt.IsZero()
+	})
+	if r := harness.Run(t, "", nil, bin.Meshhost, "status", "--state", h.State); !strings.Contains(r.Stdout, "retry     at ") || !strings.Contains(r.Stdout, "apply_failed") {
+		t.Fatalf("meshhost status does not show the failure and the next attempt:\n%s", r.Combined())
+	}
+	declaredBefore := func() uint64 { n, _ := cp.Node("web-1"); return n.Declared }()
+
+	// Fixed by hand: the host converges on v1 by itself.
+	if err := os.Remove(blocker); err != nil {
+		t.Fatal(err)
+	}
+	cp.WaitConverged("web-1", 1, 60*time.Second)
+	if got, _ := h.ReadManaged("etc/app.conf"); got != "listen 8080\n" {
+		t.Fatalf("etc/app.conf = %q", got)
+	}
+	n, _ := cp.Node("web-1")
+	if n.Declared != declaredBefore || n.LastError != nil {
+		t.Fatalf("converged with declared v%d (was v%d), last error %+v: the retry, not a new declaration, must fix it", n.Declared, declaredBefore, n.LastError)
+	}
+}
+
+// TestLivenessFromTheBroker: a host whose agent stops is shown offline within two
+// seconds, by the brokers' own account of its connection, not after the heartbeats
+// run out; and alive again as soon as it reconnects.
+func TestLivenessFromTheBroker(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "liveness")
+	cp.Serve()
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	// A long heartbeat: only the connection can tell the control plane in time.
+	agent := h.Run("--heartbeat", "1m")
+	cp.WaitConverged("web-1", 0, 20*time.Second)
+	harness.Eventually(t, 10*time.Second, "web-1 alive", func() bool { n, _ := cp.Node("web-1"); return n.State == "alive" })
+
+	agent.Signal(syscall.SIGKILL)
+	agent.Wait(5 * time.Second)
+	start := time.Now()
+	harness.Eventually(t, 5*time.Second, "web-1 offline", func() bool { n, _ := cp.Node("web-1"); return n.State == "offline" })
+	if took := time.Since(start); took > 2*time.Second+500*time.Millisecond {
+		t.Errorf("shown offline %s after its agent died, want within 2 s", took.Round(time.Millisecond))
+	}
+	h.Run("--heartbeat", "1m")
+	harness.Eventually(t, 10*time.Second, "web-1 alive again", func() bool { n, _ := cp.Node("web-1"); return n.State == "alive" })
+}
