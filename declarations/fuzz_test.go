@@ -320,3 +320,32 @@ func FuzzVerifyKeyring(f *testing.F) {
 		}
 	})
 }
+
+// FuzzVerifyMembership: whatever the bytes, VerifyMembership either refuses with a
+// known code or accepts a membership the trusted key signed, for this mesh, not older
+// than the one held, listing only canonical, distinct addresses.
+func FuzzVerifyMembership(f *testing.F) {
+	set := signedSet{}
+	add := func(m Membership, keys ...ed25519.PrivateKey) {
+		f.Add(set.sign(f, PayloadTypeMembership, []byte(encode(f, m)), keys...))
+	}
+	add(Membership{Mesh: "demo", Version: 2, Brokers: []string{"10.0.0.1:7300", "10.0.0.2:7300"}, IssuedAt: t0}, fuzzTrusted)
+	add(Membership{Mesh: "demo", Version: 1, Brokers: []string{"10.0.0.1:7300"}, IssuedAt: t0}, fuzzTrusted)
+	add(Membership{Mesh: "evil", Version: 9, Brokers: []string{"10.0.0.1:7300"}, IssuedAt: t0}, fuzzTrusted)
+	add(Membership{Mesh: "demo", Version: 3, Brokers: []string{"[::1]:7300"}, IssuedAt: t0}, testKey(3))
+	trusted := []ed25519.PublicKey{pub(fuzzTrusted)}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		m, err := VerifyMembership(raw, trusted, "demo", 1, []string{"10.0.0.1:7300"})
+		if err != nil {
+			checkRefusal(t, err)
+			return
+		}
+		env, err := parseEnvelope(raw)
+		if err != nil || !set.has(PayloadTypeMembership, env.Payload) {
+			t.Fatalf("accepted a membership the trusted key never signed: %v", err)
+		}
+		if m.Mesh != "demo" || m.Version < 1 || m.check() != "" {
+			t.Fatalf("accepted %+v", m)
+		}
+	})
+}

@@ -93,6 +93,11 @@ func TestInjectedDeclarationsRejected(t *testing.T) {
 		{"oversized", "too_large", oversized},
 		{"garbage bytes", "malformed", []byte("\x00\xffnot an envelope")},
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("web-1's agent:\n%s", hosts["web-1"].Process().Output())
+		}
+	})
 	for _, a := range attacks {
 		hb.InjectUntil(t, "web-1", a.envelope, 15*time.Second, a.name+" reported as "+a.code, func() bool {
 			n, _ := cp.Node("web-1")
@@ -125,7 +130,8 @@ func envelopeWithVersion(t *testing.T, envs [][]byte, version uint64) []byte {
 	for _, e := range envs {
 		var env declarations.Envelope
 		var d declarations.Declaration
-		if json.Unmarshal(e, &env) == nil && json.Unmarshal(env.Payload, &d) == nil && d.Version == version {
+		if json.Unmarshal(e, &env) == nil && env.PayloadType == declarations.PayloadTypeDeclaration &&
+			json.Unmarshal(env.Payload, &d) == nil && d.Version == version {
 			return e
 		}
 	}

@@ -3,11 +3,14 @@ package integration
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"mesh/controlplane/datadir"
+	"mesh/host/state"
 	"mesh/integration/harness"
 )
 
@@ -84,4 +87,60 @@ func TestLivenessFromTheBroker(t *testing.T) {
 	}
 	h.Run("--heartbeat", "1m")
 	harness.Eventually(t, 10*time.Second, "web-1 alive again", func() bool { n, _ := cp.Node("web-1"); return n.State == "alive" })
+}
+
+// TestHostsFollowMembership: a host enrolled while cp-1 was the only control node
+// learns, from a list of brokers the mesh signs, the control nodes that join after
+// it, persists them, and fails over to them when cp-1 is gone; it drops a control
+// node that is removed. meshctl with cp-1's data directory reaches the others.
+func TestHostsFollowMembership(t *testing.T) {
+	cp1 := harness.NewControlPlane(t, bin, "members")
+	cp1.Serve()
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp1.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	agent := h.Run()
+	cp1.WaitConverged("web-1", 0, 20*time.Second)
+	cp2 := joinControl(t, cp1, "cp-2")
+	cp3 := joinControl(t, cp1, "cp-3")
+	all := []string{cp1.Listen, cp2.Listen, cp3.Listen}
+	brokersKnown := func() []string {
+		a, err := state.Load(h.State)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Sorted(slices.Values(a.Brokers))
+	}
+	harness.Eventually(t, 20*time.Second, "the host knows the three brokers", func() bool {
+		return slices.Equal(brokersKnown(), slices.Sorted(slices.Values(all)))
+	})
+	cfg, _ := datadir.Dir(cp1.Dir).LoadConfig()
+	if !slices.Equal(slices.Sorted(slices.Values(cfg.Brokers)), slices.Sorted(slices.Values(all))) {
+		t.Fatalf("cp-1's mesh.json lists %v", cfg.Brokers)
+	}
+
+	// cp-1 gone; the agent restarted: it reaches the others.
+	cp1.Process().Kill()
+	agent.Signal(syscall.SIGTERM)
+	agent.Wait(10 * time.Second)
+	h.Run()
+	body := filepath.Join(t.TempDir(), "b.json")
+	writeFile(t, body, `{"files":[{"path":"app.conf","content":"after cp-1"}]}`)
+	harness.Eventually(t, 30*time.Second, "a declaration through the remaining control nodes", func() bool {
+		return cp2.Ctl("declare", "--node", "web-1", "--file", body).Code == 0
+	})
+	cp2.WaitConverged("web-1", 1, 30*time.Second)
+	// meshctl with cp-1's directory, cp-1 being down, reaches the others.
+	if r := cp1.Ctl("nodes"); r.Code != 0 {
+		t.Fatalf("meshctl with the stopped cp-1's directory: %s", r.Combined())
+	}
+
+	// cp-1 removed for good: the host drops it.
+	if r := cp2.Ctl("control", "remove", "cp-1"); r.Code != 0 {
+		t.Fatalf("control remove cp-1: %s", r.Combined())
+	}
+	harness.Eventually(t, 20*time.Second, "the host drops the removed control node", func() bool {
+		return slices.Equal(brokersKnown(), slices.Sorted(slices.Values([]string{cp2.Listen, cp3.Listen})))
+	})
 }

@@ -135,6 +135,8 @@ type EnrolResponse struct {
 	Subjects    *Subjects       `json:"subjects,omitempty"`
 	Keyring     json.RawMessage `json:"keyring,omitempty"`
 	Declaration json.RawMessage `json:"declaration,omitempty"`
+	// Membership is the signed list of the mesh's brokers the node follows.
+	Membership json.RawMessage `json:"membership,omitempty"`
 	// Control is set when a control node is admitted.
 	Control *ControlAdmission `json:"control,omitempty"`
 }
@@ -167,6 +169,9 @@ type SyncRequest struct {
 	V              int    `json:"v"`
 	AppliedVersion uint64 `json:"applied_version"`
 	KeyringEpoch   uint64 `json:"keyring_epoch"`
+	// MembershipVersion is the version of the signed list of brokers the node
+	// holds (0: none); a newer one is sent with the rest.
+	MembershipVersion uint64 `json:"membership_version"`
 }
 
 // SyncResponse acknowledges a sync: the signed envelopes themselves (the chain of
@@ -179,9 +184,6 @@ type SyncResponse struct {
 	Error *Error `json:"error,omitempty"`
 	// Sent is how many envelopes were published on the declaration subject.
 	Sent int `json:"sent,omitempty"`
-	// Brokers lists every control node's broker, so hosts learn of control nodes
-	// that joined after them and can fail over to them.
-	Brokers []string `json:"brokers,omitempty"`
 }
 
 // StatusError is the error part of a status report.

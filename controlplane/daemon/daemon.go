@@ -202,6 +202,10 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err := d.syncKeys(); err != nil {
 		return nil, err
 	}
+	// The control nodes may have changed while this one was down.
+	var brokers []string
+	d.fsm.Read(func(s *state.State) { _, brokers = s.Membership() })
+	d.saveBrokers(brokers)
 	var routes []string
 	d.fsm.Read(func(s *state.State) {
 		for _, c := range s.ActiveControlNodes() {
@@ -433,8 +437,13 @@ func (d *Daemon) applied(c *state.Command, res state.Result) {
 		d.effects.push(effect{kind: effectRevoked, node: c.Revoke.Node, key: res.Node.PublicKey})
 	case c.Op == state.OpRotate || c.Op == state.OpRetire:
 		d.effects.push(effect{kind: effectKeyring})
-	case c.Op == state.OpRemoveControl && c.RemoveControl != nil && c.RemoveControl.Node == d.cfg.Node:
-		d.effects.push(effect{kind: effectRemoved})
+	case c.Op == state.OpRemoveControl && c.RemoveControl != nil:
+		d.effects.push(effect{kind: effectMembership})
+		if c.RemoveControl.Node == d.cfg.Node {
+			d.effects.push(effect{kind: effectRemoved})
+		}
+	case c.Op == state.OpEnrol && res.Control != nil:
+		d.effects.push(effect{kind: effectMembership})
 	}
 }
 

@@ -18,6 +18,9 @@ const (
 	effectKeyring
 	// effectRemoved: this control node was removed from the control plane; stop.
 	effectRemoved
+	// effectMembership: the control nodes changed: hosts get the signed list of
+	// brokers, and this node's mesh.json lists them for meshctl.
+	effectMembership
 )
 
 type effect struct {
@@ -88,5 +91,7 @@ func (d *Daemon) carryOut(e effect) {
 	case effectRemoved:
 		d.log.Warn("this control node was removed from the control plane; stopping")
 		d.removedOnce.Do(func() { close(d.removed) })
+	case effectMembership:
+		d.membershipChanged()
 	}
 }

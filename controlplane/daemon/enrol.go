@@ -145,6 +145,10 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 		}
 		resp.Keyring = s.Keyring.Envelope
 		resp.Declaration, signErr = d.signer.declaration(s, n)
+		if signErr == nil {
+			version, brokers := s.Membership()
+			resp.Membership, signErr = d.signer.membership(s.Mesh, version, s.Keyring.Epoch, brokers, now)
+		}
 	})
 	if signErr != nil {
 		return refuse(api.CodeInternal, signErr.Error())

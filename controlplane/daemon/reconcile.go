@@ -2,9 +2,11 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
+	"mesh/controlplane/api"
 	"mesh/controlplane/state"
 )
 
@@ -25,31 +27,45 @@ func (d *Daemon) reconcileLoop(ctx context.Context) error {
 	}
 }
 
+// reconcile re-sends what live nodes lack: the keyrings after the epoch a node last
+// acknowledged, then its declaration if it has not applied it. A push can be lost (a
+// partition, a leader change, a subscription not yet known to the broker published
+// on), and a declaration signed by a key the node does not trust yet would only be
+// refused without the keyrings before it.
 func (d *Daemon) reconcile(now time.Time) {
 	d.refresh(now)
-	var lagging []string
+	var (
+		lagging []string
+		chains  = map[string][]json.RawMessage{}
+	)
 	d.fsm.Read(func(s *state.State) {
 		for id, n := range s.Nodes {
-			if n.Revoked {
-				continue
-			}
-			if !d.alive(n, now) {
+			if n.Revoked || !d.alive(n, now) {
 				continue
 			}
 			a := n.Applied
+			if a.KeyringEpoch < s.Keyring.Epoch {
+				chains[id] = s.KeyringChain(a.KeyringEpoch)
+			}
 			behind := !a.HaveApplied || a.Version < n.Declared.Version
-			// A node that verified this very version and could not apply it would
-			// only fail again; it retries when a new version comes.
+			// A node that verified this very version and could not apply it retries
+			// by itself.
 			failedThis := a.ErrorCode == "apply_failed" && a.ErrorVersion == n.Declared.Version
-			if behind && !failedThis {
+			if behind && !failedThis || chains[id] != nil {
 				lagging = append(lagging, id)
 			}
 		}
 	})
-	if len(lagging) > 0 {
-		d.log.Info("re-sending declarations not yet applied", "nodes", len(lagging))
-		d.publishDeclarations(lagging)
+	if len(lagging) == 0 {
+		return
 	}
+	d.log.Info("re-sending what live nodes have not acknowledged", "nodes", len(lagging), "behind_on_keyrings", len(chains))
+	for id, chain := range chains {
+		for _, kr := range chain {
+			_ = d.conns.publisher.Publish(api.DeclarationSubject(id), kr)
+		}
+	}
+	d.publishDeclarations(lagging)
 }
 
 // refresh re-signs, in one log entry, every declaration past half its validity, and

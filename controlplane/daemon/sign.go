@@ -22,6 +22,13 @@ type signer struct {
 	keys   []ed25519.PrivateKey
 	cache  map[string]signed            // by node
 	bodies map[string]declarations.Body // parsed bodies by digest
+	// members is the membership last signed, by version and keyring epoch.
+	members signedMembership
+}
+
+type signedMembership struct {
+	version, epoch uint64
+	envelope       []byte
 }
 
 type signed struct {
@@ -42,6 +49,7 @@ func (s *signer) setKeys(keys []ed25519.PrivateKey) {
 	s.mu.Lock()
 	s.keys = slices.Clone(keys)
 	clear(s.cache)
+	s.members = signedMembership{}
 	s.mu.Unlock()
 }
 
@@ -105,4 +113,24 @@ func (s *signer) declaration(st *state.State, n *state.Node) ([]byte, error) {
 // revoked.
 func (s *signer) revocation(mesh, node, key string, at time.Time) ([]byte, error) {
 	return declarations.SignRevocation(declarations.Revocation{Mesh: mesh, Node: node, NodeKey: key, RevokedAt: at}, s.currentKeys()...)
+}
+
+// membership returns the signed list of brokers at version, signed once per version
+// and keyring epoch: every node receives the same bytes.
+func (s *signer) membership(mesh string, version, epoch uint64, brokers []string, at time.Time) ([]byte, error) {
+	s.mu.Lock()
+	if m := s.members; m.envelope != nil && m.version == version && m.epoch == epoch {
+		s.mu.Unlock()
+		return m.envelope, nil
+	}
+	keys := s.keys
+	s.mu.Unlock()
+	env, err := declarations.SignMembership(declarations.Membership{Mesh: mesh, Version: version, Brokers: brokers, IssuedAt: at}, keys...)
+	if err != nil {
+		return nil, fmt.Errorf("sign membership v%d: %w", version, err)
+	}
+	s.mu.Lock()
+	s.members = signedMembership{version: version, epoch: epoch, envelope: env}
+	s.mu.Unlock()
+	return env, nil
 }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"encoding/json"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -21,8 +22,9 @@ func nodeOf(subject string) string {
 }
 
 // handleSync answers a node asking for its current state: the keyrings it has not
-// seen and its declaration are published on its declaration subject, and the reply,
-// on the node's own inbox only, says how many.
+// seen, the brokers' membership if it holds an older one, and its declaration are
+// published on its declaration subject, and the reply, on the node's own inbox only,
+// says how many.
 func (d *Daemon) handleSync(m *nats.Msg) {
 	node := nodeOf(m.Subject)
 	if !d.admitNodeMessage("sync", node, m, d.guard.budgets.MaxSync) {
@@ -53,8 +55,15 @@ func (d *Daemon) handleSync(m *nats.Msg) {
 			for _, kr := range s.KeyringChain(req.KeyringEpoch) {
 				envs = append(envs, kr)
 			}
+			if version, brokers := s.Membership(); req.MembershipVersion < version {
+				m, err := d.signer.membership(s.Mesh, version, s.Keyring.Epoch, brokers, d.now().UTC().Truncate(time.Second))
+				if err != nil {
+					d.log.Error("membership not signed", "err", err)
+				} else {
+					envs = append(envs, m)
+				}
+			}
 			envs = append(envs, env)
-			resp.Brokers = s.Brokers()
 		})
 	}
 	// In order, on one connection: each keyring before what it signs.

@@ -222,6 +222,7 @@ func (s *State) applyInit(at time.Time, c *InitCmd) Result {
 		s.ControlNodes[cn.ID] = &cn
 		s.CAHolder = cn.ID
 	}
+	s.MembershipVersion = 1
 	s.Bodies[BodyDigest([]byte(emptyBody))] = EmptyBody()
 	return Result{}
 }

@@ -715,3 +715,32 @@ func TestKeyringHistoryIsBounded(t *testing.T) {
 		t.Error("the newest archived keyring was dropped")
 	}
 }
+
+// TestMembershipVersion: the signed list of brokers hosts follow is versioned by the
+// state: every admission and removal of a control node moves it, a repeated
+// admission does not.
+func TestMembershipVersion(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	if v, brokers := m.state().Membership(); v != 1 || len(brokers) != 0 {
+		t.Fatalf("after init (no control node named): version %d, brokers %v", v, brokers)
+	}
+	mk := Command{Op: OpCreateToken, At: t0, CreateToken: &CreateTokenCmd{ID: "ctl", Node: "cp-2", Role: RoleControl, TTL: time.Hour,
+		Control: &ControlAddrs{Broker: "10.0.0.2:7300", Raft: "10.0.0.2:7301", Cluster: "10.0.0.2:7302"}, Sealed: []byte("sealed")}}
+	m.must(mk)
+	m.must(enrolCmd("ctl", "cp-2", RoleControl, "K2", t0.Add(time.Minute)))
+	if v, brokers := m.state().Membership(); v != 2 || len(brokers) != 1 || brokers[0] != "10.0.0.2:7300" {
+		t.Fatalf("after an admission: version %d, brokers %v", v, brokers)
+	}
+	m.must(enrolCmd("ctl", "cp-2", RoleControl, "K2", t0.Add(2*time.Minute))) // its reply was lost
+	if v, _ := m.state().Membership(); v != 2 {
+		t.Fatalf("a repeated admission moved the version to %d", v)
+	}
+	m.must(Command{Op: OpCreateToken, At: t0, CreateToken: &CreateTokenCmd{ID: "ctl3", Node: "cp-3", Role: RoleControl, TTL: time.Hour,
+		Control: &ControlAddrs{Broker: "10.0.0.3:7300", Raft: "10.0.0.3:7301", Cluster: "10.0.0.3:7302"}, Sealed: []byte("sealed")}})
+	m.must(enrolCmd("ctl3", "cp-3", RoleControl, "K3", t0.Add(2*time.Minute)))
+	m.must(Command{Op: OpRemoveControl, At: t0.Add(3 * time.Minute), RemoveControl: &RemoveControlCmd{Node: "cp-2"}})
+	if v, brokers := m.state().Membership(); v != 4 || len(brokers) != 1 || brokers[0] != "10.0.0.3:7300" {
+		t.Fatalf("after a removal: version %d, brokers %v", v, brokers)
+	}
+}

@@ -41,6 +41,10 @@ const OpRemoveControl = "remove_control"
 // ErrLastControlNode refuses removing the only control node.
 var ErrLastControlNode = fmt.Errorf("%w: it is the last control node", ErrBadCommand)
 
+// Membership returns the version of the control nodes' membership and their
+// brokers, as hosts receive it signed.
+func (s *State) Membership() (uint64, []string) { return s.MembershipVersion, s.Brokers() }
+
 // Brokers lists the client addresses of the control nodes, in the order they joined:
 // what tokens carry and hosts try in order.
 func (s *State) Brokers() []string {
@@ -99,6 +103,7 @@ func (s *State) applyRemoveControl(at time.Time, c *RemoveControlCmd) Result {
 		return Result{Err: ErrLastControlNode}
 	}
 	n.Removed, n.RemovedAt = true, at
+	s.MembershipVersion++
 	cn := *n
 	return Result{Control: &cn}
 }
@@ -117,6 +122,7 @@ func (s *State) admitControl(at time.Time, t *Token, c *EnrolCmd) Result {
 	t.UsedAt, t.UsedKey = at, c.PublicKey
 	cn := &ControlNode{ID: c.Node, Broker: t.Control.Broker, Raft: t.Control.Raft, Cluster: t.Control.Cluster, JoinedAt: at, CurveKey: c.CurveKey}
 	s.ControlNodes[c.Node] = cn
+	s.MembershipVersion++
 	out := *cn
 	return Result{Control: &out}
 }

@@ -54,6 +54,9 @@ type State struct {
 	CAHolder string `json:"ca_holder"`
 	// Validity is how long a declaration stays valid after it is signed.
 	Validity time.Duration `json:"validity"`
+	// MembershipVersion grows with every change of the control nodes: it versions
+	// the signed list of brokers hosts follow.
+	MembershipVersion uint64 `json:"membership_version"`
 
 	// byKey indexes Nodes by public key; derived, rebuilt on restore.
 	byKey map[string]string

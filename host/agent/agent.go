@@ -15,8 +15,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
-	"net/netip"
 	"os"
 	"slices"
 	"sync"
@@ -101,6 +101,8 @@ type Agent struct {
 	hookWaiting *hookRun
 	// retry is the declaration whose apply failed, tried again later.
 	retry applyRetry
+	// received counts the envelopes that arrived on the declaration subject.
+	received uint64
 }
 
 type event struct {
@@ -292,7 +294,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			sy.finished(loopCtx, r)
 		case <-sy.retry():
 			sy.start(loopCtx, &workers)
+		case <-sy.checkDue():
+			sy.checkArrived()
 		case data := <-a.msgs:
+			a.received++
 			if err := a.handle(ctx, data); err != nil {
 				return err
 			}
@@ -348,28 +353,27 @@ func (a *Agent) refused(n int) error {
 	return fmt.Errorf("%w: refused %d times in a row after the broker proved it is the mesh; the node was most likely revoked: a new token is needed", ErrIdentityRefused, n)
 }
 
-// brokers is where the agent connects: the brokers the mesh last listed, then the
-// identity's, without duplicates.
+// brokers is where the agent connects: the brokers of the signed membership it
+// accepted last, or, before any, the identity's. The list is rotated by a hash of the
+// node id, so that a fleet spreads over the brokers while each node keeps a stable
+// order (a broker that drops a node is tried again last).
 func (a *Agent) brokers() []string {
-	var out []string
-	for _, b := range append(slices.Clone(a.applied.Brokers), a.id.Brokers...) {
-		if !slices.Contains(out, b) {
-			out = append(out, b)
-		}
+	list := a.applied.Brokers
+	if len(list) == 0 {
+		list = a.id.Brokers
 	}
-	return out
+	return spread(list, a.id.Node)
 }
 
-func validBrokers(bs []string) bool {
-	if len(bs) > 64 {
-		return false
+// spread rotates list by a hash of key.
+func spread(list []string, key string) []string {
+	if len(list) < 2 {
+		return slices.Clone(list)
 	}
-	for _, b := range bs {
-		if _, err := netip.ParseAddrPort(b); err != nil {
-			return false
-		}
-	}
-	return true
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	i := int(h.Sum32() % uint32(len(list)))
+	return append(slices.Clone(list[i:]), list[:i]...)
 }
 
 func (a *Agent) event(ev event) {
@@ -394,9 +398,11 @@ type syncResult struct {
 
 // syncer asks the mesh for the node's current state: the mesh publishes the keyrings
 // the agent lacks and its declaration on the declaration subject, where the loop
-// verifies them like any push, and acknowledges on the node's inbox. A sync that gets
-// no acknowledgement (no control node serving yet, a timeout, the mesh unable to
-// answer) is tried again with capped exponential backoff until one succeeds.
+// verifies them like any push, and acknowledges on the node's inbox with how many it
+// sent. A sync that gets no acknowledgement (no control node serving yet, a timeout,
+// the mesh unable to answer), or whose envelopes do not all arrive (a subscription
+// that had not yet reached the broker the control plane publishes on), is tried
+// again with capped exponential backoff until one succeeds.
 type syncer struct {
 	a        *Agent
 	nc       *nats.Conn
@@ -405,7 +411,14 @@ type syncer struct {
 	again    bool // a sync was asked for while one was in flight
 	backoff  time.Duration
 	timer    *time.Timer
+	// base is the envelope count when the sync started; expect what it must reach.
+	base, expect uint64
+	check        *time.Timer
 }
+
+// syncEnvelopeGrace is how long after its acknowledgement a sync's envelopes may
+// still arrive.
+const syncEnvelopeGrace = 2 * time.Second
 
 // Sync backoff bounds.
 const (
@@ -430,8 +443,14 @@ func (s *syncer) start(ctx context.Context, workers *sync.WaitGroup) {
 		s.again = true
 		return
 	}
+	if s.check != nil {
+		s.check.Stop()
+		s.check = nil
+	}
 	s.inFlight = true
-	req, _ := json.Marshal(wire.SyncRequest{V: wire.ProtocolVersion, AppliedVersion: s.a.applied.Version, KeyringEpoch: s.a.keyring.Epoch})
+	s.base = s.a.received
+	req, _ := json.Marshal(wire.SyncRequest{V: wire.ProtocolVersion, AppliedVersion: s.a.applied.Version, KeyringEpoch: s.a.keyring.Epoch,
+		MembershipVersion: s.a.applied.MembershipVersion})
 	workers.Add(1)
 	go func() {
 		defer workers.Done()
@@ -461,19 +480,15 @@ func (s *syncer) finished(ctx context.Context, r syncResult) {
 		a.log.Warn("the mesh does not know this node any more", "reason", r.resp.Error.Message)
 	case r.resp.Error != nil:
 		s.schedule("the mesh could not answer the sync", r.resp.Error.Code+": "+r.resp.Error.Message)
+	case a.received-s.base < uint64(r.resp.Sent):
+		// Acknowledged, but not everything it sent has arrived yet.
+		s.expect = s.base + uint64(r.resp.Sent)
+		if s.check != nil {
+			s.check.Stop()
+		}
+		s.check = time.NewTimer(syncEnvelopeGrace)
 	default:
-		s.backoff = 0
-		if a.o.OnSynced != nil {
-			a.o.OnSynced()
-		}
-		if b := r.resp.Brokers; len(b) > 0 && !slices.Equal(b, a.applied.Brokers) && validBrokers(b) {
-			// Not security-critical: every broker is checked against the pin. Known
-			// brokers let a restarted agent fail over to control nodes that joined
-			// after it enrolled.
-			a.applied.Brokers = slices.Clone(b)
-			a.save()
-			a.log.Info("the mesh's brokers", "brokers", b)
-		}
+		s.synced()
 	}
 	if s.again && ctx.Err() == nil {
 		s.again = false
@@ -481,6 +496,32 @@ func (s *syncer) finished(ctx context.Context, r syncResult) {
 			s.timer = time.NewTimer(0)
 		}
 	}
+}
+
+// synced ends a sync that delivered everything.
+func (s *syncer) synced() {
+	s.backoff = 0
+	if s.a.o.OnSynced != nil {
+		s.a.o.OnSynced()
+	}
+}
+
+func (s *syncer) checkDue() <-chan time.Time {
+	if s.check == nil {
+		return nil
+	}
+	return s.check.C
+}
+
+// checkArrived looks, once the grace is over, whether the last sync's envelopes
+// arrived, and asks again if not.
+func (s *syncer) checkArrived() {
+	s.check = nil
+	if s.a.received >= s.expect {
+		s.synced()
+		return
+	}
+	s.schedule("not every envelope of the sync arrived", fmt.Sprintf("%d of %d", s.a.received-s.base, s.expect-s.base))
 }
 
 func (s *syncer) schedule(what, why string) {
@@ -506,6 +547,8 @@ func (a *Agent) handle(ctx context.Context, raw []byte) error {
 		a.handleDeclaration(ctx, raw)
 	case declarations.PayloadTypeKeyring:
 		a.handleKeyring(raw)
+	case declarations.PayloadTypeMembership:
+		a.handleMembership(raw)
 	case declarations.PayloadTypeRevocation:
 		rev, err := declarations.VerifyRevocation(raw, a.keys, a.id.Mesh, a.id.Node, a.id.PublicKey)
 		if err != nil {
@@ -582,6 +625,23 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte) {
 	if changed := append(slices.Clone(res.Written), res.Removed...); len(changed) > 0 && len(a.o.Hooks.Hooks) > 0 {
 		a.queueHooks(hookRun{version: v.Version, changed: changed})
 	}
+}
+
+// handleMembership accepts a newer signed list of the mesh's brokers, persisted for
+// the next connection: control nodes that joined since are tried, removed ones no
+// longer are.
+func (a *Agent) handleMembership(raw []byte) {
+	m, err := declarations.VerifyMembership(raw, a.keys, a.id.Mesh, a.applied.MembershipVersion, a.applied.Brokers)
+	if err != nil {
+		a.fail(err, 0)
+		return
+	}
+	if m.Version == a.applied.MembershipVersion {
+		return
+	}
+	a.applied.Brokers, a.applied.MembershipVersion = m.Brokers, m.Version
+	a.save()
+	a.log.Info("the mesh's brokers", "brokers", m.Brokers, "version", m.Version)
 }
 
 func (a *Agent) handleKeyring(raw []byte) {

@@ -16,6 +16,8 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -301,5 +303,79 @@ func TestRetryBackoffIsCapped(t *testing.T) {
 	r.clear()
 	if r.due() != nil {
 		t.Fatal("cleared, still due")
+	}
+}
+
+// TestMembership: the agent follows a newer signed list of the mesh's brokers, and
+// persists it; an older or forged one changes nothing.
+func TestMembership(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	sign := func(version uint64, brokers []string, k ed25519.PrivateKey) []byte {
+		env, err := declarations.SignMembership(declarations.Membership{Mesh: "m", Version: version, Brokers: brokers, IssuedAt: t0}, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	three := []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"}
+	if err := f.a.handle(ctx, sign(2, three, f.key)); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.a.Applied(); got.MembershipVersion != 2 || !slices.Equal(got.Brokers, three) {
+		t.Fatalf("after membership v2: %+v", got)
+	}
+	if persisted, _ := state.Load(f.dir); persisted.MembershipVersion != 2 || !slices.Equal(persisted.Brokers, three) {
+		t.Fatalf("not persisted: %+v", persisted)
+	}
+	// The agent dials those, not the identity's, in an order of its own.
+	dial := f.a.brokers()
+	if !slices.Equal(slices.Sorted(slices.Values(dial)), three) {
+		t.Fatalf("dials %v, want the three brokers", dial)
+	}
+	_, other, _ := ed25519.GenerateKey(rand.Reader)
+	for name, c := range map[string]struct {
+		env  []byte
+		code string
+	}{
+		"older":  {sign(1, []string{"127.0.0.1:7009"}, f.key), "rolled_back"},
+		"forged": {sign(9, []string{"10.6.6.6:7300"}, other), "untrusted"},
+	} {
+		if err := f.a.handle(ctx, c.env); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.a.Applied(); got.LastErrorCode != c.code || got.MembershipVersion != 2 || !slices.Equal(got.Brokers, three) {
+			t.Fatalf("%s: %+v", name, got)
+		}
+	}
+	// A removal: the newer list drops a broker.
+	if err := f.a.handle(ctx, sign(3, three[1:], f.key)); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.a.Applied(); got.MembershipVersion != 3 || !slices.Equal(got.Brokers, three[1:]) {
+		t.Fatalf("after the removal: %+v", got)
+	}
+}
+
+// TestSpreadIsStableAndSpreads: each node rotates the list the same way every time,
+// and a fleet's nodes start on every broker.
+func TestSpreadIsStableAndSpreads(t *testing.T) {
+	list := []string{"a:1", "b:1", "c:1"}
+	first := map[string]int{}
+	for i := range 300 {
+		node := "node-" + strconv.Itoa(i)
+		got := spread(list, node)
+		if !slices.Equal(got, spread(list, node)) {
+			t.Fatal("not stable")
+		}
+		if !slices.Equal(slices.Sorted(slices.Values(got)), list) {
+			t.Fatalf("%v is not a rotation of %v", got, list)
+		}
+		first[got[0]]++
+	}
+	for _, b := range list {
+		if first[b] < 50 {
+			t.Fatalf("first choices %v: the fleet does not spread", first)
+		}
 	}
 }

@@ -200,15 +200,17 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	r.step("enrol", "the mesh admitted %s as a %s", resp.Node, resp.Role)
 
 	// 6. Verify what the mesh answered, with the key from the token.
-	id, keyringEnv, kr, decl, err := r.verify(resp, kp, pub)
+	ans, err := r.verify(resp, kp, pub)
 	if err != nil {
 		return Result{}, err
 	}
+	id, decl := ans.id, ans.decl
 	r.step("verify", "first declaration v%d verified: signed by the mesh's key, addressed to %s", decl.Version, tok.Node)
 
 	// 7. Save: the applied state (keyring) first, then the identity that makes the
 	// machine enrolled.
-	if err := state.Save(o.StateDir, state.Applied{Format: 1, KeyringEpoch: kr.Epoch, Keyring: keyringEnv}); err != nil {
+	if err := state.Save(o.StateDir, state.Applied{Format: 1, KeyringEpoch: ans.keyring.Epoch, Keyring: ans.keyringEnv,
+		Brokers: ans.membership.Brokers, MembershipVersion: ans.membership.Version}); err != nil {
 		return Result{}, saveError(err, tok)
 	}
 	if err := identity.Save(o.StateDir, id); err != nil {
@@ -368,11 +370,21 @@ func requestServed(nc *nats.Conn, subject string, data []byte, timeout time.Dura
 	}
 }
 
+// answer is what the mesh's enrolment reply gave, verified.
+type answer struct {
+	id         identity.Identity
+	keyringEnv []byte
+	keyring    declarations.Keyring
+	decl       declarations.Verified
+	membership declarations.Membership
+}
+
 // verify checks the mesh's answer: the CA it hands over is the pinned one, the keyring
-// is signed by the token's key, and the first declaration verifies under that keyring.
-func (r *run) verify(resp wire.EnrolResponse, kp nkeys.KeyPair, pub string) (identity.Identity, []byte, declarations.Keyring, declarations.Verified, error) {
-	fail := func(format string, args ...any) (identity.Identity, []byte, declarations.Keyring, declarations.Verified, error) {
-		return identity.Identity{}, nil, declarations.Keyring{}, declarations.Verified{}, fmt.Errorf("%w: %s", ErrBadAnswer, fmt.Sprintf(format, args...))
+// is signed by the token's key, and the first declaration and the brokers' membership
+// verify under that keyring.
+func (r *run) verify(resp wire.EnrolResponse, kp nkeys.KeyPair, pub string) (answer, error) {
+	fail := func(format string, args ...any) (answer, error) {
+		return answer{}, fmt.Errorf("%w: %s", ErrBadAnswer, fmt.Sprintf(format, args...))
 	}
 	if resp.Mesh != r.tok.Mesh || resp.Node != r.tok.Node {
 		return fail("the answer is for %s/%s, not %s/%s", resp.Mesh, resp.Node, r.tok.Mesh, r.tok.Node)
@@ -388,8 +400,8 @@ func (r *run) verify(resp wire.EnrolResponse, kp nkeys.KeyPair, pub string) (ide
 	if pintls.Pin(ca) != r.tok.CAPin {
 		return fail("the CA in the answer is not the one pinned in the token")
 	}
-	if resp.Subjects == nil || len(resp.Brokers) == 0 {
-		return fail("the answer lacks subjects or brokers")
+	if resp.Subjects == nil {
+		return fail("the answer lacks subjects")
 	}
 	anchor := declarations.Keyring{Mesh: r.tok.Mesh, Epoch: 0, Keys: []string{hex.EncodeToString(r.tok.SigningKey)}}
 	kr, err := declarations.VerifyKeyring(resp.Keyring, anchor, r.tok.Mesh)
@@ -406,17 +418,27 @@ func (r *run) verify(resp wire.EnrolResponse, kp nkeys.KeyPair, pub string) (ide
 	if err != nil {
 		return fail("first declaration: %v", err)
 	}
+	m, err := declarations.VerifyMembership(resp.Membership, keys, r.tok.Mesh, 0, nil)
+	if err != nil {
+		return fail("brokers: %v", err)
+	}
+	brokers := make([]string, 0, len(r.tok.Brokers))
+	for _, b := range r.tok.Brokers {
+		brokers = append(brokers, b.String())
+	}
 	seed, _ := kp.Seed()
 	id := identity.Identity{
-		Format:      identity.FormatVersion,
-		Mesh:        r.tok.Mesh,
-		Node:        r.tok.Node,
-		Role:        resp.Role,
-		Seed:        string(seed),
-		PublicKey:   pub,
-		CAPEM:       resp.CAPEM,
-		CAPin:       hex.EncodeToString(r.tok.CAPin[:]),
-		Brokers:     resp.Brokers,
+		Format:    identity.FormatVersion,
+		Mesh:      r.tok.Mesh,
+		Node:      r.tok.Node,
+		Role:      resp.Role,
+		Seed:      string(seed),
+		PublicKey: pub,
+		CAPEM:     resp.CAPEM,
+		CAPin:     hex.EncodeToString(r.tok.CAPin[:]),
+		// The token's brokers, which came out of band; the signed membership that
+		// supersedes them is kept in the applied state.
+		Brokers:     brokers,
 		Subjects:    identity.Subjects(*resp.Subjects),
 		SigningKeys: []string{hex.EncodeToString(r.tok.SigningKey)},
 		EnrolledAt:  r.o.Now().UTC().Truncate(time.Second),
@@ -424,7 +446,7 @@ func (r *run) verify(resp wire.EnrolResponse, kp nkeys.KeyPair, pub string) (ide
 	if err := id.Validate(); err != nil {
 		return fail("%v", err)
 	}
-	return id, resp.Keyring, kr, decl, nil
+	return answer{id: id, keyringEnv: resp.Keyring, keyring: kr, decl: decl, membership: m}, nil
 }
 
 func saveError(err error, tok token.Token) error {

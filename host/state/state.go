@@ -49,9 +49,11 @@ type Applied struct {
 	LastErrorVersion uint64    `json:"last_error_version,omitempty"`
 	// NextAttempt is when a declaration that failed to apply is tried again.
 	NextAttempt time.Time `json:"next_attempt,omitzero"`
-	// Brokers is the mesh's current broker list, learnt from the control plane
-	// after enrolment; the agent tries these after the identity's own.
-	Brokers []string `json:"brokers,omitempty"`
+	// Brokers is the mesh's current broker list, from the signed membership the
+	// agent accepted last (MembershipVersion); once there is one, the agent dials
+	// these and not the identity's.
+	Brokers           []string `json:"brokers,omitempty"`
+	MembershipVersion uint64   `json:"membership_version,omitempty"`
 }
 
 // Path returns the applied state's path in stateDir.

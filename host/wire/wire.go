@@ -99,6 +99,8 @@ type EnrolResponse struct {
 	Subjects    *Subjects       `json:"subjects,omitempty"`
 	Keyring     json.RawMessage `json:"keyring,omitempty"`
 	Declaration json.RawMessage `json:"declaration,omitempty"`
+	// Membership is the signed list of the mesh's brokers the node follows.
+	Membership json.RawMessage `json:"membership,omitempty"`
 }
 
 // SyncRequest asks for the node's current declaration.
@@ -106,6 +108,9 @@ type SyncRequest struct {
 	V              int    `json:"v"`
 	AppliedVersion uint64 `json:"applied_version"`
 	KeyringEpoch   uint64 `json:"keyring_epoch"`
+	// MembershipVersion is the version of the signed list of brokers the node
+	// holds (0: none); a newer one is sent with the rest.
+	MembershipVersion uint64 `json:"membership_version"`
 }
 
 // SyncResponse acknowledges a sync. The signed envelopes themselves (the keyrings
@@ -116,9 +121,6 @@ type SyncResponse struct {
 	Error *Error `json:"error,omitempty"`
 	// Sent is how many envelopes the mesh published for this sync.
 	Sent int `json:"sent,omitempty"`
-	// Brokers lists every control node's broker: the agent learns of control nodes
-	// that joined after it enrolled, and fails over to them.
-	Brokers []string `json:"brokers,omitempty"`
 }
 
 // StatusError is the error part of a status report.

@@ -165,9 +165,10 @@ func (hb *HostileBroker) InjectUntil(t testing.TB, node string, raw []byte, limi
 	}
 }
 
-// RouteThrough makes the host reach the mesh through addr only: the brokers in its
-// identity and applied state are replaced, as a network that leads every connection
-// there would. The agent must not be running.
+// RouteThrough makes the host reach the mesh through addr: the brokers in its identity
+// are replaced and the signed list of brokers it holds is forgotten, as a network that
+// leads its next connection there would. (The next membership the mesh signs lists
+// the real brokers again, for the connections after.) The agent must not be running.
 func (h *Host) RouteThrough(addr string) {
 	h.t.Helper()
 	if _, _, err := net.SplitHostPort(addr); err != nil {
@@ -189,7 +190,7 @@ func (h *Host) RouteThrough(addr string) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	applied.Brokers = nil
+	applied.Brokers, applied.MembershipVersion = nil, 0
 	if err := state.Save(h.State, applied); err != nil {
 		h.t.Fatal(err)
 	}

@@ -1,0 +1,64 @@
+package daemon
+
+import (
+	"slices"
+	"time"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/state"
+)
+
+// membershipChanged runs on every control node when the control nodes changed. The
+// leader sends every node the new signed list of brokers; every control node writes
+// the list into its own mesh.json, so that meshctl run with any control node's data
+// directory tries every broker, not only the ones known when it joined.
+func (d *Daemon) membershipChanged() {
+	var (
+		mesh             string
+		version, epoch   uint64
+		brokers, targets []string
+	)
+	d.fsm.Read(func(s *state.State) {
+		mesh, epoch = s.Mesh, s.Keyring.Epoch
+		version, brokers = s.Membership()
+		for id, n := range s.Nodes {
+			if !n.Revoked {
+				targets = append(targets, id)
+			}
+		}
+	})
+	d.saveBrokers(brokers)
+	if !d.raft.IsLeader() || len(brokers) == 0 {
+		return
+	}
+	env, err := d.signer.membership(mesh, version, epoch, brokers, d.now().UTC().Truncate(time.Second))
+	if err != nil {
+		d.log.Error("membership not signed; hosts learn it on their next sync", "err", err)
+		return
+	}
+	for _, id := range targets {
+		_ = d.conns.publisher.Publish(api.DeclarationSubject(id), env)
+	}
+	_ = d.conns.publisher.Flush()
+	d.log.Info("control nodes changed; hosts told the brokers", "version", version, "brokers", brokers, "nodes", len(targets))
+}
+
+// saveBrokers records brokers in this node's mesh.json when they differ. Only the
+// effects actor calls it.
+func (d *Daemon) saveBrokers(brokers []string) {
+	if len(brokers) == 0 {
+		return
+	}
+	cfg, err := d.opts.Dir.LoadConfig()
+	if err != nil {
+		d.log.Warn("the brokers are not recorded in mesh.json", "err", err)
+		return
+	}
+	if slices.Equal(brokers, cfg.Brokers) {
+		return
+	}
+	cfg.Brokers = slices.Clone(brokers)
+	if err := d.opts.Dir.SaveConfig(cfg); err != nil {
+		d.log.Warn("the brokers are not recorded in mesh.json", "err", err)
+	}
+}
