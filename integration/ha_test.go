@@ -30,6 +30,21 @@ func joinControl(t *testing.T, ca *harness.ControlPlane, node string) *harness.C
 		t.Fatalf("join %s (exit %d):\n%s", node, r.Code, r.Combined())
 	}
 	n.Serve()
+	// Once it serves, the leader promotes it, keeping the voters odd: a second
+	// control node waits for a third.
+	harness.Eventually(t, 20*time.Second, "the voters settle after "+node+" serves", func() bool {
+		members, voters := 0, 0
+		for _, c := range n.Nodes().Control {
+			if c.Raft == api.RaftRemoved {
+				continue
+			}
+			members++
+			if c.Raft == api.RaftVoter || c.Raft == api.RaftLeader {
+				voters++
+			}
+		}
+		return voters == members || voters == members-1 && members%2 == 0
+	})
 	return n
 }
 

@@ -144,3 +144,60 @@ func TestHostsFollowMembership(t *testing.T) {
 		return slices.Equal(brokersKnown(), slices.Sorted(slices.Values([]string{cp2.Listen, cp3.Listen})))
 	})
 }
+
+// TestPromotionOnlyOfServingNodes: joined control nodes stay confirmed nonvoters until
+// their `meshctl serve` runs and has caught up; then the leader promotes them,
+// keeping the voters odd. A member that stops answering is reported, at a bounded
+// rate, and shown offline.
+func TestPromotionOnlyOfServingNodes(t *testing.T) {
+	cp1 := harness.NewControlPlane(t, bin, "promote")
+	serve1 := cp1.Serve()
+	joined := map[string]*harness.ControlPlane{}
+	for _, id := range []string{"cp-2", "cp-3"} {
+		tok, n := cp1.ControlToken(id)
+		if r := n.Join(tok); r.Code != 0 || !strings.Contains(r.Stdout, "becomes a voter once `meshctl serve` runs") {
+			t.Fatalf("join %s (exit %d):\n%s", id, r.Code, r.Combined())
+		}
+		joined[id] = n
+	}
+	roles := func() map[string]string {
+		out := map[string]string{}
+		for _, c := range cp1.Nodes().Control {
+			out[c.ID] = c.Raft
+		}
+		return out
+	}
+	// Joined, not serving: nonvoters, however long they wait.
+	time.Sleep(5 * time.Second) // over two rounds of the leader's autopilot
+	if r := roles(); r["cp-2"] != "nonvoter" || r["cp-3"] != "nonvoter" || r["cp-1"] != "leader" {
+		t.Fatalf("before either serves: %v", r)
+	}
+	if n := strings.Count(serve1.Output(), "is not serving yet"); n > 2 {
+		t.Errorf("the leader reported the joined nodes %d times in 5 s: not bounded", n)
+	}
+	// One serves: still a nonvoter, for two voters would stop when either stops.
+	joined["cp-2"].Serve()
+	time.Sleep(5 * time.Second)
+	if r := roles(); r["cp-2"] != "nonvoter" {
+		t.Fatalf("with one of two serving: %v", r)
+	}
+	// Both serve: both promoted together.
+	joined["cp-3"].Serve()
+	harness.Eventually(t, 20*time.Second, "both promoted", func() bool {
+		r := roles()
+		return r["cp-2"] == "voter" && r["cp-3"] == "voter"
+	})
+	// A voter that stops answering is shown offline and reported.
+	joined["cp-3"].Process().Kill()
+	harness.Eventually(t, 20*time.Second, "cp-3 shown offline", func() bool {
+		for _, c := range cp1.Nodes().Control {
+			if c.ID == "cp-3" {
+				return c.State == "offline"
+			}
+		}
+		return false
+	})
+	harness.Eventually(t, 20*time.Second, "cp-3's silence reported", func() bool {
+		return strings.Contains(serve1.Output(), "a voting control node stopped answering")
+	})
+}

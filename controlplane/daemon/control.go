@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -34,11 +35,50 @@ type controlTracker struct {
 	mu     sync.Mutex
 	beats  map[string]api.ControlHeartbeat
 	seen   map[string]time.Time
-	probes map[string]string // node -> id of the probe entry it must prove it applied
+	probes map[string]string    // node -> id of the probe entry it must prove it applied
+	warned map[string]time.Time // node -> when its silence was last reported
 }
 
 func newControlTracker() *controlTracker {
-	return &controlTracker{beats: map[string]api.ControlHeartbeat{}, seen: map[string]time.Time{}, probes: map[string]string{}}
+	return &controlTracker{beats: map[string]api.ControlHeartbeat{}, seen: map[string]time.Time{}, probes: map[string]string{},
+		warned: map[string]time.Time{}}
+}
+
+// silenceReport is how often a silent control node is reported.
+const silenceReport = time.Minute
+
+// reportSilent logs, at most once per silenceReport, a Raft member that does not
+// answer: a voter that does not serve weakens the quorum; a nonvoter that never served
+// is a join whose `meshctl serve` has not been started.
+func (c *controlTracker) reportSilent(log *slog.Logger, node string, voter bool, last time.Time, heard bool, now time.Time) {
+	var msg string
+	switch {
+	case voter && heard:
+		msg = "a voting control node stopped answering: the quorum depends on the others"
+	case voter:
+		msg = "a voting control node has not answered since this node leads: the quorum depends on the others"
+	case heard:
+		msg = "a nonvoting control node stopped answering"
+	default:
+		msg = "a joined control node is not serving yet: it is promoted once `meshctl serve` runs on it"
+	}
+	// A change of situation is reported at once; the same one once per silenceReport.
+	key := node + "\x00" + msg
+	c.mu.Lock()
+	due := now.Sub(c.warned[key]) >= silenceReport
+	if due {
+		c.warned[key] = now
+	}
+	c.mu.Unlock()
+	switch {
+	case !due:
+	case heard:
+		log.Warn(msg, "node", node, "silent_for", now.Sub(last).Round(time.Second).String())
+	case voter:
+		log.Warn(msg, "node", node)
+	default:
+		log.Info(msg, "node", node)
+	}
 }
 
 func (c *controlTracker) beat(h api.ControlHeartbeat, at time.Time) {
@@ -65,6 +105,9 @@ func (d *Daemon) heartbeatLoop(ctx context.Context) error {
 		}
 		data, _ := json.Marshal(api.ControlHeartbeat{V: api.ProtocolVersion, Node: d.cfg.Node, AppliedIndex: d.raft.AppliedIndex(), Raft: role})
 		_ = d.conns.control.Publish(api.ControlHeartbeatSubject(d.cfg.Node), data)
+		if role == api.RaftLeader {
+			d.promoteServing(d.now())
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -165,10 +208,9 @@ func (d *Daemon) controlAdd(req api.ControlRequest) (api.ControlAddResult, error
 	return out, nil
 }
 
-// controlConfirm checks the joiner's proof and promotes voters so that their number
-// stays odd: a cluster of two voters stops when either stops, so a second control
-// node waits as a (replicating, serving) nonvoter until a third joins, and then both
-// are promoted together.
+// controlConfirm checks the joiner's proof of replication. It does not promote: a
+// joined node stays a confirmed nonvoter until its `meshctl serve` runs and has
+// caught up, and the leader's autopilot promotes it then (see promoteServing).
 func (d *Daemon) controlConfirm(req api.ControlConfirmRequest) (api.ControlConfirmResult, error) {
 	var out api.ControlConfirmResult
 	cn, err := activeControl(d, req.Node)
@@ -185,52 +227,67 @@ func (d *Daemon) controlConfirm(req api.ControlConfirmRequest) (api.ControlConfi
 	if err != nil {
 		return out, err
 	}
+	for _, m := range members {
+		if m.Voter {
+			out.Voters = append(out.Voters, m.ID)
+		}
+		if m.ID == cn.ID && m.Voter {
+			out.Voter = true
+		}
+	}
+	if !out.Voter {
+		out.Note = fmt.Sprintf("%s replicates; it becomes a voter once `meshctl serve` runs on it and has caught up, as long as the voters stay an odd number (two voters stop when either stops)", cn.ID)
+	}
+	d.log.Info("control node confirmed", "node", cn.ID, "voter", out.Voter, "voters", out.Voters)
+	return out, nil
+}
+
+// promoteServing is the leader's autopilot: it promotes the nonvoters that serve (a
+// control node's heartbeat comes from its `meshctl serve`) and have caught up with the
+// log, keeping the number of voters odd, and reports the members that stopped
+// answering. A node that joined but does not run yet stays a nonvoter, so it never
+// counts towards a quorum it cannot take part in.
+func (d *Daemon) promoteServing(now time.Time) {
+	members, err := d.raft.Members()
+	if err != nil {
+		return
+	}
+	applied := d.raft.AppliedIndex()
 	voters := 0
 	var candidates []state.ControlNode
-	now := d.now()
 	for _, m := range members {
+		if m.ID == d.cfg.Node {
+			if m.Voter {
+				voters++
+			}
+			continue
+		}
+		hb, at, heard := d.ctl.last(m.ID)
+		serving := heard && now.Sub(at) < 3*HeartbeatInterval
+		if !serving {
+			d.ctl.reportSilent(d.log, m.ID, m.Voter, at, heard, now)
+		}
 		if m.Voter {
 			voters++
 			continue
 		}
-		if m.ID == cn.ID {
-			candidates = append(candidates, cn)
+		cn, err := activeControl(d, m.ID)
+		if err != nil || !serving || hb.AppliedIndex+10 < applied {
 			continue
 		}
-		// Another nonvoter is promoted along only if it is alive and caught up.
-		other, err := activeControl(d, m.ID)
-		if err != nil {
-			continue
-		}
-		if hb, at, ok := d.ctl.last(m.ID); ok && now.Sub(at) < 3*HeartbeatInterval && hb.AppliedIndex+10 >= d.raft.AppliedIndex() {
-			candidates = append(candidates, other)
-		}
+		candidates = append(candidates, cn)
 	}
 	slices.SortFunc(candidates, func(a, b state.ControlNode) int { return a.JoinedAt.Compare(b.JoinedAt) })
-	if (voters+len(candidates))%2 == 0 {
+	if (voters+len(candidates))%2 == 0 && len(candidates) > 0 {
 		candidates = candidates[:len(candidates)-1] // keep the voter count odd
 	}
 	for _, c := range candidates {
 		if err := d.raft.Promote(c.ID, c.Raft, 10*time.Second); err != nil {
-			return out, &api.Error{Code: api.CodeUnavailable, Message: "promote " + c.ID + ": " + err.Error()}
+			d.log.Warn("control node not promoted; will try again", "node", c.ID, "err", err)
+			return
 		}
-		out.Promoted = append(out.Promoted, c.ID)
-		if c.ID == cn.ID {
-			out.Voter = true
-		}
+		d.log.Info("control node promoted to voter: it serves and has caught up", "node", c.ID)
 	}
-	if members, err = d.raft.Members(); err == nil {
-		for _, m := range members {
-			if m.Voter {
-				out.Voters = append(out.Voters, m.ID)
-			}
-		}
-	}
-	if !out.Voter {
-		out.Note = fmt.Sprintf("%s replicates and serves as a nonvoter: with %d voter(s), promoting it would make an even number, and two voters stop when either stops; it is promoted when the next control node joins", cn.ID, voters)
-	}
-	d.log.Info("control node confirmed", "node", cn.ID, "voter", out.Voter, "promoted", out.Promoted, "voters", out.Voters)
-	return out, nil
 }
 
 // controlAbort rolls back a join that could not be confirmed: the node leaves the Raft
