@@ -5,6 +5,7 @@
 package bootstrap
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
@@ -48,6 +49,38 @@ type Options struct {
 // ErrConflict means the data directory holds something bootstrap will not touch.
 var ErrConflict = errors.New("bootstrap conflict")
 
+// JoinedError means the data directory belongs to a control node that joined a mesh
+// (`meshctl join`, finished or not): bootstrap creates meshes and has nothing to do
+// or resume there. It matches ErrConflict.
+type JoinedError struct {
+	Dir      datadir.Dir
+	Mesh     string
+	Node     string
+	CAHolder string // the node holding the CA key, when recorded
+	// Incomplete: the join has not completed.
+	Incomplete bool
+}
+
+func (e *JoinedError) Error() string {
+	if e.Incomplete && e.Node == "" {
+		return fmt.Sprintf("%v: %s holds the start of a `meshctl join` (%s) that has not completed; there is nothing to bootstrap or resume here. Finish the join with `meshctl join --data %s` and the same token; to create a new mesh, use an empty --data directory",
+			ErrConflict, e.Dir, datadir.JoinPendingFile, e.Dir)
+	}
+	if e.Incomplete {
+		return fmt.Sprintf("%v: %s holds control node %s of mesh %s, whose `meshctl join` has not completed; it was not bootstrapped, so there is nothing to bootstrap or resume here. Finish the join with `meshctl join --data %s` and the same token; to create a new mesh, use an empty --data directory",
+			ErrConflict, e.Dir, e.Node, e.Mesh, e.Dir)
+	}
+	holder := ""
+	if e.CAHolder != "" && e.CAHolder != e.Node {
+		holder = fmt.Sprintf(" (the CA key is on %s)", e.CAHolder)
+	}
+	return fmt.Sprintf("%v: %s holds control node %s of mesh %s, which joined the mesh with `meshctl join`%s; it was not bootstrapped, so there is nothing to bootstrap or resume here. Start it with `meshctl serve --data %s`; to create a new mesh, use an empty --data directory",
+		ErrConflict, e.Dir, e.Node, e.Mesh, holder, e.Dir)
+}
+
+// Is makes errors.Is(err, ErrConflict) hold.
+func (e *JoinedError) Is(target error) bool { return target == ErrConflict }
+
 // OptionError is a bootstrap option that cannot be used; nothing was changed.
 type OptionError struct {
 	Flag   string
@@ -79,14 +112,21 @@ type step struct {
 }
 
 // Run prints the plan and, unless DryRun, carries it out.
-func Run(o Options) error {
+func Run(o Options) error { return RunContext(context.Background(), o) }
+
+// RunContext is Run, stopping between steps once ctx ends (SIGINT or SIGTERM): every
+// step is whole or not begun, so running bootstrap again resumes. It holds the data
+// directory's lock throughout, and refuses at once a directory another process holds.
+func RunContext(ctx context.Context, o Options) error {
 	if err := o.defaults(); err != nil {
 		return err
 	}
 	b := &run{o: o}
-	if err := b.loadPrevious(); err != nil {
+	lock, err := b.lock()
+	if err != nil {
 		return err
 	}
+	defer lock.Release()
 	steps := b.plan()
 	fmt.Fprintf(o.Out, "bootstrap mesh %q in %s (control node %s)\nplan:\n", o.Mesh, o.Dir, o.Node)
 	for i, s := range steps {
@@ -106,6 +146,10 @@ func Run(o Options) error {
 	}
 	fmt.Fprintln(o.Out, "running:")
 	for i, s := range steps {
+		if ctx.Err() != nil {
+			fmt.Fprintf(o.Out, "  %d. %-9s not begun: interrupted\n", i+1, s.kind)
+			return fmt.Errorf("%w before step %d (%s) began\nthe steps before it are done; run bootstrap again to resume", context.Cause(ctx), i+1, s.kind)
+		}
 		if !s.check && s.done() {
 			fmt.Fprintf(o.Out, "  %d. %-9s already done\n", i+1, s.kind)
 			continue
@@ -170,6 +214,39 @@ type run struct {
 	ca  *pki.CA
 }
 
+// lock takes the data directory's lock and reads what an earlier run left. A lock
+// file is created only in a directory bootstrap may use, never in one it refuses; a
+// dry run creates nothing, and takes the lock only if the file exists.
+func (b *run) lock() (*datadir.Lock, error) {
+	command := "meshctl bootstrap"
+	if b.o.DryRun {
+		command += " --dry-run"
+	}
+	lock, err := b.o.Dir.LockExisting(command)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.loadPrevious(); err != nil {
+		lock.Release()
+		return nil, err
+	}
+	if lock != nil || b.o.DryRun {
+		return lock, nil
+	}
+	if err := os.MkdirAll(string(b.o.Dir), 0o700); err != nil {
+		return nil, err
+	}
+	if lock, err = b.o.Dir.Lock(command); err != nil {
+		return nil, err
+	}
+	// Read again under the lock: another process may have used the directory since.
+	if err := b.loadPrevious(); err != nil {
+		lock.Release()
+		return nil, err
+	}
+	return lock, nil
+}
+
 // loadPrevious reads what an earlier run left, and refuses a directory that holds
 // another mesh or unrelated files.
 func (b *run) loadPrevious() error {
@@ -178,6 +255,9 @@ func (b *run) loadPrevious() error {
 		cfg, err := readConfigLoose(d)
 		if err != nil {
 			return err
+		}
+		if cfg.JoinedNode() {
+			return &JoinedError{Dir: d, Mesh: cfg.Mesh, Node: cfg.Node, CAHolder: cfg.CAHolder, Incomplete: cfg.Joining}
 		}
 		if cfg.Mesh != b.o.Mesh {
 			return fmt.Errorf("%w: %s already holds mesh %q; use another --data directory", ErrConflict, d, cfg.Mesh)
@@ -193,7 +273,11 @@ func (b *run) loadPrevious() error {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("read %s: %w", d, err)
 	}
-	if len(entries) > 0 {
+	if slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() == datadir.JoinPendingFile }) {
+		return &JoinedError{Dir: d, Incomplete: true}
+	}
+	// The lock file alone is left by a command that found nothing to do here.
+	if slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() != datadir.LockFile }) {
 		return fmt.Errorf("%w: %s is not empty and holds no mesh.json; bootstrap only uses an empty or new directory", ErrConflict, d)
 	}
 	b.cfg = datadir.Config{
@@ -260,10 +344,13 @@ func (b *run) makeCA() (string, error) {
 			return "", err
 		}
 		b.ca = ca
-	case hasCert || hasKey:
+	case hasCert || hasKey && b.cfg.CAPin != "":
 		return "", fmt.Errorf("%w: only one of %s and %s exists; restore the other from backup, or start over in an empty directory",
 			ErrConflict, datadir.CACertFile, datadir.CAKeyFile)
 	default:
+		// Nothing yet, or the key of a CA whose certificate was never written (a run
+		// killed between the two): no pin was recorded, so nothing trusts that CA and
+		// it is replaced.
 		ca, keyPEM, err := pki.NewCA(b.o.Mesh, b.o.Now())
 		if err != nil {
 			return "", err

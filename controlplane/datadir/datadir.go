@@ -34,6 +34,8 @@ const (
 	AdminCredsFile = "admin.creds"
 	AccountKeyFile = "admin-account.nk" // only on the machine that ran bootstrap
 	RaftDir        = "raft"
+	// JoinPendingFile holds the keys of a `meshctl join` until it completes.
+	JoinPendingFile = "join-pending.json"
 )
 
 // ConfigFormat is the version of mesh.json this program writes.
@@ -61,6 +63,16 @@ type Config struct {
 	// Joining is set while `meshctl join` has not completed: the node is not a
 	// member yet and serve refuses to start.
 	Joining bool `json:"joining,omitempty"`
+	// Joined is set by `meshctl join`: this control node joined a mesh that was
+	// bootstrapped elsewhere, and bootstrap has nothing to do here.
+	Joined bool `json:"joined,omitempty"`
+}
+
+// JoinedNode reports whether the directory is that of a control node made by
+// `meshctl join` (completed or not) rather than by bootstrap. Directories joined
+// before Joined was recorded are known by their CA holder being another node.
+func (c Config) JoinedNode() bool {
+	return c.Joined || c.Joining || c.CAHolder != "" && c.CAHolder != c.Node
 }
 
 // Dir is a data directory.

@@ -403,3 +403,24 @@ func TestLoadCAAndLeaf(t *testing.T) {
 		t.Fatalf("LoadLeaf: %v", err)
 	}
 }
+
+// TestJoinedNode: a directory made by join is known as such, finished or not, and
+// one joined before Joined was recorded by its CA holder being another node.
+func TestJoinedNode(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want bool
+	}{
+		{"bootstrapped", Config{Node: "cp-1", CAHolder: "cp-1"}, false},
+		{"bootstrapped, holder not recorded", Config{Node: "cp-1"}, false},
+		{"joined", Config{Node: "cp-2", CAHolder: "cp-1", Joined: true}, true},
+		{"joining", Config{Node: "cp-2", CAHolder: "cp-1", Joining: true, Joined: true}, true},
+		{"joined, CA key restored here", Config{Node: "cp-2", CAHolder: "cp-2", Joined: true}, true},
+		{"joined by an earlier version", Config{Node: "cp-2", CAHolder: "cp-1"}, true},
+	} {
+		if got := c.cfg.JoinedNode(); got != c.want {
+			t.Errorf("%s: JoinedNode() = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -186,7 +186,12 @@ type pending struct {
 	CurveSeed string `json:"curve_seed"`
 }
 
-const pendingFile = "join-pending.json"
+const pendingFile = datadir.JoinPendingFile
+
+// abortWait bounds the rollback of a join interrupted while the mesh had it as a
+// nonvoter: the process must stop promptly, and a join left in Raft is resumed (or
+// rolled back) by the next run.
+const abortWait = 1500 * time.Millisecond
 
 type run struct {
 	o   Options
@@ -203,7 +208,11 @@ func (r *run) step(kind, format string, args ...any) {
 // completed join of this node.
 var ErrAlreadyJoined = errors.New("already joined")
 
-// Join carries out the join.
+// Join carries out the join. It holds the data directory's lock throughout, and
+// refuses at once a directory another process holds. When ctx ends (SIGINT or
+// SIGTERM) it stops waiting and returns an error wrapping context.Cause(ctx); a join
+// the mesh had as a nonvoter is rolled back first, and running join again with the
+// same token resumes.
 func Join(ctx context.Context, o Options) error {
 	if o.Out == nil {
 		o.Out = io.Discard
@@ -236,40 +245,69 @@ func Join(ctx context.Context, o Options) error {
 	fmt.Fprintf(o.Out, "join control node %s into mesh %s\n", tok.Node, tok.Mesh)
 	r.step("token", "parsed offline: role control, %d broker(s), expires %s", len(tok.Brokers), tok.Expiry.Sub(o.Now()).Round(time.Second))
 
-	if err := r.checkDir(); err != nil {
+	lock, note, err := r.lock()
+	if err != nil {
 		return err
 	}
+	defer lock.Release()
+	r.step("data dir", "%s", note)
 	return r.join(ctx)
 }
 
-func (r *run) checkDir() error {
+// lock takes the data directory's lock and checks the directory. A lock file is
+// created only in a directory the join may use, never in one it refuses.
+func (r *run) lock() (*datadir.Lock, string, error) {
+	d := r.o.Dir
+	lock, err := d.LockExisting("meshctl join")
+	if err != nil {
+		return nil, "", err
+	}
+	note, err := r.checkDir()
+	if err != nil {
+		lock.Release()
+		return nil, "", err
+	}
+	if lock != nil {
+		return lock, note, nil
+	}
+	if err := os.MkdirAll(string(d), 0o700); err != nil {
+		return nil, "", err
+	}
+	if lock, err = d.Lock("meshctl join"); err != nil {
+		return nil, "", err
+	}
+	// Check again under the lock: another process may have used the directory since.
+	if note, err = r.checkDir(); err != nil {
+		lock.Release()
+		return nil, "", err
+	}
+	return lock, note, nil
+}
+
+// checkDir says what the directory holds, or why the join cannot use it.
+func (r *run) checkDir() (string, error) {
 	d := r.o.Dir
 	cfg, err := d.ReadConfigRaw()
 	switch {
 	case err == nil && !cfg.Joining && cfg.Mesh == r.tok.Mesh && cfg.Node == r.tok.Node:
-		return fmt.Errorf("%w: %s already holds control node %s of mesh %s; nothing to do (start it with meshctl serve --data %s)", ErrAlreadyJoined, d, cfg.Node, cfg.Mesh, d)
+		return "", fmt.Errorf("%w: %s already holds control node %s of mesh %s; nothing to do (start it with meshctl serve --data %s)", ErrAlreadyJoined, d, cfg.Node, cfg.Mesh, d)
 	case err == nil && (cfg.Mesh != r.tok.Mesh || cfg.Node != r.tok.Node):
-		return fmt.Errorf("%w: %s holds %s of mesh %s; use another --data directory", ErrDataDir, d, cfg.Node, cfg.Mesh)
+		return "", fmt.Errorf("%w: %s holds %s of mesh %s; use another --data directory", ErrDataDir, d, cfg.Node, cfg.Mesh)
 	case err == nil:
-		r.step("data dir", "%s holds an unfinished join of %s: resuming", d, cfg.Node)
-		return nil
+		return fmt.Sprintf("%s holds an unfinished join of %s: resuming", d, cfg.Node), nil
 	case !errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("%w: %v", ErrDataDir, err)
+		return "", fmt.Errorf("%w: %v", ErrDataDir, err)
 	}
 	entries, err := os.ReadDir(string(d))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+		return "", err
 	}
 	for _, e := range entries {
-		if e.Name() != pendingFile {
-			return fmt.Errorf("%w: %s is not empty and holds no join; use an empty or new directory", ErrDataDir, d)
+		if e.Name() != pendingFile && e.Name() != datadir.LockFile {
+			return "", fmt.Errorf("%w: %s is not empty and holds no join; use an empty or new directory", ErrDataDir, d)
 		}
 	}
-	if err := os.MkdirAll(string(d), 0o700); err != nil {
-		return err
-	}
-	r.step("data dir", "%s is new", d)
-	return nil
+	return fmt.Sprintf("%s is new", d), nil
 }
 
 // keys returns the join's nkey and curve key pair, kept in the data directory until the
@@ -309,7 +347,7 @@ func (r *run) join(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	resp, broker, err := r.admission(nk, ck)
+	resp, broker, err := r.admission(ctx, nk, ck)
 	if err != nil {
 		return err
 	}
@@ -360,7 +398,7 @@ func (r *run) join(ctx context.Context) error {
 		Format: datadir.ConfigFormat, Mesh: r.tok.Mesh, Node: r.tok.Node,
 		Listen: adm.Self.Broker, RaftListen: adm.Self.Raft, ClusterListen: adm.Self.Cluster,
 		Brokers: resp.Brokers, CAPin: hex.EncodeToString(r.tok.CAPin[:]), AdminAccount: adm.AdminAccount,
-		CAHolder: adm.CAHolder, Joining: true,
+		CAHolder: adm.CAHolder, Joining: true, Joined: true,
 	}
 	for _, f := range []struct {
 		name string
@@ -389,7 +427,7 @@ func (r *run) join(ctx context.Context) error {
 	return r.member(ctx, cfg, adm)
 }
 
-func (r *run) admission(nk, ck nkeys.KeyPair) (api.EnrolResponse, string, error) {
+func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolResponse, string, error) {
 	var resp api.EnrolResponse
 	var errs []string
 	for _, b := range r.tok.Brokers {
@@ -405,7 +443,14 @@ func (r *run) admission(nk, ck nkeys.KeyPair) (api.EnrolResponse, string, error)
 			nats.Nkey(pub, nk.Sign),
 			nats.CustomInboxPrefix(api.EnrolInbox(r.tok.Node, pub)),
 			nats.Timeout(10*time.Second), nats.NoReconnect(),
+			nats.SetCustomDialer(ctxDialer{ctx: ctx, timeout: 10 * time.Second}),
 		)
+		if ctx.Err() != nil {
+			if nc != nil {
+				nc.Close()
+			}
+			return resp, "", r.interrupted(ctx, "connecting to the mesh at "+addr, "nothing was sent to the mesh")
+		}
 		if err != nil {
 			if strings.Contains(err.Error(), "does not chain to the pinned mesh CA") {
 				r.step("connect", "%s: REFUSED: not the mesh's CA; nothing was sent", addr)
@@ -428,6 +473,9 @@ func (r *run) admission(nk, ck nkeys.KeyPair) (api.EnrolResponse, string, error)
 			CAPin: hex.EncodeToString(r.tok.CAPin[:]), SigningKey: hex.EncodeToString(r.tok.SigningKey),
 			Agent: "meshctl join", CurveKey: curve})
 		msg, err := operator.Request(nc, api.EnrolSubject(r.tok.Node), req, 20*time.Second, operator.DefaultLeaderWait)
+		if ctx.Err() != nil {
+			return resp, "", r.interrupted(ctx, "waiting for the mesh to admit "+r.tok.Node, "")
+		}
 		if errors.Is(err, nats.ErrNoResponders) {
 			return resp, "", fmt.Errorf("%w; run join again with the same token", operator.ErrNoLeader)
 		}
@@ -489,33 +537,61 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 		return err
 	}
 	defer node.Close()
-	op, err := operator.Dial(d, operator.Options{Servers: cfg.Brokers, Joining: true})
+	op, err := dial(ctx, d, operator.Options{Servers: cfg.Brokers, Joining: true})
+	if ctx.Err() != nil {
+		return r.interrupted(ctx, "connecting to the control plane", "")
+	}
 	if err != nil {
 		return err
 	}
 	defer op.Close()
+	// rollback takes the node out of Raft again, for a join that will not be confirmed.
+	rollback := func(ctx context.Context) {
+		_ = call(ctx, op, api.OpControlAbort, api.ControlRequest{Node: cfg.Node}, nil)
+	}
+	// interrupted rolls back (for at most abortWait) and says so.
+	interrupted := func(what string) error {
+		abortCtx, cancel := context.WithTimeout(context.Background(), abortWait)
+		defer cancel()
+		rollback(abortCtx)
+		return r.interrupted(ctx, what, "the join was rolled back")
+	}
 
 	var add api.ControlAddResult
-	if err := op.Call(api.OpControlAdd, api.ControlRequest{Node: cfg.Node}, &add); err != nil {
+	if err := call(ctx, op, api.OpControlAdd, api.ControlRequest{Node: cfg.Node}, &add); err != nil {
+		if ctx.Err() != nil {
+			return interrupted("adding " + cfg.Node + " as a Raft nonvoter")
+		}
 		return fmt.Errorf("%w: add as a Raft nonvoter: %v", ErrNotConfirmed, err)
 	}
 	r.step("raft", "added as a nonvoter; Raft replicates the log to %s", cfg.RaftListen)
 
-	deadline := time.Now().Add(r.o.ConfirmTimeout)
+	confirmWait := time.NewTimer(r.o.ConfirmTimeout)
+	defer confirmWait.Stop()
+	poll := time.NewTicker(100 * time.Millisecond)
+	defer poll.Stop()
 	for node.AppliedIndex() < add.ProbeIndex {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			_ = op.Call(api.OpControlAbort, api.ControlRequest{Node: cfg.Node}, nil)
+		select {
+		case <-ctx.Done():
+			return interrupted("waiting for this node to replicate the probe entry")
+		case <-confirmWait.C:
+			rollback(context.Background())
 			return fmt.Errorf("%w: after %s this node had applied log index %d, not the probe at %d: the leader cannot reach %s (firewall? wrong address?)",
 				ErrNotConfirmed, r.o.ConfirmTimeout, node.AppliedIndex(), add.ProbeIndex, cfg.RaftListen)
+		case <-poll.C:
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	mu.Lock()
 	seen := slices.Clone(probes)
 	mu.Unlock()
 	var conf api.ControlConfirmResult
-	if err := op.Call(api.OpControlConfirm, api.ControlConfirmRequest{Node: cfg.Node, Probes: seen}, &conf); err != nil {
-		_ = op.Call(api.OpControlAbort, api.ControlRequest{Node: cfg.Node}, nil)
+	if err := call(ctx, op, api.OpControlConfirm, api.ControlConfirmRequest{Node: cfg.Node, Probes: seen}, &conf); err != nil {
+		if ctx.Err() != nil {
+			// The confirmation may be carried out after all (a promotion): no
+			// rollback, the next run finds the node a member and goes on.
+			return r.interrupted(ctx, "waiting for the mesh to confirm "+cfg.Node, "")
+		}
+		rollback(context.Background())
 		return fmt.Errorf("%w: %v", ErrNotConfirmed, err)
 	}
 	r.step("confirm", "replicating: applied the probe entry at index %d, which only the log carried", add.ProbeIndex)
@@ -567,15 +643,95 @@ func (r *run) route(ctx context.Context, cfg datadir.Config, adm *api.ControlAdm
 		return fmt.Errorf("start this node's broker: %w", err)
 	}
 	defer srv.Shutdown()
-	deadline := time.Now().Add(r.o.RouteTimeout)
+	routeWait := time.NewTimer(r.o.RouteTimeout)
+	defer routeWait.Stop()
+	poll := time.NewTicker(100 * time.Millisecond)
+	defer poll.Stop()
 	for srv.NumRoutes() == 0 {
-		if time.Now().After(deadline) {
+		select {
+		case <-ctx.Done():
+			return r.interrupted(ctx, "waiting for a NATS route to "+strings.Join(routes, ", "), "")
+		case <-routeWait.C:
 			return fmt.Errorf("%w: no NATS route to %s within %s (the cluster port must be reachable both ways, with mutual TLS)", ErrNotConfirmed, strings.Join(routes, ", "), r.o.RouteTimeout)
+		case <-poll.C:
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 	r.step("route", "NATS route up over mutual TLS (%d route(s) to %s)", srv.NumRoutes(), strings.Join(routes, ", "))
 	return nil
+}
+
+// interrupted is the error of a join stopped by ctx while it was doing what: it wraps
+// context.Cause(ctx) (the signal, for meshctl), says what became of the join (done,
+// when there is something to say) and that running it again resumes.
+func (r *run) interrupted(ctx context.Context, what, done string) error {
+	if done != "" {
+		done = "; " + done
+	}
+	return fmt.Errorf("%w while %s%s; run `meshctl join --data %s` again with the same token to resume", context.Cause(ctx), what, done, r.o.Dir)
+}
+
+// ctxDialer dials a broker for as long as ctx lasts: a connection still being set up
+// (TCP, TLS) or waiting for an answer is closed when ctx ends.
+type ctxDialer struct {
+	ctx     context.Context
+	timeout time.Duration
+}
+
+func (d ctxDialer) Dial(network, address string) (net.Conn, error) {
+	c, err := (&net.Dialer{Timeout: d.timeout}).DialContext(d.ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	context.AfterFunc(d.ctx, func() { c.Close() })
+	return c, nil
+}
+
+// dial is operator.Dial, given up when ctx ends; a connection made after that is
+// closed.
+func dial(ctx context.Context, dir datadir.Dir, o operator.Options) (*operator.Client, error) {
+	type dialed struct {
+		c   *operator.Client
+		err error
+	}
+	done := make(chan dialed, 1)
+	go func() {
+		c, err := operator.Dial(dir, o)
+		done <- dialed{c, err}
+	}()
+	select {
+	case d := <-done:
+		return d.c, d.err
+	case <-ctx.Done():
+		go func() {
+			if d := <-done; d.c != nil {
+				d.c.Close()
+			}
+		}()
+		return nil, ctx.Err()
+	}
+}
+
+// call is op.Call, given up when ctx ends: the request then goes on until its answer,
+// its timeout or op.Close, and its result is dropped.
+func call(ctx context.Context, op *operator.Client, name string, req, res any) error {
+	done := make(chan error, 1)
+	var out json.RawMessage
+	go func() {
+		if res == nil {
+			done <- op.Call(name, req, nil)
+			return
+		}
+		done <- op.Call(name, req, &out)
+	}()
+	select {
+	case err := <-done:
+		if err != nil || res == nil {
+			return err
+		}
+		return json.Unmarshal(out, res)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // refuseAll keeps the join's temporary broker closed to clients: it exists only to

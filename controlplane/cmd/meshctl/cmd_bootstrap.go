@@ -15,7 +15,9 @@ func bootstrapCommand() command {
 Prints its plan, checks first (data directory, addresses, clock), then makes the CA,
 this node's TLS identity, the declaration signing key, operator credentials and a
 one-voter Raft cluster. Running it again resumes an unfinished bootstrap and never
-makes a second CA. With --json the plan and its steps go to stderr, and stdout is the
+makes a second CA; SIGINT or SIGTERM stops it between steps (exit 9), and running it
+again resumes. It refuses at once a data directory another process holds (exit 8),
+and the directory of a control node that joined a mesh (exit 7). With --json the plan and its steps go to stderr, and stdout is the
 mesh as bootstrapped (its id, this node, addresses and CA pin) as JSON.`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			fs := c.Flags()
@@ -47,7 +49,10 @@ mesh as bootstrapped (its id, this node, addresses and CA pin) as JSON.`,
 				if asJSON {
 					o.Out = cio.stderr
 				}
-				if err := bootstrap.Run(o); err != nil || !asJSON {
+				ctx, stop := signalContext()
+				defer stop()
+				err := interruptible(ctx, func() error { return bootstrap.RunContext(ctx, o) })
+				if err != nil || !asJSON {
 					return err
 				}
 				cfg, err := o.Dir.LoadConfig()

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,7 +24,9 @@ Prints each step: pin check, TLS identity and signing key received, Raft nonvote
 proof that it replicates, promotion, a NATS route to the other brokers. Reports
 success only when confirmed; a join that cannot be confirmed is rolled back and says
 why. Running it again resumes an unfinished join, and is a no-op on a joined node.
-Then start the node with meshctl serve.`,
+SIGINT or SIGTERM stops it at any step (exit 9), rolling back a join the mesh had as
+a nonvoter; running it again with the same token resumes. It refuses at once a data
+directory another process holds (exit 8). Then start the node with meshctl serve.`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			fs := c.Flags()
 			var dir, tokenFile string
@@ -53,10 +52,12 @@ Then start the node with meshctl serve.`,
 				if asJSON {
 					steps = cio.stderr
 				}
-				ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+				ctx, stop := signalContext()
 				defer stop()
-				err = join.Join(ctx, join.Options{Dir: datadir.Dir(dir), Token: text, Out: steps,
-					Timeouts: replication.Timeouts{Heartbeat: heartbeat, Election: heartbeat, LeaderLease: heartbeat / 2, Commit: 50 * time.Millisecond}})
+				err = interruptible(ctx, func() error {
+					return join.Join(ctx, join.Options{Dir: datadir.Dir(dir), Token: text, Out: steps,
+						Timeouts: replication.Timeouts{Heartbeat: heartbeat, Election: heartbeat, LeaderLease: heartbeat / 2, Commit: 50 * time.Millisecond}})
+				})
 				already := errors.Is(err, join.ErrAlreadyJoined)
 				if already {
 					fmt.Fprintln(steps, err)

@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,9 +21,11 @@ func serveCommand() command {
 		name:  "serve",
 		usage: "--data DIR [--log-format text|json]",
 		summary: `Run this control node: Raft member, embedded broker, enrolment and declarations.
-Runs until interrupted (SIGINT or SIGTERM). Logs go to stderr. Under systemd
-(Type=notify) it reports ready once its replicated state is current and its broker
-accepts connections (dist/systemd/meshctl.service).`,
+Runs until interrupted (SIGINT or SIGTERM), which stops it at any point, starting
+included (exit 9 if it was not ready yet). It holds the data directory's lock: a
+second process on the same directory is refused at once (exit 8). Logs go to stderr.
+Under systemd (Type=notify) it reports ready once its replicated state is current and
+its broker accepts connections (dist/systemd/meshctl.service).`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			fs := c.Flags()
 			var (
@@ -73,9 +75,9 @@ accepts connections (dist/systemd/meshctl.service).`,
 				if err != nil {
 					return err
 				}
-				ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+				ctx, stop := signalContext()
 				defer stop()
-				d, err := daemon.Open(ctx, daemon.Options{
+				opts := daemon.Options{
 					Dir:    datadir.Dir(dir),
 					Logger: log,
 					Timeouts: replication.Timeouts{Heartbeat: heartbeat, Election: heartbeat, LeaderLease: heartbeat / 2, Commit: def.Commit,
@@ -83,22 +85,48 @@ accepts connections (dist/systemd/meshctl.service).`,
 					OfflineAfter:      offline,
 					ReconcileInterval: reconcile,
 					MetricsListen:     metricsListen,
-				})
-				if err != nil {
-					return err
 				}
-				defer d.Close()
-				cfg := d.Config()
-				if err := notifyState(cio, fmt.Sprintf("READY=1\nSTATUS=control node %s of mesh %s; broker on %s", cfg.Node, cfg.Mesh, d.BrokerAddr())); err != nil {
-					log.Warn("could not tell systemd the control node is ready", "err", err)
-				}
-				err = d.Run(ctx)
-				_ = notifyState(cio, "STOPPING=1")
-				log.Info("control node stopped")
-				return err
+				return interruptible(ctx, func() error { return serve(ctx, cio, log, opts) })
 			}
 		},
 	}
+}
+
+// serve runs the control node of opts.Dir until ctx ends, holding the directory's
+// lock throughout.
+func serve(ctx context.Context, cio *cliIO, log *slog.Logger, opts daemon.Options) error {
+	lock, err := opts.Dir.Lock("meshctl serve")
+	if errors.Is(err, fs.ErrNotExist) {
+		// No directory: say what it lacks, as for one without mesh.json.
+		if _, cerr := opts.Dir.LoadConfig(); cerr != nil {
+			return cerr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	d, err := daemon.Open(ctx, opts)
+	if err != nil {
+		if ctx.Err() != nil {
+			_ = notifyState(cio, "STOPPING=1")
+			return fmt.Errorf("%w while starting, before this control node was ready (%v); nothing is left half-done: start it again with `meshctl serve --data %s`",
+				context.Cause(ctx), err, opts.Dir)
+		}
+		return err
+	}
+	cfg := d.Config()
+	if err := notifyState(cio, fmt.Sprintf("READY=1\nSTATUS=control node %s of mesh %s; broker on %s", cfg.Node, cfg.Mesh, d.BrokerAddr())); err != nil {
+		log.Warn("could not tell systemd the control node is ready", "err", err)
+	}
+	err = d.Run(ctx)
+	_ = notifyState(cio, "STOPPING=1")
+	if ctx.Err() != nil {
+		log.Info("control node stopping", "reason", context.Cause(ctx).Error())
+	}
+	d.Close()
+	log.Info("control node stopped")
+	return err
 }
 
 // logFormatFlag is the log format --log-format and its alias --log-json ask for

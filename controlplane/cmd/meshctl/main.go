@@ -11,8 +11,12 @@
 // Exit codes: 0 success; 1 failure; 2 usage error; 3 the control plane could not be
 // reached or has no leader; 4 the control plane refused the request; 5 not converged
 // (declare --wait, status); 6 this control node was removed and will not serve
-// again; 7 the data directory is not a control node's (not bootstrapped or joined,
-// or a join that did not complete).
+// again; 7 the data directory is not one the command can use (not a control node's:
+// not bootstrapped or joined, or a join that did not complete; for bootstrap and
+// join, one holding another mesh, another node, a joined node or unrelated files);
+// 8 the data directory is in use by another process (serve, bootstrap, join); 9
+// interrupted by SIGINT or SIGTERM before the command completed (serve: before it
+// was ready); running it again resumes.
 //
 // The command line is parsed by cobra (docs/decisions/0007-the-command-line.md).
 package main
@@ -47,6 +51,8 @@ const (
 	exitNotConverged = 5
 	exitRemoved      = 6
 	exitDataDir      = 7
+	exitInUse        = 8
+	exitInterrupted  = 9
 )
 
 // command is one meshctl subcommand.
@@ -201,13 +207,19 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	var ue usageError
 	var ae *api.Error
 	var oe *bootstrap.OptionError
+	var ie *interruptedError
 	switch {
+	case errors.As(err, &ie):
+		return exitInterrupted
+	case errors.Is(err, datadir.ErrInUse):
+		return exitInUse
 	case errors.As(err, &ue), errors.As(err, &oe):
 		fmt.Fprintf(stderr, "run `%s --help` for usage\n", name)
 		return exitUsage
 	case errors.Is(err, daemon.ErrRemoved):
 		return exitRemoved
-	case errors.Is(err, datadir.ErrNoConfig), errors.Is(err, datadir.ErrJoinIncomplete):
+	case errors.Is(err, datadir.ErrNoConfig), errors.Is(err, datadir.ErrJoinIncomplete),
+		errors.Is(err, bootstrap.ErrConflict), errors.Is(err, join.ErrDataDir):
 		return exitDataDir
 	case errors.Is(err, operator.ErrUnreachable), errors.Is(err, operator.ErrNoLeader):
 		return exitUnreachable
@@ -281,7 +293,8 @@ func printUsage(w io.Writer, root *cobra.Command) {
 	}
 	fmt.Fprintln(w, "\nrun `meshctl <command> --help` for a command's flags; `meshctl --version` for the version.")
 	fmt.Fprintln(w, "exit codes: 0 ok, 1 failure, 2 usage, 3 control plane unreachable, 4 refused by the control plane,")
-	fmt.Fprintln(w, "5 not converged (declare --wait, status), 6 this control node was removed, 7 data directory not a control node's")
+	fmt.Fprintln(w, "5 not converged (declare --wait, status), 6 this control node was removed, 7 data directory not usable here,")
+	fmt.Fprintln(w, "8 data directory in use by another process, 9 interrupted (SIGINT, SIGTERM) before it completed")
 }
 
 func firstLine(s string) string {

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// interruptGrace is how long a command has, after SIGINT or SIGTERM, to stop by
+// itself; then it exits anyway. Every file it writes is written whole (atomically),
+// Raft's stores are crash-safe, and the data directory's lock is the kernel's, so an
+// exit at any point leaves what a new run resumes.
+const interruptGrace = 3 * time.Second
+
+// interruptedError is the cause a signal cancels a command's context with; errors of a
+// command stopped by it wrap it, and exit with exitInterrupted.
+type interruptedError struct{ sig os.Signal }
+
+func (e *interruptedError) Error() string { return "interrupted by " + signalName(e.sig) }
+
+func signalName(sig os.Signal) string {
+	switch sig {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return sig.String()
+}
+
+// signalContext is a context cancelled, with an *interruptedError as its cause, when
+// SIGINT or SIGTERM arrives. stop restores the signals' default behaviour.
+func signalContext() (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-ch:
+			cancel(&interruptedError{sig: sig})
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(ch)
+		close(done)
+		cancel(nil)
+	}
+}
+
+// interruptible runs f, which should return soon after ctx ends. An error f returns
+// after a signal says it was interrupted. If f has not returned interruptGrace after
+// the signal, interruptible returns without it: the caller exits, and with the
+// process go f, whatever it was waiting for, and the locks it holds.
+func interruptible(ctx context.Context, f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return asInterrupted(ctx, err)
+	case <-ctx.Done():
+	}
+	grace := time.NewTimer(interruptGrace)
+	defer grace.Stop()
+	select {
+	case err := <-done:
+		return asInterrupted(ctx, err)
+	case <-grace.C:
+		return fmt.Errorf("%w; it did not stop within %s, so it exits anyway (every file it writes is whole: running it again resumes)", context.Cause(ctx), interruptGrace)
+	}
+}
+
+// asInterrupted makes an error returned after a signal wrap the signal's
+// *interruptedError (once), so that it exits with exitInterrupted.
+func asInterrupted(ctx context.Context, err error) error {
+	var ie *interruptedError
+	if err == nil || errors.As(err, &ie) || !errors.As(context.Cause(ctx), &ie) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ie, err)
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"mesh/controlplane/bootstrap"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/join"
+	"mesh/controlplane/operator"
+)
+
+// TestSignalContext: SIGTERM cancels the context with an *interruptedError naming it,
+// instead of killing the process.
+func TestSignalContext(t *testing.T) {
+	ctx, stop := signalContext()
+	defer stop()
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("SIGTERM did not cancel the context")
+	}
+	var ie *interruptedError
+	if !errors.As(context.Cause(ctx), &ie) || ie.Error() != "interrupted by SIGTERM" {
+		t.Fatalf("cause = %v", context.Cause(ctx))
+	}
+}
+
+// TestInterruptible: an error returned after a signal says so (once); one returned
+// without a signal is left alone; a command that does not stop within the grace is
+// given up on.
+func TestInterruptible(t *testing.T) {
+	plain := errors.New("no leader")
+	if err := interruptible(context.Background(), func() error { return plain }); err != plain {
+		t.Errorf("no signal: %v", err)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(&interruptedError{sig: syscall.SIGINT})
+	err := interruptible(ctx, func() error { return plain })
+	if !errors.Is(err, plain) || err.Error() != "interrupted by SIGINT: no leader" {
+		t.Errorf("after a signal: %v", err)
+	}
+	again := interruptible(ctx, func() error { return err })
+	if again.Error() != err.Error() {
+		t.Errorf("wrapped twice: %v", again)
+	}
+	if err := interruptible(ctx, func() error { return nil }); err != nil {
+		t.Errorf("completed after a signal: %v", err)
+	}
+	if testing.Short() {
+		return
+	}
+	start := time.Now()
+	block := make(chan struct{})
+	defer close(block)
+	err = interruptible(ctx, func() error { <-block; return nil })
+	if took := time.Since(start); took < interruptGrace || took > interruptGrace+time.Second {
+		t.Errorf("gave up after %s, want %s", took, interruptGrace)
+	}
+	if code := exitCode(io.Discard, "meshctl serve", err); code != exitInterrupted || !strings.Contains(err.Error(), "did not stop within") {
+		t.Errorf("stuck: exit %d: %v", code, err)
+	}
+}
+
+// TestExitCodesOfTheDataDirectory: in use, interrupted, and not usable each have
+// their code, whatever else the error wraps.
+func TestExitCodesOfTheDataDirectory(t *testing.T) {
+	sig := &interruptedError{sig: syscall.SIGTERM}
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{&datadir.InUseError{Dir: "./cp", PID: 42, Command: "meshctl serve"}, exitInUse},
+		{fmt.Errorf("%w while waiting: %w", sig, operator.ErrUnreachable), exitInterrupted},
+		{fmt.Errorf("%w: %w", sig, datadir.ErrNoConfig), exitInterrupted},
+		{&bootstrap.JoinedError{Dir: "./cp2", Mesh: "m", Node: "cp-2"}, exitDataDir},
+		{fmt.Errorf("%w: another mesh", bootstrap.ErrConflict), exitDataDir},
+		{fmt.Errorf("%w: not empty", join.ErrDataDir), exitDataDir},
+		{fmt.Errorf("x: %w", datadir.ErrNoConfig), exitDataDir},
+	} {
+		if got := exitCode(io.Discard, "meshctl", c.err); got != c.want {
+			t.Errorf("%v: exit %d, want %d", c.err, got, c.want)
+		}
+	}
+}

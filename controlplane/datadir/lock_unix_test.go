@@ -1,0 +1,203 @@
+//go:build unix
+
+package datadir
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func mustLock(t *testing.T, d Dir, command string) *Lock {
+	t.Helper()
+	l, err := d.Lock(command)
+	if err != nil {
+		t.Fatalf("lock %s: %v", d, err)
+	}
+	t.Cleanup(func() { l.Release() })
+	return l
+}
+
+// TestLockRefusesASecondHolder: while one open file holds the lock, another is
+// refused at once with an *InUseError that names the holder and says what to do;
+// once released, the lock is free again.
+func TestLockRefusesASecondHolder(t *testing.T) {
+	d := Dir(t.TempDir())
+	first := mustLock(t, d, "meshctl serve")
+
+	start := time.Now()
+	_, err := d.Lock("meshctl bootstrap")
+	if time.Since(start) > time.Second {
+		t.Errorf("the refusal took %s; it must be at once", time.Since(start))
+	}
+	var in *InUseError
+	if !errors.As(err, &in) || !errors.Is(err, ErrInUse) {
+		t.Fatalf("second lock: %v, want an *InUseError matching ErrInUse", err)
+	}
+	if in.PID != os.Getpid() || in.Command != "meshctl serve" || in.Dir != d {
+		t.Errorf("InUseError = %+v, want pid %d, command meshctl serve", in, os.Getpid())
+	}
+	for _, want := range []string{string(d), fmt.Sprintf("pid %d", os.Getpid()), "(meshctl serve)", "stop that process"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message lacks %q: %s", want, err)
+		}
+	}
+	if _, err := d.LockExisting("meshctl bootstrap --dry-run"); !errors.Is(err, ErrInUse) {
+		t.Errorf("LockExisting while held: %v, want ErrInUse", err)
+	}
+
+	if err := first.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(); err != nil {
+		t.Errorf("a second Release: %v", err)
+	}
+	second := mustLock(t, d, "meshctl bootstrap")
+	data, err := os.ReadFile(d.Path(LockFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf(`{"pid":%d,"command":"meshctl bootstrap"}`+"\n", os.Getpid()); string(data) != want {
+		t.Errorf("lock file = %q, want %q", data, want)
+	}
+	if fi, err := os.Stat(d.Path(LockFile)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("lock file mode: %v %v, want 0600", fi.Mode(), err)
+	}
+	second.Release()
+	if !d.Exists(LockFile) {
+		t.Error("Release removed the lock file; it must stay")
+	}
+}
+
+// TestLockStaleFile: a lock file left by a process that is gone (its pid recorded,
+// no flock held) blocks nothing.
+func TestLockStaleFile(t *testing.T) {
+	d := Dir(t.TempDir())
+	if err := os.WriteFile(d.Path(LockFile), []byte(`{"pid":999999,"command":"meshctl serve"}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mustLock(t, d, "meshctl serve")
+	data, _ := os.ReadFile(d.Path(LockFile))
+	if !strings.Contains(string(data), fmt.Sprintf(`"pid":%d`, os.Getpid())) || strings.Contains(string(data), "999999") {
+		t.Errorf("lock file not rewritten for this process: %q", data)
+	}
+}
+
+// TestLockUnrecordedHolder: a holder that has not written its pid yet (or a lock file
+// of another format) is still refused, and the message says the pid is unknown.
+func TestLockUnrecordedHolder(t *testing.T) {
+	d := Dir(t.TempDir())
+	l := mustLock(t, d, "meshctl serve")
+	if err := os.WriteFile(d.Path(LockFile), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := d.Lock("meshctl join")
+	var in *InUseError
+	if !errors.As(err, &in) || in.PID != 0 || !strings.Contains(err.Error(), "has not recorded its pid") {
+		t.Fatalf("err = %v", err)
+	}
+	l.Release()
+}
+
+// TestLockNeedsTheDirectory: Lock creates the lock file but never the directory;
+// LockExisting creates nothing, and finds nothing to lock where there is no lock file.
+func TestLockNeedsTheDirectory(t *testing.T) {
+	missing := Dir(filepath.Join(t.TempDir(), "missing"))
+	if _, err := missing.Lock("meshctl serve"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Lock of a missing directory: %v, want fs.ErrNotExist", err)
+	}
+	if l, err := missing.LockExisting("meshctl bootstrap --dry-run"); l != nil || err != nil {
+		t.Errorf("LockExisting of a missing directory: %v, %v", l, err)
+	}
+	if _, err := os.Stat(string(missing)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the directory was created: %v", err)
+	}
+	empty := Dir(t.TempDir())
+	if l, err := empty.LockExisting("meshctl bootstrap --dry-run"); l != nil || err != nil {
+		t.Errorf("LockExisting without a lock file: %v, %v", l, err)
+	}
+	if empty.Exists(LockFile) {
+		t.Error("LockExisting created the lock file")
+	}
+	mustLock(t, empty, "meshctl serve").Release()
+	l, err := empty.LockExisting("meshctl bootstrap --dry-run")
+	if err != nil || l == nil {
+		t.Fatalf("LockExisting of a free lock file: %v, %v", l, err)
+	}
+	l.Release()
+}
+
+// TestLockRefusesALink: the lock file is the directory's own, never a link.
+func TestLockRefusesALink(t *testing.T) {
+	d := Dir(t.TempDir())
+	target := filepath.Join(t.TempDir(), "elsewhere")
+	if err := os.Symlink(target, d.Path(LockFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Lock("meshctl serve"); err == nil || errors.Is(err, ErrInUse) {
+		t.Fatalf("a symlinked lock file: %v, want an error other than in use", err)
+	}
+	if _, err := os.Stat(target); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the link's target was created: %v", err)
+	}
+}
+
+// TestLockAcrossProcesses: another process's lock names that process; when it is
+// killed with SIGKILL the kernel releases the lock and its stale file blocks nothing.
+func TestLockAcrossProcesses(t *testing.T) {
+	d := Dir(t.TempDir())
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLockHelperProcess$")
+	cmd.Env = append(os.Environ(), "DATADIR_LOCK_HELPER="+string(d))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "locked" {
+		t.Fatalf("helper: %q %v", line, err)
+	}
+
+	_, err = d.Lock("meshctl serve")
+	var in *InUseError
+	if !errors.As(err, &in) || in.PID != cmd.Process.Pid || in.Command != "helper" {
+		t.Fatalf("lock held by pid %d: %v (%+v)", cmd.Process.Pid, err, in)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	data, _ := os.ReadFile(d.Path(LockFile))
+	if !strings.Contains(string(data), fmt.Sprintf(`"pid":%d`, cmd.Process.Pid)) {
+		t.Fatalf("the killed process's record is gone: %q", data)
+	}
+	mustLock(t, d, "meshctl serve")
+}
+
+// TestLockHelperProcess is the other process of TestLockAcrossProcesses: it takes the
+// lock, says so, and waits to be killed.
+func TestLockHelperProcess(t *testing.T) {
+	dir := os.Getenv("DATADIR_LOCK_HELPER")
+	if dir == "" {
+		t.Skip("helper process of TestLockAcrossProcesses")
+	}
+	if _, err := Dir(dir).Lock("helper"); err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	fmt.Println("locked")
+	time.Sleep(time.Minute)
+	os.Exit(1)
+}
