@@ -22,6 +22,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
+
+	"mesh/logging"
 )
 
 // Config is what the broker needs to start.
@@ -151,7 +153,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("broker: %w", err)
 	}
 	h.ns = ns
-	ns.SetLoggerV2(&logAdapter{log: log.With("component", "broker")}, false, false, false)
+	// Trace stays off whatever the level: nats-server's traces are the protocol itself,
+	// every message and its payload.
+	nlog := newNATSLog(log, logging.NewLimiter(logging.RepeatInterval, time.Now))
+	ns.SetLoggerV2(nlog, nlog.debug, false, false)
 	go ns.Start()
 	deadline := 10 * time.Second
 	if d, ok := ctx.Deadline(); ok {
@@ -252,16 +257,6 @@ func splitHostPort(addr string) (string, int, error) {
 	}
 	return ap.Addr().String(), int(ap.Port()), nil
 }
-
-// logAdapter sends the NATS server's log lines to slog.
-type logAdapter struct{ log *slog.Logger }
-
-func (l *logAdapter) Noticef(f string, v ...any) { l.log.Info(fmt.Sprintf(f, v...)) }
-func (l *logAdapter) Warnf(f string, v ...any)   { l.log.Warn(fmt.Sprintf(f, v...)) }
-func (l *logAdapter) Fatalf(f string, v ...any)  { l.log.Error(fmt.Sprintf(f, v...), "fatal", true) }
-func (l *logAdapter) Errorf(f string, v ...any)  { l.log.Error(fmt.Sprintf(f, v...)) }
-func (l *logAdapter) Debugf(f string, v ...any)  { l.log.Debug(fmt.Sprintf(f, v...)) }
-func (l *logAdapter) Tracef(f string, v ...any)  {}
 
 // Traffic reports what the broker received from clients since it started: the
 // connections that completed a handshake and the application bytes read from them.

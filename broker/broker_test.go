@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -732,5 +733,60 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not reached in 5s")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestLogsJSON: with slog's JSON handler, every line of the broker, nats-server's own
+// included, is one JSON object with its level and component. A route that fails its
+// handshake every second (a peer of another CA) is logged once in the interval.
+func TestLogsJSON(t *testing.T) {
+	t.Parallel() // waits on nats-server's route retries
+	m := newMesh(t)
+	mutual, err := pki.MutualConfig(m.leaf, m.ca.CertPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := newMesh(t)
+	otherMutual, err := pki.MutualConfig(other.leaf, other.ca.CertPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := freePorts(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	x, err := broker.Start(ctx, broker.Config{Mesh: "test", Flows: testFlows, Name: "intruder", Listen: "127.0.0.1:0", TLS: other.server, Auth: byToken(nil), Logger: slog.New(slog.DiscardHandler),
+		Cluster: &broker.ClusterConfig{Listen: ports[1], TLS: otherMutual}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Shutdown()
+	logs := &syncBuffer{}
+	a, err := broker.Start(ctx, broker.Config{Mesh: "test", Flows: testFlows, Name: "cp-1", Listen: "127.0.0.1:0", TLS: m.server, Auth: byToken(nil),
+		Logger:  slog.New(slog.NewJSONHandler(logs, nil)),
+		Cluster: &broker.ClusterConfig{Listen: ports[0], Routes: []string{ports[1]}, TLS: mutual}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	a.Shutdown()
+
+	handshakes := 0
+	for line := range strings.Lines(logs.String()) {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("a log line is not one JSON object: %q: %v", line, err)
+		}
+		if r["component"] != "broker" || r["level"] == nil || r["msg"] == nil {
+			t.Errorf("line %v: want a level, a message and component broker", r)
+		}
+		if msg, _ := r["msg"].(string); strings.Contains(msg, "TLS route handshake error") {
+			handshakes++
+			if r["level"] != "ERROR" {
+				t.Errorf("a handshake error at %v", r["level"])
+			}
+		}
+	}
+	if handshakes != 1 {
+		t.Errorf("the failing route's handshake error was logged %d times in 3 s, want once:\n%s", handshakes, logs)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/oklog/run"
@@ -171,6 +172,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		Bind:     d.cfg.RaftListen,
 		TLS:      mutual,
 		FSM:      d.fsm,
+		EmptyFSM: func() raft.FSM { return state.NewFSM() },
 		Timeouts: opts.Timeouts,
 		Logger:   d.log,
 		Now:      opts.Now,
@@ -370,7 +372,7 @@ func (d *Daemon) followLeadership(ctx context.Context) error {
 		case leader := <-d.raft.LeaderChanges():
 			if leader {
 				d.log.Info("this control node is now the leader; serving the API")
-				if err := d.raft.Raft.Barrier(10 * time.Second).Error(); err != nil {
+				if err := d.raft.Barrier(10 * time.Second); err != nil {
 					d.log.Warn("barrier after election failed", "err", err)
 					continue
 				}

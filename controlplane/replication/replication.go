@@ -10,14 +10,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -25,28 +22,8 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"mesh/controlplane/state"
+	"mesh/logging"
 )
-
-// Timeouts tunes Raft for the machine it runs on. The defaults are twice
-// hashicorp/raft's, because small, noisy machines (2 cores, shared) miss 1 s
-// heartbeats under load and start needless elections.
-type Timeouts struct {
-	Heartbeat   time.Duration
-	Election    time.Duration
-	LeaderLease time.Duration
-	Commit      time.Duration
-	// SnapshotInterval and SnapshotThreshold set how often the state is
-	// snapshotted and the log compacted; zero means 2 minutes and 2048 entries.
-	SnapshotInterval  time.Duration
-	SnapshotThreshold uint64
-	// Handshake bounds a TLS handshake on the Raft port; zero means HandshakeTimeout.
-	Handshake time.Duration
-}
-
-// DefaultTimeouts suit small, noisy machines.
-func DefaultTimeouts() Timeouts {
-	return Timeouts{Heartbeat: 2 * time.Second, Election: 2 * time.Second, LeaderLease: time.Second, Commit: 50 * time.Millisecond}
-}
 
 // Config describes one Raft member.
 type Config struct {
@@ -59,8 +36,14 @@ type Config struct {
 	Bind      string
 	Advertise string
 	// TLS is the mutual TLS configuration between control nodes.
-	TLS      *tls.Config
-	FSM      *state.FSM
+	TLS *tls.Config
+	// FSM is the state machine Raft drives on this member.
+	FSM raft.FSM
+	// EmptyFSM makes an empty state machine of FSM's kind. Recovery from the peers
+	// file replays the log into one to compute the snapshot the member starts from,
+	// and Raft requires that one to be discarded afterwards. Nil refuses that recovery.
+	EmptyFSM func() raft.FSM
+	// Timeouts tunes Raft; zero fields take DefaultTimeouts'.
 	Timeouts Timeouts
 	Logger   *slog.Logger
 	// Now stamps the commands this member proposes; nil means time.Now.
@@ -70,8 +53,7 @@ type Config struct {
 // Node is a running Raft member.
 type Node struct {
 	now    func() time.Time
-	Raft   *raft.Raft
-	FSM    *state.FSM
+	raft   *raft.Raft
 	store  *raftboltdb.BoltStore
 	trans  *raft.NetworkTransport
 	leader chan bool
@@ -81,33 +63,7 @@ type Node struct {
 // ErrNotLeader means a write was proposed on a control node that is not the leader.
 var ErrNotLeader = errors.New("this control node is not the Raft leader")
 
-func raftConfig(cfg Config) *raft.Config {
-	t := cfg.Timeouts
-	if t.Heartbeat == 0 {
-		d := DefaultTimeouts()
-		t.Heartbeat, t.Election, t.LeaderLease, t.Commit = d.Heartbeat, d.Election, d.LeaderLease, d.Commit
-	}
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.ID)
-	rc.HeartbeatTimeout = t.Heartbeat
-	rc.ElectionTimeout = t.Election
-	rc.LeaderLeaseTimeout = t.LeaderLease
-	rc.CommitTimeout = t.Commit
-	rc.SnapshotThreshold = 2048
-	rc.SnapshotInterval = 2 * time.Minute
-	if cfg.Timeouts.SnapshotThreshold > 0 {
-		rc.SnapshotThreshold = cfg.Timeouts.SnapshotThreshold
-		rc.TrailingLogs = min(rc.TrailingLogs, cfg.Timeouts.SnapshotThreshold)
-	}
-	if cfg.Timeouts.SnapshotInterval > 0 {
-		rc.SnapshotInterval = cfg.Timeouts.SnapshotInterval
-	}
-	rc.TrailingLogs = 4096
-	rc.Logger = hclogger(cfg.Logger)
-	return rc
-}
-
-func openStores(dir string, log *slog.Logger) (*raftboltdb.BoltStore, raft.SnapshotStore, error) {
+func openStores(dir string, log hclog.Logger) (*raftboltdb.BoltStore, raft.SnapshotStore, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, err
 	}
@@ -115,7 +71,7 @@ func openStores(dir string, log *slog.Logger) (*raftboltdb.BoltStore, raft.Snaps
 	if err != nil {
 		return nil, nil, fmt.Errorf("open raft log %s: %w", filepath.Join(dir, "raft.db"), err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 3, hclogger(log))
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, snapshotsRetained, log)
 	if err != nil {
 		store.Close()
 		return nil, nil, fmt.Errorf("open raft snapshots: %w", err)
@@ -127,7 +83,8 @@ func openStores(dir string, log *slog.Logger) (*raftboltdb.BoltStore, raft.Snaps
 // reports done=false, with no error, if the stores already hold a cluster: bootstrap
 // is then a resume, never a second cluster.
 func Bootstrap(cfg Config) (done bool, err error) {
-	store, snaps, err := openStores(cfg.Dir, cfg.Logger)
+	log := raftLogger(orDefault(cfg.Logger), nil)
+	store, snaps, err := openStores(cfg.Dir, log)
 	if err != nil {
 		return false, err
 	}
@@ -138,7 +95,7 @@ func Bootstrap(cfg Config) (done bool, err error) {
 	}
 	_, trans := raft.NewInmemTransport(raft.ServerAddress(addr))
 	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(cfg.ID), Address: raft.ServerAddress(addr)}}}
-	err = raft.BootstrapCluster(raftConfig(cfg), store, store, snaps, trans, conf)
+	err = raft.BootstrapCluster(raftConfig(cfg, log), store, store, snaps, trans, conf)
 	if errors.Is(err, raft.ErrCantBootstrap) {
 		return false, nil
 	}
@@ -153,7 +110,7 @@ func HasState(dir string) (bool, error) {
 	if _, err := os.Stat(filepath.Join(dir, "raft.db")); errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
-	store, snaps, err := openStores(dir, slog.New(slog.DiscardHandler))
+	store, snaps, err := openStores(dir, hclog.NewNullLogger())
 	if err != nil {
 		return false, err
 	}
@@ -163,11 +120,11 @@ func HasState(dir string) (bool, error) {
 
 // Open starts the Raft member on its stores and transport.
 func Open(cfg Config) (*Node, error) {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	store, snaps, err := openStores(cfg.Dir, log)
+	log := orDefault(cfg.Logger)
+	repeats := logging.NewLimiter(logging.RepeatInterval, time.Now)
+	rlog := raftLogger(log, repeats)
+	t := cfg.Timeouts.withDefaults()
+	store, snaps, err := openStores(cfg.Dir, rlog)
 	if err != nil {
 		return nil, err
 	}
@@ -179,18 +136,18 @@ func Open(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("raft advertise address: %w", err)
 		}
 	}
-	stream, err := newTLSStream(cfg.Bind, adv, cfg.TLS, log, cfg.Timeouts.Handshake)
+	stream, err := newTLSStream(cfg.Bind, adv, cfg.TLS, log.With("component", "raft"), repeats, t.Handshake)
 	if err != nil {
 		store.Close()
 		return nil, fmt.Errorf("raft listen on %s: %w", cfg.Bind, err)
 	}
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  stream,
-		MaxPool: 3,
-		Timeout: 10 * time.Second,
-		Logger:  hclogger(log),
+		MaxPool: transportPool,
+		Timeout: transportTimeout,
+		Logger:  rlog,
 	})
-	rc := raftConfig(cfg)
+	rc := raftConfig(cfg, rlog)
 	if err := recoverFromPeersFile(cfg, rc, store, snaps, trans, log); err != nil {
 		trans.Close()
 		store.Close()
@@ -208,7 +165,7 @@ func Open(cfg Config) (*Node, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Node{now: now, Raft: r, FSM: cfg.FSM, store: store, trans: trans, leader: leader, log: log}, nil
+	return &Node{now: now, raft: r, store: store, trans: trans, leader: leader, log: log}, nil
 }
 
 // LeaderChanges delivers true when this node becomes leader and false when it stops
@@ -216,17 +173,17 @@ func Open(cfg Config) (*Node, error) {
 func (n *Node) LeaderChanges() <-chan bool { return n.leader }
 
 // IsLeader reports whether this node is the leader now.
-func (n *Node) IsLeader() bool { return n.Raft.State() == raft.Leader }
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 
 // WaitReady blocks until this node is leader and has applied every entry committed
 // before it became leader (a barrier), or until ctx ends. A control node serves
 // nothing before its state is current.
 func (n *Node) WaitReady(ctx context.Context) error {
-	t := time.NewTicker(50 * time.Millisecond)
+	t := time.NewTicker(pollInterval)
 	defer t.Stop()
 	for {
 		if n.IsLeader() {
-			if err := n.Raft.Barrier(10 * time.Second).Error(); err == nil {
+			if err := n.Barrier(barrierTimeout); err == nil {
 				return nil
 			}
 		}
@@ -236,6 +193,16 @@ func (n *Node) WaitReady(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// Barrier blocks until every entry before it in the log is applied to the state
+// machine: the leader's state is then current. It fails on a follower (ErrNotLeader).
+func (n *Node) Barrier(timeout time.Duration) error {
+	err := n.raft.Barrier(timeout).Error()
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	return err
 }
 
 // ApplyIndex is Apply for commands whose log index matters (probe entries).
@@ -265,10 +232,10 @@ func (n *Node) apply(c state.Command, timeout time.Duration) (state.Result, uint
 	if err != nil {
 		return state.Result{}, 0, fmt.Errorf("encode command: %w", err)
 	}
-	f := n.Raft.Apply(data, timeout)
+	f := n.raft.Apply(data, timeout)
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			return state.Result{}, 0, fmt.Errorf("%w: %v", ErrNotLeader, err)
+			return state.Result{}, 0, fmt.Errorf("%w: %w", ErrNotLeader, err)
 		}
 		return state.Result{}, 0, fmt.Errorf("commit %s: %w", c.Op, err)
 	}
@@ -278,7 +245,7 @@ func (n *Node) apply(c state.Command, timeout time.Duration) (state.Result, uint
 
 // Close shuts Raft down and closes the stores.
 func (n *Node) Close() error {
-	err := n.Raft.Shutdown().Error()
+	err := n.raft.Shutdown().Error()
 	n.trans.Close()
 	if cerr := n.store.Close(); err == nil {
 		err = cerr
@@ -286,49 +253,19 @@ func (n *Node) Close() error {
 	return err
 }
 
-// hclogger sends hashicorp/raft's log lines to slog, at warning level and above: Raft
-// is chatty at info, and what matters (elections, failed appends) is a warning.
-func hclogger(log *slog.Logger) hclog.Logger {
-	if log == nil {
-		log = slog.Default()
-	}
-	return hclog.New(&hclog.LoggerOptions{
-		Name:   "raft",
-		Level:  hclog.Warn,
-		Output: slogWriter{log.With("component", "raft")},
-	})
-}
-
-type slogWriter struct{ log *slog.Logger }
-
-func (w slogWriter) Write(p []byte) (int, error) {
-	line := strings.TrimSpace(string(p))
-	switch {
-	case strings.Contains(line, "[ERROR]"):
-		w.log.Error(line)
-	case strings.Contains(line, "[WARN]"):
-		w.log.Warn(line)
-	default:
-		w.log.Info(line)
-	}
-	return len(p), nil
-}
-
-var _ io.Writer = slogWriter{}
-
 // WaitFollowing blocks until this node knows a leader and has applied everything it
 // knows to be committed, or until ctx ends. A follower serves its broker only then, so
-// its authentication hook never decides from a stale roster.
+// its authentication hook never decides from a stale roster. "Applied" is Raft's
+// applied index: every committed entry handed to the state machine, in order.
 func (n *Node) WaitFollowing(ctx context.Context) error {
-	t := time.NewTicker(50 * time.Millisecond)
+	t := time.NewTicker(pollInterval)
 	defer t.Stop()
 	for {
 		if n.IsLeader() {
 			return n.WaitReady(ctx)
 		}
-		if addr, _ := n.Raft.LeaderWithID(); addr != "" {
-			commit, err := strconv.ParseUint(n.Raft.Stats()["commit_index"], 10, 64)
-			if err == nil && commit > 0 && n.Raft.AppliedIndex() >= commit {
+		if addr, _ := n.raft.LeaderWithID(); addr != "" {
+			if commit := n.raft.CommitIndex(); commit > 0 && n.raft.AppliedIndex() >= commit {
 				return nil
 			}
 		}
@@ -349,7 +286,7 @@ type Member struct {
 
 // Members returns the current Raft configuration.
 func (n *Node) Members() ([]Member, error) {
-	f := n.Raft.GetConfiguration()
+	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return nil, err
 	}
@@ -362,28 +299,29 @@ func (n *Node) Members() ([]Member, error) {
 
 // Leader returns the current leader's id, if known.
 func (n *Node) Leader() string {
-	_, id := n.Raft.LeaderWithID()
+	_, id := n.raft.LeaderWithID()
 	return string(id)
 }
 
 // AddNonvoter adds a server that receives the log but does not vote. Raft reports
 // success without ever reaching the server, so a caller must confirm it replicates.
 func (n *Node) AddNonvoter(id, addr string, timeout time.Duration) error {
-	return n.Raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout).Error()
+	return n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout).Error()
 }
 
 // Promote makes a server a voter.
 func (n *Node) Promote(id, addr string, timeout time.Duration) error {
-	return n.Raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout).Error()
+	return n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout).Error()
 }
 
 // Remove takes a server out of the configuration.
 func (n *Node) Remove(id string, timeout time.Duration) error {
-	return n.Raft.RemoveServer(raft.ServerID(id), 0, timeout).Error()
+	return n.raft.RemoveServer(raft.ServerID(id), 0, timeout).Error()
 }
 
-// AppliedIndex is the index of the last entry applied to the state machine here.
-func (n *Node) AppliedIndex() uint64 { return n.Raft.AppliedIndex() }
+// AppliedIndex is the index of the last entry Raft has handed to the state machine
+// here (which may still be applying it).
+func (n *Node) AppliedIndex() uint64 { return n.raft.AppliedIndex() }
 
 // PeersFile is the manual recovery file: when it exists in the Raft directory at start,
 // the node rewrites its configuration to the servers it lists, the way out of a lost
@@ -395,6 +333,9 @@ func recoverFromPeersFile(cfg Config, rc *raft.Config, store *raftboltdb.BoltSto
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
+	if cfg.EmptyFSM == nil {
+		return fmt.Errorf("%s: this member cannot recover its Raft configuration (no empty state machine to replay the log into)", path)
+	}
 	conf, err := raft.ReadConfigJSON(path)
 	if err != nil {
 		return fmt.Errorf("%s: %w (expected [{\"id\":\"cp-2\",\"address\":\"10.0.0.2:7301\",\"non_voter\":false}])", path, err)
@@ -404,7 +345,7 @@ func recoverFromPeersFile(cfg Config, rc *raft.Config, store *raftboltdb.BoltSto
 	}
 	// RecoverCluster replays the log into a scratch state machine to compute the new
 	// snapshot; the real one is restored from it when Raft starts.
-	if err := raft.RecoverCluster(rc, state.NewFSM(), store, store, snaps, trans, conf); err != nil {
+	if err := raft.RecoverCluster(rc, cfg.EmptyFSM(), store, store, snaps, trans, conf); err != nil {
 		return fmt.Errorf("recover the Raft configuration from %s: %w", path, err)
 	}
 	if err := os.Rename(path, path+".applied"); err != nil {

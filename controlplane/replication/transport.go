@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"log/slog"
@@ -9,11 +10,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-)
 
-// HandshakeTimeout bounds a TLS handshake on the Raft port, in both directions, so a
-// peer that connects and says nothing cannot hold a goroutine.
-const HandshakeTimeout = 5 * time.Second
+	"mesh/logging"
+)
 
 // tlsStream is a raft.StreamLayer over mutual TLS. Both ends present a CA-signed leaf
 // and verify the other's; a host holds no such certificate, so a host's credentials
@@ -23,6 +22,7 @@ type tlsStream struct {
 	advertise net.Addr
 	cfg       *tls.Config
 	log       *slog.Logger
+	repeats   *logging.Limiter
 	handshake time.Duration
 
 	conns     chan net.Conn
@@ -30,7 +30,7 @@ type tlsStream struct {
 	done      chan struct{}
 }
 
-func newTLSStream(bind string, advertise net.Addr, cfg *tls.Config, log *slog.Logger, handshake time.Duration) (*tlsStream, error) {
+func newTLSStream(bind string, advertise net.Addr, cfg *tls.Config, log *slog.Logger, repeats *logging.Limiter, handshake time.Duration) (*tlsStream, error) {
 	ln, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, err
@@ -38,10 +38,7 @@ func newTLSStream(bind string, advertise net.Addr, cfg *tls.Config, log *slog.Lo
 	if advertise == nil {
 		advertise = ln.Addr()
 	}
-	if handshake <= 0 {
-		handshake = HandshakeTimeout
-	}
-	s := &tlsStream{ln: ln, advertise: advertise, cfg: cfg, log: log, handshake: handshake, conns: make(chan net.Conn), done: make(chan struct{})}
+	s := &tlsStream{ln: ln, advertise: advertise, cfg: cfg, log: log, repeats: repeats, handshake: handshake, conns: make(chan net.Conn), done: make(chan struct{})}
 	go s.acceptLoop()
 	return s, nil
 }
@@ -68,7 +65,7 @@ func (s *tlsStream) acceptLoop() {
 			c := tls.Server(raw, s.cfg)
 			_ = c.SetDeadline(time.Now().Add(s.handshake))
 			if err := c.Handshake(); err != nil {
-				s.log.Warn("raft: refused a connection", "remote", raw.RemoteAddr().String(), "reason", err.Error())
+				s.refused(raw.RemoteAddr(), err)
 				_ = raw.Close()
 				return
 			}
@@ -80,6 +77,14 @@ func (s *tlsStream) acceptLoop() {
 			}
 		}()
 	}
+}
+
+// refused logs a connection that failed the handshake; a peer that keeps trying (or a
+// scanner) is logged once an interval, with a count.
+func (s *tlsStream) refused(remote net.Addr, err error) {
+	const msg = "refused a connection on the Raft port"
+	s.repeats.Log(context.Background(), s.log, slog.LevelWarn, "raft", msg, msg,
+		slog.String("remote", remote.String()), slog.String("reason", err.Error()))
 }
 
 func (s *tlsStream) Accept() (net.Conn, error) {

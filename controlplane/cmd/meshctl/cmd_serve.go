@@ -52,8 +52,8 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 			fs.StringVar(&metricsListen, "metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this ip:port (off by default)")
 			var snapInterval time.Duration
 			var snapThreshold uint64
-			fs.DurationVar(&snapInterval, "raft-snapshot-interval", 2*time.Minute, "how often Raft checks whether to snapshot the state and compact its log")
-			fs.Uint64Var(&snapThreshold, "raft-snapshot-threshold", 2048, "log entries since the last snapshot that trigger a new one")
+			fs.DurationVar(&snapInterval, "raft-snapshot-interval", def.SnapshotInterval, "how often Raft checks whether to snapshot the state and compact its log")
+			fs.Uint64Var(&snapThreshold, "raft-snapshot-threshold", def.SnapshotThreshold, "log entries since the last snapshot that trigger a new one")
 			return func(args []string) error {
 				if err := noPositional(args); err != nil {
 					return err

@@ -1,0 +1,142 @@
+package broker
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"mesh/logging"
+)
+
+var _ server.Logger = (*natsLog)(nil)
+
+func jsonRecords(t *testing.T, out *bytes.Buffer) []map[string]any {
+	t.Helper()
+	var recs []map[string]any
+	for line := range strings.Lines(out.String()) {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("a log line is not one JSON object: %q: %v", line, err)
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
+
+// TestNATSLogLevels: each of nats-server's levels is a record at its own slog level,
+// with the component; a fatal line is an error marked fatal; trace lines come, at
+// debug, only when the logger is at debug.
+func TestNATSLogLevels(t *testing.T) {
+	for _, debug := range []bool{false, true} {
+		var out bytes.Buffer
+		level := slog.LevelInfo
+		if debug {
+			level = slog.LevelDebug
+		}
+		l := newNATSLog(slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: level})), nil)
+		if l.debug != debug {
+			t.Errorf("at %s the adapter's debug is %v", level, l.debug)
+		}
+		l.Noticef("Server is ready on %s", "127.0.0.1:4222")
+		l.Warnf("w %d", 1)
+		l.Errorf("e %d", 2)
+		l.Fatalf("f %d", 3)
+		l.Debugf("d %d", 4)
+		l.Tracef("t %d", 5)
+		want := map[string]string{"Server is ready on 127.0.0.1:4222": "INFO", "w 1": "WARN", "e 2": "ERROR", "f 3": "ERROR"}
+		if debug {
+			want["d 4"], want["t 5"] = "DEBUG", "DEBUG"
+		}
+		recs := jsonRecords(t, &out)
+		if len(recs) != len(want) {
+			t.Errorf("debug %v: %d lines, want %d:\n%s", debug, len(recs), len(want), out.String())
+		}
+		for _, r := range recs {
+			msg, _ := r["msg"].(string)
+			if r["level"] != want[msg] || r["component"] != "broker" {
+				t.Errorf("debug %v: line %v, want level %q and component broker", debug, r, want[msg])
+			}
+			if (msg == "f 3") != (r["fatal"] == true) {
+				t.Errorf("line %v: fatal is for Fatalf alone", r)
+			}
+			if (msg == "t 5") != (r["trace"] == true) {
+				t.Errorf("line %v: trace is for Tracef alone", r)
+			}
+		}
+	}
+}
+
+// TestNATSLogRepeats: an error repeats under one format string with a new attempt
+// number and address each time (a route to a peer that is down); it is logged once an
+// interval, and the next line says how many were held back. So is a connection's error,
+// whose format has the connection (numbers) baked in. Lines that differ by more than
+// numbers (the subjects of violations, the errors) are kinds of their own.
+func TestNATSLogRepeats(t *testing.T) {
+	var out bytes.Buffer
+	c := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	l := newNATSLog(slog.New(slog.NewJSONHandler(&out, nil)), logging.NewLimiter(10*time.Second, c.now))
+	const routeErr = "Error trying to connect to route (attempt %v): %v"
+	for i := range 20 {
+		l.Errorf(routeErr, i+1, "dial tcp 10.0.0."+string(rune('2'+i%3))+":6222: connect: connection refused")
+		l.Errorf(fmt.Sprintf("127.0.0.1:%d - rid:%d - TLS route handshake error: %%v", 50000+i, 5+i), "remote error: tls: bad certificate")
+		l.Errorf("%s - %s", fmt.Sprintf("rid:%d", i), "TLS handshake error")
+		l.Errorf("%s - %s", fmt.Sprintf("rid:%d", i), "connection reset")
+		l.Noticef("Route connection created for %s", "10.0.0.2:6222")
+		c.t = c.t.Add(time.Second)
+	}
+	// One client's violations of two subjects, at once.
+	l.Errorf(`127.0.0.1:40000 - cid:9 - "UEVIL" - Publish Violation - Subject %q`, "mesh.node.victim.decl")
+	l.Errorf(`127.0.0.1:40000 - cid:9 - "UEVIL" - Publish Violation - Subject %q`, "mesh.admin.nodes")
+	l.Errorf(routeErr, 21, "dial tcp 10.0.0.3:6222: connect: connection refused")
+
+	byKind := map[string][]map[string]any{}
+	for _, r := range jsonRecords(t, &out) {
+		k := kindOf(r["msg"].(string))
+		byKind[k] = append(byKind[k], r)
+	}
+	// 21 route errors over 20 s: at 0 s, at 10 s (9 held back), at 20 s (9 more).
+	route := byKind[kindOf("Error trying to connect to route (attempt 1): dial tcp 10.0.0.2:6222: connect: connection refused")]
+	if len(route) != 3 {
+		t.Fatalf("the route error was logged %d times, want 3:\n%s", len(route), out.String())
+	}
+	if _, ok := route[0][logging.SuppressedKey]; ok || route[1][logging.SuppressedKey] != float64(9) || route[2][logging.SuppressedKey] != float64(9) {
+		t.Errorf("suppressed counts %v, %v, %v; want none, 9, 9", route[0][logging.SuppressedKey], route[1][logging.SuppressedKey], route[2][logging.SuppressedKey])
+	}
+	if !strings.Contains(route[1]["msg"].(string), "(attempt 11)") {
+		t.Errorf("the line after the interval is %q, want the attempt it reports", route[1]["msg"])
+	}
+	for line, want := range map[string]int{
+		"127.0.0.1:1 - rid:1 - TLS route handshake error: remote error: tls: bad certificate": 2,
+		"rid:1 - TLS handshake error": 2,
+		"rid:1 - connection reset":    2,
+		`127.0.0.1:40000 - cid:9 - "UEVIL" - Publish Violation - Subject "mesh.node.victim.decl"`: 1,
+		`127.0.0.1:40000 - cid:9 - "UEVIL" - Publish Violation - Subject "mesh.admin.nodes"`:      1,
+		"Route connection created for 10.0.0.2:6222":                                              20,
+	} {
+		if n := len(byKind[kindOf(line)]); n != want {
+			t.Errorf("lines like %q were logged %d times, want %d", line, n, want)
+		}
+	}
+}
+
+func TestKindOf(t *testing.T) {
+	for msg, want := range map[string]string{
+		"Error trying to connect to route (attempt 12): dial tcp 10.0.0.2:6222: connect: connection refused": "Error trying to connect to route (attempt #): dial tcp #.#.#.#:#: connect: connection refused",
+		"10.0.0.2:6222 - rid:17 - TLS route handshake error: EOF":                                            "#.#.#.#:# - rid:# - TLS route handshake error: EOF",
+		`127.0.0.1:40000 - cid:9 - "UABC" - Publish Violation - Subject "mesh.node.victim.decl"`:             `#.#.#.#:# - cid:# - "UABC" - Publish Violation - Subject "mesh.node.victim.decl"`,
+	} {
+		if got := kindOf(msg); got != want {
+			t.Errorf("kindOf(%q) = %q, want %q", msg, got, want)
+		}
+	}
+}

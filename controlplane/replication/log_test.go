@@ -1,0 +1,196 @@
+package replication
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"mesh/logging"
+)
+
+// records decodes the JSON handler's output: one object a line, every line.
+func records(t *testing.T, out *bytes.Buffer) []map[string]any {
+	t.Helper()
+	var recs []map[string]any
+	for line := range strings.Lines(out.String()) {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("a log line is not one JSON object: %q: %v", line, err)
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+func jsonLogger(out *bytes.Buffer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: level}))
+}
+
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
+
+// TestSloggerLevels: every hclog level lands at its own slog level, and the logger's
+// own level and the handler's both filter.
+func TestSloggerLevels(t *testing.T) {
+	var out bytes.Buffer
+	l := newSlogger(jsonLogger(&out, slog.LevelDebug-4), "raft", hclog.Trace, nil)
+	l.Trace("t")
+	l.Debug("d")
+	l.Info("i")
+	l.Warn("w")
+	l.Error("e")
+	l.Log(hclog.NoLevel, "n")
+	l.Log(hclog.Off, "off")
+	want := map[string]string{"t": "DEBUG-4", "d": "DEBUG", "i": "INFO", "w": "WARN", "e": "ERROR", "n": "INFO"}
+	recs := records(t, &out)
+	if len(recs) != len(want) {
+		t.Fatalf("%d lines, want %d: %v", len(recs), len(want), recs)
+	}
+	for _, r := range recs {
+		if r["level"] != want[r["msg"].(string)] || r["component"] != "raft" {
+			t.Errorf("line %v: want level %s, component raft", r, want[r["msg"].(string)])
+		}
+	}
+
+	out.Reset()
+	l.SetLevel(hclog.Warn)
+	if l.IsInfo() || !l.IsWarn() || l.GetLevel() != hclog.Warn {
+		t.Errorf("after SetLevel(Warn): IsInfo %v IsWarn %v GetLevel %v", l.IsInfo(), l.IsWarn(), l.GetLevel())
+	}
+	l.Info("dropped")
+	l.Warn("kept")
+	if recs := records(t, &out); len(recs) != 1 || recs[0]["msg"] != "kept" {
+		t.Errorf("at warn: %v", recs)
+	}
+
+	// The handler's level filters too.
+	out.Reset()
+	h := newSlogger(jsonLogger(&out, slog.LevelWarn), "raft", hclog.Trace, nil)
+	if h.IsDebug() || h.IsInfo() || !h.IsError() {
+		t.Errorf("a warn handler: IsDebug %v IsInfo %v IsError %v", h.IsDebug(), h.IsInfo(), h.IsError())
+	}
+	h.Info("dropped")
+	if out.Len() != 0 {
+		t.Errorf("a line below the handler's level was written: %s", out.String())
+	}
+}
+
+// opaque is like *raft.Raft as a value: no exported field, a String.
+type opaque struct{ id string }
+
+func (o opaque) String() string { return "Node at " + o.id }
+
+// TestSloggerArgs: hclog's pairs are attributes, with hclog's value types rendered as
+// hclog renders them, errors as their text and other Stringers as their String.
+func TestSloggerArgs(t *testing.T) {
+	var out bytes.Buffer
+	l := newSlogger(jsonLogger(&out, slog.LevelDebug), "raft", hclog.Debug, nil)
+	l.Error("failed to heartbeat to", "peer", "10.0.0.2:7301", "backoff time", 40*time.Millisecond,
+		"error", errors.New("dial tcp 10.0.0.2:7301: connect: connection refused"),
+		"term", 7, "hex", hclog.Hex(255), "fmt", hclog.Format{"%d entries", 3}, "node", opaque{"cp-1"}, "lonely")
+	recs := records(t, &out)
+	if len(recs) != 1 {
+		t.Fatalf("%d lines", len(recs))
+	}
+	r := recs[0]
+	for k, v := range map[string]any{
+		"msg": "failed to heartbeat to", "level": "ERROR", "peer": "10.0.0.2:7301", "backoff time": float64(40 * time.Millisecond),
+		"error": "dial tcp 10.0.0.2:7301: connect: connection refused", "term": float64(7), "hex": "0xff", "fmt": "3 entries",
+		"node": "Node at cp-1", hclog.MissingKey: "lonely",
+	} {
+		if r[k] != v {
+			t.Errorf("%s = %#v, want %#v (line %v)", k, r[k], v, r)
+		}
+	}
+}
+
+// TestSloggerWithNamed: With adds pairs to every line (a key given again takes the new
+// value), Named appends to the name, ResetNamed replaces it, and loggers derived from
+// one share its level.
+func TestSloggerWithNamed(t *testing.T) {
+	var out bytes.Buffer
+	root := newSlogger(jsonLogger(&out, slog.LevelDebug), "raft", hclog.Debug, nil)
+	w := root.With("node", "cp-1", "term", 1).With("term", 2)
+	if got := w.ImpliedArgs(); len(got) != 4 || got[0] != "node" || got[3] != 2 {
+		t.Errorf("ImpliedArgs = %v", got)
+	}
+	snap := w.Named("snapshot")
+	other := snap.ResetNamed("transport")
+	if snap.Name() != "raft.snapshot" || other.Name() != "transport" || root.Name() != "raft" {
+		t.Errorf("names %q %q %q", snap.Name(), other.Name(), root.Name())
+	}
+	snap.Info("starting snapshot", "index", 10)
+	other.Info("x")
+	root.Info("plain")
+	recs := records(t, &out)
+	if len(recs) != 3 {
+		t.Fatalf("%d lines: %v", len(recs), recs)
+	}
+	if r := recs[0]; r["component"] != "raft.snapshot" || r["node"] != "cp-1" || r["term"] != float64(2) || r["index"] != float64(10) {
+		t.Errorf("named line %v", r)
+	}
+	if r := recs[1]; r["component"] != "transport" || r["node"] != "cp-1" {
+		t.Errorf("reset-named line %v", r)
+	}
+	if r := recs[2]; r["node"] != nil || r["component"] != "raft" {
+		t.Errorf("the root logger took a derived logger's pairs: %v", r)
+	}
+	if strings.Count(out.String(), `"component"`) != 3 {
+		t.Errorf("a component key is repeated in a line:\n%s", out.String())
+	}
+
+	snap.SetLevel(hclog.Error)
+	if root.IsWarn() || other.IsWarn() {
+		t.Error("SetLevel on a derived logger did not reach the others")
+	}
+
+	out.Reset()
+	std := root.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Error})
+	std.Printf("[WARN] from the standard library")
+	if recs := records(t, &out); len(recs) != 1 || recs[0]["level"] != "ERROR" || recs[0]["msg"] != "[WARN] from the standard library" {
+		t.Errorf("standard logger line %v", recs)
+	}
+}
+
+// TestSloggerRepeats: an error or warning that repeats is logged once an interval per
+// name and message, whatever its pairs (the peer's address), with the count of those
+// held back on the next one; other levels are not limited.
+func TestSloggerRepeats(t *testing.T) {
+	var out bytes.Buffer
+	c := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	l := newSlogger(jsonLogger(&out, slog.LevelDebug), "raft", hclog.Debug, logging.NewLimiter(10*time.Second, c.now))
+	for i := range 50 {
+		l.Error("failed to heartbeat to", "peer", "10.0.0.2:7301", "attempt", i)
+		l.Error("failed to appendEntries to", "peer", "10.0.0.3:7301")
+		l.Named("snapshot").Error("failed to appendEntries to")
+		l.Info("pipelining replication", "peer", i)
+		c.t = c.t.Add(100 * time.Millisecond) // 5 s in all
+	}
+	c.t = c.t.Add(5 * time.Second)
+	l.Error("failed to heartbeat to", "peer", "10.0.0.4:7301")
+
+	count := map[string]int{}
+	var last map[string]any
+	for _, r := range records(t, &out) {
+		count[r["component"].(string)+": "+r["msg"].(string)]++
+		if r["msg"] == "failed to heartbeat to" {
+			last = r
+		}
+	}
+	want := map[string]int{"raft: failed to heartbeat to": 2, "raft: failed to appendEntries to": 1, "raft.snapshot: failed to appendEntries to": 1, "raft: pipelining replication": 50}
+	for k, n := range want {
+		if count[k] != n {
+			t.Errorf("%q logged %d times, want %d (all: %v)", k, count[k], n, count)
+		}
+	}
+	if last[logging.SuppressedKey] != float64(49) || last["peer"] != "10.0.0.4:7301" {
+		t.Errorf("the line after the interval is %v, want %s=49 and its own peer", last, logging.SuppressedKey)
+	}
+}
