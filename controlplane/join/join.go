@@ -430,6 +430,7 @@ func (r *run) join(ctx context.Context) error {
 func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolResponse, string, error) {
 	var resp api.EnrolResponse
 	var errs []string
+	substituted := 0
 	for _, b := range r.tok.Brokers {
 		addr := b.String()
 		pub, _ := nk.PublicKey()
@@ -452,9 +453,10 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 			return resp, "", r.interrupted(ctx, "connecting to the mesh at "+addr, "nothing was sent to the mesh")
 		}
 		if err != nil {
-			if strings.Contains(err.Error(), "does not chain to the pinned mesh CA") {
+			if errors.Is(err, pki.ErrPinMismatch) {
 				r.step("connect", "%s: REFUSED: not the mesh's CA; nothing was sent", addr)
 				errs = append(errs, addr+": "+pki.ErrPinMismatch.Error())
+				substituted++
 				continue
 			}
 			if errors.Is(err, nats.ErrAuthorization) {
@@ -496,7 +498,7 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 		}
 		return resp, addr, nil
 	}
-	if len(errs) > 0 && len(errs) == len(r.tok.Brokers) && strings.Contains(strings.Join(errs, ""), pki.ErrPinMismatch.Error()) {
+	if substituted > 0 && substituted == len(r.tok.Brokers) {
 		return resp, "", pki.ErrPinMismatch
 	}
 	return resp, "", fmt.Errorf("no broker of the mesh could be reached (%s); retrying may help", strings.Join(errs, "; "))
