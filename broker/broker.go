@@ -258,6 +258,27 @@ func splitHostPort(addr string) (string, int, error) {
 	return ap.Addr().String(), int(ap.Port()), nil
 }
 
+// Stats are the broker's own counters (nats-server's Varz).
+type Stats struct {
+	Connections, Routes int
+	InMsgs, OutMsgs     int64
+	InBytes, OutBytes   int64
+	SlowConsumers       int64
+}
+
+// Stats returns the broker's counters since it started.
+func (s *Server) Stats() (Stats, error) {
+	v, err := s.ns.Varz(nil)
+	if err != nil {
+		return Stats{}, err
+	}
+	return Stats{Connections: v.Connections, Routes: v.Routes, InMsgs: v.InMsgs, OutMsgs: v.OutMsgs,
+		InBytes: v.InBytes, OutBytes: v.OutBytes, SlowConsumers: v.SlowConsumers}, nil
+}
+
+// Running reports whether the broker accepts client connections.
+func (s *Server) Running() bool { return s.ns.Running() }
+
 // Traffic reports what the broker received from clients since it started: the
 // connections that completed a handshake and the application bytes read from them.
 func (s *Server) Traffic() (connections uint64, inBytes int64, err error) {

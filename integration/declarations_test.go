@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -26,13 +27,18 @@ func TestInjectedDeclarationsRejected(t *testing.T) {
 	hb := harness.StartHostileBroker(t, cp)
 
 	hosts := map[string]*harness.Host{}
+	agentMetrics := fmt.Sprintf("127.0.0.1:%d", harness.FreePorts(t, 1)[0])
 	for _, id := range []string{"web-1", "web-2"} {
 		h := harness.NewHost(t, bin, id)
 		if r := h.Enrol(cp.Token(id)); r.Code != 0 {
 			t.Fatalf("enrol %s: %s", id, r.Combined())
 		}
 		h.RouteThrough(hb.Addr())
-		h.Run()
+		if id == "web-1" {
+			h.Run("--metrics-listen", agentMetrics)
+		} else {
+			h.Run()
+		}
 		hosts[id] = h
 	}
 	body := filepath.Join(t.TempDir(), "b.json")
@@ -112,6 +118,10 @@ func TestInjectedDeclarationsRejected(t *testing.T) {
 		}
 		if hosts["web-1"].Process().Exited() {
 			t.Fatalf("%s: the agent stopped:\n%s", a.name, hosts["web-1"].Process().Output())
+		}
+		// The agent counts each refusal under the code it reported.
+		if got := harness.Sum(harness.Scrape(t, "http://"+agentMetrics+"/metrics"), "mesh_agent_envelopes_refused_total", "code="+a.code); got < 1 {
+			t.Fatalf("%s: mesh_agent_envelopes_refused_total{code=%q} = %v on the agent", a.name, a.code, got)
 		}
 	}
 	// The mesh still reaches the node afterwards.

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -346,12 +347,22 @@ func TestRecoverLostQuorum(t *testing.T) {
 	if r := cp1.Ctl("nodes", "--leader-wait", "1s"); r.Code != 3 || !strings.Contains(r.Stderr, "no control node answered") || !strings.Contains(r.Stderr, "waited 1s") || time.Since(start) < time.Second {
 		t.Fatalf("nodes without a quorum: exit %d after %s: %s", r.Code, time.Since(start), r.Combined())
 	}
+	// No leader known: the node is alive but cannot serve, and says so.
+	if code := httpStatus("http://" + cp1.Metrics + "/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz without a quorum: %d, want 503", code)
+	}
+	if code := httpStatus("http://" + cp1.Metrics + "/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz without a quorum: %d, want 200", code)
+	}
 	cp1.Process().Kill()
 	peers := `[{"id":"cp-1","address":"` + cp1.Raft + `","non_voter":false}]`
 	writeFile(t, filepath.Join(cp1.Dir, "raft", "peers.json"), peers)
 	cp1.Serve()
 	if n, ok := cp1.Node("web-1"); !ok || n.Declared != 1 {
 		t.Fatalf("after recovery web-1 = %+v (found %v)", n, ok)
+	}
+	if code := httpStatus("http://" + cp1.Metrics + "/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz after recovery: %d, want 200", code)
 	}
 	if _, err := os.Stat(filepath.Join(cp1.Dir, "raft", "peers.json.applied")); err != nil {
 		t.Fatalf("the peers file was not marked applied: %v", err)

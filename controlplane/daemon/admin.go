@@ -169,6 +169,7 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 
 func (d *Daemon) declare(req api.DeclareRequest) (api.DeclareResult, error) {
 	var out api.DeclareResult
+	start := time.Now()
 	body, err := declarations.ParseBody(req.Body)
 	if err != nil {
 		return out, badRequest("the declaration body is invalid: %v", err)
@@ -215,6 +216,8 @@ func (d *Daemon) declare(req api.DeclareRequest) (api.DeclareResult, error) {
 	}
 	out.Skipped = res.Skipped
 	d.publishDeclarations(nodes)
+	d.metrics.declarations.Add(float64(len(nodes)))
+	d.metrics.fanout.Observe(time.Since(start).Seconds())
 	d.log.Info("declaration committed and sent", "nodes", len(nodes), "skipped", len(res.Skipped))
 	return out, nil
 }
@@ -308,6 +311,7 @@ func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
 		return out, res.Err
 	}
 	out.Kicked = d.enforceRevocation(req.Node, res.Node.PublicKey)
+	d.metrics.revocations.Inc()
 	d.log.Warn("node revoked", "node", req.Node, "connections_closed", out.Kicked)
 	return out, nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/oklog/run"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"mesh/broker"
 	"mesh/controlplane/api"
@@ -112,6 +113,8 @@ type Daemon struct {
 	effects  *effectQueue
 	// metricsLn is where the metrics and health endpoints listen, if anywhere.
 	metricsLn net.Listener
+	metrics   *instruments
+	registry  *prometheus.Registry
 	// internalToken is this process's own credential on its broker; it never
 	// leaves the process.
 	internalToken string
@@ -132,7 +135,7 @@ type Daemon struct {
 func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	opts.defaults()
 	d := &Daemon{opts: opts, log: opts.Logger, fsm: state.NewFSM(), seen: newLiveness(), ctl: newControlTracker(),
-		removed: make(chan struct{}), effects: newEffectQueue()}
+		removed: make(chan struct{}), effects: newEffectQueue(), metrics: newInstruments()}
 	d.guard = newGuard(opts.Logger, opts.Now, opts.Budgets)
 	defer func() {
 		if err != nil {
@@ -167,15 +170,16 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 
 	d.raft, err = replication.Open(replication.Config{
-		Dir:      opts.Dir.Path(datadir.RaftDir),
-		ID:       d.cfg.Node,
-		Bind:     d.cfg.RaftListen,
-		TLS:      mutual,
-		FSM:      d.fsm,
-		EmptyFSM: func() raft.FSM { return state.NewFSM() },
-		Timeouts: opts.Timeouts,
-		Logger:   d.log,
-		Now:      opts.Now,
+		Dir:           opts.Dir.Path(datadir.RaftDir),
+		ID:            d.cfg.Node,
+		Bind:          d.cfg.RaftListen,
+		TLS:           mutual,
+		FSM:           d.fsm,
+		EmptyFSM:      func() raft.FSM { return state.NewFSM() },
+		Timeouts:      opts.Timeouts,
+		ApplyObserver: func(took time.Duration) { d.metrics.raftApply.Observe(took.Seconds()) },
+		Logger:        d.log,
+		Now:           opts.Now,
 	})
 	if err != nil {
 		return nil, err
@@ -259,6 +263,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.status = newStatusBatcher(d)
+	d.registry = d.newRegistry()
 	if opts.MetricsListen != "" {
 		if d.metricsLn, err = net.Listen("tcp", opts.MetricsListen); err != nil {
 			return nil, fmt.Errorf("--metrics-listen %s: %w", opts.MetricsListen, err)

@@ -123,6 +123,7 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 			resp.Brokers = s.Brokers()
 		})
 		d.log.Info("control node admitted; it joins Raft next", "node", req.Node, "raft", res.Control.Raft)
+		d.metrics.enrolments.WithLabelValues("control").Inc()
 		return resp
 	}
 
@@ -154,6 +155,7 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 		return refuse(api.CodeInternal, signErr.Error())
 	}
 	d.log.Info("node enrolled", "node", req.Node, "role", resp.Role, "key", req.PublicKey)
+	d.metrics.enrolments.WithLabelValues("host").Inc()
 	return resp
 }
 

@@ -141,6 +141,7 @@ func (d *Daemon) rotateKey(api.RotateRequest) (api.KeyringResult, error) {
 		return api.KeyringResult{}, err
 	}
 	d.publishKeyring(env)
+	d.metrics.keyringEpochs.Inc()
 	d.log.Warn("signing key rotated: the keyring lists the old and the new key until the old one is retired", "epoch", next.Epoch)
 	return api.KeyringResult{Epoch: next.Epoch, Keys: next.Keys}, nil
 }
@@ -203,6 +204,7 @@ func (d *Daemon) retireKey(req api.RetireRequest) (api.KeyringResult, error) {
 		return api.KeyringResult{}, err
 	}
 	d.publishKeyring(env)
+	d.metrics.keyringEpochs.Inc()
 	d.log.Warn("old signing key retired", "epoch", next.Epoch, "stranded", lagging)
 	return api.KeyringResult{Epoch: next.Epoch, Keys: next.Keys, Stranded: lagging}, nil
 }

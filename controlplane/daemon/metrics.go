@@ -10,10 +10,46 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/state"
 )
 
-// Metric descriptions. Values are read from the daemon's own counters when scraped,
-// so nothing is counted twice.
+// instruments are what the daemon counts as it works; the rest of its metrics are
+// read from its state when scraped (collector), so nothing is counted twice.
+type instruments struct {
+	enrolments    *prometheus.CounterVec
+	declarations  prometheus.Counter
+	fanout        prometheus.Histogram
+	raftApply     prometheus.Histogram
+	revocations   prometheus.Counter
+	keyringEpochs prometheus.Counter
+}
+
+func newInstruments() *instruments {
+	return &instruments{
+		enrolments: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mesh_control_enrolments_total",
+			Help: "Nodes admitted, by kind: host or control (refusals are mesh_control_requests_refused_total{subject=\"enrol\"})."}, []string{"kind"}),
+		declarations: prometheus.NewCounter(prometheus.CounterOpts{Name: "mesh_control_declarations_issued_total",
+			Help: "Declarations assigned to nodes (one per node per declare)."}),
+		fanout: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mesh_control_fanout_duration_seconds",
+			Help:    "From a declare request to the last node's envelope handed to the broker: commit, sign, publish.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
+		raftApply: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "mesh_raft_apply_duration_seconds",
+			Help:    "From proposing a command on this node to it being committed and applied.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+		revocations: prometheus.NewCounter(prometheus.CounterOpts{Name: "mesh_control_revocations_total",
+			Help: "Nodes revoked through this node's operator API."}),
+		keyringEpochs: prometheus.NewCounter(prometheus.CounterOpts{Name: "mesh_control_keyring_changes_total",
+			Help: "Signing-key rotations and retirements done through this node's operator API."}),
+	}
+}
+
+func (m *instruments) all() []prometheus.Collector {
+	return []prometheus.Collector{m.enrolments, m.declarations, m.fanout, m.raftApply, m.revocations, m.keyringEpochs}
+}
+
+// Metric descriptions read at scrape time.
 var (
 	descDropped = prometheus.NewDesc("mesh_control_messages_dropped_total",
 		"Messages the control plane dropped without acting on or answering them, by subject and reason.",
@@ -27,20 +63,39 @@ var (
 	descHostConns = prometheus.NewDesc("mesh_control_host_connections",
 		"Connections open in the hosts account on every broker of the mesh, as nats-server's events report them.",
 		nil, nil)
+	descNodes = prometheus.NewDesc("mesh_nodes",
+		"Enrolled nodes by state. alive, offline and revoked partition the nodes; converged, behind, failing and stale describe the ones not revoked (a node can be behind and failing).",
+		[]string{"state"}, nil)
+	descControl = prometheus.NewDesc("mesh_control_nodes",
+		"Control nodes by Raft role, as this node sees them.", []string{"raft_role"}, nil)
+	descRaftLeader  = prometheus.NewDesc("mesh_raft_leader", "1 when this control node is the Raft leader.", nil, nil)
+	descRaftTerm    = prometheus.NewDesc("mesh_raft_term", "The current Raft term.", nil, nil)
+	descRaftCommit  = prometheus.NewDesc("mesh_raft_commit_index", "The index of the last committed log entry.", nil, nil)
+	descRaftApplied = prometheus.NewDesc("mesh_raft_applied_index", "The index of the last log entry applied to the state.", nil, nil)
+	descRaftLast    = prometheus.NewDesc("mesh_raft_last_index", "The index of the last log entry stored.", nil, nil)
+	descRaftContact = prometheus.NewDesc("mesh_raft_last_contact_seconds",
+		"Seconds since a follower last heard from the leader (0 on the leader).", nil, nil)
+	descBrokerConns  = prometheus.NewDesc("mesh_broker_connections", "Client connections open on this node's broker.", nil, nil)
+	descBrokerRoutes = prometheus.NewDesc("mesh_broker_routes", "Route connections of this node's broker to the other control nodes' brokers.", nil, nil)
+	descBrokerMsgs   = prometheus.NewDesc("mesh_broker_messages_total", "Messages through this node's broker, by direction.", []string{"direction"}, nil)
+	descBrokerBytes  = prometheus.NewDesc("mesh_broker_bytes_total", "Payload bytes through this node's broker, by direction.", []string{"direction"}, nil)
+	descBrokerSlow   = prometheus.NewDesc("mesh_broker_slow_consumers_total", "Clients this node's broker cut off for not reading fast enough.", nil, nil)
 )
 
-// collector exports the daemon's counters.
+// collector exports what is read from the daemon's state and its components.
 type collector struct{ d *Daemon }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- descDropped
-	ch <- descRefused
-	ch <- descKicked
-	ch <- descHostConns
+	for _, d := range []*prometheus.Desc{descDropped, descRefused, descKicked, descHostConns, descNodes, descControl,
+		descRaftLeader, descRaftTerm, descRaftCommit, descRaftApplied, descRaftLast, descRaftContact,
+		descBrokerConns, descBrokerRoutes, descBrokerMsgs, descBrokerBytes, descBrokerSlow} {
+		ch <- d
+	}
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
-	n := c.d.guard.snapshot()
+	d := c.d
+	n := d.guard.snapshot()
 	for k, v := range n.Dropped {
 		ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(v), k.Subject, string(k.Reason))
 	}
@@ -50,27 +105,103 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for r, v := range n.Kicked {
 		ch <- prometheus.MustNewConstMetric(descKicked, prometheus.CounterValue, float64(v), string(r))
 	}
-	ch <- prometheus.MustNewConstMetric(descHostConns, prometheus.GaugeValue, float64(c.d.presence.Count()))
+	ch <- prometheus.MustNewConstMetric(descHostConns, prometheus.GaugeValue, float64(d.presence.Count()))
+
+	counts := d.nodeCounts(d.now())
+	for _, st := range []string{api.StateAlive, api.StateOffline, api.StateRevoked, "converged", "behind", "failing", "stale"} {
+		ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(counts[st]), st)
+	}
+	roles := map[string]int{}
+	d.fsm.Read(func(s *state.State) {
+		for _, v := range d.controlViews(s, d.now()) {
+			roles[v.Raft]++
+		}
+	})
+	for _, r := range []string{api.RaftLeader, api.RaftVoter, api.RaftNonvoter, api.RaftNotMember, api.RaftRemoved} {
+		ch <- prometheus.MustNewConstMetric(descControl, prometheus.GaugeValue, float64(roles[r]), r)
+	}
+
+	rs := d.raft.Status()
+	leader := 0.0
+	if rs.Leader {
+		leader = 1
+	}
+	contact := 0.0
+	if !rs.Leader && !rs.LastContact.IsZero() {
+		contact = time.Since(rs.LastContact).Seconds()
+	}
+	ch <- prometheus.MustNewConstMetric(descRaftLeader, prometheus.GaugeValue, leader)
+	ch <- prometheus.MustNewConstMetric(descRaftTerm, prometheus.GaugeValue, float64(rs.Term))
+	ch <- prometheus.MustNewConstMetric(descRaftCommit, prometheus.GaugeValue, float64(rs.CommitIndex))
+	ch <- prometheus.MustNewConstMetric(descRaftApplied, prometheus.GaugeValue, float64(rs.Applied))
+	ch <- prometheus.MustNewConstMetric(descRaftLast, prometheus.GaugeValue, float64(rs.LastIndex))
+	ch <- prometheus.MustNewConstMetric(descRaftContact, prometheus.GaugeValue, contact)
+
+	if bs, err := d.broker.Stats(); err == nil {
+		ch <- prometheus.MustNewConstMetric(descBrokerConns, prometheus.GaugeValue, float64(bs.Connections))
+		ch <- prometheus.MustNewConstMetric(descBrokerRoutes, prometheus.GaugeValue, float64(bs.Routes))
+		ch <- prometheus.MustNewConstMetric(descBrokerMsgs, prometheus.CounterValue, float64(bs.InMsgs), "in")
+		ch <- prometheus.MustNewConstMetric(descBrokerMsgs, prometheus.CounterValue, float64(bs.OutMsgs), "out")
+		ch <- prometheus.MustNewConstMetric(descBrokerBytes, prometheus.CounterValue, float64(bs.InBytes), "in")
+		ch <- prometheus.MustNewConstMetric(descBrokerBytes, prometheus.CounterValue, float64(bs.OutBytes), "out")
+		ch <- prometheus.MustNewConstMetric(descBrokerSlow, prometheus.CounterValue, float64(bs.SlowConsumers))
+	}
 }
 
-// Registry returns a Prometheus registry with the daemon's metrics and the process's.
-func (d *Daemon) Registry() *prometheus.Registry {
+// nodeCounts counts the enrolled nodes by state at now (see descNodes).
+func (d *Daemon) nodeCounts(now time.Time) map[string]int {
+	out := map[string]int{}
+	d.fsm.Read(func(s *state.State) {
+		for _, n := range s.Nodes {
+			if n.Revoked {
+				out[api.StateRevoked]++
+				continue
+			}
+			if d.alive(n, now) {
+				out[api.StateAlive]++
+			} else {
+				out[api.StateOffline]++
+			}
+			a := n.Applied
+			switch {
+			case a.HaveApplied && a.Version == n.Declared.Version:
+				out["converged"]++
+			default:
+				out["behind"]++
+			}
+			if a.ErrorCode != "" {
+				out["failing"]++
+			}
+			if a.Stale {
+				out["stale"]++
+			}
+		}
+	})
+	return out
+}
+
+// Registry returns the Prometheus registry of the daemon's metrics and the process's.
+func (d *Daemon) Registry() *prometheus.Registry { return d.registry }
+
+func (d *Daemon) newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector{d}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(d.metrics.all()...)
 	return reg
 }
 
-// Ready reports whether this control node can serve: a leader is known.
-func (d *Daemon) Ready() bool { return d.raft.Leader() != "" }
+// Ready reports whether this control node can serve: a Raft leader is known and its
+// broker accepts clients.
+func (d *Daemon) Ready() bool { return d.raft.Leader() != "" && d.broker.Running() }
 
 // serveHTTP serves /metrics, /healthz and /readyz on ln until ctx ends.
 func (d *Daemon) serveHTTP(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(d.Registry(), promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !d.Ready() {
-			http.Error(w, "no Raft leader known: this control node cannot serve yet", http.StatusServiceUnavailable)
+			http.Error(w, "not ready: no Raft leader is known, or the broker does not accept clients", http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ready\n"))

@@ -48,16 +48,21 @@ type Config struct {
 	Logger   *slog.Logger
 	// Now stamps the commands this member proposes; nil means time.Now.
 	Now func() time.Time
+	// ApplyObserver, when set, is told how long each command this member proposed
+	// took to be committed and applied.
+	ApplyObserver func(time.Duration)
 }
 
 // Node is a running Raft member.
 type Node struct {
-	now    func() time.Time
-	raft   *raft.Raft
-	store  *raftboltdb.BoltStore
-	trans  *raft.NetworkTransport
-	leader chan bool
-	log    *slog.Logger
+	now func() time.Time
+	// observe is Config.ApplyObserver.
+	observe func(time.Duration)
+	raft    *raft.Raft
+	store   *raftboltdb.BoltStore
+	trans   *raft.NetworkTransport
+	leader  chan bool
+	log     *slog.Logger
 }
 
 // ErrNotLeader means a write was proposed on a control node that is not the leader.
@@ -165,7 +170,7 @@ func Open(cfg Config) (*Node, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Node{now: now, raft: r, store: store, trans: trans, leader: leader, log: log}, nil
+	return &Node{now: now, observe: cfg.ApplyObserver, raft: r, store: store, trans: trans, leader: leader, log: log}, nil
 }
 
 // LeaderChanges delivers true when this node becomes leader and false when it stops
@@ -232,8 +237,13 @@ func (n *Node) apply(c state.Command, timeout time.Duration) (state.Result, uint
 	if err != nil {
 		return state.Result{}, 0, fmt.Errorf("encode command: %w", err)
 	}
+	start := time.Now()
 	f := n.raft.Apply(data, timeout)
-	if err := f.Error(); err != nil {
+	err = f.Error()
+	if n.observe != nil {
+		n.observe(time.Since(start))
+	}
+	if err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 			return state.Result{}, 0, fmt.Errorf("%w: %w", ErrNotLeader, err)
 		}
@@ -317,6 +327,24 @@ func (n *Node) Promote(id, addr string, timeout time.Duration) error {
 // Remove takes a server out of the configuration.
 func (n *Node) Remove(id string, timeout time.Duration) error {
 	return n.raft.RemoveServer(raft.ServerID(id), 0, timeout).Error()
+}
+
+// Status is this member's view of Raft, for metrics.
+type Status struct {
+	Leader                          bool
+	Term                            uint64
+	LastIndex, CommitIndex, Applied uint64
+	// LastContact is when a follower last heard from the leader (zero on the leader).
+	LastContact time.Time
+}
+
+// Status returns this member's view of Raft, from raft's own API.
+func (n *Node) Status() Status {
+	return Status{
+		Leader: n.IsLeader(), Term: n.raft.CurrentTerm(),
+		LastIndex: n.raft.LastIndex(), CommitIndex: n.raft.CommitIndex(), Applied: n.raft.AppliedIndex(),
+		LastContact: n.raft.LastContact(),
+	}
 }
 
 // AppliedIndex is the index of the last entry Raft has handed to the state machine

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
 	"sync"
@@ -55,6 +56,9 @@ type Options struct {
 	// Hooks are the commands this host's local configuration runs after files
 	// change; a declaration can never add one.
 	Hooks hooks.Config
+	// MetricsListen, when set, is where /metrics, /healthz and /readyz are served
+	// (ip:port).
+	MetricsListen string
 	// RetryMin and RetryMax bound the backoff between attempts to apply a
 	// declaration that failed to apply (a local fault: a file where a directory must
 	// go, a full disk); 0 means 1 second and 5 minutes.
@@ -103,6 +107,7 @@ type Agent struct {
 	retry applyRetry
 	// received counts the envelopes that arrived on the declaration subject.
 	received uint64
+	stats    stats
 }
 
 type event struct {
@@ -222,6 +227,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		nats.MaxPingsOutstanding(2),
 		nats.ReconnectHandler(func(*nats.Conn) { a.event(event{connected: true}) }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			a.stats.set(func(s *stats) { s.connected, s.synced = false, false })
 			if err != nil {
 				a.log.Warn("disconnected from the mesh; reconnecting", "err", err)
 			}
@@ -230,6 +236,20 @@ func (a *Agent) Run(ctx context.Context) error {
 		// Authorization refusals while reconnecting arrive here.
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { a.event(event{err: err}) }),
 	)
+	// The endpoints answer from the start, not connected yet included.
+	a.publishState()
+	if a.o.MetricsListen != "" {
+		ln, err := net.Listen("tcp", a.o.MetricsListen)
+		if err != nil {
+			return fmt.Errorf("--metrics-listen %s: %w", a.o.MetricsListen, err)
+		}
+		httpCtx, stopHTTP := context.WithCancel(ctx)
+		var served sync.WaitGroup
+		served.Add(1)
+		go func() { defer served.Done(); a.serveHTTP(httpCtx, ln) }()
+		defer served.Wait()
+		defer stopHTTP()
+	}
 	nc, err := a.connect(ctx, link.URLs(a.brokers()), opts)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -256,6 +276,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer workers.Wait()
 	loopCtx, stop := context.WithCancel(ctx)
 	defer stop()
+
 	hookDone := make(chan hookRun, 1)
 	a.hookJobs = make(chan hookRun, 1)
 	workers.Add(1)
@@ -275,6 +296,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			switch {
 			case ev.connected:
 				authFailures = 0
+				a.stats.set(func(s *stats) { s.connected = nc.IsConnected() })
 				a.log.Info("connected to the mesh", "broker", nc.ConnectedUrlRedacted())
 				sy.backoff = 0
 				sy.start(loopCtx, &workers)
@@ -501,6 +523,7 @@ func (s *syncer) finished(ctx context.Context, r syncResult) {
 // synced ends a sync that delivered everything.
 func (s *syncer) synced() {
 	s.backoff = 0
+	s.a.stats.set(func(st *stats) { st.synced = true })
 	if s.a.o.OnSynced != nil {
 		s.a.o.OnSynced()
 	}
@@ -603,6 +626,7 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte) {
 		}
 		files = append(files, apply.File{Path: f.Path, Data: data, Mode: mode, Owner: f.Owner, Group: f.Group})
 	}
+	applyStart := time.Now()
 	res, err := a.applier.Apply(ctx, files, a.applied.Managed)
 	if err != nil {
 		a.failCode("apply_failed", err, v.Version)
@@ -614,6 +638,8 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte) {
 	}
 	a.retry.clear()
 	a.applied.NextAttempt = time.Time{}
+	took := time.Since(applyStart)
+	a.stats.set(func(s *stats) { s.applied++; s.lastApply = took })
 	a.applied.HaveApplied = true
 	a.applied.Version = v.Version
 	a.applied.BodyDigest = hex.EncodeToString(v.BodyDigest[:])
@@ -669,11 +695,18 @@ func (a *Agent) fail(err error, version uint64) { a.failCode(declarations.Code(e
 
 func (a *Agent) failCode(code string, err error, version uint64) {
 	a.log.Warn("envelope not applied", "code", code, "version", version, "err", err)
+	a.stats.set(func(s *stats) {
+		if s.refused == nil {
+			s.refused = map[string]uint64{}
+		}
+		s.refused[code]++
+	})
 	a.applied.LastErrorCode, a.applied.LastError, a.applied.LastErrorVersion = code, err.Error(), version
 	a.save()
 }
 
 func (a *Agent) save() {
+	a.publishState()
 	if err := state.Save(a.o.StateDir, a.applied); err != nil {
 		// The change is applied in memory; a restart re-applies the same
 		// declaration, which is harmless. Report it loudly.

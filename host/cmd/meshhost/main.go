@@ -331,6 +331,7 @@ func cmdRun(args []string, cio *cliIO) error {
 	logFormat := fs.String("log-format", "text", "text (key=value lines) or json (one JSON object a line)")
 	logJSON := fs.Bool("log-json", false, "the same as --log-format json")
 	hooksFile := fs.String("hooks", "", "local hooks file: commands to run after declared files change (a declaration can never add one)")
+	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9479 (off when empty)")
 	if err := parse(fs, args, cio); err != nil {
 		return err
 	}
@@ -359,6 +360,7 @@ func cmdRun(args []string, cio *cliIO) error {
 	var ready sync.Once
 	var id identity.Identity
 	a, err := agent.New(agent.Options{StateDir: *stateDir, Root: *root, Logger: log, Heartbeat: *heartbeat, Hooks: hk,
+		MetricsListen: *metricsListen,
 		OnSynced: func() {
 			ready.Do(func() {
 				if err := clearRefusal(*stateDir, id); err != nil {
