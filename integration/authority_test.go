@@ -90,9 +90,7 @@ func targets(newbieKey string) []string {
 		// broker before anything sees it.
 		"_R_.ABCDEF.ghijkl",
 	}
-	for _, op := range []string{api.OpPing, api.OpTokenCreate, api.OpDeclare, api.OpNodes, api.OpRevoke, api.OpLabel,
-		api.OpControlAdd, api.OpControlConfirm, api.OpControlAbort, api.OpControlRemove,
-		api.OpSigningKeyRotate, api.OpSigningKeyStatus, api.OpSigningKeyRetire} {
+	for _, op := range api.AdminOps() {
 		out = append(out, api.AdminSubject(op))
 	}
 	return out

@@ -12,6 +12,8 @@ import (
 const (
 	OpPing        = "ping"
 	OpTokenCreate = "token.create"
+	OpTokenList   = "token.list"
+	OpTokenCancel = "token.cancel"
 	OpDeclare     = "declare"
 	OpNodes       = "nodes"
 	OpRevoke      = "revoke"
@@ -26,6 +28,13 @@ const (
 	OpSigningKeyStatus = "signing-key.status"
 	OpSigningKeyRetire = "signing-key.retire"
 )
+
+// AdminOps returns every operation of the operator API.
+func AdminOps() []string {
+	return []string{OpPing, OpTokenCreate, OpTokenList, OpTokenCancel, OpDeclare, OpNodes, OpRevoke, OpLabel,
+		OpControlAdd, OpControlConfirm, OpControlAbort, OpControlRemove,
+		OpSigningKeyRotate, OpSigningKeyStatus, OpSigningKeyRetire}
+}
 
 // KeyringResult describes the keyring a rotation or retirement installed.
 type KeyringResult struct {
@@ -215,6 +224,44 @@ type TokenCreateResult struct {
 	CAPin      string    `json:"ca_pin"`
 	SigningKey string    `json:"signing_key"` // hex: the current key hosts will believe
 	Expiry     time.Time `json:"expiry"`
+}
+
+// TokenListRequest asks for the tokens the mesh remembers; Node filters them when set.
+type TokenListRequest struct {
+	Node string `json:"node,omitempty"`
+}
+
+// TokenView is one minted token as operators see it: what it admits and its state,
+// never its secret. ID is the first 12 hex digits of the secret's hash, enough to tell
+// two tokens of one node apart and useless for enrolling.
+type TokenView struct {
+	ID          string            `json:"id"`
+	Node        string            `json:"node"`
+	Role        string            `json:"role"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	CreatedAt   time.Time         `json:"created_at"`
+	ExpiresAt   time.Time         `json:"expires_at"`
+	State       string            `json:"state"` // pending, used, expired, cancelled
+	UsedAt      time.Time         `json:"used_at,omitzero"`
+	CancelledAt time.Time         `json:"cancelled_at,omitzero"`
+}
+
+// TokenListResult lists tokens by creation time, oldest first. Used, expired and
+// cancelled tokens are kept, and listed, until a day after their expiry.
+type TokenListResult struct {
+	Tokens []TokenView `json:"tokens"`
+}
+
+// TokenCancelRequest cancels every pending token of a node.
+type TokenCancelRequest struct {
+	Node string `json:"node"`
+}
+
+// TokenCancelResult lists the tokens cancelled: none when the node's tokens were all
+// used, expired or cancelled already.
+type TokenCancelResult struct {
+	Node      string      `json:"node"`
+	Cancelled []TokenView `json:"cancelled"`
 }
 
 // DeclareRequest assigns a body to selected nodes.

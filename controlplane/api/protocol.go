@@ -96,6 +96,8 @@ const (
 	// CodeTokenStaleKey: the token's signing key is no longer in the mesh's keyring
 	// (rotated and retired since it was minted).
 	CodeTokenStaleKey = "token_stale_key"
+	// CodeTokenCancelled: an operator cancelled the token before it was used.
+	CodeTokenCancelled = "token_cancelled"
 )
 
 // EnrolRequest is what an enrolling host sends.

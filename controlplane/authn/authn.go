@@ -293,7 +293,7 @@ func (a *Authenticator) node(c broker.Client) (broker.Grant, error) {
 // unused or used by this very key: the same enrolment run again) is granted its
 // node's enrolment subject and the inbox bound to the key, for
 // EnrolConnectionLifetime. A token the mesh knows but does not admit (used by another
-// key, expired, or minted for another node than the one named) is granted the same
+// key, expired, cancelled, or minted for another node than the one named) is granted the same
 // subjects for RefusalConnectionLifetime only: the enrolment handler refuses it before
 // anything is recorded, and the person is told "used", "expired" or "another node"
 // rather than a bare refusal. A secret the mesh never minted, a revoked key, or a
@@ -329,7 +329,7 @@ func (a *Authenticator) enrolling(c broker.Client) (broker.Grant, error) {
 	if !a.tokens.admit(id, now) {
 		return broker.Grant{}, ErrTokenBusy
 	}
-	live := t.Node == node && now.Before(t.Expiry) && (!t.Used || t.UsedKey == c.Nkey)
+	live := t.Node == node && now.Before(t.Expiry) && !t.Cancelled && (!t.Used || t.UsedKey == c.Nkey)
 	if !live {
 		return EnrolGrant(node, c.Nkey, now.Add(RefusalConnectionLifetime)), nil
 	}

@@ -28,19 +28,20 @@ var now0 = time.Date(2030, 5, 6, 7, 8, 9, 0, time.UTC)
 // fixture is a mesh roster with an admin account, a node, a revoked node, a node whose
 // id enrolled again after revocation, and an unused token.
 type fixture struct {
-	fsm     *state.FSM
-	index   uint64
-	account nkeys.KeyPair
-	web1    nkeys.KeyPair // enrolled, live
-	gone    nkeys.KeyPair // enrolled, revoked
-	oldDB   nkeys.KeyPair // db-1's first key, revoked; db-1 enrolled again with newDB
-	newDB   nkeys.KeyPair
-	secret  string // hex secret of an unused token for web-2
-	used    string // hex secret of a token web-5 enrolled with, key web5
-	web5    nkeys.KeyPair
-	expired string // hex secret of an unused token for web-6 that expired
-	clock   time.Time
-	logs    bytes.Buffer
+	fsm       *state.FSM
+	index     uint64
+	account   nkeys.KeyPair
+	web1      nkeys.KeyPair // enrolled, live
+	gone      nkeys.KeyPair // enrolled, revoked
+	oldDB     nkeys.KeyPair // db-1's first key, revoked; db-1 enrolled again with newDB
+	newDB     nkeys.KeyPair
+	secret    string // hex secret of an unused token for web-2
+	used      string // hex secret of a token web-5 enrolled with, key web5
+	web5      nkeys.KeyPair
+	expired   string // hex secret of an unused token for web-6 that expired
+	cancelled string // hex secret of a token for web-7 an operator cancelled
+	clock     time.Time
+	logs      bytes.Buffer
 }
 
 func newFixture(t testing.TB) *fixture {
@@ -86,6 +87,8 @@ func newFixture(t testing.TB) *fixture {
 	fx.used, usedID = mint("web-5", now0.Add(-time.Minute), time.Hour)
 	fx.apply(t, state.Command{Op: state.OpEnrol, At: now0.Add(-time.Minute), Enrol: &state.EnrolCmd{TokenID: usedID, Node: "web-5", Role: state.RoleWorker, PublicKey: pub(fx.web5)}})
 	fx.expired, _ = mint("web-6", now0.Add(-2*time.Hour), time.Hour)
+	fx.cancelled, _ = mint("web-7", now0, time.Hour)
+	fx.apply(t, state.Command{Op: state.OpCancelTokens, At: now0, CancelTokens: &state.CancelTokensCmd{Node: "web-7"}})
 	return fx
 }
 
@@ -264,6 +267,8 @@ func TestAuthenticate(t *testing.T) {
 			grant: EnrolGrant("web-5", pub(newKey), time.Time{}), deadline: RefusalConnectionLifetime},
 		{name: "enrolling an expired token", client: enrolling(t, "web-6", fx.expired, newKey, nonce),
 			grant: EnrolGrant("web-6", pub(newKey), time.Time{}), deadline: RefusalConnectionLifetime},
+		{name: "enrolling a cancelled token", client: enrolling(t, "web-7", fx.cancelled, newKey, nonce),
+			grant: EnrolGrant("web-7", pub(newKey), time.Time{}), deadline: RefusalConnectionLifetime},
 		{name: "enrolling names another node", client: enrolling(t, "web-3", fx.secret, newKey, nonce),
 			grant: EnrolGrant("web-3", pub(newKey), time.Time{}), deadline: RefusalConnectionLifetime},
 		{name: "enrolling with a revoked key", client: enrolling(t, "web-2", fx.secret, fx.gone, nonce), want: ErrRevoked},

@@ -46,6 +46,10 @@ func (d *Daemon) handleAdmin(m *nats.Msg) {
 			result = api.PingResult{Mesh: d.cfg.Mesh, Node: d.cfg.Node, Leader: d.raft.IsLeader()}
 		case api.OpTokenCreate:
 			result, err = adminCall(op, m.Data, d.createToken)
+		case api.OpTokenList:
+			result, err = adminCall(op, m.Data, d.listTokens)
+		case api.OpTokenCancel:
+			result, err = adminCall(op, m.Data, d.cancelTokens)
 		case api.OpDeclare:
 			result, err = adminCall(op, m.Data, d.declare)
 		case api.OpNodes:

@@ -172,6 +172,8 @@ func enrolCode(err error) string {
 		return api.CodeTokenOtherNode
 	case errors.Is(err, state.ErrTokenWrongRole):
 		return api.CodeTokenWrongRole
+	case errors.Is(err, state.ErrTokenCancelled):
+		return api.CodeTokenCancelled
 	case errors.Is(err, state.ErrNodeExists):
 		return api.CodeNodeExists
 	case errors.Is(err, state.ErrKeyRevoked):

@@ -30,7 +30,18 @@ type Command struct {
 	Refresh       *RefreshCmd       `json:"refresh,omitempty"`
 	Rotate        *RotateCmd        `json:"rotate,omitempty"`
 	Retire        *RetireCmd        `json:"retire,omitempty"`
+	CancelTokens  *CancelTokensCmd  `json:"cancel_tokens,omitempty"`
 }
+
+// CancelTokensCmd cancels every pending token of a node: from this command on, none
+// of them admits anything. Used, expired and already cancelled tokens are left as
+// they are, so that running the command twice is harmless.
+type CancelTokensCmd struct {
+	Node string `json:"node"`
+}
+
+// OpCancelTokens names CancelTokensCmd.
+const OpCancelTokens = "cancel_tokens"
 
 // RefreshCmd re-issues the listed nodes' declarations: same version, same body, a new
 // validity window from the command's time. A host that stops receiving them sees its
@@ -151,6 +162,7 @@ type Result struct {
 	Control     *ControlNode
 	Assignments []Assignment
 	Skipped     []string // selected nodes that could not take the declaration (revoked)
+	Tokens      []Token  // the tokens a CancelTokensCmd cancelled
 }
 
 // BodyDigest is the key a body is stored under.
@@ -200,6 +212,8 @@ func (s *State) apply(c *Command) Result {
 		return s.applyRotate(c.Rotate)
 	case c.Op == OpRetire && c.Retire != nil:
 		return s.applyRetire(c.Retire)
+	case c.Op == OpCancelTokens && c.CancelTokens != nil:
+		return s.applyCancelTokens(c.At, c.CancelTokens)
 	}
 	return Result{Err: fmt.Errorf("%w: op %q", ErrBadCommand, c.Op)}
 }
@@ -243,6 +257,31 @@ func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd) Result {
 	tc := *t
 	tc.Labels = maps.Clone(t.Labels) // the result must not alias the live state
 	return Result{Token: &tc}
+}
+
+func (s *State) applyCancelTokens(at time.Time, c *CancelTokensCmd) Result {
+	known := false
+	var out []Token
+	for _, t := range s.Tokens {
+		if t.Node != c.Node {
+			continue
+		}
+		known = true
+		if t.StateAt(at) != TokenPending {
+			continue
+		}
+		t.CancelledAt = at
+		// A control token's sealed identity is useless once the token is: drop it.
+		t.Sealed = nil
+		tc := *t
+		tc.Labels = maps.Clone(t.Labels)
+		out = append(out, tc)
+	}
+	if !known {
+		return Result{Err: fmt.Errorf("node %s: %w", c.Node, ErrNoToken)}
+	}
+	slices.SortFunc(out, func(a, b Token) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	return Result{Tokens: out}
 }
 
 func (s *State) applyEnrol(at time.Time, c *EnrolCmd) Result {

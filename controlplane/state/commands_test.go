@@ -744,3 +744,57 @@ func TestMembershipVersion(t *testing.T) {
 		t.Fatalf("after a removal: version %d, brokers %v", v, brokers)
 	}
 }
+
+func TestCancelTokens(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	m.must(tokenCmd("tok-a", "web-1", RoleWorker, t0, time.Hour))
+	m.must(tokenCmd("tok-b", "web-1", RoleWorker, t0.Add(time.Second), time.Hour))
+	m.must(tokenCmd("tok-old", "web-1", RoleWorker, t0, time.Minute))
+	m.must(tokenCmd("tok-used", "web-2", RoleWorker, t0, time.Hour))
+	m.must(tokenCmd("tok-other", "web-3", RoleWorker, t0, time.Hour))
+	m.must(enrolCmd("tok-used", "web-2", RoleWorker, "K2", t0.Add(time.Minute)))
+	at := t0.Add(10 * time.Minute) // tok-old has expired by now
+
+	r := m.must(Command{Op: OpCancelTokens, At: at, CancelTokens: &CancelTokensCmd{Node: "web-1"}})
+	if len(r.Tokens) != 2 || r.Tokens[0].ID != "tok-a" || r.Tokens[1].ID != "tok-b" {
+		t.Fatalf("cancelled %+v, want tok-a and tok-b (the pending ones, oldest first)", r.Tokens)
+	}
+	s := m.state()
+	for id, want := range map[string]string{"tok-a": TokenCancelled, "tok-b": TokenCancelled, "tok-old": TokenExpired, "tok-used": TokenUsed, "tok-other": TokenPending} {
+		if got := s.Tokens[id].StateAt(at); got != want {
+			t.Errorf("%s is %s, want %s", id, got, want)
+		}
+	}
+	// A cancelled token admits nothing, and says why.
+	if r := m.apply(enrolCmd("tok-a", "web-1", RoleWorker, "K1", at.Add(time.Second))); !errors.Is(r.Err, ErrTokenCancelled) {
+		t.Fatalf("enrol with a cancelled token: %v, want ErrTokenCancelled", r.Err)
+	}
+	if _, ok := m.state().Nodes["web-1"]; ok {
+		t.Fatal("a cancelled token enrolled its node")
+	}
+	// Run twice: nothing left to cancel, and no error.
+	if r := m.must(Command{Op: OpCancelTokens, At: at, CancelTokens: &CancelTokensCmd{Node: "web-1"}}); len(r.Tokens) != 0 {
+		t.Fatalf("second cancel cancelled %+v", r.Tokens)
+	}
+	// A used token is not cancelled: the node it enrolled stays.
+	if r := m.must(Command{Op: OpCancelTokens, At: at, CancelTokens: &CancelTokensCmd{Node: "web-2"}}); len(r.Tokens) != 0 {
+		t.Fatalf("cancel of a used token: %+v", r.Tokens)
+	}
+	if r := m.apply(Command{Op: OpCancelTokens, At: at, CancelTokens: &CancelTokensCmd{Node: "nobody"}}); !errors.Is(r.Err, ErrNoToken) {
+		t.Fatalf("cancel for a node without tokens: %v, want ErrNoToken", r.Err)
+	}
+	// The other node's token still works.
+	m.must(enrolCmd("tok-other", "web-3", RoleWorker, "K3", at))
+}
+
+func TestCancelledControlTokenDropsItsSealedIdentity(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	m.must(Command{Op: OpCreateToken, At: t0, CreateToken: &CreateTokenCmd{ID: "tok", Node: "cp-2", Role: RoleControl, TTL: time.Hour,
+		Control: &ControlAddrs{Broker: "10.0.0.2:7300", Raft: "10.0.0.2:7301", Cluster: "10.0.0.2:7302"}, Sealed: []byte("sealed")}})
+	m.must(Command{Op: OpCancelTokens, At: t0.Add(time.Minute), CancelTokens: &CancelTokensCmd{Node: "cp-2"}})
+	if tk := m.state().Tokens["tok"]; len(tk.Sealed) != 0 || tk.CancelledAt.IsZero() {
+		t.Fatalf("cancelled control token = %+v", tk)
+	}
+}

@@ -18,6 +18,8 @@ type TokenAuth struct {
 	Expiry  time.Time
 	Used    bool
 	UsedKey string
+	// Cancelled: an operator cancelled the token; it admits nothing.
+	Cancelled bool
 }
 
 // AdminAccount returns the account key that issues operator credentials ("" before
@@ -56,5 +58,5 @@ func (f *FSM) TokenByID(id string) (TokenAuth, bool) {
 	if !ok {
 		return TokenAuth{}, false
 	}
-	return TokenAuth{Node: t.Node, Role: t.Role, Expiry: t.Expiry, Used: !t.UsedAt.IsZero(), UsedKey: t.UsedKey}, true
+	return TokenAuth{Node: t.Node, Role: t.Role, Expiry: t.Expiry, Used: !t.UsedAt.IsZero(), UsedKey: t.UsedKey, Cancelled: !t.CancelledAt.IsZero()}, true
 }

@@ -88,6 +88,30 @@ type Token struct {
 	// UsedAt and UsedKey are set when the token enrolled a node with that key.
 	UsedAt  time.Time `json:"used_at,omitzero"`
 	UsedKey string    `json:"used_key,omitempty"`
+	// CancelledAt is set when an operator cancelled the token before it was used.
+	// The record stays, so that whoever presents it is told "cancelled".
+	CancelledAt time.Time `json:"cancelled_at,omitzero"`
+}
+
+// Token states, as operators see them.
+const (
+	TokenPending   = "pending" // unused and unexpired: it admits its node
+	TokenUsed      = "used"
+	TokenExpired   = "expired"
+	TokenCancelled = "cancelled"
+)
+
+// StateAt is the token's state at a given time.
+func (t *Token) StateAt(at time.Time) string {
+	switch {
+	case !t.UsedAt.IsZero():
+		return TokenUsed
+	case !t.CancelledAt.IsZero():
+		return TokenCancelled
+	case !at.Before(t.Expiry):
+		return TokenExpired
+	}
+	return TokenPending
 }
 
 // Node is one enrolled machine.
@@ -134,6 +158,8 @@ var (
 	ErrTokenExpired   = errors.New("this token has expired; mint a new token")
 	ErrTokenOtherNode = errors.New("this token was minted for another node")
 	ErrTokenWrongRole = errors.New("this token admits another role")
+	ErrTokenCancelled = errors.New("this token was cancelled by an operator; ask for a new one")
+	ErrNoToken        = errors.New("no token for this node is known (none was minted, or the last expired over a day ago)")
 	ErrNodeExists     = errors.New("a node with this id is enrolled; revoke it first to enrol the id again")
 	ErrKeyRevoked     = errors.New("this node key was revoked and stays refused")
 	ErrUnknownNode    = errors.New("no such node")
@@ -207,6 +233,9 @@ func (s *State) TokenState(id, node, role, key string, at time.Time) (*Token, er
 	}
 	if t.Role != role {
 		return t, fmt.Errorf("%w: it admits a %s, not a %s", ErrTokenWrongRole, t.Role, role)
+	}
+	if !t.CancelledAt.IsZero() {
+		return t, ErrTokenCancelled
 	}
 	if !t.UsedAt.IsZero() {
 		if _, revoked := s.RevokedKeys[key]; revoked && t.UsedKey == key {

@@ -104,6 +104,7 @@ func (e *RefusedError) Error() string {
 		wire.CodeUnavailable:    "run enrol again in a few seconds with the same token",
 		wire.CodeTokenOtherMesh: "the token was not minted by the mesh at its address: check where it came from",
 		wire.CodeTokenStaleKey:  "the mesh's signing key was rotated since the token was minted: ask the operator for a new one",
+		wire.CodeTokenCancelled: "the operator cancelled this token: ask for a new one",
 	}[e.Code]
 	msg := fmt.Sprintf("%s (%s): %s", ErrRefused, e.Code, e.Message)
 	if advice != "" {
@@ -275,7 +276,7 @@ func (r *run) dialEnrolment(ctx context.Context, kp nkeys.KeyPair, pub string) (
 			// The pin was checked, so this is the mesh itself refusing the token
 			// before admitting the connection (a used or expired token is admitted
 			// far enough to be told so, and answers with its own code).
-			return nil, "", &RefusedError{Code: wire.CodeTokenUnknown, Message: "the mesh refused the token: it never minted it (or it was cancelled, or expired more than a day ago), the node key it enrolled was revoked, this address made too many failed attempts in the last minute, or too many connections used this token in the last 30 seconds (then wait a minute and run enrol again)"}
+			return nil, "", &RefusedError{Code: wire.CodeTokenUnknown, Message: "the mesh refused the token: it never minted it (or it expired more than a day ago), the node key it enrolled was revoked, this address made too many failed attempts in the last minute, or too many connections used this token in the last 30 seconds (then wait a minute and run enrol again)"}
 		default:
 			r.step("connect", "%s: unreachable (%v)", addr, err)
 			errs = append(errs, addr+": "+err.Error())

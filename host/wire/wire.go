@@ -60,6 +60,7 @@ const (
 	CodeNotFound       = "not_found"
 	CodeTokenOtherMesh = "token_other_mesh"
 	CodeTokenStaleKey  = "token_stale_key"
+	CodeTokenCancelled = "token_cancelled"
 )
 
 // EnrolRequest is what the agent sends to enrol.

@@ -134,6 +134,7 @@ func TestCompletionCandidates(t *testing.T) {
 		{[]string{"__complete", "serve", "--log-format", ""}, []string{"text", "json"}},
 		{[]string{"__complete", "token", "--role", ""}, []string{"worker", "control"}},
 		{[]string{"__complete", "signing-key", ""}, []string{"rotate", "status", "retire"}},
+		{[]string{"__complete", "token", ""}, []string{"list", "cancel"}},
 		{[]string{"__complete", "completion", ""}, []string{"bash", "zsh", "fish"}},
 	}
 	for _, c := range cases {

@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/join"
 	"mesh/tokenfmt"
@@ -14,14 +16,19 @@ import (
 func tokenCommand() command {
 	return command{
 		name:  "token",
-		usage: "--data DIR --node ID [--ttl 15m] [--label k=v]... [--json]  |  --data DIR --role control --node ID --addr IP:PORT [--json]",
+		usage: "--data DIR --node ID [--ttl 15m] [--label k=v]... [--json]  |  --data DIR --role control --node ID --addr IP:PORT [--json]\n       meshctl token list [--node ID] [--json]  |  meshctl token cancel NODE [--json]",
 		summary: `Mint a one-time enrolment token for one node; stdout is the token and nothing else.
 The secret is generated here and only its hash reaches the control plane. The token
 carries the broker addresses, the CA pin and the signing key the node will believe.
 Hand it to the machine out of band: meshhost reads it from stdin, a file, MESH_TOKEN
 or a systemd credential. With --json, stdout is a JSON object whose "token" is the
 token, beside what it admits and until when.
-Control tokens are minted with the data directory of the node holding the CA key.`,
+Control tokens are minted with the data directory of the node holding the CA key.
+  token list         the tokens the mesh remembers: node, role, labels, expiry and
+                     state (pending, used, expired, cancelled); never a secret. Tokens
+                     are forgotten a day after they expire.
+  token cancel NODE  every pending token of NODE stops admitting anything at once;
+                     running it again is harmless.`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			fs := c.Flags()
 			var (
@@ -42,7 +49,40 @@ Control tokens are minted with the data directory of the node holding the CA key
 			fs.StringVar(&raftAddr, "raft-addr", "", "control tokens: its Raft address (default: --addr port+1)")
 			fs.StringVar(&clusterAddr, "cluster-addr", "", "control tokens: its broker route address (default: --addr port+2)")
 			_ = c.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]cobra.Completion{"worker", "control"}, cobra.ShellCompDirectiveNoFileComp))
+			c.ValidArgsFunction = func(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+				switch {
+				case len(args) == 0:
+					return []cobra.Completion{"list\tthe tokens the mesh remembers", "cancel\tcancel a node's pending tokens"}, cobra.ShellCompDirectiveNoFileComp
+				case len(args) == 1 && args[0] == "cancel":
+					return cp.pendingTokenNodes(), cobra.ShellCompDirectiveNoFileComp
+				}
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
 			return func(args []string) error {
+				if len(args) > 0 && (args[0] == "list" || args[0] == "cancel") {
+					for _, f := range []string{"role", "ttl", "label", "addr", "raft-addr", "cluster-addr"} {
+						if fs.Changed(f) {
+							return usagef("--%s is for minting a token, not for token %s", f, args[0])
+						}
+					}
+					if args[0] == "list" {
+						if len(args) > 1 {
+							return usagef("token list takes no argument; --node ID filters by node")
+						}
+						return listTokens(cio, &cp, node, asJSON)
+					}
+					switch {
+					case len(args) == 2 && node == "":
+						node = args[1]
+					case len(args) == 1 && node != "":
+					default:
+						return usagef("say which node: meshctl token cancel NODE")
+					}
+					if err := tokenfmt.ValidateNodeID(node); err != nil {
+						return usagef("node: %v", err)
+					}
+					return cancelTokens(cio, &cp, node, asJSON)
+				}
 				if err := noPositional(args); err != nil {
 					return err
 				}
@@ -98,6 +138,71 @@ Control tokens are minted with the data directory of the node holding the CA key
 			}
 		},
 	}
+}
+
+// listTokens prints the tokens the mesh remembers, oldest first.
+func listTokens(cio *cliIO, cp *controlPlaneFlags, node string, asJSON bool) error {
+	if node != "" {
+		if err := tokenfmt.ValidateNodeID(node); err != nil {
+			return usagef("--node: %v", err)
+		}
+	}
+	var res api.TokenListResult
+	if err := cp.call(api.OpTokenList, api.TokenListRequest{Node: node}, &res); err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(cio.stdout, res)
+	}
+	if len(res.Tokens) == 0 {
+		fmt.Fprintln(cio.stdout, "no tokens (the mesh forgets a token a day after it expires)")
+		return nil
+	}
+	tw := tabwriter.NewWriter(cio.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNODE\tROLE\tSTATE\tEXPIRES\tLABELS")
+	for _, t := range res.Tokens {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Node, t.Role, t.State, t.ExpiresAt.Local().Format(time.DateTime), formatLabels(t.Labels))
+	}
+	return tw.Flush()
+}
+
+// cancelTokens cancels node's pending tokens and says how many there were.
+func cancelTokens(cio *cliIO, cp *controlPlaneFlags, node string, asJSON bool) error {
+	var res api.TokenCancelResult
+	if err := cp.call(api.OpTokenCancel, api.TokenCancelRequest{Node: node}, &res); err != nil {
+		return err
+	}
+	if asJSON {
+		return writeJSON(cio.stdout, res)
+	}
+	if len(res.Cancelled) == 0 {
+		fmt.Fprintf(cio.stdout, "%s has no pending token: nothing to cancel (meshctl token list --node %s shows its tokens)\n", node, node)
+		return nil
+	}
+	fmt.Fprintf(cio.stdout, "cancelled %d token(s) of %s; they admit nothing from now on\n", len(res.Cancelled), node)
+	return nil
+}
+
+// pendingTokenNodes is the nodes with a pending token, for completion.
+func (f *controlPlaneFlags) pendingTokenNodes() []string {
+	c, err := f.completionClient()
+	if err != nil {
+		return nil
+	}
+	defer c.Close()
+	var res api.TokenListResult
+	if err := c.Call(api.OpTokenList, api.TokenListRequest{}, &res); err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, t := range res.Tokens {
+		if t.State == "pending" && !seen[t.Node] {
+			seen[t.Node] = true
+			out = append(out, t.Node+"\t"+t.Role+" token, expires "+t.ExpiresAt.Local().Format(time.DateTime))
+		}
+	}
+	return out
 }
 
 // tokenResult is what `token --json` prints.

@@ -176,14 +176,20 @@ func (f *controlPlaneFlags) call(op string, req, res any) error {
 // completionTimeout bounds the call a completion makes: a shell must not hang.
 const completionTimeout = 2 * time.Second
 
+// completionClient is a client for completions: it does not wait for a leader and
+// gives up after completionTimeout, so a shell never hangs on a tab.
+func (f *controlPlaneFlags) completionClient() (*operator.Client, error) {
+	e, err := f.endpoint()
+	if err != nil {
+		return nil, err
+	}
+	return operator.DialEndpoint(e, operator.Options{LeaderWait: -1, Timeout: completionTimeout})
+}
+
 // nodeNames lists the node ids the control plane knows, for shell completion; it
 // fails silently (no candidates) when the control plane cannot answer at once.
 func (f *controlPlaneFlags) nodeNames(control bool) []string {
-	e, err := f.endpoint()
-	if err != nil {
-		return nil
-	}
-	c, err := operator.DialEndpoint(e, operator.Options{LeaderWait: -1, Timeout: completionTimeout})
+	c, err := f.completionClient()
 	if err != nil {
 		return nil
 	}
