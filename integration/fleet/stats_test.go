@@ -1,0 +1,60 @@
+package fleet
+
+import (
+	"testing"
+	"time"
+)
+
+func TestSummarise(t *testing.T) {
+	var ds []time.Duration
+	for i := 100; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	got := Summarise(ds)
+	want := Latency{N: 100, P50Ms: 50, P99Ms: 99, MaxMs: 100}
+	if got != want {
+		t.Fatalf("Summarise(1..100 ms) = %+v, want %+v", got, want)
+	}
+	if got := Summarise(nil); got != (Latency{}) {
+		t.Fatalf("Summarise(nil) = %+v", got)
+	}
+	if got := Summarise([]time.Duration{3 * time.Millisecond}); got.P50Ms != 3 || got.P99Ms != 3 || got.MaxMs != 3 {
+		t.Fatalf("one value: %+v", got)
+	}
+}
+
+func TestParseStatCPU(t *testing.T) {
+	// A command name with a space and a parenthesis; utime 250, stime 50 ticks.
+	line := "1234 (my (cmd) x) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0 999 100000 200 18446744073709551615\n"
+	got, err := parseStatCPU([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != 3*time.Second {
+		t.Fatalf("cpu = %s, want 3s", got)
+	}
+	if _, err := parseStatCPU([]byte("1234 (x) S 1")); err == nil {
+		t.Fatal("a short line parsed")
+	}
+}
+
+func TestParseVmRSS(t *testing.T) {
+	status := "Name:\tmeshctl\nVmPeak:\t  900 kB\nVmRSS:\t   2048 kB\nThreads:\t9\n"
+	got, err := parseVmRSS([]byte(status))
+	if err != nil || got != 2048<<10 {
+		t.Fatalf("rss = %d, %v", got, err)
+	}
+	if _, err := parseVmRSS([]byte("Name:\tx\n")); err == nil {
+		t.Fatal("no VmRSS line parsed")
+	}
+}
+
+func TestSelfCPUAndProc(t *testing.T) {
+	self, err := SelfCPU()
+	if err != nil || self <= 0 {
+		t.Fatalf("SelfCPU = %s, %v", self, err)
+	}
+	if _, err := ProcCPU(1 << 30); err == nil {
+		t.Fatal("a process that does not exist has a CPU time")
+	}
+}
