@@ -36,6 +36,9 @@ type Config struct {
 	HostDir string `json:"host_dir"`
 	// Keep keeps both directories after the run.
 	Keep bool `json:"keep"`
+	// Meshctl is a built meshctl to use; empty builds one from the module the
+	// working directory is in.
+	Meshctl string `json:"meshctl,omitempty"`
 	// Self is the benchmark's own binary, re-run as the baseline's server.
 	Self string `json:"-"`
 	// Out receives the progress lines.

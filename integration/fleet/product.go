@@ -25,10 +25,11 @@ type ProductResult struct {
 	Memory  MemoryResult  `json:"memory"`
 	Restart RestartResult `json:"restart"`
 	Revoke  RevokeResult  `json:"revoke"`
-	// AgentLog counts what the agents logged at warning and error level, all run.
-	AgentWarnings int64   `json:"agent_warnings"`
-	AgentErrors   int64   `json:"agent_errors"`
-	Phases        []Phase `json:"phases"`
+	// AgentLog and ServeLog count what the agents and serve logged at warning and
+	// error level over the whole run, by message.
+	AgentLog []LogCount `json:"agent_log"`
+	ServeLog []LogCount `json:"serve_log"`
+	Phases   []Phase    `json:"phases"`
 }
 
 // MintResult is minting N tokens through the operator API, in-process.
@@ -117,14 +118,16 @@ func runProduct(ctx context.Context, cfg Config, meshctl, workDir, hostDir strin
 	}
 	steps := []func(context.Context, *ProductResult) error{b.mint, b.enrol, b.start, b.rounds, b.restart, b.revokePhase}
 	for _, step := range steps {
-		if err := step(ctx, res); err != nil {
-			res.Phases = b.meter.phases
-			return res, err
+		if err = step(ctx, res); err != nil {
+			break
 		}
 	}
-	res.AgentWarnings, res.AgentErrors = b.agentLog.counts()
 	res.Phases = b.meter.phases
-	return res, nil
+	res.AgentLog = b.agentLog.tally.list()
+	if serveLog, lerr := tallyServeLog(b.cp.LogPath); lerr == nil {
+		res.ServeLog = serveLog
+	}
+	return res, err
 }
 
 // setUp bootstraps the mesh and starts serve.

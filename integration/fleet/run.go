@@ -52,6 +52,13 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}()
 	fmt.Fprintf(cfg.Out, "fleetbench: %d hosts, RLIMIT_NOFILE %d, work %s, hosts %s\n", cfg.Hosts, nofile, work, hostDir)
 
+	// Build first: a checkout that does not build should fail before the baseline.
+	meshctl := cfg.Meshctl
+	if cfg.Product && meshctl == "" {
+		if meshctl, err = buildMeshctl(cfg, work); err != nil {
+			return rep, err
+		}
+	}
 	var errs []error
 	if cfg.Baseline {
 		certs := filepath.Join(work, "baseline-certs")
@@ -68,15 +75,6 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		debug.FreeOSMemory()
 	}
 	if cfg.Product && ctx.Err() == nil {
-		root, err := ModuleRoot()
-		if err != nil {
-			return rep, err
-		}
-		fmt.Fprintln(cfg.Out, "== build meshctl")
-		meshctl, err := BuildMeshctl(root, work)
-		if err != nil {
-			return rep, err
-		}
 		rep.Product, err = runProduct(ctx, cfg, meshctl, work, hostDir)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("product: %w", err))
@@ -85,4 +83,14 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	rep.Ratios = ratios(rep.Product, rep.Baseline)
 	rep.Failures = rep.failures()
 	return rep, errors.Join(errs...)
+}
+
+// buildMeshctl builds meshctl into work from the module the working directory is in.
+func buildMeshctl(cfg Config, work string) (string, error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(cfg.Out, "== build meshctl from %s\n", root)
+	return BuildMeshctl(root, work)
 }

@@ -58,3 +58,39 @@ func TestSelfCPUAndProc(t *testing.T) {
 		t.Fatal("a process that does not exist has a CPU time")
 	}
 }
+
+func TestTextField(t *testing.T) {
+	line := `time=2026-12-01T10:00:00.000Z level=WARN msg="status reports not committed; they will be reported again" nodes=12 err="a b"`
+	if got := textField(line, "level"); got != "WARN" {
+		t.Fatalf("level = %q", got)
+	}
+	if got := textField(line, "msg"); got != "status reports not committed; they will be reported again" {
+		t.Fatalf("msg = %q", got)
+	}
+	if got := textField(line, "nodes"); got != "12" {
+		t.Fatalf("nodes = %q", got)
+	}
+	if got := textField(line, "missing"); got != "" {
+		t.Fatalf("missing = %q", got)
+	}
+}
+
+func TestLogTally(t *testing.T) {
+	var tl logTally
+	tl.add("WARN", "b")
+	tl.add("WARN", "a")
+	tl.add("WARN", "a")
+	got := tl.list()
+	if len(got) != 2 || got[0] != (LogCount{"WARN", "a", 2}) || got[1] != (LogCount{"WARN", "b", 1}) {
+		t.Fatalf("list = %+v", got)
+	}
+}
+
+func TestUntimed(t *testing.T) {
+	if got := untimed("2026-12-01T10:23:33.163Z [WARN]  raft: heartbeat timeout reached"); got != "[WARN]  raft: heartbeat timeout reached" {
+		t.Fatalf("untimed = %q", got)
+	}
+	if got := untimed("node revoked"); got != "node revoked" {
+		t.Fatalf("untimed = %q", got)
+	}
+}

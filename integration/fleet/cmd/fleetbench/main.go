@@ -48,6 +48,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.WorkDir, "work", cfg.WorkDir, "parent of the control plane's data directory, on real disk (default: the system temp dir)")
 	fs.StringVar(&cfg.HostDir, "host-dir", cfg.HostDir, "parent of the hosts' state and managed roots (tmpfs)")
 	fs.BoolVar(&cfg.Keep, "keep", cfg.Keep, "keep the directories after the run")
+	fs.StringVar(&cfg.Meshctl, "meshctl", "", "a built meshctl to run (default: build it from the module in the working directory)")
 	jsonOut := fs.String("json", "", "also write every figure as JSON to this file")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile (the agents, the baseline's clients) to this file")
 	if err := fs.Parse(args); err != nil {
