@@ -103,3 +103,34 @@ func RaiseNoFile() (uint64, error) {
 	}
 	return lim.Cur, nil
 }
+
+// MachineBusy returns the CPU time all cores have spent busy since boot (user,
+// nice, system, irq, softirq, steal: everything but idle and iowait), from the
+// first line of /proc/stat.
+func MachineBusy() (time.Duration, error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	return parseMachineBusy(data)
+}
+
+func parseMachineBusy(data []byte) (time.Duration, error) {
+	line, _, _ := bytes.Cut(data, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: first line %q", line)
+	}
+	var ticks int64
+	for i, v := range f[1:9] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicks, nil
+}

@@ -170,9 +170,9 @@ func (r *Report) Print(w io.Writer) {
 func printProduct(w io.Writer, cfg Config, p *ProductResult) {
 	fmt.Fprintln(w, "\nthe product: meshctl serve (own process, real disk) and N agents (this process, tmpfs)")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "phase\twall\tserve CPU\tbench CPU\tmeshctl CPU\t")
+	fmt.Fprintln(tw, "phase\twall\tserve CPU\tbench CPU\tmeshctl CPU\tother CPU\t")
 	for _, ph := range p.Phases {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", ph.Name, secs(ph.WallMs), secs(ph.CPUMs["serve"]), secs(ph.CPUMs["bench"]), secs(ph.CPUMs["meshctl"]))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", ph.Name, secs(ph.WallMs), secs(ph.CPUMs["serve"]), secs(ph.CPUMs["bench"]), secs(ph.CPUMs["meshctl"]), secs(ph.CPUMs[otherCPU]))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -213,6 +213,13 @@ func printRound(tw io.Writer, r RoundResult) {
 func printBaseline(w io.Writer, b *BaselineResult) {
 	fmt.Fprintln(w, "\nraw NATS: nats-server (own process), mutual TLS, N connections from this process")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "phase\twall\tnats-server CPU\tbench CPU\tother CPU\t")
+	for _, ph := range b.Phases {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", ph.Name, secs(ph.WallMs), secs(ph.CPUMs["nats-server"]), secs(ph.CPUMs["bench"]), secs(ph.CPUMs[otherCPU]))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	c := b.Connect
 	fmt.Fprintf(tw, "connect all\t%d (%d failed) in %s; one: %s; server CPU %.0f µs per connection\t\n", c.Connected, c.Failed, secs(c.Phase.WallMs), lat(c.Latency), c.ServerCPUPerUs)
 	for i, r := range b.Rounds {

@@ -94,3 +94,12 @@ func TestUntimed(t *testing.T) {
 		t.Fatalf("untimed = %q", got)
 	}
 }
+
+func TestParseMachineBusy(t *testing.T) {
+	// user nice system idle iowait irq softirq steal guest guest_nice
+	stat := "cpu  100 10 50 9999 77 5 5 30 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n"
+	got, err := parseMachineBusy([]byte(stat))
+	if err != nil || got != 2*time.Second {
+		t.Fatalf("busy = %s, %v; want 2s (200 ticks)", got, err)
+	}
+}
