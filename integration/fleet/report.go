@@ -21,6 +21,41 @@ type Report struct {
 	// Failures is every failure the run counted, product and baseline; a run is
 	// clean when it is zero.
 	Failures int `json:"failures"`
+	// Disturbed names the phases during which the machine spent notable CPU time
+	// outside the measured processes (see otherCPU): their figures are not this
+	// code's alone.
+	Disturbed []string `json:"disturbed,omitempty"`
+}
+
+// disturbed reports whether other processes took a notable share of the machine
+// during p: more than 10% of the measured processes' CPU and more than 200 ms.
+func disturbed(p Phase) bool {
+	var known float64
+	for name, v := range p.CPUMs {
+		if name != otherCPU {
+			known += v
+		}
+	}
+	other := p.CPUMs[otherCPU]
+	return other > 200 && other > known/10
+}
+
+// disturbedPhases lists the disturbed phases of the run.
+func (r *Report) disturbedPhases() []string {
+	var phases []Phase
+	if r.Baseline != nil {
+		phases = append(phases, r.Baseline.Phases...)
+	}
+	if r.Product != nil {
+		phases = append(phases, r.Product.Phases...)
+	}
+	var out []string
+	for _, p := range phases {
+		if disturbed(p) {
+			out = append(out, fmt.Sprintf("%s (other CPU %.2f s)", p.Name, p.CPUMs[otherCPU]/1000))
+		}
+	}
+	return out
 }
 
 // Machine describes where the run happened.
@@ -165,6 +200,12 @@ func (r *Report) Print(w io.Writer) {
 		tw.Flush()
 	}
 	fmt.Fprintf(w, "\nfailures counted: %d\n", r.Failures)
+	if len(r.Disturbed) > 0 {
+		fmt.Fprintln(w, "WARNING: other processes used the machine during these phases; their figures are not the code's alone:")
+		for _, d := range r.Disturbed {
+			fmt.Fprintln(w, "   "+d)
+		}
+	}
 }
 
 func printProduct(w io.Writer, cfg Config, p *ProductResult) {

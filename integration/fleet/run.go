@@ -82,6 +82,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	rep.Ratios = ratios(rep.Product, rep.Baseline)
 	rep.Failures = rep.failures()
+	rep.Disturbed = rep.disturbedPhases()
 	return rep, errors.Join(errs...)
 }
 

@@ -103,3 +103,12 @@ func TestParseMachineBusy(t *testing.T) {
 		t.Fatalf("busy = %s, %v; want 2s (200 ticks)", got, err)
 	}
 }
+
+func TestDisturbed(t *testing.T) {
+	quiet := Phase{CPUMs: map[string]float64{"serve": 2000, "bench": 3000, otherCPU: 150}}
+	busy := Phase{CPUMs: map[string]float64{"serve": 2000, "bench": 3000, otherCPU: 1500}}
+	small := Phase{CPUMs: map[string]float64{"serve": 100, otherCPU: 100}}
+	if disturbed(quiet) || !disturbed(busy) || disturbed(small) {
+		t.Fatalf("disturbed: quiet %t busy %t small %t", disturbed(quiet), disturbed(busy), disturbed(small))
+	}
+}
