@@ -1,0 +1,78 @@
+package fleet
+
+import (
+	"errors"
+	"io"
+	"time"
+)
+
+// Config is one benchmark run.
+type Config struct {
+	// Hosts is the fleet's size, N.
+	Hosts int `json:"hosts"`
+	// Rounds of declare --all --wait after the fleet is up.
+	Rounds int `json:"rounds"`
+	// Revoke is K, how many nodes the last phase revokes.
+	Revoke int `json:"revoke"`
+	// Inflight bounds concurrent enrolments, and the baseline's concurrent connects.
+	Inflight int `json:"inflight"`
+	// StartInflight bounds agents connecting at once at start (0: all at once).
+	StartInflight int `json:"start_inflight"`
+	// WaitTimeout is declare's --wait.
+	WaitTimeout time.Duration `json:"wait_timeout"`
+	// PhaseTimeout bounds each phase that waits for the fleet.
+	PhaseTimeout time.Duration `json:"phase_timeout"`
+	// MessageSize is the baseline's message size in bytes.
+	MessageSize int `json:"message_size"`
+	// ServeLogLevel is serve's --log-level.
+	ServeLogLevel string `json:"serve_log_level"`
+	// Product and Baseline select the parts that run.
+	Product  bool `json:"product"`
+	Baseline bool `json:"baseline"`
+
+	// WorkDir is where the control plane's data directory goes (real disk);
+	// HostDir where the hosts' state and managed roots go (tmpfs).
+	WorkDir string `json:"work_dir"`
+	HostDir string `json:"host_dir"`
+	// Keep keeps both directories after the run.
+	Keep bool `json:"keep"`
+	// Meshctl is a built meshctl to use; empty builds one from the module the
+	// working directory is in.
+	Meshctl string `json:"meshctl,omitempty"`
+	// Self is the benchmark's own binary, re-run as the baseline's server.
+	Self string `json:"-"`
+	// Out receives the progress lines.
+	Out io.Writer `json:"-"`
+}
+
+// DefaultConfig is the configuration `task bench:fleet` runs with.
+func DefaultConfig() Config {
+	return Config{
+		Hosts: 1000, Rounds: 3, Revoke: 100, Inflight: 200, StartInflight: 200,
+		WaitTimeout: 5 * time.Minute, PhaseTimeout: 10 * time.Minute, MessageSize: 300,
+		ServeLogLevel: "info", Product: true, Baseline: true,
+		WorkDir: "", HostDir: "/dev/shm",
+	}
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Hosts < 1:
+		return errors.New("-hosts must be at least 1")
+	case c.Rounds < 1:
+		return errors.New("-rounds must be at least 1")
+	case c.Revoke < 0 || c.Revoke > c.Hosts:
+		return errors.New("-revoke must be between 0 and -hosts")
+	case c.Inflight < 1:
+		return errors.New("-inflight must be at least 1")
+	case c.StartInflight < 0:
+		return errors.New("-start-inflight must not be negative")
+	case c.MessageSize < 1:
+		return errors.New("-msg-size must be at least 1")
+	case !c.Product && !c.Baseline:
+		return errors.New("nothing to run: both the product and the baseline are off")
+	case c.Out == nil:
+		return errors.New("no output")
+	}
+	return nil
+}

@@ -1,0 +1,300 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/operator"
+)
+
+// ControlPlane is a `meshctl serve` process, started and restarted from the built
+// binary, and the data directory it serves. Every meshctl command the benchmark runs
+// goes through Ctl, which keeps the CPU time those commands used.
+type ControlPlane struct {
+	// Meshctl is the built binary.
+	Meshctl string
+	// Dir is the data directory, on real disk.
+	Dir string
+	// LogPath receives the serve process's log (appended across restarts).
+	LogPath string
+	// LogLevel is serve's --log-level.
+	LogLevel string
+	// Listen is the broker address, set by Bootstrap.
+	Listen string
+
+	mu        sync.Mutex
+	cmd       *exec.Cmd
+	done      chan struct{}
+	exitedCPU time.Duration // CPU of the serve processes that ended
+
+	ctlCPU atomic.Int64 // nanoseconds of CPU used by meshctl commands (Ctl)
+}
+
+// Bootstrap makes the mesh on three free loopback ports (broker, Raft, routes).
+func (cp *ControlPlane) Bootstrap(ctx context.Context, mesh string) error {
+	ports, err := freePorts(3)
+	if err != nil {
+		return err
+	}
+	cp.Listen = fmt.Sprintf("127.0.0.1:%d", ports[0])
+	r, err := cp.Ctl(ctx, "bootstrap", "--mesh", mesh, "--listen", cp.Listen,
+		"--raft-listen", fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		"--cluster-listen", fmt.Sprintf("127.0.0.1:%d", ports[2]))
+	if err != nil {
+		return err
+	}
+	if r.Code != 0 {
+		return fmt.Errorf("meshctl bootstrap exited %d:\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	return nil
+}
+
+// Start starts `meshctl serve` (it does not wait for it to answer: see WaitAPI).
+func (cp *ControlPlane) Start() error {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.cmd != nil {
+		return errors.New("serve is already running")
+	}
+	log, err := os.OpenFile(cp.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(cp.Meshctl, "serve", "--data", cp.Dir, "--log-level", cp.LogLevel)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return fmt.Errorf("start meshctl serve: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		log.Close()
+		cp.mu.Lock()
+		cp.exitedCPU += cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+		cp.mu.Unlock()
+		close(done)
+	}()
+	cp.cmd, cp.done = cmd, done
+	return nil
+}
+
+// WaitAPI waits until the leader answers an operator ping, dialling again as long as
+// the broker refuses connections, and returns how long that took.
+func (cp *ControlPlane) WaitAPI(ctx context.Context, limit time.Duration) (time.Duration, error) {
+	start := time.Now()
+	deadline := start.Add(limit)
+	var last error
+	for time.Now().Before(deadline) {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if !cp.Running() {
+			return 0, errors.New("meshctl serve exited; see " + cp.LogPath)
+		}
+		last = cp.ping()
+		if last == nil {
+			return time.Since(start), nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("the control plane did not answer within %s: %v", limit, last)
+}
+
+func (cp *ControlPlane) ping() error {
+	c, err := cp.Dial(operator.Options{Timeout: 2 * time.Second, LeaderWait: -1})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var res api.PingResult
+	if err := c.Call(api.OpPing, struct{}{}, &res); err != nil {
+		return err
+	}
+	if !res.Leader {
+		return errors.New("the answering node is not the leader")
+	}
+	return nil
+}
+
+// Dial connects an operator client with the data directory's credentials.
+func (cp *ControlPlane) Dial(o operator.Options) (*operator.Client, error) {
+	return operator.Dial(datadir.Dir(cp.Dir), o)
+}
+
+// Running reports whether the serve process is running.
+func (cp *ControlPlane) Running() bool {
+	cp.mu.Lock()
+	done := cp.done
+	cp.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Kill sends SIGKILL and waits until the process is gone.
+func (cp *ControlPlane) Kill() error { return cp.stop(syscall.SIGKILL, time.Minute) }
+
+// Stop asks serve to stop (SIGTERM), and kills it if it has not within 20 s.
+func (cp *ControlPlane) Stop() error {
+	err := cp.stop(syscall.SIGTERM, 20*time.Second)
+	if err != nil {
+		return cp.Kill()
+	}
+	return nil
+}
+
+func (cp *ControlPlane) stop(sig syscall.Signal, limit time.Duration) error {
+	cp.mu.Lock()
+	cmd, done := cp.cmd, cp.done
+	cp.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(limit):
+		return fmt.Errorf("meshctl serve still running %s after %s", limit, sig)
+	}
+	cp.mu.Lock()
+	cp.cmd, cp.done = nil, nil
+	cp.mu.Unlock()
+	return nil
+}
+
+// PID is the running serve process's id, or 0.
+func (cp *ControlPlane) PID() int {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.cmd == nil {
+		return 0
+	}
+	return cp.cmd.Process.Pid
+}
+
+// CPU is the CPU time every serve process used so far: the ones that ended and the
+// running one.
+func (cp *ControlPlane) CPU() (time.Duration, error) {
+	cp.mu.Lock()
+	cmd, done, total := cp.cmd, cp.done, cp.exitedCPU
+	cp.mu.Unlock()
+	if cmd == nil {
+		return total, nil
+	}
+	d, err := ProcCPU(cmd.Process.Pid)
+	if err == nil {
+		return total + d, nil
+	}
+	// Reaped between the two reads: its rusage is about to be added.
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		return total, err
+	}
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return cp.exitedCPU, nil
+}
+
+// CtlCPU is the CPU time the meshctl commands run through Ctl used so far.
+func (cp *ControlPlane) CtlCPU() (time.Duration, error) {
+	return time.Duration(cp.ctlCPU.Load()), nil
+}
+
+// RSS is the running serve process's resident set size in bytes.
+func (cp *ControlPlane) RSS() (int64, error) {
+	pid := cp.PID()
+	if pid == 0 {
+		return 0, errors.New("serve is not running")
+	}
+	return ProcRSS(pid)
+}
+
+// CtlResult is a finished meshctl command.
+type CtlResult struct {
+	Stdout, Stderr string
+	Code           int
+	Wall           time.Duration
+}
+
+// Ctl runs meshctl with args and --data, to completion.
+func (cp *ControlPlane) Ctl(ctx context.Context, args ...string) (CtlResult, error) {
+	cmd := exec.CommandContext(ctx, cp.Meshctl, append(args, "--data", cp.Dir)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err := cmd.Run()
+	r := CtlResult{Stdout: out.String(), Stderr: errb.String(), Wall: time.Since(start)}
+	if cmd.ProcessState != nil {
+		cp.ctlCPU.Add(int64(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()))
+		r.Code = cmd.ProcessState.ExitCode()
+	}
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		return r, fmt.Errorf("meshctl %s: %w", args[0], err)
+	}
+	return r, nil
+}
+
+// freePorts returns n distinct free TCP ports on 127.0.0.1.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// BuildMeshctl compiles meshctl into dir from the module at moduleRoot.
+func BuildMeshctl(moduleRoot, dir string) (string, error) {
+	out := filepath.Join(dir, "meshctl")
+	cmd := exec.Command("go", "build", "-o", out, "./controlplane/cmd/meshctl")
+	cmd.Dir = moduleRoot
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build meshctl: %v\n%s", err, msg)
+	}
+	return out, nil
+}
+
+// ModuleRoot is the directory of the go.mod of the module the working directory is in.
+func ModuleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	mod := string(bytes.TrimSpace(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("not inside the module: run fleetbench from the repository")
+	}
+	return filepath.Dir(mod), nil
+}

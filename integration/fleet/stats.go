@@ -1,0 +1,53 @@
+package fleet
+
+import (
+	"slices"
+	"time"
+)
+
+// Latency summarises a set of durations. Times are in milliseconds so that the
+// JSON reads without conversion.
+type Latency struct {
+	N     int     `json:"n"`
+	P50Ms float64 `json:"p50_ms"`
+	P99Ms float64 `json:"p99_ms"`
+	MaxMs float64 `json:"max_ms"`
+}
+
+// Summarise returns the nearest-rank p50, p99 and maximum of ds (which it sorts).
+func Summarise(ds []time.Duration) Latency {
+	if len(ds) == 0 {
+		return Latency{}
+	}
+	slices.Sort(ds)
+	return Latency{N: len(ds), P50Ms: ms(rank(ds, 50)), P99Ms: ms(rank(ds, 99)), MaxMs: ms(ds[len(ds)-1])}
+}
+
+// rank is the nearest-rank p-th percentile of sorted ds: the smallest value that at
+// least p% of the values do not exceed.
+func rank(sorted []time.Duration, p int) time.Duration {
+	i := (p*len(sorted)+99)/100 - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// us is d in microseconds.
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// perUnit divides d by n, zero when n is zero.
+func perUnit(d time.Duration, n int) time.Duration {
+	if n == 0 {
+		return 0
+	}
+	return d / time.Duration(n)
+}
+
+// ratio is a/b, zero when b is zero.
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
