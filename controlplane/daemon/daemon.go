@@ -63,6 +63,9 @@ type Options struct {
 	// MetricsListen, when set, is where /metrics, /healthz and /readyz are served
 	// (ip:port).
 	MetricsListen string
+	// Profiling adds Go's profiler (/debug/pprof/) to the MetricsListen endpoint. It
+	// shows the program's internals to whoever reaches the address: off by default.
+	Profiling bool
 
 	// wrapAuth, when set, wraps the broker's authenticator: the package's tests
 	// use it to admit an observer no real client can be.

@@ -41,6 +41,12 @@ type Config struct {
 	Meshctl string `json:"meshctl,omitempty"`
 	// Self is the benchmark's own binary, re-run as the baseline's server.
 	Self string `json:"-"`
+	// ProfileDir, when set, receives CPU profiles of serve and of the agents for
+	// the phases whose name contains ProfilePhase (serve's for their first
+	// ProfileSeconds), and serve's heap once the fleet is connected.
+	ProfileDir     string `json:"profile_dir,omitempty"`
+	ProfilePhase   string `json:"profile_phase,omitempty"`
+	ProfileSeconds int    `json:"profile_seconds,omitempty"`
 	// Out receives the progress lines.
 	Out io.Writer `json:"-"`
 }

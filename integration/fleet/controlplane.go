@@ -33,6 +33,8 @@ type ControlPlane struct {
 	LogLevel string
 	// Listen is the broker address, set by Bootstrap.
 	Listen string
+	// Metrics, when set, is the address serve exposes /metrics and its profiler on.
+	Metrics string
 
 	mu        sync.Mutex
 	cmd       *exec.Cmd
@@ -72,7 +74,11 @@ func (cp *ControlPlane) Start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(cp.Meshctl, "serve", "--data", cp.Dir, "--log-level", cp.LogLevel)
+	args := []string{"serve", "--data", cp.Dir, "--log-level", cp.LogLevel}
+	if cp.Metrics != "" {
+		args = append(args, "--metrics-listen", cp.Metrics, "--pprof")
+	}
+	cmd := exec.Command(cp.Meshctl, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		log.Close()

@@ -40,6 +40,8 @@ type meter struct {
 	sources []cpuSource
 	out     io.Writer // progress lines
 	phases  []Phase
+	// prof, when set, profiles the phases it matches.
+	prof *profiler
 }
 
 // machine reads the whole machine's busy CPU time.
@@ -51,6 +53,7 @@ type span struct {
 	name  string
 	start time.Time
 	cpu   []time.Duration
+	prof  *phaseProfile
 }
 
 // begin starts timing a phase and prints a progress line.
@@ -61,6 +64,7 @@ func (m *meter) begin(name string) *span {
 		s.cpu[i] = m.reading(src)
 	}
 	s.cpu[len(m.sources)] = m.reading(machine())
+	s.prof = m.prof.begin(name)
 	s.start = time.Now()
 	return s
 }
@@ -68,6 +72,7 @@ func (m *meter) begin(name string) *span {
 // end stops the phase, records it and prints what it cost.
 func (s *span) end() Phase {
 	wall := time.Since(s.start)
+	defer s.prof.end()
 	p := Phase{Name: s.name, WallMs: ms(wall), CPUMs: map[string]float64{}}
 	line := fmt.Sprintf("   %s: %s wall", s.name, wall.Round(time.Millisecond))
 	var known time.Duration

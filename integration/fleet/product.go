@@ -110,6 +110,23 @@ func runProduct(ctx context.Context, cfg Config, meshctl, workDir, hostDir strin
 	b.meter = &meter{out: cfg.Out, sources: []cpuSource{
 		{"serve", b.cp.CPU}, {"bench", SelfCPU}, {"meshctl", b.cp.CtlCPU},
 	}}
+	if cfg.ProfileDir != "" {
+		ports, err := freePorts(1)
+		if err != nil {
+			return nil, err
+		}
+		b.cp.Metrics = fmt.Sprintf("127.0.0.1:%d", ports[0])
+		if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
+			return nil, err
+		}
+		b.meter.prof = &profiler{dir: cfg.ProfileDir, match: cfg.ProfilePhase, seconds: max(1, cfg.ProfileSeconds), out: cfg.Out,
+			serve: func() string {
+				if b.cp.Running() {
+					return b.cp.Metrics
+				}
+				return ""
+			}}
+	}
 	defer b.fleet.stopAll()
 	defer b.cp.Stop()
 	res := &ProductResult{}
@@ -218,6 +235,7 @@ func (b *bench) start(ctx context.Context, res *ProductResult) error {
 	}
 	fmt.Fprintf(b.out, "== 5. memory: serve RSS %s ready, %s before hosts, %s with %d connected: %s per host\n",
 		mib(res.Memory.ReadyBytes), mib(res.Memory.BeforeHostsBytes), mib(res.Memory.AllConnectedBytes), res.Memory.Connected, kib(res.Memory.PerHostBytes))
+	b.meter.prof.heap("all-connected")
 	return err
 }
 

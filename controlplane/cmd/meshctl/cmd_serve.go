@@ -50,6 +50,8 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 			fs.DurationVar(&reconcile, "reconcile", 10*time.Second, "how often declarations not yet applied are sent again")
 			var metricsListen string
 			fs.StringVar(&metricsListen, "metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this ip:port (off by default)")
+			var profiling bool
+			fs.BoolVar(&profiling, "pprof", false, "also serve Go's profiler under /debug/pprof/ on --metrics-listen (exposes internals: keep the address private)")
 			var snapInterval time.Duration
 			var snapThreshold uint64
 			fs.DurationVar(&snapInterval, "raft-snapshot-interval", def.SnapshotInterval, "how often Raft checks whether to snapshot the state and compact its log")
@@ -77,6 +79,9 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 				}
 				ctx, stop := signalContext()
 				defer stop()
+				if profiling && metricsListen == "" {
+					return usagef("--pprof serves on the --metrics-listen address: give one")
+				}
 				opts := daemon.Options{
 					Dir:    datadir.Dir(dir),
 					Logger: log,
@@ -85,6 +90,7 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 					OfflineAfter:      offline,
 					ReconcileInterval: reconcile,
 					MetricsListen:     metricsListen,
+					Profiling:         profiling,
 				}
 				return interruptible(ctx, func() error { return serve(ctx, cio, log, opts) })
 			}
