@@ -38,13 +38,21 @@ type fixture struct {
 	root    string
 	dir     string
 	nodeKey string // the public key this node enrolled with
+	// The mesh CA the identity pins, for a test broker to present.
+	ca    *x509.Certificate
+	caKey *ecdsa.PrivateKey
 }
 
 // newFixture enrols nothing over a network: it writes the identity an enrolment
 // would have written, with the mesh's signing key known to the test.
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	dir := t.TempDir()
+	return newFixtureIn(t, t.TempDir())
+}
+
+// newFixtureIn is newFixture with the state directory and managed root under dir.
+func newFixtureIn(t testing.TB, dir string) *fixture {
+	t.Helper()
 	_, key, _ := ed25519.GenerateKey(rand.Reader)
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, IsCA: true,
@@ -75,7 +83,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{a: a, key: key, root: root, dir: dir, nodeKey: pub}
+	return &fixture{a: a, key: key, root: root, dir: dir, nodeKey: pub, ca: cert, caKey: caKey}
 }
 
 func (f *fixture) decl(t *testing.T, version uint64, content string, keys ...ed25519.PrivateKey) []byte {
