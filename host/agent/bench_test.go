@@ -11,11 +11,14 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,10 +43,10 @@ import (
 //	go test -run='^$' -bench=Declaration ./host/agent/
 //
 // µs/op is wall time per declaration, round trip included; cpu-µs/op is the
-// process's CPU (user and system, every goroutine: the agent's, nats.go's, the
-// garbage collector's, and the test broker's side of TLS) per declaration, which is
-// what the fleet's "agents µs per host" counts. ed25519.Verify is the baseline: the
-// bare verification of the same signed bytes, in the same run.
+// agent process's CPU (user and system, every goroutine: the agent's, nats.go's, the
+// garbage collector's; the broker is another process) per declaration, which is what
+// the fleet's "agents µs per host" counts. ed25519.Verify is the baseline: the bare
+// verification of the same signed bytes, in the same run.
 func BenchmarkDeclaration(b *testing.B) {
 	b.Run("ed25519.Verify", func(b *testing.B) {
 		f := newFixtureIn(b, b.TempDir())
@@ -104,7 +107,7 @@ func benchRun(b *testing.B, dir string) {
 		envs[i] = benchDecl(b, f, uint64(i+2))
 	}
 
-	broker := startTestBroker(b, f)
+	broker := startBrokerProcess(b, f, envs, 2)
 	f.a.id.Brokers = []string{broker.addr}
 	synced := make(chan struct{}, 1)
 	f.a.o.OnSynced = func() {
@@ -122,22 +125,16 @@ func benchRun(b *testing.B, dir string) {
 	case <-time.After(10 * time.Second):
 		b.Fatal("the agent did not connect and sync")
 	}
-	conn := broker.waitSubscribed(b, f.a.id.Subjects.Declarations)
+	broker.expect(b, "ready")
+	size := len(envs[0])
+	envs = nil
 
 	b.ResetTimer()
 	cpu := startCPU()
-	for i, env := range envs {
-		version := uint64(i + 2)
-		if err := conn.deliver(env); err != nil {
-			b.Fatal(err)
-		}
-		if err := broker.waitReport(version, 10*time.Second); err != nil {
-			b.Fatal(err)
-		}
-		envs[i] = nil
-	}
+	broker.say(b, "go")
+	broker.expect(b, "done")
 	b.StopTimer()
-	reportPerDecl(b, cpu, len(benchDecl(b, f, 2)))
+	reportPerDecl(b, cpu, size)
 	cancel()
 	if err := <-ran; err != nil {
 		b.Fatal(err)
@@ -175,69 +172,187 @@ func reportPerDecl(b *testing.B, cpu cpuClock, envelope int) {
 	}
 }
 
-// testBroker speaks just enough of the NATS protocol, over TLS with the handshake
-// first and a certificate of the fixture's CA, for the agent to connect as its node,
-// subscribe, sync and report: it answers CONNECT and PING, acknowledges a sync as
-// "nothing to send", delivers the envelopes the benchmark gives it, and passes on
-// the versions the status reports name.
-type testBroker struct {
-	addr    string
-	status  string
-	sync    string
-	reports chan wire.Status
-	conns   chan *brokerConn
+// The test broker runs in a process of its own, the test binary started again, so
+// that the CPU the benchmark counts is the agent's alone, as in the fleet benchmark
+// where the agents and the broker are separate processes. It speaks just enough of
+// the NATS protocol, over TLS with the handshake first and a certificate of the
+// fixture's CA, for the agent to connect as its node, subscribe, sync and report: it
+// answers CONNECT and PING, acknowledges a sync as "nothing to send", and, once told
+// to go, delivers each envelope and waits for the status report of its version
+// before it sends the next.
+//
+// The two processes speak in lines: the broker prints "addr <ip:port>", then "ready"
+// once the agent subscribed to its declarations; the benchmark writes "go"; the
+// broker prints "done" after the last report (or "fail <reason>"), and exits when
+// its standard input closes.
+
+const brokerEnv = "MESHHOST_BENCH_BROKER"
+
+// brokerJob is what the benchmark hands the broker process, as JSON.
+type brokerJob struct {
+	CA, CAKey []byte // DER
+	Subjects  identitySubjects
+	Envs      [][]byte
+	First     uint64 // the version of Envs[0]; each next one is one more
 }
 
-type brokerConn struct {
-	c                 net.Conn
-	mu                sync.Mutex // one writer at a time: the reader's answers, the deliveries
-	subs              map[string]string
-	declSubject, decl string // the declaration subject and its sid, once subscribed
-	subd              chan struct{}
+type identitySubjects struct{ Declarations, Status, Sync string }
+
+type brokerProcess struct {
+	addr string
+	in   io.WriteCloser
+	out  *bufio.Scanner
 }
 
-func startTestBroker(b testing.TB, f *fixture) *testBroker {
+func startBrokerProcess(b testing.TB, f *fixture, envs [][]byte, first uint64) *brokerProcess {
 	b.Helper()
+	caKey, err := x509.MarshalPKCS8PrivateKey(f.caKey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	job, err := json.Marshal(brokerJob{CA: f.ca.Raw, CAKey: caKey, Envs: envs, First: first,
+		Subjects: identitySubjects{f.a.id.Subjects.Declarations, f.a.id.Subjects.Status, f.a.id.Subjects.Sync}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	jobFile := filepath.Join(b.TempDir(), "job.json")
+	if err := os.WriteFile(jobFile, job, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchBroker$", "-test.count=1")
+	cmd.Env = append(os.Environ(), brokerEnv+"="+jobFile)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { in.Close(); cmd.Wait() })
+	bp := &brokerProcess{in: in, out: bufio.NewScanner(out)}
+	bp.addr = bp.expect(b, "addr")
+	return bp
+}
+
+// expect reads the broker's lines up to the one that starts with word and returns
+// the rest of it.
+func (bp *brokerProcess) expect(b testing.TB, word string) string {
+	b.Helper()
+	for bp.out.Scan() {
+		w, rest, _ := strings.Cut(bp.out.Text(), " ")
+		switch w {
+		case word:
+			return rest
+		case "fail":
+			b.Fatalf("test broker: %s", rest)
+		}
+	}
+	b.Fatalf("test broker ended before %q: %v", word, bp.out.Err())
+	return ""
+}
+
+func (bp *brokerProcess) say(b testing.TB, line string) {
+	if _, err := io.WriteString(bp.in, line+"\n"); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// TestBenchBroker is BenchmarkDeclaration's broker process; run on its own it
+// does nothing.
+func TestBenchBroker(t *testing.T) {
+	path := os.Getenv(brokerEnv)
+	if path == "" {
+		t.Skip("the broker process of BenchmarkDeclaration")
+	}
+	if err := runBroker(path); err != nil {
+		fmt.Printf("fail %v\n", err)
+	}
+	io.Copy(io.Discard, os.Stdin)
+}
+
+func runBroker(path string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var job brokerJob
+	if err := json.Unmarshal(raw, &job); err != nil {
+		return err
+	}
+	ca, err := x509.ParseCertificate(job.CA)
+	if err != nil {
+		return err
+	}
+	caKey, err := x509.ParsePKCS8PrivateKey(job.CAKey)
+	if err != nil {
+		return err
+	}
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "test broker"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, f.ca, &key.PublicKey, f.caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
-		b.Fatal(err)
+		return err
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS13,
-		Certificates: []tls.Certificate{{Certificate: [][]byte{der, f.ca.Raw}, PrivateKey: key}}}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{MinVersion: tls.VersionTLS13,
+		Certificates: []tls.Certificate{{Certificate: [][]byte{der, ca.Raw}, PrivateKey: key}}})
 	if err != nil {
-		b.Fatal(err)
+		return err
 	}
-	br := &testBroker{addr: ln.Addr().String(), status: f.a.id.Subjects.Status, sync: f.a.id.Subjects.Sync,
-		reports: make(chan wire.Status, 64), conns: make(chan *brokerConn, 4)}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Add(1)
-			go func() { defer wg.Done(); br.serve(c) }()
+	defer ln.Close()
+	fmt.Printf("addr %s\n", ln.Addr())
+	c, err := ln.Accept()
+	if err != nil {
+		return err
+	}
+	bc := &brokerConn{c: c, job: &job, subs: map[string]string{}, subscribed: make(chan string, 1), reports: make(chan uint64, 64)}
+	go bc.serve()
+	var sid string
+	select {
+	case sid = <-bc.subscribed:
+	case <-time.After(10 * time.Second):
+		return errors.New("the agent did not subscribe to its declarations")
+	}
+	fmt.Println("ready")
+	in := bufio.NewScanner(os.Stdin)
+	if !in.Scan() || in.Text() != "go" {
+		return errors.New("not told to go")
+	}
+	for i, env := range job.Envs {
+		version := job.First + uint64(i)
+		msg := fmt.Appendf(nil, "MSG %s %s %d\r\n", job.Subjects.Declarations, sid, len(env))
+		msg = append(append(msg, env...), "\r\n"...)
+		if err := bc.write(msg); err != nil {
+			return err
 		}
-	}()
-	b.Cleanup(func() { ln.Close(); wg.Wait() })
-	return br
+		if err := bc.waitReport(version); err != nil {
+			return err
+		}
+	}
+	fmt.Println("done")
+	return nil
 }
 
-func (br *testBroker) serve(c net.Conn) {
-	defer c.Close()
-	bc := &brokerConn{c: c, subs: map[string]string{}, subd: make(chan struct{})}
-	br.conns <- bc
-	bc.write("INFO {\"server_id\":\"test\",\"version\":\"2.11.0\",\"proto\":1,\"headers\":true,\"max_payload\":1048576,\"tls_required\":true,\"nonce\":\"bm9uY2U\"}\r\n")
-	r := bufio.NewReader(c)
+type brokerConn struct {
+	c          net.Conn
+	job        *brokerJob
+	mu         sync.Mutex // one writer at a time: the reader's answers, the deliveries
+	subs       map[string]string
+	subscribed chan string // the sid of the declarations' subscription
+	reports    chan uint64 // applied versions the status reports name; 0 for an error
+}
+
+func (bc *brokerConn) serve() {
+	defer bc.c.Close()
+	bc.write(fmt.Appendf(nil, "INFO %s\r\n", `{"server_id":"test","version":"2.11.0","proto":1,"headers":true,"max_payload":1048576,"tls_required":true,"nonce":"bm9uY2U"}`))
+	r := bufio.NewReader(bc.c)
 	for {
 		line, err := r.ReadString('\n')
 		if err != nil {
@@ -247,11 +362,12 @@ func (br *testBroker) serve(c net.Conn) {
 		f := strings.Fields(args)
 		switch strings.ToUpper(op) {
 		case "PING":
-			bc.write("PONG\r\n")
+			bc.write([]byte("PONG\r\n"))
 		case "SUB": // SUB <subject> [queue] <sid>
-			bc.mu.Lock()
 			bc.subs[f[0]] = f[len(f)-1]
-			bc.mu.Unlock()
+			if f[0] == bc.job.Subjects.Declarations {
+				bc.subscribed <- f[len(f)-1]
+			}
 		case "PUB": // PUB <subject> [reply] <size>
 			n, err := strconv.Atoi(f[len(f)-1])
 			if err != nil {
@@ -261,82 +377,51 @@ func (br *testBroker) serve(c net.Conn) {
 			if _, err := io.ReadFull(r, payload); err != nil {
 				return
 			}
-			payload = payload[:n]
 			switch {
-			case f[0] == br.status:
+			case f[0] == bc.job.Subjects.Status:
 				var st wire.Status
-				if json.Unmarshal(payload, &st) == nil {
-					br.reports <- st
+				if json.Unmarshal(payload[:n], &st) == nil {
+					if st.Error != nil || !st.HaveApplied {
+						st.AppliedVersion = 0
+					}
+					bc.reports <- st.AppliedVersion
 				}
-			case f[0] == br.sync && len(f) == 3:
+			case f[0] == bc.job.Subjects.Sync && len(f) == 3:
 				bc.reply(f[1], fmt.Sprintf(`{"v":%d,"sent":0}`, wire.ProtocolVersion))
 			}
 		}
 	}
 }
 
-func (bc *brokerConn) write(s string) {
+func (bc *brokerConn) write(msg []byte) error {
 	bc.mu.Lock()
 	defer bc.mu.Unlock()
-	bc.c.Write([]byte(s))
-}
-
-// reply answers a request on the subscription its reply subject falls under
-// (nats.go subscribes to "<inbox prefix>.<id>.*" once and replies come there).
-func (bc *brokerConn) reply(subject, payload string) {
-	bc.mu.Lock()
-	sid := ""
-	for s, id := range bc.subs {
-		if s == subject || strings.HasSuffix(s, ".*") && strings.HasPrefix(subject, strings.TrimSuffix(s, "*")) {
-			sid = id
-		}
-	}
-	bc.mu.Unlock()
-	if sid != "" {
-		bc.write(fmt.Sprintf("MSG %s %s %d\r\n%s\r\n", subject, sid, len(payload), payload))
-	}
-}
-
-// deliver sends env on the declaration subject.
-func (bc *brokerConn) deliver(env []byte) error {
-	bc.mu.Lock()
-	defer bc.mu.Unlock()
-	msg := make([]byte, 0, len(env)+64)
-	msg = fmt.Appendf(msg, "MSG %s %s %d\r\n", bc.declSubject, bc.decl, len(env))
-	msg = append(msg, env...)
-	msg = append(msg, "\r\n"...)
 	_, err := bc.c.Write(msg)
 	return err
 }
 
-// waitSubscribed returns the agent's connection once it subscribed to subject.
-func (br *testBroker) waitSubscribed(b testing.TB, subject string) *brokerConn {
-	b.Helper()
-	bc := <-br.conns
-	for range 1000 {
-		bc.mu.Lock()
-		bc.declSubject, bc.decl = subject, bc.subs[subject]
-		bc.mu.Unlock()
-		if bc.decl != "" {
-			return bc
+// reply answers a request on the subscription its reply subject falls under
+// (nats.go subscribes to "<inbox prefix>.<id>.*" once, and replies come there).
+func (bc *brokerConn) reply(subject, payload string) {
+	for s, sid := range bc.subs {
+		if s == subject || strings.HasSuffix(s, ".*") && strings.HasPrefix(subject, strings.TrimSuffix(s, "*")) {
+			bc.write(fmt.Appendf(nil, "MSG %s %s %d\r\n%s\r\n", subject, sid, len(payload), payload))
+			return
 		}
-		time.Sleep(time.Millisecond)
 	}
-	b.Fatalf("the agent did not subscribe to %s", subject)
-	return nil
 }
 
-// waitReport waits for a status report of version applied, failing on one that
-// names an error.
-func (br *testBroker) waitReport(version uint64, timeout time.Duration) error {
-	deadline := time.After(timeout)
+// waitReport waits for a status report of version, failing on one that names an
+// error.
+func (bc *brokerConn) waitReport(version uint64) error {
+	deadline := time.After(10 * time.Second)
 	for {
 		select {
-		case st := <-br.reports:
-			if st.Error != nil {
-				return fmt.Errorf("the agent reports %s: %s", st.Error.Code, st.Error.Message)
-			}
-			if st.HaveApplied && st.AppliedVersion >= version {
+		case v := <-bc.reports:
+			switch {
+			case v == 0:
+				return fmt.Errorf("the agent reports an error instead of version %d", version)
+			case v >= version:
 				return nil
 			}
 		case <-deadline:
