@@ -2,6 +2,7 @@ package integration
 
 import (
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
 	"mesh/host/identity"
@@ -194,7 +196,7 @@ func TestRevocationDisconnectsWithinOneSecond(t *testing.T) {
 
 	r := cp.Ctl("revoke", "web-1")
 	returned := time.Now()
-	if r.Code != 0 || !strings.Contains(r.Stdout, "1 connection(s) closed") {
+	if r.Code != 0 || !strings.Contains(r.Stdout, "revoked web-1 (1 connection(s) open, closed now)") {
 		t.Fatalf("revoke (%d): %s", r.Code, r.Combined())
 	}
 	select {
@@ -239,5 +241,80 @@ func TestRevocationDisconnectsWithinOneSecond(t *testing.T) {
 	h.Run()
 	if n, _ := cp.Node("web-1"); n.State == "revoked" || n.PublicKey != fresh.PublicKey {
 		t.Fatalf("web-1 after re-enrolment: %+v", n)
+	}
+}
+
+// TestRevokeSeveralInOneCall: one `meshctl revoke` names several nodes; they are
+// revoked in one commit, and each one's connection is closed within a second,
+// including one held on another control node's broker. A list with one unknown node
+// revokes none of them.
+func TestRevokeSeveralInOneCall(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "revokemany")
+	cp.Serve()
+	cp2 := joinControl(t, cp, "cp-2")
+	type held struct {
+		nc     *nats.Conn
+		closed chan time.Time
+	}
+	conns := map[string]held{}
+	for i, id := range []string{"web-1", "web-2", "web-3", "web-4"} {
+		h := harness.NewHost(t, bin, id)
+		if r := h.Enrol(cp.Token(id)); r.Code != 0 {
+			t.Fatalf("enrol %s: %s", id, r.Combined())
+		}
+		broker := cp.Listen
+		if i%2 == 1 {
+			broker = cp2.Listen // a follower's broker: the leader closes it there
+		}
+		c := held{nc: nodeConn(t, cp.Dir, h.State, broker, make(chan error, 8)), closed: make(chan time.Time, 1)}
+		c.nc.SetClosedHandler(func(*nats.Conn) { c.closed <- time.Now() })
+		if _, err := c.nc.SubscribeSync("mesh.node." + id + ".decl"); err != nil { // reads the notice, ignores it
+			t.Fatal(err)
+		}
+		c.nc.Flush()
+		conns[id] = c
+	}
+	harness.Eventually(t, 10*time.Second, "the control plane sees every connection", func() bool {
+		return cp.Counter("mesh_control_host_connections") == 4
+	})
+
+	if r := cp.Ctl("revoke", "web-1", "nobody", "web-2"); r.Code != 4 || !strings.Contains(r.Stderr, "no such node: nobody") {
+		t.Fatalf("revoke with an unknown node (%d): %s", r.Code, r.Combined())
+	}
+	for _, id := range []string{"web-1", "web-2"} {
+		if n, _ := cp.Node(id); n.State == "revoked" {
+			t.Fatalf("%s revoked by a refused request", id)
+		}
+	}
+
+	r := cp.Ctl("revoke", "web-1", "web-2", "web-3", "--json")
+	returned := time.Now()
+	var res api.RevokeResult
+	if err := json.Unmarshal([]byte(r.Stdout), &res); r.Code != 0 || err != nil || len(res.Revoked) != 3 {
+		t.Fatalf("revoke web-1 web-2 web-3 (%d, %v): %s", r.Code, err, r.Combined())
+	}
+	for i, rv := range res.Revoked {
+		if want := []string{"web-1", "web-2", "web-3"}[i]; rv.Node != want || rv.Connections != 1 {
+			t.Fatalf("revoked[%d] = %+v, want %s with 1 connection", i, rv, want)
+		}
+	}
+	for _, id := range []string{"web-1", "web-2", "web-3"} {
+		select {
+		case at := <-conns[id].closed:
+			if d := at.Sub(returned); d > time.Second {
+				t.Errorf("%s disconnected %s after revoke returned, want within 1s", id, d)
+			}
+		case <-time.After(time.Second):
+			t.Errorf("%s still connected 1s after revoke returned", id)
+		}
+		if n, _ := cp.Node(id); n.State != "revoked" {
+			t.Errorf("%s is %q", id, n.State)
+		}
+	}
+	if conns["web-4"].nc.IsClosed() {
+		t.Fatal("web-4, not named, was disconnected")
+	}
+	if n, _ := cp.Node("web-4"); n.State == "revoked" {
+		t.Fatal("web-4, not named, was revoked")
 	}
 }

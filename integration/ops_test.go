@@ -202,10 +202,12 @@ func TestOperatorCommands(t *testing.T) {
 	// exits 6 from then on.
 	r = cp.Ctl("revoke", "web-1", "--json")
 	var rev struct {
-		Node   string `json:"node"`
-		Kicked int    `json:"kicked"`
+		Revoked []struct {
+			Node        string `json:"node"`
+			Connections int    `json:"connections"`
+		} `json:"revoked"`
 	}
-	if err := json.Unmarshal([]byte(r.Stdout), &rev); r.Code != 0 || err != nil || rev.Node != "web-1" {
+	if err := json.Unmarshal([]byte(r.Stdout), &rev); r.Code != 0 || err != nil || len(rev.Revoked) != 1 || rev.Revoked[0].Node != "web-1" || rev.Revoked[0].Connections != 1 {
 		t.Fatalf("revoke --json: exit %d, %v\n%s", r.Code, err, r.Combined())
 	}
 	if code := agent.Wait(15 * time.Second); code != hostExitRevoked {

@@ -15,6 +15,7 @@ const (
 	OpTokenList   = "token.list"
 	OpTokenCancel = "token.cancel"
 	OpDeclare     = "declare"
+	OpProgress    = "progress"
 	OpNodes       = "nodes"
 	OpRevoke      = "revoke"
 	OpLabel       = "label"
@@ -31,7 +32,7 @@ const (
 
 // AdminOps returns every operation of the operator API.
 func AdminOps() []string {
-	return []string{OpPing, OpTokenCreate, OpTokenList, OpTokenCancel, OpDeclare, OpNodes, OpRevoke, OpLabel,
+	return []string{OpPing, OpTokenCreate, OpTokenList, OpTokenCancel, OpDeclare, OpProgress, OpNodes, OpRevoke, OpLabel,
 		OpControlAdd, OpControlConfirm, OpControlAbort, OpControlRemove,
 		OpSigningKeyRotate, OpSigningKeyStatus, OpSigningKeyRetire}
 }
@@ -285,6 +286,33 @@ type DeclareResult struct {
 	Skipped     []string     `json:"skipped,omitempty"`
 }
 
+// ProgressRequest asks where the named nodes stand against the versions declared
+// for them: what `declare --wait` polls. At most MaxNodesPage targets a request.
+type ProgressRequest struct {
+	Targets []Assignment `json:"targets"`
+}
+
+// Progress states of a target.
+const (
+	ProgressConverged = "converged" // applied the version, or a later one
+	ProgressFailed    = "failed"    // reported an error for the version, or a later one
+	ProgressOffline   = "offline"   // not connected (or revoked): it will not apply it now
+	ProgressPending   = "pending"   // connected, not applied yet
+)
+
+// TargetProgress is one target's standing.
+type TargetProgress struct {
+	Node  string       `json:"node"`
+	State string       `json:"state"`
+	Error *StatusError `json:"error,omitempty"` // for failed
+}
+
+// ProgressResult lists every target of the request, in its order; an unknown node
+// is offline.
+type ProgressResult struct {
+	Targets []TargetProgress `json:"targets"`
+}
+
 // NodesRequest asks for the roster; Nodes filters it when set.
 type NodesRequest struct {
 	Nodes []string `json:"nodes,omitempty"`
@@ -336,15 +364,28 @@ type NodesResult struct {
 	Next string `json:"next,omitempty"`
 }
 
-// RevokeRequest revokes a node.
+// RevokeRequest revokes nodes for good.
 type RevokeRequest struct {
-	Node string `json:"node"`
+	// Node names one node; Nodes several, revoked in one commit. Either or both.
+	Node  string   `json:"node,omitempty"`
+	Nodes []string `json:"nodes,omitempty"`
 }
 
-// RevokeResult says how many connections were closed at once.
+// MaxRevokeNodes is the most nodes one revoke request names.
+const MaxRevokeNodes = 1000
+
+// RevokedNode is one node revoked, and the connections it held open.
+type RevokedNode struct {
+	Node string `json:"node"`
+	// Connections is how many connections the node held open, on every broker of
+	// the mesh, when it was revoked. Its agent closes them on the signed notice;
+	// the brokers close what is left right after (RevokeGrace).
+	Connections int `json:"connections"`
+}
+
+// RevokeResult lists the nodes revoked, in the request's order.
 type RevokeResult struct {
-	Node   string `json:"node"`
-	Kicked int    `json:"kicked"`
+	Revoked []RevokedNode `json:"revoked"`
 }
 
 // LabelRequest sets labels; an empty value removes the label.

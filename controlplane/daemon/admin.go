@@ -38,6 +38,12 @@ func (d *Daemon) handleAdmin(m *nats.Msg) {
 		result any
 		err    error
 	)
+	if !readOnlyOp(op) {
+		// Changes run one at a time, as they did when the API was served by one
+		// goroutine; reads run beside them.
+		d.adminMu.Lock()
+		defer d.adminMu.Unlock()
+	}
 	if len(m.Data) > MaxAdminRequest {
 		err = badRequest("request of %d bytes exceeds the %d byte cap", len(m.Data), MaxAdminRequest)
 	} else {
@@ -54,6 +60,8 @@ func (d *Daemon) handleAdmin(m *nats.Msg) {
 			result, err = adminCall(op, m.Data, d.declare)
 		case api.OpNodes:
 			result, err = adminCall(op, m.Data, d.nodes)
+		case api.OpProgress:
+			result, err = adminCall(op, m.Data, d.progress)
 		case api.OpRevoke:
 			result, err = adminCall(op, m.Data, d.revoke)
 		case api.OpLabel:
@@ -91,6 +99,15 @@ func (d *Daemon) handleAdmin(m *nats.Msg) {
 	if err := d.conns.admin.Publish(m.Reply, data); err != nil {
 		d.log.Warn("operator reply not sent", "op", op, "err", err)
 	}
+}
+
+// readOnlyOp reports whether op only reads: it need not wait for changes in flight.
+func readOnlyOp(op string) bool {
+	switch op {
+	case api.OpPing, api.OpNodes, api.OpProgress, api.OpTokenList, api.OpSigningKeyStatus:
+		return true
+	}
+	return false
 }
 
 func adminCall[Req any, Res any](op string, data []byte, fn func(Req) (Res, error)) (any, error) {
@@ -226,6 +243,35 @@ func (d *Daemon) declare(req api.DeclareRequest) (api.DeclareResult, error) {
 	return out, nil
 }
 
+// progress tells `declare --wait` where its targets stand: a few bytes a node,
+// where the roster would send each node's whole view.
+func (d *Daemon) progress(req api.ProgressRequest) (api.ProgressResult, error) {
+	if len(req.Targets) > api.MaxNodesPage {
+		return api.ProgressResult{}, badRequest("%d targets in one request; at most %d", len(req.Targets), api.MaxNodesPage)
+	}
+	now := d.now()
+	out := api.ProgressResult{Targets: make([]api.TargetProgress, len(req.Targets))}
+	d.fsm.Read(func(s *state.State) {
+		for i, t := range req.Targets {
+			p := api.TargetProgress{Node: t.Node, State: api.ProgressOffline}
+			if n, ok := s.Nodes[t.Node]; ok {
+				a := n.Applied
+				switch {
+				case a.HaveApplied && a.Version >= t.Version:
+					p.State = api.ProgressConverged
+				case a.ErrorCode != "" && a.ErrorVersion >= t.Version:
+					p.State = api.ProgressFailed
+					p.Error = &api.StatusError{Code: a.ErrorCode, Message: a.ErrorMessage, Version: a.ErrorVersion, RetryAt: a.ErrorRetryAt}
+				case d.alive(n, now):
+					p.State = api.ProgressPending
+				}
+			}
+			out.Targets[i] = p
+		}
+	})
+	return out, nil
+}
+
 func (d *Daemon) nodes(req api.NodesRequest) (api.NodesResult, error) {
 	now := d.now()
 	limit := req.Limit
@@ -301,22 +347,50 @@ func (d *Daemon) view(n *state.Node, now time.Time) api.NodeView {
 }
 
 func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
-	out := api.RevokeResult{Node: req.Node}
-	var exists bool
-	d.fsm.Read(func(s *state.State) { _, exists = s.Nodes[req.Node] })
-	if !exists {
-		return out, &api.Error{Code: api.CodeNotFound, Message: "no such node: " + req.Node}
+	out := api.RevokeResult{Revoked: []api.RevokedNode{}}
+	nodes := (&state.RevokeCmd{Node: req.Node, Nodes: req.Nodes}).Targets()
+	switch {
+	case len(nodes) == 0:
+		return out, badRequest("name the node to revoke")
+	case len(nodes) > api.MaxRevokeNodes:
+		return out, badRequest("%d nodes in one request; at most %d", len(nodes), api.MaxRevokeNodes)
 	}
-	res, err := d.commit(state.Command{Op: state.OpRevoke, Revoke: &state.RevokeCmd{Node: req.Node}})
+	for _, n := range nodes {
+		if err := tokenfmt.ValidateNodeID(n); err != nil {
+			return out, badRequest("%v", err)
+		}
+	}
+	var unknown []string
+	d.fsm.Read(func(s *state.State) {
+		for _, n := range nodes {
+			if _, ok := s.Nodes[n]; !ok {
+				unknown = append(unknown, n)
+			}
+		}
+	})
+	if len(unknown) > 0 {
+		return out, &api.Error{Code: api.CodeNotFound, Message: "no such node: " + strings.Join(unknown, ", ")}
+	}
+	res, err := d.commit(state.Command{Op: state.OpRevoke, Revoke: &state.RevokeCmd{Nodes: nodes}})
 	if err != nil {
 		return out, err
 	}
 	if res.Err != nil {
+		if errors.Is(res.Err, state.ErrUnknownNode) {
+			return out, &api.Error{Code: api.CodeNotFound, Message: res.Err.Error()}
+		}
 		return out, res.Err
 	}
-	out.Kicked = d.enforceRevocation(req.Node, res.Node.PublicKey)
-	d.metrics.revocations.Inc()
-	d.log.Warn("node revoked", "node", req.Node, "connections_closed", out.Kicked)
+	revoked := make([]revokedNode, len(res.Revoked))
+	for i, n := range res.Revoked {
+		revoked[i] = revokedNode{node: n.ID, key: n.PublicKey}
+		out.Revoked = append(out.Revoked, api.RevokedNode{Node: n.ID, Connections: d.presence.Open(n.PublicKey)})
+	}
+	d.enforceRevocations(revoked)
+	d.metrics.revocations.Add(float64(len(revoked)))
+	for _, r := range out.Revoked {
+		d.log.Warn("node revoked", "node", r.Node, "connections", r.Connections)
+	}
 	return out, nil
 }
 

@@ -153,12 +153,16 @@ func BenchmarkDeclareFanout(b *testing.B) {
 		// signed, published to the same subjects.
 		var envs [][]byte
 		var subjects []string
+		var ids []string
 		d.fsm.Read(func(s *state.State) {
-			for id, nd := range s.Nodes {
-				env, _ := d.signer.declaration(s, nd)
-				envs, subjects = append(envs, env), append(subjects, api.DeclarationSubject(id))
+			for id := range s.Nodes {
+				ids = append(ids, id)
 			}
 		})
+		for _, in := range d.fsm.DeclarationInputs(ids) {
+			env, _ := d.signer.declaration(in)
+			envs, subjects = append(envs, env), append(subjects, api.DeclarationSubject(in.Node))
+		}
 		b.Run(fmt.Sprintf("nodes=%d/baseline-raw-nats", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -127,6 +128,8 @@ type Daemon struct {
 
 	mu   sync.Mutex
 	subs []*nats.Subscription
+	// adminMu serialises the operator API's changes (see readOnlyOp).
+	adminMu sync.Mutex
 	// keysMu serialises syncKeys: the leader's handler and the effects actor may
 	// both run it.
 	keysMu sync.Mutex
@@ -387,6 +390,7 @@ func (d *Daemon) followLeadership(ctx context.Context) error {
 				if err := d.serveAPI(); err != nil {
 					return err
 				}
+				d.closeRevokedConnections()
 			} else {
 				d.log.Info("this control node is no longer the leader; API handed over")
 				d.stopAPI()
@@ -396,6 +400,12 @@ func (d *Daemon) followLeadership(ctx context.Context) error {
 }
 
 const queueGroup = "control-plane"
+
+// How many requests of a kind are handled at once.
+const (
+	enrolConcurrency = 64
+	adminConcurrency = 8
+)
 
 // serveAPI subscribes the leader's handlers, each on the connection of its role.
 func (d *Daemon) serveAPI() error {
@@ -409,10 +419,13 @@ func (d *Daemon) serveAPI() error {
 		subject string
 		h       nats.MsgHandler
 	}{
-		{d.conns.hosts, api.EnrolPrefix + "*", d.handleEnrol},
-		{d.conns.hosts, api.NodePrefix + "*" + api.SyncSuffix, d.handleSync},
+		// Enrolments wait on their Raft commit: many at once share the disk write.
+		{d.conns.hosts, api.EnrolPrefix + "*", concurrently(enrolConcurrency, d.handleEnrol)},
+		{d.conns.hosts, api.NodePrefix + "*" + api.SyncSuffix, concurrently(runtime.GOMAXPROCS(0), d.handleSync)},
+		// Status reports are cheap and batched; one at a time keeps a node's in order.
 		{d.conns.hosts, api.NodePrefix + "*" + api.StatusSuffix, d.handleStatus},
-		{d.conns.admin, api.AdminPrefix + ">", d.handleAdmin},
+		// Operators' reads never wait behind another operator's change (adminOp).
+		{d.conns.admin, api.AdminPrefix + ">", concurrently(adminConcurrency, d.handleAdmin)},
 		{d.conns.control, api.ControlPrefix + "*.heartbeat", d.handleHeartbeat},
 	}
 	for _, h := range handlers {
@@ -435,16 +448,14 @@ func (d *Daemon) stopAPI() {
 }
 
 // applied runs after every command on every control node, on Raft's apply goroutine.
-// It does nothing itself: what a command calls for on this node (closing a revoked
-// node's connections, taking up new signing keys, stopping when removed) is queued for
+// It does nothing itself: what a command calls for on this node (taking up new
+// signing keys, telling hosts of new brokers, stopping when removed) is queued for
 // the effects actor, which runs once the broker exists (see effects.go).
 func (d *Daemon) applied(c *state.Command, res state.Result) {
 	if res.Err != nil {
 		return
 	}
 	switch {
-	case c.Op == state.OpRevoke && c.Revoke != nil && res.Node != nil:
-		d.effects.push(effect{kind: effectRevoked, node: c.Revoke.Node, key: res.Node.PublicKey})
 	case c.Op == state.OpRotate || c.Op == state.OpRetire:
 		d.effects.push(effect{kind: effectKeyring})
 	case c.Op == state.OpRemoveControl && c.RemoveControl != nil:

@@ -10,12 +10,9 @@ import (
 type effectKind int
 
 const (
-	// effectRevoked: close the revoked node's connections on this node's broker
-	// (after sending it the signed notice).
-	effectRevoked effectKind = iota + 1
 	// effectKeyring: take up the keyring's signing keys (open a new one sealed to
 	// this node, drop a retired one).
-	effectKeyring
+	effectKeyring effectKind = iota + 1
 	// effectRemoved: this control node was removed from the control plane; stop.
 	effectRemoved
 	// effectMembership: the control nodes changed: hosts get the signed list of
@@ -24,8 +21,7 @@ const (
 )
 
 type effect struct {
-	kind      effectKind
-	node, key string
+	kind effectKind
 }
 
 // effectQueue hands effects from Raft's apply goroutine to the effects actor without
@@ -79,11 +75,6 @@ func (d *Daemon) runEffects(ctx context.Context) error {
 
 func (d *Daemon) carryOut(e effect) {
 	switch e.kind {
-	case effectRevoked:
-		// The leader enforced it in the revoke handler already.
-		if !d.raft.IsLeader() {
-			d.enforceRevocation(e.node, e.key)
-		}
 	case effectKeyring:
 		if err := d.syncKeys(); err != nil {
 			d.log.Error("signing keys not updated after a keyring change", "err", err)

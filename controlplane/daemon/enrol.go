@@ -136,23 +136,25 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 		CAPEM:    string(d.caPEM),
 		Subjects: ptr(api.SubjectsFor(req.Node)),
 	}
-	var signErr error
+	var (
+		in      state.DeclarationInput
+		members state.MembershipInput
+	)
 	d.fsm.Read(func(s *state.State) {
 		resp.Brokers = s.Brokers()
-		n := s.Nodes[req.Node]
-		if n == nil {
-			signErr = errors.New("node vanished after enrolment")
-			return
-		}
 		resp.Keyring = s.Keyring.Envelope
-		resp.Declaration, signErr = d.signer.declaration(s, n)
-		if signErr == nil {
-			version, brokers := s.Membership()
-			resp.Membership, signErr = d.signer.membership(s.Mesh, version, s.Keyring.Epoch, brokers, now)
-		}
+		in, ok = s.DeclarationInput(req.Node)
+		members = s.MembershipInput()
 	})
-	if signErr != nil {
-		return refuse(api.CodeInternal, signErr.Error())
+	if !ok {
+		return refuse(api.CodeInternal, "the node was revoked or removed right after its enrolment")
+	}
+	var err2 error
+	if resp.Declaration, err2 = d.signer.declaration(in); err2 == nil {
+		resp.Membership, err2 = d.signer.membership(members, now)
+	}
+	if err2 != nil {
+		return refuse(api.CodeInternal, err2.Error())
 	}
 	d.log.Info("node enrolled", "node", req.Node, "role", resp.Role, "key", req.PublicKey)
 	d.metrics.enrolments.WithLabelValues("host").Inc()

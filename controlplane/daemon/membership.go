@@ -14,24 +14,22 @@ import (
 // directory tries every broker, not only the ones known when it joined.
 func (d *Daemon) membershipChanged() {
 	var (
-		mesh             string
-		version, epoch   uint64
-		brokers, targets []string
+		members state.MembershipInput
+		targets []string
 	)
 	d.fsm.Read(func(s *state.State) {
-		mesh, epoch = s.Mesh, s.Keyring.Epoch
-		version, brokers = s.Membership()
+		members = s.MembershipInput()
 		for id, n := range s.Nodes {
 			if !n.Revoked {
 				targets = append(targets, id)
 			}
 		}
 	})
-	d.saveBrokers(brokers)
-	if !d.raft.IsLeader() || len(brokers) == 0 {
+	d.saveBrokers(members.Brokers)
+	if !d.raft.IsLeader() || len(members.Brokers) == 0 {
 		return
 	}
-	env, err := d.signer.membership(mesh, version, epoch, brokers, d.now().UTC().Truncate(time.Second))
+	env, err := d.signer.membership(members, d.now().UTC().Truncate(time.Second))
 	if err != nil {
 		d.log.Error("membership not signed; hosts learn it on their next sync", "err", err)
 		return
@@ -40,7 +38,7 @@ func (d *Daemon) membershipChanged() {
 		_ = d.conns.publisher.Publish(api.DeclarationSubject(id), env)
 	}
 	_ = d.conns.publisher.Flush()
-	d.log.Info("control nodes changed; hosts told the brokers", "version", version, "brokers", brokers, "nodes", len(targets))
+	d.log.Info("control nodes changed; hosts told the brokers", "version", members.Version, "brokers", members.Brokers, "nodes", len(targets))
 }
 
 // saveBrokers records brokers in this node's mesh.json when they differ. Only the

@@ -19,6 +19,12 @@ func (d *Daemon) connectionChanged(user string, c presence.Conn, started time.Ti
 	if !opened || !d.raft.IsLeader() {
 		return
 	}
+	// A revoked key's connection that raced its revocation is closed as it is
+	// announced: the broker refuses the key from the commit on.
+	if d.fsm.KeyRevoked(user) {
+		d.presence.KickConn(c)
+		return
+	}
 	// A disconnection decided before this connection was announced applies to it
 	// only if it was open when the offending message arrived: a node that
 	// reconnects afterwards starts afresh.
@@ -49,6 +55,7 @@ func (d *Daemon) syncPresence(ctx context.Context) error {
 		if err := d.presence.Sync(sctx, max(1, brokers)); err != nil && ctx.Err() == nil {
 			d.log.Warn("not every broker listed its connections; presence may lag until the next listing", "err", err)
 		}
+		d.closeRevokedConnections()
 		cancel()
 		select {
 		case <-ctx.Done():

@@ -6,33 +6,55 @@ import (
 	"mesh/controlplane/api"
 )
 
-// enforceRevocation tells the node, with a signed notice bound to the key it was
-// enrolled with, that it was revoked, then closes its connections on this control
-// node's broker. The notice goes first so the agent can stop with the right message
-// instead of retrying.
-//
-// It returns how many connections the node had open on this broker when the
-// revocation was enforced: the agent usually leaves on the notice, before the kick.
-func (d *Daemon) enforceRevocation(node, key string) int {
-	open := 0
-	// nats-server knows an nkey client by its key, not by the name we granted.
-	if conns, err := d.broker.Connections(); err == nil {
-		open = conns[key]
+// RevokeGrace is how long a revoked node has to leave on its own, once its signed
+// notice is sent, before the brokers close its connections for it. The notice
+// should reach the agent first, so that it stops and says why rather than
+// reconnecting into refusals; the broker refuses the node's key from the commit on,
+// so nothing the node sends in the meantime is acted on.
+const RevokeGrace = 250 * time.Millisecond
+
+// revokedNode is a node just revoked and the key it was enrolled with.
+type revokedNode struct{ node, key string }
+
+// enforceRevocations tells each node, with a signed notice bound to the key it was
+// enrolled with, that it was revoked, and closes its connections on every broker of
+// the mesh after RevokeGrace. The leader does it, right after the commit; it does
+// not wait for the grace, so an operator revoking many nodes one by one is not held
+// up, and neither is anyone else. A connection the tracker hears of later for a
+// revoked key is closed as it is announced (connectionChanged), and a new leader
+// closes what a lost one left (closeRevokedConnections).
+func (d *Daemon) enforceRevocations(nodes []revokedNode) {
+	at := d.now().UTC().Truncate(time.Second)
+	for _, n := range nodes {
+		notice, err := d.signer.revocation(d.cfg.Mesh, n.node, n.key, at)
+		if err != nil {
+			d.log.Error("revocation notice not signed", "node", n.node, "err", err)
+			continue
+		}
+		_ = d.conns.publisher.Publish(api.DeclarationSubject(n.node), notice)
 	}
-	notice, err := d.signer.revocation(d.cfg.Mesh, node, key, d.now().UTC().Truncate(time.Second))
-	if err == nil {
-		_ = d.conns.publisher.Publish(api.DeclarationSubject(node), notice)
-		_ = d.conns.publisher.FlushTimeout(time.Second)
-		// Give the broker a moment to write the notice out before the kick closes
-		// the socket.
-		time.Sleep(100 * time.Millisecond)
-	} else {
-		d.log.Error("revocation notice not signed", "node", node, "err", err)
+	_ = d.conns.publisher.FlushTimeout(time.Second)
+	for _, n := range nodes {
+		d.seen.forget(n.node)
 	}
-	n, err := d.broker.Kick(key)
-	if err != nil {
-		d.log.Error("could not close the revoked node's connections", "node", node, "err", err)
+	time.AfterFunc(RevokeGrace, func() {
+		for _, n := range nodes {
+			d.presence.Kick(n.key)
+		}
+	})
+}
+
+// closeRevokedConnections closes every connection the tracker knows of that belongs
+// to a revoked key. The leader runs it when it takes over and after each listing of
+// the brokers' connections: a revocation whose leader was lost before its grace
+// ended, or a connection whose announcement was missed, is closed there.
+func (d *Daemon) closeRevokedConnections() {
+	if !d.raft.IsLeader() {
+		return
 	}
-	d.seen.forget(node)
-	return max(open, n)
+	for _, user := range d.presence.Users() {
+		if d.fsm.KeyRevoked(user) {
+			d.presence.Kick(user)
+		}
+	}
 }

@@ -60,14 +60,14 @@ func (s *signer) currentKeys() []ed25519.PrivateKey {
 	return slices.Clone(s.keys)
 }
 
-// declaration returns n's current declaration, signed. It must be called inside an
-// FSM read (st is live state); it may be called from several goroutines at once: the
+// declaration returns the signed declaration in describes. It holds no lock of the
+// state (in is a copy) and may be called from several goroutines at once: the
 // signing itself runs outside the signer's lock.
-func (s *signer) declaration(st *state.State, n *state.Node) ([]byte, error) {
-	dcl := n.Declared
+func (s *signer) declaration(in state.DeclarationInput) ([]byte, error) {
+	dcl := in.Declared
 	s.mu.Lock()
-	if c, ok := s.cache[n.ID]; ok && c.version == dcl.Version && c.issuedAt.Equal(dcl.IssuedAt) &&
-		c.epoch == st.Keyring.Epoch && c.digest == dcl.BodyDigest && c.nodeKey == n.PublicKey {
+	if c, ok := s.cache[in.Node]; ok && c.version == dcl.Version && c.issuedAt.Equal(dcl.IssuedAt) &&
+		c.epoch == in.KeyringEpoch && c.digest == dcl.BodyDigest && c.nodeKey == in.NodeKey {
 		s.mu.Unlock()
 		return c.envelope, nil
 	}
@@ -75,13 +75,12 @@ func (s *signer) declaration(st *state.State, n *state.Node) ([]byte, error) {
 	keys := s.keys
 	s.mu.Unlock()
 	if !ok {
-		raw, found := st.Bodies[dcl.BodyDigest]
-		if !found {
-			return nil, fmt.Errorf("declared body %s of node %s is missing from the state", dcl.BodyDigest, n.ID)
+		if in.Body == nil {
+			return nil, fmt.Errorf("declared body %s of node %s is missing from the state", dcl.BodyDigest, in.Node)
 		}
 		var err error
-		if body, err = declarations.ParseBody(raw); err != nil {
-			return nil, fmt.Errorf("declared body of node %s: %w", n.ID, err)
+		if body, err = declarations.ParseBody(in.Body); err != nil {
+			return nil, fmt.Errorf("declared body of node %s: %w", in.Node, err)
 		}
 		s.mu.Lock()
 		if len(s.bodies) > 1024 {
@@ -91,20 +90,20 @@ func (s *signer) declaration(st *state.State, n *state.Node) ([]byte, error) {
 		s.mu.Unlock()
 	}
 	env, err := declarations.SignDeclaration(declarations.Declaration{
-		Mesh:         st.Mesh,
-		Node:         n.ID,
-		NodeKey:      n.PublicKey,
+		Mesh:         in.Mesh,
+		Node:         in.Node,
+		NodeKey:      in.NodeKey,
 		Version:      dcl.Version,
-		KeyringEpoch: st.Keyring.Epoch,
+		KeyringEpoch: in.KeyringEpoch,
 		IssuedAt:     dcl.IssuedAt,
 		ExpiresAt:    dcl.ExpiresAt,
 		Body:         body,
 	}, keys...)
 	if err != nil {
-		return nil, fmt.Errorf("sign declaration v%d for %s: %w", dcl.Version, n.ID, err)
+		return nil, fmt.Errorf("sign declaration v%d for %s: %w", dcl.Version, in.Node, err)
 	}
 	s.mu.Lock()
-	s.cache[n.ID] = signed{version: dcl.Version, issuedAt: dcl.IssuedAt, epoch: st.Keyring.Epoch, digest: dcl.BodyDigest, nodeKey: n.PublicKey, envelope: env}
+	s.cache[in.Node] = signed{version: dcl.Version, issuedAt: dcl.IssuedAt, epoch: in.KeyringEpoch, digest: dcl.BodyDigest, nodeKey: in.NodeKey, envelope: env}
 	s.mu.Unlock()
 	return env, nil
 }
@@ -115,22 +114,22 @@ func (s *signer) revocation(mesh, node, key string, at time.Time) ([]byte, error
 	return declarations.SignRevocation(declarations.Revocation{Mesh: mesh, Node: node, NodeKey: key, RevokedAt: at}, s.currentKeys()...)
 }
 
-// membership returns the signed list of brokers at version, signed once per version
-// and keyring epoch: every node receives the same bytes.
-func (s *signer) membership(mesh string, version, epoch uint64, brokers []string, at time.Time) ([]byte, error) {
+// membership returns the signed list of brokers in describes, signed once per
+// version and keyring epoch: every node receives the same bytes.
+func (s *signer) membership(in state.MembershipInput, at time.Time) ([]byte, error) {
 	s.mu.Lock()
-	if m := s.members; m.envelope != nil && m.version == version && m.epoch == epoch {
+	if m := s.members; m.envelope != nil && m.version == in.Version && m.epoch == in.KeyringEpoch {
 		s.mu.Unlock()
 		return m.envelope, nil
 	}
 	keys := s.keys
 	s.mu.Unlock()
-	env, err := declarations.SignMembership(declarations.Membership{Mesh: mesh, Version: version, Brokers: brokers, IssuedAt: at}, keys...)
+	env, err := declarations.SignMembership(declarations.Membership{Mesh: in.Mesh, Version: in.Version, Brokers: in.Brokers, IssuedAt: at}, keys...)
 	if err != nil {
-		return nil, fmt.Errorf("sign membership v%d: %w", version, err)
+		return nil, fmt.Errorf("sign membership v%d: %w", in.Version, err)
 	}
 	s.mu.Lock()
-	s.members = signedMembership{version: version, epoch: epoch, envelope: env}
+	s.members = signedMembership{version: in.Version, epoch: in.KeyringEpoch, envelope: env}
 	s.mu.Unlock()
 	return env, nil
 }

@@ -41,22 +41,29 @@ func (d *Daemon) handleSync(m *nats.Msg) {
 	if err != nil {
 		resp.Error = &api.Error{Code: api.CodeBadRequest, Message: err.Error()}
 	} else {
+		var (
+			in       state.DeclarationInput
+			ok       bool
+			members  state.MembershipInput
+			keyrings []json.RawMessage
+		)
 		d.fsm.Read(func(s *state.State) {
-			n, ok := s.Nodes[node]
-			if !ok || n.Revoked {
-				resp.Error = &api.Error{Code: api.CodeNotFound, Message: "no such node"}
+			if in, ok = s.DeclarationInput(node); !ok {
 				return
 			}
-			env, err := d.signer.declaration(s, n)
-			if err != nil {
-				resp.Error = &api.Error{Code: api.CodeInternal, Message: err.Error()}
-				return
-			}
-			for _, kr := range s.KeyringChain(req.KeyringEpoch) {
+			keyrings = s.KeyringChain(req.KeyringEpoch)
+			members = s.MembershipInput()
+		})
+		if !ok {
+			resp.Error = &api.Error{Code: api.CodeNotFound, Message: "no such node"}
+		} else if env, err := d.signer.declaration(in); err != nil {
+			resp.Error = &api.Error{Code: api.CodeInternal, Message: err.Error()}
+		} else {
+			for _, kr := range keyrings {
 				envs = append(envs, kr)
 			}
-			if version, brokers := s.Membership(); req.MembershipVersion < version {
-				m, err := d.signer.membership(s.Mesh, version, s.Keyring.Epoch, brokers, d.now().UTC().Truncate(time.Second))
+			if req.MembershipVersion < members.Version {
+				m, err := d.signer.membership(members, d.now().UTC().Truncate(time.Second))
 				if err != nil {
 					d.log.Error("membership not signed", "err", err)
 				} else {
@@ -64,7 +71,7 @@ func (d *Daemon) handleSync(m *nats.Msg) {
 				}
 			}
 			envs = append(envs, env)
-		})
+		}
 	}
 	// In order, on one connection: each keyring before what it signs.
 	for _, env := range envs {

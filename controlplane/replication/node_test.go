@@ -145,3 +145,39 @@ func TestBarrierOnFollower(t *testing.T) {
 		t.Fatalf("barrier on a follower: %v, want ErrNotLeader", err)
 	}
 }
+
+// TestSoleVoterElectsItselfAtOnce: the only voter of its configuration, restarted,
+// leads without waiting out its heartbeat timeout for a leader that cannot exist. The
+// timeout here is a minute: waiting it out would fail the test.
+func TestSoleVoterElectsItselfAtOnce(t *testing.T) {
+	t.Parallel()
+	ca := newCA(t, "mesh")
+	cfg := Config{Dir: t.TempDir(), ID: "cp-1", Bind: freeAddr(t), TLS: leafConfig(t, ca), FSM: &countFSM{}, Logger: slog.New(slog.DiscardHandler),
+		Timeouts: Timeouts{Heartbeat: time.Minute}}
+	if done, err := Bootstrap(cfg); err != nil || !done {
+		t.Fatalf("bootstrap: %v, %v", done, err)
+	}
+	for run := range 2 { // the first start, then a restart with a term and a log
+		n, err := Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		if err := n.WaitReady(ctx); err != nil {
+			t.Fatalf("start %d: %v", run+1, err)
+		}
+		cancel()
+		if _, err := n.Apply(state.Command{Op: state.OpProbe, Probe: &state.ProbeCmd{ID: "p"}}, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		// Once it leads, the configured timeout is back.
+		deadline := time.Now().Add(5 * time.Second)
+		for n.raft.ReloadableConfig().HeartbeatTimeout != time.Minute && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := n.raft.ReloadableConfig().HeartbeatTimeout; got != time.Minute {
+			t.Fatalf("heartbeat timeout %s after the election, want the configured 1m", got)
+		}
+		n.Close()
+	}
+}

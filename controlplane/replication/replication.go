@@ -170,7 +170,41 @@ func Open(cfg Config) (*Node, error) {
 	if now == nil {
 		now = time.Now
 	}
+	electAloneAtOnce(r, rc)
 	return &Node{now: now, observe: cfg.ApplyObserver, raft: r, store: store, trans: trans, leader: leader, log: log}, nil
+}
+
+// electAloneAtOnce lets a node that is the only voter of its configuration elect
+// itself as soon as it starts. hashicorp/raft would have it wait out a whole
+// heartbeat timeout (randomised up to twice Heartbeat) for a leader that cannot
+// exist until it elects itself, and a restarted single control node would answer
+// nothing for seconds. ReloadConfig with a shorter heartbeat timeout makes a
+// follower check at once (its documented behaviour); the timeout is restored as
+// soon as the node leads, or after a few seconds if it does not.
+func electAloneAtOnce(r *raft.Raft, rc *raft.Config) {
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	servers := f.Configuration().Servers
+	if len(servers) != 1 || servers[0].ID != rc.LocalID || servers[0].Suffrage != raft.Voter {
+		return
+	}
+	normal := r.ReloadableConfig()
+	fast := normal
+	// The shortest heartbeat timeout the configuration allows: not under the
+	// leader lease (raft.ValidateConfig).
+	fast.HeartbeatTimeout = rc.LeaderLeaseTimeout
+	if fast.HeartbeatTimeout >= normal.HeartbeatTimeout || r.ReloadConfig(fast) != nil {
+		return
+	}
+	go func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for r.State() != raft.Leader && r.State() != raft.Shutdown && time.Now().Before(deadline) {
+			time.Sleep(pollInterval)
+		}
+		_ = r.ReloadConfig(normal)
+	}()
 }
 
 // LeaderChanges delivers true when this node becomes leader and false when it stops

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -121,7 +122,23 @@ type DeclareCmd struct {
 
 // RevokeCmd revokes a node and its key for good.
 type RevokeCmd struct {
-	Node string `json:"node"`
+	// Node is one node; Nodes several, revoked together. Log entries written
+	// before Nodes existed carry Node alone.
+	Node  string   `json:"node,omitempty"`
+	Nodes []string `json:"nodes,omitempty"`
+}
+
+// Targets is every node the command names, once each, in order.
+func (c *RevokeCmd) Targets() []string {
+	out := make([]string, 0, 1+len(c.Nodes))
+	seen := map[string]bool{}
+	for _, id := range append([]string{c.Node}, c.Nodes...) {
+		if id != "" && !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // StatusCmd records what nodes reported, when it changed. Reports are batched: a
@@ -163,6 +180,7 @@ type Result struct {
 	Assignments []Assignment
 	Skipped     []string // selected nodes that could not take the declaration (revoked)
 	Tokens      []Token  // the tokens a CancelTokensCmd cancelled
+	Revoked     []Node   // the nodes a RevokeCmd revoked, in its order
 }
 
 // BodyDigest is the key a body is stored under.
@@ -254,6 +272,9 @@ func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd) Result {
 	t := &Token{ID: c.ID, Node: c.Node, Role: c.Role, Labels: maps.Clone(c.Labels), CreatedAt: at, Expiry: at.Add(c.TTL),
 		Control: c.Control, Sealed: slices.Clone(c.Sealed)}
 	s.Tokens[c.ID] = t
+	if due := t.Expiry.Add(expiredTokenRetention); due.Before(s.purgeAt) {
+		s.purgeAt = due
+	}
 	tc := *t
 	tc.Labels = maps.Clone(t.Labels) // the result must not alias the live state
 	return Result{Token: &tc}
@@ -351,22 +372,40 @@ func (s *State) applyDeclare(at time.Time, c *DeclareCmd) Result {
 }
 
 func (s *State) applyRevoke(at time.Time, c *RevokeCmd) Result {
-	n, ok := s.Nodes[c.Node]
-	if !ok {
-		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownNode, c.Node)}
+	targets := c.Targets()
+	if len(targets) == 0 {
+		return Result{Err: fmt.Errorf("%w: a revocation names no node", ErrBadCommand)}
 	}
-	if !n.Revoked {
-		n.Revoked = true
-		n.RevokedAt = at
-		s.RevokedKeys[n.PublicKey] = n.ID
+	// All or nothing: one unknown node refuses the whole command.
+	var unknown []string
+	for _, id := range targets {
+		if _, ok := s.Nodes[id]; !ok {
+			unknown = append(unknown, id)
+		}
 	}
-	// Tokens minted for the node and not yet used die with it.
+	if len(unknown) > 0 {
+		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownNode, strings.Join(unknown, ", "))}
+	}
+	revoked := make(map[string]bool, len(targets))
+	res := Result{Revoked: make([]Node, 0, len(targets))}
+	for _, id := range targets {
+		n := s.Nodes[id]
+		if !n.Revoked {
+			n.Revoked = true
+			n.RevokedAt = at
+			s.RevokedKeys[n.PublicKey] = n.ID
+		}
+		revoked[id] = true
+		res.Revoked = append(res.Revoked, *n.copy())
+	}
+	// Tokens minted for the nodes and not yet used die with them.
 	for id, t := range s.Tokens {
-		if t.Node == c.Node && t.UsedAt.IsZero() {
+		if revoked[t.Node] && t.UsedAt.IsZero() {
 			delete(s.Tokens, id)
 		}
 	}
-	return Result{Node: n.copy()}
+	res.Node = &res.Revoked[0]
+	return res
 }
 
 func (s *State) applyStatus(at time.Time, c *StatusCmd) Result {
@@ -440,13 +479,27 @@ func matches(n *Node, role string, labels map[string]string) bool {
 	return role != "" || len(labels) > 0
 }
 
-// purgeTokens drops token records that have been dead for a day.
+// purgeTokens drops token records that have been dead for a day. It walks the
+// tokens only when one is due, so a fleet's enrolments do not each pay for all.
 func (s *State) purgeTokens(at time.Time) {
+	if !s.purgeAt.IsZero() && !at.After(s.purgeAt) {
+		return
+	}
+	var next time.Time
 	for id, t := range s.Tokens {
-		if at.Sub(t.Expiry) > expiredTokenRetention {
+		due := t.Expiry.Add(expiredTokenRetention)
+		if at.After(due) {
 			delete(s.Tokens, id)
+			continue
+		}
+		if next.IsZero() || due.Before(next) {
+			next = due
 		}
 	}
+	if next.IsZero() {
+		next = at.Add(expiredTokenRetention) // no token: nothing falls due before a new one
+	}
+	s.purgeAt = next
 }
 
 // collectBodies drops bodies no node refers to any more.

@@ -798,3 +798,34 @@ func TestCancelledControlTokenDropsItsSealedIdentity(t *testing.T) {
 		t.Fatalf("cancelled control token = %+v", tk)
 	}
 }
+
+func TestRevokeSeveral(t *testing.T) {
+	m := enrolled(t, map[string]string{"web-1": RoleWorker, "web-2": RoleWorker, "web-3": RoleWorker})
+	at := t0.Add(time.Hour)
+	before := m.snapshot()
+	if r := m.apply(Command{Op: OpRevoke, At: at, Revoke: &RevokeCmd{Nodes: []string{"web-1", "nobody", "web-2"}}}); !errors.Is(r.Err, ErrUnknownNode) || !strings.Contains(r.Err.Error(), "nobody") {
+		t.Fatalf("revoke with an unknown node: %v", r.Err)
+	}
+	if string(m.snapshot()) != string(before) {
+		t.Fatal("a refused revocation changed the state")
+	}
+	r := m.must(Command{Op: OpRevoke, At: at, Revoke: &RevokeCmd{Node: "web-2", Nodes: []string{"web-1", "web-2"}}})
+	if len(r.Revoked) != 2 || r.Revoked[0].ID != "web-2" || r.Revoked[1].ID != "web-1" || r.Node == nil || r.Node.ID != "web-2" {
+		t.Fatalf("revoked %+v (node %+v), want web-2 then web-1, once each", r.Revoked, r.Node)
+	}
+	s := m.state()
+	for _, id := range []string{"web-1", "web-2"} {
+		if n := s.Nodes[id]; !n.Revoked || !n.RevokedAt.Equal(at) {
+			t.Errorf("%s = %+v", id, n)
+		}
+		if _, ok := s.RevokedKeys[s.Nodes[id].PublicKey]; !ok {
+			t.Errorf("%s's key is not refused", id)
+		}
+	}
+	if s.Nodes["web-3"].Revoked {
+		t.Error("web-3, not named, was revoked")
+	}
+	if r := m.apply(Command{Op: OpRevoke, At: at, Revoke: &RevokeCmd{}}); !errors.Is(r.Err, ErrBadCommand) {
+		t.Fatalf("revocation of nothing: %v", r.Err)
+	}
+}

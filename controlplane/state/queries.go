@@ -1,6 +1,9 @@
 package state
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // The queries below answer the broker's authentication hook. It runs for every
 // connection, so each takes the read lock once and returns values, never live state.
@@ -59,4 +62,59 @@ func (f *FSM) TokenByID(id string) (TokenAuth, bool) {
 		return TokenAuth{}, false
 	}
 	return TokenAuth{Node: t.Node, Role: t.Role, Expiry: t.Expiry, Used: !t.UsedAt.IsZero(), UsedKey: t.UsedKey, Cancelled: !t.CancelledAt.IsZero()}, true
+}
+
+// The queries below feed the signer. Signing costs tens of microseconds a key, so it
+// runs outside the state lock on values copied out under it: Raft's apply and the
+// broker's authentication never wait for a fleet's declarations to be signed.
+
+// DeclarationInput is what signing one node's current declaration needs.
+type DeclarationInput struct {
+	Mesh         string
+	Node         string
+	NodeKey      string
+	Declared     Declared
+	KeyringEpoch uint64
+	// Body is the declared body's canonical JSON. Stored bodies are never changed
+	// in place, so it is shared, not copied.
+	Body json.RawMessage
+}
+
+// MembershipInput is what signing the list of brokers needs.
+type MembershipInput struct {
+	Mesh         string
+	Version      uint64
+	KeyringEpoch uint64
+	Brokers      []string
+}
+
+// DeclarationInput returns what signing node's declaration needs; false if the node
+// is not enrolled or is revoked.
+func (s *State) DeclarationInput(node string) (DeclarationInput, bool) {
+	n, ok := s.Nodes[node]
+	if !ok || n.Revoked {
+		return DeclarationInput{}, false
+	}
+	return DeclarationInput{Mesh: s.Mesh, Node: n.ID, NodeKey: n.PublicKey, Declared: n.Declared,
+		KeyringEpoch: s.Keyring.Epoch, Body: s.Bodies[n.Declared.BodyDigest]}, true
+}
+
+// MembershipInput returns what signing the current list of brokers needs.
+func (s *State) MembershipInput() MembershipInput {
+	version, brokers := s.Membership()
+	return MembershipInput{Mesh: s.Mesh, Version: version, KeyringEpoch: s.Keyring.Epoch, Brokers: brokers}
+}
+
+// DeclarationInputs returns, in the order given, the inputs of the nodes that are
+// enrolled and not revoked; the others are left out.
+func (f *FSM) DeclarationInputs(nodes []string) []DeclarationInput {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]DeclarationInput, 0, len(nodes))
+	for _, id := range nodes {
+		if in, ok := f.st.DeclarationInput(id); ok {
+			out = append(out, in)
+		}
+	}
+	return out
 }

@@ -60,6 +60,10 @@ type State struct {
 
 	// byKey indexes Nodes by public key; derived, rebuilt on restore.
 	byKey map[string]string
+	// purgeAt is when the first token record falls due for purging (zero: not
+	// known, computed at the next command). Derived: it spares every command a walk
+	// over every token.
+	purgeAt time.Time
 }
 
 // Keyring is the declaration signing keyring: public keys only.

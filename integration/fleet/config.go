@@ -14,6 +14,8 @@ type Config struct {
 	Rounds int `json:"rounds"`
 	// Revoke is K, how many nodes the last phase revokes.
 	Revoke int `json:"revoke"`
+	// RevokeBatch is how many nodes one revoke call names.
+	RevokeBatch int `json:"revoke_batch"`
 	// Inflight bounds concurrent enrolments, and the baseline's concurrent connects.
 	Inflight int `json:"inflight"`
 	// StartInflight bounds agents connecting at once at start (0: all at once).
@@ -54,7 +56,7 @@ type Config struct {
 // DefaultConfig is the configuration `task bench:fleet` runs with.
 func DefaultConfig() Config {
 	return Config{
-		Hosts: 1000, Rounds: 3, Revoke: 100, Inflight: 200, StartInflight: 200,
+		Hosts: 1000, Rounds: 3, Revoke: 100, RevokeBatch: 10, Inflight: 200, StartInflight: 200,
 		WaitTimeout: 5 * time.Minute, PhaseTimeout: 10 * time.Minute, MessageSize: 300,
 		ServeLogLevel: "info", Product: true, Baseline: true,
 		WorkDir: "", HostDir: "/dev/shm",

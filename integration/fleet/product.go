@@ -324,7 +324,7 @@ func (b *bench) restart(ctx context.Context, res *ProductResult) error {
 
 // revokePhase is phase 7.
 func (b *bench) revokePhase(ctx context.Context, res *ProductResult) error {
-	r, err := b.revoke(ctx, b.fleet.running(), b.cfg.Revoke)
+	r, err := b.revoke(ctx, b.fleet.running(), b.cfg.Revoke, b.cfg.RevokeBatch)
 	res.Revoke = r
 	return err
 }

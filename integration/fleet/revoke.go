@@ -12,17 +12,20 @@ import (
 	"mesh/host/agent"
 )
 
-// RevokeResult is the revocation of K nodes, one after the other as an operator's
-// script would, while another operator pings the control plane in a loop.
+// RevokeResult is the revocation of K nodes, in calls of Batch nodes one after the
+// other as an operator's script would, while another operator pings the control
+// plane in a loop.
 type RevokeResult struct {
 	Requested int `json:"requested"`
+	Batch     int `json:"batch"`
 	Revoked   int `json:"revoked"`
 	Failed    int `json:"failed"`
 	// TotalMs is the wall time of all K revocations; Each is one revoke call.
 	TotalMs float64 `json:"total_ms"`
 	Each    Latency `json:"each"`
-	// Kicked is the connections the control plane reported it closed.
-	Kicked int `json:"kicked"`
+	// Connections is the connections the revoked nodes held, as the control plane
+	// reported them.
+	Connections int `json:"connections"`
 	// AgentsStopped is how many of the revoked agents ended with ErrRevoked within
 	// the wait after the last revocation; AgentsOther ended otherwise, AgentsRunning
 	// had not ended.
@@ -66,8 +69,8 @@ func pingLoop(cp *ControlPlane, stop <-chan struct{}) ([]time.Duration, int, err
 }
 
 // revoke revokes k of the running hosts, spread over the fleet.
-func (b *bench) revoke(ctx context.Context, hosts []*Host, k int) (RevokeResult, error) {
-	res := RevokeResult{Requested: min(k, len(hosts))}
+func (b *bench) revoke(ctx context.Context, hosts []*Host, k, batch int) (RevokeResult, error) {
+	res := RevokeResult{Requested: min(k, len(hosts)), Batch: max(1, batch)}
 	if res.Requested == 0 {
 		return res, nil
 	}
@@ -97,23 +100,30 @@ func (b *bench) revoke(ctx context.Context, hosts []*Host, k int) (RevokeResult,
 		defer wg.Done()
 		pings, res.PingFailures, pingErr = pingLoop(b.cp, stop)
 	}()
-	sp := b.meter.begin(fmt.Sprintf("7. revoke %d nodes, one after the other, pinging meanwhile", res.Requested))
+	sp := b.meter.begin(fmt.Sprintf("7. revoke %d nodes, %d a call, one call after the other, pinging meanwhile", res.Requested, res.Batch))
 	var each []time.Duration
 	start := time.Now()
-	for _, h := range victims {
+	for i := 0; i < len(victims); i += res.Batch {
 		if ctx.Err() != nil {
 			break
 		}
+		call := victims[i:min(i+res.Batch, len(victims))]
+		ids := make([]string, len(call))
+		for j, h := range call {
+			ids[j] = h.ID
+		}
 		t := time.Now()
 		var rr api.RevokeResult
-		if err := c.Call(api.OpRevoke, api.RevokeRequest{Node: h.ID}, &rr); err != nil {
-			res.Failed++
-			res.example(h.ID + ": " + err.Error())
+		if err := c.Call(api.OpRevoke, api.RevokeRequest{Nodes: ids}, &rr); err != nil {
+			res.Failed += len(call)
+			res.example(fmt.Sprintf("%v: %v", ids, err))
 			continue
 		}
 		each = append(each, time.Since(t))
-		res.Revoked++
-		res.Kicked += rr.Kicked
+		res.Revoked += len(rr.Revoked)
+		for _, r := range rr.Revoked {
+			res.Connections += r.Connections
+		}
 	}
 	res.TotalMs = ms(time.Since(start))
 	res.Phase = sp.end()

@@ -6,32 +6,45 @@ import (
 	"github.com/spf13/cobra"
 
 	"mesh/controlplane/api"
+	"mesh/tokenfmt"
 )
 
 func revokeCommand() command {
 	return command{
 		name:  "revoke",
-		usage: "--data DIR NODE [--json]",
-		summary: `Revoke a node for good: connections closed at once, its key refused from then on.
-Its agent stops. Enrolling the machine again needs a new token.`,
+		usage: "--data DIR NODE [NODE...] [--json]",
+		summary: `Revoke nodes for good: each is sent a signed notice and its agent stops; its
+connections are closed on every broker right after, and its key is refused from then
+on. Several nodes are revoked in one commit (at most 1000). Enrolling a machine again
+needs a new token.`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			var cp controlPlaneFlags
 			var asJSON bool
 			cp.register(c, cio)
 			c.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
-			c.ValidArgsFunction = cp.completeNodes(1)
+			c.ValidArgsFunction = cp.completeNodes(0)
 			return func(args []string) error {
-				if len(args) != 1 {
-					return usagef("name exactly one node to revoke")
+				if len(args) == 0 {
+					return usagef("name the node(s) to revoke")
+				}
+				if len(args) > api.MaxRevokeNodes {
+					return usagef("%d nodes; one revoke takes at most %d", len(args), api.MaxRevokeNodes)
+				}
+				for _, n := range args {
+					if err := tokenfmt.ValidateNodeID(n); err != nil {
+						return usagef("node %q: %v", n, err)
+					}
 				}
 				var res api.RevokeResult
-				if err := cp.call(api.OpRevoke, api.RevokeRequest{Node: args[0]}, &res); err != nil {
+				if err := cp.call(api.OpRevoke, api.RevokeRequest{Nodes: args}, &res); err != nil {
 					return err
 				}
 				if asJSON {
 					return writeJSON(cio.stdout, res)
 				}
-				fmt.Fprintf(cio.stdout, "revoked %s: %d connection(s) closed; its key is refused from now on\n", res.Node, res.Kicked)
+				for _, r := range res.Revoked {
+					fmt.Fprintf(cio.stdout, "revoked %s (%d connection(s) open, closed now); its key is refused from now on\n", r.Node, r.Connections)
+				}
 				return nil
 			}
 		},

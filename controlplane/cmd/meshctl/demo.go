@@ -235,7 +235,10 @@ func runDemo(ctx context.Context, out io.Writer, dir string, keep, verbose bool)
 	if err := op.Call(api.OpRevoke, api.RevokeRequest{Node: "web-1"}, &rres); err != nil {
 		return err
 	}
-	n.say("revoked: %d connection(s) closed on the broker", rres.Kicked)
+	if len(rres.Revoked) != 1 {
+		return fmt.Errorf("revoke answered %+v", rres)
+	}
+	n.say("revoked: web-1 held %d connection(s); the brokers close them after the signed notice", rres.Revoked[0].Connections)
 	select {
 	case err := <-agentDone:
 		n.say("the agent stopped: %v", err)

@@ -76,48 +76,61 @@ func (c convergence) err() error {
 	return exitError{code: exitNotConverged, err: fmt.Errorf("not converged: %s", strings.Join(parts, "; "))}
 }
 
-// waitConverged polls the roster until every assigned node applied its version or
-// failed it, or until the deadline, printing progress: one line redrawn in place on
-// a terminal (redraw), else a plain line each time the counts change.
+// waitConverged polls the control plane until every assigned node applied its
+// version or failed it, or until the deadline, printing progress: one line redrawn in
+// place on a terminal (redraw), else a plain line each time the counts change. It
+// asks only about the nodes still undecided, a page at a time, first soon after the
+// declaration and then less often: a small fleet converges in tens of
+// milliseconds, and a large one should not be asked 10,000 times a second.
 func waitConverged(c *operator.Client, assigned []api.Assignment, limit time.Duration, progress io.Writer, redraw bool) (convergence, error) {
-	want := map[string]uint64{}
-	var ids []string
-	for _, a := range assigned {
-		want[a.Node] = a.Version
-		ids = append(ids, a.Node)
-	}
 	deadline := time.Now().Add(limit)
 	start := time.Now()
 	line := progressLine{w: progress, redraw: redraw}
+	undecided := slices.Clone(assigned)
+	cv := convergence{Failed: map[string]string{}}
+	interval := 50 * time.Millisecond
 	for {
-		res, err := c.Nodes(api.NodesRequest{Nodes: ids})
-		if err != nil {
-			return convergence{}, err
-		}
-		var cv convergence
-		cv.Failed = map[string]string{}
-		for _, n := range res.Nodes {
-			v := want[n.ID]
-			switch {
-			case n.Applied != nil && *n.Applied >= v:
-				cv.Converged = append(cv.Converged, n.ID)
-			case n.LastError != nil && n.LastError.Version >= v:
-				cv.Failed[n.ID] = n.LastError.Code + ": " + n.LastError.Message
-			case n.State != api.StateAlive:
-				cv.Offline = append(cv.Offline, n.ID)
-			default:
-				cv.Pending = append(cv.Pending, n.ID)
+		var still []api.Assignment
+		var offline, pending []string
+		for page := range slices.Chunk(undecided, api.MaxNodesPage) {
+			var res api.ProgressResult
+			if err := c.Call(api.OpProgress, api.ProgressRequest{Targets: page}, &res); err != nil {
+				return convergence{}, err
+			}
+			if len(res.Targets) != len(page) {
+				return convergence{}, fmt.Errorf("the control plane answered for %d of %d nodes", len(res.Targets), len(page))
+			}
+			for i, t := range res.Targets {
+				switch t.State {
+				case api.ProgressConverged:
+					cv.Converged = append(cv.Converged, t.Node)
+				case api.ProgressFailed:
+					msg := "failed"
+					if t.Error != nil {
+						msg = t.Error.Code + ": " + t.Error.Message
+					}
+					cv.Failed[t.Node] = msg
+				case api.ProgressOffline:
+					offline = append(offline, t.Node)
+					still = append(still, page[i])
+				default:
+					pending = append(pending, t.Node)
+					still = append(still, page[i])
+				}
 			}
 		}
+		undecided, cv.Offline, cv.Pending = still, offline, pending
 		done := len(cv.Pending) == 0 && len(cv.Offline) == 0
 		counts := fmt.Sprintf("waiting for %d node(s): %d converged, %d failed, %d offline, %d pending",
-			len(ids), len(cv.Converged), len(cv.Failed), len(cv.Offline), len(cv.Pending))
+			len(assigned), len(cv.Converged), len(cv.Failed), len(cv.Offline), len(cv.Pending))
 		finished := done || time.Now().After(deadline)
 		line.show(counts, time.Since(start), finished)
 		if finished {
+			slices.Sort(cv.Converged)
 			return cv, nil
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(min(interval, time.Until(deadline)))
+		interval = min(interval*3/2, 500*time.Millisecond)
 	}
 }
 

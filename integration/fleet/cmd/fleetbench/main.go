@@ -37,6 +37,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Hosts, "hosts", cfg.Hosts, "fleet size N")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "declare --all --wait rounds R")
 	fs.IntVar(&cfg.Revoke, "revoke", cfg.Revoke, "nodes K revoked in the last phase")
+	fs.IntVar(&cfg.RevokeBatch, "revoke-batch", cfg.RevokeBatch, "nodes named in one revoke call (1: one call per node)")
 	fs.IntVar(&cfg.Inflight, "inflight", cfg.Inflight, "enrolments (and baseline connects) in flight")
 	fs.IntVar(&cfg.StartInflight, "start-inflight", cfg.StartInflight, "agents connecting at once at start; 0 starts all at once")
 	fs.DurationVar(&cfg.WaitTimeout, "wait", cfg.WaitTimeout, "declare --wait timeout")
