@@ -292,12 +292,12 @@ type ProgressRequest struct {
 	Targets []Assignment `json:"targets"`
 }
 
-// Progress states of a target.
+// Progress states of a target that has not converged (applied the version or a
+// later one).
 const (
-	ProgressConverged = "converged" // applied the version, or a later one
-	ProgressFailed    = "failed"    // reported an error for the version, or a later one
-	ProgressOffline   = "offline"   // not connected (or revoked): it will not apply it now
-	ProgressPending   = "pending"   // connected, not applied yet
+	ProgressFailed  = "failed"  // reported an error for the version, or a later one
+	ProgressOffline = "offline" // not connected (or revoked): it will not apply it now
+	ProgressPending = "pending" // connected, not applied yet
 )
 
 // TargetProgress is one target's standing.
@@ -307,10 +307,12 @@ type TargetProgress struct {
 	Error *StatusError `json:"error,omitempty"` // for failed
 }
 
-// ProgressResult lists every target of the request, in its order; an unknown node
-// is offline.
+// ProgressResult counts the targets that converged and lists the others, in the
+// request's order; an unknown node is offline. A fleet's answer shrinks as it
+// converges.
 type ProgressResult struct {
-	Targets []TargetProgress `json:"targets"`
+	Converged int              `json:"converged"`
+	Others    []TargetProgress `json:"others"`
 }
 
 // NodesRequest asks for the roster; Nodes filters it when set.

@@ -250,15 +250,16 @@ func (d *Daemon) progress(req api.ProgressRequest) (api.ProgressResult, error) {
 		return api.ProgressResult{}, badRequest("%d targets in one request; at most %d", len(req.Targets), api.MaxNodesPage)
 	}
 	now := d.now()
-	out := api.ProgressResult{Targets: make([]api.TargetProgress, len(req.Targets))}
+	out := api.ProgressResult{Others: []api.TargetProgress{}}
 	d.fsm.Read(func(s *state.State) {
-		for i, t := range req.Targets {
+		for _, t := range req.Targets {
 			p := api.TargetProgress{Node: t.Node, State: api.ProgressOffline}
 			if n, ok := s.Nodes[t.Node]; ok {
 				a := n.Applied
 				switch {
 				case a.HaveApplied && a.Version >= t.Version:
-					p.State = api.ProgressConverged
+					out.Converged++
+					continue
 				case a.ErrorCode != "" && a.ErrorVersion >= t.Version:
 					p.State = api.ProgressFailed
 					p.Error = &api.StatusError{Code: a.ErrorCode, Message: a.ErrorMessage, Version: a.ErrorVersion, RetryAt: a.ErrorRetryAt}
@@ -266,7 +267,7 @@ func (d *Daemon) progress(req api.ProgressRequest) (api.ProgressResult, error) {
 					p.State = api.ProgressPending
 				}
 			}
-			out.Targets[i] = p
+			out.Others = append(out.Others, p)
 		}
 	})
 	return out, nil

@@ -47,7 +47,10 @@ func (d *Daemon) reconcile(now time.Time) {
 			if a.KeyringEpoch < s.Keyring.Epoch {
 				chains[id] = s.KeyringChain(a.KeyringEpoch)
 			}
-			behind := !a.HaveApplied || a.Version < n.Declared.Version
+			// A declaration issued within the last interval is likely still on its
+			// way, or being applied: at fleet scale a round takes seconds, and
+			// sending it again would double the work of both sides.
+			behind := (!a.HaveApplied || a.Version < n.Declared.Version) && now.Sub(n.Declared.IssuedAt) >= d.opts.ReconcileInterval
 			// A node that verified this very version and could not apply it retries
 			// by itself.
 			failedThis := a.ErrorCode == "apply_failed" && a.ErrorVersion == n.Declared.Version

@@ -40,6 +40,10 @@ type signed struct {
 	envelope []byte
 }
 
+// maxCachedEnvelopes bounds the envelopes the signer keeps: about a kilobyte each,
+// so that a fleet's memory does not hold one per node.
+const maxCachedEnvelopes = 4096
+
 func newSigner(keys []ed25519.PrivateKey) *signer {
 	return &signer{keys: keys, cache: map[string]signed{}, bodies: map[string]declarations.Body{}}
 }
@@ -103,6 +107,14 @@ func (s *signer) declaration(in state.DeclarationInput) ([]byte, error) {
 		return nil, fmt.Errorf("sign declaration v%d for %s: %w", dcl.Version, in.Node, err)
 	}
 	s.mu.Lock()
+	if len(s.cache) >= maxCachedEnvelopes {
+		// Evict one at random (Go's map order): the cache spares re-signing for
+		// nodes that ask again soon (a reconnect, a laggard), not for the fleet.
+		for k := range s.cache {
+			delete(s.cache, k)
+			break
+		}
+	}
 	s.cache[in.Node] = signed{version: dcl.Version, issuedAt: dcl.IssuedAt, epoch: in.KeyringEpoch, digest: dcl.BodyDigest, nodeKey: in.NodeKey, envelope: env}
 	s.mu.Unlock()
 	return env, nil

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -98,6 +99,9 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 	}
 }
 
+// serveGCPercent is the garbage collector's target for `meshctl serve` (GOGC).
+const serveGCPercent = 50
+
 // serve runs the control node of opts.Dir until ctx ends, holding the directory's
 // lock throughout.
 func serve(ctx context.Context, cio *cliIO, log *slog.Logger, opts daemon.Options) error {
@@ -112,6 +116,14 @@ func serve(ctx context.Context, cio *cliIO, log *slog.Logger, opts daemon.Option
 		return err
 	}
 	defer lock.Release()
+	if cio.getenv("GOGC") == "" {
+		// Every connected host holds the broker's buffers and the daemon's records,
+		// and the garbage collector lets the heap grow to twice what is live before
+		// it collects. Half of that keeps the resident memory per host close to a
+		// plain nats-server's for a few percent of CPU (docs/benchmarks.md). GOGC,
+		// when set, decides instead.
+		debug.SetGCPercent(serveGCPercent)
+	}
 	d, err := daemon.Open(ctx, opts)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -97,13 +97,19 @@ func waitConverged(c *operator.Client, assigned []api.Assignment, limit time.Dur
 			if err := c.Call(api.OpProgress, api.ProgressRequest{Targets: page}, &res); err != nil {
 				return convergence{}, err
 			}
-			if len(res.Targets) != len(page) {
-				return convergence{}, fmt.Errorf("the control plane answered for %d of %d nodes", len(res.Targets), len(page))
+			if res.Converged+len(res.Others) != len(page) {
+				return convergence{}, fmt.Errorf("the control plane answered for %d of %d nodes", res.Converged+len(res.Others), len(page))
 			}
-			for i, t := range res.Targets {
+			// The others come in the request's order: what is not among them converged.
+			others := res.Others
+			for _, target := range page {
+				if len(others) == 0 || others[0].Node != target.Node {
+					cv.Converged = append(cv.Converged, target.Node)
+					continue
+				}
+				t := others[0]
+				others = others[1:]
 				switch t.State {
-				case api.ProgressConverged:
-					cv.Converged = append(cv.Converged, t.Node)
 				case api.ProgressFailed:
 					msg := "failed"
 					if t.Error != nil {
@@ -112,11 +118,14 @@ func waitConverged(c *operator.Client, assigned []api.Assignment, limit time.Dur
 					cv.Failed[t.Node] = msg
 				case api.ProgressOffline:
 					offline = append(offline, t.Node)
-					still = append(still, page[i])
+					still = append(still, target)
 				default:
 					pending = append(pending, t.Node)
-					still = append(still, page[i])
+					still = append(still, target)
 				}
+			}
+			if len(others) > 0 {
+				return convergence{}, fmt.Errorf("the control plane answered for nodes it was not asked about (%s)", others[0].Node)
 			}
 		}
 		undecided, cv.Offline, cv.Pending = still, offline, pending
