@@ -114,21 +114,49 @@ type Verified struct {
 // Mistakes by the caller (no mesh, node or node key in exp, a zero Now, a trusted key
 // of the wrong length) are plain errors, Code "error".
 func VerifyDeclaration(raw []byte, trusted []ed25519.PublicKey, exp Expect) (Verified, error) {
+	if err := exp.check(trusted); err != nil {
+		return Verified{}, err
+	}
+	env, err := parseEnvelope(raw) // 1, 2
+	if err != nil {
+		return Verified{}, err
+	}
+	return verifyDeclaration(env, trusted, exp)
+}
+
+// VerifyDeclaration is VerifyDeclaration of the envelope p was parsed from: steps
+// 1 and 2 of the size cap and the shape passed in ParseEnvelope, and the rest
+// follow.
+func (p *Parsed) VerifyDeclaration(trusted []ed25519.PublicKey, exp Expect) (Verified, error) {
+	if err := exp.check(trusted); err != nil {
+		return Verified{}, err
+	}
+	return verifyDeclaration(p.env, trusted, exp)
+}
+
+// check refuses the caller's mistakes.
+func (exp Expect) check(trusted []ed25519.PublicKey) error {
 	if exp.Mesh == "" || exp.Node == "" || exp.NodeKey == "" {
-		return Verified{}, errors.New("declarations: VerifyDeclaration needs the node's mesh, node id and node key")
+		return errors.New("declarations: VerifyDeclaration needs the node's mesh, node id and node key")
 	}
 	if exp.Now.IsZero() {
-		return Verified{}, errors.New("declarations: VerifyDeclaration needs the current time")
+		return errors.New("declarations: VerifyDeclaration needs the current time")
 	}
 	if exp.Skew < 0 {
-		return Verified{}, errors.New("declarations: VerifyDeclaration: negative clock skew")
+		return errors.New("declarations: VerifyDeclaration: negative clock skew")
 	}
+	return checkTrusted(trusted)
+}
+
+// verifyDeclaration is VerifyDeclaration from step 2's payload type on, once the
+// caller's arguments are checked and the envelope is parsed.
+func verifyDeclaration(env Envelope, trusted []ed25519.PublicKey, exp Expect) (Verified, error) {
 	skew := exp.Skew
 	if skew == 0 {
 		skew = DefaultSkew
 	}
 
-	payload, signedBy, err := OpenEnvelope(raw, PayloadTypeDeclaration, trusted) // 1, 2, 3
+	payload, signedBy, err := openParsed(env, PayloadTypeDeclaration, trusted) // 2, 3
 	if err != nil {
 		return Verified{}, err
 	}

@@ -164,6 +164,19 @@ func OpenEnvelope(raw []byte, wantType string, trusted []ed25519.PublicKey) (pay
 	if err != nil {
 		return nil, nil, err
 	}
+	return openParsed(env, wantType, trusted)
+}
+
+// Open is OpenEnvelope of the envelope p was parsed from.
+func (p *Parsed) Open(wantType string, trusted []ed25519.PublicKey) (payload []byte, signedBy []ed25519.PublicKey, err error) {
+	if err := checkTrusted(trusted); err != nil {
+		return nil, nil, err
+	}
+	return openParsed(p.env, wantType, trusted)
+}
+
+// openParsed is OpenEnvelope after the size cap and the shape check.
+func openParsed(env Envelope, wantType string, trusted []ed25519.PublicKey) (payload []byte, signedBy []ed25519.PublicKey, err error) {
 	if err := checkType(env, wantType); err != nil {
 		return nil, nil, err
 	}
@@ -174,15 +187,40 @@ func OpenEnvelope(raw []byte, wantType string, trusted []ed25519.PublicKey) (pay
 	return env.Payload, signedBy, nil
 }
 
+// Parsed is an envelope that passed the size cap and the strict shape check, and
+// nothing more: no signature on it has been checked. Its payload type may route it
+// to the right verifier; nothing else about it may be believed until one of its
+// methods (VerifyDeclaration, VerifyKeyring, VerifyRevocation, VerifyMembership,
+// Open) accepted it. Each of those is the package function of the same name without
+// parsing the envelope again, so a receiver that routes by type parses it once.
+type Parsed struct {
+	env Envelope
+}
+
+// ParseEnvelope applies the size cap (ErrTooLarge) and the strict shape check
+// (*MalformedError) to an encoded envelope, the first steps of every verifier.
+func ParseEnvelope(raw []byte) (*Parsed, error) {
+	env, err := parseEnvelope(raw)
+	if err != nil {
+		return nil, err
+	}
+	return &Parsed{env: env}, nil
+}
+
+// PayloadType is the envelope's payloadType, unverified: for routing only.
+func (p *Parsed) PayloadType() string { return p.env.PayloadType }
+
 // PeekType returns an envelope's payloadType after the size cap and the shape
 // check, without verifying any signature. It is for routing a message to the
-// right verifier; nothing else about the envelope may be believed from it.
+// right verifier; nothing else about the envelope may be believed from it. A
+// receiver that goes on to verify the envelope uses ParseEnvelope instead, which
+// parses it once for both.
 func PeekType(raw []byte) (string, error) {
-	env, err := parseEnvelope(raw)
+	p, err := ParseEnvelope(raw)
 	if err != nil {
 		return "", err
 	}
-	return env.PayloadType, nil
+	return p.PayloadType(), nil
 }
 
 // parseEnvelope applies the size cap and the strict shape check.

@@ -90,21 +90,43 @@ func SignKeyring(k Keyring, keys ...ed25519.PrivateKey) ([]byte, error) {
 // current may have an empty Mesh (the keyring built from a token); a current
 // keyring that is unusable is the caller's error, Code "error".
 func VerifyKeyring(raw []byte, current Keyring, mesh string) (Keyring, error) {
-	if r := checkID("mesh", mesh); r != "" {
-		return Keyring{}, errors.New("declarations: VerifyKeyring: " + r)
+	curKeys, err := checkKeyringArgs(current, mesh)
+	if err != nil {
+		return Keyring{}, err
 	}
-	if current.Mesh != "" && current.Mesh != mesh {
-		return Keyring{}, fmt.Errorf("declarations: VerifyKeyring: the current keyring is for mesh %q, not %q", current.Mesh, mesh)
-	}
-	curKeys, r := current.publicKeys()
-	if r != "" {
-		return Keyring{}, errors.New("declarations: VerifyKeyring: the current keyring is unusable: " + r)
-	}
-
 	env, err := parseEnvelope(raw)
 	if err != nil {
 		return Keyring{}, err
 	}
+	return verifyKeyring(env, current, curKeys, mesh)
+}
+
+// VerifyKeyring is VerifyKeyring of the envelope p was parsed from.
+func (p *Parsed) VerifyKeyring(current Keyring, mesh string) (Keyring, error) {
+	curKeys, err := checkKeyringArgs(current, mesh)
+	if err != nil {
+		return Keyring{}, err
+	}
+	return verifyKeyring(p.env, current, curKeys, mesh)
+}
+
+// checkKeyringArgs refuses the caller's mistakes and returns the current keys.
+func checkKeyringArgs(current Keyring, mesh string) ([]ed25519.PublicKey, error) {
+	if r := checkID("mesh", mesh); r != "" {
+		return nil, errors.New("declarations: VerifyKeyring: " + r)
+	}
+	if current.Mesh != "" && current.Mesh != mesh {
+		return nil, fmt.Errorf("declarations: VerifyKeyring: the current keyring is for mesh %q, not %q", current.Mesh, mesh)
+	}
+	curKeys, r := current.publicKeys()
+	if r != "" {
+		return nil, errors.New("declarations: VerifyKeyring: the current keyring is unusable: " + r)
+	}
+	return curKeys, nil
+}
+
+// verifyKeyring is VerifyKeyring after the arguments and the envelope's shape.
+func verifyKeyring(env Envelope, current Keyring, curKeys []ed25519.PublicKey, mesh string) (Keyring, error) {
 	if err := checkType(env, PayloadTypeKeyring); err != nil {
 		return Keyring{}, err
 	}
@@ -215,10 +237,33 @@ func SignRevocation(r Revocation, keys ...ed25519.PrivateKey) ([]byte, error) {
 // node under this node's key (the same errors as VerifyDeclaration's first five
 // steps). A revocation does not expire.
 func VerifyRevocation(raw []byte, trusted []ed25519.PublicKey, mesh, node, nodeKey string) (Revocation, error) {
-	if mesh == "" || node == "" || nodeKey == "" {
-		return Revocation{}, errors.New("declarations: VerifyRevocation needs the node's mesh, node id and node key")
+	if err := checkRevocationArgs(trusted, mesh, node, nodeKey); err != nil {
+		return Revocation{}, err
 	}
-	payload, _, err := OpenEnvelope(raw, PayloadTypeRevocation, trusted)
+	env, err := parseEnvelope(raw)
+	if err != nil {
+		return Revocation{}, err
+	}
+	return verifyRevocation(env, trusted, mesh, node, nodeKey)
+}
+
+// VerifyRevocation is VerifyRevocation of the envelope p was parsed from.
+func (p *Parsed) VerifyRevocation(trusted []ed25519.PublicKey, mesh, node, nodeKey string) (Revocation, error) {
+	if err := checkRevocationArgs(trusted, mesh, node, nodeKey); err != nil {
+		return Revocation{}, err
+	}
+	return verifyRevocation(p.env, trusted, mesh, node, nodeKey)
+}
+
+func checkRevocationArgs(trusted []ed25519.PublicKey, mesh, node, nodeKey string) error {
+	if mesh == "" || node == "" || nodeKey == "" {
+		return errors.New("declarations: VerifyRevocation needs the node's mesh, node id and node key")
+	}
+	return checkTrusted(trusted)
+}
+
+func verifyRevocation(env Envelope, trusted []ed25519.PublicKey, mesh, node, nodeKey string) (Revocation, error) {
+	payload, _, err := openParsed(env, PayloadTypeRevocation, trusted)
 	if err != nil {
 		return Revocation{}, err
 	}

@@ -75,10 +75,33 @@ func SignMembership(m Membership, keys ...ed25519.PrivateKey) ([]byte, error) {
 // ErrWrongMesh); the version: older than current is *VersionError (ErrRolledBack),
 // the same version is accepted only with the same brokers (ErrReplayed otherwise).
 func VerifyMembership(raw []byte, trusted []ed25519.PublicKey, mesh string, current uint64, currentBrokers []string) (Membership, error) {
-	if r := checkID("mesh", mesh); r != "" {
-		return Membership{}, errors.New("declarations: VerifyMembership: " + r)
+	if err := checkMembershipArgs(trusted, mesh); err != nil {
+		return Membership{}, err
 	}
-	payload, _, err := OpenEnvelope(raw, PayloadTypeMembership, trusted)
+	env, err := parseEnvelope(raw)
+	if err != nil {
+		return Membership{}, err
+	}
+	return verifyMembership(env, trusted, mesh, current, currentBrokers)
+}
+
+// VerifyMembership is VerifyMembership of the envelope p was parsed from.
+func (p *Parsed) VerifyMembership(trusted []ed25519.PublicKey, mesh string, current uint64, currentBrokers []string) (Membership, error) {
+	if err := checkMembershipArgs(trusted, mesh); err != nil {
+		return Membership{}, err
+	}
+	return verifyMembership(p.env, trusted, mesh, current, currentBrokers)
+}
+
+func checkMembershipArgs(trusted []ed25519.PublicKey, mesh string) error {
+	if r := checkID("mesh", mesh); r != "" {
+		return errors.New("declarations: VerifyMembership: " + r)
+	}
+	return checkTrusted(trusted)
+}
+
+func verifyMembership(env Envelope, trusted []ed25519.PublicKey, mesh string, current uint64, currentBrokers []string) (Membership, error) {
+	payload, _, err := openParsed(env, PayloadTypeMembership, trusted)
 	if err != nil {
 		return Membership{}, err
 	}

@@ -559,21 +559,23 @@ func (s *syncer) schedule(what, why string) {
 
 // handle routes one envelope to its verifier. Only a verified revocation stops the
 // agent; anything that does not verify is recorded and reported, nothing more.
+//
+// The envelope is parsed once: the verifier goes on from the parse that routed it.
 func (a *Agent) handle(ctx context.Context, raw []byte) error {
-	typ, err := declarations.PeekType(raw)
+	env, err := declarations.ParseEnvelope(raw)
 	if err != nil {
 		a.fail(err, 0)
 		return nil
 	}
-	switch typ {
+	switch typ := env.PayloadType(); typ {
 	case declarations.PayloadTypeDeclaration:
-		a.handleDeclaration(ctx, raw)
+		a.handleDeclaration(ctx, raw, env)
 	case declarations.PayloadTypeKeyring:
-		a.handleKeyring(raw)
+		a.handleKeyring(raw, env)
 	case declarations.PayloadTypeMembership:
-		a.handleMembership(raw)
+		a.handleMembership(env)
 	case declarations.PayloadTypeRevocation:
-		rev, err := declarations.VerifyRevocation(raw, a.keys, a.id.Mesh, a.id.Node, a.id.PublicKey)
+		rev, err := env.VerifyRevocation(a.keys, a.id.Mesh, a.id.Node, a.id.PublicKey)
 		if err != nil {
 			a.log.Warn("revocation notice refused: it does not verify, so the agent carries on", "err", err)
 			a.fail(err, 0)
@@ -586,11 +588,13 @@ func (a *Agent) handle(ctx context.Context, raw []byte) error {
 	return nil
 }
 
-func (a *Agent) handleDeclaration(ctx context.Context, raw []byte) {
+// handleDeclaration verifies and applies env, parsed from raw (kept to try again if
+// applying fails).
+func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarations.Parsed) {
 	digest, _ := hex.DecodeString(a.applied.BodyDigest)
 	var appliedDigest [32]byte
 	copy(appliedDigest[:], digest)
-	v, err := declarations.VerifyDeclaration(raw, a.keys, declarations.Expect{
+	v, err := env.VerifyDeclaration(a.keys, declarations.Expect{
 		Mesh: a.id.Mesh, Node: a.id.Node, NodeKey: a.id.PublicKey, KeyringEpoch: a.keyring.Epoch,
 		HaveApplied: a.applied.HaveApplied, AppliedVersion: a.applied.Version, AppliedBodyDigest: appliedDigest,
 		Now: a.o.Now(), Skew: a.o.Skew,
@@ -656,8 +660,8 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte) {
 // handleMembership accepts a newer signed list of the mesh's brokers, persisted for
 // the next connection: control nodes that joined since are tried, removed ones no
 // longer are.
-func (a *Agent) handleMembership(raw []byte) {
-	m, err := declarations.VerifyMembership(raw, a.keys, a.id.Mesh, a.applied.MembershipVersion, a.applied.Brokers)
+func (a *Agent) handleMembership(env *declarations.Parsed) {
+	m, err := env.VerifyMembership(a.keys, a.id.Mesh, a.applied.MembershipVersion, a.applied.Brokers)
 	if err != nil {
 		a.fail(err, 0)
 		return
@@ -670,8 +674,8 @@ func (a *Agent) handleMembership(raw []byte) {
 	a.log.Info("the mesh's brokers", "brokers", m.Brokers, "version", m.Version)
 }
 
-func (a *Agent) handleKeyring(raw []byte) {
-	kr, err := declarations.VerifyKeyring(raw, a.keyring, a.id.Mesh)
+func (a *Agent) handleKeyring(raw []byte, env *declarations.Parsed) {
+	kr, err := env.VerifyKeyring(a.keyring, a.id.Mesh)
 	if err != nil {
 		a.fail(err, 0)
 		return
