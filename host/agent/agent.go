@@ -97,7 +97,10 @@ type Agent struct {
 	keys    []ed25519.PublicKey
 	applier apply.Applier
 
-	msgs   chan []byte
+	// msgs is where nats.go's read loop hands declarations over directly (a
+	// channel subscription, not a callback goroutine in between: one wakeup less
+	// per declaration). A full queue is a slow consumer: see the error handler.
+	msgs   chan *nats.Msg
 	events chan event
 	// hookJobs hands the hook worker what to run; hookWaiting is what waits for it
 	// while the worker is busy (merged, so a burst of declarations runs hooks once).
@@ -170,7 +173,7 @@ func New(o Options) (*Agent, error) {
 	return &Agent{
 		o: o, log: o.Logger.With("node", id.Node), id: id, kp: kp, applied: applied,
 		keyring: kr, keys: keys, applier: app,
-		msgs: make(chan []byte, 64), events: make(chan event, 16),
+		msgs: make(chan *nats.Msg, 64), events: make(chan event, 16),
 	}, nil
 }
 
@@ -234,7 +237,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}),
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { a.event(event{err: err}) }),
 		// Authorization refusals while reconnecting arrive here.
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { a.event(event{err: err}) }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) { a.asyncError(sub, err) }),
 	)
 	// The endpoints answer from the start, not connected yet included.
 	a.publishState()
@@ -258,15 +261,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer nc.Close()
-	sub, err := nc.Subscribe(a.id.Subjects.Declarations, func(m *nats.Msg) {
-		select {
-		case a.msgs <- m.Data:
-		default:
-			// A full queue only drops pushes; a sync fetches the current state.
-			a.log.Warn("declaration queue full; will sync")
-			a.event(event{connected: true})
-		}
-	})
+	sub, err := nc.ChanSubscribe(a.id.Subjects.Declarations, a.msgs)
 	if err != nil {
 		return fmt.Errorf("subscribe %s: %w", a.id.Subjects.Declarations, err)
 	}
@@ -318,9 +313,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			sy.start(loopCtx, &workers)
 		case <-sy.checkDue():
 			sy.checkArrived()
-		case data := <-a.msgs:
+		case m := <-a.msgs:
 			a.received++
-			if err := a.handle(ctx, data); err != nil {
+			if err := a.handle(ctx, m.Data); err != nil {
 				return err
 			}
 			a.report(nc)
@@ -396,6 +391,18 @@ func spread(list []string, key string) []string {
 	h.Write([]byte(key))
 	i := int(h.Sum32() % uint32(len(list)))
 	return append(slices.Clone(list[i:]), list[:i]...)
+}
+
+// asyncError handles what nats.go reports outside a call: a declaration dropped
+// because the queue was full (nats.go calls that a slow consumer) asks for a sync,
+// which fetches the current declaration instead; anything else goes to the loop.
+func (a *Agent) asyncError(sub *nats.Subscription, err error) {
+	if errors.Is(err, nats.ErrSlowConsumer) && sub != nil && sub.Subject == a.id.Subjects.Declarations {
+		a.log.Warn("declaration queue full; will sync")
+		a.event(event{connected: true})
+		return
+	}
+	a.event(event{err: err})
 }
 
 func (a *Agent) event(ev event) {

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
 	"mesh/declarations"
@@ -385,5 +386,34 @@ func TestSpreadIsStableAndSpreads(t *testing.T) {
 		if first[b] < 50 {
 			t.Fatalf("first choices %v: the fleet does not spread", first)
 		}
+	}
+}
+
+// A declaration nats.go dropped because the agent's queue was full must lead to a
+// sync, which fetches the current declaration; other asynchronous errors go to the
+// loop as errors, and a slow consumer on another subscription does not ask for one.
+func TestSlowConsumerAsksForASync(t *testing.T) {
+	f := newFixture(t)
+	next := func() event {
+		t.Helper()
+		select {
+		case ev := <-f.a.events:
+			return ev
+		default:
+			t.Fatal("no event")
+			return event{}
+		}
+	}
+	f.a.asyncError(&nats.Subscription{Subject: f.a.id.Subjects.Declarations}, nats.ErrSlowConsumer)
+	if ev := next(); !ev.connected || ev.err != nil {
+		t.Fatalf("a dropped declaration gave %+v, want a sync", ev)
+	}
+	f.a.asyncError(&nats.Subscription{Subject: "_INBOX.other"}, nats.ErrSlowConsumer)
+	if ev := next(); ev.connected || !errors.Is(ev.err, nats.ErrSlowConsumer) {
+		t.Fatalf("a slow consumer elsewhere gave %+v", ev)
+	}
+	f.a.asyncError(nil, nats.ErrAuthorization)
+	if ev := next(); ev.connected || !errors.Is(ev.err, nats.ErrAuthorization) {
+		t.Fatalf("an authorization error gave %+v", ev)
 	}
 }

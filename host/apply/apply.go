@@ -114,16 +114,21 @@ func (a FileApplier) Apply(ctx context.Context, files []File, previous []string)
 	}
 	slices.Sort(stale)
 
-	if err := os.MkdirAll(a.Root, 0o755); err != nil {
-		return Result{}, fmt.Errorf("apply: creating the managed root: %w", err)
-	}
 	root, err := os.OpenRoot(a.Root)
+	if errors.Is(err, fs.ErrNotExist) {
+		// Only now, not on every Apply: the root exists but the first time.
+		if err := os.MkdirAll(a.Root, 0o755); err != nil {
+			return Result{}, fmt.Errorf("apply: creating the managed root: %w", err)
+		}
+		root, err = os.OpenRoot(a.Root)
+	}
 	if err != nil {
 		return Result{}, fmt.Errorf("apply: opening the managed root: %w", err)
 	}
 	defer root.Close()
 
 	r := run{a: a, root: root}
+	defer r.closeDirs()
 	plan, err := r.inspect(decl, stale)
 	if err != nil {
 		return Result{}, err
@@ -245,6 +250,63 @@ type run struct {
 	a    FileApplier
 	root *os.Root
 	done []undo
+	// dirs are the directories this Apply works in, each opened once: every step
+	// on a file then names it by its base name alone, instead of os.Root opening
+	// each directory on the way again for every step.
+	dirs map[string]*dirHandle
+}
+
+// dirHandle is one directory of the managed tree: a Root for the steps on the
+// files in it, and the directory itself to flush, opened when first needed.
+type dirHandle struct {
+	root *os.Root
+	file *os.File
+	own  bool // root is this handle's to close (not the managed root itself)
+}
+
+// dir returns the handle of dir, a clean slash-separated path in the managed
+// root ("." for the root itself) whose components inspect has checked.
+func (r *run) dir(dir string) (*dirHandle, error) {
+	if d, ok := r.dirs[dir]; ok {
+		return d, nil
+	}
+	d := &dirHandle{root: r.root}
+	if dir != "." {
+		sub, err := r.root.OpenRoot(dir)
+		if err != nil {
+			return nil, err
+		}
+		d.root, d.own = sub, true
+	}
+	if r.dirs == nil {
+		r.dirs = map[string]*dirHandle{}
+	}
+	r.dirs[dir] = d
+	return d, nil
+}
+
+// sync flushes the directory, so that a rename, creation or removal in it
+// survives a crash.
+func (d *dirHandle) sync() error {
+	if d.file == nil {
+		f, err := d.root.Open(".")
+		if err != nil {
+			return err
+		}
+		d.file = f
+	}
+	return d.file.Sync()
+}
+
+func (r *run) closeDirs() {
+	for _, d := range r.dirs {
+		if d.file != nil {
+			d.file.Close()
+		}
+		if d.own {
+			d.root.Close()
+		}
+	}
 }
 
 type undo struct {
@@ -336,7 +398,12 @@ func (r *run) checkParents(p string, goingAway map[string]bool) ([]string, error
 // readExisting returns what is at p now: nil if nothing, its content, mode and
 // owner if a regular file, and a refusal if anything else.
 func (r *run) readExisting(p string) (*saved, error) {
-	fi, err := r.root.Lstat(p)
+	d, err := r.dir(path.Dir(p))
+	if err != nil {
+		return nil, fmt.Errorf("apply: inspecting %q: %w", p, err)
+	}
+	name := path.Base(p)
+	fi, err := d.root.Lstat(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil
@@ -349,7 +416,7 @@ func (r *run) readExisting(p string) (*saved, error) {
 		return nil, &PathError{Path: p, Err: ErrInvalidPath,
 			Reason: fmt.Sprintf("a %s is in its place; the applier only manages regular files", kind(fi.Mode()))}
 	}
-	data, err := r.root.ReadFile(p)
+	data, err := d.root.ReadFile(name)
 	if err != nil {
 		return nil, fmt.Errorf("apply: reading the current %q: %w", p, err)
 	}
@@ -430,20 +497,29 @@ func (r *run) write(w write) error {
 // writeAtomic writes data to p inside the root: temp file in the same
 // directory, write, fsync, chown, chmod, rename over p, fsync the directory.
 // On failure the temp file is removed and p is untouched.
+//
+// Both flushes stay whatever they cost: without the file's before the rename, a
+// crash can leave p renamed to a file whose data never reached the disk (empty or
+// torn); without the directory's after it, a crash can forget the rename, so that
+// p holds the old content while the agent recorded the new declaration as applied.
 func (r *run) writeAtomic(p string, data []byte, mode fs.FileMode, uid, gid int) (err error) {
+	d, err := r.dir(path.Dir(p))
+	if err != nil {
+		return err
+	}
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	// A short fixed-length name: a 255-byte declared name must not make its
 	// temp name too long.
-	tmp := path.Join(path.Dir(p), ".meshhost-"+hex.EncodeToString(rnd[:]))
-	f, err := r.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	tmp := ".meshhost-" + hex.EncodeToString(rnd[:])
+	f, err := d.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
 	defer func() {
 		if err != nil {
 			f.Close()
-			r.root.Remove(tmp)
+			d.root.Remove(tmp)
 		}
 	}()
 	if _, err := f.Write(data); err != nil {
@@ -477,22 +553,21 @@ func (r *run) writeAtomic(p string, data []byte, mode fs.FileMode, uid, gid int)
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := r.root.Rename(tmp, p); err != nil {
+	if err := d.root.Rename(tmp, path.Base(p)); err != nil {
 		return err
 	}
 	if err := r.hook("syncdir", p); err != nil {
 		return err
 	}
-	return r.syncDir(path.Dir(p))
+	return d.sync()
 }
 
 func (r *run) syncDir(dir string) error {
-	d, err := r.root.Open(dir)
+	d, err := r.dir(dir)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	return d.Sync()
+	return d.sync()
 }
 
 func (r *run) remove(rm remove) error {
