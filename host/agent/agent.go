@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"slices"
@@ -221,8 +222,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	opts := append(base,
 		nats.DontRandomize(),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(time.Second),
-		nats.ReconnectJitter(500*time.Millisecond, time.Second),
+		nats.CustomReconnectDelay(reconnectDelay),
 		nats.IgnoreAuthErrorAbort(),
 		nats.Timeout(10*time.Second),
 		// A broker cut off without a reset (a partition) is noticed in about 10s.
@@ -380,6 +380,21 @@ func (a *Agent) brokers() []string {
 		list = a.id.Brokers
 	}
 	return spread(list, a.id.Node)
+}
+
+// reconnectDelay is how long the agent waits after its attempts-th pass over every
+// broker it knows failed: doubling from 250 ms up to 15 s, each wait drawn at random
+// from its upper half. After a control plane restarts, a fleet then comes back
+// within a few seconds, spread out instead of in lockstep, and a mesh down for long
+// is not hammered by every host at once: on a busy control node, TLS handshakes
+// that time out and are retried at once are what turns a restart into a storm.
+func reconnectDelay(attempts int) time.Duration {
+	const first, ceiling = 250 * time.Millisecond, 15 * time.Second
+	d := ceiling
+	if attempts >= 1 && attempts <= 6 { // from the 7th on, 250 ms << 6 = 16 s is beyond the ceiling
+		d = min(first<<(attempts-1), ceiling)
+	}
+	return d/2 + rand.N(d/2)
 }
 
 // spread rotates list by a hash of key.

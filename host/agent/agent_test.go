@@ -417,3 +417,34 @@ func TestSlowConsumerAsksForASync(t *testing.T) {
 		t.Fatalf("an authorization error gave %+v", ev)
 	}
 }
+
+// Reconnecting backs off exponentially, with jitter, up to a ceiling, whatever the
+// count nats.go passes.
+func TestReconnectDelay(t *testing.T) {
+	for _, c := range []struct {
+		attempts int
+		lo, hi   time.Duration
+	}{
+		{1, 125 * time.Millisecond, 250 * time.Millisecond},
+		{2, 250 * time.Millisecond, 500 * time.Millisecond},
+		{3, 500 * time.Millisecond, time.Second},
+		{5, 2 * time.Second, 4 * time.Second},
+		{6, 4 * time.Second, 8 * time.Second},
+		{7, 7500 * time.Millisecond, 15 * time.Second},
+		{1 << 40, 7500 * time.Millisecond, 15 * time.Second},
+		{0, 7500 * time.Millisecond, 15 * time.Second},
+		{-1, 7500 * time.Millisecond, 15 * time.Second},
+	} {
+		seen := map[time.Duration]bool{}
+		for range 200 {
+			d := reconnectDelay(c.attempts)
+			if d < c.lo || d >= c.hi {
+				t.Fatalf("attempt %d waits %v, want [%v, %v)", c.attempts, d, c.lo, c.hi)
+			}
+			seen[d] = true
+		}
+		if len(seen) < 10 {
+			t.Errorf("attempt %d: only %d distinct waits in 200: no jitter", c.attempts, len(seen))
+		}
+	}
+}
