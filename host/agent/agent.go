@@ -383,15 +383,17 @@ func (a *Agent) brokers() []string {
 }
 
 // reconnectDelay is how long the agent waits after its attempts-th pass over every
-// broker it knows failed: doubling from 250 ms up to 15 s, each wait drawn at random
-// from its upper half. After a control plane restarts, a fleet then comes back
-// within a few seconds, spread out instead of in lockstep, and a mesh down for long
-// is not hammered by every host at once: on a busy control node, TLS handshakes
-// that time out and are retried at once are what turns a restart into a storm.
+// broker it knows failed: 2 s, doubling up to 15 s, each wait drawn at random from
+// its upper half (1–2 s, 2–4 s, 4–8 s, then 7.5–15 s). The first wait is not
+// shorter on purpose: a control node restarted with a fleet connected needs about a
+// second to serve its API again, and 10,000 TLS handshakes arriving in that second
+// took it 11 s instead of 1 s in the fleet benchmark (docs/benchmarks.md). Drawn at
+// random, the fleet comes back spread out instead of in lockstep, and a mesh down
+// for long is not hammered by every host at once.
 func reconnectDelay(attempts int) time.Duration {
-	const first, ceiling = 250 * time.Millisecond, 15 * time.Second
+	const first, ceiling = 2 * time.Second, 15 * time.Second
 	d := ceiling
-	if attempts >= 1 && attempts <= 6 { // from the 7th on, 250 ms << 6 = 16 s is beyond the ceiling
+	if attempts >= 1 && attempts <= 3 { // from the 4th on, 2 s << 3 = 16 s is beyond the ceiling
 		d = min(first<<(attempts-1), ceiling)
 	}
 	return d/2 + rand.N(d/2)

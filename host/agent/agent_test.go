@@ -425,11 +425,10 @@ func TestReconnectDelay(t *testing.T) {
 		attempts int
 		lo, hi   time.Duration
 	}{
-		{1, 125 * time.Millisecond, 250 * time.Millisecond},
-		{2, 250 * time.Millisecond, 500 * time.Millisecond},
-		{3, 500 * time.Millisecond, time.Second},
-		{5, 2 * time.Second, 4 * time.Second},
-		{6, 4 * time.Second, 8 * time.Second},
+		{1, time.Second, 2 * time.Second},
+		{2, 2 * time.Second, 4 * time.Second},
+		{3, 4 * time.Second, 8 * time.Second},
+		{4, 7500 * time.Millisecond, 15 * time.Second},
 		{7, 7500 * time.Millisecond, 15 * time.Second},
 		{1 << 40, 7500 * time.Millisecond, 15 * time.Second},
 		{0, 7500 * time.Millisecond, 15 * time.Second},
