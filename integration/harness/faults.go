@@ -3,11 +3,9 @@ package harness
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -303,9 +301,4 @@ func (c countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n.Add(int64(n))
 	return n, err
-}
-
-// IsClosed reports whether err means a closed network connection.
-func IsClosed(err error) bool {
-	return errors.Is(err, net.ErrClosed) || err != nil && strings.Contains(err.Error(), "closed")
 }
