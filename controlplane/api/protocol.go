@@ -174,6 +174,20 @@ type SyncRequest struct {
 	// MembershipVersion is the version of the signed list of brokers the node
 	// holds (0: none); a newer one is sent with the rest.
 	MembershipVersion uint64 `json:"membership_version"`
+	// HaveApplied and AppliedExpiresAt say which declaration the node holds
+	// applied (AppliedVersion) and until when it is valid: see HasDeclared.
+	HaveApplied      bool      `json:"have_applied,omitempty"`
+	AppliedExpiresAt time.Time `json:"applied_expires_at,omitzero"`
+}
+
+// HasDeclared reports whether the node already holds, applied, the declaration
+// version whose validity ends at expires, or a copy of it valid as long: then a
+// sync need not send it again. A node's versions never restart and each names one
+// body, so the version says which declaration it is. A node that claims more than
+// it holds only deprives itself (and a broker that forges the claim could as well
+// drop the envelope).
+func (r SyncRequest) HasDeclared(version uint64, expires time.Time) bool {
+	return r.HaveApplied && r.AppliedVersion == version && !r.AppliedExpiresAt.Before(expires)
 }
 
 // SyncResponse acknowledges a sync: the signed envelopes themselves (the chain of

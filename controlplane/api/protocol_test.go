@@ -225,7 +225,8 @@ func TestGoldenDecode(t *testing.T) {
 		t.Fatal("the golden key proof does not verify: KeyProofMessage changed")
 	}
 	sr, err := Decode[SyncRequest](v["sync_request"])
-	if err != nil || sr.AppliedVersion != 3 || sr.KeyringEpoch != 1 {
+	if err != nil || sr.AppliedVersion != 3 || sr.KeyringEpoch != 1 || !sr.HaveApplied ||
+		!sr.AppliedExpiresAt.Equal(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)) {
 		t.Fatalf("sync request = %+v, %v", sr, err)
 	}
 	st, err := Decode[Status](v["status_with_error"])
@@ -426,4 +427,32 @@ func must(b []byte, err error) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// A sync sends the declaration again unless the node holds that very version
+// applied, valid at least as long.
+func TestSyncRequestHasDeclared(t *testing.T) {
+	exp := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, c := range []struct {
+		name string
+		req  SyncRequest
+		want bool
+	}{
+		{"holds it", SyncRequest{HaveApplied: true, AppliedVersion: 3, AppliedExpiresAt: exp}, true},
+		{"holds a copy valid longer", SyncRequest{HaveApplied: true, AppliedVersion: 3, AppliedExpiresAt: exp.Add(time.Hour)}, true},
+		{"holds a copy that expires sooner (a refresh is due)", SyncRequest{HaveApplied: true, AppliedVersion: 3, AppliedExpiresAt: exp.Add(-time.Second)}, false},
+		{"holds an older version", SyncRequest{HaveApplied: true, AppliedVersion: 2, AppliedExpiresAt: exp}, false},
+		{"holds a newer version (the mesh lost one?)", SyncRequest{HaveApplied: true, AppliedVersion: 4, AppliedExpiresAt: exp}, false},
+		{"has applied nothing", SyncRequest{AppliedVersion: 3, AppliedExpiresAt: exp}, false},
+		{"an agent that does not say (older agents)", SyncRequest{AppliedVersion: 3}, false},
+		{"version 0 applied", SyncRequest{HaveApplied: true, AppliedVersion: 0, AppliedExpiresAt: exp}, false},
+	} {
+		version := uint64(3)
+		if c.name == "version 0 applied" {
+			version = 1
+		}
+		if got := c.req.HasDeclared(version, exp); got != c.want {
+			t.Errorf("%s: HasDeclared = %v, want %v", c.name, got, c.want)
+		}
+	}
 }

@@ -54,11 +54,19 @@ func (d *Daemon) handleSync(m *nats.Msg) {
 			keyrings = s.KeyringChain(req.KeyringEpoch)
 			members = s.MembershipInput()
 		})
-		if !ok {
+		// What the node lacks, and only that: keyrings after its epoch, a newer
+		// membership, and its declaration unless it holds it applied already.
+		var env []byte
+		switch {
+		case !ok:
 			resp.Error = &api.Error{Code: api.CodeNotFound, Message: "no such node"}
-		} else if env, err := d.signer.declaration(in); err != nil {
-			resp.Error = &api.Error{Code: api.CodeInternal, Message: err.Error()}
-		} else {
+		case req.HasDeclared(in.Declared.Version, in.Declared.ExpiresAt):
+		default:
+			if env, err = d.signer.declaration(in); err != nil {
+				resp.Error = &api.Error{Code: api.CodeInternal, Message: err.Error()}
+			}
+		}
+		if resp.Error == nil {
 			for _, kr := range keyrings {
 				envs = append(envs, kr)
 			}
@@ -70,7 +78,9 @@ func (d *Daemon) handleSync(m *nats.Msg) {
 					envs = append(envs, m)
 				}
 			}
-			envs = append(envs, env)
+			if env != nil {
+				envs = append(envs, env)
+			}
 		}
 	}
 	// In order, on one connection: each keyring before what it signs.

@@ -496,7 +496,7 @@ func (s *syncer) start(ctx context.Context, workers *sync.WaitGroup) {
 	s.inFlight = true
 	s.base = s.a.received
 	req, _ := json.Marshal(wire.SyncRequest{V: wire.ProtocolVersion, AppliedVersion: s.a.applied.Version, KeyringEpoch: s.a.keyring.Epoch,
-		MembershipVersion: s.a.applied.MembershipVersion})
+		MembershipVersion: s.a.applied.MembershipVersion, HaveApplied: s.a.applied.HaveApplied, AppliedExpiresAt: s.a.applied.ExpiresAt})
 	workers.Add(1)
 	go func() {
 		defer workers.Done()

@@ -112,6 +112,11 @@ type SyncRequest struct {
 	// MembershipVersion is the version of the signed list of brokers the node
 	// holds (0: none); a newer one is sent with the rest.
 	MembershipVersion uint64 `json:"membership_version"`
+	// HaveApplied and AppliedExpiresAt say which declaration the node holds
+	// applied (AppliedVersion) and until when it is valid: the mesh sends the
+	// declaration again only if it is another one or valid for longer.
+	HaveApplied      bool      `json:"have_applied,omitempty"`
+	AppliedExpiresAt time.Time `json:"applied_expires_at,omitzero"`
 }
 
 // SyncResponse acknowledges a sync. The signed envelopes themselves (the keyrings
