@@ -358,6 +358,8 @@ func TestTokenAdmitsOneMachineOnce(t *testing.T) {
 	}
 }
 
+// enrollingConnWithErrors is enrollingConn that also hands the connection's
+// asynchronous errors (permission violations) to errs, if not nil.
 func enrollingConnWithErrors(t *testing.T, cp *harness.ControlPlane, tok tokenfmt.Token, kp nkeys.KeyPair, errs chan error) *nats.Conn {
 	t.Helper()
 	cfg, _ := datadir.Dir(cp.Dir).LoadConfig()

@@ -12,8 +12,6 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"mesh/controlplane/api"
-	"mesh/controlplane/datadir"
-	"mesh/controlplane/pki"
 	"mesh/integration/harness"
 	"mesh/tokenfmt"
 )
@@ -22,17 +20,7 @@ import (
 // key it would register: the only way the broker admits one.
 func enrollingConn(t *testing.T, cp *harness.ControlPlane, tok tokenfmt.Token, kp nkeys.KeyPair) *nats.Conn {
 	t.Helper()
-	cfg, _ := datadir.Dir(cp.Dir).LoadConfig()
-	pin, _ := cfg.Pin()
-	pub, _ := kp.PublicKey()
-	nc, err := nats.Connect("tls://"+cp.Listen, nats.Secure(pki.PinnedClientConfig(pin)), nats.TLSHandshakeFirst(),
-		nats.UserInfo("enrol:"+tok.Node, hexSecret(tok)), nats.Nkey(pub, kp.Sign),
-		nats.CustomInboxPrefix(api.EnrolInbox(tok.Node, pub)), nats.NoReconnect())
-	if err != nil {
-		t.Fatalf("enrolling connection: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
+	return enrollingConnWithErrors(t, cp, tok, kp, nil)
 }
 
 // TestHostileMessagesToTheControlPlane: malformed, truncated, oversized, wrong-version

@@ -22,7 +22,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
+
+	"mesh/host/atomicfile"
 )
 
 // File is one declared file. Path is slash-separated and relative to the
@@ -291,7 +292,7 @@ func (r *run) dir(dir string) (*dirHandle, error) {
 // survives a crash.
 func (d *dirHandle) sync() error {
 	if d.file == nil {
-		f, err := d.root.OpenFile(".", os.O_RDONLY|noPoll, 0)
+		f, err := d.root.OpenFile(".", os.O_RDONLY|atomicfile.NoPoll, 0)
 		if err != nil {
 			return err
 		}
@@ -426,17 +427,11 @@ func (r *run) readExisting(p string) (*saved, error) {
 	return &saved{data: data, mode: fi.Mode() & modeBits, uid: uid, gid: gid}, nil
 }
 
-// noPoll, among the flags of an open, tells Go not to offer the file to its
-// network poller, which cannot take regular files or directories: without it
-// every open costs four fcntl calls and a failing epoll_ctl besides the openat,
-// a quarter of an apply's system calls. O_NONBLOCK changes nothing for regular
-// files and directories; a FIFO put in a file's place opens without waiting.
-const noPoll = syscall.O_NONBLOCK
 
 // readFile reads the file called name in root, of about size bytes (as Lstat
-// said), opened with noPoll.
+// said), opened with atomicfile.NoPoll.
 func readFile(root *os.Root, name string, size int64) ([]byte, error) {
-	f, err := root.OpenFile(name, os.O_RDONLY|noPoll, 0)
+	f, err := root.OpenFile(name, os.O_RDONLY|atomicfile.NoPoll, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -545,7 +540,7 @@ func (r *run) writeAtomic(p string, data []byte, mode fs.FileMode, uid, gid int)
 	// A short fixed-length name: a 255-byte declared name must not make its
 	// temp name too long.
 	tmp := ".meshhost-" + hex.EncodeToString(rnd[:])
-	f, err := d.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|noPoll, 0o600)
+	f, err := d.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|atomicfile.NoPoll, 0o600)
 	if err != nil {
 		return err
 	}

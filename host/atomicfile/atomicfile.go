@@ -135,19 +135,20 @@ func write(path string, data []byte, perm fs.FileMode, exclusive bool, h *hooks)
 	return nil
 }
 
-// noPoll, among the flags of an open, tells Go not to offer the file to its
+// NoPoll, among the flags of an open, tells Go not to offer the file to its
 // network poller, which cannot take regular files or directories: without it
 // every open costs four fcntl calls and a failing epoll_ctl besides the openat,
-// for a write that is half of its system calls. O_NONBLOCK changes nothing for
-// regular files and directories.
-const noPoll = syscall.O_NONBLOCK
+// for a write here half of its system calls. O_NONBLOCK changes nothing for
+// regular files and directories, and a FIFO put in a file's place opens without
+// waiting for a writer.
+const NoPoll = syscall.O_NONBLOCK
 
-// createTemp is os.CreateTemp(dir, "."+base+".tmp-*") opened with noPoll: a new
+// createTemp is os.CreateTemp(dir, "."+base+".tmp-*") opened with NoPoll: a new
 // file, mode 0600, and its name.
 func createTemp(dir, base string) (*os.File, string, error) {
 	for try := 0; ; try++ {
 		name := filepath.Join(dir, "."+base+".tmp-"+strconv.FormatUint(uint64(rand.Uint32()), 10))
-		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|noPoll, 0o600)
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|NoPoll, 0o600)
 		if errors.Is(err, fs.ErrExist) && try < 10000 {
 			continue
 		}
@@ -157,7 +158,7 @@ func createTemp(dir, base string) (*os.File, string, error) {
 
 // syncDir flushes a directory so that a rename or link in it survives a crash.
 func syncDir(dir string) error {
-	d, err := os.OpenFile(dir, os.O_RDONLY|noPoll, 0)
+	d, err := os.OpenFile(dir, os.O_RDONLY|NoPoll, 0)
 	if err != nil {
 		return err
 	}
