@@ -427,7 +427,6 @@ func (r *run) readExisting(p string) (*saved, error) {
 	return &saved{data: data, mode: fi.Mode() & modeBits, uid: uid, gid: gid}, nil
 }
 
-
 // readFile reads the file called name in root, of about size bytes (as Lstat
 // said), opened with atomicfile.NoPoll.
 func readFile(root *os.Root, name string, size int64) ([]byte, error) {
