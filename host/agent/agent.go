@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nkeys"
 
 	"mesh/declarations"
 	"mesh/host/apply"
@@ -92,7 +91,7 @@ type Agent struct {
 	o       Options
 	log     *slog.Logger
 	id      identity.Identity
-	kp      nkeys.KeyPair
+	kp      *identity.KeyPair
 	applied state.Applied
 	keyring declarations.Keyring
 	keys    []ed25519.PublicKey

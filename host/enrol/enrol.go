@@ -27,7 +27,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nkeys"
 
 	"mesh/declarations"
 	"mesh/host/identity"
@@ -247,7 +246,7 @@ func expiryText(exp, now time.Time) string {
 
 // dialEnrolment connects to the first broker that completes a pinned handshake,
 // presenting the token's secret and the node key kp.
-func (r *run) dialEnrolment(ctx context.Context, kp nkeys.KeyPair, pub string) (*nats.Conn, string, error) {
+func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub string) (*nats.Conn, string, error) {
 	var errs []string
 	substituted := 0
 	for _, b := range r.tok.Brokers {
@@ -293,13 +292,13 @@ func (r *run) dialEnrolment(ctx context.Context, kp nkeys.KeyPair, pub string) (
 
 // nodeKey returns the pending key of an unfinished enrolment with this token, or a
 // new one saved as pending before it is ever presented.
-func (r *run) nodeKey() (nkeys.KeyPair, bool, error) {
+func (r *run) nodeKey() (*identity.KeyPair, bool, error) {
 	th := r.tok.SecretHash()
 	tokenID := hex.EncodeToString(th[:])
 	p, err := identity.LoadPending(r.o.StateDir)
 	switch {
 	case err == nil && p.Mesh == r.tok.Mesh && p.Node == r.tok.Node && p.TokenHash == tokenID:
-		kp, err := nkeys.FromSeed([]byte(p.Seed))
+		kp, err := p.KeyPair()
 		if err == nil {
 			return kp, true, nil
 		}
@@ -308,7 +307,7 @@ func (r *run) nodeKey() (nkeys.KeyPair, bool, error) {
 		// key with this token is the same enrolment restarted.
 		_ = identity.RemovePending(r.o.StateDir)
 	}
-	kp, err := nkeys.CreateUser()
+	kp, err := identity.NewKeyPair()
 	if err != nil {
 		return nil, false, fmt.Errorf("generate the node key: %w", err)
 	}
@@ -321,7 +320,7 @@ func (r *run) nodeKey() (nkeys.KeyPair, bool, error) {
 	return kp, false, nil
 }
 
-func (r *run) request(nc *nats.Conn, kp nkeys.KeyPair, pub string) (wire.EnrolResponse, error) {
+func (r *run) request(nc *nats.Conn, kp *identity.KeyPair, pub string) (wire.EnrolResponse, error) {
 	proof, err := kp.Sign(wire.KeyProofMessage(r.tok.Mesh, r.tok.Node, pub))
 	if err != nil {
 		return wire.EnrolResponse{}, err
@@ -383,7 +382,7 @@ type answer struct {
 // verify checks the mesh's answer: the CA it hands over is the pinned one, the keyring
 // is signed by the token's key, and the first declaration and the brokers' membership
 // verify under that keyring.
-func (r *run) verify(resp wire.EnrolResponse, kp nkeys.KeyPair, pub string) (answer, error) {
+func (r *run) verify(resp wire.EnrolResponse, kp *identity.KeyPair, pub string) (answer, error) {
 	fail := func(format string, args ...any) (answer, error) {
 		return answer{}, fmt.Errorf("%w: %s", ErrBadAnswer, fmt.Sprintf(format, args...))
 	}
@@ -463,7 +462,7 @@ func saveError(err error, tok token.Token) error {
 
 // reconnect proves the mesh accepts the node's own key: it connects with it and asks
 // for its declaration.
-func reconnect(ctx context.Context, id identity.Identity, kp nkeys.KeyPair, timeout time.Duration) error {
+func reconnect(ctx context.Context, id identity.Identity, kp *identity.KeyPair, timeout time.Duration) error {
 	nc, err := Connect(id, kp, timeout)
 	if err != nil {
 		return err
@@ -495,7 +494,7 @@ var errNotKnownYet = errors.New("the mesh does not know this node yet")
 
 // Connect dials the mesh as the enrolled node: pinned TLS, handshake first, the node's
 // nkey signing the server's nonce. It is a one-shot connection (no reconnects).
-func Connect(id identity.Identity, kp nkeys.KeyPair, timeout time.Duration) (*nats.Conn, error) {
+func Connect(id identity.Identity, kp *identity.KeyPair, timeout time.Duration) (*nats.Conn, error) {
 	opts, err := link.AsNode(id, kp)
 	if err != nil {
 		return nil, err

@@ -146,10 +146,10 @@ func (id Identity) Validate() error {
 	return nil
 }
 
-// KeyPair returns the node's nkey pair from the seed, after checking that the
+// KeyPair returns the node's key pair from the seed, after checking that the
 // seed is a user seed and that it matches PublicKey. The caller should Wipe it
 // when done.
-func (id Identity) KeyPair() (nkeys.KeyPair, error) {
+func (id Identity) KeyPair() (*KeyPair, error) {
 	kp, err := userKeyPair(id.Seed)
 	if err != nil {
 		return nil, err
@@ -158,27 +158,9 @@ func (id Identity) KeyPair() (nkeys.KeyPair, error) {
 		kp.Wipe()
 		return nil, invalid("public_key", "is not an nkeys user public key")
 	}
-	pub, err := kp.PublicKey()
-	if err != nil || pub != id.PublicKey {
+	if kp.pub != id.PublicKey {
 		kp.Wipe()
 		return nil, invalid("nkey_seed", "does not match public_key %s", id.PublicKey)
-	}
-	return kp, nil
-}
-
-// userKeyPair parses an nkeys user seed without ever quoting it.
-func userKeyPair(seed string) (nkeys.KeyPair, error) {
-	if seed == "" {
-		return nil, invalid("nkey_seed", "is missing")
-	}
-	kp, err := nkeys.FromSeed([]byte(seed))
-	if err != nil {
-		return nil, invalid("nkey_seed", "is not a valid nkeys seed")
-	}
-	pub, err := kp.PublicKey()
-	if err != nil || !nkeys.IsValidPublicUserKey(pub) {
-		kp.Wipe()
-		return nil, invalid("nkey_seed", "is an nkeys seed but not a user seed")
 	}
 	return kp, nil
 }

@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nkeys"
-
 	"mesh/host/atomicfile"
 )
 
@@ -64,7 +62,7 @@ func (p Pending) Validate() error {
 }
 
 // KeyPair returns the pending key pair. The caller should Wipe it when done.
-func (p Pending) KeyPair() (nkeys.KeyPair, error) { return userKeyPair(p.Seed) }
+func (p Pending) KeyPair() (*KeyPair, error) { return userKeyPair(p.Seed) }
 
 // String describes the pending enrolment without its seed.
 func (p Pending) String() string {

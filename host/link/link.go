@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nkeys"
 
 	"mesh/host/identity"
 	"mesh/host/pintls"
@@ -25,7 +24,7 @@ func Pinned(pin [32]byte) []nats.Option {
 
 // AsNode returns the options of a connection as the enrolled node id: pinned, the
 // node's key signing the server's nonce, replies on the node's own inbox.
-func AsNode(id identity.Identity, kp nkeys.KeyPair) ([]nats.Option, error) {
+func AsNode(id identity.Identity, kp *identity.KeyPair) ([]nats.Option, error) {
 	pin, err := PinOf(id)
 	if err != nil {
 		return nil, err
