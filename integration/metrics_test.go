@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -83,6 +84,13 @@ func TestMetricsEndpoints(t *testing.T) {
 	} {
 		if got := harness.Sum(agent, c.name); got != c.want {
 			t.Errorf("agent %s = %v, want %v", c.name, got, c.want)
+		}
+	}
+	// meshhost run uses one core unless GOMAXPROCS, which it inherits from the test,
+	// says otherwise.
+	if os.Getenv("GOMAXPROCS") == "" {
+		if got := harness.Sum(agent, "go_sched_gomaxprocs_threads"); got != 1 {
+			t.Errorf("agent go_sched_gomaxprocs_threads = %v, want 1", got)
 		}
 	}
 	if got := harness.Sum(agent, "mesh_agent_last_apply_duration_seconds"); got <= 0 {

@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -322,6 +323,9 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
+// agentProcs is how many cores `meshhost run` lets Go use (GOMAXPROCS).
+const agentProcs = 1
+
 func cmdRun(args []string, cio *cliIO) error {
 	fs := newFlags("run", cio)
 	stateDir := fs.String("state", "", "state directory written by enrol (required)")
@@ -350,6 +354,14 @@ func cmdRun(args []string, cio *cliIO) error {
 	log, err := newLogger(cio.stderr, *logLevel, format)
 	if err != nil {
 		return err
+	}
+	if cio.getenv("GOMAXPROCS") == "" {
+		// The agent handles one message at a time, so a second core buys it nothing,
+		// while Go's scheduler, given several, hands each message between threads on
+		// different cores and spins looking for work: about 12% more CPU per
+		// declaration here (docs/benchmarks.md). The machine's cores are for its
+		// workload. GOMAXPROCS, when set, decides instead.
+		runtime.GOMAXPROCS(agentProcs)
 	}
 	var hk hooks.Config
 	if *hooksFile != "" {
