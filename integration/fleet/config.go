@@ -28,6 +28,10 @@ type Config struct {
 	MessageSize int `json:"message_size"`
 	// ServeLogLevel is serve's --log-level.
 	ServeLogLevel string `json:"serve_log_level"`
+	// RestartDelay is how long serve stays down after the kill of phase 6. The
+	// agents' first reconnections come 1–2 s after the kill, so a delay near 1 s makes
+	// the restarted node start as they arrive.
+	RestartDelay time.Duration `json:"restart_delay,omitempty"`
 	// Product and Baseline select the parts that run.
 	Product  bool `json:"product"`
 	Baseline bool `json:"baseline"`
@@ -77,6 +81,8 @@ func (c Config) validate() error {
 		return errors.New("-start-inflight must not be negative")
 	case c.MessageSize < 1:
 		return errors.New("-msg-size must be at least 1")
+	case c.RestartDelay < 0:
+		return errors.New("-restart-delay must not be negative")
 	case !c.Product && !c.Baseline:
 		return errors.New("nothing to run: both the product and the baseline are off")
 	case c.Out == nil:

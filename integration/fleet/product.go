@@ -301,6 +301,13 @@ func (b *bench) restart(ctx context.Context, res *ProductResult) error {
 	if err := b.cp.Kill(); err != nil {
 		return err
 	}
+	if d := b.cfg.RestartDelay; d > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(d):
+		}
+	}
 	restarted := time.Now()
 	if err := b.cp.Start(); err != nil {
 		return err

@@ -44,6 +44,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.PhaseTimeout, "phase-timeout", cfg.PhaseTimeout, "longest wait for the fleet in a phase")
 	fs.IntVar(&cfg.MessageSize, "msg-size", cfg.MessageSize, "baseline message size, bytes")
 	fs.StringVar(&cfg.ServeLogLevel, "serve-log-level", cfg.ServeLogLevel, "meshctl serve --log-level")
+	fs.DurationVar(&cfg.RestartDelay, "restart-delay", cfg.RestartDelay, "how long serve stays down after the kill -9 of phase 6 (near 1s, it restarts as the agents reconnect)")
 	fs.BoolVar(&cfg.Baseline, "baseline", cfg.Baseline, "run the raw NATS baseline")
 	fs.BoolVar(&cfg.Product, "product", cfg.Product, "run the product's phases")
 	fs.StringVar(&cfg.WorkDir, "work", cfg.WorkDir, "parent of the control plane's data directory, on real disk (default: the system temp dir)")
