@@ -102,9 +102,11 @@ func (id Identity) Validate() error {
 	if id.Role != "control" && id.Role != "worker" {
 		return invalid("role", "is %q; it must be \"control\" or \"worker\"", truncate(id.Role, 20))
 	}
-	if _, err := id.KeyPair(); err != nil {
+	kp, err := id.KeyPair()
+	if err != nil {
 		return err
 	}
+	kp.Wipe()
 	if err := checkCA(id.CAPEM, id.CAPin); err != nil {
 		return err
 	}

@@ -3,7 +3,9 @@ package identity
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
+	"log/slog"
 
 	"github.com/nats-io/nkeys"
 )
@@ -102,4 +104,22 @@ func (k *KeyPair) Wipe() {
 	clear(k.seed)
 	clear(k.priv)
 	k.seed, k.priv = nil, nil
+}
+
+// String describes the key pair by its public key alone, as do GoString, LogValue
+// and MarshalJSON: %v, %+v, %#v, slog and json.Marshal never show the seed or the
+// private key.
+func (k KeyPair) String() string { return "identity.KeyPair{PublicKey:" + k.pub + "}" }
+
+// GoString is String.
+func (k KeyPair) GoString() string { return k.String() }
+
+// LogValue is the public key.
+func (k KeyPair) LogValue() slog.Value { return slog.StringValue(k.String()) }
+
+// MarshalJSON encodes the public key only.
+func (k KeyPair) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		PublicKey string `json:"public_key"`
+	}{k.pub})
 }

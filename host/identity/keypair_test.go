@@ -1,7 +1,11 @@
 package identity
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -129,4 +133,41 @@ func BenchmarkSignNonce(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A key pair formatted every way a log line might shows its public key, never its
+// seed or private key.
+func TestKeyPairNeverPrintsItsSecret(t *testing.T) {
+	kp, err := NewKeyPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := kp.Seed()
+	secrets := []string{string(seed), fmt.Sprint(kp.priv), fmt.Sprint(seed), fmt.Sprintf("%x", kp.priv[:32])}
+	var outs []string
+	for _, v := range []any{kp, *kp, struct{ K *KeyPair }{kp}, []KeyPair{*kp}} {
+		for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%x"} {
+			outs = append(outs, fmt.Sprintf(verb, v))
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs = append(outs, string(b))
+	}
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("x", "key", kp, "value", *kp)
+	slog.New(slog.NewTextHandler(&buf, nil)).Info("x", "key", kp)
+	outs = append(outs, buf.String())
+	pub, _ := kp.PublicKey()
+	for _, out := range outs {
+		for _, s := range secrets {
+			if strings.Contains(out, s) {
+				t.Fatalf("output shows the key pair's secret: %s", out)
+			}
+		}
+		if !strings.Contains(out, pub) && !strings.Contains(out, fmt.Sprintf("%x", pub)) {
+			t.Fatalf("output lost the public key: %s", out)
+		}
+	}
 }
