@@ -3,8 +3,10 @@ package fleet
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -97,42 +99,163 @@ func (cp *ControlPlane) Start() error {
 	return nil
 }
 
+// APIAttempt is one operator ping WaitAPI made: how long its connection and its
+// call took, and why it failed (empty when it succeeded).
+type APIAttempt struct {
+	// AtMs is when the attempt began, from the start of the wait.
+	AtMs   float64 `json:"at_ms"`
+	DialMs float64 `json:"dial_ms"`
+	CallMs float64 `json:"call_ms"`
+	Err    string  `json:"err,omitempty"`
+}
+
+// APIWait is how WaitAPI's wait went.
+type APIWait struct {
+	Took time.Duration
+	// Answered is when the answer came, by the clock every process of the machine
+	// shares: the benchmark's own goroutines may be scheduled late in a storm.
+	Began, Answered time.Time
+	Attempts        []APIAttempt
+}
+
+// Summary says in a line how many pings it took and what the failed ones met.
+func (w APIWait) Summary() string {
+	if len(w.Attempts) == 0 {
+		return "no ping made"
+	}
+	last := w.Attempts[len(w.Attempts)-1]
+	s := fmt.Sprintf("%d ping(s) over %.0f ms; the answered one began at %.0f ms, connected in %.0f ms and was answered %.0f ms later",
+		len(w.Attempts), ms(w.Took), last.AtMs, last.DialMs, last.CallMs)
+	failed := map[string]int{}
+	var order []string
+	for _, a := range w.Attempts[:len(w.Attempts)-1] {
+		if failed[a.Err] == 0 {
+			order = append(order, a.Err)
+		}
+		failed[a.Err]++
+	}
+	for _, e := range order {
+		s += fmt.Sprintf("; %d× %s", failed[e], e)
+	}
+	return s
+}
+
 // WaitAPI waits until the leader answers an operator ping, dialling again as long as
-// the broker refuses connections, and returns how long that took.
-func (cp *ControlPlane) WaitAPI(ctx context.Context, limit time.Duration) (time.Duration, error) {
+// the broker refuses connections, and says how long that took and what each ping met.
+func (cp *ControlPlane) WaitAPI(ctx context.Context, limit time.Duration) (APIWait, error) {
 	start := time.Now()
 	deadline := start.Add(limit)
+	w := APIWait{Began: start}
 	var last error
 	for time.Now().Before(deadline) {
 		if err := ctx.Err(); err != nil {
-			return 0, err
+			return w, err
 		}
-		if !cp.Running() {
-			return 0, errors.New("meshctl serve exited; see " + cp.LogPath)
+		if cp.exited() {
+			return w, errors.New("meshctl serve exited; see " + cp.LogPath)
 		}
-		last = cp.ping()
+		at := ms(time.Since(start))
+		var a APIAttempt
+		a, last = cp.ping()
+		a.AtMs = at
+		w.Attempts = append(w.Attempts, a)
 		if last == nil {
-			return time.Since(start), nil
+			w.Answered = time.Now()
+			w.Took = w.Answered.Sub(start)
+			return w, nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return 0, fmt.Errorf("the control plane did not answer within %s: %v", limit, last)
+	return w, fmt.Errorf("the control plane did not answer within %s: %v", limit, last)
 }
 
-func (cp *ControlPlane) ping() error {
+// APIWaiter is WaitAPI run by the benchmark's binary (`wait-api`) in a process of
+// its own, as an operator's client runs. In the benchmark's process the operator's
+// client would share its threads with every agent reconnecting; and a process
+// started after the kill would spend part of the wait starting up on a busy machine.
+// So the process is started beforehand and waits for Begin.
+type APIWaiter struct {
+	cmd         *exec.Cmd
+	begin       io.WriteCloser
+	out, errOut bytes.Buffer
+	waited      bool
+}
+
+// StartAPIWaiter starts self's wait-api for cp's data directory; it pings from Begin
+// on, for at most limit.
+func (cp *ControlPlane) StartAPIWaiter(ctx context.Context, self string, limit time.Duration) (*APIWaiter, error) {
+	w := &APIWaiter{cmd: exec.CommandContext(ctx, self, "wait-api", "-data", cp.Dir, "-limit", limit.String())}
+	w.cmd.Stdout, w.cmd.Stderr = &w.out, &w.errOut
+	var err error
+	if w.begin, err = w.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	if err := w.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start fleetbench wait-api: %w", err)
+	}
+	return w, nil
+}
+
+// Begin starts the pings.
+func (w *APIWaiter) Begin() error {
+	_, err := io.WriteString(w.begin, "begin\n")
+	return err
+}
+
+// Close stops the process if Wait was not called (a phase that failed before).
+func (w *APIWaiter) Close() {
+	if w.waited {
+		return
+	}
+	w.begin.Close()
+	_ = w.cmd.Process.Kill()
+	_ = w.cmd.Wait()
+	w.waited = true
+}
+
+// Wait waits until the process got an answer or gave up, and says how it went.
+func (w *APIWaiter) Wait() (APIWait, error) {
+	w.begin.Close()
+	runErr := w.cmd.Wait()
+	w.waited = true
+	var r APIWait
+	if err := json.Unmarshal(w.out.Bytes(), &r); err != nil {
+		return r, fmt.Errorf("fleetbench wait-api: %v (%w); %s", err, runErr, bytes.TrimSpace(w.errOut.Bytes()))
+	}
+	if runErr != nil {
+		return r, fmt.Errorf("fleetbench wait-api: %w; %s", runErr, bytes.TrimSpace(w.errOut.Bytes()))
+	}
+	return r, nil
+}
+
+// ping makes one operator ping and says how it went.
+func (cp *ControlPlane) ping() (APIAttempt, error) {
+	var a APIAttempt
+	fail := func(err error) (APIAttempt, error) {
+		a.Err = err.Error()
+		if len(a.Err) > 120 {
+			a.Err = a.Err[:120] + "…"
+		}
+		return a, err
+	}
+	t0 := time.Now()
 	c, err := cp.Dial(operator.Options{Timeout: 2 * time.Second, LeaderWait: -1})
+	a.DialMs = ms(time.Since(t0))
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	defer c.Close()
+	t1 := time.Now()
 	var res api.PingResult
-	if err := c.Call(api.OpPing, struct{}{}, &res); err != nil {
-		return err
+	err = c.Call(api.OpPing, struct{}{}, &res)
+	a.CallMs = ms(time.Since(t1))
+	if err != nil {
+		return fail(err)
 	}
 	if !res.Leader {
-		return errors.New("the answering node is not the leader")
+		return fail(errors.New("the answering node is not the leader"))
 	}
-	return nil
+	return a, nil
 }
 
 // Dial connects an operator client with the data directory's credentials.
@@ -153,6 +276,23 @@ func (cp *ControlPlane) Running() bool {
 		return false
 	default:
 		return true
+	}
+}
+
+// exited reports whether the serve process this ControlPlane started has exited
+// (false for one it did not start, such as wait-api's).
+func (cp *ControlPlane) exited() bool {
+	cp.mu.Lock()
+	done := cp.done
+	cp.mu.Unlock()
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -75,6 +75,8 @@ type RestartResult struct {
 	// RestartToAPIMs the new process's start to that ping.
 	APIMs          float64 `json:"api_ms"`
 	RestartToAPIMs float64 `json:"restart_to_api_ms"`
+	// APIPings are the operator pings made until one was answered.
+	APIPings []APIAttempt `json:"api_pings"`
 	// ConvergedMs is the kill to declare --wait seeing every node converged on the
 	// declaration issued once the API answered.
 	ConvergedMs float64     `json:"converged_ms"`
@@ -156,11 +158,11 @@ func (b *bench) setUp(ctx context.Context, res *ProductResult) error {
 	if err := b.cp.Start(); err != nil {
 		return err
 	}
-	took, err := b.cp.WaitAPI(ctx, time.Minute)
+	w, err := b.cp.WaitAPI(ctx, time.Minute)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(b.out, "   serving on %s, API answered after %s\n", b.cp.Listen, took.Round(time.Millisecond))
+	fmt.Fprintf(b.out, "   serving on %s, API answered after %s\n", b.cp.Listen, w.Took.Round(time.Millisecond))
 	res.Memory.ReadyBytes, err = b.cp.RSS()
 	return err
 }
@@ -296,6 +298,11 @@ func (b *bench) rounds(ctx context.Context, res *ProductResult) error {
 // API's return, then declare to the whole fleet and time its convergence.
 func (b *bench) restart(ctx context.Context, res *ProductResult) error {
 	res.Restart.Connected = len(b.fleet.running())
+	waiter, err := b.cp.StartAPIWaiter(ctx, b.cfg.Self, b.cfg.PhaseTimeout)
+	if err != nil {
+		return err
+	}
+	defer waiter.Close()
 	sp := b.meter.begin(fmt.Sprintf("6. kill -9 serve with %d hosts connected, restart, until the API answers", res.Restart.Connected))
 	killed := time.Now()
 	if err := b.cp.Kill(); err != nil {
@@ -312,13 +319,19 @@ func (b *bench) restart(ctx context.Context, res *ProductResult) error {
 	if err := b.cp.Start(); err != nil {
 		return err
 	}
-	if _, err := b.cp.WaitAPI(ctx, b.cfg.PhaseTimeout); err != nil {
+	if err := waiter.Begin(); err != nil {
 		return err
 	}
-	answered := time.Now()
+	w, err := waiter.Wait()
+	if err != nil {
+		return err
+	}
+	answered := w.Answered
+	res.Restart.APIPings = w.Attempts
 	res.Restart.APIMs, res.Restart.RestartToAPIMs = ms(answered.Sub(killed)), ms(answered.Sub(restarted))
 	res.Restart.Phase = sp.end()
-	fmt.Fprintf(b.out, "   API answers %.0f ms after the kill (%.0f ms after the restart)\n", res.Restart.APIMs, res.Restart.RestartToAPIMs)
+	fmt.Fprintf(b.out, "   API answers %.0f ms after the kill (%.0f ms after the restart; pings from %.0f ms after it): %s\n",
+		res.Restart.APIMs, res.Restart.RestartToAPIMs, ms(w.Began.Sub(restarted)), w.Summary())
 	r, err := b.declareRound(ctx, "6. declare --all after the restart", b.fleet.Hosts)
 	if err != nil {
 		return err

@@ -5,11 +5,13 @@
 //	go run ./integration/fleet/cmd/fleetbench -hosts 1000 [-json FILE] [-cpuprofile FILE]
 //
 // Run it from the repository: it builds meshctl from the module it is in. The
-// subcommand `fleetbench nats-server -certs DIR` is the baseline's server, which the
-// benchmark starts itself.
+// subcommand `fleetbench nats-server -certs DIR` is the baseline's server, and
+// `fleetbench wait-api -data DIR` the operator waiting for a restarted control plane;
+// the benchmark starts both itself.
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -19,6 +21,7 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"syscall"
+	"time"
 
 	"mesh/integration/fleet"
 )
@@ -26,6 +29,9 @@ import (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "nats-server" {
 		os.Exit(natsServer(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "wait-api" {
+		os.Exit(waitAPI(os.Args[2:]))
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -123,6 +129,35 @@ func natsServer(args []string) int {
 	}
 	if err := fleet.ServeNATS(*certs, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "fleetbench nats-server:", err)
+		return 1
+	}
+	return 0
+}
+
+// waitAPI pings the control plane of a data directory until its leader answers, as
+// an operator would from a process of its own, and prints how it went as JSON. It
+// begins when a line arrives on stdin.
+func waitAPI(args []string) int {
+	fs := flag.NewFlagSet("fleetbench wait-api", flag.ContinueOnError)
+	data := fs.String("data", "", "the control node's data directory (required)")
+	limit := fs.Duration("limit", time.Minute, "how long to wait")
+	if err := fs.Parse(args); err != nil || *data == "" {
+		fmt.Fprintln(os.Stderr, "usage: fleetbench wait-api -data DIR [-limit D]")
+		return 2
+	}
+	// The benchmark starts this process before it kills serve, and says when to begin.
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		fmt.Fprintln(os.Stderr, "fleetbench wait-api: no begin on stdin:", err)
+		return 1
+	}
+	cp := &fleet.ControlPlane{Dir: *data}
+	w, err := cp.WaitAPI(context.Background(), *limit)
+	if jerr := json.NewEncoder(os.Stdout).Encode(w); jerr != nil {
+		fmt.Fprintln(os.Stderr, "fleetbench wait-api:", jerr)
+		return 1
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fleetbench wait-api:", err)
 		return 1
 	}
 	return 0
