@@ -49,6 +49,9 @@ type Config struct {
 	// MaxPayload caps one message in any account; 0 means 2 MiB (a declaration is at
 	// most 1 MiB). HostLimits caps the hosts account further.
 	MaxPayload int32
+	// Admission says when hosts' TLS handshakes go ahead; the zero value admits
+	// them from the start.
+	Admission Admission
 }
 
 // ClusterConfig joins brokers of several control nodes over mutual TLS.
@@ -64,6 +67,7 @@ type Server struct {
 	log      *slog.Logger
 	listen   string
 	accounts *accounts
+	admit    *admission
 }
 
 // Start configures and starts the broker and waits until it accepts connections.
@@ -100,16 +104,18 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if maxPayload == 0 {
 		maxPayload = 2 << 20
 	}
+	admit := newAdmission(cfg.Admission)
 	opts := &server.Options{
-		ServerName:        cfg.Name,
-		Host:              host,
-		Port:              port,
-		NoSigs:            true,
-		NoLog:             false,
-		MaxPayload:        maxPayload,
-		TLS:               true,
-		TLSConfig:         cfg.TLS,
-		TLSTimeout:        5,
+		ServerName: cfg.Name,
+		Host:       host,
+		Port:       port,
+		NoSigs:     true,
+		NoLog:      false,
+		MaxPayload: maxPayload,
+		TLS:        true,
+		TLSConfig:  admit.serverTLS(cfg.TLS),
+		// A host's handshake may be held (Admission.MaxWait) before it runs.
+		TLSTimeout:        (admit.maxWait + handshakeTime).Seconds(),
 		TLSHandshakeFirst: true,
 		AlwaysEnableNonce: true,
 		// A client must authenticate quickly; enrolling clients get a connection deadline
@@ -170,8 +176,19 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("broker: not accepting connections on %s after %s (is the address in use?)", cfg.Listen, deadline)
 	}
-	return &Server{ns: ns, log: log, listen: ns.ClientURL(), accounts: accts}, nil
+	return &Server{ns: ns, log: log, listen: ns.ClientURL(), accounts: accts, admit: admit}, nil
 }
+
+// handshakeTime is what the broker's TLS timeout allows a handshake beyond the time
+// it may be held: a client on a slow link still completes, one that stalls is cut off.
+const handshakeTime = 3 * time.Second
+
+// Open lets through the host handshakes a broker started with Admission.Held keeps
+// waiting, and every later one; it does nothing on a broker already open.
+func (s *Server) Open() { s.admit.Open() }
+
+// AdmissionStats says what the admission of host handshakes did so far.
+func (s *Server) AdmissionStats() AdmissionStats { return s.admit.stats() }
 
 // Addr returns the address clients connect to, ip:port.
 func (s *Server) Addr() string {

@@ -106,10 +106,16 @@ func everything(user string, a broker.Account) broker.Grant {
 
 func start(t testing.TB, m *mesh, auth broker.Authenticator) (*broker.Server, *syncBuffer) {
 	t.Helper()
+	return startWith(t, m, auth, func(*broker.Config) {})
+}
+
+// startWith starts a broker of the test configuration, changed by change.
+func startWith(t testing.TB, m *mesh, auth broker.Authenticator, change func(*broker.Config)) (*broker.Server, *syncBuffer) {
+	t.Helper()
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := broker.Start(ctx, broker.Config{
+	cfg := broker.Config{
 		Mesh:   "test",
 		Flows:  testFlows,
 		Name:   "cp-1",
@@ -117,7 +123,9 @@ func start(t testing.TB, m *mesh, auth broker.Authenticator) (*broker.Server, *s
 		TLS:    m.server,
 		Auth:   auth,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})
+	}
+	change(&cfg)
+	s, err := broker.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

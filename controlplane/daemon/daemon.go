@@ -253,6 +253,10 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			OperatorServices: []string{api.AdminPrefix + ">"},
 		},
 		Cluster: &broker.ClusterConfig{Listen: d.cfg.ClusterListen, Routes: routes, TLS: mutual},
+		// Hosts wait until this node serves what they ask first (followLeadership):
+		// a fleet reconnecting to a restarted node would otherwise share the cores
+		// with the rest of its start.
+		Admission: broker.Admission{Held: true},
 	})
 	if err != nil {
 		return nil, err
@@ -375,6 +379,7 @@ func (d *Daemon) followLeadership(ctx context.Context) error {
 			return err
 		}
 	}
+	d.broker.Open()
 	for {
 		select {
 		case <-ctx.Done():

@@ -81,6 +81,9 @@ var (
 	descBrokerMsgs   = prometheus.NewDesc("mesh_broker_messages_total", "Messages through this node's broker, by direction.", []string{"direction"}, nil)
 	descBrokerBytes  = prometheus.NewDesc("mesh_broker_bytes_total", "Payload bytes through this node's broker, by direction.", []string{"direction"}, nil)
 	descBrokerSlow   = prometheus.NewDesc("mesh_broker_slow_consumers_total", "Clients this node's broker cut off for not reading fast enough.", nil, nil)
+	descBrokerHeld   = prometheus.NewDesc("mesh_broker_handshakes_held_total",
+		"Host TLS handshakes this node's broker held while the node was starting, by outcome: admitted when it opened, or refused after waiting too long.",
+		[]string{"outcome"}, nil)
 )
 
 // collector exports what is read from the daemon's state and its components.
@@ -89,7 +92,7 @@ type collector struct{ d *Daemon }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDropped, descRefused, descKicked, descHostConns, descNodes, descControl,
 		descRaftLeader, descRaftTerm, descRaftCommit, descRaftApplied, descRaftLast, descRaftContact,
-		descBrokerConns, descBrokerRoutes, descBrokerMsgs, descBrokerBytes, descBrokerSlow} {
+		descBrokerConns, descBrokerRoutes, descBrokerMsgs, descBrokerBytes, descBrokerSlow, descBrokerHeld} {
 		ch <- d
 	}
 }
@@ -147,6 +150,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descBrokerBytes, prometheus.CounterValue, float64(bs.OutBytes), "out")
 		ch <- prometheus.MustNewConstMetric(descBrokerSlow, prometheus.CounterValue, float64(bs.SlowConsumers))
 	}
+	as := d.broker.AdmissionStats()
+	ch <- prometheus.MustNewConstMetric(descBrokerHeld, prometheus.CounterValue, float64(as.Released), "admitted")
+	ch <- prometheus.MustNewConstMetric(descBrokerHeld, prometheus.CounterValue, float64(as.Refused), "refused")
 }
 
 // nodeCounts counts the enrolled nodes by state at now (see descNodes).

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"mesh/broker"
 	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
@@ -86,9 +87,13 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 	if o.Timeout > 0 && o.Timeout < dialTimeout {
 		dialTimeout = o.Timeout
 	}
+	tlsConfig := pki.PinnedClientConfig(e.Pin)
+	// Not held while a control node starts, as hosts are (broker.Admission): an
+	// operator can reach a node that is still starting, and see why.
+	tlsConfig.NextProtos = []string{broker.OperatorProtocol}
 	nc, err := nats.Connect(strings.Join(urls, ","),
 		nats.UserCredentials(e.Creds),
-		nats.Secure(pki.PinnedClientConfig(e.Pin)),
+		nats.Secure(tlsConfig),
 		nats.TLSHandshakeFirst(),
 		nats.Name("meshctl"),
 		nats.Timeout(dialTimeout),

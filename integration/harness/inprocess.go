@@ -51,6 +51,16 @@ type Mesh struct {
 // StartMesh bootstraps and serves a one-node mesh in-process.
 func StartMesh(t testing.TB, mesh string, o Options) *Mesh {
 	t.Helper()
+	m := BootstrapMesh(t, mesh, o)
+	m.Start()
+	t.Cleanup(m.Stop)
+	return m
+}
+
+// BootstrapMesh bootstraps a one-node mesh in a temporary directory and does not start
+// it (see Start).
+func BootstrapMesh(t testing.TB, mesh string, o Options) *Mesh {
+	t.Helper()
 	ports := FreePorts(t, 3)
 	m := &Mesh{t: t, Dir: datadir.Dir(filepath.Join(t.TempDir(), "cp")), Listen: fmt.Sprintf("127.0.0.1:%d", ports[0]), opts: o, logBuf: &syncBuffer{}}
 	err := bootstrap.Run(bootstrap.Options{
@@ -61,8 +71,6 @@ func StartMesh(t testing.TB, mesh string, o Options) *Mesh {
 	if err != nil {
 		t.Fatalf("bootstrap: %v", err)
 	}
-	m.Start()
-	t.Cleanup(m.Stop)
 	return m
 }
 
