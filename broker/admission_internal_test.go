@@ -10,7 +10,9 @@ import (
 	"mesh/controlplane/pki"
 )
 
-func serverConfig(t *testing.T) (*tls.Config, [32]byte) {
+// testLeaf is a mesh CA and its control node's leaf for 127.0.0.1, with the server
+// configuration of that leaf; the external tests reach it as NewTestLeaf.
+func testLeaf(t testing.TB) (*pki.CA, pki.Leaf, *tls.Config) {
 	t.Helper()
 	ca, _, err := pki.NewCA("test", time.Now())
 	if err != nil {
@@ -24,6 +26,15 @@ func serverConfig(t *testing.T) (*tls.Config, [32]byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ca, leaf, cfg
+}
+
+// NewTestLeaf is testLeaf for the external tests (package broker_test).
+var NewTestLeaf = testLeaf
+
+func serverConfig(t *testing.T) (*tls.Config, [32]byte) {
+	t.Helper()
+	ca, _, cfg := testLeaf(t)
 	return cfg, ca.Pin()
 }
 

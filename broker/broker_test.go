@@ -31,18 +31,7 @@ type mesh struct {
 
 func newMesh(t testing.TB) *mesh {
 	t.Helper()
-	ca, _, err := pki.NewCA("test", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := ca.IssueLeaf("control cp-1", []net.IP{net.IPv4(127, 0, 0, 1)}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := pki.ServerConfig(leaf, ca.CertPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, leaf, cfg := broker.NewTestLeaf(t)
 	return &mesh{ca: ca, leaf: leaf, server: cfg}
 }
 

@@ -1,11 +1,8 @@
 package identity
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 
@@ -144,21 +141,7 @@ func TestKeyPairNeverPrintsItsSecret(t *testing.T) {
 	}
 	seed, _ := kp.Seed()
 	secrets := []string{string(seed), fmt.Sprint(kp.priv), fmt.Sprint(seed), fmt.Sprintf("%x", kp.priv[:32])}
-	var outs []string
-	for _, v := range []any{kp, *kp, struct{ K *KeyPair }{kp}, []KeyPair{*kp}} {
-		for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%x"} {
-			outs = append(outs, fmt.Sprintf(verb, v))
-		}
-		b, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		outs = append(outs, string(b))
-	}
-	var buf bytes.Buffer
-	slog.New(slog.NewJSONHandler(&buf, nil)).Info("x", "key", kp, "value", *kp)
-	slog.New(slog.NewTextHandler(&buf, nil)).Info("x", "key", kp)
-	outs = append(outs, buf.String())
+	outs := printedEveryWay(t, []any{kp, *kp, struct{ K *KeyPair }{kp}, []KeyPair{*kp}}, "key", kp, "value", *kp)
 	pub, _ := kp.PublicKey()
 	for _, out := range outs {
 		for _, s := range secrets {

@@ -163,9 +163,34 @@ func TestKeyPair(t *testing.T) {
 func TestSeedNeverPrinted(t *testing.T) {
 	id := validIdentity(t)
 	p := validPending(t)
+	outs := printedEveryWay(t,
+		[]any{id, &id, p, &p, struct{ ID Identity }{id}, []Identity{id}, map[string]Pending{"x": p}},
+		"id", id, "pending", p, "ptr", &id, "pptr", &p)
+	for _, out := range outs {
+		for _, seed := range []string{id.Seed, p.Seed} {
+			if strings.Contains(out, seed) || strings.Contains(out, fmt.Sprintf("%x", seed)) {
+				t.Fatalf("output quotes a seed: %s", out)
+			}
+		}
+		// The other fields do show, so this test would notice if formatting
+		// printed nothing at all (%x prints them in hex).
+		if !strings.Contains(out, "web-1") && !strings.Contains(out, fmt.Sprintf("%x", "web-1")) {
+			t.Fatalf("output lost the node id: %s", out)
+		}
+	}
+	if !strings.Contains(fmt.Sprint(id), id.PublicKey) {
+		t.Fatal("String omits the public key")
+	}
+}
+
+// printedEveryWay is each of values as a log line might show it: every fmt verb that
+// prints a value, JSON, and the attributes logged through slog's JSON and text
+// handlers.
+func printedEveryWay(t *testing.T, values []any, logged ...any) []string {
+	t.Helper()
 	var outs []string
-	for _, v := range []any{id, &id, p, &p, struct{ ID Identity }{id}, []Identity{id}, map[string]Pending{"x": p}} {
-		for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q"} {
+	for _, v := range values {
+		for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x"} {
 			outs = append(outs, fmt.Sprintf(verb, v))
 		}
 		b, err := json.Marshal(v)
@@ -175,25 +200,9 @@ func TestSeedNeverPrinted(t *testing.T) {
 		outs = append(outs, string(b))
 	}
 	var buf bytes.Buffer
-	slog.New(slog.NewJSONHandler(&buf, nil)).Info("x", "id", id, "pending", p, "ptr", &id)
-	slog.New(slog.NewTextHandler(&buf, nil)).Info("x", "id", id, "pending", p, "ptr", &p)
-	outs = append(outs, buf.String())
-
-	for _, out := range outs {
-		for _, seed := range []string{id.Seed, p.Seed} {
-			if strings.Contains(out, seed) {
-				t.Fatalf("output quotes a seed: %s", out)
-			}
-		}
-		// The other fields do show, so this test would notice if formatting
-		// printed nothing at all.
-		if !strings.Contains(out, "web-1") {
-			t.Fatalf("output lost the node id: %s", out)
-		}
-	}
-	if !strings.Contains(fmt.Sprint(id), id.PublicKey) {
-		t.Fatal("String omits the public key")
-	}
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("x", logged...)
+	slog.New(slog.NewTextHandler(&buf, nil)).Info("x", logged...)
+	return append(outs, buf.String())
 }
 
 func TestMarshalJSONOmitsOnlySeed(t *testing.T) {

@@ -265,34 +265,29 @@ func (cp *ControlPlane) Dial(o operator.Options) (*operator.Client, error) {
 
 // Running reports whether the serve process is running.
 func (cp *ControlPlane) Running() bool {
-	cp.mu.Lock()
-	done := cp.done
-	cp.mu.Unlock()
-	if done == nil {
-		return false
-	}
-	select {
-	case <-done:
-		return false
-	default:
-		return true
-	}
+	started, exited := cp.status()
+	return started && !exited
 }
 
 // exited reports whether the serve process this ControlPlane started has exited
 // (false for one it did not start, such as wait-api's).
 func (cp *ControlPlane) exited() bool {
+	_, exited := cp.status()
+	return exited
+}
+
+func (cp *ControlPlane) status() (started, exited bool) {
 	cp.mu.Lock()
 	done := cp.done
 	cp.mu.Unlock()
 	if done == nil {
-		return false
+		return false, false
 	}
 	select {
 	case <-done:
-		return true
+		return true, true
 	default:
-		return false
+		return true, false
 	}
 }
 
