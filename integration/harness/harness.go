@@ -231,7 +231,9 @@ type ControlPlane struct {
 	Listen  string
 	Raft    string
 	Cluster string
-	// Metrics is where the running serve answers /metrics.
+	// Metrics is where serve answers /metrics. It is chosen with the node's other
+	// ports: one chosen when serve starts could be the node's own broker port, free
+	// until serve listens on it.
 	Metrics string
 	serve   *Process
 	t       testing.TB
@@ -256,12 +258,13 @@ func NewControlPlaneBehindProxy(t testing.TB, bin Binaries, mesh string) (*Contr
 
 func newControlPlane(t testing.TB, bin Binaries, mesh, advertise string) *ControlPlane {
 	t.Helper()
-	ports := FreePorts(t, 3)
+	ports := FreePorts(t, 4)
 	cp := &ControlPlane{
 		Bin: bin, Dir: filepath.Join(t.TempDir(), "cp"), Mesh: mesh, t: t,
 		Listen:  fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		Raft:    fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		Cluster: fmt.Sprintf("127.0.0.1:%d", ports[2]),
+		Metrics: fmt.Sprintf("127.0.0.1:%d", ports[3]),
 	}
 	args := []string{"bootstrap", "--mesh", mesh, "--listen", cp.Listen, "--raft-listen", cp.Raft, "--cluster-listen", cp.Cluster}
 	if advertise != "" {
@@ -285,7 +288,6 @@ func (cp *ControlPlane) Serve(extra ...string) *Process {
 	cp.t.Helper()
 	// Snapshots are frequent here so that tests see the log compacted and read
 	// snapshots as well as the log.
-	cp.Metrics = fmt.Sprintf("127.0.0.1:%d", FreePorts(cp.t, 1)[0])
 	args := append([]string{"serve", "--data", cp.Dir, "--raft-heartbeat", "300ms", "--reconcile", "1s",
 		"--raft-snapshot-interval", "1s", "--raft-snapshot-threshold", "8",
 		// Agents here report every second (Host.Run), so three silent seconds is offline.
@@ -410,12 +412,13 @@ func (cp *ControlPlane) OperatorConn() *nats.Conn {
 // with it (not joined yet).
 func (cp *ControlPlane) ControlToken(node string) (string, *ControlPlane) {
 	cp.t.Helper()
-	ports := FreePorts(cp.t, 3)
+	ports := FreePorts(cp.t, 4)
 	n := &ControlPlane{
 		Bin: cp.Bin, Dir: filepath.Join(cp.t.TempDir(), node), Mesh: cp.Mesh, t: cp.t,
 		Listen:  fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		Raft:    fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		Cluster: fmt.Sprintf("127.0.0.1:%d", ports[2]),
+		Metrics: fmt.Sprintf("127.0.0.1:%d", ports[3]),
 	}
 	r := cp.Ctl("token", "--role", "control", "--node", node, "--addr", n.Listen, "--raft-addr", n.Raft, "--cluster-addr", n.Cluster)
 	if r.Code != 0 {
