@@ -87,18 +87,20 @@ func parseMode(s string) (fs.FileMode, string) {
 	if s == "" {
 		return DefaultFileMode, ""
 	}
-	bad := fmt.Sprintf("mode %q is not octal permission bits such as \"0640\" (at most 0777)", clip(s, maxIDShown))
+	bad := func() string { // formatted only for a bad mode, as checkID's
+		return fmt.Sprintf("mode %q is not octal permission bits such as \"0640\" (at most 0777)", clip(s, maxIDShown))
+	}
 	if len(s) > 4 {
-		return 0, bad
+		return 0, bad()
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '7' {
-			return 0, bad
+			return 0, bad()
 		}
 	}
 	v, err := strconv.ParseUint(s, 8, 32)
 	if err != nil || v > 0o777 {
-		return 0, bad
+		return 0, bad()
 	}
 	return fs.FileMode(v), ""
 }

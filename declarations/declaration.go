@@ -2,7 +2,6 @@ package declarations
 
 import (
 	"crypto/ed25519"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -33,30 +32,39 @@ type Declaration struct {
 // the body rules) and returns it signed as an envelope of type
 // PayloadTypeDeclaration. Times are encoded in UTC.
 func SignDeclaration(d Declaration, keys ...ed25519.PrivateKey) ([]byte, error) {
-	if r := checkID("mesh", d.Mesh); r != "" {
-		return nil, errors.New("declarations: cannot sign declaration: " + r)
-	}
-	if r := checkID("node", d.Node); r != "" {
-		return nil, errors.New("declarations: cannot sign declaration: " + r)
-	}
-	if r := checkNodeKey(d.NodeKey); r != "" {
-		return nil, errors.New("declarations: cannot sign declaration: " + r)
-	}
-	if d.IssuedAt.IsZero() {
-		return nil, errors.New("declarations: cannot sign declaration: issued_at is not set")
-	}
-	if !d.ExpiresAt.After(d.IssuedAt) {
-		return nil, errors.New("declarations: cannot sign declaration: expires_at is not after issued_at")
-	}
-	if err := d.Body.Validate(); err != nil {
+	if err := d.checkHeader(); err != nil {
 		return nil, err
 	}
-	d.IssuedAt, d.ExpiresAt = d.IssuedAt.UTC(), d.ExpiresAt.UTC()
-	payload, err := json.Marshal(d)
+	body, err := EncodeBody(d.Body)
 	if err != nil {
-		return nil, fmt.Errorf("declarations: encoding declaration: %w", err)
+		return nil, err
 	}
-	return SignEnvelope(PayloadTypeDeclaration, payload, keys...)
+	s, err := NewSigner(keys...)
+	if err != nil {
+		return nil, err
+	}
+	d.Body = Body{}
+	return s.Declaration(d, body)
+}
+
+// checkHeader checks what SignDeclaration checks of d besides the body.
+func (d Declaration) checkHeader() error {
+	if r := checkID("mesh", d.Mesh); r != "" {
+		return errors.New("declarations: cannot sign declaration: " + r)
+	}
+	if r := checkID("node", d.Node); r != "" {
+		return errors.New("declarations: cannot sign declaration: " + r)
+	}
+	if r := checkNodeKey(d.NodeKey); r != "" {
+		return errors.New("declarations: cannot sign declaration: " + r)
+	}
+	if d.IssuedAt.IsZero() {
+		return errors.New("declarations: cannot sign declaration: issued_at is not set")
+	}
+	if !d.ExpiresAt.After(d.IssuedAt) {
+		return errors.New("declarations: cannot sign declaration: expires_at is not after issued_at")
+	}
+	return nil
 }
 
 // Expect is what a host knows before it looks at a declaration: who it is,
@@ -221,14 +229,18 @@ func verifyDeclaration(env Envelope, trusted []ed25519.PublicKey, exp Expect) (V
 // characters of a-z, 0-9 and '-', starting and ending with a letter or digit
 // (docs/protocol.md).
 func checkID(what, s string) string {
-	bad := fmt.Sprintf("%s id %q is not 1 to 63 characters of a-z, 0-9 and '-' starting and ending with a letter or digit", what, clip(s, maxIDShown))
+	// The reason is only spelled out for a bad id: this runs for every declaration
+	// signed and verified, and formatting it each time was most of its cost.
+	bad := func() string {
+		return fmt.Sprintf("%s id %q is not 1 to 63 characters of a-z, 0-9 and '-' starting and ending with a letter or digit", what, clip(s, maxIDShown))
+	}
 	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
-		return bad
+		return bad()
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
-			return bad
+			return bad()
 		}
 	}
 	return ""
@@ -237,13 +249,15 @@ func checkID(what, s string) string {
 // checkNodeKey returns why s is not a node public key, or "": an nkey user
 // public key is 56 characters of base32 (A-Z, 2-7) starting with 'U'.
 func checkNodeKey(s string) string {
-	bad := fmt.Sprintf("node key %q is not an nkey user public key (56 characters of A-Z and 2-7, starting with U)", clip(s, maxIDShown))
+	bad := func() string {
+		return fmt.Sprintf("node key %q is not an nkey user public key (56 characters of A-Z and 2-7, starting with U)", clip(s, maxIDShown))
+	}
 	if len(s) != 56 || s[0] != 'U' {
-		return bad
+		return bad()
 	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; !('A' <= c && c <= 'Z' || '2' <= c && c <= '7') {
-			return bad
+			return bad()
 		}
 	}
 	return ""

@@ -15,7 +15,6 @@ import (
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -85,7 +84,11 @@ type Signature struct {
 // with LEN as ASCII decimal. Binding the type into the signed bytes means a
 // signature made for one kind of message cannot be moved onto another.
 func PAE(payloadType string, payload []byte) []byte {
-	b := make([]byte, 0, 48+len(payloadType)+len(payload)) // 48: "DSSEv1", spaces, two lengths
+	return appendPAE(make([]byte, 0, 48+len(payloadType)+len(payload)), payloadType, payload) // 48: "DSSEv1", spaces, two lengths
+}
+
+// appendPAE appends PAE(payloadType, payload) to b.
+func appendPAE(b []byte, payloadType string, payload []byte) []byte {
 	b = append(b, "DSSEv1 "...)
 	b = strconv.AppendInt(b, int64(len(payloadType)), 10)
 	b = append(b, ' ')
@@ -93,8 +96,7 @@ func PAE(payloadType string, payload []byte) []byte {
 	b = append(b, ' ')
 	b = strconv.AppendInt(b, int64(len(payload)), 10)
 	b = append(b, ' ')
-	b = append(b, payload...)
-	return b
+	return append(b, payload...)
 }
 
 // KeyID names an Ed25519 public key: "ed25519:" followed by the hex of the
@@ -115,35 +117,11 @@ func SignEnvelope(payloadType string, payload []byte, keys ...ed25519.PrivateKey
 	if len(payload) == 0 {
 		return nil, errors.New("declarations: cannot sign an empty payload")
 	}
-	if len(keys) == 0 {
-		return nil, errors.New("declarations: cannot sign: no signing key given")
-	}
-	if len(keys) > MaxSignatures {
-		return nil, fmt.Errorf("declarations: cannot sign with %d keys; an envelope carries at most %d signatures", len(keys), MaxSignatures)
-	}
-	msg := PAE(payloadType, payload)
-	env := Envelope{PayloadType: payloadType, Payload: payload, Signatures: make([]Signature, 0, len(keys))}
-	for i, k := range keys {
-		if len(k) != ed25519.PrivateKeySize {
-			return nil, fmt.Errorf("declarations: cannot sign: signing key %d is %d bytes, want an Ed25519 private key of %d", i, len(k), ed25519.PrivateKeySize)
-		}
-		id := KeyID(k.Public().(ed25519.PublicKey))
-		for _, s := range env.Signatures {
-			if s.KeyID == id {
-				return nil, fmt.Errorf("declarations: cannot sign: key %s given twice", id)
-			}
-		}
-		env.Signatures = append(env.Signatures, Signature{KeyID: id, Sig: ed25519.Sign(k, msg)})
-	}
-	slices.SortFunc(env.Signatures, func(a, b Signature) int { return strings.Compare(a.KeyID, b.KeyID) })
-	out, err := json.Marshal(env)
+	s, err := NewSigner(keys...)
 	if err != nil {
-		return nil, fmt.Errorf("declarations: encoding envelope: %w", err)
+		return nil, err
 	}
-	if len(out) > MaxEnvelopeSize {
-		return nil, fmt.Errorf("%w: the signed envelope would be %d bytes, over the limit of %d; declare less per node", ErrTooLarge, len(out), MaxEnvelopeSize)
-	}
-	return out, nil
+	return s.Envelope(payloadType, payload)
 }
 
 // OpenEnvelope verifies an encoded envelope and returns its payload. In
