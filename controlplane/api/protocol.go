@@ -240,7 +240,12 @@ var (
 // Message is a protocol message the control plane receives.
 type Message interface {
 	EnrolRequest | SyncRequest | Status
+	protocolVersion() int
 }
+
+func (r EnrolRequest) protocolVersion() int { return r.V }
+func (r SyncRequest) protocolVersion() int  { return r.V }
+func (s Status) protocolVersion() int       { return s.V }
 
 // Decode parses a message from the network: size capped, then JSON, then the version
 // checked. Unknown fields are ignored so that additions within a version stay
@@ -253,12 +258,8 @@ func Decode[T Message](data []byte) (T, error) {
 	if err := json.Unmarshal(data, &m); err != nil {
 		return m, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
-	var v struct {
-		V int `json:"v"`
-	}
-	_ = json.Unmarshal(data, &v)
-	if v.V != ProtocolVersion {
-		return m, fmt.Errorf("%w %d (this control plane speaks %d)", ErrVersion, v.V, ProtocolVersion)
+	if v := m.protocolVersion(); v != ProtocolVersion {
+		return m, fmt.Errorf("%w %d (this control plane speaks %d)", ErrVersion, v, ProtocolVersion)
 	}
 	return m, nil
 }

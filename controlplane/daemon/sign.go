@@ -19,9 +19,12 @@ type signer struct {
 	// keys are the private keys of the current keyring this node holds, in keyring
 	// order: during a rotation every declaration carries a signature by each, so
 	// hosts on the old keyring and on the new one both verify it.
-	keys   []ed25519.PrivateKey
-	cache  map[string]signed            // by node
-	bodies map[string]declarations.Body // parsed bodies by digest
+	keys []ed25519.PrivateKey
+	// sign signs with keys (or is nil, and err says why the keys cannot sign).
+	sign    *declarations.Signer
+	signErr error
+	cache   map[string]signed                   // by node
+	bodies  map[string]declarations.EncodedBody // parsed and encoded bodies by digest
 	// members is the membership last signed, by version and keyring epoch.
 	members signedMembership
 }
@@ -45,13 +48,16 @@ type signed struct {
 const maxCachedEnvelopes = 4096
 
 func newSigner(keys []ed25519.PrivateKey) *signer {
-	return &signer{keys: keys, cache: map[string]signed{}, bodies: map[string]declarations.Body{}}
+	s := &signer{cache: map[string]signed{}, bodies: map[string]declarations.EncodedBody{}}
+	s.setKeys(keys)
+	return s
 }
 
 // setKeys replaces the signing keys; envelopes signed before are forgotten.
 func (s *signer) setKeys(keys []ed25519.PrivateKey) {
 	s.mu.Lock()
 	s.keys = slices.Clone(keys)
+	s.sign, s.signErr = declarations.NewSigner(keys...)
 	clear(s.cache)
 	s.members = signedMembership{}
 	s.mu.Unlock()
@@ -76,14 +82,20 @@ func (s *signer) declaration(in state.DeclarationInput) ([]byte, error) {
 		return c.envelope, nil
 	}
 	body, ok := s.bodies[dcl.BodyDigest]
-	keys := s.keys
+	sign, signErr := s.sign, s.signErr
 	s.mu.Unlock()
+	if signErr != nil {
+		return nil, fmt.Errorf("sign declaration v%d for %s: %w", dcl.Version, in.Node, signErr)
+	}
 	if !ok {
 		if in.Body == nil {
 			return nil, fmt.Errorf("declared body %s of node %s is missing from the state", dcl.BodyDigest, in.Node)
 		}
-		var err error
-		if body, err = declarations.ParseBody(in.Body); err != nil {
+		parsed, err := declarations.ParseBody(in.Body)
+		if err == nil {
+			body, err = declarations.EncodeBody(parsed)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("declared body of node %s: %w", in.Node, err)
 		}
 		s.mu.Lock()
@@ -93,7 +105,7 @@ func (s *signer) declaration(in state.DeclarationInput) ([]byte, error) {
 		s.bodies[dcl.BodyDigest] = body
 		s.mu.Unlock()
 	}
-	env, err := declarations.SignDeclaration(declarations.Declaration{
+	env, err := sign.Declaration(declarations.Declaration{
 		Mesh:         in.Mesh,
 		Node:         in.Node,
 		NodeKey:      in.NodeKey,
@@ -101,8 +113,7 @@ func (s *signer) declaration(in state.DeclarationInput) ([]byte, error) {
 		KeyringEpoch: in.KeyringEpoch,
 		IssuedAt:     dcl.IssuedAt,
 		ExpiresAt:    dcl.ExpiresAt,
-		Body:         body,
-	}, keys...)
+	}, body)
 	if err != nil {
 		return nil, fmt.Errorf("sign declaration v%d for %s: %w", dcl.Version, in.Node, err)
 	}
