@@ -10,6 +10,9 @@ import (
 	"runtime/pprof"
 	"strings"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // profiler takes CPU profiles of the phases whose name contains match: of this
@@ -29,6 +32,40 @@ type phaseProfile struct {
 	p      *profiler
 	local  *os.File
 	remote chan error
+	// gc is serve's garbage collector's counters at the phase's start: its cost
+	// follows what serve allocates, which a CPU profile only shows in part.
+	gc gcCounters
+}
+
+// gcCounters are what serve's /metrics says of its allocations so far.
+type gcCounters struct {
+	allocated float64 // go_memstats_alloc_bytes_total
+	cycles    float64 // go_gc_duration_seconds_count
+	ok        bool
+}
+
+// readGC reads serve's allocation counters from its /metrics.
+func readGC(addr string) gcCounters {
+	c := http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return gcCounters{}
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return gcCounters{}
+	}
+	allocated, cycles := fams["go_memstats_alloc_bytes_total"], fams["go_gc_duration_seconds"]
+	if len(allocated.GetMetric()) != 1 || len(cycles.GetMetric()) != 1 {
+		return gcCounters{}
+	}
+	return gcCounters{
+		allocated: allocated.GetMetric()[0].GetCounter().GetValue(),
+		cycles:    float64(cycles.GetMetric()[0].GetSummary().GetSampleCount()),
+		ok:        true,
+	}
 }
 
 var unsafeName = regexp.MustCompile(`[^a-z0-9]+`)
@@ -48,6 +85,7 @@ func (p *profiler) begin(phase string) *phaseProfile {
 		}
 	}
 	if addr := p.serve(); addr != "" {
+		pp.gc = readGC(addr)
 		pp.remote = make(chan error, 1)
 		go func() {
 			pp.remote <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, p.seconds), base+".serve.pprof", time.Duration(p.seconds+30)*time.Second)
@@ -65,6 +103,12 @@ func (pp *phaseProfile) end() {
 		pp.local.Close()
 	}
 	if pp.remote != nil {
+		if addr := pp.p.serve(); addr != "" && pp.gc.ok {
+			if now := readGC(addr); now.ok {
+				fmt.Fprintf(pp.p.out, "   serve allocated %.1f MiB in the phase; %.0f garbage collections\n",
+					(now.allocated-pp.gc.allocated)/(1<<20), now.cycles-pp.gc.cycles)
+			}
+		}
 		if err := <-pp.remote; err != nil {
 			fmt.Fprintf(pp.p.out, "   (no CPU profile of serve: %v)\n", err)
 		}

@@ -57,7 +57,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.HostDir, "host-dir", cfg.HostDir, "parent of the hosts' state and managed roots (tmpfs)")
 	fs.BoolVar(&cfg.Keep, "keep", cfg.Keep, "keep the directories after the run")
 	fs.StringVar(&cfg.Meshctl, "meshctl", "", "a built meshctl to run (default: build it from the module in the working directory)")
-	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "write CPU profiles of serve and of the agents for the phases -profile-phase names, and serve's heap with the fleet connected, to this directory")
+	fs.StringVar(&cfg.ProfileDir, "profile-dir", "", "write CPU profiles of serve and of the agents for the phases -profile-phase names (and print what serve allocated in them), and serve's heap with the fleet connected, to this directory")
 	fs.StringVar(&cfg.ProfilePhase, "profile-phase", "declare", "profile the phases whose name contains this")
 	fs.IntVar(&cfg.ProfileSeconds, "profile-seconds", 5, "how long serve's CPU profile of a phase runs (from the phase's start)")
 	jsonOut := fs.String("json", "", "also write every figure as JSON to this file")
