@@ -104,7 +104,11 @@ func (pp *phaseProfile) end() {
 	}
 	if pp.remote != nil {
 		if addr := pp.p.serve(); addr != "" && pp.gc.ok {
-			if now := readGC(addr); now.ok {
+			switch now := readGC(addr); {
+			case !now.ok:
+			case now.allocated < pp.gc.allocated:
+				fmt.Fprintln(pp.p.out, "   serve restarted in the phase: its allocations since are not told apart")
+			default:
 				fmt.Fprintf(pp.p.out, "   serve allocated %.1f MiB in the phase; %.0f garbage collections\n",
 					(now.allocated-pp.gc.allocated)/(1<<20), now.cycles-pp.gc.cycles)
 			}
