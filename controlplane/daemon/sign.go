@@ -20,7 +20,7 @@ type signer struct {
 	// order: during a rotation every declaration carries a signature by each, so
 	// hosts on the old keyring and on the new one both verify it.
 	keys []ed25519.PrivateKey
-	// sign signs with keys (or is nil, and err says why the keys cannot sign).
+	// sign signs with keys; it is nil when they cannot sign, and signErr says why.
 	sign    *declarations.Signer
 	signErr error
 	cache   map[string]signed                   // by node

@@ -91,8 +91,8 @@ func waitConverged(c *operator.Client, assigned []api.Assignment, limit time.Dur
 	cv := convergence{Failed: map[string]string{}}
 	interval := 50 * time.Millisecond
 	// The first poll waits as a later one would for so many nodes, without the
-	// floor: right after the declaration nothing has applied yet, and asking about
-	// 10,000 nodes then was a third of what waiting cost the control plane.
+	// floor: right after the declaration nothing has applied yet, and a poll about
+	// every node then costs the control plane the most and tells the least.
 	time.Sleep(min(pollWait(len(undecided)), time.Until(deadline)))
 	for {
 		var still []api.Assignment
