@@ -154,8 +154,27 @@ func start(t testing.TB, stdin string, env []string, bin string, args ...string)
 		p.err = p.cmd.Wait()
 		close(p.done)
 	}()
-	t.Cleanup(func() { p.Kill() })
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			// A failure that shows up once in a loaded run is only understood from
+			// what the programs said at the time.
+			t.Logf("%s %s ended; its last output:\n%s", filepath.Base(bin), strings.Join(args, " "), lastLines(p.Output(), failureLines))
+		}
+	})
 	return p
+}
+
+// failureLines is how much of each process's output a failed test shows.
+const failureLines = 80
+
+// lastLines is the end of s, at most n lines.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) <= n {
+		return strings.Join(lines, "\n")
+	}
+	return fmt.Sprintf("[%d earlier lines]\n%s", len(lines)-n, strings.Join(lines[len(lines)-n:], "\n"))
 }
 
 // Output is everything the process wrote so far.
