@@ -6,13 +6,18 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
+	"mesh/controlplane/operator"
 	"mesh/host/state"
 	"mesh/integration/harness"
+	"mesh/tokenfmt"
 )
 
 // The operator's week: ordinary operations and mistakes, each with the built binaries.
@@ -327,5 +332,60 @@ func TestRestartRecovery(t *testing.T) {
 	writeFile(t, body, `{"files":[{"path":"app.conf","content":"two"}]}`)
 	if r := cp.Ctl("declare", "--all", "--file", body, "--wait", "30s"); r.Code != 0 {
 		t.Fatalf("declare after the restart: %s", r.Combined())
+	}
+}
+
+// TestPromotionWhileTheLogIsBusy: control nodes added while the leader commits
+// hundreds of entries a second (a fleet's tokens being minted) are promoted once
+// they serve, like on a quiet day.
+func TestPromotionWhileTheLogIsBusy(t *testing.T) {
+	cp1 := harness.NewControlPlane(t, bin, "busy")
+	cp1.Serve()
+	c, err := operator.Dial(datadir.Dir(cp1.Dir), operator.Options{Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var minted, failed atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := c.MintToken(fmt.Sprintf("h-%d-%d", w, i), tokenfmt.RoleWorker, time.Hour, nil); err != nil {
+					failed.Add(1)
+					continue
+				}
+				minted.Add(1)
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	start := time.Now()
+	for _, id := range []string{"cp-2", "cp-3"} {
+		tok, n := cp1.ControlToken(id)
+		if r := n.Join(tok); r.Code != 0 {
+			t.Fatalf("join %s (exit %d):\n%s", id, r.Code, r.Combined())
+		}
+		n.Serve()
+	}
+	harness.Eventually(t, 30*time.Second, "both promoted while tokens are minted", func() bool {
+		voters := 0
+		for _, cn := range cp1.Nodes().Control {
+			if cn.Raft == api.RaftVoter {
+				voters++
+			}
+		}
+		return voters == 2
+	})
+	rate := float64(minted.Load()) / time.Since(start).Seconds()
+	t.Logf("promoted while the leader committed %.0f tokens a second (%d refused)", rate, failed.Load())
+	if rate < 50 {
+		t.Fatalf("only %.0f tokens a second were minted: the log was not busy, so this proves nothing", rate)
 	}
 }

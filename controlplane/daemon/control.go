@@ -32,16 +32,21 @@ const HeartbeatInterval = 2 * time.Second
 // controlTracker is the leader's memory of control nodes: their heartbeats and the
 // probe entries issued to joiners.
 type controlTracker struct {
-	mu     sync.Mutex
-	beats  map[string]api.ControlHeartbeat
-	seen   map[string]time.Time
-	probes map[string]string    // node -> id of the probe entry it must prove it applied
-	warned map[string]time.Time // node -> when its silence was last reported
+	mu    sync.Mutex
+	beats map[string]api.ControlHeartbeat
+	seen  map[string]time.Time
+	// leaderAt is the leader's applied index when a node's last heartbeat arrived,
+	// and reached whether that heartbeat showed the node had applied the index the
+	// leader was at when the heartbeat before it arrived (see caughtUp).
+	leaderAt map[string]uint64
+	reached  map[string]bool
+	probes   map[string]string    // node -> id of the probe entry it must prove it applied
+	warned   map[string]time.Time // node -> when its silence was last reported
 }
 
 func newControlTracker() *controlTracker {
 	return &controlTracker{beats: map[string]api.ControlHeartbeat{}, seen: map[string]time.Time{}, probes: map[string]string{},
-		warned: map[string]time.Time{}}
+		warned: map[string]time.Time{}, leaderAt: map[string]uint64{}, reached: map[string]bool{}}
 }
 
 // silenceReport is how often a silent control node is reported.
@@ -81,10 +86,33 @@ func (c *controlTracker) reportSilent(log *slog.Logger, node string, voter bool,
 	}
 }
 
-func (c *controlTracker) beat(h api.ControlHeartbeat, at time.Time) {
+// beat records a node's heartbeat, arrived at at while the leader had applied
+// leaderApplied.
+func (c *controlTracker) beat(h api.ControlHeartbeat, at time.Time, leaderApplied uint64) {
 	c.mu.Lock()
-	c.beats[h.Node], c.seen[h.Node] = h, at
+	before, heard := c.leaderAt[h.Node]
+	c.reached[h.Node] = heard && h.AppliedIndex >= before
+	c.beats[h.Node], c.seen[h.Node], c.leaderAt[h.Node] = h, at, leaderApplied
 	c.mu.Unlock()
+}
+
+// caughtUpEntries is how far behind the leader's applied index a node's last
+// heartbeat may be for the node to count as caught up on a quiet log.
+const caughtUpEntries = 10
+
+// caughtUp reports whether node has caught up with the log the leader applied, by its
+// last heartbeat: it is within caughtUpEntries of the leader's applied index now, or it
+// had applied, by its last heartbeat, all the leader had applied when the heartbeat
+// before arrived. The second holds however fast the log grows: a leader committing a
+// fleet's enrolments applies hundreds of entries between two heartbeats, so a count of
+// entries alone would hold back a node that keeps up (found by
+// TestPromotionWhileTheLogIsBusy), while a node still restoring a snapshot, or falling
+// further behind, does not reach it.
+func (c *controlTracker) caughtUp(node string, leaderApplied uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	hb, ok := c.beats[node]
+	return ok && (hb.AppliedIndex+caughtUpEntries >= leaderApplied || c.reached[node])
 }
 
 func (c *controlTracker) last(node string) (api.ControlHeartbeat, time.Time, bool) {
@@ -122,7 +150,7 @@ func (d *Daemon) handleHeartbeat(m *nats.Msg) {
 		d.guard.drop("heartbeat", ReasonMalformed, m.Subject, "not a heartbeat of this protocol version from the node its subject names")
 		return
 	}
-	d.ctl.beat(h, d.now())
+	d.ctl.beat(h, d.now(), d.raft.AppliedIndex())
 }
 
 // admitControl answers a joining control node: the identity sealed when its token was
@@ -262,7 +290,7 @@ func (d *Daemon) promoteServing(now time.Time) {
 			}
 			continue
 		}
-		hb, at, heard := d.ctl.last(m.ID)
+		_, at, heard := d.ctl.last(m.ID)
 		serving := heard && now.Sub(at) < 3*HeartbeatInterval
 		if !serving {
 			d.ctl.reportSilent(d.log, m.ID, m.Voter, at, heard, now)
@@ -272,7 +300,7 @@ func (d *Daemon) promoteServing(now time.Time) {
 			continue
 		}
 		cn, err := activeControl(d, m.ID)
-		if err != nil || !serving || hb.AppliedIndex+10 < applied {
+		if err != nil || !serving || !d.ctl.caughtUp(m.ID, applied) {
 			continue
 		}
 		candidates = append(candidates, cn)

@@ -1,0 +1,48 @@
+package daemon
+
+import (
+	"testing"
+	"time"
+
+	"mesh/controlplane/api"
+)
+
+func TestCaughtUpHoldsOnABusyLog(t *testing.T) {
+	at := time.Unix(1_800_000_000, 0)
+	beat := func(c *controlTracker, node string, applied, leader uint64) {
+		c.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: node, AppliedIndex: applied}, at, leader)
+		at = at.Add(HeartbeatInterval)
+	}
+	c := newControlTracker()
+	if c.caughtUp("cp-2", 5) {
+		t.Fatal("a node never heard from counts as caught up")
+	}
+	// A quiet log: within caughtUpEntries of the leader.
+	beat(c, "cp-2", 100, 105)
+	if !c.caughtUp("cp-2", 105+caughtUpEntries-5) || c.caughtUp("cp-2", 100+caughtUpEntries+1) {
+		t.Fatal("on a quiet log, caught up means within caughtUpEntries of the leader")
+	}
+	// A busy log, hundreds of entries between heartbeats: a node that keeps up is
+	// always hundreds behind the leader's index by the time the leader looks.
+	busy := newControlTracker()
+	beat(busy, "cp-3", 1_000, 1_400)
+	if busy.caughtUp("cp-3", 1_800) {
+		t.Fatal("one heartbeat far behind counts as caught up")
+	}
+	beat(busy, "cp-3", 1_450, 1_850) // past where the leader was at the heartbeat before
+	if !busy.caughtUp("cp-3", 2_300) {
+		t.Fatal("a node that keeps up with a busy log is never caught up")
+	}
+	// Falling behind: it has not reached where the leader was a heartbeat ago.
+	beat(busy, "cp-3", 1_700, 2_400)
+	if busy.caughtUp("cp-3", 2_800) {
+		t.Fatal("a node falling behind counts as caught up")
+	}
+	// Restoring a snapshot: its index does not move at all.
+	stuck := newControlTracker()
+	beat(stuck, "cp-4", 0, 500)
+	beat(stuck, "cp-4", 0, 900)
+	if stuck.caughtUp("cp-4", 1_300) {
+		t.Fatal("a node whose applied index does not move counts as caught up")
+	}
+}
