@@ -337,7 +337,7 @@ func TestRestartRecovery(t *testing.T) {
 
 // TestPromotionWhileTheLogIsBusy: control nodes added while the leader commits
 // hundreds of entries a second (a fleet's tokens being minted) are promoted once
-// they serve, like on a quiet day.
+// they serve, like on a quiet day, and a follower restarted meanwhile serves again.
 func TestPromotionWhileTheLogIsBusy(t *testing.T) {
 	cp1 := harness.NewControlPlane(t, bin, "busy")
 	cp1.Serve()
@@ -367,12 +367,16 @@ func TestPromotionWhileTheLogIsBusy(t *testing.T) {
 	}
 	defer func() { close(stop); wg.Wait() }()
 	start := time.Now()
+	var cp2 *harness.ControlPlane
 	for _, id := range []string{"cp-2", "cp-3"} {
 		tok, n := cp1.ControlToken(id)
 		if r := n.Join(tok); r.Code != 0 {
 			t.Fatalf("join %s (exit %d):\n%s", id, r.Code, r.Combined())
 		}
 		n.Serve()
+		if id == "cp-2" {
+			cp2 = n
+		}
 	}
 	harness.Eventually(t, 30*time.Second, "both promoted while tokens are minted", func() bool {
 		voters := 0
@@ -383,6 +387,11 @@ func TestPromotionWhileTheLogIsBusy(t *testing.T) {
 		}
 		return voters == 2
 	})
+	// A follower restarted meanwhile catches up and serves again.
+	cp2.Process().Kill()
+	restarted := time.Now()
+	cp2.Serve()
+	t.Logf("cp-2 served again %s after its restart", time.Since(restarted).Round(time.Millisecond))
 	rate := float64(minted.Load()) / time.Since(start).Seconds()
 	t.Logf("promoted while the leader committed %.0f tokens a second (%d refused)", rate, failed.Load())
 	if rate < 50 {
