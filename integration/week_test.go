@@ -347,26 +347,38 @@ func TestPromotionWhileTheLogIsBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	var minted, failed atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for w := range 16 {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if _, err := c.MintToken(fmt.Sprintf("h-%d-%d", w, i), tokenfmt.RoleWorker, time.Hour, nil); err != nil {
-					failed.Add(1) // after cp-1 is killed: its connection is gone
-					time.Sleep(50 * time.Millisecond)
-					continue
-				}
-				minted.Add(1)
-			}
-		})
+	// mint keeps workers operators minting through c until the test ends, counting
+	// what was minted and keeping the last refusal (a pause after each: no leader,
+	// or a connection gone with its broker).
+	type tally struct {
+		minted, refused atomic.Int64
+		last            atomic.Value
 	}
+	mint := func(c *operator.Client, prefix string, workers int) *tally {
+		n := &tally{}
+		for w := range workers {
+			wg.Go(func() {
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if _, err := c.MintToken(fmt.Sprintf("%s-%d-%d", prefix, w, i), tokenfmt.RoleWorker, time.Hour, nil); err != nil {
+						n.refused.Add(1)
+						n.last.Store(err.Error())
+						time.Sleep(50 * time.Millisecond)
+						continue
+					}
+					n.minted.Add(1)
+				}
+			})
+		}
+		return n
+	}
+	busy := mint(c, "h", 16)
 	defer func() { close(stop); wg.Wait() }()
 	start := time.Now()
 	var cp2 *harness.ControlPlane
@@ -394,8 +406,8 @@ func TestPromotionWhileTheLogIsBusy(t *testing.T) {
 	restarted := time.Now()
 	cp2.Serve()
 	t.Logf("cp-2 served again %s after its restart", time.Since(restarted).Round(time.Millisecond))
-	rate := float64(minted.Load()) / time.Since(start).Seconds()
-	t.Logf("promoted while the leader committed %.0f tokens a second (%d refused)", rate, failed.Load())
+	rate := float64(busy.minted.Load()) / time.Since(start).Seconds()
+	t.Logf("promoted while the leader committed %.0f tokens a second (%d refused)", rate, busy.refused.Load())
 	if rate < 50 {
 		t.Fatalf("only %.0f tokens a second were minted: the log was not busy, so this proves nothing", rate)
 	}
@@ -409,39 +421,21 @@ func TestPromotionWhileTheLogIsBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c2.Close()
-	var after atomic.Int64
-	var lastErr atomic.Value
-	for w := range 8 {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if _, err := c2.MintToken(fmt.Sprintf("g-%d-%d", w, i), tokenfmt.RoleWorker, time.Hour, nil); err != nil {
-					lastErr.Store(err.Error())
-					time.Sleep(50 * time.Millisecond) // no leader yet
-					continue
-				}
-				after.Add(1)
-			}
-		})
-	}
+	after := mint(c2, "g", 8)
 	cp1.Process().Kill()
 	killed := time.Now()
 	harness.Eventually(t, 20*time.Second, "a new leader minting", func() bool {
-		before := after.Load()
+		before := after.minted.Load()
 		time.Sleep(200 * time.Millisecond)
-		return after.Load() > before
+		return after.minted.Load() > before
 	})
-	t.Logf("leader killed under load; minting resumed after %s (last refusal meanwhile: %v)", time.Since(killed).Round(100*time.Millisecond), lastErr.Load())
+	t.Logf("leader killed under load; minting resumed after %s (last refusal meanwhile: %v)", time.Since(killed).Round(100*time.Millisecond), after.last.Load())
 	harness.Eventually(t, 20*time.Second, "cp-1 removed under load", func() bool {
 		return cp2.Ctl("control", "remove", "cp-1").Code == 0
 	})
-	before := after.Load()
+	before := after.minted.Load()
 	time.Sleep(time.Second)
-	if after.Load() == before {
+	if after.minted.Load() == before {
 		t.Fatal("nothing was minted in the second after cp-1's removal")
 	}
 }
