@@ -37,6 +37,16 @@ func AdminOps() []string {
 		OpSigningKeyRotate, OpSigningKeyStatus, OpSigningKeyRetire}
 }
 
+// ReadOnly reports whether op only reads: it changes nothing, so running it again is
+// always safe, and the control plane serves it beside the changes in flight.
+func ReadOnly(op string) bool {
+	switch op {
+	case OpPing, OpNodes, OpProgress, OpTokenList, OpSigningKeyStatus:
+		return true
+	}
+	return false
+}
+
 // KeyringResult describes the keyring a rotation or retirement installed.
 type KeyringResult struct {
 	Epoch uint64   `json:"epoch"`

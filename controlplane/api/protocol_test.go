@@ -456,3 +456,21 @@ func TestSyncRequestHasDeclared(t *testing.T) {
 		}
 	}
 }
+
+func TestReadOnlyOps(t *testing.T) {
+	var reads []string
+	for _, op := range AdminOps() {
+		if ReadOnly(op) {
+			reads = append(reads, op)
+		}
+	}
+	want := []string{OpPing, OpTokenList, OpProgress, OpNodes, OpSigningKeyStatus}
+	slices.Sort(reads)
+	slices.Sort(want)
+	if !slices.Equal(reads, want) {
+		t.Fatalf("read-only operations %v, want %v: a change counted as a read would run beside other changes and be retried as if harmless", reads, want)
+	}
+	if ReadOnly("no.such.op") {
+		t.Fatal("an unknown operation counts as read-only")
+	}
+}

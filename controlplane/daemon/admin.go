@@ -38,7 +38,7 @@ func (d *Daemon) handleAdmin(m *nats.Msg) {
 		result any
 		err    error
 	)
-	if !readOnlyOp(op) {
+	if !api.ReadOnly(op) {
 		// Changes run one at a time, as they did when the API was served by one
 		// goroutine; reads run beside them.
 		d.adminMu.Lock()
@@ -99,15 +99,6 @@ func (d *Daemon) handleAdmin(m *nats.Msg) {
 	if err := d.conns.admin.Publish(m.Reply, data); err != nil {
 		d.log.Warn("operator reply not sent", "op", op, "err", err)
 	}
-}
-
-// readOnlyOp reports whether op only reads: it need not wait for changes in flight.
-func readOnlyOp(op string) bool {
-	switch op {
-	case api.OpPing, api.OpNodes, api.OpProgress, api.OpTokenList, api.OpSigningKeyStatus:
-		return true
-	}
-	return false
 }
 
 func adminCall[Req any, Res any](op string, data []byte, fn func(Req) (Res, error)) (any, error) {

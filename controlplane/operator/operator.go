@@ -30,6 +30,11 @@ var ErrUnreachable = errors.New("cannot reach the control plane")
 // ErrNoLeader means the brokers answered but no control node served the request.
 var ErrNoLeader = errors.New("no control node answered: the control plane is not serving (is `meshctl serve` running, and does it have a Raft leader?)")
 
+// ErrNoAnswer means a control node took the request and no answer came within the
+// call's timeout: it is overloaded, or it stopped (a leader that fails takes the
+// requests it was serving with it). A change may have been carried out.
+var ErrNoAnswer = errors.New("the control plane did not answer")
+
 // Client calls the operator API.
 type Client struct {
 	nc         *nats.Conn
@@ -147,7 +152,10 @@ func (c *Client) Call(op string, req, res any) error {
 			return fmt.Errorf("%w; waited %s", ErrNoLeader, c.leaderWait)
 		}
 		if errors.Is(err, nats.ErrTimeout) {
-			return fmt.Errorf("the control plane did not answer %s within %s", op, c.timeout)
+			if api.ReadOnly(op) {
+				return fmt.Errorf("%w %s within %s; run it again", ErrNoAnswer, op, c.timeout)
+			}
+			return fmt.Errorf("%w %s within %s; the control node that took it may have carried it out before it stopped: look (`meshctl nodes`, `meshctl token list`) before running it again", ErrNoAnswer, op, c.timeout)
 		}
 		return err
 	}

@@ -3,6 +3,7 @@ package operator
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,5 +73,32 @@ func TestCallGivesUpWithoutALeader(t *testing.T) {
 		if took < tc.atLeast || took > tc.atMost {
 			t.Fatalf("wait %s: gave up after %s", tc.wait, took)
 		}
+	}
+}
+
+// A control node that takes a request and never answers (it stopped while serving
+// it): the call ends after its timeout with ErrNoAnswer, and a change says that it
+// may have been carried out.
+func TestCallNobodyAnswers(t *testing.T) {
+	nc := startBroker(t)
+	for _, op := range []string{api.OpNodes, api.OpTokenCreate} {
+		sub, err := nc.Subscribe(api.AdminSubject(op), func(*nats.Msg) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newClient(nc, 300*time.Millisecond, time.Second)
+		start := time.Now()
+		err = c.Call(op, struct{}{}, nil)
+		if !errors.Is(err, ErrNoAnswer) || errors.Is(err, ErrNoLeader) {
+			t.Fatalf("%s: want ErrNoAnswer, got %v", op, err)
+		}
+		if took := time.Since(start); took < 300*time.Millisecond || took > 5*time.Second {
+			t.Fatalf("%s: gave up after %s, the timeout is 300ms", op, took)
+		}
+		mayHave := strings.Contains(err.Error(), "may have carried it out")
+		if mayHave == api.ReadOnly(op) {
+			t.Fatalf("%s: %v", op, err)
+		}
+		_ = sub.Unsubscribe()
 	}
 }

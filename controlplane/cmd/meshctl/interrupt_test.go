@@ -86,6 +86,8 @@ func TestExitCodesOfTheDataDirectory(t *testing.T) {
 		{fmt.Errorf("%w: another mesh", bootstrap.ErrConflict), exitDataDir},
 		{fmt.Errorf("%w: not empty", join.ErrDataDir), exitDataDir},
 		{fmt.Errorf("x: %w", datadir.ErrNoConfig), exitDataDir},
+		{fmt.Errorf("%w token.create within 15s", operator.ErrNoAnswer), exitUnreachable},
+		{fmt.Errorf("%w; waited 10s", operator.ErrNoLeader), exitUnreachable},
 	} {
 		if got := exitCode(io.Discard, "meshctl", c.err); got != c.want {
 			t.Errorf("%v: exit %d, want %d", c.err, got, c.want)
