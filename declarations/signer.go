@@ -150,7 +150,6 @@ func jsonPlain(s string) bool {
 // bytes SignDeclaration puts in every declaration of this body, encoded once for
 // the nodes of a fleet.
 type EncodedBody struct {
-	body    Body
 	encoded []byte
 }
 
@@ -163,11 +162,8 @@ func EncodeBody(b Body) (EncodedBody, error) {
 	if err != nil {
 		return EncodedBody{}, fmt.Errorf("declarations: encoding body: %w", err)
 	}
-	return EncodedBody{body: b, encoded: enc}, nil
+	return EncodedBody{encoded: enc}, nil
 }
-
-// Body returns the body that was encoded.
-func (e EncodedBody) Body() Body { return e.body }
 
 // Declaration is SignDeclaration of d with body as its body, which this Signer's
 // keys sign: it checks d as SignDeclaration does and produces the same bytes.

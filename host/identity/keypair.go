@@ -15,8 +15,9 @@ import (
 //
 // nkeys' own key pair keeps only the encoded seed and derives the Ed25519 key from it
 // again on every Sign and PublicKey: a scalar multiplication each, which took a
-// nonce's signature from 23 to 44 µs here (BenchmarkSignNonce). A host signs the broker's nonce on every connection it opens, and
-// enrolment asks for the public key and signs several times; each paid it again.
+// nonce's signature from 23 to 44 µs here (BenchmarkSignNonce). A host signs the
+// broker's nonce on every connection it opens, and enrolment asks for the public key
+// and signs several times; each paid it again.
 type KeyPair struct {
 	seed []byte // the encoded nkeys seed, as the identity file holds it
 	pub  string
