@@ -228,7 +228,7 @@ func (d *Daemon) controlAdd(req api.ControlRequest) (api.ControlAddResult, error
 	d.ctl.mu.Lock()
 	d.ctl.probes[cn.ID] = id
 	d.ctl.mu.Unlock()
-	index, err := d.raft.ApplyIndex(state.Command{Op: state.OpProbe, Probe: &state.ProbeCmd{ID: id}}, 10*time.Second)
+	index, err := d.raft.ApplyIndex(state.Command{Op: state.OpProbe, Probe: &state.ProbeCmd{ID: id, Node: cn.ID}}, 10*time.Second)
 	if err != nil {
 		return out, &api.Error{Code: api.CodeUnavailable, Message: "append the probe entry: " + err.Error()}
 	}

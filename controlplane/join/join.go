@@ -586,6 +586,13 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 	mu.Lock()
 	seen := slices.Clone(probes)
 	mu.Unlock()
+	// Caught up from a snapshot taken after the probe (a busy log is compacted
+	// quickly), the node never applied the entry; the state it restored names it.
+	fsm.Read(func(s *state.State) {
+		if cn := s.ControlNodes[cfg.Node]; cn != nil && cn.Probe != "" {
+			seen = append(seen, cn.Probe)
+		}
+	})
 	var conf api.ControlConfirmResult
 	if err := call(ctx, op, api.OpControlConfirm, api.ControlConfirmRequest{Node: cfg.Node, Probes: seen}, &conf); err != nil {
 		if ctx.Err() != nil {

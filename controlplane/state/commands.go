@@ -159,10 +159,12 @@ type LabelCmd struct {
 	Labels map[string]string `json:"labels"`
 }
 
-// ProbeCmd does nothing but occupy an index: a joining control node proves it
-// replicates by applying it.
+// ProbeCmd occupies an index: a joining control node proves it replicates by
+// naming ID, which only the log carries (in the entry, or, once a snapshot has
+// replaced it, in the node's ControlNode.Probe).
 type ProbeCmd struct {
-	ID string `json:"id"`
+	ID   string `json:"id"`
+	Node string `json:"node,omitempty"` // the joining node
 }
 
 // Assignment is one node's new declaration from a DeclareCmd.
@@ -221,6 +223,11 @@ func (s *State) apply(c *Command) Result {
 	case c.Op == OpLabel && c.Label != nil:
 		return s.applyLabel(c.Label)
 	case c.Op == OpProbe:
+		if c.Probe != nil {
+			if cn := s.ControlNodes[c.Probe.Node]; cn != nil {
+				cn.Probe = c.Probe.ID
+			}
+		}
 		return Result{}
 	case c.Op == OpRemoveControl && c.RemoveControl != nil:
 		return s.applyRemoveControl(c.At, c.RemoveControl)

@@ -17,6 +17,10 @@ type ControlNode struct {
 	JoinedAt time.Time `json:"joined_at"`
 	// CurveKey is the node's public curve key: new signing keys are sealed to it.
 	CurveKey string `json:"curve_key,omitempty"`
+	// Probe is the id of the probe entry appended for the node's join (ProbeCmd): a
+	// joiner that caught up from a snapshot taken after that entry never applies it,
+	// and learns it here instead, from the same replicated log.
+	Probe string `json:"probe,omitempty"`
 	// Removed control nodes stay listed so their id is not reused by accident.
 	Removed   bool      `json:"removed,omitempty"`
 	RemovedAt time.Time `json:"removed_at,omitzero"`

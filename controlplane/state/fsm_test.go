@@ -236,3 +236,27 @@ func TestSnapshotHoldsNoTokenSecret(t *testing.T) {
 		}
 	}
 }
+
+// A joiner that caught up from a snapshot taken after its probe entry never applies
+// the entry; the snapshot must name the probe for it.
+func TestProbeSurvivesASnapshot(t *testing.T) {
+	a := newMachine(t)
+	for _, c := range history() {
+		a.apply(c)
+	}
+	a.must(Command{Op: OpProbe, Probe: &ProbeCmd{ID: "p1", Node: "c"}})
+	a.must(Command{Op: OpProbe, Probe: &ProbeCmd{ID: "p2", Node: "no-such-node"}}) // changes nothing
+	a.must(Command{Op: OpProbe, Probe: &ProbeCmd{ID: "p3"}})                       // an older leader's probe
+	b := newMachine(t)
+	if err := b.f.Restore(io.NopCloser(bytes.NewReader(a.snapshot()))); err != nil {
+		t.Fatal(err)
+	}
+	b.f.Read(func(s *State) {
+		if c := s.ControlNodes["c"]; c == nil || c.Probe != "p1" {
+			t.Fatalf("control node c after restore = %+v, want probe p1", c)
+		}
+		if _, ok := s.ControlNodes["no-such-node"]; ok {
+			t.Fatal("a probe for an unknown node created it")
+		}
+	})
+}
