@@ -139,17 +139,19 @@ func New(o Options) (*Agent, error) {
 	if o.RetryMax == 0 {
 		o.RetryMax = 5 * time.Minute
 	}
-	id, err := identity.Load(o.StateDir)
+	id, kp, err := identity.LoadKeyPair(o.StateDir)
 	if err != nil {
 		return nil, err
 	}
+	built := false
+	defer func() {
+		if !built {
+			kp.Wipe()
+		}
+	}()
 	if fi, err := os.Stat(identity.Path(o.StateDir)); err == nil && fi.Mode().Perm()&0o077 != 0 {
 		o.Logger.Warn("the identity file is readable by other users: it holds this node's private key; chmod 600 it",
 			"file", identity.Path(o.StateDir), "mode", fi.Mode().Perm().String())
-	}
-	kp, err := id.KeyPair()
-	if err != nil {
-		return nil, err
 	}
 	applied, err := state.Load(o.StateDir)
 	if err != nil {
@@ -170,6 +172,7 @@ func New(o Options) (*Agent, error) {
 		}
 		app = apply.FileApplier{Root: o.Root, Chown: os.Geteuid() == 0}
 	}
+	built = true
 	return &Agent{
 		o: o, log: o.Logger.With("node", id.Node), id: id, kp: kp, applied: applied,
 		keyring: kr, keys: keys, applier: app,

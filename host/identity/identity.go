@@ -90,23 +90,45 @@ func Path(stateDir string) string { return filepath.Join(stateDir, FileName) }
 // the CA certificate against its pin, the broker addresses, the subjects and
 // the signing keys. Its errors are *InvalidError and never contain the seed.
 func (id Identity) Validate() error {
+	kp, err := id.validate()
+	if kp != nil {
+		kp.Wipe()
+	}
+	return err
+}
+
+// validate is Validate that also returns the key pair it derived to check the seed,
+// for a caller that needs it (the caller wipes it), or nil with the first fault.
+func (id Identity) validate() (_ *KeyPair, err error) {
 	if id.Format != FormatVersion {
-		return invalid("format", "is %d; this agent reads version %d", id.Format, FormatVersion)
+		return nil, invalid("format", "is %d; this agent reads version %d", id.Format, FormatVersion)
 	}
 	if err := checkID("mesh", id.Mesh); err != nil {
-		return err
+		return nil, err
 	}
 	if err := checkID("node", id.Node); err != nil {
-		return err
+		return nil, err
 	}
 	if id.Role != "control" && id.Role != "worker" {
-		return invalid("role", "is %q; it must be \"control\" or \"worker\"", truncate(id.Role, 20))
+		return nil, invalid("role", "is %q; it must be \"control\" or \"worker\"", truncate(id.Role, 20))
 	}
 	kp, err := id.KeyPair()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	kp.Wipe()
+	defer func() {
+		if err != nil {
+			kp.Wipe()
+		}
+	}()
+	if err := id.validateRest(); err != nil {
+		return nil, err
+	}
+	return kp, nil
+}
+
+// validateRest checks what Validate checks after the seed.
+func (id Identity) validateRest() error {
 	if err := checkCA(id.CAPEM, id.CAPin); err != nil {
 		return err
 	}
@@ -205,19 +227,37 @@ func Load(stateDir string) (Identity, error) {
 	return load(Path(stateDir), readRegular)
 }
 
+// LoadKeyPair is Load that also returns the node's key pair (see Identity.KeyPair),
+// which the caller should Wipe when done. Load derives the key from the seed to check
+// it against the public key; this hands that key on instead of having a starting
+// agent derive it a second time.
+func LoadKeyPair(stateDir string) (Identity, *KeyPair, error) {
+	return loadKeyPair(Path(stateDir), readRegular)
+}
+
 func load(path string, read readFunc) (Identity, error) {
-	var f fileIdentity
-	if err := decodeFile(path, read, MaxFileSize, FormatVersion, false, &f); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return Identity{}, fmt.Errorf("%w (there is no %s)", ErrNotEnrolled, path)
-		}
+	id, kp, err := loadKeyPair(path, read)
+	if err != nil {
 		return Identity{}, err
 	}
-	id := Identity(f)
-	if err := id.Validate(); err != nil {
-		return Identity{}, &CorruptError{Path: path, Reason: invalidReason(err)}
-	}
+	kp.Wipe()
 	return id, nil
+}
+
+func loadKeyPair(path string, read readFunc) (Identity, *KeyPair, error) {
+	var f fileIdentity
+	if err := decodeFile(path, read, MaxFileSize, FormatVersion, false, &f, &f.Format); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return Identity{}, nil, fmt.Errorf("%w (there is no %s)", ErrNotEnrolled, path)
+		}
+		return Identity{}, nil, err
+	}
+	id := Identity(f)
+	kp, err := id.validate()
+	if err != nil {
+		return Identity{}, nil, &CorruptError{Path: path, Reason: invalidReason(err)}
+	}
+	return id, kp, nil
 }
 
 // Save writes the identity into stateDir, creating the directory (0700) if it

@@ -396,3 +396,32 @@ func mangle(s string, i int) string {
 	}
 	return s[:i] + string(c) + s[i+1:]
 }
+
+// LoadKeyPair hands on the key Load derived to check the seed: the node's own key,
+// and nothing at all when the file is refused.
+func TestLoadKeyPair(t *testing.T) {
+	state := t.TempDir()
+	id := validIdentity(t)
+	if err := Save(state, id); err != nil {
+		t.Fatal(err)
+	}
+	got, kp, err := LoadKeyPair(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil || pub != id.PublicKey || got.PublicKey != id.PublicKey {
+		t.Fatalf("key pair of %q (%v), identity of %q; want %q", pub, err, got.PublicKey, id.PublicKey)
+	}
+	kp.Wipe()
+
+	other := validIdentity(t)
+	if err := os.WriteFile(Path(state), withField(t, id, "nkey_seed", fmt.Sprintf("%q", other.Seed)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, kp, err = LoadKeyPair(state)
+	_, lerr := Load(state)
+	if !errors.Is(err, ErrCorrupt) || kp != nil || lerr == nil || err.Error() != lerr.Error() {
+		t.Fatalf("a seed of another key: LoadKeyPair gives %v and %v, Load %v", kp, err, lerr)
+	}
+}

@@ -122,7 +122,7 @@ func LoadPending(stateDir string) (Pending, error) {
 
 func loadPending(path string, read readFunc) (Pending, error) {
 	var f filePending
-	if err := decodeFile(path, read, MaxFileSize, FormatVersion, true, &f); err != nil {
+	if err := decodeFile(path, read, MaxFileSize, FormatVersion, true, &f, &f.Format); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return Pending{}, fmt.Errorf("%w (there is no %s)", ErrNoPending, path)
 		}

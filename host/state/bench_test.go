@@ -68,3 +68,42 @@ func BenchmarkSave(b *testing.B) {
 func reportUs(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e3, "µs/op")
 }
+
+// BenchmarkLoad measures reading the applied state an agent of a running mesh holds
+// (as BenchmarkSave writes it), as the agent does when it starts, beside reading the
+// file alone:
+//
+//	go test -run='^$' -bench=Load -benchmem ./host/state/
+func BenchmarkLoad(b *testing.B) {
+	a := sample()
+	a.Keyring = []byte(`{"payloadType":"application/vnd.mesh.keyring.v1+json","payload":"` + strings.Repeat("eyJtZXNoIjoibSJ9", 16) +
+		`","signatures":[{"keyid":"ed25519:0123456789abcdef","sig":"` + strings.Repeat("A", 86) + `=="}]}`)
+	a.Managed = []string{"etc/fleet.conf"}
+	a.LastError, a.LastErrorCode, a.LastErrorVersion = "", "", 0
+	parent := ""
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		parent = "/dev/shm"
+	}
+	d, err := os.MkdirTemp(parent, "meshhost-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(d) })
+	if err := Save(d, a); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("os.ReadFile", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := os.ReadFile(Path(d)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Load", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := Load(d); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

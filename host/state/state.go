@@ -122,7 +122,7 @@ func Load(stateDir string) (Applied, error) {
 
 func load(path string, read readFunc) (Applied, error) {
 	var a Applied
-	if err := decodeFile(path, read, MaxFileSize, FormatVersion, &a); err != nil {
+	if err := decodeFile(path, read, MaxFileSize, FormatVersion, &a, &a.Format); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return Applied{}, nil
 		}

@@ -1,0 +1,65 @@
+package identity
+
+import (
+	"os"
+	"testing"
+)
+
+// BenchmarkLoad measures what an agent pays for its identity when it starts:
+// LoadKeyPair (read, decode strictly, validate: the seed against the public key, the
+// CA certificate against its pin; and the key pair derived for that), beside Load
+// followed by KeyPair, which derives the key a second time, and reading the file
+// alone. On
+// tmpfs when there is one, as the fleet benchmark's hosts use:
+//
+//	go test -run='^$' -bench=Load -benchmem ./host/identity/
+func BenchmarkLoad(b *testing.B) {
+	parent := ""
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		parent = "/dev/shm"
+	}
+	dir, err := os.MkdirTemp(parent, "meshhost-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	if err := Save(dir, validIdentity(b)); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("os.ReadFile", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := os.ReadFile(Path(dir)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Load", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := Load(dir); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Load+KeyPair", func(b *testing.B) {
+		for b.Loop() {
+			id, err := Load(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			kp, err := id.KeyPair()
+			if err != nil {
+				b.Fatal(err)
+			}
+			kp.Wipe()
+		}
+	})
+	b.Run("LoadKeyPair", func(b *testing.B) {
+		for b.Loop() {
+			_, kp, err := LoadKeyPair(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			kp.Wipe()
+		}
+	})
+}
