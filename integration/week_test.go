@@ -414,14 +414,49 @@ func TestPromotionWhileTheLogIsBusy(t *testing.T) {
 
 	// The leader's machine lost while operators keep minting through cp-2: a new
 	// leader takes the load, and the lost machine is removed while it does.
-	// A request the leader received and died with is never answered: it waits out
-	// the call's timeout, kept short here so that the test sees the next calls.
+	// A change the leader received and died with is never answered: it waits out the
+	// call's timeout, kept short here so that the test sees the next calls.
 	c2, err := operator.Dial(datadir.Dir(cp2.Dir), operator.Options{Timeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c2.Close()
 	after := mint(c2, "g", 8)
+	// Operators reading meanwhile, with the default timeout (15 s): a read the leader
+	// died with is asked again, and the next leader answers it.
+	c3, err := operator.Dial(datadir.Dir(cp2.Dir), operator.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	type read struct {
+		start, end time.Time
+		err        error
+	}
+	var (
+		reads     []read
+		readsMu   sync.Mutex
+		readStop  = make(chan struct{})
+		readersWG sync.WaitGroup
+	)
+	for range 4 {
+		readersWG.Go(func() {
+			for {
+				select {
+				case <-readStop:
+					return
+				default:
+				}
+				r := read{start: time.Now()}
+				_, r.err = c3.Nodes(api.NodesRequest{})
+				r.end = time.Now()
+				readsMu.Lock()
+				reads = append(reads, r)
+				readsMu.Unlock()
+			}
+		})
+	}
+	time.Sleep(200 * time.Millisecond)
 	cp1.Process().Kill()
 	killed := time.Now()
 	harness.Eventually(t, 20*time.Second, "a new leader minting", func() bool {
@@ -430,6 +465,25 @@ func TestPromotionWhileTheLogIsBusy(t *testing.T) {
 		return after.minted.Load() > before
 	})
 	t.Logf("leader killed under load; minting resumed after %s (last refusal meanwhile: %v)", time.Since(killed).Round(100*time.Millisecond), after.last.Load())
+	close(readStop)
+	readersWG.Wait()
+	spanning, longest := 0, time.Duration(0)
+	for _, r := range reads {
+		inFlight := r.start.Before(killed) && r.end.After(killed)
+		soonAfter := !r.start.Before(killed) && r.start.Before(killed.Add(time.Second))
+		if !inFlight && !soonAfter {
+			continue
+		}
+		spanning++
+		longest = max(longest, r.end.Sub(r.start))
+		if r.err != nil {
+			t.Errorf("a read made while the leader was lost failed after %s: %v", r.end.Sub(r.start).Round(time.Millisecond), r.err)
+		}
+	}
+	t.Logf("%d reads in flight when the leader was lost or in the second after; the longest took %s", spanning, longest.Round(time.Millisecond))
+	if spanning == 0 || longest > 10*time.Second {
+		t.Errorf("reads around the leader's loss: %d, the longest %s; want them answered well within their 15 s timeout", spanning, longest)
+	}
 	harness.Eventually(t, 20*time.Second, "cp-1 removed under load", func() bool {
 		return cp2.Ctl("control", "remove", "cp-1").Code == 0
 	})

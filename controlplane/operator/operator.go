@@ -40,7 +40,18 @@ type Client struct {
 	nc         *nats.Conn
 	timeout    time.Duration
 	leaderWait time.Duration
+	// readAttempt is how long a read waits for its first answer before it is sent
+	// again (see Call).
+	readAttempt time.Duration
 }
+
+// firstReadAttempt is how long a read waits for an answer before it is sent again. A
+// read is answered in milliseconds, even for 10,000 nodes; one that gets no answer
+// went to a leader that stopped with it, and the control node elected next answers
+// the same read sent again. Each later attempt waits twice as long as the one before,
+// so that a read a loaded leader is slow to answer gets more time instead of being
+// asked again and again.
+const firstReadAttempt = 2 * time.Second
 
 // DefaultLeaderWait is how long a call waits for a control node to serve it: long
 // enough to ride out an election with the default Raft timeouts (2 s), short enough
@@ -133,7 +144,7 @@ func newClient(nc *nats.Conn, timeout, leaderWait time.Duration) *Client {
 	case leaderWait < 0:
 		leaderWait = 0
 	}
-	return &Client{nc: nc, timeout: timeout, leaderWait: leaderWait}
+	return &Client{nc: nc, timeout: timeout, leaderWait: leaderWait, readAttempt: firstReadAttempt}
 }
 
 // Close closes the connection.
@@ -141,12 +152,18 @@ func (c *Client) Close() { c.nc.Close() }
 
 // Call sends req to operation op and decodes the result into res. A refusal by the
 // control plane comes back as *api.Error.
+//
+// A change is sent once: if no answer comes within the timeout, the control node that
+// took it may have carried it out, and ErrNoAnswer says so. A read (api.ReadOnly) is
+// sent again when no answer came within 2 s, then 4 s, and so on until the timeout,
+// because a leader that stops takes the requests it was serving with it, and asking
+// again cannot change anything.
 func (c *Client) Call(op string, req, res any) error {
 	data, err := api.EncodeAdminRequest(op, req)
 	if err != nil {
 		return err
 	}
-	msg, err := Request(c.nc, api.AdminSubject(op), data, c.timeout, c.leaderWait)
+	msg, err := c.request(op, data)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("%w; waited %s", ErrNoLeader, c.leaderWait)
@@ -170,6 +187,24 @@ func (c *Client) Call(op string, req, res any) error {
 		return nil
 	}
 	return json.Unmarshal(resp.Result, res)
+}
+
+// request sends one call (see Call for when it is sent again).
+func (c *Client) request(op string, data []byte) (*nats.Msg, error) {
+	subject := api.AdminSubject(op)
+	if !api.ReadOnly(op) {
+		return Request(c.nc, subject, data, c.timeout, c.leaderWait)
+	}
+	deadline := time.Now().Add(c.timeout)
+	attempt := c.readAttempt
+	for {
+		wait := min(attempt, time.Until(deadline))
+		msg, err := Request(c.nc, subject, data, wait, c.leaderWait)
+		if !errors.Is(err, nats.ErrTimeout) || time.Until(deadline) <= 0 {
+			return msg, err
+		}
+		attempt *= 2
+	}
 }
 
 // Request sends data to subject and waits up to timeout for the answer. "No

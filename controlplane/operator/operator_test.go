@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,5 +101,62 @@ func TestCallNobodyAnswers(t *testing.T) {
 			t.Fatalf("%s: %v", op, err)
 		}
 		_ = sub.Unsubscribe()
+	}
+}
+
+// A leader that stops takes the requests it was serving with it. A read is sent again
+// and the next control node answers it; a change is never sent twice, because the one
+// that took it may have carried it out.
+func TestOnlyReadsAreAskedAgain(t *testing.T) {
+	nc := startBroker(t)
+	for _, op := range []string{api.OpNodes, api.OpProgress, api.OpTokenCreate, api.OpDeclare} {
+		var seen atomic.Int32
+		sub, err := nc.Subscribe(api.AdminSubject(op), func(m *nats.Msg) {
+			if seen.Add(1) == 1 {
+				return // the leader that stopped
+			}
+			out, _ := json.Marshal(api.AdminResponse{Result: json.RawMessage(`{}`)})
+			_ = m.Respond(out)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newClient(nc, 2*time.Second, time.Second)
+		c.readAttempt = 100 * time.Millisecond
+		start := time.Now()
+		err = c.Call(op, struct{}{}, nil)
+		took := time.Since(start)
+		_ = sub.Unsubscribe()
+		if api.ReadOnly(op) {
+			if err != nil || seen.Load() != 2 || took < 100*time.Millisecond || took > time.Second {
+				t.Fatalf("read %s: %v after %s, %d requests; want an answer to the second of 2", op, err, took, seen.Load())
+			}
+			continue
+		}
+		if !errors.Is(err, ErrNoAnswer) || seen.Load() != 1 || took < 2*time.Second {
+			t.Fatalf("change %s: %v after %s, %d requests; want ErrNoAnswer after the 2s timeout and 1 request", op, err, took, seen.Load())
+		}
+	}
+}
+
+// Each attempt of a read waits twice as long as the one before, so a slow leader is
+// asked a few times, not once per first attempt's length: within 1 s, attempts of
+// 100, 200 and 400 ms and the 300 ms left.
+func TestReadAttemptsDouble(t *testing.T) {
+	nc := startBroker(t)
+	var seen atomic.Int32
+	sub, err := nc.Subscribe(api.AdminSubject(api.OpNodes), func(*nats.Msg) { seen.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	c := newClient(nc, time.Second, time.Second)
+	c.readAttempt = 100 * time.Millisecond
+	err = c.Call(api.OpNodes, struct{}{}, nil)
+	if !errors.Is(err, ErrNoAnswer) || !strings.Contains(err.Error(), "within 1s") {
+		t.Fatalf("want ErrNoAnswer within 1s, got %v", err)
+	}
+	if n := seen.Load(); n != 4 {
+		t.Fatalf("%d requests in 1s; want 4 (100, 200, 400 ms, then the rest)", n)
 	}
 }
