@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -353,8 +354,8 @@ func TestPromotionWhileTheLogIsBusy(t *testing.T) {
 	// what was minted and keeping the last refusal (a pause after each: no leader,
 	// or a connection gone with its broker).
 	type tally struct {
-		minted, refused atomic.Int64
-		last            atomic.Value
+		minted, refused, unanswered atomic.Int64
+		last                        atomic.Value
 	}
 	mint := func(c *operator.Client, prefix string, workers int) *tally {
 		n := &tally{}
@@ -368,6 +369,9 @@ func TestPromotionWhileTheLogIsBusy(t *testing.T) {
 					}
 					if _, err := c.MintToken(fmt.Sprintf("%s-%d-%d", prefix, w, i), tokenfmt.RoleWorker, time.Hour, nil); err != nil {
 						n.refused.Add(1)
+						if errors.Is(err, operator.ErrNoAnswer) {
+							n.unanswered.Add(1)
+						}
 						n.last.Store(err.Error())
 						time.Sleep(50 * time.Millisecond)
 						continue
@@ -413,10 +417,10 @@ func TestPromotionWhileTheLogIsBusy(t *testing.T) {
 	}
 
 	// The leader's machine lost while operators keep minting through cp-2: a new
-	// leader takes the load, and the lost machine is removed while it does.
-	// A change the leader received and died with is never answered: it waits out the
-	// call's timeout, kept short here so that the test sees the next calls.
-	c2, err := operator.Dial(datadir.Dir(cp2.Dir), operator.Options{Timeout: 3 * time.Second})
+	// leader takes the load, and the lost machine is removed while it does. A mint the
+	// leader received and died with is sent again after 2 s and answered by the next
+	// leader (with the token the first may have made), so none is left unanswered.
+	c2, err := operator.Dial(datadir.Dir(cp2.Dir), operator.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -464,7 +468,10 @@ func TestPromotionWhileTheLogIsBusy(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		return after.minted.Load() > before
 	})
-	t.Logf("leader killed under load; minting resumed after %s (last refusal meanwhile: %v)", time.Since(killed).Round(100*time.Millisecond), after.last.Load())
+	t.Logf("leader killed under load; minting resumed after %s (%d refused, last: %v)", time.Since(killed).Round(100*time.Millisecond), after.refused.Load(), after.last.Load())
+	if n := after.unanswered.Load(); n > 0 {
+		t.Errorf("%d mints were left unanswered when the leader was lost; each should have been sent again and answered", n)
+	}
 	close(readStop)
 	readersWG.Wait()
 	spanning, longest := 0, time.Duration(0)
@@ -491,5 +498,46 @@ func TestPromotionWhileTheLogIsBusy(t *testing.T) {
 	time.Sleep(time.Second)
 	if after.minted.Load() == before {
 		t.Fatal("nothing was minted in the second after cp-1's removal")
+	}
+}
+
+// A token creation sent again (as meshctl does when a leader died with it) is answered
+// with the token the first one minted: the same expiry, one token in the list, and it
+// enrols its node once. The same id under other terms is refused.
+func TestTokenCreationSentTwice(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "twice")
+	cp.Serve()
+	c, err := operator.Dial(datadir.Dir(cp.Dir), operator.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := api.TokenCreateRequest{ID: strings.Repeat("ab", 32), Node: "web-1", Role: string(tokenfmt.RoleWorker), TTL: api.Duration(time.Hour)}
+	var first, second api.TokenCreateResult
+	if err := c.Call(api.OpTokenCreate, req, &first); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // a new commit time, so a second token would differ
+	if err := c.Call(api.OpTokenCreate, req, &second); err != nil {
+		t.Fatalf("the same creation again: %v", err)
+	}
+	if !first.Expiry.Equal(second.Expiry) || first.SigningKey != second.SigningKey || first.CAPin != second.CAPin {
+		t.Fatalf("answers differ: %+v, then %+v", first, second)
+	}
+	var list api.TokenListResult
+	if err := c.Call(api.OpTokenList, api.TokenListRequest{}, &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Tokens) != 1 {
+		t.Fatalf("%d tokens listed after the creation was sent twice: %+v", len(list.Tokens), list.Tokens)
+	}
+	other := req
+	other.TTL = api.Duration(2 * time.Hour)
+	var apiErr *api.Error
+	if err := c.Call(api.OpTokenCreate, other, nil); !errors.As(err, &apiErr) {
+		t.Fatalf("the same id with another ttl: %v, want a refusal", err)
+	}
+	if !strings.Contains(cp.Process().Output(), "token request repeated") {
+		t.Error("serve did not log the repeated request")
 	}
 }

@@ -47,6 +47,13 @@ func ReadOnly(op string) bool {
 	return false
 }
 
+// Repeatable reports whether the same request for op may be sent again when no answer
+// came: a read, or a token creation, which the control plane answers with the token
+// it already minted for the same secret's hash instead of a second one.
+func Repeatable(op string) bool {
+	return ReadOnly(op) || op == OpTokenCreate
+}
+
 // KeyringResult describes the keyring a rotation or retirement installed.
 type KeyringResult struct {
 	Epoch uint64   `json:"epoch"`

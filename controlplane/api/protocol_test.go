@@ -474,3 +474,21 @@ func TestReadOnlyOps(t *testing.T) {
 		t.Fatal("an unknown operation counts as read-only")
 	}
 }
+
+func TestRepeatableOps(t *testing.T) {
+	var again []string
+	for _, op := range AdminOps() {
+		if Repeatable(op) {
+			again = append(again, op)
+		}
+	}
+	want := []string{OpPing, OpTokenList, OpProgress, OpNodes, OpSigningKeyStatus, OpTokenCreate}
+	slices.Sort(again)
+	slices.Sort(want)
+	if !slices.Equal(again, want) {
+		t.Fatalf("repeatable operations %v, want %v: a change sent twice must change nothing the second time", again, want)
+	}
+	if Repeatable("no.such.op") {
+		t.Fatal("an unknown operation counts as repeatable")
+	}
+}

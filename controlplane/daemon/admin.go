@@ -175,6 +175,10 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 	out.Mesh = d.cfg.Mesh
 	out.CAPin = d.cfg.CAPin
 	out.Expiry = res.Token.Expiry
+	if res.Repeated {
+		d.log.Info("token request repeated; answered with the token minted for it", "node", req.Node, "role", req.Role, "expiry", out.Expiry)
+		return out, nil
+	}
 	d.log.Info("token minted", "node", req.Node, "role", req.Role, "expiry", out.Expiry)
 	return out, nil
 }

@@ -40,18 +40,19 @@ type Client struct {
 	nc         *nats.Conn
 	timeout    time.Duration
 	leaderWait time.Duration
-	// readAttempt is how long a read waits for its first answer before it is sent
-	// again (see Call).
-	readAttempt time.Duration
+	// firstAttempt is how long a repeatable request waits for its first answer before
+	// it is sent again (see Call).
+	firstAttempt time.Duration
 }
 
-// firstReadAttempt is how long a read waits for an answer before it is sent again. A
-// read is answered in milliseconds, even for 10,000 nodes; one that gets no answer
-// went to a leader that stopped with it, and the control node elected next answers
-// the same read sent again. Each later attempt waits twice as long as the one before,
-// so that a read a loaded leader is slow to answer gets more time instead of being
-// asked again and again.
-const firstReadAttempt = 2 * time.Second
+// defaultFirstAttempt is how long a read (or a token creation, see Call) first waits
+// for an answer before it is sent again. A read is answered in milliseconds, even for
+// 10,000 nodes, and a creation within a commit; one that gets no answer went to a
+// leader that stopped with it, and the control node elected next answers the same
+// request sent again. Each later attempt waits twice as long as the one before, so
+// that a request a loaded leader is slow to answer gets more time instead of being
+// sent again and again.
+const defaultFirstAttempt = 2 * time.Second
 
 // DefaultLeaderWait is how long a call waits for a control node to serve it: long
 // enough to ride out an election with the default Raft timeouts (2 s), short enough
@@ -144,7 +145,7 @@ func newClient(nc *nats.Conn, timeout, leaderWait time.Duration) *Client {
 	case leaderWait < 0:
 		leaderWait = 0
 	}
-	return &Client{nc: nc, timeout: timeout, leaderWait: leaderWait, readAttempt: firstReadAttempt}
+	return &Client{nc: nc, timeout: timeout, leaderWait: leaderWait, firstAttempt: defaultFirstAttempt}
 }
 
 // Close closes the connection.
@@ -154,10 +155,10 @@ func (c *Client) Close() { c.nc.Close() }
 // control plane comes back as *api.Error.
 //
 // A change is sent once: if no answer comes within the timeout, the control node that
-// took it may have carried it out, and ErrNoAnswer says so. A read (api.ReadOnly) is
-// sent again when no answer came within 2 s, then 4 s, and so on until the timeout,
-// because a leader that stops takes the requests it was serving with it, and asking
-// again cannot change anything.
+// took it may have carried it out, and ErrNoAnswer says so. A read or a token creation
+// (api.Repeatable) is sent again when no answer came within 2 s, then 4 s, and so on
+// until the timeout, because a leader that stops takes the requests it was serving
+// with it, and the same request again cannot change anything twice.
 func (c *Client) Call(op string, req, res any) error {
 	data, err := api.EncodeAdminRequest(op, req)
 	if err != nil {
@@ -192,11 +193,11 @@ func (c *Client) Call(op string, req, res any) error {
 // request sends one call (see Call for when it is sent again).
 func (c *Client) request(op string, data []byte) (*nats.Msg, error) {
 	subject := api.AdminSubject(op)
-	if !api.ReadOnly(op) {
+	if !api.Repeatable(op) {
 		return Request(c.nc, subject, data, c.timeout, c.leaderWait)
 	}
 	deadline := time.Now().Add(c.timeout)
-	attempt := c.readAttempt
+	attempt := c.firstAttempt
 	for {
 		wait := min(attempt, time.Until(deadline))
 		msg, err := Request(c.nc, subject, data, wait, c.leaderWait)

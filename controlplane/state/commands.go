@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -183,6 +184,9 @@ type Result struct {
 	Skipped     []string // selected nodes that could not take the declaration (revoked)
 	Tokens      []Token  // the tokens a CancelTokensCmd cancelled
 	Revoked     []Node   // the nodes a RevokeCmd revoked, in its order
+	// Repeated is set when a CreateTokenCmd repeated one already applied: Token is
+	// the token it made then, and nothing changed.
+	Repeated bool
 }
 
 // BodyDigest is the key a body is stored under.
@@ -267,8 +271,21 @@ func (s *State) applyInit(at time.Time, c *InitCmd) Result {
 }
 
 func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd) Result {
-	if _, dup := s.Tokens[c.ID]; dup {
-		return Result{Err: fmt.Errorf("%w: token id already exists", ErrBadCommand)}
+	if t, dup := s.Tokens[c.ID]; dup {
+		// The same request again (the operator's client sends a token.create again
+		// when a leader died with it): the token it made, unchanged. The id is the
+		// hash of a secret only that client holds, so nobody else asks for it; a
+		// token already used, cancelled or expired, or asked for with other terms, is
+		// refused as before.
+		if !t.sameRequest(c) || t.StateAt(at) != TokenPending {
+			return Result{Err: fmt.Errorf("%w: token id already exists", ErrBadCommand)}
+		}
+		if s.idInUse(c.Node) {
+			return Result{Err: fmt.Errorf("node %s: %w", c.Node, ErrNodeExists)}
+		}
+		tc := *t
+		tc.Labels = maps.Clone(t.Labels)
+		return Result{Token: &tc, Repeated: true}
 	}
 	if s.idInUse(c.Node) {
 		return Result{Err: fmt.Errorf("node %s: %w", c.Node, ErrNodeExists)}
@@ -285,6 +302,13 @@ func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd) Result {
 	tc := *t
 	tc.Labels = maps.Clone(t.Labels) // the result must not alias the live state
 	return Result{Token: &tc}
+}
+
+// sameRequest reports whether c asks for exactly the token t records.
+func (t *Token) sameRequest(c *CreateTokenCmd) bool {
+	return t.Node == c.Node && t.Role == c.Role && maps.Equal(t.Labels, c.Labels) &&
+		t.Expiry.Sub(t.CreatedAt) == c.TTL && bytes.Equal(t.Sealed, c.Sealed) &&
+		(t.Control == nil) == (c.Control == nil) && (t.Control == nil || *t.Control == *c.Control)
 }
 
 func (s *State) applyCancelTokens(at time.Time, c *CancelTokensCmd) Result {

@@ -829,3 +829,58 @@ func TestRevokeSeveral(t *testing.T) {
 		t.Fatalf("revocation of nothing: %v", r.Err)
 	}
 }
+
+// A token.create sent again by the operator's client after a leader died with it gets
+// the token the first one made, and changes nothing; anything else under the same id
+// is refused.
+func TestCreateTokenRepeated(t *testing.T) {
+	m := enrolled(t, map[string]string{"web-1": RoleWorker})
+	at := t0.Add(2 * time.Minute)
+	cmd := func(at time.Time, edit func(*CreateTokenCmd)) Command {
+		c := &CreateTokenCmd{ID: "tok-2", Node: "web-2", Role: RoleControl, Labels: map[string]string{"env": "prod"}, TTL: 15 * time.Minute,
+			Control: &ControlAddrs{Broker: "10.0.0.2:7300", Raft: "10.0.0.2:7301", Cluster: "10.0.0.2:7302"}, Sealed: []byte("x")}
+		if edit != nil {
+			edit(c)
+		}
+		return Command{Op: OpCreateToken, At: at, CreateToken: c}
+	}
+	first := m.must(cmd(at, nil))
+	if first.Repeated {
+		t.Fatal("the first creation is marked repeated")
+	}
+	before := m.snapshot()
+	again := m.must(cmd(at.Add(3*time.Second), nil))
+	if !again.Repeated || again.Token == nil || again.Token.ID != "tok-2" || !again.Token.CreatedAt.Equal(at) || !again.Token.Expiry.Equal(first.Token.Expiry) {
+		t.Fatalf("repeated creation: %+v", again)
+	}
+	if got := m.snapshot(); string(got) != string(before) {
+		t.Fatal("a repeated creation changed the state")
+	}
+	again.Token.Labels["env"] = "dev"
+	if m.state().Tokens["tok-2"].Labels["env"] != "prod" {
+		t.Fatal("the repeated result aliases the state")
+	}
+	for name, edit := range map[string]func(*CreateTokenCmd){
+		"another node":    func(c *CreateTokenCmd) { c.Node = "web-3" },
+		"another role":    func(c *CreateTokenCmd) { c.Role = RoleWorker; c.Control = nil; c.Sealed = nil },
+		"other labels":    func(c *CreateTokenCmd) { c.Labels = map[string]string{"env": "dev"} },
+		"no labels":       func(c *CreateTokenCmd) { c.Labels = nil },
+		"another ttl":     func(c *CreateTokenCmd) { c.TTL = time.Hour },
+		"other addresses": func(c *CreateTokenCmd) { c.Control = &ControlAddrs{Broker: "10.0.0.9:7300", Raft: "10.0.0.2:7301", Cluster: "10.0.0.2:7302"} },
+		"another seal":    func(c *CreateTokenCmd) { c.Sealed = []byte("y") },
+	} {
+		if r := m.apply(cmd(at.Add(time.Second), edit)); !errors.Is(r.Err, ErrBadCommand) || r.Repeated {
+			t.Errorf("%s under the same id: %+v, want ErrBadCommand", name, r)
+		}
+	}
+	if r := m.apply(cmd(at.Add(15*time.Minute), nil)); !errors.Is(r.Err, ErrBadCommand) {
+		t.Errorf("repeated once expired: err = %v, want ErrBadCommand", r.Err)
+	}
+	m.must(enrolCmd("tok-2", "web-2", RoleControl, "K2", at.Add(time.Minute)))
+	if r := m.apply(cmd(at.Add(2*time.Minute), nil)); !errors.Is(r.Err, ErrBadCommand) {
+		t.Errorf("repeated once used: err = %v, want ErrBadCommand", r.Err)
+	}
+	if got := m.snapshot(); string(got) == string(before) {
+		t.Fatal("the enrolment did not change the state (the test proves nothing)")
+	}
+}
