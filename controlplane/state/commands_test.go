@@ -861,13 +861,15 @@ func TestCreateTokenRepeated(t *testing.T) {
 		t.Fatal("the repeated result aliases the state")
 	}
 	for name, edit := range map[string]func(*CreateTokenCmd){
-		"another node":    func(c *CreateTokenCmd) { c.Node = "web-3" },
-		"another role":    func(c *CreateTokenCmd) { c.Role = RoleWorker; c.Control = nil; c.Sealed = nil },
-		"other labels":    func(c *CreateTokenCmd) { c.Labels = map[string]string{"env": "dev"} },
-		"no labels":       func(c *CreateTokenCmd) { c.Labels = nil },
-		"another ttl":     func(c *CreateTokenCmd) { c.TTL = time.Hour },
-		"other addresses": func(c *CreateTokenCmd) { c.Control = &ControlAddrs{Broker: "10.0.0.9:7300", Raft: "10.0.0.2:7301", Cluster: "10.0.0.2:7302"} },
-		"another seal":    func(c *CreateTokenCmd) { c.Sealed = []byte("y") },
+		"another node": func(c *CreateTokenCmd) { c.Node = "web-3" },
+		"another role": func(c *CreateTokenCmd) { c.Role = RoleWorker; c.Control = nil; c.Sealed = nil },
+		"other labels": func(c *CreateTokenCmd) { c.Labels = map[string]string{"env": "dev"} },
+		"no labels":    func(c *CreateTokenCmd) { c.Labels = nil },
+		"another ttl":  func(c *CreateTokenCmd) { c.TTL = time.Hour },
+		"other addresses": func(c *CreateTokenCmd) {
+			c.Control = &ControlAddrs{Broker: "10.0.0.9:7300", Raft: "10.0.0.2:7301", Cluster: "10.0.0.2:7302"}
+		},
+		"another seal": func(c *CreateTokenCmd) { c.Sealed = []byte("y") },
 	} {
 		if r := m.apply(cmd(at.Add(time.Second), edit)); !errors.Is(r.Err, ErrBadCommand) || r.Repeated {
 			t.Errorf("%s under the same id: %+v, want ErrBadCommand", name, r)
