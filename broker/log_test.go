@@ -94,7 +94,13 @@ func TestNATSLogRepeats(t *testing.T) {
 		l.Noticef("Route connection created for %s", "10.0.0.2:6222")
 		c.t = c.t.Add(time.Second)
 	}
-	// One client's violations of two subjects, at once.
+	// A storm's readloop stalls and slow consumers, each of another connection.
+	for i := range 500 {
+		l.Warnf(fmt.Sprintf(`127.0.0.1:%d - cid:%d - "v1.55.0:go:meshhost h-%05d" - "AHOSTS/nkey:U%c%cKEY" - Readloop processing time: %%v`, 30000+i, i, i, 'A'+i%26, 'A'+i/26%26), 2*time.Second+time.Duration(i)*time.Millisecond)
+		l.Warnf(fmt.Sprintf(`127.0.0.1:%d - cid:%d - "U%c%cKEY" - Slow Consumer Detected: WriteDeadline of %%v exceeded with %%d chunks of %%d total bytes.`, 30000+i, i, 'A'+i%26, 'A'+i/26%26), 10*time.Second, i, 1000*i)
+	}
+	// Two clients' violations of the same subject, and one client's of two subjects.
+	l.Errorf(`127.0.0.1:40001 - cid:10 - "UOTHER" - Publish Violation - Subject %q`, "mesh.node.victim.decl")
 	l.Errorf(`127.0.0.1:40000 - cid:9 - "UEVIL" - Publish Violation - Subject %q`, "mesh.node.victim.decl")
 	l.Errorf(`127.0.0.1:40000 - cid:9 - "UEVIL" - Publish Violation - Subject %q`, "mesh.admin.nodes")
 	l.Errorf(routeErr, 21, "dial tcp 10.0.0.3:6222: connect: connection refused")
@@ -119,9 +125,12 @@ func TestNATSLogRepeats(t *testing.T) {
 		"127.0.0.1:1 - rid:1 - TLS route handshake error: remote error: tls: bad certificate": 2,
 		"rid:1 - TLS handshake error": 2,
 		"rid:1 - connection reset":    2,
-		`127.0.0.1:40000 - cid:9 - "UEVIL" - Publish Violation - Subject "mesh.node.victim.decl"`: 1,
-		`127.0.0.1:40000 - cid:9 - "UEVIL" - Publish Violation - Subject "mesh.admin.nodes"`:      1,
-		"Route connection created for 10.0.0.2:6222":                                              20,
+		`127.0.0.1:40000 - cid:9 - "UEVIL" - Publish Violation - Subject "mesh.node.victim.decl"`:                                1,
+		`127.0.0.1:40000 - cid:9 - "UEVIL" - Publish Violation - Subject "mesh.admin.nodes"`:                                     1,
+		`127.0.0.1:40001 - cid:10 - "UOTHER" - Publish Violation - Subject "mesh.node.victim.decl"`:                              1,
+		`127.0.0.1:1 - cid:1 - "v1.55.0:go:meshhost h-00001" - "AHOSTS/nkey:UZZKEY" - Readloop processing time: 2.5s`:            1,
+		`127.0.0.1:1 - cid:1 - "UZZKEY" - Slow Consumer Detected: WriteDeadline of 10s exceeded with 1 chunks of 1 total bytes.`: 1,
+		"Route connection created for 10.0.0.2:6222":                                                                             20,
 	} {
 		if n := len(byKind[kindOf(line)]); n != want {
 			t.Errorf("lines like %q were logged %d times, want %d", line, n, want)
@@ -134,6 +143,8 @@ func TestKindOf(t *testing.T) {
 		"Error trying to connect to route (attempt 12): dial tcp 10.0.0.2:6222: connect: connection refused": "Error trying to connect to route (attempt #): dial tcp #.#.#.#:#: connect: connection refused",
 		"10.0.0.2:6222 - rid:17 - TLS route handshake error: EOF":                                            "#.#.#.#:# - rid:# - TLS route handshake error: EOF",
 		`127.0.0.1:40000 - cid:9 - "UABC" - Publish Violation - Subject "mesh.node.victim.decl"`:             `#.#.#.#:# - cid:# - "UABC" - Publish Violation - Subject "mesh.node.victim.decl"`,
+		`127.0.0.1:4 - cid:5 - "meshhost h-1" - "A/nkey:UXY" - Readloop processing time: 2.038821699s`:       ` - Readloop processing time: #.#s`,
+		`127.0.0.1:4 - cid:5 - "UXY" - Slow Consumer Detected: MaxPending of 67108864 Exceeded`:              ` - Slow Consumer Detected: MaxPending of # Exceeded`,
 	} {
 		if got := kindOf(msg); got != want {
 			t.Errorf("kindOf(%q) = %q, want %q", msg, got, want)
