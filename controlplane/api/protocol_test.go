@@ -457,38 +457,31 @@ func TestSyncRequestHasDeclared(t *testing.T) {
 	}
 }
 
-func TestReadOnlyOps(t *testing.T) {
-	var reads []string
-	for _, op := range AdminOps() {
-		if ReadOnly(op) {
-			reads = append(reads, op)
+// The lists of operations that run beside changes (reads) and that may be sent again
+// when no answer came (reads and token creation): a change counted in either by
+// mistake would run beside other changes, or be carried out twice.
+func TestOpClasses(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		is   func(string) bool
+		want []string
+	}{
+		{"read-only", ReadOnly, []string{OpPing, OpTokenList, OpProgress, OpNodes, OpSigningKeyStatus}},
+		{"repeatable", Repeatable, []string{OpPing, OpTokenList, OpProgress, OpNodes, OpSigningKeyStatus, OpTokenCreate}},
+	} {
+		var got []string
+		for _, op := range AdminOps() {
+			if c.is(op) {
+				got = append(got, op)
+			}
 		}
-	}
-	want := []string{OpPing, OpTokenList, OpProgress, OpNodes, OpSigningKeyStatus}
-	slices.Sort(reads)
-	slices.Sort(want)
-	if !slices.Equal(reads, want) {
-		t.Fatalf("read-only operations %v, want %v: a change counted as a read would run beside other changes and be retried as if harmless", reads, want)
-	}
-	if ReadOnly("no.such.op") {
-		t.Fatal("an unknown operation counts as read-only")
-	}
-}
-
-func TestRepeatableOps(t *testing.T) {
-	var again []string
-	for _, op := range AdminOps() {
-		if Repeatable(op) {
-			again = append(again, op)
+		slices.Sort(got)
+		slices.Sort(c.want)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s operations %v, want %v", c.name, got, c.want)
 		}
-	}
-	want := []string{OpPing, OpTokenList, OpProgress, OpNodes, OpSigningKeyStatus, OpTokenCreate}
-	slices.Sort(again)
-	slices.Sort(want)
-	if !slices.Equal(again, want) {
-		t.Fatalf("repeatable operations %v, want %v: a change sent twice must change nothing the second time", again, want)
-	}
-	if Repeatable("no.such.op") {
-		t.Fatal("an unknown operation counts as repeatable")
+		if c.is("no.such.op") {
+			t.Errorf("an unknown operation counts as %s", c.name)
+		}
 	}
 }

@@ -16,11 +16,7 @@ import (
 //
 //	go test -run='^$' -bench=Save ./host/state/
 func BenchmarkSave(b *testing.B) {
-	a := sample()
-	a.Keyring = []byte(`{"payloadType":"application/vnd.mesh.keyring.v1+json","payload":"` + strings.Repeat("eyJtZXNoIjoibSJ9", 16) +
-		`","signatures":[{"keyid":"ed25519:0123456789abcdef","sig":"` + strings.Repeat("A", 86) + `=="}]}`)
-	a.Managed = []string{"etc/fleet.conf"}
-	a.LastError, a.LastErrorCode, a.LastErrorVersion = "", "", 0
+	a := runningState()
 	dirs := map[string]string{"disk": ""}
 	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
 		dirs["tmpfs"] = "/dev/shm"
@@ -75,11 +71,7 @@ func reportUs(b *testing.B) {
 //
 //	go test -run='^$' -bench=Load -benchmem ./host/state/
 func BenchmarkLoad(b *testing.B) {
-	a := sample()
-	a.Keyring = []byte(`{"payloadType":"application/vnd.mesh.keyring.v1+json","payload":"` + strings.Repeat("eyJtZXNoIjoibSJ9", 16) +
-		`","signatures":[{"keyid":"ed25519:0123456789abcdef","sig":"` + strings.Repeat("A", 86) + `=="}]}`)
-	a.Managed = []string{"etc/fleet.conf"}
-	a.LastError, a.LastErrorCode, a.LastErrorVersion = "", "", 0
+	a := runningState()
 	parent := ""
 	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
 		parent = "/dev/shm"
@@ -106,4 +98,15 @@ func BenchmarkLoad(b *testing.B) {
 			}
 		}
 	})
+}
+
+// runningState is the applied state an agent of a running mesh holds: a keyring
+// envelope, one managed file, no error.
+func runningState() Applied {
+	a := sample()
+	a.Keyring = []byte(`{"payloadType":"application/vnd.mesh.keyring.v1+json","payload":"` + strings.Repeat("eyJtZXNoIjoibSJ9", 16) +
+		`","signatures":[{"keyid":"ed25519:0123456789abcdef","sig":"` + strings.Repeat("A", 86) + `=="}]}`)
+	a.Managed = []string{"etc/fleet.conf"}
+	a.LastError, a.LastErrorCode, a.LastErrorVersion = "", "", 0
+	return a
 }
