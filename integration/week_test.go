@@ -534,8 +534,8 @@ func TestTokenCreationSentTwice(t *testing.T) {
 	other := req
 	other.TTL = api.Duration(2 * time.Hour)
 	var apiErr *api.Error
-	if err := c.Call(api.OpTokenCreate, other, nil); !errors.As(err, &apiErr) {
-		t.Fatalf("the same id with another ttl: %v, want a refusal", err)
+	if err := c.Call(api.OpTokenCreate, other, nil); !errors.As(err, &apiErr) || apiErr.Code != api.CodeBadRequest {
+		t.Fatalf("the same id with another ttl: %v, want bad_request", err)
 	}
 	if !strings.Contains(cp.Process().Output(), "token request repeated") {
 		t.Error("serve did not log the repeated request")

@@ -166,6 +166,11 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 		if errors.Is(res.Err, state.ErrNodeExists) {
 			return out, &api.Error{Code: api.CodeNodeExists, Message: res.Err.Error()}
 		}
+		if errors.Is(res.Err, state.ErrBadCommand) {
+			// The id of a token minted before, asked for with other terms or after
+			// its use: the caller's fault, not the control plane's.
+			return out, badRequest("%v: a token id is the hash of a new secret; mint a new token", res.Err)
+		}
 		return out, res.Err
 	}
 	d.fsm.Read(func(s *state.State) {
