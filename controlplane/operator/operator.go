@@ -54,6 +54,9 @@ type Client struct {
 // sent again and again.
 const defaultFirstAttempt = 2 * time.Second
 
+// DefaultTimeout is how long a call waits for its answer once a control node took it.
+const DefaultTimeout = 15 * time.Second
+
 // DefaultLeaderWait is how long a call waits for a control node to serve it: long
 // enough to ride out an election with the default Raft timeouts (2 s), short enough
 // that a mesh which lost its quorum is reported quickly.
@@ -63,7 +66,7 @@ const DefaultLeaderWait = 10 * time.Second
 type Options struct {
 	// Servers overrides the endpoint's brokers (those of mesh.json for Dial).
 	Servers []string
-	// Timeout bounds each call; 0 means 15 seconds.
+	// Timeout bounds each call; 0 means DefaultTimeout.
 	Timeout time.Duration
 	// Joining lets a join in progress use its own unfinished configuration.
 	Joining bool
@@ -98,7 +101,7 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 	}
 	timeout := o.Timeout
 	if timeout == 0 {
-		timeout = 15 * time.Second
+		timeout = DefaultTimeout
 	}
 	dialTimeout := 5 * time.Second
 	if o.Timeout > 0 && o.Timeout < dialTimeout {
@@ -137,7 +140,7 @@ func NewClient(nc *nats.Conn, timeout time.Duration) *Client {
 
 func newClient(nc *nats.Conn, timeout, leaderWait time.Duration) *Client {
 	if timeout == 0 {
-		timeout = 15 * time.Second
+		timeout = DefaultTimeout
 	}
 	switch {
 	case leaderWait == 0:

@@ -40,6 +40,8 @@ func TestFlagValueForms(t *testing.T) {
 		{"--wait", "--json"},
 		{"--leader-wait", "1s", "--wait", "2m"},
 		{"--leader-wait=1s"},
+		{"--timeout", "30s", "--wait", "2m"},
+		{"--timeout=1m"},
 		{"--json", "--wait", "1m30s"},
 	} {
 		code, _, stderr := runCLI(append(slices.Clone(base), extra...)...)
@@ -377,5 +379,22 @@ func TestBootstrapJSON(t *testing.T) {
 	}
 	if res.Mesh != "js" || res.Node != "cp-1" || res.CAPin != cfg.CAPin || len(res.CAPin) != 64 || !strings.Contains(stderr, "plan") {
 		t.Fatalf("result %+v (pin in mesh.json %s); stderr:\n%s", res, cfg.CAPin, stderr)
+	}
+}
+
+// --timeout and --leader-wait reach the operator client as they were given.
+func TestCallFlagsReachTheClient(t *testing.T) {
+	for _, c := range []struct {
+		f    controlPlaneFlags
+		want operator.Options
+	}{
+		{controlPlaneFlags{leaderWait: operator.DefaultLeaderWait, timeout: operator.DefaultTimeout}, operator.Options{LeaderWait: operator.DefaultLeaderWait, Timeout: operator.DefaultTimeout}},
+		{controlPlaneFlags{leaderWait: time.Second, timeout: time.Minute}, operator.Options{LeaderWait: time.Second, Timeout: time.Minute}},
+		{controlPlaneFlags{leaderWait: 0, timeout: 3 * time.Second}, operator.Options{LeaderWait: -1, Timeout: 3 * time.Second}},
+	} {
+		got, err := c.f.options()
+		if err != nil || got.LeaderWait != c.want.LeaderWait || got.Timeout != c.want.Timeout {
+			t.Errorf("%+v: options %+v, %v; want %+v", c.f, got, err, c.want)
+		}
 	}
 }

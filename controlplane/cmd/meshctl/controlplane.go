@@ -31,6 +31,7 @@ type controlPlaneFlags struct {
 	creds, ca     string
 	context       string
 	leaderWait    time.Duration
+	timeout       time.Duration
 	getenv        func(string) string
 	remoteAllowed bool
 }
@@ -45,6 +46,7 @@ func (f *controlPlaneFlags) register(c *cobra.Command, cio *cliIO) {
 	fs.StringVar(&f.ca, "ca", "", "the mesh CA certificate; brokers must prove it (env "+envCA+")")
 	fs.StringVar(&f.context, "context", "", "a NATS CLI context (~/.config/nats/context/NAME.json: url, creds, ca) (env "+envContext+")")
 	fs.DurationVar(&f.leaderWait, "leader-wait", operator.DefaultLeaderWait, "how long to wait while no control node serves the request (an election); 0 fails at once")
+	fs.DurationVar(&f.timeout, "timeout", operator.DefaultTimeout, "how long each call waits for its answer once a control node took it (a read or a token creation is sent again meanwhile, after 2s, 4s, ...)")
 	_ = c.MarkFlagDirname("data")
 	_ = c.MarkFlagFilename("creds", "creds")
 	_ = c.MarkFlagFilename("ca", "pem", "crt")
@@ -62,10 +64,12 @@ func (f *controlPlaneFlags) options() (operator.Options, error) {
 	switch {
 	case f.leaderWait < 0:
 		return operator.Options{}, usagef("--leader-wait %s: must not be negative", f.leaderWait)
+	case f.timeout <= 0:
+		return operator.Options{}, usagef("--timeout %s: must be positive", f.timeout)
 	case f.leaderWait == 0:
-		return operator.Options{LeaderWait: -1}, nil // negative there means do not wait
+		return operator.Options{LeaderWait: -1, Timeout: f.timeout}, nil // negative there means do not wait
 	}
-	return operator.Options{LeaderWait: f.leaderWait}, nil
+	return operator.Options{LeaderWait: f.leaderWait, Timeout: f.timeout}, nil
 }
 
 // remote reports whether the command line names the control plane by creds and CA

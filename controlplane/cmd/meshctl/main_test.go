@@ -61,6 +61,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"token", "--data", dir, "--node", "web-1", "--addr", "127.0.0.1:7300"}, "are for --role control"},
 		{[]string{"nodes", "--data", dir, "--leader-wait", "soon"}, "invalid argument"},
 		{[]string{"nodes", "--data", dir, "--leader-wait", "-1s"}, "must not be negative"},
+		{[]string{"nodes", "--data", dir, "--timeout", "0s"}, "--timeout 0s: must be positive"},
+		{[]string{"token", "--data", dir, "--node", "web-1", "--timeout", "-5s"}, "must be positive"},
+		{[]string{"nodes", "--data", dir, "--timeout", "soon"}, "invalid argument"},
 		{[]string{"revoke", "--data", dir, "--leader-wait", "-1s", "web-1"}, "must not be negative"},
 		{[]string{"token", "--data", dir, "--node", "cp-2", "--role", "control", "--addr", "127.0.0.1:7300", "--leader-wait", "-1s"}, "must not be negative"},
 	}
