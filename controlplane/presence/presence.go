@@ -57,12 +57,53 @@ type Tracker struct {
 	mu      sync.Mutex
 	users   map[string]map[Conn]time.Time // when each connection was first seen
 	byID    map[Conn]string
-	gone    map[Conn]time.Time // closed connections, so a late listing does not bring them back
-	kicking map[Conn]bool      // asked to close, not closed yet
+	gone    tombstones    // closed connections, so a late listing does not bring them back
+	kicking map[Conn]bool // asked to close, not closed yet
 }
 
 // tombstoneFor is how long a closed connection is remembered.
 const tombstoneFor = 2 * time.Minute
+
+// tombstones remembers closed connections for tombstoneFor. They expire in the order
+// they were closed, so a queue finds the expired ones without looking at the others:
+// a fleet's enrolment closes 20,000 connections in half a minute, and scanning every
+// tombstone on each close made that quadratic.
+type tombstones struct {
+	at    map[Conn]time.Time
+	order []tombstone // oldest first; an entry whose time at no longer holds is stale
+	head  int
+}
+
+type tombstone struct {
+	c  Conn
+	at time.Time
+}
+
+func (g *tombstones) has(c Conn) bool {
+	_, ok := g.at[c]
+	return ok
+}
+
+// add records c as closed at now and forgets the tombstones older than tombstoneFor.
+func (g *tombstones) add(c Conn, now time.Time) {
+	if g.at == nil {
+		g.at = map[Conn]time.Time{}
+	}
+	g.at[c] = now
+	g.order = append(g.order, tombstone{c, now})
+	for g.head < len(g.order) && now.Sub(g.order[g.head].at) > tombstoneFor {
+		old := g.order[g.head]
+		if at, ok := g.at[old.c]; ok && at.Equal(old.at) {
+			delete(g.at, old.c)
+		}
+		g.order[g.head] = tombstone{}
+		g.head++
+	}
+	if g.head > len(g.order)/2 {
+		g.order = append(g.order[:0], g.order[g.head:]...)
+		g.head = 0
+	}
+}
 
 // Start subscribes to the events. Call Sync to learn the connections that opened
 // before.
@@ -76,7 +117,7 @@ func Start(cfg Config) (*Tracker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	t := &Tracker{cfg: cfg, users: map[string]map[Conn]time.Time{}, byID: map[Conn]string{}, gone: map[Conn]time.Time{}, kicking: map[Conn]bool{}}
+	t := &Tracker{cfg: cfg, users: map[string]map[Conn]time.Time{}, byID: map[Conn]string{}, kicking: map[Conn]bool{}}
 	for subj, h := range map[string]nats.MsgHandler{cfg.Connect: t.onConnect, cfg.Disconnect: t.onDisconnect} {
 		sub, err := cfg.Conn.Subscribe(subj, h)
 		if err != nil {
@@ -149,7 +190,7 @@ func (t *Tracker) add(user string, c Conn, now time.Time) (int, bool) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, closed := t.gone[c]; closed {
+	if t.gone.has(c) {
 		return len(t.users[user]), false
 	}
 	if _, known := t.byID[c]; known {
@@ -168,14 +209,7 @@ func (t *Tracker) add(user string, c Conn, now time.Time) (int, bool) {
 func (t *Tracker) remove(c Conn, now time.Time) (int, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.gone[c] = now
-	if len(t.gone) > 4096 {
-		for k, at := range t.gone {
-			if now.Sub(at) > tombstoneFor {
-				delete(t.gone, k)
-			}
-		}
-	}
+	t.gone.add(c, now)
 	delete(t.kicking, c)
 	user, ok := t.byID[c]
 	if !ok {

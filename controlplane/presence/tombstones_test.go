@@ -1,0 +1,102 @@
+package presence
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// A closed connection stays closed for tombstoneFor, so a listing that started before
+// it closed cannot bring it back; after that it is forgotten.
+func TestClosedConnectionIsRememberedForAWhile(t *testing.T) {
+	tr := &Tracker{users: map[string]map[Conn]time.Time{}, byID: map[Conn]string{}, kicking: map[Conn]bool{}}
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	c := Conn{Server: "S1", CID: 7}
+	if n, added := tr.add("U1", c, t0); !added || n != 1 {
+		t.Fatalf("add = %d, %v; want 1, true", n, added)
+	}
+	if n, removed := tr.remove(c, t0.Add(time.Second)); !removed || n != 0 {
+		t.Fatalf("remove = %d, %v; want 0, true", n, removed)
+	}
+	if _, added := tr.add("U1", c, t0.Add(time.Minute)); added {
+		t.Fatal("a late listing brought a closed connection back")
+	}
+	// Another close, long after, expires the first tombstone.
+	tr.remove(Conn{Server: "S1", CID: 8}, t0.Add(time.Second+tombstoneFor+time.Millisecond))
+	if tr.gone.has(c) {
+		t.Fatal("a tombstone older than tombstoneFor is still kept")
+	}
+	if _, added := tr.add("U1", c, t0.Add(3*tombstoneFor)); !added {
+		t.Fatal("a connection id forgotten after tombstoneFor is refused")
+	}
+}
+
+// A connection closed again later keeps its later tombstone when the earlier one's
+// turn to expire comes.
+func TestTombstoneClosedTwiceKeepsTheLaterTime(t *testing.T) {
+	var g tombstones
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	c := Conn{Server: "S1", CID: 1}
+	g.add(c, t0)
+	g.add(c, t0.Add(tombstoneFor/2))
+	g.add(Conn{Server: "S1", CID: 2}, t0.Add(tombstoneFor+time.Second))
+	if !g.has(c) {
+		t.Fatal("the first close's expiry removed the second close's tombstone")
+	}
+	g.add(Conn{Server: "S1", CID: 3}, t0.Add(tombstoneFor/2+tombstoneFor+time.Second))
+	if g.has(c) {
+		t.Fatal("the second close's tombstone did not expire")
+	}
+}
+
+// The queue holds no more than the tombstones still young, plus what compaction has
+// not reclaimed yet: a steady stream of closes does not grow it.
+func TestTombstonesStayBounded(t *testing.T) {
+	var g tombstones
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	const perSecond = 100
+	for i := range 20 * 60 * perSecond { // 20 minutes of closes
+		g.add(Conn{Server: "S1", CID: uint64(i)}, t0.Add(time.Duration(i)*time.Second/perSecond))
+	}
+	young := int(tombstoneFor/time.Second)*perSecond + 1
+	if len(g.at) != young {
+		t.Errorf("%d tombstones kept, want the %d of the last %s", len(g.at), young, tombstoneFor)
+	}
+	if live := len(g.order) - g.head; live != young {
+		t.Errorf("the queue holds %d live entries, want %d", live, young)
+	}
+	if cap(g.order) > 4*young {
+		t.Errorf("the queue's array has room for %d entries, for %d young tombstones", cap(g.order), young)
+	}
+}
+
+// BenchmarkRemoveInAStorm closes connections as a fleet's enrolment does: 20,000 in
+// half a minute, every tombstone still young. The baseline is the map write alone.
+func BenchmarkRemoveInAStorm(b *testing.B) {
+	for _, kept := range []int{1000, 20000} {
+		b.Run(fmt.Sprintf("tracker/%d-young", kept), func(b *testing.B) {
+			tr := &Tracker{users: map[string]map[Conn]time.Time{}, byID: map[Conn]string{}, kicking: map[Conn]bool{}}
+			t0 := time.Now()
+			for i := range kept {
+				tr.remove(Conn{Server: "S1", CID: uint64(i)}, t0)
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				c := Conn{Server: "S1", CID: uint64(kept + i)}
+				tr.add("U", c, t0)
+				tr.remove(c, t0)
+			}
+		})
+		b.Run(fmt.Sprintf("baseline-map/%d-young", kept), func(b *testing.B) {
+			m := map[Conn]time.Time{}
+			t0 := time.Now()
+			for i := range kept {
+				m[Conn{Server: "S1", CID: uint64(i)}] = t0
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				m[Conn{Server: "S1", CID: uint64(kept + i)}] = t0
+			}
+		})
+	}
+}
