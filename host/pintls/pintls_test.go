@@ -14,6 +14,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -245,5 +246,86 @@ func TestVerifyEd25519Chain(t *testing.T) {
 	l := ca.issue(t, nil)
 	if err := Verify([]*x509.Certificate{l.cert, ca.cert}, Pin(ca.cert)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPinCheckedOnResumedSession: a session resumed from a client session cache is
+// checked against the pin too, with the chain of the handshake that made it. The
+// server presents CA A's chain first, then CA B's, with the same ticket keys: a client
+// pinned to B that holds A's session must refuse it although a full handshake would
+// pass, and its next attempt, the session dropped, makes a full handshake that does.
+func TestPinCheckedOnResumedSession(t *testing.T) {
+	a, b := newAuthority(t), newAuthority(t)
+	leafA, leafB := a.issue(t, nil), b.issue(t, nil)
+	chainOf := func(l leaf, ca *x509.Certificate) *tls.Certificate {
+		return &tls.Certificate{Certificate: [][]byte{l.cert.Raw, ca.Raw}, PrivateKey: l.key}
+	}
+	var presentB atomic.Bool
+	srvCfg := &tls.Config{MinVersion: tls.VersionTLS13, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		if presentB.Load() {
+			return chainOf(leafB, b.cert), nil
+		}
+		return chainOf(leafA, a.cert), nil
+	}}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", srvCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	received := make(chan int, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+				if _, err := c.Write([]byte("INFO {}\r\n")); err != nil {
+					received <- 0
+					return
+				}
+				got, _ := io.ReadAll(c)
+				received <- len(got)
+			}()
+		}
+	}()
+	sessions := tls.NewLRUClientSessionCache(4)
+	connect := func(pin [32]byte) (resumed bool, err error) {
+		t.Helper()
+		cfg := Config(pin)
+		cfg.ClientSessionCache = sessions
+		c, err := tls.Dial("tcp", ln.Addr().String(), cfg)
+		if err != nil {
+			<-received
+			return false, err
+		}
+		// Reading the server's first line takes in the session ticket sent before it.
+		if _, err := c.Read(make([]byte, 16)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write([]byte("CONNECT {}\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		resumed = c.ConnectionState().DidResume
+		c.Close()
+		if n := <-received; n == 0 {
+			t.Fatal("the server received nothing from a connection the client completed")
+		}
+		return resumed, nil
+	}
+	if resumed, err := connect(Pin(a.cert)); err != nil || resumed {
+		t.Fatalf("first connection: resumed %v, err %v; want a full handshake", resumed, err)
+	}
+	if resumed, err := connect(Pin(a.cert)); err != nil || !resumed {
+		t.Fatalf("second connection: resumed %v, err %v; want the session resumed", resumed, err)
+	}
+	presentB.Store(true)
+	if _, err := connect(Pin(b.cert)); !errors.Is(err, ErrSubstituted) {
+		t.Fatalf("a session made with CA A's chain, resumed by a client pinned to CA B: err %v, want ErrSubstituted", err)
+	}
+	if resumed, err := connect(Pin(b.cert)); err != nil || resumed {
+		t.Fatalf("after the refusal: resumed %v, err %v; want a full handshake with CA B's chain", resumed, err)
 	}
 }
