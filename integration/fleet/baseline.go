@@ -139,7 +139,7 @@ func runBaseline(ctx context.Context, cfg Config, certDir string) (*BaselineResu
 		return nil, err
 	}
 	defer srv.stop()
-	m := &meter{out: cfg.Out, sources: []cpuSource{{"nats-server", srv.cpu}, {"bench", SelfCPU}}}
+	m := &meter{out: cfg.Out, self: "bench", sources: []cpuSource{{"nats-server", srv.cpu}, {"bench", SelfCPU}}}
 	res := &BaselineResult{}
 	fmt.Fprintf(cfg.Out, "== baseline: nats-server (own process, pid %d) on %s, mutual TLS\n", srv.cmd.Process.Pid, srv.addr)
 	time.Sleep(time.Second) // let the new process settle before its idle RSS is read

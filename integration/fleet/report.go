@@ -40,6 +40,42 @@ func disturbed(p Phase) bool {
 	return other > 200 && other > known/10
 }
 
+// probeSpread is how far the machine probe may move within a run before the report
+// warns: the fastest batch of a probe varies by a few percent on a steady machine.
+const probeSpread = 1.15
+
+// minProbes is how many probes a phase needs (about 1.5 s) for its mean to count in
+// probeRange: the speed moves within a second, so one or two probes say little.
+const minProbes = 4
+
+// probeRange returns the fastest and slowest mean machine probe of the run's phases
+// long enough to have minProbes.
+func (r *Report) probeRange() (lo, hi float64) {
+	var phases []Phase
+	if r.Baseline != nil {
+		phases = append(phases, r.Baseline.Phases...)
+	}
+	if r.Product != nil {
+		phases = append(phases, r.Product.Phases...)
+	}
+	for _, p := range phases {
+		if v := p.Probe.MeanUs; v > 0 && p.Probe.N >= minProbes {
+			if lo == 0 || v < lo {
+				lo = v
+			}
+			hi = max(hi, v)
+		}
+	}
+	return lo, hi
+}
+
+func probeText(p Phase) string {
+	if p.Probe.N == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f (%.0f–%.0f)", p.Probe.MeanUs, p.Probe.MinUs, p.Probe.MaxUs)
+}
+
 // disturbedPhases lists the disturbed phases of the run.
 func (r *Report) disturbedPhases() []string {
 	var phases []Phase
@@ -200,6 +236,9 @@ func (r *Report) Print(w io.Writer) {
 		tw.Flush()
 	}
 	fmt.Fprintf(w, "\nfailures counted: %d\n", r.Failures)
+	if lo, hi := r.probeRange(); lo > 0 && hi > probeSpread*lo {
+		fmt.Fprintf(w, "WARNING: the machine's speed changed during the run: one Ed25519 verification took %.1f µs on average in one phase and %.1f in another (probe µs above); figures of phases at different speeds, the baseline's among them, do not compare as they would on a steady machine\n", lo, hi)
+	}
 	if len(r.Disturbed) > 0 {
 		fmt.Fprintln(w, "WARNING: other processes used the machine during these phases; their figures are not the code's alone:")
 		for _, d := range r.Disturbed {
@@ -211,9 +250,9 @@ func (r *Report) Print(w io.Writer) {
 func printProduct(w io.Writer, cfg Config, p *ProductResult) {
 	fmt.Fprintln(w, "\nthe product: meshctl serve (own process, real disk) and N agents (this process, tmpfs)")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "phase\twall\tserve CPU\tbench CPU\tmeshctl CPU\tother CPU\t")
+	fmt.Fprintln(tw, "phase\twall\tserve CPU\tbench CPU\tmeshctl CPU\tother CPU\tprobe µs\t")
 	for _, ph := range p.Phases {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", ph.Name, secs(ph.WallMs), secs(ph.CPUMs["serve"]), secs(ph.CPUMs["bench"]), secs(ph.CPUMs["meshctl"]), secs(ph.CPUMs[otherCPU]))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", ph.Name, secs(ph.WallMs), secs(ph.CPUMs["serve"]), secs(ph.CPUMs["bench"]), secs(ph.CPUMs["meshctl"]), secs(ph.CPUMs[otherCPU]), probeText(ph))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -254,9 +293,9 @@ func printRound(tw io.Writer, r RoundResult) {
 func printBaseline(w io.Writer, b *BaselineResult) {
 	fmt.Fprintln(w, "\nraw NATS: nats-server (own process), mutual TLS, N connections from this process")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "phase\twall\tnats-server CPU\tbench CPU\tother CPU\t")
+	fmt.Fprintln(tw, "phase\twall\tnats-server CPU\tbench CPU\tother CPU\tprobe µs\t")
 	for _, ph := range b.Phases {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", ph.Name, secs(ph.WallMs), secs(ph.CPUMs["nats-server"]), secs(ph.CPUMs["bench"]), secs(ph.CPUMs[otherCPU]))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", ph.Name, secs(ph.WallMs), secs(ph.CPUMs["nats-server"]), secs(ph.CPUMs["bench"]), secs(ph.CPUMs[otherCPU]), probeText(ph))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)

@@ -1,0 +1,60 @@
+package fleet
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// The report warns when the machine's speed moved between phases by more than a
+// steady machine's spread, and not otherwise.
+func TestReportWarnsOfAChangingMachine(t *testing.T) {
+	report := func(probes ...float64) string {
+		r := &Report{Product: &ProductResult{}, Baseline: &BaselineResult{}}
+		for i, p := range probes {
+			n := minProbes
+			if p < 0 { // a short phase, whose few probes do not count
+				p, n = -p, minProbes-1
+			}
+			ph := Phase{Name: "phase", CPUMs: map[string]float64{}, Probe: Probe{N: n, MeanUs: p, MinUs: p - 1, MaxUs: p + 2}}
+			if i == 0 {
+				r.Baseline.Phases = append(r.Baseline.Phases, ph)
+			} else {
+				r.Product.Phases = append(r.Product.Phases, ph)
+			}
+		}
+		var b strings.Builder
+		r.Print(&b)
+		return b.String()
+	}
+	if out := report(60, 62, 66, -90); strings.Contains(out, "speed changed") {
+		t.Fatalf("a steady machine was reported as changing:\n%s", out)
+	}
+	out := report(60, 62, 75)
+	if !strings.Contains(out, "took 60.0 µs on average in one phase and 75.0 in another") {
+		t.Fatalf("a machine whose probe moved from 60 to 75 µs was not reported:\n%s", out)
+	}
+	if !strings.Contains(out, "75 (74–77)") {
+		t.Fatalf("the phase table does not show the probe:\n%s", out)
+	}
+}
+
+// A phase's probes run through it and are not charged to the process running them.
+func TestPhaseProbesTheMachine(t *testing.T) {
+	var out strings.Builder
+	m := &meter{out: &out, self: "bench", sources: []cpuSource{{"bench", SelfCPU}}}
+	s := m.begin("idle")
+	time.Sleep(3*probeEvery/2 + probeEvery/4)
+	p := s.end()
+	if p.Probe.N < 3 || p.Probe.MinUs <= 1 || p.Probe.MaxUs < p.Probe.MinUs || p.Probe.MeanUs < p.Probe.MinUs || p.Probe.MeanUs > p.Probe.MaxUs {
+		t.Fatalf("probe %+v: want at least 3 probes with min ≤ mean ≤ max", p.Probe)
+	}
+	if p.Probe.CostMs <= 0 {
+		t.Fatalf("the probes cost nothing: %+v", p.Probe)
+	}
+	// The phase slept: what is left of the process's CPU once the probes are taken
+	// off is far below what they cost.
+	if p.CPUMs["bench"] >= p.Probe.CostMs {
+		t.Fatalf("bench charged %.1f ms for a phase that slept while probes took %.1f ms", p.CPUMs["bench"], p.Probe.CostMs)
+	}
+}
