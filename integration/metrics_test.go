@@ -76,7 +76,7 @@ func TestMetricsEndpoints(t *testing.T) {
 		name string
 		want float64
 	}{
-		{"mesh_agent_declarations_applied_total", 2}, // v0 at enrolment, then v1
+		{"mesh_agent_declarations_applied_total", 1}, // v1: the empty v0 was recorded as applied at enrolment
 		{"mesh_agent_connected", 1},
 		{"mesh_agent_synced", 1},
 		{"mesh_agent_stale", 0},

@@ -8,6 +8,7 @@ import (
 
 	"mesh/controlplane/api"
 	"mesh/declarations"
+	"mesh/host/state"
 	"mesh/integration/harness"
 )
 
@@ -82,6 +83,22 @@ func TestSyncSendsWhatTheNodeLacks(t *testing.T) {
 		t.Fatalf("a node holding nothing was sent %v, without its declaration last", types)
 	}
 	holds := api.SyncRequest{HaveApplied: true, AppliedVersion: decl.Version, AppliedExpiresAt: decl.ExpiresAt}
+
+	// Enrolment recorded the empty first declaration as applied, so the agent's
+	// first sync, which asks with what the state holds, is not sent it again.
+	applied, err := state.Load(h.State)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !applied.HaveApplied || applied.Version != decl.Version || !applied.ExpiresAt.Equal(decl.ExpiresAt) || len(applied.Managed) != 0 {
+		t.Fatalf("after enrolment the state holds have_applied %v, v%d, valid until %s, managing %v; want v%d applied, valid until %s, managing nothing",
+			applied.HaveApplied, applied.Version, applied.ExpiresAt, applied.Managed, decl.Version, decl.ExpiresAt)
+	}
+	first := api.SyncRequest{HaveApplied: applied.HaveApplied, AppliedVersion: applied.Version, AppliedExpiresAt: applied.ExpiresAt,
+		KeyringEpoch: applied.KeyringEpoch, MembershipVersion: applied.MembershipVersion}
+	if n, types, d := sync(first); d != nil || n != 0 {
+		t.Errorf("the first sync after enrolment was sent %d envelopes %v (declaration %+v); want none (a node holding nothing is sent %d)", n, types, d, all)
+	}
 
 	if n, types, d := sync(holds); n != all-1 || d != nil {
 		t.Errorf("a node holding its declaration was sent %d envelopes %v (declaration %+v), want the %d others", n, types, d, all-1)

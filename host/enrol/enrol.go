@@ -209,8 +209,21 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 
 	// 7. Save: the applied state (keyring) first, then the identity that makes the
 	// machine enrolled.
-	if err := state.Save(o.StateDir, state.Applied{Format: 1, KeyringEpoch: ans.keyring.Epoch, Keyring: ans.keyringEnv,
-		Brokers: ans.membership.Brokers, MembershipVersion: ans.membership.Version}); err != nil {
+	applied := state.Applied{Format: 1, KeyringEpoch: ans.keyring.Epoch, Keyring: ans.keyringEnv,
+		Brokers: ans.membership.Brokers, MembershipVersion: ans.membership.Version}
+	if len(decl.Body.Files) == 0 {
+		// Nothing is declared for the node yet. Applying an empty declaration to a
+		// machine that manages nothing writes nothing, so it is recorded as applied,
+		// verified as the agent would: the agent's first sync then need not bring it
+		// again (at a fleet's start, a signature, a verification and a durable write
+		// saved per host). A first declaration that declares files is left to the
+		// agent, which applies it under its managed root.
+		applied.HaveApplied = true
+		applied.Version = decl.Version
+		applied.BodyDigest = hex.EncodeToString(decl.BodyDigest[:])
+		applied.IssuedAt, applied.ExpiresAt = decl.IssuedAt, decl.ExpiresAt
+	}
+	if err := state.Save(o.StateDir, applied); err != nil {
 		return Result{}, saveError(err, tok)
 	}
 	if err := identity.Save(o.StateDir, id); err != nil {

@@ -119,15 +119,15 @@ type StartResult struct {
 	Started int `json:"started"`
 	// NotStarted are agents whose New failed (identity or state unusable).
 	NotStarted int `json:"not_started"`
-	// FirstApplied counts the agents that connected, synced and applied their first
-	// declaration; Slow those that had not within the start timeout.
-	FirstApplied int `json:"first_applied"`
-	Slow         int `json:"slow"`
-	// FirstApply is one agent's start to its first declaration applied.
-	FirstApply Latency `json:"first_apply"`
-	// AllFirstAppliedMs is the phase start to the last agent's first apply.
-	AllFirstAppliedMs float64  `json:"all_first_applied_ms"`
-	Examples          []string `json:"examples,omitempty"`
+	// Synced counts the agents that connected and finished their first sync (what
+	// it brought applied); Slow those that had not within the start timeout.
+	Synced int `json:"synced"`
+	Slow   int `json:"slow"`
+	// FirstSync is one agent's start to its first sync finished.
+	FirstSync Latency `json:"first_sync"`
+	// AllSyncedMs is the phase start to the last agent's first sync.
+	AllSyncedMs float64  `json:"all_synced_ms"`
+	Examples    []string `json:"examples,omitempty"`
 }
 
 // startTimeout is how long a starting agent holds its slot before the next one may
@@ -136,7 +136,8 @@ const startTimeout = time.Minute
 
 // startAll starts the agent of every host that has an identity. With inflight > 0,
 // at most inflight agents are connecting at once: a slot frees when the agent has
-// applied its first declaration (so it is connected and synced); with 0 they all
+// finished its first sync (connected, and what the sync brought applied: nothing
+// when the empty first declaration was recorded at enrolment); with 0 they all
 // start at once.
 func (f *Fleet) startAll(inflight int) StartResult {
 	var res StartResult
@@ -150,9 +151,9 @@ func (f *Fleet) startAll(inflight int) StartResult {
 		if inflight > 0 {
 			sem <- struct{}{}
 		}
-		applied := make(chan time.Time, 1)
+		synced := make(chan time.Time, 1)
 		start := time.Now()
-		err := h.start(f.log, func() { applied <- time.Now() })
+		err := h.start(f.log, func() { synced <- time.Now() })
 		if err != nil {
 			res.NotStarted++
 			if len(res.Examples) < 5 {
@@ -168,9 +169,9 @@ func (f *Fleet) startAll(inflight int) StartResult {
 		go func() {
 			defer wg.Done()
 			select {
-			case at := <-applied:
+			case at := <-synced:
 				mu.Lock()
-				res.FirstApplied++
+				res.Synced++
 				lat = append(lat, at.Sub(start))
 				if at.After(last) {
 					last = at
@@ -187,9 +188,9 @@ func (f *Fleet) startAll(inflight int) StartResult {
 		}()
 	}
 	wg.Wait()
-	res.FirstApply = Summarise(lat)
+	res.FirstSync = Summarise(lat)
 	if !last.IsZero() {
-		res.AllFirstAppliedMs = ms(last.Sub(phaseStart))
+		res.AllSyncedMs = ms(last.Sub(phaseStart))
 	}
 	return res
 }

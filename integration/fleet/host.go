@@ -36,11 +36,12 @@ func newHost(dir, id string) *Host {
 	return h
 }
 
-// start runs the host's agent until stop. firstApply is called once, when the agent
-// applied its first declaration: it is connected and synced.
-func (h *Host) start(log *slog.Logger, firstApply func()) error {
-	h.applier.setFirst(firstApply)
-	a, err := agent.New(agent.Options{StateDir: h.StateDir, Root: h.Root, Logger: log, Applier: h.applier})
+// start runs the host's agent until stop. firstSync is called once, when the agent
+// finished its first sync: it is connected, and has applied what the sync brought.
+func (h *Host) start(log *slog.Logger, firstSync func()) error {
+	var once sync.Once
+	a, err := agent.New(agent.Options{StateDir: h.StateDir, Root: h.Root, Logger: log, Applier: h.applier,
+		OnSynced: func() { once.Do(firstSync) }})
 	if err != nil {
 		return err
 	}
@@ -87,15 +88,8 @@ func (h *Host) appliedAt(files []apply.File) (time.Time, bool) {
 type timedApplier struct {
 	next apply.Applier
 
-	mu    sync.Mutex
-	done  map[[32]byte]time.Time
-	first func()
-}
-
-func (t *timedApplier) setFirst(f func()) {
-	t.mu.Lock()
-	t.first = f
-	t.mu.Unlock()
+	mu   sync.Mutex
+	done map[[32]byte]time.Time
 }
 
 // Apply applies through the wrapped applier and records when it finished.
@@ -110,12 +104,7 @@ func (t *timedApplier) Apply(ctx context.Context, files []apply.File, previous [
 	if _, seen := t.done[key]; !seen {
 		t.done[key] = at
 	}
-	first := t.first
-	t.first = nil
 	t.mu.Unlock()
-	if first != nil {
-		first()
-	}
 	return res, nil
 }
 

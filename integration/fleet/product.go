@@ -228,8 +228,8 @@ func (b *bench) start(ctx context.Context, res *ProductResult) error {
 	}
 	res.Start.Phase = sp.end()
 	s := res.Start
-	fmt.Fprintf(b.out, "   %d started (%d not), %d first-applied (%d slow) by %.0f ms, %d alive after %.0f ms; first apply p50 %.0f ms p99 %.0f ms\n",
-		s.Started, s.NotStarted, s.FirstApplied, s.Slow, s.AllFirstAppliedMs, s.Alive, s.AllAliveMs, s.FirstApply.P50Ms, s.FirstApply.P99Ms)
+	fmt.Fprintf(b.out, "   %d started (%d not), %d synced (%d slow) by %.0f ms, %d alive after %.0f ms; first sync p50 %.0f ms p99 %.0f ms\n",
+		s.Started, s.NotStarted, s.Synced, s.Slow, s.AllSyncedMs, s.Alive, s.AllAliveMs, s.FirstSync.P50Ms, s.FirstSync.P99Ms)
 	res.Memory.Connected = len(b.fleet.running())
 	res.Memory.AllConnectedBytes, err = b.cp.RSS()
 	if res.Memory.Connected > 0 {

@@ -260,8 +260,8 @@ func printProduct(w io.Writer, cfg Config, p *ProductResult) {
 	fmt.Fprintf(tw, "1. tokens minted\t%d (%d failed), %.0f per second\t\n", p.Mint.Minted, p.Mint.Failed, p.Mint.PerSecond)
 	fmt.Fprintf(tw, "2. enrolled (%d in flight)\t%d (%d failed) in %s; one: %s; server CPU %.0f µs per host\t\n",
 		cfg.Inflight, p.Enrol.Enrolled, p.Enrol.Failed, secs(p.Enrol.Phase.WallMs), lat(p.Enrol.Latency), us(perUnit(p.Enrol.Phase.CPU("serve"), p.Enrol.Enrolled)))
-	fmt.Fprintf(tw, "3. all alive\t%d of %d started alive after %s; first apply: %s; server CPU %.0f µs per host\t\n",
-		p.Start.Alive, p.Start.Started, secs(p.Start.AllAliveMs), lat(p.Start.FirstApply), us(perUnit(p.Start.Phase.CPU("serve"), p.Start.Started)))
+	fmt.Fprintf(tw, "3. all alive\t%d of %d started alive after %s; first sync: %s; server CPU %.0f µs per host\t\n",
+		p.Start.Alive, p.Start.Started, secs(p.Start.AllAliveMs), lat(p.Start.FirstSync), us(perUnit(p.Start.Phase.CPU("serve"), p.Start.Started)))
 	for _, r := range p.Rounds {
 		printRound(tw, r)
 	}
