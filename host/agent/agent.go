@@ -321,6 +321,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				return err
 			}
 			a.report(nc)
+			sy.arrived()
 		case h := <-hookDone:
 			a.hooksFinished(h)
 			a.report(nc)
@@ -565,6 +566,19 @@ func (s *syncer) checkDue() <-chan time.Time {
 
 // checkArrived looks, once the grace is over, whether the last sync's envelopes
 // arrived, and asks again if not.
+// arrived ends a sync acknowledged before its envelopes came as soon as the last of
+// them is handled, rather than when the grace for them ends: the mesh sends the
+// envelopes and the acknowledgement on different connections, so the envelopes
+// often come after it, and the agent would tell its service manager it is ready up
+// to syncEnvelopeGrace late.
+func (s *syncer) arrived() {
+	if s.check != nil && s.a.received >= s.expect {
+		s.check.Stop()
+		s.check = nil
+		s.synced()
+	}
+}
+
 func (s *syncer) checkArrived() {
 	s.check = nil
 	if s.a.received >= s.expect {

@@ -29,6 +29,7 @@ import (
 	"mesh/host/apply"
 	"mesh/host/identity"
 	"mesh/host/state"
+	"mesh/host/wire"
 )
 
 var t0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
@@ -445,5 +446,35 @@ func TestReconnectDelay(t *testing.T) {
 		if len(seen) < 10 {
 			t.Errorf("attempt %d: only %d distinct waits in 200: no jitter", c.attempts, len(seen))
 		}
+	}
+}
+
+// A sync acknowledged before its envelopes ends when the last of them has been
+// handled, not when the grace for them runs out; one still missing an envelope does
+// not end.
+func TestSyncEndsWhenItsEnvelopesArrive(t *testing.T) {
+	f := newFixture(t)
+	synced := 0
+	f.a.o.OnSynced = func() { synced++ }
+	sy := &syncer{a: f.a, inFlight: true, base: f.a.received}
+	sy.finished(t.Context(), syncResult{resp: wire.SyncResponse{V: wire.ProtocolVersion, Sent: 2}})
+	if synced != 0 || sy.check == nil {
+		t.Fatalf("acknowledged with 2 envelopes to come: synced %d times, grace timer %v", synced, sy.check != nil)
+	}
+	f.a.received++
+	sy.arrived()
+	if synced != 0 || sy.check == nil {
+		t.Fatalf("1 of 2 envelopes arrived: synced %d times, grace timer %v", synced, sy.check != nil)
+	}
+	f.a.received++
+	sy.arrived()
+	if synced != 1 || sy.check != nil {
+		t.Fatalf("both envelopes arrived: synced %d times, grace timer still set %v", synced, sy.check != nil)
+	}
+	// An envelope outside any sync (a push) ends nothing.
+	f.a.received++
+	sy.arrived()
+	if synced != 1 {
+		t.Fatalf("a pushed envelope counted as a sync: synced %d times", synced)
 	}
 }
