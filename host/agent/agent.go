@@ -564,8 +564,6 @@ func (s *syncer) checkDue() <-chan time.Time {
 	return s.check.C
 }
 
-// checkArrived looks, once the grace is over, whether the last sync's envelopes
-// arrived, and asks again if not.
 // arrived ends a sync acknowledged before its envelopes came as soon as the last of
 // them is handled, rather than when the grace for them ends: the mesh sends the
 // envelopes and the acknowledgement on different connections, so the envelopes
@@ -579,6 +577,8 @@ func (s *syncer) arrived() {
 	}
 }
 
+// checkArrived looks, once the grace is over, whether the last sync's envelopes
+// arrived, and asks again if not.
 func (s *syncer) checkArrived() {
 	s.check = nil
 	if s.a.received >= s.expect {
