@@ -9,8 +9,7 @@ import (
 // LoadKeyPair (read, decode strictly, validate: the seed against the public key, the
 // CA certificate against its pin; and the key pair derived for that), beside Load
 // followed by KeyPair, which derives the key a second time, and reading the file
-// alone. On
-// tmpfs when there is one, as the fleet benchmark's hosts use:
+// alone. On tmpfs when there is one, as the fleet benchmark's hosts use:
 //
 //	go test -run='^$' -bench=Load -benchmem ./host/identity/
 func BenchmarkLoad(b *testing.B) {

@@ -19,9 +19,9 @@ var errTooBig = jsonfile.ErrTooBig
 
 // decodeFile reads the file at path and decodes its single JSON object into v,
 // insisting on format version want (format is v's field for it) and on no unknown
-// fields. Its errors are the
-// package's typed ones; absence is returned as fs.ErrNotExist for the caller to
-// name. Validation of the decoded value is the caller's.
+// fields. Its errors are the package's typed ones; absence is returned as
+// fs.ErrNotExist for the caller to name. Validation of the decoded value is the
+// caller's.
 func decodeFile(path string, read readFunc, max int64, want int, pending bool, v any, format *int) error {
 	err := jsonfile.Decode(path, read, max, want, v, format)
 	var f *jsonfile.Fault

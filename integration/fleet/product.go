@@ -249,10 +249,10 @@ func inflightText(n int) string {
 }
 
 // aliveEvery is how often waitAlive asks for the roster. It starts once every agent
-// has applied its first declaration, when the last reports are on their way: the
-// first listing usually shows every node alive already (150–250 ms after the last
-// apply at 10,000 hosts), and one that comes too soon must not add a whole second to
-// the phase. One listing of 10,000 nodes costs serve a few milliseconds of CPU.
+// has finished its first sync, when the last reports are on their way: the first
+// listing usually shows every node alive already (150–250 ms after the last agent at
+// 10,000 hosts), and one that comes too soon must not add a whole second to the
+// phase. One listing of 10,000 nodes costs serve a few milliseconds of CPU.
 const aliveEvery = 100 * time.Millisecond
 
 // waitAlive polls the roster every aliveEvery until want nodes are alive, and returns
