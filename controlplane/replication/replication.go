@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -59,7 +60,9 @@ type Node struct {
 	// observe is Config.ApplyObserver.
 	observe func(time.Duration)
 	raft    *raft.Raft
+	fsm     *appliedFSM
 	store   *raftboltdb.BoltStore
+	snaps   raft.SnapshotStore
 	trans   *raft.NetworkTransport
 	leader  chan bool
 	log     *slog.Logger
@@ -160,7 +163,8 @@ func Open(cfg Config) (*Node, error) {
 	}
 	leader := make(chan bool, 16)
 	rc.NotifyCh = leader
-	r, err := raft.NewRaft(rc, cfg.FSM, store, store, snaps, trans)
+	fsm := &appliedFSM{FSM: cfg.FSM}
+	r, err := raft.NewRaft(rc, fsm, store, store, snaps, trans)
 	if err != nil {
 		trans.Close()
 		store.Close()
@@ -171,7 +175,7 @@ func Open(cfg Config) (*Node, error) {
 		now = time.Now
 	}
 	electAloneAtOnce(r, rc)
-	return &Node{now: now, observe: cfg.ApplyObserver, raft: r, store: store, trans: trans, leader: leader, log: log}, nil
+	return &Node{now: now, observe: cfg.ApplyObserver, raft: r, fsm: fsm, store: store, snaps: snaps, trans: trans, leader: leader, log: log}, nil
 }
 
 // electAloneAtOnce lets a node that is the only voter of its configuration elect
@@ -297,10 +301,10 @@ func (n *Node) Close() error {
 	return err
 }
 
-// WaitFollowing blocks until this node knows a leader and has applied everything it
-// knows to be committed, or until ctx ends. A follower serves its broker only then, so
-// its authentication hook never decides from a stale roster. "Applied" is Raft's
-// applied index: every committed entry handed to the state machine, in order.
+// WaitFollowing blocks until this node knows a leader and its state machine has
+// applied everything it knows to be committed (AppliedIndex), or until ctx ends. A
+// follower serves its broker only then, so its authentication hook never decides
+// from a stale roster, and its broker's routes name every other control node.
 func (n *Node) WaitFollowing(ctx context.Context) error {
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
@@ -309,7 +313,7 @@ func (n *Node) WaitFollowing(ctx context.Context) error {
 			return n.WaitReady(ctx)
 		}
 		if addr, _ := n.raft.LeaderWithID(); addr != "" {
-			if commit := n.raft.CommitIndex(); commit > 0 && n.raft.AppliedIndex() >= commit {
+			if commit := n.raft.CommitIndex(); commit > 0 && n.AppliedIndex() >= commit {
 				return nil
 			}
 		}
@@ -372,18 +376,79 @@ type Status struct {
 	LastContact time.Time
 }
 
-// Status returns this member's view of Raft, from raft's own API.
+// Status returns this member's view of Raft, from raft's own API (Applied is
+// AppliedIndex: what the state machine here has applied).
 func (n *Node) Status() Status {
 	return Status{
 		Leader: n.IsLeader(), Term: n.raft.CurrentTerm(),
-		LastIndex: n.raft.LastIndex(), CommitIndex: n.raft.CommitIndex(), Applied: n.raft.AppliedIndex(),
+		LastIndex: n.raft.LastIndex(), CommitIndex: n.raft.CommitIndex(), Applied: n.AppliedIndex(),
 		LastContact: n.raft.LastContact(),
 	}
 }
 
-// AppliedIndex is the index of the last entry Raft has handed to the state machine
-// here (which may still be applying it).
-func (n *Node) AppliedIndex() uint64 { return n.raft.AppliedIndex() }
+// AppliedIndex is the index up to which the state machine here has applied the log.
+//
+// Raft's own applied index counts the entries it has handed to the state machine's
+// goroutine, which may still be applying them: read then, the state lacks them. So
+// this is Raft's index only once the state machine has applied the last command up
+// to it; until then it is the index of the last command the state machine applied.
+// Entries the state machine never sees (no-ops, configuration changes, and what a
+// restored snapshot covers) count as applied once Raft handed them over.
+func (n *Node) AppliedIndex() uint64 {
+	handed := n.raft.AppliedIndex()
+	done := n.fsm.applied.Load()
+	if done >= handed {
+		return handed
+	}
+	if last := n.lastCommand(done, handed); last == 0 || last <= n.snapshotIndex() {
+		return handed
+	}
+	return done
+}
+
+// lastCommand returns the index of the last command entry in (after, upTo] that
+// the log store still holds, or 0 if there is none.
+func (n *Node) lastCommand(after, upTo uint64) uint64 {
+	if first, err := n.store.FirstIndex(); err == nil && first > 0 {
+		after = max(after, first-1)
+	}
+	var l raft.Log
+	for i := upTo; i > after; i-- {
+		if err := n.store.GetLog(i, &l); err != nil {
+			return 0 // compacted meanwhile: a snapshot covers it
+		}
+		if l.Type == raft.LogCommand {
+			return i
+		}
+	}
+	return 0
+}
+
+// snapshotIndex is the index of the newest snapshot in the store, or 0. The state
+// machine here holds everything up to it: it either took the snapshot or restored
+// from it, and Raft restores one (at start, or sent by the leader) before it hands
+// over any entry after it. Raft's own figure (Stats) would wait on its main loop.
+func (n *Node) snapshotIndex() uint64 {
+	metas, err := n.snaps.List()
+	if err != nil || len(metas) == 0 {
+		return 0
+	}
+	return metas[0].Index
+}
+
+// appliedFSM is the state machine Raft drives, recording the index of the last
+// command it applied (Raft hands it commands only, in log order).
+type appliedFSM struct {
+	raft.FSM
+	applied atomic.Uint64
+}
+
+// Apply implements raft.FSM.
+func (f *appliedFSM) Apply(l *raft.Log) any {
+	res := f.FSM.Apply(l)
+	f.applied.Store(l.Index)
+	return res
+}
 
 // PeersFile is the manual recovery file: when it exists in the Raft directory at start,
 // the node rewrites its configuration to the servers it lists, the way out of a lost
