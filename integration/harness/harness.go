@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -62,23 +63,57 @@ func moduleRoot() (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// FreePorts returns n distinct free TCP ports on 127.0.0.1.
+// FreePorts returns n distinct TCP ports on 127.0.0.1 that were free a moment ago,
+// for processes the test starts later (often much later: a control node's ports are
+// chosen with its token).
+//
+// They come from below the kernel's ephemeral range where it has one. A port from
+// that range, as a listener on port 0 gets, may be handed to any outgoing
+// connection, of this test or of another test process, between now and its use,
+// and the process started on it then fails with "address already in use". Below
+// the range only another test choosing at random among the same thousands of
+// ports can take it.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
+	low, high := belowEphemeral()
 	var ports []int
 	var lns []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	for tries := 0; len(ports) < n; tries++ {
+		addr := "127.0.0.1:0"
+		if high > low && tries < 1000 {
+			addr = fmt.Sprintf("127.0.0.1:%d", low+rand.IntN(high-low))
+		}
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
-			t.Fatal(err)
+			if addr == "127.0.0.1:0" {
+				t.Fatal(err)
+			}
+			continue // taken; try another
 		}
 		lns = append(lns, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	for _, l := range lns {
-		l.Close()
-	}
 	return ports
+}
+
+// belowEphemeral returns the ports [low, high) FreePorts chooses from: from 10000
+// up to the start of the kernel's ephemeral range, or an empty range where that is
+// unknown or too low.
+func belowEphemeral() (low, high int) {
+	data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	var first, last int
+	if _, err := fmt.Sscan(string(data), &first, &last); err != nil || first < 12000 {
+		return 0, 0
+	}
+	return 10000, first
 }
 
 // Result is a finished command.
