@@ -74,19 +74,10 @@ func TestFollowingMeansApplied(t *testing.T) {
 	quick := Timeouts{Heartbeat: 100 * time.Millisecond, Commit: 5 * time.Millisecond}
 	discard := slog.New(slog.DiscardHandler)
 	lcfg := Config{Dir: t.TempDir(), ID: "cp-1", Bind: freeAddr(t), TLS: leafConfig(t, ca), FSM: &countFSM{}, Logger: discard, Timeouts: quick}
-	if done, err := Bootstrap(lcfg); err != nil || !done {
-		t.Fatalf("bootstrap: %v, %v", done, err)
-	}
-	leader, err := Open(lcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	leader := startLeader(t, lcfg)
 	defer leader.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := leader.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
 
 	fsm := &gateFSM{}
 	fcfg := Config{Dir: t.TempDir(), ID: "cp-2", Bind: freeAddr(t), TLS: leafConfig(t, ca), FSM: fsm, Logger: discard, Timeouts: quick}

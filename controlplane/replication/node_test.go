@@ -60,6 +60,26 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// startLeader bootstraps cfg as a one-voter cluster, opens it and waits until it
+// leads. The caller closes it.
+func startLeader(t *testing.T, cfg Config) *Node {
+	t.Helper()
+	if done, err := Bootstrap(cfg); err != nil || !done {
+		t.Fatalf("bootstrap: %v, %v", done, err)
+	}
+	n, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.WaitReady(ctx); err != nil {
+		n.Close()
+		t.Fatal(err)
+	}
+	return n
+}
+
 // TestNodeJSONLogs runs a one-voter member over its TLS transport with a state machine
 // that is not the control plane's, logging JSON. It serves (barrier, apply, the
 // indexes), and with a nonvoter that is down, Raft's errors about it are one JSON
@@ -73,19 +93,10 @@ func TestNodeJSONLogs(t *testing.T) {
 	log := slog.New(slog.NewJSONHandler(&out, nil))
 	cfg := Config{Dir: dir, ID: "cp-1", Bind: freeAddr(t), TLS: leafConfig(t, ca), FSM: &countFSM{}, Logger: log,
 		Timeouts: Timeouts{Heartbeat: 100 * time.Millisecond, Commit: 5 * time.Millisecond}}
-	if done, err := Bootstrap(cfg); err != nil || !done {
-		t.Fatalf("bootstrap: %v, %v", done, err)
-	}
-	n, err := Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := startLeader(t, cfg)
 	defer n.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := n.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := n.Apply(state.Command{Op: state.OpProbe, Probe: &state.ProbeCmd{ID: "p"}}, time.Second); err != nil {
 		t.Fatal(err)
 	}
