@@ -344,6 +344,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	{
 		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return d.watchRoutes(ctx) }, func(error) { cancel() })
+	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return d.runEffects(ctx) }, func(error) { cancel() })
 	}
 	{

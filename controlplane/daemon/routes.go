@@ -1,0 +1,70 @@
+package daemon
+
+import (
+	"context"
+	"time"
+)
+
+// routeGrace is how long a control node's broker may lack a route to the leader's
+// before the node says so: nats-server redials an explicit route every second, and a
+// restarted leader's broker is back within a few.
+const routeGrace = 10 * time.Second
+
+// routeWatch tells an operator when this node's broker has no NATS route while Raft
+// shows the leader running elsewhere. Operators and hosts connected to this node
+// then reach nothing of the leader (the operator API, syncs, reports), and meshctl
+// says only that no control node answered, while Raft itself, over its own
+// transport, looks healthy.
+type routeWatch struct {
+	since  time.Time // when the routes were first seen missing; zero while up
+	warned bool
+}
+
+// observe takes one look: whether a route is needed (a leader elsewhere that Raft
+// heard from lately) and whether any is up. It says to warn once routeGrace has
+// passed without one, once an episode, and recovered when a route is back after a
+// warning. An episode that ends because no route is needed any more (this node
+// leads, or Raft lost the leader) ends without a word.
+func (w *routeWatch) observe(now time.Time, needed, up bool) (warn, recovered bool) {
+	if !needed || up {
+		recovered = w.warned && up
+		*w = routeWatch{}
+		return false, recovered
+	}
+	if w.since.IsZero() {
+		w.since = now
+	}
+	if !w.warned && now.Sub(w.since) >= routeGrace {
+		w.warned = true
+		return true, false
+	}
+	return false, false
+}
+
+// watchRoutes runs the route watch every heartbeat.
+func (d *Daemon) watchRoutes(ctx context.Context) error {
+	var w routeWatch
+	t := time.NewTicker(HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		st := d.raft.Status()
+		leader := d.raft.Leader()
+		needed := !st.Leader && leader != "" && leader != d.cfg.Node &&
+			!st.LastContact.IsZero() && time.Since(st.LastContact) < 3*HeartbeatInterval
+		routes := d.broker.NumRoutes()
+		warn, recovered := w.observe(d.now(), needed, routes > 0)
+		switch {
+		case warn:
+			d.log.Warn("this node's broker has no NATS route to the other control nodes, though Raft hears the leader: "+
+				"operators and hosts connected here cannot reach the leader; the cluster port (--cluster-listen) must be reachable both ways with mutual TLS",
+				"leader", leader, "for", routeGrace)
+		case recovered:
+			d.log.Info("NATS route to the other control nodes up again", "routes", routes)
+		}
+	}
+}
