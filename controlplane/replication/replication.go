@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,6 +63,7 @@ type Node struct {
 	raft    *raft.Raft
 	fsm     *appliedFSM
 	store   *raftboltdb.BoltStore
+	guarded *guardedStore
 	snaps   raft.SnapshotStore
 	trans   *raft.NetworkTransport
 	leader  chan bool
@@ -164,7 +166,8 @@ func Open(cfg Config) (*Node, error) {
 	leader := make(chan bool, 16)
 	rc.NotifyCh = leader
 	fsm := &appliedFSM{FSM: cfg.FSM}
-	r, err := raft.NewRaft(rc, fsm, store, store, snaps, trans)
+	guarded := &guardedStore{inner: store}
+	r, err := raft.NewRaft(rc, fsm, guarded, guarded, snaps, trans)
 	if err != nil {
 		trans.Close()
 		store.Close()
@@ -175,7 +178,7 @@ func Open(cfg Config) (*Node, error) {
 		now = time.Now
 	}
 	electAloneAtOnce(r, rc)
-	return &Node{now: now, observe: cfg.ApplyObserver, raft: r, fsm: fsm, store: store, snaps: snaps, trans: trans, leader: leader, log: log}, nil
+	return &Node{now: now, observe: cfg.ApplyObserver, raft: r, fsm: fsm, store: store, guarded: guarded, snaps: snaps, trans: trans, leader: leader, log: log}, nil
 }
 
 // electAloneAtOnce lets a node that is the only voter of its configuration elect
@@ -295,6 +298,7 @@ func (n *Node) apply(c state.Command, timeout time.Duration) (state.Result, uint
 func (n *Node) Close() error {
 	err := n.raft.Shutdown().Error()
 	n.trans.Close()
+	n.guarded.close()
 	if cerr := n.store.Close(); err == nil {
 		err = cerr
 	}
@@ -434,6 +438,111 @@ func (n *Node) snapshotIndex() uint64 {
 		return 0
 	}
 	return metas[0].Index
+}
+
+// guardedStore is the bolt store as Raft's log and stable store, closed before the
+// bolt store so that a heartbeat still being handled after Shutdown cannot crash
+// the process. hashicorp/raft handles heartbeats on the transport's connection
+// goroutines, which neither Shutdown nor the transport's Close waits for
+// (hashicorp/raft#717); such a heartbeat may save a term or hand committed entries
+// to the state machine, and raft panics when the store fails it ("failed to save
+// current term: database not open": `meshctl join` crashed that way after it had
+// succeeded). close waits for the calls under way. A call after it touches
+// nothing and never returns, since any answer would be a failure raft panics on
+// or a success that is not true: only such a heartbeat goroutine can make one
+// (Shutdown stopped every other user of the store), and nothing waits for it.
+type guardedStore struct {
+	inner  *raftboltdb.BoltStore
+	mu     sync.RWMutex
+	closed bool
+}
+
+// enter admits a call, or parks the goroutine of one made after close.
+func (s *guardedStore) enter() {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		select {} // see guardedStore
+	}
+}
+
+func (s *guardedStore) leave() { s.mu.RUnlock() }
+
+// close waits for the calls under way and parks every later one.
+func (s *guardedStore) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+}
+
+// FirstIndex implements raft.LogStore.
+func (s *guardedStore) FirstIndex() (uint64, error) {
+	s.enter()
+	defer s.leave()
+	return s.inner.FirstIndex()
+}
+
+// LastIndex implements raft.LogStore.
+func (s *guardedStore) LastIndex() (uint64, error) {
+	s.enter()
+	defer s.leave()
+	return s.inner.LastIndex()
+}
+
+// GetLog implements raft.LogStore.
+func (s *guardedStore) GetLog(index uint64, l *raft.Log) error {
+	s.enter()
+	defer s.leave()
+	return s.inner.GetLog(index, l)
+}
+
+// StoreLog implements raft.LogStore.
+func (s *guardedStore) StoreLog(l *raft.Log) error {
+	s.enter()
+	defer s.leave()
+	return s.inner.StoreLog(l)
+}
+
+// StoreLogs implements raft.LogStore.
+func (s *guardedStore) StoreLogs(logs []*raft.Log) error {
+	s.enter()
+	defer s.leave()
+	return s.inner.StoreLogs(logs)
+}
+
+// DeleteRange implements raft.LogStore.
+func (s *guardedStore) DeleteRange(lo, hi uint64) error {
+	s.enter()
+	defer s.leave()
+	return s.inner.DeleteRange(lo, hi)
+}
+
+// Set implements raft.StableStore.
+func (s *guardedStore) Set(key, val []byte) error {
+	s.enter()
+	defer s.leave()
+	return s.inner.Set(key, val)
+}
+
+// SetUint64 implements raft.StableStore.
+func (s *guardedStore) SetUint64(key []byte, val uint64) error {
+	s.enter()
+	defer s.leave()
+	return s.inner.SetUint64(key, val)
+}
+
+// Get implements raft.StableStore.
+func (s *guardedStore) Get(key []byte) ([]byte, error) {
+	s.enter()
+	defer s.leave()
+	return s.inner.Get(key)
+}
+
+// GetUint64 implements raft.StableStore.
+func (s *guardedStore) GetUint64(key []byte) (uint64, error) {
+	s.enter()
+	defer s.leave()
+	return s.inner.GetUint64(key)
 }
 
 // appliedFSM is the state machine Raft drives, recording the index of the last
