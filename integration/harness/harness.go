@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -71,8 +72,9 @@ func moduleRoot() (string, error) {
 // that range, as a listener on port 0 gets, may be handed to any outgoing
 // connection, of this test or of another test process, between now and its use,
 // and the process started on it then fails with "address already in use". Below
-// the range only another test choosing at random among the same thousands of
-// ports can take it.
+// it, ports are handed out in turn from a random starting place (portCursor), so
+// that this process hands out no port twice until it has gone round the range, and
+// test processes side by side use different stretches of it.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
 	low, high := belowEphemeral()
@@ -86,19 +88,40 @@ func FreePorts(t testing.TB, n int) []int {
 	for tries := 0; len(ports) < n; tries++ {
 		addr := "127.0.0.1:0"
 		if high > low && tries < 1000 {
-			addr = fmt.Sprintf("127.0.0.1:%d", low+rand.IntN(high-low))
+			addr = fmt.Sprintf("127.0.0.1:%d", nextPort(low, high))
 		}
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			if addr == "127.0.0.1:0" {
 				t.Fatal(err)
 			}
-			continue // taken; try another
+			continue // taken; try the next
 		}
 		lns = append(lns, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports
+}
+
+// portCursor is where FreePorts looks next, for the whole test process (0: not
+// started). It is the one piece of process-wide state here: a port handed out and
+// released waits for its process, and no later call of any test may hand it out
+// again meanwhile.
+var portCursor atomic.Uint64
+
+// nextPort returns the next port in [low, high) to try.
+func nextPort(low, high int) int {
+	span := uint64(high - low)
+	for {
+		c := portCursor.Load()
+		if c == 0 {
+			portCursor.CompareAndSwap(0, rand.Uint64N(span)+1)
+			continue
+		}
+		if portCursor.CompareAndSwap(c, c+1) {
+			return low + int(c%span)
+		}
+	}
 }
 
 // belowEphemeral returns the ports [low, high) FreePorts chooses from: from 10000
