@@ -13,18 +13,11 @@ import (
 // reconcileLoop re-sends, while this node leads, the declarations that live nodes
 // have not applied (a push lost to a partition, a leader change).
 func (d *Daemon) reconcileLoop(ctx context.Context) error {
-	t := time.NewTicker(d.opts.ReconcileInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			if d.raft.IsLeader() {
-				d.reconcile(d.now())
-			}
+	return every(ctx, d.opts.ReconcileInterval, func() {
+		if d.raft.IsLeader() {
+			d.reconcile(d.now())
 		}
-	}
+	})
 }
 
 // reconcile re-sends what live nodes lack: the keyrings after the epoch a node last

@@ -44,14 +44,7 @@ func (w *routeWatch) observe(now time.Time, needed, up bool) (warn, recovered bo
 // watchRoutes runs the route watch every heartbeat.
 func (d *Daemon) watchRoutes(ctx context.Context) error {
 	var w routeWatch
-	t := time.NewTicker(HeartbeatInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
+	return every(ctx, HeartbeatInterval, func() {
 		st := d.raft.Status()
 		leader := d.raft.Leader()
 		needed := !st.Leader && leader != "" && leader != d.cfg.Node &&
@@ -65,6 +58,20 @@ func (d *Daemon) watchRoutes(ctx context.Context) error {
 				"leader", leader, "for", routeGrace)
 		case recovered:
 			d.log.Info("NATS route to the other control nodes up again", "routes", routes)
+		}
+	})
+}
+
+// every runs fn every interval until ctx ends, and returns ctx's error.
+func every(ctx context.Context, interval time.Duration, fn func()) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			fn()
 		}
 	}
 }

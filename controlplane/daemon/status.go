@@ -83,16 +83,7 @@ func (b *statusBatcher) add(node string, a state.Applied) {
 }
 
 func (b *statusBatcher) run(ctx context.Context) error {
-	t := time.NewTicker(b.d.opts.StatusFlushInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			b.flush()
-		}
-	}
+	return every(ctx, b.d.opts.StatusFlushInterval, b.flush)
 }
 
 func (b *statusBatcher) flush() {
