@@ -45,10 +45,10 @@ func (w *routeWatch) observe(now time.Time, needed, up bool) (warn, recovered bo
 func (d *Daemon) watchRoutes(ctx context.Context) error {
 	var w routeWatch
 	return every(ctx, HeartbeatInterval, func() {
-		st := d.raft.Status()
-		leader := d.raft.Leader()
-		needed := !st.Leader && leader != "" && leader != d.cfg.Node &&
-			!st.LastContact.IsZero() && time.Since(st.LastContact) < 3*HeartbeatInterval
+		// Raft's contact time is its own wall clock, hence time.Since.
+		leader, contact := d.raft.Leader(), d.raft.LastContact()
+		needed := !d.raft.IsLeader() && leader != "" && leader != d.cfg.Node &&
+			!contact.IsZero() && time.Since(contact) < 3*HeartbeatInterval
 		routes := d.broker.NumRoutes()
 		warn, recovered := w.observe(d.now(), needed, routes > 0)
 		switch {

@@ -355,6 +355,10 @@ func (n *Node) Leader() string {
 	return string(id)
 }
 
+// LastContact is when this follower last heard from the leader (zero on the leader
+// or before any contact).
+func (n *Node) LastContact() time.Time { return n.raft.LastContact() }
+
 // AddNonvoter adds a server that receives the log but does not vote. Raft reports
 // success without ever reaching the server, so a caller must confirm it replicates.
 func (n *Node) AddNonvoter(id, addr string, timeout time.Duration) error {
@@ -546,7 +550,9 @@ func (s *guardedStore) GetUint64(key []byte) (uint64, error) {
 }
 
 // appliedFSM is the state machine Raft drives, recording the index of the last
-// command it applied (Raft hands it commands only, in log order).
+// command it applied (Raft hands it commands only, in log order). Embedding hides
+// raft.BatchingFSM and raft.ConfigurationStore, which the control plane's state
+// machine does not implement; one that did would need them passed on here.
 type appliedFSM struct {
 	raft.FSM
 	applied atomic.Uint64
