@@ -115,7 +115,7 @@ func badRequest(format string, args ...any) *api.Error {
 
 // commit applies a command, turning failures into operator-facing errors.
 func (d *Daemon) commit(c state.Command) (state.Result, error) {
-	res, err := d.raft.Apply(c, 10*time.Second)
+	res, err := d.raft.Apply(c, commitTimeout)
 	if err != nil {
 		if errors.Is(err, replication.ErrNotLeader) {
 			return res, &api.Error{Code: api.CodeUnavailable, Message: "leadership changed during the request; run it again"}

@@ -217,7 +217,7 @@ func (d *Daemon) controlAdd(req api.ControlRequest) (api.ControlAddResult, error
 	}
 	idx := slices.IndexFunc(members, func(m replication.Member) bool { return m.ID == cn.ID })
 	if idx < 0 {
-		if err := d.raft.AddNonvoter(cn.ID, cn.Raft, 10*time.Second); err != nil {
+		if err := d.raft.AddNonvoter(cn.ID, cn.Raft, commitTimeout); err != nil {
 			return out, &api.Error{Code: api.CodeUnavailable, Message: "add " + cn.ID + " as a nonvoter: " + err.Error()}
 		}
 		d.log.Info("control node added as a Raft nonvoter; waiting for it to prove it replicates", "node", cn.ID, "raft", cn.Raft)
@@ -228,7 +228,7 @@ func (d *Daemon) controlAdd(req api.ControlRequest) (api.ControlAddResult, error
 	d.ctl.mu.Lock()
 	d.ctl.probes[cn.ID] = id
 	d.ctl.mu.Unlock()
-	index, err := d.raft.ApplyIndex(state.Command{Op: state.OpProbe, Probe: &state.ProbeCmd{ID: id, Node: cn.ID}}, 10*time.Second)
+	index, err := d.raft.ApplyIndex(state.Command{Op: state.OpProbe, Probe: &state.ProbeCmd{ID: id, Node: cn.ID}}, commitTimeout)
 	if err != nil {
 		return out, &api.Error{Code: api.CodeUnavailable, Message: "append the probe entry: " + err.Error()}
 	}
@@ -310,7 +310,7 @@ func (d *Daemon) promoteServing(now time.Time) {
 		candidates = candidates[:len(candidates)-1] // keep the voter count odd
 	}
 	for _, c := range candidates {
-		if err := d.raft.Promote(c.ID, c.Raft, 10*time.Second); err != nil {
+		if err := d.raft.Promote(c.ID, c.Raft, commitTimeout); err != nil {
 			d.log.Warn("control node not promoted; will try again", "node", c.ID, "err", err)
 			return
 		}
@@ -330,7 +330,7 @@ func (d *Daemon) controlAbort(req api.ControlRequest) (struct{}, error) {
 			if m.Voter {
 				return struct{}{}, &api.Error{Code: api.CodeBadRequest, Message: req.Node + " is a voter; use meshctl control remove"}
 			}
-			if err := d.raft.Remove(req.Node, 10*time.Second); err != nil {
+			if err := d.raft.Remove(req.Node, commitTimeout); err != nil {
 				return struct{}{}, &api.Error{Code: api.CodeUnavailable, Message: err.Error()}
 			}
 		}
@@ -368,7 +368,7 @@ func (d *Daemon) controlRemove(req api.ControlRequest) (struct{}, error) {
 		return struct{}{}, &api.Error{Code: api.CodeBadRequest, Message: res.Err.Error()}
 	}
 	if slices.ContainsFunc(members, func(m replication.Member) bool { return m.ID == req.Node }) {
-		if err := d.raft.Remove(req.Node, 10*time.Second); err != nil {
+		if err := d.raft.Remove(req.Node, commitTimeout); err != nil {
 			return struct{}{}, &api.Error{Code: api.CodeUnavailable, Message: "removed from the roster, but not from Raft: " + err.Error()}
 		}
 	}

@@ -306,7 +306,7 @@ func (d *Daemon) initialise() error {
 			CurveKey: curvePublic(d.curve)},
 		Keyring:  state.Keyring{Epoch: kr.Epoch, Keys: kr.Keys, Envelope: env},
 		Validity: declarations.DefaultValidity,
-	}}, 10*time.Second)
+	}}, commitTimeout)
 	if err != nil {
 		return fmt.Errorf("initialise the mesh state: %w", err)
 	}
@@ -392,7 +392,7 @@ func (d *Daemon) followLeadership(ctx context.Context) error {
 		case leader := <-d.raft.LeaderChanges():
 			if leader {
 				d.log.Info("this control node is now the leader; serving the API")
-				if err := d.raft.Barrier(10 * time.Second); err != nil {
+				if err := d.raft.Barrier(commitTimeout); err != nil {
 					d.log.Warn("barrier after election failed", "err", err)
 					continue
 				}
@@ -409,6 +409,13 @@ func (d *Daemon) followLeadership(ctx context.Context) error {
 }
 
 const queueGroup = "control-plane"
+
+// commitTimeout is the timeout every change (a command, a membership change, a
+// barrier) hands to Raft: how long it may wait for Raft to take it up, as
+// hashicorp/raft defines it. A change Raft took then waits for its commit, or
+// fails when the leader steps down for want of a quorum. Either failure reaches
+// the caller as "unavailable", which operators and hosts retry.
+const commitTimeout = 10 * time.Second
 
 // How many requests of a kind are handled at once.
 const (

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -101,7 +100,7 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 	}
 	res, err := d.raft.Apply(state.Command{Op: state.OpEnrol, At: now, Enrol: &state.EnrolCmd{
 		TokenID: id, Node: req.Node, Role: req.Role, PublicKey: req.PublicKey, CurveKey: req.CurveKey,
-	}}, 10*time.Second)
+	}}, commitTimeout)
 	if err != nil {
 		if errors.Is(err, replication.ErrNotLeader) {
 			return refuse(api.CodeUnavailable, "the control plane is electing a leader; run enrol again in a few seconds")

@@ -72,7 +72,7 @@ func (d *Daemon) refresh(now time.Time) {
 	if len(due) == 0 {
 		return
 	}
-	res, err := d.raft.Apply(state.Command{Op: state.OpRefresh, At: now.UTC(), Refresh: &state.RefreshCmd{Nodes: due}}, 10*time.Second)
+	res, err := d.raft.Apply(state.Command{Op: state.OpRefresh, At: now.UTC(), Refresh: &state.RefreshCmd{Nodes: due}}, commitTimeout)
 	if err != nil || res.Err != nil {
 		d.log.Warn("declarations not refreshed; will try again", "nodes", len(due), "err", errors.Join(err, res.Err))
 		return

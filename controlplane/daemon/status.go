@@ -111,7 +111,7 @@ func (b *statusBatcher) flush() {
 	for node, a := range batch {
 		cmd.Reports = append(cmd.Reports, state.StatusReport{Node: node, Applied: a})
 	}
-	if _, err := b.d.raft.Apply(state.Command{Op: state.OpStatus, Status: cmd}, 10*time.Second); err != nil {
+	if _, err := b.d.raft.Apply(state.Command{Op: state.OpStatus, Status: cmd}, commitTimeout); err != nil {
 		b.d.log.Warn("status reports not committed; they will be reported again", "nodes", len(batch), "err", err)
 	}
 }
