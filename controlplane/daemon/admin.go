@@ -163,15 +163,12 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 		return out, err
 	}
 	if res.Err != nil {
-		if errors.Is(res.Err, state.ErrNodeExists) {
-			return out, &api.Error{Code: api.CodeNodeExists, Message: res.Err.Error()}
-		}
 		if errors.Is(res.Err, state.ErrBadCommand) {
 			// The id of a token minted before, asked for with other terms or after
 			// its use: the caller's fault, not the control plane's.
 			return out, badRequest("%v: a token id is the hash of a new secret; mint a new token", res.Err)
 		}
-		return out, res.Err
+		return out, refusal(res.Err)
 	}
 	d.fsm.Read(func(s *state.State) {
 		out.SigningKey = s.Keyring.Keys[len(s.Keyring.Keys)-1]
@@ -228,7 +225,7 @@ func (d *Daemon) declare(req api.DeclareRequest) (api.DeclareResult, error) {
 		return out, err
 	}
 	if res.Err != nil {
-		return out, &api.Error{Code: api.CodeNotFound, Message: res.Err.Error()}
+		return out, refusal(res.Err)
 	}
 	nodes := make([]string, 0, len(res.Assignments))
 	for _, a := range res.Assignments {
@@ -377,10 +374,7 @@ func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
 		return out, err
 	}
 	if res.Err != nil {
-		if errors.Is(res.Err, state.ErrUnknownNode) {
-			return out, &api.Error{Code: api.CodeNotFound, Message: res.Err.Error()}
-		}
-		return out, res.Err
+		return out, refusal(res.Err)
 	}
 	revoked := make([]revokedNode, len(res.Revoked))
 	for i, n := range res.Revoked {
@@ -404,7 +398,7 @@ func (d *Daemon) label(req api.LabelRequest) (api.NodeView, error) {
 		return api.NodeView{}, err
 	}
 	if res.Err != nil {
-		return api.NodeView{}, &api.Error{Code: api.CodeNotFound, Message: res.Err.Error()}
+		return api.NodeView{}, refusal(res.Err)
 	}
 	return d.view(res.Node, d.now()), nil
 }

@@ -365,7 +365,7 @@ func (d *Daemon) controlRemove(req api.ControlRequest) (struct{}, error) {
 		return struct{}{}, err
 	}
 	if res.Err != nil {
-		return struct{}{}, &api.Error{Code: api.CodeBadRequest, Message: res.Err.Error()}
+		return struct{}{}, refusal(res.Err)
 	}
 	if slices.ContainsFunc(members, func(m replication.Member) bool { return m.ID == req.Node }) {
 		if err := d.raft.Remove(req.Node, commitTimeout); err != nil {

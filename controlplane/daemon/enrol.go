@@ -86,7 +86,7 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 	var pre error
 	d.fsm.Read(func(s *state.State) { _, pre = s.TokenState(id, req.Node, req.Role, req.PublicKey, now) })
 	if pre != nil {
-		return refuse(enrolCode(pre), pre.Error())
+		return refuse(refusalCode(pre), pre.Error())
 	}
 	// The secret is this mesh's; the rest of the token must be too, in every part the
 	// host relies on, or the host would refuse the answer after the token was consumed.
@@ -108,7 +108,7 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 		return refuse(api.CodeUnavailable, "the enrolment could not be committed: "+err.Error())
 	}
 	if res.Err != nil {
-		return refuse(enrolCode(res.Err), res.Err.Error())
+		return refuse(refusalCode(res.Err), res.Err.Error())
 	}
 	if res.Control != nil {
 		adm, err := d.admitControl(req, res.Control)
@@ -158,29 +158,6 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 	d.log.Info("node enrolled", "node", req.Node, "role", resp.Role, "key", req.PublicKey)
 	d.metrics.enrolments.WithLabelValues("host").Inc()
 	return resp
-}
-
-// enrolCode maps the state machine's refusals to the protocol's codes.
-func enrolCode(err error) string {
-	switch {
-	case errors.Is(err, state.ErrTokenUnknown):
-		return api.CodeTokenUnknown
-	case errors.Is(err, state.ErrTokenUsed):
-		return api.CodeTokenUsed
-	case errors.Is(err, state.ErrTokenExpired):
-		return api.CodeTokenExpired
-	case errors.Is(err, state.ErrTokenOtherNode):
-		return api.CodeTokenOtherNode
-	case errors.Is(err, state.ErrTokenWrongRole):
-		return api.CodeTokenWrongRole
-	case errors.Is(err, state.ErrTokenCancelled):
-		return api.CodeTokenCancelled
-	case errors.Is(err, state.ErrNodeExists):
-		return api.CodeNodeExists
-	case errors.Is(err, state.ErrKeyRevoked):
-		return api.CodeKeyRevoked
-	}
-	return api.CodeInternal
 }
 
 func ptr[T any](v T) *T { return &v }

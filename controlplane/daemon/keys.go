@@ -135,7 +135,7 @@ func (d *Daemon) rotateKey(api.RotateRequest) (api.KeyringResult, error) {
 		return api.KeyringResult{}, err
 	}
 	if res.Err != nil {
-		return api.KeyringResult{}, &api.Error{Code: api.CodeBadRequest, Message: res.Err.Error()}
+		return api.KeyringResult{}, refusal(res.Err)
 	}
 	if err := d.syncKeys(); err != nil {
 		return api.KeyringResult{}, err
@@ -198,7 +198,7 @@ func (d *Daemon) retireKey(req api.RetireRequest) (api.KeyringResult, error) {
 		return api.KeyringResult{}, err
 	}
 	if res.Err != nil {
-		return api.KeyringResult{}, &api.Error{Code: api.CodeBadRequest, Message: res.Err.Error()}
+		return api.KeyringResult{}, refusal(res.Err)
 	}
 	if err := d.syncKeys(); err != nil {
 		return api.KeyringResult{}, err

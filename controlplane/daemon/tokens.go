@@ -59,7 +59,7 @@ func (d *Daemon) cancelTokens(req api.TokenCancelRequest) (api.TokenCancelResult
 		if errors.Is(res.Err, state.ErrNoToken) {
 			return out, &api.Error{Code: api.CodeNotFound, Message: res.Err.Error() + "; meshctl token list shows the tokens the mesh knows"}
 		}
-		return out, &api.Error{Code: api.CodeBadRequest, Message: res.Err.Error()}
+		return out, refusal(res.Err)
 	}
 	for i := range res.Tokens {
 		out.Cancelled = append(out.Cancelled, tokenView(&res.Tokens[i], state.TokenCancelled))
