@@ -139,7 +139,6 @@ func TestFollowingMeansApplied(t *testing.T) {
 
 	// Restarted from a snapshot that covers every command, with a state machine
 	// that applied none since (a Restore does not say its index): current at once.
-	// (Raft takes a snapshot only after a command past the configuration change.)
 	probe("p3")
 	waitFor(t, "the follower applies the third command", func() bool { return fsm.n.Load() == 3 })
 	waitFor(t, "a snapshot on the follower", func() bool { return follower.raft.Snapshot().Error() == nil })
@@ -151,5 +150,31 @@ func TestFollowingMeansApplied(t *testing.T) {
 	}
 	if err := follower.WaitFollowing(ctx); err != nil {
 		t.Fatalf("restarted from a snapshot: %v", err)
+	}
+}
+
+// TestSnapshotRightAfterAMembershipChange: a configuration change as the last entry
+// does not stop a snapshot. Raft counts it as taken by the state machine only when
+// the state machine says it stores configurations; before that, after a join or a
+// removal every snapshot was refused until a command followed.
+func TestSnapshotRightAfterAMembershipChange(t *testing.T) {
+	t.Parallel()
+	ca := newCA(t, "mesh")
+	quick := Timeouts{Heartbeat: 100 * time.Millisecond, Commit: 5 * time.Millisecond}
+	cfg := Config{Dir: t.TempDir(), ID: "cp-1", Bind: freeAddr(t), TLS: leafConfig(t, ca), FSM: &countFSM{},
+		Logger: slog.New(slog.DiscardHandler), Timeouts: quick}
+	leader := startLeader(t, cfg)
+	defer leader.Close()
+	if _, err := leader.Apply(state.Command{Op: state.OpProbe, Probe: &state.ProbeCmd{ID: "p1"}}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.AddNonvoter("cp-2", freeAddr(t), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.raft.Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot with a membership change as the last entry: %v", err)
+	}
+	if got, last := leader.AppliedIndex(), leader.raft.LastIndex(); got != last {
+		t.Fatalf("AppliedIndex %d, last index %d: the membership change counts as applied", got, last)
 	}
 }

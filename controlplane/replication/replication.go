@@ -400,8 +400,8 @@ func (n *Node) Status() Status {
 // goroutine, which may still be applying them: read then, the state lacks them. So
 // this is Raft's index only once the state machine has applied the last command up
 // to it; until then it is the index of the last command the state machine applied.
-// Entries the state machine never sees (no-ops, configuration changes, and what a
-// restored snapshot covers) count as applied once Raft handed them over.
+// Entries the state machine never sees (no-ops, and what a restored snapshot
+// covers) count as applied once Raft handed them over.
 func (n *Node) AppliedIndex() uint64 {
 	handed := n.raft.AppliedIndex()
 	done := n.fsm.applied.Load()
@@ -550,9 +550,9 @@ func (s *guardedStore) GetUint64(key []byte) (uint64, error) {
 }
 
 // appliedFSM is the state machine Raft drives, recording the index of the last
-// command it applied (Raft hands it commands only, in log order). Embedding hides
-// raft.BatchingFSM and raft.ConfigurationStore, which the control plane's state
-// machine does not implement; one that did would need them passed on here.
+// entry it took: a command it applied or a configuration change (Raft hands it
+// both, in log order). Embedding hides raft.BatchingFSM, which the control plane's
+// state machine does not implement; one that did would need it passed on here.
 type appliedFSM struct {
 	raft.FSM
 	applied atomic.Uint64
@@ -563,6 +563,15 @@ func (f *appliedFSM) Apply(l *raft.Log) any {
 	res := f.FSM.Apply(l)
 	f.applied.Store(l.Index)
 	return res
+}
+
+// StoreConfiguration implements raft.ConfigurationStore. The state keeps no Raft
+// configuration of its own, but Raft counts a configuration entry as taken by the
+// state machine only when it implements this: without it, after a membership
+// change (a join, a removal) Raft refused every snapshot ("wait until the
+// configuration entry at N has been applied") until a command followed.
+func (f *appliedFSM) StoreConfiguration(index uint64, _ raft.Configuration) {
+	f.applied.Store(index)
 }
 
 // PeersFile is the manual recovery file: when it exists in the Raft directory at start,
