@@ -100,6 +100,18 @@ const (
 	CodeTokenCancelled = "token_cancelled"
 )
 
+// Codes a host reports in a status's error besides the verifier's
+// (declarations.Code): the host's own failures after a declaration verified.
+const (
+	// StatusApplyFailed: the file applier could not apply the declaration; the
+	// host tries again by itself.
+	StatusApplyFailed = "apply_failed"
+	// StatusHookFailed: a local hook failed; the declaration stays applied.
+	StatusHookFailed = "hook_failed"
+	// StatusStateNotSaved: the host could not persist its applied state.
+	StatusStateNotSaved = "state_not_saved"
+)
+
 // EnrolRequest is what an enrolling host sends.
 type EnrolRequest struct {
 	V         int    `json:"v"`

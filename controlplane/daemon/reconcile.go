@@ -46,7 +46,7 @@ func (d *Daemon) reconcile(now time.Time) {
 			behind := (!a.HaveApplied || a.Version < n.Declared.Version) && now.Sub(n.Declared.IssuedAt) >= d.opts.ReconcileInterval
 			// A node that verified this very version and could not apply it retries
 			// by itself.
-			failedThis := a.ErrorCode == "apply_failed" && a.ErrorVersion == n.Declared.Version
+			failedThis := a.ErrorCode == api.StatusApplyFailed && a.ErrorVersion == n.Declared.Version
 			if behind && !failedThis || chains[id] != nil {
 				lagging = append(lagging, id)
 			}

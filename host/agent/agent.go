@@ -674,7 +674,7 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 	applyStart := time.Now()
 	res, err := a.applier.Apply(ctx, files, a.applied.Managed)
 	if err != nil {
-		a.failCode("apply_failed", err, v.Version)
+		a.failCode(wire.StatusApplyFailed, err, v.Version)
 		at := a.retry.schedule(raw, v.Version, a.o.Now(), a.o.RetryMin, a.o.RetryMax)
 		a.applied.NextAttempt = at
 		a.save()
@@ -756,7 +756,7 @@ func (a *Agent) save() {
 		// The change is applied in memory; a restart re-applies the same
 		// declaration, which is harmless. Report it loudly.
 		a.log.Error("could not persist the applied state", "err", err)
-		a.applied.LastErrorCode, a.applied.LastError = "state_not_saved", err.Error()
+		a.applied.LastErrorCode, a.applied.LastError = wire.StatusStateNotSaved, err.Error()
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"slices"
+
+	"mesh/host/wire"
 )
 
 // hookRun is one batch of hooks to run: the paths a declaration changed.
@@ -82,7 +84,7 @@ func (a *Agent) hooksFinished(h hookRun) {
 	}
 	if len(h.failures) > 0 {
 		// The declaration is applied and persisted; the failure is reported.
-		a.failCode("hook_failed", errors.Join(h.failures...), h.version)
+		a.failCode(wire.StatusHookFailed, errors.Join(h.failures...), h.version)
 	}
 	a.offerHooks()
 }

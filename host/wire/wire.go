@@ -63,6 +63,18 @@ const (
 	CodeTokenCancelled = "token_cancelled"
 )
 
+// Codes the agent reports in a status's error besides the verifier's
+// (declarations.Code): its own failures after a declaration verified.
+const (
+	// StatusApplyFailed: the file applier could not apply the declaration; the
+	// agent tries again by itself.
+	StatusApplyFailed = "apply_failed"
+	// StatusHookFailed: a local hook failed; the declaration stays applied.
+	StatusHookFailed = "hook_failed"
+	// StatusStateNotSaved: the agent could not persist its applied state.
+	StatusStateNotSaved = "state_not_saved"
+)
+
 // EnrolRequest is what the agent sends to enrol.
 type EnrolRequest struct {
 	V         int    `json:"v"`
