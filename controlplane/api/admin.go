@@ -142,6 +142,10 @@ type ControlHeartbeat struct {
 	Node         string `json:"node"`
 	AppliedIndex uint64 `json:"applied_index"`
 	Raft         string `json:"raft"`
+	// CAKey says the node's data directory holds the CA key and the operator
+	// account key, so control tokens can be minted there: the bootstrap machine's,
+	// or a node they were restored to from their backup.
+	CAKey bool `json:"ca_key,omitempty"`
 }
 
 // AdminSubject is the subject of an operator API operation.

@@ -131,7 +131,8 @@ func (d *Daemon) heartbeatLoop(ctx context.Context) error {
 		if d.raft.IsLeader() {
 			role = api.RaftLeader
 		}
-		data, _ := json.Marshal(api.ControlHeartbeat{V: api.ProtocolVersion, Node: d.cfg.Node, AppliedIndex: d.raft.AppliedIndex(), Raft: role})
+		data, _ := json.Marshal(api.ControlHeartbeat{V: api.ProtocolVersion, Node: d.cfg.Node, AppliedIndex: d.raft.AppliedIndex(), Raft: role,
+			CAKey: d.holdsCAKey()})
 		_ = d.conns.control.Publish(api.ControlHeartbeatSubject(d.cfg.Node), data)
 		if role == api.RaftLeader {
 			d.promoteServing(d.now())
@@ -151,6 +152,12 @@ func (d *Daemon) handleHeartbeat(m *nats.Msg) {
 		return
 	}
 	d.ctl.beat(h, d.now(), d.raft.AppliedIndex())
+}
+
+// holdsCAKey reports whether this node's data directory holds the keys a control
+// token is minted with (join.Mint).
+func (d *Daemon) holdsCAKey() bool {
+	return d.opts.Dir.Exists(datadir.CAKeyFile) && d.opts.Dir.Exists(datadir.AccountKeyFile)
 }
 
 // admitControl answers a joining control node: the identity sealed when its token was
@@ -388,7 +395,7 @@ func (d *Daemon) controlViews(s *state.State, now time.Time) []api.ControlView {
 	slices.Sort(ids)
 	for _, id := range ids {
 		c := s.ControlNodes[id]
-		v := api.ControlView{ID: c.ID, Broker: c.Broker, CAHolder: c.ID == s.CAHolder, Raft: api.RaftNotMember}
+		v := api.ControlView{ID: c.ID, Broker: c.Broker, Raft: api.RaftNotMember}
 		for _, m := range members {
 			if m.ID == c.ID {
 				switch {
@@ -402,6 +409,18 @@ func (d *Daemon) controlViews(s *state.State, now time.Time) []api.ControlView {
 			}
 		}
 		hb, at, ok := d.ctl.last(c.ID)
+		// Where control tokens can be minted is where the keys are now, as each
+		// node says of itself; the state's record (the bootstrap machine) stands in
+		// for a node not heard from yet.
+		switch {
+		case c.Removed:
+		case c.ID == d.cfg.Node:
+			v.CAHolder = d.holdsCAKey()
+		case ok:
+			v.CAHolder = hb.CAKey
+		default:
+			v.CAHolder = c.ID == s.CAHolder
+		}
 		switch {
 		case c.Removed:
 			v.Raft, v.State = api.RaftRemoved, api.StateRemoved

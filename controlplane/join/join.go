@@ -82,11 +82,14 @@ func Mint(dir datadir.Dir, o MintOptions) (tokenfmt.Token, error) {
 		return tok, err
 	}
 	if !dir.Exists(datadir.CAKeyFile) || !dir.Exists(datadir.AccountKeyFile) {
-		holder := cfg.CAHolder
-		if holder == "" {
-			holder = "the machine that ran bootstrap"
+		// mesh.json names the bootstrap machine; `nodes` shows where the keys are
+		// now, should they have been restored elsewhere from their backup.
+		where := "`meshctl nodes` marks the control node that holds it (CA)"
+		if h := cfg.CAHolder; h != "" && h != cfg.Node {
+			where = fmt.Sprintf("the CA key is on %s (its %s), unless it was restored elsewhere: %s", h, datadir.CAKeyFile, where)
 		}
-		return tok, fmt.Errorf("%w: this is %s, and the CA key is on %s (its %s); mint the control token there", ErrNotCAHolder, cfg.Node, holder, datadir.CAKeyFile)
+		return tok, fmt.Errorf("%w: this is %s, and its data directory holds no %s and %s; mint the control token where they are (%s), or restore them here from their backup (docs/operations.md, losing the bootstrap machine)",
+			ErrNotCAHolder, cfg.Node, datadir.CAKeyFile, datadir.AccountKeyFile, where)
 	}
 	addrs, err := ControlAddresses(o.Broker, o.Raft, o.Cluster)
 	if err != nil {

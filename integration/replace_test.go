@@ -1,0 +1,85 @@
+package integration
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/integration/harness"
+)
+
+// TestBootstrapMachineReplaced: the bootstrap machine is lost for good, with the CA
+// key backed up as docs/operations.md says. The operator removes it, restores the
+// backup on a surviving control node, which `meshctl nodes` then shows as the CA
+// holder, mints a control token there and brings up a new machine under the lost
+// one's name; the mesh is three voters again, and a host enrolled before converges
+// through the new machine.
+func TestBootstrapMachineReplaced(t *testing.T) {
+	cp1 := harness.NewControlPlane(t, bin, "replace")
+	cp1.Serve()
+	backup := t.TempDir()
+	for _, f := range []string{datadir.CAKeyFile, datadir.AccountKeyFile} {
+		copyFile(t, filepath.Join(cp1.Dir, f), filepath.Join(backup, f), 0o600)
+	}
+	cp2 := joinControl(t, cp1, "cp-2")
+	cp3 := joinControl(t, cp1, "cp-3")
+	web := harness.NewHost(t, bin, "web-1")
+	if r := web.Enrol(cp1.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	web.Run()
+
+	cp1.Process().Kill()
+	harness.Eventually(t, 20*time.Second, "cp-1 removed", func() bool {
+		return cp2.Ctl("control", "remove", "cp-1").Code == 0
+	})
+	caHolders := func() []string {
+		var out []string
+		for _, c := range cp3.Nodes().Control {
+			if c.CAHolder {
+				out = append(out, c.ID)
+			}
+		}
+		return out
+	}
+	if h := caHolders(); len(h) != 0 {
+		t.Fatalf("with the bootstrap machine removed, nodes marks %v as holding the CA key", h)
+	}
+	if r := cp3.Ctl("token", "--role", "control", "--node", "cp-9", "--addr", "127.0.0.1:1"); r.Code == 0 || !strings.Contains(r.Stderr, "restore them here from their backup") {
+		t.Fatalf("minting with no CA key anywhere (exit %d): %s", r.Code, r.Combined())
+	}
+	// The backup restored on cp-2, as the operations guide says: nothing else to do.
+	for _, f := range []string{datadir.CAKeyFile, datadir.AccountKeyFile} {
+		copyFile(t, filepath.Join(backup, f), filepath.Join(cp2.Dir, f), 0o600)
+	}
+	harness.Eventually(t, 10*time.Second, "nodes marks cp-2 as the CA holder", func() bool {
+		return slices.Equal(caHolders(), []string{"cp-2"})
+	})
+	tok, repl := cp2.ControlToken("cp-1")
+	if r := repl.Join(tok); r.Code != 0 {
+		t.Fatalf("join the replacement cp-1 (exit %d):\n%s", r.Code, r.Combined())
+	}
+	repl.Serve()
+	harness.Eventually(t, 30*time.Second, "three voters alive: cp-1 (new), cp-2, cp-3", func() bool {
+		voters := 0
+		for _, c := range cp3.Nodes().Control {
+			if (c.Raft == api.RaftVoter || c.Raft == api.RaftLeader) && c.State == api.StateAlive {
+				voters++
+			}
+		}
+		return voters == 3
+	})
+	body := filepath.Join(t.TempDir(), "b.json")
+	writeFile(t, body, `{"files":[{"path":"state","content":"after the replacement"}]}`)
+	if r := repl.Ctl("declare", "--node", "web-1", "--file", body); r.Code != 0 {
+		t.Fatalf("declare through the replacement: %s", r.Combined())
+	}
+	repl.WaitConverged("web-1", 1, 30*time.Second)
+	if h := caHolders(); !slices.Equal(h, []string{"cp-2"}) {
+		t.Fatalf("after the replacement nodes marks %v as holding the CA key, want cp-2", h)
+	}
+}
