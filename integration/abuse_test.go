@@ -317,4 +317,25 @@ func TestRevokeSeveralInOneCall(t *testing.T) {
 	if n, _ := cp.Node("web-4"); n.State == "revoked" {
 		t.Fatal("web-4, not named, was revoked")
 	}
+
+	// Run again, with one more node: the earlier ones are said to be revoked
+	// already, with their time, and counted once.
+	counted := cp.Counter("mesh_control_revocations_total")
+	r = cp.Ctl("revoke", "web-1", "web-4", "--json")
+	res = api.RevokeResult{}
+	if err := json.Unmarshal([]byte(r.Stdout), &res); r.Code != 0 || err != nil || len(res.Revoked) != 2 {
+		t.Fatalf("revoke web-1 web-4 again (%d, %v): %s", r.Code, err, r.Combined())
+	}
+	if a := res.Revoked[0].AlreadyRevokedAt; a.IsZero() || time.Since(a) > time.Minute {
+		t.Errorf("web-1 revoked again: %+v, want the time of its first revocation", res.Revoked[0])
+	}
+	if !res.Revoked[1].AlreadyRevokedAt.IsZero() {
+		t.Errorf("web-4, revoked now, is said to be revoked already: %+v", res.Revoked[1])
+	}
+	if got := cp.Counter("mesh_control_revocations_total"); got != counted+1 {
+		t.Errorf("mesh_control_revocations_total %v after revoking one new node, want %v", got, counted+1)
+	}
+	if r := cp.Ctl("revoke", "web-2"); r.Code != 0 || !strings.Contains(r.Stdout, "web-2 was already revoked (at ") {
+		t.Errorf("revoke web-2 again (%d): %s", r.Code, r.Combined())
+	}
 }

@@ -404,6 +404,9 @@ type RevokedNode struct {
 	// the mesh, when it was revoked. Its agent closes them on the signed notice;
 	// the brokers close what is left right after (RevokeGrace).
 	Connections int `json:"connections"`
+	// AlreadyRevokedAt is set when the node was revoked before this request, by an
+	// earlier one: revoking again changes nothing.
+	AlreadyRevokedAt time.Time `json:"already_revoked_at,omitzero"`
 }
 
 // RevokeResult lists the nodes revoked, in the request's order.

@@ -369,7 +369,10 @@ func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
 	if len(unknown) > 0 {
 		return out, &api.Error{Code: api.CodeNotFound, Message: "no such node: " + strings.Join(unknown, ", ")}
 	}
-	res, err := d.commit(state.Command{Op: state.OpRevoke, Revoke: &state.RevokeCmd{Nodes: nodes}})
+	// The command's time is the revocation time of the nodes it revokes; a node
+	// revoked earlier keeps its own, which tells the two apart.
+	at := d.now().UTC()
+	res, err := d.commit(state.Command{Op: state.OpRevoke, At: at, Revoke: &state.RevokeCmd{Nodes: nodes}})
 	if err != nil {
 		return out, err
 	}
@@ -377,15 +380,22 @@ func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
 		return out, refusal(res.Err)
 	}
 	revoked := make([]revokedNode, len(res.Revoked))
+	fresh := 0
 	for i, n := range res.Revoked {
+		// Connections of an earlier revocation's key are closed again too: none
+		// should be left, and closing one that is costs nothing.
 		revoked[i] = revokedNode{node: n.ID, key: n.PublicKey}
-		out.Revoked = append(out.Revoked, api.RevokedNode{Node: n.ID, Connections: d.presence.Open(n.PublicKey)})
+		r := api.RevokedNode{Node: n.ID, Connections: d.presence.Open(n.PublicKey)}
+		if !n.RevokedAt.Equal(at) {
+			r.AlreadyRevokedAt = n.RevokedAt
+		} else {
+			fresh++
+			d.log.Warn("node revoked", "node", r.Node, "connections", r.Connections)
+		}
+		out.Revoked = append(out.Revoked, r)
 	}
 	d.enforceRevocations(revoked)
-	d.metrics.revocations.Add(float64(len(revoked)))
-	for _, r := range out.Revoked {
-		d.log.Warn("node revoked", "node", r.Node, "connections", r.Connections)
-	}
+	d.metrics.revocations.Add(float64(fresh))
 	return out, nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -43,6 +44,10 @@ needs a new token.`,
 					return writeJSON(cio.stdout, res)
 				}
 				for _, r := range res.Revoked {
+					if !r.AlreadyRevokedAt.IsZero() {
+						fmt.Fprintf(cio.stdout, "%s was already revoked (at %s); its key stays refused\n", r.Node, r.AlreadyRevokedAt.UTC().Format(time.RFC3339))
+						continue
+					}
 					fmt.Fprintf(cio.stdout, "revoked %s (%d connection(s) open, closed now); its key is refused from now on\n", r.Node, r.Connections)
 				}
 				return nil
