@@ -143,9 +143,16 @@ func TestHostsFollowMembership(t *testing.T) {
 		t.Fatalf("meshctl with the stopped cp-1's directory: %s", r.Combined())
 	}
 
-	// cp-1 removed for good: the host drops it.
+	// cp-1 removed for good: the host drops it. Run again, the command has nothing
+	// left to do and says so.
 	if r := cp2.Ctl("control", "remove", "cp-1"); r.Code != 0 {
 		t.Fatalf("control remove cp-1: %s", r.Combined())
+	}
+	if r := cp3.Ctl("control", "remove", "cp-1"); r.Code != 0 || !strings.Contains(r.Stdout, "cp-1 was already removed") {
+		t.Fatalf("control remove cp-1 run again (exit %d): %s", r.Code, r.Combined())
+	}
+	if r := cp3.Ctl("control", "remove", "cp-7"); r.Code != 4 || !strings.Contains(r.Stderr, "no control node cp-7 was ever admitted") {
+		t.Fatalf("control remove of a node never admitted (exit %d): %s", r.Code, r.Combined())
 	}
 	harness.Eventually(t, 20*time.Second, "the host drops the removed control node", func() bool {
 		return slices.Equal(brokersKnown(), slices.Sorted(slices.Values([]string{cp2.Listen, cp3.Listen})))

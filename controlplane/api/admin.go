@@ -409,6 +409,13 @@ type RevokedNode struct {
 	AlreadyRevokedAt time.Time `json:"already_revoked_at,omitzero"`
 }
 
+// ControlRemoveResult answers control.remove.
+type ControlRemoveResult struct {
+	// AlreadyRemoved: an earlier request removed the node from the roster and from
+	// Raft; nothing was left to do.
+	AlreadyRemoved bool `json:"already_removed,omitempty"`
+}
+
 // RevokeResult lists the nodes revoked, in the request's order.
 type RevokeResult struct {
 	Revoked []RevokedNode `json:"revoked"`

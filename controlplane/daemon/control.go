@@ -347,16 +347,30 @@ func (d *Daemon) controlAbort(req api.ControlRequest) (struct{}, error) {
 }
 
 // controlRemove takes a control node out of Raft and of the control plane for good.
-func (d *Daemon) controlRemove(req api.ControlRequest) (struct{}, error) {
-	if _, err := activeControl(d, req.Node); err != nil {
-		return struct{}{}, err
+// Run again it finishes a removal that stopped half way (out of the roster, still in
+// Raft, the leader having changed meanwhile), and says when nothing is left to do.
+func (d *Daemon) controlRemove(req api.ControlRequest) (api.ControlRemoveResult, error) {
+	var out api.ControlRemoveResult
+	var known, removed bool
+	d.fsm.Read(func(s *state.State) {
+		if c, ok := s.ControlNodes[req.Node]; ok {
+			known, removed = true, c.Removed
+		}
+	})
+	if !known {
+		return out, &api.Error{Code: api.CodeNotFound, Message: "no control node " + req.Node + " was ever admitted (meshctl nodes lists them)"}
 	}
 	if req.Node == d.cfg.Node {
-		return struct{}{}, &api.Error{Code: api.CodeBadRequest, Message: req.Node + " is the leader answering this request; stop it (another node takes over) or transfer leadership first, then remove it from another control node"}
+		return out, &api.Error{Code: api.CodeBadRequest, Message: req.Node + " is the leader answering this request; stop it (another node takes over) or transfer leadership first, then remove it from another control node"}
 	}
 	members, err := d.raft.Members()
 	if err != nil {
-		return struct{}{}, err
+		return out, err
+	}
+	inRaft := slices.ContainsFunc(members, func(m replication.Member) bool { return m.ID == req.Node })
+	if removed && !inRaft {
+		out.AlreadyRemoved = true
+		return out, nil
 	}
 	voters := 0
 	for _, m := range members {
@@ -365,22 +379,24 @@ func (d *Daemon) controlRemove(req api.ControlRequest) (struct{}, error) {
 		}
 	}
 	if voters == 0 {
-		return struct{}{}, &api.Error{Code: api.CodeBadRequest, Message: "removing " + req.Node + " would leave no voter"}
+		return out, &api.Error{Code: api.CodeBadRequest, Message: "removing " + req.Node + " would leave no voter"}
 	}
-	res, err := d.commit(state.Command{Op: state.OpRemoveControl, RemoveControl: &state.RemoveControlCmd{Node: req.Node}})
-	if err != nil {
-		return struct{}{}, err
+	if !removed {
+		res, err := d.commit(state.Command{Op: state.OpRemoveControl, RemoveControl: &state.RemoveControlCmd{Node: req.Node}})
+		if err != nil {
+			return out, err
+		}
+		if res.Err != nil {
+			return out, refusal(res.Err)
+		}
 	}
-	if res.Err != nil {
-		return struct{}{}, refusal(res.Err)
-	}
-	if slices.ContainsFunc(members, func(m replication.Member) bool { return m.ID == req.Node }) {
+	if inRaft {
 		if err := d.raft.Remove(req.Node, commitTimeout); err != nil {
-			return struct{}{}, &api.Error{Code: api.CodeUnavailable, Message: "removed from the roster, but not from Raft: " + err.Error()}
+			return out, &api.Error{Code: api.CodeUnavailable, Message: "removed from the roster, but not from Raft yet: " + err.Error() + "; run the same command again to finish"}
 		}
 	}
 	d.log.Warn("control node removed", "node", req.Node)
-	return struct{}{}, nil
+	return out, nil
 }
 
 // controlViews describes every control node, with its Raft role.

@@ -134,13 +134,19 @@ leader). See docs/operations.md.`,
 					return usagef("usage: meshctl control remove --data DIR NODE")
 				}
 				node := strings.TrimSpace(args[1])
-				if err := cp.call(api.OpControlRemove, api.ControlRequest{Node: args[1]}, nil); err != nil {
+				var res api.ControlRemoveResult
+				if err := cp.call(api.OpControlRemove, api.ControlRequest{Node: args[1]}, &res); err != nil {
 					return err
 				}
 				if asJSON {
 					return writeJSON(cio.stdout, struct {
-						Removed string `json:"removed"`
-					}{node})
+						Removed        string `json:"removed"`
+						AlreadyRemoved bool   `json:"already_removed,omitempty"`
+					}{node, res.AlreadyRemoved})
+				}
+				if res.AlreadyRemoved {
+					fmt.Fprintf(cio.stdout, "control node %s was already removed from Raft and from the control plane; nothing to do\n", node)
+					return nil
 				}
 				fmt.Fprintf(cio.stdout, "removed control node %s from Raft and from the control plane\n", node)
 				return nil
