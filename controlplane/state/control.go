@@ -21,7 +21,8 @@ type ControlNode struct {
 	// joiner that caught up from a snapshot taken after that entry never applies it,
 	// and learns it here instead, from the same replicated log.
 	Probe string `json:"probe,omitempty"`
-	// Removed control nodes stay listed so their id is not reused by accident.
+	// Removed control nodes stay listed, shown removed, until a new machine joins
+	// under the id with a new control token.
 	Removed   bool      `json:"removed,omitempty"`
 	RemovedAt time.Time `json:"removed_at,omitzero"`
 }
