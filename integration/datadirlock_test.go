@@ -294,3 +294,54 @@ func TestBootstrapOnAJoinedNode(t *testing.T) {
 	}
 	cp2.Serve()
 }
+
+// hostExitInUse is meshhost's exit code for a state directory held by another
+// meshhost.
+const hostExitInUse = 8
+
+// TestSecondAgentIsRefused: a second `meshhost run` on a running agent's state
+// directory, as an operator debugging by hand beside the service would start, is
+// refused at once, naming the agent that holds it; so is an enrolment there. The
+// first agent goes on applying declarations, alone: before, both applied each one
+// into the same managed root and state files.
+func TestSecondAgentIsRefused(t *testing.T) {
+	t.Parallel()
+	cp := harness.NewControlPlane(t, bin, "lock-agent")
+	cp.Serve()
+	web := harness.NewHost(t, bin, "web-1")
+	if r := web.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	first := web.Run()
+	first.WaitOutput(t, "connected to the mesh", 20*time.Second)
+
+	start := time.Now()
+	r := harness.Run(t, "", nil, bin.Meshhost, "run", "--state", web.State, "--root", web.Root)
+	want := fmt.Sprintf("state directory %s is in use by pid %d (meshhost run)", web.State, first.Pid())
+	if r.Code != hostExitInUse || !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "stop that process") {
+		t.Fatalf("second run: exit %d, want %d and %q:\n%s", r.Code, hostExitInUse, want, r.Combined())
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the refusal took %s; it must come at once", took)
+	}
+	if r := web.Enrol(cp.Token("web-2")); r.Code != hostExitInUse || !strings.Contains(r.Stderr, want) {
+		t.Fatalf("enrol while the agent runs: exit %d, want %d and %q:\n%s", r.Code, hostExitInUse, want, r.Combined())
+	}
+
+	body := filepath.Join(t.TempDir(), "b.json")
+	writeFile(t, body, `{"files":[{"path":"app.conf","content":"one agent"}]}`)
+	if r := cp.Ctl("declare", "--node", "web-1", "--file", body, "--wait"); r.Code != 0 {
+		t.Fatalf("declare: %s", r.Combined())
+	}
+	if got, err := web.ReadManaged("app.conf"); err != nil || got != "one agent" {
+		t.Fatalf("app.conf = %q, %v", got, err)
+	}
+	if n := strings.Count(first.Output(), "declaration applied"); n != 1 {
+		t.Errorf("the running agent applied %d declarations, want 1:\n%s", n, first.Output())
+	}
+
+	// Stopped, the directory is free again: the next agent starts.
+	first.Signal(syscall.SIGTERM)
+	first.Wait(10 * time.Second)
+	web.Run().WaitOutput(t, "connected to the mesh", 20*time.Second)
+}

@@ -245,6 +245,9 @@ func (p *Process) Output() string {
 // Signal sends sig to the process.
 func (p *Process) Signal(sig syscall.Signal) { _ = p.cmd.Process.Signal(sig) }
 
+// Pid is the process's id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // Kill kills the process with SIGKILL and waits for it.
 func (p *Process) Kill() {
 	p.Signal(syscall.SIGKILL)

@@ -10,7 +10,8 @@
 // refused it; 4 the broker is not the mesh the token names (retrying will not help);
 // 5 the identity file is in the way (already enrolled, unreadable, truncated, corrupt);
 // 6 this node was revoked (or its key is refused); 7 the mesh could not be reached
-// (retrying may help). The systemd unit names the ones that mean a person must act
+// (retrying may help); 8 the state directory is in use by another meshhost (run,
+// enrol). The systemd unit names the ones that mean a person must act
 // (RestartPreventExitStatus in dist/systemd/meshhost.service).
 //
 // The command line uses the standard flag package, which accepts --flag value and
@@ -36,6 +37,7 @@ import (
 	"time"
 
 	"mesh/host/agent"
+	"mesh/host/dirlock"
 	"mesh/host/enrol"
 	"mesh/host/hooks"
 	"mesh/host/identity"
@@ -51,6 +53,7 @@ const (
 	exitIdentity    = 5
 	exitRevoked     = 6
 	exitUnreachable = 7
+	exitInUse       = 8
 )
 
 // maxTokenInput bounds what is read as a token: a token is a few hundred bytes.
@@ -136,7 +139,8 @@ usage:
   meshhost version [--json]                      the version and the commit it was built from (also --version)
 
 exit codes: 0 ok, 1 failure, 2 usage, 3 token unusable or refused, 4 not the mesh (retrying
-will not help), 5 identity file in the way, 6 revoked, 7 mesh unreachable (retrying may help)
+will not help), 5 identity file in the way, 6 revoked, 7 mesh unreachable (retrying may help),
+8 state directory in use by another meshhost
 `)
 }
 
@@ -156,6 +160,8 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	switch {
 	case errors.As(err, &ue):
 		return exitUsage
+	case errors.Is(err, dirlock.ErrInUse):
+		return exitInUse
 	case errors.Is(err, enrol.ErrSubstituted):
 		return exitSubstituted
 	case errors.Is(err, agent.ErrRevoked), errors.Is(err, agent.ErrIdentityRefused):
@@ -245,6 +251,14 @@ func cmdEnrol(args []string, cio *cliIO) error {
 	if *asJSON {
 		steps = cio.stderr
 	}
+	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
+		return err
+	}
+	lock, err := lockState(*stateDir, "meshhost enrol")
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	res, err := enrol.Enrol(ctx, enrol.Options{StateDir: *stateDir, Token: text, Out: steps, RequestTimeout: *timeout})
@@ -323,6 +337,12 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
+// lockState keeps the state directory to this process: two agents on one directory
+// would both write its files and the managed root, and run every hook twice.
+func lockState(dir, command string) (*dirlock.Lock, error) {
+	return dirlock.Acquire("state directory", dir, command)
+}
+
 // agentProcs is how many cores `meshhost run` lets Go use (GOMAXPROCS).
 const agentProcs = 1
 
@@ -369,6 +389,12 @@ func cmdRun(args []string, cio *cliIO) error {
 			return usageError{err.Error()}
 		}
 	}
+	// A state directory that does not exist is agent.New's to explain (not enrolled).
+	lock, err := lockState(*stateDir, "meshhost run")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	defer lock.Release()
 	var ready sync.Once
 	var id identity.Identity
 	a, err := agent.New(agent.Options{StateDir: *stateDir, Root: *root, Logger: log, Heartbeat: *heartbeat, Hooks: hk,

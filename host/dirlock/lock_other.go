@@ -1,11 +1,11 @@
 //go:build !unix
 
-package datadir
+package dirlock
 
 import "os"
 
 const noFollow = 0
 
-// tryLock has no flock to take here: the control plane runs on Unix, and elsewhere
+// tryLock has no flock to take here: the mesh runs on Unix, and elsewhere
 // the lock file only records its last holder.
 func tryLock(*os.File) (bool, error) { return true, nil }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package datadir
+package dirlock
 
 import (
 	"bufio"
@@ -16,7 +16,25 @@ import (
 	"time"
 )
 
-func mustLock(t *testing.T, d Dir, command string) *Lock {
+// dir is a directory under test, with the calls the tests make on it.
+type dir string
+
+func (d dir) Lock(command string) (*Lock, error) {
+	return Acquire("data directory", string(d), command)
+}
+
+func (d dir) LockExisting(command string) (*Lock, error) {
+	return AcquireExisting("data directory", string(d), command)
+}
+
+func (d dir) Path(name string) string { return filepath.Join(string(d), name) }
+
+func (d dir) Exists(name string) bool {
+	_, err := os.Lstat(d.Path(name))
+	return err == nil
+}
+
+func mustLock(t *testing.T, d dir, command string) *Lock {
 	t.Helper()
 	l, err := d.Lock(command)
 	if err != nil {
@@ -30,7 +48,7 @@ func mustLock(t *testing.T, d Dir, command string) *Lock {
 // refused at once with an *InUseError that names the holder and says what to do;
 // once released, the lock is free again.
 func TestLockRefusesASecondHolder(t *testing.T) {
-	d := Dir(t.TempDir())
+	d := dir(t.TempDir())
 	first := mustLock(t, d, "meshctl serve")
 
 	start := time.Now()
@@ -42,7 +60,7 @@ func TestLockRefusesASecondHolder(t *testing.T) {
 	if !errors.As(err, &in) || !errors.Is(err, ErrInUse) {
 		t.Fatalf("second lock: %v, want an *InUseError matching ErrInUse", err)
 	}
-	if in.PID != os.Getpid() || in.Command != "meshctl serve" || in.Dir != d {
+	if in.PID != os.Getpid() || in.Command != "meshctl serve" || in.Dir != string(d) {
 		t.Errorf("InUseError = %+v, want pid %d, command meshctl serve", in, os.Getpid())
 	}
 	for _, want := range []string{string(d), fmt.Sprintf("pid %d", os.Getpid()), "(meshctl serve)", "stop that process"} {
@@ -61,18 +79,18 @@ func TestLockRefusesASecondHolder(t *testing.T) {
 		t.Errorf("a second Release: %v", err)
 	}
 	second := mustLock(t, d, "meshctl bootstrap")
-	data, err := os.ReadFile(d.Path(LockFile))
+	data, err := os.ReadFile(d.Path(File))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := fmt.Sprintf(`{"pid":%d,"command":"meshctl bootstrap"}`+"\n", os.Getpid()); string(data) != want {
 		t.Errorf("lock file = %q, want %q", data, want)
 	}
-	if fi, err := os.Stat(d.Path(LockFile)); err != nil || fi.Mode().Perm() != 0o600 {
+	if fi, err := os.Stat(d.Path(File)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("lock file mode: %v %v, want 0600", fi.Mode(), err)
 	}
 	second.Release()
-	if !d.Exists(LockFile) {
+	if !d.Exists(File) {
 		t.Error("Release removed the lock file; it must stay")
 	}
 }
@@ -80,12 +98,12 @@ func TestLockRefusesASecondHolder(t *testing.T) {
 // TestLockStaleFile: a lock file left by a process that is gone (its pid recorded,
 // no flock held) blocks nothing.
 func TestLockStaleFile(t *testing.T) {
-	d := Dir(t.TempDir())
-	if err := os.WriteFile(d.Path(LockFile), []byte(`{"pid":999999,"command":"meshctl serve"}`+"\n"), 0o600); err != nil {
+	d := dir(t.TempDir())
+	if err := os.WriteFile(d.Path(File), []byte(`{"pid":999999,"command":"meshctl serve"}`+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	mustLock(t, d, "meshctl serve")
-	data, _ := os.ReadFile(d.Path(LockFile))
+	data, _ := os.ReadFile(d.Path(File))
 	if !strings.Contains(string(data), fmt.Sprintf(`"pid":%d`, os.Getpid())) || strings.Contains(string(data), "999999") {
 		t.Errorf("lock file not rewritten for this process: %q", data)
 	}
@@ -94,9 +112,9 @@ func TestLockStaleFile(t *testing.T) {
 // TestLockUnrecordedHolder: a holder that has not written its pid yet (or a lock file
 // of another format) is still refused, and the message says the pid is unknown.
 func TestLockUnrecordedHolder(t *testing.T) {
-	d := Dir(t.TempDir())
+	d := dir(t.TempDir())
 	l := mustLock(t, d, "meshctl serve")
-	if err := os.WriteFile(d.Path(LockFile), nil, 0o600); err != nil {
+	if err := os.WriteFile(d.Path(File), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, err := d.Lock("meshctl join")
@@ -110,7 +128,7 @@ func TestLockUnrecordedHolder(t *testing.T) {
 // TestLockNeedsTheDirectory: Lock creates the lock file but never the directory;
 // LockExisting creates nothing, and finds nothing to lock where there is no lock file.
 func TestLockNeedsTheDirectory(t *testing.T) {
-	missing := Dir(filepath.Join(t.TempDir(), "missing"))
+	missing := dir(filepath.Join(t.TempDir(), "missing"))
 	if _, err := missing.Lock("meshctl serve"); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("Lock of a missing directory: %v, want fs.ErrNotExist", err)
 	}
@@ -120,11 +138,11 @@ func TestLockNeedsTheDirectory(t *testing.T) {
 	if _, err := os.Stat(string(missing)); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the directory was created: %v", err)
 	}
-	empty := Dir(t.TempDir())
+	empty := dir(t.TempDir())
 	if l, err := empty.LockExisting("meshctl bootstrap --dry-run"); l != nil || err != nil {
 		t.Errorf("LockExisting without a lock file: %v, %v", l, err)
 	}
-	if empty.Exists(LockFile) {
+	if empty.Exists(File) {
 		t.Error("LockExisting created the lock file")
 	}
 	mustLock(t, empty, "meshctl serve").Release()
@@ -137,9 +155,9 @@ func TestLockNeedsTheDirectory(t *testing.T) {
 
 // TestLockRefusesALink: the lock file is the directory's own, never a link.
 func TestLockRefusesALink(t *testing.T) {
-	d := Dir(t.TempDir())
+	d := dir(t.TempDir())
 	target := filepath.Join(t.TempDir(), "elsewhere")
-	if err := os.Symlink(target, d.Path(LockFile)); err != nil {
+	if err := os.Symlink(target, d.Path(File)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.Lock("meshctl serve"); err == nil || errors.Is(err, ErrInUse) {
@@ -153,9 +171,9 @@ func TestLockRefusesALink(t *testing.T) {
 // TestLockAcrossProcesses: another process's lock names that process; when it is
 // killed with SIGKILL the kernel releases the lock and its stale file blocks nothing.
 func TestLockAcrossProcesses(t *testing.T) {
-	d := Dir(t.TempDir())
+	d := dir(t.TempDir())
 	cmd := exec.Command(os.Args[0], "-test.run=^TestLockHelperProcess$")
-	cmd.Env = append(os.Environ(), "DATADIR_LOCK_HELPER="+string(d))
+	cmd.Env = append(os.Environ(), "DIRLOCK_HELPER="+string(d))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +197,7 @@ func TestLockAcrossProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd.Wait()
-	data, _ := os.ReadFile(d.Path(LockFile))
+	data, _ := os.ReadFile(d.Path(File))
 	if !strings.Contains(string(data), fmt.Sprintf(`"pid":%d`, cmd.Process.Pid)) {
 		t.Fatalf("the killed process's record is gone: %q", data)
 	}
@@ -189,11 +207,11 @@ func TestLockAcrossProcesses(t *testing.T) {
 // TestLockHelperProcess is the other process of TestLockAcrossProcesses: it takes the
 // lock, says so, and waits to be killed.
 func TestLockHelperProcess(t *testing.T) {
-	dir := os.Getenv("DATADIR_LOCK_HELPER")
-	if dir == "" {
+	held := os.Getenv("DIRLOCK_HELPER")
+	if held == "" {
 		t.Skip("helper process of TestLockAcrossProcesses")
 	}
-	if _, err := Dir(dir).Lock("helper"); err != nil {
+	if _, err := dir(held).Lock("helper"); err != nil {
 		fmt.Println(err)
 		os.Exit(1)
 	}

@@ -1,0 +1,139 @@
+// Package dirlock keeps a directory to one process at a time: a control node's data
+// directory (`meshctl serve`, `bootstrap`, `join`) and a host's state directory
+// (`meshhost run`, `enrol`), where two processes at once would both write the same
+// files. The host imports nothing of the control plane, so the lock lives here and
+// the control plane uses it too.
+//
+// The lock is flock(2) on a file in the directory, so the kernel releases it when its
+// holder exits, however it exits; the file itself stays, holding the pid of the last
+// holder, and a file left by a process that is gone blocks nothing. It is never
+// removed: removing it would let two processes lock two different files of the same
+// name.
+package dirlock
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// File is the lock file's name in the directory it locks.
+const File = "lock"
+
+// ErrInUse means another process holds the directory's lock.
+var ErrInUse = errors.New("directory in use")
+
+// InUseError says which process holds a directory's lock. It matches ErrInUse.
+type InUseError struct {
+	// What the directory is ("data directory", "state directory"), for the message.
+	What string
+	Dir  string
+	// PID and Command are what the holder recorded in the lock file; PID is 0 when
+	// it has not recorded them yet.
+	PID     int
+	Command string
+}
+
+func (e *InUseError) Error() string {
+	what := e.What
+	if what == "" {
+		what = "directory"
+	}
+	who := "another process (it has not recorded its pid yet)"
+	if e.PID > 0 {
+		who = fmt.Sprintf("pid %d", e.PID)
+		if e.Command != "" {
+			who += " (" + e.Command + ")"
+		}
+	}
+	return fmt.Sprintf("%s %s is in use by %s: one process at a time works on a %s; stop that process or wait for it to finish, then run this again",
+		what, e.Dir, who, what)
+}
+
+// Is makes errors.Is(err, ErrInUse) hold.
+func (e *InUseError) Is(target error) bool { return target == ErrInUse }
+
+// Lock is a held directory lock.
+type Lock struct {
+	f *os.File
+}
+
+// record is the lock file's content.
+type record struct {
+	PID     int    `json:"pid"`
+	Command string `json:"command"`
+}
+
+// Acquire takes the lock of dir (a what, for messages) for this process, recording
+// its pid and command (say "meshctl serve") in the lock file, or refuses at once with
+// an *InUseError naming the holder. The directory must exist (the error then matches
+// fs.ErrNotExist); the lock file is created if needed. Release it, or exit.
+func Acquire(what, dir, command string) (*Lock, error) {
+	return acquire(what, dir, command, os.O_CREATE)
+}
+
+// AcquireExisting is Acquire for a command that changes nothing: it creates nothing,
+// and when the directory or its lock file does not exist it returns a nil *Lock and
+// no error, since no process holds a lock there.
+func AcquireExisting(what, dir, command string) (*Lock, error) {
+	l, err := acquire(what, dir, command, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return l, err
+}
+
+func acquire(what, dir, command string, create int) (*Lock, error) {
+	path := filepath.Join(dir, File)
+	f, err := os.OpenFile(path, os.O_RDWR|create|noFollow, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open the lock of %s: %w", dir, err)
+	}
+	held, err := tryLock(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if !held {
+		e := &InUseError{What: what, Dir: dir}
+		if data, err := os.ReadFile(path); err == nil {
+			var r record
+			if json.Unmarshal(bytes.TrimSpace(data), &r) == nil {
+				e.PID, e.Command = r.PID, r.Command
+			}
+		}
+		f.Close()
+		return nil, e
+	}
+	data, _ := json.Marshal(record{PID: os.Getpid(), Command: command})
+	if err := writeRecord(f, append(data, '\n')); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("record this process in %s: %w", path, err)
+	}
+	return &Lock{f: f}, nil
+}
+
+// writeRecord replaces the lock file's content. A process refused meanwhile may read
+// it empty or partial: it then reports the holder without a pid.
+func writeRecord(f *os.File, data []byte) error {
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	_, err := f.WriteAt(data, 0)
+	return err
+}
+
+// Release gives the lock up. The lock file stays (see the package comment).
+// Releasing a nil *Lock does nothing.
+func (l *Lock) Release() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	err := l.f.Close() // closing the last descriptor of the open file releases flock
+	l.f = nil
+	return err
+}
