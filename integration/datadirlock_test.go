@@ -16,8 +16,10 @@ import (
 	"mesh/integration/harness"
 )
 
-// Exit codes of meshctl for a data directory in use and an interrupted command.
+// Exit codes of meshctl: a removed control node, a data directory that cannot be
+// used or is in use, an interrupted command.
 const (
+	ctlExitRemoved     = 6
 	ctlExitDataDir     = 7
 	ctlExitInUse       = 8
 	ctlExitInterrupted = 9

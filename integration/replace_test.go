@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,7 +18,9 @@ import (
 // backup on a surviving control node, which `meshctl nodes` then shows as the CA
 // holder, mints a control token there and brings up a new machine under the lost
 // one's name; the mesh is three voters again, and a host enrolled before converges
-// through the new machine.
+// through the new machine. The lost machine, back to life before that, is told it
+// was removed and stops. The new machine starts from a snapshot that says cp-1
+// was removed, which is about the machine it replaces, not about it.
 func TestBootstrapMachineReplaced(t *testing.T) {
 	cp1 := harness.NewControlPlane(t, bin, "replace")
 	cp1.Serve()
@@ -52,6 +55,29 @@ func TestBootstrapMachineReplaced(t *testing.T) {
 	if r := cp3.Ctl("token", "--role", "control", "--node", "cp-9", "--addr", "127.0.0.1:1"); r.Code == 0 || !strings.Contains(r.Stderr, "restore them here from their backup") {
 		t.Fatalf("minting with no CA key anywhere (exit %d): %s", r.Code, r.Combined())
 	}
+	// Enough entries after the removal for a snapshot to cover it: the new machine
+	// then starts from a snapshot that says cp-1 was removed, and catches up on its
+	// own admission from the log.
+	body := filepath.Join(t.TempDir(), "b.json")
+	for i := range 10 {
+		writeFile(t, body, fmt.Sprintf(`{"files":[{"path":"state","content":"before the replacement %d"}]}`, i))
+		if r := cp2.Ctl("declare", "--node", "web-1", "--file", body); r.Code != 0 {
+			t.Fatalf("declare: %s", r.Combined())
+		}
+	}
+	time.Sleep(1500 * time.Millisecond) // the harness snapshots every second past 8 entries
+	// The lost machine comes back to life, its log from before the removal: the
+	// other control nodes tell it it was removed, and it stops for good (exit 6,
+	// which its systemd unit does not restart) instead of waiting for a leader that
+	// no longer talks to it.
+	start := time.Now()
+	back := harness.Run(t, "", nil, bin.Meshctl, "serve", "--data", cp1.Dir, "--raft-heartbeat", "300ms")
+	if back.Code != ctlExitRemoved || !strings.Contains(back.Stderr, "the other control nodes list cp-1 as removed") {
+		t.Fatalf("the removed machine back: exit %d, want %d:\n%s", back.Code, ctlExitRemoved, back.Combined())
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("the removed machine took %s to stop", took)
+	}
 	// The backup restored on cp-2, as the operations guide says: nothing else to do.
 	for _, f := range []string{datadir.CAKeyFile, datadir.AccountKeyFile} {
 		copyFile(t, filepath.Join(backup, f), filepath.Join(cp2.Dir, f), 0o600)
@@ -73,12 +99,11 @@ func TestBootstrapMachineReplaced(t *testing.T) {
 		}
 		return voters == 3
 	})
-	body := filepath.Join(t.TempDir(), "b.json")
 	writeFile(t, body, `{"files":[{"path":"state","content":"after the replacement"}]}`)
 	if r := repl.Ctl("declare", "--node", "web-1", "--file", body); r.Code != 0 {
 		t.Fatalf("declare through the replacement: %s", r.Combined())
 	}
-	repl.WaitConverged("web-1", 1, 30*time.Second)
+	repl.WaitConverged("web-1", 11, 30*time.Second)
 	if h := caHolders(); !slices.Equal(h, []string{"cp-2"}) {
 		t.Fatalf("after the replacement nodes marks %v as holding the CA key, want cp-2", h)
 	}

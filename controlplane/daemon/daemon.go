@@ -33,6 +33,7 @@ import (
 	"mesh/controlplane/api"
 	"mesh/controlplane/authn"
 	"mesh/controlplane/datadir"
+	"mesh/controlplane/operator"
 	"mesh/controlplane/pki"
 	"mesh/controlplane/presence"
 	"mesh/controlplane/replication"
@@ -199,7 +200,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.log.Info("waiting for the replicated state to be current", "node", d.cfg.Node)
-	if err := d.raft.WaitFollowing(readyCtx); err != nil {
+	if err := d.waitFollowing(readyCtx); err != nil {
 		return nil, err
 	}
 	// From here on, applied commands' effects are carried out (once Run starts the
@@ -504,12 +505,77 @@ func (d *Daemon) Close() {
 	}
 }
 
-// checkNotRemoved refuses to serve a control node the control plane removed.
+// removedAskAfter is how long a starting node waits to follow a leader before it asks
+// the rest of the mesh whether it was removed, and then how often it asks again.
+const removedAskAfter = 5 * time.Second
+
+// waitFollowing is Raft's WaitFollowing, for a node that may have been removed while
+// it was down: its log does not say so, and no leader talks to it any more, so it
+// would wait out ReadyTimeout and fail with a timeout, again at every restart. While
+// it waits it asks the other control nodes, as an operator would (the data
+// directory's credentials, over the pinned TLS), and stops with ErrRemoved when they
+// list it as removed.
+func (d *Daemon) waitFollowing(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	asked := make(chan struct{})
+	go func() {
+		defer close(asked)
+		t := time.NewTimer(removedAskAfter)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if d.listedRemoved() {
+				cancel(ErrRemoved)
+				return
+			}
+			t.Reset(removedAskAfter)
+		}
+	}()
+	err := d.raft.WaitFollowing(ctx)
+	cancel(nil)
+	<-asked
+	if errors.Is(context.Cause(ctx), ErrRemoved) {
+		return fmt.Errorf("%w: the other control nodes list %s as removed (meshctl control remove), and it will not serve again. To bring the machine back, join it with a new control token and a fresh --data directory", ErrRemoved, d.cfg.Node)
+	}
+	return err
+}
+
+// listedRemoved asks the control plane, through the other nodes' brokers, whether
+// this node is listed as removed. Any failure counts as "not listed": the wait goes
+// on as it would without asking.
+func (d *Daemon) listedRemoved() bool {
+	c, err := operator.Dial(d.opts.Dir, operator.Options{Timeout: 2 * time.Second, LeaderWait: -1})
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	var res api.NodesResult
+	if err := c.Call(api.OpNodes, api.NodesRequest{Limit: 1}, &res); err != nil {
+		return false
+	}
+	for _, cv := range res.Control {
+		if cv.ID == d.cfg.Node {
+			return cv.Raft == api.RaftRemoved
+		}
+	}
+	return false
+}
+
+// checkNotRemoved refuses to serve a control node the control plane removed. The
+// record must be this machine's, by its curve key: a new machine joined under a
+// removed node's id starts from a snapshot that may still hold the removed
+// machine's record, and catches up on its own admission from the log after it.
 func (d *Daemon) checkNotRemoved() error {
 	var removed bool
+	mine := curvePublic(d.curve)
 	d.fsm.Read(func(s *state.State) {
 		c, ok := s.ControlNodes[d.cfg.Node]
-		removed = ok && c.Removed
+		removed = ok && c.Removed && (c.CurveKey == mine || c.CurveKey == "")
 	})
 	if removed {
 		return fmt.Errorf("%w: %s was removed (meshctl control remove); it will not serve again. To bring the machine back, join it with a new control token and a fresh --data directory", ErrRemoved, d.cfg.Node)
