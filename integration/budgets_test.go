@@ -3,6 +3,8 @@ package integration
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -141,7 +143,10 @@ func TestSlowHookDoesNotStallTheAgent(t *testing.T) {
 		t.Fatalf("enrol: %s", r.Combined())
 	}
 	hooksFile := filepath.Join(t.TempDir(), "hooks.json")
-	writeFile(t, hooksFile, `{"hooks":[{"name":"hang","paths":["slow.conf"],"run":["sh","-c","sleep 300 & sleep 300"],"timeout":"4s"}]}`)
+	// The hang's command line is this run's own, so that the check below sees no
+	// other test process's (a second run of the package beside this one).
+	hang := fmt.Sprintf("sleep 300.%06d", rand.IntN(1_000_000))
+	writeFile(t, hooksFile, `{"hooks":[{"name":"hang","paths":["slow.conf"],"run":["sh","-c","`+hang+` & `+hang+`"],"timeout":"4s"}]}`)
 	h.Run("--hooks", hooksFile)
 	body := filepath.Join(t.TempDir(), "b.json")
 	declare := func(files string) {
@@ -153,6 +158,7 @@ func TestSlowHookDoesNotStallTheAgent(t *testing.T) {
 	}
 	declare(`{"path":"slow.conf","content":"1"}`)
 	cp.WaitConverged("web-1", 1, 20*time.Second)
+	harness.Eventually(t, 10*time.Second, "the hook hangs", func() bool { return processRunning(hang) })
 	// While the hook hangs, the next declaration applies at once.
 	start := time.Now()
 	declare(`{"path":"slow.conf","content":"1"},{"path":"other.conf","content":"2"}`)
@@ -168,7 +174,7 @@ func TestSlowHookDoesNotStallTheAgent(t *testing.T) {
 		return n.LastError != nil && n.LastError.Code == "hook_failed" && strings.Contains(n.LastError.Message, "timed out")
 	})
 	// The hook's process group is gone: no sleep 300 left behind.
-	harness.Eventually(t, 10*time.Second, "the hook's children killed", func() bool { return !processRunning("sleep 300") })
+	harness.Eventually(t, 10*time.Second, "the hook's children killed", func() bool { return !processRunning(hang) })
 }
 
 // processRunning reports whether a process with this command line runs.
