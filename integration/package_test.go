@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"os/user"
@@ -109,6 +110,7 @@ func TestPackages(t *testing.T) {
 			analyze = p
 		}
 	}
+	holdMachine(t, "packages")
 	for _, pkg := range []string{"meshctl", "meshhost"} {
 		switch status, m := packageState(pkg); {
 		case status == "" || status == "un" || status == "pn":
@@ -219,4 +221,27 @@ func TestPackages(t *testing.T) {
 			t.Errorf("%s still installed after dpkg -r", pkg)
 		}
 	}
+}
+
+// holdMachine waits for, and holds until the test and its cleanups end, a lock of
+// the whole machine named what: a test that installs system packages works on the
+// machine's dpkg state and /etc, which two runs of this package side by side (CI
+// and a developer's loop) would install and purge under each other.
+func holdMachine(t *testing.T, what string) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "mesh-test-"+what+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		t.Fatalf("lock the machine for %s: %v", what, err)
+	}
+	t.Cleanup(func() { f.Close() }) // registered first, so it runs after every other cleanup
 }
