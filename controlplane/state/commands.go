@@ -280,15 +280,15 @@ func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd) Result {
 		if !t.sameRequest(c) || t.StateAt(at) != TokenPending {
 			return Result{Err: fmt.Errorf("%w: token id already exists", ErrBadCommand)}
 		}
-		if s.idInUse(c.Node) {
-			return Result{Err: fmt.Errorf("node %s: %w", c.Node, ErrNodeExists)}
+		if err := s.idTaken(c.Node); err != nil {
+			return Result{Err: err}
 		}
 		tc := *t
 		tc.Labels = maps.Clone(t.Labels)
 		return Result{Token: &tc, Repeated: true}
 	}
-	if s.idInUse(c.Node) {
-		return Result{Err: fmt.Errorf("node %s: %w", c.Node, ErrNodeExists)}
+	if err := s.idTaken(c.Node); err != nil {
+		return Result{Err: err}
 	}
 	if (c.Role == RoleControl) != (c.Control != nil && len(c.Sealed) > 0) {
 		return Result{Err: fmt.Errorf("%w: a control token carries addresses and a sealed identity, a worker token neither", ErrBadCommand)}

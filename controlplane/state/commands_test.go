@@ -886,3 +886,25 @@ func TestCreateTokenRepeated(t *testing.T) {
 		t.Fatal("the enrolment did not change the state (the test proves nothing)")
 	}
 }
+
+// TestControlNodeIDTaken: a token for the id of an active control node is refused
+// as node_exists, with the way to free the id a control node needs (a removal, not
+// a revocation); once it is removed the id can be given to a new machine.
+func TestControlNodeIDTaken(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	for i, id := range []string{"cp-2", "cp-3"} { // two, so that one can be removed
+		tok := fmt.Sprintf("tc-%d", i)
+		m.must(tokenCmd(tok, id, RoleControl, t0, time.Hour))
+		m.must(Command{Op: OpEnrol, At: t0, Enrol: &EnrolCmd{TokenID: tok, Node: id, Role: RoleControl, PublicKey: "UKEY" + id, CurveKey: "XKEY" + id}})
+	}
+	r := m.apply(tokenCmd("tc-2", "cp-2", RoleControl, t0, time.Hour))
+	if !errors.Is(r.Err, ErrNodeExists) || !strings.Contains(r.Err.Error(), "meshctl control remove") || strings.Contains(r.Err.Error(), "revoke") {
+		t.Fatalf("token for an active control node's id: err = %v, want ErrNodeExists saying to remove it", r.Err)
+	}
+	if r := m.apply(tokenCmd("tw", "cp-2", RoleWorker, t0, time.Hour)); !errors.Is(r.Err, ErrNodeExists) {
+		t.Fatalf("worker token for an active control node's id: err = %v, want ErrNodeExists", r.Err)
+	}
+	m.must(Command{Op: OpRemoveControl, At: t0, RemoveControl: &RemoveControlCmd{Node: "cp-2"}})
+	m.must(tokenCmd("tc-9", "cp-2", RoleControl, t0, time.Hour))
+}

@@ -88,16 +88,28 @@ func cmpString(a, b string) int {
 	return 0
 }
 
-// idInUse reports whether a node id names an enrolled worker or an active control node.
-func (s *State) idInUse(id string) bool {
+// idTaken refuses a node id that names an enrolled worker or an active control node,
+// with an error that matches ErrNodeExists and says how to free the id.
+func (s *State) idTaken(id string) error {
 	if n, ok := s.Nodes[id]; ok && !n.Revoked {
-		return true
+		return fmt.Errorf("node %s: %w", id, ErrNodeExists)
 	}
 	if c, ok := s.ControlNodes[id]; ok && !c.Removed {
-		return true
+		return controlExistsError{node: id}
 	}
-	return false
+	return nil
 }
+
+// controlExistsError is ErrNodeExists for an active control node's id, which a
+// removal frees, not a revocation.
+type controlExistsError struct{ node string }
+
+func (e controlExistsError) Error() string {
+	return "node " + e.node + ": a control node with this id is in the mesh; to give its id to a new machine, remove it first (meshctl control remove)"
+}
+
+// Is makes errors.Is(err, ErrNodeExists) hold.
+func (e controlExistsError) Is(target error) bool { return target == ErrNodeExists }
 
 func (s *State) applyRemoveControl(at time.Time, c *RemoveControlCmd) Result {
 	n, ok := s.ControlNodes[c.Node]

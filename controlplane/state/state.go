@@ -258,8 +258,8 @@ func (s *State) TokenState(id, node, role, key string, at time.Time) (*Token, er
 	if _, revoked := s.RevokedKeys[key]; revoked {
 		return t, ErrKeyRevoked
 	}
-	if s.idInUse(node) {
-		return t, ErrNodeExists
+	if err := s.idTaken(node); err != nil {
+		return t, err
 	}
 	return t, nil
 }
