@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -23,6 +24,31 @@ func envelopeWhere(t *testing.T, envs [][]byte, typ string, match func(payload [
 	}
 	t.Fatalf("no captured %s envelope matches among %d", typ, len(envs))
 	return nil
+}
+
+// appliedKeyring is the signed keyring envelope the host accepted last, as it arrived.
+func appliedKeyring(t *testing.T, h *harness.Host) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(h.State, "applied.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a struct {
+		Keyring []byte `json:"keyring"`
+	}
+	if err := json.Unmarshal(raw, &a); err != nil || len(a.Keyring) == 0 {
+		t.Fatalf("no keyring in the host's applied state: %v", err)
+	}
+	return a.Keyring
+}
+
+func envelopePayload(t *testing.T, env []byte) []byte {
+	t.Helper()
+	var e declarations.Envelope
+	if err := json.Unmarshal(env, &e); err != nil {
+		t.Fatal(err)
+	}
+	return e.Payload
 }
 
 func declWhere(t *testing.T, envs [][]byte, match func(declarations.Declaration) bool) []byte {
@@ -88,10 +114,13 @@ func TestHostileBrokerReplays(t *testing.T) {
 
 	// Across a rotation: what was signed under epoch 1 is old once the host holds 2.
 	v2epoch1 := declWhere(t, hb.Captured("web-3"), func(d declarations.Declaration) bool { return d.Version == 2 && d.KeyringEpoch == 1 })
-	keyring1 := envelopeWhere(t, hb.Captured("web-3"), declarations.PayloadTypeKeyring, func(p []byte) bool {
-		var k declarations.Keyring
-		return json.Unmarshal(p, &k) == nil && k.Epoch == 1
-	})
+	// The epoch-1 keyring reached the host in its enrolment's answer, on the
+	// enrolment inbox; the host keeps it as it arrived.
+	keyring1 := appliedKeyring(t, h)
+	var k1 declarations.Keyring
+	if err := json.Unmarshal(envelopePayload(t, keyring1), &k1); err != nil || k1.Epoch != 1 {
+		t.Fatalf("the keyring the host holds is not epoch 1: %v %+v", err, k1)
+	}
 	if r := cp.Ctl("signing-key", "rotate"); r.Code != 0 {
 		t.Fatalf("rotate: %s", r.Combined())
 	}
@@ -145,7 +174,11 @@ func TestHostileBrokerReplays(t *testing.T) {
 		t.Fatalf("enrol in the other mesh: %s", r.Combined())
 	}
 	stranger.Run()
-	other.WaitConverged("web-3", 0, 20*time.Second)
+	// A declaration of the other mesh's own, sent on its web-3's subject.
+	if r := other.Ctl("declare", "--node", "web-3", "--file", body); r.Code != 0 {
+		t.Fatalf("declare in the other mesh: %s", r.Combined())
+	}
+	other.WaitConverged("web-3", 1, 20*time.Second)
 	foreign := declWhere(t, otherHB.Captured("web-3"), func(declarations.Declaration) bool { return true })
 	refused(again, "a declaration of another mesh of the same name", "untrusted", "three", foreign)
 }

@@ -52,7 +52,7 @@ func TestStory(t *testing.T) {
 	}
 	if r := web1.Enrol(tok1); r.Code != 0 {
 		t.Fatalf("enrol from stdin (%d):\n%s", r.Code, r.Combined())
-	} else if !strings.Contains(r.Stdout, "checked against the pinned CA") || !strings.Contains(r.Stdout, "reconnected") {
+	} else if !strings.Contains(r.Stdout, "checked against the pinned CA") || !strings.Contains(r.Stdout, "the mesh holds this node's key") {
 		t.Fatalf("enrol did not print its steps:\n%s", r.Stdout)
 	}
 	web2 := harness.NewHost(t, bin, "web-2")

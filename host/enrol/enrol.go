@@ -6,10 +6,13 @@
 // handshake, before any credential crosses; only then are the secret and the new
 // public key presented (the key signs the server's nonce, and the mesh's answer comes
 // to an inbox only that key's connection can read). The mesh's answer is
-// verified with the signing key from the token before anything is saved, the identity
-// is saved atomically, and success is reported only after the node reconnected with
-// its own key. Nothing irreversible happens until everything reversible has succeeded:
-// a half-finished enrolment can be run again with the same token until it expires.
+// verified with the signing key from the token before anything is saved, and the
+// identity is saved atomically. The answer is the proof that the mesh holds the node's
+// key: its first declaration is signed by the mesh for exactly that key, and the key
+// already logged in to the broker for this connection by signing its nonce, so the
+// enrolment makes one pinned connection, not a second one to log in again (decision
+// 0011). Nothing irreversible happens until everything reversible has succeeded: a
+// half-finished enrolment can be run again with the same token until it expires.
 package enrol
 
 import (
@@ -81,8 +84,6 @@ var (
 	ErrBadAnswer = errors.New("the mesh's answer does not verify")
 	// ErrSave: the identity could not be saved.
 	ErrSave = errors.New("the identity could not be saved")
-	// ErrReconnect: the identity is saved, but the node could not reconnect with it.
-	ErrReconnect = errors.New("enrolled, but the node could not reconnect with its own key")
 )
 
 // RefusedError is a refusal by the mesh, with its protocol code.
@@ -229,24 +230,11 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	if err := identity.Save(o.StateDir, id); err != nil {
 		return Result{}, saveError(err, tok)
 	}
-	r.step("save", "identity saved to %s (mode 0600)", identity.Path(o.StateDir))
-
-	// 8. Reconnect as the node itself; only that proves the mesh holds our key. A
-	// broker of another control node may not have applied the enrolment yet (it is
-	// milliseconds behind the leader), so a refusal is retried briefly.
-	var err8 error
-	for attempt := 0; attempt < 5; attempt++ {
-		err8 = reconnect(ctx, id, kp, o.DialTimeout)
-		if err8 == nil || !link.IsAuthRefused(err8) && !errors.Is(err8, errNotKnownYet) {
-			break
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
-	if err := err8; err != nil {
-		return Result{}, fmt.Errorf("%w: %v; `meshhost run --state %s` keeps trying", ErrReconnect, err, o.StateDir)
-	}
+	// The identity is what makes the machine enrolled; the pending key was its draft.
+	// Failing to remove the draft leaves a stray file that the next enrolment with
+	// another token replaces, not a wrong identity.
 	_ = identity.RemovePending(o.StateDir)
-	r.step("connect", "reconnected to %s with the node's own key; the mesh knows this node", broker)
+	r.step("save", "identity saved to %s (mode 0600); the mesh holds this node's key: start the agent (meshhost run)", identity.Path(o.StateDir))
 	return Result{Identity: id, DeclarationVersion: decl.Version, Broker: broker}, nil
 }
 
@@ -472,38 +460,6 @@ func saveError(err error, tok token.Token) error {
 	}
 	return fmt.Errorf("%w: %v; nothing is half-written: %s", ErrSave, err, hint)
 }
-
-// reconnect proves the mesh accepts the node's own key: it connects with it and asks
-// for its declaration.
-func reconnect(ctx context.Context, id identity.Identity, kp *identity.KeyPair, timeout time.Duration) error {
-	nc, err := Connect(id, kp, timeout)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	req, _ := json.Marshal(wire.SyncRequest{V: wire.ProtocolVersion})
-	reqCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	msg, err := nc.RequestWithContext(reqCtx, id.Subjects.Sync, req)
-	if err != nil {
-		return fmt.Errorf("sync as the node: %w", err)
-	}
-	resp, err := wire.DecodeReply[wire.SyncResponse](msg.Data)
-	if err != nil {
-		return err
-	}
-	if resp.Error != nil {
-		if resp.Error.Code == wire.CodeNotFound {
-			return fmt.Errorf("%w: %s", errNotKnownYet, resp.Error.Message)
-		}
-		return fmt.Errorf("the mesh answered %s: %s", resp.Error.Code, resp.Error.Message)
-	}
-	return nil
-}
-
-// errNotKnownYet: the control node that answered has not applied the enrolment yet
-// (it is milliseconds behind the leader); asking again shortly succeeds.
-var errNotKnownYet = errors.New("the mesh does not know this node yet")
 
 // Connect dials the mesh as the enrolled node: pinned TLS, handshake first, the node's
 // nkey signing the server's nonce. It is a one-shot connection (no reconnects).

@@ -39,7 +39,7 @@ type EnrolResult struct {
 	FailedAttempts map[string]int `json:"failed_attempts,omitempty"`
 	// Examples is one message per kind of failure.
 	Examples map[string]string `json:"examples,omitempty"`
-	// Latency is one host's enrolment (its last attempt), start to reconnected.
+	// Latency is one host's enrolment (its last attempt), start to identity saved.
 	Latency Latency `json:"latency"`
 }
 
@@ -98,8 +98,6 @@ func enrolErrorKind(err error) string {
 	switch {
 	case errors.As(err, &re):
 		return "refused:" + re.Code
-	case errors.Is(err, enrol.ErrReconnect):
-		return "reconnect"
 	case errors.Is(err, enrol.ErrUnreachable):
 		return "unreachable"
 	case errors.Is(err, enrol.ErrBadAnswer):

@@ -30,6 +30,7 @@ type profiler struct {
 // phaseProfile is a profile in progress.
 type phaseProfile struct {
 	p      *profiler
+	base   string
 	local  *os.File
 	remote chan error
 	// gc is serve's garbage collector's counters at the phase's start: its cost
@@ -75,7 +76,7 @@ func (p *profiler) begin(phase string) *phaseProfile {
 		return nil
 	}
 	base := filepath.Join(p.dir, strings.Trim(unsafeName.ReplaceAllString(strings.ToLower(phase), "-"), "-"))
-	pp := &phaseProfile{p: p}
+	pp := &phaseProfile{p: p, base: base}
 	if f, err := os.Create(base + ".bench.pprof"); err == nil {
 		if err := pprof.StartCPUProfile(f); err != nil {
 			fmt.Fprintf(p.out, "   (no CPU profile of this process: %v)\n", err)
@@ -86,6 +87,11 @@ func (p *profiler) begin(phase string) *phaseProfile {
 	}
 	if addr := p.serve(); addr != "" {
 		pp.gc = readGC(addr)
+		// What serve allocated in the phase is the difference of these two:
+		//	go tool pprof -sample_index=alloc_space -diff_base X.serve.allocs-start X.serve.allocs-end
+		if err := fetch("http://"+addr+"/debug/pprof/allocs", base+".serve.allocs-start", time.Minute); err != nil {
+			fmt.Fprintf(p.out, "   (no allocation profile of serve: %v)\n", err)
+		}
 		pp.remote = make(chan error, 1)
 		go func() {
 			pp.remote <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, p.seconds), base+".serve.pprof", time.Duration(p.seconds+30)*time.Second)
@@ -111,6 +117,9 @@ func (pp *phaseProfile) end() {
 			default:
 				fmt.Fprintf(pp.p.out, "   serve allocated %.1f MiB in the phase; %.0f garbage collections\n",
 					(now.allocated-pp.gc.allocated)/(1<<20), now.cycles-pp.gc.cycles)
+				if err := fetch("http://"+addr+"/debug/pprof/allocs", pp.base+".serve.allocs-end", time.Minute); err != nil {
+					fmt.Fprintf(pp.p.out, "   (no allocation profile of serve: %v)\n", err)
+				}
 			}
 		}
 		if err := <-pp.remote; err != nil {
