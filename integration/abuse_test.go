@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
 	"mesh/host/identity"
+	"mesh/host/state"
 	"mesh/integration/harness"
 	"mesh/tokenfmt"
 )
@@ -227,7 +227,8 @@ func TestRevocationDisconnectsWithinOneSecond(t *testing.T) {
 	if err := os.Remove(identity.Path(h.State)); err != nil {
 		t.Fatal(err)
 	}
-	os.Remove(filepath.Join(h.State, "applied.json"))
+	os.Remove(state.Path(h.State))
+	os.Remove(state.LegacyPath(h.State))
 	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
 		t.Fatalf("enrol again with a new token (%d): %s", r.Code, r.Combined())
 	}

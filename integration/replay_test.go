@@ -2,13 +2,13 @@ package integration
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 
 	"mesh/declarations"
+	"mesh/host/state"
 	"mesh/integration/harness"
 )
 
@@ -29,14 +29,8 @@ func envelopeWhere(t *testing.T, envs [][]byte, typ string, match func(payload [
 // appliedKeyring is the signed keyring envelope the host accepted last, as it arrived.
 func appliedKeyring(t *testing.T, h *harness.Host) []byte {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(h.State, "applied.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var a struct {
-		Keyring []byte `json:"keyring"`
-	}
-	if err := json.Unmarshal(raw, &a); err != nil || len(a.Keyring) == 0 {
+	a, err := state.Load(h.State)
+	if err != nil || len(a.Keyring) == 0 {
 		t.Fatalf("no keyring in the host's applied state: %v", err)
 	}
 	return a.Keyring

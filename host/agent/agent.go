@@ -96,6 +96,8 @@ type Agent struct {
 	keyring declarations.Keyring
 	keys    []ed25519.PublicKey
 	applier apply.Applier
+	// store persists applied: in place, one write and one flush per change.
+	store *state.Store
 
 	// msgs is where nats.go's read loop hands declarations over directly (a
 	// channel subscription, not a callback goroutine in between: one wakeup less
@@ -175,7 +177,7 @@ func New(o Options) (*Agent, error) {
 	built = true
 	return &Agent{
 		o: o, log: o.Logger.With("node", id.Node), id: id, kp: kp, applied: applied,
-		keyring: kr, keys: keys, applier: app,
+		keyring: kr, keys: keys, applier: app, store: state.NewStore(o.StateDir),
 		msgs: make(chan *nats.Msg, 64), events: make(chan event, 16),
 	}, nil
 }
@@ -221,6 +223,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	defer a.store.Close()
 	opts := append(base,
 		nats.DontRandomize(),
 		nats.MaxReconnects(-1),
@@ -752,7 +755,7 @@ func (a *Agent) failCode(code string, err error, version uint64) {
 
 func (a *Agent) save() {
 	a.publishState()
-	if err := state.Save(a.o.StateDir, a.applied); err != nil {
+	if err := a.store.Save(a.applied); err != nil {
 		// The change is applied in memory; a restart re-applies the same
 		// declaration, which is harmless. Report it loudly.
 		a.log.Error("could not persist the applied state", "err", err)

@@ -10,9 +10,10 @@ import (
 
 // BenchmarkSave measures saving the applied state an agent of a running mesh
 // holds (a keyring envelope, one managed file), as it does after every applied
-// declaration, beside atomicfile.WriteFile of bytes of the same size alone, the
-// baseline: what is left is encoding and checking. On tmpfs when there is one (as
-// the fleet's hosts use) and on the disk of the temporary directory:
+// declaration: Store.Save, in place, as the agent does, and Save, a new file each
+// time, as enrolment does; beside atomicfile.WriteFile of bytes of the same size
+// alone, the baseline for the latter. On tmpfs when there is one (as the fleet's
+// hosts use) and on the disk of the temporary directory:
 //
 //	go test -run='^$' -bench=Save ./host/state/
 func BenchmarkSave(b *testing.B) {
@@ -37,6 +38,17 @@ func BenchmarkSave(b *testing.B) {
 			b.Cleanup(func() { os.RemoveAll(d) })
 			return d
 		}
+		b.Run(name+"/Store.Save", func(b *testing.B) {
+			st := NewStore(dir(b))
+			defer st.Close()
+			for i := 0; b.Loop(); i++ {
+				a.Version = uint64(i)
+				if err := st.Save(a); err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportUs(b)
+		})
 		b.Run(name+"/Save", func(b *testing.B) {
 			d := dir(b)
 			for i := 0; b.Loop(); i++ {

@@ -3,6 +3,7 @@ package state
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 )
 
 // Errors callers branch on with errors.Is. A missing file is not an error.
@@ -22,9 +23,10 @@ var (
 // use. Removing it is safe only with its consequence understood, so the
 // message states the consequence.
 func advice(path string) string {
+	dir := filepath.Dir(path)
 	return fmt.Sprintf("The agent will not run without knowing what it applied last, or it could apply an older declaration over a newer one. "+
-		"Restore %s from a backup; or remove it, and the agent will accept the mesh's current declaration as if for the first time "+
-		"(files it managed before and that are no longer declared will then be left in place)", path)
+		"Restore %s from a backup; or remove %s and %s, and the agent will accept the mesh's current declaration as if for the first time "+
+		"(files it managed before and that are no longer declared will then be left in place)", path, Path(dir), LegacyPath(dir))
 }
 
 // UnreadableError reports a file that exists but could not be read. It matches

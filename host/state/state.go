@@ -1,6 +1,13 @@
-// Package state keeps what the host agent applied last, in
-// <state>/applied.json, so that an agent that restarts never applies an older
-// declaration after a newer one and knows which files it owns.
+// Package state keeps what the host agent applied last, in <state>/applied.state,
+// so that an agent that restarts never applies an older declaration after a newer
+// one and knows which files it owns.
+//
+// The file holds two records and the newer whole one counts (record.go): a running
+// agent writes each record over the older one in place and flushes it (Store), one
+// write and one flush per applied declaration. Agents before this one kept the state
+// as one JSON document in <state>/applied.json; it is read when applied.state is
+// absent, and replaced by a marker that those agents refuse to read once the new
+// file is written.
 //
 // A missing file means nothing has been applied yet. A file that exists but
 // cannot be read, is truncated or is corrupt is an error the agent must stop
@@ -15,18 +22,20 @@ import (
 	"fmt"
 	"io/fs"
 	"net/netip"
-	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
-	"mesh/host/atomicfile"
+	"mesh/host/internal/jsonfile"
 )
 
 const (
 	// FileName is the applied state's file name inside the state directory.
-	FileName = "applied.json"
-	// FormatVersion is the layout version this agent writes and reads.
+	FileName = "applied.state"
+	// LegacyFileName is where agents before the two-slot file kept the state, as
+	// one JSON document.
+	LegacyFileName = "applied.json"
+	// FormatVersion is the layout version of the applied state's JSON object, in a
+	// record of the state file or in the legacy file.
 	FormatVersion = 1
 	// MaxFileSize caps what Load reads. The file holds a keyring and the list
 	// of managed paths; anything larger is not one of ours.
@@ -59,12 +68,18 @@ type Applied struct {
 // Path returns the applied state's path in stateDir.
 func Path(stateDir string) string { return filepath.Join(stateDir, FileName) }
 
+// LegacyPath returns the path of the legacy applied state in stateDir.
+func LegacyPath(stateDir string) string { return filepath.Join(stateDir, LegacyFileName) }
+
 // Validate reports the first field that is inconsistent. When HaveApplied is
 // false nothing has been applied, so the version, digest, times and managed
 // list must be empty; when it is true the digest must be a SHA-256 and the
 // validity window must not be inverted. A keyring, when present, must be JSON,
 // and managed paths must be unique, slash-separated and relative.
-func (a Applied) Validate() error {
+func (a Applied) Validate() error { return a.validate(true) }
+
+// validate is Validate, the keyring's JSON checked only if checkKeyring.
+func (a Applied) validate(checkKeyring bool) error {
 	if a.Format != FormatVersion {
 		return invalid("format", "is %d; this agent reads version %d", a.Format, FormatVersion)
 	}
@@ -86,7 +101,7 @@ func (a Applied) Validate() error {
 			return invalid("managed", "lists files although nothing has been applied")
 		}
 	}
-	if len(a.Keyring) != 0 && !json.Valid(a.Keyring) {
+	if checkKeyring && len(a.Keyring) != 0 && !json.Valid(a.Keyring) {
 		return invalid("keyring", "is not a JSON document")
 	}
 	if len(a.Brokers) > 64 {
@@ -110,24 +125,81 @@ func (a Applied) Validate() error {
 	return nil
 }
 
-// Load reads the applied state in stateDir. A missing file gives a zero
-// Applied and nil: nothing has been applied yet. A file that cannot be read
-// gives *UnreadableError (ErrUnreadable), one that is empty or cut short
-// *TruncatedError (ErrTruncated), and one that is readable but wrong
-// *CorruptError (ErrCorrupt). The agent must refuse to run on any of those
-// rather than forget what it applied.
+// Load reads the applied state in stateDir: the newest whole record of
+// applied.state, or, if there is no such file, the legacy applied.json. Nothing at
+// all gives a zero Applied and nil: nothing has been applied yet. A file that cannot
+// be read gives *UnreadableError (ErrUnreadable), one that is empty or cut short
+// *TruncatedError (ErrTruncated), and one that is readable but wrong *CorruptError
+// (ErrCorrupt). The agent must refuse to run on any of those rather than forget what
+// it applied.
 func Load(stateDir string) (Applied, error) {
-	return load(Path(stateDir), readRegular)
+	return load(stateDir, readRegular)
 }
 
-func load(path string, read readFunc) (Applied, error) {
+func load(stateDir string, read readFunc) (Applied, error) {
+	path := Path(stateDir)
+	data, err := read(path, MaxFileSize)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return loadLegacy(stateDir, read)
+	case errors.Is(err, errTooBig):
+		return Applied{}, &CorruptError{Path: path, Reason: fmt.Sprintf("it is larger than %d bytes, far more than this file ever holds", MaxFileSize)}
+	case err != nil:
+		return Applied{}, &UnreadableError{Path: path, Err: err}
+	}
+	sl, fault := readSlots(data)
+	switch {
+	case fault == nil:
+	case fault.truncated:
+		return Applied{}, &TruncatedError{Path: path, Size: len(data)}
+	default:
+		return Applied{}, &CorruptError{Path: path, Reason: fault.corrupt}
+	}
+	var a Applied
+	if err := jsonfile.DecodeBytes(sl.json, FormatVersion, &a, &a.Format); err != nil {
+		// The record's digest matched: it was written this way, not cut by a crash.
+		reason := "its newest record's JSON ends early"
+		if f := (*jsonfile.Fault)(nil); errors.As(err, &f) && f.Corrupt != "" {
+			reason = "its newest record: " + f.Corrupt
+		}
+		return Applied{}, &CorruptError{Path: path, Reason: reason}
+	}
+	return validated(path, a)
+}
+
+// loadLegacy reads the legacy applied.json, there being no applied.state. The
+// marker that replaced it means applied.state was there and is gone: that is not
+// "nothing applied".
+func loadLegacy(stateDir string, read readFunc) (Applied, error) {
+	path := LegacyPath(stateDir)
 	var a Applied
 	if err := decodeFile(path, read, MaxFileSize, FormatVersion, &a, &a.Format); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return Applied{}, nil
 		}
+		if isMarker(path, read) {
+			return Applied{}, &CorruptError{Path: Path(stateDir),
+				Reason: "it is missing, and " + LegacyFileName + " beside it says the applied state is kept there"}
+		}
 		return Applied{}, err
 	}
+	return validated(path, a)
+}
+
+// isMarker reports whether the file at path is the marker markLegacy writes.
+func isMarker(path string, read readFunc) bool {
+	data, err := read(path, int64(len(legacyMarker)))
+	if err != nil {
+		return false
+	}
+	var m struct {
+		Format int    `json:"format"`
+		State  string `json:"state"`
+	}
+	return json.Unmarshal(data, &m) == nil && m.Format == 2 && m.State == FileName
+}
+
+func validated(path string, a Applied) (Applied, error) {
 	if err := a.Validate(); err != nil {
 		var ie *InvalidError
 		errors.As(err, &ie)
@@ -136,38 +208,20 @@ func load(path string, read readFunc) (Applied, error) {
 	return a, nil
 }
 
-// Save writes a into stateDir (created 0700 if missing) with
-// atomicfile.WriteFile, mode 0600. A zero Format is taken as FormatVersion; an
-// Applied that fails Validate is refused, so that Load can always read what
-// Save wrote. A full disk gives an error matching syscall.ENOSPC, and the
-// previous file is then intact.
+// Save writes a into stateDir (created 0700 if missing) as a new applied.state, mode
+// 0600, atomically (temp file, flush, rename, flush of the directory), and leaves the
+// marker in applied.json. It is for one-off writes (enrolment, tests); a running
+// agent uses a Store. A zero Format is taken as FormatVersion; an Applied that fails
+// Validate is refused, so that Load can always read what Save wrote. A full disk
+// gives an error matching syscall.ENOSPC, and the previous file is then intact.
 func Save(stateDir string, a Applied) error {
-	if a.Format == 0 {
-		a.Format = FormatVersion
-	}
-	if err := a.Validate(); err != nil {
-		return fmt.Errorf("state: refusing to save an invalid applied state: %w", err)
-	}
-	data, err := json.MarshalIndent(a, "", "  ")
+	s := NewStore(stateDir)
+	defer s.Close()
+	js, err := s.encode(a)
 	if err != nil {
-		return fmt.Errorf("state: encoding: %w", err)
+		return err
 	}
-	data = append(data, '\n')
-	if len(data) > MaxFileSize {
-		return fmt.Errorf("state: refusing to save an applied state of %d bytes, more than the %d Load accepts", len(data), MaxFileSize)
-	}
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return fmt.Errorf("state: creating the state directory: %w", err)
-	}
-	path := Path(stateDir)
-	if err := atomicfile.WriteFile(path, data, 0o600); err != nil {
-		if errors.Is(err, syscall.ENOSPC) {
-			return fmt.Errorf("state: cannot record the applied state in %s because the disk is full; "+
-				"the previous record is intact: %w", path, err)
-		}
-		return fmt.Errorf("state: cannot record the applied state in %s: %w", path, err)
-	}
-	return nil
+	return s.create(js)
 }
 
 func invalid(field, format string, args ...any) error {

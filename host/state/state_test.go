@@ -99,11 +99,14 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	if di, _ := os.Stat(state); di.Mode().Perm() != 0o700 {
 		t.Fatalf("state directory mode %v, want 0700", di.Mode().Perm())
 	}
-	if names, _ := os.ReadDir(state); len(names) != 1 {
+	// The state file, and the marker that turns away an older agent; no temp file.
+	if names, _ := os.ReadDir(state); len(names) != 2 || names[0].Name() != LegacyFileName || names[1].Name() != FileName {
 		t.Fatalf("state directory holds %v", names)
 	}
 }
 
+// TestLoadFileStates reads every kind of legacy applied.json (an agent before the
+// two-slot file wrote it), there being no applied.state.
 func TestLoadFileStates(t *testing.T) {
 	good := fileOf(t, sample())
 	edit := func(f func(*Applied)) []byte {
@@ -148,7 +151,7 @@ func TestLoadFileStates(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			state := t.TempDir()
-			if err := os.WriteFile(Path(state), tc.data, 0o600); err != nil {
+			if err := os.WriteFile(LegacyPath(state), tc.data, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			got, err := Load(state)
@@ -165,7 +168,7 @@ func TestLoadFileStates(t *testing.T) {
 				t.Fatal("an error came with a non-zero Applied")
 			}
 			msg := err.Error()
-			if !strings.Contains(msg, Path(state)) || !strings.Contains(msg, "will not run") {
+			if !strings.Contains(msg, LegacyPath(state)) || !strings.Contains(msg, "will not run") {
 				t.Fatalf("message does not say what is wrong and why the agent stops: %s", msg)
 			}
 			var ce *CorruptError
@@ -179,7 +182,7 @@ func TestLoadFileStates(t *testing.T) {
 func TestLoadEveryTruncation(t *testing.T) {
 	good := fileOf(t, sample())
 	for n := 0; n < len(good)-1; n++ {
-		_, err := load("applied.json", func(string, int64) ([]byte, error) { return good[:n], nil })
+		_, err := loadLegacy("state", func(string, int64) ([]byte, error) { return good[:n], nil })
 		if o := outcome(t, err); o != "truncated" {
 			t.Fatalf("cut at %d of %d: %s (%v)", n, len(good), o, err)
 		}
@@ -228,7 +231,7 @@ func TestLoadUnreadable(t *testing.T) {
 	})
 	t.Run("injected", func(t *testing.T) {
 		for _, errno := range []syscall.Errno{syscall.EACCES, syscall.EIO} {
-			_, err := load("/s/applied.json", func(p string, _ int64) ([]byte, error) {
+			_, err := load("/s", func(p string, _ int64) ([]byte, error) {
 				return nil, &fs.PathError{Op: "read", Path: p, Err: errno}
 			})
 			if outcome(t, err) != "unreadable" || !errors.Is(err, errno) {

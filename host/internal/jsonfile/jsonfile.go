@@ -97,6 +97,12 @@ func Decode(path string, read ReadFunc, max int64, want int, v any, format *int)
 	case err != nil:
 		return &Fault{Unreadable: err}
 	}
+	return DecodeBytes(data, want, v, format)
+}
+
+// DecodeBytes decodes data, a whole file's content, as Decode does: nil, or a *Fault
+// saying why it cannot be used.
+func DecodeBytes(data []byte, want int, v any, format *int) error {
 	if decodeWhole(data, want, v, format) {
 		return nil
 	}

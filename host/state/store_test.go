@@ -1,0 +1,348 @@
+package state
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"mesh/host/internal/jsonfile"
+)
+
+// version returns sample() at version v, so that each save differs.
+func version(v uint64) Applied {
+	a := sample()
+	a.Version = v
+	return a
+}
+
+func mustLoad(t *testing.T, dir string) Applied {
+	t.Helper()
+	a, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func inode(t *testing.T, path string) uint64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino
+}
+
+// TestStoreSavesInPlace: after the first save, every save rewrites the same file in
+// place, alternating its two slots, and Load always reads the latest.
+func TestStoreSavesInPlace(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	s := NewStore(dir)
+	defer s.Close()
+	if err := s.Save(version(1)); err != nil {
+		t.Fatal(err)
+	}
+	ino := inode(t, Path(dir))
+	fi, _ := os.Stat(Path(dir))
+	size := fi.Size()
+	for v := uint64(2); v <= 9; v++ {
+		a := version(v)
+		if v%3 == 0 {
+			a.Managed = nil // a shorter record over a longer one
+		}
+		if err := s.Save(a); err != nil {
+			t.Fatal(err)
+		}
+		if got := mustLoad(t, dir); !reflect.DeepEqual(got, a) {
+			t.Fatalf("after saving v%d Load gave\n%+v", v, got)
+		}
+		if inode(t, Path(dir)) != ino {
+			t.Fatalf("v%d: the file was made anew, not written in place", v)
+		}
+		if fi, _ := os.Stat(Path(dir)); fi.Size() != size {
+			t.Fatalf("v%d: the file's size changed from %d to %d", v, size, fi.Size())
+		}
+	}
+	// Each slot holds one record and zeros after it: a shorter record cleared the
+	// tail of the longer one it replaced.
+	data, _ := os.ReadFile(Path(dir))
+	sl, fault := readSlots(data)
+	if fault != nil {
+		t.Fatal(fault)
+	}
+	for i := range 2 {
+		if !allZero(data[i*sl.size+sl.used[i] : (i+1)*sl.size]) {
+			t.Fatalf("slot %d holds bytes after its record", i)
+		}
+	}
+	// A new Store (the agent restarted) goes on from the newest record.
+	s.Close()
+	s2 := NewStore(dir)
+	defer s2.Close()
+	if err := s2.Save(version(10)); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustLoad(t, dir); got.Version != 10 || inode(t, Path(dir)) != ino {
+		t.Fatalf("after a restart: v%d, same file %t", got.Version, inode(t, Path(dir)) == ino)
+	}
+}
+
+// TestStoreTornWriteKeepsPrevious: whatever a crash leaves of the newest record (cut
+// short, zeroed, flipped bits), Load reads the record before it.
+func TestStoreTornWriteKeepsPrevious(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tear func(rec []byte)
+	}{
+		{"cut after the header", func(rec []byte) { clear(rec[headerLen:]) }},
+		{"cut mid-header", func(rec []byte) { clear(rec[20:]) }},
+		{"never reached the disk", func(rec []byte) { clear(rec) }},
+		{"a flipped bit in the JSON", func(rec []byte) { rec[headerLen+10] ^= 1 }},
+		{"a flipped bit in the sequence", func(rec []byte) { rec[len(recordMagic)+6] ^= 1 }},
+		{"the length grown", func(rec []byte) { copy(rec[prefixLen-9:], "000fffff") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := NewStore(dir)
+			defer s.Close()
+			for v := uint64(1); v <= 3; v++ {
+				if err := s.Save(version(v)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			data, _ := os.ReadFile(Path(dir))
+			sl, _ := readSlots(data)
+			tc.tear(data[sl.cur*sl.size : sl.cur*sl.size+sl.used[sl.cur]])
+			if err := os.WriteFile(Path(dir), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if got := mustLoad(t, dir); got.Version != 2 {
+				t.Fatalf("Load gave v%d, want the record before the torn one, v2", got.Version)
+			}
+			// The agent goes on: its next record goes over the torn one.
+			s.Close()
+			s2 := NewStore(dir)
+			defer s2.Close()
+			if err := s2.Save(version(4)); err != nil {
+				t.Fatal(err)
+			}
+			if got := mustLoad(t, dir); got.Version != 4 {
+				t.Fatalf("after the next save: v%d", got.Version)
+			}
+		})
+	}
+}
+
+// TestStoreGrows: a state that outgrows its slot makes the file anew, bigger.
+func TestStoreGrows(t *testing.T) {
+	dir := t.TempDir()
+	s := NewStore(dir)
+	defer s.Close()
+	if err := s.Save(version(1)); err != nil {
+		t.Fatal(err)
+	}
+	big := version(2)
+	for i := range 400 {
+		big.Managed = append(big.Managed, "srv/app/"+strings.Repeat("f", 20)+"-"+string(rune('a'+i%26))+"/"+strings.Repeat("x", i%7)+"file")
+	}
+	big.Managed = dedupe(big.Managed)
+	for v := uint64(2); v <= 4; v++ {
+		big.Version = v
+		if err := s.Save(big); err != nil {
+			t.Fatal(err)
+		}
+		if got := mustLoad(t, dir); !reflect.DeepEqual(got, big) {
+			t.Fatalf("v%d did not load back", v)
+		}
+	}
+	if fi, _ := os.Stat(Path(dir)); fi.Size() <= 2*pageSize {
+		t.Fatalf("the file did not grow: %d bytes", fi.Size())
+	}
+}
+
+func dedupe(list []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range list {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// TestLegacyStateMigrates: an agent of this version starts on the state an older one
+// left in applied.json; its first save writes applied.state and turns applied.json
+// into a marker, which an older agent refuses to read ("format version 2") instead of
+// taking the state for absent.
+func TestLegacyStateMigrates(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(LegacyPath(dir), fileOf(t, version(7)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustLoad(t, dir); got.Version != 7 {
+		t.Fatalf("legacy state: v%d", got.Version)
+	}
+	s := NewStore(dir)
+	defer s.Close()
+	if err := s.Save(version(8)); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustLoad(t, dir); got.Version != 8 {
+		t.Fatalf("after the first save: v%d", got.Version)
+	}
+	marker, _ := os.ReadFile(LegacyPath(dir))
+	if !bytes.Equal(marker, legacyMarker) {
+		t.Fatalf("applied.json holds %q, want the marker", marker)
+	}
+	// What an older agent does with it: its decoder, format version 1.
+	var old Applied
+	err := jsonfile.Decode(LegacyPath(dir), jsonfile.ReadRegular, MaxFileSize, 1, &old, &old.Format)
+	var f *jsonfile.Fault
+	if !errors.As(err, &f) || !strings.Contains(f.Corrupt, "format version 2") {
+		t.Fatalf("an older agent would read the marker as %v", err)
+	}
+	// applied.state gone (removed by hand) with the marker still there: not absent.
+	s.Close()
+	os.Remove(Path(dir))
+	_, err = Load(dir)
+	var ce *CorruptError
+	if !errors.As(err, &ce) || !strings.Contains(ce.Reason, "missing") {
+		t.Fatalf("marker without the state: %v", err)
+	}
+}
+
+// TestStoreFileChangedWhileRunning: applied.state removed, replaced or rewritten by
+// hand while the agent runs. The agent's next record is what Load reads, as when
+// every save made the file anew.
+func TestStoreFileChangedWhileRunning(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, dir string)
+	}{
+		{"removed", func(t *testing.T, dir string) { os.Remove(Path(dir)) }},
+		{"replaced by a restored copy", func(t *testing.T, dir string) {
+			// A file made anew (another inode) whose record has a high sequence.
+			file := restoredCopy(t)
+			tmp := Path(dir) + ".restore"
+			os.WriteFile(tmp, file, 0o600)
+			if err := os.Rename(tmp, Path(dir)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"copied over in place", func(t *testing.T, dir string) {
+			// The same inode, truncated and written (cp onto it), and of the same
+			// size: what tells is its change time, which moves with the kernel's
+			// clock tick (a few milliseconds), sooner than a person copies a file.
+			time.Sleep(20 * time.Millisecond)
+			file := restoredCopy(t)
+			if err := os.WriteFile(Path(dir), file, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := NewStore(dir)
+			defer s.Close()
+			for v := uint64(4); v <= 5; v++ {
+				if err := s.Save(version(v)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tc.change(t, dir)
+			if err := s.Save(version(6)); err != nil {
+				t.Fatal(err)
+			}
+			if got := mustLoad(t, dir); got.Version != 6 {
+				t.Fatalf("Load gave v%d, want the agent's v6", got.Version)
+			}
+		})
+	}
+}
+
+// restoredCopy is a state file from elsewhere whose records both outrank the
+// agent's: a Store that wrote on without reading it again would be outranked.
+func restoredCopy(t *testing.T) []byte {
+	file := make([]byte, 2*pageSize)
+	appendRecord(file[:0], 999, mustJSON(t, version(2)))
+	appendRecord(file[pageSize:pageSize], 1000, mustJSON(t, version(3)))
+	return file
+}
+
+func mustJSON(t *testing.T, a Applied) []byte {
+	t.Helper()
+	s := NewStore(t.TempDir())
+	js, err := s.encode(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// TestLoadStateFile reads every kind of applied.state.
+func TestLoadStateFile(t *testing.T) {
+	rec := func(seq uint64, js []byte) []byte { return appendRecord(nil, seq, js) }
+	file := func(slot0, slot1 []byte) []byte {
+		f := make([]byte, 2*pageSize)
+		copy(f, slot0)
+		copy(f[pageSize:], slot1)
+		return f
+	}
+	good := mustJSON(t, version(5))
+	newer := mustJSON(t, version(6))
+	garbage := bytes.Repeat([]byte("x"), 300)
+	for _, tc := range []struct {
+		name, want, reason string
+		data               []byte
+		version            uint64
+	}{
+		{"one record", "ok", "", file(rec(1, good), nil), 5},
+		{"newest in the second slot", "ok", "", file(rec(1, good), rec(2, newer)), 6},
+		{"newest in the first slot", "ok", "", file(rec(3, newer), rec(2, good)), 6},
+		{"newest torn", "ok", "", file(rec(1, good), rec(2, newer)[:headerLen+20]), 5},
+		{"empty", "truncated", "", nil, 0},
+		{"zero-filled", "truncated", "", make([]byte, 2*pageSize), 0},
+		{"cut in the second slot", "truncated", "", file(rec(1, good), nil)[:pageSize+100], 0},
+		{"cut in the first slot", "truncated", "", rec(1, good), 0},
+		{"both torn", "corrupt", "neither", file(rec(1, good)[:200], rec(2, newer)[:300]), 0},
+		{"not a state file", "corrupt", "does not start with a record", file(garbage, garbage), 0},
+		{"equal sequences", "corrupt", "both its records have sequence 4", file(rec(4, good), rec(4, newer)), 0},
+		{"the record is not JSON", "corrupt", "not valid JSON", file(rec(1, []byte("version=7")), nil), 0},
+		{"the record's JSON is cut", "corrupt", "ends early", file(rec(1, good[:len(good)/2]), nil), 0},
+		{"the record has an unknown field", "corrupt", "unknown field", file(rec(1, bytes.Replace(good, []byte(`"format":1,`), []byte(`"format":1,"versoin":9,`), 1)), nil), 0},
+		{"the record is of a newer format", "corrupt", "format version 2", file(rec(1, bytes.Replace(good, []byte(`"format":1`), []byte(`"format":2`), 1)), nil), 0},
+		{"the record fails validation", "corrupt", "body_digest", file(rec(1, bytes.Replace(good, []byte(`"body_digest":"ab`), []byte(`"body_digest":"zz`), 1)), nil), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(Path(dir), tc.data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			got, err := Load(dir)
+			if o := outcome(t, err); o != tc.want {
+				t.Fatalf("got %s (%v), want %s", o, err, tc.want)
+			}
+			if err == nil {
+				if got.Version != tc.version {
+					t.Fatalf("loaded v%d, want v%d", got.Version, tc.version)
+				}
+				return
+			}
+			if !strings.Contains(err.Error(), Path(dir)) || !strings.Contains(err.Error(), "will not run") {
+				t.Fatalf("message does not say what is wrong and why the agent stops: %v", err)
+			}
+			var ce *CorruptError
+			if tc.want == "corrupt" && (!errors.As(err, &ce) || !strings.Contains(ce.Reason, tc.reason)) {
+				t.Fatalf("reason of %v does not mention %q", err, tc.reason)
+			}
+		})
+	}
+}
