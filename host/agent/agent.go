@@ -223,7 +223,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer a.store.Close()
 	opts := append(base,
 		nats.DontRandomize(),
 		nats.MaxReconnects(-1),

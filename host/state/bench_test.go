@@ -40,7 +40,6 @@ func BenchmarkSave(b *testing.B) {
 		}
 		b.Run(name+"/Store.Save", func(b *testing.B) {
 			st := NewStore(dir(b))
-			defer st.Close()
 			for i := 0; b.Loop(); i++ {
 				a.Version = uint64(i)
 				if err := st.Save(a); err != nil {

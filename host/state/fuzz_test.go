@@ -69,7 +69,6 @@ func FuzzStateFile(f *testing.F) {
 			t.Fatalf("Load succeeded with an invalid state: %v", verr)
 		}
 		s := NewStore(state)
-		defer s.Close()
 		a.Version++
 		if err := s.Save(a); err != nil {
 			t.Fatalf("Save after a loaded state: %v", err)

@@ -7,11 +7,8 @@ import (
 	"syscall"
 )
 
-// stampOf is what tells whether a state file is still as the Store left it: still
-// the file of its name, and not written since (its change time and size). A file
-// removed, replaced or edited by hand while the agent runs is read again, or made
-// anew, rather than written where no one will read it or under a sequence that a
-// restored copy's outranks.
+// stampOf reads f's identity (device and inode), change time and size: a file
+// replaced has another inode, and one written by anyone changes its change time.
 func stampOf(f *os.File) (stamp, bool) {
 	fi, err := f.Stat()
 	if err != nil {
@@ -22,5 +19,5 @@ func stampOf(f *os.File) (stamp, bool) {
 		return stamp{}, false
 	}
 	sec, nsec := st.Ctim.Unix()
-	return stamp{linked: st.Nlink > 0, ctimeSec: sec, ctimeNsec: nsec, size: fi.Size()}, st.Nlink > 0
+	return stamp{dev: uint64(st.Dev), ino: uint64(st.Ino), ctimeSec: sec, ctimeNsec: nsec, size: fi.Size()}, true
 }

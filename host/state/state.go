@@ -216,7 +216,6 @@ func validated(path string, a Applied) (Applied, error) {
 // gives an error matching syscall.ENOSPC, and the previous file is then intact.
 func Save(stateDir string, a Applied) error {
 	s := NewStore(stateDir)
-	defer s.Close()
 	js, err := s.encode(a)
 	if err != nil {
 		return err

@@ -12,18 +12,19 @@ import (
 	"mesh/host/atomicfile"
 )
 
-// Store writes the applied state of one state directory for an agent that runs. Its
-// first Save makes the file anew (a temp file, flushed, renamed over the old one, the
-// directory flushed); each one after writes the new record over the older of the
-// file's two slots and flushes it: one write and one data flush on a file kept open,
-// where making the file anew costs a new file's blocks, two flushes and a rename on
-// every applied declaration. A Store is the file's only writer: one meshhost runs per
-// state directory (its lock).
+// Store writes the applied state of one state directory for an agent that runs. A
+// Save opens the file, writes the new record over the older of its two slots and
+// flushes it: one write and one data flush, where making the file anew costs a new
+// file's blocks, two flushes and a rename on every applied declaration. Only a file
+// that is absent, not whole, or too small for the record is made anew (a temp file,
+// flushed, renamed over the old one, the directory flushed). The file is not held
+// open between saves, so a Store costs no descriptor while the agent waits. A Store
+// is the file's only writer: one meshhost runs per state directory (its lock).
 type Store struct {
 	dir string
-	f   *os.File // the state file, once a Save made or found it whole
-	sl  slots    // what f holds
-	// stamp is f's as this Store last left it.
+	// known says sl and stamp describe the file as this Store last left it.
+	known bool
+	sl    slots
 	stamp stamp
 	buf   []byte // the record being written, reused
 	// keyring is the keyring envelope last found to be JSON: it changes on a key
@@ -31,48 +32,43 @@ type Store struct {
 	keyring []byte
 }
 
-// NewStore returns the Store of stateDir. It opens nothing until the first Save.
-func NewStore(stateDir string) *Store { return &Store{dir: stateDir} }
-
-// Close releases the state file. The Store may be used again: its next Save opens
-// the file anew.
-func (s *Store) Close() error {
-	if s.f == nil {
-		return nil
-	}
-	err := s.f.Close()
-	s.f, s.sl = nil, slots{}
-	return err
+// stamp is what stampOf reads: what tells whether the file is still as the Store
+// left it.
+type stamp struct {
+	dev, ino            uint64
+	ctimeSec, ctimeNsec int64
+	size                int64
 }
+
+// NewStore returns the Store of stateDir.
+func NewStore(stateDir string) *Store { return &Store{dir: stateDir} }
 
 // Save records a durably: when it returns nil, a crash cannot lose it. A zero Format
 // is taken as FormatVersion; an Applied that fails Validate is refused, so that Load
 // can always read what Save wrote. On an error the previous record is intact; a full
 // disk gives an error matching syscall.ENOSPC.
+//
+// A file removed, replaced or rewritten by hand since the last Save (another inode,
+// or another change time or size) is read again, or made anew if it is not whole,
+// so that the agent's record is the one that counts.
 func (s *Store) Save(a Applied) error {
 	js, err := s.encode(a)
 	if err != nil {
 		return err
 	}
-	if s.f != nil {
-		if now, ok := stampOf(s.f); !ok || now != s.stamp {
-			s.Close() // removed, replaced or written by someone else: look again
-		}
+	f, err := os.OpenFile(Path(s.dir), os.O_RDWR|syscall.O_NOFOLLOW|atomicfile.NoPoll, 0)
+	if err != nil {
+		s.known = false
+		return s.create(js)
 	}
-	if s.f == nil {
-		s.attach()
+	defer f.Close()
+	if st, ok := stampOf(f); !ok || !s.known || st != s.stamp {
+		s.known = s.examine(f)
 	}
-	if s.f != nil && headerLen+len(js) <= s.sl.size {
-		return s.overwrite(js)
+	if !s.known || headerLen+len(js) > s.sl.size {
+		return s.create(js)
 	}
-	return s.create(js)
-}
-
-// stamp is what stampOf reads.
-type stamp struct {
-	linked              bool
-	ctimeSec, ctimeNsec int64
-	size                int64
+	return s.overwrite(f, js)
 }
 
 // encode validates a and returns its JSON.
@@ -97,39 +93,27 @@ func (s *Store) encode(a Applied) ([]byte, error) {
 	return js, nil
 }
 
-// attach opens the state file for writing in place, if it is there and whole; else
-// it leaves s.f nil, and Save makes the file anew.
-func (s *Store) attach() {
-	f, err := os.OpenFile(Path(s.dir), os.O_RDWR|syscall.O_NOFOLLOW|atomicfile.NoPoll, 0)
-	if err != nil {
-		return
+// examine reads f to learn its slots; false if it is not a whole state file.
+func (s *Store) examine(f *os.File) bool {
+	st, ok := stampOf(f)
+	if !ok || st.size > MaxFileSize {
+		return false
 	}
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() > MaxFileSize {
-		f.Close()
-		return
-	}
-	data := make([]byte, fi.Size())
-	if _, err := io.ReadFull(f, data); err != nil {
-		f.Close()
-		return
+	data := make([]byte, st.size)
+	if _, err := f.ReadAt(data, 0); err != nil && !errors.Is(err, io.EOF) {
+		return false
 	}
 	sl, fault := readSlots(data)
 	if fault != nil {
-		f.Close()
-		return
+		return false
 	}
-	st, ok := stampOf(f)
-	if !ok {
-		f.Close()
-		return
-	}
-	sl.json = nil // not kept: the file is written, never read, from here on
-	s.f, s.sl, s.stamp = f, sl, st
+	sl.json = nil // not kept: the file is written, not read, from here on
+	s.sl, s.stamp = sl, st
+	return true
 }
 
-// overwrite writes the record of js over the older slot and flushes it.
-func (s *Store) overwrite(js []byte) error {
+// overwrite writes the record of js over the older slot of f and flushes it.
+func (s *Store) overwrite(f *os.File, js []byte) error {
 	k := 1 - s.sl.cur
 	rec := appendRecord(s.buf[:0], s.sl.seq+1, js)
 	n := len(rec)
@@ -138,29 +122,26 @@ func (s *Store) overwrite(js []byte) error {
 		rec = append(rec, 0)
 	}
 	s.buf = rec
-	if _, err := s.f.WriteAt(rec, int64(k*s.sl.size)); err != nil {
+	if _, err := f.WriteAt(rec, int64(k*s.sl.size)); err != nil {
 		s.sl.used[k] = s.sl.size // part of it may be written
 		return s.failed(err)
 	}
-	if err := datasync(s.f); err != nil {
+	if err := datasync(f); err != nil {
 		s.sl.used[k] = s.sl.size
 		return s.failed(err)
 	}
 	s.sl.cur, s.sl.seq, s.sl.used[k] = k, s.sl.seq+1, n
-	if st, ok := stampOf(s.f); ok {
-		s.stamp = st
-	} else {
-		s.Close() // the next Save looks again
-	}
+	s.stamp, s.known = stampOf(f)
 	return nil
 }
 
 // create makes the state file anew with js in its first slot, atomically, and
-// leaves the legacy file's marker beside it; then it opens the new file.
+// leaves the legacy file's marker beside it.
 func (s *Store) create(js []byte) error {
 	size := slotSizeFor(len(js))
 	file := make([]byte, 2*size)
 	appendRecord(file[:0], s.sl.seq+1, js)
+	s.known = false
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return fmt.Errorf("state: creating the state directory: %w", err)
 	}
@@ -171,9 +152,7 @@ func (s *Store) create(js []byte) error {
 		return fmt.Errorf("state: the applied state is saved, but %s could not be marked as replaced by it (a meshhost older than this one would read it): %w",
 			LegacyPath(s.dir), err)
 	}
-	s.Close()
-	s.attach()
-	return nil
+	return nil // the next Save reads the new file's layout
 }
 
 func (s *Store) failed(err error) error {

@@ -44,7 +44,6 @@ func inode(t *testing.T, path string) uint64 {
 func TestStoreSavesInPlace(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	s := NewStore(dir)
-	defer s.Close()
 	if err := s.Save(version(1)); err != nil {
 		t.Fatal(err)
 	}
@@ -82,9 +81,7 @@ func TestStoreSavesInPlace(t *testing.T) {
 		}
 	}
 	// A new Store (the agent restarted) goes on from the newest record.
-	s.Close()
 	s2 := NewStore(dir)
-	defer s2.Close()
 	if err := s2.Save(version(10)); err != nil {
 		t.Fatal(err)
 	}
@@ -110,8 +107,7 @@ func TestStoreTornWriteKeepsPrevious(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			s := NewStore(dir)
-			defer s.Close()
-			for v := uint64(1); v <= 3; v++ {
+					for v := uint64(1); v <= 3; v++ {
 				if err := s.Save(version(v)); err != nil {
 					t.Fatal(err)
 				}
@@ -126,9 +122,7 @@ func TestStoreTornWriteKeepsPrevious(t *testing.T) {
 				t.Fatalf("Load gave v%d, want the record before the torn one, v2", got.Version)
 			}
 			// The agent goes on: its next record goes over the torn one.
-			s.Close()
 			s2 := NewStore(dir)
-			defer s2.Close()
 			if err := s2.Save(version(4)); err != nil {
 				t.Fatal(err)
 			}
@@ -143,7 +137,6 @@ func TestStoreTornWriteKeepsPrevious(t *testing.T) {
 func TestStoreGrows(t *testing.T) {
 	dir := t.TempDir()
 	s := NewStore(dir)
-	defer s.Close()
 	if err := s.Save(version(1)); err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +184,6 @@ func TestLegacyStateMigrates(t *testing.T) {
 		t.Fatalf("legacy state: v%d", got.Version)
 	}
 	s := NewStore(dir)
-	defer s.Close()
 	if err := s.Save(version(8)); err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +202,6 @@ func TestLegacyStateMigrates(t *testing.T) {
 		t.Fatalf("an older agent would read the marker as %v", err)
 	}
 	// applied.state gone (removed by hand) with the marker still there: not absent.
-	s.Close()
 	os.Remove(Path(dir))
 	_, err = Load(dir)
 	var ce *CorruptError
@@ -251,8 +242,7 @@ func TestStoreFileChangedWhileRunning(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			s := NewStore(dir)
-			defer s.Close()
-			for v := uint64(4); v <= 5; v++ {
+					for v := uint64(4); v <= 5; v++ {
 				if err := s.Save(version(v)); err != nil {
 					t.Fatal(err)
 				}

@@ -87,9 +87,11 @@ func (p *profiler) begin(phase string) *phaseProfile {
 	}
 	if addr := p.serve(); addr != "" {
 		pp.gc = readGC(addr)
-		// What serve allocated in the phase is the difference of these two:
+		// What serve allocated in the phase is the difference of these two (each
+		// taken after a garbage collection, which the profile needs to be current,
+		// and which the phase's CPU figures of serve then include):
 		//	go tool pprof -sample_index=alloc_space -diff_base X.serve.allocs-start X.serve.allocs-end
-		if err := fetch("http://"+addr+"/debug/pprof/allocs", base+".serve.allocs-start", time.Minute); err != nil {
+		if err := fetch("http://"+addr+"/debug/pprof/allocs?gc=1", base+".serve.allocs-start", time.Minute); err != nil {
 			fmt.Fprintf(p.out, "   (no allocation profile of serve: %v)\n", err)
 		}
 		pp.remote = make(chan error, 1)
@@ -117,7 +119,7 @@ func (pp *phaseProfile) end() {
 			default:
 				fmt.Fprintf(pp.p.out, "   serve allocated %.1f MiB in the phase; %.0f garbage collections\n",
 					(now.allocated-pp.gc.allocated)/(1<<20), now.cycles-pp.gc.cycles)
-				if err := fetch("http://"+addr+"/debug/pprof/allocs", pp.base+".serve.allocs-end", time.Minute); err != nil {
+				if err := fetch("http://"+addr+"/debug/pprof/allocs?gc=1", pp.base+".serve.allocs-end", time.Minute); err != nil {
 					fmt.Fprintf(pp.p.out, "   (no allocation profile of serve: %v)\n", err)
 				}
 			}
