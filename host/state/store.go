@@ -26,7 +26,8 @@ type Store struct {
 	known bool
 	sl    slots
 	stamp stamp
-	buf   []byte // the record being written, reused
+	buf   []byte       // the record being written, reused
+	enc   bytes.Buffer // the JSON being encoded, reused
 	// keyring is the keyring envelope last found to be JSON: it changes on a key
 	// rotation, and checking it again on every save was a tenth of a save.
 	keyring []byte
@@ -71,7 +72,7 @@ func (s *Store) Save(a Applied) error {
 	return s.overwrite(f, js)
 }
 
-// encode validates a and returns its JSON.
+// encode validates a and returns its JSON, in a buffer the next encode reuses.
 func (s *Store) encode(a Applied) ([]byte, error) {
 	if a.Format == 0 {
 		a.Format = FormatVersion
@@ -83,10 +84,11 @@ func (s *Store) encode(a Applied) ([]byte, error) {
 	if !keyringChecked && len(a.Keyring) > 0 {
 		s.keyring = bytes.Clone(a.Keyring)
 	}
-	js, err := json.Marshal(a)
-	if err != nil {
+	s.enc.Reset()
+	if err := json.NewEncoder(&s.enc).Encode(a); err != nil {
 		return nil, fmt.Errorf("state: encoding: %w", err)
 	}
+	js := bytes.TrimSuffix(s.enc.Bytes(), []byte("\n"))
 	if 2*slotSizeFor(len(js)) > MaxFileSize {
 		return nil, fmt.Errorf("state: refusing to save an applied state of %d bytes, more than the %d a state file holds", len(js), MaxFileSize/4-headerLen)
 	}

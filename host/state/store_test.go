@@ -107,7 +107,7 @@ func TestStoreTornWriteKeepsPrevious(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			s := NewStore(dir)
-					for v := uint64(1); v <= 3; v++ {
+			for v := uint64(1); v <= 3; v++ {
 				if err := s.Save(version(v)); err != nil {
 					t.Fatal(err)
 				}
@@ -242,7 +242,7 @@ func TestStoreFileChangedWhileRunning(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			s := NewStore(dir)
-					for v := uint64(4); v <= 5; v++ {
+			for v := uint64(4); v <= 5; v++ {
 				if err := s.Save(version(v)); err != nil {
 					t.Fatal(err)
 				}
