@@ -314,8 +314,8 @@ func fanoutRound(m *meter, name string, pub *nats.Conn, conns []*nats.Conn, payl
 	round.Latency = Summarise(round.lat)
 	round.ServerCPUPerHostUs = us(perUnit(round.Phase.CPU("nats-server"), want))
 	round.ReceiverCPUPerMessageUs = us(perUnit(round.Phase.CPU("bench"), want))
-	fmt.Fprintf(m.out, "   delivered %d (%d missing): p50 %.1f ms p99 %.1f ms max %.1f ms; server %.1f µs CPU per host\n",
-		round.Delivered, round.Missing, round.Latency.P50Ms, round.Latency.P99Ms, round.Latency.MaxMs, round.ServerCPUPerHostUs)
+	fmt.Fprintf(m.out, "   delivered %d (%d missing): min %.1f ms p50 %.1f ms p99 %.1f ms max %.1f ms; server %.1f µs CPU per host\n",
+		round.Delivered, round.Missing, round.Latency.MinMs, round.Latency.P50Ms, round.Latency.P99Ms, round.Latency.MaxMs, round.ServerCPUPerHostUs)
 	if round.Missing > 0 && errors.Is(pub.LastError(), nats.ErrConnectionClosed) {
 		return round, errors.New("the baseline publisher lost its connection")
 	}

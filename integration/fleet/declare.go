@@ -134,8 +134,8 @@ func (b *bench) declareRound(ctx context.Context, name string, hosts []*Host) (R
 	}
 	res.lat = b.checkHosts(&res, hosts, want, body, t0)
 	res.Apply = Summarise(res.lat)
-	fmt.Fprintf(b.out, "   %s: exit %d, %d assigned, %d converged; apply p50 %.1f ms p99 %.1f ms max %.1f ms; %d failures\n",
-		name, res.ExitCode, res.Assigned, res.Converged, res.Apply.P50Ms, res.Apply.P99Ms, res.Apply.MaxMs, res.Failures())
+	fmt.Fprintf(b.out, "   %s: exit %d, %d assigned, %d converged; apply min %.1f ms p50 %.1f ms p99 %.1f ms max %.1f ms; %d failures\n",
+		name, res.ExitCode, res.Assigned, res.Converged, res.Apply.MinMs, res.Apply.P50Ms, res.Apply.P99Ms, res.Apply.MaxMs, res.Failures())
 	return res, nil
 }
 

@@ -312,7 +312,7 @@ func printBaseline(w io.Writer, b *BaselineResult) {
 }
 
 func lat(l Latency) string {
-	return fmt.Sprintf("p50 %s p99 %s max %s (n=%d)", msText(l.P50Ms), msText(l.P99Ms), msText(l.MaxMs), l.N)
+	return fmt.Sprintf("min %s p50 %s p99 %s max %s (n=%d)", msText(l.MinMs), msText(l.P50Ms), msText(l.P99Ms), msText(l.MaxMs), l.N)
 }
 
 func msText(v float64) string {

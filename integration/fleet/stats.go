@@ -8,19 +8,23 @@ import (
 // Latency summarises a set of durations. Times are in milliseconds so that the
 // JSON reads without conversion.
 type Latency struct {
-	N     int     `json:"n"`
+	N int `json:"n"`
+	// MinMs is the first: in a fan-out, what comes before any host can apply (the
+	// command's start, the commit, the first signatures), apart from the spread.
+	MinMs float64 `json:"min_ms"`
 	P50Ms float64 `json:"p50_ms"`
 	P99Ms float64 `json:"p99_ms"`
 	MaxMs float64 `json:"max_ms"`
 }
 
-// Summarise returns the nearest-rank p50, p99 and maximum of ds (which it sorts).
+// Summarise returns the minimum, nearest-rank p50 and p99, and maximum of ds (which
+// it sorts).
 func Summarise(ds []time.Duration) Latency {
 	if len(ds) == 0 {
 		return Latency{}
 	}
 	slices.Sort(ds)
-	return Latency{N: len(ds), P50Ms: ms(rank(ds, 50)), P99Ms: ms(rank(ds, 99)), MaxMs: ms(ds[len(ds)-1])}
+	return Latency{N: len(ds), MinMs: ms(ds[0]), P50Ms: ms(rank(ds, 50)), P99Ms: ms(rank(ds, 99)), MaxMs: ms(ds[len(ds)-1])}
 }
 
 // rank is the nearest-rank p-th percentile of sorted ds: the smallest value that at

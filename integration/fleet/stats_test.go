@@ -11,7 +11,7 @@ func TestSummarise(t *testing.T) {
 		ds = append(ds, time.Duration(i)*time.Millisecond)
 	}
 	got := Summarise(ds)
-	want := Latency{N: 100, P50Ms: 50, P99Ms: 99, MaxMs: 100}
+	want := Latency{N: 100, MinMs: 1, P50Ms: 50, P99Ms: 99, MaxMs: 100}
 	if got != want {
 		t.Fatalf("Summarise(1..100 ms) = %+v, want %+v", got, want)
 	}
