@@ -38,7 +38,7 @@ type RoundResult struct {
 	Offline   int `json:"offline"`
 	// Failures seen from the hosts, over the whole fleet: hosts the declaration
 	// was not assigned to, hosts whose applier never applied it, hosts whose
-	// applied.json does not hold the assigned version, and sampled hosts whose
+	// applied state does not hold the assigned version, and sampled hosts whose
 	// file is not byte for byte the declared content.
 	Unassigned      int `json:"unassigned"`
 	NotApplied      int `json:"not_applied"`
@@ -151,7 +151,7 @@ type hostCheck struct {
 }
 
 // checkHosts verifies every host: the declaration was assigned to it, its applier
-// applied it, and its applied.json holds the assigned version; and compares the
+// applied it, and its applied state holds the assigned version; and compares the
 // file of a sample of hosts byte for byte. It returns the apply latencies from t0.
 func (b *bench) checkHosts(res *RoundResult, hosts []*Host, want map[string]uint64, body bodyFile, t0 time.Time) []time.Duration {
 	step := max(1, len(hosts)/sampleSize)
@@ -169,7 +169,7 @@ func (b *bench) checkHosts(res *RoundResult, hosts []*Host, want map[string]uint
 			st, err := state.Load(h.StateDir)
 			c.versionOK = err == nil && st.HaveApplied && st.Version == v
 			if !c.versionOK {
-				c.detail = fmt.Sprintf("applied.json: want v%d, have v%d (have_applied %t, err %v)", v, st.Version, st.HaveApplied, err)
+				c.detail = fmt.Sprintf("applied state: want v%d, have v%d (have_applied %t, err %v)", v, st.Version, st.HaveApplied, err)
 			}
 		}
 		if c.sampled = i%step == 0 && i/step < sampleSize; c.sampled {
