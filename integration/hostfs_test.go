@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -183,4 +184,82 @@ func TestKillDuringVersionWrites(t *testing.T) {
 	n, _ := cp.Node("web-1")
 	cp.WaitConverged("web-1", n.Declared, 30*time.Second)
 	t.Logf("ten kills; converged on v%d", n.Declared)
+}
+
+// TestAppliedStateUpgradeAndHandEdits runs the built agent on the applied state as a
+// meshhost before the two-slot file left it (applied.json), then removes the state
+// file by hand while the agent runs, then leaves only the marker that replaced
+// applied.json. The agent goes on from the legacy file without applying anything
+// again, writes applied.state and turns applied.json into the marker older agents
+// refuse; a file removed under it is made anew at the next declaration; and the
+// marker without applied.state stops the agent, rather than being taken for a host
+// that applied nothing.
+func TestAppliedStateUpgradeAndHandEdits(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "upgrade")
+	cp.Serve()
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	body := filepath.Join(t.TempDir(), "b.json")
+	declare := func(content string) uint64 {
+		t.Helper()
+		writeFile(t, body, `{"files":[{"path":"app.conf","content":"`+content+`"}]}`)
+		if r := cp.Ctl("declare", "--node", "web-1", "--file", body); r.Code != 0 {
+			t.Fatalf("declare: %s", r.Combined())
+		}
+		n, _ := cp.Node("web-1")
+		cp.WaitConverged("web-1", n.Declared, 20*time.Second)
+		return n.Declared
+	}
+	agent := h.Run()
+	v1 := declare("one")
+	agent.Signal(syscall.SIGTERM)
+	agent.Wait(10 * time.Second)
+
+	// The state as an older meshhost kept it: one JSON document, no applied.state.
+	a, err := state.Load(h.State)
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy, _ := json.MarshalIndent(a, "", "  ")
+	writeFile(t, state.LegacyPath(h.State), string(legacy)+"\n")
+	if err := os.Remove(state.Path(h.State)); err != nil {
+		t.Fatal(err)
+	}
+	agent = h.Run()
+	cp.WaitConverged("web-1", v1, 20*time.Second)
+	if seq := appliedSequence(t, agent.Output()); len(seq) != 0 {
+		t.Fatalf("on the legacy state the agent applied %v again", seq)
+	}
+	v2 := declare("two")
+	if got, _ := state.Load(h.State); got.Version != v2 {
+		t.Fatalf("applied state after the upgrade: v%d, want v%d", got.Version, v2)
+	}
+	if marker, _ := os.ReadFile(state.LegacyPath(h.State)); !strings.Contains(string(marker), `"format": 2`) {
+		t.Fatalf("applied.json after the upgrade: %q", marker)
+	}
+
+	// Removed by hand while the agent runs: the next declaration's record makes it anew.
+	if err := os.Remove(state.Path(h.State)); err != nil {
+		t.Fatal(err)
+	}
+	v3 := declare("three")
+	if got, err := state.Load(h.State); err != nil || got.Version != v3 {
+		t.Fatalf("applied state after it was removed under the agent: v%d, %v; want v%d", got.Version, err, v3)
+	}
+	agent.Signal(syscall.SIGTERM)
+	agent.Wait(10 * time.Second)
+
+	// Only the marker left: the agent refuses to start and says why.
+	if err := os.Remove(state.Path(h.State)); err != nil {
+		t.Fatal(err)
+	}
+	agent = h.Run()
+	if code := agent.Wait(10 * time.Second); code == 0 {
+		t.Fatalf("the agent ran on the marker alone:\n%s", agent.Output())
+	}
+	if out := agent.Output(); !strings.Contains(out, "it is missing") || !strings.Contains(out, "applied.json") {
+		t.Fatalf("the agent's refusal does not say what is wrong:\n%s", out)
+	}
 }
