@@ -155,7 +155,7 @@ func New(o Options) (*Agent, error) {
 		o.Logger.Warn("the identity file is readable by other users: it holds this node's private key; chmod 600 it",
 			"file", identity.Path(o.StateDir), "mode", fi.Mode().Perm().String())
 	}
-	applied, err := state.Load(o.StateDir)
+	applied, store, err := state.Open(o.StateDir)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +177,7 @@ func New(o Options) (*Agent, error) {
 	built = true
 	return &Agent{
 		o: o, log: o.Logger.With("node", id.Node), id: id, kp: kp, applied: applied,
-		keyring: kr, keys: keys, applier: app, store: state.NewStore(o.StateDir),
+		keyring: kr, keys: keys, applier: app, store: store,
 		msgs: make(chan *nats.Msg, 64), events: make(chan event, 16),
 	}, nil
 }

@@ -2,7 +2,10 @@
 
 package state
 
-import "os"
+import (
+	"io/fs"
+	"os"
+)
 
 // stampOf, where the inode and change time are not at hand, has only the size and
 // modification time: a file rewritten by hand within the same clock tick, at the
@@ -10,6 +13,22 @@ import "os"
 func stampOf(f *os.File) (stamp, bool) {
 	fi, err := f.Stat()
 	if err != nil {
+		return stamp{}, false
+	}
+	return stampOfInfo(fi)
+}
+
+// stampPath is stampOf for the file at path, without opening it.
+func stampPath(path string) (stamp, bool) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return stamp{}, false
+	}
+	return stampOfInfo(fi)
+}
+
+func stampOfInfo(fi fs.FileInfo) (stamp, bool) {
+	if !fi.Mode().IsRegular() {
 		return stamp{}, false
 	}
 	mt := fi.ModTime()

@@ -3,6 +3,7 @@
 package state
 
 import (
+	"io/fs"
 	"os"
 	"syscall"
 )
@@ -14,8 +15,21 @@ func stampOf(f *os.File) (stamp, bool) {
 	if err != nil {
 		return stamp{}, false
 	}
+	return stampOfInfo(fi)
+}
+
+// stampPath is stampOf for the file at path, without opening it.
+func stampPath(path string) (stamp, bool) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return stamp{}, false
+	}
+	return stampOfInfo(fi)
+}
+
+func stampOfInfo(fi fs.FileInfo) (stamp, bool) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
+	if !ok || !fi.Mode().IsRegular() {
 		return stamp{}, false
 	}
 	sec, nsec := st.Ctim.Unix()

@@ -133,27 +133,49 @@ func (a Applied) validate(checkKeyring bool) error {
 // (ErrCorrupt). The agent must refuse to run on any of those rather than forget what
 // it applied.
 func Load(stateDir string) (Applied, error) {
-	return load(stateDir, readRegular)
+	a, _, err := load(stateDir, readRegular)
+	return a, err
 }
 
-func load(stateDir string, read readFunc) (Applied, error) {
+// Open reads the applied state in stateDir as Load does, and returns with it the
+// Store the agent writes it with, which then knows the file as it was read: the
+// agent's first save writes in place without reading the file again.
+func Open(stateDir string) (Applied, *Store, error) {
+	s := NewStore(stateDir)
+	before, ok := stampPath(Path(stateDir))
+	a, sl, err := load(stateDir, readRegular)
+	if err != nil {
+		return Applied{}, nil, err
+	}
+	// Known only if nothing changed the file while it was read; else the first save
+	// reads it again.
+	if after, ok2 := stampPath(Path(stateDir)); sl != nil && ok && ok2 && before == after {
+		sl.json = nil
+		s.sl, s.stamp, s.known = *sl, after, true
+	}
+	return a, s, nil
+}
+
+// load reads the applied state, and the state file's slots when it came from one.
+func load(stateDir string, read readFunc) (Applied, *slots, error) {
 	path := Path(stateDir)
 	data, err := read(path, MaxFileSize)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return loadLegacy(stateDir, read)
+		a, err := loadLegacy(stateDir, read)
+		return a, nil, err
 	case errors.Is(err, errTooBig):
-		return Applied{}, &CorruptError{Path: path, Reason: fmt.Sprintf("it is larger than %d bytes, far more than this file ever holds", MaxFileSize)}
+		return Applied{}, nil, &CorruptError{Path: path, Reason: fmt.Sprintf("it is larger than %d bytes, far more than this file ever holds", MaxFileSize)}
 	case err != nil:
-		return Applied{}, &UnreadableError{Path: path, Err: err}
+		return Applied{}, nil, &UnreadableError{Path: path, Err: err}
 	}
 	sl, fault := readSlots(data)
 	switch {
 	case fault == nil:
 	case fault.truncated:
-		return Applied{}, &TruncatedError{Path: path, Size: len(data)}
+		return Applied{}, nil, &TruncatedError{Path: path, Size: len(data)}
 	default:
-		return Applied{}, &CorruptError{Path: path, Reason: fault.corrupt}
+		return Applied{}, nil, &CorruptError{Path: path, Reason: fault.corrupt}
 	}
 	var a Applied
 	if err := jsonfile.DecodeBytes(sl.json, FormatVersion, &a, &a.Format); err != nil {
@@ -162,9 +184,13 @@ func load(stateDir string, read readFunc) (Applied, error) {
 		if f := (*jsonfile.Fault)(nil); errors.As(err, &f) && f.Corrupt != "" {
 			reason = "its newest record: " + f.Corrupt
 		}
-		return Applied{}, &CorruptError{Path: path, Reason: reason}
+		return Applied{}, nil, &CorruptError{Path: path, Reason: reason}
 	}
-	return validated(path, a)
+	a, err = validated(path, a)
+	if err != nil {
+		return Applied{}, nil, err
+	}
+	return a, &sl, nil
 }
 
 // loadLegacy reads the legacy applied.json, there being no applied.state. The

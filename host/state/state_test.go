@@ -231,7 +231,7 @@ func TestLoadUnreadable(t *testing.T) {
 	})
 	t.Run("injected", func(t *testing.T) {
 		for _, errno := range []syscall.Errno{syscall.EACCES, syscall.EIO} {
-			_, err := load("/s", func(p string, _ int64) ([]byte, error) {
+			_, _, err := load("/s", func(p string, _ int64) ([]byte, error) {
 				return nil, &fs.PathError{Op: "read", Path: p, Err: errno}
 			})
 			if outcome(t, err) != "unreadable" || !errors.Is(err, errno) {

@@ -336,3 +336,51 @@ func TestLoadStateFile(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenKnowsTheFile: the Store that Open returns writes in place at once, without
+// reading the file again; one whose file changed after Open reads it again first.
+func TestOpenKnowsTheFile(t *testing.T) {
+	dir := t.TempDir()
+	if err := Save(dir, version(1)); err != nil {
+		t.Fatal(err)
+	}
+	ino := inode(t, Path(dir))
+	a, s, err := Open(dir)
+	if err != nil || a.Version != 1 {
+		t.Fatalf("Open: v%d, %v", a.Version, err)
+	}
+	if !s.known {
+		t.Fatal("the Store from Open does not know the file it read")
+	}
+	// What Save compares with before writing: the stamp of the file it opens.
+	f, _ := os.Open(Path(dir))
+	if st, ok := stampOf(f); !ok || st != s.stamp {
+		t.Fatalf("the opened file's stamp %+v differs from what Open recorded %+v: the first save would read the file again", st, s.stamp)
+	}
+	f.Close()
+	if err := s.Save(version(2)); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustLoad(t, dir); got.Version != 2 || inode(t, Path(dir)) != ino {
+		t.Fatalf("v%d, in place %t", got.Version, inode(t, Path(dir)) == ino)
+	}
+	// Written by another after Open: its record outranks what the Store knew.
+	_, s2, _ := Open(dir)
+	time.Sleep(20 * time.Millisecond) // the change time moves with the clock tick
+	if err := os.WriteFile(Path(dir), restoredCopy(t), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Save(version(9)); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustLoad(t, dir); got.Version != 9 {
+		t.Fatalf("after the file changed under the Store: v%d, want v9", got.Version)
+	}
+	// Legacy state: nothing known, the first save makes applied.state.
+	legacy := t.TempDir()
+	os.WriteFile(LegacyPath(legacy), fileOf(t, version(4)), 0o600)
+	a, s3, err := Open(legacy)
+	if err != nil || a.Version != 4 || s3.known {
+		t.Fatalf("Open of a legacy state: v%d, known %t, %v", a.Version, s3.known, err)
+	}
+}
