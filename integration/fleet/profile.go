@@ -87,11 +87,9 @@ func (p *profiler) begin(phase string) *phaseProfile {
 	}
 	if addr := p.serve(); addr != "" {
 		pp.gc = readGC(addr)
-		// What serve allocated in the phase is the difference of these two (each
-		// taken after a garbage collection, which the profile needs to be current,
-		// and which the phase's CPU figures of serve then include):
+		// What serve allocated in the phase is the difference of these two:
 		//	go tool pprof -sample_index=alloc_space -diff_base X.serve.allocs-start X.serve.allocs-end
-		if err := fetch("http://"+addr+"/debug/pprof/allocs?gc=1", base+".serve.allocs-start", time.Minute); err != nil {
+		if err := fetchAllocs(addr, base+".serve.allocs-start"); err != nil {
 			fmt.Fprintf(p.out, "   (no allocation profile of serve: %v)\n", err)
 		}
 		pp.remote = make(chan error, 1)
@@ -119,7 +117,7 @@ func (pp *phaseProfile) end() {
 			default:
 				fmt.Fprintf(pp.p.out, "   serve allocated %.1f MiB in the phase; %.0f garbage collections\n",
 					(now.allocated-pp.gc.allocated)/(1<<20), now.cycles-pp.gc.cycles)
-				if err := fetch("http://"+addr+"/debug/pprof/allocs?gc=1", pp.base+".serve.allocs-end", time.Minute); err != nil {
+				if err := fetchAllocs(addr, pp.base+".serve.allocs-end"); err != nil {
 					fmt.Fprintf(pp.p.out, "   (no allocation profile of serve: %v)\n", err)
 				}
 			}
@@ -141,6 +139,17 @@ func (p *profiler) heap(name string) {
 			fmt.Fprintf(p.out, "   (no heap profile of serve: %v)\n", err)
 		}
 	}
+}
+
+// fetchAllocs writes serve's allocation profile as of now to path. Go publishes a
+// cycle's allocations in the profile only once a later collection has run, so two
+// are forced (the first fetch is thrown away); the phase's CPU figures of serve
+// then include them.
+func fetchAllocs(addr, path string) error {
+	if err := fetch("http://"+addr+"/debug/pprof/allocs?gc=1", path, time.Minute); err != nil {
+		return err
+	}
+	return fetch("http://"+addr+"/debug/pprof/allocs?gc=1", path, time.Minute)
 }
 
 func fetch(url, path string, limit time.Duration) error {
