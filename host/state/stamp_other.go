@@ -1,32 +1,12 @@
-//go:build !unix
+//go:build !linux
 
 package state
 
-import (
-	"io/fs"
-	"os"
-)
+import "io/fs"
 
-// stampOf, where the inode and change time are not at hand, has only the size and
-// modification time: a file rewritten by hand within the same clock tick, at the
+// stampOfInfo, where the inode and change time are not at hand, has only the size
+// and modification time: a file rewritten by hand within the same clock tick, at the
 // same size, goes unnoticed there.
-func stampOf(f *os.File) (stamp, bool) {
-	fi, err := f.Stat()
-	if err != nil {
-		return stamp{}, false
-	}
-	return stampOfInfo(fi)
-}
-
-// stampPath is stampOf for the file at path, without opening it.
-func stampPath(path string) (stamp, bool) {
-	fi, err := os.Lstat(path)
-	if err != nil {
-		return stamp{}, false
-	}
-	return stampOfInfo(fi)
-}
-
 func stampOfInfo(fi fs.FileInfo) (stamp, bool) {
 	if !fi.Mode().IsRegular() {
 		return stamp{}, false

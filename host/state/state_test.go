@@ -154,29 +154,38 @@ func TestLoadFileStates(t *testing.T) {
 			if err := os.WriteFile(LegacyPath(state), tc.data, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			got, err := Load(state)
-			if o := outcome(t, err); o != tc.want {
-				t.Fatalf("got %s (%v), want %s", o, err, tc.want)
-			}
-			if err == nil {
-				if verr := got.Validate(); verr != nil {
-					t.Fatal(verr)
-				}
-				return
-			}
-			if !reflect.DeepEqual(got, Applied{}) {
-				t.Fatal("an error came with a non-zero Applied")
-			}
-			msg := err.Error()
-			if !strings.Contains(msg, LegacyPath(state)) || !strings.Contains(msg, "will not run") {
-				t.Fatalf("message does not say what is wrong and why the agent stops: %s", msg)
-			}
-			var ce *CorruptError
-			if tc.want == "corrupt" && (!errors.As(err, &ce) || !strings.Contains(ce.Reason, tc.reason)) {
-				t.Fatalf("reason of %v does not mention %q", err, tc.reason)
-			}
+			checkLoad(t, state, LegacyPath(state), tc.want, tc.reason)
 		})
 	}
+}
+
+// checkLoad loads the state in dir and checks the outcome: want ("ok", "truncated",
+// "corrupt"), a valid state with "ok", and otherwise the zero Applied with a message
+// that names path and says why the agent stops, and for "corrupt" a reason that
+// mentions reason. It returns what Load gave.
+func checkLoad(t *testing.T, dir, path, want, reason string) Applied {
+	t.Helper()
+	got, err := Load(dir)
+	if o := outcome(t, err); o != want {
+		t.Fatalf("got %s (%v), want %s", o, err, want)
+	}
+	if err == nil {
+		if verr := got.Validate(); verr != nil {
+			t.Fatal(verr)
+		}
+		return got
+	}
+	if !reflect.DeepEqual(got, Applied{}) {
+		t.Fatal("an error came with a non-zero Applied")
+	}
+	if msg := err.Error(); !strings.Contains(msg, path) || !strings.Contains(msg, "will not run") {
+		t.Fatalf("message does not say what is wrong and why the agent stops: %s", msg)
+	}
+	var ce *CorruptError
+	if want == "corrupt" && (!errors.As(err, &ce) || !strings.Contains(ce.Reason, reason)) {
+		t.Fatalf("reason of %v does not mention %q", err, reason)
+	}
+	return got
 }
 
 func TestLoadEveryTruncation(t *testing.T) {

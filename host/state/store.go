@@ -33,14 +33,6 @@ type Store struct {
 	keyring []byte
 }
 
-// stamp is what stampOf reads: what tells whether the file is still as the Store
-// left it.
-type stamp struct {
-	dev, ino            uint64
-	ctimeSec, ctimeNsec int64
-	size                int64
-}
-
 // NewStore returns the Store of stateDir.
 func NewStore(stateDir string) *Store { return &Store{dir: stateDir} }
 
@@ -57,7 +49,7 @@ func (s *Store) Save(a Applied) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(Path(s.dir), os.O_RDWR|syscall.O_NOFOLLOW|atomicfile.NoPoll, 0)
+	f, err := os.OpenFile(Path(s.dir), os.O_RDWR|noFollow|atomicfile.NoPoll, 0)
 	if err != nil {
 		s.known = false
 		return s.create(js)

@@ -316,22 +316,9 @@ func TestLoadStateFile(t *testing.T) {
 			if err := os.WriteFile(Path(dir), tc.data, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			got, err := Load(dir)
-			if o := outcome(t, err); o != tc.want {
-				t.Fatalf("got %s (%v), want %s", o, err, tc.want)
-			}
-			if err == nil {
-				if got.Version != tc.version {
-					t.Fatalf("loaded v%d, want v%d", got.Version, tc.version)
-				}
-				return
-			}
-			if !strings.Contains(err.Error(), Path(dir)) || !strings.Contains(err.Error(), "will not run") {
-				t.Fatalf("message does not say what is wrong and why the agent stops: %v", err)
-			}
-			var ce *CorruptError
-			if tc.want == "corrupt" && (!errors.As(err, &ce) || !strings.Contains(ce.Reason, tc.reason)) {
-				t.Fatalf("reason of %v does not mention %q", err, tc.reason)
+			got := checkLoad(t, dir, Path(dir), tc.want, tc.reason)
+			if tc.want == "ok" && got.Version != tc.version {
+				t.Fatalf("loaded v%d, want v%d", got.Version, tc.version)
 			}
 		})
 	}
