@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"syscall"
 
 	"mesh/host/atomicfile"
@@ -112,8 +113,9 @@ func (s *Store) overwrite(f *os.File, js []byte) error {
 	rec := appendRecord(s.buf[:0], s.sl.seq+1, js)
 	n := len(rec)
 	// Clear what is left of a longer record before it, so the slot holds one record.
-	for len(rec) < s.sl.used[k] {
-		rec = append(rec, 0)
+	if pad := s.sl.used[k] - n; pad > 0 {
+		rec = slices.Grow(rec, pad)[:n+pad]
+		clear(rec[n:])
 	}
 	s.buf = rec
 	if _, err := f.WriteAt(rec, int64(k*s.sl.size)); err != nil {
