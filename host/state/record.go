@@ -134,6 +134,11 @@ func readSlots(data []byte) (slots, *fileFault) {
 		return slots{}, &fileFault{truncated: true}
 	}
 	if len(data)%(2*pageSize) != 0 {
+		if !bytes.HasPrefix(data, []byte(recordMagic+" ")) {
+			// Not a state file cut short but something else: JSON written by hand,
+			// say, taking it for the legacy file.
+			return slots{}, &fileFault{corrupt: "it does not start with a record's header, and it is not two whole slots"}
+		}
 		return slots{}, &fileFault{truncated: true}
 	}
 	s := slots{size: len(data) / 2, cur: -1}

@@ -304,6 +304,7 @@ func TestLoadStateFile(t *testing.T) {
 		{"cut in the first slot", "truncated", "", rec(1, good), 0},
 		{"both torn", "corrupt", "neither", file(rec(1, good)[:200], rec(2, newer)[:300]), 0},
 		{"not a state file", "corrupt", "does not start with a record", file(garbage, garbage), 0},
+		{"JSON written by hand", "corrupt", "does not start with a record", fileOf(t, version(5)), 0},
 		{"equal sequences", "corrupt", "both its records have sequence 4", file(rec(4, good), rec(4, newer)), 0},
 		{"the record is not JSON", "corrupt", "not valid JSON", file(rec(1, []byte("version=7")), nil), 0},
 		{"the record's JSON is cut", "corrupt", "ends early", file(rec(1, good[:len(good)/2]), nil), 0},
