@@ -250,9 +250,9 @@ func (r *Report) Print(w io.Writer) {
 func printProduct(w io.Writer, cfg Config, p *ProductResult) {
 	fmt.Fprintln(w, "\nthe product: meshctl serve (own process, real disk) and N agents (this process, tmpfs)")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "phase\twall\tserve CPU\tbench CPU\tmeshctl CPU\tother CPU\tprobe µs\t")
+	fmt.Fprintln(tw, "phase\twall\tserve CPU\tbench CPU\tmeshctl CPU\tother CPU\tprobe µs\tbench GC before\t")
 	for _, ph := range p.Phases {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", ph.Name, secs(ph.WallMs), secs(ph.CPUMs["serve"]), secs(ph.CPUMs["bench"]), secs(ph.CPUMs["meshctl"]), secs(ph.CPUMs[otherCPU]), probeText(ph))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", ph.Name, secs(ph.WallMs), secs(ph.CPUMs["serve"]), secs(ph.CPUMs["bench"]), secs(ph.CPUMs["meshctl"]), secs(ph.CPUMs[otherCPU]), probeText(ph), secs(ph.CollectedMs))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -293,9 +293,9 @@ func printRound(tw io.Writer, r RoundResult) {
 func printBaseline(w io.Writer, b *BaselineResult) {
 	fmt.Fprintln(w, "\nraw NATS: nats-server (own process), mutual TLS, N connections from this process")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "phase\twall\tnats-server CPU\tbench CPU\tother CPU\tprobe µs\t")
+	fmt.Fprintln(tw, "phase\twall\tnats-server CPU\tbench CPU\tother CPU\tprobe µs\tbench GC before\t")
 	for _, ph := range b.Phases {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", ph.Name, secs(ph.WallMs), secs(ph.CPUMs["nats-server"]), secs(ph.CPUMs["bench"]), secs(ph.CPUMs[otherCPU]), probeText(ph))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", ph.Name, secs(ph.WallMs), secs(ph.CPUMs["nats-server"]), secs(ph.CPUMs["bench"]), secs(ph.CPUMs[otherCPU]), probeText(ph), secs(ph.CollectedMs))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
