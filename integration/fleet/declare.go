@@ -102,13 +102,19 @@ type declareOutput struct {
 
 // declareRound declares a new body to every node with meshctl and waits, then
 // checks every host of the fleet against what declare assigned.
-func (b *bench) declareRound(ctx context.Context, name string, hosts []*Host) (RoundResult, error) {
+// The phase starts after a collection of the benchmark's garbage unless it goes on
+// timing something under way (asIs).
+func (b *bench) declareRound(ctx context.Context, name string, hosts []*Host, asIs bool) (RoundResult, error) {
 	res := RoundResult{Name: name, Versions: map[uint64]int{}}
 	body, err := writeBody(b.workDir, name)
 	if err != nil {
 		return res, err
 	}
-	sp := b.meter.begin(name)
+	begin := b.meter.begin
+	if asIs {
+		begin = b.meter.beginAsIs
+	}
+	sp := begin(name)
 	t0 := time.Now()
 	r, err := b.cp.Ctl(ctx, "declare", "--all", "--file", body.path, "--json", "--wait="+b.cfg.WaitTimeout.String())
 	if err != nil {

@@ -159,10 +159,21 @@ func collect() time.Duration {
 	return after - before
 }
 
-// begin starts timing a phase and prints a progress line.
-func (m *meter) begin(name string) *span {
+// begin collects this process's garbage (see collect), then starts timing a phase
+// and prints a progress line.
+func (m *meter) begin(name string) *span { return m.start(name, true) }
+
+// beginAsIs starts timing a phase without collecting first, for a phase that goes on
+// timing something already under way (the convergence after a kill -9), where a
+// collection would fall inside what is measured.
+func (m *meter) beginAsIs(name string) *span { return m.start(name, false) }
+
+func (m *meter) start(name string, collecting bool) *span {
 	fmt.Fprintf(m.out, "== %s\n", name)
-	collected := collect()
+	var collected time.Duration
+	if collecting {
+		collected = collect()
+	}
 	s := &span{collected: collected, m: m, name: name, cpu: make([]time.Duration, len(m.sources)+1), stopProbe: make(chan struct{}), probe: make(chan Probe, 1)}
 	for i, src := range m.sources {
 		s.cpu[i] = m.reading(src)

@@ -291,7 +291,7 @@ func (b *bench) waitAlive(ctx context.Context, want int, since time.Time) (int, 
 func (b *bench) rounds(ctx context.Context, res *ProductResult) error {
 	hosts := b.fleet.Hosts
 	for i := range b.cfg.Rounds {
-		r, err := b.declareRound(ctx, fmt.Sprintf("4. declare --all round %d", i+1), hosts)
+		r, err := b.declareRound(ctx, fmt.Sprintf("4. declare --all round %d", i+1), hosts, false)
 		if err != nil {
 			return err
 		}
@@ -339,7 +339,7 @@ func (b *bench) restart(ctx context.Context, res *ProductResult) error {
 	res.Restart.Phase = sp.end()
 	fmt.Fprintf(b.out, "   API answers %.0f ms after the kill (%.0f ms after the restart; pings from %.0f ms after it): %s\n",
 		res.Restart.APIMs, res.Restart.RestartToAPIMs, ms(w.Began.Sub(restarted)), w.Summary())
-	r, err := b.declareRound(ctx, "6. declare --all after the restart", b.fleet.Hosts)
+	r, err := b.declareRound(ctx, "6. declare --all after the restart", b.fleet.Hosts, true)
 	if err != nil {
 		return err
 	}

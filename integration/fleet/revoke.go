@@ -91,6 +91,9 @@ func (b *bench) revoke(ctx context.Context, hosts []*Host, k, batch int) (Revoke
 	}
 	res.PingIdle = Summarise(idle)
 
+	// The phase begins, with its collection in this process, before the pings run:
+	// they are this process's too.
+	sp := b.meter.begin(fmt.Sprintf("7. revoke %d nodes, %d a call, one call after the other, pinging meanwhile", res.Requested, res.Batch))
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var pings []time.Duration
@@ -100,7 +103,6 @@ func (b *bench) revoke(ctx context.Context, hosts []*Host, k, batch int) (Revoke
 		defer wg.Done()
 		pings, res.PingFailures, pingErr = pingLoop(b.cp, stop)
 	}()
-	sp := b.meter.begin(fmt.Sprintf("7. revoke %d nodes, %d a call, one call after the other, pinging meanwhile", res.Requested, res.Batch))
 	var each []time.Duration
 	start := time.Now()
 	for i := 0; i < len(victims); i += res.Batch {
