@@ -144,12 +144,15 @@ func (p *profiler) heap(name string) {
 // fetchAllocs writes serve's allocation profile as of now to path. Go publishes a
 // cycle's allocations in the profile only once a later collection has run, so two
 // are forced (the first fetch is thrown away); the phase's CPU figures of serve
-// then include them.
+// then include them. The heap profile is asked for, with the allocations in it:
+// net/http/pprof forces a collection for gc=1 on "heap" only, and "allocs?gc=1"
+// returned the profile of serve's last collection of its own, the same bytes at the
+// start and the end of a phase.
 func fetchAllocs(addr, path string) error {
-	if err := fetch("http://"+addr+"/debug/pprof/allocs?gc=1", path, time.Minute); err != nil {
+	if err := fetch("http://"+addr+"/debug/pprof/heap?gc=1", path, time.Minute); err != nil {
 		return err
 	}
-	return fetch("http://"+addr+"/debug/pprof/allocs?gc=1", path, time.Minute)
+	return fetch("http://"+addr+"/debug/pprof/heap?gc=1", path, time.Minute)
 }
 
 func fetch(url, path string, limit time.Duration) error {
