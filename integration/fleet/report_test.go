@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -56,5 +57,33 @@ func TestPhaseProbesTheMachine(t *testing.T) {
 	// off is far below what they cost.
 	if p.CPUMs["bench"] >= p.Probe.CostMs {
 		t.Fatalf("bench charged %.1f ms for a phase that slept while probes took %.1f ms", p.CPUMs["bench"], p.Probe.CostMs)
+	}
+}
+
+// A phase begins after a collection of this process's garbage, outside its figures;
+// a phase begun as is runs none, so that nothing falls inside an interval already
+// being timed.
+func TestPhaseBeginsAfterACollection(t *testing.T) {
+	var out strings.Builder
+	m := &meter{out: &out, self: "bench", sources: []cpuSource{{"bench", SelfCPU}}}
+	var before, after runtime.MemStats
+
+	runtime.ReadMemStats(&before)
+	s := m.begin("collected")
+	runtime.ReadMemStats(&after)
+	p := s.end()
+	if after.NumForcedGC <= before.NumForcedGC {
+		t.Fatalf("begin ran no collection (forced collections %d before, %d after)", before.NumForcedGC, after.NumForcedGC)
+	}
+	if p.CollectedMs < 0 || !strings.Contains(out.String(), "collected before it") {
+		t.Fatalf("the collection's cost is not reported: %+v\n%s", p, out.String())
+	}
+
+	runtime.ReadMemStats(&before)
+	s = m.beginAsIs("as is")
+	runtime.ReadMemStats(&after)
+	p = s.end()
+	if after.NumForcedGC != before.NumForcedGC || p.CollectedMs != 0 {
+		t.Fatalf("beginAsIs collected (forced collections %d before, %d after; %.1f ms recorded)", before.NumForcedGC, after.NumForcedGC, p.CollectedMs)
 	}
 }
