@@ -143,7 +143,7 @@ func (p *Probe) add(us float64, took time.Duration) {
 
 // collect collects this process's garbage and returns the CPU time it took. Every
 // phase starts after one. The agents share this process and its heap, 10,000 of
-// them about 750 MB, so one collection costs 0.4–1.2 s of CPU. Without it, the
+// them about 750 MB, so one collection costs 0.34–1.2 s of CPU. Without it, the
 // collector runs in whichever phase tips the heap over its goal, mostly with the
 // benchmark's own garbage (its checks of every host after a round allocate about
 // 2.4 times what the agents allocate in the round), and charges the agents of that
