@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"mesh/host/link"
 	"mesh/integration/harness"
 )
 
@@ -147,6 +148,85 @@ func TestSeparateMachines(t *testing.T) {
 		return strings.Contains(r.Stdout, `"applied_version": 1`)
 	})
 	if b, _ := os.ReadFile(filepath.Join(state, "managed", "hello")); string(b) != "across the router" {
+		t.Fatalf("hello = %q\nagent:\n%s", b, agent.Output())
+	}
+}
+
+// TestSilentCutNoticedByTheKernel: the router between a host and its control plane
+// starts dropping their packets without a word (a blackhole route: no reset, no ICMP).
+// The agent's connection is idle between heartbeats, so only the kernel's keepalive
+// and TCP_USER_TIMEOUT can notice: it must hear of the cut well before its NATS pings
+// would (link.PingInterval × link.MaxPingsOutstanding, 40 s), and stay connected on the
+// healthy link before it, where keepalive probes are answered. Once the route is back it
+// reconnects and applies what was declared meanwhile.
+func TestSilentCutNoticedByTheKernel(t *testing.T) {
+	n := newNetns(t, "cut", "TestPartitionConvergesToNewest")
+	cpNS, hostNS, router := n.add("cp"), n.add("host"), n.add("router")
+	n.link(cpNS, "eth0", "10.72.1.2/24", router, "r-cp", "10.72.1.1/24")
+	n.link(hostNS, "eth0", "10.72.2.2/24", router, "r-host", "10.72.2.1/24")
+	n.ip("-n", cpNS, "route", "add", "default", "via", "10.72.1.1")
+	n.ip("-n", hostNS, "route", "add", "default", "via", "10.72.2.1")
+	if out, err := exec.Command("ip", in(router, "sysctl", "-qw", "net.ipv4.ip_forward=1")...).CombinedOutput(); err != nil {
+		t.Fatalf("enable forwarding: %v %s", err, out)
+	}
+
+	dir := filepath.Join(t.TempDir(), "cp")
+	broker := "10.72.1.2:7300"
+	ctl := func(args ...string) harness.Result {
+		return harness.Run(t, "", nil, "ip", in(cpNS, append([]string{bin.Meshctl}, append(args, "--data", dir)...)...)...)
+	}
+	if r := ctl("bootstrap", "--mesh", "silentcut", "--listen", broker); r.Code != 0 {
+		t.Fatalf("bootstrap: %s", r.Combined())
+	}
+	serve := harness.Start(t, nil, "ip", in(cpNS, bin.Meshctl, "serve", "--data", dir, "--raft-heartbeat", "300ms", "--reconcile", "1s")...)
+	serve.WaitOutput(t, "control node ready", 30*time.Second)
+	tok := ctl("token", "--node", "web-1")
+	if tok.Code != 0 {
+		t.Fatalf("token: %s", tok.Combined())
+	}
+	state := filepath.Join(t.TempDir(), "host")
+	if r := harness.Run(t, tok.Stdout, nil, "ip", in(hostNS, bin.Meshhost, "enrol", "--state", state)...); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	// The default heartbeat (15 s): between two, nothing is in flight.
+	agent := harness.Start(t, nil, "ip", in(hostNS, bin.Meshhost, "run", "--state", state, "--root", filepath.Join(state, "managed"))...)
+	harness.Eventually(t, 30*time.Second, "web-1 alive", func() bool {
+		return strings.Contains(ctl("nodes", "--json").Stdout, `"state": "alive"`)
+	})
+
+	// A healthy, idle link through more than one keepalive period stays up.
+	time.Sleep(link.KeepAliveIdle + 2*link.KeepAliveInterval)
+	if strings.Contains(agent.Output(), "disconnected") {
+		t.Fatalf("the agent dropped a healthy idle link:\n%s", agent.Output())
+	}
+
+	// Both ways: a cut that lets the broker's packets through delivers declarations.
+	n.ip("-n", router, "route", "add", "blackhole", "10.72.1.2/32")
+	n.ip("-n", router, "route", "add", "blackhole", "10.72.2.2/32")
+	cut := time.Now()
+	body := filepath.Join(t.TempDir(), "b.json")
+	writeFile(t, body, `{"files":[{"path":"hello","content":"declared during the cut"}]}`)
+	if r := ctl("declare", "--node", "web-1", "--file", body); r.Code != 0 {
+		t.Fatalf("declare during the cut: %s", r.Combined())
+	}
+	// With TCP_USER_TIMEOUT set, keepalive gives up once the link has been silent for
+	// UserTimeout (15 s); data sent meanwhile (a heartbeat, a ping) gives up UserTimeout
+	// after it was sent. The worst case is a heartbeat just before keepalive would have
+	// given up: about 30 s. Pings alone need two intervals past the last pong: 40 s.
+	limit := link.PingInterval*link.MaxPingsOutstanding - 5*time.Second
+	agent.WaitOutput(t, "disconnected from the mesh", limit)
+	noticed := time.Since(cut)
+	t.Logf("the agent noticed the silent cut after %s (pings alone: %s or more)", noticed.Round(100*time.Millisecond), link.PingInterval*link.MaxPingsOutstanding)
+	if _, err := os.Stat(filepath.Join(state, "managed", "hello")); err == nil {
+		t.Fatal("a declaration crossed the blackhole")
+	}
+
+	n.ip("-n", router, "route", "del", "blackhole", "10.72.1.2/32")
+	n.ip("-n", router, "route", "del", "blackhole", "10.72.2.2/32")
+	harness.Eventually(t, 45*time.Second, "web-1 applies v1 after the cut heals", func() bool {
+		return strings.Contains(ctl("nodes", "--json").Stdout, `"applied_version": 1`)
+	})
+	if b, _ := os.ReadFile(filepath.Join(state, "managed", "hello")); string(b) != "declared during the cut" {
 		t.Fatalf("hello = %q\nagent:\n%s", b, agent.Output())
 	}
 }

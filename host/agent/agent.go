@@ -223,15 +223,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	opts := append(base,
+	// A broker cut off without a reset (a partition) is noticed in about 15 s, by
+	// the kernel; one that stops reading, by the pings (see link.Liveness).
+	opts := append(append(base, link.Liveness()...),
 		nats.DontRandomize(),
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(reconnectDelay),
 		nats.IgnoreAuthErrorAbort(),
 		nats.Timeout(10*time.Second),
-		// A broker cut off without a reset (a partition) is noticed in about 10s.
-		nats.PingInterval(5*time.Second),
-		nats.MaxPingsOutstanding(2),
 		nats.ReconnectHandler(func(*nats.Conn) { a.event(event{connected: true}) }),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			a.stats.set(func(s *stats) { s.connected, s.synced = false, false })

@@ -52,3 +52,29 @@ func TestSubstitutedIsAnError(t *testing.T) {
 	}
 	_ = pintls.ErrSubstituted
 }
+
+// TestLivenessOptions: the options a running agent connects with ping at
+// PingInterval, give up after MaxPingsOutstanding, and dial with Dialer's settings.
+func TestLivenessOptions(t *testing.T) {
+	o := nats.GetDefaultOptions()
+	for _, opt := range Liveness() {
+		if err := opt(&o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.PingInterval != PingInterval || o.MaxPingsOut != MaxPingsOutstanding {
+		t.Errorf("pings every %s, %d outstanding; want %s and %d", o.PingInterval, o.MaxPingsOut, PingInterval, MaxPingsOutstanding)
+	}
+	d, ok := o.CustomDialer.(*net.Dialer)
+	if !ok {
+		t.Fatalf("dialer is %T, want *net.Dialer", o.CustomDialer)
+	}
+	if !d.KeepAliveConfig.Enable || d.KeepAliveConfig.Idle != KeepAliveIdle || d.KeepAliveConfig.Interval != KeepAliveInterval ||
+		d.KeepAliveConfig.Count != KeepAliveCount || d.Timeout != DialTimeout || d.Control == nil {
+		t.Errorf("dialer %+v does not carry the liveness settings", d)
+	}
+	// The kernel notices a cut link before the pings would: that is their split.
+	if byKernel, byPings := KeepAliveIdle+KeepAliveCount*KeepAliveInterval, PingInterval*MaxPingsOutstanding; byKernel >= byPings {
+		t.Errorf("keepalive gives up after %s, pings after %s: the cheaper layer must be the faster", byKernel, byPings)
+	}
+}

@@ -1,0 +1,60 @@
+package link
+
+import (
+	"net"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// How a running agent notices that its broker is gone. Two layers, each for the
+// failure it sees at the least cost:
+//
+//   - The kernel watches the link. TCP keepalive probes an idle connection
+//     (KeepAliveIdle, then every KeepAliveInterval, KeepAliveCount unanswered ones
+//     close it), and on Linux TCP_USER_TIMEOUT closes a connection whose sent data
+//     has gone unacknowledged for UserTimeout. A broker cut off without a reset (a
+//     partition, a machine powered off) is noticed in about 15 s, and a probe is a
+//     bare TCP segment: no TLS record, no wake-up of either process.
+//   - NATS pings (PingInterval, MaxPingsOutstanding) notice a broker whose machine
+//     still answers TCP but whose process does not read (stopped, wedged): within
+//     PingInterval × (MaxPingsOutstanding+1).
+//
+// The pings used to do both jobs every 5 s; at 10,000 hosts that was 2,000 TLS
+// round trips a second through the broker, most of what an idle mesh cost
+// (docs/decisions/0013-the-kernel-watches-the-link.md).
+const (
+	PingInterval        = 20 * time.Second
+	MaxPingsOutstanding = 2
+	KeepAliveIdle       = 5 * time.Second
+	KeepAliveInterval   = 5 * time.Second
+	KeepAliveCount      = 2
+	UserTimeout         = 15 * time.Second
+	// DialTimeout bounds one TCP connection attempt to one broker address.
+	DialTimeout = 10 * time.Second
+)
+
+// Liveness returns the options that make a long-lived connection notice a lost
+// broker: the pings, and a dialer whose sockets the kernel watches.
+func Liveness() []nats.Option {
+	return []nats.Option{
+		nats.PingInterval(PingInterval),
+		nats.MaxPingsOutstanding(MaxPingsOutstanding),
+		nats.SetCustomDialer(Dialer()),
+	}
+}
+
+// Dialer returns the TCP dialer of a long-lived connection: keepalive as above, and
+// TCP_USER_TIMEOUT where the system has it. TLS is still nats.go's, above it.
+func Dialer() *net.Dialer {
+	return &net.Dialer{
+		Timeout: DialTimeout,
+		KeepAliveConfig: net.KeepAliveConfig{
+			Enable:   true,
+			Idle:     KeepAliveIdle,
+			Interval: KeepAliveInterval,
+			Count:    KeepAliveCount,
+		},
+		Control: setUserTimeout,
+	}
+}
