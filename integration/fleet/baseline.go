@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"mesh/host/link"
 )
 
 // BaselineResult is raw NATS on the same machine in the same run: a nats-server in
@@ -25,6 +27,7 @@ type BaselineResult struct {
 	Rounds  []FanoutRound   `json:"rounds"`
 	Fanout  Latency         `json:"fanout"` // delivery latency over every host of every round
 	Memory  BaselineMemory  `json:"memory"`
+	Idle    IdleResult      `json:"idle"`
 	// Disconnects counts connections the server dropped during the run.
 	Disconnects int64   `json:"disconnects"`
 	Phases      []Phase `json:"phases"`
@@ -151,7 +154,10 @@ func runBaseline(ctx context.Context, cfg Config, certDir string) (*BaselineResu
 	var disconnects atomic.Int64
 	opts := []nats.Option{
 		nats.Secure(clientTLS), nats.TLSHandshakeFirst(), nats.Timeout(10 * time.Second),
-		nats.PingInterval(5 * time.Second), nats.MaxPingsOutstanding(2), nats.NoReconnect(),
+		// The agents' liveness settings (pings, the kernel's keepalive), so that the
+		// idle phase compares what the product adds to the same connections.
+		nats.PingInterval(link.PingInterval), nats.MaxPingsOutstanding(link.MaxPingsOutstanding),
+		nats.SetCustomDialer(link.Dialer()), nats.NoReconnect(),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				disconnects.Add(1)
@@ -211,6 +217,13 @@ func runBaseline(ctx context.Context, cfg Config, certDir string) (*BaselineResu
 	}
 	fmt.Fprintf(cfg.Out, "   server RSS %s idle, %s connected: %s per connection\n",
 		mib(res.Memory.IdleBytes), mib(res.Memory.ConnectedBytes), kib(res.Memory.PerConnBytes))
+
+	if cfg.Idle > 0 {
+		name := fmt.Sprintf("baseline: idle %s with every connection open", cfg.Idle)
+		if res.Idle, err = m.idle(ctx, name, cfg.Idle, res.Connect.Connected, "nats-server"); err != nil {
+			return res, err
+		}
+	}
 
 	// The publisher.
 	pub, err := nats.Connect(url, opts...)

@@ -28,6 +28,9 @@ type Config struct {
 	MessageSize int `json:"message_size"`
 	// ServeLogLevel is serve's --log-level.
 	ServeLogLevel string `json:"serve_log_level"`
+	// Idle is how long the fleet stays connected with nothing to do, to measure
+	// what a mesh at rest costs: pings, heartbeats. 0 skips the phase.
+	Idle time.Duration `json:"idle"`
 	// RestartDelay is how long serve stays down after the kill of phase 6. The
 	// agents' first reconnections come 1–2 s after the kill, so a delay near 1 s makes
 	// the restarted node start as they arrive.
@@ -62,7 +65,7 @@ func DefaultConfig() Config {
 	return Config{
 		Hosts: 1000, Rounds: 3, Revoke: 100, RevokeBatch: 10, Inflight: 200, StartInflight: 200,
 		WaitTimeout: 5 * time.Minute, PhaseTimeout: 10 * time.Minute, MessageSize: 300,
-		ServeLogLevel: "info", Product: true, Baseline: true,
+		ServeLogLevel: "info", Product: true, Baseline: true, Idle: 15 * time.Second,
 		WorkDir: "", HostDir: "/dev/shm",
 	}
 }
@@ -81,6 +84,8 @@ func (c Config) validate() error {
 		return errors.New("-start-inflight must not be negative")
 	case c.MessageSize < 1:
 		return errors.New("-msg-size must be at least 1")
+	case c.Idle < 0:
+		return errors.New("-idle must not be negative")
 	case c.RestartDelay < 0:
 		return errors.New("-restart-delay must not be negative")
 	case !c.Product && !c.Baseline:

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"context"
 	"crypto/ed25519"
 	"fmt"
 	"io"
@@ -229,4 +230,43 @@ func (m *meter) reading(src cpuSource) time.Duration {
 		return 0
 	}
 	return d
+}
+
+// IdleResult is the fleet connected with nothing to do for a while: what a mesh at
+// rest costs (the clients' pings, the agents' heartbeats, the server's answers).
+type IdleResult struct {
+	Connected int `json:"connected"`
+	// ServerUsPerHostSecond and ClientUsPerHostSecond are CPU microseconds per
+	// connected host per second of the phase, of the server's process and of this
+	// one (the agents, or the baseline's subscribers).
+	ServerUsPerHostSecond float64 `json:"server_us_per_host_second"`
+	ClientUsPerHostSecond float64 `json:"client_us_per_host_second"`
+	Phase                 Phase   `json:"phase"`
+}
+
+// idle waits d with connected hosts and nothing sent, and returns what the server
+// (the meter's source named server) and this process spent per host per second.
+func (m *meter) idle(ctx context.Context, name string, d time.Duration, connected int, server string) (IdleResult, error) {
+	sp := m.begin(name)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	res := IdleResult{Connected: connected, Phase: sp.end()}
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	perHostSecond := func(cpu time.Duration) float64 {
+		if connected == 0 {
+			return 0
+		}
+		return us(cpu) / float64(connected) / res.Phase.Wall().Seconds()
+	}
+	res.ServerUsPerHostSecond = perHostSecond(res.Phase.CPU(server))
+	res.ClientUsPerHostSecond = perHostSecond(res.Phase.CPU(m.self))
+	fmt.Fprintf(m.out, "   %d connected at rest: %s %.2f µs CPU per host per second, %s %.2f\n",
+		connected, server, res.ServerUsPerHostSecond, m.self, res.ClientUsPerHostSecond)
+	return res, nil
 }

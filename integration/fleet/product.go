@@ -23,6 +23,7 @@ type ProductResult struct {
 	Rounds  []RoundResult `json:"rounds"`
 	Fanout  Latency       `json:"fanout"` // apply latency over every host of every round
 	Memory  MemoryResult  `json:"memory"`
+	Idle    IdleResult    `json:"idle"`
 	Restart RestartResult `json:"restart"`
 	Revoke  RevokeResult  `json:"revoke"`
 	// AgentLog and ServeLog count what the agents and serve logged at warning and
@@ -135,7 +136,7 @@ func runProduct(ctx context.Context, cfg Config, meshctl, workDir, hostDir strin
 	if err := b.setUp(ctx, res); err != nil {
 		return res, err
 	}
-	steps := []func(context.Context, *ProductResult) error{b.mint, b.enrol, b.start, b.rounds, b.restart, b.revokePhase}
+	steps := []func(context.Context, *ProductResult) error{b.mint, b.enrol, b.start, b.idle, b.rounds, b.restart, b.revokePhase}
 	for _, step := range steps {
 		if err = step(ctx, res); err != nil {
 			break
@@ -238,6 +239,17 @@ func (b *bench) start(ctx context.Context, res *ProductResult) error {
 	fmt.Fprintf(b.out, "== 5. memory: serve RSS %s ready, %s before hosts, %s with %d connected: %s per host\n",
 		mib(res.Memory.ReadyBytes), mib(res.Memory.BeforeHostsBytes), mib(res.Memory.AllConnectedBytes), res.Memory.Connected, kib(res.Memory.PerHostBytes))
 	b.meter.prof.heap("all-connected")
+	return err
+}
+
+// idle is phase 5's second half: the fleet connected, nothing declared, for
+// cfg.Idle. What it costs is what the agents' pings and heartbeats cost.
+func (b *bench) idle(ctx context.Context, res *ProductResult) error {
+	if b.cfg.Idle == 0 {
+		return nil
+	}
+	var err error
+	res.Idle, err = b.meter.idle(ctx, fmt.Sprintf("5. idle %s with every host connected", b.cfg.Idle), b.cfg.Idle, len(b.fleet.running()), "serve")
 	return err
 }
 

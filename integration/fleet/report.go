@@ -153,6 +153,8 @@ func ratios(p *ProductResult, b *BaselineResult) []Ratio {
 		r("server CPU per host per fan-out", "µs", productServerCPUPerHost(p), baselineServerCPUPerHost(b)),
 		r("receiver CPU per message", "µs", productReceiverCPUPerHost(p), baselineReceiverCPUPerMessage(b)),
 		r("server RSS per connected host", "KiB", float64(p.Memory.PerHostBytes)/1024, float64(b.Memory.PerConnBytes)/1024),
+		r("server CPU per connected host per second at rest", "µs", p.Idle.ServerUsPerHostSecond, b.Idle.ServerUsPerHostSecond),
+		r("client CPU per connected host per second at rest", "µs", p.Idle.ClientUsPerHostSecond, b.Idle.ClientUsPerHostSecond),
 	}
 }
 
@@ -268,6 +270,7 @@ func printProduct(w io.Writer, cfg Config, p *ProductResult) {
 	fmt.Fprintf(tw, "4. apply latency, all rounds\t%s\t\n", lat(p.Fanout))
 	fmt.Fprintf(tw, "5. serve RSS\t%s ready, %s before hosts, %s with %d connected: %s per host\t\n",
 		mib(p.Memory.ReadyBytes), mib(p.Memory.BeforeHostsBytes), mib(p.Memory.AllConnectedBytes), p.Memory.Connected, kib(p.Memory.PerHostBytes))
+	fmt.Fprintf(tw, "5. at rest\t%s\t\n", idleText(p.Idle, "serve", "agents"))
 	fmt.Fprintf(tw, "6. kill -9 with %d connected\tAPI answers %s after the kill (%s after the restart); converged %s after the kill\t\n",
 		p.Restart.Connected, secs(p.Restart.APIMs), secs(p.Restart.RestartToAPIMs), secs(p.Restart.ConvergedMs))
 	printRound(tw, p.Restart.Round)
@@ -308,7 +311,17 @@ func printBaseline(w io.Writer, b *BaselineResult) {
 	}
 	fmt.Fprintf(tw, "fan-out, all rounds\t%s\t\n", lat(b.Fanout))
 	fmt.Fprintf(tw, "server RSS\t%s idle, %s connected: %s per connection\t\n", mib(b.Memory.IdleBytes), mib(b.Memory.ConnectedBytes), kib(b.Memory.PerConnBytes))
+	fmt.Fprintf(tw, "at rest\t%s\t\n", idleText(b.Idle, "nats-server", "subscribers"))
 	tw.Flush()
+}
+
+// idleText is an idle phase's figures, or why there are none.
+func idleText(r IdleResult, server, clients string) string {
+	if r.Phase.Name == "" {
+		return "not measured (-idle 0)"
+	}
+	return fmt.Sprintf("%d connected for %s: %s %.2f µs CPU per host per second, %s %.2f",
+		r.Connected, secs(r.Phase.WallMs), server, r.ServerUsPerHostSecond, clients, r.ClientUsPerHostSecond)
 }
 
 func lat(l Latency) string {

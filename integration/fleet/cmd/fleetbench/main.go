@@ -50,6 +50,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.PhaseTimeout, "phase-timeout", cfg.PhaseTimeout, "longest wait for the fleet in a phase")
 	fs.IntVar(&cfg.MessageSize, "msg-size", cfg.MessageSize, "baseline message size, bytes")
 	fs.StringVar(&cfg.ServeLogLevel, "serve-log-level", cfg.ServeLogLevel, "meshctl serve --log-level")
+	fs.DurationVar(&cfg.Idle, "idle", cfg.Idle, "how long the connected fleet stays at rest before the rounds, to measure what pings and heartbeats cost (0 skips it)")
 	fs.DurationVar(&cfg.RestartDelay, "restart-delay", cfg.RestartDelay, "how long serve stays down after the kill -9 of phase 6 (near 1s, it restarts as the agents reconnect)")
 	fs.BoolVar(&cfg.Baseline, "baseline", cfg.Baseline, "run the raw NATS baseline")
 	fs.BoolVar(&cfg.Product, "product", cfg.Product, "run the product's phases")
