@@ -149,6 +149,7 @@ func ratios(p *ProductResult, b *BaselineResult) []Ratio {
 		r("server CPU per host: agent start vs connect", "µs", startCPU, b.Connect.ServerCPUPerUs),
 		r("fan-out p50", "ms", p.Fanout.P50Ms, b.Fanout.P50Ms),
 		r("fan-out p99", "ms", p.Fanout.P99Ms, b.Fanout.P99Ms),
+		r("fan-out p99, median of rounds", "ms", medianP99(roundLatencies(p)), medianP99(baselineLatencies(b))),
 		r("fan-out max", "ms", p.Fanout.MaxMs, b.Fanout.MaxMs),
 		r("server CPU per host per fan-out", "µs", productServerCPUPerHost(p), baselineServerCPUPerHost(b)),
 		r("receiver CPU per message", "µs", productReceiverCPUPerHost(p), baselineReceiverCPUPerMessage(b)),
@@ -156,6 +157,22 @@ func ratios(p *ProductResult, b *BaselineResult) []Ratio {
 		r("server CPU per connected host per second at rest", "µs", p.Idle.ServerUsPerHostSecond, b.Idle.ServerUsPerHostSecond),
 		r("client CPU per connected host per second at rest", "µs", p.Idle.ClientUsPerHostSecond, b.Idle.ClientUsPerHostSecond),
 	}
+}
+
+func roundLatencies(p *ProductResult) []Latency {
+	var ls []Latency
+	for _, r := range p.Rounds {
+		ls = append(ls, r.Apply)
+	}
+	return ls
+}
+
+func baselineLatencies(b *BaselineResult) []Latency {
+	var ls []Latency
+	for _, r := range b.Rounds {
+		ls = append(ls, r.Latency)
+	}
+	return ls
 }
 
 // productServerCPUPerHost is the serve process's CPU per host, averaged over the

@@ -55,3 +55,18 @@ func ratio(a, b float64) float64 {
 	}
 	return a / b
 }
+
+// medianP99 is the median of the rounds' p99s: the fan-out figure as the fleet's
+// issue states it ("p99, median of 3 rounds"), which one slow round moves less than
+// the p99 of all rounds pooled. With an even number of rounds it is the lower middle.
+func medianP99(rounds []Latency) float64 {
+	if len(rounds) == 0 {
+		return 0
+	}
+	p := make([]float64, len(rounds))
+	for i, r := range rounds {
+		p[i] = r.P99Ms
+	}
+	slices.Sort(p)
+	return p[(len(p)-1)/2]
+}

@@ -112,3 +112,23 @@ func TestDisturbed(t *testing.T) {
 		t.Fatalf("disturbed: quiet %t busy %t small %t", disturbed(quiet), disturbed(busy), disturbed(small))
 	}
 }
+
+func TestMedianP99(t *testing.T) {
+	for _, c := range []struct {
+		p99  []float64
+		want float64
+	}{
+		{nil, 0},
+		{[]float64{7}, 7},
+		{[]float64{190, 35, 150}, 150}, // one slow round does not decide it
+		{[]float64{40, 10, 30, 20}, 20},
+	} {
+		var ls []Latency
+		for _, p := range c.p99 {
+			ls = append(ls, Latency{P99Ms: p})
+		}
+		if got := medianP99(ls); got != c.want {
+			t.Errorf("medianP99(%v) = %v, want %v", c.p99, got, c.want)
+		}
+	}
+}
