@@ -62,6 +62,11 @@ type BaselineMemory struct {
 	IdleBytes      int64 `json:"idle_bytes"`
 	ConnectedBytes int64 `json:"connected_bytes"`
 	PerConnBytes   int64 `json:"per_conn_bytes"`
+	// AfterRoundBytes is the resident set once every connection carried a message
+	// (after the first fan-out round), as the product's is read once every host
+	// received its first declaration; PerConnAfterRoundBytes is per connection.
+	AfterRoundBytes        int64 `json:"after_round_bytes"`
+	PerConnAfterRoundBytes int64 `json:"per_conn_after_round_bytes"`
 }
 
 // natsProc is the baseline server process.
@@ -242,6 +247,17 @@ func runBaseline(ctx context.Context, cfg Config, certDir string) (*BaselineResu
 			return res, err
 		}
 		res.Rounds = append(res.Rounds, round)
+		if r == 0 {
+			time.Sleep(time.Second) // as after connecting, before reading the RSS
+			if res.Memory.AfterRoundBytes, err = srv.rss(); err != nil {
+				return res, err
+			}
+			if res.Connect.Connected > 0 {
+				res.Memory.PerConnAfterRoundBytes = (res.Memory.AfterRoundBytes - res.Memory.IdleBytes) / int64(res.Connect.Connected)
+			}
+			fmt.Fprintf(cfg.Out, "   server RSS %s once every connection carried a message: %s per connection\n",
+				mib(res.Memory.AfterRoundBytes), kib(res.Memory.PerConnAfterRoundBytes))
+		}
 	}
 	var all []time.Duration
 	for _, r := range res.Rounds {

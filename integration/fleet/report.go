@@ -153,7 +153,8 @@ func ratios(p *ProductResult, b *BaselineResult) []Ratio {
 		r("fan-out max", "ms", p.Fanout.MaxMs, b.Fanout.MaxMs),
 		r("server CPU per host per fan-out", "µs", productServerCPUPerHost(p), baselineServerCPUPerHost(b)),
 		r("receiver CPU per message", "µs", productReceiverCPUPerHost(p), baselineReceiverCPUPerMessage(b)),
-		r("server RSS per connected host", "KiB", float64(p.Memory.PerHostBytes)/1024, float64(b.Memory.PerConnBytes)/1024),
+		r("server RSS per host vs raw just connected", "KiB", float64(p.Memory.PerHostBytes)/1024, float64(b.Memory.PerConnBytes)/1024),
+		r("server RSS per host vs raw after a message each", "KiB", float64(p.Memory.PerHostBytes)/1024, float64(b.Memory.PerConnAfterRoundBytes)/1024),
 		r("server CPU per connected host per second at rest", "µs", p.Idle.ServerUsPerHostSecond, b.Idle.ServerUsPerHostSecond),
 		r("client CPU per connected host per second at rest", "µs", p.Idle.ClientUsPerHostSecond, b.Idle.ClientUsPerHostSecond),
 	}
@@ -327,7 +328,8 @@ func printBaseline(w io.Writer, b *BaselineResult) {
 			i+1, r.Delivered, r.Missing, lat(r.Latency), r.ServerCPUPerHostUs, r.ReceiverCPUPerMessageUs)
 	}
 	fmt.Fprintf(tw, "fan-out, all rounds\t%s\t\n", lat(b.Fanout))
-	fmt.Fprintf(tw, "server RSS\t%s idle, %s connected: %s per connection\t\n", mib(b.Memory.IdleBytes), mib(b.Memory.ConnectedBytes), kib(b.Memory.PerConnBytes))
+	fmt.Fprintf(tw, "server RSS\t%s idle, %s connected: %s per connection; %s once each carried a message: %s per connection\t\n",
+		mib(b.Memory.IdleBytes), mib(b.Memory.ConnectedBytes), kib(b.Memory.PerConnBytes), mib(b.Memory.AfterRoundBytes), kib(b.Memory.PerConnAfterRoundBytes))
 	fmt.Fprintf(tw, "at rest\t%s\t\n", idleText(b.Idle, "nats-server", "subscribers"))
 	tw.Flush()
 }
