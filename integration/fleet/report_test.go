@@ -1,8 +1,10 @@
 package fleet
 
 import (
+	"context"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -85,5 +87,34 @@ func TestPhaseBeginsAfterACollection(t *testing.T) {
 	p = s.end()
 	if after.NumForcedGC != before.NumForcedGC || p.CollectedMs != 0 {
 		t.Fatalf("beginAsIs collected (forced collections %d before, %d after; %.1f ms recorded)", before.NumForcedGC, after.NumForcedGC, p.CollectedMs)
+	}
+}
+
+// TestIdleChargesPerHostSecond: the idle phase divides what the server's process
+// spent by the hosts connected and the seconds waited.
+func TestIdleChargesPerHostSecond(t *testing.T) {
+	var out strings.Builder
+	var server atomic.Int64
+	m := &meter{out: &out, self: "bench", sources: []cpuSource{
+		{"srv", func() (time.Duration, error) { return time.Duration(server.Load()), nil }},
+		{"bench", SelfCPU},
+	}}
+	go func() { time.Sleep(100 * time.Millisecond); server.Store(int64(2 * time.Second)) }()
+	r, err := m.idle(context.Background(), "idle", 400*time.Millisecond, 10, "srv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2 s of CPU over 10 hosts and about 0.4 s: about 500,000 µs per host per second.
+	want := 2e6 / 10 / r.Phase.Wall().Seconds()
+	if r.Connected != 10 || r.ServerUsPerHostSecond < want*0.999 || r.ServerUsPerHostSecond > want*1.001 {
+		t.Fatalf("%+v: want %.0f µs per host per second for the server", r, want)
+	}
+	if !strings.Contains(out.String(), "at rest: srv") {
+		t.Fatalf("no line for the phase:\n%s", out.String())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := m.idle(ctx, "cancelled", time.Hour, 10, "srv"); err == nil {
+		t.Fatal("a cancelled idle phase returned no error")
 	}
 }
