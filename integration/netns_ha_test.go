@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -14,40 +13,21 @@ import (
 )
 
 // machine is a network namespace running one program of the mesh.
-type machine struct {
-	ns   string
-	ip   string
-	dir  string
-	proc *harness.Process
-}
-
 // TestControlPlaneMachines: three control nodes and a host, each its own network
 // namespace, behind a router. The control nodes join over the network; the leader's
 // machine is killed and a new leader takes over; a follower's machine is cut off by
 // the router and comes back; the host keeps converging throughout.
 func TestControlPlaneMachines(t *testing.T) {
 	n := newNetns(t, "mha", "TestHighAvailability")
-	router := n.add("router")
-	if out, err := exec.Command("ip", in(router, "sysctl", "-qw", "net.ipv4.ip_forward=1")...).CombinedOutput(); err != nil {
-		t.Fatalf("forwarding: %v %s", err, out)
-	}
+	router := n.router("router")
 	machines := map[string]*machine{}
 	for i, name := range []string{"cp-1", "cp-2", "cp-3", "web-1"} {
-		ns := n.add(name)
-		ip := fmt.Sprintf("10.73.%d.2", i+1)
-		n.link(ns, "eth0", ip+"/24", router, "r-"+name, fmt.Sprintf("10.73.%d.1/24", i+1))
-		n.ip("-n", ns, "route", "add", "default", "via", fmt.Sprintf("10.73.%d.1", i+1))
-		machines[name] = &machine{ns: ns, ip: ip, dir: filepath.Join(t.TempDir(), name)}
+		machines[name] = n.behind(router, name, fmt.Sprintf("10.73.%d", i+1))
 	}
-	run := func(m *machine, stdin string, args ...string) harness.Result {
-		return harness.Run(t, stdin, nil, "ip", in(m.ns, args...)...)
-	}
-	ctl := func(m *machine, args ...string) harness.Result {
-		return run(m, "", append([]string{bin.Meshctl}, append(args, "--data", m.dir)...)...)
-	}
+	run := func(m *machine, stdin string, args ...string) harness.Result { return m.run(t, stdin, args...) }
+	ctl := func(m *machine, args ...string) harness.Result { return m.ctl(t, args...) }
 	serve := func(m *machine) {
-		m.proc = harness.Start(t, nil, "ip", in(m.ns, bin.Meshctl, "serve", "--data", m.dir, "--raft-heartbeat", "500ms", "--reconcile", "1s", "--offline-after", "3s")...)
-		m.proc.WaitOutput(t, "control node ready", 60*time.Second)
+		m.serve(t, 60*time.Second, "--raft-heartbeat", "500ms", "--reconcile", "1s", "--offline-after", "3s")
 	}
 	cp1 := machines["cp-1"]
 	if r := ctl(cp1, "bootstrap", "--mesh", "machines", "--listen", cp1.ip+":7300"); r.Code != 0 {

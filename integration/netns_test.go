@@ -71,6 +71,54 @@ func newNetns(t *testing.T, tag, coveredBy string) *netns {
 // in wraps a command to run inside a namespace.
 func in(ns string, args ...string) []string { return append([]string{"netns", "exec", ns}, args...) }
 
+// router adds a namespace that forwards between the machines behind it.
+func (n *netns) router(name string) string {
+	n.t.Helper()
+	ns := n.add(name)
+	if out, err := exec.Command("ip", in(ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")...).CombinedOutput(); err != nil {
+		n.t.Fatalf("enable forwarding in %s: %v %s", ns, err, out)
+	}
+	return ns
+}
+
+// machine is a namespace standing for a machine: its address and, for a control
+// node, its data directory and its serve process.
+type machine struct {
+	ns   string
+	ip   string
+	dir  string
+	proc *harness.Process
+}
+
+// behind adds machine name, linked to router on the /24 whose first three octets are
+// subnet: the machine is .2, the router .1 and the machine's default route.
+func (n *netns) behind(router, name, subnet string) *machine {
+	n.t.Helper()
+	ns := n.add(name)
+	n.link(ns, "eth0", subnet+".2/24", router, "r-"+name, subnet+".1/24")
+	n.ip("-n", ns, "route", "add", "default", "via", subnet+".1")
+	return &machine{ns: ns, ip: subnet + ".2", dir: filepath.Join(n.t.TempDir(), name)}
+}
+
+// run runs a command inside m's namespace.
+func (m *machine) run(t *testing.T, stdin string, args ...string) harness.Result {
+	t.Helper()
+	return harness.Run(t, stdin, nil, "ip", in(m.ns, args...)...)
+}
+
+// ctl runs meshctl inside m's namespace on m's data directory.
+func (m *machine) ctl(t *testing.T, args ...string) harness.Result {
+	t.Helper()
+	return m.run(t, "", append([]string{bin.Meshctl}, append(args, "--data", m.dir)...)...)
+}
+
+// serve starts meshctl serve on m with flags and waits until it is ready.
+func (m *machine) serve(t *testing.T, ready time.Duration, flags ...string) {
+	t.Helper()
+	m.proc = harness.Start(t, nil, "ip", in(m.ns, append([]string{bin.Meshctl, "serve", "--data", m.dir}, flags...)...)...)
+	m.proc.WaitOutput(t, "control node ready", ready)
+}
+
 // TestSeparateMachines: network namespaces act as a control-plane machine, a host
 // machine and a router between them. An attacker's namespace takes over the broker's
 // address on the path: the host refuses it before sending anything. Once the real
@@ -78,30 +126,19 @@ func in(ns string, args ...string) []string { return append([]string{"netns", "e
 func TestSeparateMachines(t *testing.T) {
 	n := newNetns(t, "mesh", "TestImpostorRefusedBeforeAnyCredential")
 
-	cpNS, hostNS, router, attacker := n.add("cp"), n.add("host"), n.add("router"), n.add("attacker")
-	n.link(cpNS, "eth0", "10.71.1.2/24", router, "r-cp", "10.71.1.1/24")
-	n.link(hostNS, "eth0", "10.71.2.2/24", router, "r-host", "10.71.2.1/24")
-	n.link(attacker, "eth0", "10.71.3.2/24", router, "r-att", "10.71.3.1/24")
-	n.ip("-n", cpNS, "route", "add", "default", "via", "10.71.1.1")
-	n.ip("-n", hostNS, "route", "add", "default", "via", "10.71.2.1")
-	n.ip("-n", attacker, "route", "add", "default", "via", "10.71.3.1")
+	router := n.router("router")
+	cp, host, att := n.behind(router, "cp", "10.71.1"), n.behind(router, "host", "10.71.2"), n.behind(router, "attacker", "10.71.3")
+	hostNS, attacker := host.ns, att.ns
 	// The attacker owns the broker's address on its own machine, ready to answer.
 	n.ip("-n", attacker, "addr", "add", "10.71.1.2/32", "dev", "eth0")
-	if out, err := exec.Command("ip", in(router, "sysctl", "-qw", "net.ipv4.ip_forward=1")...).CombinedOutput(); err != nil {
-		t.Fatalf("enable forwarding: %v %s", err, out)
-	}
 
 	// The control-plane machine.
-	dir := filepath.Join(t.TempDir(), "cp")
-	broker := "10.71.1.2:7300"
-	ctl := func(args ...string) harness.Result {
-		return harness.Run(t, "", nil, "ip", in(cpNS, append([]string{bin.Meshctl}, append(args, "--data", dir)...)...)...)
-	}
+	broker := cp.ip + ":7300"
+	ctl := func(args ...string) harness.Result { return cp.ctl(t, args...) }
 	if r := ctl("bootstrap", "--mesh", "twomachines", "--listen", broker); r.Code != 0 {
 		t.Fatalf("bootstrap in the control-plane namespace: %s", r.Combined())
 	}
-	serve := harness.Start(t, nil, "ip", in(cpNS, bin.Meshctl, "serve", "--data", dir, "--raft-heartbeat", "300ms", "--reconcile", "1s")...)
-	serve.WaitOutput(t, "control node ready", 30*time.Second)
+	cp.serve(t, 30*time.Second, "--raft-heartbeat", "300ms", "--reconcile", "1s")
 	tok := ctl("token", "--node", "web-1")
 	if tok.Code != 0 {
 		t.Fatalf("token: %s", tok.Combined())
@@ -161,35 +198,23 @@ func TestSeparateMachines(t *testing.T) {
 // reconnects and applies what was declared meanwhile.
 func TestSilentCutNoticedByTheKernel(t *testing.T) {
 	n := newNetns(t, "cut", "TestPartitionConvergesToNewest")
-	cpNS, hostNS, router := n.add("cp"), n.add("host"), n.add("router")
-	n.link(cpNS, "eth0", "10.72.1.2/24", router, "r-cp", "10.72.1.1/24")
-	n.link(hostNS, "eth0", "10.72.2.2/24", router, "r-host", "10.72.2.1/24")
-	n.ip("-n", cpNS, "route", "add", "default", "via", "10.72.1.1")
-	n.ip("-n", hostNS, "route", "add", "default", "via", "10.72.2.1")
-	if out, err := exec.Command("ip", in(router, "sysctl", "-qw", "net.ipv4.ip_forward=1")...).CombinedOutput(); err != nil {
-		t.Fatalf("enable forwarding: %v %s", err, out)
-	}
-
-	dir := filepath.Join(t.TempDir(), "cp")
-	broker := "10.72.1.2:7300"
-	ctl := func(args ...string) harness.Result {
-		return harness.Run(t, "", nil, "ip", in(cpNS, append([]string{bin.Meshctl}, append(args, "--data", dir)...)...)...)
-	}
-	if r := ctl("bootstrap", "--mesh", "silentcut", "--listen", broker); r.Code != 0 {
+	router := n.router("router")
+	cp, host := n.behind(router, "cp", "10.72.1"), n.behind(router, "host", "10.72.2")
+	ctl := func(args ...string) harness.Result { return cp.ctl(t, args...) }
+	if r := ctl("bootstrap", "--mesh", "silentcut", "--listen", cp.ip+":7300"); r.Code != 0 {
 		t.Fatalf("bootstrap: %s", r.Combined())
 	}
-	serve := harness.Start(t, nil, "ip", in(cpNS, bin.Meshctl, "serve", "--data", dir, "--raft-heartbeat", "300ms", "--reconcile", "1s")...)
-	serve.WaitOutput(t, "control node ready", 30*time.Second)
+	cp.serve(t, 30*time.Second, "--raft-heartbeat", "300ms", "--reconcile", "1s")
 	tok := ctl("token", "--node", "web-1")
 	if tok.Code != 0 {
 		t.Fatalf("token: %s", tok.Combined())
 	}
 	state := filepath.Join(t.TempDir(), "host")
-	if r := harness.Run(t, tok.Stdout, nil, "ip", in(hostNS, bin.Meshhost, "enrol", "--state", state)...); r.Code != 0 {
+	if r := host.run(t, tok.Stdout, bin.Meshhost, "enrol", "--state", state); r.Code != 0 {
 		t.Fatalf("enrol: %s", r.Combined())
 	}
 	// The default heartbeat (15 s): between two, nothing is in flight.
-	agent := harness.Start(t, nil, "ip", in(hostNS, bin.Meshhost, "run", "--state", state, "--root", filepath.Join(state, "managed"))...)
+	agent := harness.Start(t, nil, "ip", in(host.ns, bin.Meshhost, "run", "--state", state, "--root", filepath.Join(state, "managed"))...)
 	harness.Eventually(t, 30*time.Second, "web-1 alive", func() bool {
 		return strings.Contains(ctl("nodes", "--json").Stdout, `"state": "alive"`)
 	})
@@ -201,8 +226,8 @@ func TestSilentCutNoticedByTheKernel(t *testing.T) {
 	}
 
 	// Both ways: a cut that lets the broker's packets through delivers declarations.
-	n.ip("-n", router, "route", "add", "blackhole", "10.72.1.2/32")
-	n.ip("-n", router, "route", "add", "blackhole", "10.72.2.2/32")
+	n.ip("-n", router, "route", "add", "blackhole", cp.ip+"/32")
+	n.ip("-n", router, "route", "add", "blackhole", host.ip+"/32")
 	cut := time.Now()
 	body := filepath.Join(t.TempDir(), "b.json")
 	writeFile(t, body, `{"files":[{"path":"hello","content":"declared during the cut"}]}`)
@@ -221,8 +246,8 @@ func TestSilentCutNoticedByTheKernel(t *testing.T) {
 		t.Fatal("a declaration crossed the blackhole")
 	}
 
-	n.ip("-n", router, "route", "del", "blackhole", "10.72.1.2/32")
-	n.ip("-n", router, "route", "del", "blackhole", "10.72.2.2/32")
+	n.ip("-n", router, "route", "del", "blackhole", cp.ip+"/32")
+	n.ip("-n", router, "route", "del", "blackhole", host.ip+"/32")
 	harness.Eventually(t, 45*time.Second, "web-1 applies v1 after the cut heals", func() bool {
 		return strings.Contains(ctl("nodes", "--json").Stdout, `"applied_version": 1`)
 	})
