@@ -112,6 +112,16 @@ func (m *machine) ctl(t *testing.T, args ...string) harness.Result {
 	return m.run(t, "", append([]string{bin.Meshctl}, append(args, "--data", m.dir)...)...)
 }
 
+// bootstrap makes m the first control node of mesh, its broker on m's address, and
+// starts it with short Raft and reconcile periods.
+func (m *machine) bootstrap(t *testing.T, mesh string) {
+	t.Helper()
+	if r := m.ctl(t, "bootstrap", "--mesh", mesh, "--listen", m.ip+":7300"); r.Code != 0 {
+		t.Fatalf("bootstrap in %s: %s", m.ns, r.Combined())
+	}
+	m.serve(t, 30*time.Second, "--raft-heartbeat", "300ms", "--reconcile", "1s")
+}
+
 // serve starts meshctl serve on m with flags and waits until it is ready.
 func (m *machine) serve(t *testing.T, ready time.Duration, flags ...string) {
 	t.Helper()
@@ -135,10 +145,7 @@ func TestSeparateMachines(t *testing.T) {
 	// The control-plane machine.
 	broker := cp.ip + ":7300"
 	ctl := func(args ...string) harness.Result { return cp.ctl(t, args...) }
-	if r := ctl("bootstrap", "--mesh", "twomachines", "--listen", broker); r.Code != 0 {
-		t.Fatalf("bootstrap in the control-plane namespace: %s", r.Combined())
-	}
-	cp.serve(t, 30*time.Second, "--raft-heartbeat", "300ms", "--reconcile", "1s")
+	cp.bootstrap(t, "twomachines")
 	tok := ctl("token", "--node", "web-1")
 	if tok.Code != 0 {
 		t.Fatalf("token: %s", tok.Combined())
@@ -201,10 +208,7 @@ func TestSilentCutNoticedByTheKernel(t *testing.T) {
 	router := n.router("router")
 	cp, host := n.behind(router, "cp", "10.72.1"), n.behind(router, "host", "10.72.2")
 	ctl := func(args ...string) harness.Result { return cp.ctl(t, args...) }
-	if r := ctl("bootstrap", "--mesh", "silentcut", "--listen", cp.ip+":7300"); r.Code != 0 {
-		t.Fatalf("bootstrap: %s", r.Combined())
-	}
-	cp.serve(t, 30*time.Second, "--raft-heartbeat", "300ms", "--reconcile", "1s")
+	cp.bootstrap(t, "silentcut")
 	tok := ctl("token", "--node", "web-1")
 	if tok.Code != 0 {
 		t.Fatalf("token: %s", tok.Combined())
