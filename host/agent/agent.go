@@ -223,7 +223,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// A broker cut off without a reset (a partition) is noticed in about 15 s, by
+	// A broker cut off without a reset (a partition) is noticed in 15–20 s, by
 	// the kernel; one that stops reading, by the pings (see link.Liveness).
 	opts := append(append(base, link.Liveness()...),
 		nats.DontRandomize(),

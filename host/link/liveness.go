@@ -11,11 +11,12 @@ import (
 // failure it sees at the least cost:
 //
 //   - The kernel watches the link. TCP keepalive probes an idle connection
-//     (KeepAliveIdle, then every KeepAliveInterval, KeepAliveCount unanswered ones
-//     close it), and on Linux TCP_USER_TIMEOUT closes a connection whose sent data
-//     has gone unacknowledged for UserTimeout. A broker cut off without a reset (a
-//     partition, a machine powered off) is noticed in about 15 s, and a probe is a
-//     bare TCP segment: no TLS record, no wake-up of either process.
+//     (after KeepAliveIdle, then every KeepAliveInterval) and closes it after
+//     KeepAliveCount unanswered probes; on Linux TCP_USER_TIMEOUT replaces that
+//     count with UserTimeout of silence, and also closes a connection whose sent
+//     data has gone unacknowledged for UserTimeout. A broker cut off without a
+//     reset (a partition, a machine powered off) is noticed in 15–20 s, and a
+//     probe is a bare TCP segment: no TLS record, no wake-up of either process.
 //   - NATS pings (PingInterval, MaxPingsOutstanding) notice a broker whose machine
 //     still answers TCP but whose process does not read (stopped, wedged): within
 //     PingInterval × (MaxPingsOutstanding+1).
