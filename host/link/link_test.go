@@ -74,7 +74,9 @@ func TestLivenessOptions(t *testing.T) {
 		t.Errorf("dialer %+v does not carry the liveness settings", d)
 	}
 	// The kernel notices a cut link before the pings would: that is their split.
-	if byKernel, byPings := KeepAliveIdle+KeepAliveCount*KeepAliveInterval, PingInterval*MaxPingsOutstanding; byKernel >= byPings {
+	// On Linux the kernel gives up at the first probe after UserTimeout of silence.
+	byKernel := max(KeepAliveIdle+KeepAliveCount*KeepAliveInterval, UserTimeout+KeepAliveInterval)
+	if byPings := PingInterval * MaxPingsOutstanding; byKernel >= byPings {
 		t.Errorf("keepalive gives up after %s, pings after %s: the cheaper layer must be the faster", byKernel, byPings)
 	}
 }
