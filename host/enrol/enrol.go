@@ -444,7 +444,7 @@ func (r *run) verify(resp wire.EnrolResponse, kp *identity.KeyPair, pub string) 
 		SigningKeys: []string{hex.EncodeToString(r.tok.SigningKey)},
 		EnrolledAt:  r.o.Now().UTC().Truncate(time.Second),
 	}
-	if err := id.Validate(); err != nil {
+	if err := id.ValidateWith(kp); err != nil {
 		return fail("%v", err)
 	}
 	return answer{id: id, keyringEnv: resp.Keyring, keyring: kr, decl: decl, membership: m}, nil

@@ -2,7 +2,9 @@ package identity
 
 import (
 	"os"
+	"strings"
 	"testing"
+	"time"
 )
 
 // BenchmarkLoad measures what an agent pays for its identity when it starts:
@@ -61,4 +63,37 @@ func BenchmarkLoad(b *testing.B) {
 			kp.Wipe()
 		}
 	})
+}
+
+// BenchmarkEnrolmentKey measures what an enrolment pays for its node key on the
+// host, on tmpfs when there is one: a new key pair, saved as the pending enrolment,
+// and the identity assembled from the mesh's answer checked against that key.
+//
+//	go test -run='^$' -bench=EnrolmentKey -benchmem ./host/identity/
+func BenchmarkEnrolmentKey(b *testing.B) {
+	parent := ""
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		parent = "/dev/shm"
+	}
+	dir, err := os.MkdirTemp(parent, "meshhost-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	id := validIdentity(b)
+	for b.Loop() {
+		kp, err := NewKeyPair()
+		if err != nil {
+			b.Fatal(err)
+		}
+		seed, _ := kp.Seed()
+		if err := SavePending(dir, Pending{Mesh: id.Mesh, Node: id.Node, TokenHash: strings.Repeat("ab", 32), Seed: string(seed), CreatedAt: time.Now()}); err != nil {
+			b.Fatal(err)
+		}
+		id.Seed, id.PublicKey = string(seed), kp.pub
+		if err := id.ValidateWith(kp); err != nil {
+			b.Fatal(err)
+		}
+		kp.Wipe()
+	}
 }

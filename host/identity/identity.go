@@ -97,20 +97,50 @@ func (id Identity) Validate() error {
 	return err
 }
 
+// ValidateWith is Validate for an identity made with kp (enrolment's, before it is
+// saved): its seed and public key are compared with kp's instead of deriving the key
+// pair from the seed again. Save still derives it.
+func (id Identity) ValidateWith(kp *KeyPair) error {
+	if err := id.validateHead(); err != nil {
+		return err
+	}
+	if kp == nil || kp.priv == nil {
+		return errWiped
+	}
+	if err := checkUserSeed(id.Seed); err != nil {
+		return err
+	}
+	if !nkeys.IsValidPublicUserKey(id.PublicKey) {
+		return invalid("public_key", "is not an nkeys user public key")
+	}
+	if string(kp.seed) != id.Seed || kp.pub != id.PublicKey {
+		return invalid("nkey_seed", "is not the key pair's this identity was made with")
+	}
+	return id.validateRest()
+}
+
+// validateHead checks what Validate checks before the seed.
+func (id Identity) validateHead() error {
+	if id.Format != FormatVersion {
+		return invalid("format", "is %d; this agent reads version %d", id.Format, FormatVersion)
+	}
+	if err := checkID("mesh", id.Mesh); err != nil {
+		return err
+	}
+	if err := checkID("node", id.Node); err != nil {
+		return err
+	}
+	if id.Role != "control" && id.Role != "worker" {
+		return invalid("role", "is %q; it must be \"control\" or \"worker\"", truncate(id.Role, 20))
+	}
+	return nil
+}
+
 // validate is Validate that also returns the key pair it derived to check the seed,
 // for a caller that needs it (the caller wipes it), or nil with the first fault.
 func (id Identity) validate() (_ *KeyPair, err error) {
-	if id.Format != FormatVersion {
-		return nil, invalid("format", "is %d; this agent reads version %d", id.Format, FormatVersion)
-	}
-	if err := checkID("mesh", id.Mesh); err != nil {
+	if err := id.validateHead(); err != nil {
 		return nil, err
-	}
-	if err := checkID("node", id.Node); err != nil {
-		return nil, err
-	}
-	if id.Role != "control" && id.Role != "worker" {
-		return nil, invalid("role", "is %q; it must be \"control\" or \"worker\"", truncate(id.Role, 20))
 	}
 	kp, err := id.KeyPair()
 	if err != nil {

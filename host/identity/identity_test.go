@@ -306,6 +306,10 @@ func TestValidate(t *testing.T) {
 	if err := base.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	baseKP, err := base.KeyPair()
+	if err != nil {
+		t.Fatal(err)
+	}
 	other := validIdentity(t)
 	acct, _ := nkeys.CreateAccount()
 	acctSeed, _ := acct.Seed()
@@ -384,6 +388,42 @@ func TestValidate(t *testing.T) {
 				t.Errorf("%d: message quotes a seed: %v", i, err)
 			}
 		}
+		// ValidateWith, given the key pair base was made with, finds the same field.
+		err = id.ValidateWith(baseKP)
+		if !errors.As(err, &ie) || ie.Field != tc.field {
+			t.Errorf("%d: ValidateWith: %v, want an *InvalidError on %q", i, err, tc.field)
+		}
+	}
+}
+
+// TestValidateWith: an identity checked against the key pair it was made with, or
+// against another, a wiped or no key pair.
+func TestValidateWith(t *testing.T) {
+	id := validIdentity(t)
+	kp, err := id.KeyPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := id.ValidateWith(kp); err != nil {
+		t.Fatalf("the identity with its own key pair: %v", err)
+	}
+	other, _ := NewKeyPair()
+	var ie *InvalidError
+	if err := id.ValidateWith(other); !errors.As(err, &ie) || ie.Field != "nkey_seed" {
+		t.Fatalf("with another key pair: %v, want an *InvalidError on nkey_seed", err)
+	}
+	// The other's public key with this seed: still not that key pair's.
+	mixed := id
+	mixed.PublicKey = other.pub
+	if err := mixed.ValidateWith(kp); !errors.As(err, &ie) || ie.Field != "nkey_seed" {
+		t.Fatalf("a public key that is not the seed's: %v", err)
+	}
+	if err := id.ValidateWith(nil); err == nil {
+		t.Fatal("no key pair: accepted")
+	}
+	other.Wipe()
+	if err := id.ValidateWith(other); err == nil {
+		t.Fatal("a wiped key pair: accepted")
 	}
 }
 

@@ -41,8 +41,10 @@ func NewKeyPair() (*KeyPair, error) {
 	return &KeyPair{seed: seed, pub: string(pub), priv: priv}, nil
 }
 
-// userKeyPair decodes an nkeys user seed without ever quoting it.
-func userKeyPair(seed string) (*KeyPair, error) {
+// decodeUserSeed decodes an nkeys user seed without ever quoting it. Any 32 bytes
+// are an Ed25519 seed, so a seed that decodes is a valid key: checking one needs no
+// key derived from it (a scalar multiplication).
+func decodeUserSeed(seed string) ([]byte, error) {
 	if seed == "" {
 		return nil, invalid("nkey_seed", "is missing")
 	}
@@ -51,7 +53,24 @@ func userKeyPair(seed string) (*KeyPair, error) {
 		return nil, invalid("nkey_seed", "is not a valid nkeys seed")
 	}
 	if prefix != nkeys.PrefixByteUser {
+		clear(raw)
 		return nil, invalid("nkey_seed", "is an nkeys seed but not a user seed")
+	}
+	return raw, nil
+}
+
+// checkUserSeed reports whether seed is an nkeys user seed, as userKeyPair would.
+func checkUserSeed(seed string) error {
+	raw, err := decodeUserSeed(seed)
+	clear(raw)
+	return err
+}
+
+// userKeyPair decodes an nkeys user seed without ever quoting it.
+func userKeyPair(seed string) (*KeyPair, error) {
+	raw, err := decodeUserSeed(seed)
+	if err != nil {
+		return nil, err
 	}
 	priv := ed25519.NewKeyFromSeed(raw)
 	clear(raw)

@@ -50,11 +50,9 @@ func (p Pending) Validate() error {
 	if b, err := hex.DecodeString(p.TokenHash); err != nil || len(b) != 32 {
 		return invalid("token_hash", "is not 64 hex digits (a SHA-256)")
 	}
-	kp, err := userKeyPair(p.Seed)
-	if err != nil {
+	if err := checkUserSeed(p.Seed); err != nil {
 		return err
 	}
-	kp.Wipe()
 	if p.CreatedAt.IsZero() {
 		return invalid("created_at", "is missing")
 	}
