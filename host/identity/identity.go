@@ -104,7 +104,10 @@ func (id Identity) ValidateWith(kp *KeyPair) error {
 	if err := id.validateHead(); err != nil {
 		return err
 	}
-	if kp == nil || kp.priv == nil {
+	switch {
+	case kp == nil:
+		return errors.New("identity: no key pair to check the identity against")
+	case kp.priv == nil:
 		return errWiped
 	}
 	if err := checkUserSeed(id.Seed); err != nil {
