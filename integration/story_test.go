@@ -199,6 +199,45 @@ func TestImpostorRefusedBeforeAnyCredential(t *testing.T) {
 	}
 }
 
+// TestRunningAgentRefusesImpostor: an enrolled host's agent is running when its
+// broker's address starts leading to a broker under another CA (the path is taken
+// over). The agent reconnects there and refuses it inside the TLS handshake: the
+// impostor receives no application byte and no credential (the agent signs the
+// server's nonce only after the pin check). Once the path is back, the agent
+// reconnects and converges.
+func TestRunningAgentRefusesImpostor(t *testing.T) {
+	cp, proxy := harness.NewControlPlaneBehindProxy(t, bin, "runpinned")
+	cp.Serve()
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	agent := h.Run()
+	body := filepath.Join(t.TempDir(), "b.json")
+	writeFile(t, body, `{"files":[{"path":"f","content":"one"}]}`)
+	cp.Ctl("declare", "--node", "web-1", "--file", body)
+	cp.WaitConverged("web-1", 1, 20*time.Second)
+
+	imp := harness.StartImpostor(t, "127.0.0.1:0")
+	proxy.SetTarget(imp.Addr())
+	proxy.ResetAll()
+	agent.WaitOutput(t, "not the mesh's: refusing it", 30*time.Second)
+	if b := imp.AppBytes(t); b != 0 {
+		t.Fatalf("the impostor received %d application bytes from the running agent, want 0", b)
+	}
+	if c := imp.CredentialsSeen(); c != 0 {
+		t.Fatalf("the impostor saw %d credential presentations, want 0", c)
+	}
+
+	proxy.SetTarget(cp.Listen)
+	writeFile(t, body, `{"files":[{"path":"f","content":"two"}]}`)
+	cp.Ctl("declare", "--node", "web-1", "--file", body)
+	cp.WaitConverged("web-1", 2, 30*time.Second)
+	if got, _ := h.ReadManaged("f"); got != "two" {
+		t.Fatalf("after the path came back f = %q\n%s", got, agent.Output())
+	}
+}
+
 // TestTokenRefusals: expired, truncated, reused and other-node tokens are each refused
 // with their own message, and nothing is recorded.
 func TestTokenRefusals(t *testing.T) {

@@ -219,7 +219,11 @@ func (a *Agent) Applied() state.Applied { return a.applied }
 // control plane never stops the loop from verifying and reporting; the hooks run in
 // a worker of their own, for the same reason.
 func (a *Agent) Run(ctx context.Context) error {
-	base, err := link.AsNode(a.id, a.kp)
+	// The pin check itself says when a broker address answers as something else: on
+	// a reconnection nats.go reports that to no handler.
+	base, err := link.AsNode(a.id, a.kp, func(err error) {
+		a.log.Error("a broker address answered with a certificate that is not the mesh's: refusing it and trying again", "err", err)
+	})
 	if err != nil {
 		return err
 	}
@@ -306,7 +310,7 @@ func (a *Agent) Run(ctx context.Context) error {
 					return a.refused(authFailures)
 				}
 			case link.IsSubstituted(ev.err):
-				a.log.Error("a broker address answered with a certificate that is not the mesh's: refusing it and trying again", "err", ev.err)
+				// Logged by the pin check, which saw it first.
 			case ev.err != nil:
 				a.log.Warn("connection problem", "err", ev.err)
 			}
@@ -357,7 +361,7 @@ func (a *Agent) connect(ctx context.Context, urls string, opts []nats.Option) (*
 				return nil, a.refused(refusals)
 			}
 		case link.IsSubstituted(err):
-			a.log.Error("a broker address answered with a certificate that is not the mesh's: refusing it and trying again", "err", err)
+			// Logged by the pin check, which saw it first.
 		default:
 			a.log.Warn("cannot reach the mesh yet; retrying", "err", err, "in", wait)
 		}

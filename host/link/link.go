@@ -6,6 +6,7 @@
 package link
 
 import (
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"strings"
@@ -18,18 +19,36 @@ import (
 
 // Pinned returns the options that make a connection reach only the mesh whose CA
 // pin is given.
-func Pinned(pin [32]byte) []nats.Option {
-	return []nats.Option{nats.Secure(pintls.Config(pin)), nats.TLSHandshakeFirst()}
+func Pinned(pin [32]byte) []nats.Option { return pinned(pin, nil) }
+
+// pinned is Pinned that also tells refused, when it is not nil, of every broker the
+// pin check refuses. nats.go returns that error from a first connection but reports
+// a failed reconnection's handshake to no handler, so a long-lived connection learns
+// of a substituted broker only here.
+func pinned(pin [32]byte, refused func(error)) []nats.Option {
+	cfg := pintls.Config(pin)
+	if refused != nil {
+		verify := cfg.VerifyConnection
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			err := verify(cs)
+			if err != nil {
+				refused(err)
+			}
+			return err
+		}
+	}
+	return []nats.Option{nats.Secure(cfg), nats.TLSHandshakeFirst()}
 }
 
 // AsNode returns the options of a connection as the enrolled node id: pinned, the
-// node's key signing the server's nonce, replies on the node's own inbox.
-func AsNode(id identity.Identity, kp *identity.KeyPair) ([]nats.Option, error) {
+// node's key signing the server's nonce, replies on the node's own inbox. refused,
+// when not nil, hears of every broker the pin check refuses (see pinned).
+func AsNode(id identity.Identity, kp *identity.KeyPair, refused func(error)) ([]nats.Option, error) {
 	pin, err := PinOf(id)
 	if err != nil {
 		return nil, err
 	}
-	return append(Pinned(pin),
+	return append(pinned(pin, refused),
 		nats.Nkey(id.PublicKey, kp.Sign),
 		nats.CustomInboxPrefix(id.Subjects.InboxPrefix),
 		nats.Name("meshhost "+id.Node),

@@ -50,6 +50,12 @@ func TestSubstitutedIsAnError(t *testing.T) {
 	if IsAuthRefused(err) {
 		t.Fatal("a substituted broker reads as an authorization refusal")
 	}
+	// The pin check tells a watcher too: a reconnection's refusal reaches nobody else.
+	var told []error
+	_, err = nats.Connect(URLs([]string{ln.Addr().String()}), append(pinned(pin, func(err error) { told = append(told, err) }), nats.Timeout(2*time.Second), nats.NoReconnect())...)
+	if !IsSubstituted(err) || len(told) != 1 || !IsSubstituted(told[0]) {
+		t.Fatalf("connect with a watcher: %v; the watcher heard %v, want one error matching pintls.ErrSubstituted", err, told)
+	}
 	_ = pintls.ErrSubstituted
 }
 
