@@ -15,15 +15,7 @@ import (
 //
 //	go test -run='^$' -bench=Load -benchmem ./host/identity/
 func BenchmarkLoad(b *testing.B) {
-	parent := ""
-	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
-		parent = "/dev/shm"
-	}
-	dir, err := os.MkdirTemp(parent, "meshhost-bench-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
+	dir := benchDir(b)
 	if err := Save(dir, validIdentity(b)); err != nil {
 		b.Fatal(err)
 	}
@@ -71,15 +63,7 @@ func BenchmarkLoad(b *testing.B) {
 //
 //	go test -run='^$' -bench=EnrolmentKey -benchmem ./host/identity/
 func BenchmarkEnrolmentKey(b *testing.B) {
-	parent := ""
-	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
-		parent = "/dev/shm"
-	}
-	dir, err := os.MkdirTemp(parent, "meshhost-bench-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
+	dir := benchDir(b)
 	id := validIdentity(b)
 	for b.Loop() {
 		kp, err := NewKeyPair()
@@ -96,4 +80,19 @@ func BenchmarkEnrolmentKey(b *testing.B) {
 		}
 		kp.Wipe()
 	}
+}
+
+// benchDir is a state directory for a benchmark, on tmpfs when there is one (as the
+// fleet benchmark's hosts use), removed when it ends.
+func benchDir(b *testing.B) string {
+	parent := ""
+	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
+		parent = "/dev/shm"
+	}
+	dir, err := os.MkdirTemp(parent, "meshhost-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
