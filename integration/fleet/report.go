@@ -18,6 +18,8 @@ type Report struct {
 	Product  *ProductResult  `json:"product,omitempty"`
 	Baseline *BaselineResult `json:"baseline,omitempty"`
 	Ratios   []Ratio         `json:"ratios,omitempty"`
+	// Goals are the run's figures judged against the fleet's targets.
+	Goals []Goal `json:"goals,omitempty"`
 	// Failures is every failure the run counted, product and baseline; a run is
 	// clean when it is zero.
 	Failures int `json:"failures"`
@@ -155,6 +157,7 @@ func ratios(p *ProductResult, b *BaselineResult) []Ratio {
 		r("receiver CPU per message", "µs", productReceiverCPUPerHost(p), baselineReceiverCPUPerMessage(b)),
 		r("server RSS per host vs raw just connected", "KiB", float64(p.Memory.PerHostBytes)/1024, float64(b.Memory.PerConnBytes)/1024),
 		r("server RSS per host vs raw after a message each", "KiB", float64(p.Memory.PerHostBytes)/1024, float64(b.Memory.PerConnAfterRoundBytes)/1024),
+		r("kill -9 until all converged vs connect all", "s", p.Restart.ConvergedMs/1000, connect/1000),
 		r("server CPU per connected host per second at rest", "µs", p.Idle.ServerUsPerHostSecond, b.Idle.ServerUsPerHostSecond),
 		r("client CPU per connected host per second at rest", "µs", p.Idle.ClientUsPerHostSecond, b.Idle.ClientUsPerHostSecond),
 	}
@@ -249,12 +252,13 @@ func (r *Report) Print(w io.Writer) {
 		for _, x := range r.Ratios {
 			rt := "-" // the baseline's figure is below what was resolved (CPU: 10 ms ticks)
 			if x.Baseline != 0 {
-				rt = fmt.Sprintf("%.1f×", x.Ratio)
+				rt = ratioText(x.Ratio)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", x.Name, x.Unit, num(x.Product), num(x.Baseline), rt)
 		}
 		tw.Flush()
 	}
+	printGoals(w, r.Goals, r.Config.Hosts)
 	fmt.Fprintf(w, "\nfailures counted: %d\n", r.Failures)
 	if lo, hi := r.probeRange(); lo > 0 && hi > probeSpread*lo {
 		fmt.Fprintf(w, "WARNING: the machine's speed changed during the run: one Ed25519 verification took %.1f µs on average in one phase and %.1f in another (probe µs above); figures of phases at different speeds, the baseline's among them, do not compare as they would on a steady machine\n", lo, hi)

@@ -81,6 +81,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 	}
 	rep.Ratios = ratios(rep.Product, rep.Baseline)
+	rep.Goals = goals(rep.Product, rep.Baseline, cfg.Hosts)
 	rep.Failures = rep.failures()
 	rep.Disturbed = rep.disturbedPhases()
 	return rep, errors.Join(errs...)
