@@ -154,6 +154,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			TLSTimeout: 5,
 			// Routes are authenticated by their certificate, not by a password.
 			TLSMap: false,
+			// A control node whose process stops reading (stopped, wedged) keeps its
+			// subscriptions in every other broker's view until its route is closed,
+			// and its subscriptions include the leader's API, which the others then
+			// go on routing requests and reports to. The clients' 20 s pings would
+			// keep that up for a minute after a new leader serves; routes are few,
+			// so they ping often.
+			PingInterval: routePingInterval,
+			MaxPingsOut:  routeMaxPingsOut,
 		}
 		for _, r := range c.Routes {
 			if _, _, err := splitHostPort(r); err != nil {
@@ -184,6 +192,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	return &Server{ns: ns, log: log, listen: ns.ClientURL(), accounts: accts, admit: admit}, nil
 }
+
+// A route that leaves routeMaxPingsOut pings unanswered is closed: within about
+// routePingInterval × (routeMaxPingsOut+1) of its peer's process stopping.
+const (
+	routePingInterval = 2 * time.Second
+	routeMaxPingsOut  = 3
+)
 
 // handshakeTime is what the broker's TLS timeout allows a handshake beyond the time
 // it may be held: a client on a slow link still completes, one that stalls is cut off.

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -396,5 +397,101 @@ func TestJoinRefusals(t *testing.T) {
 	_, other := cp1.ControlToken("cp-3")
 	if r := other.Join(tok); r.Code != 4 || !strings.Contains(r.Stderr, "token_other_node") && !strings.Contains(r.Stderr, "token_used") {
 		t.Fatalf("a used control token on another machine (exit %d): %s", r.Code, r.Combined())
+	}
+}
+
+// TestHungControlNodeLeftByItsHosts: a control node whose process stops reading
+// (SIGSTOP: its machine still answers TCP, so the kernel's keepalive sees nothing
+// wrong) is noticed by the agent's pings and left for another broker, where a
+// declaration made meanwhile reaches the host; continued, the node catches up and
+// nothing is lost. The agent pings every second (`--broker-ping 1s`) so that the
+// test waits seconds, not the default's 40–60.
+func TestHungControlNodeLeftByItsHosts(t *testing.T) {
+	cp1 := harness.NewControlPlane(t, bin, "hung")
+	cp1.Serve()
+	cps := []*harness.ControlPlane{cp1, joinControl(t, cp1, "cp-2"), joinControl(t, cp1, "cp-3")}
+	web := harness.NewHost(t, bin, "web-1")
+	if r := web.Enrol(cp1.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	agent := web.Run("--broker-ping", "1s")
+	body := filepath.Join(t.TempDir(), "b.json")
+	declare := func(cp *harness.ControlPlane, content string) (uint64, bool) {
+		writeFile(t, body, `{"files":[{"path":"state","content":"`+content+`"}]}`)
+		r := cp.Ctl("declare", "--node", "web-1", "--file", body)
+		m := declaredRE.FindStringSubmatch(r.Stdout)
+		if r.Code != 0 || m == nil {
+			t.Logf("declare via %s (exit %d): %s", filepath.Base(cp.Dir), r.Code, r.Combined())
+			return 0, false
+		}
+		v, _ := strconv.ParseUint(m[1], 10, 64)
+		return v, true
+	}
+	v1, ok := declare(cp1, "before")
+	if !ok {
+		t.Fatal("the first declaration was refused")
+	}
+	cp1.WaitConverged("web-1", v1, 20*time.Second)
+
+	// The node the agent is connected to is the one that hangs.
+	connectedTo := func() *harness.ControlPlane {
+		out := agent.Output()
+		i := strings.LastIndex(out, `msg="connected to the mesh"`)
+		if i < 0 {
+			return nil
+		}
+		line, _, _ := strings.Cut(out[i:], "\n")
+		for _, cp := range cps {
+			if strings.Contains(line, "broker=tls://"+cp.Listen) {
+				return cp
+			}
+		}
+		t.Fatalf("the agent is connected to no control node of the test: %s", line)
+		return nil
+	}
+	hung := connectedTo()
+	if hung == nil {
+		t.Fatalf("the agent never said where it connected:\n%s", agent.Output())
+	}
+	disconnects := strings.Count(agent.Output(), "disconnected from the mesh")
+	hung.Process().Signal(syscall.SIGSTOP)
+	// Continued before the harness stops it: a stopped process keeps a SIGTERM pending.
+	t.Cleanup(func() { hung.Process().Signal(syscall.SIGCONT) })
+	stopped := time.Now()
+	harness.Eventually(t, 10*time.Second, "the agent notices the stopped broker", func() bool {
+		return strings.Count(agent.Output(), "disconnected from the mesh") > disconnects
+	})
+	t.Logf("the agent left %s %s after it stopped (pings every 1s, two unanswered)", filepath.Base(hung.Dir), time.Since(stopped).Round(100*time.Millisecond))
+
+	// A declaration through a node that runs, once the two left have a leader (the
+	// stopped one may have been it).
+	var live *harness.ControlPlane
+	for _, cp := range cps {
+		if cp != hung {
+			live = cp
+			break
+		}
+	}
+	var v2 uint64
+	harness.Eventually(t, 30*time.Second, "a declaration accepted while a control node hangs", func() bool {
+		v2, ok = declare(live, "during")
+		return ok
+	})
+	live.WaitConverged("web-1", v2, 30*time.Second)
+	if got, _ := web.ReadManaged("state"); got != "during" {
+		t.Fatalf("state = %q after v%d converged\nagent:\n%s", got, v2, agent.Output())
+	}
+	if now := connectedTo(); now == hung || now == nil {
+		t.Fatalf("the agent converged without leaving the stopped node:\n%s", agent.Output())
+	}
+
+	// Continued, the node catches up: it shows what the others decided.
+	hung.Process().Signal(syscall.SIGCONT)
+	harness.Eventually(t, 30*time.Second, filepath.Base(hung.Dir)+" shows web-1 on v"+strconv.FormatUint(v2, 10)+" after it continues", func() bool {
+		n, ok := hung.Node("web-1")
+		return ok && n.Applied != nil && *n.Applied == v2 && n.Converged
+	})
+	if agent.Exited() {
+		t.Fatalf("the agent exited:\n%s", agent.Output())
 	}
 }

@@ -44,6 +44,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Heartbeat is how often the agent reports when nothing happens; 15s by default.
 	Heartbeat time.Duration
+	// BrokerPing is how often the agent pings its broker, to leave one whose
+	// process stopped reading; link.PingInterval (20s) by default.
+	BrokerPing time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Applier applies declarations; nil means a FileApplier on Root.
@@ -229,7 +232,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	// A broker cut off without a reset (a partition) is noticed in 15–20 s, by
 	// the kernel; one that stops reading, by the pings (see link.Liveness).
-	opts := append(append(base, link.Liveness()...),
+	opts := append(append(base, link.Liveness(a.o.BrokerPing)...),
 		nats.DontRandomize(),
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(reconnectDelay),

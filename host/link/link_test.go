@@ -60,14 +60,22 @@ func TestSubstitutedIsAnError(t *testing.T) {
 }
 
 // TestLivenessOptions: the options a running agent connects with ping at
-// PingInterval, give up after MaxPingsOutstanding, and dial with Dialer's settings.
+// PingInterval (or the interval asked for), give up after MaxPingsOutstanding, and
+// dial with Dialer's settings.
 func TestLivenessOptions(t *testing.T) {
-	o := nats.GetDefaultOptions()
-	for _, opt := range Liveness() {
-		if err := opt(&o); err != nil {
-			t.Fatal(err)
+	options := func(ping time.Duration) nats.Options {
+		o := nats.GetDefaultOptions()
+		for _, opt := range Liveness(ping) {
+			if err := opt(&o); err != nil {
+				t.Fatal(err)
+			}
 		}
+		return o
 	}
+	if o := options(3 * time.Second); o.PingInterval != 3*time.Second || o.MaxPingsOut != MaxPingsOutstanding {
+		t.Errorf("asked for pings every 3s: every %s, %d outstanding", o.PingInterval, o.MaxPingsOut)
+	}
+	o := options(0)
 	if o.PingInterval != PingInterval || o.MaxPingsOut != MaxPingsOutstanding {
 		t.Errorf("pings every %s, %d outstanding; want %s and %d", o.PingInterval, o.MaxPingsOut, PingInterval, MaxPingsOutstanding)
 	}

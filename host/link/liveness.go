@@ -17,14 +17,17 @@ import (
 //     data has gone unacknowledged for UserTimeout. A broker cut off without a
 //     reset (a partition, a machine powered off) is noticed in 15–20 s, and a
 //     probe is a bare TCP segment: no TLS record, no wake-up of either process.
-//   - NATS pings (PingInterval, MaxPingsOutstanding) notice a broker whose machine
-//     still answers TCP but whose process does not read (stopped, wedged): within
-//     PingInterval × (MaxPingsOutstanding+1).
+//   - NATS pings (every PingInterval unless the operator chose another, and
+//     MaxPingsOutstanding) notice a broker whose machine still answers TCP but
+//     whose process does not read (stopped, wedged): within the interval ×
+//     (MaxPingsOutstanding+1).
 //
 // The pings used to do both jobs every 5 s; at 10,000 hosts that was 2,000 TLS
 // round trips a second through the broker, most of what an idle mesh cost
 // (docs/decisions/0013-the-kernel-watches-the-link.md).
 const (
+	// PingInterval is how often a running agent pings its broker unless told
+	// otherwise (`meshhost run --broker-ping`).
 	PingInterval        = 20 * time.Second
 	MaxPingsOutstanding = 2
 	KeepAliveIdle       = 5 * time.Second
@@ -36,10 +39,14 @@ const (
 )
 
 // Liveness returns the options that make a long-lived connection notice a lost
-// broker: the pings, and a dialer whose sockets the kernel watches.
-func Liveness() []nats.Option {
+// broker: pings every ping (PingInterval when ping is 0), and a dialer whose
+// sockets the kernel watches.
+func Liveness(ping time.Duration) []nats.Option {
+	if ping <= 0 {
+		ping = PingInterval
+	}
 	return []nats.Option{
-		nats.PingInterval(PingInterval),
+		nats.PingInterval(ping),
 		nats.MaxPingsOutstanding(MaxPingsOutstanding),
 		nats.SetCustomDialer(Dialer()),
 	}

@@ -41,6 +41,7 @@ import (
 	"mesh/host/enrol"
 	"mesh/host/hooks"
 	"mesh/host/identity"
+	"mesh/host/link"
 	"mesh/host/state"
 )
 
@@ -346,11 +347,16 @@ func lockState(dir, command string) (*dirlock.Lock, error) {
 // agentProcs is how many cores `meshhost run` lets Go use (GOMAXPROCS).
 const agentProcs = 1
 
+// maxBrokerPing bounds --broker-ping: a broker that stopped reading is left within
+// three intervals, and past half an hour that is no longer noticing.
+const maxBrokerPing = 10 * time.Minute
+
 func cmdRun(args []string, cio *cliIO) error {
 	fs := newFlags("run", cio)
 	stateDir := fs.String("state", "", "state directory written by enrol (required)")
 	root := fs.String("root", "", "managed root: declared files are kept here (required)")
 	heartbeat := fs.Duration("heartbeat", 15*time.Second, "how often to report status when nothing changes")
+	brokerPing := fs.Duration("broker-ping", link.PingInterval, "how often to ping the broker: one whose process stops reading (stopped, wedged) is left for another after two unanswered pings; shorter notices sooner and costs this host and the broker more at rest")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text (key=value lines) or json (one JSON object a line)")
 	logJSON := fs.Bool("log-json", false, "the same as --log-format json")
@@ -364,6 +370,9 @@ func cmdRun(args []string, cio *cliIO) error {
 	}
 	if *heartbeat < time.Second {
 		return usageError{"--heartbeat must be at least 1s"}
+	}
+	if *brokerPing < time.Second || *brokerPing > maxBrokerPing {
+		return usageError{fmt.Sprintf("--broker-ping must be between 1s and %s", maxBrokerPing)}
 	}
 	formatSet := false
 	fs.Visit(func(f *flag.Flag) { formatSet = formatSet || f.Name == "log-format" })
@@ -397,7 +406,7 @@ func cmdRun(args []string, cio *cliIO) error {
 	defer lock.Release()
 	var ready sync.Once
 	var id identity.Identity
-	a, err := agent.New(agent.Options{StateDir: *stateDir, Root: *root, Logger: log, Heartbeat: *heartbeat, Hooks: hk,
+	a, err := agent.New(agent.Options{StateDir: *stateDir, Root: *root, Logger: log, Heartbeat: *heartbeat, BrokerPing: *brokerPing, Hooks: hk,
 		MetricsListen: *metricsListen,
 		OnSynced: func() {
 			ready.Do(func() {
