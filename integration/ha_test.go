@@ -402,26 +402,37 @@ func TestJoinRefusals(t *testing.T) {
 
 // TestHungControlNodeLeftByItsHosts: a control node whose process stops reading
 // (SIGSTOP: its machine still answers TCP, so the kernel's keepalive sees nothing
-// wrong) is noticed by the agent's pings and left for another broker, where a
-// declaration made meanwhile reaches the host; continued, the node catches up and
-// nothing is lost. The agent pings every second (`--broker-ping 1s`) so that the
-// test waits seconds, not the default's 40–60.
+// wrong) is noticed by the agent's pings and left for another broker. The other
+// brokers close their routes to it within seconds, so the API it served as leader
+// is no longer routed to it: declarations sent through a running follower are
+// answered at the first try, and reach the host. Continued, the node catches up.
+// The agent pings every second (`--broker-ping 1s`) so that the test waits
+// seconds, not the default's 40–60.
 func TestHungControlNodeLeftByItsHosts(t *testing.T) {
 	cp1 := harness.NewControlPlane(t, bin, "hung")
 	cp1.Serve()
 	cps := []*harness.ControlPlane{cp1, joinControl(t, cp1, "cp-2"), joinControl(t, cp1, "cp-3")}
+	ids := map[*harness.ControlPlane]string{cps[0]: "cp-1", cps[1]: "cp-2", cps[2]: "cp-3"}
+	leaderSeenBy := func(cp *harness.ControlPlane) string {
+		for id, c := range controlView(t, cp) {
+			if c.Raft == api.RaftLeader {
+				return id
+			}
+		}
+		return ""
+	}
 	web := harness.NewHost(t, bin, "web-1")
 	if r := web.Enrol(cp1.Token("web-1")); r.Code != 0 {
 		t.Fatalf("enrol: %s", r.Combined())
 	}
 	agent := web.Run("--broker-ping", "1s")
 	body := filepath.Join(t.TempDir(), "b.json")
-	declare := func(cp *harness.ControlPlane, content string) (uint64, bool) {
+	declare := func(cp *harness.ControlPlane, content string, extra ...string) (uint64, bool) {
 		writeFile(t, body, `{"files":[{"path":"state","content":"`+content+`"}]}`)
-		r := cp.Ctl("declare", "--node", "web-1", "--file", body)
+		r := cp.Ctl(append([]string{"declare", "--node", "web-1", "--file", body}, extra...)...)
 		m := declaredRE.FindStringSubmatch(r.Stdout)
 		if r.Code != 0 || m == nil {
-			t.Logf("declare via %s (exit %d): %s", filepath.Base(cp.Dir), r.Code, r.Combined())
+			t.Logf("declare via %s (exit %d): %s", ids[cp], r.Code, r.Combined())
 			return 0, false
 		}
 		v, _ := strconv.ParseUint(m[1], 10, 64)
@@ -453,6 +464,7 @@ func TestHungControlNodeLeftByItsHosts(t *testing.T) {
 	if hung == nil {
 		t.Fatalf("the agent never said where it connected:\n%s", agent.Output())
 	}
+	wasLeader := leaderSeenBy(hung) == ids[hung]
 	disconnects := strings.Count(agent.Output(), "disconnected from the mesh")
 	hung.Process().Signal(syscall.SIGSTOP)
 	// Continued before the harness stops it: a stopped process keeps a SIGTERM pending.
@@ -461,24 +473,39 @@ func TestHungControlNodeLeftByItsHosts(t *testing.T) {
 	harness.Eventually(t, 10*time.Second, "the agent notices the stopped broker", func() bool {
 		return strings.Count(agent.Output(), "disconnected from the mesh") > disconnects
 	})
-	t.Logf("the agent left %s %s after it stopped (pings every 1s, two unanswered)", filepath.Base(hung.Dir), time.Since(stopped).Round(100*time.Millisecond))
+	t.Logf("the agent left %s %s after it stopped (pings every 1s, two unanswered); it was the leader: %t",
+		ids[hung], time.Since(stopped).Round(100*time.Millisecond), wasLeader)
 
-	// A declaration through a node that runs, once the two left have a leader (the
-	// stopped one may have been it).
-	var live *harness.ControlPlane
+	// The running two have a leader; the other one is a follower, whose broker
+	// holds no API subscription of its own and routes each request to one.
+	var live []*harness.ControlPlane
 	for _, cp := range cps {
 		if cp != hung {
-			live = cp
-			break
+			live = append(live, cp)
 		}
 	}
-	var v2 uint64
-	harness.Eventually(t, 30*time.Second, "a declaration accepted while a control node hangs", func() bool {
-		v2, ok = declare(live, "during")
-		return ok
+	var leader string
+	harness.Eventually(t, 20*time.Second, "a leader among the running control nodes", func() bool {
+		leader = leaderSeenBy(live[0])
+		return leader != "" && leader != ids[hung] && leaderSeenBy(live[1]) == leader
 	})
-	live.WaitConverged("web-1", v2, 30*time.Second)
-	if got, _ := web.ReadManaged("state"); got != "during" {
+	follower := live[0]
+	if ids[follower] == leader {
+		follower = live[1]
+	}
+	// Past the routes' window (3 unanswered pings 2 s apart, the first within 2 s),
+	// every declaration through the follower is answered at the first try. Before,
+	// the stopped leader's subscription stayed routed for a minute, and a request
+	// went to it or to the new leader at random.
+	time.Sleep(time.Until(stopped.Add(9 * time.Second)))
+	var v2 uint64
+	for i := range 3 {
+		if v2, ok = declare(follower, fmt.Sprintf("during %d", i), "--timeout", "5s"); !ok {
+			t.Fatalf("declaration %d through the follower %s, %s after %s stopped, was not answered", i, ids[follower], time.Since(stopped).Round(100*time.Millisecond), ids[hung])
+		}
+	}
+	follower.WaitConverged("web-1", v2, 30*time.Second)
+	if got, _ := web.ReadManaged("state"); got != "during 2" {
 		t.Fatalf("state = %q after v%d converged\nagent:\n%s", got, v2, agent.Output())
 	}
 	if now := connectedTo(); now == hung || now == nil {
@@ -487,7 +514,7 @@ func TestHungControlNodeLeftByItsHosts(t *testing.T) {
 
 	// Continued, the node catches up: it shows what the others decided.
 	hung.Process().Signal(syscall.SIGCONT)
-	harness.Eventually(t, 30*time.Second, filepath.Base(hung.Dir)+" shows web-1 on v"+strconv.FormatUint(v2, 10)+" after it continues", func() bool {
+	harness.Eventually(t, 30*time.Second, ids[hung]+" shows web-1 on v"+strconv.FormatUint(v2, 10)+" after it continues", func() bool {
 		n, ok := hung.Node("web-1")
 		return ok && n.Applied != nil && *n.Applied == v2 && n.Converged
 	})
