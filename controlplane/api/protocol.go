@@ -98,6 +98,9 @@ const (
 	CodeTokenStaleKey = "token_stale_key"
 	// CodeTokenCancelled: an operator cancelled the token before it was used.
 	CodeTokenCancelled = "token_cancelled"
+	// CodeDiskFull: the control node could not write its Raft log because its disk
+	// is full; nothing was committed, and the operator frees space before retrying.
+	CodeDiskFull = "disk_full"
 )
 
 // Codes a host reports in a status's error besides the verifier's

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -119,6 +120,13 @@ func (d *Daemon) commit(c state.Command) (state.Result, error) {
 	if err != nil {
 		if errors.Is(err, replication.ErrNotLeader) {
 			return res, &api.Error{Code: api.CodeUnavailable, Message: "leadership changed during the request; run it again"}
+		}
+		if errors.Is(err, syscall.ENOSPC) {
+			// Raft wrote nothing of the entry, and the leader steps down: waiting
+			// for the next one does not help while this disk stays full.
+			return res, &api.Error{Code: api.CodeDiskFull, Message: fmt.Sprintf(
+				"control node %s could not write its Raft log: its disk is full (%v); nothing was committed: free space under %s, then run the command again",
+				d.cfg.Node, err, d.opts.Dir)}
 		}
 		return res, &api.Error{Code: api.CodeUnavailable, Message: err.Error()}
 	}

@@ -322,7 +322,14 @@ type ControlPlane struct {
 // NewControlPlane bootstraps a mesh in a fresh directory on free loopback ports.
 func NewControlPlane(t testing.TB, bin Binaries, mesh string) *ControlPlane {
 	t.Helper()
-	return newControlPlane(t, bin, mesh, "")
+	return newControlPlane(t, bin, mesh, "", "")
+}
+
+// NewControlPlaneIn bootstraps a mesh like NewControlPlane, with its data directory
+// at dir (which must not exist yet): on a file system the test made, for instance.
+func NewControlPlaneIn(t testing.TB, bin Binaries, mesh, dir string) *ControlPlane {
+	t.Helper()
+	return newControlPlane(t, bin, mesh, "", dir)
 }
 
 // NewControlPlaneBehindProxy bootstraps a mesh whose advertised broker address (the
@@ -331,16 +338,19 @@ func NewControlPlane(t testing.TB, bin Binaries, mesh string) *ControlPlane {
 func NewControlPlaneBehindProxy(t testing.TB, bin Binaries, mesh string) (*ControlPlane, *Proxy) {
 	t.Helper()
 	proxy := StartProxy(t, "127.0.0.1:0", "127.0.0.1:1")
-	cp := newControlPlane(t, bin, mesh, proxy.Addr())
+	cp := newControlPlane(t, bin, mesh, proxy.Addr(), "")
 	proxy.SetTarget(cp.Listen)
 	return cp, proxy
 }
 
-func newControlPlane(t testing.TB, bin Binaries, mesh, advertise string) *ControlPlane {
+func newControlPlane(t testing.TB, bin Binaries, mesh, advertise, dir string) *ControlPlane {
 	t.Helper()
+	if dir == "" {
+		dir = filepath.Join(t.TempDir(), "cp")
+	}
 	ports := FreePorts(t, 4)
 	cp := &ControlPlane{
-		Bin: bin, Dir: filepath.Join(t.TempDir(), "cp"), Mesh: mesh, t: t,
+		Bin: bin, Dir: dir, Mesh: mesh, t: t,
 		Listen:  fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		Raft:    fmt.Sprintf("127.0.0.1:%d", ports[1]),
 		Cluster: fmt.Sprintf("127.0.0.1:%d", ports[2]),

@@ -1,0 +1,116 @@
+package integration
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"mesh/integration/harness"
+)
+
+// fillDisk writes a file at path until the file system it is on is full.
+func fillDisk(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	for { // what is left, less than a chunk
+		if _, err := f.Write(chunk[:4096]); err != nil {
+			break
+		}
+	}
+}
+
+// TestControlNodeDiskFull: the disk under a control node's data directory fills up.
+// A declaration the Raft log has no room for is refused as such (disk_full, exit 4,
+// "nothing was committed", where to free space), not as an unreachable control
+// plane; the node goes on answering reads and its host stays converged. Once there
+// is room the same declaration is committed and applied, and a restart finds every
+// committed change.
+func TestControlNodeDiskFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a size-limited tmpfs for a real full disk; the daemon's commit maps ENOSPC the same way whatever fills the disk")
+	}
+	mnt := filepath.Join(t.TempDir(), "fs")
+	if err := os.MkdirAll(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v: %s); skipping the real full-disk case", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+
+	cp := harness.NewControlPlaneIn(t, bin, "cpdisk", filepath.Join(mnt, "cp"))
+	serve := cp.Serve()
+	web := harness.NewHost(t, bin, "web-1")
+	if r := web.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	web.Run()
+	small := filepath.Join(t.TempDir(), "small.json")
+	writeFile(t, small, `{"files":[{"path":"a","content":"before"}]}`)
+	if r := cp.Ctl("declare", "--node", "web-1", "--file", small); r.Code != 0 {
+		t.Fatalf("declare: %s", r.Combined())
+	}
+	cp.WaitConverged("web-1", 1, 20*time.Second)
+
+	// An entry larger than what the log's file has free inside it.
+	big := filepath.Join(t.TempDir(), "big.json")
+	writeFile(t, big, `{"files":[{"path":"a","content":"`+strings.Repeat("x", 60000)+`"}]}`)
+	filler := filepath.Join(mnt, "filler")
+	fillDisk(t, filler)
+	r := cp.Ctl("declare", "--node", "web-1", "--file", big)
+	if r.Code != 4 || !strings.Contains(r.Stderr, "disk is full") || !strings.Contains(r.Stderr, "nothing was committed") ||
+		!strings.Contains(r.Stderr, cp.Dir) {
+		t.Fatalf("declare on a full disk: exit %d, want 4 and the disk named full:\n%s", r.Code, r.Combined())
+	}
+	if serve.Exited() {
+		t.Fatalf("serve exited on a full disk:\n%s", serve.Output())
+	}
+	// Reads are answered, and nothing of the refused declaration shows.
+	n, ok := cp.Node("web-1")
+	if !ok || n.Declared != 1 || n.Applied == nil || *n.Applied != 1 {
+		t.Fatalf("web-1 on a full disk: %+v (found %t), want v1 declared and applied", n, ok)
+	}
+	if got, _ := web.ReadManaged("a"); got != "before" {
+		t.Fatalf("the host's file is %q on a full disk, want the v1 content", got)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 20*time.Second, "the declaration committed once there is room", func() bool {
+		r = cp.Ctl("declare", "--node", "web-1", "--file", big)
+		return r.Code == 0
+	})
+	cp.WaitConverged("web-1", 2, 20*time.Second)
+
+	serve.Signal(syscall.SIGTERM)
+	if code := serve.Wait(20 * time.Second); code != 0 {
+		t.Fatalf("serve exited %d on SIGTERM:\n%s", code, serve.Output())
+	}
+	cp.Serve()
+	if n, ok := cp.Node("web-1"); !ok || n.Declared != 2 {
+		t.Fatalf("after the restart web-1 = %+v (found %t), want v2 declared", n, ok)
+	}
+	cp.WaitConverged("web-1", 2, 20*time.Second)
+	if got, _ := web.ReadManaged("a"); got != strings.Repeat("x", 60000) {
+		t.Fatalf("the host's file holds %d bytes, want the 60,000 of v2", len(got))
+	}
+}
