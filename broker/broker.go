@@ -194,7 +194,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 }
 
 // A route that leaves routeMaxPingsOut pings unanswered is closed: within about
-// routePingInterval × (routeMaxPingsOut+1) of its peer's process stopping.
+// routePingInterval × (routeMaxPingsOut+1) of its peer's process stopping. A peer
+// stalled by load for 6 s (three times what Raft's default heartbeat timeout
+// tolerates before an election) keeps its routes.
 const (
 	routePingInterval = 2 * time.Second
 	routeMaxPingsOut  = 3
