@@ -45,7 +45,7 @@ func fillDisk(t *testing.T, path string) {
 // committed change.
 func TestControlNodeDiskFull(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a size-limited tmpfs for a real full disk; the daemon's commit maps ENOSPC the same way whatever fills the disk")
+		t.Skip("needs root to mount a size-limited tmpfs for a real full disk; nothing else here checks how a control node answers one")
 	}
 	mnt := filepath.Join(t.TempDir(), "fs")
 	if err := os.MkdirAll(mnt, 0o700); err != nil {
