@@ -101,6 +101,9 @@ const (
 	// CodeDiskFull: the control node could not write its Raft log because its disk
 	// is full; nothing was committed, and the operator frees space before retrying.
 	CodeDiskFull = "disk_full"
+	// CodeNotCAHolder: a control token was asked for without the mesh CA's signature
+	// over its claim; control tokens are minted where the CA key is.
+	CodeNotCAHolder = "not_ca_holder"
 )
 
 // Codes a host reports in a status's error besides the verifier's
@@ -164,6 +167,12 @@ type ControlMember struct {
 	Broker  string `json:"broker"`
 	Raft    string `json:"raft"`
 	Cluster string `json:"cluster"`
+	// Pin and Operator, in a control token's creation only, name the TLS key and the
+	// operator credentials the CA holder issued for the node (pki.ControlClaim), and
+	// Proof is the CA's signature over that claim.
+	Pin      string `json:"pin,omitempty"`
+	Operator string `json:"operator,omitempty"`
+	Proof    []byte `json:"proof,omitempty"`
 }
 
 // ControlAdmission is what a joining control node receives.

@@ -100,6 +100,7 @@ var (
 // take the state's lock once and return values (state.FSM implements it).
 type Roster interface {
 	AdminAccount() string
+	OperatorRevoked(key string) (node string, revoked bool)
 	NodeByKey(key string) (state.NodeAuth, bool)
 	KeyRevoked(key string) bool
 	TokenByID(id string) (state.TokenAuth, bool)
@@ -224,6 +225,29 @@ func OperatorGrant(name string) broker.Grant {
 	}
 }
 
+// RemovedOperatorGrant is what the operator credentials of a removed control node may
+// still do: read (api.ReadOnly), never change the mesh. The removed machine keeps its
+// credentials file; reading lets it learn that it was removed (and stop), and tells an
+// operator holding a copy why their changes are refused.
+func RemovedOperatorGrant(name, node string) broker.Grant {
+	var read []string
+	for _, op := range api.AdminOps() {
+		if api.ReadOnly(op) {
+			read = append(read, api.AdminSubject(op))
+		}
+	}
+	return broker.Grant{
+		User:      OperatorUserPrefix + name + RemovedOperatorSuffix + node,
+		Account:   broker.AccountOperators,
+		Publish:   read,
+		Subscribe: []string{"_INBOX.>"},
+	}
+}
+
+// RemovedOperatorSuffix marks, in the broker's user name, the operator credentials of
+// a removed control node (followed by the node's id).
+const RemovedOperatorSuffix = " of removed control node "
+
 // NodeGrant is what enrolled node id may do: report and sync on its own subjects,
 // receive its own declarations and replies.
 func NodeGrant(id string) broker.Grant {
@@ -265,6 +289,9 @@ func (a *Authenticator) operator(c broker.Client) (broker.Grant, error) {
 	}
 	if err := verifyNonce(claims.Subject, c.Nonce, c.Sig); err != nil {
 		return broker.Grant{}, err
+	}
+	if node, revoked := a.cfg.Roster.OperatorRevoked(claims.Subject); revoked {
+		return RemovedOperatorGrant(claims.Name, node), nil
 	}
 	return OperatorGrant(claims.Name), nil
 }

@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"mesh/controlplane/api"
+	"mesh/controlplane/pki"
 	"mesh/controlplane/replication"
 	"mesh/controlplane/state"
 	"mesh/declarations"
@@ -161,7 +163,11 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 				return out, badRequest("control address %q is not ip:port", a)
 			}
 		}
-		cmd.Control = &state.ControlAddrs{Broker: req.Control.Broker, Raft: req.Control.Raft, Cluster: req.Control.Cluster}
+		if err := d.checkControlClaim(req); err != nil {
+			return out, err
+		}
+		cmd.Control = &state.ControlAddrs{Broker: req.Control.Broker, Raft: req.Control.Raft, Cluster: req.Control.Cluster,
+			Pin: req.Control.Pin, Operator: req.Control.Operator}
 		cmd.Sealed = req.Sealed
 	} else if req.Control != nil || len(req.Sealed) > 0 {
 		return out, badRequest("only control tokens carry addresses and a sealed identity")
@@ -447,4 +453,27 @@ func labelText(s string, emptyOK bool) bool {
 		}
 	}
 	return true
+}
+
+// checkControlClaim refuses a control token the mesh CA did not vouch for. Operator
+// credentials reach this API from any control node, and a control token hands its
+// holder the signing key: only the CA key, kept on one machine, may mint one.
+func (d *Daemon) checkControlClaim(req api.TokenCreateRequest) error {
+	c := req.Control
+	if _, err := hex.DecodeString(c.Pin); err != nil || len(c.Pin) != 64 {
+		return &api.Error{Code: api.CodeNotCAHolder, Message: "the control token names no TLS key pin: " + pki.ErrBadControlProof.Error()}
+	}
+	if !nkeys.IsValidPublicUserKey(c.Operator) {
+		return &api.Error{Code: api.CodeNotCAHolder, Message: "the control token names no operator key: " + pki.ErrBadControlProof.Error()}
+	}
+	ca, err := pki.ParseCertificatePEM(d.caPEM)
+	if err != nil {
+		return &api.Error{Code: api.CodeInternal, Message: "the mesh CA certificate of this node does not parse: " + err.Error()}
+	}
+	claim := pki.ControlClaim{Mesh: d.cfg.Mesh, TokenID: req.ID, Node: req.Node,
+		Broker: c.Broker, Raft: c.Raft, Cluster: c.Cluster, Pin: c.Pin, Operator: c.Operator}
+	if err := pki.VerifyControlClaim(ca, claim, c.Proof); err != nil {
+		return &api.Error{Code: api.CodeNotCAHolder, Message: err.Error()}
+	}
+	return nil
 }

@@ -300,11 +300,15 @@ func (d *Daemon) initialise() error {
 	if err != nil {
 		return fmt.Errorf("sign the first keyring: %w", err)
 	}
+	pin, operatorKey, err := d.identityKeys()
+	if err != nil {
+		return err
+	}
 	res, err := d.raft.Apply(state.Command{Op: state.OpInit, Init: &state.InitCmd{
 		Mesh:         d.cfg.Mesh,
 		AdminAccount: d.cfg.AdminAccount,
 		Control: state.ControlNode{ID: d.cfg.Node, Broker: d.cfg.Brokers[0], Raft: d.cfg.RaftListen, Cluster: d.cfg.ClusterListen,
-			CurveKey: curvePublic(d.curve)},
+			CurveKey: curvePublic(d.curve), Pin: pin, Operator: operatorKey},
 		Keyring:  state.Keyring{Epoch: kr.Epoch, Keys: kr.Keys, Envelope: env},
 		Validity: declarations.DefaultValidity,
 	}}, commitTimeout)
@@ -312,6 +316,22 @@ func (d *Daemon) initialise() error {
 		return fmt.Errorf("initialise the mesh state: %w", err)
 	}
 	return res.Err
+}
+
+// identityKeys returns the pin of this node's TLS key and the public key of its
+// operator credentials, as the state records them for a control node.
+func (d *Daemon) identityKeys() (pin, operatorKey string, err error) {
+	leaf, err := d.opts.Dir.LoadLeaf()
+	if err != nil {
+		return "", "", err
+	}
+	if pin, err = pki.LeafPinPEM(leaf.CertPEM); err != nil {
+		return "", "", fmt.Errorf("%s: %w", d.opts.Dir.Path(datadir.TLSCertFile), err)
+	}
+	if operatorKey, err = d.opts.Dir.LoadOperatorKey(); err != nil {
+		return "", "", err
+	}
+	return pin, operatorKey, nil
 }
 
 // BrokerAddr is the address the broker listens on.

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
 	"mesh/controlplane/pki"
@@ -264,6 +265,34 @@ func (d Dir) LoadCurveKey() (nkeys.KeyPair, error) {
 		return nil, fmt.Errorf("%s: %w", d.Path(CurveKeyFile), err)
 	}
 	return kp, nil
+}
+
+// CredsUserKey returns the public key of the user a NATS .creds file authenticates
+// as: what the mesh records of a control node's operator credentials.
+func CredsUserKey(creds []byte) (string, error) {
+	kp, err := jwt.ParseDecoratedNKey(creds)
+	if err != nil {
+		return "", fmt.Errorf("operator credentials: %w", err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil || !nkeys.IsValidPublicUserKey(pub) {
+		return "", fmt.Errorf("operator credentials: the key is not a user key")
+	}
+	return pub, nil
+}
+
+// LoadOperatorKey returns the public key of this node's operator credentials
+// (AdminCredsFile).
+func (d Dir) LoadOperatorKey() (string, error) {
+	creds, err := d.ReadFile(AdminCredsFile)
+	if err != nil {
+		return "", err
+	}
+	key, err := CredsUserKey(creds)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", d.Path(AdminCredsFile), err)
+	}
+	return key, nil
 }
 
 // SaveCurveKey writes this control node's curve key (0600).

@@ -129,9 +129,23 @@ func Mint(dir datadir.Dir, o MintOptions) (tokenfmt.Token, error) {
 	}
 	defer c.Close()
 	id := tok.SecretHash()
+	// The CA vouches for the token and for the identity issued with it: the control
+	// plane admits no control node on operator credentials alone, and records the
+	// leaf's pin and the credentials' key to revoke them when the node is removed.
+	if addrs.Pin, err = pki.LeafPinPEM(leaf.CertPEM); err != nil {
+		return tok, err
+	}
+	if addrs.Operator, err = datadir.CredsUserKey(creds); err != nil {
+		return tok, err
+	}
+	claim := pki.ControlClaim{Mesh: cfg.Mesh, TokenID: hex.EncodeToString(id[:]), Node: o.Node,
+		Broker: addrs.Broker, Raft: addrs.Raft, Cluster: addrs.Cluster, Pin: addrs.Pin, Operator: addrs.Operator}
+	if addrs.Proof, err = ca.SignControlClaim(claim); err != nil {
+		return tok, err
+	}
 	var res api.TokenCreateResult
 	if err := c.Call(api.OpTokenCreate, api.TokenCreateRequest{
-		ID: hex.EncodeToString(id[:]), Node: o.Node, Role: string(tokenfmt.RoleControl), TTL: api.Duration(o.TTL),
+		ID: claim.TokenID, Node: o.Node, Role: string(tokenfmt.RoleControl), TTL: api.Duration(o.TTL),
 		Control: &addrs, Sealed: sealed,
 	}, &res); err != nil {
 		return tok, err

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,9 +36,14 @@ var ErrNoLeader = errors.New("no control node answered: the control plane is not
 // requests it was serving with it). A change may have been carried out.
 var ErrNoAnswer = errors.New("the control plane did not answer")
 
+// ErrReadOnly means the broker refused to carry the request: these credentials may
+// only read (those of a control node that was removed). Nothing was changed.
+var ErrReadOnly = errors.New("these operator credentials may only read the mesh: they belong to a control node that was removed (meshctl control remove); nothing was changed. Use admin.creds from an active control node's data directory")
+
 // Client calls the operator API.
 type Client struct {
 	nc         *nats.Conn
+	denied     *deniedSubjects
 	timeout    time.Duration
 	leaderWait time.Duration
 	// firstAttempt is how long a repeatable request waits for its first answer before
@@ -111,8 +117,10 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 	// Not held while a control node starts, as hosts are (broker.Admission): an
 	// operator can reach a node that is still starting, and see why.
 	tlsConfig.NextProtos = []string{broker.OperatorProtocol}
+	denied := &deniedSubjects{}
 	nc, err := nats.Connect(strings.Join(urls, ","),
 		nats.UserCredentials(e.Creds),
+		nats.ErrorHandler(denied.record),
 		nats.Secure(tlsConfig),
 		nats.TLSHandshakeFirst(),
 		nats.Name("meshctl"),
@@ -130,7 +138,9 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 		}
 		return nil, fmt.Errorf("%w at %s: %v%s", ErrUnreachable, strings.Join(servers, ", "), err, hint)
 	}
-	return newClient(nc, timeout, o.LeaderWait), nil
+	c := newClient(nc, timeout, o.LeaderWait)
+	c.denied = denied
+	return c, nil
 }
 
 // NewClient wraps an existing connection (tests; the demo uses Dial).
@@ -173,6 +183,9 @@ func (c *Client) Call(op string, req, res any) error {
 			return fmt.Errorf("%w; waited %s", ErrNoLeader, c.leaderWait)
 		}
 		if errors.Is(err, nats.ErrTimeout) {
+			if c.denied.has(api.AdminSubject(op)) {
+				return ErrReadOnly
+			}
 			if api.ReadOnly(op) {
 				return fmt.Errorf("%w %s within %s; run it again", ErrNoAnswer, op, c.timeout)
 			}
@@ -292,4 +305,44 @@ func (c *Client) Nodes(req api.NodesRequest) (api.NodesResult, error) {
 		}
 		req.After = page.Next
 	}
+}
+
+// deniedSubjects remembers the subjects the broker refused this connection to publish
+// on: a request it refused is never answered, and without this the caller would be
+// told that the control plane may have carried it out.
+type deniedSubjects struct {
+	mu   sync.Mutex
+	subj map[string]bool
+}
+
+// record is the connection's error handler: nats.go reports a permissions violation
+// asynchronously, with the subject quoted in the error's text (the only place the
+// client library gives it).
+func (d *deniedSubjects) record(_ *nats.Conn, _ *nats.Subscription, err error) {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		return
+	}
+	msg := strings.ToLower(err.Error())
+	i := strings.Index(msg, "publish to ")
+	if i < 0 {
+		return
+	}
+	subject := strings.Trim(strings.TrimSpace(msg[i+len("publish to "):]), `"'`)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.subj == nil {
+		d.subj = map[string]bool{}
+	}
+	if len(d.subj) < 64 {
+		d.subj[subject] = true
+	}
+}
+
+func (d *deniedSubjects) has(subject string) bool {
+	if d == nil {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.subj[strings.ToLower(subject)]
 }

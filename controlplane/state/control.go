@@ -21,6 +21,14 @@ type ControlNode struct {
 	// joiner that caught up from a snapshot taken after that entry never applies it,
 	// and learns it here instead, from the same replicated log.
 	Probe string `json:"probe,omitempty"`
+	// Pin is the hex SHA-256 of the node's TLS leaf's SubjectPublicKeyInfo: the other
+	// control nodes accept routes and Raft connections from this key only while the
+	// node is a member (ControlPins). Operator is the public key of the operator
+	// credentials issued with the leaf, refused once the node is removed
+	// (RevokedOperators). Both are empty for a node that joined before the mesh
+	// recorded them.
+	Pin      string `json:"pin,omitempty"`
+	Operator string `json:"operator,omitempty"`
 	// Removed control nodes stay listed, shown removed, until a new machine joins
 	// under the id with a new control token.
 	Removed   bool      `json:"removed,omitempty"`
@@ -28,11 +36,14 @@ type ControlNode struct {
 }
 
 // ControlAddrs are the addresses a control token admits a node with, fixed when the
-// token is minted (its TLS identity carries them).
+// token is minted (its TLS identity carries them), and the pin of that identity's key
+// and the public key of its operator credentials (ControlNode.Pin, Operator).
 type ControlAddrs struct {
-	Broker  string `json:"broker"`
-	Raft    string `json:"raft"`
-	Cluster string `json:"cluster"`
+	Broker   string `json:"broker"`
+	Raft     string `json:"raft"`
+	Cluster  string `json:"cluster"`
+	Pin      string `json:"pin,omitempty"`
+	Operator string `json:"operator,omitempty"`
 }
 
 // RemoveControlCmd takes a control node out of the control plane's membership.
@@ -120,6 +131,14 @@ func (s *State) applyRemoveControl(at time.Time, c *RemoveControlCmd) Result {
 		return Result{Err: ErrLastControlNode}
 	}
 	n.Removed, n.RemovedAt = true, at
+	if n.Operator != "" {
+		// Kept apart from the record, which a new machine joining under the id
+		// replaces: the removed machine keeps its credentials file.
+		if s.RevokedOperators == nil {
+			s.RevokedOperators = map[string]string{}
+		}
+		s.RevokedOperators[n.Operator] = n.ID
+	}
 	s.MembershipVersion++
 	cn := *n
 	return Result{Control: &cn}
@@ -130,16 +149,43 @@ func (s *State) applyRemoveControl(at time.Time, c *RemoveControlCmd) Result {
 // this: the node is not a member until it proved it replicates.
 func (s *State) admitControl(at time.Time, t *Token, c *EnrolCmd) Result {
 	if !t.UsedAt.IsZero() {
-		cn := *s.ControlNodes[c.Node]
-		return Result{Control: &cn} // repeat of the same admission
+		// A repeat of the same admission, whose answer was lost: the answer seals
+		// the signing keys to the node's curve key, so it goes only to the machine
+		// admitted, and only while it is a member.
+		cn, ok := s.ControlNodes[c.Node]
+		if !ok || cn.Removed || cn.CurveKey != c.CurveKey {
+			return Result{Err: fmt.Errorf("%w: the control node this token admitted was removed, or another machine holds its id; mint a new control token", ErrTokenUsed)}
+		}
+		out := *cn
+		return Result{Control: &out}
 	}
 	if t.Control == nil {
 		return Result{Err: fmt.Errorf("%w: control token without addresses", ErrBadCommand)}
 	}
 	t.UsedAt, t.UsedKey = at, c.PublicKey
-	cn := &ControlNode{ID: c.Node, Broker: t.Control.Broker, Raft: t.Control.Raft, Cluster: t.Control.Cluster, JoinedAt: at, CurveKey: c.CurveKey}
+	cn := &ControlNode{ID: c.Node, Broker: t.Control.Broker, Raft: t.Control.Raft, Cluster: t.Control.Cluster, JoinedAt: at, CurveKey: c.CurveKey,
+		Pin: t.Control.Pin, Operator: t.Control.Operator}
 	s.ControlNodes[c.Node] = cn
 	s.MembershipVersion++
 	out := *cn
 	return Result{Control: &out}
+}
+
+// ControlPins returns the pins of the active control nodes' TLS keys, sorted, and
+// the active nodes that have none (they joined before the mesh recorded pins).
+// Routes and Raft connections are checked against the pins only when no node lacks
+// one: such a node would otherwise be cut off from the others.
+func (s *State) ControlPins() (pins, unpinned []string) {
+	for _, c := range s.ControlNodes {
+		switch {
+		case c.Removed:
+		case c.Pin == "":
+			unpinned = append(unpinned, c.ID)
+		default:
+			pins = append(pins, c.Pin)
+		}
+	}
+	slices.Sort(pins)
+	slices.Sort(unpinned)
+	return pins, unpinned
 }

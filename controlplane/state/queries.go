@@ -53,6 +53,22 @@ func (f *FSM) KeyRevoked(key string) bool {
 	return revoked
 }
 
+// OperatorRevoked reports whether key is the operator credentials' key of a removed
+// control node, and which.
+func (f *FSM) OperatorRevoked(key string) (node string, revoked bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	node, revoked = f.st.RevokedOperators[key]
+	return node, revoked
+}
+
+// ControlPins is State.ControlPins.
+func (f *FSM) ControlPins() (pins, unpinned []string) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.ControlPins()
+}
+
 // TokenByID returns the token stored under id (the hash of its secret), if any.
 func (f *FSM) TokenByID(id string) (TokenAuth, bool) {
 	f.mu.RLock()

@@ -45,6 +45,9 @@ type State struct {
 	// RevokedKeys lists every node key the mesh has revoked, with its node id: a
 	// revoked key stays refused even after its node id enrols again.
 	RevokedKeys map[string]string `json:"revoked_keys"`
+	// RevokedOperators lists the operator credentials' public keys of removed control
+	// nodes, with the node's id: they may read, never change, the mesh.
+	RevokedOperators map[string]string `json:"revoked_operators,omitempty"`
 	// AdminAccount is the public account nkey that issues operator credentials.
 	AdminAccount string `json:"admin_account"`
 	// ControlNodes are the members of the control plane, by id.
@@ -211,6 +214,7 @@ func (s *State) Clone() *State {
 	}
 	c.Bodies = maps.Clone(s.Bodies)
 	c.RevokedKeys = maps.Clone(s.RevokedKeys)
+	c.RevokedOperators = maps.Clone(s.RevokedOperators)
 	c.ControlNodes = make(map[string]*ControlNode, len(s.ControlNodes))
 	for k, n := range s.ControlNodes {
 		nc := *n

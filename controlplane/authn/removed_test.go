@@ -1,0 +1,62 @@
+package authn
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nkeys"
+
+	"mesh/broker"
+	"mesh/controlplane/api"
+	"mesh/controlplane/state"
+)
+
+// TestRemovedControlNodeOperatorCredentials: the operator credentials issued with a
+// control node may only read once the node is removed: the removed machine keeps
+// its admin.creds, and without this it could go on declaring, revoking and minting.
+// Another control node's credentials keep their full grant.
+func TestRemovedControlNodeOperatorCredentials(t *testing.T) {
+	fx := newFixture(t)
+	nonce := []byte("server-nonce-removed")
+	removed, kept := mustKey(t, nkeys.CreateUser), mustKey(t, nkeys.CreateUser)
+	at := now0.Add(-30 * time.Minute)
+	for i, n := range []struct {
+		id  string
+		key nkeys.KeyPair
+	}{{"cp-2", removed}, {"cp-3", kept}} {
+		tok := "ctl-" + n.id
+		fx.apply(t, state.Command{Op: state.OpCreateToken, At: at, CreateToken: &state.CreateTokenCmd{ID: tok, Node: n.id, Role: state.RoleControl, TTL: time.Hour,
+			Control: &state.ControlAddrs{Broker: "10.0.0.2:7300", Raft: "10.0.0.2:7301", Cluster: "10.0.0.2:7302", Pin: "pin" + n.id, Operator: pub(n.key)},
+			Sealed:  []byte("sealed")}})
+		fx.apply(t, state.Command{Op: state.OpEnrol, At: at, Enrol: &state.EnrolCmd{TokenID: tok, Node: n.id, Role: state.RoleControl,
+			PublicKey: pub(mustKey(t, nkeys.CreateUser)), CurveKey: "X" + string(rune('A'+i))}})
+	}
+	fx.apply(t, state.Command{Op: state.OpRemoveControl, At: at.Add(time.Minute), RemoveControl: &state.RemoveControlCmd{Node: "cp-2"}})
+
+	a := fx.auth("internal")
+	client := func(kp nkeys.KeyPair) broker.Client {
+		return broker.Client{JWT: userJWT(t, fx.account, kp, nil), Nonce: nonce, Sig: sign(t, kp, nonce)}
+	}
+	g, err := a.Authenticate(client(removed))
+	if err != nil {
+		t.Fatalf("a removed node's credentials are refused outright (%v): the machine could not learn that it was removed", err)
+	}
+	if g.Account != broker.AccountOperators {
+		t.Fatalf("grant in account %q", g.Account)
+	}
+	for _, op := range api.AdminOps() {
+		allowed := slices.Contains(g.Publish, api.AdminSubject(op))
+		if allowed != api.ReadOnly(op) {
+			t.Errorf("%s: publish allowed %v, want %v (reads only)", op, allowed, api.ReadOnly(op))
+		}
+	}
+	for _, s := range broker.MonitoringSubjects() {
+		if slices.Contains(g.Publish, s) {
+			t.Errorf("a removed node's credentials may ask the broker's monitoring %s", s)
+		}
+	}
+	if g2, err := a.Authenticate(client(kept)); err != nil || !slices.Equal(g2.Publish, OperatorGrant("alice").Publish) {
+		t.Fatalf("an active control node's credentials: %+v, %v; want the full operator grant", g2, err)
+	}
+}

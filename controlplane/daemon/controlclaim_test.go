@@ -1,0 +1,120 @@
+package daemon
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nkeys"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/pki"
+	"mesh/controlplane/state"
+)
+
+// TestControlTokenNeedsTheCA: operator credentials are on every control node, and a
+// control token hands its holder the signing key, so the control plane records a
+// control token only with the mesh CA's signature over it, and records the pin and
+// operator key the CA vouched for. Without it, or with another CA's, or with a claim
+// changed after signing, the answer is not_ca_holder and nothing is recorded.
+func TestControlTokenNeedsTheCA(t *testing.T) {
+	d := fleet(t, 0)
+	ca, err := d.opts.Dir.LoadCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _, err := pki.NewCA("bench", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, _ := nkeys.CreateUser()
+	operatorKey, _ := user.PublicKey()
+	newReq := func() api.TokenCreateRequest {
+		var id [32]byte
+		rand.Read(id[:])
+		return api.TokenCreateRequest{ID: hex.EncodeToString(id[:]), Node: "cp-2", Role: state.RoleControl, TTL: api.Duration(time.Hour),
+			Control: &api.ControlMember{Broker: "127.0.0.2:7300", Raft: "127.0.0.2:7301", Cluster: "127.0.0.2:7302",
+				Pin: hex.EncodeToString(make([]byte, 32)), Operator: operatorKey},
+			Sealed: []byte("sealed")}
+	}
+	claimOf := func(r api.TokenCreateRequest) pki.ControlClaim {
+		c := r.Control
+		return pki.ControlClaim{Mesh: d.cfg.Mesh, TokenID: r.ID, Node: r.Node, Broker: c.Broker, Raft: c.Raft, Cluster: c.Cluster, Pin: c.Pin, Operator: c.Operator}
+	}
+	sign := func(ca *pki.CA, r api.TokenCreateRequest) []byte {
+		sig, err := ca.SignControlClaim(claimOf(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sig
+	}
+
+	refused := map[string]api.TokenCreateRequest{}
+	r := newReq()
+	refused["no proof"] = r
+	r = newReq()
+	r.Control.Proof = sign(other, r)
+	refused["another CA's proof"] = r
+	r = newReq()
+	r.Control.Proof = sign(ca, r)
+	r.Control.Broker = "127.0.0.9:7300"
+	refused["an address changed after signing"] = r
+	r = newReq()
+	r.Control.Proof = sign(ca, r)
+	r.Node = "cp-9"
+	refused["another node than signed for"] = r
+	r = newReq()
+	r.Control.Pin = "not hex"
+	r.Control.Proof = sign(ca, r)
+	refused["no pin"] = r
+	r = newReq()
+	r.Control.Operator = "not a key"
+	r.Control.Proof = sign(ca, r)
+	refused["no operator key"] = r
+	for name, req := range refused {
+		_, err := d.createToken(req)
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Code != api.CodeNotCAHolder {
+			t.Errorf("%s: %v, want %s", name, err, api.CodeNotCAHolder)
+		}
+		d.fsm.Read(func(s *state.State) {
+			if _, ok := s.Tokens[req.ID]; ok {
+				t.Errorf("%s: the token was recorded", name)
+			}
+		})
+	}
+
+	good := newReq()
+	good.Control.Proof = sign(ca, good)
+	if _, err := d.createToken(good); err != nil {
+		t.Fatalf("a control token the CA signed: %v", err)
+	}
+	d.fsm.Read(func(s *state.State) {
+		tk := s.Tokens[good.ID]
+		if tk == nil || tk.Control.Pin != good.Control.Pin || tk.Control.Operator != operatorKey {
+			t.Fatalf("recorded token %+v: the pin and operator key are not those the CA signed", tk)
+		}
+	})
+}
+
+// TestFirstControlNodeRecordsItsIdentity: the bootstrap node's record carries the pin
+// of its TLS key and its operator key from the first command on, so that a mesh made
+// from now on checks routes and Raft connections against pins from the start.
+func TestFirstControlNodeRecordsItsIdentity(t *testing.T) {
+	d := fleet(t, 0)
+	pin, operatorKey, err := d.identityKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.fsm.Read(func(s *state.State) {
+		cn := s.ControlNodes[d.cfg.Node]
+		if cn == nil || cn.Pin != pin || cn.Operator != operatorKey || len(pin) != 64 {
+			t.Fatalf("first control node %+v; want pin %s and operator %s", cn, pin, operatorKey)
+		}
+		if pins, unpinned := s.ControlPins(); len(pins) != 1 || len(unpinned) != 0 {
+			t.Fatalf("pins %v, unpinned %v", pins, unpinned)
+		}
+	})
+}

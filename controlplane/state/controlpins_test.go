@@ -1,0 +1,104 @@
+package state
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+// controlToken records a control token for node, with the pin and operator key the
+// CA holder issued for it.
+func controlToken(id, node, pin, operator string) Command {
+	return Command{Op: OpCreateToken, At: t0, CreateToken: &CreateTokenCmd{ID: id, Node: node, Role: RoleControl, TTL: time.Hour,
+		Control: &ControlAddrs{Broker: "10.0.0.2:7300", Raft: "10.0.0.2:7301", Cluster: "10.0.0.2:7302", Pin: pin, Operator: operator},
+		Sealed:  []byte("sealed")}}
+}
+
+func controlEnrol(id, node, key, curve string, at time.Time) Command {
+	return Command{Op: OpEnrol, At: at, Enrol: &EnrolCmd{TokenID: id, Node: node, Role: RoleControl, PublicKey: key, CurveKey: curve}}
+}
+
+// TestControlIdentityRecordedAndRevoked: an admitted control node carries the pin of
+// its TLS key and its operator key from the token; the pins of the active nodes are
+// what routes and Raft accept, and a removal takes the node's pin out and keeps its
+// operator key as revoked, even after a new machine joins under the same id.
+func TestControlIdentityRecordedAndRevoked(t *testing.T) {
+	m := newMachine(t)
+	init := initCmd("demo", t0)
+	init.Init.Control = ControlNode{ID: "cp-1", Broker: "10.0.0.1:7300", Raft: "10.0.0.1:7301", Cluster: "10.0.0.1:7302", Pin: "p1", Operator: "UOP1"}
+	m.must(init)
+	m.must(controlToken("ctl", "cp-2", "p2", "UOP2"))
+	m.must(controlEnrol("ctl", "cp-2", "K2", "XC2", t0.Add(time.Minute)))
+
+	s := m.state()
+	if cn := s.ControlNodes["cp-2"]; cn.Pin != "p2" || cn.Operator != "UOP2" {
+		t.Fatalf("admitted control node %+v: pin and operator key not taken from the token", cn)
+	}
+	if pins, unpinned := s.ControlPins(); !slices.Equal(pins, []string{"p1", "p2"}) || len(unpinned) != 0 {
+		t.Fatalf("pins %v, unpinned %v; want [p1 p2] and none", pins, unpinned)
+	}
+
+	m.must(Command{Op: OpRemoveControl, At: t0.Add(2 * time.Minute), RemoveControl: &RemoveControlCmd{Node: "cp-2"}})
+	s = m.state()
+	if pins, _ := s.ControlPins(); !slices.Equal(pins, []string{"p1"}) {
+		t.Fatalf("after the removal the pins are %v; the removed node's key is still accepted", pins)
+	}
+	if node, ok := s.RevokedOperators["UOP2"]; !ok || node != "cp-2" {
+		t.Fatalf("revoked operators %v: the removed node's credentials are not revoked", s.RevokedOperators)
+	}
+	if _, ok := s.RevokedOperators["UOP1"]; ok {
+		t.Fatal("the active node's operator credentials were revoked")
+	}
+
+	// A new machine under the id: its own pin and key; the old key stays revoked.
+	m.must(controlToken("ctl2", "cp-2", "p2b", "UOP2B"))
+	m.must(controlEnrol("ctl2", "cp-2", "K2B", "XC2B", t0.Add(3*time.Minute)))
+	s = m.state()
+	if pins, _ := s.ControlPins(); !slices.Equal(pins, []string{"p1", "p2b"}) {
+		t.Fatalf("pins %v after the id was given to a new machine", pins)
+	}
+	if _, ok := s.RevokedOperators["UOP2"]; !ok {
+		t.Fatal("the new record under the id forgot that the old machine's credentials are revoked")
+	}
+	if _, ok := s.Clone().RevokedOperators["UOP2"]; !ok {
+		t.Fatal("Clone dropped the revoked operator keys")
+	}
+}
+
+// TestControlPinsOfOlderMembers: a control node recorded before pins were is listed
+// as unpinned, so that nothing is checked against an incomplete list.
+func TestControlPinsOfOlderMembers(t *testing.T) {
+	m := newMachine(t)
+	init := initCmd("demo", t0)
+	init.Init.Control = ControlNode{ID: "cp-1", Broker: "10.0.0.1:7300", Raft: "10.0.0.1:7301", Cluster: "10.0.0.1:7302"}
+	m.must(init)
+	m.must(controlToken("ctl", "cp-2", "p2", "UOP2"))
+	m.must(controlEnrol("ctl", "cp-2", "K2", "XC2", t0.Add(time.Minute)))
+	if pins, unpinned := m.state().ControlPins(); !slices.Equal(pins, []string{"p2"}) || !slices.Equal(unpinned, []string{"cp-1"}) {
+		t.Fatalf("pins %v, unpinned %v; want [p2] and [cp-1]", pins, unpinned)
+	}
+}
+
+// TestControlAdmissionRepeat: the answer to a control admission seals the signing
+// keys to the admitted machine's curve key, so a repeat (the first answer was lost)
+// is answered only for that machine, and only while it is a member. A removed node
+// that kept its token cannot come back for the keys rotated after its removal.
+func TestControlAdmissionRepeat(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	m.must(controlToken("ctl", "cp-2", "p2", "UOP2"))
+	m.must(controlEnrol("ctl", "cp-2", "K2", "XC2", t0.Add(time.Minute)))
+	if r := m.apply(controlEnrol("ctl", "cp-2", "K2", "XC2", t0.Add(2*time.Minute))); r.Err != nil || r.Control == nil || r.Control.CurveKey != "XC2" {
+		t.Fatalf("repeat by the admitted machine: %+v", r)
+	}
+	if r := m.apply(controlEnrol("ctl", "cp-2", "K2", "XOTHER", t0.Add(2*time.Minute))); !errors.Is(r.Err, ErrTokenUsed) {
+		t.Fatalf("repeat naming another curve key: %v, want ErrTokenUsed", r.Err)
+	}
+	m.must(controlToken("ctl3", "cp-3", "p3", "UOP3"))
+	m.must(controlEnrol("ctl3", "cp-3", "K3", "XC3", t0.Add(2*time.Minute)))
+	m.must(Command{Op: OpRemoveControl, At: t0.Add(3 * time.Minute), RemoveControl: &RemoveControlCmd{Node: "cp-2"}})
+	if r := m.apply(controlEnrol("ctl", "cp-2", "K2", "XC2", t0.Add(4*time.Minute))); !errors.Is(r.Err, ErrTokenUsed) {
+		t.Fatalf("repeat by the removed node: %v, want ErrTokenUsed", r.Err)
+	}
+}
