@@ -98,6 +98,9 @@ const (
 	CodeTokenStaleKey = "token_stale_key"
 	// CodeTokenCancelled: an operator cancelled the token before it was used.
 	CodeTokenCancelled = "token_cancelled"
+	// CodeKeyInUse: the presented key is already enrolled as another node (not
+	// revoked); a key identifies one node only.
+	CodeKeyInUse = "key_in_use"
 	// CodeDiskFull: the control node could not write its Raft log because its disk
 	// is full; nothing was committed, and the operator frees space before retrying.
 	CodeDiskFull = "disk_full"

@@ -40,6 +40,8 @@ func refusalCode(err error) string {
 		return api.CodeNodeExists
 	case errors.Is(err, state.ErrKeyRevoked):
 		return api.CodeKeyRevoked
+	case errors.Is(err, state.ErrKeyInUse):
+		return api.CodeKeyInUse
 	}
 	return api.CodeInternal
 }

@@ -32,6 +32,7 @@ func TestEveryStateRefusalHasItsCode(t *testing.T) {
 		"ErrNoToken":         {state.ErrNoToken, api.CodeNotFound},
 		"ErrNodeExists":      {state.ErrNodeExists, api.CodeNodeExists},
 		"ErrKeyRevoked":      {state.ErrKeyRevoked, api.CodeKeyRevoked},
+		"ErrKeyInUse":        {state.ErrKeyInUse, api.CodeKeyInUse},
 		"ErrUnknownNode":     {state.ErrUnknownNode, api.CodeNotFound},
 		"ErrBadCommand":      {state.ErrBadCommand, api.CodeBadRequest},
 		"ErrNoTargets":       {state.ErrNoTargets, api.CodeNotFound},

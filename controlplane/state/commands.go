@@ -353,8 +353,8 @@ func (s *State) applyEnrol(at time.Time, c *EnrolCmd) Result {
 	// continues after the last version its earlier enrolment was given, so no
 	// version is ever signed twice for the same id.
 	first := uint64(0)
-	if old, ok := s.Nodes[c.Node]; ok {
-		delete(s.byKey, old.PublicKey) // its old key stays in RevokedKeys
+	old, again := s.Nodes[c.Node]
+	if again {
 		first = old.Declared.Version + 1
 	}
 	n := &Node{
@@ -371,7 +371,12 @@ func (s *State) applyEnrol(at time.Time, c *EnrolCmd) Result {
 		},
 	}
 	s.Nodes[c.Node] = n
-	s.byKey[c.PublicKey] = c.Node
+	if again && s.byKey[old.PublicKey] == c.Node {
+		// Its old key stays in RevokedKeys; the index lets go of it, as a restore
+		// would.
+		s.reindexKey(old.PublicKey)
+	}
+	s.indexHolder(n)
 	return Result{Node: n.copy()}
 }
 

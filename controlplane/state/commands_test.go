@@ -13,7 +13,7 @@ import (
 
 var allEnrolErrors = []error{
 	ErrTokenUnknown, ErrTokenUsed, ErrTokenExpired, ErrTokenOtherNode, ErrTokenWrongRole,
-	ErrNodeExists, ErrKeyRevoked, ErrNotInitialised, ErrBadCommand,
+	ErrNodeExists, ErrKeyRevoked, ErrKeyInUse, ErrNotInitialised, ErrBadCommand,
 }
 
 // assertOnly fails unless err is want and none of the other enrolment errors.
@@ -218,6 +218,15 @@ func TestEnrolRefusals(t *testing.T) {
 			want: ErrKeyRevoked,
 		},
 		{
+			name: "key of another enrolled node",
+			setup: func(m *machine) {
+				m.must(tokenCmd("tok-db", "db-1", RoleWorker, t0, time.Hour))
+				m.must(enrolCmd("tok-db", "db-1", RoleWorker, "KD", at))
+			},
+			cmd:  enrolCmd("tok", "web-1", RoleWorker, "KD", at),
+			want: ErrKeyInUse,
+		},
+		{
 			name: "node id already enrolled and not revoked",
 			setup: func(m *machine) {
 				m.must(tokenCmd("tok-b", "web-1", RoleWorker, t0, time.Hour)) // minted before web-1 enrolled
@@ -298,6 +307,37 @@ func TestEnrolRefusalDoesNotConsumeTheToken(t *testing.T) {
 		}
 	}
 	m.must(enrolCmd("tok", "web-1", RoleWorker, "K1", t0.Add(2*time.Minute)))
+}
+
+// One key names one node: the broker's authentication hook maps a key to its node, so
+// a key enrolled under a second id would leave the second node without an identity of
+// its own, and control nodes that rebuilt the index differently would disagree on it.
+func TestEnrolKeyOfAnotherNodeIsRefused(t *testing.T) {
+	m := enrolled(t, map[string]string{"db-1": RoleWorker})
+	at := t0.Add(2 * time.Minute)
+	m.must(tokenCmd("tok", "web-1", RoleWorker, t0, time.Hour))
+	before := m.snapshot()
+	r := m.apply(enrolCmd("tok", "web-1", RoleWorker, "K-db-1", at))
+	assertOnly(t, r.Err, ErrKeyInUse)
+	if !strings.Contains(r.Err.Error(), "db-1") || r.Node != nil {
+		t.Fatalf("refusal = %v, node %+v; want the holder named and no node", r.Err, r.Node)
+	}
+	if string(m.snapshot()) != string(before) {
+		t.Fatal("the refused enrolment changed the state (the token must not be consumed)")
+	}
+	// The enrolment handler asks TokenState before proposing: it refuses the same way.
+	var pre error
+	m.f.Read(func(s *State) { _, pre = s.TokenState("tok", "web-1", RoleWorker, "K-db-1", at) })
+	assertOnly(t, pre, ErrKeyInUse)
+	if n, ok := m.f.NodeByKey("K-db-1"); !ok || n.ID != "db-1" {
+		t.Fatalf("the key now names %+v, want db-1", n)
+	}
+	// The token still admits its node, with a key of its own.
+	m.must(enrolCmd("tok", "web-1", RoleWorker, "K-web-1", at.Add(time.Minute)))
+	// Once db-1 is revoked its key stays refused, as revoked.
+	m.must(tokenCmd("tok-2", "web-2", RoleWorker, at, time.Hour))
+	m.must(revokeCmd("db-1", at.Add(2*time.Minute)))
+	assertOnly(t, m.apply(enrolCmd("tok-2", "web-2", RoleWorker, "K-db-1", at.Add(3*time.Minute))).Err, ErrKeyRevoked)
 }
 
 // A host whose node was revoked must not get its enrolment "repeated": the mesh would

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -259,4 +260,91 @@ func TestProbeSurvivesASnapshot(t *testing.T) {
 			t.Fatal("a probe for an unknown node created it")
 		}
 	})
+}
+
+// sharedKeySnapshot is a snapshot as a state machine that did not yet refuse a key
+// enrolled under a second id could write it: K1 enrolled as c, then b (first), then a,
+// and K2 as x and y at the same instant. Each token records the key it enrolled.
+func sharedKeySnapshot(t *testing.T) []byte {
+	t.Helper()
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	keys := map[string]string{"a": "K1", "b": "K1", "c": "K1", "x": "K2", "y": "K2"}
+	when := map[string]time.Duration{"b": 1, "a": 2, "c": 3, "x": 4, "y": 4}
+	for _, id := range sortedKeys(keys) {
+		m.must(tokenCmd("tok-"+id, id, RoleWorker, t0, time.Hour))
+	}
+	// Enrolled with keys of their own here; the snapshot is then edited to hold
+	// the shared ones.
+	for _, id := range sortedKeys(keys) {
+		m.must(enrolCmd("tok-"+id, id, RoleWorker, "own-"+id, t0.Add(when[id]*time.Minute)))
+	}
+	var st State
+	if err := json.Unmarshal(m.snapshot(), &st); err != nil {
+		t.Fatal(err)
+	}
+	for id, key := range keys {
+		st.Nodes[id].PublicKey = key
+		st.Tokens["tok-"+id].UsedKey = key
+	}
+	data, err := json.Marshal(&st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func restored(t *testing.T, snap []byte) *machine {
+	t.Helper()
+	f := NewFSM()
+	if err := f.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
+		t.Fatal(err)
+	}
+	return &machine{t: t, f: f, index: 100}
+}
+
+// A restore rebuilds the key index the same way every time, whatever order the map
+// yields the nodes in: a key held by several nodes (a state written before that was
+// refused) is the earliest enrolled one's, at the same instant the least id's. Every
+// control node's authentication hook then grants the key the same node.
+func TestRestoreIndexesASharedKeyAlike(t *testing.T) {
+	snap := sharedKeySnapshot(t)
+	for i := range 200 {
+		m := restored(t, snap)
+		for key, want := range map[string]string{"K1": "b", "K2": "x"} {
+			if n, ok := m.f.NodeByKey(key); !ok || n.ID != want {
+				t.Fatalf("restore %d: %s names %+v, want %s", i, key, n, want)
+			}
+		}
+	}
+	m := restored(t, snap)
+	at := t0.Add(10 * time.Minute)
+	// The node the key names repeats its enrolment; the others are told whose key it
+	// is, and nothing else may enrol with it.
+	if r := m.must(enrolCmd("tok-b", "b", RoleWorker, "K1", at)); r.Node.ID != "b" {
+		t.Fatalf("repeat by the key's node = %+v", r.Node)
+	}
+	r := m.apply(enrolCmd("tok-a", "a", RoleWorker, "K1", at))
+	assertOnly(t, r.Err, ErrKeyInUse)
+	m.must(tokenCmd("tok-z", "z", RoleWorker, at, time.Hour))
+	assertOnly(t, m.apply(enrolCmd("tok-z", "z", RoleWorker, "K2", at)).Err, ErrKeyInUse)
+}
+
+// The key index the state machine keeps as it applies commands is the one a restore
+// of its snapshot rebuilds, even when a node id enrolled again lets go of a key
+// another node shares.
+func TestKeyIndexAsARestoreRebuildsIt(t *testing.T) {
+	m := restored(t, sharedKeySnapshot(t))
+	at := t0.Add(10 * time.Minute)
+	m.must(revokeCmd("b", at))
+	m.must(tokenCmd("tok-b2", "b", RoleWorker, at, time.Hour))
+	m.must(enrolCmd("tok-b2", "b", RoleWorker, "K-b2", at.Add(time.Minute)))
+	live := m.state().byKey
+	again := restored(t, m.snapshot()).state().byKey
+	if !maps.Equal(live, again) {
+		t.Fatalf("key index as applied %v, as restored %v", live, again)
+	}
+	if live["K1"] != "a" || live["K-b2"] != "b" {
+		t.Fatalf("key index %v: K1 must pass to a (enrolled before c), K-b2 be b's", live)
+	}
 }

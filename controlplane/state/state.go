@@ -169,6 +169,7 @@ var (
 	ErrNoToken        = errors.New("no token for this node is known (none was minted, or the last expired over a day ago)")
 	ErrNodeExists     = errors.New("a node with this id is enrolled; revoke it first to enrol the id again")
 	ErrKeyRevoked     = errors.New("this node key was revoked and stays refused")
+	ErrKeyInUse       = errors.New("this node key is already enrolled as another node, and a key identifies one node only: enrol this machine with a key of its own")
 	ErrUnknownNode    = errors.New("no such node")
 	ErrBadCommand     = errors.New("malformed command")
 	ErrNoTargets      = errors.New("the declaration matches no enrolled, unrevoked node")
@@ -186,12 +187,59 @@ func New() *State {
 	}
 }
 
-// reindex rebuilds the derived indexes after a restore.
+// reindex rebuilds the derived indexes after a restore. The key index must come out
+// the same on every control node whatever order the map yields the nodes in: a state
+// written before one key was refused for a second node may hold a key twice, and the
+// broker's authentication hook would then grant it whichever node this node happened
+// to index last. The node that holds a key is the one enrolled with it first.
 func (s *State) reindex() {
 	s.byKey = make(map[string]string, len(s.Nodes))
-	for id, n := range s.Nodes {
-		s.byKey[n.PublicKey] = id
+	for _, id := range slices.Sorted(maps.Keys(s.Nodes)) {
+		s.indexHolder(s.Nodes[id])
 	}
+}
+
+// indexHolder indexes n under its key unless a node enrolled before it holds the key
+// (enrolled at the same instant: the lesser id).
+func (s *State) indexHolder(n *Node) {
+	if id, ok := s.byKey[n.PublicKey]; ok {
+		if h := s.Nodes[id]; h != nil && h != n && heldFirst(h, n) {
+			return
+		}
+	}
+	s.byKey[n.PublicKey] = n.ID
+}
+
+// heldFirst reports whether a was enrolled with its key before b.
+func heldFirst(a, b *Node) bool {
+	if c := a.EnrolledAt.Compare(b.EnrolledAt); c != 0 {
+		return c < 0
+	}
+	return a.ID < b.ID
+}
+
+// reindexKey points the key index at whichever node still holds key, if any, as
+// reindex would. It walks every node, so it is for rare changes only (a node id
+// enrolled again after its revocation).
+func (s *State) reindexKey(key string) {
+	delete(s.byKey, key)
+	for _, n := range s.Nodes {
+		if n.PublicKey == key {
+			s.indexHolder(n)
+		}
+	}
+}
+
+// keyTaken refuses a key enrolled as a node other than node that is not revoked.
+func (s *State) keyTaken(key, node string) error {
+	id, ok := s.byKey[key]
+	if !ok || id == node {
+		return nil
+	}
+	if n := s.Nodes[id]; n != nil && !n.Revoked {
+		return fmt.Errorf("%w (it is the key of node %s)", ErrKeyInUse, id)
+	}
+	return nil
 }
 
 // Clone returns a deep copy, so readers never share maps with the state machine.
@@ -252,7 +300,13 @@ func (s *State) TokenState(id, node, role, key string, at time.Time) (*Token, er
 			return t, ErrKeyRevoked
 		}
 		if t.UsedKey == key && at.Before(t.Expiry) {
-			return t, nil // the same enrolment again: its reply was lost
+			// The same enrolment again: its reply was lost. (Only a state written
+			// before a key was refused for a second node can hold this key under
+			// another node too; the broker knows the key as that one.)
+			if err := s.keyTaken(key, node); err != nil {
+				return t, err
+			}
+			return t, nil
 		}
 		return t, ErrTokenUsed
 	}
@@ -261,6 +315,9 @@ func (s *State) TokenState(id, node, role, key string, at time.Time) (*Token, er
 	}
 	if _, revoked := s.RevokedKeys[key]; revoked {
 		return t, ErrKeyRevoked
+	}
+	if err := s.keyTaken(key, node); err != nil {
+		return t, err
 	}
 	if err := s.idTaken(node); err != nil {
 		return t, err
