@@ -250,6 +250,11 @@ type Status struct {
 	Agent          string       `json:"agent,omitempty"`
 }
 
+// MaxReplySize is the largest reply a host agent reads (host/wire.MaxReplySize, its
+// own definition): an answer to a host must fit it, and the hosts account's cap on
+// what the control plane publishes there.
+const MaxReplySize = 64 << 10
+
 // MaxMessageSize caps any message the control plane decodes from a node or an
 // enrolling client; a declaration envelope is at most 1 MiB and nothing else is near.
 const MaxMessageSize = 64 << 10

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -52,7 +53,7 @@ func (d *Daemon) handleEnrol(m *nats.Msg) {
 		return
 	}
 	resp := d.enrol(node, req)
-	data, err := json.Marshal(resp)
+	data, err := d.encodeEnrolAnswer(resp)
 	if err != nil {
 		d.log.Error("encode enrolment reply", "err", err)
 		return
@@ -60,6 +61,25 @@ func (d *Daemon) handleEnrol(m *nats.Msg) {
 	if err := d.conns.hosts.Publish(m.Reply, data); err != nil {
 		d.log.Warn("enrolment reply not sent", "node", node, "err", err)
 	}
+}
+
+// encodeEnrolAnswer encodes an enrolment answer so that it fits what the hosts
+// account lets the control plane publish and what a host reads (64 KiB each). An
+// answer carries the node's current declaration, signed: a first enrolment's is empty,
+// but a repeated one's is whatever has been declared for the node since, up to the
+// 1 MiB a declaration may be, which the declaration subject carries and an answer
+// cannot. Such an answer leaves the declaration out rather than not arrive at all; the
+// declaration subject brings it, as every later one, once the node syncs.
+func (d *Daemon) encodeEnrolAnswer(resp api.EnrolResponse) ([]byte, error) {
+	data, err := json.Marshal(resp)
+	limit := min(d.conns.hosts.MaxPayload(), api.MaxReplySize)
+	if err != nil || int64(len(data)) <= limit || resp.Declaration == nil {
+		return data, err
+	}
+	d.log.Debug("enrolment answer sent without the node's declaration: with it, it would exceed the hosts' message cap; the node receives it on its declaration subject when it syncs",
+		"node", resp.Node, "bytes", len(data), "cap", limit)
+	resp.Declaration = nil
+	return json.Marshal(resp)
 }
 
 // enrolBudgetKey prefixes the message budget of a node's enrolling clients, apart
@@ -71,6 +91,12 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 		d.guard.refuse("enrol", Reason(code), node, msg)
 		return api.EnrolResponse{V: api.ProtocolVersion, Error: &api.Error{Code: code, Message: msg}}
 	}
+	answer := func(resp api.EnrolResponse, e *api.Error) api.EnrolResponse {
+		if e != nil {
+			return refuse(e.Code, e.Message)
+		}
+		return resp
+	}
 	if req.Node != node {
 		return refuse(api.CodeBadRequest, "the request names node "+req.Node+" on the enrolment subject of "+node)
 	}
@@ -81,10 +107,18 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 	if !ok {
 		return refuse(api.CodeBadRequest, "the secret is not 64 hex digits")
 	}
-	// Answer a hopeless request without touching the log.
+	// Answer a hopeless request without touching the log, and tell a repeat from a
+	// first enrolment.
 	now := d.now().UTC()
-	var pre error
-	d.fsm.Read(func(s *state.State) { _, pre = s.TokenState(id, req.Node, req.Role, req.PublicKey, now) })
+	var (
+		pre    error
+		repeat bool
+	)
+	d.fsm.Read(func(s *state.State) {
+		var t *state.Token
+		t, pre = s.TokenState(id, req.Node, req.Role, req.PublicKey, now)
+		repeat = pre == nil && t.Role == state.RoleWorker && !t.UsedAt.IsZero()
+	})
 	if pre != nil {
 		return refuse(refusalCode(pre), pre.Error())
 	}
@@ -97,6 +131,16 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 	d.fsm.Read(func(s *state.State) { keys = slices.Clone(s.Keyring.Keys) })
 	if !slices.Contains(keys, strings.ToLower(req.SigningKey)) {
 		return refuse(api.CodeTokenStaleKey, "the token names a signing key the mesh no longer holds (it was rotated and retired since the token was minted): mint a new token")
+	}
+	if repeat {
+		// The same enrolment again, by the same key, before the token expired: the
+		// host lost the answer. The log already holds the enrolment and would only
+		// answer "repeat", so the answer comes from the state and nothing is
+		// proposed: a host retrying (up to the node's budget of 20 a second, until
+		// the token expires) costs a read and a signature, not a commit each time.
+		// A control node's repeated admission still goes through the log, which
+		// decides whether it may be repeated.
+		return answer(d.enrolAnswer(req, state.RoleWorker, now, true))
 	}
 	res, err := d.raft.Apply(state.Command{Op: state.OpEnrol, At: now, Enrol: &state.EnrolCmd{
 		TokenID: id, Node: req.Node, Role: req.Role, PublicKey: req.PublicKey, CurveKey: req.CurveKey,
@@ -125,18 +169,24 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 		d.metrics.enrolments.WithLabelValues("control").Inc()
 		return resp
 	}
+	return answer(d.enrolAnswer(req, res.Node.Role, now, false))
+}
 
+// enrolAnswer answers an enrolled node from the state: everything it needs, its
+// current declaration signed. repeat says the enrolment was committed before.
+func (d *Daemon) enrolAnswer(req api.EnrolRequest, role string, now time.Time, repeat bool) (api.EnrolResponse, *api.Error) {
 	resp := api.EnrolResponse{
 		V:        api.ProtocolVersion,
 		OK:       true,
 		Mesh:     d.cfg.Mesh,
 		Node:     req.Node,
-		Role:     res.Node.Role,
+		Role:     role,
 		CAPEM:    string(d.caPEM),
 		Subjects: ptr(api.SubjectsFor(req.Node)),
 	}
 	var (
 		in      state.DeclarationInput
+		ok      bool
 		members state.MembershipInput
 	)
 	d.fsm.Read(func(s *state.State) {
@@ -145,19 +195,23 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 		in, ok = s.DeclarationInput(req.Node)
 		members = s.MembershipInput()
 	})
-	if !ok {
-		return refuse(api.CodeInternal, "the node was revoked or removed right after its enrolment")
+	if !ok || in.NodeKey != req.PublicKey {
+		return resp, &api.Error{Code: api.CodeInternal, Message: "the node was revoked or enrolled again right after this enrolment"}
 	}
-	var err2 error
-	if resp.Declaration, err2 = d.signer.declaration(in); err2 == nil {
-		resp.Membership, err2 = d.signer.membership(members, now)
+	var err error
+	if resp.Declaration, err = d.signer.declaration(in); err == nil {
+		resp.Membership, err = d.signer.membership(members, now)
 	}
-	if err2 != nil {
-		return refuse(api.CodeInternal, err2.Error())
+	if err != nil {
+		return resp, &api.Error{Code: api.CodeInternal, Message: err.Error()}
+	}
+	if repeat {
+		d.log.Debug("node enrolment repeated, answered from the state", "node", req.Node, "key", req.PublicKey)
+		return resp, nil
 	}
 	d.log.Info("node enrolled", "node", req.Node, "role", resp.Role, "key", req.PublicKey)
 	d.metrics.enrolments.WithLabelValues("host").Inc()
-	return resp
+	return resp, nil
 }
 
 func ptr[T any](v T) *T { return &v }

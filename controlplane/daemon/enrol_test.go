@@ -1,0 +1,171 @@
+package daemon
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/authn"
+	"mesh/controlplane/state"
+	"mesh/declarations"
+)
+
+// enrolling is a host enrolling into d, as the control plane sees it: a token minted
+// through the log, the node key it presents, and the inbox it hears the answers on.
+type enrolling struct {
+	d       *Daemon
+	node    string
+	secret  string
+	kp      nkeys.KeyPair
+	pub     string
+	answers *nats.Subscription
+}
+
+func newEnrolling(t *testing.T, d *Daemon, node string) *enrolling {
+	t.Helper()
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	e := &enrolling{d: d, node: node, secret: hex.EncodeToString(secret)}
+	id, _ := authn.SecretID(e.secret)
+	res, err := d.raft.Apply(state.Command{Op: state.OpCreateToken, At: d.now().UTC(), CreateToken: &state.CreateTokenCmd{
+		ID: id, Node: node, Role: state.RoleWorker, TTL: time.Hour}}, time.Minute)
+	if err != nil || res.Err != nil {
+		t.Fatalf("mint a token: %v %v", err, res.Err)
+	}
+	e.kp, _ = nkeys.CreateUser()
+	e.pub, _ = e.kp.PublicKey()
+	nc, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()), nats.Token(observerToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if e.answers, err = nc.SubscribeSync(api.EnrolInbox(node, e.pub) + ".>"); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// enrol sends the enrolment request as the host would and returns the answer that
+// reaches the host's inbox, and its size.
+func (e *enrolling) enrol(t *testing.T) (api.EnrolResponse, int) {
+	t.Helper()
+	var signingKey string
+	e.d.fsm.Read(func(s *state.State) { signingKey = s.Keyring.Keys[0] })
+	proof, _ := e.kp.Sign(api.KeyProofMessage(e.d.cfg.Mesh, e.node, e.pub))
+	data, _ := json.Marshal(api.EnrolRequest{V: api.ProtocolVersion, Mesh: e.d.cfg.Mesh, Node: e.node, Role: state.RoleWorker,
+		Secret: e.secret, PublicKey: e.pub, KeyProof: base64.StdEncoding.EncodeToString(proof),
+		CAPin: e.d.cfg.CAPin, SigningKey: signingKey})
+	e.d.handleEnrol(&nats.Msg{Subject: api.EnrolSubject(e.node), Reply: api.EnrolInbox(e.node, e.pub) + ".1", Data: data})
+	msg, err := e.answers.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatalf("no enrolment answer reached the host: %v", err)
+	}
+	var resp api.EnrolResponse
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if !resp.OK {
+		t.Fatalf("enrolment refused: %+v", resp.Error)
+	}
+	return resp, len(msg.Data)
+}
+
+// lastIndex is the index of the last entry in d's Raft log.
+func lastIndex(d *Daemon) uint64 { return d.raft.Status().LastIndex }
+
+// A repeated enrolment (same token, same key, the answer lost) is answered from the
+// state: the log already says the token enrolled this key, and a host retrying at its
+// budget of 20 a second for the token's hour would otherwise commit an entry each time.
+func TestRepeatedEnrolmentCommitsNothing(t *testing.T) {
+	d := fleet(t, 0)
+	e := newEnrolling(t, d, "web-1")
+	before := lastIndex(d)
+	first, _ := e.enrol(t)
+	if lastIndex(d) != before+1 {
+		t.Fatalf("the enrolment appended %d log entries, want 1", lastIndex(d)-before)
+	}
+	if len(first.Declaration) == 0 || first.Subjects == nil || len(first.Membership) == 0 {
+		t.Fatalf("first answer lacks parts: %+v", first)
+	}
+	before = lastIndex(d)
+	applied := d.fsm.AppliedIndex()
+	for i := range 5 {
+		again, _ := e.enrol(t)
+		if string(again.Declaration) != string(first.Declaration) || again.Role != first.Role || string(again.Keyring) != string(first.Keyring) {
+			t.Fatalf("repeat %d answered differently:\n%+v\n%+v", i, again, first)
+		}
+	}
+	if n := lastIndex(d) - before; n != 0 {
+		t.Fatalf("5 repeats appended %d log entries, want none", n)
+	}
+	if d.fsm.AppliedIndex() != applied {
+		t.Fatalf("the state machine applied %d commands for the repeats, want none", d.fsm.AppliedIndex()-applied)
+	}
+}
+
+// A node declared more than an answer can carry still gets an answer when it repeats
+// its enrolment: without the declaration, which it receives on its declaration
+// subject, like every declaration, when it syncs.
+func TestRepeatedEnrolmentWithALargeDeclarationIsAnswered(t *testing.T) {
+	d := fleet(t, 0)
+	e := newEnrolling(t, d, "web-1")
+	e.enrol(t)
+	body := `{"files":[{"path":"etc/big.conf","content":"` + strings.Repeat("x", 100<<10) + `"}]}`
+	res, err := d.declare(api.DeclareRequest{Nodes: []string{"web-1"}, Body: json.RawMessage(body)})
+	if err != nil || len(res.Assignments) != 1 {
+		t.Fatalf("declare: %v %+v", err, res)
+	}
+	again, size := e.enrol(t)
+	if size > api.MaxReplySize {
+		t.Fatalf("the answer is %d bytes, over the %d a host reads", size, api.MaxReplySize)
+	}
+	if len(again.Declaration) != 0 {
+		t.Fatalf("the answer carries a %d-byte declaration", len(again.Declaration))
+	}
+	if again.Subjects == nil || len(again.Keyring) == 0 || len(again.Membership) == 0 || again.CAPEM == "" {
+		t.Fatalf("the answer lacks what the host needs besides the declaration: %+v", again)
+	}
+
+	// The declaration comes the normal way: a sync publishes it on the node's
+	// declaration subject, whole and signed for the node's key.
+	nc, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()), nats.Token(observerToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	decls, err := nc.SubscribeSync(api.DeclarationSubject("web-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	sync, _ := json.Marshal(api.SyncRequest{V: api.ProtocolVersion, KeyringEpoch: 1, MembershipVersion: 1 << 20})
+	d.handleSync(&nats.Msg{Subject: api.SyncSubject("web-1"), Reply: api.NodeInbox("web-1") + ".1", Data: sync})
+	env, err := decls.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatalf("the sync sent no declaration: %v", err)
+	}
+	var keys []ed25519.PublicKey
+	d.fsm.Read(func(s *state.State) {
+		for _, k := range s.Keyring.Keys {
+			b, _ := hex.DecodeString(k)
+			keys = append(keys, b)
+		}
+	})
+	v, err := declarations.VerifyDeclaration(env.Data, keys, declarations.Expect{Mesh: d.cfg.Mesh, Node: "web-1", NodeKey: e.pub,
+		KeyringEpoch: 1, Now: d.now()})
+	if err != nil || v.Version != res.Assignments[0].Version {
+		t.Fatalf("the synced declaration: version %d, %v; want version %d", v.Version, err, res.Assignments[0].Version)
+	}
+}
