@@ -296,7 +296,7 @@ func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd) Result {
 	t := &Token{ID: c.ID, Node: c.Node, Role: c.Role, Labels: maps.Clone(c.Labels), CreatedAt: at, Expiry: at.Add(c.TTL),
 		Control: c.Control, Sealed: slices.Clone(c.Sealed)}
 	s.Tokens[c.ID] = t
-	if due := t.Expiry.Add(expiredTokenRetention); due.Before(s.purgeAt) {
+	if due := t.purgeDue(); due.Before(s.purgeAt) {
 		s.purgeAt = due
 	}
 	tc := *t
@@ -515,20 +515,28 @@ func matches(n *Node, role string, labels map[string]string) bool {
 	return role != "" || len(labels) > 0
 }
 
-// purgeTokens drops token records that have been dead for a day. It walks the
-// tokens only when one is due, so a fleet's enrolments do not each pay for all.
+// purgeTokens keeps of the token records only what is still of use, by the command's
+// time. A control token's sealed identity (the new node's TLS key and operator
+// credentials, which the token's secret opens) goes once the token has expired, used
+// or not: until then a joiner whose answer was lost may repeat its admission and needs
+// it, from then on nothing does, and a copy of the state (a backup, a snapshot) must
+// not hold it for whoever finds the token text. A record goes a day after its
+// expiry. It walks the tokens only when one is due, so a fleet's enrolments do not
+// each pay for all.
 func (s *State) purgeTokens(at time.Time) {
-	if !s.purgeAt.IsZero() && !at.After(s.purgeAt) {
+	if !s.purgeAt.IsZero() && at.Before(s.purgeAt) {
 		return
 	}
 	var next time.Time
 	for id, t := range s.Tokens {
-		due := t.Expiry.Add(expiredTokenRetention)
-		if at.After(due) {
+		if at.After(t.Expiry.Add(expiredTokenRetention)) {
 			delete(s.Tokens, id)
 			continue
 		}
-		if next.IsZero() || due.Before(next) {
+		if len(t.Sealed) > 0 && !at.Before(t.Expiry) {
+			t.Sealed = nil
+		}
+		if due := t.purgeDue(); next.IsZero() || due.Before(next) {
 			next = due
 		}
 	}
@@ -536,6 +544,15 @@ func (s *State) purgeTokens(at time.Time) {
 		next = at.Add(expiredTokenRetention) // no token: nothing falls due before a new one
 	}
 	s.purgeAt = next
+}
+
+// purgeDue is when purgeTokens next has something to do with t: its expiry while it
+// holds a sealed identity, then the end of its retention.
+func (t *Token) purgeDue() time.Time {
+	if len(t.Sealed) > 0 {
+		return t.Expiry
+	}
+	return t.Expiry.Add(expiredTokenRetention)
 }
 
 // collectBodies drops bodies no node refers to any more.

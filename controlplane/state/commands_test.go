@@ -1,6 +1,8 @@
 package state
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -836,6 +838,86 @@ func TestCancelledControlTokenDropsItsSealedIdentity(t *testing.T) {
 	m.must(Command{Op: OpCancelTokens, At: t0.Add(time.Minute), CancelTokens: &CancelTokensCmd{Node: "cp-2"}})
 	if tk := m.state().Tokens["tok"]; len(tk.Sealed) != 0 || tk.CancelledAt.IsZero() {
 		t.Fatalf("cancelled control token = %+v", tk)
+	}
+}
+
+// A control token's sealed identity (the new node's TLS key and operator credentials,
+// which the token's secret opens) stays in the state only while the token may still be
+// presented: a used token's until its expiry, for a repeated admission whose answer
+// was lost; an unused one's until its expiry. After that no copy of the state (a
+// backup, a snapshot) holds it, though the record stays a day to say "expired".
+func TestExpiredControlTokenDropsItsSealedIdentity(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	m.must(tokenCmd("used", "cp-2", RoleControl, t0, time.Hour))
+	m.must(tokenCmd("unused", "cp-3", RoleControl, t0, 30*time.Minute))
+	m.must(tokenCmd("worker", "web-1", RoleWorker, t0, 2*time.Hour))
+	m.must(enrolCmd("used", "cp-2", RoleControl, "KC2", t0.Add(time.Minute)))
+	probe := func(at time.Time) {
+		t.Helper()
+		m.must(Command{Op: OpProbe, At: at, Probe: &ProbeCmd{ID: at.String()}})
+	}
+	sealed := func(id string) bool {
+		t.Helper()
+		tk, ok := m.state().Tokens[id]
+		if !ok {
+			t.Fatalf("token %s purged", id)
+		}
+		return len(tk.Sealed) > 0
+	}
+
+	probe(t0.Add(30*time.Minute - 1))
+	if !sealed("used") || !sealed("unused") {
+		t.Fatal("a sealed identity was dropped before its token expired")
+	}
+	probe(t0.Add(30 * time.Minute))
+	if sealed("unused") {
+		t.Fatal("an unused control token kept its sealed identity once expired")
+	}
+	if !sealed("used") {
+		t.Fatal("a used control token lost its sealed identity before its expiry")
+	}
+	// Until its expiry, a lost answer can still be asked for again.
+	if r := m.must(enrolCmd("used", "cp-2", RoleControl, "KC2", t0.Add(time.Hour-1))); r.Control == nil || r.Control.ID != "cp-2" {
+		t.Fatalf("repeated admission before expiry = %+v", r)
+	}
+	if !sealed("used") {
+		t.Fatal("the repeated admission lost the sealed identity it needs")
+	}
+	probe(t0.Add(time.Hour))
+	if sealed("used") {
+		t.Fatal("a used control token kept its sealed identity once expired")
+	}
+	// The records stay to tell a late joiner why.
+	assertOnly(t, m.apply(enrolCmd("used", "cp-2", RoleControl, "KC2", t0.Add(2*time.Hour))).Err, ErrTokenUsed)
+	assertOnly(t, m.apply(enrolCmd("unused", "cp-3", RoleControl, "KC3", t0.Add(2*time.Hour))).Err, ErrTokenExpired)
+	snap := m.snapshot()
+	if bytes.Contains(snap, []byte(`"sealed"`)) || bytes.Contains(snap, []byte(base64.StdEncoding.EncodeToString([]byte("sealed identity")))) {
+		t.Fatalf("a snapshot after the tokens expired holds a sealed identity:\n%s", snap)
+	}
+	if _, ok := m.state().Tokens["worker"]; !ok {
+		t.Fatal("a worker token within its validity was purged")
+	}
+}
+
+// A control node restored from a snapshot that still holds a sealed identity (taken
+// before the token expired, or written before identities were dropped at expiry) drops
+// it at the first command after the expiry, as the control nodes that applied the log
+// without a restore do: the two states stay alike.
+func TestSealedIdentityDroppedAlikeAfterARestore(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	m.must(tokenCmd("tok", "cp-2", RoleControl, t0, time.Hour))
+	r := newMachine(t)
+	if err := r.f.Restore(nopCloser{bytes.NewReader(m.snapshot())}); err != nil {
+		t.Fatal(err)
+	}
+	r.index = m.index
+	later := Command{Op: OpProbe, At: t0.Add(2 * time.Hour), Probe: &ProbeCmd{ID: "later"}}
+	m.must(later)
+	r.must(later)
+	if a, b := m.snapshot(), r.snapshot(); !bytes.Equal(a, b) || bytes.Contains(a, []byte(`"sealed"`)) {
+		t.Fatalf("after the next command, as applied and as restored:\n%s\n%s", a, b)
 	}
 }
 

@@ -63,9 +63,9 @@ type State struct {
 
 	// byKey indexes Nodes by public key; derived, rebuilt on restore.
 	byKey map[string]string
-	// purgeAt is when the first token record falls due for purging (zero: not
-	// known, computed at the next command). Derived: it spares every command a walk
-	// over every token.
+	// purgeAt is when the first token record falls due for purging, or its sealed
+	// identity for dropping (zero: not known, computed at the next command).
+	// Derived: it spares every command a walk over every token.
 	purgeAt time.Time
 }
 
@@ -90,6 +90,7 @@ type Token struct {
 	// Control tokens carry the addresses the node is admitted with and its TLS
 	// identity and operator credentials, sealed under a key derived from the token
 	// secret: any control node can hand them over, and the state alone opens nothing.
+	// Sealed is dropped once the token has expired or was cancelled (purgeTokens).
 	Control *ControlAddrs `json:"control,omitempty"`
 	Sealed  []byte        `json:"sealed,omitempty"`
 	// UsedAt and UsedKey are set when the token enrolled a node with that key.
