@@ -14,7 +14,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/user"
@@ -23,8 +22,17 @@ import (
 	"strconv"
 	"strings"
 
+	"mesh/declarations"
 	"mesh/host/atomicfile"
 )
+
+// MaxFileSize is the most a managed file may hold: what a declaration may
+// declare. The applier reads the file it finds at each declared or previously
+// managed path whole, to compare it with the declared one and to restore it if
+// the apply fails, so a file larger than any it would write is refused
+// (ErrTooLarge) rather than read: a file made huge in the managed root (a sparse
+// one costs its maker nothing) must not take the agent's memory with it.
+const MaxFileSize = declarations.MaxFileSize
 
 // File is one declared file. Path is slash-separated and relative to the
 // managed root. The caller has validated it already; the applier checks again.
@@ -62,7 +70,9 @@ type Applier interface {
 //
 // Each file is written atomically (temp file in its directory, fsync, chown,
 // chmod, rename, fsync of the directory) and only when its content, mode or
-// declared ownership differs. Root and missing parent directories are created
+// declared ownership differs. The file found at a declared or previously
+// managed path is opened without following a link at its name, and read only
+// if it is a regular file of at most MaxFileSize bytes. Root and missing parent directories are created
 // with mode 0755. A file that is no longer declared is removed; directories
 // the applier created are left in place when they become empty. A file no
 // longer declared may give way to a directory a new file needs, but a
@@ -81,9 +91,10 @@ type FileApplier struct {
 	Root  string
 	Chown bool // apply Owner/Group (only meaningful as root)
 
-	// failpoint, when set by tests, is called before each step ("write",
-	// "syncdir" after a rename, "remove", "rollback") on a path, and an error
-	// from it fails that step.
+	// failpoint, when set by tests, is called before each step ("inspect"
+	// before opening the file found at a path, "write", "syncdir" after a
+	// rename, "remove", "rollback") on a path, and an error from it fails that
+	// step.
 	failpoint func(step, path string) error
 }
 
@@ -184,6 +195,12 @@ func checkDeclared(files []File) (map[string]*File, error) {
 			return nil, &PathError{Path: f.Path, Err: ErrInvalidMode,
 				Reason: fmt.Sprintf("mode %v is not a file permission", f.Mode)}
 		}
+		// The next apply would refuse to read such a file back.
+		if len(f.Data) > MaxFileSize {
+			return nil, &PathError{Path: f.Path, Err: ErrTooLarge,
+				Reason: fmt.Sprintf("it is declared with %s, more than the %s a managed file may hold; declare less",
+					sizeText(int64(len(f.Data))), sizeText(MaxFileSize))}
+		}
 		if _, dup := decl[f.Path]; dup {
 			return nil, &PathError{Path: f.Path, Err: ErrInvalidPath, Reason: "it is declared twice"}
 		}
@@ -265,46 +282,71 @@ type run struct {
 	dirs map[string]*dirHandle
 }
 
-// dirHandle is one directory of the managed tree: a Root for the steps on the
-// files in it, and the directory itself to flush, opened when first needed.
+// dirHandle is one directory of the managed tree, opened as far as this Apply
+// needs it and no further: the directory itself, to open the files in it
+// without following a link at their names (see readExisting) and to flush it,
+// and a Root for the steps that write in it. An Apply that finds every file
+// unchanged opens only the first, in the one open per directory it always cost.
 type dirHandle struct {
-	root *os.Root
-	file *os.File
-	own  bool // root is this handle's to close (not the managed root itself)
+	name    string   // slash-separated in the managed root, "." for the root itself
+	managed *os.Root // the managed root, which opens both
+	file    *os.File
+	root    *os.Root
+	own     bool // root is this handle's to close (not the managed root itself)
 }
 
 // dir returns the handle of dir, a clean slash-separated path in the managed
-// root ("." for the root itself) whose components inspect has checked.
-func (r *run) dir(dir string) (*dirHandle, error) {
+// root ("." for the root itself) whose components inspect has checked. It
+// opens nothing yet.
+func (r *run) dir(dir string) *dirHandle {
 	if d, ok := r.dirs[dir]; ok {
-		return d, nil
+		return d
 	}
-	d := &dirHandle{root: r.root}
-	if dir != "." {
-		sub, err := r.root.OpenRoot(dir)
+	d := &dirHandle{name: dir, managed: r.root}
+	if r.dirs == nil {
+		r.dirs = map[string]*dirHandle{}
+	}
+	r.dirs[dir] = d
+	return d
+}
+
+// dirFile returns the directory itself, opened once.
+func (d *dirHandle) dirFile() (*os.File, error) {
+	if d.file == nil {
+		f, err := d.managed.OpenFile(d.name, os.O_RDONLY|atomicfile.NoPoll|openDirFlag, 0)
+		if err != nil {
+			return nil, err
+		}
+		d.file = f
+	}
+	return d.file, nil
+}
+
+// writeRoot returns the Root the steps on the files in the directory go
+// through, opened once.
+func (d *dirHandle) writeRoot() (*os.Root, error) {
+	if d.root == nil {
+		if d.name == "." {
+			d.root = d.managed
+			return d.root, nil
+		}
+		sub, err := d.managed.OpenRoot(d.name)
 		if err != nil {
 			return nil, err
 		}
 		d.root, d.own = sub, true
 	}
-	if r.dirs == nil {
-		r.dirs = map[string]*dirHandle{}
-	}
-	r.dirs[dir] = d
-	return d, nil
+	return d.root, nil
 }
 
 // sync flushes the directory, so that a rename, creation or removal in it
 // survives a crash.
 func (d *dirHandle) sync() error {
-	if d.file == nil {
-		f, err := d.root.OpenFile(".", os.O_RDONLY|atomicfile.NoPoll, 0)
-		if err != nil {
-			return err
-		}
-		d.file = f
+	f, err := d.dirFile()
+	if err != nil {
+		return err
 	}
-	return d.file.Sync()
+	return f.Sync()
 }
 
 func (r *run) closeDirs() {
@@ -338,7 +380,7 @@ func (r *run) inspect(decl map[string]*File, stale []string) (plan, error) {
 		if len(missing) > 0 {
 			continue // already gone
 		}
-		prev, err := r.readExisting(p)
+		prev, err := r.readExisting(p, false)
 		if err != nil {
 			return plan{}, err
 		}
@@ -362,7 +404,7 @@ func (r *run) inspect(decl map[string]*File, stale []string) (plan, error) {
 		}
 		w.mkdirs = missing
 		if len(missing) == 0 {
-			prev, err := r.readExisting(p)
+			prev, err := r.readExisting(p, true)
 			if err != nil {
 				return plan{}, err
 			}
@@ -402,59 +444,6 @@ func (r *run) checkParents(p string, goingAway map[string]bool) ([]string, error
 		}
 	}
 	return nil, nil
-}
-
-// readExisting returns what is at p now: nil if nothing, its content, mode and
-// owner if a regular file, and a refusal if anything else.
-func (r *run) readExisting(p string) (*saved, error) {
-	d, err := r.dir(path.Dir(p))
-	if err != nil {
-		return nil, fmt.Errorf("apply: inspecting %q: %w", p, err)
-	}
-	name := path.Base(p)
-	fi, err := d.root.Lstat(name)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("apply: inspecting %q: %w", p, err)
-	case fi.Mode()&fs.ModeSymlink != 0:
-		return nil, &PathError{Path: p, Err: ErrEscapesRoot,
-			Reason: "it is a symbolic link; the applier neither writes through nor removes links"}
-	case !fi.Mode().IsRegular():
-		return nil, &PathError{Path: p, Err: ErrInvalidPath,
-			Reason: fmt.Sprintf("a %s is in its place; the applier only manages regular files", kind(fi.Mode()))}
-	}
-	data, err := readFile(d.root, name, fi.Size())
-	if err != nil {
-		return nil, fmt.Errorf("apply: reading the current %q: %w", p, err)
-	}
-	uid, gid := owner(fi)
-	return &saved{data: data, mode: fi.Mode() & modeBits, uid: uid, gid: gid}, nil
-}
-
-// readFile reads the file called name in root, of about size bytes (as Lstat
-// said), opened with atomicfile.NoPoll.
-func readFile(root *os.Root, name string, size int64) ([]byte, error) {
-	f, err := root.OpenFile(name, os.O_RDONLY|atomicfile.NoPoll, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data := make([]byte, 0, max(size, 0)+1) // +1: the read that finds the end
-	for {
-		n, err := f.Read(data[len(data):cap(data)])
-		data = data[:len(data)+n]
-		if errors.Is(err, io.EOF) {
-			return data, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if len(data) == cap(data) { // it grew since Lstat
-			data = slices.Grow(data, 4096)
-		}
-	}
 }
 
 const modeBits = fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky
@@ -536,7 +525,8 @@ func (r *run) write(w write) error {
 // torn); without the directory's after it, a crash can forget the rename, so that
 // p holds the old content while the agent recorded the new declaration as applied.
 func (r *run) writeAtomic(p string, data []byte, mode fs.FileMode, uid, gid int) (err error) {
-	d, err := r.dir(path.Dir(p))
+	d := r.dir(path.Dir(p))
+	root, err := d.writeRoot()
 	if err != nil {
 		return err
 	}
@@ -545,14 +535,14 @@ func (r *run) writeAtomic(p string, data []byte, mode fs.FileMode, uid, gid int)
 	// A short fixed-length name: a 255-byte declared name must not make its
 	// temp name too long.
 	tmp := ".meshhost-" + hex.EncodeToString(rnd[:])
-	f, err := d.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|atomicfile.NoPoll, 0o600)
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|atomicfile.NoPoll, 0o600)
 	if err != nil {
 		return err
 	}
 	defer func() {
 		if err != nil {
 			f.Close()
-			d.root.Remove(tmp)
+			root.Remove(tmp)
 		}
 	}()
 	if _, err := f.Write(data); err != nil {
@@ -586,7 +576,7 @@ func (r *run) writeAtomic(p string, data []byte, mode fs.FileMode, uid, gid int)
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := d.root.Rename(tmp, path.Base(p)); err != nil {
+	if err := root.Rename(tmp, path.Base(p)); err != nil {
 		return err
 	}
 	if err := r.hook("syncdir", p); err != nil {
@@ -595,13 +585,7 @@ func (r *run) writeAtomic(p string, data []byte, mode fs.FileMode, uid, gid int)
 	return d.sync()
 }
 
-func (r *run) syncDir(dir string) error {
-	d, err := r.dir(dir)
-	if err != nil {
-		return err
-	}
-	return d.sync()
-}
+func (r *run) syncDir(dir string) error { return r.dir(dir).sync() }
 
 func (r *run) remove(rm remove) error {
 	if err := r.hook("remove", rm.path); err != nil {

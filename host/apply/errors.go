@@ -20,11 +20,16 @@ var (
 	// ErrUnknownOwner: the declared owner or group does not exist on this
 	// machine.
 	ErrUnknownOwner = errors.New("apply: unknown owner or group")
+	// ErrTooLarge: a file is larger than MaxFileSize, the most a managed file
+	// may hold: one found at a declared or previously managed path (the
+	// applier would have to read it whole, to compare it and to restore it if
+	// the apply fails), or one declared.
+	ErrTooLarge = errors.New("apply: file too large")
 )
 
 // PathError is a refusal found before anything was written: nothing on disk
 // has changed. Err is the kind (ErrEscapesRoot, ErrInvalidPath,
-// ErrInvalidMode or ErrUnknownOwner) and Reason the detail.
+// ErrInvalidMode, ErrUnknownOwner or ErrTooLarge) and Reason the detail.
 type PathError struct {
 	Path   string
 	Reason string
