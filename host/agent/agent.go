@@ -21,8 +21,10 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -777,17 +779,47 @@ func (a *Agent) report(nc *nats.Conn) {
 	if !nc.IsConnected() {
 		return
 	}
+	if err := nc.Publish(a.id.Subjects.Status, a.statusReport()); err != nil {
+		a.log.Warn("status not sent", "err", err)
+	}
+}
+
+// statusReport is the status report as sent. Its error message is clipped (see
+// clipMessage): hooks' output and error texts have no bound of their own, and the
+// report must stay within wire.MaxStatusSize whatever they hold.
+func (a *Agent) statusReport() []byte {
 	st := wire.Status{
 		V: wire.ProtocolVersion, Node: a.id.Node,
 		HaveApplied: a.applied.HaveApplied, AppliedVersion: a.applied.Version,
 		KeyringEpoch: a.keyring.Epoch, Stale: a.Stale(), Agent: enrol.Agent,
 	}
 	if a.applied.LastErrorCode != "" {
-		st.Error = &wire.StatusError{Code: a.applied.LastErrorCode, Message: a.applied.LastError, Version: a.applied.LastErrorVersion,
+		st.Error = &wire.StatusError{Code: a.applied.LastErrorCode, Message: clipMessage(a.applied.LastError), Version: a.applied.LastErrorVersion,
 			RetryAt: a.applied.NextAttempt}
 	}
 	data, _ := json.Marshal(st)
-	if err := nc.Publish(a.id.Subjects.Status, data); err != nil {
-		a.log.Warn("status not sent", "err", err)
+	return data
+}
+
+// clipMessage cuts an error's text to wire.MaxStatusMessage bytes, the most the
+// control plane keeps, on a UTF-8 boundary, and says it was cut and where the rest is:
+// the agent's log and its applied state (`meshhost status`) keep the whole text.
+//
+// The text is first made valid UTF-8, as the control plane will decode it anyway:
+// JSON carries a byte that is not UTF-8 (a hook can print any) as U+FFFD, three bytes,
+// and a text clipped before that would reach the control plane longer than it keeps.
+// Encoded, the result is at most six times as long (JSON escapes a control or HTML
+// character in six bytes), so a report stays well under wire.MaxStatusSize.
+func clipMessage(msg string) string {
+	whole := len(msg)
+	msg = strings.ToValidUTF8(msg, string(utf8.RuneError))
+	if len(msg) <= wire.MaxStatusMessage {
+		return msg
 	}
+	marker := fmt.Sprintf(" … [cut: %d bytes in all; the whole text is in the host's log and in meshhost status]", whole)
+	cut := wire.MaxStatusMessage - len(marker)
+	for cut > 0 && !utf8.RuneStart(msg[cut]) { // back to the start of the rune it falls in
+		cut--
+	}
+	return msg[:cut] + marker
 }

@@ -23,6 +23,15 @@ const ProtocolVersion = 2
 // few KiB.
 const MaxReplySize = 64 << 10
 
+// MaxStatusSize is the most a status report may be, in bytes: the control plane drops
+// a larger one and disconnects the node (docs/protocol.md, "Budgets"), so an agent
+// whose report grew past it would reconnect and be cut off again with every report.
+const MaxStatusSize = 8 << 10
+
+// MaxStatusMessage is the most of a status error's message the control plane keeps, in
+// bytes; the agent sends no more than that.
+const MaxStatusMessage = 512
+
 // EnrolSubject is where an enrolling client for node sends its request.
 func EnrolSubject(node string) string { return "mesh.enrol." + node }
 
