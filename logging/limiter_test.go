@@ -61,30 +61,107 @@ func TestLimiterKinds(t *testing.T) {
 	}
 }
 
-// TestLimiterBounded: past the bound on kinds, lines are logged rather than dropped,
-// and kinds with nothing pending are forgotten once their interval has passed.
+// TestLimiterBounded: 100,000 kinds in one interval, as if each line's subject made
+// its kind. The limiter tracks at most maxKinds of them, and the lines of the others
+// share one allowance: one line, marked limiter_full, rather than one line each. After
+// the interval the next of them reports how many were held back; then the kinds with
+// nothing pending are forgotten, and a new kind has a window of its own again.
 func TestLimiterBounded(t *testing.T) {
 	c := newClock()
 	l := NewLimiter(10*time.Second, c.now)
-	for i := range maxKinds {
-		l.Allow("c", fmt.Sprint(i))
+	var out bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&out, nil))
+	ctx := context.Background()
+	violation := func(subject string) {
+		msg := fmt.Sprintf("Publish Violation - Subject %q", subject)
+		l.Log(ctx, log, slog.LevelError, "broker", msg, msg)
 	}
-	if ok, _ := l.Allow("c", "one more"); !ok {
-		t.Fatal("a new kind past the bound was dropped")
+	const kinds = 100_000
+	for i := range kinds {
+		violation(fmt.Sprintf("x.%d", i))
 	}
-	if ok, _ := l.Allow("c", "one more"); !ok {
-		t.Fatal("an untracked kind was limited")
+	if len(l.kinds) > maxKinds {
+		t.Fatalf("%d kinds tracked, want at most %d", len(l.kinds), maxKinds)
 	}
+	recs := records(t, &out)
+	if len(recs) != maxKinds+1 {
+		t.Fatalf("%d kinds in one interval gave %d lines, want the %d tracked and one past the bound", kinds, len(recs), maxKinds)
+	}
+	if last := recs[len(recs)-1]; last[FullKey] != true || last[SuppressedKey] != nil {
+		t.Fatalf("the line past the bound is %v, want %s and no count yet", last, FullKey)
+	}
+
 	c.advance(10 * time.Second)
-	if ok, _ := l.Allow("c", "one more"); !ok {
-		t.Fatal("a new kind was dropped")
+	out.Reset()
+	violation("x.after")
+	violation("x.again")
+	violation("x.again")
+	recs = records(t, &out)
+	if len(recs) != 2 {
+		t.Fatalf("after the interval: %d lines, want 2:\n%s", len(recs), out.String())
 	}
-	if ok, _ := l.Allow("c", "one more"); ok {
-		t.Fatal("after the expired kinds were forgotten, the new kind is not tracked")
+	if want := float64(kinds - maxKinds - 1); recs[0][FullKey] != true || recs[0][SuppressedKey] != want {
+		t.Errorf("the first line after the interval is %v, want %s and %s=%v", recs[0], FullKey, SuppressedKey, want)
+	}
+	if recs[1][FullKey] != nil || recs[1][SuppressedKey] != nil {
+		t.Errorf("the next new kind is %v, want a window of its own", recs[1])
 	}
 	if len(l.kinds) != 1 {
 		t.Fatalf("%d kinds tracked, want the one new kind", len(l.kinds))
 	}
+}
+
+// TestLimiterLogFirst: LogFirst lets the first n lines of an interval through, holds
+// back the others, and the first line after the interval carries their count; Log,
+// on the same limiter, lets one through.
+func TestLimiterLogFirst(t *testing.T) {
+	c := newClock()
+	l := NewLimiter(10*time.Second, c.now)
+	var out bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&out, nil))
+	ctx := context.Background()
+	for i := range 30 {
+		l.LogFirst(ctx, log, slog.LevelError, 3, "broker", "Publish Violation - Subject", "Publish Violation - Subject", slog.Int("i", i))
+		l.Log(ctx, log, slog.LevelError, "broker", "once", "once", slog.Int("i", i))
+		c.advance(time.Second)
+	}
+	var first, once []map[string]any
+	for _, r := range records(t, &out) {
+		if r["msg"] == "once" {
+			once = append(once, r)
+		} else {
+			first = append(first, r)
+		}
+	}
+	if len(once) != 3 {
+		t.Errorf("Log let %d lines through in 30 s, want 3", len(once))
+	}
+	if len(first) != 9 {
+		t.Fatalf("LogFirst(3) let %d lines through in 30 s, want 9:\n%s", len(first), out.String())
+	}
+	for j, r := range first {
+		interval, nth := j/3, j%3
+		var want any
+		if interval > 0 && nth == 0 {
+			want = float64(7)
+		}
+		if r["i"] != float64(10*interval+nth) || r[SuppressedKey] != want {
+			t.Errorf("line %d: %v, want i=%d and %s=%v", j, r, 10*interval+nth, SuppressedKey, want)
+		}
+	}
+}
+
+func records(t *testing.T, out *bytes.Buffer) []map[string]any {
+	t.Helper()
+	var recs []map[string]any
+	for line := range strings.Lines(out.String()) {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		recs = append(recs, r)
+	}
+	return recs
 }
 
 func TestNilLimiterAllows(t *testing.T) {
