@@ -1,13 +1,17 @@
 package broker
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"mesh/logging"
 )
 
 // Client is what a connecting client presented, as the Authenticator sees it.
@@ -47,7 +51,11 @@ type Authenticator interface {
 	Authenticate(Client) (Grant, error)
 }
 
-// ErrRefused is the base of every refusal an Authenticator returns.
+// ErrRefused is the base of every refusal an Authenticator returns. Wrap it once with
+// a fixed reason (fmt.Errorf("%w: unknown node key", ErrRefused)), and put any detail
+// around that: the broker's log limits refused clients by that reason
+// (refusalReason), so a reason with a client's text in it would make a kind of every
+// client.
 var ErrRefused = errors.New("connection refused")
 
 // hook adapts an Authenticator to nats-server's CustomClientAuthentication.
@@ -56,6 +64,10 @@ type hook struct {
 	log      *slog.Logger
 	accounts *accounts
 	ns       *server.Server
+	// refusals limits the lines about refused clients: anyone who reaches the port
+	// can be refused as often as it connects. Nil means one of the hook's own (limiter).
+	refusals     *logging.Limiter
+	refusalsOnce sync.Once
 }
 
 func (h *hook) Check(c server.ClientAuthentication) bool {
@@ -77,17 +89,17 @@ func (h *hook) Check(c server.ClientAuthentication) bool {
 	}
 	g, err := h.auth.Authenticate(cl)
 	if err != nil {
-		h.log.Warn("client refused", "remote", addrString(cl.Remote), "user", cl.Username, "nkey", cl.Nkey, "reason", err.Error())
+		h.refused(slog.LevelWarn, "client refused", refusalReason(err), refusedAttrs(cl, err)...)
 		return false
 	}
 	name, ok := h.accounts.names[g.Account]
 	if !ok {
-		h.log.Error("client refused: the grant names no account", "user", g.User)
+		h.refused(slog.LevelError, "client refused: the grant names no account", "", slog.String("user", clip(g.User)))
 		return false
 	}
 	acc, err := h.ns.LookupAccount(name)
 	if err != nil {
-		h.log.Error("client refused: account not found", "account", g.Account.String(), "err", err)
+		h.refused(slog.LevelError, "client refused: account not found", "", slog.String("account", g.Account.String()), slog.Any("err", err))
 		return false
 	}
 	c.RegisterUser(&server.User{
@@ -100,6 +112,49 @@ func (h *hook) Check(c server.ClientAuthentication) bool {
 		},
 	})
 	return true
+}
+
+// refused logs a refused client, the first few of each message and reason an interval
+// and then a count (clientEventsPerInterval): the reasons are few, the clients and the
+// names they present are as many as anyone likes.
+func (h *hook) refused(level slog.Level, msg, reason string, attrs ...slog.Attr) {
+	h.limiter().LogFirst(context.Background(), h.log, level, clientEventsPerInterval, logComponent, msg+"\x00"+reason, msg, attrs...)
+}
+
+// limiter returns the hook's limiter, made at the first refusal if the hook was built
+// without one: a refused client is never logged unlimited.
+func (h *hook) limiter() *logging.Limiter {
+	h.refusalsOnce.Do(func() {
+		if h.refusals == nil {
+			h.refusals = logging.NewLimiter(logging.RepeatInterval, time.Now)
+		}
+	})
+	return h.refusals
+}
+
+// refusedAttrs are a refused client's attributes: what it presented (cut short, as the
+// client chose it), and the whole reason.
+func refusedAttrs(cl Client, err error) []slog.Attr {
+	return []slog.Attr{
+		slog.String("remote", addrString(cl.Remote)),
+		slog.String("user", clip(cl.Username)),
+		slog.String("nkey", clip(cl.Nkey)),
+		slog.String("reason", clip(err.Error())),
+	}
+}
+
+// refusalReason is a refusal's kind: the reason the Authenticator wrapped ErrRefused
+// with, without the detail it may have wrapped around that (see ErrRefused).
+func refusalReason(err error) string {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if errors.Unwrap(e) == ErrRefused {
+			return e.Error()
+		}
+	}
+	if errors.Is(err, ErrRefused) {
+		return ErrRefused.Error()
+	}
+	return "not a refusal"
 }
 
 // allowOnly permits exactly subjects. An empty list must deny everything, and

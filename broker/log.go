@@ -2,9 +2,15 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats-server/v2/server"
 
 	"mesh/logging"
 )
@@ -16,7 +22,9 @@ const logComponent = "broker"
 // (notices are info), with the component. Warnings and errors that repeat are logged
 // once an interval with a count (kindOf), so a route to an absent peer ("Error trying
 // to connect to route (attempt %v): %v") is one line every ten seconds however its
-// attempt number changes.
+// attempt number changes. What one client did (a permissions violation, a refused
+// CONNECT: clientEvent) is logged a few times an interval per kind of event and of
+// client, with a count, however many subjects or names the client tries.
 type natsLog struct {
 	log *slog.Logger
 	// debug is whether log is at debug: nats-server is then asked for its debug
@@ -56,26 +64,32 @@ func (l *natsLog) emit(level slog.Level, format string, v []any, attrs ...slog.A
 	if !l.log.Enabled(ctx, level) {
 		return
 	}
-	msg := fmt.Sprintf(format, v...)
-	if level >= slog.LevelWarn {
-		l.repeats.Log(ctx, l.log, level, logComponent, kindOf(msg), msg, attrs...)
+	if level < slog.LevelWarn {
+		l.log.LogAttrs(ctx, level, fmt.Sprintf(format, v...), attrs...)
 		return
 	}
-	l.log.LogAttrs(ctx, level, msg, attrs...)
+	if e, ok := clientEventOf(format, v); ok {
+		l.repeats.LogFirst(ctx, l.log, level, clientEventsPerInterval, logComponent, e.kind(), e.what, append(e.attrs(), attrs...)...)
+		return
+	}
+	msg := fmt.Sprintf(format, v...)
+	l.repeats.Log(ctx, l.log, level, logComponent, kindOf(msg), msg, attrs...)
 }
 
-// kindOf is the kind of line the limiter counts repeats of: the line with its numbers
-// folded. The format string alone is no kind here: nats-server bakes a connection into
-// the format before it formats ("10.0.0.2:6222 - rid:17 - TLS route handshake error:
-// %v"), passes some lines whole ("%s"), and passes as arguments what tells lines apart
-// that must each be seen (the subject of a permissions violation). What changes from
-// one retry to the next (attempt counts, ports, addresses, connection ids) is numbers.
+// kindOf is the kind of line the limiter counts repeats of: the line with what a
+// client chose and its numbers folded. The format string alone is no kind here:
+// nats-server bakes a connection into the format before it formats ("10.0.0.2:6222 -
+// rid:17 - TLS route handshake error: %v") and passes some lines whole ("%s"). What
+// changes from one retry to the next (attempt counts, ports, addresses, connection
+// ids) is numbers; what a client chose (its name, a subject, the bytes it sent that
+// nats-server could not parse) nats-server quotes, and a client that could make a
+// kind of every line would have every line logged. The lines that say what one client
+// did are clientEvents, and never reach here.
 //
-// A line about one connection is that connection's kind, so that a permissions
-// violation names each client that made one. Load signals (loadSignals) are the
-// exception: a storm gives them for many connections at once, and they are one kind
-// whatever the connection.
+// Load signals (loadSignals) are about one connection each, but a storm gives them
+// for many connections at once, and they are one kind whatever the connection.
 func kindOf(msg string) string {
+	msg = foldQuoted(msg)
 	for _, sig := range loadSignals {
 		if i := strings.Index(msg, sig); i >= 0 {
 			return foldDigits(msg[i:])
@@ -108,4 +122,257 @@ func foldDigits(s string) string {
 		b.WriteByte(c)
 	}
 	return b.String()
+}
+
+// foldQuoted replaces each double-quoted string (as %q writes it, escapes included) by
+// "…". A quote left open folds the rest of the line.
+func foldQuoted(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] != '"' {
+			b.WriteByte(s[i])
+			continue
+		}
+		b.WriteString(`"…"`)
+		i = closingQuote(s, i+1)
+	}
+	return b.String()
+}
+
+// closingQuote returns the index of the quote that closes a string begun before i, or
+// len(s) if none does.
+func closingQuote(s string, i int) int {
+	for ; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '"':
+			return i
+		}
+	}
+	return len(s)
+}
+
+// clientEventsPerInterval is how many lines of one kind of client event are logged an
+// interval: the first few say which subjects or names were tried, and however many
+// events a client makes, the log has that many lines and a count.
+const clientEventsPerInterval = 5
+
+// maxClientText bounds what a line repeats of what a client chose (a subject, a name,
+// a user): a subject may run to kilobytes, and the line says what happened, it does
+// not keep a copy.
+const maxClientText = 128
+
+// clientEvent is a line nats-server logs about what one client did: a permissions
+// violation, a refused CONNECT, an error the client sent. A client can make it again
+// at will with text of its choosing in it (a client that may publish on one subject
+// can try 5,000 others in a second), so the line is logged as what happened, with
+// what the client chose as attributes, cut short; and its kind is what happened, in
+// which account, to what kind of user (kind), never what the client chose, nor its
+// connection, which a client can change by connecting again.
+type clientEvent struct {
+	what   string // nats-server's words for it: the message
+	conn   connection
+	detail []slog.Attr // what the client chose: subject, reply, queue, user, error
+}
+
+// connection is what nats-server says of a client's connection: its address and id,
+// the name the client gave itself, the account it was placed in (the account's name
+// tag) and the user it authenticated as ("nkey:U…", "jwt:U…", "user:…", "token").
+type connection struct{ addr, name, account, user string }
+
+// kind is the event's kind for the limiter: what happened, in which account (hosts and
+// enrolling clients, operators, the control plane), to which kind of user.
+func (e clientEvent) kind() string {
+	return e.what + " in " + e.conn.account + " by " + userKind(e.conn.user)
+}
+
+// attrs are the line's attributes: who the client is, then what it chose.
+func (e clientEvent) attrs() []slog.Attr {
+	a := []slog.Attr{slog.String("client", clip(e.conn.addr))}
+	if e.conn.name != "" {
+		a = append(a, slog.String("name", clip(e.conn.name)))
+	}
+	if e.conn.account != "" {
+		a = append(a, slog.String("account", e.conn.account), slog.String("user", clip(e.conn.user)))
+	}
+	return append(a, e.detail...)
+}
+
+// clientEventOf recognises a client event by the format nats-server logs it with.
+func clientEventOf(format string, v []any) (clientEvent, bool) {
+	for _, of := range []func(string, []any) (clientEvent, bool){argEvent, subscriptionViolation, authError} {
+		if e, ok := of(format, v); ok {
+			return e, true
+		}
+	}
+	return clientEvent{}, false
+}
+
+func event(what, conn string, detail ...slog.Attr) clientEvent {
+	return clientEvent{what: what, conn: parseConnection(conn), detail: detail}
+}
+
+// argEvents are the client events whose format ends in what the client chose, passed
+// as the one argument.
+var argEvents = []struct{ format, what, key string }{
+	{"Publish Violation - Subject %q", "Publish Violation - Subject", "subject"},
+	{"Publish Violation - Reply %q", "Publish Violation - Reply", "reply"},
+	{"Client Error %s", "Client Error", "error"},
+}
+
+func argEvent(format string, v []any) (clientEvent, bool) {
+	if len(v) != 1 {
+		return clientEvent{}, false
+	}
+	for _, a := range argEvents {
+		if conn, ok := cutEvent(format, a.format); ok {
+			return event(a.what, conn, slog.String(a.key, clip(fmt.Sprintf("%s", v[0])))), true
+		}
+	}
+	return clientEvent{}, false
+}
+
+// subscriptionViolations are the violations nats-server formats before it logs them:
+// the format is the whole line, subject included (`Subscription Violation - Subject
+// "x", SID 1`, or with `, Queue: "q"` before the SID).
+var subscriptionViolations = []string{"Subscription Violation - Subject ", "Subscription Violation Too Many Tokens - Subject "}
+
+func subscriptionViolation(format string, v []any) (clientEvent, bool) {
+	if len(v) != 0 {
+		return clientEvent{}, false
+	}
+	for _, words := range subscriptionViolations {
+		// The last: a client's name, before it, may say anything.
+		i := strings.LastIndex(format, words)
+		if i < 0 {
+			continue
+		}
+		conn, ok := cutEvent(format[:i+len(words)], words)
+		detail, parsed := subscriptionDetail(format[i+len(words):])
+		if ok && parsed {
+			return event(strings.TrimSpace(words), conn, detail...), true
+		}
+	}
+	return clientEvent{}, false
+}
+
+// subscriptionDetail reads the subject and queue of a subscription violation.
+func subscriptionDetail(s string) ([]slog.Attr, bool) {
+	subject, s, ok := cutQuoted(s)
+	if !ok {
+		return nil, false
+	}
+	detail := []slog.Attr{slog.String("subject", clip(subject))}
+	if q, queued := strings.CutPrefix(s, ", Queue: "); queued {
+		var queue string
+		if queue, s, ok = cutQuoted(q); !ok {
+			return nil, false
+		}
+		detail = append(detail, slog.String("queue", clip(queue)))
+	}
+	return detail, strings.HasPrefix(s, ", SID ")
+}
+
+// authError is nats-server's line for a CONNECT it refused: the error and the user the
+// client presented, or the error alone.
+func authError(format string, v []any) (clientEvent, bool) {
+	what := server.ErrAuthentication.Error()
+	if len(v) == 0 {
+		conn, ok := cutEvent(format, what)
+		return event(what, conn), ok
+	}
+	if err, isErr := v[0].(error); len(v) == 2 && isErr && errors.Is(err, server.ErrAuthentication) {
+		conn, ok := cutEvent(format, "%v - %s")
+		return event(what, conn, slog.String("user", clip(fmt.Sprint(v[1])))), ok
+	}
+	return clientEvent{}, false
+}
+
+// cutEvent returns the connection nats-server put before words, if format is words
+// about a connection (or words alone).
+func cutEvent(format, words string) (conn string, ok bool) {
+	if format == words {
+		return "", true
+	}
+	return strings.CutSuffix(format, " - "+words)
+}
+
+// parseConnection reads nats-server's name of a connection: `addr - cid:N`, then the
+// client's name and the account and user, each quoted (` - "v1.55.0:go:name" -
+// "ACC…/HOSTS/nkey:U…"`), either of them absent. A client's name cannot end the
+// quotes early (they are %q's), and it cannot name an account that is not one of
+// the broker's.
+func parseConnection(conn string) connection {
+	const sep = ` - "`
+	i := strings.Index(conn, sep)
+	if i < 0 {
+		return connection{addr: conn}
+	}
+	c := connection{addr: conn[:i]}
+	var quoted []string
+	for rest := conn[i:]; strings.HasPrefix(rest, sep); {
+		s, r, ok := cutQuoted(rest[len(sep)-1:])
+		if !ok {
+			break
+		}
+		quoted, rest = append(quoted, s), r
+	}
+	if n := len(quoted); n > 0 {
+		if account, user, ok := accountUser(quoted[n-1]); ok {
+			c.account, c.user, quoted = account, user, quoted[:n-1]
+		}
+	}
+	if len(quoted) > 0 {
+		c.name = quoted[0]
+	}
+	return c
+}
+
+// accountUser reads nats-server's "account/user" label: the account's public key and
+// its name tag, then the user.
+func accountUser(label string) (account, user string, ok bool) {
+	parts := strings.SplitN(label, "/", 3)
+	if len(parts) != 3 || !slices.Contains(accountNames[AccountNone+1:], parts[1]) {
+		return "", "", false
+	}
+	return parts[1], parts[2], true
+}
+
+// userKind is how a connection authenticated, from nats-server's label of its user: an
+// nkey (hosts and enrolling clients), a JWT (operators), a user name, or the control
+// plane's token; never the key or the name.
+func userKind(label string) string {
+	if label == "token" {
+		return label
+	}
+	kind, _, _ := strings.Cut(label, ":")
+	switch kind {
+	case "nkey", "jwt", "user":
+		return kind
+	}
+	return ""
+}
+
+// cutQuoted unquotes the Go-quoted string s begins with and returns what follows it.
+func cutQuoted(s string) (text, rest string, ok bool) {
+	q, err := strconv.QuotedPrefix(s)
+	if err != nil {
+		return "", "", false
+	}
+	text, err = strconv.Unquote(q)
+	return text, s[len(q):], err == nil
+}
+
+// clip cuts s to maxClientText bytes, on a character boundary, marking the cut.
+func clip(s string) string {
+	if len(s) <= maxClientText {
+		return s
+	}
+	cut := maxClientText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

@@ -80,7 +80,8 @@ func TestNATSLogLevels(t *testing.T) {
 // number and address each time (a route to a peer that is down); it is logged once an
 // interval, and the next line says how many were held back. So is a connection's error,
 // whose format has the connection (numbers) baked in. Lines that differ by more than
-// numbers (the subjects of violations, the errors) are kinds of their own.
+// numbers (the errors) are kinds of their own. Permissions violations are logged as
+// client events (TestClientEvents): the first few of an interval, each with its subject.
 func TestNATSLogRepeats(t *testing.T) {
 	var out bytes.Buffer
 	c := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
@@ -125,26 +126,30 @@ func TestNATSLogRepeats(t *testing.T) {
 		"127.0.0.1:1 - rid:1 - TLS route handshake error: remote error: tls: bad certificate": 2,
 		"rid:1 - TLS handshake error": 2,
 		"rid:1 - connection reset":    2,
-		`127.0.0.1:40000 - cid:9 - "UEVIL" - Publish Violation - Subject "mesh.node.victim.decl"`:                                1,
-		`127.0.0.1:40000 - cid:9 - "UEVIL" - Publish Violation - Subject "mesh.admin.nodes"`:                                     1,
-		`127.0.0.1:40001 - cid:10 - "UOTHER" - Publish Violation - Subject "mesh.node.victim.decl"`:                              1,
 		`127.0.0.1:1 - cid:1 - "v1.55.0:go:meshhost h-00001" - "AHOSTS/nkey:UZZKEY" - Readloop processing time: 2.5s`:            1,
 		`127.0.0.1:1 - cid:1 - "UZZKEY" - Slow Consumer Detected: WriteDeadline of 10s exceeded with 1 chunks of 1 total bytes.`: 1,
-		"Route connection created for 10.0.0.2:6222":                                                                             20,
+		"Route connection created for 10.0.0.2:6222": 20,
 	} {
 		if n := len(byKind[kindOf(line)]); n != want {
 			t.Errorf("lines like %q were logged %d times, want %d", line, n, want)
 		}
 	}
+	var subjects []any
+	for _, r := range byKind[kindOf("Publish Violation - Subject")] {
+		subjects = append(subjects, r["subject"])
+	}
+	if want := []any{"mesh.node.victim.decl", "mesh.node.victim.decl", "mesh.admin.nodes"}; fmt.Sprint(subjects) != fmt.Sprint(want) {
+		t.Errorf("the violations logged name %v, want %v", subjects, want)
+	}
 }
 
 func TestKindOf(t *testing.T) {
 	for msg, want := range map[string]string{
-		"Error trying to connect to route (attempt 12): dial tcp 10.0.0.2:6222: connect: connection refused": "Error trying to connect to route (attempt #): dial tcp #.#.#.#:#: connect: connection refused",
-		"10.0.0.2:6222 - rid:17 - TLS route handshake error: EOF":                                            "#.#.#.#:# - rid:# - TLS route handshake error: EOF",
-		`127.0.0.1:40000 - cid:9 - "UABC" - Publish Violation - Subject "mesh.node.victim.decl"`:             `#.#.#.#:# - cid:# - "UABC" - Publish Violation - Subject "mesh.node.victim.decl"`,
-		`127.0.0.1:4 - cid:5 - "meshhost h-1" - "A/nkey:UXY" - Readloop processing time: 2.038821699s`:       ` - Readloop processing time: #.#s`,
-		`127.0.0.1:4 - cid:5 - "UXY" - Slow Consumer Detected: MaxPending of 67108864 Exceeded`:              ` - Slow Consumer Detected: MaxPending of # Exceeded`,
+		"Error trying to connect to route (attempt 12): dial tcp 10.0.0.2:6222: connect: connection refused":        "Error trying to connect to route (attempt #): dial tcp #.#.#.#:#: connect: connection refused",
+		"10.0.0.2:6222 - rid:17 - TLS route handshake error: EOF":                                                   "#.#.#.#:# - rid:# - TLS route handshake error: EOF",
+		`127.0.0.1:40000 - cid:9 - "UABC" - Client parser ERROR, state=0, i=0: proto='"GET / HTTP/1.1\r\nHost"...'`: `#.#.#.#:# - cid:# - "…" - Client parser ERROR, state=#, i=#: proto='"…"...'`,
+		`127.0.0.1:4 - cid:5 - "meshhost h-1" - "A/nkey:UXY" - Readloop processing time: 2.038821699s`:              ` - Readloop processing time: #.#s`,
+		`127.0.0.1:4 - cid:5 - "UXY" - Slow Consumer Detected: MaxPending of 67108864 Exceeded`:                     ` - Slow Consumer Detected: MaxPending of # Exceeded`,
 	} {
 		if got := kindOf(msg); got != want {
 			t.Errorf("kindOf(%q) = %q, want %q", msg, got, want)
