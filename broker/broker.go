@@ -12,12 +12,19 @@ package broker
 import (
 	"context"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
+	"net/url"
+	"reflect"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -59,6 +66,12 @@ type ClusterConfig struct {
 	Listen string      // ip:port for routes
 	Routes []string    // other control nodes' route addresses, ip:port
 	TLS    *tls.Config // mutual TLS: leaf, CA as ClientCAs and RootCAs, client certs required
+	// Pins, when not nil, are the only leaves a route may present: each the hex
+	// SHA-256 of a current control node's leaf SubjectPublicKeyInfo (this node's own
+	// included, by the caller). Every leaf of the mesh CA is good for ten years, so
+	// without pins a control node removed from the mesh could route back in. Nil
+	// accepts every leaf the mesh CA signed.
+	Pins []string
 }
 
 // Server is a running embedded broker.
@@ -68,6 +81,14 @@ type Server struct {
 	listen   string
 	accounts *accounts
 	admit    *admission
+
+	// peers serializes SetClusterPeers and guards opts: the options nats-server
+	// runs with now. nats-server keeps the pointer it was given (at start, then at
+	// each reload) as its current options, writes the ports it picked into it, and
+	// diffs every exported field of the next options against it.
+	peers     sync.Mutex
+	opts      *server.Options
+	clustered bool
 }
 
 // Start configures and starts the broker and waits until it accepts connections.
@@ -163,11 +184,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			PingInterval: routePingInterval,
 			MaxPingsOut:  routeMaxPingsOut,
 		}
-		for _, r := range c.Routes {
-			if _, _, err := splitHostPort(r); err != nil {
-				return nil, fmt.Errorf("route: %w", err)
-			}
-			opts.Routes = append(opts.Routes, server.RoutesFromStr("tls://"+r)...)
+		if opts.Cluster.TLSPinnedCerts, err = pinSet(c.Pins); err != nil {
+			return nil, err
+		}
+		if opts.Routes, err = routeURLs(c.Routes); err != nil {
+			return nil, err
 		}
 	}
 	h := &hook{auth: cfg.Auth, log: log, accounts: accts}
@@ -190,7 +211,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("broker: not accepting connections on %s after %s (is the address in use?)", cfg.Listen, deadline)
 	}
-	return &Server{ns: ns, log: log, listen: ns.ClientURL(), accounts: accts, admit: admit}, nil
+	return &Server{ns: ns, log: log, listen: ns.ClientURL(), accounts: accts, admit: admit, opts: opts, clustered: cfg.Cluster != nil}, nil
 }
 
 // A route that leaves routeMaxPingsOut pings unanswered is closed: within about
@@ -268,6 +289,121 @@ func (s *Server) Connections() (map[string]int, error) {
 		out[c.AuthorizedUser]++
 	}
 	return out, nil
+}
+
+// SetClusterPeers changes, on the running broker, which control nodes it routes
+// with: only leaves whose pin is in pins are accepted in a route handshake (nil:
+// every leaf of the mesh CA, as ClusterConfig.Pins), and routes are the cluster
+// addresses it solicits (ip:port, as ClusterConfig.Routes). A route already up
+// whose peer's leaf is no longer pinned is closed, whichever side solicited it; a
+// solicited route to an address no longer listed is closed and not redialled.
+// Calls are serialized, and one that changes nothing does nothing.
+//
+// Every change is a reload of nats-server's options, and every reload has
+// nats-server authenticate each connected client again: the Authenticator runs
+// once more for each (nats-server takes its users and accounts options for changed
+// on any reload).
+func (s *Server) SetClusterPeers(pins []string, routes []string) error {
+	set, err := pinSet(pins)
+	if err != nil {
+		return err
+	}
+	urls, err := routeURLs(routes)
+	if err != nil {
+		return err
+	}
+	s.peers.Lock()
+	defer s.peers.Unlock()
+	if !s.clustered {
+		return errors.New("broker: cluster peers set on a broker started without a cluster")
+	}
+	cur := s.opts
+	pinsChanged := !reflect.DeepEqual(cur.Cluster.TLSPinnedCerts, set)
+	routesChanged := !slices.Equal(urlStrings(cur.Routes), urlStrings(urls))
+	if !pinsChanged && !routesChanged {
+		return nil
+	}
+	// A shallow copy: every other field keeps the very value nats-server holds,
+	// so its reload finds only these two changed. A deep copy (Options.Clone)
+	// copies the TLS configurations, which hold functions and so never compare
+	// equal, and the reload would take them for new ones.
+	next := *cur
+	next.Cluster.TLSPinnedCerts = set
+	next.Routes = urls
+	if err := s.ns.ReloadOptions(&next); err != nil {
+		return fmt.Errorf("broker: set cluster peers: %w", err)
+	}
+	s.opts = &next
+	s.logPeers(cur, &next)
+	return nil
+}
+
+// logPeers says what SetClusterPeers changed, in counts.
+func (s *Server) logPeers(old, cur *server.Options) {
+	pinsAdded, pinsRemoved := diffCount(slices.Collect(maps.Keys(old.Cluster.TLSPinnedCerts)), slices.Collect(maps.Keys(cur.Cluster.TLSPinnedCerts)))
+	routesAdded, routesRemoved := diffCount(urlStrings(old.Routes), urlStrings(cur.Routes))
+	s.log.Info("cluster peers changed",
+		"pinned", cur.Cluster.TLSPinnedCerts != nil, "pins", len(cur.Cluster.TLSPinnedCerts),
+		"pins_added", pinsAdded, "pins_removed", pinsRemoved,
+		"routes", len(cur.Routes), "routes_added", routesAdded, "routes_removed", routesRemoved)
+}
+
+// pinSet is nats-server's set of pinned leaves: nil for nil (no pinning), and
+// otherwise the pins in the lower-case hex it compares against, checked here so a
+// malformed pin is refused before anything changes.
+func pinSet(pins []string) (server.PinnedCertSet, error) {
+	if pins == nil {
+		return nil, nil
+	}
+	set := make(server.PinnedCertSet, len(pins))
+	for _, p := range pins {
+		p = strings.ToLower(p)
+		if b, err := hex.DecodeString(p); err != nil || len(b) != 32 {
+			return nil, fmt.Errorf("broker: cluster pin %q is not the hex SHA-256 of a certificate's public key", p)
+		}
+		set[p] = struct{}{}
+	}
+	return set, nil
+}
+
+// routeURLs turns route addresses into nats-server's route URLs, sorted: nats-server
+// sorts its current route list in place at each reload while its other goroutines
+// may read it, and a sorted list is left as it is.
+func routeURLs(routes []string) ([]*url.URL, error) {
+	var urls []*url.URL
+	for _, r := range routes {
+		if _, _, err := splitHostPort(r); err != nil {
+			return nil, fmt.Errorf("route: %w", err)
+		}
+		urls = append(urls, server.RoutesFromStr("tls://"+r)...)
+	}
+	slices.SortFunc(urls, func(a, b *url.URL) int { return strings.Compare(a.String(), b.String()) })
+	return urls, nil
+}
+
+// urlStrings returns the URLs' text, sorted.
+func urlStrings(urls []*url.URL) []string {
+	out := make([]string, len(urls))
+	for i, u := range urls {
+		out[i] = u.String()
+	}
+	slices.Sort(out)
+	return out
+}
+
+// diffCount counts what is in b and not in a (added), and in a and not in b.
+func diffCount(a, b []string) (added, removed int) {
+	for _, x := range b {
+		if !slices.Contains(a, x) {
+			added++
+		}
+	}
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			removed++
+		}
+	}
+	return added, removed
 }
 
 // NumRoutes reports how many cluster routes are up.

@@ -1,0 +1,303 @@
+package broker_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/hex"
+	"log/slog"
+	"net"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"mesh/broker"
+	"mesh/controlplane/pki"
+)
+
+// controlNode is one control node's identity on the cluster port: its mutual TLS
+// configuration and its leaf's pin.
+type controlNode struct {
+	name string
+	tls  *tls.Config
+	pin  string
+}
+
+func newControlNode(t *testing.T, ca *pki.CA, name string) controlNode {
+	t.Helper()
+	leaf, err := ca.IssueLeaf("control "+name, []net.IP{net.IPv4(127, 0, 0, 1)}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return controlNodeOf(t, ca, name, leaf)
+}
+
+func controlNodeOf(t *testing.T, ca *pki.CA, name string, leaf pki.Leaf) controlNode {
+	t.Helper()
+	cfg, err := pki.MutualConfig(leaf, ca.CertPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := pki.ParseCertificatePEM(leaf.CertPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin := pki.PinOf(cert)
+	return controlNode{name: name, tls: cfg, pin: hex.EncodeToString(pin[:])}
+}
+
+// startClustered starts node's broker routing to routes, pinned to pins.
+func startClustered(t *testing.T, m *mesh, auth broker.Authenticator, node controlNode, listen string, routes, pins []string) (*broker.Server, *syncBuffer) {
+	t.Helper()
+	return startWith(t, m, auth, func(c *broker.Config) {
+		c.Name = node.name
+		c.Cluster = &broker.ClusterConfig{Listen: listen, Routes: routes, TLS: node.tls, Pins: pins}
+	})
+}
+
+// others are the addresses in ports but the i-th.
+func others(ports []string, i int) []string {
+	return slices.Delete(slices.Clone(ports), i, i+1)
+}
+
+func waitRouted(t *testing.T, s *broker.Server, peer string, want bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for broker.RoutedTo(s)[peer] != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("routed to %s: %v after 5s, want %v (routes to %v)", peer, !want, want, broker.RoutedTo(s))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// crosses reports whether a message published by pub reaches sub within a second.
+func crosses(t *testing.T, pub *client, sub *nats.Subscription) bool {
+	t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		if err := pub.nc.Publish(sub.Subject, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if err := pub.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sub.NextMsg(100 * time.Millisecond); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// TestClusterPeersPinned: three control nodes' brokers A, B and C. When A's pins
+// leave C out, the routes between A and C close, C cannot route back in (it keeps
+// soliciting A) and A hears nothing C's clients publish, while B still reaches A;
+// with C pinned again, or with no pins at all, C routes again. A client connected
+// to A through each reload stays connected and keeps publishing, and nats-server
+// reloads nothing but the cluster, its routes, and the users and accounts it
+// reloads every time.
+func TestClusterPeersPinned(t *testing.T) {
+	t.Parallel() // waits on nats-server's route retries; owns its ports
+	m := newMesh(t)
+	a := controlNodeOf(t, m.ca, "cp-a", m.leaf)
+	b, c := newControlNode(t, m.ca, "cp-b"), newControlNode(t, m.ca, "cp-c")
+	ports := freePorts(t, 3)
+	auth := byToken(map[string]broker.Grant{"t": everything("x", broker.AccountControl)})
+	all := []string{a.pin, b.pin, c.pin}
+	sa, logs := startClustered(t, m, auth, a, ports[0], others(ports, 0), all)
+	sb, _ := startClustered(t, m, auth, b, ports[1], others(ports, 1), nil)
+	sc, _ := startClustered(t, m, auth, c, ports[2], others(ports, 2), nil)
+	brokers := map[string]*broker.Server{"cp-a": sa, "cp-b": sb, "cp-c": sc}
+	for name, s := range brokers {
+		for peer := range brokers {
+			if peer != name {
+				waitRouted(t, s, peer, true)
+			}
+		}
+	}
+
+	onA := mustDial(t, sa, m.ca.Pin(), nats.Token("t"))
+	heard, err := onA.nc.SubscribeSync("across")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := onA.nc.SubscribeSync("self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	onA.expectNoError(t)
+	onB := mustDial(t, sb, m.ca.Pin(), nats.Token("t"))
+	onC := mustDial(t, sc, m.ca.Pin(), nats.Token("t"))
+	if !crosses(t, onC, heard) || !crosses(t, onB, heard) {
+		t.Fatal("messages from B and C do not reach A before any change")
+	}
+	stillServed := func(when string) {
+		t.Helper()
+		select {
+		case <-onA.closed:
+			t.Fatalf("%s: the client connected to A was closed", when)
+		default:
+		}
+		if !onA.nc.IsConnected() || !crosses(t, onA, self) {
+			t.Fatalf("%s: the client connected to A no longer publishes", when)
+		}
+		onA.expectNoError(t)
+	}
+
+	asked := len(auth.calls())
+	if err := sa.SetClusterPeers([]string{a.pin, b.pin}, []string{ports[1]}); err != nil {
+		t.Fatal(err)
+	}
+	waitRouted(t, sa, "cp-c", false)
+	waitRouted(t, sc, "cp-a", false)
+	// C still lists A among its routes and redials it every second; B tells both
+	// about the other. None of it gets C back in.
+	for range 15 {
+		time.Sleep(200 * time.Millisecond)
+		if broker.RoutedTo(sa)["cp-c"] || broker.RoutedTo(sc)["cp-a"] {
+			t.Fatalf("C routed to A again while A's pins leave it out: A routes to %v", broker.RoutedTo(sa))
+		}
+	}
+	stillServed("after C was unpinned")
+	if crosses(t, onC, heard) {
+		t.Fatal("a message published on C reached a subscriber on A while A's pins leave C out")
+	}
+	if !crosses(t, onB, heard) {
+		t.Fatal("B no longer reaches A")
+	}
+	// A reload has nats-server ask the authenticator again about every connected
+	// client; the broker's own log says what changed.
+	if len(auth.calls()) <= asked {
+		t.Errorf("the authenticator was not asked again after the reload (%d calls before, %d after)", asked, len(auth.calls()))
+	}
+	if !strings.Contains(logs.String(), "cluster peers changed") {
+		t.Errorf("no line says the cluster peers changed:\n%s", logs)
+	}
+
+	// The same peers again: nothing happens, not even a reauthentication.
+	asked, lines := len(auth.calls()), strings.Count(logs.String(), "cluster peers changed")
+	if err := sa.SetClusterPeers([]string{b.pin, strings.ToUpper(a.pin)}, []string{ports[1]}); err != nil {
+		t.Fatal(err)
+	}
+	if len(auth.calls()) != asked || strings.Count(logs.String(), "cluster peers changed") != lines {
+		t.Error("setting the same peers again reloaded the broker")
+	}
+
+	if err := sa.SetClusterPeers(all, others(ports, 0)); err != nil {
+		t.Fatal(err)
+	}
+	waitRouted(t, sa, "cp-c", true)
+	if !crosses(t, onC, heard) {
+		t.Fatal("C pinned again, but its messages do not reach A")
+	}
+	stillServed("after C was pinned again")
+
+	if err := sa.SetClusterPeers([]string{a.pin, b.pin}, others(ports, 0)); err != nil {
+		t.Fatal(err)
+	}
+	waitRouted(t, sa, "cp-c", false)
+	if err := sa.SetClusterPeers(nil, others(ports, 0)); err != nil {
+		t.Fatal(err)
+	}
+	waitRouted(t, sa, "cp-c", true)
+	waitRouted(t, sa, "cp-b", true)
+	stillServed("after the pins were lifted")
+
+	// nats-server took nothing else for changed (a new TLS configuration, say),
+	// beyond the users and accounts it reloads whatever changed.
+	expected := []string{"Reloaded: cluster", "Reloaded: cluster routes", "Reloaded: authorization users", "Reloaded: accounts"}
+	reloaded := regexp.MustCompile(`Reloaded: [^"\n]*`).FindAllString(logs.String(), -1)
+	for _, r := range reloaded {
+		if !slices.Contains(expected, r) {
+			t.Errorf("nats-server reloaded more than the cluster and its routes: %q", r)
+		}
+	}
+	if len(reloaded) == 0 {
+		t.Error("nats-server logged no reload")
+	}
+}
+
+// TestClusterPinsAtStart: a broker started with pins refuses from the start a leaf
+// of the mesh CA they leave out, and routes with it once it is pinned.
+func TestClusterPinsAtStart(t *testing.T) {
+	t.Parallel() // waits on nats-server's route retries; owns its ports
+	m := newMesh(t)
+	a := controlNodeOf(t, m.ca, "cp-a", m.leaf)
+	b := newControlNode(t, m.ca, "cp-b")
+	ports := freePorts(t, 2)
+	auth := byToken(nil)
+	sa, _ := startClustered(t, m, auth, a, ports[0], nil, []string{a.pin})
+	sb, _ := startClustered(t, m, auth, b, ports[1], []string{ports[0]}, nil)
+	for range 10 {
+		time.Sleep(200 * time.Millisecond)
+		if sa.NumRoutes() != 0 || sb.NumRoutes() != 0 {
+			t.Fatalf("a leaf left out of the pins routed in: %v", broker.RoutedTo(sa))
+		}
+	}
+	if err := sa.SetClusterPeers([]string{a.pin, b.pin}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitRouted(t, sa, "cp-b", true)
+}
+
+// TestClusterPinsDoNotReplaceTheCA: a leaf of another CA is refused on the route
+// port even when its pin is listed. Pins narrow what the mesh CA admits; they admit
+// nothing of their own.
+func TestClusterPinsDoNotReplaceTheCA(t *testing.T) {
+	t.Parallel() // waits on nats-server's route retries; owns its ports
+	m, other := newMesh(t), newMesh(t)
+	a := controlNodeOf(t, m.ca, "cp-a", m.leaf)
+	x := controlNodeOf(t, other.ca, "intruder", other.leaf)
+	ports := freePorts(t, 2)
+	auth := byToken(nil)
+	sa, _ := startClustered(t, m, auth, a, ports[0], nil, []string{a.pin, x.pin})
+	sx, _ := startWith(t, other, auth, func(c *broker.Config) {
+		c.Name = x.name
+		c.Cluster = &broker.ClusterConfig{Listen: ports[1], Routes: []string{ports[0]}, TLS: x.tls}
+	})
+	if err := sa.SetClusterPeers([]string{a.pin, x.pin}, []string{ports[1]}); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		time.Sleep(200 * time.Millisecond)
+		if broker.RoutedTo(sa)["intruder"] || sx.NumRoutes() != 0 {
+			t.Fatalf("a leaf of another CA routed in because its pin was listed: %v", broker.RoutedTo(sa))
+		}
+	}
+}
+
+// TestSetClusterPeersRefuses: a malformed pin or route changes nothing, and a broker
+// started without a cluster has no peers to set.
+func TestSetClusterPeersRefuses(t *testing.T) {
+	m := newMesh(t)
+	a := controlNodeOf(t, m.ca, "cp-a", m.leaf)
+	auth := byToken(nil)
+	ports := freePorts(t, 1)
+	s, _ := startClustered(t, m, auth, a, ports[0], nil, nil)
+	for _, tt := range []struct {
+		name         string
+		pins, routes []string
+	}{
+		{"pin not hex", []string{strings.Repeat("zz", 32)}, nil},
+		{"pin too short", []string{a.pin[:62]}, nil},
+		{"route not ip:port", []string{a.pin}, []string{"nowhere"}},
+	} {
+		if err := s.SetClusterPeers(tt.pins, tt.routes); err == nil {
+			t.Errorf("%s: accepted", tt.name)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := broker.Start(ctx, broker.Config{Mesh: "test", Flows: testFlows, Listen: "127.0.0.1:0", TLS: m.server, Auth: auth, Logger: slog.New(slog.DiscardHandler),
+		Cluster: &broker.ClusterConfig{Listen: freePorts(t, 1)[0], TLS: a.tls, Pins: []string{"not a pin"}}})
+	if err == nil {
+		t.Error("a broker started with a malformed pin")
+	}
+	alone, _ := start(t, m, auth)
+	if err := alone.SetClusterPeers([]string{a.pin}, nil); err == nil {
+		t.Error("cluster peers set on a broker without a cluster")
+	}
+}
