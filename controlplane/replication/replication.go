@@ -53,6 +53,14 @@ type Config struct {
 	// ApplyObserver, when set, is told how long each command this member proposed
 	// took to be committed and applied.
 	ApplyObserver func(time.Duration)
+	// PeerAllowed, when set, says whether the peer whose leaf has this pin (the
+	// hex SHA-256 of its SubjectPublicKeyInfo) is a current control node; the Raft
+	// port refuses any other, in both directions, though its leaf is the mesh
+	// CA's. It is asked about every connection accepted or dialled, from many
+	// goroutines at once, and should answer quickly. A change in what it answers
+	// holds for new connections; DropPeersNotAllowed closes the open ones. Nil
+	// allows every leaf the mesh CA signed.
+	PeerAllowed func(pin string) bool
 }
 
 // Node is a running Raft member.
@@ -66,6 +74,7 @@ type Node struct {
 	guarded *guardedStore
 	snaps   raft.SnapshotStore
 	trans   *raft.NetworkTransport
+	stream  *tlsStream
 	leader  chan bool
 	log     *slog.Logger
 }
@@ -146,7 +155,7 @@ func Open(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("raft advertise address: %w", err)
 		}
 	}
-	stream, err := newTLSStream(cfg.Bind, adv, cfg.TLS, log.With("component", "raft"), repeats, t.Handshake)
+	stream, err := newTLSStream(cfg.Bind, adv, cfg.TLS, cfg.PeerAllowed, log.With("component", "raft"), repeats, t.Handshake)
 	if err != nil {
 		store.Close()
 		return nil, fmt.Errorf("raft listen on %s: %w", cfg.Bind, err)
@@ -178,7 +187,7 @@ func Open(cfg Config) (*Node, error) {
 		now = time.Now
 	}
 	electAloneAtOnce(r, rc)
-	return &Node{now: now, observe: cfg.ApplyObserver, raft: r, fsm: fsm, store: store, guarded: guarded, snaps: snaps, trans: trans, leader: leader, log: log}, nil
+	return &Node{now: now, observe: cfg.ApplyObserver, raft: r, fsm: fsm, store: store, guarded: guarded, snaps: snaps, trans: trans, stream: stream, leader: leader, log: log}, nil
 }
 
 // electAloneAtOnce lets a node that is the only voter of its configuration elect
@@ -212,6 +221,20 @@ func electAloneAtOnce(r *raft.Raft, rc *raft.Config) {
 		}
 		_ = r.ReloadConfig(normal)
 	}()
+}
+
+// DropPeersNotAllowed closes every Raft connection, accepted or dialled, whose peer
+// Config.PeerAllowed no longer allows, and returns how many it closed. Call it once
+// PeerAllowed answers for the new membership: a connection opened meanwhile is
+// either closed here or checked against the new answers. Raft dials again as it
+// needs to, and each new connection is checked. Without PeerAllowed it closes
+// nothing.
+func (n *Node) DropPeersNotAllowed() int {
+	closed := n.stream.dropNotAllowed()
+	if closed > 0 {
+		n.stream.log.Info("closed the Raft connections of peers that are no longer control nodes", "connections", closed)
+	}
+	return closed
 }
 
 // LeaderChanges delivers true when this node becomes leader and false when it stops

@@ -3,24 +3,32 @@ package replication
 import (
 	"context"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
 
+	"mesh/controlplane/pki"
 	"mesh/logging"
 )
 
 // tlsStream is a raft.StreamLayer over mutual TLS. Both ends present a CA-signed leaf
 // and verify the other's; a host holds no such certificate, so a host's credentials
-// are refused here by construction.
+// are refused here by construction. When allowed is set, a leaf of the CA is not
+// enough: its pin must be a current control node's, since Raft believes whatever
+// leader and term an RPC claims.
 type tlsStream struct {
 	ln        net.Listener
 	advertise net.Addr
 	cfg       *tls.Config
+	allowed   func(pin string) bool // Config.PeerAllowed; nil allows every leaf
 	log       *slog.Logger
 	repeats   *logging.Limiter
 	handshake time.Duration
@@ -28,9 +36,15 @@ type tlsStream struct {
 	conns     chan net.Conn
 	closeOnce sync.Once
 	done      chan struct{}
+
+	mu    sync.Mutex
+	peers map[*peerConn]struct{} // open connections, accepted and dialled, when allowed is set
 }
 
-func newTLSStream(bind string, advertise net.Addr, cfg *tls.Config, log *slog.Logger, repeats *logging.Limiter, handshake time.Duration) (*tlsStream, error) {
+// errNotMember is why a peer with a leaf of the mesh CA is refused.
+var errNotMember = errors.New("its certificate is not a current control node's")
+
+func newTLSStream(bind string, advertise net.Addr, cfg *tls.Config, allowed func(pin string) bool, log *slog.Logger, repeats *logging.Limiter, handshake time.Duration) (*tlsStream, error) {
 	ln, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, err
@@ -38,7 +52,8 @@ func newTLSStream(bind string, advertise net.Addr, cfg *tls.Config, log *slog.Lo
 	if advertise == nil {
 		advertise = ln.Addr()
 	}
-	s := &tlsStream{ln: ln, advertise: advertise, cfg: cfg, log: log, repeats: repeats, handshake: handshake, conns: make(chan net.Conn), done: make(chan struct{})}
+	s := &tlsStream{ln: ln, advertise: advertise, cfg: cfg, allowed: allowed, log: log, repeats: repeats, handshake: handshake,
+		conns: make(chan net.Conn), done: make(chan struct{}), peers: map[*peerConn]struct{}{}}
 	go s.acceptLoop()
 	return s, nil
 }
@@ -61,30 +76,141 @@ func (s *tlsStream) acceptLoop() {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		go func() {
-			c := tls.Server(raw, s.cfg)
-			_ = c.SetDeadline(time.Now().Add(s.handshake))
-			if err := c.Handshake(); err != nil {
-				s.refused(raw.RemoteAddr(), err)
-				_ = raw.Close()
-				return
-			}
-			_ = c.SetDeadline(time.Time{})
-			select {
-			case s.conns <- c:
-			case <-s.done:
-				_ = c.Close()
-			}
-		}()
+		go s.accept(raw)
 	}
 }
 
-// refused logs a connection that failed the handshake; a peer that keeps trying (or a
-// scanner) is logged once an interval, with a count.
+// accept hands raw over once it completed the handshake with a peer allowed.
+func (s *tlsStream) accept(raw net.Conn) {
+	c := tls.Server(raw, s.cfg)
+	_ = c.SetDeadline(time.Now().Add(s.handshake))
+	if err := c.Handshake(); err != nil {
+		s.refused(raw.RemoteAddr(), err)
+		_ = raw.Close()
+		return
+	}
+	pc, err := s.admit(raw, c)
+	if err != nil {
+		s.refused(raw.RemoteAddr(), err)
+		_ = raw.Close()
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	select {
+	case s.conns <- pc:
+	case <-s.done:
+		_ = pc.Close()
+	}
+}
+
+// refused logs a connection that failed the handshake or whose peer is not allowed;
+// a peer that keeps trying (or a scanner) is logged once an interval, with a count.
 func (s *tlsStream) refused(remote net.Addr, err error) {
 	const msg = "refused a connection on the Raft port"
 	s.repeats.Log(context.Background(), s.log, slog.LevelWarn, "raft", msg, msg,
 		slog.String("remote", remote.String()), slog.String("reason", err.Error()))
+}
+
+// admit checks the peer of c, a connection over raw that completed its handshake,
+// and returns the connection to hand to Raft. It tracks the connection before it
+// asks whether the peer is allowed: a DropPeersNotAllowed that starts once the
+// allowed set shrank then either finds the connection, or follows the tracking, in
+// which case the question is asked of the shrunk set. The other way round, a
+// connection checked before the change and tracked after the drop would stay.
+func (s *tlsStream) admit(raw net.Conn, c *tls.Conn) (net.Conn, error) {
+	if s.allowed == nil {
+		return c, nil
+	}
+	certs := c.ConnectionState().PeerCertificates
+	if len(certs) == 0 {
+		return nil, errors.New("it presented no certificate")
+	}
+	pin := pki.PinOf(certs[0])
+	pc := &peerConn{Conn: c, raw: raw, pin: hex.EncodeToString(pin[:]), stream: s}
+	s.track(pc)
+	if !s.allowed(pc.pin) {
+		s.untrack(pc)
+		return nil, errNotMember
+	}
+	return pc, nil
+}
+
+func (s *tlsStream) track(c *peerConn) {
+	s.mu.Lock()
+	s.peers[c] = struct{}{}
+	s.mu.Unlock()
+}
+
+func (s *tlsStream) untrack(c *peerConn) {
+	s.mu.Lock()
+	delete(s.peers, c)
+	s.mu.Unlock()
+}
+
+// dropNotAllowed closes the open connections whose peer is no longer allowed and
+// returns how many it closed. allowed is asked outside the lock (it may block, and
+// may be slow), once per pin.
+func (s *tlsStream) dropNotAllowed() int {
+	if s.allowed == nil {
+		return 0
+	}
+	s.mu.Lock()
+	open := make([]*peerConn, 0, len(s.peers))
+	for c := range s.peers {
+		open = append(open, c)
+	}
+	s.mu.Unlock()
+	verdicts := map[string]bool{}
+	closed := 0
+	for _, c := range open {
+		ok, asked := verdicts[c.pin]
+		if !asked {
+			ok = s.allowed(c.pin)
+			verdicts[c.pin] = ok
+		}
+		if !ok && c.drop() {
+			closed++
+		}
+	}
+	return closed
+}
+
+// peerConn is a peer's connection on the Raft port, tracked with the pin of the leaf
+// the peer presented while it is open.
+type peerConn struct {
+	net.Conn          // the TLS connection
+	raw      net.Conn // the TCP connection under it
+	pin      string
+	stream   *tlsStream
+	dropped  atomic.Bool
+}
+
+func (c *peerConn) Close() error {
+	c.stream.untrack(c)
+	return c.Conn.Close()
+}
+
+// drop closes the connection of a peer no longer allowed, and reports whether this
+// call closed it. It closes the TCP connection under TLS: a TLS close first sends
+// an alert, which can wait seconds on a peer that stopped reading.
+func (c *peerConn) drop() bool {
+	if c.dropped.Swap(true) {
+		return false
+	}
+	c.stream.untrack(c)
+	_ = c.raw.Close()
+	return true
+}
+
+// Read reports the end of the stream on a dropped connection: hashicorp/raft logs
+// any other read error on an accepted connection as a command it failed to
+// decode, and a drop is no such failure.
+func (c *peerConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil && c.dropped.Load() {
+		err = io.EOF
+	}
+	return n, err
 }
 
 func (s *tlsStream) Accept() (net.Conn, error) {
@@ -126,6 +252,11 @@ func (s *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net
 		_ = raw.Close()
 		return nil, err
 	}
+	pc, err := s.admit(raw, c)
+	if err != nil {
+		_ = raw.Close()
+		return nil, fmt.Errorf("raft peer %s: %w", address, err)
+	}
 	_ = c.SetDeadline(time.Time{})
-	return c, nil
+	return pc, nil
 }
