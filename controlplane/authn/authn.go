@@ -155,7 +155,7 @@ func New(cfg Config) *Authenticator {
 	return &Authenticator{
 		cfg: cfg, log: log,
 		limiter: &limiter{limit: cfg.FailureLimit, window: cfg.FailureWindow, m: map[string]*bucket{}},
-		tokens:  &window{limit: cfg.TokenConnections, span: EnrolConnectionLifetime, m: map[string][]time.Time{}},
+		tokens:  &window{limit: cfg.TokenConnections, span: EnrolConnectionLifetime, m: map[string][]admitted{}},
 	}
 }
 
@@ -353,7 +353,7 @@ func (a *Authenticator) enrolling(c broker.Client) (broker.Grant, error) {
 	if a.cfg.Roster.KeyRevoked(c.Nkey) {
 		return broker.Grant{}, ErrRevoked
 	}
-	if !a.tokens.admit(id, now) {
+	if !a.tokens.admit(id, string(c.Nonce), now) {
 		return broker.Grant{}, ErrTokenBusy
 	}
 	live := t.Node == node && now.Before(t.Expiry) && !t.Cancelled && (!t.Used || t.UsedKey == c.Nkey)
@@ -463,39 +463,56 @@ func (l *limiter) fail(host string, now time.Time) bool {
 	return false
 }
 
-// window admits at most limit events per key within span: with connections that live
-// at most span, at most limit are open at once.
+// window admits at most limit connections per key within span: with connections
+// that live at most span, at most limit are open at once. A connection is counted
+// once, however often it is checked: nats-server authenticates every connected
+// client again on each reload of its options (the control nodes' change of
+// membership is one), and an enrolment in flight must not spend its token's budget
+// a second time, or be closed for it.
 type window struct {
 	mu    sync.Mutex
 	limit int
 	span  time.Duration
-	m     map[string][]time.Time
+	m     map[string][]admitted
 	sweep sweeper
 }
 
-func (w *window) admit(key string, now time.Time) bool {
+// admitted is one connection a window counted: when, and which (the nonce the
+// broker made for it).
+type admitted struct {
+	at   time.Time
+	conn string
+}
+
+func (w *window) admit(key, conn string, now time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.sweep.due(len(w.m)) {
 		before := len(w.m)
 		for k, ts := range w.m {
-			if len(ts) == 0 || now.Sub(ts[len(ts)-1]) >= w.span {
+			if len(ts) == 0 || now.Sub(ts[len(ts)-1].at) >= w.span {
 				delete(w.m, k)
 			}
 		}
 		w.sweep.swept(before, len(w.m))
 	}
 	recent := w.m[key][:0]
-	for _, t := range w.m[key] {
-		if now.Sub(t) < w.span {
-			recent = append(recent, t)
+	seen := false
+	for _, a := range w.m[key] {
+		if now.Sub(a.at) < w.span {
+			recent = append(recent, a)
+			seen = seen || (conn != "" && a.conn == conn)
 		}
+	}
+	if seen {
+		w.m[key] = recent
+		return true
 	}
 	if len(recent) >= w.limit {
 		w.m[key] = recent
 		return false
 	}
-	w.m[key] = append(recent, now)
+	w.m[key] = append(recent, admitted{at: now, conn: conn})
 	return true
 }
 

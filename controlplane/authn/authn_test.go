@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"slices"
@@ -332,23 +333,38 @@ func TestAuthenticate(t *testing.T) {
 func TestTokenConnectionBudget(t *testing.T) {
 	fx := newFixture(t)
 	a := New(Config{Roster: fx.fsm, Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return fx.clock }})
-	nonce := []byte("n")
+	// The broker makes a nonce for every connection.
+	conns := 0
+	nonce := func() []byte { conns++; return []byte(fmt.Sprintf("nonce-%d", conns)) }
+	var first broker.Client
 	for i := range DefaultTokenConnections {
-		if _, err := a.Authenticate(enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), nonce)); err != nil {
+		c := enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), nonce())
+		if i == 0 {
+			first = c
+		}
+		if _, err := a.Authenticate(c); err != nil {
 			t.Fatalf("connection %d: %v", i+1, err)
 		}
 	}
-	if _, err := a.Authenticate(enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), nonce)); !errors.Is(err, ErrTokenBusy) {
+	if _, err := a.Authenticate(enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), nonce())); !errors.Is(err, ErrTokenBusy) {
 		t.Fatalf("one connection over the budget: %v, want ErrTokenBusy", err)
 	}
+	// nats-server checks every connected client again when it reloads its options
+	// (a change of the control nodes): a connection already admitted is admitted
+	// again, and spends nothing.
+	for range 3 {
+		if _, err := a.Authenticate(first); err != nil {
+			t.Fatalf("a connection already admitted, checked again at a reload: %v", err)
+		}
+	}
 	// Another token is unaffected.
-	if _, err := a.Authenticate(enrolling(t, "web-5", fx.used, fx.web5, nonce)); err != nil {
+	if _, err := a.Authenticate(enrolling(t, "web-5", fx.used, fx.web5, nonce())); err != nil {
 		t.Fatalf("another token: %v", err)
 	}
 	// Once the connections granted have lived out their lifetime, the token may
 	// connect again.
 	fx.clock = fx.clock.Add(EnrolConnectionLifetime)
-	if _, err := a.Authenticate(enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), nonce)); err != nil {
+	if _, err := a.Authenticate(enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), nonce())); err != nil {
 		t.Fatalf("after the lifetime: %v", err)
 	}
 }

@@ -43,10 +43,10 @@ func TestSweepsStayLinearUnderASpray(t *testing.T) {
 	const floor, keys = 1000, 50_000
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	l := &limiter{limit: 5, window: time.Minute, m: map[string]*bucket{}, sweep: sweeper{floor: floor}}
-	w := &window{limit: 3, span: 30 * time.Second, m: map[string][]time.Time{}, sweep: sweeper{floor: floor}}
+	w := &window{limit: 3, span: 30 * time.Second, m: map[string][]admitted{}, sweep: sweeper{floor: floor}}
 	for i := range keys {
 		l.fail(fmt.Sprintf("2001:db8::%x", i), now)
-		if !w.admit(fmt.Sprintf("token-%d", i), now) {
+		if !w.admit(fmt.Sprintf("token-%d", i), "", now) {
 			t.Fatalf("a token's first connection was refused")
 		}
 	}
@@ -87,16 +87,16 @@ func TestSweepForgetsOnlyWhatExpired(t *testing.T) {
 		t.Fatal("the block outlived its minute")
 	}
 
-	w := &window{limit: 1, span: 30 * time.Second, m: map[string][]time.Time{}, sweep: sweeper{floor: floor}}
-	w.admit("busy", t0.Add(20*time.Second))
+	w := &window{limit: 1, span: 30 * time.Second, m: map[string][]admitted{}, sweep: sweeper{floor: floor}}
+	w.admit("busy", "", t0.Add(20*time.Second))
 	for i := range floor {
-		w.admit(fmt.Sprintf("old-%d", i), t0)
+		w.admit(fmt.Sprintf("old-%d", i), "", t0)
 	}
-	w.admit("new", t0.Add(40*time.Second))
+	w.admit("new", "", t0.Add(40*time.Second))
 	if len(w.m) != 2 {
 		t.Fatalf("after the sweep the window holds %d tokens, want 2 (busy, new)", len(w.m))
 	}
-	if w.admit("busy", t0.Add(45*time.Second)) {
+	if w.admit("busy", "", t0.Add(45*time.Second)) {
 		t.Fatal("the sweep forgot a token's connection still inside its span")
 	}
 }

@@ -185,6 +185,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		EmptyFSM:      func() raft.FSM { return state.NewFSM() },
 		Timeouts:      opts.Timeouts,
 		ApplyObserver: func(took time.Duration) { d.metrics.raftApply.Observe(took.Seconds()) },
+		PeerAllowed:   d.peerAllowed,
 		Logger:        d.log,
 		Now:           opts.Now,
 	})
@@ -219,14 +220,8 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	var brokers []string
 	d.fsm.Read(func(s *state.State) { _, brokers = s.Membership() })
 	d.saveBrokers(brokers)
-	var routes []string
-	d.fsm.Read(func(s *state.State) {
-		for _, c := range s.ActiveControlNodes() {
-			if c.ID != d.cfg.Node {
-				routes = append(routes, c.Cluster)
-			}
-		}
-	})
+	pins, routes := d.clusterPeers()
+	d.warnUnpinned()
 
 	internal := make([]byte, 32)
 	if _, err := rand.Read(internal); err != nil {
@@ -253,7 +248,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			HostStreams:      []string{api.NodePrefix + "*" + api.DeclarationSuffix},
 			OperatorServices: []string{api.AdminPrefix + ">"},
 		},
-		Cluster: &broker.ClusterConfig{Listen: d.cfg.ClusterListen, Routes: routes, TLS: mutual},
+		Cluster: &broker.ClusterConfig{Listen: d.cfg.ClusterListen, Routes: routes, TLS: mutual, Pins: pins},
 		// Hosts wait until this node serves what they ask first (followLeadership):
 		// a fleet reconnecting to a restarted node would otherwise share the cores
 		// with the rest of its start.
@@ -381,6 +376,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	{
 		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return d.watchRemoved(ctx) }, func(error) { cancel() })
+	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error {
 			select {
 			case <-d.removed:
@@ -500,7 +499,9 @@ func (d *Daemon) applied(c *state.Command, res state.Result) {
 		if c.RemoveControl.Node == d.cfg.Node {
 			d.effects.push(effect{kind: effectRemoved})
 		}
-	case c.Op == state.OpEnrol && res.Control != nil:
+	case c.Op == state.OpEnrol && res.Control != nil && !res.Repeated:
+		// A repeated admission changes no membership: hosts are not sent the same
+		// list again for every retry of a joiner.
 		d.effects.push(effect{kind: effectMembership})
 	}
 }
@@ -569,7 +570,11 @@ func (d *Daemon) waitFollowing(ctx context.Context) error {
 // this node is listed as removed. Any failure counts as "not listed": the wait goes
 // on as it would without asking.
 func (d *Daemon) listedRemoved() bool {
-	c, err := operator.Dial(d.opts.Dir, operator.Options{Timeout: 2 * time.Second, LeaderWait: -1})
+	servers := d.otherBrokers()
+	if len(servers) == 0 {
+		return false
+	}
+	c, err := operator.Dial(d.opts.Dir, operator.Options{Servers: servers, Timeout: 2 * time.Second, LeaderWait: -1})
 	if err != nil {
 		return false
 	}
@@ -584,6 +589,49 @@ func (d *Daemon) listedRemoved() bool {
 		}
 	}
 	return false
+}
+
+// otherBrokers lists the brokers of the other control nodes, from mesh.json: asking
+// this node's own broker would reach nothing once the others stopped routing to it.
+func (d *Daemon) otherBrokers() []string {
+	e, err := operator.DirEndpoint(d.opts.Dir, false)
+	if err != nil {
+		return nil
+	}
+	var own string
+	d.fsm.Read(func(s *state.State) {
+		if c, ok := s.ControlNodes[d.cfg.Node]; ok {
+			own = c.Broker
+		}
+	})
+	var out []string
+	for _, b := range e.Servers {
+		if b != own {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// watchRemoved stops a running node the others removed while it could not hear of
+// it: the leader cuts a removed node's Raft connections and routes as soon as the
+// removal is applied, possibly before the node learnt that the entry committed. A
+// node that hears no leader for removedAskAfter asks the others, as a starting node
+// does (waitFollowing).
+func (d *Daemon) watchRemoved(ctx context.Context) error {
+	return every(ctx, removedAskAfter, func() {
+		if d.raft.IsLeader() {
+			return
+		}
+		// Raft's contact time is its own wall clock, hence time.Since.
+		if c := d.raft.LastContact(); !c.IsZero() && time.Since(c) < removedAskAfter {
+			return
+		}
+		if d.listedRemoved() {
+			d.log.Warn("the other control nodes list this node as removed; stopping")
+			d.removedOnce.Do(func() { close(d.removed) })
+		}
+	})
 }
 
 // checkNotRemoved refuses to serve a control node the control plane removed. The

@@ -15,8 +15,9 @@ const (
 	effectKeyring effectKind = iota + 1
 	// effectRemoved: this control node was removed from the control plane; stop.
 	effectRemoved
-	// effectMembership: the control nodes changed: hosts get the signed list of
-	// brokers, and this node's mesh.json lists them for meshctl.
+	// effectMembership: the control nodes changed: routes and Raft accept the new
+	// members' keys only, hosts get the signed list of brokers, and this node's
+	// mesh.json lists them for meshctl.
 	effectMembership
 )
 
@@ -83,6 +84,7 @@ func (d *Daemon) carryOut(e effect) {
 		d.log.Warn("this control node was removed from the control plane; stopping")
 		d.removedOnce.Do(func() { close(d.removed) })
 	case effectMembership:
+		d.updateClusterPeers()
 		d.membershipChanged()
 	}
 }

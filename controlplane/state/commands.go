@@ -184,8 +184,8 @@ type Result struct {
 	Skipped     []string // selected nodes that could not take the declaration (revoked)
 	Tokens      []Token  // the tokens a CancelTokensCmd cancelled
 	Revoked     []Node   // the nodes a RevokeCmd revoked, in its order
-	// Repeated is set when a CreateTokenCmd repeated one already applied: Token is
-	// the token it made then, and nothing changed.
+	// Repeated is set when a CreateTokenCmd or a control node's admission repeated
+	// one already applied: nothing changed (Token is the token made then).
 	Repeated bool
 }
 

@@ -157,7 +157,7 @@ func (s *State) admitControl(at time.Time, t *Token, c *EnrolCmd) Result {
 			return Result{Err: fmt.Errorf("%w: the control node this token admitted was removed, or another machine holds its id; mint a new control token", ErrTokenUsed)}
 		}
 		out := *cn
-		return Result{Control: &out}
+		return Result{Control: &out, Repeated: true}
 	}
 	if t.Control == nil {
 		return Result{Err: fmt.Errorf("%w: control token without addresses", ErrBadCommand)}

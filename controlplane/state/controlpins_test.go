@@ -102,3 +102,22 @@ func TestControlAdmissionRepeat(t *testing.T) {
 		t.Fatalf("repeat by the removed node: %v, want ErrTokenUsed", r.Err)
 	}
 }
+
+// TestControlAdmissionRepeatChangesNothing: a repeated admission says so, and moves
+// no membership version, so that a joiner retrying does not make the control plane
+// send hosts the same list of brokers again each time.
+func TestControlAdmissionRepeatChangesNothing(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	m.must(controlToken("ctl", "cp-2", "p2", "UOP2"))
+	if r := m.must(controlEnrol("ctl", "cp-2", "K2", "XC2", t0.Add(time.Minute))); r.Repeated {
+		t.Fatal("the first admission is marked repeated")
+	}
+	v, _ := m.state().Membership()
+	if r := m.must(controlEnrol("ctl", "cp-2", "K2", "XC2", t0.Add(2*time.Minute))); !r.Repeated {
+		t.Fatal("a repeated admission is not marked repeated")
+	}
+	if v2, _ := m.state().Membership(); v2 != v {
+		t.Fatalf("a repeated admission moved the membership from %d to %d", v, v2)
+	}
+}

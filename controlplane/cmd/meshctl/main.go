@@ -223,7 +223,8 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		return exitDataDir
 	case errors.Is(err, operator.ErrUnreachable), errors.Is(err, operator.ErrNoLeader), errors.Is(err, operator.ErrNoAnswer):
 		return exitUnreachable
-	case errors.Is(err, join.ErrRefused), errors.Is(err, join.ErrToken), errors.Is(err, pki.ErrPinMismatch):
+	case errors.Is(err, join.ErrRefused), errors.Is(err, join.ErrToken), errors.Is(err, pki.ErrPinMismatch),
+		errors.Is(err, operator.ErrReadOnly):
 		return exitRefused
 	case errors.As(err, &ae):
 		if ae.Code == api.CodeUnavailable {

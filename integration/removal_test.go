@@ -1,0 +1,136 @@
+package integration
+
+import (
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/pki"
+	"mesh/integration/harness"
+)
+
+// TestRemovedControlNodeIsShutOut: a control node removed for good keeps its data
+// directory (a machine that was lost, or is suspected), and with it a leaf of the
+// mesh CA valid for years and operator credentials. Removal must shut both out:
+//
+//   - its operator credentials read, and change nothing (meshctl says so, exit 4);
+//   - the Raft port and the route port of the remaining nodes close a connection
+//     that presents its leaf right after the handshake, where a member's stays open;
+//   - it stopped by itself (exit 6) although it was cut off at once.
+//
+// The built binaries, three control nodes so that two remain.
+func TestRemovedControlNodeIsShutOut(t *testing.T) {
+	cp1 := harness.NewControlPlane(t, bin, "shut")
+	cp1.Serve()
+	cp2 := joinControl(t, cp1, "cp-2")
+	cp3 := joinControl(t, cp1, "cp-3")
+	cfg1, err := datadir.Dir(cp1.Dir).LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Before the removal, cp-2's leaf is a member's: both ports keep the connection.
+	if err := dialKept(t, cp2.Dir, cfg1.RaftListen); err != nil {
+		t.Fatalf("raft port, a member's leaf: %v", err)
+	}
+	if err := dialKept(t, cp2.Dir, cfg1.ClusterListen); err != nil {
+		t.Fatalf("route port, a member's leaf: %v", err)
+	}
+
+	if r := cp1.Ctl("control", "remove", "cp-2"); r.Code != 0 {
+		t.Fatalf("control remove cp-2 (exit %d): %s", r.Code, r.Combined())
+	}
+	if code := cp2.Process().Wait(30 * time.Second); code != 6 {
+		t.Fatalf("the removed node exited %d 30 s after its removal, want 6 (-1: still serving):\n%s", code, cp2.Process().Output())
+	}
+
+	// Its leaf: refused on both ports of the remaining nodes, as soon as they
+	// applied the removal; a member's leaf is still kept.
+	harness.Eventually(t, 10*time.Second, "cp-1's Raft and route ports refuse the removed node's leaf", func() bool {
+		return dialKept(t, cp2.Dir, cfg1.RaftListen) != nil && dialKept(t, cp2.Dir, cfg1.ClusterListen) != nil
+	})
+	if err := dialKept(t, cp3.Dir, cfg1.RaftListen); err != nil {
+		t.Fatalf("raft port, an active member's leaf after the removal: %v", err)
+	}
+
+	// Its operator credentials: reads, not changes.
+	if r := cp2.Ctl("nodes", "--json"); r.Code != 0 {
+		t.Fatalf("a removed node's credentials cannot read (exit %d): %s", r.Code, r.Combined())
+	}
+	body := filepath.Join(t.TempDir(), "b.json")
+	writeFile(t, body, `{"files":[{"path":"x","content":"y"}]}`)
+	r := cp2.Ctl("declare", "--all", "--file", body, "--timeout", "3s")
+	if r.Code != 4 || !strings.Contains(r.Stderr, "may only read") {
+		t.Fatalf("declare with a removed node's credentials (exit %d, want 4): %s", r.Code, r.Combined())
+	}
+	if r := cp2.Ctl("token", "--node", "web-9", "--timeout", "3s"); r.Code != 4 {
+		t.Fatalf("token with a removed node's credentials (exit %d, want 4): %s", r.Code, r.Combined())
+	}
+	for _, n := range cp1.Nodes().Nodes {
+		if n.ID == "web-9" {
+			t.Fatal("a removed node's credentials minted a token")
+		}
+	}
+	// The mesh goes on: a change through the remaining nodes.
+	if r := cp3.Ctl("token", "--node", "web-1"); r.Code != 0 {
+		t.Fatalf("token through a remaining node (exit %d): %s", r.Code, r.Combined())
+	}
+	for _, c := range cp1.Nodes().Control {
+		if c.ID == "cp-2" && c.Raft != api.RaftRemoved {
+			t.Fatalf("cp-2 is listed %s", c.Raft)
+		}
+	}
+}
+
+// dialKept connects to addr with the leaf of the control node in dir, over the
+// mutual TLS control nodes use, and reports nil when the other side keeps the
+// connection open for a second after the handshake, and an error when it closes it
+// (or the handshake fails). Both ports start with the TLS handshake; a route's
+// broker then sends its INFO, a Raft peer waits for an RPC.
+func dialKept(t *testing.T, dir, addr string) error {
+	t.Helper()
+	leaf, err := datadir.Dir(dir).LoadLeaf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(dir, datadir.CACertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pki.MutualConfig(leaf, caPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	cfg.ServerName = host
+	raw, err := net.DialTimeout("tcp", addr, 3*time.Second)
+	if err != nil {
+		return err
+	}
+	defer raw.Close()
+	_ = raw.SetDeadline(time.Now().Add(3 * time.Second))
+	c := tls.Client(raw, cfg)
+	if err := c.Handshake(); err != nil {
+		return err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	_, err = c.Read(make([]byte, 1))
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return nil // kept open, nothing to say yet: a Raft peer waits for an RPC
+	case err == nil:
+		return nil // the route sent something: it talks to us
+	case errors.Is(err, io.EOF):
+		return errors.New("closed after the handshake")
+	}
+	return err
+}
