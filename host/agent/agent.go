@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -35,6 +36,7 @@ import (
 	"mesh/host/identity"
 	"mesh/host/link"
 	"mesh/host/state"
+	"mesh/host/statedir"
 	"mesh/host/wire"
 )
 
@@ -126,7 +128,10 @@ type event struct {
 }
 
 // New loads the identity and the applied state. Each way they can be unusable is its
-// own error; none of them is ever answered by starting from scratch.
+// own error; none of them is ever answered by starting from scratch. A state
+// directory another user owns or group or others may write is refused
+// (statedir.ErrUnsafe); an absent one is left to the identity to explain (not
+// enrolled).
 func New(o Options) (*Agent, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -145,6 +150,9 @@ func New(o Options) (*Agent, error) {
 	}
 	if o.RetryMax == 0 {
 		o.RetryMax = 5 * time.Minute
+	}
+	if err := statedir.Check(o.StateDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
 	}
 	id, kp, err := identity.LoadKeyPair(o.StateDir)
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"strings"
 	"syscall"
 	"time"
@@ -36,6 +37,7 @@ import (
 	"mesh/host/link"
 	"mesh/host/pintls"
 	"mesh/host/state"
+	"mesh/host/statedir"
 	"mesh/host/token"
 	"mesh/host/wire"
 )
@@ -167,7 +169,11 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	fmt.Fprintf(r.out, "enrol node %s into mesh %s\n", tok.Node, tok.Mesh)
 	r.step("token", "parsed offline: role %s, %d broker(s), expires %s", tok.Role, len(tok.Brokers), expiryText(tok.Expiry, now))
 
-	// 2. No identity may exist.
+	// 2. A state directory only this user can write (absent is fine: it is made
+	// 0700), and no identity in it.
+	if err := statedir.Check(o.StateDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return Result{}, err
+	}
 	if err := identity.CheckAbsent(o.StateDir); err != nil {
 		return Result{}, err
 	}

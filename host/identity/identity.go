@@ -26,7 +26,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -36,6 +35,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"mesh/host/atomicfile"
+	"mesh/host/statedir"
 )
 
 const (
@@ -294,7 +294,8 @@ func loadKeyPair(path string, read readFunc) (Identity, *KeyPair, error) {
 }
 
 // Save writes the identity into stateDir, creating the directory (0700) if it
-// is missing, with atomicfile.CreateExclusive and mode 0600. A zero Format is
+// is missing, with atomicfile.CreateExclusive and mode 0600. A state directory
+// another user owns, or group or others may write, is refused (statedir.ErrUnsafe). A zero Format is
 // taken as FormatVersion. It refuses an identity that fails Validate, and it
 // never replaces an existing file: if one is there, it returns *EnrolledError
 // (ErrAlreadyEnrolled). A full disk gives an error matching syscall.ENOSPC.
@@ -313,8 +314,8 @@ func Save(stateDir string, id Identity) error {
 	if len(data) > MaxFileSize {
 		return fmt.Errorf("identity: refusing to save an identity of %d bytes, more than the %d Load accepts", len(data), MaxFileSize)
 	}
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return fmt.Errorf("identity: creating the state directory: %w", err)
+	if err := statedir.Prepare(stateDir); err != nil {
+		return fmt.Errorf("identity: %w", err)
 	}
 	path := Path(stateDir)
 	err = atomicfile.CreateExclusive(path, data, 0o600)

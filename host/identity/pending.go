@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"mesh/host/atomicfile"
+	"mesh/host/statedir"
 )
 
 // Pending is the key generated for an enrolment not yet finished, saved (0600)
@@ -83,7 +84,8 @@ func (p Pending) MarshalJSON() ([]byte, error) {
 	}{filePending: filePending(p)})
 }
 
-// SavePending writes p into stateDir (created 0700 if missing) with
+// SavePending writes p into stateDir (created 0700 if missing, refused if unsafe:
+// see statedir.Prepare) with
 // atomicfile.WriteFile, mode 0600, replacing any earlier pending file. A zero
 // Format is taken as FormatVersion; a Pending that fails Validate is refused.
 func SavePending(stateDir string, p Pending) error {
@@ -98,8 +100,8 @@ func SavePending(stateDir string, p Pending) error {
 		return fmt.Errorf("identity: encoding: %w", err)
 	}
 	data = append(data, '\n')
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return fmt.Errorf("identity: creating the state directory: %w", err)
+	if err := statedir.Prepare(stateDir); err != nil {
+		return fmt.Errorf("identity: %w", err)
 	}
 	path := PendingPath(stateDir)
 	if err := atomicfile.WriteFile(path, data, 0o600); err != nil {

@@ -234,7 +234,8 @@ func validated(path string, a Applied) (Applied, error) {
 	return a, nil
 }
 
-// Save writes a into stateDir (created 0700 if missing) as a new applied.state, mode
+// Save writes a into stateDir (created 0700 if missing, refused if unsafe: see
+// statedir.Prepare) as a new applied.state, mode
 // 0600, atomically (temp file, flush, rename, flush of the directory), and leaves the
 // marker in applied.json. It is for one-off writes (enrolment, tests); a running
 // agent uses a Store. A zero Format is taken as FormatVersion; an Applied that fails

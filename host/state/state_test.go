@@ -294,7 +294,7 @@ func TestSaveFullDiskKeepsPrevious(t *testing.T) {
 		t.Skip("mounting a small tmpfs to fill needs root")
 	}
 	state := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", state).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", state).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a tmpfs (not permitted here?): %v: %s", err, out)
 	}
 	t.Cleanup(func() {

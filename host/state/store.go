@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"mesh/host/atomicfile"
+	"mesh/host/statedir"
 )
 
 // Store writes the applied state of one state directory for an agent that runs. A
@@ -138,8 +139,8 @@ func (s *Store) create(js []byte) error {
 	file := make([]byte, 2*size)
 	appendRecord(file[:0], s.sl.seq+1, js)
 	s.known = false
-	if err := os.MkdirAll(s.dir, 0o700); err != nil {
-		return fmt.Errorf("state: creating the state directory: %w", err)
+	if err := statedir.Prepare(s.dir); err != nil {
+		return fmt.Errorf("state: %w", err)
 	}
 	if err := atomicfile.WriteFile(Path(s.dir), file, 0o600); err != nil {
 		return s.failed(err)
@@ -166,9 +167,11 @@ func (s *Store) failed(err error) error {
 // stops instead of taking the state for absent and accepting older declarations.
 var legacyMarker = []byte(`{"format": 2, "state": "` + FileName + `"}` + "\n")
 
-// markLegacy makes the legacy file the marker, unless it is already.
+// markLegacy makes the legacy file the marker, unless it is already. It reads the
+// file as every state file is read (readRegular): never through a link, and no more
+// than the marker's length.
 func markLegacy(dir string) error {
-	if cur, err := os.ReadFile(LegacyPath(dir)); err == nil && bytes.Equal(cur, legacyMarker) {
+	if cur, err := readRegular(LegacyPath(dir), int64(len(legacyMarker))); err == nil && bytes.Equal(cur, legacyMarker) {
 		return nil
 	}
 	return atomicfile.WriteFile(LegacyPath(dir), legacyMarker, 0o600)

@@ -8,7 +8,9 @@
 //
 // Exit codes: 0 success; 1 failure; 2 usage; 3 the token cannot be used or the mesh
 // refused it; 4 the broker is not the mesh the token names (retrying will not help);
-// 5 the identity file is in the way (already enrolled, unreadable, truncated, corrupt);
+// 5 the identity file or the state directory is in the way (already enrolled,
+// unreadable, truncated, corrupt; a directory another user owns or may write, a state
+// file that is a symbolic link or another user's);
 // 6 this node was revoked (or its key is refused); 7 the mesh could not be reached
 // (retrying may help); 8 the state directory is in use by another meshhost (run,
 // enrol). The systemd unit names the ones that mean a person must act
@@ -43,6 +45,7 @@ import (
 	"mesh/host/identity"
 	"mesh/host/link"
 	"mesh/host/state"
+	"mesh/host/statedir"
 )
 
 const (
@@ -140,8 +143,8 @@ usage:
   meshhost version [--json]                      the version and the commit it was built from (also --version)
 
 exit codes: 0 ok, 1 failure, 2 usage, 3 token unusable or refused, 4 not the mesh (retrying
-will not help), 5 identity file in the way, 6 revoked, 7 mesh unreachable (retrying may help),
-8 state directory in use by another meshhost
+will not help), 5 identity file or state directory in the way (or not safe), 6 revoked,
+7 mesh unreachable (retrying may help), 8 state directory in use by another meshhost
 `)
 }
 
@@ -170,7 +173,8 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	case errors.Is(err, identity.ErrAlreadyEnrolled), errors.Is(err, identity.ErrUnreadable),
 		errors.Is(err, identity.ErrTruncated), errors.Is(err, identity.ErrCorrupt), errors.Is(err, identity.ErrNotEnrolled),
 		errors.Is(err, identity.ErrInvalid),
-		errors.Is(err, state.ErrUnreadable), errors.Is(err, state.ErrTruncated), errors.Is(err, state.ErrCorrupt):
+		errors.Is(err, state.ErrUnreadable), errors.Is(err, state.ErrTruncated), errors.Is(err, state.ErrCorrupt),
+		errors.Is(err, statedir.ErrUnsafe), errors.Is(err, statedir.ErrSymlink), errors.Is(err, statedir.ErrNotOwned):
 		return exitIdentity
 	case errors.Is(err, enrol.ErrToken):
 		return exitToken
@@ -252,7 +256,9 @@ func cmdEnrol(args []string, cio *cliIO) error {
 	if *asJSON {
 		steps = cio.stderr
 	}
-	if err := os.MkdirAll(*stateDir, 0o700); err != nil {
+	// Made 0700 if absent; refused if another user owns it or may write it, before
+	// anything is written there or sent to the mesh.
+	if err := statedir.Prepare(*stateDir); err != nil {
 		return err
 	}
 	lock, err := lockState(*stateDir, "meshhost enrol")
@@ -398,7 +404,11 @@ func cmdRun(args []string, cio *cliIO) error {
 			return usageError{err.Error()}
 		}
 	}
-	// A state directory that does not exist is agent.New's to explain (not enrolled).
+	// A state directory that does not exist is agent.New's to explain (not enrolled);
+	// one another user owns or may write is refused before its lock file is opened.
+	if err := statedir.Check(*stateDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
 	lock, err := lockState(*stateDir, "meshhost run")
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err

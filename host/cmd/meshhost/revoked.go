@@ -12,6 +12,7 @@ import (
 	"mesh/host/agent"
 	"mesh/host/atomicfile"
 	"mesh/host/identity"
+	"mesh/host/internal/jsonfile"
 )
 
 // revokedFile is where `meshhost run` records, in the state directory, that the mesh
@@ -54,12 +55,20 @@ func recordRevocation(stateDir string, id identity.Identity, err error, now time
 	return atomicfile.WriteFile(revokedPath(stateDir), append(data, '\n'), 0o600)
 }
 
+// maxRevokedFile bounds what is read of revokedFile: a record is a few hundred bytes.
+const maxRevokedFile = 64 << 10
+
 // loadRevocation reads the record about id, if there is one. A record about another
-// identity (the machine was enrolled again since) is no record.
+// identity (the machine was enrolled again since) is no record. It is read as every
+// file of the state directory is: a regular file of this user's, never through a
+// link.
 func loadRevocation(stateDir string, id identity.Identity) (revocation, bool, error) {
-	data, err := os.ReadFile(revokedPath(stateDir))
+	data, err := jsonfile.ReadRegular(revokedPath(stateDir), maxRevokedFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return revocation{}, false, nil
+	}
+	if errors.Is(err, jsonfile.ErrTooBig) {
+		return revocation{}, false, fmt.Errorf("%s is larger than %d bytes, far more than a record: remove it; `meshhost run` records a revocation again if there is one", revokedPath(stateDir), maxRevokedFile)
 	}
 	if err != nil {
 		return revocation{}, false, err

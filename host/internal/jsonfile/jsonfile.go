@@ -11,10 +11,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"reflect"
-	"syscall"
 	"unicode/utf8"
+
+	"mesh/host/statedir"
 )
 
 // ReadFunc reads a whole file of at most max bytes. It returns an error matching
@@ -26,30 +26,13 @@ type ReadFunc func(path string, max int64) ([]byte, error)
 // ErrTooBig is ReadFunc's error for a file over the limit.
 var ErrTooBig = errors.New("file too big")
 
-// ReadRegular is the ReadFunc used outside tests.
+// ReadRegular is the ReadFunc used outside tests. It reads only a regular file that
+// belongs to the agent's user, opened without following a symbolic link at its name
+// (statedir.Open): a link or another user's file in the state directory is refused
+// (statedir.ErrSymlink, statedir.ErrNotOwned), a dangling link included, which is
+// never taken for the absence of the file.
 func ReadRegular(path string, max int64) ([]byte, error) {
-	// Stat before opening: opening a FIFO put in the file's place would block
-	// the agent forever instead of reporting it.
-	fi, err := os.Stat(path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			if _, lerr := os.Lstat(path); lerr == nil {
-				// A name is there, but it leads nowhere: that is not the
-				// absence of the file, and must not be mistaken for it.
-				return nil, &fs.PathError{Op: "open", Path: path,
-					Err: errors.New("it is a symbolic link to a file that does not exist")}
-			}
-		}
-		return nil, err
-	}
-	if fi.IsDir() {
-		return nil, &fs.PathError{Op: "read", Path: path, Err: syscall.EISDIR}
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, &fs.PathError{Op: "read", Path: path,
-			Err: fmt.Errorf("it is not a regular file (mode %v)", fi.Mode())}
-	}
-	f, err := os.Open(path)
+	f, _, err := statedir.Open(path)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,161 @@
+// Package statedir keeps the host agent's state directory one it can trust, as
+// OpenSSH's StrictModes does for ~/.ssh. The directory holds the node's private key,
+// the CA it pins and the keys it believes (identity.json), and what it applied
+// (applied.state): whoever can change those files can make a root agent trust their
+// own mesh. So the agent refuses to enrol or run in a directory that another user
+// owns or that group or others may write, and reads the files in it only as regular
+// files that belong to its own user, opened without following a symbolic link.
+package statedir
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/user"
+	"strconv"
+)
+
+// Errors callers branch on with errors.Is.
+var (
+	// ErrUnsafe: the state directory belongs to another user, or group or others
+	// may write it. See *UnsafeError.
+	ErrUnsafe = errors.New("statedir: the state directory is not safe")
+	// ErrSymlink: a file the agent reads from its state directory is a symbolic
+	// link. See *FileError.
+	ErrSymlink = errors.New("statedir: a state file is a symbolic link")
+	// ErrNotOwned: a file the agent reads from its state directory belongs to
+	// another user. See *FileError.
+	ErrNotOwned = errors.New("statedir: a state file belongs to another user")
+)
+
+// UnsafeError is a state directory the agent does not trust: UID owns it and the
+// agent runs as EUID, or its Mode lets group or others write it.
+type UnsafeError struct {
+	Dir       string
+	UID, EUID int
+	Mode      fs.FileMode
+}
+
+func (e *UnsafeError) Error() string {
+	what := fmt.Sprintf("has mode %#o: group or others may write it", e.Mode.Perm())
+	if e.UID != e.EUID {
+		what = fmt.Sprintf("belongs to %s, with mode %#o, and meshhost runs as %s", who(e.UID), e.Mode.Perm(), who(e.EUID))
+	}
+	return fmt.Sprintf("the state directory %s %s. It holds this node's private key and the keys it trusts, "+
+		"so only the user meshhost runs as may own and write it; nothing was read from it or written to it. "+
+		"Check that its files are the ones meshhost wrote (anyone who could write there may have replaced them), then: chown %d %s && chmod 700 %s",
+		e.Dir, what, e.EUID, e.Dir, e.Dir)
+}
+
+// Is reports whether target is ErrUnsafe.
+func (e *UnsafeError) Is(target error) bool { return target == ErrUnsafe }
+
+// FileError is a file in the state directory the agent will not read: Kind is
+// ErrSymlink or ErrNotOwned (then UID owns it, and the agent runs as EUID).
+type FileError struct {
+	Path      string
+	Kind      error
+	UID, EUID int
+}
+
+func (e *FileError) Error() string {
+	if e.Kind == ErrSymlink {
+		return fmt.Sprintf("%s is a symbolic link: meshhost reads the files of its state directory only as regular files there, never through a link, "+
+			"since whoever put one there could make it trust their own identity; nothing was read through it. "+
+			"See where it points (ls -l %s), put the real file back in its place, and let no one but the user meshhost runs as write the directory", e.Path, e.Path)
+	}
+	return fmt.Sprintf("%s belongs to %s, and meshhost runs as %s: a file another user owns in the state directory may have been put there by them; "+
+		"it was not read. Check that it is the one meshhost wrote, then: chown %d %s", e.Path, who(e.UID), who(e.EUID), e.EUID, e.Path)
+}
+
+// Is reports whether target is the kind of file refused.
+func (e *FileError) Is(target error) bool { return target == e.Kind }
+
+// Prepare creates dir (mode 0700, and its missing parents) if it is absent, and
+// checks it as Check does: what enrolment does before it writes anything there.
+func Prepare(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating the state directory: %w", err)
+	}
+	return Check(dir)
+}
+
+// Check refuses a state directory that another user owns or that group or others
+// may write (*UnsafeError), or that is not a directory. An absent one gives an error
+// matching fs.ErrNotExist: whether that is a fault is the caller's to say. Where
+// files have no owner (not Unix), only that it is a directory is checked.
+func Check(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("the state directory %s is not a directory (it is %v)", dir, fi.Mode().Type())
+	}
+	uid, ok := owner(fi)
+	if !ok {
+		return nil
+	}
+	if euid := os.Geteuid(); uid != euid || fi.Mode().Perm()&0o022 != 0 {
+		return &UnsafeError{Dir: dir, UID: uid, EUID: euid, Mode: fi.Mode()}
+	}
+	return nil
+}
+
+// Open opens the state file at path to read it: never through a symbolic link at its
+// name (*FileError, ErrSymlink), without waiting if a FIFO is there, and only if it is
+// a regular file (an error wrapping syscall.EISDIR for a directory) that belongs to
+// the user the agent runs as (*FileError, ErrNotOwned). Its facts come from the open
+// descriptor, so what is checked is what is read. Nothing at path gives an error
+// matching fs.ErrNotExist.
+func Open(path string) (*os.File, fs.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|openFlags, 0)
+	if err != nil {
+		if isLink(path, err) {
+			return nil, nil, &FileError{Path: path, Kind: ErrSymlink}
+		}
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		err = checkOpened(path, fi)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
+}
+
+// isLink reports whether an open that did not follow links failed because path is
+// one: ELOOP on Linux, another error number elsewhere, so the name is looked at
+// again (only when the open failed).
+func isLink(path string, openErr error) bool {
+	if errors.Is(openErr, fs.ErrNotExist) {
+		return false
+	}
+	fi, err := os.Lstat(path)
+	return err == nil && fi.Mode()&fs.ModeSymlink != 0
+}
+
+func checkOpened(path string, fi fs.FileInfo) error {
+	switch {
+	case fi.IsDir():
+		return &fs.PathError{Op: "read", Path: path, Err: errIsDir}
+	case !fi.Mode().IsRegular():
+		return &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("it is not a regular file (mode %v)", fi.Mode())}
+	}
+	if uid, ok := owner(fi); ok && uid != os.Geteuid() {
+		return &FileError{Path: path, Kind: ErrNotOwned, UID: uid, EUID: os.Geteuid()}
+	}
+	return nil
+}
+
+// who names a user id, with its name when this machine knows it.
+func who(uid int) string {
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil && u.Username != "" {
+		return fmt.Sprintf("uid %d (%s)", uid, u.Username)
+	}
+	return fmt.Sprintf("uid %d", uid)
+}
