@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -84,9 +85,46 @@ var (
 	ErrRefused = errors.New("the mesh refused the enrolment")
 	// ErrBadAnswer: the mesh answered something that does not verify.
 	ErrBadAnswer = errors.New("the mesh's answer does not verify")
+	// ErrOtherAnswer: the mesh's answer is for another mesh, node or role than the
+	// token's, or gives the node subjects that are not its own (see
+	// *OtherAnswerError). It also matches ErrBadAnswer.
+	ErrOtherAnswer = errors.New("the mesh answered for another node or role")
 	// ErrSave: the identity could not be saved.
 	ErrSave = errors.New("the identity could not be saved")
 )
+
+// OtherAnswerError is an answer that came over the pinned connection but is for
+// another enrolment than this one: its Field (mesh and node, role, subjects) is Got
+// where this enrolment's is Want. Those fields are not signed, so only the comparison
+// stands between a node and the subjects or role of another; nothing is saved. It
+// matches ErrOtherAnswer and ErrBadAnswer.
+type OtherAnswerError struct {
+	Field, Got, Want string
+}
+
+func (e *OtherAnswerError) Error() string {
+	return fmt.Sprintf("%v: the answer's %s: %s; this enrolment's: %s; nothing was saved. The answer came through the connection pinned to the mesh's CA, "+
+		"so a control node (or a broker of its cluster) answered for another enrolment: running enrol again will most likely get the same answer. "+
+		"Tell the mesh's operators (meshctl nodes shows whether the mesh recorded this node)", ErrOtherAnswer, e.Field, e.Got, e.Want)
+}
+
+// Is reports whether target is ErrOtherAnswer or ErrBadAnswer.
+func (e *OtherAnswerError) Is(target error) bool {
+	return target == ErrOtherAnswer || target == ErrBadAnswer
+}
+
+// quoted shows a value the mesh sent, quoted and cut short: it may be anything.
+func quoted(s string) string {
+	const max = 80
+	if len(s) > max {
+		return strconv.Quote(s[:max]) + "…"
+	}
+	return strconv.Quote(s)
+}
+
+func subjectsText(s wire.Subjects) string {
+	return fmt.Sprintf("declarations %s, status %s, sync %s, inbox %s", quoted(s.Declarations), quoted(s.Status), quoted(s.Sync), quoted(s.InboxPrefix))
+}
 
 // RefusedError is a refusal by the mesh, with its protocol code.
 type RefusedError struct {
@@ -204,13 +242,13 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	r.step("enrol", "the mesh admitted %s as a %s", resp.Node, resp.Role)
 
 	// 6. Verify what the mesh answered, with the key from the token.
 	ans, err := r.verify(resp, kp, pub)
 	if err != nil {
 		return Result{}, err
 	}
+	r.step("enrol", "the mesh admitted %s as a %s", ans.id.Node, ans.id.Role)
 	id, decl := ans.id, ans.decl
 	r.step("verify", "first declaration v%d verified: signed by the mesh's key, addressed to %s", decl.Version, tok.Node)
 
@@ -386,15 +424,20 @@ type answer struct {
 	membership declarations.Membership
 }
 
-// verify checks the mesh's answer: the CA it hands over is the pinned one, the keyring
-// is signed by the token's key, and the first declaration and the brokers' membership
-// verify under that keyring.
+// verify checks the mesh's answer: it is for this enrolment (the token's mesh, node
+// and role, and the node's own subjects: unsigned, so compared), the CA it hands over
+// is the pinned one, the keyring is signed by the token's key, and the first
+// declaration and the brokers' membership verify under that keyring.
 func (r *run) verify(resp wire.EnrolResponse, kp *identity.KeyPair, pub string) (answer, error) {
 	fail := func(format string, args ...any) (answer, error) {
 		return answer{}, fmt.Errorf("%w: %s", ErrBadAnswer, fmt.Sprintf(format, args...))
 	}
 	if resp.Mesh != r.tok.Mesh || resp.Node != r.tok.Node {
-		return fail("the answer is for %s/%s, not %s/%s", resp.Mesh, resp.Node, r.tok.Mesh, r.tok.Node)
+		return answer{}, &OtherAnswerError{Field: "mesh and node", Got: quoted(resp.Mesh) + "/" + quoted(resp.Node),
+			Want: quoted(r.tok.Mesh) + "/" + quoted(r.tok.Node)}
+	}
+	if resp.Role != string(r.tok.Role) {
+		return answer{}, &OtherAnswerError{Field: "role", Got: quoted(resp.Role), Want: quoted(string(r.tok.Role)) + " (the token's)"}
 	}
 	block, _ := pem.Decode([]byte(resp.CAPEM))
 	if block == nil {
@@ -409,6 +452,9 @@ func (r *run) verify(resp wire.EnrolResponse, kp *identity.KeyPair, pub string) 
 	}
 	if resp.Subjects == nil {
 		return fail("the answer lacks subjects")
+	}
+	if want := wire.NodeSubjects(r.tok.Node); *resp.Subjects != want {
+		return answer{}, &OtherAnswerError{Field: "subjects", Got: subjectsText(*resp.Subjects), Want: subjectsText(want)}
 	}
 	anchor := declarations.Keyring{Mesh: r.tok.Mesh, Epoch: 0, Keys: []string{hex.EncodeToString(r.tok.SigningKey)}}
 	kr, err := declarations.VerifyKeyring(resp.Keyring, anchor, r.tok.Mesh)

@@ -108,6 +108,20 @@ type Subjects struct {
 	InboxPrefix  string `json:"inbox_prefix"`
 }
 
+// NodeSubjects are the subjects of node, as the control plane names them
+// (controlplane/api.SubjectsFor; the golden enrolment answer holds both sides to
+// them). The enrolment answer carries them unsigned, so the agent takes them only if
+// they are exactly these: a node id is a subject token of its own (no '.', '*' or
+// '>'), and nothing but the node id varies.
+func NodeSubjects(node string) Subjects {
+	return Subjects{
+		Declarations: "mesh.node." + node + ".decl",
+		Status:       "mesh.node." + node + ".status",
+		Sync:         "mesh.node." + node + ".sync",
+		InboxPrefix:  "_INBOX.node." + node,
+	}
+}
+
 // EnrolResponse is the mesh's answer.
 type EnrolResponse struct {
 	V           int             `json:"v"`

@@ -193,6 +193,30 @@ func TestSubjects(t *testing.T) {
 	}
 }
 
+// TestNodeSubjects holds the host's copy of the control plane's subject scheme to
+// literal values, and to the golden enrolment answer both sides decode.
+func TestNodeSubjects(t *testing.T) {
+	want := Subjects{
+		Declarations: "mesh.node.web-1.decl",
+		Status:       "mesh.node.web-1.status",
+		Sync:         "mesh.node.web-1.sync",
+		InboxPrefix:  "_INBOX.node.web-1",
+	}
+	if got := NodeSubjects("web-1"); got != want {
+		t.Fatalf("NodeSubjects(web-1) = %+v, want %+v", got, want)
+	}
+	resp, err := DecodeReply[EnrolResponse](golden(t)["enrol_response_ok"])
+	if err != nil || resp.Subjects == nil {
+		t.Fatalf("the golden enrolment answer: %+v, %v", resp, err)
+	}
+	if got := NodeSubjects(resp.Node); *resp.Subjects != got {
+		t.Fatalf("the golden answer gives node %s the subjects %+v; NodeSubjects gives %+v", resp.Node, *resp.Subjects, got)
+	}
+	if NodeSubjects("web-2") == want {
+		t.Fatal("two nodes share their subjects")
+	}
+}
+
 func TestDecodeReplyErrors(t *testing.T) {
 	valid := `{"v":2,"ok":false,"error":{"code":"token_used","message":"x"}}`
 	pad := func(n int) []byte {
