@@ -193,3 +193,26 @@ func TestAnswerForAnotherNodeOrRole(t *testing.T) {
 		})
 	}
 }
+
+// TestAnswerWithoutDeclaration: the control plane leaves the node's declaration out
+// of an answer it would make too large (a repeat after a large declaration was
+// issued). The signed declaration is the host's proof that the mesh recorded its
+// key, so nothing is saved, and the error says what to do, apart from a malformed
+// declaration.
+func TestAnswerWithoutDeclaration(t *testing.T) {
+	dir, _, err := enrolWith(t, newFakeMesh(t, func(r *wire.EnrolResponse) { r.Declaration = nil }))
+	if !errors.Is(err, ErrNoFirstDeclaration) || !errors.Is(err, ErrBadAnswer) {
+		t.Fatalf("got %v, want ErrNoFirstDeclaration (and ErrBadAnswer)", err)
+	}
+	if errors.Is(err, ErrOtherAnswer) || !strings.Contains(err.Error(), "revoke web-1") {
+		t.Fatalf("the refusal does not say what to do: %v", err)
+	}
+	if _, err := identity.Load(dir); !errors.Is(err, identity.ErrNotEnrolled) {
+		t.Fatalf("after the refusal the identity is %v, want none", err)
+	}
+	// A declaration that is there but malformed stays the other refusal.
+	_, _, err = enrolWith(t, newFakeMesh(t, func(r *wire.EnrolResponse) { r.Declaration = []byte(`{"x":1}`) }))
+	if errors.Is(err, ErrNoFirstDeclaration) || !errors.Is(err, ErrBadAnswer) {
+		t.Fatalf("a malformed declaration: %v", err)
+	}
+}

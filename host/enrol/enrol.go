@@ -89,6 +89,11 @@ var (
 	// token's, or gives the node subjects that are not its own (see
 	// *OtherAnswerError). It also matches ErrBadAnswer.
 	ErrOtherAnswer = errors.New("the mesh answered for another node or role")
+	// ErrNoFirstDeclaration: the mesh enrolled the node, but its answer to this repeat
+	// leaves out the node's declaration, grown too large for an answer; the signed
+	// declaration is this host's proof that the mesh recorded its key, so nothing was
+	// saved. It also matches ErrBadAnswer.
+	ErrNoFirstDeclaration = errors.New("the mesh's answer leaves out the node's declaration")
 	// ErrSave: the identity could not be saved.
 	ErrSave = errors.New("the identity could not be saved")
 )
@@ -464,6 +469,13 @@ func (r *run) verify(resp wire.EnrolResponse, kp *identity.KeyPair, pub string) 
 	keys, err := kr.PublicKeys()
 	if err != nil {
 		return fail("keyring: %v", err)
+	}
+	if len(resp.Declaration) == 0 {
+		// A repeat whose first answer was lost, after a declaration larger than an
+		// answer may carry was issued to the node: the control plane sends the rest.
+		return answer{}, fmt.Errorf("%w: %w (it has grown larger than an answer may carry) and nothing was saved: "+
+			"the declaration signed for this key is what proves the mesh recorded it. Ask an operator to revoke %s (meshctl revoke) and mint a new token, then enrol with it",
+			ErrBadAnswer, ErrNoFirstDeclaration, r.tok.Node)
 	}
 	decl, err := declarations.VerifyDeclaration(resp.Declaration, keys, declarations.Expect{
 		Mesh: r.tok.Mesh, Node: r.tok.Node, NodeKey: pub, KeyringEpoch: kr.Epoch, Now: r.o.Now(),
