@@ -68,6 +68,8 @@ type hook struct {
 	// can be refused as often as it connects. Nil means one of the hook's own (limiter).
 	refusals     *logging.Limiter
 	refusalsOnce sync.Once
+	// refused counts every refused connection by reason, logged or held back.
+	refused eventCounts
 }
 
 func (h *hook) Check(c server.ClientAuthentication) bool {
@@ -89,17 +91,19 @@ func (h *hook) Check(c server.ClientAuthentication) bool {
 	}
 	g, err := h.auth.Authenticate(cl)
 	if err != nil {
-		h.refused(slog.LevelWarn, "client refused", refusalReason(err), refusedAttrs(cl, err)...)
+		reason := refusalReason(err)
+		h.refused.add(reason)
+		h.logRefused(slog.LevelWarn, "client refused", reason, refusedAttrs(cl, err)...)
 		return false
 	}
 	name, ok := h.accounts.names[g.Account]
 	if !ok {
-		h.refused(slog.LevelError, "client refused: the grant names no account", "", slog.String("user", clip(g.User)))
+		h.logRefused(slog.LevelError, "client refused: the grant names no account", "", slog.String("user", clip(g.User)))
 		return false
 	}
 	acc, err := h.ns.LookupAccount(name)
 	if err != nil {
-		h.refused(slog.LevelError, "client refused: account not found", "", slog.String("account", g.Account.String()), slog.Any("err", err))
+		h.logRefused(slog.LevelError, "client refused: account not found", "", slog.String("account", g.Account.String()), slog.Any("err", err))
 		return false
 	}
 	c.RegisterUser(&server.User{
@@ -117,7 +121,7 @@ func (h *hook) Check(c server.ClientAuthentication) bool {
 // refused logs a refused client, the first few of each message and reason an interval
 // and then a count (clientEventsPerInterval): the reasons are few, the clients and the
 // names they present are as many as anyone likes.
-func (h *hook) refused(level slog.Level, msg, reason string, attrs ...slog.Attr) {
+func (h *hook) logRefused(level slog.Level, msg, reason string, attrs ...slog.Attr) {
 	h.limiter().LogFirst(context.Background(), h.log, level, clientEventsPerInterval, logComponent, msg+"\x00"+reason, msg, attrs...)
 }
 

@@ -81,6 +81,8 @@ type Server struct {
 	listen   string
 	accounts *accounts
 	admit    *admission
+	hook     *hook
+	nlog     *natsLog
 
 	// peers serializes SetClusterPeers and guards opts: the options nats-server
 	// runs with now. nats-server keeps the pointer it was given (at start, then at
@@ -211,7 +213,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("broker: not accepting connections on %s after %s (is the address in use?)", cfg.Listen, deadline)
 	}
-	return &Server{ns: ns, log: log, listen: ns.ClientURL(), accounts: accts, admit: admit, opts: opts, clustered: cfg.Cluster != nil}, nil
+	return &Server{ns: ns, log: log, listen: ns.ClientURL(), accounts: accts, admit: admit, hook: h, nlog: nlog, opts: opts, clustered: cfg.Cluster != nil}, nil
 }
 
 // A route that leaves routeMaxPingsOut pings unanswered is closed: within about
@@ -404,6 +406,17 @@ func diffCount(a, b []string) (added, removed int) {
 		}
 	}
 	return added, removed
+}
+
+// EventCounts returns what the broker refused and what clients tried beyond their
+// grants, since it started: every event, where the log shows a few of each kind.
+func (s *Server) EventCounts() EventCounts {
+	out := EventCounts{Refused: s.hook.refused.snapshot(), Violations: map[ViolationKind]uint64{}}
+	for k, n := range s.nlog.violations.snapshot() {
+		what, account, _ := strings.Cut(k, "\x00")
+		out.Violations[ViolationKind{What: what, Account: account}] += n
+	}
+	return out
 }
 
 // NumRoutes reports how many cluster routes are up.

@@ -31,6 +31,8 @@ type natsLog struct {
 	// lines, and its trace lines, should any come, are logged at debug.
 	debug   bool
 	repeats *logging.Limiter
+	// violations counts every client event (clientEvent), logged or held back.
+	violations eventCounts
 }
 
 func newNATSLog(log *slog.Logger, repeats *logging.Limiter) *natsLog {
@@ -61,15 +63,23 @@ func (l *natsLog) Tracef(format string, v ...any) {
 
 func (l *natsLog) emit(level slog.Level, format string, v []any, attrs ...slog.Attr) {
 	ctx := context.Background()
+	if level >= slog.LevelWarn {
+		if e, ok := clientEventOf(format, v); ok {
+			if e.what != authErrorWhat {
+				// Authentication errors are the hook's refusals, counted there by reason.
+				l.violations.add(e.what + "\x00" + e.conn.account)
+			}
+			if l.log.Enabled(ctx, level) {
+				l.repeats.LogFirst(ctx, l.log, level, clientEventsPerInterval, logComponent, e.kind(), e.what, append(e.attrs(), attrs...)...)
+			}
+			return
+		}
+	}
 	if !l.log.Enabled(ctx, level) {
 		return
 	}
 	if level < slog.LevelWarn {
 		l.log.LogAttrs(ctx, level, fmt.Sprintf(format, v...), attrs...)
-		return
-	}
-	if e, ok := clientEventOf(format, v); ok {
-		l.repeats.LogFirst(ctx, l.log, level, clientEventsPerInterval, logComponent, e.kind(), e.what, append(e.attrs(), attrs...)...)
 		return
 	}
 	msg := fmt.Sprintf(format, v...)
@@ -277,8 +287,11 @@ func subscriptionDetail(s string) ([]slog.Attr, bool) {
 
 // authError is nats-server's line for a CONNECT it refused: the error and the user the
 // client presented, or the error alone.
+// authErrorWhat is nats-server's words for a client it refused.
+var authErrorWhat = server.ErrAuthentication.Error()
+
 func authError(format string, v []any) (clientEvent, bool) {
-	what := server.ErrAuthentication.Error()
+	what := authErrorWhat
 	if len(v) == 0 {
 		conn, ok := cutEvent(format, what)
 		return event(what, conn), ok

@@ -84,6 +84,12 @@ var (
 	descBrokerHeld   = prometheus.NewDesc("mesh_broker_handshakes_held_total",
 		"Host TLS handshakes this node's broker held while the node was starting, by outcome: admitted when it opened, or refused after waiting too long.",
 		[]string{"outcome"}, nil)
+	descBrokerRefused = prometheus.NewDesc("mesh_broker_connections_refused_total",
+		"Client connections this node's broker refused, by the authentication's reason (the log shows a few of each kind every 10 s).",
+		[]string{"reason"}, nil)
+	descBrokerViolations = prometheus.NewDesc("mesh_broker_client_violations_total",
+		"What clients of this node's broker tried beyond their grants (publish, reply and subscription violations) and other client errors nats-server reports, by what happened and the client's account.",
+		[]string{"kind", "account"}, nil)
 )
 
 // collector exports what is read from the daemon's state and its components.
@@ -92,7 +98,8 @@ type collector struct{ d *Daemon }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDropped, descRefused, descKicked, descHostConns, descNodes, descControl,
 		descRaftLeader, descRaftTerm, descRaftCommit, descRaftApplied, descRaftLast, descRaftContact,
-		descBrokerConns, descBrokerRoutes, descBrokerMsgs, descBrokerBytes, descBrokerSlow, descBrokerHeld} {
+		descBrokerConns, descBrokerRoutes, descBrokerMsgs, descBrokerBytes, descBrokerSlow, descBrokerHeld,
+		descBrokerRefused, descBrokerViolations} {
 		ch <- d
 	}
 }
@@ -153,6 +160,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	as := d.broker.AdmissionStats()
 	ch <- prometheus.MustNewConstMetric(descBrokerHeld, prometheus.CounterValue, float64(as.Released), "admitted")
 	ch <- prometheus.MustNewConstMetric(descBrokerHeld, prometheus.CounterValue, float64(as.Refused), "refused")
+	ec := d.broker.EventCounts()
+	for reason, n := range ec.Refused {
+		ch <- prometheus.MustNewConstMetric(descBrokerRefused, prometheus.CounterValue, float64(n), reason)
+	}
+	for k, n := range ec.Violations {
+		ch <- prometheus.MustNewConstMetric(descBrokerViolations, prometheus.CounterValue, float64(n), k.What, k.Account)
+	}
 }
 
 // nodeCounts counts the enrolled nodes by state at now (see descNodes).
