@@ -65,7 +65,7 @@ func (l *natsLog) emit(level slog.Level, format string, v []any, attrs ...slog.A
 	ctx := context.Background()
 	if level >= slog.LevelWarn {
 		if e, ok := clientEventOf(format, v); ok {
-			if e.what != authErrorWhat {
+			if e.what != server.ErrAuthentication.Error() {
 				// Authentication errors are the hook's refusals, counted there by reason.
 				l.violations.add(e.what + "\x00" + e.conn.account)
 			}
@@ -287,11 +287,8 @@ func subscriptionDetail(s string) ([]slog.Attr, bool) {
 
 // authError is nats-server's line for a CONNECT it refused: the error and the user the
 // client presented, or the error alone.
-// authErrorWhat is nats-server's words for a client it refused.
-var authErrorWhat = server.ErrAuthentication.Error()
-
 func authError(format string, v []any) (clientEvent, bool) {
-	what := authErrorWhat
+	what := server.ErrAuthentication.Error()
 	if len(v) == 0 {
 		conn, ok := cutEvent(format, what)
 		return event(what, conn), ok
