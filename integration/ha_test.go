@@ -178,12 +178,11 @@ func TestHighAvailability(t *testing.T) {
 		cp.Process().Kill()
 	}
 	agent.Kill()
-	restart := make(chan struct{}, len(cps))
 	for _, cp := range cps {
-		go func() { cp.Serve(); restart <- struct{}{} }()
+		cp.StartServe()
 	}
-	for range cps {
-		<-restart
+	for _, cp := range cps {
+		cp.WaitServing()
 	}
 	n, ok := cp3.Node("web-1")
 	if !ok || n.Declared != v {

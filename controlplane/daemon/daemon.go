@@ -116,6 +116,8 @@ type Daemon struct {
 	ctl      *controlTracker
 	guard    *guard
 	effects  *effectQueue
+	// ahead is the membership learnt ahead of the state (peers.go).
+	ahead aheadView
 	// metricsLn is where the metrics and health endpoints listen, if anywhere.
 	metricsLn net.Listener
 	metrics   *instruments
@@ -186,6 +188,8 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		Timeouts:      opts.Timeouts,
 		ApplyObserver: func(took time.Duration) { d.metrics.raftApply.Observe(took.Seconds()) },
 		PeerAllowed:   d.peerAllowed,
+		Members:       d.answerMembers,
+		LogAhead:      d.logAhead,
 		Logger:        d.log,
 		Now:           opts.Now,
 	})
@@ -204,6 +208,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err := d.waitFollowing(readyCtx); err != nil {
 		return nil, err
 	}
+	d.forgetAhead()
 	// From here on, applied commands' effects are carried out (once Run starts the
 	// actor); those of the entries replayed so far are covered by what follows.
 	d.effects.opened.Store(true)
@@ -530,6 +535,10 @@ func (d *Daemon) Close() {
 // the rest of the mesh whether it was removed, and then how often it asks again.
 const removedAskAfter = 5 * time.Second
 
+// membersAskAfter is how long a starting node waits to follow a leader before it
+// asks the members it accepts which members they accept, and then how often.
+const membersAskAfter = time.Second
+
 // waitFollowing is Raft's WaitFollowing, for a node that may have been removed while
 // it was down: its log does not say so, and no leader talks to it any more, so it
 // would wait out ReadyTimeout and fail with a timeout, again at every restart. While
@@ -542,19 +551,25 @@ func (d *Daemon) waitFollowing(ctx context.Context) error {
 	asked := make(chan struct{})
 	go func() {
 		defer close(asked)
-		t := time.NewTimer(removedAskAfter)
+		t := time.NewTicker(membersAskAfter)
 		defer t.Stop()
+		lastAsked := time.Now()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
+			// Its state may not list the member that leads now (peers.go).
+			d.learnMembers()
+			if time.Since(lastAsked) < removedAskAfter {
+				continue
+			}
+			lastAsked = time.Now()
 			if d.listedRemoved() {
 				cancel(ErrRemoved)
 				return
 			}
-			t.Reset(removedAskAfter)
 		}
 	}()
 	err := d.raft.WaitFollowing(ctx)
@@ -620,13 +635,15 @@ func (d *Daemon) otherBrokers() []string {
 // does (waitFollowing).
 func (d *Daemon) watchRemoved(ctx context.Context) error {
 	return every(ctx, removedAskAfter, func() {
-		if d.raft.IsLeader() {
-			return
-		}
 		// Raft's contact time is its own wall clock, hence time.Since.
-		if c := d.raft.LastContact(); !c.IsZero() && time.Since(c) < removedAskAfter {
+		if c := d.raft.LastContact(); d.raft.IsLeader() || !c.IsZero() && time.Since(c) < removedAskAfter {
+			if d.raft.Current() {
+				d.forgetAhead()
+			}
 			return
 		}
+		// Its state may not list the member that leads now (peers.go).
+		d.learnMembers()
 		if d.listedRemoved() {
 			d.log.Warn("the other control nodes list this node as removed; stopping")
 			d.removedOnce.Do(func() { close(d.removed) })

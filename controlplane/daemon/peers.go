@@ -1,8 +1,13 @@
 package daemon
 
 import (
+	"bytes"
+	"encoding/json"
 	"slices"
+	"sync"
+	"time"
 
+	"mesh/controlplane/replication"
 	"mesh/controlplane/state"
 )
 
@@ -28,8 +33,9 @@ func clusterPins(s *state.State) []string {
 // handshake.
 func (d *Daemon) peerAllowed(pin string) bool {
 	var pins []string
-	d.fsm.Read(func(s *state.State) { pins = clusterPins(s) })
-	return pins == nil || slices.Contains(pins, pin)
+	var version uint64
+	d.fsm.Read(func(s *state.State) { pins, version = clusterPins(s), s.MembershipVersion })
+	return pins == nil || slices.Contains(pins, pin) || d.ahead.allows(pin, version)
 }
 
 // clusterPeers returns the pins routes accept and the cluster addresses of the
@@ -66,5 +72,193 @@ func (d *Daemon) warnUnpinned() {
 		d.log.Warn("some control nodes joined before the mesh recorded their TLS keys: routes and Raft accept any certificate of the mesh CA, and removing a control node cannot shut its certificate out. "+
 			"Join each of them again (meshctl control remove, then a new control token and meshctl join on a fresh data directory) to record it",
 			"nodes", unpinned)
+	}
+}
+
+// A node whose state lags the mesh (restarted, its newest entries not yet known to
+// be committed; or down while a control node joined) does not list every current
+// member, and would refuse the very peers that bring it up to date: a cluster
+// restarted at once could find no quorum that accepts itself. What it learns ahead
+// of its state widens what it accepts until its state catches up
+// (docs/decisions/0015):
+//
+//   - from its own log, at start (logAhead): the state its log's tail leads to,
+//     committed or not, as Raft takes the newest configuration from its log;
+//   - from the members it accepts (learnMembers), asked over the Raft port while no
+//     leader talks to it: each answers with the members its own state lists.
+//
+// It only ever widens the list by members a member this node accepts vouches for,
+// and only while this node's state is behind what was learnt (by membership
+// version): the removal of a member still takes effect when this node applies it.
+
+// membersAnswer is a control node's answer to another's AskMembers: its state's
+// membership version, the pins routes and Raft accept (none when it checks none),
+// and the other members' Raft addresses, to ask in turn.
+type membersAnswer struct {
+	Version uint64   `json:"version"`
+	Pins    []string `json:"pins,omitempty"`
+	Raft    []string `json:"raft,omitempty"`
+}
+
+// aheadView is the newest membership learnt ahead of this node's state.
+type aheadView struct {
+	mu   sync.Mutex
+	seen membersAnswer
+}
+
+// offer keeps a, if it is newer than what the view holds and names pins, and reports
+// whether it did.
+func (v *aheadView) offer(a membersAnswer) bool {
+	if len(a.Pins) == 0 {
+		return false
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if a.Version <= v.seen.Version {
+		return false
+	}
+	v.seen = a
+	return true
+}
+
+// allows reports whether pin is a member in what was learnt, when that is newer
+// than the state's membership version.
+func (v *aheadView) allows(pin string, stateVersion uint64) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.seen.Version > stateVersion && slices.Contains(v.seen.Pins, pin)
+}
+
+// raftAddrs is the Raft addresses learnt ahead of the state.
+func (v *aheadView) raftAddrs() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return slices.Clone(v.seen.Raft)
+}
+
+// clear forgets what was learnt, once the state is current, and reports whether
+// there was anything to forget.
+func (v *aheadView) clear() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	had := v.seen.Version > 0
+	v.seen = membersAnswer{}
+	return had
+}
+
+// membersOf is the answer a state gives.
+func membersOf(s *state.State) membersAnswer {
+	a := membersAnswer{Version: s.MembershipVersion, Pins: clusterPins(s)}
+	for _, c := range s.ActiveControlNodes() {
+		a.Raft = append(a.Raft, c.Raft)
+	}
+	return a
+}
+
+// answerMembers is this node's answer to a peer's AskMembers.
+func (d *Daemon) answerMembers() []byte {
+	var a membersAnswer
+	d.fsm.Read(func(s *state.State) { a = membersOf(s) })
+	data, _ := json.Marshal(a)
+	return data
+}
+
+// logAhead learns the membership the log's tail leads to, at start. Most tails hold
+// no control node's admission: the snapshot is not restored twice for them.
+func (d *Daemon) logAhead(tail replication.LogTail) {
+	admits := false
+	for l := range tail.Entries {
+		if admitsControl(l.Data) {
+			admits = true
+			break
+		}
+	}
+	if !admits {
+		return
+	}
+	fsm, err := tail.Restore()
+	if err != nil {
+		d.log.Warn("could not read the Raft log's newest entries ahead of the state; the control nodes they admit are accepted once they commit", "err", err)
+		return
+	}
+	for l := range tail.Entries {
+		fsm.Apply(l)
+	}
+	ahead, ok := fsm.(*state.FSM)
+	if !ok {
+		return
+	}
+	var a membersAnswer
+	ahead.Read(func(s *state.State) { a = membersOf(s) })
+	d.ahead.offer(a)
+}
+
+// admitsControl reports whether a log entry's command admits a control node. The
+// byte search spares decoding the many entries that do not.
+func admitsControl(data []byte) bool {
+	if !bytes.Contains(data, []byte(`"role":"`+state.RoleControl+`"`)) {
+		return false
+	}
+	var c struct {
+		Op    string `json:"op"`
+		Enrol *struct {
+			Role string `json:"role"`
+		} `json:"enrol"`
+	}
+	return json.Unmarshal(data, &c) == nil && c.Op == state.OpEnrol && c.Enrol != nil && c.Enrol.Role == state.RoleControl
+}
+
+// learnMembers asks the other members this node accepts, and those learnt ahead of
+// its state, which members they accept, and keeps the newest answer ahead of its
+// state. It asks them at once, each under membersAskTimeout.
+func (d *Daemon) learnMembers() {
+	var version uint64
+	var addrs []string
+	var own string
+	d.fsm.Read(func(s *state.State) {
+		version = s.MembershipVersion
+		for _, c := range s.ActiveControlNodes() {
+			addrs = append(addrs, c.Raft)
+		}
+		if c, ok := s.ControlNodes[d.cfg.Node]; ok {
+			own = c.Raft
+		}
+	})
+	addrs = append(addrs, d.ahead.raftAddrs()...)
+	slices.Sort(addrs)
+	addrs = slices.Compact(addrs)
+	var wg sync.WaitGroup
+	for _, addr := range addrs {
+		if addr == own || addr == d.cfg.RaftListen {
+			continue
+		}
+		wg.Go(func() {
+			data, err := d.raft.AskMembers(addr, membersAskTimeout)
+			if err != nil {
+				return
+			}
+			var a membersAnswer
+			if json.Unmarshal(data, &a) != nil || a.Version <= version {
+				return
+			}
+			if d.ahead.offer(a) {
+				d.log.Info("learnt of control nodes ahead of this node's state; accepting them until it catches up",
+					"from", addr, "membership_version", a.Version, "state_version", version)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// membersAskTimeout bounds one AskMembers.
+const membersAskTimeout = 2 * time.Second
+
+// forgetAhead forgets what was learnt ahead of the state, now current, and closes the
+// Raft connections the state does not allow: a member learnt from an uncommitted
+// entry that a new leader replaced, or one a member vouched for that the state
+// does not list.
+func (d *Daemon) forgetAhead() {
+	if d.ahead.clear() {
+		d.raft.DropPeersNotAllowed()
 	}
 }

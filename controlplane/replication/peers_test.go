@@ -78,7 +78,7 @@ func acceptAll(s *tlsStream) <-chan net.Conn {
 
 func newStream(t *testing.T, cfg *tls.Config, allowed func(string) bool, log *slog.Logger) *tlsStream {
 	t.Helper()
-	s, err := newTLSStream("127.0.0.1:0", nil, cfg, allowed, log, nil, time.Second)
+	s, err := newTLSStream("127.0.0.1:0", nil, cfg, allowed, nil, log, nil, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,6 +61,14 @@ type Config struct {
 	// holds for new connections; DropPeersNotAllowed closes the open ones. Nil
 	// allows every leaf the mesh CA signed.
 	PeerAllowed func(pin string) bool
+	// Members, when set, answers another member's AskMembers: which peers this one
+	// accepts, in a form the caller decodes. It is asked only by a peer PeerAllowed
+	// allows, on Raft's goroutine for the connection.
+	Members func() []byte
+	// LogAhead, when set, is called once as the member opens, before Raft starts,
+	// with what its stores hold beyond the snapshot Raft restores: the state machine
+	// applies those entries only once a leader says they committed.
+	LogAhead func(LogTail)
 }
 
 // Node is a running Raft member.
@@ -155,7 +163,7 @@ func Open(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("raft advertise address: %w", err)
 		}
 	}
-	stream, err := newTLSStream(cfg.Bind, adv, cfg.TLS, cfg.PeerAllowed, log.With("component", "raft"), repeats, t.Handshake)
+	stream, err := newTLSStream(cfg.Bind, adv, cfg.TLS, cfg.PeerAllowed, cfg.Members, log.With("component", "raft"), repeats, t.Handshake)
 	if err != nil {
 		store.Close()
 		return nil, fmt.Errorf("raft listen on %s: %w", cfg.Bind, err)
@@ -171,6 +179,15 @@ func Open(cfg Config) (*Node, error) {
 		trans.Close()
 		store.Close()
 		return nil, err
+	}
+	if cfg.LogAhead != nil {
+		tail, err := logTail(cfg, store, snaps)
+		if err != nil {
+			trans.Close()
+			store.Close()
+			return nil, err
+		}
+		cfg.LogAhead(tail)
 	}
 	leader := make(chan bool, 16)
 	rc.NotifyCh = leader
@@ -339,10 +356,8 @@ func (n *Node) WaitFollowing(ctx context.Context) error {
 		if n.IsLeader() {
 			return n.WaitReady(ctx)
 		}
-		if addr, _ := n.raft.LeaderWithID(); addr != "" {
-			if commit := n.raft.CommitIndex(); commit > 0 && n.AppliedIndex() >= commit {
-				return nil
-			}
+		if n.Current() {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -350,6 +365,17 @@ func (n *Node) WaitFollowing(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// Current reports whether this member's state machine holds everything it knows to
+// be committed: it knows the leader (itself, perhaps) and has applied up to the
+// commit index it knows.
+func (n *Node) Current() bool {
+	if addr, _ := n.raft.LeaderWithID(); addr == "" {
+		return false
+	}
+	commit := n.raft.CommitIndex()
+	return commit > 0 && n.AppliedIndex() >= commit
 }
 
 // Member is one server of the Raft configuration.

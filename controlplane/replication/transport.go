@@ -29,6 +29,7 @@ type tlsStream struct {
 	advertise net.Addr
 	cfg       *tls.Config
 	allowed   func(pin string) bool // Config.PeerAllowed; nil allows every leaf
+	members   func() []byte         // Config.Members; nil answers no members question
 	log       *slog.Logger
 	repeats   *logging.Limiter
 	handshake time.Duration
@@ -44,7 +45,7 @@ type tlsStream struct {
 // errNotMember is why a peer with a leaf of the mesh CA is refused.
 var errNotMember = errors.New("its certificate is not a current control node's")
 
-func newTLSStream(bind string, advertise net.Addr, cfg *tls.Config, allowed func(pin string) bool, log *slog.Logger, repeats *logging.Limiter, handshake time.Duration) (*tlsStream, error) {
+func newTLSStream(bind string, advertise net.Addr, cfg *tls.Config, allowed func(pin string) bool, members func() []byte, log *slog.Logger, repeats *logging.Limiter, handshake time.Duration) (*tlsStream, error) {
 	ln, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, err
@@ -52,7 +53,7 @@ func newTLSStream(bind string, advertise net.Addr, cfg *tls.Config, allowed func
 	if advertise == nil {
 		advertise = ln.Addr()
 	}
-	s := &tlsStream{ln: ln, advertise: advertise, cfg: cfg, allowed: allowed, log: log, repeats: repeats, handshake: handshake,
+	s := &tlsStream{ln: ln, advertise: advertise, cfg: cfg, allowed: allowed, members: members, log: log, repeats: repeats, handshake: handshake,
 		conns: make(chan net.Conn), done: make(chan struct{}), peers: map[*peerConn]struct{}{}}
 	go s.acceptLoop()
 	return s, nil
@@ -89,7 +90,7 @@ func (s *tlsStream) accept(raw net.Conn) {
 		_ = raw.Close()
 		return
 	}
-	pc, err := s.admit(raw, c)
+	pc, err := s.admit(raw, c, true)
 	if err != nil {
 		s.refused(raw.RemoteAddr(), err)
 		_ = raw.Close()
@@ -117,8 +118,8 @@ func (s *tlsStream) refused(remote net.Addr, err error) {
 // allowed set shrank then either finds the connection, or follows the tracking, in
 // which case the question is asked of the shrunk set. The other way round, a
 // connection checked before the change and tracked after the drop would stay.
-func (s *tlsStream) admit(raw net.Conn, c *tls.Conn) (net.Conn, error) {
-	if s.allowed == nil {
+func (s *tlsStream) admit(raw net.Conn, c *tls.Conn, accepted bool) (net.Conn, error) {
+	if s.allowed == nil && s.members == nil {
 		return c, nil
 	}
 	certs := c.ConnectionState().PeerCertificates
@@ -126,7 +127,10 @@ func (s *tlsStream) admit(raw net.Conn, c *tls.Conn) (net.Conn, error) {
 		return nil, errors.New("it presented no certificate")
 	}
 	pin := pki.PinOf(certs[0])
-	pc := &peerConn{Conn: c, raw: raw, pin: hex.EncodeToString(pin[:]), stream: s}
+	pc := &peerConn{Conn: c, raw: raw, pin: hex.EncodeToString(pin[:]), stream: s, mayAsk: accepted && s.members != nil}
+	if s.allowed == nil {
+		return pc, nil
+	}
 	s.track(pc)
 	if !s.allowed(pc.pin) {
 		s.untrack(pc)
@@ -183,6 +187,10 @@ type peerConn struct {
 	pin      string
 	stream   *tlsStream
 	dropped  atomic.Bool
+	// mayAsk is set on an accepted connection until its first read: a peer's first
+	// byte may be a members question (AskMembers) instead of a Raft RPC. Only Raft's
+	// goroutine for the connection reads it, so the flag needs no lock.
+	mayAsk bool
 }
 
 func (c *peerConn) Close() error {
@@ -210,7 +218,26 @@ func (c *peerConn) Read(p []byte) (int, error) {
 	if err != nil && c.dropped.Load() {
 		err = io.EOF
 	}
+	if c.mayAsk && n > 0 {
+		c.mayAsk = false
+		if p[0] == membersQuery {
+			// Answered here, on Raft's goroutine for the connection, which then
+			// sees the end of the stream and closes it.
+			c.answerMembers()
+			return 0, io.EOF
+		}
+	}
 	return n, err
+}
+
+// answerMembers writes the members answer and leaves the close to Raft.
+func (c *peerConn) answerMembers() {
+	answer := c.stream.members()
+	if len(answer) > maxMembersAnswer {
+		return
+	}
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.stream.handshake))
+	_, _ = c.Conn.Write(answer)
 }
 
 func (s *tlsStream) Accept() (net.Conn, error) {
@@ -252,7 +279,7 @@ func (s *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net
 		_ = raw.Close()
 		return nil, err
 	}
-	pc, err := s.admit(raw, c)
+	pc, err := s.admit(raw, c, false)
 	if err != nil {
 		_ = raw.Close()
 		return nil, fmt.Errorf("raft peer %s: %w", address, err)

@@ -41,7 +41,7 @@ func newCA(t *testing.T, name string) *pki.CA {
 // from another CA; a silent peer is cut off at the handshake deadline.
 func TestRaftPortRefusesStrangers(t *testing.T) {
 	mesh := newCA(t, "mesh")
-	stream, err := newTLSStream("127.0.0.1:0", nil, leafConfig(t, mesh), nil, slog.New(slog.DiscardHandler), nil, 500*time.Millisecond)
+	stream, err := newTLSStream("127.0.0.1:0", nil, leafConfig(t, mesh), nil, nil, slog.New(slog.DiscardHandler), nil, 500*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestRaftPortRefusesStrangers(t *testing.T) {
 	}
 
 	// A genuine peer gets through, by Dial.
-	peer, err := newTLSStream("127.0.0.1:0", nil, leafConfig(t, mesh), nil, slog.New(slog.DiscardHandler), nil, time.Second)
+	peer, err := newTLSStream("127.0.0.1:0", nil, leafConfig(t, mesh), nil, nil, slog.New(slog.DiscardHandler), nil, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -376,6 +376,18 @@ func (cp *ControlPlane) Ctl(args ...string) Result {
 // Serve starts `meshctl serve` and waits until it answers operators.
 func (cp *ControlPlane) Serve(extra ...string) *Process {
 	cp.t.Helper()
+	cp.StartServe(extra...)
+	cp.WaitServing()
+	return cp.serve
+}
+
+// StartServe starts `meshctl serve` without waiting for it. Tests that restart
+// several control nodes at once start them all first and then WaitServing on
+// each from the test's own goroutine: a node cannot answer before a quorum is
+// up, and a helper that fails outside the test's goroutine would hang the test
+// instead of failing it.
+func (cp *ControlPlane) StartServe(extra ...string) *Process {
+	cp.t.Helper()
 	// Snapshots are frequent here so that tests see the log compacted and read
 	// snapshots as well as the log.
 	args := append([]string{"serve", "--data", cp.Dir, "--raft-heartbeat", "300ms", "--reconcile", "1s",
@@ -383,9 +395,14 @@ func (cp *ControlPlane) Serve(extra ...string) *Process {
 		// Agents here report every second (Host.Run), so three silent seconds is offline.
 		"--offline-after", "3s", "--metrics-listen", cp.Metrics}, extra...)
 	cp.serve = Start(cp.t, nil, cp.Bin.Meshctl, args...)
-	cp.serve.WaitOutput(cp.t, "control node ready", 30*time.Second)
-	Eventually(cp.t, 20*time.Second, "control plane answers", func() bool { return cp.Ctl("nodes").Code == 0 })
 	return cp.serve
+}
+
+// WaitServing waits until the serve process StartServe began answers operators.
+func (cp *ControlPlane) WaitServing() {
+	cp.t.Helper()
+	cp.serve.WaitOutput(cp.t, "control node ready", 30*time.Second)
+	Eventually(cp.t, 20*time.Second, "control plane "+cp.Listen+" answers operators", func() bool { return cp.Ctl("nodes").Code == 0 })
 }
 
 // Process is the running serve process.
