@@ -31,9 +31,14 @@ const (
 	// AccountSystem is nats-server's system account; only the control plane's
 	// listener for connection events is granted it.
 	AccountSystem
+	// AccountRevoked holds the connections of revoked nodes' keys, each for a few
+	// seconds, to be told, signed, that they were revoked. Nothing crosses between
+	// it and any other account: a revoked key never sees what a node enrolled since
+	// under the same id receives. Bounded by Limits like the hosts account.
+	AccountRevoked
 )
 
-var accountNames = [...]string{"", "HOSTS", "CONTROL", "OPERATORS", "SYSTEM"}
+var accountNames = [...]string{"", "HOSTS", "CONTROL", "OPERATORS", "SYSTEM", "REVOKED"}
 
 // String returns the account's name (the name tag nats-server reports).
 func (a Account) String() string {
@@ -129,7 +134,17 @@ type accounts struct {
 	system   string
 }
 
-// newAccounts signs the four account JWTs with operator and stores them in an
+// ours reports whether name is one of these accounts.
+func (a *accounts) ours(name string) bool {
+	for _, n := range a.names {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// newAccounts signs the account JWTs with operator and stores them in an
 // in-memory resolver, the only place nats-server looks accounts up.
 func newAccounts(mesh string, operator nkeys.KeyPair, flows Flows, limits Limits) (*accounts, error) {
 	if mesh == "" {
@@ -137,7 +152,7 @@ func newAccounts(mesh string, operator nkeys.KeyPair, flows Flows, limits Limits
 	}
 	limits = limits.withDefaults()
 	acc := &accounts{names: map[Account]string{}, resolver: &server.MemAccResolver{}}
-	for _, a := range []Account{AccountHosts, AccountControl, AccountOperators, AccountSystem} {
+	for _, a := range []Account{AccountHosts, AccountControl, AccountOperators, AccountSystem, AccountRevoked} {
 		kp, err := accountKey(mesh, a)
 		if err != nil {
 			return nil, fmt.Errorf("broker: account %s: %w", a, err)
@@ -155,8 +170,10 @@ func newAccounts(mesh string, operator nkeys.KeyPair, flows Flows, limits Limits
 		claims[a] = c
 	}
 	hosts, control, ops, sys := claims[AccountHosts], claims[AccountControl], claims[AccountOperators], claims[AccountSystem]
-	hosts.Limits.Payload = int64(limits.MaxPayload)
-	hosts.Limits.Subs = int64(limits.MaxSubscriptions)
+	for _, c := range []*jwt.AccountClaims{hosts, claims[AccountRevoked]} {
+		c.Limits.Payload = int64(limits.MaxPayload)
+		c.Limits.Subs = int64(limits.MaxSubscriptions)
+	}
 	for _, subj := range flows.HostStreams {
 		control.Exports.Add(&jwt.Export{Subject: jwt.Subject(subj), Type: jwt.Stream})
 		hosts.Imports.Add(&jwt.Import{Account: acc.names[AccountControl], Subject: jwt.Subject(subj), Type: jwt.Stream})

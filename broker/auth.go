@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -58,6 +59,10 @@ type Authenticator interface {
 // client.
 var ErrRefused = errors.New("connection refused")
 
+// errAccountChanged refuses, on a reload, a connection whose grant now names
+// another account than the one it was admitted to.
+var errAccountChanged = fmt.Errorf("%w: its grant moved to another account", ErrRefused)
+
 // hook adapts an Authenticator to nats-server's CustomClientAuthentication.
 type hook struct {
 	auth     Authenticator
@@ -105,6 +110,17 @@ func (h *hook) Check(c server.ClientAuthentication) bool {
 	if err != nil {
 		h.logRefused(slog.LevelError, "client refused: account not found", "", slog.String("account", g.Account.String()), slog.Any("err", err))
 		return false
+	}
+	// nats-server asks again about every connection on a reload. A connection never
+	// moves to another account there (a node revoked meanwhile would be granted the
+	// revoked account, its subscriptions kept): it is refused, and closed.
+	if cur, ok := c.(interface{ Account() *server.Account }); ok {
+		if was := cur.Account(); was != nil && was != acc && h.accounts.ours(was.Name) {
+			reason := refusalReason(errAccountChanged)
+			h.refused.add(reason)
+			h.logRefused(slog.LevelInfo, "client refused", reason, slog.String("user", clip(g.User)), slog.String("account", g.Account.String()), slog.String("reason", reason))
+			return false
+		}
 	}
 	c.RegisterUser(&server.User{
 		Username:           g.User,

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -299,5 +300,52 @@ func TestSetClusterPeersRefuses(t *testing.T) {
 	alone, _ := start(t, m, auth)
 	if err := alone.SetClusterPeers([]string{a.pin}, nil); err == nil {
 		t.Error("cluster peers set on a broker without a cluster")
+	}
+}
+
+// TestReloadNeverMovesAConnectionToAnotherAccount: every reload has the broker ask
+// about each connection again. A connection whose grant now names another account
+// (a node revoked while connected is granted the revoked account) is closed, not
+// moved there with its subscriptions; one whose grant is unchanged stays.
+func TestReloadNeverMovesAConnectionToAnotherAccount(t *testing.T) {
+	m := newMesh(t)
+	a, b := controlNodeOf(t, m.ca, "cp-a", m.leaf), newControlNode(t, m.ca, "cp-b")
+	var mu sync.Mutex
+	accounts := map[string]broker.Account{"moving": broker.AccountHosts, "staying": broker.AccountHosts}
+	auth := &fakeAuth{decide: func(c broker.Client) (broker.Grant, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		acc, ok := accounts[c.Token]
+		if !ok {
+			return broker.Grant{}, broker.ErrRefused
+		}
+		return everything(c.Token, acc), nil
+	}}
+	ports := freePorts(t, 1)
+	s, logs := startClustered(t, m, auth, a, ports[0], nil, []string{a.pin})
+	moving := mustDial(t, s, m.ca.Pin(), nats.Token("moving"))
+	staying := mustDial(t, s, m.ca.Pin(), nats.Token("staying"))
+	moving.expectNoError(t)
+	staying.expectNoError(t)
+
+	mu.Lock()
+	accounts["moving"] = broker.AccountRevoked
+	mu.Unlock()
+	if err := s.SetClusterPeers([]string{a.pin, b.pin}, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-moving.closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a connection whose grant moved to another account is still open after the reload")
+	}
+	select {
+	case <-staying.closed:
+		t.Fatal("a connection whose grant did not change was closed by the reload")
+	default:
+	}
+	staying.expectNoError(t)
+	if !strings.Contains(logs.String(), "its grant moved to another account") {
+		t.Errorf("the broker's log does not say why it closed the connection:\n%s", logs)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -139,6 +140,17 @@ func TestAuthorityModel(t *testing.T) {
 	// The operator, with its credentials, asks read-only questions.
 	op := cp.OperatorConn()
 
+	// A host revoked while its agent was stopped: its key is let in for a few
+	// seconds, in an account of its own, to hear the signed notice (decision 0016).
+	goneHost := harness.NewHost(t, bin, "gone")
+	if r := goneHost.Enrol(cp.Token("gone")); r.Code != 0 {
+		t.Fatalf("enrol gone: %s", r.Combined())
+	}
+	if r := cp.Ctl("revoke", "gone"); r.Code != 0 {
+		t.Fatalf("revoke gone: %s", r.Combined())
+	}
+	revoked := nodeConn(t, cp.Dir, goneHost.State, cp.Listen, make(chan error, 64))
+
 	before := rosterDigest(t, cp)
 	dropsBefore := cp.Counter("mesh_control_messages_dropped_total", "reason=foreign_reply")
 	adminBefore := cp.Counter("mesh_control_requests_refused_total", "subject=admin") + cp.Counter("mesh_control_messages_dropped_total", "subject=admin")
@@ -169,6 +181,7 @@ func TestAuthorityModel(t *testing.T) {
 	senders := []sender{
 		{"enrolled host", "mesh.node.attacker.sync", attacker, attackerSync, true},
 		{"enrolled host", "mesh.node.attacker.status", attacker, attackerStatus, false},
+		{"revoked host", "mesh.node.gone.sync", revoked, attackerSync, true},
 		// A live token: a request that would be refused (wrong role) so the matrix
 		// consumes nothing even if a reply were wrongly answered.
 		{"enrolling client, live token", "mesh.enrol.newbie", live, enrolRequest(newbieTok, liveKey, "control"), true},
@@ -197,6 +210,11 @@ func TestAuthorityModel(t *testing.T) {
 		t.Fatalf("the attacker's own sync went unanswered: %v", err)
 	} else if r, _ := decodeSync(m.Data); r.Error != nil || r.Sent == 0 {
 		t.Fatalf("the attacker's own sync answered %+v", r)
+	}
+	if m, err := revoked.Request("mesh.node.gone.sync", attackerSync, 5*time.Second); err != nil {
+		t.Fatalf("the revoked host's own sync went unanswered: %v", err)
+	} else if r, _ := decodeSync(m.Data); r.Error != nil || r.Sent != 1 {
+		t.Fatalf("the revoked host's own sync answered %+v, want its one notice", r)
 	}
 	for _, c := range []struct {
 		nc   *nats.Conn
@@ -342,12 +360,32 @@ func TestTokenAdmitsOneMachineOnce(t *testing.T) {
 		t.Fatal("the enrolment did not use the key prepared for it")
 	}
 
-	// Revoked: neither the node's key nor its old token gets a connection.
+	// Revoked: the node's key is let in only to ask for its state and hear its
+	// signed notice (decision 0016): a status report is a permissions violation. Its
+	// old token gets no connection.
 	if r := cp.Ctl("revoke", "web-5"); r.Code != 0 {
 		t.Fatalf("revoke: %s", r.Combined())
 	}
-	if _, err := dialNode(t, first.KeyPair(t), pin, cp.Listen); err == nil {
-		t.Fatal("the revoked node's key was admitted")
+	revokedPub, _ := first.KeyPair(t).PublicKey()
+	violations := make(chan error, 4)
+	revoked, err := nats.Connect("tls://"+cp.Listen, nats.Secure(pki.PinnedClientConfig(pin)), nats.TLSHandshakeFirst(),
+		nats.Nkey(revokedPub, first.KeyPair(t).Sign), nats.NoReconnect(),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { violations <- err }))
+	if err != nil {
+		t.Fatalf("the revoked node's key was not let in to hear its notice: %v", err)
+	}
+	defer revoked.Close()
+	if err := revoked.Publish(api.StatusSubject("web-5"), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	revoked.Flush()
+	select {
+	case err := <-violations:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Fatalf("the revoked key's status report: %v, want a permissions violation", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the revoked node's key may still report its status")
 	}
 	id := first.PublicKey()
 	idKey := first.KeyPair(t)

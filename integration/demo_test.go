@@ -22,7 +22,7 @@ func TestDemo(t *testing.T) {
 		"now holds: \"welcome to web-1",
 		"application bytes the impostor received: 0; credentials it saw: 0; identity saved: false",
 		"the agent stopped: this node was revoked",
-		"connecting again with the revoked key: refused",
+		"the agent started again with the revoked key: stopped on the signed notice",
 	} {
 		if !strings.Contains(r.Stdout, want) {
 			t.Errorf("the demo did not say %q:\n%s", want, r.Stdout)

@@ -3,7 +3,7 @@
 // Authenticator; the table of who may publish and subscribe where is docs/security.md's
 // authority model, and this package is where the broker is told it.
 //
-// Five kinds of client:
+// Six kinds of client:
 //   - the control plane's own in-process connections, one per role, with a random
 //     per-process token;
 //   - operators, with a user JWT issued by the mesh's admin account (a standard NATS
@@ -11,6 +11,9 @@
 //     the operator API and nats-server's read-only monitoring, nothing else;
 //   - enrolled nodes, proving their nkey by signing the nonce; they reach their own
 //     subjects only;
+//   - revoked nodes' keys, proving the key the same way: for a few seconds, in an
+//     account of their own, to ask for their state and hear the signed notice of
+//     their revocation;
 //   - enrolling clients, presenting a live token's secret and the node key they are
 //     about to register (signing the nonce with it): the enrolment subject of the
 //     token's node and an inbox bound to that key, for a short while;
@@ -42,6 +45,7 @@ import (
 // User name prefixes of granted connections; Kick finds connections by them.
 const (
 	NodeUserPrefix     = "node:"
+	RevokedUserPrefix  = "revoked:"
 	EnrolUserPrefix    = "enrol:"
 	OperatorUserPrefix = "operator:"
 )
@@ -67,6 +71,10 @@ const (
 	// RoleEvents hears nats-server's connection events and may close connections of
 	// the hosts account, in the system account.
 	RoleEvents Role = "control-plane:events"
+	// RoleRevoked answers revoked nodes' keys in the revoked account: their sync
+	// requests, with the signed notice of their revocation. It may publish only on
+	// nodes' declaration subjects and inboxes there.
+	RoleRevoked Role = "control-plane:revoked"
 )
 
 // Lifetimes and budgets of enrolling clients.
@@ -77,6 +85,9 @@ const (
 	// longer admits (used by another key, or expired): long enough to be told
 	// why, and no longer.
 	RefusalConnectionLifetime = 5 * time.Second
+	// RevokedConnectionLifetime bounds the connection of a revoked node's key: long
+	// enough to ask for its state and be told, signed, that it was revoked.
+	RevokedConnectionLifetime = 10 * time.Second
 	// DefaultTokenConnections is how many connections one token is granted per
 	// EnrolConnectionLifetime on one broker, so at most this many are open at once.
 	DefaultTokenConnections = 3
@@ -102,7 +113,7 @@ type Roster interface {
 	AdminAccount() string
 	OperatorRevoked(key string) (node string, revoked bool)
 	NodeByKey(key string) (state.NodeAuth, bool)
-	KeyRevoked(key string) bool
+	RevokedKey(key string) (node string, revoked bool)
 	TokenByID(id string) (state.TokenAuth, bool)
 }
 
@@ -204,6 +215,10 @@ func InternalGrant(r Role, hostEvents []string) (broker.Grant, bool) {
 		g.Account = broker.AccountControl
 		g.Subscribe = []string{api.ControlPrefix + ">", "_INBOX.>"}
 		g.Publish = []string{api.ControlPrefix + ">"}
+	case RoleRevoked:
+		g.Account = broker.AccountRevoked
+		g.Subscribe = []string{api.NodePrefix + "*" + api.SyncSuffix}
+		g.Publish = []string{api.NodePrefix + "*" + api.DeclarationSuffix, api.NodeInboxPrefix + "*.>"}
 	case RoleEvents:
 		g.Account = broker.AccountSystem
 		g.Subscribe = append([]string{"_INBOX.>"}, hostEvents...)
@@ -259,6 +274,21 @@ func NodeGrant(id string) broker.Grant {
 	}
 }
 
+// RevokedGrant is what the key of node id, revoked, may do until deadline, in the
+// revoked account: the subjects of NodeGrant that ask for its state and hear the
+// answer, where the only answer is the signed notice of its revocation
+// (docs/decisions/0016). The agent stops on that notice alone; a bare refusal could
+// come from anyone holding a leaf of the mesh CA.
+func RevokedGrant(id string, deadline time.Time) broker.Grant {
+	return broker.Grant{
+		User:      RevokedUserPrefix + id,
+		Account:   broker.AccountRevoked,
+		Publish:   []string{api.SyncSubject(id)},
+		Subscribe: []string{api.DeclarationSubject(id), api.NodeInbox(id) + ".>"},
+		Deadline:  deadline,
+	}
+}
+
 // EnrolGrant is what a client enrolling node with key may do, until deadline: ask on
 // the node's enrolment subject, hear the answer on the inbox bound to its key.
 func EnrolGrant(node, key string, deadline time.Time) broker.Grant {
@@ -297,20 +327,21 @@ func (a *Authenticator) operator(c broker.Client) (broker.Grant, error) {
 }
 
 func (a *Authenticator) node(c broker.Client) (broker.Grant, error) {
-	if a.cfg.Roster.KeyRevoked(c.Nkey) {
-		return broker.Grant{}, ErrRevoked
-	}
+	node, revoked := a.cfg.Roster.RevokedKey(c.Nkey)
 	n, found := a.cfg.Roster.NodeByKey(c.Nkey)
-	if found && n.Revoked {
-		return broker.Grant{}, ErrRevoked
-	}
-	if !found {
+	switch {
+	case found && n.Revoked:
+		node, revoked = n.ID, true
+	case !found && !revoked:
 		return broker.Grant{}, ErrUnknownKey
 	}
 	// nats-server does not check the nonce signature of a key it does not know
 	// itself; we are the ones who know it, so we check.
 	if err := verifyNonce(c.Nkey, c.Nonce, c.Sig); err != nil {
 		return broker.Grant{}, err
+	}
+	if revoked {
+		return RevokedGrant(node, a.cfg.Now().Add(RevokedConnectionLifetime)), nil
 	}
 	return NodeGrant(n.ID), nil
 }
@@ -350,7 +381,7 @@ func (a *Authenticator) enrolling(c broker.Client) (broker.Grant, error) {
 	if err := verifyNonce(c.Nkey, c.Nonce, c.Sig); err != nil {
 		return broker.Grant{}, err
 	}
-	if a.cfg.Roster.KeyRevoked(c.Nkey) {
+	if _, revoked := a.cfg.Roster.RevokedKey(c.Nkey); revoked {
 		return broker.Grant{}, ErrRevoked
 	}
 	if !a.tokens.admit(id, string(c.Nonce), now) {

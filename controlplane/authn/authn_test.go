@@ -243,8 +243,19 @@ func TestAuthenticate(t *testing.T) {
 			kp := mustKey(t, nkeys.CreateUser)
 			return broker.Client{Nkey: pub(kp), Nonce: nonce, Sig: sign(t, kp, nonce)}
 		}(), want: ErrUnknownKey},
-		{name: "node revoked", client: broker.Client{Nkey: pub(fx.gone), Nonce: nonce, Sig: sign(t, fx.gone, nonce)}, want: ErrRevoked},
-		{name: "node key revoked, id enrolled again", client: broker.Client{Nkey: pub(fx.oldDB), Nonce: nonce, Sig: sign(t, fx.oldDB, nonce)}, want: ErrRevoked},
+		// A revoked key is let in, for a few seconds and in an account of its own, to
+		// be told it was revoked: only a signed notice stops an agent.
+		{name: "node revoked", client: broker.Client{Nkey: pub(fx.gone), Nonce: nonce, Sig: sign(t, fx.gone, nonce)},
+			grant: broker.Grant{
+				User:      "revoked:gone",
+				Account:   broker.AccountRevoked,
+				Publish:   []string{"mesh.node.gone.sync"},
+				Subscribe: []string{"mesh.node.gone.decl", "_INBOX.node.gone.>"},
+			}, deadline: RevokedConnectionLifetime},
+		{name: "node key revoked, id enrolled again", client: broker.Client{Nkey: pub(fx.oldDB), Nonce: nonce, Sig: sign(t, fx.oldDB, nonce)},
+			grant: RevokedGrant("db-1", time.Time{}), deadline: RevokedConnectionLifetime},
+		{name: "node revoked, bad sig", client: broker.Client{Nkey: pub(fx.gone), Nonce: nonce, Sig: sign(t, fx.web1, nonce)}, want: ErrBadSignature},
+		{name: "node key revoked, id enrolled again, no sig", client: broker.Client{Nkey: pub(fx.oldDB), Nonce: nonce}, want: ErrBadSignature},
 		{name: "node bad sig", client: broker.Client{Nkey: pub(fx.web1), Nonce: nonce, Sig: sign(t, fx.newDB, nonce)}, want: ErrBadSignature},
 		{name: "node sig of another nonce", client: broker.Client{Nkey: pub(fx.web1), Nonce: nonce, Sig: sign(t, fx.web1, []byte("old-nonce"))}, want: ErrBadSignature},
 		{name: "node sig not base64", client: broker.Client{Nkey: pub(fx.web1), Nonce: nonce, Sig: "!!!"}, want: ErrBadSignature},

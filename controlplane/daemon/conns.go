@@ -20,6 +20,7 @@ type conns struct {
 	admin     *nats.Conn // serves the operator API, in the control account
 	control   *nats.Conn // control nodes' heartbeats, in the control account
 	events    *nats.Conn // nats-server's connection events, in the system account
+	revoked   *nats.Conn // answers revoked nodes' keys, in the revoked account
 }
 
 // dialConns opens every role's in-process connection to b.
@@ -34,6 +35,7 @@ func dialConns(b *broker.Server, token, node string) (*conns, error) {
 		{authn.RoleAdmin, &c.admin},
 		{authn.RoleControl, &c.control},
 		{authn.RoleEvents, &c.events},
+		{authn.RoleRevoked, &c.revoked},
 	} {
 		nc, err := nats.Connect("",
 			nats.InProcessServer(b.InProcess()),
@@ -52,7 +54,7 @@ func dialConns(b *broker.Server, token, node string) (*conns, error) {
 }
 
 func (c *conns) all() []*nats.Conn {
-	return []*nats.Conn{c.hosts, c.publisher, c.admin, c.control, c.events}
+	return []*nats.Conn{c.hosts, c.publisher, c.admin, c.control, c.events, c.revoked}
 }
 
 func (c *conns) close() {

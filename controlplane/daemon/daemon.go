@@ -465,6 +465,8 @@ func (d *Daemon) serveAPI() error {
 		{d.conns.hosts, api.NodePrefix + "*" + api.SyncSuffix, concurrently(runtime.GOMAXPROCS(0), d.handleSync)},
 		// Status reports are cheap and batched; one at a time keeps a node's in order.
 		{d.conns.hosts, api.NodePrefix + "*" + api.StatusSuffix, d.handleStatus},
+		// Revoked nodes' keys ask on the same subjects, in an account of their own.
+		{d.conns.revoked, api.NodePrefix + "*" + api.SyncSuffix, d.handleRevokedSync},
 		// Operators' reads never wait behind another operator's change (adminOp).
 		{d.conns.admin, api.AdminPrefix + ">", concurrently(adminConcurrency, d.handleAdmin)},
 		{d.conns.control, api.ControlPrefix + "*.heartbeat", d.handleHeartbeat},

@@ -1,9 +1,13 @@
 package daemon
 
 import (
+	"encoding/json"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"mesh/controlplane/api"
+	"mesh/controlplane/authn"
 )
 
 // RevokeGrace is how long a revoked node has to leave on its own, once its signed
@@ -56,5 +60,54 @@ func (d *Daemon) closeRevokedConnections() {
 		if d.fsm.KeyRevoked(user) {
 			d.presence.Kick(user)
 		}
+	}
+}
+
+// handleRevokedSync answers a revoked node's key asking for its state, in the
+// revoked account, where the broker admits such a key for a few seconds
+// (authn.RevokedGrant): the signed notice of each revocation of the node, on its
+// declaration subject there, and how many on its inbox. The agent stops on the
+// notice bound to its own key, and only on a signed notice: a bare refusal could come
+// from anyone holding a leaf of the mesh CA (docs/decisions/0016). The node's rate
+// budget is its own, apart from that of a node enrolled since under the id, which a
+// revoked key must not be able to spend.
+func (d *Daemon) handleRevokedSync(m *nats.Msg) {
+	const kind = "revoked_sync"
+	node := nodeOf(m.Subject)
+	switch {
+	case node == "":
+		d.guard.drop(kind, ReasonMalformed, m.Subject, "no node in the subject")
+		return
+	case len(m.Data) > d.guard.budgets.MaxSync:
+		d.guard.drop(kind, ReasonTooLarge, node, "message over the subject's budget")
+		return
+	case !d.guard.spend(authn.RevokedUserPrefix + node):
+		d.guard.drop(kind, ReasonRate, node, "message rate over the revoked node's budget")
+		return
+	case !replyUnder(m.Reply, api.NodeInbox(node)+"."):
+		d.dropReply(kind, node, m.Reply)
+		return
+	}
+	now := d.now().UTC().Truncate(time.Second)
+	resp := api.SyncResponse{V: api.ProtocolVersion}
+	for _, r := range d.fsm.Revocations(node) {
+		at := r.At
+		if at.IsZero() {
+			at = now
+		}
+		notice, err := d.signer.revocation(d.cfg.Mesh, node, r.Key, at.UTC().Truncate(time.Second))
+		if err != nil {
+			d.log.Error("revocation notice not signed", "node", node, "err", err)
+			continue
+		}
+		if err := d.conns.revoked.Publish(api.DeclarationSubject(node), notice); err != nil {
+			d.log.Warn("revocation notice not sent", "node", node, "err", err)
+			continue
+		}
+		resp.Sent++
+	}
+	data, _ := json.Marshal(resp)
+	if err := d.conns.revoked.Publish(m.Reply, data); err != nil {
+		d.log.Warn("sync reply to a revoked node not sent", "node", node, "err", err)
 	}
 }

@@ -2,6 +2,8 @@ package state
 
 import (
 	"encoding/json"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -51,6 +53,43 @@ func (f *FSM) KeyRevoked(key string) bool {
 	defer f.mu.RUnlock()
 	_, revoked := f.st.RevokedKeys[key]
 	return revoked
+}
+
+// RevokedKey reports whether key belonged to a node the mesh revoked, and which:
+// it stays revoked even after the node id enrolled again.
+func (f *FSM) RevokedKey(key string) (node string, revoked bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	node, revoked = f.st.RevokedKeys[key]
+	return node, revoked
+}
+
+// Revocations returns the keys node was revoked under, each with the time of its
+// revocation (zero when the node id has enrolled again since and the time is not
+// kept), sorted by key. A node id is revoked under one key at a time, so the list is
+// short, but finding it reads every revoked key.
+func (f *FSM) Revocations(node string) []Revocation {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var out []Revocation
+	for key, id := range f.st.RevokedKeys {
+		if id != node {
+			continue
+		}
+		r := Revocation{Key: key}
+		if n, ok := f.st.Nodes[node]; ok && n.Revoked && n.PublicKey == key {
+			r.At = n.RevokedAt
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b Revocation) int { return strings.Compare(a.Key, b.Key) })
+	return out
+}
+
+// Revocation is a key a node was revoked under.
+type Revocation struct {
+	Key string
+	At  time.Time
 }
 
 // OperatorRevoked reports whether key is the operator credentials' key of a removed

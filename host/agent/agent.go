@@ -55,8 +55,13 @@ type Options struct {
 	Now func() time.Time
 	// Applier applies declarations; nil means a FileApplier on Root.
 	Applier apply.Applier
-	// AuthFailureLimit is how many consecutive authorization refusals by the mesh
-	// (after the pin check, so by the real mesh) end the agent; 5 by default.
+	// AuthFailureLimit is how many consecutive authorization refusals make the agent
+	// say that the mesh keeps refusing its key (an error in its log, and OnRefused),
+	// again after as many more; 5 by default. It goes on trying: a refusal is not
+	// signed, and a machine with a leaf of the mesh CA (a control node since
+	// removed) passes the pin check and can refuse as often as it likes. Only the
+	// mesh's signed revocation notice stops the agent (ErrRevoked), and the mesh
+	// sends it to a revoked key that connects.
 	AuthFailureLimit int
 	// Skew is the clock tolerance for declaration validity; 0 means the default.
 	Skew time.Duration
@@ -76,12 +81,17 @@ type Options struct {
 	// the service manager so. While no control node answers, the agent keeps
 	// trying and does not call it.
 	OnSynced func()
+	// OnRefused, if set, is called with an error wrapping ErrIdentityRefused each
+	// time the refusals in a row reach a multiple of AuthFailureLimit; the agent goes
+	// on trying. OnSynced follows once the mesh accepts the key again.
+	OnRefused func(error)
 }
 
 // ErrRevoked is returned by Run when the mesh revoked this node.
 var ErrRevoked = errors.New("this node was revoked by the mesh; its identity is no longer accepted")
 
-// ErrIdentityRefused is returned by Run when the mesh keeps refusing the node's key.
+// ErrIdentityRefused is what Options.OnRefused is told when the mesh keeps refusing
+// the node's key without a signed notice.
 var ErrIdentityRefused = errors.New("the mesh refuses this node's identity")
 
 // RevokedError carries the signed revocation notice's time.
@@ -224,8 +234,8 @@ func (a *Agent) Identity() identity.Identity { return a.id }
 // Applied returns the applied state (for status output and tests).
 func (a *Agent) Applied() state.Applied { return a.applied }
 
-// Run connects and serves until ctx ends (nil), the node is revoked (ErrRevoked) or
-// its identity keeps being refused (ErrIdentityRefused).
+// Run connects and serves until ctx ends (nil) or the node is revoked (ErrRevoked,
+// on the mesh's signed notice only).
 //
 // One loop owns the agent's state. Around it: nats.go's callbacks hand it envelopes
 // and connection events; a sync runs in its own goroutine so that a slow or absent
@@ -318,10 +328,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				a.report(nc)
 			case link.IsAuthRefused(ev.err):
 				authFailures++
-				a.log.Warn("the mesh refused this node's key", "attempt", authFailures, "of", a.o.AuthFailureLimit)
-				if authFailures >= a.o.AuthFailureLimit {
-					return a.refused(authFailures)
-				}
+				a.authRefused(authFailures)
 			case link.IsSubstituted(ev.err):
 				// Logged by the pin check, which saw it first.
 			case ev.err != nil:
@@ -369,10 +376,7 @@ func (a *Agent) connect(ctx context.Context, urls string, opts []nats.Option) (*
 		switch {
 		case link.IsAuthRefused(err):
 			refusals++
-			a.log.Warn("the mesh refused this node's key", "attempt", refusals, "of", a.o.AuthFailureLimit)
-			if refusals >= a.o.AuthFailureLimit {
-				return nil, a.refused(refusals)
-			}
+			a.authRefused(refusals)
 		case link.IsSubstituted(err):
 			// Logged by the pin check, which saw it first.
 		default:
@@ -387,8 +391,20 @@ func (a *Agent) connect(ctx context.Context, urls string, opts []nats.Option) (*
 	}
 }
 
-func (a *Agent) refused(n int) error {
-	return fmt.Errorf("%w: refused %d times in a row after the broker proved it is the mesh; the node was most likely revoked: a new token is needed", ErrIdentityRefused, n)
+// authRefused notes the n-th authorization refusal in a row: a warning each time,
+// and at every AuthFailureLimit-th an error and OnRefused.
+func (a *Agent) authRefused(n int) {
+	if n%a.o.AuthFailureLimit != 0 {
+		a.log.Warn("the mesh refused this node's key; trying again", "in_a_row", n)
+		return
+	}
+	err := fmt.Errorf("%w: refused %d times in a row, without the signed notice a revoked node is sent. "+
+		"The control plane may have lost this node (restored from an older backup), or a machine holding a certificate of the mesh answers at a broker's address. "+
+		"The agent keeps trying; to adopt this machine again, remove the identity file and enrol with a new token", ErrIdentityRefused, n)
+	a.log.Error("the mesh keeps refusing this node's key", "err", err)
+	if a.o.OnRefused != nil {
+		a.o.OnRefused(err)
+	}
 }
 
 // brokers is where the agent connects: the brokers of the signed membership it

@@ -418,11 +418,18 @@ func cmdRun(args []string, cio *cliIO) error {
 	var id identity.Identity
 	a, err := agent.New(agent.Options{StateDir: *stateDir, Root: *root, Logger: log, Heartbeat: *heartbeat, BrokerPing: *brokerPing, Hooks: hk,
 		MetricsListen: *metricsListen,
+		OnRefused: func(err error) {
+			// For meshhost status and systemd's status line; the agent goes on trying.
+			if rerr := recordRevocation(*stateDir, id, err, cio.clock()); rerr != nil {
+				log.Warn("could not record the refusals for meshhost status", "err", rerr)
+			}
+			_ = cio.notifyState("STATUS=node " + id.Node + ": the mesh keeps refusing its key; trying again")
+		},
 		OnSynced: func() {
+			if err := clearRefusal(*stateDir, id); err != nil {
+				log.Warn("could not clear the record of earlier refusals", "err", err)
+			}
 			ready.Do(func() {
-				if err := clearRefusal(*stateDir, id); err != nil {
-					log.Warn("could not clear the record of earlier refusals", "err", err)
-				}
 				if err := cio.notifyState(fmt.Sprintf("READY=1\nSTATUS=node %s of mesh %s: connected and synced", id.Node, id.Mesh)); err != nil {
 					log.Warn("could not tell systemd the agent is ready", "err", err)
 				}
@@ -443,7 +450,7 @@ func cmdRun(args []string, cio *cliIO) error {
 	defer stop()
 	err = a.Run(ctx)
 	_ = cio.notifyState("STOPPING=1")
-	if errors.Is(err, agent.ErrRevoked) || errors.Is(err, agent.ErrIdentityRefused) {
+	if errors.Is(err, agent.ErrRevoked) {
 		if rerr := recordRevocation(*stateDir, id, err, cio.clock()); rerr != nil {
 			log.Warn("could not record the revocation for meshhost status", "err", rerr)
 		}
