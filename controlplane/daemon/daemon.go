@@ -21,6 +21,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -116,8 +117,11 @@ type Daemon struct {
 	ctl      *controlTracker
 	guard    *guard
 	effects  *effectQueue
-	// ahead is the membership learnt ahead of the state (peers.go).
-	ahead aheadView
+	// ahead is the membership learnt ahead of the state (peers.go), from the log's
+	// tail kept at start (read once, by aheadOnce) or from the members asked.
+	ahead     aheadView
+	tail      atomic.Pointer[replication.LogTail]
+	aheadOnce sync.Once
 	// metricsLn is where the metrics and health endpoints listen, if anywhere.
 	metricsLn net.Listener
 	metrics   *instruments
@@ -189,7 +193,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		ApplyObserver: func(took time.Duration) { d.metrics.raftApply.Observe(took.Seconds()) },
 		PeerAllowed:   d.peerAllowed,
 		Members:       d.answerMembers,
-		LogAhead:      d.logAhead,
+		LogAhead:      d.keepTail,
 		Logger:        d.log,
 		Now:           opts.Now,
 	})

@@ -35,7 +35,15 @@ func (d *Daemon) peerAllowed(pin string) bool {
 	var pins []string
 	var version uint64
 	d.fsm.Read(func(s *state.State) { pins, version = clusterPins(s), s.MembershipVersion })
-	return pins == nil || slices.Contains(pins, pin) || d.ahead.allows(pin, version)
+	if pins == nil || slices.Contains(pins, pin) || d.ahead.allows(pin, version) {
+		return true
+	}
+	// The log's tail may admit it: read, once, in the background (logAhead). Raft
+	// tries the peer again within its heartbeat.
+	if d.tail.Load() != nil {
+		d.aheadOnce.Do(func() { go d.logAhead() })
+	}
+	return false
 }
 
 // clusterPeers returns the pins routes accept and the cluster addresses of the
@@ -82,8 +90,9 @@ func (d *Daemon) warnUnpinned() {
 // of its state widens what it accepts until its state catches up
 // (docs/decisions/0015):
 //
-//   - from its own log, at start (logAhead): the state its log's tail leads to,
-//     committed or not, as Raft takes the newest configuration from its log;
+//   - from its own log (logAhead): the state its log's tail leads to, committed or
+//     not, as Raft takes the newest configuration from its log; read once a peer is
+//     refused, from what the stores held at start;
 //   - from the members it accepts (learnMembers), asked over the Raft port while no
 //     leader talks to it: each answers with the members its own state lists.
 //
@@ -163,17 +172,30 @@ func (d *Daemon) answerMembers() []byte {
 	return data
 }
 
-// logAhead learns the membership the log's tail leads to, at start. Most tails hold
-// no control node's admission: the snapshot is not restored twice for them.
-func (d *Daemon) logAhead(tail replication.LogTail) {
-	admits := false
+// keepTail keeps what the stores held beyond the snapshot at start, for logAhead.
+func (d *Daemon) keepTail(tail replication.LogTail) { d.tail.Store(&tail) }
+
+// logAhead learns the membership the log's tail (kept at start) leads to. It runs
+// only once a peer was refused: a restart whose peers are all in the state reads
+// nothing (at 10,000 hosts the tail holds up to thousands of status batches). Most
+// tails hold no control node's admission: the snapshot is not restored twice for
+// them.
+func (d *Daemon) logAhead() {
+	tail := d.tail.Load()
+	if tail == nil {
+		return
+	}
+	start := time.Now()
+	entries, admits := 0, false
 	for l := range tail.Entries {
+		entries++
 		if admitsControl(l.Data) {
 			admits = true
 			break
 		}
 	}
 	if !admits {
+		d.log.Info("a peer was refused; the Raft log's newest entries admit no control node", "entries", entries, "took", time.Since(start).Round(time.Millisecond))
 		return
 	}
 	fsm, err := tail.Restore()
@@ -190,7 +212,10 @@ func (d *Daemon) logAhead(tail replication.LogTail) {
 	}
 	var a membersAnswer
 	ahead.Read(func(s *state.State) { a = membersOf(s) })
-	d.ahead.offer(a)
+	if d.ahead.offer(a) {
+		d.log.Info("learnt of control nodes ahead of this node's state from its own log; accepting them until it catches up",
+			"membership_version", a.Version, "took", time.Since(start).Round(time.Millisecond))
+	}
 }
 
 // admitsControl reports whether a log entry's command admits a control node. The

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,7 +92,7 @@ func hostEnrolment(node string, at time.Time) []state.Command {
 }
 
 // tailOf is a LogTail over entries after snap, counting the snapshot's restores.
-func tailOf(snap []byte, entries []*raft.Log, restores *int) replication.LogTail {
+func tailOf(snap []byte, entries []*raft.Log, restores *atomic.Int32) replication.LogTail {
 	return replication.LogTail{
 		Entries: func(yield func(*raft.Log) bool) {
 			for _, l := range entries {
@@ -101,7 +102,7 @@ func tailOf(snap []byte, entries []*raft.Log, restores *int) replication.LogTail
 			}
 		},
 		Restore: func() (raft.FSM, error) {
-			*restores++
+			restores.Add(1)
 			f := state.NewFSM()
 			return f, f.Restore(io.NopCloser(bytes.NewReader(snap)))
 		},
@@ -125,10 +126,11 @@ func TestLogAheadAcceptsMembersTheLogAdmits(t *testing.T) {
 	if d.peerAllowed("p2") {
 		t.Fatal("cp-2 accepted before anything was learnt; the test shows nothing")
 	}
-	restores := 0
-	d.logAhead(tailOf(snap, entries, &restores))
-	if restores != 1 {
-		t.Fatalf("restored the snapshot %d times for a tail that admits a control node, want 1", restores)
+	var restores atomic.Int32
+	d.keepTail(tailOf(snap, entries, &restores))
+	d.logAhead()
+	if n := restores.Load(); n != 1 {
+		t.Fatalf("restored the snapshot %d times for a tail that admits a control node, want 1", n)
 	}
 	if !d.peerAllowed("p1") || !d.peerAllowed("p2") {
 		t.Fatal("the members of the log's tail are not accepted ahead of the state")
@@ -145,12 +147,35 @@ func TestLogAheadAcceptsMembersTheLogAdmits(t *testing.T) {
 		t.Fatal("the removed cp-2 is still accepted on the word of the older log tail")
 	}
 
+	// Started as a node does: the tail kept, read only once a peer is refused, in
+	// the background; Raft's next try gets in.
+	d3 := &Daemon{log: slog.New(slog.DiscardHandler), fsm: fsmOf(t, base...)}
+	var restores3 atomic.Int32
+	d3.keepTail(tailOf(snap, entries, &restores3))
+	if restores3.Load() != 0 {
+		t.Fatal("the tail was read at start, before any peer was refused")
+	}
+	if d3.peerAllowed("p2") {
+		t.Fatal("cp-2 accepted before the tail was read")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !d3.peerAllowed("p2") {
+		if time.Now().After(deadline) {
+			t.Fatal("the refusal of cp-2 did not have the tail read")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := restores3.Load(); n != 1 {
+		t.Fatalf("the snapshot was restored %d times, want once however many refusals", n)
+	}
+
 	// A tail without a control admission.
 	d2 := &Daemon{log: slog.New(slog.DiscardHandler), fsm: fsmOf(t, base...)}
-	restores = 0
-	d2.logAhead(tailOf(snap, entriesOf(t, uint64(len(base)+1), hostEnrolment("web-2", at0)...), &restores))
-	if restores != 0 {
-		t.Fatalf("restored the snapshot %d times for a tail without a control admission", restores)
+	var restores2 atomic.Int32
+	d2.keepTail(tailOf(snap, entriesOf(t, uint64(len(base)+1), hostEnrolment("web-2", at0)...), &restores2))
+	d2.logAhead()
+	if n := restores2.Load(); n != 0 {
+		t.Fatalf("restored the snapshot %d times for a tail without a control admission", n)
 	}
 }
 

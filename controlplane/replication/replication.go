@@ -66,8 +66,9 @@ type Config struct {
 	// allows, on Raft's goroutine for the connection.
 	Members func() []byte
 	// LogAhead, when set, is called once as the member opens, before Raft starts,
-	// with what its stores hold beyond the snapshot Raft restores: the state machine
-	// applies those entries only once a leader says they committed.
+	// with what its stores hold beyond the snapshot Raft restores (the state machine
+	// applies those entries only once a leader says they committed), to read then
+	// or later: nothing is read before the caller ranges over it.
 	LogAhead func(LogTail)
 }
 
