@@ -88,6 +88,9 @@ const (
 	// RevokedConnectionLifetime bounds the connection of a revoked node's key: long
 	// enough to ask for its state and be told, signed, that it was revoked.
 	RevokedConnectionLifetime = 10 * time.Second
+	// RevokedConnections is how many connections one revoked key is granted per
+	// RevokedConnectionLifetime on one broker; more are refused outright.
+	RevokedConnections = 2
 	// DefaultTokenConnections is how many connections one token is granted per
 	// EnrolConnectionLifetime on one broker, so at most this many are open at once.
 	DefaultTokenConnections = 3
@@ -99,6 +102,7 @@ var (
 	ErrBadSignature    = fmt.Errorf("%w: nonce signature does not verify", broker.ErrRefused)
 	ErrUnknownKey      = fmt.Errorf("%w: unknown node key", broker.ErrRefused)
 	ErrRevoked         = fmt.Errorf("%w: node revoked", broker.ErrRefused)
+	ErrRevokedBusy     = fmt.Errorf("%w: too many connections for this revoked key at once", broker.ErrRefused)
 	ErrUnknownSecret   = fmt.Errorf("%w: token secret matches no minted token", broker.ErrRefused)
 	ErrNoEnrolKey      = fmt.Errorf("%w: an enrolling client must present the node key it enrols (nkey and signed nonce)", broker.ErrRefused)
 	ErrTokenBusy       = fmt.Errorf("%w: too many connections for this token at once", broker.ErrRefused)
@@ -143,6 +147,10 @@ type Authenticator struct {
 	log     *slog.Logger
 	limiter *limiter
 	tokens  *window
+	// revoked counts the connections granted to each revoked key, which are held
+	// for RevokedConnectionLifetime: a key the mesh revoked cannot hold more
+	// connection slots than a few at once.
+	revoked *window
 }
 
 // New returns an Authenticator.
@@ -167,6 +175,7 @@ func New(cfg Config) *Authenticator {
 		cfg: cfg, log: log,
 		limiter: &limiter{limit: cfg.FailureLimit, window: cfg.FailureWindow, m: map[string]*bucket{}},
 		tokens:  &window{limit: cfg.TokenConnections, span: EnrolConnectionLifetime, m: map[string][]admitted{}},
+		revoked: &window{limit: RevokedConnections, span: RevokedConnectionLifetime, m: map[string][]admitted{}},
 	}
 }
 
@@ -341,7 +350,11 @@ func (a *Authenticator) node(c broker.Client) (broker.Grant, error) {
 		return broker.Grant{}, err
 	}
 	if revoked {
-		return RevokedGrant(node, a.cfg.Now().Add(RevokedConnectionLifetime)), nil
+		now := a.cfg.Now()
+		if !a.revoked.admit(c.Nkey, string(c.Nonce), now) {
+			return broker.Grant{}, ErrRevokedBusy
+		}
+		return RevokedGrant(node, now.Add(RevokedConnectionLifetime)), nil
 	}
 	return NodeGrant(n.ID), nil
 }

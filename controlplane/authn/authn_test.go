@@ -380,9 +380,48 @@ func TestTokenConnectionBudget(t *testing.T) {
 	}
 }
 
+// TestRevokedKeyConnectionBudget: a revoked key is let in to hear its notice, and
+// holds each connection for RevokedConnectionLifetime: it is granted at most
+// RevokedConnections of them at once, so that a revoked key cannot hold the broker's
+// connection slots. A connection checked again at a reload spends nothing; another
+// revoked key is unaffected; after the lifetime the key is let in again.
+func TestRevokedKeyConnectionBudget(t *testing.T) {
+	fx := newFixture(t)
+	a := New(Config{Roster: fx.fsm, Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return fx.clock }})
+	conns := 0
+	revokedConn := func(kp nkeys.KeyPair) broker.Client {
+		conns++
+		nonce := []byte(fmt.Sprintf("nonce-%d", conns))
+		return broker.Client{Nkey: pub(kp), Nonce: nonce, Sig: sign(t, kp, nonce)}
+	}
+	var first broker.Client
+	for i := range RevokedConnections {
+		c := revokedConn(fx.gone)
+		if i == 0 {
+			first = c
+		}
+		if g, err := a.Authenticate(c); err != nil || g.Account != broker.AccountRevoked {
+			t.Fatalf("connection %d: %+v, %v", i+1, g, err)
+		}
+	}
+	if _, err := a.Authenticate(revokedConn(fx.gone)); !errors.Is(err, ErrRevokedBusy) {
+		t.Fatalf("one connection over the budget: %v, want ErrRevokedBusy", err)
+	}
+	if _, err := a.Authenticate(first); err != nil {
+		t.Fatalf("a connection already admitted, checked again at a reload: %v", err)
+	}
+	if _, err := a.Authenticate(revokedConn(fx.oldDB)); err != nil {
+		t.Fatalf("another revoked key: %v", err)
+	}
+	fx.clock = fx.clock.Add(RevokedConnectionLifetime)
+	if _, err := a.Authenticate(revokedConn(fx.gone)); err != nil {
+		t.Fatalf("after the lifetime: %v", err)
+	}
+}
+
 // Errors are distinct: a person reading the log can tell every refusal apart.
 func TestRefusalsAreDistinct(t *testing.T) {
-	errs := []error{ErrNoCredentials, ErrBadSignature, ErrUnknownKey, ErrRevoked, ErrUnknownSecret, ErrNoEnrolKey, ErrTokenBusy, ErrRateLimited, ErrBadOperator, ErrInternalMissing}
+	errs := []error{ErrNoCredentials, ErrBadSignature, ErrUnknownKey, ErrRevoked, ErrRevokedBusy, ErrUnknownSecret, ErrNoEnrolKey, ErrTokenBusy, ErrRateLimited, ErrBadOperator, ErrInternalMissing}
 	for i, a := range errs {
 		if !errors.Is(a, broker.ErrRefused) {
 			t.Errorf("%v does not wrap broker.ErrRefused", a)
