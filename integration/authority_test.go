@@ -127,10 +127,12 @@ func TestAuthorityModel(t *testing.T) {
 	newbieSpy := &spy{}
 	newbieSpy.watch(t, enrollingConn(t, cp, newbieTok, newbieKey), api.EnrolInbox("newbie", newbiePub)+".>")
 	liveKey, _ := nkeys.CreateUser()
+	livePub, _ := liveKey.PublicKey()
 	live := enrollingConn(t, cp, newbieTok, liveKey)
 
 	// A client holding the attacker's used token, and one holding an expired token.
 	usedKey, _ := nkeys.CreateUser()
+	usedPub, _ := usedKey.PublicKey()
 	used := enrollingConn(t, cp, parseToken(t, attackerToken), usedKey)
 	expiredText := cp.Token("late", "--ttl", "1s")
 	time.Sleep(1100 * time.Millisecond)
@@ -185,7 +187,9 @@ func TestAuthorityModel(t *testing.T) {
 		// A live token: a request that would be refused (wrong role) so the matrix
 		// consumes nothing even if a reply were wrongly answered.
 		{"enrolling client, live token", "mesh.enrol.newbie", live, enrolRequest(newbieTok, liveKey, "control"), true},
+		{"enrolling client, live token, its key's subject", api.EnrolKeySubject("newbie", livePub), live, enrolRequest(newbieTok, liveKey, "control"), true},
 		{"enrolling client, used token", "mesh.enrol.attacker", used, enrolRequest(parseToken(t, attackerToken), usedKey, "worker"), true},
+		{"enrolling client, used token, its key's subject", api.EnrolKeySubject("attacker", usedPub), used, enrolRequest(parseToken(t, attackerToken), usedKey, "worker"), true},
 		{"enrolling client, expired token", "mesh.enrol.late", expired, enrolRequest(parseToken(t, expiredText), expiredKey, "worker"), true},
 		{"operator", api.AdminSubject(api.OpNodes), op, readOnly, false},
 		{"operator", api.AdminSubject(api.OpSigningKeyStatus), op, keyStatus, false},
@@ -235,6 +239,25 @@ func TestAuthorityModel(t *testing.T) {
 		if r.OK || r.Error == nil || r.Error.Code != c.code {
 			t.Fatalf("%s on its own inbox answered %+v, want %s", c.subj, r.Error, c.code)
 		}
+	}
+
+	// The subject bound to a key is that key's connection's alone: a client holding
+	// the same token under another key may not publish there, so it cannot spend
+	// that client's budget.
+	squatErrs := make(chan error, 4)
+	squatKey, _ := nkeys.CreateUser()
+	squatter := enrollingConnWithErrors(t, cp, parseToken(t, attackerToken), squatKey, squatErrs)
+	if err := squatter.Publish(api.EnrolKeySubject("attacker", usedPub), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	squatter.Flush()
+	select {
+	case err := <-squatErrs:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Fatalf("publishing on another key's enrolment subject: %v, want a permissions violation", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a client published on another key's enrolment subject")
 	}
 
 	harness.Eventually(t, 10*time.Second, fmt.Sprintf("%d foreign replies dropped and counted", expectedDrops), func() bool {

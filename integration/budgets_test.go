@@ -126,6 +126,27 @@ func TestNodeBudgets(t *testing.T) {
 	harness.Eventually(t, 10*time.Second, "the enrolment flood counted", func() bool {
 		return cp.Counter("mesh_control_messages_dropped_total", "subject=enrol", "reason=rate") >= 100
 	})
+	// The flood goes on, on the subject every client enrolling the node shares; the
+	// machine enrolling it asks on the subject bound to its own key, whose budget
+	// the flood cannot spend, and is admitted.
+	stop, flooded := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(flooded)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+				enc.Publish("mesh.enrol.fresh", []byte("{}"))
+			}
+		}
+	}()
+	r := harness.NewHost(t, bin, "fresh").Enrol(tokenText(fresh))
+	close(stop)
+	<-flooded
+	if r.Code != 0 {
+		t.Fatalf("a flood on the node's shared enrolment subject kept its machine out (exit %d): %s", r.Code, r.Combined())
+	}
 
 	// The node is not locked out: its agent connects and converges.
 	h.Run()

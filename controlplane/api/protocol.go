@@ -32,8 +32,16 @@ const (
 	SyncSuffix        = ".sync"
 )
 
-// EnrolSubject is where an enrolling client for node sends its request.
+// EnrolSubject is where an enrolling client for node sent its request before
+// EnrolKeySubject; still served for clients of that time. Every client enrolling
+// node, with whatever token, shares its budget.
 func EnrolSubject(node string) string { return EnrolPrefix + node }
+
+// EnrolKeySubject is where a client enrolling node with the node key key sends its
+// request. The broker lets only the connection that proved key publish there, so
+// its budget is that client's alone: a client holding some other token cannot spend
+// it (docs/security.md).
+func EnrolKeySubject(node, key string) string { return EnrolPrefix + node + "." + key }
 
 // DeclarationSubject is where node receives its envelopes.
 func DeclarationSubject(node string) string { return NodePrefix + node + DeclarationSuffix }

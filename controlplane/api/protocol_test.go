@@ -248,14 +248,15 @@ func TestGoldenDecode(t *testing.T) {
 func TestSubjects(t *testing.T) {
 	// docs/protocol.md, spelled out.
 	for got, want := range map[string]string{
-		EnrolSubject("web-1"):       "mesh.enrol.web-1",
-		DeclarationSubject("web-1"): "mesh.node.web-1.decl",
-		StatusSubject("web-1"):      "mesh.node.web-1.status",
-		SyncSubject("web-1"):        "mesh.node.web-1.sync",
-		NodeInbox("web-1"):          "_INBOX.node.web-1",
-		EnrolInbox("web-1", "UKEY"): "_INBOX.enrol.web-1.UKEY",
-		AdminSubject(OpRevoke):      "mesh.admin.revoke",
-		AdminSubject(OpTokenCreate): "mesh.admin.token.create",
+		EnrolSubject("web-1"):            "mesh.enrol.web-1",
+		EnrolKeySubject("web-1", "UKEY"): "mesh.enrol.web-1.UKEY",
+		DeclarationSubject("web-1"):      "mesh.node.web-1.decl",
+		StatusSubject("web-1"):           "mesh.node.web-1.status",
+		SyncSubject("web-1"):             "mesh.node.web-1.sync",
+		NodeInbox("web-1"):               "_INBOX.node.web-1",
+		EnrolInbox("web-1", "UKEY"):      "_INBOX.enrol.web-1.UKEY",
+		AdminSubject(OpRevoke):           "mesh.admin.revoke",
+		AdminSubject(OpTokenCreate):      "mesh.admin.token.create",
 	} {
 		if got != want {
 			t.Errorf("got %q, want %q", got, want)

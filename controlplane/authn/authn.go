@@ -211,7 +211,7 @@ func InternalGrant(r Role, hostEvents []string) (broker.Grant, bool) {
 	switch r {
 	case RoleHosts:
 		g.Account = broker.AccountHosts
-		g.Subscribe = []string{api.EnrolPrefix + "*", api.NodePrefix + "*" + api.SyncSuffix, api.NodePrefix + "*" + api.StatusSuffix}
+		g.Subscribe = []string{api.EnrolPrefix + "*", api.EnrolPrefix + "*.*", api.NodePrefix + "*" + api.SyncSuffix, api.NodePrefix + "*" + api.StatusSuffix}
 		g.Publish = []string{api.NodeInboxPrefix + "*.>", api.EnrolInboxPrefix + "*.>"}
 	case RolePublisher:
 		g.Account = broker.AccountControl
@@ -304,7 +304,7 @@ func EnrolGrant(node, key string, deadline time.Time) broker.Grant {
 	return broker.Grant{
 		User:      EnrolUserPrefix + node,
 		Account:   broker.AccountHosts,
-		Publish:   []string{api.EnrolSubject(node)},
+		Publish:   []string{api.EnrolKeySubject(node, key), api.EnrolSubject(node)},
 		Subscribe: []string{api.EnrolInbox(node, key) + ".>"},
 		Deadline:  deadline,
 	}

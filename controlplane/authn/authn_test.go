@@ -186,7 +186,7 @@ func TestAuthenticate(t *testing.T) {
 		// The control plane's own connections, one per role.
 		{name: "internal hosts role", internal: "s3cret-internal", client: broker.Client{Username: string(RoleHosts), Token: "s3cret-internal"},
 			grant: broker.Grant{User: string(RoleHosts), Account: broker.AccountHosts,
-				Subscribe: []string{"mesh.enrol.*", "mesh.node.*.sync", "mesh.node.*.status"},
+				Subscribe: []string{"mesh.enrol.*", "mesh.enrol.*.*", "mesh.node.*.sync", "mesh.node.*.status"},
 				Publish:   []string{"_INBOX.node.*.>", "_INBOX.enrol.*.>"}}},
 		{name: "internal publisher role", internal: "s3cret-internal", client: broker.Client{Username: string(RolePublisher), Token: "s3cret-internal"},
 			grant: broker.Grant{User: string(RolePublisher), Account: broker.AccountControl, Publish: []string{"mesh.node.*.decl"}}},
@@ -266,7 +266,7 @@ func TestAuthenticate(t *testing.T) {
 
 		// Enrolling clients: a live token, under its own node, with the key to register.
 		{name: "enrolling", client: enrolling(t, "web-2", fx.secret, newKey, nonce),
-			grant: broker.Grant{User: "enrol:web-2", Account: broker.AccountHosts, Publish: []string{"mesh.enrol.web-2"},
+			grant: broker.Grant{User: "enrol:web-2", Account: broker.AccountHosts, Publish: []string{"mesh.enrol.web-2." + pub(newKey), "mesh.enrol.web-2"},
 				Subscribe: []string{"_INBOX.enrol.web-2." + pub(newKey) + ".>"}}, deadline: EnrolConnectionLifetime},
 		{name: "enrolling upper-case hex", client: enrolling(t, "web-2", strings.ToUpper(fx.secret), newKey, nonce),
 			grant: EnrolGrant("web-2", pub(newKey), time.Time{}), deadline: EnrolConnectionLifetime},

@@ -466,6 +466,7 @@ func (d *Daemon) serveAPI() error {
 	}{
 		// Enrolments wait on their Raft commit: many at once share the disk write.
 		{d.conns.hosts, api.EnrolPrefix + "*", concurrently(enrolConcurrency, d.handleEnrol)},
+		{d.conns.hosts, api.EnrolPrefix + "*.*", concurrently(enrolConcurrency, d.handleEnrol)},
 		{d.conns.hosts, api.NodePrefix + "*" + api.SyncSuffix, concurrently(runtime.GOMAXPROCS(0), d.handleSync)},
 		// Status reports are cheap and batched; one at a time keeps a node's in order.
 		{d.conns.hosts, api.NodePrefix + "*" + api.StatusSuffix, d.handleStatus},

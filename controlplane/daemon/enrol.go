@@ -26,20 +26,32 @@ import (
 // connection that proved the key subscribe there, so the reply reaches the requester
 // and nobody else. A request that cannot show this is dropped unanswered.
 func (d *Daemon) handleEnrol(m *nats.Msg) {
-	node := strings.TrimPrefix(m.Subject, api.EnrolPrefix)
+	// mesh.enrol.<node>.<key>, where the broker lets only the connection that proved
+	// <key> publish; or mesh.enrol.<node>, which clients before it use.
+	node, key, keyed := strings.Cut(strings.TrimPrefix(m.Subject, api.EnrolPrefix), ".")
 	if len(m.Data) > d.guard.budgets.MaxEnrol {
 		d.guard.drop("enrol", ReasonTooLarge, node, "enrolment request over its budget")
 		return
 	}
-	// The clients enrolling a node share one message budget: a flood costs a map
-	// lookup per message, and the clients' connections end within 30 seconds.
-	if !d.guard.spend(enrolBudgetKey + node) {
-		d.guard.drop("enrol", ReasonRate, node, "enrolment requests over the node's budget")
+	// A flood costs a map lookup per message, and the clients' connections end
+	// within 30 seconds. On the keyed subject the budget is the one client's; on the
+	// old one, every client enrolling the node shares it, whatever its token, so a
+	// client holding some other token could spend it.
+	budget := enrolBudgetKey + node
+	if keyed {
+		budget += "." + key
+	}
+	if !d.guard.spend(budget) {
+		d.guard.drop("enrol", ReasonRate, node, "enrolment requests over the client's budget")
 		return
 	}
 	req, err := api.Decode[api.EnrolRequest](m.Data)
 	if err != nil {
 		d.guard.drop("enrol", ReasonMalformed, node, err.Error())
+		return
+	}
+	if keyed && req.PublicKey != key {
+		d.guard.drop("enrol", ReasonMalformed, node, "public_key is not the key the subject names")
 		return
 	}
 	if !replyUnder(m.Reply, api.EnrolInbox(node, req.PublicKey)+".") || !nkeys.IsValidPublicUserKey(req.PublicKey) {

@@ -67,7 +67,7 @@ func (e *enrolling) enrol(t *testing.T) (api.EnrolResponse, int) {
 	data, _ := json.Marshal(api.EnrolRequest{V: api.ProtocolVersion, Mesh: e.d.cfg.Mesh, Node: e.node, Role: state.RoleWorker,
 		Secret: e.secret, PublicKey: e.pub, KeyProof: base64.StdEncoding.EncodeToString(proof),
 		CAPin: e.d.cfg.CAPin, SigningKey: signingKey})
-	e.d.handleEnrol(&nats.Msg{Subject: api.EnrolSubject(e.node), Reply: api.EnrolInbox(e.node, e.pub) + ".1", Data: data})
+	e.d.handleEnrol(&nats.Msg{Subject: api.EnrolKeySubject(e.node, e.pub), Reply: api.EnrolInbox(e.node, e.pub) + ".1", Data: data})
 	msg, err := e.answers.NextMsg(5 * time.Second)
 	if err != nil {
 		t.Fatalf("no enrolment answer reached the host: %v", err)
@@ -80,6 +80,47 @@ func (e *enrolling) enrol(t *testing.T) (api.EnrolResponse, int) {
 		t.Fatalf("enrolment refused: %+v", resp.Error)
 	}
 	return resp, len(msg.Data)
+}
+
+// TestEnrolmentBudgetIsTheClients: a client holding some other token may publish on
+// the node's old enrolment subject, which every client enrolling the node shares, and
+// spend its whole budget. The node's own client asks on the subject bound to its key,
+// where only it may publish (the broker's grant), and is answered. A request there
+// naming another key than the subject's is dropped.
+func TestEnrolmentBudgetIsTheClients(t *testing.T) {
+	d := fleet(t, 0)
+	e := newEnrolling(t, d, "web-1")
+	attacker, _ := nkeys.CreateUser()
+	attackerPub, _ := attacker.PublicKey()
+	for range int(d.guard.budgets.Burst) + 50 {
+		d.handleEnrol(&nats.Msg{Subject: api.EnrolSubject("web-1"), Reply: api.EnrolInbox("web-1", attackerPub) + ".1", Data: []byte("{}")})
+	}
+	before := dropped(d, "enrol", ReasonRate)
+	d.handleEnrol(&nats.Msg{Subject: api.EnrolSubject("web-1"), Reply: api.EnrolInbox("web-1", e.pub) + ".1", Data: []byte("{}")})
+	if dropped(d, "enrol", ReasonRate) != before+1 {
+		t.Fatal("the old subject's budget is not spent; the test shows nothing")
+	}
+	if resp, _ := e.enrol(t); !resp.OK {
+		t.Fatalf("the node's own client was refused after a flood on the shared subject: %+v", resp.Error)
+	}
+
+	other := newEnrolling(t, d, "web-2")
+	proof, _ := other.kp.Sign(api.KeyProofMessage(d.cfg.Mesh, "web-2", other.pub))
+	data, _ := json.Marshal(api.EnrolRequest{V: api.ProtocolVersion, Mesh: d.cfg.Mesh, Node: "web-2", Role: state.RoleWorker,
+		Secret: other.secret, PublicKey: other.pub, KeyProof: base64.StdEncoding.EncodeToString(proof), CAPin: d.cfg.CAPin})
+	malformed := dropped(d, "enrol", ReasonMalformed)
+	d.handleEnrol(&nats.Msg{Subject: api.EnrolKeySubject("web-2", attackerPub), Reply: api.EnrolInbox("web-2", other.pub) + ".1", Data: data})
+	if dropped(d, "enrol", ReasonMalformed) != malformed+1 {
+		t.Fatal("a request naming another key than its subject's was not dropped")
+	}
+	if m, err := other.answers.NextMsg(300 * time.Millisecond); err == nil {
+		t.Fatalf("a request naming another key than its subject's was answered: %s", m.Data)
+	}
+}
+
+// dropped is how many messages on subject the guard dropped for reason.
+func dropped(d *Daemon, subject string, reason Reason) uint64 {
+	return d.guard.snapshot().Dropped[DropKey{Subject: subject, Reason: reason}]
 }
 
 // lastIndex is the index of the last entry in d's Raft log.

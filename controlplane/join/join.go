@@ -491,7 +491,7 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 			Secret: hex.EncodeToString(r.tok.Secret[:]), PublicKey: pub, KeyProof: base64.StdEncoding.EncodeToString(proof),
 			CAPin: hex.EncodeToString(r.tok.CAPin[:]), SigningKey: hex.EncodeToString(r.tok.SigningKey),
 			Agent: "meshctl join", CurveKey: curve})
-		msg, err := operator.Request(nc, api.EnrolSubject(r.tok.Node), req, 20*time.Second, operator.DefaultLeaderWait)
+		msg, err := operator.Request(nc, api.EnrolKeySubject(r.tok.Node, pub), req, 20*time.Second, operator.DefaultLeaderWait)
 		if ctx.Err() != nil {
 			return resp, "", r.interrupted(ctx, "waiting for the mesh to admit "+r.tok.Node, "")
 		}

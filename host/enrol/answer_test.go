@@ -66,7 +66,7 @@ func newFakeMesh(t *testing.T, change func(*wire.EnrolResponse)) *fakeMesh {
 	}
 	t.Cleanup(nc.Close)
 	caPEM := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}))
-	if _, err := nc.Subscribe(wire.EnrolSubject("web-1"), func(m *nats.Msg) {
+	if _, err := nc.Subscribe("mesh.enrol.web-1.*", func(m *nats.Msg) {
 		var req wire.EnrolRequest
 		if err := json.Unmarshal(m.Data, &req); err != nil {
 			t.Errorf("the fake mesh cannot read the request: %v", err)

@@ -383,7 +383,7 @@ func (r *run) request(nc *nats.Conn, kp *identity.KeyPair, pub string) (wire.Enr
 		SigningKey: hex.EncodeToString(r.tok.SigningKey),
 		Agent:      Agent,
 	})
-	msg, err := requestServed(nc, wire.EnrolSubject(r.tok.Node), req, r.o.RequestTimeout)
+	msg, err := requestServed(nc, wire.EnrolKeySubject(r.tok.Node, pub), req, r.o.RequestTimeout)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return wire.EnrolResponse{}, &RefusedError{Code: wire.CodeUnavailable, Message: "no control node is serving enrolments right now"}

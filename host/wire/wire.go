@@ -32,8 +32,10 @@ const MaxStatusSize = 8 << 10
 // bytes; the agent sends no more than that.
 const MaxStatusMessage = 512
 
-// EnrolSubject is where an enrolling client for node sends its request.
-func EnrolSubject(node string) string { return "mesh.enrol." + node }
+// EnrolKeySubject is where a client enrolling node with the node key key sends its
+// request. The broker lets only the connection that proved key publish there, so no
+// other client can spend the budget of requests it has there.
+func EnrolKeySubject(node, key string) string { return "mesh.enrol." + node + "." + key }
 
 // EnrolInbox is the inbox prefix of a client enrolling node with the node key key.
 // The broker lets only the connection that proved key subscribe there, so the mesh's

@@ -180,9 +180,9 @@ func TestGoldenDecodeReply(t *testing.T) {
 
 func TestSubjects(t *testing.T) {
 	for got, want := range map[string]string{
-		EnrolSubject("web-1"):       "mesh.enrol.web-1",
-		EnrolInbox("web-1", "UKEY"): "_INBOX.enrol.web-1.UKEY",
-		EnrolUser("web-1"):          "enrol:web-1",
+		EnrolKeySubject("web-1", "UKEY"): "mesh.enrol.web-1.UKEY",
+		EnrolInbox("web-1", "UKEY"):      "_INBOX.enrol.web-1.UKEY",
+		EnrolUser("web-1"):               "enrol:web-1",
 	} {
 		if got != want {
 			t.Errorf("got %q, want %q", got, want)
