@@ -70,6 +70,9 @@ var (
 	descControl = prometheus.NewDesc("mesh_control_nodes",
 		"Control nodes by Raft role, as this node sees them.", []string{"raft_role"}, nil)
 	descRaftLeader  = prometheus.NewDesc("mesh_raft_leader", "1 when this control node is the Raft leader.", nil, nil)
+	descRaftRefused = prometheus.NewDesc("mesh_raft_connections_refused_total",
+		"Raft connections closed by this node, in and out: reason=not_a_member for a leaf of the mesh CA whose pin is no current control node's (nor one learnt ahead of a lagging state), reason=handshake for a TLS handshake that failed.",
+		[]string{"reason"}, nil)
 	descRaftTerm    = prometheus.NewDesc("mesh_raft_term", "The current Raft term.", nil, nil)
 	descRaftCommit  = prometheus.NewDesc("mesh_raft_commit_index", "The index of the last committed log entry.", nil, nil)
 	descRaftApplied = prometheus.NewDesc("mesh_raft_applied_index", "The index of the last log entry applied to the state.", nil, nil)
@@ -97,7 +100,7 @@ type collector struct{ d *Daemon }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDropped, descRefused, descKicked, descHostConns, descNodes, descControl,
-		descRaftLeader, descRaftTerm, descRaftCommit, descRaftApplied, descRaftLast, descRaftContact,
+		descRaftLeader, descRaftTerm, descRaftCommit, descRaftApplied, descRaftLast, descRaftContact, descRaftRefused,
 		descBrokerConns, descBrokerRoutes, descBrokerMsgs, descBrokerBytes, descBrokerSlow, descBrokerHeld,
 		descBrokerRefused, descBrokerViolations} {
 		ch <- d
@@ -147,6 +150,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRaftApplied, prometheus.GaugeValue, float64(rs.Applied))
 	ch <- prometheus.MustNewConstMetric(descRaftLast, prometheus.GaugeValue, float64(rs.LastIndex))
 	ch <- prometheus.MustNewConstMetric(descRaftContact, prometheus.GaugeValue, contact)
+	ch <- prometheus.MustNewConstMetric(descRaftRefused, prometheus.CounterValue, float64(rs.PeersNotMembers), "not_a_member")
+	ch <- prometheus.MustNewConstMetric(descRaftRefused, prometheus.CounterValue, float64(rs.FailedHandshakes), "handshake")
 
 	if bs, err := d.broker.Stats(); err == nil {
 		ch <- prometheus.MustNewConstMetric(descBrokerConns, prometheus.GaugeValue, float64(bs.Connections))

@@ -160,6 +160,10 @@ func TestRaftPortRefusesPeersNotAllowed(t *testing.T) {
 	dialled := expectAccepted(t, removedAccepted, "the target's connection to the removed peer")
 	defer dialled.Close()
 	expectClosed(t, dialled, "the target's connection to the removed peer")
+	// Both refusals are counted (the metric mesh_raft_connections_refused_total).
+	if n := target.notMembers.Load(); n != 2 {
+		t.Errorf("%d refusals of a peer not allowed counted, want 2 (one in, one out)", n)
+	}
 
 	// The allowed peer gets through, both ways.
 	in, err := good.Dial(raft.ServerAddress(target.Addr().String()), time.Second)

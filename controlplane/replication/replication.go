@@ -432,6 +432,10 @@ type Status struct {
 	LastIndex, CommitIndex, Applied uint64
 	// LastContact is when a follower last heard from the leader (zero on the leader).
 	LastContact time.Time
+	// PeersNotMembers counts the Raft connections, in and out, closed because the
+	// peer's pin is not allowed (Config.PeerAllowed); FailedHandshakes, those in that
+	// did not complete a handshake with a leaf of the mesh CA.
+	PeersNotMembers, FailedHandshakes uint64
 }
 
 // Status returns this member's view of Raft, from raft's own API (Applied is
@@ -440,7 +444,8 @@ func (n *Node) Status() Status {
 	return Status{
 		Leader: n.IsLeader(), Term: n.raft.CurrentTerm(),
 		LastIndex: n.raft.LastIndex(), CommitIndex: n.raft.CommitIndex(), Applied: n.AppliedIndex(),
-		LastContact: n.raft.LastContact(),
+		LastContact:     n.raft.LastContact(),
+		PeersNotMembers: n.stream.notMembers.Load(), FailedHandshakes: n.stream.failedHandshakes.Load(),
 	}
 }
 

@@ -40,6 +40,11 @@ type tlsStream struct {
 
 	mu    sync.Mutex
 	peers map[*peerConn]struct{} // open connections, accepted and dialled, when allowed is set
+
+	// notMembers counts the connections, accepted or dialled, closed because the
+	// peer's pin is not allowed; failedHandshakes, those accepted that did not
+	// complete a handshake with a leaf of the mesh CA.
+	notMembers, failedHandshakes atomic.Uint64
 }
 
 // errNotMember is why a peer with a leaf of the mesh CA is refused.
@@ -86,6 +91,7 @@ func (s *tlsStream) accept(raw net.Conn) {
 	c := tls.Server(raw, s.cfg)
 	_ = c.SetDeadline(time.Now().Add(s.handshake))
 	if err := c.Handshake(); err != nil {
+		s.failedHandshakes.Add(1)
 		s.refused(raw.RemoteAddr(), err)
 		_ = raw.Close()
 		return
@@ -124,6 +130,7 @@ func (s *tlsStream) admit(raw net.Conn, c *tls.Conn, accepted bool) (net.Conn, e
 	}
 	certs := c.ConnectionState().PeerCertificates
 	if len(certs) == 0 {
+		s.failedHandshakes.Add(1)
 		return nil, errors.New("it presented no certificate")
 	}
 	pin := pki.PinOf(certs[0])
@@ -134,6 +141,7 @@ func (s *tlsStream) admit(raw net.Conn, c *tls.Conn, accepted bool) (net.Conn, e
 	s.track(pc)
 	if !s.allowed(pc.pin) {
 		s.untrack(pc)
+		s.notMembers.Add(1)
 		return nil, errNotMember
 	}
 	return pc, nil

@@ -87,6 +87,9 @@ func TestRaftPortRefusesStrangers(t *testing.T) {
 		t.Fatal("a refused peer reached Raft")
 	case <-time.After(200 * time.Millisecond):
 	}
+	if n := stream.failedHandshakes.Load(); n != 2 {
+		t.Errorf("%d failed handshakes counted, want 2", n)
+	}
 
 	// A silent peer: the server closes it at the deadline.
 	raw, err := net.Dial("tcp", addr)
