@@ -45,8 +45,13 @@ func TestRemovedControlNodeIsShutOut(t *testing.T) {
 		t.Fatalf("route port, a member's leaf: %v", err)
 	}
 
+	// A token minted while cp-2 is a member lists its broker address: the removal
+	// names its node, to be cancelled and minted again if cp-2 is suspected.
+	cp1.Token("web-7")
 	if r := cp1.Ctl("control", "remove", "cp-2"); r.Code != 0 {
 		t.Fatalf("control remove cp-2 (exit %d): %s", r.Code, r.Combined())
+	} else if !strings.Contains(r.Stdout, "pending tokens list its broker address (nodes: web-7)") || !strings.Contains(r.Stdout, "meshctl token cancel") {
+		t.Errorf("the removal does not name the pending tokens that list the removed node:\n%s", r.Stdout)
 	}
 	if code := cp2.Process().Wait(30 * time.Second); code != 6 {
 		t.Fatalf("the removed node exited %d 30 s after its removal, want 6 (-1: still serving):\n%s", code, cp2.Process().Output())

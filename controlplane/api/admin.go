@@ -414,6 +414,12 @@ type ControlRemoveResult struct {
 	// AlreadyRemoved: an earlier request removed the node from the roster and from
 	// Raft; nothing was left to do.
 	AlreadyRemoved bool `json:"already_removed,omitempty"`
+	// PendingTokens are the nodes with a token that can still admit a machine, sorted.
+	// Each was minted while the removed node was a member and lists its broker
+	// address: a machine answering there with the removed node's certificate (which
+	// the token's CA pin accepts) would receive the secret of a machine that tries
+	// it first. Cancel and mint them again if the removed machine is suspected.
+	PendingTokens []string `json:"pending_tokens,omitempty"`
 }
 
 // RevokeResult lists the nodes revoked, in the request's order.

@@ -396,7 +396,24 @@ func (d *Daemon) controlRemove(req api.ControlRequest) (api.ControlRemoveResult,
 		}
 	}
 	d.log.Warn("control node removed", "node", req.Node)
+	out.PendingTokens = d.pendingTokenNodes()
 	return out, nil
+}
+
+// pendingTokenNodes lists, sorted, the nodes that have a token still able to admit a
+// machine (api.ControlRemoveResult.PendingTokens).
+func (d *Daemon) pendingTokenNodes() []string {
+	now := d.now()
+	var out []string
+	d.fsm.Read(func(s *state.State) {
+		for _, t := range s.Tokens {
+			if t.StateAt(now) == state.TokenPending {
+				out = append(out, t.Node)
+			}
+		}
+	})
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // controlViews describes every control node, with its Raft role.

@@ -140,15 +140,21 @@ leader). See docs/operations.md.`,
 				}
 				if asJSON {
 					return writeJSON(cio.stdout, struct {
-						Removed        string `json:"removed"`
-						AlreadyRemoved bool   `json:"already_removed,omitempty"`
-					}{node, res.AlreadyRemoved})
+						Removed        string   `json:"removed"`
+						AlreadyRemoved bool     `json:"already_removed,omitempty"`
+						PendingTokens  []string `json:"pending_tokens,omitempty"`
+					}{node, res.AlreadyRemoved, res.PendingTokens})
 				}
 				if res.AlreadyRemoved {
 					fmt.Fprintf(cio.stdout, "control node %s was already removed from Raft and from the control plane; nothing to do\n", node)
 					return nil
 				}
 				fmt.Fprintf(cio.stdout, "removed control node %s from Raft and from the control plane\n", node)
+				if len(res.PendingTokens) > 0 {
+					fmt.Fprintf(cio.stdout, "pending tokens list its broker address (nodes: %s). If the machine is lost or suspected, "+
+						"cancel them (meshctl token cancel NODE) and mint new ones: a machine answering at that address with its certificate would receive a token's secret. "+
+						"Rotate the signing key too (meshctl signing-key rotate)\n", strings.Join(res.PendingTokens, ", "))
+				}
 				return nil
 			}
 		},
