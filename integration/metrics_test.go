@@ -103,6 +103,11 @@ func TestMetricsEndpoints(t *testing.T) {
 		t.Fatalf("a used token enrolled a second machine: %s", r.Combined())
 	}
 
+	// The refused machine's connection is counted until nats-server's event of its
+	// closing reaches the control plane, which can trail the refusal's answer.
+	harness.Eventually(t, 5*time.Second, "the refused enrolment's connection no longer counted", func() bool {
+		return harness.Sum(cp.Scrape(), "mesh_control_host_connections") == 1
+	})
 	after := cp.Scrape()
 	for _, c := range []struct {
 		name   string
