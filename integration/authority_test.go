@@ -384,8 +384,8 @@ func TestTokenAdmitsOneMachineOnce(t *testing.T) {
 	}
 
 	// Revoked: the node's key is let in only to ask for its state and hear its
-	// signed notice (decision 0016): a status report is a permissions violation. Its
-	// old token gets no connection.
+	// signed notice (decision 0016): another node's subject is a permissions
+	// violation. Its old token gets no connection.
 	if r := cp.Ctl("revoke", "web-5"); r.Code != 0 {
 		t.Fatalf("revoke: %s", r.Combined())
 	}
@@ -398,17 +398,17 @@ func TestTokenAdmitsOneMachineOnce(t *testing.T) {
 		t.Fatalf("the revoked node's key was not let in to hear its notice: %v", err)
 	}
 	defer revoked.Close()
-	if err := revoked.Publish(api.StatusSubject("web-5"), []byte(`{}`)); err != nil {
+	if err := revoked.Publish(api.SyncSubject("web-1"), []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
 	revoked.Flush()
 	select {
 	case err := <-violations:
 		if !errors.Is(err, nats.ErrPermissionViolation) {
-			t.Fatalf("the revoked key's status report: %v, want a permissions violation", err)
+			t.Fatalf("the revoked key on another node's subject: %v, want a permissions violation", err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("the revoked node's key may still report its status")
+		t.Fatal("the revoked node's key may publish on another node's subject")
 	}
 	id := first.PublicKey()
 	idKey := first.KeyPair(t)

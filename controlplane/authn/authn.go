@@ -284,15 +284,17 @@ func NodeGrant(id string) broker.Grant {
 }
 
 // RevokedGrant is what the key of node id, revoked, may do until deadline, in the
-// revoked account: the subjects of NodeGrant that ask for its state and hear the
-// answer, where the only answer is the signed notice of its revocation
-// (docs/decisions/0016). The agent stops on that notice alone; a bare refusal could
-// come from anyone holding a leaf of the mesh CA.
+// revoked account: NodeGrant's subjects, where the only answer to its sync is the
+// signed notice of its revocation (docs/decisions/0016) and its status reaches no
+// one. The agent stops on that notice alone; a bare refusal could come from anyone
+// holding a leaf of the mesh CA. The status subject is granted so that the report an
+// agent sends as it connects is not a permissions violation, logged as an error by
+// the broker for every revoked host that comes back.
 func RevokedGrant(id string, deadline time.Time) broker.Grant {
 	return broker.Grant{
 		User:      RevokedUserPrefix + id,
 		Account:   broker.AccountRevoked,
-		Publish:   []string{api.SyncSubject(id)},
+		Publish:   []string{api.StatusSubject(id), api.SyncSubject(id)},
 		Subscribe: []string{api.DeclarationSubject(id), api.NodeInbox(id) + ".>"},
 		Deadline:  deadline,
 	}

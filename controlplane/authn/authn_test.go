@@ -249,7 +249,7 @@ func TestAuthenticate(t *testing.T) {
 			grant: broker.Grant{
 				User:      "revoked:gone",
 				Account:   broker.AccountRevoked,
-				Publish:   []string{"mesh.node.gone.sync"},
+				Publish:   []string{"mesh.node.gone.status", "mesh.node.gone.sync"},
 				Subscribe: []string{"mesh.node.gone.decl", "_INBOX.node.gone.>"},
 			}, deadline: RevokedConnectionLifetime},
 		{name: "node key revoked, id enrolled again", client: broker.Client{Nkey: pub(fx.oldDB), Nonce: nonce, Sig: sign(t, fx.oldDB, nonce)},
