@@ -25,8 +25,12 @@ type Client struct {
 	Sig      string // signature of Nonce by Nkey, or by the JWT's subject key
 	Name     string // the client's self-chosen connection name (informational)
 	Nonce    []byte
-	Remote   net.Addr
-	TLS      *tls.ConnectionState
+	// Binding is the TLS session's channel binding (ChannelBinding), nil when the
+	// connection exports none: a key that signs BoundNonce(Nonce, Binding) logged in
+	// over this very session, not through a relay.
+	Binding []byte
+	Remote  net.Addr
+	TLS     *tls.ConnectionState
 }
 
 // Grant is the outcome of a successful authentication: who the client is, the account
@@ -94,6 +98,7 @@ func (h *hook) Check(c server.ClientAuthentication) bool {
 		Remote:   c.RemoteAddress(),
 		TLS:      c.GetTLSConnectionState(),
 	}
+	cl.Binding = ChannelBinding(cl.TLS)
 	g, err := h.auth.Authenticate(cl)
 	if err != nil {
 		reason := refusalReason(err)

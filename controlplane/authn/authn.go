@@ -99,7 +99,7 @@ const (
 // Refusal reasons, each distinct in the control plane's log.
 var (
 	ErrNoCredentials   = fmt.Errorf("%w: no credentials presented", broker.ErrRefused)
-	ErrBadSignature    = fmt.Errorf("%w: nonce signature does not verify", broker.ErrRefused)
+	ErrBadSignature    = fmt.Errorf("%w: nonce signature does not verify (over this TLS session: a client bound to another, through a relay, is refused)", broker.ErrRefused)
 	ErrUnknownKey      = fmt.Errorf("%w: unknown node key", broker.ErrRefused)
 	ErrRevoked         = fmt.Errorf("%w: node revoked", broker.ErrRefused)
 	ErrRevokedBusy     = fmt.Errorf("%w: too many connections for this revoked key at once", broker.ErrRefused)
@@ -328,7 +328,7 @@ func (a *Authenticator) operator(c broker.Client) (broker.Grant, error) {
 	if claims.NotBefore != 0 && now < claims.NotBefore {
 		return broker.Grant{}, fmt.Errorf("%w: credentials not valid yet", ErrBadOperator)
 	}
-	if err := verifyNonce(claims.Subject, c.Nonce, c.Sig); err != nil {
+	if _, err := verifyNonce(claims.Subject, c); err != nil {
 		return broker.Grant{}, err
 	}
 	if node, revoked := a.cfg.Roster.OperatorRevoked(claims.Subject); revoked {
@@ -348,7 +348,7 @@ func (a *Authenticator) node(c broker.Client) (broker.Grant, error) {
 	}
 	// nats-server does not check the nonce signature of a key it does not know
 	// itself; we are the ones who know it, so we check.
-	if err := verifyNonce(c.Nkey, c.Nonce, c.Sig); err != nil {
+	if _, err := verifyNonce(c.Nkey, c); err != nil {
 		return broker.Grant{}, err
 	}
 	if revoked {
@@ -393,7 +393,7 @@ func (a *Authenticator) enrolling(c broker.Client) (broker.Grant, error) {
 	if c.Nkey == "" || !nkeys.IsValidPublicUserKey(c.Nkey) {
 		return broker.Grant{}, ErrNoEnrolKey
 	}
-	if err := verifyNonce(c.Nkey, c.Nonce, c.Sig); err != nil {
+	if _, err := verifyNonce(c.Nkey, c); err != nil {
 		return broker.Grant{}, err
 	}
 	if _, revoked := a.cfg.Roster.RevokedKey(c.Nkey); revoked {
@@ -429,25 +429,32 @@ func SecretID(secretHex string) (string, bool) {
 	return hex.EncodeToString(h[:]), true
 }
 
-func verifyNonce(pub string, nonce []byte, sig string) error {
-	if len(nonce) == 0 || sig == "" {
-		return ErrBadSignature
+// verifyNonce checks that pub signed the server's nonce, bound to the client's TLS
+// session (broker.BoundNonce) or, from clients older than the binding and the stock
+// nats CLI, bare. bound says which: a bare signature could have been relayed by
+// anything holding a leaf of the mesh CA (docs/decisions/0018).
+func verifyNonce(pub string, c broker.Client) (bound bool, err error) {
+	if len(c.Nonce) == 0 || c.Sig == "" {
+		return false, ErrBadSignature
 	}
 	kp, err := nkeys.FromPublicKey(pub)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrBadSignature, err)
+		return false, fmt.Errorf("%w: %v", ErrBadSignature, err)
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(sig)
+	raw, err := base64.RawURLEncoding.DecodeString(c.Sig)
 	if err != nil {
-		raw, err = base64.StdEncoding.DecodeString(sig)
+		raw, err = base64.StdEncoding.DecodeString(c.Sig)
 		if err != nil {
-			return ErrBadSignature
+			return false, ErrBadSignature
 		}
 	}
-	if err := kp.Verify(nonce, raw); err != nil {
-		return ErrBadSignature
+	if c.Binding != nil && kp.Verify(broker.BoundNonce(c.Nonce, c.Binding), raw) == nil {
+		return true, nil
 	}
-	return nil
+	if err := kp.Verify(c.Nonce, raw); err != nil {
+		return false, ErrBadSignature
+	}
+	return false, nil
 }
 
 func remoteHost(c broker.Client) string {

@@ -175,6 +175,9 @@ func TestAuthenticate(t *testing.T) {
 	}
 
 	newKey := mustKey(t, nkeys.CreateUser)
+	// Two TLS sessions' channel bindings: the client's with a relay, and the
+	// relay's with the broker.
+	session1, session2 := bytes.Repeat([]byte{1}, broker.BindingSize), bytes.Repeat([]byte{2}, broker.BindingSize)
 	tests := []struct {
 		name     string
 		internal string
@@ -237,6 +240,16 @@ func TestAuthenticate(t *testing.T) {
 				Publish:   []string{"mesh.node.web-1.status", "mesh.node.web-1.sync"},
 				Subscribe: []string{"mesh.node.web-1.decl", "_INBOX.node.web-1.>"},
 			}},
+		{name: "node, bound to its session", client: broker.Client{Nkey: pub(fx.web1), Nonce: nonce, Binding: session1, Sig: sign(t, fx.web1, broker.BoundNonce(nonce, session1))},
+			grant: NodeGrant("web-1")},
+		{name: "node, bound to another session (a relay)", client: broker.Client{Nkey: pub(fx.web1), Nonce: nonce, Binding: session2, Sig: sign(t, fx.web1, broker.BoundNonce(nonce, session1))},
+			want: ErrBadSignature},
+		{name: "node, bound, on a session that exports none", client: broker.Client{Nkey: pub(fx.web1), Nonce: nonce, Sig: sign(t, fx.web1, broker.BoundNonce(nonce, session1))},
+			want: ErrBadSignature},
+		{name: "operator, bound to another session (a relay)", client: broker.Client{JWT: goodJWT, Nonce: nonce, Binding: session2, Sig: sign(t, operator, broker.BoundNonce(nonce, session1))},
+			want: ErrBadSignature},
+		{name: "operator, bound", client: broker.Client{JWT: goodJWT, Nonce: nonce, Binding: session2, Sig: sign(t, operator, broker.BoundNonce(nonce, session2))},
+			grant: OperatorGrant("alice")},
 		{name: "node enrolled again with a new key", client: broker.Client{Nkey: pub(fx.newDB), Nonce: nonce, Sig: sign(t, fx.newDB, nonce)},
 			grant: NodeGrant("db-1")},
 		{name: "node unknown key", client: func() broker.Client {

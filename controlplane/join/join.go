@@ -454,14 +454,16 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 		// The secret, and the key this node registers (signing the server's nonce):
 		// the broker admits the connection only for a live token, and lets only it
 		// hear the answer, on the inbox bound to that key.
+		// The key signs the nonce bound to this TLS session, so that a relay
+		// holding a leaf of the mesh CA cannot log in with it (decision 0018).
+		d := &broker.BoundDialer{TLS: pki.PinnedClientConfig(r.tok.CAPin), Timeout: 10 * time.Second, Context: ctx}
 		nc, err := nats.Connect("tls://"+addr,
-			nats.Secure(pki.PinnedClientConfig(r.tok.CAPin)),
+			nats.SetCustomDialer(d),
 			nats.TLSHandshakeFirst(),
 			nats.UserInfo(authn.EnrolUserPrefix+r.tok.Node, hex.EncodeToString(r.tok.Secret[:])),
-			nats.Nkey(pub, nk.Sign),
+			nats.Nkey(pub, d.Sign(nk.Sign)),
 			nats.CustomInboxPrefix(api.EnrolInbox(r.tok.Node, pub)),
 			nats.Timeout(10*time.Second), nats.NoReconnect(),
-			nats.SetCustomDialer(ctxDialer{ctx: ctx, timeout: 10 * time.Second}),
 		)
 		if ctx.Err() != nil {
 			if nc != nil {
@@ -694,22 +696,6 @@ func (r *run) interrupted(ctx context.Context, what, done string) error {
 		done = "; " + done
 	}
 	return fmt.Errorf("%w while %s%s; run `meshctl join --data %s` again with the same token to resume", context.Cause(ctx), what, done, r.o.Dir)
-}
-
-// ctxDialer dials a broker for as long as ctx lasts: a connection still being set up
-// (TCP, TLS) or waiting for an answer is closed when ctx ends.
-type ctxDialer struct {
-	ctx     context.Context
-	timeout time.Duration
-}
-
-func (d ctxDialer) Dial(network, address string) (net.Conn, error) {
-	c, err := (&net.Dialer{Timeout: d.timeout}).DialContext(d.ctx, network, address)
-	if err != nil {
-		return nil, err
-	}
-	context.AfterFunc(d.ctx, func() { c.Close() })
-	return c, nil
 }
 
 // dial is operator.Dial, given up when ctx ends; a connection made after that is

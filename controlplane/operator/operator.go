@@ -7,15 +7,18 @@ package operator
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 
 	"mesh/broker"
@@ -118,16 +121,13 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 	// operator can reach a node that is still starting, and see why.
 	tlsConfig.NextProtos = []string{broker.OperatorProtocol}
 	denied := &deniedSubjects{}
-	nc, err := nats.Connect(strings.Join(urls, ","),
-		nats.UserCredentials(e.Creds),
+	nc, err := nats.Connect(strings.Join(urls, ","), append(CredsLogin(e.Creds, tlsConfig, dialTimeout),
 		nats.ErrorHandler(denied.record),
-		nats.Secure(tlsConfig),
-		nats.TLSHandshakeFirst(),
 		nats.Name("meshctl"),
 		nats.Timeout(dialTimeout),
 		nats.DontRandomize(),
 		nats.NoReconnect(),
-	)
+	)...)
 	if err != nil {
 		if errors.Is(err, pki.ErrPinMismatch) {
 			return nil, fmt.Errorf("%w at %s: %w", ErrUnreachable, strings.Join(servers, ", "), pki.ErrPinMismatch)
@@ -141,6 +141,37 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 	c := newClient(nc, timeout, o.LeaderWait)
 	c.denied = denied
 	return c, nil
+}
+
+// CredsLogin returns the options of a connection that logs in with a .creds file
+// over TLS configured by tlsConfig (the pin check included): the user key signs the
+// server's nonce bound to the TLS session (broker.BoundDialer), so that anything
+// holding a leaf of the mesh CA cannot relay the login. The file is read at each
+// connection and the seed is wiped after signing, as nats.UserCredentials does.
+func CredsLogin(creds string, tlsConfig *tls.Config, timeout time.Duration) []nats.Option {
+	d := &broker.BoundDialer{TLS: tlsConfig, Timeout: timeout}
+	userJWT := func() (string, error) {
+		b, err := os.ReadFile(creds)
+		if err != nil {
+			return "", err
+		}
+		defer clear(b)
+		return jwt.ParseDecoratedJWT(b)
+	}
+	sign := func(msg []byte) ([]byte, error) {
+		b, err := os.ReadFile(creds)
+		if err != nil {
+			return nil, err
+		}
+		defer clear(b)
+		kp, err := jwt.ParseDecoratedUserNKey(b)
+		if err != nil {
+			return nil, fmt.Errorf("the credentials file %s holds no user seed: %w", creds, err)
+		}
+		defer kp.Wipe()
+		return kp.Sign(msg)
+	}
+	return []nats.Option{nats.SetCustomDialer(d), nats.TLSHandshakeFirst(), nats.UserJWT(userJWT, d.Sign(sign))}
 }
 
 // NewClient wraps an existing connection (tests; the demo uses Dial).

@@ -304,9 +304,8 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 			return nil, "", ctx.Err()
 		}
 		addr := b.String()
-		nc, err := nats.Connect(link.URLs([]string{addr}), append(link.Pinned(r.tok.CAPin),
+		nc, err := nats.Connect(link.URLs([]string{addr}), append(link.Login{Pin: r.tok.CAPin, PublicKey: pub, Sign: kp.Sign, Timeout: r.o.DialTimeout}.Options(),
 			nats.UserInfo(wire.EnrolUser(r.tok.Node), hex.EncodeToString(r.tok.Secret[:])),
-			nats.Nkey(pub, kp.Sign),
 			nats.CustomInboxPrefix(wire.EnrolInbox(r.tok.Node, pub)),
 			nats.Name("meshhost enrol "+r.tok.Node),
 			nats.Timeout(r.o.DialTimeout),

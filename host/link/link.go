@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -17,18 +18,30 @@ import (
 	"mesh/host/pintls"
 )
 
-// Pinned returns the options that make a connection reach only the mesh whose CA
-// pin is given.
-func Pinned(pin [32]byte) []nats.Option { return pinned(pin, nil) }
+// Login is how a connection logs in with a node key: the broker's chain must reach
+// the pinned CA, and the key signs the server's nonce bound to that TLS session.
+type Login struct {
+	// Pin is the SHA-256 of the mesh CA's SubjectPublicKeyInfo.
+	Pin [32]byte
+	// PublicKey is the node key (nkey text); Sign signs with its private half.
+	PublicKey string
+	Sign      func([]byte) ([]byte, error)
+	// Refused, when not nil, hears of every broker the pin check refuses. nats.go
+	// returns that error from a first connection but reports a failed
+	// reconnection's handshake to no handler, so a long-lived connection learns of
+	// a substituted broker only here.
+	Refused func(error)
+	// Timeout bounds the TCP connect and the TLS handshake of one dial; zero means
+	// DialTimeout.
+	Timeout time.Duration
+}
 
-// pinned is Pinned that also tells refused, when it is not nil, of every broker the
-// pin check refuses. nats.go returns that error from a first connection but reports
-// a failed reconnection's handshake to no handler, so a long-lived connection learns
-// of a substituted broker only here.
-func pinned(pin [32]byte, refused func(error)) []nats.Option {
-	cfg := pintls.Config(pin)
-	if refused != nil {
-		verify := cfg.VerifyConnection
+// Options returns the nats.go options of the login. Every connection dials with
+// Dialer's settings, so that the kernel watches the long-lived ones (Liveness).
+func (l Login) Options() []nats.Option {
+	cfg := pintls.Config(l.Pin)
+	if l.Refused != nil {
+		verify, refused := cfg.VerifyConnection, l.Refused
 		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
 			err := verify(cs)
 			if err != nil {
@@ -37,19 +50,24 @@ func pinned(pin [32]byte, refused func(error)) []nats.Option {
 			return err
 		}
 	}
-	return []nats.Option{nats.Secure(cfg), nats.TLSHandshakeFirst()}
+	timeout := l.Timeout
+	if timeout <= 0 {
+		timeout = DialTimeout
+	}
+	d := &boundDialer{tls: cfg, tcp: Dialer(), timeout: timeout}
+	return []nats.Option{nats.SetCustomDialer(d), nats.TLSHandshakeFirst(), nats.Nkey(l.PublicKey, d.sign(l.Sign))}
 }
 
 // AsNode returns the options of a connection as the enrolled node id: pinned, the
-// node's key signing the server's nonce, replies on the node's own inbox. refused,
-// when not nil, hears of every broker the pin check refuses (see pinned).
+// node's key signing the server's nonce bound to the session, replies on the node's
+// own inbox. refused, when not nil, hears of every broker the pin check refuses
+// (Login.Refused).
 func AsNode(id identity.Identity, kp *identity.KeyPair, refused func(error)) ([]nats.Option, error) {
 	pin, err := PinOf(id)
 	if err != nil {
 		return nil, err
 	}
-	return append(pinned(pin, refused),
-		nats.Nkey(id.PublicKey, kp.Sign),
+	return append(Login{Pin: pin, PublicKey: id.PublicKey, Sign: kp.Sign, Refused: refused}.Options(),
 		nats.CustomInboxPrefix(id.Subjects.InboxPrefix),
 		nats.Name("meshhost "+id.Node),
 	), nil

@@ -43,7 +43,8 @@ func TestSubstitutedIsAnError(t *testing.T) {
 		}
 	}()
 	var pin [32]byte // pins nothing the impostor has
-	_, err = nats.Connect(URLs([]string{ln.Addr().String()}), append(Pinned(pin), nats.Timeout(2*time.Second), nats.NoReconnect())...)
+	sign := func([]byte) ([]byte, error) { t.Error("the node key signed for an impostor"); return nil, nil }
+	_, err = nats.Connect(URLs([]string{ln.Addr().String()}), append(Login{Pin: pin, PublicKey: "UNODE", Sign: sign}.Options(), nats.Timeout(2*time.Second), nats.NoReconnect())...)
 	if !IsSubstituted(err) {
 		t.Fatalf("connect to an impostor: %v; want an error matching pintls.ErrSubstituted", err)
 	}
@@ -52,7 +53,7 @@ func TestSubstitutedIsAnError(t *testing.T) {
 	}
 	// The pin check tells a watcher too: a reconnection's refusal reaches nobody else.
 	var told []error
-	_, err = nats.Connect(URLs([]string{ln.Addr().String()}), append(pinned(pin, func(err error) { told = append(told, err) }), nats.Timeout(2*time.Second), nats.NoReconnect())...)
+	_, err = nats.Connect(URLs([]string{ln.Addr().String()}), append(Login{Pin: pin, PublicKey: "UNODE", Sign: sign, Refused: func(err error) { told = append(told, err) }}.Options(), nats.Timeout(2*time.Second), nats.NoReconnect())...)
 	if !IsSubstituted(err) || len(told) != 1 || !IsSubstituted(told[0]) {
 		t.Fatalf("connect with a watcher: %v; the watcher heard %v, want one error matching pintls.ErrSubstituted", err, told)
 	}
@@ -61,7 +62,7 @@ func TestSubstitutedIsAnError(t *testing.T) {
 
 // TestLivenessOptions: the options a running agent connects with ping at
 // PingInterval (or the interval asked for), give up after MaxPingsOutstanding, and
-// dial with Dialer's settings.
+// dial with Dialer's settings under the TLS session.
 func TestLivenessOptions(t *testing.T) {
 	options := func(ping time.Duration) nats.Options {
 		o := nats.GetDefaultOptions()
@@ -76,13 +77,19 @@ func TestLivenessOptions(t *testing.T) {
 		t.Errorf("asked for pings every 3s: every %s, %d outstanding", o.PingInterval, o.MaxPingsOut)
 	}
 	o := options(0)
+	for _, opt := range (Login{PublicKey: "UNODE"}).Options() {
+		if err := opt(&o); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if o.PingInterval != PingInterval || o.MaxPingsOut != MaxPingsOutstanding {
 		t.Errorf("pings every %s, %d outstanding; want %s and %d", o.PingInterval, o.MaxPingsOut, PingInterval, MaxPingsOutstanding)
 	}
-	d, ok := o.CustomDialer.(*net.Dialer)
+	bd, ok := o.CustomDialer.(*boundDialer)
 	if !ok {
-		t.Fatalf("dialer is %T, want *net.Dialer", o.CustomDialer)
+		t.Fatalf("dialer is %T, want *boundDialer", o.CustomDialer)
 	}
+	d := bd.tcp
 	if !d.KeepAliveConfig.Enable || d.KeepAliveConfig.Idle != KeepAliveIdle || d.KeepAliveConfig.Interval != KeepAliveInterval ||
 		d.KeepAliveConfig.Count != KeepAliveCount || d.Timeout != DialTimeout || d.Control == nil {
 		t.Errorf("dialer %+v does not carry the liveness settings", d)

@@ -39,8 +39,8 @@ const (
 )
 
 // Liveness returns the options that make a long-lived connection notice a lost
-// broker: pings every ping (PingInterval when ping is 0), and a dialer whose
-// sockets the kernel watches.
+// broker: pings every ping (PingInterval when ping is 0). The kernel's half is
+// Dialer, which every Login dials with.
 func Liveness(ping time.Duration) []nats.Option {
 	if ping <= 0 {
 		ping = PingInterval
@@ -48,12 +48,11 @@ func Liveness(ping time.Duration) []nats.Option {
 	return []nats.Option{
 		nats.PingInterval(ping),
 		nats.MaxPingsOutstanding(MaxPingsOutstanding),
-		nats.SetCustomDialer(Dialer()),
 	}
 }
 
 // Dialer returns the TCP dialer of a long-lived connection: keepalive as above, and
-// TCP_USER_TIMEOUT where the system has it. TLS is still nats.go's, above it.
+// TCP_USER_TIMEOUT where the system has it. The TLS session above it is Login's.
 func Dialer() *net.Dialer {
 	return &net.Dialer{
 		Timeout: DialTimeout,

@@ -6,12 +6,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"mesh/broker"
+	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
 )
 
@@ -301,4 +303,97 @@ func (c countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n.Add(int64(n))
 	return n, err
+}
+
+// LeafRelay stands for a control node that was removed but kept its leaf of the mesh
+// CA: on a client's path, it passes the client's pin check, ends the client's TLS
+// session and opens its own to the real broker, relaying the NATS protocol both ways
+// (the broker's nonce included). It records what the client sent it in plaintext and
+// what the broker answered.
+type LeafRelay struct {
+	ln   net.Listener
+	mu   sync.Mutex
+	sent []byte
+	got  []byte
+}
+
+// StartLeafRelay listens on a free loopback port with cp's own TLS identity and
+// relays to cp's broker.
+func StartLeafRelay(t testing.TB, cp *ControlPlane) *LeafRelay {
+	t.Helper()
+	dir := datadir.Dir(cp.Dir)
+	leaf, err := dir.LoadLeaf()
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := dir.ReadFile(datadir.CACertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverTLS, err := pki.ServerConfig(leaf, caPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", serverTLS)
+	if err != nil {
+		t.Fatalf("relay listen: %v", err)
+	}
+	r := &LeafRelay{ln: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go r.relay(c, cp.Listen)
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return r
+}
+
+// Addr is where it listens.
+func (r *LeafRelay) Addr() string { return r.ln.Addr().String() }
+
+// Sent is every plaintext byte clients sent it, in arrival order.
+func (r *LeafRelay) Sent() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.sent)
+}
+
+// Answered is every plaintext byte the broker sent back through it.
+func (r *LeafRelay) Answered() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.got)
+}
+
+type recorder struct {
+	mu  *sync.Mutex
+	buf *[]byte
+}
+
+func (w recorder) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	*w.buf = append(*w.buf, p...)
+	w.mu.Unlock()
+	return len(p), nil
+}
+
+func (r *LeafRelay) relay(c net.Conn, target string) {
+	defer c.Close()
+	if err := c.(*tls.Conn).Handshake(); err != nil {
+		return
+	}
+	up, err := tls.Dial("tcp", target, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // an attacker does not verify
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	go func() {
+		_, _ = io.Copy(up, io.TeeReader(c, recorder{&r.mu, &r.sent}))
+		up.Close()
+	}()
+	_, _ = io.Copy(c, io.TeeReader(up, recorder{&r.mu, &r.got}))
 }

@@ -26,6 +26,7 @@ import (
 	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
+	"mesh/controlplane/operator"
 )
 
 // Binaries are the built meshctl and meshhost, and the impostor test tool.
@@ -503,10 +504,7 @@ func (cp *ControlPlane) OperatorConn() *nats.Conn {
 		cp.t.Fatal(err)
 	}
 	nc, err := nats.Connect("tls://"+cp.Listen,
-		nats.UserCredentials(filepath.Join(cp.Dir, datadir.AdminCredsFile)),
-		nats.Secure(pki.PinnedClientConfig(pin)),
-		nats.TLSHandshakeFirst(),
-	)
+		operator.CredsLogin(filepath.Join(cp.Dir, datadir.AdminCredsFile), pki.PinnedClientConfig(pin), 10*time.Second)...)
 	if err != nil {
 		cp.t.Fatalf("operator connection: %v", err)
 	}

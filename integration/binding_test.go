@@ -1,0 +1,76 @@
+package integration
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/pki"
+	"mesh/integration/harness"
+)
+
+// authViolation is how nats-server tells a client it refused its credentials.
+const authViolation = "Authorization Violation"
+
+// TestRelayHoldingAMeshLeafCannotLogIn (decision 0018): something that holds a leaf
+// of the mesh CA (a removed control node) passes every client's pin check. On the
+// path, it ends the client's TLS session, opens its own to the real broker and relays
+// the protocol, the broker's nonce included. A signature over the bare nonce logs it
+// in as the client there; a signature bound to the client's own session does not.
+func TestRelayHoldingAMeshLeafCannotLogIn(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "bind")
+	cp.Serve()
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: exit %d:\n%s", r.Code, r.Combined())
+	}
+	relay := harness.StartLeafRelay(t, cp)
+	cfg, err := datadir.Dir(cp.Dir).LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin, err := cfg.Pin()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The attack is real: a client signing the bare nonce (an agent older than the
+	// binding) is logged in through the relay, as itself, by the real mesh.
+	kp := h.KeyPair(t)
+	pub, _ := kp.PublicKey()
+	old, err := nats.Connect("tls://"+relay.Addr(), nats.Secure(pki.PinnedClientConfig(pin)), nats.TLSHandshakeFirst(),
+		nats.Nkey(pub, kp.Sign), nats.Timeout(5*time.Second), nats.NoReconnect())
+	if err != nil {
+		t.Fatalf("an unbound login through the relay was refused (%v): the relay does not relay, and this test shows nothing", err)
+	}
+	old.Close()
+
+	// The agent: it signs the nonce bound to its session with the relay, and the mesh
+	// refuses that signature on the relay's session.
+	h.RouteThrough(relay.Addr())
+	h.Run()
+	harness.Eventually(t, 15*time.Second, "the mesh refuses the agent's login relayed by the leaf holder, twice", func() bool {
+		return bytes.Count(relay.Answered(), []byte(authViolation)) >= 2
+	})
+	harness.Eventually(t, 10*time.Second, "web-1 offline", func() bool {
+		n, ok := cp.Node("web-1")
+		return ok && n.State == api.StateOffline
+	})
+	if !bytes.Contains(relay.Sent(), []byte(pub)) {
+		t.Fatal("the relay saw no login from the agent: the test shows nothing")
+	}
+
+	// The operator: meshctl's user key signs bound too.
+	r := cp.Ctl("nodes", "--servers", relay.Addr())
+	if r.Code == 0 || !strings.Contains(strings.ToLower(r.Combined()), "authorization") {
+		t.Fatalf("meshctl through the relay: exit %d, want the login refused:\n%s", r.Code, r.Combined())
+	}
+	if n := bytes.Count(relay.Answered(), []byte(authViolation)); n < 3 {
+		t.Fatalf("the relay carried %d refusals, want the agent's and meshctl's", n)
+	}
+}
