@@ -2,16 +2,22 @@ package integration
 
 import (
 	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
+	"mesh/broker"
 	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
 	"mesh/integration/harness"
+	"mesh/tokenfmt"
 )
 
 // authViolation is how nats-server tells a client it refused its credentials.
@@ -72,5 +78,67 @@ func TestRelayHoldingAMeshLeafCannotLogIn(t *testing.T) {
 	}
 	if n := bytes.Count(relay.Answered(), []byte(authViolation)); n < 3 {
 		t.Fatalf("the relay carried %d refusals, want the agent's and meshctl's", n)
+	}
+}
+
+// TestEnrolmentThroughALeafRelaySendsNoSecret (decision 0018): an enrolment that
+// meets the relay sends it no secret, only the token's id and a proof for the host's
+// own key; the mesh refuses the relayed login; and the proof the relay read admits
+// nobody else, even over a session of its own.
+func TestEnrolmentThroughALeafRelaySendsNoSecret(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "bindenrol")
+	cp.Serve()
+	relay := harness.StartLeafRelay(t, cp)
+	text := cp.Token("web-1")
+	tok, err := tokenfmt.Parse(text, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := harness.NewHost(t, bin, "web-1")
+	r := h.Enrol(tokenVia(t, text, relay.Addr()))
+	if r.Code != hostExitToken {
+		t.Fatalf("enrol through the relay: exit %d, want %d (the mesh refused the login):\n%s", r.Code, hostExitToken, r.Combined())
+	}
+	sent := relay.Sent()
+	if !bytes.Contains(sent, []byte("CONNECT")) {
+		t.Fatal("the relay saw no CONNECT: the test shows nothing")
+	}
+	secretHex := hex.EncodeToString(tok.Secret[:])
+	if bytes.Contains(bytes.ToLower(sent), []byte(secretHex)) || bytes.Contains(sent, tok.Secret[:]) {
+		t.Fatal("the secret crossed the relay")
+	}
+	if !bytes.Contains(relay.Answered(), []byte(authViolation)) {
+		t.Fatal("the mesh did not refuse the relayed login")
+	}
+
+	// The relay replays what it read, from a session of its own with a key of its own.
+	i := bytes.Index(sent, []byte("CONNECT "))
+	line := sent[i+len("CONNECT "):]
+	line = line[:bytes.IndexByte(line, '\r')]
+	var connect struct {
+		User string `json:"user"`
+		Pass string `json:"pass"`
+	}
+	if err := json.Unmarshal(line, &connect); err != nil || !strings.HasPrefix(connect.Pass, "proof1.") {
+		t.Fatalf("the CONNECT the relay read: %v %q", err, line)
+	}
+	cfg, _ := datadir.Dir(cp.Dir).LoadConfig()
+	pin, _ := cfg.Pin()
+	attacker, _ := nkeys.CreateUser()
+	apub, _ := attacker.PublicKey()
+	d := &broker.BoundDialer{TLS: pki.PinnedClientConfig(pin), Timeout: 5 * time.Second}
+	nc, err := nats.Connect("tls://"+cp.Listen, nats.SetCustomDialer(d), nats.TLSHandshakeFirst(),
+		nats.UserInfo(connect.User, connect.Pass), nats.Nkey(apub, d.Sign(attacker.Sign)), nats.Timeout(5*time.Second), nats.NoReconnect())
+	if err == nil {
+		nc.Close()
+		t.Fatal("the proof the relay read admitted another key")
+	}
+	if !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("replayed proof: %v, want an authorization refusal", err)
+	}
+
+	// The same host, on the real address, enrols with the same token.
+	if r := h.Enrol(text); r.Code != 0 {
+		t.Fatalf("enrol on the mesh's own address: exit %d:\n%s", r.Code, r.Combined())
 	}
 }

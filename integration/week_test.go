@@ -519,7 +519,7 @@ func TestTokenCreationSentTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	req := api.TokenCreateRequest{ID: strings.Repeat("ab", 32), Node: "web-1", Role: string(tokenfmt.RoleWorker), TTL: api.Duration(time.Hour)}
+	req := api.TokenCreateRequest{ID: strings.Repeat("ab", 32), ProofKey: strings.Repeat("cd", 32), Node: "web-1", Role: string(tokenfmt.RoleWorker), TTL: api.Duration(time.Hour)}
 	var first, second api.TokenCreateResult
 	if err := c.Call(api.OpTokenCreate, req, &first); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package tokenfmt
 import (
 	"bytes"
 	"crypto/ed25519"
+	"crypto/hkdf"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -50,6 +51,29 @@ type goldenWant struct {
 	Role       string   `json:"role"`
 	Expiry     int64    `json:"expiry"`
 	Secret     string   `json:"secret"`
+	// ProofKey is the public half of the key the secret derives; Proof is its
+	// proof that node registers goldenProofNodeKey in mesh (decision 0018).
+	ProofKey string `json:"proof_key"`
+	Proof    string `json:"proof"`
+}
+
+// goldenProofNodeKey is the node key the vectors' proofs name.
+const goldenProofNodeKey = "UGOLDENNODEKEY"
+
+// goldenProof derives, without this package, the proof key of secretHex and its
+// proof for goldenProofNodeKey.
+func goldenProof(secretHex, mesh, node string) (key, proof string) {
+	secret, err := hex.DecodeString(secretHex)
+	if err != nil {
+		panic(err)
+	}
+	seed, err := hkdf.Key(sha256.New, secret, nil, "mesh token proof key v1", ed25519.SeedSize)
+	if err != nil {
+		panic(err)
+	}
+	priv := ed25519.NewKeyFromSeed(seed)
+	sig := ed25519.Sign(priv, []byte("mesh token proof v1\x00"+mesh+"\x00"+node+"\x00"+goldenProofNodeKey))
+	return hex.EncodeToString(priv.Public().(ed25519.PublicKey)), hex.EncodeToString(sig)
 }
 
 // fixedHex derives deterministic 32-byte values for the vectors.
@@ -110,8 +134,9 @@ func (s spec) want() *goldenWant {
 	if err != nil {
 		panic(err)
 	}
+	pk, proof := goldenProof(s.secret, s.mesh, s.node)
 	return &goldenWant{Mesh: s.mesh, Brokers: s.brokers, CAPin: s.pin, SigningKey: s.key,
-		Node: s.node, Role: s.role, Expiry: exp, Secret: s.secret}
+		Node: s.node, Role: s.role, Expiry: exp, Secret: s.secret, ProofKey: pk, Proof: proof}
 }
 
 func goldenCases() []goldenCase {
@@ -330,6 +355,13 @@ func checkWant(t *testing.T, tok Token, w *goldenWant) {
 		Mesh: tok.Mesh, Brokers: brokers, CAPin: hex.EncodeToString(tok.CAPin[:]),
 		SigningKey: hex.EncodeToString(tok.SigningKey), Node: tok.Node, Role: string(tok.Role),
 		Expiry: tok.Expiry.Unix(), Secret: hex.EncodeToString(tok.Secret[:]),
+		ProofKey: hex.EncodeToString(tok.ProofKey()), Proof: hex.EncodeToString(tok.Prove(tok.Mesh, tok.Node, goldenProofNodeKey)),
+	}
+	if !VerifyProof(tok.ProofKey(), tok.Mesh, tok.Node, goldenProofNodeKey, tok.Prove(tok.Mesh, tok.Node, goldenProofNodeKey)) {
+		t.Error("a token's own proof does not verify")
+	}
+	if VerifyProof(tok.ProofKey(), tok.Mesh, tok.Node, goldenProofNodeKey+"X", tok.Prove(tok.Mesh, tok.Node, goldenProofNodeKey)) {
+		t.Error("a proof for one node key verifies for another")
 	}
 	if gj, wj := mustJSON(got), mustJSON(*w); gj != wj {
 		t.Errorf("parsed token\n got %s\nwant %s", gj, wj)

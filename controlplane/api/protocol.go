@@ -7,9 +7,12 @@
 package api
 
 import (
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -131,13 +134,20 @@ const (
 
 // EnrolRequest is what an enrolling host sends.
 type EnrolRequest struct {
-	V         int    `json:"v"`
-	Mesh      string `json:"mesh"`
-	Node      string `json:"node"`
-	Role      string `json:"role"`
-	Secret    string `json:"secret"`     // hex; never logged
-	PublicKey string `json:"public_key"` // nkey user public key
-	KeyProof  string `json:"key_proof"`  // base64 signature by that key over KeyProofMessage
+	V    int    `json:"v"`
+	Mesh string `json:"mesh"`
+	Node string `json:"node"`
+	Role string `json:"role"`
+	// Secret is the token's secret (hex; never logged), sent by clients older than
+	// decision 0018. Clients since send TokenID and TokenProof instead: the secret
+	// never leaves their machine.
+	Secret string `json:"secret,omitempty"`
+	// TokenID is the token's id (hex SecretHash); TokenProof (base64) is the proof
+	// the secret's key signed over tokenfmt.ProofMessage(Mesh, Node, PublicKey).
+	TokenID    string `json:"token_id,omitempty"`
+	TokenProof string `json:"token_proof,omitempty"`
+	PublicKey  string `json:"public_key"` // nkey user public key
+	KeyProof   string `json:"key_proof"`  // base64 signature by that key over KeyProofMessage
 	// CAPin and SigningKey are what the host read from its token (hex): the mesh
 	// refuses, before anything is consumed, a token that is not its own.
 	CAPin      string `json:"ca_pin"`
@@ -146,6 +156,39 @@ type EnrolRequest struct {
 	// CurveKey is a joining control node's public curve key: the signing key is
 	// sealed to it.
 	CurveKey string `json:"curve_key,omitempty"`
+}
+
+// enrolPasswordPrefix marks the CONNECT password of an enrolling client that proves
+// its token's secret rather than sending it.
+const enrolPasswordPrefix = "proof1."
+
+// EnrolPassword is the CONNECT password of an enrolling client: the token's id (hex
+// SecretHash) and the proof its secret's key signed (tokenfmt.Token.Prove), never
+// the secret itself (decision 0018).
+func EnrolPassword(tokenID string, proof []byte) string {
+	return enrolPasswordPrefix + tokenID + "." + base64.RawURLEncoding.EncodeToString(proof)
+}
+
+// ParseEnrolPassword splits an EnrolPassword; ok is false for anything else (a bare
+// secret from an older client, or garbage).
+func ParseEnrolPassword(pw string) (tokenID string, proof []byte, ok bool) {
+	rest, found := strings.CutPrefix(pw, enrolPasswordPrefix)
+	if !found {
+		return "", nil, false
+	}
+	id, enc, found := strings.Cut(rest, ".")
+	// The exact length also keeps out the line breaks base64 decoders skip.
+	if !found || len(id) != 64 || len(enc) != base64.RawURLEncoding.EncodedLen(64) {
+		return "", nil, false
+	}
+	if _, err := hex.DecodeString(id); err != nil {
+		return "", nil, false
+	}
+	proof, err := base64.RawURLEncoding.Strict().DecodeString(enc)
+	if err != nil || len(proof) != 64 {
+		return "", nil, false
+	}
+	return strings.ToLower(id), proof, true
 }
 
 // KeyProofMessage is what a joiner signs with its new key to prove it holds it.

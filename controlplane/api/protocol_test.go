@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nkeys"
+
+	"mesh/tokenfmt"
 )
 
 // The golden vectors are shared, byte for byte, with host/wire: the host defines the
@@ -100,6 +103,8 @@ func TestGoldenVectorsRoundTrip(t *testing.T) {
 var controlTypes = map[string]func() any{
 	"control_enrol_request":  func() any { return new(EnrolRequest) },
 	"control_enrol_response": func() any { return new(EnrolResponse) },
+	// What agents older than decision 0018 send: the secret itself. Still read.
+	"enrol_request_with_secret": func() any { return new(EnrolRequest) },
 }
 
 func controlVectors(t *testing.T) map[string]json.RawMessage {
@@ -203,13 +208,17 @@ func TestGoldenFilesAreIdentical(t *testing.T) {
 	}
 }
 
+// goldenSecret is the token secret behind the golden enrolment requests (the older
+// one sends it; the current one proves it).
+const goldenSecret = "98548e32186dadbc15aafef5664365295672efd6271546ca35d2411d797d07dd"
+
 func TestGoldenDecode(t *testing.T) {
 	v := golden(t)
 	req, err := Decode[EnrolRequest](v["enrol_request"])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if req.V != 2 || req.Mesh != "demo" || req.Node != "web-1" || req.Role != "worker" || len(req.Secret) != 64 || req.Agent != "meshhost/0.1.0" {
+	if req.V != 2 || req.Mesh != "demo" || req.Node != "web-1" || req.Role != "worker" || req.Secret != "" || len(req.TokenID) != 64 || req.Agent != "meshhost/0.1.0" {
 		t.Fatalf("enrol request = %+v", req)
 	}
 	// The key proof in the vector verifies under this side's KeyProofMessage.
@@ -223,6 +232,18 @@ func TestGoldenDecode(t *testing.T) {
 	}
 	if err := kp.Verify(KeyProofMessage(req.Mesh, req.Node, req.PublicKey), proof); err != nil {
 		t.Fatal("the golden key proof does not verify: KeyProofMessage changed")
+	}
+	// The token the agent names and proves is the one the vectors' secret minted
+	// (the agent's side of the proof is host/token's; decision 0018).
+	var tok tokenfmt.Token
+	secret, _ := hex.DecodeString(goldenSecret)
+	copy(tok.Secret[:], secret)
+	if id := tok.SecretHash(); req.TokenID != hex.EncodeToString(id[:]) {
+		t.Fatalf("token_id %s is not the golden secret's id", req.TokenID)
+	}
+	tp, err := base64.StdEncoding.DecodeString(req.TokenProof)
+	if err != nil || !tokenfmt.VerifyProof(tok.ProofKey(), req.Mesh, req.Node, req.PublicKey, tp) {
+		t.Fatal("the golden token proof does not verify under tokenfmt's proof key")
 	}
 	sr, err := Decode[SyncRequest](v["sync_request"])
 	if err != nil || sr.AppliedVersion != 3 || sr.KeyringEpoch != 1 || !sr.HaveApplied ||
@@ -485,4 +506,58 @@ func TestOpClasses(t *testing.T) {
 			t.Errorf("an unknown operation counts as %s", c.name)
 		}
 	}
+}
+
+// goldenEnrolPassword is EnrolPassword("ab"×32, 64 bytes of 1). host/wire's test
+// holds the same literal.
+const goldenEnrolPassword = "proof1.abababababababababababababababababababababababababababababababab.AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQ"
+
+func TestEnrolPassword(t *testing.T) {
+	id, proof := strings.Repeat("ab", 32), bytes.Repeat([]byte{1}, 64)
+	if got := EnrolPassword(id, proof); got != goldenEnrolPassword {
+		t.Fatalf("EnrolPassword = %s", got)
+	}
+	gotID, gotProof, ok := ParseEnrolPassword(goldenEnrolPassword)
+	if !ok || gotID != id || !bytes.Equal(gotProof, proof) {
+		t.Fatalf("ParseEnrolPassword = %s %x %v", gotID, gotProof, ok)
+	}
+	if gotID, _, ok := ParseEnrolPassword(strings.Replace(goldenEnrolPassword, "abab", "ABAB", 1)); !ok || gotID != id {
+		t.Fatalf("an id in capitals: %s %v; want it read, in lower case", gotID, ok)
+	}
+	for name, pw := range map[string]string{
+		"empty":            "",
+		"a bare secret":    strings.Repeat("ab", 32),
+		"no proof":         "proof1." + id,
+		"empty proof":      "proof1." + id + ".",
+		"short id":         "proof1." + id[:62] + "." + goldenEnrolPassword[len("proof1.")+65:],
+		"id not hex":       "proof1." + strings.Repeat("zz", 32) + "." + goldenEnrolPassword[len("proof1.")+65:],
+		"proof truncated":  goldenEnrolPassword[:len(goldenEnrolPassword)-4],
+		"proof padded":     goldenEnrolPassword + "==",
+		"proof too long":   goldenEnrolPassword + "AQEB",
+		"proof std base64": strings.Replace(goldenEnrolPassword, "AQEB", "+/+/", 1),
+		"another version":  strings.Replace(goldenEnrolPassword, "proof1.", "proof2.", 1),
+		"oversized":        goldenEnrolPassword + strings.Repeat("A", 1<<16),
+		"a third dot":      goldenEnrolPassword + ".x",
+	} {
+		if _, _, ok := ParseEnrolPassword(pw); ok {
+			t.Errorf("%s: read as a token proof", name)
+		}
+	}
+}
+
+func FuzzParseEnrolPassword(f *testing.F) {
+	f.Add(goldenEnrolPassword)
+	f.Add(strings.Repeat("ab", 32))
+	f.Fuzz(func(t *testing.T, pw string) {
+		id, proof, ok := ParseEnrolPassword(pw)
+		if !ok {
+			return
+		}
+		if len(id) != 64 || len(proof) != 64 || strings.ToLower(id) != id {
+			t.Fatalf("read %q as id %q and a %d-byte proof", pw, id, len(proof))
+		}
+		if again := EnrolPassword(id, proof); !strings.EqualFold(again, pw) {
+			t.Fatalf("%q reads as %q again", pw, again)
+		}
+	})
 }

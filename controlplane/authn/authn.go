@@ -103,7 +103,7 @@ var (
 	ErrUnknownKey      = fmt.Errorf("%w: unknown node key", broker.ErrRefused)
 	ErrRevoked         = fmt.Errorf("%w: node revoked", broker.ErrRefused)
 	ErrRevokedBusy     = fmt.Errorf("%w: too many connections for this revoked key at once", broker.ErrRefused)
-	ErrUnknownSecret   = fmt.Errorf("%w: token secret matches no minted token", broker.ErrRefused)
+	ErrUnknownSecret   = fmt.Errorf("%w: token secret (or its proof) matches no minted token", broker.ErrRefused)
 	ErrNoEnrolKey      = fmt.Errorf("%w: an enrolling client must present the node key it enrols (nkey and signed nonce)", broker.ErrRefused)
 	ErrTokenBusy       = fmt.Errorf("%w: too many connections for this token at once", broker.ErrRefused)
 	ErrRateLimited     = fmt.Errorf("%w: too many failed enrolment attempts from this address", broker.ErrRefused)
@@ -124,6 +124,8 @@ type Roster interface {
 // Config configures an Authenticator.
 type Config struct {
 	Roster Roster
+	// Mesh is the mesh id, which an enrolling client's token proof names.
+	Mesh string
 	// InternalToken is the control plane's own credential, random per process.
 	InternalToken string
 	// HostEvents are the system-account subjects announcing hosts' connections
@@ -381,10 +383,20 @@ func (a *Authenticator) enrolling(c broker.Client) (broker.Grant, error) {
 	if a.limiter.blocked(host, now) {
 		return broker.Grant{}, ErrRateLimited
 	}
-	id, ok := SecretID(c.Password)
+	// A client since decision 0018 proves the secret (api.EnrolPassword); an older
+	// one sends it.
+	id, proof, proved := api.ParseEnrolPassword(c.Password)
+	ok := proved
+	if !proved {
+		id, ok = SecretID(c.Password)
+	}
 	var t state.TokenAuth
 	if ok {
 		t, ok = a.cfg.Roster.TokenByID(id)
+	}
+	if ok && proved {
+		pk, err := hex.DecodeString(t.ProofKey)
+		ok = err == nil && tokenfmt.VerifyProof(pk, a.cfg.Mesh, node, c.Nkey, proof)
 	}
 	if !ok {
 		a.fail(host, node, now)
@@ -393,8 +405,14 @@ func (a *Authenticator) enrolling(c broker.Client) (broker.Grant, error) {
 	if c.Nkey == "" || !nkeys.IsValidPublicUserKey(c.Nkey) {
 		return broker.Grant{}, ErrNoEnrolKey
 	}
-	if _, err := verifyNonce(c.Nkey, c); err != nil {
+	bound, err := verifyNonce(c.Nkey, c)
+	if err != nil {
 		return broker.Grant{}, err
+	}
+	if proved && !bound {
+		// Every client that proves rather than sends binds its nonce signature: a
+		// proof with a bare signature was relayed, or made by a broken client.
+		return broker.Grant{}, ErrBadSignature
 	}
 	if _, revoked := a.cfg.Roster.RevokedKey(c.Nkey); revoked {
 		return broker.Grant{}, ErrRevoked

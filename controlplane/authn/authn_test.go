@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"mesh/broker"
+	"mesh/controlplane/api"
 	"mesh/controlplane/state"
 	"mesh/tokenfmt"
 )
@@ -41,8 +42,10 @@ type fixture struct {
 	web5      nkeys.KeyPair
 	expired   string // hex secret of an unused token for web-6 that expired
 	cancelled string // hex secret of a token for web-7 an operator cancelled
-	clock     time.Time
-	logs      bytes.Buffer
+	// noProofKey is the hex secret of a live token for web-8 minted without a proof key.
+	noProofKey string
+	clock      time.Time
+	logs       bytes.Buffer
 }
 
 func newFixture(t testing.TB) *fixture {
@@ -79,9 +82,15 @@ func newFixture(t testing.TB) *fixture {
 		if !ok {
 			t.Fatal("SecretID refused a fresh secret")
 		}
-		fx.apply(t, state.Command{Op: state.OpCreateToken, At: at, CreateToken: &state.CreateTokenCmd{ID: id, Node: node, Role: state.RoleWorker, TTL: ttl}})
+		fx.apply(t, state.Command{Op: state.OpCreateToken, At: at, CreateToken: &state.CreateTokenCmd{ID: id, ProofKey: hex.EncodeToString(tok.ProofKey()), Node: node, Role: state.RoleWorker, TTL: ttl}})
 		return secret, id
 	}
+	// A token minted before tokens carried a proof key.
+	var old tokenfmt.Token
+	rand.Read(old.Secret[:])
+	fx.noProofKey = hex.EncodeToString(old.Secret[:])
+	oldID, _ := SecretID(fx.noProofKey)
+	fx.apply(t, state.Command{Op: state.OpCreateToken, At: now0, CreateToken: &state.CreateTokenCmd{ID: oldID, Node: "web-8", Role: state.RoleWorker, TTL: time.Hour}})
 	fx.secret, _ = mint("web-2", now0, time.Hour)
 	fx.web5 = mustKey(t, nkeys.CreateUser)
 	var usedID string
@@ -99,6 +108,18 @@ func enrolling(t *testing.T, node, secret string, kp nkeys.KeyPair, nonce []byte
 	return broker.Client{Username: EnrolUserPrefix + node, Password: secret, Nkey: pub(kp), Nonce: nonce, Sig: sign(t, kp, nonce), Remote: remote1}
 }
 
+// proving is the client an enrolling host since decision 0018 presents: the token's
+// id and its secret's proof for the node it names and the key it registers, which
+// signs the nonce bound to session.
+func proving(t *testing.T, node, secret string, kp nkeys.KeyPair, nonce, session []byte) broker.Client {
+	var tok tokenfmt.Token
+	b, _ := hex.DecodeString(secret)
+	copy(tok.Secret[:], b)
+	id := tok.SecretHash()
+	return broker.Client{Username: EnrolUserPrefix + node, Password: api.EnrolPassword(hex.EncodeToString(id[:]), tok.Prove("demo", node, pub(kp))),
+		Nkey: pub(kp), Nonce: nonce, Binding: session, Sig: sign(t, kp, broker.BoundNonce(nonce, session)), Remote: remote1}
+}
+
 func (fx *fixture) apply(t testing.TB, c state.Command) {
 	t.Helper()
 	data, err := json.Marshal(c)
@@ -114,6 +135,7 @@ func (fx *fixture) apply(t testing.TB, c state.Command) {
 func (fx *fixture) auth(internal string) *Authenticator {
 	return New(Config{
 		Roster:        fx.fsm,
+		Mesh:          "demo",
 		HostEvents:    []string{"$SYS.ACCOUNT.HOSTS.CONNECT", "$SYS.ACCOUNT.HOSTS.DISCONNECT"},
 		InternalToken: internal,
 		Logger:        slog.New(slog.NewTextHandler(&fx.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -297,6 +319,46 @@ func TestAuthenticate(t *testing.T) {
 		{name: "enrolling names another node", client: enrolling(t, "web-3", fx.secret, newKey, nonce),
 			grant: EnrolGrant("web-3", pub(newKey), time.Time{}), deadline: RefusalConnectionLifetime},
 		{name: "enrolling with a revoked key", client: enrolling(t, "web-2", fx.secret, fx.gone, nonce), want: ErrRevoked},
+
+		// Enrolling clients that prove the secret rather than send it (decision 0018).
+		{name: "proving", client: proving(t, "web-2", fx.secret, newKey, nonce, session1),
+			grant: EnrolGrant("web-2", pub(newKey), time.Time{}), deadline: EnrolConnectionLifetime},
+		{name: "proving again, same key", client: proving(t, "web-5", fx.used, fx.web5, nonce, session1),
+			grant: EnrolGrant("web-5", pub(fx.web5), time.Time{}), deadline: EnrolConnectionLifetime},
+		{name: "proving a used token, another key", client: proving(t, "web-5", fx.used, newKey, nonce, session1),
+			grant: EnrolGrant("web-5", pub(newKey), time.Time{}), deadline: RefusalConnectionLifetime},
+		{name: "proving names another node", client: proving(t, "web-3", fx.secret, newKey, nonce, session1),
+			grant: EnrolGrant("web-3", pub(newKey), time.Time{}), deadline: RefusalConnectionLifetime},
+		{name: "proving, nonce bound to another session (a relay)", client: func() broker.Client {
+			c := proving(t, "web-2", fx.secret, newKey, nonce, session1)
+			c.Binding = session2
+			return c
+		}(), want: ErrBadSignature},
+		{name: "proving, bare nonce signature", client: func() broker.Client {
+			c := proving(t, "web-2", fx.secret, newKey, nonce, session1)
+			c.Sig = sign(t, newKey, nonce)
+			return c
+		}(), want: ErrBadSignature},
+		{name: "proving, a proof captured for another key", client: func() broker.Client {
+			c := proving(t, "web-2", fx.secret, newKey, nonce, session1)
+			attacker := proving(t, "web-2", fx.secret, fx.web1, nonce, session2)
+			attacker.Password = c.Password
+			return attacker
+		}(), want: ErrUnknownSecret},
+		{name: "proving, a proof for another node", client: func() broker.Client {
+			c := proving(t, "web-2", fx.secret, newKey, nonce, session1)
+			c.Username = EnrolUserPrefix + "web-3"
+			return c
+		}(), want: ErrUnknownSecret},
+		{name: "proving a token minted without a proof key", client: proving(t, "web-8", fx.noProofKey, newKey, nonce, session1), want: ErrUnknownSecret},
+		{name: "sending the secret of a token minted without a proof key", client: enrolling(t, "web-8", fx.noProofKey, newKey, nonce),
+			grant: EnrolGrant("web-8", pub(newKey), time.Time{}), deadline: EnrolConnectionLifetime},
+		{name: "proving an unknown token", client: proving(t, "web-2", strings.Repeat("ab", 32), newKey, nonce, session1), want: ErrUnknownSecret},
+		{name: "proving, garbage after the prefix", client: func() broker.Client {
+			c := proving(t, "web-2", fx.secret, newKey, nonce, session1)
+			c.Password = "proof1." + strings.Repeat("x", 200)
+			return c
+		}(), want: ErrUnknownSecret},
 		{name: "enrolling without a key", client: broker.Client{Username: "enrol:web-2", Password: fx.secret, Remote: remote1}, want: ErrNoEnrolKey},
 		{name: "enrolling, key but no signature", client: broker.Client{Username: "enrol:web-2", Password: fx.secret, Nkey: pub(newKey), Nonce: nonce, Remote: remote1}, want: ErrBadSignature},
 		{name: "enrolling with an account key", client: broker.Client{Username: "enrol:web-2", Password: fx.secret, Nkey: pub(fx.account), Nonce: nonce, Sig: sign(t, fx.account, nonce), Remote: remote1}, want: ErrNoEnrolKey},

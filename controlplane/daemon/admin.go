@@ -146,6 +146,11 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 	if b, err := hex.DecodeString(req.ID); err != nil || len(b) != 32 {
 		return out, badRequest("token id is not a 64 hex digit hash")
 	}
+	// Enrolling clients prove the secret with this key rather than send it
+	// (decision 0018); a token without it would be refused to every current host.
+	if b, err := hex.DecodeString(req.ProofKey); err != nil || len(b) != tokenfmt.ProofKeySize {
+		return out, badRequest("the token's proof key is missing or not 64 hex digits: this meshctl is older than the control plane; upgrade it and mint again")
+	}
 	ttl := time.Duration(req.TTL)
 	if ttl <= 0 || ttl > tokenfmt.MaxTTL {
 		return out, badRequest("ttl %s is outside (0, %s]: a long-lived token is a long-lived root credential", ttl, tokenfmt.MaxTTL)
@@ -153,7 +158,7 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 	if err := validateLabels(req.Labels); err != nil {
 		return out, err
 	}
-	cmd := &state.CreateTokenCmd{ID: req.ID, Node: req.Node, Role: req.Role, Labels: req.Labels, TTL: ttl}
+	cmd := &state.CreateTokenCmd{ID: req.ID, ProofKey: strings.ToLower(req.ProofKey), Node: req.Node, Role: req.Role, Labels: req.Labels, TTL: ttl}
 	if req.Role == state.RoleControl {
 		if req.Control == nil || len(req.Sealed) == 0 {
 			return out, badRequest("a control token needs its addresses and a sealed identity: mint it with meshctl token --role control on the machine holding the CA key")

@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"mesh/controlplane/api"
-	"mesh/controlplane/authn"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/replication"
 	"mesh/controlplane/seal"
@@ -162,7 +161,7 @@ func (d *Daemon) holdsCAKey() bool {
 
 // admitControl answers a joining control node: the identity sealed when its token was
 // minted, and the signing key sealed now to the curve key it presented.
-func (d *Daemon) admitControl(req api.EnrolRequest, cn *state.ControlNode) (*api.ControlAdmission, error) {
+func (d *Daemon) admitControl(req api.EnrolRequest, tokenID string, cn *state.ControlNode) (*api.ControlAdmission, error) {
 	if req.CurveKey == "" {
 		return nil, errors.New("a joining control node must present a curve key")
 	}
@@ -176,9 +175,8 @@ func (d *Daemon) admitControl(req api.EnrolRequest, cn *state.ControlNode) (*api
 	}
 	adm := &api.ControlAdmission{SigningKey: sealedKey, Sealer: sealer,
 		Self: api.ControlMember{ID: cn.ID, Broker: cn.Broker, Raft: cn.Raft, Cluster: cn.Cluster}}
-	id, _ := authn.SecretID(req.Secret)
 	d.fsm.Read(func(s *state.State) {
-		if t, ok := s.Tokens[id]; ok {
+		if t, ok := s.Tokens[tokenID]; ok {
 			adm.Sealed = t.Sealed
 		}
 		adm.AdminAccount, adm.CAHolder = s.AdminAccount, s.CAHolder

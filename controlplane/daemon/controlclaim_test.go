@@ -34,7 +34,7 @@ func TestControlTokenNeedsTheCA(t *testing.T) {
 	newReq := func() api.TokenCreateRequest {
 		var id [32]byte
 		rand.Read(id[:])
-		return api.TokenCreateRequest{ID: hex.EncodeToString(id[:]), Node: "cp-2", Role: state.RoleControl, TTL: api.Duration(time.Hour),
+		return api.TokenCreateRequest{ID: hex.EncodeToString(id[:]), ProofKey: hex.EncodeToString(id[:]), Node: "cp-2", Role: state.RoleControl, TTL: api.Duration(time.Hour),
 			Control: &api.ControlMember{Broker: "127.0.0.2:7300", Raft: "127.0.0.2:7301", Cluster: "127.0.0.2:7302",
 				Pin: hex.EncodeToString(make([]byte, 32)), Operator: operatorKey},
 			Sealed: []byte("sealed")}

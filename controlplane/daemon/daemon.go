@@ -241,7 +241,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	var auth broker.Authenticator = authn.New(authn.Config{Roster: d.fsm, InternalToken: d.internalToken, HostEvents: []string{connect, disconnect},
+	var auth broker.Authenticator = authn.New(authn.Config{Roster: d.fsm, Mesh: d.cfg.Mesh, InternalToken: d.internalToken, HostEvents: []string{connect, disconnect},
 		Logger: d.log.With("component", "authn")})
 	if opts.wrapAuth != nil {
 		auth = opts.wrapAuth(auth)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"mesh/controlplane/authn"
 	"mesh/controlplane/replication"
 	"mesh/controlplane/state"
+	"mesh/tokenfmt"
 )
 
 // handleEnrol admits a node: it checks the secret against the token record, consumes
@@ -115,9 +117,9 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 	if req.Mesh != d.cfg.Mesh {
 		return refuse(api.CodeTokenUnknown, "this is mesh "+d.cfg.Mesh+"; the token was minted for mesh "+req.Mesh)
 	}
-	id, ok := authn.SecretID(req.Secret)
-	if !ok {
-		return refuse(api.CodeBadRequest, "the secret is not 64 hex digits")
+	id, e := d.tokenOf(req)
+	if e != nil {
+		return refuse(e.Code, e.Message)
 	}
 	// Answer a hopeless request without touching the log, and tell a repeat from a
 	// first enrolment.
@@ -167,7 +169,7 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 		return refuse(refusalCode(res.Err), res.Err.Error())
 	}
 	if res.Control != nil {
-		adm, err := d.admitControl(req, res.Control)
+		adm, err := d.admitControl(req, id, res.Control)
 		if err != nil {
 			return refuse(api.CodeInternal, err.Error())
 		}
@@ -182,6 +184,37 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 		return resp
 	}
 	return answer(d.enrolAnswer(req, res.Node.Role, now, false))
+}
+
+// tokenOf returns the id of the token an enrolment request presents: a client since
+// decision 0018 names it and proves its secret by the secret's key, over the mesh,
+// the node and the key it registers; an older one sends the secret.
+func (d *Daemon) tokenOf(req api.EnrolRequest) (string, *api.Error) {
+	if req.TokenID == "" && req.TokenProof == "" {
+		id, ok := authn.SecretID(req.Secret)
+		if !ok {
+			return "", &api.Error{Code: api.CodeBadRequest, Message: "the request carries neither a token proof nor a secret of 64 hex digits"}
+		}
+		return id, nil
+	}
+	id := strings.ToLower(req.TokenID)
+	proof, err := base64.StdEncoding.DecodeString(req.TokenProof)
+	if b, herr := hex.DecodeString(id); herr != nil || len(b) != 32 || err != nil {
+		return "", &api.Error{Code: api.CodeBadRequest, Message: "token_id is not 64 hex digits, or token_proof is not base64"}
+	}
+	var proofKey string
+	d.fsm.Read(func(s *state.State) {
+		if t, ok := s.Tokens[id]; ok {
+			proofKey = t.ProofKey
+		}
+	})
+	pk, _ := hex.DecodeString(proofKey)
+	if !tokenfmt.VerifyProof(pk, req.Mesh, req.Node, req.PublicKey, proof) {
+		// The broker checked a proof of some token of this node's to admit the
+		// connection; this one names a token it does not prove.
+		return "", &api.Error{Code: api.CodeTokenUnknown, Message: "the token proof does not verify: the mesh never minted this token (or it expired more than a day ago)"}
+	}
+	return id, nil
 }
 
 // enrolAnswer answers an enrolled node from the state: everything it needs, its

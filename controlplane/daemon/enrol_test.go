@@ -17,6 +17,7 @@ import (
 	"mesh/controlplane/authn"
 	"mesh/controlplane/state"
 	"mesh/declarations"
+	"mesh/tokenfmt"
 )
 
 // enrolling is a host enrolling into d, as the control plane sees it: a token minted
@@ -37,7 +38,7 @@ func newEnrolling(t *testing.T, d *Daemon, node string) *enrolling {
 	e := &enrolling{d: d, node: node, secret: hex.EncodeToString(secret)}
 	id, _ := authn.SecretID(e.secret)
 	res, err := d.raft.Apply(state.Command{Op: state.OpCreateToken, At: d.now().UTC(), CreateToken: &state.CreateTokenCmd{
-		ID: id, Node: node, Role: state.RoleWorker, TTL: time.Hour}}, time.Minute)
+		ID: id, ProofKey: hex.EncodeToString(e.token().ProofKey()), Node: node, Role: state.RoleWorker, TTL: time.Hour}}, time.Minute)
 	if err != nil || res.Err != nil {
 		t.Fatalf("mint a token: %v %v", err, res.Err)
 	}
@@ -57,16 +58,32 @@ func newEnrolling(t *testing.T, d *Daemon, node string) *enrolling {
 	return e
 }
 
-// enrol sends the enrolment request as the host would and returns the answer that
-// reaches the host's inbox, and its size.
-func (e *enrolling) enrol(t *testing.T) (api.EnrolResponse, int) {
-	t.Helper()
+// token is the token the host holds (its secret).
+func (e *enrolling) token() tokenfmt.Token {
+	var tok tokenfmt.Token
+	b, _ := hex.DecodeString(e.secret)
+	copy(tok.Secret[:], b)
+	return tok
+}
+
+// request is the enrolment request as the host sends it: the token named and its
+// secret proved, never sent.
+func (e *enrolling) request() api.EnrolRequest {
 	var signingKey string
 	e.d.fsm.Read(func(s *state.State) { signingKey = s.Keyring.Keys[0] })
 	proof, _ := e.kp.Sign(api.KeyProofMessage(e.d.cfg.Mesh, e.node, e.pub))
-	data, _ := json.Marshal(api.EnrolRequest{V: api.ProtocolVersion, Mesh: e.d.cfg.Mesh, Node: e.node, Role: state.RoleWorker,
-		Secret: e.secret, PublicKey: e.pub, KeyProof: base64.StdEncoding.EncodeToString(proof),
-		CAPin: e.d.cfg.CAPin, SigningKey: signingKey})
+	id := e.token().SecretHash()
+	return api.EnrolRequest{V: api.ProtocolVersion, Mesh: e.d.cfg.Mesh, Node: e.node, Role: state.RoleWorker,
+		TokenID: hex.EncodeToString(id[:]), TokenProof: base64.StdEncoding.EncodeToString(e.token().Prove(e.d.cfg.Mesh, e.node, e.pub)),
+		PublicKey: e.pub, KeyProof: base64.StdEncoding.EncodeToString(proof),
+		CAPin: e.d.cfg.CAPin, SigningKey: signingKey}
+}
+
+// ask sends req as the host would and returns the answer that reaches the host's
+// inbox, and its size.
+func (e *enrolling) ask(t *testing.T, req api.EnrolRequest) (api.EnrolResponse, int) {
+	t.Helper()
+	data, _ := json.Marshal(req)
 	e.d.handleEnrol(&nats.Msg{Subject: api.EnrolKeySubject(e.node, e.pub), Reply: api.EnrolInbox(e.node, e.pub) + ".1", Data: data})
 	msg, err := e.answers.NextMsg(5 * time.Second)
 	if err != nil {
@@ -76,10 +93,65 @@ func (e *enrolling) enrol(t *testing.T) (api.EnrolResponse, int) {
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
 		t.Fatal(err)
 	}
+	return resp, len(msg.Data)
+}
+
+// enrol enrols as the host would and fails the test on a refusal.
+func (e *enrolling) enrol(t *testing.T) (api.EnrolResponse, int) {
+	t.Helper()
+	resp, n := e.ask(t, e.request())
 	if !resp.OK {
 		t.Fatalf("enrolment refused: %+v", resp.Error)
 	}
-	return resp, len(msg.Data)
+	return resp, n
+}
+
+// TestEnrolmentProvesTheSecret (decision 0018): a request names its token and proves
+// the secret for the key it registers; a proof made for another key, or another
+// token's, admits nothing. An older client's request carrying the secret is still
+// read.
+func TestEnrolmentProvesTheSecret(t *testing.T) {
+	d := fleet(t, 0)
+	e, other := newEnrolling(t, d, "web-1"), newEnrolling(t, d, "web-2")
+	refused := func(name, code string, mutate func(*api.EnrolRequest)) {
+		t.Helper()
+		req := e.request()
+		mutate(&req)
+		resp, _ := e.ask(t, req)
+		if resp.OK || resp.Error == nil || resp.Error.Code != code {
+			t.Errorf("%s: %+v, want %s", name, resp.Error, code)
+		}
+	}
+	refused("a proof made for another key", api.CodeTokenUnknown, func(r *api.EnrolRequest) {
+		r.TokenProof = base64.StdEncoding.EncodeToString(e.token().Prove(d.cfg.Mesh, e.node, other.pub))
+	})
+	refused("another token's id", api.CodeTokenUnknown, func(r *api.EnrolRequest) {
+		id := other.token().SecretHash()
+		r.TokenID = hex.EncodeToString(id[:])
+	})
+	refused("a proof by another token's key", api.CodeTokenUnknown, func(r *api.EnrolRequest) {
+		r.TokenProof = base64.StdEncoding.EncodeToString(other.token().Prove(d.cfg.Mesh, e.node, e.pub))
+	})
+	refused("no proof", api.CodeTokenUnknown, func(r *api.EnrolRequest) { r.TokenProof = "" })
+	refused("a token id that is not hex", api.CodeBadRequest, func(r *api.EnrolRequest) { r.TokenID = strings.Repeat("z", 64) })
+	refused("a proof that is not base64", api.CodeBadRequest, func(r *api.EnrolRequest) { r.TokenProof = "!!" })
+	refused("neither proof nor secret", api.CodeBadRequest, func(r *api.EnrolRequest) { r.TokenID, r.TokenProof = "", "" })
+	d.fsm.Read(func(s *state.State) {
+		for _, tok := range s.Tokens {
+			if !tok.UsedAt.IsZero() {
+				t.Fatalf("a refused request consumed token of %s", tok.Node)
+			}
+		}
+	})
+	if resp, _ := e.enrol(t); resp.Node != "web-1" {
+		t.Fatalf("enrolled as %q", resp.Node)
+	}
+	// An agent older than the proof sends the secret.
+	req := other.request()
+	req.TokenID, req.TokenProof, req.Secret = "", "", other.secret
+	if resp, _ := other.ask(t, req); !resp.OK {
+		t.Fatalf("an older agent's request: %+v", resp.Error)
+	}
 }
 
 // TestEnrolmentBudgetIsTheClients: a client holding some other token may publish on

@@ -145,7 +145,7 @@ func Mint(dir datadir.Dir, o MintOptions) (tokenfmt.Token, error) {
 	}
 	var res api.TokenCreateResult
 	if err := c.Call(api.OpTokenCreate, api.TokenCreateRequest{
-		ID: claim.TokenID, Node: o.Node, Role: string(tokenfmt.RoleControl), TTL: api.Duration(o.TTL),
+		ID: claim.TokenID, ProofKey: hex.EncodeToString(tok.ProofKey()), Node: o.Node, Role: string(tokenfmt.RoleControl), TTL: api.Duration(o.TTL),
 		Control: &addrs, Sealed: sealed,
 	}, &res); err != nil {
 		return tok, err
@@ -444,6 +444,12 @@ func (r *run) join(ctx context.Context) error {
 	return r.member(ctx, cfg, adm)
 }
 
+// tokenID is the token's id as the mesh stores it.
+func (r *run) tokenID() string {
+	h := r.tok.SecretHash()
+	return hex.EncodeToString(h[:])
+}
+
 func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolResponse, string, error) {
 	var resp api.EnrolResponse
 	var errs []string
@@ -460,7 +466,9 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 		nc, err := nats.Connect("tls://"+addr,
 			nats.SetCustomDialer(d),
 			nats.TLSHandshakeFirst(),
-			nats.UserInfo(authn.EnrolUserPrefix+r.tok.Node, hex.EncodeToString(r.tok.Secret[:])),
+			// The token's id and the proof of its secret for this key; the secret
+			// never leaves this machine (decision 0018).
+			nats.UserInfo(authn.EnrolUserPrefix+r.tok.Node, api.EnrolPassword(r.tokenID(), r.tok.Prove(r.tok.Mesh, r.tok.Node, pub))),
 			nats.Nkey(pub, d.Sign(nk.Sign)),
 			nats.CustomInboxPrefix(api.EnrolInbox(r.tok.Node, pub)),
 			nats.Timeout(10*time.Second), nats.NoReconnect(),
@@ -490,7 +498,8 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 		curve, _ := ck.PublicKey()
 		proof, _ := nk.Sign(api.KeyProofMessage(r.tok.Mesh, r.tok.Node, pub))
 		req, _ := json.Marshal(api.EnrolRequest{V: api.ProtocolVersion, Mesh: r.tok.Mesh, Node: r.tok.Node, Role: string(tokenfmt.RoleControl),
-			Secret: hex.EncodeToString(r.tok.Secret[:]), PublicKey: pub, KeyProof: base64.StdEncoding.EncodeToString(proof),
+			TokenID: r.tokenID(), TokenProof: base64.StdEncoding.EncodeToString(r.tok.Prove(r.tok.Mesh, r.tok.Node, pub)),
+			PublicKey: pub, KeyProof: base64.StdEncoding.EncodeToString(proof),
 			CAPin: hex.EncodeToString(r.tok.CAPin[:]), SigningKey: hex.EncodeToString(r.tok.SigningKey),
 			Agent: "meshctl join", CurveKey: curve})
 		msg, err := operator.Request(nc, api.EnrolKeySubject(r.tok.Node, pub), req, 20*time.Second, operator.DefaultLeaderWait)

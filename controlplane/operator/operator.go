@@ -284,7 +284,7 @@ func (c *Client) MintToken(node string, role tokenfmt.Role, ttl time.Duration, l
 	id := (tokenfmt.Token{Secret: secret}).SecretHash()
 	var res api.TokenCreateResult
 	err := c.Call(api.OpTokenCreate, api.TokenCreateRequest{
-		ID: hex.EncodeToString(id[:]), Node: node, Role: string(role), Labels: labels, TTL: api.Duration(ttl),
+		ID: hex.EncodeToString(id[:]), ProofKey: hex.EncodeToString(tokenfmt.Token{Secret: secret}.ProofKey()), Node: node, Role: string(role), Labels: labels, TTL: api.Duration(ttl),
 	}, &res)
 	if err != nil {
 		return tokenfmt.Token{}, err

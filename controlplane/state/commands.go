@@ -80,11 +80,13 @@ type InitCmd struct {
 
 // CreateTokenCmd records a minted token by the hash of its secret.
 type CreateTokenCmd struct {
-	ID     string            `json:"id"`
-	Node   string            `json:"node"`
-	Role   string            `json:"role"`
-	Labels map[string]string `json:"labels,omitempty"`
-	TTL    time.Duration     `json:"ttl"`
+	ID string `json:"id"`
+	// ProofKey is the public half of the key the secret derives (hex); see Token.
+	ProofKey string            `json:"proof_key,omitempty"`
+	Node     string            `json:"node"`
+	Role     string            `json:"role"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	TTL      time.Duration     `json:"ttl"`
 	// Control and Sealed are set for control tokens only (see Token).
 	Control *ControlAddrs `json:"control,omitempty"`
 	Sealed  []byte        `json:"sealed,omitempty"`
@@ -293,7 +295,7 @@ func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd) Result {
 	if (c.Role == RoleControl) != (c.Control != nil && len(c.Sealed) > 0) {
 		return Result{Err: fmt.Errorf("%w: a control token carries addresses and a sealed identity, a worker token neither", ErrBadCommand)}
 	}
-	t := &Token{ID: c.ID, Node: c.Node, Role: c.Role, Labels: maps.Clone(c.Labels), CreatedAt: at, Expiry: at.Add(c.TTL),
+	t := &Token{ID: c.ID, ProofKey: c.ProofKey, Node: c.Node, Role: c.Role, Labels: maps.Clone(c.Labels), CreatedAt: at, Expiry: at.Add(c.TTL),
 		Control: c.Control, Sealed: slices.Clone(c.Sealed)}
 	s.Tokens[c.ID] = t
 	if due := t.purgeDue(); due.Before(s.purgeAt) {
@@ -306,7 +308,7 @@ func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd) Result {
 
 // sameRequest reports whether c asks for exactly the token t records.
 func (t *Token) sameRequest(c *CreateTokenCmd) bool {
-	return t.Node == c.Node && t.Role == c.Role && maps.Equal(t.Labels, c.Labels) &&
+	return t.Node == c.Node && t.ProofKey == c.ProofKey && t.Role == c.Role && maps.Equal(t.Labels, c.Labels) &&
 		t.Expiry.Sub(t.CreatedAt) == c.TTL && bytes.Equal(t.Sealed, c.Sealed) &&
 		(t.Control == nil) == (c.Control == nil) && (t.Control == nil || *t.Control == *c.Control)
 }

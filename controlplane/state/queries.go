@@ -18,11 +18,13 @@ type NodeAuth struct {
 
 // TokenAuth is what authentication needs to know of a minted token.
 type TokenAuth struct {
-	Node    string
-	Role    string
-	Expiry  time.Time
-	Used    bool
-	UsedKey string
+	// ProofKey is the public half of the key the token's secret derives (hex).
+	ProofKey string
+	Node     string
+	Role     string
+	Expiry   time.Time
+	Used     bool
+	UsedKey  string
 	// Cancelled: an operator cancelled the token; it admits nothing.
 	Cancelled bool
 }
@@ -116,7 +118,7 @@ func (f *FSM) TokenByID(id string) (TokenAuth, bool) {
 	if !ok {
 		return TokenAuth{}, false
 	}
-	return TokenAuth{Node: t.Node, Role: t.Role, Expiry: t.Expiry, Used: !t.UsedAt.IsZero(), UsedKey: t.UsedKey, Cancelled: !t.CancelledAt.IsZero()}, true
+	return TokenAuth{ProofKey: t.ProofKey, Node: t.Node, Role: t.Role, Expiry: t.Expiry, Used: !t.UsedAt.IsZero(), UsedKey: t.UsedKey, Cancelled: !t.CancelledAt.IsZero()}, true
 }
 
 // The queries below feed the signer. Signing costs tens of microseconds a key, so it

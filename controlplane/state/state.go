@@ -81,7 +81,11 @@ type Keyring struct {
 
 // Token is what the mesh remembers of a minted token. The secret itself is not here.
 type Token struct {
-	ID        string            `json:"id"` // hex SHA-256 of the secret (domain-separated)
+	ID string `json:"id"` // hex SHA-256 of the secret (domain-separated)
+	// ProofKey is the public half of the Ed25519 key the secret derives (hex): an
+	// enrolling client proves the secret with it and never sends it. It proves
+	// nothing to whoever reads the state. Empty for tokens minted before it.
+	ProofKey  string            `json:"proof_key,omitempty"`
 	Node      string            `json:"node"`
 	Role      string            `json:"role"`
 	Labels    map[string]string `json:"labels,omitempty"`

@@ -305,7 +305,7 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 		}
 		addr := b.String()
 		nc, err := nats.Connect(link.URLs([]string{addr}), append(link.Login{Pin: r.tok.CAPin, PublicKey: pub, Sign: kp.Sign, Timeout: r.o.DialTimeout}.Options(),
-			nats.UserInfo(wire.EnrolUser(r.tok.Node), hex.EncodeToString(r.tok.Secret[:])),
+			nats.UserInfo(wire.EnrolUser(r.tok.Node), r.password(pub)),
 			nats.CustomInboxPrefix(wire.EnrolInbox(r.tok.Node, pub)),
 			nats.Name("meshhost enrol "+r.tok.Node),
 			nats.Timeout(r.o.DialTimeout),
@@ -324,7 +324,7 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 			// The pin was checked, so this is the mesh itself refusing the token
 			// before admitting the connection (a used or expired token is admitted
 			// far enough to be told so, and answers with its own code).
-			return nil, "", &RefusedError{Code: wire.CodeTokenUnknown, Message: "the mesh refused the token: it never minted it (or it expired more than a day ago), the node key it enrolled was revoked, this address made too many failed attempts in the last minute, or too many connections used this token in the last 30 seconds (then wait a minute and run enrol again)"}
+			return nil, "", &RefusedError{Code: wire.CodeTokenUnknown, Message: "the mesh refused the token: it never minted it (or it expired more than a day ago), the node key it enrolled was revoked, this address made too many failed attempts in the last minute, or too many connections used this token in the last 30 seconds (then wait a minute and run enrol again); or something on the path that holds a certificate of the mesh (a removed control node) relayed the connection, and the mesh refused the relayed login: the secret was not sent"}
 		default:
 			r.step("connect", "%s: unreachable (%v)", addr, err)
 			errs = append(errs, addr+": "+err.Error())
@@ -369,6 +369,20 @@ func (r *run) nodeKey() (*identity.KeyPair, bool, error) {
 	return kp, false, nil
 }
 
+// tokenID is the token's id as the mesh stores it.
+func (r *run) tokenID() string {
+	h := r.tok.SecretHash()
+	return hex.EncodeToString(h[:])
+}
+
+// password is what the enrolling connection presents for the token: its id and the
+// proof, by the secret's key, that this machine registers pub. The secret itself
+// never leaves the machine: whatever reads the password on the way (a relay holding
+// a leaf of the mesh CA) cannot use it without pub's private half.
+func (r *run) password(pub string) string {
+	return wire.EnrolPassword(r.tokenID(), r.tok.Prove(r.tok.Mesh, r.tok.Node, pub))
+}
+
 func (r *run) request(nc *nats.Conn, kp *identity.KeyPair, pub string) (wire.EnrolResponse, error) {
 	proof, err := kp.Sign(wire.KeyProofMessage(r.tok.Mesh, r.tok.Node, pub))
 	if err != nil {
@@ -376,7 +390,8 @@ func (r *run) request(nc *nats.Conn, kp *identity.KeyPair, pub string) (wire.Enr
 	}
 	req, _ := json.Marshal(wire.EnrolRequest{
 		V: wire.ProtocolVersion, Mesh: r.tok.Mesh, Node: r.tok.Node, Role: string(r.tok.Role),
-		Secret: hex.EncodeToString(r.tok.Secret[:]), PublicKey: pub,
+		TokenID: r.tokenID(), TokenProof: base64.StdEncoding.EncodeToString(r.tok.Prove(r.tok.Mesh, r.tok.Node, pub)),
+		PublicKey:  pub,
 		KeyProof:   base64.StdEncoding.EncodeToString(proof),
 		CAPin:      hex.EncodeToString(r.tok.CAPin[:]),
 		SigningKey: hex.EncodeToString(r.tok.SigningKey),

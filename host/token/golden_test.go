@@ -30,6 +30,8 @@ type vector struct {
 		Role       string   `json:"role"`
 		Expiry     int64    `json:"expiry"`
 		Secret     string   `json:"secret"`
+		ProofKey   string   `json:"proof_key"`
+		Proof      string   `json:"proof"`
 	} `json:"want"`
 	Error string `json:"error"`
 }
@@ -123,6 +125,8 @@ func TestGolden(t *testing.T) {
 				{"node", tok.Node, w.Node},
 				{"role", string(tok.Role), w.Role},
 				{"secret", tok.SecretHex(), w.Secret},
+				{"proof_key", hex.EncodeToString(tok.ProofKey()), w.ProofKey},
+				{"proof", hex.EncodeToString(tok.Prove(tok.Mesh, tok.Node, "UGOLDENNODEKEY")), w.Proof},
 			}
 			for _, c := range checks {
 				if c.got != c.want {

@@ -8,6 +8,7 @@
 package wire
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,6 +46,13 @@ func EnrolInbox(node, key string) string { return "_INBOX.enrol." + node + "." +
 // EnrolUser is the user name an enrolling client presents; its password is the token
 // secret.
 func EnrolUser(node string) string { return "enrol:" + node }
+
+// EnrolPassword is the CONNECT password of an enrolling agent: the token's id (hex
+// SecretHash) and the proof its secret's key signed (token.Token.Prove), never the
+// secret itself (decision 0018 of the mesh).
+func EnrolPassword(tokenID string, proof []byte) string {
+	return "proof1." + tokenID + "." + base64.RawURLEncoding.EncodeToString(proof)
+}
 
 // KeyProofMessage is what a joiner signs with its new key.
 func KeyProofMessage(mesh, node, publicKey string) []byte {
@@ -88,13 +96,17 @@ const (
 
 // EnrolRequest is what the agent sends to enrol.
 type EnrolRequest struct {
-	V         int    `json:"v"`
-	Mesh      string `json:"mesh"`
-	Node      string `json:"node"`
-	Role      string `json:"role"`
-	Secret    string `json:"secret"`
-	PublicKey string `json:"public_key"`
-	KeyProof  string `json:"key_proof"`
+	V    int    `json:"v"`
+	Mesh string `json:"mesh"`
+	Node string `json:"node"`
+	Role string `json:"role"`
+	// TokenID (hex SecretHash) and TokenProof (base64, token.Token.Prove over the
+	// mesh, the node and PublicKey) stand for the token: its secret never leaves
+	// this machine.
+	TokenID    string `json:"token_id"`
+	TokenProof string `json:"token_proof"`
+	PublicKey  string `json:"public_key"`
+	KeyProof   string `json:"key_proof"`
 	// CAPin and SigningKey are what the token says (hex): the mesh refuses a token
 	// that is not its own before it consumes it.
 	CAPin      string `json:"ca_pin"`

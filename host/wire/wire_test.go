@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/nats-io/nkeys"
+
+	"mesh/host/token"
 )
 
 // The golden vectors are shared, byte for byte, with controlplane/api: the control
@@ -176,6 +179,20 @@ func TestGoldenDecodeReply(t *testing.T) {
 	if err := kp.Verify(KeyProofMessage(req.Mesh, req.Node, req.PublicKey), proof); err != nil {
 		t.Fatal("the golden key proof does not verify: KeyProofMessage changed")
 	}
+	// The token is named and proved, never sent: the vector's proof is this side's
+	// for the secret behind it (the control plane checks it with tokenfmt).
+	var tok token.Token
+	secret, _ := hex.DecodeString("98548e32186dadbc15aafef5664365295672efd6271546ca35d2411d797d07dd")
+	copy(tok.Secret[:], secret)
+	if id := tok.SecretHash(); req.TokenID != hex.EncodeToString(id[:]) {
+		t.Fatalf("token_id %s is not the golden secret's id", req.TokenID)
+	}
+	if want := base64.StdEncoding.EncodeToString(tok.Prove(req.Mesh, req.Node, req.PublicKey)); req.TokenProof != want {
+		t.Fatalf("token_proof %s; this side proves %s", req.TokenProof, want)
+	}
+	if bytes.Contains(v["enrol_request"], []byte(hex.EncodeToString(secret))) {
+		t.Fatal("the enrolment request carries the secret")
+	}
 }
 
 func TestSubjects(t *testing.T) {
@@ -300,5 +317,14 @@ func fuzzRoundTrip[T Reply](t *testing.T, data []byte) {
 	}
 	if _, err := DecodeReply[T](out); err != nil {
 		t.Fatalf("re-encoded %T refused: %v", m, err)
+	}
+}
+
+// TestEnrolPassword holds the agent's password to the literal controlplane/api's
+// test holds: the control plane reads exactly this.
+func TestEnrolPassword(t *testing.T) {
+	const want = "proof1.abababababababababababababababababababababababababababababababab.AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQ"
+	if got := EnrolPassword(strings.Repeat("ab", 32), bytes.Repeat([]byte{1}, 64)); got != want {
+		t.Fatalf("EnrolPassword = %s, want %s", got, want)
 	}
 }

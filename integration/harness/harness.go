@@ -25,8 +25,8 @@ import (
 
 	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
-	"mesh/controlplane/pki"
 	"mesh/controlplane/operator"
+	"mesh/controlplane/pki"
 )
 
 // Binaries are the built meshctl and meshhost, and the impostor test tool.

@@ -152,7 +152,8 @@ leader). See docs/operations.md.`,
 				fmt.Fprintf(cio.stdout, "removed control node %s from Raft and from the control plane\n", node)
 				if len(res.PendingTokens) > 0 {
 					fmt.Fprintf(cio.stdout, "pending tokens list its broker address (nodes: %s). If the machine is lost or suspected, "+
-						"cancel them (meshctl token cancel NODE) and mint new ones: a machine answering at that address with its certificate would receive a token's secret. "+
+						"cancel them (meshctl token cancel NODE) and mint new ones: a machine answering at that address with its certificate passes the token's CA pin; "+
+						"it cannot log in with what a host sends it, but it delays the hosts that try it first, and it would read the secret of an agent older than this version. "+
 						"Rotate the signing key too (meshctl signing-key rotate)\n", strings.Join(res.PendingTokens, ", "))
 				}
 				return nil
