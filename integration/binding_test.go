@@ -55,6 +55,9 @@ func TestRelayHoldingAMeshLeafCannotLogIn(t *testing.T) {
 		t.Fatalf("an unbound login through the relay was refused (%v): the relay does not relay, and this test shows nothing", err)
 	}
 	old.Close()
+	if n := cp.Counter("mesh_broker_unbound_logins_total", "client=node"); n < 1 {
+		t.Fatalf("mesh_broker_unbound_logins_total{client=node} = %v after a bare login", n)
+	}
 
 	// The agent: it signs the nonce bound to its session with the relay, and the mesh
 	// refuses that signature on the relay's session.
@@ -140,5 +143,40 @@ func TestEnrolmentThroughALeafRelaySendsNoSecret(t *testing.T) {
 	// The same host, on the real address, enrols with the same token.
 	if r := h.Enrol(text); r.Code != 0 {
 		t.Fatalf("enrol on the mesh's own address: exit %d:\n%s", r.Code, r.Combined())
+	}
+}
+
+// TestRequireBoundLogins: with serve --require-bound-logins, a login signing the bare
+// nonce (an older agent's, the stock nats CLI's) is refused; this version's agent,
+// enrolment and meshctl, all bound, work as before.
+func TestRequireBoundLogins(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "bindonly")
+	cp.Serve("--require-bound-logins")
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: exit %d:\n%s", r.Code, r.Combined())
+	}
+	h.Run()
+	body := t.TempDir() + "/b.json"
+	writeFile(t, body, `{"files":[{"path":"f","content":"x"}]}`)
+	if r := cp.Ctl("declare", "--node", "web-1", "--file", body); r.Code != 0 {
+		t.Fatalf("declare: exit %d:\n%s", r.Code, r.Combined())
+	}
+	cp.WaitConverged("web-1", 1, 20*time.Second)
+
+	cfg, _ := datadir.Dir(cp.Dir).LoadConfig()
+	pin, _ := cfg.Pin()
+	kp := h.KeyPair(t)
+	pub, _ := kp.PublicKey()
+	_, err := nats.Connect("tls://"+cp.Listen, nats.Secure(pki.PinnedClientConfig(pin)), nats.TLSHandshakeFirst(),
+		nats.Nkey(pub, kp.Sign), nats.Timeout(5*time.Second), nats.NoReconnect())
+	if !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("a bare nonce signature with --require-bound-logins: %v, want refused", err)
+	}
+	if n := cp.Counter("mesh_broker_unbound_logins_total", "client=node"); n < 1 {
+		t.Fatalf("the refused bare login was not counted: %v", n)
+	}
+	if n := cp.Counter("mesh_broker_connections_refused_total"); n < 1 {
+		t.Fatalf("the refused bare login is not among the refusals: %v", n)
 	}
 }

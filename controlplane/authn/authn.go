@@ -96,17 +96,21 @@ const (
 	DefaultTokenConnections = 3
 )
 
-// Refusal reasons, each distinct in the control plane's log.
+// Refusal reasons, each distinct in the control plane's log. Their text is the reason
+// label of mesh_broker_connections_refused_total: keep it stable. A nonce signature
+// bound to another TLS session (a relay's) is ErrBadSignature; a token proof that
+// does not verify is ErrUnknownSecret.
 var (
 	ErrNoCredentials   = fmt.Errorf("%w: no credentials presented", broker.ErrRefused)
-	ErrBadSignature    = fmt.Errorf("%w: nonce signature does not verify (over this TLS session: a client bound to another, through a relay, is refused)", broker.ErrRefused)
+	ErrBadSignature    = fmt.Errorf("%w: nonce signature does not verify", broker.ErrRefused)
 	ErrUnknownKey      = fmt.Errorf("%w: unknown node key", broker.ErrRefused)
 	ErrRevoked         = fmt.Errorf("%w: node revoked", broker.ErrRefused)
 	ErrRevokedBusy     = fmt.Errorf("%w: too many connections for this revoked key at once", broker.ErrRefused)
-	ErrUnknownSecret   = fmt.Errorf("%w: token secret (or its proof) matches no minted token", broker.ErrRefused)
+	ErrUnknownSecret   = fmt.Errorf("%w: token secret matches no minted token", broker.ErrRefused)
 	ErrNoEnrolKey      = fmt.Errorf("%w: an enrolling client must present the node key it enrols (nkey and signed nonce)", broker.ErrRefused)
 	ErrTokenBusy       = fmt.Errorf("%w: too many connections for this token at once", broker.ErrRefused)
 	ErrRateLimited     = fmt.Errorf("%w: too many failed enrolment attempts from this address", broker.ErrRefused)
+	ErrUnbound         = fmt.Errorf("%w: the client signed the bare nonce or sent its token's secret, and this broker requires logins bound to the TLS session", broker.ErrRefused)
 	ErrBadOperator     = fmt.Errorf("%w: operator credentials not issued by this mesh", broker.ErrRefused)
 	ErrInternalMissing = fmt.Errorf("%w: wrong control-plane token or role", broker.ErrRefused)
 )
@@ -141,7 +145,24 @@ type Config struct {
 	// TokenConnections caps the connections one token is granted per
 	// EnrolConnectionLifetime; 0 means DefaultTokenConnections.
 	TokenConnections int
+	// RequireBound refuses logins not bound to the TLS session (decision 0018):
+	// bare nonce signatures (agents and meshctl older than it, the stock nats CLI)
+	// and enrolling clients that send their token's secret. Off, they are admitted
+	// and counted (Unbound).
+	RequireBound bool
+	// Unbound, when set, hears of every admission or refusal of a login not bound to
+	// its TLS session, by the kind of client (UnboundNode, UnboundOperator,
+	// UnboundEnrolling). nats-server asks again about every client on a
+	// configuration reload, so a reload counts its clients again.
+	Unbound func(kind string)
 }
+
+// Kinds of client whose login is not bound to its TLS session (Config.Unbound).
+const (
+	UnboundNode      = "node"
+	UnboundOperator  = "operator"
+	UnboundEnrolling = "enrolling"
+)
 
 // Authenticator implements broker.Authenticator over the replicated roster.
 type Authenticator struct {
@@ -330,8 +351,14 @@ func (a *Authenticator) operator(c broker.Client) (broker.Grant, error) {
 	if claims.NotBefore != 0 && now < claims.NotBefore {
 		return broker.Grant{}, fmt.Errorf("%w: credentials not valid yet", ErrBadOperator)
 	}
-	if _, err := verifyNonce(claims.Subject, c); err != nil {
+	bound, err := verifyNonce(claims.Subject, c)
+	if err != nil {
 		return broker.Grant{}, err
+	}
+	if !bound {
+		if err := a.unbound(UnboundOperator); err != nil {
+			return broker.Grant{}, err
+		}
 	}
 	if node, revoked := a.cfg.Roster.OperatorRevoked(claims.Subject); revoked {
 		return RemovedOperatorGrant(claims.Name, node), nil
@@ -350,8 +377,14 @@ func (a *Authenticator) node(c broker.Client) (broker.Grant, error) {
 	}
 	// nats-server does not check the nonce signature of a key it does not know
 	// itself; we are the ones who know it, so we check.
-	if _, err := verifyNonce(c.Nkey, c); err != nil {
+	bound, err := verifyNonce(c.Nkey, c)
+	if err != nil {
 		return broker.Grant{}, err
+	}
+	if !bound {
+		if err := a.unbound(UnboundNode); err != nil {
+			return broker.Grant{}, err
+		}
 	}
 	if revoked {
 		now := a.cfg.Now()
@@ -414,6 +447,11 @@ func (a *Authenticator) enrolling(c broker.Client) (broker.Grant, error) {
 		// proof with a bare signature was relayed, or made by a broken client.
 		return broker.Grant{}, ErrBadSignature
 	}
+	if !proved || !bound {
+		if err := a.unbound(UnboundEnrolling); err != nil {
+			return broker.Grant{}, err
+		}
+	}
 	if _, revoked := a.cfg.Roster.RevokedKey(c.Nkey); revoked {
 		return broker.Grant{}, ErrRevoked
 	}
@@ -425,6 +463,18 @@ func (a *Authenticator) enrolling(c broker.Client) (broker.Grant, error) {
 		return EnrolGrant(node, c.Nkey, now.Add(RefusalConnectionLifetime)), nil
 	}
 	return EnrolGrant(node, c.Nkey, now.Add(EnrolConnectionLifetime)), nil
+}
+
+// unbound counts a login not bound to its TLS session, and refuses it when bound
+// logins are required.
+func (a *Authenticator) unbound(kind string) error {
+	if a.cfg.Unbound != nil {
+		a.cfg.Unbound(kind)
+	}
+	if a.cfg.RequireBound {
+		return ErrUnbound
+	}
+	return nil
 }
 
 func (a *Authenticator) fail(host, node string, now time.Time) {

@@ -496,7 +496,7 @@ func TestRevokedKeyConnectionBudget(t *testing.T) {
 
 // Errors are distinct: a person reading the log can tell every refusal apart.
 func TestRefusalsAreDistinct(t *testing.T) {
-	errs := []error{ErrNoCredentials, ErrBadSignature, ErrUnknownKey, ErrRevoked, ErrRevokedBusy, ErrUnknownSecret, ErrNoEnrolKey, ErrTokenBusy, ErrRateLimited, ErrBadOperator, ErrInternalMissing}
+	errs := []error{ErrNoCredentials, ErrBadSignature, ErrUnknownKey, ErrRevoked, ErrRevokedBusy, ErrUnknownSecret, ErrNoEnrolKey, ErrTokenBusy, ErrRateLimited, ErrBadOperator, ErrInternalMissing, ErrUnbound}
 	for i, a := range errs {
 		if !errors.Is(a, broker.ErrRefused) {
 			t.Errorf("%v does not wrap broker.ErrRefused", a)
@@ -704,4 +704,55 @@ func FuzzAuthenticate(f *testing.F) {
 			t.Fatalf("granted %+v to a client that proved nothing", g)
 		}
 	})
+}
+
+// TestUnboundLogins: every login not bound to its TLS session is counted by kind of
+// client, and refused when bound logins are required; bound ones are admitted
+// either way.
+func TestUnboundLogins(t *testing.T) {
+	fx := newFixture(t)
+	nonce := []byte("server-nonce-1234")
+	session := bytes.Repeat([]byte{7}, broker.BindingSize)
+	operator := mustKey(t, nkeys.CreateUser)
+	opJWT := userJWT(t, fx.account, operator, nil)
+	newKey := mustKey(t, nkeys.CreateUser)
+	cases := []struct {
+		name   string
+		client broker.Client
+		kind   string // "" for a bound login
+	}{
+		{"node, bare", broker.Client{Nkey: pub(fx.web1), Nonce: nonce, Binding: session, Sig: sign(t, fx.web1, nonce)}, UnboundNode},
+		{"node, bound", broker.Client{Nkey: pub(fx.web1), Nonce: nonce, Binding: session, Sig: sign(t, fx.web1, broker.BoundNonce(nonce, session))}, ""},
+		{"revoked key, bare", broker.Client{Nkey: pub(fx.gone), Nonce: nonce, Binding: session, Sig: sign(t, fx.gone, nonce)}, UnboundNode},
+		{"operator, bare", broker.Client{JWT: opJWT, Nonce: nonce, Binding: session, Sig: sign(t, operator, nonce)}, UnboundOperator},
+		{"operator, bound", broker.Client{JWT: opJWT, Nonce: nonce, Binding: session, Sig: sign(t, operator, broker.BoundNonce(nonce, session))}, ""},
+		{"enrolling, secret sent", enrolling(t, "web-2", fx.secret, newKey, nonce), UnboundEnrolling},
+		{"enrolling, secret sent, nonce bound", func() broker.Client {
+			c := enrolling(t, "web-2", fx.secret, newKey, nonce)
+			c.Binding, c.Sig = session, sign(t, newKey, broker.BoundNonce(nonce, session))
+			return c
+		}(), UnboundEnrolling},
+		{"enrolling, proved", proving(t, "web-2", fx.secret, newKey, nonce, session), ""},
+	}
+	for _, require := range []bool{false, true} {
+		var heard []string
+		a := fx.auth("")
+		a.cfg.RequireBound = require
+		a.cfg.Unbound = func(kind string) { heard = append(heard, kind) }
+		for _, c := range cases {
+			heard = heard[:0]
+			_, err := a.Authenticate(c.client)
+			switch {
+			case c.kind == "" && err != nil:
+				t.Errorf("require=%v, %s: %v, want admitted", require, c.name, err)
+			case c.kind != "" && require && !errors.Is(err, ErrUnbound):
+				t.Errorf("require=%v, %s: %v, want ErrUnbound", require, c.name, err)
+			case c.kind != "" && !require && err != nil:
+				t.Errorf("require=%v, %s: %v, want admitted", require, c.name, err)
+			}
+			if want := []string{c.kind}; c.kind == "" && len(heard) != 0 || c.kind != "" && !slices.Equal(heard, want) {
+				t.Errorf("require=%v, %s: counted %v, want %q", require, c.name, heard, c.kind)
+			}
+		}
+	}
 }

@@ -69,6 +69,10 @@ type Options struct {
 	// Profiling adds Go's profiler (/debug/pprof/) to the MetricsListen endpoint. It
 	// shows the program's internals to whoever reaches the address: off by default.
 	Profiling bool
+	// RequireBoundLogins refuses logins not bound to their TLS session: agents and
+	// meshctl older than decision 0018, and the stock nats CLI
+	// (authn.Config.RequireBound). Off by default, so that those keep working.
+	RequireBoundLogins bool
 
 	// wrapAuth, when set, wraps the broker's authenticator: the package's tests
 	// use it to admit an observer no real client can be.
@@ -242,7 +246,9 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	var auth broker.Authenticator = authn.New(authn.Config{Roster: d.fsm, Mesh: d.cfg.Mesh, InternalToken: d.internalToken, HostEvents: []string{connect, disconnect},
-		Logger: d.log.With("component", "authn")})
+		Logger:       d.log.With("component", "authn"),
+		RequireBound: opts.RequireBoundLogins,
+		Unbound:      func(kind string) { d.metrics.unbound.WithLabelValues(kind).Inc() }})
 	if opts.wrapAuth != nil {
 		auth = opts.wrapAuth(auth)
 	}

@@ -25,6 +25,7 @@ type instruments struct {
 	raftApply     prometheus.Histogram
 	revocations   prometheus.Counter
 	keyringEpochs prometheus.Counter
+	unbound       *prometheus.CounterVec
 }
 
 func newInstruments() *instruments {
@@ -43,11 +44,14 @@ func newInstruments() *instruments {
 			Help: "Nodes revoked through this node's operator API."}),
 		keyringEpochs: prometheus.NewCounter(prometheus.CounterOpts{Name: "mesh_control_keyring_changes_total",
 			Help: "Signing-key rotations and retirements done through this node's operator API."}),
+		unbound: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mesh_broker_unbound_logins_total",
+			Help: "Logins to this node's broker not bound to their TLS session (decision 0018), by client: node and operator for a bare nonce signature, enrolling for a sent token secret or a bare signature. Admitted unless serve runs with --require-bound-logins, refused then; a configuration reload checks every client again."},
+			[]string{"client"}),
 	}
 }
 
 func (m *instruments) all() []prometheus.Collector {
-	return []prometheus.Collector{m.enrolments, m.declarations, m.fanout, m.raftApply, m.revocations, m.keyringEpochs}
+	return []prometheus.Collector{m.enrolments, m.declarations, m.fanout, m.raftApply, m.revocations, m.keyringEpochs, m.unbound}
 }
 
 // Metric descriptions read at scrape time.

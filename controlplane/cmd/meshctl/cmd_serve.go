@@ -53,6 +53,8 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 			fs.StringVar(&metricsListen, "metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this ip:port (off by default)")
 			var profiling bool
 			fs.BoolVar(&profiling, "pprof", false, "also serve Go's profiler under /debug/pprof/ on --metrics-listen (exposes internals: keep the address private)")
+			var requireBound bool
+			fs.BoolVar(&requireBound, "require-bound-logins", false, "refuse logins not bound to their TLS session: meshhost and meshctl older than this version, and the stock nats CLI (see mesh_broker_unbound_logins_total before turning it on)")
 			var snapInterval time.Duration
 			var snapThreshold uint64
 			fs.DurationVar(&snapInterval, "raft-snapshot-interval", def.SnapshotInterval, "how often Raft checks whether to snapshot the state and compact its log")
@@ -88,10 +90,11 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 					Logger: log,
 					Timeouts: replication.Timeouts{Heartbeat: heartbeat, Election: heartbeat, LeaderLease: heartbeat / 2, Commit: def.Commit,
 						SnapshotInterval: snapInterval, SnapshotThreshold: snapThreshold},
-					OfflineAfter:      offline,
-					ReconcileInterval: reconcile,
-					MetricsListen:     metricsListen,
-					Profiling:         profiling,
+					OfflineAfter:       offline,
+					ReconcileInterval:  reconcile,
+					MetricsListen:      metricsListen,
+					Profiling:          profiling,
+					RequireBoundLogins: requireBound,
 				}
 				return interruptible(ctx, func() error { return serve(ctx, cio, log, opts) })
 			}
