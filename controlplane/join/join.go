@@ -457,17 +457,16 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 	for _, b := range r.tok.Brokers {
 		addr := b.String()
 		pub, _ := nk.PublicKey()
-		// The secret, and the key this node registers (signing the server's nonce):
-		// the broker admits the connection only for a live token, and lets only it
-		// hear the answer, on the inbox bound to that key.
-		// The key signs the nonce bound to this TLS session, so that a relay
-		// holding a leaf of the mesh CA cannot log in with it (decision 0018).
+		// The token (its id and the proof of its secret for this key; the secret
+		// never leaves this machine), and the key this node registers, signing the
+		// server's nonce bound to this TLS session, so that a relay holding a leaf of
+		// the mesh CA can log in with neither (decision 0018). The broker admits the
+		// connection only for a live token, and lets only it hear the answer, on the
+		// inbox bound to that key.
 		d := &broker.BoundDialer{TLS: pki.PinnedClientConfig(r.tok.CAPin), Timeout: 10 * time.Second, Context: ctx}
 		nc, err := nats.Connect("tls://"+addr,
 			nats.SetCustomDialer(d),
 			nats.TLSHandshakeFirst(),
-			// The token's id and the proof of its secret for this key; the secret
-			// never leaves this machine (decision 0018).
 			nats.UserInfo(authn.EnrolUserPrefix+r.tok.Node, api.EnrolPassword(r.tokenID(), r.tok.Prove(r.tok.Mesh, r.tok.Node, pub))),
 			nats.Nkey(pub, d.Sign(nk.Sign)),
 			nats.CustomInboxPrefix(api.EnrolInbox(r.tok.Node, pub)),
