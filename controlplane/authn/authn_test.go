@@ -104,14 +104,14 @@ func newFixture(t testing.TB) *fixture {
 
 // enrolling is the client an enrolling host presents: the token's secret as the
 // password of enrol:<node>, and the key it will register, signing the nonce.
-func enrolling(t *testing.T, node, secret string, kp nkeys.KeyPair, nonce []byte) broker.Client {
+func enrolling(t testing.TB, node, secret string, kp nkeys.KeyPair, nonce []byte) broker.Client {
 	return broker.Client{Username: EnrolUserPrefix + node, Password: secret, Nkey: pub(kp), Nonce: nonce, Sig: sign(t, kp, nonce), Remote: remote1}
 }
 
 // proving is the client an enrolling host since decision 0018 presents: the token's
 // id and its secret's proof for the node it names and the key it registers, which
 // signs the nonce bound to session.
-func proving(t *testing.T, node, secret string, kp nkeys.KeyPair, nonce, session []byte) broker.Client {
+func proving(t testing.TB, node, secret string, kp nkeys.KeyPair, nonce, session []byte) broker.Client {
 	var tok tokenfmt.Token
 	b, _ := hex.DecodeString(secret)
 	copy(tok.Secret[:], b)
@@ -160,7 +160,7 @@ func mustKey(t testing.TB, mk func() (nkeys.KeyPair, error)) nkeys.KeyPair {
 func pub(kp nkeys.KeyPair) string { p, _ := kp.PublicKey(); return p }
 
 // sign signs the nonce as nats.go does: raw URL base64 of the Ed25519 signature.
-func sign(t *testing.T, kp nkeys.KeyPair, nonce []byte) string {
+func sign(t testing.TB, kp nkeys.KeyPair, nonce []byte) string {
 	t.Helper()
 	sig, err := kp.Sign(nonce)
 	if err != nil {
