@@ -9,7 +9,8 @@ import (
 
 // TestDemo runs the README's first command, the built `meshctl demo`, and checks that
 // it told the whole story: converged, an impostor refused before it received a byte,
-// a revocation that stopped the agent.
+// a relay holding the mesh's own leaf refused without reading the secret, a
+// revocation that stopped the agent.
 func TestDemo(t *testing.T) {
 	r := harness.Run(t, "", nil, bin.Meshctl, "demo")
 	if r.Code != 0 {
@@ -21,6 +22,8 @@ func TestDemo(t *testing.T) {
 		"web-1  worker  alive",
 		"now holds: \"welcome to web-1",
 		"application bytes the impostor received: 0; credentials it saw: 0; identity saved: false",
+		"meshhost enrol: refused (token_unknown)",
+		"the token's secret among them: false",
 		"the agent stopped: this node was revoked",
 		"the agent started again with the revoked key: stopped on the signed notice",
 	} {

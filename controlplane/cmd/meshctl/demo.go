@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,7 +40,8 @@ func demoCommand() command {
 		usage: "[--keep] [--dir DIR] [--verbose]",
 		summary: `Run a whole mesh on loopback in a temporary directory and narrate each step.
 Bootstrap, serve, mint a token, enrol a host, run its agent, declare a file, watch it
-converge, refuse an impostor broker, revoke the node. Everything is real: the embedded
+converge, refuse an impostor broker, refuse a login relayed by something holding the
+mesh's own certificate, revoke the node. Everything is real: the embedded
 nats-server with TLS, Raft on disk, signed declarations.`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			fs := c.Flags()
@@ -119,7 +123,7 @@ func runDemo(ctx context.Context, out io.Writer, dir string, keep, verbose bool)
 	}
 	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
-	ports, err := freePorts(4)
+	ports, err := freePorts(5)
 	if err != nil {
 		return err
 	}
@@ -230,6 +234,30 @@ func runDemo(ctx context.Context, out io.Writer, dir string, keep, verbose bool)
 	n.say("application bytes the impostor received: %d; credentials it saw: %d; identity saved: %v",
 		inBytes, imp.attempts.Load(), !errors.Is(idErr, identity.ErrNotEnrolled))
 
+	n.chapter("relay: something on the path holds a certificate of the mesh itself (a removed control node, say)")
+	rel, err := startLeafRelay(cpDir, fmt.Sprintf("127.0.0.1:%d", ports[4]), d.BrokerAddr())
+	if err != nil {
+		return err
+	}
+	defer rel.ln.Close()
+	n.say("it listens on %s with cp-1's own leaf, so it passes the pin check, and relays to the real broker", rel.ln.Addr())
+	tok3, err := op.MintToken("web-3", tokenfmt.RoleWorker, 15*time.Minute, nil)
+	if err != nil {
+		return err
+	}
+	relayed := tok3
+	relayed.Brokers = []netip.AddrPort{netip.MustParseAddrPort(rel.ln.Addr().String())}
+	_, err = enrol.Enrol(ctx, enrol.Options{StateDir: filepath.Join(dir, "web-3"), Token: relayed.Encode(), Out: &indent{w: out}})
+	var refused *enrol.RefusedError
+	if !errors.As(err, &refused) {
+		return fmt.Errorf("the enrolment through the relay was not refused by the mesh: %v", err)
+	}
+	read := rel.read()
+	n.say("meshhost enrol: refused (%s)", refused.Code)
+	n.say("the mesh refused the relayed login: the node key signed the nonce bound to its own TLS session, not the relay's")
+	n.say("bytes the relay read in clear: %d; the token's secret among them: %v (the host proved the secret, it did not send it)",
+		len(read), strings.Contains(strings.ToLower(string(read)), hex.EncodeToString(tok3.Secret[:])))
+
 	n.chapter("revoke: the operator revokes web-1 (meshctl revoke)")
 	var rres api.RevokeResult
 	if err := op.Call(api.OpRevoke, api.RevokeRequest{Node: "web-1"}, &rres); err != nil {
@@ -297,6 +325,74 @@ func startImpostor(ctx context.Context, addr string) (*impostor, error) {
 	imp := &impostor{}
 	imp.srv, err = broker.Start(ctx, broker.Config{Name: "impostor", Mesh: "impostor", Listen: addr, TLS: cfg, Auth: imp, Logger: slog.New(slog.DiscardHandler)})
 	return imp, err
+}
+
+// leafRelay stands for a removed control node on a host's path: it holds the mesh's
+// own leaf, ends the host's TLS session, opens its own to the real broker and relays
+// the NATS protocol both ways, reading what the host sends.
+type leafRelay struct {
+	ln   net.Listener
+	mu   sync.Mutex
+	sent []byte
+}
+
+func startLeafRelay(dir datadir.Dir, listen, target string) (*leafRelay, error) {
+	leaf, err := dir.LoadLeaf()
+	if err != nil {
+		return nil, err
+	}
+	caPEM, err := dir.ReadFile(datadir.CACertFile)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pki.ServerConfig(leaf, caPEM)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := tls.Listen("tcp", listen, cfg)
+	if err != nil {
+		return nil, err
+	}
+	r := &leafRelay{ln: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go r.relay(c, target)
+		}
+	}()
+	return r, nil
+}
+
+func (r *leafRelay) relay(c net.Conn, target string) {
+	defer c.Close()
+	up, err := tls.Dial("tcp", target, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // the attacker's side
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			k, err := c.Read(buf)
+			r.mu.Lock()
+			r.sent = append(r.sent, buf[:k]...)
+			r.mu.Unlock()
+			if _, werr := up.Write(buf[:k]); err != nil || werr != nil {
+				up.Close()
+				return
+			}
+		}
+	}()
+	_, _ = io.Copy(c, up)
+}
+
+func (r *leafRelay) read() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]byte(nil), r.sent...)
 }
 
 func freePorts(n int) ([]int, error) {
