@@ -240,18 +240,33 @@ func (p *Proxy) pipe(dst, src net.Conn, fromServer bool) {
 	_ = src.Close()
 }
 
-// TLSRelay terminates TLS with a certificate of its own and relays the plaintext to the
-// real broker over a new TLS connection: a man in the middle that holds a certificate
-// from some CA, just not the mesh's.
+
+// TLSRelay ends a client's TLS session with a certificate and relays the plaintext to
+// the real broker over a TLS session of its own: a man in the middle. It records what
+// clients sent it and what the broker answered.
 type TLSRelay struct {
-	ln        net.Listener
-	plaintext atomic.Int64
+	ln   net.Listener
+	mu   sync.Mutex
+	sent []byte
+	got  []byte
 }
 
-// StartTLSRelay listens on listen and relays to the broker at target.
+// StartTLSRelay listens on listen with a certificate from some CA, just not the
+// mesh's, and relays to the broker at target.
 func StartTLSRelay(t testing.TB, listen, target string) *TLSRelay {
 	t.Helper()
-	cfg := OtherCATLS(t, listen)
+	return startRelay(t, listen, OtherCATLS(t, listen), target)
+}
+
+// StartLeafRelay stands for a control node that was removed but kept its leaf of the
+// mesh CA: it listens on a free loopback port with cp's own TLS identity, which passes
+// a client's pin check, and relays to cp's broker, the broker's nonce included.
+func StartLeafRelay(t testing.TB, cp *ControlPlane) *TLSRelay {
+	t.Helper()
+	return startRelay(t, "127.0.0.1:0", meshServerTLS(t, cp), cp.Listen)
+}
+
+func startRelay(t testing.TB, listen string, cfg *tls.Config, target string) *TLSRelay {
 	ln, err := tls.Listen("tcp", listen, cfg)
 	if err != nil {
 		t.Fatalf("relay listen: %v", err)
@@ -270,56 +285,8 @@ func StartTLSRelay(t testing.TB, listen, target string) *TLSRelay {
 	return r
 }
 
-// Addr is where it listens.
-func (r *TLSRelay) Addr() string { return r.ln.Addr().String() }
-
-// PlaintextBytes is how many decrypted application bytes it read from clients.
-func (r *TLSRelay) PlaintextBytes() int64 { return r.plaintext.Load() }
-
-func (r *TLSRelay) relay(c net.Conn, target string) {
-	defer c.Close()
-	if err := c.(*tls.Conn).Handshake(); err != nil {
-		return
-	}
-	up, err := tls.Dial("tcp", target, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // an attacker does not verify
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	go func() {
-		n, _ := io.Copy(up, countingReader{c, &r.plaintext})
-		_ = n
-		up.Close()
-	}()
-	_, _ = io.Copy(c, up)
-}
-
-type countingReader struct {
-	r io.Reader
-	n *atomic.Int64
-}
-
-func (c countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n.Add(int64(n))
-	return n, err
-}
-
-// LeafRelay stands for a control node that was removed but kept its leaf of the mesh
-// CA: on a client's path, it passes the client's pin check, ends the client's TLS
-// session and opens its own to the real broker, relaying the NATS protocol both ways
-// (the broker's nonce included). It records what the client sent it in plaintext and
-// what the broker answered.
-type LeafRelay struct {
-	ln   net.Listener
-	mu   sync.Mutex
-	sent []byte
-	got  []byte
-}
-
-// StartLeafRelay listens on a free loopback port with cp's own TLS identity and
-// relays to cp's broker.
-func StartLeafRelay(t testing.TB, cp *ControlPlane) *LeafRelay {
+// meshServerTLS is the server configuration of cp's own TLS identity.
+func meshServerTLS(t testing.TB, cp *ControlPlane) *tls.Config {
 	t.Helper()
 	dir := datadir.Dir(cp.Dir)
 	leaf, err := dir.LoadLeaf()
@@ -330,40 +297,32 @@ func StartLeafRelay(t testing.TB, cp *ControlPlane) *LeafRelay {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serverTLS, err := pki.ServerConfig(leaf, caPEM)
+	cfg, err := pki.ServerConfig(leaf, caPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", serverTLS)
-	if err != nil {
-		t.Fatalf("relay listen: %v", err)
-	}
-	r := &LeafRelay{ln: ln}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go r.relay(c, cp.Listen)
-		}
-	}()
-	t.Cleanup(func() { ln.Close() })
-	return r
+	return cfg
 }
 
 // Addr is where it listens.
-func (r *LeafRelay) Addr() string { return r.ln.Addr().String() }
+func (r *TLSRelay) Addr() string { return r.ln.Addr().String() }
+
+// PlaintextBytes is how many decrypted application bytes it read from clients.
+func (r *TLSRelay) PlaintextBytes() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return int64(len(r.sent))
+}
 
 // Sent is every plaintext byte clients sent it, in arrival order.
-func (r *LeafRelay) Sent() []byte {
+func (r *TLSRelay) Sent() []byte {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.sent)
 }
 
 // Answered is every plaintext byte the broker sent back through it.
-func (r *LeafRelay) Answered() []byte {
+func (r *TLSRelay) Answered() []byte {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.got)
@@ -381,7 +340,7 @@ func (w recorder) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (r *LeafRelay) relay(c net.Conn, target string) {
+func (r *TLSRelay) relay(c net.Conn, target string) {
 	defer c.Close()
 	if err := c.(*tls.Conn).Handshake(); err != nil {
 		return
