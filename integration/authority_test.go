@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"mesh/broker"
 	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
@@ -139,6 +140,16 @@ func TestAuthorityModel(t *testing.T) {
 	expiredKey, _ := nkeys.CreateUser()
 	expired := enrollingConn(t, cp, parseToken(t, expiredText), expiredKey)
 
+	// Clients of this version prove their token and bind the nonce signature to the
+	// session (decision 0018): one with a live token, one with the expired token.
+	proverTok := parseToken(t, cp.Token("prover"))
+	proverKey, _ := nkeys.CreateUser()
+	proverPub, _ := proverKey.PublicKey()
+	prover := provingConn(t, cp, proverTok, proverKey)
+	provedLateKey, _ := nkeys.CreateUser()
+	provedLatePub, _ := provedLateKey.PublicKey()
+	provedLate := provingConn(t, cp, parseToken(t, expiredText), provedLateKey)
+
 	// The operator, with its credentials, asks read-only questions.
 	op := cp.OperatorConn()
 
@@ -167,6 +178,16 @@ func TestAuthorityModel(t *testing.T) {
 			CAPin: hex.EncodeToString(tok.CAPin[:]), SigningKey: hex.EncodeToString(tok.SigningKey)})
 		return b
 	}
+	proofRequest := func(tok tokenfmt.Token, kp nkeys.KeyPair, role string) []byte {
+		pub, _ := kp.PublicKey()
+		sig, _ := kp.Sign(api.KeyProofMessage(tok.Mesh, tok.Node, pub))
+		id := tok.SecretHash()
+		b, _ := json.Marshal(api.EnrolRequest{V: api.ProtocolVersion, Mesh: tok.Mesh, Node: tok.Node, Role: role,
+			TokenID: hex.EncodeToString(id[:]), TokenProof: base64.StdEncoding.EncodeToString(tok.Prove(tok.Mesh, tok.Node, pub)),
+			PublicKey: pub, KeyProof: base64.StdEncoding.EncodeToString(sig),
+			CAPin: hex.EncodeToString(tok.CAPin[:]), SigningKey: hex.EncodeToString(tok.SigningKey)})
+		return b
+	}
 	attackerSync, _ := json.Marshal(api.SyncRequest{V: api.ProtocolVersion})
 	attackerStatus, _ := json.Marshal(api.Status{V: api.ProtocolVersion, Node: "attacker"})
 	readOnly, _ := api.EncodeAdminRequest(api.OpNodes, api.NodesRequest{})
@@ -191,6 +212,9 @@ func TestAuthorityModel(t *testing.T) {
 		{"enrolling client, used token", "mesh.enrol.attacker", used, enrolRequest(parseToken(t, attackerToken), usedKey, "worker"), true},
 		{"enrolling client, used token, its key's subject", api.EnrolKeySubject("attacker", usedPub), used, enrolRequest(parseToken(t, attackerToken), usedKey, "worker"), true},
 		{"enrolling client, expired token", "mesh.enrol.late", expired, enrolRequest(parseToken(t, expiredText), expiredKey, "worker"), true},
+		{"enrolling client proving a live token, its key's subject", api.EnrolKeySubject("prover", proverPub), prover, proofRequest(proverTok, proverKey, "control"), true},
+		{"enrolling client proving a live token, old subject", "mesh.enrol.prover", prover, proofRequest(proverTok, proverKey, "control"), true},
+		{"enrolling client proving an expired token, its key's subject", api.EnrolKeySubject("late", provedLatePub), provedLate, proofRequest(parseToken(t, expiredText), provedLateKey, "worker"), true},
 		{"operator", api.AdminSubject(api.OpNodes), op, readOnly, false},
 		{"operator", api.AdminSubject(api.OpSigningKeyStatus), op, keyStatus, false},
 		{"operator", api.AdminSubject(api.OpPing), op, nil, false},
@@ -229,6 +253,8 @@ func TestAuthorityModel(t *testing.T) {
 		{live, "mesh.enrol.newbie", enrolRequest(newbieTok, liveKey, "control"), api.CodeTokenWrongRole},
 		{used, "mesh.enrol.attacker", enrolRequest(parseToken(t, attackerToken), usedKey, "worker"), api.CodeTokenUsed},
 		{expired, "mesh.enrol.late", enrolRequest(parseToken(t, expiredText), expiredKey, "worker"), api.CodeTokenExpired},
+		{prover, api.EnrolKeySubject("prover", proverPub), proofRequest(proverTok, proverKey, "control"), api.CodeTokenWrongRole},
+		{provedLate, api.EnrolKeySubject("late", provedLatePub), proofRequest(parseToken(t, expiredText), provedLateKey, "worker"), api.CodeTokenExpired},
 	} {
 		m, err := c.nc.Request(c.subj, c.data, 10*time.Second)
 		if err != nil {
@@ -417,6 +443,26 @@ func TestTokenAdmitsOneMachineOnce(t *testing.T) {
 	if err == nil {
 		t.Fatal("the revoked node's key was admitted with its old token")
 	}
+}
+
+// provingConn is the connection of an enrolling client of this version: it proves
+// tok's secret for kp rather than sending it, and kp signs the nonce bound to the TLS
+// session (decision 0018).
+func provingConn(t *testing.T, cp *harness.ControlPlane, tok tokenfmt.Token, kp nkeys.KeyPair) *nats.Conn {
+	t.Helper()
+	cfg, _ := datadir.Dir(cp.Dir).LoadConfig()
+	pin, _ := cfg.Pin()
+	pub, _ := kp.PublicKey()
+	id := tok.SecretHash()
+	d := &broker.BoundDialer{TLS: pki.PinnedClientConfig(pin)}
+	nc, err := nats.Connect("tls://"+cp.Listen, nats.SetCustomDialer(d), nats.TLSHandshakeFirst(),
+		nats.UserInfo("enrol:"+tok.Node, api.EnrolPassword(hex.EncodeToString(id[:]), tok.Prove(tok.Mesh, tok.Node, pub))),
+		nats.Nkey(pub, d.Sign(kp.Sign)), nats.CustomInboxPrefix(api.EnrolInbox(tok.Node, pub)), nats.NoReconnect())
+	if err != nil {
+		t.Fatalf("proving connection: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }
 
 // enrollingConnWithErrors is enrollingConn that also hands the connection's
