@@ -684,22 +684,30 @@ func TestGrantSubjectsMatchTheProtocol(t *testing.T) {
 }
 
 func FuzzAuthenticate(f *testing.F) {
-	f.Add("enrol:web-2", "00", "", "", "", []byte("n"))
-	f.Add("", "", "tok", "", "", []byte(nil))
-	f.Add("", "", "", "UABC", "sig", []byte("nonce"))
-	f.Add("", "", "", "", "eyJhbGciOiJlZDI1NTE5In0.e30.sig", []byte("nonce"))
+	f.Add("enrol:web-2", "00", "", "", "", []byte("n"), "x", []byte(nil))
+	f.Add("", "", "tok", "", "", []byte(nil), "x", []byte(nil))
+	f.Add("", "", "", "UABC", "sig", []byte("nonce"), "x", []byte(nil))
+	f.Add("", "", "", "", "eyJhbGciOiJlZDI1NTE5In0.e30.sig", []byte("nonce"), "x", []byte(nil))
 	fx := newFixture(f)
-	f.Fuzz(func(t *testing.T, user, pass, token, nkey, jwtText string, nonce []byte) {
-		a := New(Config{Roster: fx.fsm, InternalToken: "internal", Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return now0 }})
-		g, err := a.Authenticate(broker.Client{Username: user, Password: pass, Token: token, Nkey: nkey, JWT: jwtText, Sig: "x", Nonce: nonce, Remote: remote1})
+	// A proof of the fixture's live token for a key the fuzzer holds no private half
+	// of, over a session binding of its choice (decision 0018).
+	var tok tokenfmt.Token
+	b, _ := hex.DecodeString(fx.secret)
+	copy(tok.Secret[:], b)
+	id := tok.SecretHash()
+	f.Add("enrol:web-2", api.EnrolPassword(hex.EncodeToString(id[:]), tok.Prove("demo", "web-2", pub(fx.web1))), "", pub(fx.web1), "",
+		[]byte("nonce"), "x", bytes.Repeat([]byte{1}, broker.BindingSize))
+	f.Fuzz(func(t *testing.T, user, pass, token, nkey, jwtText string, nonce []byte, sig string, binding []byte) {
+		a := New(Config{Roster: fx.fsm, Mesh: "demo", InternalToken: "internal", Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return now0 }})
+		g, err := a.Authenticate(broker.Client{Username: user, Password: pass, Token: token, Nkey: nkey, JWT: jwtText, Sig: sig, Nonce: nonce, Binding: binding, Remote: remote1})
 		if err != nil {
 			if !errors.Is(err, broker.ErrRefused) {
 				t.Fatalf("refusal %v does not wrap ErrRefused", err)
 			}
 			return
 		}
-		// The fuzzer cannot sign the nonce ("x" is no signature), so only the
-		// internal token, with one of its roles, can get in.
+		// The fuzzer holds no private key of the fixture, so it cannot sign the nonce,
+		// bound or bare: only the internal token, with one of its roles, gets in.
 		if token != "internal" || !strings.HasPrefix(g.User, "control-plane:") || g.Account == broker.AccountNone {
 			t.Fatalf("granted %+v to a client that proved nothing", g)
 		}
