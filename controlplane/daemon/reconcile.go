@@ -26,6 +26,7 @@ func (d *Daemon) reconcileLoop(ctx context.Context) error {
 // on), and a declaration signed by a key the node does not trust yet would only be
 // refused without the keyrings before it.
 func (d *Daemon) reconcile(now time.Time) {
+	d.purge(now)
 	d.refresh(now)
 	var (
 		lagging []string
@@ -62,6 +63,21 @@ func (d *Daemon) reconcile(now time.Time) {
 		}
 	}
 	d.publishDeclarations(lagging)
+}
+
+// purge commits an empty command when a token record or a sealed identity has fallen
+// due and nothing else was committed since: every command drops them by its time, and
+// a quiet mesh would otherwise keep a control token's sealed identity in its state,
+// its snapshots and their backups past the token's expiry.
+func (d *Daemon) purge(now time.Time) {
+	var due bool
+	d.fsm.Read(func(s *state.State) { due = s.PurgeDue(now) })
+	if !due {
+		return
+	}
+	if res, err := d.raft.Apply(state.Command{Op: state.OpPurge, At: now.UTC()}, commitTimeout); err != nil || res.Err != nil {
+		d.log.Warn("expired token records not purged; will try again", "err", errors.Join(err, res.Err))
+	}
 }
 
 // refresh re-signs, in one log entry, every declaration past half its validity, and

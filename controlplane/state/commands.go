@@ -55,6 +55,13 @@ type RefreshCmd struct {
 // OpRefresh names RefreshCmd.
 const OpRefresh = "refresh"
 
+// OpPurge carries no operation of its own: like every command, it drops the token
+// records and sealed identities that fell due by its time (purgeTokens). The leader
+// proposes it when one has fallen due and nothing else was committed since
+// (State.PurgeDue), so that a quiet mesh does not keep a sealed identity past its
+// token's expiry.
+const OpPurge = "purge"
+
 // Operation names.
 const (
 	OpInit        = "init"
@@ -245,6 +252,8 @@ func (s *State) apply(c *Command) Result {
 		return s.applyRetire(c.Retire)
 	case c.Op == OpCancelTokens && c.CancelTokens != nil:
 		return s.applyCancelTokens(c.At, c.CancelTokens)
+	case c.Op == OpPurge:
+		return Result{} // purgeTokens ran above
 	}
 	return Result{Err: fmt.Errorf("%w: op %q", ErrBadCommand, c.Op)}
 }
@@ -546,6 +555,13 @@ func (s *State) purgeTokens(at time.Time) {
 		next = at.Add(expiredTokenRetention) // no token: nothing falls due before a new one
 	}
 	s.purgeAt = next
+}
+
+// PurgeDue reports whether a command at time at would drop a token record or a
+// sealed identity. After a restore nothing says when the next one falls due until a
+// command has run, so then any token counts as due.
+func (s *State) PurgeDue(at time.Time) bool {
+	return len(s.Tokens) > 0 && (s.purgeAt.IsZero() || !at.Before(s.purgeAt))
 }
 
 // purgeDue is when purgeTokens next has something to do with t: its expiry while it

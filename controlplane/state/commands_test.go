@@ -846,6 +846,38 @@ func TestCancelledControlTokenDropsItsSealedIdentity(t *testing.T) {
 // presented: a used token's until its expiry, for a repeated admission whose answer
 // was lost; an unused one's until its expiry. After that no copy of the state (a
 // backup, a snapshot) holds it, though the record stays a day to say "expired".
+// TestPurgeDue: the leader learns when an empty command would drop something, and
+// OpPurge drops it; after it, nothing is due until the next expiry.
+func TestPurgeDue(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	if m.state().PurgeDue(t0.Add(48 * time.Hour)) {
+		t.Fatal("purge due with no token")
+	}
+	m.must(tokenCmd("cp", "cp-2", RoleControl, t0, 30*time.Minute))
+	m.must(tokenCmd("web", "web-1", RoleWorker, t0, time.Hour))
+	if m.state().PurgeDue(t0.Add(30*time.Minute - 1)) {
+		t.Fatal("purge due before the control token expired")
+	}
+	if !m.state().PurgeDue(t0.Add(30 * time.Minute)) {
+		t.Fatal("purge not due once the control token expired with its sealed identity")
+	}
+	m.must(Command{Op: OpPurge, At: t0.Add(30 * time.Minute)})
+	if len(m.state().Tokens["cp"].Sealed) != 0 {
+		t.Fatal("OpPurge kept the expired token's sealed identity")
+	}
+	if m.state().PurgeDue(t0.Add(31 * time.Minute)) {
+		t.Fatal("purge due again with nothing left to drop until a record's retention ends")
+	}
+	if !m.state().PurgeDue(t0.Add(30*time.Minute + expiredTokenRetention)) {
+		t.Fatal("purge not due when the first record's retention ends")
+	}
+	m.must(Command{Op: OpPurge, At: t0.Add(time.Hour + expiredTokenRetention + time.Second)})
+	if len(m.state().Tokens) != 0 {
+		t.Fatalf("records kept past their retention: %v", m.state().Tokens)
+	}
+}
+
 func TestExpiredControlTokenDropsItsSealedIdentity(t *testing.T) {
 	m := newMachine(t)
 	m.must(initCmd("demo", t0))
