@@ -58,8 +58,8 @@ func BenchmarkNodeConnect(b *testing.B) {
 	serverTLS, _ := pki.ServerConfig(leaf, ca.CertPEM)
 	auth := New(Config{Roster: fx.fsm, Logger: slog.New(slog.DiscardHandler)})
 	for _, tc := range []struct {
-		name string
-		auth broker.Authenticator
+		name  string
+		auth  broker.Authenticator
 		bound bool
 	}{{"roster-nkey", auth, false}, {"roster-nkey-bound", auth, true}, {"baseline-allow-all", allowAll{}, false}} {
 		srv, err := broker.Start(context.Background(), broker.Config{Name: "bench", Mesh: "bench", Listen: "127.0.0.1:0", TLS: serverTLS, Auth: tc.auth, Logger: slog.New(slog.DiscardHandler)})

@@ -240,7 +240,6 @@ func (p *Proxy) pipe(dst, src net.Conn, fromServer bool) {
 	_ = src.Close()
 }
 
-
 // TLSRelay ends a client's TLS session with a certificate and relays the plaintext to
 // the real broker over a TLS session of its own: a man in the middle. It records what
 // clients sent it and what the broker answered.
