@@ -19,9 +19,10 @@ import (
 	"mesh/tokenfmt"
 )
 
-// handleEnrol admits a node: it checks the secret against the token record, consumes
-// the token through the log (atomically, bound to the joiner's key), and answers with
-// everything the node needs, the first declaration signed.
+// handleEnrol admits a node: it checks the token's proof (an older client's secret)
+// against the token record, consumes the token through the log (atomically, bound to
+// the joiner's key), and answers with everything the node needs, the first
+// declaration signed.
 //
 // It answers only on the inbox bound to the key the request registers, and only once
 // the request proves possession of that key: the broker lets nobody but the
@@ -136,8 +137,9 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 	if pre != nil {
 		return refuse(refusalCode(pre), pre.Error())
 	}
-	// The secret is this mesh's; the rest of the token must be too, in every part the
-	// host relies on, or the host would refuse the answer after the token was consumed.
+	// The token's id and proof are this mesh's; the rest of the token must be too, in
+	// every part the host relies on, or the host would refuse the answer after the
+	// token was consumed.
 	if !strings.EqualFold(req.CAPin, d.cfg.CAPin) {
 		return refuse(api.CodeTokenOtherMesh, "the token pins another CA than this mesh's: it was not minted by this mesh (or the mesh's CA was replaced since); mint a new token")
 	}
