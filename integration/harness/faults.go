@@ -284,8 +284,8 @@ func startRelay(t testing.TB, listen string, cfg *tls.Config, target string) *TL
 	return r
 }
 
-// meshServerTLS is the server configuration of cp's own TLS identity.
-func meshServerTLS(t testing.TB, cp *ControlPlane) *tls.Config {
+// meshIdentity is cp's own TLS identity: its leaf of the mesh CA, and the CA.
+func meshIdentity(t testing.TB, cp *ControlPlane) (pki.Leaf, []byte) {
 	t.Helper()
 	dir := datadir.Dir(cp.Dir)
 	leaf, err := dir.LoadLeaf()
@@ -296,7 +296,13 @@ func meshServerTLS(t testing.TB, cp *ControlPlane) *tls.Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := pki.ServerConfig(leaf, caPEM)
+	return leaf, caPEM
+}
+
+// meshServerTLS is the server configuration of cp's own TLS identity.
+func meshServerTLS(t testing.TB, cp *ControlPlane) *tls.Config {
+	t.Helper()
+	cfg, err := pki.ServerConfig(meshIdentity(t, cp))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,18 +57,8 @@ func (admitAll) Authenticate(c broker.Client) (broker.Grant, error) {
 func StartHostileBroker(t testing.TB, cp *ControlPlane, others ...*ControlPlane) *HostileBroker {
 	t.Helper()
 	dir := datadir.Dir(cp.Dir)
-	leaf, err := dir.LoadLeaf()
-	if err != nil {
-		t.Fatal(err)
-	}
-	caPEM, err := dir.ReadFile(datadir.CACertFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serverTLS, err := pki.ServerConfig(leaf, caPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	leaf, caPEM := meshIdentity(t, cp)
+	serverTLS := meshServerTLS(t, cp)
 	mutual, err := pki.MutualConfig(leaf, caPEM)
 	if err != nil {
 		t.Fatal(err)
