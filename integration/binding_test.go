@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -178,5 +179,49 @@ func TestRequireBoundLogins(t *testing.T) {
 	}
 	if n := cp.Counter("mesh_broker_connections_refused_total"); n < 1 {
 		t.Fatalf("the refused bare login is not among the refusals: %v", n)
+	}
+}
+
+// TestAgentOlderThanTheBindingStillEnrols: without --require-bound-logins, an agent
+// older than decision 0018 (it sends its token's secret and signs the bare nonce)
+// still enrols and logs in as its node, and the broker counts both logins as unbound.
+func TestAgentOlderThanTheBindingStillEnrols(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "bindold")
+	cp.Serve()
+	tok := parseToken(t, cp.Token("old-1"))
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	nc := enrollingConn(t, cp, tok, kp)
+	sig, _ := kp.Sign(api.KeyProofMessage(tok.Mesh, tok.Node, pub))
+	req, _ := json.Marshal(api.EnrolRequest{V: api.ProtocolVersion, Mesh: tok.Mesh, Node: tok.Node, Role: "worker",
+		Secret: hexSecret(tok), PublicKey: pub, KeyProof: base64.StdEncoding.EncodeToString(sig),
+		CAPin: hex.EncodeToString(tok.CAPin[:]), SigningKey: hex.EncodeToString(tok.SigningKey), Agent: "meshhost/older"})
+	m, err := nc.Request(api.EnrolKeySubject(tok.Node, pub), req, 10*time.Second)
+	if err != nil {
+		t.Fatalf("the older agent's enrolment went unanswered: %v", err)
+	}
+	var resp api.EnrolResponse
+	if err := json.Unmarshal(m.Data, &resp); err != nil || !resp.OK || resp.Node != "old-1" {
+		t.Fatalf("the older agent's enrolment: %+v %v", resp.Error, err)
+	}
+	nc.Close()
+	if n := cp.Counter("mesh_broker_unbound_logins_total", "client=enrolling"); n < 1 {
+		t.Fatalf("the older enrolment was not counted as unbound: %v", n)
+	}
+
+	cfg, _ := datadir.Dir(cp.Dir).LoadConfig()
+	pin, _ := cfg.Pin()
+	node, err := nats.Connect("tls://"+cp.Listen, nats.Secure(pki.PinnedClientConfig(pin)), nats.TLSHandshakeFirst(),
+		nats.Nkey(pub, kp.Sign), nats.CustomInboxPrefix(api.NodeInbox("old-1")), nats.Timeout(5*time.Second), nats.NoReconnect())
+	if err != nil {
+		t.Fatalf("the older agent's login as its node: %v", err)
+	}
+	defer node.Close()
+	sync, _ := json.Marshal(api.SyncRequest{V: api.ProtocolVersion})
+	if _, err := node.Request(api.SyncSubject("old-1"), sync, 10*time.Second); err != nil {
+		t.Fatalf("the older agent's sync went unanswered: %v", err)
+	}
+	if n := cp.Counter("mesh_broker_unbound_logins_total", "client=node"); n < 1 {
+		t.Fatalf("the older agent's login was not counted as unbound: %v", n)
 	}
 }
