@@ -118,3 +118,29 @@ func TestFirstControlNodeRecordsItsIdentity(t *testing.T) {
 		}
 	})
 }
+
+// TestTokenCreateNeedsAProofKey: a token whose proof key is missing or malformed (an
+// older meshctl) is refused, not recorded: no current agent could enrol with it.
+func TestTokenCreateNeedsAProofKey(t *testing.T) {
+	d := fleet(t, 0)
+	var id [32]byte
+	rand.Read(id[:])
+	req := api.TokenCreateRequest{ID: hex.EncodeToString(id[:]), Node: "web-1", Role: state.RoleWorker, TTL: api.Duration(time.Hour)}
+	for name, key := range map[string]string{"missing": "", "short": "abcd", "not hex": string(make([]byte, 64)), "too long": hex.EncodeToString(make([]byte, 33))} {
+		req.ProofKey = key
+		_, err := d.createToken(req)
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Code != api.CodeBadRequest {
+			t.Errorf("%s proof key: %v, want %s", name, err, api.CodeBadRequest)
+		}
+	}
+	d.fsm.Read(func(s *state.State) {
+		if len(s.Tokens) != 0 {
+			t.Errorf("a token without a proof key was recorded: %v", s.Tokens)
+		}
+	})
+	req.ProofKey = hex.EncodeToString(id[:])
+	if _, err := d.createToken(req); err != nil {
+		t.Fatalf("with a proof key: %v", err)
+	}
+}
