@@ -31,6 +31,11 @@ type Client struct {
 	Binding []byte
 	Remote  net.Addr
 	TLS     *tls.ConnectionState
+	// HostsFull says the broker holds as many hosts as its capacity allows: an
+	// Authenticator refuses a host's login with ErrFull before it spends anything on
+	// it (a signature's verification, a token's connection budget). The broker
+	// refuses a Host grant then anyway.
+	HostsFull bool
 }
 
 // Grant is the outcome of a successful authentication: who the client is, the account
@@ -47,6 +52,9 @@ type Grant struct {
 	Subscribe []string
 	// Deadline, when set, closes the connection at that time (enrolling clients).
 	Deadline time.Time
+	// Host says the client is a host (enrolled, enrolling or revoked): the broker
+	// admits it only within its capacity (Capacity.MaxHosts).
+	Host bool
 }
 
 // Authenticator decides client connections. It runs for every connection and again for
@@ -73,6 +81,9 @@ type hook struct {
 	log      *slog.Logger
 	accounts *accounts
 	ns       *server.Server
+	// maxHosts, when positive, is the most client connections the broker holds when
+	// it admits a host (Capacity.MaxHosts).
+	maxHosts int
 	// refusals limits the lines about refused clients: anyone who reaches the port
 	// can be refused as often as it connects. Nil means one of the hook's own (limiter).
 	refusals     *logging.Limiter
@@ -99,7 +110,23 @@ func (h *hook) Check(c server.ClientAuthentication) bool {
 		TLS:      c.GetTLSConnectionState(),
 	}
 	cl.Binding = ChannelBinding(cl.TLS)
+	// nats-server asks again about every connection on a reload: was is the account
+	// of a connection admitted before. A connection never moves to another account
+	// there (a node revoked meanwhile would be granted the revoked account, its
+	// subscriptions kept): it is refused, and closed. A host beyond the broker's
+	// capacity is refused before the process runs out of descriptors for its
+	// operators and itself; one admitted before is never closed for it.
+	var was *server.Account
+	if cur, ok := c.(interface{ Account() *server.Account }); ok {
+		if a := cur.Account(); a != nil && h.accounts.ours(a.Name) {
+			was = a
+		}
+	}
+	cl.HostsFull = was == nil && h.full()
 	g, err := h.auth.Authenticate(cl)
+	if err == nil && g.Host && cl.HostsFull {
+		err = ErrFull
+	}
 	if err != nil {
 		reason := refusalReason(err)
 		h.refused.add(reason)
@@ -116,16 +143,11 @@ func (h *hook) Check(c server.ClientAuthentication) bool {
 		h.logRefused(slog.LevelError, "client refused: account not found", "", slog.String("account", g.Account.String()), slog.Any("err", err))
 		return false
 	}
-	// nats-server asks again about every connection on a reload. A connection never
-	// moves to another account there (a node revoked meanwhile would be granted the
-	// revoked account, its subscriptions kept): it is refused, and closed.
-	if cur, ok := c.(interface{ Account() *server.Account }); ok {
-		if was := cur.Account(); was != nil && was != acc && h.accounts.ours(was.Name) {
-			reason := refusalReason(errAccountChanged)
-			h.refused.add(reason)
-			h.logRefused(slog.LevelInfo, "client refused", reason, slog.String("user", clip(g.User)), slog.String("account", g.Account.String()), slog.String("reason", reason))
-			return false
-		}
+	if was != nil && was != acc {
+		reason := refusalReason(errAccountChanged)
+		h.refused.add(reason)
+		h.logRefused(slog.LevelInfo, "client refused", reason, slog.String("user", clip(g.User)), slog.String("account", g.Account.String()), slog.String("reason", reason))
+		return false
 	}
 	c.RegisterUser(&server.User{
 		Username:           g.User,
@@ -137,6 +159,22 @@ func (h *hook) Check(c server.ClientAuthentication) bool {
 		},
 	})
 	return true
+}
+
+// full says whether the broker has no room for another host: its hosts' accounts
+// hold maxHosts clients already (the one asking is not counted yet: it joins its
+// account once admitted).
+func (h *hook) full() bool {
+	if h.maxHosts <= 0 {
+		return false
+	}
+	n := 0
+	for _, a := range []Account{AccountHosts, AccountRevoked} {
+		if acc, err := h.ns.LookupAccount(h.accounts.names[a]); err == nil {
+			n += acc.NumLocalConnections()
+		}
+	}
+	return n >= h.maxHosts
 }
 
 // refused logs a refused client, the first few of each message and reason an interval

@@ -59,6 +59,9 @@ type Config struct {
 	// Admission says when hosts' TLS handshakes go ahead; the zero value admits
 	// them from the start.
 	Admission Admission
+	// Capacity bounds the connections the broker holds (ProcessCapacity); the zero
+	// value leaves nats-server's defaults and caps no hosts.
+	Capacity Capacity
 }
 
 // ClusterConfig joins brokers of several control nodes over mutual TLS.
@@ -91,6 +94,7 @@ type Server struct {
 	peers     sync.Mutex
 	opts      *server.Options
 	clustered bool
+	capacity  Capacity
 }
 
 // Start configures and starts the broker and waits until it accepts connections.
@@ -163,6 +167,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		// state=closed), 10,000 by default. Every enrolment closes one, so a fleet
 		// enrolling would keep 10,000 records (most of a kilobyte each) for nobody.
 		MaxClosedClients: maxClosedClients,
+		MaxConn:          cfg.Capacity.MaxConnections,
 	}
 	if c := cfg.Cluster; c != nil {
 		ch, cp, err := splitHostPort(c.Listen)
@@ -193,7 +198,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	h := &hook{auth: cfg.Auth, log: log, accounts: accts}
+	h := &hook{auth: cfg.Auth, log: log, accounts: accts, maxHosts: cfg.Capacity.MaxHosts}
 	opts.CustomClientAuthentication = h
 	ns, err := server.NewServer(opts)
 	if err != nil {
@@ -213,7 +218,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("broker: not accepting connections on %s after %s (is the address in use?)", cfg.Listen, deadline)
 	}
-	return &Server{ns: ns, log: log, listen: ns.ClientURL(), accounts: accts, admit: admit, hook: h, nlog: nlog, opts: opts, clustered: cfg.Cluster != nil}, nil
+	return &Server{ns: ns, log: log, listen: ns.ClientURL(), accounts: accts, admit: admit, hook: h, nlog: nlog, opts: opts, clustered: cfg.Cluster != nil, capacity: cfg.Capacity}, nil
 }
 
 // A route that leaves routeMaxPingsOut pings unanswered is closed: within about
@@ -471,6 +476,9 @@ func (s *Server) Stats() (Stats, error) {
 	return Stats{Connections: v.Connections, Routes: v.Routes, InMsgs: v.InMsgs, OutMsgs: v.OutMsgs,
 		InBytes: v.InBytes, OutBytes: v.OutBytes, SlowConsumers: v.SlowConsumers}, nil
 }
+
+// Capacity is what the broker was started to hold.
+func (s *Server) Capacity() Capacity { return s.capacity }
 
 // Running reports whether the broker accepts client connections.
 func (s *Server) Running() bool { return s.ns.Running() }

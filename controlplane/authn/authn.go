@@ -209,6 +209,10 @@ func (a *Authenticator) Authenticate(c broker.Client) (broker.Grant, error) {
 		return a.internal(c)
 	case c.JWT != "":
 		return a.operator(c)
+	case c.HostsFull && (strings.HasPrefix(c.Username, EnrolUserPrefix) || c.Nkey != ""):
+		// A host the broker has no room for: refused before its signature is
+		// verified or its token's connection budget spent.
+		return broker.Grant{}, broker.ErrFull
 	case strings.HasPrefix(c.Username, EnrolUserPrefix):
 		return a.enrolling(c)
 	case c.Nkey != "":
@@ -303,6 +307,7 @@ func NodeGrant(id string) broker.Grant {
 		Account:   broker.AccountHosts,
 		Publish:   []string{api.StatusSubject(id), api.SyncSubject(id)},
 		Subscribe: []string{api.DeclarationSubject(id), api.NodeInbox(id) + ".>"},
+		Host:      true,
 	}
 }
 
@@ -320,6 +325,7 @@ func RevokedGrant(id string, deadline time.Time) broker.Grant {
 		Publish:   []string{api.StatusSubject(id), api.SyncSubject(id)},
 		Subscribe: []string{api.DeclarationSubject(id), api.NodeInbox(id) + ".>"},
 		Deadline:  deadline,
+		Host:      true,
 	}
 }
 
@@ -332,6 +338,7 @@ func EnrolGrant(node, key string, deadline time.Time) broker.Grant {
 		Publish:   []string{api.EnrolKeySubject(node, key), api.EnrolSubject(node)},
 		Subscribe: []string{api.EnrolInbox(node, key) + ".>"},
 		Deadline:  deadline,
+		Host:      true,
 	}
 }
 

@@ -764,3 +764,45 @@ func TestUnboundLogins(t *testing.T) {
 		}
 	}
 }
+
+// TestHostsRefusedOnAFullBrokerSpendNothing: while the broker has no room for
+// another host (Client.HostsFull), an enrolling client and a node are refused with
+// broker.ErrFull before anything is spent on them: the token's connection budget and
+// the address's failure count are untouched, so the token works at once when there is
+// room. The control plane's own connections and operators are admitted.
+func TestHostsRefusedOnAFullBrokerSpendNothing(t *testing.T) {
+	fx := newFixture(t)
+	a := fx.auth("s3cret-internal")
+	nonce := []byte("nonce")
+	full := func(c broker.Client) broker.Client { c.HostsFull = true; return c }
+	bad := strings.Repeat("cd", 32)
+	for range DefaultTokenConnections + 3 {
+		for _, c := range []broker.Client{
+			enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), nonce),
+			enrolling(t, "web-2", bad, mustKey(t, nkeys.CreateUser), nonce),
+			{Nkey: pub(fx.web1), Nonce: nonce, Sig: sign(t, fx.web1, nonce), Remote: remote1},
+			{Nkey: pub(fx.gone), Nonce: nonce, Sig: "not a signature", Remote: remote1},
+		} {
+			if _, err := a.Authenticate(full(c)); !errors.Is(err, broker.ErrFull) {
+				t.Fatalf("host %q %q on a full broker: %v, want broker.ErrFull", c.Username, c.Nkey, err)
+			}
+		}
+	}
+	// Nothing was spent: every connection of the token's budget, and no block.
+	for i := range DefaultTokenConnections {
+		if _, err := a.Authenticate(enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), []byte(fmt.Sprint("n", i)))); err != nil {
+			t.Fatalf("enrolling connection %d once there is room: %v", i+1, err)
+		}
+	}
+	if g, err := a.Authenticate(broker.Client{Nkey: pub(fx.web1), Nonce: nonce, Sig: sign(t, fx.web1, nonce), Remote: remote1}); err != nil || !g.Host {
+		t.Fatalf("node once there is room: %+v, %v", g, err)
+	}
+	// Not hosts: admitted on a full broker.
+	if g, err := a.Authenticate(full(broker.Client{Username: string(RoleHosts), Token: "s3cret-internal"})); err != nil || g.Host {
+		t.Fatalf("the control plane's own connection on a full broker: %+v, %v", g, err)
+	}
+	operator := mustKey(t, nkeys.CreateUser)
+	if g, err := a.Authenticate(full(broker.Client{JWT: userJWT(t, fx.account, operator, nil), Nonce: nonce, Sig: sign(t, operator, nonce)})); err != nil || g.Host {
+		t.Fatalf("an operator on a full broker: %+v, %v", g, err)
+	}
+}

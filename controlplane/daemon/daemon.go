@@ -73,6 +73,9 @@ type Options struct {
 	// meshctl older than decision 0018, and the stock nats CLI
 	// (authn.Config.RequireBound). Off by default, so that those keep working.
 	RequireBoundLogins bool
+	// MaxHosts, when positive, caps the host connections this node's broker holds
+	// below what its open-file limit allows (broker.ProcessCapacity).
+	MaxHosts int
 
 	// wrapAuth, when set, wraps the broker's authenticator: the package's tests
 	// use it to admit an observer no real client can be.
@@ -252,6 +255,8 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if opts.wrapAuth != nil {
 		auth = opts.wrapAuth(auth)
 	}
+	capacity := broker.ProcessCapacity(opts.MaxHosts)
+	d.logCapacity(capacity)
 	d.broker, err = broker.Start(ctx, broker.Config{
 		Name:   d.cfg.Node,
 		Mesh:   d.cfg.Mesh,
@@ -268,6 +273,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		// a fleet reconnecting to a restarted node would otherwise share the cores
 		// with the rest of its start.
 		Admission: broker.Admission{Held: true},
+		Capacity:  capacity,
 	})
 	if err != nil {
 		return nil, err
@@ -679,4 +685,15 @@ func (d *Daemon) checkNotRemoved() error {
 		return fmt.Errorf("%w: %s was removed (meshctl control remove); it will not serve again. To bring the machine back, join it with a new control token and a fresh --data directory", ErrRemoved, d.cfg.Node)
 	}
 	return nil
+}
+
+// logCapacity says how many hosts this node's broker will hold, and why: past that,
+// hosts are refused and go to another control node (broker.ErrFull).
+func (d *Daemon) logCapacity(c broker.Capacity) {
+	if c.MaxHosts == 0 {
+		d.log.Info("broker capacity: the open-file limit is unknown or unlimited; hosts are not capped")
+		return
+	}
+	d.log.Info("broker capacity", "max_hosts", c.MaxHosts, "max_connections", c.MaxConnections, "open_file_limit", c.OpenFiles,
+		"hint", "each connection is a file descriptor: raise the open-file limit (LimitNOFILE) for more hosts on this control node")
 }

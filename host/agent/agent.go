@@ -395,12 +395,13 @@ func (a *Agent) connect(ctx context.Context, urls string, opts []nats.Option) (*
 // and at every AuthFailureLimit-th an error and OnRefused.
 func (a *Agent) authRefused(n int) {
 	if n%a.o.AuthFailureLimit != 0 {
-		a.log.Warn("the mesh refused this node's key; trying again", "in_a_row", n)
+		a.log.Warn("the mesh refused this node's key (or had no room for another host); trying again", "in_a_row", n)
 		return
 	}
 	err := fmt.Errorf("%w: refused %d times in a row, without the signed notice a revoked node is sent. "+
-		"The control plane may have lost this node (restored from an older backup), or a machine holding a certificate of the mesh answers at a broker's address. "+
-		"The agent keeps trying; to adopt this machine again, remove the identity file and enrol with a new token", ErrIdentityRefused, n)
+		"The control plane may have lost this node (restored from an older backup), or a machine holding a certificate of the mesh answers at a broker's address, "+
+		"or every control node reached holds as many hosts as its open-file limit allows (its log says so: raise its LimitNOFILE or add a control node). "+
+		"The agent keeps trying; if the control plane lost this node, remove the identity file and enrol with a new token to adopt this machine again", ErrIdentityRefused, n)
 	a.log.Error("the mesh keeps refusing this node's key", "err", err)
 	if a.o.OnRefused != nil {
 		a.o.OnRefused(err)

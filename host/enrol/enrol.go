@@ -324,7 +324,7 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 			// The pin was checked, so this is the mesh itself refusing the token
 			// before admitting the connection (a used or expired token is admitted
 			// far enough to be told so, and answers with its own code).
-			return nil, "", &RefusedError{Code: wire.CodeTokenUnknown, Message: "the mesh refused the token: it never minted it (or it expired more than a day ago), the node key it enrolled was revoked, this address made too many failed attempts in the last minute, or too many connections used this token in the last 30 seconds (then wait a minute and run enrol again); or something on the path that holds a certificate of the mesh (a removed control node) relayed the connection, and the mesh refused the relayed login: the secret was not sent"}
+			return nil, "", &RefusedError{Code: wire.CodeTokenUnknown, Message: "the mesh refused the token: it never minted it (or it expired more than a day ago), the node key it enrolled was revoked, this address made too many failed attempts in the last minute, or too many connections used this token in the last 30 seconds (then wait a minute and run enrol again), or the control node has no room for another host (its log says so; the token is not spent: run enrol again once there is room); or something on the path that holds a certificate of the mesh (a removed control node) relayed the connection, and the mesh refused the relayed login: the secret was not sent"}
 		default:
 			r.step("connect", "%s: unreachable (%v)", addr, err)
 			errs = append(errs, addr+": "+err.Error())

@@ -389,13 +389,28 @@ func (cp *ControlPlane) Serve(extra ...string) *Process {
 // instead of failing it.
 func (cp *ControlPlane) StartServe(extra ...string) *Process {
 	cp.t.Helper()
+	cp.serve = Start(cp.t, nil, cp.Bin.Meshctl, cp.serveArgs(extra...)...)
+	return cp.serve
+}
+
+// serveArgs are the arguments of `meshctl serve` the tests run, then extra.
+func (cp *ControlPlane) serveArgs(extra ...string) []string {
 	// Snapshots are frequent here so that tests see the log compacted and read
 	// snapshots as well as the log.
-	args := append([]string{"serve", "--data", cp.Dir, "--raft-heartbeat", "300ms", "--reconcile", "1s",
+	return append([]string{"serve", "--data", cp.Dir, "--raft-heartbeat", "300ms", "--reconcile", "1s",
 		"--raft-snapshot-interval", "1s", "--raft-snapshot-threshold", "8",
 		// Agents here report every second (Host.Run), so three silent seconds is offline.
 		"--offline-after", "3s", "--metrics-listen", cp.Metrics}, extra...)
-	cp.serve = Start(cp.t, nil, cp.Bin.Meshctl, args...)
+}
+
+// ServeWithOpenFiles starts `meshctl serve` as StartServe does, its open-file limit
+// (soft and hard) lowered to n by the shell first, and waits until it answers
+// operators.
+func (cp *ControlPlane) ServeWithOpenFiles(n int, extra ...string) *Process {
+	cp.t.Helper()
+	script := fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, n)
+	cp.serve = Start(cp.t, nil, "/bin/sh", append([]string{"-c", script, cp.Bin.Meshctl}, cp.serveArgs(extra...)...)...)
+	cp.WaitServing()
 	return cp.serve
 }
 

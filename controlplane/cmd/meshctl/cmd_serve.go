@@ -55,6 +55,8 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 			fs.BoolVar(&profiling, "pprof", false, "also serve Go's profiler under /debug/pprof/ on --metrics-listen (exposes internals: keep the address private)")
 			var requireBound bool
 			fs.BoolVar(&requireBound, "require-bound-logins", false, "refuse logins not bound to their TLS session: meshhost and meshctl older than this version, and the stock nats CLI (see mesh_broker_unbound_logins_total before turning it on)")
+			var maxHosts int
+			fs.IntVar(&maxHosts, "max-hosts", 0, "the most host connections this control node holds; more are refused and go to another control node (default: what the open-file limit allows, less room for operators and the control plane)")
 			var snapInterval time.Duration
 			var snapThreshold uint64
 			fs.DurationVar(&snapInterval, "raft-snapshot-interval", def.SnapshotInterval, "how often Raft checks whether to snapshot the state and compact its log")
@@ -68,6 +70,9 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 				}
 				if snapThreshold == 0 || snapInterval < time.Second {
 					return usagef("--raft-snapshot-threshold must be positive and --raft-snapshot-interval at least 1s")
+				}
+				if maxHosts < 0 {
+					return usagef("--max-hosts must not be negative (0: what the open-file limit allows)")
 				}
 				if heartbeat < 100*time.Millisecond {
 					return usagef("--raft-heartbeat %s is too short (at least 100ms)", heartbeat)
@@ -95,6 +100,7 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 					MetricsListen:      metricsListen,
 					Profiling:          profiling,
 					RequireBoundLogins: requireBound,
+					MaxHosts:           maxHosts,
 				}
 				return interruptible(ctx, func() error { return serve(ctx, cio, log, opts) })
 			}

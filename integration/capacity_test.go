@@ -1,0 +1,133 @@
+package integration
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/broker"
+	"mesh/controlplane/api"
+	"mesh/integration/harness"
+)
+
+// TestAFullControlNodeStillServesOperators: a fleet larger than a control node's
+// open-file limit. Every connection is a descriptor, and a fleet that took them all
+// left nats-server failing every accept ("too many open files"): `meshctl` could not
+// reach the control plane, which looked stopped. Now the broker holds as many hosts as
+// the limit allows, less room for operators and the process (broker.CapacityFor), and
+// refuses the rest, who keep trying: operators are answered, a declaration commits and
+// reaches the hosts connected, a token used while the node is full is not spent, and a
+// host refused comes in once another leaves.
+//
+// serve runs with an open-file limit of 64, about 15 of them its own files and
+// listeners: 16 clients in the hosts' accounts, the control plane's own two among
+// them, so 14 hosts. 52 agents run, more than the limit leaves sockets for.
+func TestAFullControlNodeStillServesOperators(t *testing.T) {
+	const openFiles, hostRoom, agents = 64, 14, 52
+	cp := harness.NewControlPlane(t, bin, "full")
+	serve := cp.ServeWithOpenFiles(openFiles)
+	serve.WaitOutput(t, "max_hosts=16", 5*time.Second)
+
+	hosts := make([]*harness.Host, agents)
+	for i := range hosts {
+		hosts[i] = harness.NewHost(t, bin, fmt.Sprintf("h-%02d", i))
+		if r := hosts[i].Enrol(cp.Token(hosts[i].Name)); r.Code != 0 {
+			t.Fatalf("enrol %s: exit %d:\n%s", hosts[i].Name, r.Code, r.Combined())
+		}
+	}
+	late := harness.NewHost(t, bin, "late")
+	lateToken := cp.Token(late.Name)
+	for _, h := range hosts {
+		h.Run()
+	}
+	alive := func() (n int, ids map[string]bool) {
+		ids = map[string]bool{}
+		for _, v := range cp.Nodes().Nodes {
+			if v.State == api.StateAlive {
+				ids[v.ID] = true
+			}
+		}
+		return len(ids), ids
+	}
+	harness.Eventually(t, 30*time.Second, "the fleet connected as far as it can", func() bool {
+		n, _ := alive()
+		return n >= hostRoom
+	})
+	time.Sleep(2 * time.Second) // the agents left out try again meanwhile
+
+	// Full: operators are answered at once, and a declaration commits and reaches
+	// every host connected.
+	for range 5 {
+		start := time.Now()
+		if r := cp.Ctl("nodes"); r.Code != 0 {
+			t.Fatalf("meshctl nodes on a full control node: exit %d:\n%s", r.Code, r.Combined())
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("meshctl nodes on a full control node took %s", d)
+		}
+	}
+	full := broker.ErrFull.Error()
+	// Hosts logging in at the same moment each find room for one: the cap is exact
+	// to within those (nats-server's max_connections, below the open-file limit, is
+	// exact).
+	n, in := alive()
+	if refused := cp.Counter("mesh_broker_connections_refused_total", "reason="+full); n < hostRoom || n > hostRoom+2 || refused == 0 {
+		t.Fatalf("%d hosts alive, %v refused for a full node; want %d (or a host or two more), some", n, refused, hostRoom)
+	}
+	body := t.TempDir() + "/b.json"
+	writeFile(t, body, `{"files":[{"path":"f","content":"full\n"}]}`)
+	if r := cp.Ctl("declare", "--all", "--file", body); r.Code != 0 {
+		t.Fatalf("declare on a full control node: exit %d:\n%s", r.Code, r.Combined())
+	}
+	harness.Eventually(t, 30*time.Second, "every host connected applies the declaration", func() bool {
+		done := 0
+		for _, v := range cp.Nodes().Nodes {
+			if in[v.ID] && v.Applied != nil && *v.Applied == v.Declared && v.Declared > 0 {
+				done++
+			}
+		}
+		return done == len(in)
+	})
+
+	// A host enrolling meanwhile is refused, and its token is not spent.
+	if r := late.Enrol(lateToken, "--timeout", "5s"); r.Code == 0 {
+		t.Fatalf("a host enrolled on a full control node:\n%s", r.Combined())
+	}
+
+	// Room made: the hosts connected stop, and those refused but hostRoom-1. Each
+	// of these comes in and applies its declaration, and the token refused before
+	// is still good.
+	var waiting []*harness.Host
+	for _, h := range hosts {
+		if !in[h.Name] && len(waiting) < hostRoom-1 {
+			waiting = append(waiting, h)
+		} else {
+			h.Process().Kill()
+		}
+	}
+	for _, h := range waiting {
+		cp.WaitConverged(h.Name, 1, 60*time.Second)
+	}
+	if r := late.Enrol(lateToken); r.Code != 0 {
+		t.Fatalf("the token refused while the node was full, once there is room: exit %d:\n%s", r.Code, r.Combined())
+	}
+
+	if log := serve.Output(); strings.Contains(log, "too many open files") {
+		t.Errorf("the control node ran out of descriptors:\n%s", lastLinesOf(log, "too many open files", 5))
+	}
+}
+
+// lastLinesOf returns up to n lines of s that contain sub.
+func lastLinesOf(s, sub string, n int) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return strings.Join(out, "\n")
+}
