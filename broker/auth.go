@@ -81,8 +81,7 @@ type hook struct {
 	log      *slog.Logger
 	accounts *accounts
 	ns       *server.Server
-	// maxHosts, when positive, is the most client connections the broker holds when
-	// it admits a host (Capacity.MaxHosts).
+	// maxHosts, when positive, is the most hosts the broker holds (Capacity.MaxHosts).
 	maxHosts int
 	// refusals limits the lines about refused clients: anyone who reaches the port
 	// can be refused as often as it connects. Nil means one of the hook's own (limiter).
@@ -162,8 +161,8 @@ func (h *hook) Check(c server.ClientAuthentication) bool {
 }
 
 // full says whether the broker has no room for another host: its hosts' accounts
-// hold maxHosts clients already (the one asking is not counted yet: it joins its
-// account once admitted).
+// hold maxHosts hosts already, beside the control plane's own connections there (the
+// one asking is not counted yet: it joins its account once admitted).
 func (h *hook) full() bool {
 	if h.maxHosts <= 0 {
 		return false
@@ -174,7 +173,7 @@ func (h *hook) full() bool {
 			n += acc.NumLocalConnections()
 		}
 	}
-	return n >= h.maxHosts
+	return n-ControlPlaneHostClients >= h.maxHosts
 }
 
 // refused logs a refused client, the first few of each message and reason an interval

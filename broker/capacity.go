@@ -21,21 +21,25 @@ type Capacity struct {
 	// OpenFiles less what the process keeps for itself, plus the control plane's
 	// in-process clients. 0 means nats-server's default.
 	MaxConnections int
-	// MaxHosts caps the clients of the hosts' accounts (enrolling, enrolled and
-	// revoked hosts, and the control plane's own connection to each of the two):
-	// MaxConnections less room for operators and the control plane's other clients.
-	// A host beyond it is refused (ErrFull) and tries another control node. 0 means
-	// no cap of its own.
+	// MaxHosts caps the hosts (enrolling, enrolled and revoked): the sockets
+	// MaxConnections leaves less room for operators. A host beyond it is refused
+	// (ErrFull) and tries another control node. 0 means no cap of its own.
 	MaxHosts int
 }
 
 // Descriptors the process keeps for itself and sockets kept for operators, at most (a
-// half and a quarter of a small limit), and the nats-server clients that hold no
-// descriptor: the control plane's own in-process connections (six today).
+// half and a quarter of a small limit).
 const (
-	processReserve   = 128
-	operatorReserve  = 32
-	inProcessClients = 8
+	processReserve  = 128
+	operatorReserve = 32
+)
+
+// The control plane's own in-process connections to its broker (one per role,
+// controlplane/daemon): they hold no descriptor, and the two in the hosts' accounts
+// are no hosts.
+const (
+	ControlPlaneClients     = 6
+	ControlPlaneHostClients = 2
 )
 
 // ErrFull refuses a host because its broker holds MaxHosts host connections already.
@@ -49,7 +53,7 @@ func CapacityFor(openFiles uint64, maxHosts int) Capacity {
 	if openFiles > 0 {
 		limit := int(min(openFiles, 1<<30))
 		sockets := max(limit-min(processReserve, limit/2), 1)
-		c.MaxConnections = sockets + inProcessClients
+		c.MaxConnections = sockets + ControlPlaneClients
 		c.MaxHosts = max(sockets-min(operatorReserve, limit/4), 1)
 	}
 	if maxHosts > 0 && (c.MaxHosts == 0 || maxHosts < c.MaxHosts) {

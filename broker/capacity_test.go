@@ -19,21 +19,21 @@ func TestCapacityFor(t *testing.T) {
 		maxHosts            int
 		wantConns, wantHost int
 	}{
-		{"systemd unit's limit", 65536, 0, 65536 - 128 + 8, 65536 - 128 - 32},
-		{"a common hard limit", 4096, 0, 4096 - 128 + 8, 4096 - 128 - 32},
-		{"a small limit keeps half for the process", 48, 0, 24 + 8, 24 - 12},
-		{"one descriptor", 1, 0, 1 + 8, 1},
-		{"--max-hosts below the limit", 65536, 1000, 65536 - 128 + 8, 1000},
-		{"--max-hosts above the limit is the limit", 4096, 100000, 4096 - 128 + 8, 4096 - 128 - 32},
+		{"systemd unit's limit", 65536, 0, 65536 - 128 + 6, 65536 - 128 - 32},
+		{"a common hard limit", 4096, 0, 4096 - 128 + 6, 4096 - 128 - 32},
+		{"a small limit keeps half for the process", 48, 0, 24 + 6, 24 - 12},
+		{"one descriptor", 1, 0, 1 + 6, 1},
+		{"--max-hosts below the limit", 65536, 1000, 65536 - 128 + 6, 1000},
+		{"--max-hosts above the limit is the limit", 4096, 100000, 4096 - 128 + 6, 4096 - 128 - 32},
 		{"unknown limit: nats-server's default, no cap", 0, 0, 0, 0},
 		{"unknown limit with --max-hosts", 0, 500, 0, 500},
-		{"a limit too large for an int", 1 << 62, 0, 1<<30 - 128 + 8, 1<<30 - 128 - 32},
+		{"a limit too large for an int", 1 << 62, 0, 1<<30 - 128 + 6, 1<<30 - 128 - 32},
 	} {
 		c := broker.CapacityFor(tc.openFiles, tc.maxHosts)
 		if c.MaxConnections != tc.wantConns || c.MaxHosts != tc.wantHost || c.OpenFiles != tc.openFiles {
 			t.Errorf("%s: CapacityFor(%d, %d) = %+v, want %d connections, %d hosts", tc.name, tc.openFiles, tc.maxHosts, c, tc.wantConns, tc.wantHost)
 		}
-		if c.MaxConnections > 0 && (c.MaxHosts > c.MaxConnections || uint64(c.MaxConnections-8) > tc.openFiles) {
+		if c.MaxConnections > 0 && (c.MaxHosts > c.MaxConnections || uint64(c.MaxConnections-6) > tc.openFiles) {
 			t.Errorf("%s: %+v holds more than it may", tc.name, c)
 		}
 	}
@@ -64,6 +64,10 @@ func TestAFullBrokerRefusesHostsOnly(t *testing.T) {
 			return g, nil
 		case strings.HasPrefix(c.Token, "operator"):
 			return everything(c.Token, broker.AccountOperators), nil
+		case c.Token == "own-hosts":
+			return everything(c.Token, broker.AccountHosts), nil
+		case c.Token == "own-revoked":
+			return everything(c.Token, broker.AccountRevoked), nil
 		}
 		return broker.Grant{}, broker.ErrRefused
 	}}
@@ -76,6 +80,10 @@ func TestAFullBrokerRefusesHostsOnly(t *testing.T) {
 	if got := full.Capacity().MaxHosts; got != 2 {
 		t.Fatalf("Capacity().MaxHosts = %d", got)
 	}
+	// The control plane's own connections in the hosts' accounts, which are no
+	// hosts.
+	mustDial(t, full, m.ca.Pin(), nats.Token("own-hosts"))
+	mustDial(t, full, m.ca.Pin(), nats.Token("own-revoked"))
 	h1 := mustDial(t, full, m.ca.Pin(), nats.Token("host-1"))
 	mustDial(t, full, m.ca.Pin(), nats.Token("revoked-1"))
 	if _, err := dial(t, full, m.ca.Pin(), nats.Token("host-2")); err == nil || !strings.Contains(strings.ToLower(err.Error()), "authorization") {
@@ -86,11 +94,10 @@ func TestAFullBrokerRefusesHostsOnly(t *testing.T) {
 	}
 	op := mustDial(t, full, m.ca.Pin(), nats.Token("operator-1"))
 	op.expectNoError(t)
-	reason := strings.TrimPrefix(broker.ErrFull.Error(), broker.ErrRefused.Error()+": ")
 	if n := full.EventCounts().Refused[broker.ErrFull.Error()]; n != 2 {
 		t.Errorf("refusals counted as full: %d, want 2 (%v)", n, full.EventCounts().Refused)
 	}
-	waitFor(t, func() bool { return strings.Contains(fullLogs.String(), reason) })
+	waitFor(t, func() bool { return strings.Contains(fullLogs.String(), "holds as many host connections") })
 	if !errors.Is(broker.ErrFull, broker.ErrRefused) {
 		t.Error("ErrFull is not a refusal")
 	}

@@ -26,17 +26,7 @@ type conns struct {
 // dialConns opens every role's in-process connection to b.
 func dialConns(b *broker.Server, token, node string) (*conns, error) {
 	c := &conns{}
-	for _, r := range []struct {
-		role authn.Role
-		nc   **nats.Conn
-	}{
-		{authn.RoleHosts, &c.hosts},
-		{authn.RolePublisher, &c.publisher},
-		{authn.RoleAdmin, &c.admin},
-		{authn.RoleControl, &c.control},
-		{authn.RoleEvents, &c.events},
-		{authn.RoleRevoked, &c.revoked},
-	} {
+	for _, r := range c.slots() {
 		nc, err := nats.Connect("",
 			nats.InProcessServer(b.InProcess()),
 			nats.UserInfo(string(r.role), ""),
@@ -51,6 +41,25 @@ func dialConns(b *broker.Server, token, node string) (*conns, error) {
 		*r.nc = nc
 	}
 	return c, nil
+}
+
+// connSlot is one role's connection of conns.
+type connSlot struct {
+	role authn.Role
+	nc   **nats.Conn
+}
+
+// slots are conns's connections by role; the broker reserves room for as many
+// (broker.ControlPlaneClients).
+func (c *conns) slots() []connSlot {
+	return []connSlot{
+		{authn.RoleHosts, &c.hosts},
+		{authn.RolePublisher, &c.publisher},
+		{authn.RoleAdmin, &c.admin},
+		{authn.RoleControl, &c.control},
+		{authn.RoleEvents, &c.events},
+		{authn.RoleRevoked, &c.revoked},
+	}
 }
 
 func (c *conns) all() []*nats.Conn {

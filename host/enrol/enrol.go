@@ -298,7 +298,7 @@ func expiryText(exp, now time.Time) string {
 // presenting the token's secret and the node key kp.
 func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub string) (*nats.Conn, string, error) {
 	var errs []string
-	substituted := 0
+	substituted, refused := 0, 0
 	for _, b := range r.tok.Brokers {
 		if ctx.Err() != nil {
 			return nil, "", ctx.Err()
@@ -321,14 +321,20 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 			r.step("connect", "%s: REFUSED: the certificate does not chain to the pinned CA; nothing was sent", addr)
 			errs = append(errs, addr+": certificate does not chain to the pinned CA")
 		case link.IsAuthRefused(err):
-			// The pin was checked, so this is the mesh itself refusing the token
+			// The pin was checked, so this is the mesh itself refusing the login
 			// before admitting the connection (a used or expired token is admitted
-			// far enough to be told so, and answers with its own code).
-			return nil, "", &RefusedError{Code: wire.CodeTokenUnknown, Message: "the mesh refused the token: it never minted it (or it expired more than a day ago), the node key it enrolled was revoked, this address made too many failed attempts in the last minute, or too many connections used this token in the last 30 seconds (then wait a minute and run enrol again), or the control node has no room for another host (its log says so; the token is not spent: run enrol again once there is room); or something on the path that holds a certificate of the mesh (a removed control node) relayed the connection, and the mesh refused the relayed login: the secret was not sent"}
+			// far enough to be told so, and answers with its own code). Another
+			// control node may have room where this one had none.
+			refused++
+			r.step("connect", "%s: the mesh refused the login", addr)
+			errs = append(errs, addr+": login refused")
 		default:
 			r.step("connect", "%s: unreachable (%v)", addr, err)
 			errs = append(errs, addr+": "+err.Error())
 		}
+	}
+	if refused > 0 {
+		return nil, "", &RefusedError{Code: wire.CodeTokenUnknown, Message: "the mesh refused the token: it never minted it (or it expired more than a day ago), the node key it enrolled was revoked, this address made too many failed attempts in the last minute, or too many connections used this token in the last 30 seconds (then wait a minute and run enrol again), or no control node reached had room for another host (their logs say so; the token is not spent: run enrol again once there is room); or something on the path that holds a certificate of the mesh (a removed control node) relayed the connection, and the mesh refused the relayed login: the secret was not sent"}
 	}
 	if substituted > 0 && substituted == len(r.tok.Brokers) {
 		return nil, "", fmt.Errorf("%w (%s)", ErrSubstituted, strings.Join(errs, "; "))
