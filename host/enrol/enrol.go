@@ -168,6 +168,10 @@ type run struct {
 	tok token.Token
 	out io.Writer
 	n   int
+	// proof is the token's proof for proofKey (tokenProof): the login and the
+	// request present the same one, and each proof derives a key and signs.
+	proof    []byte
+	proofKey string
 }
 
 func (r *run) step(kind, format string, args ...any) {
@@ -386,7 +390,15 @@ func (r *run) tokenID() string {
 // never leaves the machine: whatever reads the password on the way (a relay holding
 // a leaf of the mesh CA) cannot use it without pub's private half.
 func (r *run) password(pub string) string {
-	return wire.EnrolPassword(r.tokenID(), r.tok.Prove(r.tok.Mesh, r.tok.Node, pub))
+	return wire.EnrolPassword(r.tokenID(), r.tokenProof(pub))
+}
+
+// tokenProof is the token's proof that this machine registers pub, made once.
+func (r *run) tokenProof(pub string) []byte {
+	if r.proof == nil || r.proofKey != pub {
+		r.proof, r.proofKey = r.tok.Prove(r.tok.Mesh, r.tok.Node, pub), pub
+	}
+	return r.proof
 }
 
 func (r *run) request(nc *nats.Conn, kp *identity.KeyPair, pub string) (wire.EnrolResponse, error) {
@@ -396,7 +408,7 @@ func (r *run) request(nc *nats.Conn, kp *identity.KeyPair, pub string) (wire.Enr
 	}
 	req, _ := json.Marshal(wire.EnrolRequest{
 		V: wire.ProtocolVersion, Mesh: r.tok.Mesh, Node: r.tok.Node, Role: string(r.tok.Role),
-		TokenID: r.tokenID(), TokenProof: base64.StdEncoding.EncodeToString(r.tok.Prove(r.tok.Mesh, r.tok.Node, pub)),
+		TokenID: r.tokenID(), TokenProof: base64.StdEncoding.EncodeToString(r.tokenProof(pub)),
 		PublicKey:  pub,
 		KeyProof:   base64.StdEncoding.EncodeToString(proof),
 		CAPin:      hex.EncodeToString(r.tok.CAPin[:]),
