@@ -9,6 +9,7 @@ import (
 	"mesh/broker"
 	"mesh/controlplane/api"
 	"mesh/integration/harness"
+	"mesh/tokenfmt"
 )
 
 // TestAFullControlNodeStillServesOperators: a fleet larger than a control node's
@@ -124,4 +125,92 @@ func TestAFullControlNodeStillServesOperators(t *testing.T) {
 		t.Fatalf("the token refused while the node was full, once there is room: exit %d:\n%s", r.Code, r.Combined())
 	}
 
+}
+
+// TestAFullControlNodeSendsHostsToAnother: two control nodes, the first holding one
+// host at most (--max-hosts 1). Agents that try it first when it is full go to the
+// other; an enrolment whose token names it first is refused there and enrols through
+// the other; every host is alive and applies a declaration.
+func TestAFullControlNodeSendsHostsToAnother(t *testing.T) {
+	cp1 := harness.NewControlPlane(t, bin, "spill")
+	cp1.Serve("--max-hosts", "1")
+	cp2 := joinControl(t, cp1, "cp-2")
+	// A control node that refuses a host for room sends it on to cp-2, which must
+	// know its token by then: a token pasted moments after it was minted could beat
+	// its replication.
+	replicated := func() {
+		t.Helper()
+		minted := cp1.Counter("mesh_raft_commit_index")
+		harness.Eventually(t, 10*time.Second, "cp-2 applied the tokens", func() bool {
+			return cp2.Counter("mesh_raft_applied_index") >= minted
+		})
+	}
+	hosts := make([]*harness.Host, 6)
+	tokens := make([]string, len(hosts))
+	for i := range hosts {
+		hosts[i] = harness.NewHost(t, bin, fmt.Sprintf("web-%d", i))
+		tokens[i] = cp1.Token(hosts[i].Name)
+	}
+	replicated()
+	for i, h := range hosts {
+		if r := h.Enrol(tokens[i]); r.Code != 0 {
+			t.Fatalf("enrol %s: exit %d:\n%s", h.Name, r.Code, r.Combined())
+		}
+		h.Run()
+	}
+	// hostsOn is how many hosts are connected to a control node's broker, by the
+	// broker each agent said it connected to last.
+	hostsOn := func(cp *harness.ControlPlane) int {
+		n := 0
+		for _, h := range hosts {
+			out := h.Process().Output()
+			i := strings.LastIndex(out, `msg="connected to the mesh"`)
+			if i >= 0 && strings.Contains(strings.SplitN(out[i:], "\n", 2)[0], "broker=tls://"+cp.Listen) {
+				n++
+			}
+		}
+		return n
+	}
+	// Each agent tries the brokers in an order of its own (a hash of its id), so some
+	// of these six try cp-1 first. Hosts logging in at the same moment can each
+	// take its last place: one host there, or two.
+	harness.Eventually(t, 30*time.Second, "every host alive, one of them on cp-1 (or two)", func() bool {
+		alive := 0
+		for _, v := range cp2.Nodes().Nodes {
+			if v.State == api.StateAlive && v.Role == "worker" {
+				alive++
+			}
+		}
+		on1 := hostsOn(cp1)
+		return alive == len(hosts) && on1 >= 1 && on1 <= 2 && on1+hostsOn(cp2) == len(hosts)
+	})
+	if n := cp1.Counter("mesh_broker_max_host_connections"); n != 1 {
+		t.Errorf("cp-1 reports a capacity of %v hosts, want 1", n)
+	}
+
+	late := harness.NewHost(t, bin, "late")
+	tok, err := tokenfmt.Parse(cp1.Token(late.Name), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok.Brokers = mustAddrs(t, cp1.Listen, cp2.Listen)
+	replicated()
+	before := cp1.Counter("mesh_broker_connections_refused_total", "reason="+broker.ErrFull.Error())
+	r := late.Enrol(tok.Encode())
+	// Refused by cp-1, the enrolment goes on to cp-2: the next address in the token
+	// or, first, the one cp-1 names to its clients (nats.go follows it).
+	if refused := cp1.Counter("mesh_broker_connections_refused_total", "reason="+broker.ErrFull.Error()); r.Code != 0 ||
+		!strings.Contains(r.Combined(), cp2.Listen+": TLS handshake checked") || refused == before {
+		t.Fatalf("enrol with cp-1 full and named first: exit %d, cp-1 refused %v hosts for room (%v before):\n%s", r.Code, refused, before, r.Combined())
+	}
+	late.Run()
+	hosts = append(hosts, late)
+	body := t.TempDir() + "/b.json"
+	writeFile(t, body, `{"files":[{"path":"f","content":"spilled\n"}]}`)
+	if r := cp1.Ctl("declare", "--all", "--file", body); r.Code != 0 {
+		t.Fatalf("declare: exit %d:\n%s", r.Code, r.Combined())
+	}
+	for _, h := range hosts {
+		cp1.WaitConverged(h.Name, 1, 30*time.Second)
+	}
 }

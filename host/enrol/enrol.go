@@ -316,6 +316,12 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 			nats.NoReconnect(),
 		)...)
 		if err == nil {
+			// nats.go may have gone on to a broker the first one named (the other
+			// control nodes, which every broker of the mesh tells its clients).
+			if got := nc.ConnectedAddr(); got != "" && got != addr {
+				r.step("connect", "%s: not this one; %s, which it names", addr, got)
+				addr = got
+			}
 			r.step("connect", "%s: TLS handshake checked against the pinned CA: it is the mesh", addr)
 			return nc, addr, nil
 		}
