@@ -30,6 +30,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bootstrap", "--mesh", "m", "--listen", "127.0.0.1:7300", "--data", dir, "extra"}, "unexpected argument"},
 		{[]string{"serve"}, "--data is required"},
 		{[]string{"serve", "--data", dir, "--raft-heartbeat", "1ms"}, "too short"},
+		{[]string{"serve", "--data", dir, "--max-hosts", "-1"}, "--max-hosts must not be negative"},
+		{[]string{"serve", "--data", dir, "--max-hosts", "many"}, "--max-hosts"},
 		{[]string{"serve", "--data", dir, "--log-level", "loud"}, "--log-level"},
 		{[]string{"token", "--data", dir}, "--node is required"},
 		{[]string{"token", "--data", dir, "--node", "WEB_1"}, "--node"},
