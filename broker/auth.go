@@ -160,20 +160,23 @@ func (h *hook) Check(c server.ClientAuthentication) bool {
 	return true
 }
 
-// full says whether the broker has no room for another host: its hosts' accounts
-// hold maxHosts hosts already, beside the control plane's own connections there (the
-// one asking is not counted yet: it joins its account once admitted).
+// full says whether the broker has no room for another host: it holds maxHosts
+// hosts already (the one asking is not counted yet: it joins its account once
+// admitted).
 func (h *hook) full() bool {
-	if h.maxHosts <= 0 {
-		return false
-	}
+	return h.maxHosts > 0 && h.hosts() >= h.maxHosts
+}
+
+// hosts is how many hosts the broker holds: the clients of the hosts' accounts
+// beside the control plane's own connections there.
+func (h *hook) hosts() int {
 	n := 0
 	for _, a := range []Account{AccountHosts, AccountRevoked} {
 		if acc, err := h.ns.LookupAccount(h.accounts.names[a]); err == nil {
 			n += acc.NumLocalConnections()
 		}
 	}
-	return n-ControlPlaneHostClients >= h.maxHosts
+	return max(n-ControlPlaneHostClients, 0)
 }
 
 // refused logs a refused client, the first few of each message and reason an interval

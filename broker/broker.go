@@ -480,6 +480,10 @@ func (s *Server) Stats() (Stats, error) {
 // Capacity is what the broker was started to hold.
 func (s *Server) Capacity() Capacity { return s.capacity }
 
+// Hosts is how many hosts (enrolling, enrolled, revoked) the broker holds now, on
+// this control node only.
+func (s *Server) Hosts() int { return s.hook.hosts() }
+
 // Running reports whether the broker accepts client connections.
 func (s *Server) Running() bool { return s.ns.Running() }
 

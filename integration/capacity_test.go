@@ -87,6 +87,9 @@ func TestAFullControlNodeStillServesOperators(t *testing.T) {
 	if refused := cp.Counter("mesh_broker_connections_refused_total", "reason="+full); n < hostRoom || n > hostRoom+2 || refused == 0 {
 		t.Fatalf("%d hosts alive, %v refused for a full node; want %d (or a host or two more), some", n, refused, hostRoom)
 	}
+	if held := cp.Counter("mesh_broker_host_connections"); int(held) != n {
+		t.Errorf("mesh_broker_host_connections %v, with %d hosts alive", held, n)
+	}
 	body := t.TempDir() + "/b.json"
 	writeFile(t, body, `{"files":[{"path":"f","content":"full\n"}]}`)
 	if r := cp.Ctl("declare", "--all", "--file", body); r.Code != 0 {
@@ -158,19 +161,7 @@ func TestAFullControlNodeSendsHostsToAnother(t *testing.T) {
 		}
 		h.Run()
 	}
-	// hostsOn is how many hosts are connected to a control node's broker, by the
-	// broker each agent said it connected to last.
-	hostsOn := func(cp *harness.ControlPlane) int {
-		n := 0
-		for _, h := range hosts {
-			out := h.Process().Output()
-			i := strings.LastIndex(out, `msg="connected to the mesh"`)
-			if i >= 0 && strings.Contains(strings.SplitN(out[i:], "\n", 2)[0], "broker=tls://"+cp.Listen) {
-				n++
-			}
-		}
-		return n
-	}
+	hostsOn := func(cp *harness.ControlPlane) int { return int(cp.Counter("mesh_broker_host_connections")) }
 	// Each agent tries the brokers in an order of its own (a hash of its id), so some
 	// of these six try cp-1 first. Hosts logging in at the same moment can each
 	// take its last place: one host there, or two.

@@ -91,6 +91,8 @@ var (
 	descBrokerHeld   = prometheus.NewDesc("mesh_broker_handshakes_held_total",
 		"Host TLS handshakes this node's broker held while the node was starting, by outcome: admitted when it opened, or refused after waiting too long.",
 		[]string{"outcome"}, nil)
+	descBrokerHosts = prometheus.NewDesc("mesh_broker_host_connections",
+		"Hosts (enrolling, enrolled, revoked) connected to this node's broker now; mesh_control_host_connections counts them on every broker.", nil, nil)
 	descBrokerMaxHosts = prometheus.NewDesc("mesh_broker_max_host_connections",
 		"The most host connections this node's broker holds (from its open-file limit, or meshctl serve --max-hosts); beyond it hosts are refused and go to another control node. 0: not capped.", nil, nil)
 	descBrokerRefused = prometheus.NewDesc("mesh_broker_connections_refused_total",
@@ -108,7 +110,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDropped, descRefused, descKicked, descHostConns, descNodes, descControl,
 		descRaftLeader, descRaftTerm, descRaftCommit, descRaftApplied, descRaftLast, descRaftContact, descRaftRefused,
 		descBrokerConns, descBrokerRoutes, descBrokerMsgs, descBrokerBytes, descBrokerSlow, descBrokerHeld,
-		descBrokerRefused, descBrokerViolations} {
+		descBrokerRefused, descBrokerViolations, descBrokerHosts, descBrokerMaxHosts} {
 		ch <- d
 	}
 }
@@ -168,6 +170,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descBrokerBytes, prometheus.CounterValue, float64(bs.OutBytes), "out")
 		ch <- prometheus.MustNewConstMetric(descBrokerSlow, prometheus.CounterValue, float64(bs.SlowConsumers))
 	}
+	ch <- prometheus.MustNewConstMetric(descBrokerHosts, prometheus.GaugeValue, float64(d.broker.Hosts()))
 	ch <- prometheus.MustNewConstMetric(descBrokerMaxHosts, prometheus.GaugeValue, float64(d.broker.Capacity().MaxHosts))
 	as := d.broker.AdmissionStats()
 	ch <- prometheus.MustNewConstMetric(descBrokerHeld, prometheus.CounterValue, float64(as.Released), "admitted")
