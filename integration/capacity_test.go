@@ -178,6 +178,16 @@ func TestAFullControlNodeSendsHostsToAnother(t *testing.T) {
 	if n := cp1.Counter("mesh_broker_max_host_connections"); n != 1 {
 		t.Errorf("cp-1 reports a capacity of %v hosts, want 1", n)
 	}
+	// meshctl nodes shows each control node's hosts, as each says in its heartbeat.
+	harness.Eventually(t, 10*time.Second, "meshctl nodes shows both control nodes' hosts", func() bool {
+		v := controlView(t, cp2)
+		h1, h2 := v["cp-1"].Hosts, v["cp-2"].Hosts
+		return h1 != nil && h2 != nil && h1.Max == 1 && h1.Connected == hostsOn(cp1) &&
+			h2.Max > len(hosts) && h2.Connected == hostsOn(cp2)
+	})
+	if r := cp1.Ctl("nodes"); r.Code != 0 || !strings.Contains(r.Stdout, "HOSTS") || !strings.Contains(r.Stdout, fmt.Sprintf("%d/1 ", hostsOn(cp1))) {
+		t.Errorf("meshctl nodes does not show cp-1's hosts:\n%s", r.Combined())
+	}
 
 	late := harness.NewHost(t, bin, "late")
 	tok, err := tokenfmt.Parse(cp1.Token(late.Name), time.Now())

@@ -122,6 +122,16 @@ type ControlView struct {
 	LastSeen     time.Time `json:"last_seen,omitzero"`
 	AppliedIndex uint64    `json:"applied_index,omitempty"`
 	CAHolder     bool      `json:"ca_holder,omitempty"`
+	// Hosts is what the node's broker holds, as it last said (nil: not heard from,
+	// or a version that does not say).
+	Hosts *HostCapacity `json:"hosts,omitempty"`
+}
+
+// HostCapacity is how many hosts a control node's broker holds, and the most it
+// holds (0: not capped); the rest are refused and go to another control node.
+type HostCapacity struct {
+	Connected int `json:"connected"`
+	Max       int `json:"max"`
 }
 
 // Control node Raft roles in a ControlView.
@@ -146,6 +156,8 @@ type ControlHeartbeat struct {
 	// account key, so control tokens can be minted there: the bootstrap machine's,
 	// or a node they were restored to from their backup.
 	CAKey bool `json:"ca_key,omitempty"`
+	// Hosts is what the node's broker holds (older versions send none).
+	Hosts *HostCapacity `json:"hosts,omitempty"`
 }
 
 // AdminSubject is the subject of an operator API operation.

@@ -131,7 +131,7 @@ func (d *Daemon) heartbeatLoop(ctx context.Context) error {
 			role = api.RaftLeader
 		}
 		data, _ := json.Marshal(api.ControlHeartbeat{V: api.ProtocolVersion, Node: d.cfg.Node, AppliedIndex: d.raft.AppliedIndex(), Raft: role,
-			CAKey: d.holdsCAKey()})
+			CAKey: d.holdsCAKey(), Hosts: d.hostCapacity()})
 		_ = d.conns.control.Publish(api.ControlHeartbeatSubject(d.cfg.Node), data)
 		if role == api.RaftLeader {
 			d.promoteServing(d.now())
@@ -151,6 +151,11 @@ func (d *Daemon) handleHeartbeat(m *nats.Msg) {
 		return
 	}
 	d.ctl.beat(h, d.now(), d.raft.AppliedIndex())
+}
+
+// hostCapacity is how many hosts this node's broker holds, and the most it holds.
+func (d *Daemon) hostCapacity() *api.HostCapacity {
+	return &api.HostCapacity{Connected: d.broker.Hosts(), Max: d.broker.Capacity().MaxHosts}
 }
 
 // holdsCAKey reports whether this node's data directory holds the keys a control
@@ -461,9 +466,9 @@ func (d *Daemon) controlViews(s *state.State, now time.Time) []api.ControlView {
 			v.State = api.StateOffline
 		}
 		if c.ID == d.cfg.Node {
-			v.LastSeen, v.AppliedIndex = now.UTC(), d.raft.AppliedIndex()
-		} else if ok {
-			v.LastSeen, v.AppliedIndex = at.UTC(), hb.AppliedIndex
+			v.LastSeen, v.AppliedIndex, v.Hosts = now.UTC(), d.raft.AppliedIndex(), d.hostCapacity()
+		} else if ok && !c.Removed {
+			v.LastSeen, v.AppliedIndex, v.Hosts = at.UTC(), hb.AppliedIndex, hb.Hosts
 		}
 		out = append(out, v)
 	}

@@ -67,10 +67,22 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 	}
 }
 
+// hostsText is a control node's hosts for the table: connected/most, "-" when it
+// did not say.
+func hostsText(h *api.HostCapacity) string {
+	switch {
+	case h == nil:
+		return "-"
+	case h.Max == 0:
+		return fmt.Sprint(h.Connected)
+	}
+	return fmt.Sprintf("%d/%d", h.Connected, h.Max)
+}
+
 func printNodes(w io.Writer, res api.NodesResult, now time.Time) {
 	if len(res.Control) > 1 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "CONTROL\tRAFT\tSTATE\tLAST SEEN\tBROKER\tAPPLIED INDEX")
+		fmt.Fprintln(tw, "CONTROL\tRAFT\tSTATE\tLAST SEEN\tBROKER\tHOSTS\tAPPLIED INDEX")
 		for _, c := range res.Control {
 			seen := "never"
 			if !c.LastSeen.IsZero() {
@@ -80,7 +92,7 @@ func printNodes(w io.Writer, res api.NodesResult, now time.Time) {
 			if c.CAHolder {
 				name += " (CA)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", name, c.Raft, c.State, seen, c.Broker, c.AppliedIndex)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", name, c.Raft, c.State, seen, c.Broker, hostsText(c.Hosts), c.AppliedIndex)
 		}
 		tw.Flush()
 		fmt.Fprintln(w)
