@@ -423,7 +423,7 @@ func cmdRun(args []string, cio *cliIO) error {
 			if rerr := recordRevocation(*stateDir, id, err, cio.clock()); rerr != nil {
 				log.Warn("could not record the refusals for meshhost status", "err", rerr)
 			}
-			_ = cio.notifyState("STATUS=node " + id.Node + ": the mesh keeps refusing its key; trying again")
+			_ = cio.notifyState("STATUS=node " + id.Node + ": the mesh keeps refusing its key (or has no room for it); trying again")
 		},
 		OnSynced: func() {
 			if err := clearRefusal(*stateDir, id); err != nil {

@@ -100,6 +100,8 @@ func (r revocation) err(stateDir string) error {
 		return fmt.Errorf("%w: %s was revoked at %s; the agent will not connect again. To adopt this machine again, remove %s and enrol with a new token",
 			agent.ErrRevoked, r.Node, r.At.Format(time.RFC3339), identity.Path(stateDir))
 	}
-	return fmt.Errorf("%w: the mesh refused %s's key time after time (last at %s), most likely because it was revoked; `meshhost run` tries again, or remove %s and enrol with a new token",
+	return fmt.Errorf("%w: the mesh refused %s's key time after time (last at %s): it was revoked without the notice reaching it, the control plane lost it, "+
+		"or no control node had room for another host (their logs say so; then wait, or raise their open-file limit). `meshhost run` tries again; "+
+		"if `meshctl nodes` does not list the node, remove %s and enrol with a new token",
 		agent.ErrIdentityRefused, r.Node, r.At.Format(time.RFC3339), identity.Path(stateDir))
 }
