@@ -316,10 +316,10 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 			nats.NoReconnect(),
 		)...)
 		if err == nil {
-			// nats.go may have gone on to a broker the first one named (the other
-			// control nodes, which every broker of the mesh tells its clients).
+			// Refused at addr, nats.go goes on to the brokers addr named in its
+			// greeting (every broker of the mesh names the others), pin checked alike.
 			if got := nc.ConnectedAddr(); got != "" && got != addr {
-				r.step("connect", "%s: not this one; %s, which it names", addr, got)
+				r.step("connect", "%s: the mesh refused the login there; %s, a broker it named, took it", addr, got)
 				addr = got
 			}
 			r.step("connect", "%s: TLS handshake checked against the pinned CA: it is the mesh", addr)
