@@ -157,6 +157,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		// Ping clients often enough that a dead peer is noticed within a minute.
 		PingInterval: 20 * time.Second,
 		MaxPingsOut:  3,
+		// nats-server pings a client 2 s after its CONNECT by default, and nats.go
+		// fails a connection whose first answer is that PING rather than its PONG:
+		// a login decided slowly (a control node busy with a fleet reconnecting)
+		// failed, meshctl's among them. The first ping comes at PingInterval.
+		DisableShortFirstPing: true,
 		// Every host publishes and subscribes on subjects of its own, so nats-server's
 		// subject cache only churns, and it makes each host's wildcard subscription
 		// (nats.go's request inbox) scan every cached subject under the account's
