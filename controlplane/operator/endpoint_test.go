@@ -20,6 +20,12 @@ import (
 // a mesh broker does, and returns its address and that CA's certificate file.
 func tlsBroker(t *testing.T) (addr, caFile string) {
 	t.Helper()
+	return tlsBrokerWith(t, func(*server.Options) {})
+}
+
+// tlsBrokerWith is tlsBroker with its options changed by change.
+func tlsBrokerWith(t *testing.T, change func(*server.Options)) (addr, caFile string) {
+	t.Helper()
 	now := time.Now()
 	ca, _, err := pki.NewCA("m", now)
 	if err != nil {
@@ -33,8 +39,10 @@ func tlsBroker(t *testing.T) (addr, caFile string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
-		TLSConfig: cfg, TLS: true, TLSHandshakeFirst: true, AllowNonTLS: false})
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		TLSConfig: cfg, TLS: true, TLSHandshakeFirst: true, AllowNonTLS: false}
+	change(opts)
+	s, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,5 +181,67 @@ func TestLoadContext(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "broken.json"), []byte(`{"url":`))
 	if _, err := LoadContext(filepath.Join(dir, "broken.json"), getenv); !errors.Is(err, ErrEndpoint) || !strings.Contains(err.Error(), "not valid JSON") {
 		t.Fatalf("a broken context: %v", err)
+	}
+}
+
+// TestDialWaitsForAFullBroker: a broker at its connection limit (nats-server's
+// max_connections) refuses before the TLS handshake; the operator's dial tries again
+// until a connection closes, within the leader wait, and gives up after it. Anything
+// else that is not TLS fails at once.
+func TestDialWaitsForAFullBroker(t *testing.T) {
+	addr, caFile := tlsBrokerWith(t, func(o *server.Options) { o.MaxConn = 1 })
+	creds := credsFile(t)
+	e, err := CAEndpoint([]string{addr}, creds, caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := DialEndpoint(e, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	_, err = DialEndpoint(e, Options{LeaderWait: 800 * time.Millisecond})
+	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "first record does not look like a TLS handshake") {
+		t.Fatalf("a broker full all along: %v", err)
+	}
+	if d := time.Since(start); d < 500*time.Millisecond || d > 3*time.Second {
+		t.Fatalf("a broker full all along was tried for %s, want about the leader wait (800ms)", d)
+	}
+
+	time.AfterFunc(500*time.Millisecond, holder.Close)
+	start = time.Now()
+	c, err := DialEndpoint(e, Options{})
+	if err != nil {
+		t.Fatalf("a broker full for 500 ms: %v", err)
+	}
+	c.Close()
+	if d := time.Since(start); d < 400*time.Millisecond {
+		t.Fatalf("connected after %s, before the broker had room", d)
+	}
+
+	// Not a broker refusing for room: no retry.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conn.Write([]byte("HTTP/1.0 400 Bad Request\r\n\r\n"))
+			conn.Close()
+		}
+	}()
+	e.Servers = []string{ln.Addr().String()}
+	start = time.Now()
+	if _, err := DialEndpoint(e, Options{}); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("an HTTP server: %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("an HTTP server was tried for %s: only a broker refusing for room is tried again", d)
 	}
 }

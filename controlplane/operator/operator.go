@@ -5,6 +5,7 @@
 package operator
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
@@ -121,13 +122,24 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 	// operator can reach a node that is still starting, and see why.
 	tlsConfig.NextProtos = []string{broker.OperatorProtocol}
 	denied := &deniedSubjects{}
-	nc, err := nats.Connect(strings.Join(urls, ","), append(CredsLogin(e.Creds, tlsConfig, dialTimeout),
-		nats.ErrorHandler(denied.record),
-		nats.Name("meshctl"),
-		nats.Timeout(dialTimeout),
-		nats.DontRandomize(),
-		nats.NoReconnect(),
-	)...)
+	connect := func() (*nats.Conn, error) {
+		return nats.Connect(strings.Join(urls, ","), append(CredsLogin(e.Creds, tlsConfig, dialTimeout),
+			nats.ErrorHandler(denied.record),
+			nats.Name("meshctl"),
+			nats.Timeout(dialTimeout),
+			nats.DontRandomize(),
+			nats.NoReconnect(),
+		)...)
+	}
+	nc, err := connect()
+	// A broker at its connection limit says so before the TLS handshake, and takes
+	// another connection as soon as one closes: during a storm of hosts refused for
+	// room, an operator's connection waits its turn, as a call waits for a leader.
+	wait, pause := leaderWait(o.LeaderWait), 100*time.Millisecond
+	for start := time.Now(); err != nil && brokerFull(err) && time.Since(start)+pause < wait; pause = min(2*pause, time.Second) {
+		time.Sleep(pause)
+		nc, err = connect()
+	}
 	if err != nil {
 		if errors.Is(err, pki.ErrPinMismatch) {
 			return nil, fmt.Errorf("%w at %s: %w", ErrUnreachable, strings.Join(servers, ", "), pki.ErrPinMismatch)
@@ -141,6 +153,14 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 	c := newClient(nc, timeout, o.LeaderWait)
 	c.denied = denied
 	return c, nil
+}
+
+// brokerFull reports whether err is a broker refusing a connection before its TLS
+// handshake because it holds as many as it may (nats-server's max_connections): its
+// "-ERR" line where the handshake's first record was expected.
+func brokerFull(err error) bool {
+	var rh tls.RecordHeaderError
+	return errors.As(err, &rh) && bytes.HasPrefix(rh.RecordHeader[:], []byte("-ERR "))
 }
 
 // CredsLogin returns the options of a connection that logs in with a .creds file
@@ -179,17 +199,23 @@ func NewClient(nc *nats.Conn, timeout time.Duration) *Client {
 	return newClient(nc, timeout, 0)
 }
 
-func newClient(nc *nats.Conn, timeout, leaderWait time.Duration) *Client {
+func newClient(nc *nats.Conn, timeout, wait time.Duration) *Client {
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
+	return &Client{nc: nc, timeout: timeout, leaderWait: leaderWait(wait), firstAttempt: defaultFirstAttempt}
+}
+
+// leaderWait is Options.LeaderWait in effect: 0 is DefaultLeaderWait, a negative
+// value none.
+func leaderWait(d time.Duration) time.Duration {
 	switch {
-	case leaderWait == 0:
-		leaderWait = DefaultLeaderWait
-	case leaderWait < 0:
-		leaderWait = 0
+	case d == 0:
+		return DefaultLeaderWait
+	case d < 0:
+		return 0
 	}
-	return &Client{nc: nc, timeout: timeout, leaderWait: leaderWait, firstAttempt: defaultFirstAttempt}
+	return d
 }
 
 // Close closes the connection.
