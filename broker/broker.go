@@ -429,6 +429,42 @@ func (s *Server) EventCounts() EventCounts {
 	return out
 }
 
+// Reachable reports whether the broker whose server id is id is this one or a peer
+// this broker holds a route to now. A broker that shut down or died is neither: it
+// lists no connection again, and a broker that restarts comes back under a new id.
+// When the routes cannot be listed it answers true, the cautious answer for a caller
+// about to forget the broker's connections.
+func (s *Server) Reachable(id string) bool {
+	if id == s.ns.ID() {
+		return true
+	}
+	rz, err := s.ns.Routez(nil)
+	if err != nil {
+		return true
+	}
+	for _, r := range rz.Routes {
+		if r.RemoteID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Peers returns the server ids of the brokers this broker holds a route to now.
+func (s *Server) Peers() []string {
+	rz, err := s.ns.Routez(nil)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, r := range rz.Routes {
+		if !slices.Contains(out, r.RemoteID) {
+			out = append(out, r.RemoteID)
+		}
+	}
+	return out
+}
+
 // NumRoutes reports how many cluster routes are up.
 func (s *Server) NumRoutes() int { return s.ns.NumRoutes() }
 

@@ -694,6 +694,17 @@ func TestCluster(t *testing.T) {
 	if x.NumRoutes() != 0 || broker.RoutedTo(a)["intruder"] || !broker.RoutedTo(a)["cp-2"] {
 		t.Fatalf("intruder routes %d, cp-1 routed to %v", x.NumRoutes(), broker.RoutedTo(a))
 	}
+
+	// What the control plane's presence asks of a broker: is another, by server id,
+	// still part of the mesh? A peer routed to is; one refused never was; one shut
+	// down is no more, and a broker that restarts does so under a new id.
+	bID, xID := b.InProcess().ID(), x.InProcess().ID()
+	if p := a.Peers(); len(p) != 1 || p[0] != bID || !a.Reachable(bID) || !a.Reachable(a.InProcess().ID()) || a.Reachable(xID) {
+		t.Fatalf("cp-1's peers %v (cp-2 is %s); reachable: cp-2 %t, itself %t, the intruder %t",
+			p, bID, a.Reachable(bID), a.Reachable(a.InProcess().ID()), a.Reachable(xID))
+	}
+	b.Shutdown()
+	waitFor(t, func() bool { return !a.Reachable(bID) && len(a.Peers()) == 0 })
 }
 
 func freePorts(t *testing.T, n int) []string {

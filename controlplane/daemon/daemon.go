@@ -136,6 +136,9 @@ type Daemon struct {
 	// internalToken is this process's own credential on its broker; it never
 	// leaves the process.
 	internalToken string
+	// peersChanged asks for a presence listing now: the brokers this one is routed
+	// to changed (watchRoutes).
+	peersChanged chan struct{}
 	// removed is closed when this control node is removed from the control plane.
 	removed     chan struct{}
 	removedOnce sync.Once
@@ -155,7 +158,7 @@ type Daemon struct {
 func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	opts.defaults()
 	d := &Daemon{opts: opts, log: opts.Logger, fsm: state.NewFSM(), seen: newLiveness(), ctl: newControlTracker(),
-		removed: make(chan struct{}), effects: newEffectQueue(), metrics: newInstruments()}
+		removed: make(chan struct{}), peersChanged: make(chan struct{}, 1), effects: newEffectQueue(), metrics: newInstruments()}
 	d.guard = newGuard(opts.Logger, opts.Now, opts.Budgets)
 	defer func() {
 		if err != nil {
@@ -283,7 +286,8 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	d.presence, err = presence.Start(presence.Config{
 		Conn: d.conns.events, Connect: connect, Disconnect: disconnect, Account: d.broker.AccountName(broker.AccountHosts),
-		OnChange: d.connectionChanged, Logger: d.log.With("component", "presence"), Now: opts.Now,
+		Reachable: d.broker.Reachable,
+		OnChange:  d.connectionChanged, Logger: d.log.With("component", "presence"), Now: opts.Now,
 		Ignore: func(user string) bool { return strings.HasPrefix(user, "control-plane:") },
 	})
 	if err != nil {

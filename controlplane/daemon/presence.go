@@ -46,7 +46,7 @@ func (d *Daemon) connectionChanged(user string, c presence.Conn, started time.Ti
 const presenceResync = time.Minute
 
 // syncPresence lists every broker's connections at start, and again every
-// presenceResync.
+// presenceResync, or at once when the peer brokers routed to change (watchRoutes).
 func (d *Daemon) syncPresence(ctx context.Context) error {
 	for {
 		var brokers int
@@ -61,6 +61,7 @@ func (d *Daemon) syncPresence(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(presenceResync):
+		case <-d.peersChanged:
 		}
 	}
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -41,10 +42,24 @@ func (w *routeWatch) observe(now time.Time, needed, up bool) (warn, recovered bo
 	return false, false
 }
 
-// watchRoutes runs the route watch every heartbeat.
+// watchRoutes runs the route watch every heartbeat. A change in the peer brokers routed to asks for a presence listing at once
+// (syncPresence): a broker that died announced nothing, and the connections it held
+// are forgotten once it is found gone; one cut off for a while and back lists its
+// connections again. Either waited for the next periodic listing before.
 func (d *Daemon) watchRoutes(ctx context.Context) error {
 	var w routeWatch
+	peers := d.broker.Peers()
+	slices.Sort(peers)
 	return every(ctx, HeartbeatInterval, func() {
+		now := d.broker.Peers()
+		slices.Sort(now)
+		if !slices.Equal(now, peers) {
+			select {
+			case d.peersChanged <- struct{}{}:
+			default:
+			}
+		}
+		peers = now
 		// Raft's contact time is its own wall clock, hence time.Since.
 		leader, contact := d.raft.Leader(), d.raft.LastContact()
 		needed := !d.raft.IsLeader() && leader != "" && leader != d.cfg.Node &&

@@ -34,6 +34,12 @@ type Config struct {
 	Conn *nats.Conn
 	// Connect and Disconnect are the account's event subjects.
 	Connect, Disconnect string
+	// Reachable, when set, reports whether a broker, by server id, is still part of
+	// the mesh (broker.Server.Reachable). Sync forgets the connections of a broker
+	// that neither answered its listing nor is reachable: one that stopped or died
+	// (a broker stopping sends no disconnect event for the connections it closes,
+	// one dying sends nothing), or restarted under a new id.
+	Reachable func(server string) bool
 	// Account is the account's name, to list its connections.
 	Account string
 	// OnChange, when set, is called after a user's count of open connections
@@ -184,6 +190,40 @@ func (t *Tracker) onDisconnect(m *nats.Msg) {
 	}
 }
 
+// forgetServer drops every connection of broker server, as closed, and returns how
+// many it dropped. No tombstone is kept: a listing never names a broker's old id
+// again, and a broker only cut off for a while lists its connections again when it
+// is back, which must bring them back.
+func (t *Tracker) forgetServer(server string) int {
+	type closed struct {
+		user string
+		c    Conn
+		open int
+	}
+	var gone []closed
+	t.mu.Lock()
+	for c, user := range t.byID {
+		if c.Server != server {
+			continue
+		}
+		delete(t.byID, c)
+		delete(t.kicking, c)
+		set := t.users[user]
+		delete(set, c)
+		if len(set) == 0 {
+			delete(t.users, user)
+		}
+		gone = append(gone, closed{user, c, len(set)})
+	}
+	t.mu.Unlock()
+	if t.cfg.OnChange != nil {
+		for _, g := range gone {
+			t.cfg.OnChange(g.user, g.c, time.Time{}, false, g.open)
+		}
+	}
+	return len(gone)
+}
+
 func (t *Tracker) add(user string, c Conn, now time.Time) (int, bool) {
 	if t.cfg.Ignore != nil && t.cfg.Ignore(user) {
 		return 0, false
@@ -323,7 +363,9 @@ const pageSize = 1000
 // Sync lists the open connections of every broker (servers of them are expected to
 // answer) and makes the tracker agree with the listing: connections it did not know
 // are added, and connections it knew from before the listing started that no broker
-// listed are dropped (their disconnect event was missed).
+// listed are dropped (their disconnect event was missed). The connections of a broker
+// that did not answer are kept while it is reachable (Config.Reachable), and
+// forgotten once it is not: it stopped or died, or restarted under a new server id.
 func (t *Tracker) Sync(ctx context.Context, servers int) error {
 	started := t.cfg.Now()
 	listed := map[Conn]string{}
@@ -349,14 +391,30 @@ func (t *Tracker) Sync(ctx context.Context, servers int) error {
 	now := t.cfg.Now()
 	t.mu.Lock()
 	var dropped []Conn
+	// A broker that did not answer is slow, or gone: its connections are forgotten
+	// only when it is gone from the mesh.
+	silent := map[string]bool{}
 	for c, user := range t.byID {
-		if _, ok := listed[c]; !ok && answered[c.Server] && t.users[user][c].Before(started) {
+		if !t.users[user][c].Before(started) {
+			continue
+		}
+		if _, ok := listed[c]; !ok && answered[c.Server] {
 			dropped = append(dropped, c)
+		} else if !answered[c.Server] {
+			silent[c.Server] = true
 		}
 	}
 	t.mu.Unlock()
 	for _, c := range dropped {
 		t.remove(c, now)
+	}
+	for server := range silent {
+		if t.cfg.Reachable == nil || t.cfg.Reachable(server) {
+			continue
+		}
+		if n := t.forgetServer(server); n > 0 {
+			t.cfg.Logger.Info("a broker is gone from the mesh; its connections are no longer counted", "server", server, "connections", n)
+		}
 	}
 	for c, user := range listed {
 		if n, added := t.add(user, c, now); added && t.cfg.OnChange != nil {

@@ -2,6 +2,7 @@ package presence
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -98,5 +99,43 @@ func BenchmarkRemoveInAStorm(b *testing.B) {
 				m[Conn{Server: "S1", CID: uint64(kept + i)}] = t0
 			}
 		})
+	}
+}
+
+// A broker gone from the mesh takes its connections with it, and only its own; none
+// is remembered as closed, so a broker that was only cut off brings them back with
+// its next listing.
+func TestForgetServer(t *testing.T) {
+	var changes []string
+	tr := &Tracker{users: map[string]map[Conn]time.Time{}, byID: map[Conn]string{}, kicking: map[Conn]bool{},
+		cfg: Config{OnChange: func(user string, c Conn, _ time.Time, opened bool, open int) {
+			changes = append(changes, fmt.Sprintf("%s %s/%d opened=%t open=%d", user, c.Server, c.CID, opened, open))
+		}}}
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	gone, kept := Conn{Server: "S1", CID: 1}, Conn{Server: "S2", CID: 1}
+	tr.add("U1", gone, t0)
+	tr.add("U1", kept, t0)
+	tr.add("U2", Conn{Server: "S1", CID: 2}, t0)
+	tr.kicking[gone] = true
+	if n := tr.forgetServer("S1"); n != 2 {
+		t.Fatalf("forgetServer dropped %d connections, want 2", n)
+	}
+	if tr.Count() != 1 || tr.Open("U1") != 1 || tr.Open("U2") != 0 || len(tr.Users()) != 1 || tr.kicking[gone] {
+		t.Fatalf("after forgetting S1: %d connections, U1 %d, U2 %d, users %v, kicking %v",
+			tr.Count(), tr.Open("U1"), tr.Open("U2"), tr.Users(), tr.kicking)
+	}
+	if len(changes) != 2 {
+		t.Fatalf("OnChange calls %q, want one per connection dropped", changes)
+	}
+	for _, c := range changes {
+		if !strings.Contains(c, "opened=false") || !strings.Contains(c, " S1/") {
+			t.Fatalf("OnChange calls %q, want S1's connections closed", changes)
+		}
+	}
+	if _, added := tr.add("U1", gone, t0.Add(time.Second)); !added {
+		t.Fatal("a forgotten broker's connection, listed again, is refused")
+	}
+	if n := tr.forgetServer("S3"); n != 0 || tr.Count() != 2 {
+		t.Fatalf("forgetting an unknown broker dropped %d, left %d", n, tr.Count())
 	}
 }

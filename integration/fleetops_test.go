@@ -1,0 +1,132 @@
+package integration
+
+import (
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"mesh/controlplane/api"
+	"mesh/integration/harness"
+)
+
+// TestRollingRestartCountsEveryHostOnce: three control nodes and a dozen hosts spread
+// over their brokers; each control node in turn stopped and started again, then one
+// killed. A broker that stops sends no disconnect event for the connections it
+// closes, and one that dies sends nothing: every control node must still count each
+// host once (mesh_control_host_connections), see it alive, and reach it with a
+// declaration. Before the presence tracker forgot a stopped broker's connections,
+// the first stop left the other two counting 22 connections for these 12 hosts until
+// they restarted themselves.
+func TestRollingRestartCountsEveryHostOnce(t *testing.T) {
+	cp1 := harness.NewControlPlane(t, bin, "rollfleet")
+	cp1.Serve()
+	cp2 := joinControl(t, cp1, "cp-2")
+	cp3 := joinControl(t, cp1, "cp-3")
+	cps := []*harness.ControlPlane{cp1, cp2, cp3}
+
+	const n = 12
+	hosts := make([]*harness.Host, n)
+	for i := range hosts {
+		hosts[i] = harness.NewHost(t, bin, fmt.Sprintf("web-%02d", i))
+		if r := hosts[i].Enrol(cp1.Token(hosts[i].Name)); r.Code != 0 {
+			t.Fatalf("enrol %s: exit %d:\n%s", hosts[i].Name, r.Code, r.Combined())
+		}
+		hosts[i].Run()
+	}
+
+	// counted waits until the brokers of up hold n host connections between them
+	// and every one of up counts n in the mesh and shows n hosts alive.
+	counted := func(what string, limit time.Duration, up ...*harness.ControlPlane) {
+		t.Helper()
+		var last string
+		deadline := time.Now().Add(limit)
+		for {
+			last = fleetCounts(up, n)
+			if last == "" {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within %s: %s", what, limit, last)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	counted("the fleet connected", 30*time.Second, cps...)
+
+	// A rolling restart. The nodes left up hear the stopped broker's shutdown: its
+	// hosts move to them and are counted once, well before the next periodic
+	// listing (a minute).
+	for i, cp := range cps {
+		p := cp.Process()
+		p.Signal(syscall.SIGTERM)
+		if code := p.Wait(20 * time.Second); code != 0 {
+			t.Fatalf("cp-%d stopped with exit %d:\n%s", i+1, code, p.Output())
+		}
+		counted(fmt.Sprintf("cp-%d stopped: its hosts on the other two", i+1), 20*time.Second, others(cps, i)...)
+		cp.Serve()
+		counted(fmt.Sprintf("cp-%d back", i+1), 20*time.Second, cps...)
+	}
+
+	// A control node killed: it announces nothing, and the others find its broker
+	// gone from their routes.
+	cps[1].Process().Kill()
+	counted("cp-2 killed: its hosts on the other two", 20*time.Second, others(cps, 1)...)
+	cps[1].Serve()
+	counted("cp-2 back after the kill", 20*time.Second, cps...)
+
+	body := t.TempDir() + "/b.json"
+	writeFile(t, body, `{"files":[{"path":"f","content":"rolled\n"}]}`)
+	if r := cp2.Ctl("declare", "--all", "--wait=60s", "--file", body); r.Code != 0 {
+		t.Fatalf("declare: exit %d:\n%s", r.Code, r.Combined())
+	}
+	for _, h := range hosts {
+		if got, _ := h.ReadManaged("f"); got != "rolled\n" {
+			t.Fatalf("%s holds %q", h.Name, got)
+		}
+	}
+	for i, cp := range cps {
+		if k := cp.Counter("mesh_control_budget_disconnects_total"); k != 0 {
+			t.Errorf("cp-%d disconnected %v hosts for their budget", i+1, k)
+		}
+	}
+}
+
+// others returns cps without the i-th.
+func others(cps []*harness.ControlPlane, i int) []*harness.ControlPlane {
+	var out []*harness.ControlPlane
+	for j, cp := range cps {
+		if j != i {
+			out = append(out, cp)
+		}
+	}
+	return out
+}
+
+// fleetCounts says what is wrong with how the control nodes up see a fleet of n
+// hosts, or "" when nothing is: their brokers hold n host connections between them,
+// and each counts n in the mesh and shows n workers alive.
+func fleetCounts(up []*harness.ControlPlane, n int) string {
+	held := 0
+	for _, cp := range up {
+		held += int(cp.Counter("mesh_broker_host_connections"))
+	}
+	if held != n {
+		return fmt.Sprintf("the brokers hold %d host connections", held)
+	}
+	for _, cp := range up {
+		if c := int(cp.Counter("mesh_control_host_connections")); c != n {
+			return fmt.Sprintf("%s counts %d host connections in the mesh", cp.Dir, c)
+		}
+		alive := 0
+		for _, v := range cp.Nodes().Nodes {
+			if v.State == api.StateAlive && v.Role == "worker" {
+				alive++
+			}
+		}
+		if alive != n {
+			return fmt.Sprintf("%s shows %d workers alive", cp.Dir, alive)
+		}
+	}
+	return ""
+}
