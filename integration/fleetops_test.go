@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,8 +15,8 @@ import (
 // over their brokers; each control node in turn stopped and started again, then one
 // killed. A broker that stops sends no disconnect event for the connections it
 // closes, and one that dies sends nothing: every control node must still count each
-// host once (mesh_control_host_connections), see it alive, and reach it with a
-// declaration. Before the presence tracker forgot a stopped broker's connections,
+// host once (mesh_control_host_connections), see it alive, reach it with a
+// declaration, and find its one connection when it is revoked. Before the presence tracker forgot a stopped broker's connections,
 // the first stop left the other two counting 22 connections for these 12 hosts until
 // they restarted themselves.
 func TestRollingRestartCountsEveryHostOnce(t *testing.T) {
@@ -88,6 +89,35 @@ func TestRollingRestartCountsEveryHostOnce(t *testing.T) {
 	for i, cp := range cps {
 		if k := cp.Counter("mesh_control_budget_disconnects_total"); k != 0 {
 			t.Errorf("cp-%d disconnected %v hosts for their budget", i+1, k)
+		}
+	}
+
+	// Revoked through a control node that may not lead, hosts on any of the brokers
+	// are found by their one connection each, closed, and stop on the signed notice.
+	gone := hosts[:3]
+	args := []string{"revoke"}
+	for _, h := range gone {
+		args = append(args, h.Name)
+	}
+	r := cp3.Ctl(args...)
+	if r.Code != 0 {
+		t.Fatalf("revoke: exit %d:\n%s", r.Code, r.Combined())
+	}
+	for _, h := range gone {
+		if want := "revoked " + h.Name + " (1 connection(s) open, closed now)"; !strings.Contains(r.Stdout, want) {
+			t.Errorf("revoke says %q, want %q", r.Stdout, want)
+		}
+		if code := h.Process().Wait(20 * time.Second); code != 6 {
+			t.Errorf("%s's agent exited %d after its revocation, want 6", h.Name, code)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for last := ""; ; time.Sleep(200 * time.Millisecond) {
+		if last = fleetCounts(cps, n-len(gone)); last == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the revocation: %s", last)
 		}
 	}
 }
