@@ -438,31 +438,29 @@ func (s *Server) Reachable(id string) bool {
 	if id == s.ns.ID() {
 		return true
 	}
-	rz, err := s.ns.Routez(nil)
-	if err != nil {
-		return true
-	}
-	for _, r := range rz.Routes {
-		if r.RemoteID == id {
-			return true
-		}
-	}
-	return false
+	peers, err := s.routedPeers()
+	return err != nil || slices.Contains(peers, id)
 }
 
 // Peers returns the server ids of the brokers this broker holds a route to now.
 func (s *Server) Peers() []string {
+	peers, _ := s.routedPeers()
+	return peers
+}
+
+func (s *Server) routedPeers() ([]string, error) {
 	rz, err := s.ns.Routez(nil)
 	if err != nil {
-		return nil
+		return nil, err
 	}
 	var out []string
 	for _, r := range rz.Routes {
+		// Route pooling opens several connections to each peer.
 		if !slices.Contains(out, r.RemoteID) {
 			out = append(out, r.RemoteID)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // NumRoutes reports how many cluster routes are up.

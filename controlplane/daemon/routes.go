@@ -42,10 +42,11 @@ func (w *routeWatch) observe(now time.Time, needed, up bool) (warn, recovered bo
 	return false, false
 }
 
-// watchRoutes runs the route watch every heartbeat. A change in the peer brokers routed to asks for a presence listing at once
-// (syncPresence): a broker that died announced nothing, and the connections it held
-// are forgotten once it is found gone; one cut off for a while and back lists its
-// connections again. Either waited for the next periodic listing before.
+// watchRoutes runs the route watch every heartbeat. A change in the peer brokers
+// routed to also asks for a presence listing at once (syncPresence): a broker that
+// stopped or died announced no disconnections, and the connections it held are
+// forgotten once it is found gone; one cut off for a while and back lists its
+// connections again, without waiting for the periodic listing (a minute).
 func (d *Daemon) watchRoutes(ctx context.Context) error {
 	var w routeWatch
 	peers := d.broker.Peers()
