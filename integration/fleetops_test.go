@@ -2,12 +2,14 @@ package integration
 
 import (
 	"fmt"
+	"hash/fnv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"mesh/controlplane/api"
+	"mesh/host/state"
 	"mesh/integration/harness"
 )
 
@@ -151,4 +153,78 @@ func fleetCounts(up []*harness.ControlPlane, n int) string {
 		}
 	}
 	return ""
+}
+
+// TestHostsReturnToTheirFirstBroker: each host tries the brokers in an order rotated
+// by its node id, so that a fleet spreads over the control nodes, and moves back to
+// the first of them after a failover (meshhost run --return-home). Started moments
+// after their enrolment, some hosts first land on the leader, the others refusing a
+// key they have not replicated yet; a control node stopped and started again gets
+// its hosts back. Without the move back the twelve hosts of
+// TestRollingRestartCountsEveryHostOnce sat 10, 1 and 1 at first, and 0, 0 and 12
+// midway through a rolling restart.
+func TestHostsReturnToTheirFirstBroker(t *testing.T) {
+	cp1 := harness.NewControlPlane(t, bin, "home")
+	cp1.Serve()
+	cp2 := joinControl(t, cp1, "cp-2")
+	cp3 := joinControl(t, cp1, "cp-3")
+	cps := []*harness.ControlPlane{cp1, cp2, cp3}
+
+	const n = 9
+	want := map[string]int{}
+	for i := range n {
+		h := harness.NewHost(t, bin, fmt.Sprintf("app-%d", i))
+		if r := h.Enrol(cp1.Token(h.Name)); r.Code != 0 {
+			t.Fatalf("enrol %s: exit %d:\n%s", h.Name, r.Code, r.Combined())
+		}
+		h.Run("--return-home", "1s")
+		applied, err := state.Load(h.State)
+		if err != nil || len(applied.Brokers) != len(cps) {
+			t.Fatalf("%s's applied state names brokers %v (%v), want the three control nodes'", h.Name, applied.Brokers, err)
+		}
+		// The agent's order: the mesh's list rotated by a hash of the node id.
+		f := fnv.New32a()
+		f.Write([]byte(h.Name))
+		want[applied.Brokers[f.Sum32()%uint32(len(applied.Brokers))]]++
+	}
+	home := func(what string) {
+		t.Helper()
+		var got []string
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			got = got[:0]
+			ok := fleetCounts(cps, n) == ""
+			for _, cp := range cps {
+				held := int(cp.Counter("mesh_broker_host_connections"))
+				ok = ok && held == want[cp.Listen]
+				got = append(got, fmt.Sprintf("%s holds %d (its hosts: %d)", cp.Listen, held, want[cp.Listen]))
+			}
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 30s: %s; %s", what, strings.Join(got, ", "), fleetCounts(cps, n))
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	home("every host on its first broker")
+
+	// Stop the control node with the most hosts; they fail over, and come back.
+	busiest := 0
+	for i, cp := range cps {
+		if want[cp.Listen] > want[cps[busiest].Listen] {
+			busiest = i
+		}
+	}
+	p := cps[busiest].Process()
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(20 * time.Second); code != 0 {
+		t.Fatalf("cp-%d stopped with exit %d:\n%s", busiest+1, code, p.Output())
+	}
+	harness.Eventually(t, 20*time.Second, "the stopped node's hosts on the other two", func() bool {
+		return fleetCounts(others(cps, busiest), n) == ""
+	})
+	cps[busiest].Serve()
+	home(fmt.Sprintf("cp-%d back: its hosts with it again", busiest+1))
 }

@@ -75,6 +75,10 @@ type Options struct {
 	// declaration that failed to apply (a local fault: a file where a directory must
 	// go, a full disk); 0 means 1 second and 5 minutes.
 	RetryMin, RetryMax time.Duration
+	// ReturnHome is how often, while connected to a broker other than the first in
+	// its order (failed over from it), the agent moves back to that one; the wait
+	// doubles, up to an hour, while the moves do not end there. 0 never moves back.
+	ReturnHome time.Duration
 	// OnSynced, if set, is called each time the mesh acknowledged a sync: the
 	// agent is connected and the mesh has sent it its current state (which it
 	// verifies as it arrives). The first call means the agent is up; meshhost tells
@@ -242,6 +246,11 @@ func (a *Agent) Applied() state.Applied { return a.applied }
 // control plane never stops the loop from verifying and reporting; the hooks run in
 // a worker of their own, for the same reason.
 func (a *Agent) Run(ctx context.Context) error {
+	brokers := a.brokers()
+	if len(brokers) == 0 {
+		return errors.New("agent: the identity and the applied state name no broker")
+	}
+	home := newHoming(link.URLs(brokers[:1]), a.o.ReturnHome)
 	// The pin check itself says when a broker address answers as something else: on
 	// a reconnection nats.go reports that to no handler.
 	base, err := link.AsNode(a.id, a.kp, func(err error) {
@@ -259,6 +268,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		nats.IgnoreAuthErrorAbort(),
 		nats.Timeout(10*time.Second),
 		nats.ReconnectHandler(func(*nats.Conn) { a.event(event{connected: true}) }),
+		nats.ReconnectToServer(home.pick),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			a.stats.set(func(s *stats) { s.connected, s.synced = false, false })
 			if err != nil {
@@ -283,7 +293,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer served.Wait()
 		defer stopHTTP()
 	}
-	nc, err := a.connect(ctx, link.URLs(a.brokers()), opts)
+	nc, err := a.connect(ctx, link.URLs(brokers), opts)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // asked to stop before the first connection
@@ -312,6 +322,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer beat.Stop()
 	sy := &syncer{a: a, nc: nc, done: make(chan syncResult, 1)}
 	a.event(event{connected: true}) // the first connection: sync and report
+	homeTimer := time.NewTimer(home.interval())
+	if home.every <= 0 {
+		homeTimer.Stop()
+	}
+	defer homeTimer.Stop()
 	authFailures := 0
 	for {
 		select {
@@ -358,6 +373,14 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.report(nc)
 		case <-beat.C:
 			a.report(nc)
+		case <-homeTimer.C:
+			if home.look(nc.ConnectedUrl(), nc.Servers()) {
+				a.log.Info("moving back to this node's first broker", "broker", home.home, "from", nc.ConnectedUrlRedacted())
+				if err := nc.ForceReconnect(); err != nil {
+					a.log.Warn("could not move back to the first broker", "err", err)
+				}
+			}
+			homeTimer.Reset(home.interval())
 		}
 	}
 }

@@ -363,6 +363,7 @@ func cmdRun(args []string, cio *cliIO) error {
 	root := fs.String("root", "", "managed root: declared files are kept here (required)")
 	heartbeat := fs.Duration("heartbeat", 15*time.Second, "how often to report status when nothing changes")
 	brokerPing := fs.Duration("broker-ping", link.PingInterval, "how often to ping the broker: one whose process stops reading (stopped, wedged) is left for another after two unanswered pings; shorter notices sooner and costs this host and the broker more at rest")
+	returnHome := fs.Duration("return-home", 5*time.Minute, "after failing over to another broker, how often to try moving back to this node's first one (the brokers are rotated by node id so that a fleet spreads over the control nodes); doubles up to an hour while a move does not end there; 0 stays where it is")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text (key=value lines) or json (one JSON object a line)")
 	logJSON := fs.Bool("log-json", false, "the same as --log-format json")
@@ -379,6 +380,9 @@ func cmdRun(args []string, cio *cliIO) error {
 	}
 	if *brokerPing < time.Second || *brokerPing > maxBrokerPing {
 		return usageError{fmt.Sprintf("--broker-ping must be between 1s and %s", maxBrokerPing)}
+	}
+	if *returnHome != 0 && (*returnHome < time.Second || *returnHome > time.Hour) {
+		return usageError{"--return-home must be 0 (never) or between 1s and 1h"}
 	}
 	formatSet := false
 	fs.Visit(func(f *flag.Flag) { formatSet = formatSet || f.Name == "log-format" })
@@ -416,7 +420,7 @@ func cmdRun(args []string, cio *cliIO) error {
 	defer lock.Release()
 	var ready sync.Once
 	var id identity.Identity
-	a, err := agent.New(agent.Options{StateDir: *stateDir, Root: *root, Logger: log, Heartbeat: *heartbeat, BrokerPing: *brokerPing, Hooks: hk,
+	a, err := agent.New(agent.Options{StateDir: *stateDir, Root: *root, Logger: log, Heartbeat: *heartbeat, BrokerPing: *brokerPing, ReturnHome: *returnHome, Hooks: hk,
 		MetricsListen: *metricsListen,
 		OnRefused: func(err error) {
 			// For meshhost status and systemd's status line; the agent goes on trying.

@@ -1,0 +1,71 @@
+package agent
+
+import (
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// maxHomeWait bounds how rarely the agent looks for its first broker again after
+// moves that did not end there (a broker still down, or full).
+const maxHomeWait = time.Hour
+
+// homing brings the agent back to the first broker in its order (its home: the
+// brokers are rotated by the node id, so that a fleet spreads over them) after it
+// failed over to another. nats.go never moves back on its own, so without this a
+// control node restarted ends up holding none of its hosts, and another all of them
+// (docs/operations.md, "A control node's capacity").
+type homing struct {
+	home  string        // the first broker's URL, as nats.go names it
+	every time.Duration // how often to look while away; 0: never
+	wait  time.Duration // the current interval: doubles while moves fail, up to maxHomeWait
+	// want makes the next reconnection attempt go to home, once.
+	want atomic.Bool
+}
+
+func newHoming(home string, every time.Duration) *homing {
+	return &homing{home: home, every: every, wait: every}
+}
+
+// interval is when to look next: drawn from the upper half of the current wait, so
+// that a fleet moved off a control node does not come back in one burst.
+func (h *homing) interval() time.Duration {
+	if h.every <= 0 {
+		return 0
+	}
+	return h.wait/2 + rand.N(h.wait/2+1)
+}
+
+// look is one check, with the connection's broker and its pool. It says whether to
+// reconnect now, to home. At home, the interval goes back to its start; away, with
+// home in the pool, the agent moves, and the interval doubles until a check finds it
+// home.
+func (h *homing) look(connected string, pool []string) bool {
+	if connected == h.home {
+		h.wait = h.every
+		return false
+	}
+	if connected == "" || !slices.Contains(pool, h.home) {
+		return false
+	}
+	h.wait = min(2*h.wait, maxHomeWait)
+	h.want.Store(true)
+	return true
+}
+
+// pick is nats.go's ReconnectToServer callback: home for the attempt that look asked
+// for, and nats.go's own choice otherwise (a broker lost, or home refusing).
+func (h *homing) pick(servers []nats.Server, _ nats.ServerInfo) (*nats.Server, time.Duration) {
+	if !h.want.Swap(false) {
+		return nil, 0
+	}
+	for i := range servers {
+		if servers[i].URL != nil && servers[i].URL.String() == h.home {
+			return &servers[i], 0
+		}
+	}
+	return nil, 0
+}
