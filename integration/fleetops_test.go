@@ -22,11 +22,8 @@ import (
 // the first stop left the other two counting 22 connections for these 12 hosts until
 // they restarted themselves.
 func TestRollingRestartCountsEveryHostOnce(t *testing.T) {
-	cp1 := harness.NewControlPlane(t, bin, "rollfleet")
-	cp1.Serve()
-	cp2 := joinControl(t, cp1, "cp-2")
-	cp3 := joinControl(t, cp1, "cp-3")
-	cps := []*harness.ControlPlane{cp1, cp2, cp3}
+	cps := threeControlNodes(t, "rollfleet")
+	cp1, cp2, cp3 := cps[0], cps[1], cps[2]
 
 	const n = 12
 	hosts := make([]*harness.Host, n)
@@ -42,18 +39,7 @@ func TestRollingRestartCountsEveryHostOnce(t *testing.T) {
 	// them and every one of up counts want in the mesh and shows want hosts alive.
 	counted := func(what string, limit time.Duration, want int, up ...*harness.ControlPlane) {
 		t.Helper()
-		var last string
-		deadline := time.Now().Add(limit)
-		for {
-			last = fleetCounts(up, want)
-			if last == "" {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within %s: %s", what, limit, last)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+		until(t, what, limit, func() string { return fleetCounts(up, want) })
 	}
 	counted("the fleet connected", 30*time.Second, n, cps...)
 
@@ -116,6 +102,31 @@ func TestRollingRestartCountsEveryHostOnce(t *testing.T) {
 	counted("after the revocation", 20*time.Second, n-len(gone), cps...)
 }
 
+// threeControlNodes starts a mesh of three control nodes, each serving.
+func threeControlNodes(t *testing.T, mesh string) []*harness.ControlPlane {
+	t.Helper()
+	cp1 := harness.NewControlPlane(t, bin, mesh)
+	cp1.Serve()
+	return []*harness.ControlPlane{cp1, joinControl(t, cp1, "cp-2"), joinControl(t, cp1, "cp-3")}
+}
+
+// until calls check every 200 ms until it says nothing is wrong (""), and fails the
+// test with its last answer after limit.
+func until(t *testing.T, what string, limit time.Duration, check func() string) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		wrong := check()
+		if wrong == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %s", what, limit, wrong)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // others returns cps without the i-th.
 func others(cps []*harness.ControlPlane, i int) []*harness.ControlPlane {
 	var out []*harness.ControlPlane
@@ -164,11 +175,8 @@ func fleetCounts(up []*harness.ControlPlane, n int) string {
 // TestRollingRestartCountsEveryHostOnce sat 10, 1 and 1 at first, and 0, 0 and 12
 // midway through a rolling restart.
 func TestHostsReturnToTheirFirstBroker(t *testing.T) {
-	cp1 := harness.NewControlPlane(t, bin, "home")
-	cp1.Serve()
-	cp2 := joinControl(t, cp1, "cp-2")
-	cp3 := joinControl(t, cp1, "cp-3")
-	cps := []*harness.ControlPlane{cp1, cp2, cp3}
+	cps := threeControlNodes(t, "home")
+	cp1 := cps[0]
 
 	const n = 9
 	want := map[string]int{}
@@ -189,24 +197,22 @@ func TestHostsReturnToTheirFirstBroker(t *testing.T) {
 	}
 	home := func(what string) {
 		t.Helper()
-		var got []string
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			got = got[:0]
-			ok := fleetCounts(cps, n) == ""
+		until(t, what, 30*time.Second, func() string {
+			if wrong := fleetCounts(cps, n); wrong != "" {
+				return wrong
+			}
+			var got []string
+			ok := true
 			for _, cp := range cps {
 				held := int(cp.Counter("mesh_broker_host_connections"))
 				ok = ok && held == want[cp.Listen]
 				got = append(got, fmt.Sprintf("%s holds %d (its hosts: %d)", cp.Listen, held, want[cp.Listen]))
 			}
 			if ok {
-				return
+				return ""
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 30s: %s; %s", what, strings.Join(got, ", "), fleetCounts(cps, n))
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return strings.Join(got, ", ")
+		})
 	}
 	home("every host on its first broker")
 
@@ -222,9 +228,7 @@ func TestHostsReturnToTheirFirstBroker(t *testing.T) {
 	if code := p.Wait(20 * time.Second); code != 0 {
 		t.Fatalf("cp-%d stopped with exit %d:\n%s", busiest+1, code, p.Output())
 	}
-	harness.Eventually(t, 20*time.Second, "the stopped node's hosts on the other two", func() bool {
-		return fleetCounts(others(cps, busiest), n) == ""
-	})
+	until(t, "the stopped node's hosts on the other two", 20*time.Second, func() string { return fleetCounts(others(cps, busiest), n) })
 	cps[busiest].Serve()
 	home(fmt.Sprintf("cp-%d back: its hosts with it again", busiest+1))
 }
