@@ -250,7 +250,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if len(brokers) == 0 {
 		return errors.New("agent: the identity and the applied state name no broker")
 	}
-	home := newHoming(link.URLs(brokers[:1]), a.o.ReturnHome)
+	home := newHoming(a.o.ReturnHome)
 	// The pin check itself says when a broker address answers as something else: on
 	// a reconnection nats.go reports that to no handler.
 	base, err := link.AsNode(a.id, a.kp, func(err error) {
@@ -374,8 +374,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-beat.C:
 			a.report(nc)
 		case <-homeTimer.C:
-			if home.look(nc.ConnectedUrl(), nc.Servers()) {
-				a.log.Info("moving back to this node's first broker", "broker", home.home, "from", nc.ConnectedUrlRedacted())
+			// The first of the mesh's list as it stands: a control node removed since
+			// the connection was made is no longer anyone's home.
+			first := ""
+			if b := a.brokers(); len(b) > 0 {
+				first = link.URLs(b[:1])
+			}
+			if first != "" && home.look(first, nc.ConnectedUrl(), nc.Servers()) {
+				a.log.Info("moving back to this node's first broker", "broker", first, "from", nc.ConnectedUrlRedacted())
 				if err := nc.ForceReconnect(); err != nil {
 					a.log.Warn("could not move back to the first broker", "err", err)
 				}

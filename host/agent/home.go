@@ -19,15 +19,15 @@ const maxHomeWait = time.Hour
 // control node restarted ends up holding none of its hosts, and another all of them
 // (docs/operations.md, "A control node's capacity").
 type homing struct {
-	home  string        // the first broker's URL, as nats.go names it
 	every time.Duration // how often to look while away; 0: never
 	wait  time.Duration // the current interval: doubles while moves fail, up to maxHomeWait
-	// want makes the next reconnection attempt go to home, once.
-	want atomic.Bool
+	// target is the broker the next reconnection attempt goes to, once (nil: none
+	// asked). nats.go reads it from its reconnecting goroutine.
+	target atomic.Pointer[string]
 }
 
-func newHoming(home string, every time.Duration) *homing {
-	return &homing{home: home, every: every, wait: every}
+func newHoming(every time.Duration) *homing {
+	return &homing{every: every, wait: every}
 }
 
 // interval is when to look next: drawn from the upper half of the current wait, so
@@ -39,31 +39,34 @@ func (h *homing) interval() time.Duration {
 	return h.wait/2 + rand.N(h.wait/2+1)
 }
 
-// look is one check, with the connection's broker and its pool. It says whether to
-// reconnect now, to home. At home, the interval goes back to its start; away, with
-// home in the pool, the agent moves, and the interval doubles until a check finds it
-// home.
-func (h *homing) look(connected string, pool []string) bool {
-	if connected == h.home {
+// look is one check, with home (the first broker of the agent's order now: the
+// mesh's list changes when control nodes are added or removed), the connection's
+// broker and its pool. It says whether to reconnect now, to home. At home, the
+// interval goes back to its start; away, with home in the pool, the agent moves, and
+// the interval doubles until a check finds it home.
+func (h *homing) look(home, connected string, pool []string) bool {
+	if connected == home {
 		h.wait = h.every
 		return false
 	}
-	if connected == "" || !slices.Contains(pool, h.home) {
+	if connected == "" || !slices.Contains(pool, home) {
 		return false
 	}
 	h.wait = min(2*h.wait, maxHomeWait)
-	h.want.Store(true)
+	h.target.Store(&home)
 	return true
 }
 
-// pick is nats.go's ReconnectToServer callback: home for the attempt that look asked
-// for, and nats.go's own choice otherwise (a broker lost, or home refusing).
+// pick is nats.go's ReconnectToServer callback: the broker look asked for, for the
+// attempt that follows, and nats.go's own choice otherwise (a broker lost, or home
+// refusing).
 func (h *homing) pick(servers []nats.Server, _ nats.ServerInfo) (*nats.Server, time.Duration) {
-	if !h.want.Swap(false) {
+	target := h.target.Swap(nil)
+	if target == nil {
 		return nil, 0
 	}
 	for i := range servers {
-		if servers[i].URL != nil && servers[i].URL.String() == h.home {
+		if servers[i].URL != nil && servers[i].URL.String() == *target {
 			return &servers[i], 0
 		}
 	}

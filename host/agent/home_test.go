@@ -11,7 +11,7 @@ import (
 func TestHoming(t *testing.T) {
 	const home, other = "tls://10.0.0.1:4222", "tls://10.0.0.2:4222"
 	pool := []string{other, home}
-	h := newHoming(home, time.Minute)
+	h := newHoming(time.Minute)
 	for range 100 {
 		if d := h.interval(); d < 30*time.Second || d > time.Minute {
 			t.Fatalf("interval %s, want within [30s, 1m]", d)
@@ -21,17 +21,17 @@ func TestHoming(t *testing.T) {
 	if s, _ := h.pick(servers, nats.ServerInfo{}); s != nil {
 		t.Fatalf("a reconnection nobody asked home for went to %s, want nats.go's own choice", s.URL)
 	}
-	if h.look(home, pool) || h.wait != time.Minute {
-		t.Fatalf("at home: move %t, wait %s", h.look(home, pool), h.wait)
+	if h.look(home, home, pool) || h.wait != time.Minute {
+		t.Fatalf("at home: move %t, wait %s", h.look(home, home, pool), h.wait)
 	}
-	if h.look("", pool) {
+	if h.look(home, "", pool) {
 		t.Fatal("a move asked while disconnected")
 	}
-	if h.look(other, []string{other}) {
+	if h.look(home, other, []string{other}) {
 		t.Fatal("a move asked to a broker outside the connection's pool")
 	}
 	// Away: move, once, to home; each move that does not end home doubles the wait.
-	if !h.look(other, pool) || h.wait != 2*time.Minute {
+	if !h.look(home, other, pool) || h.wait != 2*time.Minute {
 		t.Fatalf("away: no move, or wait %s, want 2m", h.wait)
 	}
 	if s, d := h.pick(servers, nats.ServerInfo{}); s == nil || s.URL.String() != home || d != 0 {
@@ -41,16 +41,16 @@ func TestHoming(t *testing.T) {
 		t.Fatalf("the attempt after it went to %s: home refused must leave nats.go its choice", s.URL)
 	}
 	for range 10 {
-		h.look(other, pool)
+		h.look(home, other, pool)
 	}
 	if h.wait != maxHomeWait {
 		t.Fatalf("wait %s after many moves, want %s", h.wait, maxHomeWait)
 	}
-	h.look(home, pool)
+	h.look(home, home, pool)
 	if h.wait != time.Minute {
 		t.Fatalf("back home, wait %s, want the start again", h.wait)
 	}
-	if off := newHoming(home, 0); off.interval() != 0 {
+	if off := newHoming(0); off.interval() != 0 {
 		t.Fatal("0 must never look")
 	}
 }
