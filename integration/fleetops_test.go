@@ -171,7 +171,7 @@ func fleetCounts(up []*harness.ControlPlane, n int) string {
 // the first of them after a failover (meshhost run --return-home). Started moments
 // after their enrolment, some hosts first land on the leader, the others refusing a
 // key they have not replicated yet; a control node stopped and started again gets
-// its hosts back. Without the move back the twelve hosts of
+// its hosts back; one removed for good is no one's first broker any more. Without the move back the twelve hosts of
 // TestRollingRestartCountsEveryHostOnce sat 10, 1 and 1 at first, and 0, 0 and 12
 // midway through a rolling restart.
 func TestHostsReturnToTheirFirstBroker(t *testing.T) {
@@ -179,31 +179,46 @@ func TestHostsReturnToTheirFirstBroker(t *testing.T) {
 	cp1 := cps[0]
 
 	const n = 9
-	want := map[string]int{}
-	for i := range n {
+	hosts := make([]*harness.Host, n)
+	for i := range hosts {
 		h := harness.NewHost(t, bin, fmt.Sprintf("app-%d", i))
 		if r := h.Enrol(cp1.Token(h.Name)); r.Code != 0 {
 			t.Fatalf("enrol %s: exit %d:\n%s", h.Name, r.Code, r.Combined())
 		}
 		h.Run("--return-home", "1s")
-		applied, err := state.Load(h.State)
-		if err != nil || len(applied.Brokers) != len(cps) {
-			t.Fatalf("%s's applied state names brokers %v (%v), want the three control nodes'", h.Name, applied.Brokers, err)
-		}
-		// The agent's order: the mesh's list rotated by a hash of the node id.
-		f := fnv.New32a()
-		f.Write([]byte(h.Name))
-		want[applied.Brokers[f.Sum32()%uint32(len(applied.Brokers))]]++
+		hosts[i] = h
 	}
-	home := func(what string) {
+	// firsts counts the hosts whose first broker each is, from the broker list in
+	// their applied state (the mesh's signed list) rotated by a hash of the node id,
+	// as the agent orders it; "" while a host's list does not have brokers entries.
+	firsts := func(brokers int) (map[string]int, string) {
+		want := map[string]int{}
+		for _, h := range hosts {
+			applied, err := state.Load(h.State)
+			if err != nil || len(applied.Brokers) != brokers {
+				return nil, fmt.Sprintf("%s's applied state names brokers %v (%v), want %d", h.Name, applied.Brokers, err, brokers)
+			}
+			f := fnv.New32a()
+			f.Write([]byte(h.Name))
+			want[applied.Brokers[f.Sum32()%uint32(len(applied.Brokers))]]++
+		}
+		return want, ""
+	}
+	// home waits until the brokers of up hold exactly the hosts whose first broker
+	// they are, the mesh's list having brokers entries.
+	home := func(what string, up []*harness.ControlPlane, brokers int) {
 		t.Helper()
 		until(t, what, 30*time.Second, func() string {
-			if wrong := fleetCounts(cps, n); wrong != "" {
+			want, wrong := firsts(brokers)
+			if wrong != "" {
+				return wrong
+			}
+			if wrong := fleetCounts(up, n); wrong != "" {
 				return wrong
 			}
 			var got []string
 			ok := true
-			for _, cp := range cps {
+			for _, cp := range up {
 				held := int(cp.Counter("mesh_broker_host_connections"))
 				ok = ok && held == want[cp.Listen]
 				got = append(got, fmt.Sprintf("%s holds %d (its hosts: %d)", cp.Listen, held, want[cp.Listen]))
@@ -214,9 +229,10 @@ func TestHostsReturnToTheirFirstBroker(t *testing.T) {
 			return strings.Join(got, ", ")
 		})
 	}
-	home("every host on its first broker")
+	home("every host on its first broker", cps, len(cps))
 
 	// Stop the control node with the most hosts; they fail over, and come back.
+	want, _ := firsts(len(cps))
 	busiest := 0
 	for i, cp := range cps {
 		if want[cp.Listen] > want[cps[busiest].Listen] {
@@ -230,5 +246,27 @@ func TestHostsReturnToTheirFirstBroker(t *testing.T) {
 	}
 	until(t, "the stopped node's hosts on the other two", 20*time.Second, func() string { return fleetCounts(others(cps, busiest), n) })
 	cps[busiest].Serve()
-	home(fmt.Sprintf("cp-%d back: its hosts with it again", busiest+1))
+	home(fmt.Sprintf("cp-%d back: its hosts with it again", busiest+1), cps, len(cps))
+
+	// A control node removed for good is no one's first broker: its hosts go to the
+	// first of the list the mesh signs without it, and stay there.
+	// (The leader cannot be removed: meshctl asks to move the leadership first.)
+	want, _ = firsts(len(cps))
+	removed := -1
+	for i, cp := range cps {
+		if v := controlView(t, cp); v[fmt.Sprintf("cp-%d", i+1)].Raft == api.RaftLeader {
+			continue
+		}
+		if removed < 0 || want[cp.Listen] > want[cps[removed].Listen] {
+			removed = i
+		}
+	}
+	rest := others(cps, removed)
+	if r := rest[0].Ctl("control", "remove", fmt.Sprintf("cp-%d", removed+1)); r.Code != 0 {
+		t.Fatalf("control remove cp-%d: exit %d:\n%s", removed+1, r.Code, r.Combined())
+	}
+	if code := cps[removed].Process().Wait(30 * time.Second); code != 6 {
+		t.Fatalf("the removed node exited %d, want 6:\n%s", code, cps[removed].Process().Output())
+	}
+	home(fmt.Sprintf("cp-%d removed: every host on the first of the two left", removed+1), rest, len(rest))
 }
