@@ -36,6 +36,9 @@ type Client struct {
 	// it (a signature's verification, a token's connection budget). The broker
 	// refuses a Host grant then anyway.
 	HostsFull bool
+	// Recheck says nats-server asks again about a client it admitted before (it
+	// does on every configuration reload), rather than about a new login.
+	Recheck bool
 }
 
 // Grant is the outcome of a successful authentication: who the client is, the account
@@ -122,6 +125,7 @@ func (h *hook) Check(c server.ClientAuthentication) bool {
 		}
 	}
 	cl.HostsFull = was == nil && h.full()
+	cl.Recheck = was != nil
 	g, err := h.auth.Authenticate(cl)
 	if err == nil && g.Host && cl.HostsFull {
 		err = ErrFull

@@ -174,6 +174,11 @@ func TestClusterPeersPinned(t *testing.T) {
 	if len(auth.calls()) <= asked {
 		t.Errorf("the authenticator was not asked again after the reload (%d calls before, %d after)", asked, len(auth.calls()))
 	}
+	for i, c := range auth.calls() {
+		if c.Recheck != (i >= asked) {
+			t.Errorf("call %d (of %d before the reload) says Recheck %v", i, asked, c.Recheck)
+		}
+	}
 	if !strings.Contains(logs.String(), "cluster peers changed") {
 		t.Errorf("no line says the cluster peers changed:\n%s", logs)
 	}

@@ -168,12 +168,11 @@ func fleetCounts(up []*harness.ControlPlane, n int) string {
 
 // TestHostsReturnToTheirFirstBroker: each host tries the brokers in an order rotated
 // by its node id, so that a fleet spreads over the control nodes, and moves back to
-// the first of them after a failover (meshhost run --return-home). Started moments
-// after their enrolment, some hosts first land on the leader, the others refusing a
-// key they have not replicated yet; a control node stopped and started again gets
-// its hosts back; one removed for good is no one's first broker any more. Without the move back the twelve hosts of
-// TestRollingRestartCountsEveryHostOnce sat 10, 1 and 1 at first, and 0, 0 and 12
-// midway through a rolling restart.
+// the first of them after a failover (meshhost run --return-home): a control node
+// stopped and started again gets its hosts back; one removed for good is no one's
+// first broker any more. Without the move back the twelve hosts of
+// TestRollingRestartCountsEveryHostOnce sat 0, 0 and 12 midway through a rolling
+// restart.
 func TestHostsReturnToTheirFirstBroker(t *testing.T) {
 	cps := threeControlNodes(t, "home")
 	cp1 := cps[0]
@@ -188,46 +187,10 @@ func TestHostsReturnToTheirFirstBroker(t *testing.T) {
 		h.Run("--return-home", "1s")
 		hosts[i] = h
 	}
-	// firsts counts the hosts whose first broker each is, from the broker list in
-	// their applied state (the mesh's signed list) rotated by a hash of the node id,
-	// as the agent orders it; "" while a host's list does not have brokers entries.
-	firsts := func(brokers int) (map[string]int, string) {
-		want := map[string]int{}
-		for _, h := range hosts {
-			applied, err := state.Load(h.State)
-			if err != nil || len(applied.Brokers) != brokers {
-				return nil, fmt.Sprintf("%s's applied state names brokers %v (%v), want %d", h.Name, applied.Brokers, err, brokers)
-			}
-			f := fnv.New32a()
-			f.Write([]byte(h.Name))
-			want[applied.Brokers[f.Sum32()%uint32(len(applied.Brokers))]]++
-		}
-		return want, ""
-	}
-	// home waits until the brokers of up hold exactly the hosts whose first broker
-	// they are, the mesh's list having brokers entries.
+	firsts := func(brokers int) (map[string]int, string) { return firstBrokers(hosts, brokers) }
 	home := func(what string, up []*harness.ControlPlane, brokers int) {
 		t.Helper()
-		until(t, what, 30*time.Second, func() string {
-			want, wrong := firsts(brokers)
-			if wrong != "" {
-				return wrong
-			}
-			if wrong := fleetCounts(up, n); wrong != "" {
-				return wrong
-			}
-			var got []string
-			ok := true
-			for _, cp := range up {
-				held := int(cp.Counter("mesh_broker_host_connections"))
-				ok = ok && held == want[cp.Listen]
-				got = append(got, fmt.Sprintf("%s holds %d (its hosts: %d)", cp.Listen, held, want[cp.Listen]))
-			}
-			if ok {
-				return ""
-			}
-			return strings.Join(got, ", ")
-		})
+		until(t, what, 30*time.Second, func() string { return onFirstBrokers(up, hosts, brokers) })
 	}
 	home("every host on its first broker", cps, len(cps))
 
@@ -269,4 +232,76 @@ func TestHostsReturnToTheirFirstBroker(t *testing.T) {
 		t.Fatalf("the removed node exited %d, want 6:\n%s", code, cps[removed].Process().Output())
 	}
 	home(fmt.Sprintf("cp-%d removed: every host on the first of the two left", removed+1), rest, len(rest))
+}
+
+// firstBrokers counts the hosts whose first broker each is, from the broker list in
+// their applied state (the mesh's signed list) rotated by a hash of the node id,
+// as the agent orders it; it says what is wrong while a host's list does not have
+// brokers entries.
+func firstBrokers(hosts []*harness.Host, brokers int) (map[string]int, string) {
+	want := map[string]int{}
+	for _, h := range hosts {
+		applied, err := state.Load(h.State)
+		if err != nil || len(applied.Brokers) != brokers {
+			return nil, fmt.Sprintf("%s's applied state names brokers %v (%v), want %d", h.Name, applied.Brokers, err, brokers)
+		}
+		f := fnv.New32a()
+		f.Write([]byte(h.Name))
+		want[applied.Brokers[f.Sum32()%uint32(len(applied.Brokers))]]++
+	}
+	return want, ""
+}
+
+// onFirstBrokers says what is wrong until the brokers of up hold exactly the hosts
+// whose first broker they are, the mesh's list having brokers entries, and count
+// them all.
+func onFirstBrokers(up []*harness.ControlPlane, hosts []*harness.Host, brokers int) string {
+	want, wrong := firstBrokers(hosts, brokers)
+	if wrong != "" {
+		return wrong
+	}
+	if wrong := fleetCounts(up, len(hosts)); wrong != "" {
+		return wrong
+	}
+	var got []string
+	ok := true
+	for _, cp := range up {
+		held := int(cp.Counter("mesh_broker_host_connections"))
+		ok = ok && held == want[cp.Listen]
+		got = append(got, fmt.Sprintf("%s holds %d (its hosts: %d)", cp.Listen, held, want[cp.Listen]))
+	}
+	if ok {
+		return ""
+	}
+	return strings.Join(got, ", ")
+}
+
+// TestHostsStartedAtOnceLandOnTheirFirstBroker: hosts enrolled and started at once,
+// as a provisioning script does, are each admitted by the first broker of their
+// order, a follower that has not applied their enrolment yet included: it waits a
+// moment for the log rather than refuse a key the leader has just admitted. No
+// broker refuses anyone, and no host needs --return-home to land where it should.
+func TestHostsStartedAtOnceLandOnTheirFirstBroker(t *testing.T) {
+	cps := threeControlNodes(t, "atonce")
+	const n = 9
+	hosts := make([]*harness.Host, n)
+	for i := range hosts {
+		h := harness.NewHost(t, bin, fmt.Sprintf("db-%d", i))
+		if r := h.Enrol(cps[0].Token(h.Name)); r.Code != 0 {
+			t.Fatalf("enrol %s: exit %d:\n%s", h.Name, r.Code, r.Combined())
+		}
+		h.Run("--return-home", "0")
+		hosts[i] = h
+	}
+	until(t, "every host on its first broker", 20*time.Second, func() string { return onFirstBrokers(cps, hosts, len(cps)) })
+	for i, cp := range cps {
+		if r := cp.Counter("mesh_broker_connections_refused_total"); r != 0 {
+			t.Errorf("cp-%d refused %v connections:\n%s", i+1, r, cp.Process().Output())
+		}
+	}
+	for _, h := range hosts {
+		if out := h.Process().Output(); strings.Contains(out, "refused") {
+			t.Errorf("%s was refused on its way:\n%s", h.Name, out)
+		}
+	}
 }

@@ -150,6 +150,13 @@ type Config struct {
 	// and enrolling clients that send their token's secret. Off, they are admitted
 	// and counted (Unbound).
 	RequireBound bool
+	// AwaitReplication, when set, is asked about a new login whose node key or
+	// token this node does not know: a follower applies an enrolment or a token up
+	// to a few commit intervals after the leader answered for it, and a host
+	// started at once would be refused by every follower but the leader. It may
+	// wait a moment for the state to move, calling found after each change until
+	// it says yes. Not asked on a recheck (broker.Client).
+	AwaitReplication func(found func() bool)
 	// Unbound, when set, hears of every admission or refusal of a login not bound to
 	// its TLS session, by the kind of client (UnboundNode, UnboundOperator,
 	// UnboundEnrolling). nats-server asks again about every client on a
@@ -374,8 +381,19 @@ func (a *Authenticator) operator(c broker.Client) (broker.Grant, error) {
 }
 
 func (a *Authenticator) node(c broker.Client) (broker.Grant, error) {
-	node, revoked := a.cfg.Roster.RevokedKey(c.Nkey)
-	n, found := a.cfg.Roster.NodeByKey(c.Nkey)
+	var (
+		node           string
+		revoked, found bool
+		n              state.NodeAuth
+	)
+	look := func() bool {
+		node, revoked = a.cfg.Roster.RevokedKey(c.Nkey)
+		n, found = a.cfg.Roster.NodeByKey(c.Nkey)
+		return found || revoked
+	}
+	if !look() {
+		a.lookAgain(c, look)
+	}
 	switch {
 	case found && n.Revoked:
 		node, revoked = n.ID, true
@@ -431,15 +449,28 @@ func (a *Authenticator) enrolling(c broker.Client) (broker.Grant, error) {
 		id, ok = SecretID(c.Password)
 	}
 	var t state.TokenAuth
+	failed := false
 	if ok {
-		t, ok = a.cfg.Roster.TokenByID(id)
+		look := func() bool {
+			t, ok = a.cfg.Roster.TokenByID(id)
+			return ok
+		}
+		if !look() {
+			// Counted before the wait, or logins in parallel would have more
+			// guesses than logins one after the other.
+			a.fail(host, node, now)
+			failed = true
+			a.lookAgain(c, look)
+		}
 	}
 	if ok && proved {
 		pk, err := hex.DecodeString(t.ProofKey)
 		ok = err == nil && tokenfmt.VerifyProof(pk, a.cfg.Mesh, node, c.Nkey, proof)
 	}
 	if !ok {
-		a.fail(host, node, now)
+		if !failed {
+			a.fail(host, node, now)
+		}
 		return broker.Grant{}, ErrUnknownSecret
 	}
 	if c.Nkey == "" || !nkeys.IsValidPublicUserKey(c.Nkey) {
@@ -470,6 +501,14 @@ func (a *Authenticator) enrolling(c broker.Client) (broker.Grant, error) {
 		return EnrolGrant(node, c.Nkey, now.Add(RefusalConnectionLifetime)), nil
 	}
 	return EnrolGrant(node, c.Nkey, now.Add(EnrolConnectionLifetime)), nil
+}
+
+// lookAgain gives the replicated state a moment to catch up with a new login it
+// does not know (Config.AwaitReplication); look looks again after each change.
+func (a *Authenticator) lookAgain(c broker.Client, look func() bool) {
+	if !c.Recheck && a.cfg.AwaitReplication != nil {
+		a.cfg.AwaitReplication(look)
+	}
 }
 
 // unbound counts a login not bound to its TLS session, and refuses it when bound

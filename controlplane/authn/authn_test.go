@@ -806,3 +806,84 @@ func TestHostsRefusedOnAFullBrokerSpendNothing(t *testing.T) {
 		t.Fatalf("an operator on a full broker: %+v, %v", g, err)
 	}
 }
+
+// TestLoginsWaitForReplication: a follower asks AwaitReplication about a new login
+// whose key or token it does not know, and admits it if the state catches up
+// meanwhile; a recheck (nats-server's reload) never waits; a token unknown still
+// after the wait is refused and its failure counted once, before the wait, so
+// logins in parallel get no more guesses than logins in turn.
+func TestLoginsWaitForReplication(t *testing.T) {
+	fx := newFixture(t)
+	a := fx.auth("")
+	// arrive is what the leader committed and this follower has not applied yet.
+	var arrive []state.Command
+	waits := 0
+	a.cfg.AwaitReplication = func(found func() bool) {
+		waits++
+		for _, c := range arrive {
+			fx.apply(t, c)
+			if found() {
+				break
+			}
+		}
+		arrive = nil
+	}
+	nonce := []byte("n")
+	host := func(kp nkeys.KeyPair) broker.Client {
+		return broker.Client{Nkey: pub(kp), Nonce: nonce, Sig: sign(t, kp, nonce), Remote: remote1}
+	}
+
+	// A node enrolled on the leader, its login here before the entry: admitted,
+	// the unrelated entry applied before it notwithstanding.
+	fresh := mustKey(t, nkeys.CreateUser)
+	arrive = []state.Command{
+		{Op: state.OpCreateToken, At: now0, CreateToken: &state.CreateTokenCmd{ID: "t9", Node: "app-9", Role: state.RoleWorker, TTL: time.Hour}},
+		{Op: state.OpCreateToken, At: now0, CreateToken: &state.CreateTokenCmd{ID: "t10", Node: "app-10", Role: state.RoleWorker, TTL: time.Hour}},
+		{Op: state.OpEnrol, At: now0, Enrol: &state.EnrolCmd{TokenID: "t10", Node: "app-10", Role: state.RoleWorker, PublicKey: pub(fresh)}},
+	}
+	g, err := a.Authenticate(host(fresh))
+	if err != nil || g.User != NodeGrant("app-10").User {
+		t.Fatalf("a key enrolled during the wait: %+v, %v", g, err)
+	}
+	if waits != 1 {
+		t.Fatalf("waited %d times, want 1", waits)
+	}
+	// A known key never waits; an unknown one waits and is refused.
+	if _, err := a.Authenticate(host(fx.web1)); err != nil || waits != 1 {
+		t.Fatalf("a known key: %v, waits %d", err, waits)
+	}
+	if _, err := a.Authenticate(host(mustKey(t, nkeys.CreateUser))); !errors.Is(err, ErrUnknownKey) || waits != 2 {
+		t.Fatalf("a key never enrolled: %v, waits %d", err, waits)
+	}
+	// nats-server's recheck of a connected client on a reload does not wait.
+	c := host(mustKey(t, nkeys.CreateUser))
+	c.Recheck = true
+	if _, err := a.Authenticate(c); !errors.Is(err, ErrUnknownKey) || waits != 2 {
+		t.Fatalf("a recheck: %v, waits %d", err, waits)
+	}
+
+	// A token minted on the leader, used here before the entry: admitted.
+	var tok tokenfmt.Token
+	rand.Read(tok.Secret[:])
+	secret := hex.EncodeToString(tok.Secret[:])
+	id, _ := SecretID(secret)
+	arrive = []state.Command{{Op: state.OpCreateToken, At: now0, CreateToken: &state.CreateTokenCmd{ID: id, ProofKey: hex.EncodeToString(tok.ProofKey()), Node: "app-11", Role: state.RoleWorker, TTL: time.Hour}}}
+	session := []byte("session")
+	if _, err := a.Authenticate(proving(t, "app-11", secret, mustKey(t, nkeys.CreateUser), nonce, session)); err != nil || waits != 3 {
+		t.Fatalf("a token minted during the wait: %v, waits %d", err, waits)
+	}
+	// Unknown secrets: each waits, and the third failure (FailureLimit) blocks the
+	// address, the one that arrived during the wait counted as a failure too.
+	bad := strings.Repeat("ab", 32)
+	for i := range 2 {
+		if _, err := a.Authenticate(enrolling(t, "web-2", bad, mustKey(t, nkeys.CreateUser), nonce)); !errors.Is(err, ErrUnknownSecret) {
+			t.Fatalf("unknown secret %d: %v", i, err)
+		}
+	}
+	if waits != 5 {
+		t.Fatalf("waits %d, want 5", waits)
+	}
+	if _, err := a.Authenticate(enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), nonce)); !errors.Is(err, ErrRateLimited) {
+		t.Fatalf("after three counted failures: %v, want ErrRateLimited", err)
+	}
+}

@@ -252,9 +252,10 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	var auth broker.Authenticator = authn.New(authn.Config{Roster: d.fsm, Mesh: d.cfg.Mesh, InternalToken: d.internalToken, HostEvents: []string{connect, disconnect},
-		Logger:       d.log.With("component", "authn"),
-		RequireBound: opts.RequireBoundLogins,
-		Unbound:      func(kind string) { d.metrics.unbound.WithLabelValues(kind).Inc() }})
+		Logger:           d.log.With("component", "authn"),
+		RequireBound:     opts.RequireBoundLogins,
+		AwaitReplication: d.awaitReplication,
+		Unbound:          func(kind string) { d.metrics.unbound.WithLabelValues(kind).Inc() }})
 	if opts.wrapAuth != nil {
 		auth = opts.wrapAuth(auth)
 	}

@@ -15,12 +15,30 @@ type FSM struct {
 	mu    sync.RWMutex
 	st    *State
 	index uint64
+	// next is closed, and replaced, when a command is applied or a snapshot
+	// restored: Next hands it to those waiting for the state to move.
+	next chan struct{}
 	// onApply, when set, is called after each command is applied, outside the lock.
 	onApply func(*Command, Result)
 }
 
 // NewFSM returns a state machine over an empty state.
-func NewFSM() *FSM { return &FSM{st: New()} }
+func NewFSM() *FSM { return &FSM{st: New(), next: make(chan struct{})} }
+
+// Next returns a channel closed when the state next moves: a command applied (one
+// that does not decode included) or a snapshot restored. Take it before looking at the state, so
+// that a change in between is not missed.
+func (f *FSM) Next() <-chan struct{} {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.next
+}
+
+// moved wakes the waiters of Next. f.mu must be held for writing.
+func (f *FSM) moved() {
+	close(f.next)
+	f.next = make(chan struct{})
+}
 
 // OnApply registers a function called after every applied command (on every control
 // node, leader or not). It must not block for long: it runs on Raft's apply goroutine.
@@ -40,12 +58,14 @@ func (f *FSM) Apply(l *raft.Log) any {
 		// A command that does not decode is skipped identically on every node.
 		f.mu.Lock()
 		f.index = l.Index
+		f.moved()
 		f.mu.Unlock()
 		return Result{Err: fmt.Errorf("%w: %v", ErrBadCommand, err)}
 	}
 	f.mu.Lock()
 	res := f.st.apply(&c)
 	f.index = l.Index
+	f.moved()
 	hook := f.onApply
 	f.mu.Unlock()
 	if hook != nil {
@@ -84,6 +104,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	st.reindex()
 	f.mu.Lock()
 	f.st = st
+	f.moved()
 	f.mu.Unlock()
 	return nil
 }

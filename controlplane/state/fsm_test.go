@@ -348,3 +348,43 @@ func TestKeyIndexAsARestoreRebuildsIt(t *testing.T) {
 		t.Fatalf("key index %v: K1 must pass to a (enrolled before c), K-b2 be b's", live)
 	}
 }
+
+// TestNextClosesWhenTheStateMoves: the channel Next hands out is closed by the next
+// command applied (refused or undecodable alike) and by a restored snapshot, and
+// not before.
+func TestNextClosesWhenTheStateMoves(t *testing.T) {
+	m := newMachine(t)
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	for _, move := range []struct {
+		what string
+		do   func()
+	}{
+		{"a command applied", func() { m.must(Command{Op: OpInit, At: t0, Init: &InitCmd{Mesh: "demo", Validity: time.Hour}}) }},
+		{"a command refused", func() { m.apply(Command{Op: OpInit, At: t0, Init: &InitCmd{Mesh: "demo", Validity: time.Hour}}) }},
+		{"a command that does not decode", func() { m.applyRaw([]byte("{")) }},
+		{"a snapshot restored", func() {
+			if err := m.f.Restore(io.NopCloser(bytes.NewReader(m.snapshot()))); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		next := m.f.Next()
+		if closed(next) {
+			t.Fatalf("before %s: closed already", move.what)
+		}
+		move.do()
+		if !closed(next) {
+			t.Errorf("%s did not close it", move.what)
+		}
+		if closed(m.f.Next()) {
+			t.Errorf("after %s: the next one is closed too", move.what)
+		}
+	}
+}
