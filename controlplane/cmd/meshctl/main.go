@@ -38,6 +38,7 @@ import (
 	"mesh/controlplane/join"
 	"mesh/controlplane/operator"
 	"mesh/controlplane/pki"
+	"mesh/tokenfmt"
 )
 
 // Exit codes. docs/operations.md lists them, and the systemd units name the ones
@@ -146,7 +147,7 @@ func run(args []string, cio *cliIO) int {
 		return exitCode(cio.stderr, name, ce.err)
 	}
 	// Anything cobra itself refused is a malformed command line.
-	fmt.Fprintf(cio.stderr, "%s: %v\nrun `%s --help` for usage\n", name, err, name)
+	fmt.Fprintf(cio.stderr, "%s: %s\nrun `%s --help` for usage\n", name, tokenfmt.HideTokens(err.Error()), name)
 	return exitUsage
 }
 
@@ -203,7 +204,9 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "%s: %v\n", name, err)
+	// A token pasted as an argument, echoed by a usage error, never reaches the
+	// terminal or the journal.
+	fmt.Fprintf(stderr, "%s: %s\n", name, tokenfmt.HideTokens(err.Error()))
 	var ue usageError
 	var ae *api.Error
 	var oe *bootstrap.OptionError

@@ -132,3 +132,30 @@ func writeTestFile(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
+
+// TestTokenArgumentsNotEchoed: a token pasted where a command takes none (a control
+// token given to join as an argument, a worker's to any command) is refused without
+// its text: its secret reaches neither the terminal's scrollback nor a journal.
+func TestTokenArgumentsNotEchoed(t *testing.T) {
+	dir := t.TempDir()
+	secret := strings.Repeat("5e", 32)
+	tok := "mesh1_demo_127.0.0.1:7300_" + strings.Repeat("ab", 32) + "_" + strings.Repeat("cd", 32) + "_cp-2_control_1900000000_" + secret + "_0badc0de"
+	for _, args := range [][]string{
+		{"join", "--data", dir, tok},
+		{tok},
+		{"nodes", "--data", dir, "--timeout", tok},
+		{"token", "--data", dir, "--node", tok},
+		{"version", tok},
+	} {
+		code, stdout, stderr := runCLI(args...)
+		if code != exitUsage {
+			t.Errorf("%.40q: exit %d, want %d:\n%s", args, code, exitUsage, stderr)
+		}
+		if strings.Contains(stdout+stderr, secret) {
+			t.Errorf("%.40q: the token's secret was printed:\n%s", args, stderr)
+		}
+		if strings.Contains(stdout+stderr, tok[:40]) {
+			t.Errorf("%.40q: the token was printed:\n%s", args, stderr)
+		}
+	}
+}

@@ -33,6 +33,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,6 +47,7 @@ import (
 	"mesh/host/link"
 	"mesh/host/state"
 	"mesh/host/statedir"
+	"mesh/host/token"
 )
 
 const (
@@ -124,7 +126,7 @@ func run(args []string, cio *cliIO) int {
 		}
 		fmt.Fprintln(cio.stdout, readVersion())
 	default:
-		fmt.Fprintf(cio.stderr, "meshhost: unknown command %q\n\n", args[0])
+		fmt.Fprintf(cio.stderr, "meshhost: unknown command %s\n\n", token.HideTokens(strconv.Quote(args[0])))
 		usage(cio.stderr)
 		return exitUsage
 	}
@@ -159,7 +161,9 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "meshhost %s: %v\n", name, err)
+	// A token pasted as an argument, echoed by a usage error, never reaches the
+	// terminal or the journal.
+	fmt.Fprintf(stderr, "meshhost %s: %s\n", name, token.HideTokens(err.Error()))
 	var ue usageError
 	switch {
 	case errors.As(err, &ue):
@@ -216,12 +220,20 @@ func newFlags(name string, cio *cliIO) *flag.FlagSet {
 }
 
 func parse(fs *flag.FlagSet, args []string, cio *cliIO) error {
+	out := cio.stderr
 	for _, a := range args {
 		if a == "-h" || a == "-help" || a == "--help" {
-			fs.SetOutput(cio.stdout) // asked for, help is output, not an error
+			out = cio.stdout // asked for, help is output, not an error
 		}
 	}
-	if err := fs.Parse(args); err != nil {
+	// What the flag package prints on an error quotes the value it refused: it
+	// goes out with any token in it hidden.
+	var printed strings.Builder
+	fs.SetOutput(&printed)
+	err := fs.Parse(args)
+	io.WriteString(out, token.HideTokens(printed.String()))
+	fs.SetOutput(out)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}

@@ -74,3 +74,32 @@ func TestStatusWithoutIdentity(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 }
+
+// TestTokenArgumentsNotEchoed: a token pasted where the command line takes none is
+// refused without its text, so that its secret reaches neither the terminal's
+// scrollback nor, under systemd, the journal.
+func TestTokenArgumentsNotEchoed(t *testing.T) {
+	dir := t.TempDir()
+	secret := strings.Repeat("5e", 32)
+	tok := "mesh1_demo_127.0.0.1:7300_" + strings.Repeat("ab", 32) + "_" + strings.Repeat("cd", 32) + "_web-1_worker_1900000000_" + secret + "_0badc0de"
+	for _, args := range [][]string{
+		{"enrol", "--state", dir, tok},
+		{"enrol", tok},
+		{tok},
+		{"run", "--state", dir, "--root", dir, tok},
+		{"run", "--state", dir, "--root", dir, "--broker-ping", tok},
+		{"status", "--state", dir, tok},
+		{"--version", tok},
+	} {
+		code, stdout, stderr := runCLI("", nil, args...)
+		if code != exitUsage {
+			t.Errorf("%.40q: exit %d, want %d", args, code, exitUsage)
+		}
+		if strings.Contains(stdout+stderr, secret) {
+			t.Errorf("%.40q: the token's secret was printed:\n%s", args, stderr)
+		}
+		if strings.Contains(stdout+stderr, tok[:40]) {
+			t.Errorf("%.40q: the token was printed:\n%s", args, stderr)
+		}
+	}
+}
