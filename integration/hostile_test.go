@@ -169,7 +169,36 @@ func TestHostileMessagesToTheControlPlane(t *testing.T) {
 	if lines := strings.Count(serve.Output(), "message dropped"); lines > 15 {
 		t.Errorf("%d log lines for about 60 dropped messages: the log is not bounded", lines)
 	}
-	if r := cp.Ctl("nodes"); r.Code != 0 {
+
+	// A node's error text is read by operators in a terminal: a code that is not a
+	// short word is refused, escape sequences in a message are kept written out
+	// and the message cut. Before, a 7 KiB code and these bytes went to
+	// `meshctl nodes` as they were: the screen cleared, a line overwritten, the
+	// window's title set.
+	malformed := cp.Counter("mesh_control_messages_dropped_total", "subject=status", "reason=malformed")
+	escapes := "\x1b]0;pwned\x07\x1b[2J\x1b[H"
+	report := func(code, message string) []byte {
+		b, _ := json.Marshal(api.Status{V: api.ProtocolVersion, Node: "web-1", Error: &api.StatusError{Code: code, Message: message, Version: 99}})
+		return b
+	}
+	node.Publish("mesh.node.web-1.status", report(escapes+"fake_ok"+strings.Repeat("a", 7000), "x"))
+	node.Publish("mesh.node.web-1.status", report("apply_failed", "line\rOVERWRITTEN "+escapes+"\u202egnp.exe "+strings.Repeat("b", 7000)))
+	node.Flush()
+	harness.Eventually(t, 10*time.Second, "the report with a hostile code refused, the other recorded", func() bool {
+		n, _ := cp.Node("web-1")
+		return cp.Counter("mesh_control_messages_dropped_total", "subject=status", "reason=malformed") == malformed+1 &&
+			n.LastError != nil && n.LastError.Code == "apply_failed"
+	})
+	n, _ := cp.Node("web-1")
+	if m := n.LastError.Message; len(m) > api.MaxStatusMessageLen || strings.ContainsAny(m, "\x1b\x07\r\u202e") ||
+		!strings.HasPrefix(m, `line OVERWRITTEN \x1b]0;pwned\a\x1b[2J\x1b[H\u202egnp.exe bbb`) {
+		t.Errorf("the message kept is %q", m)
+	}
+	r := cp.Ctl("nodes")
+	if r.Code != 0 {
 		t.Fatalf("the control plane stopped serving: %s", r.Combined())
+	}
+	if strings.ContainsAny(r.Stdout, "\x1b\x07\r\u202e") || strings.Contains(r.Stdout, "fake_ok") {
+		t.Errorf("meshctl nodes printed what a node sent as it was:\n%q", r.Stdout)
 	}
 }

@@ -28,6 +28,12 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 		d.guard.drop("status", ReasonOtherNode, node, "the report names "+st.Node)
 		return
 	}
+	if st.Error != nil && !api.ValidStatusCode(st.Error.Code) {
+		// Operators read codes in a terminal, and each change is a log entry:
+		// nothing but a short word is kept.
+		d.guard.drop("status", ReasonMalformed, node, "the error code is not 1 to 64 characters of a-z, 0-9 and _")
+		return
+	}
 	d.seen.mark(node, now)
 	a := state.Applied{
 		HaveApplied:  st.HaveApplied,
@@ -36,7 +42,7 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 		Stale:        st.Stale,
 	}
 	if st.Error != nil {
-		a.ErrorCode, a.ErrorMessage, a.ErrorVersion = st.Error.Code, truncate(st.Error.Message, 512), st.Error.Version
+		a.ErrorCode, a.ErrorMessage, a.ErrorVersion = st.Error.Code, api.CleanText(st.Error.Message, api.MaxStatusMessageLen), st.Error.Version
 		a.ErrorRetryAt = st.Error.RetryAt.UTC().Truncate(time.Second)
 	}
 	changed := false
@@ -54,12 +60,6 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 	}
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
-}
 
 // statusBatcher collects status changes and commits them as one command per flush.
 type statusBatcher struct {

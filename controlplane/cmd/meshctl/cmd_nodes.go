@@ -110,7 +110,7 @@ func printNodes(w io.Writer, res api.NodesResult, now time.Time) {
 		}
 		lastErr := "-"
 		if n.LastError != nil {
-			lastErr = fmt.Sprintf("v%d %s: %s", n.LastError.Version, n.LastError.Code, oneLine(n.LastError.Message, 60))
+			lastErr = fmt.Sprintf("v%d %s: %s", n.LastError.Version, oneLine(n.LastError.Code, api.MaxStatusCodeLen), oneLine(n.LastError.Message, 60))
 			if !n.LastError.RetryAt.IsZero() {
 				lastErr += " (retry at " + n.LastError.RetryAt.UTC().Format(time.TimeOnly) + ")"
 			}
@@ -134,12 +134,15 @@ func ago(d time.Duration) string {
 	return d.Round(time.Second).String() + " ago"
 }
 
+// oneLine shows text a node reported as one line of at most about n bytes, with
+// nothing in it a terminal would act on (api.CleanText): a control plane older
+// than the check of statuses may hold such text.
 func oneLine(s string, n int) string {
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) > n {
-		return s[:n-1] + "…"
+	c := api.CleanText(s, 6*len(s)) // an escape is at most six bytes a byte
+	if len(c) <= n {
+		return c
 	}
-	return s
+	return api.CleanText(c, n-1) + "…"
 }
 
 // summary counts nodes by convergence.
@@ -193,7 +196,7 @@ func notConverged(nodes []api.NodeView) error {
 		case n.Converged:
 			behind = append(behind, n.ID+" (stale)")
 		case n.LastError != nil:
-			behind = append(behind, fmt.Sprintf("%s (failing: %s)", n.ID, n.LastError.Code))
+			behind = append(behind, fmt.Sprintf("%s (failing: %s)", n.ID, oneLine(n.LastError.Code, api.MaxStatusCodeLen)))
 		default:
 			behind = append(behind, fmt.Sprintf("%s (behind: declared v%d)", n.ID, n.Declared))
 		}

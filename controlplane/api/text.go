@@ -1,0 +1,87 @@
+package api
+
+import (
+	"strconv"
+	"unicode"
+	"unicode/utf8"
+)
+
+// MaxStatusCodeLen and MaxStatusMessageLen bound what a node's status may say of an
+// error: codes are the verifier's and the agent's words (docs/protocol.md), and a
+// message longer than the limit is cut.
+const (
+	MaxStatusCodeLen    = 64
+	MaxStatusMessageLen = 512
+)
+
+// ValidStatusCode reports whether code is one a status may carry: 1 to
+// MaxStatusCodeLen characters of a-z, 0-9 and '_'. A node's report is read by
+// operators in a terminal: nothing else reaches it.
+func ValidStatusCode(code string) bool {
+	if code == "" || len(code) > MaxStatusCodeLen {
+		return false
+	}
+	for i := 0; i < len(code); i++ {
+		c := code[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// CleanText returns s as one line a terminal shows as it is, cut to at most max
+// bytes on a character boundary: tabs and line breaks become spaces; other control
+// characters (an escape sequence's ESC among them), the characters that reorder
+// text or separate lines, and invalid UTF-8 are written as Go escapes (\x1b,
+// \u202e, \ufffd). Text a node sends (its error message) goes through it before
+// it is kept or shown.
+func CleanText(s string, max int) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || hidden(r) {
+			clean = false
+			break
+		}
+	}
+	if clean && len(s) <= max {
+		return s
+	}
+	out := make([]byte, 0, min(len(s), max))
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		var piece string
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			piece = `\ufffd`
+		case r == '\t' || r == '\n' || r == '\r':
+			piece = " "
+		case hidden(r):
+			piece = strconv.QuoteRuneToASCII(r)
+			piece = piece[1 : len(piece)-1]
+		default:
+			piece = s[i : i+size]
+		}
+		if len(out)+len(piece) > max {
+			break
+		}
+		out = append(out, piece...)
+		i += size
+	}
+	return string(out)
+}
+
+// hidden reports whether r changes what a terminal shows rather than showing
+// itself: control characters, and the format characters that reorder text or
+// break lines.
+func hidden(r rune) bool {
+	switch {
+	case unicode.IsControl(r):
+		return true
+	case r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, r == 0x200e, r == 0x200f, r == 0x061c:
+		return true
+	case r == 0x2028 || r == 0x2029:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,66 @@
+package api
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestValidStatusCode(t *testing.T) {
+	for _, c := range []string{"apply_failed", "hook_failed", "wrong_audience", "e2", strings.Repeat("a", MaxStatusCodeLen)} {
+		if !ValidStatusCode(c) {
+			t.Errorf("%q refused", c)
+		}
+	}
+	for _, c := range []string{"", "Apply", "a-b", "a b", "x\x1b[2J", "é", strings.Repeat("a", MaxStatusCodeLen+1)} {
+		if ValidStatusCode(c) {
+			t.Errorf("%q accepted", c)
+		}
+	}
+}
+
+func TestCleanText(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		max  int
+		want string
+	}{
+		{"write /srv/app.conf: no space left on device", 512, "write /srv/app.conf: no space left on device"},
+		{"two\nlines\tand\r", 512, "two lines and "},
+		{"\x1b]0;pwned\x07\x1b[2J", 512, `\x1b]0;pwned\a\x1b[2J`},
+		{"evil\u202egnp.exe\u2028x", 512, `evil\u202egnp.exe\u2028x`},
+		{"bad \xff utf-8", 512, `bad \ufffd utf-8`},
+		{"\x7f\u0085", 512, `\x7f\u0085`},
+		{"keeps é, 日本 and \ufffd", 512, "keeps é, 日本 and \ufffd"},
+		{"abcdef", 4, "abcd"},
+		{"ab日本", 4, "ab"},    // never half a character
+		{"a\x1b[2J", 4, "a"}, // never half an escape
+		{strings.Repeat("x", 600), 512, strings.Repeat("x", 512)},
+	} {
+		if got := CleanText(c.in, c.max); got != c.want {
+			t.Errorf("CleanText(%q, %d) = %q, want %q", c.in, c.max, got, c.want)
+		}
+	}
+}
+
+func FuzzCleanText(f *testing.F) {
+	f.Add("\x1b]0;t\x07 line\r\n\u202e\xff", 40)
+	f.Add("plain", 3)
+	f.Fuzz(func(t *testing.T, s string, max int) {
+		if max < 0 || max > 4096 {
+			return
+		}
+		out := CleanText(s, max)
+		if len(out) > max || !utf8.ValidString(out) {
+			t.Fatalf("CleanText(%q, %d) = %q: too long or not UTF-8", s, max, out)
+		}
+		for _, r := range out {
+			if hidden(r) {
+				t.Fatalf("CleanText(%q, %d) = %q keeps %U", s, max, out, r)
+			}
+		}
+		if CleanText(out, max) != out {
+			t.Fatalf("not stable: %q -> %q -> %q", s, out, CleanText(out, max))
+		}
+	})
+}
