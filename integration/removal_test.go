@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
+	"mesh/controlplane/operator"
 	"mesh/controlplane/pki"
 	"mesh/integration/harness"
 )
@@ -83,6 +86,41 @@ func TestRemovedControlNodeIsShutOut(t *testing.T) {
 		if n.ID == "web-9" {
 			t.Fatal("a removed node's credentials minted a token")
 		}
+	}
+	// They hear the replies on their own key's inbox only: subscribed to every
+	// inbox, they heard the answers to the other operators' changes and to their
+	// monitoring requests (every host's connection and address), which they may
+	// not ask for themselves.
+	pin, err := cfg1.Pin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	denied := make(chan error, 4)
+	eaves, err := nats.Connect("tls://"+cp1.Listen, append(operator.CredsLogin(filepath.Join(cp2.Dir, datadir.AdminCredsFile), pki.PinnedClientConfig(pin), 10*time.Second),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { denied <- err }))...)
+	if err != nil {
+		t.Fatalf("a removed node's credentials: %v", err)
+	}
+	defer eaves.Close()
+	heard, err := eaves.SubscribeSync("_INBOX.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eaves.Flush()
+	select {
+	case err := <-denied:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Fatalf("subscribing to every inbox: %v, want a permissions violation", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a removed node's credentials subscribed to every inbox")
+	}
+	other := cp1.OperatorConn()
+	if _, err := other.Request("$SYS.REQ.SERVER.PING.CONNZ", []byte(`{}`), 5*time.Second); err != nil {
+		t.Fatalf("another operator's monitoring request: %v", err)
+	}
+	if m, err := heard.NextMsg(time.Second); err == nil {
+		t.Fatalf("a removed node's credentials heard another operator's answer on %s", m.Subject)
 	}
 	// The mesh goes on: a change through the remaining nodes.
 	if r := cp3.Ctl("token", "--node", "web-1"); r.Code != 0 {

@@ -24,15 +24,18 @@ const ProtocolVersion = 2
 // Subject names. Node ids never contain '.', '*' or '>' (see tokenfmt), so they are
 // safe as subject tokens.
 const (
-	EnrolPrefix       = "mesh.enrol."
-	NodePrefix        = "mesh.node."
-	AdminPrefix       = "mesh.admin."
-	ControlPrefix     = "mesh.control."
-	NodeInboxPrefix   = "_INBOX.node."
-	EnrolInboxPrefix  = "_INBOX.enrol."
-	DeclarationSuffix = ".decl"
-	StatusSuffix      = ".status"
-	SyncSuffix        = ".sync"
+	EnrolPrefix      = "mesh.enrol."
+	NodePrefix       = "mesh.node."
+	AdminPrefix      = "mesh.admin."
+	ControlPrefix    = "mesh.control."
+	NodeInboxPrefix  = "_INBOX.node."
+	EnrolInboxPrefix = "_INBOX.enrol."
+	// OperatorInboxPrefix starts the inbox of an operator's connection, followed by
+	// its user key (OperatorInbox).
+	OperatorInboxPrefix = "_INBOX.op."
+	DeclarationSuffix   = ".decl"
+	StatusSuffix        = ".status"
+	SyncSuffix          = ".sync"
 )
 
 // EnrolSubject is where an enrolling client for node sent its request before
@@ -62,6 +65,11 @@ func NodeInbox(node string) string { return NodeInboxPrefix + node }
 // the broker lets only the connection that proved key subscribe there, so the reply
 // reaches the connection that asked and nobody else.
 func EnrolInbox(node, key string) string { return EnrolInboxPrefix + node + "." + key }
+
+// OperatorInbox is the inbox prefix of the operator connection whose credentials'
+// user key is key: meshctl's replies come under it, and the credentials of a removed
+// control node may read nothing else (authn.RemovedOperatorGrant).
+func OperatorInbox(key string) string { return OperatorInboxPrefix + key }
 
 // Subjects tells a node where it talks.
 type Subjects struct {

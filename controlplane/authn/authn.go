@@ -286,8 +286,11 @@ func OperatorGrant(name string) broker.Grant {
 // RemovedOperatorGrant is what the operator credentials of a removed control node may
 // still do: read (api.ReadOnly), never change the mesh. The removed machine keeps its
 // credentials file; reading lets it learn that it was removed (and stop), and tells an
-// operator holding a copy why their changes are refused.
-func RemovedOperatorGrant(name, node string) broker.Grant {
+// operator holding a copy why their changes are refused. It hears replies on the
+// inbox of its own key only (api.OperatorInbox): with every inbox, it heard the
+// answers to the other operators' changes and monitoring requests (every host's
+// connection, with its address), which it may not ask for itself.
+func RemovedOperatorGrant(name, node, key string) broker.Grant {
 	var read []string
 	for _, op := range api.AdminOps() {
 		if api.ReadOnly(op) {
@@ -298,7 +301,7 @@ func RemovedOperatorGrant(name, node string) broker.Grant {
 		User:      OperatorUserPrefix + name + RemovedOperatorSuffix + node,
 		Account:   broker.AccountOperators,
 		Publish:   read,
-		Subscribe: []string{"_INBOX.>"},
+		Subscribe: []string{api.OperatorInbox(key) + ".>"},
 	}
 }
 
@@ -375,7 +378,7 @@ func (a *Authenticator) operator(c broker.Client) (broker.Grant, error) {
 		}
 	}
 	if node, revoked := a.cfg.Roster.OperatorRevoked(claims.Subject); revoked {
-		return RemovedOperatorGrant(claims.Name, node), nil
+		return RemovedOperatorGrant(claims.Name, node, claims.Subject), nil
 	}
 	return OperatorGrant(claims.Name), nil
 }

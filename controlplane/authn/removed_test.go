@@ -56,6 +56,9 @@ func TestRemovedControlNodeOperatorCredentials(t *testing.T) {
 			t.Errorf("a removed node's credentials may ask the broker's monitoring %s", s)
 		}
 	}
+	if want := []string{api.OperatorInbox(pub(removed)) + ".>"}; !slices.Equal(g.Subscribe, want) {
+		t.Errorf("a removed node's credentials may subscribe to %v, want its own inbox %v only", g.Subscribe, want)
+	}
 	if g2, err := a.Authenticate(client(kept)); err != nil || !slices.Equal(g2.Publish, OperatorGrant("alice").Publish) {
 		t.Fatalf("an active control node's credentials: %+v, %v; want the full operator grant", g2, err)
 	}

@@ -60,7 +60,6 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 	}
 }
 
-
 // statusBatcher collects status changes and commits them as one command per flush.
 type statusBatcher struct {
 	d       *Daemon

@@ -21,6 +21,7 @@ import (
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"mesh/broker"
 	"mesh/controlplane/api"
@@ -191,7 +192,16 @@ func CredsLogin(creds string, tlsConfig *tls.Config, timeout time.Duration) []na
 		defer kp.Wipe()
 		return kp.Sign(msg)
 	}
-	return []nats.Option{nats.SetCustomDialer(d), nats.TLSHandshakeFirst(), nats.UserJWT(userJWT, d.Sign(sign))}
+	opts := []nats.Option{nats.SetCustomDialer(d), nats.TLSHandshakeFirst(), nats.UserJWT(userJWT, d.Sign(sign))}
+	// Replies come to the inbox of the credentials' key, the only one the
+	// credentials of a removed control node may read (authn.RemovedOperatorGrant).
+	// A file that cannot be read now fails the connection with its reason.
+	if text, err := userJWT(); err == nil {
+		if claims, err := jwt.DecodeUserClaims(text); err == nil && nkeys.IsValidPublicUserKey(claims.Subject) {
+			opts = append(opts, nats.CustomInboxPrefix(api.OperatorInbox(claims.Subject)))
+		}
+	}
+	return opts
 }
 
 // NewClient wraps an existing connection (tests; the demo uses Dial).
