@@ -43,10 +43,14 @@ func (w *routeWatch) observe(now time.Time, needed, up bool) (warn, recovered bo
 }
 
 // watchRoutes runs the route watch every heartbeat. A change in the peer brokers
-// routed to also asks for a presence listing at once (syncPresence): a broker that
-// stopped or died announced no disconnections, and the connections it held are
-// forgotten once it is found gone; one cut off for a while and back lists its
-// connections again, without waiting for the periodic listing (a minute).
+// routed to, or connections counted of a broker not routed to, also asks for a
+// presence listing at once (syncPresence): a broker that stopped or died announced no
+// disconnections, and the connections it held are forgotten once it is found gone;
+// one cut off for a while and back lists its connections again, without waiting for
+// the periodic listing (a minute). A broker that came and went between two looks
+// leaves the peers as they were: its hosts' connections, announced meanwhile, are
+// what says it was there (a control node restarted, its hosts back on it within a
+// second, then removed: the others counted them for the next minute).
 func (d *Daemon) watchRoutes(ctx context.Context) error {
 	var w routeWatch
 	peers := d.broker.Peers()
@@ -54,7 +58,7 @@ func (d *Daemon) watchRoutes(ctx context.Context) error {
 	return every(ctx, HeartbeatInterval, func() {
 		now := d.broker.Peers()
 		slices.Sort(now)
-		if !slices.Equal(now, peers) {
+		if !slices.Equal(now, peers) || len(d.presence.Stranded()) > 0 {
 			select {
 			case d.peersChanged <- struct{}{}:
 			default:

@@ -278,6 +278,28 @@ func (t *Tracker) Count() int {
 	return len(t.byID)
 }
 
+// Stranded returns the brokers whose connections the tracker counts though they
+// are not reachable (Config.Reachable): gone, and counted until a listing (Sync)
+// forgets them. nil without Config.Reachable.
+func (t *Tracker) Stranded() []string {
+	if t.cfg.Reachable == nil {
+		return nil
+	}
+	servers := map[string]bool{}
+	t.mu.Lock()
+	for c := range t.byID {
+		servers[c.Server] = true
+	}
+	t.mu.Unlock()
+	var out []string
+	for s := range servers {
+		if !t.cfg.Reachable(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // Since returns when the oldest of user's open connections was first seen, if any.
 func (t *Tracker) Since(user string) (time.Time, bool) {
 	t.mu.Lock()

@@ -2,6 +2,7 @@ package presence
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -137,5 +138,36 @@ func TestForgetServer(t *testing.T) {
 	}
 	if n := tr.forgetServer("S3"); n != 0 || tr.Count() != 2 {
 		t.Fatalf("forgetting an unknown broker dropped %d, left %d", n, tr.Count())
+	}
+}
+
+// TestStranded: the brokers whose connections are counted though they are not
+// reachable, which the daemon lists at once; none without Config.Reachable.
+func TestStranded(t *testing.T) {
+	reachable := map[string]bool{"S1": true}
+	tr := &Tracker{users: map[string]map[Conn]time.Time{}, byID: map[Conn]string{}, kicking: map[Conn]bool{},
+		cfg: Config{Reachable: func(s string) bool { return reachable[s] }}}
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	if s := tr.Stranded(); len(s) != 0 {
+		t.Fatalf("no connections: stranded %v", s)
+	}
+	tr.add("U1", Conn{Server: "S1", CID: 1}, t0)
+	tr.add("U2", Conn{Server: "S2", CID: 1}, t0)
+	tr.add("U3", Conn{Server: "S2", CID: 2}, t0)
+	if s := tr.Stranded(); !slices.Equal(s, []string{"S2"}) {
+		t.Fatalf("stranded %v, want [S2]", s)
+	}
+	reachable["S2"] = true
+	if s := tr.Stranded(); len(s) != 0 {
+		t.Fatalf("S2 reachable again: stranded %v", s)
+	}
+	reachable["S1"], reachable["S2"] = false, false
+	tr.forgetServer("S2")
+	if s := tr.Stranded(); !slices.Equal(s, []string{"S1"}) {
+		t.Fatalf("S2 forgotten, S1 gone: stranded %v, want [S1]", s)
+	}
+	tr.cfg.Reachable = nil
+	if s := tr.Stranded(); s != nil {
+		t.Fatalf("without Reachable: stranded %v", s)
 	}
 }
