@@ -86,6 +86,10 @@ type hook struct {
 	ns       *server.Server
 	// maxHosts, when positive, is the most hosts the broker holds (Capacity.MaxHosts).
 	maxHosts int
+	// admitting makes "room for one more host?" and the host's joining its account
+	// one step: hosts logging in at once each found the last place free, and a fleet
+	// started at once passed a cap of 16 by up to 13.
+	admitting sync.Mutex
 	// refusals limits the lines about refused clients: anyone who reaches the port
 	// can be refused as often as it connects. Nil means one of the hook's own (limiter).
 	refusals     *logging.Limiter
@@ -152,7 +156,7 @@ func (h *hook) Check(c server.ClientAuthentication) bool {
 		h.logRefused(slog.LevelInfo, "client refused", reason, slog.String("user", clip(g.User)), slog.String("account", g.Account.String()), slog.String("reason", reason))
 		return false
 	}
-	c.RegisterUser(&server.User{
+	user := &server.User{
 		Username:           g.User,
 		Account:            acc,
 		ConnectionDeadline: g.Deadline,
@@ -160,13 +164,29 @@ func (h *hook) Check(c server.ClientAuthentication) bool {
 			Publish:   allowOnly(g.Publish),
 			Subscribe: allowOnly(g.Subscribe),
 		},
-	})
+	}
+	if !g.Host || was != nil || h.maxHosts <= 0 {
+		c.RegisterUser(user)
+		return true
+	}
+	// A new host: counted in its account by RegisterUser, under the same lock as
+	// the count that admits it.
+	h.admitting.Lock()
+	defer h.admitting.Unlock()
+	if h.full() {
+		reason := refusalReason(ErrFull)
+		h.refused.add(reason)
+		h.logRefused(slog.LevelWarn, "client refused", reason, refusedAttrs(cl, ErrFull)...)
+		return false
+	}
+	c.RegisterUser(user)
 	return true
 }
 
 // full says whether the broker has no room for another host: it holds maxHosts
 // hosts already (the one asking is not counted yet: it joins its account once
-// admitted).
+// admitted). Asked before the Authenticator, so that a host refused costs nothing,
+// and again under admitting, where the answer holds.
 func (h *hook) full() bool {
 	return h.maxHosts > 0 && h.hosts() >= h.maxHosts
 }

@@ -2,8 +2,10 @@ package broker_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,4 +126,46 @@ func TestAFullBrokerRefusesHostsOnly(t *testing.T) {
 		c.nc.Close()
 		return true
 	})
+}
+
+// TestHostsLoggingInAtOnceMeetAnExactCap: hosts whose logins are decided at the
+// same moment (the Authenticator slow, as a busy control node is) are admitted up
+// to the capacity and no further. Before the second look under one lock with the
+// host's joining its account, every one of them found the last place free.
+func TestHostsLoggingInAtOnceMeetAnExactCap(t *testing.T) {
+	m := newMesh(t)
+	auth := &fakeAuth{decide: func(c broker.Client) (broker.Grant, error) {
+		if strings.HasPrefix(c.Token, "own-") { // the control plane's, no hosts
+			return everything(c.Token, broker.AccountHosts), nil
+		}
+		time.Sleep(200 * time.Millisecond)
+		g := everything(c.Token, broker.AccountHosts)
+		g.Host = true
+		return g, nil
+	}}
+	s, _ := startWith(t, m, auth, func(c *broker.Config) {
+		c.Capacity = broker.Capacity{MaxConnections: 40, MaxHosts: 3}
+	})
+	mustDial(t, s, m.ca.Pin(), nats.Token("own-1"))
+	mustDial(t, s, m.ca.Pin(), nats.Token("own-2"))
+	const logins = 12
+	var wg sync.WaitGroup
+	var admitted atomic.Int32
+	for i := range logins {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if c, err := dial(t, s, m.ca.Pin(), nats.Token(fmt.Sprintf("host-%d", i))); err == nil {
+				admitted.Add(1)
+				t.Cleanup(c.nc.Close)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := admitted.Load(); n != 3 {
+		t.Fatalf("%d of %d hosts logging in at once admitted on a broker for 3", n, logins)
+	}
+	if n := s.EventCounts().Refused[broker.ErrFull.Error()]; n != logins-3 {
+		t.Errorf("refusals counted as full: %d, want %d", n, logins-3)
+	}
 }
