@@ -86,15 +86,17 @@ type Applier interface {
 //
 // The checks happen on the paths as they are when Apply starts; a local
 // process racing the applier to swap a directory for a link can at worst
-// redirect a write to another place inside Root, never outside it.
+// redirect a write to another place inside Root, never outside it, and never
+// change the mode of anything but what the applier wrote (the mode of a
+// directory it makes is set on the directory it opened, not by name).
 type FileApplier struct {
 	Root  string
 	Chown bool // apply Owner/Group (only meaningful as root)
 
 	// failpoint, when set by tests, is called before each step ("inspect"
-	// before opening the file found at a path, "write", "syncdir" after a
-	// rename, "remove", "rollback") on a path, and an error from it fails that
-	// step.
+	// before opening the file found at a path, "write", "mkdir" after making a
+	// directory, "syncdir" after a rename, "remove", "rollback") on a path, and
+	// an error from it fails that step.
 	failpoint func(step, path string) error
 }
 
@@ -501,8 +503,10 @@ func (r *run) write(w write) error {
 			return err
 		}
 		r.done = append(r.done, undo{path: dir, isDir: true})
-		// Mkdir's mode is narrowed by the umask; the documented mode is 0755.
-		if err := r.root.Chmod(dir, 0o755); err != nil {
+		if err := r.hook("mkdir", dir); err != nil {
+			return err
+		}
+		if err := r.settleDir(r.dir(path.Dir(dir)), dir, path.Base(dir)); err != nil {
 			return err
 		}
 		if err := r.syncDir(path.Dir(dir)); err != nil {

@@ -686,3 +686,72 @@ func TestResultIsSorted(t *testing.T) {
 		t.Fatalf("%+v", res)
 	}
 }
+
+// TestApplyNewDirectorySwappedForALink: a local user who may write in the managed
+// root swaps a link in for a directory the applier has just made, aiming at a file
+// declared 0600. The mode the new directory needs (umask 077 narrowed it) is set
+// only on the directory the applier made, never through the link: the apply fails,
+// undone, and the file keeps its mode. Another user's directory, or one that is not
+// empty, swapped in is refused likewise. By name, the chmod followed the link and
+// made the file readable by everyone.
+func TestApplyNewDirectorySwappedForALink(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	for _, swap := range []struct {
+		name string
+		do   func(t *testing.T, root, dir string)
+	}{
+		{"a link to a secret file", func(t *testing.T, root, dir string) {
+			if err := os.Symlink("secrets/key", dir); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a directory that is not empty", func(t *testing.T, root, dir string) {
+			if err := os.Rename(filepath.Join(root, "secrets"), dir); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(swap.name, func(t *testing.T) {
+			root := t.TempDir()
+			secret := File{Path: "secrets/key", Data: []byte("TOPSECRET"), Mode: 0o600}
+			if _, err := (FileApplier{Root: root}).Apply(context.Background(), []File{secret}, nil); err != nil {
+				t.Fatal(err)
+			}
+			// Its owner keeps the secrets' directory closed: the mode a new
+			// directory needs is not the one it has.
+			if err := os.Chmod(filepath.Join(root, "secrets"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			swapped := false
+			a := FileApplier{Root: root, failpoint: func(step, p string) error {
+				if step == "mkdir" && p == "new" && !swapped {
+					swapped = true
+					dir := filepath.Join(root, "new")
+					if err := os.Rename(dir, filepath.Join(root, "moved")); err != nil {
+						t.Fatal(err)
+					}
+					swap.do(t, root, dir)
+				}
+				return nil
+			}}
+			_, err := a.Apply(context.Background(), []File{secret, {Path: "new/x", Data: []byte("x"), Mode: 0o644}}, []string{"secrets/key"})
+			if !swapped {
+				t.Fatal("the failpoint never ran")
+			}
+			key := filepath.Join(root, "secrets/key")
+			if swap.name != "a link to a secret file" {
+				key = filepath.Join(root, "new/key")
+				if fi, err := os.Stat(filepath.Dir(key)); err != nil || fi.Mode().Perm() != 0o700 {
+					t.Fatalf("the directory swapped in: %v, %v; want its mode 0700 kept", fi.Mode(), err)
+				}
+			}
+			if fi, err := os.Stat(key); err != nil || fi.Mode().Perm() != 0o600 {
+				t.Fatalf("the secret file: %v, %v; want mode 0600 kept", fi.Mode(), err)
+			}
+			if err == nil || !strings.Contains(err.Error(), "replaced") {
+				t.Fatalf("Apply with the new directory swapped: %v, want a refusal saying it was replaced", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,60 @@
+//go:build linux
+
+package apply
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"syscall"
+)
+
+// settleDir gives the directory just made at p (called name, in parent) the
+// documented mode 0755, which Mkdir's may lack under the agent's umask. It opens
+// the directory relative to its parent's descriptor without following a link at
+// its name, and changes the mode on that descriptor, only if it still is the
+// directory the agent made: its own, and empty. By name, a local user who may write
+// in the managed root could swap a link in for the new directory between the
+// two steps, and the chmod would land on what it points to: a file declared 0600
+// made readable by everyone.
+func (r *run) settleDir(parent *dirHandle, p, name string) error {
+	dir, err := parent.dirFile()
+	if err != nil {
+		return err
+	}
+	rc, err := dir.SyscallConn()
+	if err != nil {
+		return err
+	}
+	fd := -1
+	var oerr error
+	if err := rc.Control(func(dirfd uintptr) {
+		oerr = ignoringEINTR(func() (err error) {
+			fd, err = syscall.Openat(int(dirfd), name, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+			return err
+		})
+	}); err != nil {
+		return err
+	}
+	if oerr != nil {
+		return fmt.Errorf("the directory %s the agent just made was replaced (%w): something else writes in the managed root", p, oerr)
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Mode().Perm() == 0o755 {
+		return nil
+	}
+	uid, _ := owner(fi)
+	if uid >= 0 && uid != os.Geteuid() {
+		return fmt.Errorf("the directory %s the agent just made was replaced by another user's: something else writes in the managed root", p)
+	}
+	if names, err := f.Readdirnames(1); len(names) > 0 || err != nil && err != io.EOF {
+		return fmt.Errorf("the directory %s the agent just made was replaced by one that is not empty: something else writes in the managed root", p)
+	}
+	return f.Chmod(fs.FileMode(0o755))
+}
