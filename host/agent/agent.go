@@ -21,6 +21,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -198,6 +199,14 @@ func New(o Options) (*Agent, error) {
 	if app == nil {
 		if o.Root == "" {
 			return nil, errors.New("a managed root (--root) is required")
+		}
+		// The applier writes what the mesh declares there, as root: whoever could
+		// replace a directory above it could aim those writes anywhere.
+		if err := statedir.CheckParents("the managed root", o.Root); err != nil {
+			return nil, err
+		}
+		if err := outside(o.StateDir, o.Root); err != nil {
+			return nil, err
 		}
 		app = apply.FileApplier{Root: o.Root, Chown: os.Geteuid() == 0}
 	}
@@ -876,4 +885,27 @@ func clipMessage(msg string) string {
 		cut--
 	}
 	return msg[:cut] + marker
+}
+
+// ErrStateInRoot: the state directory is the managed root or inside it, so a
+// declared file could replace the node's identity or what it applied.
+var ErrStateInRoot = errors.New("the state directory must not be inside the managed root")
+
+// outside refuses a state directory that is the managed root or inside it (links
+// resolved as far as the paths exist): a declaration names any path in the root,
+// and could replace identity.json (the keys the node trusts) or applied.state.
+// A managed root inside the state directory is fine: declarations stay in it.
+func outside(stateDir, root string) error {
+	s, err := statedir.Resolved(stateDir)
+	if err != nil {
+		return err
+	}
+	r, err := statedir.Resolved(root)
+	if err != nil {
+		return err
+	}
+	if rel, err := filepath.Rel(r, s); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+		return fmt.Errorf("%w: --state %s is in --root %s, where a declaration could replace the node's keys; choose places apart", ErrStateInRoot, stateDir, root)
+	}
+	return nil
 }

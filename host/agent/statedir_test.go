@@ -64,3 +64,35 @@ func TestNewRefusesAStateDirectoryOthersControl(t *testing.T) {
 		}
 	})
 }
+
+// TestNewRefusesAManagedRootOthersControl: the agent writes what the mesh declares
+// in the managed root, as root: it will not start when another user could replace a
+// directory above it (and aim those writes anywhere), nor when its state directory
+// is inside it, where a declared file could replace the keys the node trusts.
+func TestNewRefusesAManagedRootOthersControl(t *testing.T) {
+	newAgent := func(dir, root string) error {
+		a, err := New(Options{StateDir: dir, Root: root, Logger: slog.New(slog.DiscardHandler)})
+		if a != nil {
+			a.kp.Wipe()
+		}
+		return err
+	}
+	f := newFixture(t)
+	if err := newAgent(f.dir, filepath.Join(t.TempDir(), "not", "yet", "root")); err != nil {
+		t.Fatalf("a root not made yet, under the agent's own directories: %v", err)
+	}
+	shared := filepath.Join(t.TempDir(), "shared")
+	if err := os.Mkdir(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(shared, 0o777)
+	if err := newAgent(f.dir, filepath.Join(shared, "root")); !errors.Is(err, statedir.ErrUnsafePath) {
+		t.Fatalf("a root in a directory others may write: %v, want statedir.ErrUnsafePath", err)
+	}
+	if err := newAgent(f.dir, filepath.Dir(f.dir)); !errors.Is(err, ErrStateInRoot) {
+		t.Fatalf("the state directory inside the root: %v, want ErrStateInRoot", err)
+	}
+	if err := newAgent(f.dir, f.dir); !errors.Is(err, ErrStateInRoot) {
+		t.Fatalf("the state directory as the root: %v, want ErrStateInRoot", err)
+	}
+}

@@ -21,6 +21,9 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"mesh/host/statedir"
+	"mesh/host/token"
 )
 
 // MaxConfigSize caps the hooks file.
@@ -47,11 +50,14 @@ type Config struct {
 // than run without the hooks the operator configured.
 var ErrConfig = errors.New("hooks file")
 
-// Load reads and checks a hooks file.
+// Load reads and checks a hooks file. It names commands the agent runs, as root
+// where the agent is, so it is read as sudo reads sudoers: only if neither it nor a
+// directory above it can be changed by another user than the agent's and root
+// (statedir.CheckFile), and only as a regular file.
 func Load(file string) (Config, error) {
-	f, err := os.Open(file)
+	f, err := statedir.OpenFile("the hooks file", file)
 	if err != nil {
-		return Config{}, fmt.Errorf("%w: %v", ErrConfig, err)
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	defer f.Close()
 	dec := json.NewDecoder(&limited{r: f, n: MaxConfigSize})
@@ -156,13 +162,16 @@ func (c Config) Run(ctx context.Context, root string, changed []string) (ran []s
 		if len(hit) == 0 {
 			continue
 		}
+		if len(ran) == 0 {
+			closeInherited()
+		}
 		ran = append(ran, h.Name)
 		hctx, cancel := context.WithTimeout(ctx, h.timeout)
 		cmd := exec.CommandContext(hctx, h.Run[0], h.Run[1:]...)
 		ownGroup(cmd)
 		cmd.WaitDelay = killGrace
 		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "MESH_CHANGED="+strings.Join(hit, "\n"), "MESH_ROOT="+root)
+		cmd.Env = append(hookEnv(os.Environ()), "MESH_CHANGED="+strings.Join(hit, "\n"), "MESH_ROOT="+root)
 		var out capped
 		cmd.Stdout, cmd.Stderr = &out, &out
 		err := cmd.Run()
@@ -175,10 +184,43 @@ func (c Config) Run(ctx context.Context, root string, changed []string) (ran []s
 			if timedOut {
 				err = fmt.Errorf("timed out after %s", h.timeout)
 			}
-			failures = append(failures, Failure{Hook: h.Name, Err: err, Output: out.String()})
+			// The output becomes the node's reported error: a token a hook printed
+			// (from a file, a command) does not leave the machine with it.
+			failures = append(failures, Failure{Hook: h.Name, Err: err, Output: token.HideTokens(out.String())})
 		}
 	}
 	return ran, failures
+}
+
+// defaultPath is a hook's PATH when the agent has none.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// hookEnv is what a hook inherits of the agent's environment: the variables that
+// make a command behave as on the machine's shell (PATH, HOME, the locale, TZ,
+// TMPDIR, the user's names), and nothing else. The agent's own environment may
+// hold MESH_TOKEN (how enrol reads a token), systemd's CREDENTIALS_DIRECTORY and
+// NOTIFY_SOCKET, or whatever its unit sets: a hook's output is reported to the
+// control plane when it fails, and a hook that printed its environment sent them
+// there. A hook that needs more is given it in its command (/usr/bin/env X=1 cmd).
+func hookEnv(environ []string) []string {
+	out := make([]string, 0, 8)
+	hasPath := false
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		switch {
+		case k == "PATH":
+			hasPath = true
+		case k == "HOME", k == "LANG", k == "LANGUAGE", k == "TZ", k == "TMPDIR", k == "USER", k == "LOGNAME",
+			strings.HasPrefix(k, "LC_"):
+		default:
+			continue
+		}
+		out = append(out, kv)
+	}
+	if !hasPath {
+		out = append(out, "PATH="+defaultPath)
+	}
+	return out
 }
 
 type capped struct{ bytes.Buffer }

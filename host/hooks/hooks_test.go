@@ -5,8 +5,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+
+	"mesh/host/statedir"
 )
 
 func write(t *testing.T, content string) string {
@@ -69,5 +73,78 @@ func TestRunMatchesAndReports(t *testing.T) {
 	}
 	if ran, _ := (Config{}).Run(context.Background(), t.TempDir(), []string{"etc/a.conf"}); len(ran) != 0 {
 		t.Fatal("an empty configuration ran something")
+	}
+}
+
+// TestLoadRefusesAFileOthersCanChange: the hooks file names commands run as root;
+// one that group or others may write, or that sits in a directory they may write,
+// is refused, as sudo refuses such a sudoers. Before, any file was read.
+func TestLoadRefusesAFileOthersCanChange(t *testing.T) {
+	good := `{"hooks":[{"name":"a","paths":["x"],"run":["true"]}]}`
+	open := write(t, good)
+	if err := os.Chmod(open, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(open); !errors.Is(err, ErrConfig) || !errors.Is(err, statedir.ErrUnsafePath) {
+		t.Errorf("a world-writable hooks file: %v, want ErrConfig and statedir.ErrUnsafePath", err)
+	}
+	shared := filepath.Join(t.TempDir(), "shared")
+	if err := os.Mkdir(shared, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(shared, 0o777)
+	inShared := filepath.Join(shared, "hooks.json")
+	if err := os.WriteFile(inShared, []byte(good), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(inShared); !errors.Is(err, statedir.ErrUnsafePath) {
+		t.Errorf("a hooks file in a world-writable directory: %v, want statedir.ErrUnsafePath", err)
+	}
+	if _, err := Load(write(t, good)); err != nil {
+		t.Errorf("the agent's own hooks file: %v", err)
+	}
+}
+
+// TestHooksInheritLittle: a hook gets the locale and PATH of the agent's environment
+// and nothing else of it (not MESH_TOKEN, not systemd's credentials), no descriptor
+// the agent inherited, and a token it prints is hidden in the output the node
+// reports. Before, it got the whole environment and every inherited descriptor.
+func TestHooksInheritLittle(t *testing.T) {
+	secret := strings.Repeat("5e", 32)
+	tok := "mesh1_demo_127.0.0.1:7300_" + strings.Repeat("ab", 32) + "_web-1_worker_1900000000_" + secret + "_0badc0de"
+	t.Setenv("MESH_TOKEN", tok)
+	t.Setenv("CREDENTIALS_DIRECTORY", "/run/credentials/meshhost.service")
+	t.Setenv("LANG", "C.UTF-8")
+	// A descriptor the agent's parent left open, not close-on-exec.
+	fd, err := syscall.Open(os.Args[0], syscall.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	cfg, err := Load(write(t, `{"hooks":[{"name":"tell","paths":["x"],"run":["sh","-c","env; ls /proc/self/fd; echo `+tok+`; exit 1"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, failures := cfg.Run(context.Background(), t.TempDir(), []string{"x"})
+	if len(failures) != 1 {
+		t.Fatalf("failures %v", failures)
+	}
+	out := failures[0].Output
+	for _, leak := range []string{secret, "CREDENTIALS_DIRECTORY", "MESH_TOKEN"} {
+		if strings.Contains(out, leak) {
+			t.Errorf("the hook saw or printed %s:\n%s", leak, out)
+		}
+	}
+	for _, want := range []string{"LANG=C.UTF-8", "PATH=", "MESH_CHANGED=x", "<a token: not shown>"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the hook's output lacks %s:\n%s", want, out)
+		}
+	}
+	if runtime.GOOS == "linux" {
+		// ls itself opens /proc/self/fd: 0, 1, 2 and that one.
+		fds := strings.Fields(out[strings.Index(out, "\n0\n")+1 : strings.Index(out, "<a token")])
+		if len(fds) > 4 {
+			t.Errorf("the hook holds descriptors %v: more than stdin, stdout, stderr and ls's own", fds)
+		}
 	}
 }

@@ -178,8 +178,11 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		errors.Is(err, identity.ErrTruncated), errors.Is(err, identity.ErrCorrupt), errors.Is(err, identity.ErrNotEnrolled),
 		errors.Is(err, identity.ErrInvalid),
 		errors.Is(err, state.ErrUnreadable), errors.Is(err, state.ErrTruncated), errors.Is(err, state.ErrCorrupt),
-		errors.Is(err, statedir.ErrUnsafe), errors.Is(err, statedir.ErrSymlink), errors.Is(err, statedir.ErrNotOwned):
+		errors.Is(err, statedir.ErrUnsafe), errors.Is(err, statedir.ErrSymlink), errors.Is(err, statedir.ErrNotOwned),
+		errors.Is(err, statedir.ErrUnsafePath):
 		return exitIdentity
+	case errors.Is(err, agent.ErrStateInRoot):
+		return exitUsage
 	case errors.Is(err, enrol.ErrToken):
 		return exitToken
 	case errors.Is(err, enrol.ErrRefused):
@@ -417,6 +420,9 @@ func cmdRun(args []string, cio *cliIO) error {
 	var hk hooks.Config
 	if *hooksFile != "" {
 		if hk, err = hooks.Load(*hooksFile); err != nil {
+			if errors.Is(err, statedir.ErrUnsafePath) {
+				return err // exit 5, as an unsafe state directory
+			}
 			return usageError{err.Error()}
 		}
 	}

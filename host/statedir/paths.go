@@ -1,0 +1,142 @@
+package statedir
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// ErrUnsafePath: a file the agent acts on (the hooks file) or a directory above the
+// managed root can be changed by another user than the agent's and root. See
+// *UnsafePathError.
+var ErrUnsafePath = errors.New("statedir: a path the agent trusts can be changed by another user")
+
+// UnsafePathError is a path the agent does not trust: Part, the path with its
+// links resolved or a directory above it, belongs to UID (the agent runs as EUID)
+// or has Mode, which lets group or others write it.
+type UnsafePathError struct {
+	What      string // what the path is to the agent: "the hooks file", "the managed root"
+	Path      string // as given
+	Part      string // the resolved path, or the directory above it, at fault
+	UID, EUID int
+	Mode      fs.FileMode
+}
+
+func (e *UnsafePathError) Error() string {
+	why := fmt.Sprintf("has mode %#o: group or others may write it", e.Mode.Perm())
+	if e.UID != e.EUID && e.UID != 0 {
+		why = fmt.Sprintf("belongs to %s", who(e.UID))
+	}
+	part := e.Part
+	if part == e.Path {
+		part = "it"
+	}
+	return fmt.Sprintf("%s %s cannot be used: %s %s, so another user could change or replace what meshhost (running as %s) acts on. "+
+		"Only meshhost's user or root may own or write it and every directory above it (a directory with the sticky bit, as /tmp, is fine); "+
+		"fix the owner or mode, or choose another place", e.What, e.Path, part, why, who(e.EUID))
+}
+
+// Is reports whether target is ErrUnsafePath.
+func (e *UnsafePathError) Is(target error) bool { return target == ErrUnsafePath }
+
+// CheckFile refuses a file the agent acts on, as OpenSSH's StrictModes does for
+// authorized_keys: resolved of its links, it and every directory above it must
+// belong to the agent's user or root and not be writable by group or others; a
+// directory above it with the sticky bit passes, since no one may rename or remove
+// another's entry there. It returns the resolved path, which the caller opens.
+// Where files have no owner (not Unix), nothing is checked.
+func CheckFile(what, path string) (string, error) {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", err
+	}
+	real, err = filepath.Abs(real)
+	if err != nil {
+		return "", err
+	}
+	return real, checkChain(what, path, real, true)
+}
+
+// OpenFile opens, to read it, a file the agent acts on that passes CheckFile, as a
+// regular file only (without waiting if a FIFO is there).
+func OpenFile(what, path string) (*os.File, error) {
+	real, err := CheckFile(what, path)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(real, os.O_RDONLY|openFlags, 0)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s %s is not a regular file", what, path)
+	}
+	return f, nil
+}
+
+// CheckParents refuses a directory the agent writes in (the managed root) whose
+// parents another user could change: resolved of its links, every directory above
+// it must pass CheckFile's rules. The directory itself is not judged (a managed root
+// others may write in is the operator's choice), and the parts at its end that do
+// not exist yet are skipped (the managed root is made at the first apply).
+func CheckParents(what, dir string) error {
+	real, err := Resolved(dir)
+	if err != nil {
+		return err
+	}
+	return checkChain(what, dir, real, false)
+}
+
+// Resolved returns p made absolute, with the links of its longest existing part
+// resolved (what is beyond that part does not exist yet).
+func Resolved(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	rest := ""
+	for cur := abs; ; {
+		real, err := filepath.EvalSymlinks(cur)
+		if err == nil {
+			return filepath.Join(real, rest), nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		parent := filepath.Dir(cur)
+		if parent == cur {
+			return "", err
+		}
+		rest = filepath.Join(filepath.Base(cur), rest)
+		cur = parent
+	}
+}
+
+// checkChain checks real (absolute, no links) and the directories above it: self
+// says whether real itself is judged too. Parts that do not exist are skipped.
+func checkChain(what, path, real string, self bool) error {
+	euid := os.Geteuid()
+	for p, first := real, true; ; first = false {
+		fi, err := os.Lstat(p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return err
+		case !first || self:
+			if uid, ok := owner(fi); ok {
+				writable := fi.Mode().Perm()&0o022 != 0 && !(fi.IsDir() && fi.Mode()&fs.ModeSticky != 0 && !first)
+				if uid != euid && uid != 0 || writable {
+					return &UnsafePathError{What: what, Path: path, Part: p, UID: uid, EUID: euid, Mode: fi.Mode()}
+				}
+			}
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return nil
+		}
+		p = parent
+	}
+}

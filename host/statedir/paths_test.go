@@ -1,0 +1,109 @@
+//go:build unix
+
+package statedir
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCheckFileAndParents: a file the agent acts on, and the directories above the
+// managed root, pass only if no user but the agent's and root can change them: the
+// file or a directory above it owned by another user, or writable by group or
+// others, is refused; a sticky directory above (as /tmp) passes; links are
+// resolved and the real path judged.
+func TestCheckFileAndParents(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving a file to another user (chown to 65534) needs root")
+	}
+	base := t.TempDir()
+	mk := func(p string, mode os.FileMode, dir bool) string {
+		t.Helper()
+		p = filepath.Join(base, p)
+		if dir {
+			if err := os.Mkdir(p, mode); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := os.WriteFile(p, []byte(`{"hooks":[]}`), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	etc := mk("etc", 0o755, true)
+	good := mk("etc/hooks.json", 0o644, false)
+	open := mk("etc/open.json", 0o666, false)
+	theirs := mk("etc/theirs.json", 0o644, false)
+	os.Chown(theirs, 65534, 65534)
+	shared := mk("shared", 0o777, true)
+	inShared := mk("shared/hooks.json", 0o644, false)
+	sticky := mk("sticky", os.ModeSticky|0o777, true)
+	inSticky := mk("sticky/hooks.json", 0o644, false)
+	userDir := mk("home", 0o755, true)
+	os.Chown(userDir, 65534, 65534)
+	inUserDir := mk("home/hooks.json", 0o644, false)
+	link := filepath.Join(shared, "link.json")
+	if err := os.Symlink(good, link); err != nil {
+		t.Fatal(err)
+	}
+	_ = etc
+
+	for _, c := range []struct {
+		path string
+		ok   bool
+		part string
+	}{
+		{good, true, ""},
+		{inSticky, true, ""},
+		{link, true, ""}, // resolved: the file it names is judged, not the link
+		{open, false, "it has mode 0666"},
+		{theirs, false, "it belongs to uid 65534"},
+		{inShared, false, shared + " has mode 0777"},
+		{inUserDir, false, userDir + " belongs to uid 65534"},
+	} {
+		real, err := CheckFile("the hooks file", c.path)
+		if c.ok {
+			if err != nil {
+				t.Errorf("%s: %v", c.path, err)
+			} else if strings.Contains(real, "link") {
+				t.Errorf("%s resolved to %s", c.path, real)
+			}
+			continue
+		}
+		var ue *UnsafePathError
+		if !errors.Is(err, ErrUnsafePath) || !errors.As(err, &ue) || !strings.Contains(err.Error(), c.part) {
+			t.Errorf("%s: %v, want ErrUnsafePath naming %q", c.path, err, c.part)
+		}
+	}
+
+	// The managed root itself is not judged, nor its parts that do not exist yet;
+	// the directories above the nearest one that does are.
+	for _, c := range []struct {
+		dir string
+		ok  bool
+	}{
+		{filepath.Join(etc, "root"), true},
+		{filepath.Join(etc, "not/yet/root"), true},
+		{shared, true}, // the root itself may be writable by others
+		{filepath.Join(sticky, "root"), true},
+		{filepath.Join(shared, "root"), false},
+		{filepath.Join(shared, "not/yet/root"), false},
+		{filepath.Join(userDir, "root"), false},
+	} {
+		err := CheckParents("the managed root", c.dir)
+		if c.ok != (err == nil) || err != nil && !errors.Is(err, ErrUnsafePath) {
+			t.Errorf("CheckParents(%s) = %v, want ok %v", c.dir, err, c.ok)
+		}
+	}
+	if _, err := OpenFile("the hooks file", filepath.Join(etc, "missing.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a missing file: %v", err)
+	}
+	if _, err := OpenFile("the hooks file", etc); err == nil {
+		t.Error("a directory opened as the hooks file")
+	}
+}
