@@ -25,8 +25,10 @@ var (
 func advice(path string) string {
 	dir := filepath.Dir(path)
 	return fmt.Sprintf("The agent will not run without knowing what it applied last, or it could apply an older declaration over a newer one. "+
-		"Restore %s from a backup; or remove %s and %s, and the agent will accept the mesh's current declaration as if for the first time "+
-		"(files it managed before and that are no longer declared will then be left in place)", path, Path(dir), LegacyPath(dir))
+		"Restore %s from a backup; or remove %s and %s, and the agent starts over from its enrolment: it trusts the signing key of its "+
+		"token again, and any key retired since, and applies any declaration still valid until it has the mesh's current one "+
+		"(files it managed before and that are no longer declared are left in place). Do that only if no retired signing key is "+
+		"suspected of having leaked; otherwise enrol the machine again with a new token", path, Path(dir), LegacyPath(dir))
 }
 
 // UnreadableError reports a file that exists but could not be read. It matches
