@@ -120,6 +120,8 @@ type Agent struct {
 	applier apply.Applier
 	// store persists applied: in place, one write and one flush per change.
 	store *state.Store
+	// unsaved says the last save of applied failed (saveAgain tries again).
+	unsaved bool
 
 	// msgs is where nats.go's read loop hands declarations over directly (a
 	// channel subscription, not a callback goroutine in between: one wakeup less
@@ -381,6 +383,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			a.report(nc)
 		case <-beat.C:
+			a.saveAgain()
 			a.report(nc)
 		case <-homeTimer.C:
 			// The first of the mesh's list as it stands: a control node removed since
@@ -722,27 +725,37 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 		a.fail(err, version)
 		return
 	}
+	files, err := filesOf(v)
+	if err != nil {
+		a.fail(err, v.Version)
+		return
+	}
 	if v.SameAsApplied {
-		// A re-signed copy of what is applied: only its validity moves.
+		// A re-signed copy of what is applied (every 12 hours): its validity moves,
+		// and the files are put back as declared if someone changed or removed one
+		// by hand since.
 		if v.ExpiresAt.After(a.applied.ExpiresAt) {
 			a.applied.IssuedAt, a.applied.ExpiresAt = v.IssuedAt, v.ExpiresAt
 			a.save()
 		}
+		a.putBack(ctx, v.Version, files)
 		return
 	}
-	files := make([]apply.File, 0, len(v.Body.Files))
-	for _, f := range v.Body.Files {
-		data, err := f.Data()
-		if err != nil {
-			a.fail(err, v.Version)
+	// A path the apply may create is on record before it is created: saved only
+	// after, a save that failed (a full disk) or a crash in between left files no
+	// record named, which no later declaration removed. Declarations that change
+	// contents, not paths, cost no write more.
+	if managed, grew := withPaths(a.applied.Managed, files); grew {
+		prev := a.applied.Managed
+		a.applied.Managed = managed
+		if err := a.store.Save(a.applied); err != nil {
+			a.applied.Managed = prev
+			a.log.Error("could not record the files about to be written; nothing applied", "version", v.Version, "err", err)
+			a.failCode(wire.StatusStateNotSaved, err, v.Version)
+			at := a.retry.schedule(raw, v.Version, a.o.Now(), a.o.RetryMin, a.o.RetryMax)
+			a.applied.NextAttempt = at
 			return
 		}
-		mode, err := f.FileMode()
-		if err != nil {
-			a.fail(err, v.Version)
-			return
-		}
-		files = append(files, apply.File{Path: f.Path, Data: data, Mode: mode, Owner: f.Owner, Group: f.Group})
 	}
 	applyStart := time.Now()
 	res, err := a.applier.Apply(ctx, files, a.applied.Managed)
@@ -768,6 +781,47 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 	a.log.Info("declaration applied", "version", v.Version, "written", len(res.Written), "removed", len(res.Removed), "unchanged", len(res.Unchanged))
 	if changed := append(slices.Clone(res.Written), res.Removed...); len(changed) > 0 && len(a.o.Hooks.Hooks) > 0 {
 		a.queueHooks(hookRun{version: v.Version, changed: changed})
+	}
+}
+
+// filesOf is what the applier writes for the verified declaration v.
+func filesOf(v declarations.Verified) ([]apply.File, error) {
+	files := make([]apply.File, 0, len(v.Body.Files))
+	for _, f := range v.Body.Files {
+		data, err := f.Data()
+		if err != nil {
+			return nil, err
+		}
+		mode, err := f.FileMode()
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, apply.File{Path: f.Path, Data: data, Mode: mode, Owner: f.Owner, Group: f.Group})
+	}
+	return files, nil
+}
+
+// putBack applies the declaration already applied again: the applier writes only
+// what differs from it, so a managed file changed or removed by hand since is put
+// back (and its hooks run), and nothing else is touched. A failure is reported for
+// the version and left for the next refresh or declaration.
+func (a *Agent) putBack(ctx context.Context, version uint64, files []apply.File) {
+	res, err := a.applier.Apply(ctx, files, a.applied.Managed)
+	if err != nil {
+		a.failCode(wire.StatusApplyFailed, err, version)
+		return
+	}
+	changed := append(slices.Clone(res.Written), res.Removed...)
+	if len(changed) == 0 {
+		return
+	}
+	a.log.Warn("managed files changed on this host since they were applied; put back as declared", "version", version, "files", changed)
+	if a.applied.LastErrorCode == wire.StatusApplyFailed && a.applied.LastErrorVersion == version {
+		a.applied.LastError, a.applied.LastErrorCode, a.applied.LastErrorVersion = "", "", 0
+		a.save()
+	}
+	if len(a.o.Hooks.Hooks) > 0 {
+		a.queueHooks(hookRun{version: version, changed: changed})
 	}
 }
 
@@ -826,11 +880,54 @@ func (a *Agent) failCode(code string, err error, version uint64) {
 func (a *Agent) save() {
 	a.publishState()
 	if err := a.store.Save(a.applied); err != nil {
-		// The change is applied in memory; a restart re-applies the same
-		// declaration, which is harmless. Report it loudly.
+		// The change is made and known in memory, and every path it wrote was on
+		// record before (withPaths): a restart syncs and applies the current
+		// declaration over it. Reported, and tried again at each heartbeat.
 		a.log.Error("could not persist the applied state", "err", err)
+		if a.applied.LastErrorCode != wire.StatusStateNotSaved {
+			a.applied.LastErrorVersion = a.applied.Version
+		}
 		a.applied.LastErrorCode, a.applied.LastError = wire.StatusStateNotSaved, err.Error()
+		a.unsaved = true
+		return
 	}
+	a.unsaved = false
+}
+
+// saveAgain tries once more to persist a state whose last save failed, and clears
+// the error it reported once it succeeds.
+func (a *Agent) saveAgain() {
+	if !a.unsaved {
+		return
+	}
+	if a.applied.LastErrorCode == wire.StatusStateNotSaved {
+		a.applied.LastErrorCode, a.applied.LastError, a.applied.LastErrorVersion = "", "", 0
+	}
+	a.save()
+	if !a.unsaved {
+		a.log.Info("the applied state is saved again", "version", a.applied.Version)
+	}
+}
+
+// withPaths returns managed (sorted, as the applier's results and this return it)
+// with the paths of files it lacks added, and whether it lacked any. A
+// declaration's paths are unique.
+func withPaths(managed []string, files []apply.File) ([]string, bool) {
+	if !slices.IsSorted(managed) {
+		managed = slices.Sorted(slices.Values(managed))
+	}
+	var added []string
+	for _, f := range files {
+		if _, found := slices.BinarySearch(managed, f.Path); !found {
+			added = append(added, f.Path)
+		}
+	}
+	if len(added) == 0 {
+		return managed, false
+	}
+	out := append(slices.Clone(managed), added...)
+	slices.Sort(out)
+	return out, true
 }
 
 // Stale reports whether the applied declaration has expired without a fresh one.

@@ -52,7 +52,7 @@ type Applied struct {
 	ExpiresAt        time.Time `json:"expires_at"`
 	KeyringEpoch     uint64    `json:"keyring_epoch"`
 	Keyring          []byte    `json:"keyring,omitempty"` // the signed keyring envelope last accepted (raw JSON)
-	Managed          []string  `json:"managed"`           // slash-separated paths, relative to the managed root, the agent wrote and owns
+	Managed          []string  `json:"managed"`           // slash-separated paths, relative to the managed root, the agent wrote and owns, or is about to write (before the first declaration, too)
 	LastError        string    `json:"last_error,omitempty"`
 	LastErrorCode    string    `json:"last_error_code,omitempty"`
 	LastErrorVersion uint64    `json:"last_error_version,omitempty"`
@@ -96,9 +96,6 @@ func (a Applied) validate(checkKeyring bool) error {
 	} else {
 		if a.Version != 0 || a.BodyDigest != "" || !a.IssuedAt.IsZero() || !a.ExpiresAt.IsZero() {
 			return invalid("have_applied", "is false but a declaration's version, digest or times are set")
-		}
-		if len(a.Managed) != 0 {
-			return invalid("managed", "lists files although nothing has been applied")
 		}
 	}
 	if checkKeyring && len(a.Keyring) != 0 && !json.Valid(a.Keyring) {

@@ -265,9 +265,6 @@ func TestValidate(t *testing.T) {
 		{"issued_at", func(a *Applied) { a.ExpiresAt = time.Time{} }},
 		{"expires_at", func(a *Applied) { a.ExpiresAt = a.IssuedAt.Add(-1) }},
 		{"have_applied", func(a *Applied) { a.HaveApplied = false }},
-		{"managed", func(a *Applied) {
-			*a = Applied{Format: FormatVersion, Managed: []string{"x"}}
-		}},
 		{"keyring", func(a *Applied) { a.Keyring = []byte("not json") }},
 		{"managed[0]", func(a *Applied) { a.Managed = []string{""} }},
 		{"managed[0]", func(a *Applied) { a.Managed = []string{"."} }},
@@ -286,6 +283,11 @@ func TestValidate(t *testing.T) {
 		if serr := Save(t.TempDir(), a); !errors.Is(serr, ErrInvalid) && a.Format != 0 {
 			t.Errorf("%s: Save accepted an invalid state: %v", tc.field, serr)
 		}
+	}
+	// The files about to be written are on record before the first declaration is
+	// applied (the agent saves them first).
+	if err := (Applied{Format: FormatVersion, Managed: []string{"etc/app.conf"}}).Validate(); err != nil {
+		t.Errorf("files on record before anything applied: %v", err)
 	}
 }
 

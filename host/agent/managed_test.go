@@ -1,0 +1,175 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"mesh/host/apply"
+	"mesh/host/state"
+	"mesh/host/wire"
+	"mesh/declarations"
+)
+
+// recordingApplier records, as it is called, what the state directory says the
+// agent manages, and then applies.
+type recordingApplier struct {
+	dir    string
+	inner  apply.Applier
+	onDisk [][]string
+}
+
+func (r *recordingApplier) Apply(ctx context.Context, files []apply.File, previous []string) (apply.Result, error) {
+	a, _ := state.Load(r.dir) // nothing, while breakSaves holds the file's place
+	r.onDisk = append(r.onDisk, a.Managed)
+	return r.inner.Apply(ctx, files, previous)
+}
+
+// declFiles signs version for the fixture's node with a file per path.
+func (f *fixture) declFiles(t *testing.T, version uint64, paths ...string) []byte {
+	t.Helper()
+	var files []declarations.File
+	for _, p := range paths {
+		c := p + " v" + string(rune('0'+version))
+		files = append(files, declarations.File{Path: p, Content: &c})
+	}
+	env, err := declarations.SignDeclaration(declarations.Declaration{
+		Mesh: "m", Node: "n-1", NodeKey: f.nodeKey, Version: version, IssuedAt: t0, ExpiresAt: t0.Add(24 * time.Hour),
+		Body: declarations.Body{Files: files},
+	}, f.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+// breakSaves makes the state file unwritable (a directory stands in its place) until
+// the returned function puts things back.
+func breakSaves(t *testing.T, dir string) func() {
+	t.Helper()
+	p := state.Path(dir)
+	saved, _ := os.ReadFile(p)
+	os.Remove(p)
+	if err := os.MkdirAll(filepath.Join(p, "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		os.RemoveAll(p)
+		if saved != nil {
+			os.WriteFile(p, saved, 0o600)
+		}
+	}
+}
+
+// TestNewPathsAreOnRecordBeforeTheyAreWritten: every path a declaration adds is in
+// the saved record of managed files before the applier writes it, so that a failed
+// save or a crash after the apply leaves no file that no record names (the review:
+// 300 files declared while the state directory's disk was full, then a one-file
+// declaration, left the 300 in the root for good). A record that cannot be saved
+// stops the declaration before anything is written, reported with its version and
+// tried again; a save that fails after an apply is reported with the applied
+// version and tried again at each heartbeat.
+func TestNewPathsAreOnRecordBeforeTheyAreWritten(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	rec := &recordingApplier{dir: f.dir, inner: f.a.applier}
+	f.a.applier = rec
+	if err := f.a.handle(ctx, f.declFiles(t, 1, "etc/a.conf")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.a.handle(ctx, f.declFiles(t, 2, "etc/a.conf", "etc/b.conf")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.a.handle(ctx, f.declFiles(t, 3, "etc/a.conf", "etc/b.conf")); err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{{"etc/a.conf"}, {"etc/a.conf", "etc/b.conf"}, {"etc/a.conf", "etc/b.conf"}}
+	if !slices.EqualFunc(rec.onDisk, want, slices.Equal) {
+		t.Fatalf("on record as each apply began: %q, want %q", rec.onDisk, want)
+	}
+
+	// The record cannot be saved: a declaration adding a path writes nothing.
+	fix := breakSaves(t, f.dir)
+	raw := f.declFiles(t, 4, "etc/a.conf", "etc/c.conf")
+	if err := f.a.handle(ctx, raw); err != nil {
+		t.Fatal(err)
+	}
+	got := f.a.Applied()
+	if got.Version != 3 || got.LastErrorCode != wire.StatusStateNotSaved || got.LastErrorVersion != 4 || got.NextAttempt.IsZero() {
+		t.Fatalf("with saves failing: %+v", got)
+	}
+	if _, err := os.Stat(filepath.Join(f.root, "etc/c.conf")); !os.IsNotExist(err) {
+		t.Fatalf("a file written while its path could not be put on record: %v", err)
+	}
+	fix()
+	if err := f.a.handle(ctx, raw); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.a.Applied(); got.Version != 4 || got.LastErrorCode != "" {
+		t.Fatalf("once saves work again: %+v", got)
+	}
+
+	// A save that fails after the apply (same paths: nothing to put on record
+	// before) is reported with the applied version, and done at the next heartbeat
+	// once the disk takes it.
+	fix = breakSaves(t, f.dir)
+	if err := f.a.handle(ctx, f.declFiles(t, 5, "etc/a.conf", "etc/c.conf")); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.a.Applied(); got.Version != 5 || got.LastErrorCode != wire.StatusStateNotSaved || got.LastErrorVersion != 5 {
+		t.Fatalf("a save failing after the apply: %+v", got)
+	}
+	f.a.saveAgain()
+	if got := f.a.Applied(); got.LastErrorCode != wire.StatusStateNotSaved {
+		t.Fatalf("saved again while the disk still refuses: %+v", got)
+	}
+	fix()
+	f.a.saveAgain()
+	if got := f.a.Applied(); got.LastErrorCode != "" {
+		t.Fatalf("after the disk takes it again: %+v", got)
+	}
+	if a, err := state.Load(f.dir); err != nil || a.Version != 5 {
+		t.Fatalf("on disk: v%d, %v; want v5", a.Version, err)
+	}
+}
+
+// TestRefreshPutsBackFilesChangedByHand: a managed file edited or removed on the
+// host is put back as declared when the applied declaration arrives again (the
+// control plane re-signs it every 12 hours), and nothing else is written. Before,
+// a refresh applied nothing, and a hand edit stayed until the next declaration
+// while the node showed converged.
+func TestRefreshPutsBackFilesChangedByHand(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	raw := f.declFiles(t, 1, "etc/a.conf", "etc/b.conf")
+	if err := f.a.handle(ctx, raw); err != nil {
+		t.Fatal(err)
+	}
+	a, b := filepath.Join(f.root, "etc/a.conf"), filepath.Join(f.root, "etc/b.conf")
+	want, _ := os.ReadFile(a)
+	if err := os.WriteFile(a, []byte("hacked"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(a, 0o666)
+	if err := os.Remove(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.a.handle(ctx, raw); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(a); string(got) != string(want) {
+		t.Errorf("etc/a.conf after the refresh: %q, want %q", got, want)
+	}
+	if fi, err := os.Stat(a); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Errorf("etc/a.conf's mode after the refresh: %v", fi.Mode())
+	}
+	if _, err := os.Stat(b); err != nil {
+		t.Errorf("etc/b.conf after the refresh: %v", err)
+	}
+	if got := f.a.Applied(); got.Version != 1 || got.LastErrorCode != "" {
+		t.Errorf("after the refresh: %+v", got)
+	}
+}
