@@ -327,6 +327,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.hookJobs = make(chan hookRun, 1)
 	workers.Add(1)
 	go func() { defer workers.Done(); a.runHooks(loopCtx, hookDone) }()
+	a.runOwedHooks()
 
 	a.log.Info("agent running", "mesh", a.id.Mesh, "brokers", a.id.Brokers, "root", a.o.Root, "applied_version", a.appliedText())
 	beat := time.NewTicker(a.o.Heartbeat)
@@ -745,11 +746,15 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 	// after, a save that failed (a full disk) or a crash in between left files no
 	// record named, which no later declaration removed. Declarations that change
 	// contents, not paths, cost no write more.
-	if managed, grew := withPaths(a.applied.Managed, files); grew {
-		prev := a.applied.Managed
-		a.applied.Managed = managed
+	// So are the paths whose hooks the apply may owe, until they have run: a
+	// stop or a crash before then would lose them (the version is saved first).
+	prevManaged, prevPending := a.applied.Managed, a.applied.HooksPending
+	managed, grew := withPaths(a.applied.Managed, files)
+	pending, owed := a.hooksOwed(files)
+	if grew || owed {
+		a.applied.Managed, a.applied.HooksPending = managed, pending
 		if err := a.store.Save(a.applied); err != nil {
-			a.applied.Managed = prev
+			a.applied.Managed, a.applied.HooksPending = prevManaged, prevPending
 			a.log.Error("could not record the files about to be written; nothing applied", "version", v.Version, "err", err)
 			a.failCode(wire.StatusStateNotSaved, err, v.Version)
 			at := a.retry.schedule(raw, v.Version, a.o.Now(), a.o.RetryMin, a.o.RetryMax)
@@ -760,6 +765,7 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 	applyStart := time.Now()
 	res, err := a.applier.Apply(ctx, files, a.applied.Managed)
 	if err != nil {
+		a.applied.HooksPending = prevPending // undone: nothing changed
 		a.failCode(wire.StatusApplyFailed, err, v.Version)
 		at := a.retry.schedule(raw, v.Version, a.o.Now(), a.o.RetryMin, a.o.RetryMax)
 		a.applied.NextAttempt = at
@@ -777,11 +783,38 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 	a.applied.IssuedAt, a.applied.ExpiresAt = v.IssuedAt, v.ExpiresAt
 	a.applied.Managed = res.Managed
 	a.applied.LastError, a.applied.LastErrorCode, a.applied.LastErrorVersion = "", "", 0
+	changed := append(slices.Clone(res.Written), res.Removed...)
+	a.applied.HooksPending = union(prevPending, a.o.Hooks.Matching(changed))
 	a.save()
 	a.log.Info("declaration applied", "version", v.Version, "written", len(res.Written), "removed", len(res.Removed), "unchanged", len(res.Unchanged))
-	if changed := append(slices.Clone(res.Written), res.Removed...); len(changed) > 0 && len(a.o.Hooks.Hooks) > 0 {
+	if len(changed) > 0 && len(a.o.Hooks.Hooks) > 0 {
 		a.queueHooks(hookRun{version: v.Version, changed: changed})
 	}
+}
+
+// hooksOwed returns the paths whose hooks are owed should the apply of files
+// change them all: those owed already, and each declared or managed path some hook
+// runs for; and whether that adds any.
+func (a *Agent) hooksOwed(files []apply.File) ([]string, bool) {
+	if len(a.o.Hooks.Hooks) == 0 {
+		return a.applied.HooksPending, false
+	}
+	paths := slices.Clone(a.applied.Managed)
+	for _, f := range files {
+		paths = append(paths, f.Path)
+	}
+	owed := union(a.applied.HooksPending, a.o.Hooks.Matching(paths))
+	return owed, len(owed) > len(a.applied.HooksPending)
+}
+
+// union returns the sorted paths of a and b, each once.
+func union(a, b []string) []string {
+	if len(b) == 0 {
+		return a
+	}
+	out := slices.Concat(a, b)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // filesOf is what the applier writes for the verified declaration v.
@@ -821,6 +854,10 @@ func (a *Agent) putBack(ctx context.Context, version uint64, files []apply.File)
 		a.save()
 	}
 	if len(a.o.Hooks.Hooks) > 0 {
+		if owed := union(a.applied.HooksPending, a.o.Hooks.Matching(changed)); len(owed) > len(a.applied.HooksPending) {
+			a.applied.HooksPending = owed
+			a.save()
+		}
 		a.queueHooks(hookRun{version: version, changed: changed})
 	}
 }

@@ -82,9 +82,37 @@ func (a *Agent) hooksFinished(h hookRun) {
 	if len(h.ran) > 0 {
 		a.log.Info("hooks ran after the change", "hooks", h.ran, "failed", len(h.failures), "version", h.version)
 	}
+	// Owed now: what waits for the worker, if anything.
+	var owed []string
+	if a.hookWaiting != nil {
+		owed = a.o.Hooks.Matching(a.hookWaiting.changed)
+		slices.Sort(owed)
+	}
 	if len(h.failures) > 0 {
 		// The declaration is applied and persisted; the failure is reported.
+		a.applied.HooksPending = owed
 		a.failCode(wire.StatusHookFailed, errors.Join(h.failures...), h.version)
+	} else if !slices.Equal(owed, a.applied.HooksPending) {
+		a.applied.HooksPending = owed
+		a.save()
 	}
 	a.offerHooks()
+}
+
+// runOwedHooks queues the hooks a stopped or crashed agent owed (state.Applied's
+// HooksPending), as the agent starts; without hooks configured any more, it forgets
+// them.
+func (a *Agent) runOwedHooks() {
+	owed := a.applied.HooksPending
+	if len(owed) == 0 {
+		return
+	}
+	if len(a.o.Hooks.Hooks) == 0 {
+		a.log.Warn("hooks were owed when the agent last stopped, and none are configured now", "paths", owed)
+		a.applied.HooksPending = nil
+		a.save()
+		return
+	}
+	a.log.Info("running the hooks the agent owed when it last stopped", "paths", owed, "version", a.applied.Version)
+	a.queueHooks(hookRun{version: a.applied.Version, changed: slices.Clone(owed)})
 }

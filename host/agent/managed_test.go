@@ -2,16 +2,18 @@ package agent
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
+	"mesh/declarations"
 	"mesh/host/apply"
+	"mesh/host/hooks"
 	"mesh/host/state"
 	"mesh/host/wire"
-	"mesh/declarations"
 )
 
 // recordingApplier records, as it is called, what the state directory says the
@@ -171,5 +173,60 @@ func TestRefreshPutsBackFilesChangedByHand(t *testing.T) {
 	}
 	if got := f.a.Applied(); got.Version != 1 || got.LastErrorCode != "" {
 		t.Errorf("after the refresh: %+v", got)
+	}
+}
+
+// TestHooksOwedSurviveAStop: the hooks a declaration's changes call for are on
+// record until they have run; an agent stopped (or killed) before they did runs
+// them when it starts again. Before, they were queued in memory only: the node
+// showed the version applied and the hook never ran.
+func TestHooksOwedSurviveAStop(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	marker := filepath.Join(t.TempDir(), "reloaded")
+	hooksFile := filepath.Join(t.TempDir(), "hooks.json")
+	if err := os.WriteFile(hooksFile, []byte(`{"hooks":[{"name":"reload","paths":["etc/*.conf"],"run":["sh","-c","printf '%s' \"$MESH_CHANGED\" > `+marker+`"]}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := hooks.Load(hooksFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newAgent := func() *Agent {
+		a, err := New(Options{StateDir: f.dir, Root: f.root, Hooks: cfg, Now: func() time.Time { return t0 }, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a := newAgent()
+	// The hook worker never takes the batch: the agent stops before it runs.
+	a.hookJobs = make(chan hookRun)
+	if err := a.handle(ctx, f.declFiles(t, 1, "etc/a.conf", "bin/tool")); err != nil {
+		t.Fatal(err)
+	}
+	if on, err := state.Load(f.dir); err != nil || !slices.Equal(on.HooksPending, []string{"etc/a.conf"}) || on.Version != 1 {
+		t.Fatalf("on record after the apply: v%d, hooks owed %q, %v; want v1 and [etc/a.conf]", on.Version, on.HooksPending, err)
+	}
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Fatal("the hook ran although the worker never took it")
+	}
+	a.kp.Wipe()
+
+	b := newAgent()
+	b.runOwedHooks() // no worker: runs at once, as Run would queue it
+	if got, err := os.ReadFile(marker); err != nil || string(got) != "etc/a.conf" {
+		t.Fatalf("after the restart the hook saw %q (%v), want etc/a.conf", got, err)
+	}
+	if on, err := state.Load(f.dir); err != nil || len(on.HooksPending) != 0 {
+		t.Fatalf("on record once the hook ran: %q, %v", on.HooksPending, err)
+	}
+	// A failed apply owes nothing: it was undone.
+	b.applier = failingApplier{}
+	if err := b.handle(ctx, f.declFiles(t, 2, "etc/a.conf", "etc/b.conf")); err != nil {
+		t.Fatal(err)
+	}
+	if on, _ := state.Load(f.dir); len(on.HooksPending) != 0 {
+		t.Fatalf("hooks owed after a failed apply: %q", on.HooksPending)
 	}
 }

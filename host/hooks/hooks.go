@@ -148,15 +148,35 @@ const killGrace = 2 * time.Second
 // process group of its own: at its timeout the whole group is killed, children it
 // left in the background included, and the agent waits at most killGrace more for
 // its output, so no hook can hold the caller past its timeout.
+// Matching returns the paths of changed that some hook runs for.
+func (c Config) Matching(changed []string) []string {
+	var out []string
+	for _, p := range changed {
+		for _, h := range c.Hooks {
+			if h.matches(p) {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func (h Hook) matches(p string) bool {
+	for _, pat := range h.Paths {
+		if ok, _ := path.Match(pat, p); ok {
+			return true
+		}
+	}
+	return false
+}
+
 func (c Config) Run(ctx context.Context, root string, changed []string) (ran []string, failures []Failure) {
 	for _, h := range c.Hooks {
 		var hit []string
 		for _, p := range changed {
-			for _, pat := range h.Paths {
-				if ok, _ := path.Match(pat, p); ok {
-					hit = append(hit, p)
-					break
-				}
+			if h.matches(p) {
+				hit = append(hit, p)
 			}
 		}
 		if len(hit) == 0 {

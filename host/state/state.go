@@ -63,6 +63,9 @@ type Applied struct {
 	// these and not the identity's.
 	Brokers           []string `json:"brokers,omitempty"`
 	MembershipVersion uint64   `json:"membership_version,omitempty"`
+	// HooksPending are the changed paths whose hooks have not run to the end yet:
+	// the agent runs them when it starts, if it stopped before they did.
+	HooksPending []string `json:"hooks_pending,omitempty"`
 }
 
 // Path returns the applied state's path in stateDir.
@@ -107,6 +110,11 @@ func (a Applied) validate(checkKeyring bool) error {
 	for i, b := range a.Brokers {
 		if _, err := netip.ParseAddrPort(b); err != nil {
 			return invalid(fmt.Sprintf("brokers[%d]", i), "is %q, not ip:port", truncate(b, 100))
+		}
+	}
+	for i, p := range a.HooksPending {
+		if p == "." || !fs.ValidPath(p) {
+			return invalid(fmt.Sprintf("hooks_pending[%d]", i), "is %q, not a clean relative path", truncate(p, 200))
 		}
 	}
 	seen := make(map[string]bool, len(a.Managed))
