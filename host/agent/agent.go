@@ -764,6 +764,14 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 	}
 	applyStart := time.Now()
 	res, err := a.applier.Apply(ctx, files, a.applied.Managed)
+	if err != nil && ctx.Err() != nil {
+		// The agent is stopping (systemctl stop): the apply was undone, and the
+		// next start syncs and applies the declaration. Not a failure of the host.
+		a.applied.HooksPending = prevPending
+		a.save()
+		a.log.Info("the declaration was being applied as the agent stopped; undone, it is applied at the next start", "version", v.Version, "err", err)
+		return
+	}
 	if err != nil {
 		a.applied.HooksPending = prevPending // undone: nothing changed
 		a.failCode(wire.StatusApplyFailed, err, v.Version)

@@ -230,3 +230,26 @@ func TestHooksOwedSurviveAStop(t *testing.T) {
 		t.Fatalf("hooks owed after a failed apply: %q", on.HooksPending)
 	}
 }
+
+// TestStopDuringAnApplyIsNoFailure: an apply cut short because the agent is
+// stopping is undone and applied at the next start; the node does not report
+// apply_failed for it (the review: systemctl stop during a large apply showed the
+// host failing, with a retry time).
+func TestStopDuringAnApplyIsNoFailure(t *testing.T) {
+	f := newFixture(t)
+	if err := f.a.handle(context.Background(), f.declFiles(t, 1, "etc/a.conf")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := f.a.handle(ctx, f.declFiles(t, 2, "etc/a.conf", "etc/b.conf")); err != nil {
+		t.Fatal(err)
+	}
+	got := f.a.Applied()
+	if got.Version != 1 || got.LastErrorCode != "" || !got.NextAttempt.IsZero() {
+		t.Fatalf("after a stop during the apply: %+v", got)
+	}
+	if _, err := os.Stat(filepath.Join(f.root, "etc/b.conf")); !os.IsNotExist(err) {
+		t.Fatalf("etc/b.conf: %v, want it absent", err)
+	}
+}
