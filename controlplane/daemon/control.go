@@ -355,16 +355,17 @@ func (d *Daemon) controlAbort(req api.ControlRequest) (struct{}, error) {
 func (d *Daemon) controlRemove(req api.ControlRequest) (api.ControlRemoveResult, error) {
 	var out api.ControlRemoveResult
 	var known, removed bool
+	var joined time.Time
 	d.fsm.Read(func(s *state.State) {
 		if c, ok := s.ControlNodes[req.Node]; ok {
-			known, removed = true, c.Removed
+			known, removed, joined = true, c.Removed, c.JoinedAt
 		}
 	})
 	if !known {
 		return out, &api.Error{Code: api.CodeNotFound, Message: "no control node " + req.Node + " was ever admitted (meshctl nodes lists them)"}
 	}
 	if req.Node == d.cfg.Node {
-		return out, &api.Error{Code: api.CodeBadRequest, Message: req.Node + " is the leader answering this request; stop it (another node takes over) or transfer leadership first, then remove it from another control node"}
+		return out, &api.Error{Code: api.CodeBadRequest, Message: req.Node + " is the leader answering this request; stop it (meshctl serve ends on SIGTERM; another control node takes over), then remove it from another control node"}
 	}
 	members, err := d.raft.Members()
 	if err != nil {
@@ -399,18 +400,20 @@ func (d *Daemon) controlRemove(req api.ControlRequest) (api.ControlRemoveResult,
 		}
 	}
 	d.log.Warn("control node removed", "node", req.Node)
-	out.PendingTokens = d.pendingTokenNodes()
+	out.PendingTokens = d.pendingTokenNodes(joined)
 	return out, nil
 }
 
 // pendingTokenNodes lists, sorted, the nodes that have a token still able to admit a
-// machine (api.ControlRemoveResult.PendingTokens).
-func (d *Daemon) pendingTokenNodes() []string {
+// machine and minted since (the brokers a token lists are the mesh's when it was
+// minted: those of a removed node are the tokens minted since it joined;
+// api.ControlRemoveResult.PendingTokens).
+func (d *Daemon) pendingTokenNodes(since time.Time) []string {
 	now := d.now()
 	var out []string
 	d.fsm.Read(func(s *state.State) {
 		for _, t := range s.Tokens {
-			if t.StateAt(now) == state.TokenPending {
+			if t.StateAt(now) == state.TokenPending && !t.CreatedAt.Before(since) {
 				out = append(out, t.Node)
 			}
 		}
