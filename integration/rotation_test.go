@@ -105,6 +105,9 @@ func TestSigningKeyRotation(t *testing.T) {
 		n, _ := cp1.Node("away")
 		return n.State == api.StateOffline
 	})
+	if r := cp3.Ctl("signing-key", "status"); r.Code != 0 || !strings.Contains(r.Stdout, "1 live node(s) behind; retire is refused") {
+		t.Fatalf("status with a live node behind (exit %d): %s", r.Code, r.Combined())
+	}
 	r := cp3.Ctl("signing-key", "retire")
 	if r.Code != 4 || !strings.Contains(r.Stderr, "lagging (epoch 1)") || strings.Contains(r.Stderr, "away") {
 		t.Fatalf("retire with a live node behind (exit %d): %s", r.Code, r.Combined())

@@ -73,8 +73,11 @@ Hosts offline throughout catch up by following the chain of keyrings.`,
 						fmt.Fprintf(tw, "%s\t%s\tepoch %d\t%s\n", n.Node, n.State, n.Epoch, mark)
 					}
 					tw.Flush()
-					if len(res.Keys) > 1 {
+					switch {
+					case len(res.Keys) > 1 && behind > 0:
 						fmt.Fprintf(cio.stdout, "%d live node(s) behind; retire is refused until they acknowledge (or --force)\n", behind)
+					case len(res.Keys) > 1:
+						fmt.Fprintln(cio.stdout, "every live node acknowledged this keyring: the old key can be retired (meshctl signing-key retire)")
 					}
 				case "retire":
 					var res api.KeyringResult
