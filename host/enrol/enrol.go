@@ -151,7 +151,15 @@ func (e *RefusedError) Error() string {
 		wire.CodeTokenStaleKey:  "the mesh's signing key was rotated since the token was minted: ask the operator for a new one",
 		wire.CodeTokenCancelled: "the operator cancelled this token: ask for a new one",
 	}[e.Code]
-	msg := fmt.Sprintf("%s (%s): %s", ErrRefused, e.Code, e.Message)
+	message := e.Message
+	if advice != "" {
+		// The mesh's words are an operator's ("mint a new token"); the advice is for
+		// the person at this machine, and says it once.
+		for _, tail := range []string{"; mint a new token", ": mint a new token"} {
+			message = strings.TrimSuffix(message, tail)
+		}
+	}
+	msg := fmt.Sprintf("%s (%s): %s", ErrRefused, e.Code, message)
 	if advice != "" {
 		msg += "; " + advice
 	}

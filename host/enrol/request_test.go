@@ -2,11 +2,14 @@ package enrol
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"mesh/host/wire"
 )
 
 // A real nats-server on loopback: what matters here is how a broker answers a
@@ -51,5 +54,23 @@ func TestRequestServedGivesUpAtTheTimeout(t *testing.T) {
 	}
 	if took := time.Since(start); took < 300*time.Millisecond || took > 3*time.Second {
 		t.Fatalf("gave up after %s, want about the 500 ms timeout", took)
+	}
+}
+
+// TestRefusalSaysItsAdviceOnce: the mesh's message speaks to an operator ("mint a
+// new token"), the agent's advice to the person at the machine; the refusal says
+// the latter once.
+func TestRefusalSaysItsAdviceOnce(t *testing.T) {
+	for _, c := range []struct{ code, message, want string }{
+		{wire.CodeTokenUsed, "this token already enrolled a node; mint a new token",
+			"this token already enrolled a node; the token already enrolled a machine: ask the operator for a new one"},
+		{wire.CodeTokenStaleKey, "the token names a signing key the mesh no longer holds (rotated): mint a new token",
+			"the token names a signing key the mesh no longer holds (rotated); the mesh's signing key was rotated"},
+		{"some_new_code", "something; mint a new token", "something; mint a new token"},
+	} {
+		got := (&RefusedError{Code: c.code, Message: c.message}).Error()
+		if !strings.Contains(got, c.want) || strings.Count(got, "new token")+strings.Count(got, "new one") > 1 {
+			t.Errorf("%s: %q, want it to contain %q and its advice once", c.code, got, c.want)
+		}
 	}
 }

@@ -14,10 +14,10 @@ func revokeCommand() command {
 	return command{
 		name:  "revoke",
 		usage: "--data DIR NODE [NODE...] [--json]",
-		summary: `Revoke nodes for good: each is sent a signed notice and its agent stops; its
-connections are closed on every broker right after, and its key is refused from then
-on. Several nodes are revoked in one commit (at most 1000). Enrolling a machine again
-needs a new token.`,
+		summary: `Revoke nodes for good: their agents stop and their keys are refused.
+Each is sent a signed notice and its agent stops; its connections are closed on every
+broker right after, and its key is refused from then on. Several nodes are revoked in
+one commit (at most 1000). Enrolling a machine again needs a new token.`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			var cp controlPlaneFlags
 			var asJSON bool

@@ -159,3 +159,13 @@ func TestTokenArgumentsNotEchoed(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandSummariesAreSentences: the list of commands in meshctl --help shows each
+// command's first line, which must be a whole sentence (revoke's once ended "its").
+func TestCommandSummariesAreSentences(t *testing.T) {
+	for _, c := range commands() {
+		if first := firstLine(c.summary); !strings.HasSuffix(first, ".") {
+			t.Errorf("%s: the first line of its summary is not a sentence: %q", c.name, first)
+		}
+	}
+}
