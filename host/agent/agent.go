@@ -329,7 +329,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	go func() { defer workers.Done(); a.runHooks(loopCtx, hookDone) }()
 	a.runOwedHooks()
 
-	a.log.Info("agent running", "mesh", a.id.Mesh, "brokers", a.id.Brokers, "root", a.o.Root, "applied_version", a.appliedText())
+	a.log.Info("agent running", "mesh", a.id.Mesh, "brokers", a.brokers(), "root", a.o.Root, "applied_version", a.appliedText())
 	beat := time.NewTicker(a.o.Heartbeat)
 	defer beat.Stop()
 	sy := &syncer{a: a, nc: nc, done: make(chan syncResult, 1)}

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"mesh/host/agent"
+	"mesh/host/state"
 	"mesh/host/identity"
 )
 
@@ -203,5 +204,27 @@ func TestLogFormat(t *testing.T) {
 	var line map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &line); err != nil || line["msg"] != "connected" {
 		t.Fatalf("%q: %v", buf.String(), err)
+	}
+}
+
+// TestStatusShowsTheBrokersTheAgentDials: once the agent accepted a signed list of
+// the mesh's brokers, status shows that list, not the one the token gave at
+// enrolment (a host on cp-2 said brokers=[cp-1] after cp-1 was removed).
+func TestStatusShowsTheBrokersTheAgentDials(t *testing.T) {
+	dir, _ := enrolled(t)
+	applied, err := state.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied.Brokers, applied.MembershipVersion = []string{"127.0.0.1:17330", "127.0.0.1:17340"}, 4
+	if err := state.Save(dir, applied); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := runCLI("", nil, "status", "--state", dir, "--json")
+	var st struct {
+		Brokers []string `json:"brokers"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); code != exitOK || err != nil || strings.Join(st.Brokers, ",") != "127.0.0.1:17330,127.0.0.1:17340" {
+		t.Fatalf("status --json: exit %d, %v, brokers %v\n%s%s", code, err, st.Brokers, out, stderr)
 	}
 }

@@ -549,6 +549,10 @@ func cmdStatus(args []string, cio *cliIO) error {
 		// node (or kept refusing its key); status then exits 6.
 		Revoked *revocation `json:"revoked,omitempty"`
 	}{id.Mesh, id.Node, id.PublicKey, id.Brokers, applied.HaveApplied, applied.Version, "", applied.KeyringEpoch, "", "", applied.Managed, nil}
+	if len(applied.Brokers) > 0 {
+		// The mesh's signed list, accepted since the enrolment: what the agent dials.
+		out.Brokers = applied.Brokers
+	}
 	if revoked {
 		out.Revoked = &rec
 	}
