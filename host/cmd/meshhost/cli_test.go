@@ -21,8 +21,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"mesh/host/agent"
-	"mesh/host/state"
 	"mesh/host/identity"
+	"mesh/host/state"
 )
 
 // enrolled writes a valid identity into a fresh state directory, as enrolment
