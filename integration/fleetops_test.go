@@ -3,6 +3,9 @@ package integration
 import (
 	"fmt"
 	"hash/fnv"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -304,4 +307,60 @@ func TestHostsStartedAtOnceLandOnTheirFirstBroker(t *testing.T) {
 			t.Errorf("%s was refused on its way:\n%s", h.Name, out)
 		}
 	}
+}
+
+// TestHostWhoseBrokersAreAllGone: a host switched off while the mesh had one control
+// node, and that node replaced meanwhile, knows no broker that answers: it retries
+// for ever. Given one address of the mesh as it is now (meshhost run --broker), it
+// connects (the CA pin checked as for any broker), converges, and learns the signed
+// list that replaces what it knew.
+func TestHostWhoseBrokersAreAllGone(t *testing.T) {
+	cp1 := harness.NewControlPlane(t, bin, "stranded")
+	cp1.Serve()
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp1.Token(h.Name)); r.Code != 0 {
+		t.Fatalf("enrol: exit %d:\n%s", r.Code, r.Combined())
+	}
+	p := h.Run()
+	cp1.WaitConverged(h.Name, 0, 20*time.Second)
+	p.Signal(syscall.SIGTERM)
+	p.Wait(10 * time.Second)
+
+	cp2, cp3 := joinControl(t, cp1, "cp-2"), joinControl(t, cp1, "cp-3")
+	stop := cp1.Process()
+	stop.Signal(syscall.SIGTERM)
+	if code := stop.Wait(20 * time.Second); code != 0 {
+		t.Fatalf("cp-1 stopped with exit %d", code)
+	}
+	until(t, "cp-1 removed through cp-2", 30*time.Second, func() string {
+		if r := cp2.Ctl("control", "remove", "cp-1"); r.Code != 0 {
+			return r.Combined()
+		}
+		return ""
+	})
+
+	// Without an address of the mesh as it is, the host finds nobody.
+	p = h.Run()
+	time.Sleep(3 * time.Second)
+	if n, _ := cp2.Node(h.Name); n.State == api.StateAlive {
+		t.Fatal("the host reached the mesh through brokers it does not know")
+	}
+	p.Signal(syscall.SIGTERM)
+	p.Wait(10 * time.Second)
+
+	h.Run("--broker", cp3.Listen)
+	body := filepath.Join(t.TempDir(), "b.json")
+	if err := os.WriteFile(body, []byte(`{"files":[{"path":"etc/app.conf","content":"found again\n"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := cp2.Ctl("declare", "--node", h.Name, "--file", body, "--wait", "30s"); r.Code != 0 {
+		t.Fatalf("declare to the host given --broker: exit %d:\n%s", r.Code, r.Combined())
+	}
+	until(t, "the host keeps the mesh's signed list", 20*time.Second, func() string {
+		applied, err := state.Load(h.State)
+		if err != nil || len(applied.Brokers) != 2 || slices.Contains(applied.Brokers, cp1.Listen) {
+			return fmt.Sprintf("its applied state names brokers %v (%v)", applied.Brokers, err)
+		}
+		return ""
+	})
 }

@@ -80,6 +80,11 @@ type Options struct {
 	// its order (failed over from it), the agent moves back to that one; the wait
 	// doubles, up to an hour, while the moves do not end there. 0 never moves back.
 	ReturnHome time.Duration
+	// ExtraBrokers are addresses (ip:port) tried after every broker the mesh's list
+	// names: for a host whose known brokers are all gone (switched off while the
+	// control nodes were replaced). Each must still present the mesh's CA, and the
+	// list the mesh signs replaces them once the agent reaches it.
+	ExtraBrokers []string
 	// OnSynced, if set, is called each time the mesh acknowledged a sync: the
 	// agent is connected and the mesh has sent it its current state (which it
 	// verifies as it arrives). The first call means the agent is up; meshhost tells
@@ -459,7 +464,13 @@ func (a *Agent) brokers() []string {
 	if len(list) == 0 {
 		list = a.id.Brokers
 	}
-	return spread(list, a.id.Node)
+	out := spread(list, a.id.Node)
+	for _, b := range a.o.ExtraBrokers {
+		if !slices.Contains(out, b) {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // reconnectDelay is how long the agent waits after its attempts-th pass over every

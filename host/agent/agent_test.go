@@ -343,6 +343,12 @@ func TestMembership(t *testing.T) {
 	if !slices.Equal(slices.Sorted(slices.Values(dial)), three) {
 		t.Fatalf("dials %v, want the three brokers", dial)
 	}
+	// Addresses an operator gives (meshhost run --broker) come after them, once.
+	f.a.o.ExtraBrokers = []string{"10.9.9.9:7300", three[0]}
+	if got := f.a.brokers(); !slices.Equal(got[:3], dial) || !slices.Equal(got[3:], []string{"10.9.9.9:7300"}) {
+		t.Fatalf("with --broker: dials %v, want %v then 10.9.9.9:7300", got, dial)
+	}
+	f.a.o.ExtraBrokers = nil
 	_, other, _ := ed25519.GenerateKey(rand.Reader)
 	for name, c := range map[string]struct {
 		env  []byte

@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -384,6 +385,15 @@ func cmdRun(args []string, cio *cliIO) error {
 	logJSON := fs.Bool("log-json", false, "the same as --log-format json")
 	hooksFile := fs.String("hooks", "", "local hooks file: commands to run after declared files change (a declaration can never add one)")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9479 (off when empty)")
+	var extra []string
+	fs.Func("broker", "a broker address (ip:port) to try after those the mesh's list names, for a host whose known brokers are all gone; repeat for several; the mesh's CA pin is checked as for any", func(v string) error {
+		ap, err := netip.ParseAddrPort(v)
+		if err != nil {
+			return fmt.Errorf("not ip:port: %v", err)
+		}
+		extra = append(extra, ap.String())
+		return nil
+	})
 	if err := parse(fs, args, cio); err != nil {
 		return err
 	}
@@ -439,6 +449,7 @@ func cmdRun(args []string, cio *cliIO) error {
 	var ready sync.Once
 	var id identity.Identity
 	a, err := agent.New(agent.Options{StateDir: *stateDir, Root: *root, Logger: log, Heartbeat: *heartbeat, BrokerPing: *brokerPing, ReturnHome: *returnHome, Hooks: hk,
+		ExtraBrokers:  extra,
 		MetricsListen: *metricsListen,
 		OnRefused: func(err error) {
 			// For meshhost status and systemd's status line; the agent goes on trying.

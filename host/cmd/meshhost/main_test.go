@@ -29,6 +29,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--state", dir, "--root", dir, "--return-home", "2h"}, "--return-home must be 0 (never) or between 1s and 1h"},
 		{[]string{"run", "--state", dir, "--root", dir, "--return-home", "-1s"}, "--return-home must be 0 (never) or between 1s and 1h"},
 		{[]string{"run", "--state", dir, "--root", dir, "--broker-ping", "soon"}, "invalid value"},
+		{[]string{"run", "--state", dir, "--root", dir, "--broker", "cp-1.example:7300"}, "not ip:port"},
 		{[]string{"run", "--state", dir, "--root", dir, "--log-level", "loud"}, "--log-level"},
 		{[]string{"status"}, "--state is required"},
 		{[]string{"enrol", "--bogus"}, "flag provided but not defined"},
