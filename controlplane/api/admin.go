@@ -158,6 +158,9 @@ type ControlHeartbeat struct {
 	CAKey bool `json:"ca_key,omitempty"`
 	// Hosts is what the node's broker holds (older versions send none).
 	Hosts *HostCapacity `json:"hosts,omitempty"`
+	// Stopping is the last heartbeat of a node shutting down: the others show it
+	// offline at once rather than for three heartbeats more.
+	Stopping bool `json:"stopping,omitempty"`
 }
 
 // AdminSubject is the subject of an operator API operation.

@@ -92,6 +92,10 @@ func (c *controlTracker) beat(h api.ControlHeartbeat, at time.Time, leaderApplie
 	before, heard := c.leaderAt[h.Node]
 	c.reached[h.Node] = heard && h.AppliedIndex >= before
 	c.beats[h.Node], c.seen[h.Node], c.leaderAt[h.Node] = h, at, leaderApplied
+	if h.Stopping {
+		// Heard, and gone: offline from now on, until it beats again.
+		c.seen[h.Node] = at.Add(-time.Hour)
+	}
 	c.mu.Unlock()
 }
 
@@ -125,19 +129,26 @@ func (c *controlTracker) last(node string) (api.ControlHeartbeat, time.Time, boo
 func (d *Daemon) heartbeatLoop(ctx context.Context) error {
 	t := time.NewTicker(HeartbeatInterval)
 	defer t.Stop()
-	for {
+	beat := func(stopping bool) {
 		role := api.RaftVoter
 		if d.raft.IsLeader() {
 			role = api.RaftLeader
 		}
 		data, _ := json.Marshal(api.ControlHeartbeat{V: api.ProtocolVersion, Node: d.cfg.Node, AppliedIndex: d.raft.AppliedIndex(), Raft: role,
-			CAKey: d.holdsCAKey(), Hosts: d.hostCapacity()})
+			CAKey: d.holdsCAKey(), Hosts: d.hostCapacity(), Stopping: stopping})
 		_ = d.conns.control.Publish(api.ControlHeartbeatSubject(d.cfg.Node), data)
-		if role == api.RaftLeader {
+		if role == api.RaftLeader && !stopping {
 			d.promoteServing(d.now())
 		}
+	}
+	for {
+		beat(false)
 		select {
 		case <-ctx.Done():
+			// The others show this node offline now, not a few seconds after it
+			// stopped (a rolling restart waits for it to be alive again).
+			beat(true)
+			_ = d.conns.control.FlushTimeout(500 * time.Millisecond)
 			return ctx.Err()
 		case <-t.C:
 		}

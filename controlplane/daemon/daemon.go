@@ -285,6 +285,12 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if d.conns, err = dialConns(d.broker, d.internalToken, d.cfg.Node); err != nil {
 		return nil, err
 	}
+	// Every control node hears the others' heartbeats, not the leader alone: a new
+	// leader then knows at once which are alive, how far they applied, and where the
+	// CA key is (it showed a live node "offline, never seen" for a few seconds).
+	if _, err := d.conns.control.Subscribe(api.ControlPrefix+"*.heartbeat", d.handleHeartbeat); err != nil {
+		return nil, fmt.Errorf("subscribe to the control nodes' heartbeats: %w", err)
+	}
 	d.presence, err = presence.Start(presence.Config{
 		Conn: d.conns.events, Connect: connect, Disconnect: disconnect, Account: d.broker.AccountName(broker.AccountHosts),
 		Reachable: d.broker.Reachable,
@@ -491,7 +497,6 @@ func (d *Daemon) serveAPI() error {
 		{d.conns.revoked, api.NodePrefix + "*" + api.SyncSuffix, d.handleRevokedSync},
 		// Operators' reads never wait behind another operator's change (adminOp).
 		{d.conns.admin, api.AdminPrefix + ">", concurrently(adminConcurrency, d.handleAdmin)},
-		{d.conns.control, api.ControlPrefix + "*.heartbeat", d.handleHeartbeat},
 	}
 	for _, h := range handlers {
 		sub, err := h.nc.QueueSubscribe(h.subject, queueGroup, h.h)
