@@ -919,7 +919,26 @@ func (a *Agent) handleKeyring(raw []byte, env *declarations.Parsed) {
 }
 
 // fail records why an envelope was not applied; the applied state is untouched.
-func (a *Agent) fail(err error, version uint64) { a.failCode(declarations.Code(err), err, version) }
+// fail records why an envelope was refused. A refusal does not hide a failure of
+// this host (an apply, a hook, a save, which an operator must act on) behind what
+// anyone able to put bytes on the node's subject can send (junk, an old declaration
+// replayed), and costs no write to disk: it is reported, logged and counted.
+func (a *Agent) fail(err error, version uint64) {
+	code := declarations.Code(err)
+	a.log.Warn("envelope not applied", "code", code, "version", version, "err", err)
+	a.stats.set(func(s *stats) {
+		if s.refused == nil {
+			s.refused = map[string]uint64{}
+		}
+		s.refused[code]++
+	})
+	switch a.applied.LastErrorCode {
+	case wire.StatusApplyFailed, wire.StatusHookFailed, wire.StatusStateNotSaved:
+		return
+	}
+	a.applied.LastErrorCode, a.applied.LastError, a.applied.LastErrorVersion = code, err.Error(), version
+	a.publishState()
+}
 
 func (a *Agent) failCode(code string, err error, version uint64) {
 	a.log.Warn("envelope not applied", "code", code, "version", version, "err", err)

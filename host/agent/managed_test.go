@@ -253,3 +253,31 @@ func TestStopDuringAnApplyIsNoFailure(t *testing.T) {
 		t.Fatalf("etc/b.conf: %v, want it absent", err)
 	}
 }
+
+// TestRefusalsDoNotHideAFailureOfTheHost: envelopes refused (junk, an old
+// declaration replayed) after an apply failed leave the apply's failure reported,
+// which is the one an operator must act on, and cost no write to disk. Before, 100
+// junk envelopes turned apply_failed v1 into malformed v0, persisted each time.
+func TestRefusalsDoNotHideAFailureOfTheHost(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.a.applier = failingApplier{}
+	if err := f.a.handle(ctx, f.decl(t, 1, "x")); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.Stat(state.Path(f.dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		if err := f.a.handle(ctx, []byte(`{"payloadType":"x"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.a.Applied(); got.LastErrorCode != wire.StatusApplyFailed || got.LastErrorVersion != 1 {
+		t.Fatalf("after 100 junk envelopes: %s v%d, want apply_failed v1", got.LastErrorCode, got.LastErrorVersion)
+	}
+	if after, err := os.Stat(state.Path(f.dir)); err != nil || !after.ModTime().Equal(before.ModTime()) {
+		t.Fatalf("the state file was written for refusals (%v)", err)
+	}
+}
