@@ -286,6 +286,12 @@ func onFirstBrokers(up []*harness.ControlPlane, hosts []*harness.Host, brokers i
 // broker refuses anyone, and no host needs --return-home to land where it should.
 func TestHostsStartedAtOnceLandOnTheirFirstBroker(t *testing.T) {
 	cps := threeControlNodes(t, "atonce")
+	// Refusals of the control nodes' own joins (a join's connection closing as the
+	// peers reload) are not the hosts'.
+	before := make([]float64, len(cps))
+	for i, cp := range cps {
+		before[i] = cp.Counter("mesh_broker_connections_refused_total")
+	}
 	const n = 9
 	hosts := make([]*harness.Host, n)
 	for i := range hosts {
@@ -298,7 +304,7 @@ func TestHostsStartedAtOnceLandOnTheirFirstBroker(t *testing.T) {
 	}
 	until(t, "every host on its first broker", 20*time.Second, func() string { return onFirstBrokers(cps, hosts, len(cps)) })
 	for i, cp := range cps {
-		if r := cp.Counter("mesh_broker_connections_refused_total"); r != 0 {
+		if r := cp.Counter("mesh_broker_connections_refused_total") - before[i]; r != 0 {
 			t.Errorf("cp-%d refused %v connections:\n%s", i+1, r, cp.Process().Output())
 		}
 	}
