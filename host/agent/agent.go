@@ -775,6 +775,12 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 	}
 	applyStart := time.Now()
 	res, err := a.applier.Apply(ctx, files, a.applied.Managed)
+	if err != nil && unchanged(err) {
+		// Nothing was written, or all of it undone: the paths put on record for
+		// this apply are not the agent's (one may be another's directory, which a
+		// later declaration would try to remove as no longer declared).
+		a.applied.Managed = prevManaged
+	}
 	if err != nil && ctx.Err() != nil {
 		// The agent is stopping (systemctl stop): the apply was undone, and the
 		// next start syncs and applies the declaration. Not a failure of the host.
@@ -809,6 +815,13 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 	if len(changed) > 0 && len(a.o.Hooks.Hooks) > 0 {
 		a.queueHooks(hookRun{version: v.Version, changed: changed})
 	}
+}
+
+// unchanged reports whether a failed apply left the managed root as it was: refused
+// before writing anything, or every change rolled back.
+func unchanged(err error) bool {
+	var ae *apply.ApplyError
+	return !errors.As(err, &ae) || ae.RolledBack
 }
 
 // hooksOwed returns the paths whose hooks are owed should the apply of files

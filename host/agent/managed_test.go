@@ -281,3 +281,31 @@ func TestRefusalsDoNotHideAFailureOfTheHost(t *testing.T) {
 		t.Fatalf("the state file was written for refusals (%v)", err)
 	}
 }
+
+// TestPathsOfAFailedApplyAreNotKept: a path put on record for an apply that then
+// failed, with nothing changed, is taken off the record again: it may be another's
+// directory, which the next declaration would try to remove as no longer declared
+// (TestOperatorCommands: a declaration that applies, after one refused for a
+// directory in the way, failed on that directory).
+func TestPathsOfAFailedApplyAreNotKept(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := os.MkdirAll(filepath.Join(f.root, "etc", "blocked"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.a.handle(ctx, f.declFiles(t, 1, "etc/blocked")); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.a.Applied(); got.LastErrorCode != wire.StatusApplyFailed || slices.Contains(got.Managed, "etc/blocked") {
+		t.Fatalf("after the refused apply: %+v", got)
+	}
+	if err := f.a.handle(ctx, f.declFiles(t, 2, "etc/a.conf")); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.a.Applied(); got.Version != 2 || got.LastErrorCode != "" {
+		t.Fatalf("the next declaration: %+v", got)
+	}
+	if on, _ := state.Load(f.dir); slices.Contains(on.Managed, "etc/blocked") {
+		t.Fatalf("on record: %q", on.Managed)
+	}
+}
