@@ -931,8 +931,7 @@ func (a *Agent) handleKeyring(raw []byte, env *declarations.Parsed) {
 	a.log.Info("keyring accepted", "epoch", kr.Epoch, "keys", len(kr.Keys))
 }
 
-// fail records why an envelope was not applied; the applied state is untouched.
-// fail records why an envelope was refused. A refusal does not hide a failure of
+// fail records why an envelope was refused; the applied state is untouched. A refusal does not hide a failure of
 // this host (an apply, a hook, a save, which an operator must act on) behind what
 // anyone able to put bytes on the node's subject can send (junk, an old declaration
 // replayed), and costs no write to disk: it is reported, logged and counted.
