@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -281,6 +282,11 @@ func loadKeyPair(path string, read readFunc) (Identity, *KeyPair, error) {
 	var f fileIdentity
 	if err := decodeFile(path, read, MaxFileSize, FormatVersion, false, &f, &f.Format); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
+			if _, perr := os.Lstat(PendingPath(filepath.Dir(path))); perr == nil {
+				// An enrolment stopped half way: the same token finishes it.
+				return Identity{}, nil, fmt.Errorf("%w (there is no %s): an enrolment was started here and did not finish (%s); run meshhost enrol again with the same token to finish it",
+					ErrNotEnrolled, path, PendingFileName)
+			}
 			return Identity{}, nil, fmt.Errorf("%w (there is no %s)", ErrNotEnrolled, path)
 		}
 		return Identity{}, nil, err

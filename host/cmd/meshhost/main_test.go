@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -70,9 +72,18 @@ func TestTokenInputs(t *testing.T) {
 }
 
 func TestStatusWithoutIdentity(t *testing.T) {
-	code, _, stderr := runCLI("", nil, "status", "--state", t.TempDir())
-	if code != exitIdentity || !strings.Contains(stderr, "not enrolled") {
+	dir := t.TempDir()
+	code, _, stderr := runCLI("", nil, "status", "--state", dir)
+	if code != exitIdentity || !strings.Contains(stderr, "not enrolled") || strings.Contains(stderr, "same token") {
 		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	// An enrolment that stopped half way: the same token finishes it.
+	if err := os.WriteFile(filepath.Join(dir, "enrol-pending.json"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = runCLI("", nil, "status", "--state", dir)
+	if code != exitIdentity || !strings.Contains(stderr, "run meshhost enrol again with the same token") {
+		t.Fatalf("half enrolled: exit %d: %s", code, stderr)
 	}
 }
 
