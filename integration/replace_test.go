@@ -52,7 +52,7 @@ func TestBootstrapMachineReplaced(t *testing.T) {
 	if h := caHolders(); len(h) != 0 {
 		t.Fatalf("with the bootstrap machine removed, nodes marks %v as holding the CA key", h)
 	}
-	if r := cp3.Ctl("token", "--role", "control", "--node", "cp-9", "--addr", "127.0.0.1:1"); r.Code == 0 || !strings.Contains(r.Stderr, "restore them here from their backup") {
+	if r := cp3.Ctl("token", "--role", "control", "--node", "cp-9", "--addr", "127.0.0.1:1"); r.Code != 4 || !strings.Contains(r.Stderr, "restore them here from their backup") {
 		t.Fatalf("minting with no CA key anywhere (exit %d): %s", r.Code, r.Combined())
 	}
 	// Enough entries after the removal for a snapshot to cover it: the new machine

@@ -227,7 +227,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	case errors.Is(err, operator.ErrUnreachable), errors.Is(err, operator.ErrNoLeader), errors.Is(err, operator.ErrNoAnswer):
 		return exitUnreachable
 	case errors.Is(err, join.ErrRefused), errors.Is(err, join.ErrToken), errors.Is(err, pki.ErrPinMismatch),
-		errors.Is(err, operator.ErrReadOnly):
+		errors.Is(err, operator.ErrReadOnly), errors.Is(err, join.ErrNotCAHolder):
 		return exitRefused
 	case errors.As(err, &ae):
 		if ae.Code == api.CodeUnavailable {
