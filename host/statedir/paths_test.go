@@ -107,3 +107,25 @@ func TestCheckFileAndParents(t *testing.T) {
 		t.Error("a directory opened as the hooks file")
 	}
 }
+
+// TestCheckRefusesAStateDirectoryUnderAnotherUsersDirectory: a user who owns a
+// directory above the state directory can put another one in its place (an older
+// copy of the agent's own, its applied state rolled back); Check refuses it.
+func TestCheckRefusesAStateDirectoryUnderAnotherUsersDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving a directory to another user (chown to 65534) needs root")
+	}
+	home := filepath.Join(t.TempDir(), "home")
+	if err := os.Mkdir(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := Prepare(filepath.Join(home, "state")); err != nil {
+		t.Fatalf("under the agent's own directory: %v", err)
+	}
+	if err := os.Chown(home, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(filepath.Join(home, "state")); !errors.Is(err, ErrUnsafePath) {
+		t.Fatalf("under another user's directory: %v, want ErrUnsafePath", err)
+	}
+}

@@ -82,7 +82,8 @@ func Prepare(dir string) error {
 }
 
 // Check refuses a state directory that another user owns or that group or others
-// may write (*UnsafeError), or that is not a directory. An absent one gives an error
+// may write (*UnsafeError), or under a directory that a user other than the
+// agent's and root owns or may write (*UnsafePathError), or that is not a directory. An absent one gives an error
 // matching fs.ErrNotExist: whether that is a fault is the caller's to say. Where
 // files have no owner (not Unix), only that it is a directory is checked.
 func Check(dir string) error {
@@ -100,7 +101,10 @@ func Check(dir string) error {
 	if euid := os.Geteuid(); uid != euid || fi.Mode().Perm()&0o022 != 0 {
 		return &UnsafeError{Dir: dir, UID: uid, EUID: euid, Mode: fi.Mode()}
 	}
-	return nil
+	// Whoever may replace a directory above it may put another state directory in
+	// its place: an older one of the agent's own (its applied state rolled back), or
+	// one trusting another mesh.
+	return CheckParents("the state directory", dir)
 }
 
 // Open opens the state file at path to read it: never through a symbolic link at its
