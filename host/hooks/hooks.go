@@ -53,7 +53,7 @@ var ErrConfig = errors.New("hooks file")
 // Load reads and checks a hooks file. It names commands the agent runs, as root
 // where the agent is, so it is read as sudo reads sudoers: only if neither it nor a
 // directory above it can be changed by another user than the agent's and root
-// (statedir.CheckFile), and only as a regular file.
+// (statedir.OpenFile), and only as a regular file.
 func Load(file string) (Config, error) {
 	f, err := statedir.OpenFile("the hooks file", file)
 	if err != nil {

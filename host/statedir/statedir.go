@@ -5,6 +5,8 @@
 // own mesh. So the agent refuses to enrol or run in a directory that another user
 // owns or that group or others may write, and reads the files in it only as regular
 // files that belong to its own user, opened without following a symbolic link.
+// The other paths the agent acts on as root are judged the same way (paths.go): the
+// directories above the state directory and the managed root, and the hooks file.
 package statedir
 
 import (
