@@ -1,0 +1,108 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+)
+
+// adminOps pairs each operation with a fresh value of its arguments, as the control
+// plane decodes them.
+var adminOps = []struct {
+	op   string
+	args func() any
+}{
+	{OpTokenCreate, func() any { return new(TokenCreateRequest) }},
+	{OpTokenList, func() any { return new(TokenListRequest) }},
+	{OpTokenCancel, func() any { return new(TokenCancelRequest) }},
+	{OpDeclare, func() any { return new(DeclareRequest) }},
+	{OpNodes, func() any { return new(NodesRequest) }},
+	{OpProgress, func() any { return new(ProgressRequest) }},
+	{OpRevoke, func() any { return new(RevokeRequest) }},
+	{OpLabel, func() any { return new(LabelRequest) }},
+	{OpControlConfirm, func() any { return new(ControlConfirmRequest) }},
+	{OpControlRemove, func() any { return new(ControlRequest) }},
+	{OpSigningKeyRotate, func() any { return new(RotateRequest) }},
+	{OpSigningKeyRetire, func() any { return new(RetireRequest) }},
+}
+
+// TestAdminRequestTrailingBrackets: a request followed by a stray closing bracket
+// is trailing data like any other, not the end of some enclosing value.
+func TestAdminRequestTrailingBrackets(t *testing.T) {
+	good := must(EncodeAdminRequest(OpRevoke, RevokeRequest{Node: "web-1"}))
+	for _, tail := range []string{"}", "]", " }", "\n]", "}}", "]{}", ",", ":1"} {
+		var r RevokeRequest
+		if err := DecodeAdminRequest(OpRevoke, append(bytes.Clone(good), tail...), &r); !errors.Is(err, ErrAdminRequest) {
+			t.Errorf("request + %q: %v, want ErrAdminRequest", tail, err)
+		}
+	}
+	var r RevokeRequest
+	if err := DecodeAdminRequest(OpRevoke, append(bytes.Clone(good), " \n\t"...), &r); err != nil || r.Node != "web-1" {
+		t.Fatalf("trailing white space refused: %+v, %v", r, err)
+	}
+	// The arguments are read as strictly: a stray bracket after them is refused too
+	// (inside the envelope it is a syntax error of the whole request).
+	if err := DecodeAdminRequest(OpRevoke, []byte(`{"v":2,"op":"revoke","args":{"node":"web-1"}}}`), &r); !errors.Is(err, ErrAdminRequest) {
+		t.Fatalf("args + }: %v", err)
+	}
+}
+
+// FuzzDecodeAdminRequest feeds operator requests to every operation's decoder. It
+// must not panic; it refuses only with ErrAdminRequest; what it accepts is one valid
+// JSON value naming the operation at this version, and its arguments encode again
+// into a request that decodes to the same arguments.
+func FuzzDecodeAdminRequest(f *testing.F) {
+	for _, r := range []struct {
+		op   string
+		args any
+	}{
+		{OpTokenCreate, TokenCreateRequest{ID: "ab", ProofKey: "cd", Node: "web-1", Role: "worker", Labels: map[string]string{"tier": "web"}, TTL: Duration(15 * time.Minute)}},
+		{OpTokenList, TokenListRequest{Node: "web-1"}},
+		{OpTokenCancel, TokenCancelRequest{Node: "web-1"}},
+		{OpDeclare, DeclareRequest{Labels: map[string]string{"a": "b"}, Body: json.RawMessage(`{"files":[{"path":"a","content":"x"}]}`)}},
+		{OpNodes, NodesRequest{Nodes: []string{"a"}, After: "a", Limit: 3}},
+		{OpProgress, ProgressRequest{Targets: []Assignment{{Node: "a", Version: 2}}}},
+		{OpRevoke, RevokeRequest{Node: "web-1"}},
+		{OpLabel, LabelRequest{Node: "web-1", Labels: map[string]string{"k": ""}}},
+		{OpControlConfirm, ControlConfirmRequest{Node: "cp-2", Probes: []string{"p"}}},
+		{OpSigningKeyRotate, RotateRequest{}},
+		{OpSigningKeyRetire, RetireRequest{Force: true}},
+	} {
+		f.Add(r.op, must(EncodeAdminRequest(r.op, r.args)))
+	}
+	f.Add(OpRevoke, []byte(`{"v":2,"op":"revoke","args":{"node":"web-1"}}]`))
+	f.Add(OpRevoke, []byte(`{"v":2,"op":"revoke","args":null}`))
+	f.Add(OpTokenCreate, []byte(`{"v":2,"op":"token.create","args":{"ttl":"-9223372036854775808ns"}}`))
+	f.Fuzz(func(t *testing.T, op string, data []byte) {
+		for _, o := range adminOps {
+			if op != o.op && len(op) > 0 {
+				continue
+			}
+			args := o.args()
+			err := DecodeAdminRequest(o.op, data, args)
+			if err != nil {
+				if !errors.Is(err, ErrAdminRequest) {
+					t.Fatalf("%s: error of no known kind: %v", o.op, err)
+				}
+				continue
+			}
+			if !json.Valid(data) {
+				t.Fatalf("%s: accepted input that is not one JSON value: %q", o.op, data)
+			}
+			enc, err := EncodeAdminRequest(o.op, args)
+			if err != nil {
+				t.Fatalf("%s: accepted arguments do not encode: %v", o.op, err)
+			}
+			again := o.args()
+			if err := DecodeAdminRequest(o.op, enc, again); err != nil {
+				t.Fatalf("%s: re-encoded request refused: %v\n%s", o.op, err, enc)
+			}
+			enc2, err := EncodeAdminRequest(o.op, again)
+			if err != nil || !bytes.Equal(enc, enc2) {
+				t.Fatalf("%s: round trip changed the arguments:\n%s\n%s", o.op, enc, enc2)
+			}
+		}
+	})
+}
