@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path"
@@ -50,6 +51,14 @@ type Config struct {
 // than run without the hooks the operator configured.
 var ErrConfig = errors.New("hooks file")
 
+// ErrTooLarge is Load's refusal of a file over MaxConfigSize, read no further; it
+// matches ErrConfig too.
+var ErrTooLarge = fmt.Errorf("%w: larger than %d bytes", ErrConfig, MaxConfigSize)
+
+// ErrTruncated is Load's refusal of a file that ends before its JSON object does
+// (empty, or cut short); it matches ErrConfig too.
+var ErrTruncated = fmt.Errorf("%w: it ends before its JSON object does (empty or cut short)", ErrConfig)
+
 // Load reads and checks a hooks file. It names commands the agent runs, as root
 // where the agent is, so it is read as sudo reads sudoers: only if neither it nor a
 // directory above it can be changed by another user than the agent's and root
@@ -60,33 +69,51 @@ func Load(file string) (Config, error) {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	defer f.Close()
-	dec := json.NewDecoder(&limited{r: f, n: MaxConfigSize})
+	// Never more than one byte past the cap is read, however large the file.
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigSize+1))
+	if err != nil {
+		return Config{}, fmt.Errorf("%w %s: %w", ErrConfig, file, err)
+	}
+	c, err := parse(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", file, err)
+	}
+	return c, nil
+}
+
+// parse decodes and checks a hooks file's content: one JSON object, nothing after it
+// but white space, no unknown field. Its errors match ErrConfig; content over the cap
+// is ErrTooLarge, content cut short ErrTruncated.
+func parse(data []byte) (Config, error) {
+	if len(data) > MaxConfigSize {
+		return Config{}, ErrTooLarge
+	}
+	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	if len(trimmed) == 0 {
+		return Config{}, ErrTruncated
+	}
+	if trimmed[0] != '{' {
+		return Config{}, fmt.Errorf("%w: it is not a JSON object", ErrConfig)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var c Config
-	if err := dec.Decode(&c); err != nil {
-		return Config{}, fmt.Errorf("%w %s: %v", ErrConfig, file, err)
+	err := dec.Decode(&c)
+	if err == nil {
+		// Anything but white space after the object is trailing data: dec.More would
+		// take a stray '}' or ']' for the end of an enclosing value and miss it.
+		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+			err = errors.New("trailing data after the JSON object")
+		}
 	}
-	if dec.More() {
-		return Config{}, fmt.Errorf("%w %s: trailing data after the JSON object", ErrConfig, file)
+	switch {
+	case err == nil:
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return Config{}, ErrTruncated
+	default:
+		return Config{}, fmt.Errorf("%w: %v", ErrConfig, err)
 	}
 	return c, c.validate()
-}
-
-type limited struct {
-	r interface{ Read([]byte) (int, error) }
-	n int
-}
-
-func (l *limited) Read(p []byte) (int, error) {
-	if l.n <= 0 {
-		return 0, fmt.Errorf("larger than %d bytes", MaxConfigSize)
-	}
-	if len(p) > l.n {
-		p = p[:l.n]
-	}
-	n, err := l.r.Read(p)
-	l.n -= n
-	return n, err
 }
 
 func (c *Config) validate() error {
