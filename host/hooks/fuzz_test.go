@@ -127,4 +127,3 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
-
