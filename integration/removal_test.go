@@ -62,6 +62,26 @@ func TestRemovedControlNodeIsShutOut(t *testing.T) {
 	if code := cp2.Process().Wait(30 * time.Second); code != 6 {
 		t.Fatalf("the removed node exited %d 30 s after its removal, want 6 (-1: still serving):\n%s", code, cp2.Process().Output())
 	}
+	// Its data directory remembers: serve, bootstrap and a join with a new token
+	// refuse it at once and say so (bootstrap said to start it with serve, which
+	// then waited for the other nodes to answer before it exited 6).
+	for _, args := range [][]string{
+		{"serve", "--raft-heartbeat", "300ms"},
+		{"bootstrap", "--mesh", "shut", "--node", "cp-2", "--listen", cp2.Listen},
+	} {
+		start := time.Now()
+		r := cp2.Ctl(args...)
+		if r.Code != 6 || !strings.Contains(r.Stderr, "was removed") || !strings.Contains(r.Stderr, "fresh --data directory") {
+			t.Errorf("%s on the removed node's directory (exit %d, want 6 and why):\n%s", args[0], r.Code, r.Combined())
+		}
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("%s on the removed node's directory took %v to refuse", args[0], took)
+		}
+	}
+	tok, _ := cp1.ControlToken("cp-2")
+	if r := harness.Run(t, tok, nil, bin.Meshctl, "join", "--data", cp2.Dir); r.Code != 6 || !strings.Contains(r.Stderr, "fresh --data directory") {
+		t.Errorf("join with a new token into the removed node's directory (exit %d, want 6 and why):\n%s", r.Code, r.Combined())
+	}
 
 	// Its leaf: refused on both ports of the remaining nodes, as soon as they
 	// applied the removal; a member's leaf is still kept.

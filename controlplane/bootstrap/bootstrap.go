@@ -251,6 +251,9 @@ func (b *run) lock() (*datadir.Lock, error) {
 // another mesh or unrelated files.
 func (b *run) loadPrevious() error {
 	d := b.o.Dir
+	if err := d.CheckNotRemoved(); err != nil {
+		return err
+	}
 	if d.Exists(datadir.ConfigFile) {
 		cfg, err := readConfigLoose(d)
 		if err != nil {

@@ -21,9 +21,10 @@ import (
 	"mesh/controlplane/state"
 )
 
-// ErrRemoved is returned by Run when this control node was removed from the control
-// plane.
-var ErrRemoved = errors.New("this control node was removed from the control plane")
+// ErrRemoved is returned by Open and Run when this control node was removed from
+// the control plane. It is datadir.ErrRemoved: the data directory records the
+// removal, and a directory that does is refused before anything starts.
+var ErrRemoved = datadir.ErrRemoved
 
 // HeartbeatInterval is how often a control node reports itself.
 const HeartbeatInterval = 2 * time.Second

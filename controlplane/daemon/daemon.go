@@ -162,9 +162,13 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	d.guard = newGuard(opts.Logger, opts.Now, opts.Budgets)
 	defer func() {
 		if err != nil {
+			d.recordRemoval(err)
 			d.Close()
 		}
 	}()
+	if err := opts.Dir.CheckNotRemoved(); err != nil {
+		return nil, err
+	}
 	if d.cfg, err = opts.Dir.LoadConfig(); err != nil {
 		return nil, err
 	}
@@ -425,7 +429,19 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
+	d.recordRemoval(err)
 	return err
+}
+
+// recordRemoval writes down in the data directory that this node was removed, when
+// err says so, so that the next serve or bootstrap refuses the directory at once.
+func (d *Daemon) recordRemoval(err error) {
+	if !errors.Is(err, ErrRemoved) || errors.As(err, new(*datadir.RemovedError)) {
+		return
+	}
+	if err := d.opts.Dir.MarkRemoved(d.cfg.Node, d.opts.Now()); err != nil {
+		d.log.Warn("could not record this node's removal in its data directory", "err", err)
+	}
 }
 
 // followLeadership subscribes the API handlers while this node leads.

@@ -304,6 +304,9 @@ func (r *run) lock() (*datadir.Lock, string, error) {
 // checkDir says what the directory holds, or why the join cannot use it.
 func (r *run) checkDir() (string, error) {
 	d := r.o.Dir
+	if err := d.CheckNotRemoved(); err != nil {
+		return "", err
+	}
 	cfg, err := d.ReadConfigRaw()
 	switch {
 	case err == nil && !cfg.Joining && cfg.Mesh == r.tok.Mesh && cfg.Node == r.tok.Node:

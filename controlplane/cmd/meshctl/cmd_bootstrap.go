@@ -17,7 +17,8 @@ this node's TLS identity, the declaration signing key, operator credentials and 
 one-voter Raft cluster. Running it again resumes an unfinished bootstrap and never
 makes a second CA; SIGINT or SIGTERM stops it between steps (exit 9), and running it
 again resumes. It refuses at once a data directory another process holds (exit 8),
-and the directory of a control node that joined a mesh (exit 7). With --json the plan and its steps go to stderr, and stdout is the
+the directory of a control node that joined a mesh (exit 7), and that of a control
+node that was removed (exit 6). With --json the plan and its steps go to stderr, and stdout is the
 mesh as bootstrapped (its id, this node, addresses and CA pin) as JSON.`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			fs := c.Flags()
