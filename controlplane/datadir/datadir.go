@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -89,18 +90,86 @@ var ErrNoConfig = errors.New("no mesh configuration")
 // ErrJoinIncomplete means mesh.json belongs to a join that has not completed.
 var ErrJoinIncomplete = errors.New("join incomplete")
 
+// MaxFileSize bounds every file of a data directory this package reads: the largest,
+// a certificate or the signing keys, is a few KiB. A larger file is refused after
+// reading one byte more than this, never read whole.
+const MaxFileSize = 1 << 20
+
+// ErrTooLarge means a file of the data directory is over MaxFileSize: not one this
+// program wrote.
+var ErrTooLarge = errors.New("larger than any file of a data directory")
+
+// ErrTruncated means a file of the data directory is empty or ends before its
+// content does: a write cut short (a full disk, a crash) or a copy that stopped.
+var ErrTruncated = errors.New("empty or cut short")
+
+// ErrCorrupt means a file of the data directory is whole but not what it should be:
+// not JSON, not PEM, a key of another kind, fields missing or of another type.
+var ErrCorrupt = errors.New("corrupt")
+
+// ErrFormat means mesh.json has another format version than this program reads:
+// most likely written by another version of meshctl.
+var ErrFormat = errors.New("another format version")
+
+// readCapped reads the file at path, of at most MaxFileSize bytes. Its errors wrap
+// the file system's (fs.ErrNotExist for an absent file) or ErrTooLarge.
+func readCapped(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("%w: over %d bytes", ErrTooLarge, MaxFileSize)
+	}
+	return data, nil
+}
+
 // ReadConfigRaw reads mesh.json without judging it: for bootstrap and join, which
 // resume what an earlier run left.
 func (d Dir) ReadConfigRaw() (Config, error) {
-	data, err := os.ReadFile(d.Path(ConfigFile))
+	data, err := readCapped(d.Path(ConfigFile))
 	if err != nil {
+		if errors.Is(err, ErrTooLarge) {
+			return Config{}, fmt.Errorf("%s: %w", d.Path(ConfigFile), err)
+		}
 		return Config{}, err
 	}
-	var c Config
-	if err := json.Unmarshal(data, &c); err != nil {
-		return Config{}, fmt.Errorf("%s is corrupt: %w", d.Path(ConfigFile), err)
+	c, err := ParseConfig(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", d.Path(ConfigFile), err)
 	}
 	return c, nil
+}
+
+// ParseConfig decodes the content of mesh.json: exactly one JSON object. Empty or
+// cut-short content is ErrTruncated; anything else it cannot decode is ErrCorrupt.
+// It does not judge the fields (LoadConfig does).
+func ParseConfig(data []byte) (Config, error) {
+	var c Config
+	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	if len(trimmed) == 0 {
+		return Config{}, fmt.Errorf("%w: it is empty", ErrTruncated)
+	}
+	if trimmed[0] != '{' {
+		return Config{}, fmt.Errorf("%w: it is not a JSON object", ErrCorrupt)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	err := dec.Decode(&c)
+	if err == nil {
+		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+			return Config{}, fmt.Errorf("%w: data after its JSON object", ErrCorrupt)
+		}
+		return c, nil
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return Config{}, fmt.Errorf("%w: it ends within its JSON object", ErrTruncated)
+	}
+	return Config{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
 }
 
 // Exists reports whether name exists in the directory.
@@ -111,25 +180,25 @@ func (d Dir) Exists(name string) bool {
 
 // LoadConfig reads mesh.json.
 func (d Dir) LoadConfig() (Config, error) {
-	data, err := os.ReadFile(d.Path(ConfigFile))
+	data, err := readCapped(d.Path(ConfigFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return Config{}, fmt.Errorf("%w in %s: run `meshctl bootstrap --data %s` (or `meshctl join`) first", ErrNoConfig, d, d)
 	}
 	if err != nil {
 		return Config{}, fmt.Errorf("read %s: %w", d.Path(ConfigFile), err)
 	}
-	var c Config
-	if err := json.Unmarshal(data, &c); err != nil {
-		return Config{}, fmt.Errorf("%s is corrupt: %w", d.Path(ConfigFile), err)
+	c, err := ParseConfig(data)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s is unusable: %w", d.Path(ConfigFile), err)
 	}
 	if c.Format != ConfigFormat {
-		return Config{}, fmt.Errorf("%s has format %d; this program reads format %d", d.Path(ConfigFile), c.Format, ConfigFormat)
+		return Config{}, fmt.Errorf("%s has format %d; this program reads format %d: %w", d.Path(ConfigFile), c.Format, ConfigFormat, ErrFormat)
 	}
 	if c.Joining {
 		return Config{}, fmt.Errorf("%w: the join of %s into mesh %s did not complete; run `meshctl join --data %s` again with the same token", ErrJoinIncomplete, c.Node, c.Mesh, d)
 	}
 	if c.Mesh == "" || c.Node == "" || c.Listen == "" || len(c.Brokers) == 0 || c.CAPin == "" {
-		return Config{}, fmt.Errorf("%s is incomplete (mesh, node, listen, brokers and ca_pin are required)", d.Path(ConfigFile))
+		return Config{}, fmt.Errorf("%s is incomplete (mesh, node, listen, brokers and ca_pin are required): %w", d.Path(ConfigFile), ErrCorrupt)
 	}
 	return c, nil
 }
@@ -155,9 +224,10 @@ func (c Config) Pin() ([32]byte, error) {
 	return pin, nil
 }
 
-// ReadFile reads a file of the directory, saying which one failed and why.
+// ReadFile reads a file of the directory, saying which one failed and why. A file over
+// MaxFileSize is ErrTooLarge, not read whole.
 func (d Dir) ReadFile(name string) ([]byte, error) {
-	data, err := os.ReadFile(d.Path(name))
+	data, err := readCapped(d.Path(name))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", d.Path(name), err)
 	}
@@ -236,7 +306,8 @@ func EncodeSigningKeys(keys []ed25519.PrivateKey) ([]byte, error) {
 // ParseSigningKeys decodes one or more PKCS#8 PEM Ed25519 keys.
 func ParseSigningKeys(data []byte) ([]ed25519.PrivateKey, error) {
 	var keys []ed25519.PrivateKey
-	for rest := data; ; {
+	rest := data
+	for {
 		var block *pem.Block
 		block, rest = pem.Decode(rest)
 		if block == nil {
@@ -249,7 +320,21 @@ func ParseSigningKeys(data []byte) ([]ed25519.PrivateKey, error) {
 		keys = append(keys, k)
 	}
 	if len(keys) == 0 {
-		return nil, errors.New("signing key: no PEM private key found")
+		if len(bytes.TrimSpace(data)) == 0 {
+			return nil, fmt.Errorf("signing key: %w: the file is empty", ErrTruncated)
+		}
+		if bytes.HasPrefix(bytes.TrimSpace(data), []byte("-----BEGIN")) {
+			return nil, fmt.Errorf("signing key: %w: key 1 is not a whole PEM block", ErrTruncated)
+		}
+		return nil, fmt.Errorf("signing key: %w: no PEM private key found", ErrCorrupt)
+	}
+	// The newest key is the last: a file cut short within it, or anything after the
+	// last whole key, must not leave the older keys to be taken for the keyring.
+	if rest = bytes.TrimSpace(rest); len(rest) > 0 {
+		if bytes.HasPrefix(rest, []byte("-----BEGIN")) {
+			return nil, fmt.Errorf("signing key: %w: key %d is not a whole PEM block", ErrTruncated, len(keys)+1)
+		}
+		return nil, fmt.Errorf("signing key: %w: data that is not a PEM block after key %d", ErrCorrupt, len(keys))
 	}
 	return keys, nil
 }
@@ -317,15 +402,15 @@ func EncodeSigningKey(key ed25519.PrivateKey) ([]byte, error) {
 func ParseSigningKey(data []byte) (ed25519.PrivateKey, error) {
 	block, _ := pem.Decode(data)
 	if block == nil || block.Type != "PRIVATE KEY" {
-		return nil, errors.New("signing key: no PEM private key found")
+		return nil, fmt.Errorf("signing key: %w: no PEM private key found", ErrCorrupt)
 	}
 	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("signing key: %w", err)
+		return nil, fmt.Errorf("signing key: %w: %v", ErrCorrupt, err)
 	}
 	key, ok := k.(ed25519.PrivateKey)
 	if !ok {
-		return nil, errors.New("signing key: not an Ed25519 key")
+		return nil, fmt.Errorf("signing key: %w: not an Ed25519 key", ErrCorrupt)
 	}
 	return key, nil
 }

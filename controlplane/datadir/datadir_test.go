@@ -98,24 +98,30 @@ func TestLoadConfigErrors(t *testing.T) {
 		dir     func(t *testing.T) Dir
 		noConf  bool
 		mention string
+		is      error // the error it must match, besides ErrNoConfig
 	}{
 		{name: "missing", dir: func(t *testing.T) Dir { return Dir(t.TempDir()) }, noConf: true, mention: "meshctl bootstrap"},
 		{name: "directory missing", dir: func(t *testing.T) Dir { return Dir(filepath.Join(t.TempDir(), "nope")) }, noConf: true, mention: "meshctl bootstrap"},
-		{name: "corrupt", dir: func(t *testing.T) Dir { return write(t, `{"format":1,"mesh":`) }, mention: "corrupt"},
-		{name: "not json", dir: func(t *testing.T) Dir { return write(t, "mesh = demo\n") }, mention: "corrupt"},
-		{name: "empty file", dir: func(t *testing.T) Dir { return write(t, "") }, mention: "corrupt"},
-		{name: "wrong type", dir: func(t *testing.T) Dir { return write(t, `{"format":"1"}`) }, mention: "corrupt"},
+		{name: "cut short", dir: func(t *testing.T) Dir { return write(t, `{"format":1,"mesh":`) }, mention: "cut short", is: ErrTruncated},
+		{name: "not json", dir: func(t *testing.T) Dir { return write(t, "mesh = demo\n") }, mention: "corrupt", is: ErrCorrupt},
+		{name: "empty file", dir: func(t *testing.T) Dir { return write(t, "") }, mention: "empty", is: ErrTruncated},
+		{name: "wrong type", dir: func(t *testing.T) Dir { return write(t, `{"format":"1"}`) }, mention: "corrupt", is: ErrCorrupt},
+		{name: "trailing brace", dir: func(t *testing.T) Dir { return write(t, incomplete(func(*Config) {})+"}") }, mention: "after its JSON object", is: ErrCorrupt},
+		{name: "not an object", dir: func(t *testing.T) Dir { return write(t, `["demo"]`) }, mention: "not a JSON object", is: ErrCorrupt},
+		{name: "over the cap", dir: func(t *testing.T) Dir {
+			return write(t, incomplete(func(*Config) {})+strings.Repeat(" ", MaxFileSize))
+		}, mention: "larger", is: ErrTooLarge},
 		{name: "format 2", dir: func(t *testing.T) Dir {
 			return write(t, strings.Replace(incomplete(func(*Config) {}), `"format":1`, `"format":2`, 1))
-		}, mention: "format 2"},
+		}, mention: "format 2", is: ErrFormat},
 		{name: "format missing", dir: func(t *testing.T) Dir {
 			return write(t, strings.Replace(incomplete(func(*Config) {}), `"format":1,`, ``, 1))
-		}, mention: "format 0"},
-		{name: "no mesh", dir: func(t *testing.T) Dir { return write(t, incomplete(func(c *Config) { c.Mesh = "" })) }, mention: "incomplete"},
-		{name: "no node", dir: func(t *testing.T) Dir { return write(t, incomplete(func(c *Config) { c.Node = "" })) }, mention: "incomplete"},
-		{name: "no listen", dir: func(t *testing.T) Dir { return write(t, incomplete(func(c *Config) { c.Listen = "" })) }, mention: "incomplete"},
-		{name: "no brokers", dir: func(t *testing.T) Dir { return write(t, incomplete(func(c *Config) { c.Brokers = nil })) }, mention: "incomplete"},
-		{name: "no pin", dir: func(t *testing.T) Dir { return write(t, incomplete(func(c *Config) { c.CAPin = "" })) }, mention: "incomplete"},
+		}, mention: "format 0", is: ErrFormat},
+		{name: "no mesh", dir: func(t *testing.T) Dir { return write(t, incomplete(func(c *Config) { c.Mesh = "" })) }, mention: "incomplete", is: ErrCorrupt},
+		{name: "no node", dir: func(t *testing.T) Dir { return write(t, incomplete(func(c *Config) { c.Node = "" })) }, mention: "incomplete", is: ErrCorrupt},
+		{name: "no listen", dir: func(t *testing.T) Dir { return write(t, incomplete(func(c *Config) { c.Listen = "" })) }, mention: "incomplete", is: ErrCorrupt},
+		{name: "no brokers", dir: func(t *testing.T) Dir { return write(t, incomplete(func(c *Config) { c.Brokers = nil })) }, mention: "incomplete", is: ErrCorrupt},
+		{name: "no pin", dir: func(t *testing.T) Dir { return write(t, incomplete(func(c *Config) { c.CAPin = "" })) }, mention: "incomplete", is: ErrCorrupt},
 		{name: "is a directory", dir: func(t *testing.T) Dir {
 			d := Dir(t.TempDir())
 			if err := os.Mkdir(d.Path(ConfigFile), 0o700); err != nil {
@@ -133,6 +139,14 @@ func TestLoadConfigErrors(t *testing.T) {
 			}
 			if errors.Is(err, ErrNoConfig) != tt.noConf {
 				t.Fatalf("errors.Is(err, ErrNoConfig) = %v for %v", !tt.noConf, err)
+			}
+			if tt.is != nil && !errors.Is(err, tt.is) {
+				t.Fatalf("err = %v, want it to match %v", err, tt.is)
+			}
+			for _, other := range []error{ErrTruncated, ErrCorrupt, ErrTooLarge, ErrFormat} {
+				if other != tt.is && errors.Is(err, other) {
+					t.Fatalf("err = %v also matches %v", err, other)
+				}
 			}
 			if !strings.Contains(err.Error(), tt.mention) {
 				t.Fatalf("err = %v, want it to mention %q", err, tt.mention)
