@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -100,11 +101,8 @@ func acquire(what, dir, command string, create int) (*Lock, error) {
 	}
 	if !held {
 		e := &InUseError{What: what, Dir: dir}
-		if data, err := os.ReadFile(path); err == nil {
-			var r record
-			if json.Unmarshal(bytes.TrimSpace(data), &r) == nil {
-				e.PID, e.Command = r.PID, r.Command
-			}
+		if r, ok := readRecord(f); ok {
+			e.PID, e.Command = r.PID, r.Command
 		}
 		f.Close()
 		return nil, e
@@ -115,6 +113,24 @@ func acquire(what, dir, command string, create int) (*Lock, error) {
 		return nil, fmt.Errorf("record this process in %s: %w", path, err)
 	}
 	return &Lock{f: f}, nil
+}
+
+// maxRecord bounds what is read of a lock file: a record is a pid and a command.
+const maxRecord = 4096
+
+// readRecord reads the holder's record from the lock file already open (never by
+// its name again, which another process could have replaced meanwhile), at most
+// maxRecord bytes of it. A file longer than that, or not a record, says nothing.
+func readRecord(f *os.File) (record, bool) {
+	data, err := io.ReadAll(io.NewSectionReader(f, 0, maxRecord+1))
+	if err != nil || len(data) > maxRecord {
+		return record{}, false
+	}
+	var r record
+	if json.Unmarshal(bytes.TrimSpace(data), &r) != nil || r.PID <= 0 || len(r.Command) > 256 {
+		return record{}, false
+	}
+	return r, true
 }
 
 // writeRecord replaces the lock file's content. A process refused meanwhile may read
