@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nkeys"
 )
@@ -62,4 +63,79 @@ func seedIn(data []byte) string {
 		return ""
 	}
 	return m.Seed
+}
+
+// FuzzPendingLoad writes arbitrary bytes as the pending-enrolment file. LoadPending
+// must not panic, must land in exactly one of the states a present file can be in,
+// must only succeed with a pending enrolment that passes Validate and saves and
+// loads back unchanged, and must never quote a seed in its error.
+func FuzzPendingLoad(f *testing.F) {
+	p := validPending(f)
+	good, err := json.Marshal(filePending(p))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add(good[:len(good)/2])
+	f.Add(append(append([]byte{}, good...), '}'))
+	f.Add(append(append([]byte{}, good...), 0, 0))
+	f.Add([]byte(`{"format":1}`))
+	f.Add([]byte{})
+	state := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if err := os.WriteFile(PendingPath(state), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := LoadPending(state)
+		switch o := outcome(t, err); o {
+		case "ok":
+			if verr := got.Validate(); verr != nil {
+				t.Fatalf("LoadPending succeeded with a pending enrolment that fails Validate: %v", verr)
+			}
+			if err := SavePending(state, got); err != nil {
+				t.Fatalf("SavePending of a loaded pending enrolment: %v", err)
+			}
+			again, err := LoadPending(state)
+			if err != nil || !again.CreatedAt.Equal(got.CreatedAt) {
+				t.Fatalf("reload: %+v, %v", again, err)
+			}
+			again.CreatedAt, got.CreatedAt = time.Time{}, time.Time{}
+			if again != got {
+				t.Fatalf("reload changed the pending enrolment: %+v, was %+v", again, got)
+			}
+		case "truncated", "corrupt", "unreadable":
+			if seed := seedIn(data); seed != "" && strings.Contains(err.Error(), seed) {
+				t.Fatalf("error quotes the seed: %v", err)
+			}
+		default:
+			t.Fatalf("a present file gave state %s: %v", o, err)
+		}
+	})
+}
+
+// TestPendingOverTheCap: a pending-enrolment file over MaxFileSize is corrupt (not
+// read whole), and one at the cap loads.
+func TestPendingOverTheCap(t *testing.T) {
+	p := validPending(t)
+	good, err := json.Marshal(filePending(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	over := append(append([]byte{}, good...), make([]byte, MaxFileSize)...)
+	for i := len(good); i < len(over); i++ {
+		over[i] = ' '
+	}
+	if err := os.WriteFile(PendingPath(state), over, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadPending(state); outcome(t, err) != "corrupt" {
+		t.Fatalf("over the cap: %v", err)
+	}
+	if err := os.WriteFile(PendingPath(state), over[:MaxFileSize], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := LoadPending(state); err != nil || got.Seed != p.Seed {
+		t.Fatalf("at the cap: %v", err)
+	}
 }
