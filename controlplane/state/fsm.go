@@ -2,6 +2,7 @@ package state
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -93,12 +94,16 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	return snapshot(data), nil
 }
 
+// ErrBadSnapshot is Restore's refusal of a snapshot it cannot use; the state stays
+// as it was.
+var ErrBadSnapshot = errors.New("unusable state snapshot")
+
 // Restore replaces the state with a snapshot's.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	st := New()
-	if err := json.NewDecoder(rc).Decode(st); err != nil {
-		return fmt.Errorf("decode state snapshot: %w", err)
+	st, err := decodeSnapshot(rc)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBadSnapshot, err)
 	}
 	fillMaps(st)
 	st.reindex()
@@ -107,6 +112,38 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.moved()
 	f.mu.Unlock()
 	return nil
+}
+
+// decodeSnapshot reads a snapshot: one JSON object, nothing after it, and no null
+// where a token, a node or a control node belongs (the state dereferences them all).
+func decodeSnapshot(r io.Reader) (*State, error) {
+	dec := json.NewDecoder(r)
+	var st *State
+	if err := dec.Decode(&st); err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return nil, errors.New("it is null")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("data after the state")
+	}
+	for id, t := range st.Tokens {
+		if t == nil {
+			return nil, fmt.Errorf("token %q is null", id)
+		}
+	}
+	for id, n := range st.Nodes {
+		if n == nil {
+			return nil, fmt.Errorf("node %q is null", id)
+		}
+	}
+	for id, c := range st.ControlNodes {
+		if c == nil {
+			return nil, fmt.Errorf("control node %q is null", id)
+		}
+	}
+	return st, nil
 }
 
 // AppliedIndex is the index of the last log entry applied.

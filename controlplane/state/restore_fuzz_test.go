@@ -1,0 +1,95 @@
+package state
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+)
+
+// FuzzRestore feeds arbitrary bytes to Restore as a snapshot. It must not panic; a
+// refused snapshot is ErrBadSnapshot and leaves the state as it was; an accepted one
+// is one JSON object, snapshots again to bytes that restore to the same bytes, and
+// leaves a state machine that still applies commands.
+func FuzzRestore(f *testing.F) {
+	m := newMachine(f)
+	for _, c := range history()[:12] {
+		m.apply(c)
+	}
+	snap := m.snapshot()
+	f.Add(snap)
+	f.Add(snap[:len(snap)/2])
+	f.Add(append(bytes.Clone(snap), '}'))
+	f.Add(snapshotBytes(f, NewFSM()))
+	f.Add([]byte(`{"nodes":{"a":null}}`))
+	f.Add([]byte(`{"tokens":{"a":null}}`))
+	f.Add([]byte(`{"control_nodes":{"a":null}}`))
+	f.Add([]byte(`null`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m := newMachine(t)
+		for _, c := range history()[:12] {
+			m.apply(c)
+		}
+		g := m.f
+		before := snapshotBytes(t, g)
+		if err := g.Restore(nopCloser{bytes.NewReader(data)}); err != nil {
+			if !errors.Is(err, ErrBadSnapshot) {
+				t.Fatalf("error of no known kind: %v", err)
+			}
+			if !bytes.Equal(snapshotBytes(t, g), before) {
+				t.Fatal("a refused snapshot changed the state")
+			}
+			return
+		}
+		if !json.Valid(data) || bytes.TrimLeft(data, " \t\r\n")[0] != '{' {
+			t.Fatalf("restored what is not one JSON object: %q", data)
+		}
+		again := snapshotBytes(t, g)
+		h := NewFSM()
+		if err := h.Restore(nopCloser{bytes.NewReader(again)}); err != nil {
+			t.Fatalf("its own snapshot refused: %v", err)
+		}
+		if !bytes.Equal(snapshotBytes(t, h), again) {
+			t.Fatal("snapshot does not survive a restore")
+		}
+		// The machine still works on whatever it restored.
+		for _, c := range history() {
+			m.apply(c)
+		}
+		m.apply(Command{Op: OpProbe, At: t0.Add(time.Hour), Probe: &ProbeCmd{ID: "after"}})
+		m.state()
+		snapshotBytes(t, g)
+	})
+}
+
+// TestRestoreRefusesWhatItCannotUse: a snapshot cut short, followed by anything, null,
+// not an object, or with null where a token or node belongs is ErrBadSnapshot, and
+// the state stays as it was. A null node used to crash the control node in reindex.
+func TestRestoreRefusesWhatItCannotUse(t *testing.T) {
+	m := enrolled(t, map[string]string{"a": RoleWorker})
+	before := m.snapshot()
+	for name, in := range map[string]string{
+		"cut short":           string(before[:len(before)-1]),
+		"trailing brace":      string(before) + "}",
+		"trailing object":     string(before) + "{}",
+		"null":                "null",
+		"an array":            "[]",
+		"a null token":        `{"tokens":{"t":null}}`,
+		"a null node":         `{"nodes":{"a":null}}`,
+		"a null control node": `{"control_nodes":{"c":null}}`,
+	} {
+		err := m.f.Restore(nopCloser{bytes.NewReader([]byte(in))})
+		if !errors.Is(err, ErrBadSnapshot) {
+			t.Errorf("%s: %v, want ErrBadSnapshot", name, err)
+		}
+		if !bytes.Equal(m.snapshot(), before) {
+			t.Fatalf("%s: a refused snapshot changed the state", name)
+		}
+	}
+	// Its own snapshot, and one with white space after it, restore.
+	if err := m.f.Restore(nopCloser{bytes.NewReader(append(bytes.Clone(before), "\n"...))}); err != nil {
+		t.Fatal(err)
+	}
+}
