@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"mesh/controlplane/datadir"
@@ -105,8 +106,15 @@ func ParseServers(lists ...string) ([]string, error) {
 				}
 				s = rest
 			}
-			if host, port, err := net.SplitHostPort(s); err != nil || host == "" || port == "" {
+			host, port, err := net.SplitHostPort(s)
+			if err != nil || host == "" || port == "" {
 				return nil, fmt.Errorf("%w: broker %q is not host:port", ErrEndpoint, s)
+			}
+			if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 || port[0] == '0' {
+				return nil, fmt.Errorf("%w: broker %q: the port is not a number from 1 to 65535", ErrEndpoint, s)
+			}
+			if strings.ContainsFunc(host, func(r rune) bool { return r <= ' ' || r == 0x7f || r == '/' || r == '@' || r >= 0x80 }) {
+				return nil, fmt.Errorf("%w: broker %q: the host is not an address or a name", ErrEndpoint, s)
 			}
 			out = append(out, s)
 		}
