@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -70,7 +71,7 @@ func CAEndpoint(servers []string, creds, caFile string) (Endpoint, error) {
 	if _, err := os.Stat(creds); err != nil {
 		return Endpoint{}, fmt.Errorf("%w: creds file: %w", ErrEndpoint, err)
 	}
-	data, err := os.ReadFile(caFile)
+	data, err := readSmall(caFile)
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("%w: CA file: %w", ErrEndpoint, err)
 	}
@@ -87,6 +88,30 @@ func CAEndpoint(servers []string, creds, caFile string) (Endpoint, error) {
 		Pin:     pki.PinOf(ca),
 		Hint:    "are the broker addresses right, and is `meshctl serve` running there?",
 	}, nil
+}
+
+// maxSmallFile bounds the CA file and a NATS context file: each is a few KiB at most.
+const maxSmallFile = 1 << 20
+
+// ErrFileTooLarge means a CA or context file is over 1 MiB; it was not read whole.
+var ErrFileTooLarge = errors.New("larger than 1 MiB: not a CA certificate or a NATS context")
+
+// readSmall reads a file of at most maxSmallFile bytes, reading no more than one
+// byte past the cap of a larger one.
+func readSmall(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxSmallFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxSmallFile {
+		return nil, fmt.Errorf("%s: %w", path, ErrFileTooLarge)
+	}
+	return data, nil
 }
 
 // ParseServers reads broker addresses: comma-separated lists of host:port, each
@@ -158,7 +183,7 @@ func LoadContext(name string, getenv func(string) string) (Context, error) {
 	if err != nil {
 		return Context{}, err
 	}
-	data, err := os.ReadFile(path)
+	data, err := readSmall(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Context{}, fmt.Errorf("%w: no NATS context %q (%s); create it with `nats context add` or write the file with url, creds and ca", ErrEndpoint, name, path)
 	}

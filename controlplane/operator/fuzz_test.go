@@ -3,10 +3,13 @@ package operator
 import (
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestParseServersRefusesBadPorts: a port that is not a number from 1 to 65535, and a
@@ -57,4 +60,28 @@ func FuzzParseServers(f *testing.F) {
 			t.Fatalf("%v parsed again: %v, %v", got, again, err)
 		}
 	})
+}
+
+// TestOperatorFilesOverTheCap: a CA file or a NATS context over 1 MiB is refused
+// with ErrFileTooLarge after reading one byte past the cap, never read whole.
+func TestOperatorFilesOverTheCap(t *testing.T) {
+	dir := t.TempDir()
+	huge := filepath.Join(dir, "huge.json")
+	if err := os.WriteFile(huge, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(huge, 1<<30); err != nil { // sparse: no disk
+		t.Fatal(err)
+	}
+	creds := credsFile(t)
+	start := time.Now()
+	if _, err := CAEndpoint([]string{"127.0.0.1:1"}, creds, huge); !errors.Is(err, ErrFileTooLarge) || !errors.Is(err, ErrEndpoint) {
+		t.Errorf("CA file: %v", err)
+	}
+	if _, err := LoadContext(huge, func(string) string { return "" }); !errors.Is(err, ErrFileTooLarge) || !errors.Is(err, ErrEndpoint) {
+		t.Errorf("context: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("took %v: were the files read whole?", took)
+	}
 }
