@@ -145,11 +145,18 @@ func (ca *CA) IssueLeaf(commonName string, ips []net.IP, now time.Time) (Leaf, e
 	return Leaf{CertPEM: encodeCert(der), KeyPEM: keyPEM}, nil
 }
 
+// ErrNoCertificate and ErrNoKey mean the data does not start with a PEM block of a
+// certificate or of a private key (empty, cut within its first block, another kind).
+var (
+	ErrNoCertificate = errors.New("no PEM certificate found")
+	ErrNoKey         = errors.New("no PEM private key found")
+)
+
 // ParseCertificatePEM parses the first certificate in a PEM block sequence.
 func ParseCertificatePEM(data []byte) (*x509.Certificate, error) {
 	block, _ := pem.Decode(data)
 	if block == nil || block.Type != "CERTIFICATE" {
-		return nil, errors.New("no PEM certificate found")
+		return nil, ErrNoCertificate
 	}
 	return x509.ParseCertificate(block.Bytes)
 }
@@ -158,7 +165,7 @@ func ParseCertificatePEM(data []byte) (*x509.Certificate, error) {
 func ParseKeyPEM(data []byte) (crypto.Signer, error) {
 	block, _ := pem.Decode(data)
 	if block == nil || block.Type != "PRIVATE KEY" {
-		return nil, errors.New("no PEM private key found")
+		return nil, ErrNoKey
 	}
 	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
 	if err != nil {
