@@ -27,7 +27,7 @@ import (
 
 // enrolled writes a valid identity into a fresh state directory, as enrolment
 // leaves it, and returns both.
-func enrolled(t *testing.T) (string, identity.Identity) {
+func enrolled(t testing.TB) (string, identity.Identity) {
 	t.Helper()
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {

@@ -55,6 +55,11 @@ func recordRevocation(stateDir string, id identity.Identity, err error, now time
 	return atomicfile.WriteFile(revokedPath(stateDir), append(data, '\n'), 0o600)
 }
 
+// errRecordUnusable is loadRevocation's refusal of a revocation record it cannot read
+// (too large, cut short, not a record): the file is left as it is, for a person to
+// look at and remove.
+var errRecordUnusable = errors.New("unusable revocation record")
+
 // maxRevokedFile bounds what is read of revokedFile: a record is a few hundred bytes.
 const maxRevokedFile = 64 << 10
 
@@ -68,14 +73,14 @@ func loadRevocation(stateDir string, id identity.Identity) (revocation, bool, er
 		return revocation{}, false, nil
 	}
 	if errors.Is(err, jsonfile.ErrTooBig) {
-		return revocation{}, false, fmt.Errorf("%s is larger than %d bytes, far more than a record: remove it; `meshhost run` records a revocation again if there is one", revokedPath(stateDir), maxRevokedFile)
+		return revocation{}, false, fmt.Errorf("%w: %s is larger than %d bytes, far more than a record: remove it; `meshhost run` records a revocation again if there is one", errRecordUnusable, revokedPath(stateDir), maxRevokedFile)
 	}
 	if err != nil {
 		return revocation{}, false, err
 	}
 	var r revocation
 	if err := json.Unmarshal(data, &r); err != nil {
-		return revocation{}, false, fmt.Errorf("%s is corrupt (%v): remove it; `meshhost run` records a revocation again if there is one", revokedPath(stateDir), err)
+		return revocation{}, false, fmt.Errorf("%w: %s is corrupt (%v): remove it; `meshhost run` records a revocation again if there is one", errRecordUnusable, revokedPath(stateDir), err)
 	}
 	if r.PublicKey != id.PublicKey {
 		return revocation{}, false, nil
