@@ -106,3 +106,32 @@ func FuzzDecodeAdminRequest(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeRefusesTimesOutOfRange: a status whose retry_at, or a sync whose
+// applied_expires_at, falls outside the years 0 to 9999 once taken to UTC is
+// malformed. The control plane keeps retry_at in UTC in the status command it
+// commits for a batch of nodes, and encoding/json cannot write such a time: one
+// host's report made every batch it was in fail to commit, the other nodes'
+// reports with it.
+func TestDecodeRefusesTimesOutOfRange(t *testing.T) {
+	for _, at := range []string{"0000-01-01T00:00:00+23:59", "9999-12-31T23:59:59-23:59", "0000-01-01T00:00:00+00:01"} {
+		status := []byte(`{"v":2,"node":"web-1","error":{"code":"expired","message":"x","retry_at":"` + at + `"}}`)
+		if _, err := Decode[Status](status); !errors.Is(err, ErrMalformed) {
+			t.Errorf("status retry_at %s: %v, want ErrMalformed", at, err)
+		}
+		sync := []byte(`{"v":2,"have_applied":true,"applied_expires_at":"` + at + `"}`)
+		if _, err := Decode[SyncRequest](sync); !errors.Is(err, ErrMalformed) {
+			t.Errorf("sync applied_expires_at %s: %v, want ErrMalformed", at, err)
+		}
+	}
+	for _, at := range []string{"0000-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "0000-01-01T00:00:00-01:00", "2026-12-01T10:00:00+02:00"} {
+		st, err := Decode[Status]([]byte(`{"v":2,"node":"web-1","error":{"code":"expired","message":"x","retry_at":"` + at + `"}}`))
+		if err != nil {
+			t.Errorf("status retry_at %s: %v", at, err)
+			continue
+		}
+		if _, err := json.Marshal(st.Error.RetryAt.UTC().Truncate(time.Second)); err != nil {
+			t.Errorf("retry_at %s accepted but cannot be written: %v", at, err)
+		}
+	}
+}

@@ -332,11 +332,39 @@ var (
 type Message interface {
 	EnrolRequest | SyncRequest | Status
 	protocolVersion() int
+	// check reports what the JSON decoder lets through but the control plane cannot
+	// use.
+	check() error
 }
 
 func (r EnrolRequest) protocolVersion() int { return r.V }
 func (r SyncRequest) protocolVersion() int  { return r.V }
 func (s Status) protocolVersion() int       { return s.V }
+
+func (r EnrolRequest) check() error { return nil }
+
+func (r SyncRequest) check() error {
+	if !encodableUTC(r.AppliedExpiresAt) {
+		return errors.New("applied_expires_at is outside the years 0 to 9999 in UTC")
+	}
+	return nil
+}
+
+func (s Status) check() error {
+	if s.Error != nil && !encodableUTC(s.Error.RetryAt) {
+		return errors.New("error.retry_at is outside the years 0 to 9999 in UTC")
+	}
+	return nil
+}
+
+// encodableUTC reports whether t, taken to UTC, can be written as JSON again. A time
+// the decoder accepts can fall outside the years 0 to 9999 once its offset is
+// applied ("0000-01-01T00:00:00+23:59"), and encoding/json refuses to write such a
+// time: a report carrying one into a Raft command would fail the whole command.
+func encodableUTC(t time.Time) bool {
+	y := t.UTC().Year()
+	return 0 <= y && y <= 9999
+}
 
 // Decode parses a message from the network: size capped, then JSON, then the version
 // checked. Unknown fields are ignored so that additions within a version stay
@@ -351,6 +379,9 @@ func Decode[T Message](data []byte) (T, error) {
 	}
 	if v := m.protocolVersion(); v != ProtocolVersion {
 		return m, fmt.Errorf("%w %d (this control plane speaks %d)", ErrVersion, v, ProtocolVersion)
+	}
+	if err := m.check(); err != nil {
+		return m, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	return m, nil
 }

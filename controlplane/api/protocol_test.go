@@ -399,6 +399,20 @@ func fuzzRoundTrip[T Message](t *testing.T, data []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The times the control plane keeps are taken to UTC and written into Raft
+	// commands: they must encode there too.
+	var kept time.Time
+	switch v := any(m).(type) {
+	case Status:
+		if v.Error != nil {
+			kept = v.Error.RetryAt.UTC().Truncate(time.Second)
+		}
+	case SyncRequest:
+		kept = v.AppliedExpiresAt.UTC()
+	}
+	if _, err := json.Marshal(kept); err != nil {
+		t.Fatalf("accepted a time the control plane cannot write: %v", err)
+	}
 	again, err := Decode[T](out)
 	if err != nil {
 		t.Fatalf("re-encoded %T refused: %v", m, err)
