@@ -11,6 +11,7 @@
 package join
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -316,7 +317,7 @@ func (r *run) checkDir() (string, error) {
 	case err == nil:
 		return fmt.Sprintf("%s holds an unfinished join of %s: resuming", d, cfg.Node), nil
 	case !errors.Is(err, os.ErrNotExist):
-		return "", fmt.Errorf("%w: %v", ErrDataDir, err)
+		return "", fmt.Errorf("%w: %w", ErrDataDir, err)
 	}
 	entries, err := os.ReadDir(string(d))
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -335,13 +336,38 @@ func (r *run) checkDir() (string, error) {
 func (r *run) keys() (nkeys.KeyPair, nkeys.KeyPair, error) {
 	th := r.tok.SecretHash()
 	path := r.o.Dir.Path(pendingFile)
-	var p pending
-	if data, err := os.ReadFile(path); err == nil && json.Unmarshal(data, &p) == nil && p.Node == r.tok.Node && p.TokenHash == hex.EncodeToString(th[:]) {
-		nk, err1 := nkeys.FromSeed([]byte(p.NkeySeed))
-		ck, err2 := nkeys.FromCurveSeed([]byte(p.CurveSeed))
-		if err1 == nil && err2 == nil {
+	// The keys of an earlier run are the ones the mesh may have recorded for this
+	// token: a file that holds them but cannot be read is refused, never replaced
+	// (new keys would be refused as token_used, and the recorded ones lost).
+	unusable := func(why string) error {
+		return fmt.Errorf("%w: %s is unusable (%s): it holds the keys an earlier run of this join presented. If no run was admitted, remove it and run again; if one was, the keys are lost: remove it and join with a new token",
+			ErrDataDir, path, why)
+	}
+	data, err := r.o.Dir.ReadFile(pendingFile)
+	switch {
+	case errors.Is(err, datadir.ErrTooLarge):
+		return nil, nil, unusable("larger than any pending join")
+	case err != nil && !errors.Is(err, os.ErrNotExist):
+		return nil, nil, err
+	case err == nil:
+		var p pending
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&p); err != nil {
+			return nil, nil, unusable("not a pending join: " + jsonReason(err))
+		}
+		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+			return nil, nil, unusable("data after the pending join")
+		}
+		if p.Node == r.tok.Node && p.TokenHash == hex.EncodeToString(th[:]) {
+			nk, err1 := nkeys.FromSeed([]byte(p.NkeySeed))
+			ck, err2 := nkeys.FromCurveSeed([]byte(p.CurveSeed))
+			if err1 != nil || err2 != nil {
+				return nil, nil, unusable("its keys are not valid seeds")
+			}
 			return nk, ck, nil
 		}
+		// The pending join of another token (or node): this join starts afresh.
 	}
 	nk, err := nkeys.CreateUser()
 	if err != nil {
@@ -353,11 +379,27 @@ func (r *run) keys() (nkeys.KeyPair, nkeys.KeyPair, error) {
 	}
 	ns, _ := nk.Seed()
 	cs, _ := ck.Seed()
-	data, _ := json.Marshal(pending{Node: r.tok.Node, TokenHash: hex.EncodeToString(th[:]), NkeySeed: string(ns), CurveSeed: string(cs)})
+	data, _ = json.Marshal(pending{Node: r.tok.Node, TokenHash: hex.EncodeToString(th[:]), NkeySeed: string(ns), CurveSeed: string(cs)})
 	if err := datadir.WriteFile(path, data, 0o600); err != nil {
 		return nil, nil, err
 	}
 	return nk, ck, nil
+}
+
+// jsonReason names what is wrong with a pending file without quoting it: it holds
+// seeds.
+func jsonReason(err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "empty or cut short"
+	case errors.As(err, &syn):
+		return fmt.Sprintf("not JSON at byte %d", syn.Offset)
+	case errors.As(err, &typ):
+		return fmt.Sprintf("field %q of the wrong type", typ.Field)
+	}
+	return "an unknown field"
 }
 
 func (r *run) join(ctx context.Context) error {

@@ -107,7 +107,8 @@ func TestJoinDataDirectoryInTheWay(t *testing.T) {
 		"already joined": {func(d datadir.Dir) {
 			save(t, d, datadir.Config{Mesh: "m", Node: "cp-2", Listen: "127.0.0.1:1", Brokers: []string{"127.0.0.1:1"}, CAPin: "00"})
 		}, ErrAlreadyJoined, "nothing to do"},
-		"corrupt mesh.json": {func(d datadir.Dir) { write(t, d.Path(datadir.ConfigFile), `{"mesh":`) }, ErrDataDir, "corrupt"},
+		"corrupt mesh.json":  {func(d datadir.Dir) { write(t, d.Path(datadir.ConfigFile), `{"mesh":`) }, datadir.ErrTruncated, "cut short"},
+		"mesh.json not JSON": {func(d datadir.Dir) { write(t, d.Path(datadir.ConfigFile), `mesh = m`) }, datadir.ErrCorrupt, "mesh.json"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			d := datadir.Dir(t.TempDir())
