@@ -347,7 +347,7 @@ func (d Dir) LoadCurveKey() (nkeys.KeyPair, error) {
 	}
 	kp, err := nkeys.FromCurveSeed(bytes.TrimSpace(seed))
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", d.Path(CurveKeyFile), err)
+		return nil, fmt.Errorf("%s: %w: %w", d.Path(CurveKeyFile), ErrCorrupt, err)
 	}
 	return kp, nil
 }
@@ -357,11 +357,11 @@ func (d Dir) LoadCurveKey() (nkeys.KeyPair, error) {
 func CredsUserKey(creds []byte) (string, error) {
 	kp, err := jwt.ParseDecoratedNKey(creds)
 	if err != nil {
-		return "", fmt.Errorf("operator credentials: %w", err)
+		return "", fmt.Errorf("operator credentials: %w: %w", ErrCorrupt, err)
 	}
 	pub, err := kp.PublicKey()
 	if err != nil || !nkeys.IsValidPublicUserKey(pub) {
-		return "", fmt.Errorf("operator credentials: the key is not a user key")
+		return "", fmt.Errorf("operator credentials: %w: the key is not a user key", ErrCorrupt)
 	}
 	return pub, nil
 }

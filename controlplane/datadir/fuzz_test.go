@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nkeys"
 )
 
 // testKeys returns n Ed25519 keys from fixed seeds.
@@ -193,6 +195,39 @@ func FuzzParseConfig(f *testing.F) {
 		again, err := ParseConfig(enc)
 		if err != nil || !reflect.DeepEqual(got, again) {
 			t.Fatalf("round trip: %+v, %v; was %+v", again, err, got)
+		}
+	})
+}
+
+// FuzzKeyFiles: arbitrary bytes as admin.creds and as control-curve.nk. Neither
+// reader may panic; each refuses with ErrCorrupt (or, for a curve key file with
+// nothing in it, ErrCorrupt too: there is no key); an accepted creds file names a
+// user key, and an accepted curve key is one.
+func FuzzKeyFiles(f *testing.F) {
+	f.Add([]byte("-----BEGIN NATS USER JWT-----\neyJ0eXAiOiJKV1QiLCJhbGciOiJlZDI1NTE5LW5rZXkifQ.e30.sig\n------END NATS USER JWT------\n\n-----BEGIN USER NKEY SEED-----\nSUAAVDT3FW6QOAD5NBNWBTRBI3RQSF5EKZHSXKMTQJVN7ZKHLSKL6RUOEI\n------END USER NKEY SEED------\n"))
+	f.Add([]byte("SXAAXMRAEP6JWWHNB6IKFL554IE6LZVT6EY5MBRICPILTLOPHAG73I3YX4\n"))
+	f.Add([]byte{})
+	dir := Dir(f.TempDir())
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if pub, err := CredsUserKey(data); err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("creds: error of no known kind: %v", err)
+			}
+		} else if !nkeys.IsValidPublicUserKey(pub) {
+			t.Fatalf("creds accepted with key %q", pub)
+		}
+		if err := os.WriteFile(dir.Path(CurveKeyFile), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		kp, err := dir.LoadCurveKey()
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("curve key: error of no known kind: %v", err)
+			}
+			return
+		}
+		if pub, err := kp.PublicKey(); err != nil || !nkeys.IsValidPublicCurveKey(pub) {
+			t.Fatalf("curve key accepted: %q, %v", pub, err)
 		}
 	})
 }
