@@ -145,6 +145,10 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 		if errors.Is(err, pki.ErrPinMismatch) {
 			return nil, fmt.Errorf("%w at %s: %w", ErrUnreachable, strings.Join(servers, ", "), pki.ErrPinMismatch)
 		}
+		if errors.Is(err, ErrNoUserJWT) {
+			// The credentials, not the mesh: nothing was sent.
+			return nil, fmt.Errorf("%w: %w", ErrEndpoint, err)
+		}
 		hint := ""
 		if e.Hint != "" {
 			hint = " (" + e.Hint + ")"
@@ -177,7 +181,7 @@ func CredsLogin(creds string, tlsConfig *tls.Config, timeout time.Duration) []na
 			return "", err
 		}
 		defer clear(b)
-		return jwt.ParseDecoratedJWT(b)
+		return credsJWT(creds, b)
 	}
 	sign := func(msg []byte) ([]byte, error) {
 		b, err := os.ReadFile(creds)
