@@ -57,6 +57,10 @@ type Flows struct {
 	// may request; nats-server rewrites each request's reply subject, so the
 	// responder can answer the requester and nobody else.
 	OperatorServices []string
+	// OperatorGathers are subjects served in the control account by every control
+	// node, each with its own answer, that operators may request: like
+	// OperatorServices, but the requester hears every answer, not the first.
+	OperatorGathers []string
 }
 
 // Limits bound every connection of the hosts account, enforced by nats-server: a
@@ -180,6 +184,10 @@ func newAccounts(mesh string, operator nkeys.KeyPair, flows Flows, limits Limits
 	}
 	for _, subj := range flows.OperatorServices {
 		control.Exports.Add(&jwt.Export{Subject: jwt.Subject(subj), Type: jwt.Service})
+		ops.Imports.Add(&jwt.Import{Account: acc.names[AccountControl], Subject: jwt.Subject(subj), Type: jwt.Service})
+	}
+	for _, subj := range flows.OperatorGathers {
+		control.Exports.Add(&jwt.Export{Subject: jwt.Subject(subj), Type: jwt.Service, ResponseType: jwt.ResponseTypeStream})
 		ops.Imports.Add(&jwt.Import{Account: acc.names[AccountControl], Subject: jwt.Subject(subj), Type: jwt.Service})
 	}
 	for _, subj := range MonitoringSubjects() {

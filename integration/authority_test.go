@@ -95,7 +95,7 @@ func targets(newbieKey string) []string {
 	for _, op := range api.AdminOps() {
 		out = append(out, api.AdminSubject(op))
 	}
-	return out
+	return append(out, api.ControlStatusSubject)
 }
 
 func TestAuthorityModel(t *testing.T) {
@@ -192,6 +192,7 @@ func TestAuthorityModel(t *testing.T) {
 	attackerStatus, _ := json.Marshal(api.Status{V: api.ProtocolVersion, Node: "attacker"})
 	readOnly, _ := api.EncodeAdminRequest(api.OpNodes, api.NodesRequest{})
 	keyStatus, _ := api.EncodeAdminRequest(api.OpSigningKeyStatus, api.KeyringStatusRequest{})
+	controlStatus, _ := api.EncodeAdminRequest(api.OpControlStatus, api.ControlStatusRequest{})
 
 	type sender struct {
 		identity, subject string
@@ -218,6 +219,7 @@ func TestAuthorityModel(t *testing.T) {
 		{"operator", api.AdminSubject(api.OpNodes), op, readOnly, false},
 		{"operator", api.AdminSubject(api.OpSigningKeyStatus), op, keyStatus, false},
 		{"operator", api.AdminSubject(api.OpPing), op, nil, false},
+		{"operator", api.ControlStatusSubject, op, controlStatus, false},
 	}
 	expectedDrops := 0
 	for _, s := range senders {

@@ -63,8 +63,9 @@ const (
 	// RolePublisher sends declarations and notices from the control account, which
 	// the broker streams to each node's declaration subject. It subscribes nowhere.
 	RolePublisher Role = "control-plane:publisher"
-	// RoleAdmin serves the operator API in the control account. It may publish only
-	// on the reply subjects the broker makes for operators' requests.
+	// RoleAdmin serves the operator API in the control account, and this node's
+	// own view (api.ControlStatusSubject). It may publish only on the reply subjects
+	// the broker makes for operators' requests.
 	RoleAdmin Role = "control-plane:admin"
 	// RoleControl carries the control nodes' heartbeats, in the control account.
 	RoleControl Role = "control-plane:control"
@@ -252,7 +253,7 @@ func InternalGrant(r Role, hostEvents []string) (broker.Grant, bool) {
 		g.Publish = []string{api.NodePrefix + "*" + api.DeclarationSuffix}
 	case RoleAdmin:
 		g.Account = broker.AccountControl
-		g.Subscribe = []string{api.AdminPrefix + ">"}
+		g.Subscribe = []string{api.AdminPrefix + ">", api.ControlStatusSubject}
 		g.Publish = []string{"_R_.>"}
 	case RoleControl:
 		g.Account = broker.AccountControl
@@ -278,7 +279,7 @@ func OperatorGrant(name string) broker.Grant {
 	return broker.Grant{
 		User:      OperatorUserPrefix + name,
 		Account:   broker.AccountOperators,
-		Publish:   append([]string{api.AdminPrefix + ">"}, broker.MonitoringSubjects()...),
+		Publish:   append([]string{api.AdminPrefix + ">", api.ControlStatusSubject}, broker.MonitoringSubjects()...),
 		Subscribe: []string{"_INBOX.>"},
 	}
 }
@@ -291,7 +292,7 @@ func OperatorGrant(name string) broker.Grant {
 // answers to the other operators' changes and monitoring requests (every host's
 // connection, with its address), which it may not ask for itself.
 func RemovedOperatorGrant(name, node, key string) broker.Grant {
-	var read []string
+	read := []string{api.ControlStatusSubject}
 	for _, op := range api.AdminOps() {
 		if api.ReadOnly(op) {
 			read = append(read, api.AdminSubject(op))

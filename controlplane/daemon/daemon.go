@@ -275,6 +275,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		Flows: broker.Flows{
 			HostStreams:      []string{api.NodePrefix + "*" + api.DeclarationSuffix},
 			OperatorServices: []string{api.AdminPrefix + ">"},
+			OperatorGathers:  []string{api.ControlStatusSubject},
 		},
 		Cluster: &broker.ClusterConfig{Listen: d.cfg.ClusterListen, Routes: routes, TLS: mutual, Pins: pins},
 		// Hosts wait until this node serves what they ask first (followLeadership):
@@ -294,6 +295,11 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	// CA key is (it showed a live node "offline, never seen" for a few seconds).
 	if _, err := d.conns.control.Subscribe(api.ControlPrefix+"*.heartbeat", d.handleHeartbeat); err != nil {
 		return nil, fmt.Errorf("subscribe to the control nodes' heartbeats: %w", err)
+	}
+	// Every control node answers for itself, leader or not: with the quorum lost,
+	// that is all an operator can ask.
+	if _, err := d.conns.admin.Subscribe(api.ControlStatusSubject, d.handleControlStatus); err != nil {
+		return nil, fmt.Errorf("subscribe to %s: %w", api.ControlStatusSubject, err)
 	}
 	d.presence, err = presence.Start(presence.Config{
 		Conn: d.conns.events, Connect: connect, Disconnect: disconnect, Account: d.broker.AccountName(broker.AccountHosts),

@@ -34,7 +34,7 @@ import (
 var ErrUnreachable = errors.New("cannot reach the control plane")
 
 // ErrNoLeader means the brokers answered but no control node served the request.
-var ErrNoLeader = errors.New("no control node answered: the control plane is not serving (is `meshctl serve` running, and does it have a Raft leader?)")
+var ErrNoLeader = errors.New("no control node answered: the control plane is not serving (is `meshctl serve` running, and does it have a Raft leader? `meshctl control status` shows which control nodes run)")
 
 // ErrNoAnswer means a control node took the request and no answer came within the
 // call's timeout: it is overloaded, or it stopped (a leader that fails takes the

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -398,6 +399,10 @@ func (n *Node) Members() ([]Member, error) {
 	}
 	return out, nil
 }
+
+// State is this member's Raft state, as raft names it in lower case: leader,
+// follower, candidate or shutdown.
+func (n *Node) State() string { return strings.ToLower(n.raft.State().String()) }
 
 // Leader returns the current leader's id, if known.
 func (n *Node) Leader() string {

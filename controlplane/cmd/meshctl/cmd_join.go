@@ -12,6 +12,7 @@ import (
 	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/join"
+	"mesh/controlplane/operator"
 	"mesh/controlplane/replication"
 )
 
@@ -111,27 +112,37 @@ func readSecretInput(file string, cio *cliIO) (string, error) {
 func controlCommand() command {
 	return command{
 		name:  "control",
-		usage: "remove --data DIR NODE [--json]",
-		summary: `Manage control nodes; "control remove NODE" removes one for good.
-It takes the node out of Raft and of the control plane (stop it first if it is the
-leader). See docs/operations.md.`,
+		usage: "remove NODE | status  --data DIR [--json]",
+		summary: `Manage control nodes.
+"control remove NODE" removes one for good: it takes the node out of Raft and of the
+control plane (stop it first if it is the leader).
+"control status" asks every control node for its own view (Raft state, the leader
+it follows, its configuration) and names the members that did not answer within
+--wait. It needs no leader: with the quorum lost it says which voters are missing.
+It exits 0 when the control plane has a leader, 3 when it has none. See
+docs/operations.md.`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			var cp controlPlaneFlags
 			var asJSON bool
+			var wait time.Duration
 			cp.register(c, cio)
 			c.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+			c.Flags().DurationVar(&wait, "wait", operator.DefaultGatherWait, "status: how long to wait for the control nodes' answers")
 			c.ValidArgsFunction = func(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
 				switch len(args) {
 				case 0:
-					return []cobra.Completion{"remove\tremove a control node for good"}, cobra.ShellCompDirectiveNoFileComp
+					return []cobra.Completion{"remove\tremove a control node for good", "status\teach control node's own view; needs no leader"}, cobra.ShellCompDirectiveNoFileComp
 				case 1:
 					return cp.nodeNames(true), cobra.ShellCompDirectiveNoFileComp
 				}
 				return nil, cobra.ShellCompDirectiveNoFileComp
 			}
 			return func(args []string) error {
+				if len(args) == 1 && args[0] == "status" {
+					return controlStatus(&cp, cio, wait, asJSON)
+				}
 				if len(args) != 2 || args[0] != "remove" {
-					return usagef("usage: meshctl control remove --data DIR NODE")
+					return usagef("usage: meshctl control remove NODE --data DIR, or meshctl control status --data DIR")
 				}
 				node := strings.TrimSpace(args[1])
 				var res api.ControlRemoveResult

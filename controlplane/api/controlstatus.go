@@ -1,0 +1,57 @@
+package api
+
+import "time"
+
+// ControlStatusSubject is where every control node answers for itself, leader or
+// not, from what it holds: its Raft configuration and role, the leader it follows,
+// and the control nodes it hears. The operator API (AdminPrefix) is served by the
+// leader alone, so with the quorum lost nothing answers there; this is how an
+// operator sees then which control nodes run and which voters are missing
+// (`meshctl control status`). It is not under AdminPrefix, where the leader's
+// subscription would take its requests too.
+const ControlStatusSubject = "mesh.controlstatus"
+
+// OpControlStatus names a request to ControlStatusSubject in its AdminRequest
+// envelope: the request is decoded as strictly as the operator API's.
+const OpControlStatus = "control.status"
+
+// ControlStatusRequest asks a control node for its own view. It has no arguments.
+type ControlStatusRequest struct{}
+
+// Raft states a control node reports of itself in a ControlStatus.
+const (
+	RaftStateLeader    = "leader"
+	RaftStateFollower  = "follower"
+	RaftStateCandidate = "candidate"
+	RaftStateShutdown  = "shutdown"
+)
+
+// ControlStatus is one control node's view of the control plane, from its own
+// replicated state (which may be behind) and its own Raft.
+type ControlStatus struct {
+	Mesh string `json:"mesh"`
+	Node string `json:"node"`
+	// Raft is this node's Raft state: leader, follower or candidate (electing:
+	// it hears no leader).
+	Raft string `json:"raft_state"`
+	// Leader is the leader this node follows ("": none known).
+	Leader string `json:"leader,omitempty"`
+	Term   uint64 `json:"term"`
+	// LastContact is when this node last heard from a leader (zero: on the leader,
+	// or never since it started).
+	LastContact  time.Time `json:"last_contact,omitzero"`
+	CommitIndex  uint64    `json:"commit_index"`
+	AppliedIndex uint64    `json:"applied_index"`
+	// Members is the Raft configuration as this node holds it.
+	Members []RaftMember `json:"members"`
+	// Control is the control nodes as this node sees them: its replicated state,
+	// and the heartbeats it heard.
+	Control []ControlView `json:"control"`
+}
+
+// RaftMember is one server of a Raft configuration.
+type RaftMember struct {
+	ID      string `json:"id"`
+	Address string `json:"address"`
+	Voter   bool   `json:"voter"`
+}

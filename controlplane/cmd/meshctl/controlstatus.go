@@ -1,0 +1,138 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"mesh/controlplane/api"
+)
+
+// controlStatus runs `meshctl control status`.
+func controlStatus(cp *controlPlaneFlags, cio *cliIO, wait time.Duration, asJSON bool) error {
+	if wait <= 0 {
+		return usagef("--wait %s: must be positive", wait)
+	}
+	c, err := cp.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	answers, err := c.ControlStatus(wait)
+	if err != nil {
+		return err
+	}
+	r := reportControlStatus(answers)
+	if asJSON {
+		if err := writeJSON(cio.stdout, r); err != nil {
+			return err
+		}
+	} else {
+		printControlStatus(cio.stdout, r, time.Now())
+	}
+	if r.Leader == "" {
+		return exitError{code: exitUnreachable, err: fmt.Errorf("the control plane has no leader: %d of %d voters missing", len(r.Missing), len(r.Voters))}
+	}
+	return nil
+}
+
+// controlStatusReport is what `meshctl control status` makes of the answers.
+type controlStatusReport struct {
+	// Leader is the leader the answering nodes follow ("" none).
+	Leader string `json:"leader,omitempty"`
+	// Voters are the voters of the most recent Raft configuration among the
+	// answers; Quorum is how many of them must run for a leader.
+	Voters []string `json:"voters"`
+	Quorum int      `json:"quorum"`
+	// Missing are the members of that configuration that did not answer.
+	Missing  []string            `json:"missing,omitempty"`
+	Answered []api.ControlStatus `json:"answered"`
+}
+
+// reportControlStatus sums up the answers: the leader, and the voters that did not
+// answer, from the configuration of the node that applied the most.
+func reportControlStatus(answers []api.ControlStatus) controlStatusReport {
+	r := controlStatusReport{Answered: answers}
+	var newest api.ControlStatus
+	for _, a := range answers {
+		if a.CommitIndex >= newest.CommitIndex {
+			newest = a
+		}
+		if a.Raft == api.RaftStateLeader {
+			r.Leader = a.Node
+		}
+	}
+	if r.Leader == "" {
+		// A follower that hears its leader names it; with the leader's own answer
+		// missing (its broker has no route here), theirs says who leads.
+		for _, a := range answers {
+			if a.Leader != "" && a.Raft == api.RaftStateFollower {
+				r.Leader = a.Leader
+			}
+		}
+	}
+	answered := func(id string) bool {
+		return slices.ContainsFunc(answers, func(a api.ControlStatus) bool { return a.Node == id })
+	}
+	for _, m := range newest.Members {
+		if m.Voter {
+			r.Voters = append(r.Voters, m.ID)
+		}
+		if !answered(m.ID) {
+			r.Missing = append(r.Missing, m.ID)
+		}
+	}
+	r.Quorum = len(r.Voters)/2 + 1
+	return r
+}
+
+func printControlStatus(w io.Writer, r controlStatusReport, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONTROL\tRAFT\tLEADER\tTERM\tLAST CONTACT\tCOMMIT INDEX\tAPPLIED INDEX\tVOTERS")
+	for _, a := range r.Answered {
+		leader, contact := "-", "-"
+		if a.Leader != "" {
+			leader = a.Leader
+		}
+		if !a.LastContact.IsZero() {
+			contact = ago(now.Sub(a.LastContact))
+		}
+		var voters []string
+		for _, m := range a.Members {
+			if m.Voter {
+				voters = append(voters, m.ID)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\n", oneLine(a.Node, 64), a.Raft, oneLine(leader, 64), a.Term, contact,
+			a.CommitIndex, a.AppliedIndex, oneLine(strings.Join(voters, ","), 200))
+	}
+	for _, id := range r.Missing {
+		fmt.Fprintf(tw, "%s\t(no answer)\n", oneLine(id, 64))
+	}
+	tw.Flush()
+	up := len(r.Voters)
+	for _, id := range r.Missing {
+		if slices.Contains(r.Voters, id) {
+			up--
+		}
+	}
+	// Ids come from the control nodes' answers: printed as text, never as escapes.
+	leader := oneLine(r.Leader, 64)
+	missing := make([]string, len(r.Missing))
+	for i, id := range r.Missing {
+		missing[i] = oneLine(id, 64)
+	}
+	switch {
+	case r.Leader != "" && len(r.Missing) == 0:
+		fmt.Fprintf(w, "leader %s; every member answered\n", leader)
+	case r.Leader != "":
+		fmt.Fprintf(w, "leader %s; not answering: %s (stopped, or its broker has no route to the one reached)\n", leader, strings.Join(missing, ", "))
+	default:
+		fmt.Fprintf(w, "no leader: %d of %d voters answer, and a leader needs %d. Start the voters that do not answer (%s); "+
+			"an election takes a few seconds once a quorum runs. If they are lost for good, recover the quorum from the survivors "+
+			"(docs/operations.md, \"Recovering from lost quorum\")\n", up, len(r.Voters), r.Quorum, strings.Join(missing, ", "))
+	}
+}

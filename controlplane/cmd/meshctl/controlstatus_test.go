@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/controlplane/api"
+)
+
+func TestReportControlStatus(t *testing.T) {
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	three := []api.RaftMember{{ID: "cp-1", Address: "10.0.0.1:7301", Voter: true}, {ID: "cp-2", Address: "10.0.0.2:7301", Voter: true},
+		{ID: "cp-3", Address: "10.0.0.3:7301", Voter: true}, {ID: "cp-4", Address: "10.0.0.4:7301"}}
+	older := three[:3]
+	for name, tc := range map[string]struct {
+		answers     []api.ControlStatus
+		leader      string
+		missing     []string
+		voters      int
+		quorum      int
+		wantInText  string
+		wantMissing string
+	}{
+		"all answer": {
+			answers: []api.ControlStatus{
+				{Node: "cp-1", Raft: api.RaftStateLeader, Members: three, CommitIndex: 9},
+				{Node: "cp-2", Raft: api.RaftStateFollower, Leader: "cp-1", Members: three, CommitIndex: 9},
+				{Node: "cp-3", Raft: api.RaftStateFollower, Leader: "cp-1", Members: three, CommitIndex: 9},
+				{Node: "cp-4", Raft: api.RaftStateFollower, Leader: "cp-1", Members: three, CommitIndex: 9},
+			},
+			leader: "cp-1", voters: 3, quorum: 2, wantInText: "leader cp-1; every member answered",
+		},
+		"the leader's broker not routed here": {
+			answers: []api.ControlStatus{
+				{Node: "cp-2", Raft: api.RaftStateFollower, Leader: "cp-1", Members: three, CommitIndex: 9, LastContact: now.Add(-time.Second)},
+				{Node: "cp-3", Raft: api.RaftStateFollower, Leader: "cp-1", Members: three, CommitIndex: 9},
+			},
+			leader: "cp-1", missing: []string{"cp-1", "cp-4"}, voters: 3, quorum: 2, wantInText: "leader cp-1; not answering: cp-1, cp-4",
+		},
+		"quorum lost; the newest configuration counts": {
+			answers: []api.ControlStatus{
+				{Node: "cp-1", Raft: api.RaftStateCandidate, Members: three, CommitIndex: 12, LastContact: now.Add(-41 * time.Second)},
+				{Node: "cp-4", Raft: api.RaftStateFollower, Members: older, CommitIndex: 3},
+			},
+			missing: []string{"cp-2", "cp-3"}, voters: 3, quorum: 2,
+			wantInText: "no leader: 1 of 3 voters answer, and a leader needs 2. Start the voters that do not answer (cp-2, cp-3)",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := reportControlStatus(tc.answers)
+			if r.Leader != tc.leader || !slices.Equal(r.Missing, tc.missing) || len(r.Voters) != tc.voters || r.Quorum != tc.quorum {
+				t.Fatalf("report = leader %q missing %v voters %v quorum %d; want %q %v %d %d", r.Leader, r.Missing, r.Voters, r.Quorum, tc.leader, tc.missing, tc.voters, tc.quorum)
+			}
+			var b bytes.Buffer
+			printControlStatus(&b, r, now)
+			out := b.String()
+			if !strings.Contains(out, tc.wantInText) {
+				t.Fatalf("output lacks %q:\n%s", tc.wantInText, out)
+			}
+			for _, id := range tc.missing {
+				if !regexp.MustCompile(`(?m)^` + id + ` +\(no answer\)$`).MatchString(out) {
+					t.Errorf("output does not list %s as not answering:\n%s", id, out)
+				}
+			}
+		})
+	}
+}
+
+// A control node's id and leader come from the network: printed, they carry no
+// escapes a terminal would act on.
+func TestControlStatusPrintsNoEscapes(t *testing.T) {
+	r := reportControlStatus([]api.ControlStatus{{Node: "cp-1\x1b]0;owned\x07", Raft: api.RaftStateFollower, Leader: "\x1b[2J",
+		Members: []api.RaftMember{{ID: "cp-9\x1b[2J", Voter: true}}}})
+	var b bytes.Buffer
+	printControlStatus(&b, r, time.Now())
+	if strings.ContainsRune(b.String(), 0x1b) || strings.ContainsRune(b.String(), 0x07) {
+		t.Fatalf("escape printed: %q", b.String())
+	}
+}

@@ -1,0 +1,114 @@
+package integration
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/controlplane/api"
+	"mesh/integration/harness"
+)
+
+// controlStatusJSON is what `meshctl control status --json` prints.
+type controlStatusJSON struct {
+	Leader   string              `json:"leader"`
+	Voters   []string            `json:"voters"`
+	Quorum   int                 `json:"quorum"`
+	Missing  []string            `json:"missing"`
+	Answered []api.ControlStatus `json:"answered"`
+}
+
+func controlStatusOf(t *testing.T, cp *harness.ControlPlane) (controlStatusJSON, harness.Result) {
+	t.Helper()
+	r := cp.Ctl("control", "status", "--json")
+	var s controlStatusJSON
+	if r.Code == 0 || r.Code == 3 {
+		if err := json.Unmarshal([]byte(r.Stdout), &s); err != nil {
+			t.Fatalf("control status --json (exit %d): %v\n%s", r.Code, err, r.Combined())
+		}
+	}
+	return s, r
+}
+
+func answeredBy(s controlStatusJSON) []string {
+	var out []string
+	for _, a := range s.Answered {
+		out = append(out, a.Node)
+	}
+	return out
+}
+
+// TestControlStatusWithoutQuorum: three control nodes lose two of them for good.
+// Every operator request went to the leader, so with the quorum lost meshctl could
+// only say that no control node answered (exit 3), and nothing said which voters
+// were missing: what the recovery (raft/peers.json, from the survivors) needs.
+// `meshctl control status` asks every control node for its own view, leader or not:
+// with all three running it names the leader; with two killed, the survivor answers
+// that it has no leader, that cp-2 and cp-3 do not answer and that a leader needs 2
+// of 3 (exit 3); after the recovery from the survivor alone, it leads a one-voter
+// configuration (exit 0). The built binaries.
+func TestControlStatusWithoutQuorum(t *testing.T) {
+	cps := threeControlNodes(t, "quorum")
+	cp1, cp2, cp3 := cps[0], cps[1], cps[2]
+
+	s, r := controlStatusOf(t, cp1)
+	if r.Code != 0 || s.Leader == "" || len(s.Missing) != 0 || !slices.Equal(answeredBy(s), []string{"cp-1", "cp-2", "cp-3"}) || len(s.Voters) != 3 || s.Quorum != 2 {
+		t.Fatalf("control status with every node running (exit %d): %+v\n%s", r.Code, s, r.Stderr)
+	}
+	for _, a := range s.Answered {
+		if a.Raft != api.RaftStateLeader && a.Leader != s.Leader {
+			t.Errorf("%s follows %q, the leader is %s", a.Node, a.Leader, s.Leader)
+		}
+		if len(a.Control) != 3 || len(a.Members) != 3 {
+			t.Errorf("%s sees %d control nodes and %d members, want 3 and 3", a.Node, len(a.Control), len(a.Members))
+		}
+	}
+
+	cp2.Process().Kill()
+	cp3.Process().Kill()
+	cp2.Process().Wait(10 * time.Second)
+	cp3.Process().Wait(10 * time.Second)
+
+	until(t, "the survivor says it has no leader and which voters are missing", 20*time.Second, func() string {
+		s, r := controlStatusOf(t, cp1)
+		if r.Code != 3 || s.Leader != "" || !slices.Equal(s.Missing, []string{"cp-2", "cp-3"}) || !slices.Equal(answeredBy(s), []string{"cp-1"}) {
+			return r.Combined()
+		}
+		if a := s.Answered[0]; a.Raft == api.RaftStateLeader || a.Leader != "" {
+			return "cp-1 still says it leads or follows a leader: " + r.Stdout
+		}
+		return ""
+	})
+	// The operator API has nobody to serve it, and says where to look.
+	if r := cp1.Ctl("nodes", "--leader-wait", "1s"); r.Code != 3 || !strings.Contains(r.Stderr, "meshctl control status") {
+		t.Fatalf("nodes without a quorum (exit %d, want 3 and a pointer to control status):\n%s", r.Code, r.Combined())
+	}
+	r = cp1.Ctl("control", "status")
+	if r.Code != 3 || !strings.Contains(r.Stdout, "no leader: 1 of 3 voters answer, and a leader needs 2") ||
+		!strings.Contains(r.Stdout, "(cp-2, cp-3)") || !strings.Contains(r.Stdout, "Recovering from lost quorum") {
+		t.Fatalf("control status as text without a quorum (exit %d):\n%s", r.Code, r.Combined())
+	}
+
+	// The recovery the message points to, from what control status named.
+	s, _ = controlStatusOf(t, cp1)
+	var raftAddr string
+	for _, m := range s.Answered[0].Members {
+		if m.ID == "cp-1" {
+			raftAddr = m.Address
+		}
+	}
+	if raftAddr != cp1.Raft {
+		t.Fatalf("control status gives cp-1's Raft address as %q, want %s", raftAddr, cp1.Raft)
+	}
+	cp1.Process().Kill()
+	cp1.Process().Wait(10 * time.Second)
+	writeFile(t, filepath.Join(cp1.Dir, "raft", "peers.json"), `[{"id":"cp-1","address":"`+raftAddr+`","non_voter":false}]`)
+	cp1.Serve()
+	s, r = controlStatusOf(t, cp1)
+	if r.Code != 0 || s.Leader != "cp-1" || len(s.Missing) != 0 || !slices.Equal(s.Voters, []string{"cp-1"}) || s.Quorum != 1 {
+		t.Fatalf("control status after the recovery (exit %d): %+v\n%s", r.Code, s, r.Combined())
+	}
+}
