@@ -1,10 +1,14 @@
 package daemon
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"mesh/controlplane/api"
+	"mesh/controlplane/replication"
 )
 
 func TestCaughtUpHoldsOnABusyLog(t *testing.T) {
@@ -44,5 +48,26 @@ func TestCaughtUpHoldsOnABusyLog(t *testing.T) {
 	beat(stuck, "cp-4", 0, 900)
 	if stuck.caughtUp("cp-4", 1_300) {
 		t.Fatal("a node whose applied index does not move counts as caught up")
+	}
+}
+
+func TestNotFollowingSaysWhatToDo(t *testing.T) {
+	three := []replication.Member{{ID: "cp-1", Address: "10.0.0.1:7301", Voter: true}, {ID: "cp-2", Address: "10.0.0.2:7301", Voter: true},
+		{ID: "cp-3", Address: "10.0.0.3:7301", Voter: true}, {ID: "cp-4", Address: "10.0.0.4:7301"}}
+	err := notFollowing(context.DeadlineExceeded, "cp-1", "", three, time.Minute)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("%v does not wrap the deadline", err)
+	}
+	for _, want := range []string{"no leader within 1m0s", "needs 2 of the 3 voters", "cp-2 (10.0.0.2:7301)", "meshctl control status", "Recovering from lost quorum"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("no leader: %q lacks %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "cp-4") {
+		t.Errorf("a nonvoter counted among the voters: %q", err)
+	}
+	err = notFollowing(context.DeadlineExceeded, "cp-1", "cp-2", three, time.Minute)
+	if !strings.Contains(err.Error(), "cp-1 follows cp-2 but had not applied its log within 1m0s") {
+		t.Errorf("with a leader: %q", err)
 	}
 }

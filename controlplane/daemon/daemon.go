@@ -629,7 +629,29 @@ func (d *Daemon) waitFollowing(ctx context.Context) error {
 	if errors.Is(context.Cause(ctx), ErrRemoved) {
 		return fmt.Errorf("%w: the other control nodes list %s as removed (meshctl control remove), and it will not serve again. To bring the machine back, join it with a new control token and a fresh --data directory", ErrRemoved, d.cfg.Node)
 	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		members, _ := d.raft.Members()
+		return notFollowing(err, d.cfg.Node, d.raft.Leader(), members, d.opts.ReadyTimeout)
+	}
 	return err
+}
+
+// notFollowing says why a starting node did not catch up within waited, and what to
+// do: with no leader, which voters it needs (a lost quorum restarted under systemd
+// said only "context deadline exceeded", once a minute).
+func notFollowing(err error, node, leader string, members []replication.Member, waited time.Duration) error {
+	if leader != "" {
+		return fmt.Errorf("%w: %s follows %s but had not applied its log within %s (a large state to transfer, or a slow disk); start it again to go on", err, node, leader, waited)
+	}
+	var voters []string
+	for _, m := range members {
+		if m.Voter {
+			voters = append(voters, m.ID+" ("+m.Address+")")
+		}
+	}
+	return fmt.Errorf("%w: no leader within %s. A leader needs %d of the %d voters of this node's Raft configuration running and reachable on their Raft ports: %s. "+
+		"Start those that are down; `meshctl control status` on a running control node names the ones that answer. If they are lost for good, recover from the survivors (docs/operations.md, \"Recovering from lost quorum\")",
+		err, waited, len(voters)/2+1, len(voters), strings.Join(voters, ", "))
 }
 
 // listedRemoved asks the control plane, through the other nodes' brokers, whether
