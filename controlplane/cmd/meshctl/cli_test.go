@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nkeys"
+
 	"mesh/controlplane/api"
+	"mesh/controlplane/bootstrap"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/operator"
 	"mesh/controlplane/pki"
@@ -329,7 +332,13 @@ func TestEndpointFromDataDir(t *testing.T) {
 	if err := d.SaveConfig(datadir.Config{Mesh: "m", Node: "cp-1", Listen: "127.0.0.1:7300", Brokers: []string{"127.0.0.1:7300"}, CAPin: pinHex}); err != nil {
 		t.Fatal(err)
 	}
-	writeTestFile(t, d.Path(datadir.AdminCredsFile), "x")
+	// Credentials that hold a user JWT: meshctl refuses others before it dials.
+	account, _ := nkeys.CreateAccount()
+	creds, err := bootstrap.OperatorCreds(account, "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTestFile(t, d.Path(datadir.AdminCredsFile), string(creds))
 	f := controlPlaneFlags{dir: dir, remoteAllowed: true, getenv: func(string) string { return "" }}
 	e, err := f.endpoint()
 	if err != nil || e.Creds != d.Path(datadir.AdminCredsFile) || e.Servers[0] != "127.0.0.1:7300" {
