@@ -99,6 +99,10 @@ Control tokens are minted with the data directory of the node holding the CA key
 				if ttl < time.Second || ttl > tokenfmt.MaxTTL {
 					return usagef("--ttl %s: must be at least 1s and at most %s (a long-lived token is a long-lived root credential)", ttl, tokenfmt.MaxTTL)
 				}
+				// Before anything is minted: a token goes only where other users cannot read it.
+				if err := privateOutput(cio.stdout); err != nil {
+					return err
+				}
 				if r == tokenfmt.RoleControl {
 					if addr == "" {
 						return usagef("--role control needs --addr, the new control node's broker address")

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+// privateOutput makes w, when it is a regular file (stdout redirected: `meshctl token
+// ... > token.txt`), readable by its owner only, before a token is written to it.
+// The shell creates that file with the user's umask, 0644 under the usual 022, and a
+// token admits its node to whoever presents it first: every local user could have read
+// it for as long as it lives. A pipe or a terminal is left as it is. A file that cannot
+// be made private gets no token, and is named.
+func privateOutput(w io.Writer) error {
+	f, ok := w.(*os.File)
+	if !ok {
+		return nil
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 == 0 {
+		return nil
+	}
+	if err := f.Chmod(fi.Mode().Perm() &^ 0o077); err != nil {
+		return fmt.Errorf("stdout is a file other users may read (mode %v), and it could not be made private (%w); no token was minted: write it to a file of your own, or through a pipe", fi.Mode().Perm(), err)
+	}
+	return nil
+}
