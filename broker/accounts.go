@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
@@ -59,9 +60,14 @@ type Flows struct {
 	OperatorServices []string
 	// OperatorGathers are subjects served in the control account by every control
 	// node, each with its own answer, that operators may request: like
-	// OperatorServices, but the requester hears every answer, not the first.
+	// OperatorServices, but the requester hears every answer, not the first, for up
+	// to MaxGatherWait.
 	OperatorGathers []string
 }
+
+// MaxGatherWait is how long the answers to a request on one of Flows.OperatorGathers
+// are carried back to the requester.
+const MaxGatherWait = 30 * time.Second
 
 // Limits bound every connection of the hosts account, enforced by nats-server: a
 // larger message closes the connection ("Maximum Payload Violation"), and so does
@@ -187,7 +193,10 @@ func newAccounts(mesh string, operator nkeys.KeyPair, flows Flows, limits Limits
 		ops.Imports.Add(&jwt.Import{Account: acc.names[AccountControl], Subject: jwt.Subject(subj), Type: jwt.Service})
 	}
 	for _, subj := range flows.OperatorGathers {
-		control.Exports.Add(&jwt.Export{Subject: jwt.Subject(subj), Type: jwt.Service, ResponseType: jwt.ResponseTypeStream})
+		// The broker keeps a streamed request's way back until the threshold passes
+		// (2 minutes by default), answered or not: bounded to what a gather waits.
+		control.Exports.Add(&jwt.Export{Subject: jwt.Subject(subj), Type: jwt.Service, ResponseType: jwt.ResponseTypeStream,
+			ResponseThreshold: MaxGatherWait})
 		ops.Imports.Add(&jwt.Import{Account: acc.names[AccountControl], Subject: jwt.Subject(subj), Type: jwt.Service})
 	}
 	for _, subj := range MonitoringSubjects() {

@@ -102,6 +102,11 @@ func TestRemovedControlNodeIsShutOut(t *testing.T) {
 	if r.Code != 4 || !strings.Contains(r.Stderr, "may only read") {
 		t.Fatalf("declare with a removed node's credentials (exit %d, want 4): %s", r.Code, r.Combined())
 	}
+	// Nor each control node's own view, which needs no leader: the broker keeps a
+	// way back for each such request's answers, so only operators may ask.
+	if r := cp2.Ctl("control", "status"); r.Code == 0 || !strings.Contains(r.Stderr, "refused these credentials") {
+		t.Fatalf("control status with a removed node's credentials (exit %d): %s", r.Code, r.Combined())
+	}
 	if r := cp2.Ctl("token", "--node", "web-9", "--timeout", "3s"); r.Code != 4 {
 		t.Fatalf("token with a removed node's credentials (exit %d, want 4): %s", r.Code, r.Combined())
 	}

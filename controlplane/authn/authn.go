@@ -292,7 +292,7 @@ func OperatorGrant(name string) broker.Grant {
 // answers to the other operators' changes and monitoring requests (every host's
 // connection, with its address), which it may not ask for itself.
 func RemovedOperatorGrant(name, node, key string) broker.Grant {
-	read := []string{api.ControlStatusSubject}
+	var read []string
 	for _, op := range api.AdminOps() {
 		if api.ReadOnly(op) {
 			read = append(read, api.AdminSubject(op))

@@ -8,13 +8,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"mesh/broker"
 	"mesh/controlplane/api"
 )
 
 // controlStatus runs `meshctl control status`.
 func controlStatus(cp *controlPlaneFlags, cio *cliIO, wait time.Duration, asJSON bool) error {
-	if wait <= 0 {
-		return usagef("--wait %s: must be positive", wait)
+	if wait <= 0 || wait > broker.MaxGatherWait {
+		return usagef("--wait %s: must be positive and at most %s", wait, broker.MaxGatherWait)
 	}
 	c, err := cp.dial()
 	if err != nil {
