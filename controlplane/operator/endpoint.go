@@ -120,16 +120,17 @@ func readSmall(path string) ([]byte, error) {
 func ParseServers(lists ...string) ([]string, error) {
 	var out []string
 	for _, list := range lists {
+		if strings.Contains(list, "@") {
+			// A NATS URL's user and password, or token: the mesh never logs an
+			// operator in with them (operators present a .creds file), and the
+			// refusal, printed and perhaps logged, repeats no part of the list, where
+			// a password may hold a comma or an '@' of its own.
+			return nil, fmt.Errorf("%w: a broker address holds credentials before an '@' (a user, a password or a token), which the mesh does not use: give host:port, and the operator credentials with --creds", ErrEndpoint)
+		}
 		for _, s := range strings.Split(list, ",") {
 			s = strings.TrimSpace(s)
 			if s == "" {
 				continue
-			}
-			if at := strings.LastIndexByte(s, '@'); at >= 0 {
-				// A NATS URL's user and password, or token: the mesh never logs an
-				// operator in with them (operators present a .creds file), and the
-				// refusal, printed and perhaps logged, does not repeat them.
-				return nil, fmt.Errorf("%w: broker %q holds credentials before its '@', which the mesh does not use: give host:port, and the operator credentials with --creds", ErrEndpoint, withoutUserinfo(s, at))
 			}
 			if scheme, rest, ok := strings.Cut(s, "://"); ok {
 				if scheme != "tls" && scheme != "nats" {
@@ -151,15 +152,6 @@ func ParseServers(lists ...string) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// withoutUserinfo is s, a broker address whose credentials end at s[at], with them
-// left out.
-func withoutUserinfo(s string, at int) string {
-	if scheme, _, ok := strings.Cut(s, "://"); ok && !strings.Contains(scheme, "@") {
-		return scheme + "://…@" + s[at+1:]
-	}
-	return "…@" + s[at+1:]
 }
 
 // Context is the part of a NATS CLI context (the JSON files the nats CLI keeps in

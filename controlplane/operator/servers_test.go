@@ -20,6 +20,8 @@ func TestParseServersHidesCredentials(t *testing.T) {
 		"ws://alice:s3cr3t-pw@10.0.0.1:7300",
 		"nats://alice:s3cr3t-pw@10.0.0.1:0",
 		"nats://alice:s3cr3t-pw@10.0.0.1",
+		"nats://alice:s3cr3t,pw@10.0.0.1:7300",
+		"nats://alice:s3cr3t@pw@10.0.0.1:7300",
 	} {
 		_, err := ParseServers(s)
 		if !errors.Is(err, ErrEndpoint) {
