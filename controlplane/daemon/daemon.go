@@ -169,6 +169,9 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err := opts.Dir.CheckNotRemoved(); err != nil {
 		return nil, err
 	}
+	if err := opts.Dir.CheckPrivate(); err != nil {
+		return nil, err
+	}
 	if d.cfg, err = opts.Dir.LoadConfig(); err != nil {
 		return nil, err
 	}

@@ -221,7 +221,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		return exitUsage
 	case errors.Is(err, daemon.ErrRemoved):
 		return exitRemoved
-	case errors.Is(err, datadir.ErrNoConfig), errors.Is(err, datadir.ErrJoinIncomplete),
+	case errors.Is(err, datadir.ErrNoConfig), errors.Is(err, datadir.ErrJoinIncomplete), errors.Is(err, datadir.ErrUnprotected),
 		errors.Is(err, bootstrap.ErrConflict), errors.Is(err, join.ErrDataDir):
 		return exitDataDir
 	case errors.Is(err, operator.ErrUnreachable), errors.Is(err, operator.ErrNoLeader), errors.Is(err, operator.ErrNoAnswer):
