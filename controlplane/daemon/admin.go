@@ -173,7 +173,15 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 		}
 		cmd.Control = &state.ControlAddrs{Broker: req.Control.Broker, Raft: req.Control.Raft, Cluster: req.Control.Cluster,
 			Pin: req.Control.Pin, Operator: req.Control.Operator}
-		cmd.Sealed = req.Sealed
+		sealedTo, sum, err := d.sealToControlNodes(req.Sealed)
+		if err != nil {
+			return out, err
+		}
+		if sealedTo == nil {
+			cmd.Sealed = req.Sealed
+		} else {
+			cmd.SealedTo, cmd.SealedSum = sealedTo, sum
+		}
 	} else if req.Control != nil || len(req.Sealed) > 0 {
 		return out, badRequest("only control tokens carry addresses and a sealed identity")
 	}

@@ -177,8 +177,9 @@ func (d *Daemon) holdsCAKey() bool {
 }
 
 // admitControl answers a joining control node: the identity sealed when its token was
-// minted, and the signing key sealed now to the curve key it presented.
-func (d *Daemon) admitControl(req api.EnrolRequest, tokenID string, cn *state.ControlNode) (*api.ControlAdmission, error) {
+// minted (controlIdentity), and the signing key sealed now to the curve key it
+// presented.
+func (d *Daemon) admitControl(req api.EnrolRequest, identity []byte, cn *state.ControlNode) (*api.ControlAdmission, error) {
 	if req.CurveKey == "" {
 		return nil, errors.New("a joining control node must present a curve key")
 	}
@@ -190,12 +191,9 @@ func (d *Daemon) admitControl(req api.EnrolRequest, tokenID string, cn *state.Co
 	if err != nil {
 		return nil, fmt.Errorf("seal the signing key: %w", err)
 	}
-	adm := &api.ControlAdmission{SigningKey: sealedKey, Sealer: sealer,
+	adm := &api.ControlAdmission{SigningKey: sealedKey, Sealer: sealer, Sealed: identity,
 		Self: api.ControlMember{ID: cn.ID, Broker: cn.Broker, Raft: cn.Raft, Cluster: cn.Cluster}}
 	d.fsm.Read(func(s *state.State) {
-		if t, ok := s.Tokens[tokenID]; ok {
-			adm.Sealed = t.Sealed
-		}
 		adm.AdminAccount, adm.CAHolder = s.AdminAccount, s.CAHolder
 		for _, m := range s.ActiveControlNodes() {
 			if m.ID != cn.ID {

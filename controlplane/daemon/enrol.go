@@ -158,6 +158,14 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 		// decides whether it may be repeated.
 		return answer(d.enrolAnswer(req, state.RoleWorker, now, true))
 	}
+	// A control node's identity is opened before the enrolment is committed: one
+	// this node cannot hand over must not use the token up.
+	var identity []byte
+	if req.Role == state.RoleControl {
+		if identity, e = d.controlIdentity(id, req.Node); e != nil {
+			return refuse(e.Code, e.Message)
+		}
+	}
 	res, err := d.raft.Apply(state.Command{Op: state.OpEnrol, At: now, Enrol: &state.EnrolCmd{
 		TokenID: id, Node: req.Node, Role: req.Role, PublicKey: req.PublicKey, CurveKey: req.CurveKey,
 	}}, commitTimeout)
@@ -171,7 +179,7 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 		return refuse(refusalCode(res.Err), res.Err.Error())
 	}
 	if res.Control != nil {
-		adm, err := d.admitControl(req, id, res.Control)
+		adm, err := d.admitControl(req, identity, res.Control)
 		if err != nil {
 			return refuse(api.CodeInternal, err.Error())
 		}

@@ -94,9 +94,17 @@ type CreateTokenCmd struct {
 	Role     string            `json:"role"`
 	Labels   map[string]string `json:"labels,omitempty"`
 	TTL      time.Duration     `json:"ttl"`
-	// Control and Sealed are set for control tokens only (see Token).
-	Control *ControlAddrs `json:"control,omitempty"`
-	Sealed  []byte        `json:"sealed,omitempty"`
+	// Control, and SealedTo with SealedSum (or, as recorded before them, Sealed), are
+	// set for control tokens only (see Token).
+	Control   *ControlAddrs             `json:"control,omitempty"`
+	Sealed    []byte                    `json:"sealed,omitempty"`
+	SealedTo  map[string]SealedIdentity `json:"sealed_to,omitempty"`
+	SealedSum string                    `json:"sealed_sum,omitempty"`
+}
+
+// sealsIdentity reports whether c carries a sealed identity, in either form.
+func (c *CreateTokenCmd) sealsIdentity() bool {
+	return len(c.Sealed) > 0 || len(c.SealedTo) > 0 && c.SealedSum != ""
 }
 
 // EnrolCmd consumes a token and records the node with its public key.
@@ -301,11 +309,11 @@ func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd) Result {
 	if err := s.idTaken(c.Node); err != nil {
 		return Result{Err: err}
 	}
-	if (c.Role == RoleControl) != (c.Control != nil && len(c.Sealed) > 0) {
+	if (c.Role == RoleControl) != (c.Control != nil && c.sealsIdentity()) || len(c.Sealed) > 0 && len(c.SealedTo) > 0 {
 		return Result{Err: fmt.Errorf("%w: a control token carries addresses and a sealed identity, a worker token neither", ErrBadCommand)}
 	}
 	t := &Token{ID: c.ID, ProofKey: c.ProofKey, Node: c.Node, Role: c.Role, Labels: maps.Clone(c.Labels), CreatedAt: at, Expiry: at.Add(c.TTL),
-		Control: c.Control, Sealed: slices.Clone(c.Sealed)}
+		Control: c.Control, Sealed: slices.Clone(c.Sealed), SealedTo: maps.Clone(c.SealedTo), SealedSum: c.SealedSum}
 	s.Tokens[c.ID] = t
 	if due := t.purgeDue(); due.Before(s.purgeAt) {
 		s.purgeAt = due
@@ -318,7 +326,7 @@ func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd) Result {
 // sameRequest reports whether c asks for exactly the token t records.
 func (t *Token) sameRequest(c *CreateTokenCmd) bool {
 	return t.Node == c.Node && t.ProofKey == c.ProofKey && t.Role == c.Role && maps.Equal(t.Labels, c.Labels) &&
-		t.Expiry.Sub(t.CreatedAt) == c.TTL && bytes.Equal(t.Sealed, c.Sealed) &&
+		t.Expiry.Sub(t.CreatedAt) == c.TTL && bytes.Equal(t.Sealed, c.Sealed) && t.SealedSum == c.SealedSum &&
 		(t.Control == nil) == (c.Control == nil) && (t.Control == nil || *t.Control == *c.Control)
 }
 
@@ -335,7 +343,7 @@ func (s *State) applyCancelTokens(at time.Time, c *CancelTokensCmd) Result {
 		}
 		t.CancelledAt = at
 		// A control token's sealed identity is useless once the token is: drop it.
-		t.Sealed = nil
+		t.dropIdentity()
 		tc := *t
 		tc.Labels = maps.Clone(t.Labels)
 		out = append(out, tc)
@@ -544,8 +552,8 @@ func (s *State) purgeTokens(at time.Time) {
 			delete(s.Tokens, id)
 			continue
 		}
-		if len(t.Sealed) > 0 && !at.Before(t.Expiry) {
-			t.Sealed = nil
+		if t.HoldsIdentity() && !at.Before(t.Expiry) {
+			t.dropIdentity()
 		}
 		if due := t.purgeDue(); next.IsZero() || due.Before(next) {
 			next = due
@@ -567,7 +575,7 @@ func (s *State) PurgeDue(at time.Time) bool {
 // purgeDue is when purgeTokens next has something to do with t: its expiry while it
 // holds a sealed identity, then the end of its retention.
 func (t *Token) purgeDue() time.Time {
-	if len(t.Sealed) > 0 {
+	if t.HoldsIdentity() {
 		return t.Expiry
 	}
 	return t.Expiry.Add(expiredTokenRetention)

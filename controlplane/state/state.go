@@ -93,10 +93,19 @@ type Token struct {
 	Expiry    time.Time         `json:"expiry"`
 	// Control tokens carry the addresses the node is admitted with and its TLS
 	// identity and operator credentials, sealed under a key derived from the token
-	// secret: any control node can hand them over, and the state alone opens nothing.
-	// Sealed is dropped once the token has expired or was cancelled (purgeTokens).
-	Control *ControlAddrs `json:"control,omitempty"`
-	Sealed  []byte        `json:"sealed,omitempty"`
+	// secret, then sealed again to each control node's curve key (SealedTo, keyed by
+	// node id): the control node that admits the joiner opens its copy and hands over
+	// what the token's secret opens. So neither the state nor the Raft log, which
+	// keeps entries after the state drops them, opens with the token's text alone: a
+	// control node's curve key is needed too, and that never leaves its data
+	// directory. SealedSum is the hex SHA-256 of the identity as the minting meshctl
+	// sealed it, which tells the same request sent again from another. Sealed holds
+	// it as it was recorded before SealedTo (the token's secret alone opens it).
+	// Both are dropped once the token has expired or was cancelled (purgeTokens).
+	Control   *ControlAddrs             `json:"control,omitempty"`
+	Sealed    []byte                    `json:"sealed,omitempty"`
+	SealedTo  map[string]SealedIdentity `json:"sealed_to,omitempty"`
+	SealedSum string                    `json:"sealed_sum,omitempty"`
 	// UsedAt and UsedKey are set when the token enrolled a node with that key.
 	UsedAt  time.Time `json:"used_at,omitzero"`
 	UsedKey string    `json:"used_key,omitempty"`
@@ -104,6 +113,20 @@ type Token struct {
 	// The record stays, so that whoever presents it is told "cancelled".
 	CancelledAt time.Time `json:"cancelled_at,omitzero"`
 }
+
+// SealedIdentity is a control token's sealed identity sealed again to one control
+// node's curve key; Sealer is the public curve key it was sealed with, which opening
+// it needs.
+type SealedIdentity struct {
+	Blob   []byte `json:"blob"`
+	Sealer string `json:"sealer"`
+}
+
+// HoldsIdentity reports whether the token still holds a sealed identity.
+func (t *Token) HoldsIdentity() bool { return len(t.Sealed) > 0 || len(t.SealedTo) > 0 }
+
+// dropIdentity forgets the token's sealed identity, every copy of it.
+func (t *Token) dropIdentity() { t.Sealed, t.SealedTo = nil, nil }
 
 // Token states, as operators see them.
 const (

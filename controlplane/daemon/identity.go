@@ -1,0 +1,82 @@
+package daemon
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/seal"
+	"mesh/controlplane/state"
+)
+
+// sealToControlNodes seals a control token's identity, as the minting meshctl sealed
+// it under the token's secret, once more to the curve key of every active control
+// node (state.Token explains why), and returns the copies by node id and the sum
+// that tells the same request sent again. With no control node holding a curve key
+// (none recorded one before they existed) the identity is recorded as it came.
+func (d *Daemon) sealToControlNodes(identity []byte) (map[string]state.SealedIdentity, string, error) {
+	sum := sha256.Sum256(identity)
+	var curves map[string]string
+	d.fsm.Read(func(s *state.State) {
+		curves = map[string]string{}
+		for _, c := range s.ActiveControlNodes() {
+			if c.CurveKey != "" {
+				curves[c.ID] = c.CurveKey
+			}
+		}
+	})
+	if len(curves) == 0 {
+		return nil, "", nil
+	}
+	out := make(map[string]state.SealedIdentity, len(curves))
+	for id, curve := range curves {
+		blob, sealer, err := seal.ToCurveKey(identity, curve)
+		if err != nil {
+			return nil, "", fmt.Errorf("seal the control token's identity to %s: %w", id, err)
+		}
+		out[id] = state.SealedIdentity{Blob: blob, Sealer: sealer}
+	}
+	return out, hex.EncodeToString(sum[:]), nil
+}
+
+// controlIdentity returns what a joiner presenting token tokenID is handed: the
+// identity its token's secret opens, from this node's copy. A token minted before
+// this node joined has no copy for it; the joiner is then refused before anything is
+// committed, and told to mint a new token.
+func (d *Daemon) controlIdentity(tokenID, node string) ([]byte, *api.Error) {
+	var (
+		plain   []byte
+		mine    state.SealedIdentity
+		have    bool
+		holders []string
+	)
+	d.fsm.Read(func(s *state.State) {
+		t, ok := s.Tokens[tokenID]
+		if !ok {
+			return
+		}
+		plain = t.Sealed
+		mine, have = t.SealedTo[d.cfg.Node]
+		for id := range t.SealedTo {
+			holders = append(holders, id)
+		}
+	})
+	switch {
+	case have:
+		identity, err := seal.FromCurveKey(d.curve, mine.Blob, mine.Sealer)
+		if err != nil {
+			return nil, &api.Error{Code: api.CodeInternal, Message: "this control node's copy of the token's sealed identity does not open with its curve key: " + err.Error()}
+		}
+		return identity, nil
+	case len(plain) > 0:
+		return plain, nil
+	case len(holders) > 0:
+		slices.Sort(holders)
+		return nil, &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf("the token's identity is sealed to the control nodes of its minting (%s), and %s, which leads now, joined after it: "+
+			"cancel the token (meshctl token cancel %s) and mint a new control token", strings.Join(holders, ", "), d.cfg.Node, node)}
+	}
+	return nil, &api.Error{Code: api.CodeInternal, Message: "the control token's sealed identity is missing from the state"}
+}
