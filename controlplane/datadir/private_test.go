@@ -43,7 +43,10 @@ func TestCheckPrivate(t *testing.T) {
 	}{
 		"a key others may read": {func(t *testing.T, d Dir) string { chmod(t, d.Path(TLSKeyFile), 0o644); return d.Path(TLSKeyFile) },
 			[]string{"may read it", "chmod 600 "}},
-		"credentials the group may read": {func(t *testing.T, d Dir) string { chmod(t, d.Path(AdminCredsFile), 0o640); return d.Path(AdminCredsFile) },
+		"credentials the group may read": {func(t *testing.T, d Dir) string {
+			chmod(t, d.Path(AdminCredsFile), 0o640)
+			return d.Path(AdminCredsFile)
+		},
 			[]string{"may read it", "chmod 600"}},
 		"the Raft directory others may enter": {func(t *testing.T, d Dir) string { chmod(t, d.Path(RaftDir), 0o755); return d.Path(RaftDir) },
 			[]string{"may read it", "chmod 700"}},
