@@ -39,6 +39,8 @@ func TestEveryStateRefusalHasItsCode(t *testing.T) {
 		"ErrLastControlNode": {state.ErrLastControlNode, api.CodeBadRequest},
 		"ErrRotationPending": {state.ErrRotationPending, api.CodeBadRequest},
 		"ErrNothingToRetire": {state.ErrNothingToRetire, api.CodeBadRequest},
+		// Not a refusal of a command: Raft's restore of a snapshot it cannot use.
+		"ErrBadSnapshot": {state.ErrBadSnapshot, api.CodeInternal},
 	}
 	for name, c := range want {
 		if got := refusalCode(c.err); got != c.code {
