@@ -639,20 +639,33 @@ func (f *appliedFSM) StoreConfiguration(index uint64, _ raft.Configuration) {
 // quorum (docs/operations.md). It is renamed once applied.
 const PeersFile = "peers.json"
 
+// maxPeersFile bounds the peers file: a server is a line of about 70 bytes, and a
+// mesh has a handful of control nodes. A larger file is refused before it is read.
+const maxPeersFile = 64 << 10
+
+// ErrPeersFile means the peers file is there but cannot be used: too large, not
+// JSON, not a list of servers, or one that leaves this node out. Nothing is
+// recovered and the file stays as it is.
+var ErrPeersFile = errors.New("unusable peers file")
+
 func recoverFromPeersFile(cfg Config, rc *raft.Config, store *raftboltdb.BoltStore, snaps raft.SnapshotStore, trans raft.Transport, log *slog.Logger) error {
 	path := filepath.Join(cfg.Dir, PeersFile)
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
 		return nil
+	}
+	if err == nil && fi.Size() > maxPeersFile {
+		return fmt.Errorf("%w: %s is %d bytes, more than a list of a mesh's control nodes ever takes (%d at most)", ErrPeersFile, path, fi.Size(), maxPeersFile)
 	}
 	if cfg.EmptyFSM == nil {
 		return fmt.Errorf("%s: this member cannot recover its Raft configuration (no empty state machine to replay the log into)", path)
 	}
 	conf, err := raft.ReadConfigJSON(path)
 	if err != nil {
-		return fmt.Errorf("%s: %w (expected [{\"id\":\"cp-2\",\"address\":\"10.0.0.2:7301\",\"non_voter\":false}])", path, err)
+		return fmt.Errorf("%w: %s: %w (expected [{\"id\":\"cp-2\",\"address\":\"10.0.0.2:7301\",\"non_voter\":false}])", ErrPeersFile, path, err)
 	}
 	if !slices.ContainsFunc(conf.Servers, func(s raft.Server) bool { return string(s.ID) == cfg.ID }) {
-		return fmt.Errorf("%s does not list this node (%s); a node only recovers into a configuration it belongs to", path, cfg.ID)
+		return fmt.Errorf("%w: %s does not list this node (%s); a node only recovers into a configuration it belongs to", ErrPeersFile, path, cfg.ID)
 	}
 	// RecoverCluster replays the log into a scratch state machine to compute the new
 	// snapshot; the real one is restored from it when Raft starts.
