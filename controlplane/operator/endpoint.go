@@ -90,11 +90,13 @@ func CAEndpoint(servers []string, creds, caFile string) (Endpoint, error) {
 	}, nil
 }
 
-// maxSmallFile bounds the CA file and a NATS context file: each is a few KiB at most.
+// maxSmallFile bounds the CA file, a NATS context file and a credentials file: each
+// is a few KiB at most.
 const maxSmallFile = 1 << 20
 
-// ErrFileTooLarge means a CA or context file is over 1 MiB; it was not read whole.
-var ErrFileTooLarge = errors.New("larger than 1 MiB: not a CA certificate or a NATS context")
+// ErrFileTooLarge means a CA, context or credentials file is over 1 MiB; it was not
+// read whole.
+var ErrFileTooLarge = errors.New("larger than 1 MiB: not a CA certificate, a NATS context or operator credentials")
 
 // readSmall reads a file of at most maxSmallFile bytes, reading no more than one
 // byte past the cap of a larger one.

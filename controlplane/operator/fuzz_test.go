@@ -10,6 +10,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"mesh/controlplane/pki"
 )
 
 // TestParseServersRefusesBadPorts: a port that is not a number from 1 to 65535, and a
@@ -62,7 +66,8 @@ func FuzzParseServers(f *testing.F) {
 	})
 }
 
-// TestOperatorFilesOverTheCap: a CA file or a NATS context over 1 MiB is refused
+// TestOperatorFilesOverTheCap: a CA file, a NATS context or credentials over 1 MiB
+// are refused
 // with ErrFileTooLarge after reading one byte past the cap, never read whole.
 func TestOperatorFilesOverTheCap(t *testing.T) {
 	dir := t.TempDir()
@@ -80,6 +85,19 @@ func TestOperatorFilesOverTheCap(t *testing.T) {
 	}
 	if _, err := LoadContext(huge, func(string) string { return "" }); !errors.Is(err, ErrFileTooLarge) || !errors.Is(err, ErrEndpoint) {
 		t.Errorf("context: %v", err)
+	}
+	o := nats.GetDefaultOptions()
+	var err error
+	for _, opt := range CredsLogin(huge, pki.PinnedClientConfig([32]byte{1}), time.Second) {
+		if err = opt(&o); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		_, err = o.UserJWT()
+	}
+	if !errors.Is(err, ErrFileTooLarge) {
+		t.Errorf("credentials: %v", err)
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Fatalf("took %v: were the files read whole?", took)

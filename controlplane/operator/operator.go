@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -145,7 +144,7 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 		if errors.Is(err, pki.ErrPinMismatch) {
 			return nil, fmt.Errorf("%w at %s: %w", ErrUnreachable, strings.Join(servers, ", "), pki.ErrPinMismatch)
 		}
-		if errors.Is(err, ErrNoUserJWT) {
+		if errors.Is(err, ErrNoUserJWT) || errors.Is(err, ErrFileTooLarge) {
 			// The credentials, not the mesh: nothing was sent.
 			return nil, fmt.Errorf("%w: %w", ErrEndpoint, err)
 		}
@@ -176,7 +175,7 @@ func brokerFull(err error) bool {
 func CredsLogin(creds string, tlsConfig *tls.Config, timeout time.Duration) []nats.Option {
 	d := &broker.BoundDialer{TLS: tlsConfig, Timeout: timeout}
 	userJWT := func() (string, error) {
-		b, err := os.ReadFile(creds)
+		b, err := readSmall(creds)
 		if err != nil {
 			return "", err
 		}
@@ -184,7 +183,7 @@ func CredsLogin(creds string, tlsConfig *tls.Config, timeout time.Duration) []na
 		return credsJWT(creds, b)
 	}
 	sign := func(msg []byte) ([]byte, error) {
-		b, err := os.ReadFile(creds)
+		b, err := readSmall(creds)
 		if err != nil {
 			return nil, err
 		}
