@@ -27,7 +27,10 @@ success only when confirmed; a join that cannot be confirmed is rolled back and 
 why. Running it again resumes an unfinished join, and is a no-op on a joined node.
 SIGINT or SIGTERM stops it at any step (exit 9), rolling back a join the mesh had as
 a nonvoter; running it again with the same token resumes. It refuses at once a data
-directory another process holds (exit 8). Then start the node with meshctl serve.`,
+directory another process holds (exit 8), one that holds another mesh, another node or
+other files (exit 7), and that of a control node that was removed (exit 6); a token
+that cannot be used, or that the mesh refuses, exits 4. Then start the node with
+meshctl serve.`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			fs := c.Flags()
 			var dir, tokenFile string

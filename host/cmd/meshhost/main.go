@@ -6,11 +6,13 @@
 //	meshhost status --state ./h1 [--json]
 //	meshhost version [--json]
 //
-// Exit codes: 0 success; 1 failure; 2 usage; 3 the token cannot be used or the mesh
-// refused it; 4 the broker is not the mesh the token names (retrying will not help);
-// 5 the identity file or the state directory is in the way (already enrolled,
-// unreadable, truncated, corrupt; a directory another user owns or may write, a state
-// file that is a symbolic link or another user's);
+// Exit codes: 0 success; 1 failure; 2 usage (also: --state inside --root); 3 the token
+// cannot be used or the mesh refused it; 4 the broker is not the mesh the token names
+// (retrying will not help); 5 the identity file or the state directory is in the way
+// (already enrolled, not enrolled, unreadable, truncated, corrupt; a directory another
+// user owns or may write, a state file that is a symbolic link or another user's; a
+// directory above the state directory or the managed root, or the hooks file or a
+// directory above it, that another user could change);
 // 6 this node was revoked (or its key is refused); 7 the mesh could not be reached
 // (retrying may help); 8 the state directory is in use by another meshhost (run,
 // enrol). The systemd unit names the ones that mean a person must act
@@ -202,9 +204,9 @@ func exitCode(stderr io.Writer, name string, err error) int {
 func synopsis(name string) string {
 	switch name {
 	case "enrol":
-		return "--state DIR [--token-file F] [--json]   (the token in F, in MESH_TOKEN, in the systemd credential mesh-token, or on stdin)\n\nAdopt this machine into the mesh the token names: pin checked before any credential\nleaves, a key generated here (it logs in by signing the broker's nonce), the answer\nverified (its first declaration is signed for this key), the identity saved. One\nconnection; `meshhost run` then connects as the node. Each step is printed."
+		return "--state DIR [--token-file F] [--json]   (the token in F, in MESH_TOKEN, in the systemd credential mesh-token, or on stdin)\n\nAdopt this machine into the mesh the token names: pin checked before any credential\nleaves, a key generated here (it logs in by signing the broker's nonce), the answer\nverified (its first declaration is signed for this key), the identity saved. One\nconnection; `meshhost run` then connects as the node. Each step is printed.\nExits 3 when the token cannot be used or the mesh refuses it, 4 when the broker is\nnot the mesh the token names, 5 when this machine is enrolled already or the state\ndirectory is not safe, 7 when no broker answered (retrying may help), 8 when another\nmeshhost holds the state directory."
 	case "run":
-		return "--state DIR --root DIR [--hooks F] [--log-format text|json]\n\nStay connected as this node and keep the managed root in line with its declarations:\nevery one verified (signature, audience, version, validity) before it is applied.\nUnder systemd (Type=notify) it reports ready once connected and synced with the mesh."
+		return "--state DIR --root DIR [--hooks F] [--log-format text|json]\n\nStay connected as this node and keep the managed root in line with its declarations:\nevery one verified (signature, audience, version, validity) before it is applied.\nUnder systemd (Type=notify) it reports ready once connected and synced with the mesh.\nExits 6 once the mesh revoked this node; 5 when the identity or the state directory\nis unusable or not safe, or a path it acts on (the hooks file, the managed root's\nparents) another user could change; 2 when --state is inside --root; 8 when another\nmeshhost holds the state directory."
 	case "status":
 		return "--state DIR [--json]\n\nShow this node's identity, applied version and last error. Exits 6 when the mesh\nrevoked this node (as `meshhost run` recorded it)."
 	case "version":
