@@ -68,7 +68,9 @@ func (d *Daemon) controlIdentity(tokenID, node string) ([]byte, *api.Error) {
 	case have:
 		identity, err := seal.FromCurveKey(d.curve, mine.Blob, mine.Sealer)
 		if err != nil {
-			return nil, &api.Error{Code: api.CodeInternal, Message: "this control node's copy of the token's sealed identity does not open with its curve key: " + err.Error()}
+			// Sealed to an earlier machine joined under this node's id.
+			return nil, &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf("the token's identity is sealed to another curve key than %s's (the machine that held this id when it was minted): "+
+				"cancel the token (meshctl token cancel %s) and mint a new control token", d.cfg.Node, node)}
 		}
 		return identity, nil
 	case len(plain) > 0:

@@ -38,6 +38,14 @@ func TestControlIdentitySealedToTheControlNodes(t *testing.T) {
 		t.Fatalf("controlIdentity = %q, %v; want the identity", got, e)
 	}
 
+	other := sealedTo[d.cfg.Node]
+	other.Blob = append([]byte{}, other.Blob...)
+	other.Blob[len(other.Blob)-1] ^= 1
+	mint(strings.Repeat("c", 64), "cp-4", map[string]state.SealedIdentity{d.cfg.Node: other})
+	if _, e := d.controlIdentity(strings.Repeat("c", 64), "cp-4"); e == nil || e.Code != api.CodeUnavailable || !strings.Contains(e.Message, "meshctl token cancel cp-4") {
+		t.Fatalf("a copy this node's curve key does not open: %+v", e)
+	}
+
 	mint(strings.Repeat("b", 64), "cp-3", map[string]state.SealedIdentity{"cp-9": sealedTo[d.cfg.Node]})
 	_, e = d.controlIdentity(strings.Repeat("b", 64), "cp-3")
 	if e == nil || e.Code != api.CodeUnavailable || !strings.Contains(e.Message, "(cp-9)") || !strings.Contains(e.Message, "meshctl token cancel cp-3") {
