@@ -112,3 +112,21 @@ func TestControlStatusWithoutQuorum(t *testing.T) {
 		t.Fatalf("control status after the recovery (exit %d): %+v\n%s", r.Code, s, r.Combined())
 	}
 }
+
+// TestJoinWithTheMeshDownExitsUnreachable: a join that reaches no broker exited 1,
+// where every other command that cannot reach the control plane exits 3 (and the
+// message says to retry); run again once the mesh is back, the same token joins.
+func TestJoinWithTheMeshDownExitsUnreachable(t *testing.T) {
+	cp1 := harness.NewControlPlane(t, bin, "joindown")
+	cp1.Serve()
+	tok, cp2 := cp1.ControlToken("cp-2")
+	cp1.Process().Kill()
+	cp1.Process().Wait(10 * time.Second)
+	if r := cp2.Join(tok); r.Code != 3 || !strings.Contains(r.Stderr, "no broker of the mesh could be reached") {
+		t.Fatalf("join with the mesh down (exit %d, want 3):\n%s", r.Code, r.Combined())
+	}
+	cp1.Serve()
+	if r := cp2.Join(tok); r.Code != 0 {
+		t.Fatalf("the same join once the mesh is back (exit %d):\n%s", r.Code, r.Combined())
+	}
+}

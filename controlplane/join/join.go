@@ -50,9 +50,13 @@ import (
 
 // Errors a join ends with.
 var (
-	ErrToken        = errors.New("the token cannot be used to join")
-	ErrNotCAHolder  = errors.New("control tokens are minted only on the machine holding the CA key")
-	ErrRefused      = errors.New("the mesh refused the join")
+	ErrToken       = errors.New("the token cannot be used to join")
+	ErrNotCAHolder = errors.New("control tokens are minted only on the machine holding the CA key")
+	ErrRefused     = errors.New("the mesh refused the join")
+	// ErrUnavailable: the mesh answered that it cannot admit anyone now (an
+	// election, a commit that failed); nothing was used up, and the same join
+	// may be run again.
+	ErrUnavailable  = errors.New("the mesh could not admit this node now")
 	ErrBadAnswer    = errors.New("the mesh's answer does not verify")
 	ErrNotConfirmed = errors.New("the join could not be confirmed and was rolled back")
 	ErrDataDir      = errors.New("the data directory is in the way")
@@ -554,7 +558,7 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 			return resp, "", fmt.Errorf("%w; run join again with the same token", operator.ErrNoLeader)
 		}
 		if err != nil {
-			return resp, "", fmt.Errorf("%w: no answer to the join request (%v); run join again with the same token", ErrRefused, err)
+			return resp, "", fmt.Errorf("%w to the join request (%v); run join again with the same token", operator.ErrNoAnswer, err)
 		}
 		if err := json.Unmarshal(msg.Data, &resp); err != nil {
 			return resp, "", fmt.Errorf("%w: %v", ErrBadAnswer, err)
@@ -562,6 +566,11 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 		if !resp.OK || resp.Error != nil {
 			if resp.Error == nil {
 				return resp, "", fmt.Errorf("%w: a refusal without a reason", ErrBadAnswer)
+			}
+			if resp.Error.Code == api.CodeUnavailable {
+				// Not a refusal of the token: the mesh cannot admit anyone now
+				// (an election, a commit that failed), and nothing was used up.
+				return resp, "", fmt.Errorf("%w (%s): %s", ErrUnavailable, resp.Error.Code, resp.Error.Message)
 			}
 			return resp, "", fmt.Errorf("%w (%s): %s", ErrRefused, resp.Error.Code, resp.Error.Message)
 		}
@@ -573,7 +582,7 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 	if substituted > 0 && substituted == len(r.tok.Brokers) {
 		return resp, "", pki.ErrPinMismatch
 	}
-	return resp, "", fmt.Errorf("no broker of the mesh could be reached (%s); retrying may help", strings.Join(errs, "; "))
+	return resp, "", fmt.Errorf("%w: no broker of the mesh could be reached (%s); retrying may help", operator.ErrUnreachable, strings.Join(errs, "; "))
 }
 
 // member makes the node a confirmed Raft member with a route to the other brokers.

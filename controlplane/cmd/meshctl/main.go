@@ -228,7 +228,8 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	case errors.Is(err, datadir.ErrNoConfig), errors.Is(err, datadir.ErrJoinIncomplete), errors.Is(err, datadir.ErrUnprotected),
 		errors.Is(err, bootstrap.ErrConflict), errors.Is(err, join.ErrDataDir):
 		return exitDataDir
-	case errors.Is(err, operator.ErrUnreachable), errors.Is(err, operator.ErrNoLeader), errors.Is(err, operator.ErrNoAnswer):
+	case errors.Is(err, operator.ErrUnreachable), errors.Is(err, operator.ErrNoLeader), errors.Is(err, operator.ErrNoAnswer),
+		errors.Is(err, join.ErrUnavailable):
 		return exitUnreachable
 	case errors.Is(err, join.ErrRefused), errors.Is(err, join.ErrToken), errors.Is(err, pki.ErrPinMismatch),
 		errors.Is(err, operator.ErrReadOnly), errors.Is(err, join.ErrNotCAHolder):
