@@ -1,8 +1,7 @@
 package broker_test
 
 import (
-	"io"
-	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,33 +76,22 @@ func TestHeldTooLongIsRefused(t *testing.T) {
 	mustDial(t, s, m.ca.Pin(), nats.Token("host"))
 }
 
-// Once open, the broker holds no handshake, and a socket that never starts one (a
-// stranger's) holds one of its places for the handshake's own time, not for the
-// time a held host may wait as well.
-func TestOpenShortensTheTLSTimeout(t *testing.T) {
+// Open reloads nothing: nats-server asks the Authenticator again about every client
+// connected on any reload, which a node opening amid a fleet's reconnections cannot
+// afford.
+func TestOpenReloadsNothing(t *testing.T) {
 	m := newMesh(t)
 	auth := byToken(map[string]broker.Grant{"host": everything("host", broker.AccountHosts)})
-	s, _ := startWith(t, m, auth, func(c *broker.Config) {
+	s, logs := startWith(t, m, auth, func(c *broker.Config) {
 		c.Admission = broker.Admission{Held: true, MaxWait: 5 * time.Second}
 	})
-	if got := s.TLSTimeout(); got != 8*time.Second {
-		t.Fatalf("TLS timeout while held: %v, want 8s (5s held + 3s to shake hands)", got)
-	}
 	s.Open()
-	if got := s.TLSTimeout(); got != 3*time.Second {
-		t.Fatalf("TLS timeout once open: %v, want 3s", got)
-	}
-	conn, err := net.Dial("tcp", s.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	start := time.Now()
-	conn.SetReadDeadline(start.Add(10 * time.Second))
-	_, err = io.Copy(io.Discard, conn)
-	if took := time.Since(start); err != nil || took < 2*time.Second || took > 5*time.Second {
-		t.Fatalf("a silent socket was closed after %v (err %v), want about 3s", took, err)
-	}
-	// Hosts still connect.
 	mustDial(t, s, m.ca.Pin(), nats.Token("host"))
+	mustDial(t, s, m.ca.Pin(), nats.Token("host"))
+	if n := len(auth.calls()); n != 2 {
+		t.Fatalf("the authenticator was asked %d times for 2 logins", n)
+	}
+	if strings.Contains(logs.String(), "Reloaded") {
+		t.Fatalf("the broker reloaded its configuration:\n%s", logs.String())
+	}
 }

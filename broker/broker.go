@@ -93,7 +93,6 @@ type Server struct {
 	// diffs every exported field of the next options against it.
 	peers     sync.Mutex
 	opts      *server.Options
-	opened    sync.Once
 	clustered bool
 	capacity  Capacity
 }
@@ -243,37 +242,12 @@ const handshakeTime = 3 * time.Second
 // Open lets through the host handshakes a broker started with Admission.Held keeps
 // waiting, and every later one; it does nothing on a broker already open.
 //
-// From then on no handshake is held, so the TLS timeout drops to handshakeTime: a
-// socket that never completes its handshake (a stranger's, anyone may open one) holds
-// one of the broker's places for 3 s instead of the 8 a held host may need.
-func (s *Server) Open() {
-	s.admit.Open()
-	s.opened.Do(s.shortenTLSTimeout)
-}
-
-func (s *Server) shortenTLSTimeout() {
-	s.peers.Lock()
-	defer s.peers.Unlock()
-	if s.opts.TLSTimeout <= handshakeTime.Seconds() {
-		return
-	}
-	// A shallow copy, as in SetClusterPeers: the reload finds one field changed.
-	next := *s.opts
-	next.TLSTimeout = handshakeTime.Seconds()
-	if err := s.ns.ReloadOptions(&next); err != nil {
-		s.log.Warn("the broker's TLS timeout stays as it was at start", "seconds", s.opts.TLSTimeout, "err", err)
-		return
-	}
-	s.opts = &next
-}
-
-// TLSTimeout is how long the broker gives a new connection to complete its TLS
-// handshake.
-func (s *Server) TLSTimeout() time.Duration {
-	s.peers.Lock()
-	defer s.peers.Unlock()
-	return time.Duration(s.opts.TLSTimeout * float64(time.Second))
-}
+// The TLS timeout stays what the held handshakes need (8 s), though none is held
+// from now on: lowering it takes a configuration reload, and nats-server takes every
+// reload for a change of accounts and users and asks the Authenticator again about
+// every client connected. Done here, at 10,000 hosts reconnecting after a kill -9,
+// the API answered 12.3 s after the kill instead of 1.4 s.
+func (s *Server) Open() { s.admit.Open() }
 
 // AdmissionStats says what the admission of host handshakes did so far.
 func (s *Server) AdmissionStats() AdmissionStats { return s.admit.stats() }
