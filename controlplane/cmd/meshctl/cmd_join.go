@@ -116,7 +116,7 @@ func readSecretInput(file string, cio *cliIO) (string, error) {
 func controlCommand() command {
 	return command{
 		name:  "control",
-		usage: "remove NODE | status  --data DIR [--json]",
+		usage: "remove NODE | status [--wait D] --data DIR [--json]",
 		summary: `Manage control nodes.
 "control remove NODE" removes one for good: it takes the node out of Raft and of the
 control plane (stop it first if it is the leader).
