@@ -56,4 +56,18 @@ func TestServeRefusesADataDirectoryOthersCanRead(t *testing.T) {
 		}
 	}
 	cp.Serve()
+
+	// Minting a control token reads the CA key and the operator account key:
+	// refused while others may read either, whoever runs it.
+	if err := os.Chmod(filepath.Join(cp.Dir, datadir.CAKeyFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := cp.Ctl("token", "--role", "control", "--node", "cp-2", "--addr", "127.0.0.1:17400")
+	if r.Code != 7 || !strings.Contains(r.Stderr, datadir.CAKeyFile+" has mode") || !strings.Contains(r.Stderr, "chmod 600") {
+		t.Fatalf("control token with the CA key readable by others (exit %d, want 7):\n%s", r.Code, r.Combined())
+	}
+	if err := os.Chmod(filepath.Join(cp.Dir, datadir.CAKeyFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cp.ControlToken("cp-2")
 }

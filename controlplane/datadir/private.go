@@ -114,3 +114,25 @@ func userName(uid int) string {
 	}
 	return fmt.Sprintf("uid %d", uid)
 }
+
+// CheckKeysPrivate refuses the named key files of the directory when group or
+// others may read them, or when one is a symbolic link, whoever runs the command
+// (an operator may run meshctl as another user than serve's). Minting a control
+// token reads the CA key and the operator account key with it: a copy of either
+// mints control nodes and operators for good.
+func (d Dir) CheckKeysPrivate(names ...string) error {
+	for _, name := range names {
+		fi, err := os.Lstat(d.Path(name))
+		if err != nil {
+			return err
+		}
+		owner, ok := fileOwner(fi)
+		if !ok {
+			owner = os.Geteuid()
+		}
+		if err := judge(d.Path(name), fi, owner, 0o077, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}

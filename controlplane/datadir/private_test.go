@@ -97,3 +97,27 @@ func chmod(t *testing.T, p string, m os.FileMode) {
 		t.Fatal(err)
 	}
 }
+
+func TestCheckKeysPrivate(t *testing.T) {
+	d := privateDir(t)
+	if err := d.CheckKeysPrivate(CAKeyFile, AccountKeyFile); err != nil {
+		t.Fatalf("keys as bootstrap writes them: %v", err)
+	}
+	// Whoever owns it: an operator may run meshctl as another user than serve's.
+	if os.Geteuid() == 0 {
+		if err := os.Chown(d.Path(CAKeyFile), 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.CheckKeysPrivate(CAKeyFile); err != nil {
+			t.Fatalf("a private key of another user: %v", err)
+		}
+	}
+	chmod(t, d.Path(AccountKeyFile), 0o640)
+	var ue *UnprotectedError
+	if err := d.CheckKeysPrivate(CAKeyFile, AccountKeyFile); !errors.As(err, &ue) || ue.Path != d.Path(AccountKeyFile) || !strings.Contains(err.Error(), "chmod 600") {
+		t.Fatalf("an account key the group may read: %v", err)
+	}
+	if err := d.CheckKeysPrivate("missing.pem"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a key that is not there: %v", err)
+	}
+}

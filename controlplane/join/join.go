@@ -96,6 +96,9 @@ func Mint(dir datadir.Dir, o MintOptions) (tokenfmt.Token, error) {
 		return tok, fmt.Errorf("%w: this is %s, and its data directory holds no %s and %s; mint the control token where they are (%s), or restore them here from their backup (docs/operations.md, losing the bootstrap machine)",
 			ErrNotCAHolder, cfg.Node, datadir.CAKeyFile, datadir.AccountKeyFile, where)
 	}
+	if err := dir.CheckKeysPrivate(datadir.CAKeyFile, datadir.AccountKeyFile); err != nil {
+		return tok, err
+	}
 	addrs, err := ControlAddresses(o.Broker, o.Raft, o.Cluster)
 	if err != nil {
 		return tok, err
