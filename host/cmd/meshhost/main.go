@@ -77,6 +77,9 @@ type cliIO struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 	stdinIsTTY     bool
+	// hideInput turns the echo of the terminal on stdin off and returns what turns
+	// it back on; nil when stdin is no terminal whose echo can be turned off.
+	hideInput func() (restore func(), err error)
 	// notify tells the service manager about the agent's state (sd_notify); nil
 	// means nobody is listening.
 	notify func(state string) error
@@ -101,7 +104,11 @@ func (c *cliIO) clock() time.Time {
 func main() {
 	fi, _ := os.Stdin.Stat()
 	tty := fi != nil && fi.Mode()&os.ModeCharDevice != 0
-	os.Exit(run(os.Args[1:], &cliIO{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, stdinIsTTY: tty, notify: sdNotify}))
+	cio := &cliIO{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, stdinIsTTY: tty, notify: sdNotify}
+	if tty {
+		cio.hideInput = func() (func(), error) { return hideInput(os.Stdin) }
+	}
+	os.Exit(run(os.Args[1:], cio))
 }
 
 func run(args []string, cio *cliIO) int {
@@ -338,12 +345,7 @@ func readToken(file string, cio *cliIO) (string, error) {
 		return cio.getenv("MESH_TOKEN"), nil
 	default:
 		if cio.stdinIsTTY {
-			fmt.Fprint(cio.stderr, "paste the token and press Enter: ")
-			line, err := bufio.NewReader(io.LimitReader(cio.stdin, maxTokenInput)).ReadString('\n')
-			if err != nil && !errors.Is(err, io.EOF) {
-				return "", err
-			}
-			return line, nil
+			return readPasted(cio)
 		}
 		r = cio.stdin
 	}
@@ -355,6 +357,60 @@ func readToken(file string, cio *cliIO) (string, error) {
 		return "", fmt.Errorf("%w: the input is over %d bytes; a token is one line of a few hundred characters", enrol.ErrToken, maxTokenInput)
 	}
 	return string(data), nil
+}
+
+// errInterrupted is returned when a signal came while the token was being pasted.
+var errInterrupted = errors.New("interrupted before a token was read; nothing was sent, and the terminal echoes again")
+
+// readPasted reads one line from the terminal on stdin without showing it: what a
+// terminal shows stays in its scrollback, in a shared screen and in a recorded
+// session, and the token's secret admits a machine until it is used. An interrupt
+// (Ctrl-C) or a hangup while the echo is off puts the terminal back before the
+// command ends. A terminal whose echo cannot be turned off shows the token, as any
+// other input.
+func readPasted(cio *cliIO) (string, error) {
+	if cio.hideInput == nil {
+		fmt.Fprint(cio.stderr, "paste the token and press Enter: ")
+		return readLine(cio.stdin)
+	}
+	// The signals are caught before the echo goes off, so that none can end the
+	// process in between and leave the terminal silent.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+	restore, err := cio.hideInput()
+	if err != nil {
+		fmt.Fprint(cio.stderr, "paste the token and press Enter: ")
+		return readLine(cio.stdin)
+	}
+	defer restore()
+	fmt.Fprint(cio.stderr, "paste the token and press Enter (it is not shown): ")
+	type read struct {
+		line string
+		err  error
+	}
+	got := make(chan read, 1)
+	go func() {
+		line, err := readLine(cio.stdin)
+		got <- read{line, err}
+	}()
+	select {
+	case r := <-got:
+		fmt.Fprintln(cio.stderr) // the Enter the terminal did not echo
+		return r.line, r.err
+	case sig := <-sigs:
+		fmt.Fprintln(cio.stderr)
+		return "", fmt.Errorf("%w (%v)", errInterrupted, sig)
+	}
+}
+
+// readLine reads the first line of r, at most maxTokenInput bytes.
+func readLine(r io.Reader) (string, error) {
+	line, err := bufio.NewReader(io.LimitReader(r, maxTokenInput)).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("%w: read: %v", enrol.ErrToken, err)
+	}
+	return line, nil
 }
 
 func fileExists(path string) bool {
