@@ -14,6 +14,7 @@ import (
 	"mesh/controlplane/join"
 	"mesh/controlplane/operator"
 	"mesh/controlplane/replication"
+	"mesh/host/terminal"
 )
 
 func joinCommand() command {
@@ -102,6 +103,13 @@ func readSecretInput(file string, cio *cliIO) (string, error) {
 	}
 	if v := cio.getenv("MESH_TOKEN"); v != "" {
 		return v, nil
+	}
+	if cio.stdinIsTTY {
+		// Pasted: one line, not shown (see package terminal).
+		line, _, err := terminal.ReadHidden(cio.stdin, cio.stderr,
+			"paste the control token and press Enter (it is not shown): ", "paste the control token and press Enter: ",
+			16<<10, cio.hideInput)
+		return line, err
 	}
 	data, err := io.ReadAll(io.LimitReader(cio.stdin, 16<<10+1))
 	if err != nil {

@@ -42,6 +42,7 @@ import (
 	"mesh/controlplane/join"
 	"mesh/controlplane/operator"
 	"mesh/controlplane/pki"
+	"mesh/host/terminal"
 	"mesh/tokenfmt"
 )
 
@@ -78,6 +79,11 @@ type cliIO struct {
 	getenv         func(string) string
 	// stderrIsTTY says whether progress may redraw a line in place.
 	stderrIsTTY bool
+	// stdinIsTTY says whether stdin is a terminal, where a token is pasted as one
+	// line; hideInput then turns its echo off and returns what turns it back on
+	// (nil: it cannot).
+	stdinIsTTY bool
+	hideInput  func() (restore func(), err error)
 	// notify tells the service manager about the daemon's state (sd_notify); nil
 	// means nobody is listening.
 	notify func(state string) error
@@ -110,11 +116,16 @@ func commands() []command {
 }
 
 func main() {
-	os.Exit(run(os.Args[1:], &cliIO{
+	cio := &cliIO{
 		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv,
 		stderrIsTTY: isTerminal(os.Stderr),
+		stdinIsTTY:  isTerminal(os.Stdin),
 		notify:      sdNotify,
-	}))
+	}
+	if cio.stdinIsTTY {
+		cio.hideInput = func() (func(), error) { return terminal.HideEcho(os.Stdin) }
+	}
+	os.Exit(run(os.Args[1:], cio))
 }
 
 // isTerminal reports whether f is a character device, as a terminal is.
@@ -216,7 +227,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	var oe *bootstrap.OptionError
 	var ie *interruptedError
 	switch {
-	case errors.As(err, &ie):
+	case errors.As(err, &ie), errors.Is(err, terminal.ErrInterrupted):
 		return exitInterrupted
 	case errors.Is(err, datadir.ErrInUse):
 		return exitInUse

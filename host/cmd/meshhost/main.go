@@ -23,7 +23,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -50,6 +49,7 @@ import (
 	"mesh/host/link"
 	"mesh/host/state"
 	"mesh/host/statedir"
+	"mesh/host/terminal"
 	"mesh/host/token"
 )
 
@@ -106,7 +106,7 @@ func main() {
 	tty := fi != nil && fi.Mode()&os.ModeCharDevice != 0
 	cio := &cliIO{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, stdinIsTTY: tty, notify: sdNotify}
 	if tty {
-		cio.hideInput = func() (func(), error) { return hideInput(os.Stdin) }
+		cio.hideInput = func() (func(), error) { return terminal.HideEcho(os.Stdin) }
 	}
 	os.Exit(run(os.Args[1:], cio))
 }
@@ -359,58 +359,16 @@ func readToken(file string, cio *cliIO) (string, error) {
 	return string(data), nil
 }
 
-// errInterrupted is returned when a signal came while the token was being pasted.
-var errInterrupted = errors.New("interrupted before a token was read; nothing was sent, and the terminal echoes again")
-
-// readPasted reads one line from the terminal on stdin without showing it: what a
-// terminal shows stays in its scrollback, in a shared screen and in a recorded
-// session, and the token's secret admits a machine until it is used. An interrupt
-// (Ctrl-C) or a hangup while the echo is off puts the terminal back before the
-// command ends. A terminal whose echo cannot be turned off shows the token, as any
-// other input.
+// readPasted reads the token pasted on the terminal on stdin, one line, with the
+// terminal's echo off (see package terminal).
 func readPasted(cio *cliIO) (string, error) {
-	if cio.hideInput == nil {
-		fmt.Fprint(cio.stderr, "paste the token and press Enter: ")
-		return readLine(cio.stdin)
-	}
-	// The signals are caught before the echo goes off, so that none can end the
-	// process in between and leave the terminal silent.
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
-	defer signal.Stop(sigs)
-	restore, err := cio.hideInput()
-	if err != nil {
-		fmt.Fprint(cio.stderr, "paste the token and press Enter: ")
-		return readLine(cio.stdin)
-	}
-	defer restore()
-	fmt.Fprint(cio.stderr, "paste the token and press Enter (it is not shown): ")
-	type read struct {
-		line string
-		err  error
-	}
-	got := make(chan read, 1)
-	go func() {
-		line, err := readLine(cio.stdin)
-		got <- read{line, err}
-	}()
-	select {
-	case r := <-got:
-		fmt.Fprintln(cio.stderr) // the Enter the terminal did not echo
-		return r.line, r.err
-	case sig := <-sigs:
-		fmt.Fprintln(cio.stderr)
-		return "", fmt.Errorf("%w (%v)", errInterrupted, sig)
-	}
-}
-
-// readLine reads the first line of r, at most maxTokenInput bytes.
-func readLine(r io.Reader) (string, error) {
-	line, err := bufio.NewReader(io.LimitReader(r, maxTokenInput)).ReadString('\n')
-	if err != nil && !errors.Is(err, io.EOF) {
+	line, _, err := terminal.ReadHidden(cio.stdin, cio.stderr,
+		"paste the token and press Enter (it is not shown): ", "paste the token and press Enter: ",
+		maxTokenInput, cio.hideInput)
+	if err != nil && !errors.Is(err, terminal.ErrInterrupted) {
 		return "", fmt.Errorf("%w: read: %v", enrol.ErrToken, err)
 	}
-	return line, nil
+	return line, err
 }
 
 func fileExists(path string) bool {

@@ -1,0 +1,84 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"mesh/host/terminal"
+	"mesh/host/terminal/ptytest"
+)
+
+// TestPastedTokenNotShown: `meshhost enrol` on a terminal reads the pasted token with
+// the echo off (its secret stays out of the scrollback, a shared screen and a
+// recorded session), says so, and leaves the terminal echoing, also after Ctrl-C.
+// The terminal package's own test has the control with the echo left on.
+func TestPastedTokenNotShown(t *testing.T) {
+	secret := strings.Repeat("5e", 32)
+	// The checksum is wrong: refused as a token (exit 3), once it was read.
+	tok := "mesh1_demo_127.0.0.1:7300_" + strings.Repeat("ab", 32) + "_" + strings.Repeat("cd", 32) + "_web-1_worker_1900000000_" + secret + "_0badc0de"
+	enrolFrom := func(t *testing.T, slave *os.File) (chan int, *bytes.Buffer) {
+		var stderr bytes.Buffer
+		cio := &cliIO{stdin: slave, stdout: &bytes.Buffer{}, stderr: &stderr, getenv: func(string) string { return "" }, stdinIsTTY: true,
+			hideInput: func() (func(), error) { return terminal.HideEcho(slave) }}
+		code := make(chan int, 1)
+		dir := t.TempDir()
+		go func() { code <- run([]string{"enrol", "--state", dir}, cio) }()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if on, err := terminal.Echoing(slave); err != nil || !on {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the echo was not turned off")
+			}
+		}
+		return code, &stderr
+	}
+	exit := func(t *testing.T, code chan int) int {
+		select {
+		case c := <-code:
+			return c
+		case <-time.After(10 * time.Second):
+			t.Fatal("meshhost enrol did not end")
+			return -1
+		}
+	}
+
+	t.Run("pasted", func(t *testing.T) {
+		master, slave := ptytest.Open(t)
+		code, stderr := enrolFrom(t, slave)
+		if _, err := master.Write([]byte(tok + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		if c := exit(t, code); c != exitToken || !strings.Contains(stderr.String(), "checksum") {
+			t.Fatalf("exit %d, want %d: %s", c, exitToken, stderr)
+		}
+		if shown := ptytest.Shown(master, 300*time.Millisecond); strings.Contains(shown, secret[:16]) {
+			t.Errorf("the terminal showed the pasted token: %q", shown)
+		}
+		if !strings.Contains(stderr.String(), "(it is not shown)") {
+			t.Errorf("the prompt does not say the paste is not shown: %q", stderr)
+		}
+		if on, _ := terminal.Echoing(slave); !on {
+			t.Error("the terminal does not echo after the token was read")
+		}
+	})
+	t.Run("interrupted", func(t *testing.T) {
+		_, slave := ptytest.Open(t)
+		code, stderr := enrolFrom(t, slave)
+		if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		if c := exit(t, code); c != exitFailure || !strings.Contains(stderr.String(), "interrupted before the token was read") {
+			t.Fatalf("exit %d: %s", c, stderr)
+		}
+		if on, _ := terminal.Echoing(slave); !on {
+			t.Error("the terminal was left without echo after an interrupt")
+		}
+	})
+}

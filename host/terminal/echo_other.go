@@ -1,0 +1,17 @@
+//go:build !linux
+
+package terminal
+
+import (
+	"errors"
+	"os"
+)
+
+var errUnsupported = errors.New("turning a terminal's echo off is not supported on this system")
+
+// HideEcho cannot turn a terminal's echo off outside Linux here: a paste is read
+// as typed, shown.
+func HideEcho(*os.File) (func(), error) { return nil, errUnsupported }
+
+// Echoing is not known outside Linux here.
+func Echoing(*os.File) (bool, error) { return true, errUnsupported }

@@ -1,0 +1,60 @@
+//go:build linux
+
+// Package ptytest opens pseudo-terminals for tests: a command reads from the slave
+// as from a terminal, and the master shows what that terminal would display.
+package ptytest
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// Open opens a pseudo-terminal pair, closed when the test ends: the master is what
+// a terminal emulator holds (it receives the echo), the slave is a command's stdin.
+// It skips the test where the system has no pseudo-terminals.
+func Open(t testing.TB) (master, slave *os.File) {
+	t.Helper()
+	// Non-blocking, so that the master's reads take deadlines.
+	fd, err := syscall.Open("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals here (%v): what a terminal shows cannot be observed", err)
+	}
+	var unlock int32
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); errno != 0 {
+		syscall.Close(fd)
+		t.Fatalf("unlockpt: %v", errno)
+	}
+	var n uint32
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.TIOCGPTN, uintptr(unsafe.Pointer(&n))); errno != 0 {
+		syscall.Close(fd)
+		t.Fatalf("ptsname: %v", errno)
+	}
+	// A file only after the ioctls: Fd would put it back in blocking mode.
+	m := os.NewFile(uintptr(fd), "/dev/ptmx")
+	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		m.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(); m.Close() })
+	return m, s
+}
+
+// Shown reads what the terminal displays on master until it stays quiet for quiet.
+func Shown(master *os.File, quiet time.Duration) string {
+	var out bytes.Buffer
+	buf := make([]byte, 4096)
+	for {
+		_ = master.SetReadDeadline(time.Now().Add(quiet))
+		n, err := master.Read(buf)
+		out.Write(buf[:n])
+		if err != nil {
+			return out.String()
+		}
+	}
+}

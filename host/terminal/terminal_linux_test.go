@@ -1,0 +1,151 @@
+//go:build linux
+
+package terminal_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"mesh/host/terminal"
+	"mesh/host/terminal/ptytest"
+)
+
+const secret = "5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e"
+
+func echoing(t *testing.T, f *os.File) bool {
+	t.Helper()
+	on, err := terminal.Echoing(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return on
+}
+
+func waitEcho(t *testing.T, f *os.File, want bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); echoing(t, f) != want; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the terminal's echo is not %v", want)
+		}
+	}
+}
+
+type result struct {
+	line   string
+	hidden bool
+	err    error
+}
+
+func readFrom(slave *os.File, w *bytes.Buffer, hide func() (func(), error)) chan result {
+	got := make(chan result, 1)
+	go func() {
+		line, hidden, err := terminal.ReadHidden(slave, w, "hidden: ", "shown: ", 1024, hide)
+		got <- result{line, hidden, err}
+	}()
+	return got
+}
+
+// TestReadHidden pastes a line on a pseudo-terminal and reads what the terminal
+// shows: nothing of it with the echo off, all of it when the echo cannot be turned
+// off (the control: the test sees an echo when there is one). The echo is on again
+// afterwards, also when a signal ends the wait.
+func TestReadHidden(t *testing.T) {
+	cases := []struct {
+		name       string
+		hide       func(slave *os.File) func() (func(), error)
+		wantHidden bool
+	}{
+		{"echo off", func(s *os.File) func() (func(), error) {
+			return func() (func(), error) { return terminal.HideEcho(s) }
+		}, true},
+		{"no way to hide", func(*os.File) func() (func(), error) { return nil }, false},
+		{"hiding fails", func(*os.File) func() (func(), error) {
+			return func() (func(), error) { return nil, errors.New("not a terminal") }
+		}, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			master, slave := ptytest.Open(t)
+			if !echoing(t, slave) {
+				t.Fatal("a new terminal does not echo")
+			}
+			var prompt bytes.Buffer
+			got := readFrom(slave, &prompt, c.hide(slave))
+			if c.wantHidden {
+				waitEcho(t, slave, false)
+			} else {
+				time.Sleep(100 * time.Millisecond)
+			}
+			if _, err := master.Write([]byte("mesh1_" + secret + "\n")); err != nil {
+				t.Fatal(err)
+			}
+			var r result
+			select {
+			case r = <-got:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the line was not read")
+			}
+			if r.err != nil || r.line != "mesh1_"+secret+"\n" || r.hidden != c.wantHidden {
+				t.Fatalf("read %q, hidden %v, %v", r.line, r.hidden, r.err)
+			}
+			shown := ptytest.Shown(master, 300*time.Millisecond)
+			if strings.Contains(shown, secret) != !c.wantHidden {
+				t.Errorf("the terminal showed %q (the echo off: %v)", shown, c.wantHidden)
+			}
+			if !echoing(t, slave) {
+				t.Error("the terminal does not echo after the line was read")
+			}
+			want := "shown: "
+			if c.wantHidden {
+				want = "hidden: \n"
+			}
+			if prompt.String() != want {
+				t.Errorf("prompt %q, want %q", prompt.String(), want)
+			}
+		})
+	}
+
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+		t.Run("interrupted by "+sig.String(), func(t *testing.T) {
+			_, slave := ptytest.Open(t)
+			var prompt bytes.Buffer
+			got := readFrom(slave, &prompt, func() (func(), error) { return terminal.HideEcho(slave) })
+			waitEcho(t, slave, false)
+			if err := syscall.Kill(os.Getpid(), sig); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case r := <-got:
+				if !errors.Is(r.err, terminal.ErrInterrupted) || !strings.Contains(r.err.Error(), sig.String()) {
+					t.Fatalf("%q, %v; want ErrInterrupted naming the signal", r.line, r.err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the signal did not end the wait")
+			}
+			if !echoing(t, slave) {
+				t.Error("the terminal was left without echo")
+			}
+		})
+	}
+}
+
+// TestReadLineCaps: a line longer than the cap is cut there, and a stream without
+// a newline is read to its end.
+func TestReadLineCaps(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"abc\ndef\n", "abc\n"},
+		{"abcdef", "abcd"},
+		{"ab", "ab"},
+		{"", ""},
+	} {
+		got, err := terminal.ReadLine(strings.NewReader(c.in), 4)
+		if err != nil || got != c.want {
+			t.Errorf("ReadLine(%q, 4) = %q, %v; want %q", c.in, got, err, c.want)
+		}
+	}
+}
