@@ -17,24 +17,6 @@ import (
 
 const secret = "5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e"
 
-func echoing(t *testing.T, f *os.File) bool {
-	t.Helper()
-	on, err := terminal.Echoing(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return on
-}
-
-func waitEcho(t *testing.T, f *os.File, want bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); echoing(t, f) != want; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the terminal's echo is not %v", want)
-		}
-	}
-}
-
 type result struct {
 	line   string
 	hidden bool
@@ -71,13 +53,11 @@ func TestReadHidden(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			master, slave := ptytest.Open(t)
-			if !echoing(t, slave) {
-				t.Fatal("a new terminal does not echo")
-			}
+			ptytest.WaitEcho(t, slave, true) // a new terminal echoes
 			var prompt bytes.Buffer
 			got := readFrom(slave, &prompt, c.hide(slave))
 			if c.wantHidden {
-				waitEcho(t, slave, false)
+				ptytest.WaitEcho(t, slave, false)
 			} else {
 				time.Sleep(100 * time.Millisecond)
 			}
@@ -97,9 +77,7 @@ func TestReadHidden(t *testing.T) {
 			if strings.Contains(shown, secret) != !c.wantHidden {
 				t.Errorf("the terminal showed %q (the echo off: %v)", shown, c.wantHidden)
 			}
-			if !echoing(t, slave) {
-				t.Error("the terminal does not echo after the line was read")
-			}
+			ptytest.WaitEcho(t, slave, true)
 			want := "shown: "
 			if c.wantHidden {
 				want = "hidden: \n"
@@ -115,7 +93,7 @@ func TestReadHidden(t *testing.T) {
 			_, slave := ptytest.Open(t)
 			var prompt bytes.Buffer
 			got := readFrom(slave, &prompt, func() (func(), error) { return terminal.HideEcho(slave) })
-			waitEcho(t, slave, false)
+			ptytest.WaitEcho(t, slave, false)
 			if err := syscall.Kill(os.Getpid(), sig); err != nil {
 				t.Fatal(err)
 			}
@@ -127,9 +105,7 @@ func TestReadHidden(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the signal did not end the wait")
 			}
-			if !echoing(t, slave) {
-				t.Error("the terminal was left without echo")
-			}
+			ptytest.WaitEcho(t, slave, true)
 		})
 	}
 }

@@ -29,24 +29,8 @@ func TestPastedTokenNotShown(t *testing.T) {
 		code := make(chan int, 1)
 		dir := t.TempDir()
 		go func() { code <- run([]string{"enrol", "--state", dir}, cio) }()
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			if on, err := terminal.Echoing(slave); err != nil || !on {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the echo was not turned off")
-			}
-		}
+		ptytest.WaitEcho(t, slave, false)
 		return code, &stderr
-	}
-	exit := func(t *testing.T, code chan int) int {
-		select {
-		case c := <-code:
-			return c
-		case <-time.After(10 * time.Second):
-			t.Fatal("meshhost enrol did not end")
-			return -1
-		}
 	}
 
 	t.Run("pasted", func(t *testing.T) {
@@ -55,7 +39,7 @@ func TestPastedTokenNotShown(t *testing.T) {
 		if _, err := master.Write([]byte(tok + "\n")); err != nil {
 			t.Fatal(err)
 		}
-		if c := exit(t, code); c != exitToken || !strings.Contains(stderr.String(), "checksum") {
+		if c := ptytest.Wait(t, code); c != exitToken || !strings.Contains(stderr.String(), "checksum") {
 			t.Fatalf("exit %d, want %d: %s", c, exitToken, stderr)
 		}
 		if shown := ptytest.Shown(master, 300*time.Millisecond); strings.Contains(shown, secret[:16]) {
@@ -64,9 +48,7 @@ func TestPastedTokenNotShown(t *testing.T) {
 		if !strings.Contains(stderr.String(), "(it is not shown)") {
 			t.Errorf("the prompt does not say the paste is not shown: %q", stderr)
 		}
-		if on, _ := terminal.Echoing(slave); !on {
-			t.Error("the terminal does not echo after the token was read")
-		}
+		ptytest.WaitEcho(t, slave, true)
 	})
 	t.Run("interrupted", func(t *testing.T) {
 		_, slave := ptytest.Open(t)
@@ -74,11 +56,9 @@ func TestPastedTokenNotShown(t *testing.T) {
 		if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
 			t.Fatal(err)
 		}
-		if c := exit(t, code); c != exitFailure || !strings.Contains(stderr.String(), "interrupted before the token was read") {
+		if c := ptytest.Wait(t, code); c != exitFailure || !strings.Contains(stderr.String(), "interrupted before the token was read") {
 			t.Fatalf("exit %d: %s", c, stderr)
 		}
-		if on, _ := terminal.Echoing(slave); !on {
-			t.Error("the terminal was left without echo after an interrupt")
-		}
+		ptytest.WaitEcho(t, slave, true)
 	})
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"mesh/host/terminal"
 )
 
 // Open opens a pseudo-terminal pair, closed when the test ends: the master is what
@@ -56,5 +58,36 @@ func Shown(master *os.File, quiet time.Duration) string {
 		if err != nil {
 			return out.String()
 		}
+	}
+}
+
+// WaitEcho waits up to 5 s for the terminal on f to echo (on) or not, and fails the
+// test if it does not come to that.
+func WaitEcho(t testing.TB, f *os.File, on bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		now, err := terminal.Echoing(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now == on {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the terminal's echo is not %v after 5 s", on)
+		}
+	}
+}
+
+// Wait waits up to 10 s for the exit code a command running in a goroutine sends
+// on code, and fails the test if none comes.
+func Wait(t testing.TB, code <-chan int) int {
+	t.Helper()
+	select {
+	case c := <-code:
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatal("the command did not end within 10 s")
+		return -1
 	}
 }
