@@ -110,6 +110,44 @@ func TestReadHidden(t *testing.T) {
 	}
 }
 
+// TestWhatFollowsTheLineIsDiscarded: a second line pasted with the token (the
+// second half of a token a mail client wrapped) does not stay in the terminal for
+// the shell to run, and to keep in its history, once the command ends.
+func TestWhatFollowsTheLineIsDiscarded(t *testing.T) {
+	master, slave := ptytest.Open(t)
+	var prompt bytes.Buffer
+	got := readFrom(slave, &prompt, func() (func(), error) { return terminal.HideEcho(slave) })
+	ptytest.WaitEcho(t, slave, false)
+	if _, err := master.Write([]byte("mesh1_first_half\n" + secret + "_second_half\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil || r.line != "mesh1_first_half\n" {
+			t.Fatalf("read %q, %v", r.line, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the line was not read")
+	}
+	// What the shell would read next.
+	if _, err := master.Write([]byte("typed afterwards\n")); err != nil {
+		t.Fatal(err)
+	}
+	next := make(chan string, 1)
+	go func() {
+		line, _ := terminal.ReadLine(slave, 4096)
+		next <- line
+	}()
+	select {
+	case line := <-next:
+		if line != "typed afterwards\n" {
+			t.Fatalf("the shell would read %q after the command; want only what was typed afterwards", line)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing to read after the command")
+	}
+}
+
 // TestReadLineCaps: a line longer than the cap is cut there, and a stream without
 // a newline is read to its end.
 func TestReadLineCaps(t *testing.T) {
