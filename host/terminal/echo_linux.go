@@ -34,6 +34,13 @@ func HideEcho(f *os.File) (restore func(), err error) {
 	}, nil
 }
 
+// IsTerminal reports whether f is a terminal (not merely a character device, as
+// /dev/null also is).
+func IsTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
 // Echoing reports whether the terminal on f echoes its input.
 func Echoing(f *os.File) (bool, error) {
 	t, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)

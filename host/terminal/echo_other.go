@@ -13,5 +13,12 @@ var errUnsupported = errors.New("turning a terminal's echo off is not supported 
 // as typed, shown.
 func HideEcho(*os.File) (func(), error) { return nil, errUnsupported }
 
+// IsTerminal reports whether f is a character device, as a terminal is (and
+// /dev/null).
+func IsTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
 // Echoing is not known outside Linux here.
 func Echoing(*os.File) (bool, error) { return true, errUnsupported }

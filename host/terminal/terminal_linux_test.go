@@ -163,3 +163,20 @@ func TestReadLineCaps(t *testing.T) {
 		}
 	}
 }
+
+// TestIsTerminal: a pseudo-terminal is one; /dev/null, a character device too, is
+// not (a service's stdin: no prompt is printed to it).
+func TestIsTerminal(t *testing.T) {
+	_, slave := ptytest.Open(t)
+	if !terminal.IsTerminal(slave) {
+		t.Error("a pseudo-terminal is not taken for a terminal")
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	if terminal.IsTerminal(null) {
+		t.Error("/dev/null is taken for a terminal")
+	}
+}

@@ -119,7 +119,7 @@ func main() {
 	cio := &cliIO{
 		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv,
 		stderrIsTTY: isTerminal(os.Stderr),
-		stdinIsTTY:  isTerminal(os.Stdin),
+		stdinIsTTY:  terminal.IsTerminal(os.Stdin),
 		notify:      sdNotify,
 	}
 	if cio.stdinIsTTY {

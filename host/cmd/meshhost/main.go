@@ -102,8 +102,7 @@ func (c *cliIO) clock() time.Time {
 }
 
 func main() {
-	fi, _ := os.Stdin.Stat()
-	tty := fi != nil && fi.Mode()&os.ModeCharDevice != 0
+	tty := terminal.IsTerminal(os.Stdin)
 	cio := &cliIO{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, stdinIsTTY: tty, notify: sdNotify}
 	if tty {
 		cio.hideInput = func() (func(), error) { return terminal.HideEcho(os.Stdin) }
