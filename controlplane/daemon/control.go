@@ -93,11 +93,18 @@ func (c *controlTracker) beat(h api.ControlHeartbeat, at time.Time, leaderApplie
 	before, heard := c.leaderAt[h.Node]
 	c.reached[h.Node] = heard && h.AppliedIndex >= before
 	c.beats[h.Node], c.seen[h.Node], c.leaderAt[h.Node] = h, at, leaderApplied
-	if h.Stopping {
-		// Heard, and gone: offline from now on, until it beats again.
-		c.seen[h.Node] = at.Add(-time.Hour)
-	}
 	c.mu.Unlock()
+}
+
+// alive reports whether node serves at now by its last heartbeat: one heard within
+// three heartbeat intervals that is not the last heartbeat of a node stopping (heard,
+// and gone: offline from then on, until it beats again; its last seen stays the
+// time it was heard, not an hour before as it was shown once).
+func (c *controlTracker) alive(node string, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.seen[node]
+	return ok && !c.beats[node].Stopping && now.Sub(at) <= 3*HeartbeatInterval
 }
 
 // caughtUpEntries is how far behind the leader's applied index a node's last
@@ -311,7 +318,7 @@ func (d *Daemon) promoteServing(now time.Time) {
 			continue
 		}
 		_, at, heard := d.ctl.last(m.ID)
-		serving := heard && now.Sub(at) < 3*HeartbeatInterval
+		serving := d.ctl.alive(m.ID, now)
 		if !serving {
 			d.ctl.reportSilent(d.log, m.ID, m.Voter, at, heard, now)
 		}
@@ -473,7 +480,7 @@ func (d *Daemon) controlViews(s *state.State, now time.Time) []api.ControlView {
 		switch {
 		case c.Removed:
 			v.Raft, v.State = api.RaftRemoved, api.StateRemoved
-		case c.ID == d.cfg.Node || ok && now.Sub(at) <= 3*HeartbeatInterval:
+		case c.ID == d.cfg.Node || d.ctl.alive(c.ID, now):
 			v.State = api.StateAlive
 		default:
 			v.State = api.StateOffline

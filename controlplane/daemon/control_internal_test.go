@@ -71,3 +71,31 @@ func TestNotFollowingSaysWhatToDo(t *testing.T) {
 		t.Errorf("with a leader: %q", err)
 	}
 }
+
+// TestStoppingNodeKeepsItsLastSeen: the last heartbeat of a control node that stops
+// shows it offline at once, and its last seen stays when it was heard. Before, a
+// rolling restart showed the node just stopped "offline, last seen 1h0m2s ago".
+func TestStoppingNodeKeepsItsLastSeen(t *testing.T) {
+	at := time.Unix(1_800_000_000, 0)
+	c := newControlTracker()
+	c.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-2", AppliedIndex: 10}, at, 10)
+	if !c.alive("cp-2", at.Add(time.Second)) {
+		t.Fatal("a node heard a second ago is not alive")
+	}
+	stop := at.Add(HeartbeatInterval)
+	c.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-2", AppliedIndex: 11, Stopping: true}, stop, 11)
+	if c.alive("cp-2", stop) {
+		t.Fatal("a node whose last heartbeat says it stops is still alive")
+	}
+	if _, seen, ok := c.last("cp-2"); !ok || !seen.Equal(stop) {
+		t.Fatalf("last seen %v after a stopping heartbeat at %v", seen, stop)
+	}
+	back := stop.Add(3 * time.Second)
+	c.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-2", AppliedIndex: 12}, back, 12)
+	if !c.alive("cp-2", back) {
+		t.Fatal("a node that beats again after stopping is not alive")
+	}
+	if c.alive("cp-2", back.Add(3*HeartbeatInterval+time.Second)) {
+		t.Fatal("a node silent for more than three heartbeats is alive")
+	}
+}
