@@ -168,19 +168,29 @@ docs/operations.md.`,
 						PendingTokens  []string `json:"pending_tokens,omitempty"`
 					}{node, res.AlreadyRemoved, res.PendingTokens})
 				}
-				if res.AlreadyRemoved {
-					fmt.Fprintf(cio.stdout, "control node %s was already removed from Raft and from the control plane; nothing to do\n", node)
-					return nil
-				}
-				fmt.Fprintf(cio.stdout, "removed control node %s from Raft and from the control plane\n", node)
-				if len(res.PendingTokens) > 0 {
-					fmt.Fprintf(cio.stdout, "pending tokens list its broker address (nodes: %s). If the machine is lost or suspected, "+
-						"cancel them (meshctl token cancel NODE) and mint new ones: a machine answering at that address with its certificate passes the token's CA pin; "+
-						"it cannot log in with what a host sends it, but it delays the hosts that try it first, and it would read the secret of an agent older than this version. "+
-						"Rotate the signing key too (meshctl signing-key rotate)\n", strings.Join(res.PendingTokens, ", "))
-				}
+				printRemoval(cio.stdout, node, res)
 				return nil
 			}
 		},
 	}
+}
+
+// printRemoval says what `meshctl control remove` did and, for a removal just done,
+// what it does not take back: the pending tokens that list the node's broker
+// address, and the signing key, which every control node holds (docs/operations.md,
+// "Removing a control node": the command says so, with or without pending tokens).
+func printRemoval(w io.Writer, node string, res api.ControlRemoveResult) {
+	if res.AlreadyRemoved {
+		fmt.Fprintf(w, "control node %s was already removed from Raft and from the control plane; nothing to do\n", node)
+		return
+	}
+	fmt.Fprintf(w, "removed control node %s from Raft and from the control plane\n", node)
+	if len(res.PendingTokens) > 0 {
+		fmt.Fprintf(w, "pending tokens list its broker address (nodes: %s). If the machine is lost or suspected, "+
+			"cancel them (meshctl token cancel NODE) and mint new ones: a machine answering at that address with its certificate passes the token's CA pin; "+
+			"it cannot log in with what a host sends it, but it delays the hosts that try it first, and it would read the secret of an agent older than this version. "+
+			"Rotate the signing key too (meshctl signing-key rotate)\n", strings.Join(res.PendingTokens, ", "))
+		return
+	}
+	fmt.Fprintf(w, "it held the declaration signing key: if the machine is lost or suspected, rotate it (meshctl signing-key rotate)\n")
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"mesh/controlplane/api"
 )
 
 // unitValues reads every value of key in a systemd unit file, with the values of a
@@ -48,5 +50,27 @@ func TestUnitMatchesExitCodes(t *testing.T) {
 	}
 	if exec := strings.Join(unitValues(t, unit, "ExecStart"), " "); !strings.HasPrefix(exec, "/usr/bin/meshctl serve --data /var/lib/meshctl") {
 		t.Errorf("ExecStart=%s", exec)
+	}
+}
+
+// TestRemovalSaysWhatItDoesNotTakeBack: operations.md says a removal does not take
+// back the signing key the node held, "and the command says so". Before, the advice
+// to rotate it was printed only when pending tokens listed the node's broker, so a
+// removal with none said nothing about the key.
+func TestRemovalSaysWhatItDoesNotTakeBack(t *testing.T) {
+	var b strings.Builder
+	printRemoval(&b, "cp-3", api.ControlRemoveResult{})
+	if !strings.Contains(b.String(), "removed control node cp-3") || !strings.Contains(b.String(), "meshctl signing-key rotate") {
+		t.Errorf("a removal without pending tokens does not advise rotating the signing key:\n%s", b.String())
+	}
+	b.Reset()
+	printRemoval(&b, "cp-3", api.ControlRemoveResult{PendingTokens: []string{"web-7"}})
+	if !strings.Contains(b.String(), "(nodes: web-7)") || !strings.Contains(b.String(), "meshctl signing-key rotate") {
+		t.Errorf("a removal with pending tokens:\n%s", b.String())
+	}
+	b.Reset()
+	printRemoval(&b, "cp-3", api.ControlRemoveResult{AlreadyRemoved: true})
+	if !strings.Contains(b.String(), "already removed") || strings.Contains(b.String(), "rotate") {
+		t.Errorf("a removal run again:\n%s", b.String())
 	}
 }
