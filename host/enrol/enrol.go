@@ -155,7 +155,7 @@ func (e *RefusedError) Error() string {
 	if advice != "" {
 		// The mesh's words are an operator's ("mint a new token"); the advice is for
 		// the person at this machine, and says it once.
-		for _, tail := range []string{"; mint a new token", ": mint a new token"} {
+		for _, tail := range []string{"; mint a new token", ": mint a new token", "; ask for a new one"} {
 			message = strings.TrimSuffix(message, tail)
 		}
 	}

@@ -66,6 +66,8 @@ func TestRefusalSaysItsAdviceOnce(t *testing.T) {
 			"this token already enrolled a node; the token already enrolled a machine: ask the operator for a new one"},
 		{wire.CodeTokenStaleKey, "the token names a signing key the mesh no longer holds (rotated): mint a new token",
 			"the token names a signing key the mesh no longer holds (rotated); the mesh's signing key was rotated"},
+		{wire.CodeTokenCancelled, "this token was cancelled by an operator; ask for a new one",
+			"(token_cancelled): this token was cancelled by an operator; the operator cancelled this token: ask for a new one"},
 		{"some_new_code", "something; mint a new token", "something; mint a new token"},
 	} {
 		got := (&RefusedError{Code: c.code, Message: c.message}).Error()
