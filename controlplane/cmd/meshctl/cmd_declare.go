@@ -56,6 +56,12 @@ host's managed root. "-" reads the body from stdin.`,
 				if len(nodes) == 0 && role == "" && len(labels) == 0 && !all {
 					return usagef("say which nodes the declaration is for: --node, --role, --label or --all")
 				}
+				if all && (len(nodes) > 0 || role != "" || len(labels) > 0) {
+					// The selectors add up, and --all takes in every node: a declaration is
+					// each node's whole state, so --all --label tier=web would replace the
+					// files of every node, not those of the web tier.
+					return usagef("--all targets every node: give it alone, or --node, --role and --label without it")
+				}
 				raw, err := readBody(file, cio.stdin)
 				if err != nil {
 					return err
