@@ -50,11 +50,22 @@ nats-server with TLS, Raft on disk, signed declarations.`,
 				dir           string
 			)
 			fs.BoolVar(&keep, "keep", false, "keep the temporary directory afterwards")
-			fs.StringVar(&dir, "dir", "", "use this directory instead of a temporary one (must not exist or be empty)")
+			fs.StringVar(&dir, "dir", "", "use this directory instead of a temporary one (must not exist or be empty; what the demo wrote there is removed afterwards unless --keep)")
 			fs.BoolVar(&verbose, "verbose", false, "also show the control plane's and the agent's logs")
 			return func(args []string) error {
 				if err := noPositional(args); err != nil {
 					return err
+				}
+				if dir != "" {
+					// The demo removes what it wrote afterwards: a directory that holds
+					// anything already is refused, so that nothing else goes with it.
+					entries, err := os.ReadDir(dir)
+					if err != nil && !errors.Is(err, os.ErrNotExist) {
+						return usagef("--dir %s: %v", dir, err)
+					}
+					if len(entries) > 0 {
+						return usagef("--dir %s is not empty: give a directory that does not exist or is empty (the demo removes what it wrote there afterwards)", dir)
+					}
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()

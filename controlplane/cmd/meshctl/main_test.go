@@ -172,3 +172,19 @@ func TestCommandSummariesAreSentences(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoRefusesADirectoryInUse: the demo removes its directory afterwards, so a
+// --dir that holds anything is refused before anything runs. Before, `meshctl demo
+// --dir DIR` ran in a directory with files in it and then removed it, files and all.
+func TestDemoRefusesADirectoryInUse(t *testing.T) {
+	dir := t.TempDir()
+	precious := filepath.Join(dir, "keep-me")
+	writeTestFile(t, precious, "not the demo's")
+	code, _, stderr := runCLI("demo", "--dir", dir)
+	if code != exitUsage || !strings.Contains(stderr, "is not empty") {
+		t.Errorf("demo --dir on a directory with a file: exit %d, want %d and why:\n%s", code, exitUsage, stderr)
+	}
+	if _, err := os.Stat(precious); err != nil {
+		t.Fatalf("the demo removed a file it did not write: %v", err)
+	}
+}
