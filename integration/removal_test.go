@@ -2,11 +2,13 @@ package integration
 
 import (
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -204,4 +206,71 @@ func dialKept(t *testing.T, dir, addr string) error {
 		return errors.New("closed after the handshake")
 	}
 	return err
+}
+
+// TestRemovalKeepsTheVotersOdd: removing one of three voters left two, and two voters
+// stop the control plane when either stops, which one voter does only when it stops.
+// The leader now demotes one of the two at the removal and says so; with the demoted
+// node stopped, writes still commit; the node that joins next is promoted with it,
+// back to three voters. Before, the two voters stayed, and stopping either stopped
+// every write (the token below exits 3). The built binaries.
+func TestRemovalKeepsTheVotersOdd(t *testing.T) {
+	cp1 := harness.NewControlPlane(t, bin, "odd")
+	cp1.Serve()
+	byID := map[string]*harness.ControlPlane{"cp-1": cp1, "cp-2": joinControl(t, cp1, "cp-2"), "cp-3": joinControl(t, cp1, "cp-3")}
+	leader := ""
+	for id, v := range controlView(t, cp1) {
+		if v.Raft == api.RaftLeader {
+			leader = id
+		}
+	}
+	gone, kept := "cp-2", "cp-3"
+	if leader == "cp-2" {
+		gone, kept = "cp-3", "cp-1"
+	} else if leader == "cp-3" {
+		kept = "cp-1"
+	}
+	if leader == "" || leader == gone || leader == kept {
+		t.Fatalf("leader %q", leader)
+	}
+
+	r := byID[leader].Ctl("control", "remove", gone, "--json")
+	var res struct{ Removed, Demoted string }
+	if r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &res) != nil || res.Removed != gone || res.Demoted != kept {
+		t.Fatalf("control remove %s through the leader %s (exit %d), want %s demoted:\n%s", gone, leader, r.Code, kept, r.Combined())
+	}
+	if code := byID[gone].Process().Wait(30 * time.Second); code != 6 {
+		t.Fatalf("the removed node exited %d, want 6", code)
+	}
+	voters := func() []string {
+		var out []string
+		for id, v := range controlView(t, byID[leader]) {
+			if v.Raft == api.RaftLeader || v.Raft == api.RaftVoter {
+				out = append(out, id)
+			}
+		}
+		return out
+	}
+	if v := voters(); len(v) != 1 || v[0] != leader {
+		t.Fatalf("voters after the removal: %v, want only %s", v, leader)
+	}
+	if v := controlView(t, byID[leader])[kept]; v.Raft != api.RaftNonvoter {
+		t.Fatalf("%s after the removal: %+v, want a nonvoter", kept, v)
+	}
+
+	// The demoted node stopped: the leader alone is the quorum, and writes commit.
+	byID[kept].Process().Kill()
+	if r := byID[leader].Ctl("token", "--node", "web-1"); r.Code != 0 {
+		t.Fatalf("a token with the demoted node stopped (exit %d): %s", r.Code, r.Combined())
+	}
+	// Back, it stays a nonvoter (two voters would be even) until another node serves.
+	byID[kept].Serve()
+	time.Sleep(3 * time.Second) // the autopilot runs every 2 s
+	if v := voters(); len(v) != 1 {
+		t.Fatalf("voters with the demoted node back alone: %v, want one", v)
+	}
+	joinControl(t, cp1, "cp-4") // waits for the voters to settle: all three
+	if v := voters(); len(v) != 3 || slices.Contains(v, gone) {
+		t.Fatalf("voters after cp-4 joined: %v, want three without %s", v, gone)
+	}
 }

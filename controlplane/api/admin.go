@@ -441,6 +441,10 @@ type ControlRemoveResult struct {
 	// the token's CA pin accepts) would receive the secret of a machine that tries
 	// it first. Cancel and mint them again if the removed machine is suspected.
 	PendingTokens []string `json:"pending_tokens,omitempty"`
+	// Demoted is the voter made a nonvoter so that the voters stay an odd number
+	// (one of three removed leaves two, and two stop when either stops); it is
+	// promoted again with the next control node that serves.
+	Demoted string `json:"demoted,omitempty"`
 }
 
 // RevokeResult lists the nodes revoked, in the request's order.

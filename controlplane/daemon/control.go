@@ -302,14 +302,20 @@ func (d *Daemon) controlConfirm(req api.ControlConfirmRequest) (api.ControlConfi
 // log, keeping the number of voters odd, and reports the members that stopped
 // answering. A node that joined but does not run yet stays a nonvoter, so it never
 // counts towards a quorum it cannot take part in.
-func (d *Daemon) promoteServing(now time.Time) {
+//
+// An even number of voters with no nonvoter to promote (one of three removed, or a
+// recovery that listed two or four) is made odd by demoting one: two voters stop
+// the control plane when either stops, one voter only when it does. The demoted
+// node keeps the log as a serving nonvoter and is promoted again with the next node
+// that serves. It returns the node it demoted, if any.
+func (d *Daemon) promoteServing(now time.Time) (demoted string) {
 	members, err := d.raft.Members()
 	if err != nil {
-		return
+		return ""
 	}
 	applied := d.raft.AppliedIndex()
 	voters := 0
-	var candidates []state.ControlNode
+	var candidates, others []state.ControlNode
 	for _, m := range members {
 		if m.ID == d.cfg.Node {
 			if m.Voter {
@@ -322,15 +328,21 @@ func (d *Daemon) promoteServing(now time.Time) {
 		if !serving {
 			d.ctl.reportSilent(d.log, m.ID, m.Voter, at, heard, now)
 		}
+		cn, err := activeControl(d, m.ID)
 		if m.Voter {
 			voters++
+			if err == nil {
+				others = append(others, cn)
+			}
 			continue
 		}
-		cn, err := activeControl(d, m.ID)
 		if err != nil || !serving || !d.ctl.caughtUp(m.ID, applied) {
 			continue
 		}
 		candidates = append(candidates, cn)
+	}
+	if voters%2 == 0 && voters >= 2 && len(candidates) == 0 {
+		return d.demoteOne(others, now)
 	}
 	slices.SortFunc(candidates, func(a, b state.ControlNode) int { return a.JoinedAt.Compare(b.JoinedAt) })
 	if (voters+len(candidates))%2 == 0 && len(candidates) > 0 {
@@ -339,10 +351,35 @@ func (d *Daemon) promoteServing(now time.Time) {
 	for _, c := range candidates {
 		if err := d.raft.Promote(c.ID, c.Raft, commitTimeout); err != nil {
 			d.log.Warn("control node not promoted; will try again", "node", c.ID, "err", err)
-			return
+			return ""
 		}
 		d.log.Info("control node promoted to voter: it serves and has caught up", "node", c.ID)
 	}
+	return ""
+}
+
+// demoteOne demotes one of the voters other than this (the leader): one that does
+// not serve if there is one, else the one that joined last.
+func (d *Daemon) demoteOne(voters []state.ControlNode, now time.Time) string {
+	if len(voters) == 0 {
+		return ""
+	}
+	slices.SortFunc(voters, func(a, b state.ControlNode) int {
+		if sa, sb := d.ctl.alive(a.ID, now), d.ctl.alive(b.ID, now); sa != sb {
+			if !sa {
+				return -1
+			}
+			return 1
+		}
+		return b.JoinedAt.Compare(a.JoinedAt)
+	})
+	v := voters[0]
+	if err := d.raft.Demote(v.ID, commitTimeout); err != nil {
+		d.log.Warn("control node not demoted to keep the voters odd; will try again", "node", v.ID, "err", err)
+		return ""
+	}
+	d.log.Warn("control node demoted to nonvoter: the voters were an even number, and two voters stop when either stops", "node", v.ID)
+	return v.ID
 }
 
 // controlAbort rolls back a join that could not be confirmed: the node leaves the Raft
@@ -417,6 +454,7 @@ func (d *Daemon) controlRemove(req api.ControlRequest) (api.ControlRemoveResult,
 		}
 	}
 	d.log.Warn("control node removed", "node", req.Node)
+	out.Demoted = d.promoteServing(d.now())
 	out.PendingTokens = d.pendingTokenNodes(joined)
 	return out, nil
 }

@@ -425,6 +425,12 @@ func (n *Node) Promote(id, addr string, timeout time.Duration) error {
 	return n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout).Error()
 }
 
+// Demote makes a voter a nonvoter: it keeps receiving the log and no longer counts
+// towards a quorum.
+func (n *Node) Demote(id string, timeout time.Duration) error {
+	return n.raft.DemoteVoter(raft.ServerID(id), 0, timeout).Error()
+}
+
 // Remove takes a server out of the configuration.
 func (n *Node) Remove(id string, timeout time.Duration) error {
 	return n.raft.RemoveServer(raft.ServerID(id), 0, timeout).Error()

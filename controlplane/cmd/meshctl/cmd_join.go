@@ -166,7 +166,8 @@ docs/operations.md.`,
 						Removed        string   `json:"removed"`
 						AlreadyRemoved bool     `json:"already_removed,omitempty"`
 						PendingTokens  []string `json:"pending_tokens,omitempty"`
-					}{node, res.AlreadyRemoved, res.PendingTokens})
+						Demoted        string   `json:"demoted,omitempty"`
+					}{node, res.AlreadyRemoved, res.PendingTokens, res.Demoted})
 				}
 				printRemoval(cio.stdout, node, res)
 				return nil
@@ -185,6 +186,9 @@ func printRemoval(w io.Writer, node string, res api.ControlRemoveResult) {
 		return
 	}
 	fmt.Fprintf(w, "removed control node %s from Raft and from the control plane\n", node)
+	if res.Demoted != "" {
+		fmt.Fprintf(w, "%s is now a nonvoter, so that the voters stay an odd number (two voters stop when either stops); it keeps the log and becomes a voter again with the next control node that serves\n", res.Demoted)
+	}
 	if len(res.PendingTokens) > 0 {
 		fmt.Fprintf(w, "pending tokens list its broker address (nodes: %s). If the machine is lost or suspected, "+
 			"cancel them (meshctl token cancel NODE) and mint new ones: a machine answering at that address with its certificate passes the token's CA pin; "+
