@@ -385,8 +385,11 @@ func TestControlNodesShownAsTheyAre(t *testing.T) {
 	if code := p.Wait(20 * time.Second); code != 0 {
 		t.Fatalf("cp-3 stopped with exit %d", code)
 	}
-	if v := controlView(t, cps[0])["cp-3"]; v.State != api.StateOffline {
-		t.Fatalf("cp-3 stopped and shown %s", v.State)
+	if v := controlView(t, cps[0])["cp-3"]; v.State != api.StateOffline || v.LastSeen.IsZero() {
+		t.Fatalf("cp-3 stopped and shown %s, last seen %v", v.State, v.LastSeen)
+	} else if v.Hosts != nil {
+		// Its broker stopped with it: the hosts it last held are the others' now.
+		t.Fatalf("cp-3 stopped and shown holding %+v hosts", *v.Hosts)
 	}
 	cps[2].Serve()
 	until(t, "cp-3 alive again", 20*time.Second, func() string {

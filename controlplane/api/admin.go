@@ -123,8 +123,8 @@ type ControlView struct {
 	LastSeen     time.Time `json:"last_seen,omitzero"`
 	AppliedIndex uint64    `json:"applied_index,omitempty"`
 	CAHolder     bool      `json:"ca_holder,omitempty"`
-	// Hosts is what the node's broker holds, as it last said (nil: not heard from,
-	// or a version that does not say).
+	// Hosts is what the node's broker holds, as it last said (nil: offline, not
+	// heard from, or a version that does not say).
 	Hosts *HostCapacity `json:"hosts,omitempty"`
 }
 

@@ -526,7 +526,12 @@ func (d *Daemon) controlViews(s *state.State, now time.Time) []api.ControlView {
 		if c.ID == d.cfg.Node {
 			v.LastSeen, v.AppliedIndex, v.Hosts = now.UTC(), d.raft.AppliedIndex(), d.hostCapacity()
 		} else if ok && !c.Removed {
-			v.LastSeen, v.AppliedIndex, v.Hosts = at.UTC(), hb.AppliedIndex, hb.Hosts
+			v.LastSeen, v.AppliedIndex = at.UTC(), hb.AppliedIndex
+			if v.State == api.StateAlive {
+				// An offline node's broker runs in its stopped process: the hosts it
+				// last held have gone to the others, and would be counted twice.
+				v.Hosts = hb.Hosts
+			}
 		}
 		out = append(out, v)
 	}
