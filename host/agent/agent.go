@@ -1075,6 +1075,12 @@ func clipMessage(msg string) string {
 // declared file could replace the node's identity or what it applied.
 var ErrStateInRoot = errors.New("the state directory must not be inside the managed root")
 
+// CheckApart refuses, as New does, a state directory that is the managed root or
+// inside it (ErrStateInRoot). meshhost run asks first, so that this mistake in its
+// command line is said as such, not as a lock another agent holds or an identity
+// missing from a directory that is not the state directory meant.
+func CheckApart(stateDir, root string) error { return outside(stateDir, root) }
+
 // outside refuses a state directory that is the managed root or inside it (links
 // resolved as far as the paths exist): a declaration names any path in the root,
 // and could replace identity.json (the keys the node trusts) or applied.state.

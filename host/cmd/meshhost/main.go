@@ -451,6 +451,9 @@ func cmdRun(args []string, cio *cliIO) error {
 			return usageError{err.Error()}
 		}
 	}
+	if err := agent.CheckApart(*stateDir, *root); errors.Is(err, agent.ErrStateInRoot) {
+		return err // exit 2, before the directory's lock and identity are looked at
+	}
 	// A state directory that does not exist is agent.New's to explain (not enrolled);
 	// one another user owns or may write is refused before its lock file is opened.
 	if err := statedir.Check(*stateDir); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -34,6 +34,11 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--state", dir, "--root", dir, "--broker", "cp-1.example:7300"}, "not ip:port"},
 		{[]string{"run", "--state", dir, "--root", dir, "--log-level", "loud"}, "--log-level"},
 		{[]string{"status"}, "--state is required"},
+		// Said as the usage mistake it is, not as "not enrolled" (exit 5) for a
+		// directory inside the root, nor as a lock held (exit 8) for the root itself
+		// while an agent runs on it.
+		{[]string{"run", "--state", dir + "/state", "--root", dir}, "must not be inside the managed root"},
+		{[]string{"run", "--state", dir, "--root", dir}, "must not be inside the managed root"},
 		{[]string{"enrol", "--bogus"}, "flag provided but not defined"},
 		{[]string{"run", "--state", dir, "--root", dir, "--log-format", "yaml"}, "--log-format"},
 		{[]string{"run", "--state", dir, "--root", dir, "--log-json", "--log-format", "text"}, "disagree"},
