@@ -112,7 +112,7 @@ func printNodes(w io.Writer, res api.NodesResult, now time.Time) {
 		if n.LastError != nil {
 			lastErr = fmt.Sprintf("v%d %s: %s", n.LastError.Version, oneLine(n.LastError.Code, api.MaxStatusCodeLen), oneLine(n.LastError.Message, 60))
 			if !n.LastError.RetryAt.IsZero() {
-				lastErr += " (retry at " + n.LastError.RetryAt.UTC().Format(time.TimeOnly) + ")"
+				lastErr += " (retry at " + n.LastError.RetryAt.UTC().Format(time.TimeOnly) + "Z)"
 			}
 		}
 		state := n.State

@@ -60,12 +60,12 @@ Hosts offline throughout catch up by following the chain of keyrings.`,
 					}
 					fmt.Fprintf(cio.stdout, "keyring epoch %d, %d key(s)\n", res.Epoch, len(res.Keys))
 					tw := tabwriter.NewWriter(cio.stdout, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "NODE\tSTATE\tKEYRING\t")
+					fmt.Fprintln(tw, "NODE\tSTATE\tKEYRING\tACKNOWLEDGED")
 					behind := 0
 					for _, n := range res.Nodes {
-						mark := "acknowledged"
+						mark := "yes"
 						if n.Epoch < res.Epoch {
-							mark = "behind"
+							mark = "no (behind)"
 							if n.State == api.StateAlive {
 								behind++
 							}

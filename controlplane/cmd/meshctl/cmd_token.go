@@ -165,7 +165,7 @@ func listTokens(cio *cliIO, cp *controlPlaneFlags, node string, asJSON bool) err
 	tw := tabwriter.NewWriter(cio.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNODE\tROLE\tSTATE\tEXPIRES\tLABELS")
 	for _, t := range res.Tokens {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Node, t.Role, t.State, t.ExpiresAt.Local().Format(time.DateTime), formatLabels(t.Labels))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Node, t.Role, t.State, t.ExpiresAt.UTC().Format(time.RFC3339), formatLabels(t.Labels))
 	}
 	return tw.Flush()
 }
@@ -203,7 +203,7 @@ func (f *controlPlaneFlags) pendingTokenNodes() []string {
 	for _, t := range res.Tokens {
 		if t.State == "pending" && !seen[t.Node] {
 			seen[t.Node] = true
-			out = append(out, t.Node+"\t"+t.Role+" token, expires "+t.ExpiresAt.Local().Format(time.DateTime))
+			out = append(out, t.Node+"\t"+t.Role+" token, expires "+t.ExpiresAt.UTC().Format(time.RFC3339))
 		}
 	}
 	return out
