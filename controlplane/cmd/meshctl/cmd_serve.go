@@ -71,14 +71,26 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 				if dir == "" {
 					return usagef("--data is required")
 				}
-				if snapThreshold == 0 || snapInterval < time.Second {
-					return usagef("--raft-snapshot-threshold must be positive and --raft-snapshot-interval at least 1s")
+				if snapThreshold == 0 {
+					return usagef("--raft-snapshot-threshold must be positive (the default is %d entries)", def.SnapshotThreshold)
+				}
+				if snapInterval < time.Second {
+					return usagef("--raft-snapshot-interval %s is too short (at least 1s; the default is %s)", snapInterval, def.SnapshotInterval)
 				}
 				if maxHosts < 0 {
 					return usagef("--max-hosts must not be negative (0: what the open-file limit allows)")
 				}
 				if heartbeat < 100*time.Millisecond {
 					return usagef("--raft-heartbeat %s is too short (at least 100ms)", heartbeat)
+				}
+				// Both are periods the daemon ticks on or compares against: zero was
+				// taken silently for the default, and a negative --reconcile crashed
+				// serve once it led (a ticker's interval must be positive).
+				if offline < time.Second {
+					return usagef("--offline-after %s is too short (at least 1s; the default is 45s)", offline)
+				}
+				if reconcile < time.Second {
+					return usagef("--reconcile %s is too short (at least 1s; the default is 10s)", reconcile)
 				}
 				format, err := logFormatFlag(logFormat, logJSON, c.Flags().Changed("log-format"))
 				if err != nil {
