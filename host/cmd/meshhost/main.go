@@ -272,6 +272,11 @@ func cmdEnrol(args []string, cio *cliIO) error {
 	if *stateDir == "" {
 		return usageError{"--state is required"}
 	}
+	// Zero was taken silently for the default, and a negative wait gave up at once
+	// and reported the mesh unreachable (exit 7), as if retrying could help.
+	if *timeout < time.Second {
+		return usageError{fmt.Sprintf("--timeout %s is too short (at least 1s; the default is 20s)", *timeout)}
+	}
 	text, err := readToken(*tokenFile, cio)
 	if err != nil {
 		return err

@@ -40,6 +40,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--state", dir + "/state", "--root", dir}, "must not be inside the managed root"},
 		{[]string{"run", "--state", dir, "--root", dir}, "must not be inside the managed root"},
 		{[]string{"enrol", "--bogus"}, "flag provided but not defined"},
+		{[]string{"enrol", "--state", dir, "--timeout", "0"}, "--timeout 0s is too short"},
+		{[]string{"enrol", "--state", dir, "--timeout", "-5s"}, "--timeout -5s is too short"},
 		{[]string{"run", "--state", dir, "--root", dir, "--log-format", "yaml"}, "--log-format"},
 		{[]string{"run", "--state", dir, "--root", dir, "--log-json", "--log-format", "text"}, "disagree"},
 		{[]string{"version", "extra"}, "unexpected argument"},
