@@ -404,7 +404,7 @@ func cmdRun(args []string, cio *cliIO) error {
 	logFormat := fs.String("log-format", "text", "text (key=value lines) or json (one JSON object a line)")
 	logJSON := fs.Bool("log-json", false, "the same as --log-format json")
 	hooksFile := fs.String("hooks", "", "local hooks file: commands to run after declared files change (a declaration can never add one)")
-	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9479 (off when empty)")
+	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9301 as meshhost.service does (off when empty)")
 	var extra []string
 	fs.Func("broker", "a broker address (ip:port) to try after those the mesh's list names, for a host whose known brokers are all gone; repeat for several; the mesh's CA pin is checked as for any", func(v string) error {
 		ap, err := netip.ParseAddrPort(v)
