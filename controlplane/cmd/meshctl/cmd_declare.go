@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -47,6 +48,13 @@ host's managed root. "-" reads the body from stdin.`,
 			})
 			_ = c.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]cobra.Completion{"worker"}, cobra.ShellCompDirectiveNoFileComp))
 			return func(args []string) error {
+				if len(args) > 0 {
+					// `--wait 0s` leaves 0s behind as an argument (only a positive
+					// duration is taken as --wait's value): say what --wait wants.
+					if _, err := time.ParseDuration(args[0]); err == nil {
+						return usagef("unexpected argument %q: --wait takes a positive duration such as 30s (without --wait, declare does not wait)", args[0])
+					}
+				}
 				if err := noPositional(args); err != nil {
 					return err
 				}

@@ -62,6 +62,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--data", dir, "--log-format", "xml"}, "--log-format"},
 		{[]string{"serve", "--data", dir, "--log-json", "--log-format", "text"}, "disagree"},
 		{[]string{"declare", "--data", dir, "--node", "web-1", "--file", "x.json", "--wait=soon"}, "positive duration"},
+		{[]string{"declare", "--data", dir, "--node", "web-1", "--file", "x.json", "--wait", "0s"}, `unexpected argument "0s": --wait takes a positive duration`},
 		{[]string{"version", "extra"}, "unexpected argument"},
 		{[]string{"bootstrap", "--mesh", "m", "--listen", "127.0.0.1:7300", "--data", dir, "--dry-run", "--json"}, "give one of them"},
 		{[]string{"completion"}, "name the shell"},
