@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -228,7 +229,23 @@ func (d *Daemon) newRegistry() *prometheus.Registry {
 
 // Ready reports whether this control node can serve: a Raft leader is known and its
 // broker accepts clients.
-func (d *Daemon) Ready() bool { return d.raft.Leader() != "" && d.broker.Running() }
+func (d *Daemon) Ready() bool { return notReady(d.raft.Leader(), d.broker.Running()) == "" }
+
+// notReady is what /readyz answers when this control node cannot serve: which of
+// the two conditions fails, and where to look; "" when it can.
+func notReady(leader string, brokerRunning bool) string {
+	var why []string
+	if leader == "" {
+		why = append(why, "no Raft leader is known (`meshctl control status` names the voters that do not answer)")
+	}
+	if !brokerRunning {
+		why = append(why, "the broker does not accept clients (this node's log says why)")
+	}
+	if len(why) == 0 {
+		return ""
+	}
+	return "not ready: " + strings.Join(why, "; ")
+}
 
 // serveHTTP serves /metrics, /healthz and /readyz on ln until ctx ends.
 func (d *Daemon) serveHTTP(ctx context.Context, ln net.Listener) error {
@@ -243,8 +260,8 @@ func (d *Daemon) serveHTTP(ctx context.Context, ln net.Listener) error {
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !d.Ready() {
-			http.Error(w, "not ready: no Raft leader is known, or the broker does not accept clients", http.StatusServiceUnavailable)
+		if why := notReady(d.raft.Leader(), d.broker.Running()); why != "" {
+			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ready\n"))
