@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -53,11 +54,20 @@ func DirEndpoint(dir datadir.Dir, joining bool) (Endpoint, error) {
 	if !dir.Exists(datadir.AdminCredsFile) {
 		return Endpoint{}, fmt.Errorf("%w: %s holds no operator credentials (%s)", ErrEndpoint, dir, datadir.AdminCredsFile)
 	}
+	// This node's own broker first, then the others: the list of brokers names it
+	// too, and an error listing the addresses tried would name it twice.
+	servers := []string{cfg.Listen}
+	for _, b := range cfg.Brokers {
+		if !slices.Contains(servers, b) {
+			servers = append(servers, b)
+		}
+	}
 	return Endpoint{
-		Servers: append([]string{cfg.Listen}, cfg.Brokers...),
+		Servers: servers,
 		Creds:   dir.Path(datadir.AdminCredsFile),
 		Pin:     pin,
-		Hint:    fmt.Sprintf("is `meshctl serve --data %s` running?", dir),
+		Hint: fmt.Sprintf("is `meshctl serve --data %s` running? A control node that is starting opens its broker "+
+			"once it follows a leader: its log says what it waits for", dir),
 	}, nil
 }
 

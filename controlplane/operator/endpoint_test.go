@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"mesh/controlplane/bootstrap"
+	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
 )
 
@@ -243,5 +245,26 @@ func TestDialWaitsForAFullBroker(t *testing.T) {
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("an HTTP server was tried for %s: only a broker refusing for room is tried again", d)
+	}
+}
+
+// TestDirEndpointNamesEachBrokerOnce: a control node's own broker is in the list of
+// brokers too; it is tried first and named once (an unreachable control plane's
+// error lists the addresses tried).
+func TestDirEndpointNamesEachBrokerOnce(t *testing.T) {
+	d := datadir.Dir(t.TempDir())
+	cfg := datadir.Config{Mesh: "m", Node: "cp-2", Listen: "127.0.0.2:7300",
+		Brokers: []string{"127.0.0.1:7300", "127.0.0.2:7300", "127.0.0.3:7300"}, CAPin: strings.Repeat("ab", 32)}
+	if err := d.SaveConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, d.Path(datadir.AdminCredsFile), []byte("creds"))
+	e, err := DirEndpoint(d, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"127.0.0.2:7300", "127.0.0.1:7300", "127.0.0.3:7300"}
+	if !slices.Equal(e.Servers, want) {
+		t.Fatalf("servers %v, want %v", e.Servers, want)
 	}
 }
