@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -32,11 +34,11 @@ func unitPath(name string) string { return filepath.Join("..", "..", "..", "dist
 func TestUnitMatchesExitCodes(t *testing.T) {
 	unit := unitPath("meshhost.service")
 	var want []string
-	for _, c := range []int{exitUsage, exitSubstituted, exitIdentity, exitRevoked} {
+	for _, c := range []int{exitSubstituted, exitIdentity, exitRevoked} {
 		want = append(want, strconv.Itoa(c))
 	}
 	if got := unitValues(t, unit, "RestartPreventExitStatus"); !slices.Equal(got, want) {
-		t.Errorf("RestartPreventExitStatus=%v, want %v (usage, not the mesh, identity, revoked)", got, want)
+		t.Errorf("RestartPreventExitStatus=%v, want %v (not the mesh, identity, revoked)", got, want)
 	}
 	for key, want := range map[string]string{
 		"Type": "notify", "Restart": "on-failure", "NoNewPrivileges": "yes", "ProtectSystem": "strict", "PrivateTmp": "yes",
@@ -63,5 +65,37 @@ func TestEnrolUnitUsesTheCredential(t *testing.T) {
 	}
 	if exec := strings.Join(unitValues(t, unit, "ExecStart"), " "); exec != "/usr/bin/meshhost enrol --state /var/lib/meshhost" {
 		t.Errorf("ExecStart=%s", exec)
+	}
+}
+
+// crashEnv makes the test binary crash as a Go program does (TestUnitRestartsACrash).
+const crashEnv = "MESHHOST_TEST_CRASH"
+
+func init() {
+	if os.Getenv(crashEnv) == "1" {
+		go func() { panic("a bug") }()
+		select {}
+	}
+}
+
+// TestUnitRestartsACrash: a Go program that crashes (a panic in any goroutine, the
+// runtime out of memory) exits with a status the runtime chooses, 2 today, which is
+// also this program's usage error; the unit must restart after it, or one crash
+// leaves the service down for good. The status is observed, not assumed. The start
+// limit stops the restarts of a failure that comes back at every start.
+func TestUnitRestartsACrash(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), crashEnv+"=1")
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() <= 0 {
+		t.Fatalf("the crashing program ended with %v, want an exit status", err)
+	}
+	unit := unitPath("meshhost.service")
+	if got := unitValues(t, unit, "RestartPreventExitStatus"); slices.Contains(got, strconv.Itoa(ee.ExitCode())) {
+		t.Errorf("RestartPreventExitStatus=%v holds %d, the status of a crash: the unit would not restart after one", got, ee.ExitCode())
+	}
+	if got := unitValues(t, unit, "StartLimitBurst"); len(got) != 1 {
+		t.Errorf("StartLimitBurst=%v: a failure at every start (a usage error) is restarted for good", got)
 	}
 }
