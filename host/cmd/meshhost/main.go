@@ -153,6 +153,8 @@ usage:
   meshhost status  --state DIR [--json]          show this node's identity and applied version
   meshhost version [--json]                      the version and the commit it was built from (also --version)
 
+run meshhost <command> --help for all of a command's flags (run: --metrics-listen,
+--heartbeat, --broker-ping, --return-home, --broker, --log-level).
 exit codes: 0 ok, 1 failure, 2 usage, 3 token unusable or refused, 4 not the mesh (retrying
 will not help), 5 identity file or state directory in the way (or not safe), 6 revoked,
 7 mesh unreachable (retrying may help), 8 state directory in use by another meshhost
