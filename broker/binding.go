@@ -91,7 +91,7 @@ func (d *BoundDialer) Dial(network, address string) (net.Conn, error) {
 	c := tls.Client(raw, d.TLS)
 	if err := c.HandshakeContext(hctx); err != nil {
 		raw.Close()
-		return nil, fmt.Errorf("tls handshake: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrHandshake, err)
 	}
 	if d.Context != nil {
 		context.AfterFunc(d.Context, func() { c.Close() })
@@ -101,6 +101,11 @@ func (d *BoundDialer) Dial(network, address string) (net.Conn, error) {
 	d.mu.Unlock()
 	return c, nil
 }
+
+// ErrHandshake wraps what stopped a TLS handshake BoundDialer began once the broker
+// had taken the connection: a broker that is busy (a timeout), or one that is not
+// the mesh (a pin or certificate error).
+var ErrHandshake = errors.New("tls handshake")
 
 // SkipTLSHandshake tells nats.go that Dial made the TLS session already.
 func (d *BoundDialer) SkipTLSHandshake() bool { return true }

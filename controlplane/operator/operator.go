@@ -6,6 +6,7 @@ package operator
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
@@ -13,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -135,8 +137,9 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 	// A broker at its connection limit says so before the TLS handshake, and takes
 	// another connection as soon as one closes: during a storm of hosts refused for
 	// room, an operator's connection waits its turn, as a call waits for a leader.
+	// So does one that a broker took and did not greet in time (stalled).
 	wait, pause := leaderWait(o.LeaderWait), 100*time.Millisecond
-	for start := time.Now(); err != nil && brokerFull(err) && time.Since(start)+pause < wait; pause = min(2*pause, time.Second) {
+	for start := time.Now(); err != nil && (brokerFull(err) || stalled(err)) && time.Since(start)+pause < wait; pause = min(2*pause, time.Second) {
 		time.Sleep(pause)
 		nc, err = connect()
 	}
@@ -165,6 +168,23 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 func brokerFull(err error) bool {
 	var rh tls.RecordHeaderError
 	return errors.As(err, &rh) && bytes.HasPrefix(rh.RecordHeader[:], []byte("-ERR "))
+}
+
+// stalled reports whether err is a broker that took the connection and did not
+// complete the TLS handshake, its greeting or the login in time: a control node
+// busy with a storm of reconnecting hosts (10,000 of them after a restart), which
+// another try soon gets through. An address nothing answers at fails at the dial,
+// which is not tried again.
+func stalled(err error) bool {
+	if errors.Is(err, nats.ErrTimeout) {
+		return true // the login's PING went unanswered
+	}
+	var op *net.OpError
+	timedOut := errors.Is(err, context.DeadlineExceeded) || errors.As(err, &op) && op.Timeout()
+	if errors.Is(err, broker.ErrHandshake) {
+		return timedOut
+	}
+	return timedOut && op != nil && op.Op == "read"
 }
 
 // CredsLogin returns the options of a connection that logs in with a .creds file
