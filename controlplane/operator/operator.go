@@ -133,13 +133,14 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 			nats.NoReconnect(),
 		)...)
 	}
+	start := time.Now()
 	nc, err := connect()
 	// A broker at its connection limit says so before the TLS handshake, and takes
 	// another connection as soon as one closes: during a storm of hosts refused for
 	// room, an operator's connection waits its turn, as a call waits for a leader.
 	// So does one that a broker took and did not greet in time (stalled).
 	wait, pause := leaderWait(o.LeaderWait), 100*time.Millisecond
-	for start := time.Now(); err != nil && (brokerFull(err) || stalled(err)) && time.Since(start)+pause < wait; pause = min(2*pause, time.Second) {
+	for ; err != nil && (brokerFull(err) || stalled(err)) && time.Since(start)+pause < wait; pause = min(2*pause, time.Second) {
 		time.Sleep(pause)
 		nc, err = connect()
 	}
