@@ -64,6 +64,10 @@ func TestRemovedControlNodeIsShutOut(t *testing.T) {
 	if code := cp2.Process().Wait(30 * time.Second); code != 6 {
 		t.Fatalf("the removed node exited %d 30 s after its removal, want 6 (-1: still serving):\n%s", code, cp2.Process().Output())
 	}
+	// Shown removed, with when it was last heard (it showed "never" and index 0).
+	if v := controlView(t, cp1)["cp-2"]; v.State != api.StateRemoved || v.LastSeen.IsZero() || v.AppliedIndex == 0 || v.Hosts != nil {
+		t.Errorf("the removed node is shown %+v", v)
+	}
 	// Its data directory remembers: serve, bootstrap and a join with a new token
 	// refuse it at once and say so (bootstrap said to start it with serve, which
 	// then waited for the other nodes to answer before it exited 6).

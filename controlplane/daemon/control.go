@@ -525,7 +525,8 @@ func (d *Daemon) controlViews(s *state.State, now time.Time) []api.ControlView {
 		}
 		if c.ID == d.cfg.Node {
 			v.LastSeen, v.AppliedIndex, v.Hosts = now.UTC(), d.raft.AppliedIndex(), d.hostCapacity()
-		} else if ok && !c.Removed {
+		} else if ok {
+			// A removed node's last heartbeat still says when it was last heard.
 			v.LastSeen, v.AppliedIndex = at.UTC(), hb.AppliedIndex
 			if v.State == api.StateAlive {
 				// An offline node's broker runs in its stopped process: the hosts it
