@@ -41,7 +41,7 @@ Control tokens are minted with the data directory of the node holding the CA key
 			)
 			cp.register(c, cio)
 			fs.BoolVar(&asJSON, "json", false, "print the token and what it admits as JSON")
-			fs.StringVar(&node, "node", "", "id of the node the token admits (required)")
+			fs.StringVar(&node, "node", "", "id of the node the token admits (required to mint; for list, only that node's tokens)")
 			fs.StringVar(&role, "role", "worker", "role the token admits: worker or control")
 			fs.DurationVar(&ttl, "ttl", tokenfmt.DefaultTTL, "how long the token stays valid (at most 1h)")
 			fs.Var(labels, "label", "label k=v given to the node (repeatable)")
