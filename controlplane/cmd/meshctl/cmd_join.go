@@ -50,6 +50,9 @@ with the same token goes on. Then start the node with meshctl serve.`,
 				if dir == "" {
 					return usagef("--data is required")
 				}
+				if err := checkRaftHeartbeat(heartbeat); err != nil {
+					return err
+				}
 				text, err := readSecretInput(tokenFile, cio)
 				if err != nil {
 					return err

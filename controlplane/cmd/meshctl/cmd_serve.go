@@ -80,8 +80,8 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 				if maxHosts < 0 {
 					return usagef("--max-hosts must not be negative (0: what the open-file limit allows)")
 				}
-				if heartbeat < 100*time.Millisecond {
-					return usagef("--raft-heartbeat %s is too short (at least 100ms)", heartbeat)
+				if err := checkRaftHeartbeat(heartbeat); err != nil {
+					return err
 				}
 				// Both are periods the daemon ticks on or compares against: zero was
 				// taken silently for the default, and a negative --reconcile crashed
@@ -121,6 +121,19 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 			}
 		},
 	}
+}
+
+// checkRaftHeartbeat bounds --raft-heartbeat, which is also the election timeout: a
+// leader lost is replaced after about that long, so a heartbeat of hours would leave
+// the control plane without one for hours.
+func checkRaftHeartbeat(d time.Duration) error {
+	switch {
+	case d < 100*time.Millisecond:
+		return usagef("--raft-heartbeat %s is too short (at least 100ms)", d)
+	case d > time.Minute:
+		return usagef("--raft-heartbeat %s is too long (at most 1m: it is also how long a lost leader goes unreplaced)", d)
+	}
+	return nil
 }
 
 // serveGCPercent is the garbage collector's target for `meshctl serve` (GOGC).
