@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,6 +23,19 @@ func httpStatus(url string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// httpBody GETs url and returns its body ("" if it cannot).
+func httpBody(t *testing.T, url string) string {
+	t.Helper()
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return string(b)
 }
 
 // TestMetricsEndpoints scrapes the control plane's and an agent's /metrics, /healthz

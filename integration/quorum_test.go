@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -105,6 +106,22 @@ func TestControlStatusWithoutQuorum(t *testing.T) {
 	}
 	cp1.Process().Kill()
 	cp1.Process().Wait(10 * time.Second)
+
+	// Restarted without a quorum, it waits for a leader; its health endpoints answer
+	// meanwhile, and say why it is not ready (the port stayed closed until ready).
+	cp1.StartServe()
+	harness.Eventually(t, 20*time.Second, "cp-1's /readyz answers while it waits for a quorum", func() bool {
+		return httpStatus("http://"+cp1.Metrics+"/readyz") == http.StatusServiceUnavailable
+	})
+	if code := httpStatus("http://" + cp1.Metrics + "/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz while waiting for a quorum: %d, want 200", code)
+	}
+	if body := httpBody(t, "http://"+cp1.Metrics+"/readyz"); !strings.Contains(body, "starting: no Raft leader is known") {
+		t.Fatalf("/readyz while waiting for a quorum says %q", body)
+	}
+	cp1.Process().Kill()
+	cp1.Process().Wait(10 * time.Second)
+
 	writeFile(t, filepath.Join(cp1.Dir, "raft", "peers.json"), `[{"id":"cp-1","address":"`+raftAddr+`","non_voter":false}]`)
 	cp1.Serve()
 	s, r = controlStatusOf(t, cp1)

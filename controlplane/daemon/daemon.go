@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -129,8 +128,9 @@ type Daemon struct {
 	ahead     aheadView
 	tail      atomic.Pointer[replication.LogTail]
 	aheadOnce sync.Once
-	// metricsLn is where the metrics and health endpoints listen, if anywhere.
-	metricsLn net.Listener
+	// web serves the metrics and health endpoints, if asked for: from the start of
+	// Open (health only: a node waiting for a quorum says so), all of them once open.
+	web *webEndpoint
 	metrics   *instruments
 	registry  *prometheus.Registry
 	// internalToken is this process's own credential on its broker; it never
@@ -216,6 +216,11 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if opts.MetricsListen != "" {
+		if d.web, err = startWeb(opts.MetricsListen, d.startingHandler()); err != nil {
+			return nil, err
+		}
 	}
 	d.fsm.OnApply(d.applied)
 	readyCtx, cancel := context.WithTimeout(ctx, opts.ReadyTimeout)
@@ -315,10 +320,8 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	d.status = newStatusBatcher(d)
 	d.registry = d.newRegistry()
-	if opts.MetricsListen != "" {
-		if d.metricsLn, err = net.Listen("tcp", opts.MetricsListen); err != nil {
-			return nil, fmt.Errorf("--metrics-listen %s: %w", opts.MetricsListen, err)
-		}
+	if d.web != nil {
+		d.web.serve(d.handler())
 	}
 	d.log.Info("control node ready", "mesh", d.cfg.Mesh, "node", d.cfg.Node, "broker", d.broker.Addr())
 	return d, nil
@@ -415,9 +418,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return d.syncPresence(ctx) }, func(error) { cancel() })
 	}
-	if d.metricsLn != nil {
+	if d.web != nil {
 		ctx, cancel := context.WithCancel(ctx)
-		g.Add(func() error { return d.serveHTTP(ctx, d.metricsLn) }, func(error) { cancel() })
+		g.Add(func() error { return d.web.run(ctx) }, func(error) { cancel() })
 	}
 	{
 		ctx, cancel := context.WithCancel(ctx)
@@ -568,8 +571,8 @@ func (d *Daemon) applied(c *state.Command, res state.Result) {
 // Close stops everything the daemon started.
 func (d *Daemon) Close() {
 	d.stopAPI()
-	if d.metricsLn != nil {
-		d.metricsLn.Close()
+	if d.web != nil {
+		d.web.close()
 	}
 	if d.presence != nil {
 		d.presence.Close()

@@ -3,10 +3,12 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -247,8 +249,8 @@ func notReady(leader string, brokerRunning bool) string {
 	return "not ready: " + strings.Join(why, "; ")
 }
 
-// serveHTTP serves /metrics, /healthz and /readyz on ln until ctx ends.
-func (d *Daemon) serveHTTP(ctx context.Context, ln net.Listener) error {
+// handler serves /metrics, /healthz and /readyz (and the profiler if asked for).
+func (d *Daemon) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.registry, promhttp.HandlerOpts{}))
 	if d.opts.Profiling {
@@ -266,15 +268,68 @@ func (d *Daemon) serveHTTP(ctx context.Context, ln net.Listener) error {
 		}
 		w.Write([]byte("ready\n"))
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shut)
-	}()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	return mux
+}
+
+// startingHandler is what the endpoint serves while Open waits for the replicated
+// state (a quorum lost, a leader not yet known): alive, not ready, and why; no
+// metrics yet, their registry comes with the broker.
+func (d *Daemon) startingHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		why := "no Raft leader is known (`meshctl control status` names the voters that do not answer)"
+		if d.raft.Leader() != "" {
+			why = "the replicated state is not current yet"
+		}
+		http.Error(w, "not ready: starting: "+why+"; the broker opens once it is (this node's log says what it waits for)", http.StatusServiceUnavailable)
+	})
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "starting: the metrics are served once this control node is ready (/readyz says why it is not)", http.StatusServiceUnavailable)
+	})
+	return mux
+}
+
+// webEndpoint is the HTTP server of /metrics, /healthz and /readyz: one listener
+// for the process's life, its handler swapped once the node is open.
+type webEndpoint struct {
+	srv     *http.Server
+	handler atomic.Pointer[http.Handler]
+	done    chan error
+}
+
+// startWeb listens on addr and serves first.
+func startWeb(addr string, first http.Handler) (*webEndpoint, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
 	}
+	e := &webEndpoint{done: make(chan error, 1)}
+	e.handler.Store(&first)
+	e.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*e.handler.Load()).ServeHTTP(w, r) })}
+	go func() { e.done <- e.srv.Serve(ln) }()
+	return e, nil
+}
+
+// serve makes h what the endpoint serves from now on.
+func (e *webEndpoint) serve(h http.Handler) { e.handler.Store(&h) }
+
+// run serves until ctx ends, then shuts the server down.
+func (e *webEndpoint) run(ctx context.Context) error {
+	select {
+	case err := <-e.done:
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return ctx.Err()
+	case <-ctx.Done():
+	}
+	shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = e.srv.Shutdown(shut)
 	return ctx.Err()
 }
+
+// close stops the server at once.
+func (e *webEndpoint) close() { _ = e.srv.Close() }
