@@ -130,9 +130,9 @@ type Daemon struct {
 	aheadOnce sync.Once
 	// web serves the metrics and health endpoints, if asked for: from the start of
 	// Open (health only: a node waiting for a quorum says so), all of them once open.
-	web *webEndpoint
-	metrics   *instruments
-	registry  *prometheus.Registry
+	web      *webEndpoint
+	metrics  *instruments
+	registry *prometheus.Registry
 	// internalToken is this process's own credential on its broker; it never
 	// leaves the process.
 	internalToken string
