@@ -187,6 +187,29 @@ func (r *run) step(kind, format string, args ...any) {
 	fmt.Fprintf(r.out, "  %d. %-9s %s\n", r.n, kind, fmt.Sprintf(format, args...))
 }
 
+// ParseToken checks a worker's token offline, as Enrol's first step does: a
+// caller can refuse a token before it creates or locks anything. An expiry within
+// ClockTolerance of now passes, for the mesh's clock to decide. Errors wrap
+// ErrToken.
+func ParseToken(text string, now time.Time) (token.Token, error) {
+	tok, err := token.Parse(text, now)
+	var expired *token.ExpiredError
+	if errors.As(err, &expired) && expired.Ago() <= ClockTolerance {
+		err = nil // let the mesh's clock decide
+	}
+	if err != nil {
+		if expired != nil {
+			return token.Token{}, fmt.Errorf("%w: %w (by this machine's clock, which reads %s; the mesh's clock decides, so if this clock is wrong, fix it and run enrol again)",
+				ErrToken, err, now.UTC().Format(time.RFC3339))
+		}
+		return token.Token{}, fmt.Errorf("%w: %w", ErrToken, err)
+	}
+	if tok.Role != token.RoleWorker {
+		return token.Token{}, fmt.Errorf("%w: this is a %s token; meshhost enrols workers (control nodes join with `meshctl join`)", ErrToken, tok.Role)
+	}
+	return tok, nil
+}
+
 // Enrol carries out the enrolment and returns the saved identity.
 func Enrol(ctx context.Context, o Options) (Result, error) {
 	if o.Now == nil {
@@ -205,20 +228,9 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 
 	// 1. The token, offline.
 	now := o.Now()
-	tok, err := token.Parse(o.Token, now)
-	var expired *token.ExpiredError
-	if errors.As(err, &expired) && expired.Ago() <= ClockTolerance {
-		err = nil // let the mesh's clock decide
-	}
+	tok, err := ParseToken(o.Token, now)
 	if err != nil {
-		if expired != nil {
-			return Result{}, fmt.Errorf("%w: %w (by this machine's clock, which reads %s; the mesh's clock decides, so if this clock is wrong, fix it and run enrol again)",
-				ErrToken, err, now.UTC().Format(time.RFC3339))
-		}
-		return Result{}, fmt.Errorf("%w: %w", ErrToken, err)
-	}
-	if tok.Role != token.RoleWorker {
-		return Result{}, fmt.Errorf("%w: this is a %s token; meshhost enrols workers (control nodes join with `meshctl join`)", ErrToken, tok.Role)
+		return Result{}, err
 	}
 	r.tok = tok
 	fmt.Fprintf(r.out, "enrol node %s into mesh %s\n", tok.Node, tok.Mesh)

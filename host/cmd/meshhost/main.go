@@ -283,6 +283,15 @@ func cmdEnrol(args []string, cio *cliIO) error {
 	if err != nil {
 		return err
 	}
+	// An unsafe state directory is named first, whatever the token; a token that
+	// cannot be used then leaves nothing behind: no state directory made, no lock
+	// file in it.
+	if err := statedir.Check(*stateDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if _, err := enrol.ParseToken(text, cio.clock()); err != nil {
+		return err
+	}
 	steps := cio.stdout
 	if *asJSON {
 		steps = cio.stderr
@@ -299,7 +308,7 @@ func cmdEnrol(args []string, cio *cliIO) error {
 	defer lock.Release()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	res, err := enrol.Enrol(ctx, enrol.Options{StateDir: *stateDir, Token: text, Out: steps, RequestTimeout: *timeout})
+	res, err := enrol.Enrol(ctx, enrol.Options{StateDir: *stateDir, Token: text, Out: steps, RequestTimeout: *timeout, Now: cio.clock})
 	if err != nil {
 		return err
 	}

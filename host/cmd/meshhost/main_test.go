@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,7 +56,9 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-// TestTokenInputs: the token's sources and what goes wrong with each, before any network.
+// TestTokenInputs: the token's sources and what goes wrong with each, before any
+// network, and before anything is made on disk: a state directory that did not
+// exist still does not.
 func TestTokenInputs(t *testing.T) {
 	dir := t.TempDir()
 	cases := []struct {
@@ -71,9 +74,13 @@ func TestTokenInputs(t *testing.T) {
 		{"truncated in env", "", map[string]string{"MESH_TOKEN": "mesh1_demo_127.0.0.1:7300_ab"}, nil, "truncated"},
 	}
 	for _, c := range cases {
-		code, _, stderr := runCLI(c.stdin, c.env, append([]string{"enrol", "--state", dir}, c.args...)...)
+		state := filepath.Join(dir, "state")
+		code, _, stderr := runCLI(c.stdin, c.env, append([]string{"enrol", "--state", state}, c.args...)...)
 		if code != exitToken || !strings.Contains(stderr, c.want) {
 			t.Errorf("%s: exit %d, stderr %q; want %d and %q", c.name, code, stderr, exitToken, c.want)
+		}
+		if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: the refused token left the state directory behind (%v)", c.name, err)
 		}
 	}
 }
