@@ -119,6 +119,15 @@ func TestControlStatusWithoutQuorum(t *testing.T) {
 	if body := httpBody(t, "http://"+cp1.Metrics+"/readyz"); !strings.Contains(body, "starting: no Raft leader is known") {
 		t.Fatalf("/readyz while waiting for a quorum says %q", body)
 	}
+	// Its Raft figures are scraped meanwhile: that it leads nothing is what an
+	// alert on mesh_raft_leader needs to see.
+	if code := httpStatus("http://" + cp1.Metrics + "/metrics"); code != http.StatusOK {
+		t.Fatalf("/metrics while waiting for a quorum: %d, want 200", code)
+	}
+	if body := httpBody(t, "http://"+cp1.Metrics+"/metrics"); !strings.Contains(body, "\nmesh_raft_leader 0\n") ||
+		!strings.Contains(body, "\nmesh_raft_last_index ") || !strings.Contains(body, "\nprocess_resident_memory_bytes ") {
+		t.Fatalf("/metrics while waiting for a quorum lacks Raft's or the process's figures:\n%s", body)
+	}
 	cp1.Process().Kill()
 	cp1.Process().Wait(10 * time.Second)
 

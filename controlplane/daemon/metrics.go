@@ -111,7 +111,6 @@ type collector struct{ d *Daemon }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDropped, descRefused, descKicked, descHostConns, descNodes, descControl,
-		descRaftLeader, descRaftTerm, descRaftCommit, descRaftApplied, descRaftLast, descRaftContact, descRaftRefused,
 		descBrokerConns, descBrokerRoutes, descBrokerMsgs, descBrokerBytes, descBrokerSlow, descBrokerHeld,
 		descBrokerRefused, descBrokerViolations, descBrokerHosts, descBrokerMaxHosts} {
 		ch <- d
@@ -146,24 +145,6 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descControl, prometheus.GaugeValue, float64(roles[r]), r)
 	}
 
-	rs := d.raft.Status()
-	leader := 0.0
-	if rs.Leader {
-		leader = 1
-	}
-	contact := 0.0
-	if !rs.Leader && !rs.LastContact.IsZero() {
-		contact = time.Since(rs.LastContact).Seconds()
-	}
-	ch <- prometheus.MustNewConstMetric(descRaftLeader, prometheus.GaugeValue, leader)
-	ch <- prometheus.MustNewConstMetric(descRaftTerm, prometheus.GaugeValue, float64(rs.Term))
-	ch <- prometheus.MustNewConstMetric(descRaftCommit, prometheus.GaugeValue, float64(rs.CommitIndex))
-	ch <- prometheus.MustNewConstMetric(descRaftApplied, prometheus.GaugeValue, float64(rs.Applied))
-	ch <- prometheus.MustNewConstMetric(descRaftLast, prometheus.GaugeValue, float64(rs.LastIndex))
-	ch <- prometheus.MustNewConstMetric(descRaftContact, prometheus.GaugeValue, contact)
-	ch <- prometheus.MustNewConstMetric(descRaftRefused, prometheus.CounterValue, float64(rs.PeersNotMembers), "not_a_member")
-	ch <- prometheus.MustNewConstMetric(descRaftRefused, prometheus.CounterValue, float64(rs.FailedHandshakes), "handshake")
-
 	if bs, err := d.broker.Stats(); err == nil {
 		ch <- prometheus.MustNewConstMetric(descBrokerConns, prometheus.GaugeValue, float64(bs.Connections))
 		ch <- prometheus.MustNewConstMetric(descBrokerRoutes, prometheus.GaugeValue, float64(bs.Routes))
@@ -185,6 +166,38 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for k, n := range ec.Violations {
 		ch <- prometheus.MustNewConstMetric(descBrokerViolations, prometheus.CounterValue, float64(n), k.What, k.Account)
 	}
+}
+
+// raftCollector exports this node's Raft figures. It is apart from collector
+// because it is all a node can say while it waits for a quorum (startingHandler),
+// and that is when an operator most wants mesh_raft_leader and the indexes.
+type raftCollector struct{ d *Daemon }
+
+func (c raftCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRaftLeader, descRaftTerm, descRaftCommit, descRaftApplied, descRaftLast,
+		descRaftContact, descRaftRefused} {
+		ch <- d
+	}
+}
+
+func (c raftCollector) Collect(ch chan<- prometheus.Metric) {
+	rs := c.d.raft.Status()
+	leader := 0.0
+	if rs.Leader {
+		leader = 1
+	}
+	contact := 0.0
+	if !rs.Leader && !rs.LastContact.IsZero() {
+		contact = time.Since(rs.LastContact).Seconds()
+	}
+	ch <- prometheus.MustNewConstMetric(descRaftLeader, prometheus.GaugeValue, leader)
+	ch <- prometheus.MustNewConstMetric(descRaftTerm, prometheus.GaugeValue, float64(rs.Term))
+	ch <- prometheus.MustNewConstMetric(descRaftCommit, prometheus.GaugeValue, float64(rs.CommitIndex))
+	ch <- prometheus.MustNewConstMetric(descRaftApplied, prometheus.GaugeValue, float64(rs.Applied))
+	ch <- prometheus.MustNewConstMetric(descRaftLast, prometheus.GaugeValue, float64(rs.LastIndex))
+	ch <- prometheus.MustNewConstMetric(descRaftContact, prometheus.GaugeValue, contact)
+	ch <- prometheus.MustNewConstMetric(descRaftRefused, prometheus.CounterValue, float64(rs.PeersNotMembers), "not_a_member")
+	ch <- prometheus.MustNewConstMetric(descRaftRefused, prometheus.CounterValue, float64(rs.FailedHandshakes), "handshake")
 }
 
 // nodeCounts counts the enrolled nodes by state at now (see descNodes).
@@ -223,9 +236,17 @@ func (d *Daemon) nodeCounts(now time.Time) map[string]int {
 func (d *Daemon) Registry() *prometheus.Registry { return d.registry }
 
 func (d *Daemon) newRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector{d}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := d.startingRegistry()
+	reg.MustRegister(collector{d})
 	reg.MustRegister(d.metrics.all()...)
+	return reg
+}
+
+// startingRegistry is what a node exports before it is open: its Raft figures and
+// the process's.
+func (d *Daemon) startingRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(raftCollector{d}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
 
@@ -272,8 +293,8 @@ func (d *Daemon) handler() http.Handler {
 }
 
 // startingHandler is what the endpoint serves while Open waits for the replicated
-// state (a quorum lost, a leader not yet known): alive, not ready, and why; no
-// metrics yet, their registry comes with the broker.
+// state (a quorum lost, a leader not yet known): alive, not ready, and why; of the
+// metrics, Raft's and the process's (the rest come with the state and the broker).
 func (d *Daemon) startingHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
@@ -284,9 +305,7 @@ func (d *Daemon) startingHandler() http.Handler {
 		}
 		http.Error(w, "not ready: starting: "+why+"; the broker opens once it is (this node's log says what it waits for)", http.StatusServiceUnavailable)
 	})
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
-		http.Error(w, "starting: the metrics are served once this control node is ready (/readyz says why it is not)", http.StatusServiceUnavailable)
-	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.startingRegistry(), promhttp.HandlerOpts{}))
 	return mux
 }
 
