@@ -160,14 +160,20 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 	}
 	// A control node's identity is opened before the enrolment is committed: one
 	// this node cannot hand over must not use the token up.
-	var identity []byte
+	var (
+		identity []byte
+		reseal   map[string]state.SealedIdentity
+	)
 	if req.Role == state.RoleControl {
 		if identity, e = d.controlIdentity(id, req.Node); e != nil {
 			return refuse(e.Code, e.Message)
 		}
+		if reseal, e = d.resealControlTokens(id, req.CurveKey); e != nil {
+			return refuse(e.Code, e.Message)
+		}
 	}
 	res, err := d.raft.Apply(state.Command{Op: state.OpEnrol, At: now, Enrol: &state.EnrolCmd{
-		TokenID: id, Node: req.Node, Role: req.Role, PublicKey: req.PublicKey, CurveKey: req.CurveKey,
+		TokenID: id, Node: req.Node, Role: req.Role, PublicKey: req.PublicKey, CurveKey: req.CurveKey, Reseal: reseal,
 	}}, commitTimeout)
 	if err != nil {
 		if errors.Is(err, replication.ErrNotLeader) {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/nats-io/nkeys"
+
 	"mesh/controlplane/api"
 	"mesh/controlplane/seal"
 	"mesh/controlplane/state"
@@ -43,9 +45,11 @@ func (d *Daemon) sealToControlNodes(identity []byte) (map[string]state.SealedIde
 }
 
 // controlIdentity returns what a joiner presenting token tokenID is handed: the
-// identity its token's secret opens, from this node's copy. A token minted before
-// this node joined has no copy for it; the joiner is then refused before anything is
-// committed, and told to mint a new token.
+// identity its token's secret opens, from this node's copy. A node takes copies of
+// the pending tokens' identities as it joins (resealControlTokens); one that holds
+// none for this token (admitted by a node that held none either, or joined while
+// the token was being minted) refuses the joiner before anything is committed, and
+// tells it to mint a new token.
 func (d *Daemon) controlIdentity(tokenID, node string) ([]byte, *api.Error) {
 	var (
 		plain   []byte
@@ -77,8 +81,41 @@ func (d *Daemon) controlIdentity(tokenID, node string) ([]byte, *api.Error) {
 		return plain, nil
 	case len(holders) > 0:
 		slices.Sort(holders)
-		return nil, &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf("the token's identity is sealed to the control nodes of its minting (%s), and %s, which leads now, joined after it: "+
+		return nil, &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf("the token's identity is sealed to control nodes %s only; %s, which leads now, holds no copy of it: "+
 			"cancel the token (meshctl token cancel %s) and mint a new control token", strings.Join(holders, ", "), d.cfg.Node, node)}
 	}
 	return nil, &api.Error{Code: api.CodeInternal, Message: "the control token's sealed identity is missing from the state"}
+}
+
+// resealControlTokens seals again, to a joining control node's curve key, the
+// identities of the other control tokens this node holds a copy of, for the
+// admission's command to record beside the node (state.EnrolCmd.Reseal): a token
+// minted before the node joined is then used while it leads as through any other.
+// A key nothing can be sealed to refuses the admission before the token is used.
+func (d *Daemon) resealControlTokens(except, curve string) (map[string]state.SealedIdentity, *api.Error) {
+	if !nkeys.IsValidPublicCurveKey(curve) {
+		return nil, &api.Error{Code: api.CodeBadRequest, Message: "a joining control node must present its public curve key (this meshctl is older than the control plane: upgrade it and run join again)"}
+	}
+	mine := map[string]state.SealedIdentity{}
+	d.fsm.Read(func(s *state.State) {
+		for id, t := range s.Tokens {
+			if c, ok := t.SealedTo[d.cfg.Node]; ok && id != except && t.Role == state.RoleControl {
+				mine[id] = c
+			}
+		}
+	})
+	out := make(map[string]state.SealedIdentity, len(mine))
+	for id, c := range mine {
+		identity, err := seal.FromCurveKey(d.curve, c.Blob, c.Sealer)
+		if err != nil {
+			continue // sealed to an earlier machine under this node's id: nothing to pass on
+		}
+		blob, sealer, err := seal.ToCurveKey(identity, curve)
+		clear(identity)
+		if err != nil {
+			return nil, &api.Error{Code: api.CodeInternal, Message: "seal a pending control token's identity to the joining node: " + err.Error()}
+		}
+		out[id] = state.SealedIdentity{Blob: blob, Sealer: sealer}
+	}
+	return out, nil
 }

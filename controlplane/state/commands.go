@@ -115,6 +115,11 @@ type EnrolCmd struct {
 	PublicKey string `json:"public_key"`
 	// CurveKey is a joining control node's public curve key.
 	CurveKey string `json:"curve_key,omitempty"`
+	// Reseal is, for a joining control node, the identities of the other control
+	// tokens that hold one, sealed again to its curve key by the node that admits
+	// it, from its own copies (token id -> copy): a token minted before the node
+	// joined can then be used while it leads.
+	Reseal map[string]SealedIdentity `json:"reseal,omitempty"`
 }
 
 // Selector chooses the nodes a declaration is for. The state machine resolves it at the

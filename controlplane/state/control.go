@@ -167,6 +167,13 @@ func (s *State) admitControl(at time.Time, t *Token, c *EnrolCmd) Result {
 		Pin: t.Control.Pin, Operator: t.Control.Operator}
 	s.ControlNodes[c.Node] = cn
 	s.MembershipVersion++
+	for id, sealed := range c.Reseal {
+		// Only a token that holds its identity sealed to control nodes takes one
+		// more copy; one dropped (cancelled, expired) since the proposal stays so.
+		if o, ok := s.Tokens[id]; ok && id != c.TokenID && o.Role == RoleControl && len(o.SealedTo) > 0 {
+			o.SealedTo[c.Node] = sealed
+		}
+	}
 	out := *cn
 	return Result{Control: &out}
 }

@@ -49,3 +49,60 @@ func TestControlTokenSealedToControlNodes(t *testing.T) {
 		t.Fatalf("an expired token keeps its identity: %+v", tk.SealedTo)
 	}
 }
+
+// A control node joining takes the copies its admitter sealed again for it of the
+// other control tokens that hold their identity (Reseal): a token minted before it
+// joined can be used while it leads. A token cancelled since the proposal, one
+// recorded in the older form (no copies), and the joiner's own token take none; a
+// repeated admission changes nothing.
+func TestJoiningControlNodeTakesCopies(t *testing.T) {
+	addrs := &ControlAddrs{Broker: "10.0.0.2:7300", Raft: "10.0.0.2:7301", Cluster: "10.0.0.2:7302"}
+	mint := func(id, node string) *CreateTokenCmd {
+		return &CreateTokenCmd{ID: id, Node: node, Role: RoleControl, TTL: time.Hour, Control: addrs,
+			SealedTo: map[string]SealedIdentity{"cp-1": {Blob: []byte(id + " to cp-1"), Sealer: "X"}}, SealedSum: "sum-" + id}
+	}
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	for _, c := range []*CreateTokenCmd{mint("tok-2", "cp-2"), mint("tok-3", "cp-3"), mint("tok-4", "cp-4")} {
+		m.must(Command{Op: OpCreateToken, At: t0, CreateToken: c})
+	}
+	old := &CreateTokenCmd{ID: "tok-5", Node: "cp-5", Role: RoleControl, TTL: time.Hour, Control: addrs, Sealed: []byte("under the secret")}
+	m.must(Command{Op: OpCreateToken, At: t0, CreateToken: old})
+	m.must(Command{Op: OpCancelTokens, At: t0, CancelTokens: &CancelTokensCmd{Node: "cp-4"}})
+
+	copyFor := func(id string) SealedIdentity { return SealedIdentity{Blob: []byte(id + " to cp-2"), Sealer: "Y"} }
+	join := Command{Op: OpEnrol, At: t0.Add(time.Second), Enrol: &EnrolCmd{TokenID: "tok-2", Node: "cp-2", Role: RoleControl,
+		PublicKey: "UKEYcp-2", CurveKey: "XKEYcp-2", Reseal: map[string]SealedIdentity{
+			"tok-2": copyFor("tok-2"), "tok-3": copyFor("tok-3"), "tok-4": copyFor("tok-4"), "tok-5": copyFor("tok-5"), "tok-gone": copyFor("tok-gone")}}}
+	if r := m.apply(join); r.Err != nil || r.Control == nil {
+		t.Fatalf("admit cp-2: %+v", r)
+	}
+	st := m.state()
+	if got := st.Tokens["tok-3"].SealedTo; string(got["cp-2"].Blob) != "tok-3 to cp-2" || string(got["cp-1"].Blob) != "tok-3 to cp-1" {
+		t.Fatalf("the pending token's copies after cp-2 joined: %+v", got)
+	}
+	if _, ok := st.Tokens["tok-2"].SealedTo["cp-2"]; ok {
+		t.Fatal("the joiner's own token took a copy for the joiner")
+	}
+	if tk := st.Tokens["tok-4"]; tk.HoldsIdentity() {
+		t.Fatalf("a token cancelled before the admission took a copy: %+v", tk.SealedTo)
+	}
+	if tk := st.Tokens["tok-5"]; len(tk.SealedTo) != 0 || string(tk.Sealed) != "under the secret" {
+		t.Fatalf("a token of the older form changed: %+v", tk)
+	}
+	if _, ok := st.Tokens["tok-gone"]; ok {
+		t.Fatal("a copy for an unknown token made a token")
+	}
+
+	again := join
+	again.At = t0.Add(2 * time.Second)
+	enrol := *join.Enrol
+	enrol.Reseal = map[string]SealedIdentity{"tok-3": {Blob: []byte("another"), Sealer: "Z"}}
+	again.Enrol = &enrol
+	if r := m.apply(again); r.Err != nil || !r.Repeated {
+		t.Fatalf("the admission repeated: %+v", r)
+	}
+	if got := m.state().Tokens["tok-3"].SealedTo["cp-2"]; string(got.Blob) != "tok-3 to cp-2" {
+		t.Fatalf("a repeated admission replaced a copy: %+v", got)
+	}
+}
