@@ -113,7 +113,7 @@ type Verified struct {
 //     (ErrWrongMesh, ErrWrongAudience, ErrWrongEnrolment);
 //  6. keyring epoch not older than exp.KeyringEpoch: *OldKeyringError;
 //  7. version, if exp.HaveApplied: older than applied is *VersionError
-//     (ErrRolledBack); equal with another body is ErrReplayed; equal with the
+//     (ErrRolledBack); equal with another body is *ReplayedError (ErrReplayed); equal with the
 //     same body is accepted with SameAsApplied;
 //  8. validity window, widened by FutureSkew before and Skew after: ErrNotYetValid or
 //     *ExpiredError;
@@ -196,7 +196,7 @@ func verifyDeclaration(env Envelope, trusted []ed25519.PublicKey, exp Expect) (V
 		case d.Version < exp.AppliedVersion:
 			return Verified{}, &VersionError{What: "declaration version", Got: d.Version, Current: exp.AppliedVersion}
 		case d.Version == exp.AppliedVersion && digest != exp.AppliedBodyDigest:
-			return Verified{}, fmt.Errorf("%w: version %d was already applied with a different body; a change must come under a new version, so this one is refused", ErrReplayed, d.Version)
+			return Verified{}, &ReplayedError{Version: d.Version}
 		case d.Version == exp.AppliedVersion:
 			same = true
 		}

@@ -267,6 +267,13 @@ func TestVerifyDeclarationVersion(t *testing.T) {
 					t.Errorf("VersionError = %+v", ve)
 				}
 			}
+			// The node reports the version it refused as replayed.
+			var re *ReplayedError
+			if tc.code == "replayed" {
+				if !errors.As(err, &re) || re.Version != tc.version {
+					t.Errorf("ReplayedError = %+v", re)
+				}
+			}
 		})
 	}
 }

@@ -207,6 +207,21 @@ func (e *VersionError) Error() string {
 // Is reports whether target is ErrRolledBack.
 func (e *VersionError) Is(target error) bool { return target == ErrRolledBack }
 
+// ReplayedError reports a correctly signed declaration whose version the node
+// already applied with another body. It matches ErrReplayed. It carries the
+// version so that the node can report which one it refused: the control plane
+// shows that node as not converged on that version, whatever the count says.
+type ReplayedError struct {
+	Version uint64
+}
+
+func (e *ReplayedError) Error() string {
+	return fmt.Sprintf("declarations: replayed: version %d was already applied with a different body; a change must come under a new version, so this one is refused", e.Version)
+}
+
+// Is reports whether target is ErrReplayed.
+func (e *ReplayedError) Is(target error) bool { return target == ErrReplayed }
+
 // ExpiredError reports a declaration whose validity window has passed, with
 // the allowed skew already taken into account. It matches ErrExpired.
 type ExpiredError struct {

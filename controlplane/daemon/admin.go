@@ -281,7 +281,7 @@ func (d *Daemon) progress(req api.ProgressRequest) (api.ProgressResult, error) {
 			if n, ok := s.Nodes[t.Node]; ok {
 				a := n.Applied
 				switch {
-				case a.HaveApplied && a.Version >= t.Version:
+				case appliedAtLeast(a, t.Version):
 					out.Converged++
 					continue
 				case a.ErrorCode != "" && a.ErrorVersion >= t.Version:
@@ -295,6 +295,20 @@ func (d *Daemon) progress(req api.ProgressRequest) (api.ProgressResult, error) {
 		}
 	})
 	return out, nil
+}
+
+// appliedAtLeast reports whether a node whose last report is a applied version v
+// of its declarations or a later one. A node that refused the version it holds as
+// replayed holds it with another body than the one declared: the control plane
+// signed that version twice (it was restored from a backup older than its last
+// declarations), and the count alone would call the node converged on what it
+// never applied.
+func appliedAtLeast(a state.Applied, v uint64) bool {
+	if !a.HaveApplied || a.Version < v {
+		return false
+	}
+	replayed := a.ErrorCode == declarations.Code(declarations.ErrReplayed) && a.ErrorVersion == a.Version
+	return a.Version > v || !replayed
 }
 
 func (d *Daemon) nodes(req api.NodesRequest) (api.NodesResult, error) {
@@ -348,7 +362,7 @@ func (d *Daemon) view(n *state.Node, now time.Time) api.NodeView {
 	if n.Applied.HaveApplied {
 		ver := n.Applied.Version
 		v.Applied = &ver
-		v.Converged = ver == n.Declared.Version
+		v.Converged = ver == n.Declared.Version && appliedAtLeast(n.Applied, ver)
 	}
 	if n.Applied.ErrorCode != "" {
 		v.LastError = &api.StatusError{Code: n.Applied.ErrorCode, Message: n.Applied.ErrorMessage, Version: n.Applied.ErrorVersion,

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -415,7 +416,7 @@ func (s *State) applyDeclare(at time.Time, c *DeclareCmd) Result {
 			continue
 		}
 		n.Declared = Declared{
-			Version:    n.Declared.Version + 1,
+			Version:    n.nextVersion(),
 			BodyDigest: digest,
 			IssuedAt:   at,
 			ExpiresAt:  at.Add(s.Validity),
@@ -429,6 +430,22 @@ func (s *State) applyDeclare(at time.Time, c *DeclareCmd) Result {
 	s.Bodies[digest] = slices.Clone(c.Body)
 	s.collectBodies()
 	return res
+}
+
+// nextVersion is the version n's next declaration takes: past the last one declared
+// and past the last one the node reports applied. A control plane restored from a
+// backup older than its last declarations knows fewer versions than its hosts
+// applied, and a host refuses a version it holds signed over another body
+// (replayed): counting on from the restored state, it would refuse every
+// declaration until the count passed its own. A report of the largest version,
+// which only a broken or hostile agent sends, is not followed: the count would
+// wrap around to 0.
+func (n *Node) nextVersion() uint64 {
+	v := n.Declared.Version
+	if a := n.Applied; a.HaveApplied && a.Version > v && a.Version < math.MaxUint64 {
+		v = a.Version
+	}
+	return v + 1
 }
 
 func (s *State) applyRevoke(at time.Time, c *RevokeCmd) Result {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -1061,4 +1062,38 @@ func TestControlNodeIDTaken(t *testing.T) {
 	}
 	m.must(Command{Op: OpRemoveControl, At: t0, RemoveControl: &RemoveControlCmd{Node: "cp-2"}})
 	m.must(tokenCmd("tc-9", "cp-2", RoleControl, t0, time.Hour))
+}
+
+// A control plane restored from a backup older than its last declarations knows
+// fewer versions than its hosts applied. The next declaration must come under a
+// version the host does not hold: the same version over another body is refused
+// by the host as replayed, and the node would never take it.
+func TestDeclareResumesPastTheVersionTheNodeApplied(t *testing.T) {
+	m := enrolled(t, map[string]string{"a": RoleWorker, "b": RoleWorker})
+	m.must(declareCmd(Selector{All: true}, `{"files":[{"path":"v1"}]}`, t0.Add(time.Hour)))
+	// a reports version 3, from declarations the restored state never saw; b
+	// reports what it was given.
+	m.must(Command{Op: OpStatus, At: t0.Add(time.Hour), Status: &StatusCmd{Reports: []StatusReport{
+		{Node: "a", Applied: Applied{HaveApplied: true, Version: 3}},
+		{Node: "b", Applied: Applied{HaveApplied: true, Version: 1}},
+	}}})
+	r := m.must(declareCmd(Selector{All: true}, `{"files":[{"path":"v2"}]}`, t0.Add(2*time.Hour)))
+	got := map[string]uint64{}
+	for _, a := range r.Assignments {
+		got[a.Node] = a.Version
+	}
+	if got["a"] != 4 || got["b"] != 2 {
+		t.Fatalf("versions assigned = %v, want a 4 (past the 3 it applied), b 2", got)
+	}
+	if v := m.state().Nodes["a"].Declared.Version; v != 4 {
+		t.Fatalf("a declared version = %d, want 4", v)
+	}
+	// A report at the largest version cannot wrap the count around to 0.
+	m.must(Command{Op: OpStatus, At: t0.Add(2 * time.Hour), Status: &StatusCmd{Reports: []StatusReport{
+		{Node: "b", Applied: Applied{HaveApplied: true, Version: math.MaxUint64}},
+	}}})
+	r = m.must(declareCmd(Selector{Nodes: []string{"b"}}, `{"files":[{"path":"v3"}]}`, t0.Add(3*time.Hour)))
+	if v := r.Assignments[0].Version; v != 3 {
+		t.Fatalf("b's version after an impossible report = %d, want 3", v)
+	}
 }

@@ -729,10 +729,18 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 		Now: a.o.Now(), Skew: a.o.Skew,
 	})
 	if err != nil {
-		var ve *declarations.VersionError
-		version := uint64(0)
-		if errors.As(err, &ve) {
+		var (
+			ve      *declarations.VersionError
+			re      *declarations.ReplayedError
+			version uint64
+		)
+		switch {
+		case errors.As(err, &ve):
 			version = ve.Got
+		case errors.As(err, &re):
+			// The control plane signed this version over another body (restored
+			// from an older backup): it must hear which version is not applied.
+			version = re.Version
 		}
 		a.fail(err, version)
 		return

@@ -159,6 +159,11 @@ func TestHandleVerifiesBeforeApplying(t *testing.T) {
 		if got.LastErrorCode != c.code || got.Version != 2 || f.file(t) != "two" {
 			t.Fatalf("%s: error %q, version %d, file %q", c.name, got.LastErrorCode, got.Version, f.file(t))
 		}
+		// The version refused is reported: a replayed one is the version the
+		// control plane counts as applied, and it must learn that it is not.
+		if want := map[string]uint64{"rolled_back": 1, "replayed": 2}[c.code]; got.LastErrorVersion != want {
+			t.Fatalf("%s: error version %d, want %d", c.name, got.LastErrorVersion, want)
+		}
 	}
 	// A refusal is reported, not written to disk: anyone who can put bytes on the
 	// node's subject could otherwise make it write for each (a restart syncs, and
