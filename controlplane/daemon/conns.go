@@ -23,8 +23,9 @@ type conns struct {
 	revoked   *nats.Conn // answers revoked nodes' keys, in the revoked account
 }
 
-// dialConns opens every role's in-process connection to b.
-func dialConns(b *broker.Server, token, node string) (*conns, error) {
+// dialConns opens every role's in-process connection to b. onError hears what each
+// reports outside a call (nats.Conn's asynchronous errors), by the role's name.
+func dialConns(b *broker.Server, token, node string, onError func(conn string, sub *nats.Subscription, err error)) (*conns, error) {
 	c := &conns{}
 	for _, r := range c.slots() {
 		nc, err := nats.Connect("",
@@ -33,6 +34,7 @@ func dialConns(b *broker.Server, token, node string) (*conns, error) {
 			nats.Token(token),
 			nats.Name(string(r.role)+" "+node),
 			nats.MaxReconnects(-1),
+			nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) { onError(string(r.role), sub, err) }),
 		)
 		if err != nil {
 			c.close()

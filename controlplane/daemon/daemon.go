@@ -295,7 +295,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.conns, err = dialConns(d.broker, d.internalToken, d.cfg.Node); err != nil {
+	if d.conns, err = dialConns(d.broker, d.internalToken, d.cfg.Node, d.guard.connError); err != nil {
 		return nil, err
 	}
 	// Every control node hears the others' heartbeats, not the leader alone: a new

@@ -32,7 +32,7 @@ func (d *Daemon) handleEnrol(m *nats.Msg) {
 	// mesh.enrol.<node>.<key>, where the broker lets only the connection that proved
 	// <key> publish; or mesh.enrol.<node>, which clients before it use.
 	node, key, keyed := strings.Cut(strings.TrimPrefix(m.Subject, api.EnrolPrefix), ".")
-	if len(m.Data) > d.guard.budgets.MaxEnrol {
+	if payloadSize(m) > d.guard.budgets.MaxEnrol {
 		d.guard.drop("enrol", ReasonTooLarge, node, "enrolment request over its budget")
 		return
 	}

@@ -1,11 +1,14 @@
 package daemon
 
 import (
+	"errors"
 	"log/slog"
 	"maps"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // Reason says why the control plane dropped a message without acting on it. Each is
@@ -173,22 +176,62 @@ func (g *guard) kicked(reason Reason) {
 }
 
 func (g *guard) count(into map[DropKey]uint64, what, subject string, reason Reason, who, detail string) {
-	k := DropKey{Subject: subject, Reason: reason}
-	lk := DropKey{Subject: what + " " + subject, Reason: reason}
+	g.mu.Lock()
+	into[DropKey{Subject: subject, Reason: reason}]++
+	g.mu.Unlock()
+	if due, n := g.due(DropKey{Subject: what + " " + subject, Reason: reason}); due {
+		g.log.Warn(what, "subject", subject, "reason", string(reason), "from", who, "detail", clipText(detail, 200), "count", n)
+	}
+}
+
+// due counts one event of kind lk and reports whether a line is due for it: the
+// first at once, later ones at most once per interval. n is how many there were
+// since the last line, this one included.
+func (g *guard) due(lk DropKey) (due bool, n uint64) {
 	now := g.now()
 	g.mu.Lock()
-	into[k]++
+	defer g.mu.Unlock()
 	g.since[lk]++
 	last, seen := g.logged[lk]
-	due := !seen || now.Sub(last) >= g.interval
-	n := g.since[lk]
+	due = !seen || now.Sub(last) >= g.interval
+	n = g.since[lk]
 	if due {
 		g.logged[lk], g.since[lk] = now, 0
 	}
-	g.mu.Unlock()
-	if due {
-		g.log.Warn(what, "subject", subject, "reason", string(reason), "from", who, "detail", clipText(detail, 200), "count", n)
+	return due, n
+}
+
+// connError logs what nats.go reports outside a call on one of the control plane's
+// own connections, at most once per interval per kind with the count of the others.
+// Clients decide how often some of these happen: nats-server passes on a header
+// block as a client wrote it, and each one that does not parse is reported here.
+// Without a handler of ours nats.go printed every one to stderr, outside the log and
+// its limits. The kind is the connection, the subscription and the error's kind,
+// never its text, which may quote what a client chose.
+func (g *guard) connError(conn string, sub *nats.Subscription, err error) {
+	subject := ""
+	if sub != nil {
+		subject = sub.Subject
 	}
+	kind := "other"
+	for _, known := range []error{nats.ErrBadHeaderMsg, nats.ErrSlowConsumer, nats.ErrPermissionViolation, nats.ErrAuthorization} {
+		if errors.Is(err, known) {
+			kind = known.Error()
+			break
+		}
+	}
+	if due, n := g.due(DropKey{Subject: "connection error " + conn + " " + subject, Reason: Reason(kind)}); due {
+		g.log.Warn("the control plane's connection reported an error", "connection", conn, "subscription", subject,
+			"err", clipText(err.Error(), 200), "count", n)
+	}
+}
+
+// payloadSize is what a client sent in a message it published: its body and its
+// headers. The protocol uses no headers, but a client may send up to the account's
+// payload cap of them, so a budget counted on the body alone let 64 KiB through
+// where it allows 1 KiB.
+func payloadSize(m *nats.Msg) int {
+	return m.Size() - len(m.Subject) - len(m.Reply)
 }
 
 // Counts is what the guard counted since the daemon started.

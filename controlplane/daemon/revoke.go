@@ -78,7 +78,7 @@ func (d *Daemon) handleRevokedSync(m *nats.Msg) {
 	case node == "":
 		d.guard.drop(kind, ReasonMalformed, m.Subject, "no node in the subject")
 		return
-	case len(m.Data) > d.guard.budgets.MaxSync:
+	case payloadSize(m) > d.guard.budgets.MaxSync:
 		d.guard.drop(kind, ReasonTooLarge, node, "message over the subject's budget")
 		return
 	case !d.guard.spend(authn.RevokedUserPrefix + node):

@@ -105,7 +105,7 @@ func (d *Daemon) admitNodeMessage(kind, node string, m *nats.Msg, maxSize int) b
 		return false
 	}
 	switch {
-	case len(m.Data) > maxSize:
+	case payloadSize(m) > maxSize:
 		d.guard.drop(kind, ReasonTooLarge, node, "message over the subject's budget")
 		d.disconnectNode(node, ReasonTooLarge)
 		return false
