@@ -7,7 +7,9 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -92,6 +94,9 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 				if reconcile < time.Second {
 					return usagef("--reconcile %s is too short (at least 1s; the default is 10s)", reconcile)
 				}
+				if err := checkMetricsListen(metricsListen); err != nil {
+					return err
+				}
 				format, err := logFormatFlag(logFormat, logJSON, c.Flags().Changed("log-format"))
 				if err != nil {
 					return err
@@ -121,6 +126,24 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 			}
 		},
 	}
+}
+
+// checkMetricsListen refuses a --metrics-listen that is no address, as the usage
+// error it is: found only when serve listened on it, it came after the data
+// directory was locked and Raft opened, and exited 1 as a failure of the node.
+// Empty is off.
+func checkMetricsListen(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return usagef("--metrics-listen %q: give ip:port (127.0.0.1:9300, say)", addr)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return usagef("--metrics-listen %q: the port is not a number from 1 to 65535", addr)
+	}
+	return nil
 }
 
 // checkRaftHeartbeat bounds --raft-heartbeat, which is also the election timeout: a

@@ -41,6 +41,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--data", dir, "--offline-after", "0"}, "--offline-after 0s is too short"},
 		{[]string{"serve", "--data", dir, "--offline-after", "-45s"}, "--offline-after -45s is too short"},
 		{[]string{"serve", "--data", dir, "--max-hosts", "many"}, "--max-hosts"},
+		{[]string{"serve", "--data", dir, "--metrics-listen", "nonsense"}, `--metrics-listen "nonsense": give ip:port`},
+		{[]string{"serve", "--data", dir, "--metrics-listen", "127.0.0.1:99999"}, `--metrics-listen "127.0.0.1:99999": the port is not a number from 1 to 65535`},
 		{[]string{"serve", "--data", dir, "--log-level", "loud"}, "--log-level"},
 		{[]string{"token", "--data", dir}, "--node is required"},
 		{[]string{"token", "--data", dir, "--node", "WEB_1"}, "--node"},

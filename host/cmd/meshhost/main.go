@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -439,6 +440,17 @@ func cmdRun(args []string, cio *cliIO) error {
 	}
 	if *returnHome != 0 && (*returnHome < time.Second || *returnHome > time.Hour) {
 		return usageError{"--return-home must be 0 (never) or between 1s and 1h"}
+	}
+	// Found only when the agent listened on it, a malformed address came after the
+	// state directory was locked and exited 1 as a failure of the host.
+	if *metricsListen != "" {
+		_, port, err := net.SplitHostPort(*metricsListen)
+		if err != nil {
+			return usageError{fmt.Sprintf("--metrics-listen %q: give ip:port (127.0.0.1:9301, say)", *metricsListen)}
+		}
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+			return usageError{fmt.Sprintf("--metrics-listen %q: the port is not a number from 1 to 65535", *metricsListen)}
+		}
 	}
 	formatSet := false
 	fs.Visit(func(f *flag.Flag) { formatSet = formatSet || f.Name == "log-format" })

@@ -34,6 +34,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--state", dir, "--root", dir, "--broker-ping", "soon"}, "invalid value"},
 		{[]string{"run", "--state", dir, "--root", dir, "--broker", "cp-1.example:7300"}, "not ip:port"},
 		{[]string{"run", "--state", dir, "--root", dir, "--log-level", "loud"}, "--log-level"},
+		{[]string{"run", "--state", dir, "--root", dir, "--metrics-listen", "nonsense"}, `--metrics-listen "nonsense": give ip:port`},
+		{[]string{"run", "--state", dir, "--root", dir, "--metrics-listen", "127.0.0.1:99999"}, `--metrics-listen "127.0.0.1:99999": the port is not a number from 1 to 65535`},
 		{[]string{"status"}, "--state is required"},
 		// Said as the usage mistake it is, not as "not enrolled" (exit 5) for a
 		// directory inside the root, nor as a lock held (exit 8) for the root itself
