@@ -418,12 +418,21 @@ func (d *Daemon) controlRemove(req api.ControlRequest) (api.ControlRemoveResult,
 	if !known {
 		return out, &api.Error{Code: api.CodeNotFound, Message: "no control node " + req.Node + " was ever admitted (meshctl nodes lists them)"}
 	}
-	if req.Node == d.cfg.Node {
-		return out, &api.Error{Code: api.CodeBadRequest, Message: req.Node + " is the leader answering this request; stop it (meshctl serve ends on SIGTERM; another control node takes over), then remove it from another control node"}
-	}
 	members, err := d.raft.Members()
 	if err != nil {
 		return out, err
+	}
+	if req.Node == d.cfg.Node {
+		// Stopping the leader hands over only to another voter: with none (a mesh
+		// of one control node being moved, its new node a nonvoter while the
+		// voters stay odd), stopping it leaves no leader to remove it.
+		if !slices.ContainsFunc(members, func(m replication.Member) bool { return m.Voter && m.ID != req.Node }) {
+			return out, &api.Error{Code: api.CodeBadRequest, Message: req.Node + " is the leader answering this request and the only voter: " +
+				"stopped, no other control node can take over (a second one stays a nonvoter while the voters would be even). " +
+				"Make three voters first: join and serve control nodes until meshctl nodes shows three voters; then stop " + req.Node +
+				" (meshctl serve ends on SIGTERM) and remove it from another control node"}
+		}
+		return out, &api.Error{Code: api.CodeBadRequest, Message: req.Node + " is the leader answering this request; stop it (meshctl serve ends on SIGTERM; another control node takes over), then remove it from another control node"}
 	}
 	inRaft := slices.ContainsFunc(members, func(m replication.Member) bool { return m.ID == req.Node })
 	if removed && !inRaft {
