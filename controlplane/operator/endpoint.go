@@ -33,8 +33,9 @@ type Endpoint struct {
 }
 
 // ErrEndpoint means the addresses, credentials or CA given to reach the mesh cannot
-// be used; the message says which and why.
-var ErrEndpoint = errors.New("cannot use the operator credentials given")
+// be used; the message says which and why (its own words blame none of them: a
+// mistyped broker address read as the credentials' fault).
+var ErrEndpoint = errors.New("cannot use what was given to reach the control plane")
 
 // DirEndpoint is the endpoint a control node's data directory describes: the brokers
 // and the pin of its mesh.json, and its admin.creds. joining admits the unfinished

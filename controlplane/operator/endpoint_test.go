@@ -147,6 +147,9 @@ func TestParseServers(t *testing.T) {
 	for _, bad := range []string{"ws://10.0.0.1:7300", "10.0.0.1", ":7300"} {
 		if _, err := ParseServers(bad); !errors.Is(err, ErrEndpoint) {
 			t.Errorf("%q: want ErrEndpoint, got %v", bad, err)
+		} else if strings.Contains(err.Error(), "credentials") {
+			// A mistyped address is not the credentials' fault.
+			t.Errorf("%q: %v blames the credentials", bad, err)
 		}
 	}
 }
