@@ -81,7 +81,7 @@ func (d *boundDialer) Dial(network, address string) (net.Conn, error) {
 	d.mu.Lock()
 	d.last = c
 	d.mu.Unlock()
-	return c, nil
+	return &frameGuard{Conn: c}, nil
 }
 
 // SkipTLSHandshake tells nats.go that Dial made the TLS session already.
