@@ -108,28 +108,33 @@ func (f *framing) fail(err error) error {
 // other line. nats.go refuses a line whose fields are otherwise wrong, so only the
 // size is read here, as nats.go reads it.
 func announced(line []byte) (int, error) {
-	line = bytes.TrimRight(line, "\r")
-	fields := bytes.Fields(line)
-	if len(fields) == 0 {
-		return -1, nil
+	var op, last []byte
+	fields := 0
+	for f := range bytes.FieldsSeq(line) {
+		if fields == 0 {
+			if !bytes.EqualFold(f, []byte("MSG")) && !bytes.EqualFold(f, []byte("HMSG")) {
+				return -1, nil
+			}
+			op = f
+		}
+		fields++
+		last = f
 	}
-	op := string(bytes.ToUpper(fields[0]))
-	if op != "MSG" && op != "HMSG" {
-		return -1, nil
+	if fields < 4 {
+		if op == nil {
+			return -1, nil
+		}
+		return 0, fmt.Errorf("%w: a %s line without its size", ErrHostileFraming, bytes.ToUpper(op))
 	}
-	last := fields[len(fields)-1]
 	size := 0
 	for _, c := range last {
 		if c < '0' || c > '9' {
-			return 0, fmt.Errorf("%w: %s announces a size that is not a number", ErrHostileFraming, op)
+			return 0, fmt.Errorf("%w: %s announces a size that is not a number", ErrHostileFraming, bytes.ToUpper(op))
 		}
 		size = size*10 + int(c-'0')
 		if size > MaxMessage {
-			return 0, fmt.Errorf("%w: %s announces more than %d bytes", ErrHostileFraming, op, MaxMessage)
+			return 0, fmt.Errorf("%w: %s announces more than %d bytes", ErrHostileFraming, bytes.ToUpper(op), MaxMessage)
 		}
-	}
-	if len(last) == 0 || len(fields) < 4 {
-		return 0, fmt.Errorf("%w: a %s line without its size", ErrHostileFraming, op)
 	}
 	return size, nil
 }
