@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"time"
 
@@ -127,7 +130,12 @@ host's managed root. "-" reads the body from stdin.`,
 // readBody reads a declaration body, refusing anything too large to be signed before
 // reading it whole.
 func readBody(file string, stdin io.Reader) ([]byte, error) {
-	return readBounded(file, stdin)
+	data, err := readBounded(file, stdin)
+	if err == nil && len(bytes.TrimSpace(data)) == 0 {
+		// The parser would call it truncated JSON, as if part of it were lost.
+		return nil, fmt.Errorf(`%s is empty: a declaration body is a JSON object, such as {"files":[{"path":"etc/app.conf","content":"..."}]}`, file)
+	}
+	return data, err
 }
 
 // readBounded reads a file ("-": stdin) of at most MaxEnvelopeSize bytes, refusing a
@@ -145,8 +153,13 @@ func readBounded(file string, stdin io.Reader) ([]byte, error) {
 		r = f
 	}
 	data, err := io.ReadAll(io.LimitReader(r, declarations.MaxEnvelopeSize+1))
+	var pathErr *fs.PathError
+	if err != nil && !errors.As(err, &pathErr) {
+		// A file's own errors name it already ("read F: is a directory").
+		err = fmt.Errorf("read %s: %w", file, err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", file, err)
+		return nil, err
 	}
 	if len(data) > declarations.MaxEnvelopeSize {
 		return nil, fmt.Errorf("%s is larger than %d bytes, the most a signed declaration can carry; split the state or ship large files another way", file, declarations.MaxEnvelopeSize)

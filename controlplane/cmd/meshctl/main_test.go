@@ -133,7 +133,14 @@ func TestDeclareRefusesBadBodies(t *testing.T) {
 	writeTestFile(t, big, strings.Repeat("x", 2<<20))
 	writeTestFile(t, bad, `{"files":[`)
 	writeTestFile(t, escape, `{"files":[{"path":"../etc/passwd","content":"x"}]}`)
-	for file, want := range map[string]string{big: "larger than", bad: "bad.json", escape: "escape.json"} {
+	empty := filepath.Join(dir, "empty.json")
+	writeTestFile(t, empty, " \n")
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{big: "larger than", bad: "bad.json", escape: "escape.json",
+		empty: empty + " is empty: a declaration body is a JSON object", sub: "meshctl declare: read " + sub + ": is a directory\n"} {
 		code, _, stderr := runCLI("declare", "--data", dir, "--node", "web-1", "--file", file)
 		if code == exitOK || !strings.Contains(stderr, want) {
 			t.Errorf("%s: exit %d, stderr %q", file, code, stderr)
