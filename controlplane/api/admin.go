@@ -162,6 +162,9 @@ type ControlHeartbeat struct {
 	// Stopping is the last heartbeat of a node shutting down: the others show it
 	// offline at once rather than for three heartbeats more.
 	Stopping bool `json:"stopping,omitempty"`
+	// Rules is the revision of the rules by which the node applies the replicated log
+	// (state.ApplyRules); older versions send none.
+	Rules int `json:"rules,omitempty"`
 }
 
 // AdminSubject is the subject of an operator API operation.

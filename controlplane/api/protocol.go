@@ -126,6 +126,9 @@ const (
 	// CodeNotCAHolder: a control token was asked for without the mesh CA's signature
 	// over its claim; control tokens are minted where the CA key is.
 	CodeNotCAHolder = "not_ca_holder"
+	// CodeOlderControlNode: a control node that serves applies the replicated log by
+	// older rules than the request needs (an upgrade under way); upgrade it first.
+	CodeOlderControlNode = "older_control_node"
 )
 
 // Codes a host reports in a status's error besides the verifier's

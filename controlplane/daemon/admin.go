@@ -179,6 +179,13 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 		}
 		if sealedTo == nil {
 			cmd.Sealed = req.Sealed
+		} else if older := d.ctl.olderRules(d.cfg.Node, d.now()); len(older) > 0 {
+			// A control node of an older version refuses to record the identity sealed
+			// to the control nodes, and then the node the token admits: its state would
+			// part from the others' for good, silently.
+			return out, &api.Error{Code: api.CodeOlderControlNode, Message: fmt.Sprintf(
+				"control node %s runs an older meshctl, which would record neither this control token nor the node it admits: upgrade every control node, then mint the control token again",
+				strings.Join(older, ", "))}
 		} else {
 			cmd.SealedTo, cmd.SealedSum = sealedTo, sum
 		}

@@ -126,6 +126,23 @@ func (c *controlTracker) caughtUp(node string, leaderApplied uint64) bool {
 	return ok && (hb.AppliedIndex+caughtUpEntries >= leaderApplied || c.reached[node])
 }
 
+// olderRules returns, sorted, the control nodes other than self that serve at now (by
+// alive's rule) and whose last heartbeat announces older rules than this node's for
+// applying the log (state.ApplyRules), or none: a version from before the
+// announcement.
+func (c *controlTracker) olderRules(self string, now time.Time) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for node, hb := range c.beats {
+		if node != self && !hb.Stopping && now.Sub(c.seen[node]) <= 3*HeartbeatInterval && hb.Rules < state.ApplyRules {
+			out = append(out, node)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 func (c *controlTracker) last(node string) (api.ControlHeartbeat, time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -143,7 +160,7 @@ func (d *Daemon) heartbeatLoop(ctx context.Context) error {
 			role = api.RaftLeader
 		}
 		data, _ := json.Marshal(api.ControlHeartbeat{V: api.ProtocolVersion, Node: d.cfg.Node, AppliedIndex: d.raft.AppliedIndex(), Raft: role,
-			CAKey: d.holdsCAKey(), Hosts: d.hostCapacity(), Stopping: stopping})
+			CAKey: d.holdsCAKey(), Hosts: d.hostCapacity(), Stopping: stopping, Rules: state.ApplyRules})
 		_ = d.conns.control.Publish(api.ControlHeartbeatSubject(d.cfg.Node), data)
 		if role == api.RaftLeader && !stopping {
 			d.promoteServing(d.now())

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,4 +144,60 @@ func TestTokenCreateNeedsAProofKey(t *testing.T) {
 	if _, err := d.createToken(req); err != nil {
 		t.Fatalf("with a proof key: %v", err)
 	}
+}
+
+// TestControlTokenRefusedWhileAnOlderControlNodeServes: a control node of a version
+// from before state.ApplyRules refuses to record a control token whose identity is
+// sealed to the control nodes, and then the node it admits, without an error: its
+// state parts from the others' for good (seen in a rolling upgrade). While such a node
+// serves, the leader refuses the control token and says which node to upgrade; once
+// every serving node announces the current rules, the same request is recorded.
+func TestControlTokenRefusedWhileAnOlderControlNodeServes(t *testing.T) {
+	d := fleet(t, 0)
+	ca, err := d.opts.Dir.LoadCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, _ := nkeys.CreateUser()
+	operatorKey, _ := user.PublicKey()
+	var id [32]byte
+	rand.Read(id[:])
+	req := api.TokenCreateRequest{ID: hex.EncodeToString(id[:]), ProofKey: hex.EncodeToString(id[:]), Node: "cp-4", Role: state.RoleControl, TTL: api.Duration(time.Hour),
+		Control: &api.ControlMember{Broker: "127.0.0.4:7300", Raft: "127.0.0.4:7301", Cluster: "127.0.0.4:7302",
+			Pin: hex.EncodeToString(make([]byte, 32)), Operator: operatorKey},
+		Sealed: []byte("sealed")}
+	c := req.Control
+	req.Control.Proof, err = ca.SignControlClaim(pki.ControlClaim{Mesh: d.cfg.Mesh, TokenID: req.ID, Node: req.Node, Broker: c.Broker, Raft: c.Raft, Cluster: c.Cluster, Pin: c.Pin, Operator: c.Operator})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// cp-2 announces no rules: a version from before them.
+	d.ctl.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-2", Raft: api.RaftVoter}, d.now(), 0)
+	d.ctl.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-3", Raft: api.RaftVoter, Rules: state.ApplyRules}, d.now(), 0)
+	_, err = d.createToken(req)
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeOlderControlNode || !strings.Contains(ae.Message, "cp-2") || strings.Contains(ae.Message, "cp-3") {
+		t.Fatalf("with cp-2 older: %v, want %s naming cp-2 only", err, api.CodeOlderControlNode)
+	}
+	d.fsm.Read(func(s *state.State) {
+		if _, ok := s.Tokens[req.ID]; ok {
+			t.Fatal("the control token was recorded while an older control node serves")
+		}
+	})
+	// A worker token means the same to both versions' rules.
+	rand.Read(id[:])
+	worker := api.TokenCreateRequest{ID: hex.EncodeToString(id[:]), ProofKey: hex.EncodeToString(id[:]), Node: "web-1", Role: state.RoleWorker, TTL: api.Duration(time.Hour)}
+	if _, err := d.createToken(worker); err != nil {
+		t.Fatalf("a worker token while an older control node serves: %v", err)
+	}
+	// cp-2 upgraded: it announces the current rules.
+	d.ctl.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-2", Raft: api.RaftVoter, Rules: state.ApplyRules}, d.now(), 0)
+	if _, err := d.createToken(req); err != nil {
+		t.Fatalf("once every control node is upgraded: %v", err)
+	}
+	d.fsm.Read(func(s *state.State) {
+		if tk := s.Tokens[req.ID]; tk == nil || len(tk.SealedTo) == 0 {
+			t.Fatalf("recorded token %+v: want its identity sealed to the control nodes", tk)
+		}
+	})
 }

@@ -19,6 +19,18 @@ import (
 	"time"
 )
 
+// ApplyRules is the revision of the rules by which this code applies commands. Raise it
+// whenever a command's effect on the state changes, or a command or a field is added
+// that older code would ignore or refuse: a control node on older rules applies such an
+// entry otherwise, without an error, and its state, then its snapshots, differ from
+// the others' for good. Control nodes announce it in their heartbeats, and the leader
+// refuses what older rules would apply otherwise while a node on them serves.
+//
+// 1: the rules before they were announced. 2: a control token's identity sealed to
+// the control nodes (CreateTokenCmd.SealedTo), which rules 1 refuse to record, so
+// such a node never records the node the token admits either.
+const ApplyRules = 2
+
 // Roles a node can hold.
 const (
 	RoleWorker  = "worker"
