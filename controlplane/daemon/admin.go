@@ -192,7 +192,11 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 	} else if req.Control != nil || len(req.Sealed) > 0 {
 		return out, badRequest("only control tokens carry addresses and a sealed identity")
 	}
-	res, err := d.commit(state.Command{Op: state.OpCreateToken, CreateToken: cmd})
+	c := state.Command{Op: state.OpCreateToken, CreateToken: cmd}
+	if len(cmd.SealedTo) > 0 {
+		c.Rules = 2 // the identity sealed to the control nodes (state.ApplyRules)
+	}
+	res, err := d.commit(c)
 	if err != nil {
 		return out, err
 	}

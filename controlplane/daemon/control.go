@@ -26,6 +26,11 @@ import (
 // removal, and a directory that does is refused before anything starts.
 var ErrRemoved = datadir.ErrRemoved
 
+// ErrNewerRules is returned by Open and Run when the Raft log holds an entry of a
+// newer meshctl than this one (state.NewerRulesError says which): the node stops
+// rather than apply it otherwise.
+var ErrNewerRules = state.ErrNewerRules
+
 // HeartbeatInterval is how often a control node reports itself.
 const HeartbeatInterval = 2 * time.Second
 

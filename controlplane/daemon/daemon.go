@@ -231,7 +231,19 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.log.Info("waiting for the replicated state to be current", "node", d.cfg.Node)
-	if err := d.waitFollowing(readyCtx); err != nil {
+	// An entry of a newer meshctl stops the state machine, and the wait with it.
+	go func() {
+		select {
+		case <-d.fsm.Halted():
+			cancel()
+		case <-readyCtx.Done():
+		}
+	}()
+	err = d.waitFollowing(readyCtx)
+	if herr := d.fsm.HaltErr(); herr != nil {
+		return nil, herr
+	}
+	if err != nil {
 		return nil, err
 	}
 	d.forgetAhead()
@@ -432,6 +444,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 			select {
 			case <-d.removed:
 				return ErrRemoved
+			case <-d.fsm.Halted():
+				err := d.fsm.HaltErr()
+				d.log.Error("the state machine stopped: this node stops serving", "err", err)
+				return err
 			case <-ctx.Done():
 				return ctx.Err()
 			}

@@ -41,6 +41,9 @@ func TestEveryStateRefusalHasItsCode(t *testing.T) {
 		"ErrNothingToRetire": {state.ErrNothingToRetire, api.CodeBadRequest},
 		// Not a refusal of a command: Raft's restore of a snapshot it cannot use.
 		"ErrBadSnapshot": {state.ErrBadSnapshot, api.CodeInternal},
+		// Not a refusal either: the state machine stopped at an entry of a newer
+		// meshctl, which the node proposing it applies.
+		"ErrNewerRules": {state.ErrNewerRules, api.CodeInternal},
 	}
 	for name, c := range want {
 		if got := refusalCode(c.err); got != c.code {

@@ -19,6 +19,11 @@ import (
 type Command struct {
 	Op string    `json:"op"`
 	At time.Time `json:"at"`
+	// Rules is the least ApplyRules that applies this command as its proposer
+	// meant; 0 for a command every version since the rules were announced applies
+	// alike. A state machine on older rules stops at it (ErrNewerRules) rather
+	// than apply it otherwise.
+	Rules int `json:"rules,omitempty"`
 
 	Init        *InitCmd        `json:"init,omitempty"`
 	CreateToken *CreateTokenCmd `json:"create_token,omitempty"`

@@ -21,10 +21,47 @@ type FSM struct {
 	next chan struct{}
 	// onApply, when set, is called after each command is applied, outside the lock.
 	onApply func(*Command, Result)
+	// halt is set, once, by the first entry this code's rules cannot apply
+	// (*NewerRulesError); halted is closed then.
+	halt   error
+	halted chan struct{}
 }
 
 // NewFSM returns a state machine over an empty state.
-func NewFSM() *FSM { return &FSM{st: New(), next: make(chan struct{})} }
+func NewFSM() *FSM { return &FSM{st: New(), next: make(chan struct{}), halted: make(chan struct{})} }
+
+// ErrNewerRules is the state machine's stop: the log holds an entry written under
+// newer rules than this code applies (ApplyRules), by a newer version of meshctl.
+// Applying it otherwise, or skipping it, would part this node's state from the
+// others' for good; the node must run the version the others run.
+var ErrNewerRules = errors.New("the Raft log holds an entry of a newer meshctl than this one")
+
+// NewerRulesError is ErrNewerRules with the entry that stopped the state machine.
+type NewerRulesError struct {
+	Index uint64 // the entry's log index
+	Op    string
+	Rules int // the rules the entry needs
+}
+
+func (e *NewerRulesError) Error() string {
+	return fmt.Sprintf("%v: entry %d (%s) needs the rules of version %d to apply it and this meshctl has those of version %d: "+
+		"install the meshctl the other control nodes run and start this node again (going back to an older meshctl is not supported)",
+		ErrNewerRules, e.Index, e.Op, e.Rules, ApplyRules)
+}
+
+// Is makes errors.Is(err, ErrNewerRules) hold.
+func (e *NewerRulesError) Is(target error) bool { return target == ErrNewerRules }
+
+// Halted returns a channel closed when the state machine stops at an entry of newer
+// rules; HaltErr then says which.
+func (f *FSM) Halted() <-chan struct{} { return f.halted }
+
+// HaltErr returns the *NewerRulesError the state machine stopped at, or nil.
+func (f *FSM) HaltErr() error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.halt
+}
 
 // Next returns a channel closed when the state next moves: a command applied (one
 // that does not decode included) or a snapshot restored. Take it before looking at the state, so
@@ -54,6 +91,11 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return Result{}
 	}
+	if err := f.HaltErr(); err != nil {
+		// Nothing after the entry that stopped it is applied either: the state
+		// stays as the others' was before it, and no snapshot is taken of it.
+		return Result{Err: err}
+	}
 	var c Command
 	if err := json.Unmarshal(l.Data, &c); err != nil {
 		// A command that does not decode is skipped identically on every node.
@@ -62,6 +104,15 @@ func (f *FSM) Apply(l *raft.Log) any {
 		f.moved()
 		f.mu.Unlock()
 		return Result{Err: fmt.Errorf("%w: %v", ErrBadCommand, err)}
+	}
+	if c.Rules > ApplyRules {
+		err := &NewerRulesError{Index: l.Index, Op: c.Op, Rules: c.Rules}
+		f.mu.Lock()
+		f.halt = err
+		close(f.halted)
+		f.moved()
+		f.mu.Unlock()
+		return Result{Err: err}
 	}
 	f.mu.Lock()
 	res := f.st.apply(&c)
@@ -87,6 +138,9 @@ func (f *FSM) Read(fn func(*State)) {
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	if f.halt != nil {
+		return nil, f.halt
+	}
 	data, err := json.Marshal(f.st)
 	if err != nil {
 		return nil, fmt.Errorf("encode state snapshot: %w", err)

@@ -388,3 +388,43 @@ func TestNextClosesWhenTheStateMoves(t *testing.T) {
 		}
 	}
 }
+
+// An entry that needs newer rules than this code's stops the state machine: it is
+// not applied, nor is anything after it (a revocation here), Halted is closed, and no
+// snapshot is taken of the state before it. An entry of this code's own rules, or of
+// none, applies as always.
+func TestEntryOfNewerRulesStopsTheStateMachine(t *testing.T) {
+	m := enrolled(t, map[string]string{"a": RoleWorker})
+	same := Command{Op: OpLabel, At: t0, Rules: ApplyRules, Label: &LabelCmd{Node: "a", Labels: map[string]string{"tier": "web"}}}
+	m.must(same)
+	before := m.snapshot()
+	idx := m.f.AppliedIndex()
+	select {
+	case <-m.f.Halted():
+		t.Fatal("halted before any entry of newer rules")
+	default:
+	}
+	newer := same
+	newer.Rules, newer.Label = ApplyRules+1, &LabelCmd{Node: "a", Labels: map[string]string{"tier": "db"}}
+	r := m.apply(newer)
+	var nre *NewerRulesError
+	if !errors.As(r.Err, &nre) || !errors.Is(r.Err, ErrNewerRules) || nre.Index != idx+1 || nre.Rules != ApplyRules+1 || nre.Op != OpLabel {
+		t.Fatalf("the entry of newer rules: %v, want *NewerRulesError at %d", r.Err, idx+1)
+	}
+	select {
+	case <-m.f.Halted():
+	default:
+		t.Fatal("Halted is not closed")
+	}
+	if r := m.apply(revokeCmd("a", t0)); !errors.Is(r.Err, ErrNewerRules) {
+		t.Fatalf("an entry after it: %v, want ErrNewerRules", r.Err)
+	}
+	if _, err := m.f.Snapshot(); !errors.Is(err, ErrNewerRules) {
+		t.Fatalf("Snapshot: %v, want ErrNewerRules", err)
+	}
+	var st bytes.Buffer
+	m.f.Read(func(s *State) { _ = json.NewEncoder(&st).Encode(s) })
+	if strings.TrimSpace(st.String()) != strings.TrimSpace(string(before)) || m.f.AppliedIndex() != idx || !errors.Is(m.f.HaltErr(), ErrNewerRules) {
+		t.Fatalf("the state moved past the entry it stopped at (applied index %d, was %d)", m.f.AppliedIndex(), idx)
+	}
+}

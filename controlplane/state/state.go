@@ -25,6 +25,9 @@ import (
 // entry otherwise, without an error, and its state, then its snapshots, differ from
 // the others' for good. Control nodes announce it in their heartbeats, and the leader
 // refuses what older rules would apply otherwise while a node on them serves.
+// Such a command carries the rules it needs (Command.Rules): a node of this version
+// or a later one, on older rules, stops at it (ErrNewerRules) instead of parting
+// from the others, as a node put back to an older meshctl would.
 //
 // 1: the rules before they were announced. 2: a control token's identity sealed to
 // the control nodes (CreateTokenCmd.SealedTo), which rules 1 refuse to record, so

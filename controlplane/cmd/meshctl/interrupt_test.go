@@ -14,6 +14,7 @@ import (
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/join"
 	"mesh/controlplane/operator"
+	"mesh/controlplane/state"
 )
 
 // TestSignalContext: SIGTERM cancels the context with an *interruptedError naming it,
@@ -86,6 +87,7 @@ func TestExitCodesOfTheDataDirectory(t *testing.T) {
 		{fmt.Errorf("%w: another mesh", bootstrap.ErrConflict), exitDataDir},
 		{fmt.Errorf("%w: not empty", join.ErrDataDir), exitDataDir},
 		{fmt.Errorf("x: %w", datadir.ErrNoConfig), exitDataDir},
+		{&state.NewerRulesError{Index: 9, Op: "probe", Rules: state.ApplyRules + 1}, exitDataDir},
 		{fmt.Errorf("%w token.create within 15s", operator.ErrNoAnswer), exitUnreachable},
 		{fmt.Errorf("%w; waited 10s", operator.ErrNoLeader), exitUnreachable},
 	} {

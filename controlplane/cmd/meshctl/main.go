@@ -237,7 +237,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	case errors.Is(err, daemon.ErrRemoved):
 		return exitRemoved
 	case errors.Is(err, datadir.ErrNoConfig), errors.Is(err, datadir.ErrJoinIncomplete), errors.Is(err, datadir.ErrUnprotected),
-		errors.Is(err, bootstrap.ErrConflict), errors.Is(err, join.ErrDataDir):
+		errors.Is(err, bootstrap.ErrConflict), errors.Is(err, join.ErrDataDir), errors.Is(err, daemon.ErrNewerRules):
 		return exitDataDir
 	case errors.Is(err, operator.ErrUnreachable), errors.Is(err, operator.ErrNoLeader), errors.Is(err, operator.ErrNoAnswer),
 		errors.Is(err, join.ErrUnavailable):

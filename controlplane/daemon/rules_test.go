@@ -1,0 +1,77 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"mesh/controlplane/bootstrap"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/replication"
+	"mesh/controlplane/state"
+)
+
+// TestEntryOfANewerMeshctlStopsTheNode: a control node whose log holds an entry of
+// newer rules than its own (a node put back to an older meshctl, the others having
+// gone on) stops serving with ErrNewerRules, and refuses to open again at the same
+// entry, rather than apply the rest of the log otherwise than the others do.
+func TestEntryOfANewerMeshctlStopsTheNode(t *testing.T) {
+	var ports []int
+	for range 3 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		l.Close()
+	}
+	dir := datadir.Dir(filepath.Join(t.TempDir(), "cp"))
+	if err := bootstrap.Run(bootstrap.Options{Mesh: "rules", Dir: dir,
+		Listen:     fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		RaftListen: fmt.Sprintf("127.0.0.1:%d", ports[1]), ClusterListen: fmt.Sprintf("127.0.0.1:%d", ports[2])}); err != nil {
+		t.Fatal(err)
+	}
+	open := func() (*Daemon, error) {
+		return Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.DiscardHandler), ReadyTimeout: 20 * time.Second,
+			Timeouts: replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
+	}
+	d, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(context.Background()) }()
+	before, _ := d.raft.Apply(state.Command{Op: state.OpProbe, At: time.Now().UTC(), Rules: state.ApplyRules}, time.Minute)
+	if before.Err != nil {
+		t.Fatalf("an entry of this node's own rules: %v", before.Err)
+	}
+	res, err := d.raft.Apply(state.Command{Op: state.OpProbe, At: time.Now().UTC(), Rules: state.ApplyRules + 1}, time.Minute)
+	var nre *state.NewerRulesError
+	if err != nil || !errors.As(res.Err, &nre) || nre.Rules != state.ApplyRules+1 || nre.Op != state.OpProbe {
+		t.Fatalf("an entry of newer rules: %v, %v; want *NewerRulesError", res.Err, err)
+	}
+	select {
+	case err := <-ran:
+		if !errors.Is(err, ErrNewerRules) {
+			t.Fatalf("Run = %v, want ErrNewerRules", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node still serves after an entry of newer rules")
+	}
+	if _, err := d.fsm.Snapshot(); !errors.Is(err, ErrNewerRules) {
+		t.Fatalf("a snapshot of the stopped state machine: %v, want ErrNewerRules", err)
+	}
+	d.Close()
+
+	if d2, err := open(); !errors.Is(err, ErrNewerRules) {
+		if d2 != nil {
+			d2.Close()
+		}
+		t.Fatalf("opened again: %v, want ErrNewerRules (the entry is still in the log)", err)
+	}
+}
