@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"mesh/framing"
 )
 
 // Channel binding (docs/decisions/0018). The node key signs, in place of the
@@ -81,7 +83,8 @@ func (d *boundDialer) Dial(network, address string) (net.Conn, error) {
 	d.mu.Lock()
 	d.last = c
 	d.mu.Unlock()
-	return &frameGuard{Conn: c}, nil
+	// nats.go reads through the guard: it trusts the sizes a broker announces.
+	return framing.Guard(c), nil
 }
 
 // SkipTLSHandshake tells nats.go that Dial made the TLS session already.
