@@ -22,6 +22,7 @@ import (
 	"path"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"mesh/host/statedir"
 	"mesh/host/token"
@@ -171,7 +172,7 @@ func (f Failure) Error() string {
 const killGrace = 2 * time.Second
 
 // Run runs, in order, every hook whose patterns match a changed path, once each, and
-// returns the failures. A hook's output is capped at 4 KiB. Each hook runs in a
+// returns the failures. A failure keeps the last 4 KiB of the hook's output. Each hook runs in a
 // process group of its own: at its timeout the whole group is killed, children it
 // left in the background included, and the agent waits at most killGrace more for
 // its output, so no hook can hold the caller past its timeout.
@@ -219,7 +220,7 @@ func (c Config) Run(ctx context.Context, root string, changed []string) (ran []s
 		cmd.WaitDelay = killGrace
 		cmd.Dir = root
 		cmd.Env = append(hookEnv(os.Environ()), "MESH_CHANGED="+strings.Join(hit, "\n"), "MESH_ROOT="+root)
-		var out capped
+		var out outputTail
 		cmd.Stdout, cmd.Stderr = &out, &out
 		err := cmd.Run()
 		timedOut := hctx.Err() == context.DeadlineExceeded
@@ -233,7 +234,7 @@ func (c Config) Run(ctx context.Context, root string, changed []string) (ran []s
 			}
 			// The output becomes the node's reported error: a token a hook printed
 			// (from a file, a command) does not leave the machine with it.
-			failures = append(failures, Failure{Hook: h.Name, Err: err, Output: token.HideTokens(out.String())})
+			failures = append(failures, Failure{Hook: h.Name, Err: err, Output: out.text()})
 		}
 	}
 	return ran, failures
@@ -270,11 +271,61 @@ func hookEnv(environ []string) []string {
 	return out
 }
 
-type capped struct{ bytes.Buffer }
+// maxOutput is how much of a hook's output is kept for its failure: the end,
+// where a failing command says why.
+const maxOutput = 4096
 
-func (c *capped) Write(p []byte) (int, error) {
-	if room := 4096 - c.Len(); room > 0 {
-		c.Buffer.Write(p[:min(len(p), room)])
+// outputTail keeps the end of what is written to it: maxOutput bytes, and room
+// before them for a token cut by the start of what is kept (see text). It neither
+// is nor embeds a bytes.Buffer: exec copies a command's output with io.Copy, which
+// prefers a writer's ReadFrom, and a Buffer's takes everything, so a hook printing
+// gigabytes had them all held in the agent's memory, its log and its state.
+type outputTail struct {
+	buf []byte
+	cut bool // something written before buf was dropped
+}
+
+const tailKeep = maxOutput + token.MaxEncodedLen
+
+func (t *outputTail) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(p) >= tailKeep {
+		t.cut = t.cut || len(t.buf) > 0 || len(p) > tailKeep
+		t.buf = append(t.buf[:0], p[len(p)-tailKeep:]...)
+		return n, nil
 	}
-	return len(p), nil
+	if over := len(t.buf) + len(p) - tailKeep; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+		t.cut = true
+	}
+	t.buf = append(t.buf, p...)
+	return n, nil
+}
+
+// text is the output to report: its last maxOutput bytes at most, tokens hidden.
+// Tokens are hidden before the last cut, since a cut inside a token leaves its
+// secret without the head token.HideTokens knows a token by; what the first cut,
+// made while writing, left of a token (the run before the first space, line break
+// or quote, never longer than a token) is dropped.
+func (t *outputTail) text() string {
+	kept := t.buf
+	if t.cut {
+		i := bytes.IndexAny(kept, " \t\r\n\"'`")
+		if i < 0 || i >= token.MaxEncodedLen {
+			i = min(len(kept), token.MaxEncodedLen) - 1
+		}
+		kept = kept[i+1:]
+	}
+	s := token.HideTokens(string(kept))
+	if len(s) > maxOutput {
+		i := len(s) - maxOutput
+		for i < len(s) && !utf8.RuneStart(s[i]) {
+			i++
+		}
+		s, t.cut = s[i:], true
+	}
+	if t.cut {
+		return "… " + s
+	}
+	return s
 }

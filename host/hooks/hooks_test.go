@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -146,5 +147,36 @@ func TestHooksInheritLittle(t *testing.T) {
 		if len(fds) > 4 {
 			t.Errorf("the hook holds descriptors %v: more than stdin, stdout, stderr and ls's own", fds)
 		}
+	}
+}
+
+// TestHookOutputKeepsItsEnd runs a hook that prints megabytes before it says why
+// it failed. Before, the cap on its output was bypassed (exec copies output with
+// io.Copy, which used the embedded bytes.Buffer's ReadFrom): the agent held, logged
+// and recorded all of it, and the reason, at the end, was past what the control
+// plane shows. A token cut by the cap must not leave its secret behind either.
+func TestHookOutputKeepsItsEnd(t *testing.T) {
+	secret := strings.Repeat("5e", 32)
+	tok := "mesh1_demo_127.0.0.1:7300_" + strings.Repeat("ab", 32) + "_web-1_worker_1900000000_" + secret + "_0badc0de"
+	// The kept end begins inside the token: its head is dropped, its secret is not.
+	pad := maxOutput - len("the real reason\n") - len(tok) - 1 + 40
+	script := `head -c 3000000 /dev/zero | tr '\0' x; echo; echo ` + tok + `; head -c ` + strconv.Itoa(pad) + ` /dev/zero | tr '\0' y; echo; echo 'the real reason' >&2; exit 1`
+	cfg, err := Load(write(t, `{"hooks":[{"name":"loud","paths":["x"],"run":["sh","-c",`+strconv.Quote(script)+`]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, failures := cfg.Run(context.Background(), t.TempDir(), []string{"x"})
+	if len(failures) != 1 {
+		t.Fatalf("failures %v", failures)
+	}
+	out := failures[0].Output
+	if len(out) > maxOutput+8 {
+		t.Errorf("the failure holds %d bytes of output; want at most the last %d", len(out), maxOutput)
+	}
+	if !strings.Contains(out, "the real reason") {
+		t.Errorf("the failure lacks the end of the output: %.200q", out)
+	}
+	if strings.Contains(out, secret[len(secret)-20:]) {
+		t.Errorf("the failure holds the end of a token's secret: %.200q", out)
 	}
 }
