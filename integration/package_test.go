@@ -2,11 +2,13 @@ package integration
 
 import (
 	"context"
+	"debug/elf"
 	"errors"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -159,6 +161,23 @@ func TestPackages(t *testing.T) {
 	t.Logf("built %v in %s", debs, time.Since(start).Round(time.Millisecond))
 	if len(debs) != 2 {
 		t.Fatalf("built %v, want two packages", debs)
+	}
+	// A binary linked against glibc does not start on an older one ("GLIBC_2.34 not
+	// found"): its package must say which libc6 it needs, so that dpkg refuses it.
+	for i, b := range []string{bin.Meshctl, bin.Meshhost} {
+		f, err := elf.Open(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		libs, err := f.ImportedLibraries()
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		depends := strings.TrimSpace(mustRun(t, "dpkg-deb", "-f", debs[i], "Depends"))
+		if len(libs) > 0 && !regexp.MustCompile(`^libc6 \(>= 2\.[0-9]+\)$`).MatchString(depends) {
+			t.Errorf("%s: Depends %q, but the binary needs %v: want libc6 (>= 2.N)", filepath.Base(debs[i]), depends, libs)
+		}
 	}
 
 	for _, deb := range debs {

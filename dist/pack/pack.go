@@ -11,6 +11,7 @@ package pack
 import (
 	"bytes"
 	"context"
+	"debug/elf"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +20,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 )
 
 // Options say what to package and where.
@@ -79,6 +82,11 @@ func Build(ctx context.Context, o Options) ([]string, error) {
 	}
 	var debs []string
 	for _, name := range []string{"meshctl", "meshhost"} {
+		binary := map[string]string{"meshctl": meshctl, "meshhost": meshhost}[name]
+		libc, err := LibcDepends(binary)
+		if err != nil {
+			return debs, err
+		}
 		target, err := filepath.Abs(filepath.Join(o.Out, fmt.Sprintf("%s_%s_%s.deb", name, o.Version, o.Arch)))
 		if err != nil {
 			return nil, err
@@ -88,7 +96,8 @@ func Build(ctx context.Context, o Options) ([]string, error) {
 		cmd.Dir = o.Root
 		cmd.Env = append(os.Environ(),
 			"VERSION="+o.Version, "ARCH="+o.Arch,
-			"MESHCTL_BIN="+meshctl, "MESHHOST_BIN="+meshhost, "STAGE="+stage)
+			"MESHCTL_BIN="+meshctl, "MESHHOST_BIN="+meshhost, "STAGE="+stage,
+			"LIBC_DEPENDS="+libc)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, o.Log), io.MultiWriter(&out, o.Log)
 		if err := cmd.Run(); err != nil {
@@ -97,6 +106,67 @@ func Build(ctx context.Context, o Options) ([]string, error) {
 		debs = append(debs, target)
 	}
 	return debs, nil
+}
+
+// glibcLibraries are the shared libraries of Debian's libc6 a Go binary built with
+// cgo may need (libpthread, libdl and libresolv are separate before glibc 2.34).
+var glibcLibraries = map[string]bool{
+	"libc.so.6": true, "libpthread.so.0": true, "libdl.so.2": true,
+	"libresolv.so.2": true, "libm.so.6": true,
+}
+
+// LibcDepends is the Depends entry a package of the binary at path needs: "libc6
+// (>= 2.N)", N the newest GLIBC_2.N symbol version the binary requires, when it is
+// dynamically linked (the default with cgo: os/user and the resolver call glibc);
+// "" when it is static. A binary built against a newer glibc than the target
+// machine's does not start there ("GLIBC_2.34 not found"): the Depends makes dpkg
+// refuse the package instead. A binary that needs any other shared library is an
+// error: the packages declare no other dependency.
+func LibcDepends(path string) (string, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("pack: %s: %w", path, err)
+	}
+	defer f.Close()
+	libs, err := f.ImportedLibraries()
+	if err != nil {
+		return "", fmt.Errorf("pack: %s: %w", path, err)
+	}
+	if len(libs) == 0 {
+		return "", nil
+	}
+	for _, l := range libs {
+		if !glibcLibraries[l] {
+			return "", fmt.Errorf("pack: %s needs the shared library %s, which the packages do not depend on (build it with CGO_ENABLED=0, or add its package to dist/nfpm)", path, l)
+		}
+	}
+	needs, err := f.DynamicVersionNeeds()
+	if err != nil {
+		return "", fmt.Errorf("pack: %s: symbol versions: %w", path, err)
+	}
+	major, minor := 0, 0
+	for _, n := range needs {
+		for _, d := range n.Needs {
+			v, ok := strings.CutPrefix(d.Dep, "GLIBC_")
+			if !ok {
+				continue
+			}
+			a, b, _ := strings.Cut(v, ".")
+			b, _, _ = strings.Cut(b, ".")
+			ma, err1 := strconv.Atoi(a)
+			mi, err2 := strconv.Atoi(b)
+			if err1 != nil || err2 != nil {
+				continue // GLIBC_PRIVATE
+			}
+			if ma > major || ma == major && mi > minor {
+				major, minor = ma, mi
+			}
+		}
+	}
+	if major == 0 {
+		return "libc6", nil
+	}
+	return fmt.Sprintf("libc6 (>= %d.%d)", major, minor), nil
 }
 
 // binaryVersion is the product version the built meshctl reports.
