@@ -94,7 +94,8 @@ type FileApplier struct {
 	Chown bool // apply Owner/Group (only meaningful as root)
 
 	// failpoint, when set by tests, is called before each step ("inspect"
-	// before opening the file found at a path, "write", "mkdir" after making a
+	// before opening the file found at a path, "write", "create" before making
+	// its temporary file, "mkdir" after making a
 	// directory, "syncdir" after a rename, "remove", "rollback") on a path, and
 	// an error from it fails that step.
 	failpoint func(step, path string) error
@@ -513,26 +514,35 @@ func (r *run) write(w write) error {
 			return err
 		}
 	}
-	// Recorded before writing: a failure after the rename (flushing the
-	// directory) must still be undone. Undoing a write that did not happen
-	// rewrites the previous content or removes nothing, both harmless.
-	r.done = append(r.done, undo{path: w.path, prev: w.prev})
-	return r.writeAtomic(w.path, w.file.Data, w.file.Mode, w.uid, w.gid)
+	// Recorded once the new file took the name, failure or not: a failure after
+	// the rename (flushing the directory) must still be undone. A write that
+	// failed before it is not undone: rewriting the previous content fails the
+	// same way on a read-only or full file system, and the rollback then said the
+	// managed files might be a mixture when nothing had changed.
+	replaced, err := r.writeAtomic(w.path, w.file.Data, w.file.Mode, w.uid, w.gid)
+	if replaced {
+		r.done = append(r.done, undo{path: w.path, prev: w.prev})
+	}
+	return err
 }
 
 // writeAtomic writes data to p inside the root: temp file in the same
 // directory, write, fsync, chown, chmod, rename over p, fsync the directory.
-// On failure the temp file is removed and p is untouched.
+// On failure the temp file is removed, and p is untouched unless replaced
+// says the rename was done.
 //
 // Both flushes stay whatever they cost: without the file's before the rename, a
 // crash can leave p renamed to a file whose data never reached the disk (empty or
 // torn); without the directory's after it, a crash can forget the rename, so that
 // p holds the old content while the agent recorded the new declaration as applied.
-func (r *run) writeAtomic(p string, data []byte, mode fs.FileMode, uid, gid int) (err error) {
+func (r *run) writeAtomic(p string, data []byte, mode fs.FileMode, uid, gid int) (replaced bool, err error) {
 	d := r.dir(path.Dir(p))
 	root, err := d.writeRoot()
 	if err != nil {
-		return err
+		return false, err
+	}
+	if err := r.hook("create", p); err != nil {
+		return false, err
 	}
 	var rnd [8]byte
 	rand.Read(rnd[:])
@@ -541,7 +551,7 @@ func (r *run) writeAtomic(p string, data []byte, mode fs.FileMode, uid, gid int)
 	tmp := ".meshhost-" + hex.EncodeToString(rnd[:])
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|atomicfile.NoPoll, 0o600)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer func() {
 		if err != nil {
@@ -550,10 +560,10 @@ func (r *run) writeAtomic(p string, data []byte, mode fs.FileMode, uid, gid int)
 		}
 	}()
 	if _, err := f.Write(data); err != nil {
-		return err
+		return false, err
 	}
 	if err := f.Sync(); err != nil {
-		return err
+		return false, err
 	}
 	if uid >= 0 || gid >= 0 {
 		// Only what differs from the new file's owner, so that restoring a
@@ -570,23 +580,23 @@ func (r *run) writeAtomic(p string, data []byte, mode fs.FileMode, uid, gid int)
 	}
 	if uid >= 0 || gid >= 0 {
 		if err := f.Chown(uid, gid); err != nil {
-			return err
+			return false, err
 		}
 	}
 	// After chown, which clears setuid and setgid.
 	if err := f.Chmod(mode); err != nil {
-		return err
+		return false, err
 	}
 	if err := f.Close(); err != nil {
-		return err
+		return false, err
 	}
 	if err := root.Rename(tmp, path.Base(p)); err != nil {
-		return err
+		return false, err
 	}
 	if err := r.hook("syncdir", p); err != nil {
-		return err
+		return true, err
 	}
-	return d.sync()
+	return true, d.sync()
 }
 
 func (r *run) syncDir(dir string) error { return r.dir(dir).sync() }
@@ -623,7 +633,7 @@ func (r *run) fail(p string, cause error) error {
 				err = rerr
 			}
 		default:
-			err = r.writeAtomic(u.path, u.prev.data, u.prev.mode, u.prev.uid, u.prev.gid)
+			_, err = r.writeAtomic(u.path, u.prev.data, u.prev.mode, u.prev.uid, u.prev.gid)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("restoring %s: %w", u.path, err))

@@ -660,6 +660,38 @@ func TestApplyReadOnlyDirectory(t *testing.T) {
 	}
 }
 
+// TestApplyWriteRefusedBeforeTheRename fails the write of a file before its new
+// content takes its name, as a read-only or full file system does, where writing
+// the old content back fails alike. Before, the rollback rewrote that file anyway,
+// failed, and the error said the managed files might be a mixture of old and new
+// when nothing had changed (seen on a managed root mounted read-only).
+func TestApplyWriteRefusedBeforeTheRename(t *testing.T) {
+	root := t.TempDir()
+	mustWrite(t, filepath.Join(root, "a"), "old a", 0o644)
+	mustWrite(t, filepath.Join(root, "ro", "x"), "old x", 0o644)
+	before := snapshot(t, root)
+	a := FileApplier{Root: root, failpoint: func(step, p string) error {
+		if step == "create" && p == "ro/x" {
+			return syscall.EROFS
+		}
+		return nil
+	}}
+	_, err := a.Apply(context.Background(), []File{
+		{Path: "a", Data: []byte("new a"), Mode: 0o644},
+		{Path: "ro/x", Data: []byte("new x"), Mode: 0o644},
+	}, nil)
+	var ae *ApplyError
+	if !errors.As(err, &ae) || ae.Path != "ro/x" || !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("got %v", err)
+	}
+	if !ae.RolledBack || ae.RollbackErr != nil {
+		t.Fatalf("the rollback failed (%v): %v", ae.RollbackErr, err)
+	}
+	if after := snapshot(t, root); !reflect.DeepEqual(before, after) {
+		t.Fatalf("rollback did not restore the root:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
 func TestApplyNoRoot(t *testing.T) {
 	if _, err := (FileApplier{}).Apply(context.Background(), nil, nil); err == nil {
 		t.Fatal("an applier without a root applied")
