@@ -228,6 +228,25 @@ func TestPackages(t *testing.T) {
 	}
 	verifyUnits(t, analyze, "", installed...)
 
+	// Installed again over a bootstrapped control node and an enrolled host (an
+	// upgrade): no first-day note, but that a running service keeps the previous
+	// binary until restarted.
+	stateFiles := []string{"/var/lib/meshctl/mesh.json", "/var/lib/meshhost/identity.json"}
+	for _, f := range stateFiles {
+		if err := os.WriteFile(f, []byte("{}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again := mustRun(t, "dpkg", "-i", debs[0], debs[1])
+	for _, f := range stateFiles {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if strings.Contains(again, "Next steps") || strings.Count(again, "keeps the previous binary until restarted") != 2 {
+		t.Errorf("dpkg -i over a control node's and a host's state: want each package to say its service must be restarted, and no first-day note:\n%s", again)
+	}
+
 	out := mustRun(t, "dpkg", "-r", "meshctl", "meshhost")
 	if strings.Contains(out, "left in place") {
 		t.Errorf("dpkg -r found state it did not expect (nothing was bootstrapped or enrolled):\n%s", out)
