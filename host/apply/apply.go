@@ -116,7 +116,7 @@ func (a FileApplier) Apply(ctx context.Context, files []File, previous []string)
 	if a.Root == "" {
 		return Result{}, errors.New("apply: FileApplier has no Root")
 	}
-	decl, err := checkDeclared(files)
+	decl, err := checkDeclared(files, !a.Chown)
 	if err != nil {
 		return Result{}, err
 	}
@@ -185,7 +185,12 @@ func (a FileApplier) Apply(ctx context.Context, files []File, previous []string)
 // The map points into a copy of files, not holding File values itself: for the
 // one or two files of a typical declaration, a map of values was a kilobyte
 // allocated per apply.
-func checkDeclared(files []File) (map[string]*File, error) {
+//
+// unprivileged (an agent that is not root, so Chown is false) also refuses a mode
+// without the owner's read bit: the agent writes such a file, but cannot open it
+// again at the next apply, which reads every managed file, so every later
+// declaration failed on it until someone changed its mode by hand.
+func checkDeclared(files []File, unprivileged bool) (map[string]*File, error) {
 	decl := make(map[string]*File, len(files))
 	files = slices.Clone(files)
 	for i := range files {
@@ -197,6 +202,10 @@ func checkDeclared(files []File) (map[string]*File, error) {
 		if f.Mode&^modeBits != 0 {
 			return nil, &PathError{Path: f.Path, Err: ErrInvalidMode,
 				Reason: fmt.Sprintf("mode %v is not a file permission", f.Mode)}
+		}
+		if unprivileged && f.Mode&0o400 == 0 {
+			return nil, &PathError{Path: f.Path, Err: ErrUnreadableMode,
+				Reason: fmt.Sprintf("mode %#o leaves the file unreadable to its owner, the agent's user (uid %d), which reads every managed file at each apply; declare it with the owner's read bit (0400, 0600), or run the agent as root", uint32(f.Mode.Perm()), os.Geteuid())}
 		}
 		// The next apply would refuse to read such a file back.
 		if len(f.Data) > MaxFileSize {

@@ -692,6 +692,40 @@ func TestApplyWriteRefusedBeforeTheRename(t *testing.T) {
 	}
 }
 
+// TestApplyRefusesAModeTheAgentCannotReadBack declares files without the owner's
+// read bit to an applier that is not root (Chown false). Before, it wrote them,
+// and every later apply failed opening them ("permission denied"), the declaration
+// that wrote them included, until someone changed their mode by hand. As root
+// (Chown true) permissions do not stop the agent, and such modes are applied.
+func TestApplyRefusesAModeTheAgentCannotReadBack(t *testing.T) {
+	for _, mode := range []fs.FileMode{0, 0o200, 0o044, 0o300} {
+		root := t.TempDir()
+		before := snapshot(t, root)
+		files := []File{{Path: "a", Data: []byte("a"), Mode: 0o644}, {Path: "etc/secret", Data: []byte("s"), Mode: mode}}
+		_, err := (FileApplier{Root: root}).Apply(context.Background(), files, nil)
+		var pe *PathError
+		if !errors.As(err, &pe) || pe.Path != "etc/secret" || !errors.Is(err, ErrUnreadableMode) {
+			t.Fatalf("mode %#o: got %v, want a refusal of etc/secret", mode, err)
+		}
+		if !strings.Contains(err.Error(), "owner's read bit") {
+			t.Errorf("mode %#o: the refusal does not say what to declare: %v", mode, err)
+		}
+		if after := snapshot(t, root); !reflect.DeepEqual(before, after) {
+			t.Fatalf("mode %#o: the refused apply changed the root:\nbefore %v\nafter  %v", mode, before, after)
+		}
+	}
+	if os.Geteuid() != 0 {
+		return
+	}
+	root := t.TempDir()
+	files := []File{{Path: "etc/secret", Data: []byte("s"), Mode: 0o200}}
+	for i := 0; i < 2; i++ {
+		if _, err := (FileApplier{Root: root, Chown: true}).Apply(context.Background(), files, []string{"etc/secret"}); err != nil {
+			t.Fatalf("as root, apply %d: %v", i+1, err)
+		}
+	}
+}
+
 func TestApplyNoRoot(t *testing.T) {
 	if _, err := (FileApplier{}).Apply(context.Background(), nil, nil); err == nil {
 		t.Fatal("an applier without a root applied")

@@ -17,6 +17,9 @@ var (
 	// ErrInvalidMode: the declared mode has bits other than permissions,
 	// setuid, setgid and sticky.
 	ErrInvalidMode = errors.New("apply: invalid file mode")
+	// ErrUnreadableMode: an agent that is not root is asked for a file its
+	// owner may not read, which it could not read back at the next apply.
+	ErrUnreadableMode = errors.New("apply: file mode unreadable to the agent")
 	// ErrUnknownOwner: the declared owner or group does not exist on this
 	// machine.
 	ErrUnknownOwner = errors.New("apply: unknown owner or group")
@@ -29,7 +32,8 @@ var (
 
 // PathError is a refusal found before anything was written: nothing on disk
 // has changed. Err is the kind (ErrEscapesRoot, ErrInvalidPath,
-// ErrInvalidMode, ErrUnknownOwner or ErrTooLarge) and Reason the detail.
+// ErrInvalidMode, ErrUnreadableMode, ErrUnknownOwner or ErrTooLarge) and Reason
+// the detail.
 type PathError struct {
 	Path   string
 	Reason string
