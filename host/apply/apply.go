@@ -70,7 +70,8 @@ type Applier interface {
 //
 // Each file is written atomically (temp file in its directory, fsync, chown,
 // chmod, rename, fsync of the directory) and only when its content, mode or
-// declared ownership differs. The file found at a declared or previously
+// declared ownership differs. The temp files an apply killed part way left in a
+// directory are removed by the next apply that writes there. The file found at a declared or previously
 // managed path is opened without following a link at its name, and read only
 // if it is a regular file of at most MaxFileSize bytes. Root and missing parent directories are created
 // with mode 0755. A file that is no longer declared is removed; directories
@@ -144,7 +145,10 @@ func (a FileApplier) Apply(ctx context.Context, files []File, previous []string)
 	}
 	defer root.Close()
 
-	r := run{a: a, root: root}
+	r := run{a: a, root: root, known: func(p string) bool {
+		_, declared := decl[p]
+		return declared || slices.Contains(stale, p)
+	}}
 	defer r.closeDirs()
 	plan, err := r.inspect(decl, stale)
 	if err != nil {
@@ -292,6 +296,9 @@ type run struct {
 	// on a file then names it by its base name alone, instead of os.Root opening
 	// each directory on the way again for every step.
 	dirs map[string]*dirHandle
+	// known says whether a path is declared or managed: a temporary file's name
+	// may be declared too, and is then not a leftover.
+	known func(p string) bool
 }
 
 // dirHandle is one directory of the managed tree, opened as far as this Apply
@@ -300,6 +307,7 @@ type run struct {
 // and a Root for the steps that write in it. An Apply that finds every file
 // unchanged opens only the first, in the one open per directory it always cost.
 type dirHandle struct {
+	swept   bool     // the leftovers of an interrupted apply were removed from it
 	name    string   // slash-separated in the managed root, "." for the root itself
 	managed *os.Root // the managed root, which opens both
 	file    *os.File
@@ -550,6 +558,7 @@ func (r *run) writeAtomic(p string, data []byte, mode fs.FileMode, uid, gid int)
 	if err != nil {
 		return false, err
 	}
+	r.sweep(d, root)
 	if err := r.hook("create", p); err != nil {
 		return false, err
 	}
@@ -557,7 +566,7 @@ func (r *run) writeAtomic(p string, data []byte, mode fs.FileMode, uid, gid int)
 	rand.Read(rnd[:])
 	// A short fixed-length name: a 255-byte declared name must not make its
 	// temp name too long.
-	tmp := ".meshhost-" + hex.EncodeToString(rnd[:])
+	tmp := tempPrefix + hex.EncodeToString(rnd[:])
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|atomicfile.NoPoll, 0o600)
 	if err != nil {
 		return false, err
@@ -606,6 +615,51 @@ func (r *run) writeAtomic(p string, data []byte, mode fs.FileMode, uid, gid int)
 		return true, err
 	}
 	return true, d.sync()
+}
+
+// tempPrefix and tempLen make writeAtomic's temporary names: the prefix and 16
+// hex digits.
+const (
+	tempPrefix = ".meshhost-"
+	tempLen    = len(tempPrefix) + 16
+)
+
+// sweep removes, once per Apply, the temporary files an apply killed part way (a
+// SIGKILL, a crash, a power cut) left in d, where it is about to write: nothing
+// else would ever remove them, each as large as a file it wrote, and readable by
+// the agent's user only. A regular file with such a name that is declared or
+// managed is kept. Failures are ignored: the write that follows says what is
+// wrong with the directory, if anything.
+func (r *run) sweep(d *dirHandle, root *os.Root) {
+	if d.swept {
+		return
+	}
+	d.swept = true
+	f, err := d.dirFile()
+	if err != nil {
+		return
+	}
+	names, _ := f.Readdirnames(-1)
+	for _, name := range names {
+		if len(name) != tempLen || !strings.HasPrefix(name, tempPrefix) || !isLowerHex(name[len(tempPrefix):]) {
+			continue
+		}
+		if r.known != nil && r.known(path.Join(d.name, name)) {
+			continue
+		}
+		if fi, err := root.Lstat(name); err == nil && fi.Mode().IsRegular() {
+			root.Remove(name)
+		}
+	}
+}
+
+func isLowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *run) syncDir(dir string) error { return r.dir(dir).sync() }

@@ -726,6 +726,40 @@ func TestApplyRefusesAModeTheAgentCannotReadBack(t *testing.T) {
 	}
 }
 
+// TestApplyRemovesAKilledApplysTemporaryFiles finds the temporary file an apply
+// killed between creating and renaming it leaves (seen after a SIGKILL of the agent
+// during a 1000-file declaration). Before, nothing ever removed it. The next apply
+// that writes in its directory does; a declared file of such a name, and other
+// names, stay.
+func TestApplyRemovesAKilledApplysTemporaryFiles(t *testing.T) {
+	root := t.TempDir()
+	leftover := filepath.Join(root, "etc", ".meshhost-0123456789abcdef")
+	mustWrite(t, leftover, "half of a declared file", 0o600)
+	mustWrite(t, filepath.Join(root, "etc", ".meshhost-notes"), "not ours", 0o644)
+	elsewhere := filepath.Join(root, "var", ".meshhost-00000000000000ff")
+	mustWrite(t, elsewhere, "in a directory this apply does not write in", 0o600)
+	files := []File{
+		{Path: "etc/a", Data: []byte("a"), Mode: 0o644},
+		{Path: "etc/.meshhost-fedcba9876543210", Data: []byte("declared"), Mode: 0o644},
+	}
+	if _, err := (FileApplier{Root: root}).Apply(context.Background(), files, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(leftover); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the leftover temporary file is still there (%v)", err)
+	}
+	for _, keep := range []string{"etc/.meshhost-notes", "etc/.meshhost-fedcba9876543210", "var/.meshhost-00000000000000ff", "etc/a"} {
+		if _, err := os.Lstat(filepath.Join(root, keep)); err != nil {
+			t.Errorf("%s: %v", keep, err)
+		}
+	}
+	// Declared and written already: applied again, it is kept and unchanged.
+	res, err := (FileApplier{Root: root}).Apply(context.Background(), append(files, File{Path: "etc/b", Data: []byte("b"), Mode: 0o644}), []string{"etc/a", "etc/.meshhost-fedcba9876543210"})
+	if err != nil || !slices.Contains(res.Unchanged, "etc/.meshhost-fedcba9876543210") {
+		t.Fatalf("applied again: %+v, %v", res, err)
+	}
+}
+
 func TestApplyNoRoot(t *testing.T) {
 	if _, err := (FileApplier{}).Apply(context.Background(), nil, nil); err == nil {
 		t.Fatal("an applier without a root applied")
