@@ -961,7 +961,13 @@ func (a *Agent) fail(err error, version uint64) {
 }
 
 func (a *Agent) failCode(code string, err error, version uint64) {
-	a.log.Warn("envelope not applied", "code", code, "version", version, "err", err)
+	msg := "envelope not applied"
+	if code == wire.StatusHookFailed {
+		// The files were written and the version recorded; only a command the
+		// host's own hooks file names failed, and nothing retries it.
+		msg = "a hook failed after the declaration was applied; fix what it runs: it runs again when its paths next change"
+	}
+	a.log.Warn(msg, "code", code, "version", version, "err", err)
 	a.stats.set(func(s *stats) {
 		if s.refused == nil {
 			s.refused = map[string]uint64{}

@@ -1,9 +1,11 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -162,3 +164,30 @@ func TestClipMessage(t *testing.T) {
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// TestHookFailureIsNotLoggedAsUnapplied: a declaration whose hook fails is applied,
+// and its log line says so. Before, it read "envelope not applied", as a refused or
+// failed declaration does, though its files were written and its version recorded.
+func TestHookFailureIsNotLoggedAsUnapplied(t *testing.T) {
+	f := newFixture(t)
+	var logged bytes.Buffer
+	f.a.log = slog.New(slog.NewTextHandler(&logged, nil))
+	p := filepath.Join(t.TempDir(), "hooks.json")
+	if err := os.WriteFile(p, []byte(`{"hooks":[{"name":"reload","paths":["etc/*"],"run":["sh","-c","exit 1"]}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := hooks.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.a.o.Hooks = cfg
+	if err := f.a.handle(context.Background(), f.decl(t, 1, "x")); err != nil {
+		t.Fatal(err)
+	}
+	if f.a.applied.Version != 1 || f.a.applied.LastErrorCode != wire.StatusHookFailed {
+		t.Fatalf("applied v%d, last error %q", f.a.applied.Version, f.a.applied.LastErrorCode)
+	}
+	if strings.Contains(logged.String(), "not applied") || !strings.Contains(logged.String(), "hook failed after the declaration was applied") {
+		t.Fatalf("the log says:\n%s", logged.String())
+	}
+}
