@@ -855,3 +855,26 @@ func TestApplyNewDirectorySwappedForALink(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyDirectoryToFileSaysWhatToDo moves a declared file's place from inside a
+// directory the applier made to the directory's own name. The applier never
+// replaces a directory by a file; before, its refusal said only that a directory
+// was in the way, and the node failed every attempt with no word of what to do.
+func TestApplyDirectoryToFileSaysWhatToDo(t *testing.T) {
+	root := t.TempDir()
+	a := FileApplier{Root: root}
+	if _, err := a.Apply(context.Background(), []File{{Path: "r/x/y", Data: []byte("y"), Mode: 0o644}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := a.Apply(context.Background(), []File{{Path: "r/x", Data: []byte("x"), Mode: 0o644}}, []string{"r/x/y"})
+	var pe *PathError
+	if !errors.As(err, &pe) || pe.Path != "r/x" || !strings.Contains(err.Error(), "remove the directory") {
+		t.Fatalf("got %v", err)
+	}
+	if err := os.RemoveAll(filepath.Join(root, "r", "x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Apply(context.Background(), []File{{Path: "r/x", Data: []byte("x"), Mode: 0o644}}, []string{"r/x/y"}); err != nil {
+		t.Fatalf("with the directory removed: %v", err)
+	}
+}

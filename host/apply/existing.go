@@ -75,6 +75,11 @@ func checkExisting(p string, mode fs.FileMode, size int64, declared bool) error 
 	switch {
 	case mode&fs.ModeSymlink != 0:
 		return symlinkRefusal(p)
+	case mode.IsDir() && declared:
+		// Never removed by the agent, even when the files it held were managed
+		// ones this declaration drops: what else is in it is not the agent's.
+		return &PathError{Path: p, Err: ErrInvalidPath,
+			Reason: "a directory is in its place, and the applier never replaces a directory by a file (even one that held only files an earlier declaration managed); remove the directory, and the agent applies the declaration at its next attempt"}
 	case !mode.IsRegular():
 		return &PathError{Path: p, Err: ErrInvalidPath,
 			Reason: fmt.Sprintf("a %s is in its place; the applier only manages regular files", kind(mode))}
