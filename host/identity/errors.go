@@ -3,6 +3,8 @@ package identity
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 )
 
 // Errors callers branch on with errors.Is. The typed errors below carry the
@@ -60,6 +62,15 @@ type UnreadableError struct {
 }
 
 func (e *UnreadableError) Error() string {
+	if errors.Is(e.Err, fs.ErrPermission) {
+		// Most often meshhost run by hand as another user than the agent's (status
+		// without sudo): the file is likely fine, and the advice for a damaged one
+		// (restore it, or have the node revoked) must not come first.
+		return fmt.Sprintf("identity: the %s file %s exists but this user (uid %d) may not read it: %v. "+
+			"Run meshhost as the user the agent runs as (root under the packaged units, e.g. with sudo). "+
+			"If that user may not read it either: %s",
+			what(e.pending), e.Path, os.Geteuid(), e.Err, advice(e.pending, e.Path))
+	}
 	return fmt.Sprintf("identity: the %s file %s exists but cannot be read: %v. %s",
 		what(e.pending), e.Path, e.Err, advice(e.pending, e.Path))
 }

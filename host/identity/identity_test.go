@@ -465,3 +465,27 @@ func TestLoadKeyPair(t *testing.T) {
 		t.Fatalf("a seed of another key: LoadKeyPair gives %v and %v, Load %v", kp, err, lerr)
 	}
 }
+
+// TestUnreadableForThisUserSaysWhoShouldRead: an identity file this user may not
+// read (meshhost status run without sudo on the root-owned state directory) is
+// most likely fine. Before, the message was the one for a damaged file: restore it
+// from a backup, or have the node revoked.
+func TestUnreadableForThisUserSaysWhoShouldRead(t *testing.T) {
+	err := error(&UnreadableError{Path: "/var/lib/meshhost/identity.json",
+		Err: &fs.PathError{Op: "open", Path: "/var/lib/meshhost/identity.json", Err: syscall.EACCES}})
+	if os.Geteuid() != 0 {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "identity.json"), []byte("{}"), 0o000); err != nil {
+			t.Fatal(err)
+		}
+		_, err = Load(dir)
+	}
+	if !errors.Is(err, ErrUnreadable) {
+		t.Fatalf("got %v", err)
+	}
+	msg := err.Error()
+	who, damaged := strings.Index(msg, "as the user the agent runs as"), strings.Index(msg, "backup")
+	if who < 0 || damaged >= 0 && damaged < who {
+		t.Fatalf("the first advice is for a damaged file, not for the wrong user: %s", msg)
+	}
+}
