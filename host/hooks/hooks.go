@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -219,7 +220,11 @@ func (c Config) Run(ctx context.Context, root string, changed []string) (ran []s
 		ownGroup(cmd)
 		cmd.WaitDelay = killGrace
 		cmd.Dir = root
-		cmd.Env = append(hookEnv(os.Environ()), "MESH_CHANGED="+strings.Join(hit, "\n"), "MESH_ROOT="+root)
+		listed, omitted := changedList(hit)
+		cmd.Env = append(hookEnv(os.Environ()), "MESH_CHANGED="+listed, "MESH_ROOT="+root)
+		if omitted > 0 {
+			cmd.Env = append(cmd.Env, "MESH_CHANGED_OMITTED="+strconv.Itoa(omitted))
+		}
 		var out outputTail
 		cmd.Stdout, cmd.Stderr = &out, &out
 		err := cmd.Run()
@@ -238,6 +243,30 @@ func (c Config) Run(ctx context.Context, root string, changed []string) (ran []s
 		}
 	}
 	return ran, failures
+}
+
+// maxChanged bounds MESH_CHANGED. Linux starts no program with an environment
+// string over 128 KiB (MAX_ARG_STRLEN: "argument list too long"), and the paths
+// of one declaration can add up to more (1000 paths of 150 bytes), so such a hook
+// could never run. Half of that leaves room for the rest of the environment.
+const maxChanged = 64 << 10
+
+// changedList is MESH_CHANGED: the paths one a line, as many whole ones as fit in
+// maxChanged, and how many did not fit (MESH_CHANGED_OMITTED), so that a hook
+// that acts on each path can tell a partial list and act on all instead.
+func changedList(paths []string) (listed string, omitted int) {
+	size := 0
+	for i, p := range paths {
+		add := len(p)
+		if i > 0 {
+			add++
+		}
+		if size+add > maxChanged {
+			return strings.Join(paths[:i], "\n"), len(paths) - i
+		}
+		size += add
+	}
+	return strings.Join(paths, "\n"), 0
 }
 
 // defaultPath is a hook's PATH when the agent has none.

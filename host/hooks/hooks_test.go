@@ -3,6 +3,7 @@ package hooks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -178,5 +179,37 @@ func TestHookOutputKeepsItsEnd(t *testing.T) {
 	}
 	if strings.Contains(out, secret[len(secret)-20:]) {
 		t.Errorf("the failure holds the end of a token's secret: %.200q", out)
+	}
+}
+
+// TestHookRunsForADeclarationOfManyLongPaths changes 1000 paths of 160 bytes, a
+// declaration well within its caps. Before, MESH_CHANGED held them all, 160 KiB,
+// over the 128 KiB Linux allows one environment string, and the hook never
+// started ("argument list too long"), at every declaration that changed them.
+func TestHookRunsForADeclarationOfManyLongPaths(t *testing.T) {
+	var changed []string
+	for i := 0; i < 1000; i++ {
+		changed = append(changed, fmt.Sprintf("etc/%04d-%s", i, strings.Repeat("x", 150)))
+	}
+	out := filepath.Join(t.TempDir(), "env")
+	cfg, err := Load(write(t, `{"hooks":[{"name":"many","paths":["etc/*"],"run":["sh","-c","printf '%s\n' \"$MESH_CHANGED\" | wc -l > `+out+`; echo $MESH_CHANGED_OMITTED >> `+out+`"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, failures := cfg.Run(context.Background(), t.TempDir(), changed); len(failures) != 0 {
+		t.Fatalf("failures %v", failures)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(got))
+	if len(f) != 2 {
+		t.Fatalf("the hook wrote %q", got)
+	}
+	listed, _ := strconv.Atoi(f[0])
+	omitted, _ := strconv.Atoi(f[1])
+	if listed == 0 || omitted == 0 || listed+omitted != len(changed) {
+		t.Fatalf("MESH_CHANGED listed %d paths and MESH_CHANGED_OMITTED says %d; want them to add up to %d", listed, omitted, len(changed))
 	}
 }
