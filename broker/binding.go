@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"mesh/framing"
+	"mesh/host/framing"
 )
 
 // Channel binding (docs/decisions/0018). A client that logs in with a key signs, in

@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"mesh/framing/framingtest"
+	"mesh/host/framing/framingtest"
 )
 
 // TestHostileBrokerCannotCrashTheClient: the control plane's own clients (meshctl as

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"mesh/framing"
+	"mesh/host/framing"
 )
 
 // Channel binding (docs/decisions/0018). The node key signs, in place of the

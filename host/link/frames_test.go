@@ -6,7 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"mesh/framing/framingtest"
+	"mesh/host/framing/framingtest"
 )
 
 // TestHostileBrokerCannotCrashTheConnection: a broker whose leaf chains to the

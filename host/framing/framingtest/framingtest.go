@@ -20,7 +20,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"mesh/framing"
+	"mesh/host/framing"
 )
 
 // Hostile announcements a broker that passed the pin check may send: sizes nats.go

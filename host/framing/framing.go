@@ -1,7 +1,8 @@
 // Package framing guards a NATS client against a server it reached over the pinned
 // TLS but trusts for delivery only: it reads the protocol's framing as it passes and
 // ends the connection on the first announcement no mesh broker makes. The host's
-// agent and the control plane's clients (operator, join) both read through it.
+// agent reads through it, and so do the control plane's clients (operator, join),
+// which may import the host's packages (never the other way round).
 package framing
 
 import (
