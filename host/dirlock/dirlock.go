@@ -20,6 +20,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // File is the lock file's name in the directory it locks.
@@ -58,6 +59,34 @@ func (e *InUseError) Error() string {
 // Is makes errors.Is(err, ErrInUse) hold.
 func (e *InUseError) Is(target error) bool { return target == ErrInUse }
 
+// ErrNotWritable means this process may not write the directory's lock file: the
+// directory belongs to another user, or sits on a read-only file system.
+var ErrNotWritable = errors.New("directory not writable")
+
+// NotWritableError is ErrNotWritable with the directory and the reason.
+type NotWritableError struct {
+	What, Dir string
+	Err       error // the open's error: EACCES, EPERM or EROFS
+}
+
+func (e *NotWritableError) Error() string {
+	what := e.What
+	if what == "" {
+		what = "directory"
+	}
+	if errors.Is(e.Err, syscall.EROFS) {
+		return fmt.Sprintf("%s %s is on a read-only file system (%v): the process writes its files there; mount it read-write, or give one that is", what, e.Dir, e.Err)
+	}
+	return fmt.Sprintf("%s %s cannot be written by this user (uid %d: %v): run the command as the user the directory belongs to (root, or the service's user, under the packaged units)",
+		what, e.Dir, os.Geteuid(), e.Err)
+}
+
+// Is makes errors.Is(err, ErrNotWritable) hold.
+func (e *NotWritableError) Is(target error) bool { return target == ErrNotWritable }
+
+// Unwrap gives the open's error.
+func (e *NotWritableError) Unwrap() error { return e.Err }
+
 // Lock is a held directory lock.
 type Lock struct {
 	f *os.File
@@ -91,6 +120,9 @@ func AcquireExisting(what, dir, command string) (*Lock, error) {
 func acquire(what, dir, command string, create int) (*Lock, error) {
 	path := filepath.Join(dir, File)
 	f, err := os.OpenFile(path, os.O_RDWR|create|noFollow, 0o600)
+	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EROFS) {
+		return nil, &NotWritableError{What: what, Dir: dir, Err: err}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open the lock of %s: %w", dir, err)
 	}

@@ -219,3 +219,25 @@ func TestLockHelperProcess(t *testing.T) {
 	time.Sleep(time.Minute)
 	os.Exit(1)
 }
+
+// TestReadOnlyDirectoryIsNotWritable: a directory on a read-only file system is
+// refused as not writable (ErrNotWritable, which says so and what to do), not as a
+// failure to open a file. As root, with a read-only tmpfs; EACCES takes the same path.
+func TestReadOnlyDirectoryIsNotWritable(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a read-only tmpfs")
+	}
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v: %s)", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	_, err := dir(mnt).Lock("meshhost run")
+	var nw *NotWritableError
+	if !errors.Is(err, ErrNotWritable) || !errors.As(err, &nw) || !errors.Is(err, syscall.EROFS) || !strings.Contains(err.Error(), "read-only file system") {
+		t.Fatalf("Lock on a read-only file system: %v, want ErrNotWritable for EROFS", err)
+	}
+	if l, err := dir(mnt).LockExisting("meshctl bootstrap --dry-run"); l != nil || err != nil {
+		t.Fatalf("LockExisting where no lock file exists: %v, %v; want nothing to hold", l, err)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"mesh/controlplane/join"
 	"mesh/controlplane/operator"
 	"mesh/controlplane/state"
+	"mesh/host/dirlock"
 )
 
 // TestSignalContext: SIGTERM cancels the context with an *interruptedError naming it,
@@ -88,6 +89,7 @@ func TestExitCodesOfTheDataDirectory(t *testing.T) {
 		{fmt.Errorf("%w: not empty", join.ErrDataDir), exitDataDir},
 		{fmt.Errorf("x: %w", datadir.ErrNoConfig), exitDataDir},
 		{&state.NewerRulesError{Index: 9, Op: "probe", Rules: state.ApplyRules + 1}, exitDataDir},
+		{&dirlock.NotWritableError{What: "data directory", Dir: "./cp", Err: syscall.EROFS}, exitDataDir},
 		{fmt.Errorf("%w token.create within 15s", operator.ErrNoAnswer), exitUnreachable},
 		{fmt.Errorf("%w; waited 10s", operator.ErrNoLeader), exitUnreachable},
 	} {

@@ -42,6 +42,7 @@ import (
 	"mesh/controlplane/join"
 	"mesh/controlplane/operator"
 	"mesh/controlplane/pki"
+	"mesh/host/dirlock"
 	"mesh/host/terminal"
 	"mesh/tokenfmt"
 )
@@ -237,7 +238,8 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	case errors.Is(err, daemon.ErrRemoved):
 		return exitRemoved
 	case errors.Is(err, datadir.ErrNoConfig), errors.Is(err, datadir.ErrJoinIncomplete), errors.Is(err, datadir.ErrUnprotected),
-		errors.Is(err, bootstrap.ErrConflict), errors.Is(err, join.ErrDataDir), errors.Is(err, daemon.ErrNewerRules):
+		errors.Is(err, bootstrap.ErrConflict), errors.Is(err, join.ErrDataDir), errors.Is(err, daemon.ErrNewerRules),
+		errors.Is(err, dirlock.ErrNotWritable):
 		return exitDataDir
 	case errors.Is(err, operator.ErrUnreachable), errors.Is(err, operator.ErrNoLeader), errors.Is(err, operator.ErrNoAnswer),
 		errors.Is(err, join.ErrUnavailable):

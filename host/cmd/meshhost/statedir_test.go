@@ -4,6 +4,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -103,5 +104,26 @@ func refusedAtOnce(t *testing.T, args ...string) (int, string, string) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("meshhost %s did not refuse: still running after 10s", strings.Join(args, " "))
 		return 0, "", ""
+	}
+}
+
+// TestReadOnlyStateDirectory: `meshhost run` on a state directory mounted read-only
+// is refused as the state directory being in the way (exit 5, which the unit does
+// not restart), saying so, not as a failure (exit 1) of opening a lock.
+func TestReadOnlyStateDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to remount the state directory read-only")
+	}
+	dir, _ := enrolled(t)
+	if out, err := exec.Command("mount", "--bind", dir, dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot bind-mount here (%v: %s)", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	if out, err := exec.Command("mount", "-o", "remount,ro,bind", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot remount read-only here (%v: %s)", err, out)
+	}
+	code, _, stderr := refusedAtOnce(t, "run", "--state", dir, "--root", filepath.Join(t.TempDir(), "managed"))
+	if code != exitIdentity || !strings.Contains(stderr, "read-only file system") || !strings.Contains(stderr, "mount it read-write") {
+		t.Fatalf("exit %d: %s", code, stderr)
 	}
 }
