@@ -112,12 +112,18 @@ func main() {
 }
 
 func run(args []string, cio *cliIO) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	switch {
+	case len(args) == 0:
+		// No command is a mistake in the command line: the overview goes where
+		// errors go, and stdout stays empty for whatever reads it.
+		fmt.Fprint(cio.stderr, "meshhost: say which command\n\n")
+		usage(cio.stderr)
+		return exitUsage
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "-help":
 		usage(cio.stdout)
-		if len(args) == 0 {
-			return exitUsage
-		}
 		return exitOK
+	case args[0] == "help":
+		return helpFor(args[1:], cio)
 	}
 	var err error
 	switch args[0] {
@@ -179,6 +185,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	var ue usageError
 	switch {
 	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "run `meshhost %s --help` for usage\n", name)
 		return exitUsage
 	case errors.Is(err, dirlock.ErrInUse):
 		return exitInUse
@@ -229,7 +236,7 @@ func newFlags(name string, cio *cliIO) *flag.FlagSet {
 	fs.SetOutput(cio.stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: meshhost %s %s\n\nflags:\n", name, synopsis(name))
-		fs.PrintDefaults()
+		flagHelp(fs.Output(), fs)
 	}
 	return fs
 }
@@ -241,18 +248,19 @@ func parse(fs *flag.FlagSet, args []string, cio *cliIO) error {
 			out = cio.stdout // asked for, help is output, not an error
 		}
 	}
-	// What the flag package prints on an error quotes the value it refused: it
-	// goes out with any token in it hidden.
+	// What the flag package prints on an error (the error, then the whole help) is
+	// dropped: the error is reported once, with a pointer to --help, by exitCode,
+	// which hides any token in it.
 	var printed strings.Builder
 	fs.SetOutput(&printed)
 	err := fs.Parse(args)
-	io.WriteString(out, token.HideTokens(printed.String()))
 	fs.SetOutput(out)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			io.WriteString(out, token.HideTokens(printed.String()))
 			return err
 		}
-		return usageError{err.Error()}
+		return flagError(err)
 	}
 	if fs.NArg() > 0 {
 		if fs.Name() == "meshhost enrol" {
@@ -267,7 +275,7 @@ func cmdEnrol(args []string, cio *cliIO) error {
 	fs := newFlags("enrol", cio)
 	stateDir := fs.String("state", "", "state directory for the identity and applied state (required)")
 	tokenFile := fs.String("token-file", "", "read the token from this file instead of stdin")
-	timeout := fs.Duration("timeout", 20*time.Second, "how long to wait for the mesh's answer")
+	timeout := durationFlag(fs, "timeout", defaultEnrolTimeout, "how long to wait for the mesh's answer")
 	asJSON := fs.Bool("json", false, "print the result as JSON on stdout (the steps go to stderr)")
 	if err := parse(fs, args, cio); err != nil {
 		return err
@@ -277,8 +285,8 @@ func cmdEnrol(args []string, cio *cliIO) error {
 	}
 	// Zero was taken silently for the default, and a negative wait gave up at once
 	// and reported the mesh unreachable (exit 7), as if retrying could help.
-	if *timeout < time.Second {
-		return usageError{fmt.Sprintf("--timeout %s is too short (at least 1s; the default is 20s)", *timeout)}
+	if err := checkBetween("timeout", *timeout, time.Second, maxEnrolTimeout, defaultEnrolTimeout); err != nil {
+		return err
 	}
 	text, err := readToken(*tokenFile, cio)
 	if err != nil {
@@ -398,6 +406,18 @@ func lockState(dir, command string) (*dirlock.Lock, error) {
 	return dirlock.Acquire("state directory", dir, command)
 }
 
+// Bounds of the durations the command line takes: past them a value is a typo
+// (1000h for 10s), not a choice.
+const (
+	defaultEnrolTimeout = 20 * time.Second
+	// maxEnrolTimeout: enrolment is one request and its answer.
+	maxEnrolTimeout  = 10 * time.Minute
+	defaultHeartbeat = 15 * time.Second
+	// maxHeartbeat: a host that reports less often than this is shown offline
+	// between its reports by any control plane of sane settings.
+	maxHeartbeat = 10 * time.Minute
+)
+
 // agentProcs is how many cores `meshhost run` lets Go use (GOMAXPROCS).
 const agentProcs = 1
 
@@ -409,16 +429,16 @@ func cmdRun(args []string, cio *cliIO) error {
 	fs := newFlags("run", cio)
 	stateDir := fs.String("state", "", "state directory written by enrol (required)")
 	root := fs.String("root", "", "managed root: declared files are kept here (required)")
-	heartbeat := fs.Duration("heartbeat", 15*time.Second, "how often to report status when nothing changes")
-	brokerPing := fs.Duration("broker-ping", link.PingInterval, "how often to ping the broker: one whose process stops reading (stopped, wedged) is left for another after two unanswered pings; shorter notices sooner and costs this host and the broker more at rest")
-	returnHome := fs.Duration("return-home", 5*time.Minute, "after failing over to another broker, how often to try moving back to this node's first one (the brokers are rotated by node id so that a fleet spreads over the control nodes); doubles up to an hour while a move does not end there; 0 stays where it is")
+	heartbeat := durationFlag(fs, "heartbeat", defaultHeartbeat, "how often to report status when nothing changes (the control plane shows a node offline after its --offline-after, 45s by default, without a report)")
+	brokerPing := durationFlag(fs, "broker-ping", link.PingInterval, "how often to ping the broker: one whose process stops reading (stopped, wedged) is left for another after two unanswered pings; shorter notices sooner and costs this host and the broker more at rest")
+	returnHome := durationFlag(fs, "return-home", 5*time.Minute, "after failing over to another broker, how often to try moving back to this node's first one (the brokers are rotated by node id so that a fleet spreads over the control nodes); doubles up to an hour while a move does not end there; 0 stays where it is")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text (key=value lines) or json (one JSON object a line)")
 	logJSON := fs.Bool("log-json", false, "the same as --log-format json")
 	hooksFile := fs.String("hooks", "", "local hooks file: commands to run after declared files change (a declaration can never add one)")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9301 as meshhost.service does (off when empty)")
 	var extra []string
-	fs.Func("broker", "a broker address (ip:port) to try after those the mesh's list names, for a host whose known brokers are all gone; repeat for several; the mesh's CA pin is checked as for any", func(v string) error {
+	fs.Func("broker", "a broker address (`ip:port`) to try after those the mesh's list names, for a host whose known brokers are all gone; repeat for several; the mesh's CA pin is checked as for any", func(v string) error {
 		ap, err := netip.ParseAddrPort(v)
 		if err != nil {
 			return fmt.Errorf("not ip:port: %v", err)
@@ -432,8 +452,8 @@ func cmdRun(args []string, cio *cliIO) error {
 	if *stateDir == "" || *root == "" {
 		return usageError{"--state and --root are required"}
 	}
-	if *heartbeat < time.Second {
-		return usageError{"--heartbeat must be at least 1s"}
+	if err := checkBetween("heartbeat", *heartbeat, time.Second, maxHeartbeat, defaultHeartbeat); err != nil {
+		return err
 	}
 	if *brokerPing < time.Second || *brokerPing > maxBrokerPing {
 		return usageError{fmt.Sprintf("--broker-ping must be between 1s and %s", maxBrokerPing)}

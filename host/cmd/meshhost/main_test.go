@@ -25,7 +25,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"enrol"}, "--state is required"},
 		{[]string{"enrol", "--state", dir, "mesh1_demo_the_token_on_the_command_line"}, "never given on the command line"},
 		{[]string{"run", "--state", dir}, "--state and --root are required"},
-		{[]string{"run", "--state", dir, "--root", dir, "--heartbeat", "10ms"}, "at least 1s"},
+		{[]string{"run", "--state", dir, "--root", dir, "--heartbeat", "10ms"}, "--heartbeat 10ms: must be between 1s and 10m0s"},
+		{[]string{"run", "--state", dir, "--root", dir, "--heartbeat", "1000h"}, "--heartbeat 1000h0m0s: must be between 1s and 10m0s"},
+		{[]string{"run", "--state", dir, "--root", dir, "--heartbeat", "15"}, `invalid value "15" for flag --heartbeat: not a duration: give a number and its unit`},
 		{[]string{"run", "--state", dir, "--root", dir, "--broker-ping", "500ms"}, "--broker-ping must be between 1s and 10m0s"},
 		{[]string{"run", "--state", dir, "--root", dir, "--broker-ping", "11m"}, "--broker-ping must be between 1s and 10m0s"},
 		{[]string{"run", "--state", dir, "--root", dir, "--return-home", "500ms"}, "--return-home must be 0 (never) or between 1s and 1h"},
@@ -42,18 +44,74 @@ func TestUsageErrors(t *testing.T) {
 		// while an agent runs on it.
 		{[]string{"run", "--state", dir + "/state", "--root", dir}, "must not be inside the managed root"},
 		{[]string{"run", "--state", dir, "--root", dir}, "must not be inside the managed root"},
-		{[]string{"enrol", "--bogus"}, "flag provided but not defined"},
-		{[]string{"enrol", "--state", dir, "--timeout", "0"}, "--timeout 0s is too short"},
-		{[]string{"enrol", "--state", dir, "--timeout", "-5s"}, "--timeout -5s is too short"},
+		{[]string{"enrol", "--bogus"}, "unknown flag --bogus"},
+		{[]string{"enrol", "--state"}, "flag needs an argument: --state"},
+		{[]string{"enrol", "--state", dir, "--timeout", "0"}, "--timeout 0s: must be between 1s and 10m0s"},
+		{[]string{"enrol", "--state", dir, "--timeout", "-5s"}, "--timeout -5s: must be between 1s and 10m0s"},
+		{[]string{"enrol", "--state", dir, "--timeout", "1000h"}, "--timeout 1000h0m0s: must be between 1s and 10m0s"},
 		{[]string{"run", "--state", dir, "--root", dir, "--log-format", "yaml"}, "--log-format"},
 		{[]string{"run", "--state", dir, "--root", dir, "--log-json", "--log-format", "text"}, "disagree"},
 		{[]string{"version", "extra"}, "unexpected argument"},
 		{[]string{"--version", "extra"}, "unexpected argument"},
 	}
 	for _, c := range cases {
-		code, _, stderr := runCLI("", nil, c.args...)
+		code, stdout, stderr := runCLI("", nil, c.args...)
 		if code != exitUsage || !strings.Contains(stderr, c.want) {
 			t.Errorf("%v: exit %d, stderr %q, want %d and %q", c.args, code, stderr, exitUsage, c.want)
+		}
+		// Said once, with where the right usage is, and nothing on stdout.
+		if strings.Count(stderr, c.want) != 1 || stdout != "" {
+			t.Errorf("%v: want the error once on stderr and nothing on stdout; stdout %q, stderr %q", c.args, stdout, stderr)
+		}
+		// (--state inside --root is no mistake of form: its message says what to do.)
+		if c.args[0] != "frobnicate" && c.want != "must not be inside the managed root" && !strings.Contains(stderr, "run `meshhost "+c.args[0]+" --help` for usage") && !strings.Contains(stderr, "usage:") {
+			t.Errorf("%v: no hint of the right usage: %q", c.args, stderr)
+		}
+	}
+}
+
+// TestHelp: every way of asking for help prints it on stdout and exits 0: the
+// overview, and each command's own, with every flag named as it is typed (two
+// dashes) with its default. Help about a command that does not exist, or no command
+// at all, is a usage error on stderr.
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"-h"}, {"help"}} {
+		code, stdout, stderr := runCLI("", nil, args...)
+		if code != exitOK || !strings.Contains(stdout, "meshhost enrol") || stderr != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+		}
+	}
+	flags := map[string][]string{
+		"enrol":   {"--state string", "--token-file string", "--timeout duration", "(default 20s)", "--json"},
+		"run":     {"--state string", "--root string", "--heartbeat duration", "(default 15s)", "--broker-ping duration", "(default 20s)", "--return-home duration", "(default 5m0s)", "--log-format string", `(default "text")`, "--broker ip:port", "--metrics-listen string"},
+		"status":  {"--state string", "--json"},
+		"version": {"--json"},
+	}
+	for name, want := range flags {
+		var helps []string
+		for _, args := range [][]string{{name, "--help"}, {name, "-h"}, {"help", name}} {
+			code, stdout, stderr := runCLI("", nil, args...)
+			if code != exitOK || stderr != "" || !strings.HasPrefix(stdout, "usage: meshhost "+name) {
+				t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+			}
+			helps = append(helps, stdout)
+		}
+		if helps[0] != helps[1] || helps[0] != helps[2] {
+			t.Errorf("%s: --help, -h and help %s differ", name, name)
+		}
+		for _, w := range want {
+			if !strings.Contains(helps[0], w) {
+				t.Errorf("%s --help lacks %q:\n%s", name, w, helps[0])
+			}
+		}
+		if strings.Contains(helps[0], "\n  -state") || strings.Contains(helps[0], "\n  -json") {
+			t.Errorf("%s --help names a flag with one dash:\n%s", name, helps[0])
+		}
+	}
+	for _, args := range [][]string{{}, {"help", "frobnicate"}, {"help", "run", "status"}, {"help", "--state"}} {
+		code, stdout, stderr := runCLI("", nil, args...)
+		if code != exitUsage || stdout != "" || !strings.Contains(stderr, "meshhost") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %d and the usage on stderr", args, code, stdout, stderr, exitUsage)
 		}
 	}
 }
