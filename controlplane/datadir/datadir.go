@@ -22,6 +22,7 @@ import (
 
 	"mesh/controlplane/pki"
 	"mesh/host/atomicfile"
+	"mesh/host/readfile"
 )
 
 // File names inside a data directory.
@@ -112,21 +113,15 @@ var ErrCorrupt = errors.New("corrupt")
 var ErrFormat = errors.New("another format version")
 
 // readCapped reads the file at path, of at most MaxFileSize bytes. Its errors wrap
-// the file system's (fs.ErrNotExist for an absent file) or ErrTooLarge.
+// the file system's (fs.ErrNotExist for an absent file), ErrTooLarge, or
+// readfile.ErrNotRegular for a directory, a FIFO or a device where a file belongs:
+// refused without waiting for a FIFO's writer or reading a device to the cap.
 func readCapped(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > MaxFileSize {
+	data, err := readfile.Regular(path, MaxFileSize)
+	if errors.Is(err, readfile.ErrTooLarge) {
 		return nil, fmt.Errorf("%w: over %d bytes", ErrTooLarge, MaxFileSize)
 	}
-	return data, nil
+	return data, err
 }
 
 // ReadConfigRaw reads mesh.json without judging it: for bootstrap and join, which

@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"time"
+
+	"mesh/host/readfile"
 )
 
 // RemovedFile records that the control plane removed this directory's node. Removal
@@ -62,20 +62,19 @@ func (d Dir) MarkRemoved(node string, at time.Time) error {
 // Removed reads the record MarkRemoved wrote. A record that cannot be parsed still
 // says the node was removed: nothing else writes the file.
 func (d Dir) Removed() (Removal, bool, error) {
-	f, err := os.Open(d.Path(RemovedFile))
-	if errors.Is(err, fs.ErrNotExist) {
+	data, err := readfile.Regular(d.Path(RemovedFile), maxRemovedSize)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return Removal{}, false, nil
-	}
-	if err != nil {
-		return Removal{}, false, fmt.Errorf("read %s: %w", d.Path(RemovedFile), err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxRemovedSize+1))
-	if err != nil {
+	case errors.Is(err, readfile.ErrTooLarge):
+		return Removal{Node: "?"}, true, nil
+	case err != nil:
+		// A FIFO or a directory in its place included: refused without waiting
+		// for a writer, and said, rather than taken for a removal or its absence.
 		return Removal{}, false, fmt.Errorf("read %s: %w", d.Path(RemovedFile), err)
 	}
 	var r Removal
-	if len(data) > maxRemovedSize || json.Unmarshal(data, &r) != nil {
+	if json.Unmarshal(data, &r) != nil {
 		return Removal{Node: "?"}, true, nil
 	}
 	return r, true, nil

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -15,6 +14,7 @@ import (
 
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
+	"mesh/host/readfile"
 )
 
 // Endpoint is everything an operator needs to call the mesh: where its brokers are,
@@ -79,8 +79,12 @@ func CAEndpoint(servers []string, creds, caFile string) (Endpoint, error) {
 	if len(servers) == 0 {
 		return Endpoint{}, fmt.Errorf("%w: no broker address", ErrEndpoint)
 	}
-	if _, err := os.Stat(creds); err != nil {
+	if fi, err := os.Stat(creds); err != nil {
 		return Endpoint{}, fmt.Errorf("%w: creds file: %w", ErrEndpoint, err)
+	} else if !fi.Mode().IsRegular() {
+		// Refused here, not at each connection: a FIFO would pass this check
+		// and fail only when the credentials are read.
+		return Endpoint{}, fmt.Errorf("%w: creds file: %w", ErrEndpoint, &readfile.NotRegularError{Path: creds, Mode: fi.Mode()})
 	}
 	data, err := readSmall(caFile)
 	if err != nil {
@@ -110,21 +114,14 @@ const maxSmallFile = 1 << 20
 var ErrFileTooLarge = errors.New("larger than 1 MiB: not a CA certificate, a NATS context or operator credentials")
 
 // readSmall reads a file of at most maxSmallFile bytes, reading no more than one
-// byte past the cap of a larger one.
+// byte past the cap of a larger one. A directory, a FIFO or a device given as the
+// file is refused (readfile.ErrNotRegular) without waiting for a FIFO's writer.
 func readSmall(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxSmallFile+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > maxSmallFile {
+	data, err := readfile.Regular(path, maxSmallFile)
+	if errors.Is(err, readfile.ErrTooLarge) {
 		return nil, fmt.Errorf("%s: %w", path, ErrFileTooLarge)
 	}
-	return data, nil
+	return data, err
 }
 
 // ParseServers reads broker addresses: comma-separated lists of host:port, each

@@ -1,0 +1,165 @@
+package readfile
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// within runs read and fails the test if it does not return in time: the faults
+// below used to keep a reader waiting forever.
+func within(t *testing.T, read func() ([]byte, error)) ([]byte, error) {
+	t.Helper()
+	type result struct {
+		data []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		data, err := read()
+		done <- result{data, err}
+	}()
+	select {
+	case r := <-done:
+		return r.data, r.err
+	case <-time.After(20 * time.Second):
+		t.Fatal("the read did not return within 20 s")
+		return nil, nil
+	}
+}
+
+func TestRegular(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	small := write("small", []byte("hello"))
+	atCap := write("at-cap", bytes.Repeat([]byte("x"), 64))
+	overCap := write("over-cap", bytes.Repeat([]byte("x"), 65))
+	empty := write("empty", nil)
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(small, link); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name, path string
+		want       string
+	}{
+		{"small", small, "hello"},
+		{"at the cap", atCap, strings.Repeat("x", 64)},
+		{"empty", empty, ""},
+		{"through a link", link, "hello"},
+	} {
+		got, err := Regular(tc.path, 64)
+		if err != nil || string(got) != tc.want {
+			t.Errorf("%s: got %q, %v; want %q", tc.name, got, err, tc.want)
+		}
+	}
+
+	if _, err := Regular(overCap, 64); !errors.Is(err, ErrTooLarge) || errors.Is(err, ErrNotRegular) {
+		t.Errorf("over the cap: %v, want ErrTooLarge", err)
+	}
+	if _, err := Regular(filepath.Join(dir, "absent"), 64); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("absent: %v, want fs.ErrNotExist", err)
+	}
+	if _, err := Regular(dir, 64); !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), "a directory") {
+		t.Errorf("a directory: %v, want ErrNotRegular naming a directory", err)
+	}
+	dangling := filepath.Join(dir, "dangling")
+	if err := os.Symlink(filepath.Join(dir, "nowhere"), dangling); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Regular(dangling, 64); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("dangling link: %v, want fs.ErrNotExist", err)
+	}
+}
+
+// A FIFO where a file belongs: without O_NONBLOCK the open waits for a writer
+// forever, and a command reading its data directory hangs.
+func TestRegularFIFODoesNotWait(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no FIFOs on Windows")
+	}
+	fifo := filepath.Join(t.TempDir(), "mesh.json")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("cannot make a FIFO here: %v", err)
+	}
+	t.Cleanup(func() {
+		// Release a reader still waiting (the test failed): open the other end.
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+	_, err := within(t, func() ([]byte, error) { return Regular(fifo, 1<<20) })
+	var nr *NotRegularError
+	if !errors.As(err, &nr) || !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), "named pipe (FIFO)") {
+		t.Fatalf("got %v, want a *NotRegularError naming a FIFO", err)
+	}
+}
+
+// /dev/zero never ends: it is refused as a device, not read to the cap and called
+// a file too large.
+func TestRegularDevice(t *testing.T) {
+	if _, err := os.Stat("/dev/zero"); err != nil {
+		t.Skip("no /dev/zero here")
+	}
+	_, err := within(t, func() ([]byte, error) { return Regular("/dev/zero", 1<<20) })
+	if !errors.Is(err, ErrNotRegular) || errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "character device") {
+		t.Fatalf("got %v, want ErrNotRegular naming a character device", err)
+	}
+}
+
+// A file that grows while it is read is read no further than one byte past the cap.
+func TestRegularGrowing(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "growing")
+	if err := os.WriteFile(p, []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		chunk := bytes.Repeat([]byte(" "), 4096)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := f.Write(chunk); err != nil {
+				return
+			}
+			if fi, err := f.Stat(); err != nil || fi.Size() > 8<<20 {
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	const max = 1 << 20
+	for range 3 {
+		data, err := within(t, func() ([]byte, error) { return Regular(p, max) })
+		if err == nil && len(data) > max {
+			t.Fatalf("read %d bytes with a cap of %d", len(data), max)
+		}
+		if err != nil && !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("got %v, want the data or ErrTooLarge", err)
+		}
+	}
+}
