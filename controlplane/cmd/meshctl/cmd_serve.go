@@ -19,6 +19,15 @@ import (
 	"mesh/controlplane/replication"
 )
 
+// Defaults and bounds of serve's periods and sizes.
+const (
+	defaultOfflineAfter = 45 * time.Second
+	defaultReconcile    = 10 * time.Second
+	// maxSnapshotThreshold: more entries than this between snapshots is a log
+	// that is never compacted in practice.
+	maxSnapshotThreshold = 1_000_000
+)
+
 func serveCommand() command {
 	return command{
 		name:  "serve",
@@ -52,8 +61,8 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 			_ = c.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions([]cobra.Completion{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
 			_ = c.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions([]cobra.Completion{"debug", "info", "warn", "error"}, cobra.ShellCompDirectiveNoFileComp))
 			fs.DurationVar(&heartbeat, "raft-heartbeat", def.Heartbeat, "Raft heartbeat and election timeout; raise it on slow or loaded machines")
-			fs.DurationVar(&offline, "offline-after", 45*time.Second, "a node that has not reported for this long is shown offline")
-			fs.DurationVar(&reconcile, "reconcile", 10*time.Second, "how often declarations not yet applied are sent again")
+			fs.DurationVar(&offline, "offline-after", defaultOfflineAfter, "a node that has not reported for this long is shown offline (1s to 1h)")
+			fs.DurationVar(&reconcile, "reconcile", defaultReconcile, "how often declarations not yet applied are sent again (1s to 1h)")
 			var metricsListen string
 			fs.StringVar(&metricsListen, "metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this ip:port (off by default)")
 			var profiling bool
@@ -64,8 +73,8 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 			fs.IntVar(&maxHosts, "max-hosts", 0, "the most host connections this control node holds; more are refused and go to another control node (default: what the open-file limit allows, less room for operators and the control plane)")
 			var snapInterval time.Duration
 			var snapThreshold uint64
-			fs.DurationVar(&snapInterval, "raft-snapshot-interval", def.SnapshotInterval, "how often Raft checks whether to snapshot the state and compact its log")
-			fs.Uint64Var(&snapThreshold, "raft-snapshot-threshold", def.SnapshotThreshold, "log entries since the last snapshot that trigger a new one")
+			fs.DurationVar(&snapInterval, "raft-snapshot-interval", def.SnapshotInterval, "how often Raft checks whether to snapshot the state and compact its log (1s to 1h)")
+			fs.Uint64Var(&snapThreshold, "raft-snapshot-threshold", def.SnapshotThreshold, "log entries since the last snapshot that trigger a new one (1 to 1000000)")
 			return func(args []string) error {
 				if err := noPositional(args); err != nil {
 					return err
@@ -73,11 +82,13 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 				if dir == "" {
 					return usagef("--data is required")
 				}
-				if snapThreshold == 0 {
-					return usagef("--raft-snapshot-threshold must be positive (the default is %d entries)", def.SnapshotThreshold)
+				if snapThreshold == 0 || snapThreshold > maxSnapshotThreshold {
+					return usagef("--raft-snapshot-threshold %d: must be between 1 and %d entries (the default is %d)", snapThreshold, maxSnapshotThreshold, def.SnapshotThreshold)
 				}
-				if snapInterval < time.Second {
-					return usagef("--raft-snapshot-interval %s is too short (at least 1s; the default is %s)", snapInterval, def.SnapshotInterval)
+				// Past an hour, a period is a typo (1000h for 10s) that leaves the log
+				// uncompacted, a half-open host alive, or a declaration unsent.
+				if err := checkDuration("raft-snapshot-interval", snapInterval, time.Second, time.Hour, def.SnapshotInterval); err != nil {
+					return err
 				}
 				if maxHosts < 0 {
 					return usagef("--max-hosts must not be negative (0: what the open-file limit allows)")
@@ -88,11 +99,11 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 				// Both are periods the daemon ticks on or compares against: zero was
 				// taken silently for the default, and a negative --reconcile crashed
 				// serve once it led (a ticker's interval must be positive).
-				if offline < time.Second {
-					return usagef("--offline-after %s is too short (at least 1s; the default is 45s)", offline)
+				if err := checkDuration("offline-after", offline, time.Second, time.Hour, defaultOfflineAfter); err != nil {
+					return err
 				}
-				if reconcile < time.Second {
-					return usagef("--reconcile %s is too short (at least 1s; the default is 10s)", reconcile)
+				if err := checkDuration("reconcile", reconcile, time.Second, time.Hour, defaultReconcile); err != nil {
+					return err
 				}
 				if err := checkMetricsListen(metricsListen); err != nil {
 					return err

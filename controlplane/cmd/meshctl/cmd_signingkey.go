@@ -29,8 +29,18 @@ Hosts offline throughout catch up by following the chain of keyrings.`,
 			fs.BoolVar(&force, "force", false, "retire even if live nodes have not acknowledged the new keyring")
 			fs.BoolVar(&asJSON, "json", false, "print JSON")
 			return func(args []string) error {
-				if len(args) != 1 {
+				switch {
+				case len(args) == 0:
 					return usagef("say rotate, status or retire")
+				case len(args) > 1:
+					return usagef("unexpected argument %q: signing-key %s takes none", args[1], args[0])
+				}
+				// Checked before the control plane is called: a misspelt action is a
+				// usage error wherever the control plane is, or whether it answers.
+				switch args[0] {
+				case "rotate", "status", "retire":
+				default:
+					return usagef("unknown signing-key action %q: say rotate, status or retire", args[0])
 				}
 				if force && args[0] != "retire" {
 					return usagef("--force applies to retire")

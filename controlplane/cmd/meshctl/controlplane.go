@@ -45,8 +45,8 @@ func (f *controlPlaneFlags) register(c *cobra.Command, cio *cliIO) {
 	fs.StringVar(&f.creds, "creds", "", "operator credentials, a NATS .creds file (env "+envCreds+")")
 	fs.StringVar(&f.ca, "ca", "", "the mesh CA certificate; brokers must prove it (env "+envCA+")")
 	fs.StringVar(&f.context, "context", "", "a NATS CLI context (~/.config/nats/context/NAME.json: url, creds, ca) (env "+envContext+")")
-	fs.DurationVar(&f.leaderWait, "leader-wait", operator.DefaultLeaderWait, "how long to wait while no control node serves the request (an election); 0 fails at once")
-	fs.DurationVar(&f.timeout, "timeout", operator.DefaultTimeout, "how long each call waits for its answer once a control node took it (a read or a token creation is sent again meanwhile, after 2s, 4s, ...)")
+	fs.DurationVar(&f.leaderWait, "leader-wait", operator.DefaultLeaderWait, "how long to wait while no control node serves the request (an election); 0 fails at once; at most 10m")
+	fs.DurationVar(&f.timeout, "timeout", operator.DefaultTimeout, "how long each call waits for its answer once a control node took it (a read or a token creation is sent again meanwhile, after 2s, 4s, ...); 1s to 10m")
 	_ = c.MarkFlagDirname("data")
 	_ = c.MarkFlagFilename("creds", "creds")
 	_ = c.MarkFlagFilename("ca", "pem", "crt")
@@ -61,11 +61,15 @@ func (f *controlPlaneFlags) registerDataOnly(c *cobra.Command, cio *cliIO) {
 
 // options are the operator client's options the flags ask for.
 func (f *controlPlaneFlags) options() (operator.Options, error) {
+	if err := checkDuration("leader-wait", f.leaderWait, 0, maxLeaderWait, operator.DefaultLeaderWait); err != nil {
+		return operator.Options{}, err
+	}
+	// Below a second, the timeout cut the connection itself short, and was
+	// reported as a control plane that cannot be reached (exit 3).
+	if err := checkDuration("timeout", f.timeout, minTimeout, maxTimeout, operator.DefaultTimeout); err != nil {
+		return operator.Options{}, err
+	}
 	switch {
-	case f.leaderWait < 0:
-		return operator.Options{}, usagef("--leader-wait %s: must not be negative", f.leaderWait)
-	case f.timeout <= 0:
-		return operator.Options{}, usagef("--timeout %s: must be positive", f.timeout)
 	case f.leaderWait == 0:
 		return operator.Options{LeaderWait: -1, Timeout: f.timeout}, nil // negative there means do not wait
 	}

@@ -146,8 +146,7 @@ func (e commandError) Unwrap() error { return e.err }
 func run(args []string, cio *cliIO) int {
 	root := newRoot(cio)
 	if len(args) == 0 {
-		printUsage(cio.stdout, root)
-		return exitUsage
+		return rootUsageError(root, cio)
 	}
 	root.SetArgs(joinOptionalValues(root, args))
 	cmd, err := root.ExecuteC()
@@ -181,7 +180,8 @@ func newRoot(cio *cliIO) *cobra.Command {
 	root.SetOut(cio.stdout)
 	root.SetErr(cio.stderr)
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err.Error()} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return flagError(err) })
+	root.SetHelpCommand(helpCommand(root))
 	root.SetHelpFunc(func(c *cobra.Command, _ []string) {
 		if c == root {
 			printUsage(c.OutOrStdout(), root)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 func runCLI(args ...string) (int, string, string) {
@@ -34,12 +36,16 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"join", "--data", dir, "--raft-heartbeat", "0s"}, "too short"},
 		{[]string{"join", "--data", dir, "--raft-heartbeat", "2m"}, "too long (at most 1m"},
 		{[]string{"serve", "--data", dir, "--max-hosts", "-1"}, "--max-hosts must not be negative"},
-		{[]string{"serve", "--data", dir, "--raft-snapshot-interval", "10ms"}, "--raft-snapshot-interval 10ms is too short"},
-		{[]string{"serve", "--data", dir, "--raft-snapshot-threshold", "0"}, "--raft-snapshot-threshold must be positive"},
-		{[]string{"serve", "--data", dir, "--reconcile", "-1s"}, "--reconcile -1s is too short"},
-		{[]string{"serve", "--data", dir, "--reconcile", "0"}, "--reconcile 0s is too short"},
-		{[]string{"serve", "--data", dir, "--offline-after", "0"}, "--offline-after 0s is too short"},
-		{[]string{"serve", "--data", dir, "--offline-after", "-45s"}, "--offline-after -45s is too short"},
+		{[]string{"serve", "--data", dir, "--raft-snapshot-interval", "10ms"}, "--raft-snapshot-interval 10ms: must be between 1s and 1h0m0s"},
+		{[]string{"serve", "--data", dir, "--raft-snapshot-interval", "1000h"}, "--raft-snapshot-interval 1000h0m0s: must be between 1s and 1h0m0s"},
+		{[]string{"serve", "--data", dir, "--raft-snapshot-threshold", "0"}, "--raft-snapshot-threshold 0: must be between 1 and 1000000"},
+		{[]string{"serve", "--data", dir, "--raft-snapshot-threshold", "99999999999"}, "--raft-snapshot-threshold 99999999999: must be between 1 and 1000000"},
+		{[]string{"serve", "--data", dir, "--reconcile", "-1s"}, "--reconcile -1s: must be between 1s and 1h0m0s"},
+		{[]string{"serve", "--data", dir, "--reconcile", "0"}, "--reconcile 0s: must be between 1s and 1h0m0s"},
+		{[]string{"serve", "--data", dir, "--reconcile", "10000h"}, "--reconcile 10000h0m0s: must be between 1s and 1h0m0s"},
+		{[]string{"serve", "--data", dir, "--offline-after", "0"}, "--offline-after 0s: must be between 1s and 1h0m0s"},
+		{[]string{"serve", "--data", dir, "--offline-after", "10000h"}, "--offline-after 10000h0m0s: must be between 1s and 1h0m0s"},
+		{[]string{"serve", "--data", dir, "--offline-after", "-45s"}, "--offline-after -45s: must be between 1s and 1h0m0s"},
 		{[]string{"serve", "--data", dir, "--max-hosts", "many"}, "--max-hosts"},
 		{[]string{"serve", "--data", dir, "--metrics-listen", "nonsense"}, `--metrics-listen "nonsense": give ip:port`},
 		{[]string{"serve", "--data", dir, "--metrics-listen", "127.0.0.1:99999"}, `--metrics-listen "127.0.0.1:99999": the port is not a number from 1 to 65535`},
@@ -76,13 +82,22 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"token", "--data", dir, "--node", "cp-2", "--role", "control", "--addr", "0.0.0.0:7300"}, "--addr"},
 		{[]string{"token", "--data", dir, "--node", "cp-2", "--role", "control", "--addr", "127.0.0.1:7300", "--raft-addr", "127.0.0.1:7300"}, "must differ"},
 		{[]string{"token", "--data", dir, "--node", "web-1", "--addr", "127.0.0.1:7300"}, "are for --role control"},
-		{[]string{"nodes", "--data", dir, "--leader-wait", "soon"}, "invalid argument"},
-		{[]string{"nodes", "--data", dir, "--leader-wait", "-1s"}, "must not be negative"},
-		{[]string{"nodes", "--data", dir, "--timeout", "0s"}, "--timeout 0s: must be positive"},
-		{[]string{"token", "--data", dir, "--node", "web-1", "--timeout", "-5s"}, "must be positive"},
-		{[]string{"nodes", "--data", dir, "--timeout", "soon"}, "invalid argument"},
-		{[]string{"revoke", "--data", dir, "--leader-wait", "-1s", "web-1"}, "must not be negative"},
-		{[]string{"token", "--data", dir, "--node", "cp-2", "--role", "control", "--addr", "127.0.0.1:7300", "--leader-wait", "-1s"}, "must not be negative"},
+		{[]string{"nodes", "--data", dir, "--leader-wait", "soon"}, `--leader-wait "soon": not a duration`},
+		{[]string{"nodes", "--data", dir, "--leader-wait", "-1s"}, "--leader-wait -1s: must be between 0s and 10m0s"},
+		{[]string{"nodes", "--data", dir, "--leader-wait", "1000h"}, "--leader-wait 1000h0m0s: must be between 0s and 10m0s"},
+		{[]string{"nodes", "--data", dir, "--timeout", "1ns"}, "--timeout 1ns: must be between 1s and 10m0s"},
+		{[]string{"nodes", "--data", dir, "--timeout", "100000h"}, "--timeout 100000h0m0s: must be between 1s and 10m0s"},
+		{[]string{"nodes", "--data", dir, "--timeout", "15"}, `--timeout "15": not a duration: give a number and its unit, such as 30s`},
+		{[]string{"declare", "--data", dir, "--node", "web-1", "--file", "x.json", "--wait", "1000h"}, "--wait=1000h: give a positive duration of at most 1h0m0s"},
+		{[]string{"signing-key", "rotat", "--data", dir}, `unknown signing-key action "rotat"`},
+		{[]string{"signing-key", "rotat", "--servers", "127.0.0.1:1", "--creds", "x.creds", "--ca", "ca.pem"}, `unknown signing-key action "rotat"`},
+		{[]string{"signing-key", "status", "x", "--data", dir}, `unexpected argument "x"`},
+		{[]string{"help", "frobnicate"}, `no command "frobnicate"`},
+		{[]string{"nodes", "--data", dir, "--timeout", "0s"}, "--timeout 0s: must be between 1s and 10m0s"},
+		{[]string{"token", "--data", dir, "--node", "web-1", "--timeout", "-5s"}, "--timeout -5s: must be between 1s and 10m0s"},
+		{[]string{"nodes", "--data", dir, "--timeout", "soon"}, `--timeout "soon": not a duration`},
+		{[]string{"revoke", "--data", dir, "--leader-wait", "-1s", "web-1"}, "--leader-wait -1s: must be between 0s and 10m0s"},
+		{[]string{"token", "--data", dir, "--node", "cp-2", "--role", "control", "--addr", "127.0.0.1:7300", "--leader-wait", "-1s"}, "--leader-wait -1s: must be between 0s and 10m0s"},
 	}
 	for _, c := range cases {
 		code, _, stderr := runCLI(c.args...)
@@ -109,8 +124,42 @@ func TestHelpExitsZero(t *testing.T) {
 	if _, stdout, _ := runCLI("declare", "--help"); !strings.Contains(stdout, "--wait") || !strings.Contains(stdout, "--servers") {
 		t.Errorf("declare --help lacks its flags:\n%s", stdout)
 	}
-	if code, _, _ := runCLI(); code != exitUsage {
-		t.Errorf("no arguments: exit %d, want %d", code, exitUsage)
+	if code, stdout, stderr := runCLI(); code != exitUsage || stdout != "" || !strings.Contains(stderr, "usage: meshctl <command>") {
+		t.Errorf("no arguments: exit %d, stdout %q, stderr %q; want %d and the usage on stderr only", code, stdout, stderr, exitUsage)
+	}
+}
+
+// TestHelpOfEveryCommand: `meshctl X --help`, `-h` and `meshctl help X` print the
+// same help for every command, on stdout, exit 0, and name each of its flags; help
+// about a command that does not exist is a usage error, not the overview and exit 0.
+func TestHelpOfEveryCommand(t *testing.T) {
+	root := newRoot(&cliIO{stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}, getenv: func(string) string { return "" }})
+	for _, c := range root.Commands() {
+		if c.Name() == "help" {
+			continue
+		}
+		var helps []string
+		for _, args := range [][]string{{c.Name(), "--help"}, {c.Name(), "-h"}, {"help", c.Name()}} {
+			code, stdout, stderr := runCLI(args...)
+			if code != exitOK || stderr != "" || !strings.HasPrefix(stdout, "usage: meshctl "+c.Name()) {
+				t.Errorf("%v: exit %d, stdout %.80q, stderr %q", args, code, stdout, stderr)
+			}
+			helps = append(helps, stdout)
+		}
+		if helps[0] != helps[1] || helps[0] != helps[2] {
+			t.Errorf("%s: --help, -h and help %s differ", c.Name(), c.Name())
+		}
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if !strings.Contains(helps[0], "--"+f.Name+" ") {
+				t.Errorf("%s --help does not name --%s", c.Name(), f.Name)
+			}
+		})
+	}
+	for _, args := range [][]string{{"help", "frobnicate"}, {"help", "token", "--bogus"}} {
+		code, stdout, stderr := runCLI(args...)
+		if code != exitUsage || stdout != "" || stderr == "" {
+			t.Errorf("%v: exit %d, stdout %.80q, stderr %q; want %d, an error on stderr and nothing on stdout", args, code, stdout, stderr, exitUsage)
+		}
 	}
 }
 

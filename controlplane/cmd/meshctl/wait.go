@@ -19,6 +19,10 @@ type waitFlag struct{ d time.Duration }
 // defaultWait is how long --wait waits without a value.
 const defaultWait = 2 * time.Minute
 
+// maxWait bounds --wait: past an hour a value is a typo (1000h for 10m), and a
+// longer wait is `meshctl status` run again (it exits 0 once converged).
+const maxWait = time.Hour
+
 func (w *waitFlag) String() string {
 	if w == nil || w.d == 0 {
 		return ""
@@ -44,8 +48,8 @@ func (w *waitFlag) Set(v string) error {
 		return nil
 	}
 	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		return fmt.Errorf("--wait=%s: give a positive duration such as 30s", v)
+	if err != nil || d <= 0 || d > maxWait {
+		return fmt.Errorf("--wait=%s: give a positive duration of at most %s, such as 30s (to wait longer, run meshctl status until it exits 0)", v, maxWait)
 	}
 	w.d = d
 	return nil
