@@ -340,7 +340,7 @@ type ProgressRequest struct {
 // Progress states of a target that has not converged (applied the version or a
 // later one).
 const (
-	ProgressFailed  = "failed"  // reported an error for the version, or a later one
+	ProgressFailed  = "failed"  // reported an error for the version, or a later one; or a hook of what it applied failed
 	ProgressOffline = "offline" // not connected (or revoked): it will not apply it now
 	ProgressPending = "pending" // connected, not applied yet
 )
@@ -375,21 +375,24 @@ const MaxNodesPage = 2000
 
 // NodeView is one node as operators see it.
 type NodeView struct {
-	ID             string            `json:"id"`
-	Role           string            `json:"role"`
-	Labels         map[string]string `json:"labels,omitempty"`
-	PublicKey      string            `json:"public_key"`
-	EnrolledAt     time.Time         `json:"enrolled_at"`
-	State          string            `json:"state"` // alive, offline, revoked
-	LastSeen       time.Time         `json:"last_seen,omitzero"`
-	Declared       uint64            `json:"declared_version"`
-	Applied        *uint64           `json:"applied_version"` // nil until the node applied anything
-	Converged      bool              `json:"converged"`
-	Stale          bool              `json:"stale,omitempty"`
-	LastError      *StatusError      `json:"last_error,omitempty"`
-	KeyringEpoch   uint64            `json:"keyring_epoch"`
-	DeclaredExpiry time.Time         `json:"declared_expires_at"`
-	RevokedAt      time.Time         `json:"revoked_at,omitzero"`
+	ID         string            `json:"id"`
+	Role       string            `json:"role"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	PublicKey  string            `json:"public_key"`
+	EnrolledAt time.Time         `json:"enrolled_at"`
+	State      string            `json:"state"` // alive, offline, revoked
+	LastSeen   time.Time         `json:"last_seen,omitzero"`
+	Declared   uint64            `json:"declared_version"`
+	Applied    *uint64           `json:"applied_version"` // nil until the node applied anything
+	Converged  bool              `json:"converged"`
+	Stale      bool              `json:"stale,omitempty"`
+	// HooksRunning: the host's hooks for what it applied are queued or running;
+	// it is not converged until they ran (a failure is its LastError, hook_failed).
+	HooksRunning   bool         `json:"hooks_running,omitempty"`
+	LastError      *StatusError `json:"last_error,omitempty"`
+	KeyringEpoch   uint64       `json:"keyring_epoch"`
+	DeclaredExpiry time.Time    `json:"declared_expires_at"`
+	RevokedAt      time.Time    `json:"revoked_at,omitzero"`
 }
 
 // Node states in a NodeView.

@@ -302,14 +302,18 @@ type StatusError struct {
 
 // Status is what a node reports after handling a declaration, and as its heartbeat.
 type Status struct {
-	V              int          `json:"v"`
-	Node           string       `json:"node"`
-	HaveApplied    bool         `json:"have_applied"`
-	AppliedVersion uint64       `json:"applied_version"`
-	KeyringEpoch   uint64       `json:"keyring_epoch"`
-	Stale          bool         `json:"stale,omitempty"`
-	Error          *StatusError `json:"error,omitempty"`
-	Agent          string       `json:"agent,omitempty"`
+	V              int    `json:"v"`
+	Node           string `json:"node"`
+	HaveApplied    bool   `json:"have_applied"`
+	AppliedVersion uint64 `json:"applied_version"`
+	KeyringEpoch   uint64 `json:"keyring_epoch"`
+	Stale          bool   `json:"stale,omitempty"`
+	// HooksRunning: hooks of the applied declaration are queued or running on
+	// the host; it has not converged until they ran (hook_failed if one failed). Hosts
+	// before this field never send it.
+	HooksRunning bool         `json:"hooks_running,omitempty"`
+	Error        *StatusError `json:"error,omitempty"`
+	Agent        string       `json:"agent,omitempty"`
 }
 
 // MaxReplySize is the largest reply a host agent reads (host/wire.MaxReplySize, its

@@ -291,21 +291,38 @@ func (d *Daemon) progress(req api.ProgressRequest) (api.ProgressResult, error) {
 			p := api.TargetProgress{Node: t.Node, State: api.ProgressOffline}
 			if n, ok := s.Nodes[t.Node]; ok {
 				a := n.Applied
-				switch {
-				case appliedAtLeast(a, t.Version):
+				p.State = standing(a, t.Version, d.alive(n, now))
+				switch p.State {
+				case "":
 					out.Converged++
 					continue
-				case a.ErrorCode != "" && a.ErrorVersion >= t.Version:
-					p.State = api.ProgressFailed
+				case api.ProgressFailed:
 					p.Error = &api.StatusError{Code: a.ErrorCode, Message: a.ErrorMessage, Version: a.ErrorVersion, RetryAt: a.ErrorRetryAt}
-				case d.alive(n, now):
-					p.State = api.ProgressPending
 				}
 			}
 			out.Others = append(out.Others, p)
 		}
 	})
 	return out, nil
+}
+
+// standing is where a node whose last report is a stands against version v of its
+// declarations: "" once it converged on it, else api.ProgressFailed,
+// ProgressPending or ProgressOffline. A node whose hook failed (hook_failed, its
+// files applied) has failed, whatever version the failure was reported for, until
+// it reports the hook run again with success; one whose hooks still run is pending.
+func standing(a state.Applied, v uint64, alive bool) string {
+	hookFailed := a.ErrorCode == api.StatusHookFailed
+	switch {
+	case convergedOn(a, v):
+		return ""
+	case hookFailed && !a.HooksRunning && appliedAtLeast(a, v),
+		!hookFailed && a.ErrorCode != "" && a.ErrorVersion >= v:
+		return api.ProgressFailed
+	case alive:
+		return api.ProgressPending
+	}
+	return api.ProgressOffline
 }
 
 // appliedAtLeast reports whether a node whose last report is a applied version v
@@ -320,6 +337,16 @@ func appliedAtLeast(a state.Applied, v uint64) bool {
 	}
 	replayed := a.ErrorCode == declarations.Code(declarations.ErrReplayed) && a.ErrorVersion == a.Version
 	return a.Version > v || !replayed
+}
+
+// convergedOn reports whether a node whose last report is a has converged on
+// version v of its declarations: applied it or a later one, and the hooks of what
+// it applied ran and none failed. A host whose service restart failed after the
+// files were written is failing, not converged: the operator rolling a change out
+// must hear of it (`meshhost hooks retry`, a restart of the agent or a declaration
+// runs the failed hooks again, and their success clears it).
+func convergedOn(a state.Applied, v uint64) bool {
+	return appliedAtLeast(a, v) && !a.HooksRunning && a.ErrorCode != api.StatusHookFailed
 }
 
 func (d *Daemon) nodes(req api.NodesRequest) (api.NodesResult, error) {
@@ -373,7 +400,8 @@ func (d *Daemon) view(n *state.Node, now time.Time) api.NodeView {
 	if n.Applied.HaveApplied {
 		ver := n.Applied.Version
 		v.Applied = &ver
-		v.Converged = ver == n.Declared.Version && appliedAtLeast(n.Applied, ver)
+		v.Converged = ver == n.Declared.Version && convergedOn(n.Applied, ver)
+		v.HooksRunning = n.Applied.HooksRunning
 	}
 	if n.Applied.ErrorCode != "" {
 		v.LastError = &api.StatusError{Code: n.Applied.ErrorCode, Message: n.Applied.ErrorMessage, Version: n.Applied.ErrorVersion,

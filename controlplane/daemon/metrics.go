@@ -216,7 +216,7 @@ func (d *Daemon) nodeCounts(now time.Time) map[string]int {
 			}
 			a := n.Applied
 			switch {
-			case a.HaveApplied && a.Version == n.Declared.Version && appliedAtLeast(a, a.Version):
+			case a.HaveApplied && a.Version == n.Declared.Version && convergedOn(a, a.Version):
 				out["converged"]++
 			default:
 				out["behind"]++

@@ -40,6 +40,7 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 		Version:      st.AppliedVersion,
 		KeyringEpoch: st.KeyringEpoch,
 		Stale:        st.Stale,
+		HooksRunning: st.HooksRunning,
 	}
 	if st.Error != nil {
 		a.ErrorCode, a.ErrorMessage, a.ErrorVersion = st.Error.Code, api.CleanText(st.Error.Message, api.MaxStatusMessageLen), st.Error.Version

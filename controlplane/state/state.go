@@ -196,6 +196,9 @@ type Applied struct {
 	ErrorVersion uint64    `json:"error_version,omitempty"`
 	ErrorRetryAt time.Time `json:"error_retry_at,omitzero"`
 	Stale        bool      `json:"stale,omitempty"`
+	// HooksRunning: the host's hooks for what it applied are queued or running; it
+	// has not converged until they ran.
+	HooksRunning bool      `json:"hooks_running,omitempty"`
 	ReportedAt   time.Time `json:"reported_at,omitzero"`
 }
 

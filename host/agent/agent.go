@@ -85,6 +85,9 @@ type Options struct {
 	// control nodes were replaced). Each must still present the mesh's CA, and the
 	// list the mesh signs replaces them once the agent reaches it.
 	ExtraBrokers []string
+	// Socket, when set, is where the agent answers `meshhost hooks retry`
+	// (SocketPath: in the state directory, which the caller has locked).
+	Socket string
 	// OnSynced, if set, is called each time the mesh acknowledged a sync: the
 	// agent is connected and the mesh has sent it its current state (which it
 	// verifies as it arrives). The first call means the agent is up; meshhost tells
@@ -137,6 +140,14 @@ type Agent struct {
 	// while the worker is busy (merged, so a burst of declarations runs hooks once).
 	hookJobs    chan hookRun
 	hookWaiting *hookRun
+	// hookBusy: the worker holds a batch; hookBusyWaiters want its outcome.
+	hookBusy        bool
+	hookBusyWaiters []chan<- HooksOutcome
+	// hookFailed are the paths of hooks that failed and are not queued again: owed
+	// until an operator's action runs them (retryHooks, a declaration, a restart).
+	hookFailed []string
+	// hookRetries are `meshhost hooks retry` requests from the agent's socket.
+	hookRetries chan chan<- HooksOutcome
 	// retry is the declaration whose apply failed, tried again later.
 	retry applyRetry
 	// received counts the envelopes that arrived on the declaration subject.
@@ -221,7 +232,7 @@ func New(o Options) (*Agent, error) {
 	return &Agent{
 		o: o, log: o.Logger.With("node", id.Node), id: id, kp: kp, applied: applied,
 		keyring: kr, keys: keys, applier: app, store: store,
-		msgs: make(chan *nats.Msg, 64), events: make(chan event, 16),
+		msgs: make(chan *nats.Msg, 64), events: make(chan event, 16), hookRetries: make(chan chan<- HooksOutcome),
 	}, nil
 }
 
@@ -333,6 +344,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	workers.Add(1)
 	go func() { defer workers.Done(); a.runHooks(loopCtx, hookDone) }()
 	a.runOwedHooks()
+	if a.o.Socket != "" {
+		// Without it the agent still runs; only `meshhost hooks retry` cannot reach
+		// it (a restart runs the owed hooks too).
+		if ln, err := listenSocket(a.o.Socket); err != nil {
+			a.log.Warn("no socket for meshhost hooks retry; restarting the agent runs the owed hooks instead", "socket", a.o.Socket, "err", err)
+		} else {
+			workers.Add(1)
+			go func() { defer workers.Done(); a.serveSocket(loopCtx, ln) }()
+		}
+	}
 
 	a.log.Info("agent running", "mesh", a.id.Mesh, "brokers", a.brokers(), "root", a.o.Root, "applied_version", a.appliedText())
 	beat := time.NewTicker(a.o.Heartbeat)
@@ -381,6 +402,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			sy.arrived()
 		case h := <-hookDone:
 			a.hooksFinished(h)
+			a.report(nc)
+		case reply := <-a.hookRetries:
+			a.retryHooks(reply)
 			a.report(nc)
 		case <-a.retry.due():
 			a.log.Info("trying again to apply the declaration that failed", "version", a.retry.version, "attempt", a.retry.attempt+1)
@@ -820,7 +844,9 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 	a.applied.HooksPending = union(prevPending, a.o.Hooks.Matching(changed))
 	a.save()
 	a.log.Info("declaration applied", "version", v.Version, "written", len(res.Written), "removed", len(res.Removed), "unchanged", len(res.Unchanged))
-	if len(changed) > 0 && len(a.o.Hooks.Hooks) > 0 {
+	// A declaration, even one that changes nothing (the same body declared again),
+	// runs again the hooks that failed: it is how the control plane retries them.
+	if (len(changed) > 0 || len(a.hookFailed) > 0) && len(a.o.Hooks.Hooks) > 0 {
 		a.queueHooks(hookRun{version: v.Version, changed: changed})
 	}
 }
@@ -964,8 +990,9 @@ func (a *Agent) failCode(code string, err error, version uint64) {
 	msg := "envelope not applied"
 	if code == wire.StatusHookFailed {
 		// The files were written and the version recorded; only a command the
-		// host's own hooks file names failed, and nothing retries it.
-		msg = "a hook failed after the declaration was applied; fix what it runs: it runs again when its paths next change"
+		// host's own hooks file names failed. It stays owed, and nothing retries
+		// it by itself: a failing restart is not repeated behind the operator's back.
+		msg = "a hook failed after the declaration was applied; fix what it runs, then run `meshhost hooks retry` on this host (or restart the agent, or declare again): the node is failing until it succeeds"
 	}
 	a.log.Warn(msg, "code", code, "version", version, "err", err)
 	a.stats.set(func(s *stats) {
@@ -1052,7 +1079,7 @@ func (a *Agent) statusReport() []byte {
 	st := wire.Status{
 		V: wire.ProtocolVersion, Node: a.id.Node,
 		HaveApplied: a.applied.HaveApplied, AppliedVersion: a.applied.Version,
-		KeyringEpoch: a.keyring.Epoch, Stale: a.Stale(), Agent: enrol.Agent,
+		KeyringEpoch: a.keyring.Epoch, Stale: a.Stale(), Agent: enrol.Agent, HooksRunning: a.hooksRunning(),
 	}
 	if a.applied.LastErrorCode != "" {
 		st.Error = &wire.StatusError{Code: a.applied.LastErrorCode, Message: clipMessage(a.applied.LastError), Version: a.applied.LastErrorVersion,

@@ -5,27 +5,49 @@ import (
 	"errors"
 	"slices"
 
+	"mesh/host/hooks"
 	"mesh/host/wire"
 )
 
-// hookRun is one batch of hooks to run: the paths a declaration changed.
+// hookRun is one batch of hooks to run: the paths a declaration changed, and the
+// paths of hooks that failed before, run again with it.
 type hookRun struct {
 	version  uint64
 	changed  []string
 	ran      []string
-	failures []error
+	failures []hooks.Failure
+	// waiters are told the batch's outcome: `meshhost hooks retry` asked for it.
+	waiters []chan<- HooksOutcome
+}
+
+// HooksOutcome is what `meshhost hooks retry` is told once the hooks it asked for
+// ran (see the agent's socket).
+type HooksOutcome struct {
+	// Nothing: no hook was owed or failed, so none ran.
+	Nothing bool `json:"nothing,omitempty"`
+	// Ran are the hooks that ran, in order.
+	Ran []string `json:"ran,omitempty"`
+	// Failed are the hooks that failed, and Error why (their output's tail).
+	Failed []string `json:"failed,omitempty"`
+	Error  string   `json:"error,omitempty"`
+	// Owed are the changed paths whose hooks are still owed afterwards.
+	Owed []string `json:"owed,omitempty"`
 }
 
 // queueHooks hands a batch to the hook worker, or, while it is busy, merges it into
 // the batch that waits: hooks never run concurrently with each other, and a slow hook
 // never keeps the loop from receiving, verifying, applying and reporting.
+//
+// A batch takes along the paths of hooks that failed and are owed since (the
+// operator fixed the host, then asked for a retry, declared again, or restarted
+// the agent): a failed hook runs again only when someone acts, never by itself.
 func (a *Agent) queueHooks(h hookRun) {
+	if len(a.hookFailed) > 0 {
+		h.changed = union(slices.Clone(h.changed), a.hookFailed)
+		a.hookFailed = nil
+	}
 	if a.hookJobs == nil { // not running (tests call handle directly)
-		ran, failures := a.o.Hooks.Run(context.Background(), a.o.Root, h.changed)
-		h.ran = ran
-		for _, f := range failures {
-			h.failures = append(h.failures, f)
-		}
+		h.ran, h.failures = a.o.Hooks.Run(context.Background(), a.o.Root, h.changed)
 		a.hooksFinished(h)
 		return
 	}
@@ -37,6 +59,7 @@ func (a *Agent) queueHooks(h hookRun) {
 				w.changed = append(w.changed, p)
 			}
 		}
+		w.waiters = append(w.waiters, h.waiters...)
 		a.offerHooks()
 		return
 	}
@@ -52,9 +75,14 @@ func (a *Agent) offerHooks() {
 	select {
 	case a.hookJobs <- *a.hookWaiting:
 		a.hookWaiting = nil
+		a.hookBusy = true
 	default:
 	}
 }
+
+// hooksRunning reports whether hooks of what the agent applied are queued or
+// running: the node has not converged until they ran (reported to the mesh).
+func (a *Agent) hooksRunning() bool { return a.hookBusy || a.hookWaiting != nil }
 
 // runHooks is the hook worker: it runs one batch at a time until ctx ends.
 func (a *Agent) runHooks(ctx context.Context, done chan<- hookRun) {
@@ -63,11 +91,7 @@ func (a *Agent) runHooks(ctx context.Context, done chan<- hookRun) {
 		case <-ctx.Done():
 			return
 		case h := <-a.hookJobs:
-			ran, failures := a.o.Hooks.Run(ctx, a.o.Root, h.changed)
-			h.ran = ran
-			for _, f := range failures {
-				h.failures = append(h.failures, f)
-			}
+			h.ran, h.failures = a.o.Hooks.Run(ctx, a.o.Root, h.changed)
 			select {
 			case done <- h:
 			case <-ctx.Done():
@@ -78,41 +102,97 @@ func (a *Agent) runHooks(ctx context.Context, done chan<- hookRun) {
 }
 
 // hooksFinished records a batch's outcome, and passes on the batch that waited.
+// A hook that failed stays owed (its paths in HooksPending) and the node reports
+// hook_failed until it has run again and succeeded: the node is then failing, not
+// converged, at the control plane.
 func (a *Agent) hooksFinished(h hookRun) {
+	a.hookBusy = false
 	if len(h.ran) > 0 {
 		a.log.Info("hooks ran after the change", "hooks", h.ran, "failed", len(h.failures), "version", h.version)
 	}
-	// Owed now: what waits for the worker, if anything.
+	var failed []string
+	errs := make([]error, 0, len(h.failures))
+	for _, f := range h.failures {
+		a.hookFailed = union(a.hookFailed, f.Paths)
+		failed = append(failed, f.Hook)
+		errs = append(errs, f)
+	}
+	// Owed now: what waits for the worker, and what failed.
 	var owed []string
 	if a.hookWaiting != nil {
 		owed = a.o.Hooks.Matching(a.hookWaiting.changed)
-		slices.Sort(owed)
 	}
+	owed = union(slices.Sorted(slices.Values(owed)), a.hookFailed)
+	out := HooksOutcome{Ran: h.ran, Failed: failed, Owed: owed}
 	if len(h.failures) > 0 {
 		// The declaration is applied and persisted; the failure is reported.
 		a.applied.HooksPending = owed
-		a.failCode(wire.StatusHookFailed, errors.Join(h.failures...), h.version)
-	} else if !slices.Equal(owed, a.applied.HooksPending) {
+		slices.Sort(failed)
+		a.applied.HooksFailed = failed
+		err := errors.Join(errs...)
+		out.Error = err.Error()
+		a.failCode(wire.StatusHookFailed, err, h.version)
+	} else {
+		save := !slices.Equal(owed, a.applied.HooksPending)
 		a.applied.HooksPending = owed
-		a.save()
+		if len(a.hookFailed) == 0 && (a.applied.LastErrorCode == wire.StatusHookFailed || len(a.applied.HooksFailed) > 0) {
+			if a.applied.LastErrorCode == wire.StatusHookFailed {
+				a.log.Info("the hooks that had failed ran again and succeeded; the failure is cleared", "hooks", h.ran, "version", a.applied.LastErrorVersion)
+				a.applied.LastErrorCode, a.applied.LastError, a.applied.LastErrorVersion = "", "", 0
+			}
+			a.applied.HooksFailed = nil
+			save = true
+		}
+		if save {
+			a.save()
+		}
 	}
+	for _, w := range slices.Concat(h.waiters, a.hookBusyWaiters) {
+		w <- out // buffered, one value each
+	}
+	a.hookBusyWaiters = nil
 	a.offerHooks()
 }
 
+// retryHooks runs again the hooks that failed (`meshhost hooks retry`, through the
+// agent's socket), and tells reply their outcome. Nothing failed and nothing
+// running: it says so at once. Hooks already queued or running: it waits for them.
+func (a *Agent) retryHooks(reply chan<- HooksOutcome) {
+	wait := []chan<- HooksOutcome{reply}
+	switch {
+	case !a.hooksRunning() && (len(a.hookFailed) > 0 || len(a.applied.HooksPending) > 0):
+		a.log.Info("running again the hooks owed, as asked on this host", "paths", union(a.hookFailed, a.applied.HooksPending))
+		a.queueHooks(hookRun{version: a.applied.Version, changed: slices.Clone(a.applied.HooksPending), waiters: wait})
+	case len(a.hookFailed) > 0:
+		// Others run now: the failed ones run after them.
+		a.log.Info("running again the hooks that failed, once those running now finish, as asked on this host", "paths", a.hookFailed)
+		a.queueHooks(hookRun{version: a.applied.Version, waiters: wait})
+	case a.hookWaiting != nil:
+		a.hookWaiting.waiters = append(a.hookWaiting.waiters, reply)
+	case a.hookBusy:
+		a.hookBusyWaiters = append(a.hookBusyWaiters, reply)
+	default:
+		reply <- HooksOutcome{Nothing: true}
+	}
+}
+
 // runOwedHooks queues the hooks a stopped or crashed agent owed (state.Applied's
-// HooksPending), as the agent starts; without hooks configured any more, it forgets
-// them.
+// HooksPending: interrupted, or failed), as the agent starts; without hooks
+// configured any more, it forgets them, and a failure of theirs.
 func (a *Agent) runOwedHooks() {
 	owed := a.applied.HooksPending
-	if len(owed) == 0 {
+	if len(owed) == 0 && a.applied.LastErrorCode != wire.StatusHookFailed {
 		return
 	}
-	if len(a.o.Hooks.Hooks) == 0 {
-		a.log.Warn("hooks were owed when the agent last stopped, and none are configured now", "paths", owed)
-		a.applied.HooksPending = nil
+	if len(a.o.Hooks.Hooks) == 0 || len(owed) == 0 {
+		a.log.Warn("hooks were owed or had failed when the agent last stopped, and none are configured now, or none is owed: forgotten", "paths", owed)
+		a.applied.HooksPending, a.applied.HooksFailed = nil, nil
+		if a.applied.LastErrorCode == wire.StatusHookFailed {
+			a.applied.LastErrorCode, a.applied.LastError, a.applied.LastErrorVersion = "", "", 0
+		}
 		a.save()
 		return
 	}
-	a.log.Info("running the hooks the agent owed when it last stopped", "paths", owed, "version", a.applied.Version)
+	a.log.Info("running the hooks the agent owed when it last stopped (interrupted, or failed)", "paths", owed, "version", a.applied.Version)
 	a.queueHooks(hookRun{version: a.applied.Version, changed: slices.Clone(owed)})
 }

@@ -155,7 +155,9 @@ func (c *Config) validate() error {
 
 // Failure is a hook that did not succeed.
 type Failure struct {
-	Hook   string
+	Hook string
+	// Paths are the changed paths it ran for: what it is owed until it succeeds.
+	Paths  []string
 	Err    error
 	Output string
 }
@@ -172,11 +174,6 @@ func (f Failure) Error() string {
 // background child still holding them) before the agent stops waiting for them.
 const killGrace = 2 * time.Second
 
-// Run runs, in order, every hook whose patterns match a changed path, once each, and
-// returns the failures. A failure keeps the last 4 KiB of the hook's output. Each hook runs in a
-// process group of its own: at its timeout the whole group is killed, children it
-// left in the background included, and the agent waits at most killGrace more for
-// its output, so no hook can hold the caller past its timeout.
 // Matching returns the paths of changed that some hook runs for.
 func (c Config) Matching(changed []string) []string {
 	var out []string
@@ -200,6 +197,11 @@ func (h Hook) matches(p string) bool {
 	return false
 }
 
+// Run runs, in order, every hook whose patterns match a changed path, once each, and
+// returns the failures. A failure keeps the last 4 KiB of the hook's output. Each hook runs in a
+// process group of its own: at its timeout the whole group is killed, children it
+// left in the background included, and the agent waits at most killGrace more for
+// its output, so no hook can hold the caller past its timeout.
 func (c Config) Run(ctx context.Context, root string, changed []string) (ran []string, failures []Failure) {
 	for _, h := range c.Hooks {
 		var hit []string
@@ -239,7 +241,7 @@ func (c Config) Run(ctx context.Context, root string, changed []string) (ran []s
 			}
 			// The output becomes the node's reported error: a token a hook printed
 			// (from a file, a command) does not leave the machine with it.
-			failures = append(failures, Failure{Hook: h.Name, Err: err, Output: out.text()})
+			failures = append(failures, Failure{Hook: h.Name, Paths: hit, Err: err, Output: out.text()})
 		}
 	}
 	return ran, failures

@@ -66,6 +66,9 @@ type Applied struct {
 	// HooksPending are the changed paths whose hooks have not run to the end yet:
 	// the agent runs them when it starts, if it stopped before they did.
 	HooksPending []string `json:"hooks_pending,omitempty"`
+	// HooksFailed are the names of the hooks that failed when they last ran, and
+	// whose paths stay in HooksPending until they run again and succeed.
+	HooksFailed []string `json:"hooks_failed,omitempty"`
 }
 
 // Path returns the applied state's path in stateDir.
@@ -115,6 +118,14 @@ func (a Applied) validate(checkKeyring bool) error {
 	for i, p := range a.HooksPending {
 		if p == "." || !fs.ValidPath(p) {
 			return invalid(fmt.Sprintf("hooks_pending[%d]", i), "is %q, not a clean relative path", truncate(p, 200))
+		}
+	}
+	if len(a.HooksFailed) > 1024 {
+		return invalid("hooks_failed", "lists %d hooks; a hooks file holds far fewer", len(a.HooksFailed))
+	}
+	for i, h := range a.HooksFailed {
+		if h == "" {
+			return invalid(fmt.Sprintf("hooks_failed[%d]", i), "is empty, not a hook's name")
 		}
 	}
 	seen := make(map[string]bool, len(a.Managed))

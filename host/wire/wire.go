@@ -189,14 +189,17 @@ type StatusError struct {
 
 // Status is the agent's report.
 type Status struct {
-	V              int          `json:"v"`
-	Node           string       `json:"node"`
-	HaveApplied    bool         `json:"have_applied"`
-	AppliedVersion uint64       `json:"applied_version"`
-	KeyringEpoch   uint64       `json:"keyring_epoch"`
-	Stale          bool         `json:"stale,omitempty"`
-	Error          *StatusError `json:"error,omitempty"`
-	Agent          string       `json:"agent,omitempty"`
+	V              int    `json:"v"`
+	Node           string `json:"node"`
+	HaveApplied    bool   `json:"have_applied"`
+	AppliedVersion uint64 `json:"applied_version"`
+	KeyringEpoch   uint64 `json:"keyring_epoch"`
+	Stale          bool   `json:"stale,omitempty"`
+	// HooksRunning: hooks of the applied declaration are queued or running; the
+	// node has not converged until they ran (hook_failed if one failed).
+	HooksRunning bool         `json:"hooks_running,omitempty"`
+	Error        *StatusError `json:"error,omitempty"`
+	Agent        string       `json:"agent,omitempty"`
 }
 
 // DecodeReply's errors. Every refusal is ErrMalformedReply; the two that are not about

@@ -218,12 +218,16 @@ func TestStatusVerdict(t *testing.T) {
 		{ID: "web-2", State: api.StateAlive, Declared: 3, Applied: v(2), LastError: &api.StatusError{Code: "apply_failed", Version: 3}},
 		{ID: "web-3", State: api.StateAlive, Declared: 3, Applied: v(2)},
 		{ID: "web-4", State: api.StateAlive, Declared: 3, Applied: v(3), Converged: true, Stale: true},
+		{ID: "web-5", State: api.StateAlive, Declared: 3, Applied: v(3), LastError: &api.StatusError{Code: "hook_failed", Version: 3,
+			Message: "hook restart-app: exit status 1: " + strings.Repeat("starting app.service ", 20) + "bind: port 8080 in use"}},
+		{ID: "web-6", State: api.StateAlive, Declared: 3, Applied: v(3), HooksRunning: true},
 	})
 	var ex exitError
 	if !errors.As(err, &ex) || ex.code != exitNotConverged {
 		t.Fatalf("want exit %d, got %v", exitNotConverged, err)
 	}
-	for _, want := range []string{"3 live node(s)", "web-2 (failing: apply_failed)", "web-3 (behind: declared v3)", "web-4 (stale)"} {
+	for _, want := range []string{"5 live node(s)", "web-2 (failing: apply_failed)", "web-3 (behind: declared v3)", "web-4 (stale)",
+		"web-5 (failing: hook_failed: hook restart-app: exit status 1", "port 8080 in use; fix the host, then `meshhost hooks retry` there)", "web-6 (hooks running)"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q lacks %q", err, want)
 		}

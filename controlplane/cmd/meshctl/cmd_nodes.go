@@ -6,6 +6,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -119,6 +120,9 @@ func printNodes(w io.Writer, res api.NodesResult, now time.Time) {
 		if n.Stale {
 			state += " (stale)"
 		}
+		if n.HooksRunning {
+			state += " (hooks running)"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tv%d\t%s\t%s\n", n.ID, n.Role, state, seen, n.Declared, applied, lastErr)
 	}
 	tw.Flush()
@@ -143,6 +147,24 @@ func oneLine(s string, n int) string {
 		return c
 	}
 	return api.CleanText(c, n-1) + "…"
+}
+
+// headAndTail shows text a node reported as one line: all of it if it fits in
+// head+tail bytes, else its first head bytes and its last tail (where a failing
+// command says why), with an ellipsis between.
+func headAndTail(s string, head, tail int) string {
+	c := oneLine(s, 6*len(s)+1)
+	if len(c) <= head+tail+3 {
+		return c
+	}
+	h, t := head, len(c)-tail
+	for h > 0 && !utf8.RuneStart(c[h]) {
+		h--
+	}
+	for t < len(c) && !utf8.RuneStart(c[t]) {
+		t++
+	}
+	return c[:h] + " … " + c[t:]
 }
 
 // summary counts nodes by convergence.
@@ -195,6 +217,13 @@ func notConverged(nodes []api.NodeView) error {
 			continue
 		case n.Converged:
 			behind = append(behind, n.ID+" (stale)")
+		case n.HooksRunning:
+			behind = append(behind, n.ID+" (hooks running)")
+		case n.LastError != nil && n.LastError.Code == api.StatusHookFailed:
+			// Its files are applied; a command of the host's hooks file failed. Its
+			// output's end says why.
+			behind = append(behind, fmt.Sprintf("%s (failing: %s: %s; fix the host, then `meshhost hooks retry` there)",
+				n.ID, api.StatusHookFailed, headAndTail(n.LastError.Message, 40, 120)))
 		case n.LastError != nil:
 			behind = append(behind, fmt.Sprintf("%s (failing: %s)", n.ID, oneLine(n.LastError.Code, api.MaxStatusCodeLen)))
 		default:

@@ -69,7 +69,13 @@ func (c convergence) err() error {
 	}
 	var parts []string
 	for _, n := range slices.Sorted(maps.Keys(c.Failed)) {
-		parts = append(parts, fmt.Sprintf("%s failed (%s)", n, c.Failed[n]))
+		msg := c.Failed[n]
+		if strings.HasPrefix(msg, api.StatusHookFailed+":") {
+			// Applied, but a command of the host's hooks file failed (a service
+			// restart): the host must be fixed, then the hook run again there.
+			msg += "; fix the host, then `meshhost hooks retry` there"
+		}
+		parts = append(parts, fmt.Sprintf("%s failed (%s)", n, msg))
 	}
 	for _, n := range c.Pending {
 		parts = append(parts, n+" did not apply it in time")

@@ -4,6 +4,7 @@
 //	meshhost enrol --state ./h1 < token.txt     (or --token-file F, MESH_TOKEN, or the systemd credential mesh-token)
 //	meshhost run   --state ./h1 --root ./h1/managed
 //	meshhost status --state ./h1 [--json]
+//	meshhost hooks retry --state ./h1 [--timeout 5m] [--json]
 //	meshhost version [--json]
 //
 // Exit codes: 0 success; 1 failure; 2 usage (also: --state inside --root); 3 the token
@@ -133,6 +134,8 @@ func run(args []string, cio *cliIO) int {
 		err = cmdRun(args[1:], cio)
 	case "status":
 		err = cmdStatus(args[1:], cio)
+	case "hooks":
+		err = cmdHooks(args[1:], cio)
 	case "version":
 		err = cmdVersion(args[1:], cio)
 	case "--version", "-version":
@@ -157,7 +160,9 @@ usage:
                                                  or the systemd credential mesh-token
   meshhost run     --state DIR --root DIR [--hooks F] [--log-format text|json]
                                                  stay connected and apply declarations
-  meshhost status  --state DIR [--json]          show this node's identity and applied version
+  meshhost status  --state DIR [--json]          show this node's identity, applied version, owed hooks
+  meshhost hooks retry --state DIR [--timeout D] [--json]
+                                                 run again the hooks that failed (the running agent does)
   meshhost version [--json]                      the version and the commit it was built from (also --version)
 
 run meshhost <command> --help for all of a command's flags (run: --metrics-listen,
@@ -224,7 +229,9 @@ func synopsis(name string) string {
 	case "run":
 		return "--state DIR --root DIR [--hooks F] [--log-format text|json]\n\nStay connected as this node and keep the managed root in line with its declarations:\nevery one verified (signature, audience, version, validity) before it is applied.\nUnder systemd (Type=notify) it reports ready once connected and synced with the mesh.\nExits 6 once the mesh revoked this node; 5 when the identity or the state directory\nis unusable or not safe, or a path it acts on (the hooks file, the managed root's\nparents) another user could change; 2 when --state is inside --root; 8 when another\nmeshhost holds the state directory."
 	case "status":
-		return "--state DIR [--json]\n\nShow this node's identity, applied version and last error. Exits 6 when the mesh\nrevoked this node (as `meshhost run` recorded it)."
+		return "--state DIR [--json]\n\nShow this node's identity, applied version, last error, and the hooks owed or failed\n(run again by meshhost hooks retry). Exits 6 when the mesh\nrevoked this node (as `meshhost run` recorded it)."
+	case "hooks retry":
+		return "--state DIR [--timeout D] [--json]\n\nAsk the agent running on DIR (meshhost run) to run again the hooks that failed, and\nthose still owed, once what they run is fixed on this host; print their outcome. A\nsuccess clears the node's hook_failed at the control plane (the node's own report).\nExits 0 when they succeeded or none was owed, 1 when one failed again or no agent\nanswers (restarting the agent runs the owed hooks too)."
 	case "version":
 		return "[--json]\n\nPrint the version and the commit this binary was built from, as Go recorded it."
 	}
@@ -517,6 +524,7 @@ func cmdRun(args []string, cio *cliIO) error {
 	a, err := agent.New(agent.Options{StateDir: *stateDir, Root: *root, Logger: log, Heartbeat: *heartbeat, BrokerPing: *brokerPing, ReturnHome: *returnHome, Hooks: hk,
 		ExtraBrokers:  extra,
 		MetricsListen: *metricsListen,
+		Socket:        agent.SocketPath(*stateDir),
 		OnRefused: func(err error) {
 			// For meshhost status and systemd's status line; the agent goes on trying.
 			if rerr := recordRevocation(*stateDir, id, err, cio.clock()); rerr != nil {
@@ -620,12 +628,16 @@ func cmdStatus(args []string, cio *cliIO) error {
 		LastError      string   `json:"last_error,omitempty"`
 		// NextAttempt is when `meshhost run` tries again a declaration that
 		// failed to apply.
-		NextAttempt string   `json:"next_attempt,omitempty"`
+		NextAttempt string `json:"next_attempt,omitempty"`
+		// HooksOwed are the changed paths whose hooks have not run to success yet
+		// (interrupted, queued, or failed); HooksFailed the hooks that failed.
+		HooksOwed   []string `json:"hooks_owed,omitempty"`
+		HooksFailed []string `json:"hooks_failed,omitempty"`
 		Managed     []string `json:"managed"`
 		// Revoked is the record `meshhost run` left when the mesh revoked the
 		// node (or kept refusing its key); status then exits 6.
 		Revoked *revocation `json:"revoked,omitempty"`
-	}{id.Mesh, id.Node, id.PublicKey, id.Brokers, applied.HaveApplied, applied.Version, "", applied.KeyringEpoch, "", "", applied.Managed, nil}
+	}{id.Mesh, id.Node, id.PublicKey, id.Brokers, applied.HaveApplied, applied.Version, "", applied.KeyringEpoch, "", "", applied.HooksPending, applied.HooksFailed, applied.Managed, nil}
 	if len(applied.Brokers) > 0 {
 		// The mesh's signed list, accepted since the enrolment: what the agent dials.
 		out.Brokers = applied.Brokers
@@ -667,6 +679,12 @@ func cmdStatus(args []string, cio *cliIO) error {
 	}
 	if out.NextAttempt != "" {
 		fmt.Fprintf(cio.stdout, "retry     at %s (while meshhost run runs)\n", out.NextAttempt)
+	}
+	if len(out.HooksFailed) > 0 {
+		fmt.Fprintf(cio.stdout, "hooks     FAILED: %s; fix what they run, then: meshhost hooks retry --state %s\n", strings.Join(out.HooksFailed, ", "), *stateDir)
+	}
+	if len(out.HooksOwed) > 0 {
+		fmt.Fprintf(cio.stdout, "owed      hooks for %d changed path(s): %s\n", len(out.HooksOwed), listShort(out.HooksOwed, 5))
 	}
 	if revoked {
 		what := "REVOKED by the mesh"

@@ -1,0 +1,205 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/host/hooks"
+	"mesh/host/state"
+	"mesh/host/wire"
+)
+
+// failingUntilFixed is a hooks file whose one hook fails until the file fixed
+// exists, and counts its runs in a file of its own.
+func failingUntilFixed(t *testing.T) (cfg hooks.Config, fixed string, runs func() int) {
+	t.Helper()
+	dir := t.TempDir()
+	fixed, count := filepath.Join(dir, "fixed"), filepath.Join(dir, "runs")
+	p := filepath.Join(dir, "hooks.json")
+	script := `echo run >> ` + count + `; test -e ` + fixed + ` || { echo "app.service: failed to start: port in use" >&2; exit 1; }`
+	js, _ := json.Marshal(map[string]any{"hooks": []any{map[string]any{"name": "restart-app", "paths": []string{"etc/*"}, "run": []string{"sh", "-c", script}}}})
+	if err := os.WriteFile(p, js, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := hooks.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, fixed, func() int {
+		b, _ := os.ReadFile(count)
+		return strings.Count(string(b), "run")
+	}
+}
+
+func (f *fixture) withHooks(t *testing.T, cfg hooks.Config) *Agent {
+	t.Helper()
+	f.a.kp.Wipe()
+	a, err := New(Options{StateDir: f.dir, Root: f.root, Hooks: cfg, Now: func() time.Time { return t0 }, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.a = a
+	return a
+}
+
+func reported(t *testing.T, a *Agent) wire.Status {
+	t.Helper()
+	var st wire.Status
+	if err := json.Unmarshal(a.statusReport(), &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// TestAFailedHookStaysOwedUntilItSucceeds: a hook that failed after the files were
+// written keeps the node reporting hook_failed, and its paths owed, across a
+// declaration of the same body (which runs it again) and a restart, until it runs
+// again and succeeds; only then is the failure cleared. Before, the failed hook's
+// paths were dropped at once, and the same body declared again cleared hook_failed
+// without running the hook: the node looked converged with its service down.
+func TestAFailedHookStaysOwedUntilItSucceeds(t *testing.T) {
+	f := newFixture(t)
+	cfg, fixed, runs := failingUntilFixed(t)
+	a := f.withHooks(t, cfg)
+	ctx := context.Background()
+	if err := a.handle(ctx, f.decl(t, 1, "x")); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string, wantCode string, wantVersion uint64, wantRuns int) {
+		t.Helper()
+		st := reported(t, a)
+		code, ver := "", uint64(0)
+		if st.Error != nil {
+			code, ver = st.Error.Code, st.Error.Version
+		}
+		if code != wantCode || ver != wantVersion || runs() != wantRuns {
+			t.Fatalf("%s: reported %q v%d after %d runs; want %q v%d after %d", when, code, ver, runs(), wantCode, wantVersion, wantRuns)
+		}
+		on, err := state.Load(f.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantOwed, wantFailed := []string(nil), []string(nil)
+		if wantCode != "" {
+			wantOwed, wantFailed = []string{"etc/app.conf"}, []string{"restart-app"}
+		}
+		if !slices.Equal(on.HooksPending, wantOwed) || !slices.Equal(on.HooksFailed, wantFailed) || on.LastErrorCode != wantCode {
+			t.Fatalf("%s: on record owed %q, failed %q, error %q", when, on.HooksPending, on.HooksFailed, on.LastErrorCode)
+		}
+	}
+	check("after the hook failed", wire.StatusHookFailed, 1, 1)
+	if msg := reported(t, a).Error.Message; !strings.Contains(msg, "restart-app") || !strings.Contains(msg, "port in use") {
+		t.Fatalf("the report does not name the hook and its output's end: %q", msg)
+	}
+
+	// The same body declared again: nothing changes on disk, and the hook runs again.
+	if err := a.handle(ctx, f.decl(t, 2, "x")); err != nil {
+		t.Fatal(err)
+	}
+	check("after the same body was declared again, not fixed", wire.StatusHookFailed, 2, 2)
+
+	// A restart runs it again too: still failing.
+	a = f.withHooks(t, cfg)
+	a.runOwedHooks()
+	check("after a restart, not fixed", wire.StatusHookFailed, 2, 3)
+
+	// The operator fixes the host and asks for a retry.
+	if err := os.WriteFile(fixed, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reply := make(chan HooksOutcome, 1)
+	a.retryHooks(reply)
+	out := <-reply
+	if !slices.Equal(out.Ran, []string{"restart-app"}) || len(out.Failed) != 0 || len(out.Owed) != 0 {
+		t.Fatalf("retry outcome %+v", out)
+	}
+	check("after the retry, fixed", "", 0, 4)
+
+	// Nothing owed: a retry runs nothing and says so.
+	a.retryHooks(reply)
+	if out := <-reply; !out.Nothing || runs() != 4 {
+		t.Fatalf("a retry with nothing owed: %+v, %d runs", out, runs())
+	}
+}
+
+// TestHooksRunningIsReported: while the hooks of an applied declaration wait for
+// the worker or run, the node's report says so, and the control plane does not
+// call it converged before they ran (declare --wait would otherwise exit 0 before
+// a hook that then fails).
+func TestHooksRunningIsReported(t *testing.T) {
+	f := newFixture(t)
+	cfg, _, _ := failingUntilFixed(t)
+	a := f.withHooks(t, cfg)
+	a.hookJobs = make(chan hookRun) // a worker that never takes the batch
+	if err := a.handle(context.Background(), f.decl(t, 1, "x")); err != nil {
+		t.Fatal(err)
+	}
+	if st := reported(t, a); !st.HooksRunning || st.AppliedVersion != 1 || st.Error != nil {
+		t.Fatalf("report with the hook queued: %+v", st)
+	}
+	a.hooksFinished(*a.hookWaiting)
+	a.hookWaiting = nil
+	if st := reported(t, a); st.HooksRunning {
+		t.Fatalf("report once the hooks ran: %+v", st)
+	}
+}
+
+// TestRetryThroughTheSocket: `meshhost hooks retry` reaches the running agent
+// through its socket in the state directory (0600), which runs the failed hooks and
+// answers with their outcome; no agent there is ErrNoAgent.
+func TestRetryThroughTheSocket(t *testing.T) {
+	// A socket's path is at most 107 bytes: t.TempDir's can be longer.
+	dir, err := os.MkdirTemp("", "mh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	f := newFixtureIn(t, dir)
+	cfg, fixed, _ := failingUntilFixed(t)
+	a := f.withHooks(t, cfg)
+	if err := a.handle(context.Background(), f.decl(t, 1, "x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RetryHooks(dir, 5*time.Second); !errors.Is(err, ErrNoAgent) {
+		t.Fatalf("no agent listening: %v, want ErrNoAgent", err)
+	}
+	ln, err := listenSocket(SocketPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(SocketPath(dir)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket mode %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.serveSocket(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done })
+	// The loop's part: take requests and answer them.
+	go func() {
+		for {
+			select {
+			case r := <-a.hookRetries:
+				a.retryHooks(r)
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	out, err := RetryHooks(dir, 10*time.Second)
+	if err != nil || len(out.Failed) != 1 || !strings.Contains(out.Error, "port in use") {
+		t.Fatalf("retry before the fix: %+v, %v", out, err)
+	}
+	os.WriteFile(fixed, nil, 0o600)
+	out, err = RetryHooks(dir, 10*time.Second)
+	if err != nil || len(out.Failed) != 0 || !slices.Equal(out.Ran, []string{"restart-app"}) {
+		t.Fatalf("retry after the fix: %+v, %v", out, err)
+	}
+}

@@ -1,0 +1,155 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// SocketName is the agent's socket in its state directory, where `meshhost hooks
+// retry` asks the running agent to run the owed hooks again. The state directory is
+// the agent user's alone (0700, statedir), and the socket is 0600: only that user
+// and root reach it. It only ever acts on this host's own hooks; what the control
+// plane hears of it is the node's own status report, from the node's own identity.
+const SocketName = "agent.sock"
+
+// SocketPath is the agent's socket in stateDir.
+func SocketPath(stateDir string) string { return filepath.Join(stateDir, SocketName) }
+
+// RequestRetryHooks is the one request the socket takes, as a line.
+const RequestRetryHooks = "hooks retry"
+
+// ErrNoAgent means no agent answers on the state directory's socket: none runs, or
+// one from before the socket.
+var ErrNoAgent = errors.New("no agent answers on the state directory's socket")
+
+// socketReadTimeout bounds how long a client may take to send its request line.
+const socketReadTimeout = 5 * time.Second
+
+// serveSocket answers requests on ln until ctx ends. Each connection carries one
+// request line and gets one JSON line back.
+func (a *Agent) serveSocket(ctx context.Context, ln net.Listener) {
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	go func() { <-ctx.Done(); ln.Close() }()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() == nil {
+				a.log.Warn("the agent's socket stopped accepting; meshhost hooks retry cannot reach this agent until it restarts", "err", err)
+			}
+			return
+		}
+		conns.Add(1)
+		go func() { defer conns.Done(); a.answer(ctx, c) }()
+	}
+}
+
+func (a *Agent) answer(ctx context.Context, c net.Conn) {
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(socketReadTimeout))
+	line, err := bufio.NewReader(&limitedConn{c, 256}).ReadString('\n')
+	if err != nil {
+		return
+	}
+	enc := json.NewEncoder(c)
+	if strings.TrimSpace(line) != RequestRetryHooks {
+		enc.Encode(struct {
+			Refused string `json:"refused"`
+		}{"unknown request"})
+		return
+	}
+	reply := make(chan HooksOutcome, 1)
+	select {
+	case a.hookRetries <- reply:
+	case <-ctx.Done():
+		return
+	}
+	select {
+	case out := <-reply:
+		enc.Encode(out)
+	case <-ctx.Done():
+	}
+}
+
+// limitedConn reads at most n bytes of a connection: a request is one short line.
+type limitedConn struct {
+	c net.Conn
+	n int
+}
+
+func (l *limitedConn) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, errors.New("request too long")
+	}
+	if len(p) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.c.Read(p)
+	l.n -= n
+	return n, err
+}
+
+// listenSocket listens on path, replacing a socket a stopped agent left there (the
+// caller holds the state directory's lock: no running agent owns it).
+func listenSocket(path string) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != fs.ModeSocket {
+			return nil, fmt.Errorf("%s exists and is not a socket; remove it", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(true)
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+// RetryHooks asks the agent running on stateDir to run the owed and failed hooks
+// again, and waits for their outcome up to timeout. No agent answering is
+// ErrNoAgent.
+func RetryHooks(stateDir string, timeout time.Duration) (HooksOutcome, error) {
+	var out HooksOutcome
+	c, err := net.DialTimeout("unix", SocketPath(stateDir), 5*time.Second)
+	if err != nil {
+		return out, fmt.Errorf("%w (%s): %w", ErrNoAgent, SocketPath(stateDir), err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(timeout))
+	if _, err := fmt.Fprintln(c, RequestRetryHooks); err != nil {
+		return out, fmt.Errorf("ask the agent: %w", err)
+	}
+	var raw struct {
+		HooksOutcome
+		Refused string `json:"refused"`
+	}
+	dec := json.NewDecoder(&limitedConn{c, 64 << 10})
+	if err := dec.Decode(&raw); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return out, fmt.Errorf("the agent did not answer within %s: the hooks may still be running (meshhost status shows them)", timeout)
+		}
+		return out, fmt.Errorf("the agent's answer: %w", err)
+	}
+	if raw.Refused != "" {
+		return out, fmt.Errorf("the agent refused the request: %s", raw.Refused)
+	}
+	return raw.HooksOutcome, nil
+}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"mesh/host/agent"
+	"mesh/host/dirlock"
+	"mesh/host/state"
+	"mesh/host/statedir"
+)
+
+// errHooksFailed is `meshhost hooks retry`'s outcome when a hook failed again.
+var errHooksFailed = errors.New("a hook failed again")
+
+// cmdHooks is `meshhost hooks retry`: the one subcommand of hooks.
+func cmdHooks(args []string, cio *cliIO) error {
+	if len(args) == 0 || args[0] != "retry" {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+			fmt.Fprintf(cio.stdout, "usage: meshhost hooks retry %s\n", synopsis("hooks retry"))
+			return nil
+		}
+		return usageError{"usage: meshhost hooks retry --state DIR [--timeout D] [--json]"}
+	}
+	fs := newFlags("hooks retry", cio)
+	stateDir := fs.String("state", "", "state directory of the running agent (required)")
+	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait for the hooks to run (a hook's own timeout is at most 1h)")
+	asJSON := fs.Bool("json", false, "print the outcome as JSON")
+	if err := parse(fs, args[1:], cio); err != nil {
+		return err
+	}
+	if *stateDir == "" {
+		return usageError{"--state is required"}
+	}
+	if *timeout < time.Second {
+		return usageError{fmt.Sprintf("--timeout %s is too short (at least 1s)", *timeout)}
+	}
+	if err := statedir.Check(*stateDir); err != nil {
+		return err
+	}
+	applied, err := state.Load(*stateDir)
+	if err != nil {
+		return err
+	}
+	out, err := agent.RetryHooks(*stateDir, *timeout)
+	if errors.Is(err, agent.ErrNoAgent) {
+		// Say whether an agent runs at all: without one, its next start runs what it owes.
+		lock, lerr := dirlock.AcquireExisting("state directory", *stateDir, "meshhost hooks retry")
+		if lerr == nil {
+			lock.Release()
+			if len(applied.HooksPending) == 0 {
+				return fmt.Errorf("meshhost run is not running on %s, and no hook is owed", *stateDir)
+			}
+			return fmt.Errorf("meshhost run is not running on %s: it runs the owed hooks (%s) when it starts (systemctl start meshhost)",
+				*stateDir, listShort(applied.HooksPending, 5))
+		}
+		return fmt.Errorf("%w; the agent holding the state directory does not answer (a version from before meshhost hooks retry?): restarting it runs the owed hooks", err)
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(cio.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+	} else {
+		switch {
+		case out.Nothing:
+			fmt.Fprintln(cio.stdout, "no hook is owed or failed: nothing to run")
+		case len(out.Ran) == 0:
+			fmt.Fprintln(cio.stdout, "no hook matched the owed paths: nothing ran")
+		default:
+			fmt.Fprintf(cio.stdout, "ran %s\n", strings.Join(out.Ran, ", "))
+		}
+		if len(out.Owed) > 0 && len(out.Failed) == 0 {
+			fmt.Fprintf(cio.stdout, "still owed: hooks for %s (queued since)\n", listShort(out.Owed, 5))
+		}
+	}
+	if len(out.Failed) > 0 {
+		return fmt.Errorf("%w: %s", errHooksFailed, out.Error)
+	}
+	return nil
+}
+
+// listShort joins the first n items of list, and says how many more there are.
+func listShort(list []string, n int) string {
+	if len(list) <= n {
+		return strings.Join(list, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(list[:n], ", "), len(list)-n)
+}
