@@ -19,6 +19,12 @@ const OperatorProtocol = "mesh-operator"
 // Admission.MaxWait. The host tries again after its back-off.
 var ErrBusy = errors.New("broker not open yet: its control node is still starting; try again shortly")
 
+// ErrIsolated is why a host's handshake was refused while the broker sheds its
+// hosts (Server.Shed): its control node is cut off from the others, so a host here
+// would reach neither the leader nor its declarations. The host takes the next
+// broker it knows.
+var ErrIsolated = errors.New("this control node is cut off from the other control nodes; try another")
+
 // Admission decides when hosts' TLS handshakes go ahead.
 //
 // A control node restarted under a fleet meets every host's reconnection within a
@@ -47,6 +53,9 @@ type AdmissionStats struct {
 	Held, Released, Refused, Operators uint64
 	// Waiting is how many host handshakes wait now.
 	Waiting int64
+	// Isolated is how many host handshakes were refused while the broker shed its
+	// hosts (Server.Shed).
+	Isolated uint64
 }
 
 type admission struct {
@@ -56,6 +65,9 @@ type admission struct {
 
 	held, released, refused, operators atomic.Uint64
 	waiting                            atomic.Int64
+	// shedding refuses every host handshake at once (ErrIsolated), held or not.
+	shedding atomic.Bool
+	isolated atomic.Uint64
 }
 
 func newAdmission(a Admission) *admission {
@@ -75,11 +87,15 @@ func (a *admission) Open() { a.opened.Do(func() { close(a.open) }) }
 
 func (a *admission) stats() AdmissionStats {
 	return AdmissionStats{Held: a.held.Load(), Released: a.released.Load(), Refused: a.refused.Load(),
-		Operators: a.operators.Load(), Waiting: a.waiting.Load()}
+		Operators: a.operators.Load(), Waiting: a.waiting.Load(), Isolated: a.isolated.Load()}
 }
 
 // admit waits until a host's handshake may go ahead.
 func (a *admission) admit() error {
+	if a.shedding.Load() {
+		a.isolated.Add(1)
+		return ErrIsolated
+	}
 	select {
 	case <-a.open:
 		return nil

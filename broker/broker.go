@@ -249,6 +249,41 @@ const handshakeTime = 3 * time.Second
 // the API answered 12.3 s after the kill instead of 1.4 s.
 func (s *Server) Open() { s.admit.Open() }
 
+// Shed sends this broker's hosts elsewhere, for a control node cut off from the
+// others (docs/decisions/0023): from now on every host's TLS handshake is refused
+// at once (ErrIsolated), and every host connection it holds is closed, so that the
+// agents take the next broker they know. Operators and the control plane's own
+// connections stay. It returns how many host connections it closed. Unshed ends it.
+func (s *Server) Shed() (int, error) {
+	s.admit.shedding.Store(true)
+	n := 0
+	var errs []error
+	for _, a := range []Account{AccountHosts, AccountRevoked} {
+		connz, err := s.ns.Connz(&server.ConnzOptions{Account: s.accounts.names[a], State: server.ConnOpen, Limit: 1 << 20})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list the connections of %s: %w", a, err))
+			continue
+		}
+		for _, c := range connz.Conns {
+			// Hosts come over TLS; the control plane's own connections in this
+			// account are in-process and have none.
+			if c.TLSVersion == "" {
+				continue
+			}
+			if err := s.ns.DisconnectClientByID(c.Cid); err == nil {
+				n++
+			}
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// Unshed admits hosts again after Shed.
+func (s *Server) Unshed() { s.admit.shedding.Store(false) }
+
+// Shedding reports whether the broker sheds its hosts (Shed).
+func (s *Server) Shedding() bool { return s.admit.shedding.Load() }
+
 // AdmissionStats says what the admission of host handshakes did so far.
 func (s *Server) AdmissionStats() AdmissionStats { return s.admit.stats() }
 

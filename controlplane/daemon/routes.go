@@ -53,6 +53,7 @@ func (w *routeWatch) observe(now time.Time, needed, up bool) (warn, recovered bo
 // second, then removed: the others counted them for the next minute).
 func (d *Daemon) watchRoutes(ctx context.Context) error {
 	var w routeWatch
+	var iso isolation
 	peers := d.broker.Peers()
 	slices.Sort(peers)
 	return every(ctx, HeartbeatInterval, func() {
@@ -78,6 +79,27 @@ func (d *Daemon) watchRoutes(ctx context.Context) error {
 				"leader", leader, "for", routeGrace)
 		case recovered:
 			d.log.Info("NATS route to the other control nodes up again", "routes", routes)
+		}
+		heard := d.raft.IsLeader() || (leader != "" && !contact.IsZero() && time.Since(contact) < 3*HeartbeatInterval)
+		voters := 0
+		if members, err := d.raft.Members(); err == nil {
+			for _, m := range members {
+				if m.Voter {
+					voters++
+				}
+			}
+		}
+		shed, unshed := iso.observe(d.now(), cutOff(heard, voters, len(now)))
+		switch {
+		case shed:
+			n, err := d.broker.Shed()
+			d.log.Warn("this control node is cut off from the other control nodes (no leader heard, no route to a quorum): "+
+				"its broker sends its hosts to the others and refuses hosts until it reaches them again; "+
+				"check the network between control nodes (Raft and cluster ports)",
+				"hosts_moved", n, "routed_peers", len(now), "voters", voters, "err", err)
+		case unshed:
+			d.broker.Unshed()
+			d.log.Info("this control node reaches the other control nodes again; its broker admits hosts", "routed_peers", len(now))
 		}
 	})
 }
