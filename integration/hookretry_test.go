@@ -1,0 +1,89 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/integration/harness"
+)
+
+// TestFailedHookIsFailingUntilRetried: the operator's story with the built binaries.
+// A declaration is applied but the service restart its hook runs fails: declare
+// --wait and status exit 5 naming the node and the end of the hook's output, and
+// meshhost status lists the hook failed and owed. The operator fixes the host and
+// runs meshhost hooks retry there: the hook succeeds, and status shows the node
+// converged. Declaring the same body again runs a failed hook again too. Before,
+// declare --wait exited 0 ("converged") with the restart failed.
+func TestFailedHookIsFailingUntilRetried(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "hookretry")
+	cp.Serve()
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	dir := t.TempDir()
+	fixed := filepath.Join(dir, "port-freed")
+	hooksFile := filepath.Join(dir, "hooks.json")
+	writeFile(t, hooksFile, `{"hooks":[{"name":"restart-app","paths":["etc/*.conf"],"run":["sh","-c",`+
+		`"test -e `+fixed+` || { echo 'app.service: bind: port 8080 in use' >&2; exit 1; }"]}]}`)
+	h.Run("--hooks", hooksFile)
+	cp.WaitConverged("web-1", 0, 20*time.Second)
+
+	body := filepath.Join(dir, "app.json")
+	writeFile(t, body, `{"files":[{"path":"etc/app.conf","content":"port = 8080\n"}]}`)
+	r := cp.Ctl("declare", "--node", "web-1", "--file", body, "--wait", "60s")
+	if r.Code != 5 || !strings.Contains(r.Stderr, "web-1 failed (hook_failed: hook restart-app: exit status 1: app.service: bind: port 8080 in use") ||
+		!strings.Contains(r.Stderr, "meshhost hooks retry") {
+		t.Fatalf("declare --wait with the hook failing: exit %d, want 5 naming the node and the hook's output:\n%s", r.Code, r.Combined())
+	}
+	if got, _ := h.ReadManaged("etc/app.conf"); got != "port = 8080\n" {
+		t.Fatalf("etc/app.conf = %q: the declaration stays applied", got)
+	}
+	if r := cp.Ctl("status"); r.Code != 5 || !strings.Contains(r.Combined(), "web-1 (failing: hook_failed: hook restart-app") ||
+		!strings.Contains(r.Combined(), "port 8080 in use") {
+		t.Fatalf("status with the hook failed: exit %d, want 5 naming it:\n%s", r.Code, r.Combined())
+	}
+	st := harness.Run(t, "", nil, bin.Meshhost, "status", "--state", h.State)
+	if st.Code != 0 || !strings.Contains(st.Stdout, "FAILED: restart-app") || !strings.Contains(st.Stdout, "etc/app.conf") {
+		t.Fatalf("meshhost status does not show the hook failed and owed (exit %d):\n%s", st.Code, st.Combined())
+	}
+
+	// Not fixed yet: the retry fails again, and says why.
+	retry := func() harness.Result {
+		return harness.Run(t, "", nil, bin.Meshhost, "hooks", "retry", "--state", h.State, "--timeout", "60s")
+	}
+	if r := retry(); r.Code != 1 || !strings.Contains(r.Stderr, "port 8080 in use") {
+		t.Fatalf("retry before the fix: exit %d, want 1 with the hook's output:\n%s", r.Code, r.Combined())
+	}
+	// The operator frees the port, and retries.
+	if err := os.WriteFile(fixed, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := retry(); r.Code != 0 || !strings.Contains(r.Stdout, "ran restart-app") {
+		t.Fatalf("retry after the fix: exit %d:\n%s", r.Code, r.Combined())
+	}
+	harness.Eventually(t, 20*time.Second, "status shows web-1 converged", func() bool { return cp.Ctl("status").Code == 0 })
+	if st := harness.Run(t, "", nil, bin.Meshhost, "status", "--state", h.State); strings.Contains(st.Stdout, "FAILED") || strings.Contains(st.Stdout, "owed") {
+		t.Fatalf("meshhost status still shows hooks failed or owed:\n%s", st.Stdout)
+	}
+
+	// From the control plane: the hook fails again with the next change; once the
+	// host is fixed, the same body declared again runs it, and converges.
+	os.Remove(fixed)
+	writeFile(t, body, `{"files":[{"path":"etc/app.conf","content":"port = 8081\n"}]}`)
+	if r := cp.Ctl("declare", "--node", "web-1", "--file", body, "--wait", "60s"); r.Code != 5 || !strings.Contains(r.Stderr, "hook_failed") {
+		t.Fatalf("declare --wait, hook failing again: exit %d:\n%s", r.Code, r.Combined())
+	}
+	if err := os.WriteFile(fixed, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := cp.Ctl("declare", "--node", "web-1", "--file", body, "--wait", "60s"); r.Code != 0 {
+		t.Fatalf("the same body declared again after the fix: exit %d, want 0:\n%s", r.Code, r.Combined())
+	}
+	if r := cp.Ctl("status"); r.Code != 0 {
+		t.Fatalf("status after the re-declaration: exit %d:\n%s", r.Code, r.Combined())
+	}
+}
