@@ -111,24 +111,30 @@ func (a *Agent) hooksFinished(h hookRun) {
 		a.log.Info("hooks ran after the change", "hooks", h.ran, "failed", len(h.failures), "version", h.version)
 	}
 	var failed []string
+	if len(a.hookFailed) > 0 {
+		// Hooks that failed before and were not in this batch are failed still.
+		failed = slices.Clone(a.applied.HooksFailed)
+	}
 	errs := make([]error, 0, len(h.failures))
+	var batchFailed []string
 	for _, f := range h.failures {
 		a.hookFailed = union(a.hookFailed, f.Paths)
-		failed = append(failed, f.Hook)
+		batchFailed = append(batchFailed, f.Hook)
 		errs = append(errs, f)
 	}
+	failed = append(failed, batchFailed...)
 	// Owed now: what waits for the worker, and what failed.
 	var owed []string
 	if a.hookWaiting != nil {
 		owed = a.o.Hooks.Matching(a.hookWaiting.changed)
 	}
 	owed = union(slices.Sorted(slices.Values(owed)), a.hookFailed)
-	out := HooksOutcome{Ran: h.ran, Failed: failed, Owed: owed}
+	out := HooksOutcome{Ran: h.ran, Failed: batchFailed, Owed: owed}
 	if len(h.failures) > 0 {
 		// The declaration is applied and persisted; the failure is reported.
 		a.applied.HooksPending = owed
 		slices.Sort(failed)
-		a.applied.HooksFailed = failed
+		a.applied.HooksFailed = slices.Compact(failed)
 		err := errors.Join(errs...)
 		out.Error = err.Error()
 		a.failCode(wire.StatusHookFailed, err, h.version)

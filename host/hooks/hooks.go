@@ -25,6 +25,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"mesh/host/jsonkeys"
 	"mesh/host/statedir"
 	"mesh/host/token"
 )
@@ -106,6 +107,11 @@ func parse(data []byte) (Config, error) {
 		// take a stray '}' or ']' for the end of an enclosing value and miss it.
 		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
 			err = errors.New("trailing data after the JSON object")
+		} else {
+			// A member twice (encoding/json keeps the last: the command run
+			// would be the one a reader of the file may not have seen) or a
+			// name in another case ("Command") is refused, not guessed at.
+			err = jsonkeys.Check(data, &c)
 		}
 	}
 	switch {
@@ -113,7 +119,7 @@ func parse(data []byte) (Config, error) {
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 		return Config{}, ErrTruncated
 	default:
-		return Config{}, fmt.Errorf("%w: %v", ErrConfig, err)
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return c, c.validate()
 }
@@ -151,6 +157,69 @@ func (c *Config) validate() error {
 		}
 	}
 	return nil
+}
+
+// ErrCommand is Check's finding that a hook's command cannot be run now.
+var ErrCommand = errors.New("hook command cannot be run")
+
+// Check looks, without running anything, whether each hook's command can be run
+// now: found (on the hooks' PATH for a bare name, under root for a relative path)
+// and executable. It returns one error per hook that cannot, each matching
+// ErrCommand. A finding is not a refusal: the command may come later (a package
+// installed, a script a declaration writes under the root), and the hook fails
+// only when it runs; the agent says so as it starts, rather than at the first
+// change, when a service restart is due.
+func (c Config) Check(root string) []error {
+	var out []error
+	pathEnv := defaultPath
+	for _, kv := range hookEnv(os.Environ()) {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathEnv = v
+		}
+	}
+	for _, h := range c.Hooks {
+		if err := runnable(h.Run[0], root, pathEnv); err != nil {
+			out = append(out, fmt.Errorf("%w: hook %q: %s: %w", ErrCommand, h.Name, h.Run[0], err))
+		}
+	}
+	return out
+}
+
+// runnable reports why name, as exec would resolve it for a hook, cannot be run.
+func runnable(name, root, pathEnv string) error {
+	var candidates []string
+	switch {
+	case strings.HasPrefix(name, "/"):
+		candidates = []string{name}
+	case strings.Contains(name, "/"):
+		candidates = []string{path.Join(root, name)}
+	default:
+		for _, dir := range strings.Split(pathEnv, ":") {
+			if dir != "" {
+				candidates = append(candidates, path.Join(dir, name))
+			}
+		}
+	}
+	var first error
+	for _, p := range candidates {
+		fi, err := os.Stat(p)
+		switch {
+		case err != nil:
+		case !fi.Mode().IsRegular():
+			err = fmt.Errorf("%s is not a regular file", p)
+		case fi.Mode().Perm()&0o111 == 0:
+			err = fmt.Errorf("%s is not executable (mode %s)", p, fi.Mode().Perm())
+		default:
+			return nil
+		}
+		if first == nil && !errors.Is(err, os.ErrNotExist) {
+			first = err
+		}
+	}
+	if first != nil {
+		return first
+	}
+	return errors.New("not found")
 }
 
 // Failure is a hook that did not succeed.

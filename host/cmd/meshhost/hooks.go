@@ -13,6 +13,13 @@ import (
 	"mesh/host/statedir"
 )
 
+// Bounds of `hooks retry --timeout`: hooks run one after another, each for at most
+// an hour, but a wait past that is a typo.
+const (
+	defaultRetryTimeout = 5 * time.Minute
+	maxRetryTimeout     = 2 * time.Hour
+)
+
 // errHooksFailed is `meshhost hooks retry`'s outcome when a hook failed again.
 var errHooksFailed = errors.New("a hook failed again")
 
@@ -27,7 +34,7 @@ func cmdHooks(args []string, cio *cliIO) error {
 	}
 	fs := newFlags("hooks retry", cio)
 	stateDir := fs.String("state", "", "state directory of the running agent (required)")
-	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait for the hooks to run (a hook's own timeout is at most 1h)")
+	timeout := durationFlag(fs, "timeout", defaultRetryTimeout, "how long to wait for the hooks to run (a hook's own timeout is at most 1h)")
 	asJSON := fs.Bool("json", false, "print the outcome as JSON")
 	if err := parse(fs, args[1:], cio); err != nil {
 		return err
@@ -35,8 +42,8 @@ func cmdHooks(args []string, cio *cliIO) error {
 	if *stateDir == "" {
 		return usageError{"--state is required"}
 	}
-	if *timeout < time.Second {
-		return usageError{fmt.Sprintf("--timeout %s is too short (at least 1s)", *timeout)}
+	if err := checkBetween("timeout", *timeout, time.Second, maxRetryTimeout, defaultRetryTimeout); err != nil {
+		return err
 	}
 	if err := statedir.Check(*stateDir); err != nil {
 		return err

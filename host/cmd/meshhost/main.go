@@ -505,6 +505,10 @@ func cmdRun(args []string, cio *cliIO) error {
 			}
 			return usageError{err.Error()}
 		}
+		// Said now, not at the first change, when a service restart is due.
+		for _, err := range hk.Check(*root) {
+			log.Warn("a hook's command cannot be run now: the hook will fail when it runs, unless it is installed first", "err", err)
+		}
 	}
 	if err := agent.CheckApart(*stateDir, *root); errors.Is(err, agent.ErrStateInRoot) {
 		return err // exit 2, before the directory's lock and identity are looked at

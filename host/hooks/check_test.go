@@ -1,0 +1,55 @@
+package hooks
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestCheckFindsCommandsThatCannotRun: a hook whose command is missing or not
+// executable is found as the agent starts, each with its reason; a command on the
+// PATH, and a script under the managed root given by a relative path, pass. Before,
+// such a hook was found only when it ran, at the first change of its paths.
+func TestCheckFindsCommandsThatCannotRun(t *testing.T) {
+	root := t.TempDir()
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "reload.sh")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "bin", "reload"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(write(t, `{"hooks":[
+		{"name":"on-path","paths":["x"],"run":["sh","-c","true"]},
+		{"name":"in-root","paths":["x"],"run":["bin/reload"]},
+		{"name":"missing","paths":["x"],"run":["/nonexistent/bin/reload-app"]},
+		{"name":"typo","paths":["x"],"run":["systemctll","restart","app"]},
+		{"name":"not-executable","paths":["x"],"run":["`+notExec+`"]},
+		{"name":"a-directory","paths":["x"],"run":["`+dir+`"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := cfg.Check(root)
+	var got []string
+	for _, err := range found {
+		if !errors.Is(err, ErrCommand) {
+			t.Errorf("%v does not match ErrCommand", err)
+		}
+		got = append(got, err.Error())
+	}
+	all := strings.Join(got, "\n")
+	for _, want := range []string{`"missing"`, `"typo": systemctll: not found`, `"not-executable"`, "is not executable", `"a-directory"`, "is not a regular file"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("findings lack %s:\n%s", want, all)
+		}
+	}
+	if len(found) != 4 || strings.Contains(all, "on-path") || strings.Contains(all, "in-root") {
+		t.Errorf("want the 4 hooks that cannot run, got:\n%s", all)
+	}
+}
