@@ -146,6 +146,10 @@ type Agent struct {
 	// hookFailed are the paths of hooks that failed and are not queued again: owed
 	// until an operator's action runs them (retryHooks, a declaration, a restart).
 	hookFailed []string
+	// hookErr and hookErrVersion are the last hook failure reported, reported
+	// again should another error take its place while its hooks are still owed.
+	hookErr        string
+	hookErrVersion uint64
 	// hookRetries are `meshhost hooks retry` requests from the agent's socket.
 	hookRetries chan chan<- HooksOutcome
 	// retry is the declaration whose apply failed, tried again later.
@@ -1002,6 +1006,9 @@ func (a *Agent) failCode(code string, err error, version uint64) {
 		s.refused[code]++
 	})
 	a.applied.LastErrorCode, a.applied.LastError, a.applied.LastErrorVersion = code, err.Error(), version
+	if code == wire.StatusHookFailed {
+		a.hookErr, a.hookErrVersion = err.Error(), version
+	}
 	a.save()
 }
 
@@ -1030,6 +1037,11 @@ func (a *Agent) saveAgain() {
 	}
 	if a.applied.LastErrorCode == wire.StatusStateNotSaved {
 		a.applied.LastErrorCode, a.applied.LastError, a.applied.LastErrorVersion = "", "", 0
+		if len(a.hookFailed) > 0 {
+			// The save's error took the place of a hook's failure, which stands:
+			// cleared, the node would look converged with its hook failed.
+			a.applied.LastErrorCode, a.applied.LastError, a.applied.LastErrorVersion = wire.StatusHookFailed, a.hookErr, a.hookErrVersion
+		}
 	}
 	a.save()
 	if !a.unsaved {

@@ -203,3 +203,34 @@ func TestRetryThroughTheSocket(t *testing.T) {
 		t.Fatalf("retry after the fix: %+v, %v", out, err)
 	}
 }
+
+// TestAHookFailureOutlivesAFailedSave: a save that fails as a hook fails reports
+// state_not_saved; once the state is saved again the node reports hook_failed
+// again, not nothing. Before, clearing state_not_saved left no error: the node
+// looked converged with its hook failed.
+func TestAHookFailureOutlivesAFailedSave(t *testing.T) {
+	f := newFixture(t)
+	cfg, _, _ := failingUntilFixed(t)
+	a := f.withHooks(t, cfg)
+	a.hookJobs = make(chan hookRun) // the test runs the batch itself
+	if err := a.handle(context.Background(), f.decl(t, 1, "x")); err != nil {
+		t.Fatal(err)
+	}
+	h := *a.hookWaiting
+	a.hookWaiting = nil
+	h.ran, h.failures = a.o.Hooks.Run(context.Background(), a.o.Root, h.changed)
+	restore := breakSaves(t, f.dir)
+	a.hooksFinished(h)
+	if st := reported(t, a); st.Error == nil || st.Error.Code != wire.StatusStateNotSaved {
+		t.Fatalf("with saves failing: %+v", st.Error)
+	}
+	restore()
+	a.saveAgain()
+	st := reported(t, a)
+	if st.Error == nil || st.Error.Code != wire.StatusHookFailed || st.Error.Version != 1 || !strings.Contains(st.Error.Message, "port in use") {
+		t.Fatalf("saved again: reported %+v, want hook_failed v1 with the hook's output", st.Error)
+	}
+	if on, err := state.Load(f.dir); err != nil || on.LastErrorCode != wire.StatusHookFailed || !slices.Equal(on.HooksPending, []string{"etc/app.conf"}) {
+		t.Fatalf("on record: %q owed %q (%v)", on.LastErrorCode, on.HooksPending, err)
+	}
+}
