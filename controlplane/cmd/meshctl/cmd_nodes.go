@@ -19,8 +19,9 @@ func nodesCommand() command {
 
 func statusCommand() command {
 	return rosterCommand("status", `Show convergence: per node declared vs applied version, last error, last seen, staleness; and a summary.
-Exits 0 only when every live node applied the version declared for it and is not
-stale; otherwise 5, naming the nodes that are not. Offline and revoked nodes are
+Exits 0 only when every live node applied the version declared for it, ran its hooks
+without a failure, and is not stale; otherwise 5, naming the nodes that are not (a
+failed hook with the end of its output). Offline and revoked nodes are
 counted, not waited for.`, true)
 }
 
