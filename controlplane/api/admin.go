@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"mesh/host/jsonkeys"
 )
 
 // Operator API operations, each served on AdminPrefix + op by the Raft leader.
@@ -216,7 +218,8 @@ func DecodeAdminRequest(op string, data []byte, args any) error {
 	return nil
 }
 
-// decodeStrict decodes one JSON value, refusing unknown fields and trailing data.
+// decodeStrict decodes one JSON value, refusing unknown fields, trailing data, a
+// member twice and a member named in another case than its field.
 func decodeStrict(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -228,7 +231,9 @@ func decodeStrict(data []byte, v any) error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return errors.New("trailing data after the JSON value")
 	}
-	return nil
+	// encoding/json keeps the last of two members of one name and takes "Node"
+	// for "node": an operator's request is read one way only, or refused.
+	return jsonkeys.Check(data, v)
 }
 
 // AdminResponse wraps every operator API answer: either Error or Result.

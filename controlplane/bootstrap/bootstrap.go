@@ -9,7 +9,6 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -547,12 +546,14 @@ func readConfigLoose(d datadir.Dir) (datadir.Config, error) {
 	if err == nil {
 		return cfg, nil
 	}
-	data, rerr := d.ReadFile(datadir.ConfigFile)
+	// Read as LoadConfig reads it, without judging the fields: a file it cannot
+	// decode one way only is not read another way here.
+	cfg, rerr := d.ReadConfigRaw()
+	if errors.Is(rerr, datadir.ErrCorrupt) || errors.Is(rerr, datadir.ErrTruncated) {
+		return datadir.Config{}, fmt.Errorf("%w: %s is corrupt (%v); move it away or use a fresh directory", ErrConflict, d.Path(datadir.ConfigFile), rerr)
+	}
 	if rerr != nil {
 		return datadir.Config{}, rerr
-	}
-	if jerr := json.Unmarshal(data, &cfg); jerr != nil {
-		return datadir.Config{}, fmt.Errorf("%w: %s is corrupt (%v); move it away or use a fresh directory", ErrConflict, d.Path(datadir.ConfigFile), jerr)
 	}
 	if cfg.Mesh == "" || cfg.Node == "" {
 		return datadir.Config{}, fmt.Errorf("%w: %s is incomplete", ErrConflict, d.Path(datadir.ConfigFile))

@@ -449,6 +449,16 @@ func TestConflicts(t *testing.T) {
 			t.Fatalf("err = %v, want ErrConflict saying corrupt", err)
 		}
 	})
+	// A resumed bootstrap reads mesh.json as LoadConfig does: a member twice,
+	// which encoding/json alone reads as the last one, is corrupt here too.
+	t.Run("mesh.json with a member twice", func(t *testing.T) {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, datadir.ConfigFile), []byte(`{"format":1,"mesh":"other","node":"cp-9","mesh":"demo"}`), 0o644)
+		o, _ := options(t, dir)
+		if err := Run(o); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), `"mesh" appears twice`) {
+			t.Fatalf("err = %v, want ErrConflict saying the member appears twice", err)
+		}
+	})
 	for _, keep := range []string{datadir.CACertFile, datadir.CAKeyFile} {
 		t.Run("only "+keep, func(t *testing.T) {
 			dir := t.TempDir()

@@ -22,6 +22,7 @@ import (
 
 	"mesh/controlplane/pki"
 	"mesh/host/atomicfile"
+	"mesh/host/jsonkeys"
 	"mesh/host/readfile"
 )
 
@@ -158,6 +159,12 @@ func ParseConfig(data []byte) (Config, error) {
 	if err == nil {
 		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
 			return Config{}, fmt.Errorf("%w: data after its JSON object", ErrCorrupt)
+		}
+		// encoding/json keeps the last of two members of one name and takes
+		// "Listen" for "listen": neither comes from SaveConfig, and another
+		// reader of the file would not read it the same way.
+		if kerr := jsonkeys.Check(data, &c); kerr != nil {
+			return Config{}, fmt.Errorf("%w: %v", ErrCorrupt, kerr)
 		}
 		return c, nil
 	}

@@ -122,6 +122,17 @@ func TestLoadConfigErrors(t *testing.T) {
 		{name: "no listen", dir: func(t *testing.T) Dir { return write(t, incomplete(func(c *Config) { c.Listen = "" })) }, mention: "incomplete", is: ErrCorrupt},
 		{name: "no brokers", dir: func(t *testing.T) Dir { return write(t, incomplete(func(c *Config) { c.Brokers = nil })) }, mention: "incomplete", is: ErrCorrupt},
 		{name: "no pin", dir: func(t *testing.T) Dir { return write(t, incomplete(func(c *Config) { c.CAPin = "" })) }, mention: "incomplete", is: ErrCorrupt},
+		// encoding/json reads both, the last "ca_pin" winning and "Listen" taken
+		// for "listen"; SaveConfig writes neither.
+		{name: "pin twice", dir: func(t *testing.T) Dir {
+			return write(t, strings.Replace(incomplete(func(*Config) {}), `{"format":1`, `{"format":1,"ca_pin":"`+strings.Repeat("cd", 32)+`"`, 1))
+		}, mention: `"ca_pin" appears twice`, is: ErrCorrupt},
+		{name: "a member in another case", dir: func(t *testing.T) Dir {
+			return write(t, strings.Replace(incomplete(func(*Config) {}), `"listen"`, `"Listen"`, 1))
+		}, mention: `"Listen" is field "listen"`, is: ErrCorrupt},
+		{name: "format twice", dir: func(t *testing.T) Dir {
+			return write(t, strings.Replace(incomplete(func(*Config) {}), `{"format":1`, `{"format":2,"format":1`, 1))
+		}, mention: `"format" appears twice`, is: ErrCorrupt},
 		{name: "is a directory", dir: func(t *testing.T) Dir {
 			d := Dir(t.TempDir())
 			if err := os.Mkdir(d.Path(ConfigFile), 0o700); err != nil {

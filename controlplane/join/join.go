@@ -45,6 +45,7 @@ import (
 	"mesh/controlplane/seal"
 	"mesh/controlplane/state"
 	"mesh/declarations"
+	"mesh/host/jsonkeys"
 	"mesh/tokenfmt"
 )
 
@@ -365,6 +366,11 @@ func (r *run) keys() (nkeys.KeyPair, nkeys.KeyPair, error) {
 		}
 		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 			return nil, nil, unusable("data after the pending join")
+		}
+		// encoding/json keeps the last of two members of one name: the keys an
+		// earlier run presented are read one way only, or not at all.
+		if err := jsonkeys.Check(data, &p); err != nil {
+			return nil, nil, unusable("not a pending join: " + err.Error())
 		}
 		if p.Node == r.tok.Node && p.TokenHash == hex.EncodeToString(th[:]) {
 			nk, err1 := nkeys.FromSeed([]byte(p.NkeySeed))

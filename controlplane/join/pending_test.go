@@ -2,12 +2,15 @@ package join
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nkeys"
 
 	"mesh/controlplane/datadir"
 	"mesh/tokenfmt"
@@ -61,6 +64,59 @@ func TestJoinKeepsAnUnusablePendingFile(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(d.Path(pendingFile)); bytes.Equal(after, other) {
 		t.Fatal("another token's pending join was kept")
+	}
+}
+
+// TestJoinReadsThePendingFileOneWayOnly: encoding/json alone reads a pending file
+// with a member twice (the last one winning) or a name in another case; a file
+// this program never writes, whose keys another reader would read otherwise. It
+// is refused as unusable and left as it is, and the file without the fault is
+// taken (the join goes on to the network).
+func TestJoinReadsThePendingFileOneWayOnly(t *testing.T) {
+	tok := controlToken(t, "127.0.0.1:1", [32]byte{1}, tokenfmt.RoleControl, time.Now())
+	parsed, err := tokenfmt.Parse(tok, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	th := parsed.SecretHash()
+	user, _ := nkeys.CreateUser()
+	userSeed, _ := user.Seed()
+	other, _ := nkeys.CreateUser()
+	otherSeed, _ := other.Seed()
+	curve, _ := nkeys.CreateCurveKeys()
+	curveSeed, _ := curve.Seed()
+	valid, _ := json.Marshal(map[string]string{"node": parsed.Node, "token_hash": hexOf(th[:]),
+		"nkey_seed": string(userSeed), "curve_seed": string(curveSeed)})
+	for name, tc := range map[string]struct {
+		data []byte
+		says string // "": taken
+	}{
+		"valid":                    {valid, ""},
+		"seed twice":               {bytes.Replace(valid, []byte(`{`), []byte(`{"nkey_seed":"`+string(otherSeed)+`",`), 1), `"nkey_seed" appears twice`},
+		"a member in another case": {bytes.Replace(valid, []byte(`"nkey_seed"`), []byte(`"NKEY_SEED"`), 1), `"NKEY_SEED" is field "nkey_seed"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := datadir.Dir(t.TempDir())
+			write(t, d.Path(pendingFile), string(tc.data))
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+			defer cancel()
+			err := Join(ctx, Options{Dir: d, Token: tok, Out: &strings.Builder{}})
+			if tc.says == "" {
+				if errors.Is(err, ErrDataDir) {
+					t.Fatalf("the pending file was refused: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrDataDir) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("want ErrDataDir saying %q, got %v", tc.says, err)
+			}
+			if strings.Contains(err.Error(), "SUA") || strings.Contains(err.Error(), "SXA") {
+				t.Fatalf("the error quotes a seed: %v", err)
+			}
+			if after, _ := os.ReadFile(d.Path(pendingFile)); !bytes.Equal(after, tc.data) {
+				t.Fatal("the unusable pending file was changed")
+			}
+		})
 	}
 }
 

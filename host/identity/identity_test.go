@@ -136,6 +136,12 @@ func TestLoadFileStates(t *testing.T) {
 		{name: "broker is a name", data: withField(t, id, "brokers", `["localhost:7300"]`), want: "corrupt", reason: "not an IP"},
 		{name: "node id invalid", data: withField(t, id, "node", `"Web_1"`), want: "corrupt", reason: "node is"},
 		{name: "enrolled_at bad", data: withField(t, id, "enrolled_at", `"yesterday"`), want: "corrupt", reason: "cannot be decoded"},
+		// encoding/json would read these, the last member winning and names
+		// matched whatever their case: a file meshhost never writes.
+		{name: "seed twice", data: bytes.Replace(good, []byte(`{`), []byte(fmt.Sprintf(`{"nkey_seed":%q,`, other.Seed)), 1),
+			want: "corrupt", reason: `"nkey_seed" appears twice`, notWant: other.Seed},
+		{name: "node twice", data: bytes.Replace(good, []byte(`{`), []byte(`{"node":"db-9",`), 1), want: "corrupt", reason: `"node" appears twice`},
+		{name: "node in another case", data: bytes.Replace(good, []byte(`"node":`), []byte(`"Node":`), 1), want: "corrupt", reason: `"Node" is field "node"`},
 		{name: "too big", data: append(append([]byte{}, good...), bytes.Repeat([]byte(" "), MaxFileSize)...), want: "corrupt", reason: "larger than"},
 		{name: "exactly the cap", data: append(append([]byte{}, good...), bytes.Repeat([]byte(" "), MaxFileSize-len(good))...), want: "ok"},
 	}

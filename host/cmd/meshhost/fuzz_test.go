@@ -29,6 +29,10 @@ func TestRevocationRecordDamaged(t *testing.T) {
 		"not JSON":           []byte("revoked\n"),
 		"an array":           []byte("[]"),
 		"signed as a string": bytes.Replace(good, []byte(`"signed": true`), []byte(`"signed": "yes"`), 1),
+		// encoding/json alone reads these, the last member winning and a name
+		// matched whatever its case: not a record this agent wrote.
+		"signed twice":             bytes.Replace(good, []byte(`{`), []byte(`{"signed": false,`), 1),
+		"a member in another case": bytes.Replace(good, []byte(`"signed"`), []byte(`"Signed"`), 1),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if err := os.WriteFile(revokedPath(dir), data, 0o600); err != nil {

@@ -13,6 +13,7 @@ import (
 	"mesh/host/atomicfile"
 	"mesh/host/identity"
 	"mesh/host/internal/jsonfile"
+	"mesh/host/jsonkeys"
 )
 
 // revokedFile is where `meshhost run` records, in the state directory, that the mesh
@@ -79,7 +80,13 @@ func loadRevocation(stateDir string, id identity.Identity) (revocation, bool, er
 		return revocation{}, false, err
 	}
 	var r revocation
-	if err := json.Unmarshal(data, &r); err != nil {
+	err = json.Unmarshal(data, &r)
+	if err == nil {
+		// Two members of one name (the last would win) or a name in another
+		// case: not a record this agent wrote.
+		err = jsonkeys.Check(data, &r)
+	}
+	if err != nil {
 		return revocation{}, false, fmt.Errorf("%w: %s is corrupt (%v): remove it; `meshhost run` records a revocation again if there is one", errRecordUnusable, revokedPath(stateDir), err)
 	}
 	if r.PublicKey != id.PublicKey {

@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"unicode/utf8"
 
+	"mesh/host/jsonkeys"
 	"mesh/host/statedir"
 )
 
@@ -96,7 +97,8 @@ func DecodeBytes(data []byte, want int, v any, format *int) error {
 
 // decodeWhole is the one pass that decodes a file that is whole and right, as nearly
 // every file read is: one JSON object and nothing after it but white space, no
-// unknown field, format version want. It reports false for any other file, leaving
+// unknown field, no member twice or in another case than its field's (which
+// encoding/json would read, the last one winning), format version want. It reports false for any other file, leaving
 // examine to tell why it cannot be used; examine accepts exactly what it accepts (a
 // fuzz target compares them), at three passes over the file instead of one. An agent
 // reads two such files each time it starts.
@@ -110,7 +112,7 @@ func decodeWhole(data []byte, want int, v any, format *int) bool {
 	if err := dec.Decode(v); err != nil {
 		return false
 	}
-	return skipSpace(data, int(dec.InputOffset())) == len(data) && *format == want
+	return skipSpace(data, int(dec.InputOffset())) == len(data) && *format == want && jsonkeys.Check(data, v) == nil
 }
 
 // skipSpace returns the index of the first byte at or after i that is not JSON white
@@ -137,6 +139,12 @@ func examine(data []byte, want int, v any) error {
 	}
 	if reason != "" {
 		return &Fault{Corrupt: reason}
+	}
+	// Before the format version, which is read ignoring case like every member:
+	// two members "format", or one "Format", say another writer, not another
+	// version of this agent.
+	if err := jsonkeys.Check(raw, v); err != nil {
+		return &Fault{Corrupt: "it cannot be decoded one way only: " + err.Error()}
 	}
 	if reason := checkFormat(raw, want); reason != "" {
 		return &Fault{Corrupt: reason}

@@ -99,6 +99,14 @@ func TestDecodeTellsFaultsApart(t *testing.T) {
 		{`{"format":1,"color":"red"}`, "corrupt: it cannot be decoded"},
 		{`null`, "corrupt: it holds a JSON value that is not an object"},
 		{`{"format":1} {}`, "corrupt: unexpected data after the JSON object"},
+		// encoding/json reads these (the last member wins, names match whatever
+		// their case); another reader would not read them the same way.
+		{`{"format":2,"format":1,"name":"a"}`, `corrupt: it cannot be decoded one way only: member "format" appears twice`},
+		{`{"format":1,"name":"a","name":"b"}`, `corrupt: it cannot be decoded one way only: member "name" appears twice`},
+		{`{"format":1,"Name":"a"}`, `corrupt: it cannot be decoded one way only: member "Name" is field "name"`},
+		{`{"Format":1,"name":"a"}`, `corrupt: it cannot be decoded one way only: member "Format" is field "format"`},
+		{`{"format":1,"extra":{"k":"a","k":"b"}}`, `corrupt: it cannot be decoded one way only: in "extra": member "k" appears twice`},
+		{`{"format":1,"extra":{"K":"a","k":"b"}}`, ""},
 	} {
 		_, err := decodeBytes([]byte(c.data))
 		var f *Fault
