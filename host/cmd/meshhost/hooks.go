@@ -52,16 +52,22 @@ func cmdHooks(args []string, cio *cliIO) error {
 	if err != nil {
 		return err
 	}
+	// The agent records what it owes before it runs it: nothing on record, nothing
+	// to run, whether or not an agent runs.
+	if len(applied.HooksPending) == 0 && len(applied.HooksFailed) == 0 {
+		if *asJSON {
+			return writeJSONTo(cio, agent.HooksOutcome{Nothing: true})
+		}
+		fmt.Fprintln(cio.stdout, "no hook is owed or failed: nothing to run")
+		return nil
+	}
 	out, err := agent.RetryHooks(*stateDir, *timeout)
 	if errors.Is(err, agent.ErrNoAgent) {
 		// Say whether an agent runs at all: without one, its next start runs what it owes.
 		lock, lerr := dirlock.AcquireExisting("state directory", *stateDir, "meshhost hooks retry")
 		if lerr == nil {
 			lock.Release()
-			if len(applied.HooksPending) == 0 {
-				return fmt.Errorf("meshhost run is not running on %s, and no hook is owed", *stateDir)
-			}
-			return fmt.Errorf("meshhost run is not running on %s: it runs the owed hooks (%s) when it starts (systemctl start meshhost)",
+			return fmt.Errorf("meshhost run is not running on %s: it runs the owed hooks (for %s) when it starts (systemctl start meshhost)",
 				*stateDir, listShort(applied.HooksPending, 5))
 		}
 		return fmt.Errorf("%w; the agent holding the state directory does not answer (a version from before meshhost hooks retry?): restarting it runs the owed hooks", err)
@@ -70,9 +76,7 @@ func cmdHooks(args []string, cio *cliIO) error {
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(cio.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
+		if err := writeJSONTo(cio, out); err != nil {
 			return err
 		}
 	} else {
@@ -100,4 +104,10 @@ func listShort(list []string, n int) string {
 		return strings.Join(list, ", ")
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(list[:n], ", "), len(list)-n)
+}
+
+func writeJSONTo(cio *cliIO, v any) error {
+	enc := json.NewEncoder(cio.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

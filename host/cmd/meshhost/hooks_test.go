@@ -1,0 +1,49 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/host/state"
+)
+
+// TestHooksOwedAndFailedShown: meshhost status lists the hooks that failed and the
+// paths whose hooks are owed, in text and JSON; hooks retry without an agent says
+// the agent's start runs them, and with nothing owed that there is nothing to run.
+// Before, status showed neither, and the only trace of a failed hook was the last
+// error, gone at the next declaration.
+func TestHooksOwedAndFailedShown(t *testing.T) {
+	dir, _ := enrolled(t)
+	if code, out, errs := runCLI("", nil, "hooks", "retry", "--state", dir); code != 0 || !strings.Contains(out, "nothing to run") {
+		t.Fatalf("retry with nothing owed: exit %d\n%s%s", code, out, errs)
+	}
+	now := time.Now().UTC().Truncate(time.Second)
+	if err := state.Save(dir, state.Applied{HaveApplied: true, Version: 3, BodyDigest: strings.Repeat("ab", 32),
+		IssuedAt: now, ExpiresAt: now.Add(24 * time.Hour), Managed: []string{"etc/app.conf"},
+		LastErrorCode: "hook_failed", LastError: "hook restart-app: exit status 1: port 8080 in use", LastErrorVersion: 3,
+		HooksPending: []string{"etc/app.conf"}, HooksFailed: []string{"restart-app"}}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI("", nil, "status", "--state", dir)
+	if code != 0 || !strings.Contains(out, "FAILED: restart-app") || !strings.Contains(out, "meshhost hooks retry --state "+dir) ||
+		!strings.Contains(out, "owed      hooks for 1 changed path(s): etc/app.conf") || !strings.Contains(out, "port 8080 in use") {
+		t.Fatalf("status: exit %d\n%s%s", code, out, errs)
+	}
+	code, out, _ = runCLI("", nil, "status", "--state", dir, "--json")
+	var st struct {
+		Owed   []string `json:"hooks_owed"`
+		Failed []string `json:"hooks_failed"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil || code != 0 || len(st.Owed) != 1 || len(st.Failed) != 1 {
+		t.Fatalf("status --json: exit %d, %+v, %v\n%s", code, st, err, out)
+	}
+	code, out, errs = runCLI("", nil, "hooks", "retry", "--state", dir)
+	if code != 1 || !strings.Contains(errs, "meshhost run is not running") || !strings.Contains(errs, "when it starts") {
+		t.Fatalf("retry without an agent: exit %d\n%s%s", code, out, errs)
+	}
+	if code, _, errs := runCLI("", nil, "hooks", "retry", "--state", dir, "--timeout", "0s"); code != 2 {
+		t.Fatalf("--timeout 0s: exit %d\n%s", code, errs)
+	}
+}
