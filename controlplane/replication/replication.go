@@ -96,9 +96,22 @@ func openStores(dir string, log hclog.Logger) (*raftboltdb.BoltStore, raft.Snaps
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, err
 	}
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	// Checked before Raft reads them: it, and bbolt under it, panic on a damaged
+	// store or start from an emptied one (damage.go).
+	if err := checkRaftDBPresent(dir); err != nil {
+		return nil, nil, err
+	}
+	store, err := openBolt(dir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open raft log %s: %w", filepath.Join(dir, "raft.db"), err)
+		return nil, nil, err
+	}
+	passedOver, err := checkStores(dir, store)
+	if err != nil {
+		store.Close()
+		return nil, nil, err
+	}
+	if passedOver != nil {
+		log.Warn("a Raft snapshot is damaged; starting from the one before it and the log, which hold the same state", "file", passedOver.File, "problem", passedOver.Problem)
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, snapshotsRetained, log)
 	if err != nil {

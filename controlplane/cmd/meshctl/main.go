@@ -42,6 +42,7 @@ import (
 	"mesh/controlplane/join"
 	"mesh/controlplane/operator"
 	"mesh/controlplane/pki"
+	"mesh/controlplane/replication"
 	"mesh/host/dirlock"
 	"mesh/host/terminal"
 	"mesh/tokenfmt"
@@ -239,7 +240,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		return exitRemoved
 	case errors.Is(err, datadir.ErrNoConfig), errors.Is(err, datadir.ErrJoinIncomplete), errors.Is(err, datadir.ErrUnprotected),
 		errors.Is(err, bootstrap.ErrConflict), errors.Is(err, join.ErrDataDir), errors.Is(err, daemon.ErrNewerRules),
-		errors.Is(err, dirlock.ErrNotWritable):
+		errors.Is(err, dirlock.ErrNotWritable), errors.Is(err, replication.ErrDamaged):
 		return exitDataDir
 	case errors.Is(err, operator.ErrUnreachable), errors.Is(err, operator.ErrNoLeader), errors.Is(err, operator.ErrNoAnswer),
 		errors.Is(err, join.ErrUnavailable):

@@ -1,0 +1,250 @@
+package replication
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// A power loss on a disk that loses or garbles what it was told to keep, or a hand
+// that truncated a file, leaves a control node's Raft store damaged. hashicorp/raft
+// and bbolt meet that with a Go panic (bbolt's page assertions, raft's "log not
+// found" when the log does not continue the snapshot it restored), which a unit
+// restarts up to its start limit, or, worse, with nothing at all: an emptied
+// raft.db next to its snapshots started a node that had lost its log and its vote.
+// The stores are checked before Raft opens them, and a damage found stops the node
+// with ErrDamaged, naming the file.
+
+// ErrDamaged means this control node's Raft store (raft.db or a snapshot) is
+// truncated or corrupt: serving from it could lose committed changes or, with
+// other voters, split the state. A DamageError says which file and what.
+var ErrDamaged = errors.New("this control node's Raft store is damaged")
+
+// DamageError is the damage found in one file of the Raft store.
+type DamageError struct {
+	// File is the damaged file's path.
+	File string
+	// Problem says what is wrong with it.
+	Problem string
+	// Err is the underlying error, if any.
+	Err error
+}
+
+func (e *DamageError) Error() string {
+	what := e.Problem
+	if e.Err != nil {
+		what += ": " + e.Err.Error()
+	}
+	return fmt.Sprintf("%v: %s %s. Serving from it could lose committed changes or split the mesh's state, so this node will not start: "+
+		"restore its data directory from a backup taken while it was stopped (docs/operations.md, Backing up), "+
+		"or, if other control nodes run, remove this node from the mesh (`meshctl control remove`) and `meshctl join` it again with a new control token on a fresh data directory",
+		ErrDamaged, e.File, what)
+}
+
+// Is makes errors.Is(err, ErrDamaged) hold.
+func (e *DamageError) Is(target error) bool { return target == ErrDamaged }
+
+// Unwrap returns the underlying error.
+func (e *DamageError) Unwrap() error { return e.Err }
+
+// stableCurrentTerm is the stable-store key under which hashicorp/raft keeps the
+// current term: any member that ever started has it.
+var stableCurrentTerm = []byte("CurrentTerm")
+
+// raftDBPath is the log and stable store's file in dir.
+func raftDBPath(dir string) string { return filepath.Join(dir, "raft.db") }
+
+// checkRaftDBPresent refuses a raft.db that is missing or empty while snapshots
+// say the member held state: bbolt would make a new, empty one, and the member
+// would start without the entries after its snapshot and without its vote.
+func checkRaftDBPresent(dir string) error {
+	path := raftDBPath(dir)
+	fi, err := os.Stat(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err == nil && fi.Size() > 0 {
+		return nil
+	}
+	snaps, serr := snapshotDirs(dir)
+	if serr != nil || len(snaps) == 0 {
+		return nil // a member that never started, or one bootstrap is making
+	}
+	problem := "is missing"
+	if err == nil {
+		problem = "is empty (0 bytes)"
+	}
+	return &DamageError{File: path, Problem: problem + ", though " + filepath.Join(dir, "snapshots") +
+		" holds snapshots: the Raft log after them and this node's vote are lost"}
+}
+
+// openBolt opens raft.db, turning bbolt's refusals of a file that is no whole
+// database, and its panics on one whose pages are garbled, into a DamageError.
+// Errors of the file system (permissions, a read-only or full disk) are returned
+// as they are.
+func openBolt(dir string) (store *raftboltdb.BoltStore, err error) {
+	path := raftDBPath(dir)
+	defer func() {
+		if p := recover(); p != nil {
+			// bbolt may hold the file's lock: the process is about to stop.
+			store, err = nil, &DamageError{File: path, Problem: "is corrupt", Err: fmt.Errorf("%v", p)}
+		}
+	}()
+	store, err = raftboltdb.New(raftboltdb.Options{Path: path})
+	if err != nil {
+		var pe *fs.PathError
+		var errno syscall.Errno
+		if errors.As(err, &pe) || errors.As(err, &errno) {
+			return nil, fmt.Errorf("open raft log %s: %w", path, err)
+		}
+		return nil, &DamageError{File: path, Problem: "is not a whole Raft log", Err: err}
+	}
+	return store, nil
+}
+
+// snapshotDir is one snapshot's directory as the check sees it.
+type snapshotDir struct {
+	name         string
+	term, index  uint64
+	msec         uint64
+	metaReadable bool
+}
+
+// snapshotDirs lists dir's snapshots, newest first, as hashicorp/raft orders them
+// (term, then index, then name), those whose meta.json cannot be read included
+// (raft skips those silently), placed by their name (term-index-msec).
+func snapshotDirs(dir string) ([]snapshotDir, error) {
+	entries, err := os.ReadDir(filepath.Join(dir, "snapshots"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []snapshotDir
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasSuffix(e.Name(), ".tmp") {
+			continue // a snapshot being written when the node stopped: raft ignores it
+		}
+		s := snapshotDir{name: e.Name()}
+		if parts := strings.Split(e.Name(), "-"); len(parts) == 3 {
+			s.term, _ = strconv.ParseUint(parts[0], 10, 64)
+			s.index, _ = strconv.ParseUint(parts[1], 10, 64)
+			s.msec, _ = strconv.ParseUint(parts[2], 10, 64)
+		}
+		data, err := os.ReadFile(filepath.Join(dir, "snapshots", e.Name(), "meta.json"))
+		var meta raft.SnapshotMeta
+		if err == nil && json.Unmarshal(data, &meta) == nil && meta.ID == e.Name() {
+			s.metaReadable, s.term, s.index = true, meta.Term, meta.Index
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.term != b.term {
+			return a.term > b.term
+		}
+		if a.index != b.index {
+			return a.index > b.index
+		}
+		return a.name > b.name
+	})
+	return out, nil
+}
+
+// checkStores reads what Raft will read at start: the newest snapshot that is whole
+// (its checksum), every entry of the log, and the current term, and checks that
+// the log continues from that snapshot. A newer snapshot that is not whole is
+// passed over, as Raft does, when the log covers what it held (passedOver says
+// which); it is damage when the log does not. Panics of bbolt on garbled pages
+// come back as a DamageError.
+func checkStores(dir string, store *raftboltdb.BoltStore) (passedOver *DamageError, err error) {
+	path := raftDBPath(dir)
+	defer func() {
+		if p := recover(); p != nil {
+			passedOver, err = nil, &DamageError{File: path, Problem: "is corrupt", Err: fmt.Errorf("%v", p)}
+		}
+	}()
+	snaps, err := snapshotDirs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list raft snapshots: %w", err)
+	}
+	check, err := raft.NewFileSnapshotStoreWithLogger(dir, len(snaps)+1, hclog.NewNullLogger())
+	if err != nil {
+		return nil, fmt.Errorf("open raft snapshots: %w", err)
+	}
+	var (
+		restored uint64 // the index of the snapshot Raft will restore
+		passed   *DamageError
+	)
+	for _, s := range snaps {
+		file := filepath.Join(dir, "snapshots", s.name, "state.bin")
+		if !s.metaReadable {
+			if passed == nil {
+				passed = &DamageError{File: filepath.Join(dir, "snapshots", s.name, "meta.json"), Problem: "cannot be read"}
+			}
+			continue
+		}
+		_, rc, oerr := check.Open(s.name)
+		if oerr == nil {
+			_, oerr = io.Copy(io.Discard, rc)
+			rc.Close()
+		}
+		if oerr != nil {
+			if passed == nil {
+				passed = &DamageError{File: file, Problem: fmt.Sprintf("is not whole (%v)", oerr)}
+			}
+			continue
+		}
+		restored = s.index
+		break
+	}
+	if passed != nil && restored == 0 && slices.ContainsFunc(snaps, func(s snapshotDir) bool { return s.metaReadable }) {
+		// Raft refuses to start when no snapshot it lists opens.
+		return nil, passed
+	}
+
+	first, err := store.FirstIndex()
+	if err != nil {
+		return nil, &DamageError{File: path, Problem: "cannot be read", Err: err}
+	}
+	last, err := store.LastIndex()
+	if err != nil {
+		return nil, &DamageError{File: path, Problem: "cannot be read", Err: err}
+	}
+	if last > restored && first > restored+1 {
+		if passed != nil {
+			passed.Problem += fmt.Sprintf(", and the Raft log starts at entry %d, after the newest whole snapshot (entry %d): the entries in between are lost", first, restored)
+			return nil, passed
+		}
+		return nil, &DamageError{File: path, Problem: fmt.Sprintf("starts at entry %d, but no snapshot holds the entries before it", first)}
+	}
+	for i := first; i <= last && last > 0; i++ {
+		var l raft.Log
+		if err := store.GetLog(i, &l); err != nil {
+			return nil, &DamageError{File: path, Problem: fmt.Sprintf("cannot give entry %d of %d..%d", i, first, last), Err: err}
+		}
+		if l.Index != i {
+			return nil, &DamageError{File: path, Problem: fmt.Sprintf("holds entry %d under index %d", l.Index, i)}
+		}
+	}
+	if last > 0 || restored > 0 || len(snaps) > 0 {
+		if _, err := store.GetUint64(stableCurrentTerm); err != nil {
+			return nil, &DamageError{File: path, Problem: "has lost this node's Raft term and vote", Err: err}
+		}
+	}
+	return passed, nil
+}

@@ -1,0 +1,184 @@
+package replication
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// makeStores writes a member's stores as Raft leaves them: the current term (if
+// term), the log entries first..last, and a snapshot at each of snapAt (oldest
+// first).
+func makeStores(t *testing.T, term bool, first, last uint64, snapAt ...uint64) string {
+	t.Helper()
+	dir := t.TempDir()
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: raftDBPath(dir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if term {
+		if err := bolt.SetUint64(stableCurrentTerm, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := first; i <= last && last > 0; i++ {
+		if err := bolt.StoreLog(&raft.Log{Index: i, Term: 2, Type: raft.LogCommand, Data: []byte(`{"op":"x"}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := bolt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, 10, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := raft.Configuration{Servers: []raft.Server{{ID: "cp-1", Address: "127.0.0.1:1"}}}
+	for _, at := range snapAt {
+		_, trans := raft.NewInmemTransport("127.0.0.1:1")
+		sink, err := snaps.Create(raft.SnapshotVersionMax, at, 2, conf, 1, trans)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sink.Write([]byte(strings.Repeat("state ", 200))); err != nil {
+			t.Fatal(err)
+		}
+		if err := sink.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// snapshotFile is a file of the snapshot at index (newest first among equals).
+func snapshotFile(t *testing.T, dir string, index uint64, name string) string {
+	t.Helper()
+	snaps, err := snapshotDirs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range snaps {
+		if s.index == index {
+			return filepath.Join(dir, "snapshots", s.name, name)
+		}
+	}
+	t.Fatalf("no snapshot at %d", index)
+	return ""
+}
+
+// TestDamagedStoresAreRefused: what a power loss on a bad disk, or a hand, leaves
+// of a control node's Raft store. bbolt panicked on garbled pages, raft panicked
+// ("log not found") on a log that does not continue the snapshot it restored, and
+// an emptied or removed raft.db next to snapshots started a node without its log
+// and its vote. Each is now refused before Raft opens the stores, with ErrDamaged
+// naming the file; a store Raft can start from whole (a newer snapshot damaged, the
+// log covering it) still opens.
+func TestDamagedStoresAreRefused(t *testing.T) {
+	truncate := func(size int64) func(*testing.T, string) string {
+		return func(t *testing.T, dir string) string {
+			if err := os.Truncate(raftDBPath(dir), size); err != nil {
+				t.Fatal(err)
+			}
+			return raftDBPath(dir)
+		}
+	}
+	garbleSnapshot := func(index uint64, name string) func(*testing.T, string) string {
+		return func(t *testing.T, dir string) string {
+			f := snapshotFile(t, dir, index, name)
+			if err := os.Truncate(f, 10); err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	cases := []struct {
+		name        string
+		first, last uint64
+		snapAt      []uint64
+		damage      func(*testing.T, string) string // returns the file the error must name
+		passedOver  bool
+		noTerm      bool
+	}{
+		{name: "whole", first: 1, last: 12, snapAt: []uint64{4, 8}},
+		{name: "raft.db emptied", first: 5, last: 12, snapAt: []uint64{4, 8}, damage: truncate(0)},
+		{name: "raft.db removed", first: 5, last: 12, snapAt: []uint64{4, 8}, damage: func(t *testing.T, dir string) string {
+			if err := os.Remove(raftDBPath(dir)); err != nil {
+				t.Fatal(err)
+			}
+			return raftDBPath(dir)
+		}},
+		{name: "raft.db cut in its first page", first: 1, last: 12, damage: truncate(4096)},
+		{name: "raft.db pages garbled", first: 1, last: 200, snapAt: []uint64{100}, damage: func(t *testing.T, dir string) string {
+			data, err := os.ReadFile(raftDBPath(dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for off := 2 * 4096; off+16 <= len(data); off += 4096 {
+				for i := off; i < off+16; i++ {
+					data[i] ^= 0xff
+				}
+			}
+			if err := os.WriteFile(raftDBPath(dir), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return raftDBPath(dir)
+		}},
+		{name: "newest snapshot torn, the log covers it", first: 3, last: 12, snapAt: []uint64{4, 8}, damage: garbleSnapshot(8, "state.bin"), passedOver: true},
+		{name: "newest snapshot torn, the log does not cover it", first: 7, last: 12, snapAt: []uint64{4, 8}, damage: garbleSnapshot(8, "state.bin")},
+		{name: "newest snapshot's meta torn, the log does not cover it", first: 7, last: 12, snapAt: []uint64{4, 8}, damage: garbleSnapshot(8, "meta.json")},
+		{name: "the only snapshot torn", first: 1, last: 12, snapAt: []uint64{8}, damage: garbleSnapshot(8, "state.bin")},
+		{name: "the log after a gap", first: 6, last: 12, damage: func(t *testing.T, dir string) string { return raftDBPath(dir) }},
+		{name: "the term lost", first: 1, last: 12, noTerm: true, damage: func(t *testing.T, dir string) string { return raftDBPath(dir) }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := makeStores(t, !c.noTerm, c.first, c.last, c.snapAt...)
+			var file string
+			if c.damage != nil {
+				file = c.damage(t, dir)
+			}
+			var warned strings.Builder
+			log := hclog.New(&hclog.LoggerOptions{Output: &warned, Level: hclog.Warn})
+			store, _, err := openStores(dir, log)
+			if store != nil {
+				defer store.Close()
+			}
+			if c.damage == nil || c.passedOver {
+				if err != nil {
+					t.Fatalf("a store Raft starts from whole was refused: %v", err)
+				}
+				if got := strings.Contains(warned.String(), "snapshot is damaged"); got != c.passedOver {
+					t.Fatalf("warned of a damaged snapshot: %t, want %t:\n%s", got, c.passedOver, warned.String())
+				}
+				return
+			}
+			if !errors.Is(err, ErrDamaged) {
+				t.Fatalf("got %v, want ErrDamaged", err)
+			}
+			var de *DamageError
+			if !errors.As(err, &de) || de.File != file {
+				t.Fatalf("the error names %q, want %q: %v", de.File, file, err)
+			}
+			for _, want := range []string{file, "backup", "meshctl join"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Fatalf("the error does not say %q: %v", want, err)
+				}
+			}
+		})
+	}
+}
+
+// TestFreshStoresOpen: a directory with no store yet (bootstrap, join) opens.
+func TestFreshStoresOpen(t *testing.T) {
+	store, _, err := openStores(filepath.Join(t.TempDir(), "raft"), hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.Close()
+}
