@@ -65,7 +65,7 @@ func Build(ctx context.Context, o Options) ([]string, error) {
 		return nil, err
 	}
 	if o.Version == "" {
-		if o.Version, err = binaryVersion(ctx, meshctl); err != nil {
+		if o.Version, err = PackageVersion(ctx, meshctl, meshhost, o.Log); err != nil {
 			return nil, err
 		}
 	}
@@ -169,19 +169,51 @@ func LibcDepends(path string) (string, error) {
 	return fmt.Sprintf("libc6 (>= %d.%d)", major, minor), nil
 }
 
-// binaryVersion is the product version the built meshctl reports.
-func binaryVersion(ctx context.Context, meshctl string) (string, error) {
-	out, err := exec.CommandContext(ctx, meshctl, "version", "--json").Output()
+// ErrVersions means the two binaries were not built from the same sources: one
+// version would name both packages.
+var ErrVersions = errors.New("pack: meshctl and meshhost report different versions")
+
+// PackageVersion is the version the packages take: the one the built binaries
+// report, which names the commit they were built from (0.1.0+git20261203145709.
+// 7132ef2931ef; see `meshctl version`), or the release a tagged commit is. nfpm
+// reads it as semver, and the deb version keeps what follows "+". Both binaries
+// must report the same. A binary built without VCS information reports only the
+// release, as every such build does: that is said on log.
+func PackageVersion(ctx context.Context, meshctl, meshhost string, log io.Writer) (string, error) {
+	ctl, err := binaryVersion(ctx, meshctl)
 	if err != nil {
-		return "", fmt.Errorf("%s version --json: %w", meshctl, err)
+		return "", err
 	}
-	var v struct {
-		Version string `json:"version"`
+	host, err := binaryVersion(ctx, meshhost)
+	if err != nil {
+		return "", err
 	}
+	if ctl.Version != host.Version {
+		return "", fmt.Errorf("%w: %s and %s: build both from one checkout (task build)", ErrVersions, ctl.Version, host.Version)
+	}
+	if ctl.Revision == "" && log != nil {
+		fmt.Fprintf(log, "package: the binaries carry no VCS revision (built with -buildvcs=false or outside a git checkout): the packages are version %s, as every such build; `task build` stamps it\n", ctl.Version)
+	}
+	return ctl.Version, nil
+}
+
+// builtVersion is what `version --json` reports of a binary.
+type builtVersion struct {
+	Version  string `json:"version"`
+	Revision string `json:"revision"`
+}
+
+// binaryVersion is the version a built binary reports.
+func binaryVersion(ctx context.Context, binary string) (builtVersion, error) {
+	out, err := exec.CommandContext(ctx, binary, "version", "--json").Output()
+	if err != nil {
+		return builtVersion{}, fmt.Errorf("%s version --json: %w", binary, err)
+	}
+	var v builtVersion
 	if err := json.Unmarshal(out, &v); err != nil || v.Version == "" {
-		return "", fmt.Errorf("%s version --json printed no version: %q", meshctl, out)
+		return builtVersion{}, fmt.Errorf("%s version --json printed no version: %q", binary, out)
 	}
-	return v.Version, nil
+	return v, nil
 }
 
 // completions writes meshctl's completion scripts, which the meshctl package

@@ -107,12 +107,40 @@ func TestVersionFromBuildInfo(t *testing.T) {
 	if v.Revision != "0123456789abcdef0123456789abcdef01234567" || v.CommitTime != "2026-12-01T10:00:00Z" || !v.Modified || v.Platform != "linux/arm64" {
 		t.Fatalf("read %+v", v)
 	}
-	if got, want := v.String(), "meshctl 0.1.0 (revision 0123456789ab+modified of 2026-12-01T10:00:00Z, go1.26.8 linux/arm64)"; got != want {
+	if got, want := v.String(), "meshctl 0.1.0+git20261201100000.0123456789ab.dirty (revision 0123456789ab+modified of 2026-12-01T10:00:00Z, go1.26.8 linux/arm64)"; got != want {
 		t.Fatalf("got %q\nwant %q", got, want)
 	}
 	none := versionFrom("meshctl", "0.1.0", &debug.BuildInfo{GoVersion: "go1.26.8"}, true)
-	if !strings.Contains(none.String(), "revision unknown") {
+	if !strings.Contains(none.String(), "revision unknown") || none.Version != "0.1.0" {
 		t.Fatalf("without VCS information: %q", none.String())
+	}
+	tagged := versionFrom("meshctl", "0.1.0", &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Version: "v0.2.0"}, Settings: []debug.BuildSetting{
+		{Key: "vcs.revision", Value: "0123456789abcdef0123456789abcdef01234567"}, {Key: "vcs.time", Value: "2026-12-01T10:00:00Z"}}}, true)
+	if tagged.Version != "0.2.0" {
+		t.Fatalf("built from the commit tagged v0.2.0: version %q", tagged.Version)
+	}
+}
+
+// TestStampedVersion: a build names its commit in its version, not only beside it:
+// before, every build said 0.1.0, and so did every package made of one.
+func TestStampedVersion(t *testing.T) {
+	rev := "0123456789abcdef0123456789abcdef01234567"
+	for _, c := range []struct {
+		main, rev, at string
+		modified      bool
+		want          string
+	}{
+		{"v0.2.0", rev, "2026-12-01T10:00:00Z", false, "0.2.0"},
+		{"v0.2.0+dirty", rev, "2026-12-01T10:00:00Z", true, "0.1.0+git20261201100000.0123456789ab.dirty"},
+		{"v0.0.0-20261201100000-0123456789ab", rev, "2026-12-01T10:00:00Z", false, "0.1.0+git20261201100000.0123456789ab"},
+		{"v0.2.1-0.20261201100000-0123456789ab", rev, "2026-12-01T10:00:00+01:00", false, "0.1.0+git20261201090000.0123456789ab"},
+		{"v0.3.0-rc.1", rev, "", false, "0.1.0+git0123456789ab"},
+		{"(devel)", "", "", false, "0.1.0"},
+		{"", "", "", false, "0.1.0"},
+	} {
+		if got := stamped("0.1.0", c.main, c.rev, c.at, c.modified); got != c.want {
+			t.Errorf("stamped(%q, %q, %v) = %q, want %q", c.main, c.at, c.modified, got, c.want)
+		}
 	}
 }
 

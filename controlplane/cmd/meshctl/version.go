@@ -4,11 +4,14 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 )
 
-// version is the product's version; the build adds which commit it was made from.
+// version is the last release's version: a build of another commit adds which one
+// (stamped).
 const version = "0.1.0"
 
 // buildVersion is what `meshctl version` reports: the product version and what Go
@@ -63,7 +66,55 @@ func versionFrom(program, v string, info *debug.BuildInfo, ok bool) buildVersion
 	if goos != "" && goarch != "" {
 		bv.Platform = goos + "/" + goarch
 	}
+	bv.Version = stamped(bv.Version, info.Main.Version, bv.Revision, bv.CommitTime, bv.Modified)
 	return bv
+}
+
+// stamped is the version of a binary built from the sources of release base, as
+// Go recorded the build (it stamps the main module's version from the VCS tags, as
+// git describe finds them, and the commit):
+//   - from a commit tagged vX.Y.Z, unmodified: X.Y.Z;
+//   - from any other commit: base+gitYYYYMMDDhhmmss.REV (REV the commit's first 12
+//     hex digits; .dirty after it when the tree had uncommitted changes). Debian
+//     orders it after base and before the next release, and builds of later
+//     commits after earlier ones; nfpm's semver schema keeps what follows "+" as
+//     the version's metadata, so the packages carry it whole;
+//   - without VCS information (-buildvcs=false, or outside a checkout): base.
+//
+// base is the last release: the constant is set to X.Y.Z in the commit tagged
+// vX.Y.Z.
+func stamped(base, mainVersion, revision, commitTime string, modified bool) string {
+	if tag, ok := releaseTag(mainVersion); ok && !modified {
+		return tag
+	}
+	if revision == "" {
+		return base
+	}
+	v := base + "+git"
+	if t, err := time.Parse(time.RFC3339, commitTime); err == nil {
+		v += t.UTC().Format("20060102150405") + "."
+	}
+	v += revision[:min(12, len(revision))]
+	if modified {
+		v += ".dirty"
+	}
+	return v
+}
+
+// releaseTag is X.Y.Z of a main module version vX.Y.Z; a pseudo-version, a
+// pre-release, "(devel)" or a version with metadata (+dirty) is none.
+func releaseTag(v string) (string, bool) {
+	s, ok := strings.CutPrefix(v, "v")
+	parts := strings.Split(s, ".")
+	if !ok || len(parts) != 3 {
+		return "", false
+	}
+	for _, p := range parts {
+		if p == "" || strings.Trim(p, "0123456789") != "" {
+			return "", false
+		}
+	}
+	return s, true
 }
 
 // String is the one-line form: `meshctl 0.1.0 (revision 0123456789ab of
