@@ -234,3 +234,26 @@ func TestAHookFailureOutlivesAFailedSave(t *testing.T) {
 		t.Fatalf("on record: %q owed %q (%v)", on.LastErrorCode, on.HooksPending, err)
 	}
 }
+
+// TestAHookFailureOfAnOlderAgentIsRetriedAtStart: the state of an agent from before
+// failed hooks were kept owed holds hook_failed and nothing owed; this agent, as it
+// starts, runs the hooks of every managed path they match, and clears the failure
+// once they succeed, instead of forgetting it unrun or keeping it for good.
+func TestAHookFailureOfAnOlderAgentIsRetriedAtStart(t *testing.T) {
+	f := newFixture(t)
+	if err := f.a.handle(context.Background(), f.decl(t, 1, "x")); err != nil {
+		t.Fatal(err)
+	}
+	old := f.a.Applied()
+	old.LastErrorCode, old.LastError, old.LastErrorVersion = wire.StatusHookFailed, "hook restart-app: exit status 1", 1
+	if err := state.Save(f.dir, old); err != nil {
+		t.Fatal(err)
+	}
+	cfg, fixed, runs := failingUntilFixed(t)
+	os.WriteFile(fixed, nil, 0o600)
+	a := f.withHooks(t, cfg)
+	a.runOwedHooks()
+	if st := reported(t, a); st.Error != nil || runs() != 1 {
+		t.Fatalf("after the start: reported %+v after %d runs, want no error after 1", st.Error, runs())
+	}
+}

@@ -190,6 +190,11 @@ func (a *Agent) runOwedHooks() {
 	if len(owed) == 0 && a.applied.LastErrorCode != wire.StatusHookFailed {
 		return
 	}
+	if len(owed) == 0 {
+		// A hook failed under an agent that did not keep what it owed (before
+		// hooks retry): every managed path a hook runs for is owed.
+		owed = a.o.Hooks.Matching(a.applied.Managed)
+	}
 	if len(a.o.Hooks.Hooks) == 0 || len(owed) == 0 {
 		a.log.Warn("hooks were owed or had failed when the agent last stopped, and none are configured now, or none is owed: forgotten", "paths", owed)
 		a.applied.HooksPending, a.applied.HooksFailed = nil, nil
