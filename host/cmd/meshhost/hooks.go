@@ -54,7 +54,7 @@ func cmdHooks(args []string, cio *cliIO) error {
 	}
 	// The agent records what it owes before it runs it: nothing on record, nothing
 	// to run, whether or not an agent runs.
-	if len(applied.HooksPending) == 0 && len(applied.HooksFailed) == 0 {
+	if len(applied.HooksPending) == 0 && len(applied.HooksFailed) == 0 && applied.LastErrorCode != "hook_failed" {
 		if *asJSON {
 			return writeJSONTo(cio, agent.HooksOutcome{Nothing: true})
 		}
