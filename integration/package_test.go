@@ -191,6 +191,12 @@ func TestPackages(t *testing.T) {
 	wantFile(t, "/usr/bin/meshctl", 0o755)
 	wantFile(t, "/lib/systemd/system/meshctl.service", 0o644)
 	wantFile(t, "/usr/share/doc/meshctl/NEXT-STEPS", 0o644)
+	// The documents the note points at.
+	for _, pkg := range []string{"meshctl", "meshhost"} {
+		for _, doc := range []string{"getting-started.md", "operations.md"} {
+			wantFile(t, "/usr/share/doc/"+pkg+"/"+doc, 0o644)
+		}
+	}
 	wantFile(t, "/usr/share/bash-completion/completions/meshctl", 0o644)
 	wantFile(t, "/usr/share/zsh/vendor-completions/_meshctl", 0o644)
 	wantFile(t, "/usr/share/fish/vendor_completions.d/meshctl.fish", 0o644)
