@@ -14,6 +14,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"time"
 )
 
 // Errors callers branch on with errors.Is.
@@ -34,7 +35,7 @@ type NotRegularError struct {
 }
 
 func (e *NotRegularError) Error() string {
-	return fmt.Sprintf("%s is %s, not a regular file: nothing was read from it. Put the file itself there (ls -l %s shows what is there now)",
+	return fmt.Sprintf("%s is %s, not a regular file: nothing was read from it (ls -l %s shows what is there)",
 		e.Path, Kind(e.Mode), e.Path)
 }
 
@@ -81,7 +82,61 @@ func Regular(path string, max int64) ([]byte, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, &NotRegularError{Path: path, Mode: fi.Mode()}
 	}
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	return readCapped(f, path, max)
+}
+
+// ErrNoWriter: a named pipe (FIFO) given as a file stayed without anything written
+// to it for the whole wait. See *NoWriterError.
+var ErrNoWriter = errors.New("nothing was written to the named pipe")
+
+// PipeWait is how long a command waits for what a FIFO named as its input (a
+// body, a token) brings: long enough to start the writer by hand in another
+// terminal, short enough that a FIFO nothing opens does not hold a script for good.
+const PipeWait = time.Minute
+
+// NoWriterError is a FIFO that nothing wrote to within Wait.
+type NoWriterError struct {
+	Path string
+	Wait time.Duration
+}
+
+func (e *NoWriterError) Error() string {
+	return fmt.Sprintf("%s is a named pipe (FIFO) and nothing was written to it within %v: start what writes to it first, or give a regular file", e.Path, e.Wait)
+}
+
+// Is reports whether target is ErrNoWriter.
+func (e *NoWriterError) Is(target error) bool { return target == ErrNoWriter }
+
+// Stream reads what a person names as input (a body file, a token file): a regular
+// file as Regular reads it, or a pipe, so that `--file <(generate)` and
+// `--file /dev/stdin` work. A pipe is read until its writer closes it, at most max
+// bytes (ErrTooLarge past that), and for at most wait in all: a FIFO that nothing
+// opens, or whose writer never finishes, is given up on (*NoWriterError,
+// ErrNoWriter) instead of keeping the command waiting forever. A directory, a
+// socket or a device is refused (*NotRegularError): /dev/zero never ends, and a
+// terminal is read by the commands themselves, with its echo off.
+func Stream(path string, max int64, wait time.Duration) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|openFlags, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	switch m := fi.Mode(); {
+	case m.IsRegular():
+		return readCapped(f, path, max)
+	case m&fs.ModeNamedPipe != 0:
+	default:
+		return nil, &NotRegularError{Path: path, Mode: m}
+	}
+	return readPipe(f, path, max, wait)
+}
+
+func readCapped(r io.Reader, path string, max int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, max+1))
 	if err != nil {
 		return nil, err
 	}
@@ -89,4 +144,38 @@ func Regular(path string, max int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w of %d bytes", path, ErrTooLarge, max)
 	}
 	return data, nil
+}
+
+// readPipe reads a pipe opened without waiting for a writer. Until a first byte
+// comes, an end of file only means that no writer is there yet: it is tried again
+// until the wait is over.
+func readPipe(f *os.File, path string, max int64, wait time.Duration) ([]byte, error) {
+	deadline := time.Now().Add(wait)
+	// A pipe the runtime polls honours the deadline while a writer is there but
+	// silent; where the runtime cannot poll it, the loop below still ends.
+	_ = f.SetReadDeadline(deadline)
+	var data []byte
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := f.Read(buf)
+		data = append(data, buf[:n]...)
+		if int64(len(data)) > max {
+			return nil, fmt.Errorf("%s: %w of %d bytes", path, ErrTooLarge, max)
+		}
+		switch {
+		case err == nil:
+			continue
+		case errors.Is(err, io.EOF) && len(data) > 0:
+			return data, nil
+		case errors.Is(err, io.EOF):
+			if time.Now().After(deadline) {
+				return nil, &NoWriterError{Path: path, Wait: wait}
+			}
+			time.Sleep(min(50*time.Millisecond, time.Until(deadline)+time.Millisecond))
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return nil, &NoWriterError{Path: path, Wait: wait}
+		default:
+			return nil, err
+		}
+	}
 }

@@ -3,6 +3,7 @@ package readfile
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -161,5 +162,124 @@ func TestRegularGrowing(t *testing.T) {
 		if err != nil && !errors.Is(err, ErrTooLarge) {
 			t.Fatalf("got %v, want the data or ErrTooLarge", err)
 		}
+	}
+}
+
+func mkfifo(t *testing.T) string {
+	t.Helper()
+	if runtime.GOOS == "windows" {
+		t.Skip("no FIFOs on Windows")
+	}
+	fifo := filepath.Join(t.TempDir(), "body.json")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("cannot make a FIFO here: %v", err)
+	}
+	return fifo
+}
+
+// TestStreamFIFO: a FIFO named as input is read until its writer closes it, a
+// writer that comes a little later included; one that nothing opens, or whose
+// writer never finishes, is given up on after the wait, never waited on forever.
+func TestStreamFIFO(t *testing.T) {
+	t.Run("a writer that comes later", func(t *testing.T) {
+		fifo := mkfifo(t)
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+			if err != nil {
+				return
+			}
+			defer f.Close()
+			f.Write([]byte(`{"files":`))
+			time.Sleep(100 * time.Millisecond)
+			f.Write([]byte(`[]}`))
+		}()
+		data, err := within(t, func() ([]byte, error) { return Stream(fifo, 1<<20, 10*time.Second) })
+		if err != nil || string(data) != `{"files":[]}` {
+			t.Fatalf("got %q, %v", data, err)
+		}
+	})
+	t.Run("no writer", func(t *testing.T) {
+		fifo := mkfifo(t)
+		start := time.Now()
+		_, err := within(t, func() ([]byte, error) { return Stream(fifo, 1<<20, 500*time.Millisecond) })
+		var nw *NoWriterError
+		if !errors.As(err, &nw) || !errors.Is(err, ErrNoWriter) || !strings.Contains(err.Error(), "nothing was written to it within 500ms") {
+			t.Fatalf("got %v, want a *NoWriterError", err)
+		}
+		if took := time.Since(start); took < 400*time.Millisecond {
+			t.Fatalf("gave up after %v, before the wait was over", took)
+		}
+	})
+	t.Run("a writer that never finishes", func(t *testing.T) {
+		fifo := mkfifo(t)
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+			if err != nil {
+				return
+			}
+			defer f.Close()
+			f.Write([]byte("mesh1_"))
+			<-done
+		}()
+		_, err := within(t, func() ([]byte, error) { return Stream(fifo, 1<<20, time.Second) })
+		if !errors.Is(err, ErrNoWriter) {
+			t.Fatalf("got %v, want ErrNoWriter", err)
+		}
+	})
+	t.Run("more than the cap", func(t *testing.T) {
+		fifo := mkfifo(t)
+		go func() {
+			f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+			if err != nil {
+				return
+			}
+			defer f.Close()
+			f.Write(bytes.Repeat([]byte("x"), 200<<10))
+		}()
+		_, err := within(t, func() ([]byte, error) { return Stream(fifo, 64<<10, 10*time.Second) })
+		if !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("got %v, want ErrTooLarge", err)
+		}
+	})
+}
+
+// TestStreamOthers: a regular file reads as Regular reads it; a directory and a
+// device are refused, /dev/zero without being read to the cap.
+func TestStreamOthers(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "token")
+	if err := os.WriteFile(p, []byte("mesh1_x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := Stream(p, 64, time.Second); err != nil || string(data) != "mesh1_x\n" {
+		t.Fatalf("a regular file: %q, %v", data, err)
+	}
+	if _, err := Stream(p, 4, time.Second); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("a regular file over the cap: %v", err)
+	}
+	if _, err := Stream(dir, 64, time.Second); !errors.Is(err, ErrNotRegular) {
+		t.Fatalf("a directory: %v", err)
+	}
+	if _, err := os.Stat("/dev/zero"); err == nil {
+		if _, err := within(t, func() ([]byte, error) { return Stream("/dev/zero", 1<<20, time.Second) }); !errors.Is(err, ErrNotRegular) {
+			t.Fatalf("/dev/zero: %v", err)
+		}
+	}
+	// A pipe as /dev/stdin would be: the read end of os.Pipe, by its /proc name.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	go func() { w.Write([]byte("from a pipe")); w.Close() }()
+	name := fmt.Sprintf("/proc/self/fd/%d", r.Fd())
+	if _, err := os.Stat(name); err != nil {
+		t.Skip("no /proc here")
+	}
+	if data, err := within(t, func() ([]byte, error) { return Stream(name, 64, 10*time.Second) }); err != nil || string(data) != "from a pipe" {
+		t.Fatalf("an anonymous pipe: %q, %v", data, err)
 	}
 }

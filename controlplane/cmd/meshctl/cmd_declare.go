@@ -6,14 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"mesh/controlplane/api"
 	"mesh/declarations"
+	"mesh/host/readfile"
 )
 
 func declareCommand() command {
@@ -130,7 +129,8 @@ host's managed root. "-" reads the body from stdin.`,
 // readBody reads a declaration body, refusing anything too large to be signed before
 // reading it whole.
 func readBody(file string, stdin io.Reader) ([]byte, error) {
-	data, err := readBounded(file, stdin)
+	data, err := readBounded(file, stdin, declarations.MaxEnvelopeSize,
+		"the most a signed declaration can carry; split the state or ship large files another way")
 	if err == nil && len(bytes.TrimSpace(data)) == 0 {
 		// The parser would call it truncated JSON, as if part of it were lost.
 		return nil, fmt.Errorf(`%s is empty: a declaration body is a JSON object, such as {"files":[{"path":"etc/app.conf","content":"..."}]}`, file)
@@ -138,31 +138,29 @@ func readBody(file string, stdin io.Reader) ([]byte, error) {
 	return data, err
 }
 
-// readBounded reads a file ("-": stdin) of at most MaxEnvelopeSize bytes, refusing a
-// larger one before reading it whole.
-func readBounded(file string, stdin io.Reader) ([]byte, error) {
-	var r io.Reader
+// readBounded reads a file ("-": stdin) of at most max bytes, refusing a larger one
+// before reading it whole; tooLarge says why no such file can be right. A pipe
+// (`--file <(generate)`) is read until its writer closes it; a FIFO nothing writes
+// to is given up on after readfile.PipeWait, and a directory or a device is refused.
+func readBounded(file string, stdin io.Reader, max int64, tooLarge string) ([]byte, error) {
+	var data []byte
+	var err error
 	if file == "-" && stdin != nil {
-		r = stdin
-	} else {
-		f, err := os.Open(file)
+		data, err = io.ReadAll(io.LimitReader(stdin, max+1))
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("read %s: %w", file, err)
 		}
-		defer f.Close()
-		r = f
+		if int64(len(data)) > max {
+			err = readfile.ErrTooLarge
+		}
+	} else {
+		data, err = readfile.Stream(file, max, readfile.PipeWait)
 	}
-	data, err := io.ReadAll(io.LimitReader(r, declarations.MaxEnvelopeSize+1))
-	var pathErr *fs.PathError
-	if err != nil && !errors.As(err, &pathErr) {
-		// A file's own errors name it already ("read F: is a directory").
-		err = fmt.Errorf("read %s: %w", file, err)
+	if errors.Is(err, readfile.ErrTooLarge) {
+		return nil, fmt.Errorf("%s is larger than %d bytes, %s", file, max, tooLarge)
 	}
 	if err != nil {
 		return nil, err
-	}
-	if len(data) > declarations.MaxEnvelopeSize {
-		return nil, fmt.Errorf("%s is larger than %d bytes, the most a signed declaration can carry; split the state or ship large files another way", file, declarations.MaxEnvelopeSize)
 	}
 	return data, nil
 }

@@ -101,7 +101,7 @@ type joinResult struct {
 // command line.
 func readSecretInput(file string, cio *cliIO) (string, error) {
 	if file != "" {
-		data, err := readBounded(file, nil)
+		data, err := readBounded(file, nil, 16<<10, "and a token is one line of a few hundred characters")
 		return string(data), err
 	}
 	if v := cio.getenv("MESH_TOKEN"); v != "" {

@@ -189,7 +189,7 @@ func TestDeclareRefusesBadBodies(t *testing.T) {
 		t.Fatal(err)
 	}
 	for file, want := range map[string]string{big: "larger than", bad: "bad.json", escape: "escape.json",
-		empty: empty + " is empty: a declaration body is a JSON object", sub: "meshctl declare: read " + sub + ": is a directory\n"} {
+		empty: empty + " is empty: a declaration body is a JSON object", sub: "meshctl declare: " + sub + " is a directory, not a regular file"} {
 		code, _, stderr := runCLI("declare", "--data", dir, "--node", "web-1", "--file", file)
 		if code == exitOK || !strings.Contains(stderr, want) {
 			t.Errorf("%s: exit %d, stderr %q", file, code, stderr)
