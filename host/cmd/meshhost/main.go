@@ -49,6 +49,7 @@ import (
 	"mesh/host/hooks"
 	"mesh/host/identity"
 	"mesh/host/link"
+	"mesh/host/readfile"
 	"mesh/host/state"
 	"mesh/host/statedir"
 	"mesh/host/terminal"
@@ -366,12 +367,16 @@ func readToken(file string, cio *cliIO) (string, error) {
 	var r io.Reader
 	switch {
 	case file != "":
-		f, err := os.Open(file)
+		// A pipe is read until its writer closes it; a FIFO nothing writes to is
+		// given up on after readfile.PipeWait; a directory or a device is refused.
+		data, err := readfile.Stream(file, maxTokenInput, readfile.PipeWait)
+		if errors.Is(err, readfile.ErrTooLarge) {
+			return "", fmt.Errorf("%w: %s is over %d bytes; a token is one line of a few hundred characters", enrol.ErrToken, file, maxTokenInput)
+		}
 		if err != nil {
 			return "", fmt.Errorf("%w: %v", enrol.ErrToken, err)
 		}
-		defer f.Close()
-		r = f
+		return string(data), nil
 	case cio.getenv("MESH_TOKEN") != "":
 		return cio.getenv("MESH_TOKEN"), nil
 	default:
