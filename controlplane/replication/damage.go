@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strconv"
@@ -97,10 +98,13 @@ func checkRaftDBPresent(dir string) error {
 // as they are.
 func openBolt(dir string) (store *raftboltdb.BoltStore, err error) {
 	path := raftDBPath(dir)
+	// bbolt maps the file and reads its pages in place: a page the file was cut
+	// before is a fault (SIGBUS), fatal unless it is made a panic.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
 			// bbolt may hold the file's lock: the process is about to stop.
-			store, err = nil, &DamageError{File: path, Problem: "is corrupt", Err: fmt.Errorf("%v", p)}
+			store, err = nil, &DamageError{File: path, Problem: "is corrupt or cut short", Err: fmt.Errorf("%v", p)}
 		}
 	}()
 	store, err = raftboltdb.New(raftboltdb.Options{Path: path})
@@ -173,9 +177,10 @@ func snapshotDirs(dir string) ([]snapshotDir, error) {
 // come back as a DamageError.
 func checkStores(dir string, store *raftboltdb.BoltStore) (passedOver *DamageError, err error) {
 	path := raftDBPath(dir)
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true)) // as in openBolt
 	defer func() {
 		if p := recover(); p != nil {
-			passedOver, err = nil, &DamageError{File: path, Problem: "is corrupt", Err: fmt.Errorf("%v", p)}
+			passedOver, err = nil, &DamageError{File: path, Problem: "is corrupt or cut short", Err: fmt.Errorf("%v", p)}
 		}
 	}()
 	snaps, err := snapshotDirs(dir)
