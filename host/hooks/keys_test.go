@@ -11,8 +11,7 @@ import (
 // TestLoadReadsOneWayOnly: encoding/json alone reads a hooks file with a member
 // twice (the last one winning: the command run would be one a reader of the file
 // may have missed) or a name in another case ("Run" for "run"). Both are refused
-// with ErrConfig, naming the member; map-free names that differ only in case
-// nowhere else are unaffected.
+// with ErrConfig (and jsonkeys.ErrDuplicate or ErrCase), naming the member.
 func TestLoadReadsOneWayOnly(t *testing.T) {
 	for _, tc := range []struct {
 		name, content, says string
