@@ -34,6 +34,16 @@ import (
 // ErrUnreachable means no broker of the mesh answered.
 var ErrUnreachable = errors.New("cannot reach the control plane")
 
+// ErrLoginRefused means a broker of the mesh (it proved the CA pin) refused the
+// credentials' login: nats-server's "Authorization Violation". Seen from here, two
+// causes give it alike: a broker of a version older than logins bound to the TLS
+// session (decision 0018), which cannot check this login, as during an upgrade; or
+// credentials that are not this mesh's. The text names both.
+var ErrLoginRefused = errors.New("the broker refused these operator credentials (Authorization Violation): " +
+	"either that control node runs a meshctl older than this one, which cannot check its login " +
+	"(during an upgrade, use the older meshctl against it, or upgrade it first: operations.md, Upgrading), " +
+	"or the credentials are not this mesh's (copy admin.creds from one of its control nodes)")
+
 // ErrNoLeader means the brokers answered but no control node served the request.
 var ErrNoLeader = errors.New("no control node answered: the control plane is not serving (is `meshctl serve` running, and does it have a Raft leader? `meshctl control status` shows which control nodes run)")
 
@@ -151,6 +161,11 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 		if errors.Is(err, ErrNoUserJWT) || errors.Is(err, ErrFileTooLarge) {
 			// The credentials, not the mesh: nothing was sent.
 			return nil, fmt.Errorf("%w: %w", ErrEndpoint, err)
+		}
+		if errors.Is(err, nats.ErrAuthorization) {
+			// Not unreachable in fact, but that is the exit code (3) it has always
+			// had, and the one scripts that wait out an upgrade retry on.
+			return nil, fmt.Errorf("%w at %s: %w", ErrUnreachable, strings.Join(servers, ", "), ErrLoginRefused)
 		}
 		hint := ""
 		if e.Hint != "" {
