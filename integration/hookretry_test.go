@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,8 +30,10 @@ func TestFailedHookIsFailingUntilRetried(t *testing.T) {
 	hooksFile := filepath.Join(dir, "hooks.json")
 	writeFile(t, hooksFile, `{"hooks":[{"name":"restart-app","paths":["etc/*.conf"],"run":["sh","-c",`+
 		`"test -e `+fixed+` || { echo 'app.service: bind: port 8080 in use' >&2; exit 1; }"]}]}`)
-	h.Run("--hooks", hooksFile)
+	metrics := fmt.Sprintf("127.0.0.1:%d", harness.FreePorts(t, 1)[0])
+	h.Run("--hooks", hooksFile, "--metrics-listen", metrics)
 	cp.WaitConverged("web-1", 0, 20*time.Second)
+	hooksFailed := func() float64 { return harness.Sum(harness.Scrape(t, "http://"+metrics+"/metrics"), "mesh_agent_hooks_failed") }
 
 	body := filepath.Join(dir, "app.json")
 	writeFile(t, body, `{"files":[{"path":"etc/app.conf","content":"port = 8080\n"}]}`)
@@ -45,6 +48,9 @@ func TestFailedHookIsFailingUntilRetried(t *testing.T) {
 	if r := cp.Ctl("status"); r.Code != 5 || !strings.Contains(r.Combined(), "web-1 (failing: hook_failed: hook restart-app") ||
 		!strings.Contains(r.Combined(), "port 8080 in use") {
 		t.Fatalf("status with the hook failed: exit %d, want 5 naming it:\n%s", r.Code, r.Combined())
+	}
+	if got := hooksFailed(); got != 1 {
+		t.Errorf("mesh_agent_hooks_failed = %v with the hook failed, want 1", got)
 	}
 	st := harness.Run(t, "", nil, bin.Meshhost, "status", "--state", h.State)
 	if st.Code != 0 || !strings.Contains(st.Stdout, "FAILED: restart-app") || !strings.Contains(st.Stdout, "etc/app.conf") {
@@ -66,6 +72,9 @@ func TestFailedHookIsFailingUntilRetried(t *testing.T) {
 		t.Fatalf("retry after the fix: exit %d:\n%s", r.Code, r.Combined())
 	}
 	harness.Eventually(t, 20*time.Second, "status shows web-1 converged", func() bool { return cp.Ctl("status").Code == 0 })
+	if got := hooksFailed(); got != 0 {
+		t.Errorf("mesh_agent_hooks_failed = %v once the hook succeeded, want 0", got)
+	}
 	if st := harness.Run(t, "", nil, bin.Meshhost, "status", "--state", h.State); strings.Contains(st.Stdout, "FAILED") || strings.Contains(st.Stdout, "owed") {
 		t.Fatalf("meshhost status still shows hooks failed or owed:\n%s", st.Stdout)
 	}

@@ -27,6 +27,7 @@ type stats struct {
 	haveApplied bool
 	epoch       uint64
 	expiresAt   time.Time
+	hooksFailed int
 }
 
 func (s *stats) set(f func(*stats)) {
@@ -59,6 +60,8 @@ var (
 		"1 while the agent is connected to a broker of the mesh.", nil, nil)
 	descSynced = prometheus.NewDesc("mesh_agent_synced",
 		"1 once the mesh acknowledged a sync on the current connection.", nil, nil)
+	descHooksFailed = prometheus.NewDesc("mesh_agent_hooks_failed",
+		"Hooks that failed and have not run again with success (meshhost hooks retry, a restart or a declaration runs them); the node is failing meanwhile.", nil, nil)
 	descStale = prometheus.NewDesc("mesh_agent_stale",
 		"1 when the applied declaration expired without a fresh one.", nil, nil)
 )
@@ -67,7 +70,7 @@ var (
 type collector struct{ a *Agent }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descAppliedVersion, descKeyringEpoch, descApplied, descRefused, descLastApply, descConnected, descSynced, descStale} {
+	for _, d := range []*prometheus.Desc{descAppliedVersion, descKeyringEpoch, descApplied, descRefused, descLastApply, descConnected, descSynced, descStale, descHooksFailed} {
 		ch <- d
 	}
 }
@@ -82,6 +85,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	connected, synced, applied, last := a.stats.connected, a.stats.synced, a.stats.applied, a.stats.lastApply
 	version, have, epoch := a.stats.version, a.stats.haveApplied, a.stats.epoch
 	stale := have && a.o.Now().After(a.stats.expiresAt)
+	hooksFailed := a.stats.hooksFailed
 	a.stats.mu.Unlock()
 	appliedVersion := -1.0
 	if have {
@@ -98,6 +102,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descConnected, boolValue(connected))
 	gauge(descSynced, boolValue(synced))
 	gauge(descStale, boolValue(stale))
+	gauge(descHooksFailed, float64(hooksFailed))
 }
 
 func boolValue(b bool) float64 {
@@ -143,5 +148,6 @@ func (a *Agent) serveHTTP(ctx context.Context, ln net.Listener) {
 func (a *Agent) publishState() {
 	a.stats.set(func(s *stats) {
 		s.version, s.haveApplied, s.epoch, s.expiresAt = a.applied.Version, a.applied.HaveApplied, a.keyring.Epoch, a.applied.ExpiresAt
+		s.hooksFailed = len(a.applied.HooksFailed)
 	})
 }
