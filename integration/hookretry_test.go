@@ -33,7 +33,9 @@ func TestFailedHookIsFailingUntilRetried(t *testing.T) {
 	metrics := fmt.Sprintf("127.0.0.1:%d", harness.FreePorts(t, 1)[0])
 	h.Run("--hooks", hooksFile, "--metrics-listen", metrics)
 	cp.WaitConverged("web-1", 0, 20*time.Second)
-	hooksFailed := func() float64 { return harness.Sum(harness.Scrape(t, "http://"+metrics+"/metrics"), "mesh_agent_hooks_failed") }
+	hooksFailed := func() float64 {
+		return harness.Sum(harness.Scrape(t, "http://"+metrics+"/metrics"), "mesh_agent_hooks_failed")
+	}
 
 	body := filepath.Join(dir, "app.json")
 	writeFile(t, body, `{"files":[{"path":"etc/app.conf","content":"port = 8080\n"}]}`)
