@@ -66,7 +66,9 @@ func (n *netns) controlPlane3(router string, base int, mesh string, flags ...str
 	for i := 1; i <= 3; i++ {
 		cps = append(cps, n.behind(router, fmt.Sprintf("cp-%d", i), fmt.Sprintf("10.77.%d", base+i)))
 	}
-	serve := func(m *machine) { m.serve(t, 60*time.Second, flags...) }
+	serve := func(m *machine) {
+		m.serve(t, 60*time.Second, append([]string{"--metrics-listen", m.ip + ":25090"}, flags...)...)
+	}
 	if r := cps[0].ctl(t, "bootstrap", "--mesh", mesh, "--listen", cps[0].ip+":7300"); r.Code != 0 {
 		t.Fatalf("bootstrap: %s", r.Combined())
 	}

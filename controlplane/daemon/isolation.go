@@ -2,10 +2,22 @@ package daemon
 
 import "time"
 
-// isolationGrace is how long a control node must have been cut off (no leader
-// heard, too few brokers routed to for a quorum) before its broker sheds its hosts:
-// longer than an election among nodes that still reach each other.
+// isolationGrace is how long a control node that hears no leader and routes to too
+// few brokers for a quorum waits before its broker sheds its hosts: no leader can be
+// on its side, and an election among the nodes that still reach each other is over
+// by then.
 const isolationGrace = 4 * time.Second
+
+// strandedGrace is how long a control node that hears no leader, though it routes to
+// enough brokers for a quorum, waits before its broker sheds its hosts: a node that
+// lost the leader alone (what the leader's machine sends it is lost, say) while the
+// others still follow it. NATS routes do not forward from one broker to another, so
+// its hosts reach the leader only through a route to the leader's own broker, which
+// such a loss closes too. Elections take a few Raft heartbeats; this is many more,
+// so that a slow election does not send every host elsewhere.
+func strandedGrace(raftHeartbeat time.Duration) time.Duration {
+	return max(30*time.Second, 15*raftHeartbeat)
+}
 
 // isolation decides when this node's broker sends its hosts to the other control
 // nodes (docs/decisions/0023-a-cut-off-control-node-sheds-its-hosts.md).
@@ -18,23 +30,23 @@ const isolationGrace = 4 * time.Second
 // partition lasts. Shed, they take the next broker they know, on the side that has a
 // leader, and move back to their first broker once it is whole again (decision 0020).
 type isolation struct {
-	since time.Time // when the node was first seen cut off; zero while it is not
+	since time.Time // when the node was first seen without a leader; zero while it hears one
 	shed  bool
 }
 
-// cutOff says whether a node is on the side of a partition that cannot have a
-// leader: it hears none, and the brokers it routes to, with its own, are fewer than
-// a quorum of voters. A mesh of one voter is never cut off; a node that routes to
-// enough others is not, even without a leader (an election, or Raft's port alone
-// blocked: its hosts reach the leader through the routes).
-func cutOff(leaderHeard bool, voters, routedPeers int) bool {
-	return !leaderHeard && voters > 1 && 1+routedPeers < voters/2+1
+// cutOff says whether a node that hears no leader is on the side of a partition
+// that cannot have one: the brokers it routes to, with its own, are fewer than a
+// quorum of voters. A mesh of one voter is never cut off.
+func cutOff(voters, routedPeers int) bool {
+	return voters > 1 && 1+routedPeers < voters/2+1
 }
 
-// observe takes one look and says whether to start shedding the hosts (cut off for
-// isolationGrace) or to stop (no longer cut off, after shedding).
-func (w *isolation) observe(now time.Time, cut bool) (shed, unshed bool) {
-	if !cut {
+// observe takes one look: whether the node hears a leader (it leads, or Raft heard
+// one lately), whether it is cut off (cutOff), and stranded, the grace for a node
+// that is not. It says whether to start shedding the hosts or to stop (a leader
+// heard again, after shedding).
+func (w *isolation) observe(now time.Time, leaderHeard, cut bool, stranded time.Duration) (shed, unshed bool) {
+	if leaderHeard {
 		unshed = w.shed
 		*w = isolation{}
 		return false, unshed
@@ -42,7 +54,8 @@ func (w *isolation) observe(now time.Time, cut bool) (shed, unshed bool) {
 	if w.since.IsZero() {
 		w.since = now
 	}
-	if !w.shed && now.Sub(w.since) >= isolationGrace {
+	alone := now.Sub(w.since)
+	if !w.shed && ((cut && alone >= isolationGrace) || alone >= stranded) {
 		w.shed = true
 		return true, false
 	}

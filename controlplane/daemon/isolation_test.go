@@ -5,61 +5,73 @@ import (
 	"time"
 )
 
-// TestCutOff: only a node that hears no leader and routes to fewer brokers than a
-// quorum needs is cut off.
+// TestCutOff: a node is cut off when it routes to fewer brokers than a quorum needs.
 func TestCutOff(t *testing.T) {
 	for _, c := range []struct {
-		heard          bool
 		voters, routed int
 		want           bool
 	}{
-		{false, 3, 0, true},  // the minority of three
-		{false, 3, 1, false}, // an election among two of three
-		{true, 3, 0, false},  // Raft hears the leader: the routes are the route watch's
-		{false, 1, 0, false}, // one voter: nowhere else to go
-		{false, 2, 0, true},  // two voters, each alone
-		{false, 5, 1, true},  // two of five
-		{false, 5, 2, false}, // three of five
+		{3, 0, true},  // the minority of three
+		{3, 1, false}, // two of three
+		{1, 0, false}, // one voter: nowhere else to go
+		{2, 0, true},  // two voters, each alone
+		{5, 1, true},  // two of five
+		{5, 2, false}, // three of five
 	} {
-		if got := cutOff(c.heard, c.voters, c.routed); got != c.want {
-			t.Errorf("cutOff(leader heard %v, %d voters, %d routed) = %v, want %v", c.heard, c.voters, c.routed, got, c.want)
+		if got := cutOff(c.voters, c.routed); got != c.want {
+			t.Errorf("cutOff(%d voters, %d routed) = %v, want %v", c.voters, c.routed, got, c.want)
 		}
 	}
 }
 
-// TestIsolation: hosts are shed once the node has been cut off for the grace, once
-// an episode, and admitted again as soon as it is not.
+// TestIsolation: hosts are shed once the node has heard no leader for the grace
+// (isolationGrace when cut off, the stranded grace otherwise), once an episode,
+// and admitted again as soon as a leader is heard.
 func TestIsolation(t *testing.T) {
+	stranded := strandedGrace(500 * time.Millisecond)
+	if stranded != 30*time.Second || strandedGrace(10*time.Second) != 150*time.Second {
+		t.Fatalf("strandedGrace: %s for 500ms, %s for 10s", stranded, strandedGrace(10*time.Second))
+	}
 	at := time.Unix(1_800_000_000, 0)
 	var w isolation
-	look := func(after time.Duration, cut bool) (bool, bool) {
+	look := func(after time.Duration, heard, cut bool) (bool, bool) {
 		at = at.Add(after)
-		return w.observe(at, cut)
+		return w.observe(at, heard, cut, stranded)
 	}
-	if shed, unshed := look(0, false); shed || unshed {
-		t.Fatal("not cut off: nothing to do")
+	if shed, unshed := look(0, true, false); shed || unshed {
+		t.Fatal("a leader heard: nothing to do")
 	}
-	look(0, true)
-	if shed, _ := look(isolationGrace-time.Second, true); shed {
+	// Cut off: shed after isolationGrace without a leader.
+	look(0, false, false)
+	if shed, _ := look(isolationGrace-time.Second, false, true); shed {
 		t.Fatal("shed before the grace passed")
 	}
-	if shed, unshed := look(time.Second, false); shed || unshed {
-		t.Fatal("back within the grace, yet told to shed or unshed")
+	if shed, unshed := look(time.Second, true, true); shed || unshed {
+		t.Fatal("a leader heard within the grace, yet told to shed or unshed")
 	}
-	look(time.Second, true)
-	if shed, _ := look(isolationGrace-time.Second, true); shed {
+	look(time.Second, false, true)
+	if shed, _ := look(isolationGrace-time.Second, false, true); shed {
 		t.Fatal("the grace did not start again")
 	}
-	if shed, _ := look(time.Second, true); !shed {
+	if shed, _ := look(time.Second, false, true); !shed {
 		t.Fatal("cut off for the grace, and not shed")
 	}
-	if shed, _ := look(time.Minute, true); shed {
+	if shed, _ := look(time.Minute, false, true); shed {
 		t.Fatal("shed twice in one episode")
 	}
-	if _, unshed := look(time.Second, false); !unshed {
-		t.Fatal("no longer cut off, and not told to admit hosts again")
+	if _, unshed := look(time.Second, true, false); !unshed {
+		t.Fatal("a leader heard again, and hosts not admitted again")
 	}
-	if _, unshed := look(time.Second, false); unshed {
+	if _, unshed := look(time.Second, true, false); unshed {
 		t.Fatal("told to admit hosts again twice")
+	}
+	// Not cut off (an election, or the leader alone lost): only after the
+	// stranded grace.
+	look(0, false, false)
+	if shed, _ := look(stranded-time.Second, false, false); shed {
+		t.Fatal("a node routed to a quorum shed its hosts before the stranded grace")
+	}
+	if shed, _ := look(time.Second, false, false); !shed {
+		t.Fatal("no leader heard for the stranded grace, and not shed")
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"time"
+
+	"mesh/controlplane/replication"
 )
 
 // routeGrace is how long a control node's broker may lack a route to the leader's
@@ -54,6 +56,10 @@ func (w *routeWatch) observe(now time.Time, needed, up bool) (warn, recovered bo
 func (d *Daemon) watchRoutes(ctx context.Context) error {
 	var w routeWatch
 	var iso isolation
+	stranded := strandedGrace(d.opts.Timeouts.Heartbeat)
+	if d.opts.Timeouts.Heartbeat == 0 {
+		stranded = strandedGrace(replication.DefaultTimeouts().Heartbeat)
+	}
 	peers := d.broker.Peers()
 	slices.Sort(peers)
 	return every(ctx, HeartbeatInterval, func() {
@@ -89,17 +95,17 @@ func (d *Daemon) watchRoutes(ctx context.Context) error {
 				}
 			}
 		}
-		shed, unshed := iso.observe(d.now(), cutOff(heard, voters, len(now)))
+		shed, unshed := iso.observe(d.now(), heard, cutOff(voters, len(now)), stranded)
 		switch {
 		case shed:
 			n, err := d.broker.Shed()
-			d.log.Warn("this control node is cut off from the other control nodes (no leader heard, no route to a quorum): "+
-				"its broker sends its hosts to the others and refuses hosts until it reaches them again; "+
-				"check the network between control nodes (Raft and cluster ports)",
+			d.log.Warn("this control node is cut off from the other control nodes (it hears no leader, and routes to too few brokers for a quorum or has heard none for long): "+
+				"its broker sends its hosts to the others and refuses hosts until it hears a leader again; "+
+				"check the network between control nodes, both ways (Raft and cluster ports)",
 				"hosts_moved", n, "routed_peers", len(now), "voters", voters, "err", err)
 		case unshed:
 			d.broker.Unshed()
-			d.log.Info("this control node reaches the other control nodes again; its broker admits hosts", "routed_peers", len(now))
+			d.log.Info("this control node hears a leader again; its broker admits hosts", "routed_peers", len(now))
 		}
 	})
 }
