@@ -113,14 +113,29 @@ var ErrCorrupt = errors.New("corrupt")
 // most likely written by another version of meshctl.
 var ErrFormat = errors.New("another format version")
 
+// ErrNotAFile means something other than a regular file (a directory, a FIFO, a
+// device) is where a file of the data directory belongs; nothing was read from it.
+// Such an error also matches readfile.ErrNotRegular.
+var ErrNotAFile = errors.New("not a regular file")
+
+// notAFile is a readfile.NotRegularError that matches ErrNotAFile too, with its
+// text alone.
+type notAFile struct{ err error }
+
+func (e notAFile) Error() string   { return e.err.Error() }
+func (e notAFile) Unwrap() []error { return []error{ErrNotAFile, e.err} }
+
 // readCapped reads the file at path, of at most MaxFileSize bytes. Its errors wrap
 // the file system's (fs.ErrNotExist for an absent file), ErrTooLarge, or
-// readfile.ErrNotRegular for a directory, a FIFO or a device where a file belongs:
-// refused without waiting for a FIFO's writer or reading a device to the cap.
+// ErrNotAFile for a directory, a FIFO or a device where a file belongs: refused
+// without waiting for a FIFO's writer or reading a device to the cap.
 func readCapped(path string) ([]byte, error) {
 	data, err := readfile.Regular(path, MaxFileSize)
-	if errors.Is(err, readfile.ErrTooLarge) {
+	switch {
+	case errors.Is(err, readfile.ErrTooLarge):
 		return nil, fmt.Errorf("%w: over %d bytes", ErrTooLarge, MaxFileSize)
+	case errors.Is(err, readfile.ErrNotRegular):
+		return nil, notAFile{err}
 	}
 	return data, err
 }

@@ -58,7 +58,7 @@ func TestReadsRefuseWhatIsNotAFile(t *testing.T) {
 			}
 			for name, check := range checks {
 				err := returnsWithin(t, check)
-				if !errors.Is(err, readfile.ErrNotRegular) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrNoConfig) ||
+				if !errors.Is(err, readfile.ErrNotRegular) || !errors.Is(err, ErrNotAFile) || errors.Is(err, ErrTooLarge) || errors.Is(err, ErrNoConfig) ||
 					!strings.Contains(err.Error(), kind.says) {
 					t.Errorf("%s: %v, want readfile.ErrNotRegular saying %q", name, err, kind.says)
 				}

@@ -59,3 +59,43 @@ func TestInputFilesThatAreNotFiles(t *testing.T) {
 		t.Fatalf("join --token-file with 20 KiB: exit %d: %s", code, stderr)
 	}
 }
+
+// TestDataDirectoryFileUnusableExits7: a data directory whose mesh.json is corrupt,
+// cut short, of another format, over the cap or not a file at all cannot be used,
+// and running again will not mend it: exit 7, which the systemd unit does not
+// restart (RestartPreventExitStatus), not exit 1, which it restarts for ever.
+func TestDataDirectoryFileUnusableExits7(t *testing.T) {
+	for name, put := range map[string]func(path string) error{
+		"corrupt":        func(p string) error { return os.WriteFile(p, []byte("mesh = demo\n"), 0o644) },
+		"cut short":      func(p string) error { return os.WriteFile(p, []byte(`{"format":1,"mesh":`), 0o644) },
+		"another format": func(p string) error { return os.WriteFile(p, []byte(`{"format":9}`), 0o644) },
+		"a member twice": func(p string) error { return os.WriteFile(p, []byte(`{"format":1,"format":1}`), 0o644) },
+		"over the cap":   func(p string) error { return os.WriteFile(p, []byte(strings.Repeat(" ", 2<<20)), 0o644) },
+		"a FIFO":         func(p string) error { return syscall.Mkfifo(p, 0o600) },
+		"a directory":    func(p string) error { return os.Mkdir(p, 0o700) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := put(filepath.Join(dir, "mesh.json")); err != nil {
+				t.Skipf("cannot make it here: %v", err)
+			}
+			for _, cmd := range [][]string{{"serve", "--data", dir}, {"nodes", "--data", dir}} {
+				done := make(chan struct{})
+				var code int
+				var stderr string
+				go func() {
+					defer close(done)
+					code, _, stderr = runCLI(cmd...)
+				}()
+				select {
+				case <-done:
+				case <-time.After(30 * time.Second):
+					t.Fatalf("%s: no answer within 30 s", cmd[0])
+				}
+				if code != exitDataDir || !strings.Contains(stderr, "mesh.json") {
+					t.Errorf("%s: exit %d, want %d: %s", cmd[0], code, exitDataDir, stderr)
+				}
+			}
+		})
+	}
+}
