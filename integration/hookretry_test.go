@@ -29,10 +29,16 @@ func TestFailedHookIsFailingUntilRetried(t *testing.T) {
 	fixed := filepath.Join(dir, "port-freed")
 	hooksFile := filepath.Join(dir, "hooks.json")
 	writeFile(t, hooksFile, `{"hooks":[{"name":"restart-app","paths":["etc/*.conf"],"run":["sh","-c",`+
-		`"test -e `+fixed+` || { echo 'app.service: bind: port 8080 in use' >&2; exit 1; }"]}]}`)
+		`"test -e `+fixed+` || { echo 'app.service: bind: port 8080 in use' >&2; exit 1; }"]},`+
+		`{"name":"reload-db","paths":["db/*"],"run":["/nonexistent/bin/reload-db"]}]}`)
 	metrics := fmt.Sprintf("127.0.0.1:%d", harness.FreePorts(t, 1)[0])
 	h.Run("--hooks", hooksFile, "--metrics-listen", metrics)
 	cp.WaitConverged("web-1", 0, 20*time.Second)
+	// A command that cannot run is said as the agent starts, not at the first change.
+	h.Process().WaitOutput(t, `a hook's command cannot be run now`, 10*time.Second)
+	if !strings.Contains(h.Process().Output(), "reload-db") {
+		t.Errorf("the warning does not name the hook:\n%s", h.Process().Output())
+	}
 	hooksFailed := func() float64 {
 		return harness.Sum(harness.Scrape(t, "http://"+metrics+"/metrics"), "mesh_agent_hooks_failed")
 	}
