@@ -104,11 +104,9 @@ host's managed root. "-" reads the body from stdin.`,
 				if wait.d == 0 {
 					return nil
 				}
-				progress := cio.stderr
-				if asJSON {
-					progress = io.Discard
-				}
-				report, err := waitConverged(client, res.Assignments, wait.d, progress, cio.stderrIsTTY)
+				// Progress goes to stderr with --json too: stdout holds the one
+				// JSON document, and a wait of minutes is not left silent.
+				report, err := waitConverged(client, res.Assignments, wait.d, cio.stderr, cio.stderrIsTTY)
 				if err != nil {
 					return err
 				}
