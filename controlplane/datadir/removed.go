@@ -68,9 +68,11 @@ func (d Dir) Removed() (Removal, bool, error) {
 		return Removal{}, false, nil
 	case errors.Is(err, readfile.ErrTooLarge):
 		return Removal{Node: "?"}, true, nil
+	case errors.Is(err, readfile.ErrNotRegular):
+		// A FIFO or a directory in its place: refused without waiting for a
+		// writer, and said, rather than taken for a removal or its absence.
+		return Removal{}, false, fmt.Errorf("read %s: %w", d.Path(RemovedFile), notAFile{err})
 	case err != nil:
-		// A FIFO or a directory in its place included: refused without waiting
-		// for a writer, and said, rather than taken for a removal or its absence.
 		return Removal{}, false, fmt.Errorf("read %s: %w", d.Path(RemovedFile), err)
 	}
 	var r Removal
