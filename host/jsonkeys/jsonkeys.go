@@ -2,13 +2,14 @@
 // another reader may read another: an object with two members of one name (the
 // decoder keeps the last, another reader the first or both), and a member whose
 // name matches a field only when case is ignored (the decoder fills the field, a
-// reader that compares names exactly sees an unknown member). Neither ever comes
-// from this program's own encoder, so a file or a request holding one was written
-// by something else, and it is refused rather than read one way among two.
+// reader that compares names exactly sees an unknown member), and bytes that are
+// not UTF-8 (the decoder reads each as U+FFFD). None ever comes from this
+// program's own encoder, so a file or a request holding one was written by
+// something else, and it is refused rather than read one way among two.
 //
 // Check runs beside json.Unmarshal (after it, on the same bytes), guided by the
 // type decoded into. The signed envelopes need no such second look: package
-// declarations decodes them with a scanner of its own that refuses both already.
+// declarations decodes them with a scanner of its own that refuses all three already.
 //
 // It uses the standard library only, so that the host agent may import it.
 package jsonkeys
@@ -26,12 +27,16 @@ import (
 	"unicode/utf8"
 )
 
-// Errors callers branch on with errors.Is; both are also a *KeyError.
+// Errors callers branch on with errors.Is; the first two are also a *KeyError.
 var (
 	// ErrDuplicate: an object holds two members of one name.
 	ErrDuplicate = errors.New("a JSON member name appears twice")
 	// ErrCase: a member's name matches a field only when case is ignored.
 	ErrCase = errors.New("a JSON member name differs in case from its field's")
+	// ErrUTF8: the document is not valid UTF-8. encoding/json reads each bad
+	// byte of a string as U+FFFD, so that what it reads is not what the file
+	// holds, and another reader refuses it or keeps the bytes.
+	ErrUTF8 = errors.New("not valid UTF-8")
 )
 
 // KeyError is a member name refused: where (the path of the object holding it,
@@ -59,7 +64,8 @@ func (e *KeyError) Error() string {
 // Is reports whether target is e's kind.
 func (e *KeyError) Is(target error) bool { return target == e.Kind }
 
-// Check returns a *KeyError for the first member name of data that is refused:
+// Check refuses data that is not valid UTF-8 (ErrUTF8), and returns a *KeyError
+// for the first member name of data that is refused:
 // in any object, a name already seen in it (ErrDuplicate); in an object decoded
 // into a struct, a name that is not exactly one of its fields' but equals one when
 // case is ignored (ErrCase). Objects decoded otherwise (a map, whose keys Go
@@ -69,6 +75,9 @@ func (e *KeyError) Is(target error) bool { return target == e.Kind }
 // decoded into: a pointer, or a value of that type. A document that is not valid
 // JSON gives the decoder's error; callers decode first.
 func Check(data []byte, v any) error {
+	if !utf8.Valid(data) {
+		return fmt.Errorf("%w (at byte %d)", ErrUTF8, firstInvalid(data))
+	}
 	t := reflect.TypeOf(v)
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -252,6 +261,18 @@ func join(where, key string) string {
 		return key
 	}
 	return where + "." + key
+}
+
+// firstInvalid is the offset of the first byte of data that is not valid UTF-8.
+func firstInvalid(data []byte) int {
+	for i := 0; i < len(data); {
+		r, n := utf8.DecodeRune(data[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return len(data)
 }
 
 // clip caps a name for messages, on a rune boundary.

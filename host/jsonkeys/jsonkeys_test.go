@@ -117,6 +117,23 @@ func TestCheckDeep(t *testing.T) {
 	}
 }
 
+// Bytes that are not UTF-8, which encoding/json reads as U+FFFD, are refused
+// wherever they are, with the offset of the first.
+func TestCheckUTF8(t *testing.T) {
+	for _, in := range []string{"{\"seed\":\"a\xffb\"}", "{\"labels\":{\"\xc3\":\"x\"}}", "{\"zzz\":\"\xed\xa0\x80\"}"} {
+		var d doc
+		if err := json.Unmarshal([]byte(in), &d); err != nil {
+			t.Fatalf("%q: the decoder refuses it itself: %v", in, err)
+		}
+		if err := Check([]byte(in), &d); !errors.Is(err, ErrUTF8) || !strings.Contains(err.Error(), "at byte") {
+			t.Errorf("%q: %v, want ErrUTF8", in, err)
+		}
+	}
+	if err := Check([]byte(`{"seed":"é☃𝄞"}`), &doc{}); err != nil {
+		t.Fatalf("valid UTF-8 refused: %v", err)
+	}
+}
+
 func TestCheckInvalid(t *testing.T) {
 	for _, in := range []string{``, `{`, `{"a":`, `{"a" 1}`, `[1,`} {
 		if err := Check([]byte(in), &doc{}); err == nil {

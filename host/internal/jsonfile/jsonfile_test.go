@@ -107,6 +107,9 @@ func TestDecodeTellsFaultsApart(t *testing.T) {
 		{`{"Format":1,"name":"a"}`, `corrupt: it cannot be decoded one way only: member "Format" is field "format"`},
 		{`{"format":1,"extra":{"k":"a","k":"b"}}`, `corrupt: it cannot be decoded one way only: in "extra": member "k" appears twice`},
 		{`{"format":1,"extra":{"K":"a","k":"b"}}`, ""},
+		// encoding/json reads a byte that is not UTF-8 as U+FFFD: not what the
+		// file holds.
+		{"{\"format\":1,\"name\":\"a\xffb\"}", `corrupt: it cannot be decoded one way only: not valid UTF-8 (at byte 21)`},
 	} {
 		_, err := decodeBytes([]byte(c.data))
 		var f *Fault
