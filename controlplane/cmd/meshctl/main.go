@@ -9,14 +9,17 @@
 //	meshctl demo
 //
 // Exit codes: 0 success; 1 failure; 2 usage error; 3 the control plane could not be
-// reached, has no leader or did not answer; 4 the control plane refused the request
+// reached, has no leader, did not answer, or its broker refused the login (a control
+// node older than this meshctl, or another mesh's credentials); 4 the control plane refused the request
 // (also: a join token refused or no broker proving its CA pin, operator credentials
 // that may only read, a control token minted away from the CA key); 5 not
 // converged (declare --wait, status); 6 this control node was removed and will not
 // serve again; 7 the data directory is not one the command can use (not a control
-// node's: not bootstrapped or joined, or a join that did not complete; for serve, one
-// whose keys, credentials or raft/ group or others may read, or that another user owns
-// or others may write; for bootstrap and join, one holding another mesh, another node,
+// node's: not bootstrapped or joined, or a join that did not complete; one of its
+// files corrupt, cut short or not a regular file; one this user cannot write; for
+// serve, one whose keys, credentials or raft/ group or others may read, or that
+// another user owns or others may write, or whose Raft log holds an entry of a newer
+// meshctl or whose Raft store is damaged; for bootstrap and join, one holding another mesh, another node,
 // a joined node or unrelated files);
 // 8 the data directory is in use by another process (serve, bootstrap, join); 9
 // interrupted by SIGINT or SIGTERM before the command completed (serve: before it
