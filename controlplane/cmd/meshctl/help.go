@@ -54,8 +54,20 @@ func flagError(err error) error {
 		// --wait's own refusal names the flag and what it takes.
 		return usageError{errors.Unwrap(ive).Error()}
 	}
+	if errors.As(err, &ive) && ive.GetFlag() != nil {
+		// Go's own text is strconv's ("parsing "1e9": invalid syntax").
+		switch ive.GetFlag().Value.Type() {
+		case "int", "int64":
+			return usagef("--%s %q: not a whole number (such as %s)", ive.GetFlag().Name, ive.GetValue(), exampleNumber)
+		case "uint", "uint64":
+			return usagef("--%s %q: not a whole number of 0 or more (such as %s)", ive.GetFlag().Name, ive.GetValue(), exampleNumber)
+		}
+	}
 	return usageError{err.Error()}
 }
+
+// exampleNumber is the number a refusal of a malformed one gives as an example.
+const exampleNumber = "5000"
 
 // Bounds of the durations every command that calls the control plane takes: past
 // them a value is a typo (1000h for 10s), not a choice.
