@@ -18,8 +18,11 @@ The packages install all three.`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			c.ValidArgs = []cobra.Completion{"bash", "zsh", "fish"}
 			return func(args []string) error {
-				if len(args) != 1 {
+				switch {
+				case len(args) == 0:
 					return usagef("name the shell: bash, zsh or fish")
+				case len(args) > 1:
+					return usagef("unexpected argument %q: completion takes one shell", args[1])
 				}
 				root := c.Root()
 				switch args[0] {

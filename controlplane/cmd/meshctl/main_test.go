@@ -79,6 +79,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"version", "extra"}, "unexpected argument"},
 		{[]string{"bootstrap", "--mesh", "m", "--listen", "127.0.0.1:7300", "--data", dir, "--dry-run", "--json"}, "give one of them"},
 		{[]string{"completion"}, "name the shell"},
+		{[]string{"completion", "bash", "zsh"}, `unexpected argument "zsh"`},
 		{[]string{"completion", "tcsh"}, "no completion for"},
 		{[]string{"token", "--data", dir, "--node", "cp-2", "--role", "control"}, "needs --addr"},
 		{[]string{"token", "--data", dir, "--node", "cp-2", "--role", "control", "--addr", "0.0.0.0:7300"}, "--addr"},
