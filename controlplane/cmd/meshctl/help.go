@@ -16,9 +16,11 @@ import (
 // command is told nothing went wrong.
 func helpCommand(root *cobra.Command) *cobra.Command {
 	return &cobra.Command{
-		Use:   "help [command]",
-		Short: "Help about any command",
-		Args:  cobra.ArbitraryArgs,
+		Use:         "help [command]",
+		Short:       "Help about any command",
+		Long:        "Print a command's help, as `meshctl COMMAND --help` does; without one, the list of commands.",
+		Annotations: map[string]string{"usage": "[COMMAND]"},
+		Args:        cobra.ArbitraryArgs,
 		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
 			if len(args) > 0 {
 				return nil, cobra.ShellCompDirectiveNoFileComp

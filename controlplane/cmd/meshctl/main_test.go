@@ -158,6 +158,9 @@ func TestHelpOfEveryCommand(t *testing.T) {
 			}
 		})
 	}
+	if code, stdout, _ := runCLI("help", "help"); code != exitOK || !strings.Contains(stdout, "usage: meshctl help [COMMAND]\n\nPrint a command's help") {
+		t.Errorf("help help: exit %d, %q", code, stdout)
+	}
 	for _, args := range [][]string{{"help", "frobnicate"}, {"help", "token", "--bogus"}} {
 		code, stdout, stderr := runCLI(args...)
 		if code != exitUsage || stdout != "" || stderr == "" {
