@@ -10,6 +10,7 @@ import (
 	"net"
 	"runtime/debug"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -201,6 +202,14 @@ func serve(ctx context.Context, cio *cliIO, log *slog.Logger, opts daemon.Option
 			_ = notifyState(cio, "STOPPING=1")
 			return fmt.Errorf("%w while starting, before this control node was ready (%v); nothing is left half-done: start it again with `meshctl serve --data %s`",
 				context.Cause(ctx), err, opts.Dir)
+		}
+		if errors.Is(err, syscall.EADDRNOTAVAIL) {
+			// The machine was renumbered: editing mesh.json would make the node
+			// serve where nobody looks, so say what does work.
+			return fmt.Errorf("%w\nan address this control node serves on is not this machine's any more (was it renumbered?). "+
+				"It is in the node's certificate, in the replicated state and in every host's list of brokers: give the machine that address back, "+
+				"as a second address if need be (ip addr add ADDRESS/32 dev INTERFACE), start serve again, "+
+				"then move the node as docs/operations.md says (\"Moving a control node to another address\")", err)
 		}
 		return err
 	}
