@@ -16,10 +16,11 @@ import (
 )
 
 // SocketName is the agent's socket in its state directory, where `meshhost hooks
-// retry` asks the running agent to run the owed hooks again. The state directory is
-// the agent user's alone (0700, statedir), and the socket is 0600: only that user
-// and root reach it. It only ever acts on this host's own hooks; what the control
-// plane hears of it is the node's own status report, from the node's own identity.
+// retry` asks the running agent to run the owed hooks again. Others may not write
+// the state directory (statedir), the socket is 0600, and on Linux the agent answers
+// only a peer running as its own user or root (peerAllowed), whatever the modes. It
+// only ever acts on this host's own hooks; what the control plane hears of it is the
+// node's own status report, from the node's own identity.
 const SocketName = "agent.sock"
 
 // SocketPath is the agent's socket in stateDir.
@@ -56,11 +57,23 @@ func (a *Agent) serveSocket(ctx context.Context, ln net.Listener) {
 
 func (a *Agent) answer(ctx context.Context, c net.Conn) {
 	defer c.Close()
+	// A client that stops reading must not keep the agent from stopping: its
+	// connection ends with the agent's context.
+	defer context.AfterFunc(ctx, func() { c.Close() })()
+	if err := peerAllowed(c); err != nil {
+		// The socket's mode (0600) is set just after it is bound, and a state
+		// directory others may enter is allowed: the peer's own user decides.
+		a.log.Warn("refused a connection on the agent's socket", "err", err)
+		return
+	}
 	c.SetReadDeadline(time.Now().Add(socketReadTimeout))
 	line, err := bufio.NewReader(&limitedConn{c, 256}).ReadString('\n')
 	if err != nil {
 		return
 	}
+	// The answer is small, but a client that never reads must not hold this
+	// goroutine.
+	c.SetWriteDeadline(time.Now().Add(socketReadTimeout))
 	enc := json.NewEncoder(c)
 	if strings.TrimSpace(line) != RequestRetryHooks {
 		enc.Encode(struct {
@@ -76,6 +89,7 @@ func (a *Agent) answer(ctx context.Context, c net.Conn) {
 	}
 	select {
 	case out := <-reply:
+		c.SetWriteDeadline(time.Now().Add(socketReadTimeout))
 		enc.Encode(out)
 	case <-ctx.Done():
 	}
