@@ -113,7 +113,7 @@ func openStores(dir string, log hclog.Logger) (*raftboltdb.BoltStore, raft.Snaps
 	if passedOver != nil {
 		log.Warn("a Raft snapshot is damaged; starting from the one before it and the log, which hold the same state", "file", passedOver.File, "problem", passedOver.Problem)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(dir, snapshotsRetained, log)
+	snaps, err := newTidySnapshots(dir, snapshotsRetained, log)
 	if err != nil {
 		store.Close()
 		return nil, nil, fmt.Errorf("open raft snapshots: %w", err)
