@@ -57,36 +57,53 @@ func (n *netns) heal(router string) {
 }
 
 // controlPlane3 makes cp-1 (bootstrapped), cp-2 and cp-3 (joined) on machines
-// behind router at 10.77.{base+1,2,3}.2, serving with flags, and waits for three
-// voters.
+// behind router at 10.77.{base+1,2,3}.2, serving with flags (and metrics on port
+// 25090), and waits for three voters.
 func (n *netns) controlPlane3(router string, base int, mesh string, flags ...string) []*machine {
+	n.t.Helper()
+	cp1 := n.bootstrapCP(router, base, mesh, flags...)
+	return n.joinCPs(router, base, cp1, flags...)
+}
+
+// bootstrapCP makes cp-1 at 10.77.{base+1}.2 and serves it with flags.
+func (n *netns) bootstrapCP(router string, base int, mesh string, flags ...string) *machine {
 	t := n.t
 	t.Helper()
-	var cps []*machine
-	for i := 1; i <= 3; i++ {
-		cps = append(cps, n.behind(router, fmt.Sprintf("cp-%d", i), fmt.Sprintf("10.77.%d", base+i)))
-	}
-	serve := func(m *machine) {
-		m.serve(t, 60*time.Second, append([]string{"--metrics-listen", m.ip + ":25090"}, flags...)...)
-	}
-	if r := cps[0].ctl(t, "bootstrap", "--mesh", mesh, "--listen", cps[0].ip+":7300"); r.Code != 0 {
+	m := n.behind(router, "cp-1", fmt.Sprintf("10.77.%d", base+1))
+	if r := m.ctl(t, "bootstrap", "--mesh", mesh, "--listen", m.ip+":7300"); r.Code != 0 {
 		t.Fatalf("bootstrap: %s", r.Combined())
 	}
-	serve(cps[0])
-	for i, m := range cps[1:] {
-		id := fmt.Sprintf("cp-%d", i+2)
-		tok := cps[0].ctl(t, "token", "--role", "control", "--node", id, "--addr", m.ip+":7300")
+	nfServe(t, m, flags...)
+	return m
+}
+
+func nfServe(t *testing.T, m *machine, flags ...string) {
+	t.Helper()
+	m.serve(t, 60*time.Second, append([]string{"--metrics-listen", m.ip + ":25090"}, flags...)...)
+}
+
+// joinCPs joins cp-2 and cp-3 at 10.77.{base+2,3}.2 with tokens minted on cp1,
+// serves them with flags, and waits for three voters; it returns the three.
+func (n *netns) joinCPs(router string, base int, cp1 *machine, flags ...string) []*machine {
+	t := n.t
+	t.Helper()
+	cps := []*machine{cp1}
+	for i := 2; i <= 3; i++ {
+		id := fmt.Sprintf("cp-%d", i)
+		m := n.behind(router, id, fmt.Sprintf("10.77.%d", base+i))
+		tok := cp1.ctl(t, "token", "--role", "control", "--node", id, "--addr", m.ip+":7300")
 		if tok.Code != 0 {
 			t.Fatalf("control token %s: %s", id, tok.Combined())
 		}
 		if r := m.run(t, tok.Stdout, bin.Meshctl, "join", "--data", m.dir, "--raft-heartbeat", "500ms"); r.Code != 0 {
 			t.Fatalf("join %s (exit %d):\n%s", id, r.Code, r.Combined())
 		}
-		serve(m)
+		nfServe(t, m, flags...)
+		cps = append(cps, m)
 	}
 	harness.Eventually(t, 30*time.Second, "three voters", func() bool {
 		voters := 0
-		for _, c := range nfView(t, cps[0]).Control {
+		for _, c := range nfView(t, cp1).Control {
 			if c.Raft == api.RaftVoter || c.Raft == api.RaftLeader {
 				voters++
 			}

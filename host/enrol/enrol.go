@@ -372,7 +372,11 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 	if substituted > 0 {
 		return nil, "", fmt.Errorf("%w; and at least one address answered with another CA: %s", ErrUnreachable, strings.Join(errs, "; "))
 	}
-	return nil, "", fmt.Errorf("%w (%s); retrying may help once the network or the control plane is back", ErrUnreachable, strings.Join(errs, "; "))
+	// The token names the control nodes as they were when it was minted: one lost for
+	// good since (the bootstrap machine, say) is never reached, and only a token
+	// minted on a control node that runs names the others.
+	return nil, "", fmt.Errorf("%w (%s); retrying may help once the network or the control plane is back. "+
+		"If the control nodes the token names are gone for good, mint a new token on a control node that runs (meshctl token there)", ErrUnreachable, strings.Join(errs, "; "))
 }
 
 // nodeKey returns the pending key of an unfinished enrolment with this token, or a
