@@ -42,6 +42,9 @@ type ControlStatus struct {
 	LastContact  time.Time `json:"last_contact,omitzero"`
 	CommitIndex  uint64    `json:"commit_index"`
 	AppliedIndex uint64    `json:"applied_index"`
+	// LogWriteError is why this node's last write to its Raft log failed, when
+	// none succeeded since (a full disk): such a node cannot lead.
+	LogWriteError string `json:"log_write_error,omitempty"`
 	// Members is the Raft configuration as this node holds it.
 	Members []RaftMember `json:"members"`
 	// Control is the control nodes as this node sees them: its replicated state,

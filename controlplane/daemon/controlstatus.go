@@ -49,6 +49,9 @@ func (d *Daemon) controlStatus() api.ControlStatus {
 		Mesh: d.cfg.Mesh, Node: d.cfg.Node, Raft: d.raft.State(), Leader: d.raft.Leader(),
 		Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.Applied,
 	}
+	if err := d.raft.LogWriteError(); err != nil {
+		out.LogWriteError = err.Error()
+	}
 	if !st.LastContact.IsZero() && out.Raft != api.RaftStateLeader {
 		out.LastContact = st.LastContact.UTC()
 	}

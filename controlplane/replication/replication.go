@@ -473,6 +473,16 @@ func (n *Node) Status() Status {
 	}
 }
 
+// LogWriteError is the error of this member's last write to its Raft log when no
+// write succeeded since, or nil. A member whose disk is full cannot append the
+// entry an election starts with, so it does not lead while this stays set.
+func (n *Node) LogWriteError() error {
+	if p := n.guarded.writeErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // AppliedIndex is the index up to which the state machine here has applied the log.
 //
 // Raft's own applied index counts the entries it has handed to the state machine's
@@ -538,6 +548,21 @@ type guardedStore struct {
 	inner  *raftboltdb.BoltStore
 	mu     sync.RWMutex
 	closed bool
+	// writeErr is the error of the last log write when none succeeded since
+	// (nil otherwise): a full disk, which raft only logs, and which keeps a node
+	// from leading, as every election appends an entry.
+	writeErr atomic.Pointer[error]
+}
+
+// noteWrite records how a log write ended.
+func (s *guardedStore) noteWrite(err error) {
+	if err == nil {
+		if s.writeErr.Load() != nil {
+			s.writeErr.Store(nil)
+		}
+		return
+	}
+	s.writeErr.Store(&err)
 }
 
 // enter admits a call, or parks the goroutine of one made after close.
@@ -583,14 +608,18 @@ func (s *guardedStore) GetLog(index uint64, l *raft.Log) error {
 func (s *guardedStore) StoreLog(l *raft.Log) error {
 	s.enter()
 	defer s.leave()
-	return s.inner.StoreLog(l)
+	err := s.inner.StoreLog(l)
+	s.noteWrite(err)
+	return err
 }
 
 // StoreLogs implements raft.LogStore.
 func (s *guardedStore) StoreLogs(logs []*raft.Log) error {
 	s.enter()
 	defer s.leave()
-	return s.inner.StoreLogs(logs)
+	err := s.inner.StoreLogs(logs)
+	s.noteWrite(err)
+	return err
 }
 
 // DeleteRange implements raft.LogStore.

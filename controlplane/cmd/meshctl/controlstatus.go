@@ -126,11 +126,21 @@ func printControlStatus(w io.Writer, r controlStatusReport, now time.Time) {
 	for i, id := range r.Missing {
 		missing[i] = oneLine(id, 64)
 	}
+	// A node whose disk is full cannot append the entry an election starts with:
+	// starting voters does not help, room does.
+	for _, a := range r.Answered {
+		if a.LogWriteError != "" {
+			fmt.Fprintf(w, "%s cannot write its Raft log (%s): free space under its data directory; it needs no restart\n",
+				oneLine(a.Node, 64), oneLine(a.LogWriteError, 300))
+		}
+	}
 	switch {
 	case r.Leader != "" && len(r.Missing) == 0:
 		fmt.Fprintf(w, "leader %s; every member answered\n", leader)
 	case r.Leader != "":
 		fmt.Fprintf(w, "leader %s; not answering: %s (stopped, or its broker has no route to the one reached)\n", leader, strings.Join(missing, ", "))
+	case len(r.Missing) == 0:
+		fmt.Fprintf(w, "no leader, though every voter answers: an election is under way, or the voters cannot write their Raft logs (above); their logs say why\n")
 	default:
 		fmt.Fprintf(w, "no leader: %d of %d voters answer, and a leader needs %d. Start the voters that do not answer (%s); "+
 			"an election takes a few seconds once a quorum runs. If they are lost for good, recover the quorum from the survivors "+

@@ -49,6 +49,16 @@ func TestReportControlStatus(t *testing.T) {
 			missing: []string{"cp-2", "cp-3"}, voters: 3, quorum: 2,
 			wantInText: "no leader: 1 of 3 voters answer, and a leader needs 2. Start the voters that do not answer (cp-2, cp-3)",
 		},
+		// It said "Start the voters that do not answer ()": none was missing, its
+		// disk was full.
+		"the only voter's disk full": {
+			answers: []api.ControlStatus{
+				{Node: "cp-1", Raft: api.RaftStateFollower, Members: three[:1], CommitIndex: 15, Term: 60,
+					LogWriteError: "write /var/lib/meshctl/raft/raft.db: no space left on device"},
+			},
+			voters: 1, quorum: 1,
+			wantInText: "cp-1 cannot write its Raft log (write /var/lib/meshctl/raft/raft.db: no space left on device): free space under its data directory",
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := reportControlStatus(tc.answers)
@@ -60,6 +70,9 @@ func TestReportControlStatus(t *testing.T) {
 			out := b.String()
 			if !strings.Contains(out, tc.wantInText) {
 				t.Fatalf("output lacks %q:\n%s", tc.wantInText, out)
+			}
+			if strings.Contains(out, "do not answer ()") {
+				t.Fatalf("output tells to start no voter:\n%s", out)
 			}
 			for _, id := range tc.missing {
 				if !regexp.MustCompile(`(?m)^` + id + ` +\(no answer\)$`).MatchString(out) {
