@@ -43,7 +43,7 @@ host's managed root. "-" reads the body from stdin.`,
 			fs.BoolVar(&all, "all", false, "target every enrolled node")
 			fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
 			wait := waitFlag{}
-			fs.Var(&wait, "wait", "wait until the nodes applied it: --wait (2m), --wait 30s or --wait=30s; exits 5 naming the nodes that failed or did not answer")
+			fs.Var(&wait, "wait", "wait until the nodes applied it: --wait (2m), --wait 30s or --wait=30s (at most 1h); exits 5 naming the nodes that failed or did not answer")
 			fs.Lookup("wait").NoOptDefVal = defaultWait.String()
 			_ = c.RegisterFlagCompletionFunc("node", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
 				return cp.nodeNames(false), cobra.ShellCompDirectiveNoFileComp

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"mesh/broker"
 	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/join"
@@ -40,7 +41,7 @@ with the same token goes on. Then start the node with meshctl serve.`,
 			var asJSON bool
 			fs.StringVar(&dir, "data", "", "data directory for the new control node (required)")
 			fs.StringVar(&tokenFile, "token-file", "", "read the control token from this file instead of stdin")
-			fs.DurationVar(&heartbeat, "raft-heartbeat", replication.DefaultTimeouts().Heartbeat, "Raft heartbeat and election timeout")
+			fs.DurationVar(&heartbeat, "raft-heartbeat", replication.DefaultTimeouts().Heartbeat, "Raft heartbeat and election timeout (100ms to 1m)")
 			fs.BoolVar(&asJSON, "json", false, "print the result as JSON on stdout (the steps go to stderr)")
 			_ = c.MarkFlagDirname("data")
 			return func(args []string) error {
@@ -142,7 +143,7 @@ docs/operations.md.`,
 			var wait time.Duration
 			cp.register(c, cio)
 			c.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
-			c.Flags().DurationVar(&wait, "wait", operator.DefaultGatherWait, "status: how long to wait for the control nodes' answers")
+			c.Flags().DurationVar(&wait, "wait", operator.DefaultGatherWait, fmt.Sprintf("status: how long to wait for the control nodes' answers (at most %s)", broker.MaxGatherWait))
 			c.ValidArgsFunction = func(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
 				switch len(args) {
 				case 0:

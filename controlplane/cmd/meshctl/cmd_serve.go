@@ -61,7 +61,7 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 			_ = c.MarkFlagDirname("data")
 			_ = c.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions([]cobra.Completion{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
 			_ = c.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions([]cobra.Completion{"debug", "info", "warn", "error"}, cobra.ShellCompDirectiveNoFileComp))
-			fs.DurationVar(&heartbeat, "raft-heartbeat", def.Heartbeat, "Raft heartbeat and election timeout; raise it on slow or loaded machines")
+			fs.DurationVar(&heartbeat, "raft-heartbeat", def.Heartbeat, "Raft heartbeat and election timeout; raise it on slow or loaded machines (100ms to 1m)")
 			fs.DurationVar(&offline, "offline-after", defaultOfflineAfter, "a node that has not reported for this long is shown offline (1s to 1h)")
 			fs.DurationVar(&reconcile, "reconcile", defaultReconcile, "how often declarations not yet applied are sent again (1s to 1h)")
 			var metricsListen string

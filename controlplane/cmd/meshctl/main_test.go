@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -155,6 +156,10 @@ func TestHelpOfEveryCommand(t *testing.T) {
 		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
 			if !strings.Contains(helps[0], "--"+f.Name+" ") {
 				t.Errorf("%s --help does not name --%s", c.Name(), f.Name)
+			}
+			// A duration is bounded, and its help says how.
+			if f.Value.Type() == "duration" && !strings.Contains(f.Usage, "at most") && !regexp.MustCompile(`\d[a-z]* to \d`).MatchString(f.Usage) {
+				t.Errorf("%s --%s: its help names no bound: %q", c.Name(), f.Name, f.Usage)
 			}
 		})
 	}

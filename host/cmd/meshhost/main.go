@@ -283,7 +283,7 @@ func cmdEnrol(args []string, cio *cliIO) error {
 	fs := newFlags("enrol", cio)
 	stateDir := fs.String("state", "", "state directory for the identity and applied state (required)")
 	tokenFile := fs.String("token-file", "", "read the token from this file instead of stdin")
-	timeout := durationFlag(fs, "timeout", defaultEnrolTimeout, "how long to wait for the mesh's answer")
+	timeout := durationFlag(fs, "timeout", defaultEnrolTimeout, "how long to wait for the mesh's answer (1s to 10m)")
 	asJSON := fs.Bool("json", false, "print the result as JSON on stdout (the steps go to stderr)")
 	if err := parse(fs, args, cio); err != nil {
 		return err
@@ -441,9 +441,9 @@ func cmdRun(args []string, cio *cliIO) error {
 	fs := newFlags("run", cio)
 	stateDir := fs.String("state", "", "state directory written by enrol (required)")
 	root := fs.String("root", "", "managed root: declared files are kept here (required)")
-	heartbeat := durationFlag(fs, "heartbeat", defaultHeartbeat, "how often to report status when nothing changes (the control plane shows a node offline after its --offline-after, 45s by default, without a report)")
-	brokerPing := durationFlag(fs, "broker-ping", link.PingInterval, "how often to ping the broker: one whose process stops reading (stopped, wedged) is left for another after two unanswered pings; shorter notices sooner and costs this host and the broker more at rest")
-	returnHome := durationFlag(fs, "return-home", 5*time.Minute, "after failing over to another broker, how often to try moving back to this node's first one (the brokers are rotated by node id so that a fleet spreads over the control nodes); doubles up to an hour while a move does not end there; 0 stays where it is")
+	heartbeat := durationFlag(fs, "heartbeat", defaultHeartbeat, "how often to report status when nothing changes (the control plane shows a node offline after its --offline-after, 45s by default, without a report; 1s to 10m)")
+	brokerPing := durationFlag(fs, "broker-ping", link.PingInterval, "how often to ping the broker: one whose process stops reading (stopped, wedged) is left for another after two unanswered pings; shorter notices sooner and costs this host and the broker more at rest (1s to 10m)")
+	returnHome := durationFlag(fs, "return-home", 5*time.Minute, "after failing over to another broker, how often to try moving back to this node's first one (the brokers are rotated by node id so that a fleet spreads over the control nodes); doubles up to an hour while a move does not end there; 0 stays where it is, else 1s to 1h")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text (key=value lines) or json (one JSON object a line)")
 	logJSON := fs.Bool("log-json", false, "the same as --log-format json")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -102,6 +103,12 @@ func TestHelp(t *testing.T) {
 		for _, w := range want {
 			if !strings.Contains(helps[0], w) {
 				t.Errorf("%s --help lacks %q:\n%s", name, w, helps[0])
+			}
+		}
+		// A duration is bounded, and its help says how.
+		for _, d := range regexp.MustCompile(`(?m)^  --[a-z-]+ duration\n.*$`).FindAllString(helps[0], -1) {
+			if !regexp.MustCompile(`\d[a-z]* to \d|at most`).MatchString(d) {
+				t.Errorf("%s --help: a duration names no bound: %q", name, d)
 			}
 		}
 		if strings.Contains(helps[0], "\n  -state") || strings.Contains(helps[0], "\n  -json") {
