@@ -152,6 +152,10 @@ func run(args []string, cio *cliIO) int {
 	if len(args) == 0 {
 		return rootUsageError(root, cio)
 	}
+	if (args[0] == "--version" || args[0] == "-v") && len(args) > 1 {
+		// Cobra prints the version and ignores the rest, which meshhost refuses.
+		return exitCode(cio.stderr, "meshctl", usagef("unexpected argument %q after %s", args[1], args[0]))
+	}
 	root.SetArgs(joinOptionalValues(root, args))
 	cmd, err := root.ExecuteC()
 	if err == nil {

@@ -78,6 +78,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"declare", "--data", dir, "--node", "web-1", "--file", "x.json", "--wait=soon"}, "positive duration"},
 		{[]string{"declare", "--data", dir, "--node", "web-1", "--file", "x.json", "--wait", "0s"}, `unexpected argument "0s": --wait takes a positive duration`},
 		{[]string{"version", "extra"}, "unexpected argument"},
+		{[]string{"--version", "extra"}, `unexpected argument "extra" after --version`},
+		{[]string{"-v", "--json"}, `unexpected argument "--json" after -v`},
 		{[]string{"bootstrap", "--mesh", "m", "--listen", "127.0.0.1:7300", "--data", dir, "--dry-run", "--json"}, "give one of them"},
 		{[]string{"completion"}, "name the shell"},
 		{[]string{"completion", "bash", "zsh"}, `unexpected argument "zsh"`},
