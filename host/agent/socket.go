@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // SocketName is the agent's socket in its state directory, where `meshhost hooks
@@ -89,10 +90,33 @@ func (a *Agent) answer(ctx context.Context, c net.Conn) {
 	}
 	select {
 	case out := <-reply:
+		out.Error = cutAnswer(out.Error)
 		c.SetWriteDeadline(time.Now().Add(socketReadTimeout))
 		enc.Encode(out)
 	case <-ctx.Done():
 	}
+}
+
+// maxAnswerError bounds the failed hooks' output in an answer: each hook's is cut
+// to its last 4 KiB already, but a host may have many hooks for one path.
+const maxAnswerError = 64 << 10
+
+// maxAnswer bounds what RetryHooks reads of an answer: the error (maxAnswerError),
+// the hooks' names (the hooks file is 64 KiB at most) and the paths still owed (a
+// declaration's, well under this).
+const maxAnswer = 4 << 20
+
+// cutAnswer cuts the failed hooks' output to maxAnswerError, on a rune boundary,
+// saying where the rest is.
+func cutAnswer(s string) string {
+	if len(s) <= maxAnswerError {
+		return s
+	}
+	i := maxAnswerError
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + " … (cut: meshhost status and the agent's log have the whole output)"
 }
 
 // limitedConn reads at most n bytes of a connection: a request is one short line.
@@ -154,7 +178,7 @@ func RetryHooks(stateDir string, timeout time.Duration) (HooksOutcome, error) {
 		HooksOutcome
 		Refused string `json:"refused"`
 	}
-	dec := json.NewDecoder(&limitedConn{c, 64 << 10})
+	dec := json.NewDecoder(&limitedConn{c, maxAnswer})
 	if err := dec.Decode(&raw); err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {

@@ -3,13 +3,17 @@ package agent
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"mesh/host/hooks"
 )
 
 // socketDir is a directory short enough for a socket's path (107 bytes at most;
@@ -203,5 +207,40 @@ func TestSocketPathHazards(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRetryAnswerOfManyFailedHooks: twenty hooks that fail for the same file, each
+// printing its most (4 KiB kept), are all reported by `meshhost hooks retry`, failed
+// by name. Before, the agent's answer (over 80 KiB) passed the client's 64 KiB cap,
+// and the command said "the agent's answer: request too long" though the hooks ran.
+func TestRetryAnswerOfManyFailedHooks(t *testing.T) {
+	dir := socketDir(t)
+	f := newFixtureIn(t, dir)
+	var list []any
+	for i := range 20 {
+		list = append(list, map[string]any{"name": fmt.Sprintf("hook-%02d", i), "paths": []string{"etc/*"},
+			"run": []string{"sh", "-c", `head -c 6000 /dev/zero | tr '\0' x; exit 1`}})
+	}
+	js, _ := json.Marshal(map[string]any{"hooks": list})
+	p := filepath.Join(dir, "hooks.json")
+	if err := os.WriteFile(p, js, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := hooks.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := f.withHooks(t, cfg)
+	if err := a.handle(context.Background(), f.decl(t, 1, "x")); err != nil {
+		t.Fatal(err)
+	}
+	serveTestSocket(t, a, dir, a.retryHooks)
+	out, err := RetryHooks(dir, 30*time.Second)
+	if err != nil {
+		t.Fatalf("retry of 20 failing hooks: %v", err)
+	}
+	if len(out.Failed) != 20 || out.Failed[19] != "hook-19" || !strings.Contains(out.Error, "hook hook-00") {
+		t.Fatalf("retry of 20 failing hooks: failed %v, error of %d bytes", out.Failed, len(out.Error))
 	}
 }
