@@ -75,6 +75,10 @@ func TestDisasterKillDuringDeclarations(t *testing.T) {
 			mu.Unlock()
 			cp.Process().Kill()
 			cp.Serve()
+			// A snapshot the kill interrupted is removed when the store opens.
+			if m, _ := filepath.Glob(filepath.Join(cp.Dir, "raft", "snapshots", "*.tmp")); len(m) > 0 {
+				t.Fatalf("kill %d: unfinished snapshots left after the restart: %v", i, m)
+			}
 			if n, ok := cp.Node("web-1"); !ok || n.Declared < acked {
 				t.Fatalf("kill %d: after the restart web-1 is declared v%d, but serve had acknowledged v%d", i, n.Declared, acked)
 			}
