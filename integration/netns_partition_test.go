@@ -98,6 +98,13 @@ func TestMinorityPartition(t *testing.T) {
 	// Declared on the majority: both hosts apply it, the stranded one by leaving
 	// the broker that cannot reach the leader.
 	r := declare(majority[0], "during", stranded, other)
+	if r.Code == 3 {
+		// Sent while the majority's brokers still routed to the old leader's API
+		// (their routes to it close 6-8 s after the cut): lost with the route, as
+		// docs/operations.md says. meshctl said so; the operator sends it again.
+		t.Logf("declare on the majority, within the routes' grace: %s", r.Combined())
+		r = declare(majority[0], "during", stranded, other)
+	}
 	if r.Code != 0 {
 		t.Fatalf("declare on the majority: %s", r.Combined())
 	}
@@ -108,13 +115,24 @@ func TestMinorityPartition(t *testing.T) {
 		t.Fatalf("%s applied the declaration while connected to the cut-off node", stranded)
 	}
 
+	// A new host enrols during the partition, with a token whose first broker may
+	// be the cut-off node's (they are listed as the control nodes joined): that one
+	// refuses it at once, and another admits it.
+	newcomer := n.behind(router, "new-1", "10.77.23")
+	tok := majority[0].ctl(t, "token", "--node", "new-1")
+	began := time.Now()
+	if r := newcomer.run(t, tok.Stdout, bin.Meshhost, "enrol", "--state", newcomer.dir); r.Code != 0 || time.Since(began) > 15*time.Second {
+		t.Fatalf("enrol during the partition: exit %d after %s:\n%s", r.Code, time.Since(began), r.Combined())
+	}
+	t.Logf("new-1 enrolled during the partition in %s", time.Since(began).Round(100*time.Millisecond))
+
 	// meshctl on the majority side tells the truth: both hosts alive, the cut-off
 	// node offline. On the minority side it says that nothing serves, in bounded time.
 	r = majority[1].ctl(t, "status")
-	if r.Code != 0 || !strings.Contains(r.Stdout, "2 converged") || !regexpLine(r.Stdout, `cp-\d.*offline`) {
-		t.Errorf("meshctl status on the majority side: exit %d, want 0, both hosts converged and the cut-off node offline:\n%s", r.Code, r.Combined())
+	if r.Code != 0 || !regexpLine(r.Stdout, stranded+` .*alive`) || !regexpLine(r.Stdout, other+` .*alive`) || !regexpLine(r.Stdout, `cp-\d.*offline`) {
+		t.Errorf("meshctl status on the majority side: exit %d, want 0, both hosts alive and the cut-off node offline:\n%s", r.Code, r.Combined())
 	}
-	began := time.Now()
+	began = time.Now()
 	r = minority.ctl(t, "status", "--leader-wait", "2s")
 	if r.Code != 3 || !strings.Contains(r.Combined(), "no control node answered") || time.Since(began) > 20*time.Second {
 		t.Errorf("meshctl status on the cut-off node: exit %d after %s, want 3 \"no control node answered\" within 20 s:\n%s", r.Code, time.Since(began), r.Combined())
