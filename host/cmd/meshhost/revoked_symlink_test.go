@@ -1,0 +1,34 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"mesh/host/agent"
+	"mesh/host/identity"
+	"mesh/host/statedir"
+)
+
+// TestRevocationRecordThroughALinkRefused (security.md: every file read from the
+// state directory, revoked.json included, is opened without following a link at
+// its name): a record of this identity's revocation, read where it was written, is
+// found (the positive control); the same record behind a link at revoked.json is
+// refused as a link, never read.
+func TestRevocationRecordThroughALinkRefused(t *testing.T) {
+	id := identity.Identity{Node: "web-1", PublicKey: "UABC"}
+	theirs, state := t.TempDir(), t.TempDir()
+	if err := recordRevocation(theirs, id, agent.ErrRevoked, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := loadRevocation(theirs, id); !ok || err != nil {
+		t.Fatalf("the record where it was written: found %v, %v", ok, err)
+	}
+	if err := os.Symlink(revokedPath(theirs), revokedPath(state)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := loadRevocation(state, id); ok || !errors.Is(err, statedir.ErrSymlink) {
+		t.Fatalf("the record behind a link: found %v, %v; want statedir.ErrSymlink", ok, err)
+	}
+}
