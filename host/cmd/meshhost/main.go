@@ -204,7 +204,8 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		errors.Is(err, identity.ErrInvalid),
 		errors.Is(err, state.ErrUnreadable), errors.Is(err, state.ErrTruncated), errors.Is(err, state.ErrCorrupt),
 		errors.Is(err, statedir.ErrUnsafe), errors.Is(err, statedir.ErrSymlink), errors.Is(err, statedir.ErrNotOwned),
-		errors.Is(err, statedir.ErrUnsafePath), errors.Is(err, dirlock.ErrNotWritable):
+		errors.Is(err, statedir.ErrUnsafePath), errors.Is(err, dirlock.ErrNotWritable),
+		errors.Is(err, hooks.ErrConfig):
 		return exitIdentity
 	case errors.Is(err, agent.ErrStateInRoot):
 		return exitUsage
@@ -228,7 +229,7 @@ func synopsis(name string) string {
 	case "enrol":
 		return "--state DIR [--token-file F] [--json]   (the token in F, in MESH_TOKEN, in the systemd credential mesh-token, or on stdin)\n\nAdopt this machine into the mesh the token names: pin checked before any credential\nleaves, a key generated here (it logs in by signing the broker's nonce), the answer\nverified (its first declaration is signed for this key), the identity saved. One\nconnection; `meshhost run` then connects as the node. Each step is printed.\nExits 3 when the token cannot be used or the mesh refuses it, 4 when the broker is\nnot the mesh the token names, 5 when this machine is enrolled already or the state\ndirectory is not safe, 7 when no broker answered (retrying may help), 8 when another\nmeshhost holds the state directory."
 	case "run":
-		return "--state DIR --root DIR [--hooks F] [--log-format text|json]\n\nStay connected as this node and keep the managed root in line with its declarations:\nevery one verified (signature, audience, version, validity) before it is applied.\nUnder systemd (Type=notify) it reports ready once connected and synced with the mesh.\nExits 6 once the mesh revoked this node; 5 when the identity or the state directory\nis unusable or not safe, or a path it acts on (the hooks file, the managed root's\nparents) another user could change; 2 when --state is inside --root; 8 when another\nmeshhost holds the state directory."
+		return "--state DIR --root DIR [--hooks F] [--log-format text|json]\n\nStay connected as this node and keep the managed root in line with its declarations:\nevery one verified (signature, audience, version, validity) before it is applied.\nUnder systemd (Type=notify) it reports ready once connected and synced with the mesh.\nExits 6 once the mesh revoked this node; 5 when the identity or the state directory\nis unusable or not safe, or the hooks file cannot be used, or a path it acts on (the hooks\nfile, the managed root's parents) another user could change; 2 when --state is inside --root; 8 when another\nmeshhost holds the state directory."
 	case "status":
 		return "--state DIR [--json]\n\nShow this node's identity, applied version, last error, and the hooks owed or failed\n(run again by meshhost hooks retry). Exits 6 when the mesh\nrevoked this node (as `meshhost run` recorded it)."
 	case "hooks retry":
@@ -505,10 +506,10 @@ func cmdRun(args []string, cio *cliIO) error {
 	var hk hooks.Config
 	if *hooksFile != "" {
 		if hk, err = hooks.Load(*hooksFile); err != nil {
-			if errors.Is(err, statedir.ErrUnsafePath) {
-				return err // exit 5, as an unsafe state directory
-			}
-			return usageError{err.Error()}
+			// Exit 5, as an unusable or unsafe state directory: the file stays as it
+			// is until a person edits it, so systemd must not start the agent again
+			// and again, and the command line's help does not say how to fix it.
+			return err
 		}
 		// Said now, not at the first change, when a service restart is due.
 		for _, err := range hk.Check(*root) {
