@@ -20,7 +20,7 @@ import (
 // "Start the voters that do not answer ()", naming none, and each snapshot Raft
 // tried left a term-index-msec.tmp directory on the full disk for good. Now
 // control status names the node that cannot write its Raft log and says to free
-// space, no unfinished snapshot stays behind, and once there is room the node
+// space (and mesh_raft_log_write_failing is 1), no unfinished snapshot stays behind, and once there is room the node
 // leads again by itself: the next declaration is committed and applied, and a
 // restart finds it.
 func TestDisasterControlDiskStaysFull(t *testing.T) {
@@ -82,6 +82,9 @@ func TestDisasterControlDiskStaysFull(t *testing.T) {
 	if strings.Contains(status.Stdout, "do not answer ()") {
 		t.Fatalf("control status tells to start no voter:\n%s", status.Combined())
 	}
+	if v := harness.Sum(cp.Scrape(), "mesh_raft_log_write_failing"); v != 1 {
+		t.Fatalf("mesh_raft_log_write_failing = %v on the full disk, want 1", v)
+	}
 	// Several snapshot intervals (1s here) on the full disk.
 	for range 8 {
 		if u := unfinished(); len(u) > 1 {
@@ -110,6 +113,9 @@ func TestDisasterControlDiskStaysFull(t *testing.T) {
 	}
 	if r := cp.Ctl("control", "status"); r.Code != 0 || strings.Contains(r.Stdout, "cannot write its Raft log") {
 		t.Fatalf("control status once there is room (exit %d):\n%s", r.Code, r.Combined())
+	}
+	if v := harness.Sum(cp.Scrape(), "mesh_raft_log_write_failing"); v != 0 {
+		t.Fatalf("mesh_raft_log_write_failing = %v once there is room, want 0", v)
 	}
 
 	serve.Signal(syscall.SIGTERM)

@@ -86,6 +86,8 @@ var (
 	descRaftLast    = prometheus.NewDesc("mesh_raft_last_index", "The index of the last log entry stored.", nil, nil)
 	descRaftContact = prometheus.NewDesc("mesh_raft_last_contact_seconds",
 		"Seconds since a follower last heard from the leader (0 on the leader).", nil, nil)
+	descRaftWriteFailing = prometheus.NewDesc("mesh_raft_log_write_failing",
+		"1 when this node's last write to its Raft log failed and none succeeded since (a full disk): it cannot lead.", nil, nil)
 	descBrokerConns  = prometheus.NewDesc("mesh_broker_connections", "Client connections open on this node's broker.", nil, nil)
 	descBrokerRoutes = prometheus.NewDesc("mesh_broker_routes", "Route connections of this node's broker to the other control nodes' brokers.", nil, nil)
 	descBrokerMsgs   = prometheus.NewDesc("mesh_broker_messages_total", "Messages through this node's broker, by direction.", []string{"direction"}, nil)
@@ -175,7 +177,7 @@ type raftCollector struct{ d *Daemon }
 
 func (c raftCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRaftLeader, descRaftTerm, descRaftCommit, descRaftApplied, descRaftLast,
-		descRaftContact, descRaftRefused} {
+		descRaftContact, descRaftRefused, descRaftWriteFailing} {
 		ch <- d
 	}
 }
@@ -196,6 +198,11 @@ func (c raftCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRaftApplied, prometheus.GaugeValue, float64(rs.Applied))
 	ch <- prometheus.MustNewConstMetric(descRaftLast, prometheus.GaugeValue, float64(rs.LastIndex))
 	ch <- prometheus.MustNewConstMetric(descRaftContact, prometheus.GaugeValue, contact)
+	failing := 0.0
+	if c.d.raft.LogWriteError() != nil {
+		failing = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descRaftWriteFailing, prometheus.GaugeValue, failing)
 	ch <- prometheus.MustNewConstMetric(descRaftRefused, prometheus.CounterValue, float64(rs.PeersNotMembers), "not_a_member")
 	ch <- prometheus.MustNewConstMetric(descRaftRefused, prometheus.CounterValue, float64(rs.FailedHandshakes), "handshake")
 }
