@@ -3,15 +3,35 @@ package agent
 import (
 	"bytes"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
+
+// syncBuffer is a bytes.Buffer for a logger written from the socket's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
 
 // peerHelperEnv names the socket a re-run of this test binary, as another user,
 // asks for a retry on (TestSocketPeerHelper).
@@ -48,6 +68,8 @@ func TestSocketRefusesOtherUsers(t *testing.T) {
 	}
 	dir := socketDir(t)
 	f := newFixtureIn(t, dir)
+	var logs syncBuffer
+	f.a.log = slog.New(slog.NewTextHandler(&logs, nil))
 	asked := make(chan struct{}, 4)
 	serveTestSocket(t, f.a, dir, func(r chan<- HooksOutcome) { asked <- struct{}{}; r <- HooksOutcome{Nothing: true} })
 	if err := os.Chmod(dir, 0o755); err != nil {
@@ -89,6 +111,9 @@ func TestSocketRefusesOtherUsers(t *testing.T) {
 	case <-asked:
 		t.Fatal("uid 65534's request reached the agent's loop")
 	default:
+	}
+	if l := logs.String(); !strings.Contains(l, "refused a connection on the agent's socket") || !strings.Contains(l, "uid 65534") {
+		t.Fatalf("the refusal is not logged with the peer's uid:\n%s", l)
 	}
 	// The positive control: root, the agent's user here, is answered.
 	if out := run(0); !strings.Contains(out, `ANSWER {"nothing":true}`) {
