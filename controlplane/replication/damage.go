@@ -170,7 +170,7 @@ func snapshotDirs(dir string) ([]snapshotDir, error) {
 }
 
 // checkStores reads what Raft will read at start: the newest snapshot that is whole
-// (its checksum), every entry of the log, and the current term, and checks that
+// (its checksum), every entry of the log after it, and the current term, and checks that
 // the log continues from that snapshot. A newer snapshot that is not whole is
 // passed over, as Raft does, when the log covers what it held (passedOver says
 // which); it is damage when the log does not. Panics of bbolt on garbled pages
@@ -237,10 +237,13 @@ func checkStores(dir string, store *raftboltdb.BoltStore) (passedOver *DamageErr
 		}
 		return nil, &DamageError{File: path, Problem: fmt.Sprintf("starts at entry %d, but no snapshot holds the entries before it", first)}
 	}
-	for i := first; i <= last && last > 0; i++ {
+	// Only what Raft reads: the entries after the snapshot it restores. A follower
+	// that installed a snapshot from its leader keeps the entries it had before it,
+	// with a gap up to the snapshot: that is no damage.
+	for i := max(first, restored+1); i <= last && last > 0; i++ {
 		var l raft.Log
 		if err := store.GetLog(i, &l); err != nil {
-			return nil, &DamageError{File: path, Problem: fmt.Sprintf("cannot give entry %d of %d..%d", i, first, last), Err: err}
+			return nil, &DamageError{File: path, Problem: fmt.Sprintf("cannot give entry %d of %d..%d (after the snapshot at %d)", i, first, last, restored), Err: err}
 		}
 		if l.Index != i {
 			return nil, &DamageError{File: path, Problem: fmt.Sprintf("holds entry %d under index %d", l.Index, i)}

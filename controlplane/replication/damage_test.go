@@ -104,6 +104,7 @@ func TestDamagedStoresAreRefused(t *testing.T) {
 		damage      func(*testing.T, string) string // returns the file the error must name
 		passedOver  bool
 		noTerm      bool
+		healthy     bool // damage is no damage: a change Raft itself makes
 	}{
 		{name: "whole", first: 1, last: 12, snapAt: []uint64{4, 8}},
 		{name: "raft.db emptied", first: 5, last: 12, snapAt: []uint64{4, 8}, damage: truncate(0)},
@@ -131,6 +132,34 @@ func TestDamagedStoresAreRefused(t *testing.T) {
 			}
 			return raftDBPath(dir)
 		}},
+		// A follower that was behind installs its leader's snapshot and keeps the
+		// entries it had: its log has a gap before the snapshot.
+		{name: "a follower's log with a gap before the snapshot it installed", first: 1, last: 5, snapAt: []uint64{20}, healthy: true,
+			damage: func(t *testing.T, dir string) string {
+				bolt, err := raftboltdb.New(raftboltdb.Options{Path: raftDBPath(dir)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer bolt.Close()
+				for i := uint64(21); i <= 30; i++ {
+					if err := bolt.StoreLog(&raft.Log{Index: i, Term: 2, Type: raft.LogCommand, Data: []byte(`{"op":"x"}`)}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return ""
+			}},
+		{name: "the entries after the snapshot with a gap", first: 1, last: 5, snapAt: []uint64{3},
+			damage: func(t *testing.T, dir string) string {
+				bolt, err := raftboltdb.New(raftboltdb.Options{Path: raftDBPath(dir)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer bolt.Close()
+				if err := bolt.StoreLog(&raft.Log{Index: 9, Term: 2, Type: raft.LogCommand, Data: []byte(`{"op":"x"}`)}); err != nil {
+					t.Fatal(err)
+				}
+				return raftDBPath(dir)
+			}},
 		{name: "newest snapshot torn, the log covers it", first: 3, last: 12, snapAt: []uint64{4, 8}, damage: garbleSnapshot(8, "state.bin"), passedOver: true},
 		{name: "newest snapshot torn, the log does not cover it", first: 7, last: 12, snapAt: []uint64{4, 8}, damage: garbleSnapshot(8, "state.bin")},
 		{name: "newest snapshot's meta torn, the log does not cover it", first: 7, last: 12, snapAt: []uint64{4, 8}, damage: garbleSnapshot(8, "meta.json")},
@@ -151,7 +180,7 @@ func TestDamagedStoresAreRefused(t *testing.T) {
 			if store != nil {
 				defer store.Close()
 			}
-			if c.damage == nil || c.passedOver {
+			if c.damage == nil || c.passedOver || c.healthy {
 				if err != nil {
 					t.Fatalf("a store Raft starts from whole was refused: %v", err)
 				}
