@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -25,7 +26,8 @@ var attemptRE = regexp.MustCompile(`^attempt (\d+)\n(x*)$`)
 // applied version never goes back and no run applies an older one after a newer,
 // its state files are whole, and in the end the host converges on the last
 // declaration with the managed file whole, holding that declaration's content or a
-// later attempt's (a declare killed before it answered may still have committed).
+// later attempt's (a declare killed before it answered may still have committed),
+// and the hook on that file, owed across the kills, has run on it.
 func TestDisasterKillDuringDeclarations(t *testing.T) {
 	cp := harness.NewControlPlane(t, bin, "diskill")
 	cp.Serve()
@@ -33,7 +35,13 @@ func TestDisasterKillDuringDeclarations(t *testing.T) {
 	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
 		t.Fatalf("enrol: %s", r.Combined())
 	}
-	agent := h.Run()
+	// A hook on the managed file records its first line each time it runs.
+	hookDir := t.TempDir()
+	hookLog := filepath.Join(hookDir, "hook.log")
+	hooks := filepath.Join(hookDir, "hooks.json")
+	writeFile(t, hooks, `{"hooks":[{"name":"record","paths":["app.conf"],"run":["sh","-c","head -n1 \"$MESH_ROOT/app.conf\" >> `+hookLog+`"]}]}`)
+	runAgent := func() *harness.Process { return h.Run("--hooks", hooks) }
+	agent := runAgent()
 
 	const pad = 32 << 10
 	var (
@@ -99,7 +107,7 @@ func TestDisasterKillDuringDeclarations(t *testing.T) {
 				t.Fatalf("kill %d: the applied version went back from v%d to v%d", i, persisted, a.Version)
 			}
 			persisted = a.Version
-			agent = h.Run()
+			agent = runAgent()
 		}
 	}
 	stop.Store(true)
@@ -127,6 +135,12 @@ func TestDisasterKillDuringDeclarations(t *testing.T) {
 	if a, _ := strconv.Atoi(m[1]); a < try {
 		t.Fatalf("app.conf holds attempt %d, older than attempt %d acknowledged as v%d", a, try, acked)
 	}
+	// The hooks owed across the kills ran, the last after the last change.
+	harness.Eventually(t, 30*time.Second, "the hook ran on the final content", func() bool {
+		data, _ := os.ReadFile(hookLog)
+		lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+		return lines[len(lines)-1] == "attempt "+m[1]
+	})
 	if seq := appliedSequence(t, agent.Output()); len(seq) > 0 && seq[0] <= persisted {
 		t.Fatalf("the last run applied v%d again or below v%d persisted", seq[0], persisted)
 	}
