@@ -1,0 +1,214 @@
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"mesh/controlplane/api"
+	"mesh/integration/harness"
+)
+
+// upgradeFromEnv names the revision TestRollingUpgrade builds and upgrades from.
+const upgradeFromEnv = "MESH_UPGRADE_FROM"
+
+// TestRollingUpgrade: docs/operations.md "Upgrading", done as it says with the built
+// binaries of an older revision and of this one: three control nodes and two hosts
+// on the older version, one host with a hook that fails; the followers upgraded,
+// then the leader, then the agents, one at a time, with a declaration (declare
+// --wait) at every step and status, nodes and control status answered by the
+// meshctl of either version. A worker token and a control token minted before the
+// upgrade are used after it.
+//
+// It builds the older revision from this repository's history (git archive, then
+// go build), which takes longer than a test of this suite should, so it runs only
+// when asked:
+//
+//	MESH_UPGRADE_FROM=7132ef2 go test ./integration/ -run TestRollingUpgrade -v
+func TestRollingUpgrade(t *testing.T) {
+	rev := os.Getenv(upgradeFromEnv)
+	if rev == "" {
+		t.Skipf("set %s to a commit (the last release point, 7132ef2) to build it and upgrade from it (20 s to a minute, mostly the build); TestUpgradeFromReleaseFiles covers that revision's files on every run", upgradeFromEnv)
+	}
+	old := buildRevision(t, rev)
+
+	cp1 := harness.NewControlPlane(t, old, "upgrade")
+	cp1.Serve()
+	cp2 := joinControl(t, cp1, "cp-2")
+	cp3 := joinControl(t, cp1, "cp-3")
+	cps := []*harness.ControlPlane{cp1, cp2, cp3}
+	byID := map[string]*harness.ControlPlane{"cp-1": cp1, "cp-2": cp2, "cp-3": cp3}
+
+	dir := t.TempDir()
+	fixed := filepath.Join(dir, "reload-ok")
+	hooksFile := filepath.Join(dir, "hooks.json")
+	writeFile(t, hooksFile, `{"hooks":[{"name":"reload-app","paths":["etc/*.conf"],"run":["/bin/sh","-c","test -e `+fixed+`"],"timeout":"10s"}]}`)
+	web1, web2 := harness.NewHost(t, old, "web-1"), harness.NewHost(t, old, "web-2")
+	for _, h := range []*harness.Host{web1, web2} {
+		if r := h.Enrol(cp1.Token(h.Name)); r.Code != 0 {
+			t.Fatalf("enrol %s: %s", h.Name, r.Combined())
+		}
+	}
+	web1.Run("--hooks", hooksFile)
+	web2.Run()
+	lateWorker := cp1.Token("web-3")
+	lateControl, cp4 := cp1.ControlToken("cp-4")
+
+	body := filepath.Join(dir, "body.json")
+	step := 0
+	// declare declares a new body to every host through via and waits for it:
+	// hookFailing says whether web-1's failed hook makes that fail (exit 5).
+	declare := func(via *harness.ControlPlane, what string, hookFailing bool) {
+		t.Helper()
+		step++
+		writeFile(t, body, fmt.Sprintf(`{"files":[{"path":"etc/app.conf","content":"step %d: %s\n"}]}`, step, what))
+		r := via.Ctl("declare", "--all", "--file", body, "--wait", "60s")
+		switch {
+		case hookFailing && (r.Code != 5 || !strings.Contains(r.Stderr, "web-1 failed (hook_failed")):
+			t.Fatalf("%s: declare --wait: exit %d, want 5 naming web-1's failed hook:\n%s", what, r.Code, r.Combined())
+		case !hookFailing && r.Code != 0:
+			t.Fatalf("%s: declare --wait: exit %d:\n%s", what, r.Code, r.Combined())
+		}
+		for _, h := range []*harness.Host{web1, web2} {
+			if got, _ := h.ReadManaged("etc/app.conf"); !strings.HasPrefix(got, fmt.Sprintf("step %d:", step)) {
+				t.Fatalf("%s: %s holds %q", what, h.Name, got)
+			}
+		}
+		for _, cp := range cps {
+			for _, args := range [][]string{{"nodes"}, {"control", "status"}} {
+				if r := cp.Ctl(args...); r.Code != 0 {
+					t.Fatalf("%s: meshctl %s via %s: exit %d:\n%s", what, args[0], filepath.Base(cp.Dir), r.Code, r.Combined())
+				}
+			}
+		}
+	}
+	// An older leader counts a failed hook as converged (Upgrading: mixed versions).
+	declare(cp1, "all on the older version", false)
+
+	upgradeNode := func(cp *harness.ControlPlane) {
+		t.Helper()
+		p := cp.Process()
+		p.Signal(syscall.SIGTERM)
+		if code := p.Wait(30 * time.Second); code != 0 {
+			t.Fatalf("%s stopped with exit %d:\n%s", cp.Dir, code, p.Output())
+		}
+		cp.Bin = bin
+		cp.Serve()
+		harness.Eventually(t, 30*time.Second, "three voters alive again", func() bool {
+			voters := 0
+			for _, c := range cp.Nodes().Control {
+				if (c.Raft == api.RaftVoter || c.Raft == api.RaftLeader) && c.State == api.StateAlive {
+					voters++
+				}
+			}
+			return voters == 3
+		})
+	}
+	// The followers, then the leader.
+	leader := leaderOf(t, cp1, byID)
+	var order []*harness.ControlPlane
+	for _, cp := range cps {
+		if cp != leader {
+			order = append(order, cp)
+		}
+	}
+	order = append(order, leader)
+	for i, cp := range order {
+		upgradeNode(cp)
+		// The leader's rules decide whether the failed hook counts.
+		newLeader := leaderOf(t, cp, byID)
+		declare(cp, fmt.Sprintf("%d control node(s) upgraded", i+1), newLeader.Bin == bin)
+	}
+
+	// The agents. The older one recorded its hook failed with nothing owed: this
+	// one runs it at start, and it fails again until the host is fixed.
+	web1.Process().Signal(syscall.SIGTERM)
+	web1.Process().Wait(20 * time.Second)
+	web1.Bin = bin
+	web1.Run("--hooks", hooksFile)
+	web1.Process().WaitOutput(t, "running the hooks the agent owed", 20*time.Second)
+	if err := os.WriteFile(fixed, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := harness.Run(t, "", nil, bin.Meshhost, "hooks", "retry", "--state", web1.State, "--timeout", "60s"); r.Code != 0 {
+		t.Fatalf("hooks retry on the upgraded agent: exit %d:\n%s", r.Code, r.Combined())
+	}
+	web2.Process().Signal(syscall.SIGTERM)
+	web2.Process().Wait(20 * time.Second)
+	web2.Bin = bin
+	web2.Run()
+	declare(cp1, "every machine upgraded", false)
+	if r := cp1.Ctl("status"); r.Code != 0 {
+		t.Fatalf("status after the upgrade: exit %d:\n%s", r.Code, r.Combined())
+	}
+
+	// Tokens minted before the upgrade.
+	web3 := harness.NewHost(t, bin, "web-3")
+	if r := web3.Enrol(lateWorker); r.Code != 0 {
+		t.Fatalf("enrol with a worker token minted before the upgrade: exit %d:\n%s", r.Code, r.Combined())
+	}
+	cp4.Bin = bin
+	if r := cp4.Join(lateControl); r.Code != 0 {
+		t.Fatalf("join with a control token minted before the upgrade: exit %d:\n%s", r.Code, r.Combined())
+	}
+}
+
+// leaderOf returns the control node of byID that leads, as via's nodes says.
+func leaderOf(t *testing.T, via *harness.ControlPlane, byID map[string]*harness.ControlPlane) *harness.ControlPlane {
+	t.Helper()
+	var id string
+	harness.Eventually(t, 30*time.Second, "a leader", func() bool {
+		for _, c := range via.Nodes().Control {
+			if c.Raft == api.RaftLeader {
+				id = c.ID
+				return true
+			}
+		}
+		return false
+	})
+	cp, ok := byID[id]
+	if !ok {
+		t.Fatalf("the leader %s is none of the test's nodes", id)
+	}
+	return cp
+}
+
+// buildRevision builds meshctl and meshhost of rev, from this repository's history
+// (git archive: the working tree and its .git are left alone).
+func buildRevision(t *testing.T, rev string) harness.Binaries {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skipf("git is not on the PATH: cannot build %s", rev)
+	}
+	if err := exec.Command("git", "cat-file", "-e", rev+"^{commit}").Run(); err != nil {
+		t.Skipf("%s is not in this repository's history (a shallow clone?): %v", rev, err)
+	}
+	src, out := t.TempDir(), t.TempDir()
+	archive := exec.Command("git", "archive", rev)
+	archive.Dir = ".." // the module's root: from a subdirectory, git archives only that
+	var tarball, stderr bytes.Buffer
+	archive.Stdout, archive.Stderr = &tarball, &stderr
+	if err := archive.Run(); err != nil {
+		t.Fatalf("git archive %s: %v\n%s", rev, err, stderr.String())
+	}
+	untar := exec.Command("tar", "-x", "-C", src)
+	untar.Stdin = &tarball
+	if msg, err := untar.CombinedOutput(); err != nil {
+		t.Fatalf("untar %s: %v\n%s", rev, err, msg)
+	}
+	b := harness.Binaries{Meshctl: filepath.Join(out, "meshctl"), Meshhost: filepath.Join(out, "meshhost")}
+	for target, pkg := range map[string]string{b.Meshctl: "./controlplane/cmd/meshctl", b.Meshhost: "./host/cmd/meshhost"} {
+		build := exec.Command("go", "build", "-buildvcs=false", "-o", target, pkg)
+		build.Dir = src
+		if msg, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build %s of %s: %v\n%s", pkg, rev, err, msg)
+		}
+	}
+	return b
+}
