@@ -78,6 +78,12 @@ func (d *boundDialer) Dial(network, address string) (net.Conn, error) {
 	c := tls.Client(raw, d.tls)
 	if err := c.HandshakeContext(ctx); err != nil {
 		raw.Close()
+		if errors.Is(err, context.DeadlineExceeded) {
+			// The connection opened, so the address answers: what stalls is the
+			// broker, or its certificates (the handshake's large packets) on the way.
+			return nil, fmt.Errorf("tls handshake: no answer within %s of the TCP connection opening: "+
+				"the broker is overloaded, or large packets are lost on the path (an MTU smaller than announced, ICMP filtered): %w", d.timeout, err)
+		}
 		return nil, fmt.Errorf("tls handshake: %w", err)
 	}
 	d.mu.Lock()

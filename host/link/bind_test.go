@@ -1,6 +1,7 @@
 package link
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,8 +10,10 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
+	"errors"
 	"math/big"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,5 +102,41 @@ func TestLoginSignsTheNonceBoundToItsSession(t *testing.T) {
 	}
 	if signed[0] == signed[1] {
 		t.Fatal("two sessions export the same binding")
+	}
+}
+
+// TestStalledHandshakeSaysWhere: a broker address whose TCP connection opens and
+// whose TLS handshake never completes (a path-MTU black hole drops the certificates;
+// a broker too busy to answer) fails within the dial's timeout, with an error that
+// says the connection opened and what stalls, and still matches
+// context.DeadlineExceeded.
+func TestStalledHandshakeSaysWhere(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // accepted, never answered
+		}
+	}()
+	o := nats.GetDefaultOptions()
+	for _, opt := range (Login{PublicKey: "UNODE", Timeout: 300 * time.Millisecond}).Options() {
+		if err := opt(&o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	began := time.Now()
+	_, err = o.CustomDialer.Dial("tcp", ln.Addr().String())
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "MTU") {
+		t.Fatalf("dial a broker that never answers the handshake: %v; want a deadline that names the MTU", err)
+	}
+	if took := time.Since(began); took > 3*time.Second {
+		t.Fatalf("took %s with a 300ms timeout", took)
 	}
 }
