@@ -72,7 +72,7 @@ var (
 		"Connections open in the hosts account on every broker of the mesh, as nats-server's events report them.",
 		nil, nil)
 	descNodes = prometheus.NewDesc("mesh_nodes",
-		"Enrolled nodes by state. alive, offline and revoked partition the nodes; converged, behind, failing and stale describe the ones not revoked (a node can be behind and failing).",
+		"Enrolled nodes by state. alive, offline and revoked partition the nodes; converged and behind partition the ones not revoked, failing counts those behind that report an error, stale those whose declaration expired (as meshctl status counts them).",
 		[]string{"state"}, nil)
 	descControl = prometheus.NewDesc("mesh_control_nodes",
 		"Control nodes by Raft role, as this node sees them.", []string{"raft_role"}, nil)
@@ -221,15 +221,19 @@ func (d *Daemon) nodeCounts(now time.Time) map[string]int {
 			} else {
 				out[api.StateOffline]++
 			}
+			// As meshctl status counts them: a node that converged is not failing
+			// for an error it reported since (junk it refused, which anyone able
+			// to publish to it can send); one that has not is failing while it
+			// reports an error, behind either way.
 			a := n.Applied
 			switch {
 			case a.HaveApplied && a.Version == n.Declared.Version && convergedOn(a, a.Version):
 				out["converged"]++
+			case a.ErrorCode != "":
+				out["behind"]++
+				out["failing"]++
 			default:
 				out["behind"]++
-			}
-			if a.ErrorCode != "" {
-				out["failing"]++
 			}
 			if a.Stale {
 				out["stale"]++

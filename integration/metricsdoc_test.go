@@ -1,0 +1,296 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nkeys"
+	dto "github.com/prometheus/client_model/go"
+
+	"mesh/controlplane/api"
+	"mesh/integration/harness"
+)
+
+// docMetric is a metric family the operations guide's tables name, with its labels.
+type docMetric struct {
+	name   string
+	labels []string // sorted
+}
+
+var docMetricRE = regexp.MustCompile("`(mesh_[a-z_]+)(?:\\{([a-z_,]+)\\})?`")
+
+// documentedMetrics reads the metric tables of docs/operations.md's "Metrics and
+// health": the control plane's and the agent's, by family name.
+func documentedMetrics(t *testing.T) (control, agent map[string][]string) {
+	t.Helper()
+	raw, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	start := strings.Index(doc, "\n## Metrics and health\n")
+	if start < 0 {
+		t.Fatal("docs/operations.md has no section \"Metrics and health\"")
+	}
+	sec := doc[start+1:]
+	if end := strings.Index(sec[3:], "\n## "); end >= 0 {
+		sec = sec[:end+3]
+	}
+	split := strings.Index(sec, "The agent (`meshhost run`):")
+	if split < 0 {
+		t.Fatal("the metrics section has no table of the agent's metrics")
+	}
+	read := func(part string) map[string][]string {
+		out := map[string][]string{}
+		for _, line := range strings.Split(part, "\n") {
+			if !strings.HasPrefix(line, "| `mesh_") {
+				continue
+			}
+			cell, _, _ := strings.Cut(line[1:], " | ")
+			for _, m := range docMetricRE.FindAllStringSubmatch(cell, -1) {
+				var labels []string
+				if m[2] != "" {
+					labels = strings.Split(m[2], ",")
+				}
+				slices.Sort(labels)
+				if _, dup := out[m[1]]; dup {
+					t.Errorf("docs/operations.md lists %s twice", m[1])
+				}
+				out[m[1]] = labels
+			}
+		}
+		return out
+	}
+	return read(sec[:split]), read(sec[split:])
+}
+
+// exposedMetrics is every mesh_* family of a scrape, with its label names (a
+// histogram's le aside).
+func exposedMetrics(fams map[string]*dto.MetricFamily) map[string][]string {
+	out := map[string][]string{}
+	for name, f := range fams {
+		if !strings.HasPrefix(name, "mesh_") {
+			continue
+		}
+		set := map[string]bool{}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				set[l.GetName()] = true
+			}
+		}
+		labels := []string{}
+		for l := range set {
+			labels = append(labels, l)
+		}
+		slices.Sort(labels)
+		out[name] = labels
+	}
+	return out
+}
+
+// compareMetrics reports, both ways, what the doc and a scrape disagree on.
+func compareMetrics(t *testing.T, side string, doc, exposed map[string][]string) {
+	t.Helper()
+	for name, labels := range exposed {
+		want, ok := doc[name]
+		switch {
+		case !ok:
+			t.Errorf("%s exposes %s%v, which the metrics table of docs/operations.md does not list", side, name, labels)
+		case !slices.Equal(want, labels) && !(len(want) == 0 && len(labels) == 0):
+			t.Errorf("%s exposes %s with labels %v; docs/operations.md documents %v", side, name, labels, want)
+		}
+	}
+	for name := range doc {
+		if _, ok := exposed[name]; !ok {
+			t.Errorf("docs/operations.md documents %s for the %s, which it does not expose", name, side)
+		}
+	}
+}
+
+// statusSummary is what `meshctl status --json` counts.
+type statusSummary struct {
+	Nodes, Converged, Behind, Failing, Stale, Offline, Revoked int
+}
+
+// nodeStatesAgree checks mesh_nodes{state} against the summary of meshctl status:
+// the same nodes converged, failing, stale, offline and revoked; behind counts the
+// not converged, which status splits into behind and failing.
+func nodeStatesAgree(cp *harness.ControlPlane) error {
+	r := cp.Ctl("status", "--json")
+	var out struct {
+		Summary statusSummary `json:"summary"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil {
+		return fmt.Errorf("meshctl status --json: %v:\n%s", err, r.Combined())
+	}
+	s := out.Summary
+	fams := cp.Scrape()
+	got := func(st string) int { return int(harness.Sum(fams, "mesh_nodes", "state="+st)) }
+	var diffs []string
+	for _, c := range []struct {
+		state      string
+		metric, ok int
+	}{
+		{"converged", got("converged"), s.Converged},
+		{"failing", got("failing"), s.Failing},
+		{"behind", got("behind"), s.Behind + s.Failing},
+		{"stale", got("stale"), s.Stale},
+		{"offline", got("offline"), s.Offline},
+		{"revoked", got("revoked"), s.Revoked},
+		{"alive", got("alive"), s.Nodes - s.Offline - s.Revoked},
+	} {
+		if c.metric != c.ok {
+			diffs = append(diffs, fmt.Sprintf("mesh_nodes{state=%q} = %d, meshctl status says %d", c.state, c.metric, c.ok))
+		}
+	}
+	if len(diffs) > 0 {
+		return fmt.Errorf("%s (status: %+v)", strings.Join(diffs, "; "), s)
+	}
+	return nil
+}
+
+// TestMetricsMatchTheOperationsGuide: a control node and an agent, driven through
+// what makes each of their mesh_* families appear (an enrolment, a failed hook, a
+// spent token, a compromised host over its budgets and grants, a bare login, an
+// unknown key), expose exactly the families docs/operations.md's tables list, with
+// the labels listed. Then the gauges go back down when their condition clears: the
+// hook retried with success, the agent stopped and started again; and all along,
+// mesh_nodes{state} counts what meshctl status counts.
+func TestMetricsMatchTheOperationsGuide(t *testing.T) {
+	docControl, docAgent := documentedMetrics(t)
+	if len(docControl) < 20 || len(docAgent) < 8 {
+		t.Fatalf("read %d control plane and %d agent metrics from docs/operations.md: the tables were not found whole", len(docControl), len(docAgent))
+	}
+
+	cp := harness.NewControlPlane(t, bin, "metricsdoc")
+	cp.Serve()
+	dir := t.TempDir()
+	fixed := filepath.Join(dir, "fixed")
+	hooksFile := filepath.Join(dir, "hooks.json")
+	writeFile(t, hooksFile, `{"hooks":[{"name":"restart-app","paths":["etc/*"],"run":["sh","-c","test -e `+fixed+`"]}]}`)
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	agentAddr := fmt.Sprintf("127.0.0.1:%d", harness.FreePorts(t, 1)[0])
+	agentURL := "http://" + agentAddr + "/metrics"
+	h.Run("--hooks", hooksFile, "--metrics-listen", agentAddr)
+	cp.WaitConverged("web-1", 0, 20*time.Second)
+
+	// The hook fails: failing, in the metrics as in status.
+	body := filepath.Join(dir, "b.json")
+	writeFile(t, body, `{"files":[{"path":"etc/app.conf","content":"one"}]}`)
+	if r := cp.Ctl("declare", "--node", "web-1", "--file", body, "--wait", "30s"); r.Code != 5 {
+		t.Fatalf("declare with the hook failing: exit %d, want 5:\n%s", r.Code, r.Combined())
+	}
+	harness.Eventually(t, 10*time.Second, "the failed hook counted as failing", func() bool {
+		return harness.Sum(cp.Scrape(), "mesh_nodes", "state=failing") == 1
+	})
+	if err := nodeStatesAgree(cp); err != nil {
+		t.Errorf("with a hook failed: %v", err)
+	}
+
+	// A second host, compromised: its key is used by hand.
+	rogue := harness.NewHost(t, bin, "rogue")
+	token := cp.Token("rogue")
+	if r := rogue.Enrol(token); r.Code != 0 {
+		t.Fatalf("enrol rogue: %s", r.Combined())
+	}
+	if r := harness.NewHost(t, bin, "rogue-copy").Enrol(token); r.Code == 0 {
+		t.Fatal("a spent token enrolled a second machine")
+	}
+	errs := make(chan error, 8)
+	nc := nodeConn(t, cp.Dir, rogue.State, cp.Listen, errs)
+	// Over its grant: another node's status subject.
+	nc.Publish("mesh.node.web-1.status", []byte("{}"))
+	nc.Flush()
+	// A report whose error is a refusal of junk, its version applied: converged,
+	// as a real agent reports after someone sent it junk.
+	st, _ := json.Marshal(api.Status{V: api.ProtocolVersion, Node: "rogue", HaveApplied: true, AppliedVersion: 0, KeyringEpoch: 1,
+		Error: &api.StatusError{Code: "malformed", Message: "declarations: malformed envelope: not JSON"}})
+	nc.Publish("mesh.node.rogue.status", st)
+	nc.Flush()
+	harness.Eventually(t, 10*time.Second, "rogue's report recorded", func() bool {
+		n, _ := cp.Node("rogue")
+		return n.LastError != nil && n.LastError.Code == "malformed"
+	})
+	if err := nodeStatesAgree(cp); err != nil {
+		t.Errorf("with a converged node that refused junk: %v", err)
+	}
+	// Over its size budget: disconnected.
+	big, _ := json.Marshal(api.Status{V: api.ProtocolVersion, Node: "rogue", Agent: strings.Repeat("x", 9<<10)})
+	nc.Publish("mesh.node.rogue.status", big)
+	nc.Flush()
+	harness.Eventually(t, 10*time.Second, "the oversized report's sender disconnected", func() bool { return nc.IsClosed() || !nc.IsConnected() })
+	// A login signing the bare nonce (an agent older than decision 0018), and a key
+	// the mesh does not know.
+	if c, err := dialNode(t, rogue.KeyPair(t), pinOf(t, cp), cp.Listen); err == nil {
+		c.Close()
+	}
+	stranger, _ := nkeys.CreateUser()
+	if c, err := dialNode(t, stranger, pinOf(t, cp), cp.Listen); err == nil {
+		c.Close()
+		t.Error("an unknown key logged in")
+	}
+
+	var control map[string]*dto.MetricFamily
+	harness.Eventually(t, 10*time.Second, "every labelled family of the control plane counted once", func() bool {
+		control = cp.Scrape()
+		for _, name := range []string{"mesh_control_messages_dropped_total", "mesh_control_budget_disconnects_total",
+			"mesh_broker_client_violations_total", "mesh_broker_unbound_logins_total", "mesh_broker_connections_refused_total",
+			"mesh_control_requests_refused_total", "mesh_control_enrolments_total"} {
+			if _, ok := control[name]; !ok {
+				return false
+			}
+		}
+		return true
+	})
+	compareMetrics(t, "the control plane", docControl, exposedMetrics(control))
+	compareMetrics(t, "the agent", docAgent, exposedMetrics(harness.Scrape(t, agentURL)))
+
+	// The host fixed, the hook retried: failing goes back to 0 on both sides.
+	if err := os.WriteFile(fixed, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := harness.Run(t, "", nil, bin.Meshhost, "hooks", "retry", "--state", h.State, "--timeout", "30s"); r.Code != 0 {
+		t.Fatalf("hooks retry: exit %d:\n%s", r.Code, r.Combined())
+	}
+	harness.Eventually(t, 20*time.Second, "web-1 converged after the retry", func() bool {
+		n, _ := cp.Node("web-1")
+		return n.Converged
+	})
+	if got := harness.Sum(harness.Scrape(t, agentURL), "mesh_agent_hooks_failed"); got != 0 {
+		t.Errorf("mesh_agent_hooks_failed = %v after the retry succeeded", got)
+	}
+	if got := harness.Sum(cp.Scrape(), "mesh_nodes", "state=failing"); got != 0 {
+		t.Errorf("mesh_nodes{state=failing} = %v after the retry succeeded", got)
+	}
+	if err := nodeStatesAgree(cp); err != nil {
+		t.Errorf("after the retry: %v", err)
+	}
+
+	// The agent stopped: offline; started again: alive, offline back to where it was.
+	offline := harness.Sum(cp.Scrape(), "mesh_nodes", "state=offline")
+	h.Process().Kill()
+	harness.Eventually(t, 15*time.Second, "web-1 counted offline", func() bool {
+		return harness.Sum(cp.Scrape(), "mesh_nodes", "state=offline") == offline+1
+	})
+	if err := nodeStatesAgree(cp); err != nil {
+		t.Errorf("with web-1 stopped: %v", err)
+	}
+	h.Run("--hooks", hooksFile, "--metrics-listen", agentAddr)
+	harness.Eventually(t, 20*time.Second, "web-1 counted alive again", func() bool {
+		f := cp.Scrape()
+		return harness.Sum(f, "mesh_nodes", "state=offline") == offline && harness.Sum(f, "mesh_nodes", "state=alive") == 1
+	})
+	if err := nodeStatesAgree(cp); err != nil {
+		t.Errorf("with web-1 back: %v", err)
+	}
+}
