@@ -128,11 +128,15 @@ func TestLeaderLostOneWay(t *testing.T) {
 }
 
 // routesOf is m's mesh_broker_routes, read from its metrics endpoint (-1 if unread).
-func routesOf(t *testing.T, m *machine) int {
+func routesOf(t *testing.T, m *machine) int { return metricOf(t, m, "mesh_broker_routes") }
+
+// metricOf is the value of m's metric name (one without labels), read from its
+// metrics endpoint (-1 if unread).
+func metricOf(t *testing.T, m *machine, name string) int {
 	t.Helper()
 	r := m.run(t, "", "curl", "-sf", "http://"+m.ip+":25090/metrics")
 	for _, line := range strings.Split(r.Stdout, "\n") {
-		if v, ok := strings.CutPrefix(line, "mesh_broker_routes "); ok {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			n, err := strconv.Atoi(strings.TrimSpace(v))
 			if err == nil {
 				return n

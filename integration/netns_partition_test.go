@@ -114,6 +114,12 @@ func TestMinorityPartition(t *testing.T) {
 	if on := connectedTo(hosts[stranded]); on == minority.ip+":7300" {
 		t.Fatalf("%s applied the declaration while connected to the cut-off node", stranded)
 	}
+	if v := metricOf(t, minority, "mesh_broker_shedding_hosts"); v != 1 {
+		t.Errorf("the cut-off node's mesh_broker_shedding_hosts = %d, want 1", v)
+	}
+	if v := metricOf(t, majority[0], "mesh_broker_shedding_hosts"); v != 0 {
+		t.Errorf("a majority node's mesh_broker_shedding_hosts = %d, want 0", v)
+	}
 
 	// A new host enrols during the partition, with a token whose first broker may
 	// be the cut-off node's (they are listed as the control nodes joined): that one
@@ -146,6 +152,9 @@ func TestMinorityPartition(t *testing.T) {
 	n.heal(router)
 	healed := time.Now()
 	harness.Eventually(t, 60*time.Second, "the stranded host applies after the heal", applied(stranded, "during"))
+	harness.Eventually(t, 30*time.Second, "the old leader admits hosts again", func() bool {
+		return metricOf(t, minority, "mesh_broker_shedding_hosts") == 0
+	})
 	if r := declare(minority, "after", stranded, other); r.Code != 0 {
 		t.Fatalf("declare via the old leader after the heal: %s", r.Combined())
 	}

@@ -96,6 +96,10 @@ var (
 	descBrokerHeld   = prometheus.NewDesc("mesh_broker_handshakes_held_total",
 		"Host TLS handshakes this node's broker held while the node was starting, by outcome: admitted when it opened, or refused after waiting too long.",
 		[]string{"outcome"}, nil)
+	descBrokerShedding = prometheus.NewDesc("mesh_broker_shedding_hosts",
+		"1 while this node, cut off from the other control nodes, sends its hosts to them and refuses host handshakes (decision 0023).", nil, nil)
+	descBrokerIsolated = prometheus.NewDesc("mesh_broker_handshakes_isolated_total",
+		"Host TLS handshakes this node's broker refused while it shed its hosts.", nil, nil)
 	descBrokerHosts = prometheus.NewDesc("mesh_broker_host_connections",
 		"Hosts (enrolling, enrolled, revoked) connected to this node's broker now; mesh_control_host_connections counts them on every broker.", nil, nil)
 	descBrokerMaxHosts = prometheus.NewDesc("mesh_broker_max_host_connections",
@@ -113,7 +117,7 @@ type collector struct{ d *Daemon }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDropped, descRefused, descKicked, descHostConns, descNodes, descControl,
-		descBrokerConns, descBrokerRoutes, descBrokerMsgs, descBrokerBytes, descBrokerSlow, descBrokerHeld,
+		descBrokerConns, descBrokerRoutes, descBrokerMsgs, descBrokerBytes, descBrokerSlow, descBrokerHeld, descBrokerShedding, descBrokerIsolated,
 		descBrokerRefused, descBrokerViolations, descBrokerHosts, descBrokerMaxHosts} {
 		ch <- d
 	}
@@ -161,6 +165,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	as := d.broker.AdmissionStats()
 	ch <- prometheus.MustNewConstMetric(descBrokerHeld, prometheus.CounterValue, float64(as.Released), "admitted")
 	ch <- prometheus.MustNewConstMetric(descBrokerHeld, prometheus.CounterValue, float64(as.Refused), "refused")
+	ch <- prometheus.MustNewConstMetric(descBrokerIsolated, prometheus.CounterValue, float64(as.Isolated))
+	shedding := 0.0
+	if d.broker.Shedding() {
+		shedding = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descBrokerShedding, prometheus.GaugeValue, shedding)
 	ec := d.broker.EventCounts()
 	for reason, n := range ec.Refused {
 		ch <- prometheus.MustNewConstMetric(descBrokerRefused, prometheus.CounterValue, float64(n), reason)
