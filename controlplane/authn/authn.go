@@ -24,6 +24,7 @@
 package authn
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
@@ -39,6 +40,7 @@ import (
 	"mesh/broker"
 	"mesh/controlplane/api"
 	"mesh/controlplane/state"
+	"mesh/logging"
 	"mesh/tokenfmt"
 )
 
@@ -177,7 +179,11 @@ type Authenticator struct {
 	cfg     Config
 	log     *slog.Logger
 	limiter *limiter
-	tokens  *window
+	// blocks bounds the lines saying an address is blocked: each address is blocked
+	// once a window, but whoever holds many addresses (an IPv6 prefix) can have
+	// each of them blocked in turn.
+	blocks *logging.Limiter
+	tokens *window
 	// revoked counts the connections granted to each revoked key, which are held
 	// for RevokedConnectionLifetime: a key the mesh revoked cannot hold more
 	// connection slots than a few at once.
@@ -205,6 +211,7 @@ func New(cfg Config) *Authenticator {
 	return &Authenticator{
 		cfg: cfg, log: log,
 		limiter: &limiter{limit: cfg.FailureLimit, window: cfg.FailureWindow, m: map[string]*bucket{}},
+		blocks:  logging.NewLimiter(logging.RepeatInterval, cfg.Now),
 		tokens:  &window{limit: cfg.TokenConnections, span: EnrolConnectionLifetime, m: map[string][]admitted{}},
 		revoked: &window{limit: RevokedConnections, span: RevokedConnectionLifetime, m: map[string][]admitted{}},
 	}
@@ -548,7 +555,9 @@ func (a *Authenticator) unbound(kind string) error {
 
 func (a *Authenticator) fail(host, node string, now time.Time) {
 	if a.limiter.fail(host, now) {
-		a.log.Warn("enrolment attempts from this address are blocked", "remote", host, "node", node, "for", a.cfg.FailureWindow.String())
+		const msg = "enrolment attempts from this address are blocked"
+		a.blocks.LogFirst(context.Background(), a.log, slog.LevelWarn, 5, "authn", msg, msg,
+			slog.String("remote", host), slog.String("node", node), slog.String("for", a.cfg.FailureWindow.String()))
 	}
 }
 

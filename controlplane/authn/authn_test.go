@@ -22,6 +22,7 @@ import (
 	"mesh/broker"
 	"mesh/controlplane/api"
 	"mesh/controlplane/state"
+	"mesh/logging"
 	"mesh/tokenfmt"
 )
 
@@ -885,5 +886,46 @@ func TestLoginsWaitForReplication(t *testing.T) {
 	}
 	if _, err := a.Authenticate(enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), nonce)); !errors.Is(err, ErrRateLimited) {
 		t.Fatalf("after three counted failures: %v, want ErrRateLimited", err)
+	}
+}
+
+// TestBlockedAddressesLogBounded: an attacker holding many addresses (an IPv6
+// prefix) gets each one blocked in turn. Every block is enforced, but the log gets
+// a few lines an interval, the next one counting those held back, not one line per
+// address: before, 200 addresses wrote 200 lines.
+func TestBlockedAddressesLogBounded(t *testing.T) {
+	fx := newFixture(t)
+	a := fx.auth("")
+	bad := strings.Repeat("cd", 32)
+	const addresses = 200
+	for i := range addresses {
+		from := &net.TCPAddr{IP: net.ParseIP(fmt.Sprintf("2001:db8::%x", i+1)), Port: 40000}
+		for range 3 { // FailureLimit
+			c := enrolling(t, "web-2", bad, mustKey(t, nkeys.CreateUser), []byte("n"))
+			c.Remote = from
+			if _, err := a.Authenticate(c); !errors.Is(err, ErrUnknownSecret) {
+				t.Fatalf("bad secret from %v: %v", from, err)
+			}
+		}
+		c := enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), []byte("n"))
+		c.Remote = from
+		if _, err := a.Authenticate(c); !errors.Is(err, ErrRateLimited) {
+			t.Fatalf("%v not blocked after 3 failures: %v", from, err)
+		}
+	}
+	lines := strings.Count(fx.logs.String(), "enrolment attempts from this address are blocked")
+	if lines < 1 || lines > 5 {
+		t.Fatalf("%d addresses blocked gave %d log lines, want 1 to 5:\n%s", addresses, lines, fx.logs.String())
+	}
+	// The next block after the interval says how many were held back.
+	fx.clock = fx.clock.Add(logging.RepeatInterval)
+	from := &net.TCPAddr{IP: net.ParseIP("2001:db8:1::1"), Port: 40000}
+	for range 3 {
+		c := enrolling(t, "web-2", bad, mustKey(t, nkeys.CreateUser), []byte("n"))
+		c.Remote = from
+		a.Authenticate(c)
+	}
+	if want := fmt.Sprintf("suppressed=%d", addresses-lines); !strings.Contains(fx.logs.String(), want) {
+		t.Fatalf("the line after the interval does not say %s:\n%s", want, fx.logs.String())
 	}
 }
