@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -172,4 +173,49 @@ func syncDir(dir string) error {
 		return nil
 	}
 	return err
+}
+
+// RemoveStale removes from dir the temporary files a write left when its process
+// was killed or the machine lost power between creating one and renaming or
+// removing it (".<name>.tmp-<digits>", regular files only), and returns their
+// names. Nothing else ever removes them: a temporary copy of an identity file kept
+// the node's key after the identity was removed by hand to enrol afresh. Call it
+// only while no write into dir can be under way: with the directory's lock held.
+func RemoveStale(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !isTempName(e.Name()) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return removed, err
+		}
+		removed = append(removed, e.Name())
+	}
+	return removed, nil
+}
+
+// isTempName reports whether name is one createTemp makes: "." base ".tmp-" digits.
+func isTempName(name string) bool {
+	if len(name) < 2 || name[0] != '.' {
+		return false
+	}
+	i := strings.LastIndex(name, ".tmp-")
+	if i < 2 { // a base of at least one character
+		return false
+	}
+	digits := name[i+len(".tmp-"):]
+	if digits == "" {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }

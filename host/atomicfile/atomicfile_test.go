@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -329,4 +330,43 @@ func smallTmpfs(t *testing.T) string {
 		}
 	})
 	return dir
+}
+
+// TestRemoveStale: the temporary files writes killed part way left are removed,
+// and nothing else: not the files, not a temporary-looking name that is not one
+// createTemp makes, not a directory.
+func TestRemoveStale(t *testing.T) {
+	dir := t.TempDir()
+	stale := []string{".identity.json.tmp-792982105", ".applied.state.tmp-1"}
+	kept := []string{"identity.json", ".identity.json.tmp-", ".identity.json.tmp-12x", ".tmp-123", "notes.tmp-12", "applied.state"}
+	for _, name := range append(append([]string{}, stale...), kept...) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, ".dir.tmp-5"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// A write's temporary file looks like the stale ones: the name is createTemp's.
+	f, tmp, err := createTemp(dir, "revoked.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	stale = append(stale, filepath.Base(tmp))
+
+	removed, err := RemoveStale(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(removed)
+	slices.Sort(stale)
+	if !slices.Equal(removed, stale) {
+		t.Fatalf("removed %v, want %v", removed, stale)
+	}
+	for _, name := range append(kept, ".dir.tmp-5") {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("%s was removed: %v", name, err)
+		}
+	}
 }

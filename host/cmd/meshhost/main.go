@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"mesh/host/agent"
+	"mesh/host/atomicfile"
 	"mesh/host/dirlock"
 	"mesh/host/enrol"
 	"mesh/host/hooks"
@@ -416,7 +417,13 @@ func fileExists(path string) bool {
 // lockState keeps the state directory to this process: two agents on one directory
 // would both write its files and the managed root, and run every hook twice.
 func lockState(dir, command string) (*dirlock.Lock, error) {
-	return dirlock.Acquire("state directory", dir, command)
+	lock, err := dirlock.Acquire("state directory", dir, command)
+	if err == nil {
+		// The temporary files of writes a kill or a power loss cut short: with the
+		// lock held, no write is under way. Best effort: they only take room.
+		_, _ = atomicfile.RemoveStale(dir)
+	}
+	return lock, err
 }
 
 // Bounds of the durations the command line takes: past them a value is a typo
