@@ -142,8 +142,12 @@ func printControlStatus(w io.Writer, r controlStatusReport, now time.Time) {
 	case len(r.Missing) == 0:
 		fmt.Fprintf(w, "no leader, though every voter answers: an election is under way, or the voters cannot write their Raft logs (above); their logs say why\n")
 	default:
+		// "Do not answer" is all this side can tell: stopped, or running beyond a
+		// partition with a leader of their own. Recovering the quorum by hand is
+		// then the one wrong thing to do.
 		fmt.Fprintf(w, "no leader: %d of %d voters answer, and a leader needs %d. Start the voters that do not answer (%s); "+
-			"an election takes a few seconds once a quorum runs. If they are lost for good, recover the quorum from the survivors "+
+			"if they run, the network between them and this node is cut (a partition): mend it, and do not recover the quorum, as they may have a leader of their own (docs/operations.md, \"Partitions\"). "+
+			"An election takes a few seconds once a quorum runs. If they are lost for good, recover the quorum from the survivors "+
 			"(docs/operations.md, \"Recovering from lost quorum\")\n", up, len(r.Voters), r.Quorum, strings.Join(missing, ", "))
 	}
 }

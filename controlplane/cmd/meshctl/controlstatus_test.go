@@ -47,7 +47,8 @@ func TestReportControlStatus(t *testing.T) {
 				{Node: "cp-4", Raft: api.RaftStateFollower, Members: older, CommitIndex: 3},
 			},
 			missing: []string{"cp-2", "cp-3"}, voters: 3, quorum: 2,
-			wantInText: "no leader: 1 of 3 voters answer, and a leader needs 2. Start the voters that do not answer (cp-2, cp-3)",
+			wantInText: "no leader: 1 of 3 voters answer, and a leader needs 2. Start the voters that do not answer (cp-2, cp-3); " +
+				"if they run, the network between them and this node is cut (a partition): mend it, and do not recover the quorum",
 		},
 		// It said "Start the voters that do not answer ()": none was missing, its
 		// disk was full.
