@@ -65,6 +65,10 @@ func (l *natsLog) emit(level slog.Level, format string, v []any, attrs ...slog.A
 	ctx := context.Background()
 	if level >= slog.LevelWarn {
 		if e, ok := clientEventOf(format, v); ok {
+			// What a client did is a warning, whatever level nats-server gives it:
+			// nothing failed here, the event is counted, and a scanner or a
+			// compromised host must not raise the control node's errors.
+			level = slog.LevelWarn
 			if e.what != server.ErrAuthentication.Error() {
 				// Authentication errors are the hook's refusals, counted there by reason.
 				l.violations.add(e.what + "\x00" + e.conn.account)

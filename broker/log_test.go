@@ -156,3 +156,31 @@ func TestKindOf(t *testing.T) {
 		}
 	}
 }
+
+// TestClientEventsAreWarnings: what a client did (a publish or subscription its
+// grant does not allow, a refused login, a client error), which nats-server logs as
+// errors, is logged as a warning: nothing failed on the control node, every such
+// event is counted in mesh_broker_client_violations_total or
+// mesh_broker_connections_refused_total, and a scanner or a compromised host must
+// not page whoever alerts on the control node's errors. The broker's own errors stay
+// errors.
+func TestClientEventsAreWarnings(t *testing.T) {
+	var out bytes.Buffer
+	l := newNATSLog(slog.New(slog.NewJSONHandler(&out, nil)), nil)
+	l.Errorf(`127.0.0.1:40000 - cid:9 - "UEVIL" - Publish Violation - Subject %q`, "mesh.node.victim.decl")
+	l.Errorf(`127.0.0.1:40000 - cid:9 - "UEVIL" - Subscription Violation - Subject "mesh.node.victim.decl", SID 1`)
+	l.Errorf("%v - %s", server.ErrAuthentication, `127.0.0.1:40001 - cid:10 - "guess"`)
+	l.Errorf("Error trying to connect to route (attempt %v): %v", 3, "connection refused")
+	want := map[string]string{"Publish Violation - Subject": "WARN", "Subscription Violation - Subject": "WARN",
+		server.ErrAuthentication.Error(): "WARN", "Error trying to connect to route (attempt 3): connection refused": "ERROR"}
+	recs := jsonRecords(t, &out)
+	if len(recs) != len(want) {
+		t.Fatalf("%d lines, want %d:\n%s", len(recs), len(want), out.String())
+	}
+	for _, r := range recs {
+		msg, _ := r["msg"].(string)
+		if r["level"] != want[msg] {
+			t.Errorf("%q at %v, want %s", msg, r["level"], want[msg])
+		}
+	}
+}
