@@ -18,17 +18,18 @@ import (
 	"mesh/integration/harness"
 )
 
-// docMetric is a metric family the operations guide's tables name, with its labels.
-type docMetric struct {
-	name   string
-	labels []string // sorted
-}
-
 var docMetricRE = regexp.MustCompile("`(mesh_[a-z_]+)(?:\\{([a-z_,]+)\\})?`")
+
+// docMetric is a metric family the operations guide's tables name: its labels, and
+// the text of its row.
+type docMetric struct {
+	labels []string // sorted
+	row    string
+}
 
 // documentedMetrics reads the metric tables of docs/operations.md's "Metrics and
 // health": the control plane's and the agent's, by family name.
-func documentedMetrics(t *testing.T) (control, agent map[string][]string) {
+func documentedMetrics(t *testing.T) (control, agent map[string]docMetric) {
 	t.Helper()
 	raw, err := os.ReadFile("../docs/operations.md")
 	if err != nil {
@@ -47,8 +48,8 @@ func documentedMetrics(t *testing.T) (control, agent map[string][]string) {
 	if split < 0 {
 		t.Fatal("the metrics section has no table of the agent's metrics")
 	}
-	read := func(part string) map[string][]string {
-		out := map[string][]string{}
+	read := func(part string) map[string]docMetric {
+		out := map[string]docMetric{}
 		for _, line := range strings.Split(part, "\n") {
 			if !strings.HasPrefix(line, "| `mesh_") {
 				continue
@@ -63,7 +64,7 @@ func documentedMetrics(t *testing.T) (control, agent map[string][]string) {
 				if _, dup := out[m[1]]; dup {
 					t.Errorf("docs/operations.md lists %s twice", m[1])
 				}
-				out[m[1]] = labels
+				out[m[1]] = docMetric{labels: labels, row: line}
 			}
 		}
 		return out
@@ -71,40 +72,71 @@ func documentedMetrics(t *testing.T) (control, agent map[string][]string) {
 	return read(sec[:split]), read(sec[split:])
 }
 
-// exposedMetrics is every mesh_* family of a scrape, with its label names (a
-// histogram's le aside).
-func exposedMetrics(fams map[string]*dto.MetricFamily) map[string][]string {
-	out := map[string][]string{}
+// exposedMetric is a family of a scrape: its label names (a histogram's le aside),
+// and the values each label takes.
+type exposedMetric struct {
+	labels []string // sorted
+	values map[string]map[string]bool
+}
+
+// exposedMetrics is every mesh_* family of a scrape.
+func exposedMetrics(fams map[string]*dto.MetricFamily) map[string]exposedMetric {
+	out := map[string]exposedMetric{}
 	for name, f := range fams {
 		if !strings.HasPrefix(name, "mesh_") {
 			continue
 		}
-		set := map[string]bool{}
+		e := exposedMetric{labels: []string{}, values: map[string]map[string]bool{}}
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
-				set[l.GetName()] = true
+				if e.values[l.GetName()] == nil {
+					e.values[l.GetName()] = map[string]bool{}
+					e.labels = append(e.labels, l.GetName())
+				}
+				e.values[l.GetName()][l.GetValue()] = true
 			}
 		}
-		labels := []string{}
-		for l := range set {
-			labels = append(labels, l)
-		}
-		slices.Sort(labels)
-		out[name] = labels
+		slices.Sort(e.labels)
+		out[name] = e
 	}
 	return out
 }
 
-// compareMetrics reports, both ways, what the doc and a scrape disagree on.
-func compareMetrics(t *testing.T, side string, doc, exposed map[string][]string) {
+// openLabels are the labels whose values the tables do not list one by one: they
+// name where the values come from (the protocol's codes, the authentication's
+// reasons, nats-server's events, the subjects of the protocol).
+var openLabels = map[string]bool{
+	"mesh_control_requests_refused_total/subject":  true,
+	"mesh_control_requests_refused_total/reason":   true,
+	"mesh_control_messages_dropped_total/subject":  true,
+	"mesh_broker_connections_refused_total/reason": true,
+	"mesh_broker_client_violations_total/kind":     true,
+	"mesh_broker_client_violations_total/account":  true,
+	"mesh_agent_envelopes_refused_total/code":      true,
+}
+
+// compareMetrics reports, both ways, what the doc and a scrape disagree on: the
+// families, their labels, and the values of the labels the tables list.
+func compareMetrics(t *testing.T, side string, doc map[string]docMetric, exposed map[string]exposedMetric) {
 	t.Helper()
-	for name, labels := range exposed {
-		want, ok := doc[name]
+	for name, e := range exposed {
+		d, ok := doc[name]
 		switch {
 		case !ok:
-			t.Errorf("%s exposes %s%v, which the metrics table of docs/operations.md does not list", side, name, labels)
-		case !slices.Equal(want, labels) && !(len(want) == 0 && len(labels) == 0):
-			t.Errorf("%s exposes %s with labels %v; docs/operations.md documents %v", side, name, labels, want)
+			t.Errorf("%s exposes %s%v, which the metrics table of docs/operations.md does not list", side, name, e.labels)
+			continue
+		case !slices.Equal(d.labels, e.labels) && !(len(d.labels) == 0 && len(e.labels) == 0):
+			t.Errorf("%s exposes %s with labels %v; docs/operations.md documents %v", side, name, e.labels, d.labels)
+		}
+		for label, values := range e.values {
+			if openLabels[name+"/"+label] {
+				continue
+			}
+			for v := range values {
+				if !strings.Contains(d.row, "`"+v+"`") {
+					t.Errorf("%s exposes %s{%s=%q}; its row in docs/operations.md does not name `%s`", side, name, label, v, v)
+				}
+			}
 		}
 	}
 	for name := range doc {
