@@ -154,6 +154,8 @@ type Agent struct {
 	hookRetries chan chan<- HooksOutcome
 	// retry is the declaration whose apply failed, tried again later.
 	retry applyRetry
+	// conn is the connection to the mesh once made (nil before): the loop's.
+	conn *nats.Conn
 	// received counts the envelopes that arrived on the declaration subject.
 	received uint64
 	stats    stats
@@ -301,7 +303,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		nats.ReconnectHandler(func(*nats.Conn) { a.event(event{connected: true}) }),
 		nats.ReconnectToServer(home.pick),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			a.stats.set(func(s *stats) { s.connected, s.synced = false, false })
+			now := a.o.Now()
+			a.stats.set(func(s *stats) {
+				s.connected, s.synced, s.since = false, false, now
+				if err != nil {
+					s.linkErr = err.Error()
+				}
+			})
 			if err != nil {
 				a.log.Warn("disconnected from the mesh; reconnecting", "err", err)
 			}
@@ -312,6 +320,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	)
 	// The endpoints answer from the start, not connected yet included.
 	a.publishState()
+	start := a.o.Now()
+	a.stats.set(func(s *stats) { s.since, s.linkErr = start, "not connected yet" })
 	if a.o.MetricsListen != "" {
 		ln, err := net.Listen("tcp", a.o.MetricsListen)
 		if err != nil {
@@ -324,24 +334,23 @@ func (a *Agent) Run(ctx context.Context) error {
 		defer served.Wait()
 		defer stopHTTP()
 	}
-	nc, err := a.connect(ctx, link.URLs(brokers), opts)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil // asked to stop before the first connection
+	// nc is nil until the first connection; closed once the workers, whose syncs
+	// use it, are done.
+	var nc *nats.Conn
+	defer func() {
+		if nc != nil {
+			nc.Close()
 		}
-		return err
-	}
-	defer nc.Close()
-	sub, err := nc.ChanSubscribe(a.id.Subjects.Declarations, a.msgs)
-	if err != nil {
-		return fmt.Errorf("subscribe %s: %w", a.id.Subjects.Declarations, err)
-	}
-	defer sub.Unsubscribe()
-
+	}()
 	var workers sync.WaitGroup
 	defer workers.Wait()
 	loopCtx, stop := context.WithCancel(ctx)
 	defer stop()
+
+	// Everything that needs no mesh starts before the first connection: a host
+	// fixed by hand while the control plane (or its own network) is down runs its
+	// owed hooks and answers `meshhost hooks retry`; their outcome is reported once
+	// the mesh is reached.
 
 	hookDone := make(chan hookRun, 1)
 	a.hookJobs = make(chan hookRun, 1)
@@ -360,10 +369,24 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	a.log.Info("agent running", "mesh", a.id.Mesh, "brokers", a.brokers(), "root", a.o.Root, "applied_version", a.appliedText())
+	// The first connection is made beside the loop, which hands it over.
+	first := make(chan *nats.Conn)
+	workers.Add(1)
+	go func() {
+		defer workers.Done()
+		c, err := a.connect(loopCtx, link.URLs(brokers), opts)
+		if err != nil {
+			return // asked to stop before the first connection
+		}
+		select {
+		case first <- c:
+		case <-loopCtx.Done():
+			c.Close()
+		}
+	}()
 	beat := time.NewTicker(a.o.Heartbeat)
 	defer beat.Stop()
-	sy := &syncer{a: a, nc: nc, done: make(chan syncResult, 1)}
-	a.event(event{connected: true}) // the first connection: sync and report
+	sy := &syncer{a: a, done: make(chan syncResult, 1)}
 	homeTimer := time.NewTimer(home.interval())
 	if home.every <= 0 {
 		homeTimer.Stop()
@@ -374,11 +397,22 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case c := <-first:
+			nc, a.conn, sy.nc = c, c, c
+			sub, err := nc.ChanSubscribe(a.id.Subjects.Declarations, a.msgs)
+			if err != nil {
+				return fmt.Errorf("subscribe %s: %w", a.id.Subjects.Declarations, err)
+			}
+			defer sub.Unsubscribe()
+			a.event(event{connected: true}) // sync and report
 		case ev := <-a.events:
 			switch {
+			case nc == nil:
+				// Only a connection made sends events.
 			case ev.connected:
 				authFailures = 0
-				a.stats.set(func(s *stats) { s.connected = nc.IsConnected() })
+				now, broker := a.o.Now(), nc.ConnectedUrlRedacted()
+				a.stats.set(func(s *stats) { s.connected, s.broker, s.since, s.linkErr = nc.IsConnected(), broker, now, "" })
 				a.log.Info("connected to the mesh", "broker", nc.ConnectedUrlRedacted())
 				sy.backoff = 0
 				sy.start(loopCtx, &workers)
@@ -386,10 +420,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			case link.IsAuthRefused(ev.err):
 				authFailures++
 				a.authRefused(authFailures)
+				a.linkFailed(ev.err)
 			case link.IsSubstituted(ev.err):
 				// Logged by the pin check, which saw it first.
+				a.linkFailed(ev.err)
 			case ev.err != nil:
 				a.log.Warn("connection problem", "err", ev.err)
+				a.linkFailed(ev.err)
 			}
 		case r := <-sy.done:
 			sy.finished(loopCtx, r)
@@ -422,12 +459,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-homeTimer.C:
 			// The first of the mesh's list as it stands: a control node removed since
 			// the connection was made is no longer anyone's home.
-			first := ""
-			if b := a.brokers(); len(b) > 0 {
-				first = link.URLs(b[:1])
+			home1 := ""
+			if b := a.brokers(); len(b) > 0 && nc != nil {
+				home1 = link.URLs(b[:1])
 			}
-			if first != "" && home.look(first, nc.ConnectedUrl(), nc.Servers()) {
-				a.log.Info("moving back to this node's first broker", "broker", first, "from", nc.ConnectedUrlRedacted())
+			if home1 != "" && home.look(home1, nc.ConnectedUrl(), nc.Servers()) {
+				a.log.Info("moving back to this node's first broker", "broker", home1, "from", nc.ConnectedUrlRedacted())
 				if err := nc.ForceReconnect(); err != nil {
 					a.log.Warn("could not move back to the first broker", "err", err)
 				}
@@ -448,6 +485,7 @@ func (a *Agent) connect(ctx context.Context, urls string, opts []nats.Option) (*
 		if err == nil {
 			return nc, nil
 		}
+		a.linkFailed(err)
 		switch {
 		case link.IsAuthRefused(err):
 			refusals++
@@ -464,6 +502,15 @@ func (a *Agent) connect(ctx context.Context, urls string, opts []nats.Option) (*
 		}
 		wait = min(wait*2, 30*time.Second)
 	}
+}
+
+// linkFailed notes why the agent is not connected, for `meshhost status`.
+func (a *Agent) linkFailed(err error) {
+	a.stats.set(func(s *stats) {
+		if !s.connected {
+			s.linkErr = err.Error()
+		}
+	})
 }
 
 // authRefused notes the n-th authorization refusal in a row: a warning each time,
@@ -1076,7 +1123,7 @@ func (a *Agent) Stale() bool {
 }
 
 func (a *Agent) report(nc *nats.Conn) {
-	if !nc.IsConnected() {
+	if nc == nil || !nc.IsConnected() {
 		return
 	}
 	if err := nc.Publish(a.id.Subjects.Status, a.statusReport()); err != nil {

@@ -32,6 +32,11 @@ type HooksOutcome struct {
 	Error  string   `json:"error,omitempty"`
 	// Owed are the changed paths whose hooks are still owed afterwards.
 	Owed []string `json:"owed,omitempty"`
+	// Unreported: the agent was not connected to the mesh when the hooks
+	// finished. The outcome is in its applied state and its next report, sent as
+	// soon as it reaches a broker; until then the control plane shows the node as
+	// it last heard of it.
+	Unreported bool `json:"unreported,omitempty"`
 }
 
 // queueHooks hands a batch to the hook worker, or, while it is busy, merges it into
@@ -129,7 +134,7 @@ func (a *Agent) hooksFinished(h hookRun) {
 		owed = a.o.Hooks.Matching(a.hookWaiting.changed)
 	}
 	owed = union(slices.Sorted(slices.Values(owed)), a.hookFailed)
-	out := HooksOutcome{Ran: h.ran, Failed: batchFailed, Owed: owed}
+	out := HooksOutcome{Ran: h.ran, Failed: batchFailed, Owed: owed, Unreported: !a.online()}
 	if len(h.failures) > 0 {
 		// The declaration is applied and persisted; the failure is reported.
 		a.applied.HooksPending = owed
@@ -159,6 +164,10 @@ func (a *Agent) hooksFinished(h hookRun) {
 	a.hookBusyWaiters = nil
 	a.offerHooks()
 }
+
+// online reports whether the agent is connected to the mesh now: what it reports
+// reaches the control plane.
+func (a *Agent) online() bool { return a.conn != nil && a.conn.IsConnected() }
 
 // retryHooks runs again the hooks that failed (`meshhost hooks retry`, through the
 // agent's socket), and tells reply their outcome. Nothing failed and nothing

@@ -19,6 +19,12 @@ type stats struct {
 	mu        sync.Mutex
 	connected bool
 	synced    bool
+	// broker is where the agent is connected; since when it connected or, not
+	// connected, since when it has not been (its start, or the disconnection);
+	// linkErr why it is not (the last attempt's error). For `meshhost status`.
+	broker    string
+	since     time.Time
+	linkErr   string
 	applied   uint64
 	refused   map[string]uint64
 	lastApply time.Duration

@@ -27,8 +27,42 @@ const SocketName = "agent.sock"
 // SocketPath is the agent's socket in stateDir.
 func SocketPath(stateDir string) string { return filepath.Join(stateDir, SocketName) }
 
-// RequestRetryHooks is the one request the socket takes, as a line.
-const RequestRetryHooks = "hooks retry"
+// The requests the socket takes, each as a line.
+const (
+	RequestRetryHooks = "hooks retry"
+	// RequestStatus asks whether the agent reaches the mesh (`meshhost status`).
+	RequestStatus = "status"
+)
+
+// LinkStatus is the agent's answer to RequestStatus: whether it is connected to
+// the mesh, and since when it is or is not.
+type LinkStatus struct {
+	Connected bool `json:"connected"`
+	// Synced: the mesh acknowledged a sync on this connection.
+	Synced bool `json:"synced"`
+	// Broker is the broker connected to.
+	Broker string `json:"broker,omitempty"`
+	// Since is when the agent connected or, not connected, since when it is not
+	// (its start, or the disconnection).
+	Since time.Time `json:"since,omitzero"`
+	// Error is why it is not connected: the last attempt's error.
+	Error string `json:"error,omitempty"`
+}
+
+// linkStatus is what the agent answers RequestStatus: read from its stats, as the
+// metrics are, without the loop.
+func (a *Agent) linkStatus() LinkStatus {
+	a.stats.mu.Lock()
+	defer a.stats.mu.Unlock()
+	s := &a.stats
+	st := LinkStatus{Connected: s.connected, Synced: s.connected && s.synced, Since: s.since}
+	if s.connected {
+		st.Broker = s.broker
+	} else {
+		st.Error = s.linkErr
+	}
+	return st
+}
 
 // ErrNoAgent means no agent answers on the state directory's socket: none runs, or
 // one from before the socket.
@@ -76,6 +110,10 @@ func (a *Agent) answer(ctx context.Context, c net.Conn) {
 	// goroutine.
 	c.SetWriteDeadline(time.Now().Add(socketReadTimeout))
 	enc := json.NewEncoder(c)
+	if strings.TrimSpace(line) == RequestStatus {
+		enc.Encode(a.linkStatus())
+		return
+	}
 	if strings.TrimSpace(line) != RequestRetryHooks {
 		enc.Encode(struct {
 			Refused string `json:"refused"`
@@ -190,4 +228,33 @@ func RetryHooks(stateDir string, timeout time.Duration) (HooksOutcome, error) {
 		return out, fmt.Errorf("the agent refused the request: %s", raw.Refused)
 	}
 	return raw.HooksOutcome, nil
+}
+
+// ErrOlderAgent means the agent answering on the socket does not know the request:
+// a version from before it.
+var ErrOlderAgent = errors.New("the running agent does not know this request (an older version)")
+
+// AskStatus asks the agent running on stateDir whether it reaches the mesh. No
+// agent answering is ErrNoAgent; one that does not know the request, ErrOlderAgent.
+func AskStatus(stateDir string, timeout time.Duration) (LinkStatus, error) {
+	var raw struct {
+		LinkStatus
+		Refused string `json:"refused"`
+	}
+	c, err := net.DialTimeout("unix", SocketPath(stateDir), timeout)
+	if err != nil {
+		return raw.LinkStatus, fmt.Errorf("%w (%s): %w", ErrNoAgent, SocketPath(stateDir), err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(timeout))
+	if _, err := fmt.Fprintln(c, RequestStatus); err != nil {
+		return raw.LinkStatus, fmt.Errorf("ask the agent: %w", err)
+	}
+	if err := json.NewDecoder(&limitedConn{c, 64 << 10}).Decode(&raw); err != nil {
+		return raw.LinkStatus, fmt.Errorf("the agent's answer: %w", err)
+	}
+	if raw.Refused != "" {
+		return raw.LinkStatus, ErrOlderAgent
+	}
+	return raw.LinkStatus, nil
 }

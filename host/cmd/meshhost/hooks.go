@@ -70,7 +70,7 @@ func cmdHooks(args []string, cio *cliIO) error {
 			return fmt.Errorf("meshhost run is not running on %s: it runs the owed hooks (for %s) when it starts (systemctl start meshhost)",
 				*stateDir, listShort(applied.HooksPending, 5))
 		}
-		return fmt.Errorf("%w; the agent holding the state directory does not answer (a version from before meshhost hooks retry?): restarting it runs the owed hooks", err)
+		return fmt.Errorf("%w; the agent holding the state directory does not answer (one that could not make its socket says why in its log; or a version from before meshhost hooks retry): restarting it runs the owed hooks", err)
 	}
 	if err != nil {
 		return err
@@ -90,6 +90,9 @@ func cmdHooks(args []string, cio *cliIO) error {
 		}
 		if len(out.Owed) > 0 && len(out.Failed) == 0 {
 			fmt.Fprintf(cio.stdout, "still owed: hooks for %s (queued since)\n", listShort(out.Owed, 5))
+		}
+		if out.Unreported {
+			fmt.Fprintln(cio.stdout, "the agent cannot reach the mesh now: it reports this outcome once it does (meshhost status shows since when it has not)")
 		}
 	}
 	if len(out.Failed) > 0 {

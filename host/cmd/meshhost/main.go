@@ -654,7 +654,10 @@ func cmdStatus(args []string, cio *cliIO) error {
 		// Revoked is the record `meshhost run` left when the mesh revoked the
 		// node (or kept refusing its key); status then exits 6.
 		Revoked *revocation `json:"revoked,omitempty"`
-	}{id.Mesh, id.Node, id.PublicKey, id.Brokers, applied.HaveApplied, applied.Version, "", applied.KeyringEpoch, "", "", applied.HooksPending, applied.HooksFailed, applied.Managed, nil}
+		// Agent is what the agent running on the state directory says of its
+		// link to the mesh.
+		Agent agentView `json:"agent"`
+	}{id.Mesh, id.Node, id.PublicKey, id.Brokers, applied.HaveApplied, applied.Version, "", applied.KeyringEpoch, "", "", applied.HooksPending, applied.HooksFailed, applied.Managed, nil, askAgent(*stateDir)}
 	if len(applied.Brokers) > 0 {
 		// The mesh's signed list, accepted since the enrolment: what the agent dials.
 		out.Brokers = applied.Brokers
@@ -703,6 +706,7 @@ func cmdStatus(args []string, cio *cliIO) error {
 	if len(out.HooksOwed) > 0 {
 		fmt.Fprintf(cio.stdout, "owed      hooks for %d changed path(s): %s\n", len(out.HooksOwed), listShort(out.HooksOwed, 5))
 	}
+	fmt.Fprintf(cio.stdout, "agent     %s\n", out.Agent)
 	if revoked {
 		what := "REVOKED by the mesh"
 		if !rec.Signed {
@@ -728,4 +732,43 @@ func cmdVersion(args []string, cio *cliIO) error {
 	}
 	fmt.Fprintln(cio.stdout, v)
 	return nil
+}
+
+// agentStatusTimeout bounds how long `meshhost status` waits for the agent's answer.
+const agentStatusTimeout = 2 * time.Second
+
+// agentView is what `meshhost status` says of the running agent.
+type agentView struct {
+	// Running: an agent answered on the state directory's socket.
+	Running bool `json:"running"`
+	// Known: it said whether it reaches the mesh (an older agent does not).
+	Known bool `json:"-"`
+	agent.LinkStatus
+}
+
+// askAgent asks the agent running on stateDir, if any, whether it reaches the mesh.
+func askAgent(stateDir string) agentView {
+	st, err := agent.AskStatus(stateDir, agentStatusTimeout)
+	switch {
+	case errors.Is(err, agent.ErrOlderAgent):
+		return agentView{Running: true}
+	case err != nil:
+		return agentView{}
+	}
+	return agentView{Running: true, Known: true, LinkStatus: st}
+}
+
+func (v agentView) String() string {
+	since := v.Since.UTC().Format(time.RFC3339)
+	switch {
+	case !v.Running:
+		return "not running (no agent answers on " + agent.SocketName + ")"
+	case !v.Known:
+		return "running (a version that does not say whether it reaches the mesh)"
+	case v.Connected && v.Synced:
+		return fmt.Sprintf("connected to %s since %s, synced", v.Broker, since)
+	case v.Connected:
+		return fmt.Sprintf("connected to %s since %s, syncing", v.Broker, since)
+	}
+	return fmt.Sprintf("running; the mesh is UNREACHABLE since %s (%s): it keeps trying, runs hooks and retries here meanwhile, and reports their outcome once it reaches the mesh", since, v.Error)
 }
