@@ -130,6 +130,8 @@ type Agent struct {
 	store *state.Store
 	// unsaved says the last save of applied failed (saveAgain tries again).
 	unsaved bool
+	// refusals bounds the lines of envelopes refused (fail).
+	refusals refusalLog
 
 	// msgs is where nats.go's read loop hands declarations over directly (a
 	// channel subscription, not a callback goroutine in between: one wakeup less
@@ -781,7 +783,9 @@ func (a *Agent) handle(ctx context.Context, raw []byte) error {
 	case declarations.PayloadTypeRevocation:
 		rev, err := env.VerifyRevocation(a.keys, a.id.Mesh, a.id.Node, a.id.PublicKey)
 		if err != nil {
-			a.log.Warn("revocation notice refused: it does not verify, so the agent carries on", "err", err)
+			if ok, _ := a.refusals.allow("revocation notice", a.o.Now()); ok {
+				a.log.Warn("revocation notice refused: it does not verify, so the agent carries on", "err", err)
+			}
 			a.fail(err, 0)
 			return nil
 		}
@@ -1022,7 +1026,11 @@ func (a *Agent) handleKeyring(raw []byte, env *declarations.Parsed) {
 // replayed), and costs no write to disk: it is reported, logged and counted.
 func (a *Agent) fail(err error, version uint64) {
 	code := declarations.Code(err)
-	a.log.Warn("envelope not applied", "code", code, "version", version, "err", err)
+	if ok, held := a.refusals.allow(code, a.o.Now()); ok && held > 0 {
+		a.log.Warn("envelope not applied", "code", code, "version", version, "err", err, "suppressed", held)
+	} else if ok {
+		a.log.Warn("envelope not applied", "code", code, "version", version, "err", err)
+	}
 	a.stats.set(func(s *stats) {
 		if s.refused == nil {
 			s.refused = map[string]uint64{}
