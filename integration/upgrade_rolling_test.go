@@ -22,9 +22,9 @@ const upgradeFromEnv = "MESH_UPGRADE_FROM"
 // binaries of an older revision and of this one: three control nodes and two hosts
 // on the older version, one host with a hook that fails; the followers upgraded,
 // then the leader, then the agents, one at a time, with a declaration (declare
-// --wait) at every step and status, nodes and control status answered by the
-// meshctl of either version. A worker token and a control token minted before the
-// upgrade are used after it.
+// --wait) at every step, status, nodes and control status answered by every node,
+// and the older meshctl still at work against the upgraded control plane. A worker
+// token and a control token minted before the upgrade are used after it.
 //
 // It builds the older revision from this repository's history (git archive, then
 // go build), which takes longer than a test of this suite should, so it runs only
@@ -124,6 +124,21 @@ func TestRollingUpgrade(t *testing.T) {
 		// The leader's rules decide whether the failed hook counts.
 		newLeader := leaderOf(t, cp, byID)
 		declare(cp, fmt.Sprintf("%d control node(s) upgraded", i+1), newLeader.Bin == bin)
+	}
+
+	// An operator's meshctl not upgraded yet works against the upgraded control
+	// plane, which counts web-1's failed hook now.
+	oldCtl := func(args ...string) harness.Result {
+		return harness.Run(t, "", nil, old.Meshctl, append(args, "--data", cp1.Dir)...)
+	}
+	if r := oldCtl("nodes"); r.Code != 0 {
+		t.Fatalf("the older meshctl's nodes against the upgraded control plane: exit %d:\n%s", r.Code, r.Combined())
+	}
+	if r := oldCtl("status"); r.Code != 5 || !strings.Contains(r.Combined(), "web-1") {
+		t.Fatalf("the older meshctl's status against the upgraded control plane: exit %d, want 5 naming web-1:\n%s", r.Code, r.Combined())
+	}
+	if r := oldCtl("token", "--node", "web-4"); r.Code != 0 {
+		t.Fatalf("the older meshctl's token against the upgraded control plane: exit %d:\n%s", r.Code, r.Combined())
 	}
 
 	// The agents. The older one recorded its hook failed with nothing owed: this
