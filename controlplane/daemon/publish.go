@@ -15,6 +15,8 @@ func (d *Daemon) publishDeclarations(nodes []string) {
 	envs := make([][]byte, len(inputs))
 	workers := min(runtime.GOMAXPROCS(0), max(1, len(inputs)/64))
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var unsigned, unsent notDone
 	for w := range workers {
 		wg.Add(1)
 		go func() {
@@ -22,7 +24,9 @@ func (d *Daemon) publishDeclarations(nodes []string) {
 			for i := w; i < len(inputs); i += workers {
 				env, err := d.signer.declaration(inputs[i])
 				if err != nil {
-					d.log.Error("declaration not signed", "node", inputs[i].Node, "err", err)
+					mu.Lock()
+					unsigned.add(inputs[i].Node, err)
+					mu.Unlock()
 					continue
 				}
 				envs[i] = env
@@ -35,8 +39,31 @@ func (d *Daemon) publishDeclarations(nodes []string) {
 			continue
 		}
 		if err := d.conns.publisher.Publish(api.DeclarationSubject(inputs[i].Node), env); err != nil {
-			d.log.Warn("declaration not sent; the node gets it on its next sync", "node", inputs[i].Node, "err", err)
+			unsent.add(inputs[i].Node, err)
 		}
 	}
 	_ = d.conns.publisher.Flush()
+	// One line for the fan-out, not one a node: what fails for one node of a
+	// fleet (the signing key, the connection to the broker) fails for them all.
+	if unsigned.n > 0 {
+		d.log.Error("declaration not signed; the node gets it on its next sync, if this node can sign by then", "nodes", unsigned.n, "node", unsigned.first, "err", unsigned.err)
+	}
+	if unsent.n > 0 {
+		d.log.Warn("declaration not sent; the node gets it on its next sync", "nodes", unsent.n, "node", unsent.first, "err", unsent.err)
+	}
+}
+
+// notDone counts the nodes of a fan-out something failed for, and keeps the first
+// with its error.
+type notDone struct {
+	n     int
+	first string
+	err   error
+}
+
+func (f *notDone) add(node string, err error) {
+	if f.n == 0 {
+		f.first, f.err = node, err
+	}
+	f.n++
 }

@@ -1,0 +1,102 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nkeys"
+
+	"mesh/controlplane/bootstrap"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/replication"
+	"mesh/controlplane/state"
+)
+
+// lockedBuffer is a log the daemon's goroutines write to while a test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// loggedDaemon is a single control node logging to log, with nodes enrolled.
+func loggedDaemon(t *testing.T, log *lockedBuffer, nodes []string) *Daemon {
+	t.Helper()
+	var ports []int
+	for range 3 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		l.Close()
+	}
+	dir := datadir.Dir(filepath.Join(t.TempDir(), "cp"))
+	if err := bootstrap.Run(bootstrap.Options{Mesh: "logs", Dir: dir,
+		Listen:     fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		RaftListen: fmt.Sprintf("127.0.0.1:%d", ports[1]), ClusterListen: fmt.Sprintf("127.0.0.1:%d", ports[2])}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.NewTextHandler(log, nil)),
+		Timeouts: replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	for i, node := range nodes {
+		kp, _ := nkeys.CreateUser()
+		pub, _ := kp.PublicKey()
+		id := hex.EncodeToString([]byte(fmt.Sprintf("%032d", i)))
+		for _, c := range []state.Command{
+			{Op: state.OpCreateToken, CreateToken: &state.CreateTokenCmd{ID: id, Node: node, Role: state.RoleWorker, TTL: time.Hour}},
+			{Op: state.OpEnrol, Enrol: &state.EnrolCmd{TokenID: id, Node: node, Role: state.RoleWorker, PublicKey: pub}},
+		} {
+			if res, err := d.raft.Apply(c, time.Minute); err != nil || res.Err != nil {
+				t.Fatalf("seed %s: %v %v", node, err, res.Err)
+			}
+		}
+	}
+	return d
+}
+
+// TestFanoutNotSentIsOneLine: a declaration to many nodes that the broker does not
+// take (the control plane's own connection closed under it) is one warning saying
+// how many nodes did not get it and why, not one line per node: a fleet of 10,000
+// wrote 10,000 lines.
+func TestFanoutNotSentIsOneLine(t *testing.T) {
+	var log lockedBuffer
+	var nodes []string
+	for i := range 40 {
+		nodes = append(nodes, fmt.Sprintf("n-%d", i))
+	}
+	d := loggedDaemon(t, &log, nodes)
+	d.conns.publisher.Close()
+	d.publishDeclarations(nodes)
+	lines := strings.Count(log.String(), "not sent; the node")
+	if lines != 1 {
+		t.Fatalf("a fan-out to %d nodes not sent gave %d lines, want 1:\n%.3000s", len(nodes), lines, log.String())
+	}
+	if !strings.Contains(log.String(), fmt.Sprintf("nodes=%d", len(nodes))) || !strings.Contains(log.String(), "connection closed") {
+		t.Fatalf("the line does not say how many nodes, and why:\n%.3000s", log.String())
+	}
+}
