@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -74,7 +75,7 @@ func (d *Daemon) handleEnrol(m *nats.Msg) {
 		return
 	}
 	if err := d.conns.hosts.Publish(m.Reply, data); err != nil {
-		d.log.Warn("enrolment reply not sent", "node", node, "err", err)
+		d.logRepeated(slog.LevelWarn, "enrolment reply not sent", "node", node, "err", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"mesh/controlplane/api"
 	"mesh/controlplane/bootstrap"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/replication"
@@ -98,5 +101,28 @@ func TestFanoutNotSentIsOneLine(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), fmt.Sprintf("nodes=%d", len(nodes))) || !strings.Contains(log.String(), "connection closed") {
 		t.Fatalf("the line does not say how many nodes, and why:\n%.3000s", log.String())
+	}
+}
+
+// TestSyncsNotAnsweredLogBounded: a fleet syncing (every host after a control node
+// restarts) while the control plane's connections cannot send gives a line every
+// interval with how many, not a line (or two) per host.
+func TestSyncsNotAnsweredLogBounded(t *testing.T) {
+	var log lockedBuffer
+	var nodes []string
+	for i := range 40 {
+		nodes = append(nodes, fmt.Sprintf("n-%d", i))
+	}
+	d := loggedDaemon(t, &log, nodes)
+	d.conns.publisher.Close()
+	d.conns.hosts.Close()
+	req, _ := json.Marshal(api.SyncRequest{V: api.ProtocolVersion})
+	for _, n := range nodes {
+		d.handleSync(&nats.Msg{Subject: api.SyncSubject(n), Reply: api.NodeInbox(n) + ".r1", Data: req})
+	}
+	for _, msg := range []string{"sync: envelope not sent", "sync reply not sent"} {
+		if lines := strings.Count(log.String(), msg); lines != 1 {
+			t.Errorf("%d syncs not answered gave %d lines %q, want 1:\n%.3000s", len(nodes), lines, msg, log.String())
+		}
 	}
 }

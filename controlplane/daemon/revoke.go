@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/json"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,7 +33,7 @@ func (d *Daemon) enforceRevocations(nodes []revokedNode) {
 	for _, n := range nodes {
 		notice, err := d.signer.revocation(d.cfg.Mesh, n.node, n.key, at)
 		if err != nil {
-			d.log.Error("revocation notice not signed", "node", n.node, "err", err)
+			d.logRepeated(slog.LevelError, "revocation notice not signed", "node", n.node, "err", err)
 			continue
 		}
 		_ = d.conns.publisher.Publish(api.DeclarationSubject(n.node), notice)
@@ -97,17 +98,17 @@ func (d *Daemon) handleRevokedSync(m *nats.Msg) {
 		}
 		notice, err := d.signer.revocation(d.cfg.Mesh, node, r.Key, at.UTC().Truncate(time.Second))
 		if err != nil {
-			d.log.Error("revocation notice not signed", "node", node, "err", err)
+			d.logRepeated(slog.LevelError, "revocation notice not signed", "node", node, "err", err)
 			continue
 		}
 		if err := d.conns.revoked.Publish(api.DeclarationSubject(node), notice); err != nil {
-			d.log.Warn("revocation notice not sent", "node", node, "err", err)
+			d.logRepeated(slog.LevelWarn, "revocation notice not sent", "node", node, "err", err)
 			continue
 		}
 		resp.Sent++
 	}
 	data, _ := json.Marshal(resp)
 	if err := d.conns.revoked.Publish(m.Reply, data); err != nil {
-		d.log.Warn("sync reply to a revoked node not sent", "node", node, "err", err)
+		d.logRepeated(slog.LevelWarn, "sync reply to a revoked node not sent", "node", node, "err", err)
 	}
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -73,7 +74,7 @@ func (d *Daemon) handleSync(m *nats.Msg) {
 			if req.MembershipVersion < members.Version {
 				m, err := d.signer.membership(members, d.now().UTC().Truncate(time.Second))
 				if err != nil {
-					d.log.Error("membership not signed", "err", err)
+					d.logRepeated(slog.LevelError, "membership not signed", "node", node, "err", err)
 				} else {
 					envs = append(envs, m)
 				}
@@ -86,13 +87,13 @@ func (d *Daemon) handleSync(m *nats.Msg) {
 	// In order, on one connection: each keyring before what it signs.
 	for _, env := range envs {
 		if err := d.conns.publisher.Publish(api.DeclarationSubject(node), env); err != nil {
-			d.log.Warn("sync: envelope not sent", "node", node, "err", err)
+			d.logRepeated(slog.LevelWarn, "sync: envelope not sent", "node", node, "err", err)
 		}
 	}
 	resp.Sent = len(envs)
 	data, _ := json.Marshal(resp)
 	if err := d.conns.hosts.Publish(m.Reply, data); err != nil {
-		d.log.Warn("sync reply not sent", "node", node, "err", err)
+		d.logRepeated(slog.LevelWarn, "sync reply not sent", "node", node, "err", err)
 	}
 }
 
