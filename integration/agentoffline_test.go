@@ -2,11 +2,15 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,4 +171,98 @@ func nodeErrorOffline(t *testing.T, state string) string {
 		}
 	}
 	return ""
+}
+
+// downMesh is a host enrolled in an in-process mesh that is then stopped: every
+// broker it knows refuses connections.
+func downMesh(t *testing.T, mesh string) (state, broker string) {
+	t.Helper()
+	m := harness.StartMesh(t, mesh, harness.Options{})
+	state, err := harness.EnrolHost(t, m.Token("web-1", 10*time.Minute).Encode(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Stop()
+	return state, m.Listen
+}
+
+// TestAgentStartedWithEveryBrokerDown: meshhost run started while no broker of the
+// mesh answers (a control plane down at boot) says so in its log a few times, not in
+// a loop; tells systemd it is up, with a status line saying it waits for the mesh
+// (else TimeoutStartSec restarts it every 5 minutes, each start running a failed
+// hook again); its metrics and /readyz say it is not connected, meshhost status
+// that the mesh is unreachable; SIGTERM stops it at once, exit 0.
+func TestAgentStartedWithEveryBrokerDown(t *testing.T) {
+	state, _ := downMesh(t, "offline")
+	sock, msgs := notifySocket(t)
+	metrics := fmt.Sprintf("127.0.0.1:%d", harness.FreePorts(t, 1)[0])
+	p := harness.Start(t, []string{"NOTIFY_SOCKET=" + sock}, bin.Meshhost, "run", "--state", state, "--root", filepath.Join(state, "managed"),
+		"--metrics-listen", metrics)
+	if m := waitNotify(t, msgs, "READY=1", 15*time.Second, p); !strings.Contains(m, "the mesh does not answer yet") {
+		t.Errorf("readiness with the mesh down: %q", m)
+	}
+	fams := harness.Scrape(t, "http://"+metrics+"/metrics")
+	if c, s := harness.Sum(fams, "mesh_agent_connected"), harness.Sum(fams, "mesh_agent_synced"); c != 0 || s != 0 {
+		t.Errorf("mesh_agent_connected %v, mesh_agent_synced %v with every broker down, want 0 and 0", c, s)
+	}
+	if resp, err := http.Get("http://" + metrics + "/readyz"); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/readyz with every broker down: %v %v, want 503", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	st := harness.Run(t, "", nil, bin.Meshhost, "status", "--state", state)
+	if st.Code != 0 || !strings.Contains(st.Stdout, "the mesh is UNREACHABLE since") || !strings.Contains(st.Stdout, "every broker refused the connection") {
+		t.Errorf("meshhost status with every broker down: exit %d, want 0 saying why the mesh is unreachable:\n%s", st.Code, st.Combined())
+	}
+	// Backing off (1 s, 2 s, 4 s...): a handful of lines in 8 s, not a loop.
+	time.Sleep(8 * time.Second)
+	if n := strings.Count(p.Output(), "cannot reach the mesh yet"); n < 2 || n > 6 {
+		t.Errorf("%d lines 'cannot reach the mesh yet' in about 8 s, want 2 to 6:\n%s", n, p.Output())
+	}
+	start := time.Now()
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(3 * time.Second); code != 0 {
+		t.Fatalf("SIGTERM while waiting for the mesh: exit %d after %s, want 0 within 3s:\n%s", code, time.Since(start), p.Output())
+	}
+}
+
+// TestSIGTERMWhileABrokerHoldsTheHandshake: SIGTERM stops an agent at once while
+// its first connection is held by a broker address that accepts TCP and never
+// answers the TLS handshake (a stopped or wedged process, its kernel still
+// accepting), each attempt of which lasts the dial timeout (10 s).
+func TestSIGTERMWhileABrokerHoldsTheHandshake(t *testing.T) {
+	state, broker := downMesh(t, "offline")
+	ln, err := net.Listen("tcp", broker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	t.Cleanup(func() {
+		for len(accepted) > 0 {
+			(<-accepted).Close()
+		}
+	})
+	p := harness.Start(t, nil, bin.Meshhost, "run", "--state", state, "--root", filepath.Join(state, "managed"))
+	select {
+	case c := <-accepted:
+		accepted <- c
+	case <-time.After(15 * time.Second):
+		t.Fatalf("the agent never dialled its broker:\n%s", p.Output())
+	}
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(3 * time.Second); code != 0 {
+		t.Fatalf("SIGTERM while a broker holds the handshake: exit %d after %s, want 0 within 3s:\n%s", code, time.Since(start), p.Output())
+	}
 }

@@ -94,6 +94,12 @@ type Options struct {
 	// the service manager so. While no control node answers, the agent keeps
 	// trying and does not call it.
 	OnSynced func()
+	// OnWaiting, if set, is called with the reason each time an attempt at the
+	// first connection fails, or a sync is not answered: the agent runs without
+	// the mesh meanwhile (its hooks, its socket, its retries) and keeps trying.
+	// meshhost tells the service manager it is up then, so that a mesh down at
+	// boot does not have the agent restarted again and again.
+	OnWaiting func(error)
 	// OnRefused, if set, is called with an error wrapping ErrIdentityRefused each
 	// time the refusals in a row reach a multiple of AuthFailureLimit; the agent goes
 	// on trying. OnSynced follows once the mesh accepts the key again.
@@ -288,7 +294,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	home := newHoming(a.o.ReturnHome)
 	// The pin check itself says when a broker address answers as something else: on
 	// a reconnection nats.go reports that to no handler.
-	base, err := link.AsNode(a.id, a.kp, func(err error) {
+	base, err := link.AsNode(ctx, a.id, a.kp, func(err error) {
 		a.log.Error("a broker address answered with a certificate that is not the mesh's: refusing it and trying again", "err", err)
 	})
 	if err != nil {
@@ -487,7 +493,17 @@ func (a *Agent) connect(ctx context.Context, urls string, opts []nats.Option) (*
 		if err == nil {
 			return nc, nil
 		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if errors.Is(err, nats.ErrNoServers) {
+			// nats.go says this when every address refused the connection.
+			err = fmt.Errorf("every broker refused the connection (none listens at %s: its control node is down, or listens elsewhere): %w", urls, err)
+		}
 		a.linkFailed(err)
+		if a.o.OnWaiting != nil {
+			a.o.OnWaiting(err)
+		}
 		switch {
 		case link.IsAuthRefused(err):
 			refusals++
@@ -761,6 +777,9 @@ func (s *syncer) schedule(what, why string) {
 	}
 	s.a.log.Warn(what+"; trying again", "reason", why, "in", s.backoff.String())
 	s.timer = time.NewTimer(s.backoff)
+	if s.a.o.OnWaiting != nil {
+		s.a.o.OnWaiting(errors.New(what + ": " + why))
+	}
 }
 
 // handle routes one envelope to its verifier. Only a verified revocation stops the

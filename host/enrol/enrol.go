@@ -590,7 +590,7 @@ func saveError(err error, tok token.Token) error {
 // Connect dials the mesh as the enrolled node: pinned TLS, handshake first, the node's
 // nkey signing the server's nonce. It is a one-shot connection (no reconnects).
 func Connect(id identity.Identity, kp *identity.KeyPair, timeout time.Duration) (*nats.Conn, error) {
-	opts, err := link.AsNode(id, kp, nil)
+	opts, err := link.AsNode(context.Background(), id, kp, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -59,6 +59,7 @@ func binding(c *tls.Conn) ([]byte, error) {
 // own handshake. One boundDialer serves one nats.Conn: it remembers the session it
 // made last, the one nats.go logs in over next.
 type boundDialer struct {
+	ctx     context.Context // nil: none
 	tls     *tls.Config
 	tcp     *net.Dialer
 	timeout time.Duration
@@ -69,7 +70,11 @@ type boundDialer struct {
 
 // Dial connects and completes the pinned TLS handshake.
 func (d *boundDialer) Dial(network, address string) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), d.timeout)
+	parent := d.ctx
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(parent, d.timeout)
 	defer cancel()
 	raw, err := d.tcp.DialContext(ctx, network, address)
 	if err != nil {

@@ -6,6 +6,7 @@
 package link
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
@@ -31,6 +32,9 @@ type Login struct {
 	// reconnection's handshake to no handler, so a long-lived connection learns of
 	// a substituted broker only here.
 	Refused func(error)
+	// Context, when not nil, ends the dials under way when it ends: a stopping
+	// agent does not wait out a broker that holds its handshake.
+	Context context.Context
 	// Timeout bounds the TCP connect and the TLS handshake of one dial; zero means
 	// DialTimeout.
 	Timeout time.Duration
@@ -54,20 +58,20 @@ func (l Login) Options() []nats.Option {
 	if timeout <= 0 {
 		timeout = DialTimeout
 	}
-	d := &boundDialer{tls: cfg, tcp: Dialer(), timeout: timeout}
+	d := &boundDialer{ctx: l.Context, tls: cfg, tcp: Dialer(), timeout: timeout}
 	return []nats.Option{nats.SetCustomDialer(d), nats.TLSHandshakeFirst(), nats.Nkey(l.PublicKey, d.sign(l.Sign))}
 }
 
 // AsNode returns the options of a connection as the enrolled node id: pinned, the
 // node's key signing the server's nonce bound to the session, replies on the node's
 // own inbox. refused, when not nil, hears of every broker the pin check refuses
-// (Login.Refused).
-func AsNode(id identity.Identity, kp *identity.KeyPair, refused func(error)) ([]nats.Option, error) {
+// (Login.Refused). The dials under way end when ctx does (Login.Context).
+func AsNode(ctx context.Context, id identity.Identity, kp *identity.KeyPair, refused func(error)) ([]nats.Option, error) {
 	pin, err := PinOf(id)
 	if err != nil {
 		return nil, err
 	}
-	return append(Login{Pin: pin, PublicKey: id.PublicKey, Sign: kp.Sign, Refused: refused}.Options(),
+	return append(Login{Pin: pin, PublicKey: id.PublicKey, Sign: kp.Sign, Refused: refused, Context: ctx}.Options(),
 		nats.CustomInboxPrefix(id.Subjects.InboxPrefix),
 		nats.Name("meshhost "+id.Node),
 	), nil

@@ -549,15 +549,18 @@ func cmdRun(args []string, cio *cliIO) error {
 			}
 			_ = cio.notifyState("STATUS=node " + id.Node + ": the mesh keeps refusing its key (or has no room for it); trying again")
 		},
+		// Ready once synced, or as soon as the agent must wait for the mesh: it
+		// runs without it (hooks, hooks retry, retries), and a unit that is not
+		// ready within TimeoutStartSec is restarted, each start running the hooks
+		// that failed again behind the operator's back.
+		OnWaiting: func(err error) {
+			notifyUp(cio, &ready, log, fmt.Sprintf("STATUS=node %s of mesh %s: running; the mesh does not answer yet (%v), trying again", id.Node, id.Mesh, err))
+		},
 		OnSynced: func() {
 			if err := clearRefusal(*stateDir, id); err != nil {
 				log.Warn("could not clear the record of earlier refusals", "err", err)
 			}
-			ready.Do(func() {
-				if err := cio.notifyState(fmt.Sprintf("READY=1\nSTATUS=node %s of mesh %s: connected and synced", id.Node, id.Mesh)); err != nil {
-					log.Warn("could not tell systemd the agent is ready", "err", err)
-				}
-			})
+			notifyUp(cio, &ready, log, fmt.Sprintf("STATUS=node %s of mesh %s: connected and synced", id.Node, id.Mesh))
 		}})
 	if err != nil {
 		return err
@@ -581,6 +584,15 @@ func cmdRun(args []string, cio *cliIO) error {
 		return fmt.Errorf("%w\nthe agent stopped. To adopt this machine again, remove %s and enrol with a new token", err, identity.Path(*stateDir))
 	}
 	return err
+}
+
+// notifyUp tells the service manager status, with READY=1 the first time.
+func notifyUp(cio *cliIO, ready *sync.Once, log *slog.Logger, status string) {
+	msg := status
+	ready.Do(func() { msg = "READY=1\n" + status })
+	if err := cio.notifyState(msg); err != nil {
+		log.Warn("could not tell systemd the agent's state", "err", err)
+	}
 }
 
 // chooseLogFormat is the log format --log-format and its alias --log-json ask for
