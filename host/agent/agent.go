@@ -9,6 +9,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/hex"
@@ -839,6 +840,16 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 			// The control plane signed this version over another body (restored
 			// from an older backup): it must hear which version is not applied.
 			version = re.Version
+		}
+		if errors.Is(err, declarations.ErrExpired) && a.retry.raw != nil && bytes.Equal(raw, a.retry.raw) {
+			// The declaration that failed to apply expired before an attempt
+			// succeeded (the mesh out of reach all the while, which otherwise
+			// re-signs it): no attempt is due any more, and none is announced.
+			// The mesh sends it re-signed at the next sync.
+			a.log.Warn("the declaration that failed to apply expired before it could be applied: no further attempt; the mesh sends it again, re-signed, once it is reached", "version", a.retry.version)
+			a.retry.clear()
+			a.applied.NextAttempt = time.Time{}
+			a.save()
 		}
 		a.fail(err, version)
 		return

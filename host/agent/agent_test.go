@@ -491,3 +491,36 @@ func TestSyncEndsWhenItsEnvelopesArrive(t *testing.T) {
 		t.Fatalf("a pushed envelope counted as a sync: synced %d times", synced)
 	}
 }
+
+// TestARetriedDeclarationThatExpiresIsNoLongerAnnounced: a declaration that failed
+// to apply, retried while the mesh is out of reach (which would otherwise send it
+// re-signed), expires: the attempts end, and neither meshhost status nor the report
+// announces a next attempt any more. The failure itself stays reported. Before, the
+// next attempt stayed on record, in the past, for as long as the mesh was away.
+func TestARetriedDeclarationThatExpiresIsNoLongerAnnounced(t *testing.T) {
+	f := newFixture(t)
+	f.a.applier = &flakyApplier{blocked: true, inner: f.a.applier}
+	now := t0
+	f.a.o.Now = func() time.Time { return now }
+	ctx := context.Background()
+	if err := f.a.handle(ctx, f.decl(t, 1, "one")); err != nil {
+		t.Fatal(err)
+	}
+	if f.a.Applied().NextAttempt.IsZero() {
+		t.Fatal("no next attempt after the failure")
+	}
+	now = t0.Add(25 * time.Hour) // past the declaration's expiry and the skew
+	if err := f.a.handle(ctx, f.a.retry.raw); err != nil {
+		t.Fatal(err)
+	}
+	got := f.a.Applied()
+	if !got.NextAttempt.IsZero() || f.a.retry.due() != nil {
+		t.Fatalf("after the retried declaration expired: next attempt %v, retry pending %v", got.NextAttempt, f.a.retry.due() != nil)
+	}
+	if persisted, _ := state.Load(f.dir); !persisted.NextAttempt.IsZero() {
+		t.Fatalf("the next attempt stays on record: %v", persisted.NextAttempt)
+	}
+	if st := reported(t, f.a); st.Error == nil || st.Error.Code != wire.StatusApplyFailed || st.Error.Version != 1 || !st.Error.RetryAt.IsZero() {
+		t.Fatalf("report after the expiry: %+v", st.Error)
+	}
+}
