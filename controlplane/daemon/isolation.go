@@ -42,11 +42,16 @@ func cutOff(voters, routedPeers int) bool {
 }
 
 // observe takes one look: whether the node hears a leader (it leads, or Raft heard
-// one lately), whether it is cut off (cutOff), and stranded, the grace for a node
-// that is not. It says whether to start shedding the hosts or to stop (a leader
-// heard again, after shedding).
-func (w *isolation) observe(now time.Time, leaderHeard, cut bool, stranded time.Duration) (shed, unshed bool) {
-	if leaderHeard {
+// one lately), the voters of the configuration and the brokers it routes to (for
+// cutOff), and stranded, the grace for a node that is not cut off. It says whether to
+// start shedding the hosts or to stop (a leader heard again, after shedding, or no
+// other control node left to send them to).
+//
+// A mesh of one voter never sheds, whatever it hears: its hosts have no other
+// broker to go to, and a lone node that cannot lead (its disk full) would only
+// have them bounce off its handshakes until it leads again.
+func (w *isolation) observe(now time.Time, leaderHeard bool, voters, routedPeers int, stranded time.Duration) (shed, unshed bool) {
+	if leaderHeard || voters <= 1 {
 		unshed = w.shed
 		*w = isolation{}
 		return false, unshed
@@ -55,7 +60,7 @@ func (w *isolation) observe(now time.Time, leaderHeard, cut bool, stranded time.
 		w.since = now
 	}
 	alone := now.Sub(w.since)
-	if !w.shed && ((cut && alone >= isolationGrace) || alone >= stranded) {
+	if !w.shed && ((cutOff(voters, routedPeers) && alone >= isolationGrace) || alone >= stranded) {
 		w.shed = true
 		return true, false
 	}

@@ -36,7 +36,11 @@ func TestIsolation(t *testing.T) {
 	var w isolation
 	look := func(after time.Duration, heard, cut bool) (bool, bool) {
 		at = at.Add(after)
-		return w.observe(at, heard, cut, stranded)
+		routed := 2 // two of three: a quorum
+		if cut {
+			routed = 0
+		}
+		return w.observe(at, heard, 3, routed, stranded)
 	}
 	if shed, unshed := look(0, true, false); shed || unshed {
 		t.Fatal("a leader heard: nothing to do")
@@ -73,5 +77,28 @@ func TestIsolation(t *testing.T) {
 	}
 	if shed, _ := look(time.Second, false, false); !shed {
 		t.Fatal("no leader heard for the stranded grace, and not shed")
+	}
+}
+
+// TestALoneVoterNeverSheds: a mesh of one control node keeps its hosts however long it
+// hears no leader (its own disk full, say): they have no other broker to go to. A node
+// that was shed when the others were removed admits its hosts again.
+func TestALoneVoterNeverSheds(t *testing.T) {
+	stranded := strandedGrace(500 * time.Millisecond)
+	at := time.Unix(1_800_000_000, 0)
+	var w isolation
+	for range 10 {
+		at = at.Add(stranded)
+		if shed, unshed := w.observe(at, false, 1, 0, stranded); shed || unshed {
+			t.Fatalf("one voter, no leader heard: shed %v, unshed %v", shed, unshed)
+		}
+	}
+	at = at.Add(time.Second)
+	w.observe(at, false, 3, 0, stranded)
+	if shed, _ := w.observe(at.Add(isolationGrace), false, 3, 0, stranded); !shed {
+		t.Fatal("cut off among three voters for the grace, and not shed")
+	}
+	if _, unshed := w.observe(at.Add(isolationGrace+time.Second), false, 1, 0, stranded); !unshed {
+		t.Fatal("the only voter left, and its hosts not admitted again")
 	}
 }

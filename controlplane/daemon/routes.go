@@ -95,7 +95,7 @@ func (d *Daemon) watchRoutes(ctx context.Context) error {
 				}
 			}
 		}
-		shed, unshed := iso.observe(d.now(), heard, cutOff(voters, len(now)), stranded)
+		shed, unshed := iso.observe(d.now(), heard, voters, len(now), stranded)
 		switch {
 		case shed:
 			n, err := d.broker.Shed()
