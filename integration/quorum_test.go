@@ -128,6 +128,10 @@ func TestControlStatusWithoutQuorum(t *testing.T) {
 		!strings.Contains(body, "\nmesh_raft_last_index ") || !strings.Contains(body, "\nprocess_resident_memory_bytes ") {
 		t.Fatalf("/metrics while waiting for a quorum lacks Raft's or the process's figures:\n%s", body)
 	}
+	// It has heard no leader since it started: that is silence, not a contact now.
+	harness.Eventually(t, 10*time.Second, "cp-1's mesh_raft_last_contact_seconds counts its silence", func() bool {
+		return harness.Sum(harness.Scrape(t, "http://"+cp1.Metrics+"/metrics"), "mesh_raft_last_contact_seconds") >= 1
+	})
 	cp1.Process().Kill()
 	cp1.Process().Wait(10 * time.Second)
 

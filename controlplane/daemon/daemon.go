@@ -107,22 +107,25 @@ func (d *Daemon) now() time.Time { return d.opts.Now() }
 
 // Daemon is a running control node.
 type Daemon struct {
-	opts     Options
-	cfg      datadir.Config
-	log      *slog.Logger
-	caPEM    []byte
-	curve    nkeys.KeyPair
-	fsm      *state.FSM
-	raft     *replication.Node
-	broker   *broker.Server
-	conns    *conns
-	presence *presence.Tracker
-	signer   *signer
-	seen     *liveness
-	status   *statusBatcher
-	ctl      *controlTracker
-	guard    *guard
-	effects  *effectQueue
+	opts  Options
+	cfg   datadir.Config
+	log   *slog.Logger
+	caPEM []byte
+	curve nkeys.KeyPair
+	fsm   *state.FSM
+	raft  *replication.Node
+	// raftOpened is when raft was opened: a follower that has heard no leader
+	// since counts its silence from then (mesh_raft_last_contact_seconds).
+	raftOpened time.Time
+	broker     *broker.Server
+	conns      *conns
+	presence   *presence.Tracker
+	signer     *signer
+	seen       *liveness
+	status     *statusBatcher
+	ctl        *controlTracker
+	guard      *guard
+	effects    *effectQueue
 	// ahead is the membership learnt ahead of the state (peers.go), from the log's
 	// tail kept at start (read once, by aheadOnce) or from the members asked.
 	ahead     aheadView
@@ -217,6 +220,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	d.raftOpened = time.Now()
 	if opts.MetricsListen != "" {
 		if d.web, err = startWeb(opts.MetricsListen, d.startingHandler()); err != nil {
 			return nil, err

@@ -85,7 +85,7 @@ var (
 	descRaftApplied = prometheus.NewDesc("mesh_raft_applied_index", "The index of the last log entry applied to the state.", nil, nil)
 	descRaftLast    = prometheus.NewDesc("mesh_raft_last_index", "The index of the last log entry stored.", nil, nil)
 	descRaftContact = prometheus.NewDesc("mesh_raft_last_contact_seconds",
-		"Seconds since a follower last heard from the leader (0 on the leader).", nil, nil)
+		"Seconds since a follower last heard from the leader, or since it started if it has heard none (0 on the leader).", nil, nil)
 	descRaftWriteFailing = prometheus.NewDesc("mesh_raft_log_write_failing",
 		"1 when this node's last write to its Raft log failed and none succeeded since (a full disk): it cannot lead.", nil, nil)
 	descBrokerConns  = prometheus.NewDesc("mesh_broker_connections", "Client connections open on this node's broker.", nil, nil)
@@ -199,8 +199,14 @@ func (c raftCollector) Collect(ch chan<- prometheus.Metric) {
 		leader = 1
 	}
 	contact := 0.0
-	if !rs.Leader && !rs.LastContact.IsZero() {
+	switch {
+	case rs.Leader:
+	case !rs.LastContact.IsZero():
 		contact = time.Since(rs.LastContact).Seconds()
+	default:
+		// No leader heard since this node opened Raft (restarted while the quorum
+		// is lost): that is silence too, not a contact just now.
+		contact = time.Since(c.d.raftOpened).Seconds()
 	}
 	ch <- prometheus.MustNewConstMetric(descRaftLeader, prometheus.GaugeValue, leader)
 	ch <- prometheus.MustNewConstMetric(descRaftTerm, prometheus.GaugeValue, float64(rs.Term))
