@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -44,24 +45,28 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func startOfflineAgent(t *testing.T, state string, hk hooks.Config) *offlineAgent {
+func startOfflineAgent(t *testing.T, state string, hk hooks.Config, more ...func(*agent.Options)) *offlineAgent {
 	t.Helper()
 	buf := &lockedBuffer{}
-	a, err := agent.New(agent.Options{
+	o := agent.Options{
 		StateDir: state, Root: filepath.Join(state, "managed"), Heartbeat: time.Second, Hooks: hk,
 		Socket: agent.SocketPath(state),
 		Logger: slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})
+	}
+	for _, f := range more {
+		f(&o)
+	}
+	a, err := agent.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	o := &offlineAgent{a: a, log: buf}
+	oa := &offlineAgent{a: a, log: buf}
 	var once sync.Once
 	var runErr error
-	o.stop = func() error {
+	oa.stop = func() error {
 		once.Do(func() {
 			cancel()
 			select {
@@ -72,8 +77,8 @@ func startOfflineAgent(t *testing.T, state string, hk hooks.Config) *offlineAgen
 		})
 		return runErr
 	}
-	t.Cleanup(func() { o.stop() })
-	return o
+	t.Cleanup(func() { oa.stop() })
+	return oa
 }
 
 // failingHook is a hooks file whose one hook, for etc/*, fails until the file it
@@ -264,5 +269,74 @@ func TestSIGTERMWhileABrokerHoldsTheHandshake(t *testing.T) {
 	p.Signal(syscall.SIGTERM)
 	if code := p.Wait(3 * time.Second); code != 0 {
 		t.Fatalf("SIGTERM while a broker holds the handshake: exit %d after %s, want 0 within 3s:\n%s", code, time.Since(start), p.Output())
+	}
+}
+
+// TestAgentWhileTheMeshIsDownAfterConnecting: the control plane stops under a
+// connected agent. meshhost status says since when the mesh is unreachable and why;
+// once the control plane is back the agent reconnects, syncs, reports, and applies
+// what is declared.
+func TestAgentWhileTheMeshIsDownAfterConnecting(t *testing.T) {
+	m := harness.StartMesh(t, "offline", harness.Options{})
+	state, err := harness.EnrolHost(t, m.Token("web-1", 10*time.Minute).Encode(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startOfflineAgent(t, state, hooks.Config{})
+	v := m.Declare("web-1", `{"files":[{"path":"etc/app.conf","content":"one\n"}]}`)
+	m.WaitApplied("web-1", v, 20*time.Second)
+	down := time.Now()
+	m.Stop()
+	harness.Eventually(t, 20*time.Second, "the agent notices the mesh is gone", func() bool {
+		st, err := agent.AskStatus(state, 2*time.Second)
+		return err == nil && !st.Connected && st.Error != ""
+	})
+	st, _ := agent.AskStatus(state, 2*time.Second)
+	if st.Since.Before(down.Add(-time.Second)) {
+		t.Errorf("unreachable since %v, before the mesh stopped at %v", st.Since, down)
+	}
+	r := harness.Run(t, "", nil, bin.Meshhost, "status", "--state", state)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "the mesh is UNREACHABLE since") {
+		t.Errorf("meshhost status with the mesh gone: exit %d:\n%s", r.Code, r.Combined())
+	}
+	m.Start()
+	v = m.Declare("web-1", `{"files":[{"path":"etc/app.conf","content":"two\n"}]}`)
+	m.WaitApplied("web-1", v, 60*time.Second)
+}
+
+// TestDeclarationExpiresWhileTheMeshIsDown: the whole mesh is down longer than the
+// applied declaration's validity (24 h, on a clock the test moves). The agent keeps
+// its files and calls itself stale (mesh_agent_stale); once the control plane is
+// back it re-signs the declaration, and the agent takes the refresh: not stale, the
+// files untouched, as docs/declarations.md (Freshness) says.
+func TestDeclarationExpiresWhileTheMeshIsDown(t *testing.T) {
+	var skew atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	m := harness.StartMesh(t, "offline", harness.Options{Now: now})
+	state, err := harness.EnrolHost(t, m.Token("web-1", 10*time.Minute).Encode(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := fmt.Sprintf("127.0.0.1:%d", harness.FreePorts(t, 1)[0])
+	startOfflineAgent(t, state, hooks.Config{}, func(o *agent.Options) { o.Now, o.MetricsListen = now, metrics })
+	v := m.Declare("web-1", `{"files":[{"path":"etc/app.conf","content":"one\n"}]}`)
+	m.WaitApplied("web-1", v, 20*time.Second)
+	stale := func() float64 { return harness.Sum(harness.Scrape(t, "http://"+metrics+"/metrics"), "mesh_agent_stale") }
+	if got := stale(); got != 0 {
+		t.Fatalf("mesh_agent_stale %v with a fresh declaration", got)
+	}
+	m.Stop()
+	skew.Store(int64(25 * time.Hour))
+	if got := stale(); got != 1 {
+		t.Fatalf("mesh_agent_stale %v with the declaration expired and the mesh down, want 1", got)
+	}
+	m.Start()
+	harness.Eventually(t, 60*time.Second, "the refreshed declaration reaches the agent", func() bool { return stale() == 0 })
+	harness.Eventually(t, 20*time.Second, "the control plane sees the node fresh", func() bool {
+		n, ok := m.Node("web-1")
+		return ok && n.State == "alive" && !n.Stale && n.Applied != nil && *n.Applied == v && n.LastError == nil
+	})
+	if b, err := os.ReadFile(filepath.Join(state, "managed", "etc", "app.conf")); err != nil || string(b) != "one\n" {
+		t.Fatalf("etc/app.conf = %q, %v: the files stay as they were", b, err)
 	}
 }
