@@ -321,7 +321,9 @@ func TestDeclarationExpiresWhileTheMeshIsDown(t *testing.T) {
 	startOfflineAgent(t, state, hooks.Config{}, func(o *agent.Options) { o.Now, o.MetricsListen = now, metrics })
 	v := m.Declare("web-1", `{"files":[{"path":"etc/app.conf","content":"one\n"}]}`)
 	m.WaitApplied("web-1", v, 20*time.Second)
-	stale := func() float64 { return harness.Sum(harness.Scrape(t, "http://"+metrics+"/metrics"), "mesh_agent_stale") }
+	stale := func() float64 {
+		return harness.Sum(harness.Scrape(t, "http://"+metrics+"/metrics"), "mesh_agent_stale")
+	}
 	if got := stale(); got != 0 {
 		t.Fatalf("mesh_agent_stale %v with a fresh declaration", got)
 	}
