@@ -366,6 +366,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	workers.Add(1)
 	go func() { defer workers.Done(); a.runHooks(loopCtx, hookDone) }()
 	a.runOwedHooks()
+	if !a.applied.NextAttempt.IsZero() && a.retry.raw == nil {
+		// The declaration that failed to apply is not kept across a restart: no
+		// attempt is due until the mesh sends it again, at the first sync.
+		a.log.Info("the declaration that failed to apply is tried again once the mesh sends it again, at the first sync", "version", a.applied.LastErrorVersion)
+		a.applied.NextAttempt = time.Time{}
+		a.save()
+	}
 	if a.o.Socket != "" {
 		// Without it the agent still runs; only `meshhost hooks retry` cannot reach
 		// it (a restart runs the owed hooks too).

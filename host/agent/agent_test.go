@@ -524,3 +524,48 @@ func TestARetriedDeclarationThatExpiresIsNoLongerAnnounced(t *testing.T) {
 		t.Fatalf("report after the expiry: %+v", st.Error)
 	}
 }
+
+// TestARestartForgetsTheNextAttempt: the declaration that failed to apply is not
+// kept across a restart, so the next attempt on record is no longer announced
+// (meshhost status, the report) while the restarted agent waits for the mesh to send
+// it again. Before, a host restarted with the mesh out of reach showed "retry at"
+// a time at which nothing was tried.
+func TestARestartForgetsTheNextAttempt(t *testing.T) {
+	f := newFixture(t)
+	f.a.applier = &flakyApplier{blocked: true, inner: f.a.applier}
+	if err := f.a.handle(context.Background(), f.decl(t, 1, "one")); err != nil {
+		t.Fatal(err)
+	}
+	if f.a.Applied().NextAttempt.IsZero() {
+		t.Fatal("no next attempt after the failure")
+	}
+	f.a.kp.Wipe()
+	a, err := New(Options{StateDir: f.dir, Root: f.root, Now: func() time.Time { return t0 }, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }() // its broker (127.0.0.1:1) refuses
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		on, err := state.Load(f.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if on.NextAttempt.IsZero() {
+			if on.LastErrorCode != wire.StatusApplyFailed || on.LastErrorVersion != 1 {
+				t.Fatalf("the failure is no longer on record: %q v%d", on.LastErrorCode, on.LastErrorVersion)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the restarted agent still announces an attempt at %v", on.NextAttempt)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
