@@ -608,7 +608,9 @@ func spread(list []string, key string) []string {
 // which fetches the current declaration instead; anything else goes to the loop.
 func (a *Agent) asyncError(sub *nats.Subscription, err error) {
 	if errors.Is(err, nats.ErrSlowConsumer) && sub != nil && sub.Subject == a.id.Subjects.Declarations {
-		a.log.Warn("declaration queue full; will sync")
+		if ok, held := a.refusals.allow("queue full", a.o.Now()); ok {
+			a.log.Warn("declaration queue full; will sync", heldBack(held)...)
+		}
 		a.event(event{connected: true})
 		return
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // TestRefusalFloodLogBounded: whoever can put bytes on the node's subject (a broker
@@ -50,5 +52,24 @@ func TestRefusalFloodLogBounded(t *testing.T) {
 	last := logged.String()[strings.LastIndex(logged.String(), "envelope not applied"):]
 	if !strings.Contains(last, "code=malformed") || !strings.Contains(last, want) {
 		t.Fatalf("the line after the interval is %q, want code=malformed and %s", last, want)
+	}
+}
+
+// TestQueueFullLogBounded: a flood on the node's subject keeps the declaration queue
+// full, and nats.go reports it each time the agent has taken one envelope and the
+// next does not fit: about once per envelope. The log gets a few lines every 10 s,
+// not one per report.
+func TestQueueFullLogBounded(t *testing.T) {
+	f := newFixture(t)
+	var logged bytes.Buffer
+	f.a.log = slog.New(slog.NewTextHandler(&logged, nil))
+	sub := &nats.Subscription{Subject: f.a.id.Subjects.Declarations}
+	const reports = 1000
+	for range reports {
+		f.a.asyncError(sub, nats.ErrSlowConsumer)
+	}
+	lines := strings.Count(logged.String(), "declaration queue full")
+	if lines < 1 || lines > refusalLinesPerInterval {
+		t.Fatalf("%d reports of a full queue gave %d log lines, want 1 to %d", reports, lines, refusalLinesPerInterval)
 	}
 }
