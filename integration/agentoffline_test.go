@@ -203,7 +203,7 @@ func TestAgentStartedWithEveryBrokerDown(t *testing.T) {
 	metrics := fmt.Sprintf("127.0.0.1:%d", harness.FreePorts(t, 1)[0])
 	p := harness.Start(t, []string{"NOTIFY_SOCKET=" + sock}, bin.Meshhost, "run", "--state", state, "--root", filepath.Join(state, "managed"),
 		"--metrics-listen", metrics)
-	if m := waitNotify(t, msgs, "READY=1", 15*time.Second, p); !strings.Contains(m, "the mesh does not answer yet") {
+	if m := waitNotify(t, msgs, "READY=1", 15*time.Second, p); !strings.Contains(m, "running without the mesh, which does not answer") {
 		t.Errorf("readiness with the mesh down: %q", m)
 	}
 	fams := harness.Scrape(t, "http://"+metrics+"/metrics")
@@ -341,4 +341,22 @@ func TestDeclarationExpiresWhileTheMeshIsDown(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(state, "managed", "etc", "app.conf")); err != nil || string(b) != "one\n" {
 		t.Fatalf("etc/app.conf = %q, %v: the files stay as they were", b, err)
 	}
+}
+
+// TestAgentStatusLineFollowsTheMesh: systemd's status line of a running agent says
+// when the mesh it was connected to stops answering, and when it is back. Before,
+// it said "connected and synced" from the first sync on, whatever happened since.
+func TestAgentStatusLineFollowsTheMesh(t *testing.T) {
+	m := harness.StartMesh(t, "offline", harness.Options{})
+	state, err := harness.EnrolHost(t, m.Token("web-1", 10*time.Minute).Encode(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock, msgs := notifySocket(t)
+	p := harness.Start(t, []string{"NOTIFY_SOCKET=" + sock}, bin.Meshhost, "run", "--state", state, "--root", filepath.Join(state, "managed"))
+	waitNotify(t, msgs, "connected and synced", 20*time.Second, p)
+	m.Stop()
+	waitNotify(t, msgs, "running without the mesh, which does not answer", 30*time.Second, p)
+	m.Start()
+	waitNotify(t, msgs, "connected and synced", 60*time.Second, p)
 }

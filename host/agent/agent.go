@@ -95,9 +95,10 @@ type Options struct {
 	// the service manager so. While no control node answers, the agent keeps
 	// trying and does not call it.
 	OnSynced func()
-	// OnWaiting, if set, is called with the reason each time an attempt at the
-	// first connection fails, or a sync is not answered: the agent runs without
-	// the mesh meanwhile (its hooks, its socket, its retries) and keeps trying.
+	// OnWaiting, if set, is called with the reason each time an attempt to
+	// connect fails (the first connection, or again after a disconnection), or a
+	// sync is not answered: the agent runs without the mesh meanwhile (its hooks,
+	// its socket, its retries) and keeps trying.
 	// meshhost tells the service manager it is up then, so that a mesh down at
 	// boot does not have the agent restarted again and again.
 	OnWaiting func(error)
@@ -509,9 +510,6 @@ func (a *Agent) connect(ctx context.Context, urls string, opts []nats.Option) (*
 			err = fmt.Errorf("every broker refused the connection (none listens at %s: its control node is down, or listens elsewhere): %w", urls, err)
 		}
 		a.linkFailed(err)
-		if a.o.OnWaiting != nil {
-			a.o.OnWaiting(err)
-		}
 		switch {
 		case link.IsAuthRefused(err):
 			refusals++
@@ -530,13 +528,18 @@ func (a *Agent) connect(ctx context.Context, urls string, opts []nats.Option) (*
 	}
 }
 
-// linkFailed notes why the agent is not connected, for `meshhost status`.
+// linkFailed notes why the agent is not connected, for `meshhost status` and
+// OnWaiting.
 func (a *Agent) linkFailed(err error) {
+	down := false
 	a.stats.set(func(s *stats) {
-		if !s.connected {
+		if down = !s.connected; down {
 			s.linkErr = err.Error()
 		}
 	})
+	if down && a.o.OnWaiting != nil {
+		a.o.OnWaiting(err)
+	}
 }
 
 // authRefused notes the n-th authorization refusal in a row: a warning each time,

@@ -554,7 +554,7 @@ func cmdRun(args []string, cio *cliIO) error {
 		// ready within TimeoutStartSec is restarted, each start running the hooks
 		// that failed again behind the operator's back.
 		OnWaiting: func(err error) {
-			notifyUp(cio, &ready, log, fmt.Sprintf("STATUS=node %s of mesh %s: running; the mesh does not answer yet (%v), trying again", id.Node, id.Mesh, err))
+			notifyUp(cio, &ready, log, fmt.Sprintf("STATUS=node %s of mesh %s: running without the mesh, which does not answer (%v); trying again", id.Node, id.Mesh, err))
 		},
 		OnSynced: func() {
 			if err := clearRefusal(*stateDir, id); err != nil {
