@@ -326,3 +326,42 @@ func TestMetricsMatchTheOperationsGuide(t *testing.T) {
 		t.Errorf("with web-1 back: %v", err)
 	}
 }
+
+var docMentionRE = regexp.MustCompile(`(mesh_[a-z_]+)(\{[^}]*\})?`)
+var docLabelRE = regexp.MustCompile(`([a-z_]+)=`)
+
+// TestDocsNameOnlyDocumentedMetrics: every metric the docs name anywhere (the
+// troubleshooting table, decision records, security.md), and every label they select
+// it by, is one the metrics tables document, which TestMetricsMatchTheOperationsGuide
+// holds to what the binaries expose: a renamed metric or label cannot linger in an
+// alert an operator copied from the docs.
+func TestDocsNameOnlyDocumentedMetrics(t *testing.T) {
+	control, agent := documentedMetrics(t)
+	files, _ := filepath.Glob("../docs/*.md")
+	decisions, _ := filepath.Glob("../docs/decisions/*.md")
+	files = append(append(files, decisions...), "../README.md")
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range docMentionRE.FindAllStringSubmatch(string(raw), -1) {
+			if strings.HasSuffix(m[1], "_") { // a prefix: mesh_raft_*
+				continue
+			}
+			d, ok := control[m[1]]
+			if !ok {
+				d, ok = agent[m[1]]
+			}
+			if !ok {
+				t.Errorf("%s names %s, which the metrics tables of docs/operations.md do not document", filepath.Base(f), m[0])
+				continue
+			}
+			for _, l := range docLabelRE.FindAllStringSubmatch(m[2], -1) {
+				if !slices.Contains(d.labels, l[1]) {
+					t.Errorf("%s selects %s by label %s, which it does not have (its labels: %v)", filepath.Base(f), m[1], l[1], d.labels)
+				}
+			}
+		}
+	}
+}
