@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -219,10 +221,15 @@ func TestAgentStartedWithEveryBrokerDown(t *testing.T) {
 	if st.Code != 0 || !strings.Contains(st.Stdout, "the mesh is UNREACHABLE since") || !strings.Contains(st.Stdout, "every broker refused the connection") {
 		t.Errorf("meshhost status with every broker down: exit %d, want 0 saying why the mesh is unreachable:\n%s", st.Code, st.Combined())
 	}
-	// Backing off (1 s, 2 s, 4 s...): a handful of lines in 8 s, not a loop.
+	// Backing off (1 s, 2 s, 4 s...): a handful of lines in 8 s, not a loop, and
+	// next to no CPU.
+	cpu0 := cpuTime(t, p.Pid())
 	time.Sleep(8 * time.Second)
 	if n := strings.Count(p.Output(), "cannot reach the mesh yet"); n < 2 || n > 6 {
 		t.Errorf("%d lines 'cannot reach the mesh yet' in about 8 s, want 2 to 6:\n%s", n, p.Output())
+	}
+	if used := cpuTime(t, p.Pid()) - cpu0; used > time.Second {
+		t.Errorf("the agent used %s of CPU in 8 s waiting for the mesh: it spins", used)
 	}
 	start := time.Now()
 	p.Signal(syscall.SIGTERM)
@@ -359,4 +366,26 @@ func TestAgentStatusLineFollowsTheMesh(t *testing.T) {
 	waitNotify(t, msgs, "running without the mesh, which does not answer", 30*time.Second, p)
 	m.Start()
 	waitNotify(t, msgs, "connected and synced", 60*time.Second, p)
+}
+
+// cpuTime is the CPU time (user and system) process pid used so far, from
+// /proc/PID/stat; the test is skipped where there is none.
+func cpuTime(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Skipf("no /proc/%d/stat to read the agent's CPU time from: %v", pid, err)
+	}
+	// The fields after the command's closing parenthesis: utime and stime are the
+	// 12th and 13th, in clock ticks (100 a second on Linux).
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("/proc/%d/stat: %q", pid, b)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }
