@@ -244,3 +244,44 @@ func TestRetryAnswerOfManyFailedHooks(t *testing.T) {
 		t.Fatalf("retry of 20 failing hooks: failed %v, error of %d bytes", out.Failed, len(out.Error))
 	}
 }
+
+// TestSocketAnswersStatus: the socket tells meshhost status whether the agent
+// reaches the mesh, since when and why not, without the loop; an agent from before
+// the request refuses it, which the client tells apart (ErrOlderAgent).
+func TestSocketAnswersStatus(t *testing.T) {
+	f := newFixture(t)
+	dir := socketDir(t)
+	f.a.stats.set(func(s *stats) { s.since, s.linkErr = t0, "dial tcp 127.0.0.1:1: connect: connection refused" })
+	serveTestSocket(t, f.a, dir, func(chan<- HooksOutcome) { t.Error("a status request reached the loop") })
+	st, err := AskStatus(dir, 5*time.Second)
+	if err != nil || st.Connected || st.Synced || !st.Since.Equal(t0) || !strings.Contains(st.Error, "connection refused") {
+		t.Fatalf("status not connected: %+v, %v", st, err)
+	}
+	f.a.stats.set(func(s *stats) { s.connected, s.synced, s.broker, s.linkErr = true, true, "tls://127.0.0.1:7300", "" })
+	if st, err := AskStatus(dir, 5*time.Second); err != nil || !st.Connected || !st.Synced || st.Broker != "tls://127.0.0.1:7300" || st.Error != "" {
+		t.Fatalf("status connected: %+v, %v", st, err)
+	}
+
+	// An older agent answers every request but hooks retry with a refusal.
+	old := socketDir(t)
+	ln, err := net.Listen("unix", SocketPath(old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		bufio.NewReader(c).ReadString('\n')
+		fmt.Fprintln(c, `{"refused":"unknown request"}`)
+	}()
+	if _, err := AskStatus(old, 5*time.Second); !errors.Is(err, ErrOlderAgent) {
+		t.Fatalf("an older agent's refusal: %v, want ErrOlderAgent", err)
+	}
+	if _, err := AskStatus(socketDir(t), 5*time.Second); !errors.Is(err, ErrNoAgent) {
+		t.Fatalf("no agent: %v, want ErrNoAgent", err)
+	}
+}
