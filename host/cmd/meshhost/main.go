@@ -163,6 +163,7 @@ usage:
   meshhost run     --state DIR --root DIR [--hooks F] [--log-format text|json]
                                                  stay connected and apply declarations
   meshhost status  --state DIR [--json]          show this node's identity, applied version, owed hooks
+                                                 and whether the running agent reaches the mesh
   meshhost hooks retry --state DIR [--timeout D] [--json]
                                                  run again the hooks that failed (the running agent does)
   meshhost version [--json]                      the version and the commit it was built from (also --version)
