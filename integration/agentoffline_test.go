@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -231,11 +232,18 @@ func TestAgentStartedWithEveryBrokerDown(t *testing.T) {
 	if used := cpuTime(t, p.Pid()) - cpu0; used > time.Second {
 		t.Errorf("the agent used %s of CPU in 8 s waiting for the mesh: it spins", used)
 	}
+	if _, err := os.Stat(agent.SocketPath(state)); err != nil {
+		t.Errorf("no socket while the agent waits for the mesh: %v", err)
+	}
 	start := time.Now()
 	p.Signal(syscall.SIGTERM)
 	if code := p.Wait(3 * time.Second); code != 0 {
 		t.Fatalf("SIGTERM while waiting for the mesh: exit %d after %s, want 0 within 3s:\n%s", code, time.Since(start), p.Output())
 	}
+	if _, err := os.Stat(agent.SocketPath(state)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the socket stays after the agent stopped: %v", err)
+	}
+	waitNotify(t, msgs, "STOPPING=1", 5*time.Second, p)
 }
 
 // TestSIGTERMWhileABrokerHoldsTheHandshake: SIGTERM stops an agent at once while
