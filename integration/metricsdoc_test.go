@@ -365,3 +365,35 @@ func TestDocsNameOnlyDocumentedMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestFollowerCountsNodesAlive: every control node is scraped, and the followers hear
+// no status reports (the leader handles them). A host connected and reporting is
+// alive in every control node's mesh_nodes, as meshctl nodes shows it, not offline on
+// the followers once it has been connected longer than --offline-after; and it is
+// offline on every one once its agent stops.
+func TestFollowerCountsNodesAlive(t *testing.T) {
+	cp1 := harness.NewControlPlane(t, bin, "follower")
+	cp1.Serve()
+	cp2 := joinControl(t, cp1, "cp-2")
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp1.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	h.Run()
+	cp1.WaitConverged("web-1", 0, 20*time.Second)
+	time.Sleep(5 * time.Second) // past the harness's --offline-after 3s
+	for _, cp := range []*harness.ControlPlane{cp1, cp2} {
+		f := cp.Scrape()
+		if alive, offline := harness.Sum(f, "mesh_nodes", "state=alive"), harness.Sum(f, "mesh_nodes", "state=offline"); alive != 1 || offline != 0 {
+			t.Errorf("%s (leader %v): mesh_nodes alive %v, offline %v with web-1 connected and reporting; meshctl nodes says alive",
+				filepath.Base(cp.Dir), harness.Sum(f, "mesh_raft_leader"), alive, offline)
+		}
+	}
+	h.Process().Kill()
+	for _, cp := range []*harness.ControlPlane{cp1, cp2} {
+		harness.Eventually(t, 15*time.Second, filepath.Base(cp.Dir)+" counts web-1 offline", func() bool {
+			f := cp.Scrape()
+			return harness.Sum(f, "mesh_nodes", "state=offline") == 1 && harness.Sum(f, "mesh_nodes", "state=alive") == 0
+		})
+	}
+}

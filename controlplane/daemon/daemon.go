@@ -491,6 +491,7 @@ func (d *Daemon) followLeadership(ctx context.Context) error {
 			return ctx.Err()
 		case leader := <-d.raft.LeaderChanges():
 			if leader {
+				d.seen.tookOver(d.now())
 				d.log.Info("this control node is now the leader; serving the API")
 				if err := d.raft.Barrier(commitTimeout); err != nil {
 					d.log.Warn("barrier after election failed", "err", err)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"mesh/controlplane/state"
@@ -14,7 +15,13 @@ import (
 type liveness struct {
 	mu   sync.Mutex
 	last map[string]time.Time
+	// leading is when this node last became the leader (unix nanoseconds; 0: not
+	// since it started): it has heard the nodes' reports only since then.
+	leading atomic.Int64
 }
+
+// tookOver records that this node became the leader at t.
+func (l *liveness) tookOver(t time.Time) { l.leading.Store(t.UnixNano()) }
 
 func newLiveness() *liveness { return &liveness{last: map[string]time.Time{}} }
 
@@ -41,19 +48,29 @@ func (l *liveness) forget(node string) {
 }
 
 // alive reports whether node n counts as alive at now: it holds a connection on some
-// broker of the mesh, as nats-server announced it, and has not been silent for longer
-// than OfflineAfter since this control node started hearing from it. A host whose
-// connection closes is offline at once, on every control node.
+// broker of the mesh, as nats-server announced it, and, on the leader, has not been
+// silent for longer than OfflineAfter since this control node started hearing from
+// it. A host whose connection closes is offline at once, on every control node.
+//
+// A follower hears no reports (the leader handles them): the brokers' view is all it
+// has, and a node it counted offline for its silence would be offline in the
+// follower's mesh_nodes while alive in meshctl nodes, which the leader answers.
 func (d *Daemon) alive(n *state.Node, now time.Time) bool {
 	if n.Revoked || d.presence.Open(n.PublicKey) == 0 {
 		return false
 	}
-	last, heard := d.seen.get(n.ID)
-	if !heard {
-		// Connected, and not heard from since this control node took over or
-		// started: its next report is due within a heartbeat.
-		since, _ := d.presence.Since(n.PublicKey)
-		return now.Sub(since) <= d.opts.OfflineAfter
+	if !d.raft.IsLeader() {
+		return true
 	}
-	return now.Sub(last) <= d.opts.OfflineAfter
+	from, heard := d.seen.get(n.ID)
+	if !heard {
+		// Connected, and not heard from since this control node started: its next
+		// report is due within a heartbeat.
+		from, _ = d.presence.Since(n.PublicKey)
+	}
+	// Nor is a node silent for the time this node did not lead.
+	if lead := d.seen.leading.Load(); lead != 0 && from.UnixNano() < lead {
+		from = time.Unix(0, lead)
+	}
+	return now.Sub(from) <= d.opts.OfflineAfter
 }
