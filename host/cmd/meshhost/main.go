@@ -756,6 +756,8 @@ type agentView struct {
 	Running bool `json:"running"`
 	// Known: it said whether it reaches the mesh (an older agent does not).
 	Known bool `json:"-"`
+	// Unanswered is why a socket that accepted did not answer.
+	Unanswered string `json:"-"`
 	agent.LinkStatus
 }
 
@@ -765,8 +767,11 @@ func askAgent(stateDir string) agentView {
 	switch {
 	case errors.Is(err, agent.ErrOlderAgent):
 		return agentView{Running: true}
-	case err != nil:
+	case errors.Is(err, agent.ErrNoAgent):
 		return agentView{}
+	case err != nil:
+		// Accepted, then no answer: an agent refusing this user, or stuck.
+		return agentView{Running: true, Unanswered: err.Error()}
 	}
 	return agentView{Running: true, Known: true, LinkStatus: st}
 }
@@ -776,6 +781,8 @@ func (v agentView) String() string {
 	switch {
 	case !v.Running:
 		return "not running (no agent answers on " + agent.SocketName + ")"
+	case v.Unanswered != "":
+		return "running, but it did not answer on " + agent.SocketName + " (" + v.Unanswered + "; it answers only its own user and root)"
 	case !v.Known:
 		return "running (a version that does not say whether it reaches the mesh)"
 	case v.Connected && v.Synced:
