@@ -166,6 +166,8 @@ type Agent struct {
 	retry applyRetry
 	// conn is the connection to the mesh once made (nil before): the loop's.
 	conn *nats.Conn
+	// stale is whether the log said last that the applied declaration expired.
+	stale bool
 	// received counts the envelopes that arrived on the declaration subject.
 	received uint64
 	stats    stats
@@ -472,6 +474,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.report(nc)
 		case <-beat.C:
 			a.saveAgain()
+			a.noteStale()
 			a.report(nc)
 		case <-homeTimer.C:
 			// The first of the mesh's list as it stands: a control node removed since
@@ -1165,6 +1168,22 @@ func withPaths(managed []string, files []apply.File) ([]string, bool) {
 	out := append(slices.Clone(managed), added...)
 	slices.Sort(out)
 	return out, true
+}
+
+// noteStale says in the log when the applied declaration expires without a fresh
+// one (the mesh out of reach, or not refreshing it), and when a fresh one came.
+func (a *Agent) noteStale() {
+	stale := a.Stale()
+	if stale == a.stale {
+		return
+	}
+	a.stale = stale
+	if stale {
+		a.log.Warn("the applied declaration expired without a fresh one: this node is stale; its files stay as they are until the mesh sends one",
+			"version", a.applied.Version, "expired_at", a.applied.ExpiresAt.Format(time.RFC3339), "connected", a.online())
+		return
+	}
+	a.log.Info("the applied declaration is fresh again", "version", a.applied.Version, "expires_at", a.applied.ExpiresAt.Format(time.RFC3339))
 }
 
 // Stale reports whether the applied declaration has expired without a fresh one.

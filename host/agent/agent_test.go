@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -567,5 +568,34 @@ func TestARestartForgetsTheNextAttempt(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStaleIsLogged: the agent's log says once when the applied declaration expires
+// without a fresh one (the mesh out of reach), and once when a fresh one came.
+// Before, only the metric and meshhost status said so; the journal said nothing.
+func TestStaleIsLogged(t *testing.T) {
+	f := newFixture(t)
+	var logged bytes.Buffer
+	f.a.log = slog.New(slog.NewTextHandler(&logged, nil))
+	now := t0
+	f.a.o.Now = func() time.Time { return now }
+	if err := f.a.handle(context.Background(), f.decl(t, 1, "one")); err != nil {
+		t.Fatal(err)
+	}
+	f.a.noteStale()
+	if strings.Contains(logged.String(), "stale") {
+		t.Fatalf("a fresh declaration logged as stale:\n%s", logged.String())
+	}
+	now = t0.Add(25 * time.Hour)
+	f.a.noteStale()
+	f.a.noteStale()
+	if n := strings.Count(logged.String(), "this node is stale"); n != 1 {
+		t.Fatalf("%d lines saying the node is stale, want 1:\n%s", n, logged.String())
+	}
+	f.a.applied.ExpiresAt = now.Add(24 * time.Hour) // a refresh
+	f.a.noteStale()
+	if n := strings.Count(logged.String(), "fresh again"); n != 1 {
+		t.Fatalf("%d lines saying the declaration is fresh again, want 1:\n%s", n, logged.String())
 	}
 }
