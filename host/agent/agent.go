@@ -363,7 +363,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	// fixed by hand while the control plane (or its own network) is down runs its
 	// owed hooks and answers `meshhost hooks retry`; their outcome is reported once
 	// the mesh is reached.
-
 	hookDone := make(chan hookRun, 1)
 	a.hookJobs = make(chan hookRun, 1)
 	workers.Add(1)
