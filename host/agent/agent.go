@@ -693,6 +693,13 @@ func (s *syncer) start(ctx context.Context, workers *sync.WaitGroup) {
 		s.check.Stop()
 		s.check = nil
 	}
+	if !s.nc.IsConnected() {
+		// Sent now, the request would wait in nats.go's reconnection buffer and
+		// reach the mesh, with every other one made meanwhile, once reconnected:
+		// an outage of an hour, dozens of syncs a host, each answered with its
+		// envelopes. The reconnection starts a sync of its own.
+		return
+	}
 	s.inFlight = true
 	s.base = s.a.received
 	req, _ := json.Marshal(wire.SyncRequest{V: wire.ProtocolVersion, AppliedVersion: s.a.applied.Version, KeyringEpoch: s.a.keyring.Epoch,
