@@ -754,7 +754,7 @@ func (s *syncer) finished(ctx context.Context, r syncResult) {
 // synced ends a sync that delivered everything.
 func (s *syncer) synced() {
 	s.backoff = 0
-	s.a.stats.set(func(st *stats) { st.synced = true })
+	s.a.stats.set(func(st *stats) { st.synced, st.linkErr = true, "" })
 	if s.a.o.OnSynced != nil {
 		s.a.o.OnSynced()
 	}
@@ -799,6 +799,7 @@ func (s *syncer) schedule(what, why string) {
 	}
 	s.a.log.Warn(what+"; trying again", "reason", why, "in", s.backoff.String())
 	s.timer = time.NewTimer(s.backoff)
+	s.a.stats.set(func(st *stats) { st.linkErr = what + ": " + why })
 	if s.a.o.OnWaiting != nil {
 		s.a.o.OnWaiting(errors.New(what + ": " + why))
 	}

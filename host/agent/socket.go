@@ -45,7 +45,8 @@ type LinkStatus struct {
 	// Since is when the agent connected or, not connected, since when it is not
 	// (its start, or the disconnection).
 	Since time.Time `json:"since,omitzero"`
-	// Error is why it is not connected: the last attempt's error.
+	// Error is why it is not connected (the last attempt's error) or, connected,
+	// why it is not synced (the last sync's).
 	Error string `json:"error,omitempty"`
 }
 
@@ -58,7 +59,8 @@ func (a *Agent) linkStatus() LinkStatus {
 	st := LinkStatus{Connected: s.connected, Synced: s.connected && s.synced, Since: s.since}
 	if s.connected {
 		st.Broker = s.broker
-	} else {
+	}
+	if !st.Synced {
 		st.Error = s.linkErr
 	}
 	return st

@@ -257,6 +257,13 @@ func TestSocketAnswersStatus(t *testing.T) {
 	if err != nil || st.Connected || st.Synced || !st.Since.Equal(t0) || !strings.Contains(st.Error, "connection refused") {
 		t.Fatalf("status not connected: %+v, %v", st, err)
 	}
+	// Connected, and the control plane does not answer the sync (no quorum).
+	f.a.stats.set(func(s *stats) {
+		s.connected, s.broker, s.linkErr = true, "tls://127.0.0.1:7300", "sync not answered: nats: timeout"
+	})
+	if st, err := AskStatus(dir, 5*time.Second); err != nil || !st.Connected || st.Synced || st.Error != "sync not answered: nats: timeout" {
+		t.Fatalf("status connected, not synced: %+v, %v", st, err)
+	}
 	f.a.stats.set(func(s *stats) { s.connected, s.synced, s.broker, s.linkErr = true, true, "tls://127.0.0.1:7300", "" })
 	if st, err := AskStatus(dir, 5*time.Second); err != nil || !st.Connected || !st.Synced || st.Broker != "tls://127.0.0.1:7300" || st.Error != "" {
 		t.Fatalf("status connected: %+v, %v", st, err)

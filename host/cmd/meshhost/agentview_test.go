@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"mesh/host/agent"
 )
@@ -52,4 +53,25 @@ func TestStatusSaysWhatAnswersOnTheSocket(t *testing.T) {
 	}
 	serve("")                              // closed unanswered: another user's connection
 	serve(`{"refused":"unknown request"}`) // an older agent
+}
+
+// TestAgentViewSaysWhyNot: each state of the agent's link reads as what it means,
+// with the reason when the mesh is not reached or does not answer the sync.
+func TestAgentViewSaysWhyNot(t *testing.T) {
+	since := time.Date(2026, 12, 3, 15, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		v    agentView
+		want string
+	}{
+		{agentView{Running: true, Known: true, LinkStatus: agent.LinkStatus{Since: since, Error: "dial tcp 10.0.0.1:7300: connect: connection refused"}},
+			"running; the mesh is UNREACHABLE since 2026-12-03T15:00:00Z (dial tcp 10.0.0.1:7300: connect: connection refused)"},
+		{agentView{Running: true, Known: true, LinkStatus: agent.LinkStatus{Connected: true, Broker: "tls://10.0.0.1:7300", Since: since, Error: "sync not answered: nats: timeout"}},
+			"connected to tls://10.0.0.1:7300 since 2026-12-03T15:00:00Z, NOT SYNCED (sync not answered: nats: timeout)"},
+		{agentView{Running: true, Known: true, LinkStatus: agent.LinkStatus{Connected: true, Synced: true, Broker: "tls://10.0.0.1:7300", Since: since}},
+			"connected to tls://10.0.0.1:7300 since 2026-12-03T15:00:00Z, synced"},
+	} {
+		if got := c.v.String(); !strings.HasPrefix(got, c.want) {
+			t.Errorf("%+v:\n got %q\nwant %q…", c.v, got, c.want)
+		}
+	}
 }

@@ -787,6 +787,8 @@ func (v agentView) String() string {
 		return "running (a version that does not say whether it reaches the mesh)"
 	case v.Connected && v.Synced:
 		return fmt.Sprintf("connected to %s since %s, synced", v.Broker, since)
+	case v.Connected && v.Error != "":
+		return fmt.Sprintf("connected to %s since %s, NOT SYNCED (%s): it keeps trying", v.Broker, since, v.Error)
 	case v.Connected:
 		return fmt.Sprintf("connected to %s since %s, syncing", v.Broker, since)
 	}
