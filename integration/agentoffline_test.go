@@ -222,15 +222,15 @@ func TestAgentStartedWithEveryBrokerDown(t *testing.T) {
 	if st.Code != 0 || !strings.Contains(st.Stdout, "the mesh is UNREACHABLE since") || !strings.Contains(st.Stdout, "every broker refused the connection") {
 		t.Errorf("meshhost status with every broker down: exit %d, want 0 saying why the mesh is unreachable:\n%s", st.Code, st.Combined())
 	}
-	// Backing off (1 s, 2 s, 4 s...): a handful of lines in 8 s, not a loop, and
+	// Backing off (1 s, 2 s, 4 s...): a handful of lines in 6 s, not a loop, and
 	// next to no CPU.
 	cpu0 := cpuTime(t, p.Pid())
-	time.Sleep(8 * time.Second)
-	if n := strings.Count(p.Output(), "cannot reach the mesh yet"); n < 2 || n > 6 {
-		t.Errorf("%d lines 'cannot reach the mesh yet' in about 8 s, want 2 to 6:\n%s", n, p.Output())
+	time.Sleep(5 * time.Second)
+	if n := strings.Count(p.Output(), "cannot reach the mesh yet"); n < 2 || n > 5 {
+		t.Errorf("%d lines 'cannot reach the mesh yet' in about 6 s, want 2 to 5:\n%s", n, p.Output())
 	}
 	if used := cpuTime(t, p.Pid()) - cpu0; used > time.Second {
-		t.Errorf("the agent used %s of CPU in 8 s waiting for the mesh: it spins", used)
+		t.Errorf("the agent used %s of CPU in 5 s waiting for the mesh: it spins", used)
 	}
 	if _, err := os.Stat(agent.SocketPath(state)); err != nil {
 		t.Errorf("no socket while the agent waits for the mesh: %v", err)
