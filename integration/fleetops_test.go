@@ -25,6 +25,7 @@ import (
 // the first stop left the other two counting 22 connections for these 12 hosts until
 // they restarted themselves.
 func TestRollingRestartCountsEveryHostOnce(t *testing.T) {
+	t.Parallel() // mostly waits (grace periods, timeouts): see TestMain
 	cps := threeControlNodes(t, "rollfleet")
 	cp1, cp2, cp3 := cps[0], cps[1], cps[2]
 
@@ -177,6 +178,7 @@ func fleetCounts(up []*harness.ControlPlane, n int) string {
 // TestRollingRestartCountsEveryHostOnce sat 0, 0 and 12 midway through a rolling
 // restart.
 func TestHostsReturnToTheirFirstBroker(t *testing.T) {
+	t.Parallel() // mostly waits (grace periods, timeouts): see TestMain
 	cps := threeControlNodes(t, "home")
 	cp1 := cps[0]
 

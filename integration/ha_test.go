@@ -408,6 +408,7 @@ func TestJoinRefusals(t *testing.T) {
 // The agent pings every second (`--broker-ping 1s`) so that the test waits
 // seconds, not the default's 40–60.
 func TestHungControlNodeLeftByItsHosts(t *testing.T) {
+	t.Parallel() // mostly waits (grace periods, timeouts): see TestMain
 	cp1 := harness.NewControlPlane(t, bin, "hung")
 	cp1.Serve()
 	cps := []*harness.ControlPlane{cp1, joinControl(t, cp1, "cp-2"), joinControl(t, cp1, "cp-3")}

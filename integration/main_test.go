@@ -4,6 +4,7 @@
 package integration
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -14,7 +15,24 @@ import (
 // bin is the binaries built once for the whole package by TestMain.
 var bin harness.Binaries
 
+// parallelWaiting is how many tests marked parallel run at once. They are the ones
+// that mostly wait (a 30 s grace without a leader, the kernel's 15 s retransmission
+// timeout, hosts moving back to their first broker): run one after the other they
+// took over two of the package's ten minutes, idle. More than GOMAXPROCS (go test's
+// default), as they sleep far more than they compute; few enough that a loaded
+// 2-core runner keeps their margins.
+const parallelWaiting = 4
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		if err := flag.Set("test.parallel", fmt.Sprint(parallelWaiting)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	dir, err := os.MkdirTemp("", "mesh-integration-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

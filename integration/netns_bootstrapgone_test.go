@@ -21,6 +21,7 @@ import (
 // machine"), the operator removes the lost node, cancels the old token and mints a
 // new one on a surviving node, which enrols at once.
 func TestBootstrapMachineGone(t *testing.T) {
+	t.Parallel() // mostly waits (grace periods, timeouts): see TestMain
 	n := newNetns(t, "nfb", "TestBootstrapMachineReplaced")
 	needNft(t)
 	router := n.router("r")

@@ -18,6 +18,7 @@ import (
 // machine is killed and a new leader takes over; a follower's machine is cut off by
 // the router and comes back; the host keeps converging throughout.
 func TestControlPlaneMachines(t *testing.T) {
+	t.Parallel() // mostly waits (grace periods, timeouts): see TestMain
 	n := newNetns(t, "mha", "TestHighAvailability")
 	router := n.router("router")
 	machines := map[string]*machine{}

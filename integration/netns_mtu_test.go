@@ -14,6 +14,7 @@ import (
 // the token or the mesh, is at fault (exit 7: retrying may help), and that large
 // packets may be what is lost.
 func TestPathMTUBlackHole(t *testing.T) {
+	t.Parallel() // mostly waits (grace periods, timeouts): see TestMain
 	n := newNetns(t, "nfm", "TestSlowLink")
 	needNft(t)
 	router := n.router("r")

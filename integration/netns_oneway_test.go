@@ -23,6 +23,7 @@ import (
 //   - A host that hears nothing from any control node: `declare --wait` ends when
 //     asked and names it, rather than hang.
 func TestOneWayLoss(t *testing.T) {
+	t.Parallel() // mostly waits (grace periods, timeouts): see TestMain
 	n := newNetns(t, "nfo", "TestSilentCutNoticedByTheKernel")
 	needNft(t)
 	router := n.router("r")
@@ -82,6 +83,7 @@ func TestOneWayLoss(t *testing.T) {
 // host applies what is declared through another broker; the route is back after the
 // heal.
 func TestLeaderLostOneWay(t *testing.T) {
+	t.Parallel() // mostly waits (grace periods, timeouts): see TestMain
 	n := newNetns(t, "nfl", "TestHungControlNodeLeftByItsHosts")
 	needNft(t)
 	router := n.router("r")

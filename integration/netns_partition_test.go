@@ -19,6 +19,7 @@ import (
 // there; meshctl on either side says what is true; and once the partition heals,
 // everything converges without a hand step, the host back on its first broker.
 func TestMinorityPartition(t *testing.T) {
+	t.Parallel() // mostly waits (grace periods, timeouts): see TestMain
 	n := newNetns(t, "nfp", "TestHighAvailability")
 	needNft(t)
 	router := n.router("r")

@@ -18,6 +18,7 @@ import (
 // another address"). Done as it says (the old address back as a second one), serve
 // starts, and the host whose identity names only the old address converges again.
 func TestRenumberedControlNode(t *testing.T) {
+	t.Parallel() // mostly waits (grace periods, timeouts): see TestMain
 	n := newNetns(t, "nfr", "TestMovingALoneControlNode")
 	router := n.router("r")
 	cp := n.behind(router, "cp", "10.77.61")

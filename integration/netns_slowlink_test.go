@@ -19,6 +19,7 @@ import (
 // within the timeouts docs/operations.md lists ("Timeouts hosts live by"), several
 // times over.
 func TestLossyFarLink(t *testing.T) {
+	t.Parallel() // mostly waits (grace periods, timeouts): see TestMain
 	n := newNetns(t, "nfs", "TestSlowLink")
 	router := n.router("r")
 	cp := n.behind(router, "cp", "10.77.51")

@@ -134,6 +134,7 @@ func (m *machine) serve(t *testing.T, ready time.Duration, flags ...string) {
 // address on the path: the host refuses it before sending anything. Once the real
 // route is back, enrolment succeeds and the host converges across the router.
 func TestSeparateMachines(t *testing.T) {
+	t.Parallel() // mostly waits (grace periods, timeouts): see TestMain
 	n := newNetns(t, "mesh", "TestImpostorRefusedBeforeAnyCredential")
 
 	router := n.router("router")
@@ -204,6 +205,7 @@ func TestSeparateMachines(t *testing.T) {
 // healthy link before it, where keepalive probes are answered. Once the route is back it
 // reconnects and applies what was declared meanwhile.
 func TestSilentCutNoticedByTheKernel(t *testing.T) {
+	t.Parallel() // mostly waits (grace periods, timeouts): see TestMain
 	n := newNetns(t, "cut", "TestPartitionConvergesToNewest")
 	router := n.router("router")
 	cp, host := n.behind(router, "cp", "10.72.1"), n.behind(router, "host", "10.72.2")

@@ -52,6 +52,7 @@ func answeredBy(s controlStatusJSON) []string {
 // of 3 (exit 3); after the recovery from the survivor alone, it leads a one-voter
 // configuration (exit 0). The built binaries.
 func TestControlStatusWithoutQuorum(t *testing.T) {
+	t.Parallel() // mostly waits (grace periods, timeouts): see TestMain
 	cps := threeControlNodes(t, "quorum")
 	cp1, cp2, cp3 := cps[0], cps[1], cps[2]
 

@@ -33,6 +33,7 @@ import (
 //
 // The built binaries, three control nodes so that two remain.
 func TestRemovedControlNodeIsShutOut(t *testing.T) {
+	t.Parallel() // mostly waits (grace periods, timeouts): see TestMain
 	cp1 := harness.NewControlPlane(t, bin, "shut")
 	cp1.Serve()
 	// Minted before cp-2 joined: it does not list cp-2's broker, and the removal

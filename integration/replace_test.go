@@ -22,6 +22,7 @@ import (
 // was removed and stops. The new machine starts from a snapshot that says cp-1
 // was removed, which is about the machine it replaces, not about it.
 func TestBootstrapMachineReplaced(t *testing.T) {
+	t.Parallel() // mostly waits (grace periods, timeouts): see TestMain
 	cp1 := harness.NewControlPlane(t, bin, "replace")
 	cp1.Serve()
 	backup := t.TempDir()
