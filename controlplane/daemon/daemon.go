@@ -492,11 +492,10 @@ func (d *Daemon) followLeadership(ctx context.Context) error {
 		case leader := <-d.raft.LeaderChanges():
 			if leader {
 				d.seen.tookOver(d.now())
-				d.log.Info("this control node is now the leader; serving the API")
-				if err := d.raft.Barrier(commitTimeout); err != nil {
-					d.log.Warn("barrier after election failed", "err", err)
+				if !untilCurrent(ctx, func() error { return d.raft.Barrier(commitTimeout) }, d.raft.IsLeader, time.Second, d.log) {
 					continue
 				}
+				d.log.Info("this control node is now the leader; serving the API")
 				if err := d.serveAPI(); err != nil {
 					return err
 				}
@@ -505,6 +504,31 @@ func (d *Daemon) followLeadership(ctx context.Context) error {
 				d.log.Info("this control node is no longer the leader; API handed over")
 				d.stopAPI()
 			}
+		}
+	}
+}
+
+// untilCurrent waits, for a node that became the leader, until it has applied
+// everything committed before (barrier), trying again while it still leads: a
+// barrier that timed out under load, given up on, left a leader that served no API
+// until the next change of leader. It waits pause between tries (a barrier that
+// failed at once must not spin). It reports whether the node may serve (false: it
+// no longer leads, or ctx ended).
+func untilCurrent(ctx context.Context, barrier func() error, leads func() bool, pause time.Duration, log *slog.Logger) bool {
+	for {
+		err := barrier()
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil || errors.Is(err, replication.ErrNotLeader) || !leads() {
+			log.Info("lost the leadership before serving the API", "err", err)
+			return false
+		}
+		log.Warn("this new leader has not yet applied what was committed before it; trying again before it serves the API", "err", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(pause):
 		}
 	}
 }
