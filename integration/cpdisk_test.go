@@ -3,7 +3,6 @@ package integration
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -44,17 +43,8 @@ func fillDisk(t *testing.T, path string) {
 // is room the same declaration is committed and applied, and a restart finds every
 // committed change.
 func TestControlNodeDiskFull(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a size-limited tmpfs for a real full disk; nothing else here checks how a control node answers one")
-	}
 	mnt := filepath.Join(t.TempDir(), "fs")
-	if err := os.MkdirAll(mnt, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v: %s); skipping the real full-disk case", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	mountSmallFS(t, mnt, "16m", "nothing else here checks how a control node answers one")
 
 	cp := harness.NewControlPlaneIn(t, bin, "cpdisk", filepath.Join(mnt, "cp"))
 	serve := cp.Serve()

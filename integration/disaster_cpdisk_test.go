@@ -2,7 +2,6 @@ package integration
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -24,17 +23,8 @@ import (
 // leads again by itself: the next declaration is committed and applied, and a
 // restart finds it.
 func TestDisasterControlDiskStaysFull(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a size-limited tmpfs for a real full disk; TestFailedSnapshotsLeaveNothing and TestReportControlStatus cover the parts without one")
-	}
 	mnt := filepath.Join(t.TempDir(), "fs")
-	if err := os.MkdirAll(mnt, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m,mode=0700", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v: %s); skipping the real full-disk case", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	mountSmallFS(t, mnt, "16m", "TestFailedSnapshotsLeaveNothing and TestReportControlStatus cover the parts without one")
 
 	cp := harness.NewControlPlaneIn(t, bin, "discpfull", filepath.Join(mnt, "cp"))
 	serve := cp.Serve()

@@ -19,20 +19,28 @@ import (
 	"mesh/integration/harness"
 )
 
-// mountTinyFS mounts a 64 KiB tmpfs at dir and fills it until only free pages remain.
-// It skips the test, saying why, when that is not possible (not root, no mount).
-func mountTinyFS(t *testing.T, dir string, free int) (filler string) {
+// mountSmallFS mounts a tmpfs of size (mount's syntax: 64k, 16m) at dir, unmounted
+// when the test ends, for a real full disk. It skips the test, saying why and what
+// covers the same without one (coveredBy), when that is not possible.
+func mountSmallFS(t *testing.T, dir, size, coveredBy string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a size-limited tmpfs for a real full disk; the unit tests of host/atomicfile cover the error path with an injected failure")
+		t.Skip("needs root to mount a size-limited tmpfs for a real full disk; " + coveredBy)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
 		t.Skipf("cannot mount a tmpfs here (%v: %s); skipping the real full-disk case", err, out)
 	}
 	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+}
+
+// mountTinyFS mounts a 64 KiB tmpfs at dir and fills it until only free pages remain.
+// It skips the test, saying why, when that is not possible (not root, no mount).
+func mountTinyFS(t *testing.T, dir string, free int) (filler string) {
+	t.Helper()
+	mountSmallFS(t, dir, "64k", "the unit tests of host/atomicfile cover the error path with an injected failure")
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {
 		t.Fatal(err)
