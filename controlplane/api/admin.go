@@ -398,6 +398,10 @@ type NodeView struct {
 	KeyringEpoch   uint64       `json:"keyring_epoch"`
 	DeclaredExpiry time.Time    `json:"declared_expires_at"`
 	RevokedAt      time.Time    `json:"revoked_at,omitzero"`
+	// Agent is the agent the node last reported ("meshhost/VERSION", ValidAgent);
+	// empty while it reported none this control plane keeps, or from a control
+	// plane older than this field.
+	Agent string `json:"agent,omitempty"`
 }
 
 // Node states in a NodeView.

@@ -85,3 +85,31 @@ func hidden(r rune) bool {
 	}
 	return false
 }
+
+// MaxAgentLen bounds the agent a node names in its enrolment and its status
+// (Status.Agent): "meshhost/" and its build's version (buildinfo.Stamped, such as
+// 0.1.0+git20261203145709.7132ef2931ef.dirty) fit with room to spare.
+const MaxAgentLen = 64
+
+// ValidAgent reports whether agent is one the control plane keeps and shows: a
+// program and its version, "NAME/VERSION", at most MaxAgentLen bytes of a-z, A-Z,
+// 0-9 and . _ + - besides the one '/', neither part empty. A host is not trusted
+// and what it says here reaches operators' terminals and a metric's label: nothing
+// else is kept (the node's agent is then unknown, as for a node that never said).
+// It allocates nothing: it runs for every status report.
+func ValidAgent(agent string) bool {
+	if len(agent) > MaxAgentLen {
+		return false
+	}
+	slash := -1
+	for i := 0; i < len(agent); i++ {
+		switch c := agent[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '+', c == '-':
+		case c == '/' && slash < 0:
+			slash = i
+		default:
+			return false
+		}
+	}
+	return slash > 0 && slash < len(agent)-1
+}

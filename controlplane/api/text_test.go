@@ -64,3 +64,22 @@ func FuzzCleanText(f *testing.F) {
 		}
 	})
 }
+
+func TestValidAgent(t *testing.T) {
+	for _, a := range []string{"meshhost/0.1.0", "meshhost/0.1.0+git20261203145709.7132ef2931ef.dirty", "a/b",
+		"meshhost/" + strings.Repeat("9", MaxAgentLen-len("meshhost/"))} {
+		if !ValidAgent(a) {
+			t.Errorf("%q refused", a)
+		}
+	}
+	for _, a := range []string{"", "meshhost", "/0.1.0", "meshhost/", "meshhost/0.1.0/x", "meshctl join", "meshhost/0.1.0\n",
+		"meshhost/0.1.0\x1b[2J", "meshhost/0.1.0\u202e", "meshhost/é", "meshhost/0.1.0 (evil)", `meshhost/"x"`,
+		"meshhost/" + strings.Repeat("9", MaxAgentLen-len("meshhost/")+1)} {
+		if ValidAgent(a) {
+			t.Errorf("%q accepted", a)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { ValidAgent("meshhost/0.1.0+git20261203145709.7132ef2931ef") }); n != 0 {
+		t.Errorf("ValidAgent allocates %v times a call; it runs for every status report", n)
+	}
+}

@@ -396,6 +396,7 @@ func (d *Daemon) view(n *state.Node, now time.Time) api.NodeView {
 		KeyringEpoch:   n.Applied.KeyringEpoch,
 		Stale:          n.Applied.Stale,
 		RevokedAt:      n.RevokedAt,
+		Agent:          n.Applied.Agent,
 	}
 	if n.Applied.HaveApplied {
 		ver := n.Applied.Version

@@ -1,12 +1,14 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -74,6 +76,9 @@ var (
 	descNodes = prometheus.NewDesc("mesh_nodes",
 		"Enrolled nodes by state. alive, offline and revoked partition the nodes; converged and behind partition the ones not revoked, failing counts those behind that report an error, stale those whose declaration expired (as meshctl status counts them).",
 		[]string{"state"}, nil)
+	descAgents = prometheus.NewDesc("mesh_nodes_agents",
+		"Nodes not revoked by the agent they last reported (meshhost/VERSION): how far an upgrade of the agents has gone. none: nodes that reported no agent the control plane keeps; beyond the 16 agents most reported, the rest are counted as other.",
+		[]string{"agent"}, nil)
 	descControl = prometheus.NewDesc("mesh_control_nodes",
 		"Control nodes by Raft role, as this node sees them.", []string{"raft_role"}, nil)
 	descRaftLeader  = prometheus.NewDesc("mesh_raft_leader", "1 when this control node is the Raft leader.", nil, nil)
@@ -116,7 +121,7 @@ var (
 type collector struct{ d *Daemon }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDropped, descRefused, descKicked, descHostConns, descNodes, descControl,
+	for _, d := range []*prometheus.Desc{descDropped, descRefused, descKicked, descHostConns, descNodes, descAgents, descControl,
 		descBrokerConns, descBrokerRoutes, descBrokerMsgs, descBrokerBytes, descBrokerSlow, descBrokerHeld, descBrokerShedding, descBrokerIsolated,
 		descBrokerRefused, descBrokerViolations, descBrokerHosts, descBrokerMaxHosts} {
 		ch <- d
@@ -140,6 +145,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counts := d.nodeCounts(d.now())
 	for _, st := range []string{api.StateAlive, api.StateOffline, api.StateRevoked, "converged", "behind", "failing", "stale"} {
 		ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(counts[st]), st)
+	}
+	for agent, n := range d.agentCounts() {
+		ch <- prometheus.MustNewConstMetric(descAgents, prometheus.GaugeValue, float64(n), agent)
 	}
 	roles := map[string]int{}
 	d.fsm.Read(func(s *state.State) {
@@ -256,6 +264,69 @@ func (d *Daemon) nodeCounts(now time.Time) map[string]int {
 			}
 		}
 	})
+	return out
+}
+
+// Labels of mesh_nodes_agents that are no agent: none is reported by a node that
+// named none (api.ValidAgent has a '/' in every agent, so no host can claim these).
+const (
+	agentNone  = "none"
+	agentOther = "other"
+)
+
+// maxAgentLabels bounds the series of mesh_nodes_agents. Hosts choose what they
+// report: a fleet of hosts each naming an agent of its own must not make a series
+// each. An upgrade has two versions in flight, rarely more.
+const maxAgentLabels = 16
+
+// agentCounts counts the nodes not revoked by the agent they last reported, for
+// mesh_nodes_agents.
+func (d *Daemon) agentCounts() map[string]int {
+	counts := map[string]int{}
+	d.fsm.Read(func(s *state.State) {
+		for _, n := range s.Nodes {
+			if n.Revoked {
+				continue
+			}
+			agent := n.Applied.Agent
+			if agent == "" {
+				agent = agentNone
+			}
+			counts[agent]++
+		}
+	})
+	return boundAgents(counts, maxAgentLabels)
+}
+
+// boundAgents keeps the max agents of counts most counted (the first by name among
+// equals), and counts the rest's nodes as agentOther; none is always kept.
+func boundAgents(counts map[string]int, max int) map[string]int {
+	agents := make([]string, 0, len(counts))
+	for a := range counts {
+		if a != agentNone {
+			agents = append(agents, a)
+		}
+	}
+	if len(agents) <= max {
+		return counts
+	}
+	slices.SortFunc(agents, func(a, b string) int {
+		if c := cmp.Compare(counts[b], counts[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	out := map[string]int{}
+	if n := counts[agentNone]; n > 0 {
+		out[agentNone] = n
+	}
+	for i, a := range agents {
+		if i < max {
+			out[a] = counts[a]
+		} else {
+			out[agentOther] += counts[a]
+		}
+	}
 	return out
 }
 

@@ -42,6 +42,12 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 		Stale:        st.Stale,
 		HooksRunning: st.HooksRunning,
 	}
+	// The agent is shown to operators and is a metric's label: kept only when it
+	// is a name and a version, else unknown. Unchanged, as it is in all but the
+	// report after an upgrade, it changes nothing below.
+	if api.ValidAgent(st.Agent) {
+		a.Agent = st.Agent
+	}
 	if st.Error != nil {
 		a.ErrorCode, a.ErrorMessage, a.ErrorVersion = st.Error.Code, api.CleanText(st.Error.Message, api.MaxStatusMessageLen), st.Error.Version
 		a.ErrorRetryAt = st.Error.RetryAt.UTC().Truncate(time.Second)

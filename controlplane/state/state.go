@@ -198,8 +198,14 @@ type Applied struct {
 	Stale        bool      `json:"stale,omitempty"`
 	// HooksRunning: the host's hooks for what it applied are queued or running; it
 	// has not converged until they ran.
-	HooksRunning bool      `json:"hooks_running,omitempty"`
-	ReportedAt   time.Time `json:"reported_at,omitzero"`
+	HooksRunning bool `json:"hooks_running,omitempty"`
+	// Agent is the agent the node last named in its status (api.ValidAgent:
+	// "meshhost/0.1.0+git…"; "" when it named none the control plane keeps). It
+	// only ever changes with an upgrade of the host, so keeping it here costs a log
+	// entry then and none per heartbeat (decision 0027). No rule of the state
+	// reads it: a control node older than it applies these entries without it.
+	Agent      string    `json:"agent,omitempty"`
+	ReportedAt time.Time `json:"reported_at,omitzero"`
 }
 
 // Errors the state machine returns for refused commands. The enrolment refusals map to

@@ -1,0 +1,132 @@
+package daemon
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/state"
+)
+
+// statusMsg is node's status report naming agent (none when "").
+func statusMsg(t testing.TB, node, agent string) *nats.Msg {
+	t.Helper()
+	data, err := json.Marshal(api.Status{V: api.ProtocolVersion, Node: node, HaveApplied: true, AppliedVersion: 1, KeyringEpoch: 1, Agent: agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &nats.Msg{Subject: api.StatusSubject(node), Data: data}
+}
+
+// pendingAgent is what the status batcher holds for node, if anything.
+func pendingAgent(d *Daemon, node string) (string, bool) {
+	d.status.mu.Lock()
+	defer d.status.mu.Unlock()
+	a, ok := d.status.pending[node]
+	return a.Agent, ok
+}
+
+// TestStatusKeepsTheAgentOnChangeOnly: the agent a node reports is kept in its
+// record through the log when it changes (the first report, an upgrade), and a
+// heartbeat naming the same agent proposes nothing; an agent that is not a name and
+// a version (control characters, an escape sequence, too long) is kept as unknown,
+// and the report still counts (the node stays alive and its version applied).
+func TestStatusKeepsTheAgentOnChangeOnly(t *testing.T) {
+	d := fleet(t, 1)
+	const node = "n-0"
+	agentOf := func() string {
+		var a string
+		d.fsm.Read(func(s *state.State) { a = s.Nodes[node].Applied.Agent })
+		return a
+	}
+	steps := []struct {
+		report  string
+		changes bool
+		kept    string
+	}{
+		{"meshhost/0.1.0", true, "meshhost/0.1.0"},
+		{"meshhost/0.1.0", false, "meshhost/0.1.0"},
+		{"meshhost/0.1.0+git20261203145709.7132ef2931ef", true, "meshhost/0.1.0+git20261203145709.7132ef2931ef"},
+		{"meshhost/0.1.0+git20261203145709.7132ef2931ef", false, "meshhost/0.1.0+git20261203145709.7132ef2931ef"},
+		{"meshhost/0.1.0\x1b]0;pwned\x07", true, ""},
+		{"meshhost/0.1.0\x1b]0;pwned\x07", false, ""},
+		{"meshhost/" + strings.Repeat("1", api.MaxAgentLen), false, ""},
+		{"", false, ""},
+		{"meshhost/0.1.0", true, "meshhost/0.1.0"},
+	}
+	for i, s := range steps {
+		d.handleStatus(statusMsg(t, node, s.report))
+		got, pending := pendingAgent(d, node)
+		if pending != s.changes {
+			t.Fatalf("step %d, report %q after %q: a change pending = %v, want %v", i, s.report, agentOf(), pending, s.changes)
+		}
+		if pending && got != s.kept {
+			t.Fatalf("step %d, report %q: %q pending, want %q", i, s.report, got, s.kept)
+		}
+		d.status.flush()
+		if a := agentOf(); a != s.kept {
+			t.Fatalf("step %d, report %q: the record says %q, want %q", i, s.report, a, s.kept)
+		}
+		if v := d.view(d.fsmNode(t, node), d.now()); v.Agent != s.kept {
+			t.Fatalf("step %d: meshctl nodes would show %q, want %q", i, v.Agent, s.kept)
+		}
+	}
+	if n := d.guard.snapshot().Dropped; len(n) != 0 {
+		t.Errorf("reports dropped: %v; an agent the control plane does not keep is no reason to drop the report", n)
+	}
+}
+
+// fsmNode is a copy of node's record.
+func (d *Daemon) fsmNode(t testing.TB, node string) *state.Node {
+	t.Helper()
+	var n state.Node
+	d.fsm.Read(func(s *state.State) { n = *s.Nodes[node] })
+	return &n
+}
+
+// TestHeartbeatWithTheSameAgentCostsNothingMore measures what keeping the agent
+// adds to a heartbeat that changes nothing, as every host sends after each
+// declaration: beside a report naming no agent, in the same run, no allocation but
+// the agent's text that the decoder makes (it did before the control plane kept
+// it: the field was decoded and dropped), and nothing for the log.
+func TestHeartbeatWithTheSameAgentCostsNothingMore(t *testing.T) {
+	d := fleet(t, 2)
+	const agent = "meshhost/0.1.0+git20261203145709.7132ef2931ef"
+	with, without := statusMsg(t, "n-0", agent), statusMsg(t, "n-1", "")
+	d.handleStatus(with)
+	d.handleStatus(without)
+	d.status.flush()
+	withAllocs := testing.AllocsPerRun(100, func() { d.handleStatus(with) })
+	withoutAllocs := testing.AllocsPerRun(100, func() { d.handleStatus(without) })
+	t.Logf("allocations per heartbeat: %v naming an agent, %v naming none", withAllocs, withoutAllocs)
+	if withAllocs > withoutAllocs+1 {
+		t.Errorf("a heartbeat naming an unchanged agent allocates %v times, one naming none %v: more than the decoded text", withAllocs, withoutAllocs)
+	}
+	if _, pending := pendingAgent(d, "n-0"); pending {
+		t.Error("heartbeats naming the same agent left a change for the log")
+	}
+}
+
+// TestAgentSeriesAreBounded: mesh_nodes_agents keeps the most reported agents and
+// counts the rest as other, so that hosts naming agents of their own cannot make a
+// series each; every node is counted once.
+func TestAgentSeriesAreBounded(t *testing.T) {
+	counts := map[string]int{agentNone: 2, "meshhost/0.1.0": 50, "meshhost/0.2.0": 40}
+	for i := range 30 {
+		counts[fmt.Sprintf("evil/%d", i)] = 1
+	}
+	got := boundAgents(counts, 4)
+	want := map[string]int{agentNone: 2, "meshhost/0.1.0": 50, "meshhost/0.2.0": 40, "evil/0": 1, "evil/1": 1, agentOther: 28}
+	if !maps.Equal(got, want) {
+		t.Errorf("bounded to 4: %v, want %v", got, want)
+	}
+	small := map[string]int{"meshhost/0.1.0": 3, agentNone: 1}
+	if got := boundAgents(small, 4); !maps.Equal(got, small) {
+		t.Errorf("under the bound: %v, want it unchanged", got)
+	}
+}
