@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"mesh/controlplane/api"
 	"mesh/declarations"
 	"mesh/host/state"
@@ -136,5 +138,48 @@ func TestSyncSendsWhatTheNodeLacks(t *testing.T) {
 	case err := <-errs:
 		t.Fatalf("the node's connection: %v", err)
 	default:
+	}
+}
+
+// TestSyncTagCrossesTheBroker: the tag a node puts on its sync request comes back on
+// the envelopes and the acknowledgement through the real broker, its accounts and
+// imports, so that the agent can tell the sync's envelopes from a push (protocol.md,
+// Sync). Without it the agent falls back to counting every envelope, which a push
+// during the sync fools.
+func TestSyncTagCrossesTheBroker(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "synctag")
+	cp.Serve("--reconcile", "1h")
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	errs := make(chan error, 4)
+	node := nodeConn(t, cp.Dir, h.State, cp.Listen, errs)
+	pushed, err := node.SubscribeSync("mesh.node.web-1.decl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Flush()
+	data, _ := json.Marshal(api.SyncRequest{V: api.ProtocolVersion})
+	req := &nats.Msg{Subject: "mesh.node.web-1.sync", Data: data, Header: nats.Header{api.SyncHeader: []string{"31"}}}
+	m, err := node.RequestMsg(req, 10*time.Second)
+	if err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	var resp api.SyncResponse
+	if err := json.Unmarshal(m.Data, &resp); err != nil || resp.Error != nil || resp.Sent == 0 {
+		t.Fatalf("sync answered %s: %v", m.Data, err)
+	}
+	if got := m.Header.Get(api.SyncHeader); got != "31" {
+		t.Errorf("the acknowledgement carries tag %q, want 31", got)
+	}
+	for i := range resp.Sent {
+		env, err := pushed.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("envelope %d of %d: %v", i+1, resp.Sent, err)
+		}
+		if got := env.Header.Get(api.SyncHeader); got != "31" {
+			t.Errorf("envelope %d of %d carries tag %q, want 31", i+1, resp.Sent, got)
+		}
 	}
 }

@@ -41,6 +41,10 @@ func TestCodesAgreeWithTheHost(t *testing.T) {
 			t.Errorf("the host's %s is %q, the control plane's %q", name, v, ourCodes[name])
 		}
 	}
+	// The sync's tag travels in a header both sides name.
+	if ours["SyncHeader"] == "" || ours["SyncHeader"] != host["SyncHeader"] {
+		t.Errorf("the sync tag's header is %q here and %q on the host", ours["SyncHeader"], host["SyncHeader"])
+	}
 	ourStatus, hostStatus := pick(ours, "Status"), pick(host, "Status")
 	if len(ourStatus) == 0 || !maps.Equal(ourStatus, hostStatus) {
 		t.Errorf("status codes differ:\n here %v\n host %v", sorted(ourStatus), sorted(hostStatus))

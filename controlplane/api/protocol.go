@@ -291,6 +291,15 @@ type SyncResponse struct {
 	Sent int `json:"sent,omitempty"`
 }
 
+// SyncHeader carries a sync request's tag (host/wire.SyncHeader, the same): the
+// control plane puts it on every envelope it publishes for that sync and on the
+// acknowledgement, so that the agent tells them from declarations pushed meanwhile.
+const SyncHeader = "Mesh-Sync"
+
+// MaxSyncTag bounds a sync tag: decimal digits, as the agent numbers its syncs. A
+// tag that is not one is ignored (the node's own subjects only carry it back).
+const MaxSyncTag = 20
+
 // StatusError is the error part of a status report.
 type StatusError struct {
 	Code    string `json:"code"`

@@ -84,17 +84,40 @@ func (d *Daemon) handleSync(m *nats.Msg) {
 			}
 		}
 	}
-	// In order, on one connection: each keyring before what it signs.
+	// In order, on one connection: each keyring before what it signs. Tagged, when
+	// the node tagged its request, so that a declaration pushed to it meanwhile does
+	// not count as one of these.
+	var header nats.Header
+	if tag := syncTag(m); tag != "" {
+		header = nats.Header{api.SyncHeader: []string{tag}}
+	}
 	for _, env := range envs {
-		if err := d.conns.publisher.Publish(api.DeclarationSubject(node), env); err != nil {
+		out := &nats.Msg{Subject: api.DeclarationSubject(node), Data: env, Header: header}
+		if err := d.conns.publisher.PublishMsg(out); err != nil {
 			d.logRepeated(slog.LevelWarn, "sync: envelope not sent", "node", node, "err", err)
 		}
 	}
 	resp.Sent = len(envs)
 	data, _ := json.Marshal(resp)
-	if err := d.conns.hosts.Publish(m.Reply, data); err != nil {
+	if err := d.conns.hosts.PublishMsg(&nats.Msg{Subject: m.Reply, Data: data, Header: header}); err != nil {
 		d.logRepeated(slog.LevelWarn, "sync reply not sent", "node", node, "err", err)
 	}
+}
+
+// syncTag returns the tag of a sync request (api.SyncHeader), or "" if it has none
+// or one that is not a number of at most api.MaxSyncTag digits: the node chooses it,
+// and it is only ever sent back to the node.
+func syncTag(m *nats.Msg) string {
+	tag := m.Header.Get(api.SyncHeader)
+	if tag == "" || len(tag) > api.MaxSyncTag {
+		return ""
+	}
+	for _, c := range []byte(tag) {
+		if c < '0' || c > '9' {
+			return ""
+		}
+	}
+	return tag
 }
 
 // admitNodeMessage checks a message on one of node's subjects against its budgets:

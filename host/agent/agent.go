@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -454,6 +455,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			sy.checkArrived()
 		case m := <-a.msgs:
 			a.received++
+			sy.note(m)
 			if err := a.handle(ctx, m.Data); err != nil {
 				return err
 			}
@@ -640,6 +642,9 @@ func (a *Agent) appliedText() string {
 type syncResult struct {
 	resp wire.SyncResponse
 	err  error
+	// tagged: the acknowledgement carries the sync's tag, so the mesh tagged the
+	// envelopes it sent for it.
+	tagged bool
 }
 
 // syncer asks the mesh for the node's current state: the mesh publishes the keyrings
@@ -649,6 +654,11 @@ type syncResult struct {
 // the mesh unable to answer), or whose envelopes do not all arrive (a subscription
 // that had not yet reached the broker the control plane publishes on), is tried
 // again with capped exponential backoff until one succeeds.
+//
+// Each sync is tagged (wire.SyncHeader): a declaration an operator pushes while a
+// sync is on its way must not stand in for one of the sync's envelopes that was
+// lost, or the agent would count itself synced without, say, the mesh's new list
+// of brokers, and not ask again until its next reconnection.
 type syncer struct {
 	a        *Agent
 	nc       *nats.Conn
@@ -657,8 +667,15 @@ type syncer struct {
 	again    bool // a sync was asked for while one was in flight
 	backoff  time.Duration
 	timer    *time.Timer
-	// base is the envelope count when the sync started; expect what it must reach.
-	base, expect uint64
+	// seq numbers the syncs; tag is the current one's, as sent.
+	seq uint64
+	tag string
+	// base is the envelope count when the sync started, and tagged the count of
+	// envelopes carrying its tag; byTag says the mesh tags them (an older control
+	// plane does not: then every envelope counts). expect is how many must arrive.
+	base, tagged uint64
+	byTag        bool
+	expect       uint64
 	check        *time.Timer
 }
 
@@ -701,7 +718,9 @@ func (s *syncer) start(ctx context.Context, workers *sync.WaitGroup) {
 		return
 	}
 	s.inFlight = true
-	s.base = s.a.received
+	s.seq++
+	s.tag, s.base, s.tagged, s.byTag = strconv.FormatUint(s.seq, 10), s.a.received, 0, false
+	tag := s.tag
 	req, _ := json.Marshal(wire.SyncRequest{V: wire.ProtocolVersion, AppliedVersion: s.a.applied.Version, KeyringEpoch: s.a.keyring.Epoch,
 		MembershipVersion: s.a.applied.MembershipVersion, HaveApplied: s.a.applied.HaveApplied, AppliedExpiresAt: s.a.applied.ExpiresAt})
 	workers.Add(1)
@@ -710,9 +729,11 @@ func (s *syncer) start(ctx context.Context, workers *sync.WaitGroup) {
 		rctx, cancel := context.WithTimeout(ctx, syncTimeout)
 		defer cancel()
 		var r syncResult
-		msg, err := s.nc.RequestWithContext(rctx, s.a.id.Subjects.Sync, req)
+		msg, err := s.nc.RequestMsgWithContext(rctx, &nats.Msg{Subject: s.a.id.Subjects.Sync, Data: req,
+			Header: nats.Header{wire.SyncHeader: []string{tag}}})
 		if err == nil {
 			r.resp, err = wire.DecodeReply[wire.SyncResponse](msg.Data)
+			r.tagged = msg.Header.Get(wire.SyncHeader) == tag
 		}
 		r.err = err
 		select {
@@ -723,7 +744,7 @@ func (s *syncer) start(ctx context.Context, workers *sync.WaitGroup) {
 }
 
 func (s *syncer) finished(ctx context.Context, r syncResult) {
-	s.inFlight = false
+	s.inFlight, s.byTag = false, r.tagged
 	a := s.a
 	switch {
 	case r.err != nil:
@@ -733,9 +754,9 @@ func (s *syncer) finished(ctx context.Context, r syncResult) {
 		a.log.Warn("the mesh does not know this node any more", "reason", r.resp.Error.Message)
 	case r.resp.Error != nil:
 		s.schedule("the mesh could not answer the sync", r.resp.Error.Code+": "+r.resp.Error.Message)
-	case a.received-s.base < uint64(r.resp.Sent):
+	case s.got() < uint64(r.resp.Sent):
 		// Acknowledged, but not everything it sent has arrived yet.
-		s.expect = s.base + uint64(r.resp.Sent)
+		s.expect = uint64(r.resp.Sent)
 		if s.check != nil {
 			s.check.Stop()
 		}
@@ -767,13 +788,30 @@ func (s *syncer) checkDue() <-chan time.Time {
 	return s.check.C
 }
 
+// got is how many of the current sync's envelopes have arrived.
+func (s *syncer) got() uint64 {
+	if s.byTag {
+		return s.tagged
+	}
+	return s.a.received - s.base
+}
+
+// note counts m if the current sync's tag is on it. Envelopes of a sync may arrive
+// before its acknowledgement (they go out first, on another connection), so every
+// tagged one is counted from the sync's start.
+func (s *syncer) note(m *nats.Msg) {
+	if s.tag != "" && m.Header.Get(wire.SyncHeader) == s.tag {
+		s.tagged++
+	}
+}
+
 // arrived ends a sync acknowledged before its envelopes came as soon as the last of
 // them is handled, rather than when the grace for them ends: the mesh sends the
 // envelopes and the acknowledgement on different connections, so the envelopes
 // often come after it, and the agent would tell its service manager it is ready up
 // to syncEnvelopeGrace late.
 func (s *syncer) arrived() {
-	if s.check != nil && s.a.received >= s.expect {
+	if s.check != nil && s.got() >= s.expect {
 		s.check.Stop()
 		s.check = nil
 		s.synced()
@@ -784,11 +822,11 @@ func (s *syncer) arrived() {
 // arrived, and asks again if not.
 func (s *syncer) checkArrived() {
 	s.check = nil
-	if s.a.received >= s.expect {
+	if s.got() >= s.expect {
 		s.synced()
 		return
 	}
-	s.schedule("not every envelope of the sync arrived", fmt.Sprintf("%d of %d", s.a.received-s.base, s.expect-s.base))
+	s.schedule("not every envelope of the sync arrived", fmt.Sprintf("%d of %d", s.got(), s.expect))
 }
 
 func (s *syncer) schedule(what, why string) {

@@ -493,6 +493,55 @@ func TestSyncEndsWhenItsEnvelopesArrive(t *testing.T) {
 	}
 }
 
+// TestAPushDuringASyncIsNotOneOfItsEnvelopes: a declaration an operator pushes while
+// a sync is on its way arrives untagged; when one of the sync's own envelopes (the
+// mesh's new list of brokers, say) is lost, the push must not stand in for it. Before,
+// the agent counted every envelope, called itself synced, and did not ask again
+// until its next reconnection: it kept an old list of brokers for good.
+func TestAPushDuringASyncIsNotOneOfItsEnvelopes(t *testing.T) {
+	f := newFixture(t)
+	synced := 0
+	f.a.o.OnSynced = func() { synced++ }
+	sy := &syncer{a: f.a, inFlight: true, tag: "7", base: f.a.received}
+	push := &nats.Msg{Data: []byte("pushed")}
+	f.a.received++
+	sy.note(push)
+	sy.finished(t.Context(), syncResult{resp: wire.SyncResponse{V: wire.ProtocolVersion, Sent: 1}, tagged: true})
+	if synced != 0 || sy.check == nil {
+		t.Fatalf("the sync's one envelope lost, a push arrived: synced %d times, grace timer %v", synced, sy.check != nil)
+	}
+	sy.checkArrived()
+	if synced != 0 || sy.timer == nil {
+		t.Fatalf("grace over without the sync's envelope: synced %d times, retry scheduled %v", synced, sy.timer != nil)
+	}
+	sy.timer.Stop()
+
+	// The sync's own envelope ends it, and one of an earlier sync does not.
+	sy = &syncer{a: f.a, inFlight: true, tag: "8", base: f.a.received}
+	f.a.received++
+	sy.note(&nats.Msg{Header: nats.Header{wire.SyncHeader: []string{"7"}}})
+	sy.finished(t.Context(), syncResult{resp: wire.SyncResponse{V: wire.ProtocolVersion, Sent: 1}, tagged: true})
+	if synced != 0 {
+		t.Fatal("an envelope of an earlier sync counted as one of this sync's")
+	}
+	f.a.received++
+	sy.note(&nats.Msg{Header: nats.Header{wire.SyncHeader: []string{"8"}}})
+	sy.arrived()
+	if synced != 1 || sy.check != nil {
+		t.Fatalf("the sync's envelope arrived: synced %d times, grace timer still set %v", synced, sy.check != nil)
+	}
+
+	// A control plane that does not tag (older than the tags) acknowledges untagged:
+	// every envelope counts, as before.
+	sy = &syncer{a: f.a, inFlight: true, tag: "9", base: f.a.received}
+	f.a.received++
+	sy.note(push)
+	sy.finished(t.Context(), syncResult{resp: wire.SyncResponse{V: wire.ProtocolVersion, Sent: 1}})
+	if synced != 2 {
+		t.Fatalf("an untagged acknowledgement with its one envelope arrived: synced %d times, want 2", synced)
+	}
+}
+
 // TestARetriedDeclarationThatExpiresIsNoLongerAnnounced: a declaration that failed
 // to apply, retried while the mesh is out of reach (which would otherwise send it
 // re-signed), expires: the attempts end, and neither meshhost status nor the report

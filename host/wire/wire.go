@@ -178,6 +178,13 @@ type SyncResponse struct {
 	Sent int `json:"sent,omitempty"`
 }
 
+// SyncHeader is the header a sync request carries its tag in (a decimal number the
+// agent chooses). A control plane that knows it puts the tag on every envelope it
+// publishes for that sync and on its acknowledgement, so that the agent counts the
+// sync's envelopes apart from declarations pushed meanwhile; one that does not
+// ignores it, and the agent counts every envelope as before.
+const SyncHeader = "Mesh-Sync"
+
 // StatusError is the error part of a status report.
 type StatusError struct {
 	Code    string `json:"code"`
