@@ -81,12 +81,20 @@ func (d *Daemon) purge(now time.Time) {
 }
 
 // refresh re-signs, in one log entry, every declaration past half its validity, and
-// sends them: hosts that keep receiving them never go stale.
+// sends them: hosts that keep receiving them never go stale. So it does those issued
+// in this node's future (state.DueForRefresh), which hosts refuse.
 func (d *Daemon) refresh(now time.Time) {
-	var due []string
-	d.fsm.Read(func(s *state.State) { due = s.DueForRefresh(now) })
+	var (
+		due   []string
+		ahead int
+	)
+	d.fsm.Read(func(s *state.State) { due, ahead = s.DueForRefresh(now) })
 	if len(due) == 0 {
 		return
+	}
+	if ahead > 0 {
+		d.log.Warn("declarations issued in this node's future: a clock ahead stamped them (this node's before it was stepped back, or another control node's), and hosts refuse those more than an hour ahead of theirs; stamping them again by this clock",
+			"nodes", ahead, "now", now.UTC().Format(time.RFC3339))
 	}
 	res, err := d.raft.Apply(state.Command{Op: state.OpRefresh, At: now.UTC(), Refresh: &state.RefreshCmd{Nodes: due}}, commitTimeout)
 	if err != nil || res.Err != nil {

@@ -635,15 +635,34 @@ func (s *State) applyRefresh(at time.Time, c *RefreshCmd) Result {
 	return res
 }
 
+// StampAheadTolerance is how far in the reading node's future a declaration's issue
+// time may be before DueForRefresh counts it due: clocks that disagree by minutes
+// change nothing (decision 0006).
+const StampAheadTolerance = 5 * time.Minute
+
 // DueForRefresh lists the nodes whose declaration has less than half its validity left
-// at now (or has expired), sorted.
-func (s *State) DueForRefresh(now time.Time) []string {
-	var out []string
+// at now (or has expired), or was issued more than StampAheadTolerance after now,
+// sorted; ahead counts the latter.
+//
+// A declaration issued in now's future was stamped by a clock ahead of this one: the
+// leader's before NTP stepped it back, or another control node's that led. Hosts
+// with a right clock refuse it once it is more than an hour ahead (not_yet_valid),
+// and by its expiry alone it would be re-signed only once half the validity counted
+// from that future time had passed, while the copy the hosts hold expires: so it is
+// stamped again by this clock, same version and body.
+func (s *State) DueForRefresh(now time.Time) (due []string, ahead int) {
 	for id, n := range s.Nodes {
-		if !n.Revoked && n.Declared.ExpiresAt.Sub(now) < s.Validity/2 {
-			out = append(out, id)
+		if n.Revoked {
+			continue
+		}
+		switch {
+		case n.Declared.IssuedAt.Sub(now) > StampAheadTolerance:
+			ahead++
+			due = append(due, id)
+		case n.Declared.ExpiresAt.Sub(now) < s.Validity/2:
+			due = append(due, id)
 		}
 	}
-	slices.Sort(out)
-	return out
+	slices.Sort(due)
+	return due, ahead
 }

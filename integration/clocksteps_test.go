@@ -1,0 +1,58 @@
+package integration
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"mesh/integration/harness"
+)
+
+// TestLeaderClockStepsBack: the leader's clock runs three hours ahead for a while
+// (an RTC set wrong, a bad NTP source) and is then stepped back. What it declared
+// meanwhile carries an issue time three hours in the hosts' future, which hosts with
+// a right clock refuse (not_yet_valid); once the leader's clock is right again the
+// mesh sends it again, stamped by the right clock, without an operator act. Before,
+// the leader re-sent the same envelope, refused again, until the hosts' clocks
+// reached its issue time (days, after a step of days), and re-signed nothing until
+// half the validity counted from that future time had passed, while the hosts' last
+// good declaration expired.
+func TestLeaderClockStepsBack(t *testing.T) {
+	t.Parallel()
+	var cpOffset atomic.Int64
+	cpNow := func() time.Time { return time.Now().Add(time.Duration(cpOffset.Load())) }
+	m := harness.StartMesh(t, "steps", harness.Options{Now: cpNow})
+	state, err := harness.EnrolHost(t, m.Token("web-1", 15*time.Minute).Encode(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := harness.RunAgent(t, state, nil)
+	v1 := m.Declare("web-1", `{"files":[{"path":"motd","content":"one"}]}`)
+	m.WaitApplied("web-1", v1, 15*time.Second)
+
+	cpOffset.Store(int64(3 * time.Hour))
+	v2 := m.Declare("web-1", `{"files":[{"path":"motd","content":"two"}]}`)
+	harness.Eventually(t, 15*time.Second, "the host refuses v2 as not yet valid", func() bool {
+		n, _ := m.Node("web-1")
+		return n.LastError != nil && n.LastError.Code == "not_yet_valid"
+	})
+
+	cpOffset.Store(0)
+	m.WaitApplied("web-1", v2, 20*time.Second)
+	if got, err := os.ReadFile(filepath.Join(a.Root, "motd")); err != nil || string(got) != "two" {
+		t.Fatalf("motd = %q, %v; want v2's content", got, err)
+	}
+	n, _ := m.Node("web-1")
+	if n.Declared != v2 {
+		t.Fatalf("declared v%d, want v%d: stamping it again must not change its version", n.Declared, v2)
+	}
+	if left := time.Until(n.DeclaredExpiry); left > 24*time.Hour+time.Minute {
+		t.Fatalf("the declaration expires in %s by the right clock: it still carries the stamp of the clock three hours ahead", left.Round(time.Second))
+	}
+	if !strings.Contains(m.Log(), "issued in this node's future") {
+		t.Fatalf("the control plane's log does not say why it stamped declarations again:\n%s", m.Log())
+	}
+}
