@@ -271,7 +271,13 @@ func (d *Daemon) enrolAnswer(req api.EnrolRequest, role string, now time.Time, r
 		d.log.Debug("node enrolment repeated, answered from the state", "node", req.Node, "key", req.PublicKey)
 		return resp, nil
 	}
-	d.log.Info("node enrolled", "node", req.Node, "role", resp.Role, "key", req.PublicKey)
+	// The agent the host names goes into the log only as one the control plane
+	// would keep from its status (api.ValidAgent): the host is not trusted yet.
+	agent := "unknown"
+	if api.ValidAgent(req.Agent) {
+		agent = req.Agent
+	}
+	d.log.Info("node enrolled", "node", req.Node, "role", resp.Role, "key", req.PublicKey, "agent", agent)
 	d.metrics.enrolments.WithLabelValues("host").Inc()
 	return resp, nil
 }

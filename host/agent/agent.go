@@ -34,7 +34,6 @@ import (
 
 	"mesh/declarations"
 	"mesh/host/apply"
-	"mesh/host/enrol"
 	"mesh/host/hooks"
 	"mesh/host/identity"
 	"mesh/host/link"
@@ -46,6 +45,10 @@ import (
 // Options configure an agent.
 type Options struct {
 	StateDir string
+	// Agent is what the status reports name the agent (enrol.Agent(version): the
+	// build the mesh shows operators, which tells them how far an upgrade went);
+	// "" names none.
+	Agent string
 	// Root is the managed root the file applier keeps in line with declarations.
 	Root   string
 	Logger *slog.Logger
@@ -1252,7 +1255,7 @@ func (a *Agent) statusReport() []byte {
 	st := wire.Status{
 		V: wire.ProtocolVersion, Node: a.id.Node,
 		HaveApplied: a.applied.HaveApplied, AppliedVersion: a.applied.Version,
-		KeyringEpoch: a.keyring.Epoch, Stale: a.Stale(), Agent: enrol.Agent, HooksRunning: a.hooksRunning(),
+		KeyringEpoch: a.keyring.Epoch, Stale: a.Stale(), Agent: a.o.Agent, HooksRunning: a.hooksRunning(),
 	}
 	if a.applied.LastErrorCode != "" {
 		st.Error = &wire.StatusError{Code: a.applied.LastErrorCode, Message: clipMessage(a.applied.LastError), Version: a.applied.LastErrorVersion,

@@ -191,3 +191,21 @@ func TestHookFailureIsNotLoggedAsUnapplied(t *testing.T) {
 		t.Fatalf("the log says:\n%s", logged.String())
 	}
 }
+
+// TestStatusReportNamesTheAgentsBuild: the status names the agent as its caller
+// said (meshhost names its build, enrol.Agent), so that the mesh shows which build
+// each host runs; an agent given none sends no agent member, as the control plane
+// reads an absent one as unknown.
+func TestStatusReportNamesTheAgentsBuild(t *testing.T) {
+	f := newFixture(t)
+	const build = "meshhost/0.1.0+git20261203145709.7132ef2931ef"
+	f.a.o.Agent = build
+	var st wire.Status
+	if err := json.Unmarshal(f.a.statusReport(), &st); err != nil || st.Agent != build {
+		t.Errorf("the report names the agent %q (%v), want %q", st.Agent, err, build)
+	}
+	f.a.o.Agent = ""
+	if data := f.a.statusReport(); bytes.Contains(data, []byte(`"agent"`)) {
+		t.Errorf("an agent given no name reports %s", data)
+	}
+}

@@ -39,6 +39,8 @@ import (
 // fields that are not signed.
 type fakeMesh struct {
 	token string
+	// agents are the agents the enrolment requests named, in turn.
+	agents chan string
 }
 
 func newFakeMesh(t *testing.T, change func(*wire.EnrolResponse)) *fakeMesh {
@@ -66,11 +68,16 @@ func newFakeMesh(t *testing.T, change func(*wire.EnrolResponse)) *fakeMesh {
 	}
 	t.Cleanup(nc.Close)
 	caPEM := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}))
+	agents := make(chan string, 16)
 	if _, err := nc.Subscribe("mesh.enrol.web-1.*", func(m *nats.Msg) {
 		var req wire.EnrolRequest
 		if err := json.Unmarshal(m.Data, &req); err != nil {
 			t.Errorf("the fake mesh cannot read the request: %v", err)
 			return
+		}
+		select {
+		case agents <- req.Agent:
+		default:
 		}
 		resp := signedAnswer(t, signing, req.PublicKey, caPEM, broker)
 		change(&resp)
@@ -85,7 +92,7 @@ func newFakeMesh(t *testing.T, change func(*wire.EnrolResponse)) *fakeMesh {
 	var secret [32]byte
 	rand.Read(secret[:])
 	signed := fmt.Sprintf("mesh1_demo_%s_%x_%x_web-1_worker_%d_%x", broker, pin, signing.Public(), time.Now().Add(30*time.Minute).Unix(), secret)
-	return &fakeMesh{token: fmt.Sprintf("%s_%08x", signed, crc32.Checksum([]byte(signed), crc32.MakeTable(crc32.Castagnoli)))}
+	return &fakeMesh{token: fmt.Sprintf("%s_%08x", signed, crc32.Checksum([]byte(signed), crc32.MakeTable(crc32.Castagnoli))), agents: agents}
 }
 
 // signedAnswer is what the mesh answers node web-1 enrolling with nodeKey.
@@ -214,5 +221,30 @@ func TestAnswerWithoutDeclaration(t *testing.T) {
 	_, _, err = enrolWith(t, newFakeMesh(t, func(r *wire.EnrolResponse) { r.Declaration = []byte(`{"x":1}`) }))
 	if errors.Is(err, ErrNoFirstDeclaration) || !errors.Is(err, ErrBadAnswer) {
 		t.Fatalf("a malformed declaration: %v", err)
+	}
+}
+
+// TestEnrolmentNamesTheAgentsBuild: the enrolment request names the agent as the
+// caller said (meshhost names its build, Agent(version)); without one it names
+// none, where agents before named "meshhost/0.1.0" whatever their build.
+func TestEnrolmentNamesTheAgentsBuild(t *testing.T) {
+	m := newFakeMesh(t, func(*wire.EnrolResponse) {})
+	build := Agent("0.1.0+git20261203145709.7132ef2931ef")
+	if build != "meshhost/0.1.0+git20261203145709.7132ef2931ef" {
+		t.Fatalf("Agent names the build %q", build)
+	}
+	dir := filepath.Join(t.TempDir(), "state")
+	if _, err := Enrol(context.Background(), Options{StateDir: dir, Token: m.token, DialTimeout: 5 * time.Second, RequestTimeout: 5 * time.Second, Agent: build}); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-m.agents; got != build {
+		t.Errorf("the request names the agent %q, want %q", got, build)
+	}
+	other := newFakeMesh(t, func(*wire.EnrolResponse) {})
+	if _, _, err := enrolWith(t, other); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-other.agents; got != "" {
+		t.Errorf("an enrolment given no agent names %q", got)
 	}
 }

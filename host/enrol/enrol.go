@@ -43,8 +43,14 @@ import (
 	"mesh/host/wire"
 )
 
-// Agent is the agent string sent with requests.
-const Agent = "meshhost/0.1.0"
+// AgentName is the program an agent names itself as in its enrolment and its status
+// reports, before a '/' and its build's version ("meshhost/0.1.0+git…", Options.Agent):
+// the mesh shows operators which build each host runs. Agents before it named
+// "meshhost/0.1.0" whatever their build.
+const AgentName = "meshhost"
+
+// Agent is the agent a build of version names itself as: AgentName/version.
+func Agent(version string) string { return AgentName + "/" + version }
 
 // ClockTolerance is how far past its expiry (by this machine's clock) a token is still
 // presented: the mesh's clock decides, and a host clock a few minutes fast should not
@@ -63,6 +69,10 @@ type Options struct {
 	// DialTimeout bounds each connection attempt; RequestTimeout the enrolment reply.
 	DialTimeout    time.Duration
 	RequestTimeout time.Duration
+	// Agent is what the request names the agent (Agent(version)); "" names none.
+	// The mesh keeps only NAME/VERSION of at most 64 bytes of letters, digits
+	// and . _ + - (controlplane/api.ValidAgent).
+	Agent string
 }
 
 // Result is what a successful enrolment produced.
@@ -443,7 +453,7 @@ func (r *run) request(nc *nats.Conn, kp *identity.KeyPair, pub string) (wire.Enr
 		KeyProof:   base64.StdEncoding.EncodeToString(proof),
 		CAPin:      hex.EncodeToString(r.tok.CAPin[:]),
 		SigningKey: hex.EncodeToString(r.tok.SigningKey),
-		Agent:      Agent,
+		Agent:      r.o.Agent,
 	})
 	msg, err := requestServed(nc, wire.EnrolKeySubject(r.tok.Node, pub), req, r.o.RequestTimeout)
 	if err != nil {

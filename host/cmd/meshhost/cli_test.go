@@ -160,7 +160,7 @@ func TestTokenFromSystemdCredential(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	code, line, _ := runCLI("", nil, "version")
-	if code != exitOK || !strings.HasPrefix(line, "meshhost "+agentVersion()+" (") || strings.Count(line, "\n") != 1 {
+	if code != exitOK || !strings.HasPrefix(line, "meshhost "+release+" (") || strings.Count(line, "\n") != 1 {
 		t.Fatalf("version: exit %d, %q", code, line)
 	}
 	if code, flagLine, _ := runCLI("", nil, "--version"); code != exitOK || flagLine != line {
@@ -168,7 +168,7 @@ func TestVersion(t *testing.T) {
 	}
 	code, out, _ := runCLI("", nil, "version", "--json")
 	var v buildVersion
-	if err := json.Unmarshal([]byte(out), &v); code != exitOK || err != nil || v.Program != "meshhost" || v.Version != agentVersion() {
+	if err := json.Unmarshal([]byte(out), &v); code != exitOK || err != nil || v.Program != "meshhost" || v.Version != release {
 		t.Fatalf("version --json: exit %d, %v, %s", code, err, out)
 	}
 	info := &debug.BuildInfo{GoVersion: "go1.26.8", Settings: []debug.BuildSetting{

@@ -328,7 +328,7 @@ func cmdEnrol(args []string, cio *cliIO) error {
 	defer lock.Release()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	res, err := enrol.Enrol(ctx, enrol.Options{StateDir: *stateDir, Token: text, Out: steps, RequestTimeout: *timeout, Now: cio.clock})
+	res, err := enrol.Enrol(ctx, enrol.Options{StateDir: *stateDir, Token: text, Out: steps, RequestTimeout: *timeout, Now: cio.clock, Agent: agentName()})
 	if err != nil {
 		return err
 	}
@@ -539,7 +539,7 @@ func cmdRun(args []string, cio *cliIO) error {
 	defer lock.Release()
 	var ready sync.Once
 	var id identity.Identity
-	a, err := agent.New(agent.Options{StateDir: *stateDir, Root: *root, Logger: log, Heartbeat: *heartbeat, BrokerPing: *brokerPing, ReturnHome: *returnHome, Hooks: hk,
+	a, err := agent.New(agent.Options{StateDir: *stateDir, Agent: agentName(), Root: *root, Logger: log, Heartbeat: *heartbeat, BrokerPing: *brokerPing, ReturnHome: *returnHome, Hooks: hk,
 		ExtraBrokers:  extra,
 		MetricsListen: *metricsListen,
 		Socket:        agent.SocketPath(*stateDir),
