@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -58,6 +60,9 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 					if withSummary {
 						fmt.Fprintf(cio.stdout, "\n%d node(s): %d converged, %d behind, %d failing, %d stale, %d offline, %d revoked; keyring epoch %d\n",
 							sum.Nodes, sum.Converged, sum.Behind, sum.Failing, sum.Stale, sum.Offline, sum.Revoked, res.KeyringEpoch)
+						if line := agentsLine(sum.Agents); line != "" {
+							fmt.Fprintln(cio.stdout, line)
+						}
 					}
 				}
 				if withSummary {
@@ -100,7 +105,7 @@ func printNodes(w io.Writer, res api.NodesResult, now time.Time) {
 		fmt.Fprintln(w)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tROLE\tSTATE\tLAST SEEN\tDECLARED\tAPPLIED\tLAST ERROR")
+	fmt.Fprintln(tw, "NODE\tROLE\tSTATE\tLAST SEEN\tDECLARED\tAPPLIED\tAGENT\tLAST ERROR")
 	for _, n := range res.Nodes {
 		applied := "-"
 		if n.Applied != nil {
@@ -124,7 +129,7 @@ func printNodes(w io.Writer, res api.NodesResult, now time.Time) {
 		if n.HooksRunning {
 			state += " (hooks running)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tv%d\t%s\t%s\n", n.ID, n.Role, state, seen, n.Declared, applied, lastErr)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tv%d\t%s\t%s\t%s\n", n.ID, n.Role, state, seen, n.Declared, applied, agentText(n.Agent), lastErr)
 	}
 	tw.Flush()
 	if len(res.Nodes) == 0 {
@@ -168,21 +173,81 @@ func headAndTail(s string, head, tail int) string {
 	return c[:h] + " … " + c[t:]
 }
 
-// summary counts nodes by convergence.
+// agentText is a node's agent for the table: the version of meshhost it last
+// reported, the agent whole if it is another program, "-" if it reported none the
+// control plane keeps (or the control plane is older than the column). A control
+// plane older than its check may hold anything: shown as one short line.
+func agentText(agent string) string {
+	if agent == "" {
+		return "-"
+	}
+	return oneLine(strings.TrimPrefix(agent, "meshhost/"), api.MaxAgentLen)
+}
+
+// agentNone counts, in a summary's agents, the nodes that reported no agent the
+// control plane keeps (every agent has a '/', so none is called this).
+const agentNone = "none"
+
+// maxAgentsShown is how many agents status's summary line names; the others are
+// counted together. An upgrade has two in flight, rarely more.
+const maxAgentsShown = 8
+
+// agentsLine is status's line of the agents the nodes run, the most run first:
+// "agents: 3 meshhost/0.1.0+git…, 1 meshhost/0.1.0, 1 none"; "" without nodes.
+func agentsLine(agents map[string]int) string {
+	names := make([]string, 0, len(agents))
+	for a := range agents {
+		names = append(names, a)
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		if c := cmp.Compare(agents[b], agents[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	var parts []string
+	others := 0
+	for i, a := range names {
+		if i < maxAgentsShown {
+			parts = append(parts, fmt.Sprintf("%d %s", agents[a], oneLine(a, api.MaxAgentLen)))
+		} else {
+			others += agents[a]
+		}
+	}
+	if others > 0 {
+		parts = append(parts, fmt.Sprintf("%d of %d other agents", others, len(names)-maxAgentsShown))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "agents: " + strings.Join(parts, ", ")
+}
+
+// summary counts nodes by convergence, and the nodes not revoked by the agent they
+// last reported (Agents; agentNone for those that reported none kept): how far
+// an upgrade of the agents has gone.
 type summary struct {
-	Nodes     int `json:"nodes"`
-	Converged int `json:"converged"`
-	Behind    int `json:"behind"`
-	Failing   int `json:"failing"`
-	Stale     int `json:"stale"`
-	Offline   int `json:"offline"`
-	Revoked   int `json:"revoked"`
+	Nodes     int            `json:"nodes"`
+	Converged int            `json:"converged"`
+	Behind    int            `json:"behind"`
+	Failing   int            `json:"failing"`
+	Stale     int            `json:"stale"`
+	Offline   int            `json:"offline"`
+	Revoked   int            `json:"revoked"`
+	Agents    map[string]int `json:"agents"`
 }
 
 func summarise(res api.NodesResult) summary {
-	var s summary
+	s := summary{Agents: map[string]int{}}
 	for _, n := range res.Nodes {
 		s.Nodes++
+		if n.State != api.StateRevoked {
+			agent := n.Agent
+			if agent == "" {
+				agent = agentNone
+			}
+			s.Agents[agent]++
+		}
 		switch {
 		case n.State == api.StateRevoked:
 			s.Revoked++
