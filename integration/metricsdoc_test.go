@@ -113,6 +113,8 @@ var openLabels = map[string]bool{
 	"mesh_broker_client_violations_total/kind":     true,
 	"mesh_broker_client_violations_total/account":  true,
 	"mesh_agent_envelopes_refused_total/code":      true,
+	// The agents the hosts report (none and other aside, which the row names).
+	"mesh_nodes_agents/agent": true,
 }
 
 // compareMetrics reports, both ways, what the doc and a scrape disagree on: the
