@@ -56,3 +56,45 @@ func TestLeaderClockStepsBack(t *testing.T) {
 		t.Fatalf("the control plane's log does not say why it stamped declarations again:\n%s", m.Log())
 	}
 }
+
+// TestHostClockStepsForwardPastItsExpiry: a machine resumed after more than a day
+// suspended, its clock still behind until NTP steps it. Meanwhile the mesh re-signed
+// its declaration, and the agent, syncing as it reconnected, refused the fresh copy
+// as issued in its future (not_yet_valid), keeping the one it holds, valid by its
+// clock. NTP steps its clock forward past that copy's expiry: the agent asks the mesh
+// again as it turns stale, and is fresh within seconds, with no restart. Before, it
+// stayed stale, connected to a healthy mesh that held a valid copy, until the next
+// refresh (up to half the validity, 12 hours by default).
+func TestHostClockStepsForwardPastItsExpiry(t *testing.T) {
+	t.Parallel()
+	var cpOffset, hostOffset atomic.Int64
+	cpNow := func() time.Time { return time.Now().Add(time.Duration(cpOffset.Load())) }
+	hostNow := func() time.Time { return time.Now().Add(time.Duration(hostOffset.Load())) }
+	m := harness.StartMesh(t, "resume", harness.Options{Now: cpNow})
+	state, err := harness.EnrolHost(t, m.Token("web-1", 15*time.Minute).Encode(), hostNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := harness.RunAgent(t, state, hostNow)
+	v := m.Declare("web-1", `{"files":[{"path":"motd","content":"resumed"}]}`)
+	m.WaitApplied("web-1", v, 15*time.Second)
+	first, _ := m.Node("web-1")
+
+	// 30 hours pass for the mesh, not for the suspended machine's clock: the mesh
+	// re-signs, and the host refuses the copy 30 hours in its future.
+	cpOffset.Store(int64(30 * time.Hour))
+	harness.Eventually(t, 15*time.Second, "the host refuses the re-signed copy as not yet valid", func() bool {
+		n, _ := m.Node("web-1")
+		return n.DeclaredExpiry.After(first.DeclaredExpiry.Add(24*time.Hour)) && n.LastError != nil && n.LastError.Code == "not_yet_valid"
+	})
+
+	// NTP steps the host's clock to the mesh's: the copy it holds expired 6 hours ago.
+	hostOffset.Store(int64(30 * time.Hour))
+	harness.Eventually(t, 20*time.Second, "the host holds the mesh's fresh copy", func() bool {
+		n, _ := m.Node("web-1")
+		return !n.Stale && n.LastError == nil && strings.Contains(a.Log(), "the applied declaration is fresh again")
+	})
+	if got := harness.AppliedVersions(a.Log()); len(got) != 1 {
+		t.Fatalf("applied %v; a fresh copy of the applied version must not be applied again", got)
+	}
+}

@@ -478,7 +478,15 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.report(nc)
 		case <-beat.C:
 			a.saveAgain()
-			a.noteStale()
+			if a.noteStale() && nc != nil {
+				// The copy the mesh holds may well be valid: this node's clock
+				// stepped forward past the expiry of the one it kept (a machine
+				// resumed, its clock set by NTP), having refused the fresh one
+				// while its clock was behind. Nothing else would send it before
+				// the next refresh, half the validity away.
+				a.log.Info("asking the mesh for a fresh copy of the expired declaration", "version", a.applied.Version)
+				sy.start(loopCtx, &workers)
+			}
 			a.report(nc)
 		case <-homeTimer.C:
 			// The first of the mesh's list as it stands: a control node removed since
@@ -930,6 +938,16 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 			a.applied.IssuedAt, a.applied.ExpiresAt = v.IssuedAt, v.ExpiresAt
 			a.save()
 		}
+		switch a.applied.LastErrorCode {
+		case declarations.Code(declarations.ErrNotYetValid), declarations.Code(declarations.ErrExpired):
+			// A copy refused for its validity window (this node's clock was wrong,
+			// or the one that stamped it) is no longer the news once a copy of the
+			// same version verifies: left, it would tell the operator to check a
+			// clock that is right until the next declaration is applied.
+			a.log.Info("a copy of the applied declaration verified: the clock that made the last one refused is right again", "version", v.Version, "was", a.applied.LastErrorCode)
+			a.applied.LastErrorCode, a.applied.LastError, a.applied.LastErrorVersion = "", "", 0
+			a.save()
+		}
 		a.putBack(ctx, v.Version, files)
 		return
 	}
@@ -1219,19 +1237,21 @@ func withPaths(managed []string, files []apply.File) ([]string, bool) {
 }
 
 // noteStale says in the log when the applied declaration expires without a fresh
-// one (the mesh out of reach, or not refreshing it), and when a fresh one came.
-func (a *Agent) noteStale() {
+// one (the mesh out of reach, or not refreshing it), and when a fresh one came; it
+// reports whether the declaration has just turned stale.
+func (a *Agent) noteStale() (turned bool) {
 	stale := a.Stale()
 	if stale == a.stale {
-		return
+		return false
 	}
 	a.stale = stale
 	if stale {
 		a.log.Warn("the applied declaration expired without a fresh one: this node is stale; its files stay as they are until the mesh sends one",
 			"version", a.applied.Version, "expired_at", a.applied.ExpiresAt.Format(time.RFC3339), "connected", a.online())
-		return
+		return true
 	}
 	a.log.Info("the applied declaration is fresh again", "version", a.applied.Version, "expires_at", a.applied.ExpiresAt.Format(time.RFC3339))
+	return false
 }
 
 // Stale reports whether the applied declaration has expired without a fresh one.
