@@ -614,6 +614,35 @@ func remoteHost(c broker.Client) string {
 	return s
 }
 
+// Sweep forgets what limits nobody any more: the connections counted for a token or
+// a revoked key longer ago than their span, and the addresses whose failures and
+// block are over. Between calls, the tables are swept only once they grow past
+// sweepFloor keys (a spray): without Sweep a control node kept an entry for every
+// token ever used to log in and every key revoked, up to 100,000 of each, for as
+// long as it ran. The daemon calls it every few seconds; a sweep visits what the
+// last spans left, a few entries per enrolment.
+func (a *Authenticator) Sweep() {
+	now := a.cfg.Now()
+	a.tokens.sweepNow(now)
+	a.revoked.sweepNow(now)
+	a.limiter.sweepNow(now)
+}
+
+// Entries are how many keys the Authenticator's tables hold.
+type Entries struct {
+	// TokenLogins: tokens with enrolling connections counted (Config.TokenConnections).
+	TokenLogins int
+	// RevokedLogins: revoked keys with connections counted (RevokedConnections).
+	RevokedLogins int
+	// FailedAddresses: remote addresses with failed enrolments counted or blocked.
+	FailedAddresses int
+}
+
+// Entries returns how many keys each of the Authenticator's tables holds.
+func (a *Authenticator) Entries() Entries {
+	return Entries{TokenLogins: a.tokens.len(), RevokedLogins: a.revoked.len(), FailedAddresses: a.limiter.len()}
+}
+
 // limiter counts failed enrolment attempts per remote address.
 type limiter struct {
 	mu     sync.Mutex
@@ -629,6 +658,29 @@ type bucket struct {
 	blockedUntil time.Time
 }
 
+// expire forgets the addresses whose window and block are over. l.mu is held.
+func (l *limiter) expire(now time.Time) {
+	before := len(l.m)
+	for k, b := range l.m {
+		if now.Sub(b.start) > l.window && now.After(b.blockedUntil) {
+			delete(l.m, k)
+		}
+	}
+	l.sweep.swept(before, len(l.m))
+}
+
+func (l *limiter) sweepNow(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expire(now)
+}
+
+func (l *limiter) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.m)
+}
+
 func (l *limiter) blocked(host string, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -641,13 +693,7 @@ func (l *limiter) fail(host string, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.sweep.due(len(l.m)) { // bound memory under a spray from many addresses
-		before := len(l.m)
-		for k, b := range l.m {
-			if now.Sub(b.start) > l.window && now.After(b.blockedUntil) {
-				delete(l.m, k)
-			}
-		}
-		l.sweep.swept(before, len(l.m))
+		l.expire(now)
 	}
 	b := l.m[host]
 	if b == nil || now.Sub(b.start) > l.window {
@@ -683,17 +729,35 @@ type admitted struct {
 	conn string
 }
 
+// expire forgets the keys whose last connection counted is older than the span: it
+// limits nothing any more. w.mu is held.
+func (w *window) expire(now time.Time) {
+	before := len(w.m)
+	for k, ts := range w.m {
+		if len(ts) == 0 || now.Sub(ts[len(ts)-1].at) >= w.span {
+			delete(w.m, k)
+		}
+	}
+	w.sweep.swept(before, len(w.m))
+}
+
+func (w *window) sweepNow(now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.expire(now)
+}
+
+func (w *window) len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.m)
+}
+
 func (w *window) admit(key, conn string, now time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.sweep.due(len(w.m)) {
-		before := len(w.m)
-		for k, ts := range w.m {
-			if len(ts) == 0 || now.Sub(ts[len(ts)-1].at) >= w.span {
-				delete(w.m, k)
-			}
-		}
-		w.sweep.swept(before, len(w.m))
+		w.expire(now)
 	}
 	recent := w.m[key][:0]
 	seen := false

@@ -97,6 +97,11 @@ func (g *tombstones) add(c Conn, now time.Time) {
 	}
 	g.at[c] = now
 	g.order = append(g.order, tombstone{c, now})
+	g.expire(now)
+}
+
+// expire forgets the tombstones older than tombstoneFor.
+func (g *tombstones) expire(now time.Time) {
 	for g.head < len(g.order) && now.Sub(g.order[g.head].at) > tombstoneFor {
 		old := g.order[g.head]
 		if at, ok := g.at[old.c]; ok && at.Equal(old.at) {
@@ -298,6 +303,24 @@ func (t *Tracker) Stranded() []string {
 		}
 	}
 	return out
+}
+
+// Expire forgets the closed connections remembered longer than tombstoneFor. A
+// close forgets them too; Expire is for a mesh where none closes for a while.
+func (t *Tracker) Expire() {
+	now := t.cfg.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.gone.expire(now)
+}
+
+// Remembered returns how many connections the tracker holds open and how many
+// closed ones it remembers (for tombstoneFor), for the figures of what a control
+// node keeps in memory.
+func (t *Tracker) Remembered() (open, closed int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.byID), len(t.gone.at)
 }
 
 // Since returns when the oldest of user's open connections was first seen, if any.
