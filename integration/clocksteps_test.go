@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"mesh/host/enrol"
 	"mesh/integration/harness"
 )
 
@@ -97,4 +99,44 @@ func TestHostClockStepsForwardPastItsExpiry(t *testing.T) {
 	if got := harness.AppliedVersions(a.Log()); len(got) != 1 {
 		t.Fatalf("applied %v; a fresh copy of the applied version must not be applied again", got)
 	}
+}
+
+// TestHostClockAYearBehind: a machine that boots with its clock a year in the past
+// (a dead RTC battery), before NTP sets it. The mesh's certificates are not valid
+// yet by that clock, so nothing connects; what the person and the log read names
+// this machine's clock, never a substituted mesh, and the running agent connects
+// by itself once the clock is right. Before, both said the broker's certificate
+// "does not chain to the pinned CA: the mesh was substituted", and enrol added
+// "retrying will not help".
+func TestHostClockAYearBehind(t *testing.T) {
+	t.Parallel()
+	m := harness.StartMesh(t, "rtc", harness.Options{})
+	yearAgo := func() time.Time { return time.Now().AddDate(-1, 0, 0) }
+
+	text := m.Token("web-1", 15*time.Minute).Encode()
+	_, err := harness.EnrolHost(t, text, yearAgo)
+	if !errors.Is(err, enrol.ErrClock) || errors.Is(err, enrol.ErrSubstituted) || !strings.Contains(err.Error(), "this machine's clock") {
+		t.Fatalf("enrol with the clock a year behind: want ErrClock naming this machine's clock, not ErrSubstituted; got %v", err)
+	}
+
+	// Enrolled with a right clock; the machine reboots with its clock a year behind.
+	state, err := harness.EnrolHost(t, text, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hostOffset atomic.Int64
+	hostOffset.Store(int64(time.Until(yearAgo())))
+	hostNow := func() time.Time { return time.Now().Add(time.Duration(hostOffset.Load())) }
+	a := harness.RunAgent(t, state, hostNow)
+	harness.Eventually(t, 15*time.Second, "the agent says its clock is wrong", func() bool {
+		return strings.Contains(a.Log(), "this machine's clock")
+	})
+	if strings.Contains(a.Log(), "not the mesh's") {
+		t.Fatalf("the agent took a clock a year behind for a substituted mesh:\n%s", a.Log())
+	}
+	v := m.Declare("web-1", `{"files":[{"path":"motd","content":"on time"}]}`)
+
+	// NTP sets the clock: the agent connects and applies, with no restart.
+	hostOffset.Store(0)
+	m.WaitApplied("web-1", v, 45*time.Second)
 }

@@ -302,7 +302,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	home := newHoming(a.o.ReturnHome)
 	// The pin check itself says when a broker address answers as something else: on
 	// a reconnection nats.go reports that to no handler.
-	base, err := link.AsNode(ctx, a.id, a.kp, func(err error) {
+	base, err := link.AsNode(ctx, a.id, a.kp, a.o.Now, func(err error) {
+		if link.IsClock(err) {
+			// The mesh's own certificate, out of its validity by this machine's
+			// clock (booted before NTP set it): not a substitution. The dials go
+			// on, and succeed once the clock is right.
+			a.log.Error("this machine's clock is wrong: the mesh's certificate is not valid at its time; nothing is sent until it is set, and the agent keeps trying", "now", a.o.Now().UTC().Format(time.RFC3339), "err", err)
+			return
+		}
 		a.log.Error("a broker address answered with a certificate that is not the mesh's: refusing it and trying again", "err", err)
 	})
 	if err != nil {
@@ -443,7 +450,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				authFailures++
 				a.authRefused(authFailures)
 				a.linkFailed(ev.err)
-			case link.IsSubstituted(ev.err):
+			case link.IsSubstituted(ev.err), link.IsClock(ev.err):
 				// Logged by the pin check, which saw it first.
 				a.linkFailed(ev.err)
 			case ev.err != nil:
@@ -529,7 +536,7 @@ func (a *Agent) connect(ctx context.Context, urls string, opts []nats.Option) (*
 		case link.IsAuthRefused(err):
 			refusals++
 			a.authRefused(refusals)
-		case link.IsSubstituted(err):
+		case link.IsSubstituted(err), link.IsClock(err):
 			// Logged by the pin check, which saw it first.
 		default:
 			a.log.Warn("cannot reach the mesh yet; retrying", "err", err, "in", wait)

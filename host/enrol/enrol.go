@@ -89,6 +89,9 @@ var (
 	ErrToken = errors.New("the token cannot be used")
 	// ErrSubstituted: the broker's chain does not reach the pinned CA.
 	ErrSubstituted = pintls.ErrSubstituted
+	// ErrClock: the broker's chain reaches the pinned CA but is not valid at this
+	// machine's time; run enrol again once the clock is right.
+	ErrClock = pintls.ErrClock
 	// ErrUnreachable: no broker in the token could be reached; retrying may help.
 	ErrUnreachable = errors.New("no broker of the mesh could be reached")
 	// ErrRefused: the mesh refused the enrolment (see RefusedError for why).
@@ -333,12 +336,13 @@ func expiryText(exp, now time.Time) string {
 func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub string) (*nats.Conn, string, error) {
 	var errs []string
 	substituted, refused := 0, 0
+	var clockErr *pintls.ClockError
 	for _, b := range r.tok.Brokers {
 		if ctx.Err() != nil {
 			return nil, "", ctx.Err()
 		}
 		addr := b.String()
-		nc, err := nats.Connect(link.URLs([]string{addr}), append(link.Login{Pin: r.tok.CAPin, PublicKey: pub, Sign: kp.Sign, Timeout: r.o.DialTimeout}.Options(),
+		nc, err := nats.Connect(link.URLs([]string{addr}), append(link.Login{Pin: r.tok.CAPin, PublicKey: pub, Sign: kp.Sign, Timeout: r.o.DialTimeout, Now: r.o.Now}.Options(),
 			nats.UserInfo(wire.EnrolUser(r.tok.Node), r.password(pub)),
 			nats.CustomInboxPrefix(wire.EnrolInbox(r.tok.Node, pub)),
 			nats.Name("meshhost enrol "+r.tok.Node),
@@ -356,6 +360,15 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 			return nc, addr, nil
 		}
 		switch {
+		case link.IsClock(err):
+			// The mesh's own chain, out of its validity by this machine's clock:
+			// nothing was sent, and the next attempt succeeds once the clock is set.
+			var ce *pintls.ClockError
+			if errors.As(err, &ce) {
+				clockErr = ce
+			}
+			r.step("connect", "%s: REFUSED: the certificate chains to the pinned CA but is not valid at this machine's time (%s); nothing was sent", addr, r.o.Now().UTC().Format(time.RFC3339))
+			errs = append(errs, addr+": not valid at this machine's time")
 		case link.IsSubstituted(err):
 			substituted++
 			r.step("connect", "%s: REFUSED: the certificate does not chain to the pinned CA; nothing was sent", addr)
@@ -375,6 +388,11 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 	}
 	if refused > 0 {
 		return nil, "", &RefusedError{Code: wire.CodeTokenUnknown, Message: "the mesh refused the token: it never minted it (or it expired more than a day ago), the node key it enrolled was revoked, this address made too many failed attempts in the last minute, or too many connections used this token in the last 30 seconds (then wait a minute and run enrol again), or no control node reached had room for another host (their logs say so; the token is not spent: run enrol again once there is room); or something on the path that holds a certificate of the mesh (a removed control node) relayed the connection, and the mesh refused the relayed login: the secret was not sent"}
+	}
+	if clockErr != nil && substituted == 0 {
+		// A broker that is the mesh by its chain but was refused for this
+		// machine's clock: the clock is what to fix, whatever the others did.
+		return nil, "", fmt.Errorf("%w; run enrol again with the same token once the clock is right (%s)", clockErr, strings.Join(errs, "; "))
 	}
 	if substituted > 0 && substituted == len(r.tok.Brokers) {
 		return nil, "", fmt.Errorf("%w (%s)", ErrSubstituted, strings.Join(errs, "; "))
@@ -600,7 +618,7 @@ func saveError(err error, tok token.Token) error {
 // Connect dials the mesh as the enrolled node: pinned TLS, handshake first, the node's
 // nkey signing the server's nonce. It is a one-shot connection (no reconnects).
 func Connect(id identity.Identity, kp *identity.KeyPair, timeout time.Duration) (*nats.Conn, error) {
-	opts, err := link.AsNode(context.Background(), id, kp, nil)
+	opts, err := link.AsNode(context.Background(), id, kp, nil, nil)
 	if err != nil {
 		return nil, err
 	}

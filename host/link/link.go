@@ -38,12 +38,14 @@ type Login struct {
 	// Timeout bounds the TCP connect and the TLS handshake of one dial; zero means
 	// DialTimeout.
 	Timeout time.Duration
+	// Now is the clock the broker's certificate is checked by; nil means time.Now.
+	Now func() time.Time
 }
 
 // Options returns the nats.go options of the login. Every connection dials with
 // Dialer's settings, so that the kernel watches the long-lived ones (Liveness).
 func (l Login) Options() []nats.Option {
-	cfg := pintls.Config(l.Pin)
+	cfg := pintls.Config(l.Pin, l.Now)
 	if l.Refused != nil {
 		verify, refused := cfg.VerifyConnection, l.Refused
 		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
@@ -65,13 +67,14 @@ func (l Login) Options() []nats.Option {
 // AsNode returns the options of a connection as the enrolled node id: pinned, the
 // node's key signing the server's nonce bound to the session, replies on the node's
 // own inbox. refused, when not nil, hears of every broker the pin check refuses
-// (Login.Refused). The dials under way end when ctx does (Login.Context).
-func AsNode(ctx context.Context, id identity.Identity, kp *identity.KeyPair, refused func(error)) ([]nats.Option, error) {
+// (Login.Refused). The dials under way end when ctx does (Login.Context). The
+// broker's certificate is checked by now (Login.Now).
+func AsNode(ctx context.Context, id identity.Identity, kp *identity.KeyPair, now func() time.Time, refused func(error)) ([]nats.Option, error) {
 	pin, err := PinOf(id)
 	if err != nil {
 		return nil, err
 	}
-	return append(Login{Pin: pin, PublicKey: id.PublicKey, Sign: kp.Sign, Refused: refused, Context: ctx}.Options(),
+	return append(Login{Pin: pin, PublicKey: id.PublicKey, Sign: kp.Sign, Refused: refused, Context: ctx, Now: now}.Options(),
 		nats.CustomInboxPrefix(id.Subjects.InboxPrefix),
 		nats.Name("meshhost "+id.Node),
 	), nil
@@ -100,6 +103,11 @@ func PinOf(id identity.Identity) ([32]byte, error) {
 // IsSubstituted reports whether a connection failed because the broker's chain does
 // not reach the pinned CA (nats.go wraps the handshake's error).
 func IsSubstituted(err error) bool { return errors.Is(err, pintls.ErrSubstituted) }
+
+// IsClock reports whether a connection failed because the broker's chain, which
+// reaches the pinned CA, is not valid at this machine's time (pintls.ErrClock): the
+// mesh, seen by a wrong clock, not a substitution.
+func IsClock(err error) bool { return errors.Is(err, pintls.ErrClock) }
 
 // IsAuthRefused reports whether the mesh (after the pin check, so the mesh itself)
 // refused the connection's credentials.

@@ -10,29 +10,40 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ErrSubstituted means something other than the mesh answered: the server's chain
 // does not reach the pinned CA. Retrying will not help.
 var ErrSubstituted = errors.New("the broker's certificate does not chain to the CA pinned in the token: the mesh was substituted (or the token is for another mesh); retrying will not help")
 
+// ErrClock means the broker's chain reaches the pinned CA but is not valid at this
+// machine's time: its clock is wrong (or, if it is right, a certificate of the mesh
+// expired). It is the mesh; retrying helps once the clock is right.
+var ErrClock = errors.New("the broker's certificate chains to the pinned CA but is not valid at this machine's time")
+
 // Config returns a client TLS configuration that completes a handshake only with a
-// server whose chain reaches the pinned CA. The check runs in VerifyConnection, inside
-// the handshake and also on resumed sessions, so nothing is sent to anyone else.
-func Config(pin [32]byte) *tls.Config {
+// server whose chain reaches the pinned CA, valid at now() (nil means time.Now: the
+// host's clock, which tests skew). The check runs in VerifyConnection, inside the
+// handshake and also on resumed sessions, so nothing is sent to anyone else.
+func Config(pin [32]byte, now func() time.Time) *tls.Config {
+	if now == nil {
+		now = time.Now
+	}
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		// Chain and name verification are replaced by the stricter pin check below.
 		InsecureSkipVerify: true, //nolint:gosec
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			return Verify(cs.PeerCertificates, pin)
+			return Verify(cs.PeerCertificates, pin, now())
 		},
 	}
 }
 
 // Verify checks that certs[0] is signed by a CA certificate among certs whose
-// SubjectPublicKeyInfo SHA-256 equals pin, and is valid now for server authentication.
-func Verify(certs []*x509.Certificate, pin [32]byte) error {
+// SubjectPublicKeyInfo SHA-256 equals pin, and is valid at now for server
+// authentication.
+func Verify(certs []*x509.Certificate, pin [32]byte, now time.Time) error {
 	if len(certs) == 0 {
 		return ErrSubstituted
 	}
@@ -42,12 +53,71 @@ func Verify(certs []*x509.Certificate, pin [32]byte) error {
 		}
 		roots := x509.NewCertPool()
 		roots.AddCert(c)
-		if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-			return fmt.Errorf("%w (the pinned CA is presented, but the server certificate does not verify against it: %v)", ErrSubstituted, err)
+		opts := x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, CurrentTime: now}
+		_, err := certs[0].Verify(opts)
+		if err == nil {
+			return nil
 		}
-		return nil
+		// x509 checks validity periods before signatures, so a certificate out of
+		// its period says nothing yet of who signed it: the chain is checked again
+		// at a time inside both periods. Only if it verifies then is this the
+		// mesh, seen by a clock that is wrong (or a certificate of the mesh that
+		// expired): that is not a substitution, and retrying helps once it is right.
+		var inv x509.CertificateInvalidError
+		if errors.As(err, &inv) && inv.Reason == x509.Expired {
+			at := latest(certs[0].NotBefore, c.NotBefore)
+			if at.Before(certs[0].NotAfter) && at.Before(c.NotAfter) {
+				opts.CurrentTime = at
+				if _, again := certs[0].Verify(opts); again == nil {
+					return &ClockError{Now: now, NotBefore: at, NotAfter: earliest(certs[0].NotAfter, c.NotAfter)}
+				}
+			}
+		}
+		return fmt.Errorf("%w (the pinned CA is presented, but the server certificate does not verify against it: %v)", ErrSubstituted, err)
 	}
 	return ErrSubstituted
+}
+
+// ClockError is a broker chain that reaches the pinned CA but is valid only from
+// NotBefore to NotAfter, and Now, this machine's time, is outside. It matches
+// ErrClock, never ErrSubstituted.
+type ClockError struct {
+	Now, NotBefore, NotAfter time.Time
+}
+
+func (e *ClockError) Error() string {
+	const day = 24 * time.Hour
+	if e.Now.Before(e.NotBefore) {
+		return fmt.Sprintf("%s: this machine's clock says %s, %s before the mesh's certificates are valid (from %s): this machine's clock is wrong; set it (or wait for NTP), and it connects",
+			ErrClock, e.Now.UTC().Format(time.RFC3339), roughly(e.NotBefore.Sub(e.Now), day), e.NotBefore.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("%s: this machine's clock says %s, %s after the broker's certificate expired (at %s): this machine's clock is wrong (set it), or, if it is right, that control node's certificate expired and it must be joined again with a new control token",
+		ErrClock, e.Now.UTC().Format(time.RFC3339), roughly(e.Now.Sub(e.NotAfter), day), e.NotAfter.UTC().Format(time.RFC3339))
+}
+
+// Is reports whether target is ErrClock.
+func (e *ClockError) Is(target error) bool { return target == ErrClock }
+
+// roughly rounds d to the second, or to the day beyond a few days.
+func roughly(d, day time.Duration) string {
+	if d > 3*day {
+		return fmt.Sprintf("%d days", d/day)
+	}
+	return d.Round(time.Second).String()
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // Pin returns the SHA-256 of a certificate's SubjectPublicKeyInfo.

@@ -14,6 +14,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -142,7 +143,7 @@ func TestVerify(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := Verify(tt.chain, tt.pin)
+			err := Verify(tt.chain, tt.pin, time.Now())
 			if tt.ok {
 				if err != nil {
 					t.Fatal(err)
@@ -183,7 +184,7 @@ func dial(t *testing.T, chain []*x509.Certificate, key crypto.Signer, pin [32]by
 		b, _ := io.ReadAll(c)
 		got <- len(b)
 	}()
-	c, err := tls.Dial("tcp", ln.Addr().String(), Config(pin))
+	c, err := tls.Dial("tcp", ln.Addr().String(), Config(pin, nil))
 	if err == nil {
 		_, err = c.Write([]byte("CONNECT {}\r\n"))
 		c.Close()
@@ -222,7 +223,7 @@ func TestConfigHandshake(t *testing.T) {
 }
 
 func TestConfigRefusesOldTLS(t *testing.T) {
-	cfg := Config([32]byte{1})
+	cfg := Config([32]byte{1}, nil)
 	if cfg.MinVersion != tls.VersionTLS13 {
 		t.Fatalf("MinVersion = %x, want TLS 1.3", cfg.MinVersion)
 	}
@@ -244,7 +245,7 @@ func TestVerifyEd25519Chain(t *testing.T) {
 	}
 	ca := authority{cert: create(t, tmpl, tmpl, pub, priv), key: priv}
 	l := ca.issue(t, nil)
-	if err := Verify([]*x509.Certificate{l.cert, ca.cert}, Pin(ca.cert)); err != nil {
+	if err := Verify([]*x509.Certificate{l.cert, ca.cert}, Pin(ca.cert), time.Now()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -294,7 +295,7 @@ func TestPinCheckedOnResumedSession(t *testing.T) {
 	sessions := tls.NewLRUClientSessionCache(4)
 	connect := func(pin [32]byte) (resumed bool, err error) {
 		t.Helper()
-		cfg := Config(pin)
+		cfg := Config(pin, nil)
 		cfg.ClientSessionCache = sessions
 		c, err := tls.Dial("tcp", ln.Addr().String(), cfg)
 		if err != nil {
@@ -327,5 +328,49 @@ func TestPinCheckedOnResumedSession(t *testing.T) {
 	}
 	if resumed, err := connect(Pin(b.cert)); err != nil || resumed {
 		t.Fatalf("after the refusal: resumed %v, err %v; want a full handshake with CA B's chain", resumed, err)
+	}
+}
+
+// TestVerifyByAWrongClock: the mesh's own chain seen by a clock outside its validity
+// is ErrClock, never ErrSubstituted, and says which clock to fix; anything that does
+// not chain to the pinned CA stays ErrSubstituted whatever the clock says, a forged
+// leaf out of its period included (x509 checks periods before signatures).
+func TestVerifyByAWrongClock(t *testing.T) {
+	ca, other := newAuthority(t), newAuthority(t)
+	good := ca.issue(t, nil).cert
+	foreign := other.issue(t, nil).cert
+	expired := ca.issue(t, func(c *x509.Certificate) {
+		c.NotBefore, c.NotAfter = time.Now().Add(-30*time.Minute), time.Now().Add(-time.Minute)
+	}).cert
+	yearAgo, now := time.Now().AddDate(-1, 0, 0), time.Now()
+
+	for _, tt := range []struct {
+		name  string
+		chain []*x509.Certificate
+		at    time.Time
+		clock string // "" when ErrSubstituted is wanted
+	}{
+		{"the mesh's chain, clock a year behind", []*x509.Certificate{good, ca.cert}, yearAgo, "before the mesh's certificates are valid"},
+		{"the mesh's chain, clock a year ahead", []*x509.Certificate{good, ca.cert}, now.AddDate(1, 0, 0), "after the broker's certificate expired"},
+		{"the mesh's leaf, expired", []*x509.Certificate{expired, ca.cert}, now, "after the broker's certificate expired"},
+		{"another CA's chain, clock a year behind", []*x509.Certificate{foreign, other.cert}, yearAgo, ""},
+		{"pinned CA present, leaf signed by another key, clock a year behind", []*x509.Certificate{foreign, ca.cert}, yearAgo, ""},
+		{"pinned CA present, leaf signed by another key, clock a year ahead", []*x509.Certificate{foreign, ca.cert}, now.AddDate(1, 0, 0), ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := Verify(tt.chain, Pin(ca.cert), tt.at)
+			if tt.clock == "" {
+				if !errors.Is(err, ErrSubstituted) || errors.Is(err, ErrClock) {
+					t.Fatalf("err = %v, want ErrSubstituted only", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrClock) || errors.Is(err, ErrSubstituted) {
+				t.Fatalf("err = %v, want ErrClock only", err)
+			}
+			if !strings.Contains(err.Error(), tt.clock) || !strings.Contains(err.Error(), "this machine's clock") {
+				t.Fatalf("err = %q, want it to say %q and name this machine's clock", err, tt.clock)
+			}
+		})
 	}
 }
