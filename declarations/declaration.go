@@ -207,7 +207,7 @@ func verifyDeclaration(env Envelope, trusted []ed25519.PublicKey, exp Expect) (V
 		future = DefaultFutureSkew
 	}
 	if exp.Now.Before(d.IssuedAt.Add(-future)) { // 8
-		return Verified{}, fmt.Errorf("%w: issued at %s, %s ahead of this node's clock (tolerance %s); check this node's clock",
+		return Verified{}, fmt.Errorf("%w: issued at %s, %s ahead of this node's clock (tolerance %s); check this node's clock, then the control nodes' (the leader's stamped it)",
 			ErrNotYetValid, d.IssuedAt.UTC().Format(time.RFC3339), d.IssuedAt.Sub(exp.Now).Round(time.Second), future)
 	}
 	if exp.Now.After(d.ExpiresAt.Add(skew)) {

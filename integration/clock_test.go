@@ -3,6 +3,7 @@ package integration
 import (
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,15 +63,41 @@ func TestClockSkew(t *testing.T) {
 		}
 	})
 	t.Run("host two hours slow, then fixed", func(t *testing.T) {
+		// The mesh's certificates, minted at its bootstrap a moment ago, are valid
+		// from an hour before it: by this clock, not yet. The pin check says so,
+		// naming this machine's clock, not a substituted mesh.
 		m := harness.StartMesh(t, "skew", harness.Options{})
 		text := m.Token("web-1", 15*time.Minute).Encode()
 		state, err := harness.EnrolHost(t, text, skewed(-2*time.Hour))
-		if !errors.Is(err, enrol.ErrBadAnswer) || !strings.Contains(err.Error(), "check this node's clock") {
-			t.Fatalf("want the first declaration refused as not yet valid with a clock hint, got %v", err)
+		if !errors.Is(err, enrol.ErrClock) || errors.Is(err, enrol.ErrSubstituted) || !strings.Contains(err.Error(), "this machine's clock is wrong") {
+			t.Fatalf("want the broker refused for this machine's clock, not as a substituted mesh, got %v", err)
 		}
 		// Fixed clock, same token, same state directory: the same enrolment completes.
 		if _, err := enrol.Enrol(t.Context(), enrol.Options{StateDir: state, Token: text}); err != nil {
 			t.Fatalf("enrol after fixing the clock: %v", err)
+		}
+	})
+	t.Run("control plane stepped two hours ahead after its bootstrap", func(t *testing.T) {
+		// Its certificates are right; the token and the first declaration it
+		// stamps are two hours in the host's future, and the declaration's
+		// refusal names both clocks.
+		var offset atomic.Int64
+		m := harness.StartMesh(t, "skew", harness.Options{Now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }})
+		offset.Store(int64(2 * time.Hour))
+		text := m.Token("web-1", 15*time.Minute).Encode()
+		state, err := harness.EnrolHost(t, text, nil)
+		if !errors.Is(err, enrol.ErrBadAnswer) || !strings.Contains(err.Error(), "check this node's clock, then the control nodes'") {
+			t.Fatalf("want the first declaration refused as not yet valid with a hint naming both clocks, got %v", err)
+		}
+		// The control plane's clock stepped back: it stamps the recorded node's
+		// declaration again by it (within a reconcile interval), and the same
+		// enrolment completes with the same token and state directory.
+		offset.Store(0)
+		harness.Eventually(t, 15*time.Second, "the control plane stamps the declaration again", func() bool {
+			return strings.Contains(m.Log(), "declarations issued in this node's future")
+		})
+		if _, err := enrol.Enrol(t.Context(), enrol.Options{StateDir: state, Token: text}); err != nil {
+			t.Fatalf("enrol after the control plane's clock is right: %v", err)
 		}
 	})
 }

@@ -92,14 +92,14 @@ func (d *Daemon) refresh(now time.Time) {
 	if len(due) == 0 {
 		return
 	}
-	if ahead > 0 {
-		d.log.Warn("declarations issued in this node's future: a clock ahead stamped them (this node's before it was stepped back, or another control node's), and hosts refuse those more than an hour ahead of theirs; stamping them again by this clock",
-			"nodes", ahead, "now", now.UTC().Format(time.RFC3339))
-	}
 	res, err := d.raft.Apply(state.Command{Op: state.OpRefresh, At: now.UTC(), Refresh: &state.RefreshCmd{Nodes: due}}, commitTimeout)
 	if err != nil || res.Err != nil {
 		d.log.Warn("declarations not refreshed; will try again", "nodes", len(due), "err", errors.Join(err, res.Err))
 		return
+	}
+	if ahead > 0 {
+		d.log.Warn("declarations issued in this node's future were stamped again by its clock: a clock ahead stamped them (this node's before it was stepped back, or another control node's that led), and hosts refuse those more than an hour ahead of theirs",
+			"nodes", ahead, "now", now.UTC().Format(time.RFC3339))
 	}
 	nodes := make([]string, 0, len(res.Assignments))
 	for _, a := range res.Assignments {
