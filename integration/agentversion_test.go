@@ -125,4 +125,26 @@ func TestNodesShowTheAgentOfEachHost(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.Stdout), &js); err != nil || len(js.Summary.Agents) != 1 || js.Summary.Agents[newer] != 1 {
 		t.Errorf("meshctl status --json counts the agents %v (%v), want %s: 1", js.Summary.Agents, err, newer)
 	}
+
+	// And each control node says which meshctl serves it.
+	r = harness.Run(t, "", nil, bin.Meshctl, "version", "--json")
+	var ctl buildinfo.Version
+	if err := json.Unmarshal([]byte(r.Stdout), &ctl); err != nil || ctl.Version == "" {
+		t.Fatalf("meshctl version --json: %v:\n%s", err, r.Combined())
+	}
+	r = cp.Ctl("control", "status", "--json")
+	var cs struct {
+		Answered []struct {
+			Node    string `json:"node"`
+			Version string `json:"version"`
+		} `json:"answered"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &cs); err != nil || len(cs.Answered) != 2 {
+		t.Fatalf("meshctl control status --json (exit %d, %v): want two answers:\n%s", r.Code, err, r.Combined())
+	}
+	for _, a := range cs.Answered {
+		if a.Version != ctl.Version {
+			t.Errorf("control status: %s says it runs meshctl %q, want %q", a.Node, a.Version, ctl.Version)
+		}
+	}
 }

@@ -31,6 +31,10 @@ const (
 type ControlStatus struct {
 	Mesh string `json:"mesh"`
 	Node string `json:"node"`
+	// Version is the version of the meshctl serving this node (`meshctl version`);
+	// versions before it send none. During a rolling upgrade it tells which control
+	// nodes run the new build.
+	Version string `json:"version,omitempty"`
 	// Raft is this node's Raft state: leader, follower or candidate (electing:
 	// it hears no leader).
 	Raft string `json:"raft_state"`

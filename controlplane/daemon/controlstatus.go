@@ -46,7 +46,7 @@ func (d *Daemon) handleControlStatus(m *nats.Msg) {
 func (d *Daemon) controlStatus() api.ControlStatus {
 	st := d.raft.Status()
 	out := api.ControlStatus{
-		Mesh: d.cfg.Mesh, Node: d.cfg.Node, Raft: d.raft.State(), Leader: d.raft.Leader(),
+		Mesh: d.cfg.Mesh, Node: d.cfg.Node, Version: d.opts.Version, Raft: d.raft.State(), Leader: d.raft.Leader(),
 		Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.Applied,
 	}
 	if err := d.raft.LogWriteError(); err != nil {

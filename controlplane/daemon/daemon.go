@@ -45,6 +45,9 @@ import (
 type Options struct {
 	Dir    datadir.Dir
 	Logger *slog.Logger
+	// Version is the version of the meshctl serving (`meshctl version`), which
+	// `meshctl control status` shows for each control node; "" says none.
+	Version string
 	// Timeouts tunes Raft; zero means replication.DefaultTimeouts.
 	Timeouts replication.Timeouts
 	// OfflineAfter is how long after its last report a node counts as offline: three

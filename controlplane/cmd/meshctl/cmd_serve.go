@@ -123,8 +123,9 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 					return usagef("--pprof serves on the --metrics-listen address: give one")
 				}
 				opts := daemon.Options{
-					Dir:    datadir.Dir(dir),
-					Logger: log,
+					Dir:     datadir.Dir(dir),
+					Logger:  log,
+					Version: readVersion("meshctl").Version,
 					Timeouts: replication.Timeouts{Heartbeat: heartbeat, Election: heartbeat, LeaderLease: heartbeat / 2, Commit: def.Commit,
 						SnapshotInterval: snapInterval, SnapshotThreshold: snapThreshold},
 					OfflineAfter:       offline,

@@ -92,7 +92,7 @@ func reportControlStatus(answers []api.ControlStatus) controlStatusReport {
 
 func printControlStatus(w io.Writer, r controlStatusReport, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONTROL\tRAFT\tLEADER\tTERM\tLAST CONTACT\tCOMMIT INDEX\tAPPLIED INDEX\tVOTERS")
+	fmt.Fprintln(tw, "CONTROL\tRAFT\tLEADER\tTERM\tLAST CONTACT\tCOMMIT INDEX\tAPPLIED INDEX\tVOTERS\tVERSION")
 	for _, a := range r.Answered {
 		leader, contact := "-", "-"
 		if a.Leader != "" {
@@ -107,8 +107,13 @@ func printControlStatus(w io.Writer, r controlStatusReport, now time.Time) {
 				voters = append(voters, m.ID)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\n", oneLine(a.Node, 64), a.Raft, oneLine(leader, 64), a.Term, contact,
-			a.CommitIndex, a.AppliedIndex, oneLine(strings.Join(voters, ","), 200))
+		// A version before the column says none.
+		version := "-"
+		if a.Version != "" {
+			version = oneLine(a.Version, 64)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", oneLine(a.Node, 64), a.Raft, oneLine(leader, 64), a.Term, contact,
+			a.CommitIndex, a.AppliedIndex, oneLine(strings.Join(voters, ","), 200), version)
 	}
 	for _, id := range r.Missing {
 		fmt.Fprintf(tw, "%s\t(no answer)\n", oneLine(id, 64))

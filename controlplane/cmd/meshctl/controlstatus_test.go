@@ -87,11 +87,36 @@ func TestReportControlStatus(t *testing.T) {
 // A control node's id and leader come from the network: printed, they carry no
 // escapes a terminal would act on.
 func TestControlStatusPrintsNoEscapes(t *testing.T) {
-	r := reportControlStatus([]api.ControlStatus{{Node: "cp-1\x1b]0;owned\x07", Raft: api.RaftStateFollower, Leader: "\x1b[2J",
+	r := reportControlStatus([]api.ControlStatus{{Node: "cp-1\x1b]0;owned\x07", Raft: api.RaftStateFollower, Leader: "\x1b[2J", Version: "0.1.0\x1b[2J",
 		Members: []api.RaftMember{{ID: "cp-9\x1b[2J", Voter: true}}}})
 	var b bytes.Buffer
 	printControlStatus(&b, r, time.Now())
 	if strings.ContainsRune(b.String(), 0x1b) || strings.ContainsRune(b.String(), 0x07) {
 		t.Fatalf("escape printed: %q", b.String())
+	}
+}
+
+// TestControlStatusShowsEachNodesVersion: each control node that answers says the
+// version of the meshctl serving it, for following a rolling upgrade of the control
+// plane; one of a version from before the column shows "-".
+func TestControlStatusShowsEachNodesVersion(t *testing.T) {
+	const newer = "0.1.0+git20261203180012.5e1f0c2d9a47"
+	members := []api.RaftMember{{ID: "cp-1", Voter: true}, {ID: "cp-2", Voter: true}, {ID: "cp-3", Voter: true}}
+	r := reportControlStatus([]api.ControlStatus{
+		{Node: "cp-1", Raft: api.RaftStateLeader, Members: members, Version: newer},
+		{Node: "cp-2", Raft: api.RaftStateFollower, Leader: "cp-1", Members: members, Version: newer},
+		{Node: "cp-3", Raft: api.RaftStateFollower, Leader: "cp-1", Members: members},
+	})
+	var b bytes.Buffer
+	printControlStatus(&b, r, time.Now())
+	lines := strings.Split(b.String(), "\n")
+	col := strings.Index(lines[0], "VERSION")
+	if col < 0 {
+		t.Fatalf("no VERSION column:\n%s", b.String())
+	}
+	for i, want := range []string{newer, newer, "-"} {
+		if got := strings.Fields(lines[i+1][col:]); len(got) == 0 || got[0] != want {
+			t.Errorf("cp-%d: VERSION %q, want %q:\n%s", i+1, got, want, b.String())
+		}
 	}
 }
