@@ -129,6 +129,8 @@ type Daemon struct {
 	ctl        *controlTracker
 	guard      *guard
 	effects    *effectQueue
+	// authn decides who the broker admits; its tables are swept by sweepTables.
+	authn *authn.Authenticator
 	// ahead is the membership learnt ahead of the state (peers.go), from the log's
 	// tail kept at start (read once, by aheadOnce) or from the members asked.
 	ahead     aheadView
@@ -282,11 +284,12 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	var auth broker.Authenticator = authn.New(authn.Config{Roster: d.fsm, Mesh: d.cfg.Mesh, InternalToken: d.internalToken, HostEvents: []string{connect, disconnect},
+	d.authn = authn.New(authn.Config{Roster: d.fsm, Mesh: d.cfg.Mesh, InternalToken: d.internalToken, HostEvents: []string{connect, disconnect},
 		Logger:           d.log.With("component", "authn"),
 		RequireBound:     opts.RequireBoundLogins,
 		AwaitReplication: d.awaitReplication,
 		Unbound:          func(kind string) { d.metrics.unbound.WithLabelValues(kind).Inc() }})
+	var auth broker.Authenticator = d.authn
 	if opts.wrapAuth != nil {
 		auth = opts.wrapAuth(auth)
 	}
@@ -339,6 +342,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	d.status = newStatusBatcher(d)
 	d.registry = d.newRegistry()
+	d.registry.MustRegister(memoryCollector{d})
 	if d.web != nil {
 		d.web.serve(d.handler())
 	}
@@ -444,6 +448,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	{
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return d.watchRemoved(ctx) }, func(error) { cancel() })
+	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return d.sweepTables(ctx) }, func(error) { cancel() })
 	}
 	{
 		ctx, cancel := context.WithCancel(ctx)

@@ -247,6 +247,33 @@ func (g *guard) snapshot() Counts {
 	return Counts{Dropped: maps.Clone(g.counts), Refused: maps.Clone(g.refused), Kicked: maps.Clone(g.kicks)}
 }
 
+// entries returns how many budgets and owed disconnections the guard holds.
+func (g *guard) entries() (budgets, owed int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.buckets), len(g.owed)
+}
+
+// sweep forgets the budgets refilled to full, which a node or client sending again
+// gets afresh anyway, and the disconnections no longer owed. Budgets are kept per
+// node and per enrolling client (a fresh key each): without it, the guard kept one
+// for every node revoked and every enrolment ever made, until a million.
+func (g *guard) sweep() {
+	now := g.now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k, b := range g.buckets {
+		if b.tokens+now.Sub(b.at).Seconds()*g.budgets.PerSecond >= g.budgets.Burst {
+			delete(g.buckets, k)
+		}
+	}
+	for k, o := range g.owed {
+		if now.Sub(o.at) >= owedFor {
+			delete(g.owed, k)
+		}
+	}
+}
+
 // spend takes one message from node's budget and reports whether it had one.
 func (g *guard) spend(node string) bool {
 	now := g.now()

@@ -41,6 +41,23 @@ func (l *liveness) get(node string) (time.Time, bool) {
 	return t, ok
 }
 
+func (l *liveness) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.last)
+}
+
+// nodes returns the nodes heard from.
+func (l *liveness) nodes() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]string, 0, len(l.last))
+	for node := range l.last {
+		out = append(out, node)
+	}
+	return out
+}
+
 func (l *liveness) forget(node string) {
 	l.mu.Lock()
 	delete(l.last, node)

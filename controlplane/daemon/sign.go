@@ -131,6 +131,33 @@ func (s *signer) declaration(in state.DeclarationInput) ([]byte, error) {
 	return env, nil
 }
 
+// cached returns how many envelopes the signer keeps.
+func (s *signer) cached() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.cache)
+}
+
+// nodes returns the nodes whose envelopes the signer keeps.
+func (s *signer) nodes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.cache))
+	for node := range s.cache {
+		out = append(out, node)
+	}
+	return out
+}
+
+// forget drops the envelopes kept for nodes.
+func (s *signer) forget(nodes []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, node := range nodes {
+		delete(s.cache, node)
+	}
+}
+
 // revocation signs the notice that tells the node enrolled with key that it was
 // revoked.
 func (s *signer) revocation(mesh, node, key string, at time.Time) ([]byte, error) {

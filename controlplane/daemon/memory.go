@@ -1,0 +1,61 @@
+package daemon
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// A control node runs for months. What it keeps in memory per node, per token, per
+// connection and per address must go with them; these are its tables, counted for
+// the metrics so that an operator (and TestAWeekDoesNotGrow) sees one that does not.
+
+// Tables a control node keeps in memory, as mesh_control_memory_entries{table}
+// names them.
+const (
+	tableConnections       = "connections"        // host connections open, cluster-wide (presence)
+	tableClosedConnections = "closed_connections" // closed ones remembered for a late listing (presence)
+	tableLiveness          = "liveness"           // nodes heard from (the leader's)
+	tableBudgets           = "budgets"            // nodes' message budgets (guard)
+	tableOwedDisconnects   = "owed_disconnects"   // disconnections owed to connections not announced yet (guard)
+	tableEnvelopes         = "envelopes"          // signed declarations kept to send again (signer)
+	tableTokenLogins       = "token_logins"       // tokens whose enrolling connections are counted (authn)
+	tableRevokedLogins     = "revoked_logins"     // revoked keys whose connections are counted (authn)
+	tableFailedAddresses   = "failed_addresses"   // addresses with failed enrolments counted or blocked (authn)
+)
+
+// memoryTables lists the tables in the order the metrics show them.
+var memoryTables = []string{tableConnections, tableClosedConnections, tableLiveness, tableBudgets, tableOwedDisconnects,
+	tableEnvelopes, tableTokenLogins, tableRevokedLogins, tableFailedAddresses}
+
+var descMemory = prometheus.NewDesc("mesh_control_memory_entries",
+	"Entries this control node holds in memory, by table: per connection, node, token or address. None grows with nodes revoked, tokens gone or connections closed.",
+	[]string{"table"}, nil)
+
+// memoryEntries counts the entries of each table.
+func (d *Daemon) memoryEntries() map[string]int {
+	open, closed := d.presence.Remembered()
+	budgets, owed := d.guard.entries()
+	a := d.authn.Entries()
+	return map[string]int{
+		tableConnections:       open,
+		tableClosedConnections: closed,
+		tableLiveness:          d.seen.len(),
+		tableBudgets:           budgets,
+		tableOwedDisconnects:   owed,
+		tableEnvelopes:         d.signer.cached(),
+		tableTokenLogins:       a.TokenLogins,
+		tableRevokedLogins:     a.RevokedLogins,
+		tableFailedAddresses:   a.FailedAddresses,
+	}
+}
+
+// memoryCollector exports memoryEntries.
+type memoryCollector struct{ d *Daemon }
+
+func (c memoryCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descMemory }
+
+func (c memoryCollector) Collect(ch chan<- prometheus.Metric) {
+	n := c.d.memoryEntries()
+	for _, table := range memoryTables {
+		ch <- prometheus.MustNewConstMetric(descMemory, prometheus.GaugeValue, float64(n[table]), table)
+	}
+}
