@@ -173,7 +173,7 @@ func (w *week) round(i int) {
 		a.h.Process().Signal(syscall.SIGKILL)
 	}
 	// (Wait says -1 for a process killed by a signal too: Exited tells.)
-	if a.h.Process().Wait(30*time.Second); !a.h.Process().Exited() {
+	if a.h.Process().Wait(30 * time.Second); !a.h.Process().Exited() {
 		t.Fatalf("round %d: %s did not stop", i, a.h.Name)
 	}
 	w.run(a)
