@@ -140,3 +140,44 @@ func TestHostClockAYearBehind(t *testing.T) {
 	hostOffset.Store(0)
 	m.WaitApplied("web-1", v, 45*time.Second)
 }
+
+// TestTokenMintedByAClockOffWarns: the token's expiry is the leader's clock plus its
+// time to live. A leader two hours behind mints a 15-minute token that, by a right
+// clock, expired an hour and three quarters ago: every host with a right clock
+// refuses it offline, naming its own clock. meshctl, whose machine's clock is right,
+// says at once that the control plane's clock is off, and by how much; a leader's
+// clock ahead makes tokens live longer than asked, said likewise. A clock within
+// the tolerance says nothing.
+func TestTokenMintedByAClockOffWarns(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		skew  time.Duration
+		wants string
+	}{
+		{"two hours behind", -2 * time.Hour, "2h0m0s behind this machine's"},
+		{"two hours ahead", 2 * time.Hour, "2h0m0s ahead of this machine's"},
+		{"a minute ahead", time.Minute, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Bootstrapped by a right clock (its certificates valid now), then the
+			// control plane's clock is off.
+			var skew atomic.Int64
+			m := harness.StartMesh(t, "mint", harness.Options{Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
+			skew.Store(int64(tc.skew))
+			res := harness.Run(t, "", nil, bin.Meshctl, "token", "--node", "web-1", "--data", string(m.Dir))
+			if res.Code != 0 || !strings.HasPrefix(res.Stdout, "mesh1_") {
+				t.Fatalf("meshctl token: exit %d\n%s", res.Code, res.Combined())
+			}
+			if tc.wants == "" {
+				if res.Stderr != "" {
+					t.Fatalf("a clock within the tolerance: want nothing on stderr, got %q", res.Stderr)
+				}
+				return
+			}
+			if !strings.Contains(res.Stderr, "the control plane's clock is "+tc.wants) {
+				t.Fatalf("want a warning that the control plane's clock is %s, got stderr %q", tc.wants, res.Stderr)
+			}
+		})
+	}
+}

@@ -134,10 +134,12 @@ Control tokens are minted with the data directory of the node holding the CA key
 					return err
 				}
 				defer client.Close()
+				asked := time.Now()
 				tok, err := client.MintToken(node, r, ttl, labels)
 				if err != nil {
 					return err
 				}
+				warnMintClock(cio, tok.Expiry, asked, time.Now(), ttl)
 				return printToken(cio, tok, asJSON)
 			}
 		},
@@ -217,6 +219,36 @@ type tokenResult struct {
 	Role      string    `json:"role"`
 	Brokers   []string  `json:"brokers"`
 	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// mintClockTolerance is how far the control plane's clock may be from this machine's
+// before a token minted by it is worth a warning: a host refuses offline only a token
+// expired by more than as much by its own clock (decision 0006).
+const mintClockTolerance = 5 * time.Minute
+
+// warnMintClock says on stderr when the token's expiry, set by the leader's clock as
+// its time plus ttl, shows that clock off from this machine's by more than
+// mintClockTolerance: a clock behind mints tokens that hosts with a right clock
+// refuse offline as expired (and blame their own clock), a clock ahead tokens that
+// live longer than asked. asked and got bracket the request by this machine's clock.
+func warnMintClock(cio *cliIO, expiry, asked, got time.Time, ttl time.Duration) {
+	var off time.Duration
+	switch {
+	case expiry.Before(asked.Add(ttl).Truncate(time.Second)):
+		off = expiry.Sub(asked.Add(ttl))
+	case expiry.After(got.Add(ttl)):
+		off = expiry.Sub(got.Add(ttl))
+	}
+	if off.Abs() <= mintClockTolerance {
+		return
+	}
+	if off < 0 {
+		fmt.Fprintf(cio.stderr, "meshctl token: warning: the control plane's clock is %s behind this machine's: the token expires at %s, %s from now by this clock, not %s; a host whose clock is right refuses it once it is 5 minutes past that. Fix the control nodes' clocks (NTP), or mint with a longer --ttl meanwhile\n",
+			(-off).Round(time.Minute), expiry.UTC().Format(time.RFC3339), expiry.Sub(got).Round(time.Second), ttl)
+		return
+	}
+	fmt.Fprintf(cio.stderr, "meshctl token: warning: the control plane's clock is %s ahead of this machine's: the token expires at %s, %s from now by this clock, not %s. Fix the control nodes' clocks (NTP)\n",
+		off.Round(time.Minute), expiry.UTC().Format(time.RFC3339), expiry.Sub(got).Round(time.Second), ttl)
 }
 
 // printToken prints the token alone on a line, or with what it admits as JSON.
