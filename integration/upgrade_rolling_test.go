@@ -140,6 +140,21 @@ func TestRollingUpgrade(t *testing.T) {
 	if r := oldCtl("token", "--node", "web-4"); r.Code != 0 {
 		t.Fatalf("the older meshctl's token against the upgraded control plane: exit %d:\n%s", r.Code, r.Combined())
 	}
+	// Its control status reads the nodes' answers, which now name their version.
+	if r := oldCtl("control", "status"); r.Code != 0 {
+		t.Fatalf("the older meshctl's control status against the upgraded control plane: exit %d:\n%s", r.Code, r.Combined())
+	}
+	// The upgraded control plane keeps the agent each host reports: the older
+	// agents name the constant they always sent.
+	agentIs := func(host, agent string) {
+		t.Helper()
+		harness.Eventually(t, 30*time.Second, host+"'s agent shown as "+agent, func() bool {
+			n, ok := cp1.Node(host)
+			return ok && n.Agent == agent
+		})
+	}
+	agentIs("web-1", "meshhost/0.1.0")
+	agentIs("web-2", "meshhost/0.1.0")
 
 	// The agents. The older one recorded its hook failed with nothing owed: this
 	// one runs it at start, and it fails again until the host is fixed.
@@ -159,6 +174,10 @@ func TestRollingUpgrade(t *testing.T) {
 	web2.Bin = bin
 	web2.Run()
 	declare(cp1, "every machine upgraded", false)
+	// The upgraded agents name their build (the same as before when this package's
+	// binaries carry no commit, GOFLAGS=-buildvcs=false).
+	agentIs("web-1", agentOf(t, bin.Meshhost))
+	agentIs("web-2", agentOf(t, bin.Meshhost))
 	if r := cp1.Ctl("status"); r.Code != 0 {
 		t.Fatalf("status after the upgrade: exit %d:\n%s", r.Code, r.Combined())
 	}
