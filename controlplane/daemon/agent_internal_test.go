@@ -130,3 +130,34 @@ func TestAgentSeriesAreBounded(t *testing.T) {
 		t.Errorf("under the bound: %v, want it unchanged", got)
 	}
 }
+
+// TestAnUpgradeCostsOneEntryPerFlush counts the log entries heartbeats and an
+// upgrade of the agents cost, for 300 nodes: their first reports are one entry (a
+// flush's batch), the heartbeats after it none, and all of them reporting another
+// agent (the fleet upgraded between two flushes) one again.
+func TestAnUpgradeCostsOneEntryPerFlush(t *testing.T) {
+	const n = 300
+	d := fleet(t, n)
+	round := func(agent string) uint64 {
+		before := d.raft.AppliedIndex()
+		for i := range n {
+			d.handleStatus(statusMsg(t, fmt.Sprintf("n-%d", i), agent))
+		}
+		d.status.flush()
+		return d.raft.AppliedIndex() - before
+	}
+	for _, r := range []struct {
+		what, agent string
+		entries     uint64
+	}{
+		{"first reports", "meshhost/0.1.0", 1},
+		{"heartbeats", "meshhost/0.1.0", 0},
+		{"heartbeats again", "meshhost/0.1.0", 0},
+		{"the fleet upgraded", "meshhost/0.1.0+git20261203145709.7132ef2931ef", 1},
+		{"heartbeats after the upgrade", "meshhost/0.1.0+git20261203145709.7132ef2931ef", 0},
+	} {
+		if got := round(r.agent); got != r.entries {
+			t.Errorf("%s of %d nodes: %d log entries, want %d", r.what, n, got, r.entries)
+		}
+	}
+}
