@@ -179,12 +179,12 @@ func runDemo(ctx context.Context, out io.Writer, dir string, keep, verbose bool)
 	n.say("the mesh stored only the secret's hash; the token travels to the new machine out of band")
 
 	n.chapter("enrol: on the new machine, the person pastes the token (meshhost enrol)")
-	if _, err := enrol.Enrol(ctx, enrol.Options{StateDir: hostState, Token: text, Out: &indent{w: out}}); err != nil {
+	if _, err := enrol.Enrol(ctx, enrol.Options{StateDir: hostState, Token: text, Out: &indent{w: out}, Agent: demoAgent()}); err != nil {
 		return err
 	}
 
 	n.chapter("run: the agent connects as web-1 and keeps the managed root in line (meshhost run)")
-	a, err := agent.New(agent.Options{StateDir: hostState, Root: root, Logger: log, Heartbeat: time.Second})
+	a, err := agent.New(agent.Options{StateDir: hostState, Agent: demoAgent(), Root: root, Logger: log, Heartbeat: time.Second})
 	if err != nil {
 		return err
 	}
@@ -286,7 +286,7 @@ func runDemo(ctx context.Context, out io.Writer, dir string, keep, verbose bool)
 	}
 	// Started again, as after a reboot: the broker lets the revoked key in only to
 	// hear, signed, that it was revoked; a bare refusal would not stop the agent.
-	again, err := agent.New(agent.Options{StateDir: hostState, Root: root, Logger: log, Heartbeat: time.Second})
+	again, err := agent.New(agent.Options{StateDir: hostState, Agent: demoAgent(), Root: root, Logger: log, Heartbeat: time.Second})
 	if err != nil {
 		return err
 	}
@@ -439,3 +439,7 @@ func waitFor(ctx context.Context, limit time.Duration, cond func() bool) error {
 	}
 	return nil
 }
+
+// demoAgent is what the demo's agent, built into meshctl, names itself to the mesh:
+// meshhost of this build, as the AGENT column of meshctl nodes shows it.
+func demoAgent() string { return enrol.Agent(readVersion("meshctl").Version) }
