@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"mesh/controlplane/daemon"
 	"mesh/host/enrol"
 	"mesh/integration/harness"
 )
@@ -179,5 +182,30 @@ func TestTokenMintedByAClockOffWarns(t *testing.T) {
 				t.Fatalf("want a warning that the control plane's clock is %s, got stderr %q", tc.wants, res.Stderr)
 			}
 		})
+	}
+}
+
+// TestOperatorBeforeTheMeshCertificates: a mesh bootstrapped by a clock two hours
+// ahead has certificates valid from an hour ahead of a right clock. meshctl on a
+// machine whose clock is right is refused at the pin check for the clocks, exit 3
+// (retrying helps once they agree), never told the mesh was substituted and that
+// retrying will not help; nothing is sent.
+func TestOperatorBeforeTheMeshCertificates(t *testing.T) {
+	t.Parallel()
+	// Served in-process by the clock that bootstrapped it: the harness's own
+	// operator client, by the test's right clock, would be refused like meshctl.
+	m := harness.BootstrapMesh(t, "ahead", harness.Options{Now: skewed(2 * time.Hour)})
+	d, err := daemon.Open(t.Context(), daemon.Options{Dir: m.Dir, Logger: slog.New(slog.DiscardHandler), Timeouts: harness.FastRaft(), Now: skewed(2 * time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() { _ = d.Run(ctx); close(served) }()
+	t.Cleanup(func() { cancel(); <-served; d.Close() })
+	harness.Eventually(t, 15*time.Second, "the control plane serves", func() bool { return d.Ready() })
+	res := harness.Run(t, "", nil, bin.Meshctl, "nodes", "--data", string(m.Dir))
+	if res.Code != 3 || strings.Contains(res.Stderr, "substituted") || !strings.Contains(res.Stderr, "this machine's clock") {
+		t.Fatalf("meshctl nodes against a mesh whose certificates are valid from an hour ahead: want exit 3 naming the clocks, not a substitution; got exit %d\n%s", res.Code, res.Combined())
 	}
 }

@@ -158,6 +158,12 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 		if errors.Is(err, pki.ErrPinMismatch) {
 			return nil, fmt.Errorf("%w at %s: %w", ErrUnreachable, strings.Join(servers, ", "), pki.ErrPinMismatch)
 		}
+		var ce *pki.ClockError
+		if errors.As(err, &ce) {
+			// The mesh, by its chain, seen by a clock that disagrees with the
+			// one that made its certificates; nothing was sent.
+			return nil, fmt.Errorf("%w at %s: %w", ErrUnreachable, strings.Join(servers, ", "), ce)
+		}
 		if errors.Is(err, ErrNoUserJWT) || errors.Is(err, ErrFileTooLarge) {
 			// The credentials, not the mesh: nothing was sent.
 			return nil, fmt.Errorf("%w: %w", ErrEndpoint, err)

@@ -266,11 +266,58 @@ func verifyChainTo(ca *x509.Certificate) func(tls.ConnectionState) error {
 func verifyLeaf(leaf, ca *x509.Certificate, usage x509.ExtKeyUsage) error {
 	roots := x509.NewCertPool()
 	roots.AddCert(ca)
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
-		return fmt.Errorf("%w (%v)", ErrPinMismatch, err)
+	opts := x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{usage}}
+	_, err := leaf.Verify(opts)
+	if err == nil {
+		return nil
 	}
-	return nil
+	// x509 checks validity periods before signatures: a certificate out of its
+	// period says nothing yet of who signed it, so the chain is checked again at a
+	// time inside both periods. If it verifies then, this is the mesh seen by a
+	// clock that disagrees with the one that made its certificates: not a
+	// substitution, and retrying helps once the clocks agree.
+	var inv x509.CertificateInvalidError
+	if errors.As(err, &inv) && inv.Reason == x509.Expired {
+		at := leaf.NotBefore
+		if ca.NotBefore.After(at) {
+			at = ca.NotBefore
+		}
+		until := leaf.NotAfter
+		if ca.NotAfter.Before(until) {
+			until = ca.NotAfter
+		}
+		if at.Before(until) {
+			opts.CurrentTime = at
+			if _, again := leaf.Verify(opts); again == nil {
+				return &ClockError{Now: time.Now(), NotBefore: at, NotAfter: until}
+			}
+		}
+	}
+	return fmt.Errorf("%w (%v)", ErrPinMismatch, err)
 }
+
+// ErrClock means the server's chain reaches the pinned CA but is not valid at this
+// machine's time: this machine's clock, or the one that made the mesh's
+// certificates, is wrong. It is the mesh; retrying helps once the clocks agree.
+var ErrClock = errors.New("the server's certificate chains to the pinned mesh CA but is not valid at this machine's time")
+
+// ClockError is a chain that reaches the pinned CA, valid only from NotBefore to
+// NotAfter, checked at Now, outside. It matches ErrClock, never ErrPinMismatch.
+type ClockError struct {
+	Now, NotBefore, NotAfter time.Time
+}
+
+func (e *ClockError) Error() string {
+	if e.Now.Before(e.NotBefore) {
+		return fmt.Sprintf("%s: this machine's clock says %s, %s before the certificates are valid (from %s): this machine's clock is behind, or the mesh's certificates were made by a clock ahead (they are valid from then); set the clock that is wrong (NTP)",
+			ErrClock, e.Now.UTC().Format(time.RFC3339), e.NotBefore.Sub(e.Now).Round(time.Second), e.NotBefore.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("%s: this machine's clock says %s, %s after the certificate expired (at %s): this machine's clock is ahead (set it), or, if it is right, that control node's certificate expired",
+		ErrClock, e.Now.UTC().Format(time.RFC3339), e.Now.Sub(e.NotAfter).Round(time.Second), e.NotAfter.UTC().Format(time.RFC3339))
+}
+
+// Is reports whether target is ErrClock.
+func (e *ClockError) Is(target error) bool { return target == ErrClock }
 
 func randomSerial() (*big.Int, error) {
 	s, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))

@@ -245,25 +245,28 @@ func TestVerifyPinnedChain(t *testing.T) {
 		chain []*x509.Certificate
 		pin   [32]byte
 		ok    bool
+		// clock: refused as the mesh's chain seen by a clock out of its
+		// period (ErrClock), not as another CA's (ErrPinMismatch).
+		clock bool
 	}{
-		{"right chain", []*x509.Certificate{good, ca.Cert}, ca.Pin(), true},
-		{"right chain, extra certificates", []*x509.Certificate{good, other.Cert, ca.Cert}, ca.Pin(), true},
-		{"reissued CA certificate, same key", []*x509.Certificate{good, reissuedCA}, ca.Pin(), true},
-		{"another CA's chain", []*x509.Certificate{foreign, other.Cert}, ca.Pin(), false},
-		{"pinned CA present, leaf signed by another key", []*x509.Certificate{foreign, ca.Cert}, ca.Pin(), false},
-		{"pinned CA present, leaf signed by another key, its CA too", []*x509.Certificate{foreign, ca.Cert, other.Cert}, ca.Pin(), false},
-		{"empty chain", nil, ca.Pin(), false},
-		{"leaf only", []*x509.Certificate{good}, ca.Pin(), false},
-		{"the CA alone", []*x509.Certificate{ca.Cert}, ca.Pin(), false},
+		{"right chain", []*x509.Certificate{good, ca.Cert}, ca.Pin(), true, false},
+		{"right chain, extra certificates", []*x509.Certificate{good, other.Cert, ca.Cert}, ca.Pin(), true, false},
+		{"reissued CA certificate, same key", []*x509.Certificate{good, reissuedCA}, ca.Pin(), true, false},
+		{"another CA's chain", []*x509.Certificate{foreign, other.Cert}, ca.Pin(), false, false},
+		{"pinned CA present, leaf signed by another key", []*x509.Certificate{foreign, ca.Cert}, ca.Pin(), false, false},
+		{"pinned CA present, leaf signed by another key, its CA too", []*x509.Certificate{foreign, ca.Cert, other.Cert}, ca.Pin(), false, false},
+		{"empty chain", nil, ca.Pin(), false, false},
+		{"leaf only", []*x509.Certificate{good}, ca.Pin(), false, false},
+		{"the CA alone", []*x509.Certificate{ca.Cert}, ca.Pin(), false, false},
 		// Only the holder of the CA key can complete a handshake with the CA
 		// certificate as its leaf: that is the mesh, so it is accepted.
-		{"CA as its own leaf", []*x509.Certificate{ca.Cert, ca.Cert}, ca.Pin(), true},
-		{"pin of the leaf", []*x509.Certificate{good, ca.Cert}, PinOf(good), false},
-		{"zero pin", []*x509.Certificate{good, ca.Cert}, [32]byte{}, false},
-		{"pinned key on a non-CA certificate", []*x509.Certificate{good, caKeyAsLeaf}, ca.Pin(), false},
-		{"leaf without server auth", []*x509.Certificate{clientOnly, ca.Cert}, ca.Pin(), false},
-		{"expired leaf", []*x509.Certificate{expired, ca.Cert}, ca.Pin(), false},
-		{"leaf not valid yet", []*x509.Certificate{notYet, ca.Cert}, ca.Pin(), false},
+		{"CA as its own leaf", []*x509.Certificate{ca.Cert, ca.Cert}, ca.Pin(), true, false},
+		{"pin of the leaf", []*x509.Certificate{good, ca.Cert}, PinOf(good), false, false},
+		{"zero pin", []*x509.Certificate{good, ca.Cert}, [32]byte{}, false, false},
+		{"pinned key on a non-CA certificate", []*x509.Certificate{good, caKeyAsLeaf}, ca.Pin(), false, false},
+		{"leaf without server auth", []*x509.Certificate{clientOnly, ca.Cert}, ca.Pin(), false, false},
+		{"expired leaf", []*x509.Certificate{expired, ca.Cert}, ca.Pin(), false, false},
+		{"leaf not valid yet", []*x509.Certificate{notYet, ca.Cert}, ca.Pin(), false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -274,8 +277,14 @@ func TestVerifyPinnedChain(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, ErrPinMismatch) {
-				t.Fatalf("err = %v, want ErrPinMismatch", err)
+			if tt.clock {
+				if !errors.Is(err, ErrClock) || errors.Is(err, ErrPinMismatch) {
+					t.Fatalf("err = %v, want ErrClock only", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrPinMismatch) || errors.Is(err, ErrClock) {
+				t.Fatalf("err = %v, want ErrPinMismatch only", err)
 			}
 		})
 	}
@@ -494,5 +503,47 @@ func TestPinnedClientConfigHandshake(t *testing.T) {
 	old.MinVersion = tls.VersionTLS12
 	if _, ce := handshake(t, old, PinnedClientConfig(ca.Pin())); ce == nil {
 		t.Fatal("client accepted TLS 1.2")
+	}
+}
+
+// TestVerifyPinnedChainByAWrongClock: the mesh's own chain made by a clock three hours
+// ahead of this machine's is ErrClock, never ErrPinMismatch, and names the clocks; a
+// leaf of another CA presented beside the pinned one, out of its period alike, stays
+// ErrPinMismatch (x509 checks periods before signatures).
+func TestVerifyPinnedChainByAWrongClock(t *testing.T) {
+	ahead := time.Now().Add(3 * time.Hour)
+	parse := func(l Leaf) *x509.Certificate {
+		t.Helper()
+		c, err := ParseCertificatePEM(l.CertPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	ca, _, err := NewCA("clock", ahead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _, err := NewCA("other", ahead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ips := []net.IP{net.IPv4(127, 0, 0, 1)}
+	mine, err := ca.IssueLeaf("cp-1", ips, ahead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := other.IssueLeaf("cp-1", ips, ahead)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	err = VerifyPinnedChain([]*x509.Certificate{parse(mine), ca.Cert}, ca.Pin())
+	if !errors.Is(err, ErrClock) || errors.Is(err, ErrPinMismatch) || !strings.Contains(err.Error(), "this machine's clock is behind, or the mesh's certificates were made by a clock ahead") {
+		t.Fatalf("the mesh's chain made by a clock ahead: err = %v, want ErrClock naming both clocks", err)
+	}
+	err = VerifyPinnedChain([]*x509.Certificate{parse(foreign), ca.Cert}, ca.Pin())
+	if !errors.Is(err, ErrPinMismatch) || errors.Is(err, ErrClock) {
+		t.Fatalf("another CA's leaf beside the pinned CA, out of its period: err = %v, want ErrPinMismatch only", err)
 	}
 }
