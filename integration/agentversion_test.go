@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"mesh/controlplane/api"
 	"mesh/host/buildinfo"
 	"mesh/integration/harness"
 )
@@ -70,6 +71,7 @@ func TestNodesShowTheAgentOfEachHost(t *testing.T) {
 	cp := harness.NewControlPlane(t, bin, "agents")
 	cp.Serve()
 	follower := joinControl(t, cp, "cp-2")
+	third := joinControl(t, cp, "cp-3")
 
 	h := harness.NewHost(t, bin, "web-1")
 	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
@@ -139,12 +141,52 @@ func TestNodesShowTheAgentOfEachHost(t *testing.T) {
 			Version string `json:"version"`
 		} `json:"answered"`
 	}
-	if err := json.Unmarshal([]byte(r.Stdout), &cs); err != nil || len(cs.Answered) != 2 {
-		t.Fatalf("meshctl control status --json (exit %d, %v): want two answers:\n%s", r.Code, err, r.Combined())
+	if err := json.Unmarshal([]byte(r.Stdout), &cs); err != nil || len(cs.Answered) != 3 {
+		t.Fatalf("meshctl control status --json (exit %d, %v): want three answers:\n%s", r.Code, err, r.Combined())
 	}
 	for _, a := range cs.Answered {
 		if a.Version != ctl.Version {
 			t.Errorf("control status: %s says it runs meshctl %q, want %q", a.Node, a.Version, ctl.Version)
 		}
 	}
+
+	// The host stopped, then the leader: the next leader has heard no report from
+	// web-1, and shows its agent all the same (it is in the replicated state, not
+	// in the memory of the leader that heard it).
+	h.Process().Kill()
+	byBroker := map[string]*harness.ControlPlane{cp.Listen: cp, follower.Listen: follower, third.Listen: third}
+	var leader *harness.ControlPlane
+	for _, c := range cp.Nodes().Control {
+		if c.Raft == api.RaftLeader {
+			leader = byBroker[c.Broker]
+		}
+	}
+	if leader == nil {
+		t.Fatalf("no leader among the test's control nodes: %+v", cp.Nodes().Control)
+	}
+	after := follower
+	if leader == follower {
+		after = third
+	}
+	leader.Process().Kill()
+	harness.Eventually(t, 30*time.Second, "another leader shows web-1 offline, running "+newer, func() bool {
+		res := after.Ctl("nodes", "--json", "web-1")
+		var v struct {
+			AnsweredBy string `json:"answered_by"`
+			Nodes      []struct {
+				State string `json:"state"`
+				Agent string `json:"agent"`
+			} `json:"nodes"`
+		}
+		if res.Code != 0 || json.Unmarshal([]byte(res.Stdout), &v) != nil || len(v.Nodes) != 1 || v.AnsweredBy == "" {
+			return false
+		}
+		if v.Nodes[0].State != api.StateOffline {
+			return false
+		}
+		if v.Nodes[0].Agent != newer {
+			t.Fatalf("after the leader's loss, %s shows web-1 running %q, want %q", v.AnsweredBy, v.Nodes[0].Agent, newer)
+		}
+		return true
+	})
 }
