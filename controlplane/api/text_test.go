@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"mesh/host/buildinfo"
 )
 
 func TestValidStatusCode(t *testing.T) {
@@ -81,5 +83,24 @@ func TestValidAgent(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { ValidAgent("meshhost/0.1.0+git20261203145709.7132ef2931ef") }); n != 0 {
 		t.Errorf("ValidAgent allocates %v times a call; it runs for every status report", n)
+	}
+}
+
+// TestEveryStampedBuildIsAValidAgent: what an agent names itself ("meshhost/" and
+// its build's version, buildinfo.Stamped) is kept, at its longest (a release of
+// two-digit parts, a commit's time and revision, a modified tree) and for a
+// tagged release: an upgraded fleet is never shown as unknown for its versions'
+// form.
+func TestEveryStampedBuildIsAValidAgent(t *testing.T) {
+	rev := strings.Repeat("f", 40)
+	for _, v := range []string{
+		buildinfo.Stamped("99.99.99", "(devel)", rev, "2026-12-03T14:57:09Z", true),
+		buildinfo.Stamped("0.1.0", "(devel)", rev, "2026-12-03T14:57:09Z", false),
+		buildinfo.Stamped("0.1.0", "v0.2.0", rev, "2026-12-03T14:57:09Z", false),
+		buildinfo.Stamped("0.1.0", "", "", "", false),
+	} {
+		if agent := "meshhost/" + v; !ValidAgent(agent) {
+			t.Errorf("the agent of a build stamped %q, %q, is not kept", v, agent)
+		}
 	}
 }
