@@ -209,3 +209,40 @@ func TestOperatorBeforeTheMeshCertificates(t *testing.T) {
 		t.Fatalf("meshctl nodes against a mesh whose certificates are valid from an hour ahead: want exit 3 naming the clocks, not a substitution; got exit %d\n%s", res.Code, res.Combined())
 	}
 }
+
+// TestLeaderBehindStampsWhatHostsApplied: a host applied a declaration stamped by a
+// leader 50 minutes ahead (inside the hosts' tolerance); the next leader's clock is
+// right, so behind that one. It stamps the declaration again with an earlier issue
+// time and expiry (same version and body): the host takes it as a refresh, neither
+// replayed nor rolled back, keeps the later expiry it holds, and applies the next
+// version that leader declares.
+func TestLeaderBehindStampsWhatHostsApplied(t *testing.T) {
+	t.Parallel()
+	var cpOffset atomic.Int64
+	m := harness.StartMesh(t, "behind", harness.Options{Now: func() time.Time { return time.Now().Add(time.Duration(cpOffset.Load())) }})
+	state, err := harness.EnrolHost(t, m.Token("web-1", 15*time.Minute).Encode(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := harness.RunAgent(t, state, nil)
+	cpOffset.Store(int64(50 * time.Minute))
+	v1 := m.Declare("web-1", `{"files":[{"path":"motd","content":"ahead"}]}`)
+	m.WaitApplied("web-1", v1, 15*time.Second)
+	ahead, _ := m.Node("web-1")
+
+	cpOffset.Store(0)
+	harness.Eventually(t, 15*time.Second, "the control plane stamps v1 again by the clock behind", func() bool {
+		n, _ := m.Node("web-1")
+		return n.DeclaredExpiry.Before(ahead.DeclaredExpiry.Add(-40 * time.Minute))
+	})
+	time.Sleep(2 * time.Second) // a heartbeat's report of the refresh
+	n, _ := m.Node("web-1")
+	if n.LastError != nil || n.Applied == nil || *n.Applied != v1 || n.Stale {
+		t.Fatalf("after the stamp behind: applied %v, error %+v, stale %v; want v%d applied, no error", n.Applied, n.LastError, n.Stale, v1)
+	}
+	if strings.Contains(a.Log(), "replayed") || strings.Contains(a.Log(), "rolled_back") {
+		t.Fatalf("the agent refused the copy stamped behind:\n%s", a.Log())
+	}
+	v2 := m.Declare("web-1", `{"files":[{"path":"motd","content":"behind"}]}`)
+	m.WaitApplied("web-1", v2, 15*time.Second)
+}
