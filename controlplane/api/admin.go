@@ -167,6 +167,9 @@ type ControlHeartbeat struct {
 	// Rules is the revision of the rules by which the node applies the replicated log
 	// (state.ApplyRules); older versions send none.
 	Rules int `json:"rules,omitempty"`
+	// Clock is the node's wall clock as it sent the heartbeat, so the others can
+	// say when its clock disagrees with theirs; older versions send none.
+	Clock time.Time `json:"clock,omitzero"`
 }
 
 // AdminSubject is the subject of an operator API operation.

@@ -47,11 +47,64 @@ type controlTracker struct {
 	reached  map[string]bool
 	probes   map[string]string    // node -> id of the probe entry it must prove it applied
 	warned   map[string]time.Time // node -> when its silence was last reported
+	// clocks is, per node whose clock was reported off this one's, by how much
+	// (its clock less this one's) and when it was reported.
+	clocks map[string]clockReport
+}
+
+type clockReport struct {
+	off time.Duration
+	at  time.Time
 }
 
 func newControlTracker() *controlTracker {
 	return &controlTracker{beats: map[string]api.ControlHeartbeat{}, seen: map[string]time.Time{}, probes: map[string]string{},
-		warned: map[string]time.Time{}, leaderAt: map[string]uint64{}, reached: map[string]bool{}}
+		warned: map[string]time.Time{}, leaderAt: map[string]uint64{}, reached: map[string]bool{}, clocks: map[string]clockReport{}}
+}
+
+// clockTolerance is how far another control node's clock may be from this one's
+// before it is reported: clocks that disagree by minutes change nothing (decision
+// 0006), and a heartbeat's own delay is far less.
+const clockTolerance = state.StampAheadTolerance
+
+// clockReportEvery is how often a clock still off is reported again.
+const clockReportEvery = 10 * time.Minute
+
+// checkClock compares node's clock, theirs as its heartbeat sent it, with this
+// node's, ours as the heartbeat arrived, and logs when they disagree by more than
+// clockTolerance (again every clockReportEvery while they do, at once if it changes
+// by as much), and when they agree again. The leader's clock stamps declarations and
+// tokens: hosts refuse what a leader ahead by more than an hour stamps
+// (not_yet_valid), the tokens it mints live longer, and one behind mints tokens that
+// expire early and refreshes late. Nothing else names the control node whose clock
+// is wrong: every host sees only the leader's stamps.
+func (c *controlTracker) checkClock(log *slog.Logger, node string, theirs, ours time.Time) {
+	if theirs.IsZero() {
+		return // an older node: it sends no clock
+	}
+	off := theirs.Sub(ours).Round(time.Second)
+	c.mu.Lock()
+	last, reported := c.clocks[node]
+	var due bool
+	switch {
+	case off.Abs() <= clockTolerance:
+		delete(c.clocks, node)
+	case !reported || ours.Sub(last.at) >= clockReportEvery || (off-last.off).Abs() > clockTolerance:
+		c.clocks[node] = clockReport{off: off, at: ours}
+		due = true
+	}
+	c.mu.Unlock()
+	switch {
+	case off.Abs() <= clockTolerance && reported:
+		log.Info("another control node's clock agrees with this node's again", "node", node, "off_by", off.String())
+	case !due:
+	case off > 0:
+		log.Warn("another control node's clock is ahead of this node's: while it leads, hosts refuse what it stamps more than an hour ahead of their clocks (not_yet_valid) and the tokens it mints live longer; fix NTP on whichever clock is wrong (`date -u` on each control node)",
+			"node", node, "ahead_by", off.String(), "its_clock", theirs.UTC().Format(time.RFC3339), "this_clock", ours.UTC().Format(time.RFC3339))
+	default:
+		log.Warn("another control node's clock is behind this node's: while it leads, the tokens it mints expire early by a right clock and declarations are re-signed late; fix NTP on whichever clock is wrong (`date -u` on each control node)",
+			"node", node, "behind_by", (-off).String(), "its_clock", theirs.UTC().Format(time.RFC3339), "this_clock", ours.UTC().Format(time.RFC3339))
+	}
 }
 
 // silenceReport is how often a silent control node is reported.
@@ -165,7 +218,7 @@ func (d *Daemon) heartbeatLoop(ctx context.Context) error {
 			role = api.RaftLeader
 		}
 		data, _ := json.Marshal(api.ControlHeartbeat{V: api.ProtocolVersion, Node: d.cfg.Node, AppliedIndex: d.raft.AppliedIndex(), Raft: role,
-			CAKey: d.holdsCAKey(), Hosts: d.hostCapacity(), Stopping: stopping, Rules: state.ApplyRules})
+			CAKey: d.holdsCAKey(), Hosts: d.hostCapacity(), Stopping: stopping, Rules: state.ApplyRules, Clock: d.now().UTC()})
 		_ = d.conns.control.Publish(api.ControlHeartbeatSubject(d.cfg.Node), data)
 		if role == api.RaftLeader && !stopping {
 			d.promoteServing(d.now())
@@ -191,7 +244,11 @@ func (d *Daemon) handleHeartbeat(m *nats.Msg) {
 		d.guard.drop("heartbeat", ReasonMalformed, m.Subject, "not a heartbeat of this protocol version from the node its subject names")
 		return
 	}
-	d.ctl.beat(h, d.now(), d.raft.AppliedIndex())
+	now := d.now()
+	d.ctl.beat(h, now, d.raft.AppliedIndex())
+	if h.Node != d.cfg.Node {
+		d.ctl.checkClock(d.log, h.Node, h.Clock, now)
+	}
 }
 
 // hostCapacity is how many hosts this node's broker holds, and the most it holds.
