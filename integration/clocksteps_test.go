@@ -246,3 +246,43 @@ func TestLeaderBehindStampsWhatHostsApplied(t *testing.T) {
 	v2 := m.Declare("web-1", `{"files":[{"path":"motd","content":"behind"}]}`)
 	m.WaitApplied("web-1", v2, 15*time.Second)
 }
+
+// TestHostClockStepsBackAfterRefusingAsExpired: a host whose clock ran more than a
+// day ahead refused the mesh's fresh copy as expired; NTP steps its clock back, and
+// the copy it holds is valid again. The agent asks the mesh again as it turns fresh,
+// so the `expired` it reported does not stand until the next refresh (up to 12
+// hours) on a node whose clock is right.
+func TestHostClockStepsBackAfterRefusingAsExpired(t *testing.T) {
+	t.Parallel()
+	var cpOffset, hostOffset atomic.Int64
+	cpNow := func() time.Time { return time.Now().Add(time.Duration(cpOffset.Load())) }
+	hostNow := func() time.Time { return time.Now().Add(time.Duration(hostOffset.Load())) }
+	m := harness.StartMesh(t, "back", harness.Options{Now: cpNow})
+	state, err := harness.EnrolHost(t, m.Token("web-1", 15*time.Minute).Encode(), hostNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	harness.RunAgent(t, state, hostNow)
+	v := m.Declare("web-1", `{"files":[{"path":"motd","content":"back"}]}`)
+	m.WaitApplied("web-1", v, 15*time.Second)
+
+	// The host's clock jumps 38 hours ahead; 13 hours pass for the mesh, which
+	// re-signs (valid 24 hours from then): by the host's clock, expired.
+	hostOffset.Store(int64(38 * time.Hour))
+	harness.Eventually(t, 15*time.Second, "the host reports itself stale", func() bool {
+		n, _ := m.Node("web-1")
+		return n.Stale
+	})
+	cpOffset.Store(int64(13 * time.Hour))
+	harness.Eventually(t, 15*time.Second, "the host refuses the re-signed copy as expired", func() bool {
+		n, _ := m.Node("web-1")
+		return n.LastError != nil && n.LastError.Code == "expired"
+	})
+
+	// NTP steps the host's clock back to the mesh's.
+	hostOffset.Store(int64(13 * time.Hour))
+	harness.Eventually(t, 20*time.Second, "the host holds the fresh copy and reports no error", func() bool {
+		n, _ := m.Node("web-1")
+		return !n.Stale && n.LastError == nil
+	})
+}

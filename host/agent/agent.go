@@ -485,13 +485,14 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.report(nc)
 		case <-beat.C:
 			a.saveAgain()
-			if a.noteStale() && nc != nil {
+			if a.noteStale() && nc != nil && (a.stale || a.refusedForValidity()) {
 				// The copy the mesh holds may well be valid: this node's clock
 				// stepped forward past the expiry of the one it kept (a machine
 				// resumed, its clock set by NTP), having refused the fresh one
-				// while its clock was behind. Nothing else would send it before
-				// the next refresh, half the validity away.
-				a.log.Info("asking the mesh for a fresh copy of the expired declaration", "version", a.applied.Version)
+				// while its clock was behind; or stepped back (a clock that ran
+				// ahead, set right), having refused it as expired. Nothing else
+				// would send it before the next refresh, half the validity away.
+				a.log.Info("this node's clock moved across the applied declaration's expiry: asking the mesh for its current copy", "version", a.applied.Version, "stale", a.stale)
 				sy.start(loopCtx, &workers)
 			}
 			a.report(nc)
@@ -945,8 +946,7 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 			a.applied.IssuedAt, a.applied.ExpiresAt = v.IssuedAt, v.ExpiresAt
 			a.save()
 		}
-		switch a.applied.LastErrorCode {
-		case declarations.Code(declarations.ErrNotYetValid), declarations.Code(declarations.ErrExpired):
+		if a.refusedForValidity() {
 			// A copy refused for its validity window (this node's clock was wrong,
 			// or the one that stamped it) is no longer the news once a copy of the
 			// same version verifies: left, it would tell the operator to check a
@@ -1245,7 +1245,7 @@ func withPaths(managed []string, files []apply.File) ([]string, bool) {
 
 // noteStale says in the log when the applied declaration expires without a fresh
 // one (the mesh out of reach, or not refreshing it), and when a fresh one came; it
-// reports whether the declaration has just turned stale.
+// reports whether the declaration has just turned stale or fresh.
 func (a *Agent) noteStale() (turned bool) {
 	stale := a.Stale()
 	if stale == a.stale {
@@ -1258,6 +1258,17 @@ func (a *Agent) noteStale() (turned bool) {
 		return true
 	}
 	a.log.Info("the applied declaration is fresh again", "version", a.applied.Version, "expires_at", a.applied.ExpiresAt.Format(time.RFC3339))
+	return true
+}
+
+// refusedForValidity reports whether the last error this node reports is a
+// declaration refused for its validity window (not_yet_valid, expired): a clock,
+// this node's or the one that stamped it, was wrong.
+func (a *Agent) refusedForValidity() bool {
+	switch a.applied.LastErrorCode {
+	case declarations.Code(declarations.ErrNotYetValid), declarations.Code(declarations.ErrExpired):
+		return true
+	}
 	return false
 }
 
