@@ -86,20 +86,20 @@ type ClockError struct {
 }
 
 func (e *ClockError) Error() string {
-	const day = 24 * time.Hour
 	if e.Now.Before(e.NotBefore) {
 		return fmt.Sprintf("%s: this machine's clock says %s, %s before the mesh's certificates are valid (from %s): this machine's clock is wrong (set it, or wait for NTP, and it connects), or the mesh's certificates were made by a clock ahead (they are valid from then)",
-			ErrClock, e.Now.UTC().Format(time.RFC3339), roughly(e.NotBefore.Sub(e.Now), day), e.NotBefore.UTC().Format(time.RFC3339))
+			ErrClock, e.Now.UTC().Format(time.RFC3339), roughly(e.NotBefore.Sub(e.Now)), e.NotBefore.UTC().Format(time.RFC3339))
 	}
 	return fmt.Sprintf("%s: this machine's clock says %s, %s after the broker's certificate expired (at %s): this machine's clock is wrong (set it), or, if it is right, that control node's certificate expired and it must be joined again with a new control token",
-		ErrClock, e.Now.UTC().Format(time.RFC3339), roughly(e.Now.Sub(e.NotAfter), day), e.NotAfter.UTC().Format(time.RFC3339))
+		ErrClock, e.Now.UTC().Format(time.RFC3339), roughly(e.Now.Sub(e.NotAfter)), e.NotAfter.UTC().Format(time.RFC3339))
 }
 
 // Is reports whether target is ErrClock.
 func (e *ClockError) Is(target error) bool { return target == ErrClock }
 
 // roughly rounds d to the second, or to the day beyond a few days.
-func roughly(d, day time.Duration) string {
+func roughly(d time.Duration) string {
+	const day = 24 * time.Hour
 	if d > 3*day {
 		return fmt.Sprintf("%d days", d/day)
 	}
