@@ -115,8 +115,8 @@ type Verified struct {
 //  7. version, if exp.HaveApplied: older than applied is *VersionError
 //     (ErrRolledBack); equal with another body is *ReplayedError (ErrReplayed); equal with the
 //     same body is accepted with SameAsApplied;
-//  8. validity window, widened by FutureSkew before and Skew after: ErrNotYetValid or
-//     *ExpiredError;
+//  8. validity window, widened by FutureSkew before and Skew after: *NotYetValidError
+//     (ErrNotYetValid) or *ExpiredError;
 //  9. the body rules: *BodyError.
 //
 // Mistakes by the caller (no mesh, node or node key in exp, a zero Now, a trusted key
@@ -207,11 +207,10 @@ func verifyDeclaration(env Envelope, trusted []ed25519.PublicKey, exp Expect) (V
 		future = DefaultFutureSkew
 	}
 	if exp.Now.Before(d.IssuedAt.Add(-future)) { // 8
-		return Verified{}, fmt.Errorf("%w: issued at %s, %s ahead of this node's clock (tolerance %s); check this node's clock, then the control nodes' (the leader's stamped it)",
-			ErrNotYetValid, d.IssuedAt.UTC().Format(time.RFC3339), d.IssuedAt.Sub(exp.Now).Round(time.Second), future)
+		return Verified{}, &NotYetValidError{Version: d.Version, IssuedAt: d.IssuedAt, Now: exp.Now, Tolerance: future}
 	}
 	if exp.Now.After(d.ExpiresAt.Add(skew)) {
-		return Verified{}, &ExpiredError{ExpiresAt: d.ExpiresAt, Now: exp.Now}
+		return Verified{}, &ExpiredError{Version: d.Version, ExpiresAt: d.ExpiresAt, Now: exp.Now}
 	}
 
 	if err := d.Body.Validate(); err != nil { // 9

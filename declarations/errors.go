@@ -225,6 +225,9 @@ func (e *ReplayedError) Is(target error) bool { return target == ErrReplayed }
 // ExpiredError reports a declaration whose validity window has passed, with
 // the allowed skew already taken into account. It matches ErrExpired.
 type ExpiredError struct {
+	// Version is the declaration's, so that the node reports which one it
+	// refused; 0 for another payload.
+	Version   uint64
 	ExpiresAt time.Time // from the declaration
 	Now       time.Time // this node's clock when it checked
 }
@@ -239,6 +242,25 @@ func (e *ExpiredError) Error() string {
 
 // Is reports whether target is ErrExpired.
 func (e *ExpiredError) Is(target error) bool { return target == ErrExpired }
+
+// NotYetValidError reports a declaration issued more than Tolerance after Now,
+// this node's clock: this node's clock is behind, or the one that stamped it ahead.
+// It matches ErrNotYetValid.
+type NotYetValidError struct {
+	// Version is the declaration's, so that the node reports which one it refused.
+	Version   uint64
+	IssuedAt  time.Time // from the declaration
+	Now       time.Time // this node's clock when it checked
+	Tolerance time.Duration
+}
+
+func (e *NotYetValidError) Error() string {
+	return fmt.Sprintf("%s: issued at %s, %s ahead of this node's clock (tolerance %s); check this node's clock, then the control nodes' (the leader's stamped it)",
+		ErrNotYetValid, e.IssuedAt.UTC().Format(time.RFC3339), e.IssuedAt.Sub(e.Now).Round(time.Second), e.Tolerance)
+}
+
+// Is reports whether target is ErrNotYetValid.
+func (e *NotYetValidError) Is(target error) bool { return target == ErrNotYetValid }
 
 // BodyError reports which file of a body breaks which rule. It matches
 // ErrInvalidBody.

@@ -40,9 +40,11 @@ func TestLeaderClockStepsBack(t *testing.T) {
 
 	cpOffset.Store(int64(3 * time.Hour))
 	v2 := m.Declare("web-1", `{"files":[{"path":"motd","content":"two"}]}`)
+	// The refusal names the version refused (meshctl nodes shows "v2
+	// not_yet_valid: …"; it said v0).
 	harness.Eventually(t, 15*time.Second, "the host refuses v2 as not yet valid", func() bool {
 		n, _ := m.Node("web-1")
-		return n.LastError != nil && n.LastError.Code == "not_yet_valid"
+		return n.LastError != nil && n.LastError.Code == "not_yet_valid" && n.LastError.Version == v2
 	})
 
 	cpOffset.Store(0)
@@ -276,7 +278,7 @@ func TestHostClockStepsBackAfterRefusingAsExpired(t *testing.T) {
 	cpOffset.Store(int64(13 * time.Hour))
 	harness.Eventually(t, 15*time.Second, "the host refuses the re-signed copy as expired", func() bool {
 		n, _ := m.Node("web-1")
-		return n.LastError != nil && n.LastError.Code == "expired"
+		return n.LastError != nil && n.LastError.Code == "expired" && n.LastError.Version == v
 	})
 
 	// NTP steps the host's clock back to the mesh's.

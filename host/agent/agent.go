@@ -910,6 +910,8 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 		var (
 			ve      *declarations.VersionError
 			re      *declarations.ReplayedError
+			ee      *declarations.ExpiredError
+			ne      *declarations.NotYetValidError
 			version uint64
 		)
 		switch {
@@ -919,6 +921,12 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 			// The control plane signed this version over another body (restored
 			// from an older backup): it must hear which version is not applied.
 			version = re.Version
+		case errors.As(err, &ee):
+			// Which version a clock made refused (this node's, or the leader's):
+			// reported as v0, it named a version never declared.
+			version = ee.Version
+		case errors.As(err, &ne):
+			version = ne.Version
 		}
 		if errors.Is(err, declarations.ErrExpired) && a.retry.raw != nil && bytes.Equal(raw, a.retry.raw) {
 			// The declaration that failed to apply expired before an attempt
