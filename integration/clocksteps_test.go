@@ -288,3 +288,35 @@ func TestHostClockStepsBackAfterRefusingAsExpired(t *testing.T) {
 		return !n.Stale && n.LastError == nil
 	})
 }
+
+// TestNodesLastSeenByTheAnsweringClock: meshctl on a machine whose clock is right,
+// asking a control plane whose clock is three hours behind: LAST SEEN is counted by
+// the clock that stamped it, the answering control node's, not by this machine's,
+// which showed every node alive and "last seen 3h0m ago".
+func TestNodesLastSeenByTheAnsweringClock(t *testing.T) {
+	t.Parallel()
+	behind := skewed(-3 * time.Hour)
+	m := harness.StartMesh(t, "seen", harness.Options{Now: behind})
+	state, err := harness.EnrolHost(t, m.Token("web-1", 15*time.Minute).Encode(), behind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	harness.RunAgent(t, state, behind)
+	harness.Eventually(t, 15*time.Second, "web-1 reports", func() bool {
+		n, _ := m.Node("web-1")
+		return n.State == "alive" && !n.LastSeen.IsZero()
+	})
+	res := harness.Run(t, "", nil, bin.Meshctl, "nodes", "--data", string(m.Dir))
+	if res.Code != 0 {
+		t.Fatalf("meshctl nodes: exit %d\n%s", res.Code, res.Combined())
+	}
+	var row string
+	for _, l := range strings.Split(res.Stdout, "\n") {
+		if strings.HasPrefix(l, "web-1 ") {
+			row = l
+		}
+	}
+	if row == "" || strings.Contains(row, "3h") || !(strings.Contains(row, "just now") || strings.Contains(row, "s ago")) {
+		t.Fatalf("web-1's LAST SEEN is not counted by the answering control node's clock:\n%s", res.Stdout)
+	}
+}

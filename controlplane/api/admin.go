@@ -424,6 +424,10 @@ type NodesResult struct {
 	Nodes        []NodeView    `json:"nodes"`
 	// Next is the id to ask for the following page After; empty on the last page.
 	Next string `json:"next,omitempty"`
+	// At is the answering control node's clock as it answered (older control
+	// planes send none): the times above are its own, and how long ago a node
+	// was last seen is counted from it, not by the reader's clock.
+	At time.Time `json:"at,omitzero"`
 }
 
 // RevokeRequest revokes nodes for good.

@@ -362,7 +362,7 @@ func (d *Daemon) nodes(req api.NodesRequest) (api.NodesResult, error) {
 			want[id] = true
 		}
 	}
-	out := api.NodesResult{Mesh: d.cfg.Mesh, AnsweredBy: d.cfg.Node}
+	out := api.NodesResult{Mesh: d.cfg.Mesh, AnsweredBy: d.cfg.Node, At: now.UTC()}
 	d.fsm.Read(func(s *state.State) {
 		out.KeyringEpoch = s.Keyring.Epoch
 		out.Control = d.controlViews(s, now)

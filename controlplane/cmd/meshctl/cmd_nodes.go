@@ -56,7 +56,7 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 				case asJSON:
 					return writeJSON(cio.stdout, res)
 				default:
-					printNodes(cio.stdout, res, time.Now())
+					printNodes(cio.stdout, res, answeredAt(res, time.Now()))
 					if withSummary {
 						fmt.Fprintf(cio.stdout, "\n%d node(s): %d converged, %d behind, %d failing, %d stale, %d offline, %d revoked; keyring epoch %d\n",
 							sum.Nodes, sum.Converged, sum.Behind, sum.Failing, sum.Stale, sum.Offline, sum.Revoked, res.KeyringEpoch)
@@ -84,6 +84,17 @@ func hostsText(h *api.HostCapacity) string {
 		return fmt.Sprint(h.Connected)
 	}
 	return fmt.Sprintf("%d/%d", h.Connected, h.Max)
+}
+
+// answeredAt is the time how long ago nodes were last seen is counted from: the
+// answering control node's clock, which stamped when it saw them, or, from a
+// control plane too old to say it, now. By this machine's clock, a control plane
+// three hours behind showed every node alive and "3h0m0s ago".
+func answeredAt(res api.NodesResult, now time.Time) time.Time {
+	if res.At.IsZero() {
+		return now
+	}
+	return res.At
 }
 
 func printNodes(w io.Writer, res api.NodesResult, now time.Time) {
