@@ -94,6 +94,9 @@ type Server struct {
 	peers     sync.Mutex
 	opts      *server.Options
 	clustered bool
+	// routePins are the pins every route handshake is checked against when the
+	// peer's leaf arrives, set before each reload (routepins.go).
+	routePins *routePins
 	capacity  Capacity
 }
 
@@ -132,6 +135,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		maxPayload = 2 << 20
 	}
 	admit := newAdmission(cfg.Admission)
+	pins := &routePins{}
 	opts := &server.Options{
 		ServerName: cfg.Name,
 		Host:       host,
@@ -179,11 +183,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("broker cluster address: %w", err)
 		}
+		if c.TLS == nil {
+			return nil, errors.New("broker: the cluster's mutual TLS configuration is required")
+		}
 		opts.Cluster = server.ClusterOpts{
 			Name:       "mesh",
 			Host:       ch,
 			Port:       anyPort(cp),
-			TLSConfig:  c.TLS,
+			TLSConfig:  routeTLS(c.TLS, pins),
 			TLSTimeout: 5,
 			// Routes are authenticated by their certificate, not by a password.
 			TLSMap: false,
@@ -199,6 +206,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		if opts.Cluster.TLSPinnedCerts, err = pinSet(c.Pins); err != nil {
 			return nil, err
 		}
+		pins.store(opts.Cluster.TLSPinnedCerts)
 		if opts.Routes, err = routeURLs(c.Routes); err != nil {
 			return nil, err
 		}
@@ -223,7 +231,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("broker: not accepting connections on %s after %s (is the address in use?)", cfg.Listen, deadline)
 	}
-	return &Server{ns: ns, log: log, listen: ns.ClientURL(), accounts: accts, admit: admit, hook: h, nlog: nlog, opts: opts, clustered: cfg.Cluster != nil, capacity: cfg.Capacity}, nil
+	return &Server{ns: ns, log: log, listen: ns.ClientURL(), accounts: accts, admit: admit, hook: h, nlog: nlog, opts: opts, clustered: cfg.Cluster != nil, routePins: pins, capacity: cfg.Capacity}, nil
 }
 
 // A route that leaves routeMaxPingsOut pings unanswered is closed: within about
@@ -383,7 +391,11 @@ func (s *Server) SetClusterPeers(pins []string, routes []string) error {
 	next := *cur
 	next.Cluster.TLSPinnedCerts = set
 	next.Routes = urls
+	// The handshakes under way are checked against the new pins from now on; the
+	// reload closes the routes already up (routePins says why both).
+	s.routePins.store(set)
 	if err := s.ns.ReloadOptions(&next); err != nil {
+		s.routePins.store(cur.Cluster.TLSPinnedCerts)
 		return fmt.Errorf("broker: set cluster peers: %w", err)
 	}
 	s.opts = &next

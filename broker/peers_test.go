@@ -354,3 +354,67 @@ func TestReloadNeverMovesAConnectionToAnotherAccount(t *testing.T) {
 		t.Errorf("the broker's log does not say why it closed the connection:\n%s", logs)
 	}
 }
+
+// TestClusterPeersRefuseAHandshakeUnderWay: a route handshake under way while A's
+// pins change is decided by the pins A holds when it checks the peer's leaf, not by
+// those it held when it dialled. nats-server reads its options once per route
+// connection, before dialling, and its reload closes only the routes already up: a
+// route A was soliciting across the reload finished with the old pins and stayed up
+// to a control node removed from the mesh (TestClusterPeersPinned failed so, now
+// and then, under the race detector). Here A's check of C's leaf is held while A's
+// pins drop C.
+func TestClusterPeersRefuseAHandshakeUnderWay(t *testing.T) {
+	t.Parallel() // waits on nats-server's route retries; owns its ports
+	m := newMesh(t)
+	a := controlNodeOf(t, m.ca, "cp-a", m.leaf)
+	c := newControlNode(t, m.ca, "cp-c")
+	held, release := make(chan struct{}), make(chan struct{})
+	var hold, unhold sync.Once
+	releaseHold := func() { unhold.Do(func() { close(release) }) }
+	verify := a.tls.VerifyConnection
+	a.tls = a.tls.Clone()
+	a.tls.VerifyConnection = func(cs tls.ConnectionState) error {
+		if err := verify(cs); err != nil {
+			return err
+		}
+		if pin := pki.PinOf(cs.PeerCertificates[0]); hex.EncodeToString(pin[:]) == c.pin {
+			hold.Do(func() { close(held); <-release })
+		}
+		return nil
+	}
+	ports := freePorts(t, 2)
+	auth := byToken(nil)
+	// C solicits nobody: the one handshake is A's, dialling C.
+	startClustered(t, m, auth, c, ports[1], nil, nil)
+	sa, _ := startClustered(t, m, auth, a, ports[0], []string{ports[1]}, []string{a.pin, c.pin})
+	t.Cleanup(releaseHold) // before the brokers stop, which waits for the handshake
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("A never began a route handshake with C")
+	}
+	// C is removed from the mesh: A's pins and routes leave it out.
+	set := make(chan error, 1)
+	go func() { set <- sa.SetClusterPeers([]string{a.pin}, nil) }()
+	select {
+	case err := <-set:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("setting the peers waited for the handshake under way")
+	}
+	releaseHold()
+	// The held handshake goes on, and must not route.
+	for range 15 {
+		time.Sleep(200 * time.Millisecond)
+		if broker.RoutedTo(sa)["cp-c"] {
+			t.Fatalf("a handshake under way when A's pins dropped C routed C in: %v", broker.RoutedTo(sa))
+		}
+	}
+	// Nothing else kept C out: pinned and listed again, it routes.
+	if err := sa.SetClusterPeers([]string{a.pin, c.pin}, []string{ports[1]}); err != nil {
+		t.Fatal(err)
+	}
+	waitRouted(t, sa, "cp-c", true)
+}
