@@ -54,6 +54,9 @@ type ControlStatus struct {
 	// Control is the control nodes as this node sees them: its replicated state,
 	// and the heartbeats it heard.
 	Control []ControlView `json:"control"`
+	// At is this node's clock as it answered (versions before it send none): the
+	// clock LastContact is by, and how long ago that was is counted from it.
+	At time.Time `json:"at,omitzero"`
 }
 
 // RaftMember is one server of a Raft configuration.

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -55,6 +56,9 @@ func (d *Daemon) controlStatus() api.ControlStatus {
 	if !st.LastContact.IsZero() && out.Raft != api.RaftStateLeader {
 		out.LastContact = st.LastContact.UTC()
 	}
+	// Raft stamps LastContact by this machine's own clock, not the injected
+	// one: At is read from the same.
+	out.At = time.Now().UTC()
 	if members, err := d.raft.Members(); err == nil {
 		for _, m := range members {
 			out.Members = append(out.Members, api.RaftMember{ID: m.ID, Address: m.Address, Voter: m.Voter})

@@ -99,7 +99,14 @@ func printControlStatus(w io.Writer, r controlStatusReport, now time.Time) {
 			leader = a.Leader
 		}
 		if !a.LastContact.IsZero() {
-			contact = ago(now.Sub(a.LastContact))
+			// By the node's own clock, which stamped it, when it says it: by
+			// this machine's, a node three hours behind heard the leader
+			// "3h0m2s ago".
+			at := now
+			if !a.At.IsZero() {
+				at = a.At
+			}
+			contact = ago(at.Sub(a.LastContact))
 		}
 		var voters []string
 		for _, m := range a.Members {

@@ -120,3 +120,28 @@ func TestControlStatusShowsEachNodesVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestControlStatusContactByEachNodesClock: a follower says when it last heard the
+// leader by its own clock, and the time since is counted from that clock as it
+// answered, not this machine's: a follower three hours behind showed "3h0m2s ago"
+// for a leader it heard two seconds before. One too old to send its clock is
+// counted by this machine's.
+func TestControlStatusContactByEachNodesClock(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	behind := now.Add(-3 * time.Hour)
+	members := []api.RaftMember{{ID: "cp-1", Voter: true}, {ID: "cp-2", Voter: true}, {ID: "cp-3", Voter: true}}
+	r := reportControlStatus([]api.ControlStatus{
+		{Node: "cp-1", Raft: api.RaftStateLeader, Members: members, At: now},
+		{Node: "cp-2", Raft: api.RaftStateFollower, Leader: "cp-1", Members: members, LastContact: behind.Add(-2 * time.Second), At: behind},
+		{Node: "cp-3", Raft: api.RaftStateFollower, Leader: "cp-1", Members: members, LastContact: now.Add(-5 * time.Second)},
+	})
+	var b bytes.Buffer
+	printControlStatus(&b, r, now)
+	lines := strings.Split(b.String(), "\n")
+	if !strings.Contains(lines[2], " 2s ago") || strings.Contains(lines[2], "3h") {
+		t.Errorf("cp-2, three hours behind, heard the leader 2s before it answered:\n%s", b.String())
+	}
+	if !strings.Contains(lines[3], " 5s ago") {
+		t.Errorf("cp-3, which sends no clock, heard the leader 5s ago by this machine's:\n%s", b.String())
+	}
+}
