@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"mesh/controlplane/state"
@@ -15,13 +14,27 @@ import (
 type liveness struct {
 	mu   sync.Mutex
 	last map[string]time.Time
-	// leading is when this node last became the leader (unix nanoseconds; 0: not
-	// since it started): it has heard the nodes' reports only since then.
-	leading atomic.Int64
+	// leading is when this node last became the leader (zero: not since it
+	// started): it has heard the nodes' reports only since then. Kept as read, with
+	// its monotonic reading, as the reports' times are: compared as wall-clock
+	// numbers, a clock stepped back after a takeover would count a silent node alive
+	// for as long as the step.
+	leading time.Time
 }
 
 // tookOver records that this node became the leader at t.
-func (l *liveness) tookOver(t time.Time) { l.leading.Store(t.UnixNano()) }
+func (l *liveness) tookOver(t time.Time) {
+	l.mu.Lock()
+	l.leading = t
+	l.mu.Unlock()
+}
+
+// since returns when this node last became the leader (zero: not since it started).
+func (l *liveness) since() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.leading
+}
 
 func newLiveness() *liveness { return &liveness{last: map[string]time.Time{}} }
 
@@ -86,8 +99,8 @@ func (d *Daemon) alive(n *state.Node, now time.Time) bool {
 		from, _ = d.presence.Since(n.PublicKey)
 	}
 	// Nor is a node silent for the time this node did not lead.
-	if lead := d.seen.leading.Load(); lead != 0 && from.UnixNano() < lead {
-		from = time.Unix(0, lead)
+	if lead := d.seen.since(); !lead.IsZero() && from.Before(lead) {
+		from = lead
 	}
 	return now.Sub(from) <= d.opts.OfflineAfter
 }
