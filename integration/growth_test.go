@@ -27,8 +27,9 @@ import (
 const growthAgents = 4
 
 // TestAWeekDoesNotGrow runs a control node and its agents through rounds of what an
-// ordinary week does: declarations to every node (each running a hook), operators'
-// nodes and status requests, tokens minted and cancelled, minted and left to expire,
+// ordinary week does: declarations to every node (each running a hook, which fails
+// every third round and is retried with meshhost hooks retry), operators' nodes and
+// status requests, meshhost status on every host, tokens minted and cancelled, minted and left to expire,
 // hosts enrolled and revoked, agents restarted and killed, every host connection cut
 // by the network. After a warm-up, the goroutines and open files of serve and of the
 // agents that ran throughout come back to their level, and the control plane holds
@@ -93,6 +94,7 @@ type week struct {
 	dir    string
 	hooks  string
 	ran    string // the hook appends a line here each time it runs
+	fail   string // the hook fails while this file exists
 }
 
 type weekAgent struct {
@@ -106,7 +108,8 @@ func startWeek(t *testing.T) *week {
 	w := &week{t: t, cp: cp, proxy: proxy, dir: t.TempDir()}
 	w.ran = filepath.Join(w.dir, "hooks-ran")
 	w.hooks = filepath.Join(w.dir, "hooks.json")
-	writeFile(t, w.hooks, `{"hooks":[{"name":"reload-app","paths":["etc/*.conf"],"run":["sh","-c","echo ran >> `+w.ran+`"]}]}`)
+	w.fail = filepath.Join(w.dir, "hooks-fail")
+	writeFile(t, w.hooks, `{"hooks":[{"name":"reload-app","paths":["etc/*.conf"],"run":["sh","-c","echo ran >> `+w.ran+`; test ! -e `+w.fail+`"]}]}`)
 	ports := harness.FreePorts(t, growthAgents)
 	for i := range growthAgents {
 		a := &weekAgent{h: harness.NewHost(t, bin, fmt.Sprintf("web-%d", i)), metrics: fmt.Sprintf("127.0.0.1:%d", ports[i])}
@@ -130,8 +133,30 @@ func (w *week) round(i int) {
 	// A declaration to every node, each running its hook.
 	body := filepath.Join(w.dir, "body.json")
 	writeFile(t, body, fmt.Sprintf(`{"files":[{"path":"etc/app.conf","content":"round %d\n"}]}`, i))
-	if r := cp.Ctl("declare", "--all", "--file", body, "--wait", "60s"); r.Code != 0 {
-		t.Fatalf("round %d: declare --all --wait: exit %d\n%s", i, r.Code, r.Combined())
+	if i%3 != 1 {
+		if r := cp.Ctl("declare", "--all", "--file", body, "--wait", "60s"); r.Code != 0 {
+			t.Fatalf("round %d: declare --all --wait: exit %d\n%s", i, r.Code, r.Combined())
+		}
+	} else {
+		// Every third, the hooks fail; the host is fixed and they are retried through
+		// each agent's socket.
+		writeFile(t, w.fail, "")
+		if r := cp.Ctl("declare", "--all", "--file", body, "--wait", "60s"); r.Code != 5 {
+			t.Fatalf("round %d: declare --all --wait with the hooks failing: exit %d, want 5\n%s", i, r.Code, r.Combined())
+		}
+		if err := os.Remove(w.fail); err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range w.agents {
+			if r := harness.Run(t, "", nil, bin.Meshhost, "hooks", "retry", "--state", a.h.State, "--timeout", "60s"); r.Code != 0 {
+				t.Fatalf("round %d: meshhost hooks retry on %s: exit %d\n%s", i, a.h.Name, r.Code, r.Combined())
+			}
+		}
+	}
+	for _, a := range w.agents {
+		if r := harness.Run(t, "", nil, bin.Meshhost, "status", "--state", a.h.State); r.Code != 0 {
+			t.Fatalf("round %d: meshhost status on %s: exit %d\n%s", i, a.h.Name, r.Code, r.Combined())
+		}
 	}
 	// Operators look, many times.
 	for range 3 {
