@@ -272,6 +272,15 @@ func (g *guard) sweep() {
 			delete(g.owed, k)
 		}
 	}
+	// A kind of line whose interval has passed with nothing held back is logged at
+	// once next time anyway. Most kinds are fixed, but connError's name the
+	// subscription, and some of the control plane's are inboxes made afresh.
+	for k, at := range g.logged {
+		if g.since[k] == 0 && now.Sub(at) >= g.interval {
+			delete(g.logged, k)
+			delete(g.since, k)
+		}
+	}
 }
 
 // spend takes one message from node's budget and reports whether it had one.

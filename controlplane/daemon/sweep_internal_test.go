@@ -1,9 +1,12 @@
 package daemon
 
 import (
+	"log/slog"
 	"maps"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"mesh/controlplane/state"
 )
@@ -47,5 +50,28 @@ func TestSweepForgetsRevokedNodesAndFullBudgets(t *testing.T) {
 	d.sweep()
 	if got, want := entries(), map[string]int{tableBudgets: 0, tableLiveness: 1, tableEnvelopes: 1}; !maps.Equal(got, want) {
 		t.Fatalf("a sweep with every budget refilled: %v, want %v", got, want)
+	}
+}
+
+// TestSweepForgetsLineKindsDone: a kind of log line the guard limits is forgotten once
+// its interval has passed with nothing held back (its next line is logged at once
+// either way), and kept while a count waits to be reported. connError's kinds name
+// the subscription, and some are inboxes made afresh: before, each stayed for good.
+func TestSweepForgetsLineKindsDone(t *testing.T) {
+	clock := time.Now()
+	g := newGuard(slog.New(slog.DiscardHandler), func() time.Time { return clock }, Budgets{})
+	g.connError("events", &nats.Subscription{Subject: "_INBOX.once"}, nats.ErrSlowConsumer)
+	g.connError("events", &nats.Subscription{Subject: "_INBOX.twice"}, nats.ErrSlowConsumer)
+	g.connError("events", &nats.Subscription{Subject: "_INBOX.twice"}, nats.ErrSlowConsumer) // held back
+	clock = clock.Add(g.interval)
+	g.sweep()
+	if len(g.logged) != 1 || len(g.since) != 1 {
+		t.Fatalf("after the interval the guard remembers %d kinds (%d counts), want 1: the one with a line held back", len(g.logged), len(g.since))
+	}
+	g.connError("events", &nats.Subscription{Subject: "_INBOX.twice"}, nats.ErrSlowConsumer) // logged, with the count
+	clock = clock.Add(g.interval)
+	g.sweep()
+	if len(g.logged) != 0 || len(g.since) != 0 {
+		t.Fatalf("with nothing held back the guard still remembers %d kinds (%d counts)", len(g.logged), len(g.since))
 	}
 }
