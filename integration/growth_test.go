@@ -41,7 +41,7 @@ func TestAWeekDoesNotGrow(t *testing.T) {
 	w.round(1)
 	base := w.settle()
 	t.Logf("after the warm-up: %s", base)
-	const rounds = 8
+	const rounds = 6
 	for i := 2; i < 2+rounds; i++ {
 		w.round(i)
 	}
