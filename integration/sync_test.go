@@ -21,20 +21,7 @@ import (
 // host for nothing); one that holds an older version, a copy that expires sooner
 // (a refresh is due), or says nothing (an older agent) gets it.
 func TestSyncSendsWhatTheNodeLacks(t *testing.T) {
-	cp := harness.NewControlPlane(t, bin, "sync")
-	// No reconcile during the test: its re-sends would arrive among the sync's.
-	cp.Serve("--reconcile", "1h")
-	h := harness.NewHost(t, bin, "web-1")
-	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
-		t.Fatalf("enrol: %s", r.Combined())
-	}
-	errs := make(chan error, 4)
-	node := nodeConn(t, cp.Dir, h.State, cp.Listen, errs)
-	pushed, err := node.SubscribeSync("mesh.node.web-1.decl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	node.Flush()
+	cp, h, node, pushed, errs := syncingNode(t, "sync")
 
 	type payload struct {
 		Version   uint64    `json:"version"`
@@ -147,19 +134,7 @@ func TestSyncSendsWhatTheNodeLacks(t *testing.T) {
 // Sync). Without it the agent falls back to counting every envelope, which a push
 // during the sync fools.
 func TestSyncTagCrossesTheBroker(t *testing.T) {
-	cp := harness.NewControlPlane(t, bin, "synctag")
-	cp.Serve("--reconcile", "1h")
-	h := harness.NewHost(t, bin, "web-1")
-	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
-		t.Fatalf("enrol: %s", r.Combined())
-	}
-	errs := make(chan error, 4)
-	node := nodeConn(t, cp.Dir, h.State, cp.Listen, errs)
-	pushed, err := node.SubscribeSync("mesh.node.web-1.decl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	node.Flush()
+	_, _, node, pushed, _ := syncingNode(t, "synctag")
 	data, _ := json.Marshal(api.SyncRequest{V: api.ProtocolVersion})
 	req := &nats.Msg{Subject: "mesh.node.web-1.sync", Data: data, Header: nats.Header{api.SyncHeader: []string{"31"}}}
 	m, err := node.RequestMsg(req, 10*time.Second)
@@ -182,4 +157,25 @@ func TestSyncTagCrossesTheBroker(t *testing.T) {
 			t.Errorf("envelope %d of %d carries tag %q, want 31", i+1, resp.Sent, got)
 		}
 	}
+}
+
+// syncingNode serves a control plane without reconciling (its re-sends would arrive
+// among a sync's), enrols web-1, and connects as web-1 itself, subscribed to its
+// declaration subject: what the agent does before it syncs.
+func syncingNode(t *testing.T, mesh string) (*harness.ControlPlane, *harness.Host, *nats.Conn, *nats.Subscription, chan error) {
+	t.Helper()
+	cp := harness.NewControlPlane(t, bin, mesh)
+	cp.Serve("--reconcile", "1h")
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	errs := make(chan error, 4)
+	node := nodeConn(t, cp.Dir, h.State, cp.Listen, errs)
+	pushed, err := node.SubscribeSync("mesh.node.web-1.decl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node.Flush()
+	return cp, h, node, pushed, errs
 }
