@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -64,11 +66,7 @@ func (l *liveness) len() int {
 func (l *liveness) nodes() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]string, 0, len(l.last))
-	for node := range l.last {
-		out = append(out, node)
-	}
-	return out
+	return slices.Collect(maps.Keys(l.last))
 }
 
 func (l *liveness) forget(node string) {

@@ -3,6 +3,7 @@ package daemon
 import (
 	"crypto/ed25519"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -142,11 +143,7 @@ func (s *signer) cached() int {
 func (s *signer) nodes() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.cache))
-	for node := range s.cache {
-		out = append(out, node)
-	}
-	return out
+	return slices.Collect(maps.Keys(s.cache))
 }
 
 // forget drops the envelopes kept for nodes.
