@@ -86,7 +86,24 @@ func (l *slogger) enabled(level hclog.Level) bool {
 	return level != hclog.Off && floor != hclog.Off && level >= floor && l.out.Enabled(context.Background(), slogLevel(level))
 }
 
+// peerUnreachable reports whether msg is one of the lines Raft logs at ERROR when
+// it cannot reach a peer: a voter stopped for a rolling restart or an upgrade, an
+// ordinary day, which `meshctl control status` already reports (each voter that does
+// not answer). They are warnings here, so that an alert on ERROR is kept for what
+// breaks this node.
+func peerUnreachable(msg string) bool {
+	switch msg {
+	case "failed to appendEntries to", "failed to heartbeat to", "failed to start pipeline replication to",
+		"failed to pipeline appendEntries", "failed to make requestVote RPC":
+		return true
+	}
+	return false
+}
+
 func (l *slogger) Log(level hclog.Level, msg string, args ...any) {
+	if level == hclog.Error && peerUnreachable(msg) {
+		level = hclog.Warn
+	}
 	if !l.enabled(level) {
 		return
 	}

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -92,7 +95,7 @@ func (o opaque) String() string { return "Node at " + o.id }
 func TestSloggerArgs(t *testing.T) {
 	var out bytes.Buffer
 	l := newSlogger(jsonLogger(&out, slog.LevelDebug), "raft", hclog.Debug, nil)
-	l.Error("failed to heartbeat to", "peer", "10.0.0.2:7301", "backoff time", 40*time.Millisecond,
+	l.Error("failed to send snapshot to", "peer", "10.0.0.2:7301", "backoff time", 40*time.Millisecond,
 		"error", errors.New("dial tcp 10.0.0.2:7301: connect: connection refused"),
 		"term", 7, "hex", hclog.Hex(255), "fmt", hclog.Format{"%d entries", 3}, "node", opaque{"cp-1"}, "lonely")
 	recs := records(t, &out)
@@ -101,7 +104,7 @@ func TestSloggerArgs(t *testing.T) {
 	}
 	r := recs[0]
 	for k, v := range map[string]any{
-		"msg": "failed to heartbeat to", "level": "ERROR", "peer": "10.0.0.2:7301", "backoff time": float64(40 * time.Millisecond),
+		"msg": "failed to send snapshot to", "level": "ERROR", "peer": "10.0.0.2:7301", "backoff time": float64(40 * time.Millisecond),
 		"error": "dial tcp 10.0.0.2:7301: connect: connection refused", "term": float64(7), "hex": "0xff", "fmt": "3 entries",
 		"node": "Node at cp-1", hclog.MissingKey: "lonely",
 	} {
@@ -193,4 +196,61 @@ func TestSloggerRepeats(t *testing.T) {
 	if last[logging.SuppressedKey] != float64(49) || last["peer"] != "10.0.0.4:7301" {
 		t.Errorf("the line after the interval is %v, want %s=49 and its own peer", last, logging.SuppressedKey)
 	}
+}
+
+// TestAPeerDownIsAWarning: the lines Raft logs at ERROR when it cannot reach a peer
+// (a voter stopped for a rolling restart) are warnings, and every other ERROR stays
+// one. The messages are the library's own: each is checked against the source of
+// the hashicorp/raft this module builds with, so a release that rewords one fails
+// here instead of turning it back into an error unnoticed.
+func TestAPeerDownIsAWarning(t *testing.T) {
+	var out bytes.Buffer
+	l := newSlogger(jsonLogger(&out, slog.LevelDebug), "raft", hclog.Debug, logging.NewLimiter(10*time.Second, time.Now))
+	down := []string{"failed to appendEntries to", "failed to heartbeat to", "failed to start pipeline replication to",
+		"failed to pipeline appendEntries", "failed to make requestVote RPC"}
+	for _, msg := range down {
+		l.Error(msg, "peer", "cp-2", "error", errors.New("dial tcp 127.0.0.1:7001: connect: connection refused"))
+	}
+	l.Error("failed to commit logs", "error", errors.New("no space left on device"))
+	recs := records(t, &out)
+	if len(recs) != len(down)+1 {
+		t.Fatalf("%d lines, want %d: %v", len(recs), len(down)+1, recs)
+	}
+	for _, r := range recs[:len(down)] {
+		if r["level"] != "WARN" {
+			t.Errorf("%q logged at %v, want WARN", r["msg"], r["level"])
+		}
+	}
+	if last := recs[len(down)]; last["level"] != "ERROR" {
+		t.Errorf("%q logged at %v, want ERROR", last["msg"], last["level"])
+	}
+
+	src := raftSource(t)
+	for _, msg := range down {
+		if !strings.Contains(src, `logger.Error("`+msg+`"`) {
+			t.Errorf("hashicorp/raft no longer logs %q at ERROR: update peerUnreachable", msg)
+		}
+	}
+}
+
+// raftSource is the Go source of the hashicorp/raft this module builds with, joined.
+func raftSource(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/hashicorp/raft").Output()
+	if err != nil {
+		t.Skipf("cannot locate hashicorp/raft's source (go list -m: %v)", err)
+	}
+	files, err := filepath.Glob(filepath.Join(strings.TrimSpace(string(out)), "*.go"))
+	if err != nil || len(files) == 0 {
+		t.Skipf("no Go source in hashicorp/raft's module directory: %v", err)
+	}
+	var all strings.Builder
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all.Write(b)
+	}
+	return all.String()
 }
