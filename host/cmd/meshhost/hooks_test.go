@@ -47,3 +47,32 @@ func TestHooksOwedAndFailedShown(t *testing.T) {
 		t.Fatalf("--timeout 0s: exit %d\n%s", code, errs)
 	}
 }
+
+// TestAHooksOutputCannotDriveTheTerminal: a failed hook's output is shown by meshhost
+// status as text, its escape sequences as escapes (here one that sets the terminal's
+// title, one that clears the screen and a carriage return that writes over the line),
+// and kept as it is in --json, where JSON escapes it. Before, status wrote them to
+// the operator's terminal as they were.
+func TestAHooksOutputCannotDriveTheTerminal(t *testing.T) {
+	dir, _ := enrolled(t)
+	now := time.Now().UTC().Truncate(time.Second)
+	output := "hook restart-app: exit status 1: \x1b]0;all good\x07\x1b[2Jport 8080 in use\rall good"
+	if err := state.Save(dir, state.Applied{HaveApplied: true, Version: 3, BodyDigest: strings.Repeat("ab", 32),
+		IssuedAt: now, ExpiresAt: now.Add(24 * time.Hour), Managed: []string{"etc/app.conf"},
+		LastErrorCode: "hook_failed", LastError: output, LastErrorVersion: 3,
+		HooksPending: []string{"etc/app.conf"}, HooksFailed: []string{"restart-app"}}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI("", nil, "status", "--state", dir)
+	if code != 0 || strings.ContainsAny(out, "\x1b\x07\r") ||
+		!strings.Contains(out, `exit status 1: \x1b]0;all good\a\x1b[2Jport 8080 in use\rall good`) {
+		t.Fatalf("status: exit %d\n%q\n%s", code, out, errs)
+	}
+	code, out, _ = runCLI("", nil, "status", "--state", dir, "--json")
+	var st struct {
+		LastError string `json:"last_error"`
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil || code != 0 || st.LastError != "hook_failed: "+output {
+		t.Fatalf("status --json: exit %d, last error %q, %v", code, st.LastError, err)
+	}
+}

@@ -189,7 +189,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	}
 	// A token pasted as an argument, echoed by a usage error, never reaches the
 	// terminal or the journal.
-	fmt.Fprintf(stderr, "meshhost %s: %s\n", name, token.HideTokens(err.Error()))
+	fmt.Fprintf(stderr, "meshhost %s: %s\n", name, shown(token.HideTokens(err.Error())))
 	var ue usageError
 	switch {
 	case errors.As(err, &ue):
@@ -708,7 +708,7 @@ func cmdStatus(args []string, cio *cliIO) error {
 	fmt.Fprintf(cio.stdout, "node      %s\nmesh      %s\nkey       %s\nbrokers   %s\napplied   %s\nkeyring   epoch %d\nmanaged   %d file(s)\n",
 		out.Node, out.Mesh, out.PublicKey, strings.Join(out.Brokers, ", "), ver, out.KeyringEpoch, len(out.Managed))
 	if out.LastError != "" {
-		fmt.Fprintf(cio.stdout, "last error %s\n", out.LastError)
+		fmt.Fprintf(cio.stdout, "last error %s\n", shown(out.LastError))
 	}
 	if out.NextAttempt != "" {
 		fmt.Fprintf(cio.stdout, "retry     at %s (while meshhost run runs)\n", out.NextAttempt)
@@ -719,7 +719,7 @@ func cmdStatus(args []string, cio *cliIO) error {
 	if len(out.HooksOwed) > 0 {
 		fmt.Fprintf(cio.stdout, "owed      hooks for %d changed path(s): %s\n", len(out.HooksOwed), listShort(out.HooksOwed, 5))
 	}
-	fmt.Fprintf(cio.stdout, "agent     %s\n", out.Agent)
+	fmt.Fprintf(cio.stdout, "agent     %s\n", shown(out.Agent.String()))
 	if revoked {
 		what := "REVOKED by the mesh"
 		if !rec.Signed {
