@@ -325,6 +325,11 @@ type DeclareRequest struct {
 	Labels map[string]string `json:"labels,omitempty"`
 	All    bool              `json:"all,omitempty"`
 	Body   json.RawMessage   `json:"body"`
+	// DryRun asks what the declaration would change, node by node, and changes
+	// nothing: no Raft entry, no signature, no message to a host. The answer is
+	// DeclareResult.Plan. A control plane older than this field refuses the
+	// request as an unknown member (DecodeAdminRequest): it never declares instead.
+	DryRun bool `json:"dry_run,omitempty"`
 }
 
 // Assignment is one node's new declared version.
@@ -337,6 +342,73 @@ type Assignment struct {
 type DeclareResult struct {
 	Assignments []Assignment `json:"assignments"`
 	Skipped     []string     `json:"skipped,omitempty"`
+	// Plan answers a dry run (DeclareRequest.DryRun), which assigns nothing.
+	Plan *DeclarePlan `json:"plan,omitempty"`
+}
+
+// MaxPlanSize bounds a dry run's answer, well inside the broker's 2 MiB message
+// cap. The counts of a plan are always whole; past this size its lists of nodes
+// and paths are cut (PlanGroup.Truncated), largest groups kept first.
+const MaxPlanSize = 512 << 10
+
+// DeclarePlan is what a declaration would change. Nodes whose change is the same
+// (the same paths added, changed the same way, removed, and as many unchanged) form
+// one group, so a fleet's answer has as many groups as there are distinct changes,
+// not nodes. Content never travels: paths, modes, owners and sizes only.
+type DeclarePlan struct {
+	Body      string      `json:"body"`      // digest of the body declared (state.BodyDigest)
+	Nodes     int         `json:"nodes"`     // nodes that would get the declaration
+	Changing  int         `json:"changing"`  // of them, nodes whose files would change
+	Unchanged int         `json:"unchanged"` // of them, nodes that hold these very files already
+	Groups    []PlanGroup `json:"groups"`    // most nodes first
+	// OtherGroups and OtherNodes count the groups left out to fit MaxPlanSize.
+	OtherGroups int      `json:"other_groups,omitempty"`
+	OtherNodes  int      `json:"other_nodes,omitempty"`
+	Skipped     []string `json:"skipped,omitempty"` // as DeclareResult.Skipped
+}
+
+// PlanGroup is the nodes one change applies to, and the change.
+type PlanGroup struct {
+	Count int `json:"count"` // nodes in the group
+	// Nodes lists them in id order with the version each would get: all Count of
+	// them unless Truncated.
+	Nodes     []Assignment `json:"nodes"`
+	Added     []PlanFile   `json:"added,omitempty"`
+	Changed   []PlanChange `json:"changed,omitempty"`
+	Removed   []PlanFile   `json:"removed,omitempty"`
+	Unchanged int          `json:"unchanged"` // files the same in every respect
+	// AddedCount, ChangedCount and RemovedCount are whole when the lists are cut.
+	AddedCount   int `json:"added_count"`
+	ChangedCount int `json:"changed_count"`
+	RemovedCount int `json:"removed_count"`
+	// Truncated: a list of this group was cut to keep the answer within MaxPlanSize.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// PlanFile is a file as a plan shows it: never its content.
+type PlanFile struct {
+	Path  string `json:"path,omitempty"` // empty in a PlanChange's From and To
+	Mode  string `json:"mode"`           // four octal digits, as the host applies it
+	Size  int    `json:"size"`
+	Owner string `json:"owner,omitempty"`
+	Group string `json:"group,omitempty"`
+}
+
+// What a PlanChange changes.
+const (
+	PlanContent = "content"
+	PlanMode    = "mode"
+	PlanOwner   = "owner"
+	PlanGroupOf = "group"
+)
+
+// PlanChange is a file declared before and after, changed: What lists PlanContent,
+// PlanMode, PlanOwner and PlanGroupOf, those that differ, in that order.
+type PlanChange struct {
+	Path string   `json:"path"`
+	What []string `json:"what"`
+	From PlanFile `json:"from"`
+	To   PlanFile `json:"to"`
 }
 
 // ProgressRequest asks where the named nodes stand against the versions declared

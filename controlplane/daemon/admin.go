@@ -258,6 +258,9 @@ func (d *Daemon) declare(req api.DeclareRequest) (api.DeclareResult, error) {
 	if len(unknown) > 0 {
 		return out, &api.Error{Code: api.CodeNotFound, Message: "no such node: " + strings.Join(unknown, ", ")}
 	}
+	if req.DryRun {
+		return d.declarePlan(sel, body, canonical)
+	}
 	res, err := d.commit(state.Command{Op: state.OpDeclare, Declare: &state.DeclareCmd{Selector: sel, Body: canonical}})
 	if err != nil {
 		return out, err
