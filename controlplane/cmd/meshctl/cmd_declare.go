@@ -18,13 +18,18 @@ import (
 func declareCommand() command {
 	return command{
 		name:  "declare",
-		usage: "--data DIR --file BODY.json (--node ID... | --role R | --label k=v... | --all) [--wait [30s]] [--json]",
+		usage: "--data DIR --file BODY.json (--node ID... | --role R | --label k=v... | --all) [--dry-run | --wait [30s]] [--json]",
 		summary: `Declare the whole desired state of nodes, signed, one version per node.
 Each selected node gets its own signed declaration at its own next version.
 The body file is JSON:
   {"files":[{"path":"etc/app.conf","content":"text","mode":"0640"}]}
 with content_base64 instead of content for binary data; paths are relative to the
-host's managed root. "-" reads the body from stdin.`,
+host's managed root. "-" reads the body from stdin. A node's files that the body
+no longer names are removed from it.
+--dry-run asks the control plane what the declaration would change on each node,
+grouped by change (files added +, changed ~, removed -, and the version each node
+would get), and declares nothing; it exits 0 whatever it would change. File
+content is never shown: paths, modes, owners and sizes.`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			fs := c.Flags()
 			var (
@@ -33,6 +38,7 @@ host's managed root. "-" reads the body from stdin.`,
 				nodes       stringList
 				labels      = labelFlag{}
 				all, asJSON bool
+				dryRun      bool
 			)
 			cp.register(c, cio)
 			fs.StringVar(&file, "file", "", "declaration body, JSON (required; - for stdin)")
@@ -42,6 +48,7 @@ host's managed root. "-" reads the body from stdin.`,
 			fs.Var(labels, "label", "target nodes carrying this label k=v (repeatable: all must match)")
 			fs.BoolVar(&all, "all", false, "target every enrolled node")
 			fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
+			fs.BoolVar(&dryRun, "dry-run", false, "show what the declaration would change on each node, and declare nothing")
 			wait := waitFlag{}
 			fs.Var(&wait, "wait", "wait until the nodes applied it: --wait (2m), --wait 30s or --wait=30s (at most 1h); exits 5 naming the nodes that failed or did not answer")
 			fs.Lookup("wait").NoOptDefVal = defaultWait.String()
@@ -72,6 +79,9 @@ host's managed root. "-" reads the body from stdin.`,
 					// files of every node, not those of the web tier.
 					return usagef("--all targets every node: give it alone, or --node, --role and --label without it")
 				}
+				if dryRun && wait.d != 0 {
+					return usagef("--dry-run declares nothing, so there is nothing to --wait for: give one or the other")
+				}
 				raw, err := readBody(file, cio.stdin)
 				if err != nil {
 					return err
@@ -87,8 +97,23 @@ host's managed root. "-" reads the body from stdin.`,
 				}
 				defer client.Close()
 				var res api.DeclareResult
-				if err := client.Call(api.OpDeclare, api.DeclareRequest{Nodes: nodes, Role: role, Labels: labels, All: all, Body: canonical}, &res); err != nil {
+				if err := client.Call(api.OpDeclare, api.DeclareRequest{Nodes: nodes, Role: role, Labels: labels, All: all, Body: canonical, DryRun: dryRun}, &res); err != nil {
+					if dryRun {
+						return olderDryRun(err)
+					}
 					return err
+				}
+				if dryRun {
+					if res.Plan == nil {
+						// Only a control plane that read dry_run answers: anything
+						// else would have refused it.
+						return errors.New("the control plane answered the dry run as a declaration, without a plan: it may have declared the body; look at the declared versions (`meshctl nodes`) before anything else")
+					}
+					if asJSON {
+						return writeJSON(cio.stdout, res)
+					}
+					writePlan(cio.stdout, res.Plan)
+					return nil
 				}
 				if asJSON && wait.d == 0 {
 					return writeJSON(cio.stdout, res)
