@@ -138,6 +138,7 @@ func TestJSONOutput(t *testing.T) {
 	host.Run()
 	check("meshctl declare", cp.Ctl("declare", "--node", "web-1", "--file", body, "--json", "--wait", "60s"), 0, "waiting for 1 node(s)")
 	check("meshctl declare", cp.Ctl("declare", "--node", "web-1", "--file", body, "--json"), 0, "")
+	check("meshctl declare", cp.Ctl("declare", "--node", "web-1", "--file", body, "--json", "--dry-run"), 0, "")
 	check("meshctl nodes", cp.Ctl("nodes", "--json"), 0, "")
 	// The second declaration may not be applied yet: status then exits 5, and
 	// still prints its object.

@@ -126,3 +126,18 @@ func TestOlderControlPlaneDryRun(t *testing.T) {
 		t.Errorf("another refusal became %v", err)
 	}
 }
+
+// TestDeclareDryRunRefusesBadBodies: a body declare refuses, the dry run refuses
+// with the same message and exit code, before anything is sent.
+func TestDeclareDryRunRefusesBadBodies(t *testing.T) {
+	dir := t.TempDir()
+	for name, content := range map[string]string{"bad.json": `{"files":[`, "escape.json": `{"files":[{"path":"../etc/passwd","content":"x"}]}`, "empty.json": " \n"} {
+		file := filepath.Join(dir, name)
+		writeTestFile(t, file, content)
+		code, _, stderr := runCLI("declare", "--data", dir, "--node", "web-1", "--file", file)
+		dryCode, _, dryStderr := runCLI("declare", "--data", dir, "--node", "web-1", "--file", file, "--dry-run")
+		if code == exitOK || dryCode != code || dryStderr != stderr {
+			t.Errorf("%s: declare exit %d %q; dry run exit %d %q", name, code, stderr, dryCode, dryStderr)
+		}
+	}
+}
