@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"mesh/controlplane/api"
+	"mesh/controlplane/operator"
 )
 
 // planNodesShown is how many nodes of a group the text plan names; --json has them
@@ -107,7 +108,13 @@ func planChangeText(c api.PlanChange) string {
 // olderDryRun explains the refusal of a control plane older than dry runs: it reads
 // requests strictly, so it refuses the dry_run member (and declares nothing) rather
 // than ignore it. The refusal carries no code of its own, only the decoder's text.
+//
+// A dry run not answered in time changed nothing either, whatever the client says
+// of a change that timed out: it can be run again.
 func olderDryRun(err error) error {
+	if errors.Is(err, operator.ErrNoAnswer) {
+		return fmt.Errorf("%w to the dry run within --timeout; a dry run changes nothing, so run it again", operator.ErrNoAnswer)
+	}
 	var ae *api.Error
 	if errors.As(err, &ae) && ae.Code == api.CodeBadRequest && strings.Contains(ae.Message, `"dry_run"`) {
 		return fmt.Errorf("%w\nthe control plane is older than this meshctl and cannot do a dry run; it declared nothing: upgrade the control plane to use --dry-run", err)

@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"mesh/controlplane/api"
+	"mesh/controlplane/operator"
 )
 
 func testPlan() *api.DeclarePlan {
@@ -23,9 +25,9 @@ func testPlan() *api.DeclarePlan {
 				return n
 			}(), Unchanged: 2},
 			{Count: 3, Nodes: []api.Assignment{{Node: "web-1", Version: 5}, {Node: "web-2", Version: 5}, {Node: "web-3", Version: 9}},
-				Added:   []api.PlanFile{{Path: "etc/new.conf", Mode: "0644", Size: 12}},
-				Changed: []api.PlanChange{{Path: "etc/app.conf", What: []string{api.PlanContent, api.PlanMode}, From: api.PlanFile{Mode: "0600", Size: 40}, To: api.PlanFile{Mode: "0640", Size: 52}}},
-				Removed: []api.PlanFile{{Path: "etc/old.conf", Mode: "0600", Size: 10, Owner: "app", Group: "app"}},
+				Added:      []api.PlanFile{{Path: "etc/new.conf", Mode: "0644", Size: 12}},
+				Changed:    []api.PlanChange{{Path: "etc/app.conf", What: []string{api.PlanContent, api.PlanMode}, From: api.PlanFile{Mode: "0600", Size: 40}, To: api.PlanFile{Mode: "0640", Size: 52}}},
+				Removed:    []api.PlanFile{{Path: "etc/old.conf", Mode: "0600", Size: 10, Owner: "app", Group: "app"}},
 				AddedCount: 1, ChangedCount: 1, RemovedCount: 1, Unchanged: 1},
 		},
 	}
@@ -120,6 +122,12 @@ func TestOlderControlPlaneDryRun(t *testing.T) {
 	err := olderDryRun(older)
 	if !strings.Contains(err.Error(), "older than this meshctl") || exitCode(&bytes.Buffer{}, "meshctl", err) != exitRefused {
 		t.Errorf("older control plane: %v", err)
+	}
+	// No answer in time: the client's text for a change that timed out says to look
+	// before running it again; a dry run changed nothing, and keeps exit 3.
+	late := olderDryRun(fmt.Errorf("%w declare within 15s; the control node that took it may have carried it out", operator.ErrNoAnswer))
+	if strings.Contains(late.Error(), "carried it out") || !strings.Contains(late.Error(), "run it again") || exitCode(&bytes.Buffer{}, "meshctl", late) != exitUnreachable {
+		t.Errorf("dry run not answered: %v", late)
 	}
 	other := &api.Error{Code: api.CodeBadRequest, Message: "the declaration body is invalid"}
 	if err := olderDryRun(other); err != error(other) {
