@@ -207,31 +207,24 @@ func fitGroup(g api.PlanGroup, room int) (api.PlanGroup, int) {
 		size += n
 		return true
 	}
-	for _, f := range g.Added {
-		if !take(f) {
-			break
-		}
-		out.Added = append(out.Added, f)
-	}
-	for _, c := range g.Changed {
-		if !take(c) {
-			break
-		}
-		out.Changed = append(out.Changed, c)
-	}
-	for _, f := range g.Removed {
-		if !take(f) {
-			break
-		}
-		out.Removed = append(out.Removed, f)
-	}
-	for _, n := range g.Nodes {
-		if !take(n) {
-			break
-		}
-		out.Nodes = append(out.Nodes, n)
-	}
+	out.Added = fitting(g.Added, take)
+	out.Changed = fitting(g.Changed, take)
+	out.Removed = fitting(g.Removed, take)
+	out.Nodes = fitting(g.Nodes, take)
 	return out, jsonSize(out)
+}
+
+// fitting returns the first entries of list that take admits, stopping at the first
+// it refuses (nil if none).
+func fitting[T any](list []T, take func(any) bool) []T {
+	var out []T
+	for _, e := range list {
+		if !take(e) {
+			break
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 func jsonSize(v any) int {
