@@ -153,6 +153,8 @@ type Daemon struct {
 
 	mu   sync.Mutex
 	subs []*nats.Subscription
+	// handlers are the API's handlers under way, waited for by Close.
+	handlers handlers
 	// adminMu serialises the operator API's changes (see readOnlyOp).
 	adminMu sync.Mutex
 	// keysMu serialises syncKeys: the leader's handler and the effects actor may
@@ -572,15 +574,15 @@ func (d *Daemon) serveAPI() error {
 		h       nats.MsgHandler
 	}{
 		// Enrolments wait on their Raft commit: many at once share the disk write.
-		{d.conns.hosts, api.EnrolPrefix + "*", concurrently(enrolConcurrency, d.handleEnrol)},
-		{d.conns.hosts, api.EnrolPrefix + "*.*", concurrently(enrolConcurrency, d.handleEnrol)},
-		{d.conns.hosts, api.NodePrefix + "*" + api.SyncSuffix, concurrently(runtime.GOMAXPROCS(0), d.handleSync)},
+		{d.conns.hosts, api.EnrolPrefix + "*", d.handlers.concurrently(enrolConcurrency, d.handleEnrol)},
+		{d.conns.hosts, api.EnrolPrefix + "*.*", d.handlers.concurrently(enrolConcurrency, d.handleEnrol)},
+		{d.conns.hosts, api.NodePrefix + "*" + api.SyncSuffix, d.handlers.concurrently(runtime.GOMAXPROCS(0), d.handleSync)},
 		// Status reports are cheap and batched; one at a time keeps a node's in order.
 		{d.conns.hosts, api.NodePrefix + "*" + api.StatusSuffix, d.handleStatus},
 		// Revoked nodes' keys ask on the same subjects, in an account of their own.
 		{d.conns.revoked, api.NodePrefix + "*" + api.SyncSuffix, d.handleRevokedSync},
 		// Operators' reads never wait behind another operator's change (adminOp).
-		{d.conns.admin, api.AdminPrefix + ">", concurrently(adminConcurrency, d.handleAdmin)},
+		{d.conns.admin, api.AdminPrefix + ">", d.handlers.concurrently(adminConcurrency, d.handleAdmin)},
 	}
 	for _, h := range handlers {
 		sub, err := h.nc.QueueSubscribe(h.subject, queueGroup, h.h)
@@ -627,6 +629,7 @@ func (d *Daemon) applied(c *state.Command, res state.Result) {
 // Close stops everything the daemon started.
 func (d *Daemon) Close() {
 	d.stopAPI()
+	d.handlers.wait()
 	if d.web != nil {
 		d.web.close()
 	}
