@@ -248,15 +248,23 @@ func (d *Daemon) declare(req api.DeclareRequest) (api.DeclareResult, error) {
 		}
 	}
 	var unknown []string
+	reaches := false
 	d.fsm.Read(func(s *state.State) {
 		for _, n := range req.Nodes {
 			if _, ok := s.Nodes[n]; !ok {
 				unknown = append(unknown, n)
 			}
 		}
+		reaches = s.Reaches(sel)
 	})
 	if len(unknown) > 0 {
 		return out, &api.Error{Code: api.CodeNotFound, Message: "no such node: " + strings.Join(unknown, ", ")}
+	}
+	if !reaches {
+		// Refused here rather than by the state machine: the refusal would otherwise
+		// be a Raft entry of its own, written and replicated for nothing. The state
+		// machine still refuses it should the last target be revoked meanwhile.
+		return out, refusal(state.ErrNoTargets)
 	}
 	if req.DryRun {
 		return d.declarePlan(sel, body, canonical)

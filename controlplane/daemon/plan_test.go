@@ -46,8 +46,9 @@ func TestDeclareDryRunChangesNothing(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	// The real declaration's refusals, before the state is looked at: one of them
-	// (a selector no node matches) is a log entry the state machine refuses.
+	// The real declaration's refusals, before the state is looked at. None writes a
+	// log entry: a selector no node matches was one, refused by the state machine.
+	idxBefore := lastIndex(d)
 	refused := map[string]api.DeclareRequest{
 		"bad body":       {All: true, Body: json.RawMessage(`{"files":[{"path":"/abs","content":"x"}]}`)},
 		"empty selector": {Body: bodyA},
@@ -61,6 +62,9 @@ func TestDeclareDryRunChangesNothing(t *testing.T) {
 			t.Fatalf("%s: declare answered %v, want a refusal", name, err)
 		}
 		realCodes[name] = re.Code
+	}
+	if idx := lastIndex(d); idx != idxBefore {
+		t.Errorf("the refused declarations wrote %d log entries, want none", idx-idxBefore)
 	}
 
 	type nodeState struct {

@@ -549,6 +549,25 @@ func (s *State) Select(sel Selector) []string {
 	return slices.Sorted(maps.Keys(set))
 }
 
+// Reaches reports whether a declaration for sel would reach at least one node: a
+// node it names or selects that is not revoked. It stops at the first, so asking
+// before a fleet's declaration costs little.
+func (s *State) Reaches(sel Selector) bool {
+	for _, id := range sel.Nodes {
+		if n, ok := s.Nodes[id]; ok && !n.Revoked {
+			return true
+		}
+	}
+	if sel.All || sel.Role != "" || len(sel.Labels) > 0 {
+		for _, n := range s.Nodes {
+			if !n.Revoked && (sel.All || matches(n, sel.Role, sel.Labels)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func matches(n *Node, role string, labels map[string]string) bool {
 	if role != "" && n.Role != role {
 		return false

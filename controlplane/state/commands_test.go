@@ -469,6 +469,11 @@ func TestDeclare(t *testing.T) {
 			for _, id := range []string{"web-1", "web-2", "cp-1", "gone"} {
 				before[id] = version(id)
 			}
+			// The daemon asks Reaches before it commits, to write no entry for a
+			// declaration the state machine would refuse.
+			if got := m.state().Reaches(tt.sel); got != (tt.err == nil) {
+				t.Errorf("Reaches = %v, but the declaration's error is %v", got, tt.err)
+			}
 			idx := m.f.AppliedIndex()
 			body := `{"files":[{"path":"motd","content":"` + tt.name + `"}]}`
 			r := m.apply(declareCmd(tt.sel, body, at.Add(time.Duration(i)*time.Second)))
