@@ -201,6 +201,7 @@ func downMesh(t *testing.T, mesh string) (state, broker string) {
 // hook again); its metrics and /readyz say it is not connected, meshhost status
 // that the mesh is unreachable; SIGTERM stops it at once, exit 0.
 func TestAgentStartedWithEveryBrokerDown(t *testing.T) {
+	t.Parallel()
 	state, _ := downMesh(t, "offline")
 	sock, msgs := notifySocket(t)
 	metrics := fmt.Sprintf("127.0.0.1:%d", harness.FreePorts(t, 1)[0])
@@ -362,6 +363,7 @@ func TestDeclarationExpiresWhileTheMeshIsDown(t *testing.T) {
 // when the mesh it was connected to stops answering, and when it is back. Before,
 // it said "connected and synced" from the first sync on, whatever happened since.
 func TestAgentStatusLineFollowsTheMesh(t *testing.T) {
+	t.Parallel()
 	m := harness.StartMesh(t, "offline", harness.Options{})
 	state, err := harness.EnrolHost(t, m.Token("web-1", 10*time.Minute).Encode(), nil)
 	if err != nil {

@@ -325,6 +325,7 @@ func TestAuthorityModel(t *testing.T) {
 // its own node, at most a few at once; the enrolment reply reaches only the
 // connection that asked; a revoked node gets nowhere, with its key or its old token.
 func TestTokenAdmitsOneMachineOnce(t *testing.T) {
+	t.Parallel()
 	cp := harness.NewControlPlane(t, bin, "onetoken")
 	cp.Serve()
 	cfg, _ := datadir.Dir(cp.Dir).LoadConfig()

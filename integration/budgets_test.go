@@ -24,6 +24,7 @@ import (
 // disconnected, on whichever broker holds it; each is counted, the log stays short,
 // and the node can connect again afterwards.
 func TestNodeBudgets(t *testing.T) {
+	t.Parallel()
 	cp := harness.NewControlPlane(t, bin, "budgets")
 	serve := cp.Serve()
 	t.Cleanup(func() {

@@ -118,6 +118,7 @@ func TestKillDuringDeclarationBurst(t *testing.T) {
 // never applying an older one after a newer one. Then its connection is reset, and it
 // converges again.
 func TestPartitionConvergesToNewest(t *testing.T) {
+	t.Parallel()
 	cp, proxy := harness.NewControlPlaneBehindProxy(t, bin, "partition")
 	cp.Serve()
 	h := harness.NewHost(t, bin, "web-1")

@@ -323,6 +323,7 @@ func TestHostsStartedAtOnceLandOnTheirFirstBroker(t *testing.T) {
 // connects (the CA pin checked as for any broker), converges, and learns the signed
 // list that replaces what it knew.
 func TestHostWhoseBrokersAreAllGone(t *testing.T) {
+	t.Parallel()
 	cp1 := harness.NewControlPlane(t, bin, "stranded")
 	cp1.Serve()
 	h := harness.NewHost(t, bin, "web-1")

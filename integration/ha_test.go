@@ -65,6 +65,7 @@ func controlView(t *testing.T, cp *harness.ControlPlane) map[string]api.ControlV
 // with the bootstrap machine gone for good the others admit a new worker and a
 // pre-minted control node; restarting everything loses nothing.
 func TestHighAvailability(t *testing.T) {
+	t.Parallel()
 	cp1 := harness.NewControlPlane(t, bin, "ha")
 	cp1.Serve()
 	tok2, cp2 := cp1.ControlToken("cp-2")

@@ -374,6 +374,7 @@ func TestDocsNameOnlyDocumentedMetrics(t *testing.T) {
 // the followers once it has been connected longer than --offline-after; and it is
 // offline on every one once its agent stops.
 func TestFollowerCountsNodesAlive(t *testing.T) {
+	t.Parallel()
 	cp1 := harness.NewControlPlane(t, bin, "follower")
 	cp1.Serve()
 	cp2 := joinControl(t, cp1, "cp-2")
@@ -405,6 +406,7 @@ func TestFollowerCountsNodesAlive(t *testing.T) {
 // reporting at its own pace (here every 30 s) is alive on it at once, not offline
 // until its next report because its connection is older than --offline-after.
 func TestNewLeaderCountsNodesAlive(t *testing.T) {
+	t.Parallel()
 	cps := threeControlNodes(t, "newleader")
 	const n = 6
 	for i := range n {

@@ -220,6 +220,7 @@ func dialKept(t *testing.T, dir, addr string) error {
 // back to three voters. Before, the two voters stayed, and stopping either stopped
 // every write (the token below exits 3). The built binaries.
 func TestRemovalKeepsTheVotersOdd(t *testing.T) {
+	t.Parallel()
 	cp1 := harness.NewControlPlane(t, bin, "odd")
 	cp1.Serve()
 	byID := map[string]*harness.ControlPlane{"cp-1": cp1, "cp-2": joinControl(t, cp1, "cp-2"), "cp-3": joinControl(t, cp1, "cp-3")}

@@ -22,6 +22,7 @@ import (
 // The built binaries, the backup taken and restored with `cp -a` as
 // operations.md says.
 func TestRestoreFromAnOlderBackup(t *testing.T) {
+	t.Parallel()
 	cp := harness.NewControlPlane(t, bin, "restore")
 	cp.Serve()
 	h := harness.NewHost(t, bin, "web-1")

@@ -22,6 +22,7 @@ import (
 // down; cp-4 and cp-5 join and become voters; the leader is moved to cp-4 or cp-5;
 // cp-1 comes back.
 func TestStaleControlNodeFollowsALeaderItDoesNotKnow(t *testing.T) {
+	t.Parallel()
 	cp1 := harness.NewControlPlane(t, bin, "stale")
 	cp1.Serve()
 	cp2 := joinControl(t, cp1, "cp-2")

@@ -152,6 +152,7 @@ func TestBrokerRestartMidEnrolment(t *testing.T) {
 // convergence still succeed within the documented timeouts (enrol: 10 s dial, 20 s
 // reply; agent: reconnects with backoff, pings every 20 s).
 func TestSlowLink(t *testing.T) {
+	t.Parallel()
 	cp, proxy := harness.NewControlPlaneBehindProxy(t, bin, "slow")
 	cp.Serve()
 	proxy.SetLatency(100 * time.Millisecond)

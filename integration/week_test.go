@@ -164,6 +164,7 @@ func TestHostsFollowMembership(t *testing.T) {
 // keeping the voters odd. A member that stops answering is reported, at a bounded
 // rate, and shown offline.
 func TestPromotionOnlyOfServingNodes(t *testing.T) {
+	t.Parallel()
 	cp1 := harness.NewControlPlane(t, bin, "promote")
 	serve1 := cp1.Serve()
 	joined := map[string]*harness.ControlPlane{}
@@ -221,6 +222,7 @@ func TestPromotionOnlyOfServingNodes(t *testing.T) {
 // node crashes replaying what it missed, the quorum holds throughout, and the hosts
 // converge on every declaration issued meanwhile.
 func TestRollingRestarts(t *testing.T) {
+	t.Parallel()
 	cp1 := harness.NewControlPlane(t, bin, "rolling")
 	cp1.Serve()
 	cp2 := joinControl(t, cp1, "cp-2")
