@@ -229,7 +229,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	d.raftOpened = time.Now()
 	if opts.MetricsListen != "" {
-		if d.web, err = startWeb(opts.MetricsListen, d.startingHandler()); err != nil {
+		if d.web, err = startWeb(opts.MetricsListen, d.startingHandler(), opts.Logger); err != nil {
 			return nil, err
 		}
 	}

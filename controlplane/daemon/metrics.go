@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -415,15 +416,16 @@ type webEndpoint struct {
 	done    chan error
 }
 
-// startWeb listens on addr and serves first.
-func startWeb(addr string, first http.Handler) (*webEndpoint, error) {
+// startWeb listens on addr and serves first. What the HTTP server itself reports (a
+// connection it could not serve) goes to log as a warning, structured as the rest.
+func startWeb(addr string, first http.Handler, log *slog.Logger) (*webEndpoint, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
 	}
 	e := &webEndpoint{done: make(chan error, 1)}
 	e.handler.Store(&first)
-	e.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second,
+	e.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*e.handler.Load()).ServeHTTP(w, r) })}
 	go func() { e.done <- e.srv.Serve(ln) }()
 	return e, nil

@@ -1,0 +1,68 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// syncBuffer is a bytes.Buffer the server's goroutines and the test share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// What the metrics endpoint's HTTP server reports itself reaches the node's log as a
+// structured warning; it was written bare to standard error, outside the log.
+func TestTheMetricsServersOwnErrorsAreLogged(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	var out syncBuffer
+	log := slog.New(slog.NewJSONHandler(&out, nil))
+	// A handler that answers twice: net/http reports the second answer on its own.
+	twice := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.WriteHeader(http.StatusTeapot)
+	})
+	e, err := startWeb(addr, twice, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var line struct{ Level, Msg string }
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if json.Unmarshal([]byte(l), &line) == nil && strings.Contains(line.Msg, "superfluous") {
+			if line.Level != "WARN" {
+				t.Fatalf("the server's report was logged at %s, want WARN: %s", line.Level, l)
+			}
+			return
+		}
+	}
+	t.Fatalf("the server's own report is not in the node's log: %q", out.String())
+}
