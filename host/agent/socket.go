@@ -70,6 +70,25 @@ func (a *Agent) linkStatus() LinkStatus {
 // one from before the socket.
 var ErrNoAgent = errors.New("no agent answers on the state directory's socket")
 
+// ErrSocketPathTooLong means the state directory's path is too long for a Unix
+// socket's address: the agent runs without its socket, and meshhost status and
+// hooks retry cannot ask it. A shorter --state directory fixes it.
+var ErrSocketPathTooLong = errors.New("the socket's path is too long for a Unix socket address")
+
+// maxSocketPath is the longest path a Unix socket address holds on Linux: 108 bytes,
+// the last one the terminating zero. The system's own error ("invalid argument")
+// names neither the cause nor the fix.
+const maxSocketPath = 107
+
+// socketPathFits refuses a path longer than a socket address holds.
+func socketPathFits(path string) error {
+	if len(path) > maxSocketPath {
+		return fmt.Errorf("%w: %s is %d bytes, a Unix socket address holds %d; use a --state directory whose path is at most %d bytes",
+			ErrSocketPathTooLong, path, len(path), maxSocketPath, maxSocketPath-len(SocketName)-1)
+	}
+	return nil
+}
+
 // socketReadTimeout bounds how long a client may take to send its request line.
 const socketReadTimeout = 5 * time.Second
 
@@ -180,6 +199,9 @@ func (l *limitedConn) Read(p []byte) (int, error) {
 // listenSocket listens on path, replacing a socket a stopped agent left there (the
 // caller holds the state directory's lock: no running agent owns it).
 func listenSocket(path string) (net.Listener, error) {
+	if err := socketPathFits(path); err != nil {
+		return nil, err
+	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != fs.ModeSocket {
 			return nil, fmt.Errorf("%s exists and is not a socket; remove it", path)
@@ -205,6 +227,9 @@ func listenSocket(path string) (net.Listener, error) {
 // ErrNoAgent.
 func RetryHooks(stateDir string, timeout time.Duration) (HooksOutcome, error) {
 	var out HooksOutcome
+	if err := socketPathFits(SocketPath(stateDir)); err != nil {
+		return out, err
+	}
 	c, err := net.DialTimeout("unix", SocketPath(stateDir), 5*time.Second)
 	if err != nil {
 		return out, fmt.Errorf("%w (%s): %w", ErrNoAgent, SocketPath(stateDir), err)
@@ -242,6 +267,9 @@ func AskStatus(stateDir string, timeout time.Duration) (LinkStatus, error) {
 	var raw struct {
 		LinkStatus
 		Refused string `json:"refused"`
+	}
+	if err := socketPathFits(SocketPath(stateDir)); err != nil {
+		return raw.LinkStatus, err
 	}
 	c, err := net.DialTimeout("unix", SocketPath(stateDir), timeout)
 	if err != nil {

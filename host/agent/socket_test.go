@@ -292,3 +292,35 @@ func TestSocketAnswersStatus(t *testing.T) {
 		t.Fatalf("no agent: %v, want ErrNoAgent", err)
 	}
 }
+
+// A state directory too deep for a socket's address is named as such, with the fix,
+// by the agent that cannot listen and by the commands that cannot ask it; the system
+// said "invalid argument", and meshhost status called the agent not running.
+func TestASocketPathTooLongIsNamed(t *testing.T) {
+	short := socketDir(t)
+	fits := short + "/" + strings.Repeat("d", maxSocketPath-len(short)-len(SocketName)-2)
+	deep := fits + "d"
+	if n := len(SocketPath(fits)); n != maxSocketPath {
+		t.Fatalf("the longest path that fits is %d bytes, want %d", n, maxSocketPath)
+	}
+	for _, d := range []string{fits, deep} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ln, err := listenSocket(SocketPath(fits))
+	if err != nil {
+		t.Fatalf("a path of %d bytes: %v", len(SocketPath(fits)), err)
+	}
+	ln.Close()
+
+	if _, err := listenSocket(SocketPath(deep)); !errors.Is(err, ErrSocketPathTooLong) || !strings.Contains(err.Error(), "--state directory") {
+		t.Errorf("listen on a path of %d bytes: %v, want ErrSocketPathTooLong with the fix", len(SocketPath(deep)), err)
+	}
+	if _, err := AskStatus(deep, time.Second); !errors.Is(err, ErrSocketPathTooLong) || errors.Is(err, ErrNoAgent) {
+		t.Errorf("status: %v, want ErrSocketPathTooLong, not ErrNoAgent", err)
+	}
+	if _, err := RetryHooks(deep, time.Second); !errors.Is(err, ErrSocketPathTooLong) {
+		t.Errorf("hooks retry: %v, want ErrSocketPathTooLong", err)
+	}
+}

@@ -53,6 +53,14 @@ func TestStatusSaysWhatAnswersOnTheSocket(t *testing.T) {
 	}
 	serve("")                              // closed unanswered: another user's connection
 	serve(`{"refused":"unknown request"}`) // an older agent
+
+	// A state directory too deep for a socket's address: no agent can be asked,
+	// which is neither "not running" nor "did not answer".
+	deep := dir + "/" + strings.Repeat("d", 120)
+	v := askAgent(deep)
+	if got := v.String(); v.Running || !strings.HasPrefix(got, "unknown: ") || !strings.Contains(got, "--state directory") {
+		t.Errorf("a state directory too deep: %+v: %q", v, got)
+	}
 }
 
 // TestAgentViewSaysWhyNot: each state of the agent's link reads as what it means,

@@ -758,6 +758,9 @@ type agentView struct {
 	Known bool `json:"-"`
 	// Unanswered is why a socket that accepted did not answer.
 	Unanswered string `json:"-"`
+	// CannotAsk is why no agent can be asked at all: the state directory's path is
+	// too long for a socket's address.
+	CannotAsk string `json:"cannot_ask,omitempty"`
 	agent.LinkStatus
 }
 
@@ -769,6 +772,8 @@ func askAgent(stateDir string) agentView {
 		return agentView{Running: true}
 	case errors.Is(err, agent.ErrNoAgent):
 		return agentView{}
+	case errors.Is(err, agent.ErrSocketPathTooLong):
+		return agentView{CannotAsk: err.Error()}
 	case err != nil:
 		// Accepted, then no answer: an agent refusing this user, or stuck.
 		return agentView{Running: true, Unanswered: err.Error()}
@@ -779,6 +784,8 @@ func askAgent(stateDir string) agentView {
 func (v agentView) String() string {
 	since := v.Since.UTC().Format(time.RFC3339)
 	switch {
+	case v.CannotAsk != "":
+		return "unknown: " + v.CannotAsk
 	case !v.Running:
 		return "not running (no agent answers on " + agent.SocketName + ")"
 	case v.Unanswered != "":
