@@ -422,6 +422,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer homeTimer.Stop()
 	authFailures := 0
+	var problems problemLog
 	for {
 		select {
 		case <-ctx.Done():
@@ -440,6 +441,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				// Only a connection made sends events.
 			case ev.connected:
 				authFailures = 0
+				problems.reset()
 				now, broker := a.o.Now(), nc.ConnectedUrlRedacted()
 				a.stats.set(func(s *stats) { s.connected, s.broker, s.since, s.linkErr = nc.IsConnected(), broker, now, "" })
 				a.log.Info("connected to the mesh", "broker", nc.ConnectedUrlRedacted())
@@ -454,7 +456,9 @@ func (a *Agent) Run(ctx context.Context) error {
 				// Logged by the pin check, which saw it first.
 				a.linkFailed(ev.err)
 			case ev.err != nil:
-				a.log.Warn("connection problem", "err", ev.err)
+				if ok, held := problems.allow(ev.err.Error(), a.o.Now()); ok {
+					a.log.Warn("connection problem", append([]any{"err", ev.err}, heldBack(held)...)...)
+				}
 				a.linkFailed(ev.err)
 			}
 		case r := <-sy.done:
