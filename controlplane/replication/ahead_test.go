@@ -140,16 +140,15 @@ func TestLogAheadShowsWhatTheLogHoldsBeyondTheSnapshot(t *testing.T) {
 func TestAskMembers(t *testing.T) {
 	t.Parallel()
 	ca := newCA(t, "mesh")
-	quick := Timeouts{Heartbeat: 100 * time.Millisecond, Commit: 5 * time.Millisecond}
 	discard := slog.New(slog.DiscardHandler)
 	leaderTLS, followerTLS, strangerTLS := leafConfig(t, ca), leafConfig(t, ca), leafConfig(t, ca)
 	set := allow(pinOf(t, leaderTLS), pinOf(t, followerTLS))
 	answer := func(who string) func() []byte { return func() []byte { return []byte(`{"from":"` + who + `"}`) } }
-	leader := startLeader(t, Config{Dir: t.TempDir(), ID: "cp-1", Bind: freeAddr(t), TLS: leaderTLS, FSM: &countFSM{}, Logger: discard, Timeouts: quick,
+	leader := startLeader(t, Config{Dir: t.TempDir(), ID: "cp-1", Bind: freeAddr(t), TLS: leaderTLS, FSM: &countFSM{}, Logger: discard, Timeouts: twoVoters,
 		PeerAllowed: set.allowed, Members: answer("cp-1")})
 	defer leader.Close()
 	fsm := &countFSM{}
-	fcfg := Config{Dir: t.TempDir(), ID: "cp-2", Bind: freeAddr(t), TLS: followerTLS, FSM: fsm, Logger: discard, Timeouts: quick,
+	fcfg := Config{Dir: t.TempDir(), ID: "cp-2", Bind: freeAddr(t), TLS: followerTLS, FSM: fsm, Logger: discard, Timeouts: twoVoters,
 		PeerAllowed: set.allowed, Members: answer("cp-2")}
 	follower := startFollower(t, leader, fcfg)
 	if err := leader.Promote("cp-2", fcfg.Bind, time.Second); err != nil {

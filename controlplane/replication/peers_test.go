@@ -281,6 +281,14 @@ func startFollower(t *testing.T, leader *Node, cfg Config) *Node {
 	return n
 }
 
+// twoVoters are the timeouts of a test cluster of two voters. Its leader steps down
+// when the other voter has not answered within the leader lease, and then every
+// command fails with leadership lost. Heartbeat 100 ms, a 50 ms lease, is shorter
+// than the stalls of the race detector on a loaded 2-core machine; a 1 s heartbeat
+// (a 500 ms lease, half the product's default) outlasts them and costs the test
+// about half a second more for the first leader's election.
+var twoVoters = Timeouts{Heartbeat: time.Second, Commit: 5 * time.Millisecond}
+
 func probe(t *testing.T, n *Node, id string) {
 	t.Helper()
 	if _, err := n.Apply(state.Command{Op: state.OpProbe, Probe: &state.ProbeCmd{ID: id}}, 2*time.Second); err != nil {
@@ -328,15 +336,14 @@ func TestRemovedPeerStopsReplicating(t *testing.T) {
 func TestReplicationAcrossADropThatClosesNothing(t *testing.T) {
 	t.Parallel()
 	ca := newCA(t, "mesh")
-	quick := Timeouts{Heartbeat: 100 * time.Millisecond, Commit: 5 * time.Millisecond}
 	discard := slog.New(slog.DiscardHandler)
 	leaderTLS, followerTLS := leafConfig(t, ca), leafConfig(t, ca)
 	set := allow(pinOf(t, leaderTLS), pinOf(t, followerTLS))
-	lcfg := Config{Dir: t.TempDir(), ID: "cp-1", Bind: freeAddr(t), TLS: leaderTLS, FSM: &countFSM{}, Logger: discard, Timeouts: quick, PeerAllowed: set.allowed}
+	lcfg := Config{Dir: t.TempDir(), ID: "cp-1", Bind: freeAddr(t), TLS: leaderTLS, FSM: &countFSM{}, Logger: discard, Timeouts: twoVoters, PeerAllowed: set.allowed}
 	leader := startLeader(t, lcfg)
 	defer leader.Close()
 	fsm := &countFSM{}
-	fcfg := Config{Dir: t.TempDir(), ID: "cp-2", Bind: freeAddr(t), TLS: followerTLS, FSM: fsm, Logger: discard, Timeouts: quick, PeerAllowed: set.allowed}
+	fcfg := Config{Dir: t.TempDir(), ID: "cp-2", Bind: freeAddr(t), TLS: followerTLS, FSM: fsm, Logger: discard, Timeouts: twoVoters, PeerAllowed: set.allowed}
 	follower := startFollower(t, leader, fcfg)
 	if err := leader.Promote("cp-2", fcfg.Bind, time.Second); err != nil {
 		t.Fatal(err)
