@@ -1,33 +1,13 @@
 package daemon
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 )
-
-// syncBuffer is a bytes.Buffer the server's goroutines and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // What the metrics endpoint's HTTP server reports itself reaches the node's log as a
 // structured warning; it was written bare to standard error, outside the log.
@@ -38,7 +18,7 @@ func TestTheMetricsServersOwnErrorsAreLogged(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	var out syncBuffer
+	var out lockedBuffer
 	log := slog.New(slog.NewJSONHandler(&out, nil))
 	// A handler that answers twice: net/http reports the second answer on its own.
 	twice := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
