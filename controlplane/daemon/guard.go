@@ -227,9 +227,9 @@ func (g *guard) connError(conn string, sub *nats.Subscription, err error) {
 }
 
 // payloadSize is what a client sent in a message it published: its body and its
-// headers. The protocol uses no headers, but a client may send up to the account's
-// payload cap of them, so a budget counted on the body alone let 64 KiB through
-// where it allows 1 KiB.
+// headers. The protocol's one header is a sync's tag (api.SyncHeader), but a client
+// may send up to the account's payload cap of them, so a budget counted on the body
+// alone let 64 KiB through where it allows 1 KiB.
 func payloadSize(m *nats.Msg) int {
 	return m.Size() - len(m.Subject) - len(m.Reply)
 }
