@@ -70,8 +70,8 @@ type Flows struct {
 const MaxGatherWait = 30 * time.Second
 
 // Limits bound every connection of the hosts account, enforced by nats-server: a
-// larger message closes the connection ("Maximum Payload Violation"), and so does
-// one subscription too many.
+// larger message closes the connection ("Maximum Payload Violation"); a subscription
+// past the cap is refused ("Maximum Subscriptions Exceeded") and the connection stays.
 type Limits struct {
 	// MaxPayload caps one message published in the hosts account; 0 means 64 KiB.
 	MaxPayload int32
