@@ -115,7 +115,8 @@ func TestAccountsKeepSubjectsApart(t *testing.T) {
 }
 
 // TestHostLimits: nats-server itself closes a host connection that publishes more than
-// the hosts account's payload cap or opens too many subscriptions.
+// the hosts account's payload cap, and refuses a subscription past its count (the
+// connection stays).
 func TestHostLimits(t *testing.T) {
 	m := newMesh(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -227,11 +227,34 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if d, ok := ctx.Deadline(); ok {
 		deadline = time.Until(d)
 	}
-	if !ns.ReadyForConnections(deadline) {
+	if err := waitReady(ns, nlog, deadline); err != nil {
 		ns.Shutdown()
-		return nil, fmt.Errorf("broker: not accepting connections on %s after %s (is the address in use?)", cfg.Listen, deadline)
+		return nil, fmt.Errorf("broker: not accepting connections on %s: %w", cfg.Listen, err)
 	}
 	return &Server{ns: ns, log: log, listen: ns.ClientURL(), accounts: accts, admit: admit, hook: h, nlog: nlog, opts: opts, clustered: cfg.Cluster != nil, routePins: pins, capacity: cfg.Capacity}, nil
+}
+
+// ErrNotReady means nats-server did not start listening, for the reason the error
+// names: a port in use, an address not this machine's, or no answer in time.
+var ErrNotReady = errors.New("the broker did not start")
+
+// waitReady waits until ns accepts connections, for at most deadline, and fails as
+// soon as nats-server reports why it cannot (a listener it could not open): that
+// reason went only to the log, and the caller waited out the whole deadline to say
+// "is the address in use?".
+func waitReady(ns *server.Server, nlog *natsLog, deadline time.Duration) error {
+	end := time.Now().Add(deadline)
+	for {
+		if ns.ReadyForConnections(50 * time.Millisecond) {
+			return nil
+		}
+		if why := nlog.startFailure(); why != "" {
+			return fmt.Errorf("%w: %s", ErrNotReady, why)
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("%w: not ready after %s (is the address in use?)", ErrNotReady, deadline)
+		}
+	}
 }
 
 // A route that leaves routeMaxPingsOut pings unanswered is closed: within about

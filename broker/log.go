@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -33,6 +34,8 @@ type natsLog struct {
 	repeats *logging.Limiter
 	// violations counts every client event (clientEvent), logged or held back.
 	violations eventCounts
+	// fatal is nats-server's first fatal line: why it could not start (startFailure).
+	fatal atomic.Pointer[string]
 }
 
 func newNATSLog(log *slog.Logger, repeats *logging.Limiter) *natsLog {
@@ -52,7 +55,18 @@ func (l *natsLog) Debugf(format string, v ...any)  { l.emit(slog.LevelDebug, for
 // but the broker is embedded and the control node decides what a failure stops. It is
 // never held back.
 func (l *natsLog) Fatalf(format string, v ...any) {
-	l.log.LogAttrs(context.Background(), slog.LevelError, fmt.Sprintf(format, v...), slog.Bool("fatal", true))
+	msg := fmt.Sprintf(format, v...)
+	l.fatal.CompareAndSwap(nil, &msg)
+	l.log.LogAttrs(context.Background(), slog.LevelError, msg, slog.Bool("fatal", true))
+}
+
+// startFailure is nats-server's first fatal line, or "": it reports so only what
+// stops it starting (a listener it could not open).
+func (l *natsLog) startFailure() string {
+	if p := l.fatal.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 func (l *natsLog) Tracef(format string, v ...any) {
