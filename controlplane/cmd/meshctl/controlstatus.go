@@ -10,6 +10,7 @@ import (
 
 	"mesh/broker"
 	"mesh/controlplane/api"
+	"mesh/controlplane/state"
 )
 
 // controlStatus runs `meshctl control status`.
@@ -92,7 +93,8 @@ func reportControlStatus(answers []api.ControlStatus) controlStatusReport {
 
 func printControlStatus(w io.Writer, r controlStatusReport, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONTROL\tRAFT\tLEADER\tTERM\tLAST CONTACT\tCOMMIT INDEX\tAPPLIED INDEX\tVOTERS\tVERSION")
+	fmt.Fprintln(tw, "CONTROL\tRAFT\tLEADER\tTERM\tLAST CONTACT\tCOMMIT INDEX\tAPPLIED INDEX\tVOTERS\tVERSION\tCLOCK")
+	lead, leaderAnswered := r.leaderAnswer()
 	for _, a := range r.Answered {
 		leader, contact := "-", "-"
 		if a.Leader != "" {
@@ -119,8 +121,16 @@ func printControlStatus(w io.Writer, r controlStatusReport, now time.Time) {
 		if a.Version != "" {
 			version = oneLine(a.Version, 64)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\n", oneLine(a.Node, 64), a.Raft, oneLine(leader, 64), a.Term, contact,
-			a.CommitIndex, a.AppliedIndex, oneLine(strings.Join(voters, ","), 200), version)
+		// Against the leader's clock, which stamps declarations and tokens.
+		clock := "-"
+		switch off, ok := clockOff(a, lead); {
+		case leaderAnswered && a.Node == lead.Node:
+			clock = "leader"
+		case leaderAnswered && ok:
+			clock = signed(off)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\n", oneLine(a.Node, 64), a.Raft, oneLine(leader, 64), a.Term, contact,
+			a.CommitIndex, a.AppliedIndex, oneLine(strings.Join(voters, ","), 200), version, clock)
 	}
 	for _, id := range r.Missing {
 		fmt.Fprintf(tw, "%s\t(no answer)\n", oneLine(id, 64))
@@ -137,6 +147,9 @@ func printControlStatus(w io.Writer, r controlStatusReport, now time.Time) {
 	missing := make([]string, len(r.Missing))
 	for i, id := range r.Missing {
 		missing[i] = oneLine(id, 64)
+	}
+	if leaderAnswered {
+		printClocks(w, r, lead, now)
 	}
 	// A node whose disk is full cannot append the entry an election starts with:
 	// starting voters does not help, room does.
@@ -161,5 +174,64 @@ func printControlStatus(w io.Writer, r controlStatusReport, now time.Time) {
 			"if they run, the network between them and this node is cut (a partition): mend it, and do not recover the quorum, as they may have a leader of their own (docs/operations.md, \"Partitions\"). "+
 			"An election takes a few seconds once a quorum runs. If they are lost for good, recover the quorum from the survivors "+
 			"(docs/operations.md, \"Recovering from lost quorum\")\n", up, len(r.Voters), r.Quorum, strings.Join(missing, ", "))
+	}
+}
+
+// leaderAnswer is the leader's own answer, if it gave one.
+func (r controlStatusReport) leaderAnswer() (api.ControlStatus, bool) {
+	for _, a := range r.Answered {
+		if a.Node == r.Leader && a.Raft == api.RaftStateLeader {
+			return a, true
+		}
+	}
+	return api.ControlStatus{}, false
+}
+
+// clockOff is how far a's clock is ahead of the leader's (behind if negative), each
+// as it answered the same request, to the second: the answers left within moments of
+// each other. False when either is from a version that sends no clock.
+func clockOff(a, leader api.ControlStatus) (time.Duration, bool) {
+	if a.At.IsZero() || leader.At.IsZero() {
+		return 0, false
+	}
+	return a.At.Sub(leader.At).Round(time.Second), true
+}
+
+// signed writes an offset with its sign: "+0s", "+2h0m0s", "-7m30s".
+func signed(d time.Duration) string {
+	if d < 0 {
+		return d.String()
+	}
+	return "+" + d.String()
+}
+
+// printClocks says which clock is off, as the control nodes' logs do: the leader's
+// clock stamps declarations and tokens, so a control node whose clock is off by
+// more than state.StampAheadTolerance does harm once it leads, and the leader's own
+// clock does now. The leader's is also compared with this machine's (the answer's
+// delay, at most --wait, is far below the tolerance).
+func printClocks(w io.Writer, r controlStatusReport, lead api.ControlStatus, now time.Time) {
+	for _, a := range r.Answered {
+		off, ok := clockOff(a, lead)
+		if !ok || a.Node == lead.Node || off.Abs() <= state.StampAheadTolerance {
+			continue
+		}
+		way := "ahead of"
+		if off < 0 {
+			way = "behind"
+		}
+		fmt.Fprintf(w, "%s's clock is %s %s the leader's (%s): should it lead, hosts refuse what it stamps an hour ahead of theirs, and the tokens it mints expire early if behind; fix NTP on whichever is wrong (`date -u` on each control node)\n",
+			oneLine(a.Node, 64), off.Abs(), way, oneLine(lead.Node, 64))
+	}
+	if lead.At.IsZero() {
+		return
+	}
+	if off := lead.At.Sub(now).Round(time.Second); off.Abs() > state.StampAheadTolerance {
+		way := "ahead of"
+		if off < 0 {
+			way = "behind"
+		}
+		fmt.Fprintf(w, "the leader's clock (%s) is %s %s this machine's: it stamps declarations and tokens; fix NTP on whichever is wrong (`date -u` there and here)\n",
+			oneLine(lead.Node, 64), off.Abs(), way)
 	}
 }
