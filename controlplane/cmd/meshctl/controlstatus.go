@@ -216,12 +216,12 @@ func printClocks(w io.Writer, r controlStatusReport, lead api.ControlStatus, now
 		if !ok || a.Node == lead.Node || off.Abs() <= state.StampAheadTolerance {
 			continue
 		}
-		way := "ahead of"
+		way, harm := "ahead of", "hosts would refuse what it stamps more than an hour ahead of their clocks"
 		if off < 0 {
-			way = "behind"
+			way, harm = "behind", "the tokens it mints would expire early"
 		}
-		fmt.Fprintf(w, "%s's clock is %s %s the leader's (%s): should it lead, hosts refuse what it stamps an hour ahead of theirs, and the tokens it mints expire early if behind; fix NTP on whichever is wrong (`date -u` on each control node)\n",
-			oneLine(a.Node, 64), off.Abs(), way, oneLine(lead.Node, 64))
+		fmt.Fprintf(w, "%s's clock is %s %s the leader's (%s): should it lead, %s; fix NTP on whichever is wrong (`date -u` on each control node)\n",
+			oneLine(a.Node, 64), off.Abs(), way, oneLine(lead.Node, 64), harm)
 	}
 	if lead.At.IsZero() {
 		return
