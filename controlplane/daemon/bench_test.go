@@ -27,21 +27,7 @@ import (
 // fleet is a control plane with n enrolled nodes, seeded through the log.
 func fleet(b testing.TB, n int) *Daemon {
 	b.Helper()
-	var ports []int
-	for range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-		l.Close()
-	}
-	dir := datadir.Dir(filepath.Join(b.TempDir(), "cp"))
-	if err := bootstrap.Run(bootstrap.Options{Mesh: "bench", Dir: dir,
-		Listen:     fmt.Sprintf("127.0.0.1:%d", ports[0]),
-		RaftListen: fmt.Sprintf("127.0.0.1:%d", ports[1]), ClusterListen: fmt.Sprintf("127.0.0.1:%d", ports[2])}); err != nil {
-		b.Fatal(err)
-	}
+	dir := bootstrapped(b, "bench")
 	d, err := Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.DiscardHandler), wrapAuth: withObserver,
 		Timeouts: replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
 	if err != nil {
@@ -177,4 +163,28 @@ func BenchmarkDeclareFanout(b *testing.B) {
 		})
 		d.Close()
 	}
+}
+
+// bootstrapped bootstraps a control node of mesh in a new data directory, on three
+// ports free when picked: the listeners are held until all three are picked, so they
+// differ (closed one by one, the kernel could hand the same port out twice, and the
+// broker found its own cluster port taken).
+func bootstrapped(t testing.TB, mesh string) datadir.Dir {
+	t.Helper()
+	var ports []int
+	for range 3 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	dir := datadir.Dir(filepath.Join(t.TempDir(), "cp"))
+	if err := bootstrap.Run(bootstrap.Options{Mesh: mesh, Dir: dir,
+		Listen:     fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		RaftListen: fmt.Sprintf("127.0.0.1:%d", ports[1]), ClusterListen: fmt.Sprintf("127.0.0.1:%d", ports[2])}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,8 +16,6 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"mesh/controlplane/api"
-	"mesh/controlplane/bootstrap"
-	"mesh/controlplane/datadir"
 	"mesh/controlplane/replication"
 	"mesh/controlplane/state"
 )
@@ -45,21 +41,7 @@ func (l *lockedBuffer) String() string {
 // loggedDaemon is a single control node logging to log, with nodes enrolled.
 func loggedDaemon(t *testing.T, log *lockedBuffer, nodes []string) *Daemon {
 	t.Helper()
-	var ports []int
-	for range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-		l.Close()
-	}
-	dir := datadir.Dir(filepath.Join(t.TempDir(), "cp"))
-	if err := bootstrap.Run(bootstrap.Options{Mesh: "logs", Dir: dir,
-		Listen:     fmt.Sprintf("127.0.0.1:%d", ports[0]),
-		RaftListen: fmt.Sprintf("127.0.0.1:%d", ports[1]), ClusterListen: fmt.Sprintf("127.0.0.1:%d", ports[2])}); err != nil {
-		t.Fatal(err)
-	}
+	dir := bootstrapped(t, "logs")
 	d, err := Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.NewTextHandler(log, nil)),
 		Timeouts: replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
 	if err != nil {

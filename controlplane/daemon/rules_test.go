@@ -3,15 +3,10 @@ package daemon
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"mesh/controlplane/bootstrap"
-	"mesh/controlplane/datadir"
 	"mesh/controlplane/replication"
 	"mesh/controlplane/state"
 )
@@ -21,21 +16,7 @@ import (
 // gone on) stops serving with ErrNewerRules, and refuses to open again at the same
 // entry, rather than apply the rest of the log otherwise than the others do.
 func TestEntryOfANewerMeshctlStopsTheNode(t *testing.T) {
-	var ports []int
-	for range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-		l.Close()
-	}
-	dir := datadir.Dir(filepath.Join(t.TempDir(), "cp"))
-	if err := bootstrap.Run(bootstrap.Options{Mesh: "rules", Dir: dir,
-		Listen:     fmt.Sprintf("127.0.0.1:%d", ports[0]),
-		RaftListen: fmt.Sprintf("127.0.0.1:%d", ports[1]), ClusterListen: fmt.Sprintf("127.0.0.1:%d", ports[2])}); err != nil {
-		t.Fatal(err)
-	}
+	dir := bootstrapped(t, "rules")
 	open := func() (*Daemon, error) {
 		return Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.DiscardHandler), ReadyTimeout: 20 * time.Second,
 			Timeouts: replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
