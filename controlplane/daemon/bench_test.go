@@ -168,17 +168,21 @@ func BenchmarkDeclareFanout(b *testing.B) {
 // bootstrapped bootstraps a control node of mesh in a new data directory, on three
 // ports free when picked: the listeners are held until all three are picked, so they
 // differ (closed one by one, the kernel could hand the same port out twice, and the
-// broker found its own cluster port taken).
+// broker found its own cluster port taken), then closed for bootstrap's check.
 func bootstrapped(t testing.TB, mesh string) datadir.Dir {
 	t.Helper()
 	var ports []int
+	var held []net.Listener
 	for range 3 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer l.Close()
+		held = append(held, l)
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range held {
+		l.Close()
 	}
 	dir := datadir.Dir(filepath.Join(t.TempDir(), "cp"))
 	if err := bootstrap.Run(bootstrap.Options{Mesh: mesh, Dir: dir,
