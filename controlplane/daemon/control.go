@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,6 +51,9 @@ type controlTracker struct {
 	// clocks is, per node whose clock was reported off this one's, by how much
 	// (its clock less this one's) and when it was reported.
 	clocks map[string]clockReport
+	// handedOver is when this node, leading with a clock off the other voters',
+	// last tried to hand leadership over (see clockHandover).
+	handedOver time.Time
 }
 
 type clockReport struct {
@@ -105,6 +109,88 @@ func (c *controlTracker) checkClock(log *slog.Logger, node string, theirs, ours 
 		log.Warn("another control node's clock is behind this node's: while it leads, the tokens it mints expire early by a right clock and declarations are re-signed late; fix NTP on whichever clock is wrong (`date -u` on each control node)",
 			"node", node, "behind_by", (-off).String(), "its_clock", theirs.UTC().Format(time.RFC3339), "this_clock", ours.UTC().Format(time.RFC3339))
 	}
+}
+
+// handoverEvery is how often, at most, a leader whose clock is off the other voters'
+// hands leadership over (or tries to: a transfer that failed is tried again no
+// sooner): should its clock be right after all, it is not bounced around the cluster.
+const handoverEvery = 5 * time.Minute
+
+// handover is a leader's decision that its own clock is the one off: the other voters
+// whose heartbeats carry their clock, each clock less this node's as its heartbeat
+// arrived (all beyond clockTolerance in the same direction, and within it of each
+// other), and the one of them to hand leadership to.
+type handover struct {
+	target string
+	off    map[string]time.Duration
+	clocks map[string]time.Time
+}
+
+// clockHandover decides, on the leader at now, whether to hand leadership over
+// because its own clock is the one wrong: at least two of voters (the other voters,
+// by Raft's configuration) report, that is beat within three heartbeat intervals, not
+// stopping, with a clock (an older node sends none and does not count); every one of
+// those clocks is more than clockTolerance off this node's in the same direction; and
+// they agree with each other within clockTolerance. With one other voter reporting,
+// nobody can tell which of two clocks is wrong, and nothing is done. The target is
+// the first, by name, of the reporting voters that has caught up with leaderApplied
+// (caughtUp); with none, nothing is done yet. Nothing is done within handoverEvery of
+// the last attempt. It reads the tracker only: the caller records an attempt
+// (noteHandover).
+func (c *controlTracker) clockHandover(voters []string, leaderApplied uint64, now time.Time) (handover, bool) {
+	h := handover{off: map[string]time.Duration{}, clocks: map[string]time.Time{}}
+	c.mu.Lock()
+	last := c.handedOver
+	for _, node := range voters {
+		hb, heard := c.beats[node]
+		at := c.seen[node]
+		if !heard || hb.Stopping || hb.Clock.IsZero() || now.Sub(at) > 3*HeartbeatInterval {
+			continue
+		}
+		h.off[node], h.clocks[node] = hb.Clock.Sub(at).Round(time.Second), hb.Clock
+	}
+	c.mu.Unlock()
+	if !last.IsZero() && now.Sub(last) < handoverEvery {
+		return h, false
+	}
+	if len(h.off) < 2 {
+		return h, false
+	}
+	var lo, hi time.Duration
+	first := true
+	for _, off := range h.off {
+		if first || off < lo {
+			lo = off
+		}
+		if first || off > hi {
+			hi = off
+		}
+		first = false
+	}
+	// All ahead of this clock, or all behind it, by more than the tolerance; and
+	// within the tolerance of each other.
+	if !(lo > clockTolerance || hi < -clockTolerance) || hi-lo > clockTolerance {
+		return h, false
+	}
+	reporting := make([]string, 0, len(h.off))
+	for node := range h.off {
+		reporting = append(reporting, node)
+	}
+	slices.Sort(reporting)
+	for _, node := range reporting {
+		if c.caughtUp(node, leaderApplied) {
+			h.target = node
+			return h, true
+		}
+	}
+	return h, false
+}
+
+// noteHandover records an attempt to hand leadership over, at now.
+func (c *controlTracker) noteHandover(now time.Time) {
+	c.mu.Lock()
+	c.handedOver = now
+	c.mu.Unlock()
 }
 
 // silenceReport is how often a silent control node is reported.
@@ -222,6 +308,7 @@ func (d *Daemon) heartbeatLoop(ctx context.Context) error {
 		_ = d.conns.control.Publish(api.ControlHeartbeatSubject(d.cfg.Node), data)
 		if role == api.RaftLeader && !stopping {
 			d.promoteServing(d.now())
+			d.handOverIfClockOff(d.now())
 		}
 	}
 	for {
@@ -435,6 +522,54 @@ func (d *Daemon) promoteServing(now time.Time) (demoted string) {
 		d.log.Info("control node promoted to voter: it serves and has caught up", "node", c.ID)
 	}
 	return ""
+}
+
+// handOverIfClockOff has the leader hand leadership to another voter when its own
+// clock is the one off the others' (clockHandover decides): while it leads, hosts
+// refuse what it stamps more than an hour ahead of their clocks (not_yet_valid) and
+// the tokens it mints when behind expire early, until someone fixes its clock. The
+// other voters agreeing with each other, a leader with a right clock takes over and
+// the mesh's stamps are right again at once; this node stays a voter.
+func (d *Daemon) handOverIfClockOff(now time.Time) {
+	members, err := d.raft.Members()
+	if err != nil {
+		return
+	}
+	var voters []string
+	addrs := map[string]string{}
+	for _, m := range members {
+		if m.Voter && m.ID != d.cfg.Node {
+			voters = append(voters, m.ID)
+			addrs[m.ID] = m.Address
+		}
+	}
+	h, ok := d.ctl.clockHandover(voters, d.raft.AppliedIndex(), now)
+	if !ok {
+		return
+	}
+	d.ctl.noteHandover(now)
+	nodes := make([]string, 0, len(h.clocks))
+	for node := range h.clocks {
+		nodes = append(nodes, node)
+	}
+	slices.Sort(nodes)
+	var theirs []string
+	var off time.Duration
+	for _, node := range nodes {
+		theirs = append(theirs, node+" "+h.clocks[node].UTC().Format(time.RFC3339))
+		off = h.off[node] // any: they agree within the tolerance
+	}
+	dir, by := "ahead_by", -off
+	if off > 0 {
+		dir, by = "behind_by", off
+	}
+	d.log.Warn("this control node leads with a clock off every other voter's, and theirs agree: it hands leadership to one of them (hosts refuse what a leader stamps more than an hour ahead of their clocks, and the tokens a leader behind mints expire early); fix NTP on this machine (`date -u` here and on the others)",
+		"this_clock", now.UTC().Format(time.RFC3339), dir, by.String(), "other_clocks", strings.Join(theirs, ", "), "to", h.target)
+	if err := d.raft.TransferLeadership(h.target, addrs[h.target]); err != nil {
+		d.log.Warn("leadership not handed over; this node tries again in 5 minutes while its clock stays off", "to", h.target, "err", err)
+		return
+	}
+	d.log.Info("leadership handed over", "to", h.target)
 }
 
 // demoteOne demotes one of the voters other than this (the leader): one that does

@@ -444,6 +444,15 @@ func (n *Node) Demote(id string, timeout time.Duration) error {
 	return n.raft.DemoteVoter(raft.ServerID(id), 0, timeout).Error()
 }
 
+// TransferLeadership has this node, the leader, hand leadership to the voter id at
+// addr: it stops accepting commands, brings the target up to date and has it start an
+// election at once (Raft's leadership transfer). It returns once the transfer
+// completed or failed; an error says why (not the leader, a transfer already under
+// way, the target not a voter or not answering in time).
+func (n *Node) TransferLeadership(id, addr string) error {
+	return n.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr)).Error()
+}
+
 // Remove takes a server out of the configuration.
 func (n *Node) Remove(id string, timeout time.Duration) error {
 	return n.raft.RemoveServer(raft.ServerID(id), 0, timeout).Error()
