@@ -165,29 +165,36 @@ func BenchmarkDeclareFanout(b *testing.B) {
 	}
 }
 
-// bootstrapped bootstraps a control node of mesh in a new data directory, on three
-// ports free when picked: the listeners are held until all three are picked, so they
-// differ (closed one by one, the kernel could hand the same port out twice, and the
-// broker found its own cluster port taken), then closed for bootstrap's check.
-func bootstrapped(t testing.TB, mesh string) datadir.Dir {
+// freeAddrs returns n loopback addresses whose ports were free when picked: the
+// listeners are held until all n are picked, so the ports differ (closed one by one,
+// the kernel could hand the same port out twice, and a broker found its own cluster
+// port taken), then closed for whoever checks or binds them next.
+func freeAddrs(t testing.TB, n int) []string {
 	t.Helper()
-	var ports []int
+	var addrs []string
 	var held []net.Listener
-	for range 3 {
+	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		held = append(held, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		addrs = append(addrs, l.Addr().String())
 	}
 	for _, l := range held {
 		l.Close()
 	}
+	return addrs
+}
+
+// bootstrapped bootstraps a control node of mesh in a new data directory, on three
+// free loopback ports (freeAddrs).
+func bootstrapped(t testing.TB, mesh string) datadir.Dir {
+	t.Helper()
+	addrs := freeAddrs(t, 3)
 	dir := datadir.Dir(filepath.Join(t.TempDir(), "cp"))
 	if err := bootstrap.Run(bootstrap.Options{Mesh: mesh, Dir: dir,
-		Listen:     fmt.Sprintf("127.0.0.1:%d", ports[0]),
-		RaftListen: fmt.Sprintf("127.0.0.1:%d", ports[1]), ClusterListen: fmt.Sprintf("127.0.0.1:%d", ports[2])}); err != nil {
+		Listen: addrs[0], RaftListen: addrs[1], ClusterListen: addrs[2]}); err != nil {
 		t.Fatal(err)
 	}
 	return dir

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,24 +14,6 @@ import (
 	"mesh/controlplane/join"
 	"mesh/controlplane/replication"
 )
-
-// syncBuffer is a log destination several daemons write to at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // serveNode opens and runs the control node of dir, its clock now, until the test
 // ends.
@@ -64,19 +44,7 @@ func serveNode(t *testing.T, dir datadir.Dir, log *slog.Logger, now func() time.
 // loopback ports, joins node with it into a new data directory and serves it.
 func joinNode(t *testing.T, from datadir.Dir, node string, log *slog.Logger) *Daemon {
 	t.Helper()
-	var addrs []string
-	var held []net.Listener
-	for range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-		addrs = append(addrs, l.Addr().String())
-	}
-	for _, l := range held {
-		l.Close()
-	}
+	addrs := freeAddrs(t, 3)
 	tok, err := join.Mint(from, join.MintOptions{Node: node, Broker: addrs[0], Raft: addrs[1], Cluster: addrs[2], TTL: time.Hour})
 	if err != nil {
 		t.Fatalf("mint a control token for %s: %v", node, err)
@@ -111,7 +79,7 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 // with it, hands leadership to one of them, says so with the fix, and a node with a
 // right clock leads.
 func TestLeaderWithAClockAheadHandsOver(t *testing.T) {
-	var logs syncBuffer
+	var logs lockedBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	var skew atomic.Int64
 	dir1 := bootstrapped(t, "clocks")
