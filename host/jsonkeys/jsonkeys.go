@@ -73,7 +73,13 @@ func (e *KeyError) Is(target error) bool { return target == e.Kind }
 // shape Check does not know) are held to the first rule only: what a RawMessage
 // holds is judged again by whatever decodes it. v is what data is or will be
 // decoded into: a pointer, or a value of that type. A document that is not valid
-// JSON gives the decoder's error; callers decode first.
+// JSON is refused with an error that is neither; callers decode first, and the
+// decoder's error says more.
+//
+// Check reads data once, byte by byte, and allocates nothing for a member or an
+// element in the usual case (a name without escapes, an object of a few members):
+// the control plane checks every operator request with it, and a `declare --wait`
+// on a fleet asks about thousands of nodes a request.
 func Check(data []byte, v any) error {
 	if !utf8.Valid(data) {
 		return fmt.Errorf("%w (at byte %d)", ErrUTF8, firstInvalid(data))
@@ -82,19 +88,378 @@ func Check(data []byte, v any) error {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	c := checker{dec: dec}
-	tok, err := dec.Token()
-	if err != nil {
+	c := checker{data: data}
+	c.space()
+	if err := c.value(t); err != nil {
 		return err
 	}
-	return c.value(tok, t, "")
+	if c.space(); c.pos != len(c.data) {
+		return c.syntax("after the top-level value")
+	}
+	return nil
 }
 
+// errSyntax: the document is not JSON. Callers decode first, so that the
+// decoder's own error, which says more, is the one a person sees.
+var errSyntax = errors.New("not valid JSON")
+
+// checker walks one document. path holds the members and elements from the top
+// to the value being read, from which an error's Where is made: only then, so
+// that a document that passes costs no string per member.
 type checker struct {
-	dec   *json.Decoder
+	data  []byte
+	pos   int
 	depth int
+	path  []step
+	// names are the member names of the objects being read, innermost last: each
+	// object's start in it is on the Go stack of object.
+	names [][]byte
+	types map[reflect.Type]*typeInfo
+}
+
+// step is one element of the path to a value: a member's name, or an index.
+type step struct {
+	key   []byte
+	index int // -1 for a member
+}
+
+// typeInfo is what the checker needs of a type, worked out once a Check.
+type typeInfo struct {
+	kind   reflect.Kind // reflect.Invalid: judged as any JSON
+	elem   reflect.Type // a slice's, an array's or a map's
+	fields map[string]reflect.Type
+	folded map[string]string
+}
+
+func (c *checker) info(t reflect.Type) *typeInfo {
+	if ti, ok := c.types[t]; ok {
+		return ti
+	}
+	ti := &typeInfo{}
+	if !reflect.PointerTo(t).Implements(unmarshalerType) && !reflect.PointerTo(t).Implements(textUnmarshalerType) {
+		switch ti.kind = t.Kind(); ti.kind {
+		case reflect.Slice, reflect.Array, reflect.Map:
+			ti.elem = t.Elem()
+		case reflect.Struct:
+			ti.fields, ti.folded = structFields(t)
+		}
+	}
+	if c.types == nil {
+		c.types = map[reflect.Type]*typeInfo{}
+	}
+	c.types[t] = ti
+	return ti
+}
+
+// where is the path to the value being read, as KeyError.Where has it:
+// "files[1].path".
+func (c *checker) where() string {
+	var b strings.Builder
+	for _, s := range c.path {
+		if s.index >= 0 {
+			fmt.Fprintf(&b, "[%d]", s.index)
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(unquote(s.key))
+	}
+	return b.String()
+}
+
+func (c *checker) syntax(what string) error {
+	if c.pos >= len(c.data) {
+		return fmt.Errorf("%w: the document ends %s", errSyntax, what)
+	}
+	return fmt.Errorf("%w: unexpected %q at byte %d, %s", errSyntax, c.data[c.pos], c.pos, what)
+}
+
+func (c *checker) space() {
+	for c.pos < len(c.data) {
+		switch c.data[c.pos] {
+		case ' ', '\t', '\n', '\r':
+			c.pos++
+		default:
+			return
+		}
+	}
+}
+
+// value checks the value at pos, to be decoded into t (nil: any), and leaves pos
+// after it.
+func (c *checker) value(t reflect.Type) error {
+	if c.pos >= len(c.data) {
+		return c.syntax("where a value belongs")
+	}
+	switch c.data[c.pos] {
+	case '{', '[':
+	case '"':
+		_, err := c.str()
+		return err
+	case 't':
+		return c.literal("true")
+	case 'f':
+		return c.literal("false")
+	case 'n':
+		return c.literal("null")
+	default:
+		return c.number()
+	}
+	c.depth++
+	defer func() { c.depth-- }()
+	if c.depth > maxDepth {
+		return fmt.Errorf("JSON nested deeper than %d levels", maxDepth)
+	}
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	var ti *typeInfo
+	if t != nil {
+		ti = c.info(t)
+	}
+	if c.data[c.pos] == '[' {
+		var elem reflect.Type
+		if ti != nil && (ti.kind == reflect.Slice || ti.kind == reflect.Array) {
+			elem = ti.elem
+		}
+		return c.array(elem)
+	}
+	return c.object(ti)
+}
+
+func (c *checker) array(elem reflect.Type) error {
+	c.pos++ // '['
+	if c.space(); c.pos < len(c.data) && c.data[c.pos] == ']' {
+		c.pos++
+		return nil
+	}
+	c.path = append(c.path, step{index: 0})
+	at := len(c.path) - 1
+	for i := 0; ; i++ {
+		c.path[at].index = i
+		c.space()
+		if err := c.value(elem); err != nil {
+			return err
+		}
+		c.space()
+		if c.pos >= len(c.data) {
+			return c.syntax("inside an array")
+		}
+		switch c.data[c.pos] {
+		case ',':
+			c.pos++
+		case ']':
+			c.pos++
+			c.path = c.path[:at]
+			return nil
+		default:
+			return c.syntax("where ',' or ']' belongs")
+		}
+	}
+}
+
+// manyNames is the member count past which an object's names are looked up in a
+// map rather than compared one by one.
+const manyNames = 16
+
+func (c *checker) object(ti *typeInfo) error {
+	c.pos++ // '{'
+	if c.space(); c.pos < len(c.data) && c.data[c.pos] == '}' {
+		c.pos++
+		return nil
+	}
+	var fields map[string]reflect.Type
+	var folded map[string]string
+	isMap := false
+	var elem reflect.Type
+	if ti != nil {
+		switch ti.kind {
+		case reflect.Struct:
+			fields, folded = ti.fields, ti.folded
+		case reflect.Map:
+			isMap, elem = true, ti.elem
+		}
+	}
+	first := len(c.names)
+	defer func() { c.names = c.names[:first] }()
+	var seen map[string]bool // once the object has many members
+	c.path = append(c.path, step{index: -1})
+	at := len(c.path) - 1
+	for {
+		c.space()
+		if c.pos >= len(c.data) || c.data[c.pos] != '"' {
+			return c.syntax("where a member name belongs")
+		}
+		raw, err := c.str()
+		if err != nil {
+			return err
+		}
+		name := raw[1 : len(raw)-1]
+		if bytes.IndexByte(name, '\\') >= 0 {
+			name = []byte(unquote(raw))
+		}
+		c.path[at].key = raw
+		if seen != nil {
+			if seen[string(name)] {
+				return c.keyError(name, "", ErrDuplicate)
+			}
+			seen[string(name)] = true
+		} else {
+			for _, n := range c.names[first:] {
+				if bytes.Equal(n, name) {
+					return c.keyError(name, "", ErrDuplicate)
+				}
+			}
+			c.names = append(c.names, name)
+			if len(c.names)-first > manyNames {
+				seen = make(map[string]bool, 2*manyNames)
+				for _, n := range c.names[first:] {
+					seen[string(n)] = true
+				}
+			}
+		}
+		var next reflect.Type
+		switch {
+		case fields != nil:
+			ft, exact := fields[string(name)]
+			if !exact {
+				if f, ok := folded[fold(string(name))]; ok {
+					return c.keyError(name, f, ErrCase)
+				}
+			}
+			next = ft // nil for a member no field takes: the decoder's to refuse or skip
+		case isMap:
+			next = elem
+		}
+		if c.space(); c.pos >= len(c.data) || c.data[c.pos] != ':' {
+			return c.syntax("where ':' belongs")
+		}
+		c.pos++
+		c.space()
+		if err := c.value(next); err != nil {
+			return err
+		}
+		c.space()
+		if c.pos >= len(c.data) {
+			return c.syntax("inside an object")
+		}
+		switch c.data[c.pos] {
+		case ',':
+			c.pos++
+		case '}':
+			c.pos++
+			c.path = c.path[:at]
+			return nil
+		default:
+			return c.syntax("where ',' or '}' belongs")
+		}
+	}
+}
+
+// keyError is name refused, where the path up to its object says.
+func (c *checker) keyError(name []byte, field string, kind error) error {
+	c.path = c.path[:len(c.path)-1]
+	return &KeyError{Where: c.where(), Key: string(name), Field: field, Kind: kind}
+}
+
+// str reads a string at pos (its opening quote) and returns it with its quotes,
+// as written.
+func (c *checker) str() ([]byte, error) {
+	start := c.pos
+	c.pos++
+	for c.pos < len(c.data) {
+		switch b := c.data[c.pos]; {
+		case b == '"':
+			c.pos++
+			return c.data[start:c.pos], nil
+		case b == '\\':
+			if c.pos+1 >= len(c.data) {
+				return nil, c.syntax("inside a string")
+			}
+			c.pos++
+			switch c.data[c.pos] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				c.pos++
+			case 'u':
+				c.pos++
+				for range 4 {
+					if c.pos >= len(c.data) || !isHex(c.data[c.pos]) {
+						return nil, c.syntax("in a \\u escape")
+					}
+					c.pos++
+				}
+			default:
+				return nil, c.syntax("after a backslash")
+			}
+		case b < 0x20:
+			return nil, c.syntax("inside a string")
+		default:
+			c.pos++
+		}
+	}
+	return nil, c.syntax("inside a string")
+}
+
+func isHex(b byte) bool {
+	return '0' <= b && b <= '9' || 'a' <= b && b <= 'f' || 'A' <= b && b <= 'F'
+}
+
+func (c *checker) literal(word string) error {
+	if !bytes.HasPrefix(c.data[c.pos:], []byte(word)) {
+		return c.syntax("where a value belongs")
+	}
+	c.pos += len(word)
+	return nil
+}
+
+// number reads a number as JSON writes one: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?
+func (c *checker) number() error {
+	digits := func() int {
+		n := 0
+		for c.pos < len(c.data) && '0' <= c.data[c.pos] && c.data[c.pos] <= '9' {
+			c.pos++
+			n++
+		}
+		return n
+	}
+	if c.data[c.pos] == '-' {
+		c.pos++
+	}
+	if c.pos < len(c.data) && c.data[c.pos] == '0' {
+		c.pos++
+	} else if digits() == 0 {
+		return c.syntax("where a value belongs")
+	}
+	if c.pos < len(c.data) && c.data[c.pos] == '.' {
+		c.pos++
+		if digits() == 0 {
+			return c.syntax("in a number's fraction")
+		}
+	}
+	if c.pos < len(c.data) && (c.data[c.pos] == 'e' || c.data[c.pos] == 'E') {
+		c.pos++
+		if c.pos < len(c.data) && (c.data[c.pos] == '+' || c.data[c.pos] == '-') {
+			c.pos++
+		}
+		if digits() == 0 {
+			return c.syntax("in a number's exponent")
+		}
+	}
+	return nil
+}
+
+// unquote is the string raw (quotes included, checked by str) as encoding/json
+// reads it: escapes resolved, and a lone surrogate read as U+FFFD as it reads one.
+func unquote(raw []byte) string {
+	if len(raw) >= 2 && raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw[1 : len(raw)-1])
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return string(raw) // str checked it: not reached
+	}
+	return s
 }
 
 // maxDepth bounds the nesting followed, as encoding/json's own decoder does
@@ -106,98 +471,6 @@ var (
 	unmarshalerType     = reflect.TypeFor[json.Unmarshaler]()
 	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
 )
-
-// value checks the value that starts with tok, to be decoded into t (nil: any).
-func (c *checker) value(tok json.Token, t reflect.Type, where string) error {
-	d, ok := tok.(json.Delim)
-	if !ok {
-		return nil // a scalar holds no member names
-	}
-	c.depth++
-	defer func() { c.depth-- }()
-	if c.depth > maxDepth {
-		return fmt.Errorf("JSON nested deeper than %d levels", maxDepth)
-	}
-	for t != nil && t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t != nil && (reflect.PointerTo(t).Implements(unmarshalerType) || reflect.PointerTo(t).Implements(textUnmarshalerType)) {
-		t = nil // its own decoding: judged as any JSON
-	}
-	switch d {
-	case '[':
-		var elem reflect.Type
-		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
-			elem = t.Elem()
-		}
-		for i := 0; c.dec.More(); i++ {
-			tok, err := c.dec.Token()
-			if err != nil {
-				return err
-			}
-			if err := c.value(tok, elem, fmt.Sprintf("%s[%d]", where, i)); err != nil {
-				return err
-			}
-		}
-		_, err := c.dec.Token() // ']'
-		return err
-	case '{':
-		return c.object(t, where)
-	}
-	return fmt.Errorf("unexpected %v", d)
-}
-
-func (c *checker) object(t reflect.Type, where string) error {
-	var fields map[string]reflect.Type // a struct's, by exact name
-	var folded map[string]string       // a struct's names, by their folded form
-	isMap := false
-	var elem reflect.Type // a map's values
-	if t != nil {
-		switch t.Kind() {
-		case reflect.Struct:
-			fields, folded = structFields(t)
-		case reflect.Map:
-			isMap, elem = true, t.Elem()
-		}
-	}
-	seen := map[string]bool{}
-	for c.dec.More() {
-		tok, err := c.dec.Token()
-		if err != nil {
-			return err
-		}
-		key, ok := tok.(string)
-		if !ok {
-			return fmt.Errorf("unexpected %v where a member name belongs", tok)
-		}
-		if seen[key] {
-			return &KeyError{Where: where, Key: key, Kind: ErrDuplicate}
-		}
-		seen[key] = true
-		var next reflect.Type
-		switch {
-		case fields != nil:
-			ft, exact := fields[key]
-			if !exact {
-				if name, ok := folded[fold(key)]; ok {
-					return &KeyError{Where: where, Key: key, Field: name, Kind: ErrCase}
-				}
-			}
-			next = ft // nil for a member no field takes: the decoder's to refuse or skip
-		case isMap:
-			next = elem
-		}
-		tok, err = c.dec.Token()
-		if err != nil {
-			return err
-		}
-		if err := c.value(tok, next, join(where, key)); err != nil {
-			return err
-		}
-	}
-	_, err := c.dec.Token() // '}'
-	return err
-}
 
 // structFields lists the JSON member names encoding/json decodes into t, with
 // the types they decode into, and the same names by their folded form. Fields of
@@ -254,13 +527,6 @@ func fold(s string) string {
 		}
 		return least
 	}, s)
-}
-
-func join(where, key string) string {
-	if where == "" {
-		return key
-	}
-	return where + "." + key
 }
 
 // firstInvalid is the offset of the first byte of data that is not valid UTF-8.
