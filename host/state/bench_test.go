@@ -121,3 +121,18 @@ func runningState() Applied {
 	a.LastError, a.LastErrorCode, a.LastErrorVersion = "", "", 0
 	return a
 }
+
+// BenchmarkEncode measures Store.encode alone, the JSON of the applied state an
+// agent of a running mesh holds, which every Save writes:
+//
+//	go test -run='^$' -bench=Encode -benchmem ./host/state/
+func BenchmarkEncode(b *testing.B) {
+	a := runningState()
+	s := NewStore(b.TempDir())
+	for i := 0; b.Loop(); i++ {
+		a.Version = uint64(i)
+		if _, err := s.encode(a); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

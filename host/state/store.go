@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,11 +29,14 @@ type Store struct {
 	known bool
 	sl    slots
 	stamp stamp
-	buf   []byte       // the record being written, reused
-	enc   bytes.Buffer // the JSON being encoded, reused
+	buf   []byte // the record being written, reused
+	enc   []byte // the JSON being encoded (appendApplied), reused
 	// keyring is the keyring envelope last found to be JSON: it changes on a key
 	// rotation, and checking it again on every save was a tenth of a save.
 	keyring []byte
+	// keyring64 is keyring in base64, as the JSON holds it: encoding it again on
+	// every save was most of what remained of encoding the state.
+	keyring64 []byte
 }
 
 // NewStore returns the Store of stateDir.
@@ -66,7 +70,8 @@ func (s *Store) Save(a Applied) error {
 	return s.overwrite(f, js)
 }
 
-// encode validates a and returns its JSON, in a buffer the next encode reuses.
+// encode validates a and returns its JSON, the bytes encoding/json writes for it
+// (appendApplied), in a buffer the next encode reuses.
 func (s *Store) encode(a Applied) ([]byte, error) {
 	if a.Format == 0 {
 		a.Format = FormatVersion
@@ -77,12 +82,24 @@ func (s *Store) encode(a Applied) ([]byte, error) {
 	}
 	if !keyringChecked && len(a.Keyring) > 0 {
 		s.keyring = bytes.Clone(a.Keyring)
+		s.keyring64 = base64.StdEncoding.AppendEncode(s.keyring64[:0], a.Keyring)
 	}
-	s.enc.Reset()
-	if err := json.NewEncoder(&s.enc).Encode(a); err != nil {
-		return nil, fmt.Errorf("state: encoding: %w", err)
+	var keyring64 []byte
+	if len(a.Keyring) > 0 {
+		keyring64 = s.keyring64 // a.Keyring is s.keyring, in either case above
 	}
-	js := bytes.TrimSuffix(s.enc.Bytes(), []byte("\n"))
+	js, ok := appendApplied(s.enc[:0], &a, keyring64)
+	if ok {
+		s.enc = js
+	} else {
+		// appendApplied gave up (a time MarshalJSON refuses): encoding/json, which it
+		// stands in for, decides, and says why.
+		var buf bytes.Buffer
+		if err := json.NewEncoder(&buf).Encode(a); err != nil {
+			return nil, fmt.Errorf("state: encoding: %w", err)
+		}
+		js = bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	}
 	if 2*slotSizeFor(len(js)) > MaxFileSize {
 		return nil, fmt.Errorf("state: refusing to save an applied state of %d bytes, more than the %d a state file holds", len(js), MaxFileSize/4-headerLen)
 	}
