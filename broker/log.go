@@ -47,9 +47,15 @@ func newNATSLog(log *slog.Logger, repeats *logging.Limiter) *natsLog {
 }
 
 func (l *natsLog) Noticef(format string, v ...any) { l.emit(slog.LevelInfo, format, v) }
-func (l *natsLog) Warnf(format string, v ...any)   { l.emit(slog.LevelWarn, format, v) }
-func (l *natsLog) Errorf(format string, v ...any)  { l.emit(slog.LevelError, format, v) }
-func (l *natsLog) Debugf(format string, v ...any)  { l.emit(slog.LevelDebug, format, v) }
+func (l *natsLog) Warnf(format string, v ...any) {
+	level := slog.LevelWarn
+	if slices.Contains(byDesign, format) {
+		level = slog.LevelInfo
+	}
+	l.emit(level, format, v)
+}
+func (l *natsLog) Errorf(format string, v ...any) { l.emit(slog.LevelError, format, v) }
+func (l *natsLog) Debugf(format string, v ...any) { l.emit(slog.LevelDebug, format, v) }
 
 // Fatalf is an error marked fatal: nats-server's own logger would exit the process,
 // but the broker is embedded and the control node decides what a failure stops. It is
@@ -58,6 +64,17 @@ func (l *natsLog) Fatalf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
 	l.fatal.CompareAndSwap(nil, &msg)
 	l.log.LogAttrs(context.Background(), slog.LevelError, msg, slog.Bool("fatal", true))
+}
+
+// byDesign are the warnings nats-server gives at every start of this broker about
+// what this product chose: they are info here, so that a healthy start logs no
+// warning and an alert on WARN is kept for what goes wrong. Every port speaks TLS
+// first (TestEveryPortSpeaksTLS13First): a client that does not is refused, as meant.
+// TestByDesignWarningsAreInfo checks each against the source of the nats-server this
+// module builds with, so that a release that rewords one fails there rather than
+// warning again unnoticed; daemon's TestAHealthyStartLogsNoWarning starts a node.
+var byDesign = []string{
+	`Clients that are not using "TLS Handshake First" option will fail to connect`,
 }
 
 // startFailure is nats-server's first fatal line, or "": it reports so only what

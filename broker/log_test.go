@@ -5,6 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -181,6 +185,56 @@ func TestClientEventsAreWarnings(t *testing.T) {
 		msg, _ := r["msg"].(string)
 		if r["level"] != want[msg] {
 			t.Errorf("%q at %v, want %s", msg, r["level"], want[msg])
+		}
+	}
+}
+
+// TestByDesignWarningsAreInfo: the warnings nats-server gives at every start about what
+// this broker chose are info lines, and nats-server still gives each, word for word, at
+// WARN (its source, as this module builds it).
+func TestByDesignWarningsAreInfo(t *testing.T) {
+	var out bytes.Buffer
+	l := newNATSLog(slog.New(slog.NewJSONHandler(&out, nil)), nil)
+	for _, format := range byDesign {
+		l.Warnf(format)
+	}
+	l.Warnf("another warning")
+	recs := jsonRecords(t, &out)
+	if len(recs) != len(byDesign)+1 {
+		t.Fatalf("%d lines, want %d:\n%s", len(recs), len(byDesign)+1, out.String())
+	}
+	for i, r := range recs {
+		want := "INFO"
+		if i == len(byDesign) {
+			want = "WARN"
+		}
+		if r["level"] != want {
+			t.Errorf("%q logged at %v, want %s", r["msg"], r["level"], want)
+		}
+	}
+
+	dir, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/nats-io/nats-server/v2").Output()
+	if err != nil {
+		t.Skipf("cannot locate nats-server's source (go list -m: %v)", err)
+	}
+	files, _ := filepath.Glob(filepath.Join(strings.TrimSpace(string(dir)), "server", "*.go"))
+	var src strings.Builder
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src.Write(b)
+	}
+	if src.Len() == 0 {
+		t.Skip("no Go source in nats-server's module directory")
+	}
+	for _, format := range byDesign {
+		if !strings.Contains(src.String(), "Warnf("+strconv.Quote(format)+")") {
+			t.Errorf("nats-server no longer warns %q: update byDesign", format)
 		}
 	}
 }

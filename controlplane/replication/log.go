@@ -100,9 +100,29 @@ func peerUnreachable(msg string) bool {
 	return false
 }
 
+// firstElection reports whether msg and args are Raft's line for the election a node
+// starts when it has heard of no leader since it started: every start of a control
+// node that is alone or whose peers have not spoken yet, an ordinary day. A node
+// that lost the leader it had names it (last-leader-id) and keeps the warning; a node
+// that cannot win an election warns again at each one ("Election timeout reached").
+func firstElection(msg string, args []any) bool {
+	if msg != "heartbeat timeout reached, starting election" {
+		return false
+	}
+	for i := 0; i+1 < len(args); i += 2 {
+		if args[i] == "last-leader-id" {
+			return fmt.Sprint(args[i+1]) == "" // a raft.ServerID
+		}
+	}
+	return false
+}
+
 func (l *slogger) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.Error && peerUnreachable(msg) {
 		level = hclog.Warn
+	}
+	if level == hclog.Warn && firstElection(msg, args) {
+		level = hclog.Info
 	}
 	if !l.enabled(level) {
 		return

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 
 	"mesh/logging"
 )
@@ -253,4 +254,33 @@ func raftSource(t *testing.T) string {
 		all.Write(b)
 	}
 	return all.String()
+}
+
+// TestAFirstElectionIsNotAWarning: the election a node starts having heard of no
+// leader since it started (every start of a lone control node) is logged at info, so
+// not at all below debug; one a node starts after losing the leader it had stays a
+// warning. The line is checked against hashicorp/raft's source.
+func TestAFirstElectionIsNotAWarning(t *testing.T) {
+	const msg = "heartbeat timeout reached, starting election"
+	for _, tc := range []struct {
+		leader raft.ServerID
+		want   string
+	}{{"", "INFO"}, {"cp-2", "WARN"}} {
+		var out bytes.Buffer
+		l := newSlogger(jsonLogger(&out, slog.LevelDebug), "raft", hclog.Debug, logging.NewLimiter(10*time.Second, time.Now))
+		l.Warn(msg, "last-leader-addr", raft.ServerAddress(""), "last-leader-id", tc.leader)
+		recs := records(t, &out)
+		if len(recs) != 1 || recs[0]["level"] != tc.want {
+			t.Errorf("last leader %q: %v, want one line at %s", tc.leader, recs, tc.want)
+		}
+		out.Reset()
+		atWarn := newSlogger(jsonLogger(&out, slog.LevelInfo), "raft", hclog.Warn, logging.NewLimiter(10*time.Second, time.Now))
+		atWarn.Warn(msg, "last-leader-addr", raft.ServerAddress(""), "last-leader-id", tc.leader)
+		if got := len(records(t, &out)); (got == 1) != (tc.want == "WARN") {
+			t.Errorf("last leader %q, Raft's lines from WARN up: %d lines", tc.leader, got)
+		}
+	}
+	if src := raftSource(t); !strings.Contains(src, `r.logger.Warn("`+msg+`", "last-leader-addr", lastLeaderAddr, "last-leader-id", lastLeaderID)`) {
+		t.Errorf("hashicorp/raft no longer logs %q with last-leader-id at WARN: update firstElection", msg)
+	}
 }
