@@ -8,11 +8,12 @@ import (
 )
 
 // publishDeclarations signs and sends each node's declaration. Signing dominates a
-// fleet-wide declaration (Ed25519, ~20 µs each), so it runs on every core; sending
-// follows in node order, from the publisher's connection.
+// fleet-wide declaration (Ed25519, ~20 µs each), so it runs on every core, and each
+// worker sends what it signed at once, from the publisher's connection: the first
+// nodes of a fleet of 10,000 get theirs while the others are still being signed,
+// not after all of them (about 150 ms on two cores), and verify and apply meanwhile.
 func (d *Daemon) publishDeclarations(nodes []string) {
 	inputs := d.fsm.DeclarationInputs(nodes)
-	envs := make([][]byte, len(inputs))
 	workers := min(runtime.GOMAXPROCS(0), max(1, len(inputs)/64))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -29,19 +30,15 @@ func (d *Daemon) publishDeclarations(nodes []string) {
 					mu.Unlock()
 					continue
 				}
-				envs[i] = env
+				if err := d.conns.publisher.Publish(api.DeclarationSubject(inputs[i].Node), env); err != nil {
+					mu.Lock()
+					unsent.add(inputs[i].Node, err)
+					mu.Unlock()
+				}
 			}
 		}()
 	}
 	wg.Wait()
-	for i, env := range envs {
-		if env == nil {
-			continue
-		}
-		if err := d.conns.publisher.Publish(api.DeclarationSubject(inputs[i].Node), env); err != nil {
-			unsent.add(inputs[i].Node, err)
-		}
-	}
 	_ = d.conns.publisher.Flush()
 	// One line for the fan-out, not one a node: what fails for one node of a
 	// fleet (the signing key, the connection to the broker) fails for them all.
