@@ -172,7 +172,8 @@ func (c *checker) syntax(what string) error {
 	if c.pos >= len(c.data) {
 		return fmt.Errorf("%w: the document ends %s", errSyntax, what)
 	}
-	return fmt.Errorf("%w: unexpected %q at byte %d, %s", errSyntax, c.data[c.pos], c.pos, what)
+	// The byte itself is not quoted: it may be part of a secret.
+	return fmt.Errorf("%w: unexpected byte at offset %d, %s", errSyntax, c.pos, what)
 }
 
 func (c *checker) space() {
