@@ -35,8 +35,10 @@ type ControlPlane struct {
 	LogLevel string
 	// Listen is the broker address, set by Bootstrap.
 	Listen string
-	// Metrics, when set, is the address serve exposes /metrics and its profiler on.
+	// Metrics, when set, is the address serve exposes /metrics on, and its profiler
+	// when Pprof is set.
 	Metrics string
+	Pprof   bool
 
 	mu        sync.Mutex
 	cmd       *exec.Cmd
@@ -78,7 +80,10 @@ func (cp *ControlPlane) Start() error {
 	}
 	args := []string{"serve", "--data", cp.Dir, "--log-level", cp.LogLevel}
 	if cp.Metrics != "" {
-		args = append(args, "--metrics-listen", cp.Metrics, "--pprof")
+		args = append(args, "--metrics-listen", cp.Metrics)
+		if cp.Pprof {
+			args = append(args, "--pprof")
+		}
 	}
 	cmd := exec.Command(cp.Meshctl, args...)
 	cmd.Stdout, cmd.Stderr = log, log

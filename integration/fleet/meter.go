@@ -22,6 +22,18 @@ type Phase struct {
 	// CollectedMs is the CPU time of the garbage collection this process ran just
 	// before the phase began, not part of the phase's figures (see collect).
 	CollectedMs float64 `json:"collected_before_ms"`
+	// ServeGC is what serve's collector did in the phase, when its /metrics could
+	// be read at both ends (nil otherwise, and for the baseline).
+	ServeGC *GCUse `json:"serve_gc,omitempty"`
+}
+
+// GCUse is what a process's garbage collector did in a phase: how many collections
+// it ran and how much the process allocated. At 10,000 hosts one collection of
+// serve's is most of a second of CPU, so a round that holds one costs serve about
+// twice what a round without one does: this says which rounds did.
+type GCUse struct {
+	Collections  int     `json:"collections"`
+	AllocatedMiB float64 `json:"allocated_mib"`
 }
 
 // Wall is the phase's wall time.
@@ -55,6 +67,8 @@ type meter struct {
 	phases []Phase
 	// prof, when set, profiles the phases it matches.
 	prof *profiler
+	// serveGC, when set, reads serve's collector's counters (from its /metrics).
+	serveGC func() gcCounters
 }
 
 // machine reads the whole machine's busy CPU time.
@@ -72,6 +86,8 @@ type span struct {
 	probe     chan Probe
 	// collected is the CPU time of the collection before the phase.
 	collected time.Duration
+	// gc is serve's collector's counters at the phase's start.
+	gc gcCounters
 }
 
 // probeSpeed measures how fast the machine does a fixed piece of work now: one
@@ -181,6 +197,11 @@ func (m *meter) start(name string, collecting bool) *span {
 	}
 	s.cpu[len(m.sources)] = m.reading(machine())
 	s.prof = m.prof.begin(name)
+	if m.serveGC != nil {
+		// After the profiler's own collections, which are not the phase's. The
+		// scrape costs serve about a millisecond of the phase's CPU.
+		s.gc = m.serveGC()
+	}
 	s.start = time.Now()
 	go sampleSpeed(s.stopProbe, s.probe)
 	return s
@@ -213,6 +234,17 @@ func (s *span) end() Phase {
 	other = max(0, other)
 	p.CPUMs[otherCPU] = ms(other)
 	line += fmt.Sprintf(", other %s CPU", other.Round(time.Millisecond))
+	if s.m.serveGC != nil && s.gc.ok {
+		// Before the profiler's end, whose collections are not the phase's.
+		switch now := s.m.serveGC(); {
+		case !now.ok:
+		case now.allocated < s.gc.allocated:
+			line += "; serve restarted: its collections not counted"
+		default:
+			p.ServeGC = &GCUse{Collections: int(now.cycles - s.gc.cycles), AllocatedMiB: (now.allocated - s.gc.allocated) / (1 << 20)}
+			line += fmt.Sprintf("; serve collected %d times, allocated %.1f MiB", p.ServeGC.Collections, p.ServeGC.AllocatedMiB)
+		}
+	}
 	s.prof.end()
 	p.Probe = probe
 	line += fmt.Sprintf("; machine probe %.1f µs (%.1f–%.1f, %d); collected before it %s CPU", probe.MeanUs, probe.MinUs, probe.MaxUs, probe.N, s.collected.Round(time.Millisecond))

@@ -113,12 +113,21 @@ func runProduct(ctx context.Context, cfg Config, meshctl, workDir, hostDir strin
 	b.meter = &meter{out: cfg.Out, self: "bench", sources: []cpuSource{
 		{"serve", b.cp.CPU}, {"bench", SelfCPU}, {"meshctl", b.cp.CtlCPU},
 	}}
-	if cfg.ProfileDir != "" {
-		ports, err := freePorts(1)
-		if err != nil {
-			return nil, err
+	// serve's /metrics says how often it collected in each phase; with -profile-dir
+	// the same listener serves its profiles.
+	ports, err := freePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	b.cp.Metrics = fmt.Sprintf("127.0.0.1:%d", ports[0])
+	b.meter.serveGC = func() gcCounters {
+		if !b.cp.Running() {
+			return gcCounters{}
 		}
-		b.cp.Metrics = fmt.Sprintf("127.0.0.1:%d", ports[0])
+		return readGC(b.cp.Metrics)
+	}
+	if cfg.ProfileDir != "" {
+		b.cp.Pprof = true
 		if err := os.MkdirAll(cfg.ProfileDir, 0o755); err != nil {
 			return nil, err
 		}

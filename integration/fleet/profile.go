@@ -33,9 +33,6 @@ type phaseProfile struct {
 	base   string
 	local  *os.File
 	remote chan error
-	// gc is serve's garbage collector's counters at the phase's start: its cost
-	// follows what serve allocates, which a CPU profile only shows in part.
-	gc gcCounters
 }
 
 // gcCounters are what serve's /metrics says of its allocations so far.
@@ -86,7 +83,6 @@ func (p *profiler) begin(phase string) *phaseProfile {
 		}
 	}
 	if addr := p.serve(); addr != "" {
-		pp.gc = readGC(addr)
 		// What serve allocated in the phase is the difference of these two:
 		//	go tool pprof -sample_index=alloc_space -diff_base X.serve.allocs-start X.serve.allocs-end
 		if err := fetchAllocs(addr, base+".serve.allocs-start"); err != nil {
@@ -109,17 +105,11 @@ func (pp *phaseProfile) end() {
 		pp.local.Close()
 	}
 	if pp.remote != nil {
-		if addr := pp.p.serve(); addr != "" && pp.gc.ok {
-			switch now := readGC(addr); {
-			case !now.ok:
-			case now.allocated < pp.gc.allocated:
-				fmt.Fprintln(pp.p.out, "   serve restarted in the phase: its allocations since are not told apart")
-			default:
-				fmt.Fprintf(pp.p.out, "   serve allocated %.1f MiB in the phase; %.0f garbage collections\n",
-					(now.allocated-pp.gc.allocated)/(1<<20), now.cycles-pp.gc.cycles)
-				if err := fetchAllocs(addr, pp.base+".serve.allocs-end"); err != nil {
-					fmt.Fprintf(pp.p.out, "   (no allocation profile of serve: %v)\n", err)
-				}
+		if addr := pp.p.serve(); addr != "" {
+			// What serve allocated and how often it collected are the phase's line
+			// (meter); this is where the allocations were made.
+			if err := fetchAllocs(addr, pp.base+".serve.allocs-end"); err != nil {
+				fmt.Fprintf(pp.p.out, "   (no allocation profile of serve: %v)\n", err)
 			}
 		}
 		if err := <-pp.remote; err != nil {

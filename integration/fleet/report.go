@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 )
@@ -271,12 +272,20 @@ func (r *Report) Print(w io.Writer) {
 	}
 }
 
+// gcText is a phase's serve collections, "-" when they were not read.
+func gcText(g *GCUse) string {
+	if g == nil {
+		return "-"
+	}
+	return strconv.Itoa(g.Collections)
+}
+
 func printProduct(w io.Writer, cfg Config, p *ProductResult) {
 	fmt.Fprintln(w, "\nthe product: meshctl serve (own process, real disk) and N agents (this process, tmpfs)")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "phase\twall\tserve CPU\tbench CPU\tmeshctl CPU\tother CPU\tprobe µs\tbench GC before\t")
+	fmt.Fprintln(tw, "phase\twall\tserve CPU\tserve GCs\tbench CPU\tmeshctl CPU\tother CPU\tprobe µs\tbench GC before\t")
 	for _, ph := range p.Phases {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", ph.Name, secs(ph.WallMs), secs(ph.CPUMs["serve"]), secs(ph.CPUMs["bench"]), secs(ph.CPUMs["meshctl"]), secs(ph.CPUMs[otherCPU]), probeText(ph), secs(ph.CollectedMs))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", ph.Name, secs(ph.WallMs), secs(ph.CPUMs["serve"]), gcText(ph.ServeGC), secs(ph.CPUMs["bench"]), secs(ph.CPUMs["meshctl"]), secs(ph.CPUMs[otherCPU]), probeText(ph), secs(ph.CollectedMs))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)

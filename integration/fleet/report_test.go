@@ -2,11 +2,16 @@ package fleet
 
 import (
 	"context"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // The report warns when the machine's speed moved between phases by more than a
@@ -116,5 +121,50 @@ func TestIdleChargesPerHostSecond(t *testing.T) {
 	cancel()
 	if _, err := m.idle(ctx, "cancelled", time.Hour, 10, "srv"); err == nil {
 		t.Fatal("a cancelled idle phase returned no error")
+	}
+}
+
+// A phase records what serve's collector did in it, read from a real /metrics (this
+// process's Go collector stands for serve's), and leaves it out when it cannot tell:
+// serve restarted in the phase, or its /metrics did not answer.
+func TestPhaseCountsServeCollections(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector())
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+
+	var out strings.Builder
+	m := &meter{out: &out, self: "bench", sources: []cpuSource{{"bench", SelfCPU}},
+		serveGC: func() gcCounters { return readGC(addr) }}
+	s := m.beginAsIs("two collections")
+	var keep [][]byte
+	for range 16 {
+		keep = append(keep, make([]byte, 1<<20))
+	}
+	runtime.GC()
+	runtime.GC()
+	p := s.end()
+	runtime.KeepAlive(keep)
+	if p.ServeGC == nil || p.ServeGC.Collections < 2 || p.ServeGC.AllocatedMiB < 16 {
+		t.Fatalf("serve GC %+v, want at least 2 collections and 16 MiB\n%s", p.ServeGC, out.String())
+	}
+	if !strings.Contains(out.String(), "; serve collected") {
+		t.Fatalf("the phase line does not say what serve collected:\n%s", out.String())
+	}
+
+	readings := []gcCounters{{allocated: 100, cycles: 5, ok: true}, {allocated: 10, cycles: 1, ok: true}}
+	m.serveGC = func() gcCounters { r := readings[0]; readings = readings[1:]; return r }
+	if p := m.beginAsIs("restarted").end(); p.ServeGC != nil || !strings.Contains(out.String(), "serve restarted") {
+		t.Fatalf("a restart in the phase gave %+v\n%s", p.ServeGC, out.String())
+	}
+	m.serveGC = func() gcCounters { return gcCounters{} }
+	if p := m.beginAsIs("unreadable").end(); p.ServeGC != nil {
+		t.Fatalf("an unreadable /metrics gave %+v", p.ServeGC)
+	}
+	var table strings.Builder
+	printProduct(&table, Config{}, &ProductResult{Phases: []Phase{{Name: "read", CPUMs: map[string]float64{}, ServeGC: &GCUse{Collections: 3}}, {Name: "unread", CPUMs: map[string]float64{}}}})
+	if !strings.Contains(table.String(), "serve GCs") {
+		t.Fatalf("the phase table has no serve GCs column:\n%s", table.String())
 	}
 }
