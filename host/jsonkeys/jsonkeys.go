@@ -243,21 +243,30 @@ func (c *checker) array(elem reflect.Type) error {
 		if err := c.value(elem); err != nil {
 			return err
 		}
-		c.space()
-		if c.pos >= len(c.data) {
-			return c.syntax("inside an array")
-		}
-		switch c.data[c.pos] {
-		case ',':
-			c.pos++
-		case ']':
-			c.pos++
+		more, err := c.after(']', "an array")
+		if err != nil || !more {
 			c.path = c.path[:at]
-			return nil
-		default:
-			return c.syntax("where ',' or ']' belongs")
+			return err
 		}
 	}
+}
+
+// after reads what follows an element or a member: a comma (more follow) or close
+// (the array or object ends).
+func (c *checker) after(close byte, in string) (more bool, err error) {
+	c.space()
+	if c.pos >= len(c.data) {
+		return false, c.syntax("inside " + in)
+	}
+	switch c.data[c.pos] {
+	case ',':
+		c.pos++
+		return true, nil
+	case close:
+		c.pos++
+		return false, nil
+	}
+	return false, c.syntax(fmt.Sprintf("where ',' or '%c' belongs", close))
 }
 
 // manyNames is the member count past which an object's names are looked up in a
@@ -341,19 +350,10 @@ func (c *checker) object(ti *typeInfo) error {
 		if err := c.value(next); err != nil {
 			return err
 		}
-		c.space()
-		if c.pos >= len(c.data) {
-			return c.syntax("inside an object")
-		}
-		switch c.data[c.pos] {
-		case ',':
-			c.pos++
-		case '}':
-			c.pos++
+		more, err := c.after('}', "an object")
+		if err != nil || !more {
 			c.path = c.path[:at]
-			return nil
-		default:
-			return c.syntax("where ',' or '}' belongs")
+			return err
 		}
 	}
 }
