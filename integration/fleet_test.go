@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/user"
@@ -120,6 +121,55 @@ func TestFleetTargeting(t *testing.T) {
 	if st.Code != 5 || !strings.Contains(st.Stdout, "3 node(s): 1 converged") || !strings.Contains(st.Stdout, "1 offline") ||
 		!strings.Contains(st.Stderr, "web-2 (failing") || strings.Contains(st.Stderr, "db-1") {
 		t.Fatalf("status: exit %d\n%s", st.Code, st.Combined())
+	}
+
+	// The roster narrowed: web-1 (tier=web, env=prod) converged, web-2 (tier=web,
+	// env=dev) failing, db-1 (relabelled tier=web) offline.
+	listed := func(args ...string) []string {
+		t.Helper()
+		r := cp.Ctl(append([]string{"nodes", "--json"}, args...)...)
+		var res struct {
+			Nodes []struct {
+				ID string `json:"id"`
+			} `json:"nodes"`
+		}
+		if r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &res) != nil {
+			t.Fatalf("nodes --json %v: exit %d\n%s", args, r.Code, r.Combined())
+		}
+		var ids []string
+		for _, n := range res.Nodes {
+			ids = append(ids, n.ID)
+		}
+		return ids
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--state", "offline"}, "db-1"},
+		{[]string{"--label", "tier=web", "--label", "env=dev"}, "web-2"},
+		{[]string{"--role", "worker", "--state", "alive"}, "web-1 web-2"},
+		{[]string{"--label", "env=none"}, ""},
+	} {
+		if got := strings.Join(listed(c.args...), " "); got != c.want {
+			t.Errorf("nodes %v lists %q, want %q", c.args, got, c.want)
+		}
+	}
+	if r := cp.Ctl("nodes", "--label", "env=none"); r.Code != 0 || !strings.Contains(r.Stdout, "(none of the 3 node(s) matches --label env=none)") {
+		t.Errorf("nodes selecting none: exit %d\n%s", r.Code, r.Combined())
+	}
+	// status about the selection only: prod converged, dev failing, none refused.
+	if r := cp.Ctl("status", "--label", "env=prod"); r.Code != 0 || !strings.Contains(r.Stdout, "1 node(s): 1 converged") {
+		t.Errorf("status --label env=prod: exit %d\n%s", r.Code, r.Combined())
+	}
+	if r := cp.Ctl("status", "--label", "env=dev"); r.Code != 5 || !strings.Contains(r.Stderr, "web-2 (failing") {
+		t.Errorf("status --label env=dev: exit %d\n%s", r.Code, r.Combined())
+	}
+	if r := cp.Ctl("status", "--label", "env=none"); r.Code != 1 || !strings.Contains(r.Stderr, "no node matches --label env=none") {
+		t.Errorf("status selecting none: exit %d, want 1\n%s", r.Code, r.Combined())
+	}
+	if r := cp.Ctl("status", "web-1", "--state", "alive"); r.Code != 2 {
+		t.Errorf("status with names and a selection: exit %d, want 2\n%s", r.Code, r.Combined())
 	}
 }
 

@@ -143,6 +143,8 @@ func TestCompletionCandidates(t *testing.T) {
 		{[]string{"__complete", "nodes", "--"}, []string{"--data", "--servers", "--creds", "--ca", "--context", "--json"}},
 		{[]string{"__complete", "serve", "--log-format", ""}, []string{"text", "json"}},
 		{[]string{"__complete", "token", "--role", ""}, []string{"worker", "control"}},
+		{[]string{"__complete", "status", "--state", ""}, []string{"alive", "offline", "revoked"}},
+		{[]string{"__complete", "nodes", "--ro"}, []string{"--role"}},
 		{[]string{"__complete", "signing-key", ""}, []string{"rotate", "status", "retire"}},
 		{[]string{"__complete", "token", ""}, []string{"list", "cancel"}},
 		{[]string{"__complete", "completion", ""}, []string{"bash", "zsh", "fish"}},

@@ -24,26 +24,34 @@ func statusCommand() command {
 Exits 0 only when every live node applied the version declared for it, ran its hooks
 without a failure, and is not stale; otherwise 5, naming the nodes that are not (a
 failed hook with the end of its output). Offline and revoked nodes are
-counted, not waited for.`, true)
+counted, not waited for. With --role, --label or --state, the table, the summary and
+the verdict are about the nodes selected, and a selection of none exits 1.`, true)
 }
 
 // rosterCommand is nodes, or status when withSummary adds the convergence summary.
 func rosterCommand(name, summaryText string, withSummary bool) command {
 	return command{
 		name:    name,
-		usage:   "--data DIR [--json] [ID...]",
+		usage:   "--data DIR [--json] [ID... | --role R | --label k=v... | --state S...]",
 		summary: summaryText,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			var cp controlPlaneFlags
 			var asJSON bool
+			var sel rosterSelection
 			cp.register(c, cio)
 			c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+			sel.register(c)
 			c.ValidArgsFunction = cp.completeNodes(0)
 			return func(args []string) error {
+				if len(args) > 0 && sel.active() {
+					return usagef("name the nodes, or select them with --role, --label and --state, not both")
+				}
 				res, err := fetchNodes(&cp, args)
 				if err != nil {
 					return err
 				}
+				enrolled := len(res.Nodes)
+				sel.apply(&res)
 				sum := summarise(res)
 				switch {
 				case asJSON && withSummary:
@@ -54,9 +62,18 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 						return err
 					}
 				case asJSON:
-					return writeJSON(cio.stdout, res)
+					if err := writeJSON(cio.stdout, res); err != nil {
+						return err
+					}
 				default:
 					printNodes(cio.stdout, res, answeredAt(res, time.Now()))
+					switch {
+					case len(res.Nodes) > 0:
+					case enrolled == 0:
+						fmt.Fprintln(cio.stdout, "(no nodes enrolled yet: mint a token with `meshctl token`)")
+					default:
+						fmt.Fprintf(cio.stdout, "(none of the %d node(s) matches %s)\n", enrolled, &sel)
+					}
 					if withSummary {
 						fmt.Fprintf(cio.stdout, "\n%d node(s): %d converged, %d behind, %d failing, %d stale, %d offline, %d revoked; keyring epoch %d\n",
 							sum.Nodes, sum.Converged, sum.Behind, sum.Failing, sum.Stale, sum.Offline, sum.Revoked, res.KeyringEpoch)
@@ -65,10 +82,15 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 						}
 					}
 				}
-				if withSummary {
-					return notConverged(res.Nodes)
+				if !withSummary {
+					return nil
 				}
-				return nil
+				if sel.active() && len(res.Nodes) == 0 {
+					// A verdict about no node would be a 0 a script takes for "converged",
+					// after a mistyped label as well as after a real one.
+					return fmt.Errorf("no node matches %s: nothing to report on; `meshctl nodes` lists every node with its role and state, `--json` its labels", &sel)
+				}
+				return notConverged(res.Nodes)
 			}
 		},
 	}
@@ -143,9 +165,6 @@ func printNodes(w io.Writer, res api.NodesResult, now time.Time) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tv%d\t%s\t%s\t%s\n", n.ID, n.Role, state, seen, n.Declared, applied, agentText(n.Agent), lastErr)
 	}
 	tw.Flush()
-	if len(res.Nodes) == 0 {
-		fmt.Fprintln(w, "(no nodes enrolled yet: mint a token with `meshctl token`)")
-	}
 }
 
 func ago(d time.Duration) string {

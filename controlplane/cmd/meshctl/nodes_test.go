@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -75,5 +76,91 @@ func TestNodesTableShowsAgents(t *testing.T) {
 	}
 	if line := agentsLine(many); !strings.HasSuffix(line, ", 3 of 3 other agents") || strings.Count(line, "meshhost/") != maxAgentsShown {
 		t.Errorf("with %d agents status says %s", len(many), line)
+	}
+}
+
+// TestRosterSelection: --role, --label and --state each narrow the roster, all given
+// must match, a label matches as declare's does, and status's summary and verdict are
+// about the nodes selected.
+func TestRosterSelection(t *testing.T) {
+	v := func(n uint64) *uint64 { return &n }
+	roster := api.NodesResult{Nodes: []api.NodeView{
+		{ID: "web-1", Role: "worker", Labels: map[string]string{"tier": "web", "rack": "a"}, State: api.StateAlive, Declared: 2, Applied: v(2), Converged: true},
+		{ID: "web-2", Role: "worker", Labels: map[string]string{"tier": "web", "rack": "b"}, State: api.StateAlive, Declared: 2, Applied: v(1)},
+		{ID: "db-1", Role: "worker", Labels: map[string]string{"tier": "db", "rack": "a"}, State: api.StateOffline, Declared: 2, Applied: v(1)},
+		{ID: "db-2", Role: "worker", State: api.StateRevoked, Declared: 1},
+		{ID: "gw-1", Role: "gateway", Labels: map[string]string{"rack": "b"}, State: api.StateAlive, Declared: 1, Applied: v(1), Converged: true},
+	}}
+	sel := func(args ...string) *rosterSelection {
+		t.Helper()
+		var s rosterSelection
+		s.labels = labelFlag{}
+		for i := 0; i < len(args); i += 2 {
+			var err error
+			switch args[i] {
+			case "--role":
+				s.role = args[i+1]
+			case "--label":
+				err = s.labels.Set(args[i+1])
+			case "--state":
+				err = s.states.Set(args[i+1])
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return &s
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "web-1 web-2 db-1 db-2 gw-1"},
+		{[]string{"--role", "worker"}, "web-1 web-2 db-1 db-2"},
+		{[]string{"--role", "gateway"}, "gw-1"},
+		{[]string{"--label", "rack=a"}, "web-1 db-1"},
+		{[]string{"--label", "rack=b", "--label", "tier=web"}, "web-2"},
+		{[]string{"--label", "tier="}, "db-2 gw-1"}, // as `declare --label tier=` selects: the nodes without tier
+		{[]string{"--state", "offline"}, "db-1"},
+		{[]string{"--state", "offline,revoked"}, "db-1 db-2"},
+		{[]string{"--state", "offline", "--state", "revoked", "--state", "offline"}, "db-1 db-2"},
+		{[]string{"--role", "worker", "--label", "rack=b", "--state", "alive"}, "web-2"},
+		{[]string{"--role", "gateway", "--label", "tier=web"}, ""},
+		{[]string{"--label", "rack=c"}, ""},
+	} {
+		res := roster
+		res.Nodes = slices.Clone(roster.Nodes)
+		s := sel(c.args...)
+		s.apply(&res)
+		var got []string
+		for _, n := range res.Nodes {
+			got = append(got, n.ID)
+		}
+		if strings.Join(got, " ") != c.want {
+			t.Errorf("%v selects %q, want %q", c.args, strings.Join(got, " "), c.want)
+		}
+		if s.active() != (len(c.args) > 0) {
+			t.Errorf("%v: active %v", c.args, s.active())
+		}
+	}
+	if got := sel("--state", "offline", "--label", "tier=db", "--role", "worker", "--label", "rack=a").String(); got != "--role worker --label rack=a --label tier=db --state offline" {
+		t.Errorf("the selection reads %q", got)
+	}
+
+	// status about rack b: web-2 behind, gw-1 converged; rack a's offline db-1 is
+	// not counted, nor web-1.
+	res := roster
+	res.Nodes = slices.Clone(roster.Nodes)
+	sel("--label", "rack=b").apply(&res)
+	if sum := summarise(res); sum.Nodes != 2 || sum.Converged != 1 || sum.Behind != 1 || sum.Offline != 0 {
+		t.Errorf("summary of rack b: %+v", sum)
+	}
+	if err := notConverged(res.Nodes); err == nil || !strings.Contains(err.Error(), "1 live node(s): web-2") {
+		t.Errorf("verdict on rack b: %v", err)
+	}
+	res.Nodes = slices.Clone(roster.Nodes)
+	sel("--label", "rack=a", "--state", "alive").apply(&res)
+	if err := notConverged(res.Nodes); err != nil {
+		t.Errorf("rack a's live nodes converged: %v", err)
 	}
 }
