@@ -375,7 +375,15 @@ func (s *State) applyEnrol(at time.Time, c *EnrolCmd) Result {
 		return s.admitControl(at, t, c)
 	}
 	if !t.UsedAt.IsZero() {
-		return Result{Node: s.Nodes[c.Node].copy()} // repeat of the same enrolment
+		// The same enrolment again: its answer is the node that key enrolled. A
+		// state restored from a snapshot that holds the used token but not that
+		// node (no command removes a node) has nothing to repeat, and must not stop
+		// the state machine on every control node replaying this entry.
+		n, ok := s.Nodes[c.Node]
+		if !ok || n.PublicKey != c.PublicKey {
+			return Result{Err: ErrTokenUsed}
+		}
+		return Result{Node: n.copy()}
 	}
 	t.UsedAt = at
 	t.UsedKey = c.PublicKey

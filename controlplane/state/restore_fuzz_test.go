@@ -93,3 +93,50 @@ func TestRestoreRefusesWhatItCannotUse(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestARepeatWithoutItsNodeIsRefused: a state that holds a used token without the
+// node it enrolled (only a damaged snapshot can: no command removes a node), or with
+// that node under another key, answers a repeat of the enrolment with ErrTokenUsed.
+// The first crashed the state machine, on every control node replaying the entry
+// (found by FuzzRestore, testdata/fuzz/FuzzRestore/61228406bc43d94d).
+func TestARepeatWithoutItsNodeIsRefused(t *testing.T) {
+	m := newMachine(t)
+	for _, c := range history()[:7] { // b enrolled with KB by token t-b
+		m.apply(c)
+	}
+	snap := m.snapshot()
+	repeat := enrolCmd("t-b", "b", RoleWorker, "KB", t0.Add(3*time.Minute))
+	for name, change := range map[string]func(nodes map[string]map[string]any){
+		"as it was":                 func(map[string]map[string]any) {},
+		"no node":                   func(nodes map[string]map[string]any) { delete(nodes, "b") },
+		"the node's key is another": func(nodes map[string]map[string]any) { nodes["b"]["public_key"] = "KOTHER" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			var doc map[string]json.RawMessage
+			var nodes map[string]map[string]any
+			if err := json.Unmarshal(snap, &doc); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(doc["nodes"], &nodes); err != nil || nodes["b"] == nil {
+				t.Fatalf("no node b in the snapshot: %v", err)
+			}
+			change(nodes)
+			doc["nodes"], _ = json.Marshal(nodes)
+			data, _ := json.Marshal(doc)
+			r := newMachine(t)
+			if err := r.f.Restore(nopCloser{bytes.NewReader(data)}); err != nil {
+				t.Fatalf("restore: %v", err)
+			}
+			res := r.apply(repeat)
+			if name == "as it was" {
+				if res.Err != nil || res.Node == nil || res.Node.PublicKey != "KB" {
+					t.Fatalf("the repeat of b's enrolment: %+v", res)
+				}
+				return
+			}
+			if !errors.Is(res.Err, ErrTokenUsed) || res.Node != nil {
+				t.Fatalf("a repeat with nothing to repeat: %+v, want ErrTokenUsed", res)
+			}
+		})
+	}
+}
