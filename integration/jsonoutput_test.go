@@ -167,6 +167,9 @@ func TestJSONOutput(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	check("meshhost hooks retry", harness.Run(t, "", nil, bin.Meshhost, "hooks", "retry", "--state", host.State, "--json"), 0, "")
+	// A selection of none fails, and still prints its (empty) object.
+	check("meshctl status", cp.Ctl("status", "--json", "--label", "tier=nosuch"), 1, "")
 	check("meshctl revoke", cp.Ctl("revoke", "web-1", "--json"), 0, "")
 
 	// An error under --json is text on stderr, and stdout stays empty.

@@ -163,6 +163,7 @@ func (e *RefusedError) Error() string {
 		wire.CodeTokenOtherMesh: "the token was not minted by the mesh at its address: check where it came from",
 		wire.CodeTokenStaleKey:  "the mesh's signing key was rotated since the token was minted: ask the operator for a new one",
 		wire.CodeTokenCancelled: "the operator cancelled this token: ask for a new one",
+		wire.CodeInternal:       "run enrol again with the same token (the mesh answers an enrolment it committed from its state); if it fails again, the control plane's log says why",
 	}[e.Code]
 	message := e.Message
 	if advice != "" {
@@ -181,8 +182,13 @@ func (e *RefusedError) Error() string {
 
 func (e *RefusedError) Unwrap() error { return ErrRefused }
 
-// Retryable reports whether running enrol again with the same token may succeed.
-func (e *RefusedError) Retryable() bool { return e.Code == wire.CodeUnavailable }
+// Retryable reports whether running enrol again with the same token may succeed:
+// the mesh could not take the enrolment now (unavailable), or failed to answer one
+// it may have committed (internal), which a repeat with the same token and key is
+// answered from the state.
+func (e *RefusedError) Retryable() bool {
+	return e.Code == wire.CodeUnavailable || e.Code == wire.CodeInternal
+}
 
 type run struct {
 	o   Options

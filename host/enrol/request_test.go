@@ -69,6 +69,7 @@ func TestRefusalSaysItsAdviceOnce(t *testing.T) {
 		{wire.CodeTokenCancelled, "this token was cancelled by an operator; ask for a new one",
 			"(token_cancelled): this token was cancelled by an operator; the operator cancelled this token: ask for a new one"},
 		{"some_new_code", "something; mint a new token", "something; mint a new token"},
+		{wire.CodeInternal, "sign the declaration: disk full", "(internal): sign the declaration: disk full; run enrol again with the same token"},
 	} {
 		got := (&RefusedError{Code: c.code, Message: c.message}).Error()
 		if !strings.Contains(got, c.want) || strings.Count(got, "new token")+strings.Count(got, "new one") > 1 {

@@ -80,6 +80,11 @@ const (
 	CodeTokenOtherMesh = "token_other_mesh"
 	CodeTokenStaleKey  = "token_stale_key"
 	CodeTokenCancelled = "token_cancelled"
+	CodeKeyInUse       = "key_in_use"
+	// CodeInternal: the control plane failed to answer (its log says why). An
+	// enrolment it refuses so may have been committed: the same token and key
+	// sent again are answered from the state.
+	CodeInternal = "internal"
 )
 
 // Codes the agent reports in a status's error besides the verifier's

@@ -3,11 +3,16 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"mesh/host/enrol"
+	"mesh/host/wire"
 )
 
 func runCLI(stdin string, env map[string]string, args ...string) (int, string, string) {
@@ -203,5 +208,24 @@ func TestUsagePointsToCommandHelp(t *testing.T) {
 	code, _, stderr := runCLI("", nil, "frobnicate")
 	if code != exitUsage || !strings.Contains(stderr, "meshhost <command> --help") || !strings.Contains(stderr, "--metrics-listen") {
 		t.Fatalf("exit %d, usage lacks the pointer to a command's --help:\n%s", code, stderr)
+	}
+}
+
+// TestRefusalExitCodes: a refusal that running enrol again may cure exits 7 (the
+// mesh could not take it now, or failed to answer one it may have committed, which
+// the same token and key are answered from the state), any other exits 3.
+func TestRefusalExitCodes(t *testing.T) {
+	for code, want := range map[string]int{
+		wire.CodeUnavailable: exitUnreachable,
+		wire.CodeInternal:    exitUnreachable,
+		wire.CodeTokenUsed:   exitToken,
+		wire.CodeKeyInUse:    exitToken,
+		wire.CodeKeyRevoked:  exitToken,
+		"some_new_code":      exitToken,
+	} {
+		err := fmt.Errorf("enrol: %w", &enrol.RefusedError{Code: code, Message: "refused"})
+		if got := exitCode(io.Discard, "enrol", err); got != want {
+			t.Errorf("refusal %s: exit %d, want %d", code, got, want)
+		}
 	}
 }
