@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -385,5 +386,56 @@ func TestRevokeSeveralInOneCall(t *testing.T) {
 	}
 	if r := cp.Ctl("revoke", "web-2"); r.Code != 0 || !strings.Contains(r.Stdout, "web-2 was already revoked (at ") {
 		t.Errorf("revoke web-2 again (%d): %s", r.Code, r.Combined())
+	}
+}
+
+// TestAStolenIdentityCannotSpendItsVersions: a host's own credentials report a
+// version near 2^64. The control plane drops the report (it is more than
+// state.MaxVersionLead past what was declared), so the next declaration is v1, not
+// 2^64-5, and after the machine is revoked and enrolled again clean, its
+// declarations apply. Before, the report was recorded, the count followed it, and
+// a few declarations later wrapped around to v0: the clean machine refused v0, v1,
+// … as rolled back while `declare --wait` said converged, until revoked again.
+func TestAStolenIdentityCannotSpendItsVersions(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "versions")
+	serve := cp.Serve()
+	h := harness.NewHost(t, bin, "db-1")
+	if r := h.Enrol(cp.Token("db-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	errs := make(chan error, 8)
+	nc := nodeConn(t, cp.Dir, h.State, cp.Listen, errs)
+	data, _ := json.Marshal(api.Status{V: api.ProtocolVersion, Node: "db-1", HaveApplied: true, AppliedVersion: math.MaxUint64 - 5, KeyringEpoch: 1})
+	if err := nc.Publish(api.StatusSubject("db-1"), data); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	serve.WaitOutput(t, "far past the one declared", 10*time.Second)
+	body := filepath.Join(t.TempDir(), "b.json")
+	writeFile(t, body, `{"files":[{"path":"etc/db.conf","content":"gen 1\n"}]}`)
+	if r := cp.Ctl("declare", "--node", "db-1", "--file", body); r.Code != 0 || !strings.Contains(r.Stdout, "declared db-1 v1\n") {
+		t.Fatalf("declare after the report: exit %d, want v1:\n%s", r.Code, r.Combined())
+	}
+	if n, _ := cp.Node("db-1"); n.Declared != 1 || n.Applied != nil {
+		t.Fatalf("db-1 after the report: declared v%d, applied %v; want v1 and nothing applied", n.Declared, n.Applied)
+	}
+	nc.Close()
+
+	// The machine, checked, is revoked and enrolled again clean; it applies what
+	// it is declared.
+	if r := cp.Ctl("revoke", "db-1"); r.Code != 0 {
+		t.Fatalf("revoke: %s", r.Combined())
+	}
+	clean := harness.NewHost(t, bin, "db-1")
+	if r := clean.Enrol(cp.Token("db-1")); r.Code != 0 {
+		t.Fatalf("enrol again: %s", r.Combined())
+	}
+	clean.Run()
+	writeFile(t, body, `{"files":[{"path":"etc/db.conf","content":"gen 2\n"}]}`)
+	if r := cp.Ctl("declare", "--node", "db-1", "--file", body, "--wait", "30s"); r.Code != 0 {
+		t.Fatalf("declare to the clean machine: %s", r.Combined())
+	}
+	if got, err := clean.ReadManaged("etc/db.conf"); err != nil || got != "gen 2\n" {
+		t.Fatalf("the clean machine holds %q, %v", got, err)
 	}
 }

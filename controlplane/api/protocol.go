@@ -129,6 +129,9 @@ const (
 	// CodeOlderControlNode: a control node that serves applies the replicated log by
 	// older rules than the request needs (an upgrade under way); upgrade it first.
 	CodeOlderControlNode = "older_control_node"
+	// CodeOutOfVersions: a node the declaration reaches was declared the last
+	// version there is; the next would wrap around to v0 (state.ErrOutOfVersions).
+	CodeOutOfVersions = "out_of_versions"
 )
 
 // Codes a host reports in a status's error besides the verifier's

@@ -247,7 +247,7 @@ func (d *Daemon) declare(req api.DeclareRequest) (api.DeclareResult, error) {
 			return out, badRequest("%v", err)
 		}
 	}
-	var unknown []string
+	var unknown, spent []string
 	reaches := false
 	d.fsm.Read(func(s *state.State) {
 		for _, n := range req.Nodes {
@@ -256,9 +256,15 @@ func (d *Daemon) declare(req api.DeclareRequest) (api.DeclareResult, error) {
 			}
 		}
 		reaches = s.Reaches(sel)
+		spent = s.OutOfVersions(sel)
 	})
 	if len(unknown) > 0 {
 		return out, &api.Error{Code: api.CodeNotFound, Message: "no such node: " + strings.Join(unknown, ", ")}
+	}
+	if len(spent) > 0 {
+		// The state machine would wrap the count around; its host would refuse
+		// v0 for good while `declare --wait` counted it converged.
+		return out, &api.Error{Code: api.CodeOutOfVersions, Message: strings.Join(spent, ", ") + ": " + state.ErrOutOfVersions.Error()}
 	}
 	if !reaches {
 		// Refused here rather than by the state machine: the refusal would otherwise

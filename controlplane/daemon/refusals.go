@@ -42,6 +42,8 @@ func refusalCode(err error) string {
 		return api.CodeKeyRevoked
 	case errors.Is(err, state.ErrKeyInUse):
 		return api.CodeKeyInUse
+	case errors.Is(err, state.ErrOutOfVersions):
+		return api.CodeOutOfVersions
 	}
 	return api.CodeInternal
 }

@@ -39,6 +39,7 @@ func TestEveryStateRefusalHasItsCode(t *testing.T) {
 		"ErrLastControlNode": {state.ErrLastControlNode, api.CodeBadRequest},
 		"ErrRotationPending": {state.ErrRotationPending, api.CodeBadRequest},
 		"ErrNothingToRetire": {state.ErrNothingToRetire, api.CodeBadRequest},
+		"ErrOutOfVersions":   {state.ErrOutOfVersions, api.CodeOutOfVersions},
 		// Not a refusal of a command: Raft's restore of a snapshot it cannot use.
 		"ErrBadSnapshot": {state.ErrBadSnapshot, api.CodeInternal},
 		// Not a refusal either: the state machine stopped at an entry of a newer

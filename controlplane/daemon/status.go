@@ -52,16 +52,25 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 		a.ErrorCode, a.ErrorMessage, a.ErrorVersion = st.Error.Code, api.CleanText(st.Error.Message, api.MaxStatusMessageLen), st.Error.Version
 		a.ErrorRetryAt = st.Error.RetryAt.UTC().Truncate(time.Second)
 	}
-	changed := false
+	changed, ahead := false, false
 	d.fsm.Read(func(s *state.State) {
 		n, ok := s.Nodes[node]
 		if !ok || n.Revoked {
+			return
+		}
+		// A report far past what was declared is kept out of the state: the next
+		// declaration's version follows it (state.MaxVersionLead).
+		if ahead = a.HaveApplied && a.Version > n.Declared.Version && a.Version-n.Declared.Version > state.MaxVersionLead; ahead {
 			return
 		}
 		old := n.Applied
 		old.ReportedAt = time.Time{}
 		changed = old != a
 	})
+	if ahead {
+		d.guard.drop("status", ReasonMalformed, node, "the report claims a version far past the one declared for the node")
+		return
+	}
 	if changed {
 		d.status.add(node, a)
 	}

@@ -389,7 +389,9 @@ func (s *State) applyEnrol(at time.Time, c *EnrolCmd) Result {
 	t.UsedKey = c.PublicKey
 	// Versions never restart for a node id: a revoked node's id enrolled again
 	// continues after the last version its earlier enrolment was given, so no
-	// version is ever signed twice for the same id.
+	// version is ever signed twice for the same id. Only an id whose count was
+	// spent (OutOfVersions) starts over at v0, under its new key: declarations
+	// are bound to the node key, so none of the old key's is taken by the new.
 	first := uint64(0)
 	old, again := s.Nodes[c.Node]
 	if again {
@@ -443,6 +445,42 @@ func (s *State) applyDeclare(at time.Time, c *DeclareCmd) Result {
 	s.Bodies[digest] = slices.Clone(c.Body)
 	s.collectBodies()
 	return res
+}
+
+// MaxVersionLead is how far past its declared version a node's report of what it
+// applied may go for the control plane to record it (the daemon drops a report
+// beyond it as malformed). nextVersion follows a node that applied more than the
+// state knows (a control plane restored from a backup older than its last
+// declarations), so an unbounded report would let a stolen host identity push its
+// id's count to the last version: the next declaration would then wrap around to
+// v0, which the host, and a clean machine enrolled under the id later (its count
+// continues), refuses as older than what it holds, for good. At most this lead
+// each declaration, 2^32 declarations to the one node would be needed to get
+// there; a restored backup is far fewer declarations behind.
+const MaxVersionLead = 1 << 32
+
+// OutOfVersions returns, sorted, the nodes sel reaches whose declared version is
+// the last there is: a declaration to them would wrap around to v0 (see
+// MaxVersionLead for how a count got there before reports were bounded).
+// It walks the nodes without building the selection, as Reaches does: it runs
+// before every declaration.
+func (s *State) OutOfVersions(sel Selector) []string {
+	var out []string
+	last := func(n *Node) bool { return !n.Revoked && n.Declared.Version == math.MaxUint64 }
+	for _, id := range sel.Nodes {
+		if n, ok := s.Nodes[id]; ok && last(n) {
+			out = append(out, id)
+		}
+	}
+	if sel.All || sel.Role != "" || len(sel.Labels) > 0 {
+		for id, n := range s.Nodes {
+			if last(n) && (sel.All || matches(n, sel.Role, sel.Labels)) {
+				out = append(out, id)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // nextVersion is the version n's next declaration takes: past the last one declared

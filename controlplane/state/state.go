@@ -225,6 +225,8 @@ var (
 	ErrUnknownNode    = errors.New("no such node")
 	ErrBadCommand     = errors.New("malformed command")
 	ErrNoTargets      = errors.New("the declaration matches no enrolled, unrevoked node")
+	// ErrOutOfVersions: a node's declared version is the last there is (OutOfVersions).
+	ErrOutOfVersions = errors.New("declared the last version there is: the next would wrap around to v0, which the host refuses as older than what it holds (a broken or hostile agent reported that version before reports were bounded); check the machine, revoke the node and enrol it again with a new token (its new key starts its versions over)")
 )
 
 // New returns an empty state.

@@ -1,0 +1,135 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/state"
+)
+
+// reportApplied is node's status report that it applied version v.
+func reportApplied(t testing.TB, node string, v uint64) *nats.Msg {
+	t.Helper()
+	data, err := json.Marshal(api.Status{V: api.ProtocolVersion, Node: node, HaveApplied: true, AppliedVersion: v, KeyringEpoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &nats.Msg{Subject: api.StatusSubject(node), Data: data}
+}
+
+// TestAReportFarAheadIsNotFollowed: the next declaration's version follows a node
+// that reports it applied more than was declared (a control plane restored from an
+// older backup), but only within state.MaxVersionLead. A host whose identity was
+// stolen reported 2^64-6; one declaration took its id's count to the last versions,
+// a few more wrapped it to v0, which the host (and a clean machine enrolled under the
+// id later, whose count continues) refused for good while declare --wait counted it
+// converged. Found by an audit of what each identity can make the mesh do.
+func TestAReportFarAheadIsNotFollowed(t *testing.T) {
+	d := fleet(t, 1)
+	const node = "n-0"
+	body := []byte(`{"files":[{"path":"etc/a","content":"a\n"}]}`)
+	declare := func() (uint64, error) {
+		t.Helper()
+		res, err := d.declare(api.DeclareRequest{Nodes: []string{node}, Body: body})
+		if err != nil {
+			return 0, err
+		}
+		return res.Assignments[0].Version, nil
+	}
+	report := func(v uint64) (pending bool) {
+		d.handleStatus(reportApplied(t, node, v))
+		_, pending = pendingAgent(d, node)
+		d.status.flush()
+		return pending
+	}
+	if v, err := declare(); err != nil || v != 1 {
+		t.Fatalf("first declaration: v%d, %v; want v1", v, err)
+	}
+	for i, far := range []uint64{math.MaxUint64 - 5, math.MaxUint64, 0} {
+		declared := d.fsmNode(t, node).Declared.Version
+		if i == 2 {
+			far = declared + state.MaxVersionLead + 1 // just past the lead
+		}
+		if report(far) {
+			t.Fatalf("a report of v%d with v%d declared was kept for the log", far, declared)
+		}
+		if v, err := declare(); err != nil || v != d.fsmNode(t, node).Declared.Version || v > 1000 {
+			t.Fatalf("after a report of v%d: declared v%d, %v; want the count to go on by one", far, v, err)
+		}
+	}
+	if n := d.guard.snapshot().Dropped[DropKey{Subject: "status", Reason: ReasonMalformed}]; n != 3 {
+		t.Errorf("%d reports dropped as malformed, want the 3 far ahead", n)
+	}
+	// Within the lead, as a restored control plane meets it: followed.
+	declared := d.fsmNode(t, node).Declared.Version
+	ahead := declared + state.MaxVersionLead
+	if !report(ahead) {
+		t.Fatalf("a report of v%d with v%d declared (the most the lead allows) was not kept", ahead, declared)
+	}
+	if v, err := declare(); err != nil || v != ahead+1 {
+		t.Fatalf("after a report of v%d: declared v%d, %v; want v%d", ahead, v, err, ahead+1)
+	}
+}
+
+// TestADeclarationThatWouldWrapIsRefused: a node whose declared version is already
+// the last there is (a count spent before reports were bounded) is refused a further
+// declaration by name, out_of_versions, rather than declared v0, which its host would
+// refuse while declare --wait counted it converged; nothing is committed, and the
+// other nodes the declaration selects are not declared either.
+func TestADeclarationThatWouldWrapIsRefused(t *testing.T) {
+	d := fleet(t, 2)
+	// What a report of 2^64-2 made of n-0 before: the state machine follows it.
+	if res, err := d.raft.Apply(state.Command{Op: state.OpStatus, Status: &state.StatusCmd{Reports: []state.StatusReport{
+		{Node: "n-0", Applied: state.Applied{HaveApplied: true, Version: math.MaxUint64 - 1}},
+	}}}, time.Minute); err != nil || res.Err != nil {
+		t.Fatal(err, res.Err)
+	}
+	body := []byte(`{"files":[{"path":"etc/a","content":"a\n"}]}`)
+	res, err := d.declare(api.DeclareRequest{Nodes: []string{"n-0"}, Body: body})
+	if err != nil || res.Assignments[0].Version != math.MaxUint64 {
+		t.Fatalf("declared %+v, %v; want the last version", res, err)
+	}
+	before := d.fsmNode(t, "n-1").Declared.Version
+	for _, req := range []api.DeclareRequest{{Nodes: []string{"n-0"}, Body: body}, {All: true, Body: body}} {
+		_, err = d.declare(req)
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Code != api.CodeOutOfVersions || !strings.HasPrefix(ae.Message, "n-0: ") {
+			t.Fatalf("a declaration to a node at the last version (all: %v): %v; want %s naming n-0", req.All, err, api.CodeOutOfVersions)
+		}
+	}
+	if v := d.fsmNode(t, "n-0").Declared.Version; v != math.MaxUint64 {
+		t.Errorf("n-0 declared v%d after the refusal", v)
+	}
+	if v := d.fsmNode(t, "n-1").Declared.Version; v != before {
+		t.Errorf("n-1 declared v%d after the refused --all, v%d before", v, before)
+	}
+	if _, err := d.declare(api.DeclareRequest{Nodes: []string{"n-1"}, Body: body}); err != nil {
+		t.Errorf("a declaration to the other node: %v", err)
+	}
+	// What the refusal says to do: revoked and enrolled again with a new token,
+	// the node's new key starts its versions over, and it is declared again.
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	id := strings.Repeat("ab", 32)
+	for _, c := range []state.Command{
+		{Op: state.OpRevoke, Revoke: &state.RevokeCmd{Node: "n-0"}},
+		{Op: state.OpCreateToken, CreateToken: &state.CreateTokenCmd{ID: id, Node: "n-0", Role: state.RoleWorker, TTL: time.Hour}},
+		{Op: state.OpEnrol, Enrol: &state.EnrolCmd{TokenID: id, Node: "n-0", Role: state.RoleWorker, PublicKey: pub}},
+	} {
+		if res, err := d.raft.Apply(c, time.Minute); err != nil || res.Err != nil {
+			t.Fatalf("%s: %v %v", c.Op, err, res.Err)
+		}
+	}
+	res, err = d.declare(api.DeclareRequest{Nodes: []string{"n-0"}, Body: body})
+	if err != nil || res.Assignments[0].Version != 1 {
+		t.Fatalf("n-0 enrolled again with a new key, then declared: %+v, %v; want v1 after its enrolment's v0", res, err)
+	}
+}
