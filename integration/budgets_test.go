@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"mesh/controlplane/api"
+	"mesh/controlplane/daemon"
 	"mesh/controlplane/datadir"
 	"mesh/integration/harness"
 )
@@ -228,4 +230,98 @@ func pinOf(t *testing.T, cp *harness.ControlPlane) [32]byte {
 		t.Fatal(err)
 	}
 	return pin
+}
+
+// TestSyncAnswersArePaidForBySize: a node's own credentials ask, again and again,
+// for a declaration of 800 KB. Each answer costs the node's budget a message for
+// each 64 KiB it sends, so after the burst the answers come at the rate the budget
+// refills, and the requests beyond it are answered `unavailable` (counted, and the
+// node stays connected); a sync once the budget refilled gets the declaration. Before,
+// each request of 70 bytes was answered with the whole declaration at the node's
+// message rate: 20 a second on every connection it held, 178 MB for 200 requests.
+func TestSyncAnswersArePaidForBySize(t *testing.T) {
+	t.Parallel()
+	cp := harness.NewControlPlane(t, bin, "syncbytes")
+	cp.Serve()
+	h := harness.NewHost(t, bin, "big")
+	if r := h.Enrol(cp.Token("big")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	noise := make([]byte, 300<<10) // two files of 300 KiB in hex, under the 512 KiB a file may hold
+	for i := range noise {
+		noise[i] = byte(rand.Uint32())
+	}
+	body := filepath.Join(t.TempDir(), "big.json")
+	writeFile(t, body, fmt.Sprintf(`{"files":[{"path":"etc/blob-1","content":"%x"},{"path":"etc/blob-2","content":"%x"}]}`, noise[:150<<10], noise[150<<10:]))
+	if r := cp.Ctl("declare", "--node", "big", "--file", body); r.Code != 0 {
+		t.Fatalf("declare: %s", r.Combined())
+	}
+	nc := nodeConn(t, cp.Dir, h.State, cp.Listen, make(chan error, 8))
+	var envelopes, largest int
+	var mu sync.Mutex
+	if _, err := nc.Subscribe(api.DeclarationSubject("big"), func(m *nats.Msg) {
+		mu.Lock()
+		envelopes, largest = envelopes+1, max(largest, len(m.Data))
+		mu.Unlock()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ask := func() api.SyncResponse {
+		t.Helper()
+		req, _ := json.Marshal(api.SyncRequest{V: api.ProtocolVersion, KeyringEpoch: 1})
+		m, err := nc.Request(api.SyncSubject("big"), req, 5*time.Second)
+		if err != nil {
+			t.Fatalf("sync: %v", err)
+		}
+		var resp api.SyncResponse
+		if err := json.Unmarshal(m.Data, &resp); err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	// Ten requests a second, half the node's message rate: never disconnected.
+	const n = 40
+	start := time.Now()
+	answered, refused := 0, 0
+	for range n {
+		switch r := ask(); {
+		case r.Error == nil && r.Sent > 0:
+			answered++
+		case r.Error != nil && r.Error.Code == api.CodeUnavailable:
+			refused++
+		default:
+			t.Fatalf("sync answered %+v", r)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	elapsed := time.Since(start).Seconds()
+	budgets := daemon.DefaultBudgets()
+	mu.Lock()
+	size := largest
+	mu.Unlock()
+	// Every request costs a message, and each answer size/SyncAnswerBytes more,
+	// from a full budget refilled over the run.
+	cost := float64(size / budgets.SyncAnswerBytes)
+	bound := int((budgets.Burst+budgets.PerSecond*elapsed-n)/cost) + 1
+	t.Logf("%d syncs in %.1f s for an envelope of %d bytes (%v messages more for each answer): %d answered, %d unavailable; at most %d paid for",
+		n, elapsed, size, cost, answered, refused, bound)
+	if size < 700_000 {
+		t.Fatalf("the largest envelope was %d bytes; the test needs its declaration of 800 KB", size)
+	}
+	if bound >= n {
+		t.Skipf("the %d syncs took %.1f s: the budget refilled for every answer, and the test tells nothing", n, elapsed)
+	}
+	if answered > bound || refused == 0 {
+		t.Errorf("%d of %d syncs answered with the declaration, %d refused; the budget pays for at most %d", answered, n, refused, bound)
+	}
+	if !nc.IsConnected() {
+		t.Error("a node syncing at half its message rate was disconnected")
+	}
+	if got := cp.Counter("mesh_control_requests_refused_total", "subject=sync", "reason=rate"); got != float64(refused) {
+		t.Errorf("refusals counted: %v, want %d", got, refused)
+	}
+	time.Sleep(time.Second) // 20 messages refilled: one answer's worth
+	if r := ask(); r.Error != nil || r.Sent == 0 {
+		t.Errorf("a sync after the budget refilled: %+v", r)
+	}
 }

@@ -53,12 +53,19 @@ type Budgets struct {
 	// MaxConnections caps the connections one node key holds open at once,
 	// cluster-wide.
 	MaxConnections int
+	// SyncAnswerBytes is how many bytes of what a sync's answer sends cost the
+	// node one more message of its budget: a request of a few bytes is answered
+	// with the node's whole declaration (up to 1 MiB) on each connection the node
+	// holds, and at a message each, a stolen identity syncing at its rate had
+	// 20 MiB a second sent to it, a connection.
+	SyncAnswerBytes int
 }
 
 // DefaultBudgets leave honest agents far inside every limit: an agent sends a status
 // after each declaration and a heartbeat every 15 s, and syncs once per connection.
 func DefaultBudgets() Budgets {
-	return Budgets{MaxEnrol: 16 << 10, MaxSync: 1 << 10, MaxStatus: 8 << 10, Burst: 200, PerSecond: 20, MaxConnections: 4}
+	return Budgets{MaxEnrol: 16 << 10, MaxSync: 1 << 10, MaxStatus: 8 << 10, Burst: 200, PerSecond: 20, MaxConnections: 4,
+		SyncAnswerBytes: 64 << 10}
 }
 
 func (b Budgets) withDefaults() Budgets {
@@ -80,6 +87,9 @@ func (b Budgets) withDefaults() Budgets {
 	}
 	if b.MaxConnections == 0 {
 		b.MaxConnections = d.MaxConnections
+	}
+	if b.SyncAnswerBytes == 0 {
+		b.SyncAnswerBytes = d.SyncAnswerBytes
 	}
 	return b
 }
@@ -284,7 +294,19 @@ func (g *guard) sweep() {
 }
 
 // spend takes one message from node's budget and reports whether it had one.
-func (g *guard) spend(node string) bool {
+func (g *guard) spend(node string) bool { return g.spendN(node, 1) }
+
+// answerCost is what a sync's answer of size bytes costs the node beyond its
+// request, in messages of its budget: one for each SyncAnswerBytes it sends, never
+// more than a full budget less the request holds, so that any answer can be paid
+// for once the budget refills.
+func (g *guard) answerCost(size int) float64 {
+	return min(float64(size/g.budgets.SyncAnswerBytes), max(g.budgets.Burst-1, 0))
+}
+
+// spendN takes n messages from node's budget if it holds them, and reports whether
+// it did; it takes nothing when it does not.
+func (g *guard) spendN(node string, n float64) bool {
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -296,7 +318,7 @@ func (g *guard) spend(node string) bool {
 		b = &tokenBucket{tokens: g.budgets.Burst, at: now}
 		g.buckets[node] = b
 	}
-	return b.take(now, g.budgets.Burst, g.budgets.PerSecond)
+	return b.take(now, g.budgets.Burst, g.budgets.PerSecond, n)
 }
 
 // tokenBucket is a message budget: up to burst at once, refilled at rate per second.
@@ -305,15 +327,15 @@ type tokenBucket struct {
 	at     time.Time
 }
 
-func (b *tokenBucket) take(now time.Time, burst, rate float64) bool {
+func (b *tokenBucket) take(now time.Time, burst, rate, n float64) bool {
 	if d := now.Sub(b.at); d > 0 {
 		b.tokens = min(burst, b.tokens+d.Seconds()*rate)
 		b.at = now
 	}
-	if b.tokens < 1 {
+	if b.tokens < n {
 		return false
 	}
-	b.tokens--
+	b.tokens -= n
 	return true
 }
 

@@ -82,6 +82,19 @@ func (d *Daemon) handleSync(m *nats.Msg) {
 			if env != nil {
 				envs = append(envs, env)
 			}
+			// What is sent is paid for from the node's budget as the request was:
+			// a few bytes asking, again and again, for a declaration of a megabyte,
+			// delivered to each connection the node holds (up to MaxConnections).
+			size := 0
+			for _, e := range envs {
+				size += len(e)
+			}
+			size *= max(1, d.presence.Open(in.NodeKey))
+			if cost := d.guard.answerCost(size); cost > 0 && !d.guard.spendN(node, cost) {
+				d.guard.refuse("sync", ReasonRate, node, "the node asked for its declaration again faster than its budget pays for sending it")
+				resp.Error = &api.Error{Code: api.CodeUnavailable, Message: "this node asked for its declaration again faster than its message budget allows for its size: ask again in a few seconds"}
+				envs = nil
+			}
 		}
 	}
 	// In order, on one connection: each keyring before what it signs. Tagged, when
