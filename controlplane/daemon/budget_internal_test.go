@@ -1,9 +1,16 @@
 package daemon
 
 import (
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/state"
 )
 
 // TestASyncAnswerIsPaidForBySize: what a sync's answer sends costs the node a
@@ -39,5 +46,47 @@ func TestASyncAnswerIsPaidForBySize(t *testing.T) {
 	clock = clock.Add(4 * time.Second) // 80 messages refilled
 	if !g.spendN("n-0", 64) {
 		t.Error("the refilled budget does not pay for an answer")
+	}
+}
+
+// TestRevokedSyncsArePaidForByNotices: a revoked key's sync is answered with a
+// signed notice for each time its node id was revoked; each beyond the first costs
+// the id's revoked budget a message, so an id revoked 41 times costs 41 messages a sync:
+// four are answered from a full budget (200), then refused (unavailable, counted)
+// until it refills; not 200 syncs of 41 signatures each.
+func TestRevokedSyncsArePaidForByNotices(t *testing.T) {
+	d := fleet(t, 1)
+	const node = "n-0"
+	for i := range 41 {
+		kp, _ := nkeys.CreateUser()
+		pub, _ := kp.PublicKey()
+		id := fmt.Sprintf("%064x", i+1)
+		for _, c := range []state.Command{
+			{Op: state.OpRevoke, Revoke: &state.RevokeCmd{Node: node}},
+			{Op: state.OpCreateToken, CreateToken: &state.CreateTokenCmd{ID: id, Node: node, Role: state.RoleWorker, TTL: time.Hour}},
+			{Op: state.OpEnrol, Enrol: &state.EnrolCmd{TokenID: id, Node: node, Role: state.RoleWorker, PublicKey: pub}},
+		} {
+			if res, err := d.raft.Apply(c, time.Minute); err != nil || res.Err != nil {
+				t.Fatalf("%s %d: %v %v", c.Op, i, err, res.Err)
+			}
+		}
+	}
+	if n := len(d.fsm.Revocations(node)); n != 41 {
+		t.Fatalf("%d revocations of %s, want 41", n, node)
+	}
+	clock := time.Now()
+	d.guard.now = func() time.Time { return clock }
+	refused := func() uint64 { return d.guard.snapshot().Refused[DropKey{Subject: "revoked_sync", Reason: ReasonRate}] }
+	msg := &nats.Msg{Subject: api.SyncSubject(node), Reply: api.NodeInbox(node) + ".x", Data: []byte(`{"v":2}`)}
+	for i := range 6 {
+		d.handleRevokedSync(msg)
+		if got, want := refused(), uint64(max(0, i-3)); got != want {
+			t.Fatalf("after sync %d: %d refused, want %d (each answered costs 41 of 200)", i+1, got, want)
+		}
+	}
+	clock = clock.Add(2 * time.Second) // 40 refilled, to 74
+	d.handleRevokedSync(msg)
+	if got := refused(); got != 2 {
+		t.Fatalf("a sync once the budget refilled was refused (%d refused)", got)
 	}
 }

@@ -297,11 +297,16 @@ func (g *guard) sweep() {
 func (g *guard) spend(node string) bool { return g.spendN(node, 1) }
 
 // answerCost is what a sync's answer of size bytes costs the node beyond its
-// request, in messages of its budget: one for each SyncAnswerBytes it sends, never
-// more than a full budget less the request holds, so that any answer can be paid
-// for once the budget refills.
+// request, in messages of its budget: one for each SyncAnswerBytes it sends (see
+// payable).
 func (g *guard) answerCost(size int) float64 {
-	return min(float64(size/g.budgets.SyncAnswerBytes), max(g.budgets.Burst-1, 0))
+	return g.payable(float64(size / g.budgets.SyncAnswerBytes))
+}
+
+// payable caps a cost in messages at what a full budget less the request holds,
+// so that any answer can be paid for once the budget refills.
+func (g *guard) payable(n float64) float64 {
+	return min(n, max(g.budgets.Burst-1, 0))
 }
 
 // spendN takes n messages from node's budget if it holds them, and reports whether

@@ -91,7 +91,17 @@ func (d *Daemon) handleRevokedSync(m *nats.Msg) {
 	}
 	now := d.now().UTC().Truncate(time.Second)
 	resp := api.SyncResponse{V: api.ProtocolVersion}
-	for _, r := range d.fsm.Revocations(node) {
+	revocations := d.fsm.Revocations(node)
+	// Each notice is signed afresh, one for each time the id was revoked: an id
+	// replaced every week has dozens. Each beyond the first costs the id's
+	// budget a message, so a revoked key asking again and again costs at most
+	// the budget's rate in signatures.
+	if extra := d.guard.payable(float64(len(revocations) - 1)); extra > 0 && !d.guard.spendN(authn.RevokedUserPrefix+node, extra) {
+		d.guard.refuse(kind, ReasonRate, node, "the revoked node asked for its notices again faster than its budget pays for signing them")
+		resp.Error = &api.Error{Code: api.CodeUnavailable, Message: "asked for the revocation notices again faster than the budget allows for how many there are: ask again in a few seconds"}
+		revocations = nil
+	}
+	for _, r := range revocations {
 		at := r.At
 		if at.IsZero() {
 			at = now

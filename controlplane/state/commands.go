@@ -521,7 +521,7 @@ func (s *State) applyRevoke(at time.Time, c *RevokeCmd) Result {
 		if !n.Revoked {
 			n.Revoked = true
 			n.RevokedAt = at
-			s.RevokedKeys[n.PublicKey] = n.ID
+			s.revokeKey(n.PublicKey, n.ID)
 		}
 		revoked[id] = true
 		res.Revoked = append(res.Revoked, *n.copy())

@@ -7,8 +7,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -426,5 +428,48 @@ func TestEntryOfNewerRulesStopsTheStateMachine(t *testing.T) {
 	m.f.Read(func(s *State) { _ = json.NewEncoder(&st).Encode(s) })
 	if strings.TrimSpace(st.String()) != strings.TrimSpace(string(before)) || m.f.AppliedIndex() != idx || !errors.Is(m.f.HaltErr(), ErrNewerRules) {
 		t.Fatalf("the state moved past the entry it stopped at (applied index %d, was %d)", m.f.AppliedIndex(), idx)
+	}
+}
+
+// TestRevocationsByNode: a node id revoked and enrolled again, again and again,
+// lists a key for each time, and only its own; a restore from a snapshot lists the
+// same, and the index follows revocations after it. The list was found by reading
+// every key the mesh ever revoked, at every revoked key's sync.
+func TestRevocationsByNode(t *testing.T) {
+	m := enrolled(t, map[string]string{"web-1": RoleWorker, "db-1": RoleWorker})
+	at := t0.Add(time.Hour)
+	m.must(revokeCmd("db-1", at))
+	var want []string // the keys revoked, in order (K-web-1 < K-web-1-0 < …)
+	key := "K-web-1"
+	for i := range 5 {
+		m.must(revokeCmd("web-1", at))
+		want = append(want, key)
+		key = fmt.Sprintf("K-web-1-%d", i)
+		m.must(tokenCmd(fmt.Sprintf("tok-web-1-%d", i), "web-1", RoleWorker, at, time.Hour))
+		m.must(enrolCmd(fmt.Sprintf("tok-web-1-%d", i), "web-1", RoleWorker, key, at))
+	}
+	keysOf := func(f *FSM, node string) []string {
+		var keys []string
+		for _, r := range f.Revocations(node) {
+			keys = append(keys, r.Key)
+		}
+		return keys
+	}
+	if got := keysOf(m.f, "web-1"); !slices.Equal(got, want) {
+		t.Fatalf("web-1's revocations: %v, want %v", got, want)
+	}
+	if got := keysOf(m.f, "db-1"); !slices.Equal(got, []string{"K-db-1"}) {
+		t.Fatalf("db-1's revocations: %v", got)
+	}
+	if got := m.f.Revocations("nobody"); got != nil {
+		t.Fatalf("an unknown node's revocations: %v", got)
+	}
+	r := restored(t, m.snapshot())
+	if got := keysOf(r.f, "web-1"); !slices.Equal(got, want) {
+		t.Fatalf("web-1's revocations after a restore: %v, want %v", got, want)
+	}
+	r.must(revokeCmd("web-1", at))
+	if got, want := keysOf(r.f, "web-1"), append(want, key); !slices.Equal(got, want) {
+		t.Fatalf("web-1's revocations after a restore and a revocation: %v, want %v", got, want)
 	}
 }

@@ -68,16 +68,12 @@ func (f *FSM) RevokedKey(key string) (node string, revoked bool) {
 
 // Revocations returns the keys node was revoked under, each with the time of its
 // revocation (zero when the node id has enrolled again since and the time is not
-// kept), sorted by key. A node id is revoked under one key at a time, so the list is
-// short, but finding it reads every revoked key.
+// kept), sorted by key: one for each time the id was revoked.
 func (f *FSM) Revocations(node string) []Revocation {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	var out []Revocation
-	for key, id := range f.st.RevokedKeys {
-		if id != node {
-			continue
-		}
+	for _, key := range f.st.revokedOf[node] {
 		r := Revocation{Key: key}
 		if n, ok := f.st.Nodes[node]; ok && n.Revoked && n.PublicKey == key {
 			r.At = n.RevokedAt

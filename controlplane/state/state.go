@@ -78,6 +78,10 @@ type State struct {
 
 	// byKey indexes Nodes by public key; derived, rebuilt on restore.
 	byKey map[string]string
+	// revokedOf indexes RevokedKeys by node id; derived, rebuilt on restore. A
+	// revoked key's sync asks for its node's revocations, which otherwise read
+	// every key the mesh ever revoked, at each request, under the read lock.
+	revokedOf map[string][]string
 	// purgeAt is when the first token record falls due for purging, or its sealed
 	// identity for dropping (zero: not known, computed at the next command).
 	// Derived: it spares every command a walk over every token.
@@ -238,6 +242,7 @@ func New() *State {
 		RevokedKeys:  map[string]string{},
 		ControlNodes: map[string]*ControlNode{},
 		byKey:        map[string]string{},
+		revokedOf:    map[string][]string{},
 	}
 }
 
@@ -251,6 +256,24 @@ func (s *State) reindex() {
 	for _, id := range slices.Sorted(maps.Keys(s.Nodes)) {
 		s.indexHolder(s.Nodes[id])
 	}
+	s.revokedOf = map[string][]string{}
+	for key, id := range s.RevokedKeys {
+		s.revokedOf[id] = append(s.revokedOf[id], key)
+	}
+}
+
+// revokeKey records key as revoked, node's: in RevokedKeys and its index.
+func (s *State) revokeKey(key, node string) {
+	if was, ok := s.RevokedKeys[key]; ok {
+		if was == node {
+			return
+		}
+		// Not reached by any command (a revoked key enrols nothing), but a
+		// snapshot is not checked for it: the index follows the map.
+		s.revokedOf[was] = slices.DeleteFunc(s.revokedOf[was], func(k string) bool { return k == key })
+	}
+	s.RevokedKeys[key] = node
+	s.revokedOf[node] = append(s.revokedOf[node], key)
 }
 
 // indexHolder indexes n under its key unless a node enrolled before it holds the key
@@ -323,6 +346,10 @@ func (s *State) Clone() *State {
 		c.ControlNodes[k] = &nc
 	}
 	c.byKey = maps.Clone(s.byKey)
+	c.revokedOf = make(map[string][]string, len(s.revokedOf))
+	for id, keys := range s.revokedOf {
+		c.revokedOf[id] = slices.Clone(keys)
+	}
 	return &c
 }
 
