@@ -28,7 +28,21 @@ var (
 	ErrExpired = errors.New("the token has expired: mint a new one with meshctl token")
 	// ErrTTL: Mint was asked for a lifetime outside (0, MaxTTL].
 	ErrTTL = errors.New("the token lifetime is out of range")
+	// ErrBadID: an id given outside a token cannot be a node id; see IDError.
+	ErrBadID = errors.New("not a valid node id")
 )
+
+// IDError reports a node id, given outside a token, that cannot be one
+// (CheckNodeID). Reason never quotes the id: a token pasted where an id belongs
+// must not be echoed.
+type IDError struct {
+	Reason string
+}
+
+func (e *IDError) Error() string { return e.Reason }
+
+// Is makes errors.Is(err, ErrBadID) true.
+func (e *IDError) Is(target error) bool { return target == ErrBadID }
 
 // VersionError reports a token of a format version this program does not speak.
 type VersionError struct {

@@ -125,6 +125,16 @@ func ValidateNodeID(s string) error {
 	return nil
 }
 
+// CheckNodeID is ValidateNodeID for a node id that is not read from a token (a
+// command line's, a request's): its error, an *IDError, speaks of the node id
+// alone, where ValidateNodeID's names the token field.
+func CheckNodeID(s string) error {
+	if reason := idProblem(s); reason != "" {
+		return &IDError{Reason: "the node id " + reason}
+	}
+	return nil
+}
+
 // idProblem describes what is wrong with an id, or returns "". It never quotes the
 // id: the text may come from a mangled token, and errors must not echo token text.
 func idProblem(s string) string {

@@ -591,3 +591,22 @@ func TestSecretHash(t *testing.T) {
 		t.Error("SecretHash depends on more than the secret")
 	}
 }
+
+// TestCheckNodeID: an id given outside a token is checked by the same rules, and its
+// error speaks of the node id, not of a token field, and never quotes it.
+func TestCheckNodeID(t *testing.T) {
+	if err := CheckNodeID("web-1"); err != nil {
+		t.Fatalf("CheckNodeID(web-1) = %v", err)
+	}
+	for _, id := range []string{"", "Web_1", strings.Repeat("x", 64), "-a", "mesh1_secret"} {
+		err := CheckNodeID(id)
+		var ie *IDError
+		if !errors.As(err, &ie) || !errors.Is(err, ErrBadID) || errors.Is(err, ErrMalformed) {
+			t.Errorf("CheckNodeID(%q) = %#v; want an *IDError", id, err)
+			continue
+		}
+		if msg := err.Error(); strings.Contains(msg, "token") || !strings.HasPrefix(msg, "the node id ") || (id != "" && strings.Contains(msg, id)) {
+			t.Errorf("CheckNodeID(%q) says %q", id, msg)
+		}
+	}
+}

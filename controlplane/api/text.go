@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"strconv"
 	"unicode"
 	"unicode/utf8"
@@ -112,4 +113,33 @@ func ValidAgent(agent string) bool {
 		}
 	}
 	return slash > 0 && slash < len(agent)-1
+}
+
+// MaxLabels is how many labels a node or a token carries at most.
+const MaxLabels = 64
+
+// CheckLabel reports whether k=v can be a node's label: a key of 1 to 63
+// characters of letters, digits and . _ / -, a value of up to 63 of the same
+// (empty: the label removed, or matched absent). Labels are selected on, shown in
+// a terminal and kept in every node's record, so they are short and plain.
+func CheckLabel(k, v string) error {
+	if !labelText(k, false) || !labelText(v, true) {
+		return fmt.Errorf("label %q=%q: keys are 1 to 63 characters of letters, digits and . _ / -; values up to 63 of the same", k, v)
+	}
+	return nil
+}
+
+func labelText(s string, emptyOK bool) bool {
+	if s == "" {
+		return emptyOK
+	}
+	if len(s) > 63 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '/' || r == '-') {
+			return false
+		}
+	}
+	return true
 }

@@ -137,7 +137,7 @@ func (d *Daemon) commit(c state.Command) (state.Result, error) {
 
 func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult, error) {
 	var out api.TokenCreateResult
-	if err := tokenfmt.ValidateNodeID(req.Node); err != nil {
+	if err := tokenfmt.CheckNodeID(req.Node); err != nil {
 		return out, badRequest("%v", err)
 	}
 	if _, err := tokenfmt.ParseRole(req.Role); err != nil {
@@ -243,7 +243,7 @@ func (d *Daemon) declare(req api.DeclareRequest) (api.DeclareResult, error) {
 		return out, badRequest("say which nodes the declaration is for: --node, --role, --label or --all")
 	}
 	for _, n := range req.Nodes {
-		if err := tokenfmt.ValidateNodeID(n); err != nil {
+		if err := tokenfmt.CheckNodeID(n); err != nil {
 			return out, badRequest("%v", err)
 		}
 	}
@@ -452,7 +452,7 @@ func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
 		return out, badRequest("%d nodes in one request; at most %d", len(nodes), api.MaxRevokeNodes)
 	}
 	for _, n := range nodes {
-		if err := tokenfmt.ValidateNodeID(n); err != nil {
+		if err := tokenfmt.CheckNodeID(n); err != nil {
 			return out, badRequest("%v", err)
 		}
 	}
@@ -511,32 +511,17 @@ func (d *Daemon) label(req api.LabelRequest) (api.NodeView, error) {
 	return d.view(res.Node, d.now()), nil
 }
 
-// validateLabels keeps label keys and values short and plain.
+// validateLabels keeps label keys and values short and plain (api.CheckLabel).
 func validateLabels(l map[string]string) error {
-	if len(l) > 64 {
-		return badRequest("at most 64 labels")
+	if len(l) > api.MaxLabels {
+		return badRequest("at most %d labels", api.MaxLabels)
 	}
 	for k, v := range l {
-		if !labelText(k, false) || !labelText(v, true) {
-			return badRequest("label %q=%q: keys are 1-63 characters of a-z 0-9 . _ / -; values up to 63 of the same", k, v)
+		if err := api.CheckLabel(k, v); err != nil {
+			return badRequest("%v", err)
 		}
 	}
 	return nil
-}
-
-func labelText(s string, emptyOK bool) bool {
-	if s == "" {
-		return emptyOK
-	}
-	if len(s) > 63 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '/' || r == '-' || r >= 'A' && r <= 'Z') {
-			return false
-		}
-	}
-	return true
 }
 
 // checkControlClaim refuses a control token the mesh CA did not vouch for. Operator

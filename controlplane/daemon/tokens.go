@@ -20,7 +20,7 @@ func tokenView(t *state.Token, s string) api.TokenView {
 // listTokens answers `meshctl token list` from this node's copy of the state.
 func (d *Daemon) listTokens(req api.TokenListRequest) (api.TokenListResult, error) {
 	if req.Node != "" {
-		if err := tokenfmt.ValidateNodeID(req.Node); err != nil {
+		if err := tokenfmt.CheckNodeID(req.Node); err != nil {
 			return api.TokenListResult{}, badRequest("%v", err)
 		}
 	}
@@ -48,7 +48,7 @@ func (d *Daemon) listTokens(req api.TokenListRequest) (api.TokenListResult, erro
 // refused, and its grant runs out within authn.EnrolConnectionLifetime.
 func (d *Daemon) cancelTokens(req api.TokenCancelRequest) (api.TokenCancelResult, error) {
 	out := api.TokenCancelResult{Node: req.Node, Cancelled: []api.TokenView{}}
-	if err := tokenfmt.ValidateNodeID(req.Node); err != nil {
+	if err := tokenfmt.CheckNodeID(req.Node); err != nil {
 		return out, badRequest("%v", err)
 	}
 	res, err := d.commit(state.Command{Op: state.OpCancelTokens, CancelTokens: &state.CancelTokensCmd{Node: req.Node}})

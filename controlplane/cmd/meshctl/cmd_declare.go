@@ -82,6 +82,9 @@ content is never shown: paths, modes, owners and sizes.`,
 				if dryRun && wait.d != 0 {
 					return usagef("--dry-run declares nothing, so there is nothing to --wait for: give one or the other")
 				}
+				if err := checkTargets(nodes, role); err != nil {
+					return err
+				}
 				raw, err := readBody(file, cio.stdin)
 				if err != nil {
 					return err

@@ -46,6 +46,9 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 				if len(args) > 0 && sel.active() {
 					return usagef("name the nodes, or select them with --role, --label and --state, not both")
 				}
+				if err := checkTargets(args, sel.role); err != nil {
+					return err
+				}
 				res, err := fetchNodes(&cp, args)
 				if err != nil {
 					return err

@@ -32,7 +32,7 @@ one commit (at most 1000). Enrolling a machine again needs a new token.`,
 					return usagef("%d nodes; one revoke takes at most %d", len(args), api.MaxRevokeNodes)
 				}
 				for _, n := range args {
-					if err := tokenfmt.ValidateNodeID(n); err != nil {
+					if err := tokenfmt.CheckNodeID(n); err != nil {
 						return usagef("node %q: %v", n, err)
 					}
 				}
@@ -75,6 +75,9 @@ func labelCommand() command {
 			return func(args []string) error {
 				if len(args) < 2 {
 					return usagef("name a node and at least one k=v")
+				}
+				if err := checkTargets(args[:1], ""); err != nil {
+					return err
 				}
 				labels := labelFlag{}
 				for _, a := range args[1:] {

@@ -78,7 +78,7 @@ Control tokens are minted with the data directory of the node holding the CA key
 					default:
 						return usagef("say which node: meshctl token cancel NODE")
 					}
-					if err := tokenfmt.ValidateNodeID(node); err != nil {
+					if err := tokenfmt.CheckNodeID(node); err != nil {
 						return usagef("node: %v", err)
 					}
 					return cancelTokens(cio, &cp, node, asJSON)
@@ -89,7 +89,7 @@ Control tokens are minted with the data directory of the node holding the CA key
 				if node == "" {
 					return usagef("--node is required")
 				}
-				if err := tokenfmt.ValidateNodeID(node); err != nil {
+				if err := tokenfmt.CheckNodeID(node); err != nil {
 					return usagef("--node: %v", err)
 				}
 				r, err := tokenfmt.ParseRole(role)
@@ -149,7 +149,7 @@ Control tokens are minted with the data directory of the node holding the CA key
 // listTokens prints the tokens the mesh remembers, oldest first.
 func listTokens(cio *cliIO, cp *controlPlaneFlags, node string, asJSON bool) error {
 	if node != "" {
-		if err := tokenfmt.ValidateNodeID(node); err != nil {
+		if err := tokenfmt.CheckNodeID(node); err != nil {
 			return usagef("--node: %v", err)
 		}
 	}

@@ -5,6 +5,9 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"mesh/controlplane/api"
+	"mesh/tokenfmt"
 )
 
 // stringList is a repeatable string flag.
@@ -20,10 +23,26 @@ type labelFlag map[string]string
 func (l labelFlag) String() string { return strings.Join(labelPairs(l), ",") }
 func (l labelFlag) Type() string   { return "k=v" }
 
+// Set takes one k=v. A key given twice with two values is refused, not the last
+// kept: labels given together must all match (or all be set), and a node has one
+// value for a key, so `--label tier=web --label tier=db` meant something else
+// ("web or db"), and selected only the db nodes.
 func (l labelFlag) Set(v string) error {
 	k, val, ok := strings.Cut(v, "=")
 	if !ok || k == "" {
 		return fmt.Errorf("label %q is not key=value", v)
+	}
+	if err := api.CheckLabel(k, val); err != nil {
+		return err
+	}
+	if was, twice := l[k]; twice {
+		if was == val {
+			return nil
+		}
+		return fmt.Errorf("label %s is given twice, =%s and =%s: a node has one value for a key, and every label given must hold; give the key once (run the command once per value to cover several)", k, was, val)
+	}
+	if len(l) == api.MaxLabels {
+		return fmt.Errorf("more than %d labels", api.MaxLabels)
 	}
 	l[k] = val
 	return nil
@@ -44,4 +63,21 @@ func formatLabels(labels map[string]string) string {
 		return "(none)"
 	}
 	return strings.Join(labelPairs(labels), " ")
+}
+
+// checkTargets refuses, before anything is sent, node ids that cannot be ids and a
+// role no node has: the control plane answered both "matches no node" (exit 4), or
+// worse, a malformed id as a malformed token field.
+func checkTargets(nodes []string, role string) error {
+	for _, n := range nodes {
+		if err := tokenfmt.CheckNodeID(n); err != nil {
+			return usagef("node %q: %v", n, err)
+		}
+	}
+	if role != "" {
+		if _, err := tokenfmt.ParseRole(role); err != nil {
+			return usagef("--role %q: a node's role is worker or control", role)
+		}
+	}
+	return nil
 }

@@ -67,6 +67,20 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"revoke", "--data", dir}, "name the node(s) to revoke"},
 		{[]string{"revoke", "--data", dir, "web-1", "Web_2"}, `node "Web_2"`},
 		{[]string{"label", "--data", dir, "web-1"}, "at least one k=v"},
+		// A key given twice with two values, or text no label can hold, is a
+		// mistake of the command line: before, the last value was kept, and a
+		// malformed id or label met "matches no node" or "token field node".
+		{[]string{"label", "--data", dir, "web-1", "tier=web", "tier=db"}, "label tier is given twice, =web and =db"},
+		{[]string{"label", "--data", dir, "Web_1", "tier=web"}, `node "Web_1": the node id has a character other than a-z`},
+		{[]string{"label", "--data", dir, "web-1", "bad key=x"}, `label "bad key"="x": keys are 1 to 63 characters of letters`},
+		{[]string{"declare", "--data", dir, "--file", "x.json", "--label", "tier=web", "--label", "tier=db"}, "label tier is given twice"},
+		{[]string{"declare", "--data", dir, "--file", "x.json", "--node", "Web_1"}, `node "Web_1": the node id has a character`},
+		{[]string{"declare", "--data", dir, "--file", "x.json", "--role", "nosuch"}, `--role "nosuch": a node's role is worker or control`},
+		{[]string{"declare", "--data", dir, "--file", "x.json", "--label", "tier=w b"}, `keys are 1 to 63 characters`},
+		{[]string{"token", "--data", dir, "--node", "web-8", "--label", "tier=web", "--label", "tier=db"}, "label tier is given twice"},
+		{[]string{"nodes", "--data", dir, "--label", "tier=web", "--label", "tier=db"}, "label tier is given twice"},
+		{[]string{"status", "--data", dir, "--role", "nosuch"}, `--role "nosuch"`},
+		{[]string{"status", "--data", dir, "web_1"}, `node "web_1"`},
 		{[]string{"nodes", "--bogus"}, "unknown flag: --bogus"},
 		{[]string{"nodes", "--data", dir, "web-1", "--role", "worker"}, "name the nodes, or select them"},
 		{[]string{"status", "--data", dir, "web-1", "--state", "alive"}, "name the nodes, or select them"},
