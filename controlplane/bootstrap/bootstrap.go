@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -198,11 +199,39 @@ func (o *Options) defaults() error {
 	if err != nil || adv.Addr().IsUnspecified() {
 		return optionError("--advertise", "%q must be a concrete ip:port hosts can dial", o.Advertise)
 	}
-	if o.RaftListen == "" {
-		o.RaftListen = netip.AddrPortFrom(listen.Addr(), listen.Port()+1).String()
+	return CompleteAddresses(listen, &o.RaftListen, &o.ClusterListen, ListenFlags())
+}
+
+// AddressFlags name the flags a control node's broker, Raft and cluster addresses
+// are given with, for the messages that refuse them.
+type AddressFlags struct{ Broker, Raft, Cluster string }
+
+// ListenFlags are bootstrap's.
+func ListenFlags() AddressFlags {
+	return AddressFlags{Broker: "--listen", Raft: "--raft-listen", Cluster: "--cluster-listen"}
+}
+
+// CompleteAddresses fills in a control node's Raft and cluster addresses left empty
+// with their defaults: the broker's IP with its port plus 1 and plus 2. A default
+// past port 65535 is refused: uint16 arithmetic wrapped it to 0 (a random port) or
+// 1, which were recorded for good. Given addresses need no room above the broker's.
+func CompleteAddresses(broker netip.AddrPort, raft, cluster *string, flags AddressFlags) error {
+	var missing []string
+	if *raft == "" && broker.Port() > 65535-1 {
+		missing = append(missing, flags.Raft)
 	}
-	if o.ClusterListen == "" {
-		o.ClusterListen = netip.AddrPortFrom(listen.Addr(), listen.Port()+2).String()
+	if *cluster == "" && broker.Port() > 65535-2 {
+		missing = append(missing, flags.Cluster)
+	}
+	if len(missing) > 0 {
+		return optionError(flags.Broker, "%s leaves no room for the default Raft and cluster addresses (its port plus 1 and plus 2, past 65535): give %s, or a lower port",
+			broker, strings.Join(missing, " and "))
+	}
+	if *raft == "" {
+		*raft = netip.AddrPortFrom(broker.Addr(), broker.Port()+1).String()
+	}
+	if *cluster == "" {
+		*cluster = netip.AddrPortFrom(broker.Addr(), broker.Port()+2).String()
 	}
 	return nil
 }

@@ -165,14 +165,11 @@ func Mint(dir datadir.Dir, o MintOptions) (tokenfmt.Token, error) {
 // ControlAddresses completes a control node's addresses from its broker address.
 func ControlAddresses(brokerAddr, raftAddr, clusterAddr string) (api.ControlMember, error) {
 	ap, err := netip.ParseAddrPort(brokerAddr)
-	if err != nil || ap.Addr().IsUnspecified() || ap.Port() == 0 || ap.Port() > 65533 {
+	if err != nil || ap.Addr().IsUnspecified() || ap.Port() == 0 {
 		return api.ControlMember{}, fmt.Errorf("--addr %q must be the new node's concrete ip:port, the broker address hosts will dial", brokerAddr)
 	}
-	if raftAddr == "" {
-		raftAddr = netip.AddrPortFrom(ap.Addr(), ap.Port()+1).String()
-	}
-	if clusterAddr == "" {
-		clusterAddr = netip.AddrPortFrom(ap.Addr(), ap.Port()+2).String()
+	if err := bootstrap.CompleteAddresses(ap, &raftAddr, &clusterAddr, bootstrap.AddressFlags{Broker: "--addr", Raft: "--raft-addr", Cluster: "--cluster-addr"}); err != nil {
+		return api.ControlMember{}, err
 	}
 	parsed := make([]netip.AddrPort, 0, 2)
 	for _, a := range []struct{ flag, addr string }{{"--raft-addr", raftAddr}, {"--cluster-addr", clusterAddr}} {
