@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -147,6 +150,9 @@ func checkPath(p string) string {
 		return "path contains a NUL byte"
 	case strings.IndexFunc(p, isControl) >= 0:
 		return "path contains a control character (a newline, tab or other); hooks and logs read paths line by line"
+	case strings.IndexFunc(p, isFormat) >= 0:
+		r := []rune(p)[slices.IndexFunc([]rune(p), isFormat)]
+		return fmt.Sprintf("path contains the invisible character U+%04X (one that reorders text, such as U+202E, or takes no room, such as U+200B): a person reading the declaration, its dry run or a log would read another path than the one written", r)
 	case strings.HasPrefix(p, "/"):
 		return "path is absolute; paths are relative to the managed root"
 	case p == ".":
@@ -207,17 +213,48 @@ func ParseBody(raw []byte) (Body, error) {
 	if err := decodeStrict(raw, &b); err != nil {
 		return Body{}, &BodyError{Index: -1, Reason: err.Error()}
 	}
+	if at := loneSurrogate(raw); at >= 0 {
+		return Body{}, &BodyError{Index: -1, Reason: fmt.Sprintf("the \\u escape at byte %d is half a UTF-16 surrogate pair, which is no character: it would be read as U+FFFD and the text changed; write the character itself", at+1)}
+	}
 	if err := b.Validate(); err != nil {
 		return Body{}, err
 	}
 	return b, nil
 }
 
+// loneSurrogate returns the offset in raw, JSON the strict decoder accepted, of
+// the first \u escape in a string that is half a UTF-16 surrogate pair without its
+// other half, or -1. The decoders read one as U+FFFD, as encoding/json does (decision
+// 0024: one reading); an operator's body is refused rather than changed.
+func loneSurrogate(raw []byte) int {
+	inString := false
+	for i := 0; i < len(raw); i++ {
+		switch c := raw[i]; {
+		case !inString:
+			inString = c == '"'
+		case c == '"':
+			inString = false
+		case c == '\\' && raw[i+1] == 'u':
+			if r := hex4(raw[i+2 : i+6]); utf16.IsSurrogate(r) {
+				if r >= 0xdc00 || i+12 > len(raw) || raw[i+6] != '\\' || raw[i+7] != 'u' ||
+					utf16.DecodeRune(r, hex4(raw[i+8:i+12])) == unicode.ReplacementChar {
+					return i
+				}
+				i += 6
+			}
+			i += 5
+		case c == '\\':
+			i++ // the escaped character, a quote or a backslash among them
+		}
+	}
+	return -1
+}
+
 // Validate checks the body rules and returns a *BodyError naming the first
 // file at fault:
 //   - at most MaxFiles files;
 //   - a path is non-empty, at most MaxPathLen bytes, valid UTF-8 without NUL,
-//     relative, already clean (path.Clean(p) == p), without a ".." element
+//     control or format (Cf) characters, relative, already clean (path.Clean(p) == p), without a ".." element
 //     and not ".";
 //   - no path is declared twice, and no file lies inside another file's path;
 //   - exactly one of content and content_base64; content is valid UTF-8,
@@ -261,6 +298,10 @@ func (b Body) Validate() error {
 	}
 	return nil
 }
+
+// isFormat reports whether r is a format character (Unicode's Cf: the marks and
+// overrides of text direction, zero-width spaces and joiners, the byte order mark).
+func isFormat(r rune) bool { return unicode.Is(unicode.Cf, r) }
 
 // isControl reports whether r is a C0 or C1 control character or DEL.
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) }

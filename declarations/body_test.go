@@ -82,6 +82,10 @@ func TestBodyValidateRefuses(t *testing.T) {
 		{"newline in path", []File{f("etc/a\nb")}, 0, "control character"},
 		{"tab in path", []File{f("etc/a\tb")}, 0, "control character"},
 		{"DEL in path", []File{f("etc/a\x7fb")}, 0, "control character"},
+		// What a reviewer reads of a dry run or a log is not what is written.
+		{"right-to-left override in path", []File{f("etc/a\u202egnp.exe")}, 0, "U+202E"},
+		{"zero-width space in path", []File{f("etc/app\u200b.conf")}, 0, "U+200B"},
+		{"byte order mark in path", []File{f("\ufeffetc/a")}, 0, "U+FEFF"},
 		{"C1 control in path", []File{f("etc/a\u0085b")}, 0, "control character"},
 		{"absolute path", []File{f("/etc/passwd")}, 0, "absolute"},
 		{"dot", []File{f(".")}, 0, "managed root itself"},
@@ -150,6 +154,17 @@ func TestParseBody(t *testing.T) {
 	if len(b.Files) != 2 || *b.Files[0].Content != "text" || b.Files[0].Mode != "0640" || *b.Files[1].ContentBase64 != "AAE=" || b.Files[1].Owner != "0" {
 		t.Errorf("parsed %+v", b)
 	}
+	// A whole surrogate pair is a character; an escaped backslash before "ud800"
+	// is text.
+	for raw, want := range map[string]string{
+		`{"files":[{"path":"a","content":"\ud83d\ude00 \\ud800 \u00e9"}]}`: "\U0001F600 \\ud800 é",
+		`{"files":[{"path":"\ud83d\ude00","content":""}]}`:                 "",
+	} {
+		b, err := ParseBody([]byte(raw))
+		if err != nil || *b.Files[0].Content != want {
+			t.Errorf("ParseBody(%s) = %+v, %v; want content %q", raw, b, err, want)
+		}
+	}
 	for _, raw := range []string{`{}`, `{"files":[]}`, " {\n\t\"files\" : [ ] } \n"} {
 		b, err := ParseBody([]byte(raw))
 		if err != nil || len(b.Files) != 0 {
@@ -178,6 +193,11 @@ func TestParseBodyRefuses(t *testing.T) {
 		{"trailing data", `{"files":[]} {}`, "trailing data"},
 		{"trailing garbage", `{"files":[]}x`, "trailing"},
 		{"invalid UTF-8", "{\"files\":[{\"path\":\"a\xff\",\"content\":\"x\"}]}", "UTF-8"},
+		// Half a surrogate pair reads as U+FFFD: the text would change unsaid.
+		{"lone high surrogate in content", `{"files":[{"path":"a","content":"x\ud800y"}]}`, "byte 35 is half a UTF-16 surrogate pair"},
+		{"lone low surrogate in path", `{"files":[{"path":"a\udc00","content":"x"}]}`, "half a UTF-16 surrogate pair"},
+		{"high surrogate then another", `{"files":[{"path":"a","content":"\ud800\ud800"}]}`, "half a UTF-16 surrogate pair"},
+		{"high surrogate at the end", `{"files":[{"path":"a","content":"\ud83d"}]}`, "half a UTF-16 surrogate pair"},
 		{"rule broken after parsing", `{"files":[{"path":"../a","content":"x"}]}`, `".."`},
 		{"oversized", `{"files":[` + strings.Repeat(" ", MaxEnvelopeSize) + `]}`, "more than a declaration can carry"},
 	}
