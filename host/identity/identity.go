@@ -24,11 +24,8 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -37,6 +34,7 @@ import (
 
 	"mesh/host/atomicfile"
 	"mesh/host/statedir"
+	"mesh/host/token"
 )
 
 const (
@@ -411,22 +409,13 @@ func checkCA(caPEM, pin string) error {
 	return nil
 }
 
-// checkBroker accepts ip:port only: a broker is reached before any name can be
-// resolved, so a name here would be a fault.
+// checkBroker accepts what a token accepts as a broker address (token.ParseBroker):
+// a broker is reached before any name can be resolved, and an address a token
+// refuses (a zone, 0.0.0.0, port 0) is one the agent would fail to dial for as long
+// as it ran.
 func checkBroker(b string) error {
-	host, port, err := net.SplitHostPort(b)
-	if err != nil {
-		return fmt.Errorf("is %q, not ip:port", truncate(b, 80))
-	}
-	addr, err := netip.ParseAddr(host)
-	if err != nil {
-		return fmt.Errorf("is %q; its host is not an IP address", truncate(b, 80))
-	}
-	if addr.IsUnspecified() {
-		return fmt.Errorf("is %q; the unspecified address is not a broker", b)
-	}
-	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
-		return fmt.Errorf("is %q; its port is not 1-65535", truncate(b, 80))
+	if _, err := token.ParseBroker(b); err != nil {
+		return fmt.Errorf("is %q: %v", truncate(b, 80), err)
 	}
 	return nil
 }

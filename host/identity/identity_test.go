@@ -133,7 +133,7 @@ func TestLoadFileStates(t *testing.T) {
 		{name: "seed missing", data: withField(t, id, "nkey_seed", ""), want: "corrupt", reason: "nkey_seed is missing"},
 		{name: "pin of another CA", data: withField(t, id, "ca_pin", fmt.Sprintf("%q", other.CAPin)), want: "corrupt", reason: "ca_pin does not match"},
 		{name: "CA of another mesh", data: withField(t, id, "ca_pem", mustJSON(t, other.CAPEM)), want: "corrupt", reason: "ca_pin does not match"},
-		{name: "broker is a name", data: withField(t, id, "brokers", `["localhost:7300"]`), want: "corrupt", reason: "not an IP"},
+		{name: "broker is a name", data: withField(t, id, "brokers", `["localhost:7300"]`), want: "corrupt", reason: "host names are not accepted"},
 		{name: "node id invalid", data: withField(t, id, "node", `"Web_1"`), want: "corrupt", reason: "node is"},
 		{name: "enrolled_at bad", data: withField(t, id, "enrolled_at", `"yesterday"`), want: "corrupt", reason: "cannot be decoded"},
 		// encoding/json would read these, the last member winning and names
@@ -361,6 +361,9 @@ func TestValidate(t *testing.T) {
 		{"brokers[0]", func(id *Identity) { id.Brokers = []string{"127.0.0.1:0"} }},
 		{"brokers[0]", func(id *Identity) { id.Brokers = []string{"127.0.0.1:65536"} }},
 		{"brokers[0]", func(id *Identity) { id.Brokers = []string{"0.0.0.0:7300"} }},
+		// What a token refuses, which the agent would fail to dial forever.
+		{"brokers[0]", func(id *Identity) { id.Brokers = []string{"[fe80::1%eth0]:7300"} }},
+		{"brokers[0]", func(id *Identity) { id.Brokers = []string{"224.0.0.1:7300"} }},
 		{"brokers[1]", func(id *Identity) { id.Brokers = []string{"127.0.0.1:1", ""} }},
 		{"subjects.declarations", func(id *Identity) { id.Subjects.Declarations = "" }},
 		{"subjects.status", func(id *Identity) { id.Subjects.Status = "mesh.node.*.status" }},

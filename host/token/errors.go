@@ -17,6 +17,8 @@ var (
 	ErrChecksum           = errors.New("the token does not match its checksum: it was altered or mis-copied; copy the whole line again")
 	ErrMalformed          = errors.New("the token has a malformed field")
 	ErrExpired            = errors.New("the token has expired: ask the operator for a new one (meshctl token)")
+	// ErrBadBroker is ParseBroker's: not an address to dial a broker at.
+	ErrBadBroker = errors.New("not a broker address to dial")
 )
 
 // VersionError is a token of a format version other than Version.

@@ -192,11 +192,8 @@ func readBrokers(s string) ([]netip.AddrPort, string) {
 		if item == "" {
 			return nil, at + " is empty (a stray comma)"
 		}
-		ap, err := netip.ParseAddrPort(item)
-		if err != nil {
-			return nil, at + " is not ip:port (a numeric IPv4 address, or an IPv6 address in brackets, then a port); host names are not accepted"
-		}
-		if fault := addrFault(ap); fault != "" {
+		ap, fault := parseBroker(item)
+		if fault != "" {
 			return nil, at + " " + fault
 		}
 		if ap.String() != item {
@@ -210,6 +207,28 @@ func readBrokers(s string) ([]netip.AddrPort, string) {
 		list = append(list, ap)
 	}
 	return list, ""
+}
+
+// ParseBroker reads one broker address as a token lists it, ip:port, and refuses
+// what a token refuses: a host name, an IPv6 zone, port 0, an IPv4-mapped IPv6, an
+// unspecified or a multicast address (none is an address to dial a broker at).
+// Unlike a token, it takes any form netip reads and returns it canonical. Its error
+// matches ErrBadBroker and never quotes s, which may hold a token pasted there.
+func ParseBroker(s string) (netip.AddrPort, error) {
+	ap, fault := parseBroker(s)
+	if fault != "" {
+		return netip.AddrPort{}, &wrapped{cause: ErrBadBroker, msg: "the broker address " + fault}
+	}
+	return ap, nil
+}
+
+// parseBroker reads ip:port and says why it is not a broker address, or returns "".
+func parseBroker(s string) (netip.AddrPort, string) {
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		return netip.AddrPort{}, "is not ip:port (a numeric IPv4 address, or an IPv6 address in brackets, then a port); host names are not accepted"
+	}
+	return ap, addrFault(ap)
 }
 
 // addrFault says why ap is not an address to dial a broker at, or returns "".

@@ -32,7 +32,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -192,7 +191,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	fmt.Fprintf(stderr, "meshhost %s: %s\n", name, shown(token.HideTokens(err.Error())))
 	var ue usageError
 	switch {
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), errors.Is(err, errTokenArgument):
 		fmt.Fprintf(stderr, "run `meshhost %s --help` for usage\n", name)
 		return exitUsage
 	case errors.Is(err, dirlock.ErrInUse):
@@ -258,6 +257,9 @@ func parse(fs *flag.FlagSet, args []string, cio *cliIO) error {
 		if a == "-h" || a == "-help" || a == "--help" {
 			out = cio.stdout // asked for, help is output, not an error
 		}
+	}
+	if err := refuseTokens(fs, args); err != nil {
+		return err
 	}
 	// What the flag package prints on an error (the error, then the whole help) is
 	// dropped: the error is reported once, with a pointer to --help, by exitCode,
@@ -460,9 +462,11 @@ func cmdRun(args []string, cio *cliIO) error {
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9301 as meshhost.service does (off when empty)")
 	var extra []string
 	fs.Func("broker", "a broker address (`ip:port`) to try after those the mesh's list names, for a host whose known brokers are all gone; repeat for several; the mesh's CA pin is checked as for any", func(v string) error {
-		ap, err := netip.ParseAddrPort(v)
+		// The token's rules: an address it refuses (a zone, 0.0.0.0, port 0) was
+		// taken here and then failed at every dial, for as long as the agent ran.
+		ap, err := token.ParseBroker(v)
 		if err != nil {
-			return fmt.Errorf("not ip:port: %v", err)
+			return err
 		}
 		extra = append(extra, ap.String())
 		return nil
