@@ -71,3 +71,51 @@ func TestListenWhoseDefaultsOverflow(t *testing.T) {
 		})
 	}
 }
+
+// TestAddressesBySameRules: --raft-listen and --cluster-listen are checked as
+// --listen is, before the data directory is touched. Equal addresses passed and the
+// mesh was created, then every serve exited 1 blaming "another process" for its own
+// clash; names and wildcards were recorded (and the other control nodes dial them);
+// `--raft-listen foo` failed the bind check (exit 1) and left a lock file in a
+// directory that was new.
+func TestAddressesBySameRules(t *testing.T) {
+	for _, c := range []struct {
+		name                  string
+		listen, raft, cluster string
+		flag                  string // the OptionError's flag
+		says                  string
+	}{
+		{"Raft on the broker's address", "127.0.0.1:27600", "127.0.0.1:27600", "", "--raft-listen", "must differ"},
+		{"cluster on the broker's address", "127.0.0.1:27600", "127.0.0.1:27605", "127.0.0.1:27600", "--cluster-listen", "must differ"},
+		{"cluster on the default Raft port", "127.0.0.1:27600", "", "127.0.0.1:27601", "--cluster-listen", "the default of --raft-listen"},
+		{"Raft on the cluster address", "127.0.0.1:27600", "127.0.0.1:27609", "127.0.0.1:27609", "--cluster-listen", "must differ"},
+		{"Raft on the wildcard broker's port", "0.0.0.0:27600", "127.0.0.1:27600", "127.0.0.1:27602", "--raft-listen", "must differ"},
+		{"IPv6 wildcard broker's port", "[::]:27600", "127.0.0.1:27601", "[::1]:27600", "--cluster-listen", "must differ"},
+		{"Raft a name", "127.0.0.1:27600", "localhost:27801", "", "--raft-listen", "not ip:port"},
+		{"cluster a name", "127.0.0.1:27600", "", "cp-1.example:27802", "--cluster-listen", "not ip:port"},
+		{"Raft no address", "127.0.0.1:27600", "foo", "", "--raft-listen", "not ip:port"},
+		{"Raft a wildcard", "127.0.0.1:27600", "0.0.0.0:27801", "", "--raft-listen", "wildcard"},
+		{"cluster an IPv6 wildcard", "127.0.0.1:27600", "", "[::]:27802", "--cluster-listen", "wildcard"},
+		{"Raft port 0", "127.0.0.1:27600", "127.0.0.1:0", "", "--raft-listen", "port 0"},
+		{"broker port 0", "127.0.0.1:0", "127.0.0.1:27601", "127.0.0.1:27602", "--listen", "port 0"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			o, out := options(t, dir)
+			o.Listen, o.RaftListen, o.ClusterListen = c.listen, c.raft, c.cluster
+			o.Advertise = "192.0.2.10:7300"
+			for _, dry := range []bool{true, false} {
+				o.DryRun = dry
+				err := Run(o)
+				var oe *OptionError
+				if !errors.As(err, &oe) || oe.Flag != c.flag || !strings.Contains(err.Error(), c.says) {
+					t.Fatalf("dry run %v: err = %v, want an OptionError of %s saying %q", dry, err, c.flag, c.says)
+				}
+				if out.Len() > 0 {
+					t.Fatalf("a plan was printed for refused addresses:\n%s", out)
+				}
+				assertNotCreated(t, dir)
+			}
+		})
+	}
+}

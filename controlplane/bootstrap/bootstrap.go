@@ -16,7 +16,6 @@ import (
 	"net/netip"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -185,53 +184,28 @@ func (o *Options) defaults() error {
 	if err := tokenfmt.ValidateNodeID(o.Node); err != nil {
 		return optionError("--node", "%s", idReason(err))
 	}
-	listen, err := netip.ParseAddrPort(o.Listen)
+	// Said first: it is what a wildcard --listen lacks above all.
+	if listen, err := netip.ParseAddrPort(o.Listen); err == nil && listen.Addr().IsUnspecified() && o.Advertise == "" {
+		return optionError("--listen", "%s is a wildcard address; give --advertise ip:port, the address hosts will dial", o.Listen)
+	}
+	// All three before the data directory is touched: they are recorded in mesh.json
+	// and the Raft configuration for good, and serve listens on each.
+	addrs, err := CheckAddresses(o.Listen, o.RaftListen, o.ClusterListen, ListenFlags(), true)
 	if err != nil {
-		return optionError("--listen", "%q is not ip:port (an address, not a name: hosts must reach it before any name resolution)", o.Listen)
+		return err
+	}
+	if o.RaftListen == "" {
+		o.RaftListen = addrs.Raft.String()
+	}
+	if o.ClusterListen == "" {
+		o.ClusterListen = addrs.Cluster.String()
 	}
 	if o.Advertise == "" {
-		if listen.Addr().IsUnspecified() {
-			return optionError("--listen", "%s is a wildcard address; give --advertise ip:port, the address hosts will dial", o.Listen)
-		}
 		o.Advertise = o.Listen
 	}
 	adv, err := netip.ParseAddrPort(o.Advertise)
 	if err != nil || adv.Addr().IsUnspecified() {
 		return optionError("--advertise", "%q must be a concrete ip:port hosts can dial", o.Advertise)
-	}
-	return CompleteAddresses(listen, &o.RaftListen, &o.ClusterListen, ListenFlags())
-}
-
-// AddressFlags name the flags a control node's broker, Raft and cluster addresses
-// are given with, for the messages that refuse them.
-type AddressFlags struct{ Broker, Raft, Cluster string }
-
-// ListenFlags are bootstrap's.
-func ListenFlags() AddressFlags {
-	return AddressFlags{Broker: "--listen", Raft: "--raft-listen", Cluster: "--cluster-listen"}
-}
-
-// CompleteAddresses fills in a control node's Raft and cluster addresses left empty
-// with their defaults: the broker's IP with its port plus 1 and plus 2. A default
-// past port 65535 is refused: uint16 arithmetic wrapped it to 0 (a random port) or
-// 1, which were recorded for good. Given addresses need no room above the broker's.
-func CompleteAddresses(broker netip.AddrPort, raft, cluster *string, flags AddressFlags) error {
-	var missing []string
-	if *raft == "" && broker.Port() > 65535-1 {
-		missing = append(missing, flags.Raft)
-	}
-	if *cluster == "" && broker.Port() > 65535-2 {
-		missing = append(missing, flags.Cluster)
-	}
-	if len(missing) > 0 {
-		return optionError(flags.Broker, "%s leaves no room for the default Raft and cluster addresses (its port plus 1 and plus 2, past 65535): give %s, or a lower port",
-			broker, strings.Join(missing, " and "))
-	}
-	if *raft == "" {
-		*raft = netip.AddrPortFrom(broker.Addr(), broker.Port()+1).String()
-	}
-	if *cluster == "" {
-		*cluster = netip.AddrPortFrom(broker.Addr(), broker.Port()+2).String()
 	}
 	return nil
 }

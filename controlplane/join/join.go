@@ -162,27 +162,16 @@ func Mint(dir datadir.Dir, o MintOptions) (tokenfmt.Token, error) {
 	return operator.TokenFrom(tok.Secret, o.Node, tokenfmt.RoleControl, res)
 }
 
-// ControlAddresses completes a control node's addresses from its broker address.
+// ControlAddresses checks a control node's addresses, given with a control token's
+// flags, and completes them from its broker address: by bootstrap's rules for the
+// first node (bootstrap.CheckAddresses), except that the broker address is the one
+// hosts dial, never a wildcard.
 func ControlAddresses(brokerAddr, raftAddr, clusterAddr string) (api.ControlMember, error) {
-	ap, err := netip.ParseAddrPort(brokerAddr)
-	if err != nil || ap.Addr().IsUnspecified() || ap.Port() == 0 {
-		return api.ControlMember{}, fmt.Errorf("--addr %q must be the new node's concrete ip:port, the broker address hosts will dial", brokerAddr)
-	}
-	if err := bootstrap.CompleteAddresses(ap, &raftAddr, &clusterAddr, bootstrap.AddressFlags{Broker: "--addr", Raft: "--raft-addr", Cluster: "--cluster-addr"}); err != nil {
+	a, err := bootstrap.CheckAddresses(brokerAddr, raftAddr, clusterAddr, bootstrap.AddressFlags{Broker: "--addr", Raft: "--raft-addr", Cluster: "--cluster-addr"}, false)
+	if err != nil {
 		return api.ControlMember{}, err
 	}
-	parsed := make([]netip.AddrPort, 0, 2)
-	for _, a := range []struct{ flag, addr string }{{"--raft-addr", raftAddr}, {"--cluster-addr", clusterAddr}} {
-		p, err := netip.ParseAddrPort(a.addr)
-		if err != nil || p.Addr().IsUnspecified() || p.Port() == 0 {
-			return api.ControlMember{}, fmt.Errorf("%s %q must be a concrete ip:port the other control nodes can dial", a.flag, a.addr)
-		}
-		parsed = append(parsed, p)
-	}
-	if parsed[0] == ap || parsed[1] == ap || parsed[0] == parsed[1] {
-		return api.ControlMember{}, fmt.Errorf("the broker, Raft and cluster addresses must differ (got %s, %s, %s)", ap, parsed[0], parsed[1])
-	}
-	return api.ControlMember{Broker: ap.String(), Raft: parsed[0].String(), Cluster: parsed[1].String()}, nil
+	return api.ControlMember{Broker: a.Broker.String(), Raft: a.Raft.String(), Cluster: a.Cluster.String()}, nil
 }
 
 // Options are a join's inputs.

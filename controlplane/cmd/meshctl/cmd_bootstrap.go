@@ -27,8 +27,8 @@ mesh as bootstrapped (its id, this node, addresses and CA pin) as JSON.`,
 			fs.StringVar(&o.Mesh, "mesh", "", "mesh id: 1-63 characters of a-z, 0-9 and - (required)")
 			fs.StringVar(&o.Listen, "listen", "", "broker address hosts connect to, ip:port (required)")
 			fs.StringVar(&o.Advertise, "advertise", "", "address tokens carry, ip:port (default: --listen)")
-			fs.StringVar(&o.RaftListen, "raft-listen", "", "Raft address between control nodes (default: --listen port+1)")
-			fs.StringVar(&o.ClusterListen, "cluster-listen", "", "broker route address between control nodes (default: --listen port+2)")
+			fs.StringVar(&o.RaftListen, "raft-listen", "", "Raft address the other control nodes dial, ip:port (default: --listen port+1)")
+			fs.StringVar(&o.ClusterListen, "cluster-listen", "", "broker route address the other control nodes dial, ip:port (default: --listen port+2)")
 			fs.StringVar(&o.Node, "node", "cp-1", "this control node's id")
 			fs.StringVar(&dir, "data", "", "data directory (required)")
 			_ = c.MarkFlagDirname("data")
@@ -41,6 +41,11 @@ mesh as bootstrapped (its id, this node, addresses and CA pin) as JSON.`,
 				}
 				if o.Mesh == "" || o.Listen == "" || dir == "" {
 					return usagef("--mesh, --listen and --data are required")
+				}
+				// The others are checked as addresses and ids, and refused before
+				// anything prints them; the directory is printed as it is.
+				if err := refuseToken("--data", dir); err != nil {
+					return err
 				}
 				if asJSON && o.DryRun {
 					return usagef("--dry-run prints a plan for a person; --json describes a mesh that exists: give one of them")

@@ -56,6 +56,9 @@ nats-server with TLS, Raft on disk, signed declarations.`,
 				if err := noPositional(args); err != nil {
 					return err
 				}
+				if err := refuseToken("--dir", dir); err != nil {
+					return err
+				}
 				if dir != "" {
 					// The demo removes what it wrote afterwards: a directory that holds
 					// anything already is refused, so that nothing else goes with it.
