@@ -16,6 +16,8 @@ import (
 	"os"
 	"os/user"
 	"strconv"
+
+	"mesh/host/readfile"
 )
 
 // Errors callers branch on with errors.Is.
@@ -29,6 +31,9 @@ var (
 	// ErrNotOwned: a file the agent reads from its state directory belongs to
 	// another user. See *FileError.
 	ErrNotOwned = errors.New("statedir: a state file belongs to another user")
+	// ErrNotDir: something other than a directory is where the state directory
+	// belongs. See *NotDirError.
+	ErrNotDir = errors.New("statedir: the state directory is not a directory")
 )
 
 // UnsafeError is a state directory the agent does not trust: UID owns it and the
@@ -37,21 +42,62 @@ type UnsafeError struct {
 	Dir       string
 	UID, EUID int
 	Mode      fs.FileMode
+	// NoAccess: EUID may not enter the directory. Then it is someone else's that
+	// this user merely cannot read (meshhost run by hand as another user than the
+	// agent's), not one planted for it: handing it to this user (chown) would give
+	// the node's private key to the wrong one.
+	NoAccess bool
 }
 
 func (e *UnsafeError) Error() string {
+	writable := e.Mode.Perm()&0o022 != 0
+	if e.UID != e.EUID && e.NoAccess {
+		msg := fmt.Sprintf("the state directory %s belongs to %s, with mode %#o, and meshhost runs as %s, which may not enter it; nothing was read from it or written to it. "+
+			"Run meshhost as the user the agent runs as, most likely the directory's owner, %s (sudo meshhost … for root, sudo -u NAME meshhost … for another)",
+			e.Dir, who(e.UID), e.Mode.Perm(), who(e.EUID), who(e.UID))
+		if writable {
+			msg += fmt.Sprintf(". Group or others may also write it, so as that user check that its files are the ones meshhost wrote, then: chmod 700 %s", e.Dir)
+		}
+		return msg
+	}
 	what := fmt.Sprintf("has mode %#o: group or others may write it", e.Mode.Perm())
+	fix := "Check"
 	if e.UID != e.EUID {
 		what = fmt.Sprintf("belongs to %s, with mode %#o, and meshhost runs as %s", who(e.UID), e.Mode.Perm(), who(e.EUID))
+		// This user may enter it: it may be the agent's own directory, with
+		// meshhost run here as another user, or one someone else made for the
+		// agent. Only the second is this user's to take.
+		fix = fmt.Sprintf("If the agent runs as %s, run meshhost as that user instead. If it runs as %s, check", who(e.UID), who(e.EUID))
 	}
 	return fmt.Sprintf("the state directory %s %s. It holds this node's private key and the keys it trusts, "+
 		"so only the user meshhost runs as may own and write it; nothing was read from it or written to it. "+
-		"Check that its files are the ones meshhost wrote (anyone who could write there may have replaced them), then: chown %d %s && chmod 700 %s",
-		e.Dir, what, e.EUID, e.Dir, e.Dir)
+		"%s that its files are the ones meshhost wrote (anyone who could write there may have replaced them), then: chown %d %s && chmod 700 %s",
+		e.Dir, what, fix, e.EUID, e.Dir, e.Dir)
 }
 
 // Is reports whether target is ErrUnsafe.
 func (e *UnsafeError) Is(target error) bool { return target == ErrUnsafe }
+
+// NotDirError is a state directory that is something else: Mode is what is at Dir,
+// its links followed; Link says Dir itself is a symbolic link. It matches ErrNotDir.
+type NotDirError struct {
+	Dir  string
+	Mode fs.FileMode
+	Link bool
+}
+
+func (e *NotDirError) Error() string {
+	what := readfile.Kind(e.Mode)
+	if e.Link {
+		what = "a symbolic link to " + what
+	}
+	return fmt.Sprintf("the state directory %s is not a directory: it is %s; nothing was read from it or written to it. "+
+		"--state names the directory meshhost enrol made (the one holding %s), not a file in it (ls -l %s shows what is there)",
+		e.Dir, what, "identity.json", e.Dir)
+}
+
+// Is reports whether target is ErrNotDir.
+func (e *NotDirError) Is(target error) bool { return target == ErrNotDir }
 
 // FileError is a file in the state directory the agent will not read: Kind is
 // ErrSymlink or ErrNotOwned (then UID owns it, and the agent runs as EUID).
@@ -85,7 +131,8 @@ func Prepare(dir string) error {
 
 // Check refuses a state directory that another user owns or that group or others
 // may write (*UnsafeError), or under a directory that a user other than the
-// agent's and root owns or may write (*UnsafePathError), or that is not a directory. An absent one gives an error
+// agent's and root owns or may write (*UnsafePathError), or that is not a directory
+// (*NotDirError). An absent one gives an error
 // matching fs.ErrNotExist: whether that is a fault is the caller's to say. Where
 // files have no owner (not Unix), only that it is a directory is checked.
 func Check(dir string) error {
@@ -94,14 +141,18 @@ func Check(dir string) error {
 		return err
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("the state directory %s is not a directory (it is %v)", dir, fi.Mode().Type())
+		lfi, err := os.Lstat(dir)
+		return &NotDirError{Dir: dir, Mode: fi.Mode(), Link: err == nil && lfi.Mode()&fs.ModeSymlink != 0}
 	}
 	uid, ok := owner(fi)
 	if !ok {
 		return nil
 	}
 	if euid := os.Geteuid(); uid != euid || fi.Mode().Perm()&0o022 != 0 {
-		return &UnsafeError{Dir: dir, UID: uid, EUID: euid, Mode: fi.Mode()}
+		// Naming a path inside it needs the right to enter (search) it; Join
+		// would clean the "." away.
+		_, err := os.Stat(dir + string(os.PathSeparator) + ".")
+		return &UnsafeError{Dir: dir, UID: uid, EUID: euid, Mode: fi.Mode(), NoAccess: errors.Is(err, fs.ErrPermission)}
 	}
 	// Whoever may replace a directory above it may put another state directory in
 	// its place: an older one of the agent's own (its applied state rolled back), or
@@ -150,7 +201,7 @@ func checkOpened(path string, fi fs.FileInfo) error {
 	case fi.IsDir():
 		return &fs.PathError{Op: "read", Path: path, Err: errIsDir}
 	case !fi.Mode().IsRegular():
-		return &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("it is not a regular file (mode %v)", fi.Mode())}
+		return &fs.PathError{Op: "read", Path: path, Err: fmt.Errorf("it is %s, not a regular file", readfile.Kind(fi.Mode()))}
 	}
 	if uid, ok := owner(fi); ok && uid != os.Geteuid() {
 		return &FileError{Path: path, Kind: ErrNotOwned, UID: uid, EUID: os.Geteuid()}

@@ -11,7 +11,8 @@
 // cannot be used or the mesh refused it; 4 the broker is not the mesh the token names
 // (retrying will not help); 5 the identity file or the state directory is in the way
 // (already enrolled, not enrolled, unreadable, truncated, corrupt; a directory another
-// user owns or may write, a state file that is a symbolic link or another user's; a
+// user owns or may write, a state file that is a symbolic link or another user's, a
+// state directory that is not one; a
 // directory above the state directory or the managed root, or the hooks file or a
 // directory above it, that another user could change);
 // 6 this node was revoked (or its key is refused); 7 the mesh could not be reached
@@ -205,6 +206,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		errors.Is(err, identity.ErrInvalid),
 		errors.Is(err, state.ErrUnreadable), errors.Is(err, state.ErrTruncated), errors.Is(err, state.ErrCorrupt),
 		errors.Is(err, statedir.ErrUnsafe), errors.Is(err, statedir.ErrSymlink), errors.Is(err, statedir.ErrNotOwned),
+		errors.Is(err, statedir.ErrNotDir),
 		errors.Is(err, statedir.ErrUnsafePath), errors.Is(err, dirlock.ErrNotWritable),
 		errors.Is(err, hooks.ErrConfig), errors.Is(err, errRecordUnusable):
 		return exitIdentity
@@ -637,6 +639,13 @@ func cmdStatus(args []string, cio *cliIO) error {
 	}
 	if *stateDir == "" {
 		return usageError{"--state is required"}
+	}
+	// As run, enrol and hooks retry do: a file given as the state directory is
+	// said to be one (status blamed an unreadable identity file, and advised having
+	// the node revoked), and a directory this user may not enter is someone else's,
+	// not one to take over. Absent, it is identity.Load's to say: not enrolled.
+	if err := statedir.Check(*stateDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
 	id, err := identity.Load(*stateDir)
 	if err != nil {
