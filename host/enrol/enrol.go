@@ -288,7 +288,7 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	// 5. Present the secret and the public key.
 	resp, err := r.request(nc, kp, pub)
 	if err != nil {
-		return Result{}, err
+		return Result{}, r.dropSpentKey(err, pub)
 	}
 
 	// 6. Verify what the mesh answered, with the key from the token.
@@ -328,6 +328,27 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	_ = identity.RemovePending(o.StateDir)
 	r.step("save", "identity saved to %s (mode 0600); the mesh holds this node's key: start the agent (meshhost run)", identity.Path(o.StateDir))
 	return Result{Identity: id, DeclarationVersion: decl.Version, Broker: broker}, nil
+}
+
+// dropSpentKey removes the pending key when the mesh, answering the request, refused
+// the token for good (a refusal that is not Retryable: used, expired, unknown,
+// cancelled, revoked …): no enrolment can finish with that key, and a seed nobody
+// can use should not be left on disk, nor a pending file that has meshhost status
+// advise running enrol again with the same token. Every other failure keeps it:
+// when no broker answered, the answer was lost or late, the login was refused
+// (perhaps for the moment: a full control node, a rate limit), or the mesh answered
+// unavailable or internal, the mesh may have committed the enrolment with this key,
+// and only a repeat presenting it is answered from the state.
+func (r *run) dropSpentKey(err error, pub string) error {
+	var re *RefusedError
+	if !errors.As(err, &re) || re.Retryable() {
+		return err
+	}
+	if rerr := identity.RemovePending(r.o.StateDir); rerr != nil {
+		return fmt.Errorf("%w; the key of this enrolment can no longer be used, but %v: remove %s", err, rerr, identity.PendingPath(r.o.StateDir))
+	}
+	r.step("key", "removed the pending key %s: the mesh refused this token for good, so no enrolment can finish with it", pub)
+	return err
 }
 
 func expiryText(exp, now time.Time) string {

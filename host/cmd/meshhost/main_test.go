@@ -163,13 +163,18 @@ func TestStatusWithoutIdentity(t *testing.T) {
 	if code != exitIdentity || !strings.Contains(stderr, "not enrolled") || strings.Contains(stderr, "same token") {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	// An enrolment that stopped half way: the same token finishes it.
+	// An enrolment that stopped half way: the same token finishes it if its last
+	// attempt could be retried; a token the mesh refused needs a new one (the advice
+	// was only the first, which cannot work after token_used).
 	if err := os.WriteFile(filepath.Join(dir, "enrol-pending.json"), []byte("{}"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	code, _, stderr = runCLI("", nil, "status", "--state", dir)
-	if code != exitIdentity || !strings.Contains(stderr, "run meshhost enrol again with the same token") {
-		t.Fatalf("half enrolled: exit %d: %s", code, stderr)
+	for _, want := range []string{"If its last attempt could be retried (exit 7", "run meshhost enrol again with the same token",
+		"If the mesh refused the token (exit 3", "ask the operator for a new token"} {
+		if code != exitIdentity || !strings.Contains(stderr, want) {
+			t.Errorf("half enrolled: exit %d, want %d and %q: %s", code, exitIdentity, want, stderr)
+		}
 	}
 }
 
