@@ -185,19 +185,19 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if d.cfg, err = opts.Dir.LoadConfig(); err != nil {
 		return nil, err
 	}
-	if d.caPEM, err = opts.Dir.ReadFile(datadir.CACertFile); err != nil {
-		return nil, err
-	}
-	leaf, err := opts.Dir.LoadLeaf()
+	// Checked whole here, each file named when it cannot be used: tls.X509KeyPair
+	// named neither file, and blamed the key for an empty certificate.
+	caPEM, leaf, err := opts.Dir.LoadIdentity(d.cfg.CAPin)
 	if err != nil {
 		return nil, err
 	}
+	d.caPEM = caPEM
 	keys, err := opts.Dir.LoadSigningKeys()
 	if err != nil {
 		return nil, err
 	}
 	if d.curve, err = opts.Dir.LoadCurveKey(); err != nil {
-		return nil, fmt.Errorf("%w (every control node has one since bootstrap or join)", err)
+		return nil, err
 	}
 	d.signer = newSigner(keys)
 	mutual, err := pki.MutualConfig(leaf, d.caPEM)

@@ -267,19 +267,6 @@ func (d Dir) LoadCA() (*pki.CA, error) {
 	return pki.LoadCA(certPEM, keyPEM)
 }
 
-// LoadLeaf reads this control node's TLS identity.
-func (d Dir) LoadLeaf() (pki.Leaf, error) {
-	cert, err := d.ReadFile(TLSCertFile)
-	if err != nil {
-		return pki.Leaf{}, err
-	}
-	key, err := d.ReadFile(TLSKeyFile)
-	if err != nil {
-		return pki.Leaf{}, err
-	}
-	return pki.Leaf{CertPEM: cert, KeyPEM: key}, nil
-}
-
 // LoadSigningKey reads the newest declaration signing key.
 func (d Dir) LoadSigningKey() (ed25519.PrivateKey, error) {
 	keys, err := d.LoadSigningKeys()
@@ -291,11 +278,15 @@ func (d Dir) LoadSigningKey() (ed25519.PrivateKey, error) {
 
 // LoadSigningKeys reads every signing key held, oldest first.
 func (d Dir) LoadSigningKeys() ([]ed25519.PrivateKey, error) {
-	data, err := d.ReadFile(SigningKeyFile)
+	data, err := d.readRequired(SigningKeyFile)
 	if err != nil {
 		return nil, err
 	}
-	return ParseSigningKeys(data)
+	keys, err := ParseSigningKeys(data)
+	if err != nil {
+		return nil, &FileError{Path: d.Path(SigningKeyFile), Err: err}
+	}
+	return keys, nil
 }
 
 // SaveSigningKeys replaces the signing keys held (0600, atomically).
@@ -358,13 +349,17 @@ func ParseSigningKeys(data []byte) ([]ed25519.PrivateKey, error) {
 
 // LoadCurveKey reads this control node's curve key.
 func (d Dir) LoadCurveKey() (nkeys.KeyPair, error) {
-	seed, err := d.ReadFile(CurveKeyFile)
+	seed, err := d.readRequired(CurveKeyFile)
 	if err != nil {
 		return nil, err
 	}
-	kp, err := nkeys.FromCurveSeed(bytes.TrimSpace(seed))
+	seed = bytes.TrimSpace(seed)
+	if len(seed) == 0 {
+		return nil, &FileError{Path: d.Path(CurveKeyFile), Err: fmt.Errorf("%w: the file is empty", ErrTruncated)}
+	}
+	kp, err := nkeys.FromCurveSeed(seed)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %w", d.Path(CurveKeyFile), ErrCorrupt, err)
+		return nil, &FileError{Path: d.Path(CurveKeyFile), Err: fmt.Errorf("%w: not a curve key seed (%w)", ErrCorrupt, err)}
 	}
 	return kp, nil
 }
@@ -386,13 +381,16 @@ func CredsUserKey(creds []byte) (string, error) {
 // LoadOperatorKey returns the public key of this node's operator credentials
 // (AdminCredsFile).
 func (d Dir) LoadOperatorKey() (string, error) {
-	creds, err := d.ReadFile(AdminCredsFile)
+	creds, err := d.readRequired(AdminCredsFile)
 	if err != nil {
 		return "", err
 	}
+	if len(bytes.TrimSpace(creds)) == 0 {
+		return "", &FileError{Path: d.Path(AdminCredsFile), Err: fmt.Errorf("%w: the file is empty", ErrTruncated)}
+	}
 	key, err := CredsUserKey(creds)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", d.Path(AdminCredsFile), err)
+		return "", &FileError{Path: d.Path(AdminCredsFile), Err: err}
 	}
 	return key, nil
 }

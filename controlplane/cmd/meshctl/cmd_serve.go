@@ -38,8 +38,9 @@ Runs until interrupted (SIGINT or SIGTERM), which stops it at any point, startin
 included (exit 9 if it was not ready yet). It holds the data directory's lock: a
 second process on the same directory is refused at once (exit 8). It refuses a
 directory that is not a control node's, or whose keys, credentials or raft/ others may
-read or change (exit 7, naming the chmod or chown that mends it), and that of a control
-node that was removed (exit 6). Logs go to stderr.
+read or change (exit 7, naming the chmod or chown that mends it), or one of whose files
+is missing or damaged (exit 7, naming it), and that of a control node that was removed
+(exit 6). Logs go to stderr.
 Under systemd (Type=notify) it reports ready once its replicated state is current and
 its broker accepts connections (dist/systemd/meshctl.service).`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {

@@ -16,7 +16,7 @@
 // converged (declare --wait, status); 6 this control node was removed and will not
 // serve again; 7 the data directory is not one the command can use (not a control
 // node's: not bootstrapped or joined, or a join that did not complete; one of its
-// files corrupt, cut short or not a regular file; one this user cannot write; for
+// files missing, corrupt, cut short or not a regular file; one this user cannot write; for
 // serve, one whose keys, credentials or raft/ group or others may read, or that
 // another user owns or others may write, or whose Raft log holds an entry of a newer
 // meshctl or whose Raft store is damaged; for bootstrap and join, one holding another mesh, another node,
@@ -250,7 +250,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		errors.Is(err, dirlock.ErrNotWritable), errors.Is(err, replication.ErrDamaged),
 		// A file of the data directory that cannot be read as one: running again
 		// will not mend it (and systemd does not restart serve for it).
-		errors.Is(err, datadir.ErrCorrupt), errors.Is(err, datadir.ErrTruncated), errors.Is(err, datadir.ErrTooLarge),
+		errors.Is(err, datadir.ErrCorrupt), errors.Is(err, datadir.ErrTruncated), errors.Is(err, datadir.ErrTooLarge), errors.Is(err, datadir.ErrMissing),
 		errors.Is(err, datadir.ErrFormat), errors.Is(err, datadir.ErrNotAFile):
 		return exitDataDir
 	case errors.Is(err, operator.ErrUnreachable), errors.Is(err, operator.ErrNoLeader), errors.Is(err, operator.ErrNoAnswer),
