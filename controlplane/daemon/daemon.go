@@ -223,7 +223,16 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		LogAhead:      d.keepTail,
 		Logger:        d.log,
 		Now:           opts.Now,
+		// mesh.json is complete (LoadConfig refuses a join that did not): the
+		// bootstrap's last step, or the join's confirmation, left state in the store.
+		MustHoldState: true,
 	})
+	if errors.Is(err, replication.ErrStateLost) && !d.cfg.JoinedNode() {
+		// The one way to an empty store that is no loss: a bootstrap stopped
+		// before its last step. Running it again on a node that served would
+		// start the mesh over, empty, so the choice is the operator's.
+		return nil, fmt.Errorf("%w\nIf `meshctl bootstrap --data %s` stopped before its last step (raft) and this node never served, run it again with the same flags to finish it; if it served, do not: it would make a new, empty Raft cluster", err, opts.Dir)
+	}
 	if err != nil {
 		return nil, err
 	}

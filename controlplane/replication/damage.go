@@ -42,6 +42,8 @@ type DamageError struct {
 	Problem string
 	// Err is the underlying error, if any.
 	Err error
+	// Lost: the store holds none of the member's state (ErrStateLost).
+	Lost bool
 }
 
 func (e *DamageError) Error() string {
@@ -49,14 +51,22 @@ func (e *DamageError) Error() string {
 	if e.Err != nil {
 		what += ": " + e.Err.Error()
 	}
+	head := ErrDamaged
+	if e.Lost {
+		head = ErrStateLost
+	}
 	return fmt.Sprintf("%v: %s %s. Serving from it could lose committed changes or split the mesh's state, so this node will not start: "+
 		"restore its data directory from a backup taken while it was stopped (docs/operations.md, Backing up), "+
-		"or, if other control nodes run, remove this node from the mesh (`meshctl control remove`) and `meshctl join` it again with a new control token on a fresh data directory",
-		ErrDamaged, e.File, what)
+		"or, if other control nodes run, remove this node from the mesh (`meshctl control remove`) and `meshctl join` it again with a new control token on a fresh data directory "+
+		"(docs/operations.md, \"A damaged Raft store\")",
+		head, e.File, what)
 }
 
-// Is makes errors.Is(err, ErrDamaged) hold.
-func (e *DamageError) Is(target error) bool { return target == ErrDamaged }
+// Is makes errors.Is(err, ErrDamaged) hold, and errors.Is(err, ErrStateLost) for a
+// store that lost all of it.
+func (e *DamageError) Is(target error) bool {
+	return target == ErrDamaged || e.Lost && target == ErrStateLost
+}
 
 // Unwrap returns the underlying error.
 func (e *DamageError) Unwrap() error { return e.Err }

@@ -176,7 +176,7 @@ func TestDamagedStoresAreRefused(t *testing.T) {
 			}
 			var warned strings.Builder
 			log := hclog.New(&hclog.LoggerOptions{Output: &warned, Level: hclog.Warn})
-			store, _, err := openStores(dir, log)
+			store, _, err := openStores(dir, log, false)
 			if store != nil {
 				defer store.Close()
 			}
@@ -207,7 +207,7 @@ func TestDamagedStoresAreRefused(t *testing.T) {
 
 // TestFreshStoresOpen: a directory with no store yet (bootstrap, join) opens.
 func TestFreshStoresOpen(t *testing.T) {
-	store, _, err := openStores(filepath.Join(t.TempDir(), "raft"), hclog.NewNullLogger())
+	store, _, err := openStores(filepath.Join(t.TempDir(), "raft"), hclog.NewNullLogger(), false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,6 +66,11 @@ type Config struct {
 	// accepts, in a form the caller decodes. It is asked only by a peer PeerAllowed
 	// allows, on Raft's goroutine for the connection.
 	Members func() []byte
+	// MustHoldState says the member was made one before (by bootstrap or a join):
+	// Open then refuses, with ErrStateLost and before it creates anything, stores
+	// that hold no log entry and no snapshot, instead of starting a member that
+	// knows no cluster.
+	MustHoldState bool
 	// LogAhead, when set, is called once as the member opens, before Raft starts,
 	// with what its stores hold beyond the snapshot Raft restores (the state machine
 	// applies those entries only once a leader says they committed), to read then
@@ -92,7 +97,12 @@ type Node struct {
 // ErrNotLeader means a write was proposed on a control node that is not the leader.
 var ErrNotLeader = errors.New("this control node is not the Raft leader")
 
-func openStores(dir string, log hclog.Logger) (*raftboltdb.BoltStore, raft.SnapshotStore, error) {
+func openStores(dir string, log hclog.Logger, mustHoldState bool) (*raftboltdb.BoltStore, raft.SnapshotStore, error) {
+	if mustHoldState {
+		if err := checkHoldsState(dir); err != nil {
+			return nil, nil, err
+		}
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, err
 	}
@@ -104,6 +114,13 @@ func openStores(dir string, log hclog.Logger) (*raftboltdb.BoltStore, raft.Snaps
 	store, err := openBolt(dir)
 	if err != nil {
 		return nil, nil, err
+	}
+	if mustHoldState {
+		// Before checkStores, whose snapshot store creates snapshots/.
+		if err := checkNotEmpty(dir, store); err != nil {
+			store.Close()
+			return nil, nil, err
+		}
 	}
 	passedOver, err := checkStores(dir, store)
 	if err != nil {
@@ -126,7 +143,7 @@ func openStores(dir string, log hclog.Logger) (*raftboltdb.BoltStore, raft.Snaps
 // is then a resume, never a second cluster.
 func Bootstrap(cfg Config) (done bool, err error) {
 	log := raftLogger(orDefault(cfg.Logger), nil)
-	store, snaps, err := openStores(cfg.Dir, log)
+	store, snaps, err := openStores(cfg.Dir, log, false)
 	if err != nil {
 		return false, err
 	}
@@ -152,7 +169,7 @@ func HasState(dir string) (bool, error) {
 	if _, err := os.Stat(filepath.Join(dir, "raft.db")); errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
-	store, snaps, err := openStores(dir, hclog.NewNullLogger())
+	store, snaps, err := openStores(dir, hclog.NewNullLogger(), false)
 	if err != nil {
 		return false, err
 	}
@@ -166,7 +183,7 @@ func Open(cfg Config) (*Node, error) {
 	repeats := logging.NewLimiter(logging.RepeatInterval, time.Now)
 	rlog := raftLogger(log, repeats)
 	t := cfg.Timeouts.withDefaults()
-	store, snaps, err := openStores(cfg.Dir, rlog)
+	store, snaps, err := openStores(cfg.Dir, rlog, cfg.MustHoldState)
 	if err != nil {
 		return nil, err
 	}

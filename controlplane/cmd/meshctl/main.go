@@ -19,7 +19,7 @@
 // files missing, corrupt, cut short or not a regular file; one this user cannot write; for
 // serve, one whose keys, credentials or raft/ group or others may read, or that
 // another user owns or others may write, or whose Raft log holds an entry of a newer
-// meshctl or whose Raft store is damaged; for bootstrap and join, one holding another mesh, another node,
+// meshctl or whose Raft store is damaged or lost; for bootstrap and join, one holding another mesh, another node,
 // a joined node or unrelated files);
 // 8 the data directory is in use by another process (serve, bootstrap, join); 9
 // interrupted by SIGINT or SIGTERM before the command completed (serve: before it
