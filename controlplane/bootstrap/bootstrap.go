@@ -523,11 +523,14 @@ func ipsOf(cfg datadir.Config) []net.IP {
 			ips = append(ips, ip)
 		}
 	}
+	// Every address another node dials: its TLS check wants the address it
+	// dialled in the certificate, the cluster's (NATS routes) as much as Raft's.
 	add(cfg.Listen)
 	for _, b := range cfg.Brokers {
 		add(b)
 	}
 	add(cfg.RaftListen)
+	add(cfg.ClusterListen)
 	return ips
 }
 

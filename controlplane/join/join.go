@@ -108,8 +108,18 @@ func Mint(dir datadir.Dir, o MintOptions) (tokenfmt.Token, error) {
 	if err != nil {
 		return tok, err
 	}
-	ap, _ := netip.ParseAddrPort(addrs.Broker)
-	leaf, err := ca.IssueLeaf("control "+o.Node, []net.IP{net.IP(ap.Addr().AsSlice())}, o.Now())
+	// The certificate carries every address the others dial: the control nodes
+	// check the IP they dialled against it, for Raft and routes as for hosts. With
+	// the broker's alone, a node whose Raft or cluster address is on another
+	// network (hosts on one, control traffic on another) could never join.
+	var ips []net.IP
+	for _, a := range []string{addrs.Broker, addrs.Raft, addrs.Cluster} {
+		ap, _ := netip.ParseAddrPort(a)
+		if ip := net.IP(ap.Addr().AsSlice()); !ap.Addr().IsUnspecified() && !slices.ContainsFunc(ips, ip.Equal) {
+			ips = append(ips, ip)
+		}
+	}
+	leaf, err := ca.IssueLeaf("control "+o.Node, ips, o.Now())
 	if err != nil {
 		return tok, err
 	}

@@ -344,7 +344,20 @@ func NewControlPlaneBehindProxy(t testing.TB, bin Binaries, mesh string) (*Contr
 	return cp, proxy
 }
 
+// NewControlPlaneOn bootstraps a mesh like NewControlPlane, its broker, Raft and
+// cluster listening on the given loopback addresses (127.0.0.0/8): a control node
+// whose control traffic is on another network than its hosts'.
+func NewControlPlaneOn(t testing.TB, bin Binaries, mesh string, ips [3]string) *ControlPlane {
+	t.Helper()
+	return newControlPlaneOn(t, bin, mesh, "", "", ips)
+}
+
 func newControlPlane(t testing.TB, bin Binaries, mesh, advertise, dir string) *ControlPlane {
+	t.Helper()
+	return newControlPlaneOn(t, bin, mesh, advertise, dir, [3]string{"127.0.0.1", "127.0.0.1", "127.0.0.1"})
+}
+
+func newControlPlaneOn(t testing.TB, bin Binaries, mesh, advertise, dir string, ips [3]string) *ControlPlane {
 	t.Helper()
 	if dir == "" {
 		dir = filepath.Join(t.TempDir(), "cp")
@@ -352,9 +365,9 @@ func newControlPlane(t testing.TB, bin Binaries, mesh, advertise, dir string) *C
 	ports := FreePorts(t, 4)
 	cp := &ControlPlane{
 		Bin: bin, Dir: dir, Mesh: mesh, t: t,
-		Listen:  fmt.Sprintf("127.0.0.1:%d", ports[0]),
-		Raft:    fmt.Sprintf("127.0.0.1:%d", ports[1]),
-		Cluster: fmt.Sprintf("127.0.0.1:%d", ports[2]),
+		Listen:  fmt.Sprintf("%s:%d", ips[0], ports[0]),
+		Raft:    fmt.Sprintf("%s:%d", ips[1], ports[1]),
+		Cluster: fmt.Sprintf("%s:%d", ips[2], ports[2]),
 		Metrics: fmt.Sprintf("127.0.0.1:%d", ports[3]),
 	}
 	args := []string{"bootstrap", "--mesh", mesh, "--listen", cp.Listen, "--raft-listen", cp.Raft, "--cluster-listen", cp.Cluster}
@@ -532,12 +545,19 @@ func (cp *ControlPlane) OperatorConn() *nats.Conn {
 // with it (not joined yet).
 func (cp *ControlPlane) ControlToken(node string) (string, *ControlPlane) {
 	cp.t.Helper()
+	return cp.ControlTokenOn(node, [3]string{"127.0.0.1", "127.0.0.1", "127.0.0.1"})
+}
+
+// ControlTokenOn is ControlToken for a node whose broker, Raft and cluster listen
+// on the given loopback addresses.
+func (cp *ControlPlane) ControlTokenOn(node string, ips [3]string) (string, *ControlPlane) {
+	cp.t.Helper()
 	ports := FreePorts(cp.t, 4)
 	n := &ControlPlane{
 		Bin: cp.Bin, Dir: filepath.Join(cp.t.TempDir(), node), Mesh: cp.Mesh, t: cp.t,
-		Listen:  fmt.Sprintf("127.0.0.1:%d", ports[0]),
-		Raft:    fmt.Sprintf("127.0.0.1:%d", ports[1]),
-		Cluster: fmt.Sprintf("127.0.0.1:%d", ports[2]),
+		Listen:  fmt.Sprintf("%s:%d", ips[0], ports[0]),
+		Raft:    fmt.Sprintf("%s:%d", ips[1], ports[1]),
+		Cluster: fmt.Sprintf("%s:%d", ips[2], ports[2]),
 		Metrics: fmt.Sprintf("127.0.0.1:%d", ports[3]),
 	}
 	r := cp.Ctl("token", "--role", "control", "--node", node, "--addr", n.Listen, "--raft-addr", n.Raft, "--cluster-addr", n.Cluster)
