@@ -119,6 +119,7 @@ func TestNoOutputHoldsATokensSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	text, secret := tok.Encode(), hex.EncodeToString(tok.Secret[:])
+	tail := text[strings.Index(text, ":")+1:]
 	base := t.TempDir()
 	for _, c := range []struct {
 		name    string
@@ -130,6 +131,9 @@ func TestNoOutputHoldsATokensSecret(t *testing.T) {
 		{"bootstrap --advertise", []string{"bootstrap", "--mesh", "x", "--listen", "127.0.0.1:27600", "--advertise", text, "--data", filepath.Join(base, "c"), "--dry-run"}, filepath.Join(base, "c")},
 		{"bootstrap --data", []string{"bootstrap", "--mesh", "x", "--listen", "127.0.0.1:27600", "--data", filepath.Join(base, text, "x"), "--dry-run"}, filepath.Join(base, text)},
 		{"demo --dir", []string{"demo", "--dir", filepath.Join(base, text, "x")}, filepath.Join(base, text)},
+		// What follows the token's first ':' holds its secret as well.
+		{"bootstrap --data, a token's end", []string{"bootstrap", "--mesh", "x", "--listen", "127.0.0.1:27600", "--data", filepath.Join(base, tail, "x"), "--dry-run"}, filepath.Join(base, tail)},
+		{"demo --dir, a token's end", []string{"demo", "--dir", filepath.Join(base, tail, "x")}, filepath.Join(base, tail)},
 	} {
 		r := harness.Run(t, "", nil, bin.Meshctl, c.args...)
 		if strings.Contains(r.Combined(), secret) {

@@ -9,11 +9,29 @@ const hiddenToken = "<a token: not shown>"
 // hides: shorter, it is a word in a message ("starts with mesh1_"), not a token.
 const hideMinLen = 16
 
-// HideTokens returns s with every run that looks like a token (Prefix, a version,
-// '_', and at least hideMinLen more characters up to a space or a quote) replaced,
-// for messages that echo what a person typed: a token pasted as an argument must
-// not reach a terminal's scrollback or a journal, its secret with it.
+// separators end the runs of text HideTokens looks at: a token has none of them,
+// and the messages that echo one quote it or set it apart with them.
+const separators = " \t\r\n\"'`"
+
+// HideTokens returns s with every run that looks like a token, or like the end of
+// one, replaced, for messages that echo what a person typed: a token pasted as an
+// argument must not reach a terminal's scrollback or a journal, its secret with it.
+// A run is text up to a space, a line break or a quote. It looks like a token from
+// its head (Prefix, a version, '_', and at least hideMinLen more characters), and
+// like the end of one when it holds the secret and the checksum that end every
+// token ('_', 64 lowercase hex digits, '_', then up to 8 of them): the message of a
+// parser that cut the token at a ':' or a ',' (net/netip's, quoting the port) holds
+// that end without the head, and the whole run is hidden.
 func HideTokens(s string) string {
+	return hideTails(hideHeads(s))
+}
+
+// HoldsToken reports whether HideTokens would hide part of s: s holds a token, or
+// the end of one that carries its secret.
+func HoldsToken(s string) bool { return HideTokens(s) != s }
+
+// hideHeads hides the runs that start as a token does.
+func hideHeads(s string) string {
 	var b strings.Builder
 	rest := s
 	for {
@@ -35,7 +53,7 @@ func HideTokens(s string) string {
 			continue
 		}
 		end := j + 1
-		for end < len(rest) && !strings.ContainsRune(" \t\r\n\"'`", rune(rest[end])) {
+		for end < len(rest) && !strings.ContainsRune(separators, rune(rest[end])) {
 			end++
 		}
 		b.WriteString(rest[:i])
@@ -46,4 +64,69 @@ func HideTokens(s string) string {
 		}
 		rest = rest[end:]
 	}
+}
+
+// hideTails hides the runs that hold a token's secret and checksum.
+func hideTails(s string) string {
+	if !strings.Contains(s, "_") {
+		return s
+	}
+	var b strings.Builder
+	changed := false
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i < len(s) && !strings.ContainsRune(separators, rune(s[i])) {
+			continue
+		}
+		if run := s[start:i]; hasTail(run) {
+			b.WriteString(hiddenToken)
+			changed = true
+		} else {
+			b.WriteString(run)
+		}
+		if i < len(s) {
+			b.WriteByte(s[i])
+		}
+		start = i + 1
+	}
+	if !changed {
+		return s
+	}
+	return b.String()
+}
+
+// hasTail reports whether run holds '_', 64 lowercase hex digits, '_' and up to 8
+// more (the secret and the checksum, which may be cut short), followed by no other
+// letter, digit or '_': the end of a token, whatever was cut from its start.
+func hasTail(run string) bool {
+	for i := strings.IndexByte(run, '_'); i >= 0; {
+		rest := run[i+1:]
+		n := hexRun(rest)
+		if n == 2*SecretSize && len(rest) > n && rest[n] == '_' {
+			crc := hexRun(rest[n+1:])
+			after := rest[n+1+crc:]
+			if crc <= 8 && (after == "" || !isWordByte(after[0])) {
+				return true
+			}
+		}
+		next := strings.IndexByte(rest, '_')
+		if next < 0 {
+			return false
+		}
+		i += 1 + next
+	}
+	return false
+}
+
+// hexRun is how many lowercase hex digits s starts with.
+func hexRun(s string) int {
+	n := 0
+	for n < len(s) && (s[n] >= '0' && s[n] <= '9' || s[n] >= 'a' && s[n] <= 'f') {
+		n++
+	}
+	return n
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }

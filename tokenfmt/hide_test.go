@@ -19,6 +19,14 @@ func TestHideTokens(t *testing.T) {
 		{"ends in mesh", "ends in mesh"},
 		{"ends in mesh12", "ends in mesh12"},
 		{"", ""},
+		// The end of a token without its head: what a parser quotes of the text after
+		// the token's first ':' (net/netip's "invalid port"), or after a ','.
+		{`invalid port "` + tok[strings.Index(tok, ":")+1:] + `" parsing`, `invalid port "<a token: not shown>" parsing`},
+		{"(" + tok[strings.LastIndex(tok, "_")-65:] + ")\n", "<a token: not shown>\n"},
+		{tok[strings.Index(tok, ":")+1 : len(tok)-3], "<a token: not shown>"},
+		// Public keys and pins alone, as messages name them, are not a token's end.
+		{"pin " + strings.Repeat("ab", 32) + " and key_" + strings.Repeat("cd", 32) + "_web-1", "pin " + strings.Repeat("ab", 32) + " and key_" + strings.Repeat("cd", 32) + "_web-1"},
+		{"x_" + strings.Repeat("ab", 32) + "_deadbeef0", "x_" + strings.Repeat("ab", 32) + "_deadbeef0"},
 	} {
 		if got := HideTokens(c.in); got != c.want {
 			t.Errorf("HideTokens(%.60q) = %q, want %q", c.in, got, c.want)
@@ -32,10 +40,14 @@ func TestHideTokens(t *testing.T) {
 func FuzzHideTokens(f *testing.F) {
 	f.Add("unexpected argument \"mesh1_demo_127.0.0.1:7300_abcdefabcdefabcdef\"")
 	f.Add("mesh1_")
+	f.Add("invalid port \"7300_" + strings.Repeat("ab", 32) + "_" + strings.Repeat("5e", 32) + "_deadbeef\"")
 	f.Fuzz(func(t *testing.T, s string) {
 		out := HideTokens(s)
-		if !strings.Contains(s, Prefix) && out != s {
-			t.Fatalf("changed a text without %q: %q -> %q", Prefix, s, out)
+		if !strings.Contains(s, Prefix) && !strings.Contains(s, "_") && out != s {
+			t.Fatalf("changed a text without %q or '_': %q -> %q", Prefix, s, out)
+		}
+		if HoldsToken(s) != (out != s) {
+			t.Fatalf("HoldsToken(%q) = %v, but HideTokens gives %q", s, HoldsToken(s), out)
 		}
 		if HideTokens(out) != out {
 			t.Fatalf("not idempotent: %q -> %q -> %q", s, out, HideTokens(out))

@@ -8,7 +8,7 @@ import "mesh/tokenfmt"
 // it is refused before anything prints or writes it, and the refusal does not quote
 // it.
 func refuseToken(flag, value string) error {
-	if tokenfmt.HideTokens(value) == value {
+	if !tokenfmt.HoldsToken(value) {
 		return nil
 	}
 	return usagef("%s holds what looks like a token (not shown here): a token is never a path or an address; give the flag its own value, and keep the token for `meshctl join` or `meshhost enrol`", flag)
