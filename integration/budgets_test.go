@@ -247,13 +247,17 @@ func TestSyncAnswersArePaidForBySize(t *testing.T) {
 	if r := h.Enrol(cp.Token("big")); r.Code != 0 {
 		t.Fatalf("enrol: %s", r.Combined())
 	}
+	many := harness.NewHost(t, bin, "many") // the same, on three connections at once
+	if r := many.Enrol(cp.Token("many")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
 	noise := make([]byte, 300<<10) // two files of 300 KiB in hex, under the 512 KiB a file may hold
 	for i := range noise {
 		noise[i] = byte(rand.Uint32())
 	}
 	body := filepath.Join(t.TempDir(), "big.json")
 	writeFile(t, body, fmt.Sprintf(`{"files":[{"path":"etc/blob-1","content":"%x"},{"path":"etc/blob-2","content":"%x"}]}`, noise[:150<<10], noise[150<<10:]))
-	if r := cp.Ctl("declare", "--node", "big", "--file", body); r.Code != 0 {
+	if r := cp.Ctl("declare", "--node", "big", "--node", "many", "--file", body); r.Code != 0 {
 		t.Fatalf("declare: %s", r.Combined())
 	}
 	nc := nodeConn(t, cp.Dir, h.State, cp.Listen, make(chan error, 8))
@@ -323,5 +327,38 @@ func TestSyncAnswersArePaidForBySize(t *testing.T) {
 	time.Sleep(time.Second) // 20 messages refilled: one answer's worth
 	if r := ask(); r.Error != nil || r.Sent == 0 {
 		t.Errorf("a sync after the budget refilled: %+v", r)
+	}
+
+	// On three connections, each answer reaches all three and costs three times
+	// as much: 1 + 3·12 messages, five answers from a full budget, where one
+	// connection's cost (13) would pay for all eight syncs.
+	conns := []*nats.Conn{nodeConn(t, cp.Dir, many.State, cp.Listen, make(chan error, 8))}
+	for range 2 {
+		c := nodeConn(t, cp.Dir, many.State, cp.Listen, make(chan error, 8))
+		if _, err := c.SubscribeSync(api.DeclarationSubject("many")); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	harness.Eventually(t, 10*time.Second, "the control plane counts many's three connections", func() bool {
+		return cp.Counter("mesh_control_host_connections") >= 4 // big's one, many's three
+	})
+	answeredMany := 0
+	for range 8 {
+		req, _ := json.Marshal(api.SyncRequest{V: api.ProtocolVersion, KeyringEpoch: 1})
+		m, err := conns[0].Request(api.SyncSubject("many"), req, 5*time.Second)
+		if err != nil {
+			t.Fatalf("sync on three connections: %v", err)
+		}
+		var r api.SyncResponse
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Error == nil && r.Sent > 0 {
+			answeredMany++
+		}
+	}
+	if answeredMany > 6 || answeredMany == 0 {
+		t.Errorf("a node on three connections had %d of 8 back-to-back syncs answered with the declaration; its budget pays for 5 (6 with a second's refill)", answeredMany)
 	}
 }

@@ -89,7 +89,9 @@ func (d *Daemon) handleSync(m *nats.Msg) {
 			for _, e := range envs {
 				size += len(e)
 			}
-			size *= max(1, d.presence.Open(in.NodeKey))
+			if size >= d.guard.budgets.SyncAnswerBytes/d.guard.budgets.MaxConnections {
+				size *= max(1, d.presence.Open(in.NodeKey)) // the presence lock, only when it may matter
+			}
 			if cost := d.guard.answerCost(size); cost > 0 && !d.guard.spendN(node, cost) {
 				d.guard.refuse("sync", ReasonRate, node, "the node asked for its declaration again faster than its budget pays for sending it")
 				resp.Error = &api.Error{Code: api.CodeUnavailable, Message: "this node asked for its declaration again faster than its message budget allows for its size: ask again in a few seconds"}
