@@ -207,6 +207,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 		pins.store(opts.Cluster.TLSPinnedCerts)
+		opts.CustomRouterAuthentication = routeAuth{pins: pins}
 		if opts.Routes, err = routeURLs(c.Routes); err != nil {
 			return nil, err
 		}

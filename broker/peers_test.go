@@ -1,9 +1,11 @@
 package broker_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"log/slog"
 	"net"
 	"regexp"
@@ -417,4 +419,91 @@ func TestClusterPeersRefuseAHandshakeUnderWay(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRouted(t, sa, "cp-c", true)
+}
+
+// heldRoute is a route connection to addr made with node's leaf: the TLS handshake
+// done and the server's INFO read, its own CONNECT not sent yet (a peer decides when
+// it sends it).
+type heldRoute struct {
+	conn *tls.Conn
+	r    *bufio.Reader
+	info string
+}
+
+func holdRoute(t *testing.T, node controlNode, addr string) *heldRoute {
+	t.Helper()
+	cfg := node.tls.Clone()
+	cfg.ServerName = "127.0.0.1"
+	c, err := tls.Dial("tcp", addr, cfg)
+	if err != nil {
+		t.Fatalf("route handshake as %s: %v", node.name, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	r := bufio.NewReader(c)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	info, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(info, "INFO ") {
+		t.Fatalf("route INFO: %q, %v", info, err)
+	}
+	return &heldRoute{conn: c, r: r, info: strings.TrimSpace(strings.TrimPrefix(info, "INFO "))}
+}
+
+// register sends the route's CONNECT and INFO as server name, and reports what the
+// server answered until it answered PONG or closed the connection.
+func (h *heldRoute) register(t *testing.T, name string) string {
+	t.Helper()
+	id := "NDROUTE" + strings.Repeat(strings.ToUpper(name[len(name)-1:]), 49)
+	var info map[string]any
+	if err := json.Unmarshal([]byte(h.info), &info); err != nil {
+		t.Fatal(err)
+	}
+	info["server_id"], info["server_name"], info["name"] = id, name, name
+	ours, _ := json.Marshal(info)
+	connect := `CONNECT {"echo":false,"verbose":false,"pedantic":false,"tls_required":true,"headers":true,"name":"` + id + `","cluster":"mesh","dynamic":false,"lnoc":true,"lnocu":true}`
+	if _, err := h.conn.Write([]byte(connect + "\r\nINFO " + string(ours) + "\r\nPING\r\n")); err != nil {
+		return "write: " + err.Error()
+	}
+	_ = h.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var got strings.Builder
+	for {
+		line, err := h.r.ReadString('\n')
+		got.WriteString(line)
+		if err != nil || strings.HasPrefix(line, "PONG") || strings.HasPrefix(line, "-ERR") {
+			return got.String()
+		}
+	}
+}
+
+// TestARouteConnectAfterRemovalIsRefused: a control node that shook hands on A's
+// cluster port while still pinned, and sends its route's CONNECT only after A's pins
+// dropped it (its removal), is refused then (Authorization Violation) and never
+// routed. Before, the handshake's pin check was the only one: an audit held such a
+// connection across a removal, was routed in, and injected heartbeats into the
+// control account 0.8 s after the removal committed. The same route registered
+// before the removal is routed, then closed by it.
+func TestARouteConnectAfterRemovalIsRefused(t *testing.T) {
+	t.Parallel()
+	m := newMesh(t)
+	a, c := newControlNode(t, m.ca, "cp-a"), newControlNode(t, m.ca, "cp-c")
+	ports := freePorts(t, 1)
+	sa, _ := startClustered(t, m, byToken(nil), a, ports[0], nil, []string{a.pin, c.pin})
+	early, held := holdRoute(t, c, ports[0]), holdRoute(t, c, ports[0])
+	if got := early.register(t, "early-1"); !strings.Contains(got, "PONG") {
+		t.Fatalf("a pinned peer's route was not taken: %q", got)
+	}
+	waitRouted(t, sa, "early-1", true)
+	if err := sa.SetClusterPeers([]string{a.pin}, nil); err != nil { // cp-c removed
+		t.Fatal(err)
+	}
+	waitRouted(t, sa, "early-1", false)
+	got := held.register(t, "held-2")
+	if !strings.Contains(got, "Authorization Violation") {
+		t.Errorf("a route handshaken before the removal and registered after it was answered %q, want an authorization violation", got)
+	}
+	for range 10 {
+		if broker.RoutedTo(sa)["held-2"] {
+			t.Fatalf("the held route was routed in after the removal: %v", broker.RoutedTo(sa))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -22,10 +22,11 @@ var errRouteNotPinned = errors.New("broker: the route's peer presents a leaf the
 // closes only the routes already registered. A route this node was soliciting
 // while the pins dropped its peer, or one whose handshake was under way, finished
 // with the old pins and stayed up with no later check: a removed control node kept
-// its route. This check reads the pins of the moment the peer's leaf arrives. What
-// is left is a handshake that passed it before the change and registers its route
-// after the reload's sweep: the time of one round trip on the route, against the
-// whole reload.
+// its route. This check reads the pins of the moment the peer's leaf arrives, and
+// routeAuth reads them again when an accepted route's CONNECT arrives. What is left
+// is a route this node solicited whose handshake passed before the change and whose
+// peer sends its INFO after the reload's sweep: nats-server runs no check of a
+// solicited route's peer at registration.
 type routePins struct {
 	set atomic.Pointer[server.PinnedCertSet]
 }
@@ -57,6 +58,21 @@ func (p *routePins) verify(base func(tls.ConnectionState) error) func(tls.Connec
 		}
 		return nil
 	}
+}
+
+// routeAuth is nats-server's authentication of an accepted route, run as the
+// peer's CONNECT arrives (and again, for every accepted route, at each reload): the
+// peer's leaf checked against the pins of that moment. The handshake's check alone
+// left a gap the peer decides the length of: a control node that shook hands while
+// still a member and sent its CONNECT after its removal was routed in, and stayed
+// (an audit injected heartbeats into the control account 0.8 s after the removal
+// committed, and held the route for as long as it liked).
+type routeAuth struct{ pins *routePins }
+
+// Check admits the route whose peer's leaf the current pins allow.
+func (a routeAuth) Check(c server.ClientAuthentication) bool {
+	cs := c.GetTLSConnectionState()
+	return cs != nil && a.pins.verify(nil)(*cs) == nil
 }
 
 // routeTLS is the cluster's TLS configuration with the pin check of pins added to
