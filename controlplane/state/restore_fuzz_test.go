@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -186,5 +187,31 @@ func FuzzRestoreThenApply(f *testing.F) {
 		if !bytes.Equal(snapshotBytes(t, g), again) {
 			t.Fatal("snapshot does not survive a restore")
 		}
+		revokedIndexAgrees(t, m.state())
 	})
+}
+
+// revokedIndexAgrees holds the index of revoked keys by node to RevokedKeys, which
+// it is derived from: whatever was restored and applied, each node lists exactly its
+// keys (Revocations reads the index alone).
+func revokedIndexAgrees(t *testing.T, s *State) {
+	t.Helper()
+	want := map[string][]string{}
+	for key, id := range s.RevokedKeys {
+		want[id] = append(want[id], key)
+	}
+	for id, keys := range s.revokedOf {
+		if len(keys) == 0 {
+			delete(s.revokedOf, id)
+		}
+	}
+	if len(want) != len(s.revokedOf) {
+		t.Fatalf("the index of revoked keys lists %d nodes, RevokedKeys %d", len(s.revokedOf), len(want))
+	}
+	for id, keys := range want {
+		got := slices.Sorted(slices.Values(s.revokedOf[id]))
+		if !slices.Equal(got, slices.Sorted(slices.Values(keys))) {
+			t.Fatalf("node %s: the index lists revoked keys %v, RevokedKeys %v", id, got, keys)
+		}
+	}
 }
