@@ -94,6 +94,9 @@ type Server struct {
 	peers     sync.Mutex
 	opts      *server.Options
 	clustered bool
+	// closed is set, under peers, once Shutdown began: a sweep scheduled before
+	// (sweepLater) does nothing then.
+	closed bool
 	// routePins are the pins every route handshake is checked against when the
 	// peer's leaf arrives, set before each reload (routepins.go).
 	routePins *routePins
@@ -191,7 +194,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			Host:       ch,
 			Port:       anyPort(cp),
 			TLSConfig:  routeTLS(c.TLS, pins),
-			TLSTimeout: 5,
+			TLSTimeout: routeTLSTimeout.Seconds(),
+			// nats-server's default, set here because the pin checks rest on what
+			// it does: with compression configured, a route whose peer sends no
+			// INFO is closed as stale (routeRegisterWindow) instead of pinged.
+			Compression: server.CompressionOpts{Mode: server.CompressionAccept},
 			// Routes are authenticated by their certificate, not by a password.
 			TLSMap: false,
 			// A control node whose process stops reading (stopped, wedged) keeps its
@@ -266,6 +273,9 @@ const (
 	routePingInterval = 2 * time.Second
 	routeMaxPingsOut  = 3
 )
+
+// routeTLSTimeout is how long a route's TLS handshake may take.
+const routeTLSTimeout = 5 * time.Second
 
 // handshakeTime is what the broker's TLS timeout allows a handshake beyond the time
 // it may be held: a client on a slow link still completes, one that stalls is cut off.
@@ -403,7 +413,7 @@ func (s *Server) SetClusterPeers(pins []string, routes []string) error {
 		return errors.New("broker: cluster peers set on a broker started without a cluster")
 	}
 	cur := s.opts
-	pinsChanged := !reflect.DeepEqual(cur.Cluster.TLSPinnedCerts, set)
+	pinsChanged := !reflect.DeepEqual(withoutSweep(cur.Cluster.TLSPinnedCerts), set)
 	routesChanged := !slices.Equal(urlStrings(cur.Routes), urlStrings(urls))
 	if !pinsChanged && !routesChanged {
 		return nil
@@ -419,17 +429,55 @@ func (s *Server) SetClusterPeers(pins []string, routes []string) error {
 	// reload closes the routes already up (routePins says why both).
 	s.routePins.store(set)
 	if err := s.ns.ReloadOptions(&next); err != nil {
-		s.routePins.store(cur.Cluster.TLSPinnedCerts)
+		s.routePins.store(withoutSweep(cur.Cluster.TLSPinnedCerts))
 		return fmt.Errorf("broker: set cluster peers: %w", err)
 	}
 	s.opts = &next
 	s.logPeers(cur, &next)
+	if pinsChanged {
+		s.sweepLater(set)
+	}
 	return nil
+}
+
+// sweepLater has the routes checked against the pins again if a route handshake
+// passed with a pin set leaves out within routeRegisterWindow: that route may
+// register after the reload that just checked them (routePins says why), and it
+// will have done so, or been closed, by the time the check runs.
+func (s *Server) sweepLater(set server.PinnedCertSet) {
+	last, ok := s.routePins.unlistedSince(set, time.Now().Add(-routeRegisterWindow))
+	if !ok {
+		return
+	}
+	at := last.Add(routeRegisterWindow + routeSweepMargin)
+	s.log.Warn("a route handshake passed shortly before its peer's pin was removed; the routes will be checked again",
+		"in", time.Until(at).Round(time.Second).String())
+	time.AfterFunc(time.Until(at), s.sweepRoutes)
+}
+
+// sweepRoutes has nats-server check every registered route against the pins of
+// now, closing those whose peer's leaf they leave out.
+func (s *Server) sweepRoutes() {
+	s.peers.Lock()
+	defer s.peers.Unlock()
+	cur := s.opts
+	if s.closed || cur.Cluster.TLSPinnedCerts == nil {
+		return // shut down, or no pinning any more: every leaf may route
+	}
+	next := *cur
+	next.Cluster.TLSPinnedCerts = sweepToggled(cur.Cluster.TLSPinnedCerts)
+	if err := s.ns.ReloadOptions(&next); err != nil {
+		s.log.Error("could not check the routes against the pins again; a removed control node may keep a route until the next change of the control nodes",
+			"err", err)
+		return
+	}
+	s.opts = &next
+	s.log.Info("routes checked against the pins again")
 }
 
 // logPeers says what SetClusterPeers changed, in counts.
 func (s *Server) logPeers(old, cur *server.Options) {
-	pinsAdded, pinsRemoved := diffCount(slices.Collect(maps.Keys(old.Cluster.TLSPinnedCerts)), slices.Collect(maps.Keys(cur.Cluster.TLSPinnedCerts)))
+	pinsAdded, pinsRemoved := diffCount(slices.Collect(maps.Keys(withoutSweep(old.Cluster.TLSPinnedCerts))), slices.Collect(maps.Keys(cur.Cluster.TLSPinnedCerts)))
 	routesAdded, routesRemoved := diffCount(urlStrings(old.Routes), urlStrings(cur.Routes))
 	s.log.Info("cluster peers changed",
 		"pinned", cur.Cluster.TLSPinnedCerts != nil, "pins", len(cur.Cluster.TLSPinnedCerts),
@@ -545,6 +593,9 @@ func (s *Server) NumRoutes() int { return s.ns.NumRoutes() }
 
 // Shutdown stops the broker and closes every connection.
 func (s *Server) Shutdown() {
+	s.peers.Lock()
+	s.closed = true
+	s.peers.Unlock()
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
 }

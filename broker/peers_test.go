@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"mesh/broker"
@@ -452,15 +453,34 @@ func holdRoute(t *testing.T, node controlNode, addr string) *heldRoute {
 // server answered until it answered PONG or closed the connection.
 func (h *heldRoute) register(t *testing.T, name string) string {
 	t.Helper()
-	id := "NDROUTE" + strings.Repeat(strings.ToUpper(name[len(name)-1:]), 49)
+	if _, err := h.conn.Write([]byte(h.connect(name) + "\r\n")); err != nil {
+		return "write: " + err.Error()
+	}
+	return h.sendInfo(t, name)
+}
+
+// routeID is the server id of the route's peer named name.
+func routeID(name string) string {
+	return "NDROUTE" + strings.Repeat(strings.ToUpper(name[len(name)-1:]), 49)
+}
+
+// connect is the CONNECT of a route's peer named name.
+func (h *heldRoute) connect(name string) string {
+	return `CONNECT {"echo":false,"verbose":false,"pedantic":false,"tls_required":true,"headers":true,"name":"` + routeID(name) + `","cluster":"mesh","dynamic":false,"lnoc":true,"lnocu":true}`
+}
+
+// sendInfo sends the INFO (the broker's own, renamed, uncompressed) of a route's
+// peer named name, and a PING, and reports what the broker answered until it
+// answered PONG or closed the connection.
+func (h *heldRoute) sendInfo(t *testing.T, name string) string {
+	t.Helper()
 	var info map[string]any
 	if err := json.Unmarshal([]byte(h.info), &info); err != nil {
 		t.Fatal(err)
 	}
-	info["server_id"], info["server_name"], info["name"] = id, name, name
+	info["server_id"], info["server_name"], info["name"], info["compression"] = routeID(name), name, name, "off"
 	ours, _ := json.Marshal(info)
-	connect := `CONNECT {"echo":false,"verbose":false,"pedantic":false,"tls_required":true,"headers":true,"name":"` + id + `","cluster":"mesh","dynamic":false,"lnoc":true,"lnocu":true}`
-	if _, err := h.conn.Write([]byte(connect + "\r\nINFO " + string(ours) + "\r\nPING\r\n")); err != nil {
+	if _, err := h.conn.Write([]byte("INFO " + string(ours) + "\r\nPING\r\n")); err != nil {
 		return "write: " + err.Error()
 	}
 	_ = h.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -505,5 +525,201 @@ func TestARouteConnectAfterRemovalIsRefused(t *testing.T) {
 			t.Fatalf("the held route was routed in after the removal: %v", broker.RoutedTo(sa))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestARouteRegisteredAfterTheRemovalIsClosed: nats-server registers a route when
+// its peer's INFO arrives, which the peer decides, and checks nothing then. A
+// control node that passed the handshake (and, on a route it dialled, the CONNECT
+// check) while still pinned, and sends its INFO only after A's pins dropped it, is
+// routed in past the reload that closed its other routes. Before, it stayed; now
+// A checks the routes again once such a route has registered or been closed, and
+// the route is closed within RouteSweepAfter of its handshake. Both directions:
+// the route cp-c dialled, and the one A dialled to cp-c.
+func TestARouteRegisteredAfterTheRemovalIsClosed(t *testing.T) {
+	t.Parallel()
+	t.Run("accepted", func(t *testing.T) {
+		t.Parallel()
+		m := newMesh(t)
+		a, c := newControlNode(t, m.ca, "cp-a"), newControlNode(t, m.ca, "cp-c")
+		ports := freePorts(t, 1)
+		sa, log := startClustered(t, m, byToken(nil), a, ports[0], nil, []string{a.pin, c.pin})
+		shook := time.Now()
+		held := holdRoute(t, c, ports[0])
+		if _, err := held.conn.Write([]byte(held.connect("late-1") + "\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // the CONNECT is checked while cp-c is pinned
+		if err := sa.SetClusterPeers([]string{a.pin}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := held.sendInfo(t, "late-1"); !strings.Contains(got, "PONG") {
+			t.Fatalf("the late INFO was answered %q, want the route registered (the window this test closes)", got)
+		}
+		held.keepAnswering()
+		waitRouted(t, sa, "late-1", true)
+		time.Sleep(broker.RouteRegisterWindow) // still routed: the pings are answered
+		if !broker.RoutedTo(sa)["late-1"] {
+			t.Fatal("the route closed before the second check: nothing this test holds")
+		}
+		waitUnrouted(t, sa, "late-1", shook.Add(broker.RouteSweepAfter+5*time.Second))
+		if !strings.Contains(log.String(), "checked again") {
+			t.Error("the broker did not log the second check of its routes")
+		}
+	})
+	t.Run("solicited", func(t *testing.T) {
+		t.Parallel()
+		m := newMesh(t)
+		a, c := newControlNode(t, m.ca, "cp-a"), newControlNode(t, m.ca, "cp-c")
+		peer := listenAsRoute(t, c)
+		ports := freePorts(t, 1)
+		sa, _ := startClustered(t, m, byToken(nil), a, ports[0], []string{peer.addr}, []string{a.pin, c.pin})
+		dialled := peer.next(t)
+		shook := time.Now()
+		if err := sa.SetClusterPeers([]string{a.pin}, []string{peer.addr}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		if got := dialled.sendInfo(t, "late-2"); !strings.Contains(got, "PONG") {
+			t.Fatalf("the late INFO was answered %q, want the route registered (the window this test closes)", got)
+		}
+		dialled.keepAnswering()
+		waitRouted(t, sa, "late-2", true)
+		time.Sleep(broker.RouteRegisterWindow) // still routed: the pings are answered
+		if !broker.RoutedTo(sa)["late-2"] {
+			t.Fatal("the route closed before the second check: nothing this test holds")
+		}
+		waitUnrouted(t, sa, "late-2", shook.Add(broker.RouteSweepAfter+5*time.Second))
+	})
+	// A route whose peer withholds its INFO past RouteRegisterWindow is closed by
+	// nats-server as stale, never registered: what bounds the window above (it
+	// rests on route compression being configured; without it, nats-server pings
+	// and a peer answering them could hold the route for as long as it liked).
+	t.Run("withheld past the window", func(t *testing.T) {
+		t.Parallel()
+		m := newMesh(t)
+		a, c := newControlNode(t, m.ca, "cp-a"), newControlNode(t, m.ca, "cp-c")
+		peer := listenAsRoute(t, c)
+		ports := freePorts(t, 1)
+		sa, _ := startClustered(t, m, byToken(nil), a, ports[0], []string{peer.addr}, []string{a.pin, c.pin})
+		dialled := peer.next(t)
+		shook := time.Now()
+		// Keep the connection's reads going, answering nothing, as a peer that
+		// withholds its INFO does.
+		closed := make(chan string, 1)
+		go func() {
+			var got strings.Builder
+			_ = dialled.conn.SetReadDeadline(shook.Add(2 * broker.RouteRegisterWindow))
+			for {
+				line, err := dialled.r.ReadString('\n')
+				got.WriteString(line)
+				if err != nil {
+					closed <- got.String() + " (" + err.Error() + ")"
+					return
+				}
+			}
+		}()
+		got := <-closed
+		if !strings.Contains(got, "Stale Connection") {
+			t.Fatalf("a route that withheld its INFO was not closed as stale: %q", got)
+		}
+		if took := time.Since(shook); took > broker.RouteRegisterWindow+2*time.Second {
+			t.Errorf("closed after %s, want within the window (%s)", took, broker.RouteRegisterWindow)
+		}
+		if broker.RoutedTo(sa)["cp-c"] {
+			t.Error("routed to the peer that withheld its INFO")
+		}
+	})
+}
+
+// keepAnswering answers the broker's pings on h from now on, as a peer that keeps
+// its route up does (nats-server closes a route that leaves three unanswered).
+func (h *heldRoute) keepAnswering() {
+	_ = h.conn.SetReadDeadline(time.Time{})
+	go func() {
+		for {
+			line, err := h.r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if strings.HasPrefix(line, "PING") {
+				if _, err := h.conn.Write([]byte("PONG\r\n")); err != nil {
+					return
+				}
+			}
+		}
+	}()
+}
+
+// waitUnrouted waits until s has no route up with peer, failing at deadline.
+func waitUnrouted(t *testing.T, s *broker.Server, peer string, deadline time.Time) {
+	t.Helper()
+	for broker.RoutedTo(s)[peer] {
+		if time.Now().After(deadline) {
+			t.Fatalf("still routed to %s (routes to %v)", peer, broker.RoutedTo(s))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// peerInfo is the INFO a route's peer that accepted the connection sends, but for
+// its names (sendInfo adds them).
+const peerInfo = `{"cluster":"mesh","tls_required":true,"tls_verify":true,"headers":true,"proto":1,"version":"` + server.VERSION + `","lnoc":true,"lnocu":true,"route_pool_size":3}`
+
+// routeListener is a control node's cluster port as a test plays it: each
+// connection a broker dials is handed over once its TLS handshake passed, with the
+// broker's CONNECT read.
+type routeListener struct {
+	addr  string
+	conns chan *heldRoute
+}
+
+func listenAsRoute(t *testing.T, node controlNode) *routeListener {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", node.tls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	l := &routeListener{addr: ln.Addr().String(), conns: make(chan *heldRoute, 16)}
+	go func() {
+		for {
+			raw, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c := raw.(*tls.Conn)
+			if c.Handshake() != nil {
+				c.Close() // a dial after the removal, refused by the broker's pins
+				continue
+			}
+			t.Cleanup(func() { c.Close() })
+			// The broker sends its CONNECT; its INFO waits for the peer's when
+			// route compression is configured.
+			h := &heldRoute{conn: c, r: bufio.NewReader(c), info: peerInfo}
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			line, err := h.r.ReadString('\n')
+			_ = c.SetReadDeadline(time.Time{})
+			if err != nil || !strings.HasPrefix(line, "CONNECT ") {
+				h.info = "" // next reports it
+			}
+			l.conns <- h
+		}
+	}()
+	return l
+}
+
+// next is the next connection the broker dialled.
+func (l *routeListener) next(t *testing.T) *heldRoute {
+	t.Helper()
+	select {
+	case h := <-l.conns:
+		if h.info == "" {
+			t.Fatal("the broker sent no CONNECT on the route it dialled")
+		}
+		return h
+	case <-time.After(10 * time.Second):
+		t.Fatal("the broker dialled no route in 10s")
+		return nil
 	}
 }
