@@ -267,9 +267,13 @@ func (b *run) loadPrevious() error {
 		if cfg.Mesh != b.o.Mesh {
 			return fmt.Errorf("%w: %s already holds mesh %q; use another --data directory", ErrConflict, d, cfg.Mesh)
 		}
-		if cfg.Node != b.o.Node || cfg.Listen != b.o.Listen {
-			return fmt.Errorf("%w: the bootstrap in %s was started with --node %s --listen %s; run it again with the same flags to resume, or use a fresh --data directory",
-				ErrConflict, d, cfg.Node, cfg.Listen)
+		// The Raft and cluster addresses too: a run given others resumed, or said
+		// "nothing to do", with the recorded ones, and the node served where the
+		// operator had just said it should not.
+		if cfg.Node != b.o.Node || cfg.Listen != b.o.Listen ||
+			(cfg.RaftListen != "" && cfg.RaftListen != b.o.RaftListen) || (cfg.ClusterListen != "" && cfg.ClusterListen != b.o.ClusterListen) {
+			return fmt.Errorf("%w: the bootstrap in %s was started with --node %s --listen %s --raft-listen %s --cluster-listen %s; run it again with the same flags to resume, or use a fresh --data directory",
+				ErrConflict, d, cfg.Node, cfg.Listen, cfg.RaftListen, cfg.ClusterListen)
 		}
 		b.cfg = cfg
 		return nil

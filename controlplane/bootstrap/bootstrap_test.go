@@ -419,6 +419,26 @@ func TestConflicts(t *testing.T) {
 		if err := Run(o3); !errors.Is(err, ErrConflict) {
 			t.Fatalf("another listen address: err = %v, want ErrConflict", err)
 		}
+		// Given other Raft or cluster addresses, a finished bootstrap used to say
+		// "nothing to do" and keep the recorded ones.
+		before := snapshotDir(t, dir)
+		for _, flag := range []string{"--raft-listen", "--cluster-listen"} {
+			o4 := o
+			other := freeAddrs(t, 1)[0]
+			if flag == "--raft-listen" {
+				o4.RaftListen = other
+			} else {
+				o4.ClusterListen = other
+			}
+			err := Run(o4)
+			if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), flag+" ") {
+				t.Fatalf("another %s: err = %v, want ErrConflict naming the recorded %s", flag, err, flag)
+			}
+		}
+		assertUnchanged(t, dir, before)
+		if err := Run(o); err != nil {
+			t.Fatalf("the same flags again: %v", err)
+		}
 	})
 	t.Run("unrelated non-empty directory", func(t *testing.T) {
 		dir := t.TempDir()
