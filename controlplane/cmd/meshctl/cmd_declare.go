@@ -58,8 +58,7 @@ content is never shown: paths, modes, owners and sizes.`,
 			_ = c.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]cobra.Completion{"worker"}, cobra.ShellCompDirectiveNoFileComp))
 			return func(args []string) error {
 				if len(args) > 0 {
-					// `--wait 0s` leaves 0s behind as an argument (only a positive
-					// duration is taken as --wait's value): say what --wait wants.
+					// A duration given without --wait: say what --wait wants.
 					if _, err := time.ParseDuration(args[0]); err == nil {
 						return usagef("unexpected argument %q: --wait takes a positive duration such as 30s (without --wait, declare does not wait)", args[0])
 					}

@@ -32,10 +32,13 @@ func (w *waitFlag) String() string {
 
 func (w *waitFlag) Type() string { return "duration" }
 
-// accepts reports whether arg, following --wait, is its value.
+// accepts reports whether arg, following --wait, is its value: any duration, so
+// that one Set refuses (-1s, 0s, 1000h) is refused as --wait's, not read as a
+// stray argument or as shorthand flags. The commands taking --wait take no
+// arguments that could be a duration.
 func (w *waitFlag) accepts(arg string) bool {
-	d, err := time.ParseDuration(arg)
-	return err == nil && d > 0
+	_, err := time.ParseDuration(arg)
+	return err == nil
 }
 
 func (w *waitFlag) Set(v string) error {
