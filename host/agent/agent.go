@@ -168,6 +168,10 @@ type Agent struct {
 	hookRetries chan chan<- HooksOutcome
 	// retry is the declaration whose apply failed, tried again later.
 	retry applyRetry
+	// applyOwed are the paths whose hooks a failed apply that could not be rolled
+	// back owes (its files may have changed): the next apply that succeeds runs
+	// them with its own changes. A restart runs them from HooksPending.
+	applyOwed []string
 	// conn is the connection to the mesh once made (nil before): the loop's.
 	conn *nats.Conn
 	// stale is whether the log said last that the applied declaration expired.
@@ -998,16 +1002,28 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 		// later declaration would try to remove as no longer declared).
 		a.applied.Managed = prevManaged
 	}
+	if err != nil && !unchanged(err) {
+		// Some of the files stay changed (rolling back failed too): their hooks
+		// are owed whatever a later attempt finds. Left to that attempt, it saw
+		// those files already as declared, reported them unchanged, and the hook
+		// of what this attempt wrote never ran, with the node converged.
+		a.applied.HooksPending = pending
+		a.applyOwed = union(a.applyOwed, pending)
+	}
 	if err != nil && ctx.Err() != nil {
 		// The agent is stopping (systemctl stop): the apply was undone, and the
 		// next start syncs and applies the declaration. Not a failure of the host.
-		a.applied.HooksPending = prevPending
+		if unchanged(err) {
+			a.applied.HooksPending = prevPending
+		}
 		a.save()
 		a.log.Info("the declaration was being applied as the agent stopped; undone, it is applied at the next start", "version", v.Version, "err", err)
 		return
 	}
 	if err != nil {
-		a.applied.HooksPending = prevPending // undone: nothing changed
+		if unchanged(err) {
+			a.applied.HooksPending = prevPending // undone: nothing changed
+		}
 		a.failCode(wire.StatusApplyFailed, err, v.Version)
 		at := a.retry.schedule(raw, v.Version, a.o.Now(), a.o.RetryMin, a.o.RetryMax)
 		a.applied.NextAttempt = at
@@ -1026,6 +1042,10 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 	a.applied.Managed = res.Managed
 	a.applied.LastError, a.applied.LastErrorCode, a.applied.LastErrorVersion = "", "", 0
 	changed := append(slices.Clone(res.Written), res.Removed...)
+	if len(a.applyOwed) > 0 {
+		changed = union(slices.Sorted(slices.Values(changed)), a.applyOwed)
+		a.applyOwed = nil
+	}
 	a.applied.HooksPending = union(prevPending, a.o.Hooks.Matching(changed))
 	a.save()
 	a.log.Info("declaration applied", "version", v.Version, "written", len(res.Written), "removed", len(res.Removed), "unchanged", len(res.Unchanged))

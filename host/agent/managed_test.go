@@ -2,10 +2,12 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -309,3 +311,90 @@ func TestPathsOfAFailedApplyAreNotKept(t *testing.T) {
 		t.Fatalf("on record: %q", on.Managed)
 	}
 }
+
+// halfApplier writes the first declared file, then fails as an apply whose rollback
+// failed too: the managed root is left a mixture of old and new.
+type halfApplier struct{ root string }
+
+func (h halfApplier) Apply(_ context.Context, files []apply.File, _ []string) (apply.Result, error) {
+	p := filepath.Join(h.root, filepath.FromSlash(files[0].Path))
+	if err := os.WriteFile(p, files[0].Data, files[0].Mode); err != nil {
+		return apply.Result{}, err
+	}
+	return apply.Result{}, &apply.ApplyError{Path: files[1].Path, Err: errors.New("input/output error"),
+		RolledBack: false, RollbackErr: errors.New("restoring " + files[0].Path + ": input/output error")}
+}
+
+// TestAHookIsOwedForAnApplyNotRolledBack: an apply that wrote etc/a.conf, failed on
+// etc/b.conf and could not restore etc/a.conf owes a.conf's hook; the attempt that
+// succeeds later finds a.conf already as declared (unchanged) and writes b.conf, and
+// runs both hooks. Before, it ran b.conf's alone: the service reading a.conf was
+// never reloaded, with the node converged and nothing owed (a fault injection on
+// renameat found it). Until then the owed path is on record, for a restart.
+func TestAHookIsOwedForAnApplyNotRolledBack(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	log := filepath.Join(t.TempDir(), "hooks.log")
+	hooksFile := filepath.Join(t.TempDir(), "hooks.json")
+	js := `{"hooks":[` +
+		`{"name":"hook-a","paths":["etc/a.conf"],"run":["sh","-c","echo hook-a >> ` + log + `"]},` +
+		`{"name":"hook-b","paths":["etc/b.conf"],"run":["sh","-c","echo hook-b >> ` + log + `"]}]}`
+	if err := os.WriteFile(hooksFile, []byte(js), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := hooks.Load(hooksFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := f.withHooks(t, cfg)
+	ran := func() string { b, _ := os.ReadFile(log); return strings.Join(strings.Fields(string(b)), " ") }
+	if err := a.handle(ctx, f.declFiles(t, 1, "etc/a.conf", "etc/b.conf")); err != nil {
+		t.Fatal(err)
+	}
+	if got := ran(); got != "hook-a hook-b" {
+		t.Fatalf("after v1 the hooks ran %q", got)
+	}
+	real := a.applier
+	a.applier = halfApplier{root: f.root}
+	v2 := f.declFiles(t, 2, "etc/a.conf", "etc/b.conf")
+	if err := a.handle(ctx, v2); err != nil {
+		t.Fatal(err)
+	}
+	if a.applied.Version != 1 {
+		t.Fatalf("a failed apply moved the version to %d", a.applied.Version)
+	}
+	if on, err := state.Load(f.dir); err != nil || !slices.Contains(on.HooksPending, "etc/a.conf") {
+		t.Fatalf("on record after the apply that was not rolled back: owed %q (%v), want etc/a.conf among them", on.HooksPending, err)
+	}
+	a.applier = real
+	if err := a.handle(ctx, v2); err != nil {
+		t.Fatal(err)
+	}
+	if a.applied.Version != 2 {
+		t.Fatalf("the second attempt left v%d", a.applied.Version)
+	}
+	if got := ran(); got != "hook-a hook-b hook-a hook-b" {
+		t.Fatalf("after the second attempt the hooks ran %q, want hook-a and hook-b again", got)
+	}
+	if on, err := state.Load(f.dir); err != nil || len(on.HooksPending) != 0 {
+		t.Fatalf("owed once the hooks ran: %q, %v", on.HooksPending, err)
+	}
+	// A later declaration that changes only b.conf runs hook-b alone: nothing
+	// owed is left over.
+	c := "etc/b.conf v3"
+	env, err := declarations.SignDeclaration(declarations.Declaration{
+		Mesh: "m", Node: "n-1", NodeKey: f.nodeKey, Version: 3, IssuedAt: t0, ExpiresAt: t0.Add(24 * time.Hour),
+		Body: declarations.Body{Files: []declarations.File{{Path: "etc/a.conf", Content: strPtr("etc/a.conf v2")}, {Path: "etc/b.conf", Content: &c}}},
+	}, f.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.handle(ctx, env); err != nil {
+		t.Fatal(err)
+	}
+	if got := ran(); got != "hook-a hook-b hook-a hook-b hook-b" {
+		t.Fatalf("after v3 the hooks ran %q, want hook-b alone added", got)
+	}
+}
+
+func strPtr(s string) *string { return &s }
