@@ -17,11 +17,13 @@ import (
 	"testing"
 	"time"
 
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
+	"mesh/controlplane/replication"
 )
 
 // freeAddrs returns n loopback addresses that could be bound a moment ago.
@@ -701,5 +703,48 @@ func TestDryRunOfAnUnfinishedBootstrapChangesNothing(t *testing.T) {
 	}
 	if !maps.Equal(got, want) {
 		t.Fatalf("steps marked done: %v, want %v\n%s", got, want, out)
+	}
+}
+
+// TestABootstrapStoppedInItsRaftStepIsFinished: hashicorp/raft records the first
+// term before the configuration entry; a bootstrap whose write or flush of the
+// entry failed left a term alone. Run again, it said "already bootstrapped; nothing
+// to do" (a term counted as state), while serve refused the store as lost (no
+// entry) and told the operator to run bootstrap again: stuck. Now the run finishes
+// the Raft step.
+func TestABootstrapStoppedInItsRaftStepIsFinished(t *testing.T) {
+	dir := t.TempDir()
+	o, _ := options(t, dir)
+	if err := Run(o); err != nil {
+		t.Fatal(err)
+	}
+	raftDir := filepath.Join(dir, datadir.RaftDir)
+	if err := os.RemoveAll(raftDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(raftDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	store, err := raftboltdb.NewBoltStore(filepath.Join(raftDir, "raft.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.SetUint64([]byte("CurrentTerm"), 1); err != nil {
+		t.Fatal(err)
+	}
+	store.Close()
+	if ok, err := replication.HasState(raftDir); ok || err != nil {
+		t.Fatalf("a store holding a term alone counts as state: %v, %v", ok, err)
+	}
+	var out bytes.Buffer
+	o.Out = &out
+	if err := Run(o); err != nil {
+		t.Fatalf("the stopped bootstrap was not finished: %v\n%s", err, out.String())
+	}
+	if strings.Contains(out.String(), "nothing to do") || strings.Contains(out.String(), "raft      already done") {
+		t.Fatalf("the run took the stopped Raft step for done:\n%s", out.String())
+	}
+	if ok, err := replication.HasState(raftDir); !ok || err != nil {
+		t.Fatalf("after the run the store holds no entry: %v, %v", ok, err)
 	}
 }

@@ -143,6 +143,9 @@ func openStores(dir string, log hclog.Logger, mustHoldState bool) (*raftboltdb.B
 // is then a resume, never a second cluster.
 func Bootstrap(cfg Config) (done bool, err error) {
 	log := raftLogger(orDefault(cfg.Logger), nil)
+	if err := clearStoppedBootstrap(cfg.Dir, log); err != nil {
+		return false, err
+	}
 	store, snaps, err := openStores(cfg.Dir, log, false)
 	if err != nil {
 		return false, err
@@ -164,17 +167,58 @@ func Bootstrap(cfg Config) (done bool, err error) {
 	return true, nil
 }
 
-// HasState reports whether dir holds a Raft cluster's state.
+// HasState reports whether dir holds a Raft cluster's state: a log entry or a
+// snapshot, what a member needs to start (Config.MustHoldState). A term with
+// neither is a bootstrap stopped part way (its configuration entry not written),
+// which Bootstrap starts again.
 func HasState(dir string) (bool, error) {
 	if _, err := os.Stat(filepath.Join(dir, "raft.db")); errors.Is(err, os.ErrNotExist) {
 		return false, nil
 	}
-	store, snaps, err := openStores(dir, hclog.NewNullLogger(), false)
+	store, _, err := openStores(dir, hclog.NewNullLogger(), false)
 	if err != nil {
 		return false, err
 	}
 	defer store.Close()
-	return raft.HasExistingState(store, store, snaps)
+	return holdsEntries(dir, store)
+}
+
+// holdsEntries reports whether store holds a log entry or dir a snapshot.
+func holdsEntries(dir string, store *raftboltdb.BoltStore) (bool, error) {
+	if snaps, err := snapshotDirs(dir); err != nil || len(snaps) > 0 {
+		return err == nil, err
+	}
+	last, err := store.LastIndex()
+	return last > 0, err
+}
+
+// clearStoppedBootstrap removes the raft.db of a bootstrap that stopped after
+// hashicorp/raft recorded the first term and before it wrote the configuration
+// entry (a failed write or flush): no entry, no snapshot. BootstrapCluster refuses
+// any store with a term in it ("bootstrap only works on new clusters"), so the
+// bootstrap could not be finished, and serve refuses a store without an entry: the
+// node was stuck. Nothing was committed, and no other member knows of the cluster.
+func clearStoppedBootstrap(dir string, log hclog.Logger) error {
+	path := raftDBPath(dir)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	store, err := openBolt(dir)
+	if err != nil {
+		return err
+	}
+	term, err := store.GetUint64([]byte("CurrentTerm")) // hashicorp/raft's key (keyCurrentTerm)
+	if err != nil && !errors.Is(err, raftboltdb.ErrKeyNotFound) {
+		store.Close()
+		return err
+	}
+	held, err := holdsEntries(dir, store)
+	store.Close()
+	if err != nil || held || term == 0 {
+		return err
+	}
+	log.Warn("an earlier bootstrap stopped before its Raft configuration was written; starting it again", "file", path)
+	return os.Remove(path)
 }
 
 // Open starts the Raft member on its stores and transport.
