@@ -327,12 +327,35 @@ func (r *run) checkDir() (string, error) {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return "", err
 	}
+	pendingHere := slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() == pendingFile })
+	partial := false
 	for _, e := range entries {
-		if e.Name() != pendingFile && e.Name() != datadir.LockFile {
+		switch {
+		case e.Name() == pendingFile || e.Name() == datadir.LockFile:
+		case pendingHere && savedBeforeConfig(e.Name()):
+			// A run that failed while saving the keys it was handed (a disk
+			// error), before mesh.json: the token is spent on this join, and only
+			// this directory's keys can finish it. It was refused as "not empty".
+			partial = true
+		default:
 			return "", fmt.Errorf("%w: %s is not empty and holds no join; use an empty or new directory", ErrDataDir, d)
 		}
 	}
+	if partial {
+		return fmt.Sprintf("%s holds the keys of an unfinished join, saved in part: resuming", d), nil
+	}
 	return fmt.Sprintf("%s is new", d), nil
+}
+
+// savedBeforeConfig reports whether name is a file the join writes before
+// mesh.json (join step 3), or a temporary file of one.
+func savedBeforeConfig(name string) bool {
+	for _, f := range []string{datadir.CACertFile, datadir.TLSKeyFile, datadir.TLSCertFile, datadir.SigningKeyFile, datadir.AdminCredsFile, datadir.CurveKeyFile} {
+		if name == f || strings.HasPrefix(name, "."+f+".tmp-") {
+			return true
+		}
+	}
+	return false
 }
 
 // keys returns the join's nkey and curve key pair, kept in the data directory until the

@@ -3,6 +3,7 @@ package join
 import (
 	"crypto/ed25519"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -13,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nkeys"
 
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
@@ -227,4 +230,58 @@ func listing(t *testing.T, d datadir.Dir) string {
 		names = append(names, e.Name()+":"+info.ModTime().String())
 	}
 	return strings.Join(names, ",")
+}
+
+// TestJoinResumesAfterKeysSavedInPart: a run that failed while saving the keys it
+// was handed (a disk error), before mesh.json, left them beside its pending file.
+// The token is spent on that join, and only this directory's pending keys can
+// finish it; the next run was refused as "not empty and holds no join". Now it
+// resumes (here, as far as the unreachable broker lets it). Those files without the
+// pending file, or another file beside them, are still refused.
+func TestJoinResumesAfterKeysSavedInPart(t *testing.T) {
+	tok := controlToken(t, "127.0.0.1:1", [32]byte{1}, tokenfmt.RoleControl, time.Now())
+	parsed, err := tokenfmt.Parse(tok, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	th := parsed.SecretHash()
+	user, _ := nkeys.CreateUser()
+	curve, _ := nkeys.CreateCurveKeys()
+	userSeed, _ := user.Seed()
+	curveSeed, _ := curve.Seed()
+	pendingJSON, _ := json.Marshal(map[string]string{"node": parsed.Node, "token_hash": hexOf(th[:]),
+		"nkey_seed": string(userSeed), "curve_seed": string(curveSeed)})
+	partial := func(d datadir.Dir) {
+		write(t, d.Path(datadir.CACertFile), "ca")
+		write(t, d.Path(datadir.TLSKeyFile), "key")
+		write(t, d.Path("."+datadir.AdminCredsFile+".tmp-123"), "creds, in part")
+	}
+	for name, c := range map[string]struct {
+		prepare func(d datadir.Dir)
+		refused bool
+	}{
+		"keys in part beside the pending file": {func(d datadir.Dir) { write(t, d.Path(pendingFile), string(pendingJSON)); partial(d) }, false},
+		"keys in part alone":                   {partial, true},
+		"and another file": {func(d datadir.Dir) {
+			write(t, d.Path(pendingFile), string(pendingJSON))
+			partial(d)
+			write(t, d.Path("notes.txt"), "mine")
+		}, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := datadir.Dir(t.TempDir())
+			c.prepare(d)
+			var out strings.Builder
+			err := Join(t.Context(), Options{Dir: d, Token: tok, Out: &out})
+			if c.refused {
+				if !errors.Is(err, ErrDataDir) || !strings.Contains(err.Error(), "not empty") {
+					t.Fatalf("want ErrDataDir (not empty), got %v", err)
+				}
+				return
+			}
+			if errors.Is(err, ErrDataDir) || !strings.Contains(out.String(), "unfinished join, saved in part: resuming") {
+				t.Fatalf("not resumed: %v\n%s", err, out.String())
+			}
+		})
+	}
 }
