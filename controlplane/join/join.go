@@ -644,6 +644,12 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 		Dir: d.Path(datadir.RaftDir), ID: cfg.Node, Bind: cfg.RaftListen, TLS: mutual, FSM: fsm,
 		Timeouts: r.o.Timeouts, Logger: r.o.Logger,
 	})
+	if errors.Is(err, replication.ErrDamaged) {
+		// The store this join began: a write that failed as it ran (a disk error)
+		// leaves it refused, and the next run often reads it. The advice for a
+		// member's damaged store (remove the node, a new token) comes second.
+		return fmt.Errorf("%w\nthis join has not completed: run the same meshctl join again first; only if the store is refused again, follow the advice above", err)
+	}
 	if err != nil {
 		return err
 	}

@@ -207,7 +207,7 @@ func clearStoppedBootstrap(dir string, log hclog.Logger) error {
 	if err != nil {
 		return err
 	}
-	term, err := store.GetUint64([]byte("CurrentTerm")) // hashicorp/raft's key (keyCurrentTerm)
+	term, err := store.GetUint64(stableCurrentTerm)
 	if err != nil && !errors.Is(err, raftboltdb.ErrKeyNotFound) {
 		store.Close()
 		return err
