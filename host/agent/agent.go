@@ -1134,8 +1134,8 @@ func (a *Agent) putBack(ctx context.Context, version uint64, files []apply.File)
 }
 
 // handleMembership accepts a newer signed list of the mesh's brokers, persisted for
-// the next connection: control nodes that joined since are tried, removed ones no
-// longer are.
+// the next start and given to the connection at once: control nodes that joined
+// since are tried, removed ones no longer are.
 func (a *Agent) handleMembership(env *declarations.Parsed) {
 	m, err := env.VerifyMembership(a.keys, a.id.Mesh, a.applied.MembershipVersion, a.applied.Brokers)
 	if err != nil {
@@ -1148,6 +1148,22 @@ func (a *Agent) handleMembership(env *declarations.Parsed) {
 	a.applied.Brokers, a.applied.MembershipVersion = m.Brokers, m.Version
 	a.save()
 	a.log.Info("the mesh's brokers", "brokers", m.Brokers, "version", m.Version)
+	a.followBrokers()
+}
+
+// followBrokers makes the brokers the connection reconnects to those the agent
+// dials now (brokers: the list just accepted, and --broker's). nats.go keeps the
+// list the connection was made with, and the servers it discovered, which a
+// control node's INFO takes away as it is removed: a host whose brokers at start
+// had all been removed since was left dialling those alone once its broker went,
+// until the agent was restarted, though it held the new list.
+func (a *Agent) followBrokers() {
+	if a.conn == nil {
+		return // the first connection is made with the list of now
+	}
+	if err := a.conn.SetServerPool(link.URLList(a.brokers())); err != nil {
+		a.log.Warn("the connection keeps its brokers; the new list is used from the next start", "err", err)
+	}
 }
 
 func (a *Agent) handleKeyring(raw []byte, env *declarations.Parsed) {

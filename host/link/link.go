@@ -81,12 +81,15 @@ func AsNode(ctx context.Context, id identity.Identity, kp *identity.KeyPair, now
 }
 
 // URLs joins broker addresses (ip:port) into nats.go's server list.
-func URLs(brokers []string) string {
+func URLs(brokers []string) string { return strings.Join(URLList(brokers), ",") }
+
+// URLList is the nats.go URL of each broker (ip:port).
+func URLList(brokers []string) []string {
 	urls := make([]string, 0, len(brokers))
 	for _, b := range brokers {
 		urls = append(urls, "tls://"+b)
 	}
-	return strings.Join(urls, ",")
+	return urls
 }
 
 // PinOf returns the identity's CA pin.
