@@ -2,6 +2,8 @@ package integration
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -38,6 +40,12 @@ func TestBootstrapMachineReplaced(t *testing.T) {
 	web.Run()
 
 	cp1.Process().Kill()
+	// A second copy of the lost machine (its disk, say, put back in service later),
+	// which comes back only once a new machine serves under its name.
+	lateCopy := filepath.Join(t.TempDir(), "cp-1-copy")
+	if out, err := exec.Command("cp", "-a", cp1.Dir, lateCopy).CombinedOutput(); err != nil {
+		t.Fatalf("copy the lost machine's data directory: %v\n%s", err, out)
+	}
 	harness.Eventually(t, 20*time.Second, "cp-1 removed", func() bool {
 		return cp2.Ctl("control", "remove", "cp-1").Code == 0
 	})
@@ -108,4 +116,20 @@ func TestBootstrapMachineReplaced(t *testing.T) {
 	if h := caHolders(); !slices.Equal(h, []string{"cp-2"}) {
 		t.Fatalf("after the replacement nodes marks %v as holding the CA key, want cp-2", h)
 	}
+	// The copy of the lost machine back now: the id it asks about is the new
+	// machine's, active. It used to wait for a leader that refused it, exit 1 after
+	// a minute, and be restarted by its unit for ever; it learns from the curve key
+	// that cp-1 is another machine now, and stops for good.
+	start = time.Now()
+	late := harness.Run(t, "", nil, bin.Meshctl, "serve", "--data", lateCopy, "--raft-heartbeat", "300ms")
+	if late.Code != ctlExitRemoved || !strings.Contains(late.Stderr, "another machine joined under its name") {
+		t.Fatalf("the lost machine's copy back after its replacement: exit %d, want %d:\n%s", late.Code, ctlExitRemoved, late.Combined())
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("the lost machine's copy took %s to stop", took)
+	}
+	if _, err := os.Stat(filepath.Join(lateCopy, datadir.RemovedFile)); err != nil {
+		t.Errorf("the copy's data directory does not remember the removal: %v", err)
+	}
+	repl.WaitConverged("web-1", 11, 5*time.Second)
 }

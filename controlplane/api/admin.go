@@ -125,6 +125,10 @@ type ControlView struct {
 	LastSeen     time.Time `json:"last_seen,omitzero"`
 	AppliedIndex uint64    `json:"applied_index,omitempty"`
 	CAHolder     bool      `json:"ca_holder,omitempty"`
+	// CurveKey is the public curve key of the machine admitted under ID: a
+	// machine removed, whose id another machine joined under since, learns from it
+	// that it was removed (its own key is not this one).
+	CurveKey string `json:"curve_key,omitempty"`
 	// Hosts is what the node's broker holds, as it last said (nil: offline, not
 	// heard from, or a version that does not say).
 	Hosts *HostCapacity `json:"hosts,omitempty"`

@@ -712,7 +712,7 @@ func (d *Daemon) controlViews(s *state.State, now time.Time) []api.ControlView {
 	slices.Sort(ids)
 	for _, id := range ids {
 		c := s.ControlNodes[id]
-		v := api.ControlView{ID: c.ID, Broker: c.Broker, Raft: api.RaftNotMember}
+		v := api.ControlView{ID: c.ID, Broker: c.Broker, Raft: api.RaftNotMember, CurveKey: c.CurveKey}
 		for _, m := range members {
 			if m.ID == c.ID {
 				switch {

@@ -701,7 +701,7 @@ func (d *Daemon) waitFollowing(ctx context.Context) error {
 	cancel(nil)
 	<-asked
 	if errors.Is(context.Cause(ctx), ErrRemoved) {
-		return fmt.Errorf("%w: the other control nodes list %s as removed (meshctl control remove), and it will not serve again. To bring the machine back, join it with a new control token and a fresh --data directory", ErrRemoved, d.cfg.Node)
+		return fmt.Errorf("%w: the other control nodes list %s as removed (meshctl control remove), or as another machine joined under its name since, and this one will not serve again. To bring the machine back, join it with a new control token and a fresh --data directory", ErrRemoved, d.cfg.Node)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		members, _ := d.raft.Members()
@@ -747,7 +747,11 @@ func (d *Daemon) listedRemoved() bool {
 	}
 	for _, cv := range res.Control {
 		if cv.ID == d.cfg.Node {
-			return cv.Raft == api.RaftRemoved
+			// Removed, or the id is another machine's now: this one was removed
+			// and a machine joined under its name since. Before, that machine's
+			// record read as this one's, active, and this one waited for a leader
+			// that refused it, exited 1 after a minute, and was restarted for ever.
+			return cv.Raft == api.RaftRemoved || cv.CurveKey != "" && cv.CurveKey != curvePublic(d.curve)
 		}
 	}
 	return false
