@@ -9,6 +9,7 @@ import (
 
 	"mesh/controlplane/api"
 	"mesh/controlplane/authn"
+	"mesh/controlplane/state"
 )
 
 // RevokeGrace is how long a revoked node has to leave on its own, once its signed
@@ -91,6 +92,35 @@ func (d *Daemon) handleRevokedSync(m *nats.Msg) {
 	}
 	now := d.now().UTC().Truncate(time.Second)
 	resp := api.SyncResponse{V: api.ProtocolVersion}
+	// The keyrings after the one the agent holds come first: a notice is signed
+	// with the signing key of now, and an agent that was stopped while the key
+	// was rotated and the old one retired refused it as signed by a key it does
+	// not trust, and ran on for ever on its last declaration. The keyrings are
+	// public (the signing keys' public halves, each signed by the one before).
+	// A request that cannot be read still gets its notices.
+	var chain []json.RawMessage
+	if req, err := api.Decode[api.SyncRequest](m.Data); err == nil {
+		d.fsm.Read(func(s *state.State) { chain = s.KeyringChain(req.KeyringEpoch) })
+	}
+	size := 0
+	for _, kr := range chain {
+		size += len(kr)
+	}
+	if cost := d.guard.answerCost(size); cost > 0 && !d.guard.spendN(authn.RevokedUserPrefix+node, cost) {
+		d.guard.refuse(kind, ReasonRate, node, "the revoked node asked for the keyrings again faster than its budget pays for sending them")
+		chain = nil
+	}
+	var header nats.Header
+	if tag := syncTag(m); tag != "" {
+		header = nats.Header{api.SyncHeader: []string{tag}}
+	}
+	for _, kr := range chain {
+		if err := d.conns.revoked.PublishMsg(&nats.Msg{Subject: api.DeclarationSubject(node), Data: kr, Header: header}); err != nil {
+			d.logRepeated(slog.LevelWarn, "keyring not sent to a revoked node", "node", node, "err", err)
+			continue
+		}
+		resp.Sent++
+	}
 	revocations := d.fsm.Revocations(node)
 	// Each notice is signed afresh, one for each time the id was revoked: an id
 	// replaced every week has dozens. Each beyond the first costs the id's
@@ -111,14 +141,14 @@ func (d *Daemon) handleRevokedSync(m *nats.Msg) {
 			d.logRepeated(slog.LevelError, "revocation notice not signed", "node", node, "err", err)
 			continue
 		}
-		if err := d.conns.revoked.Publish(api.DeclarationSubject(node), notice); err != nil {
+		if err := d.conns.revoked.PublishMsg(&nats.Msg{Subject: api.DeclarationSubject(node), Data: notice, Header: header}); err != nil {
 			d.logRepeated(slog.LevelWarn, "revocation notice not sent", "node", node, "err", err)
 			continue
 		}
 		resp.Sent++
 	}
 	data, _ := json.Marshal(resp)
-	if err := d.conns.revoked.Publish(m.Reply, data); err != nil {
+	if err := d.conns.revoked.PublishMsg(&nats.Msg{Subject: m.Reply, Data: data, Header: header}); err != nil {
 		d.logRepeated(slog.LevelWarn, "sync reply to a revoked node not sent", "node", node, "err", err)
 	}
 }
