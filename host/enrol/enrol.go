@@ -261,6 +261,17 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	if err := identity.CheckAbsent(o.StateDir); err != nil {
+		if id, ok := r.savedByEarlierRun(err); ok {
+			// An earlier run of this enrolment saved the identity and stopped
+			// before it removed its draft key (a disk error as the directory was
+			// flushed): the machine is enrolled. Run again as that run advised,
+			// it was told to have an operator revoke the node.
+			if err := identity.RemovePending(o.StateDir); err != nil {
+				return Result{}, fmt.Errorf("%w: the identity is saved, but the draft key %s could not be removed: %v; remove it, then start the agent", ErrSave, identity.PendingPath(o.StateDir), err)
+			}
+			r.step("identity", "saved in %s by an earlier run of this enrolment, which stopped before it removed its draft key (removed now): enrolled", identity.Path(o.StateDir))
+			return Result{Identity: id}, nil
+		}
 		return Result{}, err
 	}
 	r.step("identity", "none in %s yet (a new machine)", o.StateDir)
@@ -320,6 +331,13 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 		return Result{}, saveError(err, tok)
 	}
 	if err := identity.Save(o.StateDir, id); err != nil {
+		if saved, lerr := identity.Load(o.StateDir); lerr == nil && saved.PublicKey == pub {
+			// Written and linked in place, then flushing the directory failed: it
+			// was "nothing is half-written", and the run again that advised was
+			// told the machine was enrolled already, to be revoked.
+			return Result{}, fmt.Errorf("%w: the identity is in %s, but flushing it to disk failed (%v): run enrol again with the same token to finish (it finds the identity and removes the draft key), then start the agent",
+				ErrSave, identity.Path(o.StateDir), err)
+		}
 		return Result{}, saveError(err, tok)
 	}
 	// The identity is what makes the machine enrolled; the pending key was its draft.
@@ -328,6 +346,31 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	_ = identity.RemovePending(o.StateDir)
 	r.step("save", "identity saved to %s (mode 0600); the mesh holds this node's key: start the agent (meshhost run)", identity.Path(o.StateDir))
 	return Result{Identity: id, DeclarationVersion: decl.Version, Broker: broker}, nil
+}
+
+// savedByEarlierRun reports whether err, the state directory's identity refusing
+// the enrolment, is this enrolment's own: the draft key of this token beside it is
+// the identity's key. It returns that identity.
+func (r *run) savedByEarlierRun(err error) (identity.Identity, bool) {
+	if !errors.Is(err, identity.ErrAlreadyEnrolled) {
+		return identity.Identity{}, false
+	}
+	id, err := identity.Load(r.o.StateDir)
+	if err != nil {
+		return identity.Identity{}, false
+	}
+	p, err := identity.LoadPending(r.o.StateDir)
+	th := r.tok.SecretHash()
+	if err != nil || p.Mesh != r.tok.Mesh || p.Node != r.tok.Node || p.TokenHash != hex.EncodeToString(th[:]) || id.Mesh != p.Mesh || id.Node != p.Node {
+		return identity.Identity{}, false
+	}
+	kp, err := p.KeyPair()
+	if err != nil {
+		return identity.Identity{}, false
+	}
+	defer kp.Wipe()
+	pub, err := kp.PublicKey()
+	return id, err == nil && pub == id.PublicKey
 }
 
 // dropSpentKey removes the pending key when the mesh, answering the request, refused

@@ -2,6 +2,7 @@ package enrol
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -108,4 +109,50 @@ func TestARefusalForGoodDropsThePendingKey(t *testing.T) {
 			t.Fatalf("after token_used the key is still pending: %v", err)
 		}
 	})
+}
+
+// TestAnEnrolmentSavedByAnEarlierRunIsFinished: a run that saved the identity and
+// failed as the directory was flushed (or as it removed its draft key) said to run
+// enrol again; run again, it was told the machine was enrolled already, to be
+// revoked, though `meshhost run` worked. Run again with the same token, it finds
+// its own identity beside its draft key, removes the draft and succeeds, without
+// dialling the mesh. An identity beside another token's draft, or none, is refused
+// as enrolled, as before.
+func TestAnEnrolmentSavedByAnEarlierRunIsFinished(t *testing.T) {
+	m := newFakeMesh(t, func(*wire.EnrolResponse) {})
+	dir := filepath.Join(t.TempDir(), "state")
+	res, err := Enrol(context.Background(), Options{StateDir: dir, Token: m.token, DialTimeout: 5 * time.Second, RequestTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := ParseToken(m.token, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	th := tok.SecretHash()
+	draft := func(tokenHash string) {
+		t.Helper()
+		if err := identity.SavePending(dir, identity.Pending{Format: 1, Mesh: res.Identity.Mesh, Node: res.Identity.Node,
+			TokenHash: tokenHash, Seed: res.Identity.Seed, CreatedAt: time.Now().UTC()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	draft(hex.EncodeToString(th[:]))
+	var out strings.Builder
+	again, err := Enrol(context.Background(), Options{StateDir: dir, Token: m.token, Out: &out, DialTimeout: time.Second, RequestTimeout: time.Second})
+	if err != nil || again.Identity.PublicKey != res.Identity.PublicKey || !strings.Contains(out.String(), "by an earlier run of this enrolment") {
+		t.Fatalf("run again beside its own draft key: %v, %q\n%s", err, again.Identity.PublicKey, out.String())
+	}
+	if _, err := identity.LoadPending(dir); !errors.Is(err, identity.ErrNoPending) {
+		t.Fatalf("the draft key is still there: %v", err)
+	}
+	for name, setup := range map[string]func(){
+		"no draft key":              func() {},
+		"another token's draft key": func() { draft(strings.Repeat("0", 64)) },
+	} {
+		setup()
+		if _, err := Enrol(context.Background(), Options{StateDir: dir, Token: m.token, DialTimeout: time.Second, RequestTimeout: time.Second}); !errors.Is(err, identity.ErrAlreadyEnrolled) {
+			t.Fatalf("%s: got %v, want ErrAlreadyEnrolled", name, err)
+		}
+	}
 }
