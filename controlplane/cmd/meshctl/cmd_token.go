@@ -252,14 +252,22 @@ func warnMintClock(cio *cliIO, expiry, asked, got time.Time, ttl time.Duration) 
 }
 
 // printToken prints the token alone on a line, or with what it admits as JSON.
+// The token is minted by then: one that could not be written (a full disk under a
+// redirection) is pending at the mesh with a secret nobody holds, and is said so.
 func printToken(cio *cliIO, tok tokenfmt.Token, asJSON bool) error {
+	var err error
 	if !asJSON {
-		_, err := fmt.Fprintln(cio.stdout, tok.Encode())
-		return err
+		_, err = fmt.Fprintln(cio.stdout, tok.Encode())
+	} else {
+		res := tokenResult{Token: tok.Encode(), Mesh: tok.Mesh, Node: tok.Node, Role: string(tok.Role), ExpiresAt: tok.Expiry.UTC()}
+		for _, b := range tok.Brokers {
+			res.Brokers = append(res.Brokers, b.String())
+		}
+		err = writeJSON(cio.stdout, res)
 	}
-	res := tokenResult{Token: tok.Encode(), Mesh: tok.Mesh, Node: tok.Node, Role: string(tok.Role), ExpiresAt: tok.Expiry.UTC()}
-	for _, b := range tok.Brokers {
-		res.Brokers = append(res.Brokers, b.String())
+	if err != nil {
+		return fmt.Errorf("the token for %s was minted, but could not be written out (%w): it stays pending until %s with a secret no one holds. "+
+			"Cancel it (meshctl token cancel %s), then mint another", tok.Node, err, tok.Expiry.UTC().Format(time.RFC3339), tok.Node)
 	}
-	return writeJSON(cio.stdout, res)
+	return nil
 }
