@@ -61,6 +61,8 @@ func TestRemovedControlNodeIsShutOut(t *testing.T) {
 		t.Fatalf("control remove cp-2 (exit %d): %s", r.Code, r.Combined())
 	} else if !strings.Contains(r.Stdout, "pending tokens list its broker address (nodes: web-7)") || !strings.Contains(r.Stdout, "meshctl token cancel") {
 		t.Errorf("the removal does not name the pending tokens that list the removed node:\n%s", r.Stdout)
+	} else if strings.Contains(r.Stdout, "CA key") {
+		t.Errorf("the removal of a node without the CA key speaks of it:\n%s", r.Stdout)
 	}
 	if code := cp2.Process().Wait(30 * time.Second); code != 6 {
 		t.Fatalf("the removed node exited %d 30 s after its removal, want 6 (-1: still serving):\n%s", code, cp2.Process().Output())

@@ -46,9 +46,14 @@ func TestBootstrapMachineReplaced(t *testing.T) {
 	if out, err := exec.Command("cp", "-a", cp1.Dir, lateCopy).CombinedOutput(); err != nil {
 		t.Fatalf("copy the lost machine's data directory: %v\n%s", err, out)
 	}
+	var removal harness.Result
 	harness.Eventually(t, 20*time.Second, "cp-1 removed", func() bool {
-		return cp2.Ctl("control", "remove", "cp-1").Code == 0
+		removal = cp2.Ctl("control", "remove", "cp-1")
+		return removal.Code == 0
 	})
+	if !strings.Contains(removal.Stdout, "cp-1 held the mesh CA key") || !strings.Contains(removal.Stdout, "restored from their backup") {
+		t.Errorf("removing the CA holder does not say that no control token can be minted until its keys are restored:\n%s", removal.Stdout)
+	}
 	caHolders := func() []string {
 		var out []string
 		for _, c := range cp3.Nodes().Control {

@@ -161,19 +161,32 @@ docs/operations.md.`,
 					return usagef("usage: meshctl control remove NODE --data DIR, or meshctl control status --data DIR")
 				}
 				node := strings.TrimSpace(args[1])
+				// Asked first: once removed, a node is no one's CA holder.
+				heldCA := false
+				var before api.NodesResult
+				if err := cp.call(api.OpNodes, api.NodesRequest{Limit: 1}, &before); err == nil {
+					for _, c := range before.Control {
+						heldCA = heldCA || c.ID == node && c.CAHolder
+					}
+				}
 				var res api.ControlRemoveResult
 				if err := cp.call(api.OpControlRemove, api.ControlRequest{Node: args[1]}, &res); err != nil {
 					return err
 				}
+				heldCA = heldCA && !res.AlreadyRemoved
 				if asJSON {
 					return writeJSON(cio.stdout, struct {
 						Removed        string   `json:"removed"`
 						AlreadyRemoved bool     `json:"already_removed,omitempty"`
 						PendingTokens  []string `json:"pending_tokens,omitempty"`
 						Demoted        string   `json:"demoted,omitempty"`
-					}{node, res.AlreadyRemoved, res.PendingTokens, res.Demoted})
+						HeldCAKey      bool     `json:"held_ca_key,omitempty"`
+					}{node, res.AlreadyRemoved, res.PendingTokens, res.Demoted, heldCA})
 				}
 				printRemoval(cio.stdout, node, res)
+				if heldCA {
+					fmt.Fprintf(cio.stdout, "%s held the mesh CA key and the operator account key: no control token can be minted until ca-key.pem and admin-account.nk are restored from their backup on another control node (docs/operations.md, \"Losing the bootstrap machine\")\n", node)
+				}
 				return nil
 			}
 		},
