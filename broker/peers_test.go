@@ -553,16 +553,7 @@ func TestARouteRegisteredAfterTheRemovalIsClosed(t *testing.T) {
 		if err := sa.SetClusterPeers([]string{a.pin}, nil); err != nil {
 			t.Fatal(err)
 		}
-		if got := held.sendInfo(t, "late-1"); !strings.Contains(got, "PONG") {
-			t.Fatalf("the late INFO was answered %q, want the route registered (the window this test closes)", got)
-		}
-		held.keepAnswering()
-		waitRouted(t, sa, "late-1", true)
-		time.Sleep(broker.RouteRegisterWindow) // still routed: the pings are answered
-		if !broker.RoutedTo(sa)["late-1"] {
-			t.Fatal("the route closed before the second check: nothing this test holds")
-		}
-		waitUnrouted(t, sa, "late-1", shook.Add(broker.RouteSweepAfter+5*time.Second))
+		registersThenIsClosed(t, sa, held, "late-1", shook)
 		if !strings.Contains(log.String(), "checked again") {
 			t.Error("the broker did not log the second check of its routes")
 		}
@@ -580,16 +571,7 @@ func TestARouteRegisteredAfterTheRemovalIsClosed(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Second)
-		if got := dialled.sendInfo(t, "late-2"); !strings.Contains(got, "PONG") {
-			t.Fatalf("the late INFO was answered %q, want the route registered (the window this test closes)", got)
-		}
-		dialled.keepAnswering()
-		waitRouted(t, sa, "late-2", true)
-		time.Sleep(broker.RouteRegisterWindow) // still routed: the pings are answered
-		if !broker.RoutedTo(sa)["late-2"] {
-			t.Fatal("the route closed before the second check: nothing this test holds")
-		}
-		waitUnrouted(t, sa, "late-2", shook.Add(broker.RouteSweepAfter+5*time.Second))
+		registersThenIsClosed(t, sa, dialled, "late-2", shook)
 	})
 	// A route whose peer withholds its INFO past RouteRegisterWindow is closed by
 	// nats-server as stale, never registered: what bounds the window above (it
@@ -649,6 +631,24 @@ func (h *heldRoute) keepAnswering() {
 			}
 		}
 	}()
+}
+
+// registersThenIsClosed sends h's late INFO as peer name, which registers the route
+// (the window the second check closes), keeps the route's pings answered, and
+// waits for the route to be closed within RouteSweepAfter of the handshake at
+// shook, having held it up past RouteRegisterWindow.
+func registersThenIsClosed(t *testing.T, s *broker.Server, h *heldRoute, name string, shook time.Time) {
+	t.Helper()
+	if got := h.sendInfo(t, name); !strings.Contains(got, "PONG") {
+		t.Fatalf("the late INFO was answered %q, want the route registered (the window this test closes)", got)
+	}
+	h.keepAnswering()
+	waitRouted(t, s, name, true)
+	time.Sleep(broker.RouteRegisterWindow) // still routed: the pings are answered
+	if !broker.RoutedTo(s)[name] {
+		t.Fatal("the route closed before the second check: nothing this test holds")
+	}
+	waitUnrouted(t, s, name, shook.Add(broker.RouteSweepAfter+5*time.Second))
 }
 
 // waitUnrouted waits until s has no route up with peer, failing at deadline.
