@@ -3,6 +3,7 @@ package integration
 import (
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -76,5 +77,9 @@ func TestAHostFollowsTheBrokersItIsSent(t *testing.T) {
 	if r := leader.Ctl("declare", "--node", "web-1", "--file", body, "--wait", "60s"); r.Code != 0 {
 		t.Fatalf("declare to the host once its broker was removed (exit %d, want 0: it reached another broker):\n%s\nagent:\n%s",
 			r.Code, r.Combined(), h.Process().Output())
+	}
+	// `nodes web-1` shows that node alone (it printed the control nodes' table too).
+	if r := leader.Ctl("nodes", "web-1"); r.Code != 0 || !strings.Contains(r.Stdout, "web-1") || strings.Contains(r.Stdout, "CONTROL") {
+		t.Errorf("nodes web-1 (exit %d):\n%s", r.Code, r.Stdout)
 	}
 }

@@ -69,7 +69,11 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 						return err
 					}
 				default:
-					printNodes(cio.stdout, res, answeredAt(res, time.Now()))
+					shown := res
+					if len(args) > 0 || sel.active() {
+						shown.Control = nil // the nodes asked for alone, as the guide says
+					}
+					printNodes(cio.stdout, shown, answeredAt(res, time.Now()))
 					switch {
 					case len(res.Nodes) > 0:
 					case enrolled == 0:
