@@ -1245,7 +1245,11 @@ func (a *Agent) save() {
 		}
 		a.applied.LastErrorCode, a.applied.LastError = wire.StatusStateNotSaved, err.Error()
 		a.unsaved = true
+		a.stats.set(func(s *stats) { s.unsaved = err.Error() })
 		return
+	}
+	if a.unsaved {
+		a.stats.set(func(s *stats) { s.unsaved = "" })
 	}
 	a.unsaved = false
 }

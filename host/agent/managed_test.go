@@ -398,3 +398,35 @@ func TestAHookIsOwedForAnApplyNotRolledBack(t *testing.T) {
 }
 
 func strPtr(s string) *string { return &s }
+
+// TestTheAgentSaysWhatItCouldNotSave: while the applied state cannot be written,
+// the agent's answer to `meshhost status` holds what it applied and why it is not
+// saved; the state file, which status read alone, said the version before (the
+// control plane heard state_not_saved v2 while status said v1, no error). Once a
+// save succeeds, nothing is said.
+func TestTheAgentSaysWhatItCouldNotSave(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.a.handle(ctx, f.decl(t, 1, "one")); err != nil {
+		t.Fatal(err)
+	}
+	if u := f.a.linkStatus().Unsaved; u != nil {
+		t.Fatalf("saved, and the agent says %+v", u)
+	}
+	restore := breakSaves(t, f.dir)
+	if err := f.a.handle(ctx, f.decl(t, 2, "two")); err != nil {
+		t.Fatal(err)
+	}
+	u := f.a.linkStatus().Unsaved
+	if u == nil || !u.HaveApplied || u.Version != 2 || u.Error == "" || u.ExpiresAt.IsZero() {
+		t.Fatalf("with saves failing the agent says %+v, want v2 applied and why it is not saved", u)
+	}
+	restore()
+	f.a.saveAgain()
+	if u := f.a.linkStatus().Unsaved; u != nil {
+		t.Fatalf("saved again, and the agent says %+v", u)
+	}
+	if on, err := state.Load(f.dir); err != nil || on.Version != 2 {
+		t.Fatalf("on record: v%d, %v", on.Version, err)
+	}
+}

@@ -35,6 +35,9 @@ type stats struct {
 	epoch       uint64
 	expiresAt   time.Time
 	hooksFailed int
+	// unsaved is why the last save of the applied state failed ("" once one
+	// succeeds): the state file is then behind the copy above.
+	unsaved string
 }
 
 func (s *stats) set(f func(*stats)) {

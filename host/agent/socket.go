@@ -48,6 +48,18 @@ type LinkStatus struct {
 	// Error is why it is not connected (the last attempt's error) or, connected,
 	// why it is not synced (the last sync's).
 	Error string `json:"error,omitempty"`
+	// Unsaved is set while the agent could not write its applied state (a disk
+	// error): what it holds applied, which the state file `meshhost status`
+	// reads does not say yet, and why. The agent tries again at each heartbeat.
+	Unsaved *UnsavedState `json:"unsaved,omitempty"`
+}
+
+// UnsavedState is the applied state the agent holds and could not save.
+type UnsavedState struct {
+	HaveApplied bool      `json:"have_applied"`
+	Version     uint64    `json:"applied_version"`
+	ExpiresAt   time.Time `json:"expires_at,omitzero"`
+	Error       string    `json:"error"`
 }
 
 // linkStatus is what the agent answers RequestStatus: read from its stats, as the
@@ -57,6 +69,9 @@ func (a *Agent) linkStatus() LinkStatus {
 	defer a.stats.mu.Unlock()
 	s := &a.stats
 	st := LinkStatus{Connected: s.connected, Synced: s.connected && s.synced, Since: s.since}
+	if s.unsaved != "" {
+		st.Unsaved = &UnsavedState{HaveApplied: s.haveApplied, Version: s.version, ExpiresAt: s.expiresAt, Error: s.unsaved}
+	}
 	if s.connected {
 		st.Broker = s.broker
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"mesh/host/agent"
+	"mesh/host/identity"
 )
 
 // TestStatusSaysWhatAnswersOnTheSocket: meshhost status tells apart no agent, an
@@ -81,5 +82,50 @@ func TestAgentViewSaysWhyNot(t *testing.T) {
 		if got := c.v.String(); !strings.HasPrefix(got, c.want) {
 			t.Errorf("%+v:\n got %q\nwant %q…", c.v, got, c.want)
 		}
+	}
+}
+
+// TestStatusSaysWhatTheAgentCouldNotSave: with the agent's saves failing, status
+// read the state file alone and said the version before it, no error, while the
+// control plane heard state_not_saved. It now says what the running agent holds,
+// that it is not saved, and why, in text and in JSON.
+func TestStatusSaysWhatTheAgentCouldNotSave(t *testing.T) {
+	_, id := enrolled(t)
+	dir, err := os.MkdirTemp("", "mh") // short: a socket's address is at most 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := identity.Save(dir, id); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", agent.SocketPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	answer := `{"connected":true,"synced":true,"broker":"tls://127.0.0.1:1","since":"2026-12-05T01:00:00Z",` +
+		`"unsaved":{"have_applied":true,"applied_version":2,"expires_at":"2099-01-01T00:00:00Z","error":"write applied.state: no space left on device"}}`
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			bufio.NewReader(c).ReadString('\n')
+			fmt.Fprintln(c, answer)
+			c.Close()
+		}
+	}()
+	code, out, stderr := runCLI("", nil, "status", "--state", dir)
+	if code != exitOK || !strings.Contains(out, "applied   v2") || !strings.Contains(out, "state_not_saved: write applied.state: no space left on device") || !strings.Contains(out, "NOT SAVED") {
+		t.Fatalf("status (exit %d):\n%s%s", code, out, stderr)
+	}
+	code, out, stderr = runCLI("", nil, "status", "--state", dir, "--json")
+	if code != exitOK || !strings.Contains(out, `"applied_version": 2`) || !strings.Contains(out, `"last_error": "state_not_saved:`) {
+		t.Fatalf("status --json (exit %d):\n%s%s", code, out, stderr)
 	}
 }

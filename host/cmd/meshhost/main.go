@@ -700,6 +700,17 @@ func cmdStatus(args []string, cio *cliIO) error {
 	if !applied.NextAttempt.IsZero() {
 		out.NextAttempt = applied.NextAttempt.UTC().Format(time.RFC3339)
 	}
+	expires := applied.ExpiresAt
+	if u := out.Agent.Unsaved; u != nil {
+		// The running agent holds more than the state file says (its saves fail):
+		// what it holds, as the control plane hears it in its reports.
+		out.HaveApplied, out.AppliedVersion, expires = u.HaveApplied, u.Version, u.ExpiresAt
+		out.ExpiresAt = ""
+		if u.HaveApplied {
+			out.ExpiresAt = u.ExpiresAt.Format(time.RFC3339)
+		}
+		out.LastError = "state_not_saved: " + u.Error
+	}
 	if *asJSON {
 		enc := json.NewEncoder(cio.stdout)
 		enc.SetIndent("", "  ")
@@ -714,7 +725,7 @@ func cmdStatus(args []string, cio *cliIO) error {
 	ver := "none yet"
 	if out.HaveApplied {
 		ver = fmt.Sprintf("v%d (valid until %s)", out.AppliedVersion, out.ExpiresAt)
-		if time.Now().After(applied.ExpiresAt) {
+		if time.Now().After(expires) {
 			ver += " STALE: expired without a fresh one; the files stay as they are"
 		}
 	}
@@ -722,6 +733,9 @@ func cmdStatus(args []string, cio *cliIO) error {
 		out.Node, out.Mesh, out.PublicKey, strings.Join(out.Brokers, ", "), ver, out.KeyringEpoch, len(out.Managed))
 	if out.LastError != "" {
 		fmt.Fprintf(cio.stdout, "last error %s\n", shown(out.LastError))
+	}
+	if out.Agent.Unsaved != nil {
+		fmt.Fprintf(cio.stdout, "state     NOT SAVED: the running agent holds the above, its state file v%d; it tries again at each heartbeat (free space or fix the disk)\n", applied.Version)
 	}
 	if out.NextAttempt != "" {
 		fmt.Fprintf(cio.stdout, "retry     at %s (while meshhost run runs)\n", out.NextAttempt)
