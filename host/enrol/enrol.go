@@ -81,6 +81,9 @@ type Result struct {
 	// DeclarationVersion is the version of the first declaration, verified.
 	DeclarationVersion uint64
 	Broker             string
+	// Finished: an earlier run of this enrolment had saved the identity, and this
+	// one only removed its draft key; nothing was asked of the mesh.
+	Finished bool
 }
 
 // Errors an enrolment ends with; each is distinct and says what to do.
@@ -270,7 +273,7 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 				return Result{}, fmt.Errorf("%w: the identity is saved, but the draft key %s could not be removed: %v; remove it, then start the agent", ErrSave, identity.PendingPath(o.StateDir), err)
 			}
 			r.step("identity", "saved in %s by an earlier run of this enrolment, which stopped before it removed its draft key (removed now): enrolled", identity.Path(o.StateDir))
-			return Result{Identity: id}, nil
+			return Result{Identity: id, Finished: true}, nil
 		}
 		return Result{}, err
 	}

@@ -140,7 +140,7 @@ func TestAnEnrolmentSavedByAnEarlierRunIsFinished(t *testing.T) {
 	draft(hex.EncodeToString(th[:]))
 	var out strings.Builder
 	again, err := Enrol(context.Background(), Options{StateDir: dir, Token: m.token, Out: &out, DialTimeout: time.Second, RequestTimeout: time.Second})
-	if err != nil || again.Identity.PublicKey != res.Identity.PublicKey || !strings.Contains(out.String(), "by an earlier run of this enrolment") {
+	if err != nil || !again.Finished || again.Identity.PublicKey != res.Identity.PublicKey || !strings.Contains(out.String(), "by an earlier run of this enrolment") {
 		t.Fatalf("run again beside its own draft key: %v, %q\n%s", err, again.Identity.PublicKey, out.String())
 	}
 	if _, err := identity.LoadPending(dir); !errors.Is(err, identity.ErrNoPending) {

@@ -337,9 +337,12 @@ func cmdEnrol(args []string, cio *cliIO) error {
 		return err
 	}
 	// A record that an identity once enrolled here was revoked is about that
-	// identity, not this one.
-	if err := os.Remove(revokedPath(*stateDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		fmt.Fprintf(cio.stderr, "warning: %v\n", err)
+	// identity, not this one; unless this run finished an earlier one's, whose
+	// identity it is (the agent may have run, and been revoked, since).
+	if !res.Finished {
+		if err := os.Remove(revokedPath(*stateDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			fmt.Fprintf(cio.stderr, "warning: %v\n", err)
+		}
 	}
 	next := fmt.Sprintf("meshhost run --state %s --root DIR", *stateDir)
 	if *asJSON {
