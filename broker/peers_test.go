@@ -560,13 +560,7 @@ func TestARouteRegisteredAfterTheRemovalIsClosed(t *testing.T) {
 	})
 	t.Run("solicited", func(t *testing.T) {
 		t.Parallel()
-		m := newMesh(t)
-		a, c := newControlNode(t, m.ca, "cp-a"), newControlNode(t, m.ca, "cp-c")
-		peer := listenAsRoute(t, c)
-		ports := freePorts(t, 1)
-		sa, _ := startClustered(t, m, byToken(nil), a, ports[0], []string{peer.addr}, []string{a.pin, c.pin})
-		dialled := peer.next(t)
-		shook := time.Now()
+		sa, a, peer, dialled, shook := dialledByA(t)
 		if err := sa.SetClusterPeers([]string{a.pin}, []string{peer.addr}); err != nil {
 			t.Fatal(err)
 		}
@@ -579,13 +573,7 @@ func TestARouteRegisteredAfterTheRemovalIsClosed(t *testing.T) {
 	// and a peer answering them could hold the route for as long as it liked).
 	t.Run("withheld past the window", func(t *testing.T) {
 		t.Parallel()
-		m := newMesh(t)
-		a, c := newControlNode(t, m.ca, "cp-a"), newControlNode(t, m.ca, "cp-c")
-		peer := listenAsRoute(t, c)
-		ports := freePorts(t, 1)
-		sa, _ := startClustered(t, m, byToken(nil), a, ports[0], []string{peer.addr}, []string{a.pin, c.pin})
-		dialled := peer.next(t)
-		shook := time.Now()
+		sa, _, _, dialled, shook := dialledByA(t)
 		// Keep the connection's reads going, answering nothing, as a peer that
 		// withholds its INFO does.
 		closed := make(chan string, 1)
@@ -631,6 +619,19 @@ func (h *heldRoute) keepAnswering() {
 			}
 		}
 	}()
+}
+
+// dialledByA starts cp-a's broker, pinning cp-a and cp-c and routing to a cluster
+// port the test plays as cp-c, and returns the route it dialled there, once its
+// handshake passed (at shook).
+func dialledByA(t *testing.T) (sa *broker.Server, a controlNode, peer *routeListener, dialled *heldRoute, shook time.Time) {
+	t.Helper()
+	m := newMesh(t)
+	c := newControlNode(t, m.ca, "cp-c")
+	a = newControlNode(t, m.ca, "cp-a")
+	peer = listenAsRoute(t, c)
+	sa, _ = startClustered(t, m, byToken(nil), a, freePorts(t, 1)[0], []string{peer.addr}, []string{a.pin, c.pin})
+	return sa, a, peer, peer.next(t), time.Now()
 }
 
 // registersThenIsClosed sends h's late INFO as peer name, which registers the route
