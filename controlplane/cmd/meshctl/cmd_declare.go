@@ -182,13 +182,20 @@ func readBounded(file string, stdin io.Reader, max int64, tooLarge string) ([]by
 		data, err = readfile.Stream(file, max, readfile.PipeWait)
 	}
 	if errors.Is(err, readfile.ErrTooLarge) {
-		return nil, fmt.Errorf("%s is larger than %d bytes, %s", file, max, tooLarge)
+		return nil, tooLargeError(fmt.Sprintf("%s is larger than %d bytes, %s", file, max, tooLarge))
 	}
 	if err != nil {
 		return nil, err
 	}
 	return data, nil
 }
+
+// tooLargeError says which input is over its cap, and is readfile.ErrTooLarge to a
+// caller that branches on it.
+type tooLargeError string
+
+func (e tooLargeError) Error() string { return string(e) }
+func (e tooLargeError) Unwrap() error { return readfile.ErrTooLarge }
 
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

@@ -15,6 +15,7 @@ import (
 	"mesh/controlplane/join"
 	"mesh/controlplane/operator"
 	"mesh/controlplane/replication"
+	"mesh/host/readfile"
 	"mesh/host/terminal"
 )
 
@@ -98,11 +99,20 @@ type joinResult struct {
 	Next          string   `json:"next"`
 }
 
+// maxTokenInput bounds what is read as a control token: a token is one line of a few
+// hundred characters.
+const maxTokenInput = 16 << 10
+
 // readSecretInput reads a token from a file, MESH_TOKEN or stdin; never from the
 // command line.
 func readSecretInput(file string, cio *cliIO) (string, error) {
 	if file != "" {
-		data, err := readBounded(file, nil, 16<<10, "and a token is one line of a few hundred characters")
+		data, err := readBounded(file, nil, maxTokenInput, "and a token is one line of a few hundred characters")
+		if errors.Is(err, readfile.ErrTooLarge) {
+			// What cannot be a token is refused as one (exit 4, as an empty or
+			// garbled one is), not as a failure to read.
+			err = fmt.Errorf("%w: %w", join.ErrToken, err)
+		}
 		return string(data), err
 	}
 	if v := cio.getenv("MESH_TOKEN"); v != "" {
@@ -112,15 +122,15 @@ func readSecretInput(file string, cio *cliIO) (string, error) {
 		// Pasted: one line, not shown (see package terminal).
 		line, _, err := terminal.ReadHidden(cio.stdin, cio.stderr,
 			"paste the control token and press Enter (it is not shown): ", "paste the control token and press Enter: ",
-			16<<10, cio.hideInput)
+			maxTokenInput, cio.hideInput)
 		return line, err
 	}
-	data, err := io.ReadAll(io.LimitReader(cio.stdin, 16<<10+1))
+	data, err := io.ReadAll(io.LimitReader(cio.stdin, maxTokenInput+1))
 	if err != nil {
 		return "", err
 	}
-	if len(data) > 16<<10 {
-		return "", usagef("the input is over 16 KiB; a token is one line of a few hundred characters")
+	if len(data) > maxTokenInput {
+		return "", fmt.Errorf("%w: the input is over %d bytes; a token is one line of a few hundred characters", join.ErrToken, maxTokenInput)
 	}
 	return string(data), nil
 }

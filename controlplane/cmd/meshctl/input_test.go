@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,6 +96,41 @@ func TestDataDirectoryFileUnusableExits7(t *testing.T) {
 				if code != exitDataDir || !strings.Contains(stderr, "mesh.json") {
 					t.Errorf("%s: exit %d, want %d: %s", cmd[0], code, exitDataDir, stderr)
 				}
+			}
+		})
+	}
+}
+
+// TestJoinInputThatCannotBeAToken: input over the cap, whether from --token-file
+// or stdin, is a token that cannot be used (exit 4, as an empty one), said as such,
+// and nothing is written.
+func TestJoinInputThatCannotBeAToken(t *testing.T) {
+	dir := t.TempDir()
+	big := strings.Repeat("x", 20<<10)
+	file := filepath.Join(dir, "token.txt")
+	writeTestFile(t, file, big)
+	for name, run1 := range map[string]func(data string) (int, string, string){
+		"token file": func(data string) (int, string, string) {
+			return runCLI("join", "--data", data, "--token-file", file)
+		},
+		"stdin": func(data string) (int, string, string) {
+			var out, errb bytes.Buffer
+			code := run([]string{"join", "--data", data}, &cliIO{stdin: strings.NewReader(big), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }})
+			return code, out.String(), errb.String()
+		},
+		"empty stdin": func(data string) (int, string, string) { return runCLI("join", "--data", data) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			data := filepath.Join(t.TempDir(), "new")
+			code, _, stderr := run1(data)
+			if code != exitRefused || strings.Contains(stderr, "--help") {
+				t.Fatalf("exit %d, want %d: %s", code, exitRefused, stderr)
+			}
+			if name != "empty stdin" && !strings.Contains(stderr, "a token is one line") {
+				t.Fatalf("the message does not say what a token is: %s", stderr)
+			}
+			if _, err := os.Stat(data); !os.IsNotExist(err) {
+				t.Fatalf("the data directory was made: %v", err)
 			}
 		})
 	}
