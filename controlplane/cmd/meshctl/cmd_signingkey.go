@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -68,27 +69,7 @@ Hosts offline throughout catch up by following the chain of keyrings.`,
 					if asJSON {
 						return writeJSON(cio.stdout, res)
 					}
-					fmt.Fprintf(cio.stdout, "keyring epoch %d, %d key(s)\n", res.Epoch, len(res.Keys))
-					tw := tabwriter.NewWriter(cio.stdout, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "NODE\tSTATE\tKEYRING\tACKNOWLEDGED")
-					behind := 0
-					for _, n := range res.Nodes {
-						mark := "yes"
-						if n.Epoch < res.Epoch {
-							mark = "no (behind)"
-							if n.State == api.StateAlive {
-								behind++
-							}
-						}
-						fmt.Fprintf(tw, "%s\t%s\tepoch %d\t%s\n", n.Node, n.State, n.Epoch, mark)
-					}
-					tw.Flush()
-					switch {
-					case len(res.Keys) > 1 && behind > 0:
-						fmt.Fprintf(cio.stdout, "%d live node(s) behind; retire is refused until they acknowledge (or --force)\n", behind)
-					case len(res.Keys) > 1:
-						fmt.Fprintln(cio.stdout, "every live node acknowledged this keyring: the old key can be retired (meshctl signing-key retire)")
-					}
+					printKeyringStatus(cio.stdout, res)
 				case "retire":
 					var res api.KeyringResult
 					if err := client.Call(api.OpSigningKeyRetire, api.RetireRequest{Force: force}, &res); err != nil {
@@ -107,5 +88,36 @@ Hosts offline throughout catch up by following the chain of keyrings.`,
 				return nil
 			}
 		},
+	}
+}
+
+// printKeyringStatus prints `signing-key status`: the keyring and which nodes
+// acknowledged it.
+func printKeyringStatus(w io.Writer, res api.KeyringStatus) {
+	fmt.Fprintf(w, "keyring epoch %d, %d key(s)\n", res.Epoch, len(res.Keys))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSTATE\tKEYRING\tACKNOWLEDGED")
+	behind := 0
+	for _, n := range res.Nodes {
+		mark, held := "yes", fmt.Sprintf("epoch %d", n.Epoch)
+		if n.Epoch < res.Epoch {
+			mark = "no (behind)"
+			if n.State == api.StateAlive {
+				behind++
+			}
+		}
+		if n.Epoch == 0 {
+			// Epochs start at 1: the node never reported one (enrolled,
+			// its agent not run yet).
+			held, mark = "-", "no (never reported)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n.Node, n.State, held, mark)
+	}
+	tw.Flush()
+	switch {
+	case len(res.Keys) > 1 && behind > 0:
+		fmt.Fprintf(w, "%d live node(s) behind; retire is refused until they acknowledge (or --force)\n", behind)
+	case len(res.Keys) > 1:
+		fmt.Fprintln(w, "every live node acknowledged this keyring: the old key can be retired (meshctl signing-key retire)")
 	}
 }
