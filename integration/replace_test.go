@@ -103,6 +103,14 @@ func TestBootstrapMachineReplaced(t *testing.T) {
 	if r := repl.Join(tok); r.Code != 0 {
 		t.Fatalf("join the replacement cp-1 (exit %d):\n%s", r.Code, r.Combined())
 	}
+	// Not heard from yet, the replacement is not taken for the bootstrap machine
+	// whose id it has: the keys are on cp-2.
+	if h := caHolders(); !slices.Equal(h, []string{"cp-2"}) {
+		t.Errorf("the replacement joined, not serving yet: nodes marks %v as holding the CA key, want [cp-2]", h)
+	}
+	if cfg, err := datadir.Dir(repl.Dir).LoadConfig(); err != nil || cfg.CAHolder == "cp-1" {
+		t.Errorf("the replacement's mesh.json names itself as the CA holder (%v)", err)
+	}
 	repl.Serve()
 	harness.Eventually(t, 30*time.Second, "three voters alive: cp-1 (new), cp-2, cp-3", func() bool {
 		voters := 0

@@ -240,6 +240,22 @@ func (c *controlTracker) beat(h api.ControlHeartbeat, at time.Time, leaderApplie
 	c.mu.Unlock()
 }
 
+// forget drops what was heard of a node removed from the control plane: a machine
+// that joins under its id later is not shown with the heartbeats of the one it
+// replaces (as holding the CA key, say), and a removed node is not kept for ever.
+func (c *controlTracker) forget(node string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range []map[string]time.Time{c.seen, c.warned} {
+		delete(m, node)
+	}
+	delete(c.beats, node)
+	delete(c.leaderAt, node)
+	delete(c.reached, node)
+	delete(c.probes, node)
+	delete(c.clocks, node)
+}
+
 // alive reports whether node serves at now by its last heartbeat: one heard within
 // three heartbeat intervals that is not the last heartbeat of a node stopping (heard,
 // and gone: offline from then on, until it beats again; its last seen stays the
@@ -367,7 +383,7 @@ func (d *Daemon) admitControl(req api.EnrolRequest, identity []byte, cn *state.C
 	adm := &api.ControlAdmission{SigningKey: sealedKey, Sealer: sealer, Sealed: identity,
 		Self: api.ControlMember{ID: cn.ID, Broker: cn.Broker, Raft: cn.Raft, Cluster: cn.Cluster}}
 	d.fsm.Read(func(s *state.State) {
-		adm.AdminAccount, adm.CAHolder = s.AdminAccount, s.CAHolder
+		adm.AdminAccount, adm.CAHolder = s.AdminAccount, s.BootstrapCAHolder()
 		for _, m := range s.ActiveControlNodes() {
 			if m.ID != cn.ID {
 				adm.Members = append(adm.Members, api.ControlMember{ID: m.ID, Broker: m.Broker, Raft: m.Raft, Cluster: m.Cluster})
@@ -736,7 +752,7 @@ func (d *Daemon) controlViews(s *state.State, now time.Time) []api.ControlView {
 		case ok:
 			v.CAHolder = hb.CAKey
 		default:
-			v.CAHolder = c.ID == s.CAHolder
+			v.CAHolder = c.ID == s.BootstrapCAHolder()
 		}
 		switch {
 		case c.Removed:

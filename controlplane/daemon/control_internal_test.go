@@ -99,3 +99,23 @@ func TestStoppingNodeKeepsItsLastSeen(t *testing.T) {
 		t.Fatal("a node silent for more than three heartbeats is alive")
 	}
 }
+
+// TestARemovedNodeIsForgotten: what was heard of a removed control node is dropped,
+// so a machine that joins under its id is not shown with the removed one's
+// heartbeats (holding the CA key, alive, caught up) before it is heard from itself.
+func TestARemovedNodeIsForgotten(t *testing.T) {
+	at := time.Unix(1_800_000_000, 0)
+	c := newControlTracker()
+	c.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-1", AppliedIndex: 100, CAKey: true}, at, 100)
+	c.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-2", AppliedIndex: 100}, at, 100)
+	c.forget("cp-1")
+	if hb, _, ok := c.last("cp-1"); ok || hb.CAKey {
+		t.Fatalf("the removed node is still heard of: %+v", hb)
+	}
+	if c.alive("cp-1", at) || c.caughtUp("cp-1", 100) {
+		t.Fatal("the removed node still counts as alive or caught up")
+	}
+	if _, _, ok := c.last("cp-2"); !ok || !c.alive("cp-2", at) {
+		t.Fatal("forgetting one node forgot another")
+	}
+}

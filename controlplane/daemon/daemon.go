@@ -624,6 +624,7 @@ func (d *Daemon) applied(c *state.Command, res state.Result) {
 	case c.Op == state.OpRotate || c.Op == state.OpRetire:
 		d.effects.push(effect{kind: effectKeyring})
 	case c.Op == state.OpRemoveControl && c.RemoveControl != nil:
+		d.ctl.forget(c.RemoveControl.Node)
 		d.effects.push(effect{kind: effectMembership})
 		if c.RemoveControl.Node == d.cfg.Node {
 			d.effects.push(effect{kind: effectRemoved})

@@ -72,6 +72,17 @@ func (s *State) Brokers() []string {
 	return out
 }
 
+// BootstrapCAHolder returns the control node that bootstrapped the mesh, and so was
+// given the CA key, while that machine is still a member; "" once it was removed,
+// or another machine joined under its id since (CAHolder names the id only).
+func (s *State) BootstrapCAHolder() string {
+	c, ok := s.ControlNodes[s.CAHolder]
+	if !ok || c.Removed || !c.JoinedAt.Equal(s.CreatedAt) {
+		return ""
+	}
+	return c.ID
+}
+
 // ActiveControlNodes returns copies of the control nodes not removed, oldest first.
 func (s *State) ActiveControlNodes() []ControlNode {
 	var out []ControlNode

@@ -1,7 +1,9 @@
 package state
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"slices"
 	"testing"
 	"time"
@@ -119,5 +121,41 @@ func TestControlAdmissionRepeatChangesNothing(t *testing.T) {
 	}
 	if v2, _ := m.state().Membership(); v2 != v {
 		t.Fatalf("a repeated admission moved the membership from %d to %d", v, v2)
+	}
+}
+
+// TestBootstrapCAHolderIsTheMachineNotTheID: the bootstrap machine was given the CA
+// key, and the state names it by id; once it is removed, or another machine joined
+// under its id, the record names nobody (the replacement does not hold the key
+// unless it says so itself), also after a snapshot is restored.
+func TestBootstrapCAHolderIsTheMachineNotTheID(t *testing.T) {
+	m := newMachine(t)
+	init := initCmd("demo", t0)
+	init.Init.Control = ControlNode{ID: "cp-1", Broker: "10.0.0.1:7300", Raft: "10.0.0.1:7301", Cluster: "10.0.0.1:7302", Pin: "p1", Operator: "UOP1"}
+	m.must(init)
+	m.must(controlToken("ctl", "cp-2", "p2", "UOP2"))
+	m.must(controlEnrol("ctl", "cp-2", "K2", "XC2", t0.Add(time.Minute)))
+	restored := func() *State {
+		r := newMachine(t)
+		if err := r.f.Restore(io.NopCloser(bytes.NewReader(m.snapshot()))); err != nil {
+			t.Fatal(err)
+		}
+		return r.state()
+	}
+	if got, again := m.state().BootstrapCAHolder(), restored().BootstrapCAHolder(); got != "cp-1" || again != "cp-1" {
+		t.Fatalf("the bootstrap machine, a member: %q, after a restore %q; want cp-1", got, again)
+	}
+
+	m.must(Command{Op: OpRemoveControl, At: t0.Add(2 * time.Minute), RemoveControl: &RemoveControlCmd{Node: "cp-1"}})
+	if got := m.state().BootstrapCAHolder(); got != "" {
+		t.Fatalf("the bootstrap machine removed: %q, want none", got)
+	}
+	m.must(controlToken("ctl2", "cp-1", "p1b", "UOP1B"))
+	m.must(controlEnrol("ctl2", "cp-1", "K1B", "XC1B", t0.Add(3*time.Minute)))
+	if got, again := m.state().BootstrapCAHolder(), restored().BootstrapCAHolder(); got != "" || again != "" {
+		t.Fatalf("another machine under the bootstrap machine's id: %q, after a restore %q; want none", got, again)
+	}
+	if s := m.state(); s.CAHolder != "cp-1" {
+		t.Fatalf("the recorded id changed: %q", s.CAHolder)
 	}
 }
