@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+
+	"mesh/controlplane/state"
 )
 
 // effectKind names what an applied command calls for on this control node.
@@ -19,6 +21,9 @@ const (
 	// members' keys only, hosts get the signed list of brokers, and this node's
 	// mesh.json lists them for meshctl.
 	effectMembership
+	// effectBrokers: make this node's mesh.json list the current brokers, should an
+	// earlier save have failed (a full disk) or someone have edited the list.
+	effectBrokers
 )
 
 type effect struct {
@@ -86,5 +91,9 @@ func (d *Daemon) carryOut(e effect) {
 	case effectMembership:
 		d.updateClusterPeers()
 		d.membershipChanged()
+	case effectBrokers:
+		var brokers []string
+		d.fsm.Read(func(s *state.State) { _, brokers = s.Membership() })
+		d.saveBrokers(brokers)
 	}
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"log/slog"
 	"slices"
 	"time"
 
@@ -42,14 +43,15 @@ func (d *Daemon) membershipChanged() {
 }
 
 // saveBrokers records brokers in this node's mesh.json when they differ. Only the
-// effects actor calls it.
+// effects actor calls it (and Open, before the actor runs); a save that fails is
+// tried again at the next reconcile tick.
 func (d *Daemon) saveBrokers(brokers []string) {
 	if len(brokers) == 0 {
 		return
 	}
 	cfg, err := d.opts.Dir.LoadConfig()
 	if err != nil {
-		d.log.Warn("the brokers are not recorded in mesh.json", "err", err)
+		d.logRepeated(slog.LevelWarn, "the brokers are not recorded in mesh.json: it cannot be read", "err", err)
 		return
 	}
 	if slices.Equal(brokers, cfg.Brokers) {
@@ -57,6 +59,6 @@ func (d *Daemon) saveBrokers(brokers []string) {
 	}
 	cfg.Brokers = slices.Clone(brokers)
 	if err := d.opts.Dir.SaveConfig(cfg); err != nil {
-		d.log.Warn("the brokers are not recorded in mesh.json", "err", err)
+		d.logRepeated(slog.LevelWarn, "the brokers are not recorded in mesh.json; trying again at the next reconcile (meshctl on this node tries the brokers listed before)", "err", err)
 	}
 }

@@ -14,6 +14,9 @@ import (
 // have not applied (a push lost to a partition, a leader change).
 func (d *Daemon) reconcileLoop(ctx context.Context) error {
 	return every(ctx, d.opts.ReconcileInterval, func() {
+		// Every node: a broker list its mesh.json failed to record is written at
+		// the next tick, not at the next change of the control nodes.
+		d.effects.push(effect{kind: effectBrokers})
 		if d.raft.IsLeader() {
 			d.reconcile(d.now())
 		}
