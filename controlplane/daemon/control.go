@@ -240,9 +240,10 @@ func (c *controlTracker) beat(h api.ControlHeartbeat, at time.Time, leaderApplie
 	c.mu.Unlock()
 }
 
-// forget drops what was heard of a node removed from the control plane: a machine
-// that joins under its id later is not shown with the heartbeats of the one it
-// replaces (as holding the CA key, say), and a removed node is not kept for ever.
+// forget drops what was heard of a control node: when a new machine is admitted
+// under the id of one removed, it is not shown with the heartbeats of the one it
+// replaces (as holding the CA key, say). A removed node is kept until then, so
+// that it is shown with when it was last heard.
 func (c *controlTracker) forget(node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -100,9 +100,10 @@ func TestStoppingNodeKeepsItsLastSeen(t *testing.T) {
 	}
 }
 
-// TestARemovedNodeIsForgotten: what was heard of a removed control node is dropped,
-// so a machine that joins under its id is not shown with the removed one's
-// heartbeats (holding the CA key, alive, caught up) before it is heard from itself.
+// TestARemovedNodeIsForgotten: what was heard of a removed control node is dropped
+// when a machine is admitted under its id, so that one is not shown with the removed
+// one's heartbeats (holding the CA key, alive, caught up) before it is heard from
+// itself.
 func TestARemovedNodeIsForgotten(t *testing.T) {
 	at := time.Unix(1_800_000_000, 0)
 	c := newControlTracker()

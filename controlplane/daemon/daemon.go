@@ -317,6 +317,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			HostStreams:      []string{api.NodePrefix + "*" + api.DeclarationSuffix},
 			OperatorServices: []string{api.AdminPrefix + ">"},
 			OperatorGathers:  []string{api.ControlStatusSubject},
+			RetiredServices:  api.ReadOnlySubjects(),
 		},
 		Cluster: &broker.ClusterConfig{Listen: d.cfg.ClusterListen, Routes: routes, TLS: mutual, Pins: pins},
 		// Hosts wait until this node serves what they ask first (followLeadership):
@@ -624,12 +625,14 @@ func (d *Daemon) applied(c *state.Command, res state.Result) {
 	case c.Op == state.OpRotate || c.Op == state.OpRetire:
 		d.effects.push(effect{kind: effectKeyring})
 	case c.Op == state.OpRemoveControl && c.RemoveControl != nil:
-		d.ctl.forget(c.RemoveControl.Node)
 		d.effects.push(effect{kind: effectMembership})
 		if c.RemoveControl.Node == d.cfg.Node {
 			d.effects.push(effect{kind: effectRemoved})
 		}
 	case c.Op == state.OpEnrol && res.Control != nil && !res.Repeated:
+		// A new machine under the id of one removed is not shown with what was
+		// heard of that one (its last heartbeat said where the CA key was).
+		d.ctl.forget(res.Control.ID)
 		// A repeated admission changes no membership: hosts are not sent the same
 		// list again for every retry of a joiner.
 		d.effects.push(effect{kind: effectMembership})
