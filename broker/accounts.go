@@ -37,9 +37,15 @@ const (
 	// it and any other account: a revoked key never sees what a node enrolled since
 	// under the same id receives. Bounded by Limits like the hosts account.
 	AccountRevoked
+	// AccountRetired holds the operator credentials of removed control nodes. It
+	// reaches the operator API's reads (Flows.RetiredServices) and nothing else; in
+	// an account of their own, the answers to their requests can reach nobody but
+	// them, whatever reply subject they name (in the operators account they could
+	// name another operator's inbox, or a subject they may not publish on).
+	AccountRetired
 )
 
-var accountNames = [...]string{"", "HOSTS", "CONTROL", "OPERATORS", "SYSTEM", "REVOKED"}
+var accountNames = [...]string{"", "HOSTS", "CONTROL", "OPERATORS", "SYSTEM", "REVOKED", "RETIRED"}
 
 // String returns the account's name (the name tag nats-server reports).
 func (a Account) String() string {
@@ -63,6 +69,10 @@ type Flows struct {
 	// OperatorServices, but the requester hears every answer, not the first, for up
 	// to MaxGatherWait.
 	OperatorGathers []string
+	// RetiredServices are subjects served in the control account that the
+	// operator credentials of removed control nodes may request (AccountRetired):
+	// the reads among OperatorServices.
+	RetiredServices []string
 }
 
 // MaxGatherWait is how long the answers to a request on one of Flows.OperatorGathers
@@ -162,7 +172,7 @@ func newAccounts(mesh string, operator nkeys.KeyPair, flows Flows, limits Limits
 	}
 	limits = limits.withDefaults()
 	acc := &accounts{names: map[Account]string{}, resolver: &server.MemAccResolver{}}
-	for _, a := range []Account{AccountHosts, AccountControl, AccountOperators, AccountSystem, AccountRevoked} {
+	for _, a := range []Account{AccountHosts, AccountControl, AccountOperators, AccountSystem, AccountRevoked, AccountRetired} {
 		kp, err := accountKey(mesh, a)
 		if err != nil {
 			return nil, fmt.Errorf("broker: account %s: %w", a, err)
@@ -191,6 +201,10 @@ func newAccounts(mesh string, operator nkeys.KeyPair, flows Flows, limits Limits
 	for _, subj := range flows.OperatorServices {
 		control.Exports.Add(&jwt.Export{Subject: jwt.Subject(subj), Type: jwt.Service})
 		ops.Imports.Add(&jwt.Import{Account: acc.names[AccountControl], Subject: jwt.Subject(subj), Type: jwt.Service})
+	}
+	for _, subj := range flows.RetiredServices {
+		// Exported by OperatorServices, which cover them.
+		claims[AccountRetired].Imports.Add(&jwt.Import{Account: acc.names[AccountControl], Subject: jwt.Subject(subj), Type: jwt.Service})
 	}
 	for _, subj := range flows.OperatorGathers {
 		// The broker keeps a streamed request's way back until the threshold passes

@@ -308,3 +308,71 @@ func TestConnectionEvents(t *testing.T) {
 		t.Fatalf("disconnect event for user %q: %s", e.Client.User, msg.Data)
 	}
 }
+
+// TestRetiredOperatorsAnswersStayTheirs: the operator credentials of a removed
+// control node log in to RETIRED, which imports the operator API's reads and nothing
+// else. Whatever reply subject such a request names, the answer stays in RETIRED: in
+// OPERATORS (the baseline below) a read naming another operator's inbox as its reply
+// had the broker carry the answer there, or to any subject of OPERATORS.
+func TestRetiredOperatorsAnswersStayTheirs(t *testing.T) {
+	m := newMesh(t)
+	grants := accountGrants()
+	grants["retired"] = broker.Grant{User: "operator:old of removed control node cp-2", Account: broker.AccountRetired,
+		Publish: []string{"mesh.admin.ping"}, Subscribe: []string{"_INBOX.op.OLD.>"}}
+	// Every subject, to show that the account, not the permissions, keeps the rest out.
+	grants["retired-wide"] = everything("retired-wide", broker.AccountRetired)
+	grants["op-wide"] = everything("op-wide", broker.AccountOperators)
+	s, _ := startWith(t, m, byToken(grants), func(c *broker.Config) {
+		c.Flows.RetiredServices = []string{"mesh.admin.ping"}
+	})
+	cpControl := mustDial(t, s, m.ca.Pin(), nats.Token("cp-control"))
+	cpWrites := mustDial(t, s, m.ca.Pin(), nats.Token("cp-control"))
+	op := mustDial(t, s, m.ca.Pin(), nats.Token("op"))
+	retired := mustDial(t, s, m.ca.Pin(), nats.Token("retired"), nats.CustomInboxPrefix("_INBOX.op.OLD"))
+	wide := mustDial(t, s, m.ca.Pin(), nats.Token("retired-wide"))
+	opWide := mustDial(t, s, m.ca.Pin(), nats.Token("op-wide"))
+
+	if _, err := cpControl.nc.Subscribe("mesh.admin.ping", func(msg *nats.Msg) { msg.Respond([]byte("pong")) }); err != nil {
+		t.Fatal(err)
+	}
+	writes, _ := cpWrites.nc.SubscribeSync("mesh.admin.revoke")
+	inOperators, _ := op.nc.SubscribeSync("_INBOX.>")
+	for _, c := range []*client{cpControl, cpWrites, op} {
+		c.expectNoError(t)
+	}
+	// next returns what sub received within a short wait, or nil.
+	next := func(sub *nats.Subscription) *nats.Msg {
+		msg, err := sub.NextMsg(500 * time.Millisecond)
+		if err != nil {
+			return nil
+		}
+		return msg
+	}
+
+	// Its reads work, on its own inbox.
+	if reply, err := retired.nc.Request("mesh.admin.ping", []byte("{}"), 2*time.Second); err != nil || string(reply.Data) != "pong" {
+		t.Fatalf("a read from RETIRED: %v %v", reply, err)
+	}
+
+	// Baseline: from OPERATORS, an answer goes where the request's reply says.
+	opWide.nc.PublishRequest("mesh.admin.ping", "_INBOX.op.ALICE.reflected", []byte("{}"))
+	opWide.nc.Flush()
+	if msg := next(inOperators); msg == nil || msg.Subject != "_INBOX.op.ALICE.reflected" || string(msg.Data) != "pong" {
+		t.Fatalf("baseline: an answer directed from OPERATORS at another operator's inbox did not arrive (%v): the test shows nothing", msg)
+	}
+
+	// From RETIRED, with every permission: nothing reaches another account.
+	for _, reply := range []string{"_INBOX.op.ALICE.reflected", "mesh.admin.revoke", "_INBOX.x"} {
+		wide.nc.PublishRequest("mesh.admin.ping", reply, []byte("{}"))
+	}
+	wide.nc.Publish("mesh.admin.revoke", []byte(`{"v":1,"op":"revoke"}`))
+	wide.nc.Publish("mesh.controlstatus", []byte("{}"))
+	wide.nc.Publish("$SYS.REQ.SERVER.PING", nil)
+	wide.expectNoError(t)
+	if msg := next(inOperators); msg != nil {
+		t.Fatalf("an operator's inbox received %s %q from RETIRED", msg.Subject, msg.Data)
+	}
+	if msg := next(writes); msg != nil {
+		t.Fatalf("mesh.admin.revoke in CONTROL received %q from RETIRED", msg.Data)
+	}
+}

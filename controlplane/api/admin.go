@@ -50,6 +50,18 @@ func ReadOnly(op string) bool {
 	return false
 }
 
+// ReadOnlySubjects returns the subjects of the operations that only read (ReadOnly):
+// all the operator credentials of a removed control node may request.
+func ReadOnlySubjects() []string {
+	var out []string
+	for _, op := range AdminOps() {
+		if ReadOnly(op) {
+			out = append(out, AdminSubject(op))
+		}
+	}
+	return out
+}
+
 // Repeatable reports whether the same request for op may be sent again when no answer
 // came: a read, or a token creation, which the control plane answers with the token
 // it already minted for the same secret's hash instead of a second one.

@@ -302,16 +302,10 @@ func OperatorGrant(name string) broker.Grant {
 // answers to the other operators' changes and monitoring requests (every host's
 // connection, with its address), which it may not ask for itself.
 func RemovedOperatorGrant(name, node, key string) broker.Grant {
-	var read []string
-	for _, op := range api.AdminOps() {
-		if api.ReadOnly(op) {
-			read = append(read, api.AdminSubject(op))
-		}
-	}
 	return broker.Grant{
 		User:      OperatorUserPrefix + name + RemovedOperatorSuffix + node,
-		Account:   broker.AccountOperators,
-		Publish:   read,
+		Account:   broker.AccountRetired,
+		Publish:   api.ReadOnlySubjects(),
 		Subscribe: []string{api.OperatorInbox(key) + ".>"},
 	}
 }

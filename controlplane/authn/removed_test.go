@@ -42,7 +42,7 @@ func TestRemovedControlNodeOperatorCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a removed node's credentials are refused outright (%v): the machine could not learn that it was removed", err)
 	}
-	if g.Account != broker.AccountOperators {
+	if g.Account != broker.AccountRetired {
 		t.Fatalf("grant in account %q", g.Account)
 	}
 	for _, op := range api.AdminOps() {
