@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,10 +21,19 @@ import (
 // failed in tls.X509KeyPair naming neither file ("TLS key pair: tls: failed to find
 // any PEM data in key input"; an empty tls.pem blamed the key) with exit 1, and
 // every missing file exited 1, though docs/operations.md promises 7 for a file of
-// the data directory corrupt or cut short.
+// the data directory corrupt or cut short. On a node that had served before,
+// admin.creds was not read at start at all, and every meshctl command on the node
+// then exited 1 (3 for a directory, "is serve running?"): both now exit 7.
 func TestServeRefusesDamagedFiles(t *testing.T) {
 	t.Parallel()
 	cp := harness.NewControlPlane(t, bin, "files")
+	// Served once: a node's state is initialised at its first start, and what is
+	// read only then (admin.creds was) must be checked at every start.
+	first := cp.Serve()
+	first.Signal(syscall.SIGTERM)
+	if code := first.Wait(20 * time.Second); code != 0 {
+		t.Fatalf("the first serve exited %d:\n%s", code, first.Output())
+	}
 	other := harness.NewControlPlane(t, bin, "otherfiles")
 	garbage := []byte("\x8f\x00no key, no certificate, no seed\xff\n")
 	type damage struct {
@@ -51,6 +61,14 @@ func TestServeRefusesDamagedFiles(t *testing.T) {
 			write(t, filepath.Join(dir, name), b[:len(b)/2])
 		}},
 		{"garbage", func(t *testing.T, dir, name string) { write(t, filepath.Join(dir, name), garbage) }},
+		{"a directory", func(t *testing.T, dir, name string) {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(filepath.Join(dir, name), 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}},
 	}
 	type run struct {
 		name   string
@@ -95,8 +113,22 @@ func TestServeRefusesDamagedFiles(t *testing.T) {
 			continue
 		}
 		file := filepath.Join(dir, r.blamed)
-		if code != ctlExitDataDir || !strings.Contains(out, file) || !strings.Contains(out, `docs/operations.md, "Backing up"`) {
-			t.Errorf("%s: exit %d, want %d naming %s and the backup:\n%s", r.name, code, ctlExitDataDir, file, out)
+		// A directory where the file should be is not read: the message says
+		// what is there, not to restore what may be fine underneath.
+		advice := `docs/operations.md, "Backing up"`
+		if strings.HasSuffix(r.name, "a directory") {
+			advice = "is a directory, not a regular file"
+		}
+		if code != ctlExitDataDir || !strings.Contains(out, file) || !strings.Contains(out, advice) {
+			t.Errorf("%s: exit %d, want %d naming %s and %q:\n%s", r.name, code, ctlExitDataDir, file, advice, out)
+		}
+		if r.blamed == datadir.AdminCredsFile {
+			// meshctl on the node logs in with it: a damaged data directory,
+			// not a control plane out of reach (exit 3) or a failure (1).
+			res := harness.Run(t, "", nil, bin.Meshctl, "nodes", "--data", dir)
+			if res.Code != ctlExitDataDir || !strings.Contains(res.Stderr, file) || strings.Contains(res.Stderr, "running?") {
+				t.Errorf("%s: meshctl nodes exit %d, want %d naming %s:\n%s", r.name, res.Code, ctlExitDataDir, file, res.Combined())
+			}
 		}
 	}
 }

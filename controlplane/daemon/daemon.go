@@ -199,6 +199,12 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if d.curve, err = opts.Dir.LoadCurveKey(); err != nil {
 		return nil, err
 	}
+	// Not used to serve, but meshctl on this machine logs in with it, and so does
+	// a start that asks the others whether this node was removed: a damaged copy
+	// is said here, naming the file, not later as an unreachable control plane.
+	if _, err := opts.Dir.LoadOperatorKey(); err != nil {
+		return nil, err
+	}
 	d.signer = newSigner(keys)
 	mutual, err := pki.MutualConfig(leaf, d.caPEM)
 	if err != nil {

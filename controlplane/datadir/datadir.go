@@ -392,6 +392,12 @@ func (d Dir) LoadOperatorKey() (string, error) {
 	if err != nil {
 		return "", &FileError{Path: d.Path(AdminCredsFile), Err: err}
 	}
+	// The seed alone does not log in: the user JWT must be there too.
+	if tok, err := jwt.ParseDecoratedJWT(creds); err != nil {
+		return "", &FileError{Path: d.Path(AdminCredsFile), Err: fmt.Errorf("%w: %w", ErrCorrupt, err)}
+	} else if _, err := jwt.DecodeUserClaims(tok); err != nil {
+		return "", &FileError{Path: d.Path(AdminCredsFile), Err: fmt.Errorf("%w: it holds no user JWT (%w)", ErrCorrupt, err)}
+	}
 	return key, nil
 }
 

@@ -52,8 +52,10 @@ func DirEndpoint(dir datadir.Dir, joining bool) (Endpoint, error) {
 	if err != nil {
 		return Endpoint{}, err
 	}
-	if !dir.Exists(datadir.AdminCredsFile) {
-		return Endpoint{}, fmt.Errorf("%w: %s holds no operator credentials (%s)", ErrEndpoint, dir, datadir.AdminCredsFile)
+	// Checked here so that a file missing, cut short or not a file at all is a
+	// damaged data directory (naming the file), not a control plane out of reach.
+	if _, err := dir.LoadOperatorKey(); err != nil {
+		return Endpoint{}, err
 	}
 	// This node's own broker first, then the others: the list of brokers names it
 	// too, and an error listing the addresses tried would name it twice.

@@ -261,7 +261,11 @@ func TestDirEndpointNamesEachBrokerOnce(t *testing.T) {
 	if err := d.SaveConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, d.Path(datadir.AdminCredsFile), []byte("creds"))
+	creds, err := os.ReadFile(credsFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, d.Path(datadir.AdminCredsFile), creds)
 	e, err := DirEndpoint(d, false)
 	if err != nil {
 		t.Fatal(err)
