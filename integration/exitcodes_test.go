@@ -26,7 +26,7 @@ var exitMeaning = map[string]map[string][]string{
 		"exitOK": {"ok", "success"}, "exitFailure": {"failure"}, "exitUsage": {"usage"},
 		"exitToken": {"token"}, "exitSubstituted": {"not the mesh"},
 		"exitIdentity": {"identity file"}, "exitRevoked": {"revoked"},
-		"exitUnreachable": {"unreachable", "could not be reached"}, "exitInUse": {"in use"},
+		"exitUnreachable": {"unreachable", "could not be reached"}, "exitInUse": {"in use"}, "exitInterrupted": {"interrupted"},
 	},
 }
 

@@ -112,7 +112,16 @@ var (
 	ErrNoFirstDeclaration = errors.New("the mesh's answer leaves out the node's declaration")
 	// ErrSave: the identity could not be saved.
 	ErrSave = errors.New("the identity could not be saved")
+	// ErrInterrupted: the context ended (SIGINT, SIGTERM) while the enrolment dialled
+	// or waited for the mesh's answer; nothing was saved, and running enrol again
+	// with the same token resumes with the same key.
+	ErrInterrupted = errors.New("interrupted before the enrolment finished")
 )
+
+// interrupted says, once ctx ended, where the enrolment was and what to do.
+func interrupted(ctx context.Context, while string) error {
+	return fmt.Errorf("%w (%v while %s): no identity was saved; run enrol again with the same token: it presents the same key, and the mesh answers a repeat from its records if it had admitted it", ErrInterrupted, context.Cause(ctx), while)
+}
 
 // OtherAnswerError is an answer that came over the pinned connection but is for
 // another enrolment than this one: its Field (mesh and node, role, subjects) is Got
@@ -300,7 +309,7 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	defer nc.Close()
 
 	// 5. Present the secret and the public key.
-	resp, err := r.request(nc, kp, pub)
+	resp, err := r.request(ctx, nc, kp, pub)
 	if err != nil {
 		return Result{}, r.dropSpentKey(err, pub)
 	}
@@ -412,10 +421,10 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 	var clockErr *pintls.ClockError
 	for _, b := range r.tok.Brokers {
 		if ctx.Err() != nil {
-			return nil, "", ctx.Err()
+			return nil, "", interrupted(ctx, "connecting")
 		}
 		addr := b.String()
-		nc, err := nats.Connect(link.URLs([]string{addr}), append(link.Login{Pin: r.tok.CAPin, PublicKey: pub, Sign: kp.Sign, Timeout: r.o.DialTimeout, Now: r.o.Now}.Options(),
+		nc, err := nats.Connect(link.URLs([]string{addr}), append(link.Login{Pin: r.tok.CAPin, PublicKey: pub, Sign: kp.Sign, Timeout: r.o.DialTimeout, Now: r.o.Now, Context: ctx}.Options(),
 			nats.UserInfo(wire.EnrolUser(r.tok.Node), r.password(pub)),
 			nats.CustomInboxPrefix(wire.EnrolInbox(r.tok.Node, pub)),
 			nats.Name("meshhost enrol "+r.tok.Node),
@@ -431,6 +440,9 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 			}
 			r.step("connect", "%s: TLS handshake checked against the pinned CA: it is the mesh", addr)
 			return nc, addr, nil
+		}
+		if ctx.Err() != nil {
+			return nil, "", interrupted(ctx, "connecting to "+addr)
 		}
 		switch {
 		case link.IsClock(err):
@@ -532,7 +544,7 @@ func (r *run) tokenProof(pub string) []byte {
 	return r.proof
 }
 
-func (r *run) request(nc *nats.Conn, kp *identity.KeyPair, pub string) (wire.EnrolResponse, error) {
+func (r *run) request(ctx context.Context, nc *nats.Conn, kp *identity.KeyPair, pub string) (wire.EnrolResponse, error) {
 	proof, err := kp.Sign(wire.KeyProofMessage(r.tok.Mesh, r.tok.Node, pub))
 	if err != nil {
 		return wire.EnrolResponse{}, err
@@ -546,7 +558,10 @@ func (r *run) request(nc *nats.Conn, kp *identity.KeyPair, pub string) (wire.Enr
 		SigningKey: hex.EncodeToString(r.tok.SigningKey),
 		Agent:      r.o.Agent,
 	})
-	msg, err := requestServed(nc, wire.EnrolKeySubject(r.tok.Node, pub), req, r.o.RequestTimeout)
+	msg, err := requestServed(ctx, nc, wire.EnrolKeySubject(r.tok.Node, pub), req, r.o.RequestTimeout)
+	if ctx.Err() != nil {
+		return wire.EnrolResponse{}, interrupted(ctx, "waiting for the mesh's answer")
+	}
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return wire.EnrolResponse{}, &RefusedError{Code: wire.CodeUnavailable, Message: "no control node is serving enrolments right now"}
@@ -570,15 +585,20 @@ func (r *run) request(nc *nats.Conn, kp *identity.KeyPair, pub string) (wire.Enr
 // control node serves the subject (a leader election, a control plane still
 // starting) the broker answers "no responders": nothing received the request, so it
 // is sent again, within the same timeout.
-func requestServed(nc *nats.Conn, subject string, data []byte, timeout time.Duration) (*nats.Msg, error) {
-	deadline := time.Now().Add(timeout)
+func requestServed(ctx context.Context, nc *nats.Conn, subject string, data []byte, timeout time.Duration) (*nats.Msg, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	pause := 50 * time.Millisecond
 	for {
-		msg, err := nc.Request(subject, data, time.Until(deadline))
-		if !errors.Is(err, nats.ErrNoResponders) || time.Now().Add(pause).After(deadline) {
+		msg, err := nc.RequestWithContext(ctx, subject, data)
+		if !errors.Is(err, nats.ErrNoResponders) {
 			return msg, err
 		}
-		time.Sleep(pause)
+		select {
+		case <-ctx.Done():
+			return msg, err
+		case <-time.After(pause):
+		}
 		pause = min(2*pause, time.Second)
 	}
 }

@@ -1,6 +1,7 @@
 package enrol
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -39,7 +40,7 @@ func TestRequestServedWaitsOutALeaderlessMoment(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		_, _ = nc.Subscribe("mesh.enrol.web-1", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) })
 	}()
-	msg, err := requestServed(nc, "mesh.enrol.web-1", []byte("{}"), 5*time.Second)
+	msg, err := requestServed(context.Background(), nc, "mesh.enrol.web-1", []byte("{}"), 5*time.Second)
 	if err != nil || string(msg.Data) != "ok" {
 		t.Fatalf("want the answer once a control node serves, got %v", err)
 	}
@@ -48,7 +49,7 @@ func TestRequestServedWaitsOutALeaderlessMoment(t *testing.T) {
 func TestRequestServedGivesUpAtTheTimeout(t *testing.T) {
 	nc := startBroker(t)
 	start := time.Now()
-	_, err := requestServed(nc, "mesh.enrol.web-1", []byte("{}"), 500*time.Millisecond)
+	_, err := requestServed(context.Background(), nc, "mesh.enrol.web-1", []byte("{}"), 500*time.Millisecond)
 	if !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("want no responders, got %v", err)
 	}

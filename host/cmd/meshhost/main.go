@@ -17,7 +17,7 @@
 // directory above it, that another user could change);
 // 6 this node was revoked (or its key is refused); 7 the mesh could not be reached
 // (retrying may help); 8 the state directory is in use by another meshhost (run,
-// enrol). The systemd unit names the ones that mean a person must act
+// enrol); 9 enrol interrupted (SIGINT, SIGTERM) before it finished. The systemd unit names the ones that mean a person must act
 // (RestartPreventExitStatus in dist/systemd/meshhost.service).
 //
 // The command line uses the standard flag package, which accepts --flag value and
@@ -67,6 +67,7 @@ const (
 	exitRevoked     = 6
 	exitUnreachable = 7
 	exitInUse       = 8
+	exitInterrupted = 9
 )
 
 // maxTokenInput bounds what is read as a token: a token is a few hundred bytes.
@@ -172,7 +173,8 @@ run meshhost <command> --help for all of a command's flags (run: --metrics-liste
 --heartbeat, --broker-ping, --return-home, --broker, --log-level).
 exit codes: 0 ok, 1 failure, 2 usage, 3 token unusable or refused, 4 not the mesh (retrying
 will not help), 5 identity file or state directory in the way (or not safe), 6 revoked,
-7 mesh unreachable (retrying may help), 8 state directory in use by another meshhost
+7 mesh unreachable (retrying may help), 8 state directory in use by another meshhost,
+9 enrol interrupted before it finished (run it again: it resumes)
 `)
 }
 
@@ -222,6 +224,8 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		return exitToken
 	case errors.Is(err, enrol.ErrUnreachable):
 		return exitUnreachable
+	case errors.Is(err, enrol.ErrInterrupted):
+		return exitInterrupted
 	}
 	return exitFailure
 }
