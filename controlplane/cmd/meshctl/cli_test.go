@@ -418,3 +418,38 @@ func TestCallFlagsReachTheClient(t *testing.T) {
 		}
 	}
 }
+
+// TestAFlagOfOneValueGivenTwice: a flag that takes one value, given twice, is a
+// usage error naming both values; the last one used to win silently (`declare --file
+// a.json --file b.json` declared b alone, removing a's files). Lists stay
+// repeatable, and a switch given twice means the same.
+func TestAFlagOfOneValueGivenTwice(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.json"), filepath.Join(dir, "b.json")
+	writeTestFile(t, a, `{"files":[]}`)
+	writeTestFile(t, b, `{"files":[]}`)
+	for _, args := range [][]string{
+		{"declare", "--data", dir, "--node", "web-1", "--file", a, "--file", b},
+		{"declare", "--data", dir, "--role", "control", "--role", "worker", "--file", a},
+		{"declare", "--data", dir, "--node", "web-1", "--file", a, "--wait", "30s", "--wait=1m"},
+		{"token", "--data", dir, "--node", "a", "--node", "b"},
+		{"token", "--data", dir, "--node", "a", "--ttl", "1m", "--ttl", "2m"},
+		{"nodes", "--data", dir, "--data", dir + "2"},
+	} {
+		code, _, stderr := runCLI(args...)
+		if code != exitUsage || !strings.Contains(stderr, "given twice") || !strings.Contains(stderr, "it takes one value") {
+			t.Errorf("%v: exit %d, want %d saying the flag was given twice: %s", args, code, exitUsage, stderr)
+		}
+	}
+	// Lists and switches: accepted (the failure is the empty data directory, 7).
+	for _, args := range [][]string{
+		{"declare", "--data", dir, "--node", "web-1", "--node", "web-2", "--file", a, "--json", "--json"},
+		{"declare", "--data", dir, "--label", "tier=web", "--label", "zone=a", "--file", a},
+		{"nodes", "--data", dir, "--state", "alive", "--state", "offline"},
+		{"nodes", "--servers", "127.0.0.1:1", "--servers", "127.0.0.1:2", "--creds", a, "--ca", a},
+	} {
+		if code, _, stderr := runCLI(args...); code == exitUsage {
+			t.Errorf("%v: a usage error: %s", args, stderr)
+		}
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/spf13/pflag"
+
 	"mesh/controlplane/api"
 	"mesh/tokenfmt"
 )
@@ -80,4 +82,65 @@ func checkTargets(nodes []string, role string) error {
 		}
 	}
 	return nil
+}
+
+// repeatable marks a flag value that may be given more than once (each adds to it).
+type repeatable interface{ repeatable() }
+
+func (*stringList) repeatable() {}
+func (labelFlag) repeatable()   {}
+func (*stateFlag) repeatable()  {}
+
+// givenTwiceError is a flag that takes one value given more than once: the last
+// one used to win silently, so `declare --file a.json --file b.json` declared b
+// alone (its files removed a's), and `--role control --role worker` selected the
+// workers.
+type givenTwiceError struct{ name, first, second string }
+
+func (e givenTwiceError) Error() string {
+	return fmt.Sprintf("--%s given twice (%q, then %q): it takes one value; give it once", e.name, e.first, e.second)
+}
+
+// onceValue refuses a second value for a flag that takes one.
+type onceValue struct {
+	pflag.Value
+	name  string
+	given bool
+	first string
+}
+
+func (o *onceValue) Set(v string) error {
+	if o.given {
+		return givenTwiceError{o.name, o.first, v}
+	}
+	o.given, o.first = true, v
+	return o.Value.Set(v)
+}
+
+// onceOptional is onceValue for a flag whose value may be left out (--wait).
+type onceOptional struct {
+	*onceValue
+	opt optionalValue
+}
+
+func (o onceOptional) accepts(arg string) bool { return o.opt.accepts(arg) }
+
+// onceOnly makes every flag of fs that takes one value refuse a second one. Lists
+// (repeatable, --servers) and switches (--json twice means the same) are left as
+// they are.
+func onceOnly(fs *pflag.FlagSet) {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if _, ok := f.Value.(repeatable); ok {
+			return
+		}
+		if t := f.Value.Type(); t == "bool" || strings.HasSuffix(t, "Slice") || strings.HasSuffix(t, "Array") {
+			return
+		}
+		o := &onceValue{Value: f.Value, name: f.Name}
+		if opt, ok := f.Value.(optionalValue); ok {
+			f.Value = onceOptional{o, opt}
+			return
+		}
+		f.Value = o
+	})
 }

@@ -48,6 +48,10 @@ func helpCommand(root *cobra.Command) *cobra.Command {
 // does not parse says what one looks like: Go's own text ("missing unit in
 // duration") names neither the flag's form nor an example.
 func flagError(err error) error {
+	var twice givenTwiceError
+	if errors.As(err, &twice) {
+		return usageError{twice.Error()}
+	}
 	var ive *pflag.InvalidValueError
 	if errors.As(err, &ive) && ive.GetFlag() != nil && ive.GetFlag().Value.Type() == "duration" {
 		if _, own := ive.GetFlag().Value.(optionalValue); !own {

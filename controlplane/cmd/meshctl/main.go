@@ -212,6 +212,7 @@ func newRoot(cio *cliIO) *cobra.Command {
 			Args: cobra.ArbitraryArgs,
 		}
 		exec := spec.setup(c, cio)
+		onceOnly(c.Flags())
 		c.RunE = func(_ *cobra.Command, args []string) error {
 			if err := exec(args); err != nil {
 				return commandError{err}

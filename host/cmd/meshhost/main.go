@@ -267,6 +267,10 @@ func parse(fs *flag.FlagSet, args []string, cio *cliIO) error {
 	if err := refuseTokens(fs, args); err != nil {
 		return err
 	}
+	if out != cio.stdout {
+		// Not for --help, which names each flag's type from its own value.
+		onceOnly(fs)
+	}
 	// What the flag package prints on an error (the error, then the whole help) is
 	// dropped: the error is reported once, with a pointer to --help, by exitCode,
 	// which hides any token in it.
@@ -469,17 +473,8 @@ func cmdRun(args []string, cio *cliIO) error {
 	logJSON := fs.Bool("log-json", false, "the same as --log-format json")
 	hooksFile := fs.String("hooks", "", "local hooks file: commands to run after declared files change (a declaration can never add one)")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9301 as meshhost.service does (off when empty)")
-	var extra []string
-	fs.Func("broker", "a broker address (`ip:port`) to try after those the mesh's list names, for a host whose known brokers are all gone; repeat for several; the mesh's CA pin is checked as for any", func(v string) error {
-		// The token's rules: an address it refuses (a zone, 0.0.0.0, port 0) was
-		// taken here and then failed at every dial, for as long as the agent ran.
-		ap, err := token.ParseBroker(v)
-		if err != nil {
-			return err
-		}
-		extra = append(extra, ap.String())
-		return nil
-	})
+	var extra brokerList
+	fs.Var(&extra, "broker", "a broker address (`ip:port`) to try after those the mesh's list names, for a host whose known brokers are all gone; repeat for several; the mesh's CA pin is checked as for any")
 	if err := parse(fs, args, cio); err != nil {
 		return err
 	}

@@ -234,3 +234,35 @@ func TestRefusalExitCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestAFlagOfOneValueGivenTwice: a flag that takes one value, given twice, is a
+// usage error naming both values (the last one used to win silently: `run --root A
+// --root B` managed B); --broker stays repeatable, and --help still names each
+// flag's type.
+func TestAFlagOfOneValueGivenTwice(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"run", "--state", dir, "--root", dir + "/a", "--root", dir + "/b"},
+		{"run", "--state", dir, "--state=" + dir + "/x", "--root", dir + "/a"},
+		{"run", "--state", dir, "--root", dir + "/a", "--heartbeat", "10s", "--heartbeat", "20s"},
+		{"enrol", "--state", dir, "--token-file", "a", "--token-file", "b"},
+		{"status", "--state", dir, "--state", dir},
+	} {
+		code, _, stderr := runCLI("", nil, args...)
+		if code != exitUsage || !strings.Contains(stderr, "given twice") {
+			t.Errorf("%v: exit %d, want %d saying the flag was given twice: %s", args, code, exitUsage, stderr)
+		}
+	}
+	code, _, stderr := runCLI("", nil, "status", "--state", dir, "--json", "--json")
+	if code == exitUsage {
+		t.Errorf("--json twice: a usage error: %s", stderr)
+	}
+	code, _, stderr = runCLI("", nil, "run", "--state", dir+"/none", "--root", dir+"/r", "--broker", "127.0.0.1:1", "--broker", "127.0.0.1:2")
+	if code == exitUsage {
+		t.Errorf("--broker twice: a usage error: %s", stderr)
+	}
+	code, stdout, _ := runCLI("", nil, "run", "--help")
+	if code != exitOK || !strings.Contains(stdout, "--heartbeat duration") || !strings.Contains(stdout, "--state string") || !strings.Contains(stdout, "--broker ip:port") {
+		t.Errorf("run --help (exit %d) no longer names the flags' types:\n%s", code, stdout)
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"mesh/host/token"
 )
 
 // durationValue is a duration flag whose refusal says what a duration looks like:
@@ -92,4 +94,56 @@ func helpFor(args []string, cio *cliIO) int {
 		}
 	}
 	return run(append(args[:len(args):len(args)], "--help"), cio)
+}
+
+// brokerList is --broker, repeatable: each an address by the token's rules (an
+// address a token refuses, a zone, 0.0.0.0 or port 0, was taken and then failed at
+// every dial, for as long as the agent ran).
+type brokerList []string
+
+func (b *brokerList) String() string { return strings.Join(*b, ",") }
+
+func (b *brokerList) Set(v string) error {
+	ap, err := token.ParseBroker(v)
+	if err != nil {
+		return err
+	}
+	*b = append(*b, ap.String())
+	return nil
+}
+
+// repeatable marks a flag value that may be given more than once.
+type repeatable interface{ repeatable() }
+
+func (*brokerList) repeatable() {}
+
+// onceValue refuses a second value for a flag that takes one: the last one used to
+// win silently (`run --root A --root B` managed B).
+type onceValue struct {
+	flag.Value
+	name  string
+	given bool
+	first string
+}
+
+func (o *onceValue) Set(v string) error {
+	if o.given {
+		return fmt.Errorf("given twice (%q, then %q): it takes one value; give it once", o.first, v)
+	}
+	o.given, o.first = true, v
+	return o.Value.Set(v)
+}
+
+// onceOnly makes every flag of fs that takes one value refuse a second one; lists
+// and switches (--json twice means the same) are left as they are.
+func onceOnly(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, ok := f.Value.(repeatable); ok {
+			return
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			return
+		}
+		f.Value = &onceValue{Value: f.Value, name: f.Name}
+	})
 }
