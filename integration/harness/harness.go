@@ -410,10 +410,28 @@ func (cp *ControlPlane) StartServe(extra ...string) *Process {
 func (cp *ControlPlane) serveArgs(extra ...string) []string {
 	// Snapshots are frequent here so that tests see the log compacted and read
 	// snapshots as well as the log.
-	return append([]string{"serve", "--data", cp.Dir, "--raft-heartbeat", "300ms", "--reconcile", "1s",
+	return append([]string{"serve", "--data", cp.Dir}, withDefaults([]string{"--raft-heartbeat", "300ms", "--reconcile", "1s",
 		"--raft-snapshot-interval", "1s", "--raft-snapshot-threshold", "8",
 		// Agents here report every second (Host.Run), so three silent seconds is offline.
-		"--offline-after", "3s", "--metrics-listen", cp.Metrics}, extra...)
+		"--offline-after", "3s", "--metrics-listen", cp.Metrics}, extra)...)
+}
+
+// withDefaults returns extra after the flag/value pairs of defaults it does not
+// give itself: a flag that takes one value may be given once.
+func withDefaults(defaults, extra []string) []string {
+	var out []string
+	for i := 0; i+1 < len(defaults); i += 2 {
+		given := false
+		for _, a := range extra {
+			if a == defaults[i] || strings.HasPrefix(a, defaults[i]+"=") {
+				given = true
+			}
+		}
+		if !given {
+			out = append(out, defaults[i], defaults[i+1])
+		}
+	}
+	return append(out, extra...)
 }
 
 // ServeWithOpenFiles starts `meshctl serve` as StartServe does, its open-file limit
@@ -505,7 +523,7 @@ func (h *Host) Enrol(token string, extra ...string) Result {
 // Run starts `meshhost run`.
 func (h *Host) Run(extra ...string) *Process {
 	h.t.Helper()
-	h.run = Start(h.t, nil, h.Bin.Meshhost, append([]string{"run", "--state", h.State, "--root", h.Root, "--heartbeat", "1s"}, extra...)...)
+	h.run = Start(h.t, nil, h.Bin.Meshhost, append([]string{"run", "--state", h.State, "--root", h.Root}, withDefaults([]string{"--heartbeat", "1s"}, extra)...)...)
 	return h.run
 }
 
