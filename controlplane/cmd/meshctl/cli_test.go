@@ -422,7 +422,7 @@ func TestCallFlagsReachTheClient(t *testing.T) {
 // TestAFlagOfOneValueGivenTwice: a flag that takes one value, given twice, is a
 // usage error naming both values; the last one used to win silently (`declare --file
 // a.json --file b.json` declared b alone, removing a's files). Lists stay
-// repeatable, and a switch given twice means the same.
+// repeatable, and a switch, or the same value, given twice means the same.
 func TestAFlagOfOneValueGivenTwice(t *testing.T) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.json"), filepath.Join(dir, "b.json")
@@ -447,6 +447,7 @@ func TestAFlagOfOneValueGivenTwice(t *testing.T) {
 		{"declare", "--data", dir, "--label", "tier=web", "--label", "zone=a", "--file", a},
 		{"nodes", "--data", dir, "--state", "alive", "--state", "offline"},
 		{"nodes", "--servers", "127.0.0.1:1", "--servers", "127.0.0.1:2", "--creds", a, "--ca", a},
+		{"nodes", "--data", dir, "--data", dir},
 	} {
 		if code, _, stderr := runCLI(args...); code == exitUsage {
 			t.Errorf("%v: a usage error: %s", args, stderr)

@@ -110,7 +110,9 @@ type onceValue struct {
 }
 
 func (o *onceValue) Set(v string) error {
-	if o.given {
+	// The same value again means the same (and shell completion parses a command
+	// line twice).
+	if o.given && v != o.first {
 		return givenTwiceError{o.name, o.first, v}
 	}
 	o.given, o.first = true, v

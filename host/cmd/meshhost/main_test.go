@@ -246,7 +246,7 @@ func TestAFlagOfOneValueGivenTwice(t *testing.T) {
 		{"run", "--state", dir, "--state=" + dir + "/x", "--root", dir + "/a"},
 		{"run", "--state", dir, "--root", dir + "/a", "--heartbeat", "10s", "--heartbeat", "20s"},
 		{"enrol", "--state", dir, "--token-file", "a", "--token-file", "b"},
-		{"status", "--state", dir, "--state", dir},
+		{"status", "--state", dir, "--state", dir + "/other"},
 	} {
 		code, _, stderr := runCLI("", nil, args...)
 		if code != exitUsage || !strings.Contains(stderr, "given twice") {

@@ -127,7 +127,9 @@ type onceValue struct {
 }
 
 func (o *onceValue) Set(v string) error {
-	if o.given {
+	// The same value again means the same (and shell completion parses a command
+	// line twice).
+	if o.given && v != o.first {
 		return fmt.Errorf("given twice (%q, then %q): it takes one value; give it once", o.first, v)
 	}
 	o.given, o.first = true, v
