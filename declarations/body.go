@@ -157,13 +157,16 @@ func checkPath(p string) string {
 		return "path is absolute; paths are relative to the managed root"
 	case p == ".":
 		return "path names the managed root itself"
-	case path.Clean(p) != p:
-		return fmt.Sprintf("path is not clean (write it as %q: no \"./\", \"//\" or trailing \"/\")", clip(path.Clean(p), maxPathShown))
 	}
+	// Before cleanliness: the clean form of a path with ".." is no advice to
+	// follow ("a/.." would be written as ".", "a/../../x" as "../x").
 	for _, el := range strings.Split(p, "/") {
 		if el == ".." {
 			return "path contains \"..\"; it could escape the managed root"
 		}
+	}
+	if path.Clean(p) != p {
+		return fmt.Sprintf("path is not clean (write it as %q: no \"./\", \"//\" or trailing \"/\")", clip(path.Clean(p), maxPathShown))
 	}
 	return ""
 }
