@@ -28,13 +28,20 @@ const maxVersionDigits = 3
 // (*VersionError), that it has all its fields (ErrTruncated), the checksum
 // (*FieldError for the crc field, ErrTruncated, ErrChecksum), then every field in
 // order (*FieldError). Non-canonical spellings (uppercase hex, leading zeros,
-// uncompressed IPv6) are malformed, so Encode(Parse(x)) is strings.TrimSpace(x).
+// uncompressed IPv6) are malformed, so Encode(Parse(x)) is Trim(x).
 //
+// Trim returns the token text Parse reads of s: without the white space around it,
+// nor a UTF-8 byte order mark before it (a token saved by an editor that writes one
+// was "not a mesh join token").
+func Trim(s string) string {
+	return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(s), "\uFEFF"))
+}
+
 // If the token is well formed but now is not before its expiry, Parse returns the
 // token together with an *ExpiredError, so the caller can still say which node and
 // mesh it was for.
 func Parse(s string, now time.Time) (Token, error) {
-	s = strings.TrimSpace(s)
+	s = Trim(s)
 	if s == "" {
 		return Token{}, ErrEmpty
 	}

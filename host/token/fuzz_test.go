@@ -23,7 +23,7 @@ func FuzzParse(f *testing.F) {
 			}
 			// String is the token with the secret and checksum replaced; put the
 			// secret back and compare with what was parsed.
-			trimmed := strings.TrimSpace(s)
+			trimmed := Trim(s)
 			rebuilt := strings.Replace(tok.String(), redactedSecret, tok.SecretHex(), 1)
 			if i := strings.LastIndexByte(trimmed, '_'); i < 0 || rebuilt != trimmed[:i] {
 				t.Fatalf("fields do not rebuild the input:\n got %q\nwant %q", rebuilt, trimmed)
@@ -35,7 +35,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("returned a token with error %v", err)
 		}
 		if err != nil {
-			parts := strings.Split(strings.TrimSpace(s), "_")
+			parts := strings.Split(Trim(s), "_")
 			if len(parts) > 8 && len(parts[8]) >= 12 && strings.Contains(strings.ToLower(err.Error()), strings.ToLower(parts[8])) {
 				t.Fatalf("error quotes the secret field: %v", err)
 			}

@@ -24,8 +24,10 @@ const lastExpiry = 253402300799
 // an *ExpiredError.
 //
 // Parsing is offline: a bad token fails here, before any network call.
+//
+// The text read is Trim(s).
 func Parse(s string, now time.Time) (Token, error) {
-	s = strings.TrimSpace(s)
+	s = Trim(s)
 	if len(s) == 0 {
 		return Token{}, ErrEmpty
 	}
@@ -315,4 +317,11 @@ func readExpiry(s string) (time.Time, string) {
 		return time.Time{}, "it is after the year 9999"
 	}
 	return time.Unix(sec, 0).UTC(), ""
+}
+
+// Trim returns the token text Parse reads of s: without the white space around it,
+// nor a UTF-8 byte order mark before it (a token saved by an editor that writes one
+// was "not a mesh join token").
+func Trim(s string) string {
+	return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(s), "\uFEFF"))
 }

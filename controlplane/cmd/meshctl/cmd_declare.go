@@ -156,6 +156,10 @@ content is never shown: paths, modes, owners and sizes.`,
 func readBody(file string, stdin io.Reader) ([]byte, error) {
 	data, err := readBounded(file, stdin, declarations.MaxEnvelopeSize,
 		"the most a signed declaration can carry; split the state or ship large files another way")
+	// A UTF-8 byte order mark, which some editors write first, is not JSON; the
+	// JSON standard lets a reader ignore it, and the file is the operator's own
+	// (it was refused as "invalid character 'ï'").
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
 	if err == nil && len(bytes.TrimSpace(data)) == 0 {
 		// The parser would call it truncated JSON, as if part of it were lost.
 		return nil, fmt.Errorf(`%s is empty: a declaration body is a JSON object, such as {"files":[{"path":"etc/app.conf","content":"..."}]}`, file)

@@ -135,3 +135,18 @@ func TestJoinInputThatCannotBeAToken(t *testing.T) {
 		})
 	}
 }
+
+// TestBodyWithAByteOrderMark: a body saved with a UTF-8 byte order mark first is
+// read as the JSON after it.
+func TestBodyWithAByteOrderMark(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "body.json")
+	writeTestFile(t, file, "\xef\xbb\xbf"+`{"files":[]}`+"\r\n")
+	data, err := readBody(file, nil)
+	if err != nil || !strings.HasPrefix(string(data), `{"files":[]}`) {
+		t.Fatalf("readBody = %q, %v", data, err)
+	}
+	writeTestFile(t, file, "\xef\xbb\xbf\n")
+	if _, err := readBody(file, nil); err == nil || !strings.Contains(err.Error(), "is empty") {
+		t.Fatalf("a byte order mark alone: %v, want the file called empty", err)
+	}
+}
