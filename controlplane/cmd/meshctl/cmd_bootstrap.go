@@ -9,8 +9,9 @@ import (
 
 func bootstrapCommand() command {
 	return command{
-		name:  "bootstrap",
-		usage: "--mesh ID --listen IP:PORT --data DIR [--dry-run | --json]",
+		name:       "bootstrap",
+		ownSignals: true,
+		usage:      "--mesh ID --listen IP:PORT --data DIR [--dry-run | --json]",
 		summary: `Create a mesh on this machine, its first control node.
 Prints its plan, checks first (data directory, addresses, clock), then makes the CA,
 this node's TLS identity, the declaration signing key, operator credentials and a

@@ -17,8 +17,9 @@ import (
 
 func declareCommand() command {
 	return command{
-		name:  "declare",
-		usage: "--data DIR --file BODY.json (--node ID... | --role R | --label k=v... | --all) [--dry-run | --wait [30s]] [--json]",
+		name:    "declare",
+		changes: true,
+		usage:   "--data DIR --file BODY.json (--node ID... | --role R | --label k=v... | --all) [--dry-run | --wait [30s]] [--json]",
 		summary: `Declare the whole desired state of nodes, signed, one version per node.
 Each selected node gets its own signed declaration at its own next version.
 The body file is JSON:

@@ -21,8 +21,9 @@ import (
 
 func joinCommand() command {
 	return command{
-		name:  "join",
-		usage: "--data DIR [--token-file F] [--json]   (the control token on stdin, in F, or in MESH_TOKEN)",
+		name:       "join",
+		ownSignals: true,
+		usage:      "--data DIR [--token-file F] [--json]   (the control token on stdin, in F, or in MESH_TOKEN)",
 		summary: `Join this machine to a mesh as a control node, with a control token.
 Prints each step: pin check, TLS identity and signing key received, Raft nonvoter,
 proof that it replicates, promotion, a NATS route to the other brokers. Reports
@@ -137,8 +138,9 @@ func readSecretInput(file string, cio *cliIO) (string, error) {
 
 func controlCommand() command {
 	return command{
-		name:  "control",
-		usage: "remove NODE | status [--wait D] --data DIR [--json]",
+		name:    "control",
+		changes: true,
+		usage:   "remove NODE | status [--wait D] --data DIR [--json]",
 		summary: `Manage control nodes.
 "control remove NODE" removes one for good: it takes the node out of Raft and of the
 control plane (stop it first if it is the leader).

@@ -12,8 +12,9 @@ import (
 
 func revokeCommand() command {
 	return command{
-		name:  "revoke",
-		usage: "--data DIR NODE [NODE...] [--json]",
+		name:    "revoke",
+		changes: true,
+		usage:   "--data DIR NODE [NODE...] [--json]",
 		summary: `Revoke nodes for good: their agents stop and their keys are refused.
 Each is sent a signed notice and its agent stops; its connections are closed on every
 broker right after, and its key is refused from then on. Several nodes are revoked in
@@ -59,6 +60,7 @@ one commit (at most 1000). Enrolling a machine again needs a new token.`,
 func labelCommand() command {
 	return command{
 		name:    "label",
+		changes: true,
 		usage:   "--data DIR NODE k=v [k=v...] [--json]   (k= removes a label)",
 		summary: "Set or remove labels on a node; declarations can target labels with --label.",
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {

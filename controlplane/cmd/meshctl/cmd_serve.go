@@ -31,8 +31,9 @@ const (
 
 func serveCommand() command {
 	return command{
-		name:  "serve",
-		usage: "--data DIR [--log-format text|json]",
+		name:       "serve",
+		ownSignals: true,
+		usage:      "--data DIR [--log-format text|json]",
 		summary: `Run this control node: Raft member, embedded broker, enrolment and declarations.
 Runs until interrupted (SIGINT or SIGTERM), which stops it at any point, starting
 included (exit 9 if it was not ready yet). It holds the data directory's lock: a

@@ -12,8 +12,9 @@ import (
 
 func signingKeyCommand() command {
 	return command{
-		name:  "signing-key",
-		usage: "(rotate | status | retire [--force]) --data DIR [--json]",
+		name:    "signing-key",
+		changes: true,
+		usage:   "(rotate | status | retire [--force]) --data DIR [--json]",
 		summary: `Roll the declaration signing key over, with overlap and no flag day.
   rotate  adds a new key: the keyring lists old and new, signed by both; declarations
           are signed by both; every control node receives the new key sealed to it.

@@ -15,8 +15,9 @@ import (
 
 func tokenCommand() command {
 	return command{
-		name:  "token",
-		usage: "--data DIR --node ID [--ttl 15m] [--label k=v]... [--json]  |  --data DIR --role control --node ID --addr IP:PORT [--json]\n       meshctl token list [--node ID] [--json]  |  meshctl token cancel NODE [--json]",
+		name:    "token",
+		changes: true,
+		usage:   "--data DIR --node ID [--ttl 15m] [--label k=v]... [--json]  |  --data DIR --role control --node ID --addr IP:PORT [--json]\n       meshctl token list [--node ID] [--json]  |  meshctl token cancel NODE [--json]",
 		summary: `Mint a one-time enrolment token for one node; stdout is the token and nothing else.
 The secret is generated here and only its hash reaches the control plane. The token
 carries the broker addresses, the CA pin and the signing key the node will believe.

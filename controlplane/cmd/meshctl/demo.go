@@ -36,8 +36,9 @@ import (
 
 func demoCommand() command {
 	return command{
-		name:  "demo",
-		usage: "[--keep] [--dir DIR] [--verbose]",
+		name:       "demo",
+		ownSignals: true,
+		usage:      "[--keep] [--dir DIR] [--verbose]",
 		summary: `Run a whole mesh on loopback in a temporary directory and narrate each step.
 Bootstrap, serve, mint a token, enrol a host, run its agent, declare a file, watch it
 converge, refuse an impostor broker, refuse a login relayed by something holding the
@@ -70,9 +71,13 @@ nats-server with TLS, Raft on disk, signed declarations.`,
 						return usagef("--dir %s is not empty: give a directory that does not exist or is empty (the demo removes what it wrote there afterwards)", dir)
 					}
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				// SIGINT ends it as the two minutes do: what it started stops, and what
+				// it wrote is removed (unless --keep).
+				sctx, stop := signalContext()
+				defer stop()
+				ctx, cancel := context.WithTimeout(sctx, 2*time.Minute)
 				defer cancel()
-				return runDemo(ctx, cio.stdout, dir, keep, verbose)
+				return interruptible(sctx, func() error { return runDemo(ctx, cio.stdout, dir, keep, verbose) })
 			}
 		},
 	}

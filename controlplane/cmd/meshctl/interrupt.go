@@ -84,3 +84,25 @@ func asInterrupted(ctx context.Context, err error) error {
 	}
 	return fmt.Errorf("%w: %w", ie, err)
 }
+
+// stopOnSignal runs f and returns when it does, or at once when SIGINT or SIGTERM
+// arrives, without waiting for f: what it waits for (the control plane's answer, a
+// node's convergence) is not the caller's to finish, and the process exits with f.
+// Before, the signal's default killed the process with no word and status 130,
+// where the exit codes promise 9. A command that changes the mesh says that its
+// change may have been carried out already.
+func stopOnSignal(changes bool, f func() error) error {
+	ctx, stop := signalContext()
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	if changes {
+		return fmt.Errorf("%w before the command completed: the change may have been carried out already; look (meshctl nodes, meshctl token list, meshctl signing-key status, meshctl control status) before running it again", context.Cause(ctx))
+	}
+	return fmt.Errorf("%w before the command completed; it changes nothing", context.Cause(ctx))
+}

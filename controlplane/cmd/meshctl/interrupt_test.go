@@ -98,3 +98,32 @@ func TestExitCodesOfTheDataDirectory(t *testing.T) {
 		}
 	}
 }
+
+// TestStopOnSignal: a command that does not stop by itself returns at once on a
+// signal, without waiting for what it waits for, exit 9, saying whether a change may
+// have been carried out (before, the signal killed it: status 130, no word).
+func TestStopOnSignal(t *testing.T) {
+	if err := stopOnSignal(true, func() error { return errors.New("no leader") }); err == nil || err.Error() != "no leader" {
+		t.Fatalf("no signal: %v", err)
+	}
+	for _, changes := range []bool{false, true} {
+		blocked := make(chan struct{})
+		t.Cleanup(func() { close(blocked) })
+		time.AfterFunc(200*time.Millisecond, func() { syscall.Kill(syscall.Getpid(), syscall.SIGINT) })
+		start := time.Now()
+		err := stopOnSignal(changes, func() error { <-blocked; return nil })
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("returned %s after the signal", took)
+		}
+		want := "it changes nothing"
+		if changes {
+			want = "the change may have been carried out already; look"
+		}
+		if err == nil || !strings.HasPrefix(err.Error(), "interrupted by SIGINT before the command completed") || !strings.Contains(err.Error(), want) {
+			t.Fatalf("changes %v: %v", changes, err)
+		}
+		if code := exitCode(io.Discard, "meshctl", err); code != exitInterrupted {
+			t.Fatalf("changes %v: exit %d, want %d", changes, code, exitInterrupted)
+		}
+	}
+}

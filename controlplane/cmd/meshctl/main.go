@@ -75,6 +75,13 @@ type command struct {
 	// setup declares the command's flags (and completions) on c and returns the
 	// function that runs it.
 	setup func(c *cobra.Command, io *cliIO) func(args []string) error
+	// ownSignals: the command stops by itself on SIGINT and SIGTERM, at a step a
+	// new run resumes from (serve, bootstrap, join); any other returns at once,
+	// exit 9, without waiting for what it was waiting for (stopOnSignal).
+	ownSignals bool
+	// changes: the command may change the mesh, so an interrupted one says to look
+	// before running it again.
+	changes bool
 }
 
 // cliIO is the command's standard streams and its view of the process.
@@ -213,6 +220,10 @@ func newRoot(cio *cliIO) *cobra.Command {
 		}
 		exec := spec.setup(c, cio)
 		onceOnly(c.Flags())
+		if !spec.ownSignals {
+			own, changes := exec, spec.changes
+			exec = func(args []string) error { return stopOnSignal(changes, func() error { return own(args) }) }
+		}
 		c.RunE = func(_ *cobra.Command, args []string) error {
 			if err := exec(args); err != nil {
 				return commandError{err}
