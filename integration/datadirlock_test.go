@@ -19,10 +19,11 @@ import (
 // Exit codes of meshctl: a removed control node, a data directory that cannot be
 // used or is in use, an interrupted command.
 const (
-	ctlExitRemoved     = 6
-	ctlExitDataDir     = 7
-	ctlExitInUse       = 8
-	ctlExitInterrupted = 9
+	ctlExitNotConverged = 5
+	ctlExitRemoved      = 6
+	ctlExitDataDir      = 7
+	ctlExitInUse        = 8
+	ctlExitInterrupted  = 9
 )
 
 // servePid is the pid of the live `meshctl serve --data dir`.

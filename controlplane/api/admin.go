@@ -358,6 +358,9 @@ type Assignment struct {
 type DeclareResult struct {
 	Assignments []Assignment `json:"assignments"`
 	Skipped     []string     `json:"skipped,omitempty"`
+	// Body is the digest of the body declared (state.BodyDigest); older control
+	// planes leave it out. `declare --wait` hands it back (ProgressRequest.Body).
+	Body string `json:"body,omitempty"`
 	// Plan answers a dry run (DeclareRequest.DryRun), which assigns nothing.
 	Plan *DeclarePlan `json:"plan,omitempty"`
 }
@@ -431,6 +434,10 @@ type PlanChange struct {
 // for them: what `declare --wait` polls. At most MaxNodesPage targets a request.
 type ProgressRequest struct {
 	Targets []Assignment `json:"targets"`
+	// Body, when set, is the digest of the body the targets were declared
+	// (DeclareResult.Body): a target since declared another body is superseded.
+	// Left out (a control plane older than it gave none), nothing is superseded.
+	Body string `json:"body,omitempty"`
 }
 
 // Progress states of a target that has not converged (applied the version or a
@@ -439,13 +446,17 @@ const (
 	ProgressFailed  = "failed"  // reported an error for the version, or a later one; or a hook of what it applied failed
 	ProgressOffline = "offline" // not connected (or revoked): it will not apply it now
 	ProgressPending = "pending" // connected, not applied yet
+	// ProgressSuperseded: a later declaration gave the node another body, which it
+	// is to hold instead (ProgressRequest.Body); TargetProgress.Version names it.
+	ProgressSuperseded = "superseded"
 )
 
 // TargetProgress is one target's standing.
 type TargetProgress struct {
-	Node  string       `json:"node"`
-	State string       `json:"state"`
-	Error *StatusError `json:"error,omitempty"` // for failed
+	Node    string       `json:"node"`
+	State   string       `json:"state"`
+	Error   *StatusError `json:"error,omitempty"`   // for failed
+	Version uint64       `json:"version,omitempty"` // for superseded: the version declared since
 }
 
 // ProgressResult counts the targets that converged and lists the others, in the

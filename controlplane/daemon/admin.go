@@ -288,6 +288,7 @@ func (d *Daemon) declare(req api.DeclareRequest) (api.DeclareResult, error) {
 		nodes = append(nodes, a.Node)
 	}
 	out.Skipped = res.Skipped
+	out.Body = state.BodyDigest(canonical)
 	d.publishDeclarations(nodes)
 	d.metrics.declarations.Add(float64(len(nodes)))
 	d.metrics.fanout.Observe(time.Since(start).Seconds())
@@ -306,7 +307,12 @@ func (d *Daemon) progress(req api.ProgressRequest) (api.ProgressResult, error) {
 	d.fsm.Read(func(s *state.State) {
 		for _, t := range req.Targets {
 			p := api.TargetProgress{Node: t.Node, State: api.ProgressOffline}
-			if n, ok := s.Nodes[t.Node]; ok {
+			if n, ok := s.Nodes[t.Node]; ok && req.Body != "" && n.Declared.Version > t.Version && n.Declared.BodyDigest != req.Body {
+				// Another operator's declaration since: the node is to hold that
+				// body, not this one, whatever it applied (a version later than this
+				// one was counted converged on it, its body gone).
+				p.State, p.Version = api.ProgressSuperseded, n.Declared.Version
+			} else if ok {
 				a := n.Applied
 				p.State = standing(a, t.Version, d.alive(n, now))
 				switch p.State {

@@ -134,7 +134,7 @@ content is never shown: paths, modes, owners and sizes.`,
 				}
 				// Progress goes to stderr with --json too: stdout holds the one
 				// JSON document, and a wait of minutes is not left silent.
-				report, err := waitConverged(client, res.Assignments, wait.d, cio.stderr, cio.stderrIsTTY)
+				report, err := waitConverged(client, res.Assignments, res.Body, wait.d, cio.stderr, cio.stderrIsTTY)
 				if err != nil {
 					return err
 				}

@@ -64,13 +64,18 @@ type convergence struct {
 	Failed    map[string]string `json:"failed,omitempty"`  // node -> last error
 	Pending   []string          `json:"pending,omitempty"` // alive, not applied yet
 	Offline   []string          `json:"offline,omitempty"`
+	// Superseded: nodes declared another body since, by the version that did.
+	Superseded map[string]uint64 `json:"superseded,omitempty"`
 }
 
 func (c convergence) err() error {
-	if len(c.Failed) == 0 && len(c.Pending) == 0 && len(c.Offline) == 0 {
+	if len(c.Failed) == 0 && len(c.Pending) == 0 && len(c.Offline) == 0 && len(c.Superseded) == 0 {
 		return nil
 	}
 	var parts []string
+	for _, n := range slices.Sorted(maps.Keys(c.Superseded)) {
+		parts = append(parts, fmt.Sprintf("%s was declared another body since (v%d): this one is no longer what it is to hold", n, c.Superseded[n]))
+	}
 	for _, n := range slices.Sorted(maps.Keys(c.Failed)) {
 		msg := c.Failed[n]
 		if strings.HasPrefix(msg, api.StatusHookFailed+":") {
@@ -96,12 +101,17 @@ func (c convergence) err() error {
 // declaration and then less often (and less often still for many nodes): a small
 // fleet converges in tens of milliseconds, and a large one should not be asked about
 // 10,000 nodes twenty times a second.
-func waitConverged(c *operator.Client, assigned []api.Assignment, limit time.Duration, progress io.Writer, redraw bool) (convergence, error) {
+//
+// body is the digest of the body declared (api.DeclareResult.Body; "" from a
+// control plane that gives none): a node declared another body since, by another
+// declaration, is superseded, not counted converged on this one when it applies
+// the later version.
+func waitConverged(c *operator.Client, assigned []api.Assignment, body string, limit time.Duration, progress io.Writer, redraw bool) (convergence, error) {
 	deadline := time.Now().Add(limit)
 	start := time.Now()
 	line := progressLine{w: progress, redraw: redraw}
 	undecided := slices.Clone(assigned)
-	cv := convergence{Failed: map[string]string{}}
+	cv := convergence{Failed: map[string]string{}, Superseded: map[string]uint64{}}
 	interval := 50 * time.Millisecond
 	// The first poll waits as a later one would for so many nodes, without the
 	// floor: right after the declaration nothing has applied yet, and a poll about
@@ -112,7 +122,7 @@ func waitConverged(c *operator.Client, assigned []api.Assignment, limit time.Dur
 		var offline, pending []string
 		for page := range slices.Chunk(undecided, api.MaxNodesPage) {
 			var res api.ProgressResult
-			if err := c.Call(api.OpProgress, api.ProgressRequest{Targets: page}, &res); err != nil {
+			if err := c.Call(api.OpProgress, api.ProgressRequest{Targets: page, Body: body}, &res); err != nil {
 				return convergence{}, err
 			}
 			if res.Converged+len(res.Others) != len(page) {
@@ -134,6 +144,8 @@ func waitConverged(c *operator.Client, assigned []api.Assignment, limit time.Dur
 						msg = t.Error.Code + ": " + t.Error.Message
 					}
 					cv.Failed[t.Node] = msg
+				case api.ProgressSuperseded:
+					cv.Superseded[t.Node] = t.Version
 				case api.ProgressOffline:
 					offline = append(offline, t.Node)
 					still = append(still, target)
@@ -150,6 +162,9 @@ func waitConverged(c *operator.Client, assigned []api.Assignment, limit time.Dur
 		done := len(cv.Pending) == 0 && len(cv.Offline) == 0
 		counts := fmt.Sprintf("waiting for %d node(s): %d converged, %d failed, %d offline, %d pending",
 			len(assigned), len(cv.Converged), len(cv.Failed), len(cv.Offline), len(cv.Pending))
+		if len(cv.Superseded) > 0 {
+			counts += fmt.Sprintf(", %d superseded", len(cv.Superseded))
+		}
 		finished := done || time.Now().After(deadline)
 		line.show(counts, time.Since(start), finished)
 		if finished {
