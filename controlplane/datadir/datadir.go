@@ -125,6 +125,18 @@ type notAFile struct{ err error }
 func (e notAFile) Error() string   { return e.err.Error() }
 func (e notAFile) Unwrap() []error { return []error{ErrNotAFile, e.err} }
 
+// CheckRegular returns nil when path is absent or a regular file (followed if a
+// link), and an error matching ErrNotAFile, naming what is there, when it is a
+// directory, a FIFO or a device: for files opened by libraries that would fail on
+// one with a bare "is a directory".
+func CheckRegular(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().IsRegular() {
+		return nil
+	}
+	return notAFile{&readfile.NotRegularError{Path: path, Mode: fi.Mode()}}
+}
+
 // readCapped reads the file at path, of at most MaxFileSize bytes. Its errors wrap
 // the file system's (fs.ErrNotExist for an absent file), ErrTooLarge, or
 // ErrNotAFile for a directory, a FIFO or a device where a file belongs: refused

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"sort"
@@ -18,6 +19,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"mesh/controlplane/datadir"
 )
 
 // A power loss on a disk that loses or garbles what it was told to keep, or a hand
@@ -113,10 +116,19 @@ func openBolt(dir string) (store *raftboltdb.BoltStore, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
-			// bbolt may hold the file's lock: the process is about to stop.
-			store, err = nil, &DamageError{File: path, Problem: "is corrupt or cut short", Err: fmt.Errorf("%v", p)}
+			// bbolt may hold the file's lock: the process is about to stop. A
+			// runtime error (a nil pointer, a fault on a page past the end) says
+			// nothing more to a person than this, and reads like a crash.
+			var cause error
+			if _, ok := p.(runtime.Error); !ok {
+				cause = fmt.Errorf("%v", p)
+			}
+			store, err = nil, &DamageError{File: path, Problem: "is corrupt or cut short: its pages cannot be read", Err: cause}
 		}
 	}()
+	if err := datadir.CheckRegular(path); err != nil {
+		return nil, err
+	}
 	store, err = raftboltdb.New(raftboltdb.Options{Path: path})
 	if err != nil {
 		var pe *fs.PathError

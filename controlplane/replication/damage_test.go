@@ -10,6 +10,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"mesh/controlplane/datadir"
 )
 
 // makeStores writes a member's stores as Raft leaves them: the current term (if
@@ -201,7 +203,32 @@ func TestDamagedStoresAreRefused(t *testing.T) {
 					t.Fatalf("the error does not say %q: %v", want, err)
 				}
 			}
+			// A recovered fault reads as a crash to a person ("runtime error:
+			// invalid memory address"): the problem is said in words.
+			if strings.Contains(err.Error(), "runtime error") {
+				t.Fatalf("the error quotes the recovered panic: %v", err)
+			}
 		})
+	}
+}
+
+// TestRaftDBThatIsNotAFile: a directory where raft.db belongs is said as such, a
+// data directory that cannot be used (datadir.ErrNotAFile, exit 7), not "open raft
+// log: is a directory" (exit 1).
+func TestRaftDBThatIsNotAFile(t *testing.T) {
+	dir := makeStores(t, true, 1, 4)
+	if err := os.Remove(raftDBPath(dir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(raftDBPath(dir), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	store, _, err := openStores(dir, hclog.NewNullLogger(), false)
+	if store != nil {
+		store.Close()
+	}
+	if !errors.Is(err, datadir.ErrNotAFile) || !strings.Contains(err.Error(), raftDBPath(dir)+" is a directory, not a regular file") {
+		t.Fatalf("got %v, want datadir.ErrNotAFile naming %s", err, raftDBPath(dir))
 	}
 }
 
