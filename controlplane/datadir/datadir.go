@@ -265,7 +265,7 @@ func (d Dir) ReadFile(name string) ([]byte, error) {
 
 // LoadCA reads the CA certificate and, when present, its key.
 func (d Dir) LoadCA() (*pki.CA, error) {
-	certPEM, err := d.ReadFile(CACertFile)
+	certPEM, _, err := d.LoadCACert()
 	if err != nil {
 		return nil, err
 	}
@@ -276,7 +276,16 @@ func (d Dir) LoadCA() (*pki.CA, error) {
 		}
 		return nil, err
 	}
-	return pki.LoadCA(certPEM, keyPEM)
+	// Each file named when it cannot be used ("CA key: no PEM private key found"
+	// named neither it nor what to do).
+	if _, err := pemBlock(keyPEM, "PRIVATE KEY", "private key"); err != nil {
+		return nil, &FileError{Path: d.Path(CAKeyFile), Err: err}
+	}
+	ca, err := pki.LoadCA(certPEM, keyPEM)
+	if err != nil {
+		return nil, &FileError{Path: d.Path(CAKeyFile), Err: fmt.Errorf("%w: %w", ErrCorrupt, err)}
+	}
+	return ca, nil
 }
 
 // LoadSigningKey reads the newest declaration signing key.

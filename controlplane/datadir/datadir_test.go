@@ -409,6 +409,23 @@ func TestLoadCAAndLeaf(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "only the machine that ran bootstrap") {
 		t.Fatalf("LoadCA without the key: %v", err)
 	}
+	// A key cut short, garbled or of another CA is named, with where its copy is.
+	_, otherKey, _ := pki.NewCA("other", time.Now())
+	for name, c := range map[string]struct {
+		data []byte
+		want error
+	}{
+		"empty":     {nil, ErrTruncated},
+		"cut short": {keyPEM[:len(keyPEM)/2], ErrTruncated},
+		"garbage":   {[]byte("\x8fnot a key\n"), ErrCorrupt},
+		"another":   {otherKey, ErrCorrupt},
+	} {
+		WriteFile(d.Path(CAKeyFile), c.data, 0o600)
+		_, err := d.LoadCA()
+		if !errors.Is(err, c.want) || !strings.Contains(err.Error(), d.Path(CAKeyFile)) || !strings.Contains(err.Error(), "offline backup taken at bootstrap") {
+			t.Errorf("LoadCA with a key %s: %v, want %v naming the file and its backup", name, err, c.want)
+		}
+	}
 	WriteFile(d.Path(CAKeyFile), keyPEM, 0o600)
 	got, err := d.LoadCA()
 	if err != nil || got.Pin() != ca.Pin() {
