@@ -59,6 +59,22 @@ func (e *InUseError) Error() string {
 // Is makes errors.Is(err, ErrInUse) hold.
 func (e *InUseError) Is(target error) bool { return target == ErrInUse }
 
+// ErrNotALock means something other than a lock file is at the lock's name: a
+// symbolic link (never followed) or a directory.
+var ErrNotALock = errors.New("not a lock file")
+
+// NotALockError is ErrNotALock with the path and what is there.
+type NotALockError struct {
+	Path, Kind string
+}
+
+func (e *NotALockError) Error() string {
+	return fmt.Sprintf("%s is %s, not a lock file this program wrote (it never follows a link there): look at it (ls -l %s), and if it is nothing of yours remove it and run this again", e.Path, e.Kind, e.Path)
+}
+
+// Is makes errors.Is(err, ErrNotALock) hold.
+func (e *NotALockError) Is(target error) bool { return target == ErrNotALock }
+
 // ErrNotWritable means this process may not write the directory's lock file: the
 // directory belongs to another user, or sits on a read-only file system.
 var ErrNotWritable = errors.New("directory not writable")
@@ -122,6 +138,13 @@ func acquire(what, dir, command string, create int) (*Lock, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|create|noFollow, 0o600)
 	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EROFS) {
 		return nil, &NotWritableError{What: what, Dir: dir, Err: err}
+	}
+	if errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.EISDIR) {
+		kind := "a symbolic link"
+		if errors.Is(err, syscall.EISDIR) {
+			kind = "a directory"
+		}
+		return nil, &NotALockError{Path: path, Kind: kind}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open the lock of %s: %w", dir, err)

@@ -153,18 +153,26 @@ func TestLockNeedsTheDirectory(t *testing.T) {
 	l.Release()
 }
 
-// TestLockRefusesALink: the lock file is the directory's own, never a link.
+// TestLockRefusesALink: the lock file is the directory's own, never a link; a link
+// or a directory at its name is ErrNotALock, saying what is there and what to do.
 func TestLockRefusesALink(t *testing.T) {
 	d := dir(t.TempDir())
 	target := filepath.Join(t.TempDir(), "elsewhere")
 	if err := os.Symlink(target, d.Path(File)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Lock("meshctl serve"); err == nil || errors.Is(err, ErrInUse) {
-		t.Fatalf("a symlinked lock file: %v, want an error other than in use", err)
+	if _, err := d.Lock("meshctl serve"); !errors.Is(err, ErrNotALock) || !strings.Contains(err.Error(), "is a symbolic link") || !strings.Contains(err.Error(), "ls -l") {
+		t.Fatalf("a symlinked lock file: %v, want ErrNotALock saying it is a link", err)
 	}
 	if _, err := os.Stat(target); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the link's target was created: %v", err)
+	}
+	other := dir(t.TempDir())
+	if err := os.Mkdir(other.Path(File), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Lock("meshctl serve"); !errors.Is(err, ErrNotALock) || !strings.Contains(err.Error(), "is a directory") {
+		t.Fatalf("a directory at the lock's name: %v, want ErrNotALock saying it is a directory", err)
 	}
 }
 
