@@ -257,11 +257,38 @@ func (c Config) Pin() ([32]byte, error) {
 // MaxFileSize is ErrTooLarge, not read whole.
 func (d Dir) ReadFile(name string) ([]byte, error) {
 	data, err := readCapped(d.Path(name))
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, &UnreadableError{Path: d.Path(name), Err: err}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", d.Path(name), err)
 	}
 	return data, nil
 }
+
+// ErrUnreadable means this user may not read a file of the data directory: the
+// command runs as another user than the one the directory belongs to.
+var ErrUnreadable = errors.New("a file of the data directory cannot be read by this user")
+
+// UnreadableError is ErrUnreadable with the file, its owner and the reason.
+type UnreadableError struct {
+	Path string
+	Err  error
+}
+
+func (e *UnreadableError) Error() string {
+	owner := "the user it belongs to"
+	if fi, err := os.Stat(e.Path); err == nil {
+		if uid, ok := fileOwner(fi); ok {
+			owner = userName(uid)
+		}
+	}
+	return fmt.Sprintf("%s cannot be read by this user (%s: %v): run meshctl as %s, which the data directory belongs to (sudo -u, or as root)",
+		e.Path, userName(os.Geteuid()), e.Err, owner)
+}
+
+// Unwrap returns ErrUnreadable and the file system's error.
+func (e *UnreadableError) Unwrap() []error { return []error{ErrUnreadable, e.Err} }
 
 // LoadCA reads the CA certificate and, when present, its key.
 func (d Dir) LoadCA() (*pki.CA, error) {

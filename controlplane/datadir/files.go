@@ -69,6 +69,9 @@ func (d Dir) readRequired(name string) ([]byte, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, &FileError{Path: d.Path(name), Err: missingFile{err}}
 	}
+	if errors.Is(err, fs.ErrPermission) {
+		return nil, &UnreadableError{Path: d.Path(name), Err: err}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", d.Path(name), err)
 	}

@@ -259,7 +259,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		return exitRemoved
 	case errors.Is(err, datadir.ErrNoConfig), errors.Is(err, datadir.ErrJoinIncomplete), errors.Is(err, datadir.ErrUnprotected),
 		errors.Is(err, bootstrap.ErrConflict), errors.Is(err, join.ErrDataDir), errors.Is(err, daemon.ErrNewerRules),
-		errors.Is(err, dirlock.ErrNotWritable), errors.Is(err, dirlock.ErrNotALock), errors.Is(err, replication.ErrDamaged),
+		errors.Is(err, dirlock.ErrNotWritable), errors.Is(err, dirlock.ErrNotALock), errors.Is(err, datadir.ErrUnreadable), errors.Is(err, replication.ErrDamaged),
 		// A file of the data directory that cannot be read as one: running again
 		// will not mend it (and systemd does not restart serve for it).
 		errors.Is(err, datadir.ErrCorrupt), errors.Is(err, datadir.ErrTruncated), errors.Is(err, datadir.ErrTooLarge), errors.Is(err, datadir.ErrMissing),
