@@ -65,12 +65,18 @@ func DirEndpoint(dir datadir.Dir, joining bool) (Endpoint, error) {
 			servers = append(servers, b)
 		}
 	}
+	hint := fmt.Sprintf("is `meshctl serve --data %s` running? A control node that is starting opens its broker "+
+		"once it follows a leader: its log says what it waits for", dir)
+	if _, removed, _ := dir.Removed(); removed {
+		// It will never serve again: its own broker is not what to look at.
+		hint = fmt.Sprintf("%s is the data directory of a control node removed from the mesh, which will not serve again: "+
+			"give an active control node's data directory, or --servers with the brokers of the control nodes that run", dir)
+	}
 	return Endpoint{
 		Servers: servers,
 		Creds:   dir.Path(datadir.AdminCredsFile),
 		Pin:     pin,
-		Hint: fmt.Sprintf("is `meshctl serve --data %s` running? A control node that is starting opens its broker "+
-			"once it follows a leader: its log says what it waits for", dir),
+		Hint:    hint,
 	}, nil
 }
 

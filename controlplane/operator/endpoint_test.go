@@ -275,3 +275,28 @@ func TestDirEndpointNamesEachBrokerOnce(t *testing.T) {
 		t.Fatalf("servers %v, want %v", e.Servers, want)
 	}
 }
+
+// TestDirEndpointOfARemovedNode: a removed control node's data directory names no
+// serve to check when nothing answers: that node will not serve again.
+func TestDirEndpointOfARemovedNode(t *testing.T) {
+	d := datadir.Dir(t.TempDir())
+	if err := d.SaveConfig(datadir.Config{Mesh: "m", Node: "cp-2", Listen: "127.0.0.2:7300", Brokers: []string{"127.0.0.2:7300"}, CAPin: strings.Repeat("ab", 32)}); err != nil {
+		t.Fatal(err)
+	}
+	creds, err := os.ReadFile(credsFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, d.Path(datadir.AdminCredsFile), creds)
+	e, err := DirEndpoint(d, false)
+	if err != nil || !strings.Contains(e.Hint, "is `meshctl serve --data") {
+		t.Fatalf("an active node's hint: %q, %v", e.Hint, err)
+	}
+	if err := d.MarkRemoved("cp-2", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e, err = DirEndpoint(d, false)
+	if err != nil || strings.Contains(e.Hint, "running?") || !strings.Contains(e.Hint, "removed from the mesh") || !strings.Contains(e.Hint, "--servers") {
+		t.Fatalf("a removed node's hint: %q, %v", e.Hint, err)
+	}
+}
