@@ -10,6 +10,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
+	"hash/crc32"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -21,6 +23,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"mesh/host/agent"
+	"mesh/host/dirlock"
 	"mesh/host/identity"
 	"mesh/host/state"
 )
@@ -228,5 +231,26 @@ func TestStatusShowsTheBrokersTheAgentDials(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(out), &st); code != exitOK || err != nil || strings.Join(st.Brokers, ",") != "127.0.0.1:17330,127.0.0.1:17340" {
 		t.Fatalf("status --json: exit %d, %v, brokers %v\n%s%s", code, err, st.Brokers, out, stderr)
+	}
+}
+
+// TestEnrolOnTheDirectoryOfARunningAgent: enrol on an enrolled state directory whose
+// agent runs says the machine is enrolled (exit 5), naming the agent, not that the
+// directory is in use (exit 8, "stop that process, then run this again", which led
+// to "already enrolled").
+func TestEnrolOnTheDirectoryOfARunningAgent(t *testing.T) {
+	dir, id := enrolled(t)
+	lock, err := dirlock.Acquire("state directory", dir, "meshhost run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release()
+	signed := fmt.Sprintf("mesh1_demo_127.0.0.1:1_%s_%s_web-9_worker_%d_%s", strings.Repeat("ab", 32), strings.Repeat("cd", 32),
+		time.Now().Add(30*time.Minute).Unix(), strings.Repeat("ef", 32))
+	tok := fmt.Sprintf("%s_%08x", signed, crc32.Checksum([]byte(signed), crc32.MakeTable(crc32.Castagnoli)))
+	code, _, stderr := runCLI("", map[string]string{"MESH_TOKEN": tok}, "enrol", "--state", dir)
+	if code != exitIdentity || !strings.Contains(stderr, "already enrolled") || !strings.Contains(stderr, id.Node) ||
+		!strings.Contains(stderr, fmt.Sprintf("meshhost run, pid %d, is working on it now", os.Getpid())) || strings.Contains(stderr, "stop that process") {
+		t.Fatalf("exit %d, want %d saying it is enrolled and its agent runs: %s", code, exitIdentity, stderr)
 	}
 }

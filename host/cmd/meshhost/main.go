@@ -334,6 +334,16 @@ func cmdEnrol(args []string, cio *cliIO) error {
 		return err
 	}
 	lock, err := lockState(*stateDir, "meshhost enrol")
+	if errors.Is(err, dirlock.ErrInUse) {
+		// An agent running on an enrolled directory: stopping it, as the lock's
+		// message says, would only lead to "already enrolled".
+		var busy *dirlock.InUseError
+		if enrolled := identity.CheckAbsent(*stateDir); errors.Is(enrolled, identity.ErrAlreadyEnrolled) && errors.As(err, &busy) && busy.PID > 0 {
+			return fmt.Errorf("%w (%s, pid %d, is working on it now)", enrolled, busy.Command, busy.PID)
+		} else if errors.Is(enrolled, identity.ErrAlreadyEnrolled) {
+			return enrolled
+		}
+	}
 	if err != nil {
 		return err
 	}
