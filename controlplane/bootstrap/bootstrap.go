@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -144,18 +145,27 @@ func RunContext(ctx context.Context, o Options) error {
 		return nil
 	}
 	fmt.Fprintln(o.Out, "running:")
+	checksOnly := true // no step but checks has run yet
 	for i, s := range steps {
 		if ctx.Err() != nil {
 			fmt.Fprintf(o.Out, "  %d. %-9s not begun: interrupted\n", i+1, s.kind)
+			if checksOnly {
+				b.unmake()
+			}
 			return fmt.Errorf("%w before step %d (%s) began\nthe steps before it are done; run bootstrap again to resume", context.Cause(ctx), i+1, s.kind)
 		}
 		if !s.check && s.done() {
 			fmt.Fprintf(o.Out, "  %d. %-9s already done\n", i+1, s.kind)
 			continue
 		}
+		checksOnly = checksOnly && s.check
 		note, err := s.run()
 		if err != nil {
 			fmt.Fprintf(o.Out, "  %d. %-9s FAILED\n", i+1, s.kind)
+			if checksOnly {
+				b.unmake()
+				return fmt.Errorf("step %d (%s): %w\nnothing was written; fix the cause and run bootstrap again", i+1, s.kind, err)
+			}
 			return fmt.Errorf("step %d (%s): %w\nnothing after this step was done; fix the cause and run bootstrap again to resume", i+1, s.kind, err)
 		}
 		fmt.Fprintf(o.Out, "  %d. %-9s ok%s\n", i+1, s.kind, note)
@@ -214,6 +224,22 @@ type run struct {
 	o   Options
 	cfg datadir.Config
 	ca  *pki.CA
+	// made is what this run created to hold its lock: the lock file, and the
+	// directory itself when it did not exist. A check that fails before anything
+	// else is written takes them away again.
+	madeLock, madeDir bool
+}
+
+// unmake removes the lock file and directory this run made, when a check failed
+// before anything else was written: "nothing is created if one fails". The lock
+// is still held; removing its file does not release it.
+func (b *run) unmake() {
+	if b.madeLock {
+		_ = os.Remove(b.o.Dir.Path(datadir.LockFile))
+	}
+	if b.madeDir {
+		_ = os.Remove(string(b.o.Dir)) // only if empty
+	}
 }
 
 // lock takes the data directory's lock and reads what an earlier run left. A lock
@@ -235,12 +261,16 @@ func (b *run) lock() (*datadir.Lock, error) {
 	if lock != nil || b.o.DryRun {
 		return lock, nil
 	}
+	if _, err := os.Stat(string(b.o.Dir)); errors.Is(err, fs.ErrNotExist) {
+		b.madeDir = true
+	}
 	if err := os.MkdirAll(string(b.o.Dir), 0o700); err != nil {
 		return nil, err
 	}
 	if lock, err = b.o.Dir.Lock(command); err != nil {
 		return nil, err
 	}
+	b.madeLock = true
 	// Read again under the lock: another process may have used the directory since.
 	if err := b.loadPrevious(); err != nil {
 		lock.Release()

@@ -543,11 +543,36 @@ func TestAddressInUseFailsBeforeAnyFile(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), addr) {
 				t.Fatalf("err = %v, want it to name %s", err, addr)
 			}
-			if !strings.Contains(out.String(), "FAILED") {
-				t.Errorf("output does not show the failed step:\n%s", out)
+			if !strings.Contains(out.String(), "FAILED") || !strings.Contains(err.Error(), "nothing was written") {
+				t.Errorf("output does not show the failed step, or says to resume what never began:\n%s\n%v", out, err)
 			}
-			assertEmpty(t, dir)
+			assertMadeNothing(t, dir)
 		})
+	}
+	// A directory given empty stays, without the lock file the run made in it.
+	dir := t.TempDir()
+	o, _ := options(t, dir)
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := Run(o); err == nil {
+		t.Fatal("bootstrap with its address in use succeeded")
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+		t.Fatalf("the empty directory given holds %v (%v) after the failed check", entries, err)
+	}
+}
+
+// assertMadeNothing: a directory that did not exist before a bootstrap whose check
+// failed does not exist after it, its lock file and all ("nothing is created if one
+// fails", docs/getting-started.md).
+func assertMadeNothing(t *testing.T, dir string) {
+	t.Helper()
+	if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+		entries, _ := os.ReadDir(dir)
+		t.Fatalf("%s is there after a failed check (%v), holding %v", dir, err, entries)
 	}
 }
 
@@ -558,7 +583,7 @@ func TestInsaneClockFailsBeforeAnyFile(t *testing.T) {
 	if err := Run(o); err == nil || !strings.Contains(err.Error(), "clock") {
 		t.Fatalf("err = %v, want a clock complaint", err)
 	}
-	assertEmpty(t, dir)
+	assertMadeNothing(t, dir)
 }
 
 func TestOptionErrors(t *testing.T) {
