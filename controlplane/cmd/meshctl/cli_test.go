@@ -454,3 +454,30 @@ func TestAFlagOfOneValueGivenTwice(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsListenApartFromTheNodesOwn: --metrics-listen on the port of the node's
+// broker, Raft or cluster address is a usage error naming both; it took the port
+// first, and the broker failed "address already in use" without naming the flag.
+func TestMetricsListenApartFromTheNodesOwn(t *testing.T) {
+	cfg := datadir.Config{Listen: "10.0.0.1:7300", RaftListen: "10.0.0.1:7301", ClusterListen: "10.0.0.1:7302"}
+	for addr, want := range map[string]string{
+		"10.0.0.1:7300":  "broker (listen) address 10.0.0.1:7300",
+		"0.0.0.0:7301":   "Raft (raft_listen) address 10.0.0.1:7301",
+		":7302":          "cluster (cluster_listen) address 10.0.0.1:7302",
+		"127.0.0.1:7300": "",
+		"10.0.0.1:9300":  "",
+		"":               "",
+	} {
+		err := checkMetricsApart(addr, cfg)
+		if want == "" {
+			if err != nil {
+				t.Errorf("%q: %v", addr, err)
+			}
+			continue
+		}
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want a usage error naming the %s", addr, err, want)
+		}
+	}
+}

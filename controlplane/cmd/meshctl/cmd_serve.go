@@ -111,6 +111,12 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 				if err := checkMetricsListen(metricsListen); err != nil {
 					return err
 				}
+				if cfg, err := datadir.Dir(dir).LoadConfig(); err == nil {
+					// A data directory that cannot be read is serve's to report.
+					if err := checkMetricsApart(metricsListen, cfg); err != nil {
+						return err
+					}
+				}
 				format, err := logFormatFlag(logFormat, logJSON, c.Flags().Changed("log-format"))
 				if err != nil {
 					return err
@@ -157,6 +163,30 @@ func checkMetricsListen(addr string) error {
 	}
 	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
 		return usagef("--metrics-listen %q: the port is not a number from 1 to 65535", addr)
+	}
+	return nil
+}
+
+// checkMetricsApart refuses a --metrics-listen on the port of one of the node's own
+// listeners (broker, Raft, cluster) where both could be the same socket: the metrics
+// listener took it first and the broker failed "address already in use", its own
+// flag unnamed.
+func checkMetricsApart(metrics string, cfg datadir.Config) error {
+	if metrics == "" {
+		return nil
+	}
+	mhost, mport, err := net.SplitHostPort(metrics)
+	if err != nil {
+		return nil // checkMetricsListen said so
+	}
+	for _, own := range []struct{ what, addr string }{{"broker (listen)", cfg.Listen}, {"Raft (raft_listen)", cfg.RaftListen}, {"cluster (cluster_listen)", cfg.ClusterListen}} {
+		host, port, err := net.SplitHostPort(own.addr)
+		if err != nil || port != mport {
+			continue
+		}
+		if mhost == host || mhost == "" || host == "" || net.ParseIP(mhost).IsUnspecified() || net.ParseIP(host).IsUnspecified() {
+			return usagef("--metrics-listen %s takes the port of this control node's %s address %s (mesh.json): give another port, such as 9300", metrics, own.what, own.addr)
+		}
 	}
 	return nil
 }
