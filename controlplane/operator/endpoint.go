@@ -14,6 +14,7 @@ import (
 
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
+	"mesh/host/jsonkeys"
 	"mesh/host/readfile"
 )
 
@@ -218,6 +219,12 @@ func LoadContext(name string, getenv func(string) string) (Context, error) {
 	var c Context
 	if err := json.Unmarshal(data, &c); err != nil {
 		return Context{}, fmt.Errorf("%w: NATS context %s is not valid JSON: %w", ErrEndpoint, path, err)
+	}
+	// A member twice (two urls) was read as its last, silently, as every JSON file
+	// the mesh reads refuses (decision 0024). A member in another case than the
+	// nats CLI writes it is the nats CLI's to accept, and is accepted here too.
+	if err := jsonkeys.Check(data, &c); errors.Is(err, jsonkeys.ErrDuplicate) {
+		return Context{}, fmt.Errorf("%w: NATS context %s: %w: keep one", ErrEndpoint, path, err)
 	}
 	c.Path = path
 	c.Creds = expandHome(c.Creds, getenv)

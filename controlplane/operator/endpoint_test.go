@@ -16,6 +16,7 @@ import (
 	"mesh/controlplane/bootstrap"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
+	"mesh/host/jsonkeys"
 )
 
 // tlsBroker runs a nats-server that speaks TLS first with a leaf of a fresh CA, as
@@ -186,6 +187,16 @@ func TestLoadContext(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "broken.json"), []byte(`{"url":`))
 	if _, err := LoadContext(filepath.Join(dir, "broken.json"), getenv); !errors.Is(err, ErrEndpoint) || !strings.Contains(err.Error(), "not valid JSON") {
 		t.Fatalf("a broken context: %v", err)
+	}
+	// Two urls: refused, not the last taken. A member in another case is the nats
+	// CLI's to accept (Go's decoder does), and is read.
+	writeFile(t, filepath.Join(dir, "twice.json"), []byte(`{"url":"tls://10.0.0.1:7300","creds":"/c","ca":"/a","url":"tls://203.0.113.9:7300"}`))
+	if _, err := LoadContext(filepath.Join(dir, "twice.json"), getenv); !errors.Is(err, ErrEndpoint) || !errors.Is(err, jsonkeys.ErrDuplicate) || !strings.Contains(err.Error(), `"url" appears twice`) {
+		t.Fatalf("a context with two urls: %v", err)
+	}
+	writeFile(t, filepath.Join(dir, "case.json"), []byte(`{"URL":"tls://10.0.0.1:7300","creds":"/c","ca":"/a"}`))
+	if c, err := LoadContext(filepath.Join(dir, "case.json"), getenv); err != nil || c.URL != "tls://10.0.0.1:7300" {
+		t.Fatalf("a context with URL in capitals: %+v %v", c, err)
 	}
 }
 
