@@ -83,6 +83,9 @@ func TestSigningKeyRotation(t *testing.T) {
 		}
 	}()
 
+	// A token minted before the rotation carries the old key: pending through the
+	// overlap, stale once the key is retired (the mesh refuses it).
+	cp1.Token("early")
 	if r := cp2.Ctl("signing-key", "rotate"); r.Code != 0 || !strings.Contains(r.Stdout, "keyring epoch 2") {
 		t.Fatalf("rotate (exit %d): %s", r.Code, r.Combined())
 	}
@@ -112,9 +115,15 @@ func TestSigningKeyRotation(t *testing.T) {
 	if r.Code != 4 || !strings.Contains(r.Stderr, "lagging (epoch 1)") || strings.Contains(r.Stderr, "away") {
 		t.Fatalf("retire with a live node behind (exit %d): %s", r.Code, r.Combined())
 	}
+	if r := cp3.Ctl("token", "list", "--node", "early"); r.Code != 0 || !strings.Contains(r.Stdout, "pending") {
+		t.Fatalf("a token of the old key during the overlap (exit %d): %s", r.Code, r.Combined())
+	}
 	r = cp3.Ctl("signing-key", "retire", "--force")
-	if r.Code != 0 || !strings.Contains(r.Stdout, "stranded: lagging") {
+	if r.Code != 0 || !strings.Contains(r.Stdout, "stranded: lagging") || !strings.Contains(r.Stdout, "pending tokens of early carry the retired key") {
 		t.Fatalf("retire --force (exit %d): %s", r.Code, r.Combined())
+	}
+	if r := cp3.Ctl("token", "list", "--node", "early"); r.Code != 0 || !strings.Contains(r.Stdout, "stale") || strings.Contains(r.Stdout, "pending") {
+		t.Fatalf("a token of the retired key (exit %d): %s", r.Code, r.Combined())
 	}
 	for id, cp := range cps {
 		harness.Eventually(t, 10*time.Second, id+" drops the retired key", func() bool {

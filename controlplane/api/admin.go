@@ -75,6 +75,9 @@ type KeyringResult struct {
 	Keys  []string `json:"keys"`
 	// Stranded lists the live nodes a forced retirement left behind.
 	Stranded []string `json:"stranded,omitempty"`
+	// StaleTokens lists, by node, the pending tokens a retirement made useless:
+	// they carry the retired key, and the mesh refuses them (token_stale_key).
+	StaleTokens []string `json:"stale_tokens,omitempty"`
 }
 
 // RotateRequest asks for a new signing key. It has no arguments: its envelope,
@@ -311,7 +314,7 @@ type TokenView struct {
 	Labels      map[string]string `json:"labels,omitempty"`
 	CreatedAt   time.Time         `json:"created_at"`
 	ExpiresAt   time.Time         `json:"expires_at"`
-	State       string            `json:"state"` // pending, used, expired, cancelled
+	State       string            `json:"state"` // pending, used, expired, cancelled, stale
 	UsedAt      time.Time         `json:"used_at,omitzero"`
 	CancelledAt time.Time         `json:"cancelled_at,omitzero"`
 }

@@ -212,6 +212,11 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 		out.SigningKey = s.Keyring.Keys[len(s.Keyring.Keys)-1]
 		out.Brokers = s.Brokers()
 	})
+	if res.Token.SigningKey != "" {
+		// The key recorded with the token: what token list judges it by, even if
+		// a rotation committed since.
+		out.SigningKey = res.Token.SigningKey
+	}
 	out.Mesh = d.cfg.Mesh
 	out.CAPin = d.cfg.CAPin
 	out.Expiry = res.Token.Expiry

@@ -205,8 +205,19 @@ func (d *Daemon) retireKey(req api.RetireRequest) (api.KeyringResult, error) {
 	}
 	d.publishKeyring(env)
 	d.metrics.keyringEpochs.Inc()
-	d.log.Warn("old signing key retired", "epoch", next.Epoch, "stranded", lagging)
-	return api.KeyringResult{Epoch: next.Epoch, Keys: next.Keys, Stranded: lagging}, nil
+	var stale []string
+	now := d.now()
+	d.fsm.Read(func(s *state.State) {
+		for _, t := range s.Tokens {
+			if s.ShownState(t, now) == state.TokenStale {
+				stale = append(stale, t.Node)
+			}
+		}
+	})
+	slices.Sort(stale)
+	stale = slices.Compact(stale)
+	d.log.Warn("old signing key retired", "epoch", next.Epoch, "stranded", lagging, "stale_tokens", len(stale))
+	return api.KeyringResult{Epoch: next.Epoch, Keys: next.Keys, Stranded: lagging, StaleTokens: stale}, nil
 }
 
 // publishKeyring sends a keyring to every node; nodes that miss it get the chain on

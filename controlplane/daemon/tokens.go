@@ -29,7 +29,7 @@ func (d *Daemon) listTokens(req api.TokenListRequest) (api.TokenListResult, erro
 	d.fsm.Read(func(s *state.State) {
 		for _, t := range s.Tokens {
 			if req.Node == "" || t.Node == req.Node {
-				out.Tokens = append(out.Tokens, tokenView(t, t.StateAt(now)))
+				out.Tokens = append(out.Tokens, tokenView(t, s.ShownState(t, now)))
 			}
 		}
 	})

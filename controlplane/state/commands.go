@@ -300,6 +300,15 @@ func (s *State) applyInit(at time.Time, c *InitCmd) Result {
 	return Result{}
 }
 
+// newestKey is the keyring's newest signing key (hex): the one a token minted now
+// carries. "" before the keyring exists.
+func (s *State) newestKey() string {
+	if len(s.Keyring.Keys) == 0 {
+		return ""
+	}
+	return s.Keyring.Keys[len(s.Keyring.Keys)-1]
+}
+
 func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd) Result {
 	if t, dup := s.Tokens[c.ID]; dup {
 		// The same request again (the operator's client sends a token.create again
@@ -324,7 +333,8 @@ func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd) Result {
 		return Result{Err: fmt.Errorf("%w: a control token carries addresses and a sealed identity, a worker token neither", ErrBadCommand)}
 	}
 	t := &Token{ID: c.ID, ProofKey: c.ProofKey, Node: c.Node, Role: c.Role, Labels: maps.Clone(c.Labels), CreatedAt: at, Expiry: at.Add(c.TTL),
-		Control: c.Control, Sealed: slices.Clone(c.Sealed), SealedTo: maps.Clone(c.SealedTo), SealedSum: c.SealedSum}
+		SigningKey: s.newestKey(),
+		Control:    c.Control, Sealed: slices.Clone(c.Sealed), SealedTo: maps.Clone(c.SealedTo), SealedSum: c.SealedSum}
 	s.Tokens[c.ID] = t
 	if due := t.purgeDue(); due.Before(s.purgeAt) {
 		s.purgeAt = due

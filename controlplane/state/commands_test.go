@@ -1102,3 +1102,36 @@ func TestDeclareResumesPastTheVersionTheNodeApplied(t *testing.T) {
 		t.Fatalf("b's version after an impossible report = %d, want 3", v)
 	}
 }
+
+// TestATokenWhoseKeyWasRetiredIsShownStale: a token records the signing key it
+// carries (the keyring's newest); it stays pending through a rotation, which keeps
+// the old key, and is shown stale once a retirement drops it (the mesh refuses it,
+// token_stale_key), where `token list` went on saying pending. A token minted after
+// the rotation carries the new key and stays pending.
+func TestATokenWhoseKeyWasRetiredIsShownStale(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	m.must(tokenCmd("old", "web-1", RoleWorker, t0, time.Hour))
+	shown := func(id string) string {
+		var st string
+		m.f.Read(func(s *State) { st = s.ShownState(s.Tokens[id], t0.Add(time.Minute)) })
+		return st
+	}
+	if got := m.state().Tokens["old"].SigningKey; got != "aa11" {
+		t.Fatalf("the token records the key %q, want the keyring's newest aa11", got)
+	}
+	m.must(Command{Op: OpRotate, At: t0, Rotate: &RotateCmd{Keyring: Keyring{Epoch: 2, Keys: []string{"aa11", "bb22"}, Envelope: json.RawMessage(`{"payloadType":"k2"}`)}}})
+	m.must(tokenCmd("new", "web-2", RoleWorker, t0, time.Hour))
+	if a, b := shown("old"), shown("new"); a != TokenPending || b != TokenPending {
+		t.Fatalf("after the rotation: %s and %s, want both pending (both keys are trusted)", a, b)
+	}
+	m.must(Command{Op: OpRetire, At: t0, Retire: &RetireCmd{Keyring: Keyring{Epoch: 3, Keys: []string{"bb22"}, Envelope: json.RawMessage(`{"payloadType":"k3"}`)}}})
+	if a, b := shown("old"), shown("new"); a != TokenStale || b != TokenPending {
+		t.Fatalf("after the retirement: %s and %s, want stale and pending", a, b)
+	}
+	// A stale token is still one `token cancel` cancels.
+	m.must(Command{Op: OpCancelTokens, At: t0, CancelTokens: &CancelTokensCmd{Node: "web-1"}})
+	if got := shown("old"); got != TokenCancelled {
+		t.Fatalf("the stale token cancelled: %s", got)
+	}
+}

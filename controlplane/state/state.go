@@ -131,6 +131,12 @@ type Token struct {
 	// CancelledAt is set when an operator cancelled the token before it was used.
 	// The record stays, so that whoever presents it is told "cancelled".
 	CancelledAt time.Time `json:"cancelled_at,omitzero"`
+	// SigningKey is the signing key the token carries (hex): the keyring's newest
+	// when the token was recorded. Once a retirement drops it from the keyring the
+	// mesh refuses the token (token_stale_key), and ShownState says so. Empty for
+	// tokens recorded before it, or by a control node older than it; no rule of
+	// the state reads it.
+	SigningKey string `json:"signing_key,omitempty"`
 }
 
 // SealedIdentity is a control token's sealed identity sealed again to one control
@@ -153,6 +159,9 @@ const (
 	TokenUsed      = "used"
 	TokenExpired   = "expired"
 	TokenCancelled = "cancelled"
+	// TokenStale: unused and unexpired, but the signing key it carries was
+	// retired since it was minted: the mesh refuses it (token_stale_key).
+	TokenStale = "stale"
 )
 
 // StateAt is the token's state at a given time.
@@ -166,6 +175,16 @@ func (t *Token) StateAt(at time.Time) string {
 		return TokenExpired
 	}
 	return TokenPending
+}
+
+// ShownState is the token's state at a given time as operators see it: StateAt's,
+// and TokenStale for a pending token whose signing key the keyring no longer holds.
+func (s *State) ShownState(t *Token, at time.Time) string {
+	st := t.StateAt(at)
+	if st == TokenPending && t.SigningKey != "" && !slices.Contains(s.Keyring.Keys, t.SigningKey) {
+		return TokenStale
+	}
+	return st
 }
 
 // Node is one enrolled machine.

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -82,6 +83,10 @@ Hosts offline throughout catch up by following the chain of keyrings.`,
 					fmt.Fprintf(cio.stdout, "keyring epoch %d: the old key is retired; declarations it signs are refused from now on\n", res.Epoch)
 					for _, s := range res.Stranded {
 						fmt.Fprintf(cio.stdout, "stranded: %s (it catches up when it accepts the chain of keyrings)\n", s)
+					}
+					if len(res.StaleTokens) > 0 {
+						fmt.Fprintf(cio.stdout, "pending tokens of %s carry the retired key and are refused from now on (token_stale_key): cancel them (meshctl token cancel NODE) and mint new ones\n",
+							strings.Join(res.StaleTokens, ", "))
 					}
 				default:
 					return usagef("unknown signing-key action %q: say rotate, status or retire", args[0])
