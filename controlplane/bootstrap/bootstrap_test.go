@@ -773,3 +773,28 @@ func TestABootstrapStoppedInItsRaftStepIsFinished(t *testing.T) {
 		t.Fatalf("after the run the store holds no entry: %v, %v", ok, err)
 	}
 }
+
+// TestKilledWritingItsFirstFileResumes: a bootstrap killed while it wrote mesh.json
+// the first time left its lock and the write's temporary file; run again, it
+// resumes (the temporary file is removed under the lock), where it refused the
+// directory as "not empty" and serve sent the operator back to bootstrap.
+func TestKilledWritingItsFirstFileResumes(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]string{datadir.LockFile: `{"pid":1,"command":"meshctl bootstrap"}`, ".mesh.json.tmp-123": `{"format":1,"mes`, ".admin.creds.tmp-456": "creds of a run killed"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o, _ := options(t, dir)
+	if err := Run(o); err != nil {
+		t.Fatalf("the run after the kill: %v", err)
+	}
+	for _, stray := range []string{".mesh.json.tmp-123", ".admin.creds.tmp-456"} {
+		if _, err := os.Lstat(filepath.Join(dir, stray)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s is still there (%v): a copy of credentials nothing removes", stray, err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package datadir
 
 import (
+	"mesh/host/atomicfile"
 	"mesh/host/dirlock"
 )
 
@@ -25,13 +26,27 @@ const dataDirectory = "data directory"
 // command (say "meshctl serve") in the lock file, or refuses at once with an
 // *InUseError naming the holder. The directory must exist (the error then matches
 // fs.ErrNotExist); the lock file is created if needed. Release it, or exit.
+//
+// With the lock held no write into the directory is under way: the temporary files
+// of writes a killed process cut short are removed then. Left, they were never
+// removed (a copy of admin.creds logged in as the operator), and bootstrap and join
+// refused to resume in a directory "not empty" for them alone.
 func (d Dir) Lock(command string) (*Lock, error) {
-	return dirlock.Acquire(dataDirectory, string(d), command)
+	l, err := dirlock.Acquire(dataDirectory, string(d), command)
+	if err == nil {
+		_, _ = atomicfile.RemoveStale(string(d)) // best effort: they only take room
+	}
+	return l, err
 }
 
 // LockExisting is Lock for a command that changes nothing (`bootstrap --dry-run`):
 // it creates nothing, and when the directory or its lock file does not exist it
 // returns a nil *Lock and no error, since no process holds a lock there.
+// Held, it removes the temporary files of writes cut short, as Lock does.
 func (d Dir) LockExisting(command string) (*Lock, error) {
-	return dirlock.AcquireExisting(dataDirectory, string(d), command)
+	l, err := dirlock.AcquireExisting(dataDirectory, string(d), command)
+	if err == nil && l != nil {
+		_, _ = atomicfile.RemoveStale(string(d))
+	}
+	return l, err
 }

@@ -267,6 +267,14 @@ func TestJoinResumesAfterKeysSavedInPart(t *testing.T) {
 			partial(d)
 			write(t, d.Path("notes.txt"), "mine")
 		}, true},
+		// Killed while it wrote mesh.json: the temporary file of that write is
+		// removed under the lock the killed run left (it was "not empty").
+		"killed writing mesh.json": {func(d datadir.Dir) {
+			write(t, d.Path(datadir.LockFile), `{"pid":1,"command":"meshctl join"}`)
+			write(t, d.Path(pendingFile), string(pendingJSON))
+			partial(d)
+			write(t, d.Path("."+datadir.ConfigFile+".tmp-456"), `{"format":1,"mesh":`)
+		}, false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			d := datadir.Dir(t.TempDir())
