@@ -140,7 +140,13 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 			nats.Name("meshctl"),
 			nats.Timeout(dialTimeout),
 			nats.DontRandomize(),
-			nats.NoReconnect(),
+			// A broker that stops under a call (its control node killed, or
+			// restarted) is left for another of the list, pin checked as at the
+			// first dial: a read or a token creation is then sent again (Call),
+			// where the call ended "nats: connection closed", exit 1, whether or
+			// not a change it carried went through.
+			nats.MaxReconnects(reconnects),
+			nats.ReconnectWait(250*time.Millisecond),
 		)...)
 	}
 	start := time.Now()
@@ -294,6 +300,12 @@ func (c *Client) Call(op string, req, res any) error {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("%w; waited %s", ErrNoLeader, c.leaderWait)
 		}
+		if errors.Is(err, nats.ErrConnectionClosed) {
+			if api.Repeatable(op) {
+				return fmt.Errorf("%w before %s was answered, and no broker of the list took it again; run it again", ErrConnectionLost, op)
+			}
+			return fmt.Errorf("%w before %s was answered, and no broker of the list took it again; the control node that took it may have carried it out: look (`meshctl nodes`, `meshctl token list`) before running it again", ErrConnectionLost, op)
+		}
 		if errors.Is(err, nats.ErrTimeout) {
 			if c.denied.has(api.AdminSubject(op)) {
 				return ErrReadOnly
@@ -335,6 +347,16 @@ func (c *Client) request(op string, data []byte) (*nats.Msg, error) {
 		attempt *= 2
 	}
 }
+
+// reconnects bounds the operator connection's reconnection attempts: each round tries
+// every broker of the list, 250 ms apart, so a few seconds of a mesh whose brokers
+// all stopped end the call (ErrConnectionLost) rather than keep it waiting.
+const reconnects = 8
+
+// ErrConnectionLost means the connection to the control plane closed under a call
+// and no broker of the list took it again: a change the call carried may have been
+// carried out.
+var ErrConnectionLost = errors.New("the connection to the control plane was lost")
 
 // Request sends data to subject and waits up to timeout for the answer. "No
 // responders" means the broker delivered the request to nobody (no leader yet, or an

@@ -265,7 +265,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		errors.Is(err, datadir.ErrCorrupt), errors.Is(err, datadir.ErrTruncated), errors.Is(err, datadir.ErrTooLarge), errors.Is(err, datadir.ErrMissing),
 		errors.Is(err, datadir.ErrFormat), errors.Is(err, datadir.ErrNotAFile):
 		return exitDataDir
-	case errors.Is(err, operator.ErrUnreachable), errors.Is(err, operator.ErrNoLeader), errors.Is(err, operator.ErrNoAnswer),
+	case errors.Is(err, operator.ErrUnreachable), errors.Is(err, operator.ErrNoLeader), errors.Is(err, operator.ErrNoAnswer), errors.Is(err, operator.ErrConnectionLost),
 		errors.Is(err, join.ErrUnavailable):
 		return exitUnreachable
 	case errors.Is(err, join.ErrRefused), errors.Is(err, join.ErrToken), errors.Is(err, pki.ErrPinMismatch),

@@ -1,0 +1,129 @@
+package operator
+
+import (
+	"encoding/json"
+	"errors"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/pki"
+)
+
+// twoBrokers starts two brokers under one CA, and returns their addresses, the
+// servers and the CA file.
+func twoBrokers(t *testing.T) ([]string, []*server.Server, string) {
+	t.Helper()
+	now := time.Now()
+	ca, _, err := pki.NewCA("m", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	var servers []*server.Server
+	for _, name := range []string{"cp-1", "cp-2"} {
+		leaf, err := ca.IssueLeaf(name, []net.IP{net.IPv4(127, 0, 0, 1)}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := pki.ServerConfig(leaf, ca.CertPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+			TLSConfig: cfg, TLS: true, TLSHandshakeFirst: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Start()
+		t.Cleanup(s.Shutdown)
+		if !s.ReadyForConnections(5 * time.Second) {
+			t.Fatal("broker not ready")
+		}
+		addrs = append(addrs, s.Addr().String())
+		servers = append(servers, s)
+	}
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	writeFile(t, caFile, ca.CertPEM)
+	return addrs, servers, caFile
+}
+
+// answer subscribes, on a plain connection to addr, a responder for op: it answers
+// with an empty result, or never when silent.
+func answer(t *testing.T, addr, caFile, op string, silent bool) {
+	t.Helper()
+	e, err := CAEndpoint([]string{addr}, credsFile(t), caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := DialEndpoint(e, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	if _, err := c.nc.Subscribe(api.AdminSubject(op), func(m *nats.Msg) {
+		if !silent {
+			data, _ := json.Marshal(api.AdminResponse{V: api.ProtocolVersion, Result: json.RawMessage(`{}`)})
+			_ = m.Respond(data)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestABrokerStoppingUnderACall: the broker meshctl is connected to stops while a
+// call waits for its answer. A read (or a token creation) is answered through
+// another broker of the list, sent again there; with no broker left, a change says
+// the connection was lost and that it may have been carried out (exit 3). Before,
+// every call ended "nats: connection closed", exit 1, whether or not a change went
+// through, and a token creation was not sent again.
+func TestABrokerStoppingUnderACall(t *testing.T) {
+	addrs, servers, caFile := twoBrokers(t)
+	answer(t, addrs[0], caFile, api.OpNodes, true) // takes it, and stops before answering
+	answer(t, addrs[1], caFile, api.OpNodes, false)
+	e, err := CAEndpoint(addrs, credsFile(t), caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := DialEndpoint(e, Options{Timeout: 15 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.firstAttempt = 500 * time.Millisecond
+	time.AfterFunc(200*time.Millisecond, servers[0].Shutdown)
+	if err := c.Call(api.OpNodes, api.NodesRequest{}, nil); err != nil {
+		t.Fatalf("a read whose broker stopped, another in the list: %v", err)
+	}
+
+	// One broker, which stops under a change.
+	lone, loneServers, loneCA := twoBrokers(t)
+	answer(t, lone[0], loneCA, api.OpRevoke, true)
+	e, err = CAEndpoint(lone[:1], credsFile(t), loneCA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := DialEndpoint(e, Options{Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	time.AfterFunc(200*time.Millisecond, loneServers[0].Shutdown)
+	start := time.Now()
+	err = c2.Call(api.OpRevoke, api.RevokeRequest{Nodes: []string{"web-1"}}, nil)
+	if !errors.Is(err, ErrConnectionLost) || !strings.Contains(err.Error(), "may have carried it out") {
+		t.Fatalf("a change whose only broker stopped: %v, want ErrConnectionLost saying it may have been carried out", err)
+	}
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("the lost connection was said after %s", took)
+	}
+}
