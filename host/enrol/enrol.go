@@ -284,6 +284,9 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 			r.step("identity", "saved in %s by an earlier run of this enrolment, which stopped before it removed its draft key (removed now): enrolled", identity.Path(o.StateDir))
 			return Result{Identity: id, Finished: true}, nil
 		}
+		if id, ok := r.confirmedByTheMesh(ctx, err); ok {
+			return Result{Identity: id, Finished: true}, nil
+		}
 		return Result{}, err
 	}
 	r.step("identity", "none in %s yet (a new machine)", o.StateDir)
@@ -383,6 +386,44 @@ func (r *run) savedByEarlierRun(err error) (identity.Identity, bool) {
 	defer kp.Wipe()
 	pub, err := kp.PublicKey()
 	return id, err == nil && pub == id.PublicKey
+}
+
+// confirmedByTheMesh finishes, as an earlier run's, an enrolment whose identity is
+// saved for the token's mesh, node and CA, and whose draft key was removed: the run
+// that saved it was stopped before it said "enrolled" (a kill, a power loss). Only
+// the mesh knows whether that identity's key is the one this token admitted: the
+// enrolment is asked again with it, and a repeat of the same admission is answered
+// from the mesh's records. Anything else (another key, an unused token, no answer)
+// leaves the identity "already enrolled". Before, that rerun was told to have the
+// node revoked, a healthy node.
+func (r *run) confirmedByTheMesh(ctx context.Context, enrolled error) (identity.Identity, bool) {
+	if !errors.Is(enrolled, identity.ErrAlreadyEnrolled) {
+		return identity.Identity{}, false
+	}
+	id, err := identity.Load(r.o.StateDir)
+	if err != nil || id.Mesh != r.tok.Mesh || id.Node != r.tok.Node || id.CAPin != hex.EncodeToString(r.tok.CAPin[:]) {
+		return identity.Identity{}, false
+	}
+	kp, err := id.KeyPair()
+	if err != nil {
+		return identity.Identity{}, false
+	}
+	defer kp.Wipe()
+	r.step("identity", "%s holds node %s of mesh %s: asking the mesh whether this token admitted its key (an earlier run of this enrolment, stopped before it said so)", identity.Path(r.o.StateDir), id.Node, id.Mesh)
+	nc, _, err := r.dialEnrolment(ctx, kp, id.PublicKey)
+	if err != nil {
+		return identity.Identity{}, false
+	}
+	defer nc.Close()
+	resp, err := r.request(ctx, nc, kp, id.PublicKey)
+	if err != nil {
+		return identity.Identity{}, false
+	}
+	if _, err := r.verify(resp, kp, id.PublicKey); err != nil {
+		return identity.Identity{}, false
+	}
+	r.step("identity", "the mesh admitted this key with this token: enrolled by the earlier run")
+	return id, true
 }
 
 // dropSpentKey removes the pending key when the mesh, answering the request, refused

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,9 +118,15 @@ func TestARefusalForGoodDropsThePendingKey(t *testing.T) {
 // revoked, though `meshhost run` worked. Run again with the same token, it finds
 // its own identity beside its draft key, removes the draft and succeeds, without
 // dialling the mesh. An identity beside another token's draft, or none, is refused
-// as enrolled, as before.
+// as enrolled when the mesh does not confirm that this token admitted its key
+// (TestARunStoppedAfterItRemovedItsDraftKeyIsFinished: when it does, it is finished).
 func TestAnEnrolmentSavedByAnEarlierRunIsFinished(t *testing.T) {
-	m := newFakeMesh(t, func(*wire.EnrolResponse) {})
+	var refuse atomic.Bool
+	m := newFakeMesh(t, func(r *wire.EnrolResponse) {
+		if refuse.Load() {
+			*r = wire.EnrolResponse{V: wire.ProtocolVersion, Error: &wire.Error{Code: wire.CodeTokenUsed, Message: "this token already enrolled a node"}}
+		}
+	})
 	dir := filepath.Join(t.TempDir(), "state")
 	res, err := Enrol(context.Background(), Options{StateDir: dir, Token: m.token, DialTimeout: 5 * time.Second, RequestTimeout: 5 * time.Second})
 	if err != nil {
@@ -146,6 +153,7 @@ func TestAnEnrolmentSavedByAnEarlierRunIsFinished(t *testing.T) {
 	if _, err := identity.LoadPending(dir); !errors.Is(err, identity.ErrNoPending) {
 		t.Fatalf("the draft key is still there: %v", err)
 	}
+	refuse.Store(true)
 	for name, setup := range map[string]func(){
 		"no draft key":              func() {},
 		"another token's draft key": func() { draft(strings.Repeat("0", 64)) },
