@@ -679,7 +679,11 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 		if ctx.Err() != nil {
 			return interrupted("adding " + cfg.Node + " as a Raft nonvoter")
 		}
-		return fmt.Errorf("%w: add as a Raft nonvoter: %v", ErrNotConfirmed, err)
+		// Nothing to roll back (it was "rolled back", exit 1, where nothing was
+		// tried): the mesh admitted the node, and the same join run again
+		// resumes. The error keeps its kind: no answer or a lost connection
+		// exits 3, a refusal 4.
+		return fmt.Errorf("adding %s as a Raft nonvoter: %w\nthe mesh has admitted %s: run the same meshctl join again to resume", cfg.Node, err, cfg.Node)
 	}
 	r.step("raft", "added as a nonvoter; Raft replicates the log to %s", cfg.RaftListen)
 

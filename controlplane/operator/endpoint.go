@@ -68,7 +68,11 @@ func DirEndpoint(dir datadir.Dir, joining bool) (Endpoint, error) {
 	}
 	hint := fmt.Sprintf("is `meshctl serve --data %s` running? A control node that is starting opens its broker "+
 		"once it follows a leader: its log says what it waits for", dir)
-	if _, removed, _ := dir.Removed(); removed {
+	if cfg.Joining {
+		// The node is still joining: its own serve is not running yet, and the
+		// brokers are the other control nodes'.
+		hint = fmt.Sprintf("the other control nodes' brokers did not answer: check that they run (meshctl control status on one of them); the join in %s resumes when run again", dir)
+	} else if _, removed, _ := dir.Removed(); removed {
 		// It will never serve again: its own broker is not what to look at.
 		hint = fmt.Sprintf("%s is the data directory of a control node removed from the mesh, which will not serve again: "+
 			"give an active control node's data directory, or --servers with the brokers of the control nodes that run", dir)

@@ -311,3 +311,22 @@ func TestDirEndpointOfARemovedNode(t *testing.T) {
 		t.Fatalf("a removed node's hint: %q, %v", e.Hint, err)
 	}
 }
+
+// TestDirEndpointOfAJoiningNode: a node still joining has no serve of its own to
+// check: when nothing answers, the hint names the other control nodes and says that
+// the join resumes (it asked whether the joining node's serve ran).
+func TestDirEndpointOfAJoiningNode(t *testing.T) {
+	d := datadir.Dir(t.TempDir())
+	if err := d.SaveConfig(datadir.Config{Mesh: "m", Node: "cp-2", Listen: "127.0.0.2:7300", Brokers: []string{"127.0.0.1:7300"}, CAPin: strings.Repeat("ab", 32), Joining: true}); err != nil {
+		t.Fatal(err)
+	}
+	creds, err := os.ReadFile(credsFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, d.Path(datadir.AdminCredsFile), creds)
+	e, err := DirEndpoint(d, true)
+	if err != nil || strings.Contains(e.Hint, "running?") || !strings.Contains(e.Hint, "other control nodes' brokers") || !strings.Contains(e.Hint, "resumes") {
+		t.Fatalf("a joining node's hint: %q, %v", e.Hint, err)
+	}
+}
