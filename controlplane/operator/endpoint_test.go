@@ -262,13 +262,11 @@ func TestDialWaitsForAFullBroker(t *testing.T) {
 	}
 }
 
-// TestDirEndpointNamesEachBrokerOnce: a control node's own broker is in the list of
-// brokers too; it is tried first and named once (an unreachable control plane's
-// error lists the addresses tried).
-func TestDirEndpointNamesEachBrokerOnce(t *testing.T) {
+// controlDir makes a control node's data directory of cfg, with operator
+// credentials.
+func controlDir(t *testing.T, cfg datadir.Config) datadir.Dir {
+	t.Helper()
 	d := datadir.Dir(t.TempDir())
-	cfg := datadir.Config{Mesh: "m", Node: "cp-2", Listen: "127.0.0.2:7300",
-		Brokers: []string{"127.0.0.1:7300", "127.0.0.2:7300", "127.0.0.3:7300"}, CAPin: strings.Repeat("ab", 32)}
 	if err := d.SaveConfig(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -277,6 +275,15 @@ func TestDirEndpointNamesEachBrokerOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, d.Path(datadir.AdminCredsFile), creds)
+	return d
+}
+
+// TestDirEndpointNamesEachBrokerOnce: a control node's own broker is in the list of
+// brokers too; it is tried first and named once (an unreachable control plane's
+// error lists the addresses tried).
+func TestDirEndpointNamesEachBrokerOnce(t *testing.T) {
+	d := controlDir(t, datadir.Config{Mesh: "m", Node: "cp-2", Listen: "127.0.0.2:7300",
+		Brokers: []string{"127.0.0.1:7300", "127.0.0.2:7300", "127.0.0.3:7300"}, CAPin: strings.Repeat("ab", 32)})
 	e, err := DirEndpoint(d, false)
 	if err != nil {
 		t.Fatal(err)
@@ -290,15 +297,7 @@ func TestDirEndpointNamesEachBrokerOnce(t *testing.T) {
 // TestDirEndpointOfARemovedNode: a removed control node's data directory names no
 // serve to check when nothing answers: that node will not serve again.
 func TestDirEndpointOfARemovedNode(t *testing.T) {
-	d := datadir.Dir(t.TempDir())
-	if err := d.SaveConfig(datadir.Config{Mesh: "m", Node: "cp-2", Listen: "127.0.0.2:7300", Brokers: []string{"127.0.0.2:7300"}, CAPin: strings.Repeat("ab", 32)}); err != nil {
-		t.Fatal(err)
-	}
-	creds, err := os.ReadFile(credsFile(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, d.Path(datadir.AdminCredsFile), creds)
+	d := controlDir(t, datadir.Config{Mesh: "m", Node: "cp-2", Listen: "127.0.0.2:7300", Brokers: []string{"127.0.0.2:7300"}, CAPin: strings.Repeat("ab", 32)})
 	e, err := DirEndpoint(d, false)
 	if err != nil || !strings.Contains(e.Hint, "is `meshctl serve --data") {
 		t.Fatalf("an active node's hint: %q, %v", e.Hint, err)
@@ -316,15 +315,7 @@ func TestDirEndpointOfARemovedNode(t *testing.T) {
 // check: when nothing answers, the hint names the other control nodes and says that
 // the join resumes (it asked whether the joining node's serve ran).
 func TestDirEndpointOfAJoiningNode(t *testing.T) {
-	d := datadir.Dir(t.TempDir())
-	if err := d.SaveConfig(datadir.Config{Mesh: "m", Node: "cp-2", Listen: "127.0.0.2:7300", Brokers: []string{"127.0.0.1:7300"}, CAPin: strings.Repeat("ab", 32), Joining: true}); err != nil {
-		t.Fatal(err)
-	}
-	creds, err := os.ReadFile(credsFile(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, d.Path(datadir.AdminCredsFile), creds)
+	d := controlDir(t, datadir.Config{Mesh: "m", Node: "cp-2", Listen: "127.0.0.2:7300", Brokers: []string{"127.0.0.1:7300"}, CAPin: strings.Repeat("ab", 32), Joining: true})
 	e, err := DirEndpoint(d, true)
 	if err != nil || strings.Contains(e.Hint, "running?") || !strings.Contains(e.Hint, "other control nodes' brokers") || !strings.Contains(e.Hint, "resumes") {
 		t.Fatalf("a joining node's hint: %q, %v", e.Hint, err)
