@@ -85,11 +85,12 @@ type Applier interface {
 // the agent's user, and replaced files take the agent's ownership too, since
 // replacing is writing a new file.
 //
-// The checks happen on the paths as they are when Apply starts; a local
-// process racing the applier to swap a directory for a link can at worst
-// redirect a write to another place inside Root, never outside it, and never
-// change the mode of anything but what the applier wrote (the mode of a
-// directory it makes is set on the directory it opened, not by name).
+// The checks happen on the paths as they are when Apply starts; every step
+// after them goes through the directories the applier opened from the root one
+// name at a time, never following a link (dirHandle), so a local process racing
+// it to swap a directory for a link makes the apply fail and roll back: it
+// cannot redirect a write or a removal, inside Root or out of it, nor change
+// the mode of anything but what the applier wrote.
 type FileApplier struct {
 	Root  string
 	Chown bool // apply Owner/Group (only meaningful as root)
@@ -307,9 +308,10 @@ type run struct {
 // and a Root for the steps that write in it. An Apply that finds every file
 // unchanged opens only the first, in the one open per directory it always cost.
 type dirHandle struct {
-	swept   bool     // the leftovers of an interrupted apply were removed from it
-	name    string   // slash-separated in the managed root, "." for the root itself
-	managed *os.Root // the managed root, which opens both
+	swept   bool       // the leftovers of an interrupted apply were removed from it
+	name    string     // slash-separated in the managed root, "." for the root itself
+	parent  *dirHandle // the directory it is in; nil for the managed root
+	managed *os.Root   // the managed root
 	file    *os.File
 	root    *os.Root
 	own     bool // root is this handle's to close (not the managed root itself)
@@ -323,6 +325,9 @@ func (r *run) dir(dir string) *dirHandle {
 		return d
 	}
 	d := &dirHandle{name: dir, managed: r.root}
+	if dir != "." {
+		d.parent = r.dir(path.Dir(dir))
+	}
 	if r.dirs == nil {
 		r.dirs = map[string]*dirHandle{}
 	}
@@ -330,10 +335,27 @@ func (r *run) dir(dir string) *dirHandle {
 	return d
 }
 
-// dirFile returns the directory itself, opened once.
+// dirFile returns the directory itself, opened once: from its parent's
+// descriptor, one name at a time, never through a link (openDirIn). By name from
+// the managed root, os.Root follows a link that stays inside it: a local user who
+// may write one directory of the root, swapping a link to another (../etc) in
+// for a directory of a declared path between the inspection and the write, had the
+// agent write a file of theirs into etc/, or remove one there.
 func (d *dirHandle) dirFile() (*os.File, error) {
 	if d.file == nil {
-		f, err := d.managed.OpenFile(d.name, os.O_RDONLY|atomicfile.NoPoll|openDirFlag, 0)
+		if d.parent == nil {
+			f, err := d.managed.OpenFile(d.name, os.O_RDONLY|atomicfile.NoPoll|openDirFlag, 0)
+			if err != nil {
+				return nil, err
+			}
+			d.file = f
+			return f, nil
+		}
+		pf, err := d.parent.dirFile()
+		if err != nil {
+			return nil, err
+		}
+		f, err := openDirIn(pf, path.Base(d.name), d.name, d.managed)
 		if err != nil {
 			return nil, err
 		}
@@ -343,20 +365,39 @@ func (d *dirHandle) dirFile() (*os.File, error) {
 }
 
 // writeRoot returns the Root the steps on the files in the directory go
-// through, opened once.
+// through, opened once. It is the very directory dirFile opened: os.Root opens
+// by name, and a directory swapped since is refused.
 func (d *dirHandle) writeRoot() (*os.Root, error) {
 	if d.root == nil {
 		if d.name == "." {
 			d.root = d.managed
 			return d.root, nil
 		}
+		f, err := d.dirFile()
+		if err != nil {
+			return nil, err
+		}
 		sub, err := d.managed.OpenRoot(d.name)
 		if err != nil {
 			return nil, err
 		}
+		want, err1 := f.Stat()
+		got, err2 := sub.Stat(".")
+		if err1 != nil || err2 != nil || !os.SameFile(want, got) {
+			sub.Close()
+			return nil, &PathError{Path: d.name, Err: ErrEscapesRoot,
+				Reason: "the directory was replaced as the agent opened it (a link swapped in?): something else writes in the managed root"}
+		}
 		d.root, d.own = sub, true
 	}
 	return d.root, nil
+}
+
+// in returns the Root of the directory p is in, and p's name there: the steps on p
+// (make, remove) go through it, never through a path of several names.
+func (r *run) in(p string) (*os.Root, string, error) {
+	root, err := r.dir(path.Dir(p)).writeRoot()
+	return root, path.Base(p), err
 }
 
 // sync flushes the directory, so that a rename, creation or removal in it
@@ -514,7 +555,11 @@ func (r *run) write(w write) error {
 		return err
 	}
 	for _, dir := range w.mkdirs {
-		if err := r.root.Mkdir(dir, 0o755); err != nil {
+		parent, name, err := r.in(dir)
+		if err != nil {
+			return err
+		}
+		if err := parent.Mkdir(name, 0o755); err != nil {
 			if errors.Is(err, fs.ErrExist) {
 				continue // an earlier file in this run made it
 			}
@@ -668,11 +713,24 @@ func (r *run) remove(rm remove) error {
 	if err := r.hook("remove", rm.path); err != nil {
 		return err
 	}
-	if err := r.root.Remove(rm.path); err != nil {
+	parent, name, err := r.in(rm.path)
+	if err != nil {
+		return err
+	}
+	if err := parent.Remove(name); err != nil {
 		return err
 	}
 	r.done = append(r.done, undo{path: rm.path, prev: rm.prev, removed: true})
 	return r.syncDir(path.Dir(rm.path))
+}
+
+// removeIn removes p through the directory it is in (r.in).
+func (r *run) removeIn(p string) error {
+	parent, name, err := r.in(p)
+	if err != nil {
+		return err
+	}
+	return parent.Remove(name)
 }
 
 // fail undoes this run's changes, newest first, and reports the failure.
@@ -688,11 +746,11 @@ func (r *run) fail(p string, cause error) error {
 		switch {
 		case u.isDir:
 			// Only if still empty: something else may have put a file there.
-			if rerr := r.root.Remove(u.path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) && !isNotEmpty(rerr) {
+			if rerr := r.removeIn(u.path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) && !isNotEmpty(rerr) {
 				err = rerr
 			}
 		case u.prev == nil:
-			if rerr := r.root.Remove(u.path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			if rerr := r.removeIn(u.path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 				err = rerr
 			}
 		default:

@@ -878,3 +878,53 @@ func TestApplyDirectoryToFileSaysWhatToDo(t *testing.T) {
 		t.Fatalf("with the directory removed: %v", err)
 	}
 }
+
+// TestApplyDirectorySwappedForALinkInsideTheRoot: a local user who may write one
+// directory of the managed root (shared/) swaps a link to another directory of the
+// root (../etc, root's) in for the directory of a declared path, between the
+// inspection and the step. Each step goes through the directory the agent opened one
+// name at a time without following a link, so the write into shared/sub and the
+// removal of shared/sub/app.conf are refused and undone, and etc/ is untouched. By
+// name, os.Root followed the link, which stays inside the root: the user's file
+// replaced etc/app.conf (declared owner: the user, in a root-only directory), and a
+// removal took etc/app.conf away.
+func TestApplyDirectorySwappedForALinkInsideTheRoot(t *testing.T) {
+	for _, step := range []string{"write", "remove"} {
+		t.Run(step, func(t *testing.T) {
+			root := t.TempDir()
+			mustWrite(t, filepath.Join(root, "etc/app.conf"), "root's", 0o644)
+			managed := []string{"etc/app.conf"}
+			files := []File{{Path: "etc/app.conf", Data: []byte("root's"), Mode: 0o644}}
+			if step == "write" {
+				if err := os.MkdirAll(filepath.Join(root, "shared/sub"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				files = append(files, File{Path: "shared/sub/app.conf", Data: []byte("the user's"), Mode: 0o644})
+			} else {
+				mustWrite(t, filepath.Join(root, "shared/sub/app.conf"), "the user's", 0o644)
+				managed = append(managed, "shared/sub/app.conf")
+			}
+			swapped := false
+			a := FileApplier{Root: root, failpoint: func(s, p string) error {
+				if s == step && p == "shared/sub/app.conf" && !swapped {
+					swapped = true
+					if err := os.Rename(filepath.Join(root, "shared/sub"), filepath.Join(root, "shared/moved")); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.Symlink("../etc", filepath.Join(root, "shared/sub")); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return nil
+			}}
+			_, err := a.Apply(context.Background(), files, managed)
+			if !swapped {
+				t.Fatal("the failpoint never ran")
+			}
+			if !errors.Is(err, ErrEscapesRoot) {
+				t.Errorf("got %v, want the apply refused (ErrEscapesRoot)", err)
+			}
+			assertFile(t, filepath.Join(root, "etc/app.conf"), "root's", 0o644)
+		})
+	}
+}

@@ -143,3 +143,33 @@ func fileMode(m uint32) fs.FileMode {
 	}
 	return mode
 }
+
+// openDirIn opens the directory called name in parent, by its descriptor, never
+// following a link at that name: a link (swapped in since the inspection) or
+// anything but a directory is refused. p names it in messages.
+func openDirIn(parent *os.File, name, p string, _ *os.Root) (*os.File, error) {
+	rc, err := parent.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	fd := -1
+	var oerr error
+	if err := rc.Control(func(dirfd uintptr) {
+		oerr = ignoringEINTR(func() (err error) {
+			fd, err = syscall.Openat(int(dirfd), name, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+			return err
+		})
+	}); err != nil {
+		return nil, err
+	}
+	switch {
+	case errors.Is(oerr, syscall.ELOOP):
+		return nil, &PathError{Path: p, Err: ErrEscapesRoot,
+			Reason: "it is a symbolic link (swapped in since the agent looked?), and declared files are never written through links"}
+	case errors.Is(oerr, syscall.ENOTDIR):
+		return nil, &PathError{Path: p, Err: ErrInvalidPath, Reason: "it is no longer a directory: something else writes in the managed root"}
+	case oerr != nil:
+		return nil, &fs.PathError{Op: "open", Path: p, Err: oerr}
+	}
+	return os.NewFile(uintptr(fd), p), nil
+}

@@ -21,8 +21,10 @@ import (
 func (r *run) settleDir(parent *dirHandle, p, name string) error {
 	// Under the usual umask (022) Mkdir made it 0755 already: one look, without
 	// following a link at its name, and nothing to change.
-	if fi, err := r.root.Lstat(p); err == nil && fi.IsDir() && fi.Mode().Perm() == 0o755 {
-		return nil
+	if proot, err := parent.writeRoot(); err == nil {
+		if fi, err := proot.Lstat(name); err == nil && fi.IsDir() && fi.Mode().Perm() == 0o755 {
+			return nil
+		}
 	}
 	dir, err := parent.dirFile()
 	if err != nil {
