@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // ErrUnsafePath: a file the agent acts on (the hooks file) or a directory above the
@@ -28,6 +29,9 @@ func (e *UnsafePathError) Error() string {
 	why := fmt.Sprintf("has mode %#o: group or others may write it", e.Mode.Perm())
 	if e.UID != e.EUID && e.UID != 0 {
 		why = fmt.Sprintf("belongs to %s", who(e.UID))
+		if e.Mode&fs.ModeSymlink != 0 {
+			why = fmt.Sprintf("is a symbolic link that belongs to %s (its owner may point it elsewhere at any time)", who(e.UID))
+		}
 	}
 	part := e.Part
 	if part == e.Path {
@@ -48,6 +52,9 @@ func (e *UnsafePathError) Is(target error) bool { return target == ErrUnsafePath
 // another's entry there. It returns the resolved path, which the caller opens.
 // Where files have no owner (not Unix), nothing is checked.
 func CheckFile(what, path string) (string, error) {
+	if err := checkLinks(what, path); err != nil {
+		return "", err
+	}
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return "", err
@@ -83,6 +90,9 @@ func OpenFile(what, path string) (*os.File, error) {
 // others may write in is the operator's choice), and the parts at its end that do
 // not exist yet are skipped (the managed root is made at the first apply).
 func CheckParents(what, dir string) error {
+	if err := checkLinks(what, dir); err != nil {
+		return err
+	}
 	real, err := Resolved(dir)
 	if err != nil {
 		return err
@@ -113,6 +123,62 @@ func Resolved(p string) (string, error) {
 		rest = filepath.Join(filepath.Base(cur), rest)
 		cur = parent
 	}
+}
+
+// checkLinks refuses a symbolic link on the way to path that another user than the
+// agent's or root owns: the chain checked once its links are resolved says nothing
+// of the links themselves, and a link another user planted in a sticky directory
+// (/tmp/mroot pointing into /root) made the agent write there as root, where the
+// kernel's fs.protected_symlinks is off. Every link met is judged, and so is the
+// way to its target. Parts that do not exist are skipped.
+func checkLinks(what, path string) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	return walkLinks(what, path, abs, 0)
+}
+
+// maxLinks bounds the links walkLinks follows, as the kernel's ELOOP does.
+const maxLinks = 40
+
+func walkLinks(what, path, abs string, followed int) error {
+	euid := os.Geteuid()
+	parts := strings.Split(strings.TrimPrefix(filepath.Clean(abs), string(filepath.Separator)), string(filepath.Separator))
+	cur := string(filepath.Separator)
+	for _, part := range parts {
+		if part == "" {
+			continue
+		}
+		next := filepath.Join(cur, part)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			return nil // what does not exist yet is made later; other errors are the chain's to report
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			if uid, ok := owner(fi); ok && uid != euid && uid != 0 {
+				return &UnsafePathError{What: what, Path: path, Part: next, UID: uid, EUID: euid, Mode: fi.Mode()}
+			}
+			if followed++; followed > maxLinks {
+				return nil // the kernel refuses it (ELOOP) when it is used
+			}
+			target, err := os.Readlink(next)
+			if err != nil {
+				return nil
+			}
+			if !filepath.IsAbs(target) {
+				target = filepath.Join(cur, target)
+			}
+			if err := walkLinks(what, path, target, followed); err != nil {
+				return err
+			}
+			if next, err = filepath.EvalSymlinks(next); err != nil {
+				return nil
+			}
+		}
+		cur = next
+	}
+	return nil
 }
 
 // checkChain checks real (absolute, no links) and the directories above it: self

@@ -129,3 +129,50 @@ func TestCheckRefusesAStateDirectoryUnderAnotherUsersDirectory(t *testing.T) {
 		t.Fatalf("under another user's directory: %v, want ErrUnsafePath", err)
 	}
 }
+
+// TestALinkAnotherUserOwnsIsRefused: a symbolic link on the way to the managed
+// root, the state directory or the hooks file that another user owns is refused,
+// naming it, though where it points passes every rule: the user planted it in a
+// sticky directory (/tmp/mroot pointing into /root), and the agent wrote there as
+// root where fs.protected_symlinks is off. The same link owned by root passes.
+func TestALinkAnotherUserOwnsIsRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving a link to another user (uid 65534) needs root")
+	}
+	tmp := t.TempDir()
+	if err := os.Chmod(tmp, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	target := t.TempDir() // root's, 0700
+	if err := os.WriteFile(filepath.Join(target, "hooks.json"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(tmp, "mroot")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(link, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	var ue *UnsafePathError
+	if err := CheckParents("the managed root", filepath.Join(link, "srv")); !errors.As(err, &ue) || ue.Part != link || !strings.Contains(err.Error(), "is a symbolic link that belongs to") {
+		t.Fatalf("CheckParents through another user's link: %v", err)
+	}
+	if _, err := CheckFile("the hooks file", filepath.Join(link, "hooks.json")); !errors.As(err, &ue) || ue.Part != link {
+		t.Fatalf("CheckFile through another user's link: %v", err)
+	}
+	// A link to it through a link of root's still meets the other user's.
+	outer := filepath.Join(t.TempDir(), "outer")
+	if err := os.Symlink(link, outer); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckParents("the managed root", filepath.Join(outer, "srv")); !errors.As(err, &ue) || ue.Part != link {
+		t.Fatalf("CheckParents through root's link to another user's: %v", err)
+	}
+	if err := os.Lchown(link, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckParents("the managed root", filepath.Join(link, "srv")); err != nil {
+		t.Fatalf("the same link, root's: %v", err)
+	}
+}
