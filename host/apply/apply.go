@@ -724,6 +724,10 @@ func (r *run) remove(rm remove) error {
 	return r.syncDir(path.Dir(rm.path))
 }
 
+// maxRollbackErrors is how many of a rollback's failures ApplyError names; the
+// rest are counted.
+const maxRollbackErrors = 10
+
 // removeIn removes p through the directory it is in (r.in).
 func (r *run) removeIn(p string) error {
 	parent, name, err := r.in(p)
@@ -761,6 +765,12 @@ func (r *run) fail(p string, cause error) error {
 		}
 	}
 	r.done = nil
+	if len(errs) > maxRollbackErrors {
+		// One line a path: a failure that undoes thousands of directories (out of
+		// descriptors, say) made a text of 21 MB, logged whole and too large for
+		// the applied state to be saved.
+		errs = append(errs[:maxRollbackErrors], fmt.Errorf("and %d more paths not restored", len(errs)-maxRollbackErrors))
+	}
 	rbErr := errors.Join(errs...)
 	return &ApplyError{Path: p, Err: cause, RolledBack: rbErr == nil, RollbackErr: rbErr}
 }

@@ -928,3 +928,33 @@ func TestApplyDirectorySwappedForALinkInsideTheRoot(t *testing.T) {
 		})
 	}
 }
+
+// TestARollbackThatFailsEverywhereIsSaidShortly: a rollback that cannot restore any
+// of thousands of paths names the first few and counts the rest; one line a path,
+// an apply out of descriptors made a text of 21 MB, logged whole and too large for
+// the applied state to be saved.
+func TestARollbackThatFailsEverywhereIsSaidShortly(t *testing.T) {
+	root := t.TempDir()
+	var files []File
+	for i := range 200 {
+		files = append(files, File{Path: fmt.Sprintf("d%03d/f", i), Data: []byte("x"), Mode: 0o644})
+	}
+	last := files[len(files)-1].Path
+	a := FileApplier{Root: root, failpoint: func(step, p string) error {
+		switch {
+		case step == "write" && p == last:
+			return errors.New("out of descriptors")
+		case step == "rollback":
+			return errors.New("cannot restore")
+		}
+		return nil
+	}}
+	_, err := a.Apply(context.Background(), files, nil)
+	var ae *ApplyError
+	if !errors.As(err, &ae) || ae.RolledBack {
+		t.Fatalf("got %v, want an ApplyError whose rollback failed", err)
+	}
+	if msg := err.Error(); len(msg) > 4096 || !strings.Contains(msg, "more paths not restored") {
+		t.Fatalf("the error is %d bytes, want the first few paths and a count:\n%.600s", len(msg), msg)
+	}
+}
