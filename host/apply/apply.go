@@ -101,6 +101,8 @@ type FileApplier struct {
 	// directory, "syncdir" after a rename, "remove", "rollback") on a path, and
 	// an error from it fails that step.
 	failpoint func(step, path string) error
+	// maxOpenDirs, when set by tests, replaces the constant of that name.
+	maxOpenDirs int
 }
 
 // Apply makes Root hold exactly files, removing the paths in previous that are
@@ -297,6 +299,9 @@ type run struct {
 	// on a file then names it by its base name alone, instead of os.Root opening
 	// each directory on the way again for every step.
 	dirs map[string]*dirHandle
+	// open counts the handles of dirs holding descriptors: past maxOpenDirs the
+	// others are closed (reopened, one name at a time, when needed again).
+	open int
 	// known says whether a path is declared or managed: a temporary file's name
 	// may be declared too, and is then not a leftover.
 	known func(p string) bool
@@ -312,6 +317,7 @@ type dirHandle struct {
 	name    string     // slash-separated in the managed root, "." for the root itself
 	parent  *dirHandle // the directory it is in; nil for the managed root
 	managed *os.Root   // the managed root
+	run     *run       // the Apply it belongs to, which bounds the handles open
 	file    *os.File
 	root    *os.Root
 	own     bool // root is this handle's to close (not the managed root itself)
@@ -324,7 +330,7 @@ func (r *run) dir(dir string) *dirHandle {
 	if d, ok := r.dirs[dir]; ok {
 		return d
 	}
-	d := &dirHandle{name: dir, managed: r.root}
+	d := &dirHandle{name: dir, managed: r.root, run: r}
 	if dir != "." {
 		d.parent = r.dir(path.Dir(dir))
 	}
@@ -351,6 +357,7 @@ func (d *dirHandle) dirFile() (*os.File, error) {
 			d.file = f
 			return f, nil
 		}
+		d.run.makeRoom(d)
 		pf, err := d.parent.dirFile()
 		if err != nil {
 			return nil, err
@@ -360,8 +367,53 @@ func (d *dirHandle) dirFile() (*os.File, error) {
 			return nil, err
 		}
 		d.file = f
+		d.run.open++
 	}
 	return d.file, nil
+}
+
+// maxOpenDirs bounds the directory handles an Apply keeps open (each holds one or
+// two descriptors): a declaration of a thousand files each in directories of its
+// own, hundreds deep, opened hundreds of thousands and ran out of descriptors
+// (EMFILE) part way.
+const maxOpenDirs = 256
+
+// makeRoom closes handles, other than d's and those above it, once maxOpenDirs
+// are open: half of them, so that a long walk does not close one at every step.
+func (r *run) makeRoom(d *dirHandle) {
+	limit := maxOpenDirs
+	if r.a.maxOpenDirs > 0 {
+		limit = r.a.maxOpenDirs
+	}
+	if r.open < limit {
+		return
+	}
+	keep := map[*dirHandle]bool{}
+	for h := d; h != nil; h = h.parent {
+		keep[h] = true
+	}
+	for _, h := range r.dirs {
+		if r.open < limit/2 {
+			return
+		}
+		if h.parent == nil || keep[h] || h.file == nil {
+			continue
+		}
+		h.close()
+	}
+}
+
+// close gives back a handle's descriptors; it is opened again when needed.
+func (d *dirHandle) close() {
+	if d.file != nil {
+		d.file.Close()
+		d.file = nil
+		d.run.open--
+	}
+	if d.own {
+		d.root.Close()
+		d.root, d.own = nil, false
+	}
 }
 
 // writeRoot returns the Root the steps on the files in the directory go
@@ -412,12 +464,13 @@ func (d *dirHandle) sync() error {
 
 func (r *run) closeDirs() {
 	for _, d := range r.dirs {
-		if d.file != nil {
-			d.file.Close()
+		if d.parent == nil {
+			if d.file != nil {
+				d.file.Close()
+			}
+			continue
 		}
-		if d.own {
-			d.root.Close()
-		}
+		d.close()
 	}
 }
 

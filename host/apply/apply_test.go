@@ -958,3 +958,43 @@ func TestARollbackThatFailsEverywhereIsSaidShortly(t *testing.T) {
 		t.Fatalf("the error is %d bytes, want the first few paths and a count:\n%.600s", len(msg), msg)
 	}
 }
+
+// TestApplyKeepsFewDirectoriesOpen: a declaration whose files each sit in
+// directories of their own keeps at most maxOpenDirs of them open, closing others
+// and opening them again (one name at a time) when needed, and writes every file;
+// it opened all of them, and a deep tree ran out of descriptors (EMFILE) part way.
+func TestApplyKeepsFewDirectoriesOpen(t *testing.T) {
+	root := t.TempDir()
+	var files []File
+	for i := range 60 {
+		files = append(files, File{Path: fmt.Sprintf("a%02d/b/c/f", i), Data: []byte(fmt.Sprint(i)), Mode: 0o644})
+	}
+	most := 0
+	a := FileApplier{Root: root, maxOpenDirs: 8}
+	a.failpoint = func(step, p string) error {
+		if entries, err := os.ReadDir("/proc/self/fd"); err == nil && len(entries) > most {
+			most = len(entries)
+		}
+		return nil
+	}
+	before, _ := os.ReadDir("/proc/self/fd")
+	if _, err := a.Apply(context.Background(), files, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range files {
+		assertFile(t, filepath.Join(root, f.Path), fmt.Sprint(i), 0o644)
+	}
+	// Each open handle holds a directory and, to write in it, a Root: about twice
+	// the bound, with some to spare for the files being written.
+	if before != nil && most-len(before) > 2*8+8 {
+		t.Errorf("%d descriptors open at most during the apply (%d before): the handles are not bounded", most, len(before))
+	}
+	// Applied again, unchanged: every directory looked at again, the bound held.
+	var managed []string
+	for _, f := range files {
+		managed = append(managed, f.Path)
+	}
+	if _, err := a.Apply(context.Background(), files, managed); err != nil {
+		t.Fatal(err)
+	}
+}
