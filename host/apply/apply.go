@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"os/user"
 	"path"
@@ -860,16 +861,19 @@ func lookupOwner(f File) (uid, gid int, err error) {
 }
 
 func resolveID(s string, lookup func(string) (string, error)) (int, error) {
-	if n, err := strconv.ParseUint(s, 10, 31); err == nil {
+	// Ids are 32 bits, and 4294967295 is chown's "leave it" (-1): the declaration
+	// format takes up to 4294967294, and so does the applier (it took 31 bits,
+	// and called 3000000000 "not a user on this machine").
+	if n, err := strconv.ParseUint(s, 10, 32); err == nil && n < math.MaxUint32 {
 		return int(n), nil
 	}
 	id, err := lookup(s)
 	if err != nil {
 		return -1, err
 	}
-	n, err := strconv.ParseUint(id, 10, 31)
-	if err != nil {
-		return -1, err
+	n, err := strconv.ParseUint(id, 10, 32)
+	if err != nil || n == math.MaxUint32 {
+		return -1, fmt.Errorf("the id %q of %s is not one chown takes", id, s)
 	}
 	return int(n), nil
 }

@@ -998,3 +998,21 @@ func TestApplyKeepsFewDirectoriesOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestNumericIDsAsTheFormatTakesThem: a numeric owner or group is taken up to
+// 4294967294, as the declaration format allows (31 bits were, and 3000000000 was
+// "not a user on this machine"); 4294967295 is chown's "leave it", never an id.
+func TestNumericIDsAsTheFormatTakesThem(t *testing.T) {
+	none := func(string) (string, error) { return "", errors.New("no such user") }
+	for s, want := range map[string]int{"0": 0, "1000": 1000, "2147483648": 2147483648, "3000000000": 3000000000, "4294967294": 4294967294} {
+		if got, err := resolveID(s, none); err != nil || got != want {
+			t.Errorf("%s: %d, %v", s, got, err)
+		}
+	}
+	if _, err := resolveID("4294967295", none); err == nil {
+		t.Error("4294967295 (chown's -1) taken as an id")
+	}
+	if _, err := resolveID("svc", func(string) (string, error) { return "4294967295", nil }); err == nil {
+		t.Error("a name whose id is 4294967295 taken")
+	}
+}
