@@ -164,22 +164,76 @@ var ErrCommand = errors.New("hook command cannot be run")
 
 // Check looks, without running anything, whether each hook's command can be run
 // now: found (on the hooks' PATH for a bare name, under root for a relative path)
-// and executable. It returns one error per hook that cannot, each matching
-// ErrCommand. A finding is not a refusal: the command may come later (a package
-// installed, a script a declaration writes under the root), and the hook fails
-// only when it runs; the agent says so as it starts, rather than at the first
-// change, when a service restart is due.
+// and executable, and not a file another user could change (safeCommand). It
+// returns one error per hook that cannot, each matching ErrCommand. A finding is
+// not a refusal: the command may come later (a package installed, a script a
+// declaration writes under the root) or be mended, and the hook fails only when it
+// runs; the agent says so as it starts, rather than at the first change, when a
+// service restart is due.
 func (c Config) Check(root string) []error {
 	var out []error
-	pathEnv := defaultPath
-	for _, kv := range hookEnv(os.Environ()) {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			pathEnv = v
-		}
-	}
+	pathEnv := hookPath()
 	for _, h := range c.Hooks {
 		if err := runnable(h.Run[0], root, pathEnv); err != nil {
 			out = append(out, fmt.Errorf("%w: hook %q: %s: %w", ErrCommand, h.Name, h.Run[0], err))
+		} else if err := safeCommand(h, root); err != nil {
+			out = append(out, fmt.Errorf("%w: hook %q: %w", ErrCommand, h.Name, err))
+		}
+	}
+	return out
+}
+
+// safeCommand refuses to run a hook whose command (as exec resolves it) another
+// user could change: it and every directory above it must pass the hooks file's
+// own rules (statedir.CheckFile). The agent runs it as root: a command under
+// /opt/app that the app's user may write, or a script in a directory of the
+// managed root others may write, would be theirs to run as root. Checked at each
+// run, as the file may change after the agent started; a command not found is
+// left to exec, which says so.
+func safeCommand(h Hook, root string) error {
+	p, err := resolve(h.Run[0], root, hookPath())
+	if err != nil {
+		return nil
+	}
+	if _, err := statedir.CheckFile("the command of hook "+strconv.Quote(h.Name), p); err != nil {
+		return fmt.Errorf("not run: %w", err)
+	}
+	return nil
+}
+
+// hookPath is the PATH a hook's bare command name is looked up on.
+func hookPath() string {
+	for _, kv := range hookEnv(os.Environ()) {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			return v
+		}
+	}
+	return defaultPath
+}
+
+// resolve is the file exec runs for name: the first candidate that is an
+// executable regular file.
+func resolve(name, root, pathEnv string) (string, error) {
+	for _, p := range candidates(name, root, pathEnv) {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", os.ErrNotExist
+}
+
+// candidates are the files exec would try for name, in order.
+func candidates(name, root, pathEnv string) []string {
+	switch {
+	case strings.HasPrefix(name, "/"):
+		return []string{name}
+	case strings.Contains(name, "/"):
+		return []string{path.Join(root, name)}
+	}
+	var out []string
+	for _, dir := range strings.Split(pathEnv, ":") {
+		if dir != "" {
+			out = append(out, path.Join(dir, name))
 		}
 	}
 	return out
@@ -187,21 +241,8 @@ func (c Config) Check(root string) []error {
 
 // runnable reports why name, as exec would resolve it for a hook, cannot be run.
 func runnable(name, root, pathEnv string) error {
-	var candidates []string
-	switch {
-	case strings.HasPrefix(name, "/"):
-		candidates = []string{name}
-	case strings.Contains(name, "/"):
-		candidates = []string{path.Join(root, name)}
-	default:
-		for _, dir := range strings.Split(pathEnv, ":") {
-			if dir != "" {
-				candidates = append(candidates, path.Join(dir, name))
-			}
-		}
-	}
 	var first error
-	for _, p := range candidates {
+	for _, p := range candidates(name, root, pathEnv) {
 		fi, err := os.Stat(p)
 		switch {
 		case err != nil:
@@ -286,6 +327,10 @@ func (c Config) Run(ctx context.Context, root string, changed []string) (ran []s
 			closeInherited()
 		}
 		ran = append(ran, h.Name)
+		if err := safeCommand(h, root); err != nil {
+			failures = append(failures, Failure{Hook: h.Name, Paths: hit, Err: err})
+			continue
+		}
 		hctx, cancel := context.WithTimeout(ctx, h.timeout)
 		cmd := exec.CommandContext(hctx, h.Run[0], h.Run[1:]...)
 		ownGroup(cmd)

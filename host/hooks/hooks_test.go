@@ -213,3 +213,47 @@ func TestHookRunsForADeclarationOfManyLongPaths(t *testing.T) {
 		t.Fatalf("MESH_CHANGED listed %d paths and MESH_CHANGED_OMITTED says %d; want them to add up to %d", listed, omitted, len(changed))
 	}
 }
+
+// TestAHookCommandOthersCanChangeIsNotRun: a hook's command in a directory others
+// may write (an app's directory, a directory of the managed root that is not the
+// agent's) is not run, and the hook fails saying why; as root, the agent would run
+// what that directory's users put there. Check says so as the agent starts. The same
+// command in a directory only its owner writes runs.
+func TestAHookCommandOthersCanChangeIsNotRun(t *testing.T) {
+	dir := t.TempDir()
+	open := filepath.Join(dir, "open")
+	if err := os.Mkdir(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(dir, "ran")
+	script := "#!/bin/sh\ntouch " + marker + "\n"
+	for _, d := range []string{open, dir} {
+		if err := os.WriteFile(filepath.Join(d, "reload"), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := Load(write(t, `{"hooks":[{"name":"reload","paths":["etc/*"],"run":["`+filepath.Join(open, "reload")+`"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := cfg.Check(t.TempDir()); len(errs) != 1 || !strings.Contains(errs[0].Error(), "group or others may write it") {
+		t.Fatalf("Check: %v, want the command's directory named", errs)
+	}
+	_, failures := cfg.Run(context.Background(), t.TempDir(), []string{"etc/a"})
+	if len(failures) != 1 || !strings.Contains(failures[0].Error(), "not run") || !strings.Contains(failures[0].Error(), open) {
+		t.Fatalf("failures %v, want the hook not run, naming %s", failures, open)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command others could change was run")
+	}
+	cfg.Hooks[0].Run[0] = filepath.Join(dir, "reload")
+	if _, failures := cfg.Run(context.Background(), t.TempDir(), []string{"etc/a"}); len(failures) != 0 {
+		t.Fatalf("the command in its owner's directory: %v", failures)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatal("the command in its owner's directory did not run")
+	}
+}
