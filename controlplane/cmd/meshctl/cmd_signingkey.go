@@ -103,7 +103,7 @@ func printKeyringStatus(w io.Writer, res api.KeyringStatus) {
 	fmt.Fprintf(w, "keyring epoch %d, %d key(s)\n", res.Epoch, len(res.Keys))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTATE\tKEYRING\tACKNOWLEDGED")
-	behind := 0
+	behind, ahead := 0, 0
 	for _, n := range res.Nodes {
 		mark, held := "yes", fmt.Sprintf("epoch %d", n.Epoch)
 		if n.Epoch < res.Epoch {
@@ -111,6 +111,12 @@ func printKeyringStatus(w io.Writer, res api.KeyringStatus) {
 			if n.State == api.StateAlive {
 				behind++
 			}
+		}
+		if n.Epoch > res.Epoch {
+			// It holds a keyring the control plane does not: the control plane
+			// was restored from a copy older than a rotation. It was "yes".
+			mark = "no (ahead of the control plane)"
+			ahead++
 		}
 		if n.Epoch == 0 {
 			// Epochs start at 1: the node never reported one (enrolled,
@@ -120,6 +126,9 @@ func printKeyringStatus(w io.Writer, res api.KeyringStatus) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n.Node, n.State, held, mark)
 	}
 	tw.Flush()
+	if ahead > 0 {
+		fmt.Fprintf(w, "%d node(s) hold a keyring newer than the control plane's: it was restored from a copy older than a rotation, and they refuse what it signs now; see docs/operations.md, Backing up\n", ahead)
+	}
 	switch {
 	case len(res.Keys) > 1 && behind > 0:
 		fmt.Fprintf(w, "%d live node(s) behind; retire is refused until they acknowledge (or --force)\n", behind)

@@ -168,20 +168,23 @@ func TestRosterSelection(t *testing.T) {
 
 // TestKeyringStatusNamesNodesThatNeverReported: epochs start at 1, so a node that
 // reported none (enrolled, its agent never run) is shown as such, not as "epoch 0",
-// and only live nodes behind hold retire back.
+// and only live nodes behind hold retire back; a node on a keyring newer than the
+// control plane's (restored from a copy older than a rotation) is not "yes".
 func TestKeyringStatusNamesNodesThatNeverReported(t *testing.T) {
 	var out bytes.Buffer
 	printKeyringStatus(&out, api.KeyringStatus{Epoch: 2, Keys: []string{"a", "b"}, Nodes: []api.KeyringAck{
 		{Node: "new-1", State: api.StateOffline},
 		{Node: "web-1", State: api.StateAlive, Epoch: 2},
 		{Node: "web-2", State: api.StateAlive, Epoch: 1},
+		{Node: "web-3", State: api.StateAlive, Epoch: 4},
 	}})
 	got := out.String()
 	var rows []string
 	for line := range strings.Lines(got) {
 		rows = append(rows, strings.Join(strings.Fields(line), " "))
 	}
-	for _, want := range []string{"new-1 offline - no (never reported)", "web-1 alive epoch 2 yes", "web-2 alive epoch 1 no (behind)", "1 live node(s) behind; retire is refused until they acknowledge (or --force)"} {
+	for _, want := range []string{"new-1 offline - no (never reported)", "web-1 alive epoch 2 yes", "web-2 alive epoch 1 no (behind)", "web-3 alive epoch 4 no (ahead of the control plane)",
+		"1 live node(s) behind; retire is refused until they acknowledge (or --force)"} {
 		if !slices.Contains(rows, want) {
 			t.Errorf("missing %q in:\n%s", want, got)
 		}
