@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"syscall"
 )
 
 // settleDir gives the directory just made at p (called name, in parent) the
@@ -30,24 +29,10 @@ func (r *run) settleDir(parent *dirHandle, p, name string) error {
 	if err != nil {
 		return err
 	}
-	rc, err := dir.SyscallConn()
+	f, err := openDirIn(dir, name, p, nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("the directory %s the agent just made was replaced (%w): something else writes in the managed root", p, err)
 	}
-	fd := -1
-	var oerr error
-	if err := rc.Control(func(dirfd uintptr) {
-		oerr = ignoringEINTR(func() (err error) {
-			fd, err = syscall.Openat(int(dirfd), name, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-			return err
-		})
-	}); err != nil {
-		return err
-	}
-	if oerr != nil {
-		return fmt.Errorf("the directory %s the agent just made was replaced (%w): something else writes in the managed root", p, oerr)
-	}
-	f := os.NewFile(uintptr(fd), p)
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
