@@ -443,7 +443,13 @@ func (r *run) dropSpentKey(err error, pub string) error {
 	if rerr := identity.RemovePending(r.o.StateDir); rerr != nil {
 		return fmt.Errorf("%w; the key of this enrolment can no longer be used, but %v: remove %s", err, rerr, identity.PendingPath(r.o.StateDir))
 	}
-	r.step("key", "removed the pending key %s: the mesh refused this token for good, so no enrolment can finish with it", pub)
+	why := "the mesh refused this token for good, so no enrolment can finish with it"
+	if re.Code == wire.CodeNodeExists {
+		// Not the token's end: once the node is revoked it admits a new key. This
+		// one was never admitted; a run after the revocation makes a fresh one.
+		why = "the mesh holds another machine as this node; once the operator revokes it, run enrol again with this token (a new key is made)"
+	}
+	r.step("key", "removed the pending key %s: %s", pub, why)
 	return err
 }
 

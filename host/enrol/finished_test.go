@@ -45,3 +45,21 @@ func TestARunStoppedAfterItRemovedItsDraftKeyIsFinished(t *testing.T) {
 		t.Fatalf("the mesh refusing the identity's key: %v, want already enrolled", err)
 	}
 }
+
+// TestNodeExistsIsNotTheTokensEnd: refused node_exists (another machine holds the
+// node), the pending key goes, but the output does not call the token spent: once
+// the operator revokes that machine, the same token enrols this one.
+func TestNodeExistsIsNotTheTokensEnd(t *testing.T) {
+	m := newFakeMesh(t, func(r *wire.EnrolResponse) {
+		*r = wire.EnrolResponse{V: wire.ProtocolVersion, Error: &wire.Error{Code: wire.CodeNodeExists, Message: "node web-1 is enrolled"}}
+	})
+	var out strings.Builder
+	_, err := Enrol(context.Background(), Options{StateDir: t.TempDir() + "/state", Token: m.token, Out: &out, DialTimeout: 5 * time.Second, RequestTimeout: 5 * time.Second})
+	var re *RefusedError
+	if !errors.As(err, &re) || re.Code != wire.CodeNodeExists {
+		t.Fatalf("got %v, want node_exists", err)
+	}
+	if strings.Contains(out.String(), "for good") || !strings.Contains(out.String(), "once the operator revokes it, run enrol again with this token") {
+		t.Fatalf("the output calls the token spent, or does not say what to do:\n%s", out.String())
+	}
+}
