@@ -29,12 +29,19 @@ func tlsBroker(t *testing.T) (addr, caFile string) {
 // tlsBrokerWith is tlsBroker with its options changed by change.
 func tlsBrokerWith(t *testing.T, change func(*server.Options)) (addr, caFile string) {
 	t.Helper()
-	now := time.Now()
-	ca, _, err := pki.NewCA("m", now)
+	ca, _, err := pki.NewCA("m", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf, err := ca.IssueLeaf("cp-1", []net.IP{net.IPv4(127, 0, 0, 1)}, now)
+	s := brokerOf(t, ca, "cp-1", change)
+	return s.Addr().String(), caFileOf(t, ca)
+}
+
+// brokerOf starts a broker named name with a TLS identity ca issued, its options
+// changed by change.
+func brokerOf(t *testing.T, ca *pki.CA, name string, change func(*server.Options)) *server.Server {
+	t.Helper()
+	leaf, err := ca.IssueLeaf(name, []net.IP{net.IPv4(127, 0, 0, 1)}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,9 +61,15 @@ func tlsBrokerWith(t *testing.T, change func(*server.Options)) (addr, caFile str
 	if !s.ReadyForConnections(5 * time.Second) {
 		t.Fatal("broker not ready")
 	}
-	caFile = filepath.Join(t.TempDir(), "ca.pem")
+	return s
+}
+
+// caFileOf writes ca's certificate to a file, and returns its path.
+func caFileOf(t *testing.T, ca *pki.CA) string {
+	t.Helper()
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
 	writeFile(t, caFile, ca.CertPEM)
-	return s.Addr().String(), caFile
+	return caFile
 }
 
 func writeFile(t *testing.T, path string, data []byte) {

@@ -3,8 +3,6 @@ package operator
 import (
 	"encoding/json"
 	"errors"
-	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,38 +18,18 @@ import (
 // servers and the CA file.
 func twoBrokers(t *testing.T) ([]string, []*server.Server, string) {
 	t.Helper()
-	now := time.Now()
-	ca, _, err := pki.NewCA("m", now)
+	ca, _, err := pki.NewCA("m", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
 	var addrs []string
 	var servers []*server.Server
 	for _, name := range []string{"cp-1", "cp-2"} {
-		leaf, err := ca.IssueLeaf(name, []net.IP{net.IPv4(127, 0, 0, 1)}, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := pki.ServerConfig(leaf, ca.CertPEM)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
-			TLSConfig: cfg, TLS: true, TLSHandshakeFirst: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Start()
-		t.Cleanup(s.Shutdown)
-		if !s.ReadyForConnections(5 * time.Second) {
-			t.Fatal("broker not ready")
-		}
+		s := brokerOf(t, ca, name, func(*server.Options) {})
 		addrs = append(addrs, s.Addr().String())
 		servers = append(servers, s)
 	}
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	writeFile(t, caFile, ca.CertPEM)
-	return addrs, servers, caFile
+	return addrs, servers, caFileOf(t, ca)
 }
 
 // answer subscribes, on a plain connection to addr, a responder for op: it answers

@@ -9,6 +9,19 @@ import (
 	"time"
 )
 
+// twoControlNodes is a mesh bootstrapped by cp-1 (pin p1, operator UOP1) that
+// admitted cp-2 (p2, UOP2) a minute later.
+func twoControlNodes(t *testing.T) *machine {
+	t.Helper()
+	m := newMachine(t)
+	init := initCmd("demo", t0)
+	init.Init.Control = ControlNode{ID: "cp-1", Broker: "10.0.0.1:7300", Raft: "10.0.0.1:7301", Cluster: "10.0.0.1:7302", Pin: "p1", Operator: "UOP1"}
+	m.must(init)
+	m.must(controlToken("ctl", "cp-2", "p2", "UOP2"))
+	m.must(controlEnrol("ctl", "cp-2", "K2", "XC2", t0.Add(time.Minute)))
+	return m
+}
+
 // controlToken records a control token for node, with the pin and operator key the
 // CA holder issued for it.
 func controlToken(id, node, pin, operator string) Command {
@@ -26,12 +39,7 @@ func controlEnrol(id, node, key, curve string, at time.Time) Command {
 // what routes and Raft accept, and a removal takes the node's pin out and keeps its
 // operator key as revoked, even after a new machine joins under the same id.
 func TestControlIdentityRecordedAndRevoked(t *testing.T) {
-	m := newMachine(t)
-	init := initCmd("demo", t0)
-	init.Init.Control = ControlNode{ID: "cp-1", Broker: "10.0.0.1:7300", Raft: "10.0.0.1:7301", Cluster: "10.0.0.1:7302", Pin: "p1", Operator: "UOP1"}
-	m.must(init)
-	m.must(controlToken("ctl", "cp-2", "p2", "UOP2"))
-	m.must(controlEnrol("ctl", "cp-2", "K2", "XC2", t0.Add(time.Minute)))
+	m := twoControlNodes(t)
 
 	s := m.state()
 	if cn := s.ControlNodes["cp-2"]; cn.Pin != "p2" || cn.Operator != "UOP2" {
@@ -129,12 +137,7 @@ func TestControlAdmissionRepeatChangesNothing(t *testing.T) {
 // under its id, the record names nobody (the replacement does not hold the key
 // unless it says so itself), also after a snapshot is restored.
 func TestBootstrapCAHolderIsTheMachineNotTheID(t *testing.T) {
-	m := newMachine(t)
-	init := initCmd("demo", t0)
-	init.Init.Control = ControlNode{ID: "cp-1", Broker: "10.0.0.1:7300", Raft: "10.0.0.1:7301", Cluster: "10.0.0.1:7302", Pin: "p1", Operator: "UOP1"}
-	m.must(init)
-	m.must(controlToken("ctl", "cp-2", "p2", "UOP2"))
-	m.must(controlEnrol("ctl", "cp-2", "K2", "XC2", t0.Add(time.Minute)))
+	m := twoControlNodes(t)
 	restored := func() *State {
 		r := newMachine(t)
 		if err := r.f.Restore(io.NopCloser(bytes.NewReader(m.snapshot()))); err != nil {
