@@ -33,7 +33,8 @@ func TestTokenWrittenToAFileOnlyItsOwnerReads(t *testing.T) {
 		{"new file, JSON", ">", filepath.Join(dir, "token.json"), []string{"--json"}},
 		{"appended", ">>", appended, nil},
 	} {
-		script := `umask 022 && "$0" token --data "$1" --node web-1 ` + strings.Join(c.extra, " ") + ` ` + c.redirect + ` "$2"`
+		// --replace: each case mints web-1's token again.
+		script := `umask 022 && "$0" token --data "$1" --node web-1 --replace ` + strings.Join(c.extra, " ") + ` ` + c.redirect + ` "$2"`
 		r := harness.Run(t, "", nil, "/bin/sh", "-c", script, bin.Meshctl, cp.Dir, c.path)
 		if r.Code != 0 {
 			t.Fatalf("%s: exit %d: %s", c.name, r.Code, r.Combined())

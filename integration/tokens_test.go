@@ -21,7 +21,7 @@ func TestTokenListAndCancel(t *testing.T) {
 	cp.Serve()
 	web1 := cp.Token("web-1", "--label", "tier=web")
 	web2 := cp.Token("web-2")
-	cp.Token("web-3", "--ttl", "5m")
+	web3 := cp.Token("web-3", "--ttl", "5m")
 
 	list := func(extra ...string) api.TokenListResult {
 		t.Helper()
@@ -122,10 +122,27 @@ func TestTokenListAndCancel(t *testing.T) {
 		t.Fatalf("completing token cancel's node: exit %d\n%s", r.Code, r.Combined())
 	}
 
-	// The other pending token still works.
+	// One pending token a node: a second is refused, naming the first, and changes
+	// nothing; --replace cancels the first and says so on stderr, stdout being the
+	// token alone.
+	if r := cp.Ctl("token", "--node", "web-3"); r.Code != 4 || !strings.Contains(r.Stderr, "token_pending") && !strings.Contains(r.Stderr, "a token for this node is pending") ||
+		!strings.Contains(r.Stderr, "--replace") || r.Stdout != "" {
+		t.Fatalf("a second token for web-3 (exit %d): %s", r.Code, r.Combined())
+	}
+	if got := list("--node", "web-3").Tokens; len(got) != 1 || got[0].State != "pending" {
+		t.Fatalf("web-3's tokens after the refused second: %+v", got)
+	}
+	r = cp.Ctl("token", "--node", "web-3", "--replace")
+	if r.Code != 0 || !strings.Contains(r.Stderr, "cancelled token") || strings.Count(strings.TrimSpace(r.Stdout), "\n") != 0 {
+		t.Fatalf("token --replace for web-3 (exit %d): %s", r.Code, r.Combined())
+	}
+	replacement := r.Stdout
 	h3 := harness.NewHost(t, bin, "web-3")
-	if r := h3.Enrol(cp.Token("web-3")); r.Code != 0 {
-		t.Fatalf("enrol web-3: %s", r.Combined())
+	if r := h3.Enrol(web3); r.Code != hostExitToken || !strings.Contains(r.Stderr, "token_cancelled") {
+		t.Fatalf("enrol with the replaced token (exit %d): %s", r.Code, r.Combined())
+	}
+	if r := h3.Enrol(replacement); r.Code != 0 {
+		t.Fatalf("enrol web-3 with its replacement token: %s", r.Combined())
 	}
 }
 

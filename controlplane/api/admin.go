@@ -288,6 +288,10 @@ type TokenCreateRequest struct {
 	// holder that minted it.
 	Control *ControlMember `json:"control,omitempty"`
 	Sealed  []byte         `json:"sealed,omitempty"`
+	// Replace cancels the node's pending tokens as this one is minted; without it, a
+	// pending token refuses the request (token_pending). A control plane older than
+	// this field refuses the request as an unknown member.
+	Replace bool `json:"replace,omitempty"`
 }
 
 // TokenCreateResult tells meshctl what to put in the token besides the secret.
@@ -297,6 +301,8 @@ type TokenCreateResult struct {
 	CAPin      string    `json:"ca_pin"`
 	SigningKey string    `json:"signing_key"` // hex: the current key hosts will believe
 	Expiry     time.Time `json:"expiry"`
+	// Replaced lists the pending tokens the request cancelled (Replace).
+	Replaced []TokenView `json:"replaced,omitempty"`
 }
 
 // TokenListRequest asks for the tokens the mesh remembers; Node filters them when set.
@@ -447,7 +453,10 @@ type ProgressRequest struct {
 // later one).
 const (
 	ProgressFailed  = "failed"  // reported an error for the version, or a later one; or a hook of what it applied failed
-	ProgressOffline = "offline" // not connected (or revoked): it will not apply it now
+	ProgressOffline = "offline" // not connected: it will not apply it now
+	// ProgressRevoked: revoked since (TargetProgress.RevokedAt): it never will.
+	// meshctl before it takes it for pending, and waits on.
+	ProgressRevoked = "revoked"
 	ProgressPending = "pending" // connected, not applied yet
 	// ProgressSuperseded: a later declaration gave the node another body, which it
 	// is to hold instead (ProgressRequest.Body); TargetProgress.Version names it.
@@ -460,6 +469,8 @@ type TargetProgress struct {
 	State   string       `json:"state"`
 	Error   *StatusError `json:"error,omitempty"`   // for failed
 	Version uint64       `json:"version,omitempty"` // for superseded: the version declared since
+	// RevokedAt is when a revoked target was revoked.
+	RevokedAt time.Time `json:"revoked_at,omitzero"`
 }
 
 // ProgressResult counts the targets that converged and lists the others, in the
@@ -574,6 +585,9 @@ type ControlRemoveResult struct {
 // RevokeResult lists the nodes revoked, in the request's order.
 type RevokeResult struct {
 	Revoked []RevokedNode `json:"revoked"`
+	// CancelledTokens lists the pending tokens of the nodes revoked, cancelled with
+	// them. A control plane older than this field deletes them and lists none.
+	CancelledTokens []TokenView `json:"cancelled_tokens,omitempty"`
 }
 
 // LabelRequest sets labels; an empty value removes the label.

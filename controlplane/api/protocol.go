@@ -132,6 +132,11 @@ const (
 	// CodeOutOfVersions: a node the declaration reaches was declared the last
 	// version there is; the next would wrap around to v0 (state.ErrOutOfVersions).
 	CodeOutOfVersions = "out_of_versions"
+	// CodeTokenPending: a token was asked for a node that has a pending one; the
+	// operator uses it, cancels it, or mints with --replace (state.ErrTokenPending).
+	CodeTokenPending = "token_pending"
+	// CodeNodeRevoked: labels were set on a revoked node (state.ErrNodeRevoked).
+	CodeNodeRevoked = "node_revoked"
 )
 
 // Codes a host reports in a status's error besides the verifier's

@@ -179,7 +179,7 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 		}
 		if sealedTo == nil {
 			cmd.Sealed = req.Sealed
-		} else if older := d.ctl.olderRules(d.cfg.Node, d.now()); len(older) > 0 {
+		} else if older := d.ctl.olderRules(d.cfg.Node, d.now(), state.RulesSealedTo); len(older) > 0 {
 			// A control node of an older version refuses to record the identity sealed
 			// to the control nodes, and then the node the token admits: its state would
 			// part from the others' for good, silently.
@@ -192,10 +192,17 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 	} else if req.Control != nil || len(req.Sealed) > 0 {
 		return out, badRequest("only control tokens carry addresses and a sealed identity")
 	}
-	c := state.Command{Op: state.OpCreateToken, CreateToken: cmd}
-	if len(cmd.SealedTo) > 0 {
-		c.Rules = 2 // the identity sealed to the control nodes (state.ApplyRules)
+	c := state.Command{Op: state.OpCreateToken, CreateToken: cmd, Rules: d.rulesFor(state.RulesTokensFollowNodes)}
+	switch {
+	case c.Rules == 0 && req.Replace:
+		older := d.ctl.olderRules(d.cfg.Node, d.now(), state.RulesTokensFollowNodes)
+		return out, &api.Error{Code: api.CodeOlderControlNode, Message: fmt.Sprintf(
+			"control node %s runs an older meshctl, which does not replace tokens: upgrade every control node, or cancel the pending token (meshctl token cancel %s) and mint again without --replace",
+			strings.Join(older, ", "), req.Node)}
+	case c.Rules == 0 && len(cmd.SealedTo) > 0:
+		c.Rules = state.RulesSealedTo
 	}
+	cmd.Replace = req.Replace
 	res, err := d.commit(c)
 	if err != nil {
 		return out, err
@@ -224,8 +231,25 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 		d.log.Info("token request repeated; answered with the token minted for it", "node", req.Node, "role", req.Role, "expiry", out.Expiry)
 		return out, nil
 	}
+	for i := range res.Tokens {
+		t := &res.Tokens[i]
+		out.Replaced = append(out.Replaced, tokenView(t, state.TokenCancelled))
+		d.log.Info("token cancelled: replaced", "node", t.Node, "token", t.ShortID())
+	}
 	d.log.Info("token minted", "node", req.Node, "role", req.Role, "expiry", out.Expiry)
 	return out, nil
+}
+
+// rulesFor returns need, a revision of the rules of the log (state.ApplyRules), when
+// every other control node that serves applies the log by it or later ones, and 0
+// otherwise: a command stamped with it stops a node on older rules (decision 0021),
+// so while one serves, during an upgrade, the command is proposed unstamped and
+// applies by the rules every node has.
+func (d *Daemon) rulesFor(need int) int {
+	if len(d.ctl.olderRules(d.cfg.Node, d.now(), need)) > 0 {
+		return 0
+	}
+	return need
 }
 
 func (d *Daemon) declare(req api.DeclareRequest) (api.DeclareResult, error) {
@@ -320,12 +344,15 @@ func (d *Daemon) progress(req api.ProgressRequest) (api.ProgressResult, error) {
 			} else if ok {
 				a := n.Applied
 				p.State = standing(a, t.Version, d.alive(n, now))
-				switch p.State {
-				case "":
+				switch {
+				case p.State == "":
 					out.Converged++
 					continue
-				case api.ProgressFailed:
+				case p.State == api.ProgressFailed:
 					p.Error = &api.StatusError{Code: a.ErrorCode, Message: a.ErrorMessage, Version: a.ErrorVersion, RetryAt: a.ErrorRetryAt}
+				case n.Revoked:
+					// Not offline for a while: waiting on it is waiting for nothing.
+					p.State, p.RevokedAt = api.ProgressRevoked, n.RevokedAt
 				}
 			}
 			out.Others = append(out.Others, p)
@@ -467,26 +494,42 @@ func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
 			return out, badRequest("%v", err)
 		}
 	}
-	var unknown []string
+	var unknown, minted []string
+	now := d.now()
 	d.fsm.Read(func(s *state.State) {
 		for _, n := range nodes {
 			if _, ok := s.Nodes[n]; !ok {
 				unknown = append(unknown, n)
+				if p := s.PendingTokens(n, now); len(p) > 0 {
+					minted = append(minted, fmt.Sprintf("%s (%d pending token(s), the newest %s)", n, len(p), p[len(p)-1].ShortID()))
+				}
 			}
 		}
 	})
 	if len(unknown) > 0 {
-		return out, &api.Error{Code: api.CodeNotFound, Message: "no such node: " + strings.Join(unknown, ", ")}
+		msg := "no such node: " + strings.Join(unknown, ", ")
+		if len(minted) > 0 {
+			// Nothing to revoke, but a token would still enrol the id: that is
+			// what an operator revoking it wants stopped.
+			msg += fmt.Sprintf("; not enrolled, but a token would enrol: %s; cancel with meshctl token cancel NODE", strings.Join(minted, ", "))
+		}
+		return out, &api.Error{Code: api.CodeNotFound, Message: msg}
 	}
 	// The command's time is the revocation time of the nodes it revokes; a node
 	// revoked earlier keeps its own, which tells the two apart.
-	at := d.now().UTC()
-	res, err := d.commit(state.Command{Op: state.OpRevoke, At: at, Revoke: &state.RevokeCmd{Nodes: nodes}})
+	at := now.UTC()
+	res, err := d.commit(state.Command{Op: state.OpRevoke, At: at, Revoke: &state.RevokeCmd{Nodes: nodes},
+		Rules: d.rulesFor(state.RulesTokensFollowNodes)})
 	if err != nil {
 		return out, err
 	}
 	if res.Err != nil {
 		return out, refusal(res.Err)
+	}
+	for i := range res.Tokens {
+		t := &res.Tokens[i]
+		out.CancelledTokens = append(out.CancelledTokens, tokenView(t, state.TokenCancelled))
+		d.log.Info("token cancelled: its node was revoked", "node", t.Node, "token", t.ShortID())
 	}
 	revoked := make([]revokedNode, len(res.Revoked))
 	fresh := 0
@@ -512,7 +555,8 @@ func (d *Daemon) label(req api.LabelRequest) (api.NodeView, error) {
 	if err := validateLabels(req.Labels); err != nil {
 		return api.NodeView{}, err
 	}
-	res, err := d.commit(state.Command{Op: state.OpLabel, Label: &state.LabelCmd{Node: req.Node, Labels: req.Labels}})
+	res, err := d.commit(state.Command{Op: state.OpLabel, Label: &state.LabelCmd{Node: req.Node, Labels: req.Labels},
+		Rules: d.rulesFor(state.RulesTokensFollowNodes)})
 	if err != nil {
 		return api.NodeView{}, err
 	}

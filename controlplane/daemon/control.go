@@ -288,15 +288,15 @@ func (c *controlTracker) caughtUp(node string, leaderApplied uint64) bool {
 }
 
 // olderRules returns, sorted, the control nodes other than self that serve at now (by
-// alive's rule) and whose last heartbeat announces older rules than this node's for
-// applying the log (state.ApplyRules), or none: a version from before the
+// alive's rule) and whose last heartbeat announces older rules for applying the log
+// than need (a revision of state.ApplyRules), or none: a version from before the
 // announcement.
-func (c *controlTracker) olderRules(self string, now time.Time) []string {
+func (c *controlTracker) olderRules(self string, now time.Time, need int) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []string
 	for node, hb := range c.beats {
-		if node != self && !hb.Stopping && now.Sub(c.seen[node]) <= 3*HeartbeatInterval && hb.Rules < state.ApplyRules {
+		if node != self && !hb.Stopping && now.Sub(c.seen[node]) <= 3*HeartbeatInterval && hb.Rules < need {
 			out = append(out, node)
 		}
 	}
@@ -667,7 +667,10 @@ func (d *Daemon) controlRemove(req api.ControlRequest) (api.ControlRemoveResult,
 	}
 	inRaft := slices.ContainsFunc(members, func(m replication.Member) bool { return m.ID == req.Node })
 	if removed && !inRaft {
+		// The advice holds as it did at the removal: the caller may be a second
+		// operator, or a rerun of a command whose answer was lost.
 		out.AlreadyRemoved = true
+		out.PendingTokens = d.pendingTokenNodes(joined)
 		return out, nil
 	}
 	voters := 0

@@ -45,7 +45,7 @@ func serveNode(t *testing.T, dir datadir.Dir, log *slog.Logger, now func() time.
 func joinNode(t *testing.T, from datadir.Dir, node string, log *slog.Logger) *Daemon {
 	t.Helper()
 	addrs := freeAddrs(t, 3)
-	tok, err := join.Mint(from, join.MintOptions{Node: node, Broker: addrs[0], Raft: addrs[1], Cluster: addrs[2], TTL: time.Hour})
+	tok, _, err := join.Mint(from, join.MintOptions{Node: node, Broker: addrs[0], Raft: addrs[1], Cluster: addrs[2], TTL: time.Hour})
 	if err != nil {
 		t.Fatalf("mint a control token for %s: %v", node, err)
 	}

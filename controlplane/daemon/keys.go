@@ -102,7 +102,12 @@ func (d *Daemon) rotateKey(api.RotateRequest) (api.KeyringResult, error) {
 		cur, members, mesh = s.Keyring, s.ActiveControlNodes(), s.Mesh
 	})
 	if len(cur.Keys) > 1 {
-		return api.KeyringResult{}, &api.Error{Code: api.CodeBadRequest, Message: "a rotation is in progress (the keyring holds two keys): retire the old key first with meshctl signing-key retire"}
+		// Most often the rotation named is the caller's own: a rotate run again, or
+		// one whose answer was lost, or another operator's a moment before.
+		return api.KeyringResult{}, &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf(
+			"a rotation is in progress: keyring epoch %d holds the old key and the new one (%s…); if that rotation is yours, it completed, and another would start only after it: "+
+				"wait until meshctl signing-key status shows every host on epoch %d, then meshctl signing-key retire",
+			cur.Epoch, cur.Keys[len(cur.Keys)-1][:min(12, len(cur.Keys[len(cur.Keys)-1]))], cur.Epoch)}
 	}
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {

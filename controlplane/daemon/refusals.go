@@ -44,6 +44,10 @@ func refusalCode(err error) string {
 		return api.CodeKeyInUse
 	case errors.Is(err, state.ErrOutOfVersions):
 		return api.CodeOutOfVersions
+	case errors.Is(err, state.ErrTokenPending):
+		return api.CodeTokenPending
+	case errors.Is(err, state.ErrNodeRevoked):
+		return api.CodeNodeRevoked
 	}
 	return api.CodeInternal
 }

@@ -40,6 +40,8 @@ func TestEveryStateRefusalHasItsCode(t *testing.T) {
 		"ErrRotationPending": {state.ErrRotationPending, api.CodeBadRequest},
 		"ErrNothingToRetire": {state.ErrNothingToRetire, api.CodeBadRequest},
 		"ErrOutOfVersions":   {state.ErrOutOfVersions, api.CodeOutOfVersions},
+		"ErrTokenPending":    {state.ErrTokenPending, api.CodeTokenPending},
+		"ErrNodeRevoked":     {state.ErrNodeRevoked, api.CodeNodeRevoked},
 		// Not a refusal of a command: Raft's restore of a snapshot it cannot use.
 		"ErrBadSnapshot": {state.ErrBadSnapshot, api.CodeInternal},
 		// Not a refusal either: the state machine stopped at an entry of a newer

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"mesh/controlplane/api"
@@ -27,5 +29,23 @@ func TestRetireRunTwice(t *testing.T) {
 	again, err := d.retireKey(api.RetireRequest{})
 	if err != nil || again.Epoch != first.Epoch || len(again.Keys) != 1 || again.Keys[0] != first.Keys[0] {
 		t.Fatalf("retire again: %+v, %v; want the keyring of the first, epoch %d", again, err, first.Epoch)
+	}
+}
+
+// TestRotateRunTwice: a rotation run again while the first is in progress is
+// refused, and says the rotation it found may be the caller's own, which completed,
+// and what comes next; it said "retire the old key first", which read as retire,
+// then rotate again: a rotation nobody wanted.
+func TestRotateRunTwice(t *testing.T) {
+	d := fleet(t, 0)
+	first, err := d.rotateKey(api.RotateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = d.rotateKey(api.RotateRequest{})
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeBadRequest || !strings.Contains(ae.Message, fmt.Sprintf("epoch %d", first.Epoch)) ||
+		!strings.Contains(ae.Message, "if that rotation is yours, it completed") || !strings.Contains(ae.Message, first.Keys[1][:12]) {
+		t.Fatalf("rotate again: %v, want bad_request naming epoch %d, its new key and that it completed", err, first.Epoch)
 	}
 }

@@ -13,7 +13,7 @@ import (
 // tokenView is a token as operators see it: never its secret, nor its sealed
 // control identity.
 func tokenView(t *state.Token, s string) api.TokenView {
-	return api.TokenView{ID: t.ID[:min(12, len(t.ID))], Node: t.Node, Role: t.Role, Labels: t.Labels,
+	return api.TokenView{ID: t.ShortID(), Node: t.Node, Role: t.Role, Labels: t.Labels,
 		CreatedAt: t.CreatedAt.UTC(), ExpiresAt: t.Expiry.UTC(), State: s, UsedAt: t.UsedAt.UTC(), CancelledAt: t.CancelledAt.UTC()}
 }
 

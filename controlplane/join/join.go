@@ -73,19 +73,23 @@ type MintOptions struct {
 	Now                   func() time.Time
 	// Operator tunes the call to the control plane (its LeaderWait, say).
 	Operator operator.Options
+	// Replace cancels the node's pending tokens as this one is minted.
+	Replace bool
 }
 
 // Mint mints a control token through the control plane of dir, which must hold the CA
 // key and the operator account key: the new node's TLS identity and operator
 // credentials are issued here and sealed under the token secret.
-func Mint(dir datadir.Dir, o MintOptions) (tokenfmt.Token, error) {
+//
+// It returns the token and the pending tokens it replaced (Replace).
+func Mint(dir datadir.Dir, o MintOptions) (tokenfmt.Token, []api.TokenView, error) {
 	var tok tokenfmt.Token
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	cfg, err := dir.LoadConfig()
 	if err != nil {
-		return tok, err
+		return tok, nil, err
 	}
 	if !dir.Exists(datadir.CAKeyFile) || !dir.Exists(datadir.AccountKeyFile) {
 		// mesh.json names the bootstrap machine; `nodes` shows where the keys are
@@ -94,19 +98,19 @@ func Mint(dir datadir.Dir, o MintOptions) (tokenfmt.Token, error) {
 		if h := cfg.CAHolder; h != "" && h != cfg.Node {
 			where = fmt.Sprintf("the CA key is on %s (its %s), unless it was restored elsewhere: %s", h, datadir.CAKeyFile, where)
 		}
-		return tok, fmt.Errorf("%w: this is %s, and its data directory holds no %s and %s; mint the control token where they are (%s), or restore them here from their backup (docs/operations.md, losing the bootstrap machine)",
+		return tok, nil, fmt.Errorf("%w: this is %s, and its data directory holds no %s and %s; mint the control token where they are (%s), or restore them here from their backup (docs/operations.md, losing the bootstrap machine)",
 			ErrNotCAHolder, cfg.Node, datadir.CAKeyFile, datadir.AccountKeyFile, where)
 	}
 	if err := dir.CheckKeysPrivate(datadir.CAKeyFile, datadir.AccountKeyFile); err != nil {
-		return tok, err
+		return tok, nil, err
 	}
 	addrs, err := ControlAddresses(o.Broker, o.Raft, o.Cluster)
 	if err != nil {
-		return tok, err
+		return tok, nil, err
 	}
 	ca, err := dir.LoadCA()
 	if err != nil {
-		return tok, err
+		return tok, nil, err
 	}
 	// The certificate carries every address the others dial: the control nodes
 	// check the IP they dialled against it, for Raft and routes as for hosts. With
@@ -121,30 +125,30 @@ func Mint(dir datadir.Dir, o MintOptions) (tokenfmt.Token, error) {
 	}
 	leaf, err := ca.IssueLeaf("control "+o.Node, ips, o.Now())
 	if err != nil {
-		return tok, err
+		return tok, nil, err
 	}
 	seed, err := dir.ReadFile(datadir.AccountKeyFile)
 	if err != nil {
-		return tok, err
+		return tok, nil, err
 	}
 	account, err := nkeys.FromSeed(seed)
 	if err != nil {
-		return tok, fmt.Errorf("%s: %w", datadir.AccountKeyFile, err)
+		return tok, nil, fmt.Errorf("%s: %w", datadir.AccountKeyFile, err)
 	}
 	creds, err := bootstrap.OperatorCreds(account, o.Node)
 	if err != nil {
-		return tok, err
+		return tok, nil, err
 	}
 	if _, err := rand.Read(tok.Secret[:]); err != nil {
-		return tok, err
+		return tok, nil, err
 	}
 	sealed, err := seal.Identity(tok.Secret, cfg.Mesh, o.Node, seal.ControlIdentity{CertPEM: leaf.CertPEM, KeyPEM: leaf.KeyPEM, Creds: creds})
 	if err != nil {
-		return tok, err
+		return tok, nil, err
 	}
 	c, err := operator.Dial(dir, o.Operator)
 	if err != nil {
-		return tok, err
+		return tok, nil, err
 	}
 	defer c.Close()
 	id := tok.SecretHash()
@@ -152,24 +156,25 @@ func Mint(dir datadir.Dir, o MintOptions) (tokenfmt.Token, error) {
 	// plane admits no control node on operator credentials alone, and records the
 	// leaf's pin and the credentials' key to revoke them when the node is removed.
 	if addrs.Pin, err = pki.LeafPinPEM(leaf.CertPEM); err != nil {
-		return tok, err
+		return tok, nil, err
 	}
 	if addrs.Operator, err = datadir.CredsUserKey(creds); err != nil {
-		return tok, err
+		return tok, nil, err
 	}
 	claim := pki.ControlClaim{Mesh: cfg.Mesh, TokenID: hex.EncodeToString(id[:]), Node: o.Node,
 		Broker: addrs.Broker, Raft: addrs.Raft, Cluster: addrs.Cluster, Pin: addrs.Pin, Operator: addrs.Operator}
 	if addrs.Proof, err = ca.SignControlClaim(claim); err != nil {
-		return tok, err
+		return tok, nil, err
 	}
 	var res api.TokenCreateResult
 	if err := c.Call(api.OpTokenCreate, api.TokenCreateRequest{
 		ID: claim.TokenID, ProofKey: hex.EncodeToString(tok.ProofKey()), Node: o.Node, Role: string(tokenfmt.RoleControl), TTL: api.Duration(o.TTL),
-		Control: &addrs, Sealed: sealed,
+		Control: &addrs, Sealed: sealed, Replace: o.Replace,
 	}, &res); err != nil {
-		return tok, err
+		return tok, nil, err
 	}
-	return operator.TokenFrom(tok.Secret, o.Node, tokenfmt.RoleControl, res)
+	tok, err = operator.TokenFrom(tok.Secret, o.Node, tokenfmt.RoleControl, res)
+	return tok, res.Replaced, err
 }
 
 // ControlAddresses checks a control node's addresses, given with a control token's

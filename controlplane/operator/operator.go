@@ -380,19 +380,38 @@ func Request(nc *nats.Conn, subject string, data []byte, timeout, leaderWait tim
 // hash reaches the control plane, which answers with what hosts must be told
 // (brokers, pin, current signing key) and the expiry by its clock.
 func (c *Client) MintToken(node string, role tokenfmt.Role, ttl time.Duration, labels map[string]string) (tokenfmt.Token, error) {
+	tok, _, err := c.Mint(TokenTerms{Node: node, Role: role, TTL: ttl, Labels: labels})
+	return tok, err
+}
+
+// TokenTerms are what a worker token admits.
+type TokenTerms struct {
+	Node   string
+	Role   tokenfmt.Role
+	TTL    time.Duration
+	Labels map[string]string
+	// Replace cancels the node's pending tokens as this one is minted; without it
+	// the control plane refuses while one is pending (api.CodeTokenPending).
+	Replace bool
+}
+
+// Mint mints a token on terms t, and returns it with the pending tokens it replaced.
+func (c *Client) Mint(t TokenTerms) (tokenfmt.Token, []api.TokenView, error) {
 	var secret [tokenfmt.SecretSize]byte
 	if _, err := rand.Read(secret[:]); err != nil {
-		return tokenfmt.Token{}, err
+		return tokenfmt.Token{}, nil, err
 	}
 	id := (tokenfmt.Token{Secret: secret}).SecretHash()
 	var res api.TokenCreateResult
 	err := c.Call(api.OpTokenCreate, api.TokenCreateRequest{
-		ID: hex.EncodeToString(id[:]), ProofKey: hex.EncodeToString(tokenfmt.Token{Secret: secret}.ProofKey()), Node: node, Role: string(role), Labels: labels, TTL: api.Duration(ttl),
+		ID: hex.EncodeToString(id[:]), ProofKey: hex.EncodeToString(tokenfmt.Token{Secret: secret}.ProofKey()), Node: t.Node, Role: string(t.Role),
+		Labels: t.Labels, TTL: api.Duration(t.TTL), Replace: t.Replace,
 	}, &res)
 	if err != nil {
-		return tokenfmt.Token{}, err
+		return tokenfmt.Token{}, nil, err
 	}
-	return TokenFrom(secret, node, role, res)
+	tok, err := TokenFrom(secret, t.Node, t.Role, res)
+	return tok, res.Replaced, err
 }
 
 // TokenFrom assembles a token from its secret and the control plane's answer to the

@@ -106,6 +106,9 @@ type CreateTokenCmd struct {
 	Sealed    []byte                    `json:"sealed,omitempty"`
 	SealedTo  map[string]SealedIdentity `json:"sealed_to,omitempty"`
 	SealedSum string                    `json:"sealed_sum,omitempty"`
+	// Replace cancels the node's pending tokens in the same entry; without it, a
+	// pending token refuses the command (RulesTokensFollowNodes).
+	Replace bool `json:"replace,omitempty"`
 }
 
 // sealsIdentity reports whether c carries a sealed identity, in either form.
@@ -210,8 +213,10 @@ type Result struct {
 	Control     *ControlNode
 	Assignments []Assignment
 	Skipped     []string // selected nodes that could not take the declaration (revoked)
-	Tokens      []Token  // the tokens a CancelTokensCmd cancelled
-	Revoked     []Node   // the nodes a RevokeCmd revoked, in its order
+	// Tokens are the tokens a CancelTokensCmd cancelled, or, under
+	// RulesTokensFollowNodes, a RevokeCmd or a replacing CreateTokenCmd.
+	Tokens  []Token
+	Revoked []Node // the nodes a RevokeCmd revoked, in its order
 	// Repeated is set when a CreateTokenCmd or a control node's admission repeated
 	// one already applied: nothing changed (Token is the token made then).
 	Repeated bool
@@ -243,17 +248,17 @@ func (s *State) apply(c *Command) Result {
 	case c.Op == OpInit && c.Init != nil:
 		return s.applyInit(c.At, c.Init)
 	case c.Op == OpCreateToken && c.CreateToken != nil:
-		return s.applyCreateToken(c.At, c.CreateToken)
+		return s.applyCreateToken(c.At, c.CreateToken, c.Rules)
 	case c.Op == OpEnrol && c.Enrol != nil:
 		return s.applyEnrol(c.At, c.Enrol)
 	case c.Op == OpDeclare && c.Declare != nil:
 		return s.applyDeclare(c.At, c.Declare)
 	case c.Op == OpRevoke && c.Revoke != nil:
-		return s.applyRevoke(c.At, c.Revoke)
+		return s.applyRevoke(c.At, c.Revoke, c.Rules)
 	case c.Op == OpStatus && c.Status != nil:
 		return s.applyStatus(c.At, c.Status)
 	case c.Op == OpLabel && c.Label != nil:
-		return s.applyLabel(c.Label)
+		return s.applyLabel(c.Label, c.Rules)
 	case c.Op == OpProbe:
 		if c.Probe != nil {
 			if cn := s.ControlNodes[c.Probe.Node]; cn != nil {
@@ -309,7 +314,7 @@ func (s *State) newestKey() string {
 	return s.Keyring.Keys[len(s.Keyring.Keys)-1]
 }
 
-func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd) Result {
+func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd, rules int) Result {
 	if t, dup := s.Tokens[c.ID]; dup {
 		// The same request again (the operator's client sends a token.create again
 		// when a leader died with it): the token it made, unchanged. The id is the
@@ -332,6 +337,14 @@ func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd) Result {
 	if (c.Role == RoleControl) != (c.Control != nil && c.sealsIdentity()) || len(c.Sealed) > 0 && len(c.SealedTo) > 0 {
 		return Result{Err: fmt.Errorf("%w: a control token carries addresses and a sealed identity, a worker token neither", ErrBadCommand)}
 	}
+	var replaced []Token
+	if rules >= RulesTokensFollowNodes {
+		pending := s.PendingTokens(c.Node, at)
+		if len(pending) > 0 && !c.Replace {
+			return Result{Err: &PendingTokenError{Node: c.Node, Pending: pending}}
+		}
+		replaced = s.cancelTokens(pending, at)
+	}
 	t := &Token{ID: c.ID, ProofKey: c.ProofKey, Node: c.Node, Role: c.Role, Labels: maps.Clone(c.Labels), CreatedAt: at, Expiry: at.Add(c.TTL),
 		SigningKey: s.newestKey(),
 		Control:    c.Control, Sealed: slices.Clone(c.Sealed), SealedTo: maps.Clone(c.SealedTo), SealedSum: c.SealedSum}
@@ -341,8 +354,62 @@ func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd) Result {
 	}
 	tc := *t
 	tc.Labels = maps.Clone(t.Labels) // the result must not alias the live state
-	return Result{Token: &tc}
+	return Result{Token: &tc, Tokens: replaced}
 }
+
+// PendingTokens returns the tokens of node that would enrol it at at, oldest first
+// (ties by id, so that every control node lists them alike). A stale one, whose
+// signing key was retired, is not among them: the mesh refuses it already.
+func (s *State) PendingTokens(node string, at time.Time) []*Token {
+	var out []*Token
+	for _, t := range s.Tokens {
+		if t.Node == node && s.ShownState(t, at) == TokenPending {
+			out = append(out, t)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Token) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out
+}
+
+// cancelTokens cancels ts at at and returns copies of them as cancelled.
+func (s *State) cancelTokens(ts []*Token, at time.Time) []Token {
+	var out []Token
+	for _, t := range ts {
+		t.CancelledAt = at
+		// A control token's sealed identity is useless once the token is: drop it.
+		t.dropIdentity()
+		tc := *t
+		tc.Labels = maps.Clone(t.Labels)
+		out = append(out, tc)
+	}
+	return out
+}
+
+// PendingTokenError refuses a token for a node that has pending ones
+// (ErrTokenPending), naming them.
+type PendingTokenError struct {
+	Node    string
+	Pending []*Token
+}
+
+func (e *PendingTokenError) Error() string {
+	t := e.Pending[len(e.Pending)-1]
+	others := ""
+	if n := len(e.Pending) - 1; n > 0 {
+		others = fmt.Sprintf(" and %d older one(s)", n)
+	}
+	return fmt.Sprintf("%v: %s has token %s, minted %s and pending until %s%s, and whichever token is used first enrols the node, with its labels: "+
+		"use that token, cancel it (meshctl token cancel %s), or mint again with --replace, which cancels it",
+		ErrTokenPending, e.Node, t.ShortID(), t.CreatedAt.UTC().Format(time.RFC3339), t.Expiry.UTC().Format(time.RFC3339), others, e.Node)
+}
+
+// Is makes errors.Is(err, ErrTokenPending) hold.
+func (e *PendingTokenError) Is(target error) bool { return target == ErrTokenPending }
 
 // sameRequest reports whether c asks for exactly the token t records.
 func (t *Token) sameRequest(c *CreateTokenCmd) bool {
@@ -362,12 +429,7 @@ func (s *State) applyCancelTokens(at time.Time, c *CancelTokensCmd) Result {
 		if t.StateAt(at) != TokenPending {
 			continue
 		}
-		t.CancelledAt = at
-		// A control token's sealed identity is useless once the token is: drop it.
-		t.dropIdentity()
-		tc := *t
-		tc.Labels = maps.Clone(t.Labels)
-		out = append(out, tc)
+		out = append(out, s.cancelTokens([]*Token{t}, at)...)
 	}
 	if !known {
 		return Result{Err: fmt.Errorf("node %s: %w", c.Node, ErrNoToken)}
@@ -509,7 +571,7 @@ func (n *Node) nextVersion() uint64 {
 	return v + 1
 }
 
-func (s *State) applyRevoke(at time.Time, c *RevokeCmd) Result {
+func (s *State) applyRevoke(at time.Time, c *RevokeCmd, rules int) Result {
 	targets := c.Targets()
 	if len(targets) == 0 {
 		return Result{Err: fmt.Errorf("%w: a revocation names no node", ErrBadCommand)}
@@ -524,7 +586,6 @@ func (s *State) applyRevoke(at time.Time, c *RevokeCmd) Result {
 	if len(unknown) > 0 {
 		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownNode, strings.Join(unknown, ", "))}
 	}
-	revoked := make(map[string]bool, len(targets))
 	res := Result{Revoked: make([]Node, 0, len(targets))}
 	for _, id := range targets {
 		n := s.Nodes[id]
@@ -532,14 +593,25 @@ func (s *State) applyRevoke(at time.Time, c *RevokeCmd) Result {
 			n.Revoked = true
 			n.RevokedAt = at
 			s.revokeKey(n.PublicKey, n.ID)
+			if rules >= RulesTokensFollowNodes {
+				// The tokens minted for it die with it, and say so to whoever
+				// presents one. A node revoked before keeps the tokens minted for
+				// its replacement since.
+				res.Tokens = append(res.Tokens, s.cancelTokens(s.PendingTokens(id, at), at)...)
+			}
 		}
-		revoked[id] = true
 		res.Revoked = append(res.Revoked, *n.copy())
 	}
-	// Tokens minted for the nodes and not yet used die with them.
-	for id, t := range s.Tokens {
-		if revoked[t.Node] && t.UsedAt.IsZero() {
-			delete(s.Tokens, id)
+	if rules < RulesTokensFollowNodes {
+		// The earlier rules: every unused token of every node named is deleted.
+		named := make(map[string]bool, len(targets))
+		for _, id := range targets {
+			named[id] = true
+		}
+		for id, t := range s.Tokens {
+			if named[t.Node] && t.UsedAt.IsZero() {
+				delete(s.Tokens, id)
+			}
 		}
 	}
 	res.Node = &res.Revoked[0]
@@ -559,10 +631,13 @@ func (s *State) applyStatus(at time.Time, c *StatusCmd) Result {
 	return Result{}
 }
 
-func (s *State) applyLabel(c *LabelCmd) Result {
+func (s *State) applyLabel(c *LabelCmd, rules int) Result {
 	n, ok := s.Nodes[c.Node]
 	if !ok {
 		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownNode, c.Node)}
+	}
+	if n.Revoked && rules >= RulesTokensFollowNodes {
+		return Result{Err: fmt.Errorf("%s: %w", c.Node, ErrNodeRevoked)}
 	}
 	if n.Labels == nil {
 		n.Labels = map[string]string{}

@@ -31,8 +31,24 @@ import (
 //
 // 1: the rules before they were announced. 2: a control token's identity sealed to
 // the control nodes (CreateTokenCmd.SealedTo), which rules 1 refuse to record, so
-// such a node never records the node the token admits either.
-const ApplyRules = 2
+// such a node never records the node the token admits either. 3: tokens follow their
+// node (RulesTokensFollowNodes).
+const ApplyRules = 3
+
+// Revisions of the rules that changed how a command applies; a command that needs one
+// is stamped with it (Command.Rules), and applied by the rules before it otherwise.
+const (
+	// RulesSealedTo records a control token's identity sealed to the control nodes.
+	RulesSealedTo = 2
+	// RulesTokensFollowNodes: a node has at most one pending token, and minting
+	// another is refused (ErrTokenPending) unless it replaces the pending ones
+	// (CreateTokenCmd.Replace), which it cancels; a revocation cancels, and lists,
+	// the pending tokens of the nodes it revokes, and leaves those minted for a node
+	// revoked earlier (the earlier rules deleted every unused token of every node a
+	// revocation named, a replacement's too); labels of a revoked node are refused
+	// (ErrNodeRevoked), as the machine enrolled next under its id takes its token's.
+	RulesTokensFollowNodes = 3
+)
 
 // Roles a node can hold.
 const (
@@ -150,6 +166,10 @@ type SealedIdentity struct {
 // HoldsIdentity reports whether the token still holds a sealed identity.
 func (t *Token) HoldsIdentity() bool { return len(t.Sealed) > 0 || len(t.SealedTo) > 0 }
 
+// ShortID is the first 12 hex digits of the token's id: what operators are shown, enough
+// to tell two tokens of one node apart and useless for enrolling.
+func (t *Token) ShortID() string { return t.ID[:min(12, len(t.ID))] }
+
 // dropIdentity forgets the token's sealed identity, every copy of it.
 func (t *Token) dropIdentity() { t.Sealed, t.SealedTo = nil, nil }
 
@@ -246,8 +266,13 @@ var (
 	ErrKeyRevoked     = errors.New("this node key was revoked and stays refused")
 	ErrKeyInUse       = errors.New("this node key is already enrolled as another node, and a key identifies one node only: enrol this machine with a key of its own")
 	ErrUnknownNode    = errors.New("no such node")
-	ErrBadCommand     = errors.New("malformed command")
-	ErrNoTargets      = errors.New("the declaration matches no enrolled, unrevoked node")
+	// ErrTokenPending: a token is minted for a node that has a pending one
+	// (RulesTokensFollowNodes).
+	ErrTokenPending = errors.New("a token for this node is pending")
+	// ErrNodeRevoked: a label change names a revoked node (RulesTokensFollowNodes).
+	ErrNodeRevoked = errors.New("this node is revoked; the machine enrolled next under its id takes the labels of its token: give them with meshctl token --label")
+	ErrBadCommand  = errors.New("malformed command")
+	ErrNoTargets   = errors.New("the declaration matches no enrolled, unrevoked node")
 	// ErrOutOfVersions: a node's declared version is the last there is (OutOfVersions).
 	ErrOutOfVersions = errors.New("declared the last version there is: the next would wrap around to v0, which the host refuses as older than what it holds (a broken or hostile agent reported that version before reports were bounded); check the machine, revoke the node and enrol it again with a new token (its new key starts its versions over)")
 )

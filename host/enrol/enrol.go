@@ -445,9 +445,10 @@ func (r *run) dropSpentKey(err error, pub string) error {
 	}
 	why := "the mesh refused this token for good, so no enrolment can finish with it"
 	if re.Code == wire.CodeNodeExists {
-		// Not the token's end: once the node is revoked it admits a new key. This
-		// one was never admitted; a run after the revocation makes a fresh one.
-		why = "the mesh holds another machine as this node; once the operator revokes it, run enrol again with this token (a new key is made)"
+		// Not the key's fault: another machine holds the id. Revoking it cancels
+		// the tokens minted for the id before, this one among them (control
+		// planes before that deleted them): a new token is needed either way.
+		why = "the mesh holds another machine as this node; if this machine is to replace it, the operator revokes that node and mints a new token for this one"
 	}
 	r.step("key", "removed the pending key %s: %s", pub, why)
 	return err

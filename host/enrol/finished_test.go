@@ -46,10 +46,11 @@ func TestARunStoppedAfterItRemovedItsDraftKeyIsFinished(t *testing.T) {
 	}
 }
 
-// TestNodeExistsIsNotTheTokensEnd: refused node_exists (another machine holds the
-// node), the pending key goes, but the output does not call the token spent: once
-// the operator revokes that machine, the same token enrols this one.
-func TestNodeExistsIsNotTheTokensEnd(t *testing.T) {
+// TestNodeExistsSaysWhatToDo: refused node_exists (another machine holds the node),
+// the pending key goes, and the output says what replaces that machine: a revocation
+// and a new token. It once advised the same token after the revocation, which
+// cancels it (and, on control planes before that, deleted it).
+func TestNodeExistsSaysWhatToDo(t *testing.T) {
 	m := newFakeMesh(t, func(r *wire.EnrolResponse) {
 		*r = wire.EnrolResponse{V: wire.ProtocolVersion, Error: &wire.Error{Code: wire.CodeNodeExists, Message: "node web-1 is enrolled"}}
 	})
@@ -59,7 +60,7 @@ func TestNodeExistsIsNotTheTokensEnd(t *testing.T) {
 	if !errors.As(err, &re) || re.Code != wire.CodeNodeExists {
 		t.Fatalf("got %v, want node_exists", err)
 	}
-	if strings.Contains(out.String(), "for good") || !strings.Contains(out.String(), "once the operator revokes it, run enrol again with this token") {
+	if strings.Contains(out.String(), "for good") || !strings.Contains(out.String(), "the operator revokes that node and mints a new token for this one") {
 		t.Fatalf("the output calls the token spent, or does not say what to do:\n%s", out.String())
 	}
 }

@@ -211,10 +211,12 @@ docs/operations.md.`,
 // "Removing a control node": the command says so, with or without pending tokens).
 func printRemoval(w io.Writer, node string, res api.ControlRemoveResult) {
 	if res.AlreadyRemoved {
-		fmt.Fprintf(w, "control node %s was already removed from Raft and from the control plane; nothing to do\n", node)
-		return
+		// Said again: the operator of a rerun, or of a second removal, did not
+		// see the first one's advice.
+		fmt.Fprintf(w, "control node %s was already removed from Raft and from the control plane; nothing to do but what its removal said:\n", node)
+	} else {
+		fmt.Fprintf(w, "removed control node %s from Raft and from the control plane\n", node)
 	}
-	fmt.Fprintf(w, "removed control node %s from Raft and from the control plane\n", node)
 	if res.Demoted != "" {
 		fmt.Fprintf(w, "%s is now a nonvoter, so that the voters stay an odd number (two voters stop when either stops); it keeps the log and becomes a voter again with the next control node that serves\n", res.Demoted)
 	}

@@ -18,7 +18,8 @@ func revokeCommand() command {
 		summary: `Revoke nodes for good: their agents stop and their keys are refused.
 Each is sent a signed notice and its agent stops; its connections are closed on every
 broker right after, and its key is refused from then on. Several nodes are revoked in
-one commit (at most 1000). Enrolling a machine again needs a new token.`,
+one commit (at most 1000); their pending tokens are cancelled with them. Enrolling a
+machine under a revoked id needs a token minted after the revocation.`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			var cp controlPlaneFlags
 			var asJSON bool
@@ -50,6 +51,10 @@ one commit (at most 1000). Enrolling a machine again needs a new token.`,
 						continue
 					}
 					fmt.Fprintf(cio.stdout, "revoked %s (%d connection(s) open, closed now); its key is refused from now on\n", r.Node, r.Connections)
+				}
+				for _, t := range res.CancelledTokens {
+					fmt.Fprintf(cio.stdout, "cancelled %s's pending token %s (minted %s): a machine enrolled under %s again needs a new token\n",
+						t.Node, t.ID, t.CreatedAt.UTC().Format(time.RFC3339), t.Node)
 				}
 				return nil
 			}

@@ -10,6 +10,7 @@ import (
 	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/join"
+	"mesh/controlplane/operator"
 	"mesh/tokenfmt"
 )
 
@@ -17,7 +18,7 @@ func tokenCommand() command {
 	return command{
 		name:    "token",
 		changes: true,
-		usage:   "--data DIR --node ID [--ttl 15m] [--label k=v]... [--json]  |  --data DIR --role control --node ID --addr IP:PORT [--json]\n       meshctl token list [--node ID] [--json]  |  meshctl token cancel NODE [--json]",
+		usage:   "--data DIR --node ID [--ttl 15m] [--label k=v]... [--replace] [--json]  |  --data DIR --role control --node ID --addr IP:PORT [--json]\n       meshctl token list [--node ID] [--json]  |  meshctl token cancel NODE [--json]",
 		summary: `Mint a one-time enrolment token for one node; stdout is the token and nothing else.
 The secret is generated here and only its hash reaches the control plane. The token
 carries the broker addresses, the CA pin and the signing key the node will believe.
@@ -25,6 +26,8 @@ Hand it to the machine out of band: meshhost reads it from stdin, a file, MESH_T
 or a systemd credential. With --json, stdout is a JSON object whose "token" is the
 token, beside what it admits and until when.
 Control tokens are minted with the data directory of the node holding the CA key.
+A node has one pending token at a time: while one is, minting is refused (exit 4,
+token_pending) unless --replace cancels it; revoking a node cancels its pending tokens.
   token list         the tokens the mesh remembers: node, role, labels, expiry and
                      state (pending, used, expired, cancelled); never a secret. Tokens
                      are forgotten a day after they expire.
@@ -38,7 +41,7 @@ Control tokens are minted with the data directory of the node holding the CA key
 				addr, raftAddr, clusterAddr string
 				ttl                         time.Duration
 				labels                      = labelFlag{}
-				asJSON                      bool
+				asJSON, replace             bool
 			)
 			cp.register(c, cio)
 			fs.BoolVar(&asJSON, "json", false, "print the token and what it admits as JSON")
@@ -46,6 +49,7 @@ Control tokens are minted with the data directory of the node holding the CA key
 			fs.StringVar(&role, "role", "worker", "role the token admits: worker or control")
 			fs.DurationVar(&ttl, "ttl", tokenfmt.DefaultTTL, "how long the token stays valid (at most 1h)")
 			fs.Var(labels, "label", "label k=v given to the node (repeatable)")
+			fs.BoolVar(&replace, "replace", false, "cancel the node's pending token(s) as this one is minted (else a pending token refuses the mint)")
 			fs.StringVar(&addr, "addr", "", "control tokens: the new control node's broker address ip:port (its TLS identity carries it)")
 			fs.StringVar(&raftAddr, "raft-addr", "", "control tokens: its Raft address (default: --addr port+1)")
 			fs.StringVar(&clusterAddr, "cluster-addr", "", "control tokens: its broker route address (default: --addr port+2)")
@@ -61,7 +65,7 @@ Control tokens are minted with the data directory of the node holding the CA key
 			}
 			return func(args []string) error {
 				if len(args) > 0 && (args[0] == "list" || args[0] == "cancel") {
-					for _, f := range []string{"role", "ttl", "label", "addr", "raft-addr", "cluster-addr"} {
+					for _, f := range []string{"role", "ttl", "label", "replace", "addr", "raft-addr", "cluster-addr"} {
 						if fs.Changed(f) {
 							return usagef("--%s is for minting a token, not for token %s", f, args[0])
 						}
@@ -121,11 +125,11 @@ Control tokens are minted with the data directory of the node holding the CA key
 					if err != nil {
 						return err
 					}
-					tok, err := join.Mint(datadir.Dir(cp.dir), join.MintOptions{Node: node, Broker: addr, Raft: raftAddr, Cluster: clusterAddr, TTL: ttl, Operator: opts})
+					tok, replaced, err := join.Mint(datadir.Dir(cp.dir), join.MintOptions{Node: node, Broker: addr, Raft: raftAddr, Cluster: clusterAddr, TTL: ttl, Operator: opts, Replace: replace})
 					if err != nil {
 						return err
 					}
-					return printToken(cio, tok, asJSON)
+					return printToken(cio, tok, asJSON, replaced)
 				}
 				if addr != "" || raftAddr != "" || clusterAddr != "" {
 					return usagef("--addr, --raft-addr and --cluster-addr are for --role control")
@@ -136,14 +140,22 @@ Control tokens are minted with the data directory of the node holding the CA key
 				}
 				defer client.Close()
 				asked := time.Now()
-				tok, err := client.MintToken(node, r, ttl, labels)
+				tok, replaced, err := client.Mint(operator.TokenTerms{Node: node, Role: r, TTL: ttl, Labels: labels, Replace: replace})
 				if err != nil {
 					return err
 				}
 				warnMintClock(cio, tok.Expiry, asked, time.Now(), ttl)
-				return printToken(cio, tok, asJSON)
+				return printToken(cio, tok, asJSON, replaced)
 			}
 		},
+	}
+}
+
+// tellReplaced says on stderr which pending tokens a mint cancelled: stdout is the
+// token alone.
+func tellReplaced(cio *cliIO, replaced []api.TokenView) {
+	for _, t := range replaced {
+		fmt.Fprintf(cio.stderr, "cancelled token %s of %s (minted %s): it admits nothing from now on\n", t.ID, t.Node, t.CreatedAt.UTC().Format(time.RFC3339))
 	}
 }
 
@@ -220,6 +232,8 @@ type tokenResult struct {
 	Role      string    `json:"role"`
 	Brokers   []string  `json:"brokers"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// Replaced lists the node's pending tokens the mint cancelled (--replace).
+	Replaced []api.TokenView `json:"replaced,omitempty"`
 }
 
 // mintClockTolerance is how far the control plane's clock may be from this machine's
@@ -255,12 +269,13 @@ func warnMintClock(cio *cliIO, expiry, asked, got time.Time, ttl time.Duration) 
 // printToken prints the token alone on a line, or with what it admits as JSON.
 // The token is minted by then: one that could not be written (a full disk under a
 // redirection) is pending at the mesh with a secret nobody holds, and is said so.
-func printToken(cio *cliIO, tok tokenfmt.Token, asJSON bool) error {
+func printToken(cio *cliIO, tok tokenfmt.Token, asJSON bool, replaced []api.TokenView) error {
 	var err error
 	if !asJSON {
+		tellReplaced(cio, replaced)
 		_, err = fmt.Fprintln(cio.stdout, tok.Encode())
 	} else {
-		res := tokenResult{Token: tok.Encode(), Mesh: tok.Mesh, Node: tok.Node, Role: string(tok.Role), ExpiresAt: tok.Expiry.UTC()}
+		res := tokenResult{Token: tok.Encode(), Mesh: tok.Mesh, Node: tok.Node, Role: string(tok.Role), ExpiresAt: tok.Expiry.UTC(), Replaced: replaced}
 		for _, b := range tok.Brokers {
 			res.Brokers = append(res.Brokers, b.String())
 		}
@@ -268,7 +283,7 @@ func printToken(cio *cliIO, tok tokenfmt.Token, asJSON bool) error {
 	}
 	if err != nil {
 		return fmt.Errorf("the token for %s was minted, but could not be written out (%w): it stays pending until %s with a secret no one holds. "+
-			"Cancel it (meshctl token cancel %s), then mint another", tok.Node, err, tok.Expiry.UTC().Format(time.RFC3339), tok.Node)
+			"Mint another with --replace, which cancels it (or meshctl token cancel %s)", tok.Node, err, tok.Expiry.UTC().Format(time.RFC3339), tok.Node)
 	}
 	return nil
 }

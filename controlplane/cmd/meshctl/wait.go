@@ -66,15 +66,20 @@ type convergence struct {
 	Offline   []string          `json:"offline,omitempty"`
 	// Superseded: nodes declared another body since, by the version that did.
 	Superseded map[string]uint64 `json:"superseded,omitempty"`
+	// Revoked: nodes revoked since they were declared, and when.
+	Revoked map[string]time.Time `json:"revoked,omitempty"`
 }
 
 func (c convergence) err() error {
-	if len(c.Failed) == 0 && len(c.Pending) == 0 && len(c.Offline) == 0 && len(c.Superseded) == 0 {
+	if len(c.Failed) == 0 && len(c.Pending) == 0 && len(c.Offline) == 0 && len(c.Superseded) == 0 && len(c.Revoked) == 0 {
 		return nil
 	}
 	var parts []string
 	for _, n := range slices.Sorted(maps.Keys(c.Superseded)) {
 		parts = append(parts, fmt.Sprintf("%s was declared another body since (v%d): this one is no longer what it is to hold", n, c.Superseded[n]))
+	}
+	for _, n := range slices.Sorted(maps.Keys(c.Revoked)) {
+		parts = append(parts, fmt.Sprintf("%s was revoked at %s: it will not apply it", n, c.Revoked[n].UTC().Format(time.RFC3339)))
 	}
 	for _, n := range slices.Sorted(maps.Keys(c.Failed)) {
 		msg := c.Failed[n]
@@ -111,7 +116,7 @@ func waitConverged(c *operator.Client, assigned []api.Assignment, body string, l
 	start := time.Now()
 	line := progressLine{w: progress, redraw: redraw}
 	undecided := slices.Clone(assigned)
-	cv := convergence{Failed: map[string]string{}, Superseded: map[string]uint64{}}
+	cv := convergence{Failed: map[string]string{}, Superseded: map[string]uint64{}, Revoked: map[string]time.Time{}}
 	interval := 50 * time.Millisecond
 	// The first poll waits as a later one would for so many nodes, without the
 	// floor: right after the declaration nothing has applied yet, and a poll about
@@ -146,6 +151,8 @@ func waitConverged(c *operator.Client, assigned []api.Assignment, body string, l
 					cv.Failed[t.Node] = msg
 				case api.ProgressSuperseded:
 					cv.Superseded[t.Node] = t.Version
+				case api.ProgressRevoked:
+					cv.Revoked[t.Node] = t.RevokedAt
 				case api.ProgressOffline:
 					offline = append(offline, t.Node)
 					still = append(still, target)
@@ -164,6 +171,9 @@ func waitConverged(c *operator.Client, assigned []api.Assignment, body string, l
 			len(assigned), len(cv.Converged), len(cv.Failed), len(cv.Offline), len(cv.Pending))
 		if len(cv.Superseded) > 0 {
 			counts += fmt.Sprintf(", %d superseded", len(cv.Superseded))
+		}
+		if len(cv.Revoked) > 0 {
+			counts += fmt.Sprintf(", %d revoked", len(cv.Revoked))
 		}
 		finished := done || time.Now().After(deadline)
 		line.show(counts, time.Since(start), finished)

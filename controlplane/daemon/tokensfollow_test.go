@@ -1,0 +1,71 @@
+package daemon
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/state"
+)
+
+// TestTokensFollowNodesOnceEveryControlNodeDoes: one pending token a node, tokens
+// replaced with --replace, and revocations that cancel their nodes' tokens are rules
+// a control node of an older meshctl applies otherwise (state.RulesTokensFollowNodes).
+// While one serves, the leader proposes worker tokens and revocations by the earlier
+// rules, and refuses a replacement, naming the node to upgrade; once every serving
+// control node announces the new rules, they apply.
+func TestTokensFollowNodesOnceEveryControlNodeDoes(t *testing.T) {
+	d := fleet(t, 0)
+	mint := func(node string, replace bool) (api.TokenCreateResult, error) {
+		var id [32]byte
+		rand.Read(id[:])
+		return d.createToken(api.TokenCreateRequest{ID: hex.EncodeToString(id[:]), ProofKey: hex.EncodeToString(id[:]), Node: node,
+			Role: state.RoleWorker, TTL: api.Duration(time.Hour), Replace: replace})
+	}
+	pending := func(node string) (n int) {
+		d.fsm.Read(func(s *state.State) { n = len(s.PendingTokens(node, d.now())) })
+		return n
+	}
+
+	// cp-2 applies the log by the rules before (it records sealed control tokens).
+	d.ctl.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-2", Raft: api.RaftVoter, Rules: state.RulesSealedTo}, d.now(), 0)
+	for range 2 {
+		if _, err := mint("web-1", false); err != nil {
+			t.Fatalf("a worker token while cp-2 serves the earlier rules: %v", err)
+		}
+	}
+	if n := pending("web-1"); n != 2 {
+		t.Fatalf("%d pending tokens for web-1 under the earlier rules, want 2 (as cp-2 records them)", n)
+	}
+	_, err := mint("web-1", true)
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeOlderControlNode || !strings.Contains(ae.Message, "cp-2") || !strings.Contains(ae.Message, "meshctl token cancel web-1") {
+		t.Fatalf("--replace while cp-2 serves: %v, want %s naming cp-2 and the way round", err, api.CodeOlderControlNode)
+	}
+	if n := pending("web-1"); n != 2 {
+		t.Fatalf("the refused replacement changed the tokens: %d pending", n)
+	}
+
+	// cp-2 upgraded.
+	d.ctl.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-2", Raft: api.RaftVoter, Rules: state.ApplyRules}, d.now(), 0)
+	if _, err := mint("web-1", false); !errors.As(err, &ae) || ae.Code != api.CodeTokenPending || !strings.Contains(ae.Message, "--replace") {
+		t.Fatalf("a third token for web-1: %v, want %s", err, api.CodeTokenPending)
+	}
+	res, err := mint("web-1", true)
+	if err != nil || len(res.Replaced) != 2 || res.Replaced[0].State != state.TokenCancelled || res.Replaced[0].Node != "web-1" {
+		t.Fatalf("--replace: %v, replaced %+v; want both earlier tokens cancelled and listed", err, res.Replaced)
+	}
+	if n := pending("web-1"); n != 1 {
+		t.Fatalf("%d pending tokens for web-1 after the replacement, want 1", n)
+	}
+
+	// A revocation of an id that is only minted says what would still enrol it.
+	_, err = d.revoke(api.RevokeRequest{Nodes: []string{"web-1"}})
+	if !errors.As(err, &ae) || ae.Code != api.CodeNotFound || !strings.Contains(ae.Message, "1 pending token") || !strings.Contains(ae.Message, "token cancel") {
+		t.Fatalf("revoking web-1, minted and not enrolled: %v, want not_found naming its pending token", err)
+	}
+}

@@ -1,0 +1,147 @@
+package state
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// stamped is c under the rules in which tokens follow their node.
+func stamped(c Command) Command {
+	c.Rules = RulesTokensFollowNodes
+	return c
+}
+
+// TestOneTokenANodeAtATime: two operators minting for one node at once each got a
+// token, and whichever machine enrolled first took the id with its token's labels;
+// the other learnt it when its enrolment was refused. Under RulesTokensFollowNodes
+// the second mint is refused naming the first, --replace cancels the first in the
+// same entry, and a token that no longer admits anything (expired, stale) does not
+// count.
+func TestOneTokenANodeAtATime(t *testing.T) {
+	m := enrolled(t, map[string]string{"web-1": RoleWorker})
+	at := t0.Add(2 * time.Minute)
+	m.must(stamped(tokenCmd("tok-a", "db-1", RoleWorker, at, 15*time.Minute)))
+
+	before := m.snapshot()
+	r := m.apply(stamped(tokenCmd("tok-b", "db-1", RoleWorker, at.Add(time.Second), 15*time.Minute)))
+	var pe *PendingTokenError
+	if !errors.Is(r.Err, ErrTokenPending) || !errors.As(r.Err, &pe) || len(pe.Pending) != 1 || pe.Pending[0].ID != "tok-a" ||
+		!strings.Contains(r.Err.Error(), "--replace") || !strings.Contains(r.Err.Error(), "meshctl token cancel db-1") {
+		t.Fatalf("a second token for db-1: %v, want token_pending naming tok-a and the ways out", r.Err)
+	}
+	if string(m.snapshot()) != string(before) {
+		t.Fatal("a refused token changed the state")
+	}
+
+	replace := stamped(tokenCmd("tok-b", "db-1", RoleWorker, at.Add(time.Second), 15*time.Minute))
+	replace.CreateToken.Replace = true
+	r = m.must(replace)
+	if len(r.Tokens) != 1 || r.Tokens[0].ID != "tok-a" || !r.Tokens[0].CancelledAt.Equal(at.Add(time.Second)) {
+		t.Fatalf("replaced %+v, want tok-a cancelled at the command's time", r.Tokens)
+	}
+	s := m.state()
+	if got := s.Tokens["tok-a"].StateAt(at.Add(time.Second)); got != TokenCancelled {
+		t.Fatalf("tok-a is %s, want cancelled", got)
+	}
+	if got := s.Tokens["tok-b"].StateAt(at.Add(time.Second)); got != TokenPending {
+		t.Fatalf("tok-b is %s, want pending", got)
+	}
+	if r := m.apply(enrolCmd("tok-a", "db-1", RoleWorker, "K-a", at.Add(2*time.Second))); !errors.Is(r.Err, ErrTokenCancelled) {
+		t.Fatalf("enrolling with the replaced token: %v, want cancelled", r.Err)
+	}
+	// The same request sent again (a leader died with it) is answered with the
+	// token it made; it cancels nothing more.
+	if r := m.must(replace); !r.Repeated || len(r.Tokens) != 0 {
+		t.Fatalf("the replacing request again: repeated %t, tokens %+v", r.Repeated, r.Tokens)
+	}
+
+	// Expired, tok-b no longer stands in the way.
+	later := at.Add(20 * time.Minute)
+	m.must(stamped(tokenCmd("tok-c", "db-1", RoleWorker, later, 15*time.Minute)))
+	// Nor does a stale one, whose signing key was retired.
+	m.f.mu.Lock()
+	m.f.st.Tokens["tok-c"].SigningKey = "retired"
+	m.f.mu.Unlock()
+	m.must(stamped(tokenCmd("tok-d", "db-1", RoleWorker, later.Add(time.Second), 15*time.Minute)))
+
+	// Under the earlier rules (an entry written before, or while a control node on
+	// them serves) both are recorded, as every node of those rules records them.
+	m.must(tokenCmd("tok-e", "db-1", RoleWorker, later.Add(2*time.Second), 15*time.Minute))
+	if got := len(m.state().PendingTokens("db-1", later.Add(2*time.Second))); got != 2 {
+		t.Fatalf("%d pending tokens under the earlier rules, want 2", got)
+	}
+}
+
+// TestRevocationCancelsItsNodesTokens: a revocation deleted every unused token of
+// every node it named, so a second `revoke` of a node revoked before (a script
+// retried) silently removed the token minted since for its replacement, and a
+// machine presenting a deleted token was told the mesh never minted it. Under
+// RulesTokensFollowNodes the tokens of the nodes it revokes are cancelled and
+// listed, and those of a node revoked before are left alone.
+func TestRevocationCancelsItsNodesTokens(t *testing.T) {
+	for _, rules := range []int{0, RulesTokensFollowNodes} {
+		m := newMachine(t)
+		m.must(initCmd("demo", t0))
+		// Two tokens for web-1, as two operators minting at once under the earlier
+		// rules got; the first enrols.
+		m.must(tokenCmd("tok-1", "web-1", RoleWorker, t0, time.Hour))
+		m.must(tokenCmd("tok-2", "web-1", RoleWorker, t0, time.Hour))
+		m.must(enrolCmd("tok-1", "web-1", RoleWorker, "K-1", t0.Add(time.Minute)))
+
+		at := t0.Add(2 * time.Minute)
+		r := m.must(Command{Op: OpRevoke, At: at, Rules: rules, Revoke: &RevokeCmd{Node: "web-1"}})
+		s := m.state()
+		if rules == 0 {
+			if _, kept := s.Tokens["tok-2"]; kept || len(r.Tokens) != 0 {
+				t.Fatalf("earlier rules: tok-2 kept %t, listed %+v; they deleted it and listed nothing", kept, r.Tokens)
+			}
+		} else {
+			if len(r.Tokens) != 1 || r.Tokens[0].ID != "tok-2" || s.Tokens["tok-2"].StateAt(at) != TokenCancelled {
+				t.Fatalf("tok-2 listed %+v, now %+v: want it cancelled and listed", r.Tokens, s.Tokens["tok-2"])
+			}
+			if r := m.apply(enrolCmd("tok-2", "web-1", RoleWorker, "K-2", at)); !errors.Is(r.Err, ErrTokenCancelled) {
+				t.Fatalf("enrolling with tok-2: %v, want cancelled", r.Err)
+			}
+		}
+		if s.Tokens["tok-1"].StateAt(at) != TokenUsed {
+			t.Fatalf("the used token is %s", s.Tokens["tok-1"].StateAt(at))
+		}
+
+		// A replacement's token, then the revocation again.
+		m.must(Command{Op: OpCreateToken, At: at.Add(time.Minute), Rules: rules, CreateToken: &CreateTokenCmd{ID: "tok-3", Node: "web-1", Role: RoleWorker, TTL: time.Hour}})
+		again := at.Add(2 * time.Minute)
+		r = m.must(Command{Op: OpRevoke, At: again, Rules: rules, Revoke: &RevokeCmd{Node: "web-1"}})
+		_, kept := m.state().Tokens["tok-3"]
+		switch {
+		case rules == 0 && kept:
+			t.Fatal("earlier rules: the replacement's token was kept; they deleted it")
+		case rules != 0 && (!kept || m.state().Tokens["tok-3"].StateAt(again) != TokenPending || len(r.Tokens) != 0):
+			t.Fatalf("revoking web-1 again touched the replacement's token (kept %t, listed %+v)", kept, r.Tokens)
+		}
+		if rules != 0 {
+			m.must(enrolCmd("tok-3", "web-1", RoleWorker, "K-3", again.Add(time.Second)))
+		}
+	}
+}
+
+// TestLabelsOfARevokedNode: labels set on a revoked node were accepted and then lost,
+// as the machine enrolled next under its id takes its token's. Under
+// RulesTokensFollowNodes they are refused, and the state does not change.
+func TestLabelsOfARevokedNode(t *testing.T) {
+	m := enrolled(t, map[string]string{"web-1": RoleWorker})
+	m.must(revokeCmd("web-1", t0.Add(time.Hour)))
+	label := Command{Op: OpLabel, At: t0.Add(2 * time.Hour), Label: &LabelCmd{Node: "web-1", Labels: map[string]string{"tier": "web"}}}
+	before := m.snapshot()
+	if r := m.apply(stamped(label)); !errors.Is(r.Err, ErrNodeRevoked) || !strings.Contains(r.Err.Error(), "web-1") {
+		t.Fatalf("labelling revoked web-1: %v, want node revoked", r.Err)
+	}
+	if string(m.snapshot()) != string(before) {
+		t.Fatal("a refused label changed the state")
+	}
+	// The earlier rules applied it; every node on them does.
+	if r := m.must(label); r.Node.Labels["tier"] != "web" {
+		t.Fatalf("earlier rules: labels %v", r.Node.Labels)
+	}
+}
