@@ -150,7 +150,8 @@ func TestNATSLogRepeats(t *testing.T) {
 func TestKindOf(t *testing.T) {
 	for msg, want := range map[string]string{
 		"Error trying to connect to route (attempt 12): dial tcp 10.0.0.2:6222: connect: connection refused":        "Error trying to connect to route (attempt #): dial tcp #.#.#.#:#: connect: connection refused",
-		"10.0.0.2:6222 - rid:17 - TLS route handshake error: EOF":                                                   "#.#.#.#:# - rid:# - TLS route handshake error: EOF",
+		"10.0.0.2:6222 - rid:17 - TLS route handshake error: EOF":                                                   "#.#.#.#:# - rid:# - TLS route handshake error: ",
+		"10.0.0.2:6222 - rid:18 - TLS route handshake error: x509: unknown authority (CN=evil 1 SHA-256: ab)":       "#.#.#.#:# - rid:# - TLS route handshake error: ",
 		`127.0.0.1:40000 - cid:9 - "UABC" - Client parser ERROR, state=0, i=0: proto='"GET / HTTP/1.1\r\nHost"...'`: `#.#.#.#:# - cid:# - "…" - Client parser ERROR, state=#, i=#: proto='"…"...'`,
 		`127.0.0.1:4 - cid:5 - "meshhost h-1" - "A/nkey:UXY" - Readloop processing time: 2.038821699s`:              ` - Readloop processing time: #.#s`,
 		`127.0.0.1:4 - cid:5 - "UXY" - Slow Consumer Detected: MaxPending of 67108864 Exceeded`:                     ` - Slow Consumer Detected: MaxPending of # Exceeded`,
@@ -236,5 +237,38 @@ func TestByDesignWarningsAreInfo(t *testing.T) {
 		if !strings.Contains(src.String(), "Warnf("+strconv.Quote(format)+")") {
 			t.Errorf("nats-server no longer warns %q: update byDesign", format)
 		}
+	}
+}
+
+// TestStrangersOnTheRoutePortAreBounded: a stranger's connections to the route port
+// that fail their handshake made two lines each: the failure, an error whose kind
+// held the certificate subject the stranger chose (a new kind, so a new line, each
+// time), and a notice that the route closed, which no limiter saw (26,000 lines in
+// 10 s in an audit). Both are bounded now, and the failure is a warning: a stranger
+// reaching a port is not the control node's error.
+func TestStrangersOnTheRoutePortAreBounded(t *testing.T) {
+	var out bytes.Buffer
+	c := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	l := newNATSLog(slog.New(slog.NewJSONHandler(&out, nil)), logging.NewLimiter(10*time.Second, c.now))
+	for i := range 1000 {
+		l.Errorf(fmt.Sprintf("127.0.0.1:%d - rid:%d - TLS route handshake error: %%v%%s", 40000+i, i), "x509: certificate signed by unknown authority",
+			fmt.Sprintf(" (CN=stranger %d,O=x SHA-256: %064x)", i, i))
+		l.Noticef(fmt.Sprintf("127.0.0.1:%d - rid:%d - Router connection closed: %%s", 40000+i, i), "TLS Handshake Failure")
+	}
+	recs := jsonRecords(t, &out)
+	if len(recs) != 1+noticesPerInterval {
+		t.Fatalf("%d lines for 1,000 strangers' connections in one interval, want %d:\n%s", len(recs), 1+noticesPerInterval, out.String())
+	}
+	for _, r := range recs {
+		if msg := r["msg"].(string); strings.Contains(msg, "handshake error") && r["level"] != "WARN" {
+			t.Errorf("a stranger's failed handshake logged at %v: %s", r["level"], msg)
+		}
+	}
+	// The next interval says how many were held back.
+	c.t = c.t.Add(11 * time.Second)
+	out.Reset()
+	l.Noticef("127.0.0.1:1 - rid:1 - Router connection closed: %s", "TLS Handshake Failure")
+	if recs := jsonRecords(t, &out); len(recs) != 1 || recs[0][logging.SuppressedKey] != float64(1000-noticesPerInterval) {
+		t.Fatalf("the next interval's line: %v, want the count held back", recs)
 	}
 }
