@@ -30,6 +30,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -434,9 +435,6 @@ func (a *Authenticator) enrolling(c broker.Client) (broker.Grant, error) {
 	}
 	host := remoteHost(c)
 	now := a.cfg.Now()
-	if a.limiter.blocked(host, now) {
-		return broker.Grant{}, ErrRateLimited
-	}
 	// A client since decision 0018 proves the secret (api.EnrolPassword); an older
 	// one sends it.
 	id, proof, proved := api.ParseEnrolPassword(c.Password)
@@ -446,18 +444,26 @@ func (a *Authenticator) enrolling(c broker.Client) (broker.Grant, error) {
 	}
 	var t state.TokenAuth
 	failed := false
-	if ok {
-		look := func() bool {
-			t, ok = a.cfg.Roster.TokenByID(id)
-			return ok
-		}
-		if !look() {
-			// Counted before the wait, or logins in parallel would have more
-			// guesses than logins one after the other.
-			a.fail(host, node, now)
-			failed = true
-			a.lookAgain(c, look)
-		}
+	look := func() bool {
+		t, ok = a.cfg.Roster.TokenByID(id)
+		return ok
+	}
+	// A blocked address is refused only what it could be guessing: a token the
+	// mesh knows is looked at whatever the address did (a map read; its proof is
+	// checked below, and its connections counted), or five made-up logins from a
+	// shared address (a NAT, a proxy) shut out every enrolment behind it.
+	wellFormed := ok
+	known := wellFormed && look()
+	if !known && a.limiter.blocked(host, now) {
+		return broker.Grant{}, ErrRateLimited
+	}
+	if wellFormed && !known {
+		// Not known yet: counted before the wait for the replicated state, or
+		// logins in parallel would have more guesses than logins one after the
+		// other.
+		a.fail(host, node, now)
+		failed = true
+		a.lookAgain(c, look)
 	}
 	// A recheck's proof and signature are those verified when the connection was
 	// admitted (checkLogin); the token is looked at again.
@@ -597,11 +603,22 @@ func verifyNonce(pub string, c broker.Client) (bound bool, err error) {
 	return false, nil
 }
 
+// remoteHost is the address failed enrolments are counted under: the client's IP,
+// an IPv6 one by its /64, which one holder has whole (one address each would give
+// whoever holds a /64 2^64 fresh budgets).
 func remoteHost(c broker.Client) string {
 	if c.Remote == nil {
 		return ""
 	}
 	s := c.Remote.String()
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		a := ap.Addr().Unmap()
+		if a.Is6() {
+			p, _ := a.WithZone("").Prefix(64)
+			return p.String()
+		}
+		return a.String()
+	}
 	if i := strings.LastIndexByte(s, ':'); i > 0 {
 		return s[:i]
 	}

@@ -544,31 +544,36 @@ func TestRateLimit(t *testing.T) {
 	if err := try(fx.secret, remote1); err != nil {
 		t.Fatalf("good secret after 2 failures: %v", err)
 	}
-	// The third failure within the window blocks the address, even for a valid
-	// secret, and from another port of the same host.
+	// The third failure within the window blocks the address from another port
+	// of the same host too, for what it could be guessing: a secret the mesh does
+	// not know. One it knows is still admitted: five made-up logins from an
+	// address that many share (a NAT, a proxy) shut out every enrolment behind it.
 	fx.clock = fx.clock.Add(30 * time.Second)
 	if err := try(bad, samehost); !errors.Is(err, ErrUnknownSecret) {
 		t.Fatalf("third bad secret: %v", err)
 	}
 	for _, from := range []net.Addr{remote1, samehost} {
-		if err := try(fx.secret, from); !errors.Is(err, ErrRateLimited) {
-			t.Fatalf("valid secret from a blocked address %v: err = %v, want ErrRateLimited", from, err)
+		if err := try(bad, from); !errors.Is(err, ErrRateLimited) {
+			t.Fatalf("unknown secret from a blocked address %v: err = %v, want ErrRateLimited", from, err)
 		}
+	}
+	if err := try(fx.secret, samehost); err != nil {
+		t.Fatalf("a valid secret from a blocked address: %v, want admitted", err)
 	}
 	if !strings.Contains(fx.logs.String(), "blocked") {
 		t.Error("the block was not logged")
 	}
 	// Other addresses are unaffected.
-	if err := try(fx.secret, other); err != nil {
+	if err := try(bad, other); !errors.Is(err, ErrUnknownSecret) {
 		t.Fatalf("another address: %v", err)
 	}
 	// Still blocked just before the window passes.
 	fx.clock = fx.clock.Add(time.Minute - time.Second)
-	if err := try(fx.secret, remote1); !errors.Is(err, ErrRateLimited) {
+	if err := try(bad, remote1); !errors.Is(err, ErrRateLimited) {
 		t.Fatalf("1s before the block ends: %v", err)
 	}
 	fx.clock = fx.clock.Add(time.Second)
-	if err := try(fx.secret, remote1); err != nil {
+	if err := try(bad, remote1); !errors.Is(err, ErrUnknownSecret) {
 		t.Fatalf("after the window: %v", err)
 	}
 	// The other kinds of client are never rate limited.
@@ -585,7 +590,7 @@ func TestRateLimitBlocksNodeAndSecretAlike(t *testing.T) {
 		a.Authenticate(broker.Client{Username: "enrol:web-9", Password: "x", Remote: remote1})
 	}
 	// The block is per address, not per node name.
-	if _, err := a.Authenticate(enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), []byte("n"))); !errors.Is(err, ErrRateLimited) {
+	if _, err := a.Authenticate(enrolling(t, "web-2", strings.Repeat("cd", 32), mustKey(t, nkeys.CreateUser), []byte("n"))); !errors.Is(err, ErrRateLimited) {
 		t.Fatalf("err = %v, want ErrRateLimited", err)
 	}
 	// Invalid node names are refused before the limiter and do not count.
@@ -620,11 +625,11 @@ func TestDefaults(t *testing.T) {
 		}
 	}
 	// Five failures within the default minute block.
-	if _, err := a.Authenticate(enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), []byte("n"))); !errors.Is(err, ErrRateLimited) {
+	if _, err := a.Authenticate(broker.Client{Username: "enrol:web-2", Password: "x", Remote: remote1}); !errors.Is(err, ErrRateLimited) {
 		t.Fatalf("after 5 failures: %v", err)
 	}
 	fx.clock = fx.clock.Add(time.Minute)
-	if _, err := a.Authenticate(enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), []byte("n"))); err != nil {
+	if _, err := a.Authenticate(broker.Client{Username: "enrol:web-2", Password: "x", Remote: remote1}); !errors.Is(err, ErrUnknownSecret) {
 		t.Fatalf("after a minute: %v", err)
 	}
 }
@@ -884,8 +889,9 @@ func TestLoginsWaitForReplication(t *testing.T) {
 	if waits != 5 {
 		t.Fatalf("waits %d, want 5", waits)
 	}
-	if _, err := a.Authenticate(enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), nonce)); !errors.Is(err, ErrRateLimited) {
-		t.Fatalf("after three counted failures: %v, want ErrRateLimited", err)
+	// Blocked, an unknown secret is refused at once, without a wait.
+	if _, err := a.Authenticate(enrolling(t, "web-2", bad, mustKey(t, nkeys.CreateUser), nonce)); !errors.Is(err, ErrRateLimited) || waits != 5 {
+		t.Fatalf("after three counted failures: %v (waits %d), want ErrRateLimited without a wait", err, waits)
 	}
 }
 
@@ -899,7 +905,7 @@ func TestBlockedAddressesLogBounded(t *testing.T) {
 	bad := strings.Repeat("cd", 32)
 	const addresses = 200
 	for i := range addresses {
-		from := &net.TCPAddr{IP: net.ParseIP(fmt.Sprintf("2001:db8::%x", i+1)), Port: 40000}
+		from := &net.TCPAddr{IP: net.ParseIP(fmt.Sprintf("2001:db8:%x::1", i+1)), Port: 40000}
 		for range 3 { // FailureLimit
 			c := enrolling(t, "web-2", bad, mustKey(t, nkeys.CreateUser), []byte("n"))
 			c.Remote = from
@@ -907,7 +913,7 @@ func TestBlockedAddressesLogBounded(t *testing.T) {
 				t.Fatalf("bad secret from %v: %v", from, err)
 			}
 		}
-		c := enrolling(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), []byte("n"))
+		c := enrolling(t, "web-2", bad, mustKey(t, nkeys.CreateUser), []byte("n"))
 		c.Remote = from
 		if _, err := a.Authenticate(c); !errors.Is(err, ErrRateLimited) {
 			t.Fatalf("%v not blocked after 3 failures: %v", from, err)
@@ -919,7 +925,7 @@ func TestBlockedAddressesLogBounded(t *testing.T) {
 	}
 	// The next block after the interval says how many were held back.
 	fx.clock = fx.clock.Add(logging.RepeatInterval)
-	from := &net.TCPAddr{IP: net.ParseIP("2001:db8:1::1"), Port: 40000}
+	from := &net.TCPAddr{IP: net.ParseIP("2001:db9::1"), Port: 40000}
 	for range 3 {
 		c := enrolling(t, "web-2", bad, mustKey(t, nkeys.CreateUser), []byte("n"))
 		c.Remote = from
@@ -927,5 +933,30 @@ func TestBlockedAddressesLogBounded(t *testing.T) {
 	}
 	if want := fmt.Sprintf("suppressed=%d", addresses-lines); !strings.Contains(fx.logs.String(), want) {
 		t.Fatalf("the line after the interval does not say %s:\n%s", want, fx.logs.String())
+	}
+}
+
+// TestAnIPv6PrefixIsOneAddress: failed enrolments from the addresses of one /64 count
+// together, as one holder's: each address on its own was a fresh budget, 2^64 of them.
+func TestAnIPv6PrefixIsOneAddress(t *testing.T) {
+	fx := newFixture(t)
+	a := fx.auth("")
+	bad := strings.Repeat("cd", 32)
+	try := func(ip string) error {
+		c := enrolling(t, "web-2", bad, mustKey(t, nkeys.CreateUser), []byte("n"))
+		c.Remote = &net.TCPAddr{IP: net.ParseIP(ip), Port: 40000}
+		_, err := a.Authenticate(c)
+		return err
+	}
+	for _, ip := range []string{"2001:db8::1", "2001:db8::2", "2001:db8::ffff:3"} {
+		if err := try(ip); !errors.Is(err, ErrUnknownSecret) {
+			t.Fatalf("from %s: %v", ip, err)
+		}
+	}
+	if err := try("2001:db8::4"); !errors.Is(err, ErrRateLimited) {
+		t.Fatalf("a fourth address of the /64: %v, want ErrRateLimited", err)
+	}
+	if err := try("2001:db8:0:1::1"); !errors.Is(err, ErrUnknownSecret) {
+		t.Fatalf("another /64: %v, want its own budget", err)
 	}
 }
