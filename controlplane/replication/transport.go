@@ -35,6 +35,7 @@ type tlsStream struct {
 	handshake time.Duration
 
 	conns     chan net.Conn
+	gate      *handshakeGate
 	closeOnce sync.Once
 	done      chan struct{}
 
@@ -59,13 +60,18 @@ func newTLSStream(bind string, advertise net.Addr, cfg *tls.Config, allowed func
 		advertise = ln.Addr()
 	}
 	s := &tlsStream{ln: ln, advertise: advertise, cfg: cfg, allowed: allowed, members: members, log: log, repeats: repeats, handshake: handshake,
-		conns: make(chan net.Conn), done: make(chan struct{}), peers: map[*peerConn]struct{}{}}
+		conns: make(chan net.Conn), gate: newHandshakeGate(), done: make(chan struct{}), peers: map[*peerConn]struct{}{}}
 	go s.acceptLoop()
 	return s, nil
 }
 
+// errBusySource is why a connection is closed before its handshake: its address has
+// maxHandshakesPerSource in progress.
+var errBusySource = errors.New("its address has too many handshakes in progress")
+
 // acceptLoop handshakes each incoming connection on its own goroutine, under a
-// deadline, and hands over only the connections that completed it.
+// deadline and within the gate's bounds, and hands over only the connections that
+// completed it.
 func (s *tlsStream) acceptLoop() {
 	for {
 		raw, err := s.ln.Accept()
@@ -82,15 +88,28 @@ func (s *tlsStream) acceptLoop() {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
-		go s.accept(raw)
+		in, displaced := s.gate.enter(raw)
+		if displaced != nil {
+			// Its handshake fails, and is counted and logged as such.
+			_ = displaced.Close()
+		}
+		if in == nil {
+			s.failedHandshakes.Add(1)
+			s.refused(raw.RemoteAddr(), errBusySource)
+			_ = raw.Close()
+			continue
+		}
+		go s.accept(raw, in)
 	}
 }
 
 // accept hands raw over once it completed the handshake with a peer allowed.
-func (s *tlsStream) accept(raw net.Conn) {
+func (s *tlsStream) accept(raw net.Conn, in *gated) {
 	c := tls.Server(raw, s.cfg)
 	_ = c.SetDeadline(time.Now().Add(s.handshake))
-	if err := c.Handshake(); err != nil {
+	err := c.Handshake()
+	s.gate.leave(in)
+	if err != nil {
 		s.failedHandshakes.Add(1)
 		s.refused(raw.RemoteAddr(), err)
 		_ = raw.Close()

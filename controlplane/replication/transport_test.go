@@ -3,6 +3,7 @@ package replication
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -124,3 +125,84 @@ func TestRaftPortRefusesStrangers(t *testing.T) {
 }
 
 func serverAddress(a string) raft.ServerAddress { return raft.ServerAddress(a) }
+
+// TestRaftPortBoundsHandshakes: strangers opening sockets on the Raft port and saying
+// nothing held a descriptor and a goroutine each until the handshake deadline, with
+// no bound: in an audit they took every descriptor of serve, and Raft's redials to
+// its peers failed meanwhile. One address holds at most maxHandshakesPerSource
+// handshakes (the next connection is closed at once), all together at most
+// maxHandshakes (the oldest gives way), and a peer's handshake still completes.
+func TestRaftPortBoundsHandshakes(t *testing.T) {
+	mesh := newCA(t, "mesh")
+	stream, err := newTLSStream("127.0.0.1:0", nil, leafConfig(t, mesh), nil, nil, slog.New(slog.DiscardHandler), nil, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	addr := stream.Addr().String()
+	go func() {
+		for {
+			c, err := stream.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	from := func(src string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: time.Second}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	closedSoon := func(c net.Conn) bool {
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		_, err := c.Read(make([]byte, 1))
+		return err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
+	}
+	settle := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for stream.gate.inProgress() != want && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := stream.gate.inProgress(); got != want {
+			t.Fatalf("%d handshakes in progress, want %d", got, want)
+		}
+	}
+
+	// One address: the first maxHandshakesPerSource are held, the next is closed.
+	var first []net.Conn
+	for range maxHandshakesPerSource {
+		first = append(first, from("127.0.0.2"))
+	}
+	settle(maxHandshakesPerSource)
+	if !closedSoon(from("127.0.0.2")) {
+		t.Fatal("a connection past its address's bound was held")
+	}
+
+	// Many addresses: never more than maxHandshakes, the oldest closed first.
+	for i := range maxHandshakes / maxHandshakesPerSource {
+		for range maxHandshakesPerSource {
+			from(fmt.Sprintf("127.0.1.%d", i+1))
+		}
+	}
+	settle(maxHandshakes)
+	if !closedSoon(first[0]) {
+		t.Fatal("the oldest handshake was not closed when all were at the bound")
+	}
+
+	// A peer from another address completes its handshake meanwhile.
+	raw := from("127.0.2.1")
+	cfg := leafConfig(t, mesh)
+	cfg.ServerName = "127.0.0.1"
+	c := tls.Client(raw, cfg)
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := c.Handshake(); err != nil {
+		t.Fatalf("a peer's handshake while strangers hold the port: %v", err)
+	}
+}
