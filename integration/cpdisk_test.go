@@ -104,3 +104,36 @@ func TestControlNodeDiskFull(t *testing.T) {
 		t.Fatalf("the host's file holds %d bytes, want the 60,000 of v2", len(got))
 	}
 }
+
+// TestControlNodeWhoseDiskGoesReadOnly: a file system with errors=remount-ro (the
+// usual setting of a root file system) turns read-only after a disk error. The next
+// election's term could not be recorded, and hashicorp/raft panicked: exit 2 and a
+// goroutine dump naming no file. The node now stops with exit 7 (not restarted by
+// meshctl.service), saying what it could not record and where; once the file system
+// is mended, it serves everything committed before.
+func TestControlNodeWhoseDiskGoesReadOnly(t *testing.T) {
+	dev, mnt := mountExt4(t, "32M")
+	cp := harness.NewControlPlaneIn(t, bin, "cpro", filepath.Join(mnt, "cp"))
+	serve := cp.Serve()
+	token := cp.Token("web-1")
+	if token == "" {
+		t.Fatal("no token")
+	}
+	// The kernel's own way to an ext4 error: with errors=remount-ro the file
+	// system is read-only from here on.
+	if err := os.WriteFile("/sys/fs/ext4/"+filepath.Base(dev)+"/trigger_fs_error", []byte("1"), 0); err != nil {
+		t.Skipf("cannot trigger an ext4 error on %s (%v); skipping the read-only case", dev, err)
+	}
+	body := filepath.Join(t.TempDir(), "a.json")
+	writeFile(t, body, `{"files":[{"path":"a","content":"a"}]}`)
+	cp.Ctl("token", "--node", "web-2") // a write: refused, one way or another
+	if code := serve.Wait(60 * time.Second); code != ctlExitDataDir || !strings.Contains(serve.Output(), "cannot record its Raft term or vote") ||
+		!strings.Contains(serve.Output(), "read-only file system") || strings.Contains(serve.Output(), "goroutine ") {
+		t.Fatalf("serve on a file system turned read-only: exit %d, want %d naming what it could not record:\n%s", code, ctlExitDataDir, serve.Output())
+	}
+	remountMended(t, dev, mnt)
+	cp.Serve()
+	if r := cp.Ctl("token", "list", "--node", "web-1", "--json"); r.Code != 0 || !strings.Contains(r.Stdout, `"pending"`) {
+		t.Fatalf("the token minted before, once mended (exit %d): %s", r.Code, r.Combined())
+	}
+}

@@ -271,3 +271,53 @@ func TestAppliedStateUpgradeAndHandEdits(t *testing.T) {
 		t.Fatalf("the agent's refusal does not say what is wrong:\n%s", out)
 	}
 }
+
+// mountExt4 makes an ext4 file system of size in a file, mounts it with
+// errors=remount-ro (a root file system's usual setting: read-only after a disk
+// error) and returns its loop device and mount point. It skips the test, saying why,
+// when that is not possible (not root, no mkfs.ext4, no loop device).
+func mountExt4(t *testing.T, size string) (dev, mnt string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount an ext4 file system on a loop device; nothing else here turns a control node's disk read-only")
+	}
+	img := filepath.Join(t.TempDir(), "fs.img")
+	mnt = filepath.Join(t.TempDir(), "fs")
+	for _, c := range [][]string{{"truncate", "-s", size, img}, {"mkfs.ext4", "-q", img}} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			t.Skipf("cannot make an ext4 file system here (%s: %v: %s); skipping the read-only case", c[0], err, out)
+		}
+	}
+	out, err := exec.Command("losetup", "-f", "--show", img).Output()
+	if err != nil {
+		t.Skipf("no loop device here (%v); skipping the read-only case", err)
+	}
+	dev = strings.TrimSpace(string(out))
+	t.Cleanup(func() { exec.Command("losetup", "-d", dev).Run() })
+	if err := os.MkdirAll(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-o", "errors=remount-ro", dev, mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount %s (%v: %s); skipping the read-only case", dev, err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	return dev, mnt
+}
+
+// remountMended unmounts the file system on dev, repairs it as an operator would
+// (e2fsck) and mounts it again at mnt.
+func remountMended(t *testing.T, dev, mnt string) {
+	t.Helper()
+	if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("umount %s: %v: %s", mnt, err, out)
+	}
+	// e2fsck exits 1 when it corrected errors, as it does here.
+	if out, err := exec.Command("e2fsck", "-fy", dev).CombinedOutput(); err != nil {
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() > 1 {
+			t.Fatalf("e2fsck %s: %v: %s", dev, err, out)
+		}
+	}
+	if out, err := exec.Command("mount", "-o", "errors=remount-ro", dev, mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount %s again: %v: %s", dev, err, out)
+	}
+}

@@ -78,6 +78,9 @@ type Options struct {
 	// MaxHosts, when positive, caps the host connections this node's broker holds
 	// below what its open-file limit allows (broker.ProcessCapacity).
 	MaxHosts int
+	// TermNotRecorded is replication.Config.TermNotRecorded: the node cannot go on,
+	// and the caller ends the process saying why. nil leaves it to Raft's panic.
+	TermNotRecorded func(error)
 
 	// wrapAuth, when set, wraps the broker's authenticator: the package's tests
 	// use it to admit an observer no real client can be.
@@ -216,19 +219,20 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 
 	d.raft, err = replication.Open(replication.Config{
-		Dir:           opts.Dir.Path(datadir.RaftDir),
-		ID:            d.cfg.Node,
-		Bind:          d.cfg.RaftListen,
-		TLS:           mutual,
-		FSM:           d.fsm,
-		EmptyFSM:      func() raft.FSM { return state.NewFSM() },
-		Timeouts:      opts.Timeouts,
-		ApplyObserver: func(took time.Duration) { d.metrics.raftApply.Observe(took.Seconds()) },
-		PeerAllowed:   d.peerAllowed,
-		Members:       d.answerMembers,
-		LogAhead:      d.keepTail,
-		Logger:        d.log,
-		Now:           opts.Now,
+		Dir:             opts.Dir.Path(datadir.RaftDir),
+		ID:              d.cfg.Node,
+		Bind:            d.cfg.RaftListen,
+		TLS:             mutual,
+		FSM:             d.fsm,
+		EmptyFSM:        func() raft.FSM { return state.NewFSM() },
+		Timeouts:        opts.Timeouts,
+		ApplyObserver:   func(took time.Duration) { d.metrics.raftApply.Observe(took.Seconds()) },
+		PeerAllowed:     d.peerAllowed,
+		Members:         d.answerMembers,
+		LogAhead:        d.keepTail,
+		Logger:          d.log,
+		TermNotRecorded: opts.TermNotRecorded,
+		Now:             opts.Now,
 		// mesh.json is complete (LoadConfig refuses a join that did not): the
 		// bootstrap's last step, or the join's confirmation, left state in the store.
 		MustHoldState: true,

@@ -76,6 +76,12 @@ type Config struct {
 	// applies those entries only once a leader says they committed), to read then
 	// or later: nothing is read before the caller ranges over it.
 	LogAhead func(LogTail)
+	// TermNotRecorded, when set, is called when Raft could not record its term or
+	// its vote in the store (the disk went read-only after an error, or failed):
+	// hashicorp/raft panics once the store returns such an error, since a member
+	// that cannot remember its vote could vote twice in a term. It is meant not to
+	// return (the process exits, naming the error); if it does, Raft panics.
+	TermNotRecorded func(error)
 }
 
 // Node is a running Raft member.
@@ -268,7 +274,7 @@ func Open(cfg Config) (*Node, error) {
 	leader := make(chan bool, 16)
 	rc.NotifyCh = leader
 	fsm := &appliedFSM{FSM: cfg.FSM}
-	guarded := &guardedStore{inner: store}
+	guarded := &guardedStore{inner: store, termNotRecorded: cfg.TermNotRecorded}
 	r, err := raft.NewRaft(rc, fsm, guarded, guarded, snaps, trans)
 	if err != nil {
 		trans.Close()
@@ -622,6 +628,8 @@ type guardedStore struct {
 	// (nil otherwise): a full disk, which raft only logs, and which keeps a node
 	// from leading, as every election appends an entry.
 	writeErr atomic.Pointer[error]
+	// termNotRecorded is Config.TermNotRecorded.
+	termNotRecorded func(error)
 }
 
 // noteWrite records how a log write ended.
@@ -702,15 +710,28 @@ func (s *guardedStore) DeleteRange(lo, hi uint64) error {
 // Set implements raft.StableStore.
 func (s *guardedStore) Set(key, val []byte) error {
 	s.enter()
-	defer s.leave()
-	return s.inner.Set(key, val)
+	err := s.inner.Set(key, val)
+	s.leave()
+	s.stableFailed(err)
+	return err
 }
 
 // SetUint64 implements raft.StableStore.
 func (s *guardedStore) SetUint64(key []byte, val uint64) error {
 	s.enter()
-	defer s.leave()
-	return s.inner.SetUint64(key, val)
+	err := s.inner.SetUint64(key, val)
+	s.leave()
+	s.stableFailed(err)
+	return err
+}
+
+// stableFailed hands a failed write of Raft's term or vote to termNotRecorded, which
+// Raft panics after (Config.TermNotRecorded); outside enter and leave, so that a
+// Close waiting on the store does not wait on it.
+func (s *guardedStore) stableFailed(err error) {
+	if err != nil && s.termNotRecorded != nil {
+		s.termNotRecorded(err)
+	}
 }
 
 // Get implements raft.StableStore.

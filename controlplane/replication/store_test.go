@@ -65,3 +65,26 @@ func TestGuardedStoreAfterClose(t *testing.T) {
 	// The two goroutines stay parked until the test binary exits, as a late
 	// heartbeat's does in a closing process.
 }
+
+// TestATermNotRecordedIsHandedOver: when the store cannot record Raft's term or vote
+// (a file system turned read-only), raft panics once the call returns; the error
+// goes to Config.TermNotRecorded first, for the process to stop saying why. A log
+// write's failure is not such an error: raft logs it and steps down.
+func TestATermNotRecordedIsHandedOver(t *testing.T) {
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(t.TempDir(), "raft.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handed []error
+	s := &guardedStore{inner: bolt, termNotRecorded: func(err error) { handed = append(handed, err) }}
+	if err := s.SetUint64([]byte("CurrentTerm"), 3); err != nil || len(handed) != 0 {
+		t.Fatalf("a term recorded: %v, handed %v", err, handed)
+	}
+	bolt.Close() // the database fails every write from here on, as a read-only one does
+	s.StoreLog(&raft.Log{Index: 1, Term: 1, Type: raft.LogCommand})
+	errTerm := s.SetUint64([]byte("CurrentTerm"), 4)
+	errVote := s.Set([]byte("LastVoteCand"), []byte("cp-2"))
+	if errTerm == nil || errVote == nil || len(handed) != 2 || handed[0] != errTerm || handed[1] != errVote {
+		t.Fatalf("term %v, vote %v; handed over %v: want both, and nothing of the log write", errTerm, errVote, handed)
+	}
+}

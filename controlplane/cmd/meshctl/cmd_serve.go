@@ -229,6 +229,15 @@ func serve(ctx context.Context, cio *cliIO, log *slog.Logger, opts daemon.Option
 		// when set, decides instead.
 		debug.SetGCPercent(serveGCPercent)
 	}
+	if cio.exit != nil {
+		opts.TermNotRecorded = func(err error) {
+			// Raft would panic next, with a goroutine dump that names no file.
+			log.Error("this control node cannot record its Raft term or vote, so it stops: "+
+				"free space or mend the file system under the data directory, then start it again", "dir", string(opts.Dir), "err", err)
+			_ = notifyState(cio, "STOPPING=1")
+			cio.exit(exitDataDir)
+		}
+	}
 	d, err := daemon.Open(ctx, opts)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -99,6 +99,9 @@ type cliIO struct {
 	// notify tells the service manager about the daemon's state (sd_notify); nil
 	// means nobody is listening.
 	notify func(state string) error
+	// exit ends the process at once with a code, for what cannot unwind (Raft,
+	// unable to record its term, would panic); nil leaves it to what comes next.
+	exit func(code int)
 }
 
 // usageError is a mistake in the command line.
@@ -133,6 +136,7 @@ func main() {
 		stderrIsTTY: isTerminal(os.Stderr),
 		stdinIsTTY:  terminal.IsTerminal(os.Stdin),
 		notify:      sdNotify,
+		exit:        os.Exit,
 	}
 	if cio.stdinIsTTY {
 		cio.hideInput = func() (func(), error) { return terminal.HideEcho(os.Stdin) }
