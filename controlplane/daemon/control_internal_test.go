@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,7 +55,7 @@ func TestCaughtUpHoldsOnABusyLog(t *testing.T) {
 func TestNotFollowingSaysWhatToDo(t *testing.T) {
 	three := []replication.Member{{ID: "cp-1", Address: "10.0.0.1:7301", Voter: true}, {ID: "cp-2", Address: "10.0.0.2:7301", Voter: true},
 		{ID: "cp-3", Address: "10.0.0.3:7301", Voter: true}, {ID: "cp-4", Address: "10.0.0.4:7301"}}
-	err := notFollowing(context.DeadlineExceeded, "cp-1", "", three, time.Minute)
+	err := notFollowing(context.DeadlineExceeded, "cp-1", "", three, time.Minute, nil)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("%v does not wrap the deadline", err)
 	}
@@ -66,9 +67,18 @@ func TestNotFollowingSaysWhatToDo(t *testing.T) {
 	if strings.Contains(err.Error(), "cp-4") {
 		t.Errorf("a nonvoter counted among the voters: %q", err)
 	}
-	err = notFollowing(context.DeadlineExceeded, "cp-1", "cp-2", three, time.Minute)
+	err = notFollowing(context.DeadlineExceeded, "cp-1", "cp-2", three, time.Minute, nil)
 	if !strings.Contains(err.Error(), "cp-1 follows cp-2 but had not applied its log within 1m0s") {
 		t.Errorf("with a leader: %q", err)
+	}
+	// A full disk, with a leader or without: the store is what to mend (it said
+	// "a large state to transfer, or a slow disk").
+	for _, leader := range []string{"", "cp-2"} {
+		err = notFollowing(context.DeadlineExceeded, "cp-1", leader, three, time.Minute, syscall.ENOSPC)
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "could not write its Raft store") ||
+			!strings.Contains(err.Error(), "no space left on device") || strings.Contains(err.Error(), "slow disk") {
+			t.Errorf("leader %q, store not written: %q", leader, err)
+		}
 	}
 }
 

@@ -719,15 +719,24 @@ func (d *Daemon) waitFollowing(ctx context.Context) error {
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		members, _ := d.raft.Members()
-		return notFollowing(err, d.cfg.Node, d.raft.Leader(), members, d.opts.ReadyTimeout)
+		storeErr := d.raft.LogWriteError()
+		if storeErr == nil {
+			storeErr = d.raft.SnapshotWriteError()
+		}
+		return notFollowing(err, d.cfg.Node, d.raft.Leader(), members, d.opts.ReadyTimeout, storeErr)
 	}
 	return err
 }
 
 // notFollowing says why a starting node did not catch up within waited, and what to
 // do: with no leader, which voters it needs (a lost quorum restarted under systemd
-// said only "context deadline exceeded", once a minute).
-func notFollowing(err error, node, leader string, members []replication.Member, waited time.Duration) error {
+// said only "context deadline exceeded", once a minute); with a store it could not
+// write (storeErr), that (a full disk was "a large state to transfer, or a slow
+// disk").
+func notFollowing(err error, node, leader string, members []replication.Member, waited time.Duration, storeErr error) error {
+	if storeErr != nil {
+		return fmt.Errorf("%w: %s could not write its Raft store within %s (%v): it cannot join its cluster until it can; free space (or mend the file system) under its data directory, then start it again", err, node, waited, storeErr)
+	}
 	if leader != "" {
 		return fmt.Errorf("%w: %s follows %s but had not applied its log within %s (a large state to transfer, or a slow disk); start it again to go on", err, node, leader, waited)
 	}

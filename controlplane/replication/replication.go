@@ -559,6 +559,15 @@ func (n *Node) LogWriteError() error {
 	return nil
 }
 
+// SnapshotWriteError returns the error of the last snapshot this member wrote, or
+// was sent and wrote down, when none succeeded since; nil otherwise.
+func (n *Node) SnapshotWriteError() error {
+	if t, ok := n.snaps.(*tidySnapshots); ok {
+		return t.lastWriteError()
+	}
+	return nil
+}
+
 // AppliedIndex is the index up to which the state machine here has applied the log.
 //
 // Raft's own applied index counts the entries it has handed to the state machine's

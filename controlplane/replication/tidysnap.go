@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -19,10 +20,15 @@ import (
 // systems a block, taken from the disk that had no room, and kept after it had.
 // Create removes what its failed attempt left, and opening the store removes what
 // a node stopped (or killed) in the middle of a snapshot left.
+//
+// It also keeps the error of the last snapshot write when none succeeded since
+// (writeErr): raft only logs it, and a follower that cannot write the snapshot its
+// leader sends (a full disk) stays behind for good.
 type tidySnapshots struct {
 	raft.SnapshotStore
-	dir string // the snapshots directory
-	log hclog.Logger
+	dir      string // the snapshots directory
+	log      hclog.Logger
+	writeErr atomic.Pointer[error]
 }
 
 // newTidySnapshots opens the file snapshot store in dir (raft/, which holds
@@ -51,8 +57,51 @@ func (s *tidySnapshots) Create(version raft.SnapshotVersion, index, term uint64,
 		// may create another snapshot meanwhile (one sent by a leader), never of
 		// the same term and index in the same milliseconds.
 		s.removeTemporary(func(t, i uint64, msec int64) bool { return t == term && i == index && msec >= from && msec <= to })
+		s.noteWrite(err)
+		return sink, err
 	}
-	return sink, err
+	return &notedSink{SnapshotSink: sink, store: s}, nil
+}
+
+// noteWrite records how a snapshot write ended.
+func (s *tidySnapshots) noteWrite(err error) {
+	if err == nil {
+		s.writeErr.Store(nil)
+		return
+	}
+	s.writeErr.Store(&err)
+}
+
+// lastWriteError is the error of the last snapshot write when none succeeded since.
+func (s *tidySnapshots) lastWriteError() error {
+	if p := s.writeErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// notedSink is a snapshot being written, its failure noted in its store.
+type notedSink struct {
+	raft.SnapshotSink
+	store  *tidySnapshots
+	failed bool
+}
+
+func (k *notedSink) Write(p []byte) (int, error) {
+	n, err := k.SnapshotSink.Write(p)
+	if err != nil {
+		k.failed = true
+		k.store.noteWrite(err)
+	}
+	return n, err
+}
+
+func (k *notedSink) Close() error {
+	err := k.SnapshotSink.Close()
+	if err != nil || !k.failed {
+		k.store.noteWrite(err)
+	}
+	return err
 }
 
 // removeTemporary removes the temporary snapshot directories (term-index-msec.tmp)
