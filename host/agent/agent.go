@@ -1240,12 +1240,22 @@ func (a *Agent) save() {
 		// record before (withPaths): a restart syncs and applies the current
 		// declaration over it. Reported, and tried again at each heartbeat.
 		a.log.Error("could not persist the applied state", "err", err)
+		a.unsaved = true
+		a.stats.set(func(s *stats) { s.unsaved = err.Error() })
+		switch a.applied.LastErrorCode {
+		case wire.StatusApplyFailed, wire.StatusHookFailed:
+			// The failure being recorded stays the report's, with its version:
+			// the disk that refuses the save (read-only after an error) is often
+			// what failed the apply, and state_not_saved for the version applied
+			// before hid it (`declare --wait` waited out its timeout on the new
+			// one). The save's failure is in the log and in `meshhost status`
+			// (unsaved), and tried again at each heartbeat.
+			return
+		}
 		if a.applied.LastErrorCode != wire.StatusStateNotSaved {
 			a.applied.LastErrorVersion = a.applied.Version
 		}
 		a.applied.LastErrorCode, a.applied.LastError = wire.StatusStateNotSaved, err.Error()
-		a.unsaved = true
-		a.stats.set(func(s *stats) { s.unsaved = err.Error() })
 		return
 	}
 	if a.unsaved {

@@ -204,10 +204,11 @@ func TestRetryThroughTheSocket(t *testing.T) {
 	}
 }
 
-// TestAHookFailureOutlivesAFailedSave: a save that fails as a hook fails reports
-// state_not_saved; once the state is saved again the node reports hook_failed
-// again, not nothing. Before, clearing state_not_saved left no error: the node
-// looked converged with its hook failed.
+// TestAHookFailureOutlivesAFailedSave: a save that fails as a hook fails leaves
+// hook_failed reported (the save's failure is said by `meshhost status`); once the
+// state is saved again the node still reports hook_failed, not nothing. Before,
+// the save's failure took the hook's place, and clearing it left no error: the
+// node looked converged with its hook failed.
 func TestAHookFailureOutlivesAFailedSave(t *testing.T) {
 	f := newFixture(t)
 	cfg, _, _ := failingUntilFixed(t)
@@ -221,8 +222,11 @@ func TestAHookFailureOutlivesAFailedSave(t *testing.T) {
 	h.ran, h.failures = a.o.Hooks.Run(context.Background(), a.o.Root, h.changed)
 	restore := breakSaves(t, f.dir)
 	a.hooksFinished(h)
-	if st := reported(t, a); st.Error == nil || st.Error.Code != wire.StatusStateNotSaved {
-		t.Fatalf("with saves failing: %+v", st.Error)
+	if st := reported(t, a); st.Error == nil || st.Error.Code != wire.StatusHookFailed || st.Error.Version != 1 {
+		t.Fatalf("with saves failing: reported %+v, want hook_failed v1", st.Error)
+	}
+	if u := a.linkStatus().Unsaved; u == nil || u.Error == "" {
+		t.Fatalf("with saves failing the agent says %+v, want why it is not saved", u)
 	}
 	restore()
 	a.saveAgain()
