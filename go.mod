@@ -17,6 +17,7 @@ require (
 	github.com/prometheus/common v0.72.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
+	golang.org/x/net v0.60.0
 	golang.org/x/sys v0.49.0
 )
 

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/net/netutil"
 
 	"mesh/controlplane/api"
 	"mesh/controlplane/state"
@@ -408,6 +409,38 @@ func (d *Daemon) startingHandler() http.Handler {
 	return mux
 }
 
+// What one client of the metrics endpoint may hold. The address is not
+// authenticated: with only a header timeout, a stranger's 4,100 keep-alive
+// connections, one GET each and then silent, were held for minutes, and the
+// control node ran out of file descriptors (operators' meshctl failed with it).
+// A Prometheus scrape takes one or two connections and well under a second.
+const (
+	webReadHeaderTimeout = 5 * time.Second
+	// webReadTimeout bounds reading a whole request; these take no body.
+	webReadTimeout = 10 * time.Second
+	// webWriteTimeout bounds writing an answer to a client that reads slowly.
+	// Go's profiler (--pprof) extends it by the seconds a CPU profile or a trace
+	// is asked to run for (net/http/pprof sets the write deadline of those
+	// requests from the server's WriteTimeout), so a 30 s profile is not cut.
+	webWriteTimeout = 30 * time.Second
+	// webIdleTimeout closes a keep-alive connection that sends no next request.
+	webIdleTimeout = 30 * time.Second
+	// webMaxConns caps the connections served at once; a connection beyond it
+	// waits in the kernel's backlog, taking no descriptor, until one closes.
+	webMaxConns = 64
+)
+
+// webLimits are the bounds the endpoint serves within: the constants above, and
+// shorter ones in tests.
+type webLimits struct {
+	readHeader, read, write, idle time.Duration
+	conns                         int
+}
+
+func defaultWebLimits() webLimits {
+	return webLimits{readHeader: webReadHeaderTimeout, read: webReadTimeout, write: webWriteTimeout, idle: webIdleTimeout, conns: webMaxConns}
+}
+
 // webEndpoint is the HTTP server of /metrics, /healthz and /readyz: one listener
 // for the process's life, its handler swapped once the node is open.
 type webEndpoint struct {
@@ -419,14 +452,21 @@ type webEndpoint struct {
 // startWeb listens on addr and serves first. What the HTTP server itself reports (a
 // connection it could not serve) goes to log as a warning, structured as the rest.
 func startWeb(addr string, first http.Handler, log *slog.Logger) (*webEndpoint, error) {
+	return startWebWithin(addr, first, log, defaultWebLimits())
+}
+
+// startWebWithin is startWeb with the bounds lim.
+func startWebWithin(addr string, first http.Handler, log *slog.Logger, lim webLimits) (*webEndpoint, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
 	}
 	e := &webEndpoint{done: make(chan error, 1)}
 	e.handler.Store(&first)
-	e.srv = &http.Server{ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*e.handler.Load()).ServeHTTP(w, r) })}
+	e.srv = &http.Server{ReadHeaderTimeout: lim.readHeader, ReadTimeout: lim.read, WriteTimeout: lim.write, IdleTimeout: lim.idle,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Handler:  http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*e.handler.Load()).ServeHTTP(w, r) })}
+	ln = netutil.LimitListener(ln, lim.conns)
 	go func() { e.done <- e.srv.Serve(ln) }()
 	return e, nil
 }

@@ -129,8 +129,42 @@ func (a *Agent) Registry() *prometheus.Registry {
 	return reg
 }
 
+// What one client of the metrics endpoint may hold. The address is not
+// authenticated: with only a header timeout, a stranger's thousands of keep-alive
+// connections, one GET each and then silent, were held for minutes and took the
+// process's file descriptors (on a control node, meshctl failed with it). A
+// Prometheus scrape takes one or two connections and well under a second.
+const (
+	webReadHeaderTimeout = 5 * time.Second
+	// webReadTimeout bounds reading a whole request; these take no body.
+	webReadTimeout = 10 * time.Second
+	// webWriteTimeout bounds writing an answer to a client that reads slowly.
+	webWriteTimeout = 30 * time.Second
+	// webIdleTimeout closes a keep-alive connection that sends no next request.
+	webIdleTimeout = 30 * time.Second
+	// webMaxConns caps the connections served at once; a connection beyond it
+	// waits in the kernel's backlog, taking no descriptor, until one closes.
+	webMaxConns = 64
+)
+
+// webLimits are the bounds the endpoint serves within: the constants above, and
+// shorter ones in tests.
+type webLimits struct {
+	readHeader, read, write, idle time.Duration
+	conns                         int
+}
+
+func defaultWebLimits() webLimits {
+	return webLimits{readHeader: webReadHeaderTimeout, read: webReadTimeout, write: webWriteTimeout, idle: webIdleTimeout, conns: webMaxConns}
+}
+
 // serveHTTP serves /metrics, /healthz and /readyz on ln until ctx ends.
 func (a *Agent) serveHTTP(ctx context.Context, ln net.Listener) {
+	a.serveHTTPWithin(ctx, ln, defaultWebLimits())
+}
+
+// serveHTTPWithin is serveHTTP with the bounds lim.
+func (a *Agent) serveHTTPWithin(ctx context.Context, ln net.Listener, lim webLimits) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.Registry(), promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
@@ -143,7 +177,9 @@ func (a *Agent) serveHTTP(ctx context.Context, ln net.Listener) {
 	})
 	// What the server itself reports (a connection it could not serve) is logged as
 	// the agent's other lines are, not written bare to standard error.
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: lim.readHeader, ReadTimeout: lim.read, WriteTimeout: lim.write, IdleTimeout: lim.idle,
+		ErrorLog: slog.NewLogLogger(a.log.Handler(), slog.LevelWarn)}
+	ln = newLimitListener(ln, lim.conns)
 	go func() {
 		<-ctx.Done()
 		shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -162,4 +198,54 @@ func (a *Agent) publishState() {
 		s.version, s.haveApplied, s.epoch, s.expiresAt = a.applied.Version, a.applied.HaveApplied, a.keyring.Epoch, a.applied.ExpiresAt
 		s.hooksFailed = len(a.applied.HooksFailed)
 	})
+}
+
+// limitListener serves at most cap(slots) connections at once: Accept waits for a
+// place, which a connection's Close frees. It is golang.org/x/net/netutil's (which
+// the control plane uses), written out here: the host's dependencies are kept to
+// the few integration/TestHostImportsNothingOfTheControlPlane allows.
+type limitListener struct {
+	net.Listener
+	slots  chan struct{}
+	closed chan struct{} // closed by Close: an Accept waiting for a place returns
+	once   sync.Once
+}
+
+func newLimitListener(ln net.Listener, n int) *limitListener {
+	return &limitListener{Listener: ln, slots: make(chan struct{}, n), closed: make(chan struct{})}
+}
+
+// Accept waits for a place, then for a connection.
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &limitConn{Conn: c, slots: l.slots}, nil
+}
+
+// Close stops accepting, also an Accept that waits for a place.
+func (l *limitListener) Close() error {
+	err := l.Listener.Close()
+	l.once.Do(func() { close(l.closed) })
+	return err
+}
+
+// limitConn frees its place once, however often it is closed.
+type limitConn struct {
+	net.Conn
+	slots chan struct{}
+	once  sync.Once
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { <-c.slots })
+	return err
 }
