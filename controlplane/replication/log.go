@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 
 	"mesh/logging"
 )
@@ -117,9 +119,30 @@ func firstElection(msg string, args []any) bool {
 	return false
 }
 
+// nothingNewToSnapshot reports whether msg and args are Raft's line for a snapshot
+// it did not take because the state machine applied nothing since it started. After
+// a snapshot was installed, or a restart, Raft's check compares the log's last index
+// with the snapshot's, which wraps around when the log is shorter
+// (hashicorp/raft snapshot.go, shouldSnapshot): it tries every interval, and an idle
+// control node logged an ERROR every 10 s for nothing amiss.
+func nothingNewToSnapshot(msg string, args []any) bool {
+	if msg != "failed to take snapshot" {
+		return false
+	}
+	for i := 0; i+1 < len(args); i += 2 {
+		if err, ok := args[i+1].(error); ok && args[i] == "error" && errors.Is(err, raft.ErrNothingNewToSnapshot) {
+			return true
+		}
+	}
+	return false
+}
+
 func (l *slogger) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.Error && peerUnreachable(msg) {
 		level = hclog.Warn
+	}
+	if level == hclog.Error && nothingNewToSnapshot(msg, args) {
+		level = hclog.Debug
 	}
 	if level == hclog.Warn && firstElection(msg, args) {
 		level = hclog.Info

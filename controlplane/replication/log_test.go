@@ -284,3 +284,24 @@ func TestAFirstElectionIsNotAWarning(t *testing.T) {
 		t.Errorf("hashicorp/raft no longer logs %q with last-leader-id at WARN: update firstElection", msg)
 	}
 }
+
+// TestNothingNewToSnapshotIsNotAnError: Raft's snapshot that it did not take because
+// nothing was applied since the start (every interval on an idle node that restarted
+// or installed a snapshot) is logged at debug; any other failure to take a snapshot
+// stays an error. The line is checked against hashicorp/raft's source.
+func TestNothingNewToSnapshotIsNotAnError(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want int
+	}{{raft.ErrNothingNewToSnapshot, 0}, {errors.New("failed to create snapshot: no space left on device"), 1}} {
+		var out bytes.Buffer
+		l := newSlogger(jsonLogger(&out, slog.LevelInfo), "raft", hclog.Info, logging.NewLimiter(10*time.Second, time.Now))
+		l.Error("failed to take snapshot", "error", tc.err)
+		if recs := records(t, &out); len(recs) != tc.want || tc.want == 1 && recs[0]["level"] != "ERROR" {
+			t.Errorf("%v: %v, want %d error line(s)", tc.err, recs, tc.want)
+		}
+	}
+	if src := raftSource(t); !strings.Contains(src, `r.logger.Error("failed to take snapshot", "error", err)`) || !strings.Contains(src, `req.respond(ErrNothingNewToSnapshot)`) {
+		t.Error("hashicorp/raft no longer logs a snapshot not taken as it did: update nothingNewToSnapshot")
+	}
+}
