@@ -1241,7 +1241,11 @@ func (a *Agent) save() {
 		// declaration over it. Reported, and tried again at each heartbeat.
 		a.log.Error("could not persist the applied state", "err", err)
 		a.unsaved = true
-		a.stats.set(func(s *stats) { s.unsaved = err.Error() })
+		kept := ""
+		if c := a.applied.LastErrorCode; c == wire.StatusApplyFailed || c == wire.StatusHookFailed {
+			kept = c + ": " + a.applied.LastError
+		}
+		a.stats.set(func(s *stats) { s.unsaved, s.unsavedFailure = err.Error(), kept })
 		switch a.applied.LastErrorCode {
 		case wire.StatusApplyFailed, wire.StatusHookFailed:
 			// The failure being recorded stays the report's, with its version:
@@ -1259,7 +1263,7 @@ func (a *Agent) save() {
 		return
 	}
 	if a.unsaved {
-		a.stats.set(func(s *stats) { s.unsaved = "" })
+		a.stats.set(func(s *stats) { s.unsaved, s.unsavedFailure = "", "" })
 	}
 	a.unsaved = false
 }

@@ -38,6 +38,9 @@ type stats struct {
 	// unsaved is why the last save of the applied state failed ("" once one
 	// succeeds): the state file is then behind the copy above.
 	unsaved string
+	// unsavedFailure is the apply or hook failure the agent reports while its
+	// state is not saved ("" for none): the state file holds an older one.
+	unsavedFailure string
 }
 
 func (s *stats) set(f func(*stats)) {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"mesh/host/state"
@@ -34,8 +35,8 @@ func TestAnApplyFailureOutlivesAFailedSave(t *testing.T) {
 		}
 	}
 	wantApplyFailed("with saves failing")
-	if u := f.a.linkStatus().Unsaved; u == nil || u.Version != 1 || u.Error == "" {
-		t.Fatalf("with saves failing the agent says %+v, want v1 held and why it is not saved", u)
+	if u := f.a.linkStatus().Unsaved; u == nil || u.Version != 1 || u.Error == "" || !strings.HasPrefix(u.Failure, wire.StatusApplyFailed+": ") {
+		t.Fatalf("with saves failing the agent says %+v, want v1 held, why it is not saved, and the apply's failure (meshhost status shows it)", u)
 	}
 
 	f.a.saveAgain() // a heartbeat while the disk still refuses

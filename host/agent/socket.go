@@ -60,6 +60,9 @@ type UnsavedState struct {
 	Version     uint64    `json:"applied_version"`
 	ExpiresAt   time.Time `json:"expires_at,omitzero"`
 	Error       string    `json:"error"`
+	// Failure is the apply or hook failure the agent reports meanwhile ("code:
+	// message"), which the state file does not hold yet.
+	Failure string `json:"failure,omitempty"`
 }
 
 // linkStatus is what the agent answers RequestStatus: read from its stats, as the
@@ -70,7 +73,7 @@ func (a *Agent) linkStatus() LinkStatus {
 	s := &a.stats
 	st := LinkStatus{Connected: s.connected, Synced: s.connected && s.synced, Since: s.since}
 	if s.unsaved != "" {
-		st.Unsaved = &UnsavedState{HaveApplied: s.haveApplied, Version: s.version, ExpiresAt: s.expiresAt, Error: s.unsaved}
+		st.Unsaved = &UnsavedState{HaveApplied: s.haveApplied, Version: s.version, ExpiresAt: s.expiresAt, Error: s.unsaved, Failure: s.unsavedFailure}
 	}
 	if s.connected {
 		st.Broker = s.broker

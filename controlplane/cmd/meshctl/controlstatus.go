@@ -35,10 +35,19 @@ func controlStatus(cp *controlPlaneFlags, cio *cliIO, wait time.Duration, asJSON
 	} else {
 		printControlStatus(cio.stdout, r, time.Now())
 	}
-	if r.Leader == "" {
-		return exitError{code: exitUnreachable, err: fmt.Errorf("the control plane has no leader: %d of %d voters missing", len(r.Missing), len(r.Voters))}
+	return r.noLeader()
+}
+
+// noLeader is the exit of a report with no leader (exit 3), nil with one.
+func (r controlStatusReport) noLeader() error {
+	switch {
+	case r.Leader != "":
+		return nil
+	case len(r.Missing) == 0:
+		// "0 of 1 voters missing" read as a contradiction.
+		return exitError{code: exitUnreachable, err: fmt.Errorf("the control plane has no leader, though all %d voter(s) answer: an election is under way, or they cannot win one (a Raft log they cannot write: the table above and their logs say)", len(r.Voters))}
 	}
-	return nil
+	return exitError{code: exitUnreachable, err: fmt.Errorf("the control plane has no leader: %d of %d voters missing", len(r.Missing), len(r.Voters))}
 }
 
 // controlStatusReport is what `meshctl control status` makes of the answers.

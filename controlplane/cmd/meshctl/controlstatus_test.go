@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"regexp"
 	"slices"
 	"strings"
@@ -192,5 +193,26 @@ func TestControlStatusNamesTheClockThatIsOff(t *testing.T) {
 	printControlStatus(&b, reportControlStatus(answers(now.Add(-90*time.Minute))), now)
 	if out := b.String(); !strings.Contains(out, "the leader's clock (cp-1) is 1h30m0s behind this machine's") {
 		t.Errorf("the leader 90 minutes behind this machine is not named:\n%s", out)
+	}
+}
+
+// TestNoLeaderSaysWhy: with no leader, the exit names the voters missing, or, when
+// every voter answers, says so (it said "0 of 1 voters missing").
+func TestNoLeaderSaysWhy(t *testing.T) {
+	if err := (controlStatusReport{Leader: "cp-1", Voters: []string{"cp-1"}}).noLeader(); err != nil {
+		t.Fatalf("with a leader: %v", err)
+	}
+	for _, tc := range []struct {
+		r    controlStatusReport
+		want string
+	}{
+		{controlStatusReport{Voters: []string{"cp-1", "cp-2", "cp-3"}, Missing: []string{"cp-2", "cp-3"}}, "2 of 3 voters missing"},
+		{controlStatusReport{Voters: []string{"cp-1"}}, "though all 1 voter(s) answer"},
+	} {
+		err := tc.r.noLeader()
+		var ee exitError
+		if !errors.As(err, &ee) || ee.code != exitUnreachable || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "0 of") {
+			t.Errorf("%+v: %v, want exit %d saying %q", tc.r, err, exitUnreachable, tc.want)
+		}
 	}
 }

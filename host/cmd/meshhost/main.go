@@ -722,6 +722,10 @@ func cmdStatus(args []string, cio *cliIO) error {
 			out.ExpiresAt = u.ExpiresAt.Format(time.RFC3339)
 		}
 		out.LastError = "state_not_saved: " + u.Error
+		if u.Failure != "" {
+			// What the agent reports: the failure, the unsaved state said below.
+			out.LastError = u.Failure
+		}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(cio.stdout)
@@ -750,7 +754,12 @@ func cmdStatus(args []string, cio *cliIO) error {
 		fmt.Fprintf(cio.stdout, "state     NOT SAVED: the running agent holds the above, its state file v%d; it tries again at each heartbeat (free space or fix the disk)\n", applied.Version)
 	}
 	if out.NextAttempt != "" {
-		fmt.Fprintf(cio.stdout, "retry     at %s (while meshhost run runs)\n", out.NextAttempt)
+		if at := applied.NextAttempt; time.Now().After(at) {
+			// The file's; a running agent whose saves fail retries without it.
+			fmt.Fprintf(cio.stdout, "retry     due since %s (meshhost run tries again when it runs)\n", out.NextAttempt)
+		} else {
+			fmt.Fprintf(cio.stdout, "retry     at %s (while meshhost run runs)\n", out.NextAttempt)
+		}
 	}
 	if len(out.HooksFailed) > 0 {
 		fmt.Fprintf(cio.stdout, "hooks     FAILED: %s; fix what they run, then: meshhost hooks retry --state %s\n", strings.Join(out.HooksFailed, ", "), *stateDir)
