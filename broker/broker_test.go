@@ -793,7 +793,8 @@ func TestLogsJSON(t *testing.T) {
 		}
 		if msg, _ := r["msg"].(string); strings.Contains(msg, "TLS route handshake error") {
 			handshakes++
-			if r["level"] != "ERROR" {
+			// A warning: whoever reaches the port can fail a handshake there.
+			if r["level"] != "WARN" {
 				t.Errorf("a handshake error at %v", r["level"])
 			}
 		}
