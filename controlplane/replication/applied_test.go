@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -176,5 +177,57 @@ func TestSnapshotRightAfterAMembershipChange(t *testing.T) {
 	}
 	if got, last := leader.AppliedIndex(), leader.raft.LastIndex(); got != last {
 		t.Fatalf("AppliedIndex %d, last index %d: the membership change counts as applied", got, last)
+	}
+}
+
+// TestAnInstalledSnapshotIsNotWrittenAgain: a follower that installed its leader's
+// snapshot holds a log shorter than the snapshot, and Raft's check (the log's last
+// index less the snapshot's, wrapping around) called for a snapshot at every interval:
+// the same state written again each time, until the next entry, and the copies pushed
+// the older snapshots out of those kept. The follower keeps the one it installed.
+func TestAnInstalledSnapshotIsNotWrittenAgain(t *testing.T) {
+	t.Parallel()
+	ca := newCA(t, "mesh")
+	quick := Timeouts{Heartbeat: 100 * time.Millisecond, Commit: 5 * time.Millisecond, SnapshotThreshold: 4, SnapshotInterval: 50 * time.Millisecond}
+	discard := slog.New(slog.DiscardHandler)
+	leader := startLeader(t, Config{Dir: t.TempDir(), ID: "cp-1", Bind: freeAddr(t), TLS: leafConfig(t, ca), FSM: &countFSM{}, Logger: discard, Timeouts: quick})
+	defer leader.Close()
+	// The follower is a member before it runs, and the leader's snapshot ends at its
+	// last entry: what the follower installs leaves it nothing to put in its log.
+	fcfg := Config{Dir: t.TempDir(), ID: "cp-2", Bind: freeAddr(t), TLS: leafConfig(t, ca), FSM: &countFSM{}, Logger: discard, Timeouts: quick}
+	if err := leader.AddNonvoter("cp-2", fcfg.Bind, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if _, err := leader.Apply(state.Command{Op: state.OpProbe, Probe: &state.ProbeCmd{ID: fmt.Sprint(i)}}, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := leader.raft.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	first, _ := leader.store.FirstIndex()
+	if last := leader.raft.LastIndex(); first <= 1 {
+		t.Fatalf("the leader's log starts at %d (last %d): not compacted", first, last)
+	}
+	follower, err := Open(fcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer follower.Close()
+	waitFor(t, "the follower installs the leader's snapshot", func() bool {
+		metas, _ := follower.snaps.List()
+		return len(metas) > 0
+	})
+	time.Sleep(20 * quick.SnapshotInterval) // Raft checks every one or two intervals
+	metas, err := follower.snaps.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint64]int{}
+	for _, m := range metas {
+		if seen[m.Index]++; seen[m.Index] > 1 {
+			t.Fatalf("the follower wrote the snapshot of index %d again: %d snapshots kept, of indexes %v", m.Index, len(metas), seen)
+		}
 	}
 }

@@ -273,7 +273,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	leader := make(chan bool, 16)
 	rc.NotifyCh = leader
-	fsm := &appliedFSM{FSM: cfg.FSM}
+	fsm := &appliedFSM{FSM: cfg.FSM, snaps: snaps}
 	guarded := &guardedStore{inner: store, termNotRecorded: cfg.TermNotRecorded}
 	r, err := raft.NewRaft(rc, fsm, guarded, guarded, snaps, trans)
 	if err != nil {
@@ -281,6 +281,7 @@ func Open(cfg Config) (*Node, error) {
 		store.Close()
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
+	fsm.raft.Store(r)
 	now := cfg.Now
 	if now == nil {
 		now = time.Now
@@ -764,6 +765,25 @@ func (s *guardedStore) GetUint64(key []byte) (uint64, error) {
 type appliedFSM struct {
 	raft.FSM
 	applied atomic.Uint64
+	// snaps and raft, once set, let Snapshot refuse a snapshot of what the newest
+	// one holds already.
+	snaps raft.SnapshotStore
+	raft  atomic.Pointer[raft.Raft]
+}
+
+// Snapshot implements raft.FSM. It answers raft.ErrNothingNewToSnapshot when the
+// newest snapshot is of the index applied: after a follower installed its leader's
+// snapshot, Raft's check compares the log's last index with the snapshot's and wraps
+// around when the log is shorter (hashicorp/raft snapshot.go, shouldSnapshot), so an
+// idle follower wrote the same state again at every interval, a full write and fsync
+// each, and the copies pushed the older, different snapshots out of those kept.
+func (f *appliedFSM) Snapshot() (raft.FSMSnapshot, error) {
+	if r := f.raft.Load(); r != nil && f.snaps != nil {
+		if metas, err := f.snaps.List(); err == nil && len(metas) > 0 && metas[0].Index >= r.AppliedIndex() {
+			return nil, raft.ErrNothingNewToSnapshot
+		}
+	}
+	return f.FSM.Snapshot()
 }
 
 // Apply implements raft.FSM.
