@@ -28,25 +28,11 @@ func TestDeclareWaitSaysItWasSuperseded(t *testing.T) {
 	a, b := filepath.Join(dir, "a.json"), filepath.Join(dir, "b.json")
 	writeFile(t, a, `{"files":[{"path":"app.conf","content":"A"}]}`)
 	writeFile(t, b, `{"files":[{"path":"app.conf","content":"B"}]}`)
-	first := make(chan harness.Result, 1)
-	start := time.Now()
-	go func() { first <- cp.Ctl("declare", "--node", "web-1", "--file", a, "--wait", "60s") }()
-	time.Sleep(time.Second)
-	if r := cp.Ctl("declare", "--node", "web-1", "--file", b); r.Code != 0 {
-		t.Fatalf("the second declaration: %s", r.Combined())
-	}
-	var r harness.Result
-	select {
-	case r = <-first:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the first wait did not end 30 s after the second declaration")
-	}
-	if r.Code != ctlExitNotConverged || !strings.Contains(r.Stderr, "web-1 was declared another body since (v2)") || !strings.Contains(r.Stderr, "1 superseded") {
-		t.Fatalf("the superseded wait: exit %d, want %d naming v2:\n%s", r.Code, ctlExitNotConverged, r.Combined())
-	}
-	if took := time.Since(start); took > 20*time.Second {
-		t.Errorf("the superseded wait took %s, as if it waited for its deadline", took)
-	}
+	waitEndedBy(t, cp, a, "another declaration", func() {
+		if r := cp.Ctl("declare", "--node", "web-1", "--file", b); r.Code != 0 {
+			t.Fatalf("the second declaration: %s", r.Combined())
+		}
+	}, "web-1 was declared another body since (v2)", "1 superseded")
 	// Declared the same body again, the wait is not superseded: it converges.
 	web.Run()
 	if r := cp.Ctl("declare", "--node", "web-1", "--file", b, "--wait", "30s"); r.Code != 0 {
@@ -69,23 +55,34 @@ func TestDeclareWaitSaysItWasRevoked(t *testing.T) {
 	// The agent is not running: the declaration stays unapplied.
 	body := filepath.Join(t.TempDir(), "a.json")
 	writeFile(t, body, `{"files":[{"path":"app.conf","content":"A"}]}`)
+	waitEndedBy(t, cp, body, "a revocation", func() {
+		if r := cp.Ctl("revoke", "web-1"); r.Code != 0 {
+			t.Fatalf("revoke: %s", r.Combined())
+		}
+	}, "web-1 was revoked at", "1 revoked")
+}
+
+// waitEndedBy declares file to web-1 with --wait 60s, runs what a second into the
+// wait, and checks the wait ends soon after, exit 5, its stderr saying each of want.
+func waitEndedBy(t *testing.T, cp *harness.ControlPlane, file, what string, interrupt func(), want ...string) {
+	t.Helper()
 	waited := make(chan harness.Result, 1)
 	start := time.Now()
-	go func() { waited <- cp.Ctl("declare", "--node", "web-1", "--file", body, "--wait", "60s") }()
+	go func() { waited <- cp.Ctl("declare", "--node", "web-1", "--file", file, "--wait", "60s") }()
 	time.Sleep(time.Second)
-	if r := cp.Ctl("revoke", "web-1"); r.Code != 0 {
-		t.Fatalf("revoke: %s", r.Combined())
-	}
+	interrupt()
 	var r harness.Result
 	select {
 	case r = <-waited:
 	case <-time.After(30 * time.Second):
-		t.Fatal("the wait did not end 30 s after the revocation")
+		t.Fatalf("the wait did not end 30 s after %s", what)
 	}
-	if r.Code != ctlExitNotConverged || !strings.Contains(r.Stderr, "web-1 was revoked at") || !strings.Contains(r.Stderr, "1 revoked") {
-		t.Fatalf("the wait on a revoked node: exit %d, want %d saying it was revoked:\n%s", r.Code, ctlExitNotConverged, r.Combined())
+	for _, w := range want {
+		if r.Code != ctlExitNotConverged || !strings.Contains(r.Stderr, w) {
+			t.Fatalf("the wait ended by %s: exit %d, want %d saying %q:\n%s", what, r.Code, ctlExitNotConverged, w, r.Combined())
+		}
 	}
 	if took := time.Since(start); took > 20*time.Second {
-		t.Errorf("the wait took %s, as if it waited for its deadline", took)
+		t.Errorf("the wait ended by %s took %s, as if it waited for its deadline", what, took)
 	}
 }
