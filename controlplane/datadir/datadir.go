@@ -213,6 +213,11 @@ func (d Dir) LoadConfig() (Config, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return Config{}, fmt.Errorf("%w in %s: run `meshctl bootstrap --data %s` (or `meshctl join`) first", ErrNoConfig, d, d)
 	}
+	if errors.Is(err, fs.ErrPermission) {
+		// Another user's directory, as every other file of it (exit 7, with whom to
+		// run as); it was a bare "permission denied", exit 1.
+		return Config{}, &UnreadableError{Path: d.Path(ConfigFile), Err: err}
+	}
 	if err != nil {
 		return Config{}, fmt.Errorf("read %s: %w", d.Path(ConfigFile), err)
 	}

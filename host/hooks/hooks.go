@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -313,6 +314,11 @@ func (h Hook) matches(p string) bool {
 // left in the background included, and the agent waits at most killGrace more for
 // its output, so no hook can hold the caller past its timeout.
 func (c Config) Run(ctx context.Context, root string, changed []string) (ran []string, failures []Failure) {
+	// MESH_ROOT is absolute: the command runs inside the root, where a relative
+	// one (`--root ./h1/managed`) named a directory that is not there.
+	if abs, err := filepath.Abs(root); err == nil {
+		root = abs
+	}
 	for _, h := range c.Hooks {
 		var hit []string
 		for _, p := range changed {

@@ -257,3 +257,26 @@ func TestAHookCommandOthersCanChangeIsNotRun(t *testing.T) {
 		t.Fatal("the command in its owner's directory did not run")
 	}
 }
+
+// TestMESHROOTIsAbsolute: a hook runs inside the managed root, so a relative root
+// given to the agent (`--root ./h1/managed`, as the docs' examples do) made
+// MESH_ROOT name a directory that is not there from where the hook runs.
+func TestMESHROOTIsAbsolute(t *testing.T) {
+	base := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(base, "h1", "managed"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(base)
+	marker := filepath.Join(base, "root")
+	cfg, err := Load(write(t, `{"hooks":[{"name":"where","paths":["*"],"run":["sh","-c","test -d \"$MESH_ROOT\" && printf '%s' \"$MESH_ROOT\" > `+marker+`"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, failures := cfg.Run(context.Background(), "h1/managed", []string{"a"}); len(failures) != 0 {
+		t.Fatalf("the hook failed: %v (MESH_ROOT not a directory from inside the root?)", failures)
+	}
+	got, _ := os.ReadFile(marker)
+	if !filepath.IsAbs(string(got)) || filepath.Base(string(got)) != "managed" {
+		t.Fatalf("MESH_ROOT = %q, want the root's absolute path", got)
+	}
+}

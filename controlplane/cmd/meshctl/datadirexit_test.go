@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 
+	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
 )
 
@@ -21,5 +23,21 @@ func TestDataDirFileErrorsExit7(t *testing.T) {
 	}
 	if code := exitCode(io.Discard, "meshctl serve", errors.New("something else")); code != exitFailure {
 		t.Errorf("another error: exit %d, want %d", code, exitFailure)
+	}
+}
+
+// TestARefusalNamesItsCode: a refusal of the control plane is printed with its code
+// (token_pending, node_exists …), which the docs' tables and scripts know it by; it
+// was the message alone. A message that names its code already is not given it twice.
+func TestARefusalNamesItsCode(t *testing.T) {
+	var out strings.Builder
+	err := fmt.Errorf("mint: %w", &api.Error{Code: api.CodeTokenPending, Message: "a token for this node is pending: web-1 has token 0f3a"})
+	if code := exitCode(&out, "meshctl token", err); code != exitRefused || out.String() != "meshctl token: mint: a token for this node is pending: web-1 has token 0f3a (token_pending)\n" {
+		t.Fatalf("exit %d, printed %q", code, out.String())
+	}
+	out.Reset()
+	exitCode(&out, "meshctl token", &api.Error{Code: api.CodeNotFound, Message: "not_found: web-9"})
+	if strings.Count(out.String(), "not_found") != 1 {
+		t.Fatalf("printed %q: the code twice", out.String())
 	}
 }

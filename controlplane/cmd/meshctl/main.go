@@ -246,9 +246,14 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	}
 	// A token pasted as an argument, echoed by a usage error, never reaches the
 	// terminal or the journal.
-	fmt.Fprintf(stderr, "%s: %s\n", name, tokenfmt.HideTokens(err.Error()))
-	var ue usageError
+	msg := err.Error()
 	var ae *api.Error
+	if errors.As(err, &ae) && ae.Code != "" && !strings.Contains(msg, ae.Code) {
+		// The code the docs and scripts know it by, as meshhost shows its refusals.
+		msg += " (" + ae.Code + ")"
+	}
+	fmt.Fprintf(stderr, "%s: %s\n", name, tokenfmt.HideTokens(msg))
+	var ue usageError
 	var oe *bootstrap.OptionError
 	var ie *interruptedError
 	switch {

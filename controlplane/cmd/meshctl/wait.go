@@ -116,7 +116,7 @@ func waitConverged(c *operator.Client, assigned []api.Assignment, body string, l
 	start := time.Now()
 	line := progressLine{w: progress, redraw: redraw}
 	undecided := slices.Clone(assigned)
-	cv := convergence{Failed: map[string]string{}, Superseded: map[string]uint64{}, Revoked: map[string]time.Time{}}
+	cv := convergence{Converged: []string{}, Failed: map[string]string{}, Superseded: map[string]uint64{}, Revoked: map[string]time.Time{}}
 	interval := 50 * time.Millisecond
 	// The first poll waits as a later one would for so many nodes, without the
 	// floor: right after the declaration nothing has applied yet, and a poll about
