@@ -29,7 +29,8 @@ Control tokens are minted with the data directory of the node holding the CA key
 A node has one pending token at a time: while one is, minting is refused (exit 4,
 token_pending) unless --replace cancels it; revoking a node cancels its pending tokens.
   token list         the tokens the mesh remembers: node, role, labels, expiry and
-                     state (pending, used, expired, cancelled); never a secret. Tokens
+                     state (pending, used, expired, cancelled, stale: its signing
+                     key was retired since); never a secret. Tokens
                      are forgotten a day after they expire.
   token cancel NODE  every pending token of NODE stops admitting anything at once;
                      running it again is harmless.`,
