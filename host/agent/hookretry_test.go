@@ -261,3 +261,41 @@ func TestAHookFailureOfAnOlderAgentIsRetriedAtStart(t *testing.T) {
 		t.Fatalf("after the start: reported %+v after %d runs, want no error after 1", st.Error, runs())
 	}
 }
+
+// TestASecondBatchWaitsOwed: hooks owed by a declaration applied while the hooks of
+// the one before run are owed, and the node reports hooks running, until they too
+// have run. They were handed to the worker's queue at once and counted nowhere: as
+// the first batch ended the node reported converged, and an agent stopped while the
+// second ran owed nothing at its restart.
+func TestASecondBatchWaitsOwed(t *testing.T) {
+	f := newFixture(t)
+	cfg, fixed, _ := failingUntilFixed(t)
+	os.WriteFile(fixed, nil, 0o600)
+	a := f.withHooks(t, cfg)
+	a.hookJobs = make(chan hookRun, 1) // as Run makes it
+	ctx := context.Background()
+	if err := a.handle(ctx, f.declFiles(t, 1, "etc/a.conf")); err != nil {
+		t.Fatal(err)
+	}
+	first := <-a.hookJobs // the worker takes the first batch, and runs it
+	if err := a.handle(ctx, f.declFiles(t, 2, "etc/a.conf", "etc/b.conf")); err != nil {
+		t.Fatal(err)
+	}
+	first.ran, first.failures = a.o.Hooks.Run(ctx, a.o.Root, first.changed)
+	a.hooksFinished(first)
+	if st := reported(t, a); !st.HooksRunning || st.AppliedVersion != 2 {
+		t.Fatalf("the first batch ran, the second not yet: reported %+v, want v2 with hooks running", st)
+	}
+	if on, err := state.Load(f.dir); err != nil || !slices.Contains(on.HooksPending, "etc/b.conf") {
+		t.Fatalf("on record as the second batch is handed over: owed %q (%v), want etc/b.conf", on.HooksPending, err)
+	}
+	second := <-a.hookJobs
+	second.ran, second.failures = a.o.Hooks.Run(ctx, a.o.Root, second.changed)
+	a.hooksFinished(second)
+	if st := reported(t, a); st.HooksRunning {
+		t.Fatalf("both batches ran: reported %+v, hooks still running", st)
+	}
+	if on, _ := state.Load(f.dir); len(on.HooksPending) != 0 {
+		t.Fatalf("both batches ran, and %q is owed on record", on.HooksPending)
+	}
+}

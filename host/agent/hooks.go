@@ -72,9 +72,12 @@ func (a *Agent) queueHooks(h hookRun) {
 	a.offerHooks()
 }
 
-// offerHooks passes the waiting batch to the worker if it is free.
+// offerHooks passes the waiting batch to the worker if it is free. While it runs one,
+// the next waits here, counted owed and running (hooksRunning, HooksPending): handed
+// to the worker's queue, it was counted neither, so the node reported converged as
+// the first batch ended, and a stop or crash while the second ran lost it for good.
 func (a *Agent) offerHooks() {
-	if a.hookWaiting == nil {
+	if a.hookWaiting == nil || a.hookBusy {
 		return
 	}
 	select {
