@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -103,4 +104,49 @@ func TestFailedHookIsFailingUntilRetried(t *testing.T) {
 	if r := cp.Ctl("status"); r.Code != 0 {
 		t.Fatalf("status after the re-declaration: exit %d:\n%s", r.Code, r.Combined())
 	}
+}
+
+// TestAHookLeftByAKilledAgentIsKilled, with the built binaries: meshhost run killed
+// (SIGKILL, a crash) while a hook ran left the hook's processes running, and the
+// agent started next ran the same hook beside them (under a supervisor without
+// systemd's control group, a crash loop stacked copies). The next agent kills what
+// is left of it, then runs the owed hook once.
+func TestAHookLeftByAKilledAgentIsKilled(t *testing.T) {
+	t.Parallel() // mostly waits: see TestMain
+	cp := harness.NewControlPlane(t, bin, "hookleft")
+	cp.Serve()
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	dir := t.TempDir()
+	runs, pids := filepath.Join(dir, "runs"), filepath.Join(dir, "pids")
+	hooksFile := filepath.Join(dir, "hooks.json")
+	// Each run appends its pid, then works for a minute in a child.
+	writeFile(t, hooksFile, `{"hooks":[{"name":"slow","paths":["etc/*"],"timeout":"2m","run":["sh","-c",`+
+		`"echo run >> `+runs+`; sleep 60 & echo $! >> `+pids+`; wait"]}]}`)
+	h.Run("--hooks", hooksFile)
+	body := filepath.Join(dir, "a.json")
+	writeFile(t, body, `{"files":[{"path":"etc/a.conf","content":"a"}]}`)
+	if r := cp.Ctl("declare", "--node", "web-1", "--file", body); r.Code != 0 {
+		t.Fatalf("declare: %s", r.Combined())
+	}
+	harness.Eventually(t, 20*time.Second, "the hook runs", func() bool {
+		b, _ := os.ReadFile(pids)
+		return strings.Count(string(b), "\n") == 1
+	})
+	h.Process().Kill()
+	h.Run("--hooks", hooksFile)
+	h.Process().WaitOutput(t, "was still running: killed it", 20*time.Second)
+	harness.Eventually(t, 20*time.Second, "the owed hook runs again", func() bool {
+		b, _ := os.ReadFile(pids)
+		return strings.Count(string(b), "\n") == 2
+	})
+	b, _ := os.ReadFile(pids)
+	first, _ := strconv.Atoi(strings.Fields(string(b))[0])
+	harness.Eventually(t, 10*time.Second, "the first run's child is gone", func() bool {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", first))
+		i := strings.LastIndexByte(string(st), ')')
+		return err != nil || i > 0 && strings.HasPrefix(string(st[i+1:]), " Z")
+	})
 }

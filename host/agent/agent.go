@@ -213,6 +213,7 @@ func New(o Options) (*Agent, error) {
 	if err := statedir.Check(o.StateDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
+	o.Hooks = o.Hooks.WithGroupFile(filepath.Join(o.StateDir, HookGroupName))
 	id, kp, err := identity.LoadKeyPair(o.StateDir)
 	if err != nil {
 		return nil, err
@@ -382,6 +383,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.hookJobs = make(chan hookRun, 1)
 	workers.Add(1)
 	go func() { defer workers.Done(); a.runHooks(loopCtx, hookDone) }()
+	// A hook an agent ran when it was killed may run still: it goes before the
+	// owed hooks run it again, or the two ran side by side.
+	if killed, err := hooks.KillLeftover(filepath.Join(a.o.StateDir, HookGroupName)); err != nil {
+		a.log.Warn("could not check for a hook left running by the agent before", "err", err)
+	} else if killed {
+		a.log.Warn("a hook the agent ran before it was killed was still running: killed it; the hooks owed run now")
+	}
 	a.runOwedHooks()
 	if !a.applied.NextAttempt.IsZero() && a.retry.raw == nil {
 		// The declaration that failed to apply is not kept across a restart: no

@@ -9,6 +9,10 @@ import (
 	"mesh/host/wire"
 )
 
+// HookGroupName is the file in the state directory that holds, while a hook runs,
+// its process group (hooks.Config.WithGroupFile).
+const HookGroupName = "hook.group"
+
 // hookRun is one batch of hooks to run: the paths a declaration changed, and the
 // paths of hooks that failed before, run again with it.
 type hookRun struct {

@@ -3,7 +3,12 @@
 package hooks
 
 import (
+	"errors"
+	"fmt"
+	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -18,4 +23,80 @@ func killGroup(cmd *exec.Cmd) {
 	if cmd.Process != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
+}
+
+// recordGroup writes the hook's process group to c.groupFile: its id and its
+// leader's start time, which tell it from a later process given the same id.
+func (c Config) recordGroup(cmd *exec.Cmd) {
+	if c.groupFile == "" {
+		return
+	}
+	pid := cmd.Process.Pid
+	start, err := startTime(pid)
+	if err != nil {
+		return
+	}
+	_ = os.WriteFile(c.groupFile, fmt.Appendf(nil, "%d %d\n", pid, start), 0o600)
+}
+
+// forgetGroup removes c.groupFile once the hook's group is gone.
+func (c Config) forgetGroup() {
+	if c.groupFile != "" {
+		_ = os.Remove(c.groupFile)
+	}
+}
+
+// KillLeftover kills the process group recorded at path (WithGroupFile) when it is
+// still there: a hook an agent ran when it was killed. It reports whether it found
+// one, and removes the file. A process group's id is its first leader's pid, which
+// Linux gives no other process while the group has a member: a leader that still
+// runs is killed only when its start time is the one recorded, and a group whose
+// leader exited is killed through its members.
+func KillLeftover(path string) (killed bool, err error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer os.Remove(path)
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return false, fmt.Errorf("%s: not a process group and a start time", path)
+	}
+	pgid, err1 := strconv.Atoi(f[0])
+	start, err2 := strconv.ParseUint(f[1], 10, 64)
+	if err1 != nil || err2 != nil || pgid <= 1 {
+		return false, fmt.Errorf("%s: not a process group and a start time", path)
+	}
+	if now, err := startTime(pgid); err == nil && now != start {
+		return false, nil // another process has the id: the hook's group is gone
+	}
+	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil {
+		if errors.Is(err, syscall.ESRCH) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+// startTime is the start time of process pid, in clock ticks since boot (field 22
+// of /proc/PID/stat).
+func startTime(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, errors.New("malformed stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, errors.New("malformed stat")
+	}
+	return strconv.ParseUint(f[19], 10, 64)
 }

@@ -79,3 +79,84 @@ func assertGone(t *testing.T, pidFile string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestALeftoverHookIsKilled: an agent killed while a hook ran left the hook and its
+// children running, and the agent started next ran the same hook beside them. The
+// hook's group is recorded while it runs, KillLeftover kills what is left of it, and
+// a record whose id another process holds now is not acted on.
+func TestALeftoverHookIsKilled(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc here: the group is not recorded")
+	}
+	dir := t.TempDir()
+	group, pidFile := filepath.Join(dir, "hook.group"), filepath.Join(dir, "child.pid")
+	cfg, err := Load(write(t, `{"hooks":[{"name":"slow","paths":["a"],"run":["sh","-c","sleep 60 & echo $! > `+pidFile+`; wait"],"timeout":"1m"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = cfg.WithGroupFile(group)
+	done := make(chan []Failure, 1)
+	go func() { _, f := cfg.Run(context.Background(), t.TempDir(), []string{"a"}); done <- f }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(pidFile); err == nil {
+			if _, err := os.Stat(group); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the hook did not start, or its group was not recorded")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b, _ := os.ReadFile(pidFile)
+	child, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+
+	// The agent that ran it is gone; the next one finds the group and kills it.
+	killed, err := KillLeftover(group)
+	if err != nil || !killed {
+		t.Fatalf("KillLeftover: %t, %v; want the hook's group killed", killed, err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hook ran on after its group was killed")
+	}
+	if !gone(child, 5*time.Second) {
+		t.Fatalf("the hook's child %d still runs", child)
+	}
+	if _, err := os.Stat(group); !os.IsNotExist(err) {
+		t.Fatalf("the record stays once the group is gone: %v", err)
+	}
+
+	// A record naming a process that runs now, started at another time: left be.
+	self := os.Getpid()
+	if err := os.WriteFile(group, []byte(strconv.Itoa(self)+" 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if killed, err := KillLeftover(group); err != nil || killed {
+		t.Fatalf("a record whose id another process holds: %t, %v; want nothing done", killed, err)
+	}
+	if killed, err := KillLeftover(group); err != nil || killed {
+		t.Fatalf("no record: %t, %v", killed, err)
+	}
+}
+
+// gone reports whether process pid has ended (or is a zombie, ended and not reaped
+// yet: its new parent, init, reaps it when it will) within wait.
+func gone(pid int, wait time.Duration) bool {
+	deadline := time.Now().Add(wait)
+	for {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			return true
+		}
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 && strings.HasPrefix(string(b[i+1:]), " Z") {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

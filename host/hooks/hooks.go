@@ -49,6 +49,18 @@ type Hook struct {
 // Config is the hooks file.
 type Config struct {
 	Hooks []Hook `json:"hooks"`
+	// groupFile, when set (WithGroupFile), records the process group of the hook
+	// that runs, for KillLeftover.
+	groupFile string
+}
+
+// WithGroupFile returns c recording, in the file at path while a hook runs, the
+// process group the hook runs in: an agent killed (SIGKILL, a crash) cannot kill
+// the group on its way out, and the agent started next finds it there
+// (KillLeftover) instead of running the same hook beside it.
+func (c Config) WithGroupFile(path string) Config {
+	c.groupFile = path
+	return c
 }
 
 // ErrConfig means the hooks file cannot be used; the agent refuses to start rather
@@ -349,12 +361,17 @@ func (c Config) Run(ctx context.Context, root string, changed []string) (ran []s
 		}
 		var out outputTail
 		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
+		err := cmd.Start()
+		if err == nil {
+			c.recordGroup(cmd)
+			err = cmd.Wait()
+		}
 		timedOut := hctx.Err() == context.DeadlineExceeded
 		cancel()
 		// A hook that exits but leaves a child in its group: the child goes too, or it
 		// would outlive the hook and act after the agent reported the hook done.
 		killGroup(cmd)
+		c.forgetGroup()
 		if err != nil {
 			if timedOut {
 				err = fmt.Errorf("timed out after %s", h.timeout)
