@@ -767,11 +767,15 @@ func (r *run) remove(rm remove) error {
 	if err := r.hook("remove", rm.path); err != nil {
 		return err
 	}
-	parent, name, err := r.in(rm.path)
+	d := r.dir(path.Dir(rm.path))
+	parent, err := d.writeRoot()
 	if err != nil {
 		return err
 	}
-	if err := parent.Remove(name); err != nil {
+	// Swept too: a temporary file an apply killed part way left in a directory
+	// that the applies after it only removed from stayed for good.
+	r.sweep(d, parent)
+	if err := parent.Remove(path.Base(rm.path)); err != nil {
 		return err
 	}
 	r.done = append(r.done, undo{path: rm.path, prev: rm.prev, removed: true})

@@ -758,6 +758,15 @@ func TestApplyRemovesAKilledApplysTemporaryFiles(t *testing.T) {
 	if err != nil || !slices.Contains(res.Unchanged, "etc/.meshhost-fedcba9876543210") {
 		t.Fatalf("applied again: %+v, %v", res, err)
 	}
+	// A directory an apply only removes from is swept too (the leftover of a kill
+	// there stayed for good when no later declaration wrote in it).
+	mustWrite(t, filepath.Join(root, "var", "old"), "managed before", 0o644)
+	if _, err := (FileApplier{Root: root}).Apply(context.Background(), files, []string{"etc/a", "etc/.meshhost-fedcba9876543210", "var/old"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(elsewhere); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the leftover in a directory the apply only removed from is still there (%v)", err)
+	}
 }
 
 func TestApplyNoRoot(t *testing.T) {
