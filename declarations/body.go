@@ -165,6 +165,15 @@ func checkPath(p string) string {
 			return "path contains \"..\"; it could escape the managed root"
 		}
 	}
+	for _, el := range strings.Split(p, "/") {
+		if strings.HasPrefix(el, "-") {
+			// Hooks get the changed paths (MESH_CHANGED), and the tools they hand
+			// them to (xargs, tar, rm) take such a name for an option:
+			// "--checkpoint-action=exec=…" would have the control plane run a
+			// command on the host, which it may never do.
+			return fmt.Sprintf("path element %q begins with \"-\": a hook's tools would take it for an option", clip(el, maxPathShown))
+		}
+	}
 	if path.Clean(p) != p {
 		return fmt.Sprintf("path is not clean (write it as %q: no \"./\", \"//\" or trailing \"/\")", clip(path.Clean(p), maxPathShown))
 	}

@@ -98,6 +98,9 @@ func TestBodyValidateRefuses(t *testing.T) {
 		// Said as "..", not as unclean: the clean form ("../b") is no advice.
 		{"dot dot in middle", []File{f("a/../../b")}, 0, `path contains ".."`},
 		{"dot dot at the end", []File{f("a/..")}, 0, `path contains ".."`},
+		// A hook's tools would take it for an option (MESH_CHANGED).
+		{"leading dash", []File{f("--checkpoint-action=exec=sh x")}, 0, `begins with "-"`},
+		{"dash element", []File{f("etc/-rf")}, 0, `path element "-rf" begins with "-"`},
 		{"duplicate path", []File{f("a"), f("b"), f("a")}, 2, "declared by file 0"},
 		{"parent is a file", []File{f("etc"), f("etc/app.conf")}, 1, `inside "etc"`},
 		{"grandparent is a file", []File{f("a/b/c/d"), f("a/b")}, 0, `inside "a/b"`},
