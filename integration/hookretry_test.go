@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -148,5 +149,41 @@ func TestAHookLeftByAKilledAgentIsKilled(t *testing.T) {
 		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", first))
 		i := strings.LastIndexByte(string(st), ')')
 		return err != nil || i > 0 && strings.HasPrefix(string(st[i+1:]), " Z")
+	})
+}
+
+// TestHooksRetryInterrupted, with the built binaries: `meshhost hooks retry` stopped
+// by SIGINT while the hook it asked for runs exits 9 and says the agent runs the
+// hook on; it died with 130 and said nothing. The hook does run to its end.
+func TestHooksRetryInterrupted(t *testing.T) {
+	t.Parallel() // mostly waits: see TestMain
+	cp := harness.NewControlPlane(t, bin, "hookint")
+	cp.Serve()
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	dir := t.TempDir()
+	fixed, done := filepath.Join(dir, "fixed"), filepath.Join(dir, "done")
+	hooksFile := filepath.Join(dir, "hooks.json")
+	// Fails until fixed; once fixed, takes 3 s and then says it is done.
+	writeFile(t, hooksFile, `{"hooks":[{"name":"slow","paths":["etc/*"],"run":["sh","-c",`+
+		`"test -e `+fixed+` || exit 1; sleep 3; touch `+done+`"]}]}`)
+	h.Run("--hooks", hooksFile)
+	body := filepath.Join(dir, "a.json")
+	writeFile(t, body, `{"files":[{"path":"etc/a.conf","content":"a"}]}`)
+	if r := cp.Ctl("declare", "--node", "web-1", "--file", body, "--wait", "30s"); r.Code != ctlExitNotConverged {
+		t.Fatalf("declare with the hook failing: exit %d, want %d:\n%s", r.Code, ctlExitNotConverged, r.Combined())
+	}
+	writeFile(t, fixed, "")
+	retry := harness.Start(t, nil, bin.Meshhost, "hooks", "retry", "--state", h.State)
+	time.Sleep(time.Second)
+	retry.Signal(syscall.SIGINT)
+	if code := retry.Wait(10 * time.Second); code != hostExitInterrupted || !strings.Contains(retry.Output(), "the agent runs the hooks on") {
+		t.Fatalf("hooks retry interrupted: exit %d, want %d saying the hooks run on:\n%s", code, hostExitInterrupted, retry.Output())
+	}
+	harness.Eventually(t, 20*time.Second, "the hook runs to its end", func() bool {
+		_, err := os.Stat(done)
+		return err == nil
 	})
 }

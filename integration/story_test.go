@@ -21,6 +21,7 @@ const (
 	hostExitSubstituted = 4
 	hostExitIdentity    = 5
 	hostExitRevoked     = 6
+	hostExitInterrupted = 9
 )
 
 // TestStory drives the built binaries through the whole story of one control node:

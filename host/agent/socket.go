@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 	"unicode/utf8"
 )
@@ -267,6 +269,11 @@ func RetryHooks(stateDir string, timeout time.Duration) (HooksOutcome, error) {
 		if errors.As(err, &ne) && ne.Timeout() {
 			return out, fmt.Errorf("the agent did not answer within %s: the hooks may still be running (meshhost status shows them)", timeout)
 		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+			// It closed the socket without an answer: it stopped (or crashed)
+			// while the hooks ran, which it still owes.
+			return out, fmt.Errorf("%w: the agent stopped before the hooks finished; they stay owed, and the agent runs them when it starts again (meshhost status shows them)", ErrAgentStopped)
+		}
 		return out, fmt.Errorf("the agent's answer: %w", err)
 	}
 	if raw.Refused != "" {
@@ -274,6 +281,9 @@ func RetryHooks(stateDir string, timeout time.Duration) (HooksOutcome, error) {
 	}
 	return raw.HooksOutcome, nil
 }
+
+// ErrAgentStopped means the agent closed its socket before it answered.
+var ErrAgentStopped = errors.New("the agent stopped without an answer")
 
 // ErrOlderAgent means the agent answering on the socket does not know the request:
 // a version from before it.

@@ -324,3 +324,27 @@ func TestASocketPathTooLongIsNamed(t *testing.T) {
 		t.Errorf("hooks retry: %v, want ErrSocketPathTooLong", err)
 	}
 }
+
+// TestRetryWhenTheAgentStops: an agent that closes the socket without an answer (it
+// was stopped, or crashed, while the hooks ran) is said to have stopped, with what
+// happens to the hooks; it was "the agent's answer: EOF".
+func TestRetryWhenTheAgentStops(t *testing.T) {
+	dir := socketDir(t)
+	ln, err := listenSocket(SocketPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		bufio.NewReader(c).ReadString('\n') // the request, then nothing
+		c.Close()
+	}()
+	_, err = RetryHooks(dir, 10*time.Second)
+	if !errors.Is(err, ErrAgentStopped) || !strings.Contains(err.Error(), "runs them when it starts again") {
+		t.Fatalf("the agent closing without an answer: %v, want ErrAgentStopped saying the hooks stay owed", err)
+	}
+}

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"mesh/host/agent"
@@ -61,7 +64,7 @@ func cmdHooks(args []string, cio *cliIO) error {
 		fmt.Fprintln(cio.stdout, "no hook is owed or failed: nothing to run")
 		return nil
 	}
-	out, err := agent.RetryHooks(*stateDir, *timeout)
+	out, err := retryInterruptibly(*stateDir, *timeout)
 	if errors.Is(err, agent.ErrNoAgent) {
 		// Say whether an agent runs at all: without one, its next start runs what it owes.
 		lock, lerr := dirlock.AcquireExisting("state directory", *stateDir, "meshhost hooks retry")
@@ -99,6 +102,33 @@ func cmdHooks(args []string, cio *cliIO) error {
 		return fmt.Errorf("%w: %s", errHooksFailed, out.Error)
 	}
 	return nil
+}
+
+// errRetryInterrupted is `hooks retry` stopped by SIGINT or SIGTERM while it waited
+// for the agent's answer (exit 9).
+var errRetryInterrupted = errors.New("interrupted before the agent answered")
+
+// retryInterruptibly is agent.RetryHooks, given up on SIGINT or SIGTERM: the agent
+// runs the hooks on whatever the client does, so the wait is all that ends (it died
+// with 130, saying nothing of the hooks).
+func retryInterruptibly(stateDir string, timeout time.Duration) (agent.HooksOutcome, error) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	type answer struct {
+		out agent.HooksOutcome
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		out, err := agent.RetryHooks(stateDir, timeout)
+		got <- answer{out, err}
+	}()
+	select {
+	case a := <-got:
+		return a.out, a.err
+	case <-ctx.Done():
+		return agent.HooksOutcome{}, fmt.Errorf("%w: the agent runs the hooks on; meshhost status --state %s shows their outcome", errRetryInterrupted, stateDir)
+	}
 }
 
 // listShort joins the first n items of list, and says how many more there are.

@@ -17,7 +17,8 @@
 // directory above it, that another user could change);
 // 6 this node was revoked (or its key is refused); 7 the mesh could not be reached
 // (retrying may help); 8 the state directory is in use by another meshhost (run,
-// enrol); 9 enrol interrupted (SIGINT, SIGTERM) before it finished. The systemd unit names the ones that mean a person must act
+// enrol); 9 enrol interrupted (SIGINT, SIGTERM) before it finished, or hooks retry
+// before the agent answered. The systemd unit names the ones that mean a person must act
 // (RestartPreventExitStatus in dist/systemd/meshhost.service).
 //
 // The command line uses the standard flag package, which accepts --flag value and
@@ -174,7 +175,8 @@ run meshhost <command> --help for all of a command's flags (run: --metrics-liste
 exit codes: 0 ok, 1 failure, 2 usage, 3 token unusable or refused, 4 not the mesh (retrying
 will not help), 5 identity file or state directory in the way (or not safe), 6 revoked,
 7 mesh unreachable (retrying may help), 8 state directory in use by another meshhost,
-9 enrol interrupted before it finished (run it again: it resumes)
+9 enrol interrupted before it finished (run it again: it resumes), or hooks retry
+before the agent answered (the agent runs the hooks on)
 `)
 }
 
@@ -224,7 +226,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		return exitToken
 	case errors.Is(err, enrol.ErrUnreachable):
 		return exitUnreachable
-	case errors.Is(err, enrol.ErrInterrupted):
+	case errors.Is(err, enrol.ErrInterrupted), errors.Is(err, errRetryInterrupted):
 		return exitInterrupted
 	}
 	return exitFailure
