@@ -348,7 +348,7 @@ func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd, rules int) Res
 	t := &Token{ID: c.ID, ProofKey: c.ProofKey, Node: c.Node, Role: c.Role, Labels: maps.Clone(c.Labels), CreatedAt: at, Expiry: at.Add(c.TTL),
 		SigningKey: s.newestKey(),
 		Control:    c.Control, Sealed: slices.Clone(c.Sealed), SealedTo: maps.Clone(c.SealedTo), SealedSum: c.SealedSum}
-	s.Tokens[c.ID] = t
+	s.addToken(t)
 	if due := t.purgeDue(); due.Before(s.purgeAt) {
 		s.purgeAt = due
 	}
@@ -362,8 +362,8 @@ func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd, rules int) Res
 // signing key was retired, is not among them: the mesh refuses it already.
 func (s *State) PendingTokens(node string, at time.Time) []*Token {
 	var out []*Token
-	for _, t := range s.Tokens {
-		if t.Node == node && s.ShownState(t, at) == TokenPending {
+	for _, id := range s.tokensOf[node] {
+		if t := s.Tokens[id]; s.ShownState(t, at) == TokenPending {
 			out = append(out, t)
 		}
 	}
@@ -610,7 +610,7 @@ func (s *State) applyRevoke(at time.Time, c *RevokeCmd, rules int) Result {
 		}
 		for id, t := range s.Tokens {
 			if named[t.Node] && t.UsedAt.IsZero() {
-				delete(s.Tokens, id)
+				s.dropToken(id)
 			}
 		}
 	}
@@ -726,7 +726,7 @@ func (s *State) purgeTokens(at time.Time) {
 	var next time.Time
 	for id, t := range s.Tokens {
 		if at.After(t.Expiry.Add(expiredTokenRetention)) {
-			delete(s.Tokens, id)
+			s.dropToken(id)
 			continue
 		}
 		if t.HoldsIdentity() && !at.Before(t.Expiry) {

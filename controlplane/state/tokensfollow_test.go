@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"testing"
@@ -143,5 +144,38 @@ func TestLabelsOfARevokedNode(t *testing.T) {
 	// The earlier rules applied it; every node on them does.
 	if r := m.must(label); r.Node.Labels["tier"] != "web" {
 		t.Fatalf("earlier rules: labels %v", r.Node.Labels)
+	}
+}
+
+// TestPendingTokensIndex: the index PendingTokens reads (tokens by node) follows the
+// tokens through a restore from a snapshot, a clone, and the purge of old records, so
+// that every control node, restored or not, refuses or records a mint alike.
+func TestPendingTokensIndex(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	m.must(stamped(tokenCmd("tok-a", "db-1", RoleWorker, t0, time.Hour)))
+	m.must(stamped(tokenCmd("tok-b", "db-2", RoleWorker, t0, time.Hour)))
+
+	restored := NewFSM()
+	if err := restored.Restore(nopCloser{bytes.NewReader(m.snapshot())}); err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]*State{"applied": m.state(), "restored": func() (c *State) { restored.Read(func(s *State) { c = s.Clone() }); return c }()} {
+		if p := s.PendingTokens("db-1", t0); len(p) != 1 || p[0].ID != "tok-a" {
+			t.Errorf("%s: db-1's pending tokens %v, want tok-a", name, p)
+		}
+		if p := s.PendingTokens("db-3", t0); len(p) != 0 {
+			t.Errorf("%s: db-3's pending tokens %v, want none", name, p)
+		}
+	}
+	// A day after they expired the records go, and the index with them: a mint for
+	// db-1 then is no replacement, and db-2's token is forgotten alike.
+	later := t0.Add(time.Hour + expiredTokenRetention + time.Minute)
+	r := m.must(stamped(tokenCmd("tok-c", "db-1", RoleWorker, later, time.Hour)))
+	if len(r.Tokens) != 0 || len(m.state().Tokens) != 1 {
+		t.Fatalf("after the purge: replaced %v, %d tokens kept; want none replaced and tok-c alone", r.Tokens, len(m.state().Tokens))
+	}
+	if got := m.state().tokensOf; len(got) != 1 || len(got["db-1"]) != 1 || got["db-1"][0] != "tok-c" {
+		t.Fatalf("the index after the purge: %v, want db-1: [tok-c]", got)
 	}
 }
