@@ -419,20 +419,15 @@ func (t *Token) sameRequest(c *CreateTokenCmd) bool {
 }
 
 func (s *State) applyCancelTokens(at time.Time, c *CancelTokensCmd) Result {
-	known := false
-	var out []Token
-	for _, t := range s.Tokens {
-		if t.Node != c.Node {
-			continue
-		}
-		known = true
-		if t.StateAt(at) != TokenPending {
-			continue
-		}
-		out = append(out, s.cancelTokens([]*Token{t}, at)...)
-	}
-	if !known {
+	ids := s.tokensOf[c.Node]
+	if len(ids) == 0 {
 		return Result{Err: fmt.Errorf("node %s: %w", c.Node, ErrNoToken)}
+	}
+	var out []Token
+	for _, id := range ids {
+		if t := s.Tokens[id]; t.StateAt(at) == TokenPending {
+			out = append(out, s.cancelTokens([]*Token{t}, at)...)
+		}
 	}
 	slices.SortFunc(out, func(a, b Token) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return Result{Tokens: out}
