@@ -218,17 +218,26 @@ func TestStatusVerdict(t *testing.T) {
 	if err := notConverged([]api.NodeView{converged,
 		{ID: "off-1", State: api.StateOffline, Declared: 2, Applied: v(1)},
 		{ID: "gone-1", State: api.StateRevoked, Declared: 3},
-	}); err != nil {
+	}, false); err != nil {
 		t.Fatalf("every live node converged; offline and revoked ones do not count: %v", err)
 	}
+	// Named, they do: `meshctl status off-1` is about off-1.
 	err := notConverged([]api.NodeView{converged,
+		{ID: "off-1", State: api.StateOffline, Declared: 2, Applied: v(1)},
+		{ID: "off-2", State: api.StateOffline, Declared: 2, Applied: v(2), Converged: true},
+		{ID: "gone-1", State: api.StateRevoked, Declared: 3},
+	}, true)
+	if !errors.As(err, new(exitError)) || !strings.Contains(err.Error(), "2 node(s) named: off-1 (offline, behind: declared v2), gone-1 (revoked)") {
+		t.Fatalf("named offline and revoked nodes: %v", err)
+	}
+	err = notConverged([]api.NodeView{converged,
 		{ID: "web-2", State: api.StateAlive, Declared: 3, Applied: v(2), LastError: &api.StatusError{Code: "apply_failed", Version: 3}},
 		{ID: "web-3", State: api.StateAlive, Declared: 3, Applied: v(2)},
 		{ID: "web-4", State: api.StateAlive, Declared: 3, Applied: v(3), Converged: true, Stale: true},
 		{ID: "web-5", State: api.StateAlive, Declared: 3, Applied: v(3), LastError: &api.StatusError{Code: "hook_failed", Version: 3,
 			Message: "hook restart-app: exit status 1: " + strings.Repeat("starting app.service ", 20) + "bind: port 8080 in use"}},
 		{ID: "web-6", State: api.StateAlive, Declared: 3, Applied: v(3), HooksRunning: true},
-	})
+	}, false)
 	var ex exitError
 	if !errors.As(err, &ex) || ex.code != exitNotConverged {
 		t.Fatalf("want exit %d, got %v", exitNotConverged, err)

@@ -24,8 +24,9 @@ func statusCommand() command {
 Exits 0 only when every live node applied the version declared for it, ran its hooks
 without a failure, and is not stale; otherwise 5, naming the nodes that are not (a
 failed hook with the end of its output). Offline and revoked nodes are
-counted, not waited for. With --role, --label or --state, the table, the summary and
-the verdict are about the nodes selected, and a selection of none exits 1.`, true)
+counted, not waited for, unless named (ID...): a named node that is revoked, or
+offline and behind, exits 5 too. With --role, --label or --state, the table, the
+summary and the verdict are about the nodes selected, and a selection of none exits 1.`, true)
 }
 
 // rosterCommand is nodes, or status when withSummary adds the convergence summary.
@@ -97,7 +98,7 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 					// after a mistyped label as well as after a real one.
 					return fmt.Errorf("no node matches %s: nothing to report on; `meshctl nodes` lists every node with its role and state, `--json` its labels", &sel)
 				}
-				return notConverged(res.Nodes)
+				return notConverged(res.Nodes, len(args) > 0)
 			}
 		},
 	}
@@ -308,11 +309,20 @@ func summarise(res api.NodesResult) summary {
 
 // notConverged is status's verdict: nil when every live node applied the version
 // declared for it and is not stale, else an exit-5 error naming the others. Nodes
-// that are offline or revoked are not live: they are shown, not waited for.
-func notConverged(nodes []api.NodeView) error {
+// that are offline or revoked are not live: they are shown, not waited for, unless
+// named: `meshctl status web-1` of an offline web-1 behind its declaration exited 0,
+// which a script asking about that node took for "converged".
+func notConverged(nodes []api.NodeView, named bool) error {
 	var behind []string
 	for _, n := range nodes {
-		if n.State != api.StateAlive {
+		switch {
+		case n.State == api.StateRevoked && named:
+			behind = append(behind, n.ID+" (revoked)")
+			continue
+		case n.State == api.StateOffline && named && !n.Converged:
+			behind = append(behind, fmt.Sprintf("%s (offline, behind: declared v%d)", n.ID, n.Declared))
+			continue
+		case n.State != api.StateAlive:
 			continue
 		}
 		switch {
@@ -336,7 +346,11 @@ func notConverged(nodes []api.NodeView) error {
 	if len(behind) == 0 {
 		return nil
 	}
-	return exitError{code: exitNotConverged, err: fmt.Errorf("not converged: %d live node(s): %s", len(behind), strings.Join(behind, ", "))}
+	what := "live node(s)"
+	if named {
+		what = "node(s) named"
+	}
+	return exitError{code: exitNotConverged, err: fmt.Errorf("not converged: %d %s: %s", len(behind), what, strings.Join(behind, ", "))}
 }
 
 // fetchNodes reads the roster (or the named nodes), all pages of it.
