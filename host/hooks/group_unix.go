@@ -36,7 +36,18 @@ func (c Config) recordGroup(cmd *exec.Cmd) {
 	if err != nil {
 		return
 	}
-	_ = os.WriteFile(c.groupFile, fmt.Appendf(nil, "%d %d\n", pid, start), 0o600)
+	_ = os.WriteFile(c.groupFile, fmt.Appendf(nil, "%d %d %s\n", pid, start, bootID()), 0o600)
+}
+
+// bootID is this boot's id (Linux's random boot_id), "" where there is none: start
+// times count from the boot, so a record of another boot says nothing of a process
+// now.
+func bootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // forgetGroup removes c.groupFile once the hook's group is gone.
@@ -46,12 +57,14 @@ func (c Config) forgetGroup() {
 	}
 }
 
-// KillLeftover kills the process group recorded at path (WithGroupFile) when it is
-// still there: a hook an agent ran when it was killed. It reports whether it found
-// one, and removes the file. A process group's id is its first leader's pid, which
-// Linux gives no other process while the group has a member: a leader that still
-// runs is killed only when its start time is the one recorded, and a group whose
-// leader exited is killed through its members.
+// KillLeftover kills the process group recorded at path (WithGroupFile) when its
+// leader, the hook's first process, still runs: a hook an agent ran when it was
+// killed. It reports whether it killed one, and removes the file. The leader is
+// known by its pid (the group's id) and its start time in this boot: a record of
+// another boot, or a process of another start time under the id, is left alone, and
+// so is a group whose leader exited (what is left of it cannot be told from a group
+// that took the id since: the agent may run as root, and kills nothing it is not
+// sure of).
 func KillLeftover(path string) (killed bool, err error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -62,16 +75,19 @@ func KillLeftover(path string) (killed bool, err error) {
 	}
 	defer os.Remove(path)
 	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return false, fmt.Errorf("%s: not a process group and a start time", path)
+	if len(f) != 3 {
+		return false, fmt.Errorf("%s: not a process group, a start time and a boot", path)
 	}
 	pgid, err1 := strconv.Atoi(f[0])
 	start, err2 := strconv.ParseUint(f[1], 10, 64)
 	if err1 != nil || err2 != nil || pgid <= 1 {
-		return false, fmt.Errorf("%s: not a process group and a start time", path)
+		return false, fmt.Errorf("%s: not a process group, a start time and a boot", path)
 	}
-	if now, err := startTime(pgid); err == nil && now != start {
-		return false, nil // another process has the id: the hook's group is gone
+	if f[2] != bootID() {
+		return false, nil // recorded before a reboot: the hook went with it
+	}
+	if now, err := startTime(pgid); err != nil || now != start {
+		return false, nil // the leader exited, or another process has the id
 	}
 	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil {
 		if errors.Is(err, syscall.ESRCH) {

@@ -4,7 +4,9 @@ package hooks
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -129,13 +131,34 @@ func TestALeftoverHookIsKilled(t *testing.T) {
 		t.Fatalf("the record stays once the group is gone: %v", err)
 	}
 
-	// A record naming a process that runs now, started at another time: left be.
+	// Records left be: a process that runs now under the id, started at another
+	// time; this process at its own start time, but in another boot; a group whose
+	// leader exited, its id perhaps another group's since.
 	self := os.Getpid()
-	if err := os.WriteFile(group, []byte(strconv.Itoa(self)+" 1\n"), 0o600); err != nil {
+	selfStart, err := startTime(self)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if killed, err := KillLeftover(group); err != nil || killed {
-		t.Fatalf("a record whose id another process holds: %t, %v; want nothing done", killed, err)
+	leaderless := exec.Command("sh", "-c", "sleep 30 & exit 0")
+	leaderless.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := leaderless.Run(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-leaderless.Process.Pid, syscall.SIGKILL) })
+	for name, record := range map[string]string{
+		"another start time": fmt.Sprintf("%d 1 %s\n", self, bootID()),
+		"another boot":       fmt.Sprintf("%d %d not-this-boot\n", self, selfStart),
+		"a leader gone":      fmt.Sprintf("%d %d %s\n", leaderless.Process.Pid, selfStart, bootID()),
+	} {
+		if err := os.WriteFile(group, []byte(record), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if killed, err := KillLeftover(group); err != nil || killed {
+			t.Fatalf("%s: %t, %v; want nothing done", name, killed, err)
+		}
+	}
+	if err := syscall.Kill(-leaderless.Process.Pid, 0); err != nil {
+		t.Fatalf("the group whose leader exited was killed: %v", err)
 	}
 	if killed, err := KillLeftover(group); err != nil || killed {
 		t.Fatalf("no record: %t, %v", killed, err)
