@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -282,6 +283,16 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("start raft: %w", err)
 	}
 	fsm.raft.Store(r)
+	// The members' addresses, as this node knows them at start: their handshakes
+	// on the Raft port are not pushed out by strangers' (gate.go) before any of
+	// them has dialled.
+	if f := r.GetConfiguration(); f.Error() == nil {
+		for _, srv := range f.Configuration().Servers {
+			if ap, err := netip.ParseAddrPort(string(srv.Address)); err == nil {
+				stream.gate.learnPeer(ap.Addr())
+			}
+		}
+	}
 	now := cfg.Now
 	if now == nil {
 		now = time.Now

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,6 +121,11 @@ func (s *tlsStream) accept(raw net.Conn, in *gated) {
 		s.refused(raw.RemoteAddr(), err)
 		_ = raw.Close()
 		return
+	}
+	// A member's address from now on: its handshakes are not pushed out by
+	// strangers'.
+	if tcp, ok := raw.RemoteAddr().(*net.TCPAddr); ok {
+		s.gate.learnPeer(tcp.AddrPort().Addr())
 	}
 	_ = c.SetDeadline(time.Time{})
 	select {
@@ -290,6 +296,9 @@ func (s *tlsStream) Addr() net.Addr { return s.advertise }
 func (s *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	if timeout <= 0 || timeout > s.handshake {
 		timeout = s.handshake
+	}
+	if ap, err := netip.ParseAddrPort(string(address)); err == nil {
+		s.gate.learnPeer(ap.Addr()) // a member it dials: its dials back come from there
 	}
 	d := net.Dialer{Timeout: timeout}
 	raw, err := d.Dial("tcp", string(address))

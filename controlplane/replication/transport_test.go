@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"testing"
 	"time"
@@ -131,7 +132,9 @@ func serverAddress(a string) raft.ServerAddress { return raft.ServerAddress(a) }
 // no bound: in an audit they took every descriptor of serve, and Raft's redials to
 // its peers failed meanwhile. One address holds at most maxHandshakesPerSource
 // handshakes (the next connection is closed at once), all together at most
-// maxHandshakes (the oldest gives way), and a peer's handshake still completes.
+// maxHandshakes (the oldest of a stranger's gives way, never a member's address's:
+// strangers opening connections faster than a handshake takes pushed every
+// handshake out, a peer's too), and a peer's handshake still completes.
 func TestRaftPortBoundsHandshakes(t *testing.T) {
 	mesh := newCA(t, "mesh")
 	stream, err := newTLSStream("127.0.0.1:0", nil, leafConfig(t, mesh), nil, nil, slog.New(slog.DiscardHandler), nil, time.Minute)
@@ -175,12 +178,16 @@ func TestRaftPortBoundsHandshakes(t *testing.T) {
 		}
 	}
 
+	// A member's address: learnt as the stream dials it, or from its configuration.
+	stream.gate.learnPeer(netip.MustParseAddr("127.0.3.1"))
+	peerSilent := from("127.0.3.1")
+
 	// One address: the first maxHandshakesPerSource are held, the next is closed.
 	var first []net.Conn
 	for range maxHandshakesPerSource {
 		first = append(first, from("127.0.0.2"))
 	}
-	settle(maxHandshakesPerSource)
+	settle(1 + maxHandshakesPerSource)
 	if !closedSoon(from("127.0.0.2")) {
 		t.Fatal("a connection past its address's bound was held")
 	}
@@ -191,9 +198,14 @@ func TestRaftPortBoundsHandshakes(t *testing.T) {
 			from(fmt.Sprintf("127.0.1.%d", i+1))
 		}
 	}
-	settle(maxHandshakes)
+	settle(1 + maxHandshakes)
 	if !closedSoon(first[0]) {
 		t.Fatal("the oldest handshake was not closed when all were at the bound")
+	}
+	// The member's, older than every stranger's, was not the one pushed out.
+	_ = peerSilent.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := peerSilent.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a member's handshake was pushed out by strangers': %v", err)
 	}
 
 	// A peer from another address completes its handshake meanwhile.
