@@ -195,10 +195,9 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 	c := state.Command{Op: state.OpCreateToken, CreateToken: cmd, Rules: d.rulesFor(state.RulesTokensFollowNodes)}
 	switch {
 	case c.Rules == 0 && req.Replace:
-		older := d.ctl.olderRules(d.cfg.Node, d.now(), state.RulesTokensFollowNodes)
 		return out, &api.Error{Code: api.CodeOlderControlNode, Message: fmt.Sprintf(
-			"control node %s runs an older meshctl, which does not replace tokens: upgrade every control node, or cancel the pending token (meshctl token cancel %s) and mint again without --replace",
-			strings.Join(older, ", "), req.Node)}
+			"control node %s runs an older meshctl, or is not heard from now, and an older one does not replace tokens: upgrade (or start) every control node, or cancel the pending token (meshctl token cancel %s) and mint again without --replace",
+			strings.Join(d.notOnRules(state.RulesTokensFollowNodes), ", "), req.Node)}
 	case c.Rules == 0 && len(cmd.SealedTo) > 0:
 		c.Rules = state.RulesSealedTo
 	}
@@ -241,15 +240,37 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 }
 
 // rulesFor returns need, a revision of the rules of the log (state.ApplyRules), when
-// every other control node that serves applies the log by it or later ones, and 0
+// every other member of Raft is known to apply the log by it or later ones, and 0
 // otherwise: a command stamped with it stops a node on older rules (decision 0021),
-// so while one serves, during an upgrade, the command is proposed unstamped and
+// so while one may run, during an upgrade, the command is proposed unstamped and
 // applies by the rules every node has.
 func (d *Daemon) rulesFor(need int) int {
-	if len(d.ctl.olderRules(d.cfg.Node, d.now(), need)) > 0 {
+	if len(d.notOnRules(need)) > 0 {
 		return 0
 	}
 	return need
+}
+
+// notOnRules returns, sorted, the control nodes other than this one that are not
+// known to apply the log by rules need or later: those heard announcing older rules,
+// and the members of Raft not heard from lately (stopped, restarting, cut off, or
+// not heard yet by a leader that just started). An unheard member counted as
+// current let a stamped entry reach a node of an older version, which stops at it;
+// two at once, early in an upgrade, would be the quorum.
+func (d *Daemon) notOnRules(need int) []string {
+	now := d.now()
+	out := d.ctl.olderRules(d.cfg.Node, now, need)
+	members, err := d.raft.Members()
+	if err != nil {
+		return append(out, "(the Raft configuration: "+err.Error()+")")
+	}
+	for _, m := range members {
+		if m.ID != d.cfg.Node && !d.ctl.alive(m.ID, now) && !slices.Contains(out, m.ID) {
+			out = append(out, m.ID)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (d *Daemon) declare(req api.DeclareRequest) (api.DeclareResult, error) {

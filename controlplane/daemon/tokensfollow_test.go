@@ -69,3 +69,28 @@ func TestTokensFollowNodesOnceEveryControlNodeDoes(t *testing.T) {
 		t.Fatalf("revoking web-1, minted and not enrolled: %v, want not_found naming its pending token", err)
 	}
 }
+
+// TestAMemberNotHeardFromIsNotOnTheNewRules: a member of Raft this node has not heard
+// lately (stopped, restarting, cut off, or not heard yet by a leader that just
+// started) may run an older meshctl, which stops at an entry stamped with rules it
+// lacks: commands are proposed by the earlier rules until it announces the new ones.
+func TestAMemberNotHeardFromIsNotOnTheNewRules(t *testing.T) {
+	d := fleet(t, 0)
+	if got := d.rulesFor(state.RulesTokensFollowNodes); got != state.RulesTokensFollowNodes {
+		t.Fatalf("alone: rules %d, want %d", got, state.RulesTokensFollowNodes)
+	}
+	if err := d.raft.AddNonvoter("cp-2", "127.0.0.1:1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got, who := d.rulesFor(state.RulesTokensFollowNodes), d.notOnRules(state.RulesTokensFollowNodes); got != 0 || len(who) != 1 || who[0] != "cp-2" {
+		t.Fatalf("with cp-2 a member not heard from: rules %d, not on them %v; want 0 and cp-2", got, who)
+	}
+	d.ctl.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-2", Raft: api.RaftNonvoter, Rules: state.ApplyRules}, d.now(), 0)
+	if got := d.rulesFor(state.RulesTokensFollowNodes); got != state.RulesTokensFollowNodes {
+		t.Fatalf("cp-2 heard on the current rules: rules %d, want %d", got, state.RulesTokensFollowNodes)
+	}
+	d.ctl.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-2", Raft: api.RaftNonvoter, Rules: state.ApplyRules, Stopping: true}, d.now(), 0)
+	if got := d.rulesFor(state.RulesTokensFollowNodes); got != 0 {
+		t.Fatalf("cp-2 stopping (it may come back older): rules %d, want 0", got)
+	}
+}
