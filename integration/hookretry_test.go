@@ -114,12 +114,7 @@ func TestFailedHookIsFailingUntilRetried(t *testing.T) {
 // is left of it, then runs the owed hook once.
 func TestAHookLeftByAKilledAgentIsKilled(t *testing.T) {
 	t.Parallel() // mostly waits: see TestMain
-	cp := harness.NewControlPlane(t, bin, "hookleft")
-	cp.Serve()
-	h := harness.NewHost(t, bin, "web-1")
-	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
-		t.Fatalf("enrol: %s", r.Combined())
-	}
+	cp, h := servedHost(t, "hookleft", "web-1")
 	dir := t.TempDir()
 	runs, pids := filepath.Join(dir, "runs"), filepath.Join(dir, "pids")
 	hooksFile := filepath.Join(dir, "hooks.json")
@@ -157,12 +152,7 @@ func TestAHookLeftByAKilledAgentIsKilled(t *testing.T) {
 // hook on; it died with 130 and said nothing. The hook does run to its end.
 func TestHooksRetryInterrupted(t *testing.T) {
 	t.Parallel() // mostly waits: see TestMain
-	cp := harness.NewControlPlane(t, bin, "hookint")
-	cp.Serve()
-	h := harness.NewHost(t, bin, "web-1")
-	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
-		t.Fatalf("enrol: %s", r.Combined())
-	}
+	cp, h := servedHost(t, "hookint", "web-1")
 	dir := t.TempDir()
 	fixed, done := filepath.Join(dir, "fixed"), filepath.Join(dir, "done")
 	hooksFile := filepath.Join(dir, "hooks.json")

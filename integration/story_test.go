@@ -321,6 +321,19 @@ func mustAddrs(t *testing.T, addrs ...string) []netip.AddrPort {
 	return out
 }
 
+// servedHost serves a control plane of mesh and enrols one host, node, with a token
+// of it; the agent is not started.
+func servedHost(t *testing.T, mesh, node string) (*harness.ControlPlane, *harness.Host) {
+	t.Helper()
+	cp := harness.NewControlPlane(t, bin, mesh)
+	cp.Serve()
+	h := harness.NewHost(t, bin, node)
+	if r := h.Enrol(cp.Token(node)); r.Code != 0 {
+		t.Fatalf("enrol %s: %s", node, r.Combined())
+	}
+	return cp, h
+}
+
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {

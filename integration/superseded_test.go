@@ -16,12 +16,7 @@ import (
 // declaring at once were both told "converged", the node holding one body).
 func TestDeclareWaitSaysItWasSuperseded(t *testing.T) {
 	t.Parallel() // mostly waits: see TestMain
-	cp := harness.NewControlPlane(t, bin, "superseded")
-	cp.Serve()
-	web := harness.NewHost(t, bin, "web-1")
-	if r := web.Enrol(cp.Token("web-1")); r.Code != 0 {
-		t.Fatalf("enrol: %s", r.Combined())
-	}
+	cp, web := servedHost(t, "superseded", "web-1")
 	// The agent is not running: the first declaration stays unapplied, so the
 	// outcome does not depend on how fast the node applies it.
 	dir := t.TempDir()
@@ -46,12 +41,7 @@ func TestDeclareWaitSaysItWasSuperseded(t *testing.T) {
 // then call the node offline.
 func TestDeclareWaitSaysItWasRevoked(t *testing.T) {
 	t.Parallel() // mostly waits: see TestMain
-	cp := harness.NewControlPlane(t, bin, "revokedwait")
-	cp.Serve()
-	web := harness.NewHost(t, bin, "web-1")
-	if r := web.Enrol(cp.Token("web-1")); r.Code != 0 {
-		t.Fatalf("enrol: %s", r.Combined())
-	}
+	cp, _ := servedHost(t, "revokedwait", "web-1")
 	// The agent is not running: the declaration stays unapplied.
 	body := filepath.Join(t.TempDir(), "a.json")
 	writeFile(t, body, `{"files":[{"path":"app.conf","content":"A"}]}`)
