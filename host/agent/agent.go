@@ -142,6 +142,10 @@ type Agent struct {
 	store *state.Store
 	// unsaved says the last save of applied failed (saveAgain tries again).
 	unsaved bool
+	// missingManaged says a managed file was missing from the root as the agent
+	// started: the next sync asks for the applied declaration again, which puts it
+	// back (putBack), until a sync delivered it.
+	missingManaged bool
 	// refusals bounds the lines of envelopes refused (fail).
 	refusals refusalLog
 
@@ -391,6 +395,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Warn("a hook the agent ran before it was killed was still running: killed it; the hooks owed run now")
 	}
 	a.runOwedHooks()
+	a.missingManaged = a.managedMissing()
 	if !a.applied.NextAttempt.IsZero() && a.retry.raw == nil {
 		// The declaration that failed to apply is not kept across a restart: no
 		// attempt is due until the mesh sends it again, at the first sync.
@@ -756,8 +761,14 @@ func (s *syncer) start(ctx context.Context, workers *sync.WaitGroup) {
 	s.seq++
 	s.tag, s.base, s.tagged, s.byTag = strconv.FormatUint(s.seq, 10), s.a.received, 0, false
 	tag := s.tag
+	expires := s.a.applied.ExpiresAt
+	if s.a.missingManaged {
+		// Said to hold no copy as fresh as the mesh's: the mesh sends the applied
+		// declaration, which puts the missing files back.
+		expires = time.Time{}
+	}
 	req, _ := json.Marshal(wire.SyncRequest{V: wire.ProtocolVersion, AppliedVersion: s.a.applied.Version, KeyringEpoch: s.a.keyring.Epoch,
-		MembershipVersion: s.a.applied.MembershipVersion, HaveApplied: s.a.applied.HaveApplied, AppliedExpiresAt: s.a.applied.ExpiresAt})
+		MembershipVersion: s.a.applied.MembershipVersion, HaveApplied: s.a.applied.HaveApplied, AppliedExpiresAt: expires})
 	workers.Add(1)
 	go func() {
 		defer workers.Done()
@@ -810,6 +821,7 @@ func (s *syncer) finished(ctx context.Context, r syncResult) {
 // synced ends a sync that delivered everything.
 func (s *syncer) synced() {
 	s.backoff = 0
+	s.a.missingManaged = false
 	s.a.stats.set(func(st *stats) { st.synced, st.linkErr = true, "" })
 	if s.a.o.OnSynced != nil {
 		s.a.o.OnSynced()
@@ -1111,6 +1123,31 @@ func filesOf(v declarations.Verified) ([]apply.File, error) {
 		files = append(files, apply.File{Path: f.Path, Data: data, Mode: mode, Owner: f.Owner, Group: f.Group})
 	}
 	return files, nil
+}
+
+// managedMissing reports whether a file the agent manages is missing from the root:
+// a root restored from a backup older than the state directory, or a file removed by
+// hand while the agent was stopped. The mesh does not send a node the declaration it
+// holds applied (a fleet restarting would be sent every one), so the file stayed
+// missing until the next re-signed copy, up to 12 hours later. Only absence is
+// checked, one lstat a file, as the agent starts; a file changed by hand is put back
+// at that re-signed copy or the next declaration.
+func (a *Agent) managedMissing() bool {
+	if !a.applied.HaveApplied || a.o.Root == "" {
+		return false
+	}
+	var missing []string
+	for _, p := range a.applied.Managed {
+		if _, err := os.Lstat(filepath.Join(a.o.Root, filepath.FromSlash(p))); errors.Is(err, fs.ErrNotExist) {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) == 0 {
+		return false
+	}
+	a.log.Warn("managed files are missing from the root (restored from an older backup, or removed by hand while the agent was stopped): the applied declaration is asked for again to put them back",
+		"count", len(missing), "first", missing[0])
+	return true
 }
 
 // putBack applies the declaration already applied again: the applier writes only
