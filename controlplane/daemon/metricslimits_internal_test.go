@@ -14,21 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// freeAddr is an address on loopback nothing listens on now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // startTestWeb serves h on a free address within lim until the test ends.
 func startTestWeb(t *testing.T, h http.Handler, lim webLimits) string {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := freeAddrs(t, 1)[0]
 	e, err := startWebWithin(addr, h, slog.New(slog.DiscardHandler), lim)
 	if err != nil {
 		t.Fatal(err)

@@ -1291,8 +1291,7 @@ func (a *Agent) save() {
 			kept = c + ": " + a.applied.LastError
 		}
 		a.stats.set(func(s *stats) { s.unsaved, s.unsavedFailure = err.Error(), kept })
-		switch a.applied.LastErrorCode {
-		case wire.StatusApplyFailed, wire.StatusHookFailed:
+		if kept != "" {
 			// The failure being recorded stays the report's, with its version:
 			// the disk that refuses the save (read-only after an error) is often
 			// what failed the apply, and state_not_saved for the version applied
