@@ -353,3 +353,59 @@ func TestAManagedFileMissingAtStartIsPutBack(t *testing.T) {
 		t.Fatalf("web-1 declared v%d: it was put back by another declaration, not the applied one", n.Declared)
 	}
 }
+
+// TestAFileChangedByHandIsPutBackByTheCheck: a managed file edited on the host is put
+// back as declared, and its hook run, within a few intervals of `--check-files`, with
+// no declaration made; and so it is while the control plane is stopped, by an agent
+// restarted meanwhile (from the copy it keeps). Before, it stayed edited, the node
+// shown converged, until the mesh re-signed the declaration up to 12 hours later.
+func TestAFileChangedByHandIsPutBackByTheCheck(t *testing.T) {
+	t.Parallel() // mostly waits: see TestMain
+	cp, h := servedHost(t, "handfix", "web-1")
+	dir := t.TempDir()
+	ran := filepath.Join(dir, "ran")
+	hooksFile := filepath.Join(dir, "hooks.json")
+	writeFile(t, hooksFile, `{"hooks":[{"name":"reload","paths":["etc/*.conf"],"run":["sh","-c","echo ran >> `+ran+`"]}]}`)
+	h.Run("--check-files", "1s", "--hooks", hooksFile)
+	body := filepath.Join(dir, "a.json")
+	writeFile(t, body, `{"files":[{"path":"etc/a.conf","content":"declared"}]}`)
+	if r := cp.Ctl("declare", "--node", "web-1", "--file", body, "--wait", "30s"); r.Code != 0 {
+		t.Fatalf("declare: %s", r.Combined())
+	}
+	hookRuns := func() int {
+		b, _ := os.ReadFile(ran)
+		return strings.Count(string(b), "ran\n")
+	}
+	harness.Eventually(t, 20*time.Second, "the declaration's hook ran", func() bool { return hookRuns() == 1 })
+	edit := func(content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(h.Root, "etc", "a.conf"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	putBack := func(what string, runs int) {
+		t.Helper()
+		harness.Eventually(t, 20*time.Second, what, func() bool {
+			got, err := h.ReadManaged("etc/a.conf")
+			return err == nil && got == "declared" && hookRuns() == runs
+		})
+	}
+	edit("edited by hand")
+	h.Process().WaitOutput(t, "managed files changed on this host since they were applied; put back as declared", 20*time.Second)
+	putBack("etc/a.conf put back and its hook run, the mesh up", 2)
+
+	cp.Process().Signal(syscall.SIGTERM)
+	if code := cp.Process().Wait(30 * time.Second); code != 0 {
+		t.Fatalf("serve stopped with exit %d", code)
+	}
+	h.Process().Signal(syscall.SIGTERM)
+	if code := h.Process().Wait(20 * time.Second); code != 0 {
+		t.Fatalf("the agent stopped with exit %d", code)
+	}
+	if fi, err := os.Stat(filepath.Join(h.State, "applied.envelope")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the kept copy of the declaration: %v, %v", fi, err)
+	}
+	h.Run("--check-files", "1s", "--hooks", hooksFile)
+	edit("edited while the mesh is down")
+	putBack("etc/a.conf put back by a restarted agent, the mesh down", 3)
+}

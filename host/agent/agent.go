@@ -77,6 +77,12 @@ type Options struct {
 	// MetricsListen, when set, is where /metrics, /healthz and /readyz are served
 	// (ip:port).
 	MetricsListen string
+	// CheckFiles is how often the agent compares the managed root with the applied
+	// declaration and puts back, running their hooks, the files changed or removed
+	// by hand since (checkFiles); 0 means DefaultCheckFiles, a negative value never
+	// (then only a new declaration or the mesh's re-signed copy, every 12 hours,
+	// puts them back).
+	CheckFiles time.Duration
 	// RetryMin and RetryMax bound the backoff between attempts to apply a
 	// declaration that failed to apply (a local fault: a file where a directory must
 	// go, a full disk); 0 means 1 second and 5 minutes.
@@ -146,6 +152,13 @@ type Agent struct {
 	// started: the next sync asks for the applied declaration again, which puts it
 	// back (putBack), until a sync delivered it.
 	missingManaged bool
+	// kept is the signed envelope of the applied declaration (the copy that
+	// verified last), which checkFiles applies again; nil before one arrived or was
+	// read from KeptFileName (keptLoaded: tried once). keptSaved says that file
+	// holds it.
+	kept       []byte
+	keptSaved  bool
+	keptLoaded bool
 	// refusals bounds the lines of envelopes refused (fail).
 	refusals refusalLog
 
@@ -207,6 +220,9 @@ func New(o Options) (*Agent, error) {
 	}
 	if o.AuthFailureLimit == 0 {
 		o.AuthFailureLimit = 5
+	}
+	if o.CheckFiles == 0 {
+		o.CheckFiles = DefaultCheckFiles
 	}
 	if o.RetryMin == 0 {
 		o.RetryMin = time.Second
@@ -438,6 +454,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		homeTimer.Stop()
 	}
 	defer homeTimer.Stop()
+	check := newCheckTimer(a.o.CheckFiles)
+	defer check.stop()
+	// A copy of the applied declaration not written yet (applied since the last
+	// check) is written as the agent stops, for the check after the restart.
+	defer a.saveKept()
 	authFailures := 0
 	var problems problemLog
 	for {
@@ -517,6 +538,11 @@ func (a *Agent) Run(ctx context.Context) error {
 				sy.start(loopCtx, &workers)
 			}
 			a.report(nc)
+		case <-check.C():
+			if a.checkFiles(ctx) {
+				a.report(nc)
+			}
+			check.next()
 		case <-homeTimer.C:
 			// The first of the mesh's list as it stands: a control node removed since
 			// the connection was made is no longer anyone's home.
@@ -926,14 +952,7 @@ func (a *Agent) handle(ctx context.Context, raw []byte) error {
 // handleDeclaration verifies and applies env, parsed from raw (kept to try again if
 // applying fails).
 func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarations.Parsed) {
-	digest, _ := hex.DecodeString(a.applied.BodyDigest)
-	var appliedDigest [32]byte
-	copy(appliedDigest[:], digest)
-	v, err := env.VerifyDeclaration(a.keys, declarations.Expect{
-		Mesh: a.id.Mesh, Node: a.id.Node, NodeKey: a.id.PublicKey, KeyringEpoch: a.keyring.Epoch,
-		HaveApplied: a.applied.HaveApplied, AppliedVersion: a.applied.Version, AppliedBodyDigest: appliedDigest,
-		Now: a.o.Now(), Skew: a.o.Skew,
-	})
+	v, err := env.VerifyDeclaration(a.keys, a.expect())
 	if err != nil {
 		var (
 			ve      *declarations.VersionError
@@ -991,7 +1010,10 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 			a.applied.LastErrorCode, a.applied.LastError, a.applied.LastErrorVersion = "", "", 0
 			a.save()
 		}
-		a.putBack(ctx, v.Version, files)
+		a.keep(raw)
+		if _, err := a.putBack(ctx, v.Version, files); err != nil {
+			a.failCode(wire.StatusApplyFailed, err, v.Version)
+		}
 		return
 	}
 	// A path the apply may create is on record before it is created: saved only
@@ -1053,6 +1075,7 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 	}
 	a.retry.clear()
 	a.applied.NextAttempt = time.Time{}
+	a.keep(raw)
 	took := time.Since(applyStart)
 	a.stats.set(func(s *stats) { s.applied++; s.lastApply = took })
 	a.applied.HaveApplied = true
@@ -1073,6 +1096,18 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 	// runs again the hooks that failed: it is how the control plane retries them.
 	if (len(changed) > 0 || len(a.hookFailed) > 0) && len(a.o.Hooks.Hooks) > 0 {
 		a.queueHooks(hookRun{version: v.Version, changed: changed})
+	}
+}
+
+// expect is what a declaration for this node must say now, the applied one known.
+func (a *Agent) expect() declarations.Expect {
+	digest, _ := hex.DecodeString(a.applied.BodyDigest)
+	var appliedDigest [32]byte
+	copy(appliedDigest[:], digest)
+	return declarations.Expect{
+		Mesh: a.id.Mesh, Node: a.id.Node, NodeKey: a.id.PublicKey, KeyringEpoch: a.keyring.Epoch,
+		HaveApplied: a.applied.HaveApplied, AppliedVersion: a.applied.Version, AppliedBodyDigest: appliedDigest,
+		Now: a.o.Now(), Skew: a.o.Skew,
 	}
 }
 
@@ -1154,21 +1189,23 @@ func (a *Agent) managedMissing() bool {
 // what differs from it, so a managed file changed or removed by hand since is put
 // back (and its hooks run), and nothing else is touched. A failure is reported for
 // the version and left for the next refresh or declaration.
-func (a *Agent) putBack(ctx context.Context, version uint64, files []apply.File) {
+func (a *Agent) putBack(ctx context.Context, version uint64, files []apply.File) ([]string, error) {
 	res, err := a.applier.Apply(ctx, files, a.applied.Managed)
 	if err != nil {
-		a.failCode(wire.StatusApplyFailed, err, version)
-		return
+		return nil, err
 	}
-	changed := append(slices.Clone(res.Written), res.Removed...)
-	if len(changed) == 0 {
-		return
-	}
-	a.log.Warn("managed files changed on this host since they were applied; put back as declared", "version", version, "files", changed)
 	if a.applied.LastErrorCode == wire.StatusApplyFailed && a.applied.LastErrorVersion == version {
+		// The root holds the declaration again (put back now, or mended by hand
+		// since the last attempt failed): the failure is over.
 		a.applied.LastError, a.applied.LastErrorCode, a.applied.LastErrorVersion = "", "", 0
 		a.save()
 	}
+	changed := append(slices.Clone(res.Written), res.Removed...)
+	if len(changed) == 0 {
+		return nil, nil
+	}
+	a.log.Warn("managed files changed on this host since they were applied; put back as declared", "version", version, "files", changed)
+	a.stats.set(func(s *stats) { s.putBack += uint64(len(changed)) })
 	if len(a.o.Hooks.Hooks) > 0 {
 		if owed := union(a.applied.HooksPending, a.o.Hooks.Matching(changed)); len(owed) > len(a.applied.HooksPending) {
 			a.applied.HooksPending = owed
@@ -1176,6 +1213,7 @@ func (a *Agent) putBack(ctx context.Context, version uint64, files []apply.File)
 		}
 		a.queueHooks(hookRun{version: version, changed: changed})
 	}
+	return changed, nil
 }
 
 // handleMembership accepts a newer signed list of the mesh's brokers, persisted for

@@ -35,6 +35,9 @@ type stats struct {
 	epoch       uint64
 	expiresAt   time.Time
 	hooksFailed int
+	// putBack counts the managed files put back as declared after they were
+	// changed or removed on the host (checkFiles, a re-signed copy).
+	putBack uint64
 	// unsaved is why the last save of the applied state failed ("" once one
 	// succeeds): the state file is then behind the copy above.
 	unsaved string
@@ -75,6 +78,8 @@ var (
 		"1 once the mesh acknowledged a sync on the current connection.", nil, nil)
 	descHooksFailed = prometheus.NewDesc("mesh_agent_hooks_failed",
 		"Hooks that failed and have not run again with success (meshhost hooks retry, a restart or a declaration runs them); the node is failing meanwhile.", nil, nil)
+	descPutBack = prometheus.NewDesc("mesh_agent_files_put_back_total",
+		"Managed files found changed or removed on this host (by hand, by another program) and put back as declared since the agent started.", nil, nil)
 	descStale = prometheus.NewDesc("mesh_agent_stale",
 		"1 when the applied declaration expired without a fresh one.", nil, nil)
 )
@@ -83,7 +88,7 @@ var (
 type collector struct{ a *Agent }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descAppliedVersion, descKeyringEpoch, descApplied, descRefused, descLastApply, descConnected, descSynced, descStale, descHooksFailed} {
+	for _, d := range []*prometheus.Desc{descAppliedVersion, descKeyringEpoch, descApplied, descRefused, descLastApply, descConnected, descSynced, descStale, descHooksFailed, descPutBack} {
 		ch <- d
 	}
 }
@@ -98,7 +103,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	connected, synced, applied, last := a.stats.connected, a.stats.synced, a.stats.applied, a.stats.lastApply
 	version, have, epoch := a.stats.version, a.stats.haveApplied, a.stats.epoch
 	stale := have && a.o.Now().After(a.stats.expiresAt)
-	hooksFailed := a.stats.hooksFailed
+	hooksFailed, putBack := a.stats.hooksFailed, a.stats.putBack
 	a.stats.mu.Unlock()
 	appliedVersion := -1.0
 	if have {
@@ -116,6 +121,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descSynced, boolValue(synced))
 	gauge(descStale, boolValue(stale))
 	gauge(descHooksFailed, float64(hooksFailed))
+	ch <- prometheus.MustNewConstMetric(descPutBack, prometheus.CounterValue, float64(putBack))
 }
 
 func boolValue(b bool) float64 {

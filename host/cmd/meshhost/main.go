@@ -171,7 +171,7 @@ usage:
   meshhost version [--json]                      the version and the commit it was built from (also --version)
 
 run meshhost <command> --help for all of a command's flags (run: --metrics-listen,
---heartbeat, --broker-ping, --return-home, --broker, --log-level).
+--heartbeat, --broker-ping, --return-home, --check-files, --broker, --log-level).
 exit codes: 0 ok, 1 failure, 2 usage, 3 token unusable or refused, 4 not the mesh (retrying
 will not help), 5 identity file or state directory in the way (or not safe), 6 revoked,
 7 mesh unreachable (retrying may help), 8 state directory in use by another meshhost,
@@ -480,6 +480,7 @@ func cmdRun(args []string, cio *cliIO) error {
 	heartbeat := durationFlag(fs, "heartbeat", defaultHeartbeat, "how often to report status when nothing changes (the control plane shows a node offline after its --offline-after, 45s by default, without a report; 1s to 10m)")
 	brokerPing := durationFlag(fs, "broker-ping", link.PingInterval, "how often to ping the broker: one whose process stops reading (stopped, wedged) is left for another after two unanswered pings; shorter notices sooner and costs this host and the broker more at rest (1s to 10m)")
 	returnHome := durationFlag(fs, "return-home", 5*time.Minute, "after failing over to another broker, how often to try moving back to this node's first one (the brokers are rotated by node id so that a fleet spreads over the control nodes); doubles up to an hour while a move does not end there; 0 stays where it is, else 1s to 1h")
+	checkFiles := durationFlag(fs, "check-files", agent.DefaultCheckFiles, "how often to compare the managed files with the applied declaration and put back, running their hooks, those changed or removed on this host since; 0 never (then a new declaration, or the mesh's re-signed copy every 12 hours, puts them back), else 1s to 24h")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text (key=value lines) or json (one JSON object a line)")
 	logJSON := fs.Bool("log-json", false, "the same as --log-format json")
@@ -501,6 +502,12 @@ func cmdRun(args []string, cio *cliIO) error {
 	}
 	if *returnHome != 0 && (*returnHome < time.Second || *returnHome > time.Hour) {
 		return usageError{"--return-home must be 0 (never) or between 1s and 1h"}
+	}
+	if *checkFiles != 0 && (*checkFiles < time.Second || *checkFiles > 24*time.Hour) {
+		return usageError{fmt.Sprintf("--check-files %s: must be 0 (never) or between 1s and 24h (the default is %s)", *checkFiles, agent.DefaultCheckFiles)}
+	}
+	if *checkFiles == 0 {
+		*checkFiles = -1 // the agent's "never"; its 0 is the default
 	}
 	// Found only when the agent listened on it, a malformed address came after the
 	// state directory was locked and exited 1 as a failure of the host.
@@ -559,7 +566,7 @@ func cmdRun(args []string, cio *cliIO) error {
 	defer lock.Release()
 	var ready sync.Once
 	var id identity.Identity
-	a, err := agent.New(agent.Options{StateDir: *stateDir, Agent: agentName(), Root: *root, Logger: log, Heartbeat: *heartbeat, BrokerPing: *brokerPing, ReturnHome: *returnHome, Hooks: hk,
+	a, err := agent.New(agent.Options{StateDir: *stateDir, Agent: agentName(), Root: *root, Logger: log, Heartbeat: *heartbeat, BrokerPing: *brokerPing, ReturnHome: *returnHome, CheckFiles: *checkFiles, Hooks: hk,
 		ExtraBrokers:  extra,
 		MetricsListen: *metricsListen,
 		Socket:        agent.SocketPath(*stateDir),

@@ -39,6 +39,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--state", dir, "--root", dir, "--return-home", "500ms"}, "--return-home must be 0 (never) or between 1s and 1h"},
 		{[]string{"run", "--state", dir, "--root", dir, "--return-home", "2h"}, "--return-home must be 0 (never) or between 1s and 1h"},
 		{[]string{"run", "--state", dir, "--root", dir, "--return-home", "-1s"}, "--return-home must be 0 (never) or between 1s and 1h"},
+		{[]string{"run", "--state", dir, "--root", dir, "--check-files", "500ms"}, "--check-files 500ms: must be 0 (never) or between 1s and 24h (the default is 1m0s)"},
+		{[]string{"run", "--state", dir, "--root", dir, "--check-files", "25h"}, "--check-files 25h0m0s: must be 0 (never) or between 1s and 24h (the default is 1m0s)"},
+		{[]string{"run", "--state", dir, "--root", dir, "--check-files", "-1m"}, "--check-files -1m0s: must be 0 (never) or between 1s and 24h (the default is 1m0s)"},
 		{[]string{"run", "--state", dir, "--root", dir, "--broker-ping", "soon"}, "invalid value"},
 		{[]string{"run", "--state", dir, "--root", dir, "--broker", "cp-1.example:7300"}, "not ip:port"},
 		{[]string{"run", "--state", dir, "--root", dir, "--log-level", "loud"}, "--log-level"},
@@ -89,7 +92,7 @@ func TestHelp(t *testing.T) {
 	}
 	flags := map[string][]string{
 		"enrol":   {"--state string", "--token-file string", "--timeout duration", "(default 20s)", "--json"},
-		"run":     {"--state string", "--root string", "--heartbeat duration", "(default 15s)", "--broker-ping duration", "(default 20s)", "--return-home duration", "(default 5m0s)", "--log-format string", `(default "text")`, "--broker ip:port", "--metrics-listen string"},
+		"run":     {"--state string", "--root string", "--heartbeat duration", "(default 15s)", "--broker-ping duration", "(default 20s)", "--return-home duration", "(default 5m0s)", "--check-files duration", "(default 1m0s)", "--log-format string", `(default "text")`, "--broker ip:port", "--metrics-listen string"},
 		"status":  {"--state string", "--json"},
 		"version": {"--json"},
 	}
