@@ -36,6 +36,11 @@ func TestARefusalNamesItsCode(t *testing.T) {
 		t.Fatalf("exit %d, printed %q", code, out.String())
 	}
 	out.Reset()
+	// internal is the control plane failing, not refusing: exit 1, not 4.
+	if code := exitCode(&out, "meshctl revoke", &api.Error{Code: api.CodeInternal, Message: "raft: leadership lost"}); code != exitFailure || out.String() != "meshctl revoke: raft: leadership lost (internal)\n" {
+		t.Fatalf("internal: exit %d, printed %q", code, out.String())
+	}
+	out.Reset()
 	exitCode(&out, "meshctl token", &api.Error{Code: api.CodeNotFound, Message: "not_found: web-9"})
 	if strings.Count(out.String(), "not_found") != 1 {
 		t.Fatalf("printed %q: the code twice", out.String())

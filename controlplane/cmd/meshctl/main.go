@@ -281,8 +281,13 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		errors.Is(err, operator.ErrReadOnly), errors.Is(err, join.ErrNotCAHolder):
 		return exitRefused
 	case errors.As(err, &ae):
-		if ae.Code == api.CodeUnavailable {
+		switch ae.Code {
+		case api.CodeUnavailable:
 			return exitUnreachable
+		case api.CodeInternal:
+			// The control plane failed to answer (its log says why), which is not
+			// a refusal: scripts take exit 4 to mean the request must change.
+			return exitFailure
 		}
 		return exitRefused
 	}
