@@ -192,7 +192,7 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 	} else if req.Control != nil || len(req.Sealed) > 0 {
 		return out, badRequest("only control tokens carry addresses and a sealed identity")
 	}
-	c := state.Command{Op: state.OpCreateToken, CreateToken: cmd, Rules: d.rulesFor(state.RulesTokensFollowNodes)}
+	c := state.Command{Op: state.OpCreateToken, CreateToken: cmd, Rules: d.tokenRules()}
 	switch {
 	case c.Rules == 0 && req.Replace:
 		return out, &api.Error{Code: api.CodeOlderControlNode, Message: fmt.Sprintf(
@@ -249,6 +249,17 @@ func (d *Daemon) rulesFor(need int) int {
 		return 0
 	}
 	return need
+}
+
+// tokenRules is the newest revision of the token rules that every control node
+// applies: RulesPendingByRecord; RulesTokensFollowNodes while a node of the version
+// that brought those runs (an upgrade from it); 0, the earlier rules, while an older
+// one may run. A mint or a revocation is stamped with it.
+func (d *Daemon) tokenRules() int {
+	if r := d.rulesFor(state.RulesPendingByRecord); r != 0 {
+		return r
+	}
+	return d.rulesFor(state.RulesTokensFollowNodes)
 }
 
 // notOnRules returns, sorted, the control nodes other than this one that are not
@@ -540,7 +551,7 @@ func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
 	// revoked earlier keeps its own, which tells the two apart.
 	at := now.UTC()
 	res, err := d.commit(state.Command{Op: state.OpRevoke, At: at, Revoke: &state.RevokeCmd{Nodes: nodes},
-		Rules: d.rulesFor(state.RulesTokensFollowNodes)})
+		Rules: d.tokenRules()})
 	if err != nil {
 		return out, err
 	}

@@ -94,3 +94,27 @@ func TestAMemberNotHeardFromIsNotOnTheNewRules(t *testing.T) {
 		t.Fatalf("cp-2 stopping (it may come back older): rules %d, want 0", got)
 	}
 }
+
+// TestTokenRulesFollowTheOldestMember: a mint or a revocation is stamped with the
+// newest token rules every member announces: RulesPendingByRecord once all do,
+// RulesTokensFollowNodes while one announces those (an upgrade from the version
+// that brought them), none while one is older or not heard from.
+func TestTokenRulesFollowTheOldestMember(t *testing.T) {
+	d := fleet(t, 0)
+	if got := d.tokenRules(); got != state.RulesPendingByRecord {
+		t.Fatalf("alone: rules %d, want %d", got, state.RulesPendingByRecord)
+	}
+	if err := d.raft.AddNonvoter("cp-2", "127.0.0.1:1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ announced, want int }{
+		{state.RulesTokensFollowNodes, state.RulesTokensFollowNodes},
+		{state.RulesSealedTo, 0},
+		{state.ApplyRules, state.RulesPendingByRecord},
+	} {
+		d.ctl.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-2", Raft: api.RaftNonvoter, Rules: c.announced}, d.now(), 0)
+		if got := d.tokenRules(); got != c.want {
+			t.Fatalf("cp-2 announcing rules %d: token rules %d, want %d", c.announced, got, c.want)
+		}
+	}
+}

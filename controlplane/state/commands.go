@@ -339,9 +339,15 @@ func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd, rules int) Res
 	}
 	var replaced []Token
 	if rules >= RulesTokensFollowNodes {
-		pending := s.PendingTokens(c.Node, at)
+		pending := s.pendingTokens(c.Node, at, rules)
 		if len(pending) > 0 && !c.Replace {
-			return Result{Err: &PendingTokenError{Node: c.Node, Pending: pending}}
+			// Which are stale is this node's view (Token.SigningKey), for the
+			// message only: the refusal is every node's.
+			stale := true
+			for _, t := range pending {
+				stale = stale && s.ShownState(t, at) == TokenStale
+			}
+			return Result{Err: &PendingTokenError{Node: c.Node, Pending: pending, Stale: stale}}
 		}
 		replaced = s.cancelTokens(pending, at)
 	}
@@ -359,11 +365,25 @@ func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd, rules int) Res
 
 // PendingTokens returns the tokens of node that would enrol it at at, oldest first
 // (ties by id, so that every control node lists them alike). A stale one, whose
-// signing key was retired, is not among them: the mesh refuses it already.
+// signing key was retired, is not among them: the mesh refuses it already. It is
+// what this control node shows; the rules read pendingTokens.
 func (s *State) PendingTokens(node string, at time.Time) []*Token {
+	return s.pendingTokens(node, at, RulesTokensFollowNodes)
+}
+
+// pendingTokens returns the tokens of node that the rules count as pending at at,
+// in PendingTokens' order: by their record alone from RulesPendingByRecord on, stale
+// ones included, as the record is the same on every control node; by what
+// ShownState shows before (see RulesPendingByRecord).
+func (s *State) pendingTokens(node string, at time.Time, rules int) []*Token {
 	var out []*Token
 	for _, id := range s.tokensOf[node] {
-		if t := s.Tokens[id]; s.ShownState(t, at) == TokenPending {
+		t := s.Tokens[id]
+		st := t.StateAt(at)
+		if rules < RulesPendingByRecord {
+			st = s.ShownState(t, at)
+		}
+		if st == TokenPending {
 			out = append(out, t)
 		}
 	}
@@ -395,6 +415,9 @@ func (s *State) cancelTokens(ts []*Token, at time.Time) []Token {
 type PendingTokenError struct {
 	Node    string
 	Pending []*Token
+	// Stale says each of them carries a signing key retired since it was minted:
+	// none can enrol the node, and each still counts (RulesPendingByRecord).
+	Stale bool
 }
 
 func (e *PendingTokenError) Error() string {
@@ -402,6 +425,11 @@ func (e *PendingTokenError) Error() string {
 	others := ""
 	if n := len(e.Pending) - 1; n > 0 {
 		others = fmt.Sprintf(" and %d older one(s)", n)
+	}
+	if e.Stale {
+		return fmt.Sprintf("%v: %s has token %s%s, stale: minted before its signing key was retired, it cannot enrol the node, and still counts as its token: "+
+			"mint again with --replace, which cancels it, or cancel it first (meshctl token cancel %s)",
+			ErrTokenPending, e.Node, t.ShortID(), others, e.Node)
 	}
 	return fmt.Sprintf("%v: %s has token %s, minted %s and pending until %s%s, and whichever token is used first enrols the node, with its labels: "+
 		"use that token, cancel it (meshctl token cancel %s), or mint again with --replace, which cancels it",
@@ -592,7 +620,7 @@ func (s *State) applyRevoke(at time.Time, c *RevokeCmd, rules int) Result {
 				// The tokens minted for it die with it, and say so to whoever
 				// presents one. A node revoked before keeps the tokens minted for
 				// its replacement since.
-				res.Tokens = append(res.Tokens, s.cancelTokens(s.PendingTokens(id, at), at)...)
+				res.Tokens = append(res.Tokens, s.cancelTokens(s.pendingTokens(id, at, rules), at)...)
 			}
 		}
 		res.Revoked = append(res.Revoked, *n.copy())

@@ -32,8 +32,9 @@ import (
 // 1: the rules before they were announced. 2: a control token's identity sealed to
 // the control nodes (CreateTokenCmd.SealedTo), which rules 1 refuse to record, so
 // such a node never records the node the token admits either. 3: tokens follow their
-// node (RulesTokensFollowNodes).
-const ApplyRules = 3
+// node (RulesTokensFollowNodes). 4: which tokens are pending is read from the token's
+// record alone (RulesPendingByRecord).
+const ApplyRules = 4
 
 // Revisions of the rules that changed how a command applies; a command that needs one
 // is stamped with it (Command.Rules), and applied by the rules before it otherwise.
@@ -48,6 +49,15 @@ const (
 	// revocation named, a replacement's too); labels of a revoked node are refused
 	// (ErrNodeRevoked), as the machine enrolled next under its id takes its token's.
 	RulesTokensFollowNodes = 3
+	// RulesPendingByRecord: the tokens rules 3 count as a node's pending ones are
+	// those unused, not cancelled and unexpired (Token.StateAt), a token whose
+	// signing key was retired since included. Rules 3 left those out by the
+	// token's SigningKey, which a control node that applied the mint before it
+	// recorded that field (or loaded a snapshot of such a node's) does not hold:
+	// after a retirement, one node found the token pending and refused a mint, or
+	// cancelled it in a revocation, that another carried out, and their states
+	// parted for good.
+	RulesPendingByRecord = 4
 )
 
 // Roles a node can hold.
@@ -154,8 +164,9 @@ type Token struct {
 	// SigningKey is the signing key the token carries (hex): the keyring's newest
 	// when the token was recorded. Once a retirement drops it from the keyring the
 	// mesh refuses the token (token_stale_key), and ShownState says so. Empty for
-	// tokens recorded before it, or by a control node older than it; no rule of
-	// the state reads it.
+	// tokens recorded before it, or by a control node older than it, and so it may
+	// differ between control nodes: only what they show reads it, no rule of the
+	// state (rules 3 did: RulesPendingByRecord).
 	SigningKey string `json:"signing_key,omitempty"`
 }
 

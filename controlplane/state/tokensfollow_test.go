@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -178,4 +179,79 @@ func TestPendingTokensIndex(t *testing.T) {
 	if got := m.state().tokensOf; len(got) != 1 || len(got["db-1"]) != 1 || got["db-1"][0] != "tok-c" {
 		t.Fatalf("the index after the purge: %v, want db-1: [tok-c]", got)
 	}
+}
+
+// TestPendingTokensByTheirRecord: a token's SigningKey may differ between control
+// nodes (empty where the node applied the mint before it recorded the field, or
+// loaded such a node's snapshot), and rules 3 counted a stale token out by it: after
+// a retirement one node refused a mint, or left a token in a revocation, that another
+// carried out, and their states parted for good (an upgrade audit saw a node enrolled
+// on two control nodes and unknown on the third). Under RulesPendingByRecord both
+// count the token as pending, and apply every command alike.
+func TestPendingTokensByTheirRecord(t *testing.T) {
+	at := t0.Add(2 * time.Minute)
+	twoNodes := func() (*machine, *machine) {
+		var ms [2]*machine
+		for i := range ms {
+			ms[i] = enrolled(t, map[string]string{"web-1": RoleWorker})
+			ms[i].must(stamped(tokenCmd("tok-a", "db-1", RoleWorker, at, 15*time.Minute)))
+		}
+		// One recorded the key tok-a carries, since retired; the other nothing.
+		ms[0].f.mu.Lock()
+		ms[0].f.st.Tokens["tok-a"].SigningKey = "retired"
+		ms[0].f.mu.Unlock()
+		ms[1].f.mu.Lock()
+		ms[1].f.st.Tokens["tok-a"].SigningKey = ""
+		ms[1].f.mu.Unlock()
+		return ms[0], ms[1]
+	}
+	byRecord := func(c Command) Command {
+		c.Rules = RulesPendingByRecord
+		return c
+	}
+	same := func(what string, a, b *machine) {
+		t.Helper()
+		sa, sb := a.state(), b.state()
+		for _, s := range []*State{sa, sb} {
+			for _, tok := range s.Tokens {
+				tok.SigningKey = "" // what may differ, and no rule reads
+			}
+		}
+		if !bytes.Equal(encodeState(t, sa), encodeState(t, sb)) {
+			t.Fatalf("%s: the two control nodes' states differ", what)
+		}
+	}
+
+	a, b := twoNodes()
+	mint := byRecord(tokenCmd("tok-b", "db-1", RoleWorker, at.Add(time.Second), 15*time.Minute))
+	ra, rb := a.apply(mint), b.apply(mint)
+	var pe *PendingTokenError
+	if !errors.Is(ra.Err, ErrTokenPending) || !errors.Is(rb.Err, ErrTokenPending) {
+		t.Fatalf("a second token for db-1: %v and %v, want token_pending on both", ra.Err, rb.Err)
+	}
+	if !errors.As(ra.Err, &pe) || !pe.Stale || !strings.Contains(ra.Err.Error(), "stale") || !strings.Contains(ra.Err.Error(), "--replace") {
+		t.Fatalf("where tok-a is known stale: %v, want it said stale, with --replace", ra.Err)
+	}
+	same("a refused mint", a, b)
+	mint.CreateToken.Replace = true
+	a.must(mint)
+	b.must(mint)
+	same("a replacing mint", a, b)
+
+	a, b = twoNodes()
+	a.must(byRecord(Command{Op: OpRevoke, At: at.Add(time.Second), Revoke: &RevokeCmd{Node: "web-1"}}))
+	b.must(byRecord(Command{Op: OpRevoke, At: at.Add(time.Second), Revoke: &RevokeCmd{Node: "web-1"}}))
+	enrol := enrolCmd("tok-a", "db-1", RoleWorker, "K-db", at.Add(2*time.Second))
+	a.apply(enrol)
+	b.apply(enrol)
+	same("a revocation and an enrolment", a, b)
+}
+
+func encodeState(t *testing.T, s *State) []byte {
+	t.Helper()
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
