@@ -184,8 +184,8 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 			// to the control nodes, and then the node the token admits: its state would
 			// part from the others' for good, silently.
 			return out, &api.Error{Code: api.CodeOlderControlNode, Message: fmt.Sprintf(
-				"control node %s runs an older meshctl, which would record neither this control token nor the node it admits: upgrade every control node, then mint the control token again",
-				strings.Join(older, ", "))}
+				"%s an older meshctl, which would record neither this control token nor the node it admits: upgrade every control node, then mint the control token again",
+				controlNodesRun(older))}
 		} else {
 			cmd.SealedTo, cmd.SealedSum = sealedTo, sum
 		}
@@ -196,8 +196,8 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 	switch {
 	case c.Rules == 0 && req.Replace:
 		return out, &api.Error{Code: api.CodeOlderControlNode, Message: fmt.Sprintf(
-			"control node %s runs an older meshctl, or is not heard from now, and an older one does not replace tokens: upgrade (or start) every control node, or cancel the pending token (meshctl token cancel %s) and mint again without --replace",
-			strings.Join(d.notOnRules(state.RulesTokensFollowNodes), ", "), req.Node)}
+			"%s an older meshctl, or is not heard from now, and an older one does not replace tokens: upgrade (or start) every control node, or cancel the pending token (meshctl token cancel %s) and mint again without --replace",
+			controlNodesRun(d.notOnRules(state.RulesTokensFollowNodes)), req.Node)}
 	case c.Rules == 0 && len(cmd.SealedTo) > 0:
 		c.Rules = state.RulesSealedTo
 	}
@@ -249,6 +249,15 @@ func (d *Daemon) rulesFor(need int) int {
 		return 0
 	}
 	return need
+}
+
+// controlNodesRun names the control nodes as the subject of "run": "control node
+// cp-2 runs", "control nodes cp-2, cp-3 run".
+func controlNodesRun(nodes []string) string {
+	if len(nodes) == 1 {
+		return "control node " + nodes[0] + " runs"
+	}
+	return "control nodes " + strings.Join(nodes, ", ") + " run"
 }
 
 // tokenRules is the newest revision of the token rules that every control node

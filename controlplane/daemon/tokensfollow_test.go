@@ -118,3 +118,12 @@ func TestTokenRulesFollowTheOldestMember(t *testing.T) {
 		}
 	}
 }
+
+func TestControlNodesRun(t *testing.T) {
+	if got := controlNodesRun([]string{"cp-2"}); got != "control node cp-2 runs" {
+		t.Errorf("one: %q", got)
+	}
+	if got := controlNodesRun([]string{"cp-2", "cp-3"}); got != "control nodes cp-2, cp-3 run" {
+		t.Errorf("two: %q", got)
+	}
+}

@@ -696,16 +696,28 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 	defer confirmWait.Stop()
 	poll := time.NewTicker(100 * time.Millisecond)
 	defer poll.Stop()
+	// An entry of rules newer than this meshctl's stops its state machine, while
+	// Raft's applied index goes on past the probe: the join is this meshctl's to
+	// refuse, not "not replicating" (exit 7, as serve says of the same log).
+	halted := func() error {
+		rollback(context.Background())
+		return fmt.Errorf("%w\n%s was taken out of the mesh again: run the same join with the meshctl the other control nodes run", fsm.HaltErr(), cfg.Node)
+	}
 	for node.AppliedIndex() < add.ProbeIndex {
 		select {
 		case <-ctx.Done():
 			return interrupted("waiting for this node to replicate the probe entry")
+		case <-fsm.Halted():
+			return halted()
 		case <-confirmWait.C:
 			rollback(context.Background())
 			return fmt.Errorf("%w: after %s this node had applied log index %d, not the probe at %d: the leader cannot reach %s (firewall? wrong address?)",
 				ErrNotConfirmed, r.o.ConfirmTimeout, node.AppliedIndex(), add.ProbeIndex, cfg.RaftListen)
 		case <-poll.C:
 		}
+	}
+	if fsm.HaltErr() != nil {
+		return halted()
 	}
 	mu.Lock()
 	seen := slices.Clone(probes)

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -143,13 +145,24 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 				asked := time.Now()
 				tok, replaced, err := client.Mint(operator.TokenTerms{Node: node, Role: r, TTL: ttl, Labels: labels, Replace: replace})
 				if err != nil {
-					return err
+					return olderReplace(err, node)
 				}
 				warnMintClock(cio, tok.Expiry, asked, time.Now(), ttl)
 				return printToken(cio, tok, asJSON, replaced)
 			}
 		},
 	}
+}
+
+// olderReplace explains the refusal of a control plane older than --replace: it
+// reads requests strictly, so it refuses the replace member (and mints nothing)
+// with only the decoder's text.
+func olderReplace(err error, node string) error {
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Code == api.CodeBadRequest && strings.Contains(ae.Message, `"replace"`) {
+		return fmt.Errorf("%w\nthe control plane is older than this meshctl and cannot replace tokens; it minted nothing: cancel the pending token (meshctl token cancel %s) and mint again without --replace, or upgrade the control plane", err, node)
+	}
+	return err
 }
 
 // tellReplaced says on stderr which pending tokens a mint cancelled: stdout is the

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"mesh/controlplane/api"
 	"mesh/tokenfmt"
 )
 
@@ -32,5 +33,20 @@ func TestATokenNotWrittenIsSaidMinted(t *testing.T) {
 		if strings.Contains(err.Error(), tok.Encode()) || tokenfmt.HoldsToken(err.Error()) {
 			t.Fatalf("json %t: the error holds the token", asJSON)
 		}
+	}
+}
+
+// TestAnOlderControlPlaneRefusingReplace: a control plane older than --replace reads
+// the request strictly and refuses its replace member with the decoder's words
+// alone; meshctl says what happened and what to do instead. Other refusals pass.
+func TestAnOlderControlPlaneRefusingReplace(t *testing.T) {
+	older := &api.Error{Code: api.CodeBadRequest, Message: `not a request for this operation: args: json: unknown field "replace"`}
+	err := olderReplace(older, "web-1")
+	if !errors.Is(err, older) || !strings.Contains(err.Error(), "older than this meshctl") || !strings.Contains(err.Error(), "meshctl token cancel web-1") {
+		t.Fatalf("%v", err)
+	}
+	other := &api.Error{Code: api.CodeTokenPending, Message: "a token for this node is pending"}
+	if got := olderReplace(other, "web-1"); got != error(other) {
+		t.Fatalf("another refusal became %v", got)
 	}
 }
