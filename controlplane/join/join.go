@@ -600,12 +600,7 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 			if resp.Error == nil {
 				return resp, "", fmt.Errorf("%w: a refusal without a reason", ErrBadAnswer)
 			}
-			if resp.Error.Code == api.CodeUnavailable {
-				// Not a refusal of the token: the mesh cannot admit anyone now
-				// (an election, a commit that failed), and nothing was used up.
-				return resp, "", fmt.Errorf("%w (%s): %s", ErrUnavailable, resp.Error.Code, resp.Error.Message)
-			}
-			return resp, "", fmt.Errorf("%w (%s): %s", ErrRefused, resp.Error.Code, resp.Error.Message)
+			return resp, "", answerError(resp.Error)
 		}
 		if resp.Control == nil || resp.Mesh != r.tok.Mesh || resp.Node != r.tok.Node {
 			return resp, "", fmt.Errorf("%w: the answer is not a control admission for %s", ErrBadAnswer, r.tok.Node)
@@ -616,6 +611,18 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 		return resp, "", pki.ErrPinMismatch
 	}
 	return resp, "", fmt.Errorf("%w: no broker of the mesh could be reached (%s); retrying may help", operator.ErrUnreachable, strings.Join(errs, "; "))
+}
+
+// answerError is the error of the mesh's refusal e of an admission: ErrUnavailable
+// when the mesh cannot admit anyone now (an election, a commit that failed) or
+// failed to answer (internal: its log says why), where a join run again with the
+// token is answered from the state should the mesh have recorded it; ErrRefused
+// for a refusal of the token or the request.
+func answerError(e *api.Error) error {
+	if e.Code == api.CodeUnavailable || e.Code == api.CodeInternal {
+		return fmt.Errorf("%w (%s): %s", ErrUnavailable, e.Code, e.Message)
+	}
+	return fmt.Errorf("%w (%s): %s", ErrRefused, e.Code, e.Message)
 }
 
 // member makes the node a confirmed Raft member with a route to the other brokers.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
 	"mesh/tokenfmt"
@@ -291,5 +292,22 @@ func TestJoinResumesAfterKeysSavedInPart(t *testing.T) {
 				t.Fatalf("not resumed: %v\n%s", err, out.String())
 			}
 		})
+	}
+}
+
+// TestAnAdmissionThatFailedIsRetried: the mesh's `internal` (it failed to answer)
+// is not a refusal of the token: like `unavailable`, the join says to run it again
+// (exit 3), where it exited 4 as if the token were refused. Other codes refuse.
+func TestAnAdmissionThatFailedIsRetried(t *testing.T) {
+	for code, want := range map[string]error{
+		api.CodeUnavailable:  ErrUnavailable,
+		api.CodeInternal:     ErrUnavailable,
+		api.CodeTokenUsed:    ErrRefused,
+		api.CodeNodeExists:   ErrRefused,
+		api.CodeTokenUnknown: ErrRefused,
+	} {
+		if err := answerError(&api.Error{Code: code, Message: "m"}); !errors.Is(err, want) || !strings.Contains(err.Error(), code) {
+			t.Errorf("%s: %v, want %v", code, err, want)
+		}
 	}
 }

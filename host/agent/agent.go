@@ -148,10 +148,11 @@ type Agent struct {
 	store *state.Store
 	// unsaved says the last save of applied failed (saveAgain tries again).
 	unsaved bool
-	// missingManaged says a managed file was missing from the root as the agent
-	// started: the next sync asks for the applied declaration again, which puts it
-	// back (putBack), until a sync delivered it.
-	missingManaged bool
+	// askApplied says the next sync asks the mesh for the applied declaration
+	// again, until a sync delivered it: a managed file was missing from the root as
+	// the agent started (the copy puts it back: putBack), or the file check has no
+	// usable copy (none kept yet, or the kept one expired or predates the keyring).
+	askApplied bool
 	// kept is the signed envelope of the applied declaration (the copy that
 	// verified last), which checkFiles applies again; nil before one arrived or was
 	// read from KeptFileName (keptLoaded: tried once). keptSaved says that file
@@ -159,6 +160,9 @@ type Agent struct {
 	kept       []byte
 	keptSaved  bool
 	keptLoaded bool
+	// checkFailed is what the file check's last failure to put files back
+	// concerned (the path), so that it is reported once, not at every check.
+	checkFailed string
 	// refusals bounds the lines of envelopes refused (fail).
 	refusals refusalLog
 
@@ -411,7 +415,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Warn("a hook the agent ran before it was killed was still running: killed it; the hooks owed run now")
 	}
 	a.runOwedHooks()
-	a.missingManaged = a.managedMissing()
+	a.askApplied = a.managedMissing() || a.noKeptCopy()
 	if !a.applied.NextAttempt.IsZero() && a.retry.raw == nil {
 		// The declaration that failed to apply is not kept across a restart: no
 		// attempt is due until the mesh sends it again, at the first sync.
@@ -539,10 +543,17 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			a.report(nc)
 		case <-check.C():
-			if a.checkFiles(ctx) {
+			out := a.checkFiles(ctx)
+			if out.report {
 				a.report(nc)
 			}
-			check.next()
+			if out.ask && nc != nil {
+				sy.start(loopCtx, &workers)
+			}
+			check.next(out.putBack)
+			if check.streak > 1 {
+				a.log.Warn("managed files keep changing on this host: put back at every check; something here writes them (a service, a package's script, a hook)", "checks_in_a_row", check.streak, "next_check_in", check.wait.Round(time.Second))
+			}
 		case <-homeTimer.C:
 			// The first of the mesh's list as it stands: a control node removed since
 			// the connection was made is no longer anyone's home.
@@ -788,9 +799,9 @@ func (s *syncer) start(ctx context.Context, workers *sync.WaitGroup) {
 	s.tag, s.base, s.tagged, s.byTag = strconv.FormatUint(s.seq, 10), s.a.received, 0, false
 	tag := s.tag
 	expires := s.a.applied.ExpiresAt
-	if s.a.missingManaged {
+	if s.a.askApplied {
 		// Said to hold no copy as fresh as the mesh's: the mesh sends the applied
-		// declaration, which puts the missing files back.
+		// declaration, which puts missing files back and is the file check's copy.
 		expires = time.Time{}
 	}
 	req, _ := json.Marshal(wire.SyncRequest{V: wire.ProtocolVersion, AppliedVersion: s.a.applied.Version, KeyringEpoch: s.a.keyring.Epoch,
@@ -847,7 +858,7 @@ func (s *syncer) finished(ctx context.Context, r syncResult) {
 // synced ends a sync that delivered everything.
 func (s *syncer) synced() {
 	s.backoff = 0
-	s.a.missingManaged = false
+	s.a.askApplied = false
 	s.a.stats.set(func(st *stats) { st.synced, st.linkErr = true, "" })
 	if s.a.o.OnSynced != nil {
 		s.a.o.OnSynced()
@@ -1010,7 +1021,10 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 			a.applied.LastErrorCode, a.applied.LastError, a.applied.LastErrorVersion = "", "", 0
 			a.save()
 		}
-		a.keep(raw)
+		if !v.ExpiresAt.Before(a.applied.ExpiresAt) {
+			// Not an older copy (a replay by the broker), which would expire first.
+			a.keep(raw)
+		}
 		if _, err := a.putBack(ctx, v.Version, files); err != nil {
 			a.failCode(wire.StatusApplyFailed, err, v.Version)
 		}
@@ -1192,26 +1206,45 @@ func (a *Agent) managedMissing() bool {
 func (a *Agent) putBack(ctx context.Context, version uint64, files []apply.File) ([]string, error) {
 	res, err := a.applier.Apply(ctx, files, a.applied.Managed)
 	if err != nil {
+		if !unchanged(err) {
+			// Some files stay written (rolling back failed too): their hooks are
+			// owed whatever the next attempt finds, as for a declaration's apply.
+			if owed, more := a.hooksOwed(files); more {
+				a.applied.HooksPending = owed
+				a.save()
+			}
+			a.applyOwed = union(a.applyOwed, a.applied.HooksPending)
+		}
 		return nil, err
 	}
 	if a.applied.LastErrorCode == wire.StatusApplyFailed && a.applied.LastErrorVersion == version {
 		// The root holds the declaration again (put back now, or mended by hand
-		// since the last attempt failed): the failure is over.
+		// since the last attempt failed): the failure is over, and a hook's that
+		// it took the place of is the node's again.
 		a.applied.LastError, a.applied.LastErrorCode, a.applied.LastErrorVersion = "", "", 0
+		if len(a.hookFailed) > 0 {
+			a.applied.LastErrorCode, a.applied.LastError, a.applied.LastErrorVersion = wire.StatusHookFailed, a.hookErr, a.hookErrVersion
+		}
 		a.save()
 	}
 	changed := append(slices.Clone(res.Written), res.Removed...)
-	if len(changed) == 0 {
-		return nil, nil
+	if len(changed) > 0 {
+		a.log.Warn("managed files changed on this host since they were applied; put back as declared", "version", version, "files", changed)
+		a.stats.set(func(s *stats) { s.putBack += uint64(len(changed)) })
 	}
-	a.log.Warn("managed files changed on this host since they were applied; put back as declared", "version", version, "files", changed)
-	a.stats.set(func(s *stats) { s.putBack += uint64(len(changed)) })
-	if len(a.o.Hooks.Hooks) > 0 {
-		if owed := union(a.applied.HooksPending, a.o.Hooks.Matching(changed)); len(owed) > len(a.applied.HooksPending) {
+	hookPaths := changed
+	if len(a.applyOwed) > 0 {
+		hookPaths = union(slices.Sorted(slices.Values(changed)), a.applyOwed)
+		a.applyOwed = nil
+	}
+	if len(hookPaths) > 0 && len(a.o.Hooks.Hooks) > 0 {
+		if owed := union(a.applied.HooksPending, a.o.Hooks.Matching(hookPaths)); len(owed) > len(a.applied.HooksPending) {
 			a.applied.HooksPending = owed
 			a.save()
 		}
-		a.queueHooks(hookRun{version: version, changed: changed})
+		// Nobody acted: the hooks that failed before are not taken along, or a file
+		// something keeps changing ran a failed restart again at every check.
+		a.queueHooks(hookRun{version: version, changed: hookPaths, notRetry: true})
 	}
 	return changed, nil
 }

@@ -29,15 +29,22 @@ const DefaultCheckFiles = time.Minute
 const KeptFileName = "applied.envelope"
 
 // checkTimer says when the next file check is due. The first comes at a random
-// point of the first interval and each later one within a tenth of it, so that
-// a fleet's agents started together do not read their disks together.
+// point of the first interval and each later one within a tenth of it, so that a
+// fleet's agents started together do not read their disks together. While checks
+// in a row put files back (something on the host keeps changing them), each waits
+// twice as long as the one before, up to maxCheckBackoff: the hooks of those files
+// do not run every interval, without end.
 type checkTimer struct {
-	every time.Duration
-	t     *time.Timer
+	every, wait time.Duration
+	streak      int // checks in a row that put files back
+	t           *time.Timer
 }
 
+// maxCheckBackoff bounds the wait between checks that keep putting files back.
+const maxCheckBackoff = time.Hour
+
 func newCheckTimer(every time.Duration) *checkTimer {
-	c := &checkTimer{every: every}
+	c := &checkTimer{every: every, wait: every}
 	if every > 0 {
 		c.t = time.NewTimer(time.Duration(float64(every) * (0.1 + 0.9*rand.Float64())))
 	}
@@ -52,16 +59,33 @@ func (c *checkTimer) C() <-chan time.Time {
 	return c.t.C
 }
 
-func (c *checkTimer) next() {
-	if c.t != nil {
-		c.t.Reset(time.Duration(float64(c.every) * (0.9 + 0.2*rand.Float64())))
+// next sets the timer after a check, which put files back or not.
+func (c *checkTimer) next(putBack bool) {
+	if c.t == nil {
+		return
 	}
+	if putBack {
+		c.streak++
+		if c.streak > 1 {
+			c.wait = min(2*c.wait, max(c.every, maxCheckBackoff))
+		}
+	} else {
+		c.streak, c.wait = 0, c.every
+	}
+	c.t.Reset(time.Duration(float64(c.wait) * (0.9 + 0.2*rand.Float64())))
 }
 
 func (c *checkTimer) stop() {
 	if c.t != nil {
 		c.t.Stop()
 	}
+}
+
+// checkOutcome is what a file check did: put files back, changed what the node
+// reports (a put back, or a failure to), or found no usable copy and wants the
+// mesh asked for the applied declaration.
+type checkOutcome struct {
+	putBack, report, ask bool
 }
 
 // keep makes raw, a copy of the applied declaration that verified, the one the file
@@ -76,14 +100,16 @@ func (a *Agent) keep(raw []byte) {
 
 // checkFiles puts back, as the applied declaration has them, the managed files
 // changed or removed on this host since they were applied (a hand edit, a
-// package's post-install script), and runs their hooks; it reports whether the
-// node's state changed (put back, or a failure to). The declaration is verified
-// again first, as one the mesh sends: a copy that expired, or that the keyring
-// no longer trusts, is dropped, and the check waits for the next one. Nothing is
-// checked while a newer declaration fails to apply: its retries own the root.
-func (a *Agent) checkFiles(ctx context.Context) bool {
-	if !a.applied.HaveApplied || a.retry.raw != nil {
-		return false
+// package's post-install script), and runs their hooks. The declaration is
+// verified again first, as one the mesh sends. A copy that cannot be used any more
+// (expired, older than the keyring, damaged) is dropped and the mesh asked for a
+// fresh one; one not valid yet (this machine's clock behind) is kept for the next
+// check. Nothing is checked while a newer declaration fails to apply: its retries
+// own the root, and after a restart its recorded failure does.
+func (a *Agent) checkFiles(ctx context.Context) checkOutcome {
+	if !a.applied.HaveApplied || len(a.applied.Managed) == 0 || a.retry.raw != nil ||
+		a.applied.LastErrorCode == wire.StatusApplyFailed && a.applied.LastErrorVersion > a.applied.Version {
+		return checkOutcome{}
 	}
 	if a.kept == nil && !a.keptLoaded {
 		a.keptLoaded = true
@@ -91,7 +117,7 @@ func (a *Agent) checkFiles(ctx context.Context) bool {
 		a.keptSaved = a.kept != nil
 	}
 	if a.kept == nil {
-		return false
+		return checkOutcome{}
 	}
 	env, err := declarations.ParseEnvelope(a.kept)
 	var v declarations.Verified
@@ -105,15 +131,20 @@ func (a *Agent) checkFiles(ctx context.Context) bool {
 	if err == nil {
 		files, err = filesOf(v)
 	}
+	if errors.Is(err, declarations.ErrNotYetValid) {
+		return checkOutcome{} // this machine's clock is behind: the copy is good later
+	}
 	if err != nil {
-		// Expired (the mesh out of reach for longer than its validity), or
-		// superseded on disk by an older copy: not this node's fault, and not news.
-		a.log.Debug("the kept copy of the applied declaration is no longer usable: files are checked again once the mesh sends a fresh copy", "err", err)
+		// Expired (the mesh out of reach for longer than its validity), older than
+		// the keyring (a rotation: the mesh does not sign declarations again for
+		// it), older than the applied version after a crash, or damaged.
+		a.log.Info("the kept copy of the applied declaration cannot be used any more: asking the mesh for a fresh one, which the file check uses from then on", "err", err)
 		a.kept, a.keptSaved = nil, false
 		if rerr := os.Remove(filepath.Join(a.o.StateDir, KeptFileName)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-			a.log.Debug("could not remove the unusable copy of the applied declaration", "err", rerr)
+			a.log.Warn("could not remove the unusable copy of the applied declaration", "err", rerr)
 		}
-		return false
+		a.askApplied = true
+		return checkOutcome{ask: true}
 	}
 	if !a.keptSaved {
 		if err := atomicfile.WriteFile(filepath.Join(a.o.StateDir, KeptFileName), a.kept, 0o600); err != nil {
@@ -126,13 +157,33 @@ func (a *Agent) checkFiles(ctx context.Context) bool {
 	code, msg := a.applied.LastErrorCode, a.applied.LastError
 	changed, err := a.putBack(ctx, v.Version, files)
 	if err != nil && ctx.Err() == nil {
-		// Reported once: the same failure found again each interval is no news,
-		// and stays the node's until a check or a declaration succeeds.
-		if code != wire.StatusApplyFailed || msg != err.Error() || a.applied.LastErrorVersion != v.Version {
+		// Reported once: the same failure found again at each check is no news,
+		// and stays the node's until a check or a declaration succeeds. Told
+		// apart by the path it concerns: the message names a temporary file.
+		key := err.Error()
+		var ae *apply.ApplyError
+		if errors.As(err, &ae) {
+			key = ae.Path
+		}
+		if code != wire.StatusApplyFailed || a.applied.LastErrorVersion != v.Version || key != a.checkFailed {
 			a.failCode(wire.StatusApplyFailed, err, v.Version)
 		}
+		a.checkFailed = key
+	} else if err == nil {
+		a.checkFailed = ""
 	}
-	return len(changed) > 0 || a.applied.LastErrorCode != code || a.applied.LastError != msg
+	return checkOutcome{putBack: len(changed) > 0, report: len(changed) > 0 || a.applied.LastErrorCode != code || a.applied.LastError != msg}
+}
+
+// noKeptCopy reports whether the agent manages files but keeps no copy of the
+// declaration it applied for the file check (an agent from before the check, or
+// one stopped before its first check): the first sync asks the mesh for it.
+func (a *Agent) noKeptCopy() bool {
+	if !a.applied.HaveApplied || len(a.applied.Managed) == 0 || a.o.CheckFiles < 0 {
+		return false
+	}
+	_, err := os.Lstat(filepath.Join(a.o.StateDir, KeptFileName))
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 // loadKept reads KeptFileName, nil when it is absent or cannot be used (it is

@@ -1,15 +1,22 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"mesh/declarations"
+	"mesh/host/apply"
+	"mesh/host/hooks"
 	"mesh/host/wire"
 )
 
@@ -37,11 +44,11 @@ func TestTheFileCheckPutsBackFilesChangedByHand(t *testing.T) {
 	if err := f.a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
 		t.Fatal(err)
 	}
-	if f.a.checkFiles(ctx) || f.putBackCount() != 0 {
+	if out := f.a.checkFiles(ctx); out.putBack || out.report || f.putBackCount() != 0 {
 		t.Fatalf("a root as declared: the check reported a change (%d put back)", f.putBackCount())
 	}
 	f.handEdit(t, "edited by hand")
-	if !f.a.checkFiles(ctx) {
+	if out := f.a.checkFiles(ctx); !out.putBack || !out.report {
 		t.Fatal("the check did not report the file it put back")
 	}
 	if got := f.file(t); got != "declared" {
@@ -56,7 +63,7 @@ func TestTheFileCheckPutsBackFilesChangedByHand(t *testing.T) {
 	if err := os.Remove(filepath.Join(f.root, "etc", "app.conf")); err != nil {
 		t.Fatal(err)
 	}
-	if !f.a.checkFiles(ctx) || f.file(t) != "declared" {
+	if !f.a.checkFiles(ctx).putBack || f.file(t) != "declared" {
 		t.Fatalf("a removed file is not put back: %q", f.file(t))
 	}
 }
@@ -88,7 +95,7 @@ func TestTheFileCheckWorksAfterARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.handEdit(t, "edited while the agent was stopped")
-	if !a.checkFiles(ctx) || f.file(t) != "declared" {
+	if !a.checkFiles(ctx).putBack || f.file(t) != "declared" {
 		t.Fatalf("the restarted agent's check: file %q", f.file(t))
 	}
 }
@@ -107,7 +114,7 @@ func TestTheFileCheckUsesOnlyAVerifiedCopy(t *testing.T) {
 		f.a.checkFiles(ctx) // keeps the copy on disk
 		f.a.o.Now = func() time.Time { return t0.Add(25 * time.Hour) }
 		f.handEdit(t, "edited by hand")
-		if f.a.checkFiles(ctx) || f.file(t) != "edited by hand" {
+		if out := f.a.checkFiles(ctx); out.putBack || !out.ask || !f.a.askApplied || f.file(t) != "edited by hand" {
 			t.Fatalf("an expired copy was applied: %q", f.file(t))
 		}
 		if got := f.a.Applied(); got.LastErrorCode != "" {
@@ -133,7 +140,7 @@ func TestTheFileCheckUsesOnlyAVerifiedCopy(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.handEdit(t, "edited by hand")
-		if a.checkFiles(ctx) || f.file(t) != "edited by hand" {
+		if out := a.checkFiles(ctx); out.putBack || !out.ask || f.file(t) != "edited by hand" {
 			t.Fatalf("the copy of v1 was applied over v2: %q", f.file(t))
 		}
 		if got := a.Applied(); got.Version != 2 || got.LastErrorCode != "" {
@@ -155,7 +162,7 @@ func TestTheFileCheckUsesOnlyAVerifiedCopy(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.handEdit(t, "edited by hand")
-		if a.checkFiles(ctx) || f.file(t) != "edited by hand" || a.Applied().LastErrorCode != "" {
+		if out := a.checkFiles(ctx); out.putBack || !out.ask || f.file(t) != "edited by hand" || a.Applied().LastErrorCode != "" {
 			t.Fatalf("a damaged copy: file %q, %+v", f.file(t), a.Applied())
 		}
 	})
@@ -173,14 +180,14 @@ func TestTheFileCheckReportsAFailureOnce(t *testing.T) {
 	}
 	flaky := &flakyApplier{blocked: true, inner: f.a.applier}
 	f.a.applier = flaky
-	if !f.a.checkFiles(ctx) {
+	if !f.a.checkFiles(ctx).report {
 		t.Fatal("the failure was not reported as a change")
 	}
 	if got := f.a.Applied(); got.LastErrorCode != wire.StatusApplyFailed || got.LastErrorVersion != 1 {
 		t.Fatalf("after a failed put back: %+v", got)
 	}
 	for range 3 {
-		if f.a.checkFiles(ctx) {
+		if f.a.checkFiles(ctx).report {
 			t.Fatal("the same failure was reported again")
 		}
 	}
@@ -191,7 +198,7 @@ func TestTheFileCheckReportsAFailureOnce(t *testing.T) {
 		t.Fatalf("apply_failed counted %d times, want 1", n)
 	}
 	flaky.blocked = false
-	if !f.a.checkFiles(ctx) {
+	if !f.a.checkFiles(ctx).report {
 		t.Fatal("the end of the failure was not reported")
 	}
 	if got := f.a.Applied(); got.LastErrorCode != "" {
@@ -217,7 +224,7 @@ func TestTheFileCheckLeavesTheRootToAFailingDeclaration(t *testing.T) {
 	}
 	flaky.blocked = false
 	f.handEdit(t, "mended by hand for v2")
-	if f.a.checkFiles(ctx) || f.file(t) != "mended by hand for v2" {
+	if f.a.checkFiles(ctx).putBack || f.file(t) != "mended by hand for v2" {
 		t.Fatalf("the check wrote v1 while v2 is retried: %q", f.file(t))
 	}
 }
@@ -247,5 +254,296 @@ func TestTheRunningAgentChecksItsFiles(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// tempNameApplier fails as a full disk does: the message names a new temporary file
+// each time, the path stays the same.
+type tempNameApplier struct{ n int }
+
+func (a *tempNameApplier) Apply(context.Context, []apply.File, []string) (apply.Result, error) {
+	a.n++
+	return apply.Result{}, &apply.ApplyError{Path: "etc/app.conf", Err: fmt.Errorf("write etc/.meshhost-%08x: no space left on device", a.n), RolledBack: true}
+}
+
+// TestTheFileCheckReportsAFullDiskOnce: a put back failing for want of space names
+// a random temporary file each time; it is still one failure, reported once (a
+// review found it reported, saved and logged at every check).
+func TestTheFileCheckReportsAFullDiskOnce(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
+		t.Fatal(err)
+	}
+	f.a.applier = &tempNameApplier{}
+	for range 4 {
+		f.a.checkFiles(ctx)
+	}
+	f.a.stats.mu.Lock()
+	n := f.a.stats.refused[wire.StatusApplyFailed]
+	f.a.stats.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("apply_failed counted %d times in 4 checks, want 1", n)
+	}
+}
+
+// TestAPutBackDoesNotHideAFailedHook: a failed put back takes the place of a failed
+// hook in the node's report; once the files are as declared again, the hook's
+// failure is the node's again, not "converged" with the hook failed (a review).
+func TestAPutBackDoesNotHideAFailedHook(t *testing.T) {
+	f := newFixture(t)
+	cfg, _, _ := failingUntilFixed(t)
+	a := f.withHooks(t, cfg)
+	ctx := context.Background()
+	if err := a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
+		t.Fatal(err)
+	}
+	if st := reported(t, a); st.Error == nil || st.Error.Code != wire.StatusHookFailed {
+		t.Fatalf("setup: %+v", st.Error)
+	}
+	flaky := &flakyApplier{blocked: true, inner: a.applier}
+	a.applier = flaky
+	a.checkFiles(ctx)
+	if st := reported(t, a); st.Error == nil || st.Error.Code != wire.StatusApplyFailed {
+		t.Fatalf("after a failed put back: %+v", st.Error)
+	}
+	flaky.blocked = false
+	a.checkFiles(ctx)
+	if st := reported(t, a); st.Error == nil || st.Error.Code != wire.StatusHookFailed {
+		t.Fatalf("the files as declared again, the hook still failed: the report says %+v", st.Error)
+	}
+}
+
+// TestTheFileCheckAsksForAFreshCopy: a rotation moves the keyring past the epoch the
+// kept copy was signed under, and the mesh does not sign declarations again for
+// it: the copy is dropped and the mesh asked, at once, for the applied declaration
+// (a review found the checks stopped for up to 12 hours). The copy the mesh sends
+// is kept and checked from.
+func TestTheFileCheckAsksForAFreshCopy(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
+		t.Fatal(err)
+	}
+	f.a.checkFiles(ctx)
+	kr, err := declarations.SignKeyring(declarations.Keyring{Mesh: "m", Epoch: 1, Keys: f.a.id.SigningKeys, IssuedAt: t0}, f.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.a.handle(ctx, kr); err != nil || f.a.keyring.Epoch != 1 {
+		t.Fatalf("keyring: %v", err)
+	}
+	f.handEdit(t, "edited by hand")
+	if out := f.a.checkFiles(ctx); !out.ask || !f.a.askApplied || f.a.kept != nil {
+		t.Fatalf("a copy older than the keyring: %+v, asking %t", out, f.a.askApplied)
+	}
+	// What the mesh answers: the applied declaration, signed under the keyring.
+	content := "declared"
+	fresh, err := declarations.SignDeclaration(declarations.Declaration{
+		Mesh: "m", Node: "n-1", NodeKey: f.nodeKey, Version: 1, KeyringEpoch: 1, IssuedAt: t0, ExpiresAt: t0.Add(24 * time.Hour),
+		Body: declarations.Body{Files: []declarations.File{{Path: "etc/app.conf", Content: &content}}},
+	}, f.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.a.handle(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	f.handEdit(t, "edited again")
+	if !f.a.checkFiles(ctx).putBack || f.file(t) != "declared" {
+		t.Fatalf("from the fresh copy: %q", f.file(t))
+	}
+}
+
+// TestTheFileCheckKeepsACopyNotValidYet: a check while this machine's clock is
+// behind the copy's issue keeps it, and the next check with the clock right puts
+// back (a review found one such check dropped the copy for good).
+func TestTheFileCheckKeepsACopyNotValidYet(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
+		t.Fatal(err)
+	}
+	f.handEdit(t, "edited by hand")
+	f.a.o.Now = func() time.Time { return t0.Add(-2 * time.Hour) }
+	if out := f.a.checkFiles(ctx); out.putBack || out.ask || f.a.kept == nil {
+		t.Fatalf("under a clock behind: %+v", out)
+	}
+	f.a.o.Now = func() time.Time { return t0.Add(time.Minute) }
+	if !f.a.checkFiles(ctx).putBack || f.file(t) != "declared" {
+		t.Fatalf("with the clock right again: %q", f.file(t))
+	}
+}
+
+// TestAnOlderCopyIsNotKept: a broker replaying an older copy of the applied version
+// (valid still) does not take the place of the fresher one, which would expire
+// first and stop the checks early.
+func TestAnOlderCopyIsNotKept(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	now := t0
+	f.a.o.Now = func() time.Time { return now }
+	signed := func(issued time.Time) []byte {
+		content := "declared"
+		env, err := declarations.SignDeclaration(declarations.Declaration{
+			Mesh: "m", Node: "n-1", NodeKey: f.nodeKey, Version: 1, IssuedAt: issued, ExpiresAt: issued.Add(24 * time.Hour),
+			Body: declarations.Body{Files: []declarations.File{{Path: "etc/app.conf", Content: &content}}},
+		}, f.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	first := signed(t0)
+	if err := f.a.handle(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	now = t0.Add(12 * time.Hour)
+	refresh := signed(now)
+	if err := f.a.handle(ctx, refresh); err != nil {
+		t.Fatal(err)
+	}
+	now = t0.Add(13 * time.Hour)
+	if err := f.a.handle(ctx, first); err != nil { // replayed
+		t.Fatal(err)
+	}
+	if !bytes.Equal(f.a.kept, refresh) {
+		t.Fatal("the replayed older copy took the place of the refresh")
+	}
+}
+
+// TestAFailingDeclarationOwnsTheRootAfterARestart: the retry of a newer declaration
+// that fails is not kept across a restart, but its recorded failure is: the check
+// of the restarted agent does not write the older version over what an operator
+// mended for the newer one (a review).
+func TestAFailingDeclarationOwnsTheRootAfterARestart(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.a.handle(ctx, f.decl(t, 1, "one")); err != nil {
+		t.Fatal(err)
+	}
+	f.a.checkFiles(ctx) // keeps v1
+	f.a.applier = &flakyApplier{blocked: true, inner: f.a.applier}
+	if err := f.a.handle(ctx, f.decl(t, 2, "two")); err != nil {
+		t.Fatal(err)
+	}
+	f.a.kp.Wipe()
+	a, err := New(Options{StateDir: f.dir, Root: f.root, Now: func() time.Time { return t0 }, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.handEdit(t, "mended by hand for v2")
+	if a.checkFiles(ctx).putBack || f.file(t) != "mended by hand for v2" {
+		t.Fatalf("the restarted agent's check wrote v1 while v2 fails: %q", f.file(t))
+	}
+}
+
+// partialApplier applies, then fails as an apply whose rollback failed too.
+type partialApplier struct {
+	inner apply.Applier
+	fail  bool
+}
+
+func (p *partialApplier) Apply(ctx context.Context, files []apply.File, managed []string) (apply.Result, error) {
+	res, err := p.inner.Apply(ctx, files, managed)
+	if err != nil || !p.fail {
+		return res, err
+	}
+	return apply.Result{}, &apply.ApplyError{Path: "etc/app.conf", Err: os.ErrPermission, RollbackErr: os.ErrPermission}
+}
+
+// countingHooks is a hooks file whose hook for pattern appends a line to a file
+// at each run; runs counts them.
+func countingHooks(t *testing.T, hooksJSON func(count string) string) (cfg hooks.Config, runs func(name string) int) {
+	t.Helper()
+	dir := t.TempDir()
+	p := filepath.Join(dir, "hooks.json")
+	if err := os.WriteFile(p, []byte(hooksJSON(dir)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := hooks.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, func(name string) int {
+		b, _ := os.ReadFile(filepath.Join(dir, name))
+		return strings.Count(string(b), "run\n")
+	}
+}
+
+// TestAPartialPutBackOwesItsHooks: a put back that wrote a file and then failed
+// without rolling back owes that file's hook: the next check finds the file as
+// declared and runs it (a review found it never ran, the node converged).
+func TestAPartialPutBackOwesItsHooks(t *testing.T) {
+	f := newFixture(t)
+	cfg, runs := countingHooks(t, func(dir string) string {
+		return `{"hooks":[{"name":"reload","paths":["etc/*"],"run":["sh","-c","echo run >> ` + dir + `/reload"]}]}`
+	})
+	a := f.withHooks(t, cfg)
+	ctx := context.Background()
+	if err := a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
+		t.Fatal(err)
+	}
+	f.handEdit(t, "edited by hand")
+	pa := &partialApplier{inner: a.applier, fail: true}
+	a.applier = pa
+	a.checkFiles(ctx)
+	pa.fail = false
+	a.checkFiles(ctx)
+	if n := runs("reload"); n != 2 {
+		t.Fatalf("the hook ran %d times, want 2: the declaration's and the one a half put back owed", n)
+	}
+}
+
+// TestAFileCheckDoesNotRetryFailedHooks: a put back runs the hooks of the files it
+// wrote, not the hooks that failed before for other paths, which run again only
+// when someone acts (a file something keeps rewriting ran a failed restart at every
+// check: a review).
+func TestAFileCheckDoesNotRetryFailedHooks(t *testing.T) {
+	f := newFixture(t)
+	cfg, runs := countingHooks(t, func(dir string) string {
+		return `{"hooks":[{"name":"broken","paths":["etc/*"],"run":["sh","-c","echo run >> ` + dir + `/broken; exit 1"]},` +
+			`{"name":"reload","paths":["srv/*"],"run":["sh","-c","echo run >> ` + dir + `/reload"]}]}`
+	})
+	a := f.withHooks(t, cfg)
+	ctx := context.Background()
+	if err := a.handle(ctx, f.declFiles(t, 1, "etc/a.conf", "srv/b.conf")); err != nil {
+		t.Fatal(err)
+	}
+	if runs("broken") != 1 || runs("reload") != 1 || len(a.hookFailed) == 0 {
+		t.Fatalf("setup: broken %d, reload %d, failed %v", runs("broken"), runs("reload"), a.hookFailed)
+	}
+	if err := os.WriteFile(filepath.Join(f.root, "srv", "b.conf"), []byte("edited by hand"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !a.checkFiles(ctx).putBack {
+		t.Fatal("srv/b.conf not put back")
+	}
+	if runs("reload") != 2 || runs("broken") != 1 {
+		t.Fatalf("after the put back: reload ran %d times (want 2), broken %d (want 1)", runs("reload"), runs("broken"))
+	}
+	if st := reported(t, a); st.Error == nil || st.Error.Code != wire.StatusHookFailed {
+		t.Fatalf("the broken hook's failure is gone: %+v", st.Error)
+	}
+}
+
+// TestChecksThatKeepPuttingBackWaitLonger: while checks in a row put files back,
+// each waits twice as long, up to an hour; a check that finds the files as declared
+// brings the interval back.
+func TestChecksThatKeepPuttingBackWaitLonger(t *testing.T) {
+	c := newCheckTimer(time.Minute)
+	defer c.stop()
+	var waits []time.Duration
+	for range 9 {
+		c.next(true)
+		waits = append(waits, c.wait)
+	}
+	want := []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 16 * time.Minute, 32 * time.Minute, time.Hour, time.Hour, time.Hour}
+	if !slices.Equal(waits, want) {
+		t.Fatalf("waits %v, want %v", waits, want)
+	}
+	c.next(false)
+	if c.wait != time.Minute || c.streak != 0 {
+		t.Fatalf("after a check that put nothing back: wait %s, streak %d", c.wait, c.streak)
 	}
 }

@@ -22,6 +22,9 @@ type hookRun struct {
 	failures []hooks.Failure
 	// waiters are told the batch's outcome: `meshhost hooks retry` asked for it.
 	waiters []chan<- HooksOutcome
+	// notRetry: nobody acted (the file check put files back), so the batch does not
+	// take along the paths of the hooks that failed before (queueHooks).
+	notRetry bool
 }
 
 // HooksOutcome is what `meshhost hooks retry` is told once the hooks it asked for
@@ -51,7 +54,7 @@ type HooksOutcome struct {
 // operator fixed the host, then asked for a retry, declared again, or restarted
 // the agent): a failed hook runs again only when someone acts, never by itself.
 func (a *Agent) queueHooks(h hookRun) {
-	if len(a.hookFailed) > 0 {
+	if len(a.hookFailed) > 0 && !h.notRetry {
 		h.changed = union(slices.Clone(h.changed), a.hookFailed)
 		a.hookFailed = nil
 	}
