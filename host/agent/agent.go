@@ -158,6 +158,7 @@ type Agent struct {
 	// read from KeptFileName (keptLoaded: tried once). keptSaved says that file
 	// holds it.
 	kept       []byte
+	keptFiles  []apply.File // kept's files, once verified
 	keptSaved  bool
 	keptLoaded bool
 	// checkFailed is what the file check's last failure to put files back
@@ -1023,7 +1024,7 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 		}
 		if !v.ExpiresAt.Before(a.applied.ExpiresAt) {
 			// Not an older copy (a replay by the broker), which would expire first.
-			a.keep(raw)
+			a.keep(raw, files)
 		}
 		if _, err := a.putBack(ctx, v.Version, files); err != nil {
 			a.failCode(wire.StatusApplyFailed, err, v.Version)
@@ -1089,7 +1090,7 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 	}
 	a.retry.clear()
 	a.applied.NextAttempt = time.Time{}
-	a.keep(raw)
+	a.keep(raw, files)
 	took := time.Since(applyStart)
 	a.stats.set(func(s *stats) { s.applied++; s.lastApply = took })
 	a.applied.HaveApplied = true

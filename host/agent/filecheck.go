@@ -88,14 +88,33 @@ type checkOutcome struct {
 	putBack, report, ask bool
 }
 
-// keep makes raw, a copy of the applied declaration that verified, the one the file
-// check applies again. It is written to KeptFileName at the next check, off the
-// path of the declaration's apply.
-func (a *Agent) keep(raw []byte) {
+// differ is an Applier that can tell, only looking, whether applying files would
+// change the root (apply.FileApplier): a check verifies and applies only then.
+type differ interface {
+	Differs(ctx context.Context, files []apply.File, previous []string) (bool, error)
+}
+
+// keep makes raw, a copy of the applied declaration that verified, whose files are
+// files, the one the file check applies again. It is written to KeptFileName at the
+// next check, off the path of the declaration's apply.
+func (a *Agent) keep(raw []byte, files []apply.File) {
 	if bytes.Equal(raw, a.kept) {
 		return
 	}
-	a.kept, a.keptSaved = raw, false
+	a.kept, a.keptFiles, a.keptSaved = raw, files, false
+}
+
+// asDeclared reports whether the root is known to hold the kept copy's files as
+// they are, with no failure of the check to end: then there is nothing to verify
+// or apply. It looks only (differ), with the files of a copy verified before.
+func (a *Agent) asDeclared(ctx context.Context) bool {
+	d, ok := a.applier.(differ)
+	if !ok || a.keptFiles == nil || a.checkFailed != "" ||
+		a.applied.LastErrorCode == wire.StatusApplyFailed && a.applied.LastErrorVersion == a.applied.Version {
+		return false
+	}
+	differs, err := d.Differs(ctx, a.keptFiles, a.applied.Managed)
+	return err == nil && !differs
 }
 
 // checkFiles puts back, as the applied declaration has them, the managed files
@@ -119,6 +138,17 @@ func (a *Agent) checkFiles(ctx context.Context) checkOutcome {
 	if a.kept == nil {
 		return checkOutcome{}
 	}
+	if !a.keptSaved {
+		if err := atomicfile.WriteFile(filepath.Join(a.o.StateDir, KeptFileName), a.kept, 0o600); err != nil {
+			// Only the check after a restart needs it; tried again at the next.
+			a.log.Warn("could not keep a copy of the applied declaration in the state directory: after a restart, files are checked from the next copy the mesh sends", "err", err)
+		} else {
+			a.keptSaved = true
+		}
+	}
+	if a.asDeclared(ctx) {
+		return checkOutcome{}
+	}
 	env, err := declarations.ParseEnvelope(a.kept)
 	var v declarations.Verified
 	if err == nil {
@@ -139,21 +169,14 @@ func (a *Agent) checkFiles(ctx context.Context) checkOutcome {
 		// the keyring (a rotation: the mesh does not sign declarations again for
 		// it), older than the applied version after a crash, or damaged.
 		a.log.Info("the kept copy of the applied declaration cannot be used any more: asking the mesh for a fresh one, which the file check uses from then on", "err", err)
-		a.kept, a.keptSaved = nil, false
+		a.kept, a.keptFiles, a.keptSaved = nil, nil, false
 		if rerr := os.Remove(filepath.Join(a.o.StateDir, KeptFileName)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 			a.log.Warn("could not remove the unusable copy of the applied declaration", "err", rerr)
 		}
 		a.askApplied = true
 		return checkOutcome{ask: true}
 	}
-	if !a.keptSaved {
-		if err := atomicfile.WriteFile(filepath.Join(a.o.StateDir, KeptFileName), a.kept, 0o600); err != nil {
-			// Only the check after a restart needs it; tried again at the next.
-			a.log.Warn("could not keep a copy of the applied declaration in the state directory: after a restart, files are checked from the next copy the mesh sends", "err", err)
-		} else {
-			a.keptSaved = true
-		}
-	}
+	a.keptFiles = files
 	code, msg := a.applied.LastErrorCode, a.applied.LastError
 	changed, err := a.putBack(ctx, v.Version, files)
 	if err != nil && ctx.Err() == nil {

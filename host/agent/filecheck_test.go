@@ -547,3 +547,41 @@ func TestChecksThatKeepPuttingBackWaitLonger(t *testing.T) {
 		t.Fatalf("after a check that put nothing back: wait %s, streak %d", c.wait, c.streak)
 	}
 }
+
+// countingApplier counts the applies of a FileApplier, and can tell, looking, what
+// one would change.
+type countingApplier struct {
+	apply.FileApplier
+	applies int
+}
+
+func (c *countingApplier) Apply(ctx context.Context, files []apply.File, previous []string) (apply.Result, error) {
+	c.applies++
+	return c.FileApplier.Apply(ctx, files, previous)
+}
+
+// TestACheckOfARootAsDeclaredOnlyLooks: at rest a check compares the files with the
+// copy verified before and neither verifies the copy again nor applies it; only a
+// difference does (a check is then a few reads, not a signature check and an apply a
+// minute on every host).
+func TestACheckOfARootAsDeclaredOnlyLooks(t *testing.T) {
+	f := newFixture(t)
+	ca := &countingApplier{FileApplier: apply.FileApplier{Root: f.root}}
+	f.a.applier = ca
+	ctx := context.Background()
+	if err := f.a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if out := f.a.checkFiles(ctx); out != (checkOutcome{}) {
+			t.Fatalf("a root as declared: %+v", out)
+		}
+	}
+	if ca.applies != 1 {
+		t.Fatalf("%d applies for one declaration and three checks of a root as declared", ca.applies)
+	}
+	f.handEdit(t, "edited by hand")
+	if !f.a.checkFiles(ctx).putBack || ca.applies != 2 || f.file(t) != "declared" {
+		t.Fatalf("a changed file: %d applies, %q", ca.applies, f.file(t))
+	}
+}

@@ -115,45 +115,11 @@ type FileApplier struct {
 // content, mode and ownership back, new ones are removed, removed ones are
 // restored) and the error is an *ApplyError saying whether that succeeded.
 func (a FileApplier) Apply(ctx context.Context, files []File, previous []string) (Result, error) {
-	if err := ctx.Err(); err != nil {
-		return Result{}, err
-	}
-	if a.Root == "" {
-		return Result{}, errors.New("apply: FileApplier has no Root")
-	}
-	decl, err := checkDeclared(files, !a.Chown)
+	r, decl, stale, err := a.begin(ctx, files, previous, true)
 	if err != nil {
 		return Result{}, err
 	}
-	var stale []string
-	for _, p := range previous {
-		if err := checkPath(p); err != nil {
-			return Result{}, err
-		}
-		if _, declared := decl[p]; !declared && !slices.Contains(stale, p) {
-			stale = append(stale, p)
-		}
-	}
-	slices.Sort(stale)
-
-	root, err := os.OpenRoot(a.Root)
-	if errors.Is(err, fs.ErrNotExist) {
-		// Only now, not on every Apply: the root exists but the first time.
-		if err := os.MkdirAll(a.Root, 0o755); err != nil {
-			return Result{}, fmt.Errorf("apply: creating the managed root: %w", err)
-		}
-		root, err = os.OpenRoot(a.Root)
-	}
-	if err != nil {
-		return Result{}, fmt.Errorf("apply: opening the managed root: %w", err)
-	}
-	defer root.Close()
-
-	r := run{a: a, root: root, known: func(p string) bool {
-		_, declared := decl[p]
-		return declared || slices.Contains(stale, p)
-	}}
-	defer r.closeDirs()
+	defer r.end()
 	plan, err := r.inspect(decl, stale)
 	if err != nil {
 		return Result{}, err
@@ -184,6 +150,86 @@ func (a FileApplier) Apply(ctx context.Context, files []File, previous []string)
 		res.Written = append(res.Written, w.path)
 	}
 	return res, nil
+}
+
+// Differs reports whether Apply of files would change the managed root: a file to
+// write (its content, mode or owner), one to remove, a directory to create. It only
+// looks (what Apply inspects before its first write), and fails where that would.
+func (a FileApplier) Differs(ctx context.Context, files []File, previous []string) (bool, error) {
+	r, decl, stale, err := a.begin(ctx, files, previous, false)
+	if err != nil {
+		return false, err
+	}
+	if r == nil {
+		return len(files) > 0, nil // no root yet: each file would be written
+	}
+	defer r.end()
+	plan, err := r.inspect(decl, stale)
+	if err != nil {
+		return false, err
+	}
+	if len(plan.removes) > 0 {
+		return true, nil
+	}
+	for _, w := range plan.writes {
+		if !w.unchanged {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// begin checks files and previous on their own and opens the root for one Apply:
+// the run, the declared files by path, and the previous paths no longer declared.
+// A root that does not exist is made when create is set; else begin returns no
+// run and no error.
+func (a FileApplier) begin(ctx context.Context, files []File, previous []string, create bool) (*run, map[string]*File, []string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, nil, err
+	}
+	if a.Root == "" {
+		return nil, nil, nil, errors.New("apply: FileApplier has no Root")
+	}
+	decl, err := checkDeclared(files, !a.Chown)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var stale []string
+	for _, p := range previous {
+		if err := checkPath(p); err != nil {
+			return nil, nil, nil, err
+		}
+		if _, declared := decl[p]; !declared && !slices.Contains(stale, p) {
+			stale = append(stale, p)
+		}
+	}
+	slices.Sort(stale)
+
+	root, err := os.OpenRoot(a.Root)
+	if errors.Is(err, fs.ErrNotExist) {
+		if !create {
+			return nil, nil, nil, nil
+		}
+		// Only now, not on every Apply: the root exists but the first time.
+		if err := os.MkdirAll(a.Root, 0o755); err != nil {
+			return nil, nil, nil, fmt.Errorf("apply: creating the managed root: %w", err)
+		}
+		root, err = os.OpenRoot(a.Root)
+	}
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("apply: opening the managed root: %w", err)
+	}
+	r := &run{a: a, root: root, known: func(p string) bool {
+		_, declared := decl[p]
+		return declared || slices.Contains(stale, p)
+	}}
+	return r, decl, stale, nil
+}
+
+// end closes what the run opened: its directories, then the root.
+func (r *run) end() {
+	r.closeDirs()
+	r.root.Close()
 }
 
 // checkDeclared checks the declared files on their own, before looking at the

@@ -1025,3 +1025,47 @@ func TestNumericIDsAsTheFormatTakesThem(t *testing.T) {
 		t.Error("a name whose id is 4294967295 taken")
 	}
 }
+
+// TestDiffersOnlyLooks: Differs says whether Apply would change the root (a content,
+// a mode, a missing file or directory, a file no longer declared) and writes
+// nothing, a missing root included.
+func TestDiffersOnlyLooks(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "managed")
+	a := FileApplier{Root: root}
+	ctx := context.Background()
+	files := []File{{Path: "etc/app.conf", Data: []byte("x=1\n"), Mode: 0o644}, {Path: "motd", Data: []byte("hi\n"), Mode: 0o644}}
+	if d, err := a.Differs(ctx, files, nil); err != nil || !d {
+		t.Fatalf("no root yet: %t, %v", d, err)
+	}
+	if _, err := os.Stat(root); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Differs made the root: %v", err)
+	}
+	if _, err := a.Apply(ctx, files, nil); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := a.Differs(ctx, files, []string{"etc/app.conf", "motd"}); err != nil || d {
+		t.Fatalf("as declared: %t, %v", d, err)
+	}
+	for name, change := range map[string]func(){
+		"content":      func() { os.WriteFile(filepath.Join(root, "motd"), []byte("edited\n"), 0o644) },
+		"mode":         func() { os.Chmod(filepath.Join(root, "motd"), 0o600) },
+		"removed file": func() { os.Remove(filepath.Join(root, "motd")) },
+		"removed dir":  func() { os.RemoveAll(filepath.Join(root, "etc")) },
+		"no longer declared": func() {
+			os.WriteFile(filepath.Join(root, "old.conf"), []byte("old\n"), 0o644)
+		},
+	} {
+		if _, err := a.Apply(ctx, files, []string{"etc/app.conf", "motd", "old.conf"}); err != nil {
+			t.Fatal(err)
+		}
+		change()
+		before := snapshot(t, root)
+		d, err := a.Differs(ctx, files, []string{"etc/app.conf", "motd", "old.conf"})
+		if err != nil || !d {
+			t.Errorf("%s: Differs %t, %v", name, d, err)
+		}
+		if after := snapshot(t, root); !reflect.DeepEqual(before, after) {
+			t.Errorf("%s: Differs changed the root:\n%v\n%v", name, before, after)
+		}
+	}
+}

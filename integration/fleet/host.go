@@ -108,6 +108,11 @@ func (t *timedApplier) Apply(ctx context.Context, files []apply.File, previous [
 	return res, nil
 }
 
+// Differs asks the wrapped applier, as the agent's file check asks its own.
+func (t *timedApplier) Differs(ctx context.Context, files []apply.File, previous []string) (bool, error) {
+	return t.next.(apply.FileApplier).Differs(ctx, files, previous)
+}
+
 func (t *timedApplier) when(files []apply.File) (time.Time, bool) {
 	key := filesDigest(files)
 	t.mu.Lock()
