@@ -14,6 +14,9 @@ type Config struct {
 	Rounds int `json:"rounds"`
 	// Revoke is K, how many nodes the last phase revokes.
 	Revoke int `json:"revoke"`
+	// CheckFiles is the agents' file check interval (meshhost run --check-files):
+	// 0 the agent's default, a negative value never.
+	CheckFiles time.Duration `json:"check_files,omitempty"`
 	// RevokeBatch is how many nodes one revoke call names.
 	RevokeBatch int `json:"revoke_batch"`
 	// Inflight bounds concurrent enrolments, and the baseline's concurrent connects.

@@ -16,6 +16,8 @@ import (
 type Fleet struct {
 	Hosts []*Host
 	log   *slog.Logger
+	// checkFiles is the agents' file check interval (Config.CheckFiles).
+	checkFiles time.Duration
 }
 
 // newFleet lays out n hosts under dir, named h-00001 and so on.
@@ -151,7 +153,7 @@ func (f *Fleet) startAll(inflight int) StartResult {
 		}
 		synced := make(chan time.Time, 1)
 		start := time.Now()
-		err := h.start(f.log, func() { synced <- time.Now() })
+		err := h.start(f.log, f.checkFiles, func() { synced <- time.Now() })
 		if err != nil {
 			res.NotStarted++
 			if len(res.Examples) < 5 {

@@ -38,9 +38,9 @@ func newHost(dir, id string) *Host {
 
 // start runs the host's agent until stop. firstSync is called once, when the agent
 // finished its first sync: it is connected, and has applied what the sync brought.
-func (h *Host) start(log *slog.Logger, firstSync func()) error {
+func (h *Host) start(log *slog.Logger, checkFiles time.Duration, firstSync func()) error {
 	var once sync.Once
-	a, err := agent.New(agent.Options{StateDir: h.StateDir, Root: h.Root, Logger: log, Applier: h.applier,
+	a, err := agent.New(agent.Options{StateDir: h.StateDir, Root: h.Root, Logger: log, Applier: h.applier, CheckFiles: checkFiles,
 		OnSynced: func() { once.Do(firstSync) }})
 	if err != nil {
 		return err

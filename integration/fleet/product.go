@@ -110,6 +110,7 @@ func runProduct(ctx context.Context, cfg Config, meshctl, workDir, hostDir strin
 		agentLog: newCountingHandler(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	b.fleet = newFleet(hostDir, cfg.Hosts, slog.New(b.agentLog))
+	b.fleet.checkFiles = cfg.CheckFiles
 	b.meter = &meter{out: cfg.Out, self: "bench", sources: []cpuSource{
 		{"serve", b.cp.CPU}, {"bench", SelfCPU}, {"meshctl", b.cp.CtlCPU},
 	}}

@@ -43,6 +43,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Hosts, "hosts", cfg.Hosts, "fleet size N")
 	fs.IntVar(&cfg.Rounds, "rounds", cfg.Rounds, "declare --all --wait rounds R")
 	fs.IntVar(&cfg.Revoke, "revoke", cfg.Revoke, "nodes K revoked in the last phase")
+	fs.DurationVar(&cfg.CheckFiles, "check-files", 0, "the agents' file check interval (meshhost run --check-files; 0 the agent's default, negative never)")
 	fs.IntVar(&cfg.RevokeBatch, "revoke-batch", cfg.RevokeBatch, "nodes named in one revoke call (1: one call per node)")
 	fs.IntVar(&cfg.Inflight, "inflight", cfg.Inflight, "enrolments (and baseline connects) in flight")
 	fs.IntVar(&cfg.StartInflight, "start-inflight", cfg.StartInflight, "agents connecting at once at start; 0 starts all at once")
