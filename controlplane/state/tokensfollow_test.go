@@ -83,7 +83,7 @@ func TestOneTokenANodeAtATime(t *testing.T) {
 // RulesTokensFollowNodes the tokens of the nodes it revokes are cancelled and
 // listed, and those of a node revoked before are left alone.
 func TestRevocationCancelsItsNodesTokens(t *testing.T) {
-	for _, rules := range []int{0, RulesTokensFollowNodes} {
+	for _, rules := range []int{0, RulesTokensFollowNodes, RulesPendingByRecord} {
 		m := newMachine(t)
 		m.must(initCmd("demo", t0))
 		// Two tokens for web-1, as two operators minting at once under the earlier
