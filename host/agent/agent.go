@@ -755,6 +755,9 @@ type syncer struct {
 	byTag        bool
 	expect       uint64
 	check        *time.Timer
+	// asked says the sync in flight asked for the applied declaration (askApplied
+	// when it was sent).
+	asked bool
 }
 
 // syncEnvelopeGrace is how long after its acknowledgement a sync's envelopes may
@@ -800,6 +803,7 @@ func (s *syncer) start(ctx context.Context, workers *sync.WaitGroup) {
 	s.tag, s.base, s.tagged, s.byTag = strconv.FormatUint(s.seq, 10), s.a.received, 0, false
 	tag := s.tag
 	expires := s.a.applied.ExpiresAt
+	s.asked = s.a.askApplied
 	if s.a.askApplied {
 		// Said to hold no copy as fresh as the mesh's: the mesh sends the applied
 		// declaration, which puts missing files back and is the file check's copy.
@@ -859,7 +863,11 @@ func (s *syncer) finished(ctx context.Context, r syncResult) {
 // synced ends a sync that delivered everything.
 func (s *syncer) synced() {
 	s.backoff = 0
-	s.a.askApplied = false
+	if s.asked {
+		// Only a sync that asked for the applied declaration delivered it: one
+		// sent before the check asked (still in flight then) did not.
+		s.a.askApplied = false
+	}
 	s.a.stats.set(func(st *stats) { st.synced, st.linkErr = true, "" })
 	if s.a.o.OnSynced != nil {
 		s.a.o.OnSynced()

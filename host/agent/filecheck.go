@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"mesh/declarations"
@@ -187,6 +188,10 @@ func (a *Agent) checkFiles(ctx context.Context) checkOutcome {
 		var ae *apply.ApplyError
 		if errors.As(err, &ae) {
 			key = ae.Path
+			var errno syscall.Errno
+			if errors.As(err, &errno) {
+				key += "\x00" + errno.Error() // another cause at the path is news
+			}
 		}
 		if code != wire.StatusApplyFailed || a.applied.LastErrorVersion != v.Version || key != a.checkFailed {
 			a.failCode(wire.StatusApplyFailed, err, v.Version)

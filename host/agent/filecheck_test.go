@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -583,5 +584,85 @@ func TestACheckOfARootAsDeclaredOnlyLooks(t *testing.T) {
 	f.handEdit(t, "edited by hand")
 	if !f.a.checkFiles(ctx).putBack || ca.applies != 2 || f.file(t) != "declared" {
 		t.Fatalf("a changed file: %d applies, %q", ca.applies, f.file(t))
+	}
+}
+
+// TestAPutBackThatRunsAFailedHookEndsItsFailure: a put back runs the hooks of the
+// files it wrote; one of them that had failed and now succeeds (the operator fixed
+// what it runs, then something changed its file) is no longer failing (a second
+// review found the node reporting hook_failed still).
+func TestAPutBackThatRunsAFailedHookEndsItsFailure(t *testing.T) {
+	f := newFixture(t)
+	cfg, fixed, runs := failingUntilFixed(t)
+	a := f.withHooks(t, cfg)
+	ctx := context.Background()
+	if err := a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
+		t.Fatal(err)
+	}
+	if st := reported(t, a); st.Error == nil || st.Error.Code != wire.StatusHookFailed || runs() != 1 {
+		t.Fatalf("setup: %+v, %d runs", st.Error, runs())
+	}
+	if err := os.WriteFile(fixed, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f.handEdit(t, "edited by hand")
+	if !a.checkFiles(ctx).putBack || runs() != 2 {
+		t.Fatalf("put back, the hook ran %d times, want 2", runs())
+	}
+	if st := reported(t, a); st.Error != nil || len(a.applied.HooksFailed) != 0 || len(a.applied.HooksPending) != 0 {
+		t.Fatalf("the hook succeeded and the node reports %+v (failed %v, pending %v)", st.Error, a.applied.HooksFailed, a.applied.HooksPending)
+	}
+}
+
+// TestAnAskIsNotAnsweredByASyncThatDidNotAsk: the check asks for the applied
+// declaration while a sync sent before (with the applied expiry) is in flight; that
+// sync's success leaves the ask for the one that follows (a second review found it
+// cleared, and the copy never sent).
+func TestAnAskIsNotAnsweredByASyncThatDidNotAsk(t *testing.T) {
+	f := newFixture(t)
+	sy := &syncer{a: f.a, done: make(chan syncResult, 1)}
+	sy.inFlight = true
+	f.a.askApplied = true
+	sy.start(context.Background(), nil)
+	if !sy.again {
+		t.Fatal("setup: the ask is not queued behind the sync in flight")
+	}
+	sy.finished(context.Background(), syncResult{resp: wire.SyncResponse{Sent: 0}})
+	if sy.timer != nil {
+		sy.timer.Stop()
+	}
+	if !f.a.askApplied {
+		t.Fatal("a sync that did not ask cleared the ask")
+	}
+}
+
+// errnoApplier fails at one path with the errno it holds.
+type errnoApplier struct{ errno syscall.Errno }
+
+func (e *errnoApplier) Apply(context.Context, []apply.File, []string) (apply.Result, error) {
+	return apply.Result{}, &apply.ApplyError{Path: "etc/app.conf", Err: &fs.PathError{Op: "write", Path: "etc/.meshhost-x", Err: e.errno}, RolledBack: true}
+}
+
+// TestAnotherCauseAtThePathIsReported: the check reports a failure at a path once,
+// and again when its cause changes (permission denied, then a full disk).
+func TestAnotherCauseAtThePathIsReported(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
+		t.Fatal(err)
+	}
+	ea := &errnoApplier{errno: syscall.EACCES}
+	f.a.applier = ea
+	f.a.checkFiles(ctx)
+	f.a.checkFiles(ctx)
+	ea.errno = syscall.ENOSPC
+	if !f.a.checkFiles(ctx).report || !strings.Contains(f.a.applied.LastError, "no space") {
+		t.Fatalf("a full disk after permission denied: %q", f.a.applied.LastError)
+	}
+	f.a.stats.mu.Lock()
+	n := f.a.stats.refused[wire.StatusApplyFailed]
+	f.a.stats.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("apply_failed counted %d times, want 2 (one a cause)", n)
 	}
 }

@@ -54,9 +54,17 @@ type HooksOutcome struct {
 // operator fixed the host, then asked for a retry, declared again, or restarted
 // the agent): a failed hook runs again only when someone acts, never by itself.
 func (a *Agent) queueHooks(h hookRun) {
-	if len(a.hookFailed) > 0 && !h.notRetry {
+	switch {
+	case len(a.hookFailed) > 0 && !h.notRetry:
 		h.changed = union(slices.Clone(h.changed), a.hookFailed)
 		a.hookFailed = nil
+	case len(a.hookFailed) > 0:
+		// Nobody acted, but a failed hook that runs anyway for these changes takes
+		// its failed paths along: its success ends its failure.
+		if along := a.o.Hooks.RunAnyway(a.hookFailed, h.changed); len(along) > 0 {
+			h.changed = union(slices.Sorted(slices.Values(h.changed)), along)
+			a.hookFailed = slices.DeleteFunc(slices.Clone(a.hookFailed), func(p string) bool { return slices.Contains(along, p) })
+		}
 	}
 	if a.hookJobs == nil { // not running (tests call handle directly)
 		h.ran, h.failures = a.o.Hooks.Run(context.Background(), a.o.Root, h.changed)

@@ -311,6 +311,34 @@ func (c Config) Matching(changed []string) []string {
 	return out
 }
 
+// RunAnyway returns the paths of pending whose every hook runs anyway for changed
+// (a path of changed matches it too): a batch of changed takes them along at no
+// cost, and its outcome is theirs.
+func (c Config) RunAnyway(pending, changed []string) []string {
+	runs := map[string]bool{}
+	for _, h := range c.Hooks {
+		for _, p := range changed {
+			if h.matches(p) {
+				runs[h.Name] = true
+				break
+			}
+		}
+	}
+	var out []string
+	for _, p := range pending {
+		some, all := false, true
+		for _, h := range c.Hooks {
+			if h.matches(p) {
+				some, all = true, all && runs[h.Name]
+			}
+		}
+		if some && all {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 func (h Hook) matches(p string) bool {
 	for _, pat := range h.Paths {
 		if ok, _ := path.Match(pat, p); ok {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -278,5 +279,19 @@ func TestMESHROOTIsAbsolute(t *testing.T) {
 	got, _ := os.ReadFile(marker)
 	if !filepath.IsAbs(string(got)) || filepath.Base(string(got)) != "managed" {
 		t.Fatalf("MESH_ROOT = %q, want the root's absolute path", got)
+	}
+}
+
+// TestRunAnyway: a pending path goes along with changes whose batch runs every hook
+// it has; one with a hook the changes do not run, or with none, does not.
+func TestRunAnyway(t *testing.T) {
+	c := Config{Hooks: []Hook{
+		{Name: "app", Paths: []string{"etc/app/*"}},
+		{Name: "all-etc", Paths: []string{"etc/*", "etc/app/*"}},
+		{Name: "srv", Paths: []string{"srv/*"}},
+	}}
+	got := c.RunAnyway([]string{"etc/app/a.conf", "etc/x.conf", "srv/y", "var/z"}, []string{"etc/app/b.conf"})
+	if want := []string{"etc/app/a.conf", "etc/x.conf"}; !slices.Equal(got, want) {
+		t.Fatalf("RunAnyway: %v, want %v", got, want)
 	}
 }
