@@ -25,8 +25,8 @@ const DefaultCheckFiles = time.Minute
 // KeptFileName is where, in the state directory, the agent keeps the signed
 // envelope of the declaration it applied, for the file check after a restart:
 // without it, a restarted agent checked nothing until the mesh re-signed the
-// declaration, up to 12 hours later. It is a copy, verified again before each use;
-// absent, stale or damaged, the check waits for the next copy the mesh sends.
+// declaration, up to 12 hours later. It is a copy, verified again before it is
+// applied; absent, stale or damaged, the agent asks the mesh for a fresh one.
 const KeptFileName = "applied.envelope"
 
 // checkTimer says when the next file check is due. The first comes at a random
@@ -120,8 +120,9 @@ func (a *Agent) asDeclared(ctx context.Context) bool {
 
 // checkFiles puts back, as the applied declaration has them, the managed files
 // changed or removed on this host since they were applied (a hand edit, a
-// package's post-install script), and runs their hooks. The declaration is
-// verified again first, as one the mesh sends. A copy that cannot be used any more
+// package's post-install script), and runs their hooks. A root as declared is only
+// looked at (asDeclared); otherwise the declaration is verified again first, as one
+// the mesh sends, and applied. A copy that cannot be used any more
 // (expired, older than the keyring, damaged) is dropped and the mesh asked for a
 // fresh one; one not valid yet (this machine's clock behind) is kept for the next
 // check. Nothing is checked while a newer declaration fails to apply: its retries
