@@ -49,9 +49,10 @@ const (
 	// revocation named, a replacement's too); labels of a revoked node are refused
 	// (ErrNodeRevoked), as the machine enrolled next under its id takes its token's.
 	RulesTokensFollowNodes = 3
-	// RulesPendingByRecord: the tokens rules 3 count as a node's pending ones are
-	// those unused, not cancelled and unexpired (Token.StateAt), a token whose
-	// signing key was retired since included. Rules 3 left those out by the
+	// RulesPendingByRecord: the tokens counted as a node's pending ones (the one
+	// pending token a node may have, those a revocation cancels) are those unused,
+	// not cancelled and unexpired (Token.StateAt), a token whose signing key was
+	// retired since included. Rules 3 left those out by the
 	// token's SigningKey, which a control node that applied the mint before it
 	// recorded that field (or loaded a snapshot of such a node's) does not hold:
 	// after a retirement, one node found the token pending and refused a mint, or
