@@ -409,3 +409,40 @@ func TestAFileChangedByHandIsPutBackByTheCheck(t *testing.T) {
 	edit("edited while the mesh is down")
 	putBack("etc/a.conf put back by a restarted agent, the mesh down", 3)
 }
+
+// TestAFileSomethingKeepsRewritingBacksOff: a managed file that something on the host
+// rewrites all the time (a service, a package's script) is put back at the first
+// checks, then each check waits twice as long, and the agent says what is going on;
+// once the writes stop, the file is put back and stays as declared.
+func TestAFileSomethingKeepsRewritingBacksOff(t *testing.T) {
+	t.Parallel() // mostly waits: see TestMain
+	cp, h := servedHost(t, "rewrite", "web-1")
+	h.Run("--check-files", "1s")
+	body := filepath.Join(t.TempDir(), "a.json")
+	writeFile(t, body, `{"files":[{"path":"etc/a.conf","content":"declared"}]}`)
+	if r := cp.Ctl("declare", "--node", "web-1", "--file", body, "--wait", "30s"); r.Code != 0 {
+		t.Fatalf("declare: %s", r.Combined())
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+				os.WriteFile(filepath.Join(h.Root, "etc", "a.conf"), []byte("rewritten"), 0o644)
+			}
+		}
+	}()
+	h.Process().WaitOutput(t, "managed files keep changing on this host", 30*time.Second)
+	// Each check in a row waits twice as long: 1 s, 2 s, 4 s.
+	h.Process().WaitOutput(t, "checks_in_a_row=3 next_check_in=4s", 30*time.Second)
+	close(stop)
+	<-done
+	harness.Eventually(t, 30*time.Second, "etc/a.conf as declared once the writes stopped", func() bool {
+		got, err := h.ReadManaged("etc/a.conf")
+		return err == nil && got == "declared"
+	})
+}
