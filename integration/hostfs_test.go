@@ -393,6 +393,23 @@ func TestAFileChangedByHandIsPutBackByTheCheck(t *testing.T) {
 	edit("edited by hand")
 	h.Process().WaitOutput(t, "managed files changed on this host since they were applied; put back as declared", 20*time.Second)
 	putBack("etc/a.conf put back and its hook run, the mesh up", 2)
+	// meshhost status says so, from the running agent.
+	r := harness.Run(t, "", nil, h.Bin.Meshhost, "status", "--state", h.State)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "1 put back as declared since the agent started") || !strings.Contains(r.Stdout, "etc/a.conf") {
+		t.Fatalf("meshhost status after the put back (exit %d):\n%s", r.Code, r.Combined())
+	}
+	r = harness.Run(t, "", nil, h.Bin.Meshhost, "status", "--state", h.State, "--json")
+	var st struct {
+		Agent struct {
+			Files struct {
+				PutBack     int      `json:"put_back"`
+				LastPutBack []string `json:"last_put_back"`
+			} `json:"files"`
+		} `json:"agent"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &st); err != nil || st.Agent.Files.PutBack != 1 || len(st.Agent.Files.LastPutBack) != 1 {
+		t.Fatalf("meshhost status --json after the put back: %v\n%s", err, r.Stdout)
+	}
 
 	cp.Process().Signal(syscall.SIGTERM)
 	if code := cp.Process().Wait(30 * time.Second); code != 0 {

@@ -1239,7 +1239,12 @@ func (a *Agent) putBack(ctx context.Context, version uint64, files []apply.File)
 	changed := append(slices.Clone(res.Written), res.Removed...)
 	if len(changed) > 0 {
 		a.log.Warn("managed files changed on this host since they were applied; put back as declared", "version", version, "files", changed)
-		a.stats.set(func(s *stats) { s.putBack += uint64(len(changed)) })
+		now := a.o.Now()
+		a.stats.set(func(s *stats) {
+			s.putBack += uint64(len(changed))
+			s.lastPutBackAt, s.lastPutBackCount = now, len(changed)
+			s.lastPutBack = slices.Clone(changed[:min(len(changed), maxShownPutBack)])
+		})
 	}
 	hookPaths := changed
 	if len(a.applyOwed) > 0 {

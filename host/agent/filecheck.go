@@ -149,6 +149,7 @@ func (a *Agent) checkFiles(ctx context.Context) checkOutcome {
 		}
 	}
 	if a.asDeclared(ctx) {
+		a.checked()
 		return checkOutcome{}
 	}
 	env, err := declarations.ParseEnvelope(a.kept)
@@ -181,6 +182,7 @@ func (a *Agent) checkFiles(ctx context.Context) checkOutcome {
 	a.keptFiles = files
 	code, msg := a.applied.LastErrorCode, a.applied.LastError
 	changed, err := a.putBack(ctx, v.Version, files)
+	a.checked()
 	if err != nil && ctx.Err() == nil {
 		// Reported once: the same failure found again at each check is no news,
 		// and stays the node's until a check or a declaration succeeds. Told
@@ -202,6 +204,12 @@ func (a *Agent) checkFiles(ctx context.Context) checkOutcome {
 		a.checkFailed = ""
 	}
 	return checkOutcome{putBack: len(changed) > 0, report: len(changed) > 0 || a.applied.LastErrorCode != code || a.applied.LastError != msg}
+}
+
+// checked records, for meshhost status, that the check compared the files now.
+func (a *Agent) checked() {
+	now := a.o.Now()
+	a.stats.set(func(s *stats) { s.checkedAt = now })
 }
 
 // noKeptCopy reports whether the agent manages files but keeps no copy of the

@@ -666,3 +666,27 @@ func TestAnotherCauseAtThePathIsReported(t *testing.T) {
 		t.Fatalf("apply_failed counted %d times, want 2 (one a cause)", n)
 	}
 }
+
+// TestStatusSaysWhatTheCheckFound: meshhost status asks the running agent, which
+// says when its check last compared the files and what it put back.
+func TestStatusSaysWhatTheCheckFound(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.a.linkStatus(); st.Files != nil {
+		t.Fatalf("before any check: %+v", st.Files)
+	}
+	f.a.checkFiles(ctx)
+	st := f.a.linkStatus()
+	if st.Files == nil || !st.Files.CheckedAt.Equal(t0) || st.Files.PutBack != 0 {
+		t.Fatalf("after a check of a root as declared: %+v", st.Files)
+	}
+	f.handEdit(t, "edited by hand")
+	f.a.checkFiles(ctx)
+	st = f.a.linkStatus()
+	if st.Files == nil || st.Files.PutBack != 1 || st.Files.LastPutBackCount != 1 || !slices.Equal(st.Files.LastPutBack, []string{"etc/app.conf"}) || !st.Files.LastPutBackAt.Equal(t0) {
+		t.Fatalf("after a put back: %+v", st.Files)
+	}
+}

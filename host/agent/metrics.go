@@ -38,6 +38,13 @@ type stats struct {
 	// putBack counts the managed files put back as declared after they were
 	// changed or removed on the host (checkFiles, a re-signed copy).
 	putBack uint64
+	// checkedAt is when the file check last compared the files; lastPutBackAt
+	// and lastPutBack when it last put files back, and which (for meshhost status).
+	checkedAt     time.Time
+	lastPutBackAt time.Time
+	lastPutBack   []string
+	// lastPutBackCount is how many files the last put back wrote or removed.
+	lastPutBackCount int
 	// unsaved is why the last save of the applied state failed ("" once one
 	// succeeds): the state file is then behind the copy above.
 	unsaved string

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -54,7 +55,26 @@ type LinkStatus struct {
 	// error): what it holds applied, which the state file `meshhost status`
 	// reads does not say yet, and why. The agent tries again at each heartbeat.
 	Unsaved *UnsavedState `json:"unsaved,omitempty"`
+	// Files is what the file check found (nil before it compared anything, or
+	// while it is off): a host fixed by hand sees whether its change was put back.
+	Files *FilesStatus `json:"files,omitempty"`
 }
+
+// FilesStatus is what the agent's file check found last.
+type FilesStatus struct {
+	// CheckedAt is when the check last compared the managed files.
+	CheckedAt time.Time `json:"checked_at"`
+	// PutBack counts the files put back since the agent started.
+	PutBack uint64 `json:"put_back"`
+	// LastPutBackAt, LastPutBackCount and LastPutBack are when files were last put
+	// back, how many, and which (the first maxShownPutBack of them).
+	LastPutBackAt    time.Time `json:"last_put_back_at,omitzero"`
+	LastPutBackCount int       `json:"last_put_back_count,omitempty"`
+	LastPutBack      []string  `json:"last_put_back,omitempty"`
+}
+
+// maxShownPutBack bounds the paths a status names of the last put back.
+const maxShownPutBack = 10
 
 // UnsavedState is the applied state the agent holds and could not save.
 type UnsavedState struct {
@@ -79,6 +99,10 @@ func (a *Agent) linkStatus() LinkStatus {
 	}
 	if s.connected {
 		st.Broker = s.broker
+	}
+	if !s.checkedAt.IsZero() {
+		st.Files = &FilesStatus{CheckedAt: s.checkedAt, PutBack: s.putBack, LastPutBackAt: s.lastPutBackAt,
+			LastPutBackCount: s.lastPutBackCount, LastPutBack: slices.Clone(s.lastPutBack)}
 	}
 	if !st.Synced {
 		st.Error = s.linkErr

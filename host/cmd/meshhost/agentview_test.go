@@ -129,3 +129,18 @@ func TestStatusSaysWhatTheAgentCouldNotSave(t *testing.T) {
 		t.Fatalf("status --json (exit %d):\n%s%s", code, out, stderr)
 	}
 }
+
+// TestFilesLine: the status line of the file check names when it last looked, and
+// what it put back last, counting what it does not name.
+func TestFilesLine(t *testing.T) {
+	at := time.Date(2026, 12, 5, 9, 40, 0, 0, time.UTC)
+	if got := filesLine(&agent.FilesStatus{CheckedAt: at}); got != "checked at 2026-12-05T09:40:00Z; none changed on this host since the agent started" {
+		t.Errorf("nothing put back: %q", got)
+	}
+	f := &agent.FilesStatus{CheckedAt: at, PutBack: 14, LastPutBackAt: at.Add(-time.Minute), LastPutBackCount: 12,
+		LastPutBack: []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"}}
+	want := "checked at 2026-12-05T09:40:00Z; 14 put back as declared since the agent started (changed on this host), the last at 2026-12-05T09:39:00Z: a, b, c, d, e and 7 more"
+	if got := filesLine(f); got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}

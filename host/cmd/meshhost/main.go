@@ -777,6 +777,9 @@ func cmdStatus(args []string, cio *cliIO) error {
 		fmt.Fprintf(cio.stdout, "owed      hooks for %d changed path(s): %s\n", len(out.HooksOwed), listShort(out.HooksOwed, 5))
 	}
 	fmt.Fprintf(cio.stdout, "agent     %s\n", shown(out.Agent.String()))
+	if f := out.Agent.Files; f != nil {
+		fmt.Fprintf(cio.stdout, "files     %s\n", shown(filesLine(f)))
+	}
 	if revoked {
 		what := "REVOKED by the mesh"
 		if !rec.Signed {
@@ -836,6 +839,21 @@ func askAgent(stateDir string) agentView {
 		return agentView{Running: true, Unanswered: err.Error()}
 	}
 	return agentView{Running: true, Known: true, LinkStatus: st}
+}
+
+// filesLine says what the running agent's file check found: when it last compared
+// the managed files, and what it put back since the agent started.
+func filesLine(f *agent.FilesStatus) string {
+	line := "checked at " + f.CheckedAt.UTC().Format(time.RFC3339)
+	if f.PutBack == 0 {
+		return line + "; none changed on this host since the agent started"
+	}
+	last := listShort(f.LastPutBack, 5)
+	if more := f.LastPutBackCount - min(len(f.LastPutBack), 5); more > 0 {
+		last = fmt.Sprintf("%s and %d more", strings.Join(f.LastPutBack[:min(len(f.LastPutBack), 5)], ", "), more)
+	}
+	return fmt.Sprintf("%s; %d put back as declared since the agent started (changed on this host), the last at %s: %s",
+		line, f.PutBack, f.LastPutBackAt.UTC().Format(time.RFC3339), last)
 }
 
 func (v agentView) String() string {
