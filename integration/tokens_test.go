@@ -75,7 +75,7 @@ func TestTokenListAndCancel(t *testing.T) {
 	}
 	// The cancelled token admits nothing, and the machine is told why.
 	h1 := harness.NewHost(t, bin, "web-1")
-	if r := h1.Enrol(web1); r.Code != hostExitToken || !strings.Contains(r.Stderr, "token_cancelled") || !strings.Contains(r.Stderr, "cancelled this token") {
+	if r := h1.Enrol(web1); r.Code != hostExitToken || !strings.Contains(r.Stderr, "token_cancelled") || !strings.Contains(r.Stderr, "cancelled by an operator") {
 		t.Fatalf("enrol with a cancelled token (exit %d): %s", r.Code, r.Combined())
 	}
 	if _, ok := cp.Node("web-1"); ok {

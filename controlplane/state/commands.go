@@ -427,9 +427,14 @@ func (e *PendingTokenError) Error() string {
 		others = fmt.Sprintf(" and %d older one(s)", n)
 	}
 	if e.Stale {
-		return fmt.Sprintf("%v: %s has token %s%s, stale: minted before its signing key was retired, it cannot enrol the node, and still counts as its token: "+
+		if len(e.Pending) > 1 {
+			return fmt.Sprintf("%v: %s has token %s%s, all stale: minted before their signing key was retired, none can enrol the node, and they still count as its tokens: "+
+				"mint again with --replace, which cancels them, or cancel them first (meshctl token cancel %s)",
+				ErrTokenPending, e.Node, t.ShortID(), others, e.Node)
+		}
+		return fmt.Sprintf("%v: %s has token %s, stale: minted before its signing key was retired, it cannot enrol the node, and still counts as its token: "+
 			"mint again with --replace, which cancels it, or cancel it first (meshctl token cancel %s)",
-			ErrTokenPending, e.Node, t.ShortID(), others, e.Node)
+			ErrTokenPending, e.Node, t.ShortID(), e.Node)
 	}
 	return fmt.Sprintf("%v: %s has token %s, minted %s and pending until %s%s, and whichever token is used first enrols the node, with its labels: "+
 		"use that token, cancel it (meshctl token cancel %s), or mint again with --replace, which cancels it",

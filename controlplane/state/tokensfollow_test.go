@@ -255,3 +255,17 @@ func encodeState(t *testing.T, s *State) []byte {
 	}
 	return b
 }
+
+// TestStaleRefusalCountsItsTokens: a refusal for several stale tokens speaks of them
+// all, not of one (an upgrade check found "it" for two).
+func TestStaleRefusalCountsItsTokens(t *testing.T) {
+	tok := func(id string) *Token { return &Token{ID: id, Node: "db-1", CreatedAt: t0, Expiry: t0.Add(time.Hour)} }
+	one := (&PendingTokenError{Node: "db-1", Pending: []*Token{tok("aaaa")}, Stale: true}).Error()
+	two := (&PendingTokenError{Node: "db-1", Pending: []*Token{tok("aaaa"), tok("bbbb")}, Stale: true}).Error()
+	if !strings.Contains(one, "has token aaaa, stale") || !strings.Contains(one, "cancels it") {
+		t.Errorf("one: %q", one)
+	}
+	if !strings.Contains(two, "has token bbbb and 1 older one(s), all stale") || !strings.Contains(two, "none can enrol") || !strings.Contains(two, "cancels them") {
+		t.Errorf("two: %q", two)
+	}
+}

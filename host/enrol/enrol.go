@@ -173,8 +173,8 @@ func (e *RefusedError) Error() string {
 		wire.CodeKeyRevoked:     "this key was revoked",
 		wire.CodeUnavailable:    "run enrol again in a few seconds with the same token",
 		wire.CodeTokenOtherMesh: "the token was not minted by the mesh at its address: check where it came from",
-		wire.CodeTokenStaleKey:  "the mesh's signing key was rotated since the token was minted: ask the operator for a new one",
-		wire.CodeTokenCancelled: "the operator cancelled this token: ask for a new one",
+		wire.CodeTokenStaleKey:  "ask the operator for a new one",
+		wire.CodeTokenCancelled: "ask the operator for a new one",
 		wire.CodeInternal:       "run enrol again with the same token (the mesh answers an enrolment it committed from its state); if it fails again, the control plane's log says why",
 	}[e.Code]
 	message := e.Message

@@ -85,7 +85,7 @@ Hosts offline throughout catch up by following the chain of keyrings.`,
 						fmt.Fprintf(cio.stdout, "stranded: %s (it catches up when it accepts the chain of keyrings)\n", s)
 					}
 					if len(res.StaleTokens) > 0 {
-						fmt.Fprintf(cio.stdout, "pending tokens of %s carry the retired key and are refused from now on (token_stale_key): cancel them (meshctl token cancel NODE) and mint new ones\n",
+						fmt.Fprintf(cio.stdout, "pending tokens of %s carry the retired key and are refused from now on (token_stale_key): mint new ones with --replace (meshctl token --node NODE --replace), which cancels them\n",
 							strings.Join(res.StaleTokens, ", "))
 					}
 				default:
