@@ -463,7 +463,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer check.stop()
 	// A copy of the applied declaration not written yet (applied since the last
 	// check) is written as the agent stops, for the check after the restart.
-	defer a.saveKept()
+	defer func() { _ = a.saveKept() }()
 	authFailures := 0
 	var problems problemLog
 	for {

@@ -140,13 +140,9 @@ func (a *Agent) checkFiles(ctx context.Context) checkOutcome {
 	if a.kept == nil {
 		return checkOutcome{}
 	}
-	if !a.keptSaved {
-		if err := atomicfile.WriteFile(filepath.Join(a.o.StateDir, KeptFileName), a.kept, 0o600); err != nil {
-			// Only the check after a restart needs it; tried again at the next.
-			a.log.Warn("could not keep a copy of the applied declaration in the state directory: after a restart, files are checked from the next copy the mesh sends", "err", err)
-		} else {
-			a.keptSaved = true
-		}
+	if err := a.saveKept(); err != nil {
+		// Only the check after a restart needs it; tried again at the next.
+		a.log.Warn("could not keep a copy of the applied declaration in the state directory: after a restart, files are checked from the next copy the mesh sends", "err", err)
 	}
 	if a.asDeclared(ctx) {
 		a.checked()
@@ -237,12 +233,15 @@ func (a *Agent) loadKept() []byte {
 	return raw
 }
 
-// saveKept writes the kept copy if it has not been yet, as the agent stops.
-func (a *Agent) saveKept() {
+// saveKept writes the kept copy to KeptFileName if it has not been yet: at a check,
+// and as the agent stops.
+func (a *Agent) saveKept() error {
 	if a.kept == nil || a.keptSaved {
-		return
+		return nil
 	}
-	if err := atomicfile.WriteFile(filepath.Join(a.o.StateDir, KeptFileName), a.kept, 0o600); err == nil {
-		a.keptSaved = true
+	if err := atomicfile.WriteFile(filepath.Join(a.o.StateDir, KeptFileName), a.kept, 0o600); err != nil {
+		return err
 	}
+	a.keptSaved = true
+	return nil
 }
