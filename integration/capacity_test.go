@@ -155,10 +155,16 @@ func TestAFullControlNodeSendsHostsToAnother(t *testing.T) {
 		tokens[i] = cp1.Token(hosts[i].Name)
 	}
 	replicated()
+	// All enrol before any agent starts: an enrolling host's connection takes a
+	// place on cp-1 too, and an agent refused for it stays on cp-2 until it looks
+	// for its first broker again (--return-home, minutes), so agents started between
+	// enrolments could all miss cp-1's one place.
 	for i, h := range hosts {
 		if r := h.Enrol(tokens[i]); r.Code != 0 {
 			t.Fatalf("enrol %s: exit %d:\n%s", h.Name, r.Code, r.Combined())
 		}
+	}
+	for _, h := range hosts {
 		h.Run()
 	}
 	hostsOn := func(cp *harness.ControlPlane) int { return int(cp.Counter("mesh_broker_host_connections")) }
