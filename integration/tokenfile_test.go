@@ -16,7 +16,8 @@ import (
 // for as long as the token lives (up to an hour) every local user of the operator's
 // machine could read it, and enrol a machine of their own as that node before the
 // real one did. A token written to a regular file is written only once the file is
-// 0600; appended to an existing file likewise; into a pipe, unchanged.
+// 0600; appended to an existing file likewise; into a file another user owns,
+// never; into a pipe, unchanged.
 func TestTokenWrittenToAFileOnlyItsOwnerReads(t *testing.T) {
 	cp := harness.NewControlPlane(t, bin, "tokfile")
 	cp.Serve()
@@ -49,6 +50,29 @@ func TestTokenWrittenToAFileOnlyItsOwnerReads(t *testing.T) {
 		data, _ := os.ReadFile(c.path)
 		if !strings.Contains(string(data), "mesh1_") {
 			t.Errorf("%s: no token in the file:\n%s", c.name, data)
+		}
+	}
+	// A file another user created first (in a shared directory, where the
+	// redirection only truncates it) is theirs to read whatever its mode: refused,
+	// before anything is minted.
+	if os.Geteuid() != 0 {
+		t.Log("not root: the file of another user is not tried (it needs chown)")
+	} else {
+		theirs := filepath.Join(dir, "theirs.txt")
+		if err := os.WriteFile(theirs, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(theirs, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		script := `"$0" token --data "$1" --node web-3 > "$2"`
+		r := harness.Run(t, "", nil, "/bin/sh", "-c", script, bin.Meshctl, cp.Dir, theirs)
+		data, _ := os.ReadFile(theirs)
+		if r.Code == 0 || len(data) != 0 || !strings.Contains(r.Stderr, "another user owns (uid 65534)") {
+			t.Errorf("token into a file another user owns: exit %d, %d bytes written:\n%s", r.Code, len(data), r.Combined())
+		}
+		if r := cp.Ctl("token", "list"); strings.Contains(r.Stdout, "web-3") {
+			t.Errorf("a token was minted for web-3 though none was written:\n%s", r.Stdout)
 		}
 	}
 	// A pipe (what the other tests read the token through) is left as it is.
