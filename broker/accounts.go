@@ -38,7 +38,8 @@ const (
 	// under the same id receives. Bounded by Limits like the hosts account.
 	AccountRevoked
 	// AccountRetired holds the operator credentials of removed control nodes. It
-	// reaches the operator API's reads (Flows.RetiredServices) and nothing else; in
+	// reaches the operator API's reads (Flows.RetiredServices) and nothing else, with
+	// at most RetiredAccountConnections connections; in
 	// an account of their own, the answers to their requests can reach nobody but
 	// them, whatever reply subject they name (in the operators account they could
 	// name another operator's inbox, or a subject they may not publish on).
@@ -69,11 +70,32 @@ type Flows struct {
 	// OperatorServices, but the requester hears every answer, not the first, for up
 	// to MaxGatherWait.
 	OperatorGathers []string
-	// RetiredServices are subjects served in the control account that the
-	// operator credentials of removed control nodes may request (AccountRetired):
-	// the reads among OperatorServices.
-	RetiredServices []string
+	// RetiredServices are what the operator credentials of removed control nodes
+	// may request (AccountRetired): the reads among OperatorServices, which their
+	// clients call by the same subjects (Local) and the control account serves
+	// apart (Export), so that such credentials flooding their reads fill a queue of
+	// their own, not the one every operator's changes wait in.
+	RetiredServices []Renamed
 }
+
+// Renamed is a service the control account exports as Export, which clients of the
+// importing account request as Local.
+type Renamed struct {
+	Local, Export string
+}
+
+// The retired account's bounds: a removed control node's credentials read now and
+// then (a command, a script), and nothing more is theirs to take.
+const (
+	// RetiredAccountConnections caps the connections of all the retired account's
+	// credentials, cluster-wide: they cannot fill the descriptors a control node
+	// keeps for operators.
+	RetiredAccountConnections = 16
+	// RetiredResponseWait is how long the broker carries an answer back to a
+	// retired request (meshctl's default timeout): what it keeps for each request
+	// until then is bounded to what a flood can send before it is disconnected.
+	RetiredResponseWait = 15 * time.Second
+)
 
 // MaxGatherWait is how long the answers to a request on one of Flows.OperatorGathers
 // are carried back to the requester.
@@ -202,9 +224,13 @@ func newAccounts(mesh string, operator nkeys.KeyPair, flows Flows, limits Limits
 		control.Exports.Add(&jwt.Export{Subject: jwt.Subject(subj), Type: jwt.Service})
 		ops.Imports.Add(&jwt.Import{Account: acc.names[AccountControl], Subject: jwt.Subject(subj), Type: jwt.Service})
 	}
-	for _, subj := range flows.RetiredServices {
-		// Exported by OperatorServices, which cover them.
-		claims[AccountRetired].Imports.Add(&jwt.Import{Account: acc.names[AccountControl], Subject: jwt.Subject(subj), Type: jwt.Service})
+	retired := claims[AccountRetired]
+	retired.Limits.Conn = RetiredAccountConnections
+	retired.Limits.Subs = int64(limits.MaxSubscriptions)
+	for _, r := range flows.RetiredServices {
+		control.Exports.Add(&jwt.Export{Subject: jwt.Subject(r.Export), Type: jwt.Service, ResponseThreshold: RetiredResponseWait})
+		retired.Imports.Add(&jwt.Import{Account: acc.names[AccountControl], Subject: jwt.Subject(r.Export),
+			LocalSubject: jwt.RenamingSubject(r.Local), Type: jwt.Service})
 	}
 	for _, subj := range flows.OperatorGathers {
 		// The broker keeps a streamed request's way back until the threshold passes

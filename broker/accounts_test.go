@@ -323,7 +323,7 @@ func TestRetiredOperatorsAnswersStayTheirs(t *testing.T) {
 	grants["retired-wide"] = everything("retired-wide", broker.AccountRetired)
 	grants["op-wide"] = everything("op-wide", broker.AccountOperators)
 	s, _ := startWith(t, m, byToken(grants), func(c *broker.Config) {
-		c.Flows.RetiredServices = []string{"mesh.admin.ping"}
+		c.Flows.RetiredServices = []broker.Renamed{{Local: "mesh.admin.ping", Export: "mesh.retired.ping"}}
 	})
 	cpControl := mustDial(t, s, m.ca.Pin(), nats.Token("cp-control"))
 	cpWrites := mustDial(t, s, m.ca.Pin(), nats.Token("cp-control"))
@@ -333,6 +333,10 @@ func TestRetiredOperatorsAnswersStayTheirs(t *testing.T) {
 	opWide := mustDial(t, s, m.ca.Pin(), nats.Token("op-wide"))
 
 	if _, err := cpControl.nc.Subscribe("mesh.admin.ping", func(msg *nats.Msg) { msg.Respond([]byte("pong")) }); err != nil {
+		t.Fatal(err)
+	}
+	// The retired reads are served apart, under their own subjects.
+	if _, err := cpControl.nc.Subscribe("mesh.retired.ping", func(msg *nats.Msg) { msg.Respond([]byte("retired pong")) }); err != nil {
 		t.Fatal(err)
 	}
 	writes, _ := cpWrites.nc.SubscribeSync("mesh.admin.revoke")
@@ -350,7 +354,7 @@ func TestRetiredOperatorsAnswersStayTheirs(t *testing.T) {
 	}
 
 	// Its reads work, on its own inbox.
-	if reply, err := retired.nc.Request("mesh.admin.ping", []byte("{}"), 2*time.Second); err != nil || string(reply.Data) != "pong" {
+	if reply, err := retired.nc.Request("mesh.admin.ping", []byte("{}"), 2*time.Second); err != nil || string(reply.Data) != "retired pong" {
 		t.Fatalf("a read from RETIRED: %v %v", reply, err)
 	}
 
@@ -374,5 +378,33 @@ func TestRetiredOperatorsAnswersStayTheirs(t *testing.T) {
 	}
 	if msg := next(writes); msg != nil {
 		t.Fatalf("mesh.admin.revoke in CONTROL received %q from RETIRED", msg.Data)
+	}
+}
+
+// TestRetiredAccountHoldsFewConnections: the credentials of removed control nodes
+// hold at most RetiredAccountConnections connections; before, one such file held
+// every descriptor a control node keeps for operators, for as long as it liked, and
+// an active operator's login was refused for "maximum connections".
+func TestRetiredAccountHoldsFewConnections(t *testing.T) {
+	m := newMesh(t)
+	grants := accountGrants()
+	grants["retired"] = broker.Grant{User: "operator:old of removed control node cp-2", Account: broker.AccountRetired,
+		Publish: []string{"mesh.admin.ping"}, Subscribe: []string{"_INBOX.op.OLD.>"}}
+	s, _ := startWith(t, m, byToken(grants), func(*broker.Config) {})
+	for i := range broker.RetiredAccountConnections {
+		c := mustDial(t, s, m.ca.Pin(), nats.Token("retired"), nats.CustomInboxPrefix("_INBOX.op.OLD"))
+		if err := c.nc.Flush(); err != nil {
+			t.Fatalf("retired connection %d: %v", i+1, err)
+		}
+	}
+	if c, err := dial(t, s, m.ca.Pin(), nats.Token("retired"), nats.CustomInboxPrefix("_INBOX.op.OLD")); err == nil {
+		if err := c.nc.Flush(); err == nil {
+			t.Fatalf("connection %d of the retired account admitted", broker.RetiredAccountConnections+1)
+		}
+	}
+	// An operator still logs in.
+	op := mustDial(t, s, m.ca.Pin(), nats.Token("op"))
+	if err := op.nc.Flush(); err != nil {
+		t.Fatalf("an operator beside a full retired account: %v", err)
 	}
 }

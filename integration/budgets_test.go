@@ -362,3 +362,56 @@ func TestSyncAnswersArePaidForBySize(t *testing.T) {
 		t.Errorf("a node on three connections had %d of 8 back-to-back syncs answered with the declaration; its budget pays for 5 (6 with a second's refill)", answeredMany)
 	}
 }
+
+// TestFloodsOfKeysNoLongerTrustedAreCut: an enrolling client flooding the
+// enrolment subject bound to its key, and a revoked key flooding its sync, are
+// disconnected once over their budget, as an enrolled node is. Before, their
+// messages were only dropped, one by one, for as long as their connections lived
+// (30 s and 10 s): 6.4 million enrolment requests from a used token delayed every
+// other enrolment by seconds and dropped some from the full queue.
+func TestFloodsOfKeysNoLongerTrustedAreCut(t *testing.T) {
+	t.Parallel()
+	cp := harness.NewControlPlane(t, bin, "cutfloods")
+	cp.Serve()
+	closedBy := func(nc *nats.Conn) bool { return nc.IsClosed() || !nc.IsConnected() }
+	// flood sends msg until nc closes, and says how long that took.
+	flood := func(what string, nc *nats.Conn, subject, reply string, within time.Duration) {
+		t.Helper()
+		start := time.Now()
+		for !closedBy(nc) {
+			if time.Since(start) > within {
+				t.Fatalf("%s: still connected %v into its flood", what, time.Since(start))
+			}
+			for range 100 {
+				_ = nc.PublishRequest(subject, reply, []byte("{}"))
+			}
+			_ = nc.Flush()
+		}
+		t.Logf("%s: disconnected %v into its flood", what, time.Since(start))
+	}
+
+	tok := parseToken(t, cp.Token("keyed"))
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	enc := enrollingConn(t, cp, tok, kp)
+	// Its connection may live 30 s.
+	flood("an enrolling client", enc, api.EnrolKeySubject("keyed", pub), api.EnrolInbox("keyed", pub)+".x", 15*time.Second)
+
+	h := harness.NewHost(t, bin, "gone")
+	if r := h.Enrol(cp.Token("gone")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	if r := cp.Ctl("revoke", "gone"); r.Code != 0 {
+		t.Fatalf("revoke: %s", r.Combined())
+	}
+	nc, err := dialNode(t, h.KeyPair(t), pinOf(t, cp), cp.Listen)
+	if err != nil {
+		t.Fatalf("the revoked key's connection: %v", err)
+	}
+	defer nc.Close()
+	// Its connection may live 10 s.
+	flood("a revoked key", nc, api.SyncSubject("gone"), api.NodeInbox("gone")+".x", 7*time.Second)
+	if got := cp.Counter("mesh_control_budget_disconnects_total", "reason=rate"); got < 2 {
+		t.Errorf("disconnects for rate: %v, want at least 2", got)
+	}
+}

@@ -194,6 +194,10 @@ type ControlHeartbeat struct {
 // AdminSubject is the subject of an operator API operation.
 func AdminSubject(op string) string { return AdminPrefix + op }
 
+// RetiredSubject is where the control plane serves op to the operator credentials
+// of removed control nodes, which request it on AdminSubject(op).
+func RetiredSubject(op string) string { return RetiredPrefix + op }
+
 // AdminRequest wraps every operator request but a ping: the protocol version, the
 // operation (which must match the subject it is sent on) and its arguments. The
 // control plane decodes it strictly, so nothing but a request made for that very

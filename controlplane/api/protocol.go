@@ -24,9 +24,13 @@ const ProtocolVersion = 2
 // Subject names. Node ids never contain '.', '*' or '>' (see tokenfmt), so they are
 // safe as subject tokens.
 const (
-	EnrolPrefix      = "mesh.enrol."
-	NodePrefix       = "mesh.node."
-	AdminPrefix      = "mesh.admin."
+	EnrolPrefix = "mesh.enrol."
+	NodePrefix  = "mesh.node."
+	AdminPrefix = "mesh.admin."
+	// RetiredPrefix is where the control account serves the reads that the operator
+	// credentials of removed control nodes send on AdminPrefix (the broker renames
+	// them), apart from every active operator's requests.
+	RetiredPrefix    = "mesh.retired."
 	ControlPrefix    = "mesh.control."
 	NodeInboxPrefix  = "_INBOX.node."
 	EnrolInboxPrefix = "_INBOX.enrol."

@@ -95,6 +95,12 @@ const (
 	// RevokedConnections is how many connections one revoked key is granted per
 	// RevokedConnectionLifetime on one broker; more are refused outright.
 	RevokedConnections = 2
+	// RetiredConnectionLifetime bounds a connection made with the operator
+	// credentials of a removed control node: a read, or a few, and no longer.
+	RetiredConnectionLifetime = time.Minute
+	// RetiredConnections is how many connections such credentials are granted per
+	// RetiredConnectionLifetime on one broker; more are refused outright.
+	RetiredConnections = 4
 	// DefaultTokenConnections is how many connections one token is granted per
 	// EnrolConnectionLifetime on one broker, so at most this many are open at once.
 	DefaultTokenConnections = 3
@@ -110,6 +116,7 @@ var (
 	ErrUnknownKey      = fmt.Errorf("%w: unknown node key", broker.ErrRefused)
 	ErrRevoked         = fmt.Errorf("%w: node revoked", broker.ErrRefused)
 	ErrRevokedBusy     = fmt.Errorf("%w: too many connections for this revoked key at once", broker.ErrRefused)
+	ErrRetiredBusy     = fmt.Errorf("%w: too many connections for a removed control node's operator credentials at once", broker.ErrRefused)
 	ErrUnknownSecret   = fmt.Errorf("%w: token secret matches no minted token", broker.ErrRefused)
 	ErrNoEnrolKey      = fmt.Errorf("%w: an enrolling client must present the node key it enrols (nkey and signed nonce)", broker.ErrRefused)
 	ErrTokenBusy       = fmt.Errorf("%w: too many connections for this token at once", broker.ErrRefused)
@@ -189,6 +196,9 @@ type Authenticator struct {
 	// for RevokedConnectionLifetime: a key the mesh revoked cannot hold more
 	// connection slots than a few at once.
 	revoked *window
+	// retired counts the connections granted to the operator credentials of each
+	// removed control node, held for RetiredConnectionLifetime.
+	retired *window
 }
 
 // New returns an Authenticator.
@@ -215,6 +225,7 @@ func New(cfg Config) *Authenticator {
 		blocks:  logging.NewLimiter(logging.RepeatInterval, cfg.Now),
 		tokens:  &window{limit: cfg.TokenConnections, span: EnrolConnectionLifetime, m: map[string][]admitted{}},
 		revoked: &window{limit: RevokedConnections, span: RevokedConnectionLifetime, m: map[string][]admitted{}},
+		retired: &window{limit: RetiredConnections, span: RetiredConnectionLifetime, m: map[string][]admitted{}},
 	}
 }
 
@@ -264,7 +275,7 @@ func InternalGrant(r Role, hostEvents []string) (broker.Grant, bool) {
 		g.Publish = []string{api.NodePrefix + "*" + api.DeclarationSuffix}
 	case RoleAdmin:
 		g.Account = broker.AccountControl
-		g.Subscribe = []string{api.AdminPrefix + ">", api.ControlStatusSubject}
+		g.Subscribe = []string{api.AdminPrefix + ">", api.RetiredPrefix + ">", api.ControlStatusSubject}
 		g.Publish = []string{"_R_.>"}
 	case RoleControl:
 		g.Account = broker.AccountControl
@@ -301,13 +312,17 @@ func OperatorGrant(name string) broker.Grant {
 // operator holding a copy why their changes are refused. It hears replies on the
 // inbox of its own key only (api.OperatorInbox): with every inbox, it heard the
 // answers to the other operators' changes and monitoring requests (every host's
-// connection, with its address), which it may not ask for itself.
-func RemovedOperatorGrant(name, node, key string) broker.Grant {
+// connection, with its address), which it may not ask for itself. The connection
+// ends at deadline, and each key is granted RetiredConnections of them a
+// RetiredConnectionLifetime: a command reads and leaves, and a copy of the file can
+// hold no more of the control node's descriptors than that.
+func RemovedOperatorGrant(name, node, key string, deadline time.Time) broker.Grant {
 	return broker.Grant{
 		User:      OperatorUserPrefix + name + RemovedOperatorSuffix + node,
 		Account:   broker.AccountRetired,
 		Publish:   api.ReadOnlySubjects(),
 		Subscribe: []string{api.OperatorInbox(key) + ".>"},
+		Deadline:  deadline,
 	}
 }
 
@@ -378,7 +393,11 @@ func (a *Authenticator) operator(c broker.Client) (broker.Grant, error) {
 		return broker.Grant{}, err
 	}
 	if node, revoked := a.cfg.Roster.OperatorRevoked(claims.Subject); revoked {
-		return RemovedOperatorGrant(claims.Name, node, claims.Subject), nil
+		now := a.cfg.Now()
+		if !a.retired.admit(claims.Subject, string(c.Nonce), now) {
+			return broker.Grant{}, ErrRetiredBusy
+		}
+		return RemovedOperatorGrant(claims.Name, node, claims.Subject, now.Add(RetiredConnectionLifetime)), nil
 	}
 	return OperatorGrant(claims.Name), nil
 }
@@ -636,6 +655,7 @@ func (a *Authenticator) Sweep() {
 	now := a.cfg.Now()
 	a.tokens.sweepNow(now)
 	a.revoked.sweepNow(now)
+	a.retired.sweepNow(now)
 	a.limiter.sweepNow(now)
 }
 

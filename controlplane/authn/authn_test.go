@@ -217,7 +217,7 @@ func TestAuthenticate(t *testing.T) {
 		{name: "internal publisher role", internal: "s3cret-internal", client: broker.Client{Username: string(RolePublisher), Token: "s3cret-internal"},
 			grant: broker.Grant{User: string(RolePublisher), Account: broker.AccountControl, Publish: []string{"mesh.node.*.decl"}}},
 		{name: "internal admin role", internal: "s3cret-internal", client: broker.Client{Username: string(RoleAdmin), Token: "s3cret-internal"},
-			grant: broker.Grant{User: string(RoleAdmin), Account: broker.AccountControl, Subscribe: []string{"mesh.admin.>", "mesh.controlstatus"}, Publish: []string{"_R_.>"}}},
+			grant: broker.Grant{User: string(RoleAdmin), Account: broker.AccountControl, Subscribe: []string{"mesh.admin.>", "mesh.retired.>", "mesh.controlstatus"}, Publish: []string{"_R_.>"}}},
 		{name: "internal control role", internal: "s3cret-internal", client: broker.Client{Username: string(RoleControl), Token: "s3cret-internal"},
 			grant: broker.Grant{User: string(RoleControl), Account: broker.AccountControl, Subscribe: []string{"mesh.control.>", "_INBOX.>"}, Publish: []string{"mesh.control.>"}}},
 		{name: "internal events role", internal: "s3cret-internal", client: broker.Client{Username: string(RoleEvents), Token: "s3cret-internal"},
@@ -497,7 +497,7 @@ func TestRevokedKeyConnectionBudget(t *testing.T) {
 
 // Errors are distinct: a person reading the log can tell every refusal apart.
 func TestRefusalsAreDistinct(t *testing.T) {
-	errs := []error{ErrNoCredentials, ErrBadSignature, ErrUnknownKey, ErrRevoked, ErrRevokedBusy, ErrUnknownSecret, ErrNoEnrolKey, ErrTokenBusy, ErrRateLimited, ErrBadOperator, ErrInternalMissing, ErrUnbound}
+	errs := []error{ErrNoCredentials, ErrBadSignature, ErrUnknownKey, ErrRevoked, ErrRevokedBusy, ErrRetiredBusy, ErrUnknownSecret, ErrNoEnrolKey, ErrTokenBusy, ErrRateLimited, ErrBadOperator, ErrInternalMissing, ErrUnbound}
 	for i, a := range errs {
 		if !errors.Is(a, broker.ErrRefused) {
 			t.Errorf("%v does not wrap broker.ErrRefused", a)

@@ -1,6 +1,8 @@
 package authn
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -35,9 +37,10 @@ func TestRemovedControlNodeOperatorCredentials(t *testing.T) {
 	fx.apply(t, state.Command{Op: state.OpRemoveControl, At: at.Add(time.Minute), RemoveControl: &state.RemoveControlCmd{Node: "cp-2"}})
 
 	a := fx.auth("internal")
-	client := func(kp nkeys.KeyPair) broker.Client {
+	conn := func(kp nkeys.KeyPair, nonce []byte) broker.Client {
 		return broker.Client{JWT: userJWT(t, fx.account, kp, nil), Nonce: nonce, Sig: sign(t, kp, nonce)}
 	}
+	client := func(kp nkeys.KeyPair) broker.Client { return conn(kp, nonce) }
 	g, err := a.Authenticate(client(removed))
 	if err != nil {
 		t.Fatalf("a removed node's credentials are refused outright (%v): the machine could not learn that it was removed", err)
@@ -61,5 +64,25 @@ func TestRemovedControlNodeOperatorCredentials(t *testing.T) {
 	}
 	if g2, err := a.Authenticate(client(kept)); err != nil || !slices.Equal(g2.Publish, OperatorGrant("alice").Publish) {
 		t.Fatalf("an active control node's credentials: %+v, %v; want the full operator grant", g2, err)
+	}
+	// A connection of a removed node's credentials ends within a minute, and each
+	// such key gets a few a minute: a copy of the file held 171 connections, every
+	// descriptor the broker keeps for operators, for as long as it liked.
+	if want := now0.Add(RetiredConnectionLifetime); !g.Deadline.Equal(want) {
+		t.Errorf("a removed node's credentials' connection ends at %v, want %v", g.Deadline, want)
+	}
+	other := func(i int) []byte { return fmt.Appendf(nil, "server-nonce-%d", i) }
+	for i := 1; i < RetiredConnections; i++ {
+		if _, err := a.Authenticate(conn(removed, other(i))); err != nil {
+			t.Fatalf("connection %d of a removed node's credentials in a minute: %v", i+1, err)
+		}
+	}
+	if _, err := a.Authenticate(conn(removed, other(RetiredConnections))); !errors.Is(err, ErrRetiredBusy) {
+		t.Fatalf("connection %d of a removed node's credentials in a minute: %v, want ErrRetiredBusy", RetiredConnections+1, err)
+	}
+	for i := range RetiredConnections + 1 {
+		if _, err := a.Authenticate(conn(kept, other(i))); err != nil {
+			t.Fatalf("an active control node's credentials are counted with a removed one's: %v", err)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"mesh/broker"
 	"mesh/controlplane/api"
 	"mesh/controlplane/pki"
 	"mesh/controlplane/replication"
@@ -32,7 +33,48 @@ const MaxAdminRequest = declarations.MaxEnvelopeSize + 64<<10
 // explicit AdminRequest envelope, decoded strictly: another call's answer delivered
 // here by a reflected reply subject decodes as nothing.
 func (d *Daemon) handleAdmin(m *nats.Msg) {
-	op := strings.TrimPrefix(m.Subject, api.AdminPrefix)
+	d.serveAdmin(strings.TrimPrefix(m.Subject, api.AdminPrefix), m)
+}
+
+// retiredBudget names the one message budget that every removed control node's
+// operator credentials share: they read now and then, and what a copy of such a
+// file sends past it closes all their connections.
+const retiredBudget = "retired:"
+
+// retiredServices are the reads the operator credentials of removed control nodes
+// request on the operator API's subjects, served apart (handleRetired).
+func retiredServices() []broker.Renamed {
+	var out []broker.Renamed
+	for _, op := range api.AdminOps() {
+		if api.ReadOnly(op) {
+			out = append(out, broker.Renamed{Local: api.AdminSubject(op), Export: api.RetiredSubject(op)})
+		}
+	}
+	return out
+}
+
+// handleRetired serves the reads of removed control nodes' operator credentials,
+// which the broker renames to api.RetiredPrefix: in a queue of their own, under one
+// budget, so that a copy of such a file flooding its reads neither delays an
+// operator's change nor costs the leader more than a short queue. Past the budget,
+// every connection of those credentials is closed (each may open a few a minute,
+// authn.RetiredConnections). The broker imports nothing else for them; anything
+// else arriving here is dropped.
+func (d *Daemon) handleRetired(m *nats.Msg) {
+	op := strings.TrimPrefix(m.Subject, api.RetiredPrefix)
+	switch {
+	case !api.ReadOnly(op):
+		d.guard.drop("retired", ReasonMalformed, op, "not a read")
+	case !d.guard.spend(retiredBudget):
+		d.guard.drop("retired", ReasonRate, op, "reads of removed control nodes' credentials over their budget: their connections are closed")
+		d.kickAll(broker.AccountRetired, ReasonRate)
+	default:
+		d.serveAdmin(op, m)
+	}
+}
+
+// serveAdmin answers operator request m for op.
+func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 	if !replyUnder(m.Reply, "_R_.") {
 		d.dropReply("admin", op, m.Reply)
 		return

@@ -126,12 +126,16 @@ type Daemon struct {
 	broker     *broker.Server
 	conns      *conns
 	presence   *presence.Tracker
-	signer     *signer
-	seen       *liveness
-	status     *statusBatcher
-	ctl        *controlTracker
-	guard      *guard
-	effects    *effectQueue
+	// shutOut follows the connections of the accounts whose credentials the mesh
+	// no longer trusts (revoked keys, removed control nodes' operator credentials),
+	// to close them when they flood what they may still send.
+	shutOut map[broker.Account]*presence.Tracker
+	signer  *signer
+	seen    *liveness
+	status  *statusBatcher
+	ctl     *controlTracker
+	guard   *guard
+	effects *effectQueue
 	// authn decides who the broker admits; its tables are swept by sweepTables.
 	authn *authn.Authenticator
 	// ahead is the membership learnt ahead of the state (peers.go), from the log's
@@ -305,7 +309,17 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	d.authn = authn.New(authn.Config{Roster: d.fsm, Mesh: d.cfg.Mesh, InternalToken: d.internalToken, HostEvents: []string{connect, disconnect},
+	events := []string{connect, disconnect}
+	shutOutEvents := map[broker.Account][2]string{}
+	for _, a := range []broker.Account{broker.AccountRevoked, broker.AccountRetired} {
+		c, dc, err := broker.ConnectionEvents(d.cfg.Mesh, a)
+		if err != nil {
+			return nil, err
+		}
+		shutOutEvents[a] = [2]string{c, dc}
+		events = append(events, c, dc)
+	}
+	d.authn = authn.New(authn.Config{Roster: d.fsm, Mesh: d.cfg.Mesh, InternalToken: d.internalToken, HostEvents: events,
 		Logger:           d.log.With("component", "authn"),
 		RequireBound:     opts.RequireBoundLogins,
 		AwaitReplication: d.awaitReplication,
@@ -327,7 +341,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			HostStreams:      []string{api.NodePrefix + "*" + api.DeclarationSuffix},
 			OperatorServices: []string{api.AdminPrefix + ">"},
 			OperatorGathers:  []string{api.ControlStatusSubject},
-			RetiredServices:  api.ReadOnlySubjects(),
+			RetiredServices:  retiredServices(),
 		},
 		Cluster: &broker.ClusterConfig{Listen: d.cfg.ClusterListen, Routes: routes, TLS: mutual, Pins: pins},
 		// Hosts wait until this node serves what they ask first (followLeadership):
@@ -361,6 +375,17 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	d.shutOut = map[broker.Account]*presence.Tracker{}
+	for a, ev := range shutOutEvents {
+		t, err := presence.Start(presence.Config{
+			Conn: d.conns.events, Connect: ev[0], Disconnect: ev[1], Account: d.broker.AccountName(a),
+			Reachable: d.broker.Reachable, Logger: d.log.With("component", "presence", "account", a.String()), Now: opts.Now,
+		})
+		if err != nil {
+			return nil, err
+		}
+		d.shutOut[a] = t
 	}
 	d.status = newStatusBatcher(d)
 	d.registry = d.newRegistry()
@@ -579,6 +604,12 @@ const commitTimeout = 10 * time.Second
 const (
 	enrolConcurrency = 64
 	adminConcurrency = 8
+	// retiredConcurrency, retiredPendingMsgs and retiredPendingBytes bound what the
+	// reads of removed control nodes' credentials take of the leader: a few at once,
+	// and a short queue, past which nats.go drops them.
+	retiredConcurrency  = 2
+	retiredPendingMsgs  = 256
+	retiredPendingBytes = 4 << 20
 )
 
 // serveAPI subscribes the leader's handlers, each on the connection of its role.
@@ -603,11 +634,17 @@ func (d *Daemon) serveAPI() error {
 		{d.conns.revoked, api.NodePrefix + "*" + api.SyncSuffix, d.handleRevokedSync},
 		// Operators' reads never wait behind another operator's change (adminOp).
 		{d.conns.admin, api.AdminPrefix + ">", d.handlers.concurrently(adminConcurrency, d.handleAdmin)},
+		// Removed control nodes' credentials read in a queue of their own.
+		{d.conns.admin, api.RetiredPrefix + ">", d.handlers.concurrently(retiredConcurrency, d.handleRetired)},
 	}
 	for _, h := range handlers {
 		sub, err := h.nc.QueueSubscribe(h.subject, queueGroup, h.h)
 		if err != nil {
 			return fmt.Errorf("subscribe %s: %w", h.subject, err)
+		}
+		if strings.HasPrefix(h.subject, api.RetiredPrefix) {
+			// A flood of them is dropped here, in nats.go, not kept by the megabyte.
+			_ = sub.SetPendingLimits(retiredPendingMsgs, retiredPendingBytes)
 		}
 		d.subs = append(d.subs, sub)
 	}
@@ -658,6 +695,9 @@ func (d *Daemon) Close() {
 	}
 	if d.presence != nil {
 		d.presence.Close()
+	}
+	for _, t := range d.shutOut {
+		t.Close()
 	}
 	d.conns.close()
 	if d.broker != nil {

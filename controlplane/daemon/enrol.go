@@ -37,16 +37,21 @@ func (d *Daemon) handleEnrol(m *nats.Msg) {
 		d.guard.drop("enrol", ReasonTooLarge, node, "enrolment request over its budget")
 		return
 	}
-	// A flood costs a map lookup per message, and the clients' connections end
-	// within 30 seconds. On the keyed subject the budget is the one client's; on the
-	// old one, every client enrolling the node shares it, whatever its token, so a
-	// client holding some other token could spend it.
+	// On the keyed subject the budget is the one client's, and past it the client's
+	// connections are closed: a flood queued on this subject delayed every other
+	// enrolment by seconds, and the connection may live 30 s. On the old subject,
+	// every client enrolling the node shares the budget, whatever its token (so a
+	// client holding some other token could spend it), and no one connection can be
+	// told from another: over it, a message is dropped.
 	budget := enrolBudgetKey + node
 	if keyed {
 		budget += "." + key
 	}
 	if !d.guard.spend(budget) {
 		d.guard.drop("enrol", ReasonRate, node, "enrolment requests over the client's budget")
+		if keyed {
+			d.disconnectKey(key, ReasonRate)
+		}
 		return
 	}
 	req, err := api.Decode[api.EnrolRequest](m.Data)

@@ -55,6 +55,11 @@ func (d *Daemon) syncPresence(ctx context.Context) error {
 		if err := d.presence.Sync(sctx, max(1, brokers)); err != nil && ctx.Err() == nil {
 			d.log.Warn("not every broker listed its connections; presence may lag until the next listing", "err", err)
 		}
+		// The accounts of keys no longer trusted hold few connections, each for a
+		// minute at most: a listing repairs what a lost event left wrong there too.
+		for _, t := range d.shutOut {
+			_ = t.Sync(sctx, max(1, brokers))
+		}
 		d.closeRevokedConnections()
 		cancel()
 		select {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"mesh/broker"
 	"mesh/controlplane/api"
 	"mesh/controlplane/authn"
 	"mesh/controlplane/state"
@@ -85,6 +86,12 @@ func (d *Daemon) handleRevokedSync(m *nats.Msg) {
 		return
 	case !d.guard.spend(authn.RevokedUserPrefix + node):
 		d.guard.drop(kind, ReasonRate, node, "message rate over the revoked node's budget")
+		// Its keys' connections are closed: each lives 10 s, and a flood over it
+		// cost the leader millions of dropped messages.
+		d.kickAll(broker.AccountRevoked, ReasonRate, func(key string) bool {
+			n, revoked := d.fsm.RevokedKey(key)
+			return revoked && n == node
+		})
 		return
 	case !replyUnder(m.Reply, api.NodeInbox(node)+"."):
 		d.dropReply(kind, node, m.Reply)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"mesh/broker"
 	"mesh/controlplane/api"
 	"mesh/controlplane/state"
 )
@@ -172,16 +173,37 @@ func (d *Daemon) dropReply(kind, who, reply string) {
 // A node whose connection nats-server has not announced yet (its connect event can
 // trail its first messages) owes the disconnection, paid when it is announced.
 func (d *Daemon) disconnectNode(node string, why Reason) {
-	n, ok := d.nodeKey(node)
-	if !ok {
-		return
+	if n, ok := d.nodeKey(node); ok {
+		d.disconnectKey(n, why)
 	}
-	asked, open := d.presence.Kick(n)
+}
+
+// disconnectKey closes every connection of the hosts account that logged in with
+// key (a node's, or an enrolling client's), cluster-wide, as disconnectNode does.
+func (d *Daemon) disconnectKey(key string, why Reason) {
+	asked, open := d.presence.Kick(key)
 	switch {
 	case asked > 0:
 		d.guard.kicked(why)
 	case open == 0:
-		d.guard.owe(n, why)
+		d.guard.owe(key, why)
+	}
+}
+
+// kickAll closes every connection of account a (revoked keys, or removed control
+// nodes' operator credentials) that accept picks, or all when accept is nil.
+func (d *Daemon) kickAll(a broker.Account, why Reason, accept ...func(user string) bool) {
+	t := d.shutOut[a]
+	if t == nil {
+		return
+	}
+	for _, user := range t.Users() {
+		if len(accept) > 0 && !accept[0](user) {
+			continue
+		}
+		if asked, _ := t.Kick(user); asked > 0 {
+			d.guard.kicked(why)
+		}
 	}
 }
 
