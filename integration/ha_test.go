@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -397,6 +398,12 @@ func TestJoinRefusals(t *testing.T) {
 	_, other := cp1.ControlToken("cp-3")
 	if r := other.Join(tok); r.Code != 4 || !strings.Contains(r.Stderr, "token_other_node") && !strings.Contains(r.Stderr, "token_used") {
 		t.Fatalf("a used control token on another machine (exit %d): %s", r.Code, r.Combined())
+	} else if !strings.Contains(r.Stdout, "removed the keys of this join") {
+		t.Errorf("the refused join does not say it removed its keys:\n%s", r.Stdout)
+	}
+	// Refused for good, the join leaves no key behind (it held a seed nobody will use).
+	if _, err := os.Stat(filepath.Join(other.Dir, datadir.JoinPendingFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a join refused for good left %s: %v", datadir.JoinPendingFile, err)
 	}
 }
 

@@ -146,6 +146,12 @@ func TestOperatorCommands(t *testing.T) {
 	if r := harness.Run(t, "", nil, bin.Meshctl, "nodes", "--servers", cp.Listen, "--creds", creds, "--ca", ca); r.Code != 0 || !strings.Contains(r.Stdout, "web-1") {
 		t.Fatalf("nodes with flags: exit %d\n%s", r.Code, r.Combined())
 	}
+	// A copy others may read is refused before it is used, as serve refuses its own.
+	loose := filepath.Join(op, "loose.creds")
+	copyFile(t, filepath.Join(cp.Dir, datadir.AdminCredsFile), loose, 0o644)
+	if r := harness.Run(t, "", nil, bin.Meshctl, "nodes", "--servers", cp.Listen, "--creds", loose, "--ca", ca); r.Code != 7 || !strings.Contains(r.Stderr, "chmod 600 "+loose) {
+		t.Fatalf("nodes with creds others may read: exit %d, want 7 and the fix\n%s", r.Code, r.Combined())
+	}
 	env := []string{"MESH_SERVERS=tls://" + cp.Listen, "MESH_CREDS=" + creds, "MESH_CA=" + ca}
 	if r := harness.Run(t, "", env, bin.Meshctl, "status"); r.Code != 0 || !strings.Contains(r.Stdout, "1 converged") {
 		t.Fatalf("status with MESH_*: exit %d\n%s", r.Code, r.Combined())

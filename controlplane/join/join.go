@@ -448,7 +448,7 @@ func (r *run) join(ctx context.Context) error {
 	}
 	resp, broker, err := r.admission(ctx, nk, ck)
 	if err != nil {
-		return err
+		return r.dropSpentKeys(err)
 	}
 	adm := resp.Control
 	r.step("admit", "the mesh (via %s) admitted %s as a control node", broker, r.tok.Node)
@@ -524,6 +524,22 @@ func (r *run) join(ctx context.Context) error {
 
 	// 4. Raft: nonvoter, proof of replication, promotion.
 	return r.member(ctx, cfg, adm)
+}
+
+// dropSpentKeys removes the keys of this join (join-pending.json) once the mesh
+// refused its token for good (ErrRefused: used, expired, cancelled, unknown, another
+// role or node): no join can finish with them, and a seed nobody will use should not
+// lie about. After any other failure they stay, for a run with the same token.
+func (r *run) dropSpentKeys(err error) error {
+	if !errors.Is(err, ErrRefused) {
+		return err
+	}
+	path := r.o.Dir.Path(pendingFile)
+	if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		return fmt.Errorf("%w; the keys of this join can no longer be used, but %v: remove %s", err, rerr, path)
+	}
+	r.step("keys", "removed the keys of this join (%s): the mesh refused this token for good, so no join can finish with it", pendingFile)
+	return err
 }
 
 // tokenID is the token's id as the mesh stores it.

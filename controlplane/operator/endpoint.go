@@ -38,6 +38,11 @@ type Endpoint struct {
 // mistyped broker address read as the credentials' fault).
 var ErrEndpoint = errors.New("cannot use what was given to reach the control plane")
 
+// ErrCredsExposed refuses an operator's credentials file that group or others may
+// read: it logs in as an operator of the whole mesh (as ssh refuses a private key
+// others may read, and serve its own admin.creds).
+var ErrCredsExposed = errors.New("the operator credentials file is readable by other users")
+
 // DirEndpoint is the endpoint a control node's data directory describes: the brokers
 // and the pin of its mesh.json, and its admin.creds. joining admits the unfinished
 // configuration of a join in progress.
@@ -98,6 +103,9 @@ func CAEndpoint(servers []string, creds, caFile string) (Endpoint, error) {
 		// Refused here, not at each connection: a FIFO would pass this check
 		// and fail only when the credentials are read.
 		return Endpoint{}, fmt.Errorf("%w: creds file: %w", ErrEndpoint, &readfile.NotRegularError{Path: creds, Mode: fi.Mode()})
+	} else if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return Endpoint{}, fmt.Errorf("%w: %w: %s (mode %v) is an operator's login to the whole mesh; make it private (chmod 600 %s) and run the command again",
+			ErrEndpoint, ErrCredsExposed, creds, perm, creds)
 	}
 	data, err := readSmall(caFile)
 	if err != nil {

@@ -334,3 +334,30 @@ func TestDirEndpointOfAJoiningNode(t *testing.T) {
 		t.Fatalf("a joining node's hint: %q, %v", e.Hint, err)
 	}
 }
+
+// TestCredsOthersMayReadAreRefused: an operator's machine with admin.creds of mode
+// 0644 logged in with it silently, where serve refuses its own and ssh a private key
+// others may read; every local user of that machine could log in as an operator.
+func TestCredsOthersMayReadAreRefused(t *testing.T) {
+	ca, _, err := pki.NewCA("m", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := caFileOf(t, ca)
+	creds := credsFile(t)
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604} {
+		if err := os.Chmod(creds, mode); err != nil {
+			t.Fatal(err)
+		}
+		_, err := CAEndpoint([]string{"127.0.0.1:1"}, creds, caFile)
+		if !errors.Is(err, ErrCredsExposed) || !errors.Is(err, ErrEndpoint) || !strings.Contains(err.Error(), "chmod 600 "+creds) {
+			t.Errorf("creds of mode %v: %v, want ErrCredsExposed naming the fix", mode, err)
+		}
+	}
+	if err := os.Chmod(creds, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := CAEndpoint([]string{"127.0.0.1:1"}, creds, caFile); err != nil {
+		t.Errorf("creds of mode 0600: %v", err)
+	}
+}

@@ -249,9 +249,21 @@ func New(o Options) (*Agent, error) {
 			kp.Wipe()
 		}
 	}()
-	if fi, err := os.Stat(identity.Path(o.StateDir)); err == nil && fi.Mode().Perm()&0o077 != 0 {
-		o.Logger.Warn("the identity file is readable by other users: it holds this node's private key; chmod 600 it",
-			"file", identity.Path(o.StateDir), "mode", fi.Mode().Perm().String())
+	if err := identity.MakePrivate(o.StateDir); err != nil {
+		var loose *identity.ExposedError
+		if !errors.As(err, &loose) {
+			return nil, err
+		}
+		// The file is this user's (identity.Load refuses another's): made private,
+		// so that nobody reads the key from now on. Whoever could before may hold it.
+		if loose.Err != nil {
+			o.Logger.Warn("the identity file is readable by other users and could not be made private: it holds this node's private key; chmod 600 it",
+				"file", loose.Path, "mode", loose.Mode.String(), "err", loose.Err)
+		} else {
+			o.Logger.Warn("the identity file was readable by other users and is private now: it holds this node's private key, which they could have copied; "+
+				"if they are not trusted, have this node revoked (meshctl revoke) and enrol it again",
+				"file", loose.Path, "mode", loose.Mode.String())
+		}
 	}
 	applied, store, err := state.Open(o.StateDir)
 	if err != nil {

@@ -648,3 +648,32 @@ func TestStaleIsLogged(t *testing.T) {
 		t.Fatalf("%d lines saying the declaration is fresh again, want 1:\n%s", n, logged.String())
 	}
 }
+
+// TestIdentityOthersMayReadIsMadePrivate: an identity file restored with loose modes
+// (0644) held the node's key for every local user to read, and the agent only said
+// so. It is made private as the agent starts, and the warning says what else to do.
+func TestIdentityOthersMayReadIsMadePrivate(t *testing.T) {
+	f := newFixture(t)
+	path := identity.Path(f.dir)
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	if _, err := New(Options{StateDir: f.dir, Root: f.root, Now: func() time.Time { return t0 }, Logger: slog.New(slog.NewTextHandler(&logged, nil))}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the identity file after the agent started: %v %v, want 0600", fi.Mode().Perm(), err)
+	}
+	if !strings.Contains(logged.String(), "is private now") || !strings.Contains(logged.String(), "mode=-rw-r--r--") || !strings.Contains(logged.String(), "meshctl revoke") {
+		t.Fatalf("the warning does not say what was done and what to do:\n%s", logged.String())
+	}
+	// Private already: nothing said.
+	logged.Reset()
+	if _, err := New(Options{StateDir: f.dir, Root: f.root, Now: func() time.Time { return t0 }, Logger: slog.New(slog.NewTextHandler(&logged, nil))}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logged.String(), "identity file") {
+		t.Fatalf("a private identity file warned of:\n%s", logged.String())
+	}
+}

@@ -84,6 +84,39 @@ type fileIdentity Identity
 // Path returns the identity file's path in stateDir.
 func Path(stateDir string) string { return filepath.Join(stateDir, FileName) }
 
+// ExposedError says that the identity file was readable by group or others (a copy
+// restored with loose modes, a chmod by hand): its key may have been read.
+type ExposedError struct {
+	Path string
+	Mode fs.FileMode // its permissions as they were
+	// Err is why it could not be made private; nil when it was.
+	Err error
+}
+
+func (e *ExposedError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("identity: %s (mode %v) is readable by other users and could not be made private: %v", e.Path, e.Mode, e.Err)
+	}
+	return fmt.Sprintf("identity: %s was readable by other users (mode %v); it is 0600 now", e.Path, e.Mode)
+}
+
+func (e *ExposedError) Unwrap() error { return e.Err }
+
+// MakePrivate takes group and others' permissions off the identity file in
+// stateDir, and says so with *ExposedError if there were any. The state directory
+// is the agent's own, and no one else may write it (statedir.Check): the file
+// cannot be swapped between the look and the change.
+func MakePrivate(stateDir string) error {
+	path := Path(stateDir)
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 == 0 {
+		return nil
+	}
+	e := &ExposedError{Path: path, Mode: fi.Mode().Perm()}
+	e.Err = os.Chmod(path, fi.Mode().Perm()&^0o077)
+	return e
+}
+
 // Validate reports the first field that is missing or inconsistent: the format
 // version, the mesh and node ids, the role, the seed against the public key,
 // the CA certificate against its pin, the broker addresses, the subjects and

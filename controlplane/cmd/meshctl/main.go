@@ -272,7 +272,9 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		// A file of the data directory that cannot be read as one: running again
 		// will not mend it (and systemd does not restart serve for it).
 		errors.Is(err, datadir.ErrCorrupt), errors.Is(err, datadir.ErrTruncated), errors.Is(err, datadir.ErrTooLarge), errors.Is(err, datadir.ErrMissing),
-		errors.Is(err, datadir.ErrFormat), errors.Is(err, datadir.ErrNotAFile):
+		errors.Is(err, datadir.ErrFormat), errors.Is(err, datadir.ErrNotAFile),
+		// An operator's credentials file others may read: as serve refuses its own.
+		errors.Is(err, operator.ErrCredsExposed):
 		return exitDataDir
 	case errors.Is(err, operator.ErrUnreachable), errors.Is(err, operator.ErrNoLeader), errors.Is(err, operator.ErrNoAnswer), errors.Is(err, operator.ErrConnectionLost),
 		errors.Is(err, join.ErrUnavailable):

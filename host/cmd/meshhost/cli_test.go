@@ -254,3 +254,22 @@ func TestEnrolOnTheDirectoryOfARunningAgent(t *testing.T) {
 		t.Fatalf("exit %d, want %d saying it is enrolled and its agent runs: %s", code, exitIdentity, stderr)
 	}
 }
+
+// TestStatusWarnsOfAnIdentityOthersMayRead: status says so, changes nothing, and
+// still exits as it would; the agent is what makes the file private.
+func TestStatusWarnsOfAnIdentityOthersMayRead(t *testing.T) {
+	dir, _ := enrolled(t)
+	if code, _, stderr := runCLI("", nil, "status", "--state", dir); code != exitOK || strings.Contains(stderr, "warning") {
+		t.Fatalf("a private identity: exit %d: %s", code, stderr)
+	}
+	if err := os.Chmod(identity.Path(dir), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCLI("", nil, "status", "--state", dir)
+	if code != exitOK || !strings.Contains(stderr, "readable by other users") || !strings.Contains(stderr, "chmod 600") {
+		t.Fatalf("an identity others may read: exit %d: %s", code, stderr)
+	}
+	if fi, _ := os.Stat(identity.Path(dir)); fi.Mode().Perm() != 0o640 {
+		t.Fatalf("status changed the file's mode to %v", fi.Mode().Perm())
+	}
+}

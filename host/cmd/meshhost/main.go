@@ -672,6 +672,12 @@ func cmdStatus(args []string, cio *cliIO) error {
 	if err != nil {
 		return err
 	}
+	// Said, not mended: status changes nothing (the agent makes it private as it
+	// starts).
+	if fi, err := os.Stat(identity.Path(*stateDir)); err == nil && fi.Mode().Perm()&0o077 != 0 {
+		fmt.Fprintf(cio.stderr, "meshhost status: warning: %s (mode %v) is readable by other users: it holds this node's private key; chmod 600 it (meshhost run does as it starts), and if they are not trusted have this node revoked and enrol it again\n",
+			identity.Path(*stateDir), fi.Mode().Perm())
+	}
 	applied, err := state.Load(*stateDir)
 	if err != nil {
 		return err
