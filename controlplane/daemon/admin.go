@@ -67,7 +67,7 @@ func (d *Daemon) handleRetired(m *nats.Msg) {
 		d.guard.drop("retired", ReasonMalformed, op, "not a read")
 	case !d.guard.spend(retiredBudget):
 		d.guard.drop("retired", ReasonRate, op, "reads of removed control nodes' credentials over their budget: their connections are closed")
-		d.kickAll(broker.AccountRetired, ReasonRate)
+		d.kickAll(broker.AccountRetired, ReasonRate, nil)
 	default:
 		d.serveAdmin(op, m)
 	}

@@ -70,7 +70,7 @@ var (
 		"Requests the control plane answered with a refusal, by subject and reason (the protocol's code).",
 		[]string{"subject", "reason"}, nil)
 	descKicked = prometheus.NewDesc("mesh_control_budget_disconnects_total",
-		"Nodes disconnected for exceeding a budget, by reason.",
+		"Connections closed for exceeding a budget (a node's, an enrolling client's, a revoked key's, a removed control node's operator credentials'), by reason.",
 		[]string{"reason"}, nil)
 	descHostConns = prometheus.NewDesc("mesh_control_host_connections",
 		"Connections open in the hosts account on every broker of the mesh, as nats-server's events report them.",

@@ -191,14 +191,14 @@ func (d *Daemon) disconnectKey(key string, why Reason) {
 }
 
 // kickAll closes every connection of account a (revoked keys, or removed control
-// nodes' operator credentials) that accept picks, or all when accept is nil.
-func (d *Daemon) kickAll(a broker.Account, why Reason, accept ...func(user string) bool) {
+// nodes' operator credentials) whose user accept picks, or all when accept is nil.
+func (d *Daemon) kickAll(a broker.Account, why Reason, accept func(user string) bool) {
 	t := d.shutOut[a]
 	if t == nil {
 		return
 	}
 	for _, user := range t.Users() {
-		if len(accept) > 0 && !accept[0](user) {
+		if accept != nil && !accept(user) {
 			continue
 		}
 		if asked, _ := t.Kick(user); asked > 0 {
