@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"mesh/broker"
 	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
+	"mesh/controlplane/operator"
 	"mesh/controlplane/pki"
 	"mesh/integration/harness"
 	"mesh/tokenfmt"
@@ -316,6 +318,64 @@ func TestAuthorityModel(t *testing.T) {
 	t.Logf("%d senders x %d reply subjects; %d foreign replies dropped; operator API refusals meanwhile: %v",
 		len(senders), len(tg), expectedDrops,
 		cp.Counter("mesh_control_requests_refused_total", "subject=admin")+cp.Counter("mesh_control_messages_dropped_total", "subject=admin")-adminBefore)
+
+	// A removed control node's operator credentials: each read they may send, with
+	// every reply subject above and an active operator's inbox, is answered in their
+	// own account or not at all. Nothing reaches the victim, the waiting enrolment or
+	// the operator, and nothing changes.
+	cp2 := joinControl(t, cp, "cp-2")
+	if r := cp.Ctl("control", "remove", "cp-2"); r.Code != 0 {
+		t.Fatalf("control remove cp-2: %s", r.Combined())
+	}
+	cp2.Process().Wait(30 * time.Second)
+	// The hosts were told of the broker added and of the one removed, on their
+	// declaration subjects: the victim's spy heard both, before any of the reads.
+	harness.Eventually(t, 10*time.Second, "the victim told of both membership changes", func() bool { return len(victimSpy.got()) >= 2 })
+	time.Sleep(500 * time.Millisecond)
+	victimHeard := len(victimSpy.got())
+	before = rosterDigest(t, cp)
+	cfg, _ := datadir.Dir(cp.Dir).LoadConfig()
+	pin, _ := cfg.Pin()
+	retired, err := nats.Connect("tls://"+cp.Listen, operator.CredsLogin(filepath.Join(cp2.Dir, datadir.AdminCredsFile), pki.PinnedClientConfig(pin), 10*time.Second)...)
+	if err != nil {
+		t.Fatalf("the removed node's credentials: %v", err)
+	}
+	defer retired.Close()
+	opSpy := &spy{}
+	opSpy.watch(t, cp.OperatorConn(), api.OperatorInboxPrefix+"WATCH.>")
+	reads := 0
+	for _, op := range api.AdminOps() {
+		if !api.ReadOnly(op) {
+			continue
+		}
+		req, _ := api.EncodeAdminRequest(op, struct{}{})
+		for _, reply := range append(tg, api.OperatorInboxPrefix+"WATCH.x") {
+			if err := retired.PublishRequest(api.AdminSubject(op), reply, req); err != nil {
+				t.Fatalf("a removed node's %s with reply %s: %v", op, reply, err)
+			}
+			reads++
+		}
+	}
+	if err := retired.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Its own inbox, the positive control: answered.
+	if _, err := operator.NewClient(retired, 10*time.Second).Nodes(api.NodesRequest{}); err != nil {
+		t.Fatalf("the removed node's own read: %v", err)
+	}
+	time.Sleep(time.Second)
+	if seen := victimSpy.got()[victimHeard:]; len(seen) != 0 {
+		t.Errorf("the victim received %v from a removed node's credentials", seen)
+	}
+	for who, s := range map[string]*spy{"the waiting enrolment": newbieSpy, "an operator": opSpy} {
+		if seen := s.got(); len(seen) != 0 {
+			t.Errorf("%s received %v from a removed node's credentials", who, seen)
+		}
+	}
+	if after := rosterDigest(t, cp); after != before {
+		t.Fatalf("the mesh's state changed under a removed node's reads:\nbefore %s\nafter  %s", before, after)
+	}
+	t.Logf("a removed node's credentials: %d reads with foreign replies", reads)
 
 	// The live token still enrols its machine, which the attacks did not consume.
 	newbie := harness.NewHost(t, bin, "newbie")
