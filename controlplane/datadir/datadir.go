@@ -284,7 +284,7 @@ type UnreadableError struct {
 func (e *UnreadableError) Error() string {
 	owner := "the user it belongs to"
 	if fi, err := os.Stat(e.Path); err == nil {
-		if uid, ok := fileOwner(fi); ok {
+		if uid, ok := FileOwner(fi); ok {
 			owner = userName(uid)
 		}
 	}

@@ -4,5 +4,5 @@ package datadir
 
 import "io/fs"
 
-// fileOwner: files have no numeric owner here.
-func fileOwner(fs.FileInfo) (int, bool) { return -1, false }
+// FileOwner: files have no numeric owner here.
+func FileOwner(fs.FileInfo) (int, bool) { return -1, false }

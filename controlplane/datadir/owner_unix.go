@@ -7,8 +7,8 @@ import (
 	"syscall"
 )
 
-// fileOwner returns a file's numeric owner.
-func fileOwner(fi fs.FileInfo) (int, bool) {
+// FileOwner returns a file's numeric owner, where files have one.
+func FileOwner(fi fs.FileInfo) (int, bool) {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
 		return -1, false

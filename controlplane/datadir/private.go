@@ -85,7 +85,7 @@ func judge(path string, fi fs.FileInfo, euid int, mask fs.FileMode, isDataDir bo
 	if fi.Mode()&fs.ModeSymlink != 0 {
 		return &UnprotectedError{Path: path, Problem: "is a symbolic link (never followed)", Fix: "put the file itself there, as meshctl wrote it"}
 	}
-	if uid, ok := fileOwner(fi); ok && uid != euid {
+	if uid, ok := FileOwner(fi); ok && uid != euid {
 		fix := fmt.Sprintf("chown %d %s", euid, path)
 		if isDataDir || fi.IsDir() {
 			fix = fmt.Sprintf("chown -R %d %s", euid, path)
@@ -126,7 +126,7 @@ func (d Dir) CheckKeysPrivate(names ...string) error {
 		if err != nil {
 			return err
 		}
-		owner, ok := fileOwner(fi)
+		owner, ok := FileOwner(fi)
 		if !ok {
 			owner = os.Geteuid()
 		}

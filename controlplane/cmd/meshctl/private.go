@@ -4,7 +4,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"syscall"
+
+	"mesh/controlplane/datadir"
 )
 
 // privateOutput makes w, when it is a regular file (stdout redirected: `meshctl token
@@ -25,8 +26,8 @@ func privateOutput(w io.Writer) error {
 	if err != nil || !fi.Mode().IsRegular() {
 		return nil
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return fmt.Errorf("stdout is a file another user owns (uid %d), who could read the token in it; no token was minted: write it to a file of your own (remove that one first), or through a pipe", st.Uid)
+	if uid, ok := datadir.FileOwner(fi); ok && uid != os.Geteuid() {
+		return fmt.Errorf("stdout is a file another user owns (uid %d), who could read the token in it; no token was minted: write it to a file of your own (remove that one first), or through a pipe", uid)
 	}
 	if fi.Mode().Perm()&0o077 == 0 {
 		return nil
