@@ -97,7 +97,7 @@ func (e *ExposedError) Error() string {
 	if e.Err != nil {
 		return fmt.Sprintf("identity: %s (mode %v) is readable by other users and could not be made private: %v", e.Path, e.Mode, e.Err)
 	}
-	return fmt.Sprintf("identity: %s was readable by other users (mode %v); it is 0600 now", e.Path, e.Mode)
+	return fmt.Sprintf("identity: %s was readable by other users (mode %v); only its owner may read it now", e.Path, e.Mode)
 }
 
 func (e *ExposedError) Unwrap() error { return e.Err }
