@@ -458,4 +458,8 @@ func TestNewLeaderCountsNodesAlive(t *testing.T) {
 		f := next.Scrape()
 		return harness.Sum(f, "mesh_nodes", "state=alive") == n && harness.Sum(f, "mesh_nodes", "state=offline") == 0
 	})
+	// It sends the hosts the signed list of brokers once: the leader before it may
+	// have died between committing a change of control nodes and sending the list,
+	// and hosts then dialled a removed broker for as long as they stayed connected.
+	next.Process().WaitOutput(t, "a new leader told hosts the brokers", 10*time.Second)
 }

@@ -557,6 +557,7 @@ func (d *Daemon) followLeadership(ctx context.Context) error {
 				if err := d.serveAPI(); err != nil {
 					return err
 				}
+				d.effects.push(effect{kind: effectTellBrokers})
 				d.closeRevokedConnections()
 			} else {
 				d.log.Info("this control node is no longer the leader; API handed over")

@@ -24,6 +24,12 @@ const (
 	// effectBrokers: make this node's mesh.json list the current brokers, should an
 	// earlier save have failed (a full disk) or someone have edited the list.
 	effectBrokers
+	// effectTellBrokers: this node took over as leader: send the hosts the signed
+	// list of brokers once. The leader before it may have died between committing a
+	// change of control nodes and sending the list (a soak killed it 30 ms after a
+	// removal: hosts dialled the removed broker for as long as they stayed
+	// connected); hosts take a list of the version they hold as nothing new.
+	effectTellBrokers
 )
 
 type effect struct {
@@ -90,7 +96,9 @@ func (d *Daemon) carryOut(e effect) {
 		d.removedOnce.Do(func() { close(d.removed) })
 	case effectMembership:
 		d.updateClusterPeers()
-		d.membershipChanged()
+		d.tellBrokers("control nodes changed; hosts told the brokers")
+	case effectTellBrokers:
+		d.tellBrokers("a new leader told hosts the brokers")
 	case effectBrokers:
 		var brokers []string
 		d.fsm.Read(func(s *state.State) { _, brokers = s.Membership() })

@@ -9,11 +9,12 @@ import (
 	"mesh/controlplane/state"
 )
 
-// membershipChanged runs on every control node when the control nodes changed. The
-// leader sends every node the new signed list of brokers; every control node writes
-// the list into its own mesh.json, so that meshctl run with any control node's data
-// directory tries every broker, not only the ones known when it joined.
-func (d *Daemon) membershipChanged() {
+// tellBrokers runs on every control node when the control nodes changed, and on a
+// new leader. The leader sends every node the current signed list of brokers (and
+// logs done); every control node writes the list into its own mesh.json, so that
+// meshctl run with any control node's data directory tries every broker, not only
+// the ones known when it joined.
+func (d *Daemon) tellBrokers(done string) {
 	var (
 		members state.MembershipInput
 		targets []string
@@ -39,7 +40,7 @@ func (d *Daemon) membershipChanged() {
 		_ = d.conns.publisher.Publish(api.DeclarationSubject(id), env)
 	}
 	_ = d.conns.publisher.Flush()
-	d.log.Info("control nodes changed; hosts told the brokers", "version", members.Version, "brokers", members.Brokers, "nodes", len(targets))
+	d.log.Info(done, "version", members.Version, "brokers", members.Brokers, "nodes", len(targets))
 }
 
 // saveBrokers records brokers in this node's mesh.json when they differ. Only the
