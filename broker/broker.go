@@ -101,6 +101,9 @@ type Server struct {
 	// peer's leaf arrives, set before each reload (routepins.go).
 	routePins *routePins
 	capacity  Capacity
+	// answered are the control account's exports whose requesters wait for one
+	// answer: the operators' services (PendingOperatorAnswers).
+	answered []string
 }
 
 // Start configures and starts the broker and waits until it accepts connections.
@@ -239,7 +242,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ns.Shutdown()
 		return nil, fmt.Errorf("broker: not accepting connections on %s: %w", cfg.Listen, err)
 	}
-	return &Server{ns: ns, log: log, listen: ns.ClientURL(), accounts: accts, admit: admit, hook: h, nlog: nlog, opts: opts, clustered: cfg.Cluster != nil, routePins: pins, capacity: cfg.Capacity}, nil
+	answered := slices.Clone(cfg.Flows.OperatorServices)
+	for _, r := range cfg.Flows.RetiredServices {
+		answered = append(answered, r.Export)
+	}
+	return &Server{ns: ns, log: log, listen: ns.ClientURL(), accounts: accts, admit: admit, hook: h, nlog: nlog, opts: opts,
+		clustered: cfg.Cluster != nil, routePins: pins, capacity: cfg.Capacity, answered: answered}, nil
 }
 
 // ErrNotReady means nats-server did not start listening, for the reason the error
@@ -590,6 +598,24 @@ func (s *Server) routedPeers() ([]string, error) {
 
 // NumRoutes reports how many cluster routes are up.
 func (s *Server) NumRoutes() int { return s.ns.NumRoutes() }
+
+// PendingOperatorAnswers counts the operator requests that came in through this
+// broker and whose answer has not gone back through it yet: nats-server keeps each
+// one's way back to its requester until the answer passes. An answer comes back only
+// the way its request went, so a broker that stops while one is on its way (its
+// request being served by a leader elsewhere) loses it, and the operator is left
+// wondering whether the change was made.
+func (s *Server) PendingOperatorAnswers() int {
+	acc, err := s.ns.LookupAccount(s.accounts.names[AccountControl])
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, subj := range s.answered {
+		n += acc.NumPendingResponses(subj)
+	}
+	return n
+}
 
 // Shutdown stops the broker and closes every connection.
 func (s *Server) Shutdown() {

@@ -24,15 +24,16 @@ import (
 	"mesh/tokenfmt"
 )
 
-// joinControl mints a control token on ca, joins the new node and serves it.
-func joinControl(t *testing.T, ca *harness.ControlPlane, node string) *harness.ControlPlane {
+// joinControl mints a control token on ca, joins the new node and serves it (with
+// serveArgs).
+func joinControl(t *testing.T, ca *harness.ControlPlane, node string, serveArgs ...string) *harness.ControlPlane {
 	t.Helper()
 	tok, n := ca.ControlToken(node)
 	r := n.Join(tok)
 	if r.Code != 0 {
 		t.Fatalf("join %s (exit %d):\n%s", node, r.Code, r.Combined())
 	}
-	n.Serve()
+	n.Serve(serveArgs...)
 	// Once it serves, the leader promotes it, keeping the voters odd: a second
 	// control node waits for a third.
 	harness.Eventually(t, 20*time.Second, "the voters settle after "+node+" serves", func() bool {

@@ -702,12 +702,40 @@ func (d *Daemon) Close() {
 	}
 	d.conns.close()
 	if d.broker != nil {
+		d.drainOperatorAnswers(answersDrain)
 		d.broker.Shutdown()
 	}
 	if d.raft != nil {
 		if err := d.raft.Close(); err != nil {
 			d.log.Warn("raft shutdown", "err", err)
 		}
+	}
+}
+
+// answersDrain bounds how long a stopping control node keeps its broker up for the
+// answers to operator requests that came in through it and are on their way back
+// from the leader: a rolling restart stops brokers that operators are connected to,
+// and a change made there would be reported lost. A change commits in milliseconds;
+// `meshctl serve` exits anyway 3 s after the signal (interruptGrace).
+const answersDrain = 2 * time.Second
+
+// drainOperatorAnswers waits, up to limit, until no operator request that came in
+// through this node's broker still waits for its answer
+// (broker.PendingOperatorAnswers). The API's own handlers have finished by now; the
+// answers it waits for come from the leader, over the routes.
+func (d *Daemon) drainOperatorAnswers(limit time.Duration) {
+	n := d.broker.PendingOperatorAnswers()
+	if n == 0 {
+		return
+	}
+	d.log.Info("waiting for the answers to operator requests that came in through this broker before it stops", "pending", n)
+	deadline := time.Now().Add(limit)
+	for n > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		n = d.broker.PendingOperatorAnswers()
+	}
+	if n > 0 {
+		d.log.Warn("answers to operator requests that came in through this broker are lost as it stops: those operators are told their connection was lost", "pending", n, "waited", limit)
 	}
 }
 

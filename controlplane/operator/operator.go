@@ -60,6 +60,7 @@ var ErrReadOnly = errors.New("these operator credentials may only read the mesh:
 type Client struct {
 	nc         *nats.Conn
 	denied     *deniedSubjects
+	loss       *connLoss
 	timeout    time.Duration
 	leaderWait time.Duration
 	// firstAttempt is how long a repeatable request waits for its first answer before
@@ -133,10 +134,11 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 	// Not held while a control node starts, as hosts are (broker.Admission): an
 	// operator can reach a node that is still starting, and see why.
 	tlsConfig.NextProtos = []string{broker.OperatorProtocol}
-	denied := &deniedSubjects{}
+	denied, loss := &deniedSubjects{}, newConnLoss()
 	connect := func() (*nats.Conn, error) {
 		return nats.Connect(strings.Join(urls, ","), append(CredsLogin(e.Creds, tlsConfig, dialTimeout),
 			nats.ErrorHandler(denied.record),
+			nats.DisconnectErrHandler(loss.disconnected),
 			nats.Name("meshctl"),
 			nats.Timeout(dialTimeout),
 			nats.DontRandomize(),
@@ -186,7 +188,7 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 		return nil, fmt.Errorf("%w at %s: %v%s", ErrUnreachable, strings.Join(servers, ", "), err, hint)
 	}
 	c := newClient(nc, timeout, o.LeaderWait)
-	c.denied = denied
+	c.denied, c.loss = denied, loss
 	return c, nil
 }
 
@@ -286,9 +288,13 @@ func (c *Client) Close() { c.nc.Close() }
 // control plane comes back as *api.Error.
 //
 // A change is sent once: if no answer comes within the timeout, the control node that
-// took it may have carried it out, and ErrNoAnswer says so. A read or a token creation
-// (api.Repeatable) is sent again when no answer came within 2 s, then 4 s, and so on
-// until the timeout, because a leader that stops takes the requests it was serving
+// took it may have carried it out, and ErrNoAnswer says so. An answer comes back only
+// through the broker the request went in by, so when the connection to that broker
+// closes under a change, the call says so (ErrConnectionLost) as soon as it is clear
+// no answer is on its way (answerGrace), instead of waiting out the timeout. A read
+// or a token creation (api.Repeatable) is sent again when no answer came within 2 s,
+// then 4 s, and so on until the timeout, and at once on the broker that took the
+// connection over, because a leader that stops takes the requests it was serving
 // with it, and the same request again cannot change anything twice.
 func (c *Client) Call(op string, req, res any) error {
 	data, err := api.EncodeAdminRequest(op, req)
@@ -299,6 +305,9 @@ func (c *Client) Call(op string, req, res any) error {
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("%w; waited %s", ErrNoLeader, c.leaderWait)
+		}
+		if errors.Is(err, errAnswerLost) {
+			return fmt.Errorf("%w while %s waited for its answer, which comes back only through the broker that took the request; the control node that took it may have carried it out: look (`meshctl nodes`, `meshctl token list`) before running it again", ErrConnectionLost, op)
 		}
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			if api.Repeatable(op) {
@@ -334,18 +343,83 @@ func (c *Client) Call(op string, req, res any) error {
 func (c *Client) request(op string, data []byte) (*nats.Msg, error) {
 	subject := api.AdminSubject(op)
 	if !api.Repeatable(op) {
-		return Request(c.nc, subject, data, c.timeout, c.leaderWait)
+		return c.attempt(subject, data, c.timeout)
 	}
 	deadline := time.Now().Add(c.timeout)
 	attempt := c.firstAttempt
 	for {
 		wait := min(attempt, time.Until(deadline))
-		msg, err := Request(c.nc, subject, data, wait, c.leaderWait)
+		msg, err := c.attempt(subject, data, wait)
+		if errors.Is(err, errAnswerLost) && time.Until(deadline) > 0 {
+			continue // sent again on the broker that took the connection over
+		}
 		if !errors.Is(err, nats.ErrTimeout) || time.Until(deadline) <= 0 {
 			return msg, err
 		}
 		attempt *= 2
 	}
+}
+
+// answerGrace is how long a call whose connection closed under it still waits for its
+// answer: one a broker already routed to where the connection went is delivered there.
+const answerGrace = time.Second
+
+// errAnswerLost means the connection a request went out on closed before its answer
+// came, and none came within answerGrace after.
+var errAnswerLost = errors.New("the connection closed under the request")
+
+// attempt sends data to subject once (Request: again on "no responders") and waits up
+// to timeout for the answer, or until answerGrace after the connection closed under
+// it (errAnswerLost).
+func (c *Client) attempt(subject string, data []byte, timeout time.Duration) (*nats.Msg, error) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	if lost := c.loss.watch(); lost != nil {
+		go func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-lost:
+			}
+			t := time.NewTimer(answerGrace)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+				cancel(errAnswerLost)
+			}
+		}()
+	}
+	return RequestContext(ctx, c.nc, subject, data, timeout, c.leaderWait)
+}
+
+// connLoss tells the calls waiting on a connection that it closed under them: their
+// requests' answers, routed back through the broker each went in by, are lost with
+// that broker's connection even when another broker of the list takes it over.
+type connLoss struct {
+	mu     sync.Mutex
+	closed chan struct{}
+}
+
+func newConnLoss() *connLoss { return &connLoss{closed: make(chan struct{})} }
+
+// disconnected is the connection's DisconnectErrHandler.
+func (l *connLoss) disconnected(*nats.Conn, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	close(l.closed)
+	l.closed = make(chan struct{})
+}
+
+// watch returns a channel closed when the connection next closes; nil, never closed,
+// for a client that wraps a connection it did not dial (NewClient).
+func (l *connLoss) watch() <-chan struct{} {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
 }
 
 // reconnects bounds the operator connection's reconnection attempts: each round tries
@@ -363,17 +437,43 @@ var ErrConnectionLost = errors.New("the connection to the control plane was lost
 // election in progress), so sending it again cannot make anything happen twice; it is
 // sent again until leaderWait has passed, and the last "no responders" is returned.
 func Request(nc *nats.Conn, subject string, data []byte, timeout, leaderWait time.Duration) (*nats.Msg, error) {
+	return RequestContext(context.Background(), nc, subject, data, timeout, leaderWait)
+}
+
+// RequestContext is Request ended early by ctx: its error is then ctx's cause. A
+// timeout is nats.ErrTimeout, as Request's.
+func RequestContext(ctx context.Context, nc *nats.Conn, subject string, data []byte, timeout, leaderWait time.Duration) (*nats.Msg, error) {
 	deadline := time.Now().Add(leaderWait)
 	pause := 50 * time.Millisecond
 	for {
-		msg, err := nc.Request(subject, data, timeout)
+		msg, err := requestOnce(ctx, nc, subject, data, timeout)
 		remaining := time.Until(deadline)
 		if !errors.Is(err, nats.ErrNoResponders) || remaining <= 0 {
 			return msg, err
 		}
-		time.Sleep(min(pause, remaining))
+		select {
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-time.After(min(pause, remaining)):
+		}
 		pause = min(2*pause, time.Second)
 	}
+}
+
+// requestOnce is one request within timeout, or until ctx ends.
+func requestOnce(ctx context.Context, nc *nats.Conn, subject string, data []byte, timeout time.Duration) (*nats.Msg, error) {
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	msg, err := nc.RequestWithContext(rctx, subject, data)
+	switch {
+	case err == nil:
+		return msg, nil
+	case ctx.Err() != nil:
+		return nil, context.Cause(ctx)
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, nats.ErrTimeout
+	}
+	return nil, err
 }
 
 // MintToken mints a worker token for node: the secret is generated here and only its

@@ -105,3 +105,38 @@ func TestABrokerStoppingUnderACall(t *testing.T) {
 		t.Errorf("the lost connection was said after %s", took)
 	}
 }
+
+// TestAChangeWhoseBrokerStopsIsToldAtOnce: the broker meshctl sent a change through
+// stops (a control node restarted in a rolling restart) and another broker of the
+// list takes the connection over. The answer comes back only through the broker the
+// request went in by, so it is lost: the call says so within a few seconds, that the
+// connection was lost and the change may have been carried out (exit 3), instead of
+// waiting its whole timeout and blaming a control node that stopped. Before, it
+// waited the timeout (15 s by default).
+func TestAChangeWhoseBrokerStopsIsToldAtOnce(t *testing.T) {
+	addrs, servers, caFile := twoBrokers(t)
+	answer(t, addrs[0], caFile, api.OpDeclare, true) // takes it, and stops before answering
+	e, err := CAEndpoint(addrs, credsFile(t), caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 20 * time.Second
+	c, err := DialEndpoint(e, Options{Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	time.AfterFunc(200*time.Millisecond, servers[0].Shutdown)
+	start := time.Now()
+	err = c.Call(api.OpDeclare, api.DeclareRequest{Nodes: []string{"web-1"}, Body: json.RawMessage(`{}`)}, nil)
+	took := time.Since(start)
+	if !errors.Is(err, ErrConnectionLost) || !strings.Contains(err.Error(), "may have carried it out") {
+		t.Fatalf("a change whose broker stopped, another in the list: %v, want ErrConnectionLost saying it may have been carried out", err)
+	}
+	if took > timeout/2 {
+		t.Errorf("the lost answer was said after %s, the call's timeout being %s", took, timeout)
+	}
+	if !c.nc.IsConnected() || c.nc.ConnectedAddr() != addrs[1] {
+		t.Errorf("the connection is not on the other broker: connected %v to %s", c.nc.IsConnected(), c.nc.ConnectedAddr())
+	}
+}
