@@ -306,6 +306,9 @@ func (c *Client) Call(op string, req, res any) error {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return fmt.Errorf("%w; waited %s", ErrNoLeader, c.leaderWait)
 		}
+		if errors.Is(err, ErrReadOnly) {
+			return ErrReadOnly
+		}
 		if errors.Is(err, errAnswerLost) {
 			return fmt.Errorf("%w while %s waited for its answer, which comes back only through the broker that took the request; the control node that took it may have carried it out: look (`meshctl nodes`, `meshctl token list`) before running it again", ErrConnectionLost, op)
 		}
@@ -370,26 +373,38 @@ var errAnswerLost = errors.New("the connection closed under the request")
 
 // attempt sends data to subject once (Request: again on "no responders") and waits up
 // to timeout for the answer, or until answerGrace after the connection closed under
-// it (errAnswerLost).
+// it (errAnswerLost), or until the broker refused to carry it (ErrReadOnly: it says so
+// at once, and never delivers the request).
 func (c *Client) attempt(subject string, data []byte, timeout time.Duration) (*nats.Msg, error) {
+	if c.denied.has(subject) {
+		return nil, ErrReadOnly // the broker refuses this connection the subject for good
+	}
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	if lost := c.loss.watch(); lost != nil {
-		go func() {
+	lost, denied := c.loss.watch(), c.denied.watch()
+	go func() {
+		var grace <-chan time.Time
+		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-lost:
-			}
-			t := time.NewTimer(answerGrace)
-			defer t.Stop()
-			select {
-			case <-ctx.Done():
-			case <-t.C:
+				lost = nil
+				t := time.NewTimer(answerGrace)
+				defer t.Stop()
+				grace = t.C
+			case <-grace:
 				cancel(errAnswerLost)
+				return
+			case <-denied:
+				if c.denied.has(subject) {
+					cancel(ErrReadOnly)
+					return
+				}
+				denied = c.denied.watch()
 			}
-		}()
-	}
+		}
+	}()
 	return RequestContext(ctx, c.nc, subject, data, timeout, c.leaderWait)
 }
 
@@ -566,6 +581,22 @@ func (c *Client) Nodes(req api.NodesRequest) (api.NodesResult, error) {
 type deniedSubjects struct {
 	mu   sync.Mutex
 	subj map[string]bool
+	// recorded is closed, and replaced, at each refusal recorded (watch).
+	recorded chan struct{}
+}
+
+// watch returns a channel closed at the next refusal recorded; nil, never closed, for
+// a client that wraps a connection it did not dial (NewClient).
+func (d *deniedSubjects) watch() <-chan struct{} {
+	if d == nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.recorded == nil {
+		d.recorded = make(chan struct{})
+	}
+	return d.recorded
 }
 
 // record is the connection's error handler: nats.go reports a permissions violation
@@ -588,6 +619,10 @@ func (d *deniedSubjects) record(_ *nats.Conn, _ *nats.Subscription, err error) {
 	}
 	if len(d.subj) < 64 {
 		d.subj[subject] = true
+	}
+	if d.recorded != nil {
+		close(d.recorded)
+		d.recorded = nil
 	}
 }
 
