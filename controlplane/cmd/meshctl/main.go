@@ -276,10 +276,14 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		// An operator's credentials file others may read: as serve refuses its own.
 		errors.Is(err, operator.ErrCredsExposed):
 		return exitDataDir
+	case errors.Is(err, pki.ErrPinMismatch):
+		// A broker of another CA: the address is wrong or the mesh substituted, which
+		// waiting does not mend (operator.ErrUnreachable wraps it too, so before that).
+		return exitRefused
 	case errors.Is(err, operator.ErrUnreachable), errors.Is(err, operator.ErrNoLeader), errors.Is(err, operator.ErrNoAnswer), errors.Is(err, operator.ErrConnectionLost),
 		errors.Is(err, join.ErrUnavailable):
 		return exitUnreachable
-	case errors.Is(err, join.ErrRefused), errors.Is(err, join.ErrToken), errors.Is(err, pki.ErrPinMismatch),
+	case errors.Is(err, join.ErrRefused), errors.Is(err, join.ErrToken),
 		errors.Is(err, operator.ErrReadOnly), errors.Is(err, join.ErrNotCAHolder):
 		return exitRefused
 	case errors.As(err, &ae):
