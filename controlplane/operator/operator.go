@@ -310,6 +310,9 @@ func (c *Client) Call(op string, req, res any) error {
 			return ErrReadOnly
 		}
 		if errors.Is(err, errAnswerLost) {
+			if api.Repeatable(op) {
+				return fmt.Errorf("%w while %s waited for its answer, and it was not answered through the brokers that took the connection over within %s; run it again", ErrConnectionLost, op, c.timeout)
+			}
 			return fmt.Errorf("%w while %s waited for its answer, which comes back only through the broker that took the request; the control node that took it may have carried it out: look (`meshctl nodes`, `meshctl token list`) before running it again", ErrConnectionLost, op)
 		}
 		if errors.Is(err, nats.ErrConnectionClosed) {
