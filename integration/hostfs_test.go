@@ -410,6 +410,17 @@ func TestAFileChangedByHandIsPutBackByTheCheck(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.Stdout), &st); err != nil || st.Agent.Files.PutBack != 1 || len(st.Agent.Files.LastPutBack) != 1 {
 		t.Fatalf("meshhost status --json after the put back: %v\n%s", err, r.Stdout)
 	}
+	// And so does the control plane, from the node's report: an operator sees that
+	// someone changed the host's files without logging in to it.
+	harness.Eventually(t, 10*time.Second, "the control plane shows web-1's file put back", func() bool {
+		n, ok := cp.Node("web-1")
+		return ok && n.PutBack == 1 && !n.LastPutBackAt.IsZero() && time.Since(n.LastPutBackAt) < time.Minute
+	})
+	// Converged once the hook the put back ran is reported done (exit 0).
+	harness.Eventually(t, 10*time.Second, "meshctl status names web-1's file put back, converged", func() bool {
+		r := cp.Ctl("status")
+		return r.Code == 0 && strings.Contains(r.Stdout, "files changed on the host and put back as declared, on 1 node(s): web-1 (1 file(s), last ")
+	})
 
 	cp.Process().Signal(syscall.SIGTERM)
 	if code := cp.Process().Wait(30 * time.Second); code != 0 {

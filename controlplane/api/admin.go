@@ -522,6 +522,13 @@ type NodeView struct {
 	// empty while it reported none this control plane keeps, or from a control
 	// plane older than this field.
 	Agent string `json:"agent,omitempty"`
+	// PutBack counts the managed files the node's agent found changed or removed
+	// on the host (by hand, by another program) and put back as declared since it
+	// started; LastPutBackAt is when it last did, by the host's clock. The leader
+	// keeps them from the node's reports, not in the replicated state: a new leader
+	// shows them again from each node's next report (within a heartbeat).
+	PutBack       uint64    `json:"put_back,omitempty"`
+	LastPutBackAt time.Time `json:"last_put_back_at,omitzero"`
 }
 
 // Node states in a NodeView.

@@ -335,6 +335,12 @@ type Status struct {
 	HooksRunning bool         `json:"hooks_running,omitempty"`
 	Error        *StatusError `json:"error,omitempty"`
 	Agent        string       `json:"agent,omitempty"`
+	// PutBack counts the managed files the agent found changed or removed on the
+	// host (by hand, by another program) and put back as declared since it started;
+	// LastPutBackAt is when it last did, by the host's clock. Agents before these
+	// fields never send them.
+	PutBack       uint64    `json:"put_back,omitempty"`
+	LastPutBackAt time.Time `json:"last_put_back_at,omitzero"`
 }
 
 // MaxReplySize is the largest reply a host agent reads (host/wire.MaxReplySize, its

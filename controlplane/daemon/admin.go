@@ -546,6 +546,9 @@ func (d *Daemon) view(n *state.Node, now time.Time) api.NodeView {
 		v.LastError = &api.StatusError{Code: n.Applied.ErrorCode, Message: n.Applied.ErrorMessage, Version: n.Applied.ErrorVersion,
 			RetryAt: n.Applied.ErrorRetryAt}
 	}
+	if pb, ok := d.seen.putBackOf(n.ID); ok {
+		v.PutBack, v.LastPutBackAt = pb.count, pb.at
+	}
 	last, ok := d.seen.get(n.ID)
 	if ok {
 		v.LastSeen = last.UTC()

@@ -22,6 +22,16 @@ type liveness struct {
 	// numbers, a clock stepped back after a takeover would count a silent node alive
 	// for as long as the step.
 	leading time.Time
+	// putBacks is what each node's agent last reported of the managed files it put
+	// back as declared (notePutBack), for operators; nodes that reported none are
+	// absent.
+	putBacks map[string]putBack
+}
+
+// putBack is a node's report of the files its agent put back since it started.
+type putBack struct {
+	count uint64
+	at    time.Time // the last time, by the host's clock (never after the report came)
 }
 
 // tookOver records that this node became the leader at t.
@@ -38,7 +48,29 @@ func (l *liveness) since() time.Time {
 	return l.leading
 }
 
-func newLiveness() *liveness { return &liveness{last: map[string]time.Time{}} }
+func newLiveness() *liveness {
+	return &liveness{last: map[string]time.Time{}, putBacks: map[string]putBack{}}
+}
+
+// notePutBack records a node's report of the files its agent put back: count since
+// the agent started (0 forgets what an earlier run reported), the last at at.
+func (l *liveness) notePutBack(node string, count uint64, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if count == 0 {
+		delete(l.putBacks, node)
+		return
+	}
+	l.putBacks[node] = putBack{count: count, at: at}
+}
+
+// putBackOf returns what node last reported of the files its agent put back.
+func (l *liveness) putBackOf(node string) (putBack, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p, ok := l.putBacks[node]
+	return p, ok
+}
 
 func (l *liveness) mark(node string, t time.Time) {
 	if node == "" {
@@ -72,6 +104,7 @@ func (l *liveness) nodes() []string {
 func (l *liveness) forget(node string) {
 	l.mu.Lock()
 	delete(l.last, node)
+	delete(l.putBacks, node)
 	l.mu.Unlock()
 }
 

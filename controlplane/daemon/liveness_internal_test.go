@@ -24,3 +24,28 @@ func TestTakeoverKeepsItsMonotonicReading(t *testing.T) {
 		t.Fatalf("the takeover time is %s, want %s with its monotonic reading", got, at)
 	}
 }
+
+// TestPutBacksFollowTheReports: what a node reports of the files its agent put back
+// replaces what it reported before; a report of none (an agent restarted) and the
+// node forgotten (revoked, enrolled again) leave nothing shown.
+func TestPutBacksFollowTheReports(t *testing.T) {
+	l := newLiveness()
+	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	if _, ok := l.putBackOf("web-1"); ok {
+		t.Fatal("a node that reported nothing shows files put back")
+	}
+	l.notePutBack("web-1", 2, at)
+	l.notePutBack("web-1", 3, at.Add(time.Minute))
+	if p, ok := l.putBackOf("web-1"); !ok || p.count != 3 || !p.at.Equal(at.Add(time.Minute)) {
+		t.Fatalf("after two reports: %+v, %v", p, ok)
+	}
+	l.notePutBack("web-1", 0, time.Time{})
+	if p, ok := l.putBackOf("web-1"); ok {
+		t.Fatalf("after a report of none: %+v", p)
+	}
+	l.notePutBack("web-2", 1, at)
+	l.forget("web-2")
+	if p, ok := l.putBackOf("web-2"); ok {
+		t.Fatalf("a node forgotten: %+v", p)
+	}
+}

@@ -35,6 +35,12 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 		return
 	}
 	d.seen.mark(node, now)
+	// The host's clock says when; one ahead of this node's is shown as now.
+	putBackAt := st.LastPutBackAt
+	if putBackAt.After(now) {
+		putBackAt = now
+	}
+	d.seen.notePutBack(node, st.PutBack, putBackAt.UTC())
 	a := state.Applied{
 		HaveApplied:  st.HaveApplied,
 		Version:      st.AppliedVersion,

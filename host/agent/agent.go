@@ -1506,6 +1506,9 @@ func (a *Agent) statusReport() []byte {
 		st.Error = &wire.StatusError{Code: a.applied.LastErrorCode, Message: clipMessage(a.applied.LastError), Version: a.applied.LastErrorVersion,
 			RetryAt: a.applied.NextAttempt}
 	}
+	// Operators see on the control plane that a host's files were changed behind
+	// the mesh's back, and put back, without logging in to each host.
+	a.stats.set(func(s *stats) { st.PutBack, st.LastPutBackAt = s.putBack, s.lastPutBackAt })
 	data, _ := json.Marshal(st)
 	return data
 }

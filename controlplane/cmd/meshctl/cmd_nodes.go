@@ -88,6 +88,9 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 						if line := agentsLine(sum.Agents); line != "" {
 							fmt.Fprintln(cio.stdout, line)
 						}
+						if line := putBackLine(res.Nodes, answeredAt(res, time.Now())); line != "" {
+							fmt.Fprintln(cio.stdout, line)
+						}
 					}
 				}
 				if !withSummary {
@@ -261,6 +264,37 @@ func agentsLine(agents map[string]int) string {
 	return "agents: " + strings.Join(parts, ", ")
 }
 
+// maxPutBackShown is how many nodes status's line of files put back names.
+const maxPutBackShown = 5
+
+// putBackLine names the nodes whose agent put back managed files changed on the
+// host (by hand, by another program), the most recent first: the mesh undid them,
+// and whoever made them may not know. Revoked nodes are left out.
+func putBackLine(nodes []api.NodeView, now time.Time) string {
+	var hit []api.NodeView
+	for _, n := range nodes {
+		if n.PutBack > 0 && n.State != api.StateRevoked {
+			hit = append(hit, n)
+		}
+	}
+	if len(hit) == 0 {
+		return ""
+	}
+	slices.SortStableFunc(hit, func(a, b api.NodeView) int { return b.LastPutBackAt.Compare(a.LastPutBackAt) })
+	var parts []string
+	for _, n := range hit[:min(len(hit), maxPutBackShown)] {
+		when := "at an unknown time"
+		if !n.LastPutBackAt.IsZero() {
+			when = "last " + ago(now.Sub(n.LastPutBackAt))
+		}
+		parts = append(parts, fmt.Sprintf("%s (%d file(s), %s)", n.ID, n.PutBack, when))
+	}
+	if more := len(hit) - maxPutBackShown; more > 0 {
+		parts = append(parts, fmt.Sprintf("and %d more (`--json`: put_back)", more))
+	}
+	return fmt.Sprintf("files changed on the host and put back as declared, on %d node(s): %s", len(hit), strings.Join(parts, ", "))
+}
+
 // summary counts nodes by convergence, and the nodes not revoked by the agent they
 // last reported (Agents; agentNone for those that reported none kept): how far
 // an upgrade of the agents has gone.
@@ -273,6 +307,9 @@ type summary struct {
 	Offline   int            `json:"offline"`
 	Revoked   int            `json:"revoked"`
 	Agents    map[string]int `json:"agents"`
+	// PutBack counts the nodes, revoked ones aside, whose agent reported managed
+	// files put back as declared since it started (NodeView.PutBack).
+	PutBack int `json:"put_back"`
 }
 
 func summarise(res api.NodesResult) summary {
@@ -285,6 +322,9 @@ func summarise(res api.NodesResult) summary {
 				agent = agentNone
 			}
 			s.Agents[agent]++
+			if n.PutBack > 0 {
+				s.PutBack++
+			}
 		}
 		switch {
 		case n.State == api.StateRevoked:

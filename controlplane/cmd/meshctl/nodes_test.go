@@ -80,6 +80,38 @@ func TestNodesTableShowsAgents(t *testing.T) {
 	}
 }
 
+// TestStatusNamesNodesWhoseFilesWerePutBack: status's summary counts the nodes whose
+// agent put back files changed on the host, revoked ones aside, and its line names
+// them the most recent first, the count of files and how long ago by the answering
+// control node's clock, with the rest counted past maxPutBackShown.
+func TestStatusNamesNodesWhoseFilesWerePutBack(t *testing.T) {
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	res := api.NodesResult{Nodes: []api.NodeView{
+		{ID: "web-1", State: api.StateAlive},
+		{ID: "web-2", State: api.StateAlive, PutBack: 3, LastPutBackAt: now.Add(-2 * time.Hour)},
+		{ID: "web-3", State: api.StateOffline, PutBack: 1, LastPutBackAt: now.Add(-90 * time.Second)},
+		{ID: "web-4", State: api.StateRevoked, PutBack: 7, LastPutBackAt: now},
+	}}
+	if got := summarise(res).PutBack; got != 2 {
+		t.Errorf("summary counts %d nodes with files put back, want 2", got)
+	}
+	want := "files changed on the host and put back as declared, on 2 node(s): web-3 (1 file(s), last 1m30s ago), web-2 (3 file(s), last 2h0m0s ago)"
+	if got := putBackLine(res.Nodes, now); got != want {
+		t.Errorf("status says\n%s\nwant\n%s", got, want)
+	}
+	if got := putBackLine(res.Nodes[:1], now); got != "" {
+		t.Errorf("no node put files back, and status says %q", got)
+	}
+	var many []api.NodeView
+	for i := range maxPutBackShown + 2 {
+		many = append(many, api.NodeView{ID: fmt.Sprintf("db-%d", i), State: api.StateAlive, PutBack: 1, LastPutBackAt: now.Add(-time.Duration(i) * time.Minute)})
+	}
+	if got := putBackLine(many, now); !strings.HasPrefix(got, "files changed on the host and put back as declared, on 7 node(s): db-0 (1 file(s), last just now), db-1") ||
+		!strings.HasSuffix(got, "and 2 more (`--json`: put_back)") || strings.Contains(got, "db-5") {
+		t.Errorf("with %d nodes status says %s", len(many), got)
+	}
+}
+
 // TestRosterSelection: --role, --label and --state each narrow the roster, all given
 // must match, a label matches as declare's does, and status's summary and verdict are
 // about the nodes selected.
