@@ -79,3 +79,55 @@ func TestAControlNodeStoppingPassesOnItsOperatorsAnswers(t *testing.T) {
 		t.Errorf("web-1 after the declaration: %+v", n)
 	}
 }
+
+// TestALeaderStoppedHandsOver: a leader stopped on purpose (SIGTERM, a rolling
+// restart) hands its leadership to another voter as it stops, so the others serve
+// changes again at once. Raft's heartbeat here is the default (2 s): without the
+// hand-over, no follower starts an election before 2 s without news of the leader,
+// so the first change through the others could not be answered within 1.5 s of the
+// stop.
+func TestALeaderStoppedHandsOver(t *testing.T) {
+	t.Parallel() // mostly waits: see TestMain
+	defaultRaft := []string{"--raft-heartbeat", "2s"}
+	cp1 := harness.NewControlPlane(t, bin, "handover")
+	cp1.Serve(defaultRaft...)
+	cps := map[string]*harness.ControlPlane{"cp-1": cp1, "cp-2": joinControl(t, cp1, "cp-2", defaultRaft...), "cp-3": joinControl(t, cp1, "cp-3", defaultRaft...)}
+	web := harness.NewHost(t, bin, "web-1")
+	if r := web.Enrol(cp1.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: exit %d:\n%s", r.Code, r.Combined())
+	}
+	var leader *harness.ControlPlane
+	var others []*harness.ControlPlane
+	for id, c := range controlView(t, cp1) {
+		if c.Raft == api.RaftLeader {
+			leader = cps[id]
+		} else if cps[id] != nil {
+			others = append(others, cps[id])
+		}
+	}
+	if leader == nil || len(others) != 2 {
+		t.Fatalf("no leader and two followers among %v", controlView(t, cp1))
+	}
+	servers := others[0].Listen + "," + others[1].Listen
+
+	// The change is sent once the leader has exited, so that it cannot be the old
+	// leader that answers it.
+	stopped := time.Now()
+	leader.Process().Signal(syscall.SIGTERM)
+	if code := leader.Process().Wait(10 * time.Second); code != 0 {
+		t.Fatalf("the leader stopped with exit %d:\n%s", code, leader.Process().Output())
+	}
+	exited := time.Since(stopped)
+	r := harness.Run(t, "", nil, bin.Meshctl, "label", "web-1", "rack=b", "--data", others[0].Dir, "--servers", servers)
+	took := time.Since(stopped)
+	if r.Code != 0 {
+		t.Fatalf("a change after the leader stopped: exit %d:\n%s", r.Code, r.Combined())
+	}
+	if out := leader.Process().Output(); !strings.Contains(out, "handed the leadership over to another control node before stopping") {
+		t.Errorf("the stopped leader's log does not say it handed over:\n%s", out)
+	}
+	t.Logf("the leader exited %s after SIGTERM; a change was answered %s after it", exited.Round(time.Millisecond), took.Round(time.Millisecond))
+	if took > 1500*time.Millisecond {
+		t.Errorf("a change was answered %s after the leader was stopped, want well within the 2 s election timeout", took)
+	}
+}

@@ -691,6 +691,7 @@ func (d *Daemon) applied(c *state.Command, res state.Result) {
 func (d *Daemon) Close() {
 	d.stopAPI()
 	d.handlers.wait()
+	d.handOver()
 	if d.web != nil {
 		d.web.close()
 	}
@@ -712,12 +713,36 @@ func (d *Daemon) Close() {
 	}
 }
 
+// handOverWait bounds how long a stopping leader waits for another voter to take
+// its leadership over; a transfer takes a round trip and an election, milliseconds.
+// With answersDrain it stays within the 3 s `meshctl serve` has to stop after a
+// signal.
+const handOverWait = time.Second
+
+// handOver hands this node's leadership, if it leads, to another voter before it
+// stops: the API's handlers have finished, and the others need not wait out an
+// election timeout to serve again.
+func (d *Daemon) handOver() {
+	if d.raft == nil {
+		return
+	}
+	start := time.Now()
+	handed, err := d.raft.HandOver(handOverWait)
+	switch {
+	case err != nil:
+		d.log.Warn("stopping without handing the leadership over: the other control nodes elect a leader once their election timeout passes", "err", err)
+	case handed:
+		d.log.Info("handed the leadership over to another control node before stopping", "took", time.Since(start).Round(time.Millisecond))
+	}
+}
+
 // answersDrain bounds how long a stopping control node keeps its broker up for the
 // answers to operator requests that came in through it and are on their way back
 // from the leader: a rolling restart stops brokers that operators are connected to,
 // and a change made there would be reported lost. A change commits in milliseconds;
-// `meshctl serve` exits anyway 3 s after the signal (interruptGrace).
-const answersDrain = 2 * time.Second
+// `meshctl serve` exits anyway 3 s after the signal (interruptGrace), and
+// handOverWait comes first.
+const answersDrain = 1500 * time.Millisecond
 
 // drainOperatorAnswers waits, up to limit, until no operator request that came in
 // through this node's broker still waits for its answer

@@ -532,6 +532,44 @@ func (n *Node) TransferLeadership(id, addr string) error {
 	return n.raft.LeadershipTransferToServer(raft.ServerID(id), raft.ServerAddress(addr)).Error()
 }
 
+// ErrHandOver means a leader stopping on purpose could not hand its leadership to
+// another voter in time: the others elect a leader once their election timeout
+// passes, as after a crash.
+var ErrHandOver = errors.New("leadership was not handed over")
+
+// HandOver has this node, if it leads and another voter exists, hand leadership to
+// the voter most up to date (Raft's leadership transfer), so that a control node
+// stopped on purpose, as in a rolling restart, does not leave the others without a
+// leader for an election timeout (2 to 4 s by default) before they notice. It
+// reports whether leadership was handed over; ErrHandOver when the transfer failed
+// or did not complete within limit (raft's own bound is the election timeout).
+func (n *Node) HandOver(limit time.Duration) (bool, error) {
+	if !n.IsLeader() {
+		return false, nil
+	}
+	_, self := n.raft.LeaderWithID()
+	members, err := n.Members()
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", ErrHandOver, err)
+	}
+	if !slices.ContainsFunc(members, func(m Member) bool { return m.Voter && m.ID != string(self) }) {
+		return false, nil
+	}
+	done := make(chan error, 1)
+	go func() { done <- n.raft.LeadershipTransfer().Error() }()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			return false, fmt.Errorf("%w: %w", ErrHandOver, err)
+		}
+		return true, nil
+	case <-t.C:
+		return false, fmt.Errorf("%w within %s", ErrHandOver, limit)
+	}
+}
+
 // Remove takes a server out of the configuration.
 func (n *Node) Remove(id string, timeout time.Duration) error {
 	return n.raft.RemoveServer(raft.ServerID(id), 0, timeout).Error()
