@@ -52,6 +52,9 @@ type Config struct {
 	// groupFile, when set (WithGroupFile), records the process group of the hook
 	// that runs, for KillLeftover.
 	groupFile string
+	// beforeStart, when set by tests, is called between a hook's command check and
+	// its start: where another user would change the command to win a race.
+	beforeStart func(h Hook)
 }
 
 // WithGroupFile returns c recording, in the file at path while a hook runs, the
@@ -189,29 +192,35 @@ func (c Config) Check(root string) []error {
 	for _, h := range c.Hooks {
 		if err := runnable(h.Run[0], root, pathEnv); err != nil {
 			out = append(out, fmt.Errorf("%w: hook %q: %s: %w", ErrCommand, h.Name, h.Run[0], err))
-		} else if err := safeCommand(h, root); err != nil {
+		} else if _, err := safeCommand(h, root); err != nil {
 			out = append(out, fmt.Errorf("%w: hook %q: %w", ErrCommand, h.Name, err))
 		}
 	}
 	return out
 }
 
-// safeCommand refuses to run a hook whose command (as exec resolves it) another
-// user could change: it and every directory above it must pass the hooks file's
-// own rules (statedir.CheckFile). The agent runs it as root: a command under
-// /opt/app that the app's user may write, or a script in a directory of the
-// managed root others may write, would be theirs to run as root. Checked at each
-// run, as the file may change after the agent started; a command not found is
-// left to exec, which says so.
-func safeCommand(h Hook, root string) error {
-	p, err := resolve(h.Run[0], root, hookPath())
+// safeCommand returns the file a hook runs (as exec would resolve its command),
+// refusing one another user could change: it and every directory above it must
+// pass the hooks file's own rules (statedir.CheckFile). The agent runs it as root: a
+// command under /opt/app that the app's user may write, or a script in a directory
+// of the managed root others may write, would be theirs to run as root. Checked at
+// each run, as the file may change after the agent started, and the file checked is
+// the one run: a command not found (or not executable) at the check is not run,
+// rather than left to exec to look up again, when a user who may write its directory
+// could have put one there, or made one executable, in between.
+func safeCommand(h Hook, root string) (string, error) {
+	pathEnv := hookPath()
+	p, err := resolve(h.Run[0], root, pathEnv)
 	if err != nil {
-		return nil
+		if why := runnable(h.Run[0], root, pathEnv); why != nil {
+			err = why
+		}
+		return "", fmt.Errorf("not run: %s: %w", h.Run[0], err)
 	}
 	if _, err := statedir.CheckFile("the command of hook "+strconv.Quote(h.Name), p); err != nil {
-		return fmt.Errorf("not run: %w", err)
+		return "", fmt.Errorf("not run: %w", err)
 	}
-	return nil
+	return p, nil
 }
 
 // hookPath is the PATH a hook's bare command name is looked up on.
@@ -373,12 +382,19 @@ func (c Config) Run(ctx context.Context, root string, changed []string) (ran []s
 			closeInherited()
 		}
 		ran = append(ran, h.Name)
-		if err := safeCommand(h, root); err != nil {
+		command, err := safeCommand(h, root)
+		if err != nil {
 			failures = append(failures, Failure{Hook: h.Name, Paths: hit, Err: err})
 			continue
 		}
 		hctx, cancel := context.WithTimeout(ctx, h.timeout)
-		cmd := exec.CommandContext(hctx, h.Run[0], h.Run[1:]...)
+		// The file checked, not the name looked up again (safeCommand); the
+		// command sees the name it was given as its argv[0].
+		if c.beforeStart != nil {
+			c.beforeStart(h)
+		}
+		cmd := exec.CommandContext(hctx, command, h.Run[1:]...)
+		cmd.Args[0] = h.Run[0]
 		ownGroup(cmd)
 		cmd.WaitDelay = killGrace
 		cmd.Dir = root
@@ -389,7 +405,7 @@ func (c Config) Run(ctx context.Context, root string, changed []string) (ran []s
 		}
 		var out outputTail
 		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Start()
+		err = cmd.Start()
 		if err == nil {
 			c.recordGroup(cmd)
 			err = cmd.Wait()

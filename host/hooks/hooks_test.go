@@ -259,6 +259,60 @@ func TestAHookCommandOthersCanChangeIsNotRun(t *testing.T) {
 	}
 }
 
+// TestAHookCommandIsRunAsChecked: the file a hook runs is the one its check passed.
+// A command in a directory another user may write, not executable when the check
+// looked (or not there yet), is not run: before, the check let it through as "not
+// found, left to exec", exec looked it up again by name, and a user who made it
+// executable in between (a loop of chmod) had it run as root. The test makes it
+// executable where that user would, between the check and the start. And a command
+// named bare is still found on PATH, and run from where the check found it.
+func TestAHookCommandIsRunAsChecked(t *testing.T) {
+	dir := t.TempDir()
+	open := filepath.Join(dir, "open")
+	if err := os.Mkdir(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(dir, "ran")
+	reload := filepath.Join(open, "reload")
+	if err := os.WriteFile(reload, []byte("#!/bin/sh\ntouch "+marker+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(write(t, `{"hooks":[{"name":"reload","paths":["etc/*"],"run":["`+reload+`"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.beforeStart = func(Hook) { _ = os.Chmod(reload, 0o755) }
+	_, failures := cfg.Run(context.Background(), t.TempDir(), []string{"etc/a"})
+	if len(failures) != 1 || !strings.Contains(failures[0].Error(), "not run") || !strings.Contains(failures[0].Error(), "not executable") {
+		t.Fatalf("failures %v, want the hook not run because its command was not executable", failures)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("a command made executable after its check was run")
+	}
+
+	bin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "named"), []byte("#!/bin/sh\nprintf '%s' \"$0\" > "+marker+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	cfg, err = Load(write(t, `{"hooks":[{"name":"named","paths":["etc/*"],"run":["named"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, failures := cfg.Run(context.Background(), t.TempDir(), []string{"etc/a"}); len(failures) != 0 {
+		t.Fatalf("a command on PATH: %v", failures)
+	}
+	if got, _ := os.ReadFile(marker); string(got) != filepath.Join(bin, "named") {
+		t.Fatalf("the command ran as %q, want the file found on PATH", got)
+	}
+}
+
 // TestMESHROOTIsAbsolute: a hook runs inside the managed root, so a relative root
 // given to the agent (`--root ./h1/managed`, as the docs' examples do) made
 // MESH_ROOT name a directory that is not there from where the hook runs.
