@@ -283,14 +283,17 @@ func New(o Options) (*Agent, error) {
 			return nil, errors.New("a managed root (--root) is required")
 		}
 		// The applier writes what the mesh declares there, as root: whoever could
-		// replace a directory above it could aim those writes anywhere.
-		if err := statedir.CheckParents("the managed root", o.Root); err != nil {
+		// replace a directory above it could aim those writes anywhere. Judged
+		// again at each apply that opens a directory not judged before: parts of
+		// the path missing now may be made by another user later.
+		checkRoot := func(path string) error { return statedir.CheckRoot("the managed root", path) }
+		if err := checkRoot(o.Root); err != nil {
 			return nil, err
 		}
 		if err := outside(o.StateDir, o.Root); err != nil {
 			return nil, err
 		}
-		app = apply.FileApplier{Root: o.Root, Chown: os.Geteuid() == 0}
+		app = apply.FileApplier{Root: o.Root, Chown: os.Geteuid() == 0, Guard: &apply.RootGuard{Check: checkRoot}}
 	}
 	built = true
 	return &Agent{

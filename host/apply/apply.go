@@ -95,6 +95,9 @@ type Applier interface {
 type FileApplier struct {
 	Root  string
 	Chown bool // apply Owner/Group (only meaningful as root)
+	// Guard, when set, judges the directory opened as Root at every Apply and
+	// Differs (see RootGuard); the agent's checks Root's path that way.
+	Guard *RootGuard
 
 	// failpoint, when set by tests, is called before each step ("inspect"
 	// before opening the file found at a path, "write", "create" before making
@@ -205,19 +208,13 @@ func (a FileApplier) begin(ctx context.Context, files []File, previous []string,
 	}
 	slices.Sort(stale)
 
-	root, err := os.OpenRoot(a.Root)
-	if errors.Is(err, fs.ErrNotExist) {
-		if !create {
-			return nil, nil, nil, nil
-		}
-		// Only now, not on every Apply: the root exists but the first time.
-		if err := os.MkdirAll(a.Root, 0o755); err != nil {
-			return nil, nil, nil, fmt.Errorf("apply: creating the managed root: %w", err)
-		}
-		root, err = os.OpenRoot(a.Root)
+	guard := a.Guard
+	if guard == nil {
+		guard = &RootGuard{}
 	}
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("apply: opening the managed root: %w", err)
+	root, err := guard.open(a.Root, create)
+	if err != nil || root == nil {
+		return nil, nil, nil, err
 	}
 	r := &run{a: a, root: root, known: func(p string) bool {
 		_, declared := decl[p]

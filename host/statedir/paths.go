@@ -100,6 +100,34 @@ func CheckParents(what, dir string) error {
 	return checkChain(what, dir, real, false)
 }
 
+// CheckRoot judges the managed root at dir: every directory above it by
+// CheckParents' rules, and the root itself, once it exists, must belong to the
+// agent's user or root (others may write in it: the operator's choice). The agent
+// checks it as it starts and each time an apply opens a root it has not judged
+// before (apply.RootGuard): a path with parts that did not exist at the start may
+// have been made since by another user.
+func CheckRoot(what, dir string) error {
+	if err := CheckParents(what, dir); err != nil {
+		return err
+	}
+	real, err := Resolved(dir)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Lstat(real)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	euid := os.Geteuid()
+	if uid, ok := owner(fi); ok && uid != euid && uid != 0 {
+		return &UnsafePathError{What: what, Path: dir, Part: real, UID: uid, EUID: euid, Mode: fi.Mode()}
+	}
+	return nil
+}
+
 // Resolved returns p made absolute, with the links of its longest existing part
 // resolved (what is beyond that part does not exist yet).
 func Resolved(p string) (string, error) {

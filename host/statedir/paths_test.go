@@ -176,3 +176,33 @@ func TestALinkAnotherUserOwnsIsRefused(t *testing.T) {
 		t.Fatalf("the same link, root's: %v", err)
 	}
 }
+
+// TestCheckRootRefusesARootAnotherUserOwns: the managed root itself may be one
+// others write in (the operator's choice), but not one another user owns: its owner
+// may make it 0777, or give it to anyone, at any time. A root not made yet passes.
+func TestCheckRootRefusesARootAnotherUserOwns(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving a directory to another user (chown to 65534) needs root")
+	}
+	base := t.TempDir()
+	root := filepath.Join(base, "root")
+	if err := CheckRoot("the managed root", root); err != nil {
+		t.Fatalf("a root not made yet: %v", err)
+	}
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(root, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckRoot("the managed root", root); err != nil {
+		t.Fatalf("a root others may write in: %v", err)
+	}
+	if err := os.Chown(root, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	err := CheckRoot("the managed root", root)
+	if !errors.Is(err, ErrUnsafePath) || !strings.Contains(err.Error(), "belongs to") {
+		t.Fatalf("a root another user owns: %v, want ErrUnsafePath naming its owner", err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"mesh/host/agent"
 	"mesh/host/apply"
+	"mesh/host/statedir"
 )
 
 // Host is one machine of the fleet: its own state directory and managed root (on
@@ -32,7 +33,9 @@ type Host struct {
 func newHost(dir, id string) *Host {
 	base := filepath.Join(dir, id)
 	h := &Host{ID: id, StateDir: filepath.Join(base, "state"), Root: filepath.Join(base, "root")}
-	h.applier = &timedApplier{next: apply.FileApplier{Root: h.Root}, done: map[[32]byte]time.Time{}}
+	// The root judged as the agent's own applier judges it (agent.New).
+	guard := &apply.RootGuard{Check: func(p string) error { return statedir.CheckRoot("the managed root", p) }}
+	h.applier = &timedApplier{next: apply.FileApplier{Root: h.Root, Guard: guard}, done: map[[32]byte]time.Time{}}
 	return h
 }
 
