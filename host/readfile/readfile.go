@@ -116,6 +116,13 @@ func (e *NoWriterError) Is(target error) bool { return target == ErrNoWriter }
 // socket or a device is refused (*NotRegularError): /dev/zero never ends, and a
 // terminal is read by the commands themselves, with its echo off.
 func Stream(path string, max int64, wait time.Duration) ([]byte, error) {
+	return StreamChecked(path, max, wait, nil)
+}
+
+// StreamChecked is Stream with check, when set, called with what the opened file is
+// before anything is read: the file judged is the file read, whatever is put at
+// path in between.
+func StreamChecked(path string, max int64, wait time.Duration, check func(fs.FileInfo) error) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|openFlags, 0)
 	if err != nil {
 		return nil, err
@@ -124,6 +131,11 @@ func Stream(path string, max int64, wait time.Duration) ([]byte, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
+	}
+	if check != nil {
+		if err := check(fi); err != nil {
+			return nil, err
+		}
 	}
 	switch m := fi.Mode(); {
 	case m.IsRegular():

@@ -234,3 +234,53 @@ func checkChain(what, path, real string, self bool) error {
 		p = parent
 	}
 }
+
+// InputError is an input the agent takes its trust from (a token: the mesh's CA pin
+// and signing key) that another user could have written: it belongs to UID, or has
+// Mode, which lets group or others write it.
+type InputError struct {
+	What      string // "the token file"
+	Name      string // its path, or "stdin"
+	UID, EUID int
+	Mode      fs.FileMode
+}
+
+func (e *InputError) Error() string {
+	why := fmt.Sprintf("has mode %#o: group or others may write it", e.Mode.Perm())
+	if e.Mode.Perm()&0o022 == 0 {
+		why = fmt.Sprintf("belongs to %s", who(e.UID))
+	}
+	return fmt.Sprintf("%s %s cannot be used: it %s, so another user could have put another mesh's token in it, and meshhost (running as %s) would trust that mesh. "+
+		"Keep the token where only you or root may change it (`meshctl token > token.txt` writes it 0600), or give it in MESH_TOKEN or on a pipe", e.What, e.Name, why, who(e.EUID))
+}
+
+// Is reports whether target is ErrUnsafePath.
+func (e *InputError) Is(target error) bool { return target == ErrUnsafePath }
+
+// CheckInput judges, as opened, a file the agent takes its trust from: it must
+// belong to root, the agent's user or invoker (the user who ran it through sudo, -1
+// for none), and group or others must not be able to write it. A user who created
+// /tmp/token.txt 0666 before the operator wrote the token in it could otherwise put
+// their own mesh's token there, and the machine would enrol into it. A pipe, a
+// terminal or another kind of file is not judged (see readfile.Stream); where files
+// have no owner (not Unix), nothing is.
+func CheckInput(what, name string, fi fs.FileInfo, invoker int) error {
+	if !fi.Mode().IsRegular() {
+		return nil
+	}
+	uid, ok := owner(fi)
+	if !ok {
+		return nil
+	}
+	euid := os.Geteuid()
+	if fi.Mode().Perm()&0o022 != 0 || uid != 0 && uid != euid && uid != invoker {
+		return &InputError{What: what, Name: name, UID: uid, EUID: euid, Mode: fi.Mode()}
+	}
+	return nil
+}
+
+// ReadableByOthers reports whether a regular file's mode lets group or others read
+// it: a secret in it may have been copied.
+func ReadableByOthers(fi fs.FileInfo) bool {
+	return fi.Mode().IsRegular() && fi.Mode().Perm()&0o044 != 0
+}

@@ -14,7 +14,8 @@
 // user owns or may write, a state file that is a symbolic link or another user's, a
 // state directory that is not one; a
 // directory above the state directory or the managed root, or the hooks file or a
-// directory above it, that another user could change);
+// directory above it, that another user could change; a managed root or a token file
+// another user owns or could write);
 // 6 this node was revoked (or its key is refused); 7 the mesh could not be reached
 // (retrying may help); 8 the state directory is in use by another meshhost (run,
 // enrol); 9 enrol interrupted (SIGINT, SIGTERM) before it finished, or hooks retry
@@ -32,6 +33,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -399,9 +401,12 @@ func readToken(file string, cio *cliIO) (string, error) {
 	case file != "":
 		// A pipe is read until its writer closes it; a FIFO nothing writes to is
 		// given up on after readfile.PipeWait; a directory or a device is refused.
-		data, err := readfile.Stream(file, maxTokenInput, readfile.PipeWait)
+		data, err := readfile.StreamChecked(file, maxTokenInput, readfile.PipeWait, trustedToken(file, cio))
 		if errors.Is(err, readfile.ErrTooLarge) {
 			return "", fmt.Errorf("%w: %s is over %d bytes; a token is one line of a few hundred characters", enrol.ErrToken, file, maxTokenInput)
+		}
+		if errors.Is(err, statedir.ErrUnsafePath) {
+			return "", err
 		}
 		if err != nil {
 			return "", fmt.Errorf("%w: %v", enrol.ErrToken, err)
@@ -414,6 +419,15 @@ func readToken(file string, cio *cliIO) (string, error) {
 			return readPasted(cio)
 		}
 		r = cio.stdin
+		// `meshhost enrol < token.txt`: the file the shell opened is judged as
+		// --token-file's is.
+		if f, ok := cio.stdin.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil {
+				if err := trustedToken("on stdin", cio)(fi); err != nil {
+					return "", err
+				}
+			}
+		}
 	}
 	data, err := io.ReadAll(io.LimitReader(r, maxTokenInput+1))
 	if err != nil {
@@ -423,6 +437,31 @@ func readToken(file string, cio *cliIO) (string, error) {
 		return "", fmt.Errorf("%w: the input is over %d bytes; a token is one line of a few hundred characters", enrol.ErrToken, maxTokenInput)
 	}
 	return string(data), nil
+}
+
+// trustedToken judges the file a token is read from (statedir.CheckInput): the
+// token says which mesh this machine trusts, so a file another user could have
+// written is refused. The user who ran meshhost through sudo (SUDO_UID, as root)
+// counts as its own: `sudo meshhost enrol --token-file ~/token.txt`. A file
+// group or others may read is taken, with a warning: the token may have been
+// copied, and used first.
+func trustedToken(name string, cio *cliIO) func(fs.FileInfo) error {
+	invoker := -1
+	if os.Geteuid() == 0 {
+		if uid, err := strconv.Atoi(cio.getenv("SUDO_UID")); err == nil && uid > 0 {
+			invoker = uid
+		}
+	}
+	return func(fi fs.FileInfo) error {
+		if err := statedir.CheckInput("the token file", name, fi, invoker); err != nil {
+			return err
+		}
+		if statedir.ReadableByOthers(fi) {
+			fmt.Fprintf(cio.stderr, "warning: the token file %s may be read by group or others (mode %#o): whoever read it may enrol another machine as this node first; if enrol says the token was used, have the node revoked and a new token minted\n",
+				name, fi.Mode().Perm())
+		}
+		return nil
+	}
 }
 
 // readPasted reads the token pasted on the terminal on stdin, one line, with the
