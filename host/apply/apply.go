@@ -781,19 +781,30 @@ func (r *run) sweep(d *dirHandle, root *os.Root) {
 	if err != nil {
 		return
 	}
-	names, _ := f.Readdirnames(-1)
-	for _, name := range names {
-		if len(name) != tempLen || !strings.HasPrefix(name, tempPrefix) || !isLowerHex(name[len(tempPrefix):]) {
-			continue
+	// In batches: a directory of the root others may write in can hold as many
+	// names as they care to make (65,000 links of 247-byte names cost the agent
+	// 21 MB read whole), and the sweep needs only the few that are ours.
+	for {
+		names, err := f.Readdirnames(sweepBatch)
+		for _, name := range names {
+			if len(name) != tempLen || !strings.HasPrefix(name, tempPrefix) || !isLowerHex(name[len(tempPrefix):]) {
+				continue
+			}
+			if r.known != nil && r.known(path.Join(d.name, name)) {
+				continue
+			}
+			if fi, err := root.Lstat(name); err == nil && fi.Mode().IsRegular() {
+				root.Remove(name)
+			}
 		}
-		if r.known != nil && r.known(path.Join(d.name, name)) {
-			continue
-		}
-		if fi, err := root.Lstat(name); err == nil && fi.Mode().IsRegular() {
-			root.Remove(name)
+		if err != nil || len(names) == 0 {
+			return
 		}
 	}
 }
+
+// sweepBatch is how many names sweep reads from a directory at a time.
+const sweepBatch = 256
 
 func isLowerHex(s string) bool {
 	for i := 0; i < len(s); i++ {
