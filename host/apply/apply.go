@@ -74,8 +74,10 @@ type Applier interface {
 // declared ownership differs. The temp files an apply killed part way left in a
 // directory are removed by the next apply that writes there. The file found at a declared or previously
 // managed path is opened without following a link at its name, and read only
-// if it is a regular file of at most MaxFileSize bytes. Root and missing parent directories are created
-// with mode 0755. A file that is no longer declared is removed; directories
+// if it is a regular file of at most MaxFileSize bytes. Missing parent directories
+// of declared files are created with mode 0755, whatever the umask; Root itself, and
+// the directories above it, when missing, are created 0755 less the umask (0700 under
+// umask 077: the operator's setting, and the safer way to be wrong). A file that is no longer declared is removed; directories
 // the applier created are left in place when they become empty. A file no
 // longer declared may give way to a directory a new file needs, but a
 // directory is never replaced by a file, even one the removals left empty:
