@@ -66,7 +66,7 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 				}
 				return nil, cobra.ShellCompDirectiveNoFileComp
 			}
-			return func(args []string) error {
+			return func(args []string) (err error) {
 				if len(args) > 0 && (args[0] == "list" || args[0] == "cancel") {
 					for _, f := range []string{"role", "ttl", "label", "replace", "addr", "raft-addr", "cluster-addr"} {
 						if fs.Changed(f) {
@@ -108,8 +108,17 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 					return usagef("--ttl %s: must be at least 1s and at most %s (a long-lived token is a long-lived root credential)", ttl, tokenfmt.MaxTTL)
 				}
 				// Before anything is minted: a token goes only where other users cannot read it.
-				if err := privateOutput(cio.stdout); err != nil {
+				out, err := privateOutput(cio.stdout)
+				if err != nil {
 					return err
+				}
+				cio = cio.withStdout(out.w)
+				if out.commit != nil {
+					defer func() {
+						if cerr := out.commit(err == nil); err == nil && cerr != nil {
+							err = fmt.Errorf("the token was minted, but could not be written out (%w): it stays pending with a secret no one holds; mint another with --replace", cerr)
+						}
+					}()
 				}
 				if r == tokenfmt.RoleControl {
 					if addr == "" {

@@ -104,6 +104,13 @@ type cliIO struct {
 	exit func(code int)
 }
 
+// withStdout returns a copy of cio writing its standard output to w.
+func (cio *cliIO) withStdout(w io.Writer) *cliIO {
+	c := *cio
+	c.stdout = w
+	return &c
+}
+
 // usageError is a mistake in the command line.
 type usageError struct{ msg string }
 
