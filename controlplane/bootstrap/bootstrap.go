@@ -250,6 +250,11 @@ func (b *run) lock() (*datadir.Lock, error) {
 	if b.o.DryRun {
 		command += " --dry-run"
 	}
+	// Before anything is written: the CA key goes where no other user could
+	// swap the directory, or a link on the way to it.
+	if err := b.o.Dir.CheckPlace(); err != nil {
+		return nil, err
+	}
 	lock, err := b.o.Dir.LockExisting(command)
 	if err != nil {
 		return nil, err

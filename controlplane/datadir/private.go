@@ -48,9 +48,13 @@ func (e *UnprotectedError) Is(target error) bool { return target == ErrUnprotect
 // change: the directory must belong to the user running this program and not be
 // writable by group or others; each file serve reads must be that user's, not a
 // symbolic link, and not writable by group or others; the secrets among them (and
-// the Raft directory) not readable by them either. Files that do not exist are
+// the Raft directory) not readable by them either; and the directory must be in a
+// place no other user could change (CheckPlace). Files that do not exist are
 // skipped. Where files have no owner (not Unix), only the modes are judged.
 func (d Dir) CheckPrivate() error {
+	if err := d.CheckPlace(); err != nil {
+		return err
+	}
 	euid := os.Geteuid()
 	fi, err := os.Stat(string(d))
 	if err != nil {

@@ -285,6 +285,11 @@ func Join(ctx context.Context, o Options) error {
 // created only in a directory the join may use, never in one it refuses.
 func (r *run) lock() (*datadir.Lock, string, error) {
 	d := r.o.Dir
+	// Before anything is written: the keys the mesh hands over go where no other
+	// user could swap the directory, or a link on the way to it.
+	if err := d.CheckPlace(); err != nil {
+		return nil, "", err
+	}
 	lock, err := d.LockExisting("meshctl join")
 	if err != nil {
 		return nil, "", err

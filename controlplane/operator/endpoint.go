@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"mesh/host/statedir"
 	"net"
 	"os"
 	"path/filepath"
@@ -47,6 +48,11 @@ var ErrCredsExposed = errors.New("the operator credentials file is readable by o
 // and the pin of its mesh.json, and its admin.creds. joining admits the unfinished
 // configuration of a join in progress.
 func DirEndpoint(dir datadir.Dir, joining bool) (Endpoint, error) {
+	// Its mesh.json names the brokers and the CA pin trusted: not from a
+	// directory another user could have filled.
+	if err := dir.CheckPlaceToRead(); err != nil {
+		return Endpoint{}, err
+	}
 	cfg, err := dir.LoadConfig()
 	if joining && errors.Is(err, datadir.ErrJoinIncomplete) {
 		cfg, err = dir.ReadConfigRaw()
@@ -107,7 +113,7 @@ func CAEndpoint(servers []string, creds, caFile string) (Endpoint, error) {
 		return Endpoint{}, fmt.Errorf("%w: %w: %s (mode %v) is an operator's login to the whole mesh; make it private (chmod 600 %s) and run the command again",
 			ErrEndpoint, ErrCredsExposed, creds, perm, creds)
 	}
-	data, err := readSmall(caFile)
+	data, err := readTrusted(caFile, "the CA file", "CA certificate")
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("%w: CA file: %w", ErrEndpoint, err)
 	}
@@ -138,7 +144,28 @@ var ErrFileTooLarge = errors.New("larger than 1 MiB: not a CA certificate, a NAT
 // byte past the cap of a larger one. A directory, a FIFO or a device given as the
 // file is refused (readfile.ErrNotRegular) without waiting for a FIFO's writer.
 func readSmall(path string) ([]byte, error) {
-	data, err := readfile.Regular(path, maxSmallFile)
+	return readSmallChecked(path, nil)
+}
+
+// readTrusted reads a small file the operator's machine takes its trust from (the
+// mesh CA, a NATS context naming brokers, credentials and CA): one another user
+// could have written is refused (statedir.CheckTrusted), as `meshhost enrol`
+// refuses such a token file. The user who ran meshctl through sudo counts as its
+// own.
+func readTrusted(path, what, holds string) ([]byte, error) {
+	invoker := -1
+	if os.Geteuid() == 0 {
+		if uid, err := strconv.Atoi(os.Getenv("SUDO_UID")); err == nil && uid > 0 {
+			invoker = uid
+		}
+	}
+	return readSmallChecked(path, func(fi fs.FileInfo) error {
+		return statedir.CheckTrusted(&statedir.InputError{What: what, Name: path, Holds: holds, Advice: ", and run the command again"}, fi, invoker)
+	})
+}
+
+func readSmallChecked(path string, check func(fs.FileInfo) error) ([]byte, error) {
+	data, err := readfile.RegularChecked(path, maxSmallFile, check)
 	if errors.Is(err, readfile.ErrTooLarge) {
 		return nil, fmt.Errorf("%s: %w", path, ErrFileTooLarge)
 	}
@@ -221,7 +248,7 @@ func LoadContext(name string, getenv func(string) string) (Context, error) {
 	if err != nil {
 		return Context{}, err
 	}
-	data, err := readSmall(path)
+	data, err := readTrusted(path, "the NATS context", "brokers, credentials and CA")
 	if errors.Is(err, fs.ErrNotExist) {
 		return Context{}, fmt.Errorf("%w: no NATS context %q (%s); create it with `nats context add` or write the file with url, creds and ca", ErrEndpoint, name, path)
 	}

@@ -2,6 +2,7 @@ package operator
 
 import (
 	"errors"
+	"mesh/host/statedir"
 	"net"
 	"os"
 	"path/filepath"
@@ -359,5 +360,59 @@ func TestCredsOthersMayReadAreRefused(t *testing.T) {
 	}
 	if _, err := CAEndpoint([]string{"127.0.0.1:1"}, creds, caFile); err != nil {
 		t.Errorf("creds of mode 0600: %v", err)
+	}
+}
+
+// TestTrustedFilesAnotherUserCouldWriteAreRefused: the CA file an operator's
+// machine pins, and a NATS context naming brokers, credentials and CA, are refused
+// when another user could have written them (group or others may write, or another
+// user owns them), as `meshhost enrol` refuses such a token file: a local audit had
+// root mint a host token for another user's mesh through a context file of theirs.
+// The user who ran meshctl through sudo counts as its own.
+func TestTrustedFilesAnotherUserCouldWriteAreRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving a file to another user (chown to 65534) needs root")
+	}
+	_, caFile := tlsBroker(t)
+	creds := credsFile(t)
+	data, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	place := func(name string, mode os.FileMode, uid int, content []byte) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, c := range []struct {
+		file string
+		why  string
+	}{
+		{place("open.pem", 0o666, 0, data), "has mode 0666: group or others may write it"},
+		{place("theirs.pem", 0o644, 65534, data), "belongs to uid 65534"},
+	} {
+		_, err := CAEndpoint([]string{"127.0.0.1:1"}, creds, c.file)
+		if !errors.Is(err, statedir.ErrUnsafePath) || !strings.Contains(err.Error(), c.why) || !strings.Contains(err.Error(), "another mesh's CA certificate") {
+			t.Errorf("CA file %s: %v, want ErrUnsafePath saying %q", c.file, err, c.why)
+		}
+	}
+	t.Setenv("SUDO_UID", "65534")
+	if _, err := CAEndpoint([]string{"127.0.0.1:1"}, creds, filepath.Join(dir, "theirs.pem")); err != nil {
+		t.Errorf("the CA file of the user who ran sudo: %v", err)
+	}
+	t.Setenv("SUDO_UID", "")
+	ctx := place("ops.json", 0o666, 0, []byte(`{"url":"tls://127.0.0.1:1","creds":"`+creds+`","ca":"`+caFile+`"}`))
+	if _, err := LoadContext(ctx, os.Getenv); !errors.Is(err, statedir.ErrUnsafePath) || !strings.Contains(err.Error(), "the NATS context") {
+		t.Errorf("a context others may write: %v, want ErrUnsafePath", err)
 	}
 }

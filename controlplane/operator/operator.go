@@ -58,9 +58,12 @@ var ErrReadOnly = errors.New("these operator credentials may only read the mesh:
 
 // Client calls the operator API.
 type Client struct {
-	nc         *nats.Conn
-	denied     *deniedSubjects
-	loss       *connLoss
+	nc     *nats.Conn
+	denied *deniedSubjects
+	loss   *connLoss
+	// pin is the CA pin every broker of this connection was checked against
+	// (zero for a client that wraps a connection it did not dial).
+	pin        [32]byte
 	timeout    time.Duration
 	leaderWait time.Duration
 	// firstAttempt is how long a repeatable request waits for its first answer before
@@ -188,7 +191,7 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 		return nil, fmt.Errorf("%w at %s: %v%s", ErrUnreachable, strings.Join(servers, ", "), err, hint)
 	}
 	c := newClient(nc, timeout, o.LeaderWait)
-	c.denied, c.loss = denied, loss
+	c.denied, c.loss, c.pin = denied, loss, e.Pin
 	return c, nil
 }
 
@@ -528,9 +531,20 @@ func (c *Client) Mint(t TokenTerms) (tokenfmt.Token, []api.TokenView, error) {
 	if err != nil {
 		return tokenfmt.Token{}, nil, err
 	}
+	// The token makes hosts trust the CA it pins: it must be the CA this
+	// connection proved, not one the answer names, which a machine holding a leaf
+	// of the mesh's CA (a removed control node's) could have sent.
+	if c.pin != ([32]byte{}) && res.CAPin != hex.EncodeToString(c.pin[:]) {
+		return tokenfmt.Token{}, nil, fmt.Errorf("%w: the control plane's answer pins CA %.16s…, and the brokers of this connection proved CA %.16s…: no token was made (the mint is pending until it expires: cancel it with `meshctl token cancel %s`)",
+			ErrPinMismatch, res.CAPin, hex.EncodeToString(c.pin[:]), t.Node)
+	}
 	tok, err := TokenFrom(secret, t.Node, t.Role, res)
 	return tok, res.Replaced, err
 }
+
+// ErrPinMismatch means the control plane's answer to a token's creation named
+// another CA than the one the connection was checked against.
+var ErrPinMismatch = errors.New("the answer names another mesh CA than the one this connection proved")
 
 // TokenFrom assembles a token from its secret and the control plane's answer to the
 // token's creation.

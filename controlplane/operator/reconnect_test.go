@@ -1,8 +1,11 @@
 package operator
 
 import (
+	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"mesh/tokenfmt"
 	"strings"
 	"testing"
 	"time"
@@ -138,5 +141,47 @@ func TestAChangeWhoseBrokerStopsIsToldAtOnce(t *testing.T) {
 	}
 	if !c.nc.IsConnected() || c.nc.ConnectedAddr() != addrs[1] {
 		t.Errorf("the connection is not on the other broker: connected %v to %s", c.nc.IsConnected(), c.nc.ConnectedAddr())
+	}
+}
+
+// TestAMintAnsweredWithAnotherCAIsRefused: a token pins the CA hosts will trust, so
+// it takes the CA this connection proved, and an answer naming another (a machine
+// holding a leaf of the mesh's CA, a removed control node's, answering token
+// creations itself) makes no token. Before, the pin was copied from the answer.
+func TestAMintAnsweredWithAnotherCAIsRefused(t *testing.T) {
+	addrs, _, caFile := twoBrokers(t)
+	e, err := CAEndpoint(addrs[:1], credsFile(t), caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _, err := pki.NewCA("other", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherPin := pki.PinOf(other.Cert)
+	signing := bytes.Repeat([]byte{7}, 32)
+	c, err := DialEndpoint(e, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, pin := range [][32]byte{otherPin, e.Pin} {
+		sub, err := c.nc.Subscribe(api.AdminSubject(api.OpTokenCreate), func(m *nats.Msg) {
+			res, _ := json.Marshal(api.TokenCreateResult{Mesh: "m", Brokers: addrs[:1], CAPin: hex.EncodeToString(pin[:]),
+				SigningKey: hex.EncodeToString(signing), Expiry: time.Now().Add(time.Hour)})
+			data, _ := json.Marshal(api.AdminResponse{V: api.ProtocolVersion, Result: res})
+			_ = m.Respond(data)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.MintToken("web-1", tokenfmt.RoleWorker, 15*time.Minute, nil)
+		if pin == otherPin && !errors.Is(err, ErrPinMismatch) {
+			t.Errorf("an answer pinning another CA: %v, want ErrPinMismatch", err)
+		}
+		if pin == e.Pin && err != nil {
+			t.Errorf("an answer pinning the CA the connection proved: %v", err)
+		}
+		_ = sub.Unsubscribe()
 	}
 }

@@ -70,6 +70,12 @@ func Kind(m fs.FileMode) string {
 // ErrTooLarge for a longer file, of which at most max+1 bytes were read (a file
 // growing while it is read stops there too); the file system's errors otherwise.
 func Regular(path string, max int64) ([]byte, error) {
+	return RegularChecked(path, max, nil)
+}
+
+// RegularChecked is Regular with check, when set, called with the opened file's
+// FileInfo before anything is read: the file judged is the file read.
+func RegularChecked(path string, max int64, check func(fs.FileInfo) error) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|openFlags, 0)
 	if err != nil {
 		return nil, err
@@ -81,6 +87,11 @@ func Regular(path string, max int64) ([]byte, error) {
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, &NotRegularError{Path: path, Mode: fi.Mode()}
+	}
+	if check != nil {
+		if err := check(fi); err != nil {
+			return nil, err
+		}
 	}
 	return readCapped(f, path, max)
 }

@@ -235,12 +235,14 @@ func checkChain(what, path, real string, self bool) error {
 	}
 }
 
-// InputError is an input the agent takes its trust from (a token: the mesh's CA pin
-// and signing key) that another user could have written: it belongs to UID, or has
-// Mode, which lets group or others write it.
+// InputError is an input a command takes its trust from (a token: the mesh's CA pin
+// and signing key; a CA certificate) that another user could have written: it
+// belongs to UID, or has Mode, which lets group or others write it.
 type InputError struct {
 	What      string // "the token file"
 	Name      string // its path, or "stdin"
+	Holds     string // what another mesh's version would be: "token"
+	Advice    string // how to keep it safe, after "Keep it where only you or root may change it"
 	UID, EUID int
 	Mode      fs.FileMode
 }
@@ -250,21 +252,28 @@ func (e *InputError) Error() string {
 	if e.Mode.Perm()&0o022 == 0 {
 		why = fmt.Sprintf("belongs to %s", who(e.UID))
 	}
-	return fmt.Sprintf("%s %s cannot be used: it %s, so another user could have put another mesh's token in it, and meshhost (running as %s) would trust that mesh. "+
-		"Keep the token where only you or root may change it (`meshctl token > token.txt` writes it 0600), or give it in MESH_TOKEN or on a pipe", e.What, e.Name, why, who(e.EUID))
+	return fmt.Sprintf("%s %s cannot be used: it %s, so another user could have put another mesh's %s in it, which this command (running as %s) would then trust. "+
+		"Keep it where only you or root may change it%s", e.What, e.Name, why, e.Holds, who(e.EUID), e.Advice)
 }
 
 // Is reports whether target is ErrUnsafePath.
 func (e *InputError) Is(target error) bool { return target == ErrUnsafePath }
 
-// CheckInput judges, as opened, a file the agent takes its trust from: it must
-// belong to root, the agent's user or invoker (the user who ran it through sudo, -1
-// for none), and group or others must not be able to write it. A user who created
+// CheckInput judges, as opened, a file a command takes a token from: it must
+// belong to root, the command's user or invoker (the user who ran it through sudo,
+// -1 for none), and group or others must not be able to write it. A user who created
 // /tmp/token.txt 0666 before the operator wrote the token in it could otherwise put
 // their own mesh's token there, and the machine would enrol into it. A pipe, a
 // terminal or another kind of file is not judged (see readfile.Stream); where files
 // have no owner (not Unix), nothing is.
 func CheckInput(what, name string, fi fs.FileInfo, invoker int) error {
+	return CheckTrusted(&InputError{What: what, Name: name, Holds: "token",
+		Advice: " (`meshctl token > token.txt` writes it 0600), or give it in MESH_TOKEN or on a pipe"}, fi, invoker)
+}
+
+// CheckTrusted is CheckInput for any file a command takes its trust from, in as
+// (What, Name, Holds and Advice set; the rest is filled in when refused).
+func CheckTrusted(as *InputError, fi fs.FileInfo, invoker int) error {
 	if !fi.Mode().IsRegular() {
 		return nil
 	}
@@ -274,7 +283,9 @@ func CheckInput(what, name string, fi fs.FileInfo, invoker int) error {
 	}
 	euid := os.Geteuid()
 	if fi.Mode().Perm()&0o022 != 0 || uid != 0 && uid != euid && uid != invoker {
-		return &InputError{What: what, Name: name, UID: uid, EUID: euid, Mode: fi.Mode()}
+		e := *as
+		e.UID, e.EUID, e.Mode = uid, euid, fi.Mode()
+		return &e
 	}
 	return nil
 }

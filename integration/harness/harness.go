@@ -445,6 +445,17 @@ func (cp *ControlPlane) ServeWithOpenFiles(n int, extra ...string) *Process {
 	return cp.serve
 }
 
+// ServeWithUmask starts `meshctl serve` as StartServe does, under the file mode
+// creation mask umask (octal, as the shell's umask takes it), and waits until it
+// answers operators.
+func (cp *ControlPlane) ServeWithUmask(umask string, extra ...string) *Process {
+	cp.t.Helper()
+	script := fmt.Sprintf(`umask %s && exec "$0" "$@"`, umask)
+	cp.serve = Start(cp.t, nil, "/bin/sh", append([]string{"-c", script, cp.Bin.Meshctl}, cp.serveArgs(extra...)...)...)
+	cp.WaitServing()
+	return cp.serve
+}
+
 // WaitServing waits until the serve process StartServe began answers operators.
 func (cp *ControlPlane) WaitServing() {
 	cp.t.Helper()

@@ -490,3 +490,32 @@ func TestMetricsListenApartFromTheNodesOwn(t *testing.T) {
 		}
 	}
 }
+
+// TestJoinRefusesATokenFileAnotherUserCouldWrite: a control token names the mesh
+// whose CA key and signing key the node will hold, so `meshctl join` refuses a token
+// file another user could have written (a local audit had root join a control node
+// of that user's mesh so), exit 7, before it parses the token or writes anything;
+// the user who ran meshctl through sudo counts as its own.
+func TestJoinRefusesATokenFileAnotherUserCouldWrite(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving a file to another user (chown to 65534) needs root")
+	}
+	file := filepath.Join(t.TempDir(), "cp2.txt")
+	if err := os.WriteFile(file, []byte("mesh1_garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(file, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(t.TempDir(), "cp")
+	code, _, stderr := runCLIEnv(nil, "join", "--data", data, "--token-file", file)
+	if code != exitDataDir || !strings.Contains(stderr, "the control token file "+file+" cannot be used: it belongs to uid 65534") {
+		t.Fatalf("join with another user's token file: exit %d, %s", code, stderr)
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Errorf("the data directory was made: %v", err)
+	}
+	if code, _, stderr := runCLIEnv(map[string]string{"SUDO_UID": "65534"}, "join", "--data", data, "--token-file", file); code == exitDataDir {
+		t.Errorf("join with the sudo user's token file: exit %d, %s", code, stderr)
+	}
+}

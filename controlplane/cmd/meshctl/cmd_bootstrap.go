@@ -58,6 +58,7 @@ mesh as bootstrapped (its id, this node, addresses and CA pin) as JSON.`,
 				}
 				ctx, stop := signalContext()
 				defer stop()
+				privateUmask() // the Raft store it makes, as serve's
 				err := interruptible(ctx, func() error { return bootstrap.RunContext(ctx, o) })
 				if err != nil || !asJSON {
 					return err

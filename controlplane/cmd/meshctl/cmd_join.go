@@ -4,6 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"mesh/host/statedir"
+	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -67,6 +71,7 @@ with the same token goes on. Then start the node with meshctl serve.`,
 				ctx, stop := signalContext()
 				defer stop()
 				err = interruptible(ctx, func() error {
+					privateUmask() // the Raft store it makes, as serve's
 					return join.Join(ctx, join.Options{Dir: datadir.Dir(dir), Token: text, Out: steps,
 						Timeouts: replication.Timeouts{Heartbeat: heartbeat, Election: heartbeat, LeaderLease: heartbeat / 2, Commit: 50 * time.Millisecond}})
 				})
@@ -108,7 +113,10 @@ const maxTokenInput = 16 << 10
 // command line.
 func readSecretInput(file string, cio *cliIO) (string, error) {
 	if file != "" {
-		data, err := readBounded(file, nil, maxTokenInput, "and a token is one line of a few hundred characters")
+		data, err := readfile.StreamChecked(file, maxTokenInput, readfile.PipeWait, trustedToken(file, cio))
+		if errors.Is(err, readfile.ErrTooLarge) {
+			err = tooLargeError(fmt.Sprintf("%s is larger than %d bytes, and a token is one line of a few hundred characters", file, maxTokenInput))
+		}
 		if errors.Is(err, readfile.ErrTooLarge) {
 			// What cannot be a token is refused as one (exit 4, as an empty or
 			// garbled one is), not as a failure to read.
@@ -126,6 +134,15 @@ func readSecretInput(file string, cio *cliIO) (string, error) {
 			maxTokenInput, cio.hideInput)
 		return line, err
 	}
+	// `meshctl join < cp2.txt`: the file the shell opened is judged as
+	// --token-file's is.
+	if f, ok := cio.stdin.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil {
+			if err := trustedToken("on stdin", cio)(fi); err != nil {
+				return "", err
+			}
+		}
+	}
 	data, err := io.ReadAll(io.LimitReader(cio.stdin, maxTokenInput+1))
 	if err != nil {
 		return "", err
@@ -134,6 +151,31 @@ func readSecretInput(file string, cio *cliIO) (string, error) {
 		return "", fmt.Errorf("%w: the input is over %d bytes; a token is one line of a few hundred characters", join.ErrToken, maxTokenInput)
 	}
 	return string(data), nil
+}
+
+// trustedToken judges the file a control token is read from (statedir.CheckInput,
+// as meshhost enrol judges a host's): the token names the mesh this node joins and
+// whose CA key and signing key it will hold, so a file another user could have
+// written is refused (exit 7). The user who ran meshctl through sudo (SUDO_UID, as
+// root) counts as its own. A file group or others may read is taken, with a
+// warning: the token may have been copied, and used first.
+func trustedToken(name string, cio *cliIO) func(fs.FileInfo) error {
+	invoker := -1
+	if os.Geteuid() == 0 {
+		if uid, err := strconv.Atoi(cio.getenv("SUDO_UID")); err == nil && uid > 0 {
+			invoker = uid
+		}
+	}
+	return func(fi fs.FileInfo) error {
+		if err := statedir.CheckInput("the control token file", name, fi, invoker); err != nil {
+			return err
+		}
+		if statedir.ReadableByOthers(fi) {
+			fmt.Fprintf(cio.stderr, "warning: the control token file %s may be read by group or others (mode %#o): whoever read it may join a control node of theirs with it first; if join says the token was used, cancel it (`meshctl token cancel`) and remove what joined (`meshctl control remove`)\n",
+				name, fi.Mode().Perm())
+		}
+		return nil
+	}
 }
 
 func controlCommand() command {

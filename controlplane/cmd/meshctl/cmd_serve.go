@@ -210,6 +210,7 @@ const serveGCPercent = 50
 // serve runs the control node of opts.Dir until ctx ends, holding the directory's
 // lock throughout.
 func serve(ctx context.Context, cio *cliIO, log *slog.Logger, opts daemon.Options) error {
+	privateUmask()
 	lock, err := opts.Dir.Lock("meshctl serve")
 	if errors.Is(err, fs.ErrNotExist) {
 		// No directory: say what it lacks, as for one without mesh.json.

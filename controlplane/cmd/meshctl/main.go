@@ -47,6 +47,7 @@ import (
 	"mesh/controlplane/pki"
 	"mesh/controlplane/replication"
 	"mesh/host/dirlock"
+	"mesh/host/statedir"
 	"mesh/host/terminal"
 	"mesh/tokenfmt"
 )
@@ -280,10 +281,11 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		// will not mend it (and systemd does not restart serve for it).
 		errors.Is(err, datadir.ErrCorrupt), errors.Is(err, datadir.ErrTruncated), errors.Is(err, datadir.ErrTooLarge), errors.Is(err, datadir.ErrMissing),
 		errors.Is(err, datadir.ErrFormat), errors.Is(err, datadir.ErrNotAFile),
-		// An operator's credentials file others may read: as serve refuses its own.
-		errors.Is(err, operator.ErrCredsExposed):
+		// An operator's credentials file others may read: as serve refuses its own;
+		// a control token's file another user could have written, likewise.
+		errors.Is(err, operator.ErrCredsExposed), errors.Is(err, statedir.ErrUnsafePath):
 		return exitDataDir
-	case errors.Is(err, pki.ErrPinMismatch):
+	case errors.Is(err, pki.ErrPinMismatch), errors.Is(err, operator.ErrPinMismatch):
 		// A broker of another CA: the address is wrong or the mesh substituted, which
 		// waiting does not mend (operator.ErrUnreachable wraps it too, so before that).
 		return exitRefused
