@@ -267,6 +267,11 @@ type AdminResponse struct {
 	V      int             `json:"v"`
 	Error  *Error          `json:"error,omitempty"`
 	Result json.RawMessage `json:"result,omitempty"`
+	// NotDone says, with Error, that nothing of the request was carried out and
+	// that it may be sent again as it is: the control node that took it no longer
+	// led, and the change never reached the log. meshctl sends it again; an older
+	// meshctl ignores it and reports Error (unavailable, exit 3).
+	NotDone bool `json:"not_done,omitempty"`
 }
 
 // PingResult identifies the control node that answered.

@@ -135,7 +135,7 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 		if !errors.As(err, &ae) {
 			ae = &api.Error{Code: api.CodeInternal, Message: err.Error()}
 		}
-		resp.Error = ae
+		resp.Error, resp.NotDone = ae, errors.Is(err, errNotDone)
 		d.guard.refuse("admin", Reason(ae.Code), op, ae.Message)
 	} else {
 		resp.Result, _ = json.Marshal(result)
@@ -145,6 +145,10 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 		d.log.Warn("operator reply not sent", "op", op, "err", err)
 	}
 }
+
+// errNotDone marks an operator request's failure that left nothing done: the
+// change never reached the Raft log, and sending it again is safe.
+var errNotDone = errors.New("not carried out")
 
 func adminCall[Req any, Res any](op string, data []byte, fn func(Req) (Res, error)) (any, error) {
 	var req Req
@@ -162,6 +166,12 @@ func badRequest(format string, args ...any) *api.Error {
 func (d *Daemon) commit(c state.Command) (state.Result, error) {
 	res, err := d.raft.Apply(c, commitTimeout)
 	if err != nil {
+		if errors.Is(err, replication.ErrNotAppended) {
+			// Said so to meshctl (AdminResponse.NotDone), which sends it again
+			// to the control node that leads now.
+			return res, errors.Join(errNotDone, &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf(
+				"control node %s no longer leads (leadership handed over or changed); nothing was committed: send it again", d.cfg.Node)})
+		}
 		if errors.Is(err, replication.ErrNotLeader) {
 			return res, &api.Error{Code: api.CodeUnavailable, Message: "leadership changed during the request; run it again"}
 		}

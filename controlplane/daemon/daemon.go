@@ -545,6 +545,11 @@ func (d *Daemon) followLeadership(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			// A leader stopped on purpose hands over before it stops serving: the
+			// requests it still gets meanwhile are answered, those it can no longer
+			// carry out as "not done" (meshctl sends them again to the new
+			// leader), instead of finding no one subscribed in the gap.
+			d.handOver()
 			d.stopAPI()
 			return ctx.Err()
 		case leader := <-d.raft.LeaderChanges():
@@ -655,11 +660,32 @@ func (d *Daemon) serveAPI() error {
 func (d *Daemon) stopAPI() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	var draining []*nats.Subscription
 	for _, s := range d.subs {
+		// An operator's request already received is answered, not dropped: a
+		// change refused by a node that no longer leads says nothing was done
+		// (AdminResponse.NotDone), and meshctl sends it again to the new leader.
+		// Dropped, it left meshctl waiting its whole timeout. Hosts' requests are
+		// dropped as before: their agents send them again after a short wait.
+		if strings.HasPrefix(s.Subject, api.AdminPrefix) && s.Drain() == nil {
+			draining = append(draining, s)
+			continue
+		}
 		_ = s.Unsubscribe()
 	}
 	d.subs = nil
+	deadline := time.Now().Add(apiDrain)
+	for _, s := range draining {
+		for s.IsDraining() && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		_ = s.Unsubscribe() // what a drain past apiDrain has left
+	}
 }
+
+// apiDrain bounds how long stopAPI waits for the operator requests already received
+// to be taken up by their handlers (then answered: handlers.wait).
+const apiDrain = 500 * time.Millisecond
 
 // applied runs after every command on every control node, on Raft's apply goroutine.
 // It does nothing itself: what a command calls for on this node (taking up new

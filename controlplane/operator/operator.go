@@ -298,54 +298,76 @@ func (c *Client) Close() { c.nc.Close() }
 // or a token creation (api.Repeatable) is sent again when no answer came within 2 s,
 // then 4 s, and so on until the timeout, and at once on the broker that took the
 // connection over, because a leader that stops takes the requests it was serving
-// with it, and the same request again cannot change anything twice.
+// with it, and the same request again cannot change anything twice. A refusal that
+// says nothing was done (AdminResponse.NotDone) is sent again too, whatever the op.
 func (c *Client) Call(op string, req, res any) error {
 	data, err := api.EncodeAdminRequest(op, req)
 	if err != nil {
 		return err
 	}
+	// A refusal that says nothing was done (the control node that took it no longer
+	// led: a hand-over, a rolling restart) is sent again, to the one that leads now,
+	// for as long as a call waits for a leader.
+	deadline, pause := time.Now().Add(c.leaderWait), 50*time.Millisecond
+	for {
+		resp, err := c.callOnce(op, data)
+		if err == nil && resp.Error != nil && resp.NotDone && time.Until(deadline) > pause {
+			time.Sleep(pause)
+			pause = min(2*pause, time.Second)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if resp.Error != nil {
+			return resp.Error
+		}
+		if res == nil {
+			return nil
+		}
+		return json.Unmarshal(resp.Result, res)
+	}
+}
+
+// callOnce sends one call (request, and its own sending again) and decodes the
+// answer.
+func (c *Client) callOnce(op string, data []byte) (api.AdminResponse, error) {
+	var resp api.AdminResponse
 	msg, err := c.request(op, data)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return fmt.Errorf("%w; waited %s", ErrNoLeader, c.leaderWait)
+			return resp, fmt.Errorf("%w; waited %s", ErrNoLeader, c.leaderWait)
 		}
 		if errors.Is(err, ErrReadOnly) {
-			return ErrReadOnly
+			return resp, ErrReadOnly
 		}
 		if errors.Is(err, errAnswerLost) {
 			if api.Repeatable(op) {
-				return fmt.Errorf("%w while %s waited for its answer, and it was not answered through the brokers that took the connection over within %s; run it again", ErrConnectionLost, op, c.timeout)
+				return resp, fmt.Errorf("%w while %s waited for its answer, and it was not answered through the brokers that took the connection over within %s; run it again", ErrConnectionLost, op, c.timeout)
 			}
-			return fmt.Errorf("%w while %s waited for its answer, which comes back only through the broker that took the request; the control node that took it may have carried it out: look (`meshctl nodes`, `meshctl token list`) before running it again", ErrConnectionLost, op)
+			return resp, fmt.Errorf("%w while %s waited for its answer, which comes back only through the broker that took the request; the control node that took it may have carried it out: look (`meshctl nodes`, `meshctl token list`) before running it again", ErrConnectionLost, op)
 		}
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			if api.Repeatable(op) {
-				return fmt.Errorf("%w before %s was answered, and no broker of the list took it again; run it again", ErrConnectionLost, op)
+				return resp, fmt.Errorf("%w before %s was answered, and no broker of the list took it again; run it again", ErrConnectionLost, op)
 			}
-			return fmt.Errorf("%w before %s was answered, and no broker of the list took it again; the control node that took it may have carried it out: look (`meshctl nodes`, `meshctl token list`) before running it again", ErrConnectionLost, op)
+			return resp, fmt.Errorf("%w before %s was answered, and no broker of the list took it again; the control node that took it may have carried it out: look (`meshctl nodes`, `meshctl token list`) before running it again", ErrConnectionLost, op)
 		}
 		if errors.Is(err, nats.ErrTimeout) {
 			if c.denied.has(api.AdminSubject(op)) {
-				return ErrReadOnly
+				return resp, ErrReadOnly
 			}
 			if api.ReadOnly(op) {
-				return fmt.Errorf("%w %s within %s; run it again", ErrNoAnswer, op, c.timeout)
+				return resp, fmt.Errorf("%w %s within %s; run it again", ErrNoAnswer, op, c.timeout)
 			}
-			return fmt.Errorf("%w %s within %s; the control node that took it may have carried it out before it stopped: look (`meshctl nodes`, `meshctl token list`) before running it again", ErrNoAnswer, op, c.timeout)
+			return resp, fmt.Errorf("%w %s within %s; the control node that took it may have carried it out before it stopped: look (`meshctl nodes`, `meshctl token list`) before running it again", ErrNoAnswer, op, c.timeout)
 		}
-		return err
+		return resp, err
 	}
-	var resp api.AdminResponse
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return fmt.Errorf("malformed reply from the control plane: %w", err)
+		return resp, fmt.Errorf("malformed reply from the control plane: %w", err)
 	}
-	if resp.Error != nil {
-		return resp.Error
-	}
-	if res == nil {
-		return nil
-	}
-	return json.Unmarshal(resp.Result, res)
+	return resp, nil
 }
 
 // request sends one call (see Call for when it is sent again).

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"mesh/tokenfmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -181,6 +182,47 @@ func TestAMintAnsweredWithAnotherCAIsRefused(t *testing.T) {
 		}
 		if pin == e.Pin && err != nil {
 			t.Errorf("an answer pinning the CA the connection proved: %v", err)
+		}
+		_ = sub.Unsubscribe()
+	}
+}
+
+// TestAChangeNotDoneIsSentAgain: a control node that no longer leads (it handed its
+// leadership over, as a leader stopped in a rolling restart does) refuses a change
+// saying nothing was done (AdminResponse.NotDone): the call sends it again, and the
+// leader's answer is the call's. A refusal without NotDone (the leadership lost
+// after the change reached the log: it may be committed) is not sent again.
+func TestAChangeNotDoneIsSentAgain(t *testing.T) {
+	addrs, _, caFile := twoBrokers(t)
+	e, err := CAEndpoint(addrs[:1], credsFile(t), caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := DialEndpoint(e, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, notDone := range []bool{true, false} {
+		var calls atomic.Int32
+		sub, err := c.nc.Subscribe(api.AdminSubject(api.OpRevoke), func(m *nats.Msg) {
+			resp := api.AdminResponse{V: api.ProtocolVersion, Result: json.RawMessage(`{"revoked":[]}`)}
+			if calls.Add(1) == 1 {
+				resp = api.AdminResponse{V: api.ProtocolVersion, NotDone: notDone,
+					Error: &api.Error{Code: api.CodeUnavailable, Message: "control node cp-1 no longer leads"}}
+			}
+			data, _ := json.Marshal(resp)
+			_ = m.Respond(data)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = c.Call(api.OpRevoke, api.RevokeRequest{Nodes: []string{"web-1"}}, nil)
+		switch {
+		case notDone && (err != nil || calls.Load() != 2):
+			t.Errorf("a change not done: %v after %d calls, want it sent again and answered", err, calls.Load())
+		case !notDone && (err == nil || calls.Load() != 1):
+			t.Errorf("a change that may be done: %v after %d calls, want the refusal, sent once", err, calls.Load())
 		}
 		_ = sub.Unsubscribe()
 	}

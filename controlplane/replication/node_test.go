@@ -165,6 +165,10 @@ func TestBarrierOnFollower(t *testing.T) {
 	if err := n.Barrier(100 * time.Millisecond); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("barrier on a follower: %v, want ErrNotLeader", err)
 	}
+	// A command proposed here never reaches the log: sending it again is safe.
+	if _, err := n.Apply(state.Command{Op: state.OpPurge}, 100*time.Millisecond); !errors.Is(err, ErrNotLeader) || !errors.Is(err, ErrNotAppended) {
+		t.Fatalf("a command on a follower: %v, want ErrNotLeader and ErrNotAppended", err)
+	}
 }
 
 // TestSoleVoterElectsItselfAtOnce: the only voter of its configuration, restarted,

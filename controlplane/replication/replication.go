@@ -104,6 +104,12 @@ type Node struct {
 // ErrNotLeader means a write was proposed on a control node that is not the leader.
 var ErrNotLeader = errors.New("this control node is not the Raft leader")
 
+// ErrNotAppended marks a failed write that never reached the log: proposed on a
+// node that did not lead, or while it handed its leadership over. Sending it again
+// cannot make it happen twice. A write that fails otherwise (the leadership lost
+// after the entry was appended, a timeout) may still be committed.
+var ErrNotAppended = errors.New("the command never reached the Raft log")
+
 func openStores(dir string, log hclog.Logger, mustHoldState bool) (*raftboltdb.BoltStore, raft.SnapshotStore, error) {
 	if mustHoldState {
 		if err := checkHoldsState(dir); err != nil {
@@ -403,7 +409,7 @@ func (n *Node) Apply(c state.Command, timeout time.Duration) (state.Result, erro
 
 func (n *Node) apply(c state.Command, timeout time.Duration) (state.Result, uint64, error) {
 	if !n.IsLeader() {
-		return state.Result{}, 0, ErrNotLeader
+		return state.Result{}, 0, fmt.Errorf("%w: %w", ErrNotLeader, ErrNotAppended)
 	}
 	if c.At.IsZero() {
 		c.At = n.now().UTC()
@@ -419,7 +425,12 @@ func (n *Node) apply(c state.Command, timeout time.Duration) (state.Result, uint
 		n.observe(time.Since(start))
 	}
 	if err != nil {
-		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+		// raft answers ErrNotLeader and ErrLeadershipTransferInProgress for a
+		// command it did not take, ErrLeadershipLost for one it had appended.
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipTransferInProgress) {
+			return state.Result{}, 0, fmt.Errorf("%w: %w: %w", ErrNotLeader, ErrNotAppended, err)
+		}
+		if errors.Is(err, raft.ErrLeadershipLost) {
 			return state.Result{}, 0, fmt.Errorf("%w: %w", ErrNotLeader, err)
 		}
 		return state.Result{}, 0, fmt.Errorf("commit %s: %w", c.Op, err)
