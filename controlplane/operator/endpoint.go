@@ -153,12 +153,7 @@ func readSmall(path string) ([]byte, error) {
 // refuses such a token file. The user who ran meshctl through sudo counts as its
 // own.
 func readTrusted(path, what, holds string) ([]byte, error) {
-	invoker := -1
-	if os.Geteuid() == 0 {
-		if uid, err := strconv.Atoi(os.Getenv("SUDO_UID")); err == nil && uid > 0 {
-			invoker = uid
-		}
-	}
+	invoker := statedir.Invoker(os.Getenv)
 	return readSmallChecked(path, func(fi fs.FileInfo) error {
 		return statedir.CheckTrusted(&statedir.InputError{What: what, Name: path, Holds: holds, Advice: ", and run the command again"}, fi, invoker)
 	})

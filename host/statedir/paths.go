@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -288,6 +289,19 @@ func CheckTrusted(as *InputError, fi fs.FileInfo, invoker int) error {
 		return &e
 	}
 	return nil
+}
+
+// Invoker is the user who ran this command through sudo (SUDO_UID, read with getenv)
+// when it runs as root, for CheckInput and CheckTrusted; -1 otherwise: that user could
+// have run it without sudo, and their files are theirs to hand it.
+func Invoker(getenv func(string) string) int {
+	if os.Geteuid() != 0 {
+		return -1
+	}
+	if uid, err := strconv.Atoi(getenv("SUDO_UID")); err == nil && uid > 0 {
+		return uid
+	}
+	return -1
 }
 
 // ReadableByOthers reports whether a regular file's mode lets group or others read

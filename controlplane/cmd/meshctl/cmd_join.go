@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"mesh/host/statedir"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -160,12 +159,7 @@ func readSecretInput(file string, cio *cliIO) (string, error) {
 // root) counts as its own. A file group or others may read is taken, with a
 // warning: the token may have been copied, and used first.
 func trustedToken(name string, cio *cliIO) func(fs.FileInfo) error {
-	invoker := -1
-	if os.Geteuid() == 0 {
-		if uid, err := strconv.Atoi(cio.getenv("SUDO_UID")); err == nil && uid > 0 {
-			invoker = uid
-		}
-	}
+	invoker := statedir.Invoker(cio.getenv)
 	return func(fi fs.FileInfo) error {
 		if err := statedir.CheckInput("the control token file", name, fi, invoker); err != nil {
 			return err
