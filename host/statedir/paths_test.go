@@ -4,6 +4,8 @@ package statedir
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -204,5 +206,81 @@ func TestCheckRootRefusesARootAnotherUserOwns(t *testing.T) {
 	err := CheckRoot("the managed root", root)
 	if !errors.Is(err, ErrUnsafePath) || !strings.Contains(err.Error(), "belongs to") {
 		t.Fatalf("a root another user owns: %v, want ErrUnsafePath naming its owner", err)
+	}
+}
+
+// TestCheckRootWithoutLinksAgrees: CheckRoot's walk for a path with no link on its
+// way gives the verdict, word for word, that its general walk gives: on roots made
+// or not, under directories of its own, of another user, others may write (sticky
+// or not), and the root itself another user's or others may write. A path with a
+// link is left to the general walk.
+func TestCheckRootWithoutLinksAgrees(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving directories to another user (chown to 65534) needs root")
+	}
+	general := func(what, dir string) error {
+		if err := CheckParents(what, dir); err != nil {
+			return err
+		}
+		real, err := Resolved(dir)
+		if err != nil {
+			return err
+		}
+		fi, err := os.Lstat(real)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if uid, ok := owner(fi); ok && uid != os.Geteuid() && uid != 0 {
+			return &UnsafePathError{What: what, Path: dir, Part: real, UID: uid, EUID: os.Geteuid(), Mode: fi.Mode()}
+		}
+		return nil
+	}
+	base := t.TempDir()
+	mk := func(rel string, mode os.FileMode, uid int) string {
+		t.Helper()
+		p := filepath.Join(base, rel)
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	mk("own", 0o755, 0)
+	mk("theirs", 0o755, 65534)
+	mk("open", 0o777, 0)
+	mk("sticky", os.ModeSticky|0o777, 0)
+	mk("sticky/theirs", 0o755, 65534)
+	mk("own/root-theirs", 0o755, 65534)
+	mk("own/root-open", 0o777, 0)
+	mk("own/root", 0o755, 0)
+	if err := os.Symlink(filepath.Join(base, "own"), filepath.Join(base, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{"own/root", "own/new/root", "theirs/root", "theirs/new/root", "open/root", "sticky/root", "sticky/new/root",
+		"sticky/theirs/root", "own/root-theirs", "own/root-open", "own/root/../root", "own//root"} {
+		dir := filepath.Join(base, rel)
+		if rel == "own//root" {
+			dir = base + "/" + rel // unclean on purpose
+		}
+		judged, fast := checkRootWithoutLinks("the managed root", dir)
+		slow := general("the managed root", dir)
+		if !judged {
+			t.Errorf("%s: not judged without a link on its way", rel)
+			continue
+		}
+		if fmt.Sprint(fast) != fmt.Sprint(slow) {
+			t.Errorf("%s: %v, the general walk says %v", rel, fast, slow)
+		}
+	}
+	if judged, _ := checkRootWithoutLinks("the managed root", filepath.Join(base, "link", "root")); judged {
+		t.Error("a path with a link on its way was judged without following it")
 	}
 }
