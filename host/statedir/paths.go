@@ -111,6 +111,12 @@ func CheckRoot(what, dir string) error {
 	if judged, err := checkRootWithoutLinks(what, dir); judged {
 		return err
 	}
+	return checkRootWalk(what, dir)
+}
+
+// checkRootWalk is CheckRoot for any path, links and all: the directories above by
+// CheckParents' walk, then the root's owner.
+func checkRootWalk(what, dir string) error {
 	if err := CheckParents(what, dir); err != nil {
 		return err
 	}
