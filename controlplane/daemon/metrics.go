@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/pprof"
 	"slices"
@@ -21,6 +20,7 @@ import (
 
 	"mesh/controlplane/api"
 	"mesh/controlplane/state"
+	"mesh/host/busyaddr"
 )
 
 // instruments are what the daemon counts as it works; the rest of its metrics are
@@ -447,6 +447,8 @@ type webEndpoint struct {
 	srv     *http.Server
 	handler atomic.Pointer[http.Handler]
 	done    chan error
+	// stopWaiting ends the wait for an address another process held at start.
+	stopWaiting context.CancelFunc
 }
 
 // startWeb listens on addr and serves first. What the HTTP server itself reports (a
@@ -456,20 +458,45 @@ func startWeb(addr string, first http.Handler, log *slog.Logger) (*webEndpoint, 
 }
 
 // startWebWithin is startWeb with the bounds lim.
+//
+// An address another process holds does not keep the control node from starting:
+// any local user may bind a loopback port first, and would otherwise keep it down.
+// It runs on without the endpoint, says so, and serves it once the address is free.
 func startWebWithin(addr string, first http.Handler, log *slog.Logger, lim webLimits) (*webEndpoint, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
+	ln, inUse, err := busyaddr.Listen(addr)
+	if err != nil && !inUse {
 		return nil, fmt.Errorf("--metrics-listen %s: %w", addr, err)
 	}
 	e := &webEndpoint{done: make(chan error, 1)}
 	e.handler.Store(&first)
 	e.srv = &http.Server{ReadHeaderTimeout: lim.readHeader, ReadTimeout: lim.read, WriteTimeout: lim.write, IdleTimeout: lim.idle,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		Handler:  http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*e.handler.Load()).ServeHTTP(w, r) })}
-	ln = netutil.LimitListener(ln, lim.conns)
-	go func() { e.done <- e.srv.Serve(ln) }()
+		MaxHeaderBytes: webMaxHeaderBytes, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { (*e.handler.Load()).ServeHTTP(w, r) })}
+	waitCtx, stopWaiting := context.WithCancel(context.Background())
+	e.stopWaiting = stopWaiting
+	go func() {
+		if ln == nil {
+			log.Error("the metrics endpoint's address is held by another process: this control node runs on without it, and serves it as soon as the address is free. "+
+				"Until then, what answers there is not this node: if that process is not one of yours, another user may be answering health checks and scrapes in its place",
+				"listen", addr, "err", err)
+			if ln = busyaddr.Await(waitCtx, addr, webRetry); ln == nil {
+				e.done <- http.ErrServerClosed
+				return
+			}
+			log.Info("the metrics endpoint is served now", "listen", addr)
+		}
+		e.done <- e.srv.Serve(netutil.LimitListener(ln, lim.conns))
+	}()
 	return e, nil
 }
+
+// webMaxHeaderBytes bounds a request's header: a scrape's is a few hundred bytes, and
+// Go's default (1 MiB) let any local user hold a megabyte of the node a connection.
+const webMaxHeaderBytes = 8 << 10
+
+// webRetry is how often a control node tries again to take a metrics address another
+// process held when it started.
+const webRetry = 5 * time.Second
 
 // serve makes h what the endpoint serves from now on.
 func (e *webEndpoint) serve(h http.Handler) { e.handler.Store(&h) }
@@ -484,6 +511,7 @@ func (e *webEndpoint) run(ctx context.Context) error {
 		return ctx.Err()
 	case <-ctx.Done():
 	}
+	e.stopWaiting()
 	shut, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = e.srv.Shutdown(shut)
@@ -491,4 +519,7 @@ func (e *webEndpoint) run(ctx context.Context) error {
 }
 
 // close stops the server at once.
-func (e *webEndpoint) close() { _ = e.srv.Close() }
+func (e *webEndpoint) close() {
+	e.stopWaiting()
+	_ = e.srv.Close()
+}

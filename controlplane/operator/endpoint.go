@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"mesh/host/statedir"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"mesh/controlplane/pki"
 	"mesh/host/jsonkeys"
 	"mesh/host/readfile"
+	"mesh/host/statedir"
 )
 
 // Endpoint is everything an operator needs to call the mesh: where its brokers are,

@@ -2,7 +2,6 @@ package operator
 
 import (
 	"errors"
-	"mesh/host/statedir"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
 	"mesh/host/jsonkeys"
+	"mesh/host/statedir"
 )
 
 // tlsBroker runs a nats-server that speaks TLS first with a leaf of a fresh CA, as

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"mesh/tokenfmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"mesh/controlplane/api"
 	"mesh/controlplane/pki"
+	"mesh/tokenfmt"
 )
 
 // twoBrokers starts two brokers under one CA, and returns their addresses, the

@@ -20,7 +20,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,6 +33,7 @@ import (
 
 	"mesh/declarations"
 	"mesh/host/apply"
+	"mesh/host/busyaddr"
 	"mesh/host/hooks"
 	"mesh/host/identity"
 	"mesh/host/link"
@@ -391,14 +391,29 @@ func (a *Agent) Run(ctx context.Context) error {
 	start := a.o.Now()
 	a.stats.set(func(s *stats) { s.since, s.linkErr = start, "not connected yet" })
 	if a.o.MetricsListen != "" {
-		ln, err := net.Listen("tcp", a.o.MetricsListen)
-		if err != nil {
+		// An address another process holds does not keep the agent from its
+		// job: any local user may bind a loopback port first, and would otherwise
+		// keep the agent down (systemd restarting it into the same failure).
+		ln, inUse, err := busyaddr.Listen(a.o.MetricsListen)
+		if err != nil && !inUse {
 			return fmt.Errorf("--metrics-listen %s: %w", a.o.MetricsListen, err)
 		}
 		httpCtx, stopHTTP := context.WithCancel(ctx)
 		var served sync.WaitGroup
 		served.Add(1)
-		go func() { defer served.Done(); a.serveHTTP(httpCtx, ln) }()
+		go func() {
+			defer served.Done()
+			if ln == nil {
+				a.log.Error("the metrics endpoint's address is held by another process: the agent runs on without it, and serves it as soon as the address is free. "+
+					"Until then, what answers there is not this agent: if that process is not one of yours, another user may be answering health checks and scrapes in the agent's place",
+					"listen", a.o.MetricsListen, "err", err)
+				if ln = busyaddr.Await(httpCtx, a.o.MetricsListen, metricsRetry); ln == nil {
+					return
+				}
+				a.log.Info("the metrics endpoint is served now", "listen", a.o.MetricsListen)
+			}
+			a.serveHTTP(httpCtx, ln)
+		}()
 		defer served.Wait()
 		defer stopHTTP()
 	}

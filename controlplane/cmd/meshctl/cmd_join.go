@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"mesh/host/statedir"
 	"os"
 	"strings"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"mesh/controlplane/operator"
 	"mesh/controlplane/replication"
 	"mesh/host/readfile"
+	"mesh/host/statedir"
 	"mesh/host/terminal"
 )
 
