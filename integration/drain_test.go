@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -56,9 +57,10 @@ func TestAControlNodeStoppingPassesOnItsOperatorsAnswers(t *testing.T) {
 	defer resume()
 	declare := harness.Start(t, nil, bin.Meshctl, "declare", "--node", "web-1", "--file", body,
 		"--data", follower.Dir, "--servers", follower.Listen)
-	// The request is on its way once meshctl connected and sent it: it waits at the
-	// stopped leader. Then the follower is told to stop, and the leader resumes.
-	time.Sleep(1500 * time.Millisecond)
+	// The request is on its way once the follower's broker holds its way back: it
+	// waits at the stopped leader. Then the follower is told to stop, and the leader
+	// resumes.
+	waitAnswerPending(t, follower, declare)
 	follower.Process().Signal(syscall.SIGTERM)
 	time.Sleep(500 * time.Millisecond)
 	resume()
@@ -129,5 +131,94 @@ func TestALeaderStoppedHandsOver(t *testing.T) {
 	t.Logf("the leader exited %s after SIGTERM; a change was answered %s after it", exited.Round(time.Millisecond), took.Round(time.Millisecond))
 	if took > 1500*time.Millisecond {
 		t.Errorf("a change was answered %s after the leader was stopped, want well within the 2 s election timeout", took)
+	}
+}
+
+// TestADeclarationWhoseAnswerIsLostIsCarriedOutOnce: the control node an operator is
+// connected to is killed (SIGKILL: no drain) while the leader serves a declaration it
+// carried. The answer is lost with that broker; meshctl sends the declaration again
+// through another broker of its list, under the request id of the first sending and
+// marked as sent again, and the leader, which carried out the first, answers the
+// second with what the first did instead of declaring again: exit 0, one version
+// more. Before, meshctl said the declaration may have been carried out (exit 3) and
+// the operator looked. The leader is stopped (SIGSTOP) while the request reaches it,
+// to hold its answer back until the follower is gone.
+func TestADeclarationWhoseAnswerIsLostIsCarriedOutOnce(t *testing.T) {
+	t.Parallel() // mostly waits: see TestMain
+	slowRaft := []string{"--raft-heartbeat", "5s"}
+	cp1 := harness.NewControlPlane(t, bin, "resend")
+	cp1.Serve(slowRaft...)
+	cps := map[string]*harness.ControlPlane{"cp-1": cp1, "cp-2": joinControl(t, cp1, "cp-2", slowRaft...), "cp-3": joinControl(t, cp1, "cp-3", slowRaft...)}
+	web := harness.NewHost(t, bin, "web-1")
+	if r := web.Enrol(cp1.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: exit %d:\n%s", r.Code, r.Combined())
+	}
+	var leader *harness.ControlPlane
+	var followers []*harness.ControlPlane
+	for id, c := range controlView(t, cp1) {
+		if c.Raft == api.RaftLeader {
+			leader = cps[id]
+		} else if cps[id] != nil {
+			followers = append(followers, cps[id])
+		}
+	}
+	if leader == nil || len(followers) != 2 {
+		t.Fatalf("no leader and two followers among %v", controlView(t, cp1))
+	}
+	killed, other := followers[0], followers[1]
+	before, ok := leader.Node("web-1")
+	if !ok {
+		t.Fatal("web-1 is not in the roster")
+	}
+	body := t.TempDir() + "/b.json"
+	writeFile(t, body, `{"files":[{"path":"f","content":"once\n"}]}`)
+
+	leader.Process().Signal(syscall.SIGSTOP)
+	resumed := false
+	resume := func() {
+		if !resumed {
+			leader.Process().Signal(syscall.SIGCONT)
+			resumed = true
+		}
+	}
+	defer resume()
+	declare := harness.Start(t, nil, bin.Meshctl, "declare", "--node", "web-1", "--file", body,
+		"--data", other.Dir, "--servers", killed.Listen+","+other.Listen)
+	waitAnswerPending(t, killed, declare) // the request waits at the stopped leader
+	killed.Process().Signal(syscall.SIGKILL)
+	time.Sleep(500 * time.Millisecond)
+	resume()
+
+	if code := declare.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("declare whose broker was killed under it: exit %d, want 0:\n%s", code, declare.Output())
+	}
+	out := declare.Output()
+	if !strings.Contains(out, "sent again") || !strings.Contains(out, "declared web-1 v") {
+		t.Errorf("declare says %q; want the node's version, and that it was sent again and carried out once", out)
+	}
+	after, ok := leader.Node("web-1")
+	if !ok || after.Declared != before.Declared+1 {
+		t.Fatalf("web-1 declared v%d before, v%d after; want one version more", before.Declared, after.Declared)
+	}
+	if want := fmt.Sprintf("declared web-1 v%d", after.Declared); !strings.Contains(out, want) {
+		t.Errorf("declare says %q; want %q", out, want)
+	}
+}
+
+// waitAnswerPending waits until an operator's request went in through cp's broker
+// and its answer has not come back (mesh_broker_operator_answers_pending): the
+// request is at a leader stopped for the test.
+func waitAnswerPending(t *testing.T, cp *harness.ControlPlane, cmd *harness.Process) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		m, err := scrape("http://" + cp.Metrics + "/metrics")
+		if err == nil && m["mesh_broker_operator_answers_pending"] >= 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no operator request pending at %s's broker after 15 s (%v, %v):\n%s", cp.Listen, m["mesh_broker_operator_answers_pending"], err, cmd.Output())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

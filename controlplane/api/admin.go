@@ -2,6 +2,8 @@ package api
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -206,6 +208,55 @@ type AdminRequest struct {
 	V    int             `json:"v"`
 	Op   string          `json:"op"`
 	Args json.RawMessage `json:"args"`
+	// Again marks a change sent again, under the request id of its first sending
+	// (RequestHeader), because the answer to that one was lost. The control plane
+	// carries it out only if the first was not, and refuses it when it cannot
+	// tell; a control plane older than the field refuses it as an unknown member,
+	// and carries out nothing.
+	Again bool `json:"again,omitempty"`
+}
+
+// RequestHeader is the message header that carries a change's request id
+// (NewRequestID): meshctl sends the same change again under it when the answer
+// was lost, and the control plane carries out one change per id
+// (state.RulesRequests). Control planes older than it ignore the header.
+const RequestHeader = "Mesh-Request"
+
+// NewRequestID returns a fresh request id: 16 random bytes in hex.
+func NewRequestID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on the systems we run on
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// ErrRequestID is CheckRequestID's refusal.
+var ErrRequestID = errors.New("malformed request id")
+
+// CheckRequestID accepts a request id as NewRequestID makes them: 32 lowercase
+// hex digits.
+func CheckRequestID(id string) error {
+	if len(id) != 32 {
+		return fmt.Errorf("%w: %d characters; want 32 hex digits", ErrRequestID, len(id))
+	}
+	for _, r := range id {
+		if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') {
+			return fmt.Errorf("%w: want 32 lowercase hex digits", ErrRequestID)
+		}
+	}
+	return nil
+}
+
+// MaxResend is how long after a change was first sent meshctl may send it again
+// under the same request id: well within the time the control plane keeps ids on
+// record (state.RequestRetention, an hour).
+const MaxResend = 10 * time.Minute
+
+// Resendable reports whether meshctl sends a change of op again, under its
+// request id, when its answer was lost; the control plane carries it out once.
+func Resendable(op string) bool {
+	return op == OpDeclare
 }
 
 // EncodeAdminRequest wraps args as a request for op.
@@ -217,6 +268,16 @@ func EncodeAdminRequest(op string, args any) ([]byte, error) {
 	return json.Marshal(AdminRequest{V: ProtocolVersion, Op: op, Args: raw})
 }
 
+// EncodeAdminRequestAgain wraps args as a change of op sent again
+// (AdminRequest.Again).
+func EncodeAdminRequestAgain(op string, args any) ([]byte, error) {
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(AdminRequest{V: ProtocolVersion, Op: op, Args: raw, Again: true})
+}
+
 // ErrAdminRequest is the base of DecodeAdminRequest's refusals.
 var ErrAdminRequest = errors.New("not a request for this operation")
 
@@ -225,23 +286,38 @@ var ErrAdminRequest = errors.New("not a request for this operation")
 // another version, another operation, arguments that do not
 // decode strictly into args.
 func DecodeAdminRequest(op string, data []byte, args any) error {
+	_, err := DecodeAdminCall(op, data, args)
+	return err
+}
+
+// DecodeAdminCall is DecodeAdminRequest that also says whether the request is a
+// change sent again (AdminRequest.Again).
+func DecodeAdminCall(op string, data []byte, args any) (again bool, err error) {
+	req, err := decodeAdminRequest(op, data, args)
+	return req.Again, err
+}
+
+func decodeAdminRequest(op string, data []byte, args any) (AdminRequest, error) {
 	var req AdminRequest
 	if err := decodeStrict(data, &req); err != nil {
-		return fmt.Errorf("%w: %v (send {\"v\":%d,\"op\":%q,\"args\":{...}})", ErrAdminRequest, err, ProtocolVersion, op)
+		return req, fmt.Errorf("%w: %v (send {\"v\":%d,\"op\":%q,\"args\":{...}})", ErrAdminRequest, err, ProtocolVersion, op)
 	}
 	if req.V != ProtocolVersion {
-		return fmt.Errorf("%w: version %d; this control plane speaks %d", ErrAdminRequest, req.V, ProtocolVersion)
+		return req, fmt.Errorf("%w: version %d; this control plane speaks %d", ErrAdminRequest, req.V, ProtocolVersion)
 	}
 	if req.Op != op {
-		return fmt.Errorf("%w: it names operation %q, but was sent to %q", ErrAdminRequest, req.Op, op)
+		return req, fmt.Errorf("%w: it names operation %q, but was sent to %q", ErrAdminRequest, req.Op, op)
 	}
 	if len(req.Args) == 0 {
-		return fmt.Errorf("%w: args is missing", ErrAdminRequest)
+		return req, fmt.Errorf("%w: args is missing", ErrAdminRequest)
+	}
+	if req.Again && !Resendable(op) {
+		return req, fmt.Errorf("%w: %s is not a change sent again (again is for %s)", ErrAdminRequest, op, OpDeclare)
 	}
 	if err := decodeStrict(req.Args, args); err != nil {
-		return fmt.Errorf("%w: args: %v", ErrAdminRequest, err)
+		return req, fmt.Errorf("%w: args: %v", ErrAdminRequest, err)
 	}
-	return nil
+	return req, nil
 }
 
 // decodeStrict decodes one JSON value, refusing unknown fields, trailing data, a
@@ -381,6 +457,10 @@ type DeclareResult struct {
 	Body string `json:"body,omitempty"`
 	// Plan answers a dry run (DeclareRequest.DryRun), which assigns nothing.
 	Plan *DeclarePlan `json:"plan,omitempty"`
+	// Repeated says the declaration was carried out by an earlier sending of the
+	// same request (its answer lost): Assignments are the nodes declared with its
+	// body now, at the versions they hold.
+	Repeated bool `json:"repeated,omitempty"`
 }
 
 // MaxPlanSize bounds a dry run's answer, well inside the broker's 2 MiB message

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -102,7 +103,7 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 		case api.OpTokenCancel:
 			result, err = adminCall(op, m.Data, d.cancelTokens)
 		case api.OpDeclare:
-			result, err = adminCall(op, m.Data, d.declare)
+			result, err = d.declareCall(m)
 		case api.OpNodes:
 			result, err = adminCall(op, m.Data, d.nodes)
 		case api.OpProgress:
@@ -303,6 +304,34 @@ func (d *Daemon) rulesFor(need int) int {
 	return need
 }
 
+// requestRules is state.RulesRequests when every other member of Raft last
+// announced them or later ones, and no control node serving announces older ones;
+// 0 otherwise, with the nodes that did not.
+// Unlike rulesFor, a member not heard lately counts by its last heartbeat: request
+// ids matter most when a control node was just killed, and one that comes back on
+// an older version (put back on purpose) stops at the first entry stamped with them,
+// as decision 0021 has it, rather than parting from the others.
+func (d *Daemon) requestRules() (int, []string) {
+	members, err := d.raft.Members()
+	if err != nil {
+		return 0, []string{"(the Raft configuration: " + err.Error() + ")"}
+	}
+	older := d.ctl.olderRules(d.cfg.Node, d.now(), state.RulesRequests)
+	for _, m := range members {
+		if m.ID == d.cfg.Node || slices.Contains(older, m.ID) {
+			continue
+		}
+		if r, heard := d.ctl.lastRules(m.ID); !heard || r < state.RulesRequests {
+			older = append(older, m.ID)
+		}
+	}
+	if len(older) > 0 {
+		slices.Sort(older)
+		return 0, older
+	}
+	return state.RulesRequests, nil
+}
+
 // controlNodesRun names the control nodes as the subject of "run": "control node
 // cp-2 runs", "control nodes cp-2, cp-3 run".
 func controlNodesRun(nodes []string) string {
@@ -345,7 +374,35 @@ func (d *Daemon) notOnRules(need int) []string {
 	return out
 }
 
-func (d *Daemon) declare(req api.DeclareRequest) (api.DeclareResult, error) {
+// requestCall is how a change was asked for: under which request id
+// (api.RequestHeader; none from an older meshctl), and whether it is sent again.
+type requestCall struct {
+	ID    string
+	Again bool
+}
+
+// declareCall decodes a declaration's request, its id and whether it is sent again.
+func (d *Daemon) declareCall(m *nats.Msg) (any, error) {
+	var req api.DeclareRequest
+	again, err := api.DecodeAdminCall(api.OpDeclare, m.Data, &req)
+	if err != nil {
+		return nil, badRequest("%v", err)
+	}
+	call := requestCall{Again: again}
+	if m.Header != nil {
+		call.ID = m.Header.Get(api.RequestHeader)
+	}
+	if call.ID != "" {
+		if err := api.CheckRequestID(call.ID); err != nil {
+			return nil, badRequest("header %s: %v", api.RequestHeader, err)
+		}
+	} else if again {
+		return nil, badRequest("a change sent again needs the request id of its first sending (header %s)", api.RequestHeader)
+	}
+	return d.declare(req, call)
+}
+
+func (d *Daemon) declare(req api.DeclareRequest, call requestCall) (api.DeclareResult, error) {
 	var out api.DeclareResult
 	start := time.Now()
 	body, err := declarations.ParseBody(req.Body)
@@ -369,9 +426,15 @@ func (d *Daemon) declare(req api.DeclareRequest) (api.DeclareResult, error) {
 			return out, badRequest("%v", err)
 		}
 	}
-	var unknown, spent []string
-	reaches := false
+	var (
+		unknown, spent []string
+		reaches        bool
+		done           *state.RequestRecord
+	)
 	d.fsm.Read(func(s *state.State) {
+		if r, ok := s.Requests[call.ID]; ok && call.ID != "" {
+			done = &r
+		}
 		for _, n := range req.Nodes {
 			if _, ok := s.Nodes[n]; !ok {
 				unknown = append(unknown, n)
@@ -380,6 +443,11 @@ func (d *Daemon) declare(req api.DeclareRequest) (api.DeclareResult, error) {
 		reaches = s.Reaches(sel)
 		spent = s.OutOfVersions(sel)
 	})
+	if done != nil && !req.DryRun {
+		// Carried out by an earlier sending whose answer was lost: whatever
+		// happened since (a target revoked, another declaration) does not undo it.
+		return d.declaredAlready(sel, call.ID, done), nil
+	}
 	if len(unknown) > 0 {
 		return out, &api.Error{Code: api.CodeNotFound, Message: "no such node: " + strings.Join(unknown, ", ")}
 	}
@@ -397,12 +465,29 @@ func (d *Daemon) declare(req api.DeclareRequest) (api.DeclareResult, error) {
 	if req.DryRun {
 		return d.declarePlan(sel, body, canonical)
 	}
-	res, err := d.commit(state.Command{Op: state.OpDeclare, Declare: &state.DeclareCmd{Selector: sel, Body: canonical}})
+	cmd := state.Command{Op: state.OpDeclare, Declare: &state.DeclareCmd{Selector: sel, Body: canonical}}
+	if call.ID != "" {
+		rules, older := d.requestRules()
+		if cmd.Rules = rules; rules != 0 {
+			cmd.Request = call.ID
+		} else if call.Again {
+			// The first sending was proposed without its id, or to a control
+			// plane that keeps none: whether it was carried out cannot be told.
+			return out, &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf(
+				"this declaration was sent again after its answer was lost, and whether the first sending was carried out cannot be told while %s an older meshctl (or was never heard from): look (meshctl nodes) before running it again",
+				controlNodesRun(older))}
+		}
+	}
+	res, err := d.commit(cmd)
 	if err != nil {
 		return out, err
 	}
 	if res.Err != nil {
 		return out, refusal(res.Err)
+	}
+	if res.Repeated && res.Request != nil {
+		// The first sending reached the log too, after this one was checked.
+		return d.declaredAlready(sel, call.ID, res.Request), nil
 	}
 	nodes := make([]string, 0, len(res.Assignments))
 	for _, a := range res.Assignments {
@@ -412,10 +497,70 @@ func (d *Daemon) declare(req api.DeclareRequest) (api.DeclareResult, error) {
 	out.Skipped = res.Skipped
 	out.Body = state.BodyDigest(canonical)
 	d.publishDeclarations(nodes)
+	d.sent.note(call.ID, d.now())
 	d.metrics.declarations.Add(float64(len(nodes)))
 	d.metrics.fanout.Observe(time.Since(start).Seconds())
 	d.log.Info("declaration committed and sent", "nodes", len(nodes), "skipped", len(res.Skipped))
 	return out, nil
+}
+
+// declaredAlready answers a declaration an earlier sending of the same request
+// carried out (r): the nodes of sel declared with its body now, at the versions they
+// hold. They are sent their declarations again, unless this node sent them (the
+// first answer was slow, not lost): the leader that carried it out may have stopped
+// before it sent them.
+func (d *Daemon) declaredAlready(sel state.Selector, id string, r *state.RequestRecord) api.DeclareResult {
+	out := api.DeclareResult{Body: r.Body, Repeated: true}
+	var nodes []string
+	d.fsm.Read(func(s *state.State) {
+		for _, id := range s.Select(sel) {
+			if n := s.Nodes[id]; n != nil && !n.Revoked && n.Declared.BodyDigest == r.Body {
+				out.Assignments = append(out.Assignments, api.Assignment{Node: id, Version: n.Declared.Version})
+				nodes = append(nodes, id)
+			}
+		}
+	})
+	if out.Assignments == nil {
+		out.Assignments = []api.Assignment{}
+	}
+	if !d.sent.has(id) {
+		d.publishDeclarations(nodes)
+	}
+	d.log.Info("declaration sent again by its operator: carried out already", "nodes", len(nodes))
+	return out
+}
+
+// sentRequests remembers, on the node that carried them out, the requests whose
+// declarations it sent: a request sent again only because its answer was slow need
+// not have a fleet's declarations sent twice (the hosts would verify each again).
+type sentRequests struct {
+	mu  sync.Mutex
+	ids map[string]time.Time
+}
+
+// note records id as sent at now, and forgets what no meshctl sends again.
+func (s *sentRequests) note(id string, now time.Time) {
+	if id == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ids == nil {
+		s.ids = map[string]time.Time{}
+	}
+	for old, at := range s.ids {
+		if now.Sub(at) > api.MaxResend {
+			delete(s.ids, old)
+		}
+	}
+	s.ids[id] = now
+}
+
+func (s *sentRequests) has(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.ids[id]
+	return ok
 }
 
 // progress tells `declare --wait` where its targets stand: a few bytes a node,

@@ -127,7 +127,7 @@ func BenchmarkDeclareFanout(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {
 				start := got.Load()
-				res, err := d.declare(api.DeclareRequest{All: true, Body: body})
+				res, err := d.declare(api.DeclareRequest{All: true, Body: body}, requestCall{})
 				if err != nil || len(res.Assignments) != n {
 					b.Fatalf("declare: %v (%d assignments)", err, len(res.Assignments))
 				}

@@ -304,6 +304,15 @@ func (c *controlTracker) olderRules(self string, now time.Time, need int) []stri
 	return out
 }
 
+// lastRules returns the rules node announced in the last heartbeat heard from it,
+// however long ago, and whether any was heard.
+func (c *controlTracker) lastRules(node string) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	hb, ok := c.beats[node]
+	return hb.Rules, ok
+}
+
 func (c *controlTracker) last(node string) (api.ControlHeartbeat, time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

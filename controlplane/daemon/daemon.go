@@ -164,6 +164,8 @@ type Daemon struct {
 	handlers handlers
 	// adminMu serialises the operator API's changes (see readOnlyOp).
 	adminMu sync.Mutex
+	// sent remembers the requests whose declarations this node sent (declaredAlready).
+	sent sentRequests
 	// keysMu serialises syncKeys: the leader's handler and the effects actor may
 	// both run it.
 	keysMu sync.Mutex

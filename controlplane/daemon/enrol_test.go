@@ -236,7 +236,7 @@ func TestRepeatedEnrolmentWithALargeDeclarationIsAnswered(t *testing.T) {
 	e := newEnrolling(t, d, "web-1")
 	e.enrol(t)
 	body := `{"files":[{"path":"etc/big.conf","content":"` + strings.Repeat("x", 100<<10) + `"}]}`
-	res, err := d.declare(api.DeclareRequest{Nodes: []string{"web-1"}, Body: json.RawMessage(body)})
+	res, err := d.declare(api.DeclareRequest{Nodes: []string{"web-1"}, Body: json.RawMessage(body)}, requestCall{})
 	if err != nil || len(res.Assignments) != 1 {
 		t.Fatalf("declare: %v %+v", err, res)
 	}

@@ -114,6 +114,8 @@ var (
 	descBrokerRefused = prometheus.NewDesc("mesh_broker_connections_refused_total",
 		"Client connections this node's broker refused, by the authentication's reason (the log shows a few of each kind every 10 s).",
 		[]string{"reason"}, nil)
+	descBrokerAnswers = prometheus.NewDesc("mesh_broker_operator_answers_pending",
+		"Operator requests that came in through this node's broker and whose answers have not come back through it yet (they come back only that way): a node stopped on purpose waits for them, at most 1.5 s (decision 0032).", nil, nil)
 	descBrokerViolations = prometheus.NewDesc("mesh_broker_client_violations_total",
 		"What clients of this node's broker tried beyond their grants (publish, reply and subscription violations) and other client errors nats-server reports, by what happened and the client's account.",
 		[]string{"kind", "account"}, nil)
@@ -125,7 +127,7 @@ type collector struct{ d *Daemon }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descDropped, descRefused, descKicked, descHostConns, descNodes, descAgents, descControl,
 		descBrokerConns, descBrokerRoutes, descBrokerMsgs, descBrokerBytes, descBrokerSlow, descBrokerHeld, descBrokerShedding, descBrokerIsolated,
-		descBrokerRefused, descBrokerViolations, descBrokerHosts, descBrokerMaxHosts} {
+		descBrokerRefused, descBrokerViolations, descBrokerHosts, descBrokerMaxHosts, descBrokerAnswers} {
 		ch <- d
 	}
 }
@@ -172,6 +174,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descBrokerHosts, prometheus.GaugeValue, float64(d.broker.Hosts()))
 	ch <- prometheus.MustNewConstMetric(descBrokerMaxHosts, prometheus.GaugeValue, float64(d.broker.Capacity().MaxHosts))
+	ch <- prometheus.MustNewConstMetric(descBrokerAnswers, prometheus.GaugeValue, float64(d.broker.PendingOperatorAnswers()))
 	as := d.broker.AdmissionStats()
 	ch <- prometheus.MustNewConstMetric(descBrokerHeld, prometheus.CounterValue, float64(as.Released), "admitted")
 	ch <- prometheus.MustNewConstMetric(descBrokerHeld, prometheus.CounterValue, float64(as.Refused), "refused")

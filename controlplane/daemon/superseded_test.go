@@ -19,7 +19,7 @@ func TestProgressSaysWhenADeclarationWasSuperseded(t *testing.T) {
 	d := fleet(t, 2)
 	declare := func(body string) api.DeclareResult {
 		t.Helper()
-		res, err := d.declare(api.DeclareRequest{Nodes: []string{"n-0", "n-1"}, Body: json.RawMessage(body)})
+		res, err := d.declare(api.DeclareRequest{Nodes: []string{"n-0", "n-1"}, Body: json.RawMessage(body)}, requestCall{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +75,7 @@ func TestProgressSaysWhenADeclarationWasSuperseded(t *testing.T) {
 // and the others stand as before.
 func TestProgressSaysATargetWasRevoked(t *testing.T) {
 	d := fleet(t, 3)
-	res, err := d.declare(api.DeclareRequest{Nodes: []string{"n-0", "n-1", "n-2"}, Body: json.RawMessage(`{"files":[{"path":"app.conf","content":"A"}]}`)})
+	res, err := d.declare(api.DeclareRequest{Nodes: []string{"n-0", "n-1", "n-2"}, Body: json.RawMessage(`{"files":[{"path":"app.conf","content":"A"}]}`)}, requestCall{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func TestSyncEnvelopesCarryTheRequestsTag(t *testing.T) {
 	d := fleet(t, 0)
 	e := newEnrolling(t, d, "web-1")
 	e.enrol(t)
-	if _, err := d.declare(api.DeclareRequest{Nodes: []string{"web-1"}, Body: json.RawMessage(`{"files":[{"path":"a","content":"x"}]}`)}); err != nil {
+	if _, err := d.declare(api.DeclareRequest{Nodes: []string{"web-1"}, Body: json.RawMessage(`{"files":[{"path":"a","content":"x"}]}`)}, requestCall{}); err != nil {
 		t.Fatal(err)
 	}
 	nc, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()), nats.Token(observerToken))

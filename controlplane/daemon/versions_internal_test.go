@@ -38,7 +38,7 @@ func TestAReportFarAheadIsNotFollowed(t *testing.T) {
 	body := []byte(`{"files":[{"path":"etc/a","content":"a\n"}]}`)
 	declare := func() (uint64, error) {
 		t.Helper()
-		res, err := d.declare(api.DeclareRequest{Nodes: []string{node}, Body: body})
+		res, err := d.declare(api.DeclareRequest{Nodes: []string{node}, Body: body}, requestCall{})
 		if err != nil {
 			return 0, err
 		}
@@ -93,13 +93,13 @@ func TestADeclarationThatWouldWrapIsRefused(t *testing.T) {
 		t.Fatal(err, res.Err)
 	}
 	body := []byte(`{"files":[{"path":"etc/a","content":"a\n"}]}`)
-	res, err := d.declare(api.DeclareRequest{Nodes: []string{"n-0"}, Body: body})
+	res, err := d.declare(api.DeclareRequest{Nodes: []string{"n-0"}, Body: body}, requestCall{})
 	if err != nil || res.Assignments[0].Version != math.MaxUint64 {
 		t.Fatalf("declared %+v, %v; want the last version", res, err)
 	}
 	before := d.fsmNode(t, "n-1").Declared.Version
 	for _, req := range []api.DeclareRequest{{Nodes: []string{"n-0"}, Body: body}, {All: true, Body: body}} {
-		_, err = d.declare(req)
+		_, err = d.declare(req, requestCall{})
 		var ae *api.Error
 		if !errors.As(err, &ae) || ae.Code != api.CodeOutOfVersions || !strings.HasPrefix(ae.Message, "n-0: ") {
 			t.Fatalf("a declaration to a node at the last version (all: %v): %v; want %s naming n-0", req.All, err, api.CodeOutOfVersions)
@@ -111,7 +111,7 @@ func TestADeclarationThatWouldWrapIsRefused(t *testing.T) {
 	if v := d.fsmNode(t, "n-1").Declared.Version; v != before {
 		t.Errorf("n-1 declared v%d after the refused --all, v%d before", v, before)
 	}
-	if _, err := d.declare(api.DeclareRequest{Nodes: []string{"n-1"}, Body: body}); err != nil {
+	if _, err := d.declare(api.DeclareRequest{Nodes: []string{"n-1"}, Body: body}, requestCall{}); err != nil {
 		t.Errorf("a declaration to the other node: %v", err)
 	}
 	// What the refusal says to do: revoked and enrolled again with a new token,
@@ -128,7 +128,7 @@ func TestADeclarationThatWouldWrapIsRefused(t *testing.T) {
 			t.Fatalf("%s: %v %v", c.Op, err, res.Err)
 		}
 	}
-	res, err = d.declare(api.DeclareRequest{Nodes: []string{"n-0"}, Body: body})
+	res, err = d.declare(api.DeclareRequest{Nodes: []string{"n-0"}, Body: body}, requestCall{})
 	if err != nil || res.Assignments[0].Version != 1 {
 		t.Fatalf("n-0 enrolled again with a new key, then declared: %+v, %v; want v1 after its enrolment's v0", res, err)
 	}

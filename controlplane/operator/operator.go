@@ -298,19 +298,28 @@ func (c *Client) Close() { c.nc.Close() }
 // or a token creation (api.Repeatable) is sent again when no answer came within 2 s,
 // then 4 s, and so on until the timeout, and at once on the broker that took the
 // connection over, because a leader that stops takes the requests it was serving
-// with it, and the same request again cannot change anything twice. A refusal that
+// with it, and the same request again cannot change anything twice. A declaration
+// (api.Resendable) goes under a request id the control plane carries out once, and
+// is sent again likewise (first after 5 s), marked as sent again. A refusal that
 // says nothing was done (AdminResponse.NotDone) is sent again too, whatever the op.
 func (c *Client) Call(op string, req, res any) error {
 	data, err := api.EncodeAdminRequest(op, req)
 	if err != nil {
 		return err
 	}
+	out := &sending{op: op, data: data}
+	if api.Resendable(op) {
+		if out.again, err = api.EncodeAdminRequestAgain(op, req); err != nil {
+			return err
+		}
+		out.id, out.first = api.NewRequestID(), time.Now()
+	}
 	// A refusal that says nothing was done (the control node that took it no longer
 	// led: a hand-over, a rolling restart) is sent again, to the one that leads now,
 	// for as long as a call waits for a leader.
 	deadline, pause := time.Now().Add(c.leaderWait), 50*time.Millisecond
 	for {
-		resp, err := c.callOnce(op, data)
+		resp, err := c.callOnce(out)
 		if err == nil && resp.Error != nil && resp.NotDone && time.Until(deadline) > pause {
 			time.Sleep(pause)
 			pause = min(2*pause, time.Second)
@@ -320,6 +329,12 @@ func (c *Client) Call(op string, req, res any) error {
 			return err
 		}
 		if resp.Error != nil {
+			if out.sentAgain && resp.Error.Code == api.CodeBadRequest {
+				// The first sending was checked alike and its answer lost; a
+				// control plane older than the mark refuses it as unknown.
+				return fmt.Errorf("%w while %s waited for its answer; sent again, it was refused (%s): a control plane older than this meshctl refuses a change sent again, and the first sending may have been carried out: look (`meshctl nodes`) before running it again",
+					ErrConnectionLost, op, resp.Error.Message)
+			}
 			return resp.Error
 		}
 		if res == nil {
@@ -329,11 +344,37 @@ func (c *Client) Call(op string, req, res any) error {
 	}
 }
 
+// sending is one call's request as it goes out: the same request id (api.Resendable
+// ops) at every sending, and the mark of one sent again once the first may have
+// reached the control plane.
+type sending struct {
+	op    string
+	data  []byte
+	again []byte    // data marked as sent again (AdminRequest.Again); nil: never sent again
+	id    string    // the request id (api.RequestHeader); "" for the other ops
+	first time.Time // when it was first sent: sent again within api.MaxResend of it only
+	// sentAgain records that a sending marked as sent again went out.
+	sentAgain bool
+}
+
+// message is the request to send now.
+func (s *sending) message(subject string) *nats.Msg {
+	m := &nats.Msg{Subject: subject, Data: s.data}
+	if s.sentAgain {
+		m.Data = s.again
+	}
+	if s.id != "" {
+		m.Header = nats.Header{api.RequestHeader: []string{s.id}}
+	}
+	return m
+}
+
 // callOnce sends one call (request, and its own sending again) and decodes the
 // answer.
-func (c *Client) callOnce(op string, data []byte) (api.AdminResponse, error) {
+func (c *Client) callOnce(out *sending) (api.AdminResponse, error) {
 	var resp api.AdminResponse
-	msg, err := c.request(op, data)
+	op := out.op
+	msg, err := c.request(out)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return resp, fmt.Errorf("%w; waited %s", ErrNoLeader, c.leaderWait)
@@ -341,14 +382,15 @@ func (c *Client) callOnce(op string, data []byte) (api.AdminResponse, error) {
 		if errors.Is(err, ErrReadOnly) {
 			return resp, ErrReadOnly
 		}
+		repeatable := api.Repeatable(op) || out.again != nil
 		if errors.Is(err, errAnswerLost) {
-			if api.Repeatable(op) {
+			if repeatable {
 				return resp, fmt.Errorf("%w while %s waited for its answer, and it was not answered through the brokers that took the connection over within %s; run it again", ErrConnectionLost, op, c.timeout)
 			}
 			return resp, fmt.Errorf("%w while %s waited for its answer, which comes back only through the broker that took the request; the control node that took it may have carried it out: look (`meshctl nodes`, `meshctl token list`) before running it again", ErrConnectionLost, op)
 		}
 		if errors.Is(err, nats.ErrConnectionClosed) {
-			if api.Repeatable(op) {
+			if repeatable {
 				return resp, fmt.Errorf("%w before %s was answered, and no broker of the list took it again; run it again", ErrConnectionLost, op)
 			}
 			return resp, fmt.Errorf("%w before %s was answered, and no broker of the list took it again; the control node that took it may have carried it out: look (`meshctl nodes`, `meshctl token list`) before running it again", ErrConnectionLost, op)
@@ -371,21 +413,35 @@ func (c *Client) callOnce(op string, data []byte) (api.AdminResponse, error) {
 }
 
 // request sends one call (see Call for when it is sent again).
-func (c *Client) request(op string, data []byte) (*nats.Msg, error) {
-	subject := api.AdminSubject(op)
-	if !api.Repeatable(op) {
-		return c.attempt(subject, data, c.timeout)
+func (c *Client) request(out *sending) (*nats.Msg, error) {
+	subject := api.AdminSubject(out.op)
+	if !api.Repeatable(out.op) && out.again == nil {
+		return c.attempt(out.message(subject), c.timeout)
 	}
 	deadline := time.Now().Add(c.timeout)
 	attempt := c.firstAttempt
+	if out.again != nil {
+		// A change takes a commit and, for a declaration, a signature and a
+		// message for each node it reaches: more than a read, at 10,000 nodes.
+		attempt = c.firstAttempt * 5 / 2
+	}
 	for {
 		wait := min(attempt, time.Until(deadline))
-		msg, err := c.attempt(subject, data, wait)
-		if errors.Is(err, errAnswerLost) && time.Until(deadline) > 0 {
-			continue // sent again on the broker that took the connection over
-		}
-		if !errors.Is(err, nats.ErrTimeout) || time.Until(deadline) <= 0 {
+		msg, err := c.attempt(out.message(subject), wait)
+		lost, timedOut := errors.Is(err, errAnswerLost), errors.Is(err, nats.ErrTimeout)
+		if (!lost && !timedOut) || time.Until(deadline) <= 0 {
 			return msg, err
+		}
+		if out.again != nil {
+			if time.Since(out.first) > api.MaxResend {
+				return msg, err // its id may be off the record by the time it arrives
+			}
+			// The first sending may have reached the control plane: the next
+			// says so, and is carried out only if the first was not.
+			out.sentAgain = true
+		}
+		if lost {
+			continue // sent again on the broker that took the connection over
 		}
 		attempt *= 2
 	}
@@ -403,7 +459,8 @@ var errAnswerLost = errors.New("the connection closed under the request")
 // to timeout for the answer, or until answerGrace after the connection closed under
 // it (errAnswerLost), or until the broker refused to carry it (ErrReadOnly: it says so
 // at once, and never delivers the request).
-func (c *Client) attempt(subject string, data []byte, timeout time.Duration) (*nats.Msg, error) {
+func (c *Client) attempt(m *nats.Msg, timeout time.Duration) (*nats.Msg, error) {
+	subject := m.Subject
 	if c.denied.has(subject) {
 		return nil, ErrReadOnly // the broker refuses this connection the subject for good
 	}
@@ -433,7 +490,7 @@ func (c *Client) attempt(subject string, data []byte, timeout time.Duration) (*n
 			}
 		}
 	}()
-	return RequestContext(ctx, c.nc, subject, data, timeout, c.leaderWait)
+	return RequestMsgContext(ctx, c.nc, m, timeout, c.leaderWait)
 }
 
 // connLoss tells the calls waiting on a connection that it closed under them: their
@@ -486,10 +543,15 @@ func Request(nc *nats.Conn, subject string, data []byte, timeout, leaderWait tim
 // RequestContext is Request ended early by ctx: its error is then ctx's cause. A
 // timeout is nats.ErrTimeout, as Request's.
 func RequestContext(ctx context.Context, nc *nats.Conn, subject string, data []byte, timeout, leaderWait time.Duration) (*nats.Msg, error) {
+	return RequestMsgContext(ctx, nc, &nats.Msg{Subject: subject, Data: data}, timeout, leaderWait)
+}
+
+// RequestMsgContext is RequestContext for a message with headers.
+func RequestMsgContext(ctx context.Context, nc *nats.Conn, m *nats.Msg, timeout, leaderWait time.Duration) (*nats.Msg, error) {
 	deadline := time.Now().Add(leaderWait)
 	pause := 50 * time.Millisecond
 	for {
-		msg, err := requestOnce(ctx, nc, subject, data, timeout)
+		msg, err := requestOnce(ctx, nc, m, timeout)
 		remaining := time.Until(deadline)
 		if !errors.Is(err, nats.ErrNoResponders) || remaining <= 0 {
 			return msg, err
@@ -504,10 +566,10 @@ func RequestContext(ctx context.Context, nc *nats.Conn, subject string, data []b
 }
 
 // requestOnce is one request within timeout, or until ctx ends.
-func requestOnce(ctx context.Context, nc *nats.Conn, subject string, data []byte, timeout time.Duration) (*nats.Msg, error) {
+func requestOnce(ctx context.Context, nc *nats.Conn, m *nats.Msg, timeout time.Duration) (*nats.Msg, error) {
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	msg, err := nc.RequestWithContext(rctx, subject, data)
+	msg, err := nc.RequestMsgWithContext(rctx, m)
 	switch {
 	case err == nil:
 		return msg, nil

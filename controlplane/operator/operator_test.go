@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,13 +107,23 @@ func TestCallNobodyAnswers(t *testing.T) {
 
 // A leader that stops takes the requests it was serving with it. A read, or a token
 // creation (answered with the token already minted, see state.TestCreateTokenRepeated),
-// is sent again and the next control node answers it; any other change is never sent
-// twice, because the one that took it may have carried it out.
+// is sent again and the next control node answers it; a declaration is sent again
+// under the request id of its first sending, marked as sent again (the control plane
+// carries out one per id: daemon/TestADeclarationSentAgainIsCarriedOutOnce); any
+// other change is never sent twice, because the one that took it may have carried
+// it out.
 func TestOnlyRepeatableRequestsAreSentAgain(t *testing.T) {
 	nc := startBroker(t)
 	for _, op := range []string{api.OpNodes, api.OpProgress, api.OpTokenCreate, api.OpDeclare, api.OpRevoke} {
-		var seen atomic.Int32
+		var (
+			seen atomic.Int32
+			mu   sync.Mutex
+			got  []*nats.Msg
+		)
 		sub, err := nc.Subscribe(api.AdminSubject(op), func(m *nats.Msg) {
+			mu.Lock()
+			got = append(got, m)
+			mu.Unlock()
 			if seen.Add(1) == 1 {
 				return // the leader that stopped
 			}
@@ -131,6 +142,23 @@ func TestOnlyRepeatableRequestsAreSentAgain(t *testing.T) {
 		if api.Repeatable(op) {
 			if err != nil || seen.Load() != 2 || took < 100*time.Millisecond || took > time.Second {
 				t.Fatalf("repeatable %s: %v after %s, %d requests; want an answer to the second of 2", op, err, took, seen.Load())
+			}
+			continue
+		}
+		if api.Resendable(op) {
+			if err != nil || seen.Load() != 2 || took < 250*time.Millisecond || took > time.Second {
+				t.Fatalf("resendable %s: %v after %s, %d requests; want an answer to the second of 2, sent after 250 ms", op, err, took, seen.Load())
+			}
+			mu.Lock()
+			first, second := got[0], got[1]
+			mu.Unlock()
+			id := first.Header.Get(api.RequestHeader)
+			if api.CheckRequestID(id) != nil || second.Header.Get(api.RequestHeader) != id {
+				t.Fatalf("%s: request ids %q then %q; want one id, the same at both sendings", op, id, second.Header.Get(api.RequestHeader))
+			}
+			var a, b api.AdminRequest
+			if json.Unmarshal(first.Data, &a) != nil || json.Unmarshal(second.Data, &b) != nil || a.Again || !b.Again {
+				t.Fatalf("%s: sent as %s then %s; want the second alone marked again", op, first.Data, second.Data)
 			}
 			continue
 		}

@@ -119,7 +119,7 @@ func TestABrokerStoppingUnderACall(t *testing.T) {
 // waited the timeout (15 s by default).
 func TestAChangeWhoseBrokerStopsIsToldAtOnce(t *testing.T) {
 	addrs, servers, caFile := twoBrokers(t)
-	answer(t, addrs[0], caFile, api.OpDeclare, true) // takes it, and stops before answering
+	answer(t, addrs[0], caFile, api.OpRevoke, true) // takes it, and stops before answering
 	e, err := CAEndpoint(addrs, credsFile(t), caFile)
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +132,7 @@ func TestAChangeWhoseBrokerStopsIsToldAtOnce(t *testing.T) {
 	defer c.Close()
 	time.AfterFunc(200*time.Millisecond, servers[0].Shutdown)
 	start := time.Now()
-	err = c.Call(api.OpDeclare, api.DeclareRequest{Nodes: []string{"web-1"}, Body: json.RawMessage(`{}`)}, nil)
+	err = c.Call(api.OpRevoke, api.RevokeRequest{Nodes: []string{"web-1"}}, nil)
 	took := time.Since(start)
 	if !errors.Is(err, ErrConnectionLost) || !strings.Contains(err.Error(), "may have carried it out") {
 		t.Fatalf("a change whose broker stopped, another in the list: %v, want ErrConnectionLost saying it may have been carried out", err)
@@ -142,6 +142,104 @@ func TestAChangeWhoseBrokerStopsIsToldAtOnce(t *testing.T) {
 	}
 	if !c.nc.IsConnected() || c.nc.ConnectedAddr() != addrs[1] {
 		t.Errorf("the connection is not on the other broker: connected %v to %s", c.nc.IsConnected(), c.nc.ConnectedAddr())
+	}
+}
+
+// TestADeclarationWhoseBrokerStopsIsSentAgain: as above, with a declaration, which
+// goes under a request id the control plane carries out once: it is sent again at
+// once through the broker that took the connection over, marked as sent again under
+// the same id, and that answer is the call's. Before, the call ended "may have been
+// carried out" (exit 3) and the operator looked.
+func TestADeclarationWhoseBrokerStopsIsSentAgain(t *testing.T) {
+	addrs, servers, caFile := twoBrokers(t)
+	answer(t, addrs[0], caFile, api.OpDeclare, true) // takes it, and stops before answering
+	got := make(chan *nats.Msg, 4)
+	e1, err := CAEndpoint(addrs[1:], credsFile(t), caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := DialEndpoint(e1, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.nc.Subscribe(api.AdminSubject(api.OpDeclare), func(m *nats.Msg) {
+		got <- m
+		res, _ := json.Marshal(api.DeclareResult{Assignments: []api.Assignment{{Node: "web-1", Version: 2}}, Repeated: true})
+		data, _ := json.Marshal(api.AdminResponse{V: api.ProtocolVersion, Result: res})
+		_ = m.Respond(data)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	e, err := CAEndpoint(addrs, credsFile(t), caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := DialEndpoint(e, Options{Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.nc.ConnectedAddr() != addrs[0] {
+		t.Fatalf("connected to %s; the test needs the first broker", c.nc.ConnectedAddr())
+	}
+	time.AfterFunc(200*time.Millisecond, servers[0].Shutdown)
+	start := time.Now()
+	var res api.DeclareResult
+	err = c.Call(api.OpDeclare, api.DeclareRequest{Nodes: []string{"web-1"}, Body: json.RawMessage(`{}`)}, &res)
+	if err != nil || !res.Repeated || len(res.Assignments) != 1 {
+		t.Fatalf("a declaration whose broker stopped: %v, %+v; want the answer to its sending again", err, res)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("answered after %s; want it sent again at once (within the 1 s grace)", took)
+	}
+	m := <-got
+	var req api.AdminRequest
+	if err := json.Unmarshal(m.Data, &req); err != nil || !req.Again || api.CheckRequestID(m.Header.Get(api.RequestHeader)) != nil {
+		t.Fatalf("sent again as %s (id %q); want it marked again under its request id", m.Data, m.Header.Get(api.RequestHeader))
+	}
+}
+
+// TestADeclarationSentAgainToAnOlderControlPlane: a control plane older than the mark
+// refuses a request it does not know as malformed (bad_request, nothing carried
+// out), but the first sending, whose answer was lost, may have been: the call says
+// that (ErrConnectionLost, exit 3), not that the declaration is malformed (exit 4).
+func TestADeclarationSentAgainToAnOlderControlPlane(t *testing.T) {
+	nc := startBroker(t)
+	var seen atomic.Int32
+	sub, err := nc.Subscribe(api.AdminSubject(api.OpDeclare), func(m *nats.Msg) {
+		if seen.Add(1) == 1 {
+			return // the leader that stopped
+		}
+		// As an older control plane decodes it: strictly, without the mark.
+		var old struct {
+			V    int             `json:"v"`
+			Op   string          `json:"op"`
+			Args json.RawMessage `json:"args"`
+		}
+		dec := json.NewDecoder(bytes.NewReader(m.Data))
+		dec.DisallowUnknownFields()
+		oerr := dec.Decode(&old)
+		if oerr == nil {
+			t.Errorf("an older control plane would read %s as a declaration", m.Data)
+			return
+		}
+		data, _ := json.Marshal(api.AdminResponse{V: api.ProtocolVersion, Error: &api.Error{Code: api.CodeBadRequest, Message: "not a request for this operation: " + oerr.Error()}})
+		_ = m.Respond(data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	c := newClient(nc, 2*time.Second, time.Second)
+	c.firstAttempt = 100 * time.Millisecond
+	err = c.Call(api.OpDeclare, api.DeclareRequest{Nodes: []string{"web-1"}, Body: json.RawMessage(`{}`)}, nil)
+	var ae *api.Error
+	if !errors.Is(err, ErrConnectionLost) || errors.As(err, &ae) || !strings.Contains(err.Error(), "may have been carried out") {
+		t.Fatalf("a declaration sent again to an older control plane: %v; want ErrConnectionLost, the first may have been carried out", err)
 	}
 }
 

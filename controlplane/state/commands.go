@@ -24,6 +24,10 @@ type Command struct {
 	// alike. A state machine on older rules stops at it (ErrNewerRules) rather
 	// than apply it otherwise.
 	Rules int `json:"rules,omitempty"`
+	// Request is the id of the operator's request that proposed this change
+	// (RulesRequests; stamped with them): a command whose id is on record changes
+	// nothing. Empty for the changes no operator asked for, and under older rules.
+	Request string `json:"request,omitempty"`
 
 	Init        *InitCmd        `json:"init,omitempty"`
 	CreateToken *CreateTokenCmd `json:"create_token,omitempty"`
@@ -40,6 +44,25 @@ type Command struct {
 	Retire        *RetireCmd        `json:"retire,omitempty"`
 	CancelTokens  *CancelTokensCmd  `json:"cancel_tokens,omitempty"`
 }
+
+// RequestRecord is what the state keeps of a change an operator asked for
+// (State.Requests): enough to answer the same request sent again.
+type RequestRecord struct {
+	// At is the time of the command that carried the change out.
+	At time.Time `json:"at"`
+	// Op is the command's op.
+	Op string `json:"op"`
+	// Body is a declaration's body digest: the nodes it went to are those
+	// declared with it since.
+	Body string `json:"body,omitempty"`
+}
+
+// RequestRetention is how long a request id stays on record after the change it
+// carried out, measured by the times of later commands. meshctl sends a change
+// again within a call's time (--timeout, 15 s by default) and never later than
+// 10 minutes after its first sending (api.MaxResend); the rest is room for
+// leaders' clocks that disagree (decision 0006).
+const RequestRetention = time.Hour
 
 // CancelTokensCmd cancels every pending token of a node: from this command on, none
 // of them admits anything. Used, expired and already cancelled tokens are left as
@@ -218,8 +241,10 @@ type Result struct {
 	Tokens  []Token
 	Revoked []Node // the nodes a RevokeCmd revoked, in its order
 	// Repeated is set when a CreateTokenCmd or a control node's admission repeated
-	// one already applied: nothing changed (Token is the token made then).
+	// one already applied: nothing changed (Token is the token made then); or when
+	// the command carried a request id already on record (Request is its record).
 	Repeated bool
+	Request  *RequestRecord
 }
 
 // BodyDigest is the key a body is stored under.
@@ -244,6 +269,43 @@ func (s *State) apply(c *Command) Result {
 		return Result{Err: ErrNotInitialised}
 	}
 	s.purgeTokens(c.At)
+	if c.Request != "" && c.Rules >= RulesRequests {
+		return s.applyRequest(c)
+	}
+	return s.applyCommand(c)
+}
+
+// applyRequest applies a command an operator's request proposed under its id: once
+// (the first time the id comes), and not again (every time after, within
+// RequestRetention). Every node applies the same ids alike: a command carries its
+// id only when stamped with the rules that keep them.
+func (s *State) applyRequest(c *Command) Result {
+	for id, r := range s.Requests {
+		if c.At.Sub(r.At) > RequestRetention {
+			delete(s.Requests, id)
+		}
+	}
+	if r, ok := s.Requests[c.Request]; ok {
+		return Result{Repeated: true, Request: &r}
+	}
+	res := s.applyCommand(c)
+	if res.Err != nil {
+		// Nothing was done: the same request sent again may yet be.
+		return res
+	}
+	r := RequestRecord{At: c.At, Op: c.Op}
+	if c.Op == OpDeclare && c.Declare != nil {
+		r.Body = BodyDigest(c.Declare.Body)
+	}
+	if s.Requests == nil {
+		s.Requests = map[string]RequestRecord{}
+	}
+	s.Requests[c.Request] = r
+	return res
+}
+
+// applyCommand changes s by c, whatever its request id.
+func (s *State) applyCommand(c *Command) Result {
 	switch {
 	case c.Op == OpInit && c.Init != nil:
 		return s.applyInit(c.At, c.Init)

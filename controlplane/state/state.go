@@ -33,8 +33,9 @@ import (
 // the control nodes (CreateTokenCmd.SealedTo), which rules 1 refuse to record, so
 // such a node never records the node the token admits either. 3: tokens follow their
 // node (RulesTokensFollowNodes). 4: which tokens are pending is read from the token's
-// record alone (RulesPendingByRecord).
-const ApplyRules = 4
+// record alone (RulesPendingByRecord). 5: a change carries its operator's request id,
+// and the same id again is not carried out twice (RulesRequests).
+const ApplyRules = 5
 
 // Revisions of the rules that changed how a command applies; a command that needs one
 // is stamped with it (Command.Rules), and applied by the rules before it otherwise.
@@ -59,6 +60,12 @@ const (
 	// cancelled it in a revocation, that another carried out, and their states
 	// parted for good.
 	RulesPendingByRecord = 4
+	// RulesRequests: a command carrying a request id (Command.Request) is recorded
+	// under it (State.Requests) for RequestRetention, and a command carrying an id
+	// already recorded changes nothing (Result.Repeated): meshctl sends a change
+	// again, under its id, when the answer to it was lost. Older rules ignore the
+	// id and would carry the change out twice.
+	RulesRequests = 5
 )
 
 // Roles a node can hold.
@@ -102,6 +109,10 @@ type State struct {
 	// MembershipVersion grows with every change of the control nodes: it versions
 	// the signed list of brokers hosts follow.
 	MembershipVersion uint64 `json:"membership_version"`
+	// Requests records, by request id, the changes operators asked for within
+	// RequestRetention of the newest one (RulesRequests): a request sent again
+	// because its answer was lost is recognised and not carried out twice.
+	Requests map[string]RequestRecord `json:"requests,omitempty"`
 
 	// byKey indexes Nodes by public key; derived, rebuilt on restore.
 	byKey map[string]string
@@ -425,6 +436,7 @@ func (s *State) Clone() *State {
 	c.Bodies = maps.Clone(s.Bodies)
 	c.RevokedKeys = maps.Clone(s.RevokedKeys)
 	c.RevokedOperators = maps.Clone(s.RevokedOperators)
+	c.Requests = maps.Clone(s.Requests)
 	c.ControlNodes = make(map[string]*ControlNode, len(s.ControlNodes))
 	for k, n := range s.ControlNodes {
 		nc := *n

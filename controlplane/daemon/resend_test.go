@@ -1,0 +1,165 @@
+package daemon
+
+import (
+	"encoding/json"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"mesh/controlplane/api"
+)
+
+// declareAs sends a declaration through the broker as meshctl does: under request id
+// id (none: ""), marked as sent again or not.
+func declareAs(t *testing.T, nc *nats.Conn, req api.DeclareRequest, id string, again bool) (api.DeclareResult, *api.Error) {
+	t.Helper()
+	encode := api.EncodeAdminRequest
+	if again {
+		encode = api.EncodeAdminRequestAgain
+	}
+	data, err := encode(api.OpDeclare, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &nats.Msg{Subject: api.AdminSubject(api.OpDeclare), Data: data, Header: nats.Header{}}
+	if id != "" {
+		m.Header.Set(api.RequestHeader, id)
+	}
+	msg, err := nc.RequestMsg(m, 10e9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp api.AdminResponse
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.Error != nil {
+		return api.DeclareResult{}, resp.Error
+	}
+	var res api.DeclareResult
+	if err := json.Unmarshal(resp.Result, &res); err != nil {
+		t.Fatal(err)
+	}
+	return res, nil
+}
+
+// TestADeclarationSentAgainIsCarriedOutOnce: meshctl sends a declaration again, under
+// the request id of its first sending, when the answer to that was lost (the broker
+// it went through stopped). The control plane answers it with what the first did, at
+// the versions its nodes hold, and sends those nodes their declarations again (the
+// leader that carried it out may have stopped before it sent them; not by the one
+// that sent them); it declares nothing twice. A declaration sent again whose first sending never arrived is
+// carried out; one marked again without an id, or under a malformed id, is refused.
+func TestADeclarationSentAgainIsCarriedOutOnce(t *testing.T) {
+	d := fleet(t, 2)
+	if err := d.serveAPI(); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := counter(t, d)
+	nc, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()), nats.Token(operatorToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	req := api.DeclareRequest{All: true, Body: json.RawMessage(`{"files":[{"path":"a","content":"x"}]}`)}
+	id := api.NewRequestID()
+
+	first, aerr := declareAs(t, nc, req, id, false)
+	if aerr != nil || first.Repeated || len(first.Assignments) != 2 {
+		t.Fatalf("first sending: %+v, %v", first, aerr)
+	}
+	index, sent := lastIndex(d), settled(got)
+	again, aerr := declareAs(t, nc, req, id, true)
+	if aerr != nil || !again.Repeated || again.Body != first.Body {
+		t.Fatalf("sent again: %+v, %v; want the first's declaration, repeated", again, aerr)
+	}
+	for i, a := range again.Assignments {
+		if a != first.Assignments[i] {
+			t.Errorf("sent again, assignment %d: %+v; want the first's %+v", i, a, first.Assignments[i])
+		}
+	}
+	if lastIndex(d) != index {
+		t.Errorf("sending it again wrote to the Raft log: index %d, then %d", index, lastIndex(d))
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := got.Load(); n != sent {
+		t.Errorf("%d declarations sent again by the node that sent them; want none (the first answer was slow, not lost)", n-sent)
+	}
+	// A node that did not send them (the leader that carried it out stopped first)
+	// sends them again.
+	d.sent = sentRequests{}
+	if again, aerr := declareAs(t, nc, req, id, true); aerr != nil || !again.Repeated {
+		t.Fatalf("sent again to another leader: %+v, %v", again, aerr)
+	}
+	waitFor(t, 5*time.Second, "the declarations sent again", func() bool { return got.Load() >= sent+2 })
+
+	fresh, aerr := declareAs(t, nc, req, api.NewRequestID(), true)
+	if aerr != nil || fresh.Repeated || fresh.Assignments[0].Version != first.Assignments[0].Version+1 {
+		t.Fatalf("sent again, its first sending never arrived: %+v, %v; want it carried out", fresh, aerr)
+	}
+
+	for name, tc := range map[string]struct {
+		id    string
+		again bool
+	}{
+		"again without an id": {"", true},
+		"a short id":          {"abc", false},
+		"an id in capitals":   {strings.ToUpper(api.NewRequestID()), true},
+	} {
+		before := lastIndex(d)
+		if _, aerr := declareAs(t, nc, req, tc.id, tc.again); aerr == nil || aerr.Code != api.CodeBadRequest {
+			t.Errorf("%s: %v; want bad_request", name, aerr)
+		}
+		if lastIndex(d) != before {
+			t.Errorf("%s wrote to the Raft log", name)
+		}
+	}
+}
+
+// TestADeclarationSentAgainWhileAnOlderNodeRuns: while a control node on older rules
+// serves (an upgrade under way), ids cannot be kept alike on every node, so a
+// declaration is carried out without its id, and one sent again is refused
+// (unavailable, nothing written): whether its first sending was carried out cannot
+// be told.
+func TestADeclarationSentAgainWhileAnOlderNodeRuns(t *testing.T) {
+	d := fleet(t, 1)
+	if err := d.serveAPI(); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()), nats.Token(operatorToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	d.ctl.beat(api.ControlHeartbeat{Node: "cp-old", Rules: 4}, d.now(), 0)
+	req := api.DeclareRequest{All: true, Body: json.RawMessage(`{"files":[]}`)}
+	id := api.NewRequestID()
+	if _, aerr := declareAs(t, nc, req, id, false); aerr != nil {
+		t.Fatalf("first sending, an older node running: %v", aerr)
+	}
+	before := lastIndex(d)
+	_, aerr := declareAs(t, nc, req, id, true)
+	if aerr == nil || aerr.Code != api.CodeUnavailable || !strings.Contains(aerr.Message, "cp-old") {
+		t.Fatalf("sent again, an older node running: %v; want unavailable naming cp-old", aerr)
+	}
+	if lastIndex(d) != before {
+		t.Errorf("the refusal wrote to the Raft log")
+	}
+}
+
+// settled returns n once it has not moved for 200 ms: the messages a call sent
+// have all arrived.
+func settled(n *atomic.Int64) int64 {
+	last := n.Load()
+	for {
+		time.Sleep(200 * time.Millisecond)
+		now := n.Load()
+		if now == last {
+			return now
+		}
+		last = now
+	}
+}
