@@ -318,6 +318,9 @@ type InputError struct {
 	Name      string // its path, or "stdin"
 	Holds     string // what another mesh's version would be: "token"
 	Advice    string // how to keep it safe, after "Keep it where only you or root may change it"
+	// Could says what another user could have done through it, when "put another
+	// mesh's <Holds> in it, which this command … would then trust" does not fit.
+	Could string
 	UID, EUID int
 	Mode      fs.FileMode
 }
@@ -326,6 +329,10 @@ func (e *InputError) Error() string {
 	why := fmt.Sprintf("has mode %#o: group or others may write it", e.Mode.Perm())
 	if e.Mode.Perm()&0o022 == 0 {
 		why = fmt.Sprintf("belongs to %s", who(e.UID))
+	}
+	if e.Could != "" {
+		return fmt.Sprintf("%s %s cannot be used: it %s, so another user could have %s (running as %s). "+
+			"Keep it where only you or root may change it%s", e.What, e.Name, why, e.Could, who(e.EUID), e.Advice)
 	}
 	return fmt.Sprintf("%s %s cannot be used: it %s, so another user could have put another mesh's %s in it, which this command (running as %s) would then trust. "+
 		"Keep it where only you or root may change it%s", e.What, e.Name, why, e.Holds, who(e.EUID), e.Advice)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -517,5 +518,70 @@ func TestJoinRefusesATokenFileAnotherUserCouldWrite(t *testing.T) {
 	}
 	if code, _, stderr := runCLIEnv(map[string]string{"SUDO_UID": "65534"}, "join", "--data", data, "--token-file", file); code == exitDataDir {
 		t.Errorf("join with the sudo user's token file: exit %d, %s", code, stderr)
+	}
+}
+
+// TestDeclareRefusesAFileAnotherUserCouldWrite: what a declaration file holds
+// becomes files, as root, on every node it names, so a file another user owns, or
+// that others may write (a /tmp/app.json made 0666 by that user before the operator
+// wrote it), is refused before anything is sent, on --file and on stdin; a file its
+// group may write (umask 002) is taken with a warning, and so is another user's file
+// for the user who ran meshctl through sudo as that user.
+func TestDeclareRefusesAFileAnotherUserCouldWrite(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving a file to another user (chown to 65534) needs root")
+	}
+	dir := t.TempDir()
+	body := `{"files":[{"path":"etc/app.conf","content":"x"}]}`
+	file := func(name string, mode os.FileMode, uid int) string {
+		p := filepath.Join(dir, name)
+		writeTestFile(t, p, body)
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	data := t.TempDir() // no control node's: a declaration taken gets as far as exit 7 for it
+	declare := func(env map[string]string, stdin io.Reader, f string) (int, string) {
+		var out, errb bytes.Buffer
+		if stdin == nil {
+			stdin = strings.NewReader("")
+		}
+		code := run([]string{"declare", "--data", data, "--node", "web-1", "--file", f}, &cliIO{stdin: stdin, stdout: &out, stderr: &errb, getenv: func(k string) string { return env[k] }})
+		return code, errb.String()
+	}
+	refused := func(what, stderr string) bool {
+		return strings.Contains(stderr, "the declaration file "+what+" cannot be used")
+	}
+
+	theirs := file("theirs.json", 0o600, 65534)
+	if code, stderr := declare(nil, nil, theirs); code != exitDataDir || !refused(theirs, stderr) || !strings.Contains(stderr, "belongs to uid 65534") {
+		t.Errorf("another user's file: exit %d, %s", code, stderr)
+	}
+	open := file("open.json", 0o666, 0)
+	if code, stderr := declare(nil, nil, open); code != exitDataDir || !refused(open, stderr) || !strings.Contains(stderr, "0666") {
+		t.Errorf("a file others may write: exit %d, %s", code, stderr)
+	}
+	f, err := os.Open(theirs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if code, stderr := declare(nil, f, "-"); code != exitDataDir || !refused("on stdin", stderr) {
+		t.Errorf("another user's file on stdin: exit %d, %s", code, stderr)
+	}
+
+	group := file("group.json", 0o664, 0)
+	if code, stderr := declare(nil, nil, group); refused(group, stderr) || !strings.Contains(stderr, "warning: the declaration file "+group+" may be written by its group") {
+		t.Errorf("a file its group may write: exit %d, %s; want it taken, with a warning", code, stderr)
+	}
+	if code, stderr := declare(map[string]string{"SUDO_UID": "65534"}, nil, theirs); refused(theirs, stderr) {
+		t.Errorf("the sudo user's own file: exit %d, %s; want it taken", code, stderr)
+	}
+	if code, stderr := declare(nil, strings.NewReader(body), "-"); refused("on stdin", stderr) {
+		t.Errorf("a pipe: exit %d, %s; want it taken", code, stderr)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,6 +15,7 @@ import (
 	"mesh/controlplane/api"
 	"mesh/declarations"
 	"mesh/host/readfile"
+	"mesh/host/statedir"
 )
 
 func declareCommand() command {
@@ -26,7 +29,8 @@ The body file is JSON:
   {"files":[{"path":"etc/app.conf","content":"text","mode":"0640"}]}
 with content_base64 instead of content for binary data; paths are relative to the
 host's managed root. "-" reads the body from stdin. A node's files that the body
-no longer names are removed from it.
+no longer names are removed from it. A body file another user owns, or others may
+write, is refused (exit 7): it would write files as root on every node it names.
 --dry-run asks the control plane what the declaration would change on each node,
 grouped by change (files added +, changed ~, removed -, and the version each node
 would get), and declares nothing; it exits 0 whatever it would change. File
@@ -85,7 +89,7 @@ content is never shown: paths, modes, owners and sizes.`,
 				if err := checkTargets(nodes, role); err != nil {
 					return err
 				}
-				raw, err := readBody(file, cio.stdin)
+				raw, err := readBody(file, cio)
 				if err != nil {
 					return err
 				}
@@ -159,9 +163,19 @@ content is never shown: paths, modes, owners and sizes.`,
 
 // readBody reads a declaration body, refusing anything too large to be signed before
 // reading it whole.
-func readBody(file string, stdin io.Reader) ([]byte, error) {
-	data, err := readBounded(file, stdin, declarations.MaxEnvelopeSize,
-		"the most a signed declaration can carry; split the state or ship large files another way")
+func readBody(file string, cio *cliIO) ([]byte, error) {
+	check := trustedBody(file, cio)
+	if f, ok := cio.stdin.(*os.File); ok && file == "-" {
+		// `declare --file - < app.json`: the file the shell opened is judged as
+		// --file's is.
+		if fi, err := f.Stat(); err == nil {
+			if err := check(fi); err != nil {
+				return nil, err
+			}
+		}
+	}
+	data, err := readBoundedChecked(file, cio.stdin, declarations.MaxEnvelopeSize,
+		"the most a signed declaration can carry; split the state or ship large files another way", check)
 	// A UTF-8 byte order mark, which some editors write first, is not JSON; the
 	// JSON standard lets a reader ignore it, and the file is the operator's own
 	// (it was refused as "invalid character 'ï'").
@@ -178,6 +192,12 @@ func readBody(file string, stdin io.Reader) ([]byte, error) {
 // (`--file <(generate)`) is read until its writer closes it; a FIFO nothing writes
 // to is given up on after readfile.PipeWait, and a directory or a device is refused.
 func readBounded(file string, stdin io.Reader, max int64, tooLarge string) ([]byte, error) {
+	return readBoundedChecked(file, stdin, max, tooLarge, nil)
+}
+
+// readBoundedChecked is readBounded with check called with the file opened, before
+// it is read (readfile.StreamChecked); stdin is not checked here.
+func readBoundedChecked(file string, stdin io.Reader, max int64, tooLarge string, check func(fs.FileInfo) error) ([]byte, error) {
 	var data []byte
 	var err error
 	if file == "-" && stdin != nil {
@@ -189,7 +209,7 @@ func readBounded(file string, stdin io.Reader, max int64, tooLarge string) ([]by
 			err = readfile.ErrTooLarge
 		}
 	} else {
-		data, err = readfile.Stream(file, max, readfile.PipeWait)
+		data, err = readfile.StreamChecked(file, max, readfile.PipeWait, check)
 	}
 	if errors.Is(err, readfile.ErrTooLarge) {
 		return nil, tooLargeError(fmt.Sprintf("%s is larger than %d bytes, %s", file, max, tooLarge))
@@ -199,6 +219,47 @@ func readBounded(file string, stdin io.Reader, max int64, tooLarge string) ([]by
 	}
 	return data, nil
 }
+
+// trustedBody judges the file a declaration is read from, as opened: what it holds
+// becomes files, as root, on every node declared. A file another user owns (other
+// than root and the one who ran meshctl through sudo), or that others may write, is
+// refused (exit 7, statedir.ErrUnsafePath): that user could have put their own
+// declaration in it, and would write the fleet's files through the operator. A file
+// its group may write is taken, with a warning: under the umask 002 of many
+// systems, a team's files are, and the group is then usually the owner's own. A
+// pipe is not judged: `cat FILE | meshctl declare --file -` takes a file the
+// operator vouches for.
+func trustedBody(name string, cio *cliIO) func(fs.FileInfo) error {
+	invoker := statedir.Invoker(cio.getenv)
+	if name == "-" {
+		name = "on stdin"
+	}
+	return func(fi fs.FileInfo) error {
+		shared := fi
+		if fi.Mode().IsRegular() && fi.Mode().Perm()&0o020 != 0 && fi.Mode().Perm()&0o002 == 0 {
+			// Judged as if its group could not write it; warned of below.
+			shared = modeMasked{fi, 0o020}
+		}
+		if err := statedir.CheckTrusted(&statedir.InputError{What: "the declaration file", Name: name, Holds: "declaration",
+			Could:  "written the declaration of their choice in it, files this command would have every node it names write as root",
+			Advice: ", or, if you trust whoever may write it, pipe it in: cat FILE | meshctl declare --file - ..."}, shared, invoker); err != nil {
+			return err
+		}
+		if shared != fi {
+			fmt.Fprintf(cio.stderr, "warning: the declaration file %s may be written by its group (mode %#o): any member could have changed what this declares to every node it names\n",
+				name, fi.Mode().Perm())
+		}
+		return nil
+	}
+}
+
+// modeMasked is a file's information with bits of its mode cleared.
+type modeMasked struct {
+	fs.FileInfo
+	clear fs.FileMode
+}
+
+func (m modeMasked) Mode() fs.FileMode { return m.FileInfo.Mode() &^ m.clear }
 
 // tooLargeError says which input is over its cap, and is readfile.ErrTooLarge to a
 // caller that branches on it.
