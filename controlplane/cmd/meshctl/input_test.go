@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"io"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -141,12 +142,13 @@ func TestJoinInputThatCannotBeAToken(t *testing.T) {
 func TestBodyWithAByteOrderMark(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "body.json")
 	writeTestFile(t, file, "\xef\xbb\xbf"+`{"files":[]}`+"\r\n")
-	data, err := readBody(file, nil)
+	cio := &cliIO{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}
+	data, err := readBody(file, cio)
 	if err != nil || !strings.HasPrefix(string(data), `{"files":[]}`) {
 		t.Fatalf("readBody = %q, %v", data, err)
 	}
 	writeTestFile(t, file, "\xef\xbb\xbf\n")
-	if _, err := readBody(file, nil); err == nil || !strings.Contains(err.Error(), "is empty") {
+	if _, err := readBody(file, cio); err == nil || !strings.Contains(err.Error(), "is empty") {
 		t.Fatalf("a byte order mark alone: %v, want the file called empty", err)
 	}
 }
