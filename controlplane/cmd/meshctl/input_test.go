@@ -2,8 +2,8 @@ package main
 
 import (
 	"bytes"
-	"os"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
