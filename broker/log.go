@@ -77,6 +77,30 @@ var byDesign = []string{
 	`Clients that are not using "TLS Handshake First" option will fail to connect`,
 }
 
+// sysImportFormat is the line nats-server logs when setting up an account's imports
+// of the system account's services fails. It checks that an import is missing and
+// adds it in two steps, so two goroutines registering one account (a route coming up
+// as the account's first client connects, after a restart) both find it missing, and
+// the second is refused as a duplicate of the first's: the import it wanted is
+// there. That case is an info line here (the daemon's rolling-restart soak met it
+// twice in 289 restarts); any other failure stays an error.
+const sysImportFormat = "Error setting up system service import %s -> %s for account: %v"
+
+// sameSysImport reports whether a sysImportFormat line says the import it set out to
+// add exists already, the same subject mapped to the same subject.
+func sameSysImport(format string, v []any) bool {
+	if format != sysImportFormat || len(v) != 3 {
+		return false
+	}
+	mapped, ok := v[1].(string)
+	err, isErr := v[2].(error)
+	if !ok || !isErr {
+		return false
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "duplicate service import subject ") && strings.HasSuffix(msg, fmt.Sprintf("subject %q", mapped))
+}
+
 // startFailure is nats-server's first fatal line, or "": it reports so only what
 // stops it starting (a listener it could not open).
 func (l *natsLog) startFailure() string {
@@ -94,6 +118,9 @@ func (l *natsLog) Tracef(format string, v ...any) {
 
 func (l *natsLog) emit(level slog.Level, format string, v []any, attrs ...slog.Attr) {
 	ctx := context.Background()
+	if level == slog.LevelError && sameSysImport(format, v) {
+		level = slog.LevelInfo
+	}
 	if level >= slog.LevelWarn {
 		if e, ok := clientEventOf(format, v); ok {
 			// What a client did is a warning, whatever level nats-server gives it:

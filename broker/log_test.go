@@ -272,3 +272,38 @@ func TestStrangersOnTheRoutePortAreBounded(t *testing.T) {
 		t.Fatalf("the next interval's line: %v, want the count held back", recs)
 	}
 }
+
+// TestASystemImportThereAlreadyIsInfo: nats-server's race setting up an account's
+// system imports (found in a soak of rolling restarts: "duplicate service import
+// subject", the same import already there) is an info line; the same line about
+// another import, or another failure, stays an error. The format is checked against
+// nats-server's source, so that a release that rewords it fails here.
+func TestASystemImportThereAlreadyIsInfo(t *testing.T) {
+	var out bytes.Buffer
+	l := newNATSLog(slog.New(slog.NewJSONHandler(&out, nil)), nil)
+	const subj, mapped = "$SYS.REQ.ACCOUNT.PING.STATZ", "$SYS.REQ.ACCOUNT.ACGIRG.STATZ"
+	l.Errorf(sysImportFormat, subj, mapped, fmt.Errorf("duplicate service import subject %q, previously used in import for account %q, subject %q", subj, "AA2YKT", mapped))
+	l.Errorf(sysImportFormat, subj, mapped, fmt.Errorf("duplicate service import subject %q, previously used in import for account %q, subject %q", subj, "AA2YKT", "$SYS.REQ.ACCOUNT.OTHER.STATZ"))
+	l.Errorf(sysImportFormat, subj, mapped, fmt.Errorf("missing account"))
+	recs := jsonRecords(t, &out)
+	if len(recs) != 3 {
+		t.Fatalf("%d lines, want 3:\n%s", len(recs), out.String())
+	}
+	for i, want := range []string{"INFO", "ERROR", "ERROR"} {
+		if recs[i]["level"] != want {
+			t.Errorf("%q logged at %v, want %s", recs[i]["msg"], recs[i]["level"], want)
+		}
+	}
+
+	dir, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/nats-io/nats-server/v2").Output()
+	if err != nil {
+		t.Skipf("cannot locate nats-server's source (go list -m: %v)", err)
+	}
+	src, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(dir)), "server", "events.go"))
+	if err != nil {
+		t.Skipf("nats-server's events.go: %v", err)
+	}
+	if !strings.Contains(string(src), strconv.Quote(sysImportFormat)) {
+		t.Errorf("nats-server's events.go no longer logs %q", sysImportFormat)
+	}
+}
