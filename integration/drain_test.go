@@ -24,25 +24,8 @@ import (
 // that the pause costs it no leadership.
 func TestAControlNodeStoppingPassesOnItsOperatorsAnswers(t *testing.T) {
 	t.Parallel() // mostly waits: see TestMain
-	slowRaft := []string{"--raft-heartbeat", "5s"}
-	cp1 := harness.NewControlPlane(t, bin, "drain")
-	cp1.Serve(slowRaft...)
-	cps := map[string]*harness.ControlPlane{"cp-1": cp1, "cp-2": joinControl(t, cp1, "cp-2", slowRaft...), "cp-3": joinControl(t, cp1, "cp-3", slowRaft...)}
-	web := harness.NewHost(t, bin, "web-1")
-	if r := web.Enrol(cp1.Token("web-1")); r.Code != 0 {
-		t.Fatalf("enrol: exit %d:\n%s", r.Code, r.Combined())
-	}
-	var leader, follower *harness.ControlPlane
-	for id, c := range controlView(t, cp1) {
-		if c.Raft == api.RaftLeader {
-			leader = cps[id]
-		} else if follower == nil && cps[id] != nil {
-			follower = cps[id]
-		}
-	}
-	if leader == nil || follower == nil {
-		t.Fatalf("no leader and follower among %v", controlView(t, cp1))
-	}
+	leader, followers := threeNodesAndAHost(t, "drain", "--raft-heartbeat", "5s")
+	follower := followers[0]
 	body := t.TempDir() + "/b.json"
 	writeFile(t, body, `{"files":[{"path":"f","content":"drained\n"}]}`)
 
@@ -90,26 +73,7 @@ func TestAControlNodeStoppingPassesOnItsOperatorsAnswers(t *testing.T) {
 // stop.
 func TestALeaderStoppedHandsOver(t *testing.T) {
 	t.Parallel() // mostly waits: see TestMain
-	defaultRaft := []string{"--raft-heartbeat", "2s"}
-	cp1 := harness.NewControlPlane(t, bin, "handover")
-	cp1.Serve(defaultRaft...)
-	cps := map[string]*harness.ControlPlane{"cp-1": cp1, "cp-2": joinControl(t, cp1, "cp-2", defaultRaft...), "cp-3": joinControl(t, cp1, "cp-3", defaultRaft...)}
-	web := harness.NewHost(t, bin, "web-1")
-	if r := web.Enrol(cp1.Token("web-1")); r.Code != 0 {
-		t.Fatalf("enrol: exit %d:\n%s", r.Code, r.Combined())
-	}
-	var leader *harness.ControlPlane
-	var others []*harness.ControlPlane
-	for id, c := range controlView(t, cp1) {
-		if c.Raft == api.RaftLeader {
-			leader = cps[id]
-		} else if cps[id] != nil {
-			others = append(others, cps[id])
-		}
-	}
-	if leader == nil || len(others) != 2 {
-		t.Fatalf("no leader and two followers among %v", controlView(t, cp1))
-	}
+	leader, others := threeNodesAndAHost(t, "handover", "--raft-heartbeat", "2s")
 	servers := others[0].Listen + "," + others[1].Listen
 
 	// The change is sent once the leader has exited, so that it cannot be the old
@@ -145,26 +109,7 @@ func TestALeaderStoppedHandsOver(t *testing.T) {
 // to hold its answer back until the follower is gone.
 func TestADeclarationWhoseAnswerIsLostIsCarriedOutOnce(t *testing.T) {
 	t.Parallel() // mostly waits: see TestMain
-	slowRaft := []string{"--raft-heartbeat", "5s"}
-	cp1 := harness.NewControlPlane(t, bin, "resend")
-	cp1.Serve(slowRaft...)
-	cps := map[string]*harness.ControlPlane{"cp-1": cp1, "cp-2": joinControl(t, cp1, "cp-2", slowRaft...), "cp-3": joinControl(t, cp1, "cp-3", slowRaft...)}
-	web := harness.NewHost(t, bin, "web-1")
-	if r := web.Enrol(cp1.Token("web-1")); r.Code != 0 {
-		t.Fatalf("enrol: exit %d:\n%s", r.Code, r.Combined())
-	}
-	var leader *harness.ControlPlane
-	var followers []*harness.ControlPlane
-	for id, c := range controlView(t, cp1) {
-		if c.Raft == api.RaftLeader {
-			leader = cps[id]
-		} else if cps[id] != nil {
-			followers = append(followers, cps[id])
-		}
-	}
-	if leader == nil || len(followers) != 2 {
-		t.Fatalf("no leader and two followers among %v", controlView(t, cp1))
-	}
+	leader, followers := threeNodesAndAHost(t, "resend", "--raft-heartbeat", "5s")
 	killed, other := followers[0], followers[1]
 	before, ok := leader.Node("web-1")
 	if !ok {
@@ -221,4 +166,30 @@ func waitAnswerPending(t *testing.T, cp *harness.ControlPlane, cmd *harness.Proc
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// threeNodesAndAHost starts three control nodes of a new mesh (serve's extra
+// arguments on each) and enrols web-1, and returns the leader and the two followers.
+func threeNodesAndAHost(t *testing.T, mesh string, serveArgs ...string) (*harness.ControlPlane, []*harness.ControlPlane) {
+	t.Helper()
+	cp1 := harness.NewControlPlane(t, bin, mesh)
+	cp1.Serve(serveArgs...)
+	cps := map[string]*harness.ControlPlane{"cp-1": cp1, "cp-2": joinControl(t, cp1, "cp-2", serveArgs...), "cp-3": joinControl(t, cp1, "cp-3", serveArgs...)}
+	web := harness.NewHost(t, bin, "web-1")
+	if r := web.Enrol(cp1.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: exit %d:\n%s", r.Code, r.Combined())
+	}
+	var leader *harness.ControlPlane
+	var followers []*harness.ControlPlane
+	for id, c := range controlView(t, cp1) {
+		if c.Raft == api.RaftLeader {
+			leader = cps[id]
+		} else if cps[id] != nil {
+			followers = append(followers, cps[id])
+		}
+	}
+	if leader == nil || len(followers) != 2 {
+		t.Fatalf("no leader and two followers among %v", controlView(t, cp1))
+	}
+	return leader, followers
 }

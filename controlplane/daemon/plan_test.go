@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"mesh/controlplane/api"
 	"mesh/controlplane/operator"
 	"mesh/controlplane/state"
@@ -21,15 +19,8 @@ import (
 func TestDeclareDryRunChangesNothing(t *testing.T) {
 	const n = 5
 	d := fleet(t, n)
-	if err := d.serveAPI(); err != nil {
-		t.Fatal(err)
-	}
+	nc := servedToOperators(t, d)
 	got, _ := counter(t, d)
-	nc, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()), nats.Token(operatorToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
 	c := operator.NewClient(nc, 0)
 
 	bodyA := json.RawMessage(`{"files":[{"path":"etc/app.conf","content":"a=1\n"},{"path":"etc/old.conf","content":"o"}]}`)

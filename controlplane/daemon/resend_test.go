@@ -55,15 +55,8 @@ func declareAs(t *testing.T, nc *nats.Conn, req api.DeclareRequest, id string, a
 // carried out; one marked again without an id, or under a malformed id, is refused.
 func TestADeclarationSentAgainIsCarriedOutOnce(t *testing.T) {
 	d := fleet(t, 2)
-	if err := d.serveAPI(); err != nil {
-		t.Fatal(err)
-	}
+	nc := servedToOperators(t, d)
 	got, _ := counter(t, d)
-	nc, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()), nats.Token(operatorToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
 	req := api.DeclareRequest{All: true, Body: json.RawMessage(`{"files":[{"path":"a","content":"x"}]}`)}
 	id := api.NewRequestID()
 
@@ -126,14 +119,7 @@ func TestADeclarationSentAgainIsCarriedOutOnce(t *testing.T) {
 // be told.
 func TestADeclarationSentAgainWhileAnOlderNodeRuns(t *testing.T) {
 	d := fleet(t, 1)
-	if err := d.serveAPI(); err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()), nats.Token(operatorToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := servedToOperators(t, d)
 	d.ctl.beat(api.ControlHeartbeat{Node: "cp-old", Rules: 4}, d.now(), 0)
 	req := api.DeclareRequest{All: true, Body: json.RawMessage(`{"files":[]}`)}
 	id := api.NewRequestID()
@@ -162,4 +148,19 @@ func settled(n *atomic.Int64) int64 {
 		}
 		last = now
 	}
+}
+
+// servedToOperators serves d's operator API and returns a connection with the
+// operators' credentials, closed with the test.
+func servedToOperators(t *testing.T, d *Daemon) *nats.Conn {
+	t.Helper()
+	if err := d.serveAPI(); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()), nats.Token(operatorToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }

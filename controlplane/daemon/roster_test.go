@@ -4,8 +4,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-
 	"mesh/controlplane/api"
 	"mesh/controlplane/operator"
 )
@@ -15,14 +13,7 @@ import (
 func TestRosterPages(t *testing.T) {
 	const n = 3000
 	d := fleet(t, n)
-	if err := d.serveAPI(); err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()), nats.Token(operatorToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	nc := servedToOperators(t, d)
 	c := operator.NewClient(nc, 0)
 	all, err := c.Nodes(api.NodesRequest{})
 	if err != nil {
