@@ -3,6 +3,7 @@ package integration
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,14 +30,7 @@ func TestAControlNodeStoppingPassesOnItsOperatorsAnswers(t *testing.T) {
 	body := t.TempDir() + "/b.json"
 	writeFile(t, body, `{"files":[{"path":"f","content":"drained\n"}]}`)
 
-	leader.Process().Signal(syscall.SIGSTOP)
-	resumed := false
-	resume := func() {
-		if !resumed {
-			leader.Process().Signal(syscall.SIGCONT)
-			resumed = true
-		}
-	}
+	resume := pause(leader)
 	defer resume()
 	declare := harness.Start(t, nil, bin.Meshctl, "declare", "--node", "web-1", "--file", body,
 		"--data", follower.Dir, "--servers", follower.Listen)
@@ -118,14 +112,7 @@ func TestADeclarationWhoseAnswerIsLostIsCarriedOutOnce(t *testing.T) {
 	body := t.TempDir() + "/b.json"
 	writeFile(t, body, `{"files":[{"path":"f","content":"once\n"}]}`)
 
-	leader.Process().Signal(syscall.SIGSTOP)
-	resumed := false
-	resume := func() {
-		if !resumed {
-			leader.Process().Signal(syscall.SIGCONT)
-			resumed = true
-		}
-	}
+	resume := pause(leader)
 	defer resume()
 	declare := harness.Start(t, nil, bin.Meshctl, "declare", "--node", "web-1", "--file", body,
 		"--data", other.Dir, "--servers", killed.Listen+","+other.Listen)
@@ -192,4 +179,12 @@ func threeNodesAndAHost(t *testing.T, mesh string, serveArgs ...string) (*harnes
 		t.Fatalf("no leader and two followers among %v", controlView(t, cp1))
 	}
 	return leader, followers
+}
+
+// pause stops cp's process (SIGSTOP) and returns what resumes it (SIGCONT), once
+// however often it is called.
+func pause(cp *harness.ControlPlane) func() {
+	cp.Process().Signal(syscall.SIGSTOP)
+	var once sync.Once
+	return func() { once.Do(func() { cp.Process().Signal(syscall.SIGCONT) }) }
 }
