@@ -188,3 +188,35 @@ func pause(cp *harness.ControlPlane) func() {
 	var once sync.Once
 	return func() { once.Do(func() { cp.Process().Signal(syscall.SIGCONT) }) }
 }
+
+// TestTokenRulesHoldWhileAControlNodeIsDown: a control node stopped for maintenance
+// (SIGTERM) or killed is an ordinary day; the token and label rules (decision 0029)
+// hold meanwhile: a second token for a node with one pending, and labels on a
+// revoked node, are refused (exit 4). Before, a member not heard from counted as
+// one on older rules, and every such command was carried out by the earlier rules,
+// exit 0, without a word (an operations audit: two operators both minted for one
+// node, and the second machine was told to revoke the first).
+func TestTokenRulesHoldWhileAControlNodeIsDown(t *testing.T) {
+	t.Parallel() // mostly waits: see TestMain
+	leader, followers := threeNodesAndAHost(t, "rulesdown")
+	leader.Token("db-1")
+	if r := leader.Ctl("revoke", "web-1"); r.Code != 0 {
+		t.Fatalf("revoke web-1: exit %d:\n%s", r.Code, r.Combined())
+	}
+	for i, stop := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		f := followers[i]
+		f.Process().Signal(stop)
+		f.Process().Wait(10 * time.Second)
+		// Long enough for the leader to count it gone (three heartbeats).
+		time.Sleep(7 * time.Second)
+		if r := leader.Ctl("token", "--node", "db-1"); r.Code != 4 || !strings.Contains(r.Combined(), "token_pending") {
+			t.Errorf("%v on a follower: a second token for db-1: exit %d, want 4 (token_pending):\n%s", stop, r.Code, r.Combined())
+		}
+		if r := leader.Ctl("label", "web-1", "rack=b"); r.Code != 4 || !strings.Contains(r.Combined(), "node_revoked") {
+			t.Errorf("%v on a follower: a label on revoked web-1: exit %d, want 4 (node_revoked):\n%s", stop, r.Code, r.Combined())
+		}
+		if i == 0 {
+			f.Serve()
+		}
+	}
+}

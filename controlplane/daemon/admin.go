@@ -238,7 +238,7 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 			// part from the others' for good, silently.
 			return out, &api.Error{Code: api.CodeOlderControlNode, Message: fmt.Sprintf(
 				"%s an older meshctl, which would record neither this control token nor the node it admits: upgrade every control node, then mint the control token again",
-				controlNodesRun(older))}
+				controlNodesRun(d.notOnRules(state.RulesRequests)))}
 		} else {
 			cmd.SealedTo, cmd.SealedSum = sealedTo, sum
 		}
@@ -249,7 +249,7 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 	switch {
 	case c.Rules == 0 && req.Replace:
 		return out, &api.Error{Code: api.CodeOlderControlNode, Message: fmt.Sprintf(
-			"%s an older meshctl, or is not heard from now, and an older one does not replace tokens: upgrade (or start) every control node, or cancel the pending token (meshctl token cancel %s) and mint again without --replace",
+			"%s an older meshctl (by its last heartbeat, or it was never heard from), and an older one does not replace tokens: upgrade every control node, or cancel the pending token (meshctl token cancel %s) and mint again without --replace",
 			controlNodesRun(d.notOnRules(state.RulesTokensFollowNodes)), req.Node)}
 	case c.Rules == 0 && len(cmd.SealedTo) > 0:
 		c.Rules = state.RulesSealedTo
@@ -304,34 +304,6 @@ func (d *Daemon) rulesFor(need int) int {
 	return need
 }
 
-// requestRules is state.RulesRequests when every other member of Raft last
-// announced them or later ones, and no control node serving announces older ones;
-// 0 otherwise, with the nodes that did not.
-// Unlike rulesFor, a member not heard lately counts by its last heartbeat: request
-// ids matter most when a control node was just killed, and one that comes back on
-// an older version (put back on purpose) stops at the first entry stamped with them,
-// as decision 0021 has it, rather than parting from the others.
-func (d *Daemon) requestRules() (int, []string) {
-	members, err := d.raft.Members()
-	if err != nil {
-		return 0, []string{"(the Raft configuration: " + err.Error() + ")"}
-	}
-	older := d.ctl.olderRules(d.cfg.Node, d.now(), state.RulesRequests)
-	for _, m := range members {
-		if m.ID == d.cfg.Node || slices.Contains(older, m.ID) {
-			continue
-		}
-		if r, heard := d.ctl.lastRules(m.ID); !heard || r < state.RulesRequests {
-			older = append(older, m.ID)
-		}
-	}
-	if len(older) > 0 {
-		slices.Sort(older)
-		return 0, older
-	}
-	return state.RulesRequests, nil
-}
-
 // controlNodesRun names the control nodes as the subject of "run": "control node
 // cp-2 runs", "control nodes cp-2, cp-3 run".
 func controlNodesRun(nodes []string) string {
@@ -353,20 +325,27 @@ func (d *Daemon) tokenRules() int {
 }
 
 // notOnRules returns, sorted, the control nodes other than this one that are not
-// known to apply the log by rules need or later: those heard announcing older rules,
-// and the members of Raft not heard from lately (stopped, restarting, cut off, or
-// not heard yet by a leader that just started). An unheard member counted as
-// current let a stamped entry reach a node of an older version, which stops at it;
-// two at once, early in an upgrade, would be the quorum.
+// known to apply the log by rules need or later: those serving that announce older
+// rules, and the members of Raft whose last heartbeat did, or that this node never
+// heard (a leader that just started, a member admitted since). A member not heard
+// lately counts by its last heartbeat: a node stopped for maintenance, killed, or
+// cut off comes back on the version it ran, or a newer one. Counting it as older, as
+// this did until 2026-12-05, lifted the token and label rules (a second pending
+// token, labels on a revoked node, a revocation deleting a replacement's token)
+// without a word whenever one control node was down, an ordinary day. A node put
+// back to an older version meanwhile stops at the first entry stamped with rules it
+// lacks (decision 0021) until the newer meshctl is back.
 func (d *Daemon) notOnRules(need int) []string {
-	now := d.now()
-	out := d.ctl.olderRules(d.cfg.Node, now, need)
+	out := d.ctl.olderRules(d.cfg.Node, d.now(), need)
 	members, err := d.raft.Members()
 	if err != nil {
 		return append(out, "(the Raft configuration: "+err.Error()+")")
 	}
 	for _, m := range members {
-		if m.ID != d.cfg.Node && !d.ctl.alive(m.ID, now) && !slices.Contains(out, m.ID) {
+		if m.ID == d.cfg.Node || slices.Contains(out, m.ID) {
+			continue
+		}
+		if r, heard := d.ctl.lastRules(m.ID); !heard || r < need {
 			out = append(out, m.ID)
 		}
 	}
@@ -467,15 +446,14 @@ func (d *Daemon) declare(req api.DeclareRequest, call requestCall) (api.DeclareR
 	}
 	cmd := state.Command{Op: state.OpDeclare, Declare: &state.DeclareCmd{Selector: sel, Body: canonical}}
 	if call.ID != "" {
-		rules, older := d.requestRules()
-		if cmd.Rules = rules; rules != 0 {
+		if cmd.Rules = d.rulesFor(state.RulesRequests); cmd.Rules != 0 {
 			cmd.Request = call.ID
 		} else if call.Again {
 			// The first sending was proposed without its id, or to a control
 			// plane that keeps none: whether it was carried out cannot be told.
 			return out, &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf(
 				"this declaration was sent again after its answer was lost, and whether the first sending was carried out cannot be told while %s an older meshctl (or was never heard from): look (meshctl nodes) before running it again",
-				controlNodesRun(older))}
+				controlNodesRun(d.notOnRules(state.RulesRequests)))}
 		}
 	}
 	res, err := d.commit(cmd)
