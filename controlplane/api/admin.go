@@ -80,6 +80,10 @@ type KeyringResult struct {
 	// StaleTokens lists, by node, the pending tokens a retirement made useless:
 	// they carry the retired key, and the mesh refuses them (token_stale_key).
 	StaleTokens []string `json:"stale_tokens,omitempty"`
+	// Unchanged answers a retirement with no rotation in progress: the keyring
+	// holds one key, and nothing was retired now (a retire run twice, or a rotate
+	// that did not complete). Older control planes leave it out.
+	Unchanged bool `json:"unchanged,omitempty"`
 }
 
 // RotateRequest asks for a new signing key. It has no arguments: its envelope,

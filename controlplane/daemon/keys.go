@@ -176,8 +176,9 @@ func (d *Daemon) retireKey(req api.RetireRequest) (api.KeyringResult, error) {
 	st, _ := d.keyringStatus(api.KeyringStatusRequest{})
 	if len(st.Keys) < 2 && st.Epoch > 1 {
 		// Retired already (a retire run twice, or two at once): done, as a
-		// revocation run twice is. It said "rotate first".
-		return api.KeyringResult{Epoch: st.Epoch, Keys: st.Keys}, nil
+		// revocation run twice is. Or a rotate that did not complete, which
+		// meshctl must not report as a retirement: Unchanged says which.
+		return api.KeyringResult{Epoch: st.Epoch, Keys: st.Keys, Unchanged: true}, nil
 	}
 	if len(st.Keys) < 2 {
 		return api.KeyringResult{}, &api.Error{Code: api.CodeBadRequest, Message: "the keyring holds one key: there is nothing to retire (rotate first)"}

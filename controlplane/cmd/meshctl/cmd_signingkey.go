@@ -80,6 +80,17 @@ Hosts offline throughout catch up by following the chain of keyrings.`,
 					if asJSON {
 						return writeJSON(cio.stdout, res)
 					}
+					if res.Unchanged {
+						// Retired before (a retire run twice), or never rotated: the
+						// one key there is, is the one in use.
+						key := ""
+						if len(res.Keys) > 0 {
+							key = res.Keys[0][:min(12, len(res.Keys[0]))] + "…"
+						}
+						fmt.Fprintf(cio.stdout, "keyring epoch %d holds one key, %s, and no rotation is in progress: nothing was retired now. "+
+							"If a retire of yours ran before, it is done; if a rotate of yours did not complete, the key it was to replace is still the one in use: run meshctl signing-key rotate, then retire\n", res.Epoch, key)
+						return nil
+					}
 					fmt.Fprintf(cio.stdout, "keyring epoch %d: the old key is retired; declarations it signs are refused from now on\n", res.Epoch)
 					for _, s := range res.Stranded {
 						fmt.Fprintf(cio.stdout, "stranded: %s (it catches up when it accepts the chain of keyrings)\n", s)
