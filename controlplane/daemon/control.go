@@ -411,11 +411,15 @@ func activeControl(d *Daemon, node string) (state.ControlNode, error) {
 		cn state.ControlNode
 		ok bool
 	)
+	removed := false
 	d.fsm.Read(func(s *state.State) {
-		if c, found := s.ControlNodes[node]; found && !c.Removed {
-			cn, ok = *c, true
+		if c, found := s.ControlNodes[node]; found {
+			cn, ok, removed = *c, !c.Removed, c.Removed
 		}
 	})
+	if removed {
+		return state.ControlNode{}, &api.Error{Code: api.CodeNotFound, Message: "control node " + node + " was removed (meshctl control remove): to have it back, mint a new control token for it and run meshctl join with that"}
+	}
 	if !ok {
 		return cn, &api.Error{Code: api.CodeNotFound, Message: "no admitted control node " + node + " (mint a control token and run meshctl join first)"}
 	}

@@ -229,7 +229,7 @@ func (d Dir) LoadConfig() (Config, error) {
 		return Config{}, fmt.Errorf("%s has format %d; this program reads format %d: %w", d.Path(ConfigFile), c.Format, ConfigFormat, ErrFormat)
 	}
 	if c.Joining {
-		return Config{}, fmt.Errorf("%w: the join of %s into mesh %s did not complete; run `meshctl join --data %s` again with the same token", ErrJoinIncomplete, c.Node, c.Mesh, d)
+		return Config{}, fmt.Errorf("%w: the join of %s into mesh %s did not complete; run `meshctl join --data %s` again with the same token (if join says the token was used, %s was removed meanwhile: join with a new control token)", ErrJoinIncomplete, c.Node, c.Mesh, d, c.Node)
 	}
 	if c.Mesh == "" || c.Node == "" || c.Listen == "" || len(c.Brokers) == 0 || c.CAPin == "" {
 		return Config{}, fmt.Errorf("%s is incomplete (mesh, node, listen, brokers and ca_pin are required): %w", d.Path(ConfigFile), ErrCorrupt)

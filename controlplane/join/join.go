@@ -60,7 +60,10 @@ var (
 	ErrUnavailable  = errors.New("the mesh could not admit this node now")
 	ErrBadAnswer    = errors.New("the mesh's answer does not verify")
 	ErrNotConfirmed = errors.New("the join could not be confirmed and was rolled back")
-	ErrDataDir      = errors.New("the data directory is in the way")
+	// ErrRemoved: another operator removed the node (meshctl control remove) while it
+	// joined; the token it joined with is used up.
+	ErrRemoved = errors.New("this control node was removed while it joined")
+	ErrDataDir = errors.New("the data directory is in the way")
 )
 
 // MintOptions describe a control token.
@@ -707,10 +710,32 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 		return r.interrupted(ctx, what, "the join was rolled back")
 	}
 
+	// removed says so when the node was removed meanwhile (meshctl control remove
+	// by another operator): its calls then fail as read-only or as no such node,
+	// and its log stops, which would otherwise read as a network fault after the
+	// whole confirmation wait.
+	removed := func() error {
+		var res api.NodesResult
+		if call(ctx, op, api.OpNodes, api.NodesRequest{Nodes: []string{cfg.Node}, Limit: 1}, &res) != nil {
+			return nil
+		}
+		for _, c := range res.Control {
+			if c.ID == cfg.Node && c.Raft == api.RaftRemoved {
+				return fmt.Errorf("%w: control node %s was removed (meshctl control remove) while this join ran, and the token it joined with is used up: "+
+					"mint a new control token for it where the CA key is (meshctl token --role control --node %s --addr %s) and run meshctl join --data %s with it",
+					ErrRemoved, cfg.Node, cfg.Node, cfg.Listen, d)
+			}
+		}
+		return nil
+	}
+
 	var add api.ControlAddResult
 	if err := call(ctx, op, api.OpControlAdd, api.ControlRequest{Node: cfg.Node}, &add); err != nil {
 		if ctx.Err() != nil {
 			return interrupted("adding " + cfg.Node + " as a Raft nonvoter")
+		}
+		if rerr := removed(); rerr != nil {
+			return rerr
 		}
 		// Nothing to roll back (it was "rolled back", exit 1, where nothing was
 		// tried): the mesh admitted the node, and the same join run again
@@ -724,6 +749,8 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 	defer confirmWait.Stop()
 	poll := time.NewTicker(100 * time.Millisecond)
 	defer poll.Stop()
+	look := time.NewTicker(2 * time.Second)
+	defer look.Stop()
 	// An entry of rules newer than this meshctl's stops its state machine, while
 	// Raft's applied index goes on past the probe: the join is this meshctl's to
 	// refuse, not "not replicating" (exit 7, as serve says of the same log).
@@ -738,9 +765,16 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 		case <-fsm.Halted():
 			return halted()
 		case <-confirmWait.C:
+			if rerr := removed(); rerr != nil {
+				return rerr
+			}
 			rollback(context.Background())
 			return fmt.Errorf("%w: after %s this node had applied log index %d, not the probe at %d: the leader cannot reach %s (firewall? wrong address?)",
 				ErrNotConfirmed, r.o.ConfirmTimeout, node.AppliedIndex(), add.ProbeIndex, cfg.RaftListen)
+		case <-look.C:
+			if rerr := removed(); rerr != nil {
+				return rerr
+			}
 		case <-poll.C:
 		}
 	}
@@ -763,6 +797,9 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 			// The confirmation may be carried out after all (a promotion): no
 			// rollback, the next run finds the node a member and goes on.
 			return r.interrupted(ctx, "waiting for the mesh to confirm "+cfg.Node, "")
+		}
+		if rerr := removed(); rerr != nil {
+			return rerr
 		}
 		rollback(context.Background())
 		return fmt.Errorf("%w: %v", ErrNotConfirmed, err)

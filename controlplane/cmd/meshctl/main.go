@@ -292,7 +292,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	case errors.Is(err, operator.ErrUnreachable), errors.Is(err, operator.ErrNoLeader), errors.Is(err, operator.ErrNoAnswer), errors.Is(err, operator.ErrConnectionLost),
 		errors.Is(err, join.ErrUnavailable):
 		return exitUnreachable
-	case errors.Is(err, join.ErrRefused), errors.Is(err, join.ErrToken),
+	case errors.Is(err, join.ErrRefused), errors.Is(err, join.ErrToken), errors.Is(err, join.ErrRemoved),
 		errors.Is(err, operator.ErrReadOnly), errors.Is(err, join.ErrNotCAHolder):
 		return exitRefused
 	case errors.As(err, &ae):
