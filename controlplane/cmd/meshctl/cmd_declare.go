@@ -138,6 +138,7 @@ content is never shown: paths, modes, owners and sizes.`,
 						fmt.Fprintf(cio.stdout, "skipped  %s (revoked or not a worker)\n", s)
 					}
 				}
+				cio.carriedOut()
 				if wait.d == 0 {
 					return nil
 				}

@@ -113,13 +113,16 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 					return err
 				}
 				cio = cio.withStdout(out.w)
-				if out.commit != nil {
-					defer func() {
+				defer func() {
+					if out.commit != nil {
 						if cerr := out.commit(err == nil); err == nil && cerr != nil {
 							err = fmt.Errorf("the token was minted, but could not be written out (%w): it stays pending with a secret no one holds; mint another with --replace", cerr)
 						}
-					}()
-				}
+					}
+					if err == nil {
+						cio.carriedOut() // written out whole: a signal now ends nothing
+					}
+				}()
 				if r == tokenfmt.RoleControl {
 					if addr == "" {
 						return usagef("--role control needs --addr, the new control node's broker address")

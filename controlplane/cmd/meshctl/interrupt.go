@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -85,13 +86,16 @@ func asInterrupted(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: %w", ie, err)
 }
 
-// stopOnSignal runs f and returns when it does, or at once when SIGINT or SIGTERM
-// arrives, without waiting for f: what it waits for (the control plane's answer, a
-// node's convergence) is not the caller's to finish, and the process exits with f.
-// Before, the signal's default killed the process with no word and status 130,
-// where the exit codes promise 9. A command that changes the mesh says that its
-// change may have been carried out already.
-func stopOnSignal(changes bool, f func() error) error {
+// stopOnSignal runs f and returns when it does, or soon after SIGINT or SIGTERM
+// arrives, without waiting for f longer than signalGrace: what it waits for (the
+// control plane's answer, a node's convergence) is not the caller's to finish, and
+// the process exits with f. Before, the signal's default killed the process with no
+// word and status 130, where the exit codes promise 9. f finishing within the grace
+// is its own outcome (an answer on its way in, a token being written out: exit 0 with
+// the token shown, where it exited 9 "may have been carried out" after printing a
+// good token). Otherwise a command that changes the mesh says that its change was
+// carried out (carried, set once its result was shown) or may have been.
+func stopOnSignal(changes bool, carried *atomic.Bool, f func() error) error {
 	ctx, stop := signalContext()
 	defer stop()
 	done := make(chan error, 1)
@@ -101,8 +105,23 @@ func stopOnSignal(changes bool, f func() error) error {
 		return err
 	case <-ctx.Done():
 	}
-	if changes {
-		return fmt.Errorf("%w before the command completed: the change may have been carried out already; look (meshctl nodes, meshctl token list, meshctl signing-key status, meshctl control status) before running it again", context.Cause(ctx))
+	grace := time.NewTimer(signalGrace)
+	defer grace.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-grace.C:
+	}
+	switch {
+	case changes && carried != nil && carried.Load():
+		return fmt.Errorf("%w after the change was carried out: what followed it did not finish", context.Cause(ctx))
+	case changes:
+		return fmt.Errorf("%w before the command completed: the change may have been carried out already; look (meshctl nodes, meshctl token list, meshctl signing-key status, meshctl control status) before running it again; "+
+			"a token minted but never shown is pending: meshctl token --node NODE --replace mints another and cancels it", context.Cause(ctx))
 	}
 	return fmt.Errorf("%w before the command completed; it changes nothing", context.Cause(ctx))
 }
+
+// signalGrace is how long a command interrupted by a signal still has to finish by
+// itself: an answer already on its way, a token being written out.
+const signalGrace = 500 * time.Millisecond

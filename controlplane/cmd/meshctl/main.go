@@ -34,6 +34,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -103,6 +104,17 @@ type cliIO struct {
 	// exit ends the process at once with a code, for what cannot unwind (Raft,
 	// unable to record its term, would panic); nil leaves it to what comes next.
 	exit func(code int)
+	// carried records that the command's change was carried out and its result
+	// shown (a token written out, a declaration's versions printed): a signal
+	// after it interrupts only what follows (stopOnSignal). Shared by copies.
+	carried *atomic.Bool
+}
+
+// carriedOut records that the command's change was carried out and shown.
+func (cio *cliIO) carriedOut() {
+	if cio.carried != nil {
+		cio.carried.Store(true)
+	}
 }
 
 // withStdout returns a copy of cio writing its standard output to w.
@@ -167,6 +179,9 @@ func (e commandError) Unwrap() error { return e.err }
 
 // run executes a command line and returns the exit code.
 func run(args []string, cio *cliIO) int {
+	if cio.carried == nil {
+		cio.carried = new(atomic.Bool)
+	}
 	root := newRoot(cio)
 	if len(args) == 0 {
 		return rootUsageError(root, cio)
@@ -234,7 +249,7 @@ func newRoot(cio *cliIO) *cobra.Command {
 		onceOnly(c.Flags())
 		if !spec.ownSignals {
 			own, changes := exec, spec.changes
-			exec = func(args []string) error { return stopOnSignal(changes, func() error { return own(args) }) }
+			exec = func(args []string) error { return stopOnSignal(changes, cio.carried, func() error { return own(args) }) }
 		}
 		c.RunE = func(_ *cobra.Command, args []string) error {
 			if err := exec(args); err != nil {
