@@ -234,7 +234,7 @@ func (d *Daemon) tokenOf(req api.EnrolRequest) (string, *api.Error) {
 	if !tokenfmt.VerifyProof(pk, req.Mesh, req.Node, req.PublicKey, proof) {
 		// The broker checked a proof of some token of this node's to admit the
 		// connection; this one names a token it does not prove.
-		return "", &api.Error{Code: api.CodeTokenUnknown, Message: "the token proof does not verify: the mesh never minted this token (or it expired more than a day ago)"}
+		return "", &api.Error{Code: api.CodeTokenUnknown, Message: "the token proof does not verify against any token the mesh holds for this node"}
 	}
 	return id, nil
 }

@@ -387,13 +387,13 @@ func (c *Client) callOnce(out *sending) (api.AdminResponse, error) {
 			if repeatable {
 				return resp, fmt.Errorf("%w while %s waited for its answer, and it was not answered through the brokers that took the connection over within %s; run it again", ErrConnectionLost, op, c.timeout)
 			}
-			return resp, fmt.Errorf("%w while %s waited for its answer, which comes back only through the broker that took the request; the control node that took it may have carried it out: look (`meshctl nodes`, `meshctl token list`) before running it again", ErrConnectionLost, op)
+			return resp, fmt.Errorf("%w while %s waited for its answer, which comes back only through the broker that took the request; the control node that took it may have carried it out: look (%s) before running it again", ErrConnectionLost, op, lookAt(op))
 		}
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			if repeatable {
 				return resp, fmt.Errorf("%w before %s was answered, and no broker of the list took it again; run it again", ErrConnectionLost, op)
 			}
-			return resp, fmt.Errorf("%w before %s was answered, and no broker of the list took it again; the control node that took it may have carried it out: look (`meshctl nodes`, `meshctl token list`) before running it again", ErrConnectionLost, op)
+			return resp, fmt.Errorf("%w before %s was answered, and no broker of the list took it again; the control node that took it may have carried it out: look (%s) before running it again", ErrConnectionLost, op, lookAt(op))
 		}
 		if errors.Is(err, nats.ErrTimeout) {
 			if c.denied.has(api.AdminSubject(op)) {
@@ -402,7 +402,7 @@ func (c *Client) callOnce(out *sending) (api.AdminResponse, error) {
 			if api.ReadOnly(op) {
 				return resp, fmt.Errorf("%w %s within %s; run it again", ErrNoAnswer, op, c.timeout)
 			}
-			return resp, fmt.Errorf("%w %s within %s; the control node that took it may have carried it out before it stopped: look (`meshctl nodes`, `meshctl token list`) before running it again", ErrNoAnswer, op, c.timeout)
+			return resp, fmt.Errorf("%w %s within %s; the control node that took it may have carried it out before it stopped: look (%s) before running it again", ErrNoAnswer, op, c.timeout, lookAt(op))
 		}
 		return resp, err
 	}
@@ -445,6 +445,19 @@ func (c *Client) request(out *sending) (*nats.Msg, error) {
 		}
 		attempt *= 2
 	}
+}
+
+// lookAt names the command that shows whether a change of op was carried out.
+func lookAt(op string) string {
+	switch {
+	case op == api.OpTokenCreate || op == api.OpTokenCancel:
+		return "`meshctl token list`"
+	case strings.HasPrefix(op, "signing-key."):
+		return "`meshctl signing-key status`"
+	case strings.HasPrefix(op, "control."):
+		return "`meshctl control status`, `meshctl nodes`"
+	}
+	return "`meshctl nodes`"
 }
 
 // answerGrace is how long a call whose connection closed under it still waits for its

@@ -189,3 +189,20 @@ func TestReadAttemptsDouble(t *testing.T) {
 		t.Fatalf("%d requests in 1s; want 4 (100, 200, 400 ms, then the rest)", n)
 	}
 }
+
+// TestLookAtNamesWhereAChangeShows: a change whose answer was lost says where to
+// look for it: the token list for tokens, the keyring's status for the signing key,
+// the control plane's status for control nodes, the roster for the rest (every
+// message said "meshctl nodes, meshctl token list", an operations audit found).
+func TestLookAtNamesWhereAChangeShows(t *testing.T) {
+	for op, want := range map[string]string{
+		api.OpTokenCreate: "token list", api.OpTokenCancel: "token list",
+		api.OpSigningKeyRotate: "signing-key status", api.OpSigningKeyRetire: "signing-key status",
+		api.OpControlRemove: "control status", api.OpControlAdd: "control status",
+		api.OpDeclare: "meshctl nodes", api.OpRevoke: "meshctl nodes", api.OpLabel: "meshctl nodes",
+	} {
+		if got := lookAt(op); !strings.Contains(got, want) {
+			t.Errorf("%s: look at %s, want %s", op, got, want)
+		}
+	}
+}
