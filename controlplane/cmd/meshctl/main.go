@@ -249,7 +249,9 @@ func newRoot(cio *cliIO) *cobra.Command {
 		onceOnly(c.Flags())
 		if !spec.ownSignals {
 			own, changes := exec, spec.changes
-			exec = func(args []string) error { return stopOnSignal(changes, cio.carried, func() error { return own(args) }) }
+			exec = func(args []string) error {
+				return stopOnSignal(changes, cio.carried, func() error { return own(args) })
+			}
 		}
 		c.RunE = func(_ *cobra.Command, args []string) error {
 			if err := exec(args); err != nil {
