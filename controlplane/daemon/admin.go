@@ -491,10 +491,10 @@ func (d *Daemon) declaredAlready(sel state.Selector, id string, r *state.Request
 	out := api.DeclareResult{Body: r.Body, Repeated: true}
 	var nodes []string
 	d.fsm.Read(func(s *state.State) {
-		for _, id := range s.Select(sel) {
-			if n := s.Nodes[id]; n != nil && !n.Revoked && n.Declared.BodyDigest == r.Body {
-				out.Assignments = append(out.Assignments, api.Assignment{Node: id, Version: n.Declared.Version})
-				nodes = append(nodes, id)
+		for _, node := range s.Select(sel) {
+			if n := s.Nodes[node]; n != nil && !n.Revoked && n.Declared.BodyDigest == r.Body {
+				out.Assignments = append(out.Assignments, api.Assignment{Node: node, Version: n.Declared.Version})
+				nodes = append(nodes, node)
 			}
 		}
 	})
