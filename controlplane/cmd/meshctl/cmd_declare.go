@@ -128,7 +128,7 @@ content is never shown: paths, modes, owners and sizes.`,
 				if res.Repeated {
 					// Sent again after its answer was lost: said on stderr, so
 					// that stdout reads as a declaration's always does.
-					fmt.Fprintln(cio.stderr, "meshctl: the answer to this declaration was lost and it was sent again: the first sending had been carried out, once; the versions below are those its nodes are declared at now")
+					fmt.Fprintln(cio.stderr, "meshctl: this declaration was sent again (its answer was lost, or slow to come): the first sending had been carried out, once; the versions below are those its nodes are declared at now")
 				}
 				if !asJSON {
 					for _, a := range res.Assignments {
