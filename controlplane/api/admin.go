@@ -618,6 +618,11 @@ type NodeView struct {
 	// shows them again from each node's next report (within a heartbeat).
 	PutBack       uint64    `json:"put_back,omitempty"`
 	LastPutBackAt time.Time `json:"last_put_back_at,omitzero"`
+	// Connections counts the connections open with the node's key on every broker
+	// of the mesh (left out while it is one or none). More than one is a
+	// reconnection the broker has not noticed the end of yet (a minute at most),
+	// or a second machine holding the node's key: one cloned after its enrolment.
+	Connections int `json:"connections,omitempty"`
 }
 
 // Node states in a NodeView.

@@ -682,6 +682,11 @@ func (d *Daemon) view(n *state.Node, now time.Time) api.NodeView {
 	if pb, ok := d.seen.putBackOf(n.ID); ok {
 		v.PutBack, v.LastPutBackAt = pb.count, pb.at
 	}
+	if !n.Revoked && d.presence != nil {
+		if open := d.presence.Open(n.PublicKey); open > 1 {
+			v.Connections = open
+		}
+	}
 	last, ok := d.seen.get(n.ID)
 	if ok {
 		v.LastSeen = last.UTC()

@@ -33,6 +33,14 @@ func (d *Daemon) connectionChanged(user string, c presence.Conn, started time.Ti
 		d.guard.kicked(why)
 		return
 	}
+	if open == 2 {
+		if n, ok := d.fsm.NodeByKey(user); ok {
+			// Each agent holds one connection: two are a reconnection whose
+			// old connection the broker has not seen end yet, or two machines.
+			d.log.Warn("a node holds two connections with its key at once: a reconnection whose old connection has not ended yet (a minute at most), or a second machine holding its key (one cloned after its enrolment: see operations, Cloned machines)",
+				"node", n.ID, "broker", c.Server)
+		}
+	}
 	if open <= d.guard.budgets.MaxConnections {
 		return
 	}

@@ -91,6 +91,9 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 						if line := putBackLine(res.Nodes, answeredAt(res, time.Now())); line != "" {
 							fmt.Fprintln(cio.stdout, line)
 						}
+						if line := sharedKeyLine(res.Nodes); line != "" {
+							fmt.Fprintln(cio.stdout, line)
+						}
 					}
 				}
 				if !withSummary {
@@ -293,6 +296,25 @@ func putBackLine(nodes []api.NodeView, now time.Time) string {
 		parts = append(parts, fmt.Sprintf("and %d more (`--json`: put_back)", more))
 	}
 	return fmt.Sprintf("files changed on the host and put back as declared, on %d node(s): %s", len(hit), strings.Join(parts, ", "))
+}
+
+// sharedKeyLine names the nodes whose key holds more than one connection at once:
+// a reconnection whose old connection the broker has not seen end yet (a minute at
+// most), or a second machine holding the key, which the control plane cannot tell
+// apart from the first (a machine cloned after its enrolment): its reports and the
+// first's overwrite each other, so what the node seems to have applied flips.
+func sharedKeyLine(nodes []api.NodeView) string {
+	var parts []string
+	for _, n := range nodes {
+		if n.Connections > 1 && n.State != api.StateRevoked {
+			parts = append(parts, fmt.Sprintf("%s (%d)", n.ID, n.Connections))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("more than one connection with one node's key, on %d node(s): %s; lasting more than a minute, a second machine holds the key (cloned after its enrolment?): see operations, Cloned machines",
+		len(parts), strings.Join(parts, ", "))
 }
 
 // summary counts nodes by convergence, and the nodes not revoked by the agent they

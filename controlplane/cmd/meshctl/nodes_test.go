@@ -225,3 +225,21 @@ func TestKeyringStatusNamesNodesThatNeverReported(t *testing.T) {
 		t.Errorf("a node that never reported shown as epoch 0:\n%s", got)
 	}
 }
+
+// TestSharedKeyLine: status names the nodes whose key holds more than one
+// connection at once (a machine cloned after its enrolment shows so for good);
+// revoked nodes and nodes with one connection are left out.
+func TestSharedKeyLine(t *testing.T) {
+	nodes := []api.NodeView{
+		{ID: "web-1", State: api.StateAlive, Connections: 2},
+		{ID: "web-2", State: api.StateAlive},
+		{ID: "web-3", State: api.StateRevoked, Connections: 3},
+	}
+	got := sharedKeyLine(nodes)
+	if !strings.HasPrefix(got, "more than one connection with one node's key, on 1 node(s): web-1 (2);") || !strings.Contains(got, "Cloned machines") {
+		t.Fatalf("sharedKeyLine = %q", got)
+	}
+	if got := sharedKeyLine(nodes[1:]); got != "" {
+		t.Fatalf("no shared key: %q", got)
+	}
+}
