@@ -617,7 +617,16 @@ func appliedAtLeast(a state.Applied, v uint64) bool {
 // must hear of it (`meshhost hooks retry`, a restart of the agent or a declaration
 // runs the failed hooks again, and their success clears it).
 func convergedOn(a state.Applied, v uint64) bool {
-	return appliedAtLeast(a, v) && !a.HooksRunning && a.ErrorCode != api.StatusHookFailed
+	return appliedAtLeast(a, v) && !a.HooksRunning && a.ErrorCode != api.StatusHookFailed && !putBackFailing(a)
+}
+
+// putBackFailing reports whether the node's agent could not put back the files of
+// the declaration it applied (a file check found them changed on the host, and
+// writing them failed): the host's files are not what was declared, though the
+// version was applied. Counted converged, it left `status` and the metrics quiet
+// while `nodes` showed apply_failed (a host-side operations audit).
+func putBackFailing(a state.Applied) bool {
+	return a.HaveApplied && a.ErrorCode == api.StatusApplyFailed && a.ErrorVersion == a.Version
 }
 
 func (d *Daemon) nodes(req api.NodesRequest) (api.NodesResult, error) {

@@ -33,6 +33,10 @@ func TestAHookFailureIsNotConverged(t *testing.T) {
 		{"hook failed at an earlier version, the target not applied yet", hookFailed(2), 3, true, api.ProgressPending, false},
 		{"hook failed at an earlier version, a later one applied", func() state.Applied { a := hookFailed(2); a.Version = 3; return a }(), 3, true, api.ProgressFailed, false},
 		{"apply failed for the target", state.Applied{HaveApplied: true, Version: 2, ErrorCode: api.StatusApplyFailed, ErrorVersion: 3}, 3, true, api.ProgressFailed, false},
+		// A file check found the applied version's files changed and could not
+		// put them back: the host's files are not what was declared.
+		{"put back failed for the applied version", state.Applied{HaveApplied: true, Version: 3, ErrorCode: api.StatusApplyFailed, ErrorVersion: 3}, 3, true, api.ProgressFailed, false},
+		{"put back failed, a later version declared and pending", state.Applied{HaveApplied: true, Version: 3, ErrorCode: api.StatusApplyFailed, ErrorVersion: 3}, 4, true, api.ProgressPending, false},
 		{"a refusal of junk after the apply", state.Applied{HaveApplied: true, Version: 3, ErrorCode: "malformed"}, 3, true, "", true},
 		{"behind, offline", state.Applied{HaveApplied: true, Version: 2}, 3, false, api.ProgressOffline, false},
 	}
