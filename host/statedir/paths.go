@@ -314,13 +314,13 @@ func checkChain(what, path, real string, self bool) error {
 // and signing key; a CA certificate) that another user could have written: it
 // belongs to UID, or has Mode, which lets group or others write it.
 type InputError struct {
-	What      string // "the token file"
-	Name      string // its path, or "stdin"
-	Holds     string // what another mesh's version would be: "token"
-	Advice    string // how to keep it safe, after "Keep it where only you or root may change it"
+	What   string // "the token file"
+	Name   string // its path, or "stdin"
+	Holds  string // what another mesh's version would be: "token"
+	Advice string // how to keep it safe, after "Keep it where only you or root may change it"
 	// Could says what another user could have done through it, when "put another
 	// mesh's <Holds> in it, which this command … would then trust" does not fit.
-	Could string
+	Could     string
 	UID, EUID int
 	Mode      fs.FileMode
 }

@@ -12,6 +12,7 @@ import (
 
 	"mesh/host/agent"
 	"mesh/host/dirlock"
+	"mesh/host/identity"
 	"mesh/host/state"
 	"mesh/host/statedir"
 )
@@ -49,6 +50,11 @@ func cmdHooks(args []string, cio *cliIO) error {
 		return err
 	}
 	if err := statedir.Check(*stateDir); err != nil {
+		return err
+	}
+	// A directory that holds no enrolled node is not an agent's (a mistyped
+	// --state): said as status says it (exit 5), not "nothing to run" (exit 0).
+	if _, err := identity.Load(*stateDir); err != nil {
 		return err
 	}
 	applied, err := state.Load(*stateDir)

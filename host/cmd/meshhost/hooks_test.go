@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +46,15 @@ func TestHooksOwedAndFailedShown(t *testing.T) {
 	}
 	if code, _, errs := runCLI("", nil, "hooks", "retry", "--state", dir, "--timeout", "0s"); code != 2 {
 		t.Fatalf("--timeout 0s: exit %d\n%s", code, errs)
+	}
+	// A directory that holds no enrolled node (a mistyped --state) is said to be
+	// one, as status says it (exit 5); it read "nothing to run", exit 0.
+	empty := t.TempDir()
+	if err := os.Chmod(empty, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := runCLI("", nil, "hooks", "retry", "--state", empty); code != 5 || strings.Contains(out, "nothing to run") || !strings.Contains(errs, "not enrolled") {
+		t.Fatalf("retry on a directory with no enrolled node: exit %d\n%s%s", code, out, errs)
 	}
 }
 
