@@ -265,3 +265,28 @@ func TestAControlNodeRemovedWhileItJoins(t *testing.T) {
 		t.Fatalf("join with a new control token into the same data directory: exit %d:\n%s", r.Code, r.Combined())
 	}
 }
+
+// TestADeclareWaitCutShortSaysTheDeclarationStands: the only control node is killed
+// while `declare --wait` waits for a node that does not run. The declaration was
+// committed, so the message says it stands and to look with `meshctl status`, not
+// to run anything again (it said "run it again": the read's advice, which for a
+// declare --wait declares again). Exit 3.
+func TestADeclareWaitCutShortSaysTheDeclarationStands(t *testing.T) {
+	t.Parallel() // mostly waits: see TestMain
+	cp := harness.NewControlPlane(t, bin, "waitcut")
+	cp.Serve()
+	web := harness.NewHost(t, bin, "web-1")
+	if r := web.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: exit %d:\n%s", r.Code, r.Combined())
+	}
+	body := t.TempDir() + "/b.json"
+	writeFile(t, body, `{"files":[{"path":"f","content":"x\n"}]}`)
+	declare := harness.Start(t, nil, bin.Meshctl, "declare", "--node", "web-1", "--file", body, "--wait", "60s", "--data", cp.Dir)
+	declare.WaitOutput(t, "declared web-1 v", 20*time.Second)
+	cp.Process().Kill()
+	code := declare.Wait(60 * time.Second)
+	out := declare.Output()
+	if code != 3 || !strings.Contains(out, "the declaration was carried out") || !strings.Contains(out, "run meshctl status, not declare again") {
+		t.Fatalf("declare --wait whose control plane was killed: exit %d, want 3 saying the declaration stands:\n%s", code, out)
+	}
+}

@@ -146,7 +146,9 @@ content is never shown: paths, modes, owners and sizes.`,
 				// JSON document, and a wait of minutes is not left silent.
 				report, err := waitConverged(client, res.Assignments, res.Body, wait.d, cio.stderr, cio.stderrIsTTY)
 				if err != nil {
-					return err
+					// The error is a read's ("run it again"): the declaration
+					// itself stands, and declaring again would declare again.
+					return fmt.Errorf("the declaration was carried out (its versions are above), and waiting for its nodes stopped: %w; to see where they stand, run meshctl status, not declare again", err)
 				}
 				if asJSON {
 					if err := writeJSON(cio.stdout, struct {
