@@ -36,6 +36,28 @@ var (
 	ErrNotDir = errors.New("statedir: the state directory is not a directory")
 )
 
+// ErrUnreachable is UnreachableError's kind.
+var ErrUnreachable = errors.New("statedir: the state directory cannot be reached")
+
+// UnreachableError is a state directory behind a directory this user (EUID) may not
+// pass through.
+type UnreachableError struct {
+	Dir  string
+	EUID int
+	Err  error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("the state directory %s cannot be reached as %s: a directory above it does not let this user through (%v). "+
+		"Run meshhost as the user the agent runs as (sudo meshhost … for root, sudo -u NAME meshhost … for another)", e.Dir, who(e.EUID), e.Err)
+}
+
+// Is reports whether target is ErrUnreachable.
+func (e *UnreachableError) Is(target error) bool { return target == ErrUnreachable }
+
+// Unwrap returns the error of the look at the directory.
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
 // UnsafeError is a state directory the agent does not trust: UID owns it and the
 // agent runs as EUID, or its Mode lets group or others write it.
 type UnsafeError struct {
@@ -137,6 +159,11 @@ func Prepare(dir string) error {
 // files have no owner (not Unix), only that it is a directory is checked.
 func Check(dir string) error {
 	fi, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrPermission) {
+		// A directory above it this user may not pass through: the agent's,
+		// run by hand as another user.
+		return &UnreachableError{Dir: dir, EUID: os.Geteuid(), Err: err}
+	}
 	if err != nil {
 		return err
 	}

@@ -212,7 +212,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		errors.Is(err, identity.ErrInvalid),
 		errors.Is(err, state.ErrUnreadable), errors.Is(err, state.ErrTruncated), errors.Is(err, state.ErrCorrupt),
 		errors.Is(err, statedir.ErrUnsafe), errors.Is(err, statedir.ErrSymlink), errors.Is(err, statedir.ErrNotOwned),
-		errors.Is(err, statedir.ErrNotDir),
+		errors.Is(err, statedir.ErrNotDir), errors.Is(err, statedir.ErrUnreachable),
 		errors.Is(err, statedir.ErrUnsafePath), errors.Is(err, dirlock.ErrNotWritable), errors.Is(err, dirlock.ErrNotALock),
 		errors.Is(err, hooks.ErrConfig), errors.Is(err, errRecordUnusable):
 		return exitIdentity

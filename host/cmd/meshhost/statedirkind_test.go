@@ -87,7 +87,19 @@ func TestAdviceToAUserWhoMayNotEnter(t *testing.T) {
 	if err := os.Mkdir(state, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	// Behind a directory that user may not pass through: a raw "stat …: permission
+	// denied", exit 1, before (a host operations audit).
+	locked := filepath.Join(base, "locked")
+	if err := os.Mkdir(locked, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	behind := filepath.Join(locked, "state")
+	if err := os.Mkdir(behind, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	for _, args := range [][]string{
+		{"hooks", "retry", "--state", behind},
+		{"status", "--state", behind},
 		{"hooks", "retry", "--state", state},
 		{"status", "--state", state},
 		{"run", "--state", state, "--root", filepath.Join(base, "managed")},
