@@ -34,11 +34,15 @@ func (d *Daemon) connectionChanged(user string, c presence.Conn, started time.Ti
 		return
 	}
 	if open == 2 {
+		// Each agent holds one connection: two are a reconnection whose old
+		// connection the broker has not seen end yet, or two machines. Logged at
+		// most once an interval, with the count: a fleet reconnecting at once
+		// after a network blip would otherwise write a line per host.
 		if n, ok := d.fsm.NodeByKey(user); ok {
-			// Each agent holds one connection: two are a reconnection whose
-			// old connection the broker has not seen end yet, or two machines.
-			d.log.Warn("a node holds two connections with its key at once: a reconnection whose old connection has not ended yet (a minute at most), or a second machine holding its key (one cloned after its enrolment: see operations, Cloned machines)",
-				"node", n.ID, "broker", c.Server)
+			if due, count := d.guard.due(DropKey{Subject: "connections", Reason: "two_with_one_key"}); due {
+				d.log.Warn("a node holds two connections with its key at once: a reconnection whose old connection has not ended yet (a minute at most), or a second machine holding its key (one cloned after its enrolment: see operations, Cloned machines)",
+					"node", n.ID, "broker", c.Server, "count", count)
+			}
 		}
 	}
 	if open <= d.guard.budgets.MaxConnections {
