@@ -696,11 +696,16 @@ func (d *Daemon) view(n *state.Node, now time.Time) api.NodeView {
 			v.Connections = open
 		}
 	}
-	last, ok := d.seen.get(n.ID)
-	if ok {
+	if last, ok := d.seen.get(n.ID); ok {
 		v.LastSeen = last.UTC()
-	} else if !n.Applied.ReportedAt.IsZero() {
-		v.LastSeen = n.Applied.ReportedAt
+	} else {
+		// Not heard from since this node leads: the later of when the leader
+		// before heard from it as it went offline, and its last report that
+		// changed something.
+		v.LastSeen = n.LastSeen
+		if n.Applied.ReportedAt.After(v.LastSeen) {
+			v.LastSeen = n.Applied.ReportedAt
+		}
 	}
 	switch {
 	case n.Revoked:

@@ -16,7 +16,13 @@ func (d *Daemon) Counters() Counts { return d.guard.snapshot() }
 // opens or closes, on any broker. A node holding more connections than its budget
 // has its newest closed, by the leader alone so that it is closed once.
 func (d *Daemon) connectionChanged(user string, c presence.Conn, started time.Time, opened bool, open int) {
-	if !opened || !d.raft.IsLeader() {
+	if !d.raft.IsLeader() {
+		return
+	}
+	if !opened {
+		if open == 0 {
+			d.wentOffline(user)
+		}
 		return
 	}
 	// A revoked key's connection that raced its revocation is closed as it is
@@ -80,5 +86,20 @@ func (d *Daemon) syncPresence(ctx context.Context) error {
 		case <-time.After(presenceResync):
 		case <-d.peersChanged:
 		}
+	}
+}
+
+// wentOffline records, through the log, when the leader last heard from the node
+// whose last connection just closed: the LAST SEEN operators read of an offline
+// node after a restart or under a new leader, when no control node remembers
+// hearing from it. One entry for many closes (the status batcher's), and none
+// per heartbeat.
+func (d *Daemon) wentOffline(user string) {
+	n, ok := d.fsm.NodeByKey(user)
+	if !ok || n.Revoked {
+		return
+	}
+	if last, heard := d.seen.get(n.ID); heard {
+		d.status.addSeen(n.ID, last.UTC())
 	}
 }

@@ -91,10 +91,20 @@ type statusBatcher struct {
 	// reports at once, and a map grown afresh for each flush was a fifth of what
 	// serve allocated for the reports.
 	spare map[string]state.Applied
+	// seen is when the leader last heard from each node that went offline since
+	// the last flush (state.StatusCmd.Seen).
+	seen map[string]time.Time
 }
 
 func newStatusBatcher(d *Daemon) *statusBatcher {
-	return &statusBatcher{d: d, pending: map[string]state.Applied{}, spare: map[string]state.Applied{}}
+	return &statusBatcher{d: d, pending: map[string]state.Applied{}, spare: map[string]state.Applied{}, seen: map[string]time.Time{}}
+}
+
+// addSeen records that node went offline, last heard from at at.
+func (b *statusBatcher) addSeen(node string, at time.Time) {
+	b.mu.Lock()
+	b.seen[node] = at
+	b.mu.Unlock()
 }
 
 func (b *statusBatcher) add(node string, a state.Applied) {
@@ -109,14 +119,17 @@ func (b *statusBatcher) run(ctx context.Context) error {
 
 func (b *statusBatcher) flush() {
 	b.mu.Lock()
-	if len(b.pending) == 0 {
+	if len(b.pending) == 0 && len(b.seen) == 0 {
 		b.mu.Unlock()
 		return
 	}
-	batch := b.pending
+	batch, seen := b.pending, b.seen
 	b.pending, b.spare = b.spare, nil
 	if b.pending == nil { // a flush still holds it
 		b.pending = map[string]state.Applied{}
+	}
+	if len(seen) > 0 {
+		b.seen = map[string]time.Time{}
 	}
 	b.mu.Unlock()
 	defer func() {
@@ -132,7 +145,12 @@ func (b *statusBatcher) flush() {
 	for node, a := range batch {
 		cmd.Reports = append(cmd.Reports, state.StatusReport{Node: node, Applied: a})
 	}
+	for node, at := range seen {
+		cmd.Seen = append(cmd.Seen, state.SeenReport{Node: node, At: at})
+	}
 	if _, err := b.d.raft.Apply(state.Command{Op: state.OpStatus, Status: cmd}, commitTimeout); err != nil {
-		b.d.log.Warn("status reports not committed; they will be reported again", "nodes", len(batch), "err", err)
+		// The times a node was last heard from are not: LAST SEEN falls back on
+		// the node's last report that changed something, as it did before them.
+		b.d.log.Warn("status reports not committed; they will be reported again", "nodes", len(batch), "offline", len(seen), "err", err)
 	}
 }

@@ -200,6 +200,17 @@ func (c *RevokeCmd) Targets() []string {
 // fleet answering one declaration is a few log entries, not one per node.
 type StatusCmd struct {
 	Reports []StatusReport `json:"reports"`
+	// Seen records, for nodes whose last connection closed, when the leader last
+	// heard from them (Node.LastSeen). No rule of the state reads it: a control
+	// node older than it applies these entries without it, as it does the agent
+	// (decision 0027).
+	Seen []SeenReport `json:"seen,omitempty"`
+}
+
+// SeenReport is when the leader last heard from a node that went offline.
+type SeenReport struct {
+	Node string    `json:"node"`
+	At   time.Time `json:"at"`
 }
 
 // StatusReport is one node's report.
@@ -717,6 +728,12 @@ func (s *State) applyStatus(at time.Time, c *StatusCmd) Result {
 		a := r.Applied
 		a.ReportedAt = at
 		n.Applied = a
+	}
+	for _, r := range c.Seen {
+		// Never later than the entry: At is the leader's reading of its own clock.
+		if n, ok := s.Nodes[r.Node]; ok && !n.Revoked && r.At.After(n.LastSeen) && !r.At.After(at) {
+			n.LastSeen = r.At
+		}
 	}
 	return Result{}
 }

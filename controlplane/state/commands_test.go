@@ -1135,3 +1135,43 @@ func TestATokenWhoseKeyWasRetiredIsShownStale(t *testing.T) {
 		t.Fatalf("the stale token cancelled: %s", got)
 	}
 }
+
+// TestWhenANodeWasLastSeenIsKept: a status entry records when the leader last heard
+// from nodes that went offline; the latest time stays (an entry naming an earlier
+// one, as a slower flush would, changes nothing), a time after the entry's own is
+// refused (the leader's clock read both), revoked and unknown nodes are left out,
+// and the times survive a snapshot. An entry of the form before it (no seen) applies
+// as it did.
+func TestWhenANodeWasLastSeenIsKept(t *testing.T) {
+	m := enrolled(t, map[string]string{"a": RoleWorker, "b": RoleWorker, "c": RoleWorker})
+	at := t0.Add(time.Hour)
+	m.must(revokeCmd("c", at))
+	seen := func(at time.Time, reports ...SeenReport) {
+		t.Helper()
+		m.must(Command{Op: OpStatus, At: at, Status: &StatusCmd{Seen: reports}})
+	}
+	seen(at, SeenReport{Node: "a", At: at.Add(-time.Minute)}, SeenReport{Node: "c", At: at}, SeenReport{Node: "nobody", At: at})
+	seen(at.Add(time.Minute), SeenReport{Node: "a", At: at.Add(-2 * time.Minute)}, SeenReport{Node: "b", At: at.Add(2 * time.Minute)})
+	s := m.state()
+	if got := s.Nodes["a"].LastSeen; !got.Equal(at.Add(-time.Minute)) {
+		t.Errorf("a last seen %v, want %v (an earlier time does not replace a later one)", got, at.Add(-time.Minute))
+	}
+	if got := s.Nodes["b"].LastSeen; !got.IsZero() {
+		t.Errorf("b last seen %v, want none: the time named is after the entry", got)
+	}
+	if got := s.Nodes["c"].LastSeen; !got.IsZero() {
+		t.Errorf("revoked c last seen %v, want none", got)
+	}
+	if _, ok := s.Nodes["nobody"]; ok {
+		t.Error("a time for an unknown node made a node")
+	}
+	// The form before the field: reports only, applied as ever, times kept.
+	m.must(Command{Op: OpStatus, At: at.Add(2 * time.Minute), Status: &StatusCmd{Reports: []StatusReport{{Node: "a", Applied: Applied{HaveApplied: true, Version: 1}}}}})
+	r := newMachine(t)
+	if err := r.f.Restore(nopCloser{bytes.NewReader(m.snapshot())}); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.state().Nodes["a"]; !got.LastSeen.Equal(at.Add(-time.Minute)) || got.Applied.Version != 1 {
+		t.Errorf("after a snapshot a is last seen %v at version %d, want %v at 1", got.LastSeen, got.Applied.Version, at.Add(-time.Minute))
+	}
+}

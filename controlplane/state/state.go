@@ -245,6 +245,11 @@ type Node struct {
 	RevokedAt  time.Time         `json:"revoked_at,omitzero"`
 	Declared   Declared          `json:"declared"`
 	Applied    Applied           `json:"applied"`
+	// LastSeen is when the leader last heard from the node before its connection
+	// closed (StatusCmd.Seen): what LAST SEEN shows of an offline node once no
+	// control node remembers hearing from it, after a restart or a new leader.
+	// A heartbeat changes nothing in the state; only a close records it.
+	LastSeen time.Time `json:"last_seen,omitzero"`
 }
 
 // Declared is the declaration the mesh wants a node to hold. The signed envelope is
