@@ -1065,7 +1065,7 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 			a.keep(raw, files)
 		}
 		if _, err := a.putBack(ctx, v.Version, files); err != nil {
-			a.failCode(wire.StatusApplyFailed, err, v.Version)
+			a.failPutBack(err, v.Version)
 		}
 		return
 	}
@@ -1130,7 +1130,8 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 	a.applied.NextAttempt = time.Time{}
 	a.keep(raw, files)
 	took := time.Since(applyStart)
-	a.stats.set(func(s *stats) { s.applied++; s.lastApply = took })
+	// The root holds the declaration: a put back that failed is over.
+	a.stats.set(func(s *stats) { s.applied++; s.lastApply = took; s.putBackFailed = "" })
 	a.applied.HaveApplied = true
 	a.applied.Version = v.Version
 	a.applied.BodyDigest = hex.EncodeToString(v.BodyDigest[:])
@@ -1244,6 +1245,15 @@ func (a *Agent) managedMissing() bool {
 // the version and left for the next refresh or declaration.
 func (a *Agent) putBack(ctx context.Context, version uint64, files []apply.File) ([]string, error) {
 	res, err := a.applier.Apply(ctx, files, a.applied.Managed)
+	if ctx.Err() == nil {
+		// For meshhost status: "none changed" is not the news while a change
+		// cannot be put back.
+		failure := ""
+		if err != nil {
+			failure = err.Error()
+		}
+		a.stats.set(func(s *stats) { s.putBackFailed = failure })
+	}
 	if err != nil {
 		if !unchanged(err) {
 			// Some files stay written (rolling back failed too): their hooks are
@@ -1380,6 +1390,20 @@ func (a *Agent) failCode(code string, err error, version uint64) {
 		msg = "a hook failed after the declaration was applied; fix what it runs, then run `meshhost hooks retry` on this host (or restart the agent, or declare again): the node is failing until it succeeds"
 	}
 	a.log.Warn(msg, "code", code, "version", version, "err", err)
+	a.failed(code, err, version)
+}
+
+// failPutBack records that the managed files the applied declaration holds could
+// not be put back as declared after they changed on this host: no envelope was
+// refused, the node is failing (apply_failed) until a check or a declaration
+// succeeds.
+func (a *Agent) failPutBack(err error, version uint64) {
+	a.log.Warn("managed files changed on this host could not be put back as declared; the file check tries again at each run, and the node is failing until it or a declaration succeeds", "code", wire.StatusApplyFailed, "version", version, "err", err)
+	a.failed(wire.StatusApplyFailed, err, version)
+}
+
+// failed makes code the node's error, counts it and saves it.
+func (a *Agent) failed(code string, err error, version uint64) {
 	a.stats.set(func(s *stats) {
 		if s.refused == nil {
 			s.refused = map[string]uint64{}

@@ -193,7 +193,7 @@ func (a *Agent) checkFiles(ctx context.Context) checkOutcome {
 			}
 		}
 		if code != wire.StatusApplyFailed || a.applied.LastErrorVersion != v.Version || key != a.checkFailed {
-			a.failCode(wire.StatusApplyFailed, err, v.Version)
+			a.failPutBack(err, v.Version)
 		}
 		a.checkFailed = key
 	} else if err == nil {

@@ -172,13 +172,16 @@ func TestTheFileCheckUsesOnlyAVerifiedCopy(t *testing.T) {
 // TestTheFileCheckReportsAFailureOnce: a put back that fails is the node's failure
 // (apply_failed for the applied version), reported at the first check that finds
 // it and not again at each later one; a check that finds the root as declared
-// again ends it.
+// again ends it. Meanwhile meshhost status says why (not "none changed"), and the
+// log says a put back failed, not that an envelope was refused.
 func TestTheFileCheckReportsAFailureOnce(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	if err := f.a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
 		t.Fatal(err)
 	}
+	var logged strings.Builder
+	f.a.log = slog.New(slog.NewTextHandler(&logged, nil))
 	flaky := &flakyApplier{blocked: true, inner: f.a.applier}
 	f.a.applier = flaky
 	if !f.a.checkFiles(ctx).report {
@@ -186,6 +189,12 @@ func TestTheFileCheckReportsAFailureOnce(t *testing.T) {
 	}
 	if got := f.a.Applied(); got.LastErrorCode != wire.StatusApplyFailed || got.LastErrorVersion != 1 {
 		t.Fatalf("after a failed put back: %+v", got)
+	}
+	if st := f.a.linkStatus(); st.Files == nil || st.Files.Failed == "" {
+		t.Errorf("meshhost status is not told the put back failed: %+v", st.Files)
+	}
+	if out := logged.String(); !strings.Contains(out, "could not be put back as declared") || strings.Contains(out, "envelope not applied") {
+		t.Errorf("the failed put back is logged as:\n%s", out)
 	}
 	for range 3 {
 		if f.a.checkFiles(ctx).report {
@@ -204,6 +213,19 @@ func TestTheFileCheckReportsAFailureOnce(t *testing.T) {
 	}
 	if got := f.a.Applied(); got.LastErrorCode != "" {
 		t.Fatalf("the root is as declared and the failure stays: %+v", got)
+	}
+	if st := f.a.linkStatus(); st.Files == nil || st.Files.Failed != "" {
+		t.Errorf("meshhost status still shows the put back failing: %+v", st.Files)
+	}
+	// A declaration applied also ends it, before the next check.
+	flaky.blocked = true
+	f.a.checkFiles(ctx)
+	flaky.blocked = false
+	if err := f.a.handle(ctx, f.decl(t, 2, "declared again")); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.a.linkStatus(); st.Files == nil || st.Files.Failed != "" {
+		t.Errorf("after a declaration applied, meshhost status still shows the put back failing: %+v", st.Files)
 	}
 }
 

@@ -45,6 +45,8 @@ type stats struct {
 	lastPutBack   []string
 	// lastPutBackCount is how many files the last put back wrote or removed.
 	lastPutBackCount int
+	// putBackFailed is why the last put back failed ("" once one succeeds).
+	putBackFailed string
 	// unsaved is why the last save of the applied state failed ("" once one
 	// succeeds): the state file is then behind the copy above.
 	unsaved string

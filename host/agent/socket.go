@@ -71,6 +71,9 @@ type FilesStatus struct {
 	LastPutBackAt    time.Time `json:"last_put_back_at,omitzero"`
 	LastPutBackCount int       `json:"last_put_back_count,omitempty"`
 	LastPutBack      []string  `json:"last_put_back,omitempty"`
+	// Failed is why the last attempt to put the managed files back as declared
+	// failed; empty once one succeeds.
+	Failed string `json:"failed,omitempty"`
 }
 
 // maxShownPutBack bounds the paths a status names of the last put back.
@@ -102,7 +105,7 @@ func (a *Agent) linkStatus() LinkStatus {
 	}
 	if !s.checkedAt.IsZero() {
 		st.Files = &FilesStatus{CheckedAt: s.checkedAt, PutBack: s.putBack, LastPutBackAt: s.lastPutBackAt,
-			LastPutBackCount: s.lastPutBackCount, LastPutBack: slices.Clone(s.lastPutBack)}
+			LastPutBackCount: s.lastPutBackCount, LastPutBack: slices.Clone(s.lastPutBack), Failed: s.putBackFailed}
 	}
 	if !st.Synced {
 		st.Error = s.linkErr

@@ -143,4 +143,9 @@ func TestFilesLine(t *testing.T) {
 	if got := filesLine(f); got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
+	f = &agent.FilesStatus{CheckedAt: at, Failed: "apply etc/app.conf: read-only file system"}
+	want = "checked at 2026-12-05T09:40:00Z; what changed on this host could not be put back as declared (tried again at each check; the node is failing meanwhile): apply etc/app.conf: read-only file system"
+	if got := filesLine(f); got != want {
+		t.Errorf("a failing put back:\ngot  %q\nwant %q", got, want)
+	}
 }

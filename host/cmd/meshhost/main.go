@@ -891,8 +891,13 @@ func askAgent(stateDir string) agentView {
 // the managed files, and what it put back since the agent started.
 func filesLine(f *agent.FilesStatus) string {
 	line := "checked at " + f.CheckedAt.UTC().Format(time.RFC3339)
-	if f.PutBack == 0 {
+	if f.Failed != "" {
+		line += "; what changed on this host could not be put back as declared (tried again at each check; the node is failing meanwhile): " + f.Failed
+	} else if f.PutBack == 0 {
 		return line + "; none changed on this host since the agent started"
+	}
+	if f.PutBack == 0 {
+		return line
 	}
 	last := listShort(f.LastPutBack, 5)
 	if more := f.LastPutBackCount - min(len(f.LastPutBack), 5); more > 0 {
