@@ -1429,7 +1429,8 @@ func (a *Agent) save() {
 		if c := a.applied.LastErrorCode; c == wire.StatusApplyFailed || c == wire.StatusHookFailed {
 			kept = c + ": " + a.applied.LastError
 		}
-		a.stats.set(func(s *stats) { s.unsaved, s.unsavedFailure = err.Error(), kept })
+		next := a.applied.NextAttempt
+		a.stats.set(func(s *stats) { s.unsaved, s.unsavedFailure, s.unsavedNextAttempt = err.Error(), kept, next })
 		if kept != "" {
 			// The failure being recorded stays the report's, with its version:
 			// the disk that refuses the save (read-only after an error) is often
@@ -1446,7 +1447,7 @@ func (a *Agent) save() {
 		return
 	}
 	if a.unsaved {
-		a.stats.set(func(s *stats) { s.unsaved, s.unsavedFailure = "", "" })
+		a.stats.set(func(s *stats) { s.unsaved, s.unsavedFailure, s.unsavedNextAttempt = "", "", time.Time{} })
 	}
 	a.unsaved = false
 }

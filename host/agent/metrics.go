@@ -53,6 +53,9 @@ type stats struct {
 	// unsavedFailure is the apply or hook failure the agent reports while its
 	// state is not saved ("" for none): the state file holds an older one.
 	unsavedFailure string
+	// unsavedNextAttempt is when the agent tries a failed declaration again,
+	// while its state file is behind (zero: no retry owed).
+	unsavedNextAttempt time.Time
 }
 
 func (s *stats) set(f func(*stats)) {

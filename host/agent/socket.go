@@ -88,6 +88,9 @@ type UnsavedState struct {
 	// Failure is the apply or hook failure the agent reports meanwhile ("code:
 	// message"), which the state file does not hold yet.
 	Failure string `json:"failure,omitempty"`
+	// NextAttempt is when the agent tries again a declaration that failed to
+	// apply (zero: none is owed), which the state file does not hold yet either.
+	NextAttempt time.Time `json:"next_attempt,omitzero"`
 }
 
 // linkStatus is what the agent answers RequestStatus: read from its stats, as the
@@ -98,7 +101,8 @@ func (a *Agent) linkStatus() LinkStatus {
 	s := &a.stats
 	st := LinkStatus{Connected: s.connected, Synced: s.connected && s.synced, Since: s.since}
 	if s.unsaved != "" {
-		st.Unsaved = &UnsavedState{HaveApplied: s.haveApplied, Version: s.version, ExpiresAt: s.expiresAt, Error: s.unsaved, Failure: s.unsavedFailure}
+		st.Unsaved = &UnsavedState{HaveApplied: s.haveApplied, Version: s.version, ExpiresAt: s.expiresAt, Error: s.unsaved, Failure: s.unsavedFailure,
+			NextAttempt: s.unsavedNextAttempt}
 	}
 	if s.connected {
 		st.Broker = s.broker

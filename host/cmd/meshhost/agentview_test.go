@@ -6,11 +6,13 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"mesh/host/agent"
 	"mesh/host/identity"
+	"mesh/host/state"
 )
 
 // TestStatusSaysWhatAnswersOnTheSocket: meshhost status tells apart no agent, an
@@ -109,6 +111,7 @@ func TestStatusSaysWhatTheAgentCouldNotSave(t *testing.T) {
 	defer ln.Close()
 	answer := `{"connected":true,"synced":true,"broker":"tls://127.0.0.1:1","since":"2026-12-05T01:00:00Z",` +
 		`"unsaved":{"have_applied":true,"applied_version":2,"expires_at":"2099-01-01T00:00:00Z","error":"write applied.state: no space left on device"}}`
+	var answerMu sync.Mutex
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -116,7 +119,9 @@ func TestStatusSaysWhatTheAgentCouldNotSave(t *testing.T) {
 				return
 			}
 			bufio.NewReader(c).ReadString('\n')
+			answerMu.Lock()
 			fmt.Fprintln(c, answer)
+			answerMu.Unlock()
 			c.Close()
 		}
 	}()
@@ -127,6 +132,28 @@ func TestStatusSaysWhatTheAgentCouldNotSave(t *testing.T) {
 	code, out, stderr = runCLI("", nil, "status", "--state", dir, "--json")
 	if code != exitOK || !strings.Contains(out, `"applied_version": 2`) || !strings.Contains(out, `"last_error": "state_not_saved:`) {
 		t.Fatalf("status --json (exit %d):\n%s%s", code, out, stderr)
+	}
+
+	// The state file owes a retry that is over (the agent applied since, and
+	// could not save that): no retry line. The agent owing one: its time.
+	if err := state.Save(dir, state.Applied{HaveApplied: true, Version: 1, BodyDigest: strings.Repeat("ab", 32),
+		IssuedAt: time.Date(2026, 12, 5, 8, 0, 0, 0, time.UTC), ExpiresAt: time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC), NextAttempt: time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr = runCLI("", nil, "status", "--state", dir)
+	if code != exitOK || strings.Contains(out, "retry") || !strings.Contains(out, "its state file v1") {
+		t.Fatalf("status with a retry over in the file (exit %d):\n%s%s", code, out, stderr)
+	}
+	answerMu.Lock()
+	answer = strings.Replace(answer, `"error":"write`, `"next_attempt":"2099-02-01T00:00:00Z","error":"write`, 1)
+	answerMu.Unlock()
+	code, out, stderr = runCLI("", nil, "status", "--state", dir)
+	if code != exitOK || !strings.Contains(out, "retry     at 2099-02-01T00:00:00Z") {
+		t.Fatalf("status with the agent owing a retry (exit %d):\n%s%s", code, out, stderr)
+	}
+	code, out, stderr = runCLI("", nil, "status", "--state", dir, "--json")
+	if code != exitOK || !strings.Contains(out, `"next_attempt": "2099-02-01T00:00:00Z"`) {
+		t.Fatalf("status --json with the agent owing a retry (exit %d):\n%s%s", code, out, stderr)
 	}
 }
 

@@ -764,14 +764,13 @@ func cmdStatus(args []string, cio *cliIO) error {
 	if applied.LastErrorCode != "" {
 		out.LastError = applied.LastErrorCode + ": " + applied.LastError
 	}
-	if !applied.NextAttempt.IsZero() {
-		out.NextAttempt = applied.NextAttempt.UTC().Format(time.RFC3339)
-	}
+	nextAttempt := applied.NextAttempt
 	expires := applied.ExpiresAt
 	if u := out.Agent.Unsaved; u != nil {
 		// The running agent holds more than the state file says (its saves fail):
-		// what it holds, as the control plane hears it in its reports.
-		out.HaveApplied, out.AppliedVersion, expires = u.HaveApplied, u.Version, u.ExpiresAt
+		// what it holds, as the control plane hears it in its reports, and the
+		// retry it owes (the file's may be over, or not yet written).
+		out.HaveApplied, out.AppliedVersion, expires, nextAttempt = u.HaveApplied, u.Version, u.ExpiresAt, u.NextAttempt
 		out.ExpiresAt = ""
 		if u.HaveApplied {
 			out.ExpiresAt = u.ExpiresAt.Format(time.RFC3339)
@@ -781,6 +780,9 @@ func cmdStatus(args []string, cio *cliIO) error {
 			// What the agent reports: the failure, the unsaved state said below.
 			out.LastError = u.Failure
 		}
+	}
+	if !nextAttempt.IsZero() {
+		out.NextAttempt = nextAttempt.UTC().Format(time.RFC3339)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(cio.stdout)
@@ -809,8 +811,7 @@ func cmdStatus(args []string, cio *cliIO) error {
 		fmt.Fprintf(cio.stdout, "state     NOT SAVED: the running agent holds the above, its state file v%d; it tries again at each heartbeat (free space or fix the disk)\n", applied.Version)
 	}
 	if out.NextAttempt != "" {
-		if at := applied.NextAttempt; time.Now().After(at) {
-			// The file's; a running agent whose saves fail retries without it.
+		if time.Now().After(nextAttempt) {
 			fmt.Fprintf(cio.stdout, "retry     due since %s (meshhost run tries again when it runs)\n", out.NextAttempt)
 		} else {
 			fmt.Fprintf(cio.stdout, "retry     at %s (while meshhost run runs)\n", out.NextAttempt)
