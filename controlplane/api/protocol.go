@@ -388,6 +388,11 @@ func (s Status) check() error {
 	if s.Error != nil && !encodableUTC(s.Error.RetryAt) {
 		return errors.New("error.retry_at is outside the years 0 to 9999 in UTC")
 	}
+	if !encodableUTC(s.LastPutBackAt) {
+		// Kept in memory and shown in every operator's nodes answer, which
+		// could not be written.
+		return errors.New("last_put_back_at is outside the years 0 to 9999 in UTC")
+	}
 	return nil
 }
 

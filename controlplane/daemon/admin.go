@@ -138,8 +138,12 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 		}
 		resp.Error, resp.NotDone = ae, errors.Is(err, errNotDone)
 		d.guard.refuse("admin", Reason(ae.Code), op, ae.Message)
-	} else {
-		resp.Result, _ = json.Marshal(result)
+	} else if resp.Result, err = json.Marshal(result); err != nil {
+		// What was asked is carried out; its answer cannot be written (a value
+		// no check kept out): said, not answered with nothing.
+		d.log.Error("an operator's answer could not be written; report it as a bug", "op", op, "err", err)
+		resp.Result = nil
+		resp.Error = &api.Error{Code: api.CodeInternal, Message: "the answer could not be written (" + err.Error() + "); the control plane's log says more: report it as a bug"}
 	}
 	data, _ := json.Marshal(resp)
 	if err := d.conns.admin.Publish(m.Reply, data); err != nil {

@@ -133,3 +133,66 @@ func TestADeclarationThatWouldWrapIsRefused(t *testing.T) {
 		t.Fatalf("n-0 enrolled again with a new key, then declared: %+v, %v; want v1 after its enrolment's v0", res, err)
 	}
 }
+
+// loggedInAs enrols node through the log with a key the test holds and returns a
+// connection logged in as it over the broker, nonce signed by its key: what a
+// host, or whoever copied its identity file, can publish.
+func loggedInAs(t *testing.T, d *Daemon, node string) *nats.Conn {
+	t.Helper()
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	id := strings.Repeat("7e", 32)
+	for _, c := range []state.Command{
+		{Op: state.OpCreateToken, CreateToken: &state.CreateTokenCmd{ID: id, Node: node, Role: state.RoleWorker, TTL: time.Hour}},
+		{Op: state.OpEnrol, Enrol: &state.EnrolCmd{TokenID: id, Node: node, Role: state.RoleWorker, PublicKey: pub}},
+	} {
+		if res, err := d.raft.Apply(c, time.Minute); err != nil || res.Err != nil {
+			t.Fatalf("enrolling %s: %v %v", node, err, res.Err)
+		}
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()),
+		nats.Nkey(pub, func(nonce []byte) ([]byte, error) { return kp.Sign(nonce) }))
+	if err != nil {
+		t.Fatalf("logging in as %s: %v", node, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// TestATimeNoAnswerCanHoldIsRefused: a host reported when it last put files back
+// with a time that is year 0 as written and year -1 in UTC. The leader kept it, and
+// every operator's nodes answer holding the node came back with neither result nor
+// error (the answer could not be written): one host's report blinded meshctl nodes
+// and status for the whole fleet, each heartbeat. Found by an audit of what each
+// identity can make the mesh do. The report is now dropped as malformed.
+func TestATimeNoAnswerCanHoldIsRefused(t *testing.T) {
+	d := fleet(t, 3)
+	op := servedToOperators(t, d)
+	host := loggedInAs(t, d, "evil")
+	report := `{"v":2,"node":"evil","have_applied":false,"applied_version":0,"keyring_epoch":1,` +
+		`"put_back":1,"last_put_back_at":"0000-01-01T00:00:00+23:59"}`
+	before := dropped(d, "status", ReasonMalformed)
+	if err := host.Publish(api.StatusSubject("evil"), []byte(report)); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for dropped(d, "status", ReasonMalformed) == before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if dropped(d, "status", ReasonMalformed) != before+1 {
+		t.Fatal("the report was not dropped as malformed")
+	}
+	data, _ := api.EncodeAdminRequest(api.OpNodes, api.NodesRequest{})
+	msg, err := op.Request(api.AdminSubject(api.OpNodes), data, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp api.AdminResponse
+	var page api.NodesResult
+	if err := json.Unmarshal(msg.Data, &resp); err != nil || resp.Error != nil || json.Unmarshal(resp.Result, &page) != nil || len(page.Nodes) != 4 {
+		t.Fatalf("the operators' nodes answer after the report: %s", msg.Data)
+	}
+}

@@ -340,7 +340,15 @@ func (c *Client) Call(op string, req, res any) error {
 		if res == nil {
 			return nil
 		}
-		return json.Unmarshal(resp.Result, res)
+		if len(resp.Result) == 0 {
+			// An answer of neither: nothing to read, and json's "unexpected end
+			// of JSON input" would say nothing of why.
+			return &api.Error{Code: api.CodeInternal, Message: "the control plane answered " + op + " with no result and no error: its log says why; report it as a bug"}
+		}
+		if err := json.Unmarshal(resp.Result, res); err != nil {
+			return &api.Error{Code: api.CodeInternal, Message: fmt.Sprintf("the control plane's answer to %s cannot be read (%v): report it as a bug", op, err)}
+		}
+		return nil
 	}
 }
 

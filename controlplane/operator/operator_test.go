@@ -206,3 +206,27 @@ func TestLookAtNamesWhereAChangeShows(t *testing.T) {
 		}
 	}
 }
+
+// TestAnAnswerOfNeitherResultNorErrorIsSaid: an answer with no result and no error
+// (a control plane that could not write its answer) or a result that cannot be
+// read ends the call with an internal error saying so, not json's "unexpected end
+// of JSON input".
+func TestAnAnswerOfNeitherResultNorErrorIsSaid(t *testing.T) {
+	nc := startBroker(t)
+	for _, c := range []struct{ answer, want string }{
+		{`{"v":2}`, "no result and no error"},
+		{`{"v":2,"result":[1]}`, "cannot be read"},
+	} {
+		sub, err := nc.Subscribe(api.AdminSubject(api.OpNodes), func(m *nats.Msg) { _ = m.Respond([]byte(c.answer)) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res api.NodesResult
+		err = newClient(nc, 5*time.Second, 5*time.Second).Call(api.OpNodes, api.NodesRequest{}, &res)
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Code != api.CodeInternal || !strings.Contains(ae.Message, c.want) {
+			t.Errorf("answer %s: %v, want an internal error saying %q", c.answer, err, c.want)
+		}
+		_ = sub.Unsubscribe()
+	}
+}
