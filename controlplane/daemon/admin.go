@@ -429,7 +429,7 @@ func (d *Daemon) declare(req api.DeclareRequest, call requestCall) (api.DeclareR
 	if done != nil && !req.DryRun {
 		// Carried out by an earlier sending whose answer was lost: whatever
 		// happened since (a target revoked, another declaration) does not undo it.
-		return d.declaredAlready(sel, call.ID, done), nil
+		return d.declaredAlready(sel, call.ID, done, canonical)
 	}
 	if len(unknown) > 0 {
 		return out, &api.Error{Code: api.CodeNotFound, Message: "no such node: " + strings.Join(unknown, ", ")}
@@ -469,7 +469,7 @@ func (d *Daemon) declare(req api.DeclareRequest, call requestCall) (api.DeclareR
 	}
 	if res.Repeated && res.Request != nil {
 		// The first sending reached the log too, after this one was checked.
-		return d.declaredAlready(sel, call.ID, res.Request), nil
+		return d.declaredAlready(sel, call.ID, res.Request, canonical)
 	}
 	nodes := make([]string, 0, len(res.Assignments))
 	for _, a := range res.Assignments {
@@ -490,8 +490,16 @@ func (d *Daemon) declare(req api.DeclareRequest, call requestCall) (api.DeclareR
 // carried out (r): the nodes of sel declared with its body now, at the versions they
 // hold. They are sent their declarations again, unless this node sent them (the
 // first answer was slow, not lost): the leader that carried it out may have stopped
-// before it sent them.
-func (d *Daemon) declaredAlready(sel state.Selector, id string, r *state.RequestRecord) api.DeclareResult {
+// before it sent them, and then once: a request sent again and again is not a
+// fleet's declarations signed and sent each time.
+//
+// A sending whose body is not the one recorded under its id is refused: the id
+// names another change (a script that reuses its ids), which answered as carried
+// out would be a declaration the operator believes made and nobody made.
+func (d *Daemon) declaredAlready(sel state.Selector, id string, r *state.RequestRecord, canonical []byte) (api.DeclareResult, error) {
+	if r.Op != state.OpDeclare || r.Body != state.BodyDigest(canonical) {
+		return api.DeclareResult{}, badRequest("request id %s names another change, carried out within the hour (%s): a change sent again is sent unchanged; send a new one under a new id (meshctl makes one for each run)", id, r.Op)
+	}
 	out := api.DeclareResult{Body: r.Body, Repeated: true}
 	var nodes []string
 	d.fsm.Read(func(s *state.State) {
@@ -507,9 +515,10 @@ func (d *Daemon) declaredAlready(sel state.Selector, id string, r *state.Request
 	}
 	if !d.sent.has(id) {
 		d.publishDeclarations(nodes)
+		d.sent.note(id, d.now())
 	}
 	d.log.Info("declaration sent again by its operator: carried out already", "nodes", len(nodes))
-	return out
+	return out, nil
 }
 
 // sentRequests remembers, on the node that carried them out, the requests whose

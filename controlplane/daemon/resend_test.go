@@ -88,6 +88,30 @@ func TestADeclarationSentAgainIsCarriedOutOnce(t *testing.T) {
 		t.Fatalf("sent again to another leader: %+v, %v", again, aerr)
 	}
 	waitFor(t, 5*time.Second, "the declarations sent again", func() bool { return got.Load() >= sent+2 })
+	// Then once: sent again and again, it is not the fleet's declarations
+	// signed and sent each time.
+	resent := settled(got)
+	for range 3 {
+		if again, aerr := declareAs(t, nc, req, id, true); aerr != nil || !again.Repeated {
+			t.Fatalf("sent again a third time: %+v, %v", again, aerr)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := got.Load(); n != resent {
+		t.Errorf("%d declarations sent by the repeats after the first; want none", n-resent)
+	}
+	// The id of another change (a script reusing ids): refused, not answered as
+	// carried out, and nothing written or sent.
+	index = lastIndex(d)
+	other := api.DeclareRequest{Nodes: []string{"n-1"}, Body: json.RawMessage(`{"files":[{"path":"b","content":"other"}]}`)}
+	for _, again := range []bool{false, true} {
+		if res, aerr := declareAs(t, nc, other, id, again); aerr == nil || aerr.Code != api.CodeBadRequest || !strings.Contains(aerr.Message, "names another change") {
+			t.Errorf("another body under the id (again %v): %+v, %v; want bad_request", again, res, aerr)
+		}
+	}
+	if lastIndex(d) != index || got.Load() != resent {
+		t.Errorf("another body under the id wrote to the log (index %d, then %d) or sent %d declarations", index, lastIndex(d), got.Load()-resent)
+	}
 
 	fresh, aerr := declareAs(t, nc, req, api.NewRequestID(), true)
 	if aerr != nil || fresh.Repeated || fresh.Assignments[0].Version != first.Assignments[0].Version+1 {
