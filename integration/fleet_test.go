@@ -171,6 +171,22 @@ func TestFleetTargeting(t *testing.T) {
 	if r := cp.Ctl("status", "web-1", "--state", "alive"); r.Code != 2 {
 		t.Errorf("status with names and a selection: exit %d, want 2\n%s", r.Code, r.Combined())
 	}
+	// A name that is no node (a typo) is refused, exit 4, the nodes found shown:
+	// it was passed over, and status of web-1 and it exited 0, converged.
+	if r := cp.Ctl("status", "web-1", "web-9"); r.Code != 4 || !strings.Contains(r.Stderr, "no such node: web-9") || !strings.Contains(r.Stdout, "web-1") {
+		t.Errorf("status of web-1 and web-9: exit %d, want 4 naming web-9\n%s", r.Code, r.Combined())
+	}
+	if r := cp.Ctl("nodes", "nosuch"); r.Code != 4 || strings.Contains(r.Stdout, "no nodes enrolled") || !strings.Contains(r.Stderr, "no such node: nosuch") {
+		t.Errorf("nodes nosuch: exit %d, want 4\n%s", r.Code, r.Combined())
+	}
+	if r := cp.Ctl("status", "--json", "nosuch"); r.Code != 4 || !strings.Contains(r.Stdout, `"nodes": []`) {
+		t.Errorf("status --json nosuch: exit %d, want 4 and no nodes\n%s", r.Code, r.Combined())
+	}
+	// A control node named shows its row of the control table.
+	ctl := cp.Nodes().Control[0].ID
+	if r := cp.Ctl("nodes", ctl); r.Code != 0 || !strings.Contains(r.Stdout, "CONTROL") || !strings.Contains(r.Stdout, ctl) {
+		t.Errorf("nodes %s: exit %d, want its control row\n%s", ctl, r.Code, r.Combined())
+	}
 }
 
 // TestOwnerAndGroup: declared owner and group are applied when the agent runs as root.

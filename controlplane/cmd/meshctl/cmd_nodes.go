@@ -25,8 +25,9 @@ Exits 0 only when every live node applied the version declared for it, ran its h
 without a failure, and is not stale; otherwise 5, naming the nodes that are not (a
 failed hook with the end of its output). Offline and revoked nodes are
 counted, not waited for, unless named (ID...): a named node that is revoked, or
-offline and behind, exits 5 too. With --role, --label or --state, the table, the
-summary and the verdict are about the nodes selected, and a selection of none exits 1.`, true)
+offline and behind, exits 5 too; a name that is no node exits 4. With --role, --label
+or --state, the table, the summary and the verdict are about the nodes selected, and a
+selection of none exits 1.`, true)
 }
 
 // rosterCommand is nodes, or status when withSummary adds the convergence summary.
@@ -54,8 +55,14 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 				if err != nil {
 					return err
 				}
+				// A name that is no node: a typo, which a verdict over the nodes
+				// that were found would pass as converged (exit 0).
+				controlNamed, unknown := namedAbsent(args, res)
 				enrolled := len(res.Nodes)
 				sel.apply(&res)
+				if res.Nodes == nil {
+					res.Nodes = []api.NodeView{} // [] in JSON, not null
+				}
 				sum := summarise(res)
 				switch {
 				case asJSON && withSummary:
@@ -72,11 +79,11 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 				default:
 					shown := res
 					if len(args) > 0 || sel.active() {
-						shown.Control = nil // the nodes asked for alone, as the guide says
+						shown.Control = controlNamed // the nodes asked for alone, as the guide says
 					}
-					printNodes(cio.stdout, shown, answeredAt(res, time.Now()))
+					printNodes(cio.stdout, shown, answeredAt(res, time.Now()), len(controlNamed) > 0)
 					switch {
-					case len(res.Nodes) > 0:
+					case len(res.Nodes) > 0, len(args) > 0:
 					case enrolled == 0:
 						fmt.Fprintln(cio.stdout, "(no nodes enrolled yet: mint a token with `meshctl token`)")
 					default:
@@ -95,6 +102,9 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 							fmt.Fprintln(cio.stdout, line)
 						}
 					}
+				}
+				if len(unknown) > 0 {
+					return exitError{code: exitRefused, err: fmt.Errorf("no such node: %s (`meshctl nodes` lists them)", strings.Join(unknown, ", "))}
 				}
 				if !withSummary {
 					return nil
@@ -133,8 +143,8 @@ func answeredAt(res api.NodesResult, now time.Time) time.Time {
 	return res.At
 }
 
-func printNodes(w io.Writer, res api.NodesResult, now time.Time) {
-	if len(res.Control) > 1 {
+func printNodes(w io.Writer, res api.NodesResult, now time.Time, controlNamed bool) {
+	if len(res.Control) > 1 || controlNamed && len(res.Control) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "CONTROL\tRAFT\tSTATE\tLAST SEEN\tBROKER\tHOSTS\tAPPLIED INDEX")
 		for _, c := range res.Control {
@@ -416,6 +426,27 @@ func notConverged(nodes []api.NodeView, named bool) error {
 }
 
 // fetchNodes reads the roster (or the named nodes), all pages of it.
+// namedAbsent sorts the ids asked for that are not among res's nodes: those that
+// name a control node (their rows of the control table), and those that name
+// nothing.
+func namedAbsent(ids []string, res api.NodesResult) (control []api.ControlView, unknown []string) {
+	for _, id := range ids {
+		if slices.ContainsFunc(res.Nodes, func(n api.NodeView) bool { return n.ID == id }) {
+			continue
+		}
+		if i := slices.IndexFunc(res.Control, func(c api.ControlView) bool { return c.ID == id }); i >= 0 {
+			if !slices.ContainsFunc(control, func(c api.ControlView) bool { return c.ID == id }) {
+				control = append(control, res.Control[i])
+			}
+			continue
+		}
+		if !slices.Contains(unknown, id) {
+			unknown = append(unknown, id)
+		}
+	}
+	return control, unknown
+}
+
 func fetchNodes(cp *controlPlaneFlags, ids []string) (api.NodesResult, error) {
 	c, err := cp.dial()
 	if err != nil {

@@ -222,7 +222,7 @@ func runDemo(ctx context.Context, out io.Writer, dir string, keep, verbose bool)
 	}); err != nil {
 		return fmt.Errorf("web-1 did not converge: %w", err)
 	}
-	printNodes(&indent{w: out}, nodes, time.Now())
+	printNodes(&indent{w: out}, nodes, time.Now(), false)
 	content, err := os.ReadFile(filepath.Join(root, "etc", "motd"))
 	if err != nil {
 		return err
@@ -306,7 +306,7 @@ func runDemo(ctx context.Context, out io.Writer, dir string, keep, verbose bool)
 		return fmt.Errorf("the agent started again with the revoked key did not stop on a signed notice: %v", err)
 	}
 	if nodes, err = op.Nodes(api.NodesRequest{}); err == nil {
-		printNodes(&indent{w: out}, nodes, time.Now())
+		printNodes(&indent{w: out}, nodes, time.Now(), false)
 	}
 
 	fmt.Fprintf(out, "\nthe whole story took %s on loopback. The same commands on two machines:\n", time.Since(n.start).Round(100*time.Millisecond))

@@ -22,7 +22,7 @@ func TestControlTableShowsHosts(t *testing.T) {
 		{ID: "cp-3", Raft: api.RaftVoter, State: api.StateOffline, Broker: "10.0.0.3:7300"},
 	}}
 	var b strings.Builder
-	printNodes(&b, res, now)
+	printNodes(&b, res, now, false)
 	lines := strings.Split(b.String(), "\n")
 	if !strings.Contains(lines[0], "HOSTS") {
 		t.Fatalf("no HOSTS column:\n%s", b.String())
@@ -51,7 +51,7 @@ func TestNodesTableShowsAgents(t *testing.T) {
 		{ID: "web-6", Role: "worker", State: api.StateAlive, Agent: upgraded},
 	}}
 	var b strings.Builder
-	printNodes(&b, res, now)
+	printNodes(&b, res, now, false)
 	lines := strings.Split(b.String(), "\n")
 	col := strings.Index(lines[0], "AGENT")
 	if col < 0 {
