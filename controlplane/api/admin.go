@@ -446,6 +446,9 @@ type DeclareRequest struct {
 	DryRun bool `json:"dry_run,omitempty"`
 }
 
+// ChangesNothing reports whether the request asks to change nothing: a dry run.
+func (r DeclareRequest) ChangesNothing() bool { return r.DryRun }
+
 // Assignment is one node's new declared version.
 type Assignment struct {
 	Node    string `json:"node"`

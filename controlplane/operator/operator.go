@@ -69,6 +69,7 @@ type Client struct {
 	// firstAttempt is how long a repeatable request waits for its first answer before
 	// it is sent again (see Call).
 	firstAttempt time.Duration
+	sending      func(op string)
 }
 
 // defaultFirstAttempt is how long a read (or a token creation, see Call) first waits
@@ -100,6 +101,10 @@ type Options struct {
 	// API (an election, or a daemon still starting); 0 means DefaultLeaderWait,
 	// a negative value fails at once.
 	LeaderWait time.Duration
+	// Sending, when set, is called with the op of each request that may change
+	// the mesh, before it is first sent (not a read, not a dry run): a command
+	// interrupted before then changed nothing, and says so.
+	Sending func(op string)
 }
 
 // Dial connects using dir's mesh.json (brokers, pin) and admin.creds.
@@ -191,6 +196,7 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 		return nil, fmt.Errorf("%w at %s: %v%s", ErrUnreachable, strings.Join(servers, ", "), err, hint)
 	}
 	c := newClient(nc, timeout, o.LeaderWait)
+	c.sending = o.Sending
 	c.denied, c.loss, c.pin = denied, loss, e.Pin
 	return c, nil
 }
@@ -307,6 +313,9 @@ func (c *Client) Call(op string, req, res any) error {
 	if err != nil {
 		return err
 	}
+	if c.sending != nil && !api.ReadOnly(op) && !changesNothing(req) {
+		c.sending(op)
+	}
 	out := &sending{op: op, data: data}
 	if api.Resendable(op) {
 		if out.again, err = api.EncodeAdminRequestAgain(op, req); err != nil {
@@ -395,13 +404,13 @@ func (c *Client) callOnce(out *sending) (api.AdminResponse, error) {
 			if repeatable {
 				return resp, fmt.Errorf("%w while %s waited for its answer, and it was not answered through the brokers that took the connection over within %s; run it again", ErrConnectionLost, op, c.timeout)
 			}
-			return resp, fmt.Errorf("%w while %s waited for its answer, which comes back only through the broker that took the request; the control node that took it may have carried it out: look (%s) before running it again", ErrConnectionLost, op, lookAt(op))
+			return resp, fmt.Errorf("%w while %s waited for its answer, which comes back only through the broker that took the request; the control node that took it may have carried it out: look (%s) before running it again", ErrConnectionLost, op, LookAt(op))
 		}
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			if repeatable {
 				return resp, fmt.Errorf("%w before %s was answered, and no broker of the list took it again; run it again", ErrConnectionLost, op)
 			}
-			return resp, fmt.Errorf("%w before %s was answered, and no broker of the list took it again; the control node that took it may have carried it out: look (%s) before running it again", ErrConnectionLost, op, lookAt(op))
+			return resp, fmt.Errorf("%w before %s was answered, and no broker of the list took it again; the control node that took it may have carried it out: look (%s) before running it again", ErrConnectionLost, op, LookAt(op))
 		}
 		if errors.Is(err, nats.ErrTimeout) {
 			if c.denied.has(api.AdminSubject(op)) {
@@ -410,7 +419,7 @@ func (c *Client) callOnce(out *sending) (api.AdminResponse, error) {
 			if api.ReadOnly(op) {
 				return resp, fmt.Errorf("%w %s within %s; run it again", ErrNoAnswer, op, c.timeout)
 			}
-			return resp, fmt.Errorf("%w %s within %s; the control node that took it may have carried it out before it stopped: look (%s) before running it again", ErrNoAnswer, op, c.timeout, lookAt(op))
+			return resp, fmt.Errorf("%w %s within %s; the control node that took it may have carried it out before it stopped: look (%s) before running it again", ErrNoAnswer, op, c.timeout, LookAt(op))
 		}
 		return resp, err
 	}
@@ -455,8 +464,9 @@ func (c *Client) request(out *sending) (*nats.Msg, error) {
 	}
 }
 
-// lookAt names the command that shows whether a change of op was carried out.
-func lookAt(op string) string {
+// LookAt names the commands that show whether a change op asked for was carried
+// out, for an operator who cannot tell.
+func LookAt(op string) string {
 	switch {
 	case op == api.OpTokenCreate || op == api.OpTokenCancel:
 		return "`meshctl token list`"
@@ -466,6 +476,12 @@ func lookAt(op string) string {
 		return "`meshctl control status`, `meshctl nodes`"
 	}
 	return "`meshctl nodes`"
+}
+
+// changesNothing reports whether req asks to change nothing (a dry run).
+func changesNothing(req any) bool {
+	r, ok := req.(interface{ ChangesNothing() bool })
+	return ok && r.ChangesNothing()
 }
 
 // answerGrace is how long a call whose connection closed under it still waits for its

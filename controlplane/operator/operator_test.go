@@ -201,7 +201,7 @@ func TestLookAtNamesWhereAChangeShows(t *testing.T) {
 		api.OpControlRemove: "control status", api.OpControlAdd: "control status",
 		api.OpDeclare: "meshctl nodes", api.OpRevoke: "meshctl nodes", api.OpLabel: "meshctl nodes",
 	} {
-		if got := lookAt(op); !strings.Contains(got, want) {
+		if got := LookAt(op); !strings.Contains(got, want) {
 			t.Errorf("%s: look at %s, want %s", op, got, want)
 		}
 	}
@@ -228,5 +228,38 @@ func TestAnAnswerOfNeitherResultNorErrorIsSaid(t *testing.T) {
 			t.Errorf("answer %s: %v, want an internal error saying %q", c.answer, err, c.want)
 		}
 		_ = sub.Unsubscribe()
+	}
+}
+
+// TestSendingNamesEachChangeSent: the client tells its caller the op of a request
+// that may change the mesh before sending it, and not of a read or a dry run: a
+// meshctl interrupted before then says it changed nothing.
+func TestSendingNamesEachChangeSent(t *testing.T) {
+	nc := startBroker(t)
+	for _, op := range []string{api.OpNodes, api.OpDeclare, api.OpRevoke} {
+		_, err := nc.Subscribe(api.AdminSubject(op), func(m *nats.Msg) { _ = m.Respond([]byte(`{"v":2,"result":{}}`)) })
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var sent []string
+	c := newClient(nc, 5*time.Second, 5*time.Second)
+	c.sending = func(op string) { sent = append(sent, op) }
+	for _, call := range []struct {
+		op  string
+		req any
+	}{
+		{api.OpNodes, api.NodesRequest{}},
+		{api.OpDeclare, api.DeclareRequest{All: true, Body: json.RawMessage(`{}`), DryRun: true}},
+		{api.OpDeclare, api.DeclareRequest{All: true, Body: json.RawMessage(`{}`)}},
+		{api.OpRevoke, api.RevokeRequest{Node: "web-1"}},
+	} {
+		var res json.RawMessage
+		if err := c.Call(call.op, call.req, &res); err != nil {
+			t.Fatalf("%s: %v", call.op, err)
+		}
+	}
+	if got := strings.Join(sent, " "); got != "declare revoke" {
+		t.Errorf("changes named as sent: %q, want the declaration (not its dry run) and the revocation", got)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -34,11 +35,14 @@ type controlPlaneFlags struct {
 	timeout       time.Duration
 	getenv        func(string) string
 	remoteAllowed bool
+	// sent records the op of the first change request sent (cliIO.sent).
+	sent *atomic.Pointer[string]
 }
 
 func (f *controlPlaneFlags) register(c *cobra.Command, cio *cliIO) {
 	fs := c.Flags()
 	f.getenv = cio.getenv
+	f.sent = cio.sent
 	f.remoteAllowed = true
 	fs.StringVar(&f.dir, "data", "", "data directory of a control node (or, on an operator's machine, --servers, --creds and --ca)")
 	fs.StringSliceVar(&f.servers, "servers", nil, "broker addresses host:port, comma-separated or repeated (env "+envServers+"; with --data: instead of mesh.json's)")
@@ -69,11 +73,14 @@ func (f *controlPlaneFlags) options() (operator.Options, error) {
 	if err := checkDuration("timeout", f.timeout, minTimeout, maxTimeout, operator.DefaultTimeout); err != nil {
 		return operator.Options{}, err
 	}
-	switch {
-	case f.leaderWait == 0:
-		return operator.Options{LeaderWait: -1, Timeout: f.timeout}, nil // negative there means do not wait
+	o := operator.Options{LeaderWait: f.leaderWait, Timeout: f.timeout}
+	if f.leaderWait == 0 {
+		o.LeaderWait = -1 // negative there means do not wait
 	}
-	return operator.Options{LeaderWait: f.leaderWait, Timeout: f.timeout}, nil
+	if sent := f.sent; sent != nil {
+		o.Sending = func(op string) { sent.CompareAndSwap(nil, &op) }
+	}
+	return o, nil
 }
 
 // remote reports whether the command line names the control plane by creds and CA

@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/operator"
 )
 
 // interruptGrace is how long a command has, after SIGINT or SIGTERM, to stop by
@@ -94,8 +97,10 @@ func asInterrupted(ctx context.Context, err error) error {
 // is its own outcome (an answer on its way in, a token being written out: exit 0 with
 // the token shown, where it exited 9 "may have been carried out" after printing a
 // good token). Otherwise a command that changes the mesh says that its change was
-// carried out (carried, set once its result was shown) or may have been.
-func stopOnSignal(changes bool, carried *atomic.Bool, f func() error) error {
+// carried out (carried, set once its result was shown), or may have been, and where
+// to look (the op sent: sent), or that it changed nothing, when it sent no change
+// (a body still being read, a dry run, a connection still being made).
+func stopOnSignal(changes bool, carried *atomic.Bool, sent *atomic.Pointer[string], f func() error) error {
 	ctx, stop := signalContext()
 	defer stop()
 	done := make(chan error, 1)
@@ -112,14 +117,22 @@ func stopOnSignal(changes bool, carried *atomic.Bool, f func() error) error {
 		return err
 	case <-grace.C:
 	}
+	var op *string
+	if sent != nil {
+		op = sent.Load()
+	}
 	switch {
 	case changes && carried != nil && carried.Load():
 		return fmt.Errorf("%w after the change was carried out: what followed it did not finish", context.Cause(ctx))
-	case changes:
+	case changes && op != nil && *op == api.OpTokenCreate:
+		return fmt.Errorf("%w before the command completed: the token may have been minted already, and never shown: look (%s); meshctl token --node NODE --replace mints another and cancels it", context.Cause(ctx), operator.LookAt(*op))
+	case changes && op != nil:
+		return fmt.Errorf("%w before the command completed: the change may have been carried out already; look (%s) before running it again", context.Cause(ctx), operator.LookAt(*op))
+	case changes && sent == nil:
 		return fmt.Errorf("%w before the command completed: the change may have been carried out already; look (meshctl nodes, meshctl token list, meshctl signing-key status, meshctl control status) before running it again; "+
 			"a token minted but never shown is pending: meshctl token --node NODE --replace mints another and cancels it", context.Cause(ctx))
 	}
-	return fmt.Errorf("%w before the command completed; it changes nothing", context.Cause(ctx))
+	return fmt.Errorf("%w before the command completed; it changed nothing", context.Cause(ctx))
 }
 
 // signalGrace is how long a command interrupted by a signal still has to finish by

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"mesh/controlplane/api"
 	"mesh/controlplane/bootstrap"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/join"
@@ -107,24 +108,37 @@ func TestExitCodesOfTheDataDirectory(t *testing.T) {
 // an operations audit had `meshctl token` print a good token and exit 9 "may have
 // been carried out" when the signal came as it returned.
 func TestStopOnSignal(t *testing.T) {
-	if err := stopOnSignal(true, nil, func() error { return errors.New("no leader") }); err == nil || err.Error() != "no leader" {
+	if err := stopOnSignal(true, nil, nil, func() error { return errors.New("no leader") }); err == nil || err.Error() != "no leader" {
 		t.Fatalf("no signal: %v", err)
 	}
 	for _, c := range []struct {
 		changes, carried bool
+		sent             string // "-": no record kept of what was sent
 		want             string
 	}{
-		{false, false, "interrupted by SIGINT before the command completed; it changes nothing"},
-		{true, false, "interrupted by SIGINT before the command completed: the change may have been carried out already; look"},
-		{true, true, "interrupted by SIGINT after the change was carried out: what followed it did not finish"},
+		{false, false, "", "interrupted by SIGINT before the command completed; it changed nothing"},
+		{true, false, "-", "interrupted by SIGINT before the command completed: the change may have been carried out already; look (meshctl nodes, meshctl token list"},
+		// Nothing sent yet (a body file still being read, a dry run): an audit
+		// found this sent off to look at tokens.
+		{true, false, "", "interrupted by SIGINT before the command completed; it changed nothing"},
+		{true, false, api.OpRevoke, "interrupted by SIGINT before the command completed: the change may have been carried out already; look (`meshctl nodes`) before running it again"},
+		{true, false, api.OpTokenCreate, "interrupted by SIGINT before the command completed: the token may have been minted already, and never shown: look (`meshctl token list`)"},
+		{true, true, api.OpDeclare, "interrupted by SIGINT after the change was carried out: what followed it did not finish"},
 	} {
 		blocked := make(chan struct{})
 		t.Cleanup(func() { close(blocked) })
 		carried := new(atomic.Bool)
 		carried.Store(c.carried)
+		var sent *atomic.Pointer[string]
+		if c.sent != "-" {
+			sent = new(atomic.Pointer[string])
+			if c.sent != "" {
+				sent.Store(&c.sent)
+			}
+		}
 		time.AfterFunc(200*time.Millisecond, func() { syscall.Kill(syscall.Getpid(), syscall.SIGINT) })
 		start := time.Now()
-		err := stopOnSignal(c.changes, carried, func() error { <-blocked; return nil })
+		err := stopOnSignal(c.changes, carried, sent, func() error { <-blocked; return nil })
 		if took := time.Since(start); took > 3*time.Second {
 			t.Errorf("returned %s after the signal", took)
 		}
@@ -137,7 +151,7 @@ func TestStopOnSignal(t *testing.T) {
 	}
 	// Finishing within the grace: its own outcome, exit 0.
 	time.AfterFunc(100*time.Millisecond, func() { syscall.Kill(syscall.Getpid(), syscall.SIGINT) })
-	err := stopOnSignal(true, new(atomic.Bool), func() error { time.Sleep(300 * time.Millisecond); return nil })
+	err := stopOnSignal(true, new(atomic.Bool), nil, func() error { time.Sleep(300 * time.Millisecond); return nil })
 	if err != nil {
 		t.Fatalf("a command that finished 200 ms after the signal: %v, want its own outcome (nil)", err)
 	}

@@ -108,6 +108,10 @@ type cliIO struct {
 	// shown (a token written out, a declaration's versions printed): a signal
 	// after it interrupts only what follows (stopOnSignal). Shared by copies.
 	carried *atomic.Bool
+	// sent is the op of the first request that may change the mesh the
+	// command sent (nil: none yet): a signal before it interrupts a command
+	// that changed nothing. Shared by copies.
+	sent *atomic.Pointer[string]
 }
 
 // carriedOut records that the command's change was carried out and shown.
@@ -182,6 +186,9 @@ func run(args []string, cio *cliIO) int {
 	if cio.carried == nil {
 		cio.carried = new(atomic.Bool)
 	}
+	if cio.sent == nil {
+		cio.sent = new(atomic.Pointer[string])
+	}
 	root := newRoot(cio)
 	if len(args) == 0 {
 		return rootUsageError(root, cio)
@@ -250,7 +257,7 @@ func newRoot(cio *cliIO) *cobra.Command {
 		if !spec.ownSignals {
 			own, changes := exec, spec.changes
 			exec = func(args []string) error {
-				return stopOnSignal(changes, cio.carried, func() error { return own(args) })
+				return stopOnSignal(changes, cio.carried, cio.sent, func() error { return own(args) })
 			}
 		}
 		c.RunE = func(_ *cobra.Command, args []string) error {
