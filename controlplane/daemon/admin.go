@@ -745,11 +745,15 @@ func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
 			return out, badRequest("%v", err)
 		}
 	}
-	var unknown, minted []string
+	var unknown, minted, control []string
 	now := d.now()
 	d.fsm.Read(func(s *state.State) {
 		for _, n := range nodes {
 			if _, ok := s.Nodes[n]; !ok {
+				if _, ok := s.ControlNodes[n]; ok {
+					control = append(control, n)
+					continue
+				}
 				unknown = append(unknown, n)
 				if p := s.PendingTokens(n, now); len(p) > 0 {
 					minted = append(minted, fmt.Sprintf("%s (%d pending token(s), the newest %s)", n, len(p), p[len(p)-1].ShortID()))
@@ -757,6 +761,15 @@ func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
 			}
 		}
 	})
+	if len(control) > 0 {
+		// Told as what they are: "no such node" of a control node the operator
+		// sees in meshctl nodes reads as a bug.
+		msg := fmt.Sprintf("%s: a control node, not a host: `meshctl control remove NODE` takes a control node out of the mesh for good", strings.Join(control, ", "))
+		if len(unknown) > 0 {
+			msg += "; no such node: " + strings.Join(unknown, ", ")
+		}
+		return out, &api.Error{Code: api.CodeNotFound, Message: msg}
+	}
 	if len(unknown) > 0 {
 		msg := "no such node: " + strings.Join(unknown, ", ")
 		if len(minted) > 0 {

@@ -196,3 +196,20 @@ func TestATimeNoAnswerCanHoldIsRefused(t *testing.T) {
 		t.Fatalf("the operators' nodes answer after the report: %s", msg.Data)
 	}
 }
+
+// TestRevokingAControlNodeSaysWhatItIs: revoke of a control node's id said "no such
+// node" of a node the operator sees in meshctl nodes (a CLI audit); it names it a
+// control node and the command that removes one, and revokes nothing.
+func TestRevokingAControlNodeSaysWhatItIs(t *testing.T) {
+	d := fleet(t, 1)
+	before := lastIndex(d)
+	_, err := d.revoke(api.RevokeRequest{Nodes: []string{d.cfg.Node, "nobody"}})
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeNotFound || !strings.Contains(ae.Message, d.cfg.Node+": a control node") ||
+		!strings.Contains(ae.Message, "meshctl control remove") || !strings.Contains(ae.Message, "no such node: nobody") {
+		t.Fatalf("revoke of control node %s and nobody: %v", d.cfg.Node, err)
+	}
+	if lastIndex(d) != before {
+		t.Error("the refused revocation wrote to the log")
+	}
+}
