@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -225,6 +226,9 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 				return out, badRequest("control address %q is not ip:port", a)
 			}
 		}
+		if taken := d.controlAddressesTaken(req.Node, req.Control); taken != "" {
+			return out, badRequest("%s: the new control node would listen where a member does; give it addresses of its own (--addr, and the two ports after its port)", taken)
+		}
 		if err := d.checkControlClaim(req); err != nil {
 			return out, err
 		}
@@ -242,7 +246,7 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 			// part from the others' for good, silently.
 			return out, &api.Error{Code: api.CodeOlderControlNode, Message: fmt.Sprintf(
 				"%s an older meshctl, which would record neither this control token nor the node it admits: upgrade every control node, then mint the control token again",
-				controlNodesRun(d.notOnRules(state.RulesRequests)))}
+				controlNodesRun(older))}
 		} else {
 			cmd.SealedTo, cmd.SealedSum = sealedTo, sum
 		}
@@ -294,6 +298,31 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 	}
 	d.log.Info("token minted", "node", req.Node, "role", req.Role, "expiry", out.Expiry)
 	return out, nil
+}
+
+// controlAddressesTaken names the first of a control token's addresses that a
+// member of the control plane (not removed, not the node itself) listens on already
+// ("127.0.0.1:7300 is cp-1's broker address"), or "": a machine joined with it would
+// fail to bind, or, on another machine behind the same address, take the member's
+// traffic, and the token would stay pending until cancelled.
+func (d *Daemon) controlAddressesTaken(node string, c *api.ControlMember) string {
+	taken := ""
+	d.fsm.Read(func(s *state.State) {
+		for _, id := range slices.Sorted(maps.Keys(s.ControlNodes)) {
+			m := s.ControlNodes[id]
+			if m.Removed || id == node {
+				continue
+			}
+			for _, a := range []string{c.Broker, c.Raft, c.Cluster} {
+				for _, use := range []struct{ what, addr string }{{"broker", m.Broker}, {"Raft", m.Raft}, {"cluster", m.Cluster}} {
+					if a == use.addr && taken == "" {
+						taken = fmt.Sprintf("%s is %s's %s address", a, id, use.what)
+					}
+				}
+			}
+		}
+	})
+	return taken
 }
 
 // rulesFor returns need, a revision of the rules of the log (state.ApplyRules), when
