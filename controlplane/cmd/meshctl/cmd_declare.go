@@ -168,6 +168,10 @@ content is never shown: paths, modes, owners and sizes.`,
 // reading it whole.
 func readBody(file string, cio *cliIO) ([]byte, error) {
 	check := trustedBody(file, cio)
+	if file == "-" && cio.stdinIsTTY {
+		// Typed or pasted: without a word, the command looks stuck.
+		fmt.Fprintln(cio.stderr, "meshctl: reading the declaration body from the terminal; end it with Ctrl-D on a line of its own (Ctrl-C to stop)")
+	}
 	if f, ok := cio.stdin.(*os.File); ok && file == "-" {
 		// `declare --file - < app.json`: the file the shell opened is judged as
 		// --file's is.

@@ -152,3 +152,19 @@ func TestBodyWithAByteOrderMark(t *testing.T) {
 		t.Fatalf("a byte order mark alone: %v, want the file called empty", err)
 	}
 }
+
+// TestABodyTypedOnATerminalIsAskedFor: declare --file - on a terminal waited without
+// a word, looking stuck (a CLI audit); it says it reads the body there and how to
+// end it. Read from a pipe or a file, nothing is said.
+func TestABodyTypedOnATerminalIsAskedFor(t *testing.T) {
+	for _, tty := range []bool{true, false} {
+		var stderr bytes.Buffer
+		cio := &cliIO{stdin: strings.NewReader(`{"files":[]}`), stdout: io.Discard, stderr: &stderr, getenv: func(string) string { return "" }, stdinIsTTY: tty}
+		if data, err := readBody("-", cio); err != nil || string(data) != `{"files":[]}` {
+			t.Fatalf("tty %v: %q, %v", tty, data, err)
+		}
+		if asked := strings.Contains(stderr.String(), "end it with Ctrl-D"); asked != tty {
+			t.Errorf("stdin a terminal %v: stderr %q", tty, stderr.String())
+		}
+	}
+}
