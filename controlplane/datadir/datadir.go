@@ -115,7 +115,8 @@ var ErrFormat = errors.New("another format version")
 
 // ErrNotAFile means something other than a regular file (a directory, a FIFO, a
 // device) is where a file of the data directory belongs; nothing was read from it.
-// Such an error also matches readfile.ErrNotRegular.
+// Such an error also matches readfile.ErrNotRegular. A *NotADirectoryError, the
+// same mistake made of the data directory itself, matches it too.
 var ErrNotAFile = errors.New("not a regular file")
 
 // notAFile is a readfile.NotRegularError that matches ErrNotAFile too, with its
@@ -157,6 +158,7 @@ func readCapped(path string) ([]byte, error) {
 func (d Dir) ReadConfigRaw() (Config, error) {
 	data, err := readCapped(d.Path(ConfigFile))
 	if err != nil {
+		err = d.inNotADirectory(err)
 		if errors.Is(err, ErrTooLarge) {
 			return Config{}, fmt.Errorf("%s: %w", d.Path(ConfigFile), err)
 		}
@@ -210,6 +212,9 @@ func (d Dir) Exists(name string) bool {
 // LoadConfig reads mesh.json.
 func (d Dir) LoadConfig() (Config, error) {
 	data, err := readCapped(d.Path(ConfigFile))
+	if err != nil {
+		err = d.inNotADirectory(err)
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return Config{}, fmt.Errorf("%w in %s: run `meshctl bootstrap --data %s` (or `meshctl join`) first", ErrNoConfig, d, d)
 	}
@@ -217,6 +222,9 @@ func (d Dir) LoadConfig() (Config, error) {
 		// Another user's directory, as every other file of it (exit 7, with whom to
 		// run as); it was a bare "permission denied", exit 1.
 		return Config{}, &UnreadableError{Path: d.Path(ConfigFile), Err: err}
+	}
+	if errors.Is(err, ErrNotADirectory) {
+		return Config{}, err
 	}
 	if err != nil {
 		return Config{}, fmt.Errorf("read %s: %w", d.Path(ConfigFile), err)
@@ -262,6 +270,11 @@ func (c Config) Pin() ([32]byte, error) {
 // MaxFileSize is ErrTooLarge, not read whole.
 func (d Dir) ReadFile(name string) ([]byte, error) {
 	data, err := readCapped(d.Path(name))
+	if err != nil {
+		if err = d.inNotADirectory(err); errors.Is(err, ErrNotADirectory) {
+			return nil, err
+		}
+	}
 	if errors.Is(err, fs.ErrPermission) {
 		return nil, &UnreadableError{Path: d.Path(name), Err: err}
 	}

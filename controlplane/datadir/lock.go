@@ -25,13 +25,18 @@ const dataDirectory = "data directory"
 // Lock takes the data directory's lock for this process, recording its pid and
 // command (say "meshctl serve") in the lock file, or refuses at once with an
 // *InUseError naming the holder. The directory must exist (the error then matches
-// fs.ErrNotExist); the lock file is created if needed. Release it, or exit.
+// fs.ErrNotExist), and be one: anything else is a *NotADirectoryError. The lock
+// file is created if needed. Release it, or exit.
 //
 // With the lock held no write into the directory is under way: the temporary files
 // of writes a killed process cut short are removed then. Left, they were never
 // removed (a copy of admin.creds logged in as the operator), and bootstrap and join
 // refused to resume in a directory "not empty" for them alone.
 func (d Dir) Lock(command string) (*Lock, error) {
+	// A file where the directory belongs: said as such, not "open the lock of X".
+	if err := d.CheckIsDir(); err != nil {
+		return nil, err
+	}
 	l, err := dirlock.Acquire(dataDirectory, string(d), command)
 	if err == nil {
 		_, _ = atomicfile.RemoveStale(string(d)) // best effort: they only take room
@@ -44,6 +49,9 @@ func (d Dir) Lock(command string) (*Lock, error) {
 // returns a nil *Lock and no error, since no process holds a lock there.
 // Held, it removes the temporary files of writes cut short, as Lock does.
 func (d Dir) LockExisting(command string) (*Lock, error) {
+	if err := d.CheckIsDir(); err != nil {
+		return nil, err
+	}
 	l, err := dirlock.AcquireExisting(dataDirectory, string(d), command)
 	if err == nil && l != nil {
 		_, _ = atomicfile.RemoveStale(string(d))

@@ -44,6 +44,10 @@ func (d Dir) checkPlace(own bool) error {
 	if err != nil {
 		return err
 	}
+	// The kind before the mode: a device's mode is not the data directory's to mend.
+	if !fi.IsDir() {
+		return d.notADirectory(fi)
+	}
 	euid := os.Geteuid()
 	if uid, ok := FileOwner(fi); ok && own && uid != euid {
 		return &UnprotectedError{Path: string(d), Problem: fmt.Sprintf("belongs to %s, and meshctl runs as %s", userName(uid), userName(euid)),

@@ -60,6 +60,9 @@ func (d Dir) CheckPrivate() error {
 	if err != nil {
 		return err
 	}
+	if !fi.IsDir() {
+		return d.notADirectory(fi)
+	}
 	if err := judge(string(d), fi, euid, 0o022, true); err != nil {
 		return err
 	}
