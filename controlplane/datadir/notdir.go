@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"syscall"
 
 	"mesh/host/readfile"
@@ -24,12 +25,19 @@ type NotADirectoryError struct {
 	Dir  string
 	Mode fs.FileMode
 	Link bool
+	// Part, when set, is the path above Dir that is not a directory (Mode and Link
+	// are then its): Dir cannot be made or reached through it.
+	Part string
 }
 
 func (e *NotADirectoryError) Error() string {
 	what := readfile.Kind(e.Mode)
 	if e.Link {
 		what = "a symbolic link to " + what
+	}
+	if e.Part != "" {
+		return fmt.Sprintf("the data directory %s cannot be reached or made: %s, on the way to it, is not a directory: it is %s; nothing was read or written. "+
+			"Check the --data path (ls -l %s shows what is there)", e.Dir, e.Part, what, e.Part)
 	}
 	return fmt.Sprintf("the data directory %s is not a directory: it is %s; nothing was read from it or written to it. "+
 		"--data names the directory meshctl bootstrap or join made (the one holding %s), not a file in it (ls -l %s shows what is there)",
@@ -48,6 +56,9 @@ func (e *NotADirectoryError) Is(target error) bool {
 // as does one that cannot be looked at (the caller's own access says why).
 func (d Dir) CheckIsDir() error {
 	fi, err := os.Stat(string(d))
+	if errors.Is(err, syscall.ENOTDIR) {
+		return d.partNotADirectory()
+	}
 	if err != nil || fi.IsDir() {
 		return nil
 	}
@@ -57,6 +68,21 @@ func (d Dir) CheckIsDir() error {
 func (d Dir) notADirectory(fi fs.FileInfo) error {
 	lfi, err := os.Lstat(string(d))
 	return &NotADirectoryError{Dir: string(d), Mode: fi.Mode(), Link: err == nil && lfi.Mode()&fs.ModeSymlink != 0}
+}
+
+// partNotADirectory finds the path above the data directory that is not a
+// directory, when looking at it failed with ENOTDIR ("stat X/sub: not a
+// directory" named neither which part nor what to do).
+func (d Dir) partNotADirectory() error {
+	for p := filepath.Dir(filepath.Clean(string(d))); ; p = filepath.Dir(p) {
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			lfi, lerr := os.Lstat(p)
+			return &NotADirectoryError{Dir: string(d), Part: p, Mode: fi.Mode(), Link: lerr == nil && lfi.Mode()&fs.ModeSymlink != 0}
+		}
+		if p == filepath.Dir(p) {
+			return nil
+		}
+	}
 }
 
 // inNotADirectory turns err, from opening a file in the directory, into a

@@ -64,6 +64,15 @@ func TestADataDirectoryThatIsNotOne(t *testing.T) {
 			}
 		}
 	}
+	// A data directory below a file: the part at fault is named.
+	below := Dir(filepath.Join(file, "sub", "cp"))
+	for name, check := range map[string]func() error{"CheckPlace": below.CheckPlace, "CheckPlaceToRead": below.CheckPlaceToRead, "CheckPrivate": below.CheckPrivate} {
+		err := check()
+		var nd *NotADirectoryError
+		if !errors.As(err, &nd) || nd.Part != file || !strings.Contains(err.Error(), file+", on the way to it, is not a directory: it is a regular file") {
+			t.Errorf("%s of %s: %v, want it to name %s as not a directory", name, below, err, file)
+		}
+	}
 	if fi, err := os.Stat(file); err != nil || fi.Size() != 6 {
 		t.Errorf("the file given as the data directory was changed: %v, %v", fi, err)
 	}

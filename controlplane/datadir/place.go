@@ -30,6 +30,12 @@ func (d Dir) CheckPlaceToRead() error {
 }
 
 func (d Dir) checkPlace(own bool) error {
+	// Its kind before its mode (a device's mode is not the data directory's to
+	// mend), and a file on the way to it before the parents (CheckParents would
+	// say only "not a directory").
+	if err := d.CheckIsDir(); err != nil {
+		return err
+	}
 	if err := statedir.CheckParents("the data directory", string(d)); err != nil {
 		var ue *statedir.UnsafePathError
 		if errors.As(err, &ue) {
@@ -43,10 +49,6 @@ func (d Dir) checkPlace(own bool) error {
 	}
 	if err != nil {
 		return err
-	}
-	// The kind before the mode: a device's mode is not the data directory's to mend.
-	if !fi.IsDir() {
-		return d.notADirectory(fi)
 	}
 	euid := os.Geteuid()
 	if uid, ok := FileOwner(fi); ok && own && uid != euid {
