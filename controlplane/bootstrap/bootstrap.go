@@ -269,7 +269,9 @@ func (b *run) lock() (*datadir.Lock, error) {
 	if _, err := os.Stat(string(b.o.Dir)); errors.Is(err, fs.ErrNotExist) {
 		b.madeDir = true
 	}
-	if err := os.MkdirAll(string(b.o.Dir), 0o700); err != nil {
+	// A read-only file system, a parent this user may not write or a full disk is
+	// the directory's place, said as the lock says it of one that exists (exit 7).
+	if err := b.o.Dir.Make(); err != nil {
 		return nil, err
 	}
 	if lock, err = b.o.Dir.Lock(command); err != nil {
@@ -346,7 +348,7 @@ func (b *run) plan() []step {
 	d := b.o.Dir
 	return []step{
 		{kind: "check", check: true, what: fmt.Sprintf("data directory %s is new, empty, or an unfinished bootstrap of mesh %s", d, b.o.Mesh),
-			run: func() (string, error) { return "", os.MkdirAll(string(d), 0o700) }},
+			run: func() (string, error) { return "", d.Make() }},
 		{kind: "check", check: true, what: fmt.Sprintf("addresses can be bound: broker %s, raft %s, cluster %s", b.cfg.Listen, b.cfg.RaftListen, b.cfg.ClusterListen),
 			run: func() (string, error) { return "", checkBindable(b.cfg.Listen, b.cfg.RaftListen, b.cfg.ClusterListen) }},
 		{kind: "check", check: true, what: "the clock is sane (certificates and token expiry depend on it)",

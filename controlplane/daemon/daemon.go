@@ -428,6 +428,11 @@ func (d *Daemon) initialise() error {
 		Validity: declarations.DefaultValidity,
 	}}, commitTimeout)
 	if err != nil {
+		// A full disk at the first start was a bare "commit init: write …: no space
+		// left on device", exit 1; it is the data directory's, as while serving.
+		if werr := d.opts.Dir.WriteFailed("initialise the mesh state", err); werr != err {
+			return werr
+		}
 		return fmt.Errorf("initialise the mesh state: %w", err)
 	}
 	return res.Err

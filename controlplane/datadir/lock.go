@@ -1,6 +1,9 @@
 package datadir
 
 import (
+	"errors"
+	"syscall"
+
 	"mesh/host/atomicfile"
 	"mesh/host/dirlock"
 )
@@ -40,6 +43,11 @@ func (d Dir) Lock(command string) (*Lock, error) {
 	l, err := dirlock.Acquire(dataDirectory, string(d), command)
 	if err == nil {
 		_, _ = atomicfile.RemoveStale(string(d)) // best effort: they only take room
+	}
+	if errors.Is(err, syscall.ENOSPC) {
+		// No room for the holder's record: a full disk, said so (it was a bare
+		// "record this process in X/lock: no space left on device").
+		return nil, d.WriteFailed("", err)
 	}
 	return l, err
 }
