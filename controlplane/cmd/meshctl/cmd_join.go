@@ -45,7 +45,7 @@ with the same token goes on. Then start the node with meshctl serve.`,
 			var heartbeat time.Duration
 			var asJSON bool
 			fs.StringVar(&dir, "data", "", "data directory for the new control node (required)")
-			fs.StringVar(&tokenFile, "token-file", "", "read the control token from this file instead of stdin")
+			fs.StringVar(&tokenFile, "token-file", "", "read the control token from this file instead of stdin (\"-\": stdin)")
 			fs.DurationVar(&heartbeat, "raft-heartbeat", replication.DefaultTimeouts().Heartbeat, "Raft heartbeat and election timeout (100ms to 1m)")
 			fs.BoolVar(&asJSON, "json", false, "print the result as JSON on stdout (the steps go to stderr)")
 			_ = c.MarkFlagDirname("data")
@@ -108,30 +108,37 @@ type joinResult struct {
 // hundred characters.
 const maxTokenInput = 16 << 10
 
-// readSecretInput reads a token from a file, MESH_TOKEN or stdin; never from the
-// command line.
+// readSecretInput reads a token from a file ("-": stdin, as `declare --file -`),
+// MESH_TOKEN or stdin; never from the command line. Whatever keeps the input from
+// being a token (a file missing, a directory or a device, one too large, a read that
+// fails) is join.ErrToken, exit 4, as an empty or garbled token is; a file another
+// user could have written stays the data directory's kind of refusal (exit 7), and an
+// interrupted prompt an interruption (exit 9).
 func readSecretInput(file string, cio *cliIO) (string, error) {
-	if file != "" {
+	switch file {
+	case "":
+		if v := cio.getenv("MESH_TOKEN"); v != "" {
+			return v, nil
+		}
+	case "-":
+		// Said so: MESH_TOKEN, set and forgotten, does not win over it.
+	default:
 		data, err := readfile.StreamChecked(file, maxTokenInput, readfile.PipeWait, trustedToken(file, cio))
-		if errors.Is(err, readfile.ErrTooLarge) {
+		switch {
+		case errors.Is(err, readfile.ErrTooLarge):
 			err = tooLargeError(fmt.Sprintf("%s is larger than %d bytes, and a token is one line of a few hundred characters", file, maxTokenInput))
+		case errors.Is(err, fs.ErrNotExist):
+			// It was a bare "open X: no such file or directory", exit 1.
+			err = fmt.Errorf("--token-file %s does not exist: give the file the control token was saved in, or the token on stdin", file)
 		}
-		if errors.Is(err, readfile.ErrTooLarge) {
-			// What cannot be a token is refused as one (exit 4, as an empty or
-			// garbled one is), not as a failure to read.
-			err = fmt.Errorf("%w: %w", join.ErrToken, err)
-		}
-		return string(data), err
-	}
-	if v := cio.getenv("MESH_TOKEN"); v != "" {
-		return v, nil
+		return string(data), tokenInputError(err)
 	}
 	if cio.stdinIsTTY {
 		// Pasted: one line, not shown (see package terminal).
 		line, _, err := terminal.ReadHidden(cio.stdin, cio.stderr,
 			"paste the control token and press Enter (it is not shown): ", "paste the control token and press Enter: ",
 			maxTokenInput, cio.hideInput)
-		return line, err
+		return line, tokenInputError(err)
 	}
 	// `meshctl join < cp2.txt`: the file the shell opened is judged as
 	// --token-file's is.
@@ -144,12 +151,23 @@ func readSecretInput(file string, cio *cliIO) (string, error) {
 	}
 	data, err := io.ReadAll(io.LimitReader(cio.stdin, maxTokenInput+1))
 	if err != nil {
-		return "", err
+		return "", tokenInputError(fmt.Errorf("read the token on stdin: %w", err))
 	}
 	if len(data) > maxTokenInput {
 		return "", fmt.Errorf("%w: the input is over %d bytes; a token is one line of a few hundred characters", join.ErrToken, maxTokenInput)
 	}
 	return string(data), nil
+}
+
+// tokenInputError makes err, from reading the token input, join.ErrToken: what
+// cannot be read as a token cannot be used as one (exit 4, as join's help says). A
+// refusal of a file another user could have written (exit 7) and an interrupted
+// prompt (exit 9) keep their own codes.
+func tokenInputError(err error) error {
+	if err == nil || errors.Is(err, statedir.ErrUnsafePath) || errors.Is(err, terminal.ErrInterrupted) || errors.Is(err, join.ErrToken) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", join.ErrToken, err)
 }
 
 // trustedToken judges the file a control token is read from (statedir.CheckInput,

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestJoinTokenInputs: `--token-file -` reads the token on stdin, as `declare
+// --file -` reads the body (it was "open -: no such file or directory", exit 1), and
+// MESH_TOKEN does not win over it. Every token input that cannot be a token (a file
+// that does not exist, said so; a directory, a device; empty, cut short or over the
+// cap; from a file, from '-' or from stdin) exits 4, as join's help says, where the
+// missing file and the device exited 1; nothing is made.
+func TestJoinTokenInputs(t *testing.T) {
+	base := t.TempDir()
+	cio := &cliIO{stdin: strings.NewReader("mesh1_from_stdin\n"), stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{},
+		getenv: func(k string) string {
+			if k == "MESH_TOKEN" {
+				return "mesh1_from_env"
+			}
+			return ""
+		}}
+	if text, err := readSecretInput("-", cio); err != nil || text != "mesh1_from_stdin\n" {
+		t.Errorf(`readSecretInput("-") = %q, %v; want what is on stdin`, text, err)
+	}
+
+	empty := filepath.Join(base, "empty.txt")
+	writeTestFile(t, empty, "")
+	cut := filepath.Join(base, "cut.txt")
+	writeTestFile(t, cut, "mesh1_demo_127.0.0.1:17300_")
+	huge := filepath.Join(base, "huge.txt")
+	writeTestFile(t, huge, strings.Repeat("x", 20<<10))
+	missing := filepath.Join(base, "nosuch.txt")
+	for _, c := range []struct {
+		name, stdin string
+		args        []string
+		says        string
+	}{
+		{"missing file", "", []string{"--token-file", missing}, "--token-file " + missing + " does not exist"},
+		{"directory", "", []string{"--token-file", base}, "is a directory"},
+		{"device", "", []string{"--token-file", "/dev/zero"}, "character device"},
+		{"empty file", "", []string{"--token-file", empty}, "token"},
+		{"cut short", "", []string{"--token-file", cut}, "token"},
+		{"huge file", "", []string{"--token-file", huge}, "a token is one line"},
+		{"'-', empty", "", []string{"--token-file", "-"}, "token"},
+		{"'-', cut short", "mesh1_demo_127.0.0.1:17300_", []string{"--token-file", "-"}, "token"},
+		{"'-', huge", strings.Repeat("x", 20<<10), []string{"--token-file", "-"}, "a token is one line"},
+		{"stdin, cut short", "mesh1_demo_127.0.0.1:17300_", nil, "token"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.name == "device" {
+				if _, err := os.Stat("/dev/zero"); err != nil {
+					t.Skip("no /dev/zero here")
+				}
+			}
+			data := filepath.Join(t.TempDir(), "new")
+			var out, errb bytes.Buffer
+			code := run(append([]string{"join", "--data", data}, c.args...),
+				&cliIO{stdin: strings.NewReader(c.stdin), stdout: &out, stderr: &errb, getenv: func(string) string { return "" }})
+			stderr := errb.String()
+			if code != exitRefused || !strings.Contains(stderr, "the token cannot be used") || !strings.Contains(stderr, c.says) || strings.Contains(stderr, "open -") {
+				t.Errorf("exit %d, want %d saying the token cannot be used (%q): %s", code, exitRefused, c.says, stderr)
+			}
+			if _, err := os.Stat(data); !os.IsNotExist(err) {
+				t.Errorf("the data directory was made: %v", err)
+			}
+		})
+	}
+}
