@@ -137,8 +137,7 @@ func RunContext(ctx context.Context, o Options) error {
 		fmt.Fprintf(o.Out, "  %d. %-9s %s%s\n", i+1, s.kind, s.what, mark)
 	}
 	if o.DryRun {
-		fmt.Fprintln(o.Out, "dry run: nothing was changed")
-		return nil
+		return b.dryRun(steps)
 	}
 	if b.complete() {
 		fmt.Fprintf(o.Out, "mesh %s is already bootstrapped in %s; nothing to do.\nstart it with: meshctl serve --data %s\n", o.Mesh, o.Dir, o.Dir)
@@ -172,6 +171,31 @@ func RunContext(ctx context.Context, o Options) error {
 	}
 	fmt.Fprintf(o.Out, "mesh %s is bootstrapped.\n  CA pin:            sha256:%s\n  operator creds:    %s\n  keep safe offline: %s and %s (only this machine can mint control tokens)\nnext: meshctl serve --data %s\n",
 		o.Mesh, b.cfg.CAPin, o.Dir.Path(datadir.AdminCredsFile), o.Dir.Path(datadir.CAKeyFile), o.Dir.Path(datadir.AccountKeyFile), o.Dir)
+	return nil
+}
+
+// dryRun runs the checks of the plan, which change nothing, and says ok or FAILED
+// for each, as the real run would: a dry run that skipped them said yes to a port in
+// use or an address not on this machine, and the real run then failed. A bootstrap
+// already complete needs no checks (the real run does nothing), and its serve would
+// hold the ports.
+func (b *run) dryRun(steps []step) error {
+	out := b.o.Out
+	if !b.complete() {
+		fmt.Fprintln(out, "checking (a dry run runs the checks only):")
+		for i, s := range steps {
+			if !s.check {
+				continue
+			}
+			note, err := s.run()
+			if err != nil {
+				fmt.Fprintf(out, "  %d. %-9s FAILED\n", i+1, s.kind)
+				return fmt.Errorf("step %d (%s): %w\ndry run: nothing was changed; fix the cause and run it again", i+1, s.kind, err)
+			}
+			fmt.Fprintf(out, "  %d. %-9s ok%s\n", i+1, s.kind, note)
+		}
+	}
+	fmt.Fprintln(out, "dry run: nothing was changed")
 	return nil
 }
 
@@ -348,7 +372,13 @@ func (b *run) plan() []step {
 	d := b.o.Dir
 	return []step{
 		{kind: "check", check: true, what: fmt.Sprintf("data directory %s is new, empty, or an unfinished bootstrap of mesh %s", d, b.o.Mesh),
-			run: func() (string, error) { return "", d.Make() }},
+			run: func() (string, error) {
+				if b.o.DryRun {
+					// Nothing is made: whether it could be is asked instead.
+					return "", d.CheckWritable()
+				}
+				return "", d.Make()
+			}},
 		{kind: "check", check: true, what: fmt.Sprintf("addresses can be bound: broker %s, raft %s, cluster %s", b.cfg.Listen, b.cfg.RaftListen, b.cfg.ClusterListen),
 			run: func() (string, error) { return "", checkBindable(b.cfg.Listen, b.cfg.RaftListen, b.cfg.ClusterListen) }},
 		{kind: "check", check: true, what: "the clock is sane (certificates and token expiry depend on it)",

@@ -33,7 +33,7 @@ mesh as bootstrapped (its id, this node, addresses and CA pin) as JSON.`,
 			fs.StringVar(&o.Node, "node", "cp-1", "this control node's id")
 			fs.StringVar(&dir, "data", "", "data directory (required)")
 			_ = c.MarkFlagDirname("data")
-			fs.BoolVar(&o.DryRun, "dry-run", false, "print the plan and change nothing")
+			fs.BoolVar(&o.DryRun, "dry-run", false, "print the plan, run its checks, and change nothing")
 			var asJSON bool
 			fs.BoolVar(&asJSON, "json", false, "print the bootstrapped mesh as JSON on stdout (the plan goes to stderr)")
 			return func(args []string) error {
