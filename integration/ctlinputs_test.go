@@ -134,3 +134,40 @@ func TestServeStartsOnAFullDisk(t *testing.T) {
 		t.Fatalf("nodes once there is room: exit %d:\n%s", r.Code, r.Combined())
 	}
 }
+
+// TestOperatorFilesExitAlike, with the built meshctl: an operator's --creds or --ca
+// that cannot be used exits 7, as the same fault in a data directory does (an empty
+// admin.creds under --data); a missing or empty --creds exited 1. A CA certificate
+// given as --creds (the flags swapped) is called a certificate that --ca takes, not
+// "an operator's login" to chmod 600.
+func TestOperatorFilesExitAlike(t *testing.T) {
+	t.Parallel()
+	cp := harness.NewControlPlane(t, bin, "opfiles")
+	creds, ca := filepath.Join(cp.Dir, "admin.creds"), filepath.Join(cp.Dir, "ca.pem")
+	base := t.TempDir()
+	empty := filepath.Join(base, "empty.creds")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(base, "nosuch.creds")
+	for _, c := range []struct {
+		name, creds, ca, says string
+	}{
+		{"--creds missing", missing, ca, "(--creds) does not exist"},
+		{"--creds empty", empty, ca, "(--creds) is empty"},
+		{"--creds a certificate", ca, creds, "is a certificate: --ca takes it"},
+		{"--ca missing", creds, missing, "(--ca) does not exist"},
+		{"--ca empty", creds, empty, "(--ca) is empty"},
+	} {
+		r := harness.Run(t, "", nil, bin.Meshctl, "nodes", "--servers", "127.0.0.1:1", "--creds", c.creds, "--ca", c.ca)
+		if r.Code != ctlExitDataDir || !strings.Contains(r.Stderr, c.says) || strings.Contains(r.Stderr, "chmod") {
+			t.Errorf("%s: exit %d, want %d saying %q:\n%s", c.name, r.Code, ctlExitDataDir, c.says, r.Combined())
+		}
+	}
+	if err := os.WriteFile(creds, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := cp.Ctl("nodes"); r.Code != ctlExitDataDir {
+		t.Errorf("an empty admin.creds under --data: exit %d, want %d:\n%s", r.Code, ctlExitDataDir, r.Combined())
+	}
+}

@@ -1,7 +1,9 @@
 package operator
 
 import (
+	"bytes"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +13,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
 
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
@@ -99,30 +104,33 @@ func DirEndpoint(dir datadir.Dir, joining bool) (Endpoint, error) {
 // CAEndpoint is the endpoint of an operator's machine: broker addresses, a .creds
 // file and the mesh CA's certificate, whose pin it computes. The brokers are then
 // checked against that pin inside the TLS handshake, exactly as on a control node.
+// A --creds or --ca file that cannot be used is an *InputFileError.
 func CAEndpoint(servers []string, creds, caFile string) (Endpoint, error) {
 	if len(servers) == 0 {
 		return Endpoint{}, fmt.Errorf("%w: no broker address", ErrEndpoint)
 	}
-	if fi, err := os.Stat(creds); err != nil {
-		return Endpoint{}, fmt.Errorf("%w: creds file: %w", ErrEndpoint, err)
-	} else if !fi.Mode().IsRegular() {
-		// Refused here, not at each connection: a FIFO would pass this check
-		// and fail only when the credentials are read.
-		return Endpoint{}, fmt.Errorf("%w: creds file: %w", ErrEndpoint, &readfile.NotRegularError{Path: creds, Mode: fi.Mode()})
-	} else if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return Endpoint{}, fmt.Errorf("%w: %w: %s (mode %v) is an operator's login to the whole mesh; make it private (chmod 600 %s) and run the command again",
-			ErrEndpoint, ErrCredsExposed, creds, perm, creds)
+	if err := checkCreds(creds); err != nil {
+		return Endpoint{}, err
 	}
 	data, err := readTrusted(caFile, "the CA file", "CA certificate")
-	if err != nil {
+	if errors.Is(err, statedir.ErrUnsafePath) {
 		return Endpoint{}, fmt.Errorf("%w: CA file: %w", ErrEndpoint, err)
 	}
-	ca, err := pki.ParseCertificatePEM(data)
 	if err != nil {
-		return Endpoint{}, fmt.Errorf("%w: CA file %s: %w", ErrEndpoint, caFile, err)
+		return Endpoint{}, unreadable(flagCA, caFile, err)
 	}
-	if !ca.IsCA {
-		return Endpoint{}, fmt.Errorf("%w: %s is not a CA certificate: give the mesh CA (ca.pem of a control node's data directory)", ErrEndpoint, caFile)
+	ca, err := pki.ParseCertificatePEM(data)
+	switch {
+	case err != nil && len(bytes.TrimSpace(data)) == 0:
+		return Endpoint{}, &InputFileError{Flag: flagCA, Path: caFile, Kind: datadir.ErrTruncated, Reason: "is empty: give the mesh CA certificate (ca.pem of a control node's data directory)"}
+	case err != nil && bytes.Contains(data, []byte("NATS USER JWT")):
+		// The flags swapped: said so, rather than "no PEM certificate".
+		return Endpoint{}, &InputFileError{Flag: flagCA, Path: caFile, Kind: datadir.ErrCorrupt,
+			Reason: "holds no PEM certificate: it is an operator's .creds file, which --creds takes; --ca takes the mesh CA certificate (ca.pem of a control node's data directory)"}
+	case err != nil:
+		return Endpoint{}, &InputFileError{Flag: flagCA, Path: caFile, Kind: datadir.ErrCorrupt, Reason: "cannot be used: " + err.Error(), Err: err}
+	case !ca.IsCA:
+		return Endpoint{}, &InputFileError{Flag: flagCA, Path: caFile, Kind: datadir.ErrCorrupt, Reason: "is not a CA certificate: give the mesh CA (ca.pem of a control node's data directory)"}
 	}
 	return Endpoint{
 		Servers: servers,
@@ -130,6 +138,127 @@ func CAEndpoint(servers []string, creds, caFile string) (Endpoint, error) {
 		Pin:     pki.PinOf(ca),
 		Hint:    "are the broker addresses right, and is `meshctl serve` running there?",
 	}, nil
+}
+
+// The flags an operator's machine names its files with, in messages.
+const (
+	flagCreds = "--creds"
+	flagCA    = "--ca"
+)
+
+// ErrUnusableFile means the operator credentials (--creds) or the mesh CA (--ca)
+// given to reach the control plane cannot be used as they are. See *InputFileError.
+var ErrUnusableFile = errors.New("an operator's credentials or CA file cannot be used")
+
+// InputFileError is a --creds or --ca file (or a NATS context's) that cannot be
+// used: Flag names which, Reason says what is wrong and what to give instead. Kind
+// is what datadir calls the same fault in a data directory (datadir.ErrMissing,
+// ErrTruncated, ErrCorrupt, ErrNotAFile, ErrTooLarge), so that an operator's file
+// and a control node's admin.creds are refused alike (meshctl exits 7 for both; a
+// missing or empty --creds exited 1, and the same fault inside --data 7). Err is
+// the file system's or the parser's error, when there is one. It matches
+// ErrEndpoint, ErrUnusableFile, Kind and Err. Its text never quotes the file.
+type InputFileError struct {
+	Flag, Path string
+	Kind       error
+	Reason     string
+	Err        error
+}
+
+func (e *InputFileError) Error() string {
+	name := "CA"
+	if e.Flag == flagCreds {
+		name = "creds"
+	}
+	return fmt.Sprintf("%v: the %s file %s (%s) %s", ErrEndpoint, name, e.Path, e.Flag, e.Reason)
+}
+
+// Unwrap returns ErrEndpoint, ErrUnusableFile, the kind of fault and its cause.
+func (e *InputFileError) Unwrap() []error {
+	errs := []error{ErrEndpoint, ErrUnusableFile, e.Kind}
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	return errs
+}
+
+// unreadable is the *InputFileError of a --creds or --ca file that could not be read
+// as one: absent, not a regular file, over 1 MiB, or refused by the file system.
+func unreadable(flag, path string, err error) error {
+	e := &InputFileError{Flag: flag, Path: path, Err: err, Kind: datadir.ErrCorrupt, Reason: "cannot be read: " + err.Error()}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		e.Kind, e.Reason = datadir.ErrMissing, "does not exist"
+		if flag == flagCreds {
+			e.Reason += ": give the operator's .creds file (admin.creds of a control node's data directory)"
+		} else {
+			e.Reason += ": give the mesh CA certificate (ca.pem of a control node's data directory)"
+		}
+	case errors.Is(err, readfile.ErrNotRegular):
+		e.Kind = datadir.ErrNotAFile
+	case errors.Is(err, ErrFileTooLarge):
+		e.Kind = datadir.ErrTooLarge
+	case errors.Is(err, fs.ErrPermission):
+		e.Kind = datadir.ErrUnreadable
+	}
+	return e
+}
+
+// checkCreds judges an operator's .creds file before any connection uses it: what
+// it holds first, then its mode. A CA certificate given as --creds (the flags
+// swapped) was told it was "an operator's login to the whole mesh" and to be made
+// private, which mended nothing; an empty or missing one exited 1 from the
+// connection. Its errors are *InputFileError, or ErrCredsExposed for a file group or
+// others may read. Nothing of the file is quoted.
+func checkCreds(creds string) error {
+	var mode fs.FileMode
+	data, err := readSmallChecked(creds, func(fi fs.FileInfo) error { mode = fi.Mode(); return nil })
+	if err != nil {
+		return unreadable(flagCreds, creds, err)
+	}
+	defer clear(data)
+	if reason, kind := credsProblem(data); kind != nil {
+		return &InputFileError{Flag: flagCreds, Path: creds, Kind: kind, Reason: reason}
+	}
+	if perm := mode.Perm(); perm&0o077 != 0 {
+		return fmt.Errorf("%w: %w: %s (mode %v) is an operator's login to the whole mesh; make it private (chmod 600 %s) and run the command again",
+			ErrEndpoint, ErrCredsExposed, creds, perm, creds)
+	}
+	return nil
+}
+
+// credsProblem says what keeps data from being a .creds file (the user JWT and its
+// seed, each between its BEGIN and END lines): in words, and the kind of fault as
+// datadir names it; a nil kind when it is one.
+func credsProblem(data []byte) (reason string, kind error) {
+	const what = "a .creds file holds the operator's user JWT and its seed (admin.creds of a control node's data directory)"
+	if len(bytes.TrimSpace(data)) == 0 {
+		return "is empty: " + what, datadir.ErrTruncated
+	}
+	if block, _ := pem.Decode(data); block != nil {
+		if block.Type == "CERTIFICATE" {
+			return "is a certificate: --ca takes it; --creds takes the operator's .creds file (admin.creds of a control node's data directory)", datadir.ErrCorrupt
+		}
+		return fmt.Sprintf("holds a PEM block of type %q, not operator credentials: %s", block.Type, what), datadir.ErrCorrupt
+	}
+	text, err := jwt.ParseDecoratedJWT(data)
+	if err == nil {
+		_, err = jwt.DecodeUserClaims(text)
+	}
+	if err == nil {
+		var kp nkeys.KeyPair
+		if kp, err = jwt.ParseDecoratedUserNKey(data); err == nil {
+			kp.Wipe()
+		}
+	}
+	if err == nil {
+		return "", nil
+	}
+	// A block begun and never ended: a copy or a write cut short.
+	if bytes.Count(data, []byte("-----BEGIN ")) > bytes.Count(data, []byte("-----END ")) {
+		return "is cut short (a block of it has no END line): " + what, datadir.ErrTruncated
+	}
+	return "is not operator credentials: " + what, datadir.ErrCorrupt
 }
 
 // maxSmallFile bounds the CA file, a NATS context file and a credentials file: each
