@@ -15,7 +15,6 @@ import (
 	"strings"
 
 	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nkeys"
 
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
@@ -245,18 +244,23 @@ func credsProblem(data []byte) (reason string, kind error) {
 	if err == nil {
 		_, err = jwt.DecodeUserClaims(text)
 	}
-	if err == nil {
-		var kp nkeys.KeyPair
-		if kp, err = jwt.ParseDecoratedUserNKey(data); err == nil {
-			kp.Wipe()
-		}
+	hasJWT := err == nil
+	kp, err := jwt.ParseDecoratedUserNKey(data)
+	hasSeed := err == nil
+	if hasSeed {
+		kp.Wipe()
 	}
-	if err == nil {
+	switch {
+	case hasJWT && hasSeed:
 		return "", nil
-	}
-	// A block begun and never ended: a copy or a write cut short.
-	if bytes.Count(data, []byte("-----BEGIN ")) > bytes.Count(data, []byte("-----END ")) {
+	case bytes.Count(data, []byte("-----BEGIN ")) > bytes.Count(data, []byte("-----END ")):
+		// A block begun and never ended: a copy or a write cut short.
 		return "is cut short (a block of it has no END line): " + what, datadir.ErrTruncated
+	case hasSeed:
+		// Never sent: nats.go would send the seed itself as the JWT (ErrNoUserJWT).
+		return "holds no user JWT (an nkey seed file alone is not a .creds file): " + what, datadir.ErrCorrupt
+	case hasJWT:
+		return "holds no user seed: " + what, datadir.ErrCorrupt
 	}
 	return "is not operator credentials: " + what, datadir.ErrCorrupt
 }

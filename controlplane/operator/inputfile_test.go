@@ -48,6 +48,8 @@ func TestOperatorFilesThatCannotBeUsed(t *testing.T) {
 	garbage := file("garbage", []byte("not credentials\n"))
 	leafFile := file("leaf.pem", leaf.CertPEM)
 	missing := filepath.Join(dir, "nosuch")
+	seedOnly := file("seed.creds", whole[strings.Index(string(whole), "-----BEGIN USER NKEY SEED-----"):])
+	jwtOnly := file("jwt.creds", whole[:strings.Index(string(whole), "-----BEGIN USER NKEY SEED-----")])
 	for _, c := range []struct {
 		name, creds, ca string
 		kind            error
@@ -59,6 +61,8 @@ func TestOperatorFilesThatCannotBeUsed(t *testing.T) {
 		{"creds garbage", garbage, caFile, datadir.ErrCorrupt, "(--creds) is not operator credentials"},
 		{"creds a certificate (the flags swapped)", caFile, creds, datadir.ErrCorrupt, "(--creds) is a certificate: --ca takes it; --creds takes the operator's .creds file"},
 		{"creds a directory", dir, caFile, datadir.ErrNotAFile, "a directory"},
+		{"creds a seed alone", seedOnly, caFile, datadir.ErrCorrupt, "(--creds) holds no user JWT"},
+		{"creds a JWT alone", jwtOnly, caFile, datadir.ErrCorrupt, "(--creds) holds no user seed"},
 		{"CA missing", creds, missing, datadir.ErrMissing, "the CA file " + missing + " (--ca) does not exist: give the mesh CA certificate"},
 		{"CA empty", creds, empty, datadir.ErrTruncated, "(--ca) is empty"},
 		{"CA garbage", creds, garbage, datadir.ErrCorrupt, "(--ca) cannot be used"},

@@ -288,7 +288,7 @@ func TestLogFormatFlag(t *testing.T) {
 }
 
 // operatorFiles writes what an operator's machine holds: a CA certificate and a
-// .creds file (only its existence is checked before dialling).
+// .creds file (judged before dialling: it must be one).
 func operatorFiles(t *testing.T) (dir, ca, creds string) {
 	t.Helper()
 	dir = t.TempDir()
@@ -299,7 +299,15 @@ func operatorFiles(t *testing.T) (dir, ca, creds string) {
 	ca = filepath.Join(dir, "ca.pem")
 	creds = filepath.Join(dir, "admin.creds")
 	writeTestFile(t, ca, string(c.CertPEM))
-	writeTestFile(t, creds, "not read before dialling")
+	account, err := nkeys.CreateAccount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	credsText, err := bootstrap.OperatorCreds(account, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTestFile(t, creds, string(credsText))
 	return dir, ca, creds
 }
 
