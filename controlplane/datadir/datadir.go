@@ -180,6 +180,12 @@ func ParseConfig(data []byte) (Config, error) {
 	if len(trimmed) == 0 {
 		return Config{}, fmt.Errorf("%w: it is empty", ErrTruncated)
 	}
+	if bytes.HasPrefix(trimmed, []byte("\xef\xbb\xbf")) {
+		// Refused, not skipped: every JSON file the mesh reads is read one way
+		// (decision 0024), and none of its readers skips one; but said as what it
+		// is, where it was "not a JSON object".
+		return Config{}, fmt.Errorf("%w: it starts with a UTF-8 byte order mark (an editor added it when the file was saved): remove it (save it as UTF-8 without a BOM); meshctl writes mesh.json without one", ErrCorrupt)
+	}
 	if trimmed[0] != '{' {
 		return Config{}, fmt.Errorf("%w: it is not a JSON object", ErrCorrupt)
 	}
