@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -38,7 +39,11 @@ func TestStory(t *testing.T) {
 	if got := readConfig(t, cp.Dir)["ca_pin"]; got != pin {
 		t.Fatalf("re-running bootstrap changed the CA pin: %s -> %s", pin, got)
 	}
-	dry := harness.Run(t, "", nil, bin.Meshctl, "bootstrap", "--mesh", "other", "--listen", "127.0.0.1:1", "--data", filepath.Join(t.TempDir(), "x"), "--dry-run")
+	// The dry run binds its addresses to check them: free ones, above the ports
+	// only root may bind.
+	free := harness.FreePorts(t, 3)
+	dry := harness.Run(t, "", nil, bin.Meshctl, "bootstrap", "--mesh", "other", "--listen", fmt.Sprintf("127.0.0.1:%d", free[0]),
+		"--raft-listen", fmt.Sprintf("127.0.0.1:%d", free[1]), "--cluster-listen", fmt.Sprintf("127.0.0.1:%d", free[2]), "--data", filepath.Join(t.TempDir(), "x"), "--dry-run")
 	if dry.Code != 0 || !strings.Contains(dry.Stdout, "dry run: nothing was changed") || !strings.Contains(dry.Stdout, "generate the mesh CA") {
 		t.Fatalf("--dry-run: (%d)\n%s", dry.Code, dry.Combined())
 	}

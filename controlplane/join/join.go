@@ -305,7 +305,9 @@ func (r *run) lock() (*datadir.Lock, string, error) {
 	if lock != nil {
 		return lock, note, nil
 	}
-	if err := os.MkdirAll(string(d), 0o700); err != nil {
+	// A read-only file system, no write access or a full disk is said as such
+	// (exit 7), not as mkdir's raw error.
+	if err := d.Make(); err != nil {
 		return nil, "", err
 	}
 	if lock, err = d.Lock("meshctl join"); err != nil {

@@ -1,0 +1,35 @@
+package join
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/controlplane/datadir"
+	"mesh/host/dirlock"
+	"mesh/tokenfmt"
+)
+
+// TestJoinOnAReadOnlyFileSystem: a join whose new data directory would be on a
+// read-only file system says so (dirlock.ErrNotWritable: exit 7, "mount it
+// read-write"), as bootstrap does; it was mkdir's bare error, exit 1.
+func TestJoinOnAReadOnlyFileSystem(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a read-only file system")
+	}
+	ro := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "ro,size=64k,mode=0700", "tmpfs", ro).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v: %s)", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", ro).Run() })
+	tok := controlToken(t, "127.0.0.1:1", [32]byte{1}, tokenfmt.RoleControl, time.Now())
+	dir := filepath.Join(ro, "cp")
+	err := Join(t.Context(), Options{Dir: datadir.Dir(dir), Token: tok})
+	if !errors.Is(err, dirlock.ErrNotWritable) || !strings.Contains(err.Error(), "read-only file system") {
+		t.Fatalf("join into %s on a read-only file system: %v, want it said as such", dir, err)
+	}
+}
