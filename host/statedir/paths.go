@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"mesh/host/readfile"
 )
 
 // ErrUnsafePath: a file the agent acts on (the hooks file) or a directory above the
@@ -68,8 +70,14 @@ func CheckFile(what, path string) (string, error) {
 }
 
 // OpenFile opens, to read it, a file the agent acts on that passes CheckFile, as a
-// regular file only (without waiting if a FIFO is there).
+// regular file only (without waiting if a FIFO is there): anything else is a
+// *readfile.NotRegularError (readfile.ErrNotRegular), decided before its owner and
+// mode are, since advice to chmod a device (/dev/zero given as the hooks file)
+// would break the device for the whole machine and leave the mistake in place.
 func OpenFile(what, path string) (*os.File, error) {
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		return nil, &readfile.NotRegularError{Path: path, Mode: fi.Mode()}
+	}
 	real, err := CheckFile(what, path)
 	if err != nil {
 		return nil, err
@@ -78,9 +86,14 @@ func OpenFile(what, path string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+	// Looked at again on the descriptor: what is read is what was judged.
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = &readfile.NotRegularError{Path: path, Mode: fi.Mode()}
+	}
+	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("%s %s is not a regular file", what, path)
+		return nil, err
 	}
 	return f, nil
 }
