@@ -102,6 +102,62 @@ func hexField(f []byte, name string, width int) (uint64, bool) {
 	return v, err == nil
 }
 
+// addedTo says why data, a state file whose size is not two whole slots, is not one
+// cut short but one with bytes added to it (a copy appended to, a file extended),
+// or "" when it may be cut short. A file cut short is the start of one the agent
+// wrote: a record, zeros to the end of its slot, then the second slot's record (or
+// zeros) from a page boundary, and zeros to the end of the file's two slots. Calling
+// a file of 3 MB "truncated" sent the operator looking for what was missing.
+func addedTo(data []byte) string {
+	_, first, reason := readRecord(data)
+	if reason != "" {
+		return "" // the first record is torn: cut short, or damaged where it was
+	}
+	end := headerLen + len(first)
+	next := nonZero(data, end)
+	if next < 0 {
+		return ""
+	}
+	if next%pageSize != 0 || !startsRecord(data[next:]) {
+		return fmt.Sprintf("it is %d bytes, and from byte %d on it holds what no state file holds: something was added to it (it is not cut short)", len(data), next)
+	}
+	// The second slot starts at next: the file the agent wrote is two slots of
+	// that size.
+	size := next
+	if len(data) > 2*size {
+		return fmt.Sprintf("it is %d bytes, more than its two slots of %d bytes each: something was added after them (it is not cut short)", len(data), size)
+	}
+	_, second, reason := readRecord(data[size:])
+	if reason != "" {
+		return ""
+	}
+	if extra := nonZero(data, size+headerLen+len(second)); extra >= 0 {
+		return fmt.Sprintf("it is %d bytes, and from byte %d on, after its second record, it holds what no state file holds: something was added to it (it is not cut short)", len(data), extra)
+	}
+	return ""
+}
+
+// startsRecord reports whether b starts with a record's magic, or is cut short
+// within it.
+func startsRecord(b []byte) bool {
+	magic := []byte(recordMagic + " ")
+	if len(b) < len(magic) {
+		return bytes.HasPrefix(magic, b)
+	}
+	return bytes.HasPrefix(b, magic)
+}
+
+// nonZero is the offset of the first byte of data at or after from that is not
+// zero, or -1.
+func nonZero(data []byte, from int) int {
+	for i := from; i < len(data); i++ {
+		if data[i] != 0 {
+			return i
+		}
+	}
+	return -1
+}
+
 func allZero(b []byte) bool {
 	for _, c := range b {
 		if c != 0 {
@@ -138,6 +194,9 @@ func readSlots(data []byte) (slots, *fileFault) {
 			// Not a state file cut short but something else: JSON written by hand,
 			// say, taking it for the legacy file.
 			return slots{}, &fileFault{corrupt: "it does not start with a record's header, and it is not two whole slots"}
+		}
+		if reason := addedTo(data); reason != "" {
+			return slots{}, &fileFault{corrupt: reason}
 		}
 		return slots{}, &fileFault{truncated: true}
 	}
