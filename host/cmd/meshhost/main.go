@@ -301,7 +301,7 @@ func parse(fs *flag.FlagSet, args []string, cio *cliIO) error {
 func cmdEnrol(args []string, cio *cliIO) error {
 	fs := newFlags("enrol", cio)
 	stateDir := fs.String("state", "", "state directory for the identity and applied state (required)")
-	tokenFile := fs.String("token-file", "", "read the token from this file instead of stdin")
+	tokenFile := fs.String("token-file", "", "read the token from this file instead of stdin (- is stdin)")
 	timeout := durationFlag(fs, "timeout", defaultEnrolTimeout, "how long to wait for the mesh's answer (1s to 10m)")
 	asJSON := fs.Bool("json", false, "print the result as JSON on stdout (the steps go to stderr)")
 	if err := parse(fs, args, cio); err != nil {
@@ -386,10 +386,14 @@ func cmdEnrol(args []string, cio *cliIO) error {
 
 // readToken takes the token from --token-file, MESH_TOKEN, the systemd credential
 // mesh-token ($CREDENTIALS_DIRECTORY/mesh-token, LoadCredential=) or stdin, in that
-// order. It never comes from the command line, where other users and shell history
-// could see it.
+// order; --token-file - is stdin, as meshctl declare's --file - is. It never comes
+// from the command line, where other users and shell history could see it.
 func readToken(file string, cio *cliIO) (string, error) {
-	if file == "" {
+	fromStdin := file == "-"
+	if fromStdin {
+		file = ""
+	}
+	if file == "" && !fromStdin {
 		if dir := cio.getenv("CREDENTIALS_DIRECTORY"); dir != "" && cio.getenv("MESH_TOKEN") == "" {
 			if cred := filepath.Join(dir, credentialName); fileExists(cred) {
 				file = cred
@@ -402,6 +406,9 @@ func readToken(file string, cio *cliIO) (string, error) {
 		// A pipe is read until its writer closes it; a FIFO nothing writes to is
 		// given up on after readfile.PipeWait; a directory or a device is refused.
 		data, err := readfile.StreamChecked(file, maxTokenInput, readfile.PipeWait, trustedToken(file, cio))
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("%w: --token-file %s does not exist (give the file the token was saved in, or - to read it from stdin)", enrol.ErrToken, file)
+		}
 		if errors.Is(err, readfile.ErrTooLarge) {
 			return "", fmt.Errorf("%w: %s is over %d bytes; a token is one line of a few hundred characters", enrol.ErrToken, file, maxTokenInput)
 		}
@@ -412,7 +419,7 @@ func readToken(file string, cio *cliIO) (string, error) {
 			return "", fmt.Errorf("%w: %v", enrol.ErrToken, err)
 		}
 		return string(data), nil
-	case cio.getenv("MESH_TOKEN") != "":
+	case cio.getenv("MESH_TOKEN") != "" && !fromStdin:
 		return cio.getenv("MESH_TOKEN"), nil
 	default:
 		if cio.stdinIsTTY {

@@ -145,7 +145,7 @@ func TestTokenInputs(t *testing.T) {
 		{"empty stdin", "", nil, nil, "no token given"},
 		{"garbage", "hello world\n", nil, nil, "not"},
 		{"oversized", strings.Repeat("m", 20<<10), nil, nil, "over 16384 bytes"},
-		{"missing file", "", nil, []string{"--token-file", dir + "/nope"}, "no such file"},
+		{"missing file", "", nil, []string{"--token-file", dir + "/nope"}, "--token-file " + dir + "/nope does not exist"},
 		{"truncated in env", "", map[string]string{"MESH_TOKEN": "mesh1_demo_127.0.0.1:7300_ab"}, nil, "truncated"},
 	}
 	for _, c := range cases {

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"mesh/host/enrol"
+	"mesh/host/statedir"
+)
+
+// TestTokenFileDashIsStdin: --token-file - reads the token from stdin, as meshctl
+// declare's --file - does, ahead of MESH_TOKEN (the flag was given); a file on stdin
+// that others may write is judged as any token file. Before, it failed with "open -:
+// no such file or directory".
+func TestTokenFileDashIsStdin(t *testing.T) {
+	tok, _ := realToken(t)
+	env := map[string]string{"MESH_TOKEN": "mesh1_from_the_environment"}
+	for name, cio := range map[string]*cliIO{
+		"stdin":                 &cliIO{stdin: strings.NewReader(tok + "\n"), stderr: &bytes.Buffer{}, getenv: func(string) string { return "" }},
+		"stdin over MESH_TOKEN": &cliIO{stdin: strings.NewReader(tok + "\n"), stderr: &bytes.Buffer{}, getenv: func(k string) string { return env[k] }},
+	} {
+		got, err := readToken("-", cio)
+		if err != nil || strings.TrimSpace(got) != tok {
+			t.Errorf("%s: got %q, %v; want the token on stdin", name, got, err)
+		}
+	}
+	// A 20 KiB stdin is refused as over the cap, not read whole.
+	if _, err := readToken("-", &cliIO{stdin: strings.NewReader(strings.Repeat("m", 20<<10)), stderr: &bytes.Buffer{}, getenv: func(string) string { return "" }}); !errors.Is(err, enrol.ErrToken) {
+		t.Errorf("20 KiB on stdin: %v, want enrol.ErrToken", err)
+	}
+	// A file others may write, opened by the shell as stdin, is refused as
+	// --token-file's would be.
+	open := filepath.Join(t.TempDir(), "token.txt")
+	if err := os.WriteFile(open, []byte(tok), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(open, 0o666)
+	f, err := os.Open(open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := readToken("-", &cliIO{stdin: f, stderr: &bytes.Buffer{}, getenv: func(string) string { return "" }}); !errors.Is(err, statedir.ErrUnsafePath) {
+		t.Errorf("a world-writable file on stdin: %v, want statedir.ErrUnsafePath", err)
+	}
+}
+
+// TestTokenFileThatDoesNotExist: a --token-file that is not there is said so, exit 3
+// as any token file that cannot be used, and nothing is made on disk. Before, it was
+// "open X: no such file or directory".
+func TestTokenFileThatDoesNotExist(t *testing.T) {
+	dir := t.TempDir()
+	for _, file := range []string{filepath.Join(dir, "nosuch"), filepath.Join(dir, "nosuch", "token.txt"), "./-", "--"} {
+		state := filepath.Join(dir, "state")
+		code, _, stderr := runCLI("", nil, "enrol", "--state", state, "--token-file="+file)
+		if code != exitToken || !strings.Contains(stderr, "--token-file "+file+" does not exist") {
+			t.Errorf("--token-file %s: exit %d, %q; want %d and it does not exist", file, code, stderr, exitToken)
+		}
+		if _, err := os.Stat(state); !os.IsNotExist(err) {
+			t.Errorf("--token-file %s: the state directory was made (%v)", file, err)
+		}
+	}
+}
