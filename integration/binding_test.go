@@ -100,8 +100,8 @@ func TestEnrolmentThroughALeafRelaySendsNoSecret(t *testing.T) {
 	}
 	h := harness.NewHost(t, bin, "web-1")
 	r := h.Enrol(tokenVia(t, text, relay.Addr()))
-	if r.Code != hostExitToken {
-		t.Fatalf("enrol through the relay: exit %d, want %d (the mesh refused the login):\n%s", r.Code, hostExitToken, r.Combined())
+	if r.Code != hostExitUnreachable {
+		t.Fatalf("enrol through the relay: exit %d, want %d (the mesh refused the login):\n%s", r.Code, hostExitUnreachable, r.Combined())
 	}
 	sent := relay.Sent()
 	if !bytes.Contains(sent, []byte("CONNECT")) {

@@ -22,7 +22,7 @@ func TestDemo(t *testing.T) {
 		"web-1  worker  alive",
 		"now holds: \"welcome to web-1",
 		"application bytes the impostor received: 0; credentials it saw: 0; identity saved: false",
-		"meshhost enrol: refused (token_unknown)",
+		"meshhost enrol: refused (login_refused)",
 		"the token's secret among them: false",
 		"the agent stopped: this node was revoked",
 		"the agent started again with the revoked key: stopped on the signed notice",

@@ -197,9 +197,10 @@ func (e *RefusedError) Unwrap() error { return ErrRefused }
 // Retryable reports whether running enrol again with the same token may succeed:
 // the mesh could not take the enrolment now (unavailable), or failed to answer one
 // it may have committed (internal), which a repeat with the same token and key is
-// answered from the state.
+// answered from the state, or its broker refused the login (login_refused), which
+// it does for a moment as well as for good.
 func (e *RefusedError) Retryable() bool {
-	return e.Code == wire.CodeUnavailable || e.Code == wire.CodeInternal
+	return e.Code == wire.CodeUnavailable || e.Code == wire.CodeInternal || e.Code == wire.CodeLoginRefused
 }
 
 type run struct {
@@ -520,7 +521,16 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 		}
 	}
 	if refused > 0 {
-		return nil, "", &RefusedError{Code: wire.CodeTokenUnknown, Message: "the mesh refused the token: it never minted it (or it expired more than a day ago), the node key it enrolled was revoked, this address made too many failed attempts in the last minute, or too many connections used this token in the last 30 seconds (then wait a minute and run enrol again), or no control node reached had room for another host (their logs say so; the token is not spent: run enrol again once there is room); or something on the path that holds a certificate of the mesh (a removed control node) relayed the connection, and the mesh refused the relayed login: the secret was not sent"}
+		// The broker refuses a login without saying why, so no cause is asserted:
+		// some pass within a minute, others never do. Calling it token_unknown
+		// ("ask for a new token", exit 3) sent people after a new token when
+		// waiting a minute would have done.
+		return nil, "", &RefusedError{Code: wire.CodeLoginRefused, Message: "the mesh's broker refused the enrolment's login without saying why; the token was not spent and nothing was saved but the pending key, kept for a run with the same token. " +
+			"It refuses while too many connections used this token in the last 30 seconds or this address made too many failed attempts in the last minute, and while no control node reached has room for another host (their logs say so): " +
+			"for these, wait a minute and run enrol again with the same token. " +
+			"It refuses for good a token this mesh never minted (or one that expired more than a day ago, or minted by a meshctl older than the control plane's), a node key that was revoked, " +
+			"and a login relayed by something on the path that holds a certificate of the mesh (a removed control node; the secret was not sent): " +
+			"if a run a minute later is refused again, ask the operator whether the token is pending (meshctl token list) and for a new one"}
 	}
 	if clockErr != nil && substituted == 0 {
 		// A broker that is the mesh by its chain but was refused for this

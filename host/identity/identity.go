@@ -319,7 +319,7 @@ func loadKeyPair(path string, read readFunc) (Identity, *KeyPair, error) {
 				// this file does not record: both courses are given. (enrol removes the
 				// file when the mesh refuses the token for good.)
 				return Identity{}, nil, fmt.Errorf("%w (there is no %s): an enrolment was started here and did not finish (%s holds the key it presented). "+
-					"If its last attempt could be retried (exit 7: no broker answered, no answer came, or the mesh answered unavailable or internal), "+
+					"If its last attempt could be retried (exit 7: no broker answered, no answer came, the mesh answered unavailable or internal, or its broker refused the login), "+
 					"run meshhost enrol again with the same token to finish it: it presents the same key, which the mesh may have recorded. "+
 					"If the mesh refused the token (exit 3: used, expired, unknown, cancelled), ask the operator for a new token (meshctl token) and enrol with it; that replaces this key",
 					ErrNotEnrolled, path, PendingFileName)
