@@ -75,14 +75,17 @@ func (e *NotALockError) Error() string {
 // Is makes errors.Is(err, ErrNotALock) hold.
 func (e *NotALockError) Is(target error) bool { return target == ErrNotALock }
 
-// ErrNotWritable means this process may not write the directory's lock file: the
-// directory belongs to another user, or sits on a read-only file system.
+// ErrNotWritable means this process cannot make or write the directory or its lock
+// file: the directory belongs to another user, sits on a read-only or full file
+// system, or is not a directory.
 var ErrNotWritable = errors.New("directory not writable")
 
 // NotWritableError is ErrNotWritable with the directory and the reason.
 type NotWritableError struct {
 	What, Dir string
-	Err       error // the open's error: EACCES, EPERM or EROFS
+	// Err is the error of the mkdir, the open or the write: EACCES, EPERM, EROFS,
+	// ENOSPC, EDQUOT or ENOTDIR.
+	Err error
 }
 
 func (e *NotWritableError) Error() string {
@@ -90,11 +93,35 @@ func (e *NotWritableError) Error() string {
 	if what == "" {
 		what = "directory"
 	}
-	if errors.Is(e.Err, syscall.EROFS) {
+	var pe *fs.PathError
+	made := errors.As(e.Err, &pe) && pe.Op == "mkdir"
+	switch {
+	case errors.Is(e.Err, syscall.EROFS):
 		return fmt.Sprintf("%s %s is on a read-only file system (%v): the process writes its files there; mount it read-write, or give one that is", what, e.Dir, e.Err)
+	case errors.Is(e.Err, syscall.ENOSPC), errors.Is(e.Err, syscall.EDQUOT):
+		return fmt.Sprintf("%s %s cannot be written: its file system is full, or this user's quota on it (%v); free space there (df %s), or give a directory on another file system, then run this again",
+			what, e.Dir, e.Err, e.Dir)
+	case errors.Is(e.Err, syscall.ENOTDIR):
+		return fmt.Sprintf("%s %s cannot be used: it, or a directory on its path, is a file, not a directory (%v); give the path of a directory (ls -ld %s shows what is there)",
+			what, e.Dir, e.Err, e.Dir)
+	case made:
+		return fmt.Sprintf("%s %s cannot be made by this user (uid %d: %v): make it as the user the directory above it belongs to (root, under the packaged units), or run the command as that user",
+			what, e.Dir, os.Geteuid(), e.Err)
 	}
 	return fmt.Sprintf("%s %s cannot be written by this user (uid %d: %v): run the command as the user the directory belongs to (root, or the service's user, under the packaged units)",
 		what, e.Dir, os.Geteuid(), e.Err)
+}
+
+// NotWritable reports whether err is one of the file system's refusals
+// NotWritableError explains: no permission, a read-only or full file system, a path
+// through a file.
+func NotWritable(err error) bool {
+	for _, errno := range []syscall.Errno{syscall.EACCES, syscall.EPERM, syscall.EROFS, syscall.ENOSPC, syscall.EDQUOT, syscall.ENOTDIR} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	return false
 }
 
 // Is makes errors.Is(err, ErrNotWritable) hold.
@@ -136,7 +163,9 @@ func AcquireExisting(what, dir, command string) (*Lock, error) {
 func acquire(what, dir, command string, create int) (*Lock, error) {
 	path := filepath.Join(dir, File)
 	f, err := os.OpenFile(path, os.O_RDWR|create|noFollow, 0o600)
-	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EROFS) {
+	if NotWritable(err) {
+		// ENOTDIR too: dir is a file (or behind one), which the open's own words,
+		// "open the lock of …: not a directory", left to the reader to work out.
 		return nil, &NotWritableError{What: what, Dir: dir, Err: err}
 	}
 	if errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.EISDIR) {
@@ -165,6 +194,10 @@ func acquire(what, dir, command string, create int) (*Lock, error) {
 	data, _ := json.Marshal(record{PID: os.Getpid(), Command: command})
 	if err := writeRecord(f, append(data, '\n')); err != nil {
 		f.Close()
+		if NotWritable(err) {
+			// A full disk: said as one, as the open's refusals are.
+			return nil, &NotWritableError{What: what, Dir: dir, Err: fmt.Errorf("record this process in %s: %w", path, err)}
+		}
 		return nil, fmt.Errorf("record this process in %s: %w", path, err)
 	}
 	return &Lock{f: f}, nil

@@ -15,8 +15,11 @@ import (
 	"io/fs"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strconv"
+	"syscall"
 
+	"mesh/host/dirlock"
 	"mesh/host/readfile"
 )
 
@@ -101,17 +104,24 @@ func (e *UnsafeError) Error() string {
 func (e *UnsafeError) Is(target error) bool { return target == ErrUnsafe }
 
 // NotDirError is a state directory that is something else: Mode is what is at Dir,
-// its links followed; Link says Dir itself is a symbolic link. It matches ErrNotDir.
+// its links followed; Link says Dir itself is a symbolic link. When Part is set,
+// Dir does not exist, and Part, a directory above it, is not one: Mode is then
+// Part's. It matches ErrNotDir.
 type NotDirError struct {
 	Dir  string
 	Mode fs.FileMode
 	Link bool
+	Part string
 }
 
 func (e *NotDirError) Error() string {
 	what := readfile.Kind(e.Mode)
 	if e.Link {
 		what = "a symbolic link to " + what
+	}
+	if e.Part != "" {
+		return fmt.Sprintf("the state directory %s cannot be there: %s, on its path, is %s, not a directory; nothing was read or written. "+
+			"Give the path of a directory (ls -ld %s shows what is there)", e.Dir, e.Part, what, e.Part)
 	}
 	return fmt.Sprintf("the state directory %s is not a directory: it is %s; nothing was read from it or written to it. "+
 		"--state names the directory meshhost enrol made (the one holding %s), not a file in it (ls -l %s shows what is there)",
@@ -143,12 +153,82 @@ func (e *FileError) Error() string {
 func (e *FileError) Is(target error) bool { return target == e.Kind }
 
 // Prepare creates dir (mode 0700, and its missing parents) if it is absent, and
-// checks it as Check does: what enrolment does before it writes anything there.
+// checks it as Check does: what enrolment does before it writes anything there. A
+// directory it may not make, on a read-only or full file system, is a
+// *dirlock.NotWritableError, as one it may not write; one under a file is a
+// *NotDirError.
 func Prepare(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
+		if errors.Is(err, syscall.ENOTDIR) {
+			if cerr := Check(dir); errors.Is(cerr, ErrNotDir) {
+				return cerr
+			}
+		}
+		if dirlock.NotWritable(err) {
+			return &dirlock.NotWritableError{What: "state directory", Dir: dir, Err: err}
+		}
 		return fmt.Errorf("creating the state directory: %w", err)
 	}
 	return Check(dir)
+}
+
+// Create is Prepare for a command that takes back what it made when it saved
+// nothing there (enrol: a refused token, a full disk). It returns the directories it
+// made, dir first, then the parents it made, nearest first; an error with them, when
+// it made some before it failed.
+func Create(dir string) (made []string, err error) {
+	for d := filepath.Clean(dir); ; {
+		if _, err := os.Lstat(d); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		made = append(made, d)
+		parent := filepath.Dir(d)
+		if parent == d {
+			break
+		}
+		d = parent
+	}
+	err = Prepare(dir)
+	for len(made) > 0 {
+		if _, serr := os.Lstat(made[len(made)-1]); serr == nil {
+			break
+		}
+		made = made[:len(made)-1] // not made after all: the failure came first
+	}
+	return made, err
+}
+
+// RemoveMade takes back the directories Create made, when nothing was saved in
+// them: the state directory only if it holds nothing but its lock file (so an
+// enrolment's pending key, kept for a run with the same token, keeps it), then the
+// parents Create made, each only if empty. Call it with the directory's lock held:
+// a process that opened the lock file meanwhile is refused it, and one that comes
+// later makes the directory afresh. It reports whether it removed the directory.
+func RemoveMade(made []string) (bool, error) {
+	if len(made) == 0 {
+		return false, nil
+	}
+	dir := made[0]
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false, err
+	}
+	for _, e := range entries {
+		if e.Name() != dirlock.File || !e.Type().IsRegular() {
+			return false, nil
+		}
+	}
+	if len(entries) == 1 {
+		if err := os.Remove(filepath.Join(dir, dirlock.File)); err != nil {
+			return false, err
+		}
+	}
+	for _, d := range made {
+		if err := os.Remove(d); err != nil {
+			return d != dir, nil // a parent in use since: left
+		}
+	}
+	return true, nil
 }
 
 // Check refuses a state directory that another user owns or that group or others
@@ -163,6 +243,13 @@ func Check(dir string) error {
 		// A directory above it this user may not pass through: the agent's,
 		// run by hand as another user.
 		return &UnreachableError{Dir: dir, EUID: os.Geteuid(), Err: err}
+	}
+	if errors.Is(err, syscall.ENOTDIR) {
+		// --state /etc/hosts/h1: said as the file on the way it is, not as
+		// "stat …: not a directory".
+		if part, mode, ok := fileOnPath(dir); ok {
+			return &NotDirError{Dir: dir, Mode: mode, Part: part}
+		}
 	}
 	if err != nil {
 		return err
@@ -185,6 +272,23 @@ func Check(dir string) error {
 	// its place: an older one of the agent's own (its applied state rolled back), or
 	// one trusting another mesh.
 	return CheckParents("the state directory", dir)
+}
+
+// fileOnPath finds the part of path, a directory above it, that exists and is not
+// a directory (its links followed), and what it is.
+func fileOnPath(path string) (string, fs.FileMode, bool) {
+	for d := filepath.Dir(filepath.Clean(path)); ; {
+		if fi, err := os.Stat(d); err == nil {
+			if !fi.IsDir() {
+				return d, fi.Mode(), true
+			}
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return "", 0, false
+		}
+		d = parent
+	}
 }
 
 // Open opens the state file at path to read it: never through a symbolic link at its

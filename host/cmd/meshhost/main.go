@@ -298,7 +298,7 @@ func parse(fs *flag.FlagSet, args []string, cio *cliIO) error {
 	return nil
 }
 
-func cmdEnrol(args []string, cio *cliIO) error {
+func cmdEnrol(args []string, cio *cliIO) (err error) {
 	fs := newFlags("enrol", cio)
 	stateDir := fs.String("state", "", "state directory for the identity and applied state (required)")
 	tokenFile := fs.String("token-file", "", "read the token from this file instead of stdin (- is stdin)")
@@ -334,10 +334,24 @@ func cmdEnrol(args []string, cio *cliIO) error {
 	}
 	// Made 0700 if absent; refused if another user owns it or may write it, before
 	// anything is written there or sent to the mesh.
-	if err := statedir.Prepare(*stateDir); err != nil {
+	made, err := statedir.Create(*stateDir)
+	var lock *dirlock.Lock
+	defer func() {
+		// An enrolment that saved nothing (a refused token, a full disk) leaves no
+		// empty directory with a lock file behind, which looked like an enrolment
+		// begun there; removed while the lock is held, and never while another
+		// process holds it.
+		if err != nil && len(made) > 0 && !errors.Is(err, dirlock.ErrInUse) {
+			if _, rerr := statedir.RemoveMade(made); rerr != nil {
+				fmt.Fprintf(cio.stderr, "warning: could not remove the state directory this enrolment made, %s: %v\n", *stateDir, rerr)
+			}
+		}
+		lock.Release()
+	}()
+	if err != nil {
 		return err
 	}
-	lock, err := lockState(*stateDir, "meshhost enrol")
+	lock, err = lockState(*stateDir, "meshhost enrol")
 	if errors.Is(err, dirlock.ErrInUse) {
 		// An agent running on an enrolled directory: stopping it, as the lock's
 		// message says, would only lead to "already enrolled".
@@ -351,7 +365,6 @@ func cmdEnrol(args []string, cio *cliIO) error {
 	if err != nil {
 		return err
 	}
-	defer lock.Release()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	res, err := enrol.Enrol(ctx, enrol.Options{StateDir: *stateDir, Token: text, Out: steps, RequestTimeout: *timeout, Now: cio.clock, Agent: agentName()})
