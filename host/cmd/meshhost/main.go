@@ -214,7 +214,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		errors.Is(err, statedir.ErrUnsafe), errors.Is(err, statedir.ErrSymlink), errors.Is(err, statedir.ErrNotOwned),
 		errors.Is(err, statedir.ErrNotDir), errors.Is(err, statedir.ErrUnreachable),
 		errors.Is(err, statedir.ErrUnsafePath), errors.Is(err, dirlock.ErrNotWritable), errors.Is(err, dirlock.ErrNotALock),
-		errors.Is(err, hooks.ErrConfig), errors.Is(err, errRecordUnusable):
+		errors.Is(err, hooks.ErrConfig), errors.Is(err, errRecordUnusable), errors.Is(err, statedir.ErrRootUnusable):
 		return exitIdentity
 	case errors.Is(err, agent.ErrStateInRoot):
 		return exitUsage
@@ -240,7 +240,7 @@ func synopsis(name string) string {
 	case "enrol":
 		return "--state DIR [--token-file F] [--json]   (the token in F, in MESH_TOKEN, in the systemd credential mesh-token, or on stdin)\n\nAdopt this machine into the mesh the token names: pin checked before any credential\nleaves, a key generated here (it logs in by signing the broker's nonce), the answer\nverified (its first declaration is signed for this key), the identity saved. One\nconnection; `meshhost run` then connects as the node. Each step is printed.\nExits 3 when the token cannot be used or the mesh refuses it, 4 when the broker is\nnot the mesh the token names, 5 when this machine is enrolled already or the state\ndirectory is not safe, 7 when no broker answered (retrying may help), 8 when another\nmeshhost holds the state directory."
 	case "run":
-		return "--state DIR --root DIR [--hooks F] [--log-format text|json]\n\nStay connected as this node and keep the managed root in line with its declarations:\nevery one verified (signature, audience, version, validity) before it is applied.\nUnder systemd (Type=notify) it reports ready once connected and synced with the mesh.\nExits 6 once the mesh revoked this node; 5 when the identity or the state directory\nis unusable or not safe, or the hooks file cannot be used, or a path it acts on (the hooks\nfile, the managed root's parents) another user could change; 2 when --state is inside --root; 8 when another\nmeshhost holds the state directory."
+		return "--state DIR --root DIR [--hooks F] [--log-format text|json]\n\nStay connected as this node and keep the managed root in line with its declarations:\nevery one verified (signature, audience, version, validity) before it is applied.\nUnder systemd (Type=notify) it reports ready once connected and synced with the mesh.\nExits 6 once the mesh revoked this node; 5 when the identity or the state directory\nis unusable or not safe, --root is not a directory (or its parent is missing), or the hooks file cannot be used, or a path it acts on (the hooks\nfile, the managed root's parents) another user could change; 2 when --state is inside --root; 8 when another\nmeshhost holds the state directory."
 	case "status":
 		return "--state DIR [--json]\n\nShow this node's identity, applied version, last error, and the hooks owed or failed\n(run again by meshhost hooks retry). Exits 6 when the mesh\nrevoked this node (as `meshhost run` recorded it)."
 	case "hooks retry":
@@ -660,6 +660,14 @@ func cmdRun(args []string, cio *cliIO) error {
 		return err
 	} else if ok && rec.Signed {
 		return rec.err(*stateDir)
+	}
+	// A root that is a file, a device or a FIFO was taken, the agent reported
+	// ready, and every apply failed from the first declaration on; a mistyped one
+	// was made with all its missing parents, and the declared files written there.
+	// Judged once the identity is known good: "not enrolled" is the truer answer
+	// for --state ./h1 --root ./h1/managed before enrol made ./h1.
+	if err := statedir.PrepareRoot(*root); err != nil {
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -1,0 +1,102 @@
+package statedir
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"mesh/host/dirlock"
+)
+
+// TestPrepareRootRefusesWhatIsNoDirectory: a managed root that is a file, a
+// device, a FIFO, a link to one or to nothing, or that lies under a file, is
+// refused as what it is as the agent starts (ErrRootUnusable), and a missing one
+// is made only when its parent exists: a mistyped --root /nonexistent/x used to
+// become /nonexistent/x/etc/app.conf, and a file as the root failed only at the
+// first apply, after the agent had reported itself running.
+func TestPrepareRootRefusesWhatIsNoDirectory(t *testing.T) {
+	base := t.TempDir()
+	os.Chmod(base, 0o755)
+	file := filepath.Join(base, "afile")
+	os.WriteFile(file, []byte("x"), 0o644)
+	fifo := filepath.Join(base, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	link := func(name, target string) string {
+		p := filepath.Join(base, name)
+		if err := os.Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, c := range []struct{ root, want string }{
+		{file, file + " is not a directory: it is a regular file"},
+		{"/dev/zero", "/dev/zero is not a directory: it is a character device"},
+		{fifo, fifo + " is not a directory: it is a named pipe (FIFO)"},
+		{link("tofile", file), "is not a directory: it is a symbolic link to a regular file"},
+		{link("tozero", "/dev/zero"), "is not a directory: it is a symbolic link to a character device"},
+		{link("dangling", filepath.Join(base, "gone")), "is a symbolic link to " + filepath.Join(base, "gone") + ", where nothing is"},
+		{filepath.Join(file, "root"), file + ", on its path, is a regular file, not a directory"},
+		{filepath.Join(file, "a", "root"), file + ", on its path, is a regular file, not a directory"},
+		{filepath.Join(base, "nonexistent", "x"), "the parent of --root " + filepath.Join(base, "nonexistent", "x") + ", " + filepath.Join(base, "nonexistent") + ", does not exist: create it or fix the path"},
+		{filepath.Join(base, "nonexistent", "x", "y"), "does not exist: create it or fix the path"},
+	} {
+		if _, err := os.Lstat(c.root); errors.Is(err, syscall.EACCES) {
+			continue
+		}
+		err := PrepareRoot(c.root)
+		var re *RootError
+		if !errors.Is(err, ErrRootUnusable) || !errors.As(err, &re) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--root %s: %v; want ErrRootUnusable saying %q", c.root, err, c.want)
+		}
+		if strings.Contains(err.Error(), "chmod") || strings.Contains(err.Error(), "mode") {
+			t.Errorf("--root %s: %q advises on modes", c.root, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(base, "nonexistent")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a missing parent was made: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(base, "gone")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a dangling link's target was made: %v", err)
+	}
+
+	// A directory, a link to one, and a missing root whose parent exists pass; the
+	// last is made, 0755 under the usual umask, and nothing else.
+	dir := filepath.Join(base, "dir")
+	os.Mkdir(dir, 0o755)
+	made := filepath.Join(dir, "managed")
+	for _, root := range []string{dir, link("todir", dir), made, made + "/"} {
+		if err := PrepareRoot(root); err != nil {
+			t.Errorf("--root %s: %v", root, err)
+		}
+	}
+	if fi, err := os.Lstat(made); err != nil || !fi.IsDir() {
+		t.Fatalf("the missing root was not made: %v", err)
+	}
+	if entries, _ := os.ReadDir(made); len(entries) != 0 {
+		t.Errorf("the root made holds %d entries", len(entries))
+	}
+}
+
+// TestPrepareRootOnAReadOnlyFileSystem: a root that must be made where nothing may
+// be written is refused as not writable (dirlock.ErrNotWritable, exit 5), saying
+// why, not found at the first apply.
+func TestPrepareRootOnAReadOnlyFileSystem(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a read-only tmpfs")
+	}
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "ro,size=64k,mode=0755", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v: %s)", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	err := PrepareRoot(filepath.Join(mnt, "managed"))
+	if !errors.Is(err, dirlock.ErrNotWritable) || !strings.Contains(err.Error(), "managed root") || !strings.Contains(err.Error(), "read-only file system") {
+		t.Fatalf("%v, want dirlock.ErrNotWritable for a read-only file system", err)
+	}
+}
