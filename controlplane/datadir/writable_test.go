@@ -26,8 +26,8 @@ func TestWriteFailed(t *testing.T) {
 		full  bool
 	}{
 		{syscall.EROFS, "is on a read-only file system", false},
-		{syscall.EACCES, "cannot be written by this user", false},
-		{syscall.EPERM, "cannot be written by this user", false},
+		{syscall.EACCES, "cannot be made by this user", false},
+		{syscall.EPERM, "cannot be made by this user", false},
 		{syscall.ENOSPC, "initialise the mesh state: the disk under the data directory /srv/mesh/cp is full", true},
 	} {
 		raw := &fs.PathError{Op: "mkdir", Path: string(d), Err: c.errno}

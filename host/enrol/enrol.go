@@ -57,6 +57,13 @@ func Agent(version string) string { return AgentName + "/" + version }
 // refuse a token the mesh would accept.
 const ClockTolerance = 5 * time.Minute
 
+// CodeLoginRefused is never sent by the mesh, so it is not among the wire's codes:
+// it is the host's name for a broker, proven the mesh's by its CA pin, that refused
+// the enrolment's login before any request. The broker says no more than that (an
+// unknown secret, a revoked key, a token or address over its budget for the moment,
+// no room for another host), so a retry may or may not help.
+const CodeLoginRefused = "login_refused"
+
 // Options are the inputs of an enrolment.
 type Options struct {
 	StateDir string
@@ -200,7 +207,7 @@ func (e *RefusedError) Unwrap() error { return ErrRefused }
 // answered from the state, or its broker refused the login (login_refused), which
 // it does for a moment as well as for good.
 func (e *RefusedError) Retryable() bool {
-	return e.Code == wire.CodeUnavailable || e.Code == wire.CodeInternal || e.Code == wire.CodeLoginRefused
+	return e.Code == wire.CodeUnavailable || e.Code == wire.CodeInternal || e.Code == CodeLoginRefused
 }
 
 type run struct {
@@ -525,7 +532,7 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 		// some pass within a minute, others never do. Calling it token_unknown
 		// ("ask for a new token", exit 3) sent people after a new token when
 		// waiting a minute would have done.
-		return nil, "", &RefusedError{Code: wire.CodeLoginRefused, Message: "the mesh's broker refused the enrolment's login without saying why; the token was not spent and nothing was saved but the pending key, kept for a run with the same token. " +
+		return nil, "", &RefusedError{Code: CodeLoginRefused, Message: "the mesh's broker refused the enrolment's login without saying why; the token was not spent and nothing was saved but the pending key, kept for a run with the same token. " +
 			"It refuses while too many connections used this token in the last 30 seconds or this address made too many failed attempts in the last minute, and while no control node reached has room for another host (their logs say so): " +
 			"for these, wait a minute and run enrol again with the same token. " +
 			"It refuses for good a token this mesh never minted (or one that expired more than a day ago, or minted by a meshctl older than the control plane's), a node key that was revoked, " +

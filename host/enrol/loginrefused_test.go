@@ -19,7 +19,6 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"mesh/host/identity"
-	"mesh/host/wire"
 )
 
 // refusingBroker is a broker under the test's CA, as the token pins it, that
@@ -63,8 +62,8 @@ func TestARefusedLoginIsNotCalledAnUnknownToken(t *testing.T) {
 	o := Options{StateDir: dir, Token: tok, Out: &out, DialTimeout: 5 * time.Second, RequestTimeout: 5 * time.Second}
 	_, err := Enrol(context.Background(), o)
 	var re *RefusedError
-	if !errors.As(err, &re) || !errors.Is(err, ErrRefused) || re.Code != wire.CodeLoginRefused {
-		t.Fatalf("got %v, want the refusal %s", err, wire.CodeLoginRefused)
+	if !errors.As(err, &re) || !errors.Is(err, ErrRefused) || re.Code != CodeLoginRefused {
+		t.Fatalf("got %v, want the refusal %s", err, CodeLoginRefused)
 	}
 	if !re.Retryable() {
 		t.Error("a refused login is not retryable: exit 3, as if waiting could not help")
@@ -85,7 +84,7 @@ func TestARefusedLoginIsNotCalledAnUnknownToken(t *testing.T) {
 	kp, _ := p.KeyPair()
 	pub, _ := kp.PublicKey()
 	out.Reset()
-	if _, err := Enrol(context.Background(), o); !errors.As(err, &re) || re.Code != wire.CodeLoginRefused {
+	if _, err := Enrol(context.Background(), o); !errors.As(err, &re) || re.Code != CodeLoginRefused {
 		t.Fatalf("second run: %v", err)
 	}
 	if !strings.Contains(out.String(), "reusing the key of the unfinished enrolment "+pub) {

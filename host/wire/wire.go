@@ -85,12 +85,6 @@ const (
 	// enrolment it refuses so may have been committed: the same token and key
 	// sent again are answered from the state.
 	CodeInternal = "internal"
-	// CodeLoginRefused is never sent by the mesh: it is the host's name for a
-	// broker, proven the mesh's by its CA pin, that refused the enrolment's login
-	// before any request. The broker says no more than that (an unknown secret, a
-	// revoked key, a token or address over its budget for the moment, no room for
-	// another host), so a retry may or may not help.
-	CodeLoginRefused = "login_refused"
 )
 
 // Codes the agent reports in a status's error besides the verifier's
