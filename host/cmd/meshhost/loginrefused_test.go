@@ -14,7 +14,7 @@ import (
 // mesh's own refusals for good still exit 3. Before, it exited 3 as token_unknown.
 func TestARefusedLoginExits7(t *testing.T) {
 	for code, want := range map[string]int{
-		enrol.CodeLoginRefused:   exitUnreachable,
+		enrol.CodeLoginRefused:  exitUnreachable,
 		wire.CodeUnavailable:    exitUnreachable,
 		wire.CodeTokenUnknown:   exitToken,
 		wire.CodeTokenUsed:      exitToken,
