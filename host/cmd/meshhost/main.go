@@ -244,7 +244,7 @@ func synopsis(name string) string {
 	case "status":
 		return "--state DIR [--json]\n\nShow this node's identity, applied version, last error, and the hooks owed or failed\n(run again by meshhost hooks retry). Exits 6 when the mesh\nrevoked this node (as `meshhost run` recorded it)."
 	case "hooks retry":
-		return "--state DIR [--timeout D] [--json]\n\nAsk the agent running on DIR (meshhost run) to run again the hooks that failed, and\nthose still owed, once what they run is fixed on this host; print their outcome. A\nsuccess clears the node's hook_failed at the control plane (the node's own report).\nExits 0 when they succeeded or none was owed, 1 when one failed again or no agent\nanswers (restarting the agent runs the owed hooks too)."
+		return "--state DIR [--timeout D] [--json]\n\nAsk the agent running on DIR (meshhost run) to run again the hooks that failed, and\nthose still owed, once what they run is fixed on this host; print their outcome. A\nsuccess clears the node's hook_failed at the control plane (the node's own report).\nExits 0 when they succeeded or none was owed, 1 when one failed again or, with hooks\nowed, no agent answers (restarting the agent runs the owed hooks too), 5 when the\nstate directory is not safe to use, 9 when interrupted before the agent answered\n(the agent runs the hooks on)."
 	case "version":
 		return "[--json]\n\nPrint the version and the commit this binary was built from, as Go recorded it."
 	}
