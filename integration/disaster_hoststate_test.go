@@ -23,7 +23,9 @@ func TestDisasterHostStateDiskFull(t *testing.T) {
 	cp := harness.NewControlPlane(t, bin, "dishstate")
 	cp.Serve()
 	h := harness.NewHost(t, bin, "web-1")
-	filler := mountTinyFS(t, h.State, 8)
+	// The filler beside the state directory: enrol refuses one holding other files.
+	filler := mountTinyFS(t, h.State+".fs", 8)
+	h.State = filepath.Join(h.State+".fs", "state")
 	h.Root = filepath.Join(t.TempDir(), "managed")
 	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
 		t.Fatalf("enrol: %s", r.Combined())
@@ -36,7 +38,7 @@ func TestDisasterHostStateDiskFull(t *testing.T) {
 	}
 	cp.WaitConverged("web-1", 1, 30*time.Second)
 
-	fillDisk(t, filepath.Join(h.State, "filler2"))
+	fillDisk(t, filepath.Join(filepath.Dir(h.State), "filler2"))
 	// A record several times the slot the first one was given.
 	var files []string
 	for i := range 80 {
@@ -70,7 +72,7 @@ func TestDisasterHostStateDiskFull(t *testing.T) {
 		t.Fatalf("restarted on a full disk, the agent applied %v: older than v2", seq)
 	}
 
-	if err := os.Remove(filepath.Join(h.State, "filler2")); err != nil {
+	if err := os.Remove(filepath.Join(filepath.Dir(h.State), "filler2")); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(filler); err != nil {

@@ -64,8 +64,10 @@ func TestFullDiskDuringIdentityWrite(t *testing.T) {
 	cp := harness.NewControlPlane(t, bin, "fulldisk")
 	cp.Serve()
 	h := harness.NewHost(t, bin, "web-1")
-	// Room for the pending key and the applied state, not for the identity.
-	filler := mountTinyFS(t, h.State, 2)
+	// Room for the pending key and the applied state, not for the identity; the
+	// filler beside the state directory (enrol refuses one holding other files).
+	filler := mountTinyFS(t, h.State+".fs", 2)
+	h.State = filepath.Join(h.State+".fs", "state")
 	text := cp.Token("web-1")
 
 	r := h.Enrol(text)

@@ -214,7 +214,8 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		errors.Is(err, statedir.ErrUnsafe), errors.Is(err, statedir.ErrSymlink), errors.Is(err, statedir.ErrNotOwned),
 		errors.Is(err, statedir.ErrNotDir), errors.Is(err, statedir.ErrUnreachable),
 		errors.Is(err, statedir.ErrUnsafePath), errors.Is(err, dirlock.ErrNotWritable), errors.Is(err, dirlock.ErrNotALock),
-		errors.Is(err, hooks.ErrConfig), errors.Is(err, errRecordUnusable), errors.Is(err, statedir.ErrRootUnusable):
+		errors.Is(err, hooks.ErrConfig), errors.Is(err, errRecordUnusable), errors.Is(err, statedir.ErrRootUnusable),
+		errors.Is(err, errForeignFiles):
 		return exitIdentity
 	case errors.Is(err, agent.ErrStateInRoot):
 		return exitUsage
@@ -323,6 +324,9 @@ func cmdEnrol(args []string, cio *cliIO) (err error) {
 	// cannot be used then leaves nothing behind: no state directory made, no lock
 	// file in it.
 	if err := statedir.Check(*stateDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := checkOwnDirectory(*stateDir); err != nil {
 		return err
 	}
 	if _, err := enrol.ParseToken(text, cio.clock()); err != nil {

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"mesh/host/agent"
+	"mesh/host/dirlock"
+	"mesh/host/identity"
+	"mesh/host/state"
+)
+
+// errForeignFiles marks a state directory that holds files, none of them meshhost's:
+// most likely a path given by mistake (/etc, a home directory), which an enrolment
+// would fill with its identity, state and lock.
+var errForeignFiles = errors.New("not a state directory")
+
+// ownFiles are the names meshhost keeps in a state directory; its temporary files
+// (".NAME.tmp-…", atomicfile's) are told by their form.
+var ownFiles = []string{
+	identity.FileName, identity.PendingFileName, state.FileName, state.LegacyFileName,
+	agent.KeptFileName, agent.HookGroupName, agent.SocketName, dirlock.File, revokedFile,
+}
+
+// checkOwnDirectory refuses an existing, non-empty state directory that holds none
+// of meshhost's files. One that holds some is an earlier enrolment's (begun, or of a
+// node since revoked), and `lost+found` is a file system of its own's.
+func checkOwnDirectory(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	var others []string
+	for _, e := range entries {
+		name := e.Name()
+		if slices.Contains(ownFiles, name) || strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp-") {
+			return nil
+		}
+		if name != "lost+found" {
+			others = append(others, name)
+		}
+	}
+	if len(others) == 0 {
+		return nil
+	}
+	return fmt.Errorf("--state %s holds %s and nothing of meshhost's: %w, and nothing was written there; give --state an empty or new directory (the packaged one is /var/lib/meshhost), or move those files out",
+		dir, listShort(others, 3), errForeignFiles)
+}
