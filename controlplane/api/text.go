@@ -72,6 +72,40 @@ func CleanText(s string, max int) string {
 	return string(out)
 }
 
+// TerminalText returns s as a terminal shows it, as it is: line breaks and tabs are
+// kept; other control characters (an escape sequence's ESC, a carriage return that
+// writes over the line), the characters that reorder text or separate lines, and
+// invalid UTF-8 are written as Go escapes, as CleanText writes them. meshctl's
+// errors go through it: they quote what an operator typed (a --data path, a label
+// value), which must not drive the terminal it is shown on.
+func TerminalText(s string) string {
+	clean := utf8.ValidString(s)
+	for _, r := range s {
+		if r != '\n' && r != '\t' && hidden(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	out := make([]byte, 0, len(s)+16)
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			out = append(out, `\ufffd`...)
+		case r != '\n' && r != '\t' && hidden(r):
+			q := strconv.QuoteRuneToASCII(r)
+			out = append(out, q[1:len(q)-1]...)
+		default:
+			out = append(out, s[i:i+size]...)
+		}
+		i += size
+	}
+	return string(out)
+}
+
 // hidden reports whether r changes what a terminal shows rather than showing
 // itself: control characters, and the format characters that reorder text or
 // break lines.

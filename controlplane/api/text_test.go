@@ -64,6 +64,15 @@ func FuzzCleanText(f *testing.F) {
 		if CleanText(out, max) != out {
 			t.Fatalf("not stable: %q -> %q -> %q", s, out, CleanText(out, max))
 		}
+		shown := TerminalText(s)
+		if !utf8.ValidString(shown) || TerminalText(shown) != shown {
+			t.Fatalf("TerminalText(%q) = %q: not UTF-8, or not stable", s, shown)
+		}
+		for _, r := range shown {
+			if r != '\n' && r != '\t' && hidden(r) {
+				t.Fatalf("TerminalText(%q) = %q keeps %U", s, shown, r)
+			}
+		}
 	})
 }
 
@@ -101,6 +110,24 @@ func TestEveryStampedBuildIsAValidAgent(t *testing.T) {
 	} {
 		if agent := "meshhost/" + v; !ValidAgent(agent) {
 			t.Errorf("the agent of a build stamped %q, %q, is not kept", v, agent)
+		}
+	}
+}
+
+// TestTerminalText: what would act on a terminal is written out, line breaks and
+// tabs are kept, and clean text is returned as it is.
+func TestTerminalText(t *testing.T) {
+	for in, want := range map[string]string{
+		"no mesh configuration in ./cp":  "no mesh configuration in ./cp",
+		"two\nlines\tand a tab":          "two\nlines\tand a tab",
+		"in \x1b[31mRED\x1b[0m: run":     `in \x1b[31mRED\x1b[0m: run`,
+		"over\rwritten":                  `over\rwritten`,
+		"abc\u202edcba":                  `abc\u202edcba`,
+		"bad \xff byte":                  `bad \ufffd byte`,
+		"ünïcödé is shown as it is: 日本語": "ünïcödé is shown as it is: 日本語",
+	} {
+		if got := TerminalText(in); got != want {
+			t.Errorf("TerminalText(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -284,7 +284,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		// The code the docs and scripts know it by, as meshhost shows its refusals.
 		msg += " (" + ae.Code + ")"
 	}
-	fmt.Fprintf(stderr, "%s: %s\n", name, tokenfmt.HideTokens(msg))
+	fmt.Fprintf(stderr, "%s: %s\n", name, api.TerminalText(tokenfmt.HideTokens(msg)))
 	var ue usageError
 	var oe *bootstrap.OptionError
 	var ie *interruptedError

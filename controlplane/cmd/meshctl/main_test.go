@@ -292,3 +292,13 @@ func TestDemoRefusesADirectoryInUse(t *testing.T) {
 		t.Fatalf("the demo removed a file it did not write: %v", err)
 	}
 }
+
+// TestErrorsDoNotDriveTheTerminal: an error quoting what an operator typed (a
+// --data path holding an escape sequence, pasted by mistake) wrote it raw to the
+// terminal, which acted on it (a CLI audit); it is written out as Go escapes.
+func TestErrorsDoNotDriveTheTerminal(t *testing.T) {
+	code, _, stderr := runCLI("nodes", "--data", t.TempDir()+"/\x1b[31mRED\x1b]0;title\x07")
+	if code == exitOK || strings.ContainsAny(stderr, "\x1b\x07") || !strings.Contains(stderr, `\x1b[31mRED`) {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+}
