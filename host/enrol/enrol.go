@@ -189,7 +189,13 @@ func (e *RefusedError) Error() string {
 		// The mesh's words are an operator's ("mint a new token"); the advice is for
 		// the person at this machine, and says it once.
 		for _, tail := range []string{"; mint a new token", ": mint a new token", "; ask for a new one"} {
-			message = strings.TrimSuffix(message, tail)
+			// Also before what the mesh adds in parentheses ("mint a new token
+			// (it expired 1s ago)"), which is kept.
+			if i := strings.LastIndex(message, tail); i >= 0 {
+				if rest := message[i+len(tail):]; rest == "" || strings.HasPrefix(rest, " (") && strings.HasSuffix(rest, ")") {
+					message = message[:i] + rest
+				}
+			}
 		}
 	}
 	msg := fmt.Sprintf("%s (%s): %s", ErrRefused, e.Code, message)

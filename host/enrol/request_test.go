@@ -70,6 +70,9 @@ func TestRefusalSaysItsAdviceOnce(t *testing.T) {
 		{wire.CodeTokenCancelled, "this token was cancelled by an operator; ask for a new one",
 			"(token_cancelled): this token was cancelled by an operator; ask the operator for a new one"},
 		{"some_new_code", "something; mint a new token", "something; mint a new token"},
+		// What the mesh adds after its advice is kept (a CLI audit saw the advice twice).
+		{wire.CodeTokenExpired, "this token has expired; mint a new token (it expired 1s ago)",
+			"(token_expired): this token has expired (it expired 1s ago); ask the operator for a new token"},
 		{wire.CodeInternal, "sign the declaration: disk full", "(internal): sign the declaration: disk full; run enrol again with the same token"},
 	} {
 		got := (&RefusedError{Code: c.code, Message: c.message}).Error()
