@@ -131,6 +131,15 @@ func TestOperatorCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.Stdout), &view); r.Code != 0 || err != nil || view.ID != "web-1" || len(view.Labels) != 1 || view.Labels["tier"] != "web" {
 		t.Fatalf("label --json: exit %d, %v\n%s", r.Code, err, r.Combined())
 	}
+	if strings.Contains(r.Stderr, "had no label") {
+		t.Errorf("removing a label web-1 had is said to remove nothing:\n%s", r.Stderr)
+	}
+	// Removing a label the node does not have (a typo of one it has) is said, as
+	// kubectl says it; before, it passed without a word (a CLI audit).
+	r = cp.Ctl("label", "web-1", "teir=")
+	if r.Code != 0 || !strings.Contains(r.Stderr, "web-1 had no label teir") || strings.TrimSpace(r.Stdout) != "web-1 labels: tier=web" {
+		t.Errorf("removing a label web-1 does not have: exit %d\n%s", r.Code, r.Combined())
+	}
 
 	// The shell asks for node ids; the control plane answers.
 	r = harness.Run(t, "", nil, bin.Meshctl, "__complete", "revoke", "--data", cp.Dir, "")

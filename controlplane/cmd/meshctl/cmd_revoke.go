@@ -92,9 +92,29 @@ func labelCommand() command {
 						return usagef("%v", err)
 					}
 				}
-				var v api.NodeView
-				if err := cp.call(api.OpLabel, api.LabelRequest{Node: args[0], Labels: labels}, &v); err != nil {
+				client, err := cp.dial()
+				if err != nil {
 					return err
+				}
+				defer client.Close()
+				// A label removed that the node does not have is most likely a
+				// typo of one it has: said, as kubectl does, not passed over.
+				var unset []string
+				if removes := labels.removed(); len(removes) > 0 {
+					if res, err := client.Nodes(api.NodesRequest{Nodes: args[:1]}); err == nil && len(res.Nodes) == 1 {
+						for _, k := range removes {
+							if _, ok := res.Nodes[0].Labels[k]; !ok {
+								unset = append(unset, k)
+							}
+						}
+					}
+				}
+				var v api.NodeView
+				if err := client.Call(api.OpLabel, api.LabelRequest{Node: args[0], Labels: labels}, &v); err != nil {
+					return err
+				}
+				for _, k := range unset {
+					fmt.Fprintf(cio.stderr, "meshctl: %s had no label %s: nothing to remove (a typo? its labels are below)\n", v.ID, k)
 				}
 				if asJSON {
 					return writeJSON(cio.stdout, v)

@@ -25,6 +25,18 @@ type labelFlag map[string]string
 func (l labelFlag) String() string { return strings.Join(labelPairs(l), ",") }
 func (l labelFlag) Type() string   { return "k=v" }
 
+// removed returns the keys given as "k=", to remove, sorted.
+func (l labelFlag) removed() []string {
+	var keys []string
+	for k, v := range l {
+		if v == "" {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
 // Set takes one k=v. A key given twice with two values is refused, not the last
 // kept: labels given together must all match (or all be set), and a node has one
 // value for a key, so `--label tier=web --label tier=db` meant something else
