@@ -54,6 +54,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--state", dir + "/state", "--root", dir}, "must not be inside the managed root"},
 		{[]string{"run", "--state", dir, "--root", dir}, "must not be inside the managed root"},
 		{[]string{"enrol", "--bogus"}, "unknown flag --bogus"},
+		{[]string{"status", "-i"}, "unknown flag -i (meshhost's flags are words"},
 		{[]string{"enrol", "--state"}, "flag needs an argument: --state"},
 		{[]string{"enrol", "--state", dir, "--timeout", "0"}, "--timeout 0s: must be between 1s and 10m0s"},
 		{[]string{"enrol", "--state", dir, "--timeout", "-5s"}, "--timeout -5s: must be between 1s and 10m0s"},

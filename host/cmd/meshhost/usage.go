@@ -73,6 +73,10 @@ func flagHelp(w io.Writer, fs *flag.FlagSet) {
 func flagError(err error) error {
 	msg := err.Error()
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		if len(name) == 1 {
+			// A one-letter flag is typed with one dash ("-i"); meshhost has none.
+			return usageError{"unknown flag -" + name + " (meshhost's flags are words: --state, --json, ...)"}
+		}
 		return usageError{"unknown flag --" + name}
 	}
 	msg = strings.Replace(msg, " for flag -", " for flag --", 1)
