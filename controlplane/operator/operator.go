@@ -45,7 +45,7 @@ var ErrLoginRefused = errors.New("the broker refused these operator credentials 
 	"or the credentials are not this mesh's (copy admin.creds from one of its control nodes)")
 
 // ErrNoLeader means the brokers answered but no control node served the request.
-var ErrNoLeader = errors.New("no control node answered: the control plane is not serving (is `meshctl serve` running, and does it have a Raft leader? `meshctl control status` shows which control nodes run)")
+var ErrNoLeader = errors.New("no control node answered: the control plane is not serving (is `meshctl serve` running, and does it have a Raft leader? `meshctl control status` shows which control nodes run, and serve's log why one that runs does not lead: a full disk, a quorum lost)")
 
 // ErrNoAnswer means a control node took the request and no answer came within the
 // call's timeout: it is overloaded, or it stopped (a leader that fails takes the
