@@ -738,16 +738,16 @@ func (d *Daemon) view(n *state.Node, now time.Time) api.NodeView {
 			v.Connections = open
 		}
 	}
-	if last, ok := d.seen.get(n.ID); ok {
+	// The latest of: when this node last heard from it (a node that led before
+	// keeps what it heard then, older than what a leader since recorded), when a
+	// leader heard from it as it went offline, and its last report that changed
+	// something.
+	v.LastSeen = n.LastSeen
+	if n.Applied.ReportedAt.After(v.LastSeen) {
+		v.LastSeen = n.Applied.ReportedAt
+	}
+	if last, ok := d.seen.get(n.ID); ok && last.After(v.LastSeen) {
 		v.LastSeen = last.UTC()
-	} else {
-		// Not heard from since this node leads: the later of when the leader
-		// before heard from it as it went offline, and its last report that
-		// changed something.
-		v.LastSeen = n.LastSeen
-		if n.Applied.ReportedAt.After(v.LastSeen) {
-			v.LastSeen = n.Applied.ReportedAt
-		}
 	}
 	switch {
 	case n.Revoked:

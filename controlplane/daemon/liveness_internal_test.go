@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"mesh/controlplane/state"
 )
 
 // TestTakeoverKeepsItsMonotonicReading: alive compares a node's last report with the
@@ -47,5 +49,27 @@ func TestPutBacksFollowTheReports(t *testing.T) {
 	l.forget("web-2")
 	if p, ok := l.putBackOf("web-2"); ok {
 		t.Fatalf("a node forgotten: %+v", p)
+	}
+}
+
+// TestLastSeenIsTheLatestKnown: a control node that led before keeps what it heard
+// then; leading again, it showed that, older than the time a leader since
+// committed as the node went offline (a review of the change that records it). The
+// latest of the two is shown.
+func TestLastSeenIsTheLatestKnown(t *testing.T) {
+	d := fleet(t, 1)
+	now := d.now()
+	d.seen.mark("n-0", now.Add(-time.Hour)) // heard while this node led, an hour ago
+	if res, err := d.raft.Apply(state.Command{Op: state.OpStatus, Status: &state.StatusCmd{Seen: []state.SeenReport{{Node: "n-0", At: now.Add(-time.Minute)}}}}, time.Minute); err != nil || res.Err != nil {
+		t.Fatal(err, res.Err)
+	}
+	n := d.fsmNode(t, "n-0")
+	if v := d.view(n, now); !v.LastSeen.Equal(n.LastSeen) {
+		t.Errorf("LAST SEEN shows %v, want the committed %v", v.LastSeen, n.LastSeen)
+	}
+	// Heard from since: that is shown.
+	d.seen.mark("n-0", now)
+	if v := d.view(n, now); !v.LastSeen.Equal(now.UTC()) {
+		t.Errorf("LAST SEEN shows %v, want now, when it was last heard from", v.LastSeen)
 	}
 }

@@ -100,6 +100,6 @@ func (d *Daemon) wentOffline(user string) {
 		return
 	}
 	if last, heard := d.seen.get(n.ID); heard {
-		d.status.addSeen(n.ID, last.UTC())
+		d.status.addSeen(n.ID, user, last.UTC())
 	}
 }

@@ -92,18 +92,24 @@ type statusBatcher struct {
 	// serve allocated for the reports.
 	spare map[string]state.Applied
 	// seen is when the leader last heard from each node that went offline since
-	// the last flush (state.StatusCmd.Seen).
-	seen map[string]time.Time
+	// the last flush (state.StatusCmd.Seen), with its key.
+	seen map[string]seenAt
+}
+
+// seenAt is when the leader last heard from a node whose last connection closed.
+type seenAt struct {
+	key string
+	at  time.Time
 }
 
 func newStatusBatcher(d *Daemon) *statusBatcher {
-	return &statusBatcher{d: d, pending: map[string]state.Applied{}, spare: map[string]state.Applied{}, seen: map[string]time.Time{}}
+	return &statusBatcher{d: d, pending: map[string]state.Applied{}, spare: map[string]state.Applied{}, seen: map[string]seenAt{}}
 }
 
-// addSeen records that node went offline, last heard from at at.
-func (b *statusBatcher) addSeen(node string, at time.Time) {
+// addSeen records that node, of key, went offline, last heard from at at.
+func (b *statusBatcher) addSeen(node, key string, at time.Time) {
 	b.mu.Lock()
-	b.seen[node] = at
+	b.seen[node] = seenAt{key: key, at: at}
 	b.mu.Unlock()
 }
 
@@ -129,7 +135,7 @@ func (b *statusBatcher) flush() {
 		b.pending = map[string]state.Applied{}
 	}
 	if len(seen) > 0 {
-		b.seen = map[string]time.Time{}
+		b.seen = map[string]seenAt{}
 	}
 	b.mu.Unlock()
 	defer func() {
@@ -145,12 +151,20 @@ func (b *statusBatcher) flush() {
 	for node, a := range batch {
 		cmd.Reports = append(cmd.Reports, state.StatusReport{Node: node, Applied: a})
 	}
-	for node, at := range seen {
-		cmd.Seen = append(cmd.Seen, state.SeenReport{Node: node, At: at})
+	for node, s := range seen {
+		// One connected again (a reconnection, a broker restarted) is not
+		// offline: its LAST SEEN is the leader's hearing, and a host whose
+		// connection flaps costs no log entry for it.
+		if b.d.presence.Open(s.key) == 0 {
+			cmd.Seen = append(cmd.Seen, state.SeenReport{Node: node, At: s.at})
+		}
+	}
+	if len(cmd.Reports) == 0 && len(cmd.Seen) == 0 {
+		return
 	}
 	if _, err := b.d.raft.Apply(state.Command{Op: state.OpStatus, Status: cmd}, commitTimeout); err != nil {
-		// The times a node was last heard from are not: LAST SEEN falls back on
-		// the node's last report that changed something, as it did before them.
-		b.d.log.Warn("status reports not committed; they will be reported again", "nodes", len(batch), "offline", len(seen), "err", err)
+		// The times nodes were last heard from are not sent again: LAST SEEN
+		// falls back on each one's last report that changed something.
+		b.d.log.Warn("status reports and last-seen times not committed; the reports will be sent again, the last-seen times are dropped", "reports", len(cmd.Reports), "last_seen", len(cmd.Seen), "err", err)
 	}
 }
