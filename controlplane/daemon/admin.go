@@ -522,11 +522,12 @@ func (d *Daemon) declare(req api.DeclareRequest, call requestCall) (api.DeclareR
 // before it sent them, and then once: a request sent again and again is not a
 // fleet's declarations signed and sent each time.
 //
-// A sending whose body is not the one recorded under its id is refused: the id
-// names another change (a script that reuses its ids), which answered as carried
-// out would be a declaration the operator believes made and nobody made.
+// A sending whose body or selector is not the one recorded under its id is
+// refused: the id names another change (a script that reuses its ids), which
+// answered as carried out would be a declaration the operator believes made and
+// nobody made.
 func (d *Daemon) declaredAlready(sel state.Selector, id string, r *state.RequestRecord, canonical []byte) (api.DeclareResult, error) {
-	if r.Op != state.OpDeclare || r.Body != state.BodyDigest(canonical) {
+	if r.Op != state.OpDeclare || r.Body != state.BodyDigest(canonical) || r.Selector != "" && r.Selector != sel.Digest() {
 		return api.DeclareResult{}, badRequest("request id %s names another change, carried out within the hour (%s): a change sent again is sent unchanged; send a new one under a new id (meshctl makes one for each run)", id, r.Op)
 	}
 	out := api.DeclareResult{Body: r.Body, Repeated: true}

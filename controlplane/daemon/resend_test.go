@@ -104,9 +104,14 @@ func TestADeclarationSentAgainIsCarriedOutOnce(t *testing.T) {
 	// carried out, and nothing written or sent.
 	index = lastIndex(d)
 	other := api.DeclareRequest{Nodes: []string{"n-1"}, Body: json.RawMessage(`{"files":[{"path":"b","content":"other"}]}`)}
+	// The same body for other nodes is another change too (a review of the first
+	// form of this check, which compared the body alone).
+	sameBodyElsewhere := api.DeclareRequest{Nodes: []string{"n-1"}, Body: req.Body}
 	for _, again := range []bool{false, true} {
-		if res, aerr := declareAs(t, nc, other, id, again); aerr == nil || aerr.Code != api.CodeBadRequest || !strings.Contains(aerr.Message, "names another change") {
-			t.Errorf("another body under the id (again %v): %+v, %v; want bad_request", again, res, aerr)
+		for what, r := range map[string]api.DeclareRequest{"another body": other, "the body for other nodes": sameBodyElsewhere} {
+			if res, aerr := declareAs(t, nc, r, id, again); aerr == nil || aerr.Code != api.CodeBadRequest || !strings.Contains(aerr.Message, "names another change") {
+				t.Errorf("%s under the id (again %v): %+v, %v; want bad_request", what, again, res, aerr)
+			}
 		}
 	}
 	if lastIndex(d) != index || got.Load() != resent {

@@ -55,6 +55,12 @@ type RequestRecord struct {
 	// Body is a declaration's body digest: the nodes it went to are those
 	// declared with it since.
 	Body string `json:"body,omitempty"`
+	// Selector is a declaration's selector digest (Selector.Digest): a sending
+	// under the id that names other nodes is another change. No rule of the state
+	// reads it (the leader compares it before proposing anything): a control node
+	// older than it applies the entries without it, as it does the agent (decision
+	// 0027), and a record without it is compared by its body alone.
+	Selector string `json:"selector,omitempty"`
 }
 
 // RequestRetention is how long a request id stays on record after the change it
@@ -161,6 +167,13 @@ type Selector struct {
 	Role   string            `json:"role,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
 	All    bool              `json:"all,omitempty"`
+}
+
+// Digest is the hex SHA-256 of the selector as JSON: the same selector sent again
+// has the same digest (labels are written in key order).
+func (s Selector) Digest() string {
+	data, _ := json.Marshal(s) // strings, a map of strings and a bool: cannot fail
+	return BodyDigest(data)
 }
 
 // Empty reports whether the selector selects nothing at all.
@@ -306,7 +319,7 @@ func (s *State) applyRequest(c *Command) Result {
 	}
 	r := RequestRecord{At: c.At, Op: c.Op}
 	if c.Op == OpDeclare && c.Declare != nil {
-		r.Body = BodyDigest(c.Declare.Body)
+		r.Body, r.Selector = BodyDigest(c.Declare.Body), c.Declare.Selector.Digest()
 	}
 	if s.Requests == nil {
 		s.Requests = map[string]RequestRecord{}

@@ -31,7 +31,7 @@ func TestARequestIsCarriedOutOnce(t *testing.T) {
 	}
 	snap := m.snapshot()
 	again := m.must(requested(declareCmd(sel, body, t0.Add(time.Minute+5*time.Second)), reqA))
-	if !again.Repeated || again.Request == nil || again.Request.Body != BodyDigest([]byte(body)) || len(again.Assignments) != 0 {
+	if !again.Repeated || again.Request == nil || again.Request.Body != BodyDigest([]byte(body)) || again.Request.Selector != sel.Digest() || len(again.Assignments) != 0 {
 		t.Fatalf("sent again: %+v; want it repeated, with the first's record", again)
 	}
 	if !bytes.Equal(m.snapshot(), snap) {
