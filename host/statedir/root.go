@@ -12,16 +12,23 @@ import (
 	"mesh/host/readfile"
 )
 
-// ErrRootUnusable: the managed root (--root) is something other than a directory,
-// or does not exist and is not the agent's to make. See *RootError.
+// ErrRootUnusable: the managed root (--root) is something other than a directory.
+// See *RootError.
 var ErrRootUnusable = errors.New("statedir: the managed root cannot be used")
+
+// ErrRootParentMissing: the managed root does not exist, nor does its parent, which
+// the agent does not make. Unlike ErrRootUnusable it may mend by itself (a file
+// system mounted later at boot), so meshhost exits with a code its unit restarts.
+// See *RootError.
+var ErrRootParentMissing = errors.New("statedir: the managed root's parent does not exist")
 
 // RootError is a managed root the agent refuses as it starts, rather than report
 // itself running and fail at the first declaration. Exactly one of these holds:
 // Mode is what is at Root (links followed) when it is not a directory, Link saying
 // Root itself is a symbolic link; Target is where Root, a symbolic link, points
 // when nothing is there; Part is a file on Root's path; Missing is Root's parent,
-// which does not exist. It matches ErrRootUnusable.
+// which does not exist. It matches ErrRootParentMissing when Missing is set, and
+// ErrRootUnusable otherwise.
 type RootError struct {
 	Root    string
 	Mode    fs.FileMode
@@ -34,8 +41,9 @@ type RootError struct {
 func (e *RootError) Error() string {
 	switch {
 	case e.Missing != "":
-		return fmt.Sprintf("the parent of --root %s, %s, does not exist: create it or fix the path. meshhost run makes the managed root itself when it is missing, never the directories above it, "+
-			"so that a mistyped path does not become a new tree of declared files; nothing was written", e.Root, e.Missing)
+		return fmt.Sprintf("the parent of --root %s, %s, does not exist: create it or fix the path; if it is on a file system mounted later at boot, order the unit after it "+
+			"(a drop-in with RequiresMountsFor=%s). meshhost run makes the managed root itself when it is missing as it starts, never the directories above it, "+
+			"so that a mistyped path does not become a new tree of declared files; nothing was written", e.Root, e.Missing, e.Missing)
 	case e.Target != "":
 		return fmt.Sprintf("the managed root %s is a symbolic link to %s, where nothing is: make that directory, or point --root at one; nothing was written", e.Root, e.Target)
 	case e.Part != "":
@@ -50,11 +58,17 @@ func (e *RootError) Error() string {
 		"not a file (ls -l %s shows what is there)", e.Root, what, e.Root)
 }
 
-// Is reports whether target is ErrRootUnusable.
-func (e *RootError) Is(target error) bool { return target == ErrRootUnusable }
+// Is reports whether target is ErrRootParentMissing (a missing parent) or
+// ErrRootUnusable (anything else).
+func (e *RootError) Is(target error) bool {
+	if e.Missing != "" {
+		return target == ErrRootParentMissing
+	}
+	return target == ErrRootUnusable
+}
 
-// PrepareRoot makes sure the managed root at dir is a directory the agent can
-// write in, as it starts: something else there (a file, a device, a FIFO, a link
+// PrepareRoot makes sure the managed root at dir is a directory, as the agent
+// starts (whether it may write there, an apply finds): something else there (a file, a device, a FIFO, a link
 // to one, or to nothing) is a *RootError; a root that does not exist is made (mode
 // 0755, as an apply makes it) only when its parent exists, and only once the path
 // passes CheckRoot, else a *RootError naming the missing parent; one that cannot be

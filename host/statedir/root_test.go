@@ -36,6 +36,7 @@ func TestPrepareRootRefusesWhatIsNoDirectory(t *testing.T) {
 	}
 	for _, c := range []struct{ root, want string }{
 		{file, file + " is not a directory: it is a regular file"},
+		// (A missing parent: TestPrepareRootWithoutItsParent.)
 		{"/dev/zero", "/dev/zero is not a directory: it is a character device"},
 		{fifo, fifo + " is not a directory: it is a named pipe (FIFO)"},
 		{link("tofile", file), "is not a directory: it is a symbolic link to a regular file"},
@@ -43,8 +44,6 @@ func TestPrepareRootRefusesWhatIsNoDirectory(t *testing.T) {
 		{link("dangling", filepath.Join(base, "gone")), "is a symbolic link to " + filepath.Join(base, "gone") + ", where nothing is"},
 		{filepath.Join(file, "root"), file + ", on its path, is a regular file, not a directory"},
 		{filepath.Join(file, "a", "root"), file + ", on its path, is a regular file, not a directory"},
-		{filepath.Join(base, "nonexistent", "x"), "the parent of --root " + filepath.Join(base, "nonexistent", "x") + ", " + filepath.Join(base, "nonexistent") + ", does not exist: create it or fix the path"},
-		{filepath.Join(base, "nonexistent", "x", "y"), "does not exist: create it or fix the path"},
 	} {
 		if _, err := os.Lstat(c.root); errors.Is(err, syscall.EACCES) {
 			continue
@@ -98,5 +97,27 @@ func TestPrepareRootOnAReadOnlyFileSystem(t *testing.T) {
 	err := PrepareRoot(filepath.Join(mnt, "managed"))
 	if !errors.Is(err, dirlock.ErrNotWritable) || !strings.Contains(err.Error(), "managed root") || !strings.Contains(err.Error(), "read-only file system") {
 		t.Fatalf("%v, want dirlock.ErrNotWritable for a read-only file system", err)
+	}
+}
+
+// TestPrepareRootWithoutItsParent: a missing root whose parent is missing too is not
+// made (a mistyped --root /nonexistent/x used to become /nonexistent/x/etc/app.conf),
+// and is ErrRootParentMissing, not ErrRootUnusable: the parent may be a file system
+// mounted later at boot, so meshhost exits with a code its unit restarts, and the
+// message says how to order the unit after the mount (a review: exit 5 left the
+// agent down for good after a boot-order race).
+func TestPrepareRootWithoutItsParent(t *testing.T) {
+	base := t.TempDir()
+	os.Chmod(base, 0o755)
+	for _, root := range []string{filepath.Join(base, "nonexistent", "x"), filepath.Join(base, "nonexistent", "x", "y")} {
+		err := PrepareRoot(root)
+		var re *RootError
+		if !errors.Is(err, ErrRootParentMissing) || errors.Is(err, ErrRootUnusable) || !errors.As(err, &re) ||
+			!strings.Contains(err.Error(), "does not exist: create it or fix the path") || !strings.Contains(err.Error(), "RequiresMountsFor="+filepath.Dir(root)) {
+			t.Errorf("--root %s: %v; want ErrRootParentMissing naming its parent and the unit's ordering", root, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(base, "nonexistent")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the missing root's parent was made: %v", err)
 	}
 }
