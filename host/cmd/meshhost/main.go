@@ -326,7 +326,7 @@ func cmdEnrol(args []string, cio *cliIO) (err error) {
 	if err := statedir.Check(*stateDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	if err := checkOwnDirectory(*stateDir); err != nil {
+	if err := checkOwnDirectory(*stateDir, *tokenFile); err != nil {
 		return err
 	}
 	if _, err := enrol.ParseToken(text, cio.clock()); err != nil {

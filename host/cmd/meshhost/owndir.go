@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -27,8 +28,10 @@ var ownFiles = []string{
 
 // checkOwnDirectory refuses an existing, non-empty state directory that holds none
 // of meshhost's files. One that holds some is an earlier enrolment's (begun, or of a
-// node since revoked), and `lost+found` is a file system of its own's.
-func checkOwnDirectory(dir string) error {
+// node since revoked); `lost+found` is a file system of its own's; hidden files (a
+// `.keep` a configuration tool leaves) and the token file enrolling from there are
+// left out: /etc and a home directory always hold more.
+func checkOwnDirectory(dir, tokenFile string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -42,13 +45,27 @@ func checkOwnDirectory(dir string) error {
 		if slices.Contains(ownFiles, name) || strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp-") {
 			return nil
 		}
-		if name != "lost+found" {
-			others = append(others, name)
+		if name == "lost+found" || strings.HasPrefix(name, ".") || sameFile(filepath.Join(dir, name), tokenFile) {
+			continue
 		}
+		others = append(others, name)
 	}
 	if len(others) == 0 {
 		return nil
 	}
 	return fmt.Errorf("--state %s holds %s and nothing of meshhost's: %w, and nothing was written there; give --state an empty or new directory (the packaged one is /var/lib/meshhost), or move those files out",
 		dir, listShort(others, 3), errForeignFiles)
+}
+
+// sameFile reports whether a and b (b may be "" or "-") name the same file.
+func sameFile(a, b string) bool {
+	if b == "" || b == "-" {
+		return false
+	}
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	return err == nil && os.SameFile(fa, fb)
 }

@@ -46,7 +46,10 @@ func TestEnrolRefusesADirectoryOfOtherFiles(t *testing.T) {
 			t.Errorf("the refused enrolment wrote into the directory: %v, then %v", before, after)
 		}
 	}
-	for _, own := range [][]string{nil, {"enrol-pending.json"}, {"revoked.json", "notes.txt"}, {"lost+found"}} {
+	// Hidden files (a .keep a configuration tool leaves) do not count: /etc and a
+	// home directory always hold more (a review: a directory of a .gitkeep alone
+	// was refused).
+	for _, own := range [][]string{nil, {"enrol-pending.json"}, {"revoked.json", "notes.txt"}, {"lost+found"}, {".gitkeep", ".keep"}} {
 		dir := mk(t, own...)
 		if own != nil && own[0] == "lost+found" {
 			os.Remove(filepath.Join(dir, "lost+found"))
@@ -56,5 +59,11 @@ func TestEnrolRefusesADirectoryOfOtherFiles(t *testing.T) {
 		if strings.Contains(stderr, "nothing of meshhost's") {
 			t.Errorf("enrol into a directory of %v refused as not meshhost's:\n%s", own, stderr)
 		}
+	}
+	// The token file enrolling from the directory is not another file.
+	dir := mk(t, "token.txt")
+	_, _, stderr := runCLI("", nil, "enrol", "--state", dir, "--token-file", filepath.Join(dir, "token.txt"))
+	if strings.Contains(stderr, "nothing of meshhost's") {
+		t.Errorf("enrol with its token file in the directory refused as not meshhost's:\n%s", stderr)
 	}
 }
