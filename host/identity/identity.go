@@ -321,7 +321,7 @@ func loadKeyPair(path string, read readFunc) (Identity, *KeyPair, error) {
 				return Identity{}, nil, fmt.Errorf("%w (there is no %s): an enrolment was started here and did not finish (%s holds the key it presented). "+
 					"If its last attempt could be retried (exit 7: no broker answered, no answer came, the mesh answered unavailable or internal, or its broker refused the login), "+
 					"run meshhost enrol again with the same token to finish it: it presents the same key, which the mesh may have recorded. "+
-					"If the mesh refused the token (exit 3: used, expired, unknown, cancelled), ask the operator for a new token (meshctl token) and enrol with it; that replaces this key",
+					"If the mesh refused the token (exit 3: used, expired, unknown, cancelled; or exit 7, login_refused, again a minute later), ask the operator for a new token (meshctl token) and enrol with it; that replaces this key",
 					ErrNotEnrolled, path, PendingFileName)
 			}
 			return Identity{}, nil, fmt.Errorf("%w (there is no %s)", ErrNotEnrolled, path)
