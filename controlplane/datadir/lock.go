@@ -44,9 +44,10 @@ func (d Dir) Lock(command string) (*Lock, error) {
 	if err == nil {
 		_, _ = atomicfile.RemoveStale(string(d)) // best effort: they only take room
 	}
-	if errors.Is(err, syscall.ENOSPC) {
+	if errors.Is(err, syscall.ENOSPC) && !errors.Is(err, dirlock.ErrNotWritable) {
 		// No room for the holder's record: a full disk, said so (it was a bare
-		// "record this process in X/lock: no space left on device").
+		// "record this process in X/lock: no space left on device"). The lock
+		// says so itself now; said once, not wrapped in a second telling.
 		return nil, d.WriteFailed("", err)
 	}
 	return l, err

@@ -51,10 +51,13 @@ func (e *DiskFullError) Unwrap() error { return e.Err }
 // X/raft/raft.db: no space left on device"), exit 1, where the same faults on a
 // directory that existed, or while serve runs, said what to do.
 func (d Dir) WriteFailed(doing string, err error) error {
+	var nw *dirlock.NotWritableError
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, syscall.ENOSPC):
+	case errors.As(err, &nw):
+		return err // said already, in the same words
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return &DiskFullError{Dir: string(d), Doing: doing, Err: err}
 	case errors.Is(err, syscall.EROFS), errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
 		return &dirlock.NotWritableError{What: dataDirectory, Dir: string(d), Err: err}

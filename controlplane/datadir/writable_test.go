@@ -75,3 +75,35 @@ func TestMakeOnAReadOnlyFileSystem(t *testing.T) {
 		t.Fatalf("Make on a read-only file system: %v, want it said", err)
 	}
 }
+
+// TestLockOnAFullDisk: a lock whose holder's record finds no room is said once as
+// what it is (dirlock.ErrNotWritable, exit 7), not wrapped in a second telling of
+// the same full disk (a review).
+func TestLockOnAFullDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small file system needs root")
+	}
+	mnt := filepath.Join(t.TempDir(), "fs")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=64k,mode=0700"); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	d := Dir(filepath.Join(mnt, "cp"))
+	if err := d.Make(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "filler"), make([]byte, 64<<10), 0o600); err != nil && !errors.Is(err, syscall.ENOSPC) {
+		t.Fatal(err)
+	}
+	l, err := d.Lock("test")
+	if err == nil {
+		l.Release()
+		t.Skip("the lock found room on the full file system")
+	}
+	if !errors.Is(err, dirlock.ErrNotWritable) || strings.Count(err.Error(), "free space") != 1 || strings.Contains(err.Error(), "is full (") {
+		t.Fatalf("Lock on a full disk: %v, want it said once", err)
+	}
+}
