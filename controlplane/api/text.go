@@ -74,14 +74,15 @@ func CleanText(s string, max int) string {
 
 // TerminalText returns s as a terminal shows it, as it is: line breaks and tabs are
 // kept; other control characters (an escape sequence's ESC, a carriage return that
-// writes over the line), the characters that reorder text or separate lines, and
-// invalid UTF-8 are written as Go escapes, as CleanText writes them. meshctl's
+// writes over the line), every format character (those that reorder text, and the
+// invisible ones: U+200B, U+FEFF, U+00AD) and line or paragraph separator, and
+// invalid UTF-8 are written as Go escapes, as meshhost writes its own. meshctl's
 // errors go through it: they quote what an operator typed (a --data path, a label
 // value), which must not drive the terminal it is shown on.
 func TerminalText(s string) string {
 	clean := utf8.ValidString(s)
 	for _, r := range s {
-		if r != '\n' && r != '\t' && hidden(r) {
+		if terminalHidden(r) {
 			clean = false
 			break
 		}
@@ -95,7 +96,7 @@ func TerminalText(s string) string {
 		switch {
 		case r == utf8.RuneError && size <= 1:
 			out = append(out, `\ufffd`...)
-		case r != '\n' && r != '\t' && hidden(r):
+		case terminalHidden(r):
 			q := strconv.QuoteRuneToASCII(r)
 			out = append(out, q[1:len(q)-1]...)
 		default:
@@ -104,6 +105,15 @@ func TerminalText(s string) string {
 		i += size
 	}
 	return string(out)
+}
+
+// terminalHidden reports whether TerminalText writes r out: what acts on a
+// terminal, or does not show itself there, line breaks and tabs apart.
+func terminalHidden(r rune) bool {
+	if r == '\n' || r == '\t' {
+		return false
+	}
+	return hidden(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
 }
 
 // hidden reports whether r changes what a terminal shows rather than showing

@@ -69,7 +69,7 @@ func FuzzCleanText(f *testing.F) {
 			t.Fatalf("TerminalText(%q) = %q: not UTF-8, or not stable", s, shown)
 		}
 		for _, r := range shown {
-			if r != '\n' && r != '\t' && hidden(r) {
+			if terminalHidden(r) {
 				t.Fatalf("TerminalText(%q) = %q keeps %U", s, shown, r)
 			}
 		}
@@ -124,6 +124,7 @@ func TestTerminalText(t *testing.T) {
 		"over\rwritten":                  `over\rwritten`,
 		"abc\u202edcba":                  `abc\u202edcba`,
 		"bad \xff byte":                  `bad \ufffd byte`,
+		"zero\u200bwidth\ufeff\u00ad":    `zero\u200bwidth\ufeff\u00ad`,
 		"ünïcödé is shown as it is: 日本語": "ünïcödé is shown as it is: 日本語",
 	} {
 		if got := TerminalText(in); got != want {
