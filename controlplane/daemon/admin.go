@@ -144,7 +144,12 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 		// no check kept out): said, not answered with nothing.
 		d.log.Error("an operator's answer could not be written; report it as a bug", "op", op, "err", err)
 		resp.Result = nil
-		resp.Error = &api.Error{Code: api.CodeInternal, Message: "the answer could not be written (" + err.Error() + "); the control plane's log says more: report it as a bug"}
+		msg := "the answer could not be written (" + err.Error() + "); the control plane's log says more: report it as a bug"
+		if !api.ReadOnly(op) {
+			// Carried out: run again, a declaration would be declared twice.
+			msg = "the change was carried out, but its answer could not be written (" + err.Error() + "): look (meshctl nodes, token list, signing-key status) before running it again, and report it as a bug"
+		}
+		resp.Error = &api.Error{Code: api.CodeInternal, Message: msg}
 	}
 	data, _ := json.Marshal(resp)
 	if err := d.conns.admin.Publish(m.Reply, data); err != nil {
