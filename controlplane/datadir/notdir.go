@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"syscall"
 
 	"mesh/host/readfile"
+	"mesh/host/statedir"
 )
 
 // ErrNotADirectory means something other than a directory (a regular file, a FIFO,
@@ -74,15 +74,12 @@ func (d Dir) notADirectory(fi fs.FileInfo) error {
 // directory, when looking at it failed with ENOTDIR ("stat X/sub: not a
 // directory" named neither which part nor what to do).
 func (d Dir) partNotADirectory() error {
-	for p := filepath.Dir(filepath.Clean(string(d))); ; p = filepath.Dir(p) {
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
-			lfi, lerr := os.Lstat(p)
-			return &NotADirectoryError{Dir: string(d), Part: p, Mode: fi.Mode(), Link: lerr == nil && lfi.Mode()&fs.ModeSymlink != 0}
-		}
-		if p == filepath.Dir(p) {
-			return nil
-		}
+	p, mode, ok := statedir.FileOnPath(string(d))
+	if !ok {
+		return nil
 	}
+	lfi, lerr := os.Lstat(p)
+	return &NotADirectoryError{Dir: string(d), Part: p, Mode: mode, Link: lerr == nil && lfi.Mode()&fs.ModeSymlink != 0}
 }
 
 // inNotADirectory turns err, from opening a file in the directory, into a

@@ -94,7 +94,7 @@ func PrepareRoot(dir string) error {
 		}
 		return nil
 	case errors.Is(err, syscall.ENOTDIR):
-		if part, mode, ok := fileOnPath(dir); ok {
+		if part, mode, ok := FileOnPath(dir); ok {
 			return &RootError{Root: dir, Part: part, Mode: mode}
 		}
 		return fmt.Errorf("%s %s: %w", what, dir, err)

@@ -247,7 +247,7 @@ func Check(dir string) error {
 	if errors.Is(err, syscall.ENOTDIR) {
 		// --state /etc/hosts/h1: said as the file on the way it is, not as
 		// "stat …: not a directory".
-		if part, mode, ok := fileOnPath(dir); ok {
+		if part, mode, ok := FileOnPath(dir); ok {
 			return &NotDirError{Dir: dir, Mode: mode, Part: part}
 		}
 	}
@@ -274,9 +274,10 @@ func Check(dir string) error {
 	return CheckParents("the state directory", dir)
 }
 
-// fileOnPath finds the part of path, a directory above it, that exists and is not
-// a directory (its links followed), and what it is.
-func fileOnPath(path string) (string, fs.FileMode, bool) {
+// FileOnPath finds the part of path, a directory above it, that exists and is not
+// a directory (its links followed), and what it is: what a path that failed with
+// ENOTDIR ("stat X/sub: not a directory") names as its fault.
+func FileOnPath(path string) (string, fs.FileMode, bool) {
 	for d := filepath.Dir(filepath.Clean(path)); ; {
 		if fi, err := os.Stat(d); err == nil {
 			if !fi.IsDir() {
