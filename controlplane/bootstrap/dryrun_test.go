@@ -3,13 +3,12 @@ package bootstrap
 import (
 	"errors"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	"mesh/host/dirlock"
+	"mesh/host/fstest"
 )
 
 // TestDryRunRunsTheChecks: `bootstrap --dry-run` runs the checks of its plan, which
@@ -53,17 +52,7 @@ func TestDryRunRunsTheChecks(t *testing.T) {
 	}
 	assertNotCreated(t, dir)
 
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a read-only file system needs root")
-	}
-	ro := filepath.Join(t.TempDir(), "ro")
-	if err := os.Mkdir(ro, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", ro, "tmpfs", syscall.MS_RDONLY, "size=64k"); err != nil {
-		t.Skipf("cannot mount a read-only tmpfs here: %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(ro, syscall.MNT_DETACH) })
+	ro := fstest.Small(t, fstest.Options{ReadOnly: true, Mode: 0o700})
 	o, out = options(t, filepath.Join(ro, "new", "cp"))
 	o.DryRun = true
 	err = Run(o)

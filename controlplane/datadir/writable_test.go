@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"mesh/host/dirlock"
+	"mesh/host/fstest"
 )
 
 // TestWriteFailed: a write into the data directory refused by its place (a
@@ -58,17 +59,7 @@ func TestMakeOnAReadOnlyFileSystem(t *testing.T) {
 	if fi, err := os.Stat(string(made)); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("Make: %v, %v; want a directory of mode 0700", fi, err)
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a read-only file system needs root")
-	}
-	ro := filepath.Join(t.TempDir(), "ro")
-	if err := os.Mkdir(ro, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", ro, "tmpfs", syscall.MS_RDONLY, "size=64k"); err != nil {
-		t.Skipf("cannot mount a read-only tmpfs here: %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(ro, syscall.MNT_DETACH) })
+	ro := fstest.Small(t, fstest.Options{ReadOnly: true, Mode: 0o700})
 	d := Dir(filepath.Join(ro, "new"))
 	err := d.Make()
 	if !errors.Is(err, dirlock.ErrNotWritable) || !strings.Contains(err.Error(), "data directory "+string(d)+" is on a read-only file system") {
@@ -80,24 +71,12 @@ func TestMakeOnAReadOnlyFileSystem(t *testing.T) {
 // what it is (dirlock.ErrNotWritable, exit 7), not wrapped in a second telling of
 // the same full disk (a review).
 func TestLockOnAFullDisk(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a small file system needs root")
-	}
-	mnt := filepath.Join(t.TempDir(), "fs")
-	if err := os.Mkdir(mnt, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=64k,mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs here: %v", err)
-	}
-	t.Cleanup(func() { _ = syscall.Unmount(mnt, syscall.MNT_DETACH) })
+	mnt := fstest.Small(t, fstest.Options{Mode: 0o700})
 	d := Dir(filepath.Join(mnt, "cp"))
 	if err := d.Make(); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(mnt, "filler"), make([]byte, 64<<10), 0o600); err != nil && !errors.Is(err, syscall.ENOSPC) {
-		t.Fatal(err)
-	}
+	fstest.Fill(t, filepath.Join(mnt, "filler"))
 	l, err := d.Lock("test")
 	if err == nil {
 		l.Release()

@@ -2,8 +2,6 @@ package join
 
 import (
 	"errors"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +9,7 @@ import (
 
 	"mesh/controlplane/datadir"
 	"mesh/host/dirlock"
+	"mesh/host/fstest"
 	"mesh/tokenfmt"
 )
 
@@ -18,14 +17,7 @@ import (
 // read-only file system says so (dirlock.ErrNotWritable: exit 7, "mount it
 // read-write"), as bootstrap does; it was mkdir's bare error, exit 1.
 func TestJoinOnAReadOnlyFileSystem(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a read-only file system")
-	}
-	ro := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "ro,size=64k,mode=0700", "tmpfs", ro).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v: %s)", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", ro).Run() })
+	ro := fstest.Small(t, fstest.Options{ReadOnly: true, Mode: 0o700})
 	tok := controlToken(t, "127.0.0.1:1", [32]byte{1}, tokenfmt.RoleControl, time.Now())
 	dir := filepath.Join(ro, "cp")
 	err := Join(t.Context(), Options{Dir: datadir.Dir(dir), Token: tok})

@@ -5,11 +5,12 @@ package dirlock
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"mesh/host/fstest"
 )
 
 // TestAFullOrMisplacedDirectoryIsNotWritable: a lock record that cannot be written
@@ -29,25 +30,8 @@ func TestAFullOrMisplacedDirectoryIsNotWritable(t *testing.T) {
 		}
 	}
 	t.Run("full", func(t *testing.T) {
-		if os.Geteuid() != 0 {
-			t.Skip("needs root to mount a small tmpfs")
-		}
-		mnt := t.TempDir()
-		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", mnt).CombinedOutput(); err != nil {
-			t.Skipf("cannot mount a tmpfs here (%v: %s)", err, out)
-		}
-		t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
-		f, err := os.Create(filepath.Join(mnt, "fill"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for block := make([]byte, 4096); ; {
-			if _, err := f.Write(block); err != nil {
-				break
-			}
-		}
-		f.Close()
-		_, err = Acquire("state directory", mnt, "meshhost enrol")
+		mnt := fstest.Small(t, fstest.Options{Full: true})
+		_, err := Acquire("state directory", mnt, "meshhost enrol")
 		if !errors.Is(err, ErrNotWritable) || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "its file system is full") {
 			t.Fatalf("a full file system: %v, want ErrNotWritable for ENOSPC", err)
 		}

@@ -3,13 +3,13 @@ package statedir
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
 	"mesh/host/dirlock"
+	"mesh/host/fstest"
 )
 
 // TestPrepareRootRefusesWhatIsNoDirectory: a managed root that is a file, a
@@ -86,14 +86,7 @@ func TestPrepareRootRefusesWhatIsNoDirectory(t *testing.T) {
 // be written is refused as not writable (dirlock.ErrNotWritable, exit 5), saying
 // why, not found at the first apply.
 func TestPrepareRootOnAReadOnlyFileSystem(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a read-only tmpfs")
-	}
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "ro,size=64k,mode=0755", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v: %s)", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	mnt := fstest.Small(t, fstest.Options{ReadOnly: true})
 	err := PrepareRoot(filepath.Join(mnt, "managed"))
 	if !errors.Is(err, dirlock.ErrNotWritable) || !strings.Contains(err.Error(), "managed root") || !strings.Contains(err.Error(), "read-only file system") {
 		t.Fatalf("%v, want dirlock.ErrNotWritable for a read-only file system", err)
