@@ -299,6 +299,12 @@ func (b *run) lock() (*datadir.Lock, error) {
 		return nil, err
 	}
 	if lock, err = b.o.Dir.Lock(command); err != nil {
+		if b.madeDir && !errors.Is(err, datadir.ErrInUse) {
+			// No room for the lock's record (a full disk): the directory this run
+			// made, and the empty lock file in it, are not left behind.
+			b.madeLock = true
+			b.unmake()
+		}
 		return nil, err
 	}
 	b.madeLock = true

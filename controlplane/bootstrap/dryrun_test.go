@@ -3,6 +3,7 @@ package bootstrap
 import (
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -62,5 +63,22 @@ func TestDryRunRunsTheChecks(t *testing.T) {
 	o.DryRun = false
 	if err := Run(o); !errors.Is(err, dirlock.ErrNotWritable) {
 		t.Errorf("the real run on a read-only file system: %v, want the same refusal", err)
+	}
+}
+
+// TestBootstrapOnAFullDiskLeavesNothing: a bootstrap whose lock finds no room (a full
+// disk) says so (exit 7) and takes away the directory it made and the empty lock
+// file in it, as it does when a check fails; both were left (a review).
+func TestBootstrapOnAFullDiskLeavesNothing(t *testing.T) {
+	mnt := fstest.Small(t, fstest.Options{Full: true, Mode: 0o700})
+	dir := filepath.Join(mnt, "cp")
+	o, out := options(t, dir)
+	err := Run(o)
+	if !errors.Is(err, dirlock.ErrNotWritable) {
+		t.Fatalf("bootstrap on a full disk: %v, want it said as such:\n%s", err, out)
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+		entries, _ := os.ReadDir(dir)
+		t.Errorf("the refused bootstrap left %s behind (%v), holding %d entries", dir, err, len(entries))
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -307,10 +308,18 @@ func (r *run) lock() (*datadir.Lock, string, error) {
 	}
 	// A read-only file system, no write access or a full disk is said as such
 	// (exit 7), not as mkdir's raw error.
+	_, statErr := os.Stat(string(d))
+	made := errors.Is(statErr, fs.ErrNotExist)
 	if err := d.Make(); err != nil {
 		return nil, "", err
 	}
 	if lock, err = d.Lock("meshctl join"); err != nil {
+		if made && !errors.Is(err, datadir.ErrInUse) {
+			// No room for the lock's record (a full disk): the directory this
+			// join made, and the empty lock file in it, are not left behind.
+			_ = os.Remove(d.Path(datadir.LockFile))
+			_ = os.Remove(string(d)) // only if empty
+		}
 		return nil, "", err
 	}
 	// Check again under the lock: another process may have used the directory since.
