@@ -13,7 +13,8 @@ import (
 // what a command had to write there. See *DiskFullError.
 var ErrDiskFull = errors.New("the disk under the data directory is full")
 
-// DiskFullError is a write into the data directory refused for want of space (ENOSPC):
+// DiskFullError is a write into the data directory refused for want of space (ENOSPC,
+// or EDQUOT: this user's quota):
 // Doing is what was being written, Err the file system's error. It matches
 // ErrDiskFull, and dirlock.ErrNotWritable too: like a directory on a read-only file
 // system, one that cannot be written now is the data directory's fault, which

@@ -17,9 +17,9 @@
 // directory above it, that another user could change; a managed root or a token file
 // another user owns or could write);
 // 6 this node was revoked (or its key is refused); 7 the mesh could not be reached,
-// or its broker refused the enrolment's login (retrying may help); 8 the state directory is in use by another meshhost (run,
-// enrol); 9 enrol interrupted (SIGINT, SIGTERM) before it finished, or hooks retry
-// before the agent answered. The systemd unit names the ones that mean a person must act
+// or its broker refused the enrolment's login (retrying may help); 8 the state
+// directory is in use by another meshhost (run, enrol); 9 enrol interrupted (SIGINT,
+// SIGTERM) before it finished, or hooks retry before the agent answered. The systemd unit names the ones that mean a person must act
 // (RestartPreventExitStatus in dist/systemd/meshhost.service).
 //
 // The command line uses the standard flag package, which accepts --flag value and
@@ -242,7 +242,7 @@ func synopsis(name string) string {
 	case "enrol":
 		return "--state DIR [--token-file F] [--json]   (the token in F, in MESH_TOKEN, in the systemd credential mesh-token, or on stdin)\n\nAdopt this machine into the mesh the token names: pin checked before any credential\nleaves, a key generated here (it logs in by signing the broker's nonce), the answer\nverified (its first declaration is signed for this key), the identity saved. One\nconnection; `meshhost run` then connects as the node. Each step is printed.\nExits 3 when the token cannot be used or the mesh refuses it, 4 when the broker is\nnot the mesh the token names, 5 when this machine is enrolled already or the state\ndirectory is not safe, 7 when no broker answered or one refused the login\n(login_refused: retrying a minute later may help; refused again, the token is not\none the mesh knows: ask for a new one), 8 when another meshhost holds the state\ndirectory."
 	case "run":
-		return "--state DIR --root DIR [--hooks F] [--log-format text|json]\n\nStay connected as this node and keep the managed root in line with its declarations:\nevery one verified (signature, audience, version, validity) before it is applied.\nUnder systemd (Type=notify) it reports ready once connected and synced with the mesh.\nExits 6 once the mesh revoked this node; 5 when the identity or the state directory\nis unusable or not safe, --root is not a directory (or its parent is missing), or the hooks file cannot be used, or a path it acts on (the hooks\nfile, the managed root's parents) another user could change; 2 when --state is inside --root; 8 when another\nmeshhost holds the state directory."
+		return "--state DIR --root DIR [--hooks F] [--log-format text|json]\n\nStay connected as this node and keep the managed root in line with its declarations:\nevery one verified (signature, audience, version, validity) before it is applied.\nUnder systemd (Type=notify) it reports ready once connected and synced with the mesh.\nExits 6 once the mesh revoked this node; 5 when the identity or the state directory\nis unusable or not safe, --root is not a directory, or the hooks file cannot be used, or a path it acts on (the hooks\nfile, the managed root's parents) another user could change; 1 when --root's parent does not exist\n(a mount not there yet: the unit restarts it); 2 when --state is inside --root; 8 when another\nmeshhost holds the state directory."
 	case "status":
 		return "--state DIR [--json]\n\nShow this node's identity, applied version, last error, and the hooks owed or failed\n(run again by meshhost hooks retry). Exits 6 when the mesh\nrevoked this node (as `meshhost run` recorded it)."
 	case "hooks retry":
