@@ -118,6 +118,13 @@ func readSecretInput(file string, cio *cliIO) (string, error) {
 	switch file {
 	case "":
 		if v := cio.getenv("MESH_TOKEN"); v != "" {
+			if f, ok := cio.stdin.(*os.File); ok {
+				// `MESH_TOKEN=… meshctl join < cp2.txt`: two tokens, one of them set
+				// and forgotten perhaps; MESH_TOKEN won without a word.
+				if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
+					return "", usagef("a token in MESH_TOKEN and a file on stdin: give one (unset MESH_TOKEN, or --token-file - to read stdin)")
+				}
+			}
 			return v, nil
 		}
 	case "-":

@@ -70,3 +70,31 @@ func TestJoinTokenInputs(t *testing.T) {
 		})
 	}
 }
+
+// TestJoinWithTwoTokensIsRefused: a control token in MESH_TOKEN and a file on stdin
+// (`MESH_TOKEN=… meshctl join < cp2.txt`) is a usage error (exit 2) naming both,
+// where MESH_TOKEN won without a word (a CLI audit); nothing is made.
+func TestJoinWithTwoTokensIsRefused(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "cp2.txt")
+	writeTestFile(t, file, "mesh1_another_token\n")
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	data := filepath.Join(t.TempDir(), "new")
+	var out, errb bytes.Buffer
+	code := run([]string{"join", "--data", data}, &cliIO{stdin: f, stdout: &out, stderr: &errb,
+		getenv: func(k string) string {
+			if k == "MESH_TOKEN" {
+				return "mesh1_from_env"
+			}
+			return ""
+		}})
+	if code != exitUsage || !strings.Contains(errb.String(), "MESH_TOKEN and a file on stdin") {
+		t.Errorf("exit %d, want %d naming both tokens: %s", code, exitUsage, errb.String())
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Errorf("the data directory was made: %v", err)
+	}
+}

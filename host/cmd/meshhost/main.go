@@ -438,6 +438,13 @@ func readToken(file string, cio *cliIO) (string, error) {
 		}
 		return string(data), nil
 	case cio.getenv("MESH_TOKEN") != "" && !fromStdin:
+		if f, ok := cio.stdin.(*os.File); ok {
+			// `MESH_TOKEN=… meshhost enrol < token.txt`: two tokens, one of them
+			// set and forgotten perhaps; MESH_TOKEN won without a word.
+			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
+				return "", usageError{"a token in MESH_TOKEN and a file on stdin: give one (unset MESH_TOKEN, or --token-file - to read stdin)"}
+			}
+		}
 		return cio.getenv("MESH_TOKEN"), nil
 	default:
 		if cio.stdinIsTTY {

@@ -65,3 +65,38 @@ func TestTokenFileThatDoesNotExist(t *testing.T) {
 		}
 	}
 }
+
+// TestTwoTokensAreRefused: a token in MESH_TOKEN and a file on stdin (`MESH_TOKEN=…
+// meshhost enrol < token.txt`) is a usage error naming both, where MESH_TOKEN won
+// without a word (a CLI audit); MESH_TOKEN with nothing on stdin (a terminal, a
+// pipe, /dev/null, an empty file) is taken as ever.
+func TestTwoTokensAreRefused(t *testing.T) {
+	tok, _ := realToken(t)
+	env := map[string]string{"MESH_TOKEN": tok}
+	getenv := func(k string) string { return env[k] }
+	file := filepath.Join(t.TempDir(), "token.txt")
+	if err := os.WriteFile(file, []byte("mesh1_another_token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var ue usageError
+	if _, err := readToken("", &cliIO{stdin: f, stderr: &bytes.Buffer{}, getenv: getenv}); !errors.As(err, &ue) || !strings.Contains(err.Error(), "MESH_TOKEN and a file on stdin") {
+		t.Errorf("MESH_TOKEN and a file on stdin: %v, want a usage error naming both", err)
+	}
+	empty := filepath.Join(t.TempDir(), "empty")
+	os.WriteFile(empty, nil, 0o600)
+	for _, path := range []string{os.DevNull, empty} {
+		in, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := readToken("", &cliIO{stdin: in, stderr: &bytes.Buffer{}, getenv: getenv}); err != nil || got != tok {
+			t.Errorf("MESH_TOKEN with %s on stdin: %q, %v; want MESH_TOKEN", path, got, err)
+		}
+		in.Close()
+	}
+}
