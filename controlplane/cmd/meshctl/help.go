@@ -64,9 +64,11 @@ func flagError(err error) error {
 		// Go's own text is strconv's ("parsing "1e9": invalid syntax").
 		switch ive.GetFlag().Value.Type() {
 		case "int", "int64":
-			return usagef("--%s %q: not a whole number (such as %s)", ive.GetFlag().Name, ive.GetValue(), exampleNumber)
+			return usagef("--%s %q: not a whole number (such as %s; --help names the range it takes)", ive.GetFlag().Name, ive.GetValue(), exampleNumber)
 		case "uint", "uint64":
-			return usagef("--%s %q: not a whole number of 0 or more (such as %s)", ive.GetFlag().Name, ive.GetValue(), exampleNumber)
+			// A negative one is refused here, before the flag's range is
+			// checked: the range is named too (0 is not in every one).
+			return usagef("--%s %q: not a whole number of 0 or more (such as %s; --help names the range it takes)", ive.GetFlag().Name, ive.GetValue(), exampleNumber)
 		}
 	}
 	return usageError{err.Error()}
