@@ -134,6 +134,17 @@ func Stream(path string, max int64, wait time.Duration) ([]byte, error) {
 // before anything is read: the file judged is the file read, whatever is put at
 // path in between.
 func StreamChecked(path string, max int64, wait time.Duration, check func(fs.FileInfo) error) ([]byte, error) {
+	return StreamWaiting(path, max, wait, check, nil)
+}
+
+// WaitNotice is how long a pipe Stream reads may stay silent before
+// StreamWaiting's waiting is called: a FIFO nothing writes to waits up to PipeWait,
+// which without a word looks like a command that hangs.
+const WaitNotice = time.Second
+
+// StreamWaiting is StreamChecked that calls waiting, when set, once a pipe has
+// brought nothing for WaitNotice: the caller says what it waits for.
+func StreamWaiting(path string, max int64, wait time.Duration, check func(fs.FileInfo) error, waiting func()) ([]byte, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|openFlags, 0)
 	if err != nil {
 		return nil, err
@@ -155,7 +166,7 @@ func StreamChecked(path string, max int64, wait time.Duration, check func(fs.Fil
 	default:
 		return nil, &NotRegularError{Path: path, Mode: m}
 	}
-	return readPipe(f, path, max, wait)
+	return readPipe(f, path, max, wait, waiting)
 }
 
 func readCapped(r io.Reader, path string, max int64) ([]byte, error) {
@@ -172,8 +183,24 @@ func readCapped(r io.Reader, path string, max int64) ([]byte, error) {
 // readPipe reads a pipe opened without waiting for a writer. Until a first byte
 // comes, an end of file only means that no writer is there yet: it is tried again
 // until the wait is over.
-func readPipe(f *os.File, path string, max int64, wait time.Duration) ([]byte, error) {
+func readPipe(f *os.File, path string, max int64, wait time.Duration, waiting func()) ([]byte, error) {
 	deadline := time.Now().Add(wait)
+	var stopNotice func()
+	if waiting != nil {
+		fired := make(chan struct{})
+		t := time.AfterFunc(WaitNotice, func() { waiting(); close(fired) })
+		stopped := false
+		stopNotice = func() {
+			if stopped {
+				return
+			}
+			stopped = true
+			if !t.Stop() {
+				<-fired // being said: it ends before this read returns
+			}
+		}
+		defer stopNotice()
+	}
 	// A pipe the runtime polls honours the deadline while a writer is there but
 	// silent; where the runtime cannot poll it, the loop below still ends.
 	_ = f.SetReadDeadline(deadline)
@@ -181,6 +208,9 @@ func readPipe(f *os.File, path string, max int64, wait time.Duration) ([]byte, e
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := f.Read(buf)
+		if n > 0 && stopNotice != nil {
+			stopNotice() // something writes: nothing to wait for
+		}
 		data = append(data, buf[:n]...)
 		if int64(len(data)) > max {
 			return nil, fmt.Errorf("%s: %w of %d bytes", path, ErrTooLarge, max)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -281,5 +282,37 @@ func TestStreamOthers(t *testing.T) {
 	}
 	if data, err := within(t, func() ([]byte, error) { return Stream(name, 64, 10*time.Second) }); err != nil || string(data) != "from a pipe" {
 		t.Fatalf("an anonymous pipe: %q, %v", data, err)
+	}
+}
+
+// TestStreamWaitingSaysWhatItWaitsFor: a FIFO that brings nothing for a second has
+// its caller told once (a CLI audit: a minute's wait without a word looked like a
+// hang), before the read gives up; one whose writer comes at once is not.
+func TestStreamWaitingSaysWhatItWaitsFor(t *testing.T) {
+	var told atomic.Int32
+	fifo := mkfifo(t)
+	_, err := within(t, func() ([]byte, error) {
+		return StreamWaiting(fifo, 1<<20, WaitNotice+500*time.Millisecond, nil, func() { told.Add(1) })
+	})
+	if !errors.Is(err, ErrNoWriter) || told.Load() != 1 {
+		t.Fatalf("no writer: %v, told %d times; want ErrNoWriter, told once", err, told.Load())
+	}
+	told.Store(0)
+	fifo = mkfifo(t)
+	go func() {
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		f.Write([]byte("mesh1_"))
+		time.Sleep(WaitNotice + 300*time.Millisecond) // writing, slowly: nothing to tell
+		f.Write([]byte("x"))
+	}()
+	data, err := within(t, func() ([]byte, error) {
+		return StreamWaiting(fifo, 1<<20, 10*time.Second, nil, func() { told.Add(1) })
+	})
+	if err != nil || string(data) != "mesh1_x" || told.Load() != 0 {
+		t.Fatalf("a writer at once: %q, %v, told %d times; want it read, nothing told", data, err, told.Load())
 	}
 }

@@ -182,7 +182,7 @@ func readBody(file string, cio *cliIO) ([]byte, error) {
 		}
 	}
 	data, err := readBoundedChecked(file, cio.stdin, declarations.MaxEnvelopeSize,
-		"the most a signed declaration can carry; split the state or ship large files another way", check)
+		"the most a signed declaration can carry; split the state or ship large files another way", check, pipeWaiting(file, cio))
 	// A UTF-8 byte order mark, which some editors write first, is not JSON; the
 	// JSON standard lets a reader ignore it, and the file is the operator's own
 	// (it was refused as "invalid character 'ï'").
@@ -199,12 +199,13 @@ func readBody(file string, cio *cliIO) ([]byte, error) {
 // (`--file <(generate)`) is read until its writer closes it; a FIFO nothing writes
 // to is given up on after readfile.PipeWait, and a directory or a device is refused.
 func readBounded(file string, stdin io.Reader, max int64, tooLarge string) ([]byte, error) {
-	return readBoundedChecked(file, stdin, max, tooLarge, nil)
+	return readBoundedChecked(file, stdin, max, tooLarge, nil, nil)
 }
 
 // readBoundedChecked is readBounded with check called with the file opened, before
-// it is read (readfile.StreamChecked); stdin is not checked here.
-func readBoundedChecked(file string, stdin io.Reader, max int64, tooLarge string, check func(fs.FileInfo) error) ([]byte, error) {
+// it is read (readfile.StreamChecked), and waiting, when set, once a pipe brought
+// nothing for a second (readfile.StreamWaiting); stdin is not checked here.
+func readBoundedChecked(file string, stdin io.Reader, max int64, tooLarge string, check func(fs.FileInfo) error, waiting func()) ([]byte, error) {
 	var data []byte
 	var err error
 	if file == "-" && stdin != nil {
@@ -216,7 +217,7 @@ func readBoundedChecked(file string, stdin io.Reader, max int64, tooLarge string
 			err = readfile.ErrTooLarge
 		}
 	} else {
-		data, err = readfile.StreamChecked(file, max, readfile.PipeWait, check)
+		data, err = readfile.StreamWaiting(file, max, readfile.PipeWait, check, waiting)
 	}
 	if errors.Is(err, readfile.ErrTooLarge) {
 		return nil, tooLargeError(fmt.Sprintf("%s is larger than %d bytes, %s", file, max, tooLarge))
@@ -279,4 +280,13 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// pipeWaiting says, once, on stderr, that meshctl waits for what writes to the pipe
+// named as file: a FIFO nothing writes to is waited on for readfile.PipeWait, which
+// without a word looks like a command that hangs.
+func pipeWaiting(file string, cio *cliIO) func() {
+	return func() {
+		fmt.Fprintf(cio.stderr, "meshctl: %s is a pipe; waiting up to %s for what writes to it (Ctrl-C to stop)\n", file, readfile.PipeWait)
+	}
 }

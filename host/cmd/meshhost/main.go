@@ -423,7 +423,7 @@ func readToken(file string, cio *cliIO) (string, error) {
 	case file != "":
 		// A pipe is read until its writer closes it; a FIFO nothing writes to is
 		// given up on after readfile.PipeWait; a directory or a device is refused.
-		data, err := readfile.StreamChecked(file, maxTokenInput, readfile.PipeWait, trustedToken(file, cio))
+		data, err := readfile.StreamWaiting(file, maxTokenInput, readfile.PipeWait, trustedToken(file, cio), pipeWaiting(file, cio))
 		if errors.Is(err, fs.ErrNotExist) {
 			return "", fmt.Errorf("%w: --token-file %s does not exist (give the file the token was saved in, or - to read it from stdin)", enrol.ErrToken, file)
 		}
@@ -967,4 +967,13 @@ func (v agentView) String() string {
 		return fmt.Sprintf("connected to %s since %s, syncing", v.Broker, since)
 	}
 	return fmt.Sprintf("running; the mesh is UNREACHABLE since %s (%s): it keeps trying, runs hooks and retries here meanwhile, and reports their outcome once it reaches the mesh", since, v.Error)
+}
+
+// pipeWaiting says, once, on stderr, that meshhost waits for what writes to the
+// pipe named as file: a FIFO nothing writes to is waited on for readfile.PipeWait,
+// which without a word looks like a command that hangs.
+func pipeWaiting(file string, cio *cliIO) func() {
+	return func() {
+		fmt.Fprintf(cio.stderr, "meshhost: %s is a pipe; waiting up to %s for what writes to it (Ctrl-C to stop)\n", file, readfile.PipeWait)
+	}
 }
