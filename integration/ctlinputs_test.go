@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"mesh/host/fstest"
 	"mesh/integration/harness"
 	"mesh/tokenfmt"
 )
@@ -78,28 +78,13 @@ func TestCtlDataThatIsNotADirectory(t *testing.T) {
 	}
 }
 
-// mountReadOnly mounts an empty read-only tmpfs at dir, or skips the test saying why.
-func mountReadOnly(t *testing.T, dir string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a read-only file system")
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "ro,size=64k,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v: %s)", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
-}
-
 // TestBootstrapOnAReadOnlyFileSystem, with the built meshctl: a bootstrap whose
 // new data directory would be on a read-only file system says so, exit 7, as it says
 // of one that exists there; it was a bare "mkdir X: read-only file system", exit 1.
 func TestBootstrapOnAReadOnlyFileSystem(t *testing.T) {
 	t.Parallel()
 	ro := filepath.Join(t.TempDir(), "ro")
-	mountReadOnly(t, ro)
+	fstest.SmallAt(t, ro, fstest.Options{ReadOnly: true, Mode: 0o700})
 	for _, dir := range []string{filepath.Join(ro, "new"), filepath.Join(ro, "new", "cp")} {
 		r := harness.Run(t, "", nil, bin.Meshctl, "bootstrap", "--mesh", "x", "--listen", "127.0.0.1:27660", "--data", dir)
 		want := fmt.Sprintf("data directory %s is on a read-only file system", dir)

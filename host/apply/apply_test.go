@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
+
+	"mesh/host/fstest"
 )
 
 // snapshot records everything under dir: for each path its type, mode, owner
@@ -608,18 +609,7 @@ func TestApplyUnknownOwner(t *testing.T) {
 // TestApplyFullDisk writes onto a small tmpfs until it is full and checks that
 // the error is ENOSPC and the files written before it are restored.
 func TestApplyFullDisk(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a small tmpfs to fill needs root")
-	}
-	root := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", root).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs (not permitted here?): %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", root).CombinedOutput(); err != nil {
-			t.Errorf("umount: %v: %s", err, out)
-		}
-	})
+	root := fstest.Small(t, fstest.Options{})
 	mustWrite(t, filepath.Join(root, "a"), "old a", 0o644)
 	before := snapshot(t, root)
 	_, err := (FileApplier{Root: root}).Apply(context.Background(), []File{

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
+
+	"mesh/host/fstest"
 )
 
 // entries lists the names in dir, so tests can show no temp file was left.
@@ -317,19 +318,7 @@ func TestFullDisk(t *testing.T) {
 // the reason it cannot.
 func smallTmpfs(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a small tmpfs to fill needs root")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs (not permitted in this container?): %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
+	return fstest.Small(t, fstest.Options{})
 }
 
 // TestRemoveStale: the temporary files writes killed part way left are removed,

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"mesh/host/fstest"
 )
 
 // dir is a directory under test, with the calls the tests make on it.
@@ -232,14 +234,7 @@ func TestLockHelperProcess(t *testing.T) {
 // refused as not writable (ErrNotWritable, which says so and what to do), not as a
 // failure to open a file. As root, with a read-only tmpfs; EACCES takes the same path.
 func TestReadOnlyDirectoryIsNotWritable(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a read-only tmpfs")
-	}
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v: %s)", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	mnt := fstest.Small(t, fstest.Options{ReadOnly: true})
 	_, err := dir(mnt).Lock("meshhost run")
 	var nw *NotWritableError
 	if !errors.Is(err, ErrNotWritable) || !errors.As(err, &nw) || !errors.Is(err, syscall.EROFS) || !strings.Contains(err.Error(), "read-only file system") {

@@ -8,11 +8,12 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"mesh/host/fstest"
 )
 
 func TestSaveNeverReplaces(t *testing.T) {
@@ -87,18 +88,7 @@ func TestSaveStateDirIsFile(t *testing.T) {
 }
 
 func TestSaveFullDisk(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a small tmpfs to fill needs root")
-	}
-	state := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", state).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs (not permitted here?): %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", state).CombinedOutput(); err != nil {
-			t.Errorf("umount: %v: %s", err, out)
-		}
-	})
+	state := fstest.Small(t, fstest.Options{Mode: 0o700})
 	filler, err := os.Create(filepath.Join(state, "filler"))
 	if err != nil {
 		t.Fatal(err)

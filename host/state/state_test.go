@@ -6,13 +6,14 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"mesh/host/fstest"
 )
 
 func sample() Applied {
@@ -292,18 +293,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestSaveFullDiskKeepsPrevious(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a small tmpfs to fill needs root")
-	}
-	state := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", state).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs (not permitted here?): %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", state).CombinedOutput(); err != nil {
-			t.Errorf("umount: %v: %s", err, out)
-		}
-	})
+	state := fstest.Small(t, fstest.Options{Mode: 0o700})
 	prev := sample()
 	if err := Save(state, prev); err != nil {
 		t.Fatal(err)
