@@ -133,6 +133,9 @@ func TestNoSecretInLogs(t *testing.T) {
 		if strings.Contains(strings.ToLower(string(data)), secret) {
 			t.Errorf("the token secret is stored in %s", p)
 		}
+		if strings.Contains(string(data), id.Seed) {
+			t.Errorf("the node seed is stored in %s", p)
+		}
 		return nil
 	})
 	if err != nil {

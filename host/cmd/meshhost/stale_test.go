@@ -25,3 +25,20 @@ func TestStaleTemporaryFilesRemoved(t *testing.T) {
 		t.Fatalf("the stale temporary file is still there (%v)", err)
 	}
 }
+
+// TestStaleTemporaryFilesRemovedByEnrol: enrol takes the same lock, and removes them
+// too, before it tries the mesh (here unreachable: exit 7).
+func TestStaleTemporaryFilesRemovedByEnrol(t *testing.T) {
+	tok, _ := realToken(t)
+	dir := t.TempDir()
+	stale := filepath.Join(dir, ".identity.json.tmp-792982105")
+	if err := os.WriteFile(stale, []byte(`{"nkey_seed":"SU`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, stderr := runCLI(tok, nil, "enrol", "--state", dir, "--timeout", "1s"); code == exitOK || code == exitIdentity {
+		t.Fatalf("enrol against no mesh: exit %d: %s", code, stderr)
+	}
+	if _, err := os.Lstat(stale); !os.IsNotExist(err) {
+		t.Fatalf("the stale temporary file is still there after enrol (%v)", err)
+	}
+}
