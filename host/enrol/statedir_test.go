@@ -20,21 +20,23 @@ const goldenWorkerToken = "mesh1_demo_192.0.2.10:7300_82f8df6cf97a41d3f5bb7fb080
 // TestEnrolRefusesAnUnsafeStateDirectory: enrolment into a directory another user
 // owns or group or others may write stops before anything is written there or sent.
 func TestEnrolRefusesAnUnsafeStateDirectory(t *testing.T) {
-	for name, prepare := range map[string]func(dir string) error{
-		"group-writable": func(dir string) error { return os.Chmod(dir, 0o770) },
-		"another user's": func(dir string) error {
+	for name, prepare := range map[string]func(t *testing.T, dir string) error{
+		"group-writable": func(_ *testing.T, dir string) error { return os.Chmod(dir, 0o770) },
+		"another user's": func(t *testing.T, dir string) error {
 			if os.Geteuid() != 0 {
 				t.Skip("giving the directory to another user (chown to 65534) needs root")
 			}
 			return os.Chown(dir, 65534, 65534)
 		},
 	} {
+		// The subtest's own t skips: the outer one's, called from a subtest,
+		// would not stop it.
 		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "state")
 			if err := os.Mkdir(dir, 0o700); err != nil {
 				t.Fatal(err)
 			}
-			if err := prepare(dir); err != nil {
+			if err := prepare(t, dir); err != nil {
 				t.Fatal(err)
 			}
 			_, err := Enrol(context.Background(), Options{StateDir: dir, Token: goldenWorkerToken,
