@@ -4,7 +4,9 @@
 // revocation notice.
 //
 // Every message is a DSSE-style envelope: a payload type, the payload bytes
-// and Ed25519 signatures over PAE(type, payload). A verifier checks the exact
+// and Ed25519 signatures over PAE(type, payload), or, for a declaration signed
+// with others as one hash tree (SignBatch), over the tree's root, the envelope
+// carrying its proof (Batch). A verifier checks the exact
 // bytes it received before it parses the payload, and each way a message can
 // be refused has its own error (see Code). The package imports only the
 // standard library because the host agent uses it.
@@ -67,9 +69,13 @@ type Envelope struct {
 	PayloadType string      `json:"payloadType"`
 	Payload     []byte      `json:"payload"` // standard base64 in JSON, as encoding/json does
 	Signatures  []Signature `json:"signatures"`
+	// Batch, on a declaration signed with others as one tree, proves its payload
+	// is a leaf of the tree whose root the signatures sign (see Batch).
+	Batch *Batch `json:"batch,omitempty"`
 }
 
-// Signature is one Ed25519 signature over PAE(PayloadType, Payload). KeyID
+// Signature is one Ed25519 signature over PAE(PayloadType, Payload), or over
+// PAE(PayloadTypeBatch, root) for an envelope with a Batch proof. KeyID
 // names the key (see KeyID) so a verifier tries only that key.
 type Signature struct {
 	KeyID string `json:"keyid"`
@@ -128,8 +134,9 @@ func SignEnvelope(payloadType string, payload []byte, keys ...ed25519.PrivateKey
 // order, it checks: the size cap (ErrTooLarge); the shape, strictly (unknown
 // or repeated fields, 0 or more than MaxSignatures signatures, a signature
 // that is not 64 bytes, non-canonical base64) and that the payload type is
-// wantType (*MalformedError); then the signatures over PAE by the keys in
-// trusted (ErrUntrusted unless at least one is valid).
+// wantType (*MalformedError); then the signatures over PAE, or over the root
+// a batch proof leads to, by the keys in trusted (ErrUntrusted unless at least
+// one is valid).
 //
 // signedBy lists every trusted key that produced a valid signature, in the
 // order of trusted: key rollover needs to know "signed by both". The payload
@@ -238,6 +245,11 @@ func parseEnvelope(raw []byte) (Envelope, error) {
 			}
 		}
 	}
+	if env.Batch != nil {
+		if reason := checkBatch(env.Batch, env.PayloadType); reason != "" {
+			return bad("%s", reason)
+		}
+	}
 	return env, nil
 }
 
@@ -261,7 +273,7 @@ func verifySignatures(env Envelope, trusted []ed25519.PublicKey) []ed25519.Publi
 		ids[i] = KeyID(k)
 	}
 	valid := make([]bool, len(trusted))
-	msg := PAE(env.PayloadType, env.Payload)
+	msg := env.signedMessage()
 	for _, s := range env.Signatures {
 		for i, id := range ids {
 			if id == s.KeyID && !valid[i] && ed25519.Verify(trusted[i], msg, s.Sig) {

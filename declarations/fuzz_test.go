@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -100,6 +101,42 @@ func declarationSeeds(t testing.TB) ([][]byte, signedSet) {
 	empty := sampleDecl()
 	empty.Version, empty.Body = 5, Body{}
 	add(empty, fuzzTrusted)
+	// Declarations signed in a batch (decision 0034): web-1's among others, by the
+	// trusted key, and a batch by the other key.
+	batch := func(keys ...ed25519.PrivateKey) {
+		var payloads [][]byte
+		for _, node := range []string{"db-1", "web-1", "web-2", "web-3", "web-4"} {
+			d := sampleDecl()
+			d.Node = node
+			d.IssuedAt, d.ExpiresAt = d.IssuedAt.UTC(), d.ExpiresAt.UTC()
+			p, err := json.Marshal(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			payloads = append(payloads, p)
+		}
+		s, err := NewSigner(keys...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := s.SignBatch(PayloadTypeDeclaration, payloads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range payloads {
+			env, err := b.Envelope(i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.ContainsFunc(keys, func(k ed25519.PrivateKey) bool { return k.Equal(fuzzTrusted) }) {
+				set[PayloadTypeDeclaration+"\x00"+string(p)] = true
+			}
+			seeds = append(seeds, env)
+		}
+	}
+	batch(fuzzTrusted)
+	batch(fuzzOther)
+	batch(fuzzTrusted, fuzzOther)
 	seeds = append(seeds,
 		set.sign(t, PayloadTypeDeclaration, []byte(`{"mesh":"demo"}`), fuzzTrusted),
 		set.sign(t, PayloadTypeKeyring, []byte(encode(t, sampleDecl())), fuzzTrusted),

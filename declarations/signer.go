@@ -85,18 +85,35 @@ func (s *Signer) get() *scratch {
 }
 
 // encode signs msg (the PAE of payloadType and payload) with every key and returns
-// the envelope as encoding/json writes an Envelope: the same field order, standard
-// base64, and HTML-safe escapes in the payload type (which only a type that needs
-// them would show; it then takes encoding/json's own path).
+// the envelope.
 func (s *Signer) encode(payloadType string, payload, msg []byte) ([]byte, error) {
+	return s.encodeSigned(payloadType, payload, s.signatures(msg), nil)
+}
+
+// signatures signs msg with every key, in key id order.
+func (s *Signer) signatures(msg []byte) []Signature {
 	sigs := make([]Signature, len(s.keys))
 	for i, k := range s.keys {
 		sigs[i] = Signature{KeyID: s.ids[i], Sig: ed25519.Sign(k, msg)}
 	}
+	return sigs
+}
+
+// encodeSigned returns the envelope of payload with sigs and, for a batch, its
+// proof, as encoding/json writes an Envelope: the same field order, standard
+// base64, and HTML-safe escapes in the payload type (which only a type that needs
+// them would show; it then takes encoding/json's own path).
+func (s *Signer) encodeSigned(payloadType string, payload []byte, sigs []Signature, batch *Batch) ([]byte, error) {
 	var out []byte
 	if !jsonPlain(payloadType) {
+		env := Envelope{PayloadType: payloadType, Payload: payload, Signatures: sigs}
+		if batch != nil {
+			// A copy: batch itself, and the path it points to, stay on the
+			// caller's stack (each proof of a fan-out is made there).
+			env.Batch = &Batch{Salt: slices.Clone(batch.Salt), Index: batch.Index, Path: slices.Clone(batch.Path)}
+		}
 		var err error
-		if out, err = json.Marshal(Envelope{PayloadType: payloadType, Payload: payload, Signatures: sigs}); err != nil {
+		if out, err = json.Marshal(env); err != nil {
 			return nil, fmt.Errorf("declarations: encoding envelope: %w", err)
 		}
 	} else {
@@ -108,10 +125,19 @@ func (s *Signer) encode(payloadType string, payload, msg []byte) ([]byte, error)
 			sig    = `","sig":"`
 			closer = `"}`
 			tail   = `]}`
+			// The proof: `,"batch":{"salt":"…","index":N,"path":"…"}`.
+			salt  = `,"batch":{"salt":"`
+			index = `","index":`
+			path  = `,"path":"`
+			end   = `"}`
 		)
-		size := len(head) + len(payloadType) + len(body) + base64.StdEncoding.EncodedLen(len(payload)) + len(list) + len(tail)
+		b64 := base64.StdEncoding.EncodedLen
+		size := len(head) + len(payloadType) + len(body) + b64(len(payload)) + len(list) + len(tail)
 		for _, sg := range sigs {
-			size += len(keyid) + len(sg.KeyID) + len(sig) + base64.StdEncoding.EncodedLen(len(sg.Sig)) + len(closer) + 1
+			size += len(keyid) + len(sg.KeyID) + len(sig) + b64(len(sg.Sig)) + len(closer) + 1
+		}
+		if batch != nil {
+			size += len(salt) + b64(len(batch.Salt)) + len(index) + 20 + len(path) + b64(len(batch.Path)) + len(end)
 		}
 		out = make([]byte, 0, size)
 		out = append(append(append(out, head...), payloadType...), body...)
@@ -125,7 +151,15 @@ func (s *Signer) encode(payloadType string, payload, msg []byte) ([]byte, error)
 			out = base64.StdEncoding.AppendEncode(out, sg.Sig)
 			out = append(out, closer...)
 		}
-		out = append(out, tail...)
+		out = append(out, ']')
+		if batch != nil {
+			out = append(out, salt...)
+			out = base64.StdEncoding.AppendEncode(out, batch.Salt)
+			out = strconv.AppendUint(append(out, index...), batch.Index, 10)
+			out = base64.StdEncoding.AppendEncode(append(out, path...), batch.Path)
+			out = append(out, end...)
+		}
+		out = append(out, '}')
 	}
 	if len(out) > MaxEnvelopeSize {
 		return nil, fmt.Errorf("%w: the signed envelope would be %d bytes, over the limit of %d; declare less per node", ErrTooLarge, len(out), MaxEnvelopeSize)
@@ -169,6 +203,26 @@ func EncodeBody(b Body) (EncodedBody, error) {
 // keys sign: it checks d as SignDeclaration does and produces the same bytes.
 // d.Body must be empty; body is the one signed.
 func (s *Signer) Declaration(d Declaration, body EncodedBody) ([]byte, error) {
+	sc := s.get()
+	defer s.scratch.Put(sc)
+	p, err := appendDeclaration(sc.payload[:0], d, body)
+	if err != nil {
+		return nil, err
+	}
+	sc.payload = p
+	sc.pae = appendPAE(sc.pae[:0], PayloadTypeDeclaration, p)
+	return s.encode(PayloadTypeDeclaration, p, sc.pae)
+}
+
+// AppendDeclarationPayload checks d as Declaration does and appends to dst the
+// payload Declaration would sign: what SignBatch takes for each node of a fleet,
+// appended one after the other into one buffer.
+func AppendDeclarationPayload(dst []byte, d Declaration, body EncodedBody) ([]byte, error) {
+	return appendDeclaration(dst, d, body)
+}
+
+// appendDeclaration checks d and appends its payload, body as its body, to p.
+func appendDeclaration(p []byte, d Declaration, body EncodedBody) ([]byte, error) {
 	if err := d.checkHeader(); err != nil {
 		return nil, err
 	}
@@ -183,12 +237,10 @@ func (s *Signer) Declaration(d Declaration, body EncodedBody) ([]byte, error) {
 	if body.encoded == nil {
 		return nil, errors.New("declarations: cannot sign declaration: the body was not encoded (use EncodeBody)")
 	}
-	sc := s.get()
-	defer s.scratch.Put(sc)
 	// The fields in Declaration's order, as encoding/json writes them: the ids and
 	// the key passed the checks above, so none needs an escape; times as
 	// time.Time's MarshalJSON (RFC 3339 with nanoseconds, in UTC).
-	p := append(sc.payload[:0], `{"mesh":"`...)
+	p = append(p, `{"mesh":"`...)
 	p = append(append(p, d.Mesh...), `","node":"`...)
 	p = append(append(p, d.Node...), `","node_key":"`...)
 	p = append(append(p, d.NodeKey...), `","version":`...)
@@ -202,8 +254,5 @@ func (s *Signer) Declaration(d Declaration, body EncodedBody) ([]byte, error) {
 	if p, err = d.ExpiresAt.UTC().AppendText(p); err != nil {
 		return nil, fmt.Errorf("declarations: encoding declaration: expires_at: %w", err)
 	}
-	p = append(append(append(p, `","body":`...), body.encoded...), '}')
-	sc.payload = p
-	sc.pae = appendPAE(sc.pae[:0], PayloadTypeDeclaration, p)
-	return s.encode(PayloadTypeDeclaration, p, sc.pae)
+	return append(append(append(p, `","body":`...), body.encoded...), '}'), nil
 }

@@ -684,7 +684,7 @@ func (s *scanner) fieldsOf(t reflect.Type) []wireField {
 var wireTables = func() map[reflect.Type][]wireField {
 	m := map[reflect.Type][]wireField{}
 	for _, t := range []reflect.Type{
-		reflect.TypeFor[Envelope](), reflect.TypeFor[Signature](),
+		reflect.TypeFor[Envelope](), reflect.TypeFor[Signature](), reflect.TypeFor[Batch](),
 		reflect.TypeFor[Declaration](), reflect.TypeFor[Body](), reflect.TypeFor[File](),
 		reflect.TypeFor[Keyring](), reflect.TypeFor[Revocation](), reflect.TypeFor[Membership](),
 	} {

@@ -187,6 +187,17 @@ func TestFleetTargeting(t *testing.T) {
 	if r := cp.Ctl("nodes", ctl); r.Code != 0 || !strings.Contains(r.Stdout, "CONTROL") || !strings.Contains(r.Stdout, ctl) {
 		t.Errorf("nodes %s: exit %d, want its control row\n%s", ctl, r.Code, r.Combined())
 	}
+	// The agents said in their reports that they take batch proofs, so the last
+	// declaration --all was signed once for the three (decision 0034): web-1 applied
+	// it from an envelope carrying its proof, and keeps that envelope (written as
+	// the agent stops).
+	agents["web-1"].Signal(syscall.SIGTERM)
+	if code := agents["web-1"].Wait(20 * time.Second); code != 0 {
+		t.Fatalf("web-1's agent stopped with exit %d", code)
+	}
+	if env, err := os.ReadFile(filepath.Join(hosts["web-1"].State, "applied.envelope")); err != nil || !strings.Contains(string(env), `"batch":{"salt":`) {
+		t.Fatalf("web-1 applied a fan-out's declaration from an envelope without a batch proof (%v):\n%.400s", err, env)
+	}
 }
 
 // TestOwnerAndGroup: declared owner and group are applied when the agent runs as root.

@@ -279,6 +279,11 @@ type SyncRequest struct {
 	// applied (AppliedVersion) and until when it is valid: see HasDeclared.
 	HaveApplied      bool      `json:"have_applied,omitempty"`
 	AppliedExpiresAt time.Time `json:"applied_expires_at,omitzero"`
+	// BatchProofs: the agent verifies declarations signed in a batch (one
+	// signature over a tree of many nodes' declarations, the envelope carrying
+	// its node's proof: decision 0034). Agents before it never send it, and are
+	// sent declarations signed one by one.
+	BatchProofs bool `json:"batch_proofs,omitempty"`
 }
 
 // HasDeclared reports whether the node already holds, applied, the declaration
@@ -341,6 +346,9 @@ type Status struct {
 	// fields never send them.
 	PutBack       uint64    `json:"put_back,omitempty"`
 	LastPutBackAt time.Time `json:"last_put_back_at,omitzero"`
+	// BatchProofs is the sync request's BatchProofs, said in every report so that
+	// the control plane's record of the node holds it for a fan-out.
+	BatchProofs bool `json:"batch_proofs,omitempty"`
 }
 
 // MaxReplySize is the largest reply a host agent reads (host/wire.MaxReplySize, its

@@ -164,3 +164,32 @@ func TestAnUpgradeCostsOneEntryPerFlush(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusKeepsBatchProofsOnChangeOnly: whether a node's agent takes batch proofs
+// (decision 0034) is kept in its record when its report says so, a heartbeat saying
+// the same proposes nothing, and an agent downgraded to one that does not say it is
+// recorded as not taking them: the next fan-out signs its declaration on its own.
+func TestStatusKeepsBatchProofsOnChangeOnly(t *testing.T) {
+	d := fleet(t, 1)
+	const node = "n-0"
+	report := func(proofs bool) *nats.Msg {
+		data, err := json.Marshal(api.Status{V: api.ProtocolVersion, Node: node, HaveApplied: true, AppliedVersion: 1, KeyringEpoch: 1,
+			Agent: "meshhost/0.1.0", BatchProofs: proofs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &nats.Msg{Subject: api.StatusSubject(node), Data: data}
+	}
+	for i, s := range []struct{ proofs, changes bool }{{true, true}, {true, false}, {false, true}, {false, false}, {true, true}} {
+		d.handleStatus(report(s.proofs))
+		if _, pending := pendingAgent(d, node); pending != s.changes {
+			t.Fatalf("step %d: a change pending = %v, want %v", i, pending, s.changes)
+		}
+		d.status.flush()
+		var in state.DeclarationInput
+		d.fsm.Read(func(st *state.State) { in, _ = st.DeclarationInput(node) })
+		if in.BatchProofs != s.proofs {
+			t.Fatalf("step %d: a fan-out would take the node for one that takes batch proofs: %v, want %v", i, in.BatchProofs, s.proofs)
+		}
+	}
+}

@@ -115,7 +115,8 @@ func waitCount(b *testing.B, got *atomic.Int64, want int64) {
 }
 
 // BenchmarkDeclareFanout measures one declaration for a whole fleet (commit one log
-// entry, sign one envelope per node, publish, received by a subscriber), beside the
+// entry, sign one envelope per node, or one batch for them all, publish, received
+// by a subscriber), beside the
 // baseline in the same run: the same envelopes published raw, without committing or
 // signing. Run with: go test -run='^$' -bench=DeclareFanout -benchtime=5x ./controlplane/daemon/
 func BenchmarkDeclareFanout(b *testing.B) {
@@ -135,16 +136,31 @@ func BenchmarkDeclareFanout(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/node")
 		})
-		// The baseline: the same number of envelopes of the same size, already
-		// signed, published to the same subjects.
-		var envs [][]byte
-		var subjects []string
+		// The same, the nodes' agents taking batch proofs (decision 0034): one
+		// signature for the fleet.
 		var ids []string
 		d.fsm.Read(func(s *state.State) {
 			for id := range s.Nodes {
 				ids = append(ids, id)
 			}
 		})
+		takeBatches(b, d, ids)
+		b.Run(fmt.Sprintf("nodes=%d/declare-batch", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				start := got.Load()
+				res, err := d.declare(api.DeclareRequest{All: true, Body: body}, requestCall{})
+				if err != nil || len(res.Assignments) != n {
+					b.Fatalf("declare: %v (%d assignments)", err, len(res.Assignments))
+				}
+				waitCount(b, got, start+int64(n))
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/node")
+		})
+		// The baseline: the same number of envelopes of the same size, already
+		// signed, published to the same subjects.
+		var envs [][]byte
+		var subjects []string
 		for _, in := range d.fsm.DeclarationInputs(ids) {
 			env, _ := d.signer.declaration(in)
 			envs, subjects = append(envs, env), append(subjects, api.DeclarationSubject(in.Node))

@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"mesh/controlplane/api"
 	"mesh/controlplane/replication"
 	"mesh/controlplane/state"
+	"mesh/declarations"
 )
 
 // lockedBuffer is a log the daemon's goroutines write to while a test reads it.
@@ -106,5 +108,114 @@ func TestSyncsNotAnsweredLogBounded(t *testing.T) {
 		if lines := strings.Count(log.String(), msg); lines != 1 {
 			t.Errorf("%d syncs not answered gave %d lines %q, want 1:\n%.3000s", len(nodes), lines, msg, log.String())
 		}
+	}
+}
+
+// takeBatches records, as the nodes' status reports do, that their agents take
+// declarations signed in a batch.
+func takeBatches(t testing.TB, d *Daemon, nodes []string) {
+	t.Helper()
+	cmd := &state.StatusCmd{}
+	for _, n := range nodes {
+		cmd.Reports = append(cmd.Reports, state.StatusReport{Node: n, Applied: state.Applied{BatchProofs: true}})
+	}
+	if res, err := d.raft.Apply(state.Command{Op: state.OpStatus, Status: cmd}, time.Minute); err != nil || res.Err != nil {
+		t.Fatalf("status: %v %v", err, res.Err)
+	}
+}
+
+// verifyAs verifies env as node's agent would, with the keys the control plane signs
+// with, and returns the envelope as decoded.
+func verifyAs(t *testing.T, d *Daemon, node string, raw []byte) declarations.Envelope {
+	t.Helper()
+	var exp declarations.Expect
+	d.fsm.Read(func(s *state.State) {
+		exp = declarations.Expect{Mesh: s.Mesh, Node: node, NodeKey: s.Nodes[node].PublicKey, Now: time.Now()}
+	})
+	var trusted []ed25519.PublicKey
+	for _, k := range d.signer.currentKeys() {
+		trusted = append(trusted, k.Public().(ed25519.PublicKey))
+	}
+	if _, err := declarations.VerifyDeclaration(raw, trusted, exp); err != nil {
+		t.Fatalf("%s: the envelope does not verify: %v", node, err)
+	}
+	var env declarations.Envelope
+	if err := json.Unmarshal(raw, &env); err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+// TestAFanOutSignsOneBatchForAgentsThatTakeIt: a declaration to nodes whose agents
+// take batch proofs is signed once for them all (decision 0034), each node's
+// envelope carrying its proof; nodes whose agents do not (older agents, which refuse
+// the proof as malformed) get theirs signed on their own. A node that asks for its
+// declaration again without batch proofs (its agent downgraded since its last
+// report) is not handed the batch envelope kept from the fan-out.
+func TestAFanOutSignsOneBatchForAgentsThatTakeIt(t *testing.T) {
+	d := fleet(t, 12)
+	var batched, single []string
+	for i := range 12 {
+		if i < 8 {
+			batched = append(batched, fmt.Sprintf("n-%d", i))
+		} else {
+			single = append(single, fmt.Sprintf("n-%d", i))
+		}
+	}
+	takeBatches(t, d, batched)
+	nc, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()), nats.Token(observerToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	decls, err := nc.SubscribeSync("mesh.node.*.decl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	if _, err := d.declare(api.DeclareRequest{All: true, Body: json.RawMessage(`{"files":[{"path":"a","content":"x"}]}`)}, requestCall{}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]declarations.Envelope{}
+	raws := map[string][]byte{}
+	for range 12 {
+		m, err := decls.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("%d of 12 declarations arrived: %v", len(got), err)
+		}
+		node := nodeOf(m.Subject)
+		got[node], raws[node] = verifyAs(t, d, node, m.Data), m.Data
+	}
+	var rootSig []byte
+	for _, n := range batched {
+		env := got[n]
+		if env.Batch == nil {
+			t.Fatalf("%s takes batch proofs, and its envelope carries none", n)
+		}
+		if rootSig == nil {
+			rootSig = env.Signatures[0].Sig
+		} else if !bytes.Equal(env.Signatures[0].Sig, rootSig) {
+			t.Fatalf("%s's envelope carries another signature: the batch was signed more than once", n)
+		}
+	}
+	for _, n := range single {
+		if got[n].Batch != nil {
+			t.Fatalf("%s's agent does not take batch proofs, and its envelope carries one", n)
+		}
+	}
+	sync := func(node string, proofs bool) declarations.Envelope {
+		req, _ := json.Marshal(api.SyncRequest{V: api.ProtocolVersion, KeyringEpoch: 1, MembershipVersion: 1 << 20, BatchProofs: proofs})
+		d.handleSync(&nats.Msg{Subject: api.SyncSubject(node), Reply: api.NodeInbox(node) + ".1", Data: req})
+		m, err := decls.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("the sync of %s sent no declaration: %v", node, err)
+		}
+		return verifyAs(t, d, node, m.Data)
+	}
+	if env := sync("n-0", false); env.Batch != nil {
+		t.Fatal("a sync without batch proofs was answered with the batch envelope kept from the fan-out")
+	}
+	if env := sync("n-1", true); env.Batch == nil {
+		t.Fatal("a sync with batch proofs was not answered with the envelope kept from the fan-out")
 	}
 }

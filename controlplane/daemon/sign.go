@@ -41,6 +41,9 @@ type signed struct {
 	epoch    uint64
 	digest   string
 	nodeKey  string
+	// batched: the envelope carries a batch proof, which an agent that does not
+	// take them refuses as malformed.
+	batched  bool
 	envelope []byte
 }
 
@@ -71,54 +74,77 @@ func (s *signer) currentKeys() []ed25519.PrivateKey {
 	return slices.Clone(s.keys)
 }
 
-// declaration returns the signed declaration in describes. It holds no lock of the
-// state (in is a copy) and may be called from several goroutines at once: the
-// signing itself runs outside the signer's lock.
+// declaration returns the signed declaration in describes, signed on its own. It
+// holds no lock of the state (in is a copy) and may be called from several
+// goroutines at once: the signing itself runs outside the signer's lock.
 func (s *signer) declaration(in state.DeclarationInput) ([]byte, error) {
+	if env, ok := s.kept(in); ok {
+		return env, nil
+	}
+	sign, body, err := s.prepare(in)
+	if err != nil {
+		return nil, err
+	}
+	env, err := sign.Declaration(declarationOf(in), body)
+	if err != nil {
+		return nil, fmt.Errorf("sign declaration v%d for %s: %w", in.Declared.Version, in.Node, err)
+	}
+	s.keep(in, env, false)
+	return env, nil
+}
+
+// kept returns the envelope kept for in's node if it is in's declaration and one
+// the node can take: an envelope from a batch only for an agent that takes batch
+// proofs (a node downgraded since asks without them).
+func (s *signer) kept(in state.DeclarationInput) ([]byte, bool) {
 	dcl := in.Declared
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if c, ok := s.cache[in.Node]; ok && c.version == dcl.Version && c.issuedAt.Equal(dcl.IssuedAt) &&
-		c.epoch == in.KeyringEpoch && c.digest == dcl.BodyDigest && c.nodeKey == in.NodeKey {
-		s.mu.Unlock()
-		return c.envelope, nil
+		c.epoch == in.KeyringEpoch && c.digest == dcl.BodyDigest && c.nodeKey == in.NodeKey && (!c.batched || in.BatchProofs) {
+		return c.envelope, true
 	}
+	return nil, false
+}
+
+// prepare returns what signs in's declaration and its body, encoded (once per body,
+// not per node).
+func (s *signer) prepare(in state.DeclarationInput) (*declarations.Signer, declarations.EncodedBody, error) {
+	dcl := in.Declared
+	s.mu.Lock()
 	body, ok := s.bodies[dcl.BodyDigest]
 	sign, signErr := s.sign, s.signErr
 	s.mu.Unlock()
 	if signErr != nil {
-		return nil, fmt.Errorf("sign declaration v%d for %s: %w", dcl.Version, in.Node, signErr)
+		return nil, body, fmt.Errorf("sign declaration v%d for %s: %w", dcl.Version, in.Node, signErr)
 	}
-	if !ok {
-		if in.Body == nil {
-			return nil, fmt.Errorf("declared body %s of node %s is missing from the state", dcl.BodyDigest, in.Node)
-		}
-		parsed, err := declarations.ParseBody(in.Body)
-		if err == nil {
-			body, err = declarations.EncodeBody(parsed)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("declared body of node %s: %w", in.Node, err)
-		}
-		s.mu.Lock()
-		if len(s.bodies) > 1024 {
-			clear(s.bodies)
-		}
-		s.bodies[dcl.BodyDigest] = body
-		s.mu.Unlock()
+	if ok {
+		return sign, body, nil
 	}
-	env, err := sign.Declaration(declarations.Declaration{
-		Mesh:         in.Mesh,
-		Node:         in.Node,
-		NodeKey:      in.NodeKey,
-		Version:      dcl.Version,
-		KeyringEpoch: in.KeyringEpoch,
-		IssuedAt:     dcl.IssuedAt,
-		ExpiresAt:    dcl.ExpiresAt,
-	}, body)
+	if in.Body == nil {
+		return nil, body, fmt.Errorf("declared body %s of node %s is missing from the state", dcl.BodyDigest, in.Node)
+	}
+	parsed, err := declarations.ParseBody(in.Body)
+	if err == nil {
+		body, err = declarations.EncodeBody(parsed)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("sign declaration v%d for %s: %w", dcl.Version, in.Node, err)
+		return nil, body, fmt.Errorf("declared body of node %s: %w", in.Node, err)
 	}
 	s.mu.Lock()
+	if len(s.bodies) > 1024 {
+		clear(s.bodies)
+	}
+	s.bodies[dcl.BodyDigest] = body
+	s.mu.Unlock()
+	return sign, body, nil
+}
+
+// keep remembers env as in's node's envelope.
+func (s *signer) keep(in state.DeclarationInput, env []byte, batched bool) {
+	dcl := in.Declared
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if len(s.cache) >= maxCachedEnvelopes {
 		// Evict one at random (Go's map order): the cache spares re-signing for
 		// nodes that ask again soon (a reconnect, a laggard), not for the fleet.
@@ -127,8 +153,88 @@ func (s *signer) declaration(in state.DeclarationInput) ([]byte, error) {
 			break
 		}
 	}
-	s.cache[in.Node] = signed{version: dcl.Version, issuedAt: dcl.IssuedAt, epoch: in.KeyringEpoch, digest: dcl.BodyDigest, nodeKey: in.NodeKey, envelope: env}
-	s.mu.Unlock()
+	s.cache[in.Node] = signed{version: dcl.Version, issuedAt: dcl.IssuedAt, epoch: in.KeyringEpoch, digest: dcl.BodyDigest,
+		nodeKey: in.NodeKey, batched: batched, envelope: env}
+}
+
+// declarationOf is the declaration in describes, without its body.
+func declarationOf(in state.DeclarationInput) declarations.Declaration {
+	return declarations.Declaration{
+		Mesh:         in.Mesh,
+		Node:         in.Node,
+		NodeKey:      in.NodeKey,
+		Version:      in.Declared.Version,
+		KeyringEpoch: in.KeyringEpoch,
+		IssuedAt:     in.Declared.IssuedAt,
+		ExpiresAt:    in.Declared.ExpiresAt,
+	}
+}
+
+// batch signs the declarations ins describe as one batch (decision 0034): one
+// signature per signing key for them all, where declaration signs one per node.
+// A node whose declaration cannot be signed (its body missing or refused) is left
+// out of the batch, with its error; the envelopes are made, and kept, by
+// signedBatch.envelope, from several goroutines at once if need be.
+func (s *signer) batch(ins []state.DeclarationInput) *signedBatch {
+	b := &signedBatch{s: s, ins: ins, at: make([]int, len(ins)), errs: make([]error, len(ins))}
+	payloads := make([][]byte, 0, len(ins))
+	// The payloads, one after the other in one buffer, sized after the first:
+	// a fleet's differ by their ids and version only.
+	var arena []byte
+	var sign *declarations.Signer
+	for i, in := range ins {
+		b.at[i] = -1
+		sg, body, err := s.prepare(in)
+		if err == nil {
+			start := len(arena)
+			if arena, err = declarations.AppendDeclarationPayload(arena, declarationOf(in), body); err == nil {
+				if i == 0 {
+					arena = slices.Grow(arena, (len(arena)+64)*(len(ins)-1))
+				}
+				b.at[i], sign = len(payloads), sg
+				payloads = append(payloads, arena[start:len(arena):len(arena)])
+				continue
+			}
+			arena = arena[:start]
+			err = fmt.Errorf("sign declaration v%d for %s: %w", in.Declared.Version, in.Node, err)
+		}
+		b.errs[i] = err
+	}
+	if len(payloads) == 0 {
+		return b
+	}
+	signed, err := sign.SignBatch(declarations.PayloadTypeDeclaration, payloads)
+	if err != nil {
+		for i := range ins {
+			if b.at[i] >= 0 {
+				b.at[i], b.errs[i] = -1, fmt.Errorf("sign declaration v%d for %s: %w", ins[i].Declared.Version, ins[i].Node, err)
+			}
+		}
+		return b
+	}
+	b.signed = signed
+	return b
+}
+
+// signedBatch is a batch of nodes' declarations, signed.
+type signedBatch struct {
+	s      *signer
+	ins    []state.DeclarationInput
+	at     []int   // each input's place in signed; -1: not signed, errs says why
+	errs   []error // why an input was not signed
+	signed *declarations.SignedBatch
+}
+
+// envelope returns input i's envelope, and keeps it for its node.
+func (b *signedBatch) envelope(i int) ([]byte, error) {
+	if b.at[i] < 0 {
+		return nil, b.errs[i]
+	}
+	env, err := b.signed.Envelope(b.at[i])
+	if err != nil {
+		return nil, fmt.Errorf("sign declaration v%d for %s: %w", b.ins[i].Declared.Version, b.ins[i].Node, err)
+	}
+	b.s.keep(b.ins[i], env, b.signed.Len() > 1)
 	return env, nil
 }
 

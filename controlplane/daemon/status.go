@@ -47,6 +47,7 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 		KeyringEpoch: st.KeyringEpoch,
 		Stale:        st.Stale,
 		HooksRunning: st.HooksRunning,
+		BatchProofs:  st.BatchProofs,
 	}
 	// The agent is shown to operators and is a metric's label: kept only when it
 	// is a name and a version, else unknown. Unchanged, as it is in all but the

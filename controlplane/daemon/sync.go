@@ -64,6 +64,10 @@ func (d *Daemon) handleSync(m *nats.Msg) {
 			resp.Error = &api.Error{Code: api.CodeNotFound, Message: "no such node"}
 		case req.HasDeclared(in.Declared.Version, in.Declared.ExpiresAt):
 		default:
+			// The agent asking says whether it takes an envelope from a batch
+			// (one kept from a fan-out), not the node's record: it may have been
+			// downgraded since its last report.
+			in.BatchProofs = req.BatchProofs
 			if env, err = d.signer.declaration(in); err != nil {
 				resp.Error = &api.Error{Code: api.CodeInternal, Message: err.Error()}
 			}

@@ -131,6 +131,9 @@ type DeclarationInput struct {
 	// Body is the declared body's canonical JSON. Stored bodies are never changed
 	// in place, so it is shared, not copied.
 	Body json.RawMessage
+	// BatchProofs: the node's agent takes a declaration signed in a batch
+	// (Applied.BatchProofs).
+	BatchProofs bool
 }
 
 // MembershipInput is what signing the list of brokers needs.
@@ -149,7 +152,7 @@ func (s *State) DeclarationInput(node string) (DeclarationInput, bool) {
 		return DeclarationInput{}, false
 	}
 	return DeclarationInput{Mesh: s.Mesh, Node: n.ID, NodeKey: n.PublicKey, Declared: n.Declared,
-		KeyringEpoch: s.Keyring.Epoch, Body: s.Bodies[n.Declared.BodyDigest]}, true
+		KeyringEpoch: s.Keyring.Epoch, Body: s.Bodies[n.Declared.BodyDigest], BatchProofs: n.Applied.BatchProofs}, true
 }
 
 // MembershipInput returns what signing the current list of brokers needs.

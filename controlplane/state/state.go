@@ -279,8 +279,13 @@ type Applied struct {
 	// only ever changes with an upgrade of the host, so keeping it here costs a log
 	// entry then and none per heartbeat (decision 0027). No rule of the state
 	// reads it: a control node older than it applies these entries without it.
-	Agent      string    `json:"agent,omitempty"`
-	ReportedAt time.Time `json:"reported_at,omitzero"`
+	Agent string `json:"agent,omitempty"`
+	// BatchProofs: the node's agent verifies declarations signed in a batch
+	// (decision 0034), as it says in its status. A fan-out signs the declarations
+	// of such nodes as one tree. Like Agent, no rule of the state reads it, and it
+	// changes only with an upgrade of the host.
+	BatchProofs bool      `json:"batch_proofs,omitempty"`
+	ReportedAt  time.Time `json:"reported_at,omitzero"`
 }
 
 // Errors the state machine returns for refused commands. The enrolment refusals map to

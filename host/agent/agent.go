@@ -840,7 +840,8 @@ func (s *syncer) start(ctx context.Context, workers *sync.WaitGroup) {
 		expires = time.Time{}
 	}
 	req, _ := json.Marshal(wire.SyncRequest{V: wire.ProtocolVersion, AppliedVersion: s.a.applied.Version, KeyringEpoch: s.a.keyring.Epoch,
-		MembershipVersion: s.a.applied.MembershipVersion, HaveApplied: s.a.applied.HaveApplied, AppliedExpiresAt: expires})
+		MembershipVersion: s.a.applied.MembershipVersion, HaveApplied: s.a.applied.HaveApplied, AppliedExpiresAt: expires,
+		BatchProofs: true})
 	workers.Add(1)
 	go func() {
 		defer workers.Done()
@@ -1544,6 +1545,8 @@ func (a *Agent) statusReport() []byte {
 		V: wire.ProtocolVersion, Node: a.id.Node,
 		HaveApplied: a.applied.HaveApplied, AppliedVersion: a.applied.Version,
 		KeyringEpoch: a.keyring.Epoch, Stale: a.Stale(), Agent: a.o.Agent, HooksRunning: a.hooksRunning(),
+		// This agent's verifier takes declarations signed in a batch (decision 0034).
+		BatchProofs: true,
 	}
 	if a.applied.LastErrorCode != "" {
 		st.Error = &wire.StatusError{Code: a.applied.LastErrorCode, Message: clipMessage(a.applied.LastError), Version: a.applied.LastErrorVersion,

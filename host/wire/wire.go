@@ -171,6 +171,11 @@ type SyncRequest struct {
 	// declaration again only if it is another one or valid for longer.
 	HaveApplied      bool      `json:"have_applied,omitempty"`
 	AppliedExpiresAt time.Time `json:"applied_expires_at,omitzero"`
+	// BatchProofs: the agent verifies declarations signed in a batch (one
+	// signature over a tree of many nodes' declarations, the envelope carrying
+	// its node's proof: decision 0034). Agents before it never send it, and are
+	// sent declarations signed one by one.
+	BatchProofs bool `json:"batch_proofs,omitempty"`
 }
 
 // SyncResponse acknowledges a sync. The signed envelopes themselves (the keyrings
@@ -218,6 +223,9 @@ type Status struct {
 	// fields never send them.
 	PutBack       uint64    `json:"put_back,omitempty"`
 	LastPutBackAt time.Time `json:"last_put_back_at,omitzero"`
+	// BatchProofs is the sync request's BatchProofs, said in every report so that
+	// the control plane's record of the node holds it for a fan-out.
+	BatchProofs bool `json:"batch_proofs,omitempty"`
 }
 
 // DecodeReply's errors. Every refusal is ErrMalformedReply; the two that are not about
