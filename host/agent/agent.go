@@ -153,6 +153,10 @@ type Agent struct {
 	// the agent started (the copy puts it back: putBack), or the file check has no
 	// usable copy (none kept yet, or the kept one expired or predates the keyring).
 	askApplied bool
+	// syncWanted says the loop starts a sync once the envelope in hand is handled:
+	// the declaration that failed to apply was refused when tried again, and only
+	// the mesh's copy can bring it now (retryRefused).
+	syncWanted bool
 	// kept is the signed envelope of the applied declaration (the copy that
 	// verified last), which checkFiles applies again; nil before one arrived or was
 	// read from KeptFileName (keptLoaded: tried once). keptSaved says that file
@@ -548,6 +552,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			a.report(nc)
 			sy.arrived()
+			sy.startIfWanted(loopCtx, &workers)
 		case h := <-hookDone:
 			a.hooksFinished(h)
 			a.report(nc)
@@ -560,9 +565,10 @@ func (a *Agent) Run(ctx context.Context) error {
 				return err
 			}
 			a.report(nc)
+			sy.startIfWanted(loopCtx, &workers)
 		case <-beat.C:
 			a.saveAgain()
-			if a.noteStale() && nc != nil && (a.stale || a.refusedForValidity()) {
+			if a.noteStale() && nc != nil && a.clockMayHelp() {
 				// The copy the mesh holds may well be valid: this node's clock
 				// stepped forward past the expiry of the one it kept (a machine
 				// resumed, its clock set by NTP), having refused the fresh one
@@ -862,6 +868,19 @@ func (s *syncer) start(ctx context.Context, workers *sync.WaitGroup) {
 	}()
 }
 
+// startIfWanted starts a sync if the envelope just handled asked for one
+// (syncWanted). Before the first connection there is nothing to send it on, and
+// the first connection syncs anyway.
+func (s *syncer) startIfWanted(ctx context.Context, workers *sync.WaitGroup) {
+	if !s.a.syncWanted {
+		return
+	}
+	s.a.syncWanted = false
+	if s.nc != nil {
+		s.start(ctx, workers)
+	}
+}
+
 func (s *syncer) finished(ctx context.Context, r syncResult) {
 	s.inFlight, s.byTag = false, r.tagged
 	a := s.a
@@ -1026,15 +1045,8 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 		case errors.As(err, &ne):
 			version = ne.Version
 		}
-		if errors.Is(err, declarations.ErrExpired) && a.retry.raw != nil && bytes.Equal(raw, a.retry.raw) {
-			// The declaration that failed to apply expired before an attempt
-			// succeeded (the mesh out of reach all the while, which otherwise
-			// re-signs it): no attempt is due any more, and none is announced.
-			// The mesh sends it re-signed at the next sync.
-			a.log.Warn("the declaration that failed to apply expired before it could be applied: no further attempt; the mesh sends it again, re-signed, once it is reached", "version", a.retry.version)
-			a.retry.clear()
-			a.applied.NextAttempt = time.Time{}
-			a.save()
+		if a.retry.raw != nil && bytes.Equal(raw, a.retry.raw) {
+			a.retryRefused(err)
 		}
 		a.fail(err, version)
 		return
@@ -1152,6 +1164,37 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 	if (len(changed) > 0 || len(a.hookFailed) > 0) && len(a.o.Hooks.Hooks) > 0 {
 		a.queueHooks(hookRun{version: v.Version, changed: changed})
 	}
+}
+
+// retryRefused handles the declaration that failed to apply, refused as it is
+// verified again for an attempt (err). Before, only its expiry was handled: any
+// other refusal left the attempt that fired as the last, its retry pending (which
+// keeps the file check off) and its next attempt announced in the past, while the
+// mesh, told the node retries by itself, sent nothing; a host fixed by hand stayed
+// so until the declaration was re-signed, up to 12 hours later.
+//
+//   - Not valid yet: this machine's clock was set back by more than the tolerance
+//     (an hour). Tried again with the backoff, as a failed apply is: the clock may
+//     be right at the next attempt.
+//   - Anything else cannot become valid by waiting: expired (the mesh out of reach
+//     all the while, which otherwise re-signs it, or this clock ahead), older than
+//     the keyring (a rotation: the mesh signs it under the keyring of the moment
+//     for a sync, not for a rotation), its signer retired. No further attempt is
+//     made or announced, and the mesh is asked for its copy at once (once it is
+//     reached); the copy it sends is verified and applied as any.
+func (a *Agent) retryRefused(err error) {
+	if errors.Is(err, declarations.ErrNotYetValid) {
+		at := a.retry.schedule(a.retry.raw, a.retry.version, a.o.Now(), a.o.RetryMin, a.o.RetryMax)
+		a.applied.NextAttempt = at
+		a.save()
+		a.log.Warn("the declaration that failed to apply is not valid yet by this machine's clock (set back?): tried again later", "version", a.retry.version, "at", at.Format(time.RFC3339), "err", err)
+		return
+	}
+	a.log.Warn("the declaration that failed to apply is refused now: no further attempt; the mesh is asked for its current copy", "version", a.retry.version, "code", declarations.Code(err), "err", err)
+	a.retry.clear()
+	a.applied.NextAttempt = time.Time{}
+	a.save()
+	a.syncWanted = true
 }
 
 // expect is what a declaration for this node must say now, the applied one known.
@@ -1521,6 +1564,22 @@ func (a *Agent) refusedForValidity() bool {
 		return true
 	}
 	return false
+}
+
+// clockMayHelp reports whether, this node's clock having moved across the applied
+// declaration's expiry, the mesh's copy may now verify where one did not: the
+// node is stale, or reports a declaration refused for its validity window, or a
+// newer declaration failed to apply and waits for the mesh (its attempts ended,
+// refused as expired while the clock was ahead, or a restart: awaitsNewer).
+func (a *Agent) clockMayHelp() bool {
+	return a.stale || a.refusedForValidity() || a.awaitsNewer()
+}
+
+// awaitsNewer reports whether a declaration newer than the applied one failed to
+// apply and no attempt of it is pending: only the copy the mesh sends brings it
+// (the mesh does not send it by itself to a node that reports it failed).
+func (a *Agent) awaitsNewer() bool {
+	return a.retry.raw == nil && a.applied.LastErrorCode == wire.StatusApplyFailed && a.applied.LastErrorVersion > a.applied.Version
 }
 
 // Stale reports whether the applied declaration has expired without a fresh one.
