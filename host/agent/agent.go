@@ -148,10 +148,11 @@ type Agent struct {
 	store *state.Store
 	// unsaved says the last save of applied failed (saveAgain tries again).
 	unsaved bool
-	// askApplied says the next sync asks the mesh for the applied declaration
-	// again, until a sync delivered it: a managed file was missing from the root as
-	// the agent started (the copy puts it back: putBack), or the file check has no
-	// usable copy (none kept yet, or the kept one expired or predates the keyring).
+	// askApplied says each sync asks the mesh for the applied declaration again,
+	// until a copy of it verified and is kept (keep): a managed file was missing
+	// from the root as the agent started (the copy puts it back: putBack), the file
+	// check has no usable copy (none kept yet, or the kept one expired or predates
+	// the keyring), or a copy was refused for its validity window (a clock wrong).
 	askApplied bool
 	// syncWanted says the loop starts a sync once the envelope in hand is handled:
 	// the declaration that failed to apply was refused when tried again, and only
@@ -791,9 +792,6 @@ type syncer struct {
 	byTag        bool
 	expect       uint64
 	check        *time.Timer
-	// asked says the sync in flight asked for the applied declaration (askApplied
-	// when it was sent).
-	asked bool
 }
 
 // syncEnvelopeGrace is how long after its acknowledgement a sync's envelopes may
@@ -838,16 +836,7 @@ func (s *syncer) start(ctx context.Context, workers *sync.WaitGroup) {
 	s.seq++
 	s.tag, s.base, s.tagged, s.byTag = strconv.FormatUint(s.seq, 10), s.a.received, 0, false
 	tag := s.tag
-	expires := s.a.applied.ExpiresAt
-	s.asked = s.a.askApplied
-	if s.a.askApplied {
-		// Said to hold no copy as fresh as the mesh's: the mesh sends the applied
-		// declaration, which puts missing files back and is the file check's copy.
-		expires = time.Time{}
-	}
-	req, _ := json.Marshal(wire.SyncRequest{V: wire.ProtocolVersion, AppliedVersion: s.a.applied.Version, KeyringEpoch: s.a.keyring.Epoch,
-		MembershipVersion: s.a.applied.MembershipVersion, HaveApplied: s.a.applied.HaveApplied, AppliedExpiresAt: expires,
-		BatchProofs: true})
+	req, _ := json.Marshal(s.a.syncRequest())
 	workers.Add(1)
 	go func() {
 		defer workers.Done()
@@ -866,6 +855,20 @@ func (s *syncer) start(ctx context.Context, workers *sync.WaitGroup) {
 		case <-ctx.Done():
 		}
 	}()
+}
+
+// syncRequest is what a sync asks the mesh.
+func (a *Agent) syncRequest() wire.SyncRequest {
+	expires := a.applied.ExpiresAt
+	if a.askApplied {
+		// Said to hold no copy as fresh as the mesh's: the mesh sends the applied
+		// declaration, which puts missing files back and is the file check's copy.
+		expires = time.Time{}
+	}
+	return wire.SyncRequest{V: wire.ProtocolVersion, AppliedVersion: a.applied.Version, KeyringEpoch: a.keyring.Epoch,
+		MembershipVersion: a.applied.MembershipVersion, HaveApplied: a.applied.HaveApplied, AppliedExpiresAt: expires,
+		// This agent's verifier takes declarations signed in a batch (decision 0034).
+		BatchProofs: true}
 }
 
 // startIfWanted starts a sync if the envelope just handled asked for one
@@ -912,12 +915,14 @@ func (s *syncer) finished(ctx context.Context, r syncResult) {
 
 // synced ends a sync that delivered everything.
 func (s *syncer) synced() {
+	// The ask for the applied declaration (askApplied) does not end with the sync
+	// but with a copy that verified (keep): a sync sent before the ask (in flight
+	// then) did not deliver one, and the copy a sync that asked delivered may have
+	// been refused for its validity window, this node's clock wrong. Ended here,
+	// the next sync, once the clock is right, said the node held a copy as fresh
+	// as the mesh's, which then sent none: no copy for the file check, and the
+	// refusal reported, until the re-sign up to 12 hours later.
 	s.backoff = 0
-	if s.asked {
-		// Only a sync that asked for the applied declaration delivered it: one
-		// sent before the check asked (still in flight then) did not.
-		s.a.askApplied = false
-	}
 	s.a.stats.set(func(st *stats) { st.synced, st.linkErr = true, "" })
 	if s.a.o.OnSynced != nil {
 		s.a.o.OnSynced()
@@ -1044,6 +1049,14 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 			version = ee.Version
 		case errors.As(err, &ne):
 			version = ne.Version
+		}
+		if a.applied.HaveApplied && version == a.applied.Version &&
+			(errors.Is(err, declarations.ErrExpired) || errors.Is(err, declarations.ErrNotYetValid)) {
+			// A copy of the applied declaration refused for its validity window
+			// (this node's clock wrong, or the one that stamped it): the mesh is
+			// asked for it at the next sync, which the clock turning starts
+			// (clockMayHelp), though the node holds a copy as fresh as the mesh's.
+			a.askApplied = true
 		}
 		if a.retry.raw != nil && bytes.Equal(raw, a.retry.raw) {
 			a.retryRefused(err)
@@ -1568,11 +1581,13 @@ func (a *Agent) refusedForValidity() bool {
 
 // clockMayHelp reports whether, this node's clock having moved across the applied
 // declaration's expiry, the mesh's copy may now verify where one did not: the
-// node is stale, or reports a declaration refused for its validity window, or a
-// newer declaration failed to apply and waits for the mesh (its attempts ended,
-// refused as expired while the clock was ahead, or a restart: awaitsNewer).
+// node is stale, or reports a declaration refused for its validity window, or
+// asks for a copy of the applied one (refused so while another failure is
+// reported, or dropped by the file check), or a newer declaration failed to apply
+// and waits for the mesh (its attempts ended, refused as expired while the clock
+// was ahead, or a restart: awaitsNewer).
 func (a *Agent) clockMayHelp() bool {
-	return a.stale || a.refusedForValidity() || a.awaitsNewer()
+	return a.stale || a.refusedForValidity() || a.askApplied || a.awaitsNewer()
 }
 
 // awaitsNewer reports whether a declaration newer than the applied one failed to

@@ -97,8 +97,10 @@ type differ interface {
 
 // keep makes raw, a copy of the applied declaration that verified, whose files are
 // files, the one the file check applies again. It is written to KeptFileName at the
-// next check, off the path of the declaration's apply.
+// next check, off the path of the declaration's apply. It ends an ask for the
+// applied declaration (askApplied).
 func (a *Agent) keep(raw []byte, files []apply.File) {
+	a.askApplied = false
 	if bytes.Equal(raw, a.kept) {
 		return
 	}

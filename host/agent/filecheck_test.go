@@ -11,9 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"mesh/declarations"
 	"mesh/host/apply"
@@ -710,5 +713,114 @@ func TestStatusSaysWhatTheCheckFound(t *testing.T) {
 	st = f.a.linkStatus()
 	if st.Files == nil || st.Files.PutBack != 1 || st.Files.LastPutBackCount != 1 || !slices.Equal(st.Files.LastPutBack, []string{"etc/app.conf"}) || !st.Files.LastPutBackAt.Equal(t0) {
 		t.Fatalf("after a put back: %+v", st.Files)
+	}
+}
+
+// TestACopyRefusedForItsValidityIsAskedForAgain: the clock steps 3 days ahead, then
+// back (NTP). Under the clock ahead the kept copy is refused as expired and dropped,
+// and the copy the mesh sends for the check's ask (the same: the mesh's clock is
+// right, no re-sign due) is refused as expired too. The ask stays: once the clock is
+// right, the heartbeat's sync asks again, the mesh's copy verifies, the node stops
+// reporting "expired", and the checks go on from that copy. Before (an audit), the
+// sync that delivered the refused copy ended the ask; the next one said the node
+// held a copy as fresh as the mesh's, which then sent none: no file checked and
+// "expired" reported with the clock right, until the re-sign up to 12 hours later.
+func TestACopyRefusedForItsValidityIsAskedForAgain(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	now := t0
+	f.a.o.Now = func() time.Time { return now }
+	env := f.decl(t, 1, "declared") // the mesh's copy: issued t0, expires t0+24h
+	if err := f.a.handle(ctx, env); err != nil {
+		t.Fatal(err)
+	}
+	f.a.checkFiles(ctx) // kept, saved
+	b := &fakeBroker{addr: "127.0.0.1:0", subject: f.a.id.Subjects.Sync}
+	b.listen(t)
+	nc, err := nats.Connect("nats://" + b.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	syncCtx, cancel := context.WithCancel(ctx)
+	var workers sync.WaitGroup
+	defer workers.Wait()
+	defer cancel()
+	sy := &syncer{a: f.a, nc: nc, done: make(chan syncResult, 1)}
+
+	now = t0.Add(72 * time.Hour)
+	f.a.noteStale()
+	f.handEdit(t, "edited while the clock is ahead")
+	if out := f.a.checkFiles(ctx); !out.ask || f.a.kept != nil {
+		t.Fatalf("setup: the expired copy under the clock ahead: %+v, kept %v", out, f.a.kept != nil)
+	}
+	if !f.a.syncRequest().AppliedExpiresAt.IsZero() {
+		t.Fatal("setup: the check's sync does not ask for the applied declaration")
+	}
+	// The sync the check asks for, as the loop makes it: sent, its one envelope
+	// (the mesh's copy, refused as expired) handled, then acknowledged.
+	sy.start(syncCtx, &workers)
+	for deadline := time.Now().Add(5 * time.Second); b.published.Load() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("setup: the sync was not sent")
+		}
+	}
+	f.a.received++
+	if err := f.a.handle(ctx, env); err != nil {
+		t.Fatal(err)
+	}
+	sy.finished(syncCtx, syncResult{resp: wire.SyncResponse{V: wire.ProtocolVersion, Sent: 1}})
+	if !f.a.askApplied {
+		t.Fatal("a copy refused as expired ended the ask")
+	}
+
+	now = t0.Add(2 * time.Hour) // the clock is right again
+	if turned := f.a.noteStale(); !turned || !f.a.clockMayHelp() {
+		t.Fatalf("the clock right again: turned %v, a sync %v", turned, f.a.clockMayHelp())
+	}
+	if req := f.a.syncRequest(); !req.AppliedExpiresAt.IsZero() {
+		t.Fatalf("the sync says the node holds v%d valid until %v, as the mesh's copy is: the mesh sends nothing", req.AppliedVersion, req.AppliedExpiresAt)
+	}
+	if err := f.a.handle(ctx, env); err != nil { // what the mesh sends for it
+		t.Fatal(err)
+	}
+	if st := reported(t, f.a); st.Error != nil || st.Stale {
+		t.Fatalf("with the clock right and the copy verified, the node reports %+v (stale %v)", st.Error, st.Stale)
+	}
+	if f.a.askApplied || f.a.kept == nil || f.file(t) != "declared" {
+		t.Fatalf("the copy verified: asking %v, kept %v, file %q", f.a.askApplied, f.a.kept != nil, f.file(t))
+	}
+	f.handEdit(t, "edited by hand")
+	if !f.a.checkFiles(ctx).putBack || f.file(t) != "declared" {
+		t.Fatalf("the check with the clock right: file %q", f.file(t))
+	}
+}
+
+// TestACopyRefusedUnaskedIsAskedForOnceTheClockIsRight: a copy of the applied
+// declaration that nobody asked for (a broker's replay of the one held, while the
+// clock is days ahead, and another failure reported so that "expired" is not)
+// makes the agent ask for one: once the clock is right, its sync says it holds no
+// copy as fresh as the mesh's, so the mesh sends its own.
+func TestACopyRefusedUnaskedIsAskedForOnceTheClockIsRight(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	now := t0
+	f.a.o.Now = func() time.Time { return now }
+	env := f.decl(t, 1, "declared")
+	if err := f.a.handle(ctx, env); err != nil {
+		t.Fatal(err)
+	}
+	f.a.failed(wire.StatusHookFailed, errors.New("hook restart-app: exit status 1"), 1)
+	now = t0.Add(72 * time.Hour)
+	f.a.noteStale()
+	if err := f.a.handle(ctx, env); err != nil {
+		t.Fatal(err)
+	}
+	if f.a.applied.LastErrorCode != wire.StatusHookFailed || !f.a.askApplied {
+		t.Fatalf("a copy refused as expired: reporting %q, asking %v", f.a.applied.LastErrorCode, f.a.askApplied)
+	}
+	now = t0.Add(2 * time.Hour)
+	if turned := f.a.noteStale(); !turned || !f.a.clockMayHelp() || !f.a.syncRequest().AppliedExpiresAt.IsZero() {
+		t.Fatalf("the clock right again: turned %v, a sync %v asking %v", turned, f.a.clockMayHelp(), f.a.syncRequest().AppliedExpiresAt.IsZero())
 	}
 }
