@@ -1090,6 +1090,14 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 			// Not an older copy (a replay by the broker), which would expire first.
 			a.keep(raw, files)
 		}
+		if a.newerFailing() {
+			// A newer declaration fails to apply: its retries (or its recorded
+			// failure) own the root, as for the file check. Put back, this copy
+			// wrote the older files over what an operator mended for the newer
+			// one, and ran their hooks, while the node went on reporting the
+			// newer one's failure.
+			return
+		}
 		if _, err := a.putBack(ctx, v.Version, files); err != nil {
 			a.failPutBack(err, v.Version)
 		}

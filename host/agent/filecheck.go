@@ -130,8 +130,7 @@ func (a *Agent) asDeclared(ctx context.Context) bool {
 // check. Nothing is checked while a newer declaration fails to apply: its retries
 // own the root, and after a restart its recorded failure does.
 func (a *Agent) checkFiles(ctx context.Context) checkOutcome {
-	if !a.applied.HaveApplied || len(a.applied.Managed) == 0 || a.retry.raw != nil ||
-		a.applied.LastErrorCode == wire.StatusApplyFailed && a.applied.LastErrorVersion > a.applied.Version {
+	if !a.applied.HaveApplied || len(a.applied.Managed) == 0 || a.newerFailing() {
 		return checkOutcome{}
 	}
 	if a.kept == nil && !a.keptLoaded {
@@ -202,6 +201,16 @@ func (a *Agent) checkFiles(ctx context.Context) checkOutcome {
 		a.checkFailed = ""
 	}
 	return checkOutcome{putBack: len(changed) > 0, report: len(changed) > 0 || a.applied.LastErrorCode != code || a.applied.LastError != msg}
+}
+
+// newerFailing reports whether a declaration newer than the applied one fails to
+// apply: its retries own the managed root, and after a restart (or once its
+// attempts ended) its recorded failure does. Nothing puts the applied one's files
+// back meanwhile, neither the check nor a copy of it the mesh (or a broker
+// replaying one) sends.
+func (a *Agent) newerFailing() bool {
+	return a.retry.raw != nil ||
+		a.applied.LastErrorCode == wire.StatusApplyFailed && a.applied.LastErrorVersion > a.applied.Version
 }
 
 // checked records, for meshhost status, that the check compared the files now.

@@ -255,6 +255,82 @@ func TestTheFileCheckLeavesTheRootToAFailingDeclaration(t *testing.T) {
 	}
 }
 
+// failOnContent fails to write a file holding content (made immutable, say), and
+// writes any other.
+type failOnContent struct {
+	content string
+	inner   apply.Applier
+}
+
+func (f *failOnContent) Apply(ctx context.Context, files []apply.File, managed []string) (apply.Result, error) {
+	for _, x := range files {
+		if string(x.Data) == f.content {
+			return apply.Result{}, &apply.ApplyError{Path: x.Path, Err: errors.New("operation not permitted"), RolledBack: true}
+		}
+	}
+	return f.inner.Apply(ctx, files, managed)
+}
+
+// TestACopyOfTheAppliedLeavesTheRootToAFailingDeclaration: while a newer
+// declaration fails to apply (its retry pending, or after a restart its recorded
+// failure), a valid copy of the applied one arriving (the leader's re-signed copy
+// published out of order with the newer declaration, or a broker replaying one)
+// moves the applied validity and is kept, but does not write the older files over
+// what an operator mended for the newer one: the rule the file check follows.
+// Before (an audit), it put them back, hooks included, while the node went on
+// reporting the newer one's failure.
+func TestACopyOfTheAppliedLeavesTheRootToAFailingDeclaration(t *testing.T) {
+	for _, restarted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restarted=%v", restarted), func(t *testing.T) {
+			f := newFixture(t)
+			ctx := context.Background()
+			now := t0
+			clock := func() time.Time { return now }
+			f.a.o.Now = clock
+			if err := f.a.handle(ctx, f.decl(t, 1, "one")); err != nil {
+				t.Fatal(err)
+			}
+			f.a.applier = &failOnContent{content: "two", inner: f.a.applier}
+			if err := f.a.handle(ctx, f.decl(t, 2, "two")); err != nil {
+				t.Fatal(err)
+			}
+			a := f.a
+			if restarted {
+				f.a.kp.Wipe()
+				var err error
+				if a, err = New(Options{StateDir: f.dir, Root: f.root, Now: clock, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if a.retry.raw == nil && !restarted || a.applied.LastErrorCode != wire.StatusApplyFailed || a.applied.LastErrorVersion != 2 {
+				t.Fatalf("setup: retry pending %v, reporting %q v%d", a.retry.raw != nil, a.applied.LastErrorCode, a.applied.LastErrorVersion)
+			}
+			f.handEdit(t, "mended by hand for v2")
+			now = t0.Add(12 * time.Hour)
+			content := "one"
+			refresh, err := declarations.SignDeclaration(declarations.Declaration{
+				Mesh: "m", Node: "n-1", NodeKey: f.nodeKey, Version: 1, IssuedAt: now, ExpiresAt: now.Add(24 * time.Hour),
+				Body: declarations.Body{Files: []declarations.File{{Path: "etc/app.conf", Content: &content}}},
+			}, f.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := a.handle(ctx, refresh); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.file(t); got != "mended by hand for v2" {
+				t.Fatalf("a copy of v1 wrote %q over the root while v2 fails", got)
+			}
+			if a.applied.LastErrorCode != wire.StatusApplyFailed || a.applied.LastErrorVersion != 2 {
+				t.Fatalf("after the copy: reporting %q v%d", a.applied.LastErrorCode, a.applied.LastErrorVersion)
+			}
+			if !a.applied.ExpiresAt.Equal(now.Add(24*time.Hour)) || !bytes.Equal(a.kept, refresh) {
+				t.Fatalf("the copy's validity not taken (expires %v) or not kept (%v)", a.applied.ExpiresAt, bytes.Equal(a.kept, refresh))
+			}
+		})
+	}
+}
+
 // TestTheRunningAgentChecksItsFiles: the agent's loop runs the check on its own,
 // with the mesh out of reach, and can be told never to.
 func TestTheRunningAgentChecksItsFiles(t *testing.T) {
