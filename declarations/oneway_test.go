@@ -98,6 +98,43 @@ func TestOneWayOnlyEverySignedDocument(t *testing.T) {
 			}
 		})
 	}
+	// A batch envelope's proof and its members, likewise (decision 0034).
+	var payloads [][]byte
+	for _, node := range []string{"web-1", "db-1", "db-2"} {
+		d := sampleDecl()
+		d.Node = node
+		payloads = append(payloads, []byte(encode(t, d)))
+	}
+	signer, err := NewSigner(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := signer.SignBatch(PayloadTypeDeclaration, payloads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := b.Envelope(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := VerifyDeclaration(env, trusted, sampleExpect()); err != nil {
+		t.Fatalf("the batch envelope itself is refused: %v", err)
+	}
+	for _, key := range []string{"batch", "salt", "index", "path"} {
+		good := string(env)
+		quoted := `"` + key + `":`
+		value := valueAfter(t, good, quoted)
+		upper := `"` + strings.ToUpper(key[:1]) + key[1:] + `":`
+		for variant, env := range map[string]string{
+			"twice":                           strings.Replace(good, quoted+value, quoted+value+","+quoted+value, 1),
+			"beside its twin in another case": strings.Replace(good, quoted, upper+value+","+quoted, 1),
+			"only in another case":            strings.Replace(good, quoted, upper, 1),
+		} {
+			if _, err := VerifyDeclaration([]byte(env), trusted, sampleExpect()); Code(err) != "malformed" {
+				t.Errorf("batch envelope %s %s: %v (code %q), want malformed", key, variant, err, Code(err))
+			}
+		}
+	}
 	// A payload whose twin member says something else entirely: the signature
 	// holds, and the verifier refuses it rather than read either value.
 	d := sampleDecl()
