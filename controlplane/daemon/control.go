@@ -406,6 +406,38 @@ func (d *Daemon) admitControl(req api.EnrolRequest, identity []byte, cn *state.C
 	return adm, nil
 }
 
+// admissionRules is the rules an enrolment of role is stamped with: for a control
+// node, RulesBrokersWhenServing once every other member of Raft is known to apply
+// the log by them (rulesFor), so that the node is listed to hosts only once it
+// serves; 0 otherwise (a worker, or a control node while one on older rules may
+// run), and the node is listed from its admission on, as those rules list it: a
+// control node of the older version would otherwise sign another list of brokers
+// under the same membership version (decision 0035).
+func (d *Daemon) admissionRules(role string) int {
+	if role != state.RoleControl {
+		return 0
+	}
+	return d.rulesFor(state.RulesBrokersWhenServing)
+}
+
+// listServing lists to hosts the broker of cn, a control node admitted and never
+// heard serving until now (state.ControlServingCmd), and reports whether it did.
+func (d *Daemon) listServing(cn state.ControlNode) bool {
+	res, err := d.commit(state.Command{Op: state.OpControlServing, Rules: state.RulesBrokersWhenServing,
+		ControlServing: &state.ControlServingCmd{Node: cn.ID, JoinedAt: cn.JoinedAt}})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		d.log.Warn("a control node serves and its broker is not listed to hosts yet; will try again", "node", cn.ID, "err", err)
+		return false
+	}
+	if !res.Repeated {
+		d.log.Info("control node heard serving: its broker is listed to hosts", "node", cn.ID, "broker", cn.Broker)
+	}
+	return true
+}
+
 func activeControl(d *Daemon, node string) (state.ControlNode, error) {
 	var (
 		cn state.ControlNode
@@ -499,6 +531,12 @@ func (d *Daemon) controlConfirm(req api.ControlConfirmRequest) (api.ControlConfi
 // answering. A node that joined but does not run yet stays a nonvoter, so it never
 // counts towards a quorum it cannot take part in.
 //
+// First, a member of Raft heard serving for the first time since its admission
+// (state.ControlNode.NeverServed) is listed to hosts (listServing), before it can be
+// promoted: until then hosts, tokens and mesh.json do not name a broker nobody
+// answers at (an interrupted or rolled-back join, or one whose serve has not
+// started). A node admitted and not in Raft (its join rolled back) is never listed.
+//
 // An even number of voters with no nonvoter to promote (one of three removed, or a
 // recovery that listed two or four) is made odd by demoting one: two voters stop
 // the control plane when either stops, one voter only when it does. The demoted
@@ -517,6 +555,11 @@ func (d *Daemon) promoteServing(now time.Time) (demoted string) {
 			if m.Voter {
 				voters++
 			}
+			// Leading, this node serves (a recovery may have made a node that
+			// never served the leader).
+			if cn, err := activeControl(d, m.ID); err == nil && cn.NeverServed && !d.listServing(cn) {
+				return ""
+			}
 			continue
 		}
 		_, at, heard := d.ctl.last(m.ID)
@@ -525,6 +568,12 @@ func (d *Daemon) promoteServing(now time.Time) (demoted string) {
 			d.ctl.reportSilent(d.log, m.ID, m.Voter, at, heard, now)
 		}
 		cn, err := activeControl(d, m.ID)
+		if err == nil && serving && cn.NeverServed {
+			if !d.listServing(cn) {
+				return "" // nothing promoted before it is listed
+			}
+			cn.NeverServed = false
+		}
 		if m.Voter {
 			voters++
 			if err == nil {

@@ -710,13 +710,22 @@ func (d *Daemon) applied(c *state.Command, res state.Result) {
 		if c.RemoveControl.Node == d.cfg.Node {
 			d.effects.push(effect{kind: effectRemoved})
 		}
+	case c.Op == state.OpControlServing && res.Control != nil && !res.Repeated:
+		// A control node heard serving is listed: hosts get the new list.
+		d.effects.push(effect{kind: effectMembership})
 	case c.Op == state.OpEnrol && res.Control != nil && !res.Repeated:
 		// A new machine under the id of one removed is not shown with what was
 		// heard of that one (its last heartbeat said where the CA key was).
 		d.ctl.forget(res.Control.ID)
 		// A repeated admission changes no membership: hosts are not sent the same
-		// list again for every retry of a joiner.
-		d.effects.push(effect{kind: effectMembership})
+		// list again for every retry of a joiner. One that lists no broker yet
+		// (state.RulesBrokersWhenServing) changes what routes and Raft accept
+		// only: hosts are sent the list once it is listed (OpControlServing).
+		if res.Control.NeverServed {
+			d.effects.push(effect{kind: effectPeers})
+		} else {
+			d.effects.push(effect{kind: effectMembership})
+		}
 	}
 }
 

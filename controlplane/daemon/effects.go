@@ -30,6 +30,10 @@ const (
 	// removal: hosts dialled the removed broker for as long as they stayed
 	// connected); hosts take a list of the version they hold as nothing new.
 	effectTellBrokers
+	// effectPeers: a control node was admitted that lists no broker yet
+	// (state.ControlNode.NeverServed): routes and Raft accept its key; hosts and
+	// mesh.json learn of it once it serves (effectMembership).
+	effectPeers
 )
 
 type effect struct {
@@ -97,6 +101,8 @@ func (d *Daemon) carryOut(e effect) {
 	case effectMembership:
 		d.updateClusterPeers()
 		d.tellBrokers("control nodes changed; hosts told the brokers")
+	case effectPeers:
+		d.updateClusterPeers()
 	case effectTellBrokers:
 		d.tellBrokers("a new leader told hosts the brokers")
 	case effectBrokers:

@@ -43,6 +43,9 @@ type Command struct {
 	Rotate        *RotateCmd        `json:"rotate,omitempty"`
 	Retire        *RetireCmd        `json:"retire,omitempty"`
 	CancelTokens  *CancelTokensCmd  `json:"cancel_tokens,omitempty"`
+
+	// ControlServing is stamped with RulesBrokersWhenServing, always.
+	ControlServing *ControlServingCmd `json:"control_serving,omitempty"`
 }
 
 // RequestRecord is what the state keeps of a change an operator asked for
@@ -265,7 +268,8 @@ type Result struct {
 	Tokens  []Token
 	Revoked []Node // the nodes a RevokeCmd revoked, in its order
 	// Repeated is set when a CreateTokenCmd or a control node's admission repeated
-	// one already applied: nothing changed (Token is the token made then); or when
+	// one already applied: nothing changed (Token is the token made then); when a
+	// ControlServingCmd names a node listed already; or when
 	// the command carried a request id already on record (Request is its record).
 	Repeated bool
 	Request  *RequestRecord
@@ -336,7 +340,7 @@ func (s *State) applyCommand(c *Command) Result {
 	case c.Op == OpCreateToken && c.CreateToken != nil:
 		return s.applyCreateToken(c.At, c.CreateToken, c.Rules)
 	case c.Op == OpEnrol && c.Enrol != nil:
-		return s.applyEnrol(c.At, c.Enrol)
+		return s.applyEnrol(c.At, c.Enrol, c.Rules)
 	case c.Op == OpDeclare && c.Declare != nil:
 		return s.applyDeclare(c.At, c.Declare)
 	case c.Op == OpRevoke && c.Revoke != nil:
@@ -354,6 +358,8 @@ func (s *State) applyCommand(c *Command) Result {
 		return Result{}
 	case c.Op == OpRemoveControl && c.RemoveControl != nil:
 		return s.applyRemoveControl(c.At, c.RemoveControl)
+	case c.Op == OpControlServing && c.ControlServing != nil && c.Rules >= RulesBrokersWhenServing:
+		return s.applyControlServing(c.ControlServing)
 	case c.Op == OpRefresh && c.Refresh != nil:
 		return s.applyRefresh(c.At, c.Refresh)
 	case c.Op == OpRotate && c.Rotate != nil:
@@ -552,13 +558,13 @@ func (s *State) applyCancelTokens(at time.Time, c *CancelTokensCmd) Result {
 	return Result{Tokens: out}
 }
 
-func (s *State) applyEnrol(at time.Time, c *EnrolCmd) Result {
+func (s *State) applyEnrol(at time.Time, c *EnrolCmd, rules int) Result {
 	t, err := s.TokenState(c.TokenID, c.Node, c.Role, c.PublicKey, at)
 	if err != nil {
 		return Result{Err: err}
 	}
 	if t.Role == RoleControl {
-		return s.admitControl(at, t, c)
+		return s.admitControl(at, t, c, rules)
 	}
 	if !t.UsedAt.IsZero() {
 		// The same enrolment again: its answer is the node that key enrolled. A

@@ -33,6 +33,14 @@ type ControlNode struct {
 	// under the id with a new control token.
 	Removed   bool      `json:"removed,omitempty"`
 	RemovedAt time.Time `json:"removed_at,omitzero"`
+	// NeverServed is set on a node admitted under RulesBrokersWhenServing until the
+	// leader hears its `meshctl serve` (ControlServingCmd): an admitted node whose
+	// join is not finished, was rolled back or interrupted, or whose serve has not
+	// started is no broker for hosts to dial, and is left out of Brokers. Its pin
+	// and addresses count as a member's all the same (ControlPins, routes, Raft):
+	// the join needs them. Unset on every node admitted before, or by older rules,
+	// which were listed at their admission.
+	NeverServed bool `json:"never_served,omitempty"`
 }
 
 // ControlAddrs are the addresses a control token admits a node with, fixed when the
@@ -45,6 +53,20 @@ type ControlAddrs struct {
 	Pin      string `json:"pin,omitempty"`
 	Operator string `json:"operator,omitempty"`
 }
+
+// ControlServingCmd lists, in Brokers, a control node admitted under
+// RulesBrokersWhenServing (NeverServed), once the leader heard it serve. JoinedAt is
+// the admission's time as the leader read it: an entry proposed for a machine the
+// id no longer names (removed, and another admitted under it since) changes nothing.
+type ControlServingCmd struct {
+	Node     string    `json:"node"`
+	JoinedAt time.Time `json:"joined_at"`
+}
+
+// OpControlServing names ControlServingCmd. It is always stamped with
+// RulesBrokersWhenServing: only an admission stamped with them records a node
+// NeverServed.
+const OpControlServing = "control_serving"
 
 // RemoveControlCmd takes a control node out of the control plane's membership.
 type RemoveControlCmd struct {
@@ -62,12 +84,17 @@ var ErrLastControlNode = fmt.Errorf("%w: it is the last control node", ErrBadCom
 func (s *State) Membership() (uint64, []string) { return s.MembershipVersion, s.Brokers() }
 
 // Brokers lists the client addresses of the control nodes, in the order they joined:
-// what tokens carry and hosts try in order.
+// what tokens carry and hosts try in order. A node admitted that was never heard
+// serving (NeverServed) is not listed: nothing answers at its address yet, and
+// hosts whose first broker it were would leave a working broker to dial it, again
+// and again (decision 0020).
 func (s *State) Brokers() []string {
 	nodes := s.ActiveControlNodes()
 	out := make([]string, 0, len(nodes))
 	for _, c := range nodes {
-		out = append(out, c.Broker)
+		if !c.NeverServed {
+			out = append(out, c.Broker)
+		}
 	}
 	return out
 }
@@ -157,8 +184,11 @@ func (s *State) applyRemoveControl(at time.Time, c *RemoveControlCmd) Result {
 
 // admitControl consumes a control token and records the control node with the
 // addresses the token was minted for. Raft membership is the leader's business after
-// this: the node is not a member until it proved it replicates.
-func (s *State) admitControl(at time.Time, t *Token, c *EnrolCmd) Result {
+// this: the node is not a member until it proved it replicates. Under
+// RulesBrokersWhenServing it is not listed to hosts either until it serves
+// (ControlServingCmd), and the list, and so its version, stay as they were; under
+// older rules it is listed at once.
+func (s *State) admitControl(at time.Time, t *Token, c *EnrolCmd, rules int) Result {
 	if !t.UsedAt.IsZero() {
 		// A repeat of the same admission, whose answer was lost: the answer seals
 		// the signing keys to the node's curve key, so it goes only to the machine
@@ -175,9 +205,11 @@ func (s *State) admitControl(at time.Time, t *Token, c *EnrolCmd) Result {
 	}
 	t.UsedAt, t.UsedKey = at, c.PublicKey
 	cn := &ControlNode{ID: c.Node, Broker: t.Control.Broker, Raft: t.Control.Raft, Cluster: t.Control.Cluster, JoinedAt: at, CurveKey: c.CurveKey,
-		Pin: t.Control.Pin, Operator: t.Control.Operator}
+		Pin: t.Control.Pin, Operator: t.Control.Operator, NeverServed: rules >= RulesBrokersWhenServing}
 	s.ControlNodes[c.Node] = cn
-	s.MembershipVersion++
+	if !cn.NeverServed {
+		s.MembershipVersion++
+	}
 	for id, sealed := range c.Reseal {
 		// Only a token that holds its identity sealed to control nodes takes one
 		// more copy; one dropped (cancelled, expired) since the proposal stays so.
@@ -186,6 +218,25 @@ func (s *State) admitControl(at time.Time, t *Token, c *EnrolCmd) Result {
 		}
 	}
 	out := *cn
+	return Result{Control: &out}
+}
+
+// applyControlServing lists a control node heard serving: its broker joins Brokers,
+// and the membership version grows with the list. A node listed already, or one
+// admitted by older rules, is left as it is (Repeated): the leader may propose it
+// twice before the first is applied, or a new leader again.
+func (s *State) applyControlServing(c *ControlServingCmd) Result {
+	n, ok := s.ControlNodes[c.Node]
+	if !ok || n.Removed || !n.JoinedAt.Equal(c.JoinedAt) {
+		return Result{Err: fmt.Errorf("%w: no active control node %s admitted at %s", ErrUnknownNode, c.Node, c.JoinedAt.UTC().Format(time.RFC3339Nano))}
+	}
+	if !n.NeverServed {
+		out := *n
+		return Result{Control: &out, Repeated: true}
+	}
+	n.NeverServed = false
+	s.MembershipVersion++
+	out := *n
 	return Result{Control: &out}
 }
 

@@ -34,8 +34,10 @@ import (
 // such a node never records the node the token admits either. 3: tokens follow their
 // node (RulesTokensFollowNodes). 4: which tokens are pending is read from the token's
 // record alone (RulesPendingByRecord). 5: a change carries its operator's request id,
-// and the same id again is not carried out twice (RulesRequests).
-const ApplyRules = 5
+// and the same id again is not carried out twice (RulesRequests). 6: a control node
+// admitted is listed to hosts only once the leader has heard it serve
+// (RulesBrokersWhenServing).
+const ApplyRules = 6
 
 // Revisions of the rules that changed how a command applies; a command that needs one
 // is stamped with it (Command.Rules), and applied by the rules before it otherwise.
@@ -66,6 +68,15 @@ const (
 	// again, under its id, when the answer to it was lost. Older rules ignore the
 	// id and would carry the change out twice.
 	RulesRequests = 5
+	// RulesBrokersWhenServing: a control node admitted by a command stamped with
+	// these rules is recorded NeverServed (ControlNode), which leaves its broker out
+	// of State.Brokers (the signed list hosts follow, what tokens carry, mesh.json)
+	// and does not raise MembershipVersion; the leader's ControlServingCmd, once it
+	// hears the node's `meshctl serve`, lists it and raises the version. Older rules
+	// list a control node from its admission on, and skip ControlServingCmd: under
+	// one membership version they would sign another list of brokers than this
+	// version (decision 0035).
+	RulesBrokersWhenServing = 6
 )
 
 // Roles a node can hold.
@@ -106,8 +117,11 @@ type State struct {
 	CAHolder string `json:"ca_holder"`
 	// Validity is how long a declaration stays valid after it is signed.
 	Validity time.Duration `json:"validity"`
-	// MembershipVersion grows with every change of the control nodes: it versions
-	// the signed list of brokers hosts follow.
+	// MembershipVersion grows with every change of the control nodes (an
+	// admission by RulesBrokersWhenServing excepted: it lists no broker; the node's
+	// ControlServingCmd does): it versions the signed list of brokers hosts follow,
+	// so one version never names two lists, and it orders what a lagging control
+	// node learns of the members ahead of its state (decision 0015).
 	MembershipVersion uint64 `json:"membership_version"`
 	// Requests records, by request id, the changes operators asked for within
 	// RequestRetention of the newest one (RulesRequests): a request sent again
