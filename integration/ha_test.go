@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -48,6 +49,13 @@ func joinControl(t *testing.T, ca *harness.ControlPlane, node string, serveArgs 
 			}
 		}
 		return voters == members || voters == members-1 && members%2 == 0
+	})
+	// Its broker is listed to hosts (tokens, their lists, mesh.json) once the
+	// leader has heard it serve, within a heartbeat or two (decision 0035); the
+	// node's own mesh.json follows the list.
+	harness.Eventually(t, 20*time.Second, node+" listed to hosts", func() bool {
+		cfg, err := datadir.Dir(n.Dir).LoadConfig()
+		return err == nil && slices.Contains(cfg.Brokers, n.Listen)
 	})
 	return n
 }
