@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -291,4 +292,82 @@ func TestRemovalKeepsTheVotersOdd(t *testing.T) {
 	if v := voters(); len(v) != 3 || slices.Contains(v, gone) {
 		t.Fatalf("voters after cp-4 joined: %v, want three without %s", v, gone)
 	}
+}
+
+// TestRemovalWithAVoterDown: three voters, one stopped (maintenance, a rolling
+// restart), another removed through the leader. The configuration left, the leader
+// and the stopped voter, needed the stopped one to commit: the leader stepped down
+// as it took the node out, no leader could be elected (the removed node shut out for
+// good), and the command said "leadership lost …; run the same command again to
+// finish" (exit 3), which only waited. The leader now demotes the stopped voter
+// first, which commits with the two serving voters, then removes: the command exits
+// 0 and says so, the leader leads alone, writes commit, and the stopped node comes
+// back as a nonvoter. The built binaries.
+func TestRemovalWithAVoterDown(t *testing.T) {
+	t.Parallel()
+	cp1 := harness.NewControlPlane(t, bin, "down")
+	cp1.Serve()
+	byID := map[string]*harness.ControlPlane{"cp-1": cp1, "cp-2": joinControl(t, cp1, "cp-2"), "cp-3": joinControl(t, cp1, "cp-3")}
+	leader := ""
+	harness.Eventually(t, 15*time.Second, "three voters, all alive", func() bool {
+		voters := 0
+		leader = ""
+		for id, v := range controlView(t, cp1) {
+			if (v.Raft == api.RaftVoter || v.Raft == api.RaftLeader) && v.State == api.StateAlive {
+				voters++
+			}
+			if v.Raft == api.RaftLeader {
+				leader = id
+			}
+		}
+		return voters == 3 && leader != ""
+	})
+	var others []string
+	for _, id := range []string{"cp-1", "cp-2", "cp-3"} {
+		if id != leader {
+			others = append(others, id)
+		}
+	}
+	down, gone := others[0], others[1]
+
+	byID[down].Process().Signal(syscall.SIGTERM)
+	if code := byID[down].Process().Wait(20 * time.Second); code != 0 {
+		t.Fatalf("%s: serve exited %d on SIGTERM", down, code)
+	}
+	harness.Eventually(t, 10*time.Second, down+" shown offline by the leader", func() bool {
+		return controlView(t, byID[leader])[down].State == api.StateOffline
+	})
+
+	r := byID[leader].Ctl("control", "remove", gone, "--json")
+	var res struct {
+		Removed    string `json:"removed"`
+		Demoted    string `json:"demoted"`
+		NotServing bool   `json:"demoted_not_serving"`
+	}
+	if r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &res) != nil || res.Removed != gone || res.Demoted != down || !res.NotServing {
+		t.Fatalf("control remove %s through the leader %s with %s stopped (exit %d), want exit 0 and %s demoted as not serving:\n%s",
+			gone, leader, down, r.Code, down, r.Combined())
+	}
+	if code := byID[gone].Process().Wait(30 * time.Second); code != 6 {
+		t.Fatalf("the removed node exited %d, want 6", code)
+	}
+	// A leader remains, alone a voter, and writes commit.
+	if r := byID[leader].Ctl("control", "status"); r.Code != 0 {
+		t.Fatalf("control status after the removal (exit %d), want a leader:\n%s", r.Code, r.Combined())
+	}
+	if r := byID[leader].Ctl("token", "--node", "web-1"); r.Code != 0 {
+		t.Fatalf("a token after the removal (exit %d): %s", r.Code, r.Combined())
+	}
+	view := controlView(t, byID[leader])
+	if view[leader].Raft != api.RaftLeader || view[down].Raft != api.RaftNonvoter || view[gone].Raft != api.RaftRemoved {
+		t.Fatalf("after the removal: %s %s, %s %s, %s %s; want leader, nonvoter, removed",
+			leader, view[leader].Raft, down, view[down].Raft, gone, view[gone].Raft)
+	}
+	// The stopped node comes back, a nonvoter that serves (one voter and one
+	// nonvoter: two voters would be even), and the text says what was done.
+	byID[down].Serve()
+	harness.Eventually(t, 15*time.Second, down+" serves again", func() bool {
+		v := controlView(t, byID[leader])[down]
+		return v.State == api.StateAlive && v.Raft == api.RaftNonvoter
+	})
 }

@@ -688,6 +688,10 @@ type ControlRemoveResult struct {
 	// (one of three removed leaves two, and two stop when either stops); it is
 	// promoted again with the next control node that serves.
 	Demoted string `json:"demoted,omitempty"`
+	// DemotedNotServing: Demoted does not serve, and was made a nonvoter before the
+	// removal, so that the voters left are a quorum that serves (without it, the
+	// removal would have stopped the control plane until Demoted came back).
+	DemotedNotServing bool `json:"demoted_not_serving,omitempty"`
 }
 
 // RevokeResult lists the nodes revoked, in the request's order.

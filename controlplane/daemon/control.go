@@ -744,6 +744,34 @@ func (d *Daemon) controlRemove(req api.ControlRequest) (api.ControlRemoveResult,
 	if voters == 0 {
 		return out, &api.Error{Code: api.CodeBadRequest, Message: "removing " + req.Node + " would leave no voter"}
 	}
+	// The configuration left must have a quorum that serves, or the leader steps
+	// down as it takes the node out and none can be elected until the silent
+	// voters return: one of three voters removed while another was down stopped
+	// the control plane, the removed node shut out for good. A voter that does not
+	// serve is demoted first, which commits with the quorum as it is.
+	now := d.now()
+	plan := planRemoval(members, req.Node, d.cfg.Node, func(id string) bool { return id == d.cfg.Node || d.ctl.alive(id, now) })
+	if plan.blind {
+		return out, &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf(
+			"%s, which leads, has heard from %d of the %d voters (%s send no heartbeat): it cannot tell whether the voters left after removing %s would be a quorum that serves, "+
+				"and nothing was removed. Start the voters that do not serve (meshctl control status names them), or, if they serve, run this again in a few seconds",
+			d.cfg.Node, plan.servingVoters, plan.voters, strings.Join(plan.silent, ", "), req.Node)}
+	}
+	for _, id := range plan.demote {
+		if err := d.raft.Demote(id, commitTimeout); err != nil {
+			msg := fmt.Sprintf("%s does not serve and must be made a nonvoter before %s is removed (the voters left would otherwise not be a quorum that serves, and the control plane would stop), but that failed: %v; nothing was removed. ",
+				id, req.Node, err)
+			if errors.Is(err, replication.ErrLeadershipLost) {
+				msg += "Run meshctl control status: if it names a leader, run this again; if it has none, start the voters it says do not answer"
+			} else {
+				msg += "Start " + id + ", or run this again"
+			}
+			return out, &api.Error{Code: api.CodeUnavailable, Message: msg}
+		}
+		d.log.Warn("control node demoted to nonvoter before another's removal: it does not serve, and the voters left would not have been a quorum that serves",
+			"node", id, "removing", req.Node)
+		out.Demoted, out.DemotedNotServing = id, true
+	}
 	if !removed {
 		res, err := d.commit(state.Command{Op: state.OpRemoveControl, RemoveControl: &state.RemoveControlCmd{Node: req.Node}})
 		if err != nil {
@@ -755,13 +783,95 @@ func (d *Daemon) controlRemove(req api.ControlRequest) (api.ControlRemoveResult,
 	}
 	if inRaft {
 		if err := d.raft.Remove(req.Node, commitTimeout); err != nil {
-			return out, &api.Error{Code: api.CodeUnavailable, Message: "removed from the roster, but not from Raft yet: " + err.Error() + "; run the same command again to finish"}
+			return out, raftRemoveError(req.Node, d.cfg.Node, err)
 		}
 	}
 	d.log.Warn("control node removed", "node", req.Node)
-	out.Demoted = d.promoteServing(d.now())
+	if demoted := d.promoteServing(d.now()); out.Demoted == "" {
+		out.Demoted = demoted
+	}
 	out.PendingTokens = d.pendingTokenNodes(joined)
 	return out, nil
+}
+
+// raftRemoveError is the answer to a removal committed to the roster whose change of
+// the Raft configuration failed (err, from replication.Node.Remove), on self. Running
+// the command again finishes it once a leader serves; a leadership lost with the
+// change appended may have left none, and the command run again then only waits.
+func raftRemoveError(node, self string, err error) *api.Error {
+	msg := node + " is removed from the roster (it stops if it runs), but not from Raft yet: "
+	switch {
+	case errors.Is(err, replication.ErrLeadershipLost):
+		msg += self + " lost its leadership while taking it out (" + err.Error() + "): a new leader may finish that change or drop it, and until one is elected the control plane has none. " +
+			"Run meshctl control status: if it names a leader, run this command again to finish the removal; if it has none, start the voters it says do not answer"
+	case errors.Is(err, replication.ErrNotAppended):
+		msg += "the leadership changed before the change reached Raft (" + err.Error() + "); run the same command again to finish"
+	default:
+		msg += err.Error() + "; run the same command again to finish"
+	}
+	return &api.Error{Code: api.CodeUnavailable, Message: msg}
+}
+
+// removalPlan is what removing a control node needs first (planRemoval).
+type removalPlan struct {
+	// demote are the voters, none serving, to make nonvoters before the removal.
+	demote []string
+	// silent are the voters that do not serve, sorted.
+	silent []string
+	// blind: the voters that serve are not a quorum of the configuration as it is,
+	// by the heartbeats heard (a leader that just took over, or heartbeats that do
+	// not reach it); voters and servingVoters count them.
+	blind                 bool
+	voters, servingVoters int
+}
+
+// planRemoval decides, on the leader self, what must happen before target leaves the
+// Raft configuration members: the voters left must be a quorum that serves (serving
+// reports whether a voter does: the leader, and the nodes whose heartbeats say so),
+// or the leader steps down as it commits the change and none can be elected until
+// the voters that do not serve come back. Voters that do not serve are demoted until
+// the serving ones are more than half of those left; each demotion commits with the
+// serving voters as they are, and, the configuration having a quorum that serves,
+// one always suffices. The leader is never demoted.
+func planRemoval(members []replication.Member, target, self string, serving func(string) bool) removalPlan {
+	var p removalPlan
+	left, servingLeft := 0, 0
+	var candidates []string
+	for _, m := range members {
+		if !m.Voter {
+			continue
+		}
+		up := serving(m.ID)
+		p.voters++
+		if up {
+			p.servingVoters++
+		} else {
+			p.silent = append(p.silent, m.ID)
+		}
+		if m.ID == target {
+			continue
+		}
+		left++
+		if up {
+			servingLeft++
+		} else if m.ID != self {
+			candidates = append(candidates, m.ID)
+		}
+	}
+	slices.Sort(p.silent)
+	slices.Sort(candidates)
+	if 2*p.servingVoters <= p.voters {
+		p.blind = true
+		return p
+	}
+	for _, id := range candidates {
+		if 2*servingLeft > left {
+			break
+		}
+		p.demote = append(p.demote, id)
+		left--
+	}
+	return p
 }
 
 // pendingTokenNodes lists, sorted, the nodes that have a token still able to admit a

@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -128,5 +130,60 @@ func TestARemovedNodeIsForgotten(t *testing.T) {
 	}
 	if _, _, ok := c.last("cp-2"); !ok || !c.alive("cp-2", at) {
 		t.Fatal("forgetting one node forgot another")
+	}
+}
+
+// TestRemovalLeavesAQuorumThatServes: three voters, cp-3 down, cp-2 removed through
+// the leader cp-1. The configuration left, {cp-1, cp-3}, needs cp-3 to commit
+// anything, so the leader stepped down as it took cp-2 out and no leader could be
+// elected (cp-2 shut out for good). cp-3 is now demoted first; with every voter
+// serving, or the removed one silent, nothing is; a leader that hears too few
+// voters to judge plans nothing and says so.
+func TestRemovalLeavesAQuorumThatServes(t *testing.T) {
+	voters := func(ids ...string) []replication.Member {
+		var out []replication.Member
+		for _, id := range ids {
+			out = append(out, replication.Member{ID: id, Voter: true})
+		}
+		return out
+	}
+	up := func(ids ...string) func(string) bool {
+		return func(id string) bool { return slices.Contains(ids, id) }
+	}
+	for _, c := range []struct {
+		name    string
+		members []replication.Member
+		target  string
+		serving func(string) bool
+		demote  []string
+		blind   bool
+	}{
+		{"three, one down, another removed", voters("cp-1", "cp-2", "cp-3"), "cp-2", up("cp-1", "cp-2"), []string{"cp-3"}, false},
+		{"three, all up", voters("cp-1", "cp-2", "cp-3"), "cp-2", up("cp-1", "cp-2", "cp-3"), nil, false},
+		{"three, the one down removed", voters("cp-1", "cp-2", "cp-3"), "cp-3", up("cp-1", "cp-2"), nil, false},
+		{"five, two down, another removed", voters("cp-1", "cp-2", "cp-3", "cp-4", "cp-5"), "cp-2", up("cp-1", "cp-2", "cp-3"), []string{"cp-4"}, false},
+		{"five, one down, another removed", voters("cp-1", "cp-2", "cp-3", "cp-4", "cp-5"), "cp-2", up("cp-1", "cp-2", "cp-3", "cp-4"), nil, false},
+		{"a nonvoter removed, a voter down", append(voters("cp-1", "cp-2", "cp-3"), replication.Member{ID: "cp-4"}), "cp-4", up("cp-1", "cp-2"), nil, false},
+		{"the leader heard no one", voters("cp-1", "cp-2", "cp-3"), "cp-2", up("cp-1"), nil, true},
+	} {
+		p := planRemoval(c.members, c.target, "cp-1", c.serving)
+		if !slices.Equal(p.demote, c.demote) || p.blind != c.blind {
+			t.Errorf("%s: demote %v blind %v, want %v %v", c.name, p.demote, p.blind, c.demote, c.blind)
+		}
+	}
+}
+
+// TestALostLeadershipIsNotRunAgain: a removal whose change of the Raft configuration
+// was appended and then lost with the leadership said "run the same command again to
+// finish", which only waited for a leader that could not be elected. It now sends the
+// operator to control status; a change raft did not take is still run again.
+func TestALostLeadershipIsNotRunAgain(t *testing.T) {
+	lost := raftRemoveError("cp-2", "cp-1", fmt.Errorf("%w: %w", replication.ErrLeadershipLost, errors.New("leadership lost while committing log")))
+	if strings.Contains(lost.Message, "run the same command again") || !strings.Contains(lost.Message, "meshctl control status") || lost.Code != api.CodeUnavailable {
+		t.Errorf("leadership lost: %+v", lost)
+	}
+	notTaken := raftRemoveError("cp-2", "cp-1", fmt.Errorf("%w: %w", replication.ErrNotLeader, replication.ErrNotAppended))
+	if !strings.Contains(notTaken.Message, "run the same command again to finish") {
+		t.Errorf("a change raft did not take: %+v", notTaken)
 	}
 }

@@ -110,6 +110,28 @@ var ErrNotLeader = errors.New("this control node is not the Raft leader")
 // after the entry was appended, a timeout) may still be committed.
 var ErrNotAppended = errors.New("the command never reached the Raft log")
 
+// ErrLeadershipLost marks a change of the Raft configuration (AddNonvoter, Promote,
+// Demote, Remove) that this node appended as leader and then lost its leadership
+// before the change was committed: a new leader may commit it or drop it, and
+// until one is elected the control plane has none. Doing it again helps only once
+// a leader serves.
+var ErrLeadershipLost = errors.New("leadership lost before the change was committed")
+
+// changeError classifies the error of a change of the Raft configuration as Apply
+// does a command's: ErrNotLeader and ErrNotAppended for a change raft did not take,
+// ErrLeadershipLost for one it had appended.
+func changeError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return fmt.Errorf("%w: %w: %w", ErrNotLeader, ErrNotAppended, err)
+	case errors.Is(err, raft.ErrLeadershipLost):
+		return fmt.Errorf("%w: %w", ErrLeadershipLost, err)
+	}
+	return err
+}
+
 func openStores(dir string, log hclog.Logger, mustHoldState bool) (*raftboltdb.BoltStore, raft.SnapshotStore, error) {
 	if mustHoldState {
 		if err := checkHoldsState(dir); err != nil {
@@ -520,18 +542,18 @@ func (n *Node) LastContact() time.Time { return n.raft.LastContact() }
 // AddNonvoter adds a server that receives the log but does not vote. Raft reports
 // success without ever reaching the server, so a caller must confirm it replicates.
 func (n *Node) AddNonvoter(id, addr string, timeout time.Duration) error {
-	return n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout).Error()
+	return changeError(n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout).Error())
 }
 
 // Promote makes a server a voter.
 func (n *Node) Promote(id, addr string, timeout time.Duration) error {
-	return n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout).Error()
+	return changeError(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout).Error())
 }
 
 // Demote makes a voter a nonvoter: it keeps receiving the log and no longer counts
 // towards a quorum.
 func (n *Node) Demote(id string, timeout time.Duration) error {
-	return n.raft.DemoteVoter(raft.ServerID(id), 0, timeout).Error()
+	return changeError(n.raft.DemoteVoter(raft.ServerID(id), 0, timeout).Error())
 }
 
 // TransferLeadership has this node, the leader, hand leadership to the voter id at
@@ -583,7 +605,7 @@ func (n *Node) HandOver(limit time.Duration) (bool, error) {
 
 // Remove takes a server out of the configuration.
 func (n *Node) Remove(id string, timeout time.Duration) error {
-	return n.raft.RemoveServer(raft.ServerID(id), 0, timeout).Error()
+	return changeError(n.raft.RemoveServer(raft.ServerID(id), 0, timeout).Error())
 }
 
 // Status is this member's view of Raft, for metrics.

@@ -253,8 +253,9 @@ docs/operations.md.`,
 						AlreadyRemoved bool     `json:"already_removed,omitempty"`
 						PendingTokens  []string `json:"pending_tokens,omitempty"`
 						Demoted        string   `json:"demoted,omitempty"`
+						NotServing     bool     `json:"demoted_not_serving,omitempty"`
 						HeldCAKey      bool     `json:"held_ca_key,omitempty"`
-					}{node, res.AlreadyRemoved, res.PendingTokens, res.Demoted, heldCA})
+					}{node, res.AlreadyRemoved, res.PendingTokens, res.Demoted, res.DemotedNotServing, heldCA})
 				}
 				printRemoval(cio.stdout, node, res)
 				if heldCA {
@@ -278,7 +279,12 @@ func printRemoval(w io.Writer, node string, res api.ControlRemoveResult) {
 	} else {
 		fmt.Fprintf(w, "removed control node %s from Raft and from the control plane\n", node)
 	}
-	if res.Demoted != "" {
+	switch {
+	case res.Demoted != "" && res.DemotedNotServing:
+		fmt.Fprintf(w, "%s does not serve: it was made a nonvoter before %s was taken out, so that the voters left are a quorum that serves "+
+			"(taken out with %s still a voter, the leader would have needed its vote, and the control plane would have stopped until it came back); "+
+			"started again, it catches up as a nonvoter and becomes a voter again with the next control node that serves\n", res.Demoted, node, res.Demoted)
+	case res.Demoted != "":
 		fmt.Fprintf(w, "%s is now a nonvoter, so that the voters stay an odd number (two voters stop when either stops); it keeps the log and becomes a voter again with the next control node that serves\n", res.Demoted)
 	}
 	if len(res.PendingTokens) > 0 {

@@ -77,6 +77,13 @@ func TestRemovalSaysWhatItDoesNotTakeBack(t *testing.T) {
 	if !strings.Contains(b.String(), "already removed") || !strings.Contains(b.String(), "(nodes: web-7)") || !strings.Contains(b.String(), "meshctl signing-key rotate") {
 		t.Errorf("a removal run again:\n%s", b.String())
 	}
+	b.Reset()
+	// A voter that did not serve, demoted first so that the voters left are a
+	// quorum that serves: named as such, not as the odd-voters demotion.
+	printRemoval(&b, "cp-2", api.ControlRemoveResult{Demoted: "cp-3", DemotedNotServing: true})
+	if !strings.Contains(b.String(), "cp-3 does not serve: it was made a nonvoter before cp-2 was taken out") || strings.Contains(b.String(), "stay an odd number") {
+		t.Errorf("a removal that demoted a voter not serving:\n%s", b.String())
+	}
 }
 
 // crashEnv makes the test binary crash as a Go program does (TestUnitRestartsACrash).
