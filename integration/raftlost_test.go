@@ -98,11 +98,38 @@ func TestServeRefusesALostRaftStore(t *testing.T) {
 				!strings.Contains(out, `"A damaged Raft store"`) || took > 10*time.Second {
 				t.Errorf("%s, %s: exit %d after %s, want %d at once naming %s and what to do:\n%s", node, c.name, code, took.Round(time.Millisecond), ctlExitDataDir, named, out)
 			}
-			if hint := strings.Contains(out, "meshctl bootstrap --data"); hint != (node == "bootstrapped") {
-				t.Errorf("%s, %s: the advice about running bootstrap again is given: %v:\n%s", node, c.name, hint, out)
+			// Both served: neither is told to run bootstrap again, and the
+			// bootstrapped one is told not to (TestBootstrapResumesANodeThatNeverServed
+			// has the advice to run it again).
+			if strings.Contains(out, "meshctl bootstrap --data") {
+				t.Errorf("%s, %s: a node that served is advised to run bootstrap again:\n%s", node, c.name, out)
+			}
+			if served := strings.Contains(out, "This node served"); served != (node == "bootstrapped") {
+				t.Errorf("%s, %s: told that the node served: %v:\n%s", node, c.name, served, out)
 			}
 			if after := listing(t, raft); after != before {
 				t.Errorf("%s, %s: serve changed %s: %s, was %s", node, c.name, raft, after, before)
+			}
+			if node != "bootstrapped" {
+				continue
+			}
+			// bootstrap run again made a new one-voter cluster here, exit 0: a new,
+			// empty mesh with the mesh's CA, every host and token forgotten. It
+			// refuses now, its dry run too, naming the ways out, and creates nothing.
+			for _, dry := range []bool{false, true} {
+				args := []string{"bootstrap", "--mesh", cp.Mesh, "--listen", cp.Listen, "--raft-listen", cp.Raft, "--cluster-listen", cp.Cluster, "--data", dir}
+				if dry {
+					args = append(args, "--dry-run")
+				}
+				r := harness.Run(t, "", nil, bin.Meshctl, args...)
+				if r.Code != ctlExitDataDir || !strings.Contains(r.Stderr, "served from") || !strings.Contains(r.Stderr, "meshctl control remove cp-1") ||
+					!strings.Contains(r.Stderr, "Recovering from lost quorum") || strings.Contains(r.Stdout, "is bootstrapped") {
+					t.Errorf("%s, %s: bootstrap (dry run %v) on the directory of a node that served: exit %d, want %d and the ways out:\n%s",
+						node, c.name, dry, r.Code, ctlExitDataDir, r.Combined())
+				}
+				if after := listing(t, raft); after != before {
+					t.Errorf("%s, %s: bootstrap (dry run %v) changed %s: %s, was %s", node, c.name, dry, raft, after, before)
+				}
 			}
 		}
 	}
@@ -110,6 +137,28 @@ func TestServeRefusesALostRaftStore(t *testing.T) {
 	// in it (the probe entry it applied, or the snapshot holding it).
 	cp.Serve()
 	cp2.Serve()
+}
+
+// TestBootstrapResumesANodeThatNeverServed: a bootstrapped node that never served
+// (mesh.json records no "served") whose Raft store is lost is the one case that is
+// no loss, a bootstrap stopped before its raft step: serve says to run bootstrap
+// again, and bootstrap run again finishes it (it is not refused as a node that
+// served), and the node serves. The built meshctl.
+func TestBootstrapResumesANodeThatNeverServed(t *testing.T) {
+	t.Parallel()
+	cp := harness.NewControlPlane(t, bin, "neverserved")
+	raft := filepath.Join(cp.Dir, datadir.RaftDir)
+	if err := os.RemoveAll(raft); err != nil {
+		t.Fatal(err)
+	}
+	if r := cp.Ctl("serve"); r.Code != ctlExitDataDir || !strings.Contains(r.Stderr, "meshctl bootstrap --data") || strings.Contains(r.Stderr, "This node served") {
+		t.Fatalf("serve on a node that never served, raft/ lost: exit %d, want %d and the advice to run bootstrap again:\n%s", r.Code, ctlExitDataDir, r.Combined())
+	}
+	r := cp.Ctl("bootstrap", "--mesh", cp.Mesh, "--listen", cp.Listen, "--raft-listen", cp.Raft, "--cluster-listen", cp.Cluster)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "is bootstrapped") {
+		t.Fatalf("bootstrap run again on a node that never served (exit %d):\n%s", r.Code, r.Combined())
+	}
+	cp.Serve()
 }
 
 // listing is the names under dir, one a line, or "(none)" when dir does not exist.

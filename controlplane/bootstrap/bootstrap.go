@@ -81,6 +81,42 @@ func (e *JoinedError) Error() string {
 // Is makes errors.Is(err, ErrConflict) hold.
 func (e *JoinedError) Is(target error) bool { return target == ErrConflict }
 
+// ErrServed means the data directory is that of a control node that served (its
+// mesh.json records it) and whose Raft state is lost or damaged: bootstrapping it again would
+// make a new, empty Raft cluster with the mesh's CA and keys. A *ServedError
+// matches it, and ErrConflict.
+var ErrServed = errors.New("this control node served, and its Raft state is lost or damaged")
+
+// ServedError refuses the raft step in the data directory of a control node that
+// served: every host, declaration, revocation and token of the mesh is in its Raft
+// state, and a new cluster would forget them all while hosts still trust its CA.
+type ServedError struct {
+	Dir  datadir.Dir
+	Mesh string
+	Node string
+	// HoldsCAKey: the directory holds the CA key and the operator account key,
+	// which a new control token is minted with.
+	HoldsCAKey bool
+}
+
+func (e *ServedError) Error() string {
+	keys := ""
+	if e.HoldsCAKey {
+		keys = fmt.Sprintf(" (copy %s and %s from here first, mode 0600, into a running control node's data directory: control tokens are minted where they are)",
+			datadir.CAKeyFile, datadir.AccountKeyFile)
+	}
+	return fmt.Sprintf("%v: control node %s of mesh %s served from %s (mesh.json records \"served\": true), and its Raft store %s is lost or damaged (`meshctl serve --data %s` says how). "+
+		"Bootstrapping it again would make a new, empty Raft cluster with this mesh's CA and keys, which hosts still trust: every host, declaration, revocation and token would be forgotten. "+
+		"Nothing was changed. Restore this data directory from a copy taken while the node was stopped (docs/operations.md, \"Backing up\"); "+
+		"or, if other control nodes run with a quorum, remove this one (`meshctl control remove %s` on another) and `meshctl join` it again with a new control token on a fresh data directory%s "+
+		"(\"A damaged Raft store\"); or, if too few voters are left for a quorum, recover the control plane from the survivors (\"Recovering from lost quorum\"). "+
+		"To create a new mesh, use an empty --data directory",
+		ErrConflict, e.Node, e.Mesh, e.Dir, e.Dir.Path(datadir.RaftDir), e.Dir, e.Node, keys)
+}
+
+// Is makes errors.Is(err, ErrServed) and errors.Is(err, ErrConflict) hold.
+func (e *ServedError) Is(target error) bool { return target == ErrServed || target == ErrConflict }
+
 // OptionError is a bootstrap option that cannot be used; nothing was changed.
 type OptionError struct {
 	Flag   string
@@ -341,6 +377,13 @@ func (b *run) loadPrevious() error {
 			(cfg.RaftListen != "" && cfg.RaftListen != b.o.RaftListen) || (cfg.ClusterListen != "" && cfg.ClusterListen != b.o.ClusterListen) {
 			return fmt.Errorf("%w: the bootstrap in %s was started with --node %s --listen %s --raft-listen %s --cluster-listen %s; run it again with the same flags to resume, or use a fresh --data directory",
 				ErrConflict, d, cfg.Node, cfg.Listen, cfg.RaftListen, cfg.ClusterListen)
+		}
+		if cfg.Served {
+			// Only bootstrap's own raft step leaves no state behind it; serve was
+			// ready here, so the state was there, and is lost or damaged.
+			if ok, err := replication.HasState(d.Path(datadir.RaftDir)); err != nil || !ok {
+				return &ServedError{Dir: d, Mesh: cfg.Mesh, Node: cfg.Node, HoldsCAKey: d.Exists(datadir.CAKeyFile) && d.Exists(datadir.AccountKeyFile)}
+			}
 		}
 		b.cfg = cfg
 		return nil

@@ -798,3 +798,68 @@ func TestKilledWritingItsFirstFileResumes(t *testing.T) {
 		}
 	}
 }
+
+// TestABootstrapRefusesANodeThatServedWithItsRaftStateLost: run again on a
+// directory whose node served (mesh.json records it) after raft/ was lost,
+// bootstrap made a new one-voter cluster, exit 0, "mesh ... is bootstrapped": a new,
+// empty mesh with the old CA, every host and token forgotten. It now refuses
+// (ErrServed, an ErrConflict: exit 7), its dry run too, with the ways out, and
+// creates nothing; a raft.db emptied is not written either. A node that never served
+// (a bootstrap stopped before its raft step) still resumes.
+func TestABootstrapRefusesANodeThatServedWithItsRaftStateLost(t *testing.T) {
+	dir := t.TempDir()
+	o, _ := options(t, dir)
+	if err := Run(o); err != nil {
+		t.Fatal(err)
+	}
+	d := datadir.Dir(dir)
+	raftDir := d.Path(datadir.RaftDir)
+	cfg, err := d.LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Served = true
+	if err := d.SaveConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, lose := range []struct {
+		name string
+		do   func()
+	}{
+		{"raft/ removed", func() { os.RemoveAll(raftDir) }},
+		{"raft.db emptied", func() {
+			os.MkdirAll(raftDir, 0o700)
+			os.WriteFile(filepath.Join(raftDir, "raft.db"), nil, 0o600)
+		}},
+	} {
+		lose.do()
+		for _, dry := range []bool{false, true} {
+			o.DryRun = dry
+			var out bytes.Buffer
+			o.Out = &out
+			err := Run(o)
+			if !errors.Is(err, ErrServed) || !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "meshctl control remove cp-1") ||
+				!strings.Contains(err.Error(), "Recovering from lost quorum") || !strings.Contains(err.Error(), datadir.CAKeyFile) {
+				t.Fatalf("%s, dry run %v: %v, want ErrServed with the ways out\n%s", lose.name, dry, err, out.String())
+			}
+			if ok, err := replication.HasState(raftDir); ok || err != nil {
+				t.Fatalf("%s, dry run %v: the refusal made Raft state: %v %v", lose.name, dry, ok, err)
+			}
+		}
+		if fi, err := os.Stat(filepath.Join(raftDir, "raft.db")); err == nil && fi.Size() != 0 {
+			t.Fatalf("%s: the refusal wrote raft.db (%d bytes)", lose.name, fi.Size())
+		}
+	}
+	// Never served: the same directory resumes, the raft step run again.
+	cfg.Served = false
+	if err := d.SaveConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(raftDir)
+	o.DryRun = false
+	var out bytes.Buffer
+	o.Out = &out
+	if err := Run(o); err != nil || !strings.Contains(out.String(), "is bootstrapped") {
+		t.Fatalf("a node that never served did not resume: %v\n%s", err, out.String())
+	}
+}

@@ -157,6 +157,8 @@ type Daemon struct {
 	// removed is closed when this control node is removed from the control plane.
 	removed     chan struct{}
 	removedOnce sync.Once
+	// servedRecorded: mesh.json records that this node served (recordServed).
+	servedRecorded atomic.Bool
 
 	mu   sync.Mutex
 	subs []*nats.Subscription
@@ -243,6 +245,10 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		// bootstrap's last step, or the join's confirmation, left state in the store.
 		MustHoldState: true,
 	})
+	if errors.Is(err, replication.ErrStateLost) && !d.cfg.JoinedNode() && d.cfg.Served {
+		// It served: the loss is real, and bootstrap refuses to start it over.
+		return nil, fmt.Errorf("%w\nThis node served (mesh.json records it): do not run `meshctl bootstrap` here, which refuses to make a new, empty Raft cluster; recover it as above", err)
+	}
 	if errors.Is(err, replication.ErrStateLost) && !d.cfg.JoinedNode() {
 		// The one way to an empty store that is no loss: a bootstrap stopped
 		// before its last step. Running it again on a node that served would
@@ -395,8 +401,30 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if d.web != nil {
 		d.web.serve(d.handler())
 	}
+	d.recordServed()
 	d.log.Info("control node ready", "mesh", d.cfg.Mesh, "node", d.cfg.Node, "broker", d.broker.Addr())
 	return d, nil
+}
+
+// recordServed records in mesh.json that this node served (datadir.Config.Served),
+// so that `meshctl bootstrap` run again after its Raft state was lost refuses to make
+// a new, empty cluster. Only Open, as the node becomes ready, and the effects actor
+// (a save that failed, tried again at the next reconcile tick) call it, as they do
+// saveBrokers.
+func (d *Daemon) recordServed() {
+	if d.servedRecorded.Load() {
+		return
+	}
+	cfg, err := d.opts.Dir.LoadConfig()
+	if err == nil && !cfg.Served {
+		cfg.Served = true
+		err = d.opts.Dir.SaveConfig(cfg)
+	}
+	if err != nil {
+		d.logRepeated(slog.LevelWarn, "mesh.json does not record yet that this node served; trying again at the next reconcile (until it does, meshctl bootstrap run here after a loss of raft/ would not refuse to make a new, empty mesh)", "err", err)
+		return
+	}
+	d.servedRecorded.Store(true)
 }
 
 // initialise applies the mesh's first command if the state is empty: the mesh id, the

@@ -109,5 +109,6 @@ func (d *Daemon) carryOut(e effect) {
 		var brokers []string
 		d.fsm.Read(func(s *state.State) { _, brokers = s.Membership() })
 		d.saveBrokers(brokers)
+		d.recordServed()
 	}
 }

@@ -70,6 +70,11 @@ type Config struct {
 	// Joined is set by `meshctl join`: this control node joined a mesh that was
 	// bootstrapped elsewhere, and bootstrap has nothing to do here.
 	Joined bool `json:"joined,omitempty"`
+	// Served is set by `meshctl serve` once it is first ready: from then on the
+	// Raft store holds the mesh's state, and should it be lost, bootstrap refuses
+	// to make a new, empty Raft cluster here. A node that served only under a
+	// version from before the field lacks it until it serves again.
+	Served bool `json:"served,omitempty"`
 }
 
 // JoinedNode reports whether the directory is that of a control node made by

@@ -207,8 +207,23 @@ func Bootstrap(cfg Config) (done bool, err error) {
 // neither is a bootstrap stopped part way (its configuration entry not written),
 // which Bootstrap starts again.
 func HasState(dir string) (bool, error) {
-	if _, err := os.Stat(filepath.Join(dir, "raft.db")); errors.Is(err, os.ErrNotExist) {
+	fi, err := os.Stat(filepath.Join(dir, "raft.db"))
+	if errors.Is(err, os.ErrNotExist) {
 		return false, nil
+	}
+	if err == nil && fi.Size() == 0 {
+		// Opened, bbolt would write its first pages into it: a question that
+		// changes nothing (bootstrap refusing a directory) would have.
+		if snaps, err := snapshotDirs(dir); err != nil || len(snaps) > 0 {
+			return err == nil, err
+		}
+		return false, nil
+	}
+	// The snapshot store opened to check the stores makes snapshots/: a question
+	// leaves no directory behind that was not there.
+	snapDir := filepath.Join(dir, "snapshots")
+	if _, err := os.Stat(snapDir); errors.Is(err, os.ErrNotExist) {
+		defer os.Remove(snapDir) // only if empty
 	}
 	store, _, err := openStores(dir, hclog.NewNullLogger(), false)
 	if err != nil {
