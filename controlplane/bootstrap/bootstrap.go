@@ -372,11 +372,18 @@ func (b *run) loadPrevious() error {
 		}
 		// The Raft and cluster addresses too: a run given others resumed, or said
 		// "nothing to do", with the recorded ones, and the node served where the
-		// operator had just said it should not.
+		// operator had just said it should not. And the advertised address, the
+		// first of the brokers (this node joined first, and stays first while it
+		// is a member): every token carries it, and the TLS certificate names it.
+		advertised := ""
+		if len(cfg.Brokers) > 0 {
+			advertised = cfg.Brokers[0]
+		}
 		if cfg.Node != b.o.Node || cfg.Listen != b.o.Listen ||
-			(cfg.RaftListen != "" && cfg.RaftListen != b.o.RaftListen) || (cfg.ClusterListen != "" && cfg.ClusterListen != b.o.ClusterListen) {
-			return fmt.Errorf("%w: the bootstrap in %s was started with --node %s --listen %s --raft-listen %s --cluster-listen %s; run it again with the same flags to resume, or use a fresh --data directory",
-				ErrConflict, d, cfg.Node, cfg.Listen, cfg.RaftListen, cfg.ClusterListen)
+			(cfg.RaftListen != "" && cfg.RaftListen != b.o.RaftListen) || (cfg.ClusterListen != "" && cfg.ClusterListen != b.o.ClusterListen) ||
+			(advertised != "" && advertised != b.o.Advertise) {
+			return fmt.Errorf("%w: the bootstrap in %s was started with --node %s --listen %s --advertise %s --raft-listen %s --cluster-listen %s; run it again with the same flags to resume, or use a fresh --data directory",
+				ErrConflict, d, cfg.Node, cfg.Listen, advertised, cfg.RaftListen, cfg.ClusterListen)
 		}
 		if cfg.Served {
 			// Only bootstrap's own raft step leaves no state behind it; serve was

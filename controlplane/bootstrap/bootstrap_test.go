@@ -421,16 +421,20 @@ func TestConflicts(t *testing.T) {
 		if err := Run(o3); !errors.Is(err, ErrConflict) {
 			t.Fatalf("another listen address: err = %v, want ErrConflict", err)
 		}
-		// Given other Raft or cluster addresses, a finished bootstrap used to say
-		// "nothing to do" and keep the recorded ones.
+		// Given other Raft or cluster addresses, or another --advertise (the address
+		// every token carries, and in the TLS certificate), a finished bootstrap
+		// used to say "nothing to do" and keep the recorded ones.
 		before := snapshotDir(t, dir)
-		for _, flag := range []string{"--raft-listen", "--cluster-listen"} {
+		for _, flag := range []string{"--raft-listen", "--cluster-listen", "--advertise"} {
 			o4 := o
 			other := freeAddrs(t, 1)[0]
-			if flag == "--raft-listen" {
+			switch flag {
+			case "--raft-listen":
 				o4.RaftListen = other
-			} else {
+			case "--cluster-listen":
 				o4.ClusterListen = other
+			default:
+				o4.Advertise = other
 			}
 			err := Run(o4)
 			if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), flag+" ") {
