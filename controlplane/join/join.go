@@ -61,6 +61,10 @@ var (
 	ErrUnavailable  = errors.New("the mesh could not admit this node now")
 	ErrBadAnswer    = errors.New("the mesh's answer does not verify")
 	ErrNotConfirmed = errors.New("the join could not be confirmed and was rolled back")
+	// ErrNoRoute: the node is a confirmed member of Raft (nothing was rolled
+	// back), but its NATS route to the other brokers did not come up in time;
+	// the same join run again finishes once the cluster port is open.
+	ErrNoRoute = errors.New("the join is confirmed, but no NATS route to the other control nodes came up")
 	// ErrRemoved: another operator removed the node (meshctl control remove) while it
 	// joined; the token it joined with is used up.
 	ErrRemoved = errors.New("this control node was removed while it joined")
@@ -873,7 +877,12 @@ func (r *run) route(ctx context.Context, cfg datadir.Config, adm *api.ControlAdm
 		case <-ctx.Done():
 			return r.interrupted(ctx, "waiting for a NATS route to "+strings.Join(routes, ", "), "")
 		case <-routeWait.C:
-			return fmt.Errorf("%w: no NATS route to %s within %s (the cluster port must be reachable both ways, with mutual TLS)", ErrNotConfirmed, strings.Join(routes, ", "), r.o.RouteTimeout)
+			// Nothing is rolled back: the node is a confirmed nonvoter, and the
+			// same join resumes (the mesh skips what is done).
+			return fmt.Errorf("%w: %s is a confirmed member of the mesh (a Raft nonvoter: nothing was rolled back), but no NATS route from %s to %s came up within %s: "+
+				"open the cluster port both ways (mutual TLS between the control nodes' certificates) and run the same meshctl join --data %s again, with the same token while it is valid, to finish; "+
+				"or, to give up on this node, remove it (meshctl control remove %s)",
+				ErrNoRoute, cfg.Node, cfg.ClusterListen, strings.Join(routes, ", "), r.o.RouteTimeout, r.o.Dir, cfg.Node)
 		case <-poll.C:
 		}
 	}
