@@ -28,7 +28,7 @@ func refusalCode(err error) string {
 		return api.CodeTokenUnknown
 	case errors.Is(err, state.ErrTokenUsed):
 		return api.CodeTokenUsed
-	case errors.Is(err, state.ErrTokenExpired):
+	case errors.Is(err, state.ErrTokenExpired), errors.Is(err, state.ErrTokenExpiredAdmitted):
 		return api.CodeTokenExpired
 	case errors.Is(err, state.ErrTokenOtherNode):
 		return api.CodeTokenOtherNode

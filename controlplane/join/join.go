@@ -271,6 +271,15 @@ func Join(ctx context.Context, o Options) error {
 		err = nil // the mesh's clock decides
 	}
 	if err != nil {
+		if expired != nil && tok.Role == tokenfmt.RoleControl {
+			if cfg, cerr := o.Dir.ReadConfigRaw(); cerr == nil && cfg.Joining && cfg.Mesh == tok.Mesh && cfg.Node == tok.Node {
+				// mesh.json is written after the admission: the mesh admitted this
+				// node with the token, and a new one is refused until it is removed.
+				return fmt.Errorf("%w: %w. The mesh admitted %s with it (%s records the unfinished join), and a join resumes with its token only while the token is valid: "+
+					"%s stays an admitted control node until removed. Remove it (meshctl control remove %s), mint a new control token for it where the CA key is, and run meshctl join with that (into the same --data directory)",
+					ErrToken, err, tok.Node, o.Dir.Path(datadir.ConfigFile), tok.Node, tok.Node)
+			}
+		}
 		return fmt.Errorf("%w: %w", ErrToken, err)
 	}
 	if tok.Role != tokenfmt.RoleControl {

@@ -93,6 +93,29 @@ func TestJoinRefusesUnusableTokens(t *testing.T) {
 	}
 }
 
+// TestAnExpiredTokenOfAnAdmittedJoinSaysRemoveFirst: a join the mesh admitted
+// (mesh.json records it, unfinished) run again after its token expired was told
+// "mint a new one with meshctl token", which the mesh refuses while the node is
+// admitted (node_exists). It says now that the join resumes only while its token is
+// valid, and that the node must be removed first; a directory that holds no
+// admitted join of this node is told what it was.
+func TestAnExpiredTokenOfAnAdmittedJoinSaysRemoveFirst(t *testing.T) {
+	pin := [32]byte{1}
+	tok := controlToken(t, "127.0.0.1:7300", pin, tokenfmt.RoleControl, time.Now().Add(-time.Hour))
+	d := datadir.Dir(t.TempDir())
+	save(t, d, datadir.Config{Mesh: "m", Node: "cp-2", Listen: "127.0.0.1:7300", Brokers: []string{"127.0.0.1:7300"}, Joining: true, Joined: true})
+	err := Join(t.Context(), Options{Dir: d, Token: tok})
+	if !errors.Is(err, ErrToken) || !errors.Is(err, tokenfmt.ErrExpired) || !strings.Contains(err.Error(), "meshctl control remove cp-2") ||
+		!strings.Contains(err.Error(), "only while the token is valid") {
+		t.Fatalf("an admitted join's expired token: %v", err)
+	}
+	other := datadir.Dir(t.TempDir())
+	save(t, other, datadir.Config{Mesh: "m", Node: "cp-3", Listen: "127.0.0.1:7300", Brokers: []string{"127.0.0.1:7300"}, Joining: true, Joined: true})
+	if err := Join(t.Context(), Options{Dir: other, Token: tok}); !errors.Is(err, ErrToken) || strings.Contains(err.Error(), "control remove") {
+		t.Fatalf("another node's directory: %v", err)
+	}
+}
+
 func TestJoinDataDirectoryInTheWay(t *testing.T) {
 	pin := [32]byte{1}
 	tok := controlToken(t, "127.0.0.1:1", pin, tokenfmt.RoleControl, time.Now())

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -110,6 +112,47 @@ func TestControlAdmissionRepeat(t *testing.T) {
 	m.must(Command{Op: OpRemoveControl, At: t0.Add(3 * time.Minute), RemoveControl: &RemoveControlCmd{Node: "cp-2"}})
 	if r := m.apply(controlEnrol("ctl", "cp-2", "K2", "XC2", t0.Add(4*time.Minute))); !errors.Is(r.Err, ErrTokenUsed) {
 		t.Fatalf("repeat by the removed node: %v, want ErrTokenUsed", r.Err)
+	}
+}
+
+// TestControlAdmissionResumedAfterExpiry: the machine a control token admitted,
+// resuming a join that did not complete after the token expired, was refused
+// ErrTokenUsed, "this token already enrolled a node; mint a new token": it had
+// enrolled this very machine, and a new token is refused while the node is
+// admitted (node_exists). It is now ErrTokenExpiredAdmitted (code token_expired),
+// saying when it admitted the node and expired and that the node must be removed
+// first; nothing changes in the state. Another key, or a node removed since, is
+// refused as used, as before.
+func TestControlAdmissionResumedAfterExpiry(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	m.must(controlToken("ctl", "cp-2", "p2", "UOP2")) // expires at t0 + 1h
+	m.must(controlEnrol("ctl", "cp-2", "K2", "XC2", t0.Add(time.Minute)))
+	before := m.state()
+	late := t0.Add(2 * time.Hour)
+	r := m.apply(controlEnrol("ctl", "cp-2", "K2", "XC2", late))
+	if !errors.Is(r.Err, ErrTokenExpiredAdmitted) || errors.Is(r.Err, ErrTokenUsed) || r.Control != nil {
+		t.Fatalf("the admitted machine after expiry: %+v, want ErrTokenExpiredAdmitted", r)
+	}
+	for _, says := range []string{"meshctl control remove cp-2", t0.Add(time.Hour).UTC().Format(time.RFC3339), "same --data directory"} {
+		if !strings.Contains(r.Err.Error(), says) {
+			t.Errorf("the refusal does not say %q: %v", says, r.Err)
+		}
+	}
+	// (An expired token's sealed identity is dropped as any command applies past
+	// its expiry: not this refusal's doing.)
+	if after := m.state(); !reflect.DeepEqual(after.ControlNodes, before.ControlNodes) || after.MembershipVersion != before.MembershipVersion ||
+		after.Tokens["ctl"].UsedAt != before.Tokens["ctl"].UsedAt || after.Tokens["ctl"].UsedKey != "K2" {
+		t.Fatal("the refused repeat changed the state")
+	}
+	if r := m.apply(controlEnrol("ctl", "cp-2", "K9", "XC9", late)); !errors.Is(r.Err, ErrTokenUsed) {
+		t.Fatalf("another key after expiry: %v, want ErrTokenUsed", r.Err)
+	}
+	m.must(controlToken("ctl3", "cp-3", "p3", "UOP3"))
+	m.must(controlEnrol("ctl3", "cp-3", "K3", "XC3", t0.Add(2*time.Minute)))
+	m.must(Command{Op: OpRemoveControl, At: t0.Add(3 * time.Minute), RemoveControl: &RemoveControlCmd{Node: "cp-2"}})
+	if r := m.apply(controlEnrol("ctl", "cp-2", "K2", "XC2", late)); !errors.Is(r.Err, ErrTokenUsed) {
+		t.Fatalf("the removed node after expiry: %v, want ErrTokenUsed (a new token can be minted now)", r.Err)
 	}
 }
 

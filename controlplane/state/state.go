@@ -309,14 +309,19 @@ var (
 	ErrTokenUnknown   = errors.New("no token with this secret was minted by this mesh")
 	ErrTokenUsed      = errors.New("this token already enrolled a node; mint a new token")
 	ErrTokenExpired   = errors.New("this token has expired; mint a new token")
-	ErrTokenOtherNode = errors.New("this token was minted for another node")
-	ErrTokenWrongRole = errors.New("this token admits another role")
-	ErrTokenCancelled = errors.New("this token was cancelled by an operator; ask for a new one")
-	ErrNoToken        = errors.New("no token for this node is known (none was minted, or the last expired over a day ago)")
-	ErrNodeExists     = errors.New("a node with this id is enrolled; revoke it first to enrol the id again")
-	ErrKeyRevoked     = errors.New("this node key was revoked and stays refused")
-	ErrKeyInUse       = errors.New("this node key is already enrolled as another node, and a key identifies one node only: enrol this machine with a key of its own")
-	ErrUnknownNode    = errors.New("no such node")
+	// ErrTokenExpiredAdmitted: a control token presented again by the key it
+	// admitted, to resume a join that did not complete, after it expired: the
+	// node stays an admitted control node, so a new token for it is refused until
+	// it is removed. The protocol's code is token_expired.
+	ErrTokenExpiredAdmitted = errors.New("this control token expired before the join it admitted completed")
+	ErrTokenOtherNode       = errors.New("this token was minted for another node")
+	ErrTokenWrongRole       = errors.New("this token admits another role")
+	ErrTokenCancelled       = errors.New("this token was cancelled by an operator; ask for a new one")
+	ErrNoToken              = errors.New("no token for this node is known (none was minted, or the last expired over a day ago)")
+	ErrNodeExists           = errors.New("a node with this id is enrolled; revoke it first to enrol the id again")
+	ErrKeyRevoked           = errors.New("this node key was revoked and stays refused")
+	ErrKeyInUse             = errors.New("this node key is already enrolled as another node, and a key identifies one node only: enrol this machine with a key of its own")
+	ErrUnknownNode          = errors.New("no such node")
 	// ErrTokenPending: a token is minted for a node that has a pending one
 	// (RulesTokensFollowNodes).
 	ErrTokenPending = errors.New("a token for this node is pending")
@@ -513,6 +518,15 @@ func (s *State) TokenState(id, node, role, key string, at time.Time) (*Token, er
 				return t, err
 			}
 			return t, nil
+		}
+		if cn, ok := s.ControlNodes[node]; ok && t.UsedKey == key && t.Role == RoleControl && !cn.Removed {
+			// The machine it admitted, resuming its join after the token expired:
+			// "used; mint a new token" was wrong twice over (it is this machine's
+			// token, and a new one is refused while the node is admitted).
+			return t, fmt.Errorf("%w: it admitted %s, this machine's key, at %s, and expired at %s; a join resumes with its token only until then. "+
+				"%s stays an admitted control node: remove it (meshctl control remove %s), mint a new control token for it where the CA key is, "+
+				"and run meshctl join with that (into the same --data directory)",
+				ErrTokenExpiredAdmitted, node, t.UsedAt.UTC().Format(time.RFC3339), t.Expiry.UTC().Format(time.RFC3339), node, node)
 		}
 		return t, ErrTokenUsed
 	}
