@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -40,5 +41,26 @@ func TestPeersFileUnusable(t *testing.T) {
 				t.Fatalf("the peers file was changed or moved: %v", err)
 			}
 		})
+	}
+}
+
+// TestPeersFileWithoutAVoterSaysWhichToMakeOne: a survivor that was a nonvoter,
+// written "non_voter": true as it was (the operations guide said so), was refused
+// with hashicorp/raft's "need at least one voter in configuration". The refusal
+// now says to write the most up-to-date survivor "non_voter": false.
+func TestPeersFileWithoutAVoterSaysWhichToMakeOne(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, PeersFile)
+	content := `[{"id":"cp-1","address":"10.0.0.1:7301","non_voter":true},{"id":"cp-3","address":"10.0.0.3:7301","non_voter":true}]`
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Dir: dir, ID: "cp-1", EmptyFSM: func() raft.FSM { return nil }}
+	err := recoverFromPeersFile(cfg, nil, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if !errors.Is(err, ErrPeersFile) || !strings.Contains(err.Error(), `"non_voter": false`) || !strings.Contains(err.Error(), "most up-to-date survivor") {
+		t.Fatalf("got %v, want ErrPeersFile saying to make the most up-to-date survivor a voter", err)
+	}
+	if after, err := os.ReadFile(path); err != nil || string(after) != content {
+		t.Fatalf("the peers file was changed or moved: %v", err)
 	}
 }

@@ -913,6 +913,28 @@ const maxPeersFile = 64 << 10
 // recovered and the file stays as it is.
 var ErrPeersFile = errors.New("unusable peers file")
 
+// noVoter reports whether the peers file at path is a list of servers in which
+// every one is a nonvoter. A file it cannot read as such a list is left to
+// raft.ReadConfigJSON to refuse.
+func noVoter(path string) bool {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	var servers []struct {
+		NonVoter bool `json:"non_voter"`
+	}
+	if json.Unmarshal(data, &servers) != nil || len(servers) == 0 {
+		return false
+	}
+	for _, s := range servers {
+		if !s.NonVoter {
+			return false
+		}
+	}
+	return true
+}
+
 func recoverFromPeersFile(cfg Config, rc *raft.Config, store *raftboltdb.BoltStore, snaps raft.SnapshotStore, trans raft.Transport, log *slog.Logger) error {
 	path := filepath.Join(cfg.Dir, PeersFile)
 	fi, err := os.Stat(path)
@@ -924,6 +946,13 @@ func recoverFromPeersFile(cfg Config, rc *raft.Config, store *raftboltdb.BoltSto
 	}
 	if cfg.EmptyFSM == nil {
 		return fmt.Errorf("%s: this member cannot recover its Raft configuration (no empty state machine to replay the log into)", path)
+	}
+	if noVoter(path) {
+		// hashicorp/raft's own words are "need at least one voter in
+		// configuration": a survivor that was a nonvoter, written as it was.
+		return fmt.Errorf("%w: %s lists no voter (every server is \"non_voter\": true), and a configuration needs one: write the most up-to-date survivor "+
+			"(the highest APPLIED INDEX in meshctl control status) \"non_voter\": false, whatever it was before (docs/operations.md, \"Recovering from lost quorum\")",
+			ErrPeersFile, path)
 	}
 	conf, err := raft.ReadConfigJSON(path)
 	if err != nil {
