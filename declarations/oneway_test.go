@@ -83,14 +83,7 @@ func TestOneWayOnlyEverySignedDocument(t *testing.T) {
 			// The envelope's own members, likewise.
 			good := string(sign(kind.payload))
 			for _, key := range []string{"payloadType", "payload", "signatures", "keyid", "sig"} {
-				quoted := `"` + key + `":`
-				value := valueAfter(t, good, quoted)
-				upper := `"` + strings.ToUpper(key[:1]) + key[1:] + `":`
-				for variant, env := range map[string]string{
-					"twice":                           strings.Replace(good, quoted+value, quoted+value+","+quoted+value, 1),
-					"beside its twin in another case": strings.Replace(good, quoted, upper+value+","+quoted, 1),
-					"only in another case":            strings.Replace(good, quoted, upper, 1),
-				} {
+				for variant, env := range memberVariants(t, good, key) {
 					if err := kind.verify([]byte(env)); Code(err) != "malformed" {
 						t.Errorf("envelope %s %s: %v (code %q), want malformed", key, variant, err, Code(err))
 					}
@@ -121,15 +114,7 @@ func TestOneWayOnlyEverySignedDocument(t *testing.T) {
 		t.Fatalf("the batch envelope itself is refused: %v", err)
 	}
 	for _, key := range []string{"batch", "salt", "index", "path"} {
-		good := string(env)
-		quoted := `"` + key + `":`
-		value := valueAfter(t, good, quoted)
-		upper := `"` + strings.ToUpper(key[:1]) + key[1:] + `":`
-		for variant, env := range map[string]string{
-			"twice":                           strings.Replace(good, quoted+value, quoted+value+","+quoted+value, 1),
-			"beside its twin in another case": strings.Replace(good, quoted, upper+value+","+quoted, 1),
-			"only in another case":            strings.Replace(good, quoted, upper, 1),
-		} {
+		for variant, env := range memberVariants(t, string(env), key) {
 			if _, err := VerifyDeclaration([]byte(env), trusted, sampleExpect()); Code(err) != "malformed" {
 				t.Errorf("batch envelope %s %s: %v (code %q), want malformed", key, variant, err, Code(err))
 			}
@@ -141,6 +126,21 @@ func TestOneWayOnlyEverySignedDocument(t *testing.T) {
 	payload := strings.Replace(encode(t, d), `"version":3`, `"Version":1,"version":3`, 1)
 	if _, err := VerifyDeclaration(must(SignEnvelope(PayloadTypeDeclaration, []byte(payload), k)), trusted, sampleExpect()); Code(err) != "malformed" {
 		t.Fatalf(`{"Version":1,"version":3}: %v, want malformed`, err)
+	}
+}
+
+// memberVariants returns doc with its member key (the first one of that name)
+// given twice, beside its twin in another letter case, and only in another case:
+// what encoding/json reads one way and another reader another.
+func memberVariants(t *testing.T, doc, key string) map[string]string {
+	t.Helper()
+	quoted := `"` + key + `":`
+	value := valueAfter(t, doc, quoted)
+	upper := `"` + strings.ToUpper(key[:1]) + key[1:] + `":`
+	return map[string]string{
+		"twice":                           strings.Replace(doc, quoted+value, quoted+value+","+quoted+value, 1),
+		"beside its twin in another case": strings.Replace(doc, quoted, upper+value+","+quoted, 1),
+		"only in another case":            strings.Replace(doc, quoted, upper, 1),
 	}
 }
 
