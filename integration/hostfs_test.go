@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"mesh/host/fstest"
 	"mesh/host/identity"
 	"mesh/host/state"
 	"mesh/integration/harness"
@@ -24,16 +25,7 @@ import (
 // covers the same without one (coveredBy), when that is not possible.
 func mountSmallFS(t *testing.T, dir, size, coveredBy string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount a size-limited tmpfs for a real full disk; " + coveredBy)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size+",mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v: %s); skipping the real full-disk case", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	fstest.SmallAt(t, dir, fstest.Options{Size: size, Mode: 0o700, CoveredBy: coveredBy})
 }
 
 // mountTinyFS mounts a 64 KiB tmpfs at dir and fills it until only free pages remain.

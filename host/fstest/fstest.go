@@ -1,7 +1,8 @@
 // Package fstest mounts small file systems for the tests of what a read-only or a
-// full disk does to a command: a tmpfs of 64 KiB, read-only or filled to its last
-// byte. Mounting needs root; without it, or where the kernel refuses, the test is
-// skipped, saying why. Each mount is taken down when its test ends.
+// full disk does to a command: a tmpfs of 64 KiB (or the size asked), read-only or
+// filled to its last byte. Mounting needs root; without it, or where the kernel
+// refuses, the test is skipped, saying why. Each mount is taken down when its test
+// ends.
 package fstest
 
 import (
@@ -20,9 +21,14 @@ type Options struct {
 	Full bool
 	// Mode is its root directory's mode; 0 means 0755.
 	Mode os.FileMode
+	// Size is its size in mount's syntax (64k, 16m); "" means 64k.
+	Size string
+	// CoveredBy says, when the test is skipped, what covers the same without a
+	// mount (added to the reason).
+	CoveredBy string
 }
 
-// Small mounts a tmpfs of 64 KiB at a new directory and returns its path.
+// Small mounts a tmpfs of 64 KiB (o.Size) at a new directory and returns its path.
 func Small(t testing.TB, o Options) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "fs")
@@ -30,11 +36,15 @@ func Small(t testing.TB, o Options) string {
 	return dir
 }
 
-// SmallAt mounts a tmpfs of 64 KiB at dir, made if missing.
+// SmallAt mounts a tmpfs of 64 KiB (o.Size) at dir, made if missing.
 func SmallAt(t testing.TB, dir string, o Options) {
 	t.Helper()
+	covered := ""
+	if o.CoveredBy != "" {
+		covered = "; " + o.CoveredBy
+	}
 	if os.Geteuid() != 0 {
-		t.Skip("mounting a small file system needs root")
+		t.Skip("mounting a small file system needs root" + covered)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -43,12 +53,16 @@ func SmallAt(t testing.TB, dir string, o Options) {
 	if mode == 0 {
 		mode = 0o755
 	}
-	opts := fmt.Sprintf("size=64k,mode=%04o", mode.Perm())
+	size := o.Size
+	if size == "" {
+		size = "64k"
+	}
+	opts := fmt.Sprintf("size=%s,mode=%04o", size, mode.Perm())
 	if o.ReadOnly {
 		opts += ",ro"
 	}
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", opts, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (%v: %s)", err, out)
+		t.Skipf("cannot mount a tmpfs here (%v: %s)%s", err, out, covered)
 	}
 	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
 	if o.Full {
