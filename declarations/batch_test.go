@@ -313,6 +313,15 @@ func TestSignBatchRefuses(t *testing.T) {
 	if _, err := b.Envelope(2); err == nil {
 		t.Fatal("an envelope past the batch made")
 	}
+	// A signature over PAE(PayloadTypeBatch, x) vouches for every leaf under x: no
+	// envelope of that type is signed but by SignBatch, over a tree it hashed.
+	root := bytes.Repeat([]byte{1}, 32)
+	if _, err := s.Envelope(PayloadTypeBatch, root); err == nil {
+		t.Fatal("an envelope of the batch root's type signed")
+	}
+	if _, err := SignEnvelope(PayloadTypeBatch, root, testKey(1)); err == nil {
+		t.Fatal("SignEnvelope signed the batch root's type")
+	}
 }
 
 func BenchmarkSignBatch(b *testing.B) {

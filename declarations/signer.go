@@ -68,6 +68,11 @@ func (s *Signer) Envelope(payloadType string, payload []byte) ([]byte, error) {
 	if reason := checkPayloadType(payloadType); reason != "" {
 		return nil, errors.New("declarations: cannot sign: " + reason)
 	}
+	if payloadType == PayloadTypeBatch {
+		// A signature over PAE(PayloadTypeBatch, x) vouches for every leaf under
+		// the root x: only SignBatch makes one, over a root it hashed itself.
+		return nil, errors.New("declarations: cannot sign: " + PayloadTypeBatch + " is signed by SignBatch only, over a tree it hashed")
+	}
 	if len(payload) == 0 {
 		return nil, errors.New("declarations: cannot sign an empty payload")
 	}

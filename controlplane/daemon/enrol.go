@@ -265,6 +265,10 @@ func (d *Daemon) enrolAnswer(req api.EnrolRequest, role string, now time.Time, r
 	if !ok || in.NodeKey != req.PublicKey {
 		return resp, &api.Error{Code: api.CodeInternal, Message: "the node was revoked or enrolled again right after this enrolment"}
 	}
+	// The enrolling agent says nothing of batch proofs (an older one, enrolling
+	// again for a lost answer, would refuse one): never an envelope kept from a
+	// fan-out.
+	in.BatchProofs = false
 	var err error
 	if resp.Declaration, err = d.signer.declaration(in); err == nil {
 		resp.Membership, err = d.signer.membership(members, now)

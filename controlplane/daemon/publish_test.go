@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -218,4 +219,68 @@ func TestAFanOutSignsOneBatchForAgentsThatTakeIt(t *testing.T) {
 	if env := sync("n-1", true); env.Batch == nil {
 		t.Fatal("a sync with batch proofs was not answered with the envelope kept from the fan-out")
 	}
+}
+
+// TestABatchSignsTheOthersWhenOneCannotBe: a node whose declaration cannot be signed
+// (here its validity window ends as it starts, which only a damaged state would
+// hold) is left out of the batch with its error, and every other node's envelope is
+// signed and verifies. The payloads' buffer was dropped by the failed one, and the
+// next node's payload was cut from nothing: the leader panicked on the fan-out's
+// goroutine (found by an audit of decision 0034).
+func TestABatchSignsTheOthersWhenOneCannotBe(t *testing.T) {
+	_, k, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSigner([]ed25519.PrivateKey{k})
+	now := time.Now().UTC()
+	body := []byte(`{"files":[]}`)
+	key := "U" + strings.Repeat("A", 55)
+	mk := func(node string, expires time.Time) state.DeclarationInput {
+		return state.DeclarationInput{Mesh: "m", Node: node, NodeKey: key,
+			Declared:     state.Declared{Version: 1, BodyDigest: state.BodyDigest(body), IssuedAt: now, ExpiresAt: expires},
+			KeyringEpoch: 1, Body: body, BatchProofs: true}
+	}
+	ins := []state.DeclarationInput{mk("a", now.Add(time.Hour)), mk("b", now), mk("c", now.Add(time.Hour)), mk("d", now.Add(time.Hour))}
+	b := s.batch(ins)
+	for i, in := range ins {
+		env, err := b.envelope(i)
+		if in.Node == "b" {
+			if err == nil || !strings.Contains(err.Error(), "expires_at is not after issued_at") {
+				t.Fatalf("b: %v, want its own error", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", in.Node, err)
+		}
+		exp := declarations.Expect{Mesh: "m", Node: in.Node, NodeKey: key, Now: now}
+		if _, err := declarations.VerifyDeclaration(env, []ed25519.PublicKey{k.Public().(ed25519.PublicKey)}, exp); err != nil {
+			t.Fatalf("%s: %v", in.Node, err)
+		}
+	}
+}
+
+// TestARepeatedEnrolmentIsNotAnsweredWithABatchEnvelope: the envelope kept from a
+// fan-out signed in a batch is not the answer to the node's enrolment sent again
+// (its answer lost): the request says nothing of batch proofs, and an older agent
+// would refuse the proof as malformed.
+func TestARepeatedEnrolmentIsNotAnsweredWithABatchEnvelope(t *testing.T) {
+	d := fleet(t, 2)
+	e := newEnrolling(t, d, "web-1")
+	e.enrol(t)
+	takeBatches(t, d, []string{"n-0", "n-1", "web-1"})
+	if _, err := d.declare(api.DeclareRequest{All: true, Body: json.RawMessage(`{"files":[{"path":"a","content":"x"}]}`)}, requestCall{}); err != nil {
+		t.Fatal(err)
+	}
+	var in state.DeclarationInput
+	d.fsm.Read(func(s *state.State) { in, _ = s.DeclarationInput("web-1") })
+	if env, ok := d.signer.kept(in); !ok || !strings.Contains(string(env), `"batch":`) {
+		t.Fatal("the fan-out kept no batch envelope for web-1: the test proves nothing")
+	}
+	again, _ := e.enrol(t)
+	if strings.Contains(string(again.Declaration), `"batch":`) {
+		t.Fatalf("the repeated enrolment was answered with the batch envelope: %.300s", again.Declaration)
+	}
+	verifyAs(t, d, "web-1", again.Declaration)
 }

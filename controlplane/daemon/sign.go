@@ -187,15 +187,18 @@ func (s *signer) batch(ins []state.DeclarationInput) *signedBatch {
 		sg, body, err := s.prepare(in)
 		if err == nil {
 			start := len(arena)
-			if arena, err = declarations.AppendDeclarationPayload(arena, declarationOf(in), body); err == nil {
-				if i == 0 {
-					arena = slices.Grow(arena, (len(arena)+64)*(len(ins)-1))
+			var grown []byte
+			// On an error the buffer stays as it was (the payload appended returns
+			// nil then), and the payloads of the others with it.
+			if grown, err = declarations.AppendDeclarationPayload(arena, declarationOf(in), body); err == nil {
+				arena = grown
+				if len(payloads) == 0 {
+					arena = slices.Grow(arena, (len(arena)+64)*(len(ins)-1-i))
 				}
 				b.at[i], sign = len(payloads), sg
 				payloads = append(payloads, arena[start:len(arena):len(arena)])
 				continue
 			}
-			arena = arena[:start]
 			err = fmt.Errorf("sign declaration v%d for %s: %w", in.Declared.Version, in.Node, err)
 		}
 		b.errs[i] = err
