@@ -276,8 +276,9 @@ func Join(ctx context.Context, o Options) error {
 				// mesh.json is written after the admission: the mesh admitted this
 				// node with the token, and a new one is refused until it is removed.
 				return fmt.Errorf("%w: %w. The mesh admitted %s with it (%s records the unfinished join), and a join resumes with its token only while the token is valid: "+
-					"%s stays an admitted control node until removed. Remove it (meshctl control remove %s), mint a new control token for it where the CA key is, and run meshctl join with that (into the same --data directory)",
-					ErrToken, err, tok.Node, o.Dir.Path(datadir.ConfigFile), tok.Node, tok.Node)
+					"%s stays an admitted control node until removed. If meshctl nodes shows %s at this machine's addresses, remove it (meshctl control remove %s), mint a new control token for it where the CA key is, and run meshctl join with that (into the same --data directory); "+
+					"if it shows it at another machine's, that machine was admitted as %s since: leave it, and join this one under another id",
+					ErrToken, err, tok.Node, o.Dir.Path(datadir.ConfigFile), tok.Node, tok.Node, tok.Node, tok.Node)
 			}
 		}
 		return fmt.Errorf("%w: %w", ErrToken, err)

@@ -154,6 +154,14 @@ func TestControlAdmissionResumedAfterExpiry(t *testing.T) {
 	if r := m.apply(controlEnrol("ctl", "cp-2", "K2", "XC2", late)); !errors.Is(r.Err, ErrTokenUsed) {
 		t.Fatalf("the removed node after expiry: %v, want ErrTokenUsed (a new token can be minted now)", r.Err)
 	}
+	// cp-2 admitted again since, on another machine: the first machine's old
+	// token is not told to remove cp-2, which would take out the new machine
+	// (found by an audit).
+	m.must(controlToken("ctl2", "cp-2", "pB", "UOPB"))
+	m.must(controlEnrol("ctl2", "cp-2", "KB", "XCB", t0.Add(4*time.Minute)))
+	if r := m.apply(controlEnrol("ctl", "cp-2", "K2", "XC2", late)); !errors.Is(r.Err, ErrTokenUsed) || errors.Is(r.Err, ErrTokenExpiredAdmitted) {
+		t.Fatalf("the first machine's token after cp-2 was admitted on another: %v, want ErrTokenUsed", r.Err)
+	}
 }
 
 // TestControlAdmissionRepeatChangesNothing: a repeated admission says so, and moves

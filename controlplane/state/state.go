@@ -519,7 +519,10 @@ func (s *State) TokenState(id, node, role, key string, at time.Time) (*Token, er
 			}
 			return t, nil
 		}
-		if cn, ok := s.ControlNodes[node]; ok && t.UsedKey == key && t.Role == RoleControl && !cn.Removed {
+		if cn, ok := s.ControlNodes[node]; ok && t.UsedKey == key && t.Role == RoleControl && !cn.Removed && cn.JoinedAt.Equal(t.UsedAt) {
+			// (JoinedAt: the node admitted now is the one this token admitted, not
+			// another machine admitted under the id since it was removed, which
+			// "remove it" would take out.)
 			// The machine it admitted, resuming its join after the token expired:
 			// "used; mint a new token" was wrong twice over (it is this machine's
 			// token, and a new one is refused while the node is admitted).
