@@ -284,3 +284,50 @@ func TestARepeatedEnrolmentIsNotAnsweredWithABatchEnvelope(t *testing.T) {
 	}
 	verifyAs(t, d, "web-1", again.Declaration)
 }
+
+// TestADowngradedAgentIsSentItsDeclarationSignedOnItsOwn: a node whose record says
+// its agent takes batch proofs, whose agent was put back to one that does not, is
+// sent a batch envelope once; its refusal (malformed), reported without
+// batch_proofs, is recorded, and the leader's next re-sending to nodes behind signs
+// its declaration on its own, which the older agent verifies.
+func TestADowngradedAgentIsSentItsDeclarationSignedOnItsOwn(t *testing.T) {
+	d := fleet(t, 2)
+	loggedInAs(t, d, "h-1") // connected: the leader re-sends to live nodes only
+	takeBatches(t, d, []string{"h-1", "n-1", "h-1"})
+	nc, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()), nats.Token(observerToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	decls, err := nc.SubscribeSync(api.DeclarationSubject("h-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	if _, err := d.declare(api.DeclareRequest{All: true, Body: json.RawMessage(`{"files":[{"path":"a","content":"x"}]}`)}, requestCall{}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := decls.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env := verifyAs(t, d, "h-1", m.Data); env.Batch == nil {
+		t.Fatal("the fan-out did not sign in a batch: the test proves nothing")
+	}
+	// The older agent's report: the envelope refused as malformed, no batch_proofs.
+	report, _ := json.Marshal(api.Status{V: api.ProtocolVersion, Node: "h-1", KeyringEpoch: 1,
+		Error: &api.StatusError{Code: "malformed", Message: "unknown field \"batch\"", Version: 0}})
+	d.handleStatus(&nats.Msg{Subject: api.StatusSubject("h-1"), Data: report})
+	d.status.flush()
+	// The re-sending a reconcile interval after the declaration was issued.
+	d.opts.ReconcileInterval = time.Millisecond
+	time.Sleep(5 * time.Millisecond)
+	d.reconcile(d.now())
+	m, err = decls.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatalf("the leader did not send n-0 its declaration again: %v", err)
+	}
+	if env := verifyAs(t, d, "h-1", m.Data); env.Batch != nil {
+		t.Fatal("the downgraded agent was sent a batch envelope again")
+	}
+}

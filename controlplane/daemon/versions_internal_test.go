@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"math"
@@ -141,7 +143,8 @@ func loggedInAs(t *testing.T, d *Daemon, node string) *nats.Conn {
 	t.Helper()
 	kp, _ := nkeys.CreateUser()
 	pub, _ := kp.PublicKey()
-	id := strings.Repeat("7e", 32)
+	sum := sha256.Sum256([]byte(node)) // a token id of its own: several nodes may log in
+	id := hex.EncodeToString(sum[:])
 	for _, c := range []state.Command{
 		{Op: state.OpCreateToken, CreateToken: &state.CreateTokenCmd{ID: id, Node: node, Role: state.RoleWorker, TTL: time.Hour}},
 		{Op: state.OpEnrol, Enrol: &state.EnrolCmd{TokenID: id, Node: node, Role: state.RoleWorker, PublicKey: pub}},
