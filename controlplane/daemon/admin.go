@@ -817,7 +817,22 @@ func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
 	// The command's time is the revocation time of the nodes it revokes; a node
 	// revoked earlier keeps its own, which tells the two apart.
 	at := now.UTC()
-	res, err := d.commit(state.Command{Op: state.OpRevoke, At: at, Revoke: &state.RevokeCmd{Nodes: nodes},
+	// When this leader last heard from each node goes with the revocation: the
+	// liveness is forgotten once it commits (enforceRevocations), and the close of
+	// the connection it causes is not recorded for a revoked node (wentOffline),
+	// so LAST SEEN of a node revoked while connected showed its last report that
+	// changed something, days before perhaps.
+	var seen []state.SeenReport
+	for _, n := range nodes {
+		if last, ok := d.seen.get(n); ok {
+			last = last.UTC()
+			if last.After(at) { // heard between the clock's reading and now
+				last = at
+			}
+			seen = append(seen, state.SeenReport{Node: n, At: last})
+		}
+	}
+	res, err := d.commit(state.Command{Op: state.OpRevoke, At: at, Revoke: &state.RevokeCmd{Nodes: nodes, Seen: seen},
 		Rules: d.tokenRules()})
 	if err != nil {
 		return out, err

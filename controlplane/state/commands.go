@@ -197,6 +197,13 @@ type RevokeCmd struct {
 	// before Nodes existed carry Node alone.
 	Node  string   `json:"node,omitempty"`
 	Nodes []string `json:"nodes,omitempty"`
+	// Seen is when the leader last heard from each node it revokes
+	// (Node.LastSeen): a node revoked while connected was heard from until then,
+	// and its connection's close, which the revocation causes, is not recorded for
+	// a revoked node. No rule of the state reads it: a control node older than it
+	// applies the revocation alike without it, as it does StatusCmd.Seen
+	// (decision 0027).
+	Seen []SeenReport `json:"seen,omitempty"`
 }
 
 // Targets is every node the command names, once each, in order.
@@ -712,6 +719,12 @@ func (s *State) applyRevoke(at time.Time, c *RevokeCmd, rules int) Result {
 		if !n.Revoked {
 			n.Revoked = true
 			n.RevokedAt = at
+			for _, r := range c.Seen {
+				// As in applyStatus: the latest time, never later than the entry.
+				if r.Node == id && r.At.After(n.LastSeen) && !r.At.After(at) {
+					n.LastSeen = r.At
+				}
+			}
 			s.revokeKey(n.PublicKey, n.ID)
 			if rules >= RulesTokensFollowNodes {
 				// The tokens minted for it die with it, and say so to whoever

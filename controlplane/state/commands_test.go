@@ -991,6 +991,50 @@ func TestRevokeSeveral(t *testing.T) {
 	}
 }
 
+// TestARevocationKeepsWhenItsNodesWereLastSeen: a revocation records when the
+// leader last heard from each node it revokes (RevokeCmd.Seen): a later time
+// replaces an earlier one, a time after the entry is refused (the leader's clock
+// read both), a node revoked before keeps its own, and the time survives a
+// snapshot. A revocation of the form before it (no seen) applies as it did.
+func TestARevocationKeepsWhenItsNodesWereLastSeen(t *testing.T) {
+	m := enrolled(t, map[string]string{"a": RoleWorker, "b": RoleWorker, "c": RoleWorker, "d": RoleWorker})
+	at := t0.Add(time.Hour)
+	m.must(Command{Op: OpStatus, At: at, Status: &StatusCmd{Seen: []SeenReport{{Node: "a", At: at.Add(-time.Hour)}, {Node: "b", At: at.Add(-time.Minute)}}}})
+	m.must(revokeCmd("d", at))
+	later := at.Add(time.Hour)
+	m.must(Command{Op: OpRevoke, At: later, Revoke: &RevokeCmd{Nodes: []string{"a", "b", "c", "d"}, Seen: []SeenReport{
+		{Node: "a", At: later.Add(-time.Second)},      // heard just before: kept
+		{Node: "b", At: at.Add(-2 * time.Minute)},     // earlier than recorded: not kept
+		{Node: "c", At: later.Add(time.Second)},       // after the entry: refused
+		{Node: "d", At: later.Add(-time.Second)},      // revoked before: left as it was
+		{Node: "nobody", At: later.Add(-time.Second)}, // not named: nothing
+	}}})
+	want := map[string]time.Time{"a": later.Add(-time.Second), "b": at.Add(-time.Minute), "c": {}, "d": {}}
+	check := func(s *State, when string) {
+		t.Helper()
+		for id, w := range want {
+			if got := s.Nodes[id].LastSeen; !got.Equal(w) {
+				t.Errorf("%s: %s last seen %v, want %v", when, id, got, w)
+			}
+		}
+		if _, ok := s.Nodes["nobody"]; ok {
+			t.Errorf("%s: a time for a node not named made a node", when)
+		}
+	}
+	check(m.state(), "revoked")
+	r := newMachine(t)
+	if err := r.f.Restore(nopCloser{bytes.NewReader(m.snapshot())}); err != nil {
+		t.Fatal(err)
+	}
+	check(r.state(), "after a snapshot")
+	// The form before the field.
+	o := enrolled(t, map[string]string{"a": RoleWorker})
+	o.must(revokeCmd("a", at))
+	if n := o.state().Nodes["a"]; !n.Revoked || !n.LastSeen.IsZero() {
+		t.Errorf("a revocation without seen: %+v", n)
+	}
+}
+
 // A token.create sent again by the operator's client after a leader died with it gets
 // the token the first one made, and changes nothing; anything else under the same id
 // is refused.

@@ -260,9 +260,10 @@ type Node struct {
 	Declared   Declared          `json:"declared"`
 	Applied    Applied           `json:"applied"`
 	// LastSeen is when the leader last heard from the node before its connection
-	// closed (StatusCmd.Seen): what LAST SEEN shows of an offline node once no
-	// control node remembers hearing from it, after a restart or a new leader.
-	// A heartbeat changes nothing in the state; only a close records it.
+	// closed (StatusCmd.Seen) or it was revoked (RevokeCmd.Seen): what LAST SEEN
+	// shows of an offline or revoked node once no control node remembers hearing
+	// from it, after a restart or a new leader. A heartbeat changes nothing in the
+	// state; only a close or a revocation records it.
 	LastSeen time.Time `json:"last_seen,omitzero"`
 }
 
