@@ -10,7 +10,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 )
 
 // ErrInterrupted is what ReadHidden returns, wrapped with the signal, when a
@@ -19,10 +21,16 @@ var ErrInterrupted = errors.New("interrupted before the token was read; nothing 
 
 // ReadHidden writes prompt to w and reads one line, at most max bytes, from in,
 // with the echo hide turns off until the line is read: prompt should say that the
-// paste is not shown. An interrupt (Ctrl-C), a hangup, a quit or a termination
-// while the echo is off puts it back and returns ErrInterrupted. When hide is nil
-// or fails (no terminal, or one whose echo cannot be turned off) it writes shown
-// instead and reads the line as typed; hidden says which happened.
+// paste is not shown. With the echo off, the rest of a paste that held more lines
+// (a token a mail client or a terminal wrapped) is read with the line and returned
+// with it, line breaks and all (pasteRest; Linux): the caller judges the whole
+// paste, as it would the same text in a file, rather than its first line alone,
+// whose fault ("truncated: copy the whole line again") copying again would not
+// mend. What the terminal holds after that is discarded by hide's restore. An
+// interrupt (Ctrl-C), a hangup, a quit or a termination while the echo is off puts
+// it back and returns ErrInterrupted. When hide is nil or fails (no terminal, or
+// one whose echo cannot be turned off) it writes shown instead and reads the line
+// as typed; hidden says which happened.
 func ReadHidden(in io.Reader, w io.Writer, prompt, shown string, max int, hide func() (func(), error)) (line string, hidden bool, err error) {
 	if hide == nil {
 		fmt.Fprint(w, shown)
@@ -53,12 +61,39 @@ func ReadHidden(in io.Reader, w io.Writer, prompt, shown string, max int, hide f
 	}()
 	select {
 	case r := <-got:
+		line := r.line
+		if r.err == nil && strings.HasSuffix(line, "\n") {
+			// Read here, not beside the line: a signal then finds the
+			// terminal's settings put back before hide's restore runs.
+			line += restOfPaste(in, max-len(line))
+		}
 		fmt.Fprintln(w) // the Enter the terminal did not echo
-		return r.line, true, r.err
+		select {
+		case sig := <-sigs: // while the rest was read
+			return "", true, fmt.Errorf("%w (%v)", ErrInterrupted, sig)
+		default:
+		}
+		return line, true, r.err
 	case sig := <-sigs:
 		fmt.Fprintln(w)
 		return "", true, fmt.Errorf("%w (%v)", ErrInterrupted, sig)
 	}
+}
+
+// pasteQuiet is how long the rest of a paste is waited for once nothing more
+// comes: a terminal sends a paste at once, a remote session in pieces
+// milliseconds apart, and nobody types the next line within it.
+const pasteQuiet = 200 * time.Millisecond
+
+// restOfPaste is the rest of a paste on the terminal in, at most max bytes; ""
+// where in is not a terminal it can read that way.
+func restOfPaste(in io.Reader, max int) string {
+	f, ok := in.(*os.File)
+	if !ok || max <= 0 {
+		return ""
+	}
+	rest, _ := pasteRest(f, pasteQuiet, max)
+	return rest
 }
 
 // ReadLine reads the first line of in, newline included, reading at most max

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"mesh/host/terminal"
 	"mesh/host/terminal/ptytest"
 )
@@ -24,9 +26,13 @@ type result struct {
 }
 
 func readFrom(slave *os.File, w *bytes.Buffer, hide func() (func(), error)) chan result {
+	return readAtMost(slave, w, 1024, hide)
+}
+
+func readAtMost(slave *os.File, w *bytes.Buffer, max int, hide func() (func(), error)) chan result {
 	got := make(chan result, 1)
 	go func() {
-		line, hidden, err := terminal.ReadHidden(slave, w, "hidden: ", "shown: ", 1024, hide)
+		line, hidden, err := terminal.ReadHidden(slave, w, "hidden: ", "shown: ", max, hide)
 		got <- result{line, hidden, err}
 	}()
 	return got
@@ -108,23 +114,132 @@ func TestReadHidden(t *testing.T) {
 			ptytest.WaitEcho(t, slave, true)
 		})
 	}
+	t.Run("interrupted while the rest of a paste is waited for", func(t *testing.T) {
+		master, slave := ptytest.Open(t)
+		var prompt bytes.Buffer
+		got := readFrom(slave, &prompt, func() (func(), error) { return terminal.HideEcho(slave) })
+		ptytest.WaitEcho(t, slave, false)
+		if _, err := master.Write([]byte("mesh1_first_half\n")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond) // the line read, the rest waited for
+		if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-got:
+			if !errors.Is(r.err, terminal.ErrInterrupted) || r.line != "" {
+				t.Fatalf("%q, %v; want ErrInterrupted and nothing read", r.line, r.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the read did not end")
+		}
+		ptytest.WaitEcho(t, slave, true)
+	})
 }
 
-// TestWhatFollowsTheLineIsDiscarded: a second line pasted with the token (the
-// second half of a token a mail client wrapped) does not stay in the terminal for
-// the shell to run, and to keep in its history, once the command ends.
+// TestAPasteOfSeveralLinesIsReadWhole: a token a mail client or a terminal
+// wrapped is pasted as two lines, or three, the last perhaps without its newline
+// (still in the line editor). All of it is read, line breaks and all, so that the
+// caller judges the paste ("split when copied; paste it as one line") and not its
+// first line ("truncated: copy the whole line again", which copying again does not
+// mend: a security audit). Pieces of a paste that come apart (a remote session) are
+// read as one, and the terminal is left as it was: line editing on, the echo off
+// until the restore puts it back.
+func TestAPasteOfSeveralLinesIsReadWhole(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		pieces []string
+		want   string
+	}{
+		{"two lines", []string{"mesh1_first_half\n" + secret + "_second_half\n"}, "mesh1_first_half\n" + secret + "_second_half\n"},
+		{"the last line without its newline", []string{"mesh1_a\nb\n" + secret}, "mesh1_a\nb\n" + secret},
+		{"in pieces", []string{"mesh1_first_half\n", secret, "_second_half\n"}, "mesh1_first_half\n" + secret + "_second_half\n"},
+		{"one line", []string{"mesh1_" + secret + "\n"}, "mesh1_" + secret + "\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			master, slave := ptytest.Open(t)
+			before := termios(t, slave)
+			var prompt bytes.Buffer
+			got := readFrom(slave, &prompt, func() (func(), error) { return terminal.HideEcho(slave) })
+			ptytest.WaitEcho(t, slave, false)
+			for i, p := range c.pieces {
+				if i > 0 {
+					time.Sleep(50 * time.Millisecond)
+				}
+				if _, err := master.Write([]byte(p)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			select {
+			case r := <-got:
+				if r.err != nil || r.line != c.want || !r.hidden {
+					t.Fatalf("read %q (hidden %v), %v; want %q", r.line, r.hidden, r.err, c.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the paste was not read")
+			}
+			if shown := ptytest.Shown(master, 300*time.Millisecond); strings.Contains(shown, secret) {
+				t.Errorf("the terminal showed the paste: %q", shown)
+			}
+			ptytest.WaitEcho(t, slave, true)
+			if prompt.String() != "hidden: \n" {
+				t.Errorf("prompt %q", prompt.String())
+			}
+			// Line editing is back, and the rest of the paste is not left for the
+			// shell.
+			if after := termios(t, slave); *after != *before {
+				t.Errorf("the terminal's settings were %+v, and are %+v after the read", *before, *after)
+			}
+			if _, err := master.Write([]byte("typed afterwards\n")); err != nil {
+				t.Fatal(err)
+			}
+			next := make(chan string, 1)
+			go func() {
+				line, _ := terminal.ReadLine(slave, 4096)
+				next <- line
+			}()
+			select {
+			case line := <-next:
+				if line != "typed afterwards\n" {
+					t.Fatalf("the shell would read %q after the command; want the line typed afterwards", line)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("nothing to read after the command")
+			}
+		})
+	}
+}
+
+// termios is the terminal's settings on f.
+func termios(t *testing.T, f *os.File) *unix.Termios {
+	t.Helper()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tio *unix.Termios
+	if cerr := rc.Control(func(fd uintptr) { tio, err = unix.IoctlGetTermios(int(fd), unix.TCGETS) }); cerr != nil || err != nil {
+		t.Fatal(cerr, err)
+	}
+	return tio
+}
+
+// TestWhatFollowsTheLineIsDiscarded: what a paste holds beyond what is read (past
+// the bound on what a token's input can be) does not stay in the terminal for the
+// shell to run, and to keep in its history, once the command ends.
 func TestWhatFollowsTheLineIsDiscarded(t *testing.T) {
 	master, slave := ptytest.Open(t)
 	var prompt bytes.Buffer
-	got := readFrom(slave, &prompt, func() (func(), error) { return terminal.HideEcho(slave) })
+	got := readAtMost(slave, &prompt, 32, func() (func(), error) { return terminal.HideEcho(slave) })
 	ptytest.WaitEcho(t, slave, false)
 	if _, err := master.Write([]byte("mesh1_first_half\n" + secret + "_second_half\n")); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case r := <-got:
-		if r.err != nil || r.line != "mesh1_first_half\n" {
-			t.Fatalf("read %q, %v", r.line, r.err)
+		if want := ("mesh1_first_half\n" + secret)[:32]; r.err != nil || r.line != want {
+			t.Fatalf("read %q, %v; want %q, the first 32 bytes", r.line, r.err, want)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the line was not read")

@@ -141,7 +141,8 @@ func readSecretInput(file string, cio *cliIO) (string, error) {
 		return string(data), tokenInputError(err)
 	}
 	if cio.stdinIsTTY {
-		// Pasted: one line, not shown (see package terminal).
+		// Pasted: its line, and the rest of a paste of several lines, not shown
+		// (see package terminal).
 		line, _, err := terminal.ReadHidden(cio.stdin, cio.stderr,
 			"paste the control token and press Enter (it is not shown): ", "paste the control token and press Enter: ",
 			maxTokenInput, cio.hideInput)

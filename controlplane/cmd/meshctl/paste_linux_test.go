@@ -4,6 +4,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"hash/crc32"
 	"os"
 	"strings"
 	"syscall"
@@ -48,6 +50,25 @@ func TestPastedControlTokenNotShown(t *testing.T) {
 		}
 		if strings.Contains(stderr.String(), secret[:16]) {
 			t.Errorf("stderr shows the token: %q", stderr)
+		}
+		ptytest.WaitEcho(t, slave, true)
+	})
+	// A control token a mail client wrapped, pasted as two lines: told it was split
+	// and to paste it as one line, as in a file, not that it is truncated (only its
+	// first line was read before; a security audit of the same read in meshhost).
+	t.Run("wrapped", func(t *testing.T) {
+		signed := "mesh1_demo_127.0.0.1:7300_" + strings.Repeat("ab", 32) + "_" + strings.Repeat("cd", 32) + "_cp-2_control_1900000000_" + secret
+		good := fmt.Sprintf("%s_%08x", signed, crc32.Checksum([]byte(signed), crc32.MakeTable(crc32.Castagnoli)))
+		master, slave := ptytest.Open(t)
+		code, stderr := joinFrom(t, slave)
+		if _, err := master.Write([]byte(good[:150] + "\n" + good[150:] + "\n")); err != nil {
+			t.Fatal(err)
+		}
+		if c := ptytest.Wait(t, code); c != exitRefused || !strings.Contains(stderr.String(), "split when copied; paste it as one line") {
+			t.Fatalf("exit %d, want %d saying the token was split: %s", c, exitRefused, stderr)
+		}
+		if shown := ptytest.Shown(master, 300*time.Millisecond); strings.Contains(shown, secret[:16]) {
+			t.Errorf("the terminal showed the pasted token: %q", shown)
 		}
 		ptytest.WaitEcho(t, slave, true)
 	})

@@ -491,8 +491,10 @@ func trustedToken(name string, cio *cliIO) func(fs.FileInfo) error {
 	}
 }
 
-// readPasted reads the token pasted on the terminal on stdin, one line, with the
-// terminal's echo off (see package terminal).
+// readPasted reads the token pasted on the terminal on stdin, with the terminal's
+// echo off: its line, and the rest of a paste of several lines, which the parser
+// then judges whole, as it would the same text in a file (a wrapped token: "split
+// when copied; paste it as one line"; see package terminal).
 func readPasted(cio *cliIO) (string, error) {
 	line, _, err := terminal.ReadHidden(cio.stdin, cio.stderr,
 		"paste the token and press Enter (it is not shown): ", "paste the token and press Enter: ",

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"strings"
 	"syscall"
@@ -50,6 +51,29 @@ func TestPastedTokenNotShown(t *testing.T) {
 		}
 		ptytest.WaitEcho(t, slave, true)
 	})
+	// A token a mail client wrapped, pasted as two lines (the second with or
+	// without its newline): told it was split and to paste it as one line, as the
+	// same text in a --token-file is. Only its first line was read before, and the
+	// answer was "truncated ... copy the whole line again", which the same paste
+	// got again (a security audit).
+	for _, end := range []string{"\n", ""} {
+		t.Run(fmt.Sprintf("wrapped, ending %q", end), func(t *testing.T) {
+			good, goodSecret := realToken(t)
+			master, slave := ptytest.Open(t)
+			code, stderr := enrolFrom(t, slave)
+			if _, err := master.Write([]byte(good[:150] + "\n" + good[150:] + end)); err != nil {
+				t.Fatal(err)
+			}
+			if c := ptytest.Wait(t, code); c != exitToken || !strings.Contains(stderr.String(), "split when copied; paste it as one line") ||
+				strings.Contains(stderr.String(), "truncated") {
+				t.Fatalf("exit %d, want %d saying the token was split: %s", c, exitToken, stderr)
+			}
+			if shown := ptytest.Shown(master, 300*time.Millisecond); strings.Contains(shown, goodSecret[:16]) {
+				t.Errorf("the terminal showed the pasted token: %q", shown)
+			}
+			ptytest.WaitEcho(t, slave, true)
+		})
+	}
 	t.Run("interrupted", func(t *testing.T) {
 		_, slave := ptytest.Open(t)
 		code, stderr := enrolFrom(t, slave)
