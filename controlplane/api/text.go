@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"unicode"
@@ -162,13 +163,34 @@ func ValidAgent(agent string) bool {
 // MaxLabels is how many labels a node or a token carries at most.
 const MaxLabels = 64
 
-// CheckLabel reports whether k=v can be a node's label: a key of 1 to 63
+// CheckLabel reports whether k=v can be given to `meshctl label`: a key of 1 to 63
 // characters of letters, digits and . _ / -, a value of up to 63 of the same
-// (empty: the label removed, or matched absent). Labels are selected on, shown in
-// a terminal and kept in every node's record, so they are short and plain.
+// (empty: the label removed). Labels are selected on, shown in a terminal and kept
+// in every node's record, so they are short and plain. A selector and a token's
+// labels take a value besides (CheckValuedLabel).
 func CheckLabel(k, v string) error {
 	if !labelText(k, false) || !labelText(v, true) {
 		return fmt.Errorf("label %q=%q: keys are 1 to 63 characters of letters, digits and . _ / -; values up to 63 of the same", k, v)
+	}
+	return nil
+}
+
+// ErrEmptyLabelValue is CheckValuedLabel's refusal of k= where a label needs its
+// value.
+var ErrEmptyLabelValue = errors.New("the label has an empty value")
+
+// CheckValuedLabel is CheckLabel for a label that selects nodes (declare's
+// selector) or is given to a node (a token's labels): its value may not be empty.
+// An empty value selected every node lacking the key (a node without tier has
+// tier "", as a map reads), so `declare --label tier=$TIER` with TIER unset
+// replaced the files of every node without a tier; and a token's tier= gave the
+// node a label `meshctl label` cannot set (k= removes).
+func CheckValuedLabel(k, v string) error {
+	if err := CheckLabel(k, v); err != nil {
+		return err
+	}
+	if v == "" {
+		return fmt.Errorf("%w: %s= (a label is selected, and given, with its value: %s=VALUE)", ErrEmptyLabelValue, k, k)
 	}
 	return nil
 }

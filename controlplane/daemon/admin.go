@@ -218,7 +218,7 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 	if ttl <= 0 || ttl > tokenfmt.MaxTTL {
 		return out, badRequest("ttl %s is outside (0, %s]: a long-lived token is a long-lived root credential", ttl, tokenfmt.MaxTTL)
 	}
-	if err := validateLabels(req.Labels); err != nil {
+	if err := validateValuedLabels(req.Labels, "a token gives its node labels with their values (`meshctl label NODE k=` removes one); nothing was minted"); err != nil {
 		return out, err
 	}
 	cmd := &state.CreateTokenCmd{ID: req.ID, ProofKey: strings.ToLower(req.ProofKey), Node: req.Node, Role: req.Role, Labels: req.Labels, TTL: ttl}
@@ -464,6 +464,12 @@ func (d *Daemon) declare(req api.DeclareRequest, call requestCall) (api.DeclareR
 		// Carried out by an earlier sending whose answer was lost: whatever
 		// happened since (a target revoked, another declaration) does not undo it.
 		return d.declaredAlready(sel, call.ID, done, canonical)
+	}
+	// After the record of a sending carried out (by a leader of a version that
+	// took it): its answer is what was done. Anything else selecting by an
+	// empty value is refused before it reaches the log.
+	if err := validateValuedLabels(req.Labels, "a declaration selects nodes by a label's value, and an empty one would select every node without the label, replacing their files; nothing was declared"); err != nil {
+		return out, err
 	}
 	if len(unknown) > 0 {
 		return out, &api.Error{Code: api.CodeNotFound, Message: "no such node: " + strings.Join(unknown, ", ")}
@@ -880,14 +886,33 @@ func (d *Daemon) label(req api.LabelRequest) (api.NodeView, error) {
 	return d.view(res.Node, d.now()), nil
 }
 
-// validateLabels keeps label keys and values short and plain (api.CheckLabel).
+// validateLabels keeps label keys and values short and plain (api.CheckLabel): a
+// label request's, where k= removes k.
 func validateLabels(l map[string]string) error {
 	if len(l) > api.MaxLabels {
 		return badRequest("at most %d labels", api.MaxLabels)
 	}
-	for k, v := range l {
-		if err := api.CheckLabel(k, v); err != nil {
+	for _, k := range slices.Sorted(maps.Keys(l)) {
+		if err := api.CheckLabel(k, l[k]); err != nil {
 			return badRequest("%v", err)
+		}
+	}
+	return nil
+}
+
+// validateValuedLabels is validateLabels for labels given with their values: a
+// token's, which its node takes, and a declaration's selector (api.CheckValuedLabel).
+// what is what they are for, said in the refusal. Refused here, before anything is
+// proposed, an empty value never reaches the log, where the state machine matches
+// it as it always did (state.matches): an older meshctl, or a request made by
+// hand, is refused as meshctl refuses it.
+func validateValuedLabels(l map[string]string, what string) error {
+	if err := validateLabels(l); err != nil {
+		return err
+	}
+	for _, k := range slices.Sorted(maps.Keys(l)) {
+		if err := api.CheckValuedLabel(k, l[k]); err != nil {
+			return badRequest("label %s has an empty value (%s=): %s: give its value (a shell variable left unset or empty gives %s=)", k, k, what, k)
 		}
 	}
 	return nil

@@ -838,6 +838,12 @@ func (s *State) Reaches(sel Selector) bool {
 	return false
 }
 
+// matches reports whether n has role (if given) and every label given. A label
+// given with an empty value matches a node without that key, as a map reads: how
+// every version applied a declaration entry, so it stays (a change would be new
+// rules, decision 0021). No entry selects so any more: the leader refuses such a
+// selector before it proposes anything (daemon's validateValuedLabels), whoever
+// sent it.
 func matches(n *Node, role string, labels map[string]string) bool {
 	if role != "" && n.Role != role {
 		return false

@@ -50,7 +50,7 @@ content is never shown: paths, modes, owners and sizes.`,
 			_ = c.MarkFlagFilename("file", "json")
 			fs.Var(&nodes, "node", "target node id (repeatable)")
 			fs.StringVar(&role, "role", "", "target every node of this role")
-			fs.Var(labels, "label", "target nodes carrying this label k=v (repeatable: all must match)")
+			fs.Var(valuedLabels{labelFlag: labels}, "label", "target nodes carrying this label k=v (repeatable: all must match; v may not be empty)")
 			fs.BoolVar(&all, "all", false, "target every enrolled node")
 			fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
 			fs.BoolVar(&dryRun, "dry-run", false, "show what the declaration would change on each node, and declare nothing")

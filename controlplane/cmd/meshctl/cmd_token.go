@@ -51,7 +51,7 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 			fs.StringVar(&node, "node", "", "id of the node the token admits (required to mint; for list, only that node's tokens)")
 			fs.StringVar(&role, "role", "worker", "role the token admits: worker or control")
 			fs.DurationVar(&ttl, "ttl", tokenfmt.DefaultTTL, "how long the token stays valid (at most 1h)")
-			fs.Var(labels, "label", "label k=v given to the node (repeatable)")
+			fs.Var(valuedLabels{labelFlag: labels, mint: true}, "label", "label k=v given to the node (repeatable; v may not be empty)")
 			fs.BoolVar(&replace, "replace", false, "cancel the node's pending token(s) as this one is minted (else a pending token refuses the mint)")
 			fs.StringVar(&addr, "addr", "", "control tokens: the new control node's broker address ip:port (its TLS identity carries it)")
 			fs.StringVar(&raftAddr, "raft-addr", "", "control tokens: its Raft address (default: --addr port+1)")

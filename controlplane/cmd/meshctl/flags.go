@@ -62,6 +62,39 @@ func (l labelFlag) Set(v string) error {
 	return nil
 }
 
+// valuedLabels is --label where each label needs its value: a selector (declare,
+// nodes, status) or a new node's labels (token). There, k= is refused as a usage
+// error: an empty value selected every node without the key, so that
+// `declare --label tier=$TIER` with TIER unset replaced the files of every node
+// without a tier, and a token's tier= gave its node a label no command sets.
+// Only `meshctl label NODE k=` takes it, to remove k.
+type valuedLabels struct {
+	labelFlag
+	// mint says the labels are a token's, given to its node, not a selector.
+	mint bool
+}
+
+func (l valuedLabels) Set(v string) error {
+	if k, val, ok := strings.Cut(v, "="); ok && k != "" && val == "" {
+		return emptyLabelError{key: k, mint: l.mint}
+	}
+	return l.labelFlag.Set(v)
+}
+
+// emptyLabelError refuses --label k= where a label needs its value.
+type emptyLabelError struct {
+	key  string
+	mint bool
+}
+
+func (e emptyLabelError) Error() string {
+	what := "nodes are selected by a label's value (an empty one is not \"nodes without " + e.key + "\"); nothing was sent"
+	if e.mint {
+		what = "a token gives its node each label with its value; nothing was minted"
+	}
+	return fmt.Sprintf("--label %s= has an empty value: %s. Give the value (--label %s=VALUE). A shell variable left unset or empty gives this (--label %s=$VAR): set it, or write --label \"%s=${VAR:?}\" so that the shell refuses an unset one", e.key, what, e.key, e.key, e.key)
+}
+
 // labelPairs is labels as key=value, sorted by key.
 func labelPairs(labels map[string]string) []string {
 	out := make([]string, 0, len(labels))

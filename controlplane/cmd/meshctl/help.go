@@ -52,6 +52,11 @@ func flagError(err error) error {
 	if errors.As(err, &twice) {
 		return usageError{twice.Error()}
 	}
+	var empty emptyLabelError
+	if errors.As(err, &empty) {
+		// Its own text names the flag and the value.
+		return usageError{empty.Error()}
+	}
 	var ive *pflag.InvalidValueError
 	if errors.As(err, &ive) && ive.GetFlag() != nil && ive.GetFlag().Value.Type() == "duration" {
 		if _, own := ive.GetFlag().Value.(optionalValue); !own {

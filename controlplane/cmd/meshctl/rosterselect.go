@@ -49,7 +49,7 @@ func (sel *rosterSelection) register(c *cobra.Command) {
 	sel.labels = labelFlag{}
 	fs := c.Flags()
 	fs.StringVar(&sel.role, "role", "", "show only the nodes of this role")
-	fs.Var(sel.labels, "label", "show only the nodes carrying this label k=v (repeatable: all must match)")
+	fs.Var(valuedLabels{labelFlag: sel.labels}, "label", "show only the nodes carrying this label k=v (repeatable: all must match; v may not be empty)")
 	fs.Var(&sel.states, "state", "show only the nodes in this state: "+strings.Join(rosterStates, ", ")+" (repeatable, or comma-separated: any may match)")
 	_ = c.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]cobra.Completion{"worker"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = c.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(rosterStates, cobra.ShellCompDirectiveNoFileComp))
@@ -66,7 +66,9 @@ func (sel *rosterSelection) keep(n api.NodeView) bool {
 		return false
 	}
 	for k, v := range sel.labels {
-		if n.Labels[k] != v { // as the control plane matches declare's --label
+		// As the control plane matches declare's --label; an empty value, which
+		// the flag refuses, matches nothing.
+		if v == "" || n.Labels[k] != v {
 			return false
 		}
 	}
