@@ -13,9 +13,10 @@ import (
 )
 
 // TestTokenListAndCancel: an operator lists the tokens the mesh remembers (never a
-// secret) and cancels a node's pending token, which then admits nothing, while the
-// other tokens keep working. Cancelling twice is harmless; cancelling for a node the
-// mesh has no token for is refused with its own message.
+// secret) and cancels a node's pending token, named in the answer, which then admits
+// nothing, while the other tokens keep working. Cancelling again with nothing pending
+// cancels nothing; cancelling for a node the mesh has no token for is refused with
+// its own message.
 func TestTokenListAndCancel(t *testing.T) {
 	cp := harness.NewControlPlane(t, bin, "tokens")
 	cp.Serve()
@@ -70,7 +71,7 @@ func TestTokenListAndCancel(t *testing.T) {
 	}
 
 	r := cp.Ctl("token", "cancel", "web-1")
-	if r.Code != 0 || !strings.Contains(r.Stdout, "cancelled 1 token(s) of web-1") {
+	if r.Code != 0 || !strings.Contains(r.Stdout, "cancelled token "+res.Tokens[0].ID+" of web-1 (minted ") || !strings.Contains(r.Stdout, "labels tier=web") {
 		t.Fatalf("token cancel web-1 (%d): %s", r.Code, r.Combined())
 	}
 	// The cancelled token admits nothing, and the machine is told why.

@@ -420,16 +420,46 @@ type TokenListResult struct {
 	Tokens []TokenView `json:"tokens"`
 }
 
-// TokenCancelRequest cancels every pending token of a node.
+// TokenCancelRequest cancels pending tokens of a node: those IDs names (TokenView.ID,
+// as token list shows them), or, without IDs (an older meshctl), every token of the
+// node pending when the control plane applies it, one minted since the operator
+// looked included. A control plane older than IDs refuses the request as an unknown
+// member, and cancels nothing.
 type TokenCancelRequest struct {
-	Node string `json:"node"`
+	Node string   `json:"node"`
+	IDs  []string `json:"ids,omitempty"`
 }
 
-// TokenCancelResult lists the tokens cancelled: none when the node's tokens were all
-// used, expired or cancelled already.
+// MaxCancelTokens is how many tokens one cancellation names at most.
+const MaxCancelTokens = 64
+
+// TokenIDLen is the length of a token's id as operators see it (TokenView.ID):
+// the first hex digits of the hash of its secret.
+const TokenIDLen = 12
+
+// CheckTokenID accepts a token id as token list shows it: TokenIDLen lowercase hex
+// digits.
+func CheckTokenID(id string) error {
+	if len(id) != TokenIDLen {
+		return fmt.Errorf("token id %q: %d characters; a token's id is the %d hex digits meshctl token list shows", id, len(id), TokenIDLen)
+	}
+	for _, r := range id {
+		if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') {
+			return fmt.Errorf("token id %q: a token's id is %d lowercase hex digits, as meshctl token list shows it", id, TokenIDLen)
+		}
+	}
+	return nil
+}
+
+// TokenCancelResult lists the tokens cancelled: none when the node's tokens (those
+// named) were all used, expired or cancelled already. NotPending are the tokens
+// named that were not pending, with their state; StillPending the node's pending
+// tokens not named (minted after meshctl read them), left pending.
 type TokenCancelResult struct {
-	Node      string      `json:"node"`
-	Cancelled []TokenView `json:"cancelled"`
+	Node         string      `json:"node"`
+	Cancelled    []TokenView `json:"cancelled"`
+	NotPending   []TokenView `json:"not_pending,omitempty"`
+	StillPending []TokenView `json:"still_pending,omitempty"`
 }
 
 // DeclareRequest assigns a body to selected nodes.

@@ -18,7 +18,7 @@ func refusal(err error) *api.Error {
 // refusalCode maps each of the state machine's errors to the protocol's code.
 func refusalCode(err error) string {
 	switch {
-	case errors.Is(err, state.ErrUnknownNode), errors.Is(err, state.ErrNoToken), errors.Is(err, state.ErrNoTargets):
+	case errors.Is(err, state.ErrUnknownNode), errors.Is(err, state.ErrNoToken), errors.Is(err, state.ErrNoSuchToken), errors.Is(err, state.ErrNoTargets):
 		return api.CodeNotFound
 	case errors.Is(err, state.ErrNotInitialised):
 		return api.CodeUnavailable

@@ -32,6 +32,7 @@ func TestEveryStateRefusalHasItsCode(t *testing.T) {
 		"ErrTokenWrongRole":       {state.ErrTokenWrongRole, api.CodeTokenWrongRole},
 		"ErrTokenCancelled":       {state.ErrTokenCancelled, api.CodeTokenCancelled},
 		"ErrNoToken":              {state.ErrNoToken, api.CodeNotFound},
+		"ErrNoSuchToken":          {state.ErrNoSuchToken, api.CodeNotFound},
 		"ErrNodeExists":           {state.ErrNodeExists, api.CodeNodeExists},
 		"ErrKeyRevoked":           {state.ErrKeyRevoked, api.CodeKeyRevoked},
 		"ErrKeyInUse":             {state.ErrKeyInUse, api.CodeKeyInUse},

@@ -73,11 +73,16 @@ type RequestRecord struct {
 // leaders' clocks that disagree (decision 0006).
 const RequestRetention = time.Hour
 
-// CancelTokensCmd cancels every pending token of a node: from this command on, none
-// of them admits anything. Used, expired and already cancelled tokens are left as
-// they are, so that running the command twice is harmless.
+// CancelTokensCmd cancels pending tokens of a node: from this command on, none of
+// them admits anything. Used, expired and already cancelled tokens are left as they
+// are. Without IDs, every token of the node pending at the command's time is
+// cancelled, one minted since the operator looked included. With IDs (short ids,
+// Token.ShortID) under RulesCancelByID, only those: a token minted since is left.
 type CancelTokensCmd struct {
 	Node string `json:"node"`
+	// IDs are the tokens to cancel, as `meshctl token list` shows them; applied
+	// only by RulesCancelByID, and the command is stamped with them when set.
+	IDs []string `json:"ids,omitempty"`
 }
 
 // OpCancelTokens names CancelTokensCmd.
@@ -272,8 +277,14 @@ type Result struct {
 	Skipped     []string // selected nodes that could not take the declaration (revoked)
 	// Tokens are the tokens a CancelTokensCmd cancelled, or, under
 	// RulesTokensFollowNodes, a RevokeCmd or a replacing CreateTokenCmd.
-	Tokens  []Token
-	Revoked []Node // the nodes a RevokeCmd revoked, in its order
+	Tokens []Token
+	// NotPending are the tokens a CancelTokensCmd named (RulesCancelByID) that
+	// were not pending: used, expired or cancelled already, left as they are.
+	// StillPending are the node's pending tokens it did not name: minted after
+	// the operator looked, left pending.
+	NotPending   []Token
+	StillPending []Token
+	Revoked      []Node // the nodes a RevokeCmd revoked, in its order
 	// Repeated is set when a CreateTokenCmd or a control node's admission repeated
 	// one already applied: nothing changed (Token is the token made then); when a
 	// ControlServingCmd names a node listed already; or when
@@ -374,7 +385,7 @@ func (s *State) applyCommand(c *Command) Result {
 	case c.Op == OpRetire && c.Retire != nil:
 		return s.applyRetire(c.Retire)
 	case c.Op == OpCancelTokens && c.CancelTokens != nil:
-		return s.applyCancelTokens(c.At, c.CancelTokens)
+		return s.applyCancelTokens(c.At, c.CancelTokens, c.Rules)
 	case c.Op == OpPurge:
 		return Result{} // purgeTokens ran above
 	}
@@ -550,10 +561,13 @@ func (t *Token) sameRequest(c *CreateTokenCmd) bool {
 		(t.Control == nil) == (c.Control == nil) && (t.Control == nil || *t.Control == *c.Control)
 }
 
-func (s *State) applyCancelTokens(at time.Time, c *CancelTokensCmd) Result {
+func (s *State) applyCancelTokens(at time.Time, c *CancelTokensCmd, rules int) Result {
 	ids := s.tokensOf[c.Node]
 	if len(ids) == 0 {
 		return Result{Err: fmt.Errorf("node %s: %w", c.Node, ErrNoToken)}
+	}
+	if len(c.IDs) > 0 && rules >= RulesCancelByID {
+		return s.cancelNamedTokens(at, c, ids)
 	}
 	var out []Token
 	for _, id := range ids {
@@ -561,8 +575,75 @@ func (s *State) applyCancelTokens(at time.Time, c *CancelTokensCmd) Result {
 			out = append(out, s.cancelTokens([]*Token{t}, at)...)
 		}
 	}
-	slices.SortFunc(out, func(a, b Token) int { return a.CreatedAt.Compare(b.CreatedAt) })
+	sortTokens(out)
 	return Result{Tokens: out}
+}
+
+// cancelNamedTokens cancels, of node c.Node's tokens (ids), those c.IDs names that
+// are pending, and reports the named ones that were not and the pending ones it
+// did not name (RulesCancelByID). A name that is none of the node's tokens refuses
+// the whole command, which then changes nothing.
+func (s *State) cancelNamedTokens(at time.Time, c *CancelTokensCmd, ids []string) Result {
+	named := make(map[string]*Token, len(c.IDs))
+	for _, short := range c.IDs {
+		named[short] = nil
+	}
+	for _, id := range ids {
+		if t := s.Tokens[id]; t != nil {
+			if _, ok := named[t.ShortID()]; ok {
+				named[t.ShortID()] = t
+			}
+		}
+	}
+	var unknown []string
+	for short, t := range named {
+		if t == nil {
+			unknown = append(unknown, short)
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return Result{Err: fmt.Errorf("node %s: token %s: %w", c.Node, strings.Join(unknown, ", "), ErrNoSuchToken)}
+	}
+	var res Result
+	for _, id := range ids {
+		t := s.Tokens[id]
+		if t == nil {
+			continue
+		}
+		pending := t.StateAt(at) == TokenPending
+		_, isNamed := named[t.ShortID()]
+		switch {
+		case isNamed && pending:
+			res.Tokens = append(res.Tokens, s.cancelTokens([]*Token{t}, at)...)
+		case isNamed:
+			res.NotPending = append(res.NotPending, t.copy())
+		case pending:
+			res.StillPending = append(res.StillPending, t.copy())
+		}
+	}
+	sortTokens(res.Tokens)
+	sortTokens(res.NotPending)
+	sortTokens(res.StillPending)
+	return res
+}
+
+// copy returns a copy of t that shares no map with the state.
+func (t *Token) copy() Token {
+	tc := *t
+	tc.Labels = maps.Clone(t.Labels)
+	tc.Sealed, tc.SealedTo = nil, nil // never read from a result
+	return tc
+}
+
+// sortTokens orders tokens as PendingTokens does: oldest first, ties by id.
+func sortTokens(ts []Token) {
+	slices.SortFunc(ts, func(a, b Token) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
 }
 
 func (s *State) applyEnrol(at time.Time, c *EnrolCmd, rules int) Result {

@@ -36,8 +36,9 @@ import (
 // record alone (RulesPendingByRecord). 5: a change carries its operator's request id,
 // and the same id again is not carried out twice (RulesRequests). 6: a control node
 // admitted is listed to hosts only once the leader has heard it serve
-// (RulesBrokersWhenServing).
-const ApplyRules = 6
+// (RulesBrokersWhenServing). 7: a token cancellation may name the tokens it
+// cancels (RulesCancelByID).
+const ApplyRules = 7
 
 // Revisions of the rules that changed how a command applies; a command that needs one
 // is stamped with it (Command.Rules), and applied by the rules before it otherwise.
@@ -77,6 +78,15 @@ const (
 	// one membership version they would sign another list of brokers than this
 	// version (decision 0035).
 	RulesBrokersWhenServing = 6
+	// RulesCancelByID: a CancelTokensCmd that names tokens (IDs) cancels those of
+	// them still pending and nothing else: a token of the node minted after the
+	// operator looked (another operator's `token --replace`, a mint between a
+	// cancellation and its rerun) is left pending, and the result says so
+	// (Result.StillPending), as it says which named tokens were pending no more
+	// (Result.NotPending). A name that is no token of the node refuses the whole
+	// command (ErrNoSuchToken). Older rules ignore IDs and cancel every token of
+	// the node pending at the command's time, the one minted since included.
+	RulesCancelByID = 7
 )
 
 // Roles a node can hold.
@@ -319,6 +329,7 @@ var (
 	ErrTokenWrongRole       = errors.New("this token admits another role")
 	ErrTokenCancelled       = errors.New("this token was cancelled by an operator; ask for a new one")
 	ErrNoToken              = errors.New("no token for this node is known (none was minted, or the last expired over a day ago)")
+	ErrNoSuchToken          = errors.New("no such token of this node is known (meshctl token list shows a node's tokens; a token is forgotten a day after it expires)")
 	ErrNodeExists           = errors.New("a node with this id is enrolled; revoke it first to enrol the id again")
 	ErrKeyRevoked           = errors.New("this node key was revoked and stays refused")
 	ErrKeyInUse             = errors.New("this node key is already enrolled as another node, and a key identifies one node only: enrol this machine with a key of its own")

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,7 +21,7 @@ func tokenCommand() command {
 	return command{
 		name:    "token",
 		changes: true,
-		usage:   "--data DIR --node ID [--ttl 15m] [--label k=v]... [--replace] [--json]  |  --data DIR --role control --node ID --addr IP:PORT [--json]\n       meshctl token list [--node ID] [--json]  |  meshctl token cancel NODE [--json]",
+		usage:   "--data DIR --node ID [--ttl 15m] [--label k=v]... [--replace] [--json]  |  --data DIR --role control --node ID --addr IP:PORT [--json]\n       meshctl token list [--node ID] [--json]  |  meshctl token cancel NODE [ID]... [--json]",
 		summary: `Mint a one-time enrolment token for one node; stdout is the token and nothing else.
 The secret is generated here and only its hash reaches the control plane. The token
 carries the broker addresses, the CA pin and the signing key the node will believe.
@@ -34,8 +35,13 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
                      state (pending, used, expired, cancelled, stale: its signing
                      key was retired since); never a secret. Tokens
                      are forgotten a day after they expire.
-  token cancel NODE  every pending token of NODE stops admitting anything at once;
-                     running it again is harmless.`,
+  token cancel NODE [ID]...
+                     NODE's pending tokens stop admitting anything at once: those
+                     named by ID (as token list shows them), or, without IDs, those
+                     pending as it reads them. It names each token cancelled; a
+                     token minted since it read them (another operator's --replace)
+                     is left pending, and named. Run again with the IDs it named,
+                     it cancels nothing more.`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			fs := c.Flags()
 			var (
@@ -63,6 +69,8 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 					return []cobra.Completion{"list\tthe tokens the mesh remembers", "cancel\tcancel a node's pending tokens"}, cobra.ShellCompDirectiveNoFileComp
 				case len(args) == 1 && args[0] == "cancel":
 					return cp.pendingTokenNodes(), cobra.ShellCompDirectiveNoFileComp
+				case len(args) >= 2 && args[0] == "cancel":
+					return cp.pendingTokenIDs(args[1], args[2:]), cobra.ShellCompDirectiveNoFileComp
 				}
 				return nil, cobra.ShellCompDirectiveNoFileComp
 			}
@@ -79,17 +87,28 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 						}
 						return listTokens(cio, &cp, node, asJSON)
 					}
+					var ids []string
 					switch {
-					case len(args) == 2 && node == "":
-						node = args[1]
-					case len(args) == 1 && node != "":
+					case len(args) >= 2 && node == "":
+						node, ids = args[1], args[2:]
+					case len(args) >= 1 && node != "":
+						ids = args[1:]
 					default:
-						return usagef("say which node: meshctl token cancel NODE")
+						return usagef("say which node: meshctl token cancel NODE [ID]...")
 					}
 					if err := tokenfmt.CheckNodeID(node); err != nil {
 						return usagef("node: %v", err)
 					}
-					return cancelTokens(cio, &cp, node, asJSON)
+					if len(ids) > api.MaxCancelTokens {
+						return usagef("%d token ids; at most %d in one command", len(ids), api.MaxCancelTokens)
+					}
+					for i, id := range ids {
+						ids[i] = strings.ToLower(id)
+						if err := api.CheckTokenID(ids[i]); err != nil {
+							return usagef("%v", err)
+						}
+					}
+					return cancelTokens(cio, &cp, node, ids, asJSON)
 				}
 				if err := noPositional(args); err != nil {
 					return err
@@ -211,21 +230,113 @@ func listTokens(cio *cliIO, cp *controlPlaneFlags, node string, asJSON bool) err
 	return tw.Flush()
 }
 
-// cancelTokens cancels node's pending tokens and says how many there were.
-func cancelTokens(cio *cliIO, cp *controlPlaneFlags, node string, asJSON bool) error {
-	var res api.TokenCancelResult
-	if err := cp.call(api.OpTokenCancel, api.TokenCancelRequest{Node: node}, &res); err != nil {
+// cancelTokens cancels node's pending tokens named by ids, or, without ids, those it
+// reads pending first, and names each token cancelled. The control plane cancels
+// what it is sent and nothing else: a token minted since this read (another
+// operator's `token --replace`, a mint between a cancellation and its rerun) is
+// left pending, and said so. Sending the node alone, as meshctl did before, had
+// the control plane cancel whatever was pending when it applied the command: the
+// token another operator had just handed out.
+func cancelTokens(cio *cliIO, cp *controlPlaneFlags, node string, ids []string, asJSON bool) error {
+	client, err := cp.dial()
+	if err != nil {
 		return err
+	}
+	defer client.Close()
+	return cancelWith(cio, client, node, ids, asJSON)
+}
+
+// caller is what cancelWith needs of an operator.Client.
+type caller interface {
+	Call(op string, req, res any) error
+}
+
+// cancelWith is cancelTokens through client.
+func cancelWith(cio *cliIO, client caller, node string, ids []string, asJSON bool) error {
+	res := api.TokenCancelResult{Node: node, Cancelled: []api.TokenView{}}
+	if len(ids) == 0 {
+		var list api.TokenListResult
+		if err := client.Call(api.OpTokenList, api.TokenListRequest{Node: node}, &list); err != nil {
+			return err
+		}
+		if len(list.Tokens) == 0 {
+			return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf(
+				"node %s: no token for this node is known (none was minted, or the last expired over a day ago); meshctl token list shows the tokens the mesh knows", node)}
+		}
+		for _, t := range list.Tokens {
+			// A stale token (its signing key retired) is still a pending one.
+			if t.State == "pending" || t.State == "stale" {
+				ids = append(ids, t.ID)
+			}
+		}
+		if len(ids) == 0 {
+			// Nothing to send: a token minted after this read is not cancelled.
+			if asJSON {
+				return writeJSON(cio.stdout, res)
+			}
+			fmt.Fprintf(cio.stdout, "%s has no pending token: nothing to cancel (meshctl token list --node %s shows its tokens)\n", node, node)
+			return nil
+		}
+	}
+	if err := client.Call(api.OpTokenCancel, api.TokenCancelRequest{Node: node, IDs: ids}, &res); err != nil {
+		return cancelFailed(err, node, ids)
 	}
 	if asJSON {
 		return writeJSON(cio.stdout, res)
 	}
-	if len(res.Cancelled) == 0 {
-		fmt.Fprintf(cio.stdout, "%s has no pending token: nothing to cancel (meshctl token list --node %s shows its tokens)\n", node, node)
-		return nil
+	for _, t := range res.Cancelled {
+		fmt.Fprintf(cio.stdout, "cancelled token %s of %s (%s): it admits nothing from now on\n", t.ID, t.Node, tokenTerms(t))
 	}
-	fmt.Fprintf(cio.stdout, "cancelled %d token(s) of %s; they admit nothing from now on\n", len(res.Cancelled), node)
+	for _, t := range res.NotPending {
+		fmt.Fprintf(cio.stdout, "token %s of %s was not pending: %s\n", t.ID, t.Node, notPendingBecause(t))
+	}
+	if len(res.Cancelled) == 0 && len(res.NotPending) == 0 {
+		fmt.Fprintf(cio.stdout, "%s has no pending token: nothing to cancel (meshctl token list --node %s shows its tokens)\n", node, node)
+	}
+	for _, t := range res.StillPending {
+		fmt.Fprintf(cio.stderr, "meshctl token cancel: token %s of %s (%s) is pending and was left: it was minted after this command read %s's tokens (another operator's token --replace?), and may be one just handed out; to cancel it too: meshctl token cancel %s %s\n",
+			t.ID, t.Node, tokenTerms(t), node, node, t.ID)
+	}
 	return nil
+}
+
+// tokenTerms is what tells a token apart for a person: when it was minted, its
+// expiry and labels.
+func tokenTerms(t api.TokenView) string {
+	out := fmt.Sprintf("minted %s, expiring %s", t.CreatedAt.UTC().Format(time.RFC3339), t.ExpiresAt.UTC().Format(time.RFC3339))
+	if len(t.Labels) > 0 {
+		out += ", labels " + formatLabels(t.Labels)
+	}
+	return out
+}
+
+// notPendingBecause says what became of a token named for cancelling that was not
+// pending.
+func notPendingBecause(t api.TokenView) string {
+	switch t.State {
+	case "cancelled":
+		return "cancelled already, at " + t.CancelledAt.UTC().Format(time.RFC3339)
+	case "used":
+		return fmt.Sprintf("it enrolled %s at %s, which cancelling cannot undo (meshctl revoke %s takes the node out)", t.Node, t.UsedAt.UTC().Format(time.RFC3339), t.Node)
+	case "expired":
+		return "expired at " + t.ExpiresAt.UTC().Format(time.RFC3339)
+	}
+	return t.State
+}
+
+// cancelFailed explains a cancellation that failed: a control plane older than
+// cancelling by id refuses the ids (and cancels nothing); one whose answer was lost
+// may have cancelled them, and sent again with the same ids it cancels nothing more.
+func cancelFailed(err error, node string, ids []string) error {
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Code == api.CodeBadRequest && strings.Contains(ae.Message, `"ids"`) {
+		return fmt.Errorf("%w\nthe control plane is older than this meshctl and cannot cancel tokens by id; it cancelled nothing: upgrade it, or cancel with the meshctl of its version (which cancels every token of %s pending when the control plane applies it, one minted meanwhile included)", err, node)
+	}
+	if errors.Is(err, operator.ErrNoAnswer) || errors.Is(err, operator.ErrConnectionLost) {
+		return fmt.Errorf("%w\nit was sent for token(s) %s; sent again with them named, it cancels those still pending and no token minted since: meshctl token cancel %s %s",
+			err, strings.Join(ids, ", "), node, strings.Join(ids, " "))
+	}
+	return err
 }
 
 // pendingTokenNodes is the nodes with a pending token, for completion.
@@ -245,6 +356,26 @@ func (f *controlPlaneFlags) pendingTokenNodes() []string {
 		if t.State == "pending" && !seen[t.Node] {
 			seen[t.Node] = true
 			out = append(out, t.Node+"\t"+t.Role+" token, expires "+t.ExpiresAt.UTC().Format(time.RFC3339))
+		}
+	}
+	return out
+}
+
+// pendingTokenIDs is node's pending tokens not named yet, for completion.
+func (f *controlPlaneFlags) pendingTokenIDs(node string, named []string) []string {
+	c, err := f.completionClient()
+	if err != nil {
+		return nil
+	}
+	defer c.Close()
+	var res api.TokenListResult
+	if err := c.Call(api.OpTokenList, api.TokenListRequest{Node: node}, &res); err != nil {
+		return nil
+	}
+	var out []string
+	for _, t := range res.Tokens {
+		if (t.State == "pending" || t.State == "stale") && !slices.Contains(named, t.ID) {
+			out = append(out, t.ID+"\t"+t.State+", minted "+t.CreatedAt.UTC().Format(time.RFC3339))
 		}
 	}
 	return out
