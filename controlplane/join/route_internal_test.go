@@ -9,7 +9,6 @@ import (
 
 	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
-	"mesh/controlplane/pki"
 )
 
 // TestARouteThatFailsIsNotRolledBack: a join whose NATS route did not come up after
@@ -19,20 +18,7 @@ import (
 // which says the node is a member, that the same join finishes it once the cluster
 // port is open, and how to give up on it.
 func TestARouteThatFailsIsNotRolledBack(t *testing.T) {
-	d := datadir.Dir(t.TempDir())
-	ca, _, err := pki.NewCA("m", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := ca.IssueLeaf("control cp-2", []net.IP{net.IPv4(127, 0, 0, 1)}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, data := range map[string][]byte{datadir.CACertFile: ca.CertPEM, datadir.TLSCertFile: leaf.CertPEM, datadir.TLSKeyFile: leaf.KeyPEM} {
-		if err := datadir.WriteFile(d.Path(name), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	d := joinerDir(t)
 	// This node's broker and cluster addresses, and another control node's
 	// cluster address where nothing listens: free a moment ago.
 	var addrs []string
@@ -46,7 +32,7 @@ func TestARouteThatFailsIsNotRolledBack(t *testing.T) {
 	}
 	r := &run{o: Options{Dir: d, Out: &strings.Builder{}, RouteTimeout: 300 * time.Millisecond}}
 	cfg := datadir.Config{Mesh: "m", Node: "cp-2", Listen: addrs[0], ClusterListen: addrs[1]}
-	err = r.route(t.Context(), cfg, &api.ControlAdmission{Members: []api.ControlMember{{ID: "cp-1", Cluster: addrs[2]}}})
+	err := r.route(t.Context(), cfg, &api.ControlAdmission{Members: []api.ControlMember{{ID: "cp-1", Cluster: addrs[2]}}})
 	if !errors.Is(err, ErrNoRoute) || errors.Is(err, ErrNotConfirmed) {
 		t.Fatalf("want ErrNoRoute and not ErrNotConfirmed, got %v", err)
 	}
