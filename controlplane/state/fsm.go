@@ -41,12 +41,19 @@ type NewerRulesError struct {
 	Index uint64 // the entry's log index
 	Op    string
 	Rules int // the rules the entry needs
+	// Snapshot: not an entry but a snapshot (sent by the leader, or this node's
+	// own), holding a state built by entries of those rules.
+	Snapshot bool
 }
 
 func (e *NewerRulesError) Error() string {
-	return fmt.Sprintf("%v: entry %d (%s) needs the rules of version %d to apply it and this meshctl has those of version %d: "+
+	what := fmt.Sprintf("entry %d (%s) needs the rules of version %d to apply it", e.Index, e.Op, e.Rules)
+	if e.Snapshot {
+		what = fmt.Sprintf("a snapshot holds a state built by entries of the rules of version %d", e.Rules)
+	}
+	return fmt.Sprintf("%v: %s and this meshctl has those of version %d: "+
 		"install the meshctl the other control nodes run and start this node again (going back to an older meshctl is not supported)",
-		ErrNewerRules, e.Index, e.Op, e.Rules, ApplyRules)
+		ErrNewerRules, what, ApplyRules)
 }
 
 // Is makes errors.Is(err, ErrNewerRules) hold.
@@ -116,6 +123,10 @@ func (f *FSM) Apply(l *raft.Log) any {
 	}
 	f.mu.Lock()
 	res := f.st.apply(&c)
+	if res.Err == nil && c.Rules > f.st.Rules {
+		// A refused command changes nothing, by whatever rules it was refused.
+		f.st.Rules = c.Rules
+	}
 	f.index = l.Index
 	f.moved()
 	hook := f.onApply
@@ -158,6 +169,19 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	st, err := decodeSnapshot(rc)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrBadSnapshot, err)
+	}
+	if st.Rules > ApplyRules {
+		// As for an entry of newer rules (Apply): nothing of it is taken, and
+		// nothing is applied after it; the node stops until it runs the newer
+		// meshctl.
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.halt == nil {
+			f.halt = &NewerRulesError{Rules: st.Rules, Snapshot: true}
+			close(f.halted)
+			f.moved()
+		}
+		return nil
 	}
 	fillMaps(st)
 	st.reindex()

@@ -473,3 +473,45 @@ func TestRevocationsByNode(t *testing.T) {
 		t.Fatalf("web-1's revocations after a restore and a revocation: %v, want %v", got, want)
 	}
 }
+
+// A snapshot holding a state built by entries of newer rules stops the state
+// machine as such an entry does: nothing of it is taken, Halted is closed and the
+// error says it is a snapshot. Before, a node of older rules caught up from the
+// leader's snapshot (after a while down, or as it joined) took the state whole and
+// went on by its older rules, where the entries themselves would have stopped it
+// (found by an audit of decision 0035's rules). A snapshot of this code's rules
+// restores as always, and says which rules built it.
+func TestSnapshotOfNewerRulesStopsTheStateMachine(t *testing.T) {
+	m := enrolled(t, map[string]string{"a": RoleWorker})
+	m.must(Command{Op: OpLabel, At: t0, Rules: ApplyRules, Label: &LabelCmd{Node: "a", Labels: map[string]string{"tier": "web"}}})
+	snap := m.snapshot()
+	var rules struct {
+		Rules int `json:"rules"`
+	}
+	if err := json.Unmarshal(snap, &rules); err != nil || rules.Rules != ApplyRules {
+		t.Fatalf("the snapshot says rules %d (%v), want %d: the entry applied was stamped so", rules.Rules, err, ApplyRules)
+	}
+	same := NewFSM()
+	if err := same.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil || same.HaltErr() != nil {
+		t.Fatalf("a snapshot of this code's rules: %v, %v", err, same.HaltErr())
+	}
+	newer := bytes.Replace(snap, []byte(fmt.Sprintf(`"rules":%d`, ApplyRules)), []byte(fmt.Sprintf(`"rules":%d`, ApplyRules+1)), 1)
+	f := NewFSM()
+	if err := f.Restore(io.NopCloser(bytes.NewReader(newer))); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	select {
+	case <-f.Halted():
+	default:
+		t.Fatal("Halted is not closed")
+	}
+	var nre *NewerRulesError
+	if err := f.HaltErr(); !errors.As(err, &nre) || !nre.Snapshot || nre.Rules != ApplyRules+1 || !strings.Contains(err.Error(), "a snapshot holds") {
+		t.Fatalf("HaltErr = %v, want a snapshot of rules %d", err, ApplyRules+1)
+	}
+	f.Read(func(s *State) {
+		if s.Initialised() || len(s.Nodes) != 0 {
+			t.Fatal("the snapshot of newer rules was taken")
+		}
+	})
+}

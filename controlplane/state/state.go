@@ -137,6 +137,13 @@ type State struct {
 	// RequestRetention of the newest one (RulesRequests): a request sent again
 	// because its answer was lost is recognised and not carried out twice.
 	Requests map[string]RequestRecord `json:"requests,omitempty"`
+	// Rules is the newest rules any entry that changed this state was stamped with
+	// (Command.Rules). A control node whose ApplyRules is older stops at such an
+	// entry in its log (FSM.Apply); it stops likewise at a snapshot holding it
+	// (FSM.Restore), which it would otherwise take whole and read by its older
+	// rules: a state another node built by newer ones. No rule reads it; a control
+	// node from before it ignores it in snapshots, as it ignores the rules they need.
+	Rules int `json:"rules,omitempty"`
 
 	// byKey indexes Nodes by public key; derived, rebuilt on restore.
 	byKey map[string]string
