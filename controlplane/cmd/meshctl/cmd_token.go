@@ -254,7 +254,8 @@ type caller interface {
 // cancelWith is cancelTokens through client.
 func cancelWith(cio *cliIO, client caller, node string, ids []string, asJSON bool) error {
 	res := api.TokenCancelResult{Node: node, Cancelled: []api.TokenView{}}
-	if len(ids) == 0 {
+	read := len(ids) == 0 // the ids are the pending tokens read here, not the operator's
+	if read {
 		var list api.TokenListResult
 		if err := client.Call(api.OpTokenList, api.TokenListRequest{Node: node}, &list); err != nil {
 			return err
@@ -294,8 +295,12 @@ func cancelWith(cio *cliIO, client caller, node string, ids []string, asJSON boo
 		fmt.Fprintf(cio.stdout, "%s has no pending token: nothing to cancel (meshctl token list --node %s shows its tokens)\n", node, node)
 	}
 	for _, t := range res.StillPending {
-		fmt.Fprintf(cio.stderr, "meshctl token cancel: token %s of %s (%s) is pending and was left: it was minted after this command read %s's tokens (another operator's token --replace?), and may be one just handed out; to cancel it too: meshctl token cancel %s %s\n",
-			t.ID, t.Node, tokenTerms(t), node, node, t.ID)
+		why := "it was not named"
+		if read {
+			why = fmt.Sprintf("it was minted after this command read %s's tokens (another operator's token --replace?), and may be one just handed out", node)
+		}
+		fmt.Fprintf(cio.stderr, "meshctl token cancel: token %s of %s (%s) is pending and was left: %s; to cancel it too: meshctl token cancel %s %s\n",
+			t.ID, t.Node, tokenTerms(t), why, node, t.ID)
 	}
 	return nil
 }

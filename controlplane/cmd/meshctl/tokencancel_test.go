@@ -117,6 +117,9 @@ func TestTokenCancelSendsTheTokensItRead(t *testing.T) {
 		!strings.Contains(errb.String(), "meshctl token cancel db-1 5f20da12fb0a") {
 		t.Errorf("stderr %q does not name the token left pending", errb.String())
 	}
+	if !strings.Contains(errb.String(), "minted after this command read db-1's tokens") {
+		t.Errorf("stderr %q does not say the token left pending was minted after the read", errb.String())
+	}
 
 	// Nothing pending: nothing sent.
 	f = &fakeCaller{list: api.TokenListResult{Tokens: []api.TokenView{old}}}
@@ -135,5 +138,15 @@ func TestTokenCancelSendsTheTokensItRead(t *testing.T) {
 	if err := cancelWith(&cliIO{stdout: &out, stderr: &errb}, f, "db-1", []string{"5f20da12fb0a"}, true); err != nil ||
 		len(f.sent) != 1 || strings.Join(f.sent[0].IDs, " ") != "5f20da12fb0a" {
 		t.Fatalf("ids given: %v, sent %+v", err, f.sent)
+	}
+	// Ids given, another token pending and not named: left, as not named (this
+	// command read nothing, so it cannot say when that token was minted).
+	f = &fakeCaller{answer: api.TokenCancelResult{Node: "db-1", Cancelled: []api.TokenView{cancelled}, StillPending: []api.TokenView{b}}}
+	errb.Reset()
+	if err := cancelWith(&cliIO{stdout: &out, stderr: &errb}, f, "db-1", []string{"c6dece0fc5dc"}, false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errb.String(), "5f20da12fb0a") || !strings.Contains(errb.String(), "it was not named") || strings.Contains(errb.String(), "minted after") {
+		t.Errorf("ids given, stderr %q: want the token left pending as not named, not as minted after a read", errb.String())
 	}
 }
