@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -181,7 +182,7 @@ const handshakeFailed = " handshake error: "
 // Load signals (loadSignals) are about one connection each, but a storm gives them
 // for many connections at once, and they are one kind whatever the connection.
 func kindOf(msg string) string {
-	msg = foldQuoted(msg)
+	msg = foldBracketedAddrs(foldQuoted(msg))
 	if i := strings.Index(msg, handshakeFailed); i >= 0 {
 		// What follows is the peer's to choose (a certificate's subject).
 		return foldDigits(msg[:i+len(handshakeFailed)])
@@ -218,6 +219,36 @@ func foldDigits(s string) string {
 		b.WriteByte(c)
 	}
 	return b.String()
+}
+
+// foldBracketedAddrs replaces each IP address between brackets (an IPv6 address as
+// nats-server and Go's errors write it, "[2001:db8::a]:4222") by "#": its hex digits
+// would otherwise survive foldDigits, and every source address of a /64 be a kind of
+// its own, 1,024 kinds a stranger's failed handshakes could fill the limiter with.
+func foldBracketedAddrs(s string) string {
+	if !strings.Contains(s, "[") {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for {
+		i := strings.IndexByte(s, '[')
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		j := strings.IndexByte(s[i:], ']')
+		if j < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		if _, err := netip.ParseAddr(s[i+1 : i+j]); err == nil {
+			b.WriteString(s[:i] + "[#]")
+		} else {
+			b.WriteString(s[:i+j+1])
+		}
+		s = s[i+j+1:]
+	}
 }
 
 // foldQuoted replaces each double-quoted string (as %q writes it, escapes included) by

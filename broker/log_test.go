@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -155,6 +156,12 @@ func TestKindOf(t *testing.T) {
 		`127.0.0.1:40000 - cid:9 - "UABC" - Client parser ERROR, state=0, i=0: proto='"GET / HTTP/1.1\r\nHost"...'`: `#.#.#.#:# - cid:# - "…" - Client parser ERROR, state=#, i=#: proto='"…"...'`,
 		`127.0.0.1:4 - cid:5 - "meshhost h-1" - "A/nkey:UXY" - Readloop processing time: 2.038821699s`:              ` - Readloop processing time: #.#s`,
 		`127.0.0.1:4 - cid:5 - "UXY" - Slow Consumer Detected: MaxPending of 67108864 Exceeded`:                     ` - Slow Consumer Detected: MaxPending of # Exceeded`,
+		// IPv6 sources: the hex digits of an address are no kind of their own (a
+		// stranger's failed handshakes from a /64 filled the limiter's kinds).
+		"[2001:db8:1:2::a:bcde]:40000 - cid:7 - TLS handshake error: tls: client offered only unsupported versions": "[#]:# - cid:# - TLS handshake error: ",
+		"[fe80::1%eth0]:6222 - rid:3 - TLS route handshake error: EOF":                                              "[#]:# - rid:# - TLS route handshake error: ",
+		"Error trying to connect to route (attempt 2): dial tcp [2001:db8::2]:6222: connect: connection refused":    "Error trying to connect to route (attempt #): dial tcp [#]:#: connect: connection refused",
+		"a list [not an address] and [::1]": "a list [not an address] and [#]",
 	} {
 		if got := kindOf(msg); got != want {
 			t.Errorf("kindOf(%q) = %q, want %q", msg, got, want)
@@ -270,6 +277,31 @@ func TestStrangersOnTheRoutePortAreBounded(t *testing.T) {
 	l.Noticef("127.0.0.1:1 - rid:1 - Router connection closed: %s", "TLS Handshake Failure")
 	if recs := jsonRecords(t, &out); len(recs) != 1 || recs[0][logging.SuppressedKey] != float64(1000-noticesPerInterval) {
 		t.Fatalf("the next interval's line: %v, want the count held back", recs)
+	}
+}
+
+// TestStrangersFromIPv6AreBounded: the same as over IPv4 (above), from 2,000 IPv6
+// addresses of one /64 whose hex digits differ: one line in the interval, and a
+// warning of another kind right after is logged. Each address was a kind of its own
+// (its letters survived the digits' folding): 1,024 lines, the limiter's kinds all
+// taken, and a real route failure after them held back (found by an audit).
+func TestStrangersFromIPv6AreBounded(t *testing.T) {
+	var out bytes.Buffer
+	c := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	l := newNATSLog(slog.New(slog.NewJSONHandler(&out, nil)), logging.NewLimiter(10*time.Second, c.now))
+	const hex = "abcdef"
+	for i := range 2000 {
+		group := string([]byte{hex[i%6], hex[i/6%6], hex[i/36%6], hex[i/216%6]})
+		l.Errorf(fmt.Sprintf("[2001:db8:1:2::%c:%s]:%d - cid:%d - TLS handshake error: %%v%%s", hex[i/1296%6], group, 40000+i, 100+i),
+			errors.New("tls: first record does not look like a TLS handshake"), "")
+	}
+	if recs := jsonRecords(t, &out); len(recs) != 1 {
+		t.Fatalf("%d lines for 2,000 strangers' handshakes from IPv6 in one interval, want 1", len(recs))
+	}
+	out.Reset()
+	l.Warnf("Error trying to connect to route (attempt %v): %v", 1, errors.New("dial tcp [2001:db8::2]:7302: connect: connection refused"))
+	if recs := jsonRecords(t, &out); len(recs) != 1 || !strings.Contains(recs[0]["msg"].(string), "Error trying to connect to route") {
+		t.Fatalf("a route failure after the strangers' handshakes: %v, want it logged", recs)
 	}
 }
 
