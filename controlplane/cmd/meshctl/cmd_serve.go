@@ -127,6 +127,7 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 				}
 				ctx, stop := signalContext()
 				defer stop()
+				defer ignoreHangups(log)()
 				if profiling && metricsListen == "" {
 					return usagef("--pprof serves on the --metrics-listen address: give one")
 				}
