@@ -18,6 +18,7 @@ import (
 	"mesh/controlplane/daemon"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/replication"
+	"mesh/host/hangup"
 )
 
 // Defaults and bounds of serve's periods and sizes.
@@ -127,7 +128,7 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 				}
 				ctx, stop := signalContext()
 				defer stop()
-				defer ignoreHangups(log)()
+				defer hangup.Ignore(log, "this control node goes on serving")()
 				if profiling && metricsListen == "" {
 					return usagef("--pprof serves on the --metrics-listen address: give one")
 				}

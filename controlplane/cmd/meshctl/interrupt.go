@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"sync/atomic"
@@ -55,31 +54,6 @@ func signalContext() (ctx context.Context, stop func()) {
 		signal.Stop(ch)
 		close(done)
 		cancel(nil)
-	}
-}
-
-// ignoreHangups keeps SIGHUP from ending serve, as it would by default, and logs
-// each one. A closed terminal, `kill -HUP` or a log-rotation script's reload ended the
-// node at once, with no hand-over, its pending answers dropped, and exit status 129,
-// which systemd counts a clean stop: the unit stayed down, nothing restarted it.
-// serve has nothing to reload; SIGTERM stops it. stop restores the default.
-func ignoreHangups(log *slog.Logger) (stop func()) {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGHUP)
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-ch:
-				log.Warn("SIGHUP ignored: this control node goes on serving (it has nothing to reload); SIGTERM stops it")
-			case <-done:
-				return
-			}
-		}
-	}()
-	return func() {
-		signal.Stop(ch)
-		close(done)
 	}
 }
 

@@ -50,6 +50,7 @@ import (
 	"mesh/host/atomicfile"
 	"mesh/host/dirlock"
 	"mesh/host/enrol"
+	"mesh/host/hangup"
 	"mesh/host/hooks"
 	"mesh/host/identity"
 	"mesh/host/link"
@@ -685,7 +686,7 @@ func cmdRun(args []string, cio *cliIO) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	defer ignoreHangups(log)()
+	defer hangup.Ignore(log, "the agent goes on running")()
 	err = a.Run(ctx)
 	_ = cio.notifyState("STOPPING=1")
 	if errors.Is(err, agent.ErrRevoked) {
@@ -719,31 +720,6 @@ func chooseLogFormat(format string, logJSON, formatSet bool) (string, error) {
 		return "json", nil
 	}
 	return format, nil
-}
-
-// ignoreHangups keeps SIGHUP from ending the agent, as it would by default, and logs
-// each one. A closed terminal, `kill -HUP` or a log-rotation script's reload ended it
-// at once, its state not saved as it stops and exit status 129, which systemd counts
-// a clean stop: meshhost.service stayed down. The agent has nothing to reload;
-// SIGTERM stops it. stop restores the default.
-func ignoreHangups(log *slog.Logger) (stop func()) {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGHUP)
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-ch:
-				log.Warn("SIGHUP ignored: the agent goes on running (it has nothing to reload); SIGTERM stops it")
-			case <-done:
-				return
-			}
-		}
-	}()
-	return func() {
-		signal.Stop(ch)
-		close(done)
-	}
 }
 
 // newLogger is the agent's logger: slog's text or JSON handler on w.
