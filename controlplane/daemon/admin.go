@@ -791,13 +791,17 @@ func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
 			return out, badRequest("%v", err)
 		}
 	}
-	var unknown, minted, control []string
+	var unknown, minted, control, removed []string
 	now := d.now()
 	d.fsm.Read(func(s *state.State) {
 		for _, n := range nodes {
 			if _, ok := s.Nodes[n]; !ok {
-				if _, ok := s.ControlNodes[n]; ok {
-					control = append(control, n)
+				if cn, ok := s.ControlNodes[n]; ok {
+					if cn.Removed {
+						removed = append(removed, n)
+					} else {
+						control = append(control, n)
+					}
 					continue
 				}
 				unknown = append(unknown, n)
@@ -807,14 +811,21 @@ func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
 			}
 		}
 	})
-	if len(control) > 0 {
+	if len(control) > 0 || len(removed) > 0 {
 		// Told as what they are: "no such node" of a control node the operator
-		// sees in meshctl nodes reads as a bug.
-		msg := fmt.Sprintf("%s: a control node, not a host: `meshctl control remove NODE` takes a control node out of the mesh for good", strings.Join(control, ", "))
-		if len(unknown) > 0 {
-			msg += "; no such node: " + strings.Join(unknown, ", ")
+		// sees in meshctl nodes reads as a bug; and one removed already is not
+		// to be removed again.
+		var parts []string
+		if len(control) > 0 {
+			parts = append(parts, fmt.Sprintf("%s: a control node, not a host: `meshctl control remove NODE` takes a control node out of the mesh for good", strings.Join(control, ", ")))
 		}
-		return out, &api.Error{Code: api.CodeNotFound, Message: msg}
+		if len(removed) > 0 {
+			parts = append(parts, fmt.Sprintf("%s: a control node removed from the mesh already, and no host is enrolled under its id: nothing to revoke", strings.Join(removed, ", ")))
+		}
+		if len(unknown) > 0 {
+			parts = append(parts, "no such node: "+strings.Join(unknown, ", "))
+		}
+		return out, &api.Error{Code: api.CodeNotFound, Message: strings.Join(parts, "; ")}
 	}
 	if len(unknown) > 0 {
 		msg := "no such node: " + strings.Join(unknown, ", ")

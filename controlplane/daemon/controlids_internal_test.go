@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"mesh/controlplane/api"
 	"mesh/controlplane/state"
@@ -56,5 +57,32 @@ func TestLabelsAndDeclarationsOfAControlNodeSaySo(t *testing.T) {
 	}
 	if e := notAHost(s, []string{"ghost"}, "labels"); e != nil {
 		t.Fatalf("an id that is nothing: %+v, want nil (the caller's own no such node)", e)
+	}
+}
+
+// TestRevokeOfAControlNodeSaysWhatItIs: `meshctl revoke` of a control node's id says
+// it is a control node and that `control remove` takes it out; of a control node
+// removed already, that it was (it advised removing it again); an id that is nothing
+// keeps "no such node". All not_found (exit 4), nothing revoked.
+func TestRevokeOfAControlNodeSaysWhatItIs(t *testing.T) {
+	d := fleet(t, 1)
+	at := d.now().UTC()
+	for _, c := range []state.Command{
+		{Op: state.OpCreateToken, At: at, CreateToken: &state.CreateTokenCmd{ID: strings.Repeat("c9", 32), Node: "cp-9", Role: state.RoleControl, TTL: time.Hour,
+			Control: &state.ControlAddrs{Broker: "10.9.9.9:7300", Raft: "10.9.9.9:7301", Cluster: "10.9.9.9:7302", Pin: "p9", Operator: "UOP9"}, Sealed: []byte("sealed")}},
+		{Op: state.OpEnrol, At: at, Enrol: &state.EnrolCmd{TokenID: strings.Repeat("c9", 32), Node: "cp-9", Role: state.RoleControl, PublicKey: "K9", CurveKey: "X9"}},
+		{Op: state.OpRemoveControl, At: at, RemoveControl: &state.RemoveControlCmd{Node: "cp-9"}},
+	} {
+		if res, err := d.raft.Apply(c, time.Minute); err != nil || res.Err != nil {
+			t.Fatalf("%s: %v %v", c.Op, err, res.Err)
+		}
+	}
+	var ae *api.Error
+	_, err := d.revoke(api.RevokeRequest{Nodes: []string{d.cfg.Node, "cp-9", "ghost"}})
+	if !errors.As(err, &ae) || ae.Code != api.CodeNotFound ||
+		!strings.Contains(ae.Message, d.cfg.Node+": a control node, not a host: `meshctl control remove NODE`") ||
+		!strings.Contains(ae.Message, "cp-9: a control node removed from the mesh already") || strings.Contains(ae.Message, "cp-9: a control node, not a host") ||
+		!strings.Contains(ae.Message, "no such node: ghost") {
+		t.Fatalf("revoke %s cp-9 ghost: %v", d.cfg.Node, err)
 	}
 }
