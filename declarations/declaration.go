@@ -186,7 +186,7 @@ func verifyDeclaration(env Envelope, trusted []ed25519.PublicKey, exp Expect) (V
 	}
 
 	if d.KeyringEpoch < exp.KeyringEpoch { // 6
-		return Verified{}, &OldKeyringError{Got: d.KeyringEpoch, Current: exp.KeyringEpoch}
+		return Verified{}, &OldKeyringError{Got: d.KeyringEpoch, Current: exp.KeyringEpoch, Version: d.Version}
 	}
 
 	digest := d.Body.Digest() // 7

@@ -197,8 +197,8 @@ func TestVerifyDeclarationOldKeyring(t *testing.T) {
 	_, err := VerifyDeclaration(mustSign(t, d, k), []ed25519.PublicKey{pub(k)}, exp)
 	wantCode(t, err, "old_keyring")
 	var oe *OldKeyringError
-	if !errors.As(err, &oe) || oe.Got != 1 || oe.Current != 2 {
-		t.Fatalf("error %#v, want *OldKeyringError{1, 2}", err)
+	if !errors.As(err, &oe) || oe.Got != 1 || oe.Current != 2 || oe.Version != d.Version || d.Version == 0 {
+		t.Fatalf("error %#v, want *OldKeyringError{1, 2, %d}", err, d.Version)
 	}
 	wantErrContains(t, err, "before a key rotation")
 	d.KeyringEpoch = 2

@@ -179,6 +179,9 @@ func (e *AudienceError) Is(target error) bool {
 // than the node has accepted. It matches ErrOldKeyring.
 type OldKeyringError struct {
 	Got, Current uint64 // the declaration's keyring epoch, the node's
+	// Version is the declaration's: its signature verified, so the node may name it
+	// in what it reports.
+	Version uint64
 }
 
 func (e *OldKeyringError) Error() string {

@@ -1034,6 +1034,7 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 			re      *declarations.ReplayedError
 			ee      *declarations.ExpiredError
 			ne      *declarations.NotYetValidError
+			oe      *declarations.OldKeyringError
 			version uint64
 		)
 		switch {
@@ -1049,6 +1050,9 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 			version = ee.Version
 		case errors.As(err, &ne):
 			version = ne.Version
+		case errors.As(err, &oe):
+			// A redelivery from before a rotation: which version, as the others.
+			version = oe.Version
 		}
 		if a.applied.HaveApplied && version == a.applied.Version &&
 			(errors.Is(err, declarations.ErrExpired) || errors.Is(err, declarations.ErrNotYetValid)) {

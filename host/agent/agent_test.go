@@ -180,6 +180,22 @@ func TestHandleVerifiesBeforeApplying(t *testing.T) {
 	if got := f.a.Applied(); got.LastErrorCode != "" || got.Version != 3 || f.file(t) != "three" {
 		t.Fatalf("after v3: %+v, file %q", got, f.file(t))
 	}
+	// Once the keys rotated, a declaration signed before (delivered again) is
+	// refused, and the version it names is reported: its signature verified. It
+	// was reported as v0, a version never declared.
+	kr, err := declarations.SignKeyring(declarations.Keyring{Mesh: "m", Epoch: 1, Keys: f.a.id.SigningKeys, IssuedAt: t0}, f.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.a.handle(ctx, kr); err != nil || f.a.keyring.Epoch != 1 {
+		t.Fatalf("keyring: %v", err)
+	}
+	if err := f.a.handle(ctx, f.decl(t, 4, "from before the rotation")); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.a.Applied(); got.LastErrorCode != "old_keyring" || got.LastErrorVersion != 4 || got.Version != 3 || f.file(t) != "three" {
+		t.Fatalf("a declaration from before the rotation: error %q v%d, applied v%d, file %q", got.LastErrorCode, got.LastErrorVersion, got.Version, f.file(t))
+	}
 }
 
 // TestRevocationNotice: only a notice signed by the mesh stops the agent.
