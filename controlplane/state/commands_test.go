@@ -181,9 +181,21 @@ func TestEnrolRefusals(t *testing.T) {
 			cmd:   enrolCmd("tok", "web-1", RoleWorker, "K1", at.Add(time.Minute)),
 		},
 		{
+			// Its answer was lost, and the machine ran enrol again after the token
+			// expired: answered as the same enrolment while the record is kept.
 			name:  "same key again after expiry",
 			setup: func(m *machine) { m.must(enrolCmd("tok", "web-1", RoleWorker, "K1", at)) },
 			cmd:   enrolCmd("tok", "web-1", RoleWorker, "K1", t0.Add(time.Hour)),
+		},
+		{
+			name:  "same key again a day after expiry",
+			setup: func(m *machine) { m.must(enrolCmd("tok", "web-1", RoleWorker, "K1", at)) },
+			cmd:   enrolCmd("tok", "web-1", RoleWorker, "K1", t0.Add(time.Hour+23*time.Hour)),
+		},
+		{
+			name:  "another key after expiry",
+			setup: func(m *machine) { m.must(enrolCmd("tok", "web-1", RoleWorker, "K1", at)) },
+			cmd:   enrolCmd("tok", "web-1", RoleWorker, "K2", t0.Add(time.Hour)),
 			want:  ErrTokenUsed,
 		},
 		{

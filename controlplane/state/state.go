@@ -529,10 +529,20 @@ func (s *State) TokenState(id, node, role, key string, at time.Time) (*Token, er
 			// the revoked key a freshly signed declaration.
 			return t, ErrKeyRevoked
 		}
-		if t.UsedKey == key && at.Before(t.Expiry) {
+		if t.UsedKey == key && (at.Before(t.Expiry) || t.Role == RoleWorker) {
 			// The same enrolment again: its reply was lost. (Only a state written
 			// before a key was refused for a second node can hold this key under
 			// another node too; the broker knows the key as that one.)
+			//
+			// A worker's is answered after the token expired too, as long as its
+			// record is kept (a day): the answer hands over nothing the node's own
+			// key cannot fetch by logging in, and the asker proved that key and the
+			// token. Refused as used, the machine was told to ask for a new token,
+			// which the mesh then refused (node_exists) until the node that was
+			// this very machine was revoked: a host whose answer was lost and that
+			// ran enrol again after the hour (a disk freed, a network back late).
+			// A control token's repeat hands over the mesh's signing key, and stays
+			// bounded by its hour (decision 0004; ErrTokenExpiredAdmitted below).
 			if err := s.keyTaken(key, node); err != nil {
 				return t, err
 			}

@@ -234,12 +234,13 @@ func (r *run) step(kind, format string, args ...any) {
 
 // ParseToken checks a worker's token offline, as Enrol's first step does: a
 // caller can refuse a token before it creates or locks anything. An expiry within
-// ClockTolerance of now passes, for the mesh's clock to decide. Errors wrap
-// ErrToken.
-func ParseToken(text string, now time.Time) (token.Token, error) {
+// ClockTolerance of now passes, for the mesh's clock to decide, and one within
+// ResumeWindow when stateDir holds the pending key of an earlier run of this
+// token's enrolment (begunIn). Errors wrap ErrToken.
+func ParseToken(text string, now time.Time, stateDir string) (token.Token, error) {
 	tok, err := token.Parse(text, now)
 	var expired *token.ExpiredError
-	if errors.As(err, &expired) && expired.Ago() <= ClockTolerance {
+	if errors.As(err, &expired) && (expired.Ago() <= ClockTolerance || expired.Ago() <= ResumeWindow && begunIn(stateDir, tok)) {
 		err = nil // let the mesh's clock decide
 	}
 	if err != nil {
@@ -253,6 +254,26 @@ func ParseToken(text string, now time.Time) (token.Token, error) {
 		return token.Token{}, fmt.Errorf("%w: this is a %s token; meshhost enrols workers (control nodes join with `meshctl join`)", ErrToken, tok.Role)
 	}
 	return tok, nil
+}
+
+// ResumeWindow is how long after its expiry a token still finishes an enrolment an
+// earlier run of it began in the state directory: the mesh answers the repeat of an
+// enrolment it committed (the same token and key) for as long as it keeps the
+// token's record, a day. A run whose answer was lost (a network cut, a disk that
+// filled as it saved) and that was run again after the token's hour was refused
+// here as expired, and told to ask for a new token, which the mesh refused: the node
+// id was enrolled, with this machine's key.
+const ResumeWindow = 24 * time.Hour
+
+// begunIn reports whether stateDir holds the pending key of an earlier run of tok's
+// enrolment (what nodeKey reuses).
+func begunIn(stateDir string, tok token.Token) bool {
+	if stateDir == "" {
+		return false
+	}
+	p, err := identity.LoadPending(stateDir)
+	th := tok.SecretHash()
+	return err == nil && p.Mesh == tok.Mesh && p.Node == tok.Node && p.TokenHash == hex.EncodeToString(th[:])
 }
 
 // Enrol carries out the enrolment and returns the saved identity.
@@ -273,13 +294,16 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 
 	// 1. The token, offline.
 	now := o.Now()
-	tok, err := ParseToken(o.Token, now)
+	tok, err := ParseToken(o.Token, now, o.StateDir)
 	if err != nil {
 		return Result{}, err
 	}
 	r.tok = tok
 	fmt.Fprintf(r.out, "enrol node %s into mesh %s\n", tok.Node, tok.Mesh)
 	r.step("token", "parsed offline: role %s, %d broker(s), expires %s", tok.Role, len(tok.Brokers), expiryText(tok.Expiry, now))
+	if now.Sub(tok.Expiry) > ClockTolerance {
+		r.step("token", "expired, but an earlier run of this enrolment began here (its key is in %s): the mesh answers it again, should it have enrolled that key, for a day after the token expired", identity.PendingPath(o.StateDir))
+	}
 
 	// 2. A state directory only this user can write (absent is fine: it is made
 	// 0700), and no identity in it.

@@ -132,7 +132,7 @@ func TestAnEnrolmentSavedByAnEarlierRunIsFinished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, err := ParseToken(m.token, time.Now())
+	tok, err := ParseToken(m.token, time.Now(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

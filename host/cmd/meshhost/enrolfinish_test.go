@@ -18,7 +18,7 @@ import (
 // exits 6.
 func TestEnrolFinishingAnEarlierRunKeepsItsRevocation(t *testing.T) {
 	tok, _ := realToken(t)
-	parsed, err := enrol.ParseToken(tok, time.Now())
+	parsed, err := enrol.ParseToken(tok, time.Now(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -331,7 +331,7 @@ func cmdEnrol(args []string, cio *cliIO) (err error) {
 	if err := checkOwnDirectory(*stateDir, *tokenFile); err != nil {
 		return err
 	}
-	if _, err := enrol.ParseToken(text, cio.clock()); err != nil {
+	if _, err := enrol.ParseToken(text, cio.clock(), *stateDir); err != nil {
 		return err
 	}
 	steps := cio.stdout
