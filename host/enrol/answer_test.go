@@ -45,6 +45,13 @@ type fakeMesh struct {
 
 func newFakeMesh(t *testing.T, change func(*wire.EnrolResponse)) *fakeMesh {
 	t.Helper()
+	return newFakeMeshSigningAt(t, 0, change)
+}
+
+// newFakeMeshSigningAt is newFakeMesh whose answers are signed as issued ahead (or,
+// negative, behind) of this machine's clock: a mesh whose clock and this one's differ.
+func newFakeMeshSigningAt(t *testing.T, ahead time.Duration, change func(*wire.EnrolResponse)) *fakeMesh {
+	t.Helper()
 	caDER, leaf := meshCertificates(t)
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
 		TLS: true, TLSHandshakeFirst: true, AlwaysEnableNonce: true,
@@ -79,7 +86,7 @@ func newFakeMesh(t *testing.T, change func(*wire.EnrolResponse)) *fakeMesh {
 		case agents <- req.Agent:
 		default:
 		}
-		resp := signedAnswer(t, signing, req.PublicKey, caPEM, broker)
+		resp := signedAnswer(t, signing, req.PublicKey, caPEM, broker, ahead)
 		change(&resp)
 		if resp.V == 0 {
 			return // a change that cleared the answer stands for one that was lost
@@ -99,8 +106,8 @@ func newFakeMesh(t *testing.T, change func(*wire.EnrolResponse)) *fakeMesh {
 }
 
 // signedAnswer is what the mesh answers node web-1 enrolling with nodeKey.
-func signedAnswer(t *testing.T, signing ed25519.PrivateKey, nodeKey, caPEM, broker string) wire.EnrolResponse {
-	now := time.Now().UTC().Truncate(time.Second)
+func signedAnswer(t *testing.T, signing ed25519.PrivateKey, nodeKey, caPEM, broker string, ahead time.Duration) wire.EnrolResponse {
+	now := time.Now().Add(ahead).UTC().Truncate(time.Second)
 	keyring, err := declarations.SignKeyring(declarations.Keyring{Mesh: "demo", Epoch: 1,
 		Keys: []string{hex.EncodeToString(signing.Public().(ed25519.PublicKey))}, IssuedAt: now}, signing)
 	if err != nil {
@@ -186,7 +193,7 @@ func TestAnswerForAnotherNodeOrRole(t *testing.T) {
 			if !errors.As(err, &oe) || !errors.Is(err, ErrOtherAnswer) || !errors.Is(err, ErrBadAnswer) || oe.Field != c.field {
 				t.Fatalf("got %v, want an *OtherAnswerError about its %s", err, c.field)
 			}
-			for _, unrelated := range []error{ErrRefused, ErrUnreachable, ErrToken, ErrSave, ErrSubstituted} {
+			for _, unrelated := range []error{ErrRefused, ErrUnreachable, ErrNoAnswer, ErrToken, ErrSave, ErrSubstituted} {
 				if errors.Is(err, unrelated) {
 					t.Fatalf("%v also matches %v", err, unrelated)
 				}

@@ -104,10 +104,19 @@ var (
 	ErrClock = pintls.ErrClock
 	// ErrUnreachable: no broker in the token could be reached; retrying may help.
 	ErrUnreachable = errors.New("no broker of the mesh could be reached")
+	// ErrNoAnswer: the request was sent on a pinned connection, and no answer came
+	// (lost, or late past the wait): the mesh may have enrolled the key, and a run
+	// again with the same token presents it again, answered from the mesh's records
+	// if it did. Retrying may help, as for ErrUnreachable.
+	ErrNoAnswer = errors.New("the mesh did not answer the enrolment request")
 	// ErrRefused: the mesh refused the enrolment (see RefusedError for why).
 	ErrRefused = errors.New("the mesh refused the enrolment")
 	// ErrBadAnswer: the mesh answered something that does not verify.
 	ErrBadAnswer = errors.New("the mesh's answer does not verify")
+	// ErrAnswerTime: the mesh admitted the key and its answer verifies but for its
+	// validity window, by this machine's clock (hours behind or ahead): the clock is
+	// to be set, and enrol run again with the same token.
+	ErrAnswerTime = errors.New("the mesh's answer is not valid at this machine's time")
 	// ErrOtherAnswer: the mesh's answer is for another mesh, node or role than the
 	// token's, or gives the node subjects that are not its own (see
 	// *OtherAnswerError). It also matches ErrBadAnswer.
@@ -661,7 +670,8 @@ func (r *run) request(ctx context.Context, nc *nats.Conn, kp *identity.KeyPair, 
 		if errors.Is(err, nats.ErrNoResponders) {
 			return wire.EnrolResponse{}, &RefusedError{Code: wire.CodeUnavailable, Message: "no control node is serving enrolments right now"}
 		}
-		return wire.EnrolResponse{}, fmt.Errorf("%w: no answer to the enrolment request (%v); run enrol again with the same token", ErrUnreachable, err)
+		// Not "no broker could be reached": one was, and took the request.
+		return wire.EnrolResponse{}, fmt.Errorf("%w (%v): it was sent, and the mesh may have enrolled this machine's key; run enrol again with the same token, which presents the same key (the pending one in %s), and is answered from the mesh's records if it did", ErrNoAnswer, err, identity.PendingPath(r.o.StateDir))
 	}
 	resp, err := wire.DecodeReply[wire.EnrolResponse](msg.Data)
 	if err != nil {
@@ -758,6 +768,12 @@ func (r *run) verify(resp wire.EnrolResponse, kp *identity.KeyPair, pub string) 
 	decl, err := declarations.VerifyDeclaration(resp.Declaration, keys, declarations.Expect{
 		Mesh: r.tok.Mesh, Node: r.tok.Node, NodeKey: pub, KeyringEpoch: kr.Epoch, Now: r.o.Now(),
 	})
+	if errors.Is(err, declarations.ErrNotYetValid) || errors.Is(err, declarations.ErrExpired) {
+		// Signed for this key: the mesh enrolled it. The clock is the fault, and it
+		// was "does not verify", as if the answer were forged, with nothing to do.
+		return answer{}, fmt.Errorf("%w: this machine's clock reads %s (%v); the mesh enrolled this machine's key: set the clock (timedatectl, NTP) and run enrol again with the same token, which presents the same key and is answered again until a day after the token expires (%s)",
+			ErrAnswerTime, r.o.Now().UTC().Format(time.RFC3339), err, r.tok.Expiry.UTC().Format(time.RFC3339))
+	}
 	if err != nil {
 		return fail("first declaration: %v", err)
 	}

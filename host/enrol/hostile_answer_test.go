@@ -57,7 +57,7 @@ func TestHostileAnswers(t *testing.T) {
 			if !errors.Is(err, ErrBadAnswer) {
 				t.Fatalf("got %v, want ErrBadAnswer", err)
 			}
-			for _, unrelated := range []error{ErrRefused, ErrUnreachable, ErrToken, ErrSave, ErrSubstituted} {
+			for _, unrelated := range []error{ErrRefused, ErrUnreachable, ErrNoAnswer, ErrToken, ErrSave, ErrSubstituted} {
 				if errors.Is(err, unrelated) {
 					t.Fatalf("%v also matches %v", err, unrelated)
 				}

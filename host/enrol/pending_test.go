@@ -62,7 +62,7 @@ func TestARefusalForGoodDropsThePendingKey(t *testing.T) {
 	}{
 		wire.CodeUnavailable: {refuse(wire.CodeUnavailable), 5 * time.Second, ErrRefused},
 		wire.CodeInternal:    {refuse(wire.CodeInternal), 5 * time.Second, ErrRefused},
-		"the answer lost":    {func(r *wire.EnrolResponse) { *r = wire.EnrolResponse{} }, time.Second, ErrUnreachable},
+		"the answer lost":    {func(r *wire.EnrolResponse) { *r = wire.EnrolResponse{} }, time.Second, ErrNoAnswer},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir, err := pendingAfter(t, c.change, c.timeout)

@@ -66,3 +66,26 @@ func TestALostAnswerIsResumedAfterTheTokenExpired(t *testing.T) {
 		t.Errorf("the pending key outlived the enrolment: %v", err)
 	}
 }
+
+// TestAnAnswerOfAnotherTimeNamesTheClock: this machine's clock is hours behind the
+// mesh's, which signs its answer: the first declaration is not valid yet here. The
+// mesh enrolled the key; the run says to set the clock and run enrol again with the
+// same token, keeps the key for it, and is not told the answer "does not verify", as
+// if it were forged, with nothing to do. (The run again once the clock is set is
+// TestALostAnswerIsResumedAfterTheTokenExpired's: the same key presented again.)
+func TestAnAnswerOfAnotherTimeNamesTheClock(t *testing.T) {
+	m := newFakeMeshSigningAt(t, 3*time.Hour, func(*wire.EnrolResponse) {})
+	dir := filepath.Join(t.TempDir(), "state")
+	_, err := Enrol(context.Background(), Options{StateDir: dir, Token: m.token, DialTimeout: 5 * time.Second, RequestTimeout: 5 * time.Second})
+	if !errors.Is(err, ErrAnswerTime) || errors.Is(err, ErrBadAnswer) {
+		t.Fatalf("got %v, want ErrAnswerTime", err)
+	}
+	for _, want := range []string{"set the clock", "run enrol again with the same token", "enrolled this machine's key"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the failure does not say %q: %v", want, err)
+		}
+	}
+	if _, err := identity.LoadPending(dir); err != nil {
+		t.Fatalf("the key the mesh enrolled was not kept for the run again: %v", err)
+	}
+}

@@ -229,7 +229,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 			return exitUnreachable
 		}
 		return exitToken
-	case errors.Is(err, enrol.ErrUnreachable):
+	case errors.Is(err, enrol.ErrUnreachable), errors.Is(err, enrol.ErrNoAnswer):
 		return exitUnreachable
 	case errors.Is(err, enrol.ErrInterrupted), errors.Is(err, errRetryInterrupted):
 		return exitInterrupted
@@ -305,7 +305,7 @@ func cmdEnrol(args []string, cio *cliIO) (err error) {
 	fs := newFlags("enrol", cio)
 	stateDir := fs.String("state", "", "state directory for the identity and applied state (required)")
 	tokenFile := fs.String("token-file", "", "read the token from this file instead of stdin (- is stdin)")
-	timeout := durationFlag(fs, "timeout", defaultEnrolTimeout, "how long to wait for the mesh's answer (1s to 10m)")
+	timeout := durationFlag(fs, "timeout", defaultEnrolTimeout, "how long to wait for the mesh's answer (1s to 10m; the mesh closes an enrolling connection after 30s, so waiting longer helps nothing)")
 	asJSON := fs.Bool("json", false, "print the result as JSON on stdout (the steps go to stderr)")
 	if err := parse(fs, args, cio); err != nil {
 		return err
