@@ -270,6 +270,11 @@ func New(o Options) (*Agent, error) {
 				"file", loose.Path, "mode", loose.Mode.String())
 		}
 	}
+	if removed, err := identity.RemoveFinishedPending(o.StateDir, id); removed {
+		o.Logger.Info("removed the draft key of the finished enrolment, which held this node's private key a second time", "file", identity.PendingPath(o.StateDir))
+	} else if err != nil {
+		o.Logger.Warn("the draft key of the finished enrolment holds this node's private key a second time and could not be removed: remove it", "file", identity.PendingPath(o.StateDir), "err", err)
+	}
 	applied, store, err := state.Open(o.StateDir)
 	if err != nil {
 		return nil, err

@@ -693,3 +693,39 @@ func TestIdentityOthersMayReadIsMadePrivate(t *testing.T) {
 		t.Fatalf("a private identity file warned of:\n%s", logged.String())
 	}
 }
+
+// TestTheFinishedEnrolmentsDraftKeyIsRemoved: an enrolment stopped right after it
+// saved the identity (or whose removal of its draft failed) left enrol-pending.json,
+// the node's private key a second time, and nothing removed it: the run again that
+// would is never made on an enrolled machine. The agent removes it when it starts,
+// and says so; a draft of another key (an unfinished enrolment with another token) is
+// left where it is.
+func TestTheFinishedEnrolmentsDraftKeyIsRemoved(t *testing.T) {
+	f := newFixture(t)
+	start := func() string {
+		t.Helper()
+		var logged bytes.Buffer
+		if _, err := New(Options{StateDir: f.dir, Root: f.root, Now: func() time.Time { return t0 }, Logger: slog.New(slog.NewTextHandler(&logged, nil))}); err != nil {
+			t.Fatal(err)
+		}
+		return logged.String()
+	}
+	other, _ := nkeys.CreateUser()
+	otherSeed, _ := other.Seed()
+	if err := identity.SavePending(f.dir, identity.Pending{Format: 1, Mesh: "m", Node: "n-1", TokenHash: strings.Repeat("ab", 32), Seed: string(otherSeed), CreatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	start()
+	if _, err := identity.LoadPending(f.dir); err != nil {
+		t.Fatalf("the draft of another key was removed: %v", err)
+	}
+	if err := identity.SavePending(f.dir, identity.Pending{Format: 1, Mesh: "m", Node: "n-1", TokenHash: strings.Repeat("ab", 32), Seed: f.a.id.Seed, CreatedAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if logged := start(); !strings.Contains(logged, "removed the draft key of the finished enrolment") {
+		t.Errorf("the removal is not said:\n%s", logged)
+	}
+	if _, err := identity.LoadPending(f.dir); !errors.Is(err, identity.ErrNoPending) {
+		t.Fatalf("the finished enrolment's draft key is still there: %v", err)
+	}
+}

@@ -142,3 +142,34 @@ func RemovePending(stateDir string) error {
 	}
 	return nil
 }
+
+// RemoveFinishedPending removes the pending-enrolment file when it is the draft of
+// id, the enrolment it finished: the same mesh, node and key. Enrolment removes it
+// as its last step, but a run stopped right after it saved the identity, or a
+// removal that failed, left it, holding the node's private key a second time, and
+// the run again that would remove it is never made when the machine is enrolled
+// (the packaged enrolment unit is skipped once the identity exists). A pending file
+// of another key (an unfinished enrolment with another token) is left alone. It
+// reports whether it removed one.
+func RemoveFinishedPending(stateDir string, id Identity) (bool, error) {
+	p, err := LoadPending(stateDir)
+	if err != nil {
+		return false, nil // none, or one that is not ours to judge
+	}
+	if p.Mesh != id.Mesh || p.Node != id.Node {
+		return false, nil
+	}
+	kp, err := p.KeyPair()
+	if err != nil {
+		return false, nil
+	}
+	pub, err := kp.PublicKey()
+	kp.Wipe()
+	if err != nil || pub != id.PublicKey {
+		return false, nil
+	}
+	if err := RemovePending(stateDir); err != nil {
+		return false, err
+	}
+	return true, nil
+}
