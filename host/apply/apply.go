@@ -47,11 +47,25 @@ type File struct {
 
 // Result says what an Apply did. Written, Removed and Unchanged are sorted.
 // Managed is the new set of managed paths, sorted: every declared path.
+// Left, sorted by path, holds the paths no longer declared that were not removed
+// because something other than a regular file is there now, or on the way to
+// them (see FileApplier): they are no longer managed either.
 type Result struct {
 	Written   []string
 	Removed   []string
 	Unchanged []string
 	Managed   []string
+	Left      []LeftPath
+}
+
+// LeftPath is a path no longer declared that Apply left in place, and why: a
+// directory, a symbolic link or another file that is not a regular one stands
+// there, or a link or a file stands where a directory on its way was. The
+// applier removes only regular files, and never through a link, so such a path
+// is not the file it wrote any more: it is left to whoever made it.
+type LeftPath struct {
+	Path   string
+	Reason string
 }
 
 // Applier makes part of the machine match a declaration.
@@ -81,7 +95,12 @@ type Applier interface {
 // the applier created are left in place when they become empty. A file no
 // longer declared may give way to a directory a new file needs, but a
 // directory is never replaced by a file, even one the removals left empty:
-// such a declaration is refused until someone removes the directory.
+// such a declaration is refused until someone removes the directory. A path no
+// longer declared where something other than a regular file stands now (a
+// directory, a symbolic link, a FIFO), or with a link or a file where a
+// directory on its way was, is left in place and said so (Result.Left), not
+// refused: nothing is removed or read through it, and every later declaration
+// failed on it, though none named it.
 //
 // Owner and Group are applied only when Chown is true, which in practice means
 // running as root. When Chown is false they are ignored: new files belong to
@@ -129,7 +148,7 @@ func (a FileApplier) Apply(ctx context.Context, files []File, previous []string)
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{Managed: sortedKeys(decl)}
+	res := Result{Managed: sortedKeys(decl), Left: plan.left}
 	// Removals first: a file no longer declared may stand where a declared
 	// file now needs a directory.
 	for _, rm := range plan.removes {
@@ -334,6 +353,7 @@ type saved struct {
 type plan struct {
 	writes  []write
 	removes []remove
+	left    []LeftPath
 }
 
 // run is one Apply's progress, so a failure can be undone.
@@ -532,8 +552,13 @@ type undo struct {
 func (r *run) inspect(decl map[string]*File, stale []string) (plan, error) {
 	var pl plan
 	goingAway := map[string]bool{}
+	var left *leftInPlace
 	for _, p := range stale {
-		missing, err := r.checkParents(p, nil)
+		missing, err := r.checkParents(p, nil, false)
+		if errors.As(err, &left) {
+			pl.left = append(pl.left, LeftPath{Path: p, Reason: left.reason})
+			continue
+		}
 		if err != nil {
 			return plan{}, err
 		}
@@ -541,6 +566,10 @@ func (r *run) inspect(decl map[string]*File, stale []string) (plan, error) {
 			continue // already gone
 		}
 		prev, err := r.readExisting(p, false)
+		if errors.As(err, &left) {
+			pl.left = append(pl.left, LeftPath{Path: p, Reason: left.reason})
+			continue
+		}
 		if err != nil {
 			return plan{}, err
 		}
@@ -558,7 +587,7 @@ func (r *run) inspect(decl map[string]*File, stale []string) (plan, error) {
 				return plan{}, err
 			}
 		}
-		missing, err := r.checkParents(p, goingAway)
+		missing, err := r.checkParents(p, goingAway, true)
 		if err != nil {
 			return plan{}, err
 		}
@@ -580,8 +609,9 @@ func (r *run) inspect(decl map[string]*File, stale []string) (plan, error) {
 // checkParents walks the directories above p from the root down. It refuses a
 // symbolic link or a non-directory on the way, unless that is a file in
 // goingAway (to be removed first), and returns the directories that will have
-// to be created, outermost first.
-func (r *run) checkParents(p string, goingAway map[string]bool) ([]string, error) {
+// to be created, outermost first. For p no longer declared, such a thing on the
+// way is a *leftInPlace instead of a refusal.
+func (r *run) checkParents(p string, goingAway map[string]bool, declared bool) ([]string, error) {
 	elems := strings.Split(p, "/")
 	for i := 1; i < len(elems); i++ {
 		dir := strings.Join(elems[:i], "/")
@@ -595,6 +625,8 @@ func (r *run) checkParents(p string, goingAway map[string]bool) ([]string, error
 			return missing, nil
 		case err != nil:
 			return nil, fmt.Errorf("apply: inspecting %q: %w", dir, err)
+		case !declared && !fi.IsDir():
+			return nil, leftOnTheWay(dir, fi.Mode())
 		case fi.Mode()&fs.ModeSymlink != 0:
 			return nil, &PathError{Path: p, Err: ErrEscapesRoot,
 				Reason: fmt.Sprintf("%q on its way is a symbolic link, and declared files are never written through links", dir)}

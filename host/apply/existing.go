@@ -13,7 +13,9 @@ import (
 
 // readExisting returns what is at p now, p being declared (or, if not, a path
 // managed before and to be removed): nil if nothing, its content, mode and owner
-// if a regular file of at most MaxFileSize bytes, and a refusal if anything else.
+// if a regular file of at most MaxFileSize bytes, and a refusal if anything else,
+// but for a path no longer declared a *leftInPlace if what is there is not a
+// regular file.
 func (r *run) readExisting(p string, declared bool) (*saved, error) {
 	if err := r.hook("inspect", p); err != nil {
 		return nil, err
@@ -70,9 +72,12 @@ func (r *run) readExistingByName(d *dirHandle, p, name string, declared bool) (*
 }
 
 // checkExisting refuses what the applier will not read: a symbolic link, what
-// is not a regular file, a file larger than MaxFileSize.
+// is not a regular file, a file larger than MaxFileSize. At a path no longer
+// declared, a link or what is not a regular file is a *leftInPlace instead.
 func checkExisting(p string, mode fs.FileMode, size int64, declared bool) error {
 	switch {
+	case !declared && (mode&fs.ModeSymlink != 0 || !mode.IsRegular()):
+		return leftAt(mode)
 	case mode&fs.ModeSymlink != 0:
 		return symlinkRefusal(p)
 	case mode.IsDir() && declared:
@@ -87,6 +92,46 @@ func checkExisting(p string, mode fs.FileMode, size int64, declared bool) error 
 		return tooLarge(p, sizeText(size), declared)
 	}
 	return nil
+}
+
+// leftInPlace is what stands at a path no longer declared, or on its way, that
+// the applier neither removes nor refuses: not a regular file (see Result.Left).
+// It never leaves Apply: inspect takes it for a LeftPath.
+type leftInPlace struct{ reason string }
+
+func (e *leftInPlace) Error() string { return e.reason }
+
+// leftSaid ends each LeftPath's Reason: what it means, and what a person may do.
+const leftSaid = "; no longer declared, the path was left as it is and is no longer managed: remove it by hand if nothing needs it"
+
+// leftAt is the leftInPlace of a path no longer declared where a file of mode is.
+func leftAt(mode fs.FileMode) error {
+	what := fmt.Sprintf("a %s is in its place, and the applier removes only regular files", kind(mode))
+	switch {
+	case mode&fs.ModeSymlink != 0:
+		what = "a symbolic link is in its place, and the applier neither writes through nor removes links"
+	case mode.IsDir():
+		what = "a directory is in its place, and the applier never removes a directory"
+	}
+	return &leftInPlace{reason: what + leftSaid}
+}
+
+// leftOnTheWay is the leftInPlace of a path no longer declared below dir, where
+// a file of mode is instead of a directory.
+func leftOnTheWay(dir string, mode fs.FileMode) error {
+	what := fmt.Sprintf("%q on its way is a %s, not a directory", dir, kind(mode))
+	if mode&fs.ModeSymlink != 0 {
+		what = fmt.Sprintf("%q on its way is a symbolic link, and the applier never removes through links", dir)
+	}
+	return &leftInPlace{reason: what + leftSaid}
+}
+
+// linkFound is what readExisting says of a symbolic link found at p.
+func linkFound(p string, declared bool) error {
+	if !declared {
+		return leftAt(fs.ModeSymlink)
+	}
+	return symlinkRefusal(p)
 }
 
 func symlinkRefusal(p string) error {

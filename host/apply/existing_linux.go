@@ -37,7 +37,7 @@ func (r *run) readExistingAt(d *dirHandle, p, name string, declared bool) (*save
 	case errors.Is(err, syscall.ENOENT):
 		return nil, nil
 	case errors.Is(err, syscall.ELOOP):
-		return nil, symlinkRefusal(p)
+		return nil, linkFound(p, declared)
 	case err != nil:
 		return nil, r.notOpened(d, p, name, err, declared)
 	}

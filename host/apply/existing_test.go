@@ -179,8 +179,9 @@ func TestApplyRefusesDeclaredTooLarge(t *testing.T) {
 }
 
 // TestApplySymlinkSwappedIn: a regular file that a local process replaces with
-// a symbolic link just before the applier opens it is refused as a link, never
-// followed, and nothing is written or removed.
+// a symbolic link just before the applier opens it is never followed nor removed:
+// at a declared path it is refused as a link and nothing is written; at a path no
+// longer declared it is left in place (Result.Left) and the declaration applies.
 func TestApplySymlinkSwappedIn(t *testing.T) {
 	for _, declared := range []bool{true, false} {
 		name := map[bool]string{true: "declared", false: "no longer declared"}[declared]
@@ -200,16 +201,23 @@ func TestApplySymlinkSwappedIn(t *testing.T) {
 			if declared {
 				files = append(files, File{Path: "etc/app.conf", Data: []byte("declared"), Mode: 0o644})
 			}
-			_, err := a.Apply(context.Background(), files, []string{"etc/app.conf"})
-			var pe *PathError
-			if !errors.As(err, &pe) || !errors.Is(err, ErrEscapesRoot) || pe.Path != "etc/app.conf" {
-				t.Fatalf("got %v, want the symbolic-link refusal", err)
+			res, err := a.Apply(context.Background(), files, []string{"etc/app.conf"})
+			if declared {
+				var pe *PathError
+				if !errors.As(err, &pe) || !errors.Is(err, ErrEscapesRoot) || pe.Path != "etc/app.conf" {
+					t.Fatalf("got %v, want the symbolic-link refusal", err)
+				}
+				assertAbsent(t, filepath.Join(root, "other"))
+			} else {
+				if err != nil || len(res.Left) != 1 || res.Left[0].Path != "etc/app.conf" || !strings.Contains(res.Left[0].Reason, "symbolic link") {
+					t.Fatalf("got %+v, %v; want the link left in place", res, err)
+				}
+				assertFile(t, filepath.Join(root, "other"), "x", 0o644)
 			}
 			if target, err := os.Readlink(filepath.Join(root, "etc/app.conf")); err != nil || target != "target" {
 				t.Fatalf("the link is gone or changed: %q, %v", target, err)
 			}
 			assertFile(t, filepath.Join(root, "etc/target"), "declared", 0o644)
-			assertAbsent(t, filepath.Join(root, "other"))
 		})
 	}
 }
