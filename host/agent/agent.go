@@ -1189,6 +1189,7 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 	a.applied.HooksPending = union(prevPending, a.o.Hooks.Matching(changed))
 	a.save()
 	a.log.Info("declaration applied", "version", v.Version, "written", len(res.Written), "removed", len(res.Removed), "unchanged", len(res.Unchanged))
+	a.logLeft(v.Version, res.Left)
 	// A declaration, even one that changes nothing (the same body declared again),
 	// runs again the hooks that failed: it is how the control plane retries them.
 	if (len(changed) > 0 || len(a.hookFailed) > 0) && len(a.o.Hooks.Hooks) > 0 {
@@ -1340,6 +1341,7 @@ func (a *Agent) putBack(ctx context.Context, version uint64, files []apply.File)
 		}
 		return nil, err
 	}
+	a.logLeft(version, res.Left)
 	if a.applied.LastErrorCode == wire.StatusApplyFailed && a.applied.LastErrorVersion == version {
 		// The root holds the declaration again (put back now, or mended by hand
 		// since the last attempt failed): the failure is over, and a hook's that
@@ -1375,6 +1377,21 @@ func (a *Agent) putBack(ctx context.Context, version uint64, files []apply.File)
 		a.queueHooks(hookRun{version: version, changed: hookPaths, notRetry: true})
 	}
 	return changed, nil
+}
+
+// logLeft says which paths no longer declared an apply left in place, and why
+// (apply.Result.Left): something other than the file the agent wrote stands there
+// now (a directory, a link), which the agent neither removes nor manages any more.
+func (a *Agent) logLeft(version uint64, left []apply.LeftPath) {
+	const maxShown = 10
+	if len(left) == 0 {
+		return
+	}
+	shown := make([]string, 0, min(len(left), maxShown))
+	for _, l := range left[:min(len(left), maxShown)] {
+		shown = append(shown, l.Path+": "+l.Reason)
+	}
+	a.log.Warn("paths no longer declared were left in place, not removed: what stands there now is not the file the agent wrote", "version", version, "count", len(left), "left", shown)
 }
 
 // handleMembership accepts a newer signed list of the mesh's brokers, persisted for

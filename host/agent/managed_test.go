@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -428,5 +429,56 @@ func TestTheAgentSaysWhatItCouldNotSave(t *testing.T) {
 	}
 	if on, err := state.Load(f.dir); err != nil || on.Version != 2 {
 		t.Fatalf("on record: v%d, %v", on.Version, err)
+	}
+}
+
+// TestAPathLeftInPlaceIsLogged: a managed file made a directory on the host (by
+// hand, by a package), and then a declaration that no longer names it, applies:
+// the directory is left where it is and the agent's log says so, with the path and
+// why, once for the declaration and once for each put back that finds it still on
+// record. Before, the apply was refused (apply_failed), retried forever, and so was
+// every later declaration, with no word of what to do.
+func TestAPathLeftInPlaceIsLogged(t *testing.T) {
+	f := newFixture(t)
+	var logged bytes.Buffer
+	f.a.log = slog.New(slog.NewTextHandler(&logged, nil))
+	ctx := context.Background()
+	if err := f.a.handle(ctx, f.declFiles(t, 1, "etc/a.conf", "etc/old.conf")); err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(f.root, "etc", "old.conf")
+	if err := os.Remove(old); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(old, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	raw := f.declFiles(t, 2, "etc/a.conf")
+	if err := f.a.handle(ctx, raw); err != nil {
+		t.Fatal(err)
+	}
+	got := f.a.Applied()
+	if got.Version != 2 || got.LastErrorCode != "" || !slices.Equal(got.Managed, []string{"etc/a.conf"}) {
+		t.Fatalf("after a declaration without etc/old.conf, now a directory: version %d, %q %q, managed %v",
+			got.Version, got.LastErrorCode, got.LastError, got.Managed)
+	}
+	const said = "left in place"
+	if n := strings.Count(logged.String(), said); n != 1 || !strings.Contains(logged.String(), "etc/old.conf: a directory is in its place") {
+		t.Fatalf("%d lines saying a path was %s, want 1 naming etc/old.conf and why:\n%s", n, said, logged.String())
+	}
+	if fi, err := os.Lstat(old); err != nil || !fi.IsDir() {
+		t.Fatalf("the directory: %v", err)
+	}
+	// Still on record (the agent killed between saving the paths it was about to
+	// write and the apply): a put back says it too.
+	f.a.applied.Managed = append(f.a.applied.Managed, "etc/old.conf")
+	if err := f.a.handle(ctx, raw); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.a.Applied(); got.LastErrorCode != "" {
+		t.Fatalf("the put back: %q %q", got.LastErrorCode, got.LastError)
+	}
+	if n := strings.Count(logged.String(), said); n != 2 {
+		t.Fatalf("%d lines saying a path was %s, want 2:\n%s", n, said, logged.String())
 	}
 }
