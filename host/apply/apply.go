@@ -38,11 +38,15 @@ const MaxFileSize = declarations.MaxFileSize
 // File is one declared file. Path is slash-separated and relative to the
 // managed root. The caller has validated it already; the applier checks again.
 type File struct {
-	Path  string
-	Data  []byte
-	Mode  fs.FileMode // permission bits, optionally with fs.ModeSetuid, ModeSetgid, ModeSticky (or Unix 04000, 02000, 01000)
-	Owner string      // user name or numeric id; empty leaves the owner alone
-	Group string      // group name or numeric id; empty leaves the group alone
+	Path string
+	Data []byte
+	Mode fs.FileMode // permission bits, optionally with fs.ModeSetuid, ModeSetgid, ModeSticky (or Unix 04000, 02000, 01000)
+	// Owner and Group are a user and a group, by name or numeric id. Empty keeps
+	// the owner (group) of the file found at the path, also when its content
+	// changes; a new file is the agent's user's (group's). Only with Chown (see
+	// FileApplier).
+	Owner string
+	Group string
 }
 
 // Result says what an Apply did. Written, Removed and Unchanged are sorted.
@@ -103,9 +107,12 @@ type Applier interface {
 // failed on it, though none named it.
 //
 // Owner and Group are applied only when Chown is true, which in practice means
-// running as root. When Chown is false they are ignored: new files belong to
-// the agent's user, and replaced files take the agent's ownership too, since
-// replacing is writing a new file.
+// running as root. Then an empty Owner or Group keeps the owner or group of the
+// file found at the path: a file rewritten for a new content or mode is given
+// them, as an unchanged one keeps them, and a new file belongs to the agent's
+// user. When Chown is false they are ignored: new files belong to the agent's
+// user, and replaced files take the agent's ownership too, since replacing is
+// writing a new file.
 //
 // The checks happen on the paths as they are when Apply starts; every step
 // after them goes through the directories the applier opened from the root one
@@ -331,7 +338,7 @@ func checkPath(p string) error {
 type write struct {
 	path      string
 	file      File
-	uid, gid  int  // to set, -1 to leave alone
+	uid, gid  int  // to set (declared, or with Chown the previous file's when not), -1 to leave the new file's
 	unchanged bool // the disk already matches
 	prev      *saved
 	mkdirs    []string // parent directories to create, outermost first
@@ -598,6 +605,18 @@ func (r *run) inspect(decl map[string]*File, stale []string) (plan, error) {
 				return plan{}, err
 			}
 			w.prev = prev
+			if r.a.Chown && prev != nil {
+				// Not declared, the owner is kept: a rewrite is a new file, the
+				// agent's, and a file of the app's became root's at its next change
+				// of content (still 0640: the app could no longer read it), while an
+				// unchanged one stayed the app's.
+				if f.Owner == "" {
+					w.uid = prev.uid
+				}
+				if f.Group == "" {
+					w.gid = prev.gid
+				}
+			}
 			w.unchanged = prev != nil && bytes.Equal(prev.data, f.Data) && prev.mode == f.Mode &&
 				(w.uid < 0 || w.uid == prev.uid) && (w.gid < 0 || w.gid == prev.gid)
 		}

@@ -671,6 +671,86 @@ func TestApplyChown(t *testing.T) {
 	}
 }
 
+// TestApplyKeepsAnOwnerNotDeclared: a managed file given to the app's user (by a
+// package, by hand, or by an earlier declaration that named an owner), declared
+// with no owner or group, stays the app's when its content or mode changes, as it
+// does while it is unchanged. Before, the rewrite was a new file of the agent's
+// (root's): a 0640 configuration the app had read became root's at its next
+// change of content, and the app could no longer read it, though the declaration
+// promised to leave the owner alone. A new file is the agent's user's; a declared
+// owner or group is applied as before; without Chown nothing changed.
+func TestApplyKeepsAnOwnerNotDeclared(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("changing a file's owner needs root")
+	}
+	root := t.TempDir()
+	a := FileApplier{Root: root, Chown: true}
+	ctx := context.Background()
+	p := filepath.Join(root, "etc", "app.conf")
+	mustWrite(t, p, "v1", 0o640)
+	if err := os.Chown(p, 12345, 23456); err != nil {
+		t.Fatal(err)
+	}
+	ownerIs := func(what string, uid, gid int) {
+		t.Helper()
+		fi, err := os.Lstat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u, g := owner(fi); u != uid || g != gid {
+			t.Errorf("%s: owner %d:%d, want %d:%d", what, u, g, uid, gid)
+		}
+	}
+	applyAs := func(f File, want string) {
+		t.Helper()
+		f.Path = "etc/app.conf"
+		res, err := a.Apply(ctx, []File{f}, []string{"etc/app.conf"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(res.Written, res.Unchanged); got != want {
+			t.Errorf("%+v: written, unchanged %s, want %s", f, got, want)
+		}
+	}
+	applyAs(File{Data: []byte("v1"), Mode: 0o640}, "[] [etc/app.conf]")
+	ownerIs("unchanged", 12345, 23456)
+	applyAs(File{Data: []byte("v2"), Mode: 0o640}, "[etc/app.conf] []")
+	ownerIs("new content", 12345, 23456)
+	assertFile(t, p, "v2", 0o640)
+	applyAs(File{Data: []byte("v2"), Mode: 0o600}, "[etc/app.conf] []")
+	ownerIs("new mode", 12345, 23456)
+	// Found as declared, owner and all: nothing differs.
+	if d, err := a.Differs(ctx, []File{{Path: "etc/app.conf", Data: []byte("v2"), Mode: 0o600}}, []string{"etc/app.conf"}); err != nil || d {
+		t.Errorf("Differs: %t, %v", d, err)
+	}
+	// One declared, the other kept.
+	applyAs(File{Data: []byte("v3"), Mode: 0o600, Group: "0"}, "[etc/app.conf] []")
+	ownerIs("group declared", 12345, 0)
+	applyAs(File{Data: []byte("v4"), Mode: 0o600, Owner: "0"}, "[etc/app.conf] []")
+	ownerIs("owner declared", 0, 0)
+
+	// A new file is the agent's.
+	if _, err := a.Apply(ctx, []File{{Path: "new.conf", Data: []byte("n"), Mode: 0o644}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Lstat(filepath.Join(root, "new.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, g := owner(fi); u != os.Geteuid() || g != os.Getegid() {
+		t.Errorf("a new file: owner %d:%d, want the agent's", u, g)
+	}
+
+	// Without Chown, a rewrite is the agent's, as the doc says.
+	if err := os.Chown(p, 12345, 23456); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (FileApplier{Root: root}).Apply(ctx, []File{{Path: "etc/app.conf", Data: []byte("v5"), Mode: 0o600}}, []string{"etc/app.conf"}); err != nil {
+		t.Fatal(err)
+	}
+	ownerIs("without Chown", os.Geteuid(), os.Getegid())
+}
+
 func TestApplyUnknownOwner(t *testing.T) {
 	root := t.TempDir()
 	for _, f := range []File{
