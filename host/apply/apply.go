@@ -185,7 +185,12 @@ func (a FileApplier) Apply(ctx context.Context, files []File, previous []string)
 
 // Differs reports whether Apply of files would change the managed root: a file to
 // write (its content, mode or owner), one to remove, a directory to create. It only
-// looks (what Apply inspects before its first write), and fails where that would.
+// looks (what Apply inspects before its first write), and fails where that would,
+// but for an error reading a file it did not need to read: unlike Apply, which keeps
+// every file it finds to restore it, Differs reads only a file at a declared path
+// of the declared content's size. Others differ whatever they hold, and reading
+// them whole held up to MaxFileSize a path at every file check, a file a local user
+// made large at each managed path included.
 func (a FileApplier) Differs(ctx context.Context, files []File, previous []string) (bool, error) {
 	r, decl, stale, err := a.begin(ctx, files, previous, false)
 	if err != nil {
@@ -195,6 +200,7 @@ func (a FileApplier) Differs(ctx context.Context, files []File, previous []strin
 		return len(files) > 0, nil // no root yet: each file would be written
 	}
 	defer r.end()
+	r.looking = decl
 	plan, err := r.inspect(decl, stale)
 	if err != nil {
 		return false, err
@@ -354,7 +360,8 @@ type remove struct {
 type saved struct {
 	data     []byte
 	mode     fs.FileMode
-	uid, gid int // -1 when unknown
+	uid, gid int  // -1 when unknown
+	unread   bool // not read, as Differs need not (run.skipRead): data is nil
 }
 
 type plan struct {
@@ -378,6 +385,20 @@ type run struct {
 	// known says whether a path is declared or managed: a temporary file's name
 	// may be declared too, and is then not a leftover.
 	known func(p string) bool
+	// looking, set by Differs, holds the declared files: a run that only looks,
+	// and reads no file it need not (skipRead).
+	looking map[string]*File
+}
+
+// skipRead says whether the regular file of size bytes found at p need not be
+// read: in a run that only looks, a file no longer declared is to be removed, and
+// one declared with a content of another size is to be written, whatever they hold.
+func (r *run) skipRead(p string, declared bool, size int64) bool {
+	if r.looking == nil {
+		return false
+	}
+	f, ok := r.looking[p]
+	return !declared || !ok || size != int64(len(f.Data))
 }
 
 // dirHandle is one directory of the managed tree, opened as far as this Apply
@@ -617,7 +638,7 @@ func (r *run) inspect(decl map[string]*File, stale []string) (plan, error) {
 					w.gid = prev.gid
 				}
 			}
-			w.unchanged = prev != nil && bytes.Equal(prev.data, f.Data) && prev.mode == f.Mode &&
+			w.unchanged = prev != nil && !prev.unread && bytes.Equal(prev.data, f.Data) && prev.mode == f.Mode &&
 				(w.uid < 0 || w.uid == prev.uid) && (w.gid < 0 || w.gid == prev.gid)
 		}
 		pl.writes = append(pl.writes, w)

@@ -63,11 +63,14 @@ func (r *run) readExistingByName(d *dirHandle, p, name string, declared bool) (*
 	if err := checkExisting(p, ofi.Mode(), ofi.Size(), declared); err != nil {
 		return nil, err
 	}
+	uid, gid := owner(ofi)
+	if r.skipRead(p, declared, ofi.Size()) {
+		return &saved{mode: ofi.Mode() & modeBits, uid: uid, gid: gid, unread: true}, nil
+	}
 	data, err := readCapped(f.Read, ofi.Size())
 	if err != nil {
 		return nil, readError(p, err, declared)
 	}
-	uid, gid := owner(ofi)
 	return &saved{data: data, mode: ofi.Mode() & modeBits, uid: uid, gid: gid}, nil
 }
 

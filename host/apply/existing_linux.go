@@ -50,6 +50,9 @@ func (r *run) readExistingAt(d *dirHandle, p, name string, declared bool) (*save
 	if err := checkExisting(p, mode, st.Size, declared); err != nil {
 		return nil, err
 	}
+	if r.skipRead(p, declared, st.Size) {
+		return &saved{mode: mode & modeBits, uid: int(st.Uid), gid: int(st.Gid), unread: true}, nil
+	}
 	data, err := readCapped(func(b []byte) (int, error) { return readFd(fd, b) }, st.Size)
 	if err != nil {
 		return nil, readError(p, err, declared)

@@ -3,11 +3,13 @@ package apply
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -353,5 +355,61 @@ func TestSizeText(t *testing.T) {
 		if got := sizeText(n); got != want {
 			t.Errorf("sizeText(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// TestDiffersReadsOnlyFilesOfTheDeclaredSize: the file check (Differs) reads a file
+// it finds only if its size is the declared content's. A local user who may write
+// in the managed root, putting a file of the largest size the applier reads at
+// each managed path, made every check (each minute) hold all of them, up to
+// MaxFileSize a path: 512 MiB for a thousand files. A file of the declared size is
+// still compared, and found as declared or not.
+func TestDiffersReadsOnlyFilesOfTheDeclaredSize(t *testing.T) {
+	root := t.TempDir()
+	a := FileApplier{Root: root}
+	ctx := context.Background()
+	var files []File
+	var previous []string
+	for i := range 24 {
+		p := fmt.Sprintf("etc/%02d.conf", i)
+		files = append(files, File{Path: p, Data: []byte("x=1\n"), Mode: 0o644})
+		previous = append(previous, p, fmt.Sprintf("old/%02d.conf", i))
+	}
+	if _, err := a.Apply(ctx, files, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range previous {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(filepath.Join(root, p), MaxFileSize); errors.Is(err, fs.ErrNotExist) {
+			mustWrite(t, filepath.Join(root, p), "", 0o644)
+			err = os.Truncate(filepath.Join(root, p), MaxFileSize)
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	d, err := a.Differs(ctx, files, previous)
+	runtime.ReadMemStats(&after)
+	if err != nil || !d {
+		t.Fatalf("Differs: %t, %v", d, err)
+	}
+	if got, read := after.TotalAlloc-before.TotalAlloc, uint64(len(previous))*MaxFileSize; got > read/8 {
+		t.Errorf("Differs allocated %s for %d files of %s that cannot be as declared: it read them",
+			sizeText(int64(got)), len(previous), sizeText(MaxFileSize))
+	}
+
+	// Of the declared size, a file is compared.
+	if _, err := a.Apply(ctx, files, previous); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := a.Differs(ctx, files, previous); err != nil || d {
+		t.Fatalf("as declared: %t, %v", d, err)
+	}
+	mustWrite(t, filepath.Join(root, "etc/07.conf"), "x=2\n", 0o644)
+	if d, err := a.Differs(ctx, files, previous); err != nil || !d {
+		t.Fatalf("another content of the same size: %t, %v", d, err)
 	}
 }
