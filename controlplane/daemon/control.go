@@ -500,10 +500,17 @@ func (d *Daemon) controlConfirm(req api.ControlConfirmRequest) (api.ControlConfi
 	if err != nil {
 		return out, err
 	}
+	// The probe this leader appended, if it did (control.add), or the one the log
+	// committed last for the node, which its record holds on every control node: a
+	// leader that took over since control.add, or whose serve restarted, holds no
+	// probe in memory (or one of an earlier join of the node), and refused a joiner
+	// that had applied the committed probe as not replicating. Either id reached the
+	// joiner only by the log (decision 0005).
 	d.ctl.mu.Lock()
-	want := d.ctl.probes[cn.ID]
+	appended := d.ctl.probes[cn.ID]
 	d.ctl.mu.Unlock()
-	if want == "" || !slices.Contains(req.Probes, want) {
+	named := func(id string) bool { return id != "" && slices.Contains(req.Probes, id) }
+	if !named(appended) && !named(cn.Probe) {
 		return out, &api.Error{Code: api.CodeBadRequest, Message: cn.ID + " has not applied its probe entry: it is not replicating the log"}
 	}
 	members, err := d.raft.Members()
