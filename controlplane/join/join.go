@@ -54,13 +54,23 @@ import (
 var (
 	ErrToken       = errors.New("the token cannot be used to join")
 	ErrNotCAHolder = errors.New("control tokens are minted only on the machine holding the CA key")
-	ErrRefused     = errors.New("the mesh refused the join")
+	// ErrRefused: the mesh's answer refused the token or the request (its code
+	// says which: token_used, token_expired …); a broker's refusal of the login,
+	// which says nothing of why, is ErrLoginRefused.
+	ErrRefused = errors.New("the mesh refused the join")
 	// ErrUnavailable: the mesh answered that it cannot admit anyone now (an
 	// election, a commit that failed); nothing was used up, and the same join
 	// may be run again.
 	ErrUnavailable  = errors.New("the mesh could not admit this node now")
 	ErrBadAnswer    = errors.New("the mesh's answer does not verify")
 	ErrNotConfirmed = errors.New("the join could not be confirmed and was rolled back")
+	// ErrLoginRefused: every broker of the mesh reached refused the join's login
+	// (nats' Authorization Violation, after the pin was checked), which a broker
+	// does without saying why: for a while (the token's connections over their
+	// budget, an address over its failed attempts, a broker with no room for
+	// another host) or for good (a token it never minted, a revoked key). Nothing
+	// was sent; the keys of the join are kept for a run with the same token.
+	ErrLoginRefused = errors.New("the mesh's brokers refused the join's login without saying why")
 	// ErrNoRoute: the node is a confirmed member of Raft (nothing was rolled
 	// back), but its NATS route to the other brokers did not come up in time;
 	// the same join run again finishes once the cluster port is open.
@@ -559,10 +569,12 @@ func (r *run) join(ctx context.Context) error {
 	return r.member(ctx, cfg, adm)
 }
 
-// dropSpentKeys removes the keys of this join (join-pending.json) once the mesh
-// refused its token for good (ErrRefused: used, expired, cancelled, unknown, another
-// role or node): no join can finish with them, and a seed nobody will use should not
-// lie about. After any other failure they stay, for a run with the same token.
+// dropSpentKeys removes the keys of this join (join-pending.json) once the mesh's
+// answer refused its token for good (ErrRefused: used, expired, cancelled, unknown,
+// another role or node): no join can finish with them, and a seed nobody will use
+// should not lie about. After any other failure they stay, for a run with the same
+// token: a login a broker refused (ErrLoginRefused) among them, since a broker
+// refuses some for a minute only, without saying which.
 func (r *run) dropSpentKeys(err error) error {
 	if !errors.Is(err, ErrRefused) {
 		return err
@@ -584,7 +596,7 @@ func (r *run) tokenID() string {
 func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolResponse, string, error) {
 	var resp api.EnrolResponse
 	var errs []string
-	substituted := 0
+	substituted, refused := 0, 0
 	for _, b := range r.tok.Brokers {
 		addr := b.String()
 		pub, _ := nk.PublicKey()
@@ -617,7 +629,15 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 				continue
 			}
 			if errors.Is(err, nats.ErrAuthorization) {
-				return resp, "", fmt.Errorf("%w (%s): the mesh does not admit this token: it never minted it, it was cancelled or expired over a day ago, the key it enrolled was revoked, or too many connections used it in the last 30 seconds (then wait and run join again)", ErrRefused, api.CodeTokenUnknown)
+				// The pin was checked: the mesh itself refused the login, before any
+				// request (a token it knows but will not admit is let in far enough
+				// to be told why, in its answer). The broker does not say why, and
+				// some refusals pass within a minute: another broker may take it,
+				// and the keys stay for a run with the same token.
+				refused++
+				r.step("connect", "%s: the mesh refused the login (a broker does not say why); nothing was sent", addr)
+				errs = append(errs, addr+": login refused")
+				continue
 			}
 			r.step("connect", "%s: unreachable (%v)", addr, err)
 			errs = append(errs, addr+": "+err.Error())
@@ -655,6 +675,17 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 			return resp, "", fmt.Errorf("%w: the answer is not a control admission for %s", ErrBadAnswer, r.tok.Node)
 		}
 		return resp, addr, nil
+	}
+	if refused > 0 {
+		// Said as a refusal the mesh sends in its answer (token_unknown, exit 4),
+		// it deleted the keys a resumed join needs: a join the mesh had admitted
+		// was then refused token_used, and a new token node_exists.
+		return resp, "", fmt.Errorf("%w (%s). The token was not spent by this run, and the keys of this join are kept in %s for a run with the same token. "+
+			"A broker refuses while too many connections used the token in the last 30 seconds (each run of join uses one), while this address made too many failed attempts in the last minute, "+
+			"and while the control node holds as many hosts as it has room for (its log says so): for these, wait a minute and run meshctl join --data %s again with the same token. "+
+			"It refuses for good a token the mesh never minted (or one cancelled or expired more than a day ago, or minted by a meshctl older than the control plane's), a key that was revoked, and a login relayed by something on the path that holds a certificate of the mesh (the secret was not sent): "+
+			"if a run a minute later is refused again, look on the machine that holds the CA key whether the token is pending (meshctl token list) and mint a new one",
+			ErrLoginRefused, strings.Join(errs, "; "), r.o.Dir.Path(pendingFile), r.o.Dir)
 	}
 	if substituted > 0 && substituted == len(r.tok.Brokers) {
 		return resp, "", pki.ErrPinMismatch

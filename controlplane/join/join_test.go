@@ -55,9 +55,19 @@ func TestControlAddresses(t *testing.T) {
 // and whose pin is pin.
 func controlToken(t *testing.T, addr string, pin [32]byte, role tokenfmt.Role, now time.Time) string {
 	t.Helper()
+	return controlTokenFor(t, []string{addr}, pin, role, now)
+}
+
+// controlTokenFor is controlToken naming the brokers addrs, in this order.
+func controlTokenFor(t *testing.T, addrs []string, pin [32]byte, role tokenfmt.Role, now time.Time) string {
+	t.Helper()
+	var brokers []netip.AddrPort
+	for _, a := range addrs {
+		brokers = append(brokers, netip.MustParseAddrPort(a))
+	}
 	pub, _, _ := ed25519.GenerateKey(nil)
 	tok, err := tokenfmt.Mint(tokenfmt.MintOptions{
-		Mesh: "m", Brokers: []netip.AddrPort{netip.MustParseAddrPort(addr)}, CAPin: pin, SigningKey: pub,
+		Mesh: "m", Brokers: brokers, CAPin: pin, SigningKey: pub,
 		Node: "cp-2", Role: role, TTL: 15 * time.Minute, Now: now,
 	})
 	if err != nil {

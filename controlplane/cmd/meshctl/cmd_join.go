@@ -36,9 +36,10 @@ SIGINT or SIGTERM stops it at any step (exit 9), rolling back a join the mesh ha
 a nonvoter; running it again with the same token resumes. It refuses at once a data
 directory another process holds (exit 8), one that holds another mesh, another node or
 other files (exit 7), and that of a control node that was removed (exit 6); a token
-that cannot be used, or that the mesh refuses, exits 4; no broker reached, no answer,
-or a mesh that cannot admit anyone now (an election) exits 3, and running it again
-with the same token goes on. Then start the node with meshctl serve.`,
+that cannot be used, or that the mesh's answer refuses, exits 4; no broker reached,
+no answer, a mesh that cannot admit anyone now (an election) or a login the brokers
+refused (wait a minute) exits 3, and running it again with the same token goes on.
+Then start the node with meshctl serve.`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			fs := c.Flags()
 			var dir, tokenFile string

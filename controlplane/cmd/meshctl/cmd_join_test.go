@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"mesh/controlplane/join"
 )
 
 // TestJoinTokenInputs: `--token-file -` reads the token on stdin, as `declare
@@ -96,5 +100,20 @@ func TestJoinWithTwoTokensIsRefused(t *testing.T) {
 	}
 	if _, err := os.Stat(data); !os.IsNotExist(err) {
 		t.Errorf("the data directory was made: %v", err)
+	}
+}
+
+// TestJoinFailuresARunAgainMendsExit3: what the same join run again with the same
+// token goes on from exits 3, as the exit codes say of join. A login the mesh's
+// brokers refused (the token's connections over their budget, a broker full of
+// hosts) was a refusal of the token for good, exit 4; it is now an error of its own,
+// and exits 3.
+func TestJoinFailuresARunAgainMendsExit3(t *testing.T) {
+	for _, err := range []error{
+		fmt.Errorf("%w (127.0.0.1:7300: login refused). The token was not spent", join.ErrLoginRefused),
+	} {
+		if code := exitCode(io.Discard, "meshctl join", err); code != exitUnreachable {
+			t.Errorf("%v: exit %d, want %d", err, code, exitUnreachable)
+		}
 	}
 }
