@@ -71,6 +71,11 @@ var (
 	// another host) or for good (a token it never minted, a revoked key). Nothing
 	// was sent; the keys of the join are kept for a run with the same token.
 	ErrLoginRefused = errors.New("the mesh's brokers refused the join's login without saying why")
+	// ErrClock: a broker's certificate chains to the pinned CA but is not valid at
+	// this machine's time (a pki.ClockError): the clock here, or the one that made
+	// the mesh's certificates, is wrong. It is the mesh; nothing was sent, and the
+	// same join run again once the clocks agree goes on.
+	ErrClock = pki.ErrClock
 	// ErrNoRoute: the node is a confirmed member of Raft (nothing was rolled
 	// back), but its NATS route to the other brokers did not come up in time;
 	// the same join run again finishes once the cluster port is open.
@@ -597,6 +602,7 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 	var resp api.EnrolResponse
 	var errs []string
 	substituted, refused := 0, 0
+	var clockErr *pki.ClockError
 	for _, b := range r.tok.Brokers {
 		addr := b.String()
 		pub, _ := nk.PublicKey()
@@ -626,6 +632,15 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 				r.step("connect", "%s: REFUSED: not the mesh's CA; nothing was sent", addr)
 				errs = append(errs, addr+": "+pki.ErrPinMismatch.Error())
 				substituted++
+				continue
+			}
+			var ce *pki.ClockError
+			if errors.As(err, &ce) {
+				// The mesh's own chain, out of its validity by this machine's
+				// clock: nothing was sent, and a run once the clock is set goes on.
+				clockErr = ce
+				r.step("connect", "%s: REFUSED: the certificate chains to the pinned CA but is not valid at this machine's time (%s); nothing was sent", addr, r.o.Now().UTC().Format(time.RFC3339))
+				errs = append(errs, addr+": not valid at this machine's time")
 				continue
 			}
 			if errors.Is(err, nats.ErrAuthorization) {
@@ -686,6 +701,11 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 			"It refuses for good a token the mesh never minted (or one cancelled or expired more than a day ago, or minted by a meshctl older than the control plane's), a key that was revoked, and a login relayed by something on the path that holds a certificate of the mesh (the secret was not sent): "+
 			"if a run a minute later is refused again, look on the machine that holds the CA key whether the token is pending (meshctl token list) and mint a new one",
 			ErrLoginRefused, strings.Join(errs, "; "), r.o.Dir.Path(pendingFile), r.o.Dir)
+	}
+	if clockErr != nil && substituted == 0 {
+		// A broker that is the mesh by its chain, refused for this machine's
+		// clock: the clock is what to fix, whatever the others did.
+		return resp, "", fmt.Errorf("%w; nothing was sent: run meshctl join --data %s again with the same token once the clock is right (%s)", clockErr, r.o.Dir, strings.Join(errs, "; "))
 	}
 	if substituted > 0 && substituted == len(r.tok.Brokers) {
 		return resp, "", pki.ErrPinMismatch

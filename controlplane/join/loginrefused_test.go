@@ -16,6 +16,7 @@ import (
 	"mesh/broker"
 	"mesh/controlplane/authn"
 	"mesh/controlplane/datadir"
+	"mesh/controlplane/operator"
 	"mesh/controlplane/pki"
 	"mesh/tokenfmt"
 )
@@ -111,5 +112,35 @@ func TestALoginRefusalKeepsTheJoinsKeys(t *testing.T) {
 				t.Errorf("the token's other broker was not tried, or the keys were said removed:\n%s", steps)
 			}
 		})
+	}
+}
+
+// TestAJoinOnAMachineWithAWrongClockSaysSo: a joining machine whose clock is behind
+// the mesh's certificates (a machine booted with a wrong RTC, before NTP) sees the
+// broker's chain reach the pinned CA, out of its validity. The join said "no broker
+// of the mesh could be reached ... retrying may help", which it does not until the
+// clock is set. Now it names the clock, as meshhost enrol does (ErrClock, a
+// pki.ClockError: exit 3), and says to run the join again once the clock is right.
+func TestAJoinOnAMachineWithAWrongClockSaysSo(t *testing.T) {
+	now := time.Now()
+	addr, pin := meshBroker(t, now.Add(3*time.Hour), refuseWith{broker.ErrRefused})
+	d := datadir.Dir(t.TempDir())
+	var out strings.Builder
+	err := Join(t.Context(), Options{Dir: d, Token: controlToken(t, addr, pin, tokenfmt.RoleControl, now), Out: &out})
+	var ce *pki.ClockError
+	if !errors.Is(err, ErrClock) || !errors.As(err, &ce) || errors.Is(err, operator.ErrUnreachable) || errors.Is(err, pki.ErrPinMismatch) {
+		t.Fatalf("want ErrClock (a pki.ClockError), not unreachable or substituted; got %v\n%s", err, out.String())
+	}
+	msg := err.Error()
+	for _, says := range []string{"not valid at this machine's time", "this machine's clock is behind", "run meshctl join --data " + string(d) + " again with the same token once the clock is right"} {
+		if !strings.Contains(msg, says) {
+			t.Errorf("the error does not say %q: %v", says, err)
+		}
+	}
+	if strings.Contains(msg, "retrying may help") || !strings.Contains(out.String(), addr+": REFUSED: the certificate chains to the pinned CA but is not valid at this machine's time") {
+		t.Errorf("the clock is not named:\n%v\n%s", err, out.String())
+	}
+	if d.Exists(datadir.ConfigFile) {
+		t.Error("a join refused for the clock wrote mesh.json")
 	}
 }

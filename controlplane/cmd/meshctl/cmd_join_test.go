@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"mesh/controlplane/join"
+	"mesh/controlplane/pki"
 )
 
 // TestJoinTokenInputs: `--token-file -` reads the token on stdin, as `declare
@@ -106,11 +108,13 @@ func TestJoinWithTwoTokensIsRefused(t *testing.T) {
 // TestJoinFailuresARunAgainMendsExit3: what the same join run again with the same
 // token goes on from exits 3, as the exit codes say of join. A login the mesh's
 // brokers refused (the token's connections over their budget, a broker full of
-// hosts) was a refusal of the token for good, exit 4; it is now an error of its own,
-// and exits 3.
+// hosts) was a refusal of the token for good, exit 4; a broker's certificates out of
+// their validity by this machine's clock were "unreachable" (exit 3). Each is now an
+// error of its own, and exits 3.
 func TestJoinFailuresARunAgainMendsExit3(t *testing.T) {
 	for _, err := range []error{
 		fmt.Errorf("%w (127.0.0.1:7300: login refused). The token was not spent", join.ErrLoginRefused),
+		fmt.Errorf("%w; nothing was sent", &pki.ClockError{Now: time.Now(), NotBefore: time.Now().Add(time.Hour), NotAfter: time.Now().Add(2 * time.Hour)}),
 	} {
 		if code := exitCode(io.Discard, "meshctl join", err); code != exitUnreachable {
 			t.Errorf("%v: exit %d, want %d", err, code, exitUnreachable)

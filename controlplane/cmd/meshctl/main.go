@@ -315,9 +315,11 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		return exitRefused
 	case errors.Is(err, operator.ErrUnreachable), errors.Is(err, operator.ErrNoLeader), errors.Is(err, operator.ErrNoAnswer), errors.Is(err, operator.ErrConnectionLost),
 		errors.Is(err, join.ErrUnavailable),
-		// A join's login refused by the mesh's brokers: the same join run again a
-		// minute later goes on, as after an unreachable broker.
-		errors.Is(err, join.ErrLoginRefused):
+		// A join's login refused by the mesh's brokers, or its certificates out
+		// of their validity by this machine's clock: the same join run again (a
+		// minute later, once the clock is set) goes on, as after an unreachable
+		// broker.
+		errors.Is(err, join.ErrLoginRefused), errors.Is(err, join.ErrClock):
 		return exitUnreachable
 	case errors.Is(err, join.ErrRefused), errors.Is(err, join.ErrToken), errors.Is(err, join.ErrRemoved),
 		errors.Is(err, operator.ErrReadOnly), errors.Is(err, join.ErrNotCAHolder):
