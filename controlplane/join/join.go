@@ -61,9 +61,17 @@ var (
 	// ErrUnavailable: the mesh answered that it cannot admit anyone now (an
 	// election, a commit that failed); nothing was used up, and the same join
 	// may be run again.
-	ErrUnavailable  = errors.New("the mesh could not admit this node now")
-	ErrBadAnswer    = errors.New("the mesh's answer does not verify")
-	ErrNotConfirmed = errors.New("the join could not be confirmed and was rolled back")
+	ErrUnavailable = errors.New("the mesh could not admit this node now")
+	ErrBadAnswer   = errors.New("the mesh's answer does not verify")
+	// ErrNotConfirmed: the mesh did not confirm that the node replicates, and the
+	// join was rolled back (the nonvoter taken out of Raft again), unless the
+	// error also wraps ErrRollbackFailed.
+	ErrNotConfirmed = errors.New("the join could not be confirmed")
+	// ErrRollbackFailed: a join that could not go on was to be rolled back, and the
+	// control plane did not say it took the node out of Raft (no answer in time, a
+	// refusal): the node may be left a member of Raft, never confirmed. Running the
+	// same join again resumes it; meshctl control remove gives up on it.
+	ErrRollbackFailed = errors.New("rolling the join back failed")
 	// ErrLoginRefused: every broker of the mesh reached refused the join's login
 	// (nats' Authorization Violation, after the pin was checked), which a broker
 	// does without saying why: for a while (the token's connections over their
@@ -774,15 +782,27 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 		return err
 	}
 	defer op.Close()
-	// rollback takes the node out of Raft again, for a join that will not be confirmed.
-	rollback := func(ctx context.Context) {
-		_ = call(ctx, op, api.OpControlAbort, api.ControlRequest{Node: cfg.Node}, nil)
+	// again is how the join is resumed.
+	again := fmt.Sprintf("run the same meshctl join --data %s again with the same token", d)
+	// rollback takes the node out of Raft again, for a join that will not be
+	// confirmed. It returns nil once the control plane said it did, and otherwise
+	// ErrRollbackFailed, saying how to resume (resume) or give up on the node: the
+	// message said "rolled back" whether or not the call went through, and a node
+	// left a nonvoter was then believed gone.
+	rollback := func(ctx context.Context, resume string) error {
+		err := call(ctx, op, api.OpControlAbort, api.ControlRequest{Node: cfg.Node}, nil)
+		if err != nil && ctx.Err() != nil {
+			err = fmt.Errorf("no answer within %s", abortWait) // the only bound given
+		}
+		return r.rollbackError(cfg.Node, err, resume)
 	}
-	// interrupted rolls back (for at most abortWait) and says so.
+	// interrupted rolls back (for at most abortWait) and says how it went.
 	interrupted := func(what string) error {
 		abortCtx, cancel := context.WithTimeout(context.Background(), abortWait)
 		defer cancel()
-		rollback(abortCtx)
+		if err := rollback(abortCtx, again); err != nil {
+			return fmt.Errorf("%w while %s; %w", context.Cause(ctx), what, err)
+		}
 		return r.interrupted(ctx, what, "the join was rolled back")
 	}
 
@@ -831,8 +851,11 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 	// Raft's applied index goes on past the probe: the join is this meshctl's to
 	// refuse, not "not replicating" (exit 7, as serve says of the same log).
 	halted := func() error {
-		rollback(context.Background())
-		return fmt.Errorf("%w\n%s was taken out of the mesh again: run the same join with the meshctl the other control nodes run", fsm.HaltErr(), cfg.Node)
+		const resume = "run the same join with the meshctl the other control nodes run"
+		if err := rollback(context.Background(), resume); err != nil {
+			return fmt.Errorf("%w\n%w", fsm.HaltErr(), err)
+		}
+		return fmt.Errorf("%w\n%s was taken out of the mesh again: %s", fsm.HaltErr(), cfg.Node, resume)
 	}
 	for node.AppliedIndex() < add.ProbeIndex {
 		select {
@@ -844,9 +867,9 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 			if rerr := removed(); rerr != nil {
 				return rerr
 			}
-			rollback(context.Background())
-			return fmt.Errorf("%w: after %s this node had applied log index %d, not the probe at %d: the leader cannot reach %s (firewall? wrong address?)",
-				ErrNotConfirmed, r.o.ConfirmTimeout, node.AppliedIndex(), add.ProbeIndex, cfg.RaftListen)
+			why := fmt.Sprintf("after %s this node had applied log index %d, not the probe at %d: the leader cannot reach %s (firewall? wrong address?)",
+				r.o.ConfirmTimeout, node.AppliedIndex(), add.ProbeIndex, cfg.RaftListen)
+			return r.notConfirmed(cfg.Node, why, rollback(context.Background(), again))
 		case <-look.C:
 			if rerr := removed(); rerr != nil {
 				return rerr
@@ -877,8 +900,7 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 		if rerr := removed(); rerr != nil {
 			return rerr
 		}
-		rollback(context.Background())
-		return fmt.Errorf("%w: %v", ErrNotConfirmed, err)
+		return r.notConfirmed(cfg.Node, err.Error(), rollback(context.Background(), again))
 	}
 	r.step("confirm", "replicating: applied the probe entry at index %d, which only the log carried", add.ProbeIndex)
 	if conf.Voter {
@@ -901,6 +923,26 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 	_ = os.Remove(d.Path(pendingFile))
 	fmt.Fprintf(r.o.Out, "joined: %s is a control node of mesh %s. start it with: meshctl serve --data %s\n", cfg.Node, cfg.Mesh, d)
 	return nil
+}
+
+// notConfirmed is the error of a join the mesh did not confirm, for why, whose
+// rollback ended with undo (nil: the node is out of Raft again).
+func (r *run) notConfirmed(node, why string, undo error) error {
+	if undo != nil {
+		return fmt.Errorf("%w: %s; %w", ErrNotConfirmed, why, undo)
+	}
+	return fmt.Errorf("%w: %s; the join was rolled back (%s is out of Raft again): fix that and run the same meshctl join --data %s again with the same token to resume",
+		ErrNotConfirmed, why, node, r.o.Dir)
+}
+
+// rollbackError is the error of a rollback of node's join whose control.abort call
+// ended with err, nil when it went through; resume says how to run the join again.
+func (r *run) rollbackError(node string, err error, resume string) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w (%v): %s may still be a member of Raft, never confirmed; %s to resume the join, or give up on the node (meshctl control remove %s)",
+		ErrRollbackFailed, err, node, resume, node)
 }
 
 func (r *run) route(ctx context.Context, cfg datadir.Config, adm *api.ControlAdmission) error {

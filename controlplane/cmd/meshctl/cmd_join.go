@@ -31,12 +31,13 @@ func joinCommand() command {
 Prints each step: pin check, TLS identity and signing key received, Raft nonvoter,
 proof that it replicates, promotion, a NATS route to the other brokers. Reports
 success only when confirmed; a join that cannot be confirmed is rolled back and says
-why. Running it again resumes an unfinished join, and is a no-op on a joined node.
-SIGINT or SIGTERM stops it at any step (exit 9), rolling back a join the mesh had as
-a nonvoter; running it again with the same token resumes. It refuses at once a data
-directory another process holds (exit 8), one that holds another mesh, another node or
-other files (exit 7), and that of a control node that was removed (exit 6); a token
-that cannot be used, or that the mesh's answer refuses, exits 4; no broker reached,
+why (or that rolling back failed, and what to do). Running it again resumes an
+unfinished join, and is a no-op on a joined node. SIGINT or SIGTERM stops it at any
+step (exit 9), rolling back a join the mesh had as a nonvoter; running it again with
+the same token resumes. It refuses at once a data directory another process holds
+(exit 8), one that holds another mesh, another node or other files (exit 7), and
+that of a control node that was removed (exit 6); a token that cannot be used, or
+that the mesh's answer refuses, exits 4; no broker reached,
 no answer, a mesh that cannot admit anyone now (an election), a login the brokers
 refused (wait a minute) or a clock that disagrees with the mesh's certificates exits
 3, and running it again with the same token goes on. Then start the node with
