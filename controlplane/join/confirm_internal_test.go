@@ -162,6 +162,38 @@ func joinAgainst(t *testing.T, f *fakeLeader) (*run, datadir.Config, *steps) {
 	return &run{o: Options{Dir: d, Out: out, Logger: slog.New(slog.DiscardHandler), Now: time.Now, ConfirmTimeout: 45 * time.Second}}, cfg, out
 }
 
+// TestAConfirmationTheMeshCouldNotAnswerIsNotRolledBack: a joiner that applied its
+// probe entry and asked the mesh to confirm it, while the leader changed or failed
+// to answer (`unavailable`, "leadership changed during the request"; `internal`),
+// was rolled back and told "could not be confirmed" (ErrNotConfirmed), pointing at
+// replication or a firewall: a healthy join undone, to be run again while the token
+// lasts. Now nothing is rolled back; the join says the node replicates and is a
+// nonvoter, and that the same join run again resumes (ErrConfirmLater, exit 3).
+func TestAConfirmationTheMeshCouldNotAnswerIsNotRolledBack(t *testing.T) {
+	for _, refusal := range []*api.Error{
+		{Code: api.CodeUnavailable, Message: "leadership changed during the request; run it again"},
+		{Code: api.CodeInternal, Message: "raft: shutdown"},
+	} {
+		t.Run(refusal.Code, func(t *testing.T) {
+			f := &fakeLeader{Confirm: refusal}
+			r, cfg, _ := joinAgainst(t, f)
+			err := r.member(t.Context(), cfg, &api.ControlAdmission{})
+			if n := f.abortsSeen(); n != 0 {
+				t.Errorf("the join was rolled back (%d control.abort) after the mesh could not answer its confirmation: %v", n, err)
+			}
+			var ae *api.Error
+			if !errors.Is(err, ErrConfirmLater) || errors.Is(err, ErrNotConfirmed) || !errors.As(err, &ae) || ae.Code != refusal.Code {
+				t.Fatalf("want ErrConfirmLater wrapping the mesh's %s, not ErrNotConfirmed; got %v", refusal.Code, err)
+			}
+			for _, says := range []string{"nothing was rolled back", "run the same meshctl join --data " + string(r.o.Dir) + " again with the same token"} {
+				if !strings.Contains(err.Error(), says) {
+					t.Errorf("the error does not say %q: %v", says, err)
+				}
+			}
+		})
+	}
+}
+
 // TestAJoinSaysWhetherItWasRolledBack: a join that cannot go on asks the mesh to
 // take the node out of Raft again (control.abort). Before, the answer was ignored,
 // and the join said "the join was rolled back" (or "could not be confirmed and was

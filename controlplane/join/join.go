@@ -72,6 +72,11 @@ var (
 	// refusal): the node may be left a member of Raft, never confirmed. Running the
 	// same join again resumes it; meshctl control remove gives up on it.
 	ErrRollbackFailed = errors.New("rolling the join back failed")
+	// ErrConfirmLater: the node replicates (it applied the probe entry) and is a
+	// Raft nonvoter, but the mesh could not confirm it now (no leader, a leader
+	// that changed, no answer); nothing was rolled back, and the same join run
+	// again resumes.
+	ErrConfirmLater = errors.New("the mesh could not confirm the join now")
 	// ErrLoginRefused: every broker of the mesh reached refused the join's login
 	// (nats' Authorization Violation, after the pin was checked), which a broker
 	// does without saying why: for a while (the token's connections over their
@@ -900,7 +905,7 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 		if rerr := removed(); rerr != nil {
 			return rerr
 		}
-		return r.notConfirmed(cfg.Node, err.Error(), rollback(context.Background(), again))
+		return r.confirmFailed(cfg.Node, add.ProbeIndex, err, func() error { return rollback(context.Background(), again) })
 	}
 	r.step("confirm", "replicating: applied the probe entry at index %d, which only the log carried", add.ProbeIndex)
 	if conf.Voter {
@@ -923,6 +928,23 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 	_ = os.Remove(d.Path(pendingFile))
 	fmt.Fprintf(r.o.Out, "joined: %s is a control node of mesh %s. start it with: meshctl serve --data %s\n", cfg.Node, cfg.Mesh, d)
 	return nil
+}
+
+// confirmFailed is the error of a join whose control.confirm failed with err, the
+// node having applied the probe entry at index probe. A failure that says the mesh
+// cannot answer now (unavailable: no leader, or one that changed during the
+// request; internal; no answer; a lost connection) rolls nothing back: the node
+// replicates, and the same join run again confirms it. Before, it was rolled back
+// as not confirmed. A refusal (the node did not name its probe: not replicating)
+// rolls the join back with rollback.
+func (r *run) confirmFailed(node string, probe uint64, err error, rollback func() error) error {
+	var ae *api.Error
+	if errors.As(err, &ae) && (ae.Code == api.CodeUnavailable || ae.Code == api.CodeInternal) ||
+		errors.Is(err, operator.ErrNoLeader) || errors.Is(err, operator.ErrNoAnswer) || errors.Is(err, operator.ErrConnectionLost) {
+		return fmt.Errorf("%w (%w): %s applied the probe entry at index %d and is a Raft nonvoter, not confirmed yet; nothing was rolled back: run the same meshctl join --data %s again with the same token to resume",
+			ErrConfirmLater, err, node, probe, r.o.Dir)
+	}
+	return r.notConfirmed(node, err.Error(), rollback())
 }
 
 // notConfirmed is the error of a join the mesh did not confirm, for why, whose

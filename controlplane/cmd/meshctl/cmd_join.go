@@ -37,11 +37,11 @@ step (exit 9), rolling back a join the mesh had as a nonvoter; running it again 
 the same token resumes. It refuses at once a data directory another process holds
 (exit 8), one that holds another mesh, another node or other files (exit 7), and
 that of a control node that was removed (exit 6); a token that cannot be used, or
-that the mesh's answer refuses, exits 4; no broker reached,
-no answer, a mesh that cannot admit anyone now (an election), a login the brokers
-refused (wait a minute) or a clock that disagrees with the mesh's certificates exits
-3, and running it again with the same token goes on. Then start the node with
-meshctl serve.`,
+that the mesh's answer refuses, exits 4; no broker reached, no answer, a mesh that
+cannot admit or confirm anyone now (an election), a login the brokers refused
+(wait a minute) or a clock that disagrees with the mesh's certificates exits 3, and
+running it again with the same token goes on. Then start the node with meshctl
+serve.`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			fs := c.Flags()
 			var dir, tokenFile string

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"mesh/controlplane/api"
 	"mesh/controlplane/join"
 	"mesh/controlplane/pki"
 )
@@ -108,13 +109,16 @@ func TestJoinWithTwoTokensIsRefused(t *testing.T) {
 // TestJoinFailuresARunAgainMendsExit3: what the same join run again with the same
 // token goes on from exits 3, as the exit codes say of join. A login the mesh's
 // brokers refused (the token's connections over their budget, a broker full of
-// hosts) was a refusal of the token for good, exit 4; a broker's certificates out of
-// their validity by this machine's clock were "unreachable" (exit 3). Each is now an
-// error of its own, and exits 3.
+// hosts) was a refusal of the token for good, exit 4; a confirmation the mesh could
+// not give (a leader that changed; internal) was rolled back, exit 1; a broker's
+// certificates out of their validity by this machine's clock were "unreachable"
+// (exit 3). Each is now an error of its own, and exits 3.
 func TestJoinFailuresARunAgainMendsExit3(t *testing.T) {
 	for _, err := range []error{
 		fmt.Errorf("%w (127.0.0.1:7300: login refused). The token was not spent", join.ErrLoginRefused),
 		fmt.Errorf("%w; nothing was sent", &pki.ClockError{Now: time.Now(), NotBefore: time.Now().Add(time.Hour), NotAfter: time.Now().Add(2 * time.Hour)}),
+		fmt.Errorf("%w (%w): nothing was rolled back", join.ErrConfirmLater, &api.Error{Code: api.CodeInternal, Message: "raft: shutdown"}),
+		fmt.Errorf("%w (%w): nothing was rolled back", join.ErrConfirmLater, &api.Error{Code: api.CodeUnavailable, Message: "leadership changed during the request; run it again"}),
 	} {
 		if code := exitCode(io.Discard, "meshctl join", err); code != exitUnreachable {
 			t.Errorf("%v: exit %d, want %d", err, code, exitUnreachable)

@@ -314,7 +314,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		// waiting does not mend (operator.ErrUnreachable wraps it too, so before that).
 		return exitRefused
 	case errors.Is(err, operator.ErrUnreachable), errors.Is(err, operator.ErrNoLeader), errors.Is(err, operator.ErrNoAnswer), errors.Is(err, operator.ErrConnectionLost),
-		errors.Is(err, join.ErrUnavailable),
+		errors.Is(err, join.ErrUnavailable), errors.Is(err, join.ErrConfirmLater),
 		// A join's login refused by the mesh's brokers, or its certificates out
 		// of their validity by this machine's clock: the same join run again (a
 		// minute later, once the clock is set) goes on, as after an unreachable
