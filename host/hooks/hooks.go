@@ -100,6 +100,72 @@ func Load(file string) (Config, error) {
 	return c, nil
 }
 
+// ErrInRoot is CheckApart's refusal of a hooks file inside the managed root.
+var ErrInRoot = errors.New("the hooks file must not be inside the managed root")
+
+// CheckApart refuses a hooks file that is in the managed root, or whose link leads
+// there (ErrInRoot), links resolved as far as the paths exist: a declaration names
+// any path in the root, and a hooks file it wrote there (root's, 0644, as Load
+// wants it) would name the commands the agent runs, as root, from its next start.
+// The file is judged both where its name is (the directory holding it, resolved)
+// and where it leads. Whether the file exists is Load's to say; one not there yet
+// is refused too, as a declaration could make it.
+func CheckApart(file, root string) error {
+	r, err := statedir.Resolved(root)
+	if err != nil {
+		return err
+	}
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		return err
+	}
+	dir, err := statedir.Resolved(filepath.Dir(abs))
+	if err != nil {
+		return err
+	}
+	leads, err := leadsTo(abs)
+	if err != nil {
+		return err
+	}
+	for _, p := range []string{filepath.Join(dir, filepath.Base(abs)), leads} {
+		if rel, err := filepath.Rel(r, p); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			resolved := ""
+			if p != abs {
+				resolved = " (" + p + ", links resolved)"
+			}
+			return fmt.Errorf("%w: --hooks %s%s is in --root %s, where a declaration could replace it and choose the commands the agent runs as root; choose places apart (/etc/meshhost/hooks.json, with a root that does not hold it)", ErrInRoot, file, resolved, root)
+		}
+	}
+	return nil
+}
+
+// leadsTo is where p leads, links resolved, a link to nothing (yet) included:
+// statedir.Resolved stops at a path that does not exist, and would judge such a
+// link where it is, not where what a declaration makes there would be read.
+func leadsTo(p string) (string, error) {
+	for range 40 { // as Linux's limit on links in a row
+		fi, err := os.Lstat(p)
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			break
+		}
+		target, err := os.Readlink(p)
+		if err != nil {
+			return "", err
+		}
+		if !filepath.IsAbs(target) {
+			// From the directory the link is in, its own links resolved: "../x"
+			// through a linked directory is not the lexical parent's x.
+			dir, err := statedir.Resolved(filepath.Dir(p))
+			if err != nil {
+				return "", err
+			}
+			target = filepath.Join(dir, target)
+		}
+		p = target
+	}
+	return statedir.Resolved(p)
+}
+
 // parse decodes and checks a hooks file's content: one JSON object, nothing after it
 // but white space, no unknown field. Its errors match ErrConfig; content over the cap
 // is ErrTooLarge, content cut short ErrTruncated.

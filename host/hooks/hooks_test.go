@@ -108,6 +108,78 @@ func TestLoadRefusesAFileOthersCanChange(t *testing.T) {
 	}
 }
 
+// TestAHooksFileInTheRootIsRefused: the hooks file names the commands the agent
+// runs as root, and a declaration may write any path of the managed root: a hooks
+// file there (`--root /srv/app --hooks /srv/app/hooks.json`, or a root such as /etc
+// holding /etc/meshhost/hooks.json) is refused, as a state directory there is, by
+// where its name is and where its links lead. Before, it was read: a declaration
+// wrote hooks.json (root's, 0644, which Load takes) and the agent ran the mesh's
+// commands as root from its next start.
+func TestAHooksFileInTheRootIsRefused(t *testing.T) {
+	base := t.TempDir()
+	root := filepath.Join(base, "root")
+	outside := filepath.Join(base, "etc")
+	for _, d := range []string{filepath.Join(root, "meshhost"), outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(name, target string) string {
+		p := filepath.Join(outside, name)
+		if err := os.Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	rootLink := link("root-link", root)
+	refused := map[string][2]string{ // file, root
+		"in the root":                {filepath.Join(root, "hooks.json"), root},
+		"deeper in the root":         {filepath.Join(root, "meshhost", "hooks.json"), root},
+		"not there yet, in the root": {filepath.Join(root, "new", "hooks.json"), root},
+		"a link into the root":       {link("hooks.json", filepath.Join(root, "hooks.json")), root},
+		"through a link to the root": {filepath.Join(rootLink, "hooks.json"), root},
+		"the root through a link":    {filepath.Join(root, "hooks.json"), rootLink},
+		"relative, in the root":      {"root/hooks.json", root},
+	}
+	t.Chdir(base)
+	for name, c := range refused {
+		err := CheckApart(c[0], c[1])
+		if !errors.Is(err, ErrInRoot) || !strings.Contains(err.Error(), "choose places apart") {
+			t.Errorf("%s (--hooks %s --root %s): %v, want ErrInRoot saying to choose places apart", name, c[0], c[1], err)
+		}
+	}
+	// A relative link in a directory reached through a link leads from where it
+	// really is (a/b/../../root is the root), not from the path given (L/../..).
+	if err := os.MkdirAll(filepath.Join(base, "a", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../../root/hooks.json", filepath.Join(base, "a", "b", "hooks.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("a/b", filepath.Join(base, "L")); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckApart(filepath.Join(base, "L", "hooks.json"), root); !errors.Is(err, ErrInRoot) {
+		t.Errorf("a relative link, in a directory reached through a link, into the root: %v, want ErrInRoot", err)
+	}
+	linkInRoot := filepath.Join(root, "hooks-link.json")
+	if err := os.Symlink(filepath.Join(outside, "real.json"), linkInRoot); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckApart(linkInRoot, root); !errors.Is(err, ErrInRoot) {
+		t.Errorf("a link in the root to a file outside it: %v, want ErrInRoot (a declaration names the link's path)", err)
+	}
+	for name, file := range map[string]string{
+		"beside the root":              filepath.Join(base, "root-hooks.json"),
+		"apart":                        filepath.Join(outside, "meshhost.json"),
+		"in a directory named like it": filepath.Join(base, "rootx", "hooks.json"),
+	} {
+		if err := CheckApart(file, root); err != nil {
+			t.Errorf("%s (--hooks %s): %v, want it taken", name, file, err)
+		}
+	}
+}
+
 // TestHooksInheritLittle: a hook gets the locale and PATH of the agent's environment
 // and nothing else of it (not MESH_TOKEN, not systemd's credentials), no descriptor
 // the agent inherited, and a token it prints is hidden in the output the node

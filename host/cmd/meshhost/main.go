@@ -219,7 +219,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		errors.Is(err, hooks.ErrConfig), errors.Is(err, errRecordUnusable), errors.Is(err, statedir.ErrRootUnusable),
 		errors.Is(err, errForeignFiles):
 		return exitIdentity
-	case errors.Is(err, agent.ErrStateInRoot):
+	case errors.Is(err, agent.ErrStateInRoot), errors.Is(err, hooks.ErrInRoot):
 		return exitUsage
 	case errors.Is(err, enrol.ErrToken):
 		return exitToken
@@ -243,7 +243,7 @@ func synopsis(name string) string {
 	case "enrol":
 		return "--state DIR [--token-file F] [--json]   (the token in F, in MESH_TOKEN, in the systemd credential mesh-token, or on stdin)\n\nAdopt this machine into the mesh the token names: pin checked before any credential\nleaves, a key generated here (it logs in by signing the broker's nonce), the answer\nverified (its first declaration is signed for this key), the identity saved. One\nconnection; `meshhost run` then connects as the node. Each step is printed.\nExits 3 when the token cannot be used or the mesh refuses it, 4 when the broker is\nnot the mesh the token names, 5 when this machine is enrolled already or the state\ndirectory is not safe, 7 when no broker answered or one refused the login\n(login_refused: retrying a minute later may help; refused again, the token is not\none the mesh knows: ask for a new one), 8 when another meshhost holds the state\ndirectory."
 	case "run":
-		return "--state DIR --root DIR [--hooks F] [--log-format text|json]\n\nStay connected as this node and keep the managed root in line with its declarations:\nevery one verified (signature, audience, version, validity) before it is applied.\nUnder systemd (Type=notify) it reports ready once connected and synced with the mesh.\nExits 6 once the mesh revoked this node; 5 when the identity or the state directory\nis unusable or not safe, --root is not a directory, or the hooks file cannot be used, or a path it acts on (the hooks\nfile, the managed root's parents) another user could change; 1 when --root's parent does not exist\n(a mount not there yet: the unit restarts it); 2 when --state is inside --root; 8 when another\nmeshhost holds the state directory."
+		return "--state DIR --root DIR [--hooks F] [--log-format text|json]\n\nStay connected as this node and keep the managed root in line with its declarations:\nevery one verified (signature, audience, version, validity) before it is applied.\nUnder systemd (Type=notify) it reports ready once connected and synced with the mesh.\nExits 6 once the mesh revoked this node; 5 when the identity or the state directory\nis unusable or not safe, --root is not a directory, or the hooks file cannot be used, or a path it acts on (the hooks\nfile, the managed root's parents) another user could change; 1 when --root's parent does not exist\n(a mount not there yet: the unit restarts it); 2 when --state or --hooks is inside --root; 8 when another\nmeshhost holds the state directory."
 	case "status":
 		return "--state DIR [--json]\n\nShow this node's identity, applied version, last error, and the hooks owed or failed\n(run again by meshhost hooks retry). Exits 6 when the mesh\nrevoked this node (as `meshhost run` recorded it)."
 	case "hooks retry":
@@ -609,6 +609,11 @@ func cmdRun(args []string, cio *cliIO) error {
 	}
 	var hk hooks.Config
 	if *hooksFile != "" {
+		// Exit 2, as the state directory inside the root, before the file is read:
+		// a declaration could write it.
+		if err := hooks.CheckApart(*hooksFile, *root); errors.Is(err, hooks.ErrInRoot) {
+			return err
+		}
 		if hk, err = hooks.Load(*hooksFile); err != nil {
 			// Exit 5, as an unusable or unsafe state directory: the file stays as it
 			// is until a person edits it, so systemd must not start the agent again

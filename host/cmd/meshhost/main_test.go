@@ -23,6 +23,12 @@ func runCLI(stdin string, env map[string]string, args ...string) (int, string, s
 
 func TestUsageErrors(t *testing.T) {
 	dir := t.TempDir()
+	if err := os.MkdirAll(dir+"/root", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir+"/root/hooks.json", []byte(`{"hooks":[{"name":"reload","paths":["*"],"run":["true"]}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		args []string
 		want string
@@ -53,6 +59,10 @@ func TestUsageErrors(t *testing.T) {
 		// while an agent runs on it.
 		{[]string{"run", "--state", dir + "/state", "--root", dir}, "must not be inside the managed root"},
 		{[]string{"run", "--state", dir, "--root", dir}, "must not be inside the managed root"},
+		// A declaration could write it there, and choose the commands run as root
+		// at the next start: said before the file is read, exit 2 as the state
+		// directory inside the root (before, it was read and used).
+		{[]string{"run", "--state", dir + "/state", "--root", dir + "/root", "--hooks", dir + "/root/hooks.json"}, "the hooks file must not be inside the managed root"},
 		{[]string{"enrol", "--bogus"}, "unknown flag --bogus"},
 		{[]string{"status", "-i"}, "unknown flag -i (meshhost's flags are words"},
 		{[]string{"enrol", "--state"}, "flag needs an argument: --state"},
@@ -74,7 +84,7 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("%v: want the error once on stderr and nothing on stdout; stdout %q, stderr %q", c.args, stdout, stderr)
 		}
 		// (--state inside --root is no mistake of form: its message says what to do.)
-		if c.args[0] != "frobnicate" && c.want != "must not be inside the managed root" && !strings.Contains(stderr, "run `meshhost "+c.args[0]+" --help` for usage") && !strings.Contains(stderr, "usage:") {
+		if c.args[0] != "frobnicate" && !strings.HasSuffix(c.want, "must not be inside the managed root") && !strings.Contains(stderr, "run `meshhost "+c.args[0]+" --help` for usage") && !strings.Contains(stderr, "usage:") {
 			t.Errorf("%v: no hint of the right usage: %q", c.args, stderr)
 		}
 	}
