@@ -177,35 +177,3 @@ func TestHooksRetryInterrupted(t *testing.T) {
 		return err == nil
 	})
 }
-
-// TestHooksInARootOthersMayWriteAreWarnedOf: hooks run as root in the managed root;
-// where group or others may write the root itself, a hook's command that takes files
-// from its working directory (python3 -m, a script sourcing ./lib.sh) would take
-// theirs (a local audit ran its own compileall.py so). The agent says so as it
-// starts, naming the root and its mode; a root 0755 gets no such warning.
-func TestHooksInARootOthersMayWriteAreWarnedOf(t *testing.T) {
-	t.Parallel() // mostly waits: see TestMain
-	cp := harness.NewControlPlane(t, bin, "hookcwd")
-	cp.Serve()
-	hooksFile := filepath.Join(t.TempDir(), "hooks.json")
-	writeFile(t, hooksFile, `{"hooks":[{"name":"reload","paths":["etc/*"],"run":["true"]}]}`)
-	const warning = "hooks run as root in the managed root, which group or others may write"
-	for _, mode := range []os.FileMode{0o777, 0o755} {
-		h := harness.NewHost(t, bin, fmt.Sprintf("web-%o", mode))
-		if r := h.Enrol(cp.Token(h.Name)); r.Code != 0 {
-			t.Fatalf("enrol: %s", r.Combined())
-		}
-		if err := os.MkdirAll(h.Root, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(h.Root, mode); err != nil {
-			t.Fatal(err)
-		}
-		h.Run("--hooks", hooksFile)
-		cp.WaitConverged(h.Name, 0, 20*time.Second)
-		out := h.Process().Output()
-		if got := strings.Contains(out, warning); got != (mode == 0o777) {
-			t.Errorf("root mode %#o: warned %v:\n%s", mode, got, out)
-		}
-	}
-}

@@ -429,8 +429,8 @@ func (h Hook) matches(p string) bool {
 // left in the background included, and the agent waits at most killGrace more for
 // its output, so no hook can hold the caller past its timeout.
 func (c Config) Run(ctx context.Context, root string, changed []string) (ran []string, failures []Failure) {
-	// MESH_ROOT is absolute: the command runs inside the root, where a relative
-	// one (`--root ./h1/managed`) named a directory that is not there.
+	// MESH_ROOT is absolute: the command runs in hookDir, where a relative one
+	// (`--root ./h1/managed`) names a directory that is not there.
 	if abs, err := filepath.Abs(root); err == nil {
 		root = abs
 	}
@@ -461,9 +461,14 @@ func (c Config) Run(ctx context.Context, root string, changed []string) (ran []s
 		}
 		cmd := exec.CommandContext(hctx, command, h.Run[1:]...)
 		cmd.Args[0] = h.Run[0]
+		if strings.Contains(h.Run[0], "/") {
+			// A path (bin/reload, under the root) is said as the file it is:
+			// relative, it would name nothing from hookDir.
+			cmd.Args[0] = command
+		}
 		ownGroup(cmd)
 		cmd.WaitDelay = killGrace
-		cmd.Dir = root
+		cmd.Dir = hookDir
 		listed, omitted := changedList(hit)
 		cmd.Env = append(hookEnv(os.Environ()), "MESH_CHANGED="+listed, "MESH_ROOT="+root)
 		if omitted > 0 {
@@ -493,6 +498,12 @@ func (c Config) Run(ctx context.Context, root string, changed []string) (ran []s
 	}
 	return ran, failures
 }
+
+// hookDir is where a hook runs: not the managed root, where a declaration (or a
+// user who may write a directory of it) could put files that a command takes from
+// its working directory (`python3 -m json.tool` a json/__init__.py, a script
+// sourcing ./lib.sh), run as root. A hook finds the root in MESH_ROOT.
+const hookDir = "/"
 
 // maxChanged bounds MESH_CHANGED. Linux starts no program with an environment
 // string over 128 KiB (MAX_ARG_STRLEN: "argument list too long"), and the paths

@@ -385,9 +385,9 @@ func TestAHookCommandIsRunAsChecked(t *testing.T) {
 	}
 }
 
-// TestMESHROOTIsAbsolute: a hook runs inside the managed root, so a relative root
-// given to the agent (`--root ./h1/managed`, as the docs' examples do) made
-// MESH_ROOT name a directory that is not there from where the hook runs.
+// TestMESHROOTIsAbsolute: a hook runs in /, not where the agent runs, so a relative
+// root given to the agent (`--root ./h1/managed`, as the docs' examples do) would
+// make MESH_ROOT name a directory that is not there from where the hook runs.
 func TestMESHROOTIsAbsolute(t *testing.T) {
 	base := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(base, "h1", "managed"), 0o755); err != nil {
@@ -400,7 +400,7 @@ func TestMESHROOTIsAbsolute(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, failures := cfg.Run(context.Background(), "h1/managed", []string{"a"}); len(failures) != 0 {
-		t.Fatalf("the hook failed: %v (MESH_ROOT not a directory from inside the root?)", failures)
+		t.Fatalf("the hook failed: %v (MESH_ROOT not a directory from where the hook runs?)", failures)
 	}
 	got, _ := os.ReadFile(marker)
 	if !filepath.IsAbs(string(got)) || filepath.Base(string(got)) != "managed" {
@@ -419,5 +419,41 @@ func TestRunAnyway(t *testing.T) {
 	got := c.RunAnyway([]string{"etc/app/a.conf", "etc/x.conf", "srv/y", "var/z"}, []string{"etc/app/b.conf"})
 	if want := []string{"etc/app/a.conf", "etc/x.conf"}; !slices.Equal(got, want) {
 		t.Fatalf("RunAnyway: %v, want %v", got, want)
+	}
+}
+
+// TestAHookRunsInTheFileSystemRoot: a hook runs in /, not in the managed root, where
+// a declaration (or a user who may write there) could put files a command takes
+// from its working directory: the lib.sh a script sources as ./lib.sh, the
+// json/__init__.py of `python3 -m json.tool`, run as root. A command under the root
+// named relatively (bin/show) still runs, and is told its own path as its argv[0].
+// Before, hooks ran in the root, and the planted lib.sh ran.
+func TestAHookRunsInTheFileSystemRoot(t *testing.T) {
+	root, out := t.TempDir(), filepath.Join(t.TempDir(), "out")
+	if err := os.WriteFile(filepath.Join(root, "lib.sh"), []byte("echo planted-by-a-declaration >> "+out+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sh, err := os.ReadFile("/bin/sh")
+	if err != nil {
+		t.Skip("no /bin/sh to copy under the root:", err)
+	}
+	if err := os.Mkdir(filepath.Join(root, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "bin", "show"), sh, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(write(t, `{"hooks":[
+		{"name":"sources","paths":["etc/*"],"run":["sh","-c","if [ -r ./lib.sh ]; then . ./lib.sh; fi; pwd >> `+out+`"]},
+		{"name":"in-root","paths":["etc/*"],"run":["bin/show","-c","printf '%s\\n' \"$0\" >> `+out+`; pwd >> `+out+`"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, failures := cfg.Run(context.Background(), root, []string{"etc/a.conf"}); len(failures) != 0 {
+		t.Fatalf("failures: %v", failures)
+	}
+	got, _ := os.ReadFile(out)
+	if want := "/\n" + filepath.Join(root, "bin", "show") + "\n/\n"; string(got) != want {
+		t.Fatalf("the hooks wrote %q, want %q: both run in /, nothing of the root's lib.sh, and bin/show told its path", got, want)
 	}
 }

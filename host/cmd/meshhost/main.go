@@ -624,12 +624,6 @@ func cmdRun(args []string, cio *cliIO) error {
 		for _, err := range hk.Check(*root) {
 			log.Warn("a hook's command cannot be run now: the hook will fail when it runs, unless it is installed first", "err", err)
 		}
-		// Hooks run in the managed root; a command that takes files from its
-		// working directory (python -m, a script sourcing ./lib.sh) takes theirs.
-		if fi, err := os.Stat(*root); err == nil && len(hk.Hooks) > 0 && fi.Mode().Perm()&0o022 != 0 {
-			log.Warn("hooks run as root in the managed root, which group or others may write: a hook's command that reads files from its working directory would read what they put there; make the root 0755, or have such commands name their files absolutely",
-				"root", *root, "mode", fmt.Sprintf("%#o", fi.Mode().Perm()))
-		}
 	}
 	if err := agent.CheckApart(*stateDir, *root); errors.Is(err, agent.ErrStateInRoot) {
 		return err // exit 2, before the directory's lock and identity are looked at
