@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -297,5 +298,117 @@ func TestASecondBatchWaitsOwed(t *testing.T) {
 	}
 	if on, _ := state.Load(f.dir); len(on.HooksPending) != 0 {
 		t.Fatalf("both batches ran, and %q is owed on record", on.HooksPending)
+	}
+}
+
+// TestAFailureEndsWithABatchQueuedBeforeIt: a declaration applied while a hook ran
+// (v2 arrives as v1's restart runs, and that restart fails: it saw v2 half written)
+// queues the same hook for its own paths; that batch runs after the failure and
+// succeeds, and the node is converged. Before, it stayed hook_failed with v1's
+// output (meshctl status and declare --wait exit 5) until someone ran `meshhost
+// hooks retry`, which restarted the service once more for nothing.
+func TestAFailureEndsWithABatchQueuedBeforeIt(t *testing.T) {
+	f := newFixture(t)
+	cfg, fixed, runs := failingUntilFixed(t)
+	a := f.withHooks(t, cfg)
+	a.hookJobs = make(chan hookRun, 1) // as Run makes it
+	ctx := context.Background()
+	if err := a.handle(ctx, f.declFiles(t, 1, "etc/a.conf")); err != nil {
+		t.Fatal(err)
+	}
+	first := <-a.hookJobs // the worker takes v1's batch
+	if err := a.handle(ctx, f.declFiles(t, 2, "etc/a.conf", "etc/b.conf")); err != nil {
+		t.Fatal(err)
+	}
+	first.ran, first.failures = a.o.Hooks.Run(ctx, a.o.Root, first.changed)
+	a.hooksFinished(first)
+	if st := reported(t, a); st.Error == nil || st.Error.Code != wire.StatusHookFailed {
+		t.Fatalf("v1's hook failed: reported %+v, want hook_failed", st.Error)
+	}
+	if err := os.WriteFile(fixed, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	second := <-a.hookJobs // v2's batch, queued before the failure
+	second.ran, second.failures = a.o.Hooks.Run(ctx, a.o.Root, second.changed)
+	a.hooksFinished(second)
+	if st := reported(t, a); st.Error != nil || st.HooksRunning || runs() != 2 {
+		t.Fatalf("the hook ran again for v2 and succeeded: reported %+v (hooks running %v) after %d runs, want no error after 2", st.Error, st.HooksRunning, runs())
+	}
+	if on, err := state.Load(f.dir); err != nil || len(on.HooksPending) != 0 || len(on.HooksFailed) != 0 || on.LastErrorCode != "" {
+		t.Fatalf("on record: owed %q, failed %q, error %q (%v), want nothing", on.HooksPending, on.HooksFailed, on.LastErrorCode, err)
+	}
+}
+
+// TestAFailedHookNoLongerConfiguredIsNotSaidToHaveRun: a hook that failed and was
+// then taken out of the hooks file (the agent restarted with another hook for other
+// paths) no longer runs; its failure is cleared, and the log says that none ran.
+// Before, the log said "the hooks that had failed ran again and succeeded" of a
+// hook that never ran.
+func TestAFailedHookNoLongerConfiguredIsNotSaidToHaveRun(t *testing.T) {
+	f := newFixture(t)
+	cfg, _, runs := failingUntilFixed(t)
+	a := f.withHooks(t, cfg)
+	if err := a.handle(context.Background(), f.decl(t, 1, "x")); err != nil {
+		t.Fatal(err)
+	}
+	if st := reported(t, a); st.Error == nil || st.Error.Code != wire.StatusHookFailed || runs() != 1 {
+		t.Fatalf("reported %+v after %d runs, want hook_failed after 1", st.Error, runs())
+	}
+	other, err := hooks.Load(writeHooks(t, `{"hooks":[{"name":"reload-db","paths":["db/*"],"run":["true"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a = f.withHooks(t, other)
+	var logged bytes.Buffer
+	a.log = slog.New(slog.NewTextHandler(&logged, nil))
+	a.runOwedHooks()
+	if st := reported(t, a); st.Error != nil || runs() != 1 {
+		t.Fatalf("after a restart without the failed hook: reported %+v after %d runs, want no error and no run", st.Error, runs())
+	}
+	if strings.Contains(logged.String(), "ran again and succeeded") || !strings.Contains(logged.String(), "none ran; the failure is cleared") {
+		t.Fatalf("the log of a failure cleared with nothing run:\n%s", logged.String())
+	}
+}
+
+func writeHooks(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "hooks.json")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestAHookThatFailsAgainStaysOwedForEveryPath: a hook failed for etc/a.conf, and
+// a batch queued before that failure (a put back of etc/b.conf) runs it again, and
+// it fails again: both paths stay owed, so that the retry runs it for both. Taking
+// the first failure's paths as the batch's outcome must not drop them when that
+// outcome is another failure.
+func TestAHookThatFailsAgainStaysOwedForEveryPath(t *testing.T) {
+	f := newFixture(t)
+	cfg, _, runs := failingUntilFixed(t)
+	a := f.withHooks(t, cfg)
+	a.hookJobs = make(chan hookRun, 1) // as Run makes it
+	ctx := context.Background()
+	if err := a.handle(ctx, f.declFiles(t, 1, "etc/a.conf", "etc/b.conf")); err != nil {
+		t.Fatal(err)
+	}
+	first := <-a.hookJobs
+	first.changed = []string{"etc/a.conf"}
+	a.queueHooks(hookRun{version: 1, changed: []string{"etc/b.conf"}, notRetry: true})
+	first.ran, first.failures = a.o.Hooks.Run(ctx, a.o.Root, first.changed)
+	a.hooksFinished(first)
+	second := <-a.hookJobs
+	second.ran, second.failures = a.o.Hooks.Run(ctx, a.o.Root, second.changed)
+	a.hooksFinished(second)
+	on, err := state.Load(f.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"etc/a.conf", "etc/b.conf"}; !slices.Equal(on.HooksPending, want) || runs() != 2 {
+		t.Fatalf("the hook failed twice (%d runs): owed on record %q, want %q", runs(), on.HooksPending, want)
+	}
+	if st := reported(t, a); st.Error == nil || st.Error.Code != wire.StatusHookFailed {
+		t.Fatalf("reported %+v, want hook_failed", st.Error)
 	}
 }

@@ -130,6 +130,16 @@ func (a *Agent) runHooks(ctx context.Context, done chan<- hookRun) {
 // converged, at the control plane.
 func (a *Agent) hooksFinished(h hookRun) {
 	a.hookBusy = false
+	var along []string
+	if len(a.hookFailed) > 0 {
+		// A batch queued before those hooks failed (a declaration applied while they
+		// ran) ran every hook of these paths again, after the failure: its outcome is
+		// theirs, as for a batch that takes them along (queueHooks). A failure in
+		// it puts them back below.
+		if along = a.o.Hooks.RunAnyway(a.hookFailed, h.changed); len(along) > 0 {
+			a.hookFailed = slices.DeleteFunc(slices.Clone(a.hookFailed), func(p string) bool { return slices.Contains(along, p) })
+		}
+	}
 	if len(h.ran) > 0 {
 		a.log.Info("hooks ran after the change", "hooks", h.ran, "failed", len(h.failures), "version", h.version)
 	}
@@ -146,6 +156,12 @@ func (a *Agent) hooksFinished(h hookRun) {
 		errs = append(errs, f)
 	}
 	failed = append(failed, batchFailed...)
+	if len(along) > 0 && len(batchFailed) > 0 {
+		// Those of a hook that failed again stay owed: they are not among its
+		// failure's paths, which are this batch's.
+		again := hooks.Config{Hooks: slices.DeleteFunc(slices.Clone(a.o.Hooks.Hooks), func(k hooks.Hook) bool { return !slices.Contains(batchFailed, k.Name) })}
+		a.hookFailed = union(a.hookFailed, again.Matching(along))
+	}
 	// Owed now: what waits for the worker, and what failed.
 	var owed []string
 	if a.hookWaiting != nil {
@@ -166,7 +182,13 @@ func (a *Agent) hooksFinished(h hookRun) {
 		a.applied.HooksPending = owed
 		if len(a.hookFailed) == 0 && (a.applied.LastErrorCode == wire.StatusHookFailed || len(a.applied.HooksFailed) > 0) {
 			if a.applied.LastErrorCode == wire.StatusHookFailed {
-				a.log.Info("the hooks that had failed ran again and succeeded; the failure is cleared", "hooks", h.ran, "version", a.applied.LastErrorVersion)
+				if len(h.ran) > 0 {
+					a.log.Info("the hooks that had failed ran again and succeeded; the failure is cleared", "hooks", h.ran, "version", a.applied.LastErrorVersion)
+				} else {
+					// The hooks file changed since (the agent restarted): no hook
+					// runs for the paths they were owed any more.
+					a.log.Info("the hooks that had failed no longer run for their paths (the hooks file changed): none ran; the failure is cleared", "failed", a.applied.HooksFailed, "paths", h.changed, "version", a.applied.LastErrorVersion)
+				}
 				a.applied.LastErrorCode, a.applied.LastError, a.applied.LastErrorVersion = "", "", 0
 			}
 			a.applied.HooksFailed = nil
