@@ -4,6 +4,7 @@ package hooks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -53,6 +54,33 @@ func TestExitedHookLeavesNoChild(t *testing.T) {
 	cfg.Run(context.Background(), t.TempDir(), []string{"a"})
 	if took := time.Since(start); took > killGrace+time.Second {
 		t.Fatalf("a background child held the caller for %s", took)
+	}
+	assertGone(t, pidFile)
+}
+
+// TestAHookThatLeavesAChildHoldingItsOutputFails: a hook that exits 0 but leaves a
+// process holding its output (`sh -c 'app --daemon &'`, an init script starting a
+// daemon in its background) has failed, saying what happened and what to do, and
+// what it left is killed: the daemon it meant to start is not running. Before, it
+// failed with exec's words, "exec: WaitDelay expired before I/O complete", which
+// said neither.
+func TestAHookThatLeavesAChildHoldingItsOutputFails(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	cfg, err := Load(write(t, `{"hooks":[
+		{"name":"starts-daemon","paths":["a"],"run":["sh","-c","sleep 60 & echo $! > `+pidFile+`; echo started; exit 0"],"timeout":"30s"}
+	]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, failures := cfg.Run(context.Background(), t.TempDir(), []string{"a"})
+	if len(failures) != 1 || !errors.Is(failures[0].Err, ErrLeftBehind) {
+		t.Fatalf("failures %v, want the hook's, ErrLeftBehind", failures)
+	}
+	msg := failures[0].Error()
+	for _, want := range []string{"hook starts-daemon: it exited 0, but left a process holding its output", "killed", "systemctl", "started"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the failure %q does not say %q", msg, want)
+		}
 	}
 	assertGone(t, pidFile)
 }

@@ -368,8 +368,16 @@ func (f Failure) Error() string {
 	return msg
 }
 
-// killGrace is how long after a hook's timeout its output pipes may stay open (a
-// background child still holding them) before the agent stops waiting for them.
+// ErrLeftBehind is a hook's failure when it exited 0 but a process it started
+// still held its output killGrace later: that process is killed with the hook's
+// process group, as everything a hook leaves there is, so what it started (a
+// daemon run in the hook's background) is not running. It is a failure: the hook
+// did not leave the host as it meant to.
+var ErrLeftBehind = errors.New("it exited 0, but left a process holding its output, which was killed with the hook's process group as everything a hook leaves behind is: start services through systemctl (or systemd-run), not in the hook's background, or have the hook wait for what it starts")
+
+// killGrace is how long after a hook exited or timed out its output pipes may stay
+// open (a background child still holding them) before the agent stops waiting for
+// them.
 const killGrace = 2 * time.Second
 
 // Matching returns the paths of changed that some hook runs for.
@@ -427,7 +435,8 @@ func (h Hook) matches(p string) bool {
 // returns the failures. A failure keeps the last 4 KiB of the hook's output. Each hook runs in a
 // process group of its own: at its timeout the whole group is killed, children it
 // left in the background included, and the agent waits at most killGrace more for
-// its output, so no hook can hold the caller past its timeout.
+// its output, so no hook can hold the caller past its timeout. What is left in the
+// group when the hook exits is killed then (ErrLeftBehind when it held the output).
 func (c Config) Run(ctx context.Context, root string, changed []string) (ran []string, failures []Failure) {
 	// MESH_ROOT is absolute: the command runs in hookDir, where a relative one
 	// (`--root ./h1/managed`) names a directory that is not there.
@@ -482,6 +491,12 @@ func (c Config) Run(ctx context.Context, root string, changed []string) (ran []s
 			err = cmd.Wait()
 		}
 		timedOut := hctx.Err() == context.DeadlineExceeded
+		if errors.Is(err, exec.ErrWaitDelay) && !timedOut && cmd.ProcessState != nil && cmd.ProcessState.Success() {
+			// Exited 0, but something it started still held its output (a daemon
+			// started in the background): exec's own words say nothing a person can
+			// act on, and what it started is killed below with the group.
+			err = ErrLeftBehind
+		}
 		cancel()
 		// A hook that exits but leaves a child in its group: the child goes too, or it
 		// would outlive the hook and act after the agent reported the hook done.
