@@ -1319,6 +1319,14 @@ func (a *Agent) managedMissing() bool {
 // back (and its hooks run), and nothing else is touched. A failure is reported for
 // the version and left for the next refresh or declaration.
 func (a *Agent) putBack(ctx context.Context, version uint64, files []apply.File) ([]string, error) {
+	// The hooks a put back may owe are on record before it writes, as for a
+	// declaration (handleDeclaration): saved only after, a kill in between left a
+	// file put back whose hook never ran. Set to what changed once it has.
+	prevPending := a.applied.HooksPending
+	if pending, owed := a.hooksOwed(files); owed {
+		a.applied.HooksPending = pending
+		a.save()
+	}
 	res, err := a.applier.Apply(ctx, files, a.applied.Managed)
 	if ctx.Err() == nil {
 		// For meshhost status: "none changed" is not the news while a change
@@ -1338,6 +1346,9 @@ func (a *Agent) putBack(ctx context.Context, version uint64, files []apply.File)
 				a.save()
 			}
 			a.applyOwed = union(a.applyOwed, a.applied.HooksPending)
+		} else if !slices.Equal(a.applied.HooksPending, prevPending) {
+			a.applied.HooksPending = prevPending // undone: nothing changed
+			a.save()
 		}
 		return nil, err
 	}
@@ -1367,11 +1378,11 @@ func (a *Agent) putBack(ctx context.Context, version uint64, files []apply.File)
 		hookPaths = union(slices.Sorted(slices.Values(changed)), a.applyOwed)
 		a.applyOwed = nil
 	}
+	if owed := union(prevPending, a.o.Hooks.Matching(hookPaths)); !slices.Equal(owed, a.applied.HooksPending) {
+		a.applied.HooksPending = owed
+		a.save()
+	}
 	if len(hookPaths) > 0 && len(a.o.Hooks.Hooks) > 0 {
-		if owed := union(a.applied.HooksPending, a.o.Hooks.Matching(hookPaths)); len(owed) > len(a.applied.HooksPending) {
-			a.applied.HooksPending = owed
-			a.save()
-		}
 		// Nobody acted: the hooks that failed before are not taken along, or a file
 		// something keeps changing ran a failed restart again at every check.
 		a.queueHooks(hookRun{version: version, changed: hookPaths, notRetry: true})

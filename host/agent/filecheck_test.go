@@ -21,6 +21,7 @@ import (
 	"mesh/declarations"
 	"mesh/host/apply"
 	"mesh/host/hooks"
+	"mesh/host/state"
 	"mesh/host/wire"
 )
 
@@ -898,5 +899,67 @@ func TestACopyRefusedUnaskedIsAskedForOnceTheClockIsRight(t *testing.T) {
 	now = t0.Add(2 * time.Hour)
 	if turned := f.a.noteStale(); !turned || !f.a.clockMayHelp() || !f.a.syncRequest().AppliedExpiresAt.IsZero() {
 		t.Fatalf("the clock right again: turned %v, a sync %v asking %v", turned, f.a.clockMayHelp(), f.a.syncRequest().AppliedExpiresAt.IsZero())
+	}
+}
+
+// crashProbe is the agent's applier, reading what the state file holds the moment
+// Apply returns: what a kill -9 or a power cut right then leaves on disk.
+type crashProbe struct {
+	apply.FileApplier
+	dir   string
+	owed  [][]string
+	fails bool
+}
+
+func (c *crashProbe) Apply(ctx context.Context, files []apply.File, previous []string) (apply.Result, error) {
+	if c.fails {
+		return apply.Result{}, &apply.ApplyError{Path: "etc/app.conf", Err: errors.New("disk on fire"), RolledBack: true}
+	}
+	res, err := c.FileApplier.Apply(ctx, files, previous)
+	on, lerr := state.Load(c.dir)
+	if lerr != nil {
+		return res, lerr
+	}
+	c.owed = append(c.owed, on.HooksPending)
+	return res, err
+}
+
+// TestAPutBackRecordsItsHooksBeforeItWrites: a file the check puts back has its
+// hooks on record as owed before it is written, as a declaration's have: an agent
+// killed as the write ends runs them at its next start. Once the put back is done,
+// what is owed is what changed (the hook queued), and a put back that wrote nothing
+// owes nothing more. Before, the put back wrote the file first and recorded its
+// hooks after: killed in between, the restarted agent found the file as declared
+// and nothing owed, and the service kept the hand-edited configuration.
+func TestAPutBackRecordsItsHooksBeforeItWrites(t *testing.T) {
+	f := newFixture(t)
+	cfg, fixed, runs := failingUntilFixed(t)
+	if err := os.WriteFile(fixed, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := f.withHooks(t, cfg)
+	probe := &crashProbe{FileApplier: apply.FileApplier{Root: f.root}, dir: f.dir}
+	a.applier = probe
+	ctx := context.Background()
+	if err := a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
+		t.Fatal(err)
+	}
+	f.handEdit(t, "edited by hand")
+	a.checkFiles(ctx)
+	if got := f.file(t); got != "declared" || runs() != 2 {
+		t.Fatalf("not put back, or its hook not run: %q, %d runs", got, runs())
+	}
+	if last := probe.owed[len(probe.owed)-1]; !slices.Equal(last, []string{"etc/app.conf"}) {
+		t.Fatalf("on disk as the put back's write ended: owed %q, want etc/app.conf (killed then, its hook never ran)", last)
+	}
+	if on, err := state.Load(f.dir); err != nil || len(on.HooksPending) != 0 {
+		t.Fatalf("after the hook ran: owed on record %q (%v), want nothing", on.HooksPending, err)
+	}
+	// A put back that fails and changes nothing owes nothing.
+	f.handEdit(t, "edited again")
+	probe.fails = true
+	a.checkFiles(ctx)
+	if on, err := state.Load(f.dir); err != nil || len(on.HooksPending) != 0 || runs() != 2 {
+		t.Fatalf("after a put back undone: owed on record %q (%v), %d runs; want nothing owed, no run", on.HooksPending, err, runs())
 	}
 }
