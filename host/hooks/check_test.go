@@ -1,6 +1,7 @@
 package hooks
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -51,5 +52,40 @@ func TestCheckFindsCommandsThatCannotRun(t *testing.T) {
 	}
 	if len(found) != 4 || strings.Contains(all, "on-path") || strings.Contains(all, "in-root") {
 		t.Errorf("want the 4 hooks that cannot run, got:\n%s", all)
+	}
+}
+
+// TestARelativePATHEntryIsNotSearched: a bare command name is not looked up on a
+// relative entry of the agent's PATH ("bin"), as exec refuses what it finds there:
+// the file checked (under the agent's working directory) was not the file run
+// (under the hook's), which no check had judged. The hook's command is then not
+// found, said as the agent starts and when the hook runs, and nothing is run.
+// Before, the check passed and exec ran whatever was at that path from the hook's
+// working directory (the managed root then: a file a declaration could write).
+func TestARelativePATHEntryIsNotSearched(t *testing.T) {
+	base := t.TempDir()
+	t.Chdir(base)
+	marker := filepath.Join(base, "ran")
+	if err := os.Mkdir(filepath.Join(base, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(base, "bin", "meshtest-reload"), []byte("#!/bin/sh\ntouch "+marker+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", "bin:"+os.Getenv("PATH"))
+	cfg, err := Load(write(t, `{"hooks":[{"name":"reload","paths":["*"],"run":["meshtest-reload"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	if found := cfg.Check(root); len(found) != 1 || !strings.Contains(found[0].Error(), "meshtest-reload: not found") {
+		t.Fatalf("as the agent starts: %v, want the command not found", found)
+	}
+	_, failures := cfg.Run(context.Background(), root, []string{"a"})
+	if len(failures) != 1 || !strings.Contains(failures[0].Error(), "not run: meshtest-reload: not found") {
+		t.Fatalf("failures %v, want the hook not run, its command not found", failures)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command was run from a relative PATH entry")
 	}
 }

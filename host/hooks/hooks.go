@@ -320,7 +320,10 @@ func candidates(name, root, pathEnv string) []string {
 	}
 	var out []string
 	for _, dir := range strings.Split(pathEnv, ":") {
-		if dir != "" {
+		// A relative entry (".", "bin") is skipped, as exec's LookPath refuses
+		// what it finds there (ErrDot): the file checked would be the one under
+		// the agent's working directory, and the one run the one under the hook's.
+		if strings.HasPrefix(dir, "/") {
 			out = append(out, path.Join(dir, name))
 		}
 	}
