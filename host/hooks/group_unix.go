@@ -3,6 +3,7 @@
 package hooks
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -12,10 +13,21 @@ import (
 	"syscall"
 )
 
-// ownGroup runs cmd in a new process group, and makes cancelling it kill the group.
-func ownGroup(cmd *exec.Cmd) {
+// ownGroup runs cmd in a new process group, and makes cancelling it signal the
+// group: at the hook's own timeout (ctx's deadline) SIGKILL at once, as the hook
+// has had its time; when the agent stops (ctx cancelled: systemctl stop or restart,
+// a package upgrade) SIGTERM, so that a hook amid apt-get or a migration may stop
+// cleanly. What has not exited killGrace later is killed (exec's WaitDelay, then
+// killGroup). Before, a stop killed the hook outright.
+func ownGroup(ctx context.Context, cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.Cancel = func() error {
+		sig := syscall.SIGTERM
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			sig = syscall.SIGKILL
+		}
+		return syscall.Kill(-cmd.Process.Pid, sig)
+	}
 }
 
 // killGroup kills what is left of cmd's process group after it ended.

@@ -85,6 +85,60 @@ func TestAHookThatLeavesAChildHoldingItsOutputFails(t *testing.T) {
 	assertGone(t, pidFile)
 }
 
+// TestAStoppingAgentTermsItsHook: the agent stopping (systemctl stop or restart, a
+// package upgrade's) sends a running hook's group SIGTERM, so that a hook amid
+// apt-get, dpkg or a migration can stop cleanly, and kills it only if it is still
+// there killGrace later: the agent's stop stays bounded (systemd waits 30 s). A
+// hook's own timeout still kills it at once (TestTimeoutKillsTheWholeGroup).
+// Before, a stop SIGKILLed the group at once: the hook could not clean up.
+func TestAStoppingAgentTermsItsHook(t *testing.T) {
+	dir := t.TempDir()
+	stop := func(t *testing.T, script, started string) time.Duration {
+		t.Helper()
+		cfg, err := Load(write(t, `{"hooks":[{"name":"slow","paths":["a"],"run":["sh","-c",`+strconv.Quote(script)+`]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan []Failure, 1)
+		go func() { _, f := cfg.Run(ctx, dir, []string{"a"}); done <- f }()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(started); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the hook did not start")
+			}
+		}
+		at := time.Now()
+		cancel() // the agent's SIGTERM
+		select {
+		case <-done:
+		case <-time.After(killGrace + 5*time.Second):
+			t.Fatal("the hook held the agent's stop")
+		}
+		return time.Since(at)
+	}
+
+	cleaned := filepath.Join(dir, "cleaned-up")
+	started := filepath.Join(dir, "started")
+	took := stop(t, "trap 'touch "+cleaned+"; exit 0' TERM; touch "+started+"; sleep 30 & wait", started)
+	if _, err := os.Stat(cleaned); err != nil {
+		t.Fatal("the hook was killed without a SIGTERM first: it could not clean up")
+	}
+	if took > time.Second {
+		t.Errorf("a hook that stops at SIGTERM held the agent's stop for %s", took)
+	}
+
+	// One that ignores SIGTERM, and its child, are killed killGrace later.
+	pidFile, started2 := filepath.Join(dir, "child.pid"), filepath.Join(dir, "started2")
+	took = stop(t, "trap '' TERM; sleep 30 & echo $! > "+pidFile+"; touch "+started2+"; wait", started2)
+	if took > killGrace+time.Second {
+		t.Errorf("a hook that ignores SIGTERM held the agent's stop for %s", took)
+	}
+	assertGone(t, pidFile)
+}
+
 func assertGone(t *testing.T, pidFile string) {
 	t.Helper()
 	data, err := os.ReadFile(pidFile)

@@ -478,7 +478,7 @@ func (c Config) Run(ctx context.Context, root string, changed []string) (ran []s
 			// relative, it would name nothing from hookDir.
 			cmd.Args[0] = command
 		}
-		ownGroup(cmd)
+		ownGroup(hctx, cmd)
 		cmd.WaitDelay = killGrace
 		cmd.Dir = hookDir
 		listed, omitted := changedList(hit)
