@@ -80,14 +80,15 @@ func TestClockSkew(t *testing.T) {
 	t.Run("control plane stepped two hours ahead after its bootstrap", func(t *testing.T) {
 		// Its certificates are right; the token and the first declaration it
 		// stamps are two hours in the host's future, and the declaration's
-		// refusal names both clocks.
+		// refusal names both clocks (ErrAnswerTime: it was ErrBadAnswer, "does not
+		// verify", as if forged).
 		var offset atomic.Int64
 		m := harness.StartMesh(t, "skew", harness.Options{Now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }})
 		offset.Store(int64(2 * time.Hour))
 		text := m.Token("web-1", 15*time.Minute).Encode()
 		state, err := harness.EnrolHost(t, text, nil)
-		if !errors.Is(err, enrol.ErrBadAnswer) || !strings.Contains(err.Error(), "check this node's clock, then the control nodes'") {
-			t.Fatalf("want the first declaration refused as not yet valid with a hint naming both clocks, got %v", err)
+		if !errors.Is(err, enrol.ErrAnswerTime) || !strings.Contains(err.Error(), "check this node's clock, then the control nodes'") || !strings.Contains(err.Error(), "run enrol again with the same token") {
+			t.Fatalf("want the first declaration refused as not yet valid, naming both clocks and the run again, got %v", err)
 		}
 		// The control plane's clock stepped back: it stamps the recorded node's
 		// declaration again by it (within a reconcile interval), and the same

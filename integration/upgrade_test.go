@@ -66,6 +66,11 @@ func TestUpgradeFromReleaseFiles(t *testing.T) {
 	}
 
 	web1 := filepath.Join(dir, "web-1")
+	// As the upgrade notes say ("Hooks run in /"): the older hooks file names a file
+	// relative to the managed root, its working directory then; it names it through
+	// MESH_ROOT before the binary is replaced.
+	writeFile(t, filepath.Join(dir, "hooks.json"), `{"hooks":[{"name":"reload-app","paths":["etc/app/*.conf"],
+           "run":["/bin/sh","-c","test -e \"$MESH_ROOT/../reload-ok\""],"timeout":"10s"}]}`)
 	agent := harness.Start(t, nil, bin.Meshhost, "run", "--state", web1, "--root", filepath.Join(web1, "managed"),
 		"--hooks", filepath.Join(dir, "hooks.json"), "--heartbeat", "1s")
 	// The older agent kept no paths owed for its failed hook: this one runs it

@@ -771,7 +771,9 @@ func (r *run) verify(resp wire.EnrolResponse, kp *identity.KeyPair, pub string) 
 	if errors.Is(err, declarations.ErrNotYetValid) || errors.Is(err, declarations.ErrExpired) {
 		// Signed for this key: the mesh enrolled it. The clock is the fault, and it
 		// was "does not verify", as if the answer were forged, with nothing to do.
-		return answer{}, fmt.Errorf("%w: this machine's clock reads %s (%v); the mesh enrolled this machine's key: set the clock (timedatectl, NTP) and run enrol again with the same token, which presents the same key and is answered again until a day after the token expires (%s)",
+		// Which clock is wrong, this machine's or the leader's that stamped it, the
+		// verifier's words say as far as they can: both are named.
+		return answer{}, fmt.Errorf("%w: this machine's clock reads %s (%v); the mesh enrolled this machine's key: once the clocks agree (this one: timedatectl, NTP), run enrol again with the same token, which presents the same key and is answered again until a day after the token expires (%s)",
 			ErrAnswerTime, r.o.Now().UTC().Format(time.RFC3339), err, r.tok.Expiry.UTC().Format(time.RFC3339))
 	}
 	if err != nil {

@@ -69,8 +69,8 @@ func TestALostAnswerIsResumedAfterTheTokenExpired(t *testing.T) {
 
 // TestAnAnswerOfAnotherTimeNamesTheClock: this machine's clock is hours behind the
 // mesh's, which signs its answer: the first declaration is not valid yet here. The
-// mesh enrolled the key; the run says to set the clock and run enrol again with the
-// same token, keeps the key for it, and is not told the answer "does not verify", as
+// mesh enrolled the key; the run says to set the clocks right and run enrol again
+// with the same token, keeps the key for it, and is not told the answer "does not verify", as
 // if it were forged, with nothing to do. (The run again once the clock is set is
 // TestALostAnswerIsResumedAfterTheTokenExpired's: the same key presented again.)
 func TestAnAnswerOfAnotherTimeNamesTheClock(t *testing.T) {
@@ -80,7 +80,7 @@ func TestAnAnswerOfAnotherTimeNamesTheClock(t *testing.T) {
 	if !errors.Is(err, ErrAnswerTime) || errors.Is(err, ErrBadAnswer) {
 		t.Fatalf("got %v, want ErrAnswerTime", err)
 	}
-	for _, want := range []string{"set the clock", "run enrol again with the same token", "enrolled this machine's key"} {
+	for _, want := range []string{"once the clocks agree", "timedatectl", "run enrol again with the same token", "enrolled this machine's key"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the failure does not say %q: %v", want, err)
 		}
