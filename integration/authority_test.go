@@ -168,6 +168,7 @@ func TestAuthorityModel(t *testing.T) {
 
 	before := rosterDigest(t, cp)
 	dropsBefore := cp.Counter("mesh_control_messages_dropped_total", "reason=foreign_reply")
+	malformedBefore := cp.Counter("mesh_control_messages_dropped_total", "subject=enrol", "reason=malformed")
 	adminBefore := cp.Counter("mesh_control_requests_refused_total", "subject=admin") + cp.Counter("mesh_control_messages_dropped_total", "subject=admin")
 	heartbeatBefore := cp.Counter("mesh_control_messages_dropped_total", "subject=heartbeat")
 
@@ -181,14 +182,7 @@ func TestAuthorityModel(t *testing.T) {
 		return b
 	}
 	proofRequest := func(tok tokenfmt.Token, kp nkeys.KeyPair, role string) []byte {
-		pub, _ := kp.PublicKey()
-		sig, _ := kp.Sign(api.KeyProofMessage(tok.Mesh, tok.Node, pub))
-		id := tok.SecretHash()
-		b, _ := json.Marshal(api.EnrolRequest{V: api.ProtocolVersion, Mesh: tok.Mesh, Node: tok.Node, Role: role,
-			TokenID: hex.EncodeToString(id[:]), TokenProof: base64.StdEncoding.EncodeToString(tok.Prove(tok.Mesh, tok.Node, pub)),
-			PublicKey: pub, KeyProof: base64.StdEncoding.EncodeToString(sig),
-			CAPin: hex.EncodeToString(tok.CAPin[:]), SigningKey: hex.EncodeToString(tok.SigningKey)})
-		return b
+		return proofEnrolRequest(tok, kp, role, "")
 	}
 	attackerSync, _ := json.Marshal(api.SyncRequest{V: api.ProtocolVersion})
 	attackerStatus, _ := json.Marshal(api.Status{V: api.ProtocolVersion, Node: "attacker"})
@@ -200,37 +194,45 @@ func TestAuthorityModel(t *testing.T) {
 		identity, subject string
 		nc                *nats.Conn
 		data              []byte
-		// counted: a foreign reply on this subject is dropped and counted by the
-		// control plane (requests); a status is a publish whose reply is ignored.
-		counted bool
+		// dropped: why the control plane drops and counts this request whatever
+		// its reply, or for a foreign reply (requests); "" for a status, a publish
+		// whose reply is ignored.
+		dropped string
 	}
 	senders := []sender{
-		{"enrolled host", "mesh.node.attacker.sync", attacker, attackerSync, true},
-		{"enrolled host", "mesh.node.attacker.status", attacker, attackerStatus, false},
-		{"revoked host", "mesh.node.gone.sync", revoked, attackerSync, true},
+		{"enrolled host", "mesh.node.attacker.sync", attacker, attackerSync, "foreign_reply"},
+		{"enrolled host", "mesh.node.attacker.status", attacker, attackerStatus, ""},
+		{"revoked host", "mesh.node.gone.sync", revoked, attackerSync, "foreign_reply"},
 		// A live token: a request that would be refused (wrong role) so the matrix
 		// consumes nothing even if a reply were wrongly answered.
-		{"enrolling client, live token", "mesh.enrol.newbie", live, enrolRequest(newbieTok, liveKey, "control"), true},
-		{"enrolling client, live token, its key's subject", api.EnrolKeySubject("newbie", livePub), live, enrolRequest(newbieTok, liveKey, "control"), true},
-		{"enrolling client, used token", "mesh.enrol.attacker", used, enrolRequest(parseToken(t, attackerToken), usedKey, "worker"), true},
-		{"enrolling client, used token, its key's subject", api.EnrolKeySubject("attacker", usedPub), used, enrolRequest(parseToken(t, attackerToken), usedKey, "worker"), true},
-		{"enrolling client, expired token", "mesh.enrol.late", expired, enrolRequest(parseToken(t, expiredText), expiredKey, "worker"), true},
-		{"enrolling client proving a live token, its key's subject", api.EnrolKeySubject("prover", proverPub), prover, proofRequest(proverTok, proverKey, "control"), true},
-		{"enrolling client proving a live token, old subject", "mesh.enrol.prover", prover, proofRequest(proverTok, proverKey, "control"), true},
-		{"enrolling client proving an expired token, its key's subject", api.EnrolKeySubject("late", provedLatePub), provedLate, proofRequest(parseToken(t, expiredText), provedLateKey, "worker"), true},
-		{"operator", api.AdminSubject(api.OpNodes), op, readOnly, false},
-		{"operator", api.AdminSubject(api.OpSigningKeyStatus), op, keyStatus, false},
-		{"operator", api.AdminSubject(api.OpPing), op, nil, false},
-		{"operator", api.ControlStatusSubject, op, controlStatus, false},
+		{"enrolling client, live token", "mesh.enrol.newbie", live, enrolRequest(newbieTok, liveKey, "control"), "foreign_reply"},
+		{"enrolling client, live token, its key's subject", api.EnrolKeySubject("newbie", livePub), live, enrolRequest(newbieTok, liveKey, "control"), "foreign_reply"},
+		{"enrolling client, used token", "mesh.enrol.attacker", used, enrolRequest(parseToken(t, attackerToken), usedKey, "worker"), "foreign_reply"},
+		{"enrolling client, used token, its key's subject", api.EnrolKeySubject("attacker", usedPub), used, enrolRequest(parseToken(t, attackerToken), usedKey, "worker"), "foreign_reply"},
+		{"enrolling client, expired token", "mesh.enrol.late", expired, enrolRequest(parseToken(t, expiredText), expiredKey, "worker"), "foreign_reply"},
+		{"enrolling client proving a live token, its key's subject", api.EnrolKeySubject("prover", proverPub), prover, proofRequest(proverTok, proverKey, "control"), "foreign_reply"},
+		// A proof on the old subject, which does not say which key its publisher
+		// proved: dropped as malformed, whatever the reply
+		// (TestAProofReplayedOnTheOldEnrolmentSubjectIsDropped).
+		{"enrolling client proving a live token, old subject", "mesh.enrol.prover", prover, proofRequest(proverTok, proverKey, "control"), "malformed"},
+		{"enrolling client proving an expired token, its key's subject", api.EnrolKeySubject("late", provedLatePub), provedLate, proofRequest(parseToken(t, expiredText), provedLateKey, "worker"), "foreign_reply"},
+		{"operator", api.AdminSubject(api.OpNodes), op, readOnly, ""},
+		{"operator", api.AdminSubject(api.OpSigningKeyStatus), op, keyStatus, ""},
+		{"operator", api.AdminSubject(api.OpPing), op, nil, ""},
+		{"operator", api.ControlStatusSubject, op, controlStatus, ""},
 	}
-	expectedDrops := 0
+	expectedDrops, expectedMalformed := 0, 0
 	for _, s := range senders {
 		for _, reply := range tg {
 			if err := s.nc.PublishRequest(s.subject, reply, s.data); err != nil {
 				t.Fatalf("%s on %s reply %s: %v", s.identity, s.subject, reply, err)
 			}
-			if s.counted && !strings.HasPrefix(reply, "_R_.") {
+			switch {
+			case strings.HasPrefix(reply, "_R_."): // refused by the broker
+			case s.dropped == "foreign_reply":
 				expectedDrops++
+			case s.dropped == "malformed":
+				expectedMalformed++
 			}
 		}
 		if err := s.nc.Flush(); err != nil {
@@ -299,6 +301,9 @@ func TestAuthorityModel(t *testing.T) {
 	time.Sleep(time.Second) // anything misdelivered has arrived by now
 	if got := cp.Counter("mesh_control_messages_dropped_total", "reason=foreign_reply"); got != dropsBefore+float64(expectedDrops) {
 		t.Errorf("%v foreign replies counted, want exactly %d", got-dropsBefore, expectedDrops)
+	}
+	if got := cp.Counter("mesh_control_messages_dropped_total", "subject=enrol", "reason=malformed"); got != malformedBefore+float64(expectedMalformed) {
+		t.Errorf("%v enrolment requests counted as malformed, want exactly %d", got-malformedBefore, expectedMalformed)
 	}
 	if seen := victimSpy.got(); len(seen) != 0 {
 		t.Errorf("the victim received %d messages it was not sent: %v", len(seen), seen)
@@ -381,6 +386,65 @@ func TestAuthorityModel(t *testing.T) {
 	newbie := harness.NewHost(t, bin, "newbie")
 	if r := newbie.Enrol(tokenText(newbieTok)); r.Code != 0 {
 		t.Fatalf("the live token after the attacks: %s", r.Combined())
+	}
+}
+
+// TestAProofReplayedOnTheOldEnrolmentSubjectIsDropped: the old enrolment subject
+// mesh.enrol.<node> does not say which key its publisher proved at login, and the
+// proofs a request carries are the same every time they are made. Anyone holding any
+// token the mesh knows logs in under the victim's node name (admitted for a few
+// seconds, to be told token_other_node) and sends there a request read on the
+// victim's path (a removed control node's leaf, relaying it: decision 0018). Before,
+// the mesh carried it out: the worker's token was bound to the key of the request
+// and its machine then refused (token_used); a joining control node's request, sent
+// with the attacker's curve key, had the mesh's signing key sealed to that curve key
+// and the real join refused, its token spent. No client ever sent a proof, or a curve
+// key, on the old subject: such a request is dropped there, counted as malformed, and
+// the victims then enrol and join.
+func TestAProofReplayedOnTheOldEnrolmentSubjectIsDropped(t *testing.T) {
+	t.Parallel()
+	cp := harness.NewControlPlane(t, bin, "oldsubject")
+	cp.Serve()
+	otherTok := parseToken(t, cp.Token("x1"))
+	malformed := func() float64 {
+		return cp.Counter("mesh_control_messages_dropped_total", "subject=enrol", "reason=malformed")
+	}
+	replay := func(node string, captured []byte, capturedKey string) {
+		t.Helper()
+		ka, _ := nkeys.CreateUser()
+		attacker := provingConnAs(t, cp, otherTok, ka, node)
+		before := malformed()
+		if err := attacker.PublishRequest(api.EnrolSubject(node), api.EnrolInbox(node, capturedKey)+".replay", captured); err != nil {
+			t.Fatal(err)
+		}
+		if err := attacker.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		harness.Eventually(t, 10*time.Second, "the replayed request for "+node+" dropped as malformed", func() bool { return malformed() == before+1 })
+	}
+
+	// A worker's request.
+	victimTok := parseToken(t, cp.Token("n1"))
+	kv, _ := nkeys.CreateUser()
+	kvPub, _ := kv.PublicKey()
+	replay("n1", proofEnrolRequest(victimTok, kv, "worker", ""), kvPub)
+	if n, ok := cp.Node("n1"); ok {
+		t.Fatalf("a replayed request on the old subject enrolled n1 with key %s (the captured key: %v)", n.PublicKey, n.PublicKey == kvPub)
+	}
+	victim := harness.NewHost(t, bin, "n1")
+	if r := victim.Enrol(tokenText(victimTok)); r.Code != 0 {
+		t.Fatalf("the machine the token was minted for, after the replay: %s", r.Combined())
+	}
+
+	// A joining control node's, with the attacker's curve key in place of the joiner's.
+	ctlText, joiner := cp.ControlToken("cp-2")
+	kj, _ := nkeys.CreateUser()
+	kjPub, _ := kj.PublicKey()
+	curve, _ := nkeys.CreateCurveKeys()
+	curvePub, _ := curve.PublicKey()
+	replay("cp-2", proofEnrolRequest(parseToken(t, ctlText), kj, "control", curvePub), kjPub)
+	if r := joiner.Join(ctlText); r.Code != 0 {
+		t.Fatalf("the join the control token was minted for, after the replay (exit %d):\n%s", r.Code, r.Combined())
 	}
 }
 
@@ -516,19 +580,41 @@ func TestTokenAdmitsOneMachineOnce(t *testing.T) {
 // session (decision 0018).
 func provingConn(t *testing.T, cp *harness.ControlPlane, tok tokenfmt.Token, kp nkeys.KeyPair) *nats.Conn {
 	t.Helper()
+	return provingConnAs(t, cp, tok, kp, tok.Node)
+}
+
+// provingConnAs is provingConn logged in under the node name as, which need not be
+// tok's: the broker admits a token the mesh knows under another node's name for a
+// few seconds, so that the client is told token_other_node.
+func provingConnAs(t *testing.T, cp *harness.ControlPlane, tok tokenfmt.Token, kp nkeys.KeyPair, as string) *nats.Conn {
+	t.Helper()
 	cfg, _ := datadir.Dir(cp.Dir).LoadConfig()
 	pin, _ := cfg.Pin()
 	pub, _ := kp.PublicKey()
 	id := tok.SecretHash()
 	d := &broker.BoundDialer{TLS: pki.PinnedClientConfig(pin)}
 	nc, err := nats.Connect("tls://"+cp.Listen, nats.SetCustomDialer(d), nats.TLSHandshakeFirst(),
-		nats.UserInfo("enrol:"+tok.Node, api.EnrolPassword(hex.EncodeToString(id[:]), tok.Prove(tok.Mesh, tok.Node, pub))),
-		nats.Nkey(pub, d.Sign(kp.Sign)), nats.CustomInboxPrefix(api.EnrolInbox(tok.Node, pub)), nats.NoReconnect())
+		nats.UserInfo("enrol:"+as, api.EnrolPassword(hex.EncodeToString(id[:]), tok.Prove(tok.Mesh, as, pub))),
+		nats.Nkey(pub, d.Sign(kp.Sign)), nats.CustomInboxPrefix(api.EnrolInbox(as, pub)), nats.NoReconnect())
 	if err != nil {
-		t.Fatalf("proving connection: %v", err)
+		t.Fatalf("proving connection as enrol:%s: %v", as, err)
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// proofEnrolRequest is the enrolment request of this version's clients for tok's
+// node and the key kp (meshhost's, or meshctl join's with curveKey): the token
+// proved, never sent.
+func proofEnrolRequest(tok tokenfmt.Token, kp nkeys.KeyPair, role, curveKey string) []byte {
+	pub, _ := kp.PublicKey()
+	sig, _ := kp.Sign(api.KeyProofMessage(tok.Mesh, tok.Node, pub))
+	id := tok.SecretHash()
+	b, _ := json.Marshal(api.EnrolRequest{V: api.ProtocolVersion, Mesh: tok.Mesh, Node: tok.Node, Role: role,
+		TokenID: hex.EncodeToString(id[:]), TokenProof: base64.StdEncoding.EncodeToString(tok.Prove(tok.Mesh, tok.Node, pub)),
+		PublicKey: pub, KeyProof: base64.StdEncoding.EncodeToString(sig),
+		CAPin: hex.EncodeToString(tok.CAPin[:]), SigningKey: hex.EncodeToString(tok.SigningKey), CurveKey: curveKey})
+	return b
 }
 
 // enrollingConnWithErrors is enrollingConn that also hands the connection's

@@ -59,6 +59,16 @@ func (d *Daemon) handleEnrol(m *nats.Msg) {
 		d.guard.drop("enrol", ReasonMalformed, node, err.Error())
 		return
 	}
+	if !keyed && (req.TokenID != "" || req.TokenProof != "" || req.CurveKey != "") {
+		// On the old subject nothing says which key the publisher proved at login,
+		// and proofs are the same every time they are made: a request read once on a
+		// client's path, sent again here by anyone holding any token the mesh knows
+		// (admitted under any node name for a few seconds), would be carried out, a
+		// joining control node's with another curve key. No client ever sent a proof
+		// (or a curve key, since joins moved to the keyed subject first) here.
+		d.guard.drop("enrol", ReasonMalformed, node, "a request proving its token, or a joining control node's, is read only on mesh.enrol.<node>.<key> (meshhost and meshctl since decision 0017 ask there)")
+		return
+	}
 	if keyed && req.PublicKey != key {
 		d.guard.drop("enrol", ReasonMalformed, node, "public_key is not the key the subject names")
 		return

@@ -190,6 +190,55 @@ func TestEnrolmentBudgetIsTheClients(t *testing.T) {
 	}
 }
 
+// TestAProofOnTheOldSubjectIsDropped: on mesh.enrol.<node> nothing says which key
+// the publisher proved at login, and a request's proofs are the same every time, so
+// anyone holding any token the mesh knows could send there a request read on another
+// machine's path and have it carried out (a joining control node's with its own curve
+// key). Before, it was: the token was used by the captured key. No client ever sent a
+// proof or a curve key there: such a request is dropped as malformed, unanswered,
+// before anything is read or written; an older agent's request carrying the secret
+// is still served there.
+func TestAProofOnTheOldSubjectIsDropped(t *testing.T) {
+	d := fleet(t, 0)
+	e := newEnrolling(t, d, "web-1")
+	curve, _ := nkeys.CreateCurveKeys()
+	curvePub, _ := curve.PublicKey()
+	for name, mutate := range map[string]func(*api.EnrolRequest){
+		"a token proof":                    func(*api.EnrolRequest) {},
+		"a token id alone":                 func(r *api.EnrolRequest) { r.TokenProof = "" },
+		"a token proof alone":              func(r *api.EnrolRequest) { r.TokenID = "" },
+		"a curve key beside an old secret": func(r *api.EnrolRequest) { r.TokenID, r.TokenProof, r.Secret, r.CurveKey = "", "", e.secret, curvePub },
+	} {
+		req := e.request()
+		mutate(&req)
+		data, _ := json.Marshal(req)
+		before, index := dropped(d, "enrol", ReasonMalformed), lastIndex(d)
+		d.handleEnrol(&nats.Msg{Subject: api.EnrolSubject(e.node), Reply: api.EnrolInbox(e.node, e.pub) + ".replay", Data: data})
+		if got := dropped(d, "enrol", ReasonMalformed); got != before+1 {
+			t.Errorf("%s on the old subject: %d dropped as malformed, want 1", name, got-before)
+		}
+		if m, err := e.answers.NextMsg(200 * time.Millisecond); err == nil {
+			t.Errorf("%s on the old subject was answered: %s", name, m.Data)
+		}
+		if lastIndex(d) != index {
+			t.Errorf("%s on the old subject wrote to the log", name)
+		}
+	}
+	// An agent older than the proof sends its secret there, and is served.
+	req := e.request()
+	req.TokenID, req.TokenProof, req.Secret = "", "", e.secret
+	data, _ := json.Marshal(req)
+	d.handleEnrol(&nats.Msg{Subject: api.EnrolSubject(e.node), Reply: api.EnrolInbox(e.node, e.pub) + ".1", Data: data})
+	m, err := e.answers.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatalf("an older agent's request on the old subject: %v", err)
+	}
+	var resp api.EnrolResponse
+	if json.Unmarshal(m.Data, &resp); !resp.OK {
+		t.Fatalf("an older agent's request on the old subject: %+v", resp.Error)
+	}
+}
+
 // dropped is how many messages on subject the guard dropped for reason.
 func dropped(d *Daemon, subject string, reason Reason) uint64 {
 	return d.guard.snapshot().Dropped[DropKey{Subject: subject, Reason: reason}]
