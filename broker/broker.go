@@ -204,6 +204,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			Compression: server.CompressionOpts{Mode: server.CompressionAccept},
 			// Routes are authenticated by their certificate, not by a password.
 			TLSMap: false,
+			// Clients learn the brokers from the signed membership (hosts) or their
+			// own configuration (meshctl), never from a broker's INFO: nats-server
+			// would list every broker's client address there (connect_urls) to
+			// anyone who completes the TLS handshake, credentials or not, and a
+			// client adds those addresses, signed by nobody, to the ones it dials.
+			NoAdvertise: true,
 			// A control node whose process stops reading (stopped, wedged) keeps its
 			// subscriptions in every other broker's view until its route is closed,
 			// and its subscriptions include the leader's API, which the others then

@@ -150,6 +150,9 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 			nats.Name("meshctl"),
 			nats.Timeout(dialTimeout),
 			nats.DontRandomize(),
+			// The brokers are the ones meshctl was given (mesh.json, the context,
+			// --servers), not those a broker's INFO lists, which nobody signs.
+			nats.IgnoreDiscoveredServers(),
 			// A broker that stops under a call (its control node killed, or
 			// restarted) is left for another of the list, pin checked as at the
 			// first dial: a read or a token creation is then sent again (Call),

@@ -61,7 +61,11 @@ func (l Login) Options() []nats.Option {
 		timeout = DialTimeout
 	}
 	d := &boundDialer{ctx: l.Context, tls: cfg, tcp: Dialer(), timeout: timeout}
-	return []nats.Option{nats.SetCustomDialer(d), nats.TLSHandshakeFirst(), nats.Nkey(l.PublicKey, d.sign(l.Sign))}
+	// The brokers a host dials are those of its token, its identity and the signed
+	// membership (the agent sets its pool from it): addresses a broker's INFO lists
+	// are signed by nobody, and a relay holding a leaf of the mesh CA (decision
+	// 0018) could list its own there.
+	return []nats.Option{nats.SetCustomDialer(d), nats.TLSHandshakeFirst(), nats.Nkey(l.PublicKey, d.sign(l.Sign)), nats.IgnoreDiscoveredServers()}
 }
 
 // AsNode returns the options of a connection as the enrolled node id: pinned, the

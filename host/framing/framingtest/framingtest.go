@@ -37,6 +37,19 @@ var Hostile = map[string]string{
 // broker sends.
 func Broker(t testing.TB, hostile string) (addr string, ca *x509.Certificate) {
 	t.Helper()
+	return serve(t, `{"server_id":"S","version":"2.12.0","proto":1,"headers":true,"tls_required":true,"max_payload":2097152,"nonce":"bm9uY2U"}`, hostile)
+}
+
+// BrokerSaying is Broker greeting its client with info (the JSON of its INFO line)
+// and sending nothing hostile: a broker that passes the pin check and announces what
+// it likes.
+func BrokerSaying(t testing.TB, info string) (addr string, ca *x509.Certificate) {
+	t.Helper()
+	return serve(t, info, "")
+}
+
+func serve(t testing.TB, info, hostile string) (addr string, ca *x509.Certificate) {
+	t.Helper()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"}, IsCA: true, BasicConstraintsValid: true,
 		KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
@@ -60,7 +73,7 @@ func Broker(t testing.TB, hostile string) (addr string, ca *x509.Certificate) {
 			return
 		}
 		defer c.Close()
-		fmt.Fprint(c, `INFO {"server_id":"S","version":"2.12.0","proto":1,"headers":true,"tls_required":true,"max_payload":2097152,"nonce":"bm9uY2U"}`+"\r\n")
+		fmt.Fprint(c, "INFO "+info+"\r\n")
 		r := bufio.NewReader(c)
 		for {
 			line, err := r.ReadString('\n')
@@ -70,7 +83,7 @@ func Broker(t testing.TB, hostile string) (addr string, ca *x509.Certificate) {
 			switch {
 			case strings.HasPrefix(line, "PING"):
 				fmt.Fprint(c, "PONG\r\n")
-			case strings.HasPrefix(line, "SUB"):
+			case strings.HasPrefix(line, "SUB") && hostile != "":
 				fmt.Fprint(c, hostile)
 				time.Sleep(5 * time.Second)
 				return
