@@ -27,6 +27,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 
@@ -379,6 +380,30 @@ func (s *Server) Kick(user string) (int, error) {
 	}
 	n := 0
 	for _, c := range connz.Conns {
+		if err := s.ns.DisconnectClientByID(c.Cid); err == nil {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// KickOperators closes the connections of the operators' account whose user key
+// (the subject of the user JWT they logged in with) close names, and returns how
+// many it closed. nats-server checks a connection's credentials at its login and at
+// each reload of its options, and at no other time: credentials the mesh stops
+// trusting as an operator's (a removed control node's) keep every right of the
+// operators' account on a connection made before, until something closes it.
+func (s *Server) KickOperators(close func(key string) bool) (int, error) {
+	connz, err := s.ns.Connz(&server.ConnzOptions{Username: true, Account: s.accounts.names[AccountOperators], State: server.ConnOpen, Limit: 1 << 16})
+	if err != nil {
+		return 0, fmt.Errorf("list the operators' connections: %w", err)
+	}
+	n := 0
+	for _, c := range connz.Conns {
+		claims, err := jwt.DecodeUserClaims(c.JWT)
+		if err != nil || !close(claims.Subject) {
+			continue
+		}
 		if err := s.ns.DisconnectClientByID(c.Cid); err == nil {
 			n++
 		}

@@ -735,6 +735,7 @@ func (d *Daemon) applied(c *state.Command, res state.Result) {
 		d.effects.push(effect{kind: effectKeyring})
 	case c.Op == state.OpRemoveControl && c.RemoveControl != nil:
 		d.effects.push(effect{kind: effectMembership})
+		d.effects.push(effect{kind: effectOperatorsRemoved})
 		if c.RemoveControl.Node == d.cfg.Node {
 			d.effects.push(effect{kind: effectRemoved})
 		}

@@ -34,6 +34,10 @@ const (
 	// (state.ControlNode.NeverServed): routes and Raft accept its key; hosts and
 	// mesh.json learn of it once it serves (effectMembership).
 	effectPeers
+	// effectOperatorsRemoved: a control node was removed: the operators'
+	// connections this node's broker holds with its operator credentials are closed
+	// (they log in again with the reads only, decision 0014).
+	effectOperatorsRemoved
 )
 
 type effect struct {
@@ -103,6 +107,8 @@ func (d *Daemon) carryOut(e effect) {
 		d.tellBrokers("control nodes changed; hosts told the brokers")
 	case effectPeers:
 		d.updateClusterPeers()
+	case effectOperatorsRemoved:
+		d.closeRemovedOperators()
 	case effectTellBrokers:
 		d.tellBrokers("a new leader told hosts the brokers")
 	case effectBrokers:

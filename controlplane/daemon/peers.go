@@ -71,6 +71,27 @@ func (d *Daemon) updateClusterPeers() {
 	d.raft.DropPeersNotAllowed()
 }
 
+// closeRemovedOperators closes the operators' connections this node's broker holds
+// with the operator credentials of a removed control node. The broker checks
+// credentials at a login and on a reload of its options, never in between: such a
+// connection opened before the removal kept every right of an operator (every
+// change, and every operator's answers on _INBOX.>) until a reload came, and the
+// reload of the routes' change (updateClusterPeers) does not come when neither the
+// pins nor the routes change. Closed, the credentials log in again into the
+// retired account, with the reads only.
+func (d *Daemon) closeRemovedOperators() {
+	n, err := d.broker.KickOperators(func(key string) bool {
+		_, removed := d.fsm.OperatorRevoked(key)
+		return removed
+	})
+	switch {
+	case err != nil:
+		d.log.Error("the connections of a removed control node's operator credentials could not be listed; they keep an operator's rights until they close (restarting this control node closes them)", "err", err)
+	case n > 0:
+		d.log.Info("closed the connections of a removed control node's operator credentials; they may log in again to read only", "connections", n)
+	}
+}
+
 // warnUnpinned tells the operator, at start, that routes and Raft take any leaf of
 // the mesh CA because a control node has no pin recorded.
 func (d *Daemon) warnUnpinned() {
