@@ -448,6 +448,54 @@ func TestAProofReplayedOnTheOldEnrolmentSubjectIsDropped(t *testing.T) {
 	}
 }
 
+// TestAConnectionAdmittedBeforeItsTokenIsCancelledIsRefused: an operator cancels a
+// token sent to the wrong place (meshctl token cancel) while a client holding it is
+// already logged in: the broker re-checks no connection when the token is
+// cancelled, and the grant lasts up to 30 s. The connection can still ask, and is
+// refused token_cancelled on its key's subject and on the old one alike (with the
+// secret, as an older agent asks there): the enrolment handler decides through the
+// state, not the login, so the token enrols nothing once the cancellation has
+// committed. The matrix had no cancelled token among its senders.
+func TestAConnectionAdmittedBeforeItsTokenIsCancelledIsRefused(t *testing.T) {
+	t.Parallel()
+	cp := harness.NewControlPlane(t, bin, "cancelled")
+	cp.Serve()
+	tok := parseToken(t, cp.Token("c1"))
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	prover := provingConn(t, cp, tok, kp)
+	if r := cp.Ctl("token", "cancel", "c1"); r.Code != 0 {
+		t.Fatalf("token cancel c1: %s", r.Combined())
+	}
+	sig, _ := kp.Sign(api.KeyProofMessage(tok.Mesh, tok.Node, pub))
+	withSecret, _ := json.Marshal(api.EnrolRequest{V: api.ProtocolVersion, Mesh: tok.Mesh, Node: tok.Node, Role: "worker",
+		Secret: hexSecret(tok), PublicKey: pub, KeyProof: base64.StdEncoding.EncodeToString(sig),
+		CAPin: hex.EncodeToString(tok.CAPin[:]), SigningKey: hex.EncodeToString(tok.SigningKey)})
+	for _, c := range []struct {
+		subject string
+		data    []byte
+	}{
+		{api.EnrolKeySubject("c1", pub), proofEnrolRequest(tok, kp, "worker", "")},
+		{api.EnrolSubject("c1"), withSecret},
+	} {
+		m, err := prover.Request(c.subject, c.data, 10*time.Second)
+		if err != nil {
+			t.Fatalf("a request on %s from a connection admitted before the cancellation: %v", c.subject, err)
+		}
+		var r api.EnrolResponse
+		json.Unmarshal(m.Data, &r)
+		if r.OK || r.Error == nil || r.Error.Code != api.CodeTokenCancelled {
+			t.Fatalf("a request on %s from a connection admitted before the cancellation answered %+v, want %s", c.subject, r.Error, api.CodeTokenCancelled)
+		}
+	}
+	if n, ok := cp.Node("c1"); ok {
+		t.Fatalf("a cancelled token enrolled c1 with key %s", n.PublicKey)
+	}
+	if got := cp.Counter("mesh_control_requests_refused_total", "subject=enrol", "reason="+api.CodeTokenCancelled); got != 2 {
+		t.Errorf("%v refusals counted as token_cancelled, want 2", got)
+	}
+}
+
 // TestTokenAdmitsOneMachineOnce: the broker admits a token's connections only under
 // its own node, at most a few at once; the enrolment reply reaches only the
 // connection that asked; a revoked node gets nowhere, with its key or its old token.

@@ -81,6 +81,12 @@ const (
 	RoleRevoked Role = "control-plane:revoked"
 )
 
+// Roles lists every role, one connection each (the daemon opens them all):
+// InternalGrant knows each, and nothing else.
+func Roles() []Role {
+	return []Role{RoleHosts, RolePublisher, RoleAdmin, RoleControl, RoleEvents, RoleRevoked}
+}
+
 // Lifetimes and budgets of enrolling clients.
 const (
 	// EnrolConnectionLifetime bounds an enrolling client's connection.

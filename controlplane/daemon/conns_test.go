@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"slices"
 	"testing"
 
 	"mesh/broker"
@@ -28,5 +29,18 @@ func TestOwnConnectionsAreWhatTheBrokerReserves(t *testing.T) {
 	if len(slots) != broker.ControlPlaneClients || inHosts != broker.ControlPlaneHostClients {
 		t.Fatalf("the control plane opens %d connections, %d in the hosts' accounts; the broker reserves for %d, %d",
 			len(slots), inHosts, broker.ControlPlaneClients, broker.ControlPlaneHostClients)
+	}
+}
+
+// TestOwnConnectionsAreEveryRole: the control plane opens one connection for each
+// role authn knows (authn.Roles), which the tests of its grants go through: a role
+// opened here and left out there would go untested.
+func TestOwnConnectionsAreEveryRole(t *testing.T) {
+	var opened []authn.Role
+	for _, s := range (&conns{}).slots() {
+		opened = append(opened, s.role)
+	}
+	if !slices.Equal(opened, authn.Roles()) {
+		t.Fatalf("the control plane opens %v; authn.Roles() lists %v", opened, authn.Roles())
 	}
 }
