@@ -3,20 +3,25 @@
 // Authenticator; the table of who may publish and subscribe where is docs/security.md's
 // authority model, and this package is where the broker is told it.
 //
-// Six kinds of client:
+// Seven kinds of client:
 //   - the control plane's own in-process connections, one per role, with a random
 //     per-process token;
 //   - operators, with a user JWT issued by the mesh's admin account (a standard NATS
 //     .creds file), proving the user key by signing the server's nonce; they reach
 //     the operator API and nats-server's read-only monitoring, nothing else;
+//   - the operator credentials of a removed control node, proving their key the
+//     same way: for a minute, in an account of their own, the operator API's reads
+//     only, with answers on their own key's inbox;
 //   - enrolled nodes, proving their nkey by signing the nonce; they reach their own
 //     subjects only;
 //   - revoked nodes' keys, proving the key the same way: for a few seconds, in an
 //     account of their own, to ask for their state and hear the signed notice of
 //     their revocation;
-//   - enrolling clients, presenting a live token's secret and the node key they are
-//     about to register (signing the nonce with it): the enrolment subject of the
-//     token's node and an inbox bound to that key, for a short while;
+//   - enrolling clients, proving a token's secret (older ones: presenting it) and the
+//     node key they are about to register (signing the nonce with it): the
+//     enrolment subjects of the node name they log in under and an inbox bound to
+//     that key, for 30 seconds with a live token of that node, 5 with one the mesh
+//     refuses (used, expired, cancelled, another node's), so they are told which;
 //   - and nobody else.
 //
 // The check is cheap and consumes nothing: nats-server runs it again for every client
@@ -70,7 +75,8 @@ const (
 	// own view (api.ControlStatusSubject). It may publish only on the reply subjects
 	// the broker makes for operators' requests.
 	RoleAdmin Role = "control-plane:admin"
-	// RoleControl carries the control nodes' heartbeats, in the control account.
+	// RoleControl carries the control nodes' heartbeats, in the control account: it
+	// may publish and subscribe on mesh.control.*.heartbeat only.
 	RoleControl Role = "control-plane:control"
 	// RoleEvents hears nats-server's connection events and may close connections of
 	// the hosts account, in the system account.
@@ -284,9 +290,11 @@ func InternalGrant(r Role, hostEvents []string) (broker.Grant, bool) {
 		g.Subscribe = []string{api.AdminPrefix + ">", api.RetiredPrefix + ">", api.ControlStatusSubject}
 		g.Publish = []string{"_R_.>"}
 	case RoleControl:
+		// The heartbeats, and nothing else: it makes no request (it was granted
+		// every inbox of the control account, and all of mesh.control., for none).
 		g.Account = broker.AccountControl
-		g.Subscribe = []string{api.ControlPrefix + ">", "_INBOX.>"}
-		g.Publish = []string{api.ControlPrefix + ">"}
+		g.Subscribe = []string{api.ControlHeartbeatSubject("*")}
+		g.Publish = []string{api.ControlHeartbeatSubject("*")}
 	case RoleRevoked:
 		g.Account = broker.AccountRevoked
 		g.Subscribe = []string{api.NodePrefix + "*" + api.SyncSuffix}

@@ -219,7 +219,7 @@ func TestAuthenticate(t *testing.T) {
 		{name: "internal admin role", internal: "s3cret-internal", client: broker.Client{Username: string(RoleAdmin), Token: "s3cret-internal"},
 			grant: broker.Grant{User: string(RoleAdmin), Account: broker.AccountControl, Subscribe: []string{"mesh.admin.>", "mesh.retired.>", "mesh.controlstatus"}, Publish: []string{"_R_.>"}}},
 		{name: "internal control role", internal: "s3cret-internal", client: broker.Client{Username: string(RoleControl), Token: "s3cret-internal"},
-			grant: broker.Grant{User: string(RoleControl), Account: broker.AccountControl, Subscribe: []string{"mesh.control.>", "_INBOX.>"}, Publish: []string{"mesh.control.>"}}},
+			grant: broker.Grant{User: string(RoleControl), Account: broker.AccountControl, Subscribe: []string{"mesh.control.*.heartbeat"}, Publish: []string{"mesh.control.*.heartbeat"}}},
 		{name: "internal events role", internal: "s3cret-internal", client: broker.Client{Username: string(RoleEvents), Token: "s3cret-internal"},
 			grant: broker.Grant{User: string(RoleEvents), Account: broker.AccountSystem,
 				Subscribe: []string{"_INBOX.>", "$SYS.ACCOUNT.HOSTS.CONNECT", "$SYS.ACCOUNT.HOSTS.DISCONNECT"},
