@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -94,6 +95,43 @@ func (d *Daemon) handleEnrol(m *nats.Msg) {
 	}
 }
 
+// revokedCloseWait bounds how long an enrolment waits for the connections of the
+// node id's revoked keys to close once it asked the brokers to close them.
+const revokedCloseWait = 2 * time.Second
+
+// closeRevokedOf closes the connections the hosts account still holds under a key
+// node was revoked under, and returns how many are still open after revokedCloseWait.
+// The broker grants a node's subjects by its id (authn.NodeGrant), and refuses a
+// revoked key only at login: a connection of the key, open since before the
+// revocation, whose closing (enforceRevocations, RevokeGrace after the commit) was
+// lost with a leader, hears the declarations of the machine enrolled next under the
+// id until a listing of the brokers' connections closes it (a minute at most). The
+// enrolment closes it first, or is not made.
+func (d *Daemon) closeRevokedOf(node string) int {
+	var open []string
+	for _, r := range d.fsm.Revocations(node) {
+		if d.presence.Open(r.Key) > 0 {
+			open = append(open, r.Key)
+			d.presence.Kick(r.Key)
+		}
+	}
+	deadline := time.Now().Add(revokedCloseWait)
+	for len(open) > 0 {
+		n := 0
+		for _, k := range open {
+			n += d.presence.Open(k)
+		}
+		if n == 0 || time.Now().After(deadline) {
+			if n > 0 {
+				d.logRepeated(slog.LevelWarn, "an enrolment waits for connections of a revoked key of its node id to close", "node", node, "connections", n)
+			}
+			return n
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return 0
+}
+
 // encodeEnrolAnswer encodes an enrolment answer so that it fits what the hosts
 // account lets the control plane publish and what a host reads (64 KiB each). An
 // answer carries the node's current declaration, signed: a first enrolment's is empty,
@@ -173,6 +211,11 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 		// A control node's repeated admission still goes through the log, which
 		// decides whether it may be repeated.
 		return answer(d.enrolAnswer(req, state.RoleWorker, now, true))
+	}
+	if req.Role == state.RoleWorker {
+		if open := d.closeRevokedOf(req.Node); open > 0 {
+			return refuse(api.CodeUnavailable, fmt.Sprintf("%d connection(s) of a key this node id was revoked under are still open, and would hear the declarations of the machine enrolled now: they are being closed; run enrol again in a few seconds", open))
+		}
 	}
 	// A control node's identity is opened before the enrolment is committed: one
 	// this node cannot hand over must not use the token up.
