@@ -1425,10 +1425,10 @@ func (a *Agent) handleMembership(env *declarations.Parsed) {
 
 // followBrokers makes the brokers the connection reconnects to those the agent
 // dials now (brokers: the list just accepted, and --broker's). nats.go keeps the
-// list the connection was made with, and the servers it discovered, which a
-// control node's INFO takes away as it is removed: a host whose brokers at start
-// had all been removed since was left dialling those alone once its broker went,
-// until the agent was restarted, though it held the new list.
+// list the connection was made with (it adds none a broker's INFO lists: the
+// link's options ignore them): a host whose brokers at start had all been removed
+// since was left dialling those alone once its broker went, until the agent was
+// restarted, though it held the new list.
 func (a *Agent) followBrokers() {
 	if a.conn == nil {
 		return // the first connection is made with the list of now
