@@ -140,6 +140,7 @@ func TestAuthorityModel(t *testing.T) {
 	expiredText := cp.Token("late", "--ttl", "1s")
 	time.Sleep(1100 * time.Millisecond)
 	expiredKey, _ := nkeys.CreateUser()
+	expiredPub, _ := expiredKey.PublicKey()
 	expired := enrollingConn(t, cp, parseToken(t, expiredText), expiredKey)
 
 	// Clients of this version prove their token and bind the nonce signature to the
@@ -190,6 +191,14 @@ func TestAuthorityModel(t *testing.T) {
 	keyStatus, _ := api.EncodeAdminRequest(api.OpSigningKeyStatus, api.KeyringStatusRequest{})
 	controlStatus, _ := api.EncodeAdminRequest(api.OpControlStatus, api.ControlStatusRequest{})
 
+	// A client holding a live token of another node, logged in under the waiting
+	// machine's name (admitted for a few seconds, to be told token_other_node).
+	otherTok := parseToken(t, cp.Token("other"))
+	otherKey, _ := nkeys.CreateUser()
+	otherPub, _ := otherKey.PublicKey()
+	otherAsNewbie := provingConnAs(t, cp, otherTok, otherKey, "newbie")
+	connz := []byte(`{}`)
+
 	type sender struct {
 		identity, subject string
 		nc                *nats.Conn
@@ -216,6 +225,15 @@ func TestAuthorityModel(t *testing.T) {
 		// (TestAProofReplayedOnTheOldEnrolmentSubjectIsDropped).
 		{"enrolling client proving a live token, old subject", "mesh.enrol.prover", prover, proofRequest(proverTok, proverKey, "control"), "malformed"},
 		{"enrolling client proving an expired token, its key's subject", api.EnrolKeySubject("late", provedLatePub), provedLate, proofRequest(parseToken(t, expiredText), provedLateKey, "worker"), "foreign_reply"},
+		{"enrolling client proving an expired token, old subject", "mesh.enrol.late", provedLate, proofRequest(parseToken(t, expiredText), provedLateKey, "worker"), "malformed"},
+		{"enrolling client, expired token, its key's subject", api.EnrolKeySubject("late", expiredPub), expired, enrolRequest(parseToken(t, expiredText), expiredKey, "worker"), "foreign_reply"},
+		{"enrolling client proving another node's token under this node's name, its key's subject", api.EnrolKeySubject("newbie", otherPub), otherAsNewbie, proofRequest(otherTok, otherKey, "worker"), "foreign_reply"},
+		// A revoked key's status: nobody listens (its account has no subscriber).
+		{"revoked host", "mesh.node.gone.status", revoked, attackerStatus, ""},
+		// Monitoring, whose answers (every host's address) are published at the
+		// reply named: in the operators' account, where a reply that is the API's
+		// subject reaches the API without a reply of its own, and is dropped.
+		{"operator", "$SYS.REQ.SERVER.PING.CONNZ", op, connz, ""},
 		{"operator", api.AdminSubject(api.OpNodes), op, readOnly, ""},
 		{"operator", api.AdminSubject(api.OpSigningKeyStatus), op, keyStatus, ""},
 		{"operator", api.AdminSubject(api.OpPing), op, nil, ""},
