@@ -243,14 +243,19 @@ func (r *run) step(kind, format string, args ...any) {
 
 // ParseToken checks a worker's token offline, as Enrol's first step does: a
 // caller can refuse a token before it creates or locks anything. An expiry within
-// ClockTolerance of now passes, for the mesh's clock to decide, and one within
+// ClockTolerance of now passes, for the mesh's clock to decide, one within
 // ResumeWindow when stateDir holds the pending key of an earlier run of this
-// token's enrolment (begunIn). Errors wrap ErrToken.
+// token's enrolment (begunIn), and any when it holds the identity of the token's
+// node (EnrolledAs). Errors wrap ErrToken.
 func ParseToken(text string, now time.Time, stateDir string) (token.Token, error) {
 	tok, err := token.Parse(text, now)
 	var expired *token.ExpiredError
 	if errors.As(err, &expired) && (expired.Ago() <= ClockTolerance || expired.Ago() <= ResumeWindow && begunIn(stateDir, tok)) {
 		err = nil // let the mesh's clock decide
+	} else if expired != nil {
+		if _, ok := EnrolledAs(stateDir, tok); ok {
+			err = nil // the identity in the way is the news (Enrol), not the token's age
+		}
 	}
 	if err != nil {
 		if expired != nil {
@@ -285,6 +290,21 @@ func begunIn(stateDir string, tok token.Token) bool {
 	return err == nil && p.Mesh == tok.Mesh && p.Node == tok.Node && p.TokenHash == hex.EncodeToString(th[:])
 }
 
+// EnrolledAs returns the identity stateDir holds when it is one of the node tok
+// names (its mesh, node and CA pin): an enrolment run again there is about that
+// identity, whatever the token's age, and is told so (EnrolledAsTokenError), not
+// that the token expired and a new one is needed.
+func EnrolledAs(stateDir string, tok token.Token) (identity.Identity, bool) {
+	if stateDir == "" {
+		return identity.Identity{}, false
+	}
+	id, err := identity.Load(stateDir)
+	if err != nil {
+		return identity.Identity{}, false
+	}
+	return id, id.Mesh == tok.Mesh && id.Node == tok.Node && id.CAPin == hex.EncodeToString(tok.CAPin[:])
+}
+
 // Enrol carries out the enrolment and returns the saved identity.
 func Enrol(ctx context.Context, o Options) (Result, error) {
 	if o.Now == nil {
@@ -310,7 +330,7 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	r.tok = tok
 	fmt.Fprintf(r.out, "enrol node %s into mesh %s\n", tok.Node, tok.Mesh)
 	r.step("token", "parsed offline: role %s, %d broker(s), expires %s", tok.Role, len(tok.Brokers), expiryText(tok.Expiry, now))
-	if now.Sub(tok.Expiry) > ClockTolerance {
+	if _, enrolled := EnrolledAs(o.StateDir, tok); now.Sub(tok.Expiry) > ClockTolerance && !enrolled {
 		r.step("token", "expired, but an earlier run of this enrolment began here (its key is in %s): the mesh answers it again, should it have enrolled that key, for a day after the token expired", identity.PendingPath(o.StateDir))
 	}
 
@@ -331,10 +351,11 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 			r.step("identity", "saved in %s by an earlier run of this enrolment, which stopped before it removed its draft key (removed now): enrolled", identity.Path(o.StateDir))
 			return Result{Identity: id, Finished: true}, nil
 		}
-		if id, ok := r.confirmedByTheMesh(ctx, err); ok {
-			return Result{Identity: id, Finished: true}, nil
+		id, err := r.confirmedByTheMesh(ctx, err)
+		if err != nil {
+			return Result{}, err
 		}
-		return Result{}, err
+		return Result{Identity: id, Finished: true}, nil
 	}
 	r.step("identity", "none in %s yet (a new machine)", o.StateDir)
 
@@ -437,41 +458,80 @@ func (r *run) savedByEarlierRun(err error) (identity.Identity, bool) {
 
 // confirmedByTheMesh finishes, as an earlier run's, an enrolment whose identity is
 // saved for the token's mesh, node and CA, and whose draft key was removed: the run
-// that saved it was stopped before it said "enrolled" (a kill, a power loss). Only
-// the mesh knows whether that identity's key is the one this token admitted: the
+// that saved it was stopped before it said "enrolled" (a kill, a power loss), or it
+// finished and this is the same command run again (a provisioning script). Only the
+// mesh knows whether that identity's key is the one this token admitted: the
 // enrolment is asked again with it, and a repeat of the same admission is answered
-// from the mesh's records. Anything else (another key, an unused token, no answer)
-// leaves the identity "already enrolled". Before, that rerun was told to have the
-// node revoked, a healthy node.
-func (r *run) confirmedByTheMesh(ctx context.Context, enrolled error) (identity.Identity, bool) {
+// from the mesh's records. When it is not confirmed (another key, an unused token, a
+// token the mesh no longer keeps, no answer), the identity of the token's node is
+// said to be that (*EnrolledAsTokenError, with the mesh's reason), not a machine to
+// revoke; an identity of another mesh, node or CA is left "already enrolled".
+// Before, every such rerun was told to have the node revoked, a healthy node.
+func (r *run) confirmedByTheMesh(ctx context.Context, enrolled error) (identity.Identity, error) {
 	if !errors.Is(enrolled, identity.ErrAlreadyEnrolled) {
-		return identity.Identity{}, false
+		return identity.Identity{}, enrolled
 	}
 	id, err := identity.Load(r.o.StateDir)
-	if err != nil || id.Mesh != r.tok.Mesh || id.Node != r.tok.Node || id.CAPin != hex.EncodeToString(r.tok.CAPin[:]) {
-		return identity.Identity{}, false
+	if err != nil || !r.tokensNode(id) {
+		return identity.Identity{}, enrolled
 	}
 	kp, err := id.KeyPair()
 	if err != nil {
-		return identity.Identity{}, false
+		return identity.Identity{}, enrolled
 	}
 	defer kp.Wipe()
-	r.step("identity", "%s holds node %s of mesh %s: asking the mesh whether this token admitted its key (an earlier run of this enrolment, stopped before it said so)", identity.Path(r.o.StateDir), id.Node, id.Mesh)
+	notConfirmed := func(why error) (identity.Identity, error) {
+		return identity.Identity{}, &EnrolledAsTokenError{Path: identity.Path(r.o.StateDir), Mesh: id.Mesh, Node: id.Node, Why: why}
+	}
+	r.step("identity", "%s holds node %s of mesh %s, the node this token names: asking the mesh whether this token admitted its key", identity.Path(r.o.StateDir), id.Node, id.Mesh)
 	nc, _, err := r.dialEnrolment(ctx, kp, id.PublicKey)
 	if err != nil {
-		return identity.Identity{}, false
+		return notConfirmed(err)
 	}
 	defer nc.Close()
 	resp, err := r.request(ctx, nc, kp, id.PublicKey)
 	if err != nil {
-		return identity.Identity{}, false
+		return notConfirmed(err)
 	}
 	if _, err := r.verify(resp, kp, id.PublicKey); err != nil {
-		return identity.Identity{}, false
+		return notConfirmed(err)
 	}
-	r.step("identity", "the mesh admitted this key with this token: enrolled by the earlier run")
-	return id, true
+	r.step("identity", "the mesh admitted this key with this token: enrolled (by an earlier run)")
+	return id, nil
 }
+
+// tokensNode reports whether id is an identity of the node the token names: its
+// mesh, node and CA pin.
+func (r *run) tokensNode(id identity.Identity) bool {
+	return id.Mesh == r.tok.Mesh && id.Node == r.tok.Node && id.CAPin == hex.EncodeToString(r.tok.CAPin[:])
+}
+
+// EnrolledAsTokenError: the state directory holds the identity of the node the token
+// names (its mesh, node and CA pin), which the mesh did not confirm this token
+// admitted (Why), or was not asked (the agent running it holds the directory). It is
+// most likely this very enrolment, done by an earlier run; "revoke it first", said of
+// any identity, sent a provisioning script's every rerun after the token expired to
+// have a healthy node revoked. It matches identity.ErrAlreadyEnrolled.
+type EnrolledAsTokenError struct {
+	Path, Mesh, Node string
+	Why              error  // nil: the mesh was not asked (not unwrapped: the identity in the way is what the error is)
+	Agent            string // "meshhost run, pid N" when an agent holds the directory
+}
+
+func (e *EnrolledAsTokenError) Error() string {
+	s := fmt.Sprintf("this machine is already enrolled as node %q of mesh %q, the node this token names (%s)", e.Node, e.Mesh, e.Path)
+	if e.Agent != "" {
+		s += "; its agent (" + e.Agent + ") runs it"
+	}
+	if e.Why != nil {
+		s += fmt.Sprintf("; the mesh did not confirm that this token admitted its key (%v)", e.Why)
+	}
+	return s + ". If this enrolment ran here before, it is done: meshhost status says how the node stands (start the agent, meshhost run, if it is not running). " +
+		"To enrol this machine afresh, have an operator revoke the node first, then remove " + e.Path + " and enrol with a new token"
+}
+
+// Is reports whether target is identity.ErrAlreadyEnrolled.
+func (e *EnrolledAsTokenError) Is(target error) bool { return target == identity.ErrAlreadyEnrolled }
 
 // dropSpentKey removes the pending key when the mesh, answering the request, refused
 // the token for good (a refusal that is not Retryable: used, expired, unknown,

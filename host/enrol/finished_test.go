@@ -3,6 +3,7 @@ package enrol
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -62,5 +63,66 @@ func TestNodeExistsSaysWhatToDo(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "for good") || !strings.Contains(out.String(), "the operator revokes that node and mints a new token for this one") {
 		t.Fatalf("the output calls the token spent, or does not say what to do:\n%s", out.String())
+	}
+}
+
+// TestARunAgainOnTheTokensNodeSaysSo: enrol run again on a machine its earlier run
+// enrolled (a provisioning script's every run), when the mesh does not confirm the
+// token admitted the identity's key (here: the signing key was retired since, so
+// the token is stale; and a day after the token expired, when the mesh no longer
+// keeps it): the identity is said to be that of the node the token names, with the
+// mesh's reason, and where to look (meshhost status). Before, every such rerun was
+// told to have an operator revoke the node, a healthy one, and a token expired long
+// ago was refused as expired ("ask for a new one"). An identity of another node
+// is still the machine to revoke first.
+func TestARunAgainOnTheTokensNodeSaysSo(t *testing.T) {
+	var refuse atomic.Bool
+	m := newFakeMesh(t, func(r *wire.EnrolResponse) {
+		if refuse.Load() {
+			*r = wire.EnrolResponse{V: wire.ProtocolVersion, Error: &wire.Error{Code: wire.CodeTokenStaleKey, Message: "the token's signing key was retired"}}
+		}
+	})
+	dir, first, err := enrolWith(t, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refuse.Store(true)
+	_, err = Enrol(context.Background(), Options{StateDir: dir, Token: m.token, DialTimeout: 5 * time.Second, RequestTimeout: 5 * time.Second})
+	var as *EnrolledAsTokenError
+	if !errors.As(err, &as) || !errors.Is(err, identity.ErrAlreadyEnrolled) || as.Node != first.Identity.Node {
+		t.Fatalf("got %v, want the identity of the token's node said as such", err)
+	}
+	for _, want := range []string{"the node this token names", "token_stale_key", "meshhost status", "If this enrolment ran here before, it is done"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the rerun does not say %q:\n%v", want, err)
+		}
+	}
+
+	// Two days on: refused offline as expired no more, and the mesh is asked (its
+	// certificates are not valid by then either: the reason says so).
+	later := func() time.Time { return time.Now().Add(48 * time.Hour) }
+	if _, err := ParseToken(m.token, later(), dir); err != nil {
+		t.Fatalf("a token expired long ago, on the machine it enrolled: %v", err)
+	}
+	if _, err := ParseToken(m.token, later(), t.TempDir()); !errors.Is(err, ErrToken) {
+		t.Fatalf("a token expired long ago, on another machine: %v, want refused offline", err)
+	}
+	_, err = Enrol(context.Background(), Options{StateDir: dir, Token: m.token, Now: later, DialTimeout: 5 * time.Second, RequestTimeout: 5 * time.Second})
+	if !errors.As(err, &as) {
+		t.Fatalf("two days on: got %v, want the identity of the token's node said as such", err)
+	}
+
+	// An identity of another node: the machine to revoke first, as before.
+	other := first.Identity
+	other.Node = "db-1"
+	if err := os.Remove(identity.Path(dir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := identity.Save(dir, other); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Enrol(context.Background(), Options{StateDir: dir, Token: m.token, DialTimeout: 5 * time.Second, RequestTimeout: 5 * time.Second})
+	if !errors.Is(err, identity.ErrAlreadyEnrolled) || errors.As(err, &as) || !strings.Contains(err.Error(), "revoke it first") {
+		t.Fatalf("another node's identity: got %v, want already enrolled, revoke it first", err)
 	}
 }

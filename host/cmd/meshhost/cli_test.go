@@ -255,6 +255,28 @@ func TestEnrolOnTheDirectoryOfARunningAgent(t *testing.T) {
 	}
 }
 
+// TestEnrolAgainOnTheTokensNodeWhileItsAgentRuns: the same enrolment run again (a
+// provisioning script) on the machine it enrolled, whose agent runs: the identity is
+// said to be that of the node the token names, run by its agent (exit 5, as any
+// identity in the way), and meshhost status is where to look. It was told to have
+// the node revoked first.
+func TestEnrolAgainOnTheTokensNodeWhileItsAgentRuns(t *testing.T) {
+	dir, id := enrolled(t)
+	lock, err := dirlock.Acquire("state directory", dir, "meshhost run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release()
+	signed := fmt.Sprintf("mesh1_%s_127.0.0.1:1_%s_%s_%s_worker_%d_%s", id.Mesh, id.CAPin, strings.Repeat("cd", 32), id.Node,
+		time.Now().Add(30*time.Minute).Unix(), strings.Repeat("ef", 32))
+	tok := fmt.Sprintf("%s_%08x", signed, crc32.Checksum([]byte(signed), crc32.MakeTable(crc32.Castagnoli)))
+	code, _, stderr := runCLI("", map[string]string{"MESH_TOKEN": tok}, "enrol", "--state", dir)
+	if code != exitIdentity || !strings.Contains(stderr, fmt.Sprintf("already enrolled as node %q of mesh %q, the node this token names", id.Node, id.Mesh)) ||
+		!strings.Contains(stderr, fmt.Sprintf("its agent (meshhost run, pid %d) runs it", os.Getpid())) || !strings.Contains(stderr, "meshhost status") {
+		t.Fatalf("exit %d, want %d saying it is enrolled as the token's node, run by its agent: %s", code, exitIdentity, stderr)
+	}
+}
+
 // TestStatusWarnsOfAnIdentityOthersMayRead: status says so, changes nothing, and
 // still exits as it would; the agent is what makes the file private.
 func TestStatusWarnsOfAnIdentityOthersMayRead(t *testing.T) {

@@ -331,7 +331,8 @@ func cmdEnrol(args []string, cio *cliIO) (err error) {
 	if err := checkOwnDirectory(*stateDir, *tokenFile); err != nil {
 		return err
 	}
-	if _, err := enrol.ParseToken(text, cio.clock(), *stateDir); err != nil {
+	tok, err := enrol.ParseToken(text, cio.clock(), *stateDir)
+	if err != nil {
 		return err
 	}
 	steps := cio.stdout
@@ -362,7 +363,13 @@ func cmdEnrol(args []string, cio *cliIO) (err error) {
 		// An agent running on an enrolled directory: stopping it, as the lock's
 		// message says, would only lead to "already enrolled".
 		var busy *dirlock.InUseError
-		if enrolled := identity.CheckAbsent(*stateDir); errors.Is(enrolled, identity.ErrAlreadyEnrolled) && errors.As(err, &busy) && busy.PID > 0 {
+		enrolled := identity.CheckAbsent(*stateDir)
+		if id, ok := enrol.EnrolledAs(*stateDir, tok); ok && errors.As(err, &busy) && busy.PID > 0 {
+			// The identity of the node this token names, run by its agent: most
+			// likely this very enrolment, run again (a provisioning script).
+			return &enrol.EnrolledAsTokenError{Path: identity.Path(*stateDir), Mesh: id.Mesh, Node: id.Node,
+				Agent: fmt.Sprintf("%s, pid %d", busy.Command, busy.PID)}
+		} else if errors.Is(enrolled, identity.ErrAlreadyEnrolled) && errors.As(err, &busy) && busy.PID > 0 {
 			return fmt.Errorf("%w (%s, pid %d, is working on it now)", enrolled, busy.Command, busy.PID)
 		} else if errors.Is(enrolled, identity.ErrAlreadyEnrolled) {
 			return enrolled
