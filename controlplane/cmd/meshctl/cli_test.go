@@ -92,6 +92,10 @@ func TestVersion(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &v); code != exitOK || err != nil || v.Program != "meshctl" || v.Version != version || !strings.HasPrefix(v.Go, "go") {
 		t.Fatalf("version --json: exit %d, %v, %s", code, err, out)
 	}
+	// README offers --version with --json too: it was refused, exit 2.
+	if code, flagOut, _ := runCLI("--version", "--json"); code != exitOK || flagOut != out {
+		t.Fatalf("--version --json: exit %d, %q; want %q", code, flagOut, out)
+	}
 }
 
 // TestVersionFromBuildInfo: the revision, its time and a dirty tree come from the

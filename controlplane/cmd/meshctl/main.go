@@ -193,9 +193,12 @@ func run(args []string, cio *cliIO) int {
 	if len(args) == 0 {
 		return rootUsageError(root, cio)
 	}
-	if (args[0] == "--version" || args[0] == "-v") && len(args) > 1 {
+	if (args[0] == "--version" || args[0] == "-v") && len(args) == 2 && args[1] == "--json" {
+		// What README offers beside `version --json`: the same.
+		args = []string{"version", "--json"}
+	} else if (args[0] == "--version" || args[0] == "-v") && len(args) > 1 {
 		// Cobra prints the version and ignores the rest, which meshhost refuses.
-		return exitCode(cio.stderr, "meshctl", usagef("unexpected argument %q after %s", args[1], args[0]))
+		return exitCode(cio.stderr, "meshctl", usagef("unexpected argument %q after %s (it takes only --json; see meshctl version --help)", args[1], args[0]))
 	}
 	root.SetArgs(joinOptionalValues(root, args))
 	cmd, err := root.ExecuteC()

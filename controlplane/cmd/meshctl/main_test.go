@@ -98,7 +98,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"declare", "--data", dir, "--node", "web-1", "--file", "x.json", "30s"}, `unexpected argument "30s": --wait takes a positive duration`},
 		{[]string{"version", "extra"}, "unexpected argument"},
 		{[]string{"--version", "extra"}, `unexpected argument "extra" after --version`},
-		{[]string{"-v", "--json"}, `unexpected argument "--json" after -v`},
+		{[]string{"-v", "--json", "extra"}, `unexpected argument "--json" after -v`},
 		{[]string{"bootstrap", "--mesh", "m", "--listen", "127.0.0.1:7300", "--data", dir, "--dry-run", "--json"}, "give one of them"},
 		{[]string{"completion"}, "name the shell"},
 		{[]string{"completion", "bash", "zsh"}, `unexpected argument "zsh"`},

@@ -174,6 +174,14 @@ func TestVersion(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &v); code != exitOK || err != nil || v.Program != "meshhost" || v.Version != release {
 		t.Fatalf("version --json: exit %d, %v, %s", code, err, out)
 	}
+	// README offers --version with --json too: it was refused, exit 2, and the
+	// refusal's hint (meshhost --version --help) was refused the same way.
+	if code, flagOut, _ := runCLI("", nil, "--version", "--json"); code != exitOK || flagOut != out {
+		t.Fatalf("--version --json: exit %d, %q; want %q", code, flagOut, out)
+	}
+	if code, _, stderr := runCLI("", nil, "--version", "--help"); code != exitUsage || !strings.Contains(stderr, "meshhost version --help") {
+		t.Fatalf("--version --help: exit %d, %s; want usage pointing at meshhost version --help", code, stderr)
+	}
 	info := &debug.BuildInfo{GoVersion: "go1.26.8", Settings: []debug.BuildSetting{
 		{Key: "vcs.revision", Value: "fedcba9876543210fedcba9876543210fedcba98"}, {Key: "vcs.time", Value: "2026-12-01T10:00:00Z"},
 		{Key: "GOOS", Value: "linux"}, {Key: "GOARCH", Value: "amd64"}}}

@@ -146,11 +146,17 @@ func run(args []string, cio *cliIO) int {
 	case "version":
 		err = cmdVersion(args[1:], cio)
 	case "--version", "-version":
-		if len(args) > 1 {
-			err = usageError{fmt.Sprintf("unexpected argument %q after --version", args[1])}
-			break
+		switch {
+		case len(args) == 2 && args[1] == "--json":
+			// What README and `version --help` offer: the same as version --json.
+			err = cmdVersion(args[1:], cio)
+		case len(args) > 1:
+			// Said as version's, whose --help is the usage: "--version --help" was
+			// refused the same way, a hint that led back to itself.
+			return exitCode(cio.stderr, "version", usageError{fmt.Sprintf("unexpected argument %q after --version (--version takes only --json)", args[1])})
+		default:
+			fmt.Fprintln(cio.stdout, readVersion())
 		}
-		fmt.Fprintln(cio.stdout, readVersion())
 	default:
 		fmt.Fprintf(cio.stderr, "meshhost: unknown command %s\n\n", token.HideTokens(strconv.Quote(args[0])))
 		usage(cio.stderr)

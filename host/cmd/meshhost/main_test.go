@@ -84,7 +84,9 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("%v: want the error once on stderr and nothing on stdout; stdout %q, stderr %q", c.args, stdout, stderr)
 		}
 		// (--state inside --root is no mistake of form: its message says what to do.)
-		if c.args[0] != "frobnicate" && !strings.HasSuffix(c.want, "must not be inside the managed root") && !strings.Contains(stderr, "run `meshhost "+c.args[0]+" --help` for usage") && !strings.Contains(stderr, "usage:") {
+		// (--version's usage is version's: its own --help is no command.)
+		cmd := strings.TrimPrefix(strings.TrimPrefix(c.args[0], "--"), "-")
+		if c.args[0] != "frobnicate" && !strings.HasSuffix(c.want, "must not be inside the managed root") && !strings.Contains(stderr, "run `meshhost "+cmd+" --help` for usage") && !strings.Contains(stderr, "usage:") {
 			t.Errorf("%v: no hint of the right usage: %q", c.args, stderr)
 		}
 	}
