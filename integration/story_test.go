@@ -228,6 +228,11 @@ func TestRunningAgentRefusesImpostor(t *testing.T) {
 	proxy.SetTarget(imp.Addr())
 	proxy.ResetAll()
 	agent.WaitOutput(t, "not the mesh's: refusing it", 30*time.Second)
+	// It retries, and says it does: "retrying will not help", enrol's words for a
+	// mesh substituted, was logged beside "trying again".
+	if strings.Contains(agent.Output(), "retrying will not help") {
+		t.Errorf("the running agent says retrying will not help as it retries:\n%s", agent.Output())
+	}
 	if b := imp.AppBytes(t); b != 0 {
 		t.Fatalf("the impostor received %d application bytes from the running agent, want 0", b)
 	}

@@ -644,7 +644,7 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 		return nil, "", fmt.Errorf("%w; run enrol again with the same token once the clock is right (%s)", clockErr, strings.Join(errs, "; "))
 	}
 	if substituted > 0 && substituted == len(r.tok.Brokers) {
-		return nil, "", fmt.Errorf("%w (%s)", ErrSubstituted, strings.Join(errs, "; "))
+		return nil, "", fmt.Errorf("%w; retrying will not help (%s)", ErrSubstituted, strings.Join(errs, "; "))
 	}
 	if substituted > 0 {
 		return nil, "", fmt.Errorf("%w; and at least one address answered with another CA: %s", ErrUnreachable, strings.Join(errs, "; "))

@@ -14,8 +14,12 @@ import (
 )
 
 // ErrSubstituted means something other than the mesh answered: the server's chain
-// does not reach the pinned CA. Retrying will not help.
-var ErrSubstituted = errors.New("the broker's certificate does not chain to the CA pinned in the token: the mesh was substituted (or the token is for another mesh); retrying will not help")
+// does not reach the pinned CA.
+//
+// Whether retrying helps is the caller's to say: not for enrol, which names one
+// mesh; the agent, which keeps trying the mesh's other brokers and this one again,
+// said "retrying will not help" as it retried.
+var ErrSubstituted = errors.New("the broker's certificate does not chain to the CA pinned in the token: the mesh was substituted (or the token is for another mesh)")
 
 // ErrClock means the broker's chain reaches the pinned CA but is not valid at this
 // machine's time: its clock is wrong (or, if it is right, a certificate of the mesh
