@@ -316,7 +316,7 @@ func Join(ctx context.Context, o Options) error {
 	}
 	r.tok = tok
 	fmt.Fprintf(o.Out, "join control node %s into mesh %s\n", tok.Node, tok.Mesh)
-	r.step("token", "parsed offline: role control, %d broker(s), expires %s", len(tok.Brokers), tok.Expiry.Sub(o.Now()).Round(time.Second))
+	r.step("token", "parsed offline: role control, %d broker(s), expires in %s", len(tok.Brokers), tok.Expiry.Sub(o.Now()).Round(time.Second))
 
 	lock, note, err := r.lock()
 	if err != nil {

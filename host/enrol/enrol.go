@@ -181,7 +181,7 @@ type RefusedError struct {
 func (e *RefusedError) Error() string {
 	advice := map[string]string{
 		wire.CodeTokenUnknown:   "this mesh never minted this token (or it expired more than a day ago): ask the operator for a new one",
-		wire.CodeTokenUsed:      "the token already enrolled a machine: ask the operator for a new one",
+		wire.CodeTokenUsed:      "ask the operator for a new one",
 		wire.CodeTokenExpired:   "ask the operator for a new token",
 		wire.CodeTokenOtherNode: "a token admits exactly one node id: ask for a token for this node",
 		wire.CodeTokenWrongRole: "ask for a token of the right role",
@@ -329,7 +329,7 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	}
 	r.tok = tok
 	fmt.Fprintf(r.out, "enrol node %s into mesh %s\n", tok.Node, tok.Mesh)
-	r.step("token", "parsed offline: role %s, %d broker(s), expires %s", tok.Role, len(tok.Brokers), expiryText(tok.Expiry, now))
+	r.step("token", "parsed offline: role %s, %d broker(s), %s", tok.Role, len(tok.Brokers), expiryText(tok.Expiry, now))
 	if _, enrolled := EnrolledAs(o.StateDir, tok); now.Sub(tok.Expiry) > ClockTolerance && !enrolled {
 		r.step("token", "expired, but an earlier run of this enrolment began here (its key is in %s): the mesh answers it again, should it have enrolled that key, for a day after the token expired", identity.PendingPath(o.StateDir))
 	}
@@ -563,9 +563,9 @@ func (r *run) dropSpentKey(err error, pub string) error {
 
 func expiryText(exp, now time.Time) string {
 	if d := exp.Sub(now); d > 0 {
-		return "in " + d.Round(time.Second).String()
+		return "expires in " + d.Round(time.Second).String()
 	}
-	return now.Sub(exp).Round(time.Second).String() + " ago by this machine's clock (the mesh decides)"
+	return "expired " + now.Sub(exp).Round(time.Second).String() + " ago by this machine's clock (the mesh decides)"
 }
 
 // dialEnrolment connects to the first broker that completes a pinned handshake,

@@ -64,7 +64,7 @@ func TestRequestServedGivesUpAtTheTimeout(t *testing.T) {
 func TestRefusalSaysItsAdviceOnce(t *testing.T) {
 	for _, c := range []struct{ code, message, want string }{
 		{wire.CodeTokenUsed, "this token already enrolled a node; mint a new token",
-			"this token already enrolled a node; the token already enrolled a machine: ask the operator for a new one"},
+			"this token already enrolled a node; ask the operator for a new one"},
 		{wire.CodeTokenStaleKey, "the token names a signing key the mesh no longer holds (rotated): mint a new token",
 			"the token names a signing key the mesh no longer holds (rotated); ask the operator for a new one"},
 		{wire.CodeTokenCancelled, "this token was cancelled by an operator; ask for a new one",
