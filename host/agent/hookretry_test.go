@@ -412,3 +412,55 @@ func TestAHookThatFailsAgainStaysOwedForEveryPath(t *testing.T) {
 		t.Fatalf("reported %+v, want hook_failed", st.Error)
 	}
 }
+
+// TestAFailedHookThatRanAgainIsNoLongerNamed: two hooks failed (reload-a for
+// etc/a.conf, reload-b for etc/b.conf); a batch queued before the failure runs
+// reload-a again, which succeeds now. reload-b is still failing and its path still
+// owed; reload-a is no longer named among the failed hooks (meshhost status listed
+// it "FAILED" until every failure was cleared).
+func TestAFailedHookThatRanAgainIsNoLongerNamed(t *testing.T) {
+	f := newFixture(t)
+	dir := t.TempDir()
+	fixA := filepath.Join(dir, "a-fixed")
+	p := filepath.Join(dir, "hooks.json")
+	js, _ := json.Marshal(map[string]any{"hooks": []any{
+		map[string]any{"name": "reload-a", "paths": []string{"etc/a.conf"}, "run": []string{"sh", "-c", "test -e " + fixA}},
+		map[string]any{"name": "reload-b", "paths": []string{"etc/b.conf"}, "run": []string{"false"}},
+	}})
+	if err := os.WriteFile(p, js, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := hooks.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := f.withHooks(t, cfg)
+	a.hookJobs = make(chan hookRun, 1) // as Run makes it
+	ctx := context.Background()
+	if err := a.handle(ctx, f.declFiles(t, 1, "etc/a.conf", "etc/b.conf")); err != nil {
+		t.Fatal(err)
+	}
+	first := <-a.hookJobs
+	if err := a.handle(ctx, f.declFiles(t, 2, "etc/a.conf", "etc/b.conf")); err != nil {
+		t.Fatal(err)
+	}
+	first.ran, first.failures = a.o.Hooks.Run(ctx, a.o.Root, first.changed)
+	a.hooksFinished(first)
+	if got := a.applied.HooksFailed; !slices.Equal(got, []string{"reload-a", "reload-b"}) {
+		t.Fatalf("after both failed: failed hooks %q", got)
+	}
+	if err := os.WriteFile(fixA, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	second := <-a.hookJobs // v2's, queued before the failure: it runs both again
+	second.changed = []string{"etc/a.conf"}
+	second.ran, second.failures = a.o.Hooks.Run(ctx, a.o.Root, second.changed)
+	a.hooksFinished(second)
+	on, err := state.Load(f.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(on.HooksFailed, []string{"reload-b"}) || !slices.Equal(on.HooksPending, []string{"etc/b.conf"}) || on.LastErrorCode != wire.StatusHookFailed {
+		t.Fatalf("on record after reload-a succeeded: failed %q, owed %q, error %q; want reload-b failing for etc/b.conf", on.HooksFailed, on.HooksPending, on.LastErrorCode)
+	}
+}

@@ -128,6 +128,24 @@ func (a *Agent) runHooks(ctx context.Context, done chan<- hookRun) {
 // A hook that failed stays owed (its paths in HooksPending) and the node reports
 // hook_failed until it has run again and succeeded: the node is then failing, not
 // converged, at the control plane.
+// stillFailed is the hooks on record as failed (applied.HooksFailed) that match a
+// path still failed (hookFailed), sorted: a hook that ran again for every path of
+// its own that had failed, and succeeded, is not among them, nor one the hooks file
+// no longer names.
+func (a *Agent) stillFailed() []string {
+	var out []string
+	for _, k := range a.o.Hooks.Hooks {
+		if !slices.Contains(a.applied.HooksFailed, k.Name) {
+			continue
+		}
+		if len((hooks.Config{Hooks: []hooks.Hook{k}}).Matching(a.hookFailed)) > 0 {
+			out = append(out, k.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 func (a *Agent) hooksFinished(h hookRun) {
 	a.hookBusy = false
 	var along []string
@@ -145,8 +163,9 @@ func (a *Agent) hooksFinished(h hookRun) {
 	}
 	var failed []string
 	if len(a.hookFailed) > 0 {
-		// Hooks that failed before and were not in this batch are failed still.
-		failed = slices.Clone(a.applied.HooksFailed)
+		// Hooks that failed before are failed still for the paths still failed;
+		// one that ran again for all of its own and succeeded is named no more.
+		failed = a.stillFailed()
 	}
 	errs := make([]error, 0, len(h.failures))
 	var batchFailed []string
@@ -192,6 +211,11 @@ func (a *Agent) hooksFinished(h hookRun) {
 				a.applied.LastErrorCode, a.applied.LastError, a.applied.LastErrorVersion = "", "", 0
 			}
 			a.applied.HooksFailed = nil
+			save = true
+		}
+		if len(a.hookFailed) > 0 && !slices.Equal(failed, a.applied.HooksFailed) {
+			// Some of the failed ran again and succeeded, the others fail still.
+			a.applied.HooksFailed = failed
 			save = true
 		}
 		if save {
