@@ -257,6 +257,22 @@ func TestAuthorityModel(t *testing.T) {
 			t.Fatalf("%s: %v", s.identity, err)
 		}
 	}
+	// Each identity's message with its trace (nats-server's Nats-Trace-Dest) aimed at
+	// the victim: the broker refuses what the sender may not publish there itself, so
+	// no trace of anyone's reaches the victim (its spy below hears nothing).
+	for _, s := range senders {
+		for _, dest := range []string{"mesh.node.victim.decl", "_INBOX.node.victim.trace"} {
+			m := nats.NewMsg(s.subject)
+			m.Header.Set("Nats-Trace-Dest", dest)
+			m.Data = s.data
+			if err := s.nc.PublishMsg(m); err != nil {
+				t.Fatalf("%s on %s traced to %s: %v", s.identity, s.subject, dest, err)
+			}
+		}
+		if err := s.nc.Flush(); err != nil {
+			t.Fatalf("%s: %v", s.identity, err)
+		}
+	}
 	// Each identity's own inbox, the positive control: answered.
 	if m, err := attacker.Request("mesh.node.attacker.sync", attackerSync, 10*time.Second); err != nil {
 		t.Fatalf("the attacker's own sync went unanswered: %v", err)
