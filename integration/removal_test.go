@@ -375,3 +375,54 @@ func TestRemovalWithAVoterDown(t *testing.T) {
 		return v.State == api.StateAlive && v.Raft == api.RaftNonvoter
 	})
 }
+
+// TestControlRemoveBeforeAdmissionCancelsTheToken (audit of commands run twice,
+// interrupted and concurrent, finding 5): an operator giving up on a control node's
+// join runs `meshctl control remove NODE`, as this document says. When the join had
+// not reached its admission (not started, or being retried), the command said "no
+// control node cp-p was ever admitted" (exit 4), and the token went on able to admit a
+// control node, which is handed the signing key, for up to an hour. Now it cancels the
+// node's pending control token and says so (exit 0, never_admitted and
+// cancelled_tokens with --json, as operations.md lists them); the join with that token
+// is refused; run again, nothing is pending, and it exits 4 pointing at token list.
+func TestControlRemoveBeforeAdmissionCancelsTheToken(t *testing.T) {
+	t.Parallel()
+	cp1 := harness.NewControlPlane(t, bin, "neveradmitted")
+	cp1.Serve()
+	tok, cpp := cp1.ControlToken("cp-p")
+	r := cp1.Ctl("control", "remove", "cp-p", "--json")
+	if r.Code != 0 {
+		t.Fatalf("control remove of cp-p, whose token is pending (exit %d): %s", r.Code, r.Combined())
+	}
+	var res struct {
+		Removed         string          `json:"removed"`
+		NeverAdmitted   bool            `json:"never_admitted"`
+		CancelledTokens []api.TokenView `json:"cancelled_tokens"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &res); err != nil || !res.NeverAdmitted || len(res.CancelledTokens) != 1 ||
+		res.CancelledTokens[0].Role != "control" || res.CancelledTokens[0].State != "cancelled" {
+		t.Fatalf("control remove --json: %v\n%s", err, r.Stdout)
+	}
+	keys, _ := oneObject(r.Stdout)
+	doc := documentedJSON(t)["meshctl control remove"]
+	for _, k := range keys {
+		if !doc[k] {
+			t.Errorf("control remove --json prints %q, which operations.md does not list", k)
+		}
+	}
+	if l := cp1.Ctl("token", "list", "--node", "cp-p"); l.Code != 0 || !strings.Contains(l.Stdout, res.CancelledTokens[0].ID) || !strings.Contains(l.Stdout, "cancelled") {
+		t.Fatalf("token list after the removal: %s", l.Combined())
+	}
+	if j := cpp.Join(tok); j.Code == 0 || !strings.Contains(j.Combined(), "token_cancelled") {
+		t.Fatalf("join with the token of a node removed before its admission (exit %d): %s", j.Code, j.Combined())
+	}
+	again := cp1.Ctl("control", "remove", "cp-p")
+	if again.Code != 4 || !strings.Contains(again.Stderr, "no control token for it is pending") || !strings.Contains(again.Stderr, "meshctl token list --node cp-p") {
+		t.Fatalf("control remove of cp-p run again (exit %d): %s", again.Code, again.Combined())
+	}
+	// Said in words, too.
+	cp1.ControlToken("cp-q")
+	if r := cp1.Ctl("control", "remove", "cp-q"); r.Code != 0 || !strings.Contains(r.Stdout, "control node cp-q was never admitted: cancelled its pending control token") {
+		t.Fatalf("control remove of cp-q (exit %d): %s", r.Code, r.Combined())
+	}
+}

@@ -722,6 +722,12 @@ type ControlRemoveResult struct {
 	// removal, so that the voters left are a quorum that serves (without it, the
 	// removal would have stopped the control plane until Demoted came back).
 	DemotedNotServing bool `json:"demoted_not_serving,omitempty"`
+	// NeverAdmitted: no control node of this id was ever admitted, and its pending
+	// control tokens, CancelledTokens, were cancelled instead: none can admit a
+	// machine (which would receive the signing key) any more. A control plane
+	// older than these fields refuses the request not_found and cancels nothing.
+	NeverAdmitted   bool        `json:"never_admitted,omitempty"`
+	CancelledTokens []TokenView `json:"cancelled_tokens,omitempty"`
 }
 
 // RevokeResult lists the nodes revoked, in the request's order.

@@ -710,13 +710,24 @@ func (d *Daemon) controlRemove(req api.ControlRequest) (api.ControlRemoveResult,
 	var out api.ControlRemoveResult
 	var known, removed bool
 	var joined time.Time
-	d.fsm.Read(func(s *state.State) {
-		if c, ok := s.ControlNodes[req.Node]; ok {
-			known, removed, joined = true, c.Removed, c.JoinedAt
+	read := func() {
+		d.fsm.Read(func(s *state.State) {
+			if c, ok := s.ControlNodes[req.Node]; ok {
+				known, removed, joined = true, c.Removed, c.JoinedAt
+			}
+		})
+	}
+	if read(); !known {
+		res, err := d.cancelNeverAdmitted(req.Node)
+		if err != nil || len(res.CancelledTokens) > 0 {
+			return res, err
 		}
-	})
-	if !known {
-		return out, &api.Error{Code: api.CodeNotFound, Message: "no control node " + req.Node + " was ever admitted (meshctl nodes lists them)"}
+		// Nothing was cancelled: the token admitted its node as the
+		// cancellation was proposed (it is used, not pending). The node is a
+		// member now, and is removed as one.
+		if read(); !known {
+			return out, &api.Error{Code: api.CodeNotFound, Message: "no control node " + req.Node + " was ever admitted, and its control token was pending no more when the cancellation applied (used, cancelled or expired meanwhile): look (meshctl token list --node " + req.Node + ", meshctl nodes)"}
+		}
 	}
 	members, err := d.raft.Members()
 	if err != nil {
@@ -879,6 +890,89 @@ func planRemoval(members []replication.Member, target, self string, serving func
 		left--
 	}
 	return p
+}
+
+// cancelNeverAdmitted answers `control remove` of a node no control node was ever
+// admitted as: its pending control tokens are cancelled, by name, in one command
+// (CancelTokensCmd, as `token cancel NODE ID...` sends it), so that none admits a
+// machine, which would receive the signing key, after the operator gave it up. Before,
+// the command said "never admitted" (not_found) and left the token able to admit one
+// for up to an hour: an operator giving up on a join that had not reached its
+// admission, or a join being retried, believed it stopped. A token that admits its
+// node while the cancellation is proposed is used, not pending, so the two cannot
+// both happen: the result then cancels nothing, and the caller removes the node
+// admitted. With no control token pending, the answer stays not_found, and says
+// where the node's tokens are seen.
+func (d *Daemon) cancelNeverAdmitted(node string) (api.ControlRemoveResult, error) {
+	out := api.ControlRemoveResult{}
+	now := d.now()
+	var pending []string
+	var worker, last string // a pending worker token's id; the newest control token's, and what became of it
+	var lastAt time.Time
+	d.fsm.Read(func(s *state.State) {
+		for _, t := range s.Tokens {
+			if t.Node != node {
+				continue
+			}
+			switch {
+			case t.Role == state.RoleControl && t.StateAt(now) == state.TokenPending:
+				pending = append(pending, t.ShortID())
+			case t.StateAt(now) == state.TokenPending:
+				worker = t.ShortID()
+			case t.Role == state.RoleControl && (last == "" || t.CreatedAt.After(lastAt)):
+				last, lastAt = t.ShortID()+", is "+tokenStateSince(t, now), t.CreatedAt
+			}
+		}
+	})
+	if len(pending) == 0 {
+		msg := "no control node " + node + " was ever admitted (meshctl nodes lists them), and no control token for it is pending"
+		if last != "" {
+			msg += " (its last, " + last + ")"
+		}
+		if worker != "" {
+			msg += fmt.Sprintf("; %s has pending worker token %s, which enrols a host, not a control node: meshctl token cancel %s %s cancels it", node, worker, node, worker)
+		}
+		msg += "; meshctl token list --node " + node + " shows its tokens"
+		return out, &api.Error{Code: api.CodeNotFound, Message: msg}
+	}
+	slices.Sort(pending)
+	rules, _, err := d.cancelByID(node, pending)
+	if err != nil {
+		return out, err
+	}
+	cmd := &state.CancelTokensCmd{Node: node}
+	if rules != 0 {
+		cmd.IDs = pending
+	}
+	res, err := d.commit(state.Command{Op: state.OpCancelTokens, Rules: rules, CancelTokens: cmd})
+	if err != nil {
+		return out, err
+	}
+	if res.Err != nil {
+		return out, refusal(res.Err)
+	}
+	for i := range res.Tokens {
+		t := &res.Tokens[i]
+		out.CancelledTokens = append(out.CancelledTokens, tokenView(t, state.TokenCancelled))
+		d.log.Warn("control token cancelled: its node was removed before it was admitted", "node", node, "token", t.ShortID())
+	}
+	out.NeverAdmitted = len(out.CancelledTokens) > 0
+	return out, nil
+}
+
+// tokenStateSince says what became of a token that is not pending, and when:
+// "used at T", "cancelled at T", "expired at T".
+func tokenStateSince(t *state.Token, now time.Time) string {
+	switch st := t.StateAt(now); st {
+	case state.TokenUsed:
+		return "used at " + t.UsedAt.UTC().Format(time.RFC3339)
+	case state.TokenCancelled:
+		return "cancelled at " + t.CancelledAt.UTC().Format(time.RFC3339)
+	case state.TokenExpired:
+		return "expired at " + t.Expiry.UTC().Format(time.RFC3339)
+	default:
+		return st
+	}
 }
 
 // pendingTokenNodes lists, sorted, the nodes that have a token still able to admit a

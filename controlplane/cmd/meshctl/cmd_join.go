@@ -250,16 +250,18 @@ docs/operations.md.`,
 				if err := cp.call(api.OpControlRemove, api.ControlRequest{Node: args[1]}, &res); err != nil {
 					return err
 				}
-				heldCA = heldCA && !res.AlreadyRemoved
+				heldCA = heldCA && !res.AlreadyRemoved && !res.NeverAdmitted
 				if asJSON {
 					return writeJSON(cio.stdout, struct {
-						Removed        string   `json:"removed"`
-						AlreadyRemoved bool     `json:"already_removed,omitempty"`
-						PendingTokens  []string `json:"pending_tokens,omitempty"`
-						Demoted        string   `json:"demoted,omitempty"`
-						NotServing     bool     `json:"demoted_not_serving,omitempty"`
-						HeldCAKey      bool     `json:"held_ca_key,omitempty"`
-					}{node, res.AlreadyRemoved, res.PendingTokens, res.Demoted, res.DemotedNotServing, heldCA})
+						Removed         string          `json:"removed"`
+						AlreadyRemoved  bool            `json:"already_removed,omitempty"`
+						PendingTokens   []string        `json:"pending_tokens,omitempty"`
+						Demoted         string          `json:"demoted,omitempty"`
+						NotServing      bool            `json:"demoted_not_serving,omitempty"`
+						HeldCAKey       bool            `json:"held_ca_key,omitempty"`
+						NeverAdmitted   bool            `json:"never_admitted,omitempty"`
+						CancelledTokens []api.TokenView `json:"cancelled_tokens,omitempty"`
+					}{node, res.AlreadyRemoved, res.PendingTokens, res.Demoted, res.DemotedNotServing, heldCA, res.NeverAdmitted, res.CancelledTokens})
 				}
 				printRemoval(cio.stdout, node, res)
 				if heldCA {
@@ -276,6 +278,14 @@ docs/operations.md.`,
 // address, and the signing key, which every control node holds (docs/operations.md,
 // "Removing a control node": the command says so, with or without pending tokens).
 func printRemoval(w io.Writer, node string, res api.ControlRemoveResult) {
+	if res.NeverAdmitted {
+		// Nothing was a member: its tokens were what could still make one.
+		for _, t := range res.CancelledTokens {
+			fmt.Fprintf(w, "control node %s was never admitted: cancelled its pending control token %s (%s); it admits nothing from now on, and a join running with it is refused (token_cancelled)\n",
+				node, t.ID, tokenTerms(t))
+		}
+		return
+	}
 	if res.AlreadyRemoved {
 		// Said again: the operator of a rerun, or of a second removal, did not
 		// see the first one's advice.
