@@ -546,9 +546,15 @@ func (e *PendingTokenError) Error() string {
 			"mint again with --replace, which cancels it, or cancel it first (meshctl token cancel %s)",
 			ErrTokenPending, e.Node, t.ShortID(), e.Node)
 	}
-	return fmt.Sprintf("%v: %s has token %s, minted %s and pending until %s%s, and whichever token is used first enrols the node, with its labels: "+
+	kind, first := "token", "enrols the node, with its labels"
+	if t.Role == RoleControl {
+		// A control token takes no labels: the first used admits the control node
+		// at the addresses it was minted for.
+		kind, first = "control token", "admits the control node, at the addresses it was minted for"
+	}
+	return fmt.Sprintf("%v: %s has %s %s, minted %s and pending until %s%s, and whichever token is used first %s: "+
 		"use that token, cancel it (meshctl token cancel %s), or mint again with --replace, which cancels it",
-		ErrTokenPending, e.Node, t.ShortID(), t.CreatedAt.UTC().Format(time.RFC3339), t.Expiry.UTC().Format(time.RFC3339), others, e.Node)
+		ErrTokenPending, e.Node, kind, t.ShortID(), t.CreatedAt.UTC().Format(time.RFC3339), t.Expiry.UTC().Format(time.RFC3339), others, first, e.Node)
 }
 
 // Is makes errors.Is(err, ErrTokenPending) hold.

@@ -269,3 +269,22 @@ func TestStaleRefusalCountsItsTokens(t *testing.T) {
 		t.Errorf("two: %q", two)
 	}
 }
+
+// TestAControlTokenPendingIsNotSaidToCarryLabels (audit of commands run twice,
+// finding 1): a second control token for a node was refused token_pending saying
+// "whichever token is used first enrols the node, with its labels", but control
+// tokens take none; the operator looked for labels that do not exist. The refusal
+// of a control token says what the first one used does: it admits the control node
+// at the addresses it was minted for. A worker token's still names its labels.
+func TestAControlTokenPendingIsNotSaidToCarryLabels(t *testing.T) {
+	at := t0.Add(time.Minute)
+	control := (&PendingTokenError{Node: "cp-2", Pending: []*Token{{ID: "c0ffee000000aa", Node: "cp-2", Role: RoleControl, CreatedAt: at, Expiry: at.Add(time.Hour)}}}).Error()
+	if strings.Contains(control, "label") || !strings.Contains(control, "cp-2 has control token c0ffee000000") ||
+		!strings.Contains(control, "admits the control node, at the addresses it was minted for") || !strings.Contains(control, "--replace") {
+		t.Fatalf("a pending control token: %q", control)
+	}
+	worker := (&PendingTokenError{Node: "web-1", Pending: []*Token{{ID: "feed00000000bb", Node: "web-1", Role: RoleWorker, CreatedAt: at, Expiry: at.Add(time.Hour)}}}).Error()
+	if !strings.Contains(worker, "enrols the node, with its labels") {
+		t.Fatalf("a pending worker token: %q", worker)
+	}
+}
