@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -138,5 +139,76 @@ func TestTokenWrittenToAFileOnlyItsOwnerReads(t *testing.T) {
 	text := cp.Token("web-2")
 	if _, err := tokenfmt.Parse(strings.TrimSpace(text), time.Now()); err != nil {
 		t.Fatalf("the token through a pipe: %v", err)
+	}
+}
+
+// TestTokenOutSurvivesARerun (audit of commands run twice, finding 1): a script's
+// `meshctl token --node web-1 > token.txt`, run again, had the shell empty token.txt
+// before meshctl ran; meshctl was then refused token_pending, "use that token", whose
+// one copy had just been destroyed. With --out the file is written only once a
+// token is minted, and run again the command is refused before anything is minted
+// (exit 2), the file and the pending token as they were; --replace mints anew and
+// replaces it. With --json, stdout holds the object without the token, "out" naming
+// the file. The `>` form run again now says the shell emptied the file; a control
+// token's refusal no longer speaks of labels.
+func TestTokenOutSurvivesARerun(t *testing.T) {
+	t.Parallel()
+	cp := harness.NewControlPlane(t, bin, "tokout")
+	cp.Serve()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "web-1.token")
+	r := harness.Run(t, "", nil, "/bin/sh", "-c", `umask 022 && "$0" token --data "$1" --node web-1 --out "$2"`, bin.Meshctl, cp.Dir, file)
+	if r.Code != 0 || r.Stdout != "" || !strings.Contains(r.Stderr, "is in "+file+" (mode 0600)") {
+		t.Fatalf("token --out (exit %d): %s", r.Code, r.Combined())
+	}
+	first, _ := os.ReadFile(file)
+	if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("--out's file: %v %v", fi, err)
+	}
+	if _, err := tokenfmt.Parse(strings.TrimSpace(string(first)), time.Now()); err != nil {
+		t.Fatalf("--out's file holds no token: %v: %q", err, first)
+	}
+	r = cp.Ctl("token", "--node", "web-1", "--out", file)
+	if again, _ := os.ReadFile(file); r.Code != 2 || string(again) != string(first) || !strings.Contains(r.Stderr, "holds data already") || !strings.Contains(r.Stderr, "--replace") {
+		t.Fatalf("token --out run again (exit %d), file kept %t: %s", r.Code, string(again) == string(first), r.Combined())
+	}
+	if l := cp.Ctl("token", "list", "--node", "web-1"); strings.Count(l.Stdout, "pending") != 1 {
+		t.Fatalf("web-1's tokens after the rerun:\n%s", l.Stdout)
+	}
+	r = cp.Ctl("token", "--node", "web-1", "--out", file, "--replace")
+	if second, _ := os.ReadFile(file); r.Code != 0 || string(second) == string(first) || !strings.Contains(r.Stderr, "cancelled token") {
+		t.Fatalf("token --out --replace (exit %d): %s", r.Code, r.Combined())
+	}
+	// --json: the object on stdout, the token in the file alone.
+	jfile := filepath.Join(dir, "web-2.token")
+	r = cp.Ctl("token", "--node", "web-2", "--out", jfile, "--json")
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(r.Stdout), &obj); r.Code != 0 || err != nil || obj["out"] != jfile || obj["node"] != "web-2" || obj["token"] != nil ||
+		strings.Contains(r.Stdout, "mesh1_") {
+		t.Fatalf("token --out --json (exit %d): %v\n%s", r.Code, err, r.Combined())
+	}
+	keys, _ := oneObject(r.Stdout)
+	doc := documentedJSON(t)["meshctl token"]
+	for _, k := range keys {
+		if !doc[k] {
+			t.Errorf("token --out --json prints %q, which operations.md does not list", k)
+		}
+	}
+	if data, _ := os.ReadFile(jfile); !strings.HasPrefix(string(data), "mesh1_") {
+		t.Fatalf("--out with --json: the file holds %q, want the token alone", data)
+	}
+	// The `>` form run again: the refusal says the shell emptied the file.
+	shell := filepath.Join(dir, "web-3.txt")
+	for range 2 {
+		r = harness.Run(t, "", nil, "/bin/sh", "-c", `"$0" token --data "$1" --node web-3 > "$2"`, bin.Meshctl, cp.Dir, shell)
+	}
+	if r.Code != 4 || !strings.Contains(r.Stderr, "token_pending") || !strings.Contains(r.Stderr, "the shell emptied it before meshctl ran") {
+		t.Fatalf("token > file run again (exit %d): %s", r.Code, r.Combined())
+	}
+	// A control token's refusal speaks of no labels.
+	cp.ControlToken("cp-2")
+	r = cp.Ctl("token", "--role", "control", "--node", "cp-2", "--addr", "127.0.0.1:1")
+	if r.Code != 4 || !strings.Contains(r.Stderr, "cp-2 has control token") || strings.Contains(r.Stderr, "labels") {
+		t.Fatalf("a second control token for cp-2 (exit %d): %s", r.Code, r.Combined())
 	}
 }

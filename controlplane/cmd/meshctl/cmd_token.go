@@ -21,13 +21,18 @@ func tokenCommand() command {
 	return command{
 		name:    "token",
 		changes: true,
-		usage:   "--data DIR --node ID [--ttl 15m] [--label k=v]... [--replace] [--json]  |  --data DIR --role control --node ID --addr IP:PORT [--json]\n       meshctl token list [--node ID] [--json]  |  meshctl token cancel NODE [ID]... [--json]",
+		usage:   "--data DIR --node ID [--ttl 15m] [--label k=v]... [--replace] [--out FILE] [--json]  |  --data DIR --role control --node ID --addr IP:PORT [--out FILE] [--json]\n       meshctl token list [--node ID] [--json]  |  meshctl token cancel NODE [ID]... [--json]",
 		summary: `Mint a one-time enrolment token for one node; stdout is the token and nothing else.
 The secret is generated here and only its hash reaches the control plane. The token
 carries the broker addresses, the CA pin and the signing key the node will believe.
 Hand it to the machine out of band: meshhost reads it from stdin, a file, MESH_TOKEN
 or a systemd credential. With --json, stdout is a JSON object whose "token" is the
 token, beside what it admits and until when.
+Scripts write it with --out FILE: the file (mode 0600) is written only once the token
+is minted, and a file that holds data already is refused, nothing minted, unless
+--replace (` + "`> token.txt`" + ` run again empties the file before meshctl runs, and
+with it the pending token's only copy). With --out, stdout has no token: --json prints
+the object without "token", with "out".
 Control tokens are minted with the data directory of the node holding the CA key.
 A node has one pending token at a time: while one is, minting is refused (exit 4,
 token_pending) unless --replace cancels it; revoking a node cancels its pending tokens.
@@ -51,6 +56,7 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 				ttl                         time.Duration
 				labels                      = labelFlag{}
 				asJSON, replace             bool
+				outFile                     string
 			)
 			cp.register(c, cio)
 			fs.BoolVar(&asJSON, "json", false, "print the token and what it admits as JSON")
@@ -59,6 +65,7 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 			fs.DurationVar(&ttl, "ttl", tokenfmt.DefaultTTL, "how long the token stays valid (at most 1h)")
 			fs.Var(valuedLabels{labelFlag: labels, mint: true}, "label", "label k=v given to the node (repeatable; v may not be empty)")
 			fs.BoolVar(&replace, "replace", false, "cancel the node's pending token(s) as this one is minted (else a pending token refuses the mint)")
+			fs.StringVar(&outFile, "out", "", "write the token to this file, mode 0600, once it is minted (not to stdout); a file holding data is refused, nothing minted, unless --replace")
 			fs.StringVar(&addr, "addr", "", "control tokens: the new control node's broker address ip:port (its TLS identity carries it)")
 			fs.StringVar(&raftAddr, "raft-addr", "", "control tokens: its Raft address (default: --addr port+1)")
 			fs.StringVar(&clusterAddr, "cluster-addr", "", "control tokens: its broker route address (default: --addr port+2)")
@@ -76,7 +83,7 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 			}
 			return func(args []string) (err error) {
 				if len(args) > 0 && (args[0] == "list" || args[0] == "cancel") {
-					for _, f := range []string{"role", "ttl", "label", "replace", "addr", "raft-addr", "cluster-addr"} {
+					for _, f := range []string{"role", "ttl", "label", "replace", "out", "addr", "raft-addr", "cluster-addr"} {
 						if fs.Changed(f) {
 							return usagef("--%s is for minting a token, not for token %s", f, args[0])
 						}
@@ -126,12 +133,26 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 				if ttl < time.Second || ttl > tokenfmt.MaxTTL {
 					return usagef("--ttl %s: must be at least 1s and at most %s (a long-lived token is a long-lived root credential)", ttl, tokenfmt.MaxTTL)
 				}
-				// Before anything is minted: a token goes only where other users cannot read it.
-				out, err := privateOutput(cio.stdout)
+				if fs.Changed("out") && outFile == "" {
+					return usagef("--out: name the file to write the token to")
+				}
+				// Before anything is minted: a token goes only where other users cannot
+				// read it, and, with --out, to no file that holds data.
+				var out tokenOutput
+				emptied := false // stdout as `>` leaves it: see mintFailed
+				if outFile != "" {
+					out, err = fileOutput(outFile, replace)
+				} else {
+					emptied = emptyFile(cio.stdout)
+					out, err = privateOutput(cio.stdout)
+				}
 				if err != nil {
 					return err
 				}
+				stdout := cio.stdout
 				cio = cio.withStdout(out.w)
+				var minted *tokenfmt.Token
+				var replaced []api.TokenView
 				defer func() {
 					if out.commit != nil {
 						if cerr := out.commit(err == nil); err == nil && cerr != nil {
@@ -140,8 +161,20 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 					}
 					if err == nil {
 						cio.carriedOut() // written out whole: a signal now ends nothing
+						if outFile != "" && minted != nil {
+							err = reportOut(cio.withStdout(stdout), *minted, outFile, asJSON, replaced)
+						}
 					}
 				}()
+				// With --out, the file holds the token alone; what stdout says of it
+				// comes once the file is written.
+				show := func(tok tokenfmt.Token, rep []api.TokenView) error {
+					if outFile != "" {
+						minted, replaced = &tok, rep
+						return printToken(cio, tok, false, rep)
+					}
+					return printToken(cio, tok, asJSON, rep)
+				}
 				if r == tokenfmt.RoleControl {
 					if addr == "" {
 						return usagef("--role control needs --addr, the new control node's broker address")
@@ -159,11 +192,11 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 					if err != nil {
 						return err
 					}
-					tok, replaced, err := join.Mint(datadir.Dir(cp.dir), join.MintOptions{Node: node, Broker: addr, Raft: raftAddr, Cluster: clusterAddr, TTL: ttl, Operator: opts, Replace: replace})
+					tok, rep, err := join.Mint(datadir.Dir(cp.dir), join.MintOptions{Node: node, Broker: addr, Raft: raftAddr, Cluster: clusterAddr, TTL: ttl, Operator: opts, Replace: replace})
 					if err != nil {
-						return err
+						return mintFailed(err, node, emptied)
 					}
-					return printToken(cio, tok, asJSON, replaced)
+					return show(tok, rep)
 				}
 				if addr != "" || raftAddr != "" || clusterAddr != "" {
 					return usagef("--addr, --raft-addr and --cluster-addr are for --role control")
@@ -174,12 +207,12 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 				}
 				defer client.Close()
 				asked := time.Now()
-				tok, replaced, err := client.Mint(operator.TokenTerms{Node: node, Role: r, TTL: ttl, Labels: labels, Replace: replace})
+				tok, rep, err := client.Mint(operator.TokenTerms{Node: node, Role: r, TTL: ttl, Labels: labels, Replace: replace})
 				if err != nil {
-					return olderReplace(err, node)
+					return mintFailed(olderReplace(err, node), node, emptied)
 				}
 				warnMintClock(cio, tok.Expiry, asked, time.Now(), ttl)
-				return printToken(cio, tok, asJSON, replaced)
+				return show(tok, rep)
 			}
 		},
 	}
@@ -194,6 +227,38 @@ func olderReplace(err error, node string) error {
 		return fmt.Errorf("%w\nthe control plane is older than this meshctl and cannot replace tokens; it minted nothing: cancel the pending token (meshctl token cancel %s) and mint again without --replace, or upgrade the control plane", err, node)
 	}
 	return err
+}
+
+// mintFailed explains a mint that failed. Refused token_pending while stdout is an
+// empty file (emptied), the refusal's "use that token" may be impossible: the same
+// command run again with the same `>` had the shell empty the file, the pending
+// token's one copy, before meshctl ran. With no answer (exit 3) the token may have
+// been minted and never shown, as after a signal: --replace mints another.
+func mintFailed(err error, node string, emptied bool) error {
+	var ae *api.Error
+	switch {
+	case errors.As(err, &ae) && ae.Code == api.CodeTokenPending && emptied:
+		return fmt.Errorf("%w (%s)\nstdout is an empty file: if it held that token (this command run again with the same `>`), the shell emptied it before meshctl ran and the token is lost: "+
+			"mint again with --replace, which cancels it; scripts write the token with --out FILE, which writes only once a token is minted and refuses a file that holds one", err, ae.Code)
+	case errors.Is(err, operator.ErrNoAnswer), errors.Is(err, operator.ErrConnectionLost):
+		return fmt.Errorf("%w\nthe token may have been minted and never shown: it is then pending for %s (meshctl token list --node %s), and this command run again is refused token_pending; "+
+			"run it again with --replace, which mints another and cancels it", err, node, node)
+	}
+	return err
+}
+
+// reportOut says, once --out's file is written, where the token is: on stderr as
+// text, or as the JSON object on stdout, without the token, with "out".
+func reportOut(cio *cliIO, tok tokenfmt.Token, name string, asJSON bool, replaced []api.TokenView) error {
+	if asJSON {
+		res := tokenResult{Out: name, Mesh: tok.Mesh, Node: tok.Node, Role: string(tok.Role), ExpiresAt: tok.Expiry.UTC(), Replaced: replaced}
+		for _, b := range tok.Brokers {
+			res.Brokers = append(res.Brokers, b.String())
+		}
+		return writeJSON(cio.stdout, res)
+	}
+	fmt.Fprintf(cio.stderr, "meshctl token: the token for %s is in %s (mode 0600), pending until %s\n", tok.Node, name, tok.Expiry.UTC().Format(time.RFC3339))
+	return nil
 }
 
 // tellReplaced says on stderr which pending tokens a mint cancelled: stdout is the
@@ -388,7 +453,9 @@ func (f *controlPlaneFlags) pendingTokenIDs(node string, named []string) []strin
 
 // tokenResult is what `token --json` prints.
 type tokenResult struct {
-	Token     string    `json:"token"`
+	// Token is left out with --out, where the file holds it (Out).
+	Token     string    `json:"token,omitempty"`
+	Out       string    `json:"out,omitempty"`
 	Mesh      string    `json:"mesh"`
 	Node      string    `json:"node"`
 	Role      string    `json:"role"`

@@ -111,3 +111,101 @@ func fileKind(fi fs.FileInfo) string {
 	}
 	return "file"
 }
+
+// outputHoldsDataError refuses `meshctl token --out FILE` for a file that holds data
+// already, before anything is minted: most likely the token an earlier run wrote
+// there, whose secret it is the only copy of. --replace mints anew, cancelling the
+// node's pending token, and replaces the file.
+type outputHoldsDataError struct {
+	name string
+	size int64
+}
+
+func (e *outputHoldsDataError) Error() string {
+	return fmt.Sprintf("--out %s holds data already (%d bytes: the token an earlier run wrote there?), and no token was minted, so the file and any token it holds are as they were: "+
+		"hand that token out if it is the node's pending one (meshctl token list --node NODE shows it), or mint again with --replace, which cancels the node's pending token and replaces the file", e.name, e.size)
+}
+
+// fileOutput is where `meshctl token --out FILE` writes the token, decided before
+// anything is minted: a new file, mode 0600, beside name, that takes name only once
+// the token is in it (commit(true)), and is dropped otherwise. Written through a
+// redirection (`> token.txt`), a second run of the same command line emptied the
+// file before meshctl ran, and so the one copy of the first token's secret, which
+// the refusal that followed (token_pending) told the operator to use. So a file
+// that holds data is refused, nothing minted, unless replace (the --replace that
+// also cancels the node's pending token); a file another user owns, or that is not
+// a regular file (a link, a FIFO, a directory), is refused too. A name free at the
+// check and taken by the commit is not written over (a hard link of the new file
+// is made there, which fails on a name that exists).
+func fileOutput(name string, replace bool) (tokenOutput, error) {
+	var out tokenOutput
+	fi, err := os.Lstat(name)
+	existed := err == nil
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return out, fmt.Errorf("--out %s: %w; no token was minted", name, err)
+	case !fi.Mode().IsRegular():
+		return out, fmt.Errorf("%w: --out %s is not a regular file (%v); no token was minted: name a file of your own, new or holding nothing", errOutputExposed, name, fi.Mode().Type())
+	default:
+		if uid, ok := datadir.FileOwner(fi); ok && uid != os.Geteuid() {
+			return out, fmt.Errorf("%w: --out %s is a file another user owns (uid %d), who could read the token in it; no token was minted: name a file of your own", errOutputExposed, name, uid)
+		}
+		if fi.Size() > 0 && !replace {
+			return out, &outputHoldsDataError{name: name, size: fi.Size()}
+		}
+	}
+	var suffix [8]byte
+	if _, err := rand.Read(suffix[:]); err != nil {
+		return out, err
+	}
+	dir := filepath.Dir(name)
+	tmpName := filepath.Join(dir, "."+filepath.Base(name)+".meshctl-"+hex.EncodeToString(suffix[:]))
+	tmp, err := os.OpenFile(tmpName, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return out, fmt.Errorf("--out %s: no file can be made in %s (%w); no token was minted", name, dir, err)
+	}
+	out.w = tmp
+	out.commit = func(ok bool) error {
+		err := tmp.Sync()
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		// Gone by now after a rename; after a link, or a failure, its name goes.
+		defer os.Remove(tmpName)
+		if !ok || err != nil {
+			return err
+		}
+		at, lerr := os.Lstat(name)
+		switch {
+		case replace:
+			err = os.Rename(tmpName, name)
+		case lerr == nil && (!existed || !os.SameFile(at, fi) || at.Size() > 0):
+			return fmt.Errorf("--out %s was written or made by another while the token was minted, and is left as it is", name)
+		case lerr == nil:
+			err = os.Rename(tmpName, name) // the empty file checked
+		default:
+			err = os.Link(tmpName, name)
+		}
+		if err != nil {
+			return err
+		}
+		if d, err := os.Open(dir); err == nil {
+			_ = d.Sync() // the new name survives a crash
+			d.Close()
+		}
+		return nil
+	}
+	return out, nil
+}
+
+// emptyFile reports whether w is an empty regular file: stdout redirected with `>`,
+// which the shell empties before the command runs.
+func emptyFile(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode().IsRegular() && fi.Size() == 0
+}

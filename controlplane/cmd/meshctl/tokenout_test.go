@@ -1,0 +1,167 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/operator"
+)
+
+// TestTokenOutWritesOnlyAMintedToken (audit of commands run twice, finding 1): a
+// script's `meshctl token --node X > token.txt`, run again, had the shell empty
+// token.txt before meshctl ran, and with it the one copy of the pending token, which
+// the refusal that followed told the operator to use. --out FILE decides before
+// anything is minted: a file that holds data is refused (exit 2, nothing touched)
+// unless --replace; the token goes to a new file, mode 0600, that takes the name
+// only once the token is in it (commit(true)) and is dropped otherwise; a name made
+// by another meanwhile is not written over.
+func TestTokenOutWritesOnlyAMintedToken(t *testing.T) {
+	dir := t.TempDir()
+	name := filepath.Join(dir, "token.txt")
+	write := func(out tokenOutput, text string, ok bool) error {
+		t.Helper()
+		if _, err := io.WriteString(out.w, text); err != nil {
+			t.Fatal(err)
+		}
+		return out.commit(ok)
+	}
+	leftovers := func() {
+		t.Helper()
+		if m, _ := filepath.Glob(filepath.Join(dir, ".*meshctl-*")); len(m) > 0 {
+			t.Fatalf("temporary files left: %v", m)
+		}
+	}
+	// A mint that failed: nothing at the name.
+	out, err := fileOutput(name, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := write(out, "mesh1_failed\n", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(name); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a mint that failed left %s: %v", name, err)
+	}
+	leftovers()
+	// A mint that succeeded: the token, 0600, whatever the umask.
+	out, err = fileOutput(name, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := write(out, "mesh1_first\n", true); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(name)
+	if data, _ := os.ReadFile(name); err != nil || string(data) != "mesh1_first\n" || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("written: %q, %v, %v", data, fi.Mode(), err)
+	}
+	leftovers()
+	// Run again: refused before anything is minted, exit 2, the file as it was.
+	_, err = fileOutput(name, false)
+	var held *outputHoldsDataError
+	if !errors.As(err, &held) || !strings.Contains(err.Error(), "holds data already") || !strings.Contains(err.Error(), "--replace") {
+		t.Fatalf("a file holding a token: %v, want it refused naming --replace", err)
+	}
+	if code := exitCode(io.Discard, "meshctl token", err); code != exitUsage {
+		t.Fatalf("a file holding a token: exit %d, want %d", code, exitUsage)
+	}
+	if data, _ := os.ReadFile(name); string(data) != "mesh1_first\n" {
+		t.Fatalf("the refusal changed the file: %q", data)
+	}
+	leftovers()
+	// --replace: written over, once minted.
+	out, err = fileOutput(name, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(name); string(data) != "mesh1_first\n" {
+		t.Fatalf("the file changed before the mint: %q", data)
+	}
+	if err := write(out, "mesh1_second\n", true); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(name); string(data) != "mesh1_second\n" {
+		t.Fatalf("--replace: %q", data)
+	}
+	// An empty file (touched first, or emptied by a `>`): written.
+	empty := filepath.Join(dir, "empty.txt")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = fileOutput(empty, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := write(out, "mesh1_third\n", true); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(empty); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("an empty file of mode 0644 became %v, want the new 0600 file", fi.Mode())
+	}
+	// A name made by another while the token was minted: left as it is.
+	raced := filepath.Join(dir, "raced.txt")
+	out, err = fileOutput(raced, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(raced, []byte("theirs"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(out, "mesh1_fourth\n", true); err == nil {
+		t.Fatal("a name made meanwhile was written over")
+	}
+	if data, _ := os.ReadFile(raced); string(data) != "theirs" {
+		t.Fatalf("a name made meanwhile: %q", data)
+	}
+	leftovers()
+	// Not a regular file: refused.
+	link := filepath.Join(dir, "link.txt")
+	if err := os.Symlink(name, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{link, dir} {
+		if _, err := fileOutput(bad, true); !errors.Is(err, errOutputExposed) {
+			t.Fatalf("--out %s: %v, want it refused", bad, err)
+		}
+	}
+}
+
+// TestAMintRefusedSaysWhatTheRerunNeeds (audit of commands run twice, findings 1 and
+// 9): refused token_pending while stdout is an empty file, which `> token.txt` run
+// again leaves, the refusal said "use that token" with no word that the shell had
+// just emptied the file holding it; it now says so, and to mint again with --replace
+// or write with --out. A mint without an answer (exit 3) said to look, not that the
+// rerun is refused token_pending and --replace is the way, as the exit 9 said.
+func TestAMintRefusedSaysWhatTheRerunNeeds(t *testing.T) {
+	pending := &api.Error{Code: api.CodeTokenPending, Message: "a token for this node is pending: web-2 has token aff2f6185939 ...: use that token, cancel it ..."}
+	err := mintFailed(pending, "web-2", true)
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeTokenPending || !strings.Contains(err.Error(), "the shell emptied it before meshctl ran") ||
+		!strings.Contains(err.Error(), "--replace") || !strings.Contains(err.Error(), "--out FILE") {
+		t.Fatalf("token_pending with stdout an empty file: %v", err)
+	}
+	if code := exitCode(io.Discard, "meshctl token", err); code != exitRefused {
+		t.Fatalf("exit %d, want %d", code, exitRefused)
+	}
+	if got := mintFailed(pending, "web-2", false); got != error(pending) {
+		t.Fatalf("token_pending with stdout elsewhere became %v", got)
+	}
+	for _, lost := range []error{
+		fmt.Errorf("%w token.create within 3s; look (`meshctl token list`) before running it again", operator.ErrNoAnswer),
+		fmt.Errorf("%w while token.create waited for its answer", operator.ErrConnectionLost),
+	} {
+		err := mintFailed(lost, "web-2", false)
+		if !strings.Contains(err.Error(), "--replace") || !strings.Contains(err.Error(), "meshctl token list --node web-2") {
+			t.Fatalf("%v: %v, want --replace named", lost, err)
+		}
+		if code := exitCode(io.Discard, "meshctl token", err); code != exitUnreachable {
+			t.Fatalf("%v: exit %d, want %d", lost, code, exitUnreachable)
+		}
+	}
+}
