@@ -344,6 +344,7 @@ func cancelWith(cio *cliIO, client caller, node string, ids []string, asJSON boo
 			return nil
 		}
 	}
+	cio.rerunWith(cancelRerun(node, ids))
 	if err := client.Call(api.OpTokenCancel, api.TokenCancelRequest{Node: node, IDs: ids}, &res); err != nil {
 		return cancelFailed(err, node, ids)
 	}
@@ -403,10 +404,17 @@ func cancelFailed(err error, node string, ids []string) error {
 		return fmt.Errorf("%w\nthe control plane is older than this meshctl and cannot cancel tokens by id; it cancelled nothing: upgrade it, or cancel with the meshctl of its version (which cancels every token of %s pending when the control plane applies it, one minted meanwhile included)", err, node)
 	}
 	if errors.Is(err, operator.ErrNoAnswer) || errors.Is(err, operator.ErrConnectionLost) {
-		return fmt.Errorf("%w\nit was sent for token(s) %s; sent again with them named, it cancels those still pending and no token minted since: meshctl token cancel %s %s",
-			err, strings.Join(ids, ", "), node, strings.Join(ids, " "))
+		return fmt.Errorf("%w\n%s", err, cancelRerun(node, ids))
 	}
 	return err
+}
+
+// cancelRerun says which tokens a cancellation was sent for, and the command that
+// sends it again without cancelling a token minted since (run again without the
+// ids, it would cancel whatever is pending then: another operator's --replace).
+func cancelRerun(node string, ids []string) string {
+	return fmt.Sprintf("it was sent for token(s) %s; sent again with them named, it cancels those still pending and no token minted since: meshctl token cancel %s %s",
+		strings.Join(ids, ", "), node, strings.Join(ids, " "))
 }
 
 // pendingTokenNodes is the nodes with a pending token, for completion.

@@ -99,8 +99,10 @@ func asInterrupted(ctx context.Context, err error) error {
 // good token). Otherwise a command that changes the mesh says that its change was
 // carried out (carried, set once its result was shown), or may have been, and where
 // to look (the op sent: sent), or that it changed nothing, when it sent no change
-// (a body still being read, a dry run, a connection still being made).
-func stopOnSignal(changes bool, carried *atomic.Bool, sent *atomic.Pointer[string], f func() error) error {
+// (a body still being read, a dry run, a connection still being made). A change the
+// command knows how to send again safely (rerun: a token cancellation with the ids it
+// named) says so, as its exit 3 does.
+func stopOnSignal(changes bool, carried *atomic.Bool, sent, rerun *atomic.Pointer[string], f func() error) error {
 	ctx, stop := signalContext()
 	defer stop()
 	done := make(chan error, 1)
@@ -121,13 +123,19 @@ func stopOnSignal(changes bool, carried *atomic.Bool, sent *atomic.Pointer[strin
 	if sent != nil {
 		op = sent.Load()
 	}
+	again := ""
+	if rerun != nil {
+		if how := rerun.Load(); how != nil {
+			again = "; " + *how
+		}
+	}
 	switch {
 	case changes && carried != nil && carried.Load():
 		return fmt.Errorf("%w after the change was carried out: what followed it did not finish", context.Cause(ctx))
 	case changes && op != nil && *op == api.OpTokenCreate:
 		return fmt.Errorf("%w before the command completed: the token may have been minted already, and never shown: look (%s); meshctl token --node NODE --replace mints another and cancels it", context.Cause(ctx), operator.LookAt(*op))
 	case changes && op != nil:
-		return fmt.Errorf("%w before the command completed: the change may have been carried out already; look (%s) before running it again", context.Cause(ctx), operator.LookAt(*op))
+		return fmt.Errorf("%w before the command completed: the change may have been carried out already; look (%s) before running it again%s", context.Cause(ctx), operator.LookAt(*op), again)
 	case changes && sent == nil:
 		return fmt.Errorf("%w before the command completed: the change may have been carried out already; look (meshctl nodes, meshctl token list, meshctl signing-key status, meshctl control status) before running it again; "+
 			"a token minted but never shown is pending: meshctl token --node NODE --replace mints another and cancels it", context.Cause(ctx))

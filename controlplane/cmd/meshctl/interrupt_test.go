@@ -108,7 +108,7 @@ func TestExitCodesOfTheDataDirectory(t *testing.T) {
 // an operations audit had `meshctl token` print a good token and exit 9 "may have
 // been carried out" when the signal came as it returned.
 func TestStopOnSignal(t *testing.T) {
-	if err := stopOnSignal(true, nil, nil, func() error { return errors.New("no leader") }); err == nil || err.Error() != "no leader" {
+	if err := stopOnSignal(true, nil, nil, nil, func() error { return errors.New("no leader") }); err == nil || err.Error() != "no leader" {
 		t.Fatalf("no signal: %v", err)
 	}
 	for _, c := range []struct {
@@ -138,7 +138,7 @@ func TestStopOnSignal(t *testing.T) {
 		}
 		time.AfterFunc(200*time.Millisecond, func() { syscall.Kill(syscall.Getpid(), syscall.SIGINT) })
 		start := time.Now()
-		err := stopOnSignal(c.changes, carried, sent, func() error { <-blocked; return nil })
+		err := stopOnSignal(c.changes, carried, sent, nil, func() error { <-blocked; return nil })
 		if took := time.Since(start); took > 3*time.Second {
 			t.Errorf("returned %s after the signal", took)
 		}
@@ -151,7 +151,7 @@ func TestStopOnSignal(t *testing.T) {
 	}
 	// Finishing within the grace: its own outcome, exit 0.
 	time.AfterFunc(100*time.Millisecond, func() { syscall.Kill(syscall.Getpid(), syscall.SIGINT) })
-	err := stopOnSignal(true, new(atomic.Bool), nil, func() error { time.Sleep(300 * time.Millisecond); return nil })
+	err := stopOnSignal(true, new(atomic.Bool), nil, nil, func() error { time.Sleep(300 * time.Millisecond); return nil })
 	if err != nil {
 		t.Fatalf("a command that finished 200 ms after the signal: %v, want its own outcome (nil)", err)
 	}

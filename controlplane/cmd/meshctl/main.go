@@ -112,6 +112,18 @@ type cliIO struct {
 	// command sent (nil: none yet): a signal before it interrupts a command
 	// that changed nothing. Shared by copies.
 	sent *atomic.Pointer[string]
+	// rerun is how the change sent may be sent again safely, once the command
+	// knows it (the token ids a cancellation named, a declaration's request id):
+	// an interrupted command says it (stopOnSignal), as its exit 3 does. Shared by
+	// copies.
+	rerun *atomic.Pointer[string]
+}
+
+// rerunWith records how the command's change may be sent again safely.
+func (cio *cliIO) rerunWith(how string) {
+	if cio.rerun != nil {
+		cio.rerun.Store(&how)
+	}
 }
 
 // carriedOut records that the command's change was carried out and shown.
@@ -189,6 +201,9 @@ func run(args []string, cio *cliIO) int {
 	if cio.sent == nil {
 		cio.sent = new(atomic.Pointer[string])
 	}
+	if cio.rerun == nil {
+		cio.rerun = new(atomic.Pointer[string])
+	}
 	root := newRoot(cio)
 	if len(args) == 0 {
 		return rootUsageError(root, cio)
@@ -260,7 +275,7 @@ func newRoot(cio *cliIO) *cobra.Command {
 		if !spec.ownSignals {
 			own, changes := exec, spec.changes
 			exec = func(args []string) error {
-				return stopOnSignal(changes, cio.carried, cio.sent, func() error { return own(args) })
+				return stopOnSignal(changes, cio.carried, cio.sent, cio.rerun, func() error { return own(args) })
 			}
 		}
 		c.RunE = func(_ *cobra.Command, args []string) error {

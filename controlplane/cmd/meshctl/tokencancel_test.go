@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -148,5 +151,46 @@ func TestTokenCancelSendsTheTokensItRead(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), "5f20da12fb0a") || !strings.Contains(errb.String(), "it was not named") || strings.Contains(errb.String(), "minted after") {
 		t.Errorf("ids given, stderr %q: want the token left pending as not named, not as minted after a read", errb.String())
+	}
+}
+
+// blockingCancel answers token list with its tokens and holds token.cancel until
+// released: a control plane whose answer to the cancellation does not come.
+type blockingCancel struct {
+	list    api.TokenListResult
+	release chan struct{}
+}
+
+func (b *blockingCancel) Call(op string, _, res any) error {
+	switch op {
+	case api.OpTokenList:
+		*res.(*api.TokenListResult) = b.list
+	case api.OpTokenCancel:
+		<-b.release
+	}
+	return nil
+}
+
+// TestAnInterruptedCancelNamesItsTokens (audit of commands run twice, interrupted and
+// concurrent, finding 3): `token cancel NODE` interrupted after it sent the
+// cancellation (exit 9) said only "look before running it again", where the exit 3
+// names the ids it was sent for and the command that sends it again with them.
+// Run again without them, it cancels whatever is pending then, another operator's
+// --replace among them (decision 0029). The exit 9 names them too.
+func TestAnInterruptedCancelNamesItsTokens(t *testing.T) {
+	b := &blockingCancel{list: api.TokenListResult{Tokens: []api.TokenView{{ID: "477e3a5ab876", Node: "c2", State: "pending"}}}, release: make(chan struct{})}
+	t.Cleanup(func() { close(b.release) })
+	cio := &cliIO{stdout: io.Discard, stderr: io.Discard, rerun: new(atomic.Pointer[string])}
+	sent := new(atomic.Pointer[string])
+	op := api.OpTokenCancel
+	sent.Store(&op)
+	time.AfterFunc(200*time.Millisecond, func() { syscall.Kill(syscall.Getpid(), syscall.SIGINT) })
+	err := stopOnSignal(true, new(atomic.Bool), sent, cio.rerun, func() error { return cancelWith(cio, b, "c2", nil, false) })
+	if err == nil || !strings.Contains(err.Error(), "interrupted by SIGINT") || !strings.Contains(err.Error(), "sent for token(s) 477e3a5ab876") ||
+		!strings.Contains(err.Error(), "meshctl token cancel c2 477e3a5ab876") {
+		t.Fatalf("token cancel interrupted while waiting for its answer: %v; want the ids it was sent for and the rerun naming them", err)
+	}
+	if code := exitCode(io.Discard, "meshctl token", err); code != exitInterrupted {
+		t.Fatalf("exit %d, want %d", code, exitInterrupted)
 	}
 }
