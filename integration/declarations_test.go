@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,3 +152,33 @@ func envelopeWithVersion(t *testing.T, envs [][]byte, version uint64) []byte {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestDeclareWaitJSONInterruptedSaysItsVersions (audit of commands run twice,
+// interrupted and concurrent, finding 2): `declare --wait --json > out.json`
+// interrupted while it waited exited 9 with out.json empty and no version said
+// anywhere (with --json they were kept for the object written once the wait ended),
+// and its message said nothing of the declaration standing. The versions now go to
+// stderr before the wait, as its progress does, and the exit 9 says the declaration
+// stands and to run meshctl status, not declare again.
+func TestDeclareWaitJSONInterruptedSaysItsVersions(t *testing.T) {
+	t.Parallel()
+	cp := harness.NewControlPlane(t, bin, "declint")
+	cp.Serve()
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	// No agent runs: the node never converges, and the wait goes on.
+	body := filepath.Join(t.TempDir(), "b.json")
+	writeFile(t, body, `{"files":[{"path":"app.conf","content":"v1"}]}`)
+	p := harness.Start(t, nil, bin.Meshctl, "declare", "--data", cp.Dir, "--node", "web-1", "--file", body, "--wait", "60s", "--json")
+	p.WaitOutput(t, "waiting for 1 node(s)", 20*time.Second)
+	p.Signal(syscall.SIGINT)
+	if code := p.Wait(10 * time.Second); code != 9 {
+		t.Fatalf("declare --wait --json interrupted: exit %d, want 9:\n%s", code, p.Output())
+	}
+	out := p.Output()
+	if !strings.Contains(out, "declared web-1 v1") || !strings.Contains(out, "the declaration stands") || !strings.Contains(out, "run meshctl status, not declare again") {
+		t.Fatalf("declare --wait --json interrupted says neither its version nor that it stands:\n%s", out)
+	}
+}

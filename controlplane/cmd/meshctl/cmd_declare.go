@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -130,13 +131,20 @@ content is never shown: paths, modes, owners and sizes.`,
 					// that stdout reads as a declaration's always does.
 					fmt.Fprintln(cio.stderr, "meshctl: this declaration was sent again (its answer was lost, or slow to come): the first sending had been carried out, once; the versions below are those its nodes are declared at now")
 				}
-				if !asJSON {
-					for _, a := range res.Assignments {
-						fmt.Fprintf(cio.stdout, "declared %s v%d\n", a.Node, a.Version)
-					}
-					for _, s := range res.Skipped {
-						fmt.Fprintf(cio.stdout, "skipped  %s (revoked or not a worker)\n", s)
-					}
+				// The versions are said before any wait: on stdout, or with --json on
+				// stderr, as the progress is, so that a wait interrupted or failing
+				// leaves them said (stdout holds the one JSON object, written once
+				// the wait ends). With --json they went nowhere until then, and
+				// a wait that did not end left none.
+				versions := cio.stdout
+				if asJSON {
+					versions = cio.stderr
+				}
+				for _, a := range res.Assignments {
+					fmt.Fprintf(versions, "declared %s v%d\n", a.Node, a.Version)
+				}
+				for _, s := range res.Skipped {
+					fmt.Fprintf(versions, "skipped  %s (revoked or not a worker)\n", s)
 				}
 				cio.carriedOut()
 				if wait.d == 0 {
@@ -146,9 +154,7 @@ content is never shown: paths, modes, owners and sizes.`,
 				// JSON document, and a wait of minutes is not left silent.
 				report, err := waitConverged(client, res.Assignments, res.Body, wait.d, cio.stderr, cio.stderrIsTTY)
 				if err != nil {
-					// The error is a read's ("run it again"): the declaration
-					// itself stands, and declaring again would declare again.
-					return fmt.Errorf("the declaration was carried out (its versions are above), and waiting for its nodes stopped: %w; to see where they stand, run meshctl status, not declare again", err)
+					return &waitStoppedError{err: err}
 				}
 				if asJSON {
 					if err := writeJSON(cio.stdout, struct {
@@ -163,6 +169,20 @@ content is never shown: paths, modes, owners and sizes.`,
 		},
 	}
 }
+
+// waitStoppedError is a declaration carried out whose wait for its nodes stopped
+// (err: a read that failed). The declaration stands, and declaring again would
+// declare another version: the read's own advice, "run it again", is left out of
+// what is said (it said both "run it again" and "not declare again").
+type waitStoppedError struct{ err error }
+
+func (e *waitStoppedError) Error() string {
+	cause := strings.ReplaceAll(e.err.Error(), "; run it again", "")
+	return "the declaration was carried out (its versions are above), and waiting for its nodes stopped: " + cause +
+		"; the declaration stands: to see where its nodes are, run meshctl status, not declare again (that would declare another version)"
+}
+
+func (e *waitStoppedError) Unwrap() error { return e.err }
 
 // readBody reads a declaration body, refusing anything too large to be signed before
 // reading it whole.

@@ -130,6 +130,11 @@ func stopOnSignal(changes bool, carried *atomic.Bool, sent, rerun *atomic.Pointe
 		}
 	}
 	switch {
+	case changes && carried != nil && carried.Load() && op != nil && *op == api.OpDeclare:
+		// Interrupted while --wait waits: what it says must not read as "run it
+		// again", which declares another version.
+		return fmt.Errorf("%w after the change was carried out: the declaration stands (its versions are above), and waiting for its nodes did not finish: "+
+			"to see where they are, run meshctl status, not declare again (that would declare another version)", context.Cause(ctx))
 	case changes && carried != nil && carried.Load():
 		return fmt.Errorf("%w after the change was carried out: what followed it did not finish", context.Cause(ctx))
 	case changes && op != nil && *op == api.OpTokenCreate:

@@ -123,7 +123,11 @@ func TestStopOnSignal(t *testing.T) {
 		{true, false, "", "interrupted by SIGINT before the command completed; it changed nothing"},
 		{true, false, api.OpRevoke, "interrupted by SIGINT before the command completed: the change may have been carried out already; look (`meshctl nodes`) before running it again"},
 		{true, false, api.OpTokenCreate, "interrupted by SIGINT before the command completed: the token may have been minted already, and never shown: look (`meshctl token list`)"},
-		{true, true, api.OpDeclare, "interrupted by SIGINT after the change was carried out: what followed it did not finish"},
+		{true, true, api.OpTokenCreate, "interrupted by SIGINT after the change was carried out: what followed it did not finish"},
+		// declare --wait interrupted while it waits (audit of commands run twice,
+		// finding 2): the declaration stands, and "run it again" would declare
+		// another version; it said only "what followed it did not finish".
+		{true, true, api.OpDeclare, "interrupted by SIGINT after the change was carried out: the declaration stands (its versions are above), and waiting for its nodes did not finish: to see where they are, run meshctl status, not declare again"},
 	} {
 		blocked := make(chan struct{})
 		t.Cleanup(func() { close(blocked) })
@@ -154,5 +158,22 @@ func TestStopOnSignal(t *testing.T) {
 	err := stopOnSignal(true, new(atomic.Bool), nil, nil, func() error { time.Sleep(300 * time.Millisecond); return nil })
 	if err != nil {
 		t.Fatalf("a command that finished 200 ms after the signal: %v, want its own outcome (nil)", err)
+	}
+}
+
+// TestADeclarationWhoseWaitStoppedSaysItStands (audit of commands run twice,
+// finding 2): `declare --wait` whose wait failed (a progress read unanswered) said
+// "... stopped: the control plane did not answer progress within 2s; run it again;
+// to see where they stand, run meshctl status, not declare again": both run it
+// again and not. The read's "run it again" is left out; the exit code is still the
+// read's (3).
+func TestADeclarationWhoseWaitStoppedSaysItStands(t *testing.T) {
+	err := error(&waitStoppedError{err: fmt.Errorf("%w progress within 2s; run it again", operator.ErrNoAnswer)})
+	if strings.Contains(err.Error(), "run it again") || !strings.Contains(err.Error(), "the declaration stands") ||
+		!strings.Contains(err.Error(), "run meshctl status, not declare again") || !strings.Contains(err.Error(), "progress within 2s") {
+		t.Fatalf("%v", err)
+	}
+	if code := exitCode(io.Discard, "meshctl declare", err); code != exitUnreachable {
+		t.Fatalf("exit %d, want %d", code, exitUnreachable)
 	}
 }
