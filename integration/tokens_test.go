@@ -173,3 +173,48 @@ func TestEveryOperatorOperationIsServed(t *testing.T) {
 		}
 	}
 }
+
+// TestRevokeRunAgainAfterReEnrolment (audit of commands run twice, interrupted and
+// concurrent, finding 6): `meshctl revoke web-3`, run again after a new machine
+// enrolled as web-3, revoked the new machine and printed what the first revocation
+// had printed, word for word. It names the key it revoked and when that machine
+// enrolled, and says the id was revoked once before, and when; with --key the first
+// machine's key, the rerun is refused (exit 4, key_mismatch) and revokes nothing.
+func TestRevokeRunAgainAfterReEnrolment(t *testing.T) {
+	t.Parallel()
+	cp := harness.NewControlPlane(t, bin, "revagain")
+	cp.Serve()
+	first := harness.NewHost(t, bin, "web-3")
+	if r := first.Enrol(cp.Token("web-3")); r.Code != 0 {
+		t.Fatalf("enrol web-3: %s", r.Combined())
+	}
+	n, _ := cp.Node("web-3")
+	firstKey := n.PublicKey
+	r := cp.Ctl("revoke", "--key", firstKey, "web-3")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "revoked web-3 (key "+firstKey+", enrolled ") || strings.Contains(r.Stdout, "before") {
+		t.Fatalf("revoke web-3 (exit %d): %s", r.Code, r.Combined())
+	}
+	second := harness.NewHost(t, bin, "web-3")
+	if r := second.Enrol(cp.Token("web-3")); r.Code != 0 {
+		t.Fatalf("enrol web-3's second machine: %s", r.Combined())
+	}
+	n, _ = cp.Node("web-3")
+	secondKey := n.PublicKey
+	r = cp.Ctl("revoke", "--key", firstKey, "web-3")
+	if r.Code != 4 || !strings.Contains(r.Stderr, "key_mismatch") || !strings.Contains(r.Stderr, "nothing was revoked") {
+		t.Fatalf("revoke --key of the first machine run again (exit %d): %s", r.Code, r.Combined())
+	}
+	if n, _ := cp.Node("web-3"); n.State == "revoked" {
+		t.Fatal("the refused revocation revoked the second machine")
+	}
+	r = cp.Ctl("revoke", "web-3", "--json")
+	var res api.RevokeResult
+	if err := json.Unmarshal([]byte(r.Stdout), &res); r.Code != 0 || err != nil || len(res.Revoked) != 1 || res.Revoked[0].PublicKey != secondKey ||
+		res.Revoked[0].EarlierRevocations != 1 || res.Revoked[0].EarlierRevokedAt.IsZero() {
+		t.Fatalf("revoke web-3 run again without --key (exit %d): %v\n%s", r.Code, err, r.Combined())
+	}
+	if r := cp.Ctl("revoke", "web-3"); r.Code != 0 || !strings.Contains(r.Stdout, "web-3 was already revoked (key "+secondKey) ||
+		!strings.Contains(r.Stdout, "web-3 was revoked once before, at ") {
+		t.Fatalf("revoke web-3 a third time (exit %d): %s", r.Code, r.Combined())
+	}
+}

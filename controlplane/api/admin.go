@@ -686,6 +686,12 @@ type RevokeRequest struct {
 	// Node names one node; Nodes several, revoked in one commit. Either or both.
 	Node  string   `json:"node,omitempty"`
 	Nodes []string `json:"nodes,omitempty"`
+	// Key, with one node named, revokes it only if it holds this key (its nkey
+	// public key, as nodes shows it): a command run again after the id enrolled
+	// another machine is refused (CodeKeyMismatch) instead of revoking that one.
+	// Checked by the leader against its state as it proposes the revocation. A
+	// control plane older than it refuses the member (bad_request).
+	Key string `json:"key,omitempty"`
 }
 
 // MaxRevokeNodes is the most nodes one revoke request names.
@@ -701,6 +707,16 @@ type RevokedNode struct {
 	// AlreadyRevokedAt is set when the node was revoked before this request, by an
 	// earlier one: revoking again changes nothing.
 	AlreadyRevokedAt time.Time `json:"already_revoked_at,omitzero"`
+	// PublicKey and EnrolledAt are the machine revoked: its key, and when it
+	// enrolled under the id. A control plane older than them leaves them out.
+	PublicKey  string    `json:"public_key,omitempty"`
+	EnrolledAt time.Time `json:"enrolled_at,omitzero"`
+	// EarlierRevocations is how many times the id was revoked before, under other
+	// keys, and EarlierRevokedAt when the last of them was (zero when the mesh
+	// does not know): a revocation run again after the id enrolled another machine
+	// revokes that one, and says so by these.
+	EarlierRevocations int       `json:"earlier_revocations,omitempty"`
+	EarlierRevokedAt   time.Time `json:"earlier_revoked_at,omitzero"`
 }
 
 // ControlRemoveResult answers control.remove.

@@ -141,6 +141,10 @@ const (
 	CodeTokenPending = "token_pending"
 	// CodeNodeRevoked: labels were set on a revoked node (state.ErrNodeRevoked).
 	CodeNodeRevoked = "node_revoked"
+	// CodeKeyMismatch: a revocation that names the key to revoke (`meshctl revoke
+	// --key`) found another key under the node id: another machine enrolled under
+	// it since; nothing was revoked.
+	CodeKeyMismatch = "key_mismatch"
 )
 
 // Codes a host reports in a status's error besides the verifier's

@@ -791,10 +791,22 @@ func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
 			return out, badRequest("%v", err)
 		}
 	}
+	if req.Key != "" {
+		if len(nodes) != 1 {
+			return out, badRequest("key names the key of one node: name one node with it, not %d", len(nodes))
+		}
+		if !nkeys.IsValidPublicUserKey(req.Key) {
+			return out, badRequest("key %q is not a node's public key (a U... nkey, as meshctl nodes --json shows it as public_key)", req.Key)
+		}
+	}
 	var unknown, minted, control, removed []string
+	var mismatch *api.Error
 	now := d.now()
 	d.fsm.Read(func(s *state.State) {
 		for _, n := range nodes {
+			if node, ok := s.Nodes[n]; ok && req.Key != "" && node.PublicKey != req.Key {
+				mismatch = keyMismatch(s, node, req.Key)
+			}
 			if _, ok := s.Nodes[n]; !ok {
 				if cn, ok := s.ControlNodes[n]; ok {
 					if cn.Removed {
@@ -836,6 +848,9 @@ func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
 		}
 		return out, &api.Error{Code: api.CodeNotFound, Message: msg}
 	}
+	if mismatch != nil {
+		return out, mismatch
+	}
 	// The command's time is the revocation time of the nodes it revokes; a node
 	// revoked earlier keeps its own, which tells the two apart.
 	at := now.UTC()
@@ -873,7 +888,13 @@ func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
 		// Connections of an earlier revocation's key are closed again too: none
 		// should be left, and closing one that is costs nothing.
 		revoked[i] = revokedNode{node: n.ID, key: n.PublicKey}
-		r := api.RevokedNode{Node: n.ID, Connections: d.presence.Open(n.PublicKey)}
+		r := api.RevokedNode{Node: n.ID, Connections: d.presence.Open(n.PublicKey), PublicKey: n.PublicKey, EnrolledAt: n.EnrolledAt.UTC(),
+			EarlierRevokedAt: n.EarlierRevokedAt.UTC()}
+		for _, k := range d.fsm.Revocations(n.ID) {
+			if k.Key != n.PublicKey {
+				r.EarlierRevocations++
+			}
+		}
 		if !n.RevokedAt.Equal(at) {
 			r.AlreadyRevokedAt = n.RevokedAt
 		} else {
@@ -885,6 +906,32 @@ func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
 	d.enforceRevocations(revoked)
 	d.metrics.revocations.Add(float64(fresh))
 	return out, nil
+}
+
+// keyMismatch refuses a revocation of n that names key, another key than n's: most
+// likely a revocation run again after another machine enrolled under the id, which
+// revoking would take out.
+func keyMismatch(s *state.State, n *state.Node, key string) *api.Error {
+	now := "enrolled " + n.EnrolledAt.UTC().Format(time.RFC3339)
+	if n.Revoked {
+		now += ", revoked " + n.RevokedAt.UTC().Format(time.RFC3339)
+	}
+	msg := fmt.Sprintf("%s holds key %s (%s), not %s: another machine than the one the key names is under the id now, and nothing was revoked", n.ID, n.PublicKey, now, key)
+	switch was, ok := s.RevokedKeys[key]; {
+	case ok && was == n.ID:
+		msg += fmt.Sprintf("; %s was %s's key before, and is revoked already", key, n.ID)
+		if !n.EarlierRevokedAt.IsZero() {
+			msg += fmt.Sprintf(" (the machine before this one was revoked at %s)", n.EarlierRevokedAt.UTC().Format(time.RFC3339))
+		}
+	case ok:
+		msg += fmt.Sprintf("; %s was %s's key, revoked already", key, was)
+	default:
+		msg += fmt.Sprintf("; %s never held %s", n.ID, key)
+	}
+	if !n.Revoked {
+		msg += fmt.Sprintf(". To revoke the machine under %s now: meshctl revoke --key %s %s", n.ID, n.PublicKey, n.ID)
+	}
+	return &api.Error{Code: api.CodeKeyMismatch, Message: msg}
 }
 
 func (d *Daemon) label(req api.LabelRequest) (api.NodeView, error) {

@@ -696,6 +696,9 @@ func (s *State) applyEnrol(at time.Time, c *EnrolCmd, rules int) Result {
 			ExpiresAt:  at.Add(s.Validity),
 		},
 	}
+	if again && old.Revoked {
+		n.EarlierRevokedAt = old.RevokedAt
+	}
 	s.Nodes[c.Node] = n
 	if again && s.byKey[old.PublicKey] == c.Node {
 		// Its old key stays in RevokedKeys; the index lets go of it, as a restore

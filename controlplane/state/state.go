@@ -282,6 +282,14 @@ type Node struct {
 	// from it, after a restart or a new leader. A heartbeat changes nothing in the
 	// state; only a close or a revocation records it.
 	LastSeen time.Time `json:"last_seen,omitzero"`
+	// EarlierRevokedAt is when the machine enrolled under this id before this one
+	// was revoked (zero: none was, or its enrolment was applied by a version before
+	// this field): a second `meshctl revoke` of the id, a command run again, revokes
+	// the machine enrolled since, and says so with it. Set at enrolment from the
+	// record it replaces. No rule of the state reads it: a control node older than
+	// it applies the enrolment alike without it, as it does RevokeCmd.Seen
+	// (decision 0027).
+	EarlierRevokedAt time.Time `json:"earlier_revoked_at,omitzero"`
 }
 
 // Declared is the declaration the mesh wants a node to hold. The signed envelope is

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/controlplane/api"
+)
+
+// TestARevocationSaysWhichMachine (audit of commands run twice, finding 6): `revoke
+// web-3` run again after a new machine enrolled as web-3 printed "revoked web-3 (0
+// connection(s) open, closed now)", word for word the first revocation's. It names
+// the key revoked and when that machine enrolled, and says when the id was revoked
+// before. A control plane older than --key refuses the member; meshctl says so.
+func TestARevocationSaysWhichMachine(t *testing.T) {
+	enrolled := time.Date(2026, 12, 6, 3, 38, 10, 0, time.UTC)
+	earlier := enrolled.Add(-time.Hour)
+	var b bytes.Buffer
+	printRevoked(&b, api.RevokedNode{Node: "web-3", PublicKey: "UNEWKEY", EnrolledAt: enrolled, EarlierRevocations: 1, EarlierRevokedAt: earlier})
+	for _, want := range []string{"revoked web-3 (key UNEWKEY, enrolled 2026-12-06T03:38:10Z; 0 connection(s) open", "web-3 was revoked once before, at 2026-12-06T02:38:10Z, under another key",
+		"meshctl revoke --key KEY"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	printRevoked(&b, api.RevokedNode{Node: "web-3", PublicKey: "UNEWKEY", EnrolledAt: enrolled})
+	if strings.Contains(b.String(), "before") {
+		t.Errorf("a first revocation speaks of an earlier one:\n%s", b.String())
+	}
+	b.Reset()
+	// An older control plane: no key, said as before.
+	printRevoked(&b, api.RevokedNode{Node: "web-3", Connections: 2})
+	if b.String() != "revoked web-3 (2 connection(s) open, closed now); its key is refused from now on\n" {
+		t.Errorf("from an older control plane: %q", b.String())
+	}
+
+	older := &api.Error{Code: api.CodeBadRequest, Message: `not a request for this operation: args: json: unknown field "key"`}
+	if err := olderKey(older); !errors.Is(err, older) || !strings.Contains(err.Error(), "cannot check --key; it revoked nothing") {
+		t.Fatalf("an older control plane refusing key: %v", err)
+	}
+	for _, args := range [][]string{{"revoke", "--data", t.TempDir(), "--key", "UNOTAKEY", "web-3"}, {"revoke", "--data", t.TempDir(), "--key", "UNEWKEY", "web-3", "web-4"}} {
+		if code, _, stderr := runCLI(args...); code != exitUsage || !strings.Contains(stderr, "--key") {
+			t.Errorf("%v: exit %d: %s", args, code, stderr)
+		}
+	}
+}
