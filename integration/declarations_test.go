@@ -182,3 +182,44 @@ func TestDeclareWaitJSONInterruptedSaysItsVersions(t *testing.T) {
 		t.Fatalf("declare --wait --json interrupted says neither its version nor that it stands:\n%s", out)
 	}
 }
+
+// TestDeclareWithARequestIDRunAgain (audit of commands run twice, interrupted and
+// concurrent, finding 7): a script whose `meshctl declare` ended with exit 3 or 9
+// ("may have been carried out") and that ran it again declared a second version:
+// each run made its own request id, and the control plane's once-per-id held within
+// one process only. Run again with --request-id, in another process, the declaration
+// is answered with the version it got and nothing more is declared; the id with
+// another body is refused (exit 4), nothing declared.
+func TestDeclareWithARequestIDRunAgain(t *testing.T) {
+	t.Parallel()
+	cp := harness.NewControlPlane(t, bin, "declid")
+	cp.Serve()
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	dir := t.TempDir()
+	body, other := filepath.Join(dir, "b.json"), filepath.Join(dir, "c.json")
+	writeFile(t, body, `{"files":[{"path":"app.conf","content":"once"}]}`)
+	writeFile(t, other, `{"files":[{"path":"app.conf","content":"another"}]}`)
+	id := "5a1d0c3e2b4f6a7980e1d2c3b4a59687"
+	r := cp.Ctl("declare", "--node", "web-1", "--file", body, "--request-id", id)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "declared web-1 v1") {
+		t.Fatalf("declare --request-id (exit %d): %s", r.Code, r.Combined())
+	}
+	r = cp.Ctl("declare", "--node", "web-1", "--file", body, "--request-id", strings.ToUpper(id))
+	if r.Code != 0 || !strings.Contains(r.Stdout, "declared web-1 v1") || !strings.Contains(r.Stderr, "carried out already") {
+		t.Fatalf("declare --request-id run again (exit %d): %s", r.Code, r.Combined())
+	}
+	if n, _ := cp.Node("web-1"); n.Declared != 1 {
+		t.Fatalf("web-1 is declared v%d after the same request ran twice, want v1", n.Declared)
+	}
+	r = cp.Ctl("declare", "--node", "web-1", "--file", other, "--request-id", id)
+	if r.Code != 4 || !strings.Contains(r.Stderr, "names another change") {
+		t.Fatalf("another body under the same request id (exit %d): %s", r.Code, r.Combined())
+	}
+	// Without the id, as before: another version.
+	if r := cp.Ctl("declare", "--node", "web-1", "--file", body); r.Code != 0 || !strings.Contains(r.Stdout, "declared web-1 v2") {
+		t.Fatalf("declare without --request-id (exit %d): %s", r.Code, r.Combined())
+	}
+}

@@ -501,7 +501,7 @@ func (d *Daemon) declare(req api.DeclareRequest, call requestCall) (api.DeclareR
 			// The first sending was proposed without its id, or to a control
 			// plane that keeps none: whether it was carried out cannot be told.
 			return out, &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf(
-				"this declaration was sent again after its answer was lost, and whether the first sending was carried out cannot be told while %s an older meshctl (or was never heard from): look (meshctl nodes) before running it again",
+				"this declaration was sent as one that may repeat an earlier sending (its answer lost, or the same --request-id given again), and whether that was carried out cannot be told while %s an older meshctl (or was never heard from): nothing was declared now; look (meshctl nodes) before running it again",
 				controlNodesRun(d.notOnRules(state.RulesRequests)))}
 		}
 	}
@@ -544,7 +544,7 @@ func (d *Daemon) declare(req api.DeclareRequest, call requestCall) (api.DeclareR
 // nobody made.
 func (d *Daemon) declaredAlready(sel state.Selector, id string, r *state.RequestRecord, canonical []byte) (api.DeclareResult, error) {
 	if r.Op != state.OpDeclare || r.Body != state.BodyDigest(canonical) || r.Selector != "" && r.Selector != sel.Digest() {
-		return api.DeclareResult{}, badRequest("request id %s names another change, carried out within the hour (%s): a change sent again is sent unchanged; send a new one under a new id (meshctl makes one for each run)", id, r.Op)
+		return api.DeclareResult{}, badRequest("request id %s names another change, carried out within the hour (%s): a change sent again is sent unchanged; send a new one under a new id (meshctl makes one for each run without --request-id)", id, r.Op)
 	}
 	out := api.DeclareResult{Body: r.Body, Repeated: true}
 	var nodes []string

@@ -312,6 +312,32 @@ func (c *Client) Close() { c.nc.Close() }
 // is sent again likewise (first after 5 s), marked as sent again. A refusal that
 // says nothing was done (AdminResponse.NotDone) is sent again too, whatever the op.
 func (c *Client) Call(op string, req, res any) error {
+	return c.call(op, "", false, req, res)
+}
+
+// CallRequest is Call for a change that goes under a request id (api.Resendable),
+// under id, which the caller chose (api.CheckRequestID): the same change sent
+// again under it by another process, a script's retry after an exit 3 or 9, is
+// carried out at most once while the control plane keeps the id (an hour after the
+// change, state.RequestRetention), and answered with what it did
+// (api.DeclareResult.Repeated). With mayRepeat, every sending is marked as one that
+// may repeat an earlier one (AdminRequest.Again), as a sending again is: a control
+// plane that cannot record the id (a member on older rules) then refuses it rather
+// than carry it out without, and one older than ids refuses the mark
+// (bad_request); both carry out nothing.
+func (c *Client) CallRequest(op, id string, mayRepeat bool, req, res any) error {
+	if !api.Resendable(op) {
+		return fmt.Errorf("%s is not sent under a request id", op)
+	}
+	if err := api.CheckRequestID(id); err != nil {
+		return err
+	}
+	return c.call(op, id, mayRepeat, req, res)
+}
+
+// call is Call and CallRequest: id is the request id of a resendable op ("": one
+// made here), and mayRepeat marks its first sending as sent again.
+func (c *Client) call(op, id string, mayRepeat bool, req, res any) error {
 	data, err := api.EncodeAdminRequest(op, req)
 	if err != nil {
 		return err
@@ -324,7 +350,10 @@ func (c *Client) Call(op string, req, res any) error {
 		if out.again, err = api.EncodeAdminRequestAgain(op, req); err != nil {
 			return err
 		}
-		out.id, out.first = api.NewRequestID(), time.Now()
+		if id == "" {
+			id = api.NewRequestID()
+		}
+		out.id, out.first, out.sentAgain, out.mayRepeat = id, time.Now(), mayRepeat, mayRepeat
 	}
 	// A refusal that says nothing was done (the control node that took it no longer
 	// led: a hand-over, a rolling restart) is sent again, to the one that leads now,
@@ -341,7 +370,10 @@ func (c *Client) Call(op string, req, res any) error {
 			return err
 		}
 		if resp.Error != nil {
-			if out.sentAgain && resp.Error.Code == api.CodeBadRequest {
+			if out.mayRepeat && resp.Error.Code == api.CodeBadRequest && strings.Contains(resp.Error.Message, `"again"`) {
+				return fmt.Errorf("%w: the control plane is older than request ids given to it (it refused the mark of a change that may repeat an earlier one: %s); nothing was carried out", ErrRequestIDRefused, resp.Error.Message)
+			}
+			if out.sentAgain && !out.mayRepeat && resp.Error.Code == api.CodeBadRequest {
 				// The first sending was checked alike and its answer lost; a
 				// control plane older than the mark refuses it as unknown.
 				return fmt.Errorf("%w while %s waited for its answer; sent again, it was refused (%s): a control plane older than this meshctl refuses a change sent again, and the first sending may have been carried out: look (`meshctl nodes`) before running it again",
@@ -375,6 +407,9 @@ type sending struct {
 	first time.Time // when it was first sent: sent again within api.MaxResend of it only
 	// sentAgain records that a sending marked as sent again went out.
 	sentAgain bool
+	// mayRepeat: every sending is marked as sent again, the first too
+	// (CallRequest).
+	mayRepeat bool
 }
 
 // message is the request to send now.
@@ -665,6 +700,10 @@ func (c *Client) Mint(t TokenTerms) (tokenfmt.Token, []api.TokenView, error) {
 	tok, err := TokenFrom(secret, t.Node, t.Role, res)
 	return tok, res.Replaced, err
 }
+
+// ErrRequestIDRefused means a control plane older than request ids given by the
+// caller (CallRequest) refused the change, and carried out nothing.
+var ErrRequestIDRefused = errors.New("a request id cannot be given to this control plane")
 
 // ErrPinMismatch means the control plane's answer to a token's creation named
 // another CA than the one the connection was checked against.

@@ -263,3 +263,48 @@ func TestSendingNamesEachChangeSent(t *testing.T) {
 		t.Errorf("changes named as sent: %q, want the declaration (not its dry run) and the revocation", got)
 	}
 }
+
+// TestARequestIDGivenGoesAtEverySending (audit of commands run twice, finding 7): a
+// script retrying a declaration across processes had no way to send it under the id
+// of its first attempt. CallRequest sends it under the id given, marked, at every
+// sending the first included, as one that may repeat an earlier one: a control plane
+// that cannot record ids then refuses it rather than carry it out without. One older
+// than the mark refuses it, and the call says that nothing was carried out.
+func TestARequestIDGivenGoesAtEverySending(t *testing.T) {
+	nc := startBroker(t)
+	id := "0123456789abcdef0123456789abcdef"
+	var got atomic.Pointer[nats.Msg]
+	sub, err := nc.Subscribe(api.AdminSubject(api.OpDeclare), func(m *nats.Msg) {
+		got.Store(m)
+		out, _ := json.Marshal(api.AdminResponse{Result: json.RawMessage(`{}`)})
+		_ = m.Respond(out)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(nc, 2*time.Second, time.Second)
+	if err := c.CallRequest(api.OpDeclare, id, true, struct{}{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var req api.AdminRequest
+	if m := got.Load(); m == nil || m.Header.Get(api.RequestHeader) != id || json.Unmarshal(m.Data, &req) != nil || !req.Again {
+		t.Fatalf("sent %+v; want request id %s, marked again", m, id)
+	}
+	if err := c.CallRequest(api.OpRevoke, id, true, struct{}{}, nil); err == nil {
+		t.Fatal("a request id given to a change not sent under one was taken")
+	}
+	if err := c.CallRequest(api.OpDeclare, "3f6c", true, struct{}{}, nil); !errors.Is(err, api.ErrRequestID) {
+		t.Fatalf("a malformed id: %v", err)
+	}
+	_ = sub.Unsubscribe()
+	// A control plane older than the mark.
+	if _, err := nc.Subscribe(api.AdminSubject(api.OpDeclare), func(m *nats.Msg) {
+		out, _ := json.Marshal(api.AdminResponse{Error: &api.Error{Code: api.CodeBadRequest, Message: `not a request for this operation: json: unknown field "again"`}})
+		_ = m.Respond(out)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CallRequest(api.OpDeclare, id, true, struct{}{}, nil); !errors.Is(err, ErrRequestIDRefused) || !strings.Contains(err.Error(), "nothing was carried out") {
+		t.Fatalf("an older control plane: %v", err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"mesh/controlplane/api"
+	"mesh/controlplane/operator"
 	"mesh/declarations"
 	"mesh/host/readfile"
 	"mesh/host/statedir"
@@ -23,7 +24,7 @@ func declareCommand() command {
 	return command{
 		name:    "declare",
 		changes: true,
-		usage:   "--data DIR --file BODY.json (--node ID... | --role R | --label k=v... | --all) [--dry-run | --wait [30s]] [--json]",
+		usage:   "--data DIR --file BODY.json (--node ID... | --role R | --label k=v... | --all) [--dry-run | --wait [30s]] [--request-id HEX] [--json]",
 		summary: `Declare the whole desired state of nodes, signed, one version per node.
 Each selected node gets its own signed declaration at its own next version.
 The body file is JSON:
@@ -35,7 +36,13 @@ write, is refused (exit 7): it would write files as root on every node it names.
 --dry-run asks the control plane what the declaration would change on each node,
 grouped by change (files added +, changed ~, removed -, and the version each node
 would get), and declares nothing; it exits 0 whatever it would change. File
-content is never shown: paths, modes, owners and sizes.`,
+content is never shown: paths, modes, owners and sizes.
+A declaration goes under a request id the control plane carries out once: meshctl
+makes one for each run, and says it when the answer did not come (exit 3) or the
+command was interrupted (exit 9). Run again with --request-id ID (32 hex digits), the
+declaration is carried out at most once within the hour after it was: a rerun after it
+was is answered with its versions, and declares nothing more. Scripts that retry can
+make their own id (openssl rand -hex 16) and give it to every attempt.`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			fs := c.Flags()
 			var (
@@ -45,6 +52,7 @@ content is never shown: paths, modes, owners and sizes.`,
 				labels      = labelFlag{}
 				all, asJSON bool
 				dryRun      bool
+				requestID   string
 			)
 			cp.register(c, cio)
 			fs.StringVar(&file, "file", "", "declaration body, JSON (required; - for stdin)")
@@ -55,6 +63,7 @@ content is never shown: paths, modes, owners and sizes.`,
 			fs.BoolVar(&all, "all", false, "target every enrolled node")
 			fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
 			fs.BoolVar(&dryRun, "dry-run", false, "show what the declaration would change on each node, and declare nothing")
+			fs.StringVar(&requestID, "request-id", "", "the declaration's request id, 32 hex digits: under an id carried out within the hour, nothing more is declared (a retry, from any process)")
 			wait := waitFlag{}
 			fs.Var(&wait, "wait", "wait until the nodes applied it: --wait (2m), --wait 30s or --wait=30s (at most 1h); exits 5 naming the nodes that failed or did not answer")
 			fs.Lookup("wait").NoOptDefVal = defaultWait.String()
@@ -90,6 +99,18 @@ content is never shown: paths, modes, owners and sizes.`,
 				if err := checkTargets(nodes, role); err != nil {
 					return err
 				}
+				given := fs.Changed("request-id")
+				if given && dryRun {
+					return usagef("--dry-run declares nothing, so it takes no --request-id")
+				}
+				requestID = strings.ToLower(requestID)
+				if given {
+					if err := api.CheckRequestID(requestID); err != nil {
+						return usagef("--request-id: %v (make one with: openssl rand -hex 16)", err)
+					}
+				} else {
+					requestID = api.NewRequestID()
+				}
 				raw, err := readBody(file, cio)
 				if err != nil {
 					return err
@@ -105,11 +126,17 @@ content is never shown: paths, modes, owners and sizes.`,
 				}
 				defer client.Close()
 				var res api.DeclareResult
-				if err := client.Call(api.OpDeclare, api.DeclareRequest{Nodes: nodes, Role: role, Labels: labels, All: all, Body: canonical, DryRun: dryRun}, &res); err != nil {
-					if dryRun {
+				req := api.DeclareRequest{Nodes: nodes, Role: role, Labels: labels, All: all, Body: canonical, DryRun: dryRun}
+				if dryRun {
+					if err := client.Call(api.OpDeclare, req, &res); err != nil {
 						return olderDryRun(err)
 					}
-					return err
+				} else {
+					rerun := declareRerun(requestID)
+					cio.rerunWith(rerun)
+					if err := client.CallRequest(api.OpDeclare, requestID, given, req, &res); err != nil {
+						return declareFailed(err, rerun)
+					}
 				}
 				if dryRun {
 					if res.Plan == nil {
@@ -126,9 +153,12 @@ content is never shown: paths, modes, owners and sizes.`,
 				if asJSON && wait.d == 0 {
 					return writeJSON(cio.stdout, res)
 				}
-				if res.Repeated {
-					// Sent again after its answer was lost: said on stderr, so
-					// that stdout reads as a declaration's always does.
+				switch {
+				case res.Repeated && given:
+					// Said on stderr, so that stdout reads as a declaration's
+					// always does.
+					fmt.Fprintf(cio.stderr, "meshctl: a declaration under request id %s was carried out already (an earlier run), once: nothing more was declared; the versions below are those its nodes are declared at now\n", requestID)
+				case res.Repeated:
 					fmt.Fprintln(cio.stderr, "meshctl: this declaration was sent again (its answer was lost, or slow to come): the first sending had been carried out, once; the versions below are those its nodes are declared at now")
 				}
 				// The versions are said before any wait: on stdout, or with --json on
@@ -168,6 +198,22 @@ content is never shown: paths, modes, owners and sizes.`,
 			}
 		},
 	}
+}
+
+// declareRerun says how a declaration whose outcome is not known (no answer, exit 3;
+// interrupted, exit 9) is sent again safely: under its request id.
+func declareRerun(id string) string {
+	return fmt.Sprintf("it was sent under request id %s: run the same command again with --request-id %s added, and it is carried out at most once (within the hour: a rerun after it was is answered with its versions)", id, id)
+}
+
+// declareFailed explains a declaration that failed: without an answer (exit 3) it
+// may have been carried out, and rerun names the id that makes running it again
+// safe.
+func declareFailed(err error, rerun string) error {
+	if errors.Is(err, operator.ErrNoAnswer) || errors.Is(err, operator.ErrConnectionLost) {
+		return fmt.Errorf("%w\n%s", err, rerun)
+	}
+	return err
 }
 
 // waitStoppedError is a declaration carried out whose wait for its nodes stopped

@@ -341,7 +341,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		errors.Is(err, join.ErrLoginRefused), errors.Is(err, join.ErrClock):
 		return exitUnreachable
 	case errors.Is(err, join.ErrRefused), errors.Is(err, join.ErrToken), errors.Is(err, join.ErrRemoved),
-		errors.Is(err, operator.ErrReadOnly), errors.Is(err, join.ErrNotCAHolder):
+		errors.Is(err, operator.ErrReadOnly), errors.Is(err, join.ErrNotCAHolder), errors.Is(err, operator.ErrRequestIDRefused):
 		return exitRefused
 	case errors.As(err, &ae):
 		switch ae.Code {
