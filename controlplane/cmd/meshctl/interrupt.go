@@ -139,6 +139,9 @@ func stopOnSignal(changes bool, carried *atomic.Bool, sent, rerun *atomic.Pointe
 		return fmt.Errorf("%w after the change was carried out: what followed it did not finish", context.Cause(ctx))
 	case changes && op != nil && *op == api.OpTokenCreate:
 		return fmt.Errorf("%w before the command completed: the token may have been minted already, and never shown: look (%s); meshctl token --node NODE --replace mints another and cancels it", context.Cause(ctx), operator.LookAt(*op))
+	case changes && op != nil && againIsSafe(*op):
+		return fmt.Errorf("%w before the command completed: the change may have been carried out already; running it again is safe: it says what it finds done (or look: %s)%s",
+			context.Cause(ctx), operator.LookAt(*op), againIsSafeExcept(*op))
 	case changes && op != nil:
 		return fmt.Errorf("%w before the command completed: the change may have been carried out already; look (%s) before running it again%s", context.Cause(ctx), operator.LookAt(*op), again)
 	case changes && sent == nil:
@@ -146,6 +149,28 @@ func stopOnSignal(changes bool, carried *atomic.Bool, sent, rerun *atomic.Pointe
 			"a token minted but never shown is pending: meshctl token --node NODE --replace mints another and cancels it", context.Cause(ctx))
 	}
 	return fmt.Errorf("%w before the command completed; it changed nothing", context.Cause(ctx))
+}
+
+// againIsSafe reports whether a change of op, run again after it was carried out,
+// changes nothing more and says so (decision 0033: "nothing left to do"), so that an
+// interrupted one is simply run again: a label set to the same values, a revocation
+// of a node revoked, a control node removed, a retirement with nothing left to
+// retire. (An operations audit found them telling the operator only to look first.)
+func againIsSafe(op string) bool {
+	switch op {
+	case api.OpLabel, api.OpRevoke, api.OpControlRemove, api.OpSigningKeyRetire:
+		return true
+	}
+	return false
+}
+
+// againIsSafeExcept is what running op again does beyond saying what it finds.
+func againIsSafeExcept(op string) string {
+	if op == api.OpRevoke {
+		// Revoked since: another machine enrolled under the id is revoked too.
+		return "; --key KEY revokes the node only while it holds KEY, not a machine enrolled under its id since"
+	}
+	return ""
 }
 
 // signalGrace is how long a command interrupted by a signal still has to finish by

@@ -121,7 +121,9 @@ func TestStopOnSignal(t *testing.T) {
 		// Nothing sent yet (a body file still being read, a dry run): an audit
 		// found this sent off to look at tokens.
 		{true, false, "", "interrupted by SIGINT before the command completed; it changed nothing"},
-		{true, false, api.OpRevoke, "interrupted by SIGINT before the command completed: the change may have been carried out already; look (`meshctl nodes`) before running it again"},
+		{true, false, api.OpSigningKeyRotate, "interrupted by SIGINT before the command completed: the change may have been carried out already; look (`meshctl signing-key status`) before running it again"},
+		// A change safe to run again says so (TestAnInterruptedChangeThatIsSafeToRunAgainSaysSo).
+		{true, false, api.OpRevoke, "interrupted by SIGINT before the command completed: the change may have been carried out already; running it again is safe"},
 		{true, false, api.OpTokenCreate, "interrupted by SIGINT before the command completed: the token may have been minted already, and never shown: look (`meshctl token list`)"},
 		{true, true, api.OpTokenCreate, "interrupted by SIGINT after the change was carried out: what followed it did not finish"},
 		// declare --wait interrupted while it waits (audit of commands run twice,
@@ -175,5 +177,51 @@ func TestADeclarationWhoseWaitStoppedSaysItStands(t *testing.T) {
 	}
 	if code := exitCode(io.Discard, "meshctl declare", err); code != exitUnreachable {
 		t.Fatalf("exit %d, want %d", code, exitUnreachable)
+	}
+}
+
+// TestAnInterruptedChangeThatIsSafeToRunAgainSaysSo (audit of commands run twice,
+// finding 13): a label, a revocation, a control node's removal or a retirement
+// interrupted after it was sent (exit 9) said only to look before running it again,
+// though each, run again, changes nothing more and says what it finds done. They
+// say so now; a revocation names --key, which leaves a machine enrolled since alone.
+// A change that is not safe to run again (a rotation) still says to look.
+func TestAnInterruptedChangeThatIsSafeToRunAgainSaysSo(t *testing.T) {
+	for _, c := range []struct {
+		op, want string
+	}{
+		{api.OpLabel, "running it again is safe: it says what it finds done (or look: `meshctl nodes`)"},
+		{api.OpControlRemove, "running it again is safe"},
+		{api.OpSigningKeyRetire, "running it again is safe"},
+		{api.OpRevoke, "--key KEY revokes the node only while it holds KEY"},
+		{api.OpSigningKeyRotate, "look (`meshctl signing-key status`) before running it again"},
+	} {
+		blocked := make(chan struct{})
+		sent := new(atomic.Pointer[string])
+		op := c.op
+		sent.Store(&op)
+		time.AfterFunc(200*time.Millisecond, func() { syscall.Kill(syscall.Getpid(), syscall.SIGINT) })
+		err := stopOnSignal(true, new(atomic.Bool), sent, nil, func() error { <-blocked; return nil })
+		close(blocked)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%s interrupted: %v; want %q", c.op, err, c.want)
+		}
+		if code := exitCode(io.Discard, "meshctl", err); code != exitInterrupted {
+			t.Fatalf("%s: exit %d", c.op, code)
+		}
+		if c.op == api.OpSigningKeyRotate && strings.Contains(err.Error(), "safe") {
+			t.Fatalf("a rotation interrupted is said safe to run again: %v", err)
+		}
+	}
+}
+
+// TestADeclarationBodyThatDoesNotExist (audit of commands run twice, finding 13):
+// `declare --file nosuch.json` said "open nosuch.json: no such file or directory",
+// where join names its --token-file and what to give it. declare names --file and
+// the fix (and is still the file system's not-exist, exit 1).
+func TestADeclarationBodyThatDoesNotExist(t *testing.T) {
+	code, stdout, stderr := runCLI("declare", "--data", t.TempDir(), "--node", "web-1", "--file", "nosuch.json")
+	if code != exitFailure || stdout != "" || !strings.Contains(stderr, "--file nosuch.json does not exist") || !strings.Contains(stderr, "--file -") {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 }
