@@ -249,6 +249,12 @@ func readBody(file string, cio *cliIO) ([]byte, error) {
 	}
 	data, err := readBoundedChecked(file, cio.stdin, declarations.MaxEnvelopeSize,
 		"the most a signed declaration can carry; split the state or ship large files another way", check, pipeWaiting(file, cio))
+	if errors.Is(err, fs.ErrNotExist) {
+		// Named as join names its --token-file: the flag, and what to give it
+		// (it said only "open web.json: no such file or directory").
+		return nil, &missingFileError{err: err, msg: fmt.Sprintf(
+			`--file %s does not exist: give the file the declaration body is in (JSON such as {"files":[{"path":"etc/app.conf","content":"..."}]}), or --file - with the body on stdin`, file)}
+	}
 	// A UTF-8 byte order mark, which some editors write first, is not JSON; the
 	// JSON standard lets a reader ignore it, and the file is the operator's own
 	// (it was refused as "invalid character 'ï'").
@@ -259,6 +265,16 @@ func readBody(file string, cio *cliIO) ([]byte, error) {
 	}
 	return data, err
 }
+
+// missingFileError is a file named on the command line that does not exist, said
+// with the flag that named it and what to give it; it is still fs.ErrNotExist.
+type missingFileError struct {
+	err error
+	msg string
+}
+
+func (e *missingFileError) Error() string { return e.msg }
+func (e *missingFileError) Unwrap() error { return e.err }
 
 // readBounded reads a file ("-": stdin) of at most max bytes, refusing a larger one
 // before reading it whole; tooLarge says why no such file can be right. A pipe
