@@ -239,7 +239,7 @@ func TestRevocationDisconnectsWithinOneSecond(t *testing.T) {
 
 	r := cp.Ctl("revoke", "web-1")
 	returned := time.Now()
-	if r.Code != 0 || !strings.Contains(r.Stdout, "revoked web-1 (1 connection(s) open, closed now)") {
+	if r.Code != 0 || !strings.Contains(r.Stdout, "revoked web-1 (key ") || !strings.Contains(r.Stdout, "; 1 connection(s) open, closed now)") {
 		t.Fatalf("revoke (%d): %s", r.Code, r.Combined())
 	}
 	select {
@@ -422,7 +422,7 @@ func TestRevokeSeveralInOneCall(t *testing.T) {
 	if got := cp.Counter("mesh_control_revocations_total"); got != counted+1 {
 		t.Errorf("mesh_control_revocations_total %v after revoking one new node, want %v", got, counted+1)
 	}
-	if r := cp.Ctl("revoke", "web-2"); r.Code != 0 || !strings.Contains(r.Stdout, "web-2 was already revoked (at ") {
+	if r := cp.Ctl("revoke", "web-2"); r.Code != 0 || !strings.Contains(r.Stdout, "web-2 was already revoked (key ") || !strings.Contains(r.Stdout, "; at ") {
 		t.Errorf("revoke web-2 again (%d): %s", r.Code, r.Combined())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -96,8 +97,8 @@ func TestRollingRestartCountsEveryHostOnce(t *testing.T) {
 		t.Fatalf("revoke: exit %d:\n%s", r.Code, r.Combined())
 	}
 	for _, h := range gone {
-		if want := "revoked " + h.Name + " (1 connection(s) open, closed now)"; !strings.Contains(r.Stdout, want) {
-			t.Errorf("revoke says %q, want %q", r.Stdout, want)
+		if want := regexp.MustCompile(`(?m)^revoked ` + regexp.QuoteMeta(h.Name) + ` \(key U[A-Z0-9]{55}, enrolled [^;]+; 1 connection\(s\) open, closed now\)`); !want.MatchString(r.Stdout) {
+			t.Errorf("revoke says %q, want a line matching %s", r.Stdout, want)
 		}
 		if code := h.Process().Wait(20 * time.Second); code != 6 {
 			t.Errorf("%s's agent exited %d after its revocation, want 6", h.Name, code)
