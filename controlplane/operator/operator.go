@@ -457,7 +457,10 @@ func (c *Client) callOnce(out *sending) (api.AdminResponse, error) {
 			if api.ReadOnly(op) {
 				return resp, fmt.Errorf("%w %s within %s; run it again", ErrNoAnswer, op, c.timeout)
 			}
-			return resp, fmt.Errorf("%w %s within %s; the control node that took it may have carried it out before it stopped: look (%s) before running it again", ErrNoAnswer, op, c.timeout, LookAt(op))
+			// Not "before it stopped": a leader that cannot commit (no quorum of
+			// voters that can write their log) holds the request, and carries it out
+			// once one can, a minute later as well as never.
+			return resp, fmt.Errorf("%w %s within %s; it may have been carried out, or may still be (a leader waiting for a quorum that can write commits it once there is one): look (%s) before running it again, and meshctl control status for the voters", ErrNoAnswer, op, c.timeout, LookAt(op))
 		}
 		return resp, err
 	}

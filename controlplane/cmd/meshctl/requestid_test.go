@@ -22,7 +22,7 @@ import (
 // anything is sent (exit 2).
 func TestADeclarationWhoseOutcomeIsUnknownNamesItsRequestID(t *testing.T) {
 	id := "3f6c0e5a9b1d2c4e8f7a6b5c4d3e2f1a"
-	lost := fmt.Errorf("%w declare within 15s; the control node that took it may have carried it out before it stopped: look (`meshctl nodes`) before running it again", operator.ErrNoAnswer)
+	lost := fmt.Errorf("%w declare within 15s; it may have been carried out, or may still be (a leader waiting for a quorum that can write commits it once there is one): look (`meshctl nodes`) before running it again, and meshctl control status for the voters", operator.ErrNoAnswer)
 	err := declareFailed(lost, declareRerun(id))
 	if !strings.Contains(err.Error(), "sent under request id "+id) || !strings.Contains(err.Error(), "--request-id "+id) || !strings.Contains(err.Error(), "at most once") {
 		t.Fatalf("no answer: %v", err)
