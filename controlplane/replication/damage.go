@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
 
 	"mesh/controlplane/datadir"
 )
@@ -59,9 +61,9 @@ func (e *DamageError) Error() string {
 		head = ErrStateLost
 	}
 	return fmt.Sprintf("%v: %s %s. Serving from it could lose committed changes or split the mesh's state, so this node will not start: "+
-		"restore its data directory from a backup taken while it was stopped (docs/operations.md, Backing up), "+
-		"or, if other control nodes run, remove this node from the mesh (`meshctl control remove`) and `meshctl join` it again with a new control token on a fresh data directory "+
-		"(docs/operations.md, \"A damaged Raft store\")",
+		"if other control nodes run, remove this node from the mesh (`meshctl control remove`) and `meshctl join` it again with a new control token on a fresh data directory "+
+		"(docs/operations.md, \"A damaged Raft store\"; never restore its copy beside them); "+
+		"a single control node: restore its data directory from a backup taken while it was stopped (docs/operations.md, Backing up)",
 		head, e.File, what)
 }
 
@@ -129,6 +131,9 @@ func openBolt(dir string) (store *raftboltdb.BoltStore, err error) {
 	if err := datadir.CheckRegular(path); err != nil {
 		return nil, err
 	}
+	if err := checkBoltPages(path); err != nil {
+		return nil, err
+	}
 	store, err = raftboltdb.New(raftboltdb.Options{Path: path})
 	if err != nil {
 		var pe *fs.PathError
@@ -139,6 +144,82 @@ func openBolt(dir string) (store *raftboltdb.BoltStore, err error) {
 		return nil, &DamageError{File: path, Problem: "is not a whole Raft log", Err: err}
 	}
 	return store, nil
+}
+
+// checkBoltPages runs bbolt's consistency check on raft.db, opened read-only,
+// before raftboltdb opens it for writing. A file copied page by page while serve
+// wrote it (cp, tar or rsync of a running node) can hold pages of two moments: a
+// page both in use and on the freelist reads well, and bbolt panics ("page N
+// already freed") on the first write that frees it, once the node leads. A file
+// that is missing or empty is left to the callers: bbolt makes a new one.
+func checkBoltPages(path string) (err error) {
+	if fi, serr := os.Stat(path); serr != nil || fi.Size() == 0 {
+		return nil
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true)) // as in openBolt
+	defer func() {
+		if p := recover(); p != nil {
+			// As in openBolt: a panic in bbolt.Open leaves the file mapped and
+			// its lock held; the process is about to stop.
+			var cause error
+			if _, ok := p.(runtime.Error); !ok {
+				cause = fmt.Errorf("%v", p)
+			}
+			err = &DamageError{File: path, Problem: "is corrupt or cut short: its pages cannot be read", Err: cause}
+		}
+	}()
+	// PreLoadFreelist: the freelist is read here, where a garbled one's panic is
+	// recovered, not in Check's goroutine.
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, PreLoadFreelist: true})
+	if err != nil {
+		var pe *fs.PathError
+		var errno syscall.Errno
+		if errors.As(err, &pe) || errors.As(err, &errno) {
+			return fmt.Errorf("open raft log %s: %w", path, err)
+		}
+		return &DamageError{File: path, Problem: "is not a whole Raft log", Err: err}
+	}
+	defer db.Close()
+	return db.View(func(tx *bbolt.Tx) error {
+		// Every page in use is read here first: Check reads them in a goroutine
+		// of its own, where a garbled page's panic or fault could not be
+		// recovered and would stop the process with a Go trace.
+		if err := tx.ForEach(func(_ []byte, b *bbolt.Bucket) error {
+			readBucket(b)
+			return nil
+		}); err != nil {
+			return &DamageError{File: path, Problem: "cannot be read", Err: err}
+		}
+		var (
+			firstProblem error
+			problems     int
+		)
+		for cerr := range tx.Check() { // drained: Check's goroutine stops when it is
+			if firstProblem == nil {
+				firstProblem = cerr
+			}
+			problems++
+		}
+		if problems > 0 {
+			return &DamageError{File: path, Problem: fmt.Sprintf("fails bbolt's consistency check with %d problem(s), the first", problems), Err: firstProblem}
+		}
+		return nil
+	})
+}
+
+// readBucket reads every key of b and of the buckets in it.
+func readBucket(b *bbolt.Bucket) {
+	c := b.Cursor()
+	var prev []byte
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		_ = bytes.Compare(prev, k) // reads the key's bytes, as Check's key-order test does
+		prev = k
+		if v == nil {
+			if child := b.Bucket(k); child != nil {
+				readBucket(child)
+			}
+		}
+	}
 }
 
 // snapshotDir is one snapshot's directory as the check sees it.
@@ -259,16 +340,23 @@ func checkStores(dir string, store *raftboltdb.BoltStore) (passedOver *DamageErr
 		}
 		return nil, &DamageError{File: path, Problem: fmt.Sprintf("starts at entry %d, but no snapshot holds the entries before it", first)}
 	}
+	// Raft reads the last entry whatever the snapshot ("failed to get last log"
+	// stops it with no advice), and the first when it compacts: both are read even
+	// when the snapshot it restores is at or past them.
+	for _, i := range []uint64{first, last} {
+		if last == 0 {
+			break
+		}
+		if err := checkEntry(store, path, i, first, last, restored); err != nil {
+			return nil, err
+		}
+	}
 	// Only what Raft reads: the entries after the snapshot it restores. A follower
 	// that installed a snapshot from its leader keeps the entries it had before it,
 	// with a gap up to the snapshot: that is no damage.
 	for i := max(first, restored+1); i <= last && last > 0; i++ {
-		var l raft.Log
-		if err := store.GetLog(i, &l); err != nil {
-			return nil, &DamageError{File: path, Problem: fmt.Sprintf("cannot give entry %d of %d..%d (after the snapshot at %d)", i, first, last, restored), Err: err}
-		}
-		if l.Index != i {
-			return nil, &DamageError{File: path, Problem: fmt.Sprintf("holds entry %d under index %d", l.Index, i)}
+		if err := checkEntry(store, path, i, first, last, restored); err != nil {
+			return nil, err
 		}
 	}
 	if last > 0 || restored > 0 || len(snaps) > 0 {
@@ -277,4 +365,17 @@ func checkStores(dir string, store *raftboltdb.BoltStore) (passedOver *DamageErr
 		}
 	}
 	return passed, nil
+}
+
+// checkEntry reads entry i of the log first..last, restored being the index of the
+// snapshot Raft restores.
+func checkEntry(store *raftboltdb.BoltStore, path string, i, first, last, restored uint64) error {
+	var l raft.Log
+	if err := store.GetLog(i, &l); err != nil {
+		return &DamageError{File: path, Problem: fmt.Sprintf("cannot give entry %d of %d..%d (the snapshot Raft restores is at %d)", i, first, last, restored), Err: err}
+	}
+	if l.Index != i {
+		return &DamageError{File: path, Problem: fmt.Sprintf("holds entry %d under index %d", l.Index, i)}
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
 
 	"mesh/controlplane/datadir"
 )
@@ -239,4 +241,137 @@ func TestFreshStoresOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	store.Close()
+}
+
+// TestEndsOfTheLogAreRead: hashicorp/raft reads the log's last entry at start
+// whatever the snapshot it restores ("start raft: failed to get last log at index
+// N: log not found", exit 1, no advice), and the check read none when that
+// snapshot was at or past the log's end. A page copied from another moment than
+// its neighbours (a copy of a running node) gives a key the cursor finds and a
+// lookup does not: such a log is damage, as is a first or last entry garbled.
+func TestEndsOfTheLogAreRead(t *testing.T) {
+	logsBucket := []byte("logs") // raft-boltdb's
+	key := func(i uint64) []byte { return binary.BigEndian.AppendUint64(nil, i) }
+	edit := func(t *testing.T, dir string, f func(*bbolt.Bucket) error) {
+		t.Helper()
+		db, err := bbolt.Open(raftDBPath(dir), 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if err := db.Update(func(tx *bbolt.Tx) error { return f(tx.Bucket(logsBucket)) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name        string
+		first, last uint64
+		snapAt      uint64
+		damage      func(*bbolt.Bucket) error
+	}{
+		{name: "the last key gives no entry, the snapshot past the log", first: 1, last: 12, snapAt: 20, damage: func(b *bbolt.Bucket) error {
+			if err := b.Delete(key(12)); err != nil {
+				return err
+			}
+			_, err := b.CreateBucket(key(12)) // a key the cursor lists and Get does not give
+			return err
+		}},
+		{name: "the last entry garbled, the snapshot at it", first: 1, last: 12, snapAt: 12, damage: func(b *bbolt.Bucket) error {
+			return b.Put(key(12), []byte{0xc1, 0xc1, 0xc1})
+		}},
+		{name: "the first entry garbled, before the snapshot", first: 1, last: 12, snapAt: 8, damage: func(b *bbolt.Bucket) error {
+			return b.Put(key(1), []byte{0xc1, 0xc1, 0xc1})
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := makeStores(t, true, c.first, c.last, c.snapAt)
+			edit(t, dir, c.damage)
+			store, _, err := openStores(dir, hclog.NewNullLogger(), false)
+			if store != nil {
+				store.Close()
+			}
+			if !errors.Is(err, ErrDamaged) {
+				t.Fatalf("got %v, want ErrDamaged", err)
+			}
+			var de *DamageError
+			if !errors.As(err, &de) || de.File != raftDBPath(dir) {
+				t.Fatalf("the error does not name %s: %v", raftDBPath(dir), err)
+			}
+		})
+	}
+}
+
+// TestTornFreelistIsRefused: a raft.db copied page by page while serve wrote it
+// can list a page in use as free. Every entry reads well, so the node started,
+// led, and bbolt panicked ("page N already freed") on its first write. bbolt's
+// consistency check finds it before the store is opened for writing.
+func TestTornFreelistIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	path := raftDBPath(dir)
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bolt.SetUint64(stableCurrentTerm, 2); err != nil {
+		t.Fatal(err)
+	}
+	data := []byte(strings.Repeat("x", 1000))
+	for i := uint64(1); i <= 300; i++ {
+		if err := bolt.StoreLog(&raft.Log{Index: i, Term: 2, Type: raft.LogCommand, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A compaction, then a write: the pages it freed are on the freelist.
+	if err := bolt.DeleteRange(1, 150); err != nil {
+		t.Fatal(err)
+	}
+	if err := bolt.StoreLog(&raft.Log{Index: 301, Term: 2, Type: raft.LogCommand, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	if err := bolt.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The file as bbolt lays it out: two meta pages, the newer (higher txid) in
+	// force, naming the root bucket's page and the freelist's page.
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pageSize = 4096
+	le := binary.LittleEndian
+	meta := raw[0:pageSize]
+	if other := raw[pageSize : 2*pageSize]; le.Uint64(other[64:]) > le.Uint64(meta[64:]) {
+		meta = other
+	}
+	if le.Uint32(meta[24:]) != pageSize {
+		t.Fatalf("page size %d, want %d", le.Uint32(meta[24:]), pageSize)
+	}
+	root, freelist := le.Uint64(meta[32:]), le.Uint64(meta[48:])
+	fl := raw[freelist*pageSize : (freelist+1)*pageSize]
+	count := uint64(le.Uint16(fl[10:]))
+	if count == 0 || count >= 0xffff || 16+(count+1)*8 > pageSize || le.Uint32(fl[12:]) != 0 {
+		t.Fatalf("the freelist holds %d pages (overflow %d): this test wants a few, on one page", count, le.Uint32(fl[12:]))
+	}
+	le.PutUint64(fl[16+count*8:], root) // the root bucket's page, in use, listed as free
+	le.PutUint16(fl[10:], uint16(count+1))
+	if err := os.WriteFile(path, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	store, _, err := openStores(dir, hclog.NewNullLogger(), false)
+	if store != nil {
+		store.Close()
+	}
+	if !errors.Is(err, ErrDamaged) {
+		t.Fatalf("got %v, want ErrDamaged", err)
+	}
+	var de *DamageError
+	if !errors.As(err, &de) || de.File != path || !strings.Contains(err.Error(), "consistency check") {
+		t.Fatalf("the error does not name %s and bbolt's check: %v", path, err)
+	}
+	if strings.Contains(err.Error(), "runtime error") {
+		t.Fatalf("the error quotes a recovered panic: %v", err)
+	}
 }
