@@ -381,7 +381,9 @@ func (r *run) checkDir() (string, error) {
 	cfg, err := d.ReadConfigRaw()
 	switch {
 	case err == nil && !cfg.Joining && cfg.Mesh == r.tok.Mesh && cfg.Node == r.tok.Node:
-		return "", fmt.Errorf("%w: %s already holds control node %s of mesh %s; nothing to do (start it with meshctl serve --data %s)", ErrAlreadyJoined, d, cfg.Node, cfg.Mesh, d)
+		// As this machine's files say: the mesh may have removed the node since (serve
+		// then says so, exit 6), which meshctl nodes shows.
+		return "", fmt.Errorf("%w: %s already holds control node %s of mesh %s, as its files say; nothing to do (start it with meshctl serve --data %s; meshctl nodes shows whether the mesh still lists it)", ErrAlreadyJoined, d, cfg.Node, cfg.Mesh, d)
 	case err == nil && (cfg.Mesh != r.tok.Mesh || cfg.Node != r.tok.Node):
 		return "", fmt.Errorf("%w: %s holds %s of mesh %s; use another --data directory", ErrDataDir, d, cfg.Node, cfg.Mesh)
 	case err == nil:

@@ -143,7 +143,7 @@ func TestJoinDataDirectoryInTheWay(t *testing.T) {
 		}, ErrDataDir, "cp-7"},
 		"already joined": {func(d datadir.Dir) {
 			save(t, d, datadir.Config{Mesh: "m", Node: "cp-2", Listen: "127.0.0.1:1", Brokers: []string{"127.0.0.1:1"}, CAPin: "00"})
-		}, ErrAlreadyJoined, "nothing to do"},
+		}, ErrAlreadyJoined, "as its files say; nothing to do (start it with meshctl serve --data"},
 		"corrupt mesh.json":  {func(d datadir.Dir) { write(t, d.Path(datadir.ConfigFile), `{"mesh":`) }, datadir.ErrTruncated, "cut short"},
 		"mesh.json not JSON": {func(d datadir.Dir) { write(t, d.Path(datadir.ConfigFile), `mesh = m`) }, datadir.ErrCorrupt, "mesh.json"},
 	} {
