@@ -135,6 +135,16 @@ func TestJSONOutput(t *testing.T) {
 		t.Fatalf("token --json: %v\n%s", err, tok.Stdout)
 	}
 	check("meshhost enrol", host.Enrol(minted.Token, "--json"), 0, "1. token")
+	// Run again (a provisioning script's rerun): the same object, saying it found
+	// the enrolment done; it could not be told from the first run's.
+	again := host.Enrol(minted.Token, "--json")
+	check("meshhost enrol", again, 0, "")
+	var rerun struct {
+		Finished bool `json:"finished"`
+	}
+	if err := json.Unmarshal([]byte(again.Stdout), &rerun); err != nil || !rerun.Finished {
+		t.Errorf("meshhost enrol --json run again: finished %v, %v:\n%s", rerun.Finished, err, again.Stdout)
+	}
 	host.Run()
 	check("meshctl declare", cp.Ctl("declare", "--node", "web-1", "--file", body, "--json", "--wait", "60s"), 0, "waiting for 1 node(s)")
 	check("meshctl declare", cp.Ctl("declare", "--node", "web-1", "--file", body, "--json"), 0, "")

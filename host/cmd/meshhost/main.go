@@ -410,7 +410,11 @@ func cmdEnrol(args []string, cio *cliIO) (err error) {
 			Version   uint64   `json:"declaration_version"`
 			State     string   `json:"state"`
 			Next      string   `json:"next"`
-		}{res.Identity.Mesh, res.Identity.Node, res.Identity.PublicKey, res.Identity.Brokers, res.DeclarationVersion, *stateDir, next})
+			// Finished: an earlier run of this enrolment had enrolled the machine, and
+			// this one found it so (its declaration_version is then 0: the agent's
+			// state holds what was applied). A script could not tell the two apart.
+			Finished bool `json:"finished,omitempty"`
+		}{res.Identity.Mesh, res.Identity.Node, res.Identity.PublicKey, res.Identity.Brokers, res.DeclarationVersion, *stateDir, next, res.Finished})
 	}
 	fmt.Fprintf(cio.stdout, "enrolled %s in mesh %s. next: %s\n", res.Identity.Node, res.Identity.Mesh, next)
 	return nil
