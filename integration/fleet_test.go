@@ -176,16 +176,20 @@ func TestFleetTargeting(t *testing.T) {
 	if r := cp.Ctl("status", "web-1", "web-9"); r.Code != 4 || !strings.Contains(r.Stderr, "no such node: web-9") || !strings.Contains(r.Stdout, "web-1") {
 		t.Errorf("status of web-1 and web-9: exit %d, want 4 naming web-9\n%s", r.Code, r.Combined())
 	}
-	if r := cp.Ctl("nodes", "nosuch"); r.Code != 4 || strings.Contains(r.Stdout, "no nodes enrolled") || !strings.Contains(r.Stderr, "no such node: nosuch") {
-		t.Errorf("nodes nosuch: exit %d, want 4\n%s", r.Code, r.Combined())
+	// Every name no node: the error alone, no empty table or summary of nothing
+	// before it.
+	for _, cmd := range []string{"nodes", "status"} {
+		if r := cp.Ctl(cmd, "nosuch"); r.Code != 4 || r.Stdout != "" || !strings.Contains(r.Stderr, "no such node: nosuch") {
+			t.Errorf("%s nosuch: exit %d, want 4 and nothing on stdout\n%s", cmd, r.Code, r.Combined())
+		}
 	}
 	if r := cp.Ctl("status", "--json", "nosuch"); r.Code != 4 || !strings.Contains(r.Stdout, `"nodes": []`) {
 		t.Errorf("status --json nosuch: exit %d, want 4 and no nodes\n%s", r.Code, r.Combined())
 	}
 	// A control node named shows its row of the control table.
 	ctl := cp.Nodes().Control[0].ID
-	if r := cp.Ctl("nodes", ctl); r.Code != 0 || !strings.Contains(r.Stdout, "CONTROL") || !strings.Contains(r.Stdout, ctl) {
-		t.Errorf("nodes %s: exit %d, want its control row\n%s", ctl, r.Code, r.Combined())
+	if r := cp.Ctl("nodes", ctl); r.Code != 0 || !strings.Contains(r.Stdout, "CONTROL") || !strings.Contains(r.Stdout, ctl) || strings.Contains(r.Stdout, "LAST ERROR") {
+		t.Errorf("nodes %s: exit %d, want its control row and no host table\n%s", ctl, r.Code, r.Combined())
 	}
 	// The agents said in their reports that they take batch proofs, so the last
 	// declaration --all was signed once for the three (decision 0034): web-1 applied

@@ -76,6 +76,9 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 					if err := writeJSON(cio.stdout, res); err != nil {
 						return err
 					}
+				case len(args) > 0 && len(res.Nodes) == 0 && len(controlNamed) == 0:
+					// Every name is no node: the error says so, and an empty table
+					// and a summary of nothing before it read as an answer.
 				default:
 					shown := res
 					if len(args) > 0 || sel.active() {
@@ -89,7 +92,7 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 					default:
 						fmt.Fprintf(cio.stdout, "(none of the %d node(s) matches %s)\n", enrolled, &sel)
 					}
-					if withSummary {
+					if withSummary && (len(res.Nodes) > 0 || len(args) == 0) {
 						fmt.Fprintf(cio.stdout, "\n%d node(s): %d converged, %d behind, %d failing, %d stale, %d offline, %d revoked; keyring epoch %d\n",
 							sum.Nodes, sum.Converged, sum.Behind, sum.Failing, sum.Stale, sum.Offline, sum.Revoked, res.KeyringEpoch)
 						if line := agentsLine(sum.Agents); line != "" {
@@ -159,6 +162,9 @@ func printNodes(w io.Writer, res api.NodesResult, now time.Time, controlNamed bo
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", name, c.Raft, c.State, seen, c.Broker, hostsText(c.Hosts), c.AppliedIndex)
 		}
 		tw.Flush()
+		if controlNamed && len(res.Nodes) == 0 {
+			return // only control nodes were named: no host table under them
+		}
 		fmt.Fprintln(w)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -138,7 +138,7 @@ func printControlStatus(w io.Writer, r controlStatusReport, now time.Time) {
 		case leaderAnswered && ok:
 			clock = signed(off)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\n", oneLine(a.Node, 64), a.Raft, oneLine(leader, 64), a.Term, contact,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\n", oneLine(a.Node, 64), raftText(a, r.Voters), oneLine(leader, 64), a.Term, contact,
 			a.CommitIndex, a.AppliedIndex, oneLine(strings.Join(voters, ","), 200), version, clock)
 	}
 	for _, id := range r.Missing {
@@ -184,6 +184,22 @@ func printControlStatus(w io.Writer, r controlStatusReport, now time.Time) {
 			"An election takes a few seconds once a quorum runs. If they are lost for good, recover the quorum from the survivors "+
 			"(docs/operations.md, \"Recovering from lost quorum\")\n", up, len(r.Voters), r.Quorum, strings.Join(missing, ", "))
 	}
+}
+
+// raftText is a's Raft state for the table, in the words of `meshctl nodes`: a
+// follower that votes is a follower, one that does not a nonvoter. Raft calls a
+// nonvoter a follower too, and the two commands named the same node follower and
+// nonvoter. A follower in no configuration (removed, or not yet added) says so.
+func raftText(a api.ControlStatus, voters []string) string {
+	if a.Raft != api.RaftStateFollower || slices.Contains(voters, a.Node) {
+		return a.Raft
+	}
+	for _, m := range a.Members {
+		if m.ID == a.Node {
+			return "nonvoter"
+		}
+	}
+	return "not a member"
 }
 
 // leaderAnswer is the leader's own answer, if it gave one.
