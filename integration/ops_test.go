@@ -90,9 +90,10 @@ func TestOperatorCommands(t *testing.T) {
 		Token, Mesh, Node, Role string
 		Brokers                 []string
 		ExpiresAt               time.Time `json:"expires_at"`
+		Labels                  map[string]string
 	}
 	if err := json.Unmarshal([]byte(r.Stdout), &tok); r.Code != 0 || err != nil || !strings.HasPrefix(tok.Token, "mesh1_ops_") ||
-		tok.Node != "web-1" || tok.Role != "worker" || len(tok.Brokers) == 0 || time.Until(tok.ExpiresAt) > 11*time.Minute {
+		tok.Node != "web-1" || tok.Role != "worker" || len(tok.Brokers) == 0 || time.Until(tok.ExpiresAt) > 11*time.Minute || tok.Labels["tier"] != "web" || len(tok.Labels) != 1 {
 		t.Fatalf("token --json: exit %d, %v\n%s", r.Code, err, r.Combined())
 	}
 	web := harness.NewHost(t, bin, "web-1")

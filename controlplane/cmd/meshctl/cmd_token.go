@@ -162,7 +162,7 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 					if err == nil {
 						cio.carriedOut() // written out whole: a signal now ends nothing
 						if outFile != "" && minted != nil {
-							err = reportOut(cio.withStdout(stdout), *minted, outFile, asJSON, replaced)
+							err = reportOut(cio.withStdout(stdout), *minted, labels, outFile, asJSON, replaced)
 						}
 					}
 				}()
@@ -171,9 +171,9 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 				show := func(tok tokenfmt.Token, rep []api.TokenView) error {
 					if outFile != "" {
 						minted, replaced = &tok, rep
-						return printToken(cio, tok, false, rep)
+						return printToken(cio, tok, nil, false, rep)
 					}
-					return printToken(cio, tok, asJSON, rep)
+					return printToken(cio, tok, labels, asJSON, rep)
 				}
 				if r == tokenfmt.RoleControl {
 					if addr == "" {
@@ -249,12 +249,10 @@ func mintFailed(err error, node string, emptied bool) error {
 
 // reportOut says, once --out's file is written, where the token is: on stderr as
 // text, or as the JSON object on stdout, without the token, with "out".
-func reportOut(cio *cliIO, tok tokenfmt.Token, name string, asJSON bool, replaced []api.TokenView) error {
+func reportOut(cio *cliIO, tok tokenfmt.Token, labels map[string]string, name string, asJSON bool, replaced []api.TokenView) error {
 	if asJSON {
-		res := tokenResult{Out: name, Mesh: tok.Mesh, Node: tok.Node, Role: string(tok.Role), ExpiresAt: tok.Expiry.UTC(), Replaced: replaced}
-		for _, b := range tok.Brokers {
-			res.Brokers = append(res.Brokers, b.String())
-		}
+		res := newTokenResult(tok, labels, replaced)
+		res.Out = name
 		return writeJSON(cio.stdout, res)
 	}
 	fmt.Fprintf(cio.stderr, "meshctl token: the token for %s is in %s (mode 0600), pending until %s\n", tok.Node, name, tok.Expiry.UTC().Format(time.RFC3339))
@@ -469,8 +467,24 @@ type tokenResult struct {
 	Role      string    `json:"role"`
 	Brokers   []string  `json:"brokers"`
 	ExpiresAt time.Time `json:"expires_at"`
+	// Labels are those the node is given when it enrols (--label): the token does
+	// not carry them, the mesh's record of it does.
+	Labels map[string]string `json:"labels,omitempty"`
 	// Replaced lists the node's pending tokens the mint cancelled (--replace).
 	Replaced []api.TokenView `json:"replaced,omitempty"`
+}
+
+// newTokenResult is what `token --json` says of tok, minted with labels; the
+// token itself or the file holding it is the caller's to add.
+func newTokenResult(tok tokenfmt.Token, labels map[string]string, replaced []api.TokenView) tokenResult {
+	res := tokenResult{Mesh: tok.Mesh, Node: tok.Node, Role: string(tok.Role), ExpiresAt: tok.Expiry.UTC(), Replaced: replaced}
+	if len(labels) > 0 {
+		res.Labels = labels
+	}
+	for _, b := range tok.Brokers {
+		res.Brokers = append(res.Brokers, b.String())
+	}
+	return res
 }
 
 // mintClockTolerance is how far the control plane's clock may be from this machine's
@@ -506,16 +520,14 @@ func warnMintClock(cio *cliIO, expiry, asked, got time.Time, ttl time.Duration) 
 // printToken prints the token alone on a line, or with what it admits as JSON.
 // The token is minted by then: one that could not be written (a full disk under a
 // redirection) is pending at the mesh with a secret nobody holds, and is said so.
-func printToken(cio *cliIO, tok tokenfmt.Token, asJSON bool, replaced []api.TokenView) error {
+func printToken(cio *cliIO, tok tokenfmt.Token, labels map[string]string, asJSON bool, replaced []api.TokenView) error {
 	var err error
 	if !asJSON {
 		tellReplaced(cio, replaced)
 		_, err = fmt.Fprintln(cio.stdout, tok.Encode())
 	} else {
-		res := tokenResult{Token: tok.Encode(), Mesh: tok.Mesh, Node: tok.Node, Role: string(tok.Role), ExpiresAt: tok.Expiry.UTC(), Replaced: replaced}
-		for _, b := range tok.Brokers {
-			res.Brokers = append(res.Brokers, b.String())
-		}
+		res := newTokenResult(tok, labels, replaced)
+		res.Token = tok.Encode()
 		err = writeJSON(cio.stdout, res)
 	}
 	if err != nil {

@@ -26,7 +26,7 @@ func TestATokenNotWrittenIsSaidMinted(t *testing.T) {
 		Brokers: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:7300")}}
 	tok.Secret[0] = 0x5a
 	for _, asJSON := range []bool{false, true} {
-		err := printToken(&cliIO{stdout: fullDisk{}}, tok, asJSON, nil)
+		err := printToken(&cliIO{stdout: fullDisk{}}, tok, nil, asJSON, nil)
 		if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "was minted") || !strings.Contains(err.Error(), "meshctl token cancel web-1") {
 			t.Fatalf("json %t: got %v, want the write's error saying the token was minted and how to cancel it", asJSON, err)
 		}
