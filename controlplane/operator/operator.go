@@ -70,6 +70,7 @@ type Client struct {
 	// it is sent again (see Call).
 	firstAttempt time.Duration
 	sending      func(op string)
+	waiting      func(op string, timeout time.Duration)
 }
 
 // defaultFirstAttempt is how long a read (or a token creation, see Call) first waits
@@ -105,7 +106,16 @@ type Options struct {
 	// the mesh, before it is first sent (not a read, not a dry run): a command
 	// interrupted before then changed nothing, and says so.
 	Sending func(op string)
+	// Waiting, when set, is called once a call has waited SlowAnswer for its
+	// answer with none come, with the op and how long the call waits in all: a
+	// leader that hangs, or waits for a quorum, held meshctl silent for the whole
+	// --timeout.
+	Waiting func(op string, timeout time.Duration)
 }
+
+// SlowAnswer is how long a call waits before Options.Waiting is told: reads and
+// changes are answered within a commit, milliseconds, on a mesh that is well.
+const SlowAnswer = 2 * time.Second
 
 // Dial connects using dir's mesh.json (brokers, pin) and admin.creds.
 func Dial(dir datadir.Dir, o Options) (*Client, error) {
@@ -199,7 +209,7 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 		return nil, fmt.Errorf("%w at %s: %v%s", ErrUnreachable, strings.Join(servers, ", "), err, hint)
 	}
 	c := newClient(nc, timeout, o.LeaderWait)
-	c.sending = o.Sending
+	c.sending, c.waiting = o.Sending, o.Waiting
 	c.denied, c.loss, c.pin = denied, loss, e.Pin
 	return c, nil
 }
@@ -346,6 +356,10 @@ func (c *Client) call(op, id string, mayRepeat bool, req, res any) error {
 		c.sending(op)
 	}
 	out := &sending{op: op, data: data}
+	if c.waiting != nil {
+		slow := time.AfterFunc(SlowAnswer, func() { c.waiting(op, c.timeout) })
+		defer slow.Stop()
+	}
 	if api.Resendable(op) {
 		if out.again, err = api.EncodeAdminRequestAgain(op, req); err != nil {
 			return err

@@ -308,3 +308,43 @@ func TestARequestIDGivenGoesAtEverySending(t *testing.T) {
 		t.Fatalf("an older control plane: %v", err)
 	}
 }
+
+// TestASlowAnswerIsSaid (audit of the command line, finding 11): a leader that hung
+// held meshctl silent for the whole --timeout. Once a call has waited SlowAnswer,
+// Waiting is told, once, with the op and the call's timeout; a call answered at once
+// tells nothing.
+func TestASlowAnswerIsSaid(t *testing.T) {
+	nc := startBroker(t)
+	for op, delay := range map[string]time.Duration{api.OpNodes: 0, api.OpRevoke: SlowAnswer + 500*time.Millisecond} {
+		_, err := nc.Subscribe(api.AdminSubject(op), func(m *nats.Msg) {
+			time.Sleep(delay)
+			_ = m.Respond([]byte(`{"v":2,"result":{}}`))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var told []string
+	c := newClient(nc, 10*time.Second, 5*time.Second)
+	c.waiting = func(op string, timeout time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		told = append(told, op+" "+timeout.String())
+	}
+	for _, call := range []struct {
+		op  string
+		req any
+	}{{api.OpNodes, api.NodesRequest{}}, {api.OpRevoke, api.RevokeRequest{Node: "web-1"}}} {
+		var res json.RawMessage
+		if err := c.Call(call.op, call.req, &res); err != nil {
+			t.Fatalf("%s: %v", call.op, err)
+		}
+	}
+	time.Sleep(SlowAnswer + 100*time.Millisecond) // a timer left running would tell now
+	mu.Lock()
+	defer mu.Unlock()
+	if got := strings.Join(told, ", "); got != "revoke 10s" {
+		t.Errorf("told %q, want the slow revocation alone, once, with its timeout", got)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -37,12 +38,20 @@ type controlPlaneFlags struct {
 	remoteAllowed bool
 	// sent records the op of the first change request sent (cliIO.sent).
 	sent *atomic.Pointer[string]
+	// waiting says on a terminal that a call waits for its answer (nil off one).
+	waiting func(op string, timeout time.Duration)
 }
 
 func (f *controlPlaneFlags) register(c *cobra.Command, cio *cliIO) {
 	fs := c.Flags()
 	f.getenv = cio.getenv
 	f.sent = cio.sent
+	if cio.stderrIsTTY {
+		stderr := cio.stderr
+		f.waiting = func(op string, timeout time.Duration) {
+			fmt.Fprintf(stderr, "meshctl: no answer to %s yet; waiting up to %s (--timeout). A leader that cannot reach a quorum of voters answers late or not at all: meshctl control status shows them\n", op, timeout)
+		}
+	}
 	f.remoteAllowed = true
 	fs.StringVar(&f.dir, "data", "", "data directory of a control node (or, on an operator's machine, --servers, --creds and --ca)")
 	fs.StringSliceVar(&f.servers, "servers", nil, "broker addresses host:port, comma-separated or repeated (env "+envServers+"; with --data: instead of mesh.json's)")
@@ -73,7 +82,7 @@ func (f *controlPlaneFlags) options() (operator.Options, error) {
 	if err := checkDuration("timeout", f.timeout, minTimeout, maxTimeout, operator.DefaultTimeout); err != nil {
 		return operator.Options{}, err
 	}
-	o := operator.Options{LeaderWait: f.leaderWait, Timeout: f.timeout}
+	o := operator.Options{LeaderWait: f.leaderWait, Timeout: f.timeout, Waiting: f.waiting}
 	if f.leaderWait == 0 {
 		o.LeaderWait = -1 // negative there means do not wait
 	}

@@ -70,6 +70,9 @@ func cmdHooks(args []string, cio *cliIO) error {
 		fmt.Fprintln(cio.stdout, "no hook is owed or failed: nothing to run")
 		return nil
 	}
+	// The wait lasts as long as the hooks run, up to --timeout: said before it
+	// starts, on stderr, so a terminal shows what it waits for (it was silent).
+	fmt.Fprintf(cio.stderr, "asking the agent to run the hooks %s (waiting up to %s for their outcome)\n", owedText(applied), *timeout)
 	out, err := retryInterruptibly(*stateDir, *timeout)
 	if errors.Is(err, agent.ErrNoAgent) {
 		// Say whether an agent runs at all: without one, its next start runs what it owes.
@@ -108,6 +111,22 @@ func cmdHooks(args []string, cio *cliIO) error {
 		return fmt.Errorf("%w: %s", errHooksFailed, out.Error)
 	}
 	return nil
+}
+
+// owedText names what a retry runs, as the state on record says it: the hooks owed
+// for the paths written, and those that failed.
+func owedText(applied state.Applied) string {
+	var parts []string
+	if len(applied.HooksPending) > 0 {
+		parts = append(parts, "owed for "+listShort(applied.HooksPending, 5))
+	}
+	if len(applied.HooksFailed) > 0 {
+		parts = append(parts, "that failed ("+listShort(applied.HooksFailed, 5)+")")
+	}
+	if len(parts) == 0 {
+		return "that failed"
+	}
+	return strings.Join(parts, " and ")
 }
 
 // errRetryInterrupted is `hooks retry` stopped by SIGINT or SIGTERM while it waited

@@ -41,7 +41,10 @@ func TestHooksOwedAndFailedShown(t *testing.T) {
 		t.Fatalf("status --json: exit %d, %+v, %v\n%s", code, st, err, out)
 	}
 	code, out, errs = runCLI("", nil, "hooks", "retry", "--state", dir)
-	if code != 1 || !strings.Contains(errs, "meshhost run is not running") || !strings.Contains(errs, "when it starts") {
+	// What it waits for is said before the wait (it was silent for as long as
+	// the hooks ran).
+	if code != 1 || !strings.Contains(errs, "meshhost run is not running") || !strings.Contains(errs, "when it starts") ||
+		!strings.Contains(errs, "asking the agent to run the hooks owed for etc/app.conf and that failed (restart-app) (waiting up to 5m0s") {
 		t.Fatalf("retry without an agent: exit %d\n%s%s", code, out, errs)
 	}
 	if code, _, errs := runCLI("", nil, "hooks", "retry", "--state", dir, "--timeout", "0s"); code != 2 {
