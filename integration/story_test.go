@@ -33,8 +33,18 @@ func TestStory(t *testing.T) {
 	pin := readConfig(t, cp.Dir)["ca_pin"]
 
 	again := cp.Ctl("bootstrap", "--mesh", "story", "--listen", cp.Listen, "--raft-listen", cp.Raft, "--cluster-listen", cp.Cluster)
-	if again.Code != 0 || !strings.Contains(again.Stdout, "already bootstrapped") {
+	// Run again, it says what the first run said: the pin and what to keep safe.
+	if again.Code != 0 || !strings.Contains(again.Stdout, "already bootstrapped") || !strings.Contains(again.Stdout, fmt.Sprint("CA pin:            sha256:", pin)) ||
+		!strings.Contains(again.Stdout, "keep safe offline") {
 		t.Fatalf("re-running bootstrap did not resume cleanly (%d):\n%s", again.Code, again.Combined())
+	}
+	var rerun struct {
+		CAPin               string `json:"ca_pin"`
+		AlreadyBootstrapped bool   `json:"already_bootstrapped"`
+	}
+	again = cp.Ctl("bootstrap", "--mesh", "story", "--listen", cp.Listen, "--raft-listen", cp.Raft, "--cluster-listen", cp.Cluster, "--json")
+	if err := json.Unmarshal([]byte(again.Stdout), &rerun); again.Code != 0 || err != nil || !rerun.AlreadyBootstrapped || rerun.CAPin != pin.(string) {
+		t.Fatalf("bootstrap --json run again: %+v, %v (%d)\n%s", rerun, err, again.Code, again.Combined())
 	}
 	if got := readConfig(t, cp.Dir)["ca_pin"]; got != pin {
 		t.Fatalf("re-running bootstrap changed the CA pin: %s -> %s", pin, got)

@@ -148,21 +148,36 @@ type step struct {
 }
 
 // Run prints the plan and, unless DryRun, carries it out.
-func Run(o Options) error { return RunContext(context.Background(), o) }
+func Run(o Options) error {
+	_, err := RunContext(context.Background(), o)
+	return err
+}
+
+// Outcome is what a run found: whether an earlier run had bootstrapped the mesh
+// whole, and this one did nothing.
+type Outcome struct {
+	AlreadyBootstrapped bool
+}
 
 // RunContext is Run, stopping between steps once ctx ends (SIGINT or SIGTERM): every
 // step is whole or not begun, so running bootstrap again resumes. It holds the data
 // directory's lock throughout, and refuses at once a directory another process holds.
-func RunContext(ctx context.Context, o Options) error {
+func RunContext(ctx context.Context, o Options) (Outcome, error) {
 	if err := o.defaults(); err != nil {
-		return err
+		return Outcome{}, err
 	}
 	b := &run{o: o}
 	lock, err := b.lock()
 	if err != nil {
-		return err
+		return Outcome{}, err
 	}
 	defer lock.Release()
+	return b.carryOut(ctx)
+}
+
+// carryOut prints the plan and carries it out, under the data directory's lock.
+func (b *run) carryOut(ctx context.Context) (Outcome, error) {
+	o := b.o
 	steps := b.plan()
 	fmt.Fprintf(o.Out, "bootstrap mesh %q in %s (control node %s)\nplan:\n", o.Mesh, o.Dir, o.Node)
 	for i, s := range steps {
@@ -173,11 +188,14 @@ func RunContext(ctx context.Context, o Options) error {
 		fmt.Fprintf(o.Out, "  %d. %-9s %s%s\n", i+1, s.kind, s.what, mark)
 	}
 	if o.DryRun {
-		return b.dryRun(steps)
+		return Outcome{}, b.dryRun(steps)
 	}
 	if b.complete() {
-		fmt.Fprintf(o.Out, "mesh %s is already bootstrapped in %s; nothing to do.\nstart it with: meshctl serve --data %s\n", o.Mesh, o.Dir, o.Dir)
-		return nil
+		// What the first run said, again: the pin and what to keep safe are what a
+		// run again is most often for.
+		fmt.Fprintf(o.Out, "mesh %s is already bootstrapped in %s; nothing to do.\n", o.Mesh, o.Dir)
+		b.summary()
+		return Outcome{AlreadyBootstrapped: true}, nil
 	}
 	fmt.Fprintln(o.Out, "running:")
 	checksOnly := true // no step but checks has run yet
@@ -187,7 +205,7 @@ func RunContext(ctx context.Context, o Options) error {
 			if checksOnly {
 				b.unmake()
 			}
-			return fmt.Errorf("%w before step %d (%s) began\nthe steps before it are done; run bootstrap again to resume", context.Cause(ctx), i+1, s.kind)
+			return Outcome{}, fmt.Errorf("%w before step %d (%s) began\nthe steps before it are done; run bootstrap again to resume", context.Cause(ctx), i+1, s.kind)
 		}
 		if !s.check && s.done() {
 			fmt.Fprintf(o.Out, "  %d. %-9s already done\n", i+1, s.kind)
@@ -199,15 +217,23 @@ func RunContext(ctx context.Context, o Options) error {
 			fmt.Fprintf(o.Out, "  %d. %-9s FAILED\n", i+1, s.kind)
 			if checksOnly {
 				b.unmake()
-				return fmt.Errorf("step %d (%s): %w\nnothing was written; fix the cause and run bootstrap again", i+1, s.kind, err)
+				return Outcome{}, fmt.Errorf("step %d (%s): %w\nnothing was written; fix the cause and run bootstrap again", i+1, s.kind, err)
 			}
-			return fmt.Errorf("step %d (%s): %w\nnothing after this step was done; fix the cause and run bootstrap again to resume", i+1, s.kind, err)
+			return Outcome{}, fmt.Errorf("step %d (%s): %w\nnothing after this step was done; fix the cause and run bootstrap again to resume", i+1, s.kind, err)
 		}
 		fmt.Fprintf(o.Out, "  %d. %-9s ok%s\n", i+1, s.kind, note)
 	}
-	fmt.Fprintf(o.Out, "mesh %s is bootstrapped.\n  CA pin:            sha256:%s\n  operator creds:    %s\n  keep safe offline: %s and %s (only this machine can mint control tokens)\nnext: meshctl serve --data %s\n",
-		o.Mesh, b.cfg.CAPin, o.Dir.Path(datadir.AdminCredsFile), o.Dir.Path(datadir.CAKeyFile), o.Dir.Path(datadir.AccountKeyFile), o.Dir)
-	return nil
+	fmt.Fprintf(o.Out, "mesh %s is bootstrapped.\n", o.Mesh)
+	b.summary()
+	return Outcome{}, nil
+}
+
+// summary is what a finished bootstrap says: the pin, the credentials, what to keep
+// safe and what to run next.
+func (b *run) summary() {
+	o := b.o
+	fmt.Fprintf(o.Out, "  CA pin:            sha256:%s\n  operator creds:    %s\n  keep safe offline: %s and %s (only this machine can mint control tokens)\nnext: meshctl serve --data %s\n",
+		b.cfg.CAPin, o.Dir.Path(datadir.AdminCredsFile), o.Dir.Path(datadir.CAKeyFile), o.Dir.Path(datadir.AccountKeyFile), o.Dir)
 }
 
 // dryRun runs the checks of the plan, which change nothing, and says ok or FAILED

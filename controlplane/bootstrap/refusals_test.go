@@ -158,7 +158,7 @@ func TestInterruptedStopsBetweenSteps(t *testing.T) {
 	cause := errors.New("interrupted by SIGTERM")
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cancel(cause)
-	err := RunContext(ctx, o)
+	_, err := RunContext(ctx, o)
 	if !errors.Is(err, cause) || !strings.Contains(err.Error(), "before step 1") || !strings.Contains(err.Error(), "run bootstrap again to resume") {
 		t.Fatalf("err = %v, want the cause and how to resume", err)
 	}

@@ -59,7 +59,11 @@ mesh as bootstrapped (its id, this node, addresses and CA pin) as JSON.`,
 				ctx, stop := signalContext()
 				defer stop()
 				privateUmask() // the Raft store it makes, as serve's
-				err := interruptible(ctx, func() error { return bootstrap.RunContext(ctx, o) })
+				var done bootstrap.Outcome
+				err := interruptible(ctx, func() (err error) {
+					done, err = bootstrap.RunContext(ctx, o)
+					return err
+				})
 				if err != nil || !asJSON {
 					return err
 				}
@@ -68,7 +72,8 @@ mesh as bootstrapped (its id, this node, addresses and CA pin) as JSON.`,
 					return err
 				}
 				return writeJSON(cio.stdout, bootstrapResult{Mesh: cfg.Mesh, Node: cfg.Node, Listen: cfg.Listen, RaftListen: cfg.RaftListen,
-					ClusterListen: cfg.ClusterListen, Brokers: cfg.Brokers, CAPin: cfg.CAPin, Data: dir, Next: "meshctl serve --data " + dir})
+					ClusterListen: cfg.ClusterListen, Brokers: cfg.Brokers, CAPin: cfg.CAPin, Data: dir, Next: "meshctl serve --data " + dir,
+					AlreadyBootstrapped: done.AlreadyBootstrapped})
 			}
 		},
 	}
@@ -85,4 +90,7 @@ type bootstrapResult struct {
 	CAPin         string   `json:"ca_pin"`
 	Data          string   `json:"data"`
 	Next          string   `json:"next"`
+	// AlreadyBootstrapped: an earlier run had bootstrapped the mesh, and this one
+	// found it so and did nothing (as join's already_joined).
+	AlreadyBootstrapped bool `json:"already_bootstrapped"`
 }
