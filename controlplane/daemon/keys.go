@@ -94,12 +94,14 @@ func (d *Daemon) syncKeys() error {
 // one, signed by all of them; the new private key is sealed to each control node.
 func (d *Daemon) rotateKey(api.RotateRequest) (api.KeyringResult, error) {
 	var (
-		cur     state.Keyring
-		members []state.ControlNode
-		mesh    string
+		cur      state.Keyring
+		members  []state.ControlNode
+		mesh     string
+		reported uint64 // the highest epoch a node reports, within reach
 	)
 	d.fsm.Read(func(s *state.State) {
 		cur, members, mesh = s.Keyring, s.ActiveControlNodes(), s.Mesh
+		reported = reportedPast(s)
 	})
 	if len(cur.Keys) > 1 {
 		// Most often the rotation named is the caller's own: a rotate run again, or
@@ -113,7 +115,22 @@ func (d *Daemon) rotateKey(api.RotateRequest) (api.KeyringResult, error) {
 	if err != nil {
 		return api.KeyringResult{}, err
 	}
-	next := declarations.Keyring{Mesh: mesh, Epoch: cur.Epoch + 1, Keys: append(slices.Clone(cur.Keys), hex.EncodeToString(pub)), IssuedAt: d.now().UTC().Truncate(time.Second)}
+	// Hosts that report an epoch past the state's accepted a keyring the state no
+	// longer holds (a control plane restored from a copy older than a rotation),
+	// and refuse another under that epoch as a replay: the rotation goes past it,
+	// once every member applies the rules that allow it.
+	epoch, rules := cur.Epoch+1, 0
+	if reported > cur.Epoch {
+		if rules = d.rulesFor(state.RulesRotatePastReported); rules != 0 {
+			epoch = reported + 1
+			d.log.Warn("hosts report a keyring epoch past the mesh's (a control plane restored from a copy older than a rotation): the rotation goes past it",
+				"mesh_epoch", cur.Epoch, "reported_epoch", reported, "epoch", epoch)
+		} else {
+			d.log.Warn("hosts report a keyring epoch past the mesh's, and a control node on older rules runs: the rotation takes the next epoch, which those hosts refuse as a replay until the old key is retired",
+				"mesh_epoch", cur.Epoch, "reported_epoch", reported, "older", d.notOnRules(state.RulesRotatePastReported))
+		}
+	}
+	next := declarations.Keyring{Mesh: mesh, Epoch: epoch, Keys: append(slices.Clone(cur.Keys), hex.EncodeToString(pub)), IssuedAt: d.now().UTC().Truncate(time.Second)}
 	env, err := declarations.SignKeyring(next, append(d.signer.currentKeys(), key)...)
 	if err != nil {
 		return api.KeyringResult{}, err
@@ -133,7 +150,7 @@ func (d *Daemon) rotateKey(api.RotateRequest) (api.KeyringResult, error) {
 		}
 		sealed[m.ID] = state.SealedKey{KeyID: hex.EncodeToString(pub), Blob: blob, Sealer: sender}
 	}
-	res, err := d.commit(state.Command{Op: state.OpRotate, Rotate: &state.RotateCmd{
+	res, err := d.commit(state.Command{Op: state.OpRotate, Rules: rules, Rotate: &state.RotateCmd{
 		Keyring: state.Keyring{Epoch: next.Epoch, Keys: next.Keys, Envelope: env}, Sealed: sealed,
 	}})
 	if err != nil {
@@ -149,6 +166,20 @@ func (d *Daemon) rotateKey(api.RotateRequest) (api.KeyringResult, error) {
 	d.metrics.keyringEpochs.Inc()
 	d.log.Warn("signing key rotated: the keyring lists the old and the new key until the old one is retired", "epoch", next.Epoch)
 	return api.KeyringResult{Epoch: next.Epoch, Keys: next.Keys}, nil
+}
+
+// reportedPast is the highest keyring epoch a node not revoked reports, counting
+// only epochs within MaxKeyringHistory of the state's: a host's report is its own
+// word, and one claiming an epoch far ahead would otherwise push every later
+// epoch, towards the end of the counter.
+func reportedPast(s *state.State) uint64 {
+	top := s.Keyring.Epoch
+	for _, n := range s.Nodes {
+		if e := n.Applied.KeyringEpoch; !n.Revoked && e > top && e-s.Keyring.Epoch <= state.MaxKeyringHistory {
+			top = e
+		}
+	}
+	return top
 }
 
 // keyringStatus says which live nodes acknowledged which keyring epoch.

@@ -381,7 +381,7 @@ func (s *State) applyCommand(c *Command) Result {
 	case c.Op == OpRefresh && c.Refresh != nil:
 		return s.applyRefresh(c.At, c.Refresh)
 	case c.Op == OpRotate && c.Rotate != nil:
-		return s.applyRotate(c.Rotate)
+		return s.applyRotate(c.Rotate, c.Rules)
 	case c.Op == OpRetire && c.Retire != nil:
 		return s.applyRetire(c.Retire)
 	case c.Op == OpCancelTokens && c.CancelTokens != nil:

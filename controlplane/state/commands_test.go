@@ -1232,3 +1232,28 @@ func TestWhenANodeWasLastSeenIsKept(t *testing.T) {
 		t.Errorf("after a snapshot a is last seen %v at version %d, want %v at 1", got.LastSeen, got.Applied.Version, at.Add(-time.Minute))
 	}
 }
+
+// TestARotationPastTheNextEpochNeedsItsRules: a rotation stamped with
+// RulesRotatePastReported may install any epoch above the current one (the leader
+// takes it past an epoch hosts report); unstamped, only the next, as older rules
+// apply it; an epoch not above the current one is refused either way.
+func TestARotationPastTheNextEpochNeedsItsRules(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	rotate := func(epoch uint64, rules int) Result {
+		return m.apply(Command{Op: OpRotate, At: t0, Rules: rules, Rotate: &RotateCmd{Keyring: Keyring{Epoch: epoch, Keys: []string{"aa11", "bb22"}, Envelope: json.RawMessage(`{"payloadType":"k"}`)}}})
+	}
+	if res := rotate(4, RulesCancelByID); !errors.Is(res.Err, ErrBadCommand) {
+		t.Fatalf("epoch 4 under older rules: %v, want refused", res.Err)
+	}
+	if res := rotate(1, RulesRotatePastReported); !errors.Is(res.Err, ErrBadCommand) {
+		t.Fatalf("epoch 1, the current one, stamped: %v, want refused", res.Err)
+	}
+	if e := m.state().Keyring.Epoch; e != 1 {
+		t.Fatalf("refused rotations moved the epoch to %d", e)
+	}
+	m.must(Command{Op: OpRotate, At: t0, Rules: RulesRotatePastReported, Rotate: &RotateCmd{Keyring: Keyring{Epoch: 4, Keys: []string{"aa11", "bb22"}, Envelope: json.RawMessage(`{"payloadType":"k4"}`)}}})
+	if s := m.state(); s.Keyring.Epoch != 4 || s.Rules != RulesRotatePastReported || len(s.KeyringChain(1)) != 1 || len(s.KeyringChain(3)) != 1 {
+		t.Fatalf("after the stamped rotation: epoch %d, rules %d, chain after 1: %d, after 3: %d", s.Keyring.Epoch, s.Rules, len(s.KeyringChain(1)), len(s.KeyringChain(3)))
+	}
+}

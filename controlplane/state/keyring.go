@@ -54,13 +54,14 @@ func (s *State) KeyringChain(after uint64) []json.RawMessage {
 	return out
 }
 
-func (s *State) applyRotate(c *RotateCmd) Result {
+func (s *State) applyRotate(c *RotateCmd, rules int) Result {
 	next := c.Keyring
 	if len(s.Keyring.Keys) > 1 {
 		return Result{Err: ErrRotationPending}
 	}
-	if next.Epoch != s.Keyring.Epoch+1 || len(next.Keys) != len(s.Keyring.Keys)+1 || !slices.Equal(next.Keys[:len(s.Keyring.Keys)], s.Keyring.Keys) {
-		return Result{Err: fmt.Errorf("%w: a rotation adds one key to keyring epoch %d", ErrBadCommand, s.Keyring.Epoch)}
+	past := next.Epoch > s.Keyring.Epoch && rules >= RulesRotatePastReported
+	if next.Epoch != s.Keyring.Epoch+1 && !past || len(next.Keys) != len(s.Keyring.Keys)+1 || !slices.Equal(next.Keys[:len(s.Keyring.Keys)], s.Keyring.Keys) {
+		return Result{Err: fmt.Errorf("%w: a rotation adds one key to keyring epoch %d, under the next epoch (or a later one, by rules %d)", ErrBadCommand, s.Keyring.Epoch, RulesRotatePastReported)}
 	}
 	s.archiveKeyring()
 	s.Keyring = next

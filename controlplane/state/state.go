@@ -37,8 +37,9 @@ import (
 // and the same id again is not carried out twice (RulesRequests). 6: a control node
 // admitted is listed to hosts only once the leader has heard it serve
 // (RulesBrokersWhenServing). 7: a token cancellation may name the tokens it
-// cancels (RulesCancelByID).
-const ApplyRules = 7
+// cancels (RulesCancelByID). 8: a rotation may take the keyring past an epoch
+// hosts report (RulesRotatePastReported).
+const ApplyRules = 8
 
 // Revisions of the rules that changed how a command applies; a command that needs one
 // is stamped with it (Command.Rules), and applied by the rules before it otherwise.
@@ -87,6 +88,13 @@ const (
 	// command (ErrNoSuchToken). Older rules ignore IDs and cancel every token of
 	// the node pending at the command's time, the one minted since included.
 	RulesCancelByID = 7
+	// RulesRotatePastReported: a RotateCmd stamped with these rules may install
+	// any epoch above the current one, not only the next: hosts that accepted an
+	// epoch the state no longer holds (a control plane restored from a copy older
+	// than a rotation) refuse another keyring under it as a replay, and the
+	// leader takes the rotation past the highest epoch they report. Older rules
+	// refuse such a rotation.
+	RulesRotatePastReported = 8
 )
 
 // Roles a node can hold.

@@ -138,7 +138,8 @@ func printKeyringStatus(w io.Writer, res api.KeyringStatus) {
 	}
 	tw.Flush()
 	if ahead > 0 {
-		fmt.Fprintf(w, "%d node(s) hold a keyring newer than the control plane's: it was restored from a copy older than a rotation, and they refuse what it signs now; see docs/operations.md, Backing up\n", ahead)
+		fmt.Fprintf(w, "%d node(s) hold a keyring newer than the control plane's: it was restored from a copy older than a rotation, and they refuse what it signs now; "+
+			"after a rotation alone, meshctl signing-key rotate takes the keyring past theirs; after a retirement they must enrol again: see docs/operations.md, Backing up\n", ahead)
 	}
 	switch {
 	case len(res.Keys) > 1 && behind > 0:
