@@ -34,7 +34,7 @@ func TestARotationGoesPastTheEpochHostsReport(t *testing.T) {
 	}
 	setUp := func(t *testing.T) *Daemon {
 		d := fleet(t, 3)
-		report(t, d, "n-0", 3)                             // accepted epochs 2 and 3 of the lost copy
+		report(t, d, "n-0", 3)                           // accepted epochs 2 and 3 of the lost copy
 		report(t, d, "n-1", 1+state.MaxKeyringHistory+1) // out of reach: not counted
 		report(t, d, "n-2", 1)
 		return d
