@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -98,11 +99,32 @@ type hook struct {
 	refused eventCounts
 }
 
+// Check decides a connection for nats-server, and scrubs what a refused client
+// presented from the options nats-server keeps.
 func (h *hook) Check(c server.ClientAuthentication) bool {
 	o := c.GetOpts()
 	if o == nil {
 		return false
 	}
+	if h.check(c, o) {
+		return true
+	}
+	scrub(o)
+	return false
+}
+
+// scrub clears what a refused client sent that may be a secret. nats-server keeps
+// a closed connection's options in the list any operator reads (CONNZ, state
+// closed), and names its user in its log and the auth-error event: a seed file
+// given as creds by mistake goes out whole as the "JWT" (nats.go's reading of a
+// file with no JWT block), and a token pasted as a password. Left as they are on
+// success: a reload asks again with them (Client.Recheck).
+func scrub(o *server.ClientOpts) {
+	o.JWT, o.Password, o.Token, o.Username = "", "", "", ""
+}
+
+// check is Check before the scrub.
+func (h *hook) check(c server.ClientAuthentication, o *server.ClientOpts) bool {
 	cl := Client{
 		Username: o.Username,
 		Password: o.Password,
@@ -226,10 +248,21 @@ func (h *hook) limiter() *logging.Limiter {
 func refusedAttrs(cl Client, err error) []slog.Attr {
 	return []slog.Attr{
 		slog.String("remote", addrString(cl.Remote)),
-		slog.String("user", clip(cl.Username)),
+		slog.String("user", userText(cl.Username)),
 		slog.String("nkey", clip(cl.Nkey)),
 		slog.String("reason", clip(err.Error())),
 	}
+}
+
+// userText is a refused client's user name for the log: as it is when it has the
+// form of the names this mesh's clients present (enrol:web-1, a role), and
+// otherwise only its length. A name of another form is a mistake or a probe, and
+// may be a secret pasted in the wrong place (a token, a seed: upper case).
+func userText(u string) string {
+	if len(u) <= 80 && strings.TrimLeft(u, "abcdefghijklmnopqrstuvwxyz0123456789:._-") == "" {
+		return u
+	}
+	return fmt.Sprintf("(not shown: %d bytes, not of the form of a user name of this mesh)", len(u))
 }
 
 // refusalReason is a refusal's kind: the reason the Authenticator wrapped ErrRefused

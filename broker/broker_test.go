@@ -9,12 +9,15 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
@@ -801,5 +804,49 @@ func TestLogsJSON(t *testing.T) {
 	}
 	if handshakes != 1 {
 		t.Errorf("the failing route's handshake error was logged %d times in 3 s, want once:\n%s", handshakes, logs)
+	}
+}
+
+// TestARefusedClientsCredentialsAreNotKept (audit of secrets, finding 1): nats-server
+// keeps a closed connection's options, shown to any operator in CONNZ (state
+// closed), and a seed file given as creds goes out whole as the "JWT" (nats.go reads
+// a file with no JWT block so). A refused client's JWT, password, token and user
+// name are cleared before nats-server keeps them; the refusal still reaches the log,
+// without them.
+func TestARefusedClientsCredentialsAreNotKept(t *testing.T) {
+	m := newMesh(t)
+	auth := &fakeAuth{decide: func(broker.Client) (broker.Grant, error) { return broker.Grant{}, broker.ErrRefused }}
+	s, logs := start(t, m, auth)
+	account, _ := nkeys.CreateAccount()
+	seed, _ := account.Seed()
+	file := filepath.Join(t.TempDir(), "admin-account.nk")
+	if err := os.WriteFile(file, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, opt := range []nats.Option{nats.UserCredentials(file), nats.UserInfo("SECRETUSER", "SECRETPASSWORD"), nats.Token("SECRETTOKEN")} {
+		if _, err := dial(t, s, m.ca.Pin(), opt); err == nil {
+			t.Fatal("a client the authenticator refuses was admitted")
+		}
+	}
+	if calls := auth.calls(); len(calls) != 3 || calls[0].JWT == "" {
+		t.Fatalf("the authenticator saw %d logins, the first with JWT %q: the seed file's text should reach it as the JWT", len(calls), calls[0].JWT)
+	}
+	var connz *server.Connz
+	waitFor(t, func() bool {
+		var err error
+		connz, err = s.InProcess().Connz(&server.ConnzOptions{State: server.ConnClosed, Username: true})
+		return err == nil && len(connz.Conns) >= 3
+	})
+	kept, err := json.Marshal(connz)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{string(seed), "SECRETUSER", "SECRETPASSWORD", "SECRETTOKEN"} {
+		if strings.Contains(string(kept), secret) {
+			t.Errorf("the closed connections keep %q:\n%s", secret, kept)
+		}
+		if strings.Contains(logs.String(), secret) {
+			t.Errorf("the log holds %q", secret)
+		}
 	}
 }
