@@ -193,3 +193,25 @@ func TestStatusKeepsBatchProofsOnChangeOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestAReportedSecretIsNotKept (audit of secrets, finding 2): a node's error message
+// (a failing hook's output) enters the replicated state and is shown to every
+// operator. A seed or a private key in it is hidden by the control plane too, for an
+// agent older than its own filter: the state keeps the message without it.
+func TestAReportedSecretIsNotKept(t *testing.T) {
+	d := fleet(t, 1)
+	const node = "n-0"
+	seed := "SUAIBDPBAUTWCWBKIO6XHQNINK5FWJW4OHLXC3HQ2KFE4PEJUA44CNHTC4" // an nkey seed's form
+	data, err := json.Marshal(api.Status{V: api.ProtocolVersion, Node: node, HaveApplied: true, AppliedVersion: 1, KeyringEpoch: 1,
+		Error: &api.StatusError{Code: api.StatusHookFailed, Message: "hook check: exit status 1: cannot load " + seed + " (bad key)", Version: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.handleStatus(&nats.Msg{Subject: api.StatusSubject(node), Data: data})
+	d.status.flush()
+	var kept string
+	d.fsm.Read(func(s *state.State) { kept = s.Nodes[node].Applied.ErrorMessage })
+	if strings.Contains(kept, seed) || !strings.Contains(kept, "(bad key)") {
+		t.Fatalf("the state keeps %q", kept)
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"mesh/controlplane/api"
 	"mesh/controlplane/state"
+	"mesh/host/redact"
 )
 
 // handleStatus records a node's report: liveness in memory, changes through the log.
@@ -56,7 +57,11 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 		a.Agent = st.Agent
 	}
 	if st.Error != nil {
-		a.ErrorCode, a.ErrorMessage, a.ErrorVersion = st.Error.Code, api.CleanText(st.Error.Message, api.MaxStatusMessageLen), st.Error.Version
+		// Hidden here too: an agent older than its own filter, or one that
+		// misses a secret, would leave it in the replicated state.
+		// Hidden here too: an agent older than its own filter, or one that
+		// misses a secret, would leave it in the replicated state.
+		a.ErrorCode, a.ErrorMessage, a.ErrorVersion = st.Error.Code, api.CleanText(redact.Secrets(st.Error.Message), api.MaxStatusMessageLen), st.Error.Version
 		a.ErrorRetryAt = st.Error.RetryAt.UTC().Truncate(time.Second)
 	}
 	changed, ahead := false, false

@@ -27,6 +27,7 @@ import (
 	"unicode/utf8"
 
 	"mesh/host/jsonkeys"
+	"mesh/host/redact"
 	"mesh/host/statedir"
 	"mesh/host/token"
 )
@@ -609,7 +610,8 @@ func (t *outputTail) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// text is the output to report: its last maxOutput bytes at most, tokens hidden.
+// text is the output to report: its last maxOutput bytes at most, tokens, seeds and
+// private keys hidden (redact.Secrets).
 // Tokens are hidden before the last cut, since a cut inside a token leaves its
 // secret without the head token.HideTokens knows a token by; what the first cut,
 // made while writing, left of a token (the run before the first space, line break
@@ -623,7 +625,7 @@ func (t *outputTail) text() string {
 		}
 		kept = kept[i+1:]
 	}
-	s := token.HideTokens(string(kept))
+	s := redact.Secrets(string(kept))
 	if len(s) > maxOutput {
 		i := len(s) - maxOutput
 		for i < len(s) && !utf8.RuneStart(s[i]) {

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/nats-io/nkeys"
+
 	"mesh/host/statedir"
 )
 
@@ -455,5 +457,33 @@ func TestAHookRunsInTheFileSystemRoot(t *testing.T) {
 	got, _ := os.ReadFile(out)
 	if want := "/\n" + filepath.Join(root, "bin", "show") + "\n/\n"; string(got) != want {
 		t.Fatalf("the hooks wrote %q, want %q: both run in /, nothing of the root's lib.sh, and bin/show told its path", got, want)
+	}
+}
+
+// TestAHookPrintingASeedOrAKeyHidesThem (audit of secrets, finding 2): the output of
+// a failing hook is reported to the control plane, which keeps it in its replicated
+// state; only tokens were hidden. A seed and a PEM private key the hook prints (a
+// config check quoting what it choked on) are hidden too; the reason is kept.
+func TestAHookPrintingASeedOrAKeyHidesThem(t *testing.T) {
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	keyPEM := "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIPrivateKeyMaterialXYZ\n-----END PRIVATE KEY-----"
+	script := "echo 'cannot load " + string(seed) + "'; printf '%s\\n' '" + keyPEM + "'; echo 'bad key' >&2; exit 1"
+	cfg, err := Load(write(t, `{"hooks":[{"name":"check","paths":["x"],"run":["sh","-c",`+strconv.Quote(script)+`]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, failures := cfg.Run(context.Background(), t.TempDir(), []string{"x"})
+	if len(failures) != 1 {
+		t.Fatalf("failures %v", failures)
+	}
+	out := failures[0].Error()
+	for _, leak := range []string{string(seed), "PrivateKeyMaterial"} {
+		if strings.Contains(out, leak) {
+			t.Errorf("the failure holds %q:\n%s", leak, out)
+		}
+	}
+	if !strings.Contains(out, "bad key") || !strings.Contains(out, "cannot load") {
+		t.Errorf("the failure lost the hook's reason:\n%s", out)
 	}
 }
