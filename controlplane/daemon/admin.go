@@ -243,9 +243,7 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 		if err != nil {
 			return out, err
 		}
-		if sealedTo == nil {
-			cmd.Sealed = req.Sealed
-		} else if older := d.ctl.olderRules(d.cfg.Node, d.now(), state.RulesSealedTo); len(older) > 0 {
+		if older := d.ctl.olderRules(d.cfg.Node, d.now(), state.RulesSealedTo); len(older) > 0 {
 			// A control node of an older version refuses to record the identity sealed
 			// to the control nodes, and then the node the token admits: its state would
 			// part from the others' for good, silently.

@@ -18,7 +18,7 @@ import (
 // it under the token's secret, once more to the curve key of every active control
 // node (state.Token explains why), and returns the copies by node id and the sum
 // that tells the same request sent again. With no control node holding a curve key
-// (none recorded one before they existed) the identity is recorded as it came.
+// it refuses: the identity is never recorded as it came.
 func (d *Daemon) sealToControlNodes(identity []byte) (map[string]state.SealedIdentity, string, error) {
 	sum := sha256.Sum256(identity)
 	var curves map[string]string
@@ -31,7 +31,11 @@ func (d *Daemon) sealToControlNodes(identity []byte) (map[string]state.SealedIde
 		}
 	})
 	if len(curves) == 0 {
-		return nil, "", nil
+		// Recorded as meshctl sealed it, the identity would open to whoever holds
+		// a copy of the Raft log and the token's text, used or not (decision
+		// 0004): refused. Every control node since before the first release
+		// records a curve key; a state without one is damaged.
+		return nil, "", &api.Error{Code: api.CodeInternal, Message: "no control node of the mesh records a curve key to seal the new control node's identity to: nothing was minted; the control plane's state lacks what every control node records when it is made: report it as a bug"}
 	}
 	out := make(map[string]state.SealedIdentity, len(curves))
 	for id, curve := range curves {

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -93,5 +94,25 @@ func TestPendingIdentitiesResealedToAJoiner(t *testing.T) {
 	}
 	if got, err := seal.FromCurveKey(joiner, c.Blob, c.Sealer); err != nil || !bytes.Equal(got, identity) {
 		t.Fatalf("the joiner's curve key opens %q, %v", got, err)
+	}
+}
+
+// TestAnIdentityIsNeverRecordedAsItCame (audit of secrets, finding 5): with no
+// control node recording a curve key, a control token's identity was recorded as
+// meshctl sealed it, under the token's secret alone, which a copy of the Raft log
+// and the token's text open (decision 0004). It is refused, nothing minted.
+func TestAnIdentityIsNeverRecordedAsItCame(t *testing.T) {
+	d := fleet(t, 0)
+	// A state no control node of this version makes: every one records a curve
+	// key as it is made.
+	d.fsm.Read(func(s *state.State) {
+		for _, c := range s.ControlNodes {
+			c.CurveKey = ""
+		}
+	})
+	sealedTo, _, err := d.sealToControlNodes([]byte("the identity as meshctl sealed it"))
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeInternal || !strings.Contains(ae.Message, "nothing was minted") || sealedTo != nil {
+		t.Fatalf("sealToControlNodes with no curve key: %v, %v; want internal, nothing minted", sealedTo, err)
 	}
 }
