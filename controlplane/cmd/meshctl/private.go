@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"time"
 
 	"mesh/controlplane/datadir"
 )
@@ -71,12 +73,7 @@ func privateOutput(w io.Writer) (tokenOutput, error) {
 	if at, err := os.Lstat(name); err != nil || !os.SameFile(at, fi) {
 		return out, fmt.Errorf("%w: stdout is a file group or others may read (mode %v), and %s no longer names it; %s", errOutputExposed, fi.Mode().Perm(), name, advice)
 	}
-	var suffix [8]byte
-	if _, err := rand.Read(suffix[:]); err != nil {
-		return out, err
-	}
-	tmpName := filepath.Join(filepath.Dir(name), "."+filepath.Base(name)+".meshctl-"+hex.EncodeToString(suffix[:]))
-	tmp, err := os.OpenFile(tmpName, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	tmp, tmpName, err := privateTemp(name)
 	if err != nil {
 		return out, fmt.Errorf("%w: stdout is a file group or others may read (mode %v), and no private file could be made beside it to take its place (%v); %s", errOutputExposed, fi.Mode().Perm(), err, advice)
 	}
@@ -155,13 +152,8 @@ func fileOutput(name string, replace bool) (tokenOutput, error) {
 			return out, &outputHoldsDataError{name: name, size: fi.Size()}
 		}
 	}
-	var suffix [8]byte
-	if _, err := rand.Read(suffix[:]); err != nil {
-		return out, err
-	}
 	dir := filepath.Dir(name)
-	tmpName := filepath.Join(dir, "."+filepath.Base(name)+".meshctl-"+hex.EncodeToString(suffix[:]))
-	tmp, err := os.OpenFile(tmpName, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	tmp, tmpName, err := privateTemp(name)
 	if err != nil {
 		return out, fmt.Errorf("--out %s: no file can be made in %s (%w); no token was minted", name, dir, err)
 	}
@@ -197,6 +189,37 @@ func fileOutput(name string, replace bool) (tokenOutput, error) {
 		return nil
 	}
 	return out, nil
+}
+
+// staleTemp is how old a private file left beside a token's file must be before
+// a later run removes it: older than any run of meshctl token lasts (--timeout and
+// --leader-wait are 10 minutes at most), so never one a run still writes.
+const staleTemp = 30 * time.Minute
+
+// privateTemp makes a new file, mode 0600, beside name, that takes name's place
+// once a token is in it. It first removes the files of that form an earlier run
+// left there: killed (SIGKILL, a power loss) between the mint and the rename, it
+// left a live token in a file under a name nobody was told.
+func privateTemp(name string) (*os.File, string, error) {
+	dir, prefix := filepath.Dir(name), "."+filepath.Base(name)+".meshctl-"
+	if entries, err := os.ReadDir(dir); err == nil {
+		for _, e := range entries {
+			if !strings.HasPrefix(e.Name(), prefix) || !e.Type().IsRegular() {
+				continue
+			}
+			fi, err := e.Info()
+			if uid, ok := datadir.FileOwner(fi); err == nil && ok && uid == os.Geteuid() && time.Since(fi.ModTime()) > staleTemp {
+				_ = os.Remove(filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	var suffix [8]byte
+	if _, err := rand.Read(suffix[:]); err != nil {
+		return nil, "", err
+	}
+	tmpName := filepath.Join(dir, prefix+hex.EncodeToString(suffix[:]))
+	tmp, err := os.OpenFile(tmpName, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	return tmp, tmpName, err
 }
 
 // emptyFile reports whether w is an empty regular file: stdout redirected with `>`,
