@@ -107,12 +107,20 @@ func (e *TruncatedError) Is(target error) bool { return target == ErrTruncated }
 // does not match its public key, a pin that does not match the CA. Reason says
 // which; it never contains the seed. It matches ErrCorrupt.
 type CorruptError struct {
-	Path    string
-	Reason  string
+	Path   string
+	Reason string
+	// Unknown is a member the file holds that this version does not know: most
+	// likely a newer meshhost wrote it (see jsonfile.Fault).
+	Unknown string
 	pending bool
 }
 
 func (e *CorruptError) Error() string {
+	if e.Unknown != "" {
+		return fmt.Sprintf("identity: the %s file %s holds %q, a member this meshhost does not know: a newer meshhost wrote it, and the file is not damaged. "+
+			"Run that meshhost again (meshhost version says which this one is). Only if no newer meshhost ever ran on this machine is the file damaged: %s",
+			what(e.pending), e.Path, e.Unknown, advice(e.pending, e.Path))
+	}
 	return fmt.Sprintf("identity: the %s file %s is corrupt: %s. %s",
 		what(e.pending), e.Path, e.Reason, advice(e.pending, e.Path))
 }

@@ -35,7 +35,7 @@ func decodeFile(path string, read readFunc, max int64, want int, pending bool, v
 	case f.Truncated:
 		return &TruncatedError{Path: path, Size: f.Size, pending: pending}
 	}
-	return &CorruptError{Path: path, Reason: f.Corrupt, pending: pending}
+	return &CorruptError{Path: path, Reason: f.Corrupt, Unknown: f.Unknown, pending: pending}
 }
 
 func truncate(s string, n int) string { return jsonfile.Truncate(s, n) }

@@ -71,9 +71,17 @@ func (e *TruncatedError) Is(target error) bool { return target == ErrTruncated }
 type CorruptError struct {
 	Path   string
 	Reason string
+	// Unknown is a member the file holds that this version does not know: most
+	// likely a newer meshhost wrote it (see jsonfile.Fault).
+	Unknown string
 }
 
 func (e *CorruptError) Error() string {
+	if e.Unknown != "" {
+		return fmt.Sprintf("state: the applied state %s holds %q, a member this meshhost does not know: a newer meshhost wrote it, and the file is not damaged. "+
+			"Run that meshhost again (meshhost version says which this one is); do not remove the file, or the agent starts over from its enrolment and trusts retired signing keys again. "+
+			"Only if no newer meshhost ever ran on this machine is the file damaged: %s", e.Path, e.Unknown, advice(e.Path))
+	}
 	return fmt.Sprintf("state: the applied state %s is corrupt: %s. %s", e.Path, e.Reason, advice(e.Path))
 }
 

@@ -35,7 +35,7 @@ func decodeFile(path string, read readFunc, max int64, want int, v any, format *
 	case f.Truncated:
 		return &TruncatedError{Path: path, Size: f.Size}
 	}
-	return &CorruptError{Path: path, Reason: f.Corrupt}
+	return &CorruptError{Path: path, Reason: f.Corrupt, Unknown: f.Unknown}
 }
 
 func truncate(s string, n int) string { return jsonfile.Truncate(s, n) }

@@ -196,11 +196,11 @@ func load(stateDir string, read readFunc) (Applied, *slots, error) {
 	var a Applied
 	if err := jsonfile.DecodeBytes(sl.json, FormatVersion, &a, &a.Format); err != nil {
 		// The record's digest matched: it was written this way, not cut by a crash.
-		reason := "its newest record's JSON ends early"
+		reason, unknown := "its newest record's JSON ends early", ""
 		if f := (*jsonfile.Fault)(nil); errors.As(err, &f) && f.Corrupt != "" {
-			reason = "its newest record: " + f.Corrupt
+			reason, unknown = "its newest record: "+f.Corrupt, f.Unknown
 		}
-		return Applied{}, nil, &CorruptError{Path: path, Reason: reason}
+		return Applied{}, nil, &CorruptError{Path: path, Reason: reason, Unknown: unknown}
 	}
 	a, err = validated(path, a)
 	if err != nil {

@@ -372,3 +372,35 @@ func TestOpenKnowsTheFile(t *testing.T) {
 		t.Fatalf("Open of a legacy state: v%d, known %t, %v", a.Version, s3.known, err)
 	}
 }
+
+// TestAStateOfANewerAgentIsNotCalledCorrupt (audit of mixed versions, finding 4): an
+// agent put back to an older version read a member a newer one added as corruption
+// and advised removing the file, which makes the agent trust retired signing keys
+// again. A member this version does not know is named as the mark of a newer
+// meshhost, with no advice to remove the file first; it still stops the agent
+// (ErrCorrupt, the same exit).
+func TestAStateOfANewerAgentIsNotCalledCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	st := NewStore(dir)
+	if err := st.Save(sample()); err != nil {
+		t.Fatal(err)
+	}
+	js, err := st.encode(sample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := append(bytes.TrimSuffix(bytes.Clone(js), []byte("}")), []byte(`,"hooks_of_the_future":[]}`)...)
+	if err := (&Store{dir: dir, sl: slots{seq: 5}}).create(newer); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(dir)
+	var ce *CorruptError
+	if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) || ce.Unknown != "hooks_of_the_future" {
+		t.Fatalf("a state with a member of a newer agent: %v", err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "a newer meshhost wrote it") || !strings.Contains(msg, "do not remove the file") ||
+		strings.Index(msg, "remove "+Path(dir)) < strings.Index(msg, "Only if no newer meshhost") {
+		t.Errorf("the message does not say a newer meshhost wrote it before any advice to remove it:\n%s", msg)
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"io"
 	"io/fs"
 	"reflect"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"mesh/host/jsonkeys"
@@ -54,6 +56,11 @@ type Fault struct {
 	Truncated  bool   // it ends before its content is complete (Size bytes)
 	Size       int    // with Truncated
 	Corrupt    string // it is whole but wrong: the reason, never quoting values
+	// Unknown, with Corrupt, is a member the file holds that v has no field for:
+	// the mark of a newer version of the agent, which added it, more often than of
+	// damage. Rolled back, an agent called such a file corrupt and advised
+	// removing it, which makes it trust retired signing keys again.
+	Unknown string
 }
 
 func (f *Fault) Error() string {
@@ -152,9 +159,24 @@ func examine(data []byte, want int, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return &Fault{Corrupt: Reason(err)}
+		return &Fault{Corrupt: Reason(err), Unknown: unknownMember(err)}
 	}
 	return nil
+}
+
+// unknownMember is the member an unknown-field error of encoding/json names, ""
+// for any other error. encoding/json has no type for that error: its text, stable
+// since Go 1.10, is all there is to read.
+func unknownMember(err error) string {
+	rest, ok := strings.CutPrefix(err.Error(), "json: unknown field ")
+	if !ok {
+		return ""
+	}
+	name, err := strconv.Unquote(rest)
+	if err != nil {
+		return ""
+	}
+	return Truncate(name, 64)
 }
 
 // singleObject finds the one JSON object data must hold. It tells a file
