@@ -212,13 +212,7 @@ func (c *controlTracker) reportSilent(log *slog.Logger, node string, voter bool,
 		msg = "a joined control node is not serving yet: it is promoted once `meshctl serve` runs on it"
 	}
 	// A change of situation is reported at once; the same one once per silenceReport.
-	key := node + "\x00" + msg
-	c.mu.Lock()
-	due := now.Sub(c.warned[key]) >= silenceReport
-	if due {
-		c.warned[key] = now
-	}
-	c.mu.Unlock()
+	due := c.due(node+"\x00"+msg, now, silenceReport)
 	switch {
 	case !due:
 	case heard:
@@ -228,6 +222,18 @@ func (c *controlTracker) reportSilent(log *slog.Logger, node string, voter bool,
 	default:
 		log.Info(msg, "node", node)
 	}
+}
+
+// due reports whether what key names was last reported at least every ago, and if
+// so records now as its report.
+func (c *controlTracker) due(key string, now time.Time, every time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if now.Sub(c.warned[key]) < every {
+		return false
+	}
+	c.warned[key] = now
+	return true
 }
 
 // beat records a node's heartbeat, arrived at at while the leader had applied
@@ -361,6 +367,30 @@ func (d *Daemon) handleHeartbeat(m *nats.Msg) {
 	d.ctl.beat(h, now, d.raft.AppliedIndex())
 	if h.Node != d.cfg.Node {
 		d.ctl.checkClock(d.log, h.Node, h.Clock, now)
+		d.checkRules(h, now)
+	}
+}
+
+// checkRules reports a control node that announces rules older than those the
+// state was built by (State.Rules, the newest any entry applied was stamped
+// with): it cannot have built that state, so it serves one it applied otherwise
+// or loaded from a snapshot it cannot read whole; an older meshctl put back after
+// an upgrade, which nothing else notices once a snapshot holds the newer entries.
+// Its state parts from the others' for good: it is removed and joined again.
+func (d *Daemon) checkRules(h api.ControlHeartbeat, now time.Time) {
+	if h.Stopping {
+		return
+	}
+	var built int
+	d.fsm.Read(func(s *state.State) { built = s.Rules })
+	announced := max(h.Rules, 1) // versions before the announcement apply rules 1
+	if announced >= built {
+		return
+	}
+	const msg = "a control node applies the log by rules older than those the mesh's state was built by: an older meshctl was put back on it after an upgrade, and its state parts from the others'. " +
+		"Put the newer meshctl back on it at once; if it served with the older one after a snapshot held newer entries, remove it (meshctl control remove) and join it again into an empty data directory"
+	if d.ctl.due(h.Node+"\x00rules", now, silenceReport) {
+		d.log.Error(msg, "node", h.Node, "its_rules", announced, "state_rules", built)
 	}
 }
 

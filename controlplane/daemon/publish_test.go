@@ -331,3 +331,32 @@ func TestADowngradedAgentIsSentItsDeclarationSignedOnItsOwn(t *testing.T) {
 		t.Fatal("the downgraded agent was sent a batch envelope again")
 	}
 }
+
+// TestAControlNodeOnOlderRulesThanTheStateIsReported (audit of mixed versions,
+// finding 2): a control node put back to an older meshctl after a snapshot held
+// newer entries served silently, a state it cannot have built. A heartbeat
+// announcing rules older than those the state was built by is logged as an error,
+// once a minute per node; one announcing them, or more, is not.
+func TestAControlNodeOnOlderRulesThanTheStateIsReported(t *testing.T) {
+	var log lockedBuffer
+	d := loggedDaemon(t, &log, nil)
+	// An entry stamped with this version's rules, as the first mint after the
+	// last control node is upgraded is.
+	if res, err := d.raft.Apply(state.Command{Op: state.OpPurge, At: d.now().UTC(), Rules: state.ApplyRules}, time.Minute); err != nil || res.Err != nil {
+		t.Fatalf("a stamped entry: %v %v", err, res.Err)
+	}
+	beat := func(node string, rules int) {
+		data, _ := json.Marshal(api.ControlHeartbeat{V: api.ProtocolVersion, Node: node, Raft: api.RaftVoter, Rules: rules})
+		d.handleHeartbeat(&nats.Msg{Subject: api.ControlHeartbeatSubject(node), Data: data})
+	}
+	beat("cp-2", state.ApplyRules)
+	beat("cp-3", 2)
+	beat("cp-3", 2)
+	const msg = "applies the log by rules older than those the mesh's state was built by"
+	if got := strings.Count(log.String(), msg); got != 1 || !strings.Contains(log.String(), "node=cp-3") || !strings.Contains(log.String(), "level=ERROR") {
+		t.Fatalf("%d reports, want one naming cp-3 as an error:\n%s", got, log.String())
+	}
+	if strings.Contains(log.String(), "node=cp-2 its_rules") {
+		t.Errorf("a node on the state's rules was reported:\n%s", log.String())
+	}
+}
