@@ -183,6 +183,12 @@ type EnrolRequest struct {
 	// CurveKey is a joining control node's public curve key: the signing key is
 	// sealed to it.
 	CurveKey string `json:"curve_key,omitempty"`
+	// Rules is the revision of the rules a joining control node's meshctl
+	// applies the log by (state.ApplyRules); joins before it send none. The mesh
+	// refuses a join older than the rules its state was built by: the joiner
+	// would stop at the first entry it cannot apply, and the join be rolled back
+	// as "not replicating".
+	Rules int `json:"rules,omitempty"`
 }
 
 // enrolPasswordPrefix marks the CONNECT password of an enrolling client that proves

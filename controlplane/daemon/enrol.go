@@ -224,6 +224,9 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 		reseal   map[string]state.SealedIdentity
 	)
 	if req.Role == state.RoleControl {
+		if e = d.checkJoinerRules(req.Rules); e != nil {
+			return refuse(e.Code, e.Message)
+		}
 		if identity, e = d.controlIdentity(id, req.Node); e != nil {
 			return refuse(e.Code, e.Message)
 		}
@@ -345,3 +348,19 @@ func (d *Daemon) enrolAnswer(req api.EnrolRequest, role string, now time.Time, r
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// checkJoinerRules refuses, before anything is used up, a joining control node
+// whose meshctl applies the log by rules older than those the state was built by
+// (rules: what its join announced; none, from a join before the announcement,
+// counts as the first rules). It would stop at the first entry it cannot apply,
+// and its join be rolled back as a node "not replicating the log".
+func (d *Daemon) checkJoinerRules(rules int) *api.Error {
+	var built int
+	d.fsm.Read(func(s *state.State) { built = s.Rules })
+	if max(rules, 1) >= built {
+		return nil
+	}
+	return &api.Error{Code: api.CodeOlderControlNode, Message: fmt.Sprintf(
+		"this meshctl join applies the log by rules older than those the mesh's state was built by (rules %d): it could not follow the log; nothing was admitted and the token is not used: run the join with the meshctl the control nodes run",
+		built)}
+}

@@ -360,3 +360,26 @@ func TestAControlNodeOnOlderRulesThanTheStateIsReported(t *testing.T) {
 		t.Errorf("a node on the state's rules was reported:\n%s", log.String())
 	}
 }
+
+// TestAJoinOlderThanTheStateIsRefused (audit of mixed versions, finding 3): a join
+// by a meshctl older than the rules the state was built by was admitted, stopped at
+// the first entry it could not apply, and was rolled back as "not replicating the
+// log". It is refused up front, nothing used; a join of these rules is not.
+func TestAJoinOlderThanTheStateIsRefused(t *testing.T) {
+	var log lockedBuffer
+	d := loggedDaemon(t, &log, nil)
+	if e := d.checkJoinerRules(0); e != nil {
+		t.Fatalf("a state no entry stamped: %v", e)
+	}
+	if res, err := d.raft.Apply(state.Command{Op: state.OpPurge, At: d.now().UTC(), Rules: state.ApplyRules}, time.Minute); err != nil || res.Err != nil {
+		t.Fatalf("a stamped entry: %v %v", err, res.Err)
+	}
+	for _, older := range []int{0, state.ApplyRules - 1} {
+		if e := d.checkJoinerRules(older); e == nil || e.Code != api.CodeOlderControlNode || !strings.Contains(e.Message, "the token is not used") {
+			t.Errorf("a join of rules %d: %v, want older_control_node", older, e)
+		}
+	}
+	if e := d.checkJoinerRules(state.ApplyRules); e != nil {
+		t.Errorf("a join of this version: %v", e)
+	}
+}

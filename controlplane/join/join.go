@@ -681,7 +681,7 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 			TokenID: r.tokenID(), TokenProof: base64.StdEncoding.EncodeToString(r.tok.Prove(r.tok.Mesh, r.tok.Node, pub)),
 			PublicKey: pub, KeyProof: base64.StdEncoding.EncodeToString(proof),
 			CAPin: hex.EncodeToString(r.tok.CAPin[:]), SigningKey: hex.EncodeToString(r.tok.SigningKey),
-			Agent: "meshctl join", CurveKey: curve})
+			Agent: "meshctl join", CurveKey: curve, Rules: state.ApplyRules})
 		msg, err := operator.Request(nc, api.EnrolKeySubject(r.tok.Node, pub), req, 20*time.Second, operator.DefaultLeaderWait)
 		if ctx.Err() != nil {
 			return resp, "", r.interrupted(ctx, "waiting for the mesh to admit "+r.tok.Node, "")
