@@ -214,6 +214,11 @@ func verifyDeclaration(env Envelope, trusted []ed25519.PublicKey, exp Expect) (V
 	}
 
 	if err := d.Body.Validate(); err != nil { // 9
+		// Signed: the node may name the version it refuses (reported as v0, it
+		// named a version never declared).
+		if be := (*BodyError)(nil); errors.As(err, &be) {
+			be.Version = d.Version
+		}
 		return Verified{}, err
 	}
 

@@ -332,8 +332,11 @@ func TestVerifyDeclarationBody(t *testing.T) {
 	}}
 	_, err := VerifyDeclaration(signPayload(t, encode(t, m), k), []ed25519.PublicKey{pub(k)}, sampleExpect())
 	wantCode(t, err, "invalid_body")
-	if be := asBodyError(t, err); be.Index != 1 {
-		t.Errorf("BodyError.Index = %d, want 1", be.Index)
+	// Signed, the body's version is said (audit of mixed versions, finding 1: a
+	// body an older control plane signed was reported v0, a version never
+	// declared).
+	if be := asBodyError(t, err); be.Index != 1 || be.Version != sampleDecl().Version || be.Version == 0 {
+		t.Errorf("BodyError.Index = %d, Version %d, want 1 and %d", be.Index, be.Version, sampleDecl().Version)
 	}
 }
 

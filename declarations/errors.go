@@ -276,6 +276,9 @@ type BodyError struct {
 	Path string
 	// Reason says what is wrong, for a person.
 	Reason string
+	// Version is the declaration's whose body this is, when its signature
+	// verified (VerifyDeclaration); 0 for a body checked alone.
+	Version uint64
 }
 
 func (e *BodyError) Error() string {

@@ -1040,6 +1040,7 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 			ee      *declarations.ExpiredError
 			ne      *declarations.NotYetValidError
 			oe      *declarations.OldKeyringError
+			be      *declarations.BodyError
 			version uint64
 		)
 		switch {
@@ -1058,6 +1059,9 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 		case errors.As(err, &oe):
 			// A redelivery from before a rotation: which version, as the others.
 			version = oe.Version
+		case errors.As(err, &be):
+			// A body an older control plane signed and this agent's rules refuse.
+			version = be.Version
 		}
 		if a.applied.HaveApplied && version == a.applied.Version &&
 			(errors.Is(err, declarations.ErrExpired) || errors.Is(err, declarations.ErrNotYetValid)) {
