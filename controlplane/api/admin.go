@@ -566,7 +566,8 @@ type PlanChange struct {
 }
 
 // ProgressRequest asks where the named nodes stand against the versions declared
-// for them: what `declare --wait` polls. At most MaxNodesPage targets a request.
+// for them: what `declare --wait` polls. At most MaxNodesPage targets a request;
+// the answer may cover only the first of them (ProgressResult.Left).
 type ProgressRequest struct {
 	Targets []Assignment `json:"targets"`
 	// Body, when set, is the digest of the body the targets were declared
@@ -605,6 +606,12 @@ type TargetProgress struct {
 type ProgressResult struct {
 	Converged int              `json:"converged"`
 	Others    []TargetProgress `json:"others"`
+	// Left counts the targets at the end of the request this answer does not
+	// cover: the answer for all of them would not fit in one message (2,000
+	// failures with long messages). The first len(Targets)-Left are answered for,
+	// at least one; ask about the rest again. A control plane older than it
+	// answers for every target, or (past the message cap) not at all.
+	Left int `json:"left,omitempty"`
 }
 
 // NodesRequest asks for the roster; Nodes filters it when set.
@@ -617,7 +624,9 @@ type NodesRequest struct {
 }
 
 // MaxNodesPage is the most nodes one reply carries: a fleet's roster would exceed
-// the broker's message cap in one piece.
+// the broker's message cap in one piece. A page holds fewer when that many would
+// not fit in one message (nodes failing with long messages, many labels): the
+// control plane cuts it by size too, and Next says where the next one starts.
 const MaxNodesPage = 2000
 
 // NodeView is one node as operators see it.

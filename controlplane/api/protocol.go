@@ -145,6 +145,12 @@ const (
 	// --key`) found another key under the node id: another machine enrolled under
 	// it since; nothing was revoked.
 	CodeKeyMismatch = "key_mismatch"
+	// CodeTooLarge: the answer would not fit in one message of the broker's (its
+	// message cap, max_payload), and the control plane sent this instead of
+	// nothing. A read asks for less at a time: a smaller NodesRequest.Limit, fewer
+	// ProgressRequest.Targets (the operator client halves them by itself). A change
+	// was carried out all the same: only its answer is missing.
+	CodeTooLarge = "too_large"
 )
 
 // Codes a host reports in a status's error besides the verifier's

@@ -139,7 +139,7 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 		}
 		resp.Error, resp.NotDone = ae, errors.Is(err, errNotDone)
 		d.guard.refuse("admin", Reason(ae.Code), op, ae.Message)
-	} else if resp.Result, err = json.Marshal(result); err != nil {
+	} else if resp.Result, err = encodeJSON(result); err != nil {
 		// What was asked is carried out; its answer cannot be written (a value
 		// no check kept out): said, not answered with nothing.
 		d.log.Error("an operator's answer could not be written; report it as a bug", "op", op, "err", err)
@@ -151,10 +151,7 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 		}
 		resp.Error = &api.Error{Code: api.CodeInternal, Message: msg}
 	}
-	data, _ := json.Marshal(resp)
-	if err := d.conns.admin.Publish(m.Reply, data); err != nil {
-		d.log.Warn("operator reply not sent", "op", op, "err", err)
-	}
+	d.reply(op, m.Reply, resp)
 }
 
 // errNotDone marks an operator request's failure that left nothing done: the
@@ -606,8 +603,9 @@ func (d *Daemon) progress(req api.ProgressRequest) (api.ProgressResult, error) {
 	}
 	now := d.now()
 	out := api.ProgressResult{Others: []api.TargetProgress{}}
+	var at []int // each of out.Others' index in req.Targets
 	d.fsm.Read(func(s *state.State) {
-		for _, t := range req.Targets {
+		for i, t := range req.Targets {
 			p := api.TargetProgress{Node: t.Node, State: api.ProgressOffline}
 			if n, ok := s.Nodes[t.Node]; ok && req.Body != "" && n.Declared.Version > t.Version && n.Declared.BodyDigest != req.Body {
 				// Another operator's declaration since: the node is to hold that
@@ -629,9 +627,27 @@ func (d *Daemon) progress(req api.ProgressRequest) (api.ProgressResult, error) {
 				}
 			}
 			out.Others = append(out.Others, p)
+			at = append(at, i)
 		}
 	})
+	fitProgress(&out, at, len(req.Targets), d.answerBudget())
 	return out, nil
+}
+
+// fitProgress cuts out, the answer for targets targets, to budget bytes of JSON:
+// it then answers for the targets before the first of out.Others left out, and
+// Left counts the rest, which meshctl asks about again. at holds the index of each
+// of out.Others among the targets.
+func fitProgress(out *api.ProgressResult, at []int, targets, budget int) {
+	head := jsonSize(api.ProgressResult{Converged: targets, Others: []api.TargetProgress{}, Left: targets})
+	keep := fitInto(out.Others, budget-head)
+	if keep == len(out.Others) {
+		return
+	}
+	// Every target before the cut that is not among the others kept converged.
+	cut := at[keep]
+	out.Others = out.Others[:keep]
+	out.Converged, out.Left = cut-keep, targets-cut
 }
 
 // standing is where a node whose last report is a stands against version v of its
@@ -718,14 +734,28 @@ func (d *Daemon) nodes(req api.NodesRequest) (api.NodesResult, error) {
 			out.Nodes = append(out.Nodes, d.view(s.Nodes[id], now))
 		}
 	})
+	fitPage(&out, d.answerBudget())
 	return out, nil
+}
+
+// fitPage cuts a page of the roster to budget bytes of JSON, and points Next at
+// its last node when it did. It runs outside the state's lock: the views are
+// copies.
+func fitPage(out *api.NodesResult, budget int) {
+	nodes := out.Nodes
+	out.Nodes = nil
+	head := jsonSize(out)
+	out.Nodes = nodes
+	if keep := fitInto(nodes, budget-head); keep < len(nodes) {
+		out.Nodes, out.Next = nodes[:keep], nodes[keep-1].ID
+	}
 }
 
 func (d *Daemon) view(n *state.Node, now time.Time) api.NodeView {
 	v := api.NodeView{
 		ID:             n.ID,
 		Role:           n.Role,
-		Labels:         n.Labels,
+		Labels:         maps.Clone(n.Labels), // encoded after the lock is let go; a label command changes the map in place
 		PublicKey:      n.PublicKey,
 		EnrolledAt:     n.EnrolledAt,
 		Declared:       n.Declared.Version,

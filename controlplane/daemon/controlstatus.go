@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,12 +34,9 @@ func (d *Daemon) handleControlStatus(m *nats.Msg) {
 	if resp.Error != nil {
 		d.guard.refuse("admin", Reason(resp.Error.Code), api.OpControlStatus, resp.Error.Message)
 	} else {
-		resp.Result, _ = json.Marshal(d.controlStatus())
+		resp.Result, _ = encodeJSON(d.controlStatus())
 	}
-	data, _ := json.Marshal(resp)
-	if err := d.conns.admin.Publish(m.Reply, data); err != nil {
-		d.log.Warn("operator reply not sent", "op", api.OpControlStatus, "err", err)
-	}
+	d.reply(api.OpControlStatus, m.Reply, resp)
 }
 
 // controlStatus is this node's view of the control plane.

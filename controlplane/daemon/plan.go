@@ -227,11 +227,6 @@ func fitting[T any](list []T, take func(any) bool) []T {
 	return out
 }
 
-func jsonSize(v any) int {
-	b, _ := json.Marshal(v)
-	return len(b)
-}
-
 // declarePlan answers a dry run of a declaration validated as declare validates it:
 // the nodes and versions it would reach now, and what would change on each, or the
 // refusal declare would give (no node selected). It holds the state's read lock only
@@ -247,7 +242,7 @@ func (d *Daemon) declarePlan(sel state.Selector, body declarations.Body, canonic
 		return out, refusal(err)
 	}
 	budget := api.MaxPlanSize
-	if limit := int(d.conns.admin.MaxPayload()) - 4<<10; limit > 0 && limit < budget {
+	if limit := d.answerBudget(); limit > 0 && limit < budget {
 		// A broker configured with a smaller message cap: the answer must still pass.
 		budget = limit
 	}

@@ -753,12 +753,19 @@ func TokenFrom(secret [tokenfmt.SecretSize]byte, node string, role tokenfmt.Role
 	return t, nil
 }
 
-// Nodes fetches the roster (or the nodes named in req), following the pages.
+// Nodes fetches the roster (or the nodes named in req), following the pages. A
+// page the control plane could not send (api.CodeTooLarge) is asked for again at
+// half the size, and the pages after it at that size.
 func (c *Client) Nodes(req api.NodesRequest) (api.NodesResult, error) {
 	var all api.NodesResult
 	for {
 		var page api.NodesResult
-		if err := c.Call(api.OpNodes, req, &page); err != nil {
+		err := c.Call(api.OpNodes, req, &page)
+		if limit, ok := smallerPage(err, req.Limit); ok {
+			req.Limit = limit
+			continue
+		}
+		if err != nil {
 			return all, err
 		}
 		nodes := append(all.Nodes, page.Nodes...)
@@ -770,6 +777,57 @@ func (c *Client) Nodes(req api.NodesRequest) (api.NodesResult, error) {
 		}
 		req.After = page.Next
 	}
+}
+
+// Progress asks where req's targets stand (what `declare --wait` polls), in as
+// many requests as it takes: at most api.MaxNodesPage targets each, fewer when an
+// answer would not fit in one message. The targets an answer leaves out
+// (api.ProgressResult.Left) are asked about again; a request whose answer the
+// control plane could not send (api.CodeTooLarge) is sent again with half as many
+// targets, and the requests after it with as many. The result answers for every
+// target, in req's order.
+func (c *Client) Progress(req api.ProgressRequest) (api.ProgressResult, error) {
+	all := api.ProgressResult{Others: []api.TargetProgress{}}
+	targets, size := req.Targets, api.MaxNodesPage
+	for len(targets) > 0 {
+		page := targets[:min(size, len(targets))]
+		var res api.ProgressResult
+		err := c.Call(api.OpProgress, api.ProgressRequest{Targets: page, Body: req.Body}, &res)
+		if smaller, ok := smallerPage(err, size); ok {
+			size = smaller
+			continue
+		}
+		if err != nil {
+			return all, err
+		}
+		answered := len(page) - res.Left
+		if res.Left < 0 || answered <= 0 || res.Converged+len(res.Others) != answered {
+			return all, fmt.Errorf("%w: it answered for %d of %d nodes, and left out %d", ErrProgressAnswer, res.Converged+len(res.Others), len(page), res.Left)
+		}
+		all.Converged += res.Converged
+		all.Others = append(all.Others, res.Others...)
+		targets = targets[answered:]
+	}
+	return all, nil
+}
+
+// ErrProgressAnswer is an answer to progress that does not add up: a control
+// plane that answered for other nodes than it was asked about.
+var ErrProgressAnswer = errors.New("the control plane's answer to progress does not add up")
+
+// smallerPage is the page size to ask again with after err: half of limit (0: the
+// control plane's, api.MaxNodesPage), when err says the answer for limit would not
+// fit in one message (api.CodeTooLarge); false for any other err, and when even
+// one did not.
+func smallerPage(err error, limit int) (int, bool) {
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeTooLarge {
+		return 0, false
+	}
+	if limit <= 0 || limit > api.MaxNodesPage {
+		limit = api.MaxNodesPage
+	}
+	return limit / 2, limit > 1
 }
 
 // deniedSubjects remembers the subjects the broker refused this connection to publish

@@ -347,9 +347,10 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		switch ae.Code {
 		case api.CodeUnavailable:
 			return exitUnreachable
-		case api.CodeInternal:
-			// The control plane failed to answer (its log says why), which is not
-			// a refusal: scripts take exit 4 to mean the request must change.
+		case api.CodeInternal, api.CodeTooLarge:
+			// The control plane failed to answer (its log says why; or its answer
+			// did not fit in one message, even for one node), which is not a
+			// refusal: scripts take exit 4 to mean the request must change.
 			return exitFailure
 		}
 		return exitRefused

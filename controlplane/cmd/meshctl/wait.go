@@ -102,10 +102,11 @@ func (c convergence) err() error {
 // waitConverged polls the control plane until every assigned node applied its
 // version or failed it, or until the deadline, printing progress: one line redrawn in
 // place on a terminal (redraw), else a plain line each time the counts change. It
-// asks only about the nodes still undecided, a page at a time, first soon after the
-// declaration and then less often (and less often still for many nodes): a small
-// fleet converges in tens of milliseconds, and a large one should not be asked about
-// 10,000 nodes twenty times a second.
+// asks only about the nodes still undecided, a page at a time
+// (operator.Client.Progress), first soon after the declaration and then less often
+// (and less often still for many nodes): a small fleet converges in tens of
+// milliseconds, and a large one should not be asked about 10,000 nodes twenty times
+// a second.
 //
 // body is the digest of the body declared (api.DeclareResult.Body; "" from a
 // control plane that gives none): a node declared another body since, by another
@@ -125,45 +126,40 @@ func waitConverged(c *operator.Client, assigned []api.Assignment, body string, l
 	for {
 		var still []api.Assignment
 		var offline, pending []string
-		for page := range slices.Chunk(undecided, api.MaxNodesPage) {
-			var res api.ProgressResult
-			if err := c.Call(api.OpProgress, api.ProgressRequest{Targets: page, Body: body}, &res); err != nil {
-				return convergence{}, err
+		res, err := c.Progress(api.ProgressRequest{Targets: undecided, Body: body})
+		if err != nil {
+			return convergence{}, err
+		}
+		// The others come in the request's order: what is not among them converged.
+		others := res.Others
+		for _, target := range undecided {
+			if len(others) == 0 || others[0].Node != target.Node {
+				cv.Converged = append(cv.Converged, target.Node)
+				continue
 			}
-			if res.Converged+len(res.Others) != len(page) {
-				return convergence{}, fmt.Errorf("the control plane answered for %d of %d nodes", res.Converged+len(res.Others), len(page))
-			}
-			// The others come in the request's order: what is not among them converged.
-			others := res.Others
-			for _, target := range page {
-				if len(others) == 0 || others[0].Node != target.Node {
-					cv.Converged = append(cv.Converged, target.Node)
-					continue
+			t := others[0]
+			others = others[1:]
+			switch t.State {
+			case api.ProgressFailed:
+				msg := "failed"
+				if t.Error != nil {
+					msg = t.Error.Code + ": " + t.Error.Message
 				}
-				t := others[0]
-				others = others[1:]
-				switch t.State {
-				case api.ProgressFailed:
-					msg := "failed"
-					if t.Error != nil {
-						msg = t.Error.Code + ": " + t.Error.Message
-					}
-					cv.Failed[t.Node] = msg
-				case api.ProgressSuperseded:
-					cv.Superseded[t.Node] = t.Version
-				case api.ProgressRevoked:
-					cv.Revoked[t.Node] = t.RevokedAt
-				case api.ProgressOffline:
-					offline = append(offline, t.Node)
-					still = append(still, target)
-				default:
-					pending = append(pending, t.Node)
-					still = append(still, target)
-				}
+				cv.Failed[t.Node] = msg
+			case api.ProgressSuperseded:
+				cv.Superseded[t.Node] = t.Version
+			case api.ProgressRevoked:
+				cv.Revoked[t.Node] = t.RevokedAt
+			case api.ProgressOffline:
+				offline = append(offline, t.Node)
+				still = append(still, target)
+			default:
+				pending = append(pending, t.Node)
+				still = append(still, target)
 			}
-			if len(others) > 0 {
-				return convergence{}, fmt.Errorf("the control plane answered for nodes it was not asked about (%s)", others[0].Node)
-			}
+		}
+		if len(others) > 0 {
+			return convergence{}, fmt.Errorf("the control plane answered for nodes it was not asked about (%s)", others[0].Node)
 		}
 		undecided, cv.Offline, cv.Pending = still, offline, pending
 		done := len(cv.Pending) == 0 && len(cv.Offline) == 0
