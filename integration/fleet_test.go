@@ -102,7 +102,7 @@ func TestFleetTargeting(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = declare(5, "--all", "--file", body("all", `{"files":[{"path":"etc/blocked","content":"x"}]}`), "--wait=30s")
-	if !strings.Contains(r.Stderr, "web-2 failed (apply_failed") || strings.Contains(r.Stderr, "web-1 failed") {
+	if !strings.Contains(r.Stderr, "1 failed apply_failed: web-2 (") || strings.Contains(r.Stderr, "web-1") {
 		t.Fatalf("--wait with a failing node:\n%s", r.Combined())
 	}
 	if n, _ := cp.Node("web-2"); n.LastError == nil || !strings.Contains(n.LastError.Message, "etc/blocked") {
@@ -112,14 +112,14 @@ func TestFleetTargeting(t *testing.T) {
 	agents["db-1"].Kill()
 	harness.Eventually(t, 15*time.Second, "db-1 offline", func() bool { n, _ := cp.Node("db-1"); return n.State == "offline" })
 	r = declare(5, "--node", "db-1", "--file", body("off", `{"files":[]}`), "--wait=2s")
-	if !strings.Contains(r.Stderr, "db-1 is offline") {
+	if !strings.Contains(r.Stderr, "1 offline: db-1") {
 		t.Fatalf("--wait with an offline node:\n%s", r.Combined())
 	}
 	// status exits 5 while a live node has not converged (web-2 fails); the
 	// offline db-1 is counted, not waited for.
 	st := cp.Ctl("status")
 	if st.Code != 5 || !strings.Contains(st.Stdout, "3 node(s): 1 converged") || !strings.Contains(st.Stdout, "1 offline") ||
-		!strings.Contains(st.Stderr, "web-2 (failing") || strings.Contains(st.Stderr, "db-1") {
+		!strings.Contains(st.Stderr, "1 failing apply_failed: web-2 (") || strings.Contains(st.Stderr, "db-1") {
 		t.Fatalf("status: exit %d\n%s", st.Code, st.Combined())
 	}
 
@@ -162,7 +162,7 @@ func TestFleetTargeting(t *testing.T) {
 	if r := cp.Ctl("status", "--label", "env=prod"); r.Code != 0 || !strings.Contains(r.Stdout, "1 node(s): 1 converged") {
 		t.Errorf("status --label env=prod: exit %d\n%s", r.Code, r.Combined())
 	}
-	if r := cp.Ctl("status", "--label", "env=dev"); r.Code != 5 || !strings.Contains(r.Stderr, "web-2 (failing") {
+	if r := cp.Ctl("status", "--label", "env=dev"); r.Code != 5 || !strings.Contains(r.Stderr, "1 failing apply_failed: web-2 (") {
 		t.Errorf("status --label env=dev: exit %d\n%s", r.Code, r.Combined())
 	}
 	if r := cp.Ctl("status", "--label", "env=none"); r.Code != 1 || !strings.Contains(r.Stderr, "no node matches --label env=none") {

@@ -48,14 +48,14 @@ func TestFailedHookIsFailingUntilRetried(t *testing.T) {
 	body := filepath.Join(dir, "app.json")
 	writeFile(t, body, `{"files":[{"path":"etc/app.conf","content":"port = 8080\n"}]}`)
 	r := cp.Ctl("declare", "--node", "web-1", "--file", body, "--wait", "60s")
-	if r.Code != 5 || !strings.Contains(r.Stderr, "web-1 failed (hook_failed: hook restart-app: exit status 1: app.service: bind: port 8080 in use") ||
+	if r.Code != 5 || !strings.Contains(r.Stderr, "1 failed hook_failed in hook restart-app (fix the host, then `meshhost hooks retry` there): web-1 (exit status 1: app.service: bind: port 8080 in use") ||
 		!strings.Contains(r.Stderr, "meshhost hooks retry") {
 		t.Fatalf("declare --wait with the hook failing: exit %d, want 5 naming the node and the hook's output:\n%s", r.Code, r.Combined())
 	}
 	if got, _ := h.ReadManaged("etc/app.conf"); got != "port = 8080\n" {
 		t.Fatalf("etc/app.conf = %q: the declaration stays applied", got)
 	}
-	if r := cp.Ctl("status"); r.Code != 5 || !strings.Contains(r.Combined(), "web-1 (failing: hook_failed: hook restart-app") ||
+	if r := cp.Ctl("status"); r.Code != 5 || !strings.Contains(r.Combined(), "1 failing hook_failed in hook restart-app (fix the host, then `meshhost hooks retry` there): web-1 (") ||
 		!strings.Contains(r.Combined(), "port 8080 in use") {
 		t.Fatalf("status with the hook failed: exit %d, want 5 naming it:\n%s", r.Code, r.Combined())
 	}

@@ -202,7 +202,7 @@ func TestOperatorCommands(t *testing.T) {
 	var st struct {
 		Summary struct{ Failing int }
 	}
-	if err := json.Unmarshal([]byte(r.Stdout), &st); r.Code != 5 || err != nil || st.Summary.Failing != 1 || !strings.Contains(r.Stderr, "web-1 (failing") {
+	if err := json.Unmarshal([]byte(r.Stdout), &st); r.Code != 5 || err != nil || st.Summary.Failing != 1 || !strings.Contains(r.Stderr, "1 failing apply_failed: web-1") {
 		t.Fatalf("status --json with a failing node: exit %d, %v\n%s", r.Code, err, r.Combined())
 	}
 	if r := cp.Ctl("status"); r.Code != 5 {

@@ -97,7 +97,7 @@ func TestRestoreFromAnOlderBackup(t *testing.T) {
 	if n, _ := cp.Node("web-1"); n.Converged {
 		t.Fatalf("web-1 shown converged on a declaration it refused: %+v", n)
 	}
-	if r := cp.Ctl("status"); r.Code != 5 || !strings.Contains(r.Stderr, "web-1 (failing: replayed)") {
+	if r := cp.Ctl("status"); r.Code != 5 || !strings.Contains(r.Stderr, "1 failing replayed: web-1") {
 		t.Fatalf("status with web-1 refusing its declaration (exit %d, want 5 naming it):\n%s", r.Code, r.Combined())
 	}
 	// Declared again, it comes under a version past the host's, and is applied.

@@ -27,7 +27,7 @@ func TestDeclareWaitSaysItWasSuperseded(t *testing.T) {
 		if r := cp.Ctl("declare", "--node", "web-1", "--file", b); r.Code != 0 {
 			t.Fatalf("the second declaration: %s", r.Combined())
 		}
-	}, "web-1 was declared another body since (v2)", "1 superseded")
+	}, "1 declared another body since (this one is no longer what they are to hold): web-1 (v2)", "1 superseded")
 	// Declared the same body again, the wait is not superseded: it converges.
 	web.Run()
 	if r := cp.Ctl("declare", "--node", "web-1", "--file", b, "--wait", "30s"); r.Code != 0 {
@@ -49,7 +49,7 @@ func TestDeclareWaitSaysItWasRevoked(t *testing.T) {
 		if r := cp.Ctl("revoke", "web-1"); r.Code != 0 {
 			t.Fatalf("revoke: %s", r.Combined())
 		}
-	}, "web-1 was revoked at", "1 revoked")
+	}, "1 revoked since (they will not apply it): web-1 (at ", "1 revoked")
 }
 
 // waitEndedBy declares file to web-1 with --wait 60s, runs what a second into the

@@ -79,7 +79,7 @@ func TestUpgradeFromReleaseFiles(t *testing.T) {
 	agent.WaitOutput(t, "connected to the mesh", 20*time.Second)
 	harness.Eventually(t, 30*time.Second, "status names web-1 failing", func() bool {
 		r := ctl("status")
-		return r.Code == 5 && strings.Contains(r.Combined(), "web-1 (failing: hook_failed: hook reload-app")
+		return r.Code == 5 && strings.Contains(r.Combined(), "1 failing hook_failed in hook reload-app (fix the host, then `meshhost hooks retry` there): web-1")
 	})
 	if st := harness.Run(t, "", nil, bin.Meshhost, "status", "--state", web1); st.Code != 0 || !strings.Contains(st.Stdout, "FAILED: reload-app") {
 		t.Fatalf("meshhost status on the older state directory: exit %d, want 0 listing the failed hook:\n%s", st.Code, st.Combined())

@@ -232,7 +232,7 @@ func TestStatusVerdict(t *testing.T) {
 		{ID: "off-2", State: api.StateOffline, Declared: 2, Applied: v(2), Converged: true},
 		{ID: "gone-1", State: api.StateRevoked, Declared: 3},
 	}, true)
-	if !errors.As(err, new(exitError)) || !strings.Contains(err.Error(), "2 node(s) named: off-1 (offline, behind: declared v2), gone-1 (revoked)") {
+	if !errors.As(err, new(exitError)) || !strings.Contains(err.Error(), "2 node(s) named: 1 offline, behind: off-1 (declared v2); 1 revoked: gone-1") {
 		t.Fatalf("named offline and revoked nodes: %v", err)
 	}
 	err = notConverged([]api.NodeView{converged,
@@ -247,8 +247,9 @@ func TestStatusVerdict(t *testing.T) {
 	if !errors.As(err, &ex) || ex.code != exitNotConverged {
 		t.Fatalf("want exit %d, got %v", exitNotConverged, err)
 	}
-	for _, want := range []string{"5 live node(s)", "web-2 (failing: apply_failed)", "web-3 (behind: declared v3)", "web-4 (stale)",
-		"web-5 (failing: hook_failed: hook restart-app: exit status 1", "port 8080 in use; fix the host, then `meshhost hooks retry` there)", "web-6 (hooks running)"} {
+	for _, want := range []string{"5 live node(s)", "1 failing apply_failed: web-2", "1 behind: web-3 (declared v3)", "1 stale: web-4",
+		"1 failing hook_failed in hook restart-app (fix the host, then `meshhost hooks retry` there): web-5 (exit status 1",
+		"port 8080 in use)", "1 hooks running: web-6"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q lacks %q", err, want)
 		}

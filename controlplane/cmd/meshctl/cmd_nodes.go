@@ -386,49 +386,44 @@ func summarise(res api.NodesResult) summary {
 }
 
 // notConverged is status's verdict: nil when every live node applied the version
-// declared for it and is not stale, else an exit-5 error naming the others. Nodes
-// that are offline or revoked are not live: they are shown, not waited for, unless
-// named: `meshctl status web-1` of an offline web-1 behind its declaration exited 0,
-// which a script asking about that node took for "converged".
+// declared for it and is not stale, else an exit-5 error naming the others, grouped
+// by cause (causes). Nodes that are offline or revoked are not live: they are
+// shown, not waited for, unless named: `meshctl status web-1` of an offline web-1
+// behind its declaration exited 0, which a script asking about that node took for
+// "converged".
 func notConverged(nodes []api.NodeView, named bool) error {
-	var behind []string
+	var c causes
 	for _, n := range nodes {
 		switch {
 		case n.State == api.StateRevoked && named:
-			behind = append(behind, n.ID+" (revoked)")
+			c.add("revoked", "", n.ID)
 			continue
 		case n.State == api.StateOffline && named && !n.Converged:
-			behind = append(behind, fmt.Sprintf("%s (offline, behind: declared v%d)", n.ID, n.Declared))
+			c.add("offline, behind", "", fmt.Sprintf("%s (declared v%d)", n.ID, n.Declared))
 			continue
 		case n.State != api.StateAlive:
 			continue
 		}
 		switch {
 		case n.Converged && !n.Stale:
-			continue
 		case n.Converged:
-			behind = append(behind, n.ID+" (stale)")
+			c.add("stale", "", n.ID)
 		case n.HooksRunning:
-			behind = append(behind, n.ID+" (hooks running)")
-		case n.LastError != nil && n.LastError.Code == api.StatusHookFailed:
-			// Its files are applied; a command of the host's hooks file failed. Its
-			// output's end says why.
-			behind = append(behind, fmt.Sprintf("%s (failing: %s: %s; fix the host, then `meshhost hooks retry` there)",
-				n.ID, api.StatusHookFailed, headAndTail(n.LastError.Message, 40, 120)))
+			c.add("hooks running", "", n.ID)
 		case n.LastError != nil:
-			behind = append(behind, fmt.Sprintf("%s (failing: %s)", n.ID, oneLine(n.LastError.Code, api.MaxStatusCodeLen)))
+			c.add(failure("failing", n.ID, n.LastError.Code, n.LastError.Message))
 		default:
-			behind = append(behind, fmt.Sprintf("%s (behind: declared v%d)", n.ID, n.Declared))
+			c.add("behind", "", fmt.Sprintf("%s (declared v%d)", n.ID, n.Declared))
 		}
 	}
-	if len(behind) == 0 {
+	if c.nodes == 0 {
 		return nil
 	}
 	what := "live node(s)"
 	if named {
 		what = "node(s) named"
 	}
-	return exitError{code: exitNotConverged, err: fmt.Errorf("not converged: %d %s: %s", len(behind), what, strings.Join(behind, ", "))}
+	return exitError{code: exitNotConverged, err: fmt.Errorf("not converged: %s", c.line(fmt.Sprintf("%d %s", c.nodes, what)))}
 }
 
 // fetchNodes reads the roster (or the named nodes), all pages of it.

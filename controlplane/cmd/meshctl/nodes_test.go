@@ -188,7 +188,7 @@ func TestRosterSelection(t *testing.T) {
 	if sum := summarise(res); sum.Nodes != 2 || sum.Converged != 1 || sum.Behind != 1 || sum.Offline != 0 {
 		t.Errorf("summary of rack b: %+v", sum)
 	}
-	if err := notConverged(res.Nodes, false); err == nil || !strings.Contains(err.Error(), "1 live node(s): web-2") {
+	if err := notConverged(res.Nodes, false); err == nil || !strings.Contains(err.Error(), "1 live node(s): 1 behind: web-2 (declared v") {
 		t.Errorf("verdict on rack b: %v", err)
 	}
 	res.Nodes = slices.Clone(roster.Nodes)

@@ -70,33 +70,35 @@ type convergence struct {
 	Revoked map[string]time.Time `json:"revoked,omitempty"`
 }
 
+// err is --wait's verdict: nil when every node converged, else an exit-5 error
+// naming the others, grouped by cause (causes).
 func (c convergence) err() error {
-	if len(c.Failed) == 0 && len(c.Pending) == 0 && len(c.Offline) == 0 && len(c.Superseded) == 0 && len(c.Revoked) == 0 {
-		return nil
-	}
-	var parts []string
+	var g causes
 	for _, n := range slices.Sorted(maps.Keys(c.Superseded)) {
-		parts = append(parts, fmt.Sprintf("%s was declared another body since (v%d): this one is no longer what it is to hold", n, c.Superseded[n]))
+		g.add("declared another body since", "this one is no longer what they are to hold", fmt.Sprintf("%s (v%d)", n, c.Superseded[n]))
 	}
 	for _, n := range slices.Sorted(maps.Keys(c.Revoked)) {
-		parts = append(parts, fmt.Sprintf("%s was revoked at %s: it will not apply it", n, c.Revoked[n].UTC().Format(time.RFC3339)))
+		g.add("revoked since", "they will not apply it", fmt.Sprintf("%s (at %s)", n, c.Revoked[n].UTC().Format(time.RFC3339)))
 	}
 	for _, n := range slices.Sorted(maps.Keys(c.Failed)) {
-		msg := c.Failed[n]
-		if strings.HasPrefix(msg, api.StatusHookFailed+":") {
-			// Applied, but a command of the host's hooks file failed (a service
-			// restart): the host must be fixed, then the hook run again there.
-			msg += "; fix the host, then `meshhost hooks retry` there"
+		// "CODE: message" as waitConverged keeps it; "failed" without an error.
+		code, msg, ok := strings.Cut(c.Failed[n], ": ")
+		if !ok {
+			code, msg = "", ""
 		}
-		parts = append(parts, fmt.Sprintf("%s failed (%s)", n, msg))
+		g.add(failure("failed", n, code, msg))
 	}
 	for _, n := range c.Pending {
-		parts = append(parts, n+" did not apply it in time")
+		g.add("did not apply it in time", "", n)
 	}
 	for _, n := range c.Offline {
-		parts = append(parts, n+" is offline")
+		g.add("offline", "", n)
 	}
-	return exitError{code: exitNotConverged, err: fmt.Errorf("not converged: %s", strings.Join(parts, "; "))}
+	if g.nodes == 0 {
+		return nil
+	}
+	head := fmt.Sprintf("%d of %d node(s)", g.nodes, g.nodes+len(c.Converged))
+	return exitError{code: exitNotConverged, err: fmt.Errorf("not converged: %s", g.line(head))}
 }
 
 // waitConverged polls the control plane until every assigned node applied its

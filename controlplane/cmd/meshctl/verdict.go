@@ -1,0 +1,149 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"mesh/controlplane/api"
+)
+
+// The verdict of `status` and `declare --wait` is one line on stderr saying which
+// nodes have not converged, and why. Naming every node, a fleet's failure made it
+// megabytes long (5,000 hosts whose hook fails: 1.3 MB from status, 3 MB from
+// declare --wait), which journald splits past 48 KiB and nobody reads. Grouped by
+// cause, with a count and the first few nodes of each, it stays a few KiB and
+// says in one look which hook fails where; --json lists every node.
+
+const (
+	// maxShownPerCause is how many nodes the verdict names for each cause.
+	maxShownPerCause = 5
+	// maxVerdictLen bounds the verdict's line; the causes that do not fit are
+	// counted.
+	maxVerdictLen = 4 << 10
+	// maxHookNameShown bounds a hook's name in a cause: the host's hooks file
+	// names them, and a failure's message is free text.
+	maxHookNameShown = 64
+)
+
+// causes groups nodes by why they have not converged.
+type causes struct {
+	list  []*cause // in the order first met
+	byKey map[[2]string]*cause
+	nodes int
+}
+
+// cause is one reason nodes have not converged, and the nodes it holds.
+type cause struct {
+	what  string   // "failing hook_failed in hook restart-app"
+	hint  string   // what to do about it, said once
+	count int      // nodes
+	shown []string // the first maxShownPerCause, each as example made it
+}
+
+// add counts a node under what (and hint), shown as example if among the first.
+func (c *causes) add(what, hint, example string) {
+	c.nodes++
+	key := [2]string{what, hint}
+	g, ok := c.byKey[key]
+	if !ok {
+		if c.byKey == nil {
+			c.byKey = map[[2]string]*cause{}
+		}
+		g = &cause{what: what, hint: hint}
+		c.byKey[key] = g
+		c.list = append(c.list, g)
+	}
+	g.count++
+	if len(g.shown) < maxShownPerCause {
+		g.shown = append(g.shown, example)
+	}
+}
+
+// text is the cause as the verdict shows it: "12 failing apply_failed: web-2 (…),
+// … and 7 more".
+func (g *cause) text() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d %s", g.count, g.what)
+	if g.hint != "" {
+		fmt.Fprintf(&b, " (%s)", g.hint)
+	}
+	b.WriteString(": " + strings.Join(g.shown, ", "))
+	if more := g.count - len(g.shown); more > 0 {
+		fmt.Fprintf(&b, " and %d more", more)
+	}
+	return b.String()
+}
+
+// line is the verdict after head ("3 live node(s)"): the causes, those of the
+// most nodes first, in at most about maxVerdictLen bytes. The first cause is
+// always shown (each is at most maxShownPerCause bounded examples); those past the
+// bound are counted.
+func (c *causes) line(head string) string {
+	groups := slices.Clone(c.list)
+	slices.SortStableFunc(groups, func(a, b *cause) int { return cmp.Compare(b.count, a.count) })
+	// Room kept for the count of the causes left out and the pointer to --json.
+	const tail = 128
+	var b strings.Builder
+	b.WriteString(head + ": ")
+	cut := false
+	for i, g := range groups {
+		text := g.text()
+		if i > 0 && b.Len()+2+len(text)+tail > maxVerdictLen {
+			nodes := 0
+			for _, rest := range groups[i:] {
+				nodes += rest.count
+			}
+			fmt.Fprintf(&b, "; and %d more cause(s), of %d node(s)", len(groups)-i, nodes)
+			cut = true
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(text)
+		cut = cut || g.count > len(g.shown)
+	}
+	if cut {
+		b.WriteString("; --json lists every node")
+	}
+	return b.String()
+}
+
+// failure is the cause a node's error puts it under (verb: "failing", "failed"),
+// what to do about it, and the node shown with the end of its message, where a
+// failing command says why. A hook's failure ("hook NAME: why", as the host
+// reports it) is grouped by the hook's name.
+func failure(verb, id, code, msg string) (what, hint, example string) {
+	what = verb
+	if code != "" {
+		what += " " + oneLine(code, api.MaxStatusCodeLen)
+	}
+	if code == api.StatusHookFailed {
+		// Its files are applied; a command of the host's hooks file failed.
+		hint = "fix the host, then `meshhost hooks retry` there"
+		if name, why, ok := hookOf(msg); ok {
+			what += " in hook " + name
+			msg = why
+		}
+	}
+	if msg == "" {
+		return what, hint, id
+	}
+	return what, hint, fmt.Sprintf("%s (%s)", id, headAndTail(msg, 40, 120))
+}
+
+// hookOf splits a hook's failure, "hook NAME: why", into the hook's name, shown
+// as one short line, and why.
+func hookOf(msg string) (name, why string, ok bool) {
+	rest, found := strings.CutPrefix(msg, "hook ")
+	if !found {
+		return "", "", false
+	}
+	name, why, ok = strings.Cut(rest, ": ")
+	if !ok || name == "" || len(name) > maxHookNameShown {
+		return "", "", false
+	}
+	return oneLine(name, maxHookNameShown), why, true
+}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"mesh/controlplane/api"
+)
+
+// traceback is a hook's failure as the host reports it, 512 bytes, its reason
+// at the end.
+func traceback(hook string, i int) string {
+	msg := fmt.Sprintf("hook %s: exit status 1: Traceback (most recent call last): ", hook) + strings.Repeat(`File "/srv/app.py", line 3, in <module> `, 12)
+	why := fmt.Sprintf(" OSError: [Errno 98] port %d in use", 8000+i%100)
+	return msg[:api.MaxStatusMessageLen-len(why)] + why
+}
+
+// failingRoster is 5,000 live nodes: 4,800 whose hook restart-app fails, 40
+// whose hook reload-db does, 150 that could not apply, and 10 behind.
+func failingRoster() []api.NodeView {
+	nodes := make([]api.NodeView, 0, 5000)
+	v := uint64(2)
+	for i := range 5000 {
+		n := api.NodeView{ID: fmt.Sprintf("web-%04d", i), State: api.StateAlive, Declared: 3, Applied: &v}
+		switch {
+		case i%100 < 96:
+			n.LastError = &api.StatusError{Code: api.StatusHookFailed, Message: traceback("restart-app", i), Version: 3}
+		case i%100 < 97 && i < 4000:
+			n.LastError = &api.StatusError{Code: api.StatusHookFailed, Message: traceback("reload-db", i), Version: 3}
+		case i%100 == 99 && i < 1000:
+		default:
+			n.LastError = &api.StatusError{Code: api.StatusApplyFailed, Message: "write /etc/app.conf: no space left on device", Version: 3}
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes
+}
+
+// TestAFleetsVerdictIsGroupedByCause: status's verdict over 5,000 failing nodes
+// named each of them on one line of about 1.3 MB; grouped by cause, it counts
+// them, names the failing hooks and a few nodes each, and stays within 4 KiB.
+// Exit 5 as before; --json still lists every node.
+func TestAFleetsVerdictIsGroupedByCause(t *testing.T) {
+	nodes := failingRoster()
+	err := notConverged(nodes, false)
+	var ex exitError
+	if !errors.As(err, &ex) || ex.code != exitNotConverged {
+		t.Fatalf("want exit %d, got %v", exitNotConverged, err)
+	}
+	msg := err.Error()
+	t.Logf("%d bytes: %s", len(msg), msg)
+	if len(msg) > maxVerdictLen {
+		t.Errorf("the verdict is %d bytes, over %d", len(msg), maxVerdictLen)
+	}
+	for _, want := range []string{
+		"not converged: 5000 live node(s): 4800 failing hook_failed in hook restart-app (fix the host, then `meshhost hooks retry` there): web-0000 (exit status 1: Traceback",
+		"OSError: [Errno 98] port 8000 in use), web-0001 (", "web-0004 (", " and 4795 more; ",
+		"150 failing apply_failed: web-0097 (write /etc/app.conf: no space left on device), ",
+		"40 failing hook_failed in hook reload-db (fix the host, then `meshhost hooks retry` there): web-0096 (",
+		"10 behind: web-0099 (declared v3), ", "--json lists every node",
+	} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the verdict lacks %q", want)
+		}
+	}
+	if strings.Index(msg, "restart-app") > strings.Index(msg, "apply_failed") || strings.Index(msg, "apply_failed") > strings.Index(msg, "reload-db") {
+		t.Error("the causes are not shown most nodes first")
+	}
+	var out strings.Builder
+	if err := writeJSON(&out, struct {
+		Nodes []api.NodeView `json:"nodes"`
+	}{nodes}); err != nil || strings.Count(out.String(), `"id": "web-`) != 5000 {
+		t.Errorf("--json lists %d nodes (%v)", strings.Count(out.String(), `"id": "web-`), err)
+	}
+}
+
+// TestDeclareWaitsVerdictIsGroupedByCause: declare --wait's verdict carried each
+// failing node's whole message, 3 MB for 5,000 nodes.
+func TestDeclareWaitsVerdictIsGroupedByCause(t *testing.T) {
+	cv := convergence{Converged: []string{"db-1"}, Failed: map[string]string{}}
+	for i := range 5000 {
+		cv.Failed[fmt.Sprintf("web-%04d", i)] = api.StatusHookFailed + ": " + traceback("restart-app", i)
+	}
+	cv.Failed["web-x"] = "failed"
+	cv.Offline = []string{"db-2"}
+	err := cv.err()
+	var ex exitError
+	if !errors.As(err, &ex) || ex.code != exitNotConverged {
+		t.Fatalf("want exit %d, got %v", exitNotConverged, err)
+	}
+	msg := err.Error()
+	if len(msg) > maxVerdictLen {
+		t.Errorf("the verdict is %d bytes, over %d", len(msg), maxVerdictLen)
+	}
+	for _, want := range []string{"not converged: 5002 of 5003 node(s): 5000 failed hook_failed in hook restart-app (fix the host, then `meshhost hooks retry` there): web-0000 (exit status 1: ",
+		" and 4995 more", "; 1 failed: web-x", "; 1 offline: db-2", "--json lists every node"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("%q lacks %q", msg, want)
+		}
+	}
+	raw, _ := json.Marshal(cv)
+	var back convergence
+	if err := json.Unmarshal(raw, &back); err != nil || len(back.Failed) != 5001 || back.Failed["web-4999"] != cv.Failed["web-4999"] {
+		t.Errorf("--json holds %d failed nodes (%v), want each with its whole message", len(back.Failed), err)
+	}
+}
+
+// TestAVerdictOfManyCausesIsCapped: causes are as many as the codes and hook
+// names nodes report; past the cap they are counted, not shown.
+func TestAVerdictOfManyCausesIsCapped(t *testing.T) {
+	var nodes []api.NodeView
+	for i := range 5000 {
+		code := fmt.Sprintf("code_%d_%s", i, strings.Repeat("x", 50))
+		nodes = append(nodes, api.NodeView{ID: fmt.Sprintf("%s-%04d", strings.Repeat("n", 50), i), State: api.StateAlive,
+			LastError: &api.StatusError{Code: code, Message: strings.Repeat("why ", 128)}})
+	}
+	msg := notConverged(nodes, false).Error()
+	if len(msg) > maxVerdictLen || !strings.Contains(msg, "more cause(s), of ") || !strings.HasSuffix(msg, "; --json lists every node") {
+		t.Errorf("%d bytes: %s", len(msg), msg)
+	}
+	// A hook's name is shown short.
+	what, _, _ := failure("failing", "web-1", api.StatusHookFailed, "hook "+strings.Repeat("h", 200)+": exit status 1")
+	if what != "failing hook_failed" {
+		t.Errorf("a hook name of 200 bytes makes the cause %q", what)
+	}
+}
