@@ -731,7 +731,7 @@ func (d *Daemon) nodes(req api.NodesRequest) (api.NodesResult, error) {
 			out.Next = ids[limit-1]
 		}
 		for _, id := range ids {
-			out.Nodes = append(out.Nodes, d.view(s.Nodes[id], now))
+			out.Nodes = append(out.Nodes, d.view(s.Nodes[id], now, s.Bodies[s.Nodes[id].Declared.BodyDigest]))
 		}
 	})
 	fitPage(&out, d.answerBudget())
@@ -751,7 +751,7 @@ func fitPage(out *api.NodesResult, budget int) {
 	}
 }
 
-func (d *Daemon) view(n *state.Node, now time.Time) api.NodeView {
+func (d *Daemon) view(n *state.Node, now time.Time, body []byte) api.NodeView {
 	v := api.NodeView{
 		ID:             n.ID,
 		Role:           n.Role,
@@ -774,6 +774,16 @@ func (d *Daemon) view(n *state.Node, now time.Time) api.NodeView {
 	if n.Applied.ErrorCode != "" {
 		v.LastError = &api.StatusError{Code: n.Applied.ErrorCode, Message: n.Applied.ErrorMessage, Version: n.Applied.ErrorVersion,
 			RetryAt: n.Applied.ErrorRetryAt}
+	}
+	if body != nil && !n.Revoked {
+		if _, err := d.signer.encoded(n.Declared.BodyDigest, body); err != nil {
+			// Declared by an older meshctl whose rules took the body: this one
+			// cannot sign it again, so the node's copy is never re-signed and goes
+			// stale, and it was shown converged. Failing, until declared again.
+			v.Converged = false
+			v.LastError = &api.StatusError{Code: api.StatusUnsignableBody, Version: n.Declared.Version, Message: api.CleanText(fmt.Sprintf(
+				"the control plane cannot sign v%d again, declared by an older meshctl whose rules took its body: %v; declare the node again with a body this meshctl takes", n.Declared.Version, err), api.MaxStatusMessageLen)}
+		}
 	}
 	if pb, ok := d.seen.putBackOf(n.ID); ok {
 		v.PutBack, v.LastPutBackAt = pb.count, pb.at
@@ -983,7 +993,7 @@ func (d *Daemon) label(req api.LabelRequest) (api.NodeView, error) {
 	if res.Err != nil {
 		return api.NodeView{}, refusal(res.Err)
 	}
-	return d.view(res.Node, d.now()), nil
+	return d.view(res.Node, d.now(), nil), nil
 }
 
 // notAHost refuses, not_found, the ids among unknown (no host of s) that are

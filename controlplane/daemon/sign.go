@@ -26,6 +26,10 @@ type signer struct {
 	signErr error
 	cache   map[string]signed                   // by node
 	bodies  map[string]declarations.EncodedBody // parsed and encoded bodies by digest
+	// refused are the bodies by digest this version's rules refuse to sign, and
+	// why: declared by an older meshctl whose rules took them (a path element
+	// starting with '-', an invisible character).
+	refused map[string]error
 	// members is the membership last signed, by version and keyring epoch.
 	members signedMembership
 }
@@ -52,7 +56,7 @@ type signed struct {
 const maxCachedEnvelopes = 4096
 
 func newSigner(keys []ed25519.PrivateKey) *signer {
-	s := &signer{cache: map[string]signed{}, bodies: map[string]declarations.EncodedBody{}}
+	s := &signer{cache: map[string]signed{}, bodies: map[string]declarations.EncodedBody{}, refused: map[string]error{}}
 	s.setKeys(keys)
 	return s
 }
@@ -112,32 +116,53 @@ func (s *signer) kept(in state.DeclarationInput) ([]byte, bool) {
 func (s *signer) prepare(in state.DeclarationInput) (*declarations.Signer, declarations.EncodedBody, error) {
 	dcl := in.Declared
 	s.mu.Lock()
-	body, ok := s.bodies[dcl.BodyDigest]
 	sign, signErr := s.sign, s.signErr
 	s.mu.Unlock()
 	if signErr != nil {
-		return nil, body, fmt.Errorf("sign declaration v%d for %s: %w", dcl.Version, in.Node, signErr)
-	}
-	if ok {
-		return sign, body, nil
+		return nil, declarations.EncodedBody{}, fmt.Errorf("sign declaration v%d for %s: %w", dcl.Version, in.Node, signErr)
 	}
 	if in.Body == nil {
+		s.mu.Lock()
+		body, ok := s.bodies[dcl.BodyDigest]
+		s.mu.Unlock()
+		if ok {
+			return sign, body, nil
+		}
 		return nil, body, fmt.Errorf("declared body %s of node %s is missing from the state", dcl.BodyDigest, in.Node)
 	}
-	parsed, err := declarations.ParseBody(in.Body)
-	if err == nil {
-		body, err = declarations.EncodeBody(parsed)
-	}
+	body, err := s.encoded(dcl.BodyDigest, in.Body)
 	if err != nil {
 		return nil, body, fmt.Errorf("declared body of node %s: %w", in.Node, err)
 	}
-	s.mu.Lock()
-	if len(s.bodies) > 1024 {
-		clear(s.bodies)
-	}
-	s.bodies[dcl.BodyDigest] = body
-	s.mu.Unlock()
 	return sign, body, nil
+}
+
+// encoded is the body of digest, raw as the state holds it, parsed and encoded by
+// this version's rules once (not per node), or why those rules refuse it.
+func (s *signer) encoded(digest string, raw []byte) (declarations.EncodedBody, error) {
+	s.mu.Lock()
+	body, ok := s.bodies[digest]
+	refused := s.refused[digest]
+	s.mu.Unlock()
+	if ok || refused != nil {
+		return body, refused
+	}
+	parsed, err := declarations.ParseBody(raw)
+	if err == nil {
+		body, err = declarations.EncodeBody(parsed)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.bodies)+len(s.refused) > 1024 {
+		clear(s.bodies)
+		clear(s.refused)
+	}
+	if err != nil {
+		s.refused[digest] = err
+	} else {
+		s.bodies[digest] = body
+	}
+	return body, err
 }
 
 // keep remembers env as in's node's envelope.

@@ -1,0 +1,57 @@
+package daemon
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/state"
+)
+
+// TestABodyThisVersionCannotSignIsFailing (audit of mixed versions, finding 1): a
+// body declared by an older meshctl whose rules took it (here a path element that
+// begins with '-', refused since) can never be signed again: the node's copy is not
+// re-signed and goes stale, and `status` showed it converged. Its view is failing,
+// unsignable_body, naming the version, until it is declared again; a node declared
+// a body this version takes is not.
+func TestABodyThisVersionCannotSignIsFailing(t *testing.T) {
+	d := fleet(t, 2)
+	old := json.RawMessage(`{"files":[{"path":"etc/-x.conf","content":"x"}]}`)
+	if res, err := d.raft.Apply(state.Command{Op: state.OpDeclare, At: d.now().UTC(), Declare: &state.DeclareCmd{
+		Selector: state.Selector{Nodes: []string{"n-0"}}, Body: old}}, time.Minute); err != nil || res.Err != nil {
+		t.Fatalf("an older meshctl's declaration: %v %v", err, res.Err)
+	}
+	applied := []state.StatusReport{
+		{Node: "n-0", Applied: state.Applied{HaveApplied: true, Version: 1, KeyringEpoch: 1, ReportedAt: time.Now()}},
+		{Node: "n-1", Applied: state.Applied{HaveApplied: true, Version: 0, KeyringEpoch: 1, ReportedAt: time.Now()}},
+	}
+	if res, err := d.raft.Apply(state.Command{Op: state.OpStatus, Status: &state.StatusCmd{Reports: applied}}, time.Minute); err != nil || res.Err != nil {
+		t.Fatal(err, res.Err)
+	}
+	views := func() map[string]api.NodeView {
+		res, err := d.nodes(api.NodesRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]api.NodeView{}
+		for _, v := range res.Nodes {
+			out[v.ID] = v
+		}
+		return out
+	}
+	v := views()
+	if n := v["n-0"]; n.Converged || n.LastError == nil || n.LastError.Code != api.StatusUnsignableBody || n.LastError.Version != 1 {
+		t.Fatalf("n-0, declared a body this version refuses: %+v, last error %+v", n, n.LastError)
+	}
+	if n := v["n-1"]; !n.Converged || n.LastError != nil {
+		t.Fatalf("n-1, declared nothing this version refuses: %+v", n)
+	}
+	// Declared again with a body this version takes: no longer failing for it.
+	if _, err := d.declare(api.DeclareRequest{Nodes: []string{"n-0"}, Body: json.RawMessage(`{"files":[{"path":"etc/x.conf","content":"x"}]}`)}, requestCall{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := views()["n-0"]; n.LastError != nil {
+		t.Fatalf("n-0 declared again: %+v", n.LastError)
+	}
+}
