@@ -195,6 +195,10 @@ type ControlHeartbeat struct {
 	// Clock is the node's wall clock as it sent the heartbeat, so the others can
 	// say when its clock disagrees with theirs; older versions send none.
 	Clock time.Time `json:"clock,omitzero"`
+	// LogWriteFailing says the node's last write to its Raft log failed and none
+	// succeeded since (a full disk): it answers the leader but appends nothing,
+	// so it counts towards no commit. Older versions send none.
+	LogWriteFailing bool `json:"log_write_failing,omitempty"`
 }
 
 // AdminSubject is the subject of an operator API operation.

@@ -163,11 +163,12 @@ const (
 	StatusHookFailed = "hook_failed"
 	// StatusStateNotSaved: the host could not persist its applied state.
 	StatusStateNotSaved = "state_not_saved"
-	// StatusUnsignableBody is no host's: the control plane shows it for a node
-	// whose declared body it cannot sign again (declared by an older meshctl whose
-	// rules took it), so that the node, which never hears of it, is failing.
-	StatusUnsignableBody = "unsignable_body"
 )
+
+// UnsignableBody is no host's status code: the control plane shows it for a node
+// whose declared body it cannot sign again (declared by an older meshctl whose
+// rules took it), so that the node, which never hears of it, is failing.
+const UnsignableBody = "unsignable_body"
 
 // EnrolRequest is what an enrolling host sends.
 type EnrolRequest struct {

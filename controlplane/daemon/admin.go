@@ -172,6 +172,12 @@ func badRequest(format string, args ...any) *api.Error {
 
 // commit applies a command, turning failures into operator-facing errors.
 func (d *Daemon) commit(c state.Command) (state.Result, error) {
+	if why := d.noWritableQuorum(d.now()); why != "" {
+		// Nothing proposed: refused now rather than committed whenever there is
+		// room again, long after meshctl gave up on it.
+		return state.Result{}, errors.Join(errNotDone, &api.Error{Code: api.CodeUnavailable, Message: "nothing can be committed now, and nothing was: " + why +
+			"; free space under their data directories (meshctl control status names them), then run the command again"})
+	}
 	res, err := d.raft.Apply(c, commitTimeout)
 	if err != nil {
 		if errors.Is(err, replication.ErrNotAppended) {
@@ -781,7 +787,7 @@ func (d *Daemon) view(n *state.Node, now time.Time, body []byte) api.NodeView {
 			// cannot sign it again, so the node's copy is never re-signed and goes
 			// stale, and it was shown converged. Failing, until declared again.
 			v.Converged = false
-			v.LastError = &api.StatusError{Code: api.StatusUnsignableBody, Version: n.Declared.Version, Message: api.CleanText(fmt.Sprintf(
+			v.LastError = &api.StatusError{Code: api.UnsignableBody, Version: n.Declared.Version, Message: api.CleanText(fmt.Sprintf(
 				"the control plane cannot sign v%d again, declared by an older meshctl whose rules took its body: %v; declare the node again with a body this meshctl takes", n.Declared.Version, err), api.MaxStatusMessageLen)}
 		}
 	}

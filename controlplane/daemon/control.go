@@ -319,6 +319,60 @@ func (c *controlTracker) lastRules(node string) (int, bool) {
 	return hb.Rules, ok
 }
 
+// noWritableQuorum says, when a voter cannot write its Raft log, whether too few
+// voters can for anything to commit, and which cannot; "" otherwise. Such a voter
+// answers the leader, which stays leader, and a change proposed then waited out
+// meshctl's --timeout and was carried out a minute later, once there was room: an
+// operator told "look before running it again" found nothing done, ran it again,
+// and both went through. Voters not heard within three heartbeats count as unable
+// too; without a voter that says it cannot write, Raft's own lease decides.
+func (d *Daemon) noWritableQuorum(now time.Time) string {
+	members, err := d.raft.Members()
+	if err != nil {
+		return ""
+	}
+	var voters []string
+	for _, m := range members {
+		if m.Voter {
+			voters = append(voters, m.ID)
+		}
+	}
+	return unwritable(voters, d.cfg.Node, d.raft.LogWriteError() != nil, d.ctl.last, now)
+}
+
+// unwritable is noWritableQuorum's judgement: voters, this node (self, whose log
+// fails or not), and the last heartbeat heard of each other voter.
+func unwritable(voters []string, self string, selfFailing bool, last func(string) (api.ControlHeartbeat, time.Time, bool), now time.Time) string {
+	can, failing := 0, false
+	var cannot []string
+	for _, id := range voters {
+		if id == self {
+			if selfFailing {
+				failing = true
+				cannot = append(cannot, id+" (cannot write its Raft log)")
+			} else {
+				can++
+			}
+			continue
+		}
+		hb, at, heard := last(id)
+		switch recent := heard && now.Sub(at) <= 3*HeartbeatInterval && !hb.Stopping; {
+		case recent && hb.LogWriteFailing:
+			failing = true
+			cannot = append(cannot, id+" (cannot write its Raft log)")
+		case recent:
+			can++
+		default:
+			cannot = append(cannot, id+" (not heard)")
+		}
+	}
+	if quorum := len(voters)/2 + 1; failing && can < quorum {
+		slices.Sort(cannot)
+		return fmt.Sprintf("%d of %d voters can write their Raft log, and a commit needs %d: %s", can, len(voters), quorum, strings.Join(cannot, ", "))
+	}
+	return ""
+}
+
 func (c *controlTracker) last(node string) (api.ControlHeartbeat, time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -336,7 +390,8 @@ func (d *Daemon) heartbeatLoop(ctx context.Context) error {
 			role = api.RaftLeader
 		}
 		data, _ := json.Marshal(api.ControlHeartbeat{V: api.ProtocolVersion, Node: d.cfg.Node, AppliedIndex: d.raft.AppliedIndex(), Raft: role,
-			CAKey: d.holdsCAKey(), Hosts: d.hostCapacity(), Stopping: stopping, Rules: state.ApplyRules, Clock: d.now().UTC()})
+			CAKey: d.holdsCAKey(), Hosts: d.hostCapacity(), Stopping: stopping, Rules: state.ApplyRules, Clock: d.now().UTC(),
+			LogWriteFailing: d.raft.LogWriteError() != nil})
 		_ = d.conns.control.Publish(api.ControlHeartbeatSubject(d.cfg.Node), data)
 		if role == api.RaftLeader && !stopping {
 			d.promoteServing(d.now())

@@ -41,7 +41,7 @@ func TestABodyThisVersionCannotSignIsFailing(t *testing.T) {
 		return out
 	}
 	v := views()
-	if n := v["n-0"]; n.Converged || n.LastError == nil || n.LastError.Code != api.StatusUnsignableBody || n.LastError.Version != 1 {
+	if n := v["n-0"]; n.Converged || n.LastError == nil || n.LastError.Code != api.UnsignableBody || n.LastError.Version != 1 {
 		t.Fatalf("n-0, declared a body this version refuses: %+v, last error %+v", n, n.LastError)
 	}
 	if n := v["n-1"]; !n.Converged || n.LastError != nil {
