@@ -149,9 +149,17 @@ func TestRollingUpgrade(t *testing.T) {
 	if r := oldCtl("status"); r.Code != 5 || !strings.Contains(r.Combined(), "web-1") {
 		t.Fatalf("the older meshctl's status against the upgraded control plane: exit %d, want 5 naming web-1:\n%s", r.Code, r.Combined())
 	}
-	if r := oldCtl("token", "--node", "web-4"); r.Code != 0 {
-		t.Fatalf("the older meshctl's token against the upgraded control plane: exit %d:\n%s", r.Code, r.Combined())
+	oldTok := oldCtl("token", "--node", "web-4")
+	if oldTok.Code != 0 {
+		t.Fatalf("the older meshctl's token against the upgraded control plane: exit %d:\n%s", oldTok.Code, oldTok.Combined())
 	}
+	// Hosts are upgraded after the control nodes: an older agent enrols with that
+	// token and runs, and every declaration from here on waits for it too.
+	web4 := harness.NewHost(t, old, "web-4")
+	if r := web4.Enrol(strings.TrimSpace(oldTok.Stdout)); r.Code != 0 {
+		t.Fatalf("an older agent's enrolment into the upgraded control plane: exit %d:\n%s", r.Code, r.Combined())
+	}
+	web4.Run()
 	// Its control status reads the nodes' answers, which now name their version.
 	if r := oldCtl("control", "status"); r.Code != 0 {
 		t.Fatalf("the older meshctl's control status against the upgraded control plane: exit %d:\n%s", r.Code, r.Combined())
@@ -199,9 +207,38 @@ func TestRollingUpgrade(t *testing.T) {
 	if r := web3.Enrol(lateWorker); r.Code != 0 {
 		t.Fatalf("enrol with a worker token minted before the upgrade: exit %d:\n%s", r.Code, r.Combined())
 	}
+	web3.Run()
 	cp4.Bin = bin
 	if r := cp4.Join(lateControl); r.Code != 0 {
 		t.Fatalf("join with a control token minted before the upgrade: exit %d:\n%s", r.Code, r.Combined())
+	}
+
+	// A key rotation while an agent is older (web-4): it follows the keyring, and
+	// the old key retires once every live node acknowledged the new one (after the
+	// tokens minted before the upgrade were used: they carry the old key).
+	if r := cp1.Ctl("signing-key", "rotate"); r.Code != 0 {
+		t.Fatalf("rotate with an older agent: exit %d:\n%s", r.Code, r.Combined())
+	}
+	harness.Eventually(t, 30*time.Second, "every live node on the new keyring", func() bool {
+		r := cp1.Ctl("signing-key", "status")
+		return r.Code == 0 && strings.Contains(r.Stdout, "every live node acknowledged this keyring")
+	})
+	if r := cp1.Ctl("signing-key", "retire"); r.Code != 0 {
+		t.Fatalf("retire with an older agent: exit %d:\n%s", r.Code, r.Combined())
+	}
+	declare(cp1, "after a rotation with an older agent", hookConverges)
+
+	// A join by the older meshctl (a machine image not updated) into the upgraded
+	// mesh is refused up front, nothing used: it was admitted, then rolled back as
+	// "not replicating the log". The same token then joins with this meshctl.
+	tok5, cp5 := cp1.ControlToken("cp-5")
+	cp5.Bin = old
+	if r := cp5.Join(tok5); r.Code == 0 || !strings.Contains(r.Stderr, "older than those the mesh's state was built by") {
+		t.Fatalf("join by the older meshctl: exit %d, want refused as older:\n%s", r.Code, r.Combined())
+	}
+	cp5.Bin = bin
+	if r := cp5.Join(tok5); r.Code != 0 {
+		t.Fatalf("join with this meshctl after the older one was refused: exit %d:\n%s", r.Code, r.Combined())
 	}
 }
 
