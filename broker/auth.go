@@ -68,16 +68,48 @@ type Authenticator interface {
 	Authenticate(Client) (Grant, error)
 }
 
-// ErrRefused is the base of every refusal an Authenticator returns. Wrap it once with
-// a fixed reason (fmt.Errorf("%w: unknown node key", ErrRefused)), and put any detail
-// around that: the broker's log limits refused clients by that reason
-// (refusalReason), so a reason with a client's text in it would make a kind of every
-// client.
+// ErrRefused is the base of every refusal an Authenticator returns. Return a Refusal
+// (NewRefusal), with any detail wrapped around it: the broker counts and limits the
+// lines of refused clients by the Refusal's code (RefusalCode), so a client's text
+// never makes a kind, a metric's series or a log's kind of its own.
 var ErrRefused = errors.New("connection refused")
+
+// Refusal is a refusal with a stable code: the reason label of
+// mesh_broker_connections_refused_total and the kind the log limits refused clients
+// by, which dashboards and alerts name, so it must not change when the wording does.
+// Each is a value callers branch on with errors.Is (authn.ErrUnknownKey); every one is
+// ErrRefused too.
+type Refusal struct {
+	// Code is lower-case letters and underscores, fixed by the code that refuses.
+	Code string
+	// Text says why, for people: the log's reason and the error's text.
+	Text string
+}
+
+// NewRefusal returns a refusal with code and text.
+func NewRefusal(code, text string) *Refusal { return &Refusal{Code: code, Text: text} }
+
+func (r *Refusal) Error() string { return ErrRefused.Error() + ": " + r.Text }
+
+func (r *Refusal) Unwrap() error { return ErrRefused }
+
+// Codes of refusals that carry none of their own (RefusalCode).
+const (
+	// CodeRefused: ErrRefused itself, or a refusal written around it without a
+	// Refusal.
+	CodeRefused = "refused"
+	// CodeNotRefusal: an Authenticator's error that is no refusal at all (it
+	// could not decide); the client is refused all the same.
+	CodeNotRefusal = "error"
+)
 
 // errAccountChanged refuses, on a reload, a connection whose grant now names
 // another account than the one it was admitted to.
-var errAccountChanged = fmt.Errorf("%w: its grant moved to another account", ErrRefused)
+var errAccountChanged = NewRefusal("account_changed", "its grant moved to another account")
+
+// Refusals are the broker's own refusals, beside its Authenticator's: what the
+// metrics export from the start, at 0 until one happens.
+func Refusals() []*Refusal { return []*Refusal{ErrFull, errAccountChanged} }
 
 // hook adapts an Authenticator to nats-server's CustomClientAuthentication.
 type hook struct {
@@ -157,7 +189,7 @@ func (h *hook) check(c server.ClientAuthentication, o *server.ClientOpts) bool {
 		err = ErrFull
 	}
 	if err != nil {
-		reason := refusalReason(err)
+		reason := RefusalCode(err)
 		h.refused.add(reason)
 		h.logRefused(slog.LevelWarn, "client refused", reason, refusedAttrs(cl, err)...)
 		return false
@@ -173,9 +205,9 @@ func (h *hook) check(c server.ClientAuthentication, o *server.ClientOpts) bool {
 		return false
 	}
 	if was != nil && was != acc {
-		reason := refusalReason(errAccountChanged)
+		reason := RefusalCode(errAccountChanged)
 		h.refused.add(reason)
-		h.logRefused(slog.LevelInfo, "client refused", reason, slog.String("user", clip(g.User)), slog.String("account", g.Account.String()), slog.String("reason", reason))
+		h.logRefused(slog.LevelInfo, "client refused", reason, slog.String("user", clip(g.User)), slog.String("account", g.Account.String()), slog.String("code", reason), slog.String("reason", errAccountChanged.Text))
 		return false
 	}
 	user := &server.User{
@@ -196,7 +228,7 @@ func (h *hook) check(c server.ClientAuthentication, o *server.ClientOpts) bool {
 	h.admitting.Lock()
 	defer h.admitting.Unlock()
 	if h.full() {
-		reason := refusalReason(ErrFull)
+		reason := RefusalCode(ErrFull)
 		h.refused.add(reason)
 		h.logRefused(slog.LevelWarn, "client refused", reason, refusedAttrs(cl, ErrFull)...)
 		return false
@@ -244,12 +276,13 @@ func (h *hook) limiter() *logging.Limiter {
 }
 
 // refusedAttrs are a refused client's attributes: what it presented (cut short, as the
-// client chose it), and the whole reason.
+// client chose it), the refusal's code (the metrics' reason) and the whole reason.
 func refusedAttrs(cl Client, err error) []slog.Attr {
 	return []slog.Attr{
 		slog.String("remote", addrString(cl.Remote)),
 		slog.String("user", userText(cl.Username)),
 		slog.String("nkey", clip(cl.Nkey)),
+		slog.String("code", RefusalCode(err)),
 		slog.String("reason", clip(err.Error())),
 	}
 }
@@ -265,18 +298,19 @@ func userText(u string) string {
 	return fmt.Sprintf("(not shown: %d bytes, not of the form of a user name of this mesh)", len(u))
 }
 
-// refusalReason is a refusal's kind: the reason the Authenticator wrapped ErrRefused
-// with, without the detail it may have wrapped around that (see ErrRefused).
-func refusalReason(err error) string {
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if errors.Unwrap(e) == ErrRefused {
-			return e.Error()
-		}
+// RefusalCode is a refusal's code: the code of the Refusal err wraps (whatever
+// detail is wrapped around it), CodeRefused for ErrRefused without one, and
+// CodeNotRefusal for an error that is no refusal.
+func RefusalCode(err error) string {
+	var r *Refusal
+	switch {
+	case errors.As(err, &r):
+		return r.Code
+	case errors.Is(err, ErrRefused):
+		return CodeRefused
+	default:
+		return CodeNotRefusal
 	}
-	if errors.Is(err, ErrRefused) {
-		return ErrRefused.Error()
-	}
-	return "not a refusal"
 }
 
 // allowOnly permits exactly subjects. An empty list must deny everything, and

@@ -1,9 +1,5 @@
 package broker
 
-import (
-	"fmt"
-)
-
 // Every connection a broker holds is a file descriptor of the control node's process,
 // and so are its Raft log and snapshots, its routes and Raft connections to the other
 // control nodes, and its metrics listener. A fleet larger than the process's open-file
@@ -43,7 +39,7 @@ const (
 )
 
 // ErrFull refuses a host because its broker holds MaxHosts host connections already.
-var ErrFull = fmt.Errorf("%w: this control node holds as many host connections as its open-file limit allows; the host will try another control node", ErrRefused)
+var ErrFull = NewRefusal("full", "this control node holds as many host connections as its open-file limit allows; the host will try another control node")
 
 // CapacityFor derives a broker's capacity from the process's open-file limit. maxHosts,
 // when positive, caps the hosts lower still (meshctl serve --max-hosts). An openFiles of

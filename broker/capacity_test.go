@@ -96,7 +96,7 @@ func TestAFullBrokerRefusesHostsOnly(t *testing.T) {
 	}
 	op := mustDial(t, full, m.ca.Pin(), nats.Token("operator-1"))
 	op.expectNoError(t)
-	if n := full.EventCounts().Refused[broker.ErrFull.Error()]; n != 2 {
+	if n := full.EventCounts().Refused[broker.ErrFull.Code]; n != 2 {
 		t.Errorf("refusals counted as full: %d, want 2 (%v)", n, full.EventCounts().Refused)
 	}
 	waitFor(t, func() bool { return strings.Contains(fullLogs.String(), "holds as many host connections") })
@@ -165,7 +165,7 @@ func TestHostsLoggingInAtOnceMeetAnExactCap(t *testing.T) {
 	if n := admitted.Load(); n != 3 {
 		t.Fatalf("%d of %d hosts logging in at once admitted on a broker for 3", n, logins)
 	}
-	if n := s.EventCounts().Refused[broker.ErrFull.Error()]; n != logins-3 {
+	if n := s.EventCounts().Refused[broker.ErrFull.Code]; n != logins-3 {
 		t.Errorf("refusals counted as full: %d, want %d", n, logins-3)
 	}
 }

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"maps"
+	"strings"
 	"sync"
 )
 
@@ -54,4 +55,26 @@ type EventCounts struct {
 	// Violations counts permissions violations (publish, reply, subscription) and
 	// other client errors nats-server reports, by kind.
 	Violations map[ViolationKind]uint64
+}
+
+// Violations are the kinds of violation the metrics export from the start, at 0
+// until one happens: every kind the log tells apart, in each account of clients the
+// mesh does not run (hosts and enrolling clients, operators, revoked keys, removed
+// control nodes' credentials). The control plane's own accounts appear when first
+// counted.
+func Violations() []ViolationKind {
+	var whats []string
+	for _, a := range argEvents {
+		whats = append(whats, a.what)
+	}
+	for _, words := range subscriptionViolations {
+		whats = append(whats, strings.TrimSpace(words))
+	}
+	var out []ViolationKind
+	for _, acc := range []Account{AccountHosts, AccountOperators, AccountRevoked, AccountRetired} {
+		for _, w := range whats {
+			out = append(out, ViolationKind{What: w, Account: acc.String()})
+		}
+	}
+	return out
 }

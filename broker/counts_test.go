@@ -6,6 +6,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"mesh/broker"
 )
 
 // TestEventCountsCountEveryEvent: the log shows a few lines of each kind of refusal
@@ -41,6 +43,9 @@ func TestEventCountsCountEveryEvent(t *testing.T) {
 		t.Fatalf("refusals counted under %d reasons, want 1 (the reason, not the user the client chose): %v", len(got.Refused), got.Refused)
 	}
 	for reason, n := range got.Refused {
+		if reason != broker.CodeRefused {
+			t.Errorf("refusals counted under %q, want the refusal's code %q", reason, broker.CodeRefused)
+		}
 		if n != refusals {
 			t.Errorf("%d refusals counted for %q, want %d", n, reason, refusals)
 		}

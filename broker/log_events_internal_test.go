@@ -196,8 +196,8 @@ func (f refuseAll) Authenticate(c Client) (Grant, error) { return Grant{}, f(c) 
 // for another reason is logged; the next interval's first refusal carries the count.
 // A hook built without a limiter limits with one of its own.
 func TestHookRefusals(t *testing.T) {
-	unknown := fmt.Errorf("%w: unknown node key", ErrRefused)
-	revoked := fmt.Errorf("%w: node revoked", ErrRefused)
+	unknown := NewRefusal("unknown_key", "unknown node key")
+	revoked := NewRefusal("revoked", "node revoked")
 	auth := refuseAll(func(c Client) error {
 		if c.Username == "revoked" {
 			return revoked
@@ -226,7 +226,7 @@ func TestHookRefusals(t *testing.T) {
 			t.Errorf("line %v", r)
 		}
 	}
-	if r := recs[clientEventsPerInterval]; r["reason"] != revoked.Error() {
+	if r := recs[clientEventsPerInterval]; r["reason"] != revoked.Error() || r["code"] != revoked.Code {
 		t.Errorf("the refusal for another reason is %v", r)
 	}
 	c.t = c.t.Add(10 * time.Second)
@@ -249,20 +249,28 @@ func TestHookRefusals(t *testing.T) {
 	}
 }
 
-// TestRefusalReason: the kind of a refusal is the reason wrapped around ErrRefused,
-// whatever detail is wrapped around that.
-func TestRefusalReason(t *testing.T) {
-	reason := fmt.Errorf("%w: operator credentials not issued by this mesh", ErrRefused)
+// TestRefusalCode: the kind of a refusal, and its metric's reason, is the code of
+// the Refusal it wraps, whatever detail is wrapped around that; never its text.
+func TestRefusalCode(t *testing.T) {
+	reason := NewRefusal("bad_operator", "operator credentials not issued by this mesh")
 	for err, want := range map[error]string{
-		reason: reason.Error(),
-		fmt.Errorf("%w: credentials expired", reason):                          reason.Error(),
-		fmt.Errorf("wrapped: %w", fmt.Errorf("%w: %v", reason, "client text")): reason.Error(),
-		ErrRefused:                            ErrRefused.Error(),
-		errors.Join(ErrRefused, reason):       ErrRefused.Error(),
-		errors.New("the roster is not ready"): "not a refusal",
+		reason: "bad_operator",
+		fmt.Errorf("%w: credentials expired", reason):                          "bad_operator",
+		fmt.Errorf("wrapped: %w", fmt.Errorf("%w: %v", reason, "client text")): "bad_operator",
+		ErrRefused:                               CodeRefused,
+		fmt.Errorf("%w: a sentence", ErrRefused): CodeRefused,
+		errors.Join(ErrRefused, reason):          "bad_operator",
+		ErrFull:                                  "full",
+		errors.New("the roster is not ready"):    CodeNotRefusal,
 	} {
-		if got := refusalReason(err); got != want {
-			t.Errorf("refusalReason(%q) = %q, want %q", err, got, want)
+		if got := RefusalCode(err); got != want {
+			t.Errorf("RefusalCode(%q) = %q, want %q", err, got, want)
 		}
+	}
+	if !errors.Is(fmt.Errorf("%w: detail", reason), reason) || !errors.Is(reason, ErrRefused) {
+		t.Error("a refusal with detail around it is not itself, or not ErrRefused, to errors.Is")
+	}
+	if reason.Error() != "connection refused: operator credentials not issued by this mesh" {
+		t.Errorf("a refusal reads %q: its text is for people, as before", reason.Error())
 	}
 }

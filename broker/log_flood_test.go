@@ -140,11 +140,11 @@ func TestPublishViolationFlood(t *testing.T) {
 	}
 }
 
-// Refusal reasons as an Authenticator gives them: a fixed reason wrapping ErrRefused,
+// Refusals as an Authenticator gives them: a Refusal with a fixed code,
 // with detail wrapped around it.
 var (
-	errUnknownKey = fmt.Errorf("%w: unknown node key", broker.ErrRefused)
-	errRevoked    = fmt.Errorf("%w: node revoked", broker.ErrRefused)
+	errUnknownKey = broker.NewRefusal("unknown_key", "unknown node key")
+	errRevoked    = broker.NewRefusal("revoked", "node revoked")
 )
 
 // TestRefusedConnectionFlood: anyone who reaches the port opens 200 connections with

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"mesh/broker"
 	"mesh/controlplane/api"
 	"mesh/controlplane/authn"
 	"mesh/controlplane/datadir"
@@ -175,8 +176,8 @@ func TestTokenAbuse(t *testing.T) {
 	// claims the docs make of this test).
 	cfg, _ := datadir.Dir(cp.Dir).LoadConfig()
 	pin, _ := cfg.Pin()
-	refusedAs := func(reason error) float64 {
-		return harness.Sum(cp.Scrape(), "mesh_broker_connections_refused_total", "reason="+reason.Error())
+	refusedAs := func(reason *broker.Refusal) float64 {
+		return harness.Sum(cp.Scrape(), "mesh_broker_connections_refused_total", "reason="+reason.Code)
 	}
 	blockedBefore, unknownBefore := refusedAs(authn.ErrRateLimited), refusedAs(authn.ErrUnknownSecret)
 	guess := tok

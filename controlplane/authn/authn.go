@@ -118,25 +118,35 @@ const (
 	DefaultTokenConnections = 3
 )
 
-// Refusal reasons, each distinct in the control plane's log. Their text is the reason
-// label of mesh_broker_connections_refused_total: keep it stable. A nonce signature
-// bound to another TLS session (a relay's) is ErrBadSignature; a token proof that
-// does not verify is ErrUnknownSecret.
+// Refusals, each distinct in the control plane's log. Their code is the reason label
+// of mesh_broker_connections_refused_total, which dashboards and alerts name: keep
+// it stable (the text is for people, and may change). A nonce signature bound to
+// another TLS session (a relay's) is ErrBadSignature; a token proof that does not
+// verify is ErrUnknownSecret.
 var (
-	ErrNoCredentials   = fmt.Errorf("%w: no credentials presented", broker.ErrRefused)
-	ErrBadSignature    = fmt.Errorf("%w: nonce signature does not verify", broker.ErrRefused)
-	ErrUnknownKey      = fmt.Errorf("%w: unknown node key", broker.ErrRefused)
-	ErrRevoked         = fmt.Errorf("%w: node revoked", broker.ErrRefused)
-	ErrRevokedBusy     = fmt.Errorf("%w: too many connections for this revoked key at once", broker.ErrRefused)
-	ErrRetiredBusy     = fmt.Errorf("%w: too many connections for a removed control node's operator credentials at once", broker.ErrRefused)
-	ErrUnknownSecret   = fmt.Errorf("%w: token secret matches no minted token", broker.ErrRefused)
-	ErrNoEnrolKey      = fmt.Errorf("%w: an enrolling client must present the node key it enrols (nkey and signed nonce)", broker.ErrRefused)
-	ErrTokenBusy       = fmt.Errorf("%w: too many connections for this token at once", broker.ErrRefused)
-	ErrRateLimited     = fmt.Errorf("%w: too many failed enrolment attempts from this address", broker.ErrRefused)
-	ErrUnbound         = fmt.Errorf("%w: the client signed the bare nonce or sent its token's secret, and this broker requires logins bound to the TLS session", broker.ErrRefused)
-	ErrBadOperator     = fmt.Errorf("%w: operator credentials not issued by this mesh", broker.ErrRefused)
-	ErrInternalMissing = fmt.Errorf("%w: wrong control-plane token or role", broker.ErrRefused)
+	ErrNoCredentials   = broker.NewRefusal("no_credentials", "no credentials presented")
+	ErrBadSignature    = broker.NewRefusal("bad_signature", "nonce signature does not verify")
+	ErrUnknownKey      = broker.NewRefusal("unknown_key", "unknown node key")
+	ErrRevoked         = broker.NewRefusal("revoked", "node revoked")
+	ErrRevokedBusy     = broker.NewRefusal("revoked_busy", "too many connections for this revoked key at once")
+	ErrRetiredBusy     = broker.NewRefusal("retired_busy", "too many connections for a removed control node's operator credentials at once")
+	ErrUnknownSecret   = broker.NewRefusal("unknown_secret", "token secret matches no minted token")
+	ErrNoEnrolKey      = broker.NewRefusal("no_enrol_key", "an enrolling client must present the node key it enrols (nkey and signed nonce)")
+	ErrBadNode         = broker.NewRefusal("bad_node", "enrolling client names no valid node")
+	ErrTokenBusy       = broker.NewRefusal("token_busy", "too many connections for this token at once")
+	ErrRateLimited     = broker.NewRefusal("rate_limited", "too many failed enrolment attempts from this address")
+	ErrUnbound         = broker.NewRefusal("unbound", "the client signed the bare nonce or sent its token's secret, and this broker requires logins bound to the TLS session")
+	ErrBadOperator     = broker.NewRefusal("bad_operator", "operator credentials not issued by this mesh")
+	ErrInternalMissing = broker.NewRefusal("bad_internal", "wrong control-plane token or role")
 )
+
+// Refusals are every refusal the Authenticator gives: what the metrics export from
+// the start, at 0 until one happens (a series that first appears at 1 shows no
+// increase, and the first unknown key after a restart is the one to hear of).
+func Refusals() []*broker.Refusal {
+	return []*broker.Refusal{ErrNoCredentials, ErrBadSignature, ErrUnknownKey, ErrRevoked, ErrRevokedBusy, ErrRetiredBusy,
+		ErrUnknownSecret, ErrNoEnrolKey, ErrBadNode, ErrTokenBusy, ErrRateLimited, ErrUnbound, ErrBadOperator, ErrInternalMissing}
+}
 
 // Roster is what authentication reads of the replicated state: typed queries that
 // take the state's lock once and return values (state.FSM implements it).
@@ -464,7 +474,7 @@ func (a *Authenticator) node(c broker.Client) (broker.Grant, error) {
 func (a *Authenticator) enrolling(c broker.Client) (broker.Grant, error) {
 	node := strings.TrimPrefix(c.Username, EnrolUserPrefix)
 	if err := tokenfmt.ValidateNodeID(node); err != nil {
-		return broker.Grant{}, fmt.Errorf("%w: enrolling client names no valid node", broker.ErrRefused)
+		return broker.Grant{}, ErrBadNode
 	}
 	host := remoteHost(c)
 	now := a.cfg.Now()

@@ -8,8 +8,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"log/slog"
 	"net"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -370,11 +375,11 @@ func TestAuthenticate(t *testing.T) {
 		{name: "enrolling non-hex secret", client: enrolling(t, "web-2", strings.Repeat("zz", 32), newKey, nonce), want: ErrUnknownSecret},
 		{name: "enrolling the token id instead of the secret", client: enrolling(t, "web-2", func() string { id, _ := SecretID(fx.secret); return id }(), newKey, nonce), want: ErrUnknownSecret},
 		{name: "enrolling empty secret", client: enrolling(t, "web-2", "", newKey, nonce), want: ErrUnknownSecret},
-		{name: "enrolling no node", client: enrolling(t, "", fx.secret, newKey, nonce), want: broker.ErrRefused},
-		{name: "enrolling wildcard node", client: enrolling(t, ">", fx.secret, newKey, nonce), want: broker.ErrRefused},
-		{name: "enrolling dotted node", client: enrolling(t, "web-2.decl", fx.secret, newKey, nonce), want: broker.ErrRefused},
-		{name: "enrolling star node", client: enrolling(t, "*", fx.secret, newKey, nonce), want: broker.ErrRefused},
-		{name: "enrolling upper-case node", client: enrolling(t, "WEB-2", fx.secret, newKey, nonce), want: broker.ErrRefused},
+		{name: "enrolling no node", client: enrolling(t, "", fx.secret, newKey, nonce), want: ErrBadNode},
+		{name: "enrolling wildcard node", client: enrolling(t, ">", fx.secret, newKey, nonce), want: ErrBadNode},
+		{name: "enrolling dotted node", client: enrolling(t, "web-2.decl", fx.secret, newKey, nonce), want: ErrBadNode},
+		{name: "enrolling star node", client: enrolling(t, "*", fx.secret, newKey, nonce), want: ErrBadNode},
+		{name: "enrolling upper-case node", client: enrolling(t, "WEB-2", fx.secret, newKey, nonce), want: ErrBadNode},
 
 		// Nothing presented.
 		{name: "nothing", client: broker.Client{}, want: ErrNoCredentials},
@@ -391,6 +396,9 @@ func TestAuthenticate(t *testing.T) {
 				}
 				if !errors.Is(err, broker.ErrRefused) {
 					t.Fatalf("refusal %v does not wrap broker.ErrRefused", err)
+				}
+				if code := broker.RefusalCode(err); !slices.ContainsFunc(Refusals(), func(r *broker.Refusal) bool { return r.Code == code }) {
+					t.Fatalf("refusal %v has code %q, which Refusals does not list: the metrics would not show it from the start", err, code)
 				}
 				if g.User != "" || g.Account != broker.AccountNone || g.Publish != nil || g.Subscribe != nil {
 					t.Fatalf("a refusal came with a grant: %+v", g)
@@ -495,15 +503,24 @@ func TestRevokedKeyConnectionBudget(t *testing.T) {
 	}
 }
 
-// Errors are distinct: a person reading the log can tell every refusal apart.
+// Errors are distinct: a person reading the log can tell every refusal apart, and so
+// can the metrics, whose reason is each one's code: letters and underscores, no
+// sentence that a rewording would rename.
 func TestRefusalsAreDistinct(t *testing.T) {
-	errs := []error{ErrNoCredentials, ErrBadSignature, ErrUnknownKey, ErrRevoked, ErrRevokedBusy, ErrRetiredBusy, ErrUnknownSecret, ErrNoEnrolKey, ErrTokenBusy, ErrRateLimited, ErrBadOperator, ErrInternalMissing, ErrUnbound}
+	errs := Refusals()
+	if declared := refusalsDeclared(t); len(errs) != declared {
+		t.Errorf("Refusals lists %d refusals; the package makes %d (list a new one there)", len(errs), declared)
+	}
+	code := regexp.MustCompile(`^[a-z_]+$`)
 	for i, a := range errs {
 		if !errors.Is(a, broker.ErrRefused) {
 			t.Errorf("%v does not wrap broker.ErrRefused", a)
 		}
+		if !code.MatchString(a.Code) || broker.RefusalCode(a) != a.Code {
+			t.Errorf("%v has code %q: want lower-case letters and underscores, the metric's reason", a, a.Code)
+		}
 		for j, b := range errs {
-			if i != j && (errors.Is(a, b) || a.Error() == b.Error()) {
+			if i != j && (errors.Is(a, b) || a.Error() == b.Error() || a.Code == b.Code) {
 				t.Errorf("%v and %v are not distinct", a, b)
 			}
 		}
@@ -959,4 +976,26 @@ func TestAnIPv6PrefixIsOneAddress(t *testing.T) {
 	if err := try("2001:db8:0:1::1"); !errors.Is(err, ErrUnknownSecret) {
 		t.Fatalf("another /64: %v, want its own budget", err)
 	}
+}
+
+// refusalsDeclared counts the refusals the package's source makes (broker.NewRefusal).
+func refusalsDeclared(t *testing.T) int {
+	t.Helper()
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range pkgs {
+		ast.Inspect(p, func(node ast.Node) bool {
+			if call, ok := node.(*ast.CallExpr); ok {
+				if sel, ok := call.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "NewRefusal" {
+					n++
+				}
+			}
+			return true
+		})
+	}
+	return n
 }

@@ -258,7 +258,7 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 			resp.Brokers = s.Brokers()
 		})
 		d.log.Info("control node admitted; it joins Raft next", "node", req.Node, "raft", res.Control.Raft)
-		d.metrics.enrolments.WithLabelValues("control").Inc()
+		d.metrics.enrolments.WithLabelValues(enrolledControl).Inc()
 		return resp
 	}
 	return answer(d.enrolAnswer(req, res.Node.Role, now, false))
@@ -343,7 +343,7 @@ func (d *Daemon) enrolAnswer(req api.EnrolRequest, role string, now time.Time, r
 		agent = req.Agent
 	}
 	d.log.Info("node enrolled", "node", req.Node, "role", resp.Role, "key", req.PublicKey, "agent", agent)
-	d.metrics.enrolments.WithLabelValues("host").Inc()
+	d.metrics.enrolments.WithLabelValues(enrolledHost).Inc()
 	return resp, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/net/netutil"
 
+	"mesh/broker"
 	"mesh/controlplane/api"
 	"mesh/controlplane/state"
 	"mesh/host/busyaddr"
@@ -36,7 +37,7 @@ type instruments struct {
 }
 
 func newInstruments() *instruments {
-	return &instruments{
+	m := &instruments{
 		enrolments: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mesh_control_enrolments_total",
 			Help: "Nodes admitted, by kind: host or control (refusals are mesh_control_requests_refused_total{subject=\"enrol\"})."}, []string{"kind"}),
 		declarations: prometheus.NewCounter(prometheus.CounterOpts{Name: "mesh_control_declarations_issued_total",
@@ -54,6 +55,18 @@ func newInstruments() *instruments {
 		unbound: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "mesh_broker_unbound_logins_total",
 			Help: "Logins to this node's broker not bound to their TLS session (decision 0018), by client: node and operator for a bare nonce signature, enrolling for a sent token secret or a bare signature. Admitted unless serve runs with --require-bound-logins, refused then; a configuration reload checks every client again."},
 			[]string{"client"}),
+	}
+	m.zeroLabels()
+	return m
+}
+
+// zeroLabels makes the series of the instruments' labels that the code fixes, at 0
+// (see knowncounts.go).
+func (m *instruments) zeroLabels() {
+	m.enrolments.WithLabelValues(enrolledHost)
+	m.enrolments.WithLabelValues(enrolledControl)
+	for _, c := range unboundClients() {
+		m.unbound.WithLabelValues(c)
 	}
 }
 
@@ -135,13 +148,13 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	d := c.d
 	n := d.guard.snapshot()
-	for k, v := range n.Dropped {
+	for k, v := range withZeros(n.Dropped, knownDrops()) {
 		ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(v), k.Subject, string(k.Reason))
 	}
-	for k, v := range n.Refused {
+	for k, v := range withZeros(n.Refused, knownRefusals()) {
 		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(v), k.Subject, string(k.Reason))
 	}
-	for r, v := range n.Kicked {
+	for r, v := range withZeros(n.Kicked, knownKicks()) {
 		ch <- prometheus.MustNewConstMetric(descKicked, prometheus.CounterValue, float64(v), string(r))
 	}
 	ch <- prometheus.MustNewConstMetric(descHostConns, prometheus.GaugeValue, float64(d.presence.Count()))
@@ -185,10 +198,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descBrokerShedding, prometheus.GaugeValue, shedding)
 	ec := d.broker.EventCounts()
-	for reason, n := range ec.Refused {
+	for reason, n := range withZeros(ec.Refused, knownBrokerRefusals()) {
 		ch <- prometheus.MustNewConstMetric(descBrokerRefused, prometheus.CounterValue, float64(n), reason)
 	}
-	for k, n := range ec.Violations {
+	for k, n := range withZeros(ec.Violations, broker.Violations()) {
 		ch <- prometheus.MustNewConstMetric(descBrokerViolations, prometheus.CounterValue, float64(n), k.What, k.Account)
 	}
 }

@@ -1079,6 +1079,9 @@ func call(ctx context.Context, op *operator.Client, name string, req, res any) e
 // prove the route.
 type refuseAll struct{}
 
+// errJoining is what the temporary broker refuses every client with.
+var errJoining = broker.NewRefusal("joining", "this control node is still joining")
+
 func (refuseAll) Authenticate(broker.Client) (broker.Grant, error) {
-	return broker.Grant{}, fmt.Errorf("%w: this control node is still joining", broker.ErrRefused)
+	return broker.Grant{}, errJoining
 }
