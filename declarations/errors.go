@@ -114,6 +114,14 @@ func Code(err error) string {
 	}
 }
 
+// Codes lists every code Code returns for an error: what a host may report of an
+// envelope it refused, for a reader that exports a figure per code (the control
+// plane's mesh_nodes_errors) and must know them beforehand.
+func Codes() []string {
+	return []string{"too_large", "malformed", "untrusted", "unproven_key", "wrong_mesh", "wrong_enrolment", "wrong_audience",
+		"old_keyring", "rolled_back", "replayed", "expired", "not_yet_valid", "invalid_body", "error"}
+}
+
 // MalformedError reports bytes that are not a well-formed envelope or
 // payload. It matches ErrMalformed.
 type MalformedError struct {

@@ -154,14 +154,22 @@ type statusSummary struct {
 
 // nodeStatesAgree checks mesh_nodes{state} against the summary of meshctl status:
 // the same nodes converged, failing, stale, offline and revoked; behind counts the
-// not converged, which status splits into behind and failing.
+// not converged, which status splits into behind and failing; alive_not_converged
+// the nodes status names as not converged (alive, and not converged or stale).
 func nodeStatesAgree(cp *harness.ControlPlane) error {
 	r := cp.Ctl("status", "--json")
 	var out struct {
-		Summary statusSummary `json:"summary"`
+		Summary statusSummary  `json:"summary"`
+		Nodes   []api.NodeView `json:"nodes"`
 	}
 	if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil {
 		return fmt.Errorf("meshctl status --json: %v:\n%s", err, r.Combined())
+	}
+	named := 0
+	for _, n := range out.Nodes {
+		if n.State == api.StateAlive && (!n.Converged || n.Stale) {
+			named++
+		}
 	}
 	s := out.Summary
 	fams := cp.Scrape()
@@ -178,6 +186,7 @@ func nodeStatesAgree(cp *harness.ControlPlane) error {
 		{"offline", got("offline"), s.Offline},
 		{"revoked", got("revoked"), s.Revoked},
 		{"alive", got("alive"), s.Nodes - s.Offline - s.Revoked},
+		{"alive_not_converged", got("alive_not_converged"), named},
 	} {
 		if c.metric != c.ok {
 			diffs = append(diffs, fmt.Sprintf("mesh_nodes{state=%q} = %d, meshctl status says %d", c.state, c.metric, c.ok))
@@ -229,6 +238,9 @@ func TestMetricsMatchTheOperationsGuide(t *testing.T) {
 	if err := nodeStatesAgree(cp); err != nil {
 		t.Errorf("with a hook failed: %v", err)
 	}
+	if got := harness.Sum(cp.Scrape(), "mesh_nodes_errors", "code=hook_failed"); got != 1 {
+		t.Errorf("mesh_nodes_errors{code=hook_failed} = %v with web-1's hook failed, want 1", got)
+	}
 
 	// A second host, compromised: its key is used by hand.
 	rogue := harness.NewHost(t, bin, "rogue")
@@ -257,6 +269,19 @@ func TestMetricsMatchTheOperationsGuide(t *testing.T) {
 	if err := nodeStatesAgree(cp); err != nil {
 		t.Errorf("with a converged node that refused junk: %v", err)
 	}
+	// Converged, and counted by its code all the same; a code no protocol names
+	// is counted as other, not as a series of its own.
+	if got := harness.Sum(cp.Scrape(), "mesh_nodes_errors", "code=malformed"); got != 1 {
+		t.Errorf("mesh_nodes_errors{code=malformed} = %v with rogue converged and reporting junk refused, want 1", got)
+	}
+	st, _ = json.Marshal(api.Status{V: api.ProtocolVersion, Node: "rogue", HaveApplied: true, AppliedVersion: 0, KeyringEpoch: 1,
+		Error: &api.StatusError{Code: "zzz_custom", Message: "a code of the host's own"}})
+	nc.Publish("mesh.node.rogue.status", st)
+	nc.Flush()
+	harness.Eventually(t, 10*time.Second, "rogue's custom code counted as other", func() bool {
+		f := cp.Scrape()
+		return harness.Sum(f, "mesh_nodes_errors", "code=other") == 1 && harness.Sum(f, "mesh_nodes_errors", "code=malformed") == 0
+	})
 	// Over its size budget: disconnected.
 	big, _ := json.Marshal(api.Status{V: api.ProtocolVersion, Node: "rogue", Agent: strings.Repeat("x", 9<<10)})
 	nc.Publish("mesh.node.rogue.status", big)
@@ -308,6 +333,9 @@ func TestMetricsMatchTheOperationsGuide(t *testing.T) {
 	}
 	if got := harness.Sum(cp.Scrape(), "mesh_nodes", "state=failing"); got != 0 {
 		t.Errorf("mesh_nodes{state=failing} = %v after the retry succeeded", got)
+	}
+	if got := harness.Sum(cp.Scrape(), "mesh_nodes_errors", "code=hook_failed"); got != 0 {
+		t.Errorf("mesh_nodes_errors{code=hook_failed} = %v after the retry succeeded", got)
 	}
 	if err := nodeStatesAgree(cp); err != nil {
 		t.Errorf("after the retry: %v", err)

@@ -21,6 +21,7 @@ import (
 	"mesh/broker"
 	"mesh/controlplane/api"
 	"mesh/controlplane/state"
+	"mesh/declarations"
 	"mesh/host/busyaddr"
 )
 
@@ -89,8 +90,11 @@ var (
 		"Connections open in the hosts account on every broker of the mesh, as nats-server's events report them.",
 		nil, nil)
 	descNodes = prometheus.NewDesc("mesh_nodes",
-		"Enrolled nodes by state. alive, offline and revoked partition the nodes; converged and behind partition the ones not revoked, failing counts those behind that report an error, stale those whose declaration expired (as meshctl status counts them).",
+		"Enrolled nodes by state. alive, offline and revoked partition the nodes; converged and behind partition the ones not revoked, failing counts those behind that report an error, stale those whose declaration expired (as meshctl status counts them); alive_not_converged those alive and not converged, or stale (the nodes meshctl status names, exit 5). The leader's figures are the ones meshctl shows.",
 		[]string{"state"}, nil)
+	descNodeErrors = prometheus.NewDesc("mesh_nodes_errors",
+		"Nodes not revoked by the error code they last reported, converged or not (a converged node that refused junk sent to it keeps its code until its next apply): the protocol's codes, and other for any other a host reported.",
+		[]string{"code"}, nil)
 	descAgents = prometheus.NewDesc("mesh_nodes_agents",
 		"Nodes not revoked by the agent they last reported (meshhost/VERSION): how far an upgrade of the agents has gone. none: nodes that reported no agent the control plane keeps; beyond the 16 agents most reported, the rest are counted as other.",
 		[]string{"agent"}, nil)
@@ -138,7 +142,7 @@ var (
 type collector struct{ d *Daemon }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDropped, descRefused, descKicked, descHostConns, descNodes, descAgents, descControl,
+	for _, d := range []*prometheus.Desc{descDropped, descRefused, descKicked, descHostConns, descNodes, descNodeErrors, descAgents, descControl,
 		descBrokerConns, descBrokerRoutes, descBrokerMsgs, descBrokerBytes, descBrokerSlow, descBrokerHeld, descBrokerShedding, descBrokerIsolated,
 		descBrokerRefused, descBrokerViolations, descBrokerHosts, descBrokerMaxHosts, descBrokerAnswers} {
 		ch <- d
@@ -160,8 +164,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descHostConns, prometheus.GaugeValue, float64(d.presence.Count()))
 
 	counts := d.nodeCounts(d.now())
-	for _, st := range []string{api.StateAlive, api.StateOffline, api.StateRevoked, "converged", "behind", "failing", "stale"} {
+	for _, st := range nodeStates() {
 		ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(counts[st]), st)
+	}
+	for code, n := range d.errorCounts() {
+		ch <- prometheus.MustNewConstMetric(descNodeErrors, prometheus.GaugeValue, float64(n), code)
 	}
 	for agent, n := range d.agentCounts() {
 		ch <- prometheus.MustNewConstMetric(descAgents, prometheus.GaugeValue, float64(n), agent)
@@ -249,6 +256,23 @@ func (c raftCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRaftRefused, prometheus.CounterValue, float64(rs.FailedHandshakes), "handshake")
 }
 
+// States of mesh_nodes beside api.StateAlive, api.StateOffline and api.StateRevoked.
+const (
+	stateConverged = "converged"
+	stateBehind    = "behind"
+	stateFailing   = "failing"
+	stateStale     = "stale"
+	// stateAliveNotConverged is meshctl status's verdict: the live nodes it names
+	// as not converged (exit 5). behind cannot say it: it counts offline nodes too,
+	// which a fleet always has, so an alert on it never clears.
+	stateAliveNotConverged = "alive_not_converged"
+)
+
+// nodeStates are the states of mesh_nodes, each exported whether or not a node is in it.
+func nodeStates() []string {
+	return []string{api.StateAlive, api.StateOffline, api.StateRevoked, stateConverged, stateBehind, stateFailing, stateStale, stateAliveNotConverged}
+}
+
 // nodeCounts counts the enrolled nodes by state at now (see descNodes).
 func (d *Daemon) nodeCounts(now time.Time) map[string]int {
 	out := map[string]int{}
@@ -258,7 +282,8 @@ func (d *Daemon) nodeCounts(now time.Time) map[string]int {
 				out[api.StateRevoked]++
 				continue
 			}
-			if d.alive(n, now) {
+			alive := d.alive(n, now)
+			if alive {
 				out[api.StateAlive]++
 			} else {
 				out[api.StateOffline]++
@@ -268,21 +293,66 @@ func (d *Daemon) nodeCounts(now time.Time) map[string]int {
 			// to publish to it can send); one that has not is failing while it
 			// reports an error, behind either way.
 			a := n.Applied
+			converged := a.HaveApplied && a.Version == n.Declared.Version && convergedOn(a, a.Version)
 			switch {
-			case a.HaveApplied && a.Version == n.Declared.Version && convergedOn(a, a.Version):
-				out["converged"]++
+			case converged:
+				out[stateConverged]++
 			case a.ErrorCode != "":
-				out["behind"]++
-				out["failing"]++
+				out[stateBehind]++
+				out[stateFailing]++
 			default:
-				out["behind"]++
+				out[stateBehind]++
 			}
 			if a.Stale {
-				out["stale"]++
+				out[stateStale]++
+			}
+			// As status judges them: a stale node has not converged on what is
+			// declared now, whatever it applied.
+			if alive && (!converged || a.Stale) {
+				out[stateAliveNotConverged]++
 			}
 		}
 	})
 	return out
+}
+
+// errorOther is the label of mesh_nodes_errors for the codes that are none of the
+// protocol's: hosts choose what they report, and a code each must not make a series.
+const errorOther = "other"
+
+// nodeErrorCodes are the codes a host reports of its last error that
+// mesh_nodes_errors exports as themselves: the verifier's refusals and the host's
+// own failures.
+func nodeErrorCodes() []string {
+	return append(declarations.Codes(), api.StatusApplyFailed, api.StatusHookFailed, api.StatusStateNotSaved)
+}
+
+// errorCounts counts the nodes not revoked by the error code they last reported,
+// for mesh_nodes_errors: every code of nodeErrorCodes and other, 0 when no node
+// reports it, so an alert on one sees it appear.
+func (d *Daemon) errorCounts() map[string]int {
+	counts := map[string]int{errorOther: 0}
+	for _, c := range nodeErrorCodes() {
+		counts[c] = 0
+	}
+	d.fsm.Read(func(s *state.State) {
+		for _, n := range s.Nodes {
+			code := n.Applied.ErrorCode
+			switch {
+			case n.Revoked || code == "":
+				continue
+			case !hasKey(counts, code):
+				code = errorOther
+			}
+			counts[code]++
+		}
+	})
+	return counts
+}
+
+func hasKey[K comparable, V any](m map[K]V, k K) bool {
+	_, ok := m[k]
+	return ok
 }
 
 // Labels of mesh_nodes_agents that are no agent: none is reported by a node that
