@@ -112,6 +112,11 @@ var openLabels = map[string]bool{
 	"mesh_broker_client_violations_total/kind":    true,
 	"mesh_broker_client_violations_total/account": true,
 	"mesh_agent_envelopes_refused_total/code":     true,
+	// The build: its version and commit.
+	"mesh_build_info/version":        true,
+	"mesh_build_info/revision":       true,
+	"mesh_agent_build_info/version":  true,
+	"mesh_agent_build_info/revision": true,
 	// The agents the hosts report (none and other aside, which the row names).
 	"mesh_nodes_agents/agent": true,
 }

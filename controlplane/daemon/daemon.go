@@ -48,6 +48,9 @@ type Options struct {
 	// Version is the version of the meshctl serving (`meshctl version`), which
 	// `meshctl control status` shows for each control node; "" says none.
 	Version string
+	// Revision is the commit the meshctl serving was built from ("" when its build
+	// recorded none): mesh_build_info says it with Version.
+	Revision string
 	// Timeouts tunes Raft; zero means replication.DefaultTimeouts.
 	Timeouts replication.Timeouts
 	// OfflineAfter is how long after its last report a node counts as offline: three

@@ -104,7 +104,9 @@ var (
 	descRaftRefused = prometheus.NewDesc("mesh_raft_connections_refused_total",
 		"Raft connections closed by this node, in and out: reason=not_a_member for a leaf of the mesh CA whose pin is no current control node's (nor one learnt ahead of a lagging state), reason=handshake for a TLS handshake that failed.",
 		[]string{"reason"}, nil)
-	descRaftTerm    = prometheus.NewDesc("mesh_raft_term", "The current Raft term.", nil, nil)
+	descRaftTerm          = prometheus.NewDesc("mesh_raft_term", "The current Raft term.", nil, nil)
+	descRaftLeaderChanges = prometheus.NewDesc("mesh_raft_leader_changes_total",
+		"Leaders this control node learnt of since it started: the first, then one for each election it saw end, the same node again included (the term also grows on elections nobody won).", nil, nil)
 	descRaftCommit  = prometheus.NewDesc("mesh_raft_commit_index", "The index of the last committed log entry.", nil, nil)
 	descRaftApplied = prometheus.NewDesc("mesh_raft_applied_index", "The index of the last log entry applied to the state.", nil, nil)
 	descRaftLast    = prometheus.NewDesc("mesh_raft_last_index", "The index of the last log entry stored.", nil, nil)
@@ -220,7 +222,7 @@ type raftCollector struct{ d *Daemon }
 
 func (c raftCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRaftLeader, descRaftTerm, descRaftCommit, descRaftApplied, descRaftLast,
-		descRaftContact, descRaftRefused, descRaftWriteFailing} {
+		descRaftContact, descRaftRefused, descRaftWriteFailing, descRaftLeaderChanges} {
 		ch <- d
 	}
 }
@@ -243,6 +245,7 @@ func (c raftCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descRaftLeader, prometheus.GaugeValue, leader)
 	ch <- prometheus.MustNewConstMetric(descRaftTerm, prometheus.GaugeValue, float64(rs.Term))
+	ch <- prometheus.MustNewConstMetric(descRaftLeaderChanges, prometheus.CounterValue, float64(rs.LeaderChanges))
 	ch <- prometheus.MustNewConstMetric(descRaftCommit, prometheus.GaugeValue, float64(rs.CommitIndex))
 	ch <- prometheus.MustNewConstMetric(descRaftApplied, prometheus.GaugeValue, float64(rs.Applied))
 	ch <- prometheus.MustNewConstMetric(descRaftLast, prometheus.GaugeValue, float64(rs.LastIndex))
@@ -428,12 +431,32 @@ func (d *Daemon) newRegistry() *prometheus.Registry {
 	return reg
 }
 
-// startingRegistry is what a node exports before it is open: its Raft figures and
-// the process's.
+// startingRegistry is what a node exports before it is open: its build, its Raft
+// figures and the process's.
 func (d *Daemon) startingRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(raftCollector{d}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(buildInfo(d.opts.Version, d.opts.Revision), raftCollector{d},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
+}
+
+// buildInfo is mesh_build_info: 1, labelled with the build serving, so that a
+// dashboard can tell which control nodes an upgrade has reached (meshctl control
+// status says it of the nodes that answer).
+func buildInfo(version, revision string) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "mesh_build_info",
+		Help:        "1, labelled with the version of meshctl serving (meshctl version) and the commit it was built from (unknown when its build recorded none).",
+		ConstLabels: prometheus.Labels{"version": orUnknown(version), "revision": orUnknown(revision)}})
+	g.Set(1)
+	return g
+}
+
+// orUnknown is s, or "unknown" for "": Prometheus drops a label whose value is empty.
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }
 
 // Ready reports whether this control node can serve: a Raft leader is known and its

@@ -99,6 +99,8 @@ type Node struct {
 	stream  *tlsStream
 	leader  chan bool
 	log     *slog.Logger
+	// leaders counts the leaders this member has learnt of (observeLeaders).
+	leaders atomic.Uint64
 }
 
 // ErrNotLeader means a write was proposed on a control node that is not the leader.
@@ -340,8 +342,26 @@ func Open(cfg Config) (*Node, error) {
 	if now == nil {
 		now = time.Now
 	}
+	n := &Node{now: now, observe: cfg.ApplyObserver, raft: r, fsm: fsm, store: store, guarded: guarded, snaps: snaps, trans: trans, stream: stream, leader: leader, log: log}
+	n.observeLeaders()
 	electAloneAtOnce(r, rc)
-	return &Node{now: now, observe: cfg.ApplyObserver, raft: r, fsm: fsm, store: store, guarded: guarded, snaps: snaps, trans: trans, stream: stream, leader: leader, log: log}, nil
+	return n, nil
+}
+
+// observeLeaders counts each leader this member learns of: the first after it
+// starts, and each one after an election, the same node again included (the term
+// also grows on elections nobody won, so it cannot say how often the leader
+// changed). hashicorp/raft observes a leader when it learns of one that differs from
+// the last it knew, none included, and calls an observer's filter on its own
+// goroutine for each observation: counted there and never queued, none is dropped,
+// and Raft waits on nothing of ours.
+func (n *Node) observeLeaders() {
+	n.raft.RegisterObserver(raft.NewObserver(nil, false, func(o *raft.Observation) bool {
+		if lo, ok := o.Data.(raft.LeaderObservation); ok && lo.LeaderID != "" {
+			n.leaders.Add(1)
+		}
+		return false
+	}))
 }
 
 // electAloneAtOnce lets a node that is the only voter of its configuration elect
@@ -634,6 +654,9 @@ type Status struct {
 	// peer's pin is not allowed (Config.PeerAllowed); FailedHandshakes, those in that
 	// did not complete a handshake with a leaf of the mesh CA.
 	PeersNotMembers, FailedHandshakes uint64
+	// LeaderChanges counts the leaders this member has learnt of since it opened
+	// (observeLeaders).
+	LeaderChanges uint64
 }
 
 // Status returns this member's view of Raft, from raft's own API (Applied is
@@ -644,6 +667,7 @@ func (n *Node) Status() Status {
 		LastIndex: n.raft.LastIndex(), CommitIndex: n.raft.CommitIndex(), Applied: n.AppliedIndex(),
 		LastContact:     n.raft.LastContact(),
 		PeersNotMembers: n.stream.notMembers.Load(), FailedHandshakes: n.stream.failedHandshakes.Load(),
+		LeaderChanges: n.leaders.Load(),
 	}
 }
 

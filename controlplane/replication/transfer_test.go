@@ -7,7 +7,9 @@ import (
 )
 
 // TestTransferLeadership: the leader of three voters hands leadership to the one it
-// names, which leads at once; a node that does not lead cannot hand it over.
+// names, which leads at once; a node that does not lead cannot hand it over. Each
+// member counts the leaders it learnt of (mesh_raft_leader_changes_total): the
+// first, then the one the transfer made, on the member that led as on the others.
 func TestTransferLeadership(t *testing.T) {
 	ca := newCA(t, "mesh")
 	discard := slog.New(slog.DiscardHandler)
@@ -26,12 +28,25 @@ func TestTransferLeadership(t *testing.T) {
 	if err := nodes["cp-2"].TransferLeadership("cp-3", binds["cp-3"]); err == nil {
 		t.Fatal("a follower handed leadership over")
 	}
+	all := map[string]*Node{"cp-1": leader, "cp-2": nodes["cp-2"], "cp-3": nodes["cp-3"]}
+	for id, n := range all {
+		waitFor(t, id+" knows the leader", func() bool { return n.raft.Leader() != "" })
+		if got := n.Status().LeaderChanges; got != 1 {
+			t.Errorf("%s learnt of %d leaders before the transfer, want 1", id, got)
+		}
+	}
 	if err := leader.TransferLeadership("cp-3", binds["cp-3"]); err != nil {
 		t.Fatalf("transfer to cp-3: %v", err)
 	}
 	waitFor(t, "cp-3 leads", nodes["cp-3"].IsLeader)
 	if leader.IsLeader() || nodes["cp-2"].IsLeader() {
 		t.Fatal("another node than cp-3 still leads")
+	}
+	for id, n := range all {
+		waitFor(t, id+" knows cp-3 leads", func() bool { _, lid := n.raft.LeaderWithID(); return lid == "cp-3" })
+		if got := n.Status().LeaderChanges; got != 2 {
+			t.Errorf("%s learnt of %d leaders after the transfer, want 2", id, got)
+		}
 	}
 	probe(t, nodes["cp-3"], "after")
 }

@@ -49,6 +49,9 @@ type Options struct {
 	// build the mesh shows operators, which tells them how far an upgrade went);
 	// "" names none.
 	Agent string
+	// Version and Revision are this build's (`meshhost version`; "" when it recorded
+	// none): mesh_agent_build_info says them.
+	Version, Revision string
 	// Root is the managed root the file applier keeps in line with declarations.
 	Root   string
 	Logger *slog.Logger

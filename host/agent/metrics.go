@@ -94,13 +94,16 @@ var (
 		"Managed files found changed or removed on this host (by hand, by another program) and put back as declared since the agent started.", nil, nil)
 	descStale = prometheus.NewDesc("mesh_agent_stale",
 		"1 when the applied declaration expired without a fresh one.", nil, nil)
+	descBuildInfo = prometheus.NewDesc("mesh_agent_build_info",
+		"1, labelled with the version of meshhost running (meshhost version) and the commit it was built from (unknown when its build recorded none).",
+		[]string{"version", "revision"}, nil)
 )
 
 // collector exports the agent's stats at scrape time.
 type collector struct{ a *Agent }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descAppliedVersion, descKeyringEpoch, descApplied, descRefused, descLastApply, descConnected, descSynced, descStale, descHooksFailed, descPutBack} {
+	for _, d := range []*prometheus.Desc{descAppliedVersion, descKeyringEpoch, descApplied, descRefused, descLastApply, descConnected, descSynced, descStale, descHooksFailed, descPutBack, descBuildInfo} {
 		ch <- d
 	}
 }
@@ -134,6 +137,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descStale, boolValue(stale))
 	gauge(descHooksFailed, float64(hooksFailed))
 	ch <- prometheus.MustNewConstMetric(descPutBack, prometheus.CounterValue, float64(putBack))
+	ch <- prometheus.MustNewConstMetric(descBuildInfo, prometheus.GaugeValue, 1, orUnknown(a.o.Version), orUnknown(a.o.Revision))
+}
+
+// orUnknown is s, or "unknown" for "": Prometheus drops a label whose value is empty.
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }
 
 func boolValue(b bool) float64 {

@@ -132,10 +132,12 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 				if profiling && metricsListen == "" {
 					return usagef("--pprof serves on the --metrics-listen address: give one")
 				}
+				build := readVersion("meshctl")
 				opts := daemon.Options{
-					Dir:     datadir.Dir(dir),
-					Logger:  log,
-					Version: readVersion("meshctl").Version,
+					Dir:      datadir.Dir(dir),
+					Logger:   log,
+					Version:  build.Version,
+					Revision: build.Revision,
 					Timeouts: replication.Timeouts{Heartbeat: heartbeat, Election: heartbeat, LeaderLease: heartbeat / 2, Commit: def.Commit,
 						SnapshotInterval: snapInterval, SnapshotThreshold: snapThreshold},
 					OfflineAfter:       offline,

@@ -657,7 +657,10 @@ func cmdRun(args []string, cio *cliIO) error {
 	defer lock.Release()
 	var ready sync.Once
 	var id identity.Identity
+	build := readVersion()
 	a, err := agent.New(agent.Options{StateDir: *stateDir, Agent: agentName(), Root: *root, Logger: log, Heartbeat: *heartbeat, BrokerPing: *brokerPing, ReturnHome: *returnHome, CheckFiles: *checkFiles, Hooks: hk,
+		Version:       build.Version,
+		Revision:      build.Revision,
 		ExtraBrokers:  extra,
 		MetricsListen: *metricsListen,
 		Socket:        agent.SocketPath(*stateDir),
