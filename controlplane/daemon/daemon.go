@@ -174,6 +174,8 @@ type Daemon struct {
 	// keysMu serialises syncKeys: the leader's handler and the effects actor may
 	// both run it.
 	keysMu sync.Mutex
+	// resends bounds the log line about what reconcile re-sends.
+	resends resendNotice
 }
 
 // Open loads the data directory, starts Raft and waits until this node's state is

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"maps"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"mesh/controlplane/api"
 )
 
 // Reason says why the control plane dropped a message without acting on it. Each is
@@ -170,12 +173,30 @@ func newGuard(log *slog.Logger, now func() time.Time, b Budgets) *guard {
 // logged at once; later ones at most once per interval, with how many there were
 // meanwhile.
 func (g *guard) drop(subject string, reason Reason, who, detail string) {
-	g.count(g.counts, "message dropped", subject, reason, who, detail)
+	g.count(g.counts, slog.LevelWarn, "message dropped", subject, reason, who, detail)
 }
 
-// refuse counts a request answered with a refusal, logged the same bounded way.
+// refuse counts a request answered with a refusal, logged the same bounded way, at
+// refusalLevel.
 func (g *guard) refuse(subject string, reason Reason, who, detail string) {
-	g.count(g.refused, "request refused", subject, reason, who, detail)
+	g.count(g.refused, refusalLevel(subject, reason), "request refused", subject, reason, who, detail)
+}
+
+// refusalLevel is the level a refusal is logged at. An operator's request refused
+// for what it asked (a node that does not exist, a token pending, a malformed
+// selector) is answered to the operator, who reads why there: as a warning, a typo
+// in `meshctl revoke` set off alerts on WARN, which are for what goes wrong. What
+// hosts and enrolling clients are refused, and an operator's request the control
+// plane could not carry out (its fault, not the request's), stay warnings.
+func refusalLevel(subject string, reason Reason) slog.Level {
+	if subject != subjectAdmin {
+		return slog.LevelWarn
+	}
+	switch string(reason) {
+	case api.CodeInternal, api.CodeDiskFull, api.CodeUnavailable:
+		return slog.LevelWarn
+	}
+	return slog.LevelInfo
 }
 
 // kicked counts a connection closed for exceeding a budget.
@@ -185,12 +206,12 @@ func (g *guard) kicked(reason Reason) {
 	g.mu.Unlock()
 }
 
-func (g *guard) count(into map[DropKey]uint64, what, subject string, reason Reason, who, detail string) {
+func (g *guard) count(into map[DropKey]uint64, level slog.Level, what, subject string, reason Reason, who, detail string) {
 	g.mu.Lock()
 	into[DropKey{Subject: subject, Reason: reason}]++
 	g.mu.Unlock()
 	if due, n := g.due(DropKey{Subject: what + " " + subject, Reason: reason}); due {
-		g.log.Warn(what, "subject", subject, "reason", string(reason), "from", who, "detail", clipText(detail, 200), "count", n)
+		g.log.Log(context.Background(), level, what, "subject", subject, "reason", string(reason), "from", who, "detail", clipText(detail, 200), "count", n)
 	}
 }
 

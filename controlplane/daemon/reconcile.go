@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"mesh/controlplane/api"
@@ -59,13 +62,54 @@ func (d *Daemon) reconcile(now time.Time) {
 	if len(lagging) == 0 {
 		return
 	}
-	d.log.Info("re-sending what live nodes have not acknowledged", "nodes", len(lagging), "behind_on_keyrings", len(chains))
+	if due, rounds := d.resends.due(now); due {
+		d.log.Info("re-sending what live nodes have not acknowledged", "nodes", len(lagging), "behind_on_keyrings", len(chains),
+			"first", strings.Join(firstIDs(lagging, resendShown), ","), "count", rounds)
+	}
 	for id, chain := range chains {
 		for _, kr := range chain {
 			_ = d.conns.publisher.Publish(api.DeclarationSubject(id), kr)
 		}
 	}
 	d.publishDeclarations(lagging)
+}
+
+// resendShown is how many of the nodes re-sent to the line about it names.
+const resendShown = 5
+
+// resendLogEvery is how often that line is written while re-sending goes on.
+const resendLogEvery = 5 * time.Minute
+
+// resendNotice bounds the line about re-sending. A live node that stays behind for
+// a reason re-sending does not cure (its clock an hour off, an identity cloned onto
+// another machine) is sent its declaration again every reconcile for as long as it
+// lasts, and a line each time was 8,640 identical lines a day naming no node. The
+// first line is written at once; then one every resendLogEvery, with the count of
+// rounds since the last.
+type resendNotice struct {
+	mu     sync.Mutex
+	last   time.Time // when the last line was written; zero: none yet
+	rounds int       // rounds since the last line
+}
+
+// due counts a round of re-sending at now and reports whether a line is due, and
+// then how many rounds it covers, this one included.
+func (r *resendNotice) due(now time.Time) (bool, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rounds++
+	if !r.last.IsZero() && now.Sub(r.last) < resendLogEvery {
+		return false, 0
+	}
+	n := r.rounds
+	r.last, r.rounds = now, 0
+	return true, n
+}
+
+// firstIDs returns the first n of ids in order, for a line that names a few.
+func firstIDs(ids []string, n int) []string {
+	sorted := slices.Sorted(slices.Values(ids))
+	return sorted[:min(n, len(sorted))]
 }
 
 // purge commits an empty command when a token record or a sealed identity has fallen

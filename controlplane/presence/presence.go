@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"mesh/logging"
 )
 
 // Conn names one client connection: the broker's server id and its connection id.
@@ -65,6 +67,10 @@ type Tracker struct {
 	byID    map[Conn]string
 	gone    tombstones    // closed connections, so a late listing does not bring them back
 	kicking map[Conn]bool // asked to close, not closed yet
+
+	// repeats bounds the lines about kicks that could not be asked for: one a
+	// connection, a revocation of 1,000 nodes during a reconnect wrote 1,000.
+	repeats *logging.Limiter
 }
 
 // tombstoneFor is how long a closed connection is remembered.
@@ -128,7 +134,8 @@ func Start(cfg Config) (*Tracker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	t := &Tracker{cfg: cfg, users: map[string]map[Conn]time.Time{}, byID: map[Conn]string{}, kicking: map[Conn]bool{}}
+	t := &Tracker{cfg: cfg, users: map[string]map[Conn]time.Time{}, byID: map[Conn]string{}, kicking: map[Conn]bool{},
+		repeats: logging.NewLimiter(logging.RepeatInterval, cfg.Now)}
 	for subj, h := range map[string]nats.MsgHandler{cfg.Connect: t.onConnect, cfg.Disconnect: t.onDisconnect} {
 		sub, err := cfg.Conn.Subscribe(subj, h)
 		if err != nil {
@@ -380,7 +387,10 @@ func (t *Tracker) KickConn(c Conn) {
 	// nats-server acts on a system request only when it names a reply subject; the
 	// answer is not needed.
 	if err := t.cfg.Conn.PublishRequest("$SYS.REQ.SERVER."+c.Server+".KICK", t.cfg.Conn.NewRespInbox(), data); err != nil {
-		t.cfg.Logger.Warn("could not ask a broker to close a connection", "server", c.Server, "cid", c.CID, "err", err)
+		// At most one line an interval (its count of those held back with the
+		// next): the connection failing, every kick of a revocation fails with it.
+		t.repeats.Log(context.Background(), t.cfg.Logger, slog.LevelWarn, "presence", "kick not sent",
+			"could not ask a broker to close a connection", slog.String("server", c.Server), slog.Uint64("cid", c.CID), slog.Any("err", err))
 	}
 }
 
