@@ -11,9 +11,9 @@ import (
 // redacted stands in for a Client's credentials wherever a Client is printed.
 const redacted = "<redacted>"
 
-// hidden is what a Client's printed forms show for one of its credentials:
+// redactedIfSet is what a Client's printed forms show for one of its credentials:
 // "<redacted>" when it was presented, nothing when it was not.
-func hidden(s string) string {
+func redactedIfSet(s string) string {
 	if s == "" {
 		return ""
 	}
@@ -26,7 +26,7 @@ func hidden(s string) string {
 // the user name is shown only when it has the form of this mesh's (userText).
 func (c Client) String() string {
 	return fmt.Sprintf("Client{Username:%s Password:%s Token:%s Nkey:%q JWT:%s Sig:(%d bytes) Name:%q Nonce:(%d bytes) Binding:(%d bytes) Remote:%s TLS:%t HostsFull:%t Recheck:%t}",
-		userText(c.Username), hidden(c.Password), hidden(c.Token), clip(c.Nkey), hidden(c.JWT), len(c.Sig),
+		userText(c.Username), redactedIfSet(c.Password), redactedIfSet(c.Token), clip(c.Nkey), redactedIfSet(c.JWT), len(c.Sig),
 		clip(c.Name), len(c.Nonce), len(c.Binding), addrString(c.Remote), c.TLS != nil, c.HostsFull, c.Recheck)
 }
 
@@ -56,10 +56,10 @@ func (c Client) Format(f fmt.State, verb rune) {
 func (c Client) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("user", userText(c.Username)),
-		slog.String("password", hidden(c.Password)),
-		slog.String("token", hidden(c.Token)),
+		slog.String("password", redactedIfSet(c.Password)),
+		slog.String("token", redactedIfSet(c.Token)),
 		slog.String("nkey", clip(c.Nkey)),
-		slog.String("jwt", hidden(c.JWT)),
+		slog.String("jwt", redactedIfSet(c.JWT)),
 		slog.String("name", clip(c.Name)),
 		slog.String("remote", addrString(c.Remote)),
 		slog.Bool("tls", c.TLS != nil),
@@ -83,6 +83,6 @@ func (c Client) MarshalJSON() ([]byte, error) {
 		TLS       bool   `json:"tls"`
 		HostsFull bool   `json:"hosts_full"`
 		Recheck   bool   `json:"recheck"`
-	}{userText(c.Username), hidden(c.Password), hidden(c.Token), clip(c.Nkey), hidden(c.JWT), clip(c.Name),
+	}{userText(c.Username), redactedIfSet(c.Password), redactedIfSet(c.Token), clip(c.Nkey), redactedIfSet(c.JWT), clip(c.Name),
 		addrString(c.Remote), c.TLS != nil, c.HostsFull, c.Recheck})
 }
