@@ -118,7 +118,7 @@ func TestNoSecretInLogs(t *testing.T) {
 		if strings.Contains(strings.ToLower(out), secret) {
 			t.Errorf("the token secret appears in the %s", name)
 		}
-		if strings.Contains(out, id.Seed) {
+		if strings.Contains(out, string(id.Seed)) {
 			t.Errorf("the node seed appears in the %s", name)
 		}
 	}
@@ -134,7 +134,7 @@ func TestNoSecretInLogs(t *testing.T) {
 		if strings.Contains(strings.ToLower(string(data)), secret) {
 			t.Errorf("the token secret is stored in %s", p)
 		}
-		if strings.Contains(string(data), id.Seed) {
+		if strings.Contains(string(data), string(id.Seed)) {
 			t.Errorf("the node seed is stored in %s", p)
 		}
 		return nil

@@ -70,7 +70,7 @@ func newFixtureIn(t testing.TB, dir string) *fixture {
 	seed, _ := kp.Seed()
 	pub, _ := kp.PublicKey()
 	id := identity.Identity{
-		Format: identity.FormatVersion, Mesh: "m", Node: "n-1", Role: "worker", Seed: string(seed), PublicKey: pub,
+		Format: identity.FormatVersion, Mesh: "m", Node: "n-1", Role: "worker", Seed: identity.Secret(seed), PublicKey: pub,
 		CAPEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), CAPin: hex.EncodeToString(pin[:]),
 		Brokers: []string{"127.0.0.1:1"},
 		Subjects: identity.Subjects{Declarations: "mesh.node.n-1.decl", Status: "mesh.node.n-1.status",
@@ -712,7 +712,7 @@ func TestTheFinishedEnrolmentsDraftKeyIsRemoved(t *testing.T) {
 	}
 	other, _ := nkeys.CreateUser()
 	otherSeed, _ := other.Seed()
-	if err := identity.SavePending(f.dir, identity.Pending{Format: 1, Mesh: "m", Node: "n-1", TokenHash: strings.Repeat("ab", 32), Seed: string(otherSeed), CreatedAt: t0}); err != nil {
+	if err := identity.SavePending(f.dir, identity.Pending{Format: 1, Mesh: "m", Node: "n-1", TokenHash: strings.Repeat("ab", 32), Seed: identity.Secret(otherSeed), CreatedAt: t0}); err != nil {
 		t.Fatal(err)
 	}
 	start()

@@ -679,7 +679,7 @@ func (r *run) nodeKey() (*identity.KeyPair, bool, error) {
 	}
 	seed, _ := kp.Seed()
 	if err := identity.SavePending(r.o.StateDir, identity.Pending{
-		Format: 1, Mesh: r.tok.Mesh, Node: r.tok.Node, TokenHash: tokenID, Seed: string(seed), CreatedAt: r.o.Now().UTC(),
+		Format: 1, Mesh: r.tok.Mesh, Node: r.tok.Node, TokenHash: tokenID, Seed: identity.Secret(seed), CreatedAt: r.o.Now().UTC(),
 	}); err != nil {
 		return nil, false, saveError(err, r.tok)
 	}
@@ -853,7 +853,7 @@ func (r *run) verify(resp wire.EnrolResponse, kp *identity.KeyPair, pub string) 
 		Mesh:      r.tok.Mesh,
 		Node:      r.tok.Node,
 		Role:      resp.Role,
-		Seed:      string(seed),
+		Seed:      identity.Secret(seed),
 		PublicKey: pub,
 		CAPEM:     resp.CAPEM,
 		CAPin:     hex.EncodeToString(r.tok.CAPin[:]),

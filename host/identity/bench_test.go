@@ -71,10 +71,10 @@ func BenchmarkEnrolmentKey(b *testing.B) {
 			b.Fatal(err)
 		}
 		seed, _ := kp.Seed()
-		if err := SavePending(dir, Pending{Mesh: id.Mesh, Node: id.Node, TokenHash: strings.Repeat("ab", 32), Seed: string(seed), CreatedAt: time.Now()}); err != nil {
+		if err := SavePending(dir, Pending{Mesh: id.Mesh, Node: id.Node, TokenHash: strings.Repeat("ab", 32), Seed: Secret(seed), CreatedAt: time.Now()}); err != nil {
 			b.Fatal(err)
 		}
-		id.Seed, id.PublicKey = string(seed), kp.pub
+		id.Seed, id.PublicKey = Secret(seed), kp.pub
 		if err := id.ValidateWith(kp); err != nil {
 			b.Fatal(err)
 		}

@@ -22,7 +22,7 @@ func FuzzIdentityLoad(f *testing.F) {
 	f.Add(append(append([]byte{}, good...), good...))
 	f.Add(withField(f, id, "format", "2"))
 	f.Add(withField(f, id, "ca_pin", `"00"`))
-	f.Add(withField(f, id, "nkey_seed", `"`+validIdentity(f).Seed+`"`))
+	f.Add(withField(f, id, "nkey_seed", `"`+string(validIdentity(f).Seed)+`"`))
 	f.Add([]byte{})
 	f.Add([]byte("\x00\x00\x00"))
 	f.Add([]byte(`{"format":1}`))

@@ -81,7 +81,7 @@ func validIdentity(t testing.TB) Identity {
 		Mesh:      "demo",
 		Node:      "web-1",
 		Role:      "worker",
-		Seed:      seed,
+		Seed:      Secret(seed),
 		PublicKey: pub,
 		CAPEM:     caPEM,
 		CAPin:     pin,
@@ -106,7 +106,7 @@ func validPending(t testing.TB) Pending {
 		Mesh:      "demo",
 		Node:      "web-1",
 		TokenHash: hex.EncodeToString(h[:]),
-		Seed:      seed,
+		Seed:      Secret(seed),
 		CreatedAt: time.Date(2026, 11, 29, 20, 0, 0, 0, time.UTC),
 	}
 }

@@ -10,8 +10,8 @@
 //
 // The seed is the only secret here. It is written to the file and nowhere
 // else: String and GoString (and so %v, %+v, %#v, %s and %q), slog and
-// json.Marshal all leave it out. A verb meant for numbers (%d, %x) would still
-// print the struct's fields; go vet reports such format strings.
+// json.Marshal all leave it out, and under any other verb (%d, %x) the seed's
+// own type, Secret, prints "<redacted>".
 package identity
 
 import (
@@ -67,7 +67,7 @@ type Identity struct {
 	Mesh        string    `json:"mesh"`
 	Node        string    `json:"node"`
 	Role        string    `json:"role"`
-	Seed        string    `json:"nkey_seed"`    // nkeys user seed ("SU..."); the private half never leaves this file
+	Seed        Secret    `json:"nkey_seed"`    // nkeys user seed ("SU..."); the private half never leaves this file
 	PublicKey   string    `json:"public_key"`   // nkeys user public key ("U..."), must match Seed
 	CAPEM       string    `json:"ca_pem"`       // the mesh CA certificate
 	CAPin       string    `json:"ca_pin"`       // 64 hex, SHA-256 of the CA's SubjectPublicKeyInfo; must match CAPEM
@@ -142,13 +142,13 @@ func (id Identity) ValidateWith(kp *KeyPair) error {
 	case kp.priv == nil:
 		return errWiped
 	}
-	if err := checkUserSeed(id.Seed); err != nil {
+	if err := checkUserSeed(string(id.Seed)); err != nil {
 		return err
 	}
 	if !nkeys.IsValidPublicUserKey(id.PublicKey) {
 		return invalid("public_key", "is not an nkeys user public key")
 	}
-	if string(kp.seed) != id.Seed || kp.pub != id.PublicKey {
+	if string(kp.seed) != string(id.Seed) || kp.pub != id.PublicKey {
 		return invalid("nkey_seed", "is not the key pair's this identity was made with")
 	}
 	return id.validateRest()
@@ -239,7 +239,7 @@ func (id Identity) validateRest() error {
 // seed is a user seed and that it matches PublicKey. The caller should Wipe it
 // when done.
 func (id Identity) KeyPair() (*KeyPair, error) {
-	kp, err := userKeyPair(id.Seed)
+	kp, err := userKeyPair(string(id.Seed))
 	if err != nil {
 		return nil, err
 	}
@@ -262,7 +262,8 @@ func (id Identity) String() string {
 
 // GoString is String, so that %#v does not print the seed either. With String
 // it covers %v, %+v, %s and %q. (Identity cannot implement fmt.Formatter: its
-// Format field takes the method's name.)
+// Format field takes the method's name. Under the other verbs fmt prints the
+// fields, and the seed's type, Secret, prints "<redacted>".)
 func (id Identity) GoString() string { return "identity." + id.String() }
 
 // LogValue keeps the seed out of slog, whose JSON handler would otherwise

@@ -124,11 +124,11 @@ func TestLoadFileStates(t *testing.T) {
 		{name: "format as string", data: withField(t, id, "format", `"1"`), want: "corrupt", reason: "format version is not"},
 		{name: "unknown field", data: withField(t, id, "extra", `true`), want: "corrupt", reason: "unknown field"},
 		{name: "wrong type", data: withField(t, id, "brokers", `"127.0.0.1:1"`), want: "corrupt", reason: "field brokers"},
-		{name: "seed of another key", data: withField(t, id, "nkey_seed", fmt.Sprintf("%q", other.Seed)),
-			want: "corrupt", reason: "nkey_seed does not match", notWant: other.Seed},
+		{name: "seed of another key", data: withField(t, id, "nkey_seed", fmt.Sprintf("%q", string(other.Seed))),
+			want: "corrupt", reason: "nkey_seed does not match", notWant: string(other.Seed)},
 		{name: "seed of wrong type", data: withField(t, id, "nkey_seed", fmt.Sprintf("%q", acctSeed)),
 			want: "corrupt", reason: "not a user seed", notWant: string(acctSeed)},
-		{name: "seed mangled", data: withField(t, id, "nkey_seed", fmt.Sprintf("%q", mangle(id.Seed, 20))),
+		{name: "seed mangled", data: withField(t, id, "nkey_seed", fmt.Sprintf("%q", mangle(string(id.Seed), 20))),
 			want: "corrupt", reason: "not a valid nkeys seed"},
 		{name: "seed missing", data: withField(t, id, "nkey_seed", ""), want: "corrupt", reason: "nkey_seed is missing"},
 		{name: "pin of another CA", data: withField(t, id, "ca_pin", fmt.Sprintf("%q", other.CAPin)), want: "corrupt", reason: "ca_pin does not match"},
@@ -138,8 +138,8 @@ func TestLoadFileStates(t *testing.T) {
 		{name: "enrolled_at bad", data: withField(t, id, "enrolled_at", `"yesterday"`), want: "corrupt", reason: "cannot be decoded"},
 		// encoding/json would read these, the last member winning and names
 		// matched whatever their case: a file meshhost never writes.
-		{name: "seed twice", data: bytes.Replace(good, []byte(`{`), []byte(fmt.Sprintf(`{"nkey_seed":%q,`, other.Seed)), 1),
-			want: "corrupt", reason: `"nkey_seed" appears twice`, notWant: other.Seed},
+		{name: "seed twice", data: bytes.Replace(good, []byte(`{`), []byte(fmt.Sprintf(`{"nkey_seed":%q,`, string(other.Seed))), 1),
+			want: "corrupt", reason: `"nkey_seed" appears twice`, notWant: string(other.Seed)},
 		{name: "node twice", data: bytes.Replace(good, []byte(`{`), []byte(`{"node":"db-9",`), 1), want: "corrupt", reason: `"node" appears twice`},
 		{name: "node in another case", data: bytes.Replace(good, []byte(`"node":`), []byte(`"Node":`), 1), want: "corrupt", reason: `"Node" is field "node"`},
 		{name: "too big", data: append(append([]byte{}, good...), bytes.Repeat([]byte(" "), MaxFileSize)...), want: "corrupt", reason: "larger than"},
@@ -161,7 +161,7 @@ func TestLoadFileStates(t *testing.T) {
 				}
 				return
 			}
-			checkDamagedMessage(t, err, Path(state), id.Seed)
+			checkDamagedMessage(t, err, Path(state), string(id.Seed))
 			if tc.notWant != "" && strings.Contains(err.Error(), tc.notWant) {
 				t.Fatalf("message quotes a seed: %v", err)
 			}
@@ -339,7 +339,7 @@ func TestValidate(t *testing.T) {
 		{"nkey_seed", func(id *Identity) { id.Seed = "" }},
 		{"nkey_seed", func(id *Identity) { id.Seed = "SUnotaseed" }},
 		{"nkey_seed", func(id *Identity) { id.Seed = other.Seed }},
-		{"nkey_seed", func(id *Identity) { id.Seed, id.PublicKey = string(acctSeed), acctPub }},
+		{"nkey_seed", func(id *Identity) { id.Seed, id.PublicKey = Secret(acctSeed), acctPub }},
 		{"public_key", func(id *Identity) { id.PublicKey = "" }},
 		{"public_key", func(id *Identity) { id.PublicKey = acctPub }},
 		{"ca_pem", func(id *Identity) { id.CAPEM = "" }},
@@ -392,7 +392,7 @@ func TestValidate(t *testing.T) {
 		if ie.Field != tc.field {
 			t.Errorf("%d: field %q (%v), want %q", i, ie.Field, err, tc.field)
 		}
-		for _, secret := range []string{base.Seed, other.Seed, string(acctSeed)} {
+		for _, secret := range []string{string(base.Seed), string(other.Seed), string(acctSeed)} {
 			if strings.Contains(err.Error(), secret) {
 				t.Errorf("%d: message quotes a seed: %v", i, err)
 			}
@@ -465,7 +465,7 @@ func TestLoadKeyPair(t *testing.T) {
 	kp.Wipe()
 
 	other := validIdentity(t)
-	if err := os.WriteFile(Path(state), withField(t, id, "nkey_seed", fmt.Sprintf("%q", other.Seed)), 0o600); err != nil {
+	if err := os.WriteFile(Path(state), withField(t, id, "nkey_seed", fmt.Sprintf("%q", string(other.Seed))), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, kp, err = LoadKeyPair(state)

@@ -5,7 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
+	"strconv"
 
 	"github.com/nats-io/nkeys"
 )
@@ -133,6 +136,22 @@ func (k KeyPair) String() string { return "identity.KeyPair{PublicKey:" + k.pub 
 
 // GoString is String.
 func (k KeyPair) GoString() string { return k.String() }
+
+// Format implements fmt.Formatter, so that no verb reaches the seed or the private
+// key: without it %d, %x of a pointer, or any verb but %v, %s and %q of a KeyPair
+// held in another struct, would print the fields.
+func (k KeyPair) Format(f fmt.State, verb rune) {
+	var s string
+	switch verb {
+	case 'v', 's':
+		s = k.String()
+	case 'q':
+		s = strconv.Quote(k.String())
+	default:
+		s = "%!" + string(verb) + "(identity.KeyPair=" + k.String() + ")"
+	}
+	io.WriteString(f, s)
+}
 
 // LogValue is the public key.
 func (k KeyPair) LogValue() slog.Value { return slog.StringValue(k.String()) }

@@ -25,7 +25,7 @@ type Pending struct {
 	Mesh      string    `json:"mesh"`
 	Node      string    `json:"node"`
 	TokenHash string    `json:"token_hash"` // hex SHA-256 id of the token (never the secret itself)
-	Seed      string    `json:"nkey_seed"`  // nkeys user seed
+	Seed      Secret    `json:"nkey_seed"`  // nkeys user seed
 	CreatedAt time.Time `json:"created_at"`
 }
 
@@ -51,7 +51,7 @@ func (p Pending) Validate() error {
 	if b, err := hex.DecodeString(p.TokenHash); err != nil || len(b) != 32 {
 		return invalid("token_hash", "is not 64 hex digits (a SHA-256)")
 	}
-	if err := checkUserSeed(p.Seed); err != nil {
+	if err := checkUserSeed(string(p.Seed)); err != nil {
 		return err
 	}
 	if p.CreatedAt.IsZero() {
@@ -61,7 +61,7 @@ func (p Pending) Validate() error {
 }
 
 // KeyPair returns the pending key pair. The caller should Wipe it when done.
-func (p Pending) KeyPair() (*KeyPair, error) { return userKeyPair(p.Seed) }
+func (p Pending) KeyPair() (*KeyPair, error) { return userKeyPair(string(p.Seed)) }
 
 // String describes the pending enrolment without its seed.
 func (p Pending) String() string {

@@ -43,7 +43,7 @@ func TestSaveNeverReplaces(t *testing.T) {
 	if !errors.As(cerr, &ee) || ee.Node != "web-1" {
 		t.Fatalf("CheckAbsent: %v", cerr)
 	}
-	if strings.Contains(cerr.Error(), first.Seed) {
+	if strings.Contains(cerr.Error(), string(first.Seed)) {
 		t.Fatal("message quotes the seed")
 	}
 }
@@ -108,7 +108,7 @@ func TestSaveFullDisk(t *testing.T) {
 	if !strings.Contains(err.Error(), "disk is full") {
 		t.Fatalf("message does not say the disk is full: %v", err)
 	}
-	if strings.Contains(err.Error(), id.Seed) {
+	if strings.Contains(err.Error(), string(id.Seed)) {
 		t.Fatal("message quotes the seed")
 	}
 	if _, err := Load(state); !errors.Is(err, ErrNotEnrolled) {
@@ -157,7 +157,7 @@ func TestSeedNeverPrinted(t *testing.T) {
 		[]any{id, &id, p, &p, struct{ ID Identity }{id}, []Identity{id}, map[string]Pending{"x": p}},
 		"id", id, "pending", p, "ptr", &id, "pptr", &p)
 	for _, out := range outs {
-		for _, seed := range []string{id.Seed, p.Seed} {
+		for _, seed := range []string{string(id.Seed), string(p.Seed)} {
 			if strings.Contains(out, seed) || strings.Contains(out, fmt.Sprintf("%x", seed)) {
 				t.Fatalf("output quotes a seed: %s", out)
 			}
@@ -302,7 +302,7 @@ func TestPendingDamaged(t *testing.T) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
 			msg := err.Error()
-			if strings.Contains(msg, p.Seed) {
+			if strings.Contains(msg, string(p.Seed)) {
 				t.Fatal("message quotes the seed")
 			}
 			if !strings.Contains(msg, "pending enrolment") || !strings.Contains(msg, "Remove "+PendingPath(state)) {

@@ -72,7 +72,7 @@ func TestSaveRefusesAnUnsafeStateDirectory(t *testing.T) {
 		t.Fatalf("Save: %v, want statedir.ErrUnsafe", err)
 	}
 	seed, _ := userSeed(t)
-	p := Pending{Mesh: "demo", Node: "web-1", TokenHash: strings.Repeat("ab", 32), Seed: seed, CreatedAt: validIdentity(t).EnrolledAt}
+	p := Pending{Mesh: "demo", Node: "web-1", TokenHash: strings.Repeat("ab", 32), Seed: Secret(seed), CreatedAt: validIdentity(t).EnrolledAt}
 	if err := SavePending(state, p); !errors.Is(err, statedir.ErrUnsafe) {
 		t.Fatalf("SavePending: %v, want statedir.ErrUnsafe", err)
 	}

@@ -227,7 +227,7 @@ func (h *Host) PendingKey(t testing.TB, tokenText string) string {
 	seed, _ := kp.Seed()
 	th := tok.SecretHash()
 	if err := identity.SavePending(h.State, identity.Pending{Format: identity.FormatVersion, Mesh: tok.Mesh, Node: tok.Node,
-		TokenHash: hex.EncodeToString(th[:]), Seed: string(seed), CreatedAt: time.Now().UTC()}); err != nil {
+		TokenHash: hex.EncodeToString(th[:]), Seed: identity.Secret(seed), CreatedAt: time.Now().UTC()}); err != nil {
 		t.Fatal(err)
 	}
 	pub, _ := kp.PublicKey()

@@ -54,7 +54,7 @@ func enrolled(t testing.TB) (string, identity.Identity) {
 	signing, _, _ := ed25519.GenerateKey(rand.Reader)
 	id := identity.Identity{
 		Format: identity.FormatVersion, Mesh: "demo", Node: "web-1", Role: "worker",
-		Seed: string(seed), PublicKey: upub,
+		Seed: identity.Secret(seed), PublicKey: upub,
 		CAPEM: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), CAPin: hex.EncodeToString(pin[:]),
 		Brokers: []string{"127.0.0.1:1"},
 		Subjects: identity.Subjects{Declarations: "mesh.node.web-1.decl", Status: "mesh.node.web-1.status",
