@@ -79,7 +79,7 @@ func TestAFullControlNodeStillServesOperators(t *testing.T) {
 	if open := cp.Counter("process_open_fds"); open == 0 || open > openFiles-8 {
 		t.Errorf("serve holds %v descriptors of its %d", open, openFiles)
 	}
-	full := broker.ErrFull.Error()
+	full := broker.RefusalCode(broker.ErrFull)
 	// The cap is exact, however many hosts log in at the same moment: each is
 	// counted as it is admitted. Before, hosts logging in together each found the
 	// last place free, and up to 29 of these 52 were let in.
@@ -202,11 +202,11 @@ func TestAFullControlNodeSendsHostsToAnother(t *testing.T) {
 	}
 	tok.Brokers = mustAddrs(t, cp1.Listen, cp2.Listen)
 	replicated()
-	before := cp1.Counter("mesh_broker_connections_refused_total", "reason="+broker.ErrFull.Error())
+	before := cp1.Counter("mesh_broker_connections_refused_total", "reason="+broker.RefusalCode(broker.ErrFull))
 	r := late.Enrol(tok.Encode())
 	// Refused by cp-1, the enrolment goes on to cp-2: the next address in the token
 	// or, first, the one cp-1 names to its clients (nats.go follows it).
-	if refused := cp1.Counter("mesh_broker_connections_refused_total", "reason="+broker.ErrFull.Error()); r.Code != 0 ||
+	if refused := cp1.Counter("mesh_broker_connections_refused_total", "reason="+broker.RefusalCode(broker.ErrFull)); r.Code != 0 ||
 		!strings.Contains(r.Combined(), cp2.Listen+": TLS handshake checked") || refused == before {
 		t.Fatalf("enrol with cp-1 full and named first: exit %d, cp-1 refused %v hosts for room (%v before):\n%s", r.Code, refused, before, r.Combined())
 	}
