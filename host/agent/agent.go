@@ -77,6 +77,10 @@ type Options struct {
 	// Hooks are the commands this host's local configuration runs after files
 	// change; a declaration can never add one.
 	Hooks hooks.Config
+	// MetricsTextfile, when set, is a file the agent writes its metrics to every
+	// TextfileInterval, for the textfile collector of the node exporter the host
+	// runs (CheckTextfile), and removes as it stops.
+	MetricsTextfile string
 	// MetricsListen, when set, is where /metrics, /healthz and /readyz are served
 	// (ip:port).
 	MetricsListen string
@@ -429,6 +433,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		}()
 		defer served.Wait()
 		defer stopHTTP()
+	}
+	if a.o.MetricsTextfile != "" {
+		fileCtx, stopFiles := context.WithCancel(ctx)
+		var written sync.WaitGroup
+		written.Add(1)
+		go func() {
+			defer written.Done()
+			a.writeTextfiles(fileCtx, a.o.MetricsTextfile, TextfileInterval)
+		}()
+		defer written.Wait()
+		defer stopFiles()
 	}
 	// nc is nil until the first connection; closed once the workers, whose syncs
 	// use it, are done.

@@ -572,6 +572,7 @@ func cmdRun(args []string, cio *cliIO) error {
 	logJSON := fs.Bool("log-json", false, "the same as --log-format json")
 	hooksFile := fs.String("hooks", "", "local hooks file: commands to run after declared files change (a declaration can never add one)")
 	metricsListen := fs.String("metrics-listen", "", "serve Prometheus /metrics, /healthz and /readyz on this address, e.g. 127.0.0.1:9301 as meshhost.service does (off when empty)")
+	metricsTextfile := fs.String("metrics-textfile", "", "write the agent's metrics every 15s to this .prom file in a node exporter's textfile directory (e.g. /var/lib/node_exporter/textfile_collector/meshhost.prom), for a fleet scraped through its node exporters (off when empty)")
 	var extra brokerList
 	fs.Var(&extra, "broker", "a broker address (`ip:port`) to try after those the mesh's list names, for a host whose known brokers are all gone; repeat for several; the mesh's CA pin is checked as for any")
 	if err := parse(fs, args, cio); err != nil {
@@ -604,6 +605,11 @@ func cmdRun(args []string, cio *cliIO) error {
 		}
 		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
 			return usageError{fmt.Sprintf("--metrics-listen %q: the port is not a number from 1 to 65535", *metricsListen)}
+		}
+	}
+	if *metricsTextfile != "" {
+		if err := agent.CheckTextfile(*metricsTextfile); err != nil {
+			return usageError{err.Error()}
 		}
 	}
 	formatSet := false
@@ -659,11 +665,12 @@ func cmdRun(args []string, cio *cliIO) error {
 	var id identity.Identity
 	build := readVersion()
 	a, err := agent.New(agent.Options{StateDir: *stateDir, Agent: agentName(), Root: *root, Logger: log, Heartbeat: *heartbeat, BrokerPing: *brokerPing, ReturnHome: *returnHome, CheckFiles: *checkFiles, Hooks: hk,
-		Version:       build.Version,
-		Revision:      build.Revision,
-		ExtraBrokers:  extra,
-		MetricsListen: *metricsListen,
-		Socket:        agent.SocketPath(*stateDir),
+		Version:         build.Version,
+		Revision:        build.Revision,
+		ExtraBrokers:    extra,
+		MetricsListen:   *metricsListen,
+		MetricsTextfile: *metricsTextfile,
+		Socket:          agent.SocketPath(*stateDir),
 		OnRefused: func(err error) {
 			// For meshhost status and systemd's status line; the agent goes on trying.
 			if rerr := recordRevocation(*stateDir, id, err, cio.clock()); rerr != nil {

@@ -1,0 +1,79 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TextfileInterval is how often the agent writes its metrics for a node
+// exporter's textfile collector (Options.MetricsTextfile): about a scrape's interval.
+const TextfileInterval = 15 * time.Second
+
+// ErrTextfileName refuses a metrics textfile whose name a node exporter's textfile
+// collector would not read: it reads only files ending in ".prom".
+var ErrTextfileName = errors.New(`the metrics textfile must end in ".prom", the only files a node exporter's textfile collector reads`)
+
+// CheckTextfile reports whether path can name the metrics textfile: a ".prom" file
+// in a directory that exists.
+func CheckTextfile(path string) error {
+	if !strings.HasSuffix(path, ".prom") {
+		return fmt.Errorf("--metrics-textfile %s: %w", path, ErrTextfileName)
+	}
+	dir := filepath.Dir(path)
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("--metrics-textfile %s: its directory %s is not one (the node exporter's --collector.textfile.directory): %v", path, dir, err)
+	}
+	return nil
+}
+
+// textfileRegistry holds the agent's own metrics alone: a node exporter exports
+// its own go_* and process_* families, and the same families from a textfile
+// make it refuse the scrape's whole textfile collection as inconsistent.
+func (a *Agent) textfileRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collector{a})
+	return reg
+}
+
+// writeTextfiles writes the agent's metrics to path every interval until ctx
+// ends, and removes the file then: a fleet's Prometheus cannot scrape 10,000
+// agents' loopback endpoints, and the node exporter each host runs already is
+// scraped; it exports the file's time (node_textfile_mtime_seconds), by which a
+// dead agent's file, left by a crash, shows stale. Each write replaces the file
+// whole (a new file renamed over it), so the collector never reads half of one.
+func (a *Agent) writeTextfiles(ctx context.Context, path string, interval time.Duration) {
+	reg := a.textfileRegistry()
+	failing := ""
+	write := func() {
+		err := prometheus.WriteToTextfile(path, reg)
+		switch {
+		case err != nil && err.Error() != failing:
+			a.log.Warn("the metrics textfile could not be written; trying again at the next interval", "path", path, "err", err)
+			failing = err.Error()
+		case err == nil && failing != "":
+			a.log.Info("the metrics textfile is written again", "path", path)
+			failing = ""
+		}
+	}
+	write()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				a.log.Warn("the metrics textfile could not be removed as the agent stops: it shows the agent's last values until node_textfile_mtime_seconds says how old they are", "path", path, "err", err)
+			}
+			return
+		case <-t.C:
+			write()
+		}
+	}
+}
