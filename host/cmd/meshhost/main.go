@@ -179,7 +179,7 @@ usage:
                                                  run again the hooks that failed (the running agent does)
   meshhost version [--json]                      the version and the commit it was built from (also --version)
 
-run meshhost <command> --help for all of a command's flags (run: --metrics-listen,
+run meshhost <command> --help for all of a command's flags (run: --metrics-listen, --metrics-textfile,
 --heartbeat, --broker-ping, --return-home, --check-files, --broker, --log-level).
 exit codes: 0 ok, 1 failure, 2 usage, 3 token unusable or refused, 4 not the mesh (retrying
 will not help), 5 identity file or state directory in the way (or not safe), 6 revoked,

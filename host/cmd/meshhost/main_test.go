@@ -105,7 +105,7 @@ func TestHelp(t *testing.T) {
 	}
 	flags := map[string][]string{
 		"enrol":   {"--state string", "--token-file string", "--timeout duration", "(default 20s)", "--json"},
-		"run":     {"--state string", "--root string", "--heartbeat duration", "(default 15s)", "--broker-ping duration", "(default 20s)", "--return-home duration", "(default 5m0s)", "--check-files duration", "(default 1m0s)", "--log-format string", `(default "text")`, "--broker ip:port", "--metrics-listen string"},
+		"run":     {"--state string", "--root string", "--heartbeat duration", "(default 15s)", "--broker-ping duration", "(default 20s)", "--return-home duration", "(default 5m0s)", "--check-files duration", "(default 1m0s)", "--log-format string", `(default "text")`, "--broker ip:port", "--metrics-listen string", "--metrics-textfile string"},
 		"status":  {"--state string", "--json"},
 		"version": {"--json"},
 	}
