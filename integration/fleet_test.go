@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -69,6 +70,18 @@ func TestFleetTargeting(t *testing.T) {
 	}
 	if version("db-1") != 0 {
 		t.Fatal("db-1 was declared for a label it does not carry")
+	}
+	// The body declare names selects the nodes it reached, once its wait is over.
+	m := regexp.MustCompile(`(?m)^body +([0-9a-f]{12}) \(meshctl status --body`).FindStringSubmatch(r.Stdout)
+	if m == nil {
+		t.Fatalf("declare does not name its body:\n%s", r.Stdout)
+	}
+	if st := cp.Ctl("status", "--body", m[1]); st.Code != 0 || !strings.Contains(st.Stdout, "web-1") || !strings.Contains(st.Stdout, "web-2") || strings.Contains(st.Stdout, "db-1") ||
+		!strings.Contains(st.Stdout, "2 node(s): 2 converged") {
+		t.Fatalf("status --body %s: exit %d\n%s", m[1], st.Code, st.Combined())
+	}
+	if n, _ := cp.Node("web-1"); !strings.HasPrefix(n.DeclaredBody, m[1]) || n.DeclaredAt.IsZero() {
+		t.Fatalf("nodes --json: web-1 declared body %q at %v, want %s…", n.DeclaredBody, n.DeclaredAt, m[1])
 	}
 	declare(0, "--label", "tier=web", "--label", "env=prod", "--file", body("prod", `{"files":[{"path":"etc/web.conf","content":"prod"}]}`), "--wait=30s")
 	if version("web-1") != 2 || version("web-2") != 1 {

@@ -652,7 +652,13 @@ type NodeView struct {
 	LastError      *StatusError `json:"last_error,omitempty"`
 	KeyringEpoch   uint64       `json:"keyring_epoch"`
 	DeclaredExpiry time.Time    `json:"declared_expires_at"`
-	RevokedAt      time.Time    `json:"revoked_at,omitzero"`
+	// DeclaredBody is the digest of the body declared to the node (what `declare`
+	// answers as its body), and DeclaredAt when it was declared: which nodes a
+	// rollout reached, and which have not applied it, after `declare --wait` ended.
+	// Control planes older than these fields send neither.
+	DeclaredBody string    `json:"declared_body,omitempty"`
+	DeclaredAt   time.Time `json:"declared_at,omitzero"`
+	RevokedAt    time.Time `json:"revoked_at,omitzero"`
 	// Agent is the agent the node last reported ("meshhost/VERSION", ValidAgent);
 	// empty while it reported none this control plane keeps, or from a control
 	// plane older than this field.

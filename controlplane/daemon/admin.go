@@ -766,6 +766,8 @@ func (d *Daemon) view(n *state.Node, now time.Time, body []byte) api.NodeView {
 		EnrolledAt:     n.EnrolledAt,
 		Declared:       n.Declared.Version,
 		DeclaredExpiry: n.Declared.ExpiresAt,
+		DeclaredBody:   n.Declared.BodyDigest,
+		DeclaredAt:     n.Declared.IssuedAt,
 		KeyringEpoch:   n.Applied.KeyringEpoch,
 		Stale:          n.Applied.Stale,
 		RevokedAt:      n.RevokedAt,

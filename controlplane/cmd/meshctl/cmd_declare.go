@@ -176,6 +176,10 @@ make their own id (openssl rand -hex 16) and give it to every attempt.`,
 				for _, s := range res.Skipped {
 					fmt.Fprintf(versions, "skipped  %s (revoked or not a worker)\n", s)
 				}
+				if res.Body != "" && len(res.Assignments) > 0 {
+					// What names this rollout once the wait, or the terminal, is gone.
+					fmt.Fprintf(versions, "body     %s (meshctl status --body %s: its nodes, and which have not applied it)\n", res.Body[:min(12, len(res.Body))], res.Body[:min(12, len(res.Body))])
+				}
 				cio.carriedOut()
 				if wait.d == 0 {
 					return nil

@@ -118,8 +118,8 @@ func TestStatusNamesNodesWhoseFilesWerePutBack(t *testing.T) {
 func TestRosterSelection(t *testing.T) {
 	v := func(n uint64) *uint64 { return &n }
 	roster := api.NodesResult{Nodes: []api.NodeView{
-		{ID: "web-1", Role: "worker", Labels: map[string]string{"tier": "web", "rack": "a"}, State: api.StateAlive, Declared: 2, Applied: v(2), Converged: true},
-		{ID: "web-2", Role: "worker", Labels: map[string]string{"tier": "web", "rack": "b"}, State: api.StateAlive, Declared: 2, Applied: v(1)},
+		{ID: "web-1", Role: "worker", Labels: map[string]string{"tier": "web", "rack": "a"}, State: api.StateAlive, Declared: 2, Applied: v(2), Converged: true, DeclaredBody: "3fa2c1d09e8b" + strings.Repeat("0", 52)},
+		{ID: "web-2", Role: "worker", Labels: map[string]string{"tier": "web", "rack": "b"}, State: api.StateAlive, Declared: 2, Applied: v(1), DeclaredBody: "3fa2c1d09e8b" + strings.Repeat("0", 52)},
 		{ID: "db-1", Role: "worker", Labels: map[string]string{"tier": "db", "rack": "a"}, State: api.StateOffline, Declared: 2, Applied: v(1)},
 		{ID: "db-2", Role: "worker", State: api.StateRevoked, Declared: 1},
 		{ID: "gw-1", Role: "gateway", Labels: map[string]string{"rack": "b"}, State: api.StateAlive, Declared: 1, Applied: v(1), Converged: true},
@@ -137,6 +137,8 @@ func TestRosterSelection(t *testing.T) {
 				err = s.labels.Set(args[i+1])
 			case "--state":
 				err = s.states.Set(args[i+1])
+			case "--body":
+				err = (*bodyFlag)(&s.body).Set(args[i+1])
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -160,6 +162,10 @@ func TestRosterSelection(t *testing.T) {
 		{[]string{"--role", "worker", "--label", "rack=b", "--state", "alive"}, "web-2"},
 		{[]string{"--role", "gateway", "--label", "tier=web"}, ""},
 		{[]string{"--label", "rack=c"}, ""},
+		// The nodes a declaration reached, by its body's digest or a prefix of it.
+		{[]string{"--body", "3fa2c1d09e8b"}, "web-1 web-2"},
+		{[]string{"--body", "3fa2c1d09e8b" + strings.Repeat("0", 52), "--state", "alive"}, "web-1 web-2"},
+		{[]string{"--body", "3fa2c1d0aaaa"}, ""},
 	} {
 		res := roster
 		res.Nodes = slices.Clone(roster.Nodes)
@@ -174,6 +180,12 @@ func TestRosterSelection(t *testing.T) {
 		}
 		if s.active() != (len(c.args) > 0) {
 			t.Errorf("%v: active %v", c.args, s.active())
+		}
+	}
+	for _, bad := range []string{"3fa2c1d", "3FA2C1D09E8B", "3fa2c1d09e8g", strings.Repeat("0", 65)} {
+		var b bodyFlag
+		if err := b.Set(bad); err == nil {
+			t.Errorf("--body %q taken", bad)
 		}
 	}
 	if got := sel("--state", "offline", "--label", "tier=db", "--role", "worker", "--label", "rack=a").String(); got != "--role worker --label rack=a --label tier=db --state offline" {

@@ -21,7 +21,14 @@ type rosterSelection struct {
 	role   string
 	labels labelFlag
 	states stateFlag
+	// body is a prefix of the digest of the body declared (--body): the nodes a
+	// declaration reached, as `declare` named its body.
+	body string
 }
+
+// minBodyPrefix is the shortest prefix of a body's digest --body takes: shorter
+// ones match bodies by chance.
+const minBodyPrefix = 8
 
 // rosterStates are the states --state takes: a node's STATE column.
 var rosterStates = []string{api.StateAlive, api.StateOffline, api.StateRevoked}
@@ -51,13 +58,28 @@ func (sel *rosterSelection) register(c *cobra.Command) {
 	fs.StringVar(&sel.role, "role", "", "show only the nodes of this role")
 	fs.Var(valuedLabels{labelFlag: sel.labels}, "label", "show only the nodes carrying this label k=v (repeatable: all must match; v may not be empty)")
 	fs.Var(&sel.states, "state", "show only the nodes in this state: "+strings.Join(rosterStates, ", ")+" (repeatable, or comma-separated: any may match)")
+	fs.Var((*bodyFlag)(&sel.body), "body", "show only the nodes declared this body: its digest, as declare says it, or its first 8 or more hex digits")
 	_ = c.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]cobra.Completion{"worker"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = c.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(rosterStates, cobra.ShellCompDirectiveNoFileComp))
 }
 
 // active says whether any criterion was given.
 func (sel *rosterSelection) active() bool {
-	return sel.role != "" || len(sel.labels) > 0 || len(sel.states) > 0
+	return sel.role != "" || len(sel.labels) > 0 || len(sel.states) > 0 || sel.body != ""
+}
+
+// bodyFlag is --body: a body's digest, or a prefix of it, lowercase hex.
+type bodyFlag string
+
+func (b *bodyFlag) String() string { return string(*b) }
+func (b *bodyFlag) Type() string   { return "digest" }
+
+func (b *bodyFlag) Set(v string) error {
+	if len(v) < minBodyPrefix || len(v) > 64 || strings.Trim(v, "0123456789abcdef") != "" {
+		return fmt.Errorf("%q is not a body's digest: give the digest declare said, or its first %d or more lowercase hex digits", v, minBodyPrefix)
+	}
+	*b = bodyFlag(v)
+	return nil
 }
 
 // keep says whether n matches every criterion given.
@@ -71,6 +93,9 @@ func (sel *rosterSelection) keep(n api.NodeView) bool {
 		if v == "" || n.Labels[k] != v {
 			return false
 		}
+	}
+	if sel.body != "" && !strings.HasPrefix(n.DeclaredBody, sel.body) {
+		return false
 	}
 	return len(sel.states) == 0 || slices.Contains(sel.states, n.State)
 }
@@ -93,6 +118,9 @@ func (sel *rosterSelection) String() string {
 	}
 	if len(sel.states) > 0 {
 		parts = append(parts, "--state "+sel.states.String())
+	}
+	if sel.body != "" {
+		parts = append(parts, "--body "+sel.body)
 	}
 	return strings.Join(parts, " ")
 }
