@@ -528,8 +528,57 @@ func (d *Daemon) declare(req api.DeclareRequest, call requestCall) (api.DeclareR
 	d.sent.note(call.ID, d.now())
 	d.metrics.declarations.Add(float64(len(nodes)))
 	d.metrics.fanout.Observe(time.Since(start).Seconds())
-	d.log.Info("declaration committed and sent", "nodes", len(nodes), "skipped", len(res.Skipped))
+	// What an audit asks of the log: what was declared, to whom, under which
+	// request; the node ids themselves only when few (a fleet's would be a line
+	// of 10,000 names).
+	d.log.Info("declaration committed and sent", append(declaredAttrs(sel, out.Body, call.ID, res.Assignments), "skipped", len(res.Skipped))...)
 	return out, nil
+}
+
+// declaredAttrs are a declaration's log attributes: its selector, body, request
+// id, the versions it declared, and the nodes when there are at most a few.
+func declaredAttrs(sel state.Selector, body, request string, as []state.Assignment) []any {
+	attrs := []any{"selector", selectorText(sel), "body", body[:min(12, len(body))], "nodes", len(as)}
+	if request != "" {
+		attrs = append(attrs, "request_id", request)
+	}
+	if len(as) > 0 {
+		lo, hi := as[0].Version, as[0].Version
+		for _, a := range as {
+			lo, hi = min(lo, a.Version), max(hi, a.Version)
+		}
+		attrs = append(attrs, "versions", fmt.Sprintf("v%d..v%d", lo, hi))
+	}
+	if len(as) <= 5 {
+		ids := make([]string, len(as))
+		for i, a := range as {
+			ids[i] = a.Node
+		}
+		attrs = append(attrs, "targets", strings.Join(ids, ","))
+	}
+	return attrs
+}
+
+// selectorText is a selector as declare's flags say it: --all, --role R, --label
+// k=v, or the nodes named.
+func selectorText(sel state.Selector) string {
+	var parts []string
+	if sel.All {
+		parts = append(parts, "--all")
+	}
+	if sel.Role != "" {
+		parts = append(parts, "--role "+sel.Role)
+	}
+	for _, k := range slices.Sorted(maps.Keys(sel.Labels)) {
+		parts = append(parts, "--label "+k+"="+sel.Labels[k])
+	}
+	if len(sel.Nodes) > 0 {
+		parts = append(parts, "--node "+strings.Join(sel.Nodes[:min(5, len(sel.Nodes))], ","))
+		if len(sel.Nodes) > 5 {
+			parts[len(parts)-1] += fmt.Sprintf(",… (%d in all)", len(sel.Nodes))
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 // declaredAlready answers a declaration an earlier sending of the same request

@@ -383,3 +383,27 @@ func TestAJoinOlderThanTheStateIsRefused(t *testing.T) {
 		t.Errorf("a join of this version: %v", e)
 	}
 }
+
+// TestADeclarationIsLoggedWithWhatAndToWhom (audit of fleet observability, finding
+// 9): "declaration committed and sent nodes=N" said neither what was declared nor to
+// whom. The line names the selector, the body's digest, the request id, the versions
+// and, when few, the nodes.
+func TestADeclarationIsLoggedWithWhatAndToWhom(t *testing.T) {
+	var log lockedBuffer
+	d := loggedDaemon(t, &log, []string{"web-1", "web-2"})
+	res, err := d.declare(api.DeclareRequest{Nodes: []string{"web-1", "web-2"}, Body: json.RawMessage(`{"files":[]}`)}, requestCall{ID: strings.Repeat("ab", 16)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for l := range strings.SplitSeq(log.String(), "\n") {
+		if strings.Contains(l, "declaration committed and sent") {
+			line = l
+		}
+	}
+	for _, want := range []string{`selector="--node web-1,web-2"`, "body=" + res.Body[:12], "request_id=" + strings.Repeat("ab", 16), "versions=v1..v1", "targets=web-1,web-2", "nodes=2"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the line lacks %s: %s", want, line)
+		}
+	}
+}
