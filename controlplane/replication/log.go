@@ -272,11 +272,19 @@ func pairs(args []any) []slog.Attr {
 	return attrs
 }
 
+// keyString is hclog's key k in this product's log's words: "err" for hclog's
+// "error", as every other line says it, and "_" between words (hclog writes
+// "backoff time" and "last-leader-id"), so that one query finds a key in every
+// line of every component.
 func keyString(k any) string {
-	if s, ok := k.(string); ok {
-		return s
+	s, ok := k.(string)
+	if !ok {
+		s = fmt.Sprint(k)
 	}
-	return fmt.Sprint(k)
+	if s == "error" {
+		return "err"
+	}
+	return strings.NewReplacer(" ", "_", "-", "_").Replace(s)
 }
 
 func value(v any) any {

@@ -92,7 +92,9 @@ type opaque struct{ id string }
 func (o opaque) String() string { return "Node at " + o.id }
 
 // TestSloggerArgs: hclog's pairs are attributes, with hclog's value types rendered as
-// hclog renders them, errors as their text and other Stringers as their String.
+// hclog renders them, errors as their text and other Stringers as their String; its
+// keys in the product's words (err, words joined by _: audit of fleet observability,
+// finding 11).
 func TestSloggerArgs(t *testing.T) {
 	var out bytes.Buffer
 	l := newSlogger(jsonLogger(&out, slog.LevelDebug), "raft", hclog.Debug, nil)
@@ -105,8 +107,8 @@ func TestSloggerArgs(t *testing.T) {
 	}
 	r := recs[0]
 	for k, v := range map[string]any{
-		"msg": "failed to send snapshot to", "level": "ERROR", "peer": "10.0.0.2:7301", "backoff time": float64(40 * time.Millisecond),
-		"error": "dial tcp 10.0.0.2:7301: connect: connection refused", "term": float64(7), "hex": "0xff", "fmt": "3 entries",
+		"msg": "failed to send snapshot to", "level": "ERROR", "peer": "10.0.0.2:7301", "backoff_time": float64(40 * time.Millisecond),
+		"err": "dial tcp 10.0.0.2:7301: connect: connection refused", "term": float64(7), "hex": "0xff", "fmt": "3 entries",
 		"node": "Node at cp-1", hclog.MissingKey: "lonely",
 	} {
 		if r[k] != v {

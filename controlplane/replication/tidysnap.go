@@ -128,7 +128,7 @@ func (s *tidySnapshots) removeTemporary(match func(term, index uint64, msec int6
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {
-			s.log.Warn("could not remove an unfinished Raft snapshot", "dir", filepath.Join(s.dir, e.Name()), "error", err)
+			s.log.Warn("could not remove an unfinished Raft snapshot", "dir", filepath.Join(s.dir, e.Name()), "err", err)
 			continue
 		}
 		removed++
