@@ -192,6 +192,11 @@ func printNodes(w io.Writer, res api.NodesResult, now time.Time, controlNamed bo
 		if n.HooksRunning {
 			state += " (hooks running)"
 		}
+		if n.Connections > 1 && n.State != api.StateRevoked {
+			// Only the summary said so, and only status printed it: a clone
+			// hears every declaration, secrets included.
+			state += fmt.Sprintf(" (%d connections)", n.Connections)
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tv%d\t%s\t%s\t%s\n", n.ID, n.Role, state, seen, n.Declared, applied, agentText(n.Agent), lastErr)
 	}
 	tw.Flush()

@@ -254,4 +254,11 @@ func TestSharedKeyLine(t *testing.T) {
 	if got := sharedKeyLine(nodes[1:]); got != "" {
 		t.Fatalf("no shared key: %q", got)
 	}
+	// The table says it of the node too (audit of the host's weeks, finding 7: only
+	// status's summary did), not of a revoked one.
+	var b strings.Builder
+	printNodes(&b, api.NodesResult{Nodes: nodes}, time.Now(), false)
+	if !strings.Contains(b.String(), "alive (2 connections)") || strings.Contains(b.String(), "(3 connections)") {
+		t.Fatalf("the table:\n%s", b.String())
+	}
 }
