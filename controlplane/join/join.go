@@ -919,9 +919,36 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 		r.step("promote", "promoted together: %s", strings.Join(conf.Promoted, ", "))
 	}
 
+	// Removed by another operator after the confirmation: "joined" sent the
+	// operator to a serve that exits 6 at once, and a route the removal refuses
+	// was blamed on the network. Asked of the node's own replica of the log
+	// (which the removal reaches before the node is cut off) and of the mesh.
+	gone := func() bool {
+		var out bool
+		fsm.Read(func(s *state.State) { out = s.ControlNodes[cfg.Node] != nil && s.ControlNodes[cfg.Node].Removed })
+		return out
+	}
+	removedLate := func() error {
+		if rerr := removed(); rerr != nil {
+			return rerr
+		}
+		if gone() {
+			return fmt.Errorf("%w: control node %s was removed (meshctl control remove) as this join finished, and the token it joined with is used up: "+
+				"mint a new control token for it where the CA key is (meshctl token --role control --node %s --addr %s) and run meshctl join --data %s with it",
+				ErrRemoved, cfg.Node, cfg.Node, cfg.Listen, d)
+		}
+		return nil
+	}
+
 	// 5. A route to another broker over mutual TLS.
-	if err := r.route(ctx, cfg, adm); err != nil {
+	if err := r.route(ctx, cfg, adm, gone); err != nil {
+		if rerr := removedLate(); rerr != nil {
+			return rerr
+		}
 		return err
+	}
+	if rerr := removedLate(); rerr != nil {
+		return rerr
 	}
 	cfg.Joining = false
 	if err := d.SaveConfig(cfg); err != nil {
@@ -969,7 +996,11 @@ func (r *run) rollbackError(node string, err error, resume string) error {
 		ErrRollbackFailed, err, node, resume, node)
 }
 
-func (r *run) route(ctx context.Context, cfg datadir.Config, adm *api.ControlAdmission) error {
+// route brings up this node's broker until a route to another control node is up.
+// removed reports, from the node's own replica of the log, that the node was
+// removed meanwhile, whose routes the others refuse: the wait ends then, and the
+// caller says so, rather than blame the network after the whole wait.
+func (r *run) route(ctx context.Context, cfg datadir.Config, adm *api.ControlAdmission, removed func() bool) error {
 	var routes []string
 	for _, m := range adm.Members {
 		routes = append(routes, m.Cluster)
@@ -1011,6 +1042,9 @@ func (r *run) route(ctx context.Context, cfg datadir.Config, adm *api.ControlAdm
 				"or, to give up on this node, remove it (meshctl control remove %s)",
 				ErrNoRoute, cfg.Node, cfg.ClusterListen, strings.Join(routes, ", "), r.o.RouteTimeout, r.o.Dir, cfg.Node)
 		case <-poll.C:
+			if removed() {
+				return fmt.Errorf("%w: %s was removed while its route came up", ErrRemoved, cfg.Node)
+			}
 		}
 	}
 	r.step("route", "NATS route up over mutual TLS (%d route(s) to %s)", srv.NumRoutes(), strings.Join(routes, ", "))

@@ -32,7 +32,7 @@ func TestARouteThatFailsIsNotRolledBack(t *testing.T) {
 	}
 	r := &run{o: Options{Dir: d, Out: &strings.Builder{}, RouteTimeout: 300 * time.Millisecond}}
 	cfg := datadir.Config{Mesh: "m", Node: "cp-2", Listen: addrs[0], ClusterListen: addrs[1]}
-	err := r.route(t.Context(), cfg, &api.ControlAdmission{Members: []api.ControlMember{{ID: "cp-1", Cluster: addrs[2]}}})
+	err := r.route(t.Context(), cfg, &api.ControlAdmission{Members: []api.ControlMember{{ID: "cp-1", Cluster: addrs[2]}}}, func() bool { return false })
 	if !errors.Is(err, ErrNoRoute) || errors.Is(err, ErrNotConfirmed) {
 		t.Fatalf("want ErrNoRoute and not ErrNotConfirmed, got %v", err)
 	}
