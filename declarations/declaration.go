@@ -88,6 +88,13 @@ type Expect struct {
 	// FutureSkew is how far in this node's future the issue time may be; 0 means
 	// DefaultFutureSkew.
 	FutureSkew time.Duration
+	// AppliedAnyIssueTime lets a copy of the applied declaration (SameAsApplied:
+	// the applied version with the applied body digest) through whatever its issue
+	// time, for a host putting back files it already applied under a clock more
+	// than FutureSkew behind (decision 0006: an issue time in the host's future
+	// carries no security weight, and this copy applies nothing new). Every other
+	// declaration is still refused *NotYetValidError; expiry is checked as ever.
+	AppliedAnyIssueTime bool
 }
 
 // Verified is a declaration that passed every check.
@@ -99,6 +106,10 @@ type Verified struct {
 	// SameAsApplied is true when the version equals the applied one and the
 	// body is identical: a re-signed refresh, with nothing to apply.
 	SameAsApplied bool
+	// IssuedAhead is true when only Expect.AppliedAnyIssueTime let it through:
+	// its issue time is further in this node's future than the tolerance, and
+	// any other declaration is refused ErrNotYetValid (this node's clock behind).
+	IssuedAhead bool
 }
 
 // VerifyDeclaration checks a declaration envelope in this order, stopping at
@@ -116,7 +127,8 @@ type Verified struct {
 //     (ErrRolledBack); equal with another body is *ReplayedError (ErrReplayed); equal with the
 //     same body is accepted with SameAsApplied;
 //  8. validity window, widened by FutureSkew before and Skew after: *NotYetValidError
-//     (ErrNotYetValid) or *ExpiredError;
+//     (ErrNotYetValid) or *ExpiredError; a copy of the applied declaration has no
+//     start with exp.AppliedAnyIssueTime (Verified.IssuedAhead says it had one);
 //  9. the body rules: *BodyError.
 //
 // Mistakes by the caller (no mesh, node or node key in exp, a zero Now, a trusted key
@@ -206,7 +218,8 @@ func verifyDeclaration(env Envelope, trusted []ed25519.PublicKey, exp Expect) (V
 	if future <= 0 {
 		future = DefaultFutureSkew
 	}
-	if exp.Now.Before(d.IssuedAt.Add(-future)) { // 8
+	ahead := exp.Now.Before(d.IssuedAt.Add(-future)) // 8
+	if ahead && !(same && exp.AppliedAnyIssueTime) {
 		return Verified{}, &NotYetValidError{Version: d.Version, IssuedAt: d.IssuedAt, Now: exp.Now, Tolerance: future}
 	}
 	if exp.Now.After(d.ExpiresAt.Add(skew)) {
@@ -226,7 +239,7 @@ func verifyDeclaration(env Envelope, trusted []ed25519.PublicKey, exp Expect) (V
 	for i, k := range signedBy {
 		ids[i] = KeyID(k)
 	}
-	return Verified{Declaration: d, BodyDigest: digest, SignedBy: ids, SameAsApplied: same}, nil
+	return Verified{Declaration: d, BodyDigest: digest, SignedBy: ids, SameAsApplied: same, IssuedAhead: ahead}, nil
 }
 
 // checkID returns why s is not a valid mesh or node id, or "": 1 to 63

@@ -323,6 +323,54 @@ func TestVerifyDeclarationWindow(t *testing.T) {
 	wantErrContains(t, err, "2h0m0s ahead of this node's clock")
 }
 
+// TestAppliedAnyIssueTimeLetsOnlyTheAppliedThrough: Expect.AppliedAnyIssueTime
+// takes a copy of the applied declaration (same version, same body) issued days in
+// this node's future, saying so (IssuedAhead); every other declaration issued so is
+// still not_yet_valid, and the option changes neither expiry nor the version rules.
+// Without the option the applied copy is refused too.
+func TestAppliedAnyIssueTimeLetsOnlyTheAppliedThrough(t *testing.T) {
+	k := testKey(1)
+	trusted := []ed25519.PublicKey{pub(k)}
+	applied := sampleDecl() // version 3, issued t0
+	other := sampleBody()
+	other.Files[0].Content = strp("listen = 9090\n")
+	behind := t0.Add(-48 * time.Hour) // this node's clock, two days behind the issue
+	tests := []struct {
+		name        string
+		haveApplied bool
+		option      bool
+		version     uint64
+		body        Body
+		now         time.Time
+		code        string
+		ahead       bool
+	}{
+		{"the applied copy, with the option", true, true, 3, applied.Body, behind, "", true},
+		{"the applied copy, without it", true, false, 3, applied.Body, behind, "not_yet_valid", false},
+		{"the applied copy within the tolerance", true, true, 3, applied.Body, t0.Add(-time.Minute), "", false},
+		{"a newer declaration", true, true, 4, other, behind, "not_yet_valid", false},
+		{"a newer version of the same body", true, true, 4, applied.Body, behind, "not_yet_valid", false},
+		{"the applied version over another body", true, true, 3, other, behind, "replayed", false},
+		{"an older version", true, true, 2, applied.Body, behind, "rolled_back", false},
+		{"nothing applied yet", false, true, 3, applied.Body, behind, "not_yet_valid", false},
+		{"the applied copy expired", true, true, 3, applied.Body, applied.ExpiresAt.Add(DefaultSkew + time.Second), "expired", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			exp := sampleExpect()
+			exp.HaveApplied, exp.AppliedVersion, exp.AppliedBodyDigest = tc.haveApplied, applied.Version, applied.Body.Digest()
+			exp.AppliedAnyIssueTime, exp.Now = tc.option, tc.now
+			d := sampleDecl()
+			d.Version, d.Body = tc.version, tc.body
+			v, err := VerifyDeclaration(mustSign(t, d, k), trusted, exp)
+			wantCode(t, err, tc.code)
+			if err == nil && (v.IssuedAhead != tc.ahead || !v.SameAsApplied) {
+				t.Errorf("IssuedAhead %v, SameAsApplied %v; want %v, true", v.IssuedAhead, v.SameAsApplied, tc.ahead)
+			}
+		})
+	}
+}
+
 func TestVerifyDeclarationBody(t *testing.T) {
 	k := testKey(1)
 	m := declMap(t, sampleDecl())

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"mesh/controlplane/daemon"
+	"mesh/host/agent"
 	"mesh/host/enrol"
 	"mesh/integration/harness"
 )
@@ -287,6 +288,43 @@ func TestHostClockStepsBackAfterRefusingAsExpired(t *testing.T) {
 		n, _ := m.Node("web-1")
 		return !n.Stale && n.LastError == nil
 	})
+}
+
+// TestHostClockStepsBackADayStillPutsBack: a host's clock stepped back a day while
+// it runs (a VM restored from a snapshot, an operator's date): the applied copy it
+// keeps is then issued a day in its future, more than a new declaration may be.
+// A file edited by hand is still put back from that copy, which applies nothing
+// new, and the log says the clock is behind. Before (an audit), the file check
+// stopped without a word and the node showed converged.
+func TestHostClockStepsBackADayStillPutsBack(t *testing.T) {
+	t.Parallel()
+	var hostOffset atomic.Int64
+	hostNow := func() time.Time { return time.Now().Add(time.Duration(hostOffset.Load())) }
+	m := harness.StartMesh(t, "snapshot", harness.Options{})
+	state, err := harness.EnrolHost(t, m.Token("web-1", 15*time.Minute).Encode(), hostNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := harness.RunAgentWith(t, state, hostNow, func(o *agent.Options) { o.CheckFiles = time.Second })
+	v := m.Declare("web-1", `{"files":[{"path":"motd","content":"declared"}]}`)
+	m.WaitApplied("web-1", v, 15*time.Second)
+	motd := filepath.Join(a.Root, "motd")
+	harness.Eventually(t, 15*time.Second, "the file check keeps its copy", func() bool {
+		_, err := os.Stat(filepath.Join(state, agent.KeptFileName))
+		return err == nil
+	})
+
+	hostOffset.Store(int64(-24 * time.Hour))
+	if err := os.WriteFile(motd, []byte("edited by hand"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 15*time.Second, "the edit put back under the clock a day behind", func() bool {
+		got, err := os.ReadFile(motd)
+		return err == nil && string(got) == "declared"
+	})
+	if !strings.Contains(a.Log(), "clock is behind the applied declaration's issue time") {
+		t.Errorf("the agent's log does not say its clock is behind:\n%s", a.Log())
+	}
 }
 
 // TestNodesLastSeenByTheAnsweringClock: meshctl on a machine whose clock is right,

@@ -173,6 +173,10 @@ type Agent struct {
 	keptFiles  []apply.File // kept's files, once verified
 	keptSaved  bool
 	keptLoaded bool
+	// issuedAhead says the file check's last copy verified only because it is the
+	// applied declaration, issued beyond the tolerance in this clock's future
+	// (logged once: noteIssuedAhead).
+	issuedAhead bool
 	// checkFailed is what the file check's last failure to put files back
 	// concerned (the path), so that it is reported once, not at every check.
 	checkFailed string

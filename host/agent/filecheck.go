@@ -149,18 +149,7 @@ func (a *Agent) checkFiles(ctx context.Context) checkOutcome {
 		a.checked()
 		return checkOutcome{}
 	}
-	env, err := declarations.ParseEnvelope(a.kept)
-	var v declarations.Verified
-	if err == nil {
-		v, err = env.VerifyDeclaration(a.keys, a.expect())
-	}
-	if err == nil && !v.SameAsApplied {
-		err = errors.New("not the applied declaration")
-	}
-	var files []apply.File
-	if err == nil {
-		files, err = filesOf(v)
-	}
+	v, files, err := a.verifyKept()
 	if errors.Is(err, declarations.ErrNotYetValid) {
 		return checkOutcome{} // this machine's clock is behind: the copy is good later
 	}
@@ -177,6 +166,7 @@ func (a *Agent) checkFiles(ctx context.Context) checkOutcome {
 		return checkOutcome{ask: true}
 	}
 	a.keptFiles = files
+	a.noteIssuedAhead(v)
 	code, msg := a.applied.LastErrorCode, a.applied.LastError
 	changed, err := a.putBack(ctx, v.Version, files)
 	a.checked()
@@ -201,6 +191,47 @@ func (a *Agent) checkFiles(ctx context.Context) checkOutcome {
 		a.checkFailed = ""
 	}
 	return checkOutcome{putBack: len(changed) > 0, report: len(changed) > 0 || a.applied.LastErrorCode != code || a.applied.LastError != msg}
+}
+
+// errNotApplied is a kept copy that verifies but is not the applied declaration.
+var errNotApplied = errors.New("not the applied declaration")
+
+// verifyKept verifies the kept copy as one the mesh sends (signature, audience,
+// keyring, expiry), and that it is the applied declaration, whose files it
+// returns. Its issue time may lie any distance in this machine's future
+// (AppliedAnyIssueTime, for this copy only): putting back what is applied applies
+// nothing new, and an issue time carries no security weight (decision 0006).
+// Refused, a clock stepped back by a day stopped the checks without a word until
+// the clock was set right (an audit).
+func (a *Agent) verifyKept() (declarations.Verified, []apply.File, error) {
+	env, err := declarations.ParseEnvelope(a.kept)
+	if err != nil {
+		return declarations.Verified{}, nil, err
+	}
+	exp := a.expect()
+	exp.AppliedAnyIssueTime = true
+	v, err := env.VerifyDeclaration(a.keys, exp)
+	if err == nil && !v.SameAsApplied {
+		err = errNotApplied
+	}
+	if err != nil {
+		return v, nil, err
+	}
+	files, err := filesOf(v)
+	return v, files, err
+}
+
+// noteIssuedAhead logs, once until it ends, that the kept copy was issued further
+// in this machine's future than a new declaration may be: the checks go on, but
+// the next declaration is refused (not_yet_valid) until the clock is right, and
+// nothing else says so before it arrives.
+func (a *Agent) noteIssuedAhead(v declarations.Verified) {
+	if v.IssuedAhead && !a.issuedAhead {
+		a.log.Warn("this machine's clock is behind the applied declaration's issue time by more than the tolerance: "+
+			"its files are still checked and put back, but a new declaration is refused (not_yet_valid) until the clock is right",
+			"version", v.Version, "issued_at", v.IssuedAt.UTC().Format(time.RFC3339), "now", a.o.Now().UTC().Format(time.RFC3339))
+	}
+	a.issuedAhead = v.IssuedAhead
 }
 
 // newerFailing reports whether a declaration newer than the applied one fails to

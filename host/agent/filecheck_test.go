@@ -458,23 +458,42 @@ func TestTheFileCheckAsksForAFreshCopy(t *testing.T) {
 	}
 }
 
-// TestTheFileCheckKeepsACopyNotValidYet: a check while this machine's clock is
-// behind the copy's issue keeps it, and the next check with the clock right puts
-// back (a review found one such check dropped the copy for good).
-func TestTheFileCheckKeepsACopyNotValidYet(t *testing.T) {
+// TestTheFileCheckPutsBackUnderAClockBehind: with this machine's clock a day behind
+// the applied copy's issue time (a VM restored from a snapshot, an RTC behind at
+// boot), the check still puts back a file edited by hand from that copy, and says
+// once that the clock is behind; a new declaration is still refused (not_yet_valid)
+// until the clock is right, then applied. Before (an audit), the check stopped
+// without a word, and the node showed converged.
+func TestTheFileCheckPutsBackUnderAClockBehind(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	if err := f.a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
 		t.Fatal(err)
 	}
-	f.handEdit(t, "edited by hand")
-	f.a.o.Now = func() time.Time { return t0.Add(-2 * time.Hour) }
-	if out := f.a.checkFiles(ctx); out.putBack || out.ask || f.a.kept == nil {
-		t.Fatalf("under a clock behind: %+v", out)
+	var logged strings.Builder
+	f.a.log = slog.New(slog.NewTextHandler(&logged, nil))
+	f.a.o.Now = func() time.Time { return t0.Add(-24 * time.Hour) }
+	for _, edit := range []string{"edited by hand", "edited again"} {
+		f.handEdit(t, edit)
+		if out := f.a.checkFiles(ctx); !out.putBack || out.ask || f.file(t) != "declared" {
+			t.Fatalf("under a clock a day behind: %+v, file %q", out, f.file(t))
+		}
+	}
+	if n := strings.Count(logged.String(), "clock is behind the applied declaration"); n != 1 {
+		t.Errorf("%d lines saying the clock is behind, want 1:\n%s", n, logged.String())
+	}
+	if err := f.a.handle(ctx, f.decl(t, 2, "two")); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.a.Applied(); got.Version != 1 || got.LastErrorCode != "not_yet_valid" || f.file(t) != "declared" {
+		t.Fatalf("a new declaration under the clock behind: %+v, file %q", got, f.file(t))
 	}
 	f.a.o.Now = func() time.Time { return t0.Add(time.Minute) }
-	if !f.a.checkFiles(ctx).putBack || f.file(t) != "declared" {
-		t.Fatalf("with the clock right again: %q", f.file(t))
+	if err := f.a.handle(ctx, f.decl(t, 2, "two")); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.a.Applied(); got.Version != 2 || f.file(t) != "two" {
+		t.Fatalf("with the clock right again: %+v, file %q", got, f.file(t))
 	}
 }
 

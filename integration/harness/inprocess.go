@@ -173,11 +173,22 @@ func EnrolHost(t testing.TB, token string, now func() time.Time) (state string, 
 // RunAgent starts an agent on an enrolled state directory.
 func RunAgent(t testing.TB, state string, now func() time.Time) *Agent {
 	t.Helper()
+	return RunAgentWith(t, state, now, nil)
+}
+
+// RunAgentWith is RunAgent with the agent's options changed by set (nil: none),
+// after the harness has set its own.
+func RunAgentWith(t testing.TB, state string, now func() time.Time, set func(*agent.Options)) *Agent {
+	t.Helper()
 	a := &Agent{State: state, Root: filepath.Join(state, "managed"), logBuf: &syncBuffer{}, done: make(chan error, 1)}
-	ag, err := agent.New(agent.Options{
+	o := agent.Options{
 		StateDir: state, Root: a.Root, Heartbeat: time.Second, Now: now,
 		Logger: slog.New(slog.NewTextHandler(a.logBuf, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})
+	}
+	if set != nil {
+		set(&o)
+	}
+	ag, err := agent.New(o)
 	if err != nil {
 		t.Fatalf("agent: %v", err)
 	}
