@@ -327,6 +327,66 @@ func TestHostClockStepsBackADayStillPutsBack(t *testing.T) {
 	}
 }
 
+// TestHostCutOffPastItsValiditySaysItsCheckIsOff: the mesh out of reach for longer
+// than the validity (here the host's clock moved a day on while the mesh is
+// stopped). The kept copy expires: a hand edit is not put back, and meshhost status
+// says the file check is off, why and since when, where it kept an old "checked at …
+// none changed"; the copy stays on disk. Set right again (the day was the clock's),
+// the same copy puts the edit back, with no mesh.
+func TestHostCutOffPastItsValiditySaysItsCheckIsOff(t *testing.T) {
+	t.Parallel()
+	var hostOffset atomic.Int64
+	hostNow := func() time.Time { return time.Now().Add(time.Duration(hostOffset.Load())) }
+	m := harness.StartMesh(t, "cutoff", harness.Options{})
+	state, err := harness.EnrolHost(t, m.Token("web-1", 15*time.Minute).Encode(), hostNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := harness.RunAgentWith(t, state, hostNow, func(o *agent.Options) {
+		o.CheckFiles, o.Socket = time.Second, agent.SocketPath(state)
+	})
+	v := m.Declare("web-1", `{"files":[{"path":"motd","content":"declared"}]}`)
+	m.WaitApplied("web-1", v, 15*time.Second)
+	kept := filepath.Join(state, agent.KeptFileName)
+	harness.Eventually(t, 15*time.Second, "the file check keeps its copy", func() bool {
+		_, err := os.Stat(kept)
+		return err == nil
+	})
+	m.Stop()
+
+	hostOffset.Store(int64(25 * time.Hour))
+	motd := filepath.Join(a.Root, "motd")
+	if err := os.WriteFile(motd, []byte("edited by hand"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	harness.Eventually(t, 15*time.Second, "meshhost status says the file check is off", func() bool {
+		r := harness.Run(t, "", nil, bin.Meshhost, "status", "--state", state)
+		out = r.Stdout
+		return r.Code == 0 && strings.Contains(r.Stdout, "files     OFF since ") && strings.Contains(r.Stdout, "expired")
+	})
+	if strings.Contains(out, "none changed") {
+		t.Errorf("meshhost status says none changed while the check is off:\n%s", out)
+	}
+	time.Sleep(2 * time.Second) // two more checks
+	if got, err := os.ReadFile(motd); err != nil || string(got) != "edited by hand" {
+		t.Fatalf("motd = %q, %v under an expired copy; want the edit left", got, err)
+	}
+	if _, err := os.Stat(kept); err != nil {
+		t.Fatalf("the expired copy was removed: %v", err)
+	}
+
+	hostOffset.Store(0)
+	harness.Eventually(t, 15*time.Second, "the edit put back from the same copy once the clock is right", func() bool {
+		got, err := os.ReadFile(motd)
+		return err == nil && string(got) == "declared"
+	})
+	r := harness.Run(t, "", nil, bin.Meshhost, "status", "--state", state)
+	if strings.Contains(r.Stdout, "OFF since") || !strings.Contains(r.Stdout, "1 put back as declared") {
+		t.Errorf("meshhost status once the copy is valid again:\n%s", r.Stdout)
+	}
+}
+
 // TestNodesLastSeenByTheAnsweringClock: meshctl on a machine whose clock is right,
 // asking a control plane whose clock is three hours behind: LAST SEEN is counted by
 // the clock that stamped it, the answering control node's, not by this machine's,

@@ -171,8 +171,12 @@ type Agent struct {
 	// holds it.
 	kept       []byte
 	keptFiles  []apply.File // kept's files, once verified
+	keptUntil  time.Time    // kept's expiry, once verified
 	keptSaved  bool
 	keptLoaded bool
+	// off is why the file check cannot put files back (no usable copy), and
+	// since when; zero while it can.
+	off checkOffState
 	// issuedAhead says the file check's last copy verified only because it is the
 	// applied declaration, issued beyond the tolerance in this clock's future
 	// (logged once: noteIssuedAhead).
@@ -1123,7 +1127,7 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 		}
 		if !v.ExpiresAt.Before(a.applied.ExpiresAt) {
 			// Not an older copy (a replay by the broker), which would expire first.
-			a.keep(raw, files)
+			a.keep(raw, files, v.ExpiresAt)
 		}
 		if a.newerFailing() {
 			// A newer declaration fails to apply: its retries (or its recorded
@@ -1197,7 +1201,7 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 	}
 	a.retry.clear()
 	a.applied.NextAttempt = time.Time{}
-	a.keep(raw, files)
+	a.keep(raw, files, v.ExpiresAt)
 	took := time.Since(applyStart)
 	// The root holds the declaration: a put back that failed is over.
 	a.stats.set(func(s *stats) { s.applied++; s.lastApply = took; s.putBackFailed = "" })

@@ -40,3 +40,21 @@ func TestAgentBuildInfo(t *testing.T) {
 		}
 	}
 }
+
+// metricValue is the value of the agent's gauge name, without labels.
+func metricValue(t *testing.T, a *Agent, name string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collector{a})
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}

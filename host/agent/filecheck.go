@@ -96,15 +96,17 @@ type differ interface {
 }
 
 // keep makes raw, a copy of the applied declaration that verified, whose files are
-// files, the one the file check applies again. It is written to KeptFileName at the
-// next check, off the path of the declaration's apply. It ends an ask for the
-// applied declaration (askApplied).
-func (a *Agent) keep(raw []byte, files []apply.File) {
+// files and which expires at until, the one the file check applies again. It is
+// written to KeptFileName at the next check, off the path of the declaration's
+// apply. It ends an ask for the applied declaration (askApplied), and the check
+// being off for want of a usable copy.
+func (a *Agent) keep(raw []byte, files []apply.File, until time.Time) {
 	a.askApplied = false
+	a.checkOn()
 	if bytes.Equal(raw, a.kept) {
 		return
 	}
-	a.kept, a.keptFiles, a.keptSaved = raw, files, false
+	a.kept, a.keptFiles, a.keptUntil, a.keptSaved = raw, files, until, false
 }
 
 // asDeclared reports whether the root is known to hold the kept copy's files as
@@ -123,12 +125,11 @@ func (a *Agent) asDeclared(ctx context.Context) bool {
 // checkFiles puts back, as the applied declaration has them, the managed files
 // changed or removed on this host since they were applied (a hand edit, a
 // package's post-install script), and runs their hooks. A root as declared is only
-// looked at (asDeclared); otherwise the declaration is verified again first, as one
-// the mesh sends, and applied. A copy that cannot be used any more
-// (expired, older than the keyring, damaged) is dropped and the mesh asked for a
-// fresh one; one not valid yet (this machine's clock behind) is kept for the next
-// check. Nothing is checked while a newer declaration fails to apply: its retries
-// own the root, and after a restart its recorded failure does.
+// looked at (asDeclared), while the copy that says so is within its validity;
+// otherwise the declaration is verified again first, as one the mesh sends, and
+// applied. A copy that does not verify is handled by unusableCopy. Nothing is
+// checked while a newer declaration fails to apply: its retries own the root, and
+// after a restart its recorded failure does.
 func (a *Agent) checkFiles(ctx context.Context) checkOutcome {
 	if !a.applied.HaveApplied || len(a.applied.Managed) == 0 || a.newerFailing() {
 		return checkOutcome{}
@@ -139,33 +140,36 @@ func (a *Agent) checkFiles(ctx context.Context) checkOutcome {
 		a.keptSaved = a.kept != nil
 	}
 	if a.kept == nil {
-		return checkOutcome{}
+		// Asked for already, mostly: as the agent started (noKeptCopy), or as
+		// the copy was removed (unusableCopy).
+		if !a.checkOff(CheckOffNoCopy, "no copy of the applied declaration is kept; the mesh is asked for one") {
+			return checkOutcome{}
+		}
+		a.log.Warn("files changed on this host are not put back until the mesh sends a copy of the applied declaration: none is kept")
+		// One that cannot be read (its mode changed by hand) is not absent, and
+		// was not asked for as the agent started.
+		ask := !a.askApplied
+		a.askApplied = true
+		return checkOutcome{ask: ask}
 	}
 	if err := a.saveKept(); err != nil {
 		// Only the check after a restart needs it; tried again at the next.
 		a.log.Warn("could not keep a copy of the applied declaration in the state directory: after a restart, files are checked from the next copy the mesh sends", "err", err)
 	}
-	if a.asDeclared(ctx) {
+	// Past its expiry the copy is verified before it is trusted even to say the
+	// root is as declared: the verifier decides, with its tolerance, whether the
+	// check is off.
+	if !a.o.Now().After(a.keptUntil) && a.asDeclared(ctx) {
+		a.checkOn()
 		a.checked()
 		return checkOutcome{}
 	}
 	v, files, err := a.verifyKept()
-	if errors.Is(err, declarations.ErrNotYetValid) {
-		return checkOutcome{} // this machine's clock is behind: the copy is good later
-	}
 	if err != nil {
-		// Expired (the mesh out of reach for longer than its validity), older than
-		// the keyring (a rotation: the mesh does not sign declarations again for
-		// it), older than the applied version after a crash, or damaged.
-		a.log.Info("the kept copy of the applied declaration cannot be used any more: asking the mesh for a fresh one, which the file check uses from then on", "err", err)
-		a.kept, a.keptFiles, a.keptSaved = nil, nil, false
-		if rerr := os.Remove(filepath.Join(a.o.StateDir, KeptFileName)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-			a.log.Warn("could not remove the unusable copy of the applied declaration", "err", rerr)
-		}
-		a.askApplied = true
-		return checkOutcome{ask: true}
+		return a.unusableCopy(err)
 	}
-	a.keptFiles = files
+	a.checkOn()
+	a.keptFiles, a.keptUntil = files, v.ExpiresAt
 	a.noteIssuedAhead(v)
 	code, msg := a.applied.LastErrorCode, a.applied.LastError
 	changed, err := a.putBack(ctx, v.Version, files)
@@ -191,6 +195,40 @@ func (a *Agent) checkFiles(ctx context.Context) checkOutcome {
 		a.checkFailed = ""
 	}
 	return checkOutcome{putBack: len(changed) > 0, report: len(changed) > 0 || a.applied.LastErrorCode != code || a.applied.LastError != msg}
+}
+
+// unusableCopy handles a kept copy that does not verify, and says whether to ask
+// the mesh for the applied declaration. One outside its validity by this
+// machine's clock (expired while the mesh was out of reach for longer than its
+// validity, or the clock ahead) is kept, on disk too, and used again once it is
+// valid: a clock set right, with or without a restart, brings the checks back
+// before the mesh is reached, where removed it left them off for the rest of an
+// outage (an audit). Any other fault is for good (older than the keyring after a
+// rotation, older than the applied version after a crash, damaged): that copy is
+// removed. Either way no failure is reported, the check is off until a usable
+// copy is in hand (meshhost status and mesh_agent_file_check_off say so), and the
+// mesh is asked for one as the check turns off.
+func (a *Agent) unusableCopy(err error) checkOutcome {
+	if errors.Is(err, declarations.ErrExpired) || errors.Is(err, declarations.ErrNotYetValid) {
+		if !a.checkOff(declarations.Code(err), "the kept copy of the applied declaration is not valid by this machine's clock; the mesh is asked for a fresh one: "+err.Error()) {
+			return checkOutcome{}
+		}
+		a.log.Warn("files changed on this host are not put back until a fresh copy of the applied declaration arrives from the mesh, or this machine's clock makes the kept one valid again", "err", err)
+	} else {
+		a.log.Info("the kept copy of the applied declaration cannot be used any more: removed, and the mesh asked for a fresh one, which the file check uses from then on", "err", err)
+		a.dropKept()
+		a.checkOff(CheckOffNoCopy, "the kept copy of the applied declaration could not be used and was removed; the mesh is asked for one: "+err.Error())
+	}
+	a.askApplied = true
+	return checkOutcome{ask: true}
+}
+
+// dropKept forgets the kept copy and removes it from the state directory.
+func (a *Agent) dropKept() {
+	a.kept, a.keptFiles, a.keptUntil, a.keptSaved = nil, nil, time.Time{}, false
+	if err := os.Remove(filepath.Join(a.o.StateDir, KeptFileName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		a.log.Warn("could not remove the unusable copy of the applied declaration", "err", err)
+	}
 }
 
 // errNotApplied is a kept copy that verifies but is not the applied declaration.

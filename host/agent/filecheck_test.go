@@ -106,9 +106,10 @@ func TestTheFileCheckWorksAfterARestart(t *testing.T) {
 }
 
 // TestTheFileCheckUsesOnlyAVerifiedCopy: a kept copy that no longer verifies
-// (expired, or of an older version than the state says is applied) is dropped, the
-// file left as it is, and no failure reported: the mesh's next copy restarts the
-// checks.
+// (expired, or of an older version than the state says is applied) is not
+// applied, the file left as it is, and no failure reported: the mesh's next copy
+// restarts the checks. An expired one is kept (TestAnExpiredCopyIsKept); the
+// others are removed.
 func TestTheFileCheckUsesOnlyAVerifiedCopy(t *testing.T) {
 	t.Run("expired", func(t *testing.T) {
 		f := newFixture(t)
@@ -124,9 +125,6 @@ func TestTheFileCheckUsesOnlyAVerifiedCopy(t *testing.T) {
 		}
 		if got := f.a.Applied(); got.LastErrorCode != "" {
 			t.Fatalf("an expired kept copy reported a failure: %+v", got)
-		}
-		if _, err := os.Stat(filepath.Join(f.dir, KeptFileName)); !errors.Is(err, fs.ErrNotExist) {
-			t.Fatalf("the unusable copy is still kept: %v", err)
 		}
 	})
 	t.Run("older than the applied version", func(t *testing.T) {
@@ -171,6 +169,146 @@ func TestTheFileCheckUsesOnlyAVerifiedCopy(t *testing.T) {
 			t.Fatalf("a damaged copy: file %q, %+v", f.file(t), a.Applied())
 		}
 	})
+}
+
+// TestAnExpiredCopyIsKept: cut off from the mesh for longer than the validity,
+// the kept copy expires. It stays on disk (a clock ahead set right, or a restart
+// after it, makes it good again), the mesh is asked once, not at every check, and
+// meshhost status and the metric say the check is off, why and since when, not an
+// old "checked at … none changed". A restart with the clock right checks from it.
+// Before (an audit), the copy was removed, the checks stopped for the rest of the
+// outage, and the status kept its last "checked at".
+func TestAnExpiredCopyIsKept(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
+		t.Fatal(err)
+	}
+	f.a.checkFiles(ctx) // keeps the copy on disk
+	var logged strings.Builder
+	f.a.log = slog.New(slog.NewTextHandler(&logged, nil))
+	cutOff := t0.Add(25 * time.Hour)
+	f.a.o.Now = func() time.Time { return cutOff }
+	// The root as declared still: the expired copy is not trusted to say so.
+	if out := f.a.checkFiles(ctx); !out.ask || !f.a.askApplied {
+		t.Fatalf("the check under an expired copy: %+v, asking %v", out, f.a.askApplied)
+	}
+	f.handEdit(t, "edited by hand")
+	for range 2 {
+		if out := f.a.checkFiles(ctx); out.putBack || out.ask || f.file(t) != "edited by hand" {
+			t.Fatalf("a later check under the expired copy: %+v, file %q", out, f.file(t))
+		}
+	}
+	if n := strings.Count(logged.String(), "files changed on this host are not put back"); n != 1 {
+		t.Errorf("%d lines saying the check is off, want 1:\n%s", n, logged.String())
+	}
+	if _, err := os.Stat(filepath.Join(f.dir, KeptFileName)); err != nil {
+		t.Fatalf("the expired copy is not kept: %v", err)
+	}
+	st := f.a.linkStatus()
+	if st.Files == nil || st.Files.OffCode != CheckOffExpired || !st.Files.OffSince.Equal(cutOff) || !strings.Contains(st.Files.Off, "expired") || !st.Files.CheckedAt.Equal(t0) {
+		t.Fatalf("meshhost status while the copy is expired: %+v", st.Files)
+	}
+	if off := metricValue(t, f.a, "mesh_agent_file_check_off"); off != 1 {
+		t.Errorf("mesh_agent_file_check_off %v while the copy is expired, want 1", off)
+	}
+
+	// Restarted with the clock right (it ran a day ahead): checked from the copy.
+	f.a.kp.Wipe()
+	a, err := New(Options{StateDir: f.dir, Root: f.root, Now: func() time.Time { return t0.Add(time.Hour) }, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := a.checkFiles(ctx); !out.putBack || f.file(t) != "declared" {
+		t.Fatalf("restarted with the clock right: %+v, file %q", out, f.file(t))
+	}
+	if st := a.linkStatus(); st.Files == nil || st.Files.OffCode != "" {
+		t.Fatalf("meshhost status once the copy is valid: %+v", st.Files)
+	}
+	if off := metricValue(t, a, "mesh_agent_file_check_off"); off != 0 {
+		t.Errorf("mesh_agent_file_check_off %v once the copy is valid, want 0", off)
+	}
+}
+
+// TestTheFileCheckIsOnOnceAFreshCopyArrives: off (expired), the copy the mesh
+// sends for the ask turns it on again at once.
+func TestTheFileCheckIsOnOnceAFreshCopyArrives(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
+		t.Fatal(err)
+	}
+	f.a.checkFiles(ctx)
+	now := t0.Add(25 * time.Hour)
+	f.a.o.Now = func() time.Time { return now }
+	f.a.checkFiles(ctx)
+	if st := f.a.linkStatus(); st.Files == nil || st.Files.OffCode != CheckOffExpired {
+		t.Fatalf("setup: %+v", st.Files)
+	}
+	content := "declared"
+	fresh, err := declarations.SignDeclaration(declarations.Declaration{
+		Mesh: "m", Node: "n-1", NodeKey: f.nodeKey, Version: 1, IssuedAt: now, ExpiresAt: now.Add(24 * time.Hour),
+		Body: declarations.Body{Files: []declarations.File{{Path: "etc/app.conf", Content: &content}}},
+	}, f.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.a.handle(ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+	if st := f.a.linkStatus(); st.Files.OffCode != "" || f.a.askApplied {
+		t.Fatalf("a fresh copy arrived: %+v, asking %v", st.Files, f.a.askApplied)
+	}
+	f.handEdit(t, "edited by hand")
+	if !f.a.checkFiles(ctx).putBack || f.file(t) != "declared" {
+		t.Fatalf("from the fresh copy: %q", f.file(t))
+	}
+}
+
+// TestTheFileCheckIsOnOnceTheClockIsRight: off under a clock a day ahead, the check
+// puts back from the same copy once the clock is set right, and says it is on.
+func TestTheFileCheckIsOnOnceTheClockIsRight(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
+		t.Fatal(err)
+	}
+	f.a.checkFiles(ctx)
+	f.a.o.Now = func() time.Time { return t0.Add(25 * time.Hour) }
+	f.handEdit(t, "edited by hand")
+	f.a.checkFiles(ctx)
+	if st := f.a.linkStatus(); st.Files == nil || st.Files.OffCode != CheckOffExpired {
+		t.Fatalf("setup: %+v", st.Files)
+	}
+	f.a.o.Now = func() time.Time { return t0.Add(time.Hour) }
+	if out := f.a.checkFiles(ctx); !out.putBack || f.file(t) != "declared" {
+		t.Fatalf("the clock right again: %+v, file %q", out, f.file(t))
+	}
+	if st := f.a.linkStatus(); st.Files.OffCode != "" || !st.Files.CheckedAt.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("meshhost status with the clock right again: %+v", st.Files)
+	}
+}
+
+// TestTheFileCheckSaysItHasNoCopy: an agent restarted without a kept copy (cut off
+// from the mesh, or its copy removed as damaged) says its check is off, asking.
+func TestTheFileCheckSaysItHasNoCopy(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
+		t.Fatal(err)
+	}
+	f.a.kp.Wipe() // stopped before a check kept the copy
+	a, err := New(Options{StateDir: f.dir, Root: f.root, Now: func() time.Time { return t0 }, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.askApplied = a.noKeptCopy() // as Run does
+	if out := a.checkFiles(ctx); out.ask || !a.askApplied {
+		t.Fatalf("no copy kept: %+v (the start asked already), asking %v", out, a.askApplied)
+	}
+	if st := a.linkStatus(); st.Files == nil || st.Files.OffCode != CheckOffNoCopy || !st.Files.CheckedAt.IsZero() {
+		t.Fatalf("meshhost status with no copy kept: %+v", st.Files)
+	}
 }
 
 // TestTheFileCheckReportsAFailureOnce: a put back that fails is the node's failure
@@ -847,7 +985,7 @@ func TestACopyRefusedForItsValidityIsAskedForAgain(t *testing.T) {
 	now = t0.Add(72 * time.Hour)
 	f.a.noteStale()
 	f.handEdit(t, "edited while the clock is ahead")
-	if out := f.a.checkFiles(ctx); !out.ask || f.a.kept != nil {
+	if out := f.a.checkFiles(ctx); !out.ask || f.a.kept == nil {
 		t.Fatalf("setup: the expired copy under the clock ahead: %+v, kept %v", out, f.a.kept != nil)
 	}
 	if !f.a.syncRequest().AppliedExpiresAt.IsZero() {

@@ -47,6 +47,9 @@ type stats struct {
 	lastPutBackCount int
 	// putBackFailed is why the last put back failed ("" once one succeeds).
 	putBackFailed string
+	// checkOff is why the file check cannot put files back, since when (zero
+	// while it can).
+	checkOff checkOffState
 	// unsaved is why the last save of the applied state failed ("" once one
 	// succeeds): the state file is then behind the copy above.
 	unsaved string
@@ -94,6 +97,8 @@ var (
 		"Managed files found changed or removed on this host (by hand, by another program) and put back as declared since the agent started.", nil, nil)
 	descStale = prometheus.NewDesc("mesh_agent_stale",
 		"1 when the applied declaration expired without a fresh one.", nil, nil)
+	descCheckOff = prometheus.NewDesc("mesh_agent_file_check_off",
+		"1 while the file check cannot put back files changed on this host: it holds no usable copy of the applied declaration (expired while the mesh was out of reach, or none kept); meshhost status says why and since when.", nil, nil)
 	descBuildInfo = prometheus.NewDesc("mesh_agent_build_info",
 		"1, labelled with the version of meshhost running (meshhost version) and the commit it was built from (unknown when its build recorded none).",
 		[]string{"version", "revision"}, nil)
@@ -103,7 +108,7 @@ var (
 type collector struct{ a *Agent }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descAppliedVersion, descKeyringEpoch, descApplied, descRefused, descLastApply, descConnected, descSynced, descStale, descHooksFailed, descPutBack, descBuildInfo} {
+	for _, d := range []*prometheus.Desc{descAppliedVersion, descKeyringEpoch, descApplied, descRefused, descLastApply, descConnected, descSynced, descStale, descCheckOff, descHooksFailed, descPutBack, descBuildInfo} {
 		ch <- d
 	}
 }
@@ -119,6 +124,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	version, have, epoch := a.stats.version, a.stats.haveApplied, a.stats.epoch
 	stale := have && a.o.Now().After(a.stats.expiresAt)
 	hooksFailed, putBack := a.stats.hooksFailed, a.stats.putBack
+	checkOff := a.stats.checkOff.code != ""
 	a.stats.mu.Unlock()
 	appliedVersion := -1.0
 	if have {
@@ -135,6 +141,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descConnected, boolValue(connected))
 	gauge(descSynced, boolValue(synced))
 	gauge(descStale, boolValue(stale))
+	gauge(descCheckOff, boolValue(checkOff))
 	gauge(descHooksFailed, float64(hooksFailed))
 	ch <- prometheus.MustNewConstMetric(descPutBack, prometheus.CounterValue, float64(putBack))
 	ch <- prometheus.MustNewConstMetric(descBuildInfo, prometheus.GaugeValue, 1, orUnknown(a.o.Version), orUnknown(a.o.Revision))

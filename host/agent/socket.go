@@ -55,15 +55,23 @@ type LinkStatus struct {
 	// error): what it holds applied, which the state file `meshhost status`
 	// reads does not say yet, and why. The agent tries again at each heartbeat.
 	Unsaved *UnsavedState `json:"unsaved,omitempty"`
-	// Files is what the file check found (nil before it compared anything, or
-	// while it is off): a host fixed by hand sees whether its change was put back.
+	// Files is what the file check found (nil before it compared anything or
+	// found it could not, and with --check-files 0): a host fixed by hand sees
+	// whether its change was put back.
 	Files *FilesStatus `json:"files,omitempty"`
 }
 
 // FilesStatus is what the agent's file check found last.
 type FilesStatus struct {
-	// CheckedAt is when the check last compared the managed files.
-	CheckedAt time.Time `json:"checked_at"`
+	// CheckedAt is when the check last compared the managed files; zero when it
+	// has not since the agent started (it is off).
+	CheckedAt time.Time `json:"checked_at,omitzero"`
+	// OffCode is set while the check cannot put back files changed on this host,
+	// one of the CheckOff constants; Off says why to a person, and OffSince since
+	// when (since the agent started, at most).
+	OffCode  string    `json:"off_code,omitempty"`
+	Off      string    `json:"off,omitempty"`
+	OffSince time.Time `json:"off_since,omitzero"`
 	// PutBack counts the files put back since the agent started.
 	PutBack uint64 `json:"put_back"`
 	// LastPutBackAt, LastPutBackCount and LastPutBack are when files were last put
@@ -107,9 +115,10 @@ func (a *Agent) linkStatus() LinkStatus {
 	if s.connected {
 		st.Broker = s.broker
 	}
-	if !s.checkedAt.IsZero() {
+	if !s.checkedAt.IsZero() || s.checkOff.code != "" {
 		st.Files = &FilesStatus{CheckedAt: s.checkedAt, PutBack: s.putBack, LastPutBackAt: s.lastPutBackAt,
-			LastPutBackCount: s.lastPutBackCount, LastPutBack: slices.Clone(s.lastPutBack), Failed: s.putBackFailed}
+			LastPutBackCount: s.lastPutBackCount, LastPutBack: slices.Clone(s.lastPutBack), Failed: s.putBackFailed,
+			OffCode: s.checkOff.code, Off: s.checkOff.why, OffSince: s.checkOff.since}
 	}
 	if !st.Synced {
 		st.Error = s.linkErr

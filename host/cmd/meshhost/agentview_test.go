@@ -175,4 +175,17 @@ func TestFilesLine(t *testing.T) {
 	if got := filesLine(f); got != want {
 		t.Errorf("a failing put back:\ngot  %q\nwant %q", got, want)
 	}
+	// Off (its copy expired while the mesh was out of reach): said first, with
+	// since when, and not "none changed", which the check can no longer tell.
+	f = &agent.FilesStatus{CheckedAt: at, OffCode: agent.CheckOffExpired, OffSince: at.Add(time.Hour), Off: "the kept copy expired"}
+	want = "OFF since 2026-12-05T10:40:00Z, files changed on this host are not put back: the kept copy expired; last compared at 2026-12-05T09:40:00Z"
+	if got := filesLine(f); got != want {
+		t.Errorf("off:\ngot  %q\nwant %q", got, want)
+	}
+	// Off since the agent started (restarted while cut off): it never compared.
+	f = &agent.FilesStatus{OffCode: agent.CheckOffNoCopy, OffSince: at, Off: "no copy is kept"}
+	want = "OFF since 2026-12-05T09:40:00Z, files changed on this host are not put back: no copy is kept; not compared since the agent started"
+	if got := filesLine(f); got != want {
+		t.Errorf("off since the start:\ngot  %q\nwant %q", got, want)
+	}
 }

@@ -958,24 +958,43 @@ func askAgent(stateDir string) agentView {
 	return agentView{Running: true, Known: true, LinkStatus: st}
 }
 
-// filesLine says what the running agent's file check found: when it last compared
-// the managed files, and what it put back since the agent started.
+// filesLine says what the running agent's file check found: whether it is off
+// (and why, since when), when it last compared the managed files, and what it put
+// back since the agent started.
 func filesLine(f *agent.FilesStatus) string {
-	line := "checked at " + f.CheckedAt.UTC().Format(time.RFC3339)
+	var parts []string
+	if f.OffCode != "" {
+		parts = append(parts, fmt.Sprintf("OFF since %s, files changed on this host are not put back: %s", f.OffSince.UTC().Format(time.RFC3339), f.Off))
+	}
+	switch {
+	case f.CheckedAt.IsZero():
+		parts = append(parts, "not compared since the agent started")
+	case f.OffCode != "":
+		parts = append(parts, "last compared at "+f.CheckedAt.UTC().Format(time.RFC3339))
+	default:
+		parts = append(parts, "checked at "+f.CheckedAt.UTC().Format(time.RFC3339))
+	}
 	if f.Failed != "" {
-		line += "; what changed on this host could not be put back as declared (tried again at each check; the node is failing meanwhile): " + f.Failed
-	} else if f.PutBack == 0 {
-		return line + "; none changed on this host since the agent started"
+		parts = append(parts, "what changed on this host could not be put back as declared (tried again at each check; the node is failing meanwhile): "+f.Failed)
 	}
-	if f.PutBack == 0 {
-		return line
+	switch {
+	case f.PutBack > 0:
+		parts = append(parts, putBackText(f))
+	case f.Failed == "" && f.OffCode == "":
+		parts = append(parts, "none changed on this host since the agent started")
 	}
+	return strings.Join(parts, "; ")
+}
+
+// putBackText says how many files the check put back since the agent started, the
+// last when and which.
+func putBackText(f *agent.FilesStatus) string {
 	last := listShort(f.LastPutBack, 5)
 	if more := f.LastPutBackCount - min(len(f.LastPutBack), 5); more > 0 {
 		last = fmt.Sprintf("%s and %d more", strings.Join(f.LastPutBack[:min(len(f.LastPutBack), 5)], ", "), more)
 	}
-	return fmt.Sprintf("%s; %d put back as declared since the agent started (changed on this host), the last at %s: %s",
-		line, f.PutBack, f.LastPutBackAt.UTC().Format(time.RFC3339), last)
+	return fmt.Sprintf("%d put back as declared since the agent started (changed on this host), the last at %s: %s",
+		f.PutBack, f.LastPutBackAt.UTC().Format(time.RFC3339), last)
 }
 
 func (v agentView) String() string {
