@@ -174,6 +174,9 @@ type Agent struct {
 	keptUntil  time.Time    // kept's expiry, once verified
 	keptSaved  bool
 	keptLoaded bool
+	// notKept tells apart the last failure to write kept to KeptFileName
+	// (failureKey), logged once; "" once written.
+	notKept string
 	// off is why the file check cannot put files back (no usable copy), and
 	// since when; zero while it can.
 	off checkOffState

@@ -152,10 +152,7 @@ func (a *Agent) checkFiles(ctx context.Context) checkOutcome {
 		a.askApplied = true
 		return checkOutcome{ask: ask}
 	}
-	if err := a.saveKept(); err != nil {
-		// Only the check after a restart needs it; tried again at the next.
-		a.log.Warn("could not keep a copy of the applied declaration in the state directory: after a restart, files are checked from the next copy the mesh sends", "err", err)
-	}
+	a.keepOnDisk()
 	// Past its expiry the copy is verified before it is trusted even to say the
 	// root is as declared: the verifier decides, with its tolerance, whether the
 	// check is off.
@@ -223,9 +220,11 @@ func (a *Agent) unusableCopy(err error) checkOutcome {
 	return checkOutcome{ask: true}
 }
 
-// dropKept forgets the kept copy and removes it from the state directory.
+// dropKept forgets the kept copy and removes it from the state directory: a
+// failure to write it is over too.
 func (a *Agent) dropKept() {
 	a.kept, a.keptFiles, a.keptUntil, a.keptSaved = nil, nil, time.Time{}, false
+	a.setNotKept("", "")
 	if err := os.Remove(filepath.Join(a.o.StateDir, KeptFileName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		a.log.Warn("could not remove the unusable copy of the applied declaration", "err", err)
 	}
@@ -311,6 +310,45 @@ func (a *Agent) loadKept() []byte {
 		return nil
 	}
 	return raw
+}
+
+// keepOnDisk writes the kept copy to KeptFileName if it is not yet. Only the check
+// after a restart needs it, so a failure is tried again at the next check, and
+// said once per distinct failure, not at every check (a full state directory
+// fails at each: it was a warning a minute without end), and once as it is kept
+// again; meshhost status shows it meanwhile.
+func (a *Agent) keepOnDisk() {
+	err := a.saveKept()
+	if err == nil {
+		if a.notKept != "" {
+			a.log.Info("kept the copy of the applied declaration in the state directory again")
+			a.setNotKept("", "")
+		}
+		return
+	}
+	if key := failureKey(err); key != a.notKept {
+		a.log.Warn("could not keep a copy of the applied declaration in the state directory: after a restart, files are checked from the next copy the mesh sends; tried again at each check", "err", err)
+		a.setNotKept(key, err.Error())
+		return
+	}
+	a.setNotKept(a.notKept, err.Error())
+}
+
+// setNotKept notes the failure to keep the copy on disk: key tells failures
+// apart (failureKey), text is shown by meshhost status; both "" once kept.
+func (a *Agent) setNotKept(key, text string) {
+	a.notKept = key
+	a.stats.set(func(s *stats) { s.notKept = text })
+}
+
+// failureKey tells a failure to write a file apart from another: its system error
+// when it has one, since the message names a temporary file, new at each write.
+func failureKey(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error()
+	}
+	return err.Error()
 }
 
 // saveKept writes the kept copy to KeptFileName if it has not been yet: at a check,

@@ -311,6 +311,48 @@ func TestTheFileCheckSaysItHasNoCopy(t *testing.T) {
 	}
 }
 
+// TestACopyNotKeptIsSaidOnce: a copy of the applied declaration that cannot be
+// written to the state directory (a full disk there; here a directory in its
+// place) is warned of once, not at every check, with meshhost status saying so
+// meanwhile; once written, the agent says so and the status clears. Before (an
+// audit), the warning came at every check (1,440 lines a day) and nothing else
+// showed it.
+func TestACopyNotKeptIsSaidOnce(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
+		t.Fatal(err)
+	}
+	kept := filepath.Join(f.dir, KeptFileName)
+	if err := os.Mkdir(kept, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var logged strings.Builder
+	f.a.log = slog.New(slog.NewTextHandler(&logged, nil))
+	for range 3 {
+		f.a.checkFiles(ctx)
+	}
+	if n := strings.Count(logged.String(), "could not keep a copy of the applied declaration"); n != 1 {
+		t.Errorf("%d warnings in 3 checks, want 1:\n%s", n, logged.String())
+	}
+	if st := f.a.linkStatus(); st.Files == nil || st.Files.NotKept == "" {
+		t.Fatalf("meshhost status does not say the copy is not kept: %+v", st.Files)
+	}
+	if err := os.Remove(kept); err != nil {
+		t.Fatal(err)
+	}
+	f.a.checkFiles(ctx)
+	if _, err := os.Stat(kept); err != nil {
+		t.Fatalf("the copy not written once it can be: %v", err)
+	}
+	if !strings.Contains(logged.String(), "kept the copy of the applied declaration in the state directory again") {
+		t.Errorf("the agent does not say the copy is kept again:\n%s", logged.String())
+	}
+	if st := f.a.linkStatus(); st.Files == nil || st.Files.NotKept != "" {
+		t.Fatalf("meshhost status once the copy is kept: %+v", st.Files)
+	}
+}
+
 // TestTheFileCheckReportsAFailureOnce: a put back that fails is the node's failure
 // (apply_failed for the applied version), reported at the first check that finds
 // it and not again at each later one; a check that finds the root as declared

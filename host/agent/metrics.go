@@ -50,6 +50,9 @@ type stats struct {
 	// checkOff is why the file check cannot put files back, since when (zero
 	// while it can).
 	checkOff checkOffState
+	// notKept is why the copy of the applied declaration could not be written
+	// to the state directory ("" once it is).
+	notKept string
 	// unsaved is why the last save of the applied state failed ("" once one
 	// succeeds): the state file is then behind the copy above.
 	unsaved string

@@ -72,6 +72,10 @@ type FilesStatus struct {
 	OffCode  string    `json:"off_code,omitempty"`
 	Off      string    `json:"off,omitempty"`
 	OffSince time.Time `json:"off_since,omitzero"`
+	// NotKept is why the copy of the applied declaration the check uses could
+	// not be written to the state directory (a full disk): the check goes on, but
+	// after a restart it waits for the mesh's copy. Empty once written.
+	NotKept string `json:"not_kept,omitempty"`
 	// PutBack counts the files put back since the agent started.
 	PutBack uint64 `json:"put_back"`
 	// LastPutBackAt, LastPutBackCount and LastPutBack are when files were last put
@@ -115,10 +119,10 @@ func (a *Agent) linkStatus() LinkStatus {
 	if s.connected {
 		st.Broker = s.broker
 	}
-	if !s.checkedAt.IsZero() || s.checkOff.code != "" {
+	if !s.checkedAt.IsZero() || s.checkOff.code != "" || s.notKept != "" {
 		st.Files = &FilesStatus{CheckedAt: s.checkedAt, PutBack: s.putBack, LastPutBackAt: s.lastPutBackAt,
 			LastPutBackCount: s.lastPutBackCount, LastPutBack: slices.Clone(s.lastPutBack), Failed: s.putBackFailed,
-			OffCode: s.checkOff.code, Off: s.checkOff.why, OffSince: s.checkOff.since}
+			OffCode: s.checkOff.code, Off: s.checkOff.why, OffSince: s.checkOff.since, NotKept: s.notKept}
 	}
 	if !st.Synced {
 		st.Error = s.linkErr

@@ -188,4 +188,10 @@ func TestFilesLine(t *testing.T) {
 	if got := filesLine(f); got != want {
 		t.Errorf("off since the start:\ngot  %q\nwant %q", got, want)
 	}
+	// The copy not kept on disk: the check goes on, a restart would wait.
+	f = &agent.FilesStatus{CheckedAt: at, NotKept: "no space left on device"}
+	want = "checked at 2026-12-05T09:40:00Z; none changed on this host since the agent started; its copy of the applied declaration is NOT KEPT in the state directory (tried again at each check; after a restart, files are checked once the mesh sends a copy): no space left on device"
+	if got := filesLine(f); got != want {
+		t.Errorf("not kept:\ngot  %q\nwant %q", got, want)
+	}
 }

@@ -983,6 +983,9 @@ func filesLine(f *agent.FilesStatus) string {
 	case f.Failed == "" && f.OffCode == "":
 		parts = append(parts, "none changed on this host since the agent started")
 	}
+	if f.NotKept != "" {
+		parts = append(parts, "its copy of the applied declaration is NOT KEPT in the state directory (tried again at each check; after a restart, files are checked once the mesh sends a copy): "+f.NotKept)
+	}
 	return strings.Join(parts, "; ")
 }
 
