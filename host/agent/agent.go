@@ -646,10 +646,15 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // connect makes the first connection itself, with backoff, because nats.go does not
 // report authorization refusals while it retries a first connection: the agent must
-// count them to tell a revoked identity from a network that is down.
+// count them to tell a revoked identity from a network that is down. What keeps
+// failing is logged as a lost connection's problems are (problemLog): an agent
+// started during an outage of days logged a line every 30 s, burying the one line
+// that says it is stale. Its own problemLog: it runs beside the loop, which resets
+// its own once connected.
 func (a *Agent) connect(ctx context.Context, urls string, opts []nats.Option) (*nats.Conn, error) {
 	wait := time.Second
 	refusals := 0
+	var problems problemLog
 	for {
 		nc, err := nats.Connect(urls, opts...)
 		if err == nil {
@@ -670,7 +675,9 @@ func (a *Agent) connect(ctx context.Context, urls string, opts []nats.Option) (*
 		case link.IsSubstituted(err), link.IsClock(err):
 			// Logged by the pin check, which saw it first.
 		default:
-			a.log.Warn("cannot reach the mesh yet; retrying", "err", err, "in", wait)
+			if ok, held := problems.allow(err.Error(), a.o.Now()); ok {
+				a.log.Warn("cannot reach the mesh yet; retrying", append([]any{"err", err, "in", wait}, heldBack(held)...)...)
+			}
 		}
 		select {
 		case <-ctx.Done():
