@@ -557,6 +557,9 @@ func (a *Agent) Run(ctx context.Context) error {
 				now, broker := a.o.Now(), nc.ConnectedUrlRedacted()
 				a.stats.set(func(s *stats) { s.connected, s.broker, s.since, s.linkErr = nc.IsConnected(), broker, now, "" })
 				a.log.Info("connected to the mesh", "broker", nc.ConnectedUrlRedacted())
+				if home.arrived(a.homeURL(nc), nc.ConnectedUrl()) && home.every > 0 {
+					homeTimer.Reset(home.interval())
+				}
 				sy.backoff = 0
 				sy.start(loopCtx, &workers)
 				a.report(nc)
@@ -629,10 +632,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-homeTimer.C:
 			// The first of the mesh's list as it stands: a control node removed since
 			// the connection was made is no longer anyone's home.
-			home1 := ""
-			if b := a.brokers(); len(b) > 0 && nc != nil {
-				home1 = link.URLs(b[:1])
-			}
+			home1 := a.homeURL(nc)
 			if home1 != "" && home.look(home1, nc.ConnectedUrl(), nc.Servers()) {
 				a.log.Info("moving back to this node's first broker", "broker", home1, "from", nc.ConnectedUrlRedacted())
 				if err := nc.ForceReconnect(); err != nil {
@@ -642,6 +642,16 @@ func (a *Agent) Run(ctx context.Context) error {
 			homeTimer.Reset(home.interval())
 		}
 	}
+}
+
+// homeURL is this node's home broker as nats.go names it: the first of the mesh's
+// list as it stands (a control node removed since the connection was made is no
+// longer anyone's home); "" with no connection or no list.
+func (a *Agent) homeURL(nc *nats.Conn) string {
+	if b := a.brokers(); len(b) > 0 && nc != nil {
+		return link.URLs(b[:1])
+	}
+	return ""
 }
 
 // connect makes the first connection itself, with backoff, because nats.go does not

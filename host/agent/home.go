@@ -57,6 +57,21 @@ func (h *homing) look(home, connected string, pool []string) bool {
 	return true
 }
 
+// arrived is told of each connection made, with home and the broker connected to:
+// a move that ended home brings the interval back to its start. It doubled at each
+// move, whether or not the move ended there, and went back only when a later look
+// found the agent home: displaced again before that look (a rolling restart of its
+// home), a host stayed away for up to the doubled wait, an hour at most (audit of
+// the control plane's weeks, finding 6). It says whether the interval changed, for
+// the timer to be set again.
+func (h *homing) arrived(home, connected string) bool {
+	if home == "" || connected != home || h.wait == h.every {
+		return false
+	}
+	h.wait = h.every
+	return true
+}
+
 // pick is nats.go's ReconnectToServer callback: the broker look asked for, for the
 // attempt that follows, and nats.go's own choice otherwise (a broker lost, or home
 // refusing).

@@ -63,3 +63,32 @@ func mustURL(t *testing.T, s string) *url.URL {
 	}
 	return u
 }
+
+// TestAMoveThatEndsHomeStartsTheWaitAgain (audit of the control plane's weeks,
+// finding 6): the wait doubled at each move, ended home or not, and went back only
+// when a later look found the agent home; displaced again before that look (its
+// home restarted in a rolling restart), a host stayed away for up to the doubled
+// wait. A connection made to home starts it again; one made elsewhere does not.
+func TestAMoveThatEndsHomeStartsTheWaitAgain(t *testing.T) {
+	const home, other = "tls://10.0.0.1:4222", "tls://10.0.0.2:4222"
+	pool := []string{other, home}
+	h := newHoming(time.Minute)
+	for range 4 {
+		h.look(home, other, pool)
+	}
+	if h.wait != 16*time.Minute {
+		t.Fatalf("wait %s after four moves, want 16m", h.wait)
+	}
+	if h.arrived(home, other) || h.wait != 16*time.Minute {
+		t.Fatalf("a connection elsewhere changed the wait to %s", h.wait)
+	}
+	if !h.arrived(home, home) || h.wait != time.Minute {
+		t.Fatalf("arrived home: wait %s, want the start again", h.wait)
+	}
+	if h.arrived(home, home) {
+		t.Fatal("arriving home again with the wait at its start asks the timer to be set again")
+	}
+	if h.arrived("", other) {
+		t.Fatal("no home known: nothing to change")
+	}
+}
