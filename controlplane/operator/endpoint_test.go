@@ -416,3 +416,50 @@ func TestTrustedFilesAnotherUserCouldWriteAreRefused(t *testing.T) {
 		t.Errorf("a context others may write: %v, want ErrUnsafePath", err)
 	}
 }
+
+// TestDialWaitsForABrokerThatOpens (audit of the control plane's weeks, finding 7):
+// a control node opens its broker only once a leader is known, and during a
+// restart of every control node meshctl exited 3 within milliseconds ("no servers
+// available"). A dial refused everywhere is tried again within the leader wait; with
+// none (0), it fails at once.
+func TestDialWaitsForABrokerThatOpens(t *testing.T) {
+	ca, _, err := pki.NewCA("m", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close() // refused until the broker opens it
+	e, err := CAEndpoint([]string{ln.Addr().String()}, credsFile(t), caFileOf(t, ca))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := DialEndpoint(e, Options{LeaderWait: -1}); !errors.Is(err, ErrUnreachable) || time.Since(start) > time.Second {
+		t.Fatalf("no leader wait: %v after %s, want unreachable at once", err, time.Since(start))
+	}
+	type dialled struct {
+		c   *Client
+		err error
+		d   time.Duration
+	}
+	got := make(chan dialled, 1)
+	start = time.Now()
+	go func() {
+		c, err := DialEndpoint(e, Options{LeaderWait: 10 * time.Second})
+		got <- dialled{c, err, time.Since(start)}
+	}()
+	time.Sleep(700 * time.Millisecond)
+	brokerOf(t, ca, "cp-1", func(o *server.Options) { o.Port = port })
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("a broker that opens after 700 ms: %v", r.err)
+	}
+	r.c.Close()
+	if r.d < 600*time.Millisecond {
+		t.Fatalf("connected after %s, before the broker opened", r.d)
+	}
+}

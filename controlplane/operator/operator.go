@@ -177,11 +177,18 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 	// A broker at its connection limit says so before the TLS handshake, and takes
 	// another connection as soon as one closes: during a storm of hosts refused for
 	// room, an operator's connection waits its turn, as a call waits for a leader.
-	// So does one that a broker took and did not greet in time (stalled).
+	// So does one that a broker took and did not greet in time (stalled), and one
+	// no broker of the list accepted (nats.go's "no servers available": refused
+	// everywhere): a control node opens its broker only once a leader is known,
+	// and during a restart of every control node (a configuration tool's
+	// `systemctl restart` on each) meshctl exited 3 within milliseconds.
 	wait, pause := leaderWait(o.LeaderWait), 100*time.Millisecond
-	for ; err != nil && (brokerFull(err) || stalled(err)) && time.Since(start)+pause < wait; pause = min(2*pause, time.Second) {
+	for ; err != nil && (brokerFull(err) || stalled(err) || errors.Is(err, nats.ErrNoServers)) && time.Since(start)+pause < wait; pause = min(2*pause, time.Second) {
 		time.Sleep(pause)
 		nc, err = connect()
+	}
+	if err != nil && errors.Is(err, nats.ErrNoServers) && wait > 0 {
+		err = fmt.Errorf("%w (refused for %s, --leader-wait: no control node listens there yet, or not at these addresses)", err, time.Since(start).Round(100*time.Millisecond))
 	}
 	if err != nil {
 		if errors.Is(err, pki.ErrPinMismatch) {
