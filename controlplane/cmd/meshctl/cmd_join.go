@@ -238,6 +238,15 @@ docs/operations.md.`,
 					return usagef("usage: meshctl control remove NODE --data DIR, or meshctl control status --data DIR")
 				}
 				node := strings.TrimSpace(args[1])
+				// The removal revokes the operator credentials of the node's own data
+				// directory and closes their connections before the answer comes
+				// back: run from there, it always ended "the connection was lost …
+				// look", the removal done and a voter's demotion unsaid.
+				if cp.dir != "" && !cp.remote() {
+					if cfg, err := datadir.Dir(cp.dir).LoadConfig(); err == nil && cfg.Node == node {
+						return usagef("--data %s is %s's own data directory, whose operator credentials the removal revokes before its answer comes back: run meshctl control remove %s with another control node's --data, or from an operator's machine (--creds/--ca/--servers of another node)", cp.dir, node, node)
+					}
+				}
 				// Asked first: once removed, a node is no one's CA holder.
 				heldCA := false
 				var before api.NodesResult

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"mesh/controlplane/datadir"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -300,5 +301,21 @@ func TestErrorsDoNotDriveTheTerminal(t *testing.T) {
 	code, _, stderr := runCLI("nodes", "--data", t.TempDir()+"/\x1b[31mRED\x1b]0;title\x07")
 	if code == exitOK || strings.ContainsAny(stderr, "\x1b\x07") || !strings.Contains(stderr, `\x1b[31mRED`) {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestControlRemoveOfTheNodesOwnDirectoryIsRefused (audit of the control plane's
+// weeks, finding 5): `control remove X --data <X's own data directory>` lost its
+// answer every time (the removal revokes those credentials and closes their
+// connections first), exit 3 after seconds, the removal done and a voter's demotion
+// unsaid. It is refused before anything is sent (exit 2), naming what to use.
+func TestControlRemoveOfTheNodesOwnDirectoryIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	if err := datadir.Dir(dir).SaveConfig(datadir.Config{Mesh: "m", Node: "cp-3", Listen: "127.0.0.1:7300", Brokers: []string{"127.0.0.1:7300"}, CAPin: strings.Repeat("ab", 32)}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCLI("control", "remove", "cp-3", "--data", dir)
+	if code != exitUsage || !strings.Contains(stderr, "cp-3's own data directory") || !strings.Contains(stderr, "another control node's --data") {
+		t.Fatalf("control remove of the node's own directory: exit %d\n%s", code, stderr)
 	}
 }
