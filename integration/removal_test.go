@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -424,5 +425,26 @@ func TestControlRemoveBeforeAdmissionCancelsTheToken(t *testing.T) {
 	cp1.ControlToken("cp-q")
 	if r := cp1.Ctl("control", "remove", "cp-q"); r.Code != 0 || !strings.Contains(r.Stdout, "control node cp-q was never admitted: cancelled its pending control token") {
 		t.Fatalf("control remove of cp-q (exit %d): %s", r.Code, r.Combined())
+	}
+}
+
+// TestAControlTokenMintedWithoutTheCAKeyNamesItsHolder (audit of the control
+// plane's weeks, finding 3): minting a control token on a node without the CA key
+// named the holder its mesh.json recorded at its join, which may be a machine lost
+// and removed since. It names the running node whose heartbeats say it holds the
+// keys.
+func TestAControlTokenMintedWithoutTheCAKeyNamesItsHolder(t *testing.T) {
+	t.Parallel() // mostly waits: see TestMain
+	cp1 := harness.NewControlPlane(t, bin, "caholder")
+	cp1.Serve()
+	cp2 := joinControl(t, cp1, "cp-2")
+	free := harness.FreePorts(t, 1)
+	harness.Eventually(t, 20*time.Second, "cp-1 marked as the CA holder", func() bool {
+		c, ok := controlView(t, cp2)["cp-1"]
+		return ok && c.CAHolder
+	})
+	r := cp2.Ctl("token", "--role", "control", "--node", "cp-3", "--addr", fmt.Sprintf("127.0.0.1:%d", free[0]))
+	if r.Code != 4 || !strings.Contains(r.Stderr, "cp-1 holds it now, as its heartbeats say") {
+		t.Fatalf("a control token minted on cp-2: exit %d, want 4 naming cp-1 as the holder now:\n%s", r.Code, r.Combined())
 	}
 }

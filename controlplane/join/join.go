@@ -113,6 +113,28 @@ type MintOptions struct {
 	Replace bool
 }
 
+// caHolderNow asks the control plane which running control node holds the CA key
+// and the operator account key now (its heartbeats say so): "" when none, and
+// asked false when the control plane could not be asked.
+func caHolderNow(dir datadir.Dir, o operator.Options) (holder string, asked bool) {
+	o.LeaderWait = -1 // a hint for an error: not worth a wait
+	c, err := operator.Dial(dir, o)
+	if err != nil {
+		return "", false
+	}
+	defer c.Close()
+	var res api.NodesResult
+	if err := c.Call(api.OpNodes, api.NodesRequest{Limit: 1}, &res); err != nil {
+		return "", false
+	}
+	for _, cv := range res.Control {
+		if cv.CAHolder && cv.State == api.StateAlive {
+			return cv.ID, true
+		}
+	}
+	return "", true
+}
+
 // Mint mints a control token through the control plane of dir, which must hold the CA
 // key and the operator account key: the new node's TLS identity and operator
 // credentials are issued here and sealed under the token secret.
@@ -131,7 +153,13 @@ func Mint(dir datadir.Dir, o MintOptions) (tokenfmt.Token, []api.TokenView, erro
 		// mesh.json names the bootstrap machine; `nodes` shows where the keys are
 		// now, should they have been restored elsewhere from their backup.
 		where := "`meshctl nodes` marks the control node that holds it (CA)"
-		if h := cfg.CAHolder; h != "" && h != cfg.Node {
+		if h, asked := caHolderNow(dir, o.Operator); asked && h != "" {
+			where = fmt.Sprintf("%s holds it now, as its heartbeats say", h)
+		} else if asked {
+			// mesh.json's holder is the one at this node's join: removed since,
+			// perhaps (the bootstrap machine lost), and named as if it held it.
+			where = "no running control node says it holds them: restore them from their backup into one"
+		} else if h := cfg.CAHolder; h != "" && h != cfg.Node {
 			where = fmt.Sprintf("the CA key is on %s (its %s), unless it was restored elsewhere: %s", h, datadir.CAKeyFile, where)
 		}
 		return tok, nil, fmt.Errorf("%w: this is %s, and its data directory holds no %s and %s; mint the control token where they are (%s), or restore them here from their backup (docs/operations.md, losing the bootstrap machine)",
