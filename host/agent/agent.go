@@ -174,6 +174,8 @@ type Agent struct {
 	keptUntil  time.Time    // kept's expiry, once verified
 	keptSaved  bool
 	keptLoaded bool
+	// rootMarkFailed: marking the managed root failed once, and was said then.
+	rootMarkFailed bool
 	// notKept tells apart the last failure to write kept to KeptFileName
 	// (failureKey), logged once; "" once written.
 	notKept string
@@ -1237,6 +1239,13 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 		a.applyOwed = nil
 	}
 	a.applied.HooksPending = union(prevPending, a.o.Hooks.Matching(changed))
+	// The root says what it holds before the state does (rootmark.go): cut off
+	// in between, the state names the older version, and the mark keeps the file
+	// check from putting its files back.
+	if err := markRoot(a.o.Root, v.Version, a.applied.BodyDigest); err != nil && !a.rootMarkFailed {
+		a.rootMarkFailed = true
+		a.log.Warn("could not mark the managed root with the version applied; the file check goes by the state directory alone", "root", a.o.Root, "err", err)
+	}
 	a.save()
 	a.log.Info("declaration applied", "version", v.Version, "written", len(res.Written), "removed", len(res.Removed), "unchanged", len(res.Unchanged))
 	a.logLeft(v.Version, res.Left)

@@ -165,6 +165,9 @@ func (a *Agent) checkFiles(ctx context.Context) checkOutcome {
 	if err != nil {
 		return a.unusableCopy(err)
 	}
+	if held, ask := a.rootNewer(); held {
+		return checkOutcome{ask: ask}
+	}
 	a.checkOn()
 	a.keptFiles, a.keptUntil = files, v.ExpiresAt
 	a.noteIssuedAhead(v)

@@ -1162,3 +1162,42 @@ func TestAPutBackRecordsItsHooksBeforeItWrites(t *testing.T) {
 		t.Fatalf("after a put back undone: owed on record %q (%v), %d runs; want nothing owed, no run", on.HooksPending, err, runs())
 	}
 }
+
+// TestARootNewerThanTheStateIsNotPutBack (audit of the host's weeks, finding 2): a
+// state directory restored from an older copy (or an apply cut off before its state
+// was saved) names an older version than the root holds, and the check put the
+// older files back, running their hooks, for as long as the mesh was out of reach.
+// The root's mark names what it holds: a newer one keeps the check from putting
+// anything back, says why, and asks the mesh once; a mark that is not newer does not.
+func TestARootNewerThanTheStateIsNotPutBack(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := rootMark(f.root); !ok || v != 1 {
+		t.Fatalf("the root's mark after v1: v%d (%t), want v1", v, ok)
+	}
+	// v2 was applied, then the state directory put back to v1's.
+	if err := markRoot(f.root, 2, strings.Repeat("ab", 32)); err != nil {
+		t.Fatal(err)
+	}
+	f.handEdit(t, "v2's content")
+	out := f.a.checkFiles(ctx)
+	if out.putBack || !out.ask || f.file(t) != "v2's content" {
+		t.Fatalf("a root newer than the state: put back %t, ask %t, file %q; want nothing put back and the mesh asked", out.putBack, out.ask, f.file(t))
+	}
+	if f.a.off.code != CheckOffRootNewer {
+		t.Fatalf("the check is off for %q, want %q", f.a.off.code, CheckOffRootNewer)
+	}
+	if again := f.a.checkFiles(ctx); again.ask || again.putBack {
+		t.Fatal("the mesh asked again at the next check")
+	}
+	// The mark not newer (removed on purpose, or v1's again): put back as before.
+	if err := markRoot(f.root, 1, strings.Repeat("ab", 32)); err != nil {
+		t.Fatal(err)
+	}
+	if !f.a.checkFiles(ctx).putBack || f.file(t) != "declared" {
+		t.Fatalf("with the root's mark at v1 the file is %q, want put back", f.file(t))
+	}
+}
