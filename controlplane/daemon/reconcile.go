@@ -152,6 +152,9 @@ func (d *Daemon) refresh(now time.Time) {
 	for _, a := range res.Assignments {
 		nodes = append(nodes, a.Node)
 	}
-	d.log.Info("declarations re-signed before they expire", "nodes", len(nodes))
+	// Stamped again in the log; signed as they are sent, where one that cannot be
+	// (a body this version's rules refuse: unsignable_body) is its own line. This
+	// said "re-signed" of those too.
+	d.log.Info("declarations stamped again before they expire; signing and sending them", "nodes", len(nodes))
 	d.publishDeclarations(nodes)
 }
