@@ -323,7 +323,14 @@ func New(o Options) (*Agent, error) {
 		if err := outside(o.StateDir, o.Root); err != nil {
 			return nil, err
 		}
-		app = apply.FileApplier{Root: o.Root, Chown: os.Geteuid() == 0, Guard: &apply.RootGuard{Check: checkRoot}}
+		// The root as the agent starts is the one: a file system unmounted from it
+		// later uncovers another directory at the same path, which the applier then
+		// refuses (apply.ErrRootGone) rather than fill.
+		guard := &apply.RootGuard{Check: checkRoot}
+		if err := guard.Accept(o.Root); err != nil {
+			return nil, err
+		}
+		app = apply.FileApplier{Root: o.Root, Chown: os.Geteuid() == 0, Guard: guard}
 	}
 	built = true
 	return &Agent{
@@ -1550,6 +1557,9 @@ func (a *Agent) failCode(code string, err error, version uint64) {
 		// it by itself: a failing restart is not repeated behind the operator's back.
 		msg = "a hook failed after the declaration was applied; fix what it runs, then run `meshhost hooks retry` on this host (or restart the agent, or declare again): the node is failing until it succeeds"
 	}
+	if errors.Is(err, apply.ErrRootGone) {
+		msg = rootGoneMessage
+	}
 	a.log.Warn(msg, "code", code, "version", version, "err", err)
 	a.failed(code, err, version)
 }
@@ -1559,9 +1569,20 @@ func (a *Agent) failCode(code string, err error, version uint64) {
 // refused, the node is failing (apply_failed) until a check or a declaration
 // succeeds.
 func (a *Agent) failPutBack(err error, version uint64) {
-	a.log.Warn("managed files changed on this host could not be put back as declared; the file check tries again at each run, and the node is failing until it or a declaration succeeds", "code", wire.StatusApplyFailed, "version", version, "err", err)
+	if errors.Is(err, apply.ErrRootGone) {
+		a.log.Error(rootGoneMessage, "code", wire.StatusApplyFailed, "version", version, "root", a.o.Root, "err", err)
+	} else {
+		a.log.Warn("managed files changed on this host could not be put back as declared; the file check tries again at each run, and the node is failing until it or a declaration succeeds", "code", wire.StatusApplyFailed, "version", version, "err", err)
+	}
 	a.failed(wire.StatusApplyFailed, err, version)
 }
+
+// rootGoneMessage is what the log says when the managed root is not the directory
+// the agent worked in (apply.ErrRootGone): not files changed by hand, which a put
+// back mends, but a root to mount or put back, which a person must do.
+const rootGoneMessage = "the managed root is gone or is another directory (a file system unmounted, a directory removed or swapped): " +
+	"nothing is written there and no hook runs; mount it back or put it back, and the file check puts the files back as declared, " +
+	"or restart the agent to take the new directory; the node is failing (apply_failed) until then"
 
 // failed makes code the node's error, counts it and saves it.
 func (a *Agent) failed(code string, err error, version uint64) {

@@ -93,9 +93,11 @@ type Applier interface {
 // directory are removed by the next apply that writes there. The file found at a declared or previously
 // managed path is opened without following a link at its name, and read only
 // if it is a regular file of at most MaxFileSize bytes. Missing parent directories
-// of declared files are created with mode 0755, whatever the umask; Root itself, and
-// the directories above it, when missing, are created 0755 less the umask (0700 under
-// umask 077: the operator's setting, and the safer way to be wrong). A file that is no longer declared is removed; directories
+// of declared files are created with mode 0755, whatever the umask; Root itself, when
+// missing, is created 0755 less the umask (0700 under umask 077: the operator's
+// setting, and the safer way to be wrong), never the directories above it
+// (ErrRootParentMissing), and with Guard only where the Guard allows (ErrRootGone:
+// see RootGuard). A file that is no longer declared is removed; directories
 // the applier created are left in place when they become empty. A file no
 // longer declared may give way to a directory a new file needs, but a
 // directory is never replaced by a file, even one the removals left empty:

@@ -103,7 +103,8 @@ func OpenFile(what, path string) (*os.File, error) {
 // it must pass CheckFile's rules. The directory itself is not judged (a managed root
 // others may write in is the operator's choice), and the parts at its end that do
 // not exist yet are skipped (the agent makes a missing managed root as it starts,
-// PrepareRoot, and an apply makes it again should it be removed since).
+// PrepareRoot, and an apply makes it again should it be removed since from the
+// directory it was in: apply.RootGuard).
 func CheckParents(what, dir string) error {
 	if err := checkLinks(what, dir); err != nil {
 		return err
