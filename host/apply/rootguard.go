@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 )
 
 // ErrRootMoved means the managed root's path led to another directory while it was
@@ -114,7 +115,10 @@ type RootGuard struct {
 // root unmounted before the first apply is told from the one the agent started
 // with. A root that does not exist yet is accepted when an Apply makes it.
 func (g *RootGuard) Accept(path string) error {
-	root, err := os.OpenRoot(path)
+	if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
+		return nil // nothing to accept yet, or not a directory: statedir.PrepareRoot says which
+	}
+	root, err := openRoot(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -130,7 +134,7 @@ func (g *RootGuard) Accept(path string) error {
 // be the directory it was in), its path judged first; otherwise open returns nil
 // and no error.
 func (g *RootGuard) open(path string, create bool) (*os.Root, error) {
-	root, err := os.OpenRoot(path)
+	root, err := openRoot(path)
 	made := false
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := g.gone(path); err != nil {
@@ -142,7 +146,7 @@ func (g *RootGuard) open(path string, create bool) (*os.Root, error) {
 		if err := g.make(path); err != nil {
 			return nil, err
 		}
-		root, err = os.OpenRoot(path)
+		root, err = openRoot(path)
 		made = true
 	}
 	if err != nil {
@@ -153,6 +157,16 @@ func (g *RootGuard) open(path string, create bool) (*os.Root, error) {
 		return nil, err
 	}
 	return root, nil
+}
+
+// openRoot opens the directory at path as an os.Root, and refuses something else
+// there before opening it: os.OpenRoot opens a named pipe as any file, and waits
+// for a writer that may never come, the agent held with it.
+func openRoot(path string) (*os.Root, error) {
+	if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
+		return nil, fmt.Errorf("%s is a %s, not a directory: %w", path, kind(fi.Mode()), syscall.ENOTDIR)
+	}
+	return os.OpenRoot(path)
 }
 
 // make makes the missing managed root at path, and only it: the directories above
