@@ -155,6 +155,9 @@ type Agent struct {
 	store *state.Store
 	// unsaved says the last save of applied failed (saveAgain tries again).
 	unsaved bool
+	// stateGone is the state directory's disappearance last logged (a
+	// *state.DirGoneError's text): said once, not at every heartbeat's try.
+	stateGone string
 	// askApplied says each sync asks the mesh for the applied declaration again,
 	// until a copy of it verified and is kept (keep): a managed file was missing
 	// from the root as the agent started (the copy puts it back: putBack), the file
@@ -615,6 +618,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			sy.startIfWanted(loopCtx, &workers)
 		case <-beat.C:
 			a.saveAgain()
+			a.noticeStateGone()
 			if a.noteStale() && nc != nil && a.clockMayHelp() {
 				// The copy the mesh holds may well be valid: this node's clock
 				// stepped forward past the expiry of the one it kept (a machine
@@ -1605,7 +1609,7 @@ func (a *Agent) save() {
 		// The change is made and known in memory, and every path it wrote was on
 		// record before (withPaths): a restart syncs and applies the current
 		// declaration over it. Reported, and tried again at each heartbeat.
-		a.log.Error("could not persist the applied state", "err", err)
+		a.logUnsaved(err)
 		a.unsaved = true
 		kept := ""
 		if c := a.applied.LastErrorCode; c == wire.StatusApplyFailed || c == wire.StatusHookFailed {
@@ -1631,7 +1635,40 @@ func (a *Agent) save() {
 	if a.unsaved {
 		a.stats.set(func(s *stats) { s.unsaved, s.unsavedFailure, s.unsavedNextAttempt = "", "", time.Time{} })
 	}
-	a.unsaved = false
+	a.unsaved, a.stateGone = false, ""
+}
+
+// logUnsaved says why a save failed. A state directory removed or replaced while
+// the agent runs (state.ErrDirGone) is said as such, once: the save is refused at
+// each heartbeat until the directory is back, and what the person must do does not
+// change. The agent does not write its identity back from memory: a directory
+// removed on purpose (to enrol the machine again) would come back, and enrol refuse
+// it as enrolled; one unmounted would be made under its mount point; and the lock
+// and the socket it held are gone, another meshhost free to take the path.
+func (a *Agent) logUnsaved(err error) {
+	if !errors.Is(err, state.ErrDirGone) {
+		a.log.Error("could not persist the applied state", "err", err)
+		return
+	}
+	if err.Error() == a.stateGone {
+		return
+	}
+	a.stateGone = err.Error()
+	a.log.Error("the state directory was removed or replaced while the agent ran: identity.json, this node's key, is not where the next start reads it, "+
+		"so this agent will not start again; nothing is saved, and the directory is not made again. Put the directory back (or restore it) and restart the agent, "+
+		"or revoke this node and enrol the machine again", "dir", a.o.StateDir, "code", wire.StatusStateNotSaved, "err", err)
+}
+
+// noticeStateGone says at a heartbeat, without waiting for a change to save, that
+// the state directory was removed or replaced (one stat): the save it then tries is
+// refused, logged and reported as state_not_saved, and tried again at each
+// heartbeat (saveAgain), so that the mesh hears within one that this node will not
+// come back from a restart, not at its next declaration.
+func (a *Agent) noticeStateGone() {
+	if a.unsaved || a.store.Gone() == nil {
+		return
+	}
+	a.save()
 }
 
 // saveAgain tries once more to persist a state whose last save failed, and clears

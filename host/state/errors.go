@@ -17,6 +17,10 @@ var (
 	ErrCorrupt = errors.New("state: applied state is corrupt")
 	// ErrInvalid: an Applied value fails validation. See *InvalidError.
 	ErrInvalid = errors.New("state: invalid applied state")
+	// ErrDirGone: the state directory a Store was opened in is no longer at its
+	// path (removed, moved away, or replaced) and nothing was saved. See
+	// *DirGoneError.
+	ErrDirGone = errors.New("state: the state directory is gone")
 )
 
 // advice is what a person can do about an applied-state file the agent cannot
@@ -99,3 +103,29 @@ func (e *InvalidError) Error() string { return fmt.Sprintf("state: %s %s", e.Fie
 
 // Is reports whether target is ErrInvalid.
 func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+// DirGoneError reports a save refused because the state directory the agent
+// started with is no longer at Dir: nothing is there (removed, or moved away), or
+// Replaced, something else is (another directory, restored or made anew). The
+// directory is not made again: a state directory holding applied.state alone is
+// not enrolled, and the agent would not start from it. It matches ErrDirGone.
+type DirGoneError struct {
+	Dir      string
+	Replaced bool
+}
+
+func (e *DirGoneError) Error() string {
+	if e.Replaced {
+		return fmt.Sprintf("state: the state directory %s was replaced while the agent ran (another directory, or something else, is at its path now), and nothing is saved there: "+
+			"it is not the directory whose identity.json this agent runs with and whose lock it holds, and another meshhost may use it. "+
+			"If it is this agent's own directory restored, restart the agent, which takes it; if it holds no identity.json, this agent will not start again: "+
+			"put the old directory back, or revoke the node (meshctl revoke) and enrol this machine again", e.Dir)
+	}
+	return fmt.Sprintf("state: the state directory %s was removed or moved away while the agent ran, and is not made again: identity.json, the node's key, "+
+		"went with it, and so did the lock and the socket (meshhost status and hooks retry cannot reach the agent); the agent runs on from what it holds "+
+		"in memory, saving nothing, and will not start again (not enrolled). Put the directory back where it was (move it back, or restore it from a backup) "+
+		"and restart the agent; or revoke the node (meshctl revoke) and enrol this machine again", e.Dir)
+}
+
+// Is reports whether target is ErrDirGone.
+func (e *DirGoneError) Is(target error) bool { return target == ErrDirGone }

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -155,9 +156,12 @@ func Load(stateDir string) (Applied, error) {
 
 // Open reads the applied state in stateDir as Load does, and returns with it the
 // Store the agent writes it with, which then knows the file as it was read: the
-// agent's first save writes in place without reading the file again.
+// agent's first save writes in place without reading the file again, and saves only
+// in the directory found now (Store.Gone).
 func Open(stateDir string) (Applied, *Store, error) {
 	s := NewStore(stateDir)
+	// The directory the agent starts with is the one it saves in (Store.Gone).
+	s.home, _ = os.Stat(stateDir)
 	before, ok := stampPath(Path(stateDir))
 	a, sl, err := load(stateDir, readRegular)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"slices"
 	"syscall"
@@ -25,6 +26,10 @@ import (
 // is the file's only writer: one meshhost runs per state directory (its lock).
 type Store struct {
 	dir string
+	// home is the state directory as Open found it (nil for a Store NewStore
+	// made): a save that finds another directory at dir, or none, is refused
+	// (Gone), never made anew.
+	home fs.FileInfo
 	// known says sl and stamp describe the file as this Store last left it.
 	known bool
 	sl    slots
@@ -49,7 +54,9 @@ func NewStore(stateDir string) *Store { return &Store{dir: stateDir} }
 //
 // A file removed, replaced or rewritten by hand since the last Save (another inode,
 // or another change time or size) is read again, or made anew if it is not whole,
-// so that the agent's record is the one that counts.
+// so that the agent's record is the one that counts; but only in the state
+// directory Open found: that directory gone or replaced is a *DirGoneError (Gone),
+// and nothing is made or written.
 func (s *Store) Save(a Applied) error {
 	js, err := s.encode(a)
 	if err != nil {
@@ -58,16 +65,49 @@ func (s *Store) Save(a Applied) error {
 	f, err := os.OpenFile(Path(s.dir), os.O_RDWR|noFollow|atomicfile.NoPoll, 0)
 	if err != nil {
 		s.known = false
+		if err := s.Gone(); err != nil {
+			return err
+		}
 		return s.create(js)
 	}
 	defer f.Close()
 	if st, ok := stampOf(f); !ok || !s.known || st != s.stamp {
+		// The file is not as this Store left it: the directory it is in may not
+		// be either. A file as it was (the usual save) costs no look more.
+		if err := s.Gone(); err != nil {
+			return err
+		}
 		s.known = s.examine(f)
 	}
 	if !s.known || headerLen+len(js) > s.sl.size {
 		return s.create(js)
 	}
 	return s.overwrite(f, js)
+}
+
+// Gone refuses, as a *DirGoneError (ErrDirGone), a state directory that is no
+// longer the one Open found at its path; nil while it is, and for a Store NewStore
+// made. Removed or moved away while the agent ran (rm -rf /var/lib/meshhost to
+// "reset" a machine, a clean-up script), a save made it anew (statedir.Prepare) with
+// applied.state alone, which no agent starts from, and said nothing; replaced, a
+// save would write this agent's record into a directory it does not hold locked,
+// which another meshhost may have enrolled in since. Save asks whenever the file
+// is not as it left it; the agent asks at each heartbeat too (one stat), so that a
+// directory removed is said within one, not at the next change saved.
+func (s *Store) Gone() error {
+	if s.home == nil {
+		return nil
+	}
+	now, err := os.Stat(s.dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
+		return &DirGoneError{Dir: s.dir}
+	case err != nil:
+		return nil // not known gone: the save says what is wrong, if anything
+	case !os.SameFile(now, s.home):
+		return &DirGoneError{Dir: s.dir, Replaced: true}
+	}
+	return nil
 }
 
 // encode validates a and returns its JSON, the bytes encoding/json writes for it

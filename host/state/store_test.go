@@ -404,3 +404,108 @@ func TestAStateOfANewerAgentIsNotCalledCorrupt(t *testing.T) {
 		t.Errorf("the message does not say a newer meshhost wrote it before any advice to remove it:\n%s", msg)
 	}
 }
+
+// TestAStateDirectoryGoneIsNotMadeAgain: a state directory removed while the agent
+// runs is not made again by the next save with applied.state alone (no
+// identity.json: the agent would not start again, saying "not enrolled"), and one
+// replaced by another directory (made anew, or a copy) is not written into: the
+// save is refused as ErrDirGone, saying which, and nothing is made or written. The
+// same directory back at its path (moved back) is saved in again, and a state file
+// removed from the directory the agent started with is made anew, as before.
+func TestAStateDirectoryGoneIsNotMadeAgain(t *testing.T) {
+	open := func(t *testing.T) (string, *Store) {
+		t.Helper()
+		dir := filepath.Join(t.TempDir(), "state")
+		if err := Save(dir, version(1)); err != nil {
+			t.Fatal(err)
+		}
+		_, s, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dir, s
+	}
+	refused := func(t *testing.T, s *Store, dir string, replaced bool) {
+		t.Helper()
+		err := s.Save(version(2))
+		var gone *DirGoneError
+		if !errors.As(err, &gone) || !errors.Is(err, ErrDirGone) || gone.Replaced != replaced || gone.Dir != dir {
+			t.Fatalf("save: %v, want a *DirGoneError for %s (replaced %t)", err, dir, replaced)
+		}
+		if err := s.Gone(); !errors.Is(err, ErrDirGone) {
+			t.Fatalf("Gone: %v, want ErrDirGone", err)
+		}
+	}
+
+	t.Run("removed", func(t *testing.T) {
+		dir, s := open(t)
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+		refused(t, s, dir, false)
+		if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the state directory was made again: %v", err)
+		}
+	})
+	t.Run("moved away and back", func(t *testing.T) {
+		dir, s := open(t)
+		if err := os.Rename(dir, dir+".away"); err != nil {
+			t.Fatal(err)
+		}
+		refused(t, s, dir, false)
+		if err := os.Rename(dir+".away", dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Save(version(3)); err != nil {
+			t.Fatalf("the directory back: %v", err)
+		}
+		if got := mustLoad(t, dir); got.Version != 3 {
+			t.Fatalf("Load gave v%d, want v3", got.Version)
+		}
+	})
+	t.Run("replaced by an empty directory", func(t *testing.T) {
+		dir, s := open(t)
+		if err := os.Rename(dir, dir+".away"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		refused(t, s, dir, true)
+		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+			t.Fatalf("written into the other directory: %v", entries)
+		}
+	})
+	t.Run("replaced by a copy", func(t *testing.T) {
+		dir, s := open(t)
+		data, err := os.ReadFile(Path(dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(dir, dir+".away"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(Path(dir), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		refused(t, s, dir, true)
+		if got := mustLoad(t, dir); got.Version != 1 {
+			t.Fatalf("the copy holds v%d, want its own v1", got.Version)
+		}
+	})
+	t.Run("its file removed", func(t *testing.T) {
+		dir, s := open(t)
+		if err := os.Remove(Path(dir)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Save(version(2)); err != nil {
+			t.Fatal(err)
+		}
+		if got := mustLoad(t, dir); got.Version != 2 {
+			t.Fatalf("Load gave v%d, want v2", got.Version)
+		}
+	})
+}
