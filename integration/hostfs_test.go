@@ -468,3 +468,82 @@ func TestAFileSomethingKeepsRewritingBacksOff(t *testing.T) {
 		return err == nil && got == "declared"
 	})
 }
+
+// bindMount mounts dir at mnt (mount --bind), taken down when the test ends. It skips
+// the test, saying why, when that is not possible (not root, no mount).
+func bindMount(t *testing.T, dir, mnt string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount; apply/TestAVanishedRootIsNotMadeAgain and agent/TestAVanishedRootIsReportedNotRebuilt cover it with directories moved")
+	}
+	if out, err := exec.Command("mount", "--bind", dir, mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot bind-mount here (%v: %s)", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", mnt).Run() })
+}
+
+// TestAnUnmountedRootIsNotRebuilt: the file system mounted at the managed root
+// unmounted while the agent runs. Before, within one check the agent wrote every
+// declared file (a 0640 one included) into the mount point left below, ran the
+// hooks and logged "put back as declared", the node converged. Now nothing is
+// written there, no hook runs, the agent logs that the root is gone and the mesh
+// shows the node failing (apply_failed, exit 5); mounted again, the check puts back
+// what changed meanwhile, runs its hook, and the node converges.
+func TestAnUnmountedRootIsNotRebuilt(t *testing.T) {
+	t.Parallel() // mostly waits: see TestMain
+	cp, h := servedHost(t, "rootgone", "web-1")
+	dir := t.TempDir()
+	vol := filepath.Join(dir, "vol") // the file system's content
+	h.Root = filepath.Join(dir, "mnt")
+	for _, d := range []string{vol, h.Root} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bindMount(t, vol, h.Root)
+	ran := filepath.Join(dir, "ran")
+	hooksFile := filepath.Join(dir, "hooks.json")
+	writeFile(t, hooksFile, `{"hooks":[{"name":"reload","paths":["etc/*.conf"],"run":["sh","-c","echo ran >> `+ran+`"]}]}`)
+	hookRuns := func() int {
+		b, _ := os.ReadFile(ran)
+		return strings.Count(string(b), "ran\n")
+	}
+	h.Run("--check-files", "1s", "--hooks", hooksFile)
+	body := filepath.Join(dir, "a.json")
+	writeFile(t, body, `{"files":[{"path":"etc/a.conf","content":"declared","mode":"0640"}]}`)
+	if r := cp.Ctl("declare", "--node", "web-1", "--file", body, "--wait", "30s"); r.Code != 0 {
+		t.Fatalf("declare: %s", r.Combined())
+	}
+	harness.Eventually(t, 20*time.Second, "the declaration's hook ran", func() bool { return hookRuns() == 1 })
+
+	if out, err := exec.Command("umount", h.Root).CombinedOutput(); err != nil {
+		t.Fatalf("umount: %v: %s", err, out)
+	}
+	h.Process().WaitOutput(t, "the managed root is gone or is another directory", 20*time.Second)
+	harness.Eventually(t, 20*time.Second, "meshctl status shows web-1 failing, naming the managed root", func() bool {
+		r := cp.Ctl("status")
+		return r.Code == 5 && strings.Contains(r.Stdout, "apply_failed") && strings.Contains(r.Stdout, "web-1")
+	})
+	time.Sleep(3 * time.Second) // three more checks
+	if entries, _ := os.ReadDir(h.Root); len(entries) != 0 {
+		t.Fatalf("written under the mount point: %v", entries)
+	}
+	if n := hookRuns(); n != 1 {
+		t.Fatalf("the hook ran %d times with the root unmounted, want 1", n)
+	}
+	out := h.Process().Output()
+	if strings.Contains(out, "put back as declared") || strings.Count(out, "the managed root is gone or is another directory") != 1 {
+		t.Fatalf("the agent's log, want the root's absence said once and nothing put back:\n%s", out)
+	}
+
+	// Mounted again, with its file changed meanwhile (say, by whoever had it).
+	if err := os.WriteFile(filepath.Join(vol, "etc", "a.conf"), []byte("edited while unmounted"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	bindMount(t, vol, h.Root)
+	harness.Eventually(t, 20*time.Second, "the file put back and its hook run, the root mounted again", func() bool {
+		got, err := h.ReadManaged("etc/a.conf")
+		return err == nil && got == "declared" && hookRuns() == 2
+	})
+	harness.Eventually(t, 20*time.Second, "meshctl status converged again", func() bool { return cp.Ctl("status").Code == 0 })
+}
