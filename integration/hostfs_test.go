@@ -547,3 +547,49 @@ func TestAnUnmountedRootIsNotRebuilt(t *testing.T) {
 	})
 	harness.Eventually(t, 20*time.Second, "meshctl status converged again", func() bool { return cp.Ctl("status").Code == 0 })
 }
+
+// TestAStateDirectoryRemovedUnderTheAgentIsSaid: the state directory moved away
+// while the agent runs. Before, the next save made it again holding applied.state
+// alone and nothing said so; the restart then failed, not enrolled. Now the agent
+// says so at its next heartbeat, once, the mesh shows the node state_not_saved
+// saying it will not start again (its applied version stands: the node counts as
+// converged, as for any failed save), and no directory is made; moved back, the
+// agent saves there again and the error clears.
+func TestAStateDirectoryRemovedUnderTheAgentIsSaid(t *testing.T) {
+	t.Parallel() // mostly waits: see TestMain
+	cp, h := servedHost(t, "stategone", "web-1")
+	h.Root = filepath.Join(t.TempDir(), "root") // apart from the state directory, as the unit has it
+	h.Run()
+	body := filepath.Join(t.TempDir(), "a.json")
+	writeFile(t, body, `{"files":[{"path":"etc/a.conf","content":"declared"}]}`)
+	if r := cp.Ctl("declare", "--node", "web-1", "--file", body, "--wait", "30s"); r.Code != 0 {
+		t.Fatalf("declare: %s", r.Combined())
+	}
+	away := h.State + ".away"
+	if err := os.Rename(h.State, away); err != nil {
+		t.Fatal(err)
+	}
+	h.Process().WaitOutput(t, "the state directory was removed or replaced while the agent ran", 10*time.Second)
+	harness.Eventually(t, 10*time.Second, "the mesh shows web-1 state_not_saved, saying it will not start again", func() bool {
+		n, ok := cp.Node("web-1")
+		return ok && n.LastError != nil && n.LastError.Code == "state_not_saved" && strings.Contains(n.LastError.Message, "this agent will not start again")
+	})
+	if r := cp.Ctl("status"); !strings.Contains(r.Stdout, "state_not_saved: state: this agent will not start again") {
+		t.Fatalf("meshctl status does not show why (exit %d):\n%s", r.Code, r.Combined())
+	}
+	time.Sleep(3 * time.Second) // three more heartbeats
+	if _, err := os.Lstat(h.State); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the state directory was made again: %v", err)
+	}
+	if out := h.Process().Output(); strings.Count(out, "the state directory was removed or replaced while the agent ran") != 1 || !strings.Contains(out, "will not start again") {
+		t.Fatalf("the agent's log, want it said once with what it means:\n%s", out)
+	}
+	if err := os.Rename(away, h.State); err != nil {
+		t.Fatal(err)
+	}
+	h.Process().WaitOutput(t, "the applied state is saved again", 10*time.Second)
+	harness.Eventually(t, 10*time.Second, "the error cleared", func() bool {
+		n, ok := cp.Node("web-1")
+		return ok && n.LastError == nil
+	})
+}

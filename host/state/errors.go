@@ -115,15 +115,16 @@ type DirGoneError struct {
 }
 
 func (e *DirGoneError) Error() string {
+	// What it means comes first: the mesh's table of nodes shows the start of it.
 	if e.Replaced {
-		return fmt.Sprintf("state: the state directory %s was replaced while the agent ran (another directory, or something else, is at its path now), and nothing is saved there: "+
-			"it is not the directory whose identity.json this agent runs with and whose lock it holds, and another meshhost may use it. "+
+		return fmt.Sprintf("state: nothing is saved: the state directory %s was replaced while the agent ran (another directory, or something else, is at its path now), "+
+			"which is not the directory whose identity.json this agent runs with and whose lock it holds, and another meshhost may use it. "+
 			"If it is this agent's own directory restored, restart the agent, which takes it; if it holds no identity.json, this agent will not start again: "+
 			"put the old directory back, or revoke the node (meshctl revoke) and enrol this machine again", e.Dir)
 	}
-	return fmt.Sprintf("state: the state directory %s was removed or moved away while the agent ran, and is not made again: identity.json, the node's key, "+
-		"went with it, and so did the lock and the socket (meshhost status and hooks retry cannot reach the agent); the agent runs on from what it holds "+
-		"in memory, saving nothing, and will not start again (not enrolled). Put the directory back where it was (move it back, or restore it from a backup) "+
+	return fmt.Sprintf("state: this agent will not start again: the state directory %s was removed or moved away while it ran, and identity.json, the node's key, "+
+		"with it, and so did the lock and the socket (meshhost status and hooks retry cannot reach the agent); the directory is not made again, and the agent "+
+		"runs on from what it holds in memory, saving nothing. Put the directory back where it was (move it back, or restore it from a backup) "+
 		"and restart the agent; or revoke the node (meshctl revoke) and enrol this machine again", e.Dir)
 }
 
