@@ -1654,9 +1654,10 @@ func (a *Agent) logUnsaved(err error) {
 		return
 	}
 	a.stateGone = err.Error()
-	a.log.Error("the state directory was removed or replaced while the agent ran: identity.json, this node's key, is not where the next start reads it, "+
-		"so this agent will not start again; nothing is saved, and the directory is not made again. Put the directory back (or restore it) and restart the agent, "+
-		"or revoke this node and enrol the machine again", "dir", a.o.StateDir, "code", wire.StatusStateNotSaved, "err", err)
+	a.log.Error("the state directory was removed or replaced while the agent ran: nothing is saved, and the directory is not made again; "+
+		"unless the directory this agent started with is put back, identity.json, this node's key, is not where the next start reads it, and this agent will not start again. "+
+		"Put the directory back (or restore it) and restart the agent, or revoke this node and enrol the machine again (err says which happened)",
+		"dir", a.o.StateDir, "code", wire.StatusStateNotSaved, "err", err)
 }
 
 // noticeStateGone says at a heartbeat, without waiting for a change to save, that
