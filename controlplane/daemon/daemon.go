@@ -120,6 +120,7 @@ type Daemon struct {
 	cfg   datadir.Config
 	log   *slog.Logger
 	caPEM []byte
+	certs certificates
 	curve nkeys.KeyPair
 	fsm   *state.FSM
 	raft  *replication.Node
@@ -205,6 +206,9 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	// named neither file, and blamed the key for an empty certificate.
 	caPEM, leaf, err := opts.Dir.LoadIdentity(d.cfg.CAPin)
 	if err != nil {
+		return nil, err
+	}
+	if err := d.loadCertificates(caPEM, leaf.CertPEM); err != nil {
 		return nil, err
 	}
 	d.caPEM = caPEM

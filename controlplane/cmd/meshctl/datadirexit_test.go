@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
@@ -20,6 +21,11 @@ func TestDataDirFileErrorsExit7(t *testing.T) {
 		if code := exitCode(io.Discard, "meshctl serve", err); code != exitDataDir {
 			t.Errorf("%v: exit %d, want %d", kind, code, exitDataDir)
 		}
+	}
+	// A certificate out of its time: restarting will not mend it either.
+	expired := &datadir.CertificateTimeError{Path: "/d/tls.pem", NotBefore: time.Unix(0, 0), NotAfter: time.Unix(1, 0), Now: time.Unix(2, 0)}
+	if code := exitCode(io.Discard, "meshctl serve", fmt.Errorf("open: %w", errors.Join(expired))); code != exitDataDir {
+		t.Errorf("an expired certificate: exit %d, want %d", code, exitDataDir)
 	}
 	if code := exitCode(io.Discard, "meshctl serve", errors.New("something else")); code != exitFailure {
 		t.Errorf("another error: exit %d, want %d", code, exitFailure)

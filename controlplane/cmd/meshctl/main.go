@@ -19,7 +19,8 @@
 // files missing, corrupt, cut short or not a regular file; one this user cannot write; for
 // serve, one whose keys, credentials or raft/ group or others may read, or that
 // another user owns or others may write, or whose Raft log holds an entry of a newer
-// meshctl or whose Raft store is damaged or lost; for bootstrap and join, one holding another mesh, another node,
+// meshctl or whose Raft store is damaged or lost, or whose certificate (tls.pem,
+// ca.pem) expired or is not valid yet by this machine's clock; for bootstrap and join, one holding another mesh, another node,
 // a joined node or unrelated files);
 // 8 the data directory is in use by another process (serve, bootstrap, join); 9
 // interrupted by SIGINT or SIGTERM before the command completed (serve: before it
@@ -324,6 +325,9 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		// will not mend it (and systemd does not restart serve for it).
 		errors.Is(err, datadir.ErrCorrupt), errors.Is(err, datadir.ErrTruncated), errors.Is(err, datadir.ErrTooLarge), errors.Is(err, datadir.ErrMissing),
 		errors.Is(err, datadir.ErrFormat), errors.Is(err, datadir.ErrNotAFile),
+		// A certificate expired, or not valid yet: serve would be refused by every
+		// peer and host, and restarting it will not mend it.
+		errors.Is(err, datadir.ErrCertificateTime),
 		// An operator's credentials file others may read: as serve refuses its own;
 		// a control token's file another user could have written, likewise.
 		errors.Is(err, operator.ErrCredsExposed), errors.Is(err, statedir.ErrUnsafePath):
