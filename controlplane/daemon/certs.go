@@ -1,11 +1,30 @@
 package daemon
 
 import (
+	"context"
 	"crypto/x509"
 	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
+)
+
+// expiryWarning is how long before a certificate of this node expires that serve
+// warns of it: time to renew it (docs/operations.md, "Certificate lifetimes")
+// across a fleet's change windows.
+const expiryWarning = 180 * 24 * time.Hour
+
+// expiryCheckEvery is how often a running node looks at its certificates' expiry
+// again: once a day.
+var expiryCheckEvery = 24 * time.Hour
+
+// Labels of mesh_tls_certificate_expiry_timestamp_seconds.
+const (
+	certLeaf = "leaf"
+	certCA   = "ca"
 )
 
 // certificates are the TLS certificates this node serves with, as read at start:
@@ -33,4 +52,72 @@ func (d *Daemon) loadCertificates(caPEM, leafPEM []byte) error {
 	}
 	d.certs = certificates{leaf: leaf, ca: ca}
 	return nil
+}
+
+// warnExpiry logs a warning for each certificate of this node that expires within
+// expiryWarning of now, naming the file, when, and how to renew it.
+func (d *Daemon) warnExpiry(now time.Time) {
+	for _, c := range []struct {
+		cert *x509.Certificate
+		name string
+		ca   bool
+	}{{d.certs.ca, datadir.CACertFile, true}, {d.certs.leaf, datadir.TLSCertFile, false}} {
+		if c.cert == nil {
+			continue
+		}
+		left := c.cert.NotAfter.Sub(now)
+		if left >= expiryWarning {
+			continue
+		}
+		path := d.opts.Dir.Path(c.name)
+		if c.ca {
+			d.log.Warn("the mesh CA's certificate expires soon: then every host and control node refuses every broker. "+
+				"Renew it over the same key where the CA key is ("+datadir.RenewCommand+" --data CA-DIR --certificate CA-DIR/ca.pem: the CA's pin, and every certificate it issued, stay good), "+
+				"copy the new ca.pem into every control node's data directory and restart each (docs/operations.md, \"Certificate lifetimes\")",
+				"file", path, "not_after", c.cert.NotAfter.UTC().Format(time.RFC3339), "days_left", int(left/(24*time.Hour)))
+			continue
+		}
+		d.log.Warn("this control node's certificate expires soon: then the other control nodes and the hosts refuse it. "+
+			"Renew it over the same key where the CA key is ("+datadir.RenewCommand+" --data CA-DIR --certificate COPY-OF-tls.pem: its pin stays), "+
+			"put the result in place of tls.pem and restart this node (docs/operations.md, \"Certificate lifetimes\")",
+			"file", path, "not_after", c.cert.NotAfter.UTC().Format(time.RFC3339), "days_left", int(left/(24*time.Hour)))
+	}
+}
+
+// watchExpiry warns of certificates about to expire once a day (warnExpiry), the
+// warning at start aside.
+func (d *Daemon) watchExpiry(ctx context.Context) error {
+	t := time.NewTicker(expiryCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			d.warnExpiry(d.now())
+		}
+	}
+}
+
+// descCertExpiry is mesh_tls_certificate_expiry_timestamp_seconds.
+var descCertExpiry = prometheus.NewDesc("mesh_tls_certificate_expiry_timestamp_seconds",
+	"When the certificates this control node serves with expire (NotAfter), in seconds since the Unix epoch: certificate=leaf for its own (tls.pem), ca for the mesh CA's (ca.pem), as read at start.",
+	[]string{"certificate"}, nil)
+
+// certCollector exports the certificates' expiry. It is part of what a node exports
+// before it is open (startingRegistry): a node whose quorum is lost may be the one
+// whose certificate is about to expire.
+type certCollector struct{ d *Daemon }
+
+func (c certCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descCertExpiry }
+
+func (c certCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, x := range []struct {
+		cert  *x509.Certificate
+		label string
+	}{{c.d.certs.leaf, certLeaf}, {c.d.certs.ca, certCA}} {
+		if x.cert != nil {
+			ch <- prometheus.MustNewConstMetric(descCertExpiry, prometheus.GaugeValue, float64(x.cert.NotAfter.Unix()), x.label)
+		}
+	}
 }

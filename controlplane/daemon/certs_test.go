@@ -5,11 +5,15 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
+	"mesh/controlplane/replication"
 )
 
 // TestServeRefusesCertificatesOutOfTheirTime: a node whose certificate expired by
@@ -54,5 +58,113 @@ func TestServeRefusesCertificatesOutOfTheirTime(t *testing.T) {
 				t.Errorf("refused after %s, not at once", took)
 			}
 		})
+	}
+}
+
+// TestCertificateExpiryWarnedAndExported: a node whose certificate has less than
+// 180 days left logs a warning at start naming the file, its NotAfter, the days
+// left and the renewal command, and again once a day while it runs; one with more
+// logs none. mesh_tls_certificate_expiry_timestamp_seconds exports both
+// certificates' NotAfter, before the node is open as after.
+func TestCertificateExpiryWarnedAndExported(t *testing.T) {
+	dir := bootstrapped(t, "expiring")
+	leafPEM, _ := dir.ReadFile(datadir.TLSCertFile)
+	leaf, err := pki.ParseCertificatePEM(leafPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, _ := dir.ReadFile(datadir.CACertFile)
+	ca, err := pki.ParseCertificatePEM(caPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// 100 days before the leaf expires: warned at start.
+	var log lockedBuffer
+	var clock atomic.Int64
+	clock.Store(leaf.NotAfter.Add(-100 * 24 * time.Hour).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	d, err := Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.NewTextHandler(&log, nil)), Now: now,
+		Timeouts: replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	warned := func() []string {
+		var out []string
+		for line := range strings.Lines(log.String()) {
+			if strings.Contains(line, "level=WARN") && strings.Contains(line, "expires soon") {
+				out = append(out, line)
+			}
+		}
+		return out
+	}
+	lines := warned()
+	if len(lines) != 1 {
+		t.Fatalf("100 days before the leaf expires: %d warnings at start, want 1 (the leaf's):\n%s", len(lines), log.String())
+	}
+	for _, want := range []string{"file=" + dir.Path(datadir.TLSCertFile), "not_after=" + leaf.NotAfter.UTC().Format(time.RFC3339),
+		"days_left=100", datadir.RenewCommand} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("the warning does not say %q:\n%s", want, lines[0])
+		}
+	}
+
+	// The metric, from the registry served while starting and the one once open.
+	for name, reg := range map[string]*prometheus.Registry{"starting": d.startingRegistry(), "open": d.newRegistry()} {
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, f := range fams {
+			if f.GetName() != "mesh_tls_certificate_expiry_timestamp_seconds" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "certificate" {
+						got[l.GetValue()] = m.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+		if got["leaf"] != float64(leaf.NotAfter.Unix()) || got["ca"] != float64(ca.NotAfter.Unix()) || len(got) != 2 {
+			t.Errorf("%s: mesh_tls_certificate_expiry_timestamp_seconds = %v, want leaf %d and ca %d", name, got, leaf.NotAfter.Unix(), ca.NotAfter.Unix())
+		}
+	}
+
+	// Once a day while it runs: a day later, a second warning, a day fewer.
+	defer func(every time.Duration) { expiryCheckEvery = every }(expiryCheckEvery)
+	expiryCheckEvery = 20 * time.Millisecond
+	clock.Add(int64(24 * time.Hour))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(warned()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if lines := warned(); len(lines) < 2 || !strings.Contains(lines[1], "days_left=99") {
+		t.Fatalf("a day later, the daily check did not warn again with 99 days left:\n%s", log.String())
+	}
+
+	// The CA's own, with 30 days left (the leaf has more): warned, saying where the
+	// new ca.pem goes. 200 days left on both: nothing.
+	var calog lockedBuffer
+	quiet := &Daemon{opts: Options{Dir: dir}, log: slog.New(slog.NewTextHandler(&calog, nil)), certs: certificates{leaf: leaf, ca: ca}}
+	quiet.warnExpiry(ca.NotAfter.Add(-30 * 24 * time.Hour))
+	if out := calog.String(); strings.Count(out, "level=WARN") != 2 || !strings.Contains(out, "the mesh CA's certificate expires soon") ||
+		!strings.Contains(out, "file="+dir.Path(datadir.CACertFile)) || !strings.Contains(out, "copy the new ca.pem into every control node") {
+		// The leaf, issued for 10 years, is past its time there too: two lines.
+		t.Errorf("30 days before the CA expires:\n%s", out)
+	}
+	var none lockedBuffer
+	quiet.log = slog.New(slog.NewTextHandler(&none, nil))
+	quiet.warnExpiry(leaf.NotAfter.Add(-200 * 24 * time.Hour))
+	if none.String() != "" {
+		t.Errorf("200 days before either expires, it logged:\n%s", none.String())
 	}
 }

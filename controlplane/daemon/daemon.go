@@ -211,6 +211,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	if err := d.loadCertificates(caPEM, leaf.CertPEM); err != nil {
 		return nil, err
 	}
+	d.warnExpiry(d.now())
 	d.caPEM = caPEM
 	keys, err := opts.Dir.LoadSigningKeys()
 	if err != nil {
@@ -543,6 +544,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	{
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return d.sweepTables(ctx) }, func(error) { cancel() })
+	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return d.watchExpiry(ctx) }, func(error) { cancel() })
 	}
 	{
 		ctx, cancel := context.WithCancel(ctx)

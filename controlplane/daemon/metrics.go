@@ -432,10 +432,10 @@ func (d *Daemon) newRegistry() *prometheus.Registry {
 }
 
 // startingRegistry is what a node exports before it is open: its build, its Raft
-// figures and the process's.
+// figures, its certificates' expiry and the process's.
 func (d *Daemon) startingRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(buildInfo(d.opts.Version, d.opts.Revision), raftCollector{d},
+	reg.MustRegister(buildInfo(d.opts.Version, d.opts.Revision), raftCollector{d}, certCollector{d},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }

@@ -43,7 +43,8 @@ directory that is not a control node's, or whose keys, credentials or raft/ othe
 read or change (exit 7, naming the chmod or chown that mends it), or one of whose files
 is missing or damaged (exit 7, naming it), or whose certificate (tls.pem, ca.pem)
 expired or is not valid yet by this machine's clock (exit 7, naming it, when it
-expired and how to renew it), and that of a control node that was removed (exit 6). Logs go to stderr.
+expired and how to renew it), and that of a control node that was removed (exit 6).
+It warns when either certificate has less than 180 days left, at start and daily. Logs go to stderr.
 Under systemd (Type=notify) it reports ready once its replicated state is current and
 its broker accepts connections (dist/systemd/meshctl.service).`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
