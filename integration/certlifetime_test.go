@@ -6,7 +6,9 @@ import (
 	"encoding/pem"
 	"math/big"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,5 +75,82 @@ func TestServeRefusesAnExpiredCertificate(t *testing.T) {
 	}
 	if strings.Contains(out, "no leader within") {
 		t.Errorf("serve waited for a leader before refusing:\n%s", out)
+	}
+}
+
+// TestRenewedCertificatesKeepTheMesh: a single control node with a host applying its
+// declarations is stopped, and both its certificates run out (the mesh CA's ca.pem
+// and its own tls.pem, re-signed over the same keys to have expired): serve refuses
+// to start, exit 7, naming both. `meshctl control renew-certificate` on its data
+// directory (it holds the CA key) refuses the leaf while the CA has expired, then
+// renews the CA and the leaf in place, over the same keys: no pin changes. serve
+// starts, the agent that kept running reconnects to it by itself, and applies the
+// next declaration.
+func TestRenewedCertificatesKeepTheMesh(t *testing.T) {
+	t.Parallel()
+	cp := harness.NewControlPlane(t, bin, "renew")
+	cp.Serve()
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	h.Run()
+	cp.WaitConverged("web-1", 0, 20*time.Second)
+
+	serve := cp.Process()
+	serve.Signal(syscall.SIGTERM)
+	if code := serve.Wait(20 * time.Second); code != 0 {
+		t.Fatalf("serve stopped with exit %d:\n%s", code, serve.Output())
+	}
+	dir := datadir.Dir(cp.Dir)
+	caPath, tlsPath := dir.Path(datadir.CACertFile), dir.Path(datadir.TLSCertFile)
+	pins := func() (string, string) {
+		ca, err := os.ReadFile(caPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, err := os.ReadFile(tlsPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		caPin, _ := pki.LeafPinPEM(ca)
+		leafPin, _ := pki.LeafPinPEM(leaf)
+		return caPin, leafPin
+	}
+	caPin, leafPin := pins()
+	expired := time.Now().Add(-time.Minute)
+	resignCertificate(t, cp, caPath, expired.Add(-48*time.Hour), expired)
+	resignCertificate(t, cp, tlsPath, expired.Add(-24*time.Hour), expired)
+
+	p := cp.StartServe()
+	if code := p.Wait(20 * time.Second); code != 7 || !strings.Contains(p.Output(), caPath+": the mesh CA's certificate expired at") ||
+		!strings.Contains(p.Output(), tlsPath+": this control node's certificate expired at") {
+		t.Fatalf("serve with both certificates expired: exit %d, want 7 naming both:\n%s", code, p.Output())
+	}
+
+	// The leaf first: refused, the CA has expired.
+	if r := cp.Ctl("control", "renew-certificate", "--certificate", tlsPath); r.Code != 7 || !strings.Contains(r.Stderr, "renew it first") {
+		t.Fatalf("renewing the leaf under an expired CA: exit %d, want 7 saying to renew the CA first:\n%s", r.Code, r.Combined())
+	}
+	for _, path := range []string{caPath, tlsPath} {
+		if r := cp.Ctl("control", "renew-certificate", "--certificate", path); r.Code != 0 {
+			t.Fatalf("renew %s: exit %d:\n%s", path, r.Code, r.Combined())
+		}
+	}
+	if gotCA, gotLeaf := pins(); gotCA != caPin || gotLeaf != leafPin {
+		t.Fatalf("the pins changed: CA %s (was %s), leaf %s (was %s)", gotCA, caPin, gotLeaf, leafPin)
+	}
+
+	cp.Serve()
+	body := filepath.Join(t.TempDir(), "b.json")
+	writeFile(t, body, `{"files":[{"path":"etc/renewed","content":"yes"}]}`)
+	if r := cp.Ctl("declare", "--node", "web-1", "--file", body, "--wait", "60s"); r.Code != 0 {
+		t.Fatalf("declare after the renewal: exit %d:\n%s\nagent:\n%s", r.Code, r.Combined(), h.Process().Output())
+	}
+	if got, err := h.ReadManaged("etc/renewed"); err != nil || got != "yes" {
+		t.Fatalf("the host's file after the renewal: %q, %v", got, err)
+	}
+	if fams := cp.Scrape(); harness.Sum(fams, "mesh_tls_certificate_expiry_timestamp_seconds", "certificate=leaf") < float64(time.Now().Add(pki.LeafValidity-24*time.Hour).Unix()) {
+		t.Errorf("mesh_tls_certificate_expiry_timestamp_seconds{certificate=leaf} = %v after the renewal", harness.Sum(fams, "mesh_tls_certificate_expiry_timestamp_seconds", "certificate=leaf"))
 	}
 }

@@ -162,6 +162,8 @@ func TestJSONOutput(t *testing.T) {
 	cp.Ctl("token", "--node", "web-2")
 	check("meshctl token cancel", cp.Ctl("token", "cancel", "web-2", "--json"), 0, "")
 	check("meshctl control status", cp.Ctl("control", "status", "--json"), 0, "")
+	check("meshctl control renew-certificate", cp.Ctl("control", "renew-certificate", "--certificate", filepath.Join(cp.Dir, "tls.pem"),
+		"--out", filepath.Join(t.TempDir(), "renewed.pem"), "--json"), 0, "")
 	check("meshctl signing-key rotate", cp.Ctl("signing-key", "rotate", "--json"), 0, "")
 	check("meshctl signing-key status", cp.Ctl("signing-key", "status", "--json"), 0, "")
 	check("meshctl signing-key retire", cp.Ctl("signing-key", "retire", "--force", "--json"), 0, "")

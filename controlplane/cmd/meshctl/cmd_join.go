@@ -205,37 +205,63 @@ func controlCommand() command {
 	return command{
 		name:    "control",
 		changes: true,
-		usage:   "remove NODE | status [--wait D] --data DIR [--json]",
+		usage:   "remove NODE | status [--wait D] | renew-certificate --certificate F [--out F] --data DIR [--json]",
 		summary: `Manage control nodes.
 "control remove NODE" removes one for good: it takes the node out of Raft and of the
 control plane (stop it first if it is the leader).
 "control status" asks every control node for its own view (Raft state, the leader
 it follows, its configuration) and names the members that did not answer within
 --wait. It needs no leader: with the quorum lost it says which voters are missing.
-It exits 0 when the control plane has a leader, 3 when it has none. See
-docs/operations.md.`,
+It exits 0 when the control plane has a leader, 3 when it has none.
+"control renew-certificate" runs where the mesh CA key is (--data) and calls no
+control plane: it re-issues the certificate in --certificate, a copy of a control
+node's tls.pem or the mesh CA's ca.pem, over the key it already has, valid anew (10
+years for a node's, 20 for the CA's), and writes it to --out (by default over
+--certificate), atomically. Every pin is of a key, so none changes: put the file in
+place (tls.pem in that node's data directory; the CA's ca.pem in every one) and
+restart the node(s). It exits 4 where the CA key is not, 7 for a --certificate that
+is missing, damaged or of another mesh. See docs/operations.md, "Certificate
+lifetimes".`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			var cp controlPlaneFlags
 			var asJSON bool
 			var wait time.Duration
+			var certificate, out string
 			cp.register(c, cio)
 			c.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 			c.Flags().DurationVar(&wait, "wait", operator.DefaultGatherWait, fmt.Sprintf("status: how long to wait for the control nodes' answers (at most %s)", broker.MaxGatherWait))
+			c.Flags().StringVar(&certificate, "certificate", "", "renew-certificate: the certificate to renew (a copy of a control node's tls.pem, or the mesh CA's ca.pem)")
+			c.Flags().StringVar(&out, "out", "", "renew-certificate: where to write the renewed certificate (default: over --certificate)")
+			_ = c.MarkFlagFilename("certificate", "pem")
+			_ = c.MarkFlagFilename("out", "pem")
 			c.ValidArgsFunction = func(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
 				switch len(args) {
 				case 0:
-					return []cobra.Completion{"remove\tremove a control node for good", "status\teach control node's own view; needs no leader"}, cobra.ShellCompDirectiveNoFileComp
+					return []cobra.Completion{"remove\tremove a control node for good", "status\teach control node's own view; needs no leader",
+						renewSub + "\tre-issue a certificate over its key, where the CA key is"}, cobra.ShellCompDirectiveNoFileComp
 				case 1:
+					if args[0] == renewSub {
+						return nil, cobra.ShellCompDirectiveNoFileComp
+					}
 					return cp.nodeNames(true), cobra.ShellCompDirectiveNoFileComp
 				}
 				return nil, cobra.ShellCompDirectiveNoFileComp
 			}
 			return func(args []string) error {
+				if len(args) >= 1 && args[0] == renewSub {
+					if len(args) > 1 {
+						return usagef("unexpected argument %q after %s (the certificate is --certificate)", args[1], renewSub)
+					}
+					return renewCertificate(&cp, cio, certificate, out, asJSON, time.Now())
+				}
+				if certificate != "" || out != "" {
+					return usagef("--certificate and --out are flags of meshctl control %s", renewSub)
+				}
 				if len(args) == 1 && args[0] == "status" {
 					return controlStatus(&cp, cio, wait, asJSON)
 				}
 				if len(args) != 2 || args[0] != "remove" {
-					return usagef("usage: meshctl control remove NODE --data DIR, or meshctl control status --data DIR")
+					return usagef("usage: meshctl control remove NODE --data DIR, meshctl control status --data DIR, or meshctl control %s --certificate F --data DIR", renewSub)
 				}
 				node := strings.TrimSpace(args[1])
 				// The removal revokes the operator credentials of the node's own data

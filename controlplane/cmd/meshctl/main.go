@@ -12,7 +12,8 @@
 // reached, has no leader, did not answer, or its broker refused the login (a control
 // node older than this meshctl, or another mesh's credentials); 4 the control plane refused the request
 // (also: a join token refused or no broker proving its CA pin, operator credentials
-// that may only read, a control token minted away from the CA key); 5 not
+// that may only read, a control token minted or a certificate renewed away from
+// the CA key); 5 not
 // converged (declare --wait, status); 6 this control node was removed and will not
 // serve again; 7 the data directory is not one the command can use (not a control
 // node's: not bootstrapped or joined, or a join that did not complete; one of its
