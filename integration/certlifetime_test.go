@@ -4,9 +4,11 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -152,5 +154,47 @@ func TestRenewedCertificatesKeepTheMesh(t *testing.T) {
 	}
 	if fams := cp.Scrape(); harness.Sum(fams, "mesh_tls_certificate_expiry_timestamp_seconds", "certificate=leaf") < float64(time.Now().Add(pki.LeafValidity-24*time.Hour).Unix()) {
 		t.Errorf("mesh_tls_certificate_expiry_timestamp_seconds{certificate=leaf} = %v after the renewal", harness.Sum(fams, "mesh_tls_certificate_expiry_timestamp_seconds", "certificate=leaf"))
+	}
+}
+
+// TestCertificateLifetimesMatchTheCode: docs/operations.md's "Certificate lifetimes"
+// gives the validity periods pki issues with, the warning serve gives, and names
+// only tests that exist: a period changed in the code, or a test renamed, cannot
+// leave the section saying otherwise.
+func TestCertificateLifetimesMatchTheCode(t *testing.T) {
+	raw, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	start := strings.Index(doc, "\n## Certificate lifetimes\n")
+	if start < 0 {
+		t.Fatal(`docs/operations.md has no section "Certificate lifetimes"`)
+	}
+	sec := doc[start+1:]
+	if end := strings.Index(sec[3:], "\n## "); end >= 0 {
+		sec = sec[:end+3]
+	}
+	year := 365 * 24 * time.Hour
+	for _, want := range []string{
+		fmt.Sprintf("| %d years from the bootstrap |", int(pki.CAValidity/year)),
+		fmt.Sprintf("| %d years from when it was made", int(pki.LeafValidity/year)),
+		"less than 180 days left",
+		"meshctl control renew-certificate --data /var/lib/meshctl --certificate /var/lib/meshctl/ca.pem",
+	} {
+		if !strings.Contains(sec, want) {
+			t.Errorf("the section does not say %q", want)
+		}
+	}
+	srcs, _ := filepath.Glob("*_test.go")
+	var all strings.Builder
+	for _, f := range srcs {
+		b, _ := os.ReadFile(f)
+		all.Write(b)
+	}
+	for _, m := range regexp.MustCompile("`(Test[A-Za-z0-9]+)`").FindAllStringSubmatch(sec, -1) {
+		if !strings.Contains(all.String(), "func "+m[1]+"(") {
+			t.Errorf("the section names %s, which is no test of this package", m[1])
+		}
 	}
 }

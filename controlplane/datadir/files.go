@@ -46,7 +46,7 @@ func remedy(name string) string {
 	if name == CAKeyFile || name == AccountKeyFile {
 		// Kept apart from the rest, offline: no other node holds a copy, and
 		// joining again would not bring one back.
-		return "Restore it from the offline backup taken at bootstrap (docs/operations.md, \"Losing the bootstrap machine\"); until then no control token can be minted. The mesh goes on serving without it"
+		return "Restore it from the offline backup taken at bootstrap (docs/operations.md, \"Losing the bootstrap machine\"); until then no control token can be minted and no certificate renewed. The mesh goes on serving without it"
 	}
 	// The node's own identity and keys: nobody else holds a copy.
 	return backup + "; without one, with other control nodes running, remove this node (`meshctl control remove`) and join it again with a new control token on a fresh data directory"

@@ -26,8 +26,10 @@ import (
 	"time"
 )
 
-// Validity periods. The CA outlives its leaves so that leaves can be reissued under the
-// same pin.
+// Validity periods. The CA outlives the leaves it issues in its first ten years. Both
+// are renewed over the keys they have (CA.RenewLeaf, CA.Renew: meshctl control
+// renew-certificate), which keeps every pin; serve warns 180 days before either
+// expires.
 const (
 	CAValidity   = 20 * 365 * 24 * time.Hour
 	LeafValidity = 10 * 365 * 24 * time.Hour
