@@ -153,6 +153,15 @@ type ControlView struct {
 	// Hosts is what the node's broker holds, as it last said (nil: offline, not
 	// heard from, or a version that does not say).
 	Hosts *HostCapacity `json:"hosts,omitempty"`
+	// NotFollowing says why a member of Raft that is alive does not follow the
+	// leader, by its heartbeats: it follows no leader or another, or its applied
+	// index trails the answering node's, in every one of its last few heartbeats
+	// (since NotFollowingSince). Empty when it follows, and when the answering
+	// node cannot tell (a version of the node or of the answering node from
+	// before the field). Such a voter counts towards no commit: the others hold
+	// the quorum without it.
+	NotFollowing      string    `json:"not_following,omitempty"`
+	NotFollowingSince time.Time `json:"not_following_since,omitzero"`
 }
 
 // HostCapacity is how many hosts a control node's broker holds, and the most it
@@ -199,6 +208,15 @@ type ControlHeartbeat struct {
 	// succeeded since (a full disk): it answers the leader but appends nothing,
 	// so it counts towards no commit. Older versions send none.
 	LogWriteFailing bool `json:"log_write_failing,omitempty"`
+	// RaftState is the node's Raft state as it sent (RaftStateLeader,
+	// RaftStateFollower, RaftStateCandidate, RaftStateShutdown), Leader the
+	// leader it follows ("": none) and Term its Raft term, so that the others can
+	// tell a voter that does not follow the leader from one that does: a voter
+	// whose Raft port is cut off answers on the broker as any other. Older
+	// versions send none of the three.
+	RaftState string `json:"raft_state,omitempty"`
+	Leader    string `json:"leader,omitempty"`
+	Term      uint64 `json:"term,omitempty"`
 }
 
 // AdminSubject is the subject of an operator API operation.

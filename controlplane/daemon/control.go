@@ -54,6 +54,17 @@ type controlTracker struct {
 	// handedOver is when this node, leading with a clock off the other voters',
 	// last tried to hand leadership over (see clockHandover).
 	handedOver time.Time
+	// astray is, per node whose last heartbeat showed it not following the
+	// leader, the heartbeats in a row that did (see heard).
+	astray map[string]followRun
+}
+
+// followRun is a control node's heartbeats in a row that showed it not following the
+// leader: how many, when the first of them arrived, and why, by the last of them.
+type followRun struct {
+	beats int
+	since time.Time
+	why   string
 }
 
 type clockReport struct {
@@ -63,7 +74,8 @@ type clockReport struct {
 
 func newControlTracker() *controlTracker {
 	return &controlTracker{beats: map[string]api.ControlHeartbeat{}, seen: map[string]time.Time{}, probes: map[string]string{},
-		warned: map[string]time.Time{}, leaderAt: map[string]uint64{}, reached: map[string]bool{}, clocks: map[string]clockReport{}}
+		warned: map[string]time.Time{}, leaderAt: map[string]uint64{}, reached: map[string]bool{}, clocks: map[string]clockReport{},
+		astray: map[string]followRun{}}
 }
 
 // clockTolerance is how far another control node's clock may be from this one's
@@ -224,6 +236,25 @@ func (c *controlTracker) reportSilent(log *slog.Logger, node string, voter bool,
 	}
 }
 
+// reportNotFollowing logs, at most once per silenceReport, a Raft member alive by its
+// heartbeats that does not follow the leader by them (stray): it answers on
+// the brokers as any other, and `meshctl nodes` showed it "alive" while its Raft was
+// cut off, so a rolling restart went on to the next voter and stopped the control
+// plane.
+func (c *controlTracker) reportNotFollowing(log *slog.Logger, node string, voter bool, now time.Time) {
+	why, since := c.stray(node)
+	if why == "" || !c.due(node+"\x00follow", now, silenceReport) {
+		return
+	}
+	if voter {
+		log.Warn("a voting control node answers on the brokers but does not follow the leader: it counts towards no commit, and the quorum depends on the others; "+
+			"look at its log, and at whether the others reach its Raft address (--raft-listen: a firewall, a certificate they refuse)",
+			"node", node, "why", why, "for", now.Sub(since).Round(time.Second).String())
+		return
+	}
+	log.Info("a nonvoting control node answers on the brokers but does not follow the leader", "node", node, "why", why, "for", now.Sub(since).Round(time.Second).String())
+}
+
 // due reports whether what key names was last reported at least every ago, and if
 // so records now as its report.
 func (c *controlTracker) due(key string, now time.Time, every time.Duration) bool {
@@ -237,13 +268,88 @@ func (c *controlTracker) due(key string, now time.Time, every time.Duration) boo
 }
 
 // beat records a node's heartbeat, arrived at at while the leader had applied
-// leaderApplied.
+// leaderApplied, the leader being unknown (heard).
 func (c *controlTracker) beat(h api.ControlHeartbeat, at time.Time, leaderApplied uint64) {
+	c.heard(h, at, leaderApplied, "")
+}
+
+// notFollowingBeats is how many heartbeats in a row must show a control node not
+// following the leader before it is shown so (stray): six, 10 s at
+// HeartbeatInterval. A voter restarted, or one that took part in an election, may
+// for a few seconds follow no leader yet, or name the one before, and must not be
+// shown not following then; and a leader that failed to reach a follower waits up
+// to about 10 s (hashicorp/raft's back-off) before it tries again, so a voter down
+// for a few seconds may follow no leader for that long once it is back.
+const notFollowingBeats = 6
+
+// heard records a node's heartbeat, arrived at at while this node had applied
+// leaderApplied and followed, or was, leader ("": none known), and judges whether it
+// shows the node following that leader (astray): its Raft state says so, and its
+// applied index has caught up (caughtUp's rule, for this heartbeat). A heartbeat of a
+// version that sends no Raft state is judged by its applied index alone, and with
+// no leader known here, none is judged by its Raft state: there is nothing to
+// follow. The last heartbeat of a node stopping ends the run: it is offline.
+func (c *controlTracker) heard(h api.ControlHeartbeat, at time.Time, leaderApplied uint64, leader string) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	before, heard := c.leaderAt[h.Node]
 	c.reached[h.Node] = heard && h.AppliedIndex >= before
 	c.beats[h.Node], c.seen[h.Node], c.leaderAt[h.Node] = h, at, leaderApplied
-	c.mu.Unlock()
+	why := astray(h, leader)
+	if why == "" && h.AppliedIndex+caughtUpEntries < leaderApplied && !c.reached[h.Node] {
+		why = fmt.Sprintf("its applied index %d trails %d by more than %d entries", h.AppliedIndex, leaderApplied, caughtUpEntries)
+	}
+	if why == "" || h.Stopping {
+		delete(c.astray, h.Node)
+		return
+	}
+	run := c.astray[h.Node]
+	if run.beats == 0 {
+		run.since = at
+	}
+	run.beats++
+	run.why = why
+	c.astray[h.Node] = run
+}
+
+// astray says why h, by its Raft state, shows its node not following leader, the
+// leader the node that heard it follows or is; "" when it follows it, when h is of a
+// version that sends no Raft state, when no leader is known, or when h is the
+// leader's own.
+func astray(h api.ControlHeartbeat, leader string) string {
+	if h.RaftState == "" || leader == "" || h.Node == leader {
+		return ""
+	}
+	term := ""
+	if h.Term > 0 {
+		term = fmt.Sprintf(" at term %d", h.Term)
+	}
+	switch {
+	case h.RaftState == api.RaftStateCandidate:
+		return "a candidate" + term + ": it hears no leader"
+	case h.RaftState == api.RaftStateLeader:
+		return "it says it leads" + term + ", and " + leader + " does"
+	case h.RaftState != api.RaftStateFollower:
+		return "its Raft is " + h.RaftState
+	case h.Leader == "":
+		return "it follows no leader" + term
+	case h.Leader != leader:
+		return "it follows " + h.Leader + term + ", not " + leader
+	}
+	return ""
+}
+
+// stray says why node does not follow the leader, and since when, once its
+// last notFollowingBeats heartbeats in a row showed it not following (heard); ""
+// otherwise. Whether it is alive is the caller's to judge.
+func (c *controlTracker) stray(node string) (string, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	run := c.astray[node]
+	if run.beats < notFollowingBeats {
+		return "", time.Time{}
+	}
+	return run.why, run.since
 }
 
 // forget drops what was heard of a control node: when a new machine is admitted
@@ -261,6 +367,7 @@ func (c *controlTracker) forget(node string) {
 	delete(c.reached, node)
 	delete(c.probes, node)
 	delete(c.clocks, node)
+	delete(c.astray, node)
 }
 
 // alive reports whether node serves at now by its last heartbeat: one heard within
@@ -391,7 +498,7 @@ func (d *Daemon) heartbeatLoop(ctx context.Context) error {
 		}
 		data, _ := json.Marshal(api.ControlHeartbeat{V: api.ProtocolVersion, Node: d.cfg.Node, AppliedIndex: d.raft.AppliedIndex(), Raft: role,
 			CAKey: d.holdsCAKey(), Hosts: d.hostCapacity(), Stopping: stopping, Rules: state.ApplyRules, Clock: d.now().UTC(),
-			LogWriteFailing: d.raft.LogWriteError() != nil})
+			LogWriteFailing: d.raft.LogWriteError() != nil, RaftState: d.raft.State(), Leader: d.raft.Leader(), Term: d.raft.Status().Term})
 		_ = d.conns.control.Publish(api.ControlHeartbeatSubject(d.cfg.Node), data)
 		if role == api.RaftLeader && !stopping {
 			d.promoteServing(d.now())
@@ -419,7 +526,7 @@ func (d *Daemon) handleHeartbeat(m *nats.Msg) {
 		return
 	}
 	now := d.now()
-	d.ctl.beat(h, now, d.raft.AppliedIndex())
+	d.ctl.heard(h, now, d.raft.AppliedIndex(), d.raft.Leader())
 	if h.Node != d.cfg.Node {
 		d.ctl.checkClock(d.log, h.Node, h.Clock, now)
 		d.checkRules(h, now)
@@ -658,6 +765,8 @@ func (d *Daemon) promoteServing(now time.Time) (demoted string) {
 		serving := d.ctl.alive(m.ID, now)
 		if !serving {
 			d.ctl.reportSilent(d.log, m.ID, m.Voter, at, heard, now)
+		} else {
+			d.ctl.reportNotFollowing(d.log, m.ID, m.Voter, now)
 		}
 		cn, err := activeControl(d, m.ID)
 		if err == nil && serving && cn.NeverServed {
@@ -1123,6 +1232,15 @@ func (d *Daemon) controlViews(s *state.State, now time.Time) []api.ControlView {
 			v.State = api.StateAlive
 		default:
 			v.State = api.StateOffline
+		}
+		if v.State == api.StateAlive && c.ID != d.cfg.Node && (v.Raft == api.RaftVoter || v.Raft == api.RaftNonvoter) {
+			// Alive by its heartbeats, which go through the brokers: its Raft may
+			// still be cut off (its Raft port blocked, a certificate its peers
+			// refuse), and it then counts towards no commit.
+			var since time.Time
+			if v.NotFollowing, since = d.ctl.stray(c.ID); !since.IsZero() {
+				v.NotFollowingSince = since.UTC()
+			}
 		}
 		if c.ID == d.cfg.Node {
 			v.LastSeen, v.AppliedIndex, v.Hosts = now.UTC(), d.raft.AppliedIndex(), d.hostCapacity()

@@ -212,7 +212,11 @@ control plane (stop it first if it is the leader).
 "control status" asks every control node for its own view (Raft state, the leader
 it follows, its configuration) and names the members that did not answer within
 --wait. It needs no leader: with the quorum lost it says which voters are missing.
-It exits 0 when the control plane has a leader, 3 when it has none.
+It exits 0 when the control plane has a leader and every voter answers and follows
+it (what a rolling restart waits for before the next node), 5 when one does not
+answer or does not follow it (named, with why: a candidate, no leader or another, a
+Raft log it cannot write, or the leader's heartbeats say so), 3 when there is no
+leader. See docs/operations.md.
 "control renew-certificate" runs where the mesh CA key is (--data) and calls no
 control plane: it re-issues the certificate in --certificate, a copy of a control
 node's tls.pem or the mesh CA's ca.pem, over the key it already has, valid anew (10

@@ -159,7 +159,13 @@ func printNodes(w io.Writer, res api.NodesResult, now time.Time, controlNamed bo
 			if c.CAHolder {
 				name += " (CA)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", name, c.Raft, c.State, seen, c.Broker, hostsText(c.Hosts), c.AppliedIndex)
+			state := c.State
+			if c.NotFollowing != "" {
+				// Alive on the brokers, and its Raft cut off: it counts towards
+				// no commit (`meshctl control status` says why).
+				state += ", not following"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", name, c.Raft, state, seen, c.Broker, hostsText(c.Hosts), c.AppliedIndex)
 		}
 		tw.Flush()
 		if controlNamed && len(res.Nodes) == 0 {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -35,14 +36,28 @@ func controlStatus(cp *controlPlaneFlags, cio *cliIO, wait time.Duration, asJSON
 	} else {
 		printControlStatus(cio.stdout, r, time.Now())
 	}
-	return r.noLeader()
+	return r.verdict()
 }
 
-// noLeader is the exit of a report with no leader (exit 3), nil with one.
-func (r controlStatusReport) noLeader() error {
+// verdict is the exit of a report: with no leader, 3; with one, 5 when a voter does
+// not answer or does not follow it (not converged: the control plane answers, and is
+// not whole, so restarting another voter may stop it); nil when every voter answers
+// and follows the leader, which is what a rolling restart waits for before the next
+// node.
+func (r controlStatusReport) verdict() error {
 	switch {
 	case r.Leader != "":
-		return nil
+		var parts []string
+		if missing := r.missingVoters(); len(missing) > 0 {
+			parts = append(parts, "voters not answering: "+strings.Join(missing, ", "))
+		}
+		if len(r.NotFollowing) > 0 {
+			parts = append(parts, "voters not following the leader "+oneLine(r.Leader, 64)+": "+strings.Join(r.notFollowingIDs(), ", "))
+		}
+		if len(parts) == 0 {
+			return nil
+		}
+		return exitError{code: exitNotConverged, err: fmt.Errorf("%s; the voters left are the quorum: restart no other control node until `meshctl control status` exits 0", strings.Join(parts, "; "))}
 	case len(r.Missing) == 0:
 		// "0 of 1 voters missing" read as a contradiction.
 		return exitError{code: exitUnreachable, err: fmt.Errorf("the control plane has no leader, though all %d voter(s) answer: an election is under way, or they cannot win one (a Raft log they cannot write: the table above and their logs say)", len(r.Voters))}
@@ -59,8 +74,35 @@ type controlStatusReport struct {
 	Voters []string `json:"voters"`
 	Quorum int      `json:"quorum"`
 	// Missing are the members of that configuration that did not answer.
-	Missing  []string            `json:"missing,omitempty"`
-	Answered []api.ControlStatus `json:"answered"`
+	Missing []string `json:"missing,omitempty"`
+	// NotFollowing are, with a leader, the voters that answered and do not follow
+	// it, each with why: by its own answer (a candidate, following no leader or
+	// another, a Raft log it cannot write), or by the leader's, which hears its
+	// heartbeats (not following for several of them in a row: api.ControlView's
+	// NotFollowing; none heard). Such a voter answers on the brokers, and counts
+	// towards no commit.
+	NotFollowing map[string]string   `json:"not_following,omitempty"`
+	Answered     []api.ControlStatus `json:"answered"`
+}
+
+// missingVoters are the voters that did not answer, printable.
+func (r controlStatusReport) missingVoters() []string {
+	var out []string
+	for _, id := range r.Missing {
+		if slices.Contains(r.Voters, id) {
+			out = append(out, oneLine(id, 64))
+		}
+	}
+	return out
+}
+
+// notFollowingIDs are the voters that do not follow the leader, sorted, printable.
+func (r controlStatusReport) notFollowingIDs() []string {
+	ids := slices.Sorted(maps.Keys(r.NotFollowing))
+	for i, id := range ids {
+		ids[i] = oneLine(id, 64)
+	}
+	return ids
 }
 
 // reportControlStatus sums up the answers: the leader, and the voters that did not
@@ -97,7 +139,83 @@ func reportControlStatus(answers []api.ControlStatus) controlStatusReport {
 		}
 	}
 	r.Quorum = len(r.Voters)/2 + 1
+	if r.Leader != "" {
+		lead, leaderAnswered := r.leaderAnswer()
+		for _, a := range answers {
+			if !slices.Contains(r.Voters, a.Node) {
+				continue
+			}
+			why := notFollowing(a, r.Leader)
+			if why == "" && leaderAnswered && a.Node != r.Leader {
+				why = notFollowingByLeader(lead, a.Node)
+			}
+			if why != "" {
+				if r.NotFollowing == nil {
+					r.NotFollowing = map[string]string{}
+				}
+				r.NotFollowing[a.Node] = why
+			}
+		}
+	}
 	return r
+}
+
+// notFollowing says why a, a voter's own answer, shows it not following leader;
+// "" when it follows it or is it. What a node says of itself needs no waiting: a
+// voter just restarted that has heard no leader yet, or one whose Raft port is cut
+// off, follows none now, and another voter stopped then would leave no quorum. The
+// followers of a leader just elected name it within a Raft heartbeat.
+func notFollowing(a api.ControlStatus, leader string) string {
+	if a.LogWriteError != "" {
+		return "it cannot write its Raft log, so it appends nothing the leader sends"
+	}
+	if a.Node == leader {
+		return ""
+	}
+	var why string
+	switch {
+	case a.Raft == api.RaftStateCandidate:
+		why = fmt.Sprintf("a candidate at term %d: it hears no leader", a.Term)
+	case a.Raft == api.RaftStateLeader:
+		why = fmt.Sprintf("it says it leads, at term %d", a.Term)
+	case a.Raft != api.RaftStateFollower:
+		why = "its Raft is " + oneLine(a.Raft, 32)
+	case a.Leader == "":
+		why = "it follows no leader"
+	case a.Leader != leader:
+		return "it follows " + oneLine(a.Leader, 64)
+	default:
+		return ""
+	}
+	switch {
+	case a.LastContact.IsZero():
+		why += "; it has heard none since it started"
+	case !a.At.IsZero():
+		why += "; it last heard a leader " + ago(a.At.Sub(a.LastContact))
+	}
+	return why
+}
+
+// notFollowingByLeader says why the leader's answer shows voter not following it,
+// by the heartbeats it hears: several in a row that said so (api.ControlView's
+// NotFollowing), or none heard lately. "" when it follows, and when the leader is of
+// a version that does not judge.
+func notFollowingByLeader(lead api.ControlStatus, voter string) string {
+	i := slices.IndexFunc(lead.Control, func(v api.ControlView) bool { return v.ID == voter })
+	if i < 0 {
+		return ""
+	}
+	switch v := lead.Control[i]; {
+	case v.State != api.StateAlive:
+		return "the leader hears no heartbeat from it (" + oneLine(v.State, 32) + " in its view)"
+	case v.NotFollowing != "":
+		why := oneLine(v.NotFollowing, 200)
+		if !v.NotFollowingSince.IsZero() && !lead.At.IsZero() {
+			why += ", by its heartbeats for " + lead.At.Sub(v.NotFollowingSince).Round(time.Second).String()
+		}
+		return why
+	}
+	return ""
 }
 
 func printControlStatus(w io.Writer, r controlStatusReport, now time.Time) {
@@ -169,10 +287,20 @@ func printControlStatus(w io.Writer, r controlStatusReport, now time.Time) {
 		}
 	}
 	switch {
-	case r.Leader != "" && len(r.Missing) == 0:
-		fmt.Fprintf(w, "leader %s; every member answered\n", leader)
+	case r.Leader != "" && len(r.Missing) == 0 && len(r.NotFollowing) == 0:
+		fmt.Fprintf(w, "leader %s; every member answered, and every voter follows it\n", leader)
 	case r.Leader != "":
-		fmt.Fprintf(w, "leader %s; not answering: %s (stopped, or its broker has no route to the one reached)\n", leader, strings.Join(missing, ", "))
+		if len(r.Missing) > 0 {
+			fmt.Fprintf(w, "leader %s; not answering: %s (stopped, or its broker has no route to the one reached)\n", leader, strings.Join(missing, ", "))
+		}
+		if len(r.NotFollowing) > 0 {
+			var named []string
+			for _, id := range slices.Sorted(maps.Keys(r.NotFollowing)) {
+				named = append(named, oneLine(id, 64)+" ("+oneLine(r.NotFollowing[id], 300)+")")
+			}
+			fmt.Fprintf(w, "leader %s; not following it: %s. A voter that does not follow counts towards no commit: the others are the quorum, and restarting one of them now stops the control plane. "+
+				"Look at its log, and at whether the other control nodes reach its Raft address (a firewall, a certificate they refuse)\n", leader, strings.Join(named, "; "))
+		}
 	case len(r.Missing) == 0:
 		fmt.Fprintf(w, "no leader, though every voter answers: an election is under way, or the voters cannot write their Raft logs (above); their logs say why\n")
 	default:

@@ -199,7 +199,7 @@ func TestControlStatusNamesTheClockThatIsOff(t *testing.T) {
 // TestNoLeaderSaysWhy: with no leader, the exit names the voters missing, or, when
 // every voter answers, says so (it said "0 of 1 voters missing").
 func TestNoLeaderSaysWhy(t *testing.T) {
-	if err := (controlStatusReport{Leader: "cp-1", Voters: []string{"cp-1"}}).noLeader(); err != nil {
+	if err := (controlStatusReport{Leader: "cp-1", Voters: []string{"cp-1"}}).verdict(); err != nil {
 		t.Fatalf("with a leader: %v", err)
 	}
 	for _, tc := range []struct {
@@ -209,7 +209,7 @@ func TestNoLeaderSaysWhy(t *testing.T) {
 		{controlStatusReport{Voters: []string{"cp-1", "cp-2", "cp-3"}, Missing: []string{"cp-2", "cp-3"}}, "2 of 3 voters missing"},
 		{controlStatusReport{Voters: []string{"cp-1"}}, "though all 1 voter(s) answer"},
 	} {
-		err := tc.r.noLeader()
+		err := tc.r.verdict()
 		var ee exitError
 		if !errors.As(err, &ee) || ee.code != exitUnreachable || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "0 of") {
 			t.Errorf("%+v: %v, want exit %d saying %q", tc.r, err, exitUnreachable, tc.want)
@@ -236,5 +236,159 @@ func TestControlStatusNamesNonvoters(t *testing.T) {
 		if got := lines[i+1][col:]; !strings.HasPrefix(got, want+" ") {
 			t.Errorf("row %d: RAFT %q, want %q:\n%s", i+1, got, want, b.String())
 		}
+	}
+}
+
+// TestControlStatusNamesVotersThatDoNotFollow (audit of the control plane's ordinary
+// weeks, finding 2): a voter whose Raft port was blocked answered as a candidate, and
+// the summary still said "every member answered", exit 0; the documented gate before
+// the next restart passed, and that restart stopped the control plane. A voter that
+// does not follow the leader, by its own answer or by the leader's (which hears its
+// heartbeats), is named with why, and so is one that does not answer, with exit 5;
+// exit 0 means every voter answers and follows. A nonvoter counts towards no quorum
+// and fails nothing; a leader of a version that does not judge fails nothing by its
+// views.
+func TestControlStatusNamesVotersThatDoNotFollow(t *testing.T) {
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	members := []api.RaftMember{{ID: "cp-1", Voter: true}, {ID: "cp-2", Voter: true}, {ID: "cp-3", Voter: true}, {ID: "cp-4"}}
+	view := func(id, state, why string) api.ControlView {
+		v := api.ControlView{ID: id, Raft: api.RaftVoter, State: state, NotFollowing: why}
+		if why != "" {
+			v.NotFollowingSince = now.Add(-40 * time.Second)
+		}
+		return v
+	}
+	leader := func(views ...api.ControlView) api.ControlStatus {
+		return api.ControlStatus{Node: "cp-1", Raft: api.RaftStateLeader, Leader: "cp-1", Term: 3, Members: members, CommitIndex: 19840, At: now,
+			Control: append([]api.ControlView{{ID: "cp-1", Raft: api.RaftLeader, State: api.StateAlive}}, views...)}
+	}
+	follower := func(id string) api.ControlStatus {
+		return api.ControlStatus{Node: id, Raft: api.RaftStateFollower, Leader: "cp-1", Term: 3, Members: members, CommitIndex: 19840,
+			LastContact: now.Add(-100 * time.Millisecond), At: now}
+	}
+	healthy := leader(view("cp-2", api.StateAlive, ""), view("cp-3", api.StateAlive, ""), api.ControlView{ID: "cp-4", Raft: api.RaftNonvoter, State: api.StateAlive})
+	with := func(a api.ControlStatus, f func(*api.ControlStatus)) api.ControlStatus { f(&a); return a }
+	for name, tc := range map[string]struct {
+		answers []api.ControlStatus
+		// want: voter -> in why; none: exit 0.
+		want   map[string]string
+		inText string
+		errHas string
+	}{
+		"every voter follows": {
+			answers: []api.ControlStatus{healthy, follower("cp-2"), follower("cp-3"), follower("cp-4")},
+			inText:  "leader cp-1; every member answered, and every voter follows it",
+		},
+		"a candidate, its Raft port blocked": {
+			answers: []api.ControlStatus{healthy, follower("cp-2"), follower("cp-4"),
+				with(follower("cp-3"), func(a *api.ControlStatus) {
+					a.Raft, a.Leader, a.Term, a.LastContact, a.CommitIndex = api.RaftStateCandidate, "", 57, now.Add(-42*time.Second), 889
+				})},
+			want:   map[string]string{"cp-3": "a candidate at term 57: it hears no leader; it last heard a leader 42s ago"},
+			inText: "leader cp-1; not following it: cp-3 (a candidate at term 57: it hears no leader; it last heard a leader 42s ago). A voter that does not follow counts towards no commit",
+			errHas: "voters not following the leader cp-1: cp-3",
+		},
+		"restarted, no leader heard yet": {
+			answers: []api.ControlStatus{healthy, follower("cp-2"), follower("cp-4"),
+				with(follower("cp-3"), func(a *api.ControlStatus) { a.Leader, a.LastContact = "", time.Time{} })},
+			want: map[string]string{"cp-3": "it follows no leader; it has heard none since it started"},
+		},
+		"following another leader": {
+			answers: []api.ControlStatus{healthy, follower("cp-2"), follower("cp-4"),
+				with(follower("cp-3"), func(a *api.ControlStatus) { a.Leader = "cp-9" })},
+			want: map[string]string{"cp-3": "it follows cp-9"},
+		},
+		"its Raft log unwritable": {
+			answers: []api.ControlStatus{healthy, follower("cp-2"), follower("cp-4"),
+				with(follower("cp-3"), func(a *api.ControlStatus) { a.LogWriteError = "no space left on device" })},
+			want: map[string]string{"cp-3": "it cannot write its Raft log"},
+		},
+		"trailing, by the leader's heartbeats": {
+			answers: []api.ControlStatus{
+				leader(view("cp-2", api.StateAlive, ""), view("cp-3", api.StateAlive, "its applied index 889 trails 19840 by more than 10 entries")),
+				follower("cp-2"), follower("cp-3"), follower("cp-4")},
+			want:   map[string]string{"cp-3": "its applied index 889 trails 19840 by more than 10 entries, by its heartbeats for 40s"},
+			errHas: "voters not following the leader cp-1: cp-3",
+		},
+		"not heard by the leader": {
+			answers: []api.ControlStatus{leader(view("cp-2", api.StateAlive, ""), view("cp-3", api.StateOffline, "")),
+				follower("cp-2"), follower("cp-3"), follower("cp-4")},
+			want: map[string]string{"cp-3": "the leader hears no heartbeat from it (offline in its view)"},
+		},
+		"a voter not answering": {
+			answers: []api.ControlStatus{healthy, follower("cp-2"), follower("cp-4")},
+			inText:  "leader cp-1; not answering: cp-3",
+			errHas:  "voters not answering: cp-3",
+		},
+		"a nonvoter not answering, another not following": {
+			answers: []api.ControlStatus{healthy, follower("cp-2"), follower("cp-3"),
+				with(follower("cp-5"), func(a *api.ControlStatus) { a.Leader = "" })},
+			inText: "leader cp-1; not answering: cp-4",
+		},
+		"a leader of a version that does not judge": {
+			answers: []api.ControlStatus{
+				leader(api.ControlView{ID: "cp-2", Raft: api.RaftVoter, State: api.StateAlive}, api.ControlView{ID: "cp-3", Raft: api.RaftVoter, State: api.StateAlive}),
+				follower("cp-2"), follower("cp-3"), follower("cp-4")},
+			inText: "every voter follows it",
+		},
+		"the leader's answer missing": {
+			answers: []api.ControlStatus{follower("cp-2"), follower("cp-4"),
+				with(follower("cp-3"), func(a *api.ControlStatus) { a.Raft, a.Leader = api.RaftStateCandidate, "" })},
+			want:   map[string]string{"cp-3": "a candidate at term 3"},
+			errHas: "voters not answering: cp-1; voters not following the leader cp-1: cp-3",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := reportControlStatus(tc.answers)
+			if r.Leader != "cp-1" {
+				t.Fatalf("leader %q", r.Leader)
+			}
+			if len(r.NotFollowing) != len(tc.want) {
+				t.Fatalf("not following %v; want %v", r.NotFollowing, tc.want)
+			}
+			for id, want := range tc.want {
+				if !strings.Contains(r.NotFollowing[id], want) {
+					t.Fatalf("%s not following: %q; want %q", id, r.NotFollowing[id], want)
+				}
+			}
+			var b bytes.Buffer
+			printControlStatus(&b, r, now)
+			out := b.String()
+			if !strings.Contains(out, tc.inText) {
+				t.Fatalf("output lacks %q:\n%s", tc.inText, out)
+			}
+			err := r.verdict()
+			if len(tc.want) == 0 && tc.errHas == "" {
+				if err != nil {
+					t.Fatalf("exit: %v; want 0", err)
+				}
+				if strings.Contains(out, "not following it") {
+					t.Fatalf("output names a voter not following:\n%s", out)
+				}
+				return
+			}
+			var ee exitError
+			if !errors.As(err, &ee) || ee.code != exitNotConverged || !strings.Contains(err.Error(), tc.errHas) || !strings.Contains(err.Error(), "until `meshctl control status` exits 0") {
+				t.Fatalf("exit: %v; want %d saying %q", err, exitNotConverged, tc.errHas)
+			}
+			for id := range tc.want {
+				if !strings.Contains(out, "not following it: ") || !strings.Contains(out, id+" (") {
+					t.Fatalf("output does not name %s as not following:\n%s", id, out)
+				}
+			}
+			if strings.Contains(out, "every member answered") {
+				t.Fatalf("output says every member answered:\n%s", out)
+			}
+			// --json: the same, under not_following.
+			var j bytes.Buffer
+			if err := writeJSON(&j, r); err != nil {
+				t.Fatal(err)
+			}
+			for id := range tc.want {
+				if !strings.Contains(j.String(), `"not_following": {`) || !strings.Contains(j.String(), `"`+id+`": "`) {
+					t.Fatalf("JSON does not name %s under not_following:\n%s", id, j.String())
+				}
+			}
+		})
 	}
 }

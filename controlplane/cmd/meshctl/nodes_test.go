@@ -262,3 +262,27 @@ func TestSharedKeyLine(t *testing.T) {
 		t.Fatalf("the table:\n%s", b.String())
 	}
 }
+
+// TestControlTableSaysNotFollowing: a control node alive by its heartbeats whose Raft
+// does not follow the leader (api.ControlView's NotFollowing) shows "alive, not
+// following" under STATE; it showed "alive", and the rolling-restart gate ("three
+// voters alive") passed.
+func TestControlTableSaysNotFollowing(t *testing.T) {
+	now := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+	res := api.NodesResult{Control: []api.ControlView{
+		{ID: "cp-10", Raft: api.RaftLeader, State: api.StateAlive, LastSeen: now, AppliedIndex: 19840},
+		{ID: "cp-11", Raft: api.RaftVoter, State: api.StateAlive, LastSeen: now, AppliedIndex: 889,
+			NotFollowing: "a candidate at term 57: it hears no leader", NotFollowingSince: now.Add(-40 * time.Second)},
+		{ID: "cp-6", Raft: api.RaftVoter, State: api.StateAlive, LastSeen: now, AppliedIndex: 19840},
+	}}
+	var b strings.Builder
+	printNodes(&b, res, now, false)
+	lines := strings.Split(b.String(), "\n")
+	col := strings.Index(lines[0], "STATE")
+	end := strings.Index(lines[0], "LAST SEEN")
+	for i, want := range []string{"alive", "alive, not following", "alive"} {
+		if got := strings.TrimSpace(lines[i+1][col:end]); got != want {
+			t.Errorf("%s: STATE %q, want %q:\n%s", res.Control[i].ID, got, want, b.String())
+		}
+	}
+}
