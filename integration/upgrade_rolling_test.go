@@ -108,15 +108,20 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 		cp.Bin = bin
 		cp.Serve()
-		harness.Eventually(t, 30*time.Second, "three voters alive again", func() bool {
-			voters := 0
-			for _, c := range cp.Nodes().Control {
-				if (c.Raft == api.RaftVoter || c.Raft == api.RaftLeader) && c.State == api.StateAlive {
-					voters++
-				}
-			}
-			return voters == 3
+		// The gate Upgrading gives: control status (of this version, against
+		// nodes of either) exits 0, every voter answering and following the leader.
+		harness.Eventually(t, 30*time.Second, "control status exits 0", func() bool {
+			return cp.Ctl("control", "status").Code == 0
 		})
+		voters := 0
+		for _, c := range cp.Nodes().Control {
+			if (c.Raft == api.RaftVoter || c.Raft == api.RaftLeader) && c.State == api.StateAlive {
+				voters++
+			}
+		}
+		if voters != 3 {
+			t.Fatalf("control status exited 0 with %d voters alive:\n%s", voters, cp.Ctl("nodes").Stdout)
+		}
 	}
 	// The followers, then the leader.
 	leader := leaderOf(t, cp1, byID)
