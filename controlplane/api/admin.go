@@ -157,9 +157,9 @@ type ControlView struct {
 	// leader, by its heartbeats: it follows no leader or another, or its applied
 	// index trails the answering node's, in every one of its last few heartbeats
 	// (since NotFollowingSince). Empty when it follows, and when the answering
-	// node cannot tell (a version of the node or of the answering node from
-	// before the field). Such a voter counts towards no commit: the others hold
-	// the quorum without it.
+	// node is of a version from before the field; a node of such a version is
+	// judged by its applied index alone, its heartbeats carrying no Raft state.
+	// Such a voter counts towards no commit: the others hold the quorum without it.
 	NotFollowing      string    `json:"not_following,omitempty"`
 	NotFollowingSince time.Time `json:"not_following_since,omitzero"`
 }
