@@ -65,7 +65,10 @@ func TestKillDuringDeclarationBurst(t *testing.T) {
 			content := fmt.Sprintf("burst %d", i)
 			file := filepath.Join(dir, fmt.Sprintf("b%d.json", i))
 			writeFile(t, file, `{"files":[{"path":"state","content":"`+content+`"}]}`)
-			r := cp.Ctl("declare", "--node", "web-1", "--file", file)
+			// No leader wait: once the control node is killed, each of the rest
+			// fails at once (refused) rather than wait for one that is not restarted
+			// until the burst ends.
+			r := cp.Ctl("declare", "--node", "web-1", "--file", file, "--leader-wait", "0")
 			if m := declaredRE.FindStringSubmatch(r.Stdout); r.Code == 0 && m != nil {
 				v, _ := strconv.ParseUint(m[1], 10, 64)
 				mu.Lock()
