@@ -3,22 +3,10 @@ package broker
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"strconv"
+
+	"mesh/host/redact"
 )
-
-// redacted stands in for a Client's credentials wherever a Client is printed.
-const redacted = "<redacted>"
-
-// redactedIfSet is what a Client's printed forms show for one of its credentials:
-// "<redacted>" when it was presented, nothing when it was not.
-func redactedIfSet(s string) string {
-	if s == "" {
-		return ""
-	}
-	return redacted
-}
 
 // String describes the client without its credentials: the password (a token
 // secret, or an enrolling client's proof), the in-process token and the JWT (a
@@ -26,7 +14,7 @@ func redactedIfSet(s string) string {
 // the user name is shown only when it has the form of this mesh's (userText).
 func (c Client) String() string {
 	return fmt.Sprintf("Client{Username:%s Password:%s Token:%s Nkey:%q JWT:%s Sig:(%d bytes) Name:%q Nonce:(%d bytes) Binding:(%d bytes) Remote:%s TLS:%t HostsFull:%t Recheck:%t}",
-		userText(c.Username), redactedIfSet(c.Password), redactedIfSet(c.Token), clip(c.Nkey), redactedIfSet(c.JWT), len(c.Sig),
+		userText(c.Username), redact.IfSet(c.Password), redact.IfSet(c.Token), clip(c.Nkey), redact.IfSet(c.JWT), len(c.Sig),
 		clip(c.Name), len(c.Nonce), len(c.Binding), addrString(c.Remote), c.TLS != nil, c.HostsFull, c.Recheck)
 }
 
@@ -37,18 +25,7 @@ func (c Client) GoString() string { return "broker." + c.String() }
 // the redacted form: without it %d or %x would print the fields, credentials
 // included, even of a Client held in another struct.
 func (c Client) Format(f fmt.State, verb rune) {
-	var s string
-	switch {
-	case verb == 'v' && f.Flag('#'):
-		s = c.GoString()
-	case verb == 'v' || verb == 's':
-		s = c.String()
-	case verb == 'q':
-		s = strconv.Quote(c.String())
-	default:
-		s = "%!" + string(verb) + "(broker.Client=" + c.String() + ")"
-	}
-	io.WriteString(f, s)
+	redact.Format(f, verb, "broker.Client", c.String(), c.GoString())
 }
 
 // LogValue implements slog.LogValuer: the client's public fields, and its
@@ -56,10 +33,10 @@ func (c Client) Format(f fmt.State, verb rune) {
 func (c Client) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("user", userText(c.Username)),
-		slog.String("password", redactedIfSet(c.Password)),
-		slog.String("token", redactedIfSet(c.Token)),
+		slog.String("password", redact.IfSet(c.Password)),
+		slog.String("token", redact.IfSet(c.Token)),
 		slog.String("nkey", clip(c.Nkey)),
-		slog.String("jwt", redactedIfSet(c.JWT)),
+		slog.String("jwt", redact.IfSet(c.JWT)),
 		slog.String("name", clip(c.Name)),
 		slog.String("remote", addrString(c.Remote)),
 		slog.Bool("tls", c.TLS != nil),
@@ -83,6 +60,6 @@ func (c Client) MarshalJSON() ([]byte, error) {
 		TLS       bool   `json:"tls"`
 		HostsFull bool   `json:"hosts_full"`
 		Recheck   bool   `json:"recheck"`
-	}{userText(c.Username), redactedIfSet(c.Password), redactedIfSet(c.Token), clip(c.Nkey), redactedIfSet(c.JWT), clip(c.Name),
+	}{userText(c.Username), redact.IfSet(c.Password), redact.IfSet(c.Token), clip(c.Nkey), redact.IfSet(c.JWT), clip(c.Name),
 		addrString(c.Remote), c.TLS != nil, c.HostsFull, c.Recheck})
 }

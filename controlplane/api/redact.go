@@ -2,29 +2,17 @@ package api
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
-	"strconv"
+
+	"mesh/host/redact"
 )
-
-// redacted stands in for a secret wherever a message that carries one is printed.
-const redacted = "<redacted>"
-
-// redactedIfSet is what a printed message shows for one of its secrets: "<redacted>"
-// when it is set, nothing when it is not.
-func redactedIfSet(s string) string {
-	if s == "" {
-		return ""
-	}
-	return redacted
-}
 
 // String describes the request with its Secret (an older client's token secret)
 // "<redacted>". The request's JSON is its wire form and carries the secret: it is
 // not changed.
 func (r EnrolRequest) String() string {
 	return fmt.Sprintf("EnrolRequest{V:%d Mesh:%q Node:%q Role:%q Secret:%s TokenID:%q TokenProof:%q PublicKey:%q KeyProof:%q CAPin:%q SigningKey:%q Agent:%q CurveKey:%q Rules:%d}",
-		r.V, r.Mesh, r.Node, r.Role, redactedIfSet(r.Secret), r.TokenID, r.TokenProof, r.PublicKey, r.KeyProof,
+		r.V, r.Mesh, r.Node, r.Role, redact.IfSet(r.Secret), r.TokenID, r.TokenProof, r.PublicKey, r.KeyProof,
 		r.CAPin, r.SigningKey, r.Agent, r.CurveKey, r.Rules)
 }
 
@@ -35,18 +23,7 @@ func (r EnrolRequest) GoString() string { return "api." + r.String() }
 // the redacted form: without it %d or %x would print the fields, the secret
 // included, even of a request held in another struct.
 func (r EnrolRequest) Format(f fmt.State, verb rune) {
-	var s string
-	switch {
-	case verb == 'v' && f.Flag('#'):
-		s = r.GoString()
-	case verb == 'v' || verb == 's':
-		s = r.String()
-	case verb == 'q':
-		s = strconv.Quote(r.String())
-	default:
-		s = "%!" + string(verb) + "(api.EnrolRequest=" + r.String() + ")"
-	}
-	io.WriteString(f, s)
+	redact.Format(f, verb, "api.EnrolRequest", r.String(), r.GoString())
 }
 
 // LogValue implements slog.LogValuer: the request's fields, the secret redacted.
@@ -57,7 +34,7 @@ func (r EnrolRequest) LogValue() slog.Value {
 		slog.String("mesh", r.Mesh),
 		slog.String("node", r.Node),
 		slog.String("role", r.Role),
-		slog.String("secret", redactedIfSet(r.Secret)),
+		slog.String("secret", redact.IfSet(r.Secret)),
 		slog.String("token_id", r.TokenID),
 		slog.String("token_proof", r.TokenProof),
 		slog.String("public_key", r.PublicKey),

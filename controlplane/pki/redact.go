@@ -3,27 +3,15 @@ package pki
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"strconv"
+
+	"mesh/host/redact"
 )
-
-// redacted stands in for the key wherever a Leaf is printed.
-const redacted = "<redacted>"
-
-// redactedIfSet is what a printed Leaf shows for its key: "<redacted>" when it is
-// set, nothing when it is not.
-func redactedIfSet(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	return redacted
-}
 
 // String describes the leaf with its key "<redacted>" and its certificate, which
 // is public, by its size.
 func (l Leaf) String() string {
-	return fmt.Sprintf("Leaf{CertPEM:(%d bytes) KeyPEM:%s}", len(l.CertPEM), redactedIfSet(l.KeyPEM))
+	return fmt.Sprintf("Leaf{CertPEM:(%d bytes) KeyPEM:%s}", len(l.CertPEM), redact.IfSet(l.KeyPEM))
 }
 
 // GoString is String, so that %#v does not print the key either.
@@ -33,25 +21,14 @@ func (l Leaf) GoString() string { return "pki." + l.String() }
 // the redacted form: without it %s, %x or %d would print the key, even of a leaf
 // held in another struct.
 func (l Leaf) Format(f fmt.State, verb rune) {
-	var s string
-	switch {
-	case verb == 'v' && f.Flag('#'):
-		s = l.GoString()
-	case verb == 'v' || verb == 's':
-		s = l.String()
-	case verb == 'q':
-		s = strconv.Quote(l.String())
-	default:
-		s = "%!" + string(verb) + "(pki.Leaf=" + l.String() + ")"
-	}
-	io.WriteString(f, s)
+	redact.Format(f, verb, "pki.Leaf", l.String(), l.GoString())
 }
 
 // LogValue implements slog.LogValuer: the certificate's size, the key redacted.
 func (l Leaf) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.Int("cert_pem_bytes", len(l.CertPEM)),
-		slog.String("key_pem", redactedIfSet(l.KeyPEM)),
+		slog.String("key_pem", redact.IfSet(l.KeyPEM)),
 	)
 }
 
@@ -62,5 +39,5 @@ func (l Leaf) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		CertPEM string `json:"cert_pem"`
 		KeyPEM  string `json:"key_pem"`
-	}{string(l.CertPEM), redactedIfSet(l.KeyPEM)})
+	}{string(l.CertPEM), redact.IfSet(l.KeyPEM)})
 }

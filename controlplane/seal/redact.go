@@ -2,29 +2,17 @@ package seal
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
-	"strconv"
+
+	"mesh/host/redact"
 )
-
-// redacted stands in for a secret wherever a ControlIdentity is printed.
-const redacted = "<redacted>"
-
-// redactedIfSet is what a printed ControlIdentity shows for one of its secrets:
-// "<redacted>" when it is set, nothing when it is not.
-func redactedIfSet(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	return redacted
-}
 
 // String describes the identity with its TLS key and its operator credentials
 // "<redacted>" (the certificate, public, by its size). Its JSON is what Identity
 // seals, and carries them: it is not changed.
 func (id ControlIdentity) String() string {
 	return fmt.Sprintf("ControlIdentity{CertPEM:(%d bytes) KeyPEM:%s Creds:%s}",
-		len(id.CertPEM), redactedIfSet(id.KeyPEM), redactedIfSet(id.Creds))
+		len(id.CertPEM), redact.IfSet(id.KeyPEM), redact.IfSet(id.Creds))
 }
 
 // GoString is String, so that %#v does not print the secrets either.
@@ -34,18 +22,7 @@ func (id ControlIdentity) GoString() string { return "seal." + id.String() }
 // the redacted form: without it %s, %x or %d would print the key and the creds,
 // even of an identity held in another struct.
 func (id ControlIdentity) Format(f fmt.State, verb rune) {
-	var s string
-	switch {
-	case verb == 'v' && f.Flag('#'):
-		s = id.GoString()
-	case verb == 'v' || verb == 's':
-		s = id.String()
-	case verb == 'q':
-		s = strconv.Quote(id.String())
-	default:
-		s = "%!" + string(verb) + "(seal.ControlIdentity=" + id.String() + ")"
-	}
-	io.WriteString(f, s)
+	redact.Format(f, verb, "seal.ControlIdentity", id.String(), id.GoString())
 }
 
 // LogValue implements slog.LogValuer: the certificate's size, the secrets
@@ -54,7 +31,7 @@ func (id ControlIdentity) Format(f fmt.State, verb rune) {
 func (id ControlIdentity) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.Int("cert_pem_bytes", len(id.CertPEM)),
-		slog.String("key_pem", redactedIfSet(id.KeyPEM)),
-		slog.String("creds", redactedIfSet(id.Creds)),
+		slog.String("key_pem", redact.IfSet(id.KeyPEM)),
+		slog.String("creds", redact.IfSet(id.Creds)),
 	)
 }

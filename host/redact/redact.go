@@ -6,7 +6,10 @@
 package redact
 
 import (
+	"fmt"
+	"io"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"mesh/host/token"
@@ -31,4 +34,35 @@ func Secrets(s string) string {
 		s = privateKey.ReplaceAllLiteralString(s, Hidden)
 	}
 	return seed.ReplaceAllLiteralString(s, Hidden)
+}
+
+// Redacted stands in for a secret wherever a value that holds one is printed.
+const Redacted = "<redacted>"
+
+// IfSet is what a printed value shows for one of its secrets: Redacted when it is
+// set, nothing when it is not.
+func IfSet[S ~string | ~[]byte](s S) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return Redacted
+}
+
+// Format is the fmt.Formatter of a type that holds a secret, given its redacted
+// String and GoString and its name as %!verb(name=…) says it: every verb prints
+// the redacted form. Without a Formatter, %d or %x print the fields, the secret
+// included, even of a value held in another struct.
+func Format(f fmt.State, verb rune, name, str, goStr string) {
+	var s string
+	switch {
+	case verb == 'v' && f.Flag('#'):
+		s = goStr
+	case verb == 'v' || verb == 's':
+		s = str
+	case verb == 'q':
+		s = strconv.Quote(str)
+	default:
+		s = "%!" + string(verb) + "(" + name + "=" + str + ")"
+	}
+	io.WriteString(f, s)
 }
