@@ -334,9 +334,9 @@ func printRemoval(w io.Writer, node string, res api.ControlRemoveResult) {
 	}
 	switch {
 	case res.Demoted != "" && res.DemotedNotServing:
-		fmt.Fprintf(w, "%s does not serve: it was made a nonvoter before %s was taken out, so that the voters left are a quorum that serves "+
+		fmt.Fprintf(w, "%s does not serve: it was made a nonvoter before %s was taken out (it sent no heartbeat, or did not follow the leader), so that the voters left are a quorum that serves "+
 			"(taken out with %s still a voter, the leader would have needed its vote, and the control plane would have stopped until it came back); "+
-			"started again, it catches up as a nonvoter and becomes a voter again with the next control node that serves\n", res.Demoted, node, res.Demoted)
+			"once it serves and follows again, it catches up as a nonvoter and becomes a voter again with the next control node that serves\n", res.Demoted, node, res.Demoted)
 	case res.Demoted != "":
 		fmt.Fprintf(w, "%s is now a nonvoter, so that the voters stay an odd number (two voters stop when either stops); it keeps the log and becomes a voter again with the next control node that serves\n", res.Demoted)
 	}
