@@ -716,6 +716,7 @@ func standing(a state.Applied, v uint64, alive bool) string {
 	case convergedOn(a, v):
 		return ""
 	case hookFailed && !a.HooksRunning && appliedAtLeast(a, v),
+		notSaved(a) && appliedAtLeast(a, v),
 		!hookFailed && a.ErrorCode != "" && a.ErrorVersion >= v:
 		return api.ProgressFailed
 	case alive:
@@ -745,7 +746,18 @@ func appliedAtLeast(a state.Applied, v uint64) bool {
 // must hear of it (`meshhost hooks retry`, a restart of the agent or a declaration
 // runs the failed hooks again, and their success clears it).
 func convergedOn(a state.Applied, v uint64) bool {
-	return appliedAtLeast(a, v) && !a.HooksRunning && a.ErrorCode != api.StatusHookFailed && !putBackFailing(a)
+	return appliedAtLeast(a, v) && !a.HooksRunning && a.ErrorCode != api.StatusHookFailed && !putBackFailing(a) && !notSaved(a)
+}
+
+// notSaved reports whether the node's agent could not persist the state it applied
+// (state_not_saved, tried again at each heartbeat and cleared once a save works).
+// The files are in place, but a host whose state directory was removed under its
+// agent does not start again, and one whose disk is full applies everything again
+// at its next start: counted converged, `status` and `declare --wait` said nothing
+// of either (a host-side operations audit). The report's version is the one it
+// first failed to save at, not always the one applied, so none is compared.
+func notSaved(a state.Applied) bool {
+	return a.HaveApplied && a.ErrorCode == api.StatusStateNotSaved
 }
 
 // putBackFailing reports whether the node's agent could not put back the files of
