@@ -223,9 +223,11 @@ node's tls.pem or the mesh CA's ca.pem, over the key it already has, valid anew 
 years for a node's, 20 for the CA's), and writes it to --out (by default over
 --certificate), atomically. Every pin is of a key, so none changes: put the file in
 place (tls.pem in that node's data directory; the CA's ca.pem in every one) and
-restart the node(s). It exits 4 where the CA key is not, 7 for a --certificate that
-is missing, damaged or of another mesh. See docs/operations.md, "Certificate
-lifetimes".`,
+restart the node(s). --out replaces only a copy of that certificate (the same key),
+and in the data directory only tls.pem or ca.pem: anything else there, a key, or a
+link is refused (exit 2, nothing written). It exits 4 where the CA key is not, 7 for
+a --certificate that is missing, damaged or of another mesh. See docs/operations.md,
+"Certificate lifetimes".`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			var cp controlPlaneFlags
 			var asJSON bool
