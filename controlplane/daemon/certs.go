@@ -13,9 +13,8 @@ import (
 )
 
 // expiryWarning is how long before a certificate of this node expires that serve
-// warns of it: time to renew it (docs/operations.md, "Certificate lifetimes")
-// across a fleet's change windows.
-const expiryWarning = 180 * 24 * time.Hour
+// warns of it: pki.RenewWithin, the time `meshctl control status` names it in too.
+const expiryWarning = pki.RenewWithin
 
 // expiryCheckEvery is how often a running node looks at its certificates' expiry
 // again: once a day.
@@ -32,6 +31,19 @@ const (
 // a renewed one is taken at the next start.
 type certificates struct {
 	leaf, ca *x509.Certificate
+}
+
+// notAfter is when the two certificates expire, in UTC (zero for one not read).
+// The heartbeats carry them, so that every control node's view shows them, and
+// `meshctl control status` names a node whose certificate expires soon.
+func (c certificates) notAfter() (leaf, ca time.Time) {
+	if c.leaf != nil {
+		leaf = c.leaf.NotAfter.UTC()
+	}
+	if c.ca != nil {
+		ca = c.ca.NotAfter.UTC()
+	}
+	return leaf, ca
 }
 
 // loadCertificates parses the certificates LoadIdentity checked and refuses them

@@ -510,9 +510,11 @@ func (d *Daemon) heartbeatLoop(ctx context.Context) error {
 		if d.raft.IsLeader() {
 			role = api.RaftLeader
 		}
+		leaf, ca := d.certs.notAfter()
 		data, _ := json.Marshal(api.ControlHeartbeat{V: api.ProtocolVersion, Node: d.cfg.Node, AppliedIndex: d.raft.AppliedIndex(), Raft: role,
 			CAKey: d.holdsCAKey(), Hosts: d.hostCapacity(), Stopping: stopping, Rules: state.ApplyRules, Clock: d.now().UTC(),
-			LogWriteFailing: d.raft.LogWriteError() != nil, RaftState: d.raft.State(), Leader: d.raft.Leader(), Term: d.raft.Status().Term})
+			LogWriteFailing: d.raft.LogWriteError() != nil, RaftState: d.raft.State(), Leader: d.raft.Leader(), Term: d.raft.Status().Term,
+			CertNotAfter: leaf, CANotAfter: ca})
 		_ = d.conns.control.Publish(api.ControlHeartbeatSubject(d.cfg.Node), data)
 		if role == api.RaftLeader && !stopping {
 			d.promoteServing(d.now())
@@ -1260,13 +1262,17 @@ func (d *Daemon) controlViews(s *state.State, now time.Time) []api.ControlView {
 		}
 		if c.ID == d.cfg.Node {
 			v.LastSeen, v.AppliedIndex, v.Hosts = now.UTC(), d.raft.AppliedIndex(), d.hostCapacity()
+			v.CertNotAfter, v.CANotAfter = d.certs.notAfter()
 		} else if ok {
 			// A removed node's last heartbeat still says when it was last heard.
 			v.LastSeen, v.AppliedIndex = at.UTC(), hb.AppliedIndex
 			if v.State == api.StateAlive {
 				// An offline node's broker runs in its stopped process: the hosts it
 				// last held have gone to the others, and would be counted twice.
+				// Its certificates may have been renewed while it is stopped, and
+				// are read again when it starts.
 				v.Hosts = hb.Hosts
+				v.CertNotAfter, v.CANotAfter = hb.CertNotAfter.UTC(), hb.CANotAfter.UTC()
 			}
 		}
 		out = append(out, v)

@@ -215,8 +215,10 @@ it follows, its configuration) and names the members that did not answer within
 It exits 0 when the control plane has a leader and every voter answers and follows
 it (what a rolling restart waits for before the next node), 5 when one does not
 answer or does not follow it (named, with why: a candidate, no leader or another, a
-Raft log it cannot write, or the leader's heartbeats say so), 3 when there is no
-leader. See docs/operations.md.
+Raft log it cannot write, or the leader's heartbeats say so) or when a control node
+serves with a certificate that has expired, 3 when there is no leader. It names each
+control node whose certificate, or the CA's it serves with, expires within 180 days,
+with the command that renews it, and exits 0 all the same. See docs/operations.md.
 "control renew-certificate" runs where the mesh CA key is (--data) and calls no
 control plane: it re-issues the certificate in --certificate, a copy of a control
 node's tls.pem or the mesh CA's ca.pem, over the key it already has, valid anew (10
