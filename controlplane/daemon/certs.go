@@ -82,6 +82,17 @@ func (d *Daemon) warnExpiry(now time.Time) {
 			continue
 		}
 		path := d.opts.Dir.Path(c.name)
+		if left <= 0 {
+			// Expired while serve runs (a start refuses it): said as such, not
+			// "expires soon" with days left below zero.
+			what := "this control node's certificate expired: the other control nodes and the hosts refuse it"
+			if c.ca {
+				what = "the mesh CA's certificate expired: every host and control node refuses every broker"
+			}
+			d.log.Error(what+". Renew it over the same key where the CA key is ("+datadir.RenewCommand+"), put it in place and restart (docs/operations.md, \"Certificate lifetimes\")",
+				"file", path, "not_after", c.cert.NotAfter.UTC().Format(time.RFC3339))
+			continue
+		}
 		if c.ca {
 			d.log.Warn("the mesh CA's certificate expires soon: then every host and control node refuses every broker. "+
 				"Renew it over the same key where the CA key is ("+datadir.RenewCommand+" --data CA-DIR --certificate CA-DIR/ca.pem: the CA's pin, and every certificate it issued, stay good), "+
