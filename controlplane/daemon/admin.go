@@ -478,7 +478,7 @@ func (d *Daemon) declare(req api.DeclareRequest, call requestCall) (api.DeclareR
 		return out, notHosts
 	}
 	if len(unknown) > 0 {
-		return out, &api.Error{Code: api.CodeNotFound, Message: "no such node: " + strings.Join(unknown, ", ")}
+		return out, &api.Error{Code: api.CodeNotFound, Message: "no such node: " + strings.Join(unknown, ", ") + " (meshctl nodes lists the enrolled ones); nothing was declared"}
 	}
 	if len(spent) > 0 {
 		// The state machine would wrap the count around; its host would refuse
@@ -489,7 +489,11 @@ func (d *Daemon) declare(req api.DeclareRequest, call requestCall) (api.DeclareR
 		// Refused here rather than by the state machine: the refusal would otherwise
 		// be a Raft entry of its own, written and replicated for nothing. The state
 		// machine still refuses it should the last target be revoked meanwhile.
-		return out, refusal(state.ErrNoTargets)
+		// Said with where to look: a label no node carries (a newcomer's audit: the
+		// guide's own example) said nothing more.
+		e := refusal(state.ErrNoTargets)
+		e.Message += ": meshctl nodes lists the nodes with their role and labels; meshctl label NODE k=v gives one a label, meshctl token --label k=v a node to come; nothing was declared"
+		return out, e
 	}
 	if req.DryRun {
 		return d.declarePlan(sel, body, canonical)

@@ -86,3 +86,23 @@ func TestRevokeOfAControlNodeSaysWhatItIs(t *testing.T) {
 		t.Fatalf("revoke %s cp-9 ghost: %v", d.cfg.Node, err)
 	}
 }
+
+// TestADeclarationMatchingNoNodeSaysWhereToLook (a newcomer's audit): the guide's
+// `declare --label tier=web` after minting web-1 without a label said only "matches
+// no enrolled, unrevoked node". It names where the labels are shown and how one is
+// given, and that nothing was declared; an unknown node id says where ids are.
+func TestADeclarationMatchingNoNodeSaysWhereToLook(t *testing.T) {
+	d := fleet(t, 1)
+	body := json.RawMessage(`{"files":[]}`)
+	var ae *api.Error
+	_, err := d.declare(api.DeclareRequest{Labels: map[string]string{"tier": "web"}, Body: body}, requestCall{})
+	if !errors.As(err, &ae) || ae.Code != api.CodeNotFound || !strings.Contains(ae.Message, state.ErrNoTargets.Error()) ||
+		!strings.Contains(ae.Message, "meshctl nodes lists the nodes with their role and labels") || !strings.Contains(ae.Message, "meshctl label NODE k=v") ||
+		!strings.Contains(ae.Message, "nothing was declared") {
+		t.Errorf("a label no node carries: %v", err)
+	}
+	_, err = d.declare(api.DeclareRequest{Nodes: []string{"ghost"}, Body: body}, requestCall{})
+	if !errors.As(err, &ae) || ae.Code != api.CodeNotFound || !strings.Contains(ae.Message, "no such node: ghost (meshctl nodes lists the enrolled ones)") {
+		t.Errorf("a node that is none: %v", err)
+	}
+}

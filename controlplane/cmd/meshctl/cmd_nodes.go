@@ -174,7 +174,7 @@ func printNodes(w io.Writer, res api.NodesResult, now time.Time, controlNamed bo
 		fmt.Fprintln(w)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tROLE\tSTATE\tLAST SEEN\tDECLARED\tAPPLIED\tAGENT\tLAST ERROR")
+	fmt.Fprintln(tw, "NODE\tROLE\tSTATE\tLAST SEEN\tDECLARED\tAPPLIED\tAGENT\tLABELS\tLAST ERROR")
 	for _, n := range res.Nodes {
 		applied := "-"
 		if n.Applied != nil {
@@ -203,7 +203,13 @@ func printNodes(w io.Writer, res api.NodesResult, now time.Time, controlNamed bo
 			// hears every declaration, secrets included.
 			state += fmt.Sprintf(" (%d connections)", n.Connections)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tv%d\t%s\t%s\t%s\n", n.ID, n.Role, state, seen, n.Declared, applied, agentText(n.Agent), lastErr)
+		labels := "-"
+		if len(n.Labels) > 0 {
+			// What --label selects by: only --json showed them, and a declaration
+			// by a label no node carried said only "matches no node".
+			labels = oneLine(formatLabels(n.Labels), 60)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tv%d\t%s\t%s\t%s\t%s\n", n.ID, n.Role, state, seen, n.Declared, applied, agentText(n.Agent), labels, lastErr)
 	}
 	tw.Flush()
 }

@@ -286,3 +286,27 @@ func TestControlTableSaysNotFollowing(t *testing.T) {
 		}
 	}
 }
+
+// TestNodesTableShowsLabels (a newcomer's audit): the labels a declaration selects
+// by were shown only with --json, and a `declare --label` matching no node said
+// only "matches no node". The table shows them, sorted, "-" for none.
+func TestNodesTableShowsLabels(t *testing.T) {
+	now := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	res := api.NodesResult{Nodes: []api.NodeView{
+		{ID: "web-1", Role: "worker", State: api.StateAlive, Labels: map[string]string{"tier": "web", "dc": "fra"}},
+		{ID: "web-2", Role: "worker", State: api.StateAlive},
+	}}
+	var b strings.Builder
+	printNodes(&b, res, now, false)
+	lines := strings.Split(b.String(), "\n")
+	col := strings.Index(lines[0], "LABELS")
+	if col < 0 {
+		t.Fatalf("no LABELS column:\n%s", b.String())
+	}
+	if got := lines[1][col:]; !strings.HasPrefix(got, "dc=fra tier=web ") {
+		t.Errorf("web-1's labels: %q:\n%s", got, b.String())
+	}
+	if got := strings.Fields(lines[2][col:])[0]; got != "-" {
+		t.Errorf("web-2, no labels: %q:\n%s", got, b.String())
+	}
+}
