@@ -90,7 +90,7 @@ var (
 		"Connections open in the hosts account on every broker of the mesh, as nats-server's events report them.",
 		nil, nil)
 	descNodes = prometheus.NewDesc("mesh_nodes",
-		"Enrolled nodes by state. alive, offline and revoked partition the nodes; converged and behind partition the ones not revoked, failing counts those behind that report an error, stale those whose declaration expired (as meshctl status counts them); alive_not_converged those alive and not converged, or stale (the nodes meshctl status names, exit 5). The leader's figures are the ones meshctl shows.",
+		"Enrolled nodes by state. alive, offline and revoked partition the nodes; converged and behind partition the ones not revoked, failing counts those behind that report an error or whose key two machines hold (key_shared), stale those whose declaration expired (as meshctl status counts them); alive_not_converged those alive and not converged, or stale (the nodes meshctl status names, exit 5). The leader's figures are the ones meshctl shows.",
 		[]string{"state"}, nil)
 	descNodeErrors = prometheus.NewDesc("mesh_nodes_errors",
 		"Nodes not revoked by the error code they last reported, converged or not (a converged node that refused junk sent to it keeps its code until its next apply): the protocol's codes, and other for any other a host reported.",
@@ -297,7 +297,13 @@ func (d *Daemon) nodeCounts(now time.Time) map[string]int {
 			// reports an error, behind either way.
 			a := n.Applied
 			converged := a.HaveApplied && a.Version == n.Declared.Version && convergedOn(a, a.Version)
+			// A key two machines hold is failing api.KeyShared, as status shows it.
+			_, shared := d.keyShared(n.PublicKey, now)
 			switch {
+			case shared:
+				converged = false
+				out[stateBehind]++
+				out[stateFailing]++
 			case converged:
 				out[stateConverged]++
 			case a.ErrorCode != "":
