@@ -70,11 +70,19 @@ func holderAddrs(holders []presence.Holder) string {
 // Only then: a report is a heartbeat, and a fleet's are not each answered. Each agent
 // holding the key reports, so each is told, and finds its own connection among
 // them.
-func (d *Daemon) tellKeyShared(m *nats.Msg, node, key string) {
-	if m.Reply == "" || !replyUnder(m.Reply, api.NodeInbox(node)+".") {
+//
+// Every report of a fleet passes here: the cheap test, which allocates nothing,
+// comes first.
+func (d *Daemon) tellKeyShared(m *nats.Msg, node, key string, now time.Time) {
+	if m.Reply == "" {
 		return
 	}
-	if _, past := d.keyShared(key, d.now()); !past {
+	if _, past := d.keyShared(key, now); !past {
+		return
+	}
+	if !replyUnder(m.Reply, api.NodeInbox(node)+".") {
+		// Answered anywhere else, the answer would go where the node liked; the
+		// report itself counts all the same.
 		return
 	}
 	holders := d.presence.Holders(key)

@@ -27,7 +27,7 @@ import (
 // the grace, and once one connection is left, reports are not answered.
 func TestAKeyHeldTwicePastTheGraceIsFailing(t *testing.T) {
 	const grace = 3 * time.Second
-	d, err := Open(context.Background(), Options{Dir: bootstrapped(t, "clone"), Logger: slog.New(slog.DiscardHandler), SharedKeyGrace: grace,
+	d, err := Open(context.Background(), Options{Dir: bootstrapped(t, "clone"), Logger: slog.New(slog.DiscardHandler), SharedKeyGrace: grace, wrapAuth: withObserver,
 		Timeouts: replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
@@ -167,6 +167,27 @@ func TestAKeyHeldTwicePastTheGraceIsFailing(t *testing.T) {
 		if own != 1 {
 			t.Fatalf("%s cannot find its own connection (server %s, cid %d) in %+v", nc.Opts.Name, nc.ConnectedServerId(), cid, a.SharedKey)
 		}
+	}
+
+	// A report naming another node's inbox is not answered there.
+	observer, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()), nats.Token(observerToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(observer.Close)
+	elsewhere, err := observer.SubscribeSync(api.NodeInbox("web-2") + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	observer.Flush()
+	if err := first.PublishMsg(&nats.Msg{Subject: api.StatusSubject("web-1"), Reply: api.NodeInbox("web-2") + ".x", Data: report}); err != nil {
+		t.Fatal(err)
+	}
+	if _, answered := ask(first, 2*time.Second); !answered {
+		t.Fatal("a report after the one naming another inbox was not answered")
+	}
+	if m, err := elsewhere.NextMsg(100 * time.Millisecond); err == nil {
+		t.Fatalf("the answer went to another node's inbox: %s %q", m.Subject, m.Data)
 	}
 
 	second.Close()

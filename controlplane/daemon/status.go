@@ -89,7 +89,7 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 		d.status.add(node, a)
 	}
 	if key != "" {
-		d.tellKeyShared(m, node, key)
+		d.tellKeyShared(m, node, key, now)
 	}
 }
 
