@@ -290,12 +290,34 @@ func refusedAttrs(cl Client, err error) []slog.Attr {
 // userText is a refused client's user name for the log: as it is when it has the
 // form of the names this mesh's clients present (enrol:web-1, a role), and
 // otherwise only its length. A name of another form is a mistake or a probe, and
-// may be a secret pasted in the wrong place (a token, a seed: upper case).
+// may be a secret pasted in the wrong place (a token, a seed: upper case). So may a
+// name of the right letters holding a long run of hex digits: a token's secret is
+// 64 of them, and one pasted alone as a user name was logged whole (a reviewer's
+// reading); no node name of the mesh's is likely to hold secretHexRun of them.
 func userText(u string) string {
-	if len(u) <= 80 && strings.TrimLeft(u, "abcdefghijklmnopqrstuvwxyz0123456789:._-") == "" {
+	if len(u) <= 80 && strings.TrimLeft(u, "abcdefghijklmnopqrstuvwxyz0123456789:._-") == "" && longestHexRun(u) < secretHexRun {
 		return u
 	}
 	return fmt.Sprintf("(not shown: %d bytes, not of the form of a user name of this mesh)", len(u))
+}
+
+// secretHexRun is the run of lowercase hex digits from which a user name is taken
+// for a secret (userText): a machine id (32 digits) is a name, a token's secret (64)
+// or a SHA-1 (40) is not.
+const secretHexRun = 40
+
+// longestHexRun is the longest run of lowercase hex digits in s.
+func longestHexRun(s string) int {
+	longest, run := 0, 0
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') {
+			run++
+			longest = max(longest, run)
+		} else {
+			run = 0
+		}
+	}
+	return longest
 }
 
 // RefusalCode is a refusal's code: the code of the Refusal err wraps (whatever

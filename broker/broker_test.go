@@ -823,30 +823,36 @@ func TestARefusedClientsCredentialsAreNotKept(t *testing.T) {
 	if err := os.WriteFile(file, seed, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, opt := range []nats.Option{nats.UserCredentials(file), nats.UserInfo("SECRETUSER", "SECRETPASSWORD"), nats.Token("SECRETTOKEN")} {
+	// A token's secret (64 lowercase hex digits) pasted as a user name has the
+	// letters of a name of the mesh's: it was logged whole.
+	hexSecret := strings.Repeat("0123456789abcdef", 4)
+	for _, opt := range []nats.Option{nats.UserCredentials(file), nats.UserInfo("SECRETUSER", "SECRETPASSWORD"), nats.Token("SECRETTOKEN"), nats.UserInfo(hexSecret, "x")} {
 		if _, err := dial(t, s, m.ca.Pin(), opt); err == nil {
 			t.Fatal("a client the authenticator refuses was admitted")
 		}
 	}
-	if calls := auth.calls(); len(calls) != 3 || calls[0].JWT == "" {
+	if calls := auth.calls(); len(calls) != 4 || calls[0].JWT == "" {
 		t.Fatalf("the authenticator saw %d logins, the first with JWT %q: the seed file's text should reach it as the JWT", len(calls), calls[0].JWT)
 	}
 	var connz *server.Connz
 	waitFor(t, func() bool {
 		var err error
 		connz, err = s.InProcess().Connz(&server.ConnzOptions{State: server.ConnClosed, Username: true})
-		return err == nil && len(connz.Conns) >= 3
+		return err == nil && len(connz.Conns) >= 4
 	})
 	kept, err := json.Marshal(connz)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, secret := range []string{string(seed), "SECRETUSER", "SECRETPASSWORD", "SECRETTOKEN"} {
+	for _, secret := range []string{string(seed), "SECRETUSER", "SECRETPASSWORD", "SECRETTOKEN", hexSecret} {
 		if strings.Contains(string(kept), secret) {
 			t.Errorf("the closed connections keep %q:\n%s", secret, kept)
 		}
 		if strings.Contains(logs.String(), secret) {
 			t.Errorf("the log holds %q", secret)
 		}
+	}
+	if !strings.Contains(logs.String(), "not shown: 64 bytes") {
+		t.Errorf("the refusal of the hex user name does not say it was hidden:\n%s", logs.String())
 	}
 }

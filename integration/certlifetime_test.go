@@ -80,18 +80,32 @@ func TestServeRefusesAnExpiredCertificate(t *testing.T) {
 	}
 }
 
-// TestRenewedCertificatesKeepTheMesh: a single control node with a host applying its
-// declarations is stopped, and both its certificates run out (the mesh CA's ca.pem
-// and its own tls.pem, re-signed over the same keys to have expired): serve refuses
-// to start, exit 7, naming both. `meshctl control renew-certificate` on its data
-// directory (it holds the CA key) refuses the leaf while the CA has expired, then
-// renews the CA and the leaf in place, over the same keys: no pin changes. serve
-// starts, the agent that kept running reconnects to it by itself, and applies the
-// next declaration.
+// TestRenewedCertificatesKeepTheMesh: a single control node whose certificate
+// expires in 100 days serves: `meshctl control status` names it, with the command
+// that renews it, and exits 0 (a rolling restart's gate), its --json giving the
+// date. With a host applying its declarations, it is stopped, and both its
+// certificates run out (the mesh CA's ca.pem and its own tls.pem, re-signed over
+// the same keys to have expired): serve refuses to start, exit 7, naming both.
+// `meshctl control renew-certificate` on its data directory (it holds the CA key)
+// refuses the leaf while the CA has expired, then renews the CA and the leaf in
+// place, over the same keys: no pin changes. serve starts, the agent that kept
+// running reconnects to it by itself, and applies the next declaration; `control
+// status` names no certificate any more.
 func TestRenewedCertificatesKeepTheMesh(t *testing.T) {
 	t.Parallel()
 	cp := harness.NewControlPlane(t, bin, "renew")
+	dir := datadir.Dir(cp.Dir)
+	caPath, tlsPath := dir.Path(datadir.CACertFile), dir.Path(datadir.TLSCertFile)
+	soon := time.Now().Add(100 * 24 * time.Hour).Truncate(time.Second).UTC()
+	resignCertificate(t, cp, tlsPath, time.Now().Add(-time.Hour), soon)
 	cp.Serve()
+	if r := cp.Ctl("control", "status"); r.Code != 0 || !strings.Contains(r.Stdout, "cp-1's certificate (its tls.pem) expires in 99 days, at "+soon.Format(time.RFC3339)) ||
+		!strings.Contains(r.Stdout, "Renew it on cp-1, which holds the CA key: `meshctl control renew-certificate --data DIR --certificate DIR/tls.pem`") {
+		t.Fatalf("control status, cp-1's certificate expiring in 100 days: exit %d, want 0 naming it and the renewal:\n%s", r.Code, r.Combined())
+	}
+	if got := controlCertificates(t, cp); got["cp-1 leaf"] != "expires_soon "+soon.Format(time.RFC3339) {
+		t.Fatalf("control status --json: certificates %v, want cp-1's leaf expires_soon at %s", got, soon.Format(time.RFC3339))
+	}
 	h := harness.NewHost(t, bin, "web-1")
 	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
 		t.Fatalf("enrol: %s", r.Combined())
@@ -104,8 +118,6 @@ func TestRenewedCertificatesKeepTheMesh(t *testing.T) {
 	if code := serve.Wait(20 * time.Second); code != 0 {
 		t.Fatalf("serve stopped with exit %d:\n%s", code, serve.Output())
 	}
-	dir := datadir.Dir(cp.Dir)
-	caPath, tlsPath := dir.Path(datadir.CACertFile), dir.Path(datadir.TLSCertFile)
 	pins := func() (string, string) {
 		ca, err := os.ReadFile(caPath)
 		if err != nil {
@@ -155,6 +167,27 @@ func TestRenewedCertificatesKeepTheMesh(t *testing.T) {
 	if fams := cp.Scrape(); harness.Sum(fams, "mesh_tls_certificate_expiry_timestamp_seconds", "certificate=leaf") < float64(time.Now().Add(pki.LeafValidity-24*time.Hour).Unix()) {
 		t.Errorf("mesh_tls_certificate_expiry_timestamp_seconds{certificate=leaf} = %v after the renewal", harness.Sum(fams, "mesh_tls_certificate_expiry_timestamp_seconds", "certificate=leaf"))
 	}
+	if r := cp.Ctl("control", "status"); r.Code != 0 || strings.Contains(r.Stdout, "certificate") {
+		t.Errorf("control status after the renewal: exit %d, want 0 naming no certificate:\n%s", r.Code, r.Combined())
+	}
+	if got := controlCertificates(t, cp); !strings.HasPrefix(got["cp-1 leaf"], "valid ") || !strings.HasPrefix(got["cp-1 ca"], "valid ") {
+		t.Errorf("control status --json after the renewal: certificates %v, want both valid", got)
+	}
+}
+
+// controlCertificates is what `meshctl control status --json` says of the control
+// nodes' certificates: "NODE leaf" or "NODE ca" to "STATE NOT-AFTER".
+func controlCertificates(t *testing.T, cp *harness.ControlPlane) map[string]string {
+	t.Helper()
+	s, r := controlStatusOf(t, cp)
+	if r.Code != 0 {
+		t.Fatalf("control status --json: exit %d:\n%s", r.Code, r.Combined())
+	}
+	out := map[string]string{}
+	for _, c := range s.Certificates {
+		out[c.Node+" "+c.Certificate] = c.State + " " + c.NotAfter.UTC().Format(time.RFC3339)
+	}
+	return out
 }
 
 // TestCertificateLifetimesMatchTheCode: docs/operations.md's "Certificate lifetimes"

@@ -552,9 +552,9 @@ func TestAnUnmountedRootIsNotRebuilt(t *testing.T) {
 // while the agent runs. Before, the next save made it again holding applied.state
 // alone and nothing said so; the restart then failed, not enrolled. Now the agent
 // says so at its next heartbeat, once, the mesh shows the node state_not_saved
-// saying it will not start again (its applied version stands: the node counts as
-// converged, as for any failed save), and no directory is made; moved back, the
-// agent saves there again and the error clears.
+// saying it will not start again, failing (status exits 5: it counted as converged,
+// its applied version standing, and status exited 0), and no directory is made;
+// moved back, the agent saves there again, the error clears and status exits 0.
 func TestAStateDirectoryRemovedUnderTheAgentIsSaid(t *testing.T) {
 	t.Parallel() // mostly waits: see TestMain
 	cp, h := servedHost(t, "stategone", "web-1")
@@ -574,7 +574,7 @@ func TestAStateDirectoryRemovedUnderTheAgentIsSaid(t *testing.T) {
 		n, ok := cp.Node("web-1")
 		return ok && n.LastError != nil && n.LastError.Code == "state_not_saved" && strings.Contains(n.LastError.Message, "this agent will not start again")
 	})
-	if r := cp.Ctl("status"); !strings.Contains(r.Stdout, "state_not_saved: state: this agent will not start again") {
+	if r := cp.Ctl("status"); r.Code != 5 || !strings.Contains(r.Stdout, "state_not_saved: state: this agent will not start again") {
 		t.Fatalf("meshctl status does not show why (exit %d):\n%s", r.Code, r.Combined())
 	}
 	time.Sleep(3 * time.Second) // three more heartbeats
@@ -592,4 +592,7 @@ func TestAStateDirectoryRemovedUnderTheAgentIsSaid(t *testing.T) {
 		n, ok := cp.Node("web-1")
 		return ok && n.LastError == nil
 	})
+	if r := cp.Ctl("status"); r.Code != 0 {
+		t.Fatalf("meshctl status after the directory came back (exit %d):\n%s", r.Code, r.Combined())
+	}
 }

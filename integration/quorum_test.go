@@ -5,21 +5,33 @@ import (
 	"net/http"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/pki"
 	"mesh/integration/harness"
 )
 
 // controlStatusJSON is what `meshctl control status --json` prints.
 type controlStatusJSON struct {
-	Leader   string              `json:"leader"`
-	Voters   []string            `json:"voters"`
-	Quorum   int                 `json:"quorum"`
-	Missing  []string            `json:"missing"`
-	Answered []api.ControlStatus `json:"answered"`
+	Leader       string              `json:"leader"`
+	Voters       []string            `json:"voters"`
+	Quorum       int                 `json:"quorum"`
+	Missing      []string            `json:"missing"`
+	Certificates []certificateJSON   `json:"certificates"`
+	Answered     []api.ControlStatus `json:"answered"`
+}
+
+// certificateJSON is one of control status's "certificates".
+type certificateJSON struct {
+	Node        string    `json:"node"`
+	Certificate string    `json:"certificate"`
+	NotAfter    time.Time `json:"not_after"`
+	State       string    `json:"state"`
 }
 
 func controlStatusOf(t *testing.T, cp *harness.ControlPlane) (controlStatusJSON, harness.Result) {
@@ -32,6 +44,32 @@ func controlStatusOf(t *testing.T, cp *harness.ControlPlane) (controlStatusJSON,
 		}
 	}
 	return s, r
+}
+
+// certificateDates are when the certificates in the data directory of the control
+// node id, among cps, expire: its tls.pem and its ca.pem.
+func certificateDates(t *testing.T, cps []*harness.ControlPlane, id string) (leaf, ca time.Time) {
+	t.Helper()
+	i, err := strconv.Atoi(strings.TrimPrefix(id, "cp-"))
+	if err != nil || i < 1 || i > len(cps) {
+		t.Fatalf("control node %q is none of the %d started", id, len(cps))
+	}
+	dir := datadir.Dir(cps[i-1].Dir)
+	for _, f := range []struct {
+		name string
+		at   *time.Time
+	}{{datadir.TLSCertFile, &leaf}, {datadir.CACertFile, &ca}} {
+		raw, err := dir.ReadFile(f.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, err := pki.ParseCertificatePEM(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*f.at = cert.NotAfter
+	}
+	return leaf, ca
 }
 
 func answeredBy(s controlStatusJSON) []string {
@@ -66,6 +104,26 @@ func TestControlStatusWithoutQuorum(t *testing.T) {
 		}
 		if len(a.Control) != 3 || len(a.Members) != 3 {
 			t.Errorf("%s sees %d control nodes and %d members, want 3 and 3", a.Node, len(a.Control), len(a.Members))
+		}
+		// Each node's certificates, the others' by their heartbeats: every one
+		// alive in the leader's view (it heard each join); cp-3, started last,
+		// may not have heard cp-2's next heartbeat yet.
+		for _, v := range a.Control {
+			if v.State != api.StateAlive && a.Node != s.Leader {
+				continue
+			}
+			leaf, ca := certificateDates(t, cps, v.ID)
+			if !v.CertNotAfter.Equal(leaf) || !v.CANotAfter.Equal(ca) {
+				t.Errorf("%s shows %s (%s) with certificates expiring at %v and %v; its tls.pem and ca.pem do at %v and %v", a.Node, v.ID, v.State, v.CertNotAfter, v.CANotAfter, leaf, ca)
+			}
+		}
+	}
+	if len(s.Certificates) != 6 {
+		t.Errorf("control status --json gives %d certificates, want 6 (each node's and the CA's it serves with): %+v", len(s.Certificates), s.Certificates)
+	}
+	for _, c := range s.Certificates {
+		if c.State != "valid" {
+			t.Errorf("control status --json: %+v, want valid", c)
 		}
 	}
 

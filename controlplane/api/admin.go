@@ -162,6 +162,14 @@ type ControlView struct {
 	// Such a voter counts towards no commit: the others hold the quorum without it.
 	NotFollowing      string    `json:"not_following,omitempty"`
 	NotFollowingSince time.Time `json:"not_following_since,omitzero"`
+	// CertNotAfter is when the node's own certificate (its tls.pem: its broker's,
+	// Raft's and routes') expires, and CANotAfter when the mesh CA's certificate it
+	// serves with (its ca.pem) does, as the node read them when it started: the
+	// answering node's own, and another's by its heartbeats. Zero for a node not
+	// alive (its files may have been renewed since it stopped), and when that node
+	// or the answering one is of a version from before the fields.
+	CertNotAfter time.Time `json:"cert_not_after,omitzero"`
+	CANotAfter   time.Time `json:"ca_not_after,omitzero"`
 }
 
 // HostCapacity is how many hosts a control node's broker holds, and the most it
@@ -217,6 +225,13 @@ type ControlHeartbeat struct {
 	RaftState string `json:"raft_state,omitempty"`
 	Leader    string `json:"leader,omitempty"`
 	Term      uint64 `json:"term,omitempty"`
+	// CertNotAfter is when the node's own certificate (its tls.pem) expires, and
+	// CANotAfter when the mesh CA's certificate it serves with (its ca.pem) does, as
+	// it read them when it started, so that `meshctl control status` can name a
+	// control node whose certificate expires soon wherever it asks. Older versions
+	// send neither, and older nodes ignore them (heartbeats are decoded leniently).
+	CertNotAfter time.Time `json:"cert_not_after,omitzero"`
+	CANotAfter   time.Time `json:"ca_not_after,omitzero"`
 }
 
 // AdminSubject is the subject of an operator API operation.

@@ -13,9 +13,8 @@ import (
 )
 
 // expiryWarning is how long before a certificate of this node expires that serve
-// warns of it: time to renew it (docs/operations.md, "Certificate lifetimes")
-// across a fleet's change windows.
-const expiryWarning = 180 * 24 * time.Hour
+// warns of it: pki.RenewWithin, the time `meshctl control status` names it in too.
+const expiryWarning = pki.RenewWithin
 
 // expiryCheckEvery is how often a running node looks at its certificates' expiry
 // again: once a day.
@@ -32,6 +31,19 @@ const (
 // a renewed one is taken at the next start.
 type certificates struct {
 	leaf, ca *x509.Certificate
+}
+
+// notAfter is when the two certificates expire, in UTC (zero for one not read).
+// The heartbeats carry them, so that every control node's view shows them, and
+// `meshctl control status` names a node whose certificate expires soon.
+func (c certificates) notAfter() (leaf, ca time.Time) {
+	if c.leaf != nil {
+		leaf = c.leaf.NotAfter.UTC()
+	}
+	if c.ca != nil {
+		ca = c.ca.NotAfter.UTC()
+	}
+	return leaf, ca
 }
 
 // loadCertificates parses the certificates LoadIdentity checked and refuses them
@@ -70,6 +82,17 @@ func (d *Daemon) warnExpiry(now time.Time) {
 			continue
 		}
 		path := d.opts.Dir.Path(c.name)
+		if left <= 0 {
+			// Expired while serve runs (a start refuses it): said as such, not
+			// "expires soon" with days left below zero.
+			what := "this control node's certificate expired: the other control nodes and the hosts refuse it"
+			if c.ca {
+				what = "the mesh CA's certificate expired: every host and control node refuses every broker"
+			}
+			d.log.Error(what+". Renew it over the same key where the CA key is ("+datadir.RenewCommand+"), put it in place and restart (docs/operations.md, \"Certificate lifetimes\")",
+				"file", path, "not_after", c.cert.NotAfter.UTC().Format(time.RFC3339))
+			continue
+		}
 		if c.ca {
 			d.log.Warn("the mesh CA's certificate expires soon: then every host and control node refuses every broker. "+
 				"Renew it over the same key where the CA key is ("+datadir.RenewCommand+" --data CA-DIR --certificate CA-DIR/ca.pem: the CA's pin, and every certificate it issued, stay good), "+

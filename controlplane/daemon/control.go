@@ -381,6 +381,20 @@ func (c *controlTracker) alive(node string, now time.Time) bool {
 	return ok && !c.beats[node].Stopping && now.Sub(at) <= 3*HeartbeatInterval
 }
 
+// serving reports whether node counts as serving for a change of the voters: alive
+// by its heartbeats and, once its heartbeats showed it astray long enough to be
+// shown so (stray), following the leader. A voter alive but not following (its Raft
+// port blocked, its certificate refused by its peers) votes for nothing the leader
+// commits: counted as serving, it let a removal leave a configuration whose quorum
+// needed it, and the control plane stopped.
+func (c *controlTracker) serving(node string, now time.Time) bool {
+	if !c.alive(node, now) {
+		return false
+	}
+	why, _ := c.stray(node)
+	return why == ""
+}
+
 // caughtUpEntries is how far behind the leader's applied index a node's last
 // heartbeat may be for the node to count as caught up on a quiet log.
 const caughtUpEntries = 10
@@ -496,9 +510,11 @@ func (d *Daemon) heartbeatLoop(ctx context.Context) error {
 		if d.raft.IsLeader() {
 			role = api.RaftLeader
 		}
+		leaf, ca := d.certs.notAfter()
 		data, _ := json.Marshal(api.ControlHeartbeat{V: api.ProtocolVersion, Node: d.cfg.Node, AppliedIndex: d.raft.AppliedIndex(), Raft: role,
 			CAKey: d.holdsCAKey(), Hosts: d.hostCapacity(), Stopping: stopping, Rules: state.ApplyRules, Clock: d.now().UTC(),
-			LogWriteFailing: d.raft.LogWriteError() != nil, RaftState: d.raft.State(), Leader: d.raft.Leader(), Term: d.raft.Status().Term})
+			LogWriteFailing: d.raft.LogWriteError() != nil, RaftState: d.raft.State(), Leader: d.raft.Leader(), Term: d.raft.Status().Term,
+			CertNotAfter: leaf, CANotAfter: ca})
 		_ = d.conns.control.Publish(api.ControlHeartbeatSubject(d.cfg.Node), data)
 		if role == api.RaftLeader && !stopping {
 			d.promoteServing(d.now())
@@ -782,7 +798,9 @@ func (d *Daemon) promoteServing(now time.Time) (demoted string) {
 			}
 			continue
 		}
-		if err != nil || !serving || !d.ctl.caughtUp(m.ID, applied) {
+		// Not promoted while its heartbeats show it astray: its vote would count
+		// towards a quorum it does not take part in.
+		if err != nil || !d.ctl.serving(m.ID, now) || !d.ctl.caughtUp(m.ID, applied) {
 			continue
 		}
 		candidates = append(candidates, cn)
@@ -859,7 +877,7 @@ func (d *Daemon) demoteOne(voters []state.ControlNode, now time.Time) string {
 		return ""
 	}
 	slices.SortFunc(voters, func(a, b state.ControlNode) int {
-		if sa, sb := d.ctl.alive(a.ID, now), d.ctl.alive(b.ID, now); sa != sb {
+		if sa, sb := d.ctl.serving(a.ID, now), d.ctl.serving(b.ID, now); sa != sb {
 			if !sa {
 				return -1
 			}
@@ -962,11 +980,11 @@ func (d *Daemon) controlRemove(req api.ControlRequest) (api.ControlRemoveResult,
 	// the control plane, the removed node shut out for good. A voter that does not
 	// serve is demoted first, which commits with the quorum as it is.
 	now := d.now()
-	plan := planRemoval(members, req.Node, d.cfg.Node, func(id string) bool { return id == d.cfg.Node || d.ctl.alive(id, now) })
+	plan := planRemoval(members, req.Node, d.cfg.Node, func(id string) bool { return id == d.cfg.Node || d.ctl.serving(id, now) })
 	if plan.blind {
 		return out, &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf(
-			"%s, which leads, has heard from %d of the %d voters (%s send no heartbeat): it cannot tell whether the voters left after removing %s would be a quorum that serves, "+
-				"and nothing was removed. Start the voters that do not serve (meshctl control status names them), or, if they serve, run this again in a few seconds",
+			"%s, which leads, counts %d of the %d voters serving (%s send no heartbeat, or do not follow it): it cannot tell whether the voters left after removing %s would be a quorum that serves, "+
+				"and nothing was removed. Start the voters that do not serve, or mend those that do not follow (meshctl control status names them), or, if they serve, run this again in a few seconds",
 			d.cfg.Node, plan.servingVoters, plan.voters, strings.Join(plan.silent, ", "), req.Node)}
 	}
 	for _, id := range plan.demote {
@@ -1244,13 +1262,17 @@ func (d *Daemon) controlViews(s *state.State, now time.Time) []api.ControlView {
 		}
 		if c.ID == d.cfg.Node {
 			v.LastSeen, v.AppliedIndex, v.Hosts = now.UTC(), d.raft.AppliedIndex(), d.hostCapacity()
+			v.CertNotAfter, v.CANotAfter = d.certs.notAfter()
 		} else if ok {
 			// A removed node's last heartbeat still says when it was last heard.
 			v.LastSeen, v.AppliedIndex = at.UTC(), hb.AppliedIndex
 			if v.State == api.StateAlive {
 				// An offline node's broker runs in its stopped process: the hosts it
 				// last held have gone to the others, and would be counted twice.
+				// Its certificates may have been renewed while it is stopped, and
+				// are read again when it starts.
 				v.Hosts = hb.Hosts
+				v.CertNotAfter, v.CANotAfter = hb.CertNotAfter.UTC(), hb.CANotAfter.UTC()
 			}
 		}
 		out = append(out, v)

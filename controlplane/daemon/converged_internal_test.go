@@ -37,6 +37,12 @@ func TestAHookFailureIsNotConverged(t *testing.T) {
 		// put them back: the host's files are not what was declared.
 		{"put back failed for the applied version", state.Applied{HaveApplied: true, Version: 3, ErrorCode: api.StatusApplyFailed, ErrorVersion: 3}, 3, true, api.ProgressFailed, false},
 		{"put back failed, a later version declared and pending", state.Applied{HaveApplied: true, Version: 3, ErrorCode: api.StatusApplyFailed, ErrorVersion: 3}, 4, true, api.ProgressPending, false},
+		// The agent could not persist what it applied (its state directory
+		// removed under it, a full disk): failing until a save works, whichever
+		// version the report first failed at.
+		{"state not saved for the applied version", state.Applied{HaveApplied: true, Version: 3, ErrorCode: api.StatusStateNotSaved, ErrorVersion: 3}, 3, true, api.ProgressFailed, false},
+		{"state not saved since an earlier version", state.Applied{HaveApplied: true, Version: 3, ErrorCode: api.StatusStateNotSaved, ErrorVersion: 2}, 3, false, api.ProgressFailed, false},
+		{"state not saved, a later version declared and pending", state.Applied{HaveApplied: true, Version: 3, ErrorCode: api.StatusStateNotSaved, ErrorVersion: 3}, 4, true, api.ProgressPending, false},
 		{"a refusal of junk after the apply", state.Applied{HaveApplied: true, Version: 3, ErrorCode: "malformed"}, 3, true, "", true},
 		{"behind, offline", state.Applied{HaveApplied: true, Version: 2}, 3, false, api.ProgressOffline, false},
 	}

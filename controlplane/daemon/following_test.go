@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"mesh/controlplane/api"
+	"mesh/controlplane/replication"
 	"mesh/controlplane/state"
 )
 
@@ -219,5 +221,42 @@ func TestAControlNodeNotFollowingIsShownAndLogged(t *testing.T) {
 	}
 	if own.RaftState != api.RaftStateLeader || own.Leader != d.cfg.Node || own.Term == 0 {
 		t.Fatalf("this node's heartbeat says Raft state %q, leader %q, term %d; want leader, %s, its term", own.RaftState, own.Leader, own.Term, d.cfg.Node)
+	}
+}
+
+// TestAVoterNotFollowingDoesNotServeForAChangeOfVoters (the same audit, its
+// remainder): removal planning and promotion took "alive" for serving, so a voter
+// whose heartbeats showed it astray still counted towards the quorum a removal
+// must leave: three voters, cp-3 alive but cut off from Raft, and cp-2 removed
+// left {cp-1, cp-3}, which commits nothing. It serves again once it follows.
+func TestAVoterNotFollowingDoesNotServeForAChangeOfVoters(t *testing.T) {
+	at := time.Unix(1_800_000_000, 0)
+	c := newControlTracker()
+	astray := api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-3", Raft: api.RaftVoter, AppliedIndex: 50,
+		RaftState: api.RaftStateCandidate, Term: 8}
+	for i := range notFollowingBeats {
+		now := at.Add(time.Duration(i) * HeartbeatInterval)
+		if !c.serving("cp-3", now) && i > 0 {
+			t.Fatalf("heartbeat %d: not serving before it was shown astray", i)
+		}
+		c.heard(astray, now, 50, "cp-1")
+	}
+	now := at.Add(notFollowingBeats * HeartbeatInterval)
+	if !c.alive("cp-3", now) {
+		t.Fatal("the node stopped being alive: the test no longer shows what it means to")
+	}
+	if c.serving("cp-3", now) {
+		t.Fatal("a voter shown not following counts as serving")
+	}
+	members := []replication.Member{{ID: "cp-1", Voter: true}, {ID: "cp-2", Voter: true}, {ID: "cp-3", Voter: true}}
+	serving := func(id string) bool { return id == "cp-1" || id == "cp-2" || c.serving(id, now) }
+	if p := planRemoval(members, "cp-2", "cp-1", serving); !slices.Equal(p.demote, []string{"cp-3"}) {
+		t.Fatalf("removing cp-2 with cp-3 astray: demote %v, want [cp-3]", p.demote)
+	}
+	following := astray
+	following.RaftState, following.Leader = api.RaftStateFollower, "cp-1"
+	c.heard(following, now, 50, "cp-1")
+	if !c.serving("cp-3", now) {
+		t.Fatal("a voter following again does not serve")
 	}
 }

@@ -192,7 +192,7 @@ func (d *Daemon) keyringStatus(api.KeyringStatusRequest) (api.KeyringStatus, err
 			if n.Revoked {
 				continue
 			}
-			v := d.view(n, now, nil)
+			v := d.view(n, now)
 			out.Nodes = append(out.Nodes, api.KeyringAck{Node: n.ID, State: v.State, Epoch: n.Applied.KeyringEpoch})
 		}
 	})

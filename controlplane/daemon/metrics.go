@@ -279,6 +279,7 @@ func nodeStates() []string {
 // nodeCounts counts the enrolled nodes by state at now (see descNodes).
 func (d *Daemon) nodeCounts(now time.Time) map[string]int {
 	out := map[string]int{}
+	d.judgeBodies()
 	d.fsm.Read(func(s *state.State) {
 		for _, n := range s.Nodes {
 			if n.Revoked {
@@ -297,10 +298,14 @@ func (d *Daemon) nodeCounts(now time.Time) map[string]int {
 			// reports an error, behind either way.
 			a := n.Applied
 			converged := a.HaveApplied && a.Version == n.Declared.Version && convergedOn(a, a.Version)
-			// A key two machines hold is failing api.KeyShared, as status shows it.
+			// A body this version cannot sign again is failing, as status shows
+			// it (unsignable_body); one not judged yet was declared since
+			// judgeBodies, by this version, which signs it. So is a key two
+			// machines hold (api.KeyShared).
+			refused, _ := d.signer.verdict(n.Declared.BodyDigest)
 			_, shared := d.keyShared(n.PublicKey, now)
 			switch {
-			case shared:
+			case refused != nil, shared:
 				converged = false
 				out[stateBehind]++
 				out[stateFailing]++
@@ -323,6 +328,29 @@ func (d *Daemon) nodeCounts(now time.Time) map[string]int {
 		}
 	})
 	return out
+}
+
+// judgeBodies has the signer judge, outside the state's lock, every declared body
+// of a node not revoked it has not judged yet (signer.signable), so that
+// signer.verdict knows them: once each, a parse of 32 µs to 1.8 ms, where the
+// roster judged them under the lock on every page.
+func (d *Daemon) judgeBodies() {
+	var unjudged map[string][]byte
+	d.fsm.Read(func(s *state.State) {
+		for _, n := range s.Nodes {
+			digest := n.Declared.BodyDigest
+			if n.Revoked || s.Bodies[digest] == nil || unjudged[digest] != nil {
+				continue
+			}
+			if _, known := d.signer.verdict(digest); !known {
+				if unjudged == nil {
+					unjudged = map[string][]byte{}
+				}
+				unjudged[digest] = s.Bodies[digest]
+			}
+		}
+	})
+	d.signer.signable(unjudged)
 }
 
 // errorOther is the label of mesh_nodes_errors for the codes that are none of the

@@ -88,7 +88,7 @@ func TestLastSeenOfANodeRevokedWhileConnected(t *testing.T) {
 	lastSeen := func(d *Daemon, when string) {
 		t.Helper()
 		n := d.fsmNode(t, node)
-		v := d.view(n, d.now(), nil)
+		v := d.view(n, d.now())
 		if v.State != api.StateRevoked {
 			t.Fatalf("%s: web-1 is %s, want revoked", when, v.State)
 		}

@@ -30,6 +30,11 @@ type signer struct {
 	// why: declared by an older meshctl whose rules took them (a path element
 	// starting with '-', an invisible character).
 	refused map[string]error
+	// verdicts say, by body digest, whether this version's rules sign the body
+	// (nil) or why not: a few dozen bytes each, kept apart from bodies and refused,
+	// which a fleet declared a body per node clears over and over, so that the
+	// roster and the metrics judge each body once, not on every page.
+	verdicts map[string]error
 	// members is the membership last signed, by version and keyring epoch.
 	members signedMembership
 }
@@ -56,7 +61,7 @@ type signed struct {
 const maxCachedEnvelopes = 4096
 
 func newSigner(keys []ed25519.PrivateKey) *signer {
-	s := &signer{cache: map[string]signed{}, bodies: map[string]declarations.EncodedBody{}, refused: map[string]error{}}
+	s := &signer{cache: map[string]signed{}, bodies: map[string]declarations.EncodedBody{}, refused: map[string]error{}, verdicts: map[string]error{}}
 	s.setKeys(keys)
 	return s
 }
@@ -162,7 +167,36 @@ func (s *signer) encoded(digest string, raw []byte) (declarations.EncodedBody, e
 	} else {
 		s.bodies[digest] = body
 	}
+	if len(s.verdicts) >= maxVerdicts {
+		clear(s.verdicts)
+	}
+	s.verdicts[digest] = err
 	return body, err
+}
+
+// maxVerdicts bounds signer.verdicts: a 64-byte digest and an error value each,
+// about 6 MB at most, the bodies of a fleet of 65,536 declared one each.
+const maxVerdicts = 1 << 16
+
+// verdict says whether the body of digest is known to this signer (encoded judged
+// it), and if so why this version's rules refuse to sign it (nil: they sign it).
+// It parses nothing, so it may be asked under the state's lock.
+func (s *signer) verdict(digest string) (refused error, known bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	refused, known = s.verdicts[digest]
+	return refused, known
+}
+
+// signable judges each body of bodies (by digest) this signer has not judged yet,
+// parsing it: called outside the state's lock with bodies the state holds, which it
+// never changes in place, so that verdict knows them all after.
+func (s *signer) signable(bodies map[string][]byte) {
+	for digest, raw := range bodies {
+		if _, known := s.verdict(digest); !known {
+			s.encoded(digest, raw)
+		}
+	}
 }
 
 // keep remembers env as in's node's envelope.

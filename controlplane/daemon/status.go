@@ -59,8 +59,6 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 	if st.Error != nil {
 		// Hidden here too: an agent older than its own filter, or one that
 		// misses a secret, would leave it in the replicated state.
-		// Hidden here too: an agent older than its own filter, or one that
-		// misses a secret, would leave it in the replicated state.
 		a.ErrorCode, a.ErrorMessage, a.ErrorVersion = st.Error.Code, api.CleanText(redact.Secrets(st.Error.Message), api.MaxStatusMessageLen), st.Error.Version
 		a.ErrorRetryAt = st.Error.RetryAt.UTC().Truncate(time.Second)
 	}

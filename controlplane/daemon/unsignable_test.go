@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -46,6 +47,25 @@ func TestABodyThisVersionCannotSignIsFailing(t *testing.T) {
 	}
 	if n := v["n-1"]; !n.Converged || n.LastError != nil {
 		t.Fatalf("n-1, declared nothing this version refuses: %+v", n)
+	}
+	// The metrics count it as status does (a reviewer's reading: converged there
+	// while status exited 5 naming it).
+	if c := d.nodeCounts(d.now()); c[stateFailing] != 1 || c[stateConverged] != 1 {
+		t.Fatalf("mesh_nodes: failing %d converged %d, want 1 and 1: %v", c[stateFailing], c[stateConverged], c)
+	}
+	// The verdict outlives the encoded bodies' cache, which a fleet declared a
+	// body per node clears over and over: the roster does not parse each body
+	// again on every page (under the state's lock, where it did).
+	for i := range 1100 {
+		d.signer.encoded(fmt.Sprintf("digest-%d", i), []byte(`{"files":[]}`))
+	}
+	var digest string
+	d.fsm.Read(func(s *state.State) { digest = s.Nodes["n-0"].Declared.BodyDigest })
+	if refused, known := d.signer.verdict(digest); !known || refused == nil {
+		t.Fatalf("n-0's body's verdict was lost with the encoded bodies: %v %v", refused, known)
+	}
+	if n := views()["n-0"]; n.LastError == nil || n.LastError.Code != api.UnsignableBody {
+		t.Fatalf("n-0 after the encoded bodies' cache was cleared: %+v", n.LastError)
 	}
 	// Declared again with a body this version takes: no longer failing for it.
 	if _, err := d.declare(api.DeclareRequest{Nodes: []string{"n-0"}, Body: json.RawMessage(`{"files":[{"path":"etc/x.conf","content":"x"}]}`)}, requestCall{}); err != nil {

@@ -28,11 +28,15 @@ import (
 
 // Validity periods. The CA outlives the leaves it issues in its first ten years. Both
 // are renewed over the keys they have (CA.RenewLeaf, CA.Renew: meshctl control
-// renew-certificate), which keeps every pin; serve warns 180 days before either
-// expires.
+// renew-certificate), which keeps every pin; serve, and `meshctl control status`
+// for every control node, warn RenewWithin before either expires.
 const (
 	CAValidity   = 20 * 365 * 24 * time.Hour
 	LeafValidity = 10 * 365 * 24 * time.Hour
+	// RenewWithin is how long before a certificate expires that serve warns of it
+	// in its log and `meshctl control status` names it: time to renew it
+	// (docs/operations.md, "Certificate lifetimes") across a fleet's change windows.
+	RenewWithin = 180 * 24 * time.Hour
 	// backdate absorbs modest clock differences between the machine that issues a
 	// certificate and the machines that check it.
 	backdate = time.Hour

@@ -179,6 +179,9 @@ type Agent struct {
 	keptLoaded bool
 	// rootMarkFailed: marking the managed root failed once, and was said then.
 	rootMarkFailed bool
+	// euid is the agent's effective user: root's marks the managed root in a
+	// namespace only it may write (rootmark.go).
+	euid int
 	// notKept tells apart the last failure to write kept to KeptFileName
 	// (failureKey), logged once; "" once written.
 	notKept string
@@ -341,7 +344,7 @@ func New(o Options) (*Agent, error) {
 	built = true
 	return &Agent{
 		o: o, log: o.Logger.With("node", id.Node), id: id, kp: kp, applied: applied,
-		keyring: kr, keys: keys, applier: app, store: store,
+		keyring: kr, keys: keys, applier: app, store: store, euid: os.Geteuid(),
 		msgs: make(chan *nats.Msg, 64), events: make(chan event, 16), hookRetries: make(chan chan<- HooksOutcome),
 	}, nil
 }
@@ -1164,8 +1167,9 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 			a.applied.LastErrorCode, a.applied.LastError, a.applied.LastErrorVersion = "", "", 0
 			a.save()
 		}
-		if !v.ExpiresAt.Before(a.applied.ExpiresAt) {
-			// Not an older copy (a replay by the broker), which would expire first.
+		// Not an older copy (a replay by the broker), which would expire first.
+		fresh := !v.ExpiresAt.Before(a.applied.ExpiresAt)
+		if fresh {
 			a.keep(raw, files, v.ExpiresAt)
 		}
 		if a.newerFailing() {
@@ -1174,6 +1178,19 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 			// wrote the older files over what an operator mended for the newer
 			// one, and ran their hooks, while the node went on reporting the
 			// newer one's failure.
+			return
+		}
+		if fresh {
+			// The mesh sends it as this node's current declaration: the root is
+			// marked with it, whatever its mark named (markCurrent).
+			a.markCurrent()
+		}
+		if held, ask := a.rootNewer(); held {
+			// The root holds another declaration and the mesh has not said this
+			// one is current (an older copy, a replay; or the mark could not be
+			// written): put back, it wrote the state's files over the root's, as
+			// the mark keeps the file check from doing.
+			a.syncWanted = a.syncWanted || ask
 			return
 		}
 		if _, err := a.putBack(ctx, v.Version, files); err != nil {
@@ -1259,10 +1276,7 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 	// The root says what it holds before the state does (rootmark.go): cut off
 	// in between, the state names the older version, and the mark keeps the file
 	// check from putting its files back.
-	if err := markRoot(a.o.Root, v.Version, a.applied.BodyDigest); err != nil && !a.rootMarkFailed {
-		a.rootMarkFailed = true
-		a.log.Warn("could not mark the managed root with the version applied; the file check goes by the state directory alone", "root", a.o.Root, "err", err)
-	}
+	a.markApplied()
 	a.save()
 	a.log.Info("declaration applied", "version", v.Version, "written", len(res.Written), "removed", len(res.Removed), "unchanged", len(res.Unchanged))
 	a.logLeft(v.Version, res.Left)

@@ -44,13 +44,22 @@ func (a *Agent) checkOff(code, why string) bool {
 }
 
 // checkOn notes that the file check can put files back again: a usable copy of
-// the applied declaration is in hand.
+// the applied declaration is in hand. A check off because the root holds another
+// declaration (CheckOffRootNewer) is not ended by a copy in hand but by the root's
+// mark (rootNewer, markApplied): ended here, a copy of the same version said the
+// check put files back again, and the next check turned it off again, at every
+// interval (a reviewer's audit).
 func (a *Agent) checkOn() {
-	if a.off.code == "" {
+	if a.off.code == "" || a.off.code == CheckOffRootNewer {
 		return
 	}
 	a.log.Info("the file check puts back files changed on this host again: it holds a usable copy of the applied declaration",
 		"off_since", a.off.since.UTC().Format(time.RFC3339), "was", a.off.code)
+	a.clearOff()
+}
+
+// clearOff notes that the file check is on, its caller having said why.
+func (a *Agent) clearOff() {
 	a.off = checkOffState{}
 	a.stats.set(func(s *stats) { s.checkOff = checkOffState{} })
 }

@@ -1175,11 +1175,12 @@ func TestARootNewerThanTheStateIsNotPutBack(t *testing.T) {
 	if err := f.a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
 		t.Fatal(err)
 	}
-	if v, ok := rootMark(f.root); !ok || v != 1 {
-		t.Fatalf("the root's mark after v1: v%d (%t), want v1", v, ok)
+	applied := rootMarkValue{version: 1, digest: f.a.applied.BodyDigest}
+	if m, ok := rootMark(f.root, f.a.euid); !ok || m != applied {
+		t.Fatalf("the root's mark after v1: %+v (%t), want %+v", m, ok, applied)
 	}
 	// v2 was applied, then the state directory put back to v1's.
-	if err := markRoot(f.root, 2, strings.Repeat("ab", 32)); err != nil {
+	if err := markRoot(f.root, f.a.euid, rootMarkValue{version: 2, digest: strings.Repeat("ab", 32)}); err != nil {
 		t.Fatal(err)
 	}
 	f.handEdit(t, "v2's content")
@@ -1193,11 +1194,18 @@ func TestARootNewerThanTheStateIsNotPutBack(t *testing.T) {
 	if again := f.a.checkFiles(ctx); again.ask || again.putBack {
 		t.Fatal("the mesh asked again at the next check")
 	}
-	// The mark not newer (removed on purpose, or v1's again): put back as before.
-	if err := markRoot(f.root, 1, strings.Repeat("ab", 32)); err != nil {
+	// Another body of v1 (a state restored from another copy): not put back either.
+	if err := markRoot(f.root, f.a.euid, rootMarkValue{version: 1, digest: strings.Repeat("ab", 32)}); err != nil {
 		t.Fatal(err)
 	}
-	if !f.a.checkFiles(ctx).putBack || f.file(t) != "declared" {
-		t.Fatalf("with the root's mark at v1 the file is %q, want put back", f.file(t))
+	if out := f.a.checkFiles(ctx); out.putBack || f.file(t) != "v2's content" || f.a.off.code != CheckOffRootNewer {
+		t.Fatalf("a root marked with another body of v1: put back %t, file %q, check off for %q", out.putBack, f.file(t), f.a.off.code)
+	}
+	// The mark not newer (removed on purpose, or v1's again): put back as before.
+	if err := markRoot(f.root, f.a.euid, applied); err != nil {
+		t.Fatal(err)
+	}
+	if !f.a.checkFiles(ctx).putBack || f.file(t) != "declared" || f.a.off.code != "" {
+		t.Fatalf("with the root's mark at v1 the file is %q, the check off for %q; want put back", f.file(t), f.a.off.code)
 	}
 }

@@ -4,7 +4,7 @@ package agent
 
 // markRoot keeps no mark where the agent is not built for Linux: the file check
 // goes by the state directory alone there.
-func markRoot(string, uint64, string) error { return nil }
+func markRoot(string, int, rootMarkValue) error { return nil }
 
 // rootMark finds no mark where markRoot keeps none.
-func rootMark(string) (uint64, bool) { return 0, false }
+func rootMark(string, int) (rootMarkValue, bool) { return rootMarkValue{}, false }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 )
 
 // TextfileInterval is how often the agent writes its metrics for a node
@@ -52,7 +53,7 @@ func (a *Agent) writeTextfiles(ctx context.Context, path string, interval time.D
 	reg := a.textfileRegistry()
 	failing := ""
 	write := func() {
-		err := prometheus.WriteToTextfile(path, reg)
+		err := writeTextfile(path, reg)
 		switch {
 		case err != nil && err.Error() != failing:
 			a.log.Warn("the metrics textfile could not be written; trying again at the next interval", "path", path, "err", err)
@@ -76,4 +77,44 @@ func (a *Agent) writeTextfiles(ctx context.Context, path string, interval time.D
 			write()
 		}
 	}
+}
+
+// writeTextfile writes what g gathers to path in the text format, whole: a new
+// file, made mode 0644 through its descriptor and renamed over path. It stands in
+// for prometheus.WriteToTextfile, which chmods its temporary file by name: a textfile
+// directory others may write in (a node exporter's, owned by its user or group) let
+// them put a link in its place between the create and the chmod, and the agent, as
+// root, made the link's target, identity.json or /etc/shadow, readable by everyone
+// (a reviewer's race won after 18 writes). Here nothing after the create goes by
+// name but the rename, which replaces a name and follows no link; what such a user
+// can still do, replace the file's content, they could do to path itself.
+func writeTextfile(path string, g prometheus.Gatherer) (err error) {
+	mfs, err := g.Gather()
+	if err != nil {
+		return err
+	}
+	// A hidden name not ending in ".prom": the collector reads only those, and a
+	// file left by a crash is not read as the agent's.
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*.tmp")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if err := f.Chmod(0o644); err != nil {
+		return err
+	}
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(f, mf); err != nil {
+			return err
+		}
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }

@@ -79,3 +79,64 @@ func TestCheckTextfile(t *testing.T) {
 		t.Error("a directory that does not exist was taken")
 	}
 }
+
+// TestTheTextfileIsMadeReadableThroughItsDescriptor (a reviewer's finding): the
+// textfile was written by prometheus.WriteToTextfile, which chmods its temporary
+// file by name. Another user able to write in the textfile directory (a node
+// exporter's) swapped it for a link between the create and the chmod, and the
+// agent, as root, made the link's target readable by everyone (identity.json, the
+// node's seed). Here that user swaps every temporary file it sees for a link to a
+// private file while the agent writes the textfile again and again: the private
+// file stays private, and the textfile is readable by the collector.
+func TestTheTextfileIsMadeReadableThroughItsDescriptor(t *testing.T) {
+	f := newFixture(t)
+	reg := f.a.textfileRegistry()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "meshhost.prom")
+	secret := filepath.Join(t.TempDir(), "identity.json")
+	if err := os.WriteFile(secret, []byte("seed"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	swapped := make(chan int)
+	go func() {
+		n := 0
+		defer func() { swapped <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ents, _ := os.ReadDir(dir)
+			for _, e := range ents {
+				if e.Name() != "meshhost.prom" && e.Type().IsRegular() {
+					p := filepath.Join(dir, e.Name())
+					if os.Remove(p) == nil && os.Symlink(secret, p) == nil {
+						n++
+					}
+				}
+			}
+		}
+	}()
+	writes := 0
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); writes++ {
+		writeTextfile(path, reg) // fails when its file was swapped: what counts is what it did to the link's target
+		if fi, err := os.Stat(secret); err != nil || fi.Mode().Perm() != 0o600 {
+			close(stop)
+			t.Fatalf("after %d writes the private file is %v (%v): the chmod went through a link", writes+1, fi.Mode().Perm(), err)
+		}
+	}
+	close(stop)
+	n := <-swapped
+	t.Logf("%d writes, %d temporary files swapped for a link", writes, n)
+	if n == 0 {
+		t.Fatal("no temporary file was swapped: the test raced nothing")
+	}
+	if err := writeTextfile(path, reg); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("the textfile: %v, %v; want a regular file, mode 0644", fi.Mode(), err)
+	}
+}

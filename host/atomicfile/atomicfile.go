@@ -26,12 +26,16 @@ import (
 	"syscall"
 )
 
-// hooks lets tests fail a write at a chosen step. A nil *hooks (the exported
-// functions' case) injects nothing.
+// hooks lets tests fail a write at a chosen step, and WriteFileOwned give the
+// file an owner. A nil *hooks (the other exported functions' case) does nothing.
 type hooks struct {
 	// before is called just before the named step ("write", "sync", "chmod",
-	// "close", "rename", "link", "syncdir") and aborts it with its error.
+	// "chown", "close", "rename", "link", "syncdir") and aborts it with its error.
 	before func(step string) error
+	// owner is the user the file is given to before it takes its name, when
+	// setOwner (WriteFileOwned).
+	owner    int
+	setOwner bool
 }
 
 func (h *hooks) check(step string) error {
@@ -52,6 +56,15 @@ func (h *hooks) check(step string) error {
 // by others even for a moment.
 func WriteFile(path string, data []byte, perm fs.FileMode) error {
 	return write(path, data, perm, false, nil)
+}
+
+// WriteFileOwned is WriteFile whose file belongs to the user uid once it takes
+// path's name: the temp file is given to uid through its descriptor before the
+// rename. A chown of path after the rename goes by name, and follows a link that
+// another user able to write in the directory puts in the new file's place, giving
+// uid whatever file the link names.
+func WriteFileOwned(path string, data []byte, perm fs.FileMode, uid int) error {
+	return write(path, data, perm, false, &hooks{owner: uid, setOwner: true})
 }
 
 // CreateExclusive is WriteFile that never replaces an existing file: it links
@@ -106,6 +119,11 @@ func write(path string, data []byte, perm fs.FileMode, exclusive bool, h *hooks)
 	}
 	if err := step("chmod", func() error { return f.Chmod(perm) }); err != nil {
 		return fmt.Errorf("atomicfile: setting the mode of %s: %w", path, err)
+	}
+	if h != nil && h.setOwner {
+		if err := step("chown", func() error { return f.Chown(h.owner, -1) }); err != nil {
+			return fmt.Errorf("atomicfile: giving %s to uid %d: %w", path, h.owner, err)
+		}
 	}
 	// Close can report a deferred write error (on NFS, for instance), so it is
 	// checked like any other step.

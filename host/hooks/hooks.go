@@ -612,20 +612,23 @@ func (t *outputTail) Write(p []byte) (int, error) {
 
 // text is the output to report: its last maxOutput bytes at most, tokens, seeds and
 // private keys hidden (redact.Secrets).
-// Tokens are hidden before the last cut, since a cut inside a token leaves its
-// secret without the head token.HideTokens knows a token by; what the first cut,
-// made while writing, left of a token (the run before the first space, line break
-// or quote, never longer than a token) is dropped.
+// Secrets are hidden before the last cut, since a cut inside a token leaves its
+// secret without the head token.HideTokens knows a token by, and a cut inside a
+// private key leaves its body without its BEGIN line; what the first cut, made
+// while writing, left of a token (the run before the first space, line break or
+// quote, never longer than a token) is dropped, and what it left of a private key,
+// up to its END line, is hidden (redact.CutSecrets).
 func (t *outputTail) text() string {
 	kept := t.buf
+	hide := redact.Secrets
 	if t.cut {
 		i := bytes.IndexAny(kept, " \t\r\n\"'`")
 		if i < 0 || i >= token.MaxEncodedLen {
 			i = min(len(kept), token.MaxEncodedLen) - 1
 		}
-		kept = kept[i+1:]
+		kept, hide = kept[i+1:], redact.CutSecrets
 	}
-	s := redact.Secrets(string(kept))
+	s := hide(string(kept))
 	if len(s) > maxOutput {
 		i := len(s) - maxOutput
 		for i < len(s) && !utf8.RuneStart(s[i]) {

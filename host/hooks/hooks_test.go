@@ -2,6 +2,8 @@ package hooks
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"mesh/host/redact"
 	"mesh/host/statedir"
 )
 
@@ -254,6 +257,42 @@ func TestHookOutputKeepsItsEnd(t *testing.T) {
 	}
 	if strings.Contains(out, secret[len(secret)-20:]) {
 		t.Errorf("the failure holds the end of a token's secret: %.200q", out)
+	}
+}
+
+// TestAHookPrintingALongKeyHidesIt (a reviewer's audit, 2026-12, finding 9): a
+// hook prints a private key longer than about 4 KiB (RSA of 8,192 bits here) after
+// much output and before 3 KB more. What the output keeps begins inside the key,
+// its BEGIN line cut off, and the last 4 KiB shown held the end of its body in the
+// clear. Now it is hidden up to the key's END line; the reason is kept.
+func TestAHookPrintingALongKeyHidesIt(t *testing.T) {
+	material := make([]byte, 4700)
+	if _, err := rand.Read(material); err != nil {
+		t.Fatal(err)
+	}
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: material})
+	keyFile := filepath.Join(t.TempDir(), "key.pem")
+	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	script := `head -c 20000 /dev/zero | tr '\0' x; echo; cat ` + keyFile + `; head -c 3000 /dev/zero | tr '\0' y; echo; echo 'the real reason' >&2; exit 1`
+	cfg, err := Load(write(t, `{"hooks":[{"name":"check","paths":["x"],"run":["sh","-c",`+strconv.Quote(script)+`]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, failures := cfg.Run(context.Background(), t.TempDir(), []string{"x"})
+	if len(failures) != 1 {
+		t.Fatalf("failures %v", failures)
+	}
+	out := failures[0].Output
+	lines := strings.Split(strings.TrimSpace(string(keyPEM)), "\n")
+	for _, l := range lines[1 : len(lines)-1] {
+		if strings.Contains(out, l) {
+			t.Fatalf("the failure holds a line of the key's body, %.40q…:\n%.300q", l, out)
+		}
+	}
+	if !strings.Contains(out, "the real reason") || !strings.Contains(out, redact.Hidden) {
+		t.Fatalf("the failure lost the hook's reason, or hides nothing: %.300q", out)
 	}
 }
 

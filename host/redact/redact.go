@@ -22,9 +22,13 @@ const Hidden = "[secret hidden]"
 // (nkeys' encoding of a prefix, the 32-byte seed and a checksum).
 var seed = regexp.MustCompile(`\bS[ACNOPUX][A-Z2-7]{56}\b`)
 
-// privateKey is a PEM private key block, whatever its algorithm; one cut short
-// (the end of a hook's output is kept, or its start) is hidden to where it stops.
+// privateKey is a PEM private key block, whatever its algorithm; one whose end is
+// cut off (a text that stops inside it) is hidden from its BEGIN line to the end.
+// One whose start is cut off has no BEGIN line: CutSecrets.
 var privateKey = regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(-----END [A-Z0-9 ]*PRIVATE KEY-----|\z)`)
+
+// privateKeyEnd is the END line of a PEM private key block.
+var privateKeyEnd = regexp.MustCompile(`-----END [A-Z0-9 ]*PRIVATE KEY-----`)
 
 // Secrets returns s with every token (token.HideTokens), nkey seed and PEM private
 // key in it hidden.
@@ -34,6 +38,26 @@ func Secrets(s string) string {
 		s = privateKey.ReplaceAllLiteralString(s, Hidden)
 	}
 	return seed.ReplaceAllLiteralString(s, Hidden)
+}
+
+// CutSecrets is Secrets for a text whose start was cut off (the end of a long
+// output, as a failing hook's is kept): a private key whose BEGIN line was cut off
+// is known only by its END line, so everything from the text's start to the first
+// END PRIVATE KEY line is hidden, with it. Before, only a BEGIN line was looked
+// for: a key longer than about 4 KiB (RSA of 6,144 bits or more) whose BEGIN line
+// fell before what a hook's output keeps, and whose END line within the last
+// 4 KiB of it, was reported in the clear (a reviewer's audit, 2026-12). What comes
+// before that END line in the text may be words of the output's, not the key's:
+// they are hidden too, the safe side. A key whose BEGIN and END lines were both
+// cut off (one longer than the whole text, 8 KiB for a hook's output: an RSA key
+// of 16,384 bits) is not recognised.
+func CutSecrets(s string) string {
+	if strings.Contains(s, "PRIVATE KEY-----") {
+		if end := privateKeyEnd.FindStringIndex(s); end != nil {
+			s = Hidden + s[end[1]:]
+		}
+	}
+	return Secrets(s)
 }
 
 // Redacted stands in for a secret wherever a value that holds one is printed.

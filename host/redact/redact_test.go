@@ -61,3 +61,38 @@ func TestSecretsAreHidden(t *testing.T) {
 		}
 	}
 }
+
+// TestCutSecretsHidesAKeyWhoseStartWasCut (a reviewer's audit, 2026-12, finding 9):
+// the end of a long output was kept, cut inside a private key longer than about
+// 4 KiB (RSA of 6,144 bits or more): its BEGIN line gone, the rest of its body was
+// reported in the clear. Cut, a text is hidden from its start to the first END
+// PRIVATE KEY line; what follows is kept, and its own secrets hidden.
+func TestCutSecretsHidesAKeyWhoseStartWasCut(t *testing.T) {
+	material := make([]byte, 4700) // an RSA 8192-bit key's DER is about this long
+	if _, err := rand.Read(material); err != nil {
+		t.Fatal(err)
+	}
+	keyPEM := string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: material}))
+	lines := strings.Split(keyPEM, "\n")
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	// The cut falls in the key's body: half its lines are left, no BEGIN line.
+	cut := strings.Join(lines[len(lines)/2:], "\n") + "config check failed: seed " + string(seed) + "\n"
+	got := CutSecrets(cut)
+	for _, l := range lines[len(lines)/2 : len(lines)-2] {
+		if strings.Contains(got, l) {
+			t.Fatalf("a line of the key's body is left: %.60q…\n%s", l, got)
+		}
+	}
+	if strings.Contains(got, string(seed)) || !strings.HasPrefix(got, Hidden) || !strings.Contains(got, "config check failed") {
+		t.Fatalf("CutSecrets = %q: want the key hidden, the words after it kept, the seed hidden", got)
+	}
+	// A whole key in a cut text: hidden, and the text before it with it.
+	if got := CutSecrets("before " + keyPEM + "after"); got != Hidden+"\nafter" {
+		t.Fatalf("a whole key in a cut text: %.80q", got)
+	}
+	// Nothing of a key: as Secrets.
+	if in := "… the real reason\n"; CutSecrets(in) != in {
+		t.Fatalf("CutSecrets(%q) = %q, want it kept", in, CutSecrets(in))
+	}
+}

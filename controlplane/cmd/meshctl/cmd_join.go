@@ -215,17 +215,21 @@ it follows, its configuration) and names the members that did not answer within
 It exits 0 when the control plane has a leader and every voter answers and follows
 it (what a rolling restart waits for before the next node), 5 when one does not
 answer or does not follow it (named, with why: a candidate, no leader or another, a
-Raft log it cannot write, or the leader's heartbeats say so), 3 when there is no
-leader. See docs/operations.md.
+Raft log it cannot write, or the leader's heartbeats say so) or when a control node
+serves with a certificate that has expired, 3 when there is no leader. It names each
+control node whose certificate, or the CA's it serves with, expires within 180 days,
+with the command that renews it, and exits 0 all the same. See docs/operations.md.
 "control renew-certificate" runs where the mesh CA key is (--data) and calls no
 control plane: it re-issues the certificate in --certificate, a copy of a control
 node's tls.pem or the mesh CA's ca.pem, over the key it already has, valid anew (10
 years for a node's, 20 for the CA's), and writes it to --out (by default over
 --certificate), atomically. Every pin is of a key, so none changes: put the file in
 place (tls.pem in that node's data directory; the CA's ca.pem in every one) and
-restart the node(s). It exits 4 where the CA key is not, 7 for a --certificate that
-is missing, damaged or of another mesh. See docs/operations.md, "Certificate
-lifetimes".`,
+restart the node(s). --out replaces only a copy of that certificate (the same key),
+and in the data directory only tls.pem or ca.pem: anything else there, a key, or a
+link is refused (exit 2, nothing written). It exits 4 where the CA key is not, 7 for
+a --certificate that is missing, damaged or of another mesh. See docs/operations.md,
+"Certificate lifetimes".`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			var cp controlPlaneFlags
 			var asJSON bool
@@ -334,9 +338,9 @@ func printRemoval(w io.Writer, node string, res api.ControlRemoveResult) {
 	}
 	switch {
 	case res.Demoted != "" && res.DemotedNotServing:
-		fmt.Fprintf(w, "%s does not serve: it was made a nonvoter before %s was taken out, so that the voters left are a quorum that serves "+
+		fmt.Fprintf(w, "%s does not serve: it was made a nonvoter before %s was taken out (it sent no heartbeat, or did not follow the leader), so that the voters left are a quorum that serves "+
 			"(taken out with %s still a voter, the leader would have needed its vote, and the control plane would have stopped until it came back); "+
-			"started again, it catches up as a nonvoter and becomes a voter again with the next control node that serves\n", res.Demoted, node, res.Demoted)
+			"once it serves and follows again, it catches up as a nonvoter and becomes a voter again with the next control node that serves\n", res.Demoted, node, res.Demoted)
 	case res.Demoted != "":
 		fmt.Fprintf(w, "%s is now a nonvoter, so that the voters stay an odd number (two voters stop when either stops); it keeps the log and becomes a voter again with the next control node that serves\n", res.Demoted)
 	}

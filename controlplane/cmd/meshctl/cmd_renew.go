@@ -13,6 +13,7 @@ import (
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/join"
 	"mesh/controlplane/pki"
+	"mesh/host/atomicfile"
 	"mesh/host/readfile"
 )
 
@@ -144,6 +145,9 @@ func renewCertificate(cp *controlPlaneFlags, cio *cliIO, certPath, out string, a
 		res.Next = fmt.Sprintf("put %s in place of %s in the data directory of the control node it belongs to (%s), then restart that node's meshctl serve; its key and pin are unchanged, so nothing else changes",
 			out, datadir.TLSCertFile, old.Subject.CommonName)
 	}
+	if err := checkOut(out, certPEM, dir); err != nil {
+		return err
+	}
 	if err := writeCertificate(out, certPEM); err != nil {
 		return err
 	}
@@ -193,15 +197,63 @@ func readCertificate(path string) (*x509.Certificate, error) {
 	return cert, nil
 }
 
+// checkOut refuses, before anything is written, an --out the renewed certificate
+// renewed must not replace: a file that is not a copy of a certificate of the same
+// key (a renewal keeps the key, so the file it replaces holds the old certificate
+// of that key, or is new), and, in the data directory, any file but tls.pem and
+// ca.pem. Before, any regular file was replaced: `--out …/ca-key.pem`, one
+// tab-completion away from ca.pem, replaced the mesh CA's key with its certificate,
+// exit 0, and no certificate could ever be renewed again (a reviewer's run).
+func checkOut(out string, renewed []byte, dir datadir.Dir) error {
+	if d, err := os.Stat(filepath.Dir(out)); err == nil {
+		if own, err := os.Stat(string(dir)); err == nil && os.SameFile(d, own) {
+			if base := filepath.Base(out); base != datadir.TLSCertFile && base != datadir.CACertFile {
+				return usagef("--out %s is in the data directory %s, where only %s and %s are certificates: nothing was written; give one of those, or a path outside it",
+					out, dir, datadir.TLSCertFile, datadir.CACertFile)
+			}
+		}
+	}
+	if fi, err := os.Lstat(out); errors.Is(err, fs.ErrNotExist) {
+		return nil // a new file
+	} else if err == nil && !fi.Mode().IsRegular() {
+		return usagef("--out %s is not a regular file (%v): nothing was written; give the file the renewed certificate replaces, or a new path (a link is not followed: the rename would replace the link, not what it names)", out, fi.Mode().Type())
+	}
+	data, err := readfile.Regular(out, datadir.MaxFileSize)
+	switch {
+	case errors.Is(err, readfile.ErrNotRegular):
+		return usagef("--out %s is not a regular file (%v): nothing was written; give the file the renewed certificate replaces, or a new path", out, err)
+	case errors.Is(err, readfile.ErrTooLarge):
+		return usagef("--out %s is over %d bytes, not a certificate: nothing was written; give the file the renewed certificate replaces, or a new path", out, datadir.MaxFileSize)
+	case err != nil:
+		return fmt.Errorf("read --out %s before replacing it: %w; nothing was written", out, err)
+	}
+	newCert, err := pki.ParseCertificatePEM(renewed)
+	if err != nil {
+		return err
+	}
+	if bytes.Contains(data, []byte("PRIVATE KEY")) {
+		return usagef("--out %s holds a private key: nothing was written; give the file the renewed certificate replaces (a copy of tls.pem or ca.pem), or a new path", out)
+	}
+	cur, err := pki.ParseCertificatePEM(data)
+	if err != nil {
+		return usagef("--out %s holds no certificate (%v): nothing was written; give the file the renewed certificate replaces (a copy of tls.pem or ca.pem), or a new path", out, err)
+	}
+	if pki.PinOf(cur) != pki.PinOf(newCert) {
+		return usagef("--out %s is the certificate of another key (%q, pin sha256:%s; the renewed one's is sha256:%s): nothing was written; give the copy of the certificate being renewed, or a new path",
+			out, cur.Subject.CommonName, pki.LeafPin(cur), pki.LeafPin(newCert))
+	}
+	return nil
+}
+
 // writeCertificate writes a renewed certificate to path atomically (temp file,
 // fsync, rename, fsync of the directory). The file it replaces keeps its mode (at
 // most 0644: a certificate is public, and no one else may write it) and, when
-// meshctl runs as root, its owner: serve refuses a tls.pem or ca.pem another user
-// owns. A new file is 0644.
+// meshctl runs as root, its owner, given to the temp file before the rename: serve
+// refuses a tls.pem or ca.pem another user owns. A new file is 0644.
 func writeCertificate(path string, data []byte) error {
 	mode := fs.FileMode(0o644)
 	owner := -1
-	if fi, err := os.Stat(path); err == nil {
+	if fi, err := os.Lstat(path); err == nil {
 		if !fi.Mode().IsRegular() {
 			return &certificateFileError{Path: path, Kind: datadir.ErrNotAFile, Reason: "(--out) is not a regular file: give where the renewed certificate goes"}
 		}
@@ -210,13 +262,15 @@ func writeCertificate(path string, data []byte) error {
 			owner = uid
 		}
 	}
-	if err := datadir.WriteFile(path, data, mode); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("write the renewed certificate: %w", err)
 	}
+	write := func() error { return atomicfile.WriteFile(path, data, mode) }
 	if owner >= 0 {
-		if err := os.Chown(path, owner, -1); err != nil {
-			return fmt.Errorf("give the renewed certificate %s its owner back (uid %d): %w", path, owner, err)
-		}
+		write = func() error { return atomicfile.WriteFileOwned(path, data, mode, owner) }
+	}
+	if err := write(); err != nil {
+		return fmt.Errorf("write the renewed certificate: %w", err)
 	}
 	return nil
 }

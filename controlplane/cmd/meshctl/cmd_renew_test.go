@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -197,5 +198,88 @@ func TestControlRenewCertificate(t *testing.T) {
 	}
 	if code, _, stderr := runCLI("control", "status", "--data", string(dir), "--certificate", copyPath); code != exitUsage || !strings.Contains(stderr, "renew-certificate") {
 		t.Errorf("--certificate given to control status: exit %d:\n%s", code, stderr)
+	}
+}
+
+// TestRenewCertificateRefusesAnOutItMustNotReplace (a reviewer's run): `--out
+// …/ca-key.pem`, one tab-completion away from ca.pem, replaced the mesh CA's key
+// with its certificate, exit 0, and no certificate could be renewed again. Now an
+// --out that holds a key, no certificate, or the certificate of another key, that
+// is a link, or that is a new name in the data directory is refused, exit 2,
+// nothing written; the file given back its owner is given it before it takes its
+// name.
+func TestRenewCertificateRefusesAnOutItMustNotReplace(t *testing.T) {
+	dir := bootstrappedDir(t, "m")
+	work := t.TempDir()
+	copyPath := filepath.Join(work, "cp-2-tls.pem")
+	expiredLeafOf(t, dir, copyPath)
+	other := filepath.Join(work, "other.pem")
+	expiredLeafOf(t, dir, other) // a leaf of the same CA over another key
+	link := filepath.Join(work, "link.pem")
+	if err := os.Symlink(copyPath, link); err != nil {
+		t.Fatal(err)
+	}
+	keyCopy := filepath.Join(work, "ca-key.pem")
+	if b, err := os.ReadFile(dir.Path(datadir.CAKeyFile)); err != nil || os.WriteFile(keyCopy, b, 0o600) != nil {
+		t.Fatal(err)
+	}
+	before := map[string][]byte{}
+	for _, p := range []string{keyCopy, dir.Path(datadir.CAKeyFile), dir.Path(datadir.TLSKeyFile), dir.Path(datadir.ConfigFile), dir.Path(datadir.TLSCertFile), other, copyPath} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[p] = b
+	}
+	for _, c := range []struct {
+		name, cert, out, says string
+	}{
+		{"the CA's key", dir.Path(datadir.CACertFile), dir.Path(datadir.CAKeyFile), "is in the data directory"},
+		{"the node's key", copyPath, dir.Path(datadir.TLSKeyFile), "is in the data directory"},
+		{"a copy of the CA's key", dir.Path(datadir.CACertFile), keyCopy, "holds a private key"},
+		{"the CA over the node's certificate", dir.Path(datadir.CACertFile), dir.Path(datadir.TLSCertFile), "the certificate of another key"},
+		{"a leaf over another node's", copyPath, other, "the certificate of another key"},
+		{"a leaf over this node's tls.pem", copyPath, dir.Path(datadir.TLSCertFile), "the certificate of another key"},
+		{"not a certificate", copyPath, dir.Path(datadir.ConfigFile), "is in the data directory"},
+		{"a new name in the data directory", copyPath, filepath.Join(string(dir), "cp-2.pem"), "is in the data directory"},
+		{"a link", copyPath, link, "not a regular file"},
+	} {
+		code, _, stderr := runCLI("control", "renew-certificate", "--data", string(dir), "--certificate", c.cert, "--out", c.out)
+		if code != exitUsage || !strings.Contains(stderr, c.says) || !strings.Contains(stderr, "nothing was written") {
+			t.Errorf("%s: exit %d, want %d saying %q:\n%s", c.name, code, exitUsage, c.says, stderr)
+		}
+	}
+	for p, b := range before {
+		if got, err := os.ReadFile(p); err != nil || string(got) != string(b) {
+			t.Errorf("a refused renewal changed %s: %v", p, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(string(dir), "cp-2.pem")); err == nil {
+		t.Error("a refused renewal made a file in the data directory")
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link was replaced: %v", err)
+	}
+	// The copy being renewed, and a copy of it elsewhere, are what --out is for.
+	again := filepath.Join(work, "again.pem")
+	if err := os.WriteFile(again, before[copyPath], 0o640); err != nil || os.Chmod(again, 0o640) != nil { // the chmod: meshctl's umask, set by another test's run
+		t.Fatal(err)
+	}
+	if code, stdout, stderr := runCLI("control", "renew-certificate", "--data", string(dir), "--certificate", copyPath, "--out", again); code != 0 {
+		t.Fatalf("--out a copy of the same certificate: exit %d:\n%s%s", code, stdout, stderr)
+	}
+	if os.Geteuid() != 0 {
+		return
+	}
+	// As root, a file another user owns is given back to them, as the temp file
+	// it is before its rename.
+	if err := os.Chown(again, 4242, -1); err != nil {
+		t.Fatal(err)
+	}
+	if code, stdout, stderr := runCLI("control", "renew-certificate", "--data", string(dir), "--certificate", again); code != 0 {
+		t.Fatalf("renew in place: exit %d:\n%s%s", code, stdout, stderr)
+	}
+	if fi, err := os.Stat(again); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 4242 || fi.Mode().Perm() != 0o640 {
+		t.Errorf("renewed in place: %v %v, want owned by uid 4242, mode 0640", fi, err)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -11,6 +12,7 @@ import (
 
 	"mesh/broker"
 	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
 	"mesh/controlplane/state"
 )
 
@@ -28,23 +30,32 @@ func controlStatus(cp *controlPlaneFlags, cio *cliIO, wait time.Duration, asJSON
 	if err != nil {
 		return err
 	}
-	r := reportControlStatus(answers)
+	now := time.Now()
+	r := reportControlStatus(answers, now)
 	if asJSON {
 		if err := writeJSON(cio.stdout, r); err != nil {
 			return err
 		}
 	} else {
-		printControlStatus(cio.stdout, r, time.Now())
+		printControlStatus(cio.stdout, r, now)
 	}
 	return r.verdict()
 }
 
 // verdict is the exit of a report: with no leader, 3; with one, 5 when a voter does
 // not answer or does not follow it (not converged: the control plane answers, and is
-// not whole, so restarting another voter may stop it); nil when every voter answers
-// and follows the leader, which is what a rolling restart waits for before the next
-// node.
+// not whole, so restarting another voter may stop it), or when a control node alive
+// serves with a certificate that has expired (it keeps the connections it holds,
+// and every new one is refused); nil when every voter answers and follows the
+// leader and no certificate has expired, which is what a rolling restart waits for
+// before the next node. A certificate that expires within 180 days is printed, and
+// fails nothing.
 func (r controlStatusReport) verdict() error {
+	var expired string
+	if names := r.expiredCertificates(); len(names) > 0 {
+		expired = "certificates expired: " + strings.Join(names, ", ") + "; every new connection to those nodes is refused, so a control node restarted no longer reaches them: " +
+			"renew the certificates (`" + datadir.RenewCommand + "`, docs/operations.md, \"Certificate lifetimes\") and restart those nodes first, one at a time"
+	}
 	switch {
 	case r.Leader != "":
 		var parts []string
@@ -54,15 +65,31 @@ func (r controlStatusReport) verdict() error {
 		if len(r.NotFollowing) > 0 {
 			parts = append(parts, "voters not following the leader "+oneLine(r.Leader, 64)+": "+strings.Join(r.notFollowingIDs(), ", "))
 		}
+		if len(parts) > 0 {
+			parts = []string{strings.Join(parts, "; ") + "; the voters left are the quorum: restart no other control node until `meshctl control status` exits 0"}
+		}
+		if expired != "" {
+			parts = append(parts, expired)
+		}
 		if len(parts) == 0 {
 			return nil
 		}
-		return exitError{code: exitNotConverged, err: fmt.Errorf("%s; the voters left are the quorum: restart no other control node until `meshctl control status` exits 0", strings.Join(parts, "; "))}
+		return exitError{code: exitNotConverged, err: errors.New(strings.Join(parts, "; "))}
 	case len(r.Missing) == 0:
 		// "0 of 1 voters missing" read as a contradiction.
-		return exitError{code: exitUnreachable, err: fmt.Errorf("the control plane has no leader, though all %d voter(s) answer: an election is under way, or they cannot win one (a Raft log they cannot write: the table above and their logs say)", len(r.Voters))}
+		return exitError{code: exitUnreachable, err: fmt.Errorf("the control plane has no leader, though all %d voter(s) answer: an election is under way, or they cannot win one (a Raft log they cannot write: the table above and their logs say)%s", len(r.Voters), orExpired(expired))}
 	}
-	return exitError{code: exitUnreachable, err: fmt.Errorf("the control plane has no leader: %d of %d voters missing", len(r.Missing), len(r.Voters))}
+	return exitError{code: exitUnreachable, err: fmt.Errorf("the control plane has no leader: %d of %d voters missing%s", len(r.Missing), len(r.Voters), orExpired(expired))}
+}
+
+// orExpired appends what verdict says of expired certificates, if any, to the
+// message of a control plane with no leader: voters whose certificates expired
+// cannot reach each other once restarted.
+func orExpired(expired string) string {
+	if expired == "" {
+		return ""
+	}
+	return "; " + expired
 }
 
 // controlStatusReport is what `meshctl control status` makes of the answers.
@@ -81,7 +108,11 @@ type controlStatusReport struct {
 	// heartbeats (not following for several of them in a row: api.ControlView's
 	// NotFollowing; none heard). Such a voter answers on the brokers, and counts
 	// towards no commit.
-	NotFollowing map[string]string   `json:"not_following,omitempty"`
+	NotFollowing map[string]string `json:"not_following,omitempty"`
+	// Certificates are when the certificates of each control node alive expire,
+	// its own and the CA's it serves with, judged by this machine's clock; a node
+	// offline, or of a version that does not say, is not among them.
+	Certificates []certificateExpiry `json:"certificates,omitempty"`
 	Answered     []api.ControlStatus `json:"answered"`
 }
 
@@ -106,8 +137,9 @@ func (r controlStatusReport) notFollowingIDs() []string {
 }
 
 // reportControlStatus sums up the answers: the leader, and the voters that did not
-// answer, from the configuration of the node that applied the most.
-func reportControlStatus(answers []api.ControlStatus) controlStatusReport {
+// answer, from the configuration of the node that applied the most; and the
+// certificates of the control nodes, judged at now.
+func reportControlStatus(answers []api.ControlStatus, now time.Time) controlStatusReport {
 	r := controlStatusReport{Answered: answers}
 	var newest api.ControlStatus
 	for _, a := range answers {
@@ -157,6 +189,7 @@ func reportControlStatus(answers []api.ControlStatus) controlStatusReport {
 			}
 		}
 	}
+	r.Certificates = certificateExpiries(answers, r.Leader, now)
 	return r
 }
 
@@ -278,6 +311,7 @@ func printControlStatus(w io.Writer, r controlStatusReport, now time.Time) {
 	if leaderAnswered {
 		printClocks(w, r, lead, now)
 	}
+	printCertificates(w, r, now)
 	// A node whose disk is full cannot append the entry an election starts with:
 	// starting voters does not help, room does.
 	for _, a := range r.Answered {

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -63,7 +65,7 @@ func TestReportControlStatus(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			r := reportControlStatus(tc.answers)
+			r := reportControlStatus(tc.answers, now)
 			if r.Leader != tc.leader || !slices.Equal(r.Missing, tc.missing) || len(r.Voters) != tc.voters || r.Quorum != tc.quorum {
 				t.Fatalf("report = leader %q missing %v voters %v quorum %d; want %q %v %d %d", r.Leader, r.Missing, r.Voters, r.Quorum, tc.leader, tc.missing, tc.voters, tc.quorum)
 			}
@@ -89,7 +91,7 @@ func TestReportControlStatus(t *testing.T) {
 // escapes a terminal would act on.
 func TestControlStatusPrintsNoEscapes(t *testing.T) {
 	r := reportControlStatus([]api.ControlStatus{{Node: "cp-1\x1b]0;owned\x07", Raft: api.RaftStateFollower, Leader: "\x1b[2J", Version: "0.1.0\x1b[2J",
-		Members: []api.RaftMember{{ID: "cp-9\x1b[2J", Voter: true}}}})
+		Members: []api.RaftMember{{ID: "cp-9\x1b[2J", Voter: true}}}}, time.Now())
 	var b bytes.Buffer
 	printControlStatus(&b, r, time.Now())
 	if strings.ContainsRune(b.String(), 0x1b) || strings.ContainsRune(b.String(), 0x07) {
@@ -107,7 +109,7 @@ func TestControlStatusShowsEachNodesVersion(t *testing.T) {
 		{Node: "cp-1", Raft: api.RaftStateLeader, Members: members, Version: newer},
 		{Node: "cp-2", Raft: api.RaftStateFollower, Leader: "cp-1", Members: members, Version: newer},
 		{Node: "cp-3", Raft: api.RaftStateFollower, Leader: "cp-1", Members: members},
-	})
+	}, time.Now())
 	var b bytes.Buffer
 	printControlStatus(&b, r, time.Now())
 	lines := strings.Split(b.String(), "\n")
@@ -135,7 +137,7 @@ func TestControlStatusContactByEachNodesClock(t *testing.T) {
 		{Node: "cp-1", Raft: api.RaftStateLeader, Members: members, At: now},
 		{Node: "cp-2", Raft: api.RaftStateFollower, Leader: "cp-1", Members: members, LastContact: behind.Add(-2 * time.Second), At: behind},
 		{Node: "cp-3", Raft: api.RaftStateFollower, Leader: "cp-1", Members: members, LastContact: now.Add(-5 * time.Second)},
-	})
+	}, now)
 	var b bytes.Buffer
 	printControlStatus(&b, r, now)
 	lines := strings.Split(b.String(), "\n")
@@ -170,7 +172,7 @@ func TestControlStatusNamesTheClockThatIsOff(t *testing.T) {
 		}
 	}
 	var b bytes.Buffer
-	printControlStatus(&b, reportControlStatus(answers(now)), now)
+	printControlStatus(&b, reportControlStatus(answers(now), now), now)
 	out := b.String()
 	lines := strings.Split(out, "\n")
 	col := strings.Index(lines[0], "CLOCK")
@@ -190,7 +192,7 @@ func TestControlStatusNamesTheClockThatIsOff(t *testing.T) {
 	}
 
 	b.Reset()
-	printControlStatus(&b, reportControlStatus(answers(now.Add(-90*time.Minute))), now)
+	printControlStatus(&b, reportControlStatus(answers(now.Add(-90*time.Minute)), now), now)
 	if out := b.String(); !strings.Contains(out, "the leader's clock (cp-1) is 1h30m0s behind this machine's") {
 		t.Errorf("the leader 90 minutes behind this machine is not named:\n%s", out)
 	}
@@ -227,7 +229,7 @@ func TestControlStatusNamesNonvoters(t *testing.T) {
 		{Node: "cp-2", Raft: api.RaftStateFollower, Leader: "cp-1", Members: members},
 		{Node: "cp-4", Raft: api.RaftStateFollower, Leader: "cp-1", Members: members},
 		{Node: "cp-5", Raft: api.RaftStateFollower, Members: members[:3]},
-	})
+	}, time.Now())
 	var b bytes.Buffer
 	printControlStatus(&b, r, time.Now())
 	lines := strings.Split(b.String(), "\n")
@@ -339,7 +341,7 @@ func TestControlStatusNamesVotersThatDoNotFollow(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			r := reportControlStatus(tc.answers)
+			r := reportControlStatus(tc.answers, now)
 			if r.Leader != "cp-1" {
 				t.Fatalf("leader %q", r.Leader)
 			}
@@ -387,6 +389,195 @@ func TestControlStatusNamesVotersThatDoNotFollow(t *testing.T) {
 			for id := range tc.want {
 				if !strings.Contains(j.String(), `"not_following": {`) || !strings.Contains(j.String(), `"`+id+`": "`) {
 					t.Fatalf("JSON does not name %s under not_following:\n%s", id, j.String())
+				}
+			}
+		})
+	}
+}
+
+// TestControlStatusNamesCertificatesThatExpire (audit: each control node warned of
+// its own certificate in its own log, and nothing looking at the control plane as a
+// whole named another's): `control status` names each control node whose
+// certificate (tls.pem), or the CA's it serves with (ca.pem), expires within 180
+// days or has expired, with when and how to renew it where the CA key is; the CA's
+// once for the nodes that serve with the same one. Within 180 days it exits 0, the
+// gate of a rolling restart; expired, 5 (with a leader; 3 without, saying so). A
+// node's own answer counts before what another heard of it. --json carries every
+// date.
+func TestControlStatusNamesCertificatesThatExpire(t *testing.T) {
+	now := time.Date(2036, 6, 1, 12, 0, 0, 0, time.UTC)
+	members := []api.RaftMember{{ID: "cp-1", Voter: true}, {ID: "cp-2", Voter: true}, {ID: "cp-3", Voter: true}}
+	far := now.Add(9 * 365 * 24 * time.Hour).Truncate(time.Second)
+	type certs struct{ leaf, ca time.Time }
+	// answers: cp-1 leads and holds the CA key; each node answers with its own
+	// view, the leader with every node's, by the dates given.
+	answers := func(own map[string]certs, heard map[string]certs) []api.ControlStatus {
+		var out []api.ControlStatus
+		for _, id := range []string{"cp-1", "cp-2", "cp-3"} {
+			a := api.ControlStatus{Node: id, Raft: api.RaftStateFollower, Leader: "cp-1", Term: 4, Members: members, CommitIndex: 80, At: now}
+			if id == "cp-1" {
+				a.Raft = api.RaftStateLeader
+				for _, other := range []string{"cp-2", "cp-3"} {
+					c, ok := heard[other]
+					if !ok {
+						c = own[other]
+					}
+					a.Control = append(a.Control, api.ControlView{ID: other, Raft: api.RaftVoter, State: api.StateAlive, CertNotAfter: c.leaf, CANotAfter: c.ca})
+				}
+			}
+			self := api.ControlView{ID: id, Raft: api.RaftVoter, State: api.StateAlive, CAHolder: id == "cp-1", CertNotAfter: own[id].leaf, CANotAfter: own[id].ca}
+			if id == "cp-1" {
+				self.Raft = api.RaftLeader
+			}
+			a.Control = append(a.Control, self)
+			out = append(out, a)
+		}
+		return out
+	}
+	healthy := map[string]certs{"cp-1": {far, far}, "cp-2": {far, far}, "cp-3": {far, far}}
+	with := func(id string, c certs) map[string]certs {
+		m := maps.Clone(healthy)
+		m[id] = c
+		return m
+	}
+	soon := now.Add(99*24*time.Hour + time.Hour)
+	past := now.Add(-3*24*time.Hour - time.Hour)
+	const renew = "meshctl control renew-certificate --data DIR --certificate"
+	for name, tc := range map[string]struct {
+		answers  []api.ControlStatus
+		lines    []string // each in one line of the output, in this order
+		states   map[string]string
+		exit     int
+		errHas   string
+		noLineOf string
+		once     string // in the output once
+	}{
+		"every certificate years from expiring": {
+			answers: answers(healthy, nil),
+			states:  map[string]string{"cp-1 leaf": certValid, "cp-2 ca": certValid, "cp-3 leaf": certValid},
+		},
+		"a node's within 180 days": {
+			answers: answers(with("cp-2", certs{soon, far}), nil),
+			lines: []string{"cp-2's certificate (its tls.pem) expires in 99 days, at " + soon.Format(time.RFC3339) +
+				": then the other control nodes and the hosts refuse it. Renew it on cp-1, which holds the CA key: copy cp-2's tls.pem there, run `" + renew +
+				" COPY-OF-tls.pem`, put the result in place of cp-2's tls.pem and restart it (docs/operations.md, \"Certificate lifetimes\")"},
+			states: map[string]string{"cp-2 leaf": certExpiresSoon, "cp-2 ca": certValid},
+		},
+		"the CA holder's own": {
+			answers: answers(with("cp-1", certs{soon, far}), nil),
+			lines:   []string{"cp-1's certificate (its tls.pem) expires in 99 days", "Renew it on cp-1, which holds the CA key: `" + renew + " DIR/tls.pem`, then restart it"},
+			states:  map[string]string{"cp-1 leaf": certExpiresSoon},
+		},
+		"a node's expired": {
+			answers: answers(with("cp-3", certs{past, far}), nil),
+			lines:   []string{"cp-3's certificate (its tls.pem) expired 3 days ago, at " + past.Format(time.RFC3339) + ": the other control nodes and the hosts refuse every new connection to it"},
+			states:  map[string]string{"cp-3 leaf": certExpired},
+			exit:    exitNotConverged, errHas: "certificates expired: cp-3 (tls.pem); every new connection to those nodes is refused",
+		},
+		"the CA's, the same on every node": {
+			answers: answers(map[string]certs{"cp-1": {far, soon}, "cp-2": {far, soon}, "cp-3": {far, soon}}, nil),
+			lines: []string{"the mesh CA's certificate that cp-1, cp-2, cp-3 serve with (their ca.pem) expires in 99 days, at " + soon.Format(time.RFC3339) +
+				": then every host and control node refuses every broker that presents it. Renew it on cp-1, which holds the CA key (`" + renew +
+				" DIR/ca.pem`: its key and pin stay), copy the new ca.pem into every control node's data directory and restart each, one at a time"},
+			states:   map[string]string{"cp-1 ca": certExpiresSoon, "cp-3 ca": certExpiresSoon},
+			noLineOf: "'s certificate (its tls.pem)",
+			once:     "the mesh CA's certificate",
+		},
+		"the CA's renewed, not yet everywhere": {
+			answers: answers(map[string]certs{"cp-1": {far, far}, "cp-2": {far, soon}, "cp-3": {far, past}}, nil),
+			lines: []string{"the mesh CA's certificate that cp-3 serves with (its ca.pem) expired 3 days ago",
+				"the mesh CA's certificate that cp-2 serves with (its ca.pem) expires in 99 days",
+				"cp-1 already serves with a renewed one (until " + far.Format(time.RFC3339) + "): copy that ca.pem into the data directory of cp-2 and restart it"},
+			states: map[string]string{"cp-1 ca": certValid, "cp-2 ca": certExpiresSoon, "cp-3 ca": certExpired},
+			exit:   exitNotConverged, errHas: "certificates expired: cp-3 (ca.pem)",
+		},
+		// cp-2 renewed and restarted: its own answer says so, the leader's view
+		// still holds the heartbeat before.
+		"a node's own answer first": {
+			answers: answers(healthy, map[string]certs{"cp-2": {past, far}}),
+			states:  map[string]string{"cp-2 leaf": certValid},
+		},
+		// cp-3's broker not routed here: the leader's view says.
+		"a node that did not answer": {
+			answers: answers(with("cp-3", certs{past, far}), nil)[:2],
+			lines:   []string{"cp-3's certificate (its tls.pem) expired 3 days ago"},
+			states:  map[string]string{"cp-3 leaf": certExpired},
+			exit:    exitNotConverged, errHas: "voters not answering: cp-3; the voters left are the quorum: restart no other control node until `meshctl control status` exits 0; certificates expired: cp-3 (tls.pem)",
+		},
+		"no leader": {
+			answers: func() []api.ControlStatus {
+				a := answers(with("cp-2", certs{past, far}), nil)[1:]
+				for i := range a {
+					a[i].Raft, a[i].Leader = api.RaftStateCandidate, ""
+				}
+				return a
+			}(),
+			lines:  []string{"cp-2's certificate (its tls.pem) expired 3 days ago", "Renew it where the CA key is: copy cp-2's tls.pem there"},
+			states: map[string]string{"cp-2 leaf": certExpired},
+			exit:   exitUnreachable, errHas: "the control plane has no leader: 1 of 3 voters missing; certificates expired: cp-2 (tls.pem)",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := reportControlStatus(tc.answers, now)
+			got := map[string]string{}
+			for _, c := range r.Certificates {
+				got[c.Node+" "+c.Certificate] = c.State
+			}
+			for k, want := range tc.states {
+				if got[k] != want {
+					t.Errorf("%s: %q, want %q (all: %v)", k, got[k], want, got)
+				}
+			}
+			var b bytes.Buffer
+			printControlStatus(&b, r, now)
+			out := b.String()
+			at := 0
+			for _, want := range tc.lines {
+				i := strings.Index(out[at:], want)
+				if i < 0 {
+					t.Fatalf("output lacks, after what came before, %q:\n%s", want, out)
+				}
+				at += i + len(want)
+			}
+			if len(tc.lines) == 0 && (strings.Contains(out, "expires in") || strings.Contains(out, "expired")) {
+				t.Errorf("a certificate named:\n%s", out)
+			}
+			if tc.noLineOf != "" && strings.Contains(out, tc.noLineOf) {
+				t.Errorf("output says %q:\n%s", tc.noLineOf, out)
+			}
+			if tc.once != "" && strings.Count(out, tc.once) != 1 {
+				t.Errorf("output says %q %d times, want once:\n%s", tc.once, strings.Count(out, tc.once), out)
+			}
+
+			err := r.verdict()
+			if tc.exit == 0 {
+				if err != nil {
+					t.Fatalf("exit: %v; want 0", err)
+				}
+			} else {
+				var ee exitError
+				if !errors.As(err, &ee) || ee.code != tc.exit || !strings.Contains(err.Error(), tc.errHas) {
+					t.Fatalf("exit: %v; want %d saying %q", err, tc.exit, tc.errHas)
+				}
+			}
+
+			// --json: every date, with its state.
+			var j bytes.Buffer
+			if err := writeJSON(&j, r); err != nil {
+				t.Fatal(err)
+			}
+			var back struct {
+				Certificates []certificateExpiry `json:"certificates"`
+			}
+			if err := json.Unmarshal(j.Bytes(), &back); err != nil {
+				t.Fatal(err)
+			}
+			if len(back.Certificates) != len(r.Certificates) || len(r.Certificates) == 0 {
+				t.Fatalf("JSON carries %d certificates, the report %d:\n%s", len(back.Certificates), len(r.Certificates), j.String())
+			}
+			for i, c := range back.Certificates {
+				if c != r.Certificates[i] || c.NotAfter.IsZero() {
+					t.Errorf("JSON certificate %d: %+v, want %+v", i, c, r.Certificates[i])
 				}
 			}
 		})

@@ -1,0 +1,355 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"mesh/declarations"
+)
+
+// errNotAsUser: asUser could not make its thread another user's.
+var errNotAsUser = errors.New("could not run a thread as another user")
+
+// asUser runs fn on an OS thread whose file system uid and gid are uid
+// (setfsuid(2)) and which holds no capability (capset(2), which like setfsuid
+// changes the calling thread alone): the kernel judges its file operations as an
+// unprivileged process of that user's, while the rest of the test process stays
+// root. setfsuid alone drops the capabilities over files but keeps CAP_SYS_ADMIN,
+// which may set trusted.* attributes. The thread is never handed back to the
+// runtime: it ends with fn's goroutine.
+func asUser(t *testing.T, uid int, fn func() error) error {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // not unlocked: the thread exits with this goroutine
+		_ = unix.Setfsgid(uid)
+		_ = unix.Setfsuid(uid)
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var none [2]unix.CapUserData
+		if got, _ := unix.SetfsuidRetUid(-1); got != uid || unix.Capset(&hdr, &none[0]) != nil {
+			errc <- errNotAsUser
+			return
+		}
+		errc <- fn()
+	}()
+	err := <-errc
+	if errors.Is(err, errNotAsUser) {
+		t.Fatal(err)
+	}
+	return err
+}
+
+// setMarkAs sets the attribute attr of the root to text as uid would. The root is
+// opened by the test (its temporary parents are root's, 0700): only the setting
+// is judged as uid's, which is what the kernel checks the attribute's permission on.
+func setMarkAs(t *testing.T, uid int, root, attr, text string) error {
+	t.Helper()
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	return asUser(t, uid, func() error { return unix.Fsetxattr(fd, attr, []byte(text), 0) })
+}
+
+func getAttr(t *testing.T, path, attr string) (string, error) {
+	t.Helper()
+	buf := make([]byte, 128)
+	n, err := unix.Getxattr(path, attr, buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: sets the root's mark as other users (setfsuid) and gives the root to them")
+	}
+}
+
+// forged is a mark naming the last possible version: the check off for good.
+var forged = rootMarkValue{version: math.MaxUint64, digest: strings.Repeat("ab", 32)}
+
+// TestAMarkAnotherUserCouldSetIsNotTrusted (a reviewer's audit, 2026-12, finding 3):
+// anyone who may write a directory without the sticky bit may set its user.*
+// attributes, and statedir.CheckRoot accepts a root others may write; such a user
+// set user.meshhost.applied to the last version and the file check stayed off for
+// good, while they could swap the root's files. An agent running as root marks
+// trusted.meshhost.applied, which that user cannot set, and no longer reads (and
+// removes) the user.* one; an agent running as another user trusts its user.* mark
+// only on a root it owns that group and others may not write, or that is sticky.
+func TestAMarkAnotherUserCouldSetIsNotTrusted(t *testing.T) {
+	needRoot(t)
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := os.Mkdir(f.root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// An earlier agent's mark, in the namespace anyone who may write could set.
+	if err := unix.Setxattr(f.root, rootMarkUser, forged.text(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
+		t.Fatal(err)
+	}
+	want := string(rootMarkValue{version: 1, digest: f.a.applied.BodyDigest}.text())
+	if got, err := getAttr(t, f.root, rootMarkTrusted); err != nil || got != want {
+		t.Fatalf("the root agent's mark after v1: %s = %q (%v), want %q", rootMarkTrusted, got, err, want)
+	}
+	if got, err := getAttr(t, f.root, rootMarkUser); !errors.Is(err, unix.ENODATA) {
+		t.Fatalf("the earlier agent's %s is still there: %q (%v)", rootMarkUser, got, err)
+	}
+
+	// The root made 0777: nobody sets the user.* mark (the kernel lets them), not
+	// the trusted.* one. The root agent goes by its own mark, and puts back.
+	if err := os.Chmod(f.root, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := setMarkAs(t, 65534, f.root, rootMarkUser, string(forged.text())); err != nil {
+		t.Fatalf("nobody could not set %s on a 0777 root: %v (the premise of the audit)", rootMarkUser, err)
+	}
+	if err := setMarkAs(t, 65534, f.root, rootMarkTrusted, string(forged.text())); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("nobody setting %s: %v, want EPERM", rootMarkTrusted, err)
+	}
+	f.handEdit(t, "swapped by nobody")
+	if out := f.a.checkFiles(ctx); !out.putBack || f.file(t) != "declared" || f.a.off.code != "" {
+		t.Fatalf("the root agent under nobody's %s: put back %t, file %q, check off for %q; want put back", rootMarkUser, out.putBack, f.file(t), f.a.off.code)
+	}
+
+	// An agent running as uid 4242, whose root it is, 0777: nobody's mark is not
+	// trusted, nor is one it would write itself.
+	const agentUID = 4242
+	f.a.euid = agentUID
+	if err := os.Chown(f.root, agentUID, agentUID); err != nil {
+		t.Fatal(err)
+	}
+	f.handEdit(t, "swapped by nobody")
+	if out := f.a.checkFiles(ctx); !out.putBack || f.file(t) != "declared" || f.a.off.code != "" {
+		t.Fatalf("uid %d's agent under nobody's mark on its 0777 root: put back %t, file %q, check off for %q; want put back", agentUID, out.putBack, f.file(t), f.a.off.code)
+	}
+	if err := markRoot(f.root, agentUID, rootMarkValue{version: 1, digest: f.a.applied.BodyDigest}); !errors.Is(err, errRootMarkUntrusted) {
+		t.Fatalf("marking a 0777 root as uid %d: %v, want errRootMarkUntrusted", agentUID, err)
+	}
+
+	// Sticky (1777): the kernel lets only the owner set it, and the agent trusts it.
+	if err := os.Chmod(f.root, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	if err := setMarkAs(t, 65534, f.root, rootMarkUser, string(forged.text())); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("nobody setting %s on a sticky root: %v, want EPERM", rootMarkUser, err)
+	}
+	if err := setMarkAs(t, agentUID, f.root, rootMarkUser, "7 "+forged.digest); err != nil {
+		t.Fatalf("the owner setting %s on its sticky root: %v", rootMarkUser, err)
+	}
+	f.handEdit(t, "v7's content")
+	if out := f.a.checkFiles(ctx); out.putBack || f.file(t) != "v7's content" || f.a.off.code != CheckOffRootNewer {
+		t.Fatalf("the owner's mark on its sticky root: put back %t, file %q, check off for %q; want %q", out.putBack, f.file(t), f.a.off.code, CheckOffRootNewer)
+	}
+	// 0755: trusted still.
+	if err := os.Chmod(f.root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := rootMark(f.root, agentUID); !ok || m.version != 7 {
+		t.Fatalf("the owner's mark on its 0755 root: %+v (%t), want v7", m, ok)
+	}
+	// The same root given to root while the agent runs as 4242: root's group
+	// aside, another user (root's services) could have set it.
+	if err := os.Chown(f.root, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if out := f.a.checkFiles(ctx); !out.putBack || f.file(t) != "declared" || f.a.off.code != "" {
+		t.Fatalf("uid %d's agent on a root of root's: put back %t, file %q, check off for %q; want its mark not trusted", agentUID, out.putBack, f.file(t), f.a.off.code)
+	}
+}
+
+// TestUserMarkTrusted is the rule's table: the agent's user's root, and only one
+// no other user may set attributes on.
+func TestUserMarkTrusted(t *testing.T) {
+	for _, tc := range []struct {
+		uid, euid int
+		perm      uint32
+		want      bool
+	}{
+		{1000, 1000, 0o755, true},
+		{1000, 1000, 0o700, true},
+		{1000, 1000, 0o1777, true}, // sticky: only the owner sets user.* attributes
+		{1000, 1000, 0o775, false}, // the group may set it
+		{1000, 1000, 0o757, false},
+		{1000, 1000, 0o777, false},
+		{0, 1000, 0o755, false}, // root's root, the agent another user: root's services may
+		{2000, 1000, 0o700, false},
+	} {
+		if got := userMarkTrusted(tc.uid, tc.euid, tc.perm); got != tc.want {
+			t.Errorf("uid %d, agent %d, mode %#o: trusted %t, want %t", tc.uid, tc.euid, tc.perm, got, tc.want)
+		}
+	}
+}
+
+// declAt signs v1 of the fixture's body ("declared") issued at issued.
+func (f *fixture) declAt(t *testing.T, issued time.Time) []byte {
+	t.Helper()
+	content := "declared"
+	env, err := declarations.SignDeclaration(declarations.Declaration{
+		Mesh: "m", Node: "n-1", NodeKey: f.nodeKey, Version: 1, IssuedAt: issued, ExpiresAt: issued.Add(24 * time.Hour),
+		Body: declarations.Body{Files: []declarations.File{{Path: "etc/app.conf", Content: &content}}},
+	}, f.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+// TestTheMeshsCopyEndsRootNewerWithoutFlapping (a reviewer's audit, 2026-12,
+// finding 3): the root marked higher than both the state and the mesh (a control
+// plane and a state directory both restored from backups) turns the check off and
+// asks the mesh, which sends its current declaration: the state's. Before, that
+// copy turned the check on, logging that it put files back again, without marking
+// the root, and the next check turned it off again: a warning, an ask and a sync at
+// every interval, for good. Now the copy marks the root, and the check stays on.
+// A copy older than the state's (a replay) is not the mesh speaking: it neither
+// ends it nor puts the files back.
+func TestTheMeshsCopyEndsRootNewerWithoutFlapping(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	current := f.declAt(t, t0)
+	if err := f.a.handle(ctx, current); err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	f.a.log = slog.New(slog.NewTextHandler(&logged, nil))
+	if err := markRoot(f.root, f.a.euid, rootMarkValue{version: 5, digest: forged.digest}); err != nil {
+		t.Fatal(err)
+	}
+	f.handEdit(t, "v5's content")
+	if out := f.a.checkFiles(ctx); out.putBack || !out.ask || f.a.off.code != CheckOffRootNewer {
+		t.Fatalf("a root marked v5 over a v1 state: %+v, check off for %q", out, f.a.off.code)
+	}
+
+	// A replayed copy, issued before the state's: nothing put back, still off.
+	if err := f.a.handle(ctx, f.declAt(t, t0.Add(-time.Hour))); err != nil {
+		t.Fatal(err)
+	}
+	if f.file(t) != "v5's content" || f.a.off.code != CheckOffRootNewer {
+		t.Fatalf("an older copy of v1: file %q, check off for %q; want nothing put back, still off", f.file(t), f.a.off.code)
+	}
+	if m, _ := rootMark(f.root, f.a.euid); m.version != 5 {
+		t.Fatalf("an older copy of v1 marked the root v%d", m.version)
+	}
+
+	// The mesh's answer: its current copy, the state's.
+	if err := f.a.handle(ctx, current); err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := rootMark(f.root, f.a.euid); !ok || m.version != 1 || m.digest != f.a.applied.BodyDigest {
+		t.Fatalf("the mesh's current copy of v1: the root marked %+v (%t), want v1 and its digest", m, ok)
+	}
+	if f.file(t) != "declared" || f.a.off.code != "" {
+		t.Fatalf("the mesh's current copy of v1: file %q, check off for %q; want put back, on", f.file(t), f.a.off.code)
+	}
+	// Two check intervals: on, putting back, asking nothing.
+	for i := range 2 {
+		f.handEdit(t, "edited by hand")
+		if out := f.a.checkFiles(ctx); !out.putBack || out.ask || f.a.off.code != "" || f.file(t) != "declared" {
+			t.Fatalf("check %d after the mesh's copy: %+v, check off for %q, file %q; want put back, on", i+1, out, f.a.off.code, f.file(t))
+		}
+	}
+	log := logged.String()
+	if n := strings.Count(log, "files changed on this host are not put back"); n != 1 {
+		t.Errorf("the check said %d times that it is off, want once:\n%s", n, log)
+	}
+	if strings.Contains(log, "it holds a usable copy of the applied declaration") {
+		t.Errorf("a copy said the check puts back again while the root's mark held:\n%s", log)
+	}
+	if !strings.Contains(log, "marked with the declaration the mesh sent as its current one") {
+		t.Errorf("the end of the check's being off not said:\n%s", log)
+	}
+}
+
+// TestAMarkThatCannotBeRewrittenKeepsTheCheckOffQuietly: the mesh's copy arrives
+// but the root's mark cannot be written (here the root made immutable): the mark
+// still names a newer declaration, so the check stays off, with no word that it
+// puts files back again and no second warning or ask at the checks that follow.
+func TestAMarkThatCannotBeRewrittenKeepsTheCheckOffQuietly(t *testing.T) {
+	needRoot(t)
+	f := newFixture(t)
+	ctx := context.Background()
+	current := f.declAt(t, t0)
+	if err := f.a.handle(ctx, current); err != nil {
+		t.Fatal(err)
+	}
+	if err := markRoot(f.root, f.a.euid, rootMarkValue{version: 5, digest: forged.digest}); err != nil {
+		t.Fatal(err)
+	}
+	setImmutable(t, f.root)
+	var logged bytes.Buffer
+	f.a.log = slog.New(slog.NewTextHandler(&logged, nil))
+	f.handEdit(t, "v5's content")
+	if out := f.a.checkFiles(ctx); out.putBack || !out.ask || f.a.off.code != CheckOffRootNewer {
+		t.Fatalf("a root marked v5 over a v1 state: %+v, check off for %q", out, f.a.off.code)
+	}
+	if err := f.a.handle(ctx, current); err != nil {
+		t.Fatal(err)
+	}
+	if f.file(t) != "v5's content" || f.a.off.code != CheckOffRootNewer {
+		t.Fatalf("the mesh's copy, the mark not rewritten: file %q, check off for %q; want nothing put back, still off", f.file(t), f.a.off.code)
+	}
+	for i := range 2 {
+		if out := f.a.checkFiles(ctx); out.putBack || out.ask || f.a.off.code != CheckOffRootNewer {
+			t.Fatalf("check %d: %+v, check off for %q; want still off, no ask", i+1, out, f.a.off.code)
+		}
+	}
+	log := logged.String()
+	if n := strings.Count(log, "files changed on this host are not put back"); n != 1 {
+		t.Errorf("the check said %d times that it is off, want once:\n%s", n, log)
+	}
+	if strings.Contains(log, "puts back files changed on this host again") {
+		t.Errorf("said the check puts back again while the root's mark held:\n%s", log)
+	}
+	if !strings.Contains(log, "could not mark the managed root") {
+		t.Errorf("the failure to mark the root not said:\n%s", log)
+	}
+}
+
+// fsImmutableFL is FS_IMMUTABLE_FL of linux/fs.h (chattr +i).
+const fsImmutableFL = 0x10
+
+// setImmutable makes dir immutable (chattr +i) until the test ends: its
+// attributes cannot be set, the files below it can be written.
+func setImmutable(t *testing.T, dir string) {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
+	if err != nil {
+		t.Skipf("this file system keeps no inode flags: %v", err)
+	}
+	if err := unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, int(flags|fsImmutableFL)); err != nil {
+		t.Skipf("cannot make the root immutable here: %v", err)
+	}
+	t.Cleanup(func() {
+		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, int(flags)); err != nil {
+			t.Errorf("could not make %s mutable again: %v", dir, err)
+		}
+	})
+}
