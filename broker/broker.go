@@ -165,9 +165,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		// The broker is a message bus, not a store; JetStream stays off.
 		JetStream: false,
 		HTTPPort:  0,
-		// Ping clients often enough that a dead peer is noticed within a minute.
-		PingInterval: 20 * time.Second,
-		MaxPingsOut:  3,
+		// Ping clients often enough that a dead peer is noticed within
+		// SilentClientClosedWithin.
+		PingInterval: clientPingInterval,
+		MaxPingsOut:  clientMaxPingsOut,
 		// nats-server pings a client 2 s after its CONNECT by default, and nats.go
 		// fails a connection whose first answer is that PING rather than its PONG:
 		// a login decided slowly (a control node busy with a fleet reconnecting)
@@ -279,6 +280,21 @@ func waitReady(ns *server.Server, nlog *natsLog, deadline time.Duration) error {
 		}
 	}
 }
+
+// A client the broker no longer hears from is pinged every clientPingInterval, the
+// first time once it has heard nothing for an interval, and closed when
+// clientMaxPingsOut pings are unanswered at the next.
+const (
+	clientPingInterval = 20 * time.Second
+	clientMaxPingsOut  = 3
+)
+
+// SilentClientClosedWithin bounds how long after the last it heard from a client
+// (its link cut, its machine gone) the broker closes its connection: nats-server
+// delays its first ping up to an interval, then sends clientMaxPingsOut of them and
+// closes at the interval after. Until then an agent that reconnected elsewhere holds
+// two connections with its key.
+const SilentClientClosedWithin = clientPingInterval * (clientMaxPingsOut + 2)
 
 // A route that leaves routeMaxPingsOut pings unanswered is closed: within about
 // routePingInterval × (routeMaxPingsOut+1) of its peer's process stopping. A peer

@@ -705,9 +705,14 @@ type NodeView struct {
 	LastPutBackAt time.Time `json:"last_put_back_at,omitzero"`
 	// Connections counts the connections open with the node's key on every broker
 	// of the mesh (left out while it is one or none). More than one is a
-	// reconnection the broker has not noticed the end of yet (a minute at most),
-	// or a second machine holding the node's key: one cloned after its enrolment.
+	// reconnection the broker has not noticed the end of yet (SharedKeyGrace at
+	// most), or a second machine holding the node's key: one cloned after its
+	// enrolment.
 	Connections int `json:"connections,omitempty"`
+	// SharedSince is when the node's key came to be held by more than one
+	// connection at once, as the answering control node saw it (left out while it
+	// is one or none). Past SharedKeyGrace the node is failing KeyShared.
+	SharedSince time.Time `json:"shared_since,omitzero"`
 }
 
 // Node states in a NodeView.

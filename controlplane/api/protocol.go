@@ -170,6 +170,22 @@ const (
 // rules took it), so that the node, which never hears of it, is failing.
 const UnsignableBody = "unsignable_body"
 
+// KeyShared is no host's status code either: the control plane shows it for a node
+// whose key more than one connection has held at once for longer than a reconnection
+// lasts (SharedKeyGrace by default): a second machine holds the key, one cloned
+// after its enrolment. The two are one node to the mesh; each applies every
+// declaration, and their reports overwrite each other, so the node is failing
+// until it is revoked and each machine enrolled again.
+const KeyShared = "key_shared"
+
+// SharedKeyGrace is how long a node's key may be held by more than one connection
+// at once before the control plane counts it as held by two machines (KeyShared).
+// An agent that reconnects while its broker has not yet seen the old connection end
+// holds two for a while: a broker closes a client it no longer hears from after
+// three unanswered pings 20 s apart, 100 s after the last it heard at most. Two
+// minutes is past that.
+const SharedKeyGrace = 2 * time.Minute
+
 // EnrolRequest is what an enrolling host sends.
 type EnrolRequest struct {
 	V    int    `json:"v"`
@@ -370,6 +386,32 @@ type Status struct {
 	// BatchProofs is the sync request's BatchProofs, said in every report so that
 	// the control plane's record of the node holds it for a fan-out.
 	BatchProofs bool `json:"batch_proofs,omitempty"`
+}
+
+// StatusAnswer is what the control plane answers a status report that names a
+// reply subject (under the node's inbox), and only when it has something to tell
+// the node: a report is a heartbeat, and a fleet's would otherwise each be
+// answered. Agents before it name no reply subject and are told nothing; control
+// planes before it never answer.
+type StatusAnswer struct {
+	V int `json:"v"`
+	// SharedKey lists the connections that hold the node's key on the mesh's
+	// brokers, the oldest first, when more than one has held it for longer than
+	// SharedKeyGrace: another machine holds it. The agent finds its own among
+	// them by its broker's server id and its connection id there.
+	SharedKey []KeyHolder `json:"shared_key,omitempty"`
+}
+
+// KeyHolder is one connection holding a node's key.
+type KeyHolder struct {
+	// Server is the id of the broker holding it (nats-server's), CID the
+	// connection's id there: what the broker told the client as it connected.
+	Server string `json:"server"`
+	CID    uint64 `json:"cid"`
+	// Addr is the client's address as the broker sees it (an IP), "" when unknown.
+	Addr string `json:"addr,omitempty"`
+	// Since is when the control plane first saw the connection.
+	Since time.Time `json:"since,omitzero"`
 }
 
 // MaxReplySize is the largest reply a host agent reads (host/wire.MaxReplySize, its

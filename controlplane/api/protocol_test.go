@@ -36,6 +36,7 @@ var goldenTypes = map[string]func() any{
 	"sync_response_refused":  func() any { return new(SyncResponse) },
 	"status":                 func() any { return new(Status) },
 	"status_with_error":      func() any { return new(Status) },
+	"status_answer":          func() any { return new(StatusAnswer) },
 }
 
 func golden(t *testing.T) map[string]json.RawMessage {
@@ -168,6 +169,19 @@ func TestGoldenVectorsCoverEveryField(t *testing.T) {
 					seen[st] = map[string]bool{}
 				}
 				for f := range c {
+					seen[st][f] = true
+				}
+			}
+		}
+		if sub, ok := fields["shared_key"]; ok {
+			var holders []map[string]json.RawMessage
+			json.Unmarshal(sub, &holders)
+			st := reflect.TypeOf(KeyHolder{})
+			if seen[st] == nil {
+				seen[st] = map[string]bool{}
+			}
+			for _, h := range holders {
+				for f := range h {
 					seen[st][f] = true
 				}
 			}

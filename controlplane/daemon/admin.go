@@ -674,10 +674,19 @@ func (d *Daemon) progress(req api.ProgressRequest) (api.ProgressResult, error) {
 			} else if ok {
 				a := n.Applied
 				p.State = standing(a, t.Version, d.alive(n, now))
+				since, shared := d.keyShared(n.PublicKey, now)
+				shared = shared && !n.Revoked
+				if shared {
+					// As status has it: two machines' reports overwrite each
+					// other, and neither converges by waiting (sharedkey.go).
+					p.State = api.ProgressFailed
+				}
 				switch {
 				case p.State == "":
 					out.Converged++
 					continue
+				case shared:
+					p.Error = d.keySharedError(n, since, now)
 				case p.State == api.ProgressFailed:
 					p.Error = &api.StatusError{Code: a.ErrorCode, Message: a.ErrorMessage, Version: a.ErrorVersion, RetryAt: a.ErrorRetryAt}
 				case n.Revoked:
@@ -885,6 +894,14 @@ func (d *Daemon) view(n *state.Node, now time.Time) api.NodeView {
 	if !n.Revoked && d.presence != nil {
 		if open := d.presence.Open(n.PublicKey); open > 1 {
 			v.Connections = open
+			since, past := d.keyShared(n.PublicKey, now)
+			v.SharedSince = since.UTC()
+			if past {
+				// Two machines' reports overwrite each other: neither's says the
+				// node converged, and the operator must act (sharedkey.go).
+				v.Converged = false
+				v.LastError = d.keySharedError(n, since, now)
+			}
 		}
 	}
 	// The latest of: when this node last heard from it (a node that led before

@@ -81,6 +81,10 @@ type Options struct {
 	// MaxHosts, when positive, caps the host connections this node's broker holds
 	// below what its open-file limit allows (broker.ProcessCapacity).
 	MaxHosts int
+	// SharedKeyGrace is how long a node's key may be held by more than one
+	// connection at once before the node counts as held by two machines, failing
+	// api.KeyShared; api.SharedKeyGrace when zero.
+	SharedKeyGrace time.Duration
 	// TermNotRecorded is replication.Config.TermNotRecorded: the node cannot go on,
 	// and the caller ends the process saying why. nil leaves it to Raft's panic.
 	TermNotRecorded func(error)
@@ -105,6 +109,9 @@ func (o *Options) defaults() {
 	}
 	if o.ReadyTimeout == 0 {
 		o.ReadyTimeout = time.Minute
+	}
+	if o.SharedKeyGrace == 0 {
+		o.SharedKeyGrace = api.SharedKeyGrace
 	}
 	if o.Now == nil {
 		o.Now = time.Now

@@ -90,7 +90,7 @@ var (
 		"Connections open in the hosts account on every broker of the mesh, as nats-server's events report them.",
 		nil, nil)
 	descNodes = prometheus.NewDesc("mesh_nodes",
-		"Enrolled nodes by state. alive, offline and revoked partition the nodes; converged and behind partition the ones not revoked, failing counts those behind that report an error, stale those whose declaration expired (as meshctl status counts them); alive_not_converged those alive and not converged, or stale (the nodes meshctl status names, exit 5). The leader's figures are the ones meshctl shows.",
+		"Enrolled nodes by state. alive, offline and revoked partition the nodes; converged and behind partition the ones not revoked, failing counts those behind that report an error or whose key two machines hold (key_shared), stale those whose declaration expired (as meshctl status counts them); alive_not_converged those alive and not converged, or stale (the nodes meshctl status names, exit 5). The leader's figures are the ones meshctl shows.",
 		[]string{"state"}, nil)
 	descNodeErrors = prometheus.NewDesc("mesh_nodes_errors",
 		"Nodes not revoked by the error code they last reported, converged or not (a converged node that refused junk sent to it keeps its code until its next apply): the protocol's codes, and other for any other a host reported.",
@@ -300,10 +300,12 @@ func (d *Daemon) nodeCounts(now time.Time) map[string]int {
 			converged := a.HaveApplied && a.Version == n.Declared.Version && convergedOn(a, a.Version)
 			// A body this version cannot sign again is failing, as status shows
 			// it (unsignable_body); one not judged yet was declared since
-			// judgeBodies, by this version, which signs it.
+			// judgeBodies, by this version, which signs it. So is a key two
+			// machines hold (api.KeyShared).
 			refused, _ := d.signer.verdict(n.Declared.BodyDigest)
+			_, shared := d.keyShared(n.PublicKey, now)
 			switch {
-			case refused != nil:
+			case refused != nil, shared:
 				converged = false
 				out[stateBehind]++
 				out[stateFailing]++

@@ -46,7 +46,7 @@ func (d *Daemon) connectionChanged(user string, c presence.Conn, started time.Ti
 		// after a network blip would otherwise write a line per host.
 		if n, ok := d.fsm.NodeByKey(user); ok {
 			if due, count := d.guard.due(DropKey{Subject: "connections", Reason: "two_with_one_key"}); due {
-				d.log.Warn("a node holds two connections with its key at once: a reconnection whose old connection has not ended yet (a minute at most), or a second machine holding its key (one cloned after its enrolment: see operations, Cloned machines)",
+				d.log.Warn("a node holds two connections with its key at once: a reconnection whose old connection has not ended yet (100 s at most), or a second machine holding its key (one cloned after its enrolment: failing key_shared after --shared-key-grace; see operations, Cloned machines)",
 					"node", n.ID, "broker", c.Server, "count", count)
 			}
 		}

@@ -63,11 +63,13 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 		a.ErrorRetryAt = st.Error.RetryAt.UTC().Truncate(time.Second)
 	}
 	changed, ahead := false, false
+	var key string
 	d.fsm.Read(func(s *state.State) {
 		n, ok := s.Nodes[node]
 		if !ok || n.Revoked {
 			return
 		}
+		key = n.PublicKey
 		// A report far past what was declared is kept out of the state: the next
 		// declaration's version follows it (state.MaxVersionLead).
 		if ahead = a.HaveApplied && a.Version > n.Declared.Version && a.Version-n.Declared.Version > state.MaxVersionLead; ahead {
@@ -83,6 +85,9 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 	}
 	if changed {
 		d.status.add(node, a)
+	}
+	if key != "" {
+		d.tellKeyShared(m, node, key, now)
 	}
 }
 

@@ -10,11 +10,14 @@
 package presence
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,9 +65,13 @@ type Tracker struct {
 	cfg  Config
 	subs []*nats.Subscription
 
-	mu      sync.Mutex
-	users   map[string]map[Conn]time.Time // when each connection was first seen
-	byID    map[Conn]string
+	mu    sync.Mutex
+	users map[string]map[Conn]time.Time // when each connection was first seen
+	byID  map[Conn]string
+	// addrs holds the client's address of each connection whose broker said it
+	// (the IP it sees): what a node told that another machine holds its key is
+	// told it is from.
+	addrs   map[Conn]string
 	gone    tombstones    // closed connections, so a late listing does not bring them back
 	kicking map[Conn]bool // asked to close, not closed yet
 
@@ -170,30 +177,31 @@ type event struct {
 		ID    uint64    `json:"id"`
 		User  string    `json:"user"`
 		Start time.Time `json:"start"`
+		Host  string    `json:"host"`
 	} `json:"client"`
 }
 
-func (t *Tracker) decode(m *nats.Msg) (Conn, string, time.Time, bool) {
+func (t *Tracker) decode(m *nats.Msg) (Conn, string, time.Time, string, bool) {
 	var e event
 	if err := json.Unmarshal(m.Data, &e); err != nil || e.Server.ID == "" || e.Client.User == "" {
 		t.cfg.Logger.Warn("connection event not understood", "subject", m.Subject, "err", err)
-		return Conn{}, "", time.Time{}, false
+		return Conn{}, "", time.Time{}, "", false
 	}
-	return Conn{Server: e.Server.ID, CID: e.Client.ID}, e.Client.User, e.Client.Start, true
+	return Conn{Server: e.Server.ID, CID: e.Client.ID}, e.Client.User, e.Client.Start, e.Client.Host, true
 }
 
 func (t *Tracker) onConnect(m *nats.Msg) {
-	c, user, started, ok := t.decode(m)
+	c, user, started, addr, ok := t.decode(m)
 	if !ok {
 		return
 	}
-	if n, added := t.add(user, c, t.cfg.Now()); added && t.cfg.OnChange != nil {
+	if n, added := t.add(user, c, addr, t.cfg.Now()); added && t.cfg.OnChange != nil {
 		t.cfg.OnChange(user, c, started, true, n)
 	}
 }
 
 func (t *Tracker) onDisconnect(m *nats.Msg) {
-	c, user, started, ok := t.decode(m)
+	c, user, started, _, ok := t.decode(m)
 	if !ok {
 		return
 	}
@@ -220,6 +228,7 @@ func (t *Tracker) forgetServer(server string) int {
 		}
 		delete(t.byID, c)
 		delete(t.kicking, c)
+		delete(t.addrs, c)
 		set := t.users[user]
 		delete(set, c)
 		if len(set) == 0 {
@@ -236,7 +245,9 @@ func (t *Tracker) forgetServer(server string) int {
 	return len(gone)
 }
 
-func (t *Tracker) add(user string, c Conn, now time.Time) (int, bool) {
+// add records c, user's connection from addr ("" when not known), as first seen at
+// now, unless it is known or closed already.
+func (t *Tracker) add(user string, c Conn, addr string, now time.Time) (int, bool) {
 	if t.cfg.Ignore != nil && t.cfg.Ignore(user) {
 		return 0, false
 	}
@@ -246,6 +257,13 @@ func (t *Tracker) add(user string, c Conn, now time.Time) (int, bool) {
 		return len(t.users[user]), false
 	}
 	if _, known := t.byID[c]; known {
+		if addr != "" && t.addrs[c] == "" {
+			// An event that did not say it; a listing does.
+			if t.addrs == nil {
+				t.addrs = map[Conn]string{}
+			}
+			t.addrs[c] = addr
+		}
 		return len(t.users[user]), false
 	}
 	set := t.users[user]
@@ -255,6 +273,12 @@ func (t *Tracker) add(user string, c Conn, now time.Time) (int, bool) {
 	}
 	set[c] = now
 	t.byID[c] = user
+	if addr != "" {
+		if t.addrs == nil {
+			t.addrs = map[Conn]string{}
+		}
+		t.addrs[c] = addr
+	}
 	return len(set), true
 }
 
@@ -268,6 +292,7 @@ func (t *Tracker) remove(c Conn, now time.Time) (int, bool) {
 		return 0, false
 	}
 	delete(t.byID, c)
+	delete(t.addrs, c)
 	set := t.users[user]
 	delete(set, c)
 	if len(set) == 0 {
@@ -343,6 +368,64 @@ func (t *Tracker) Since(user string) (time.Time, bool) {
 	return first, !first.IsZero()
 }
 
+// Holder is one of a user's open connections: where it is, from where, and since
+// when the tracker knows of it.
+type Holder struct {
+	Conn
+	// Addr is the client's address as its broker sees it (an IP), "" when the
+	// broker did not say.
+	Addr string
+	// Since is when the tracker first saw the connection: its start, or the
+	// tracker's if the connection was open before.
+	Since time.Time
+}
+
+// Holders returns user's open connections, the oldest first.
+func (t *Tracker) Holders(user string) []Holder {
+	t.mu.Lock()
+	out := make([]Holder, 0, len(t.users[user]))
+	for c, at := range t.users[user] {
+		out = append(out, Holder{Conn: c, Addr: t.addrs[c], Since: at})
+	}
+	t.mu.Unlock()
+	slices.SortFunc(out, func(a, b Holder) int {
+		if c := a.Since.Compare(b.Since); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Server, b.Server); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.CID, b.CID)
+	})
+	return out
+}
+
+// SharedSince returns since when user has held more than one connection at once:
+// when the second oldest of its open connections was first seen. ok is false while
+// it holds one or none. A connection that closed and was replaced meanwhile starts
+// the count again from its replacement, so the time is never earlier than the
+// truth: an agent's reconnection whose old connection its broker has not seen end
+// yet holds two for as long as the broker takes to notice (a client silent for
+// three pings), and a second machine holding the key holds two for good.
+func (t *Tracker) SharedSince(user string) (since time.Time, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	set := t.users[user]
+	if len(set) < 2 {
+		return time.Time{}, false
+	}
+	var first, second time.Time
+	for _, at := range set {
+		switch {
+		case first.IsZero() || at.Before(first):
+			first, second = at, first
+		case second.IsZero() || at.Before(second):
+			second = at
+		}
+	}
+	return second, true
+}
+
 // Users returns every user with at least one open connection.
 func (t *Tracker) Users() []string {
 	t.mu.Lock()
@@ -405,6 +488,7 @@ type connzPage struct {
 		Conns []struct {
 			CID  uint64 `json:"cid"`
 			User string `json:"authorized_user"`
+			IP   string `json:"ip"`
 		} `json:"connections"`
 	} `json:"data"`
 	Error *struct {
@@ -423,7 +507,7 @@ const pageSize = 1000
 // forgotten once it is not: it stopped or died, or restarted under a new server id.
 func (t *Tracker) Sync(ctx context.Context, servers int) error {
 	started := t.cfg.Now()
-	listed := map[Conn]string{}
+	listed := map[Conn]listing{}
 	pages, err := t.ping(ctx, 0, servers)
 	if err != nil {
 		return err
@@ -471,9 +555,9 @@ func (t *Tracker) Sync(ctx context.Context, servers int) error {
 			t.cfg.Logger.Info("a broker is gone from the mesh; its connections are no longer counted", "server", server, "connections", n)
 		}
 	}
-	for c, user := range listed {
-		if n, added := t.add(user, c, now); added && t.cfg.OnChange != nil {
-			t.cfg.OnChange(user, c, time.Time{}, true, n)
+	for c, l := range listed {
+		if n, added := t.add(l.user, c, l.addr, now); added && t.cfg.OnChange != nil {
+			t.cfg.OnChange(l.user, c, time.Time{}, true, n)
 		}
 	}
 	if len(answered) < servers {
@@ -482,10 +566,13 @@ func (t *Tracker) Sync(ctx context.Context, servers int) error {
 	return nil
 }
 
-func (t *Tracker) collect(p connzPage, into map[Conn]string) {
+// listing is a connection as a broker's listing names it.
+type listing struct{ user, addr string }
+
+func (t *Tracker) collect(p connzPage, into map[Conn]listing) {
 	for _, c := range p.Data.Conns {
 		if c.User != "" {
-			into[Conn{Server: p.Server.ID, CID: c.CID}] = c.User
+			into[Conn{Server: p.Server.ID, CID: c.CID}] = listing{c.User, c.IP}
 		}
 	}
 }

@@ -14,13 +14,13 @@ func TestClosedConnectionIsRememberedForAWhile(t *testing.T) {
 	tr := &Tracker{users: map[string]map[Conn]time.Time{}, byID: map[Conn]string{}, kicking: map[Conn]bool{}}
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	c := Conn{Server: "S1", CID: 7}
-	if n, added := tr.add("U1", c, t0); !added || n != 1 {
+	if n, added := tr.add("U1", c, "", t0); !added || n != 1 {
 		t.Fatalf("add = %d, %v; want 1, true", n, added)
 	}
 	if n, removed := tr.remove(c, t0.Add(time.Second)); !removed || n != 0 {
 		t.Fatalf("remove = %d, %v; want 0, true", n, removed)
 	}
-	if _, added := tr.add("U1", c, t0.Add(time.Minute)); added {
+	if _, added := tr.add("U1", c, "", t0.Add(time.Minute)); added {
 		t.Fatal("a late listing brought a closed connection back")
 	}
 	// Another close, long after, expires the first tombstone.
@@ -28,7 +28,7 @@ func TestClosedConnectionIsRememberedForAWhile(t *testing.T) {
 	if tr.gone.has(c) {
 		t.Fatal("a tombstone older than tombstoneFor is still kept")
 	}
-	if _, added := tr.add("U1", c, t0.Add(3*tombstoneFor)); !added {
+	if _, added := tr.add("U1", c, "", t0.Add(3*tombstoneFor)); !added {
 		t.Fatal("a connection id forgotten after tombstoneFor is refused")
 	}
 }
@@ -85,7 +85,7 @@ func BenchmarkRemoveInAStorm(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				c := Conn{Server: "S1", CID: uint64(kept + i)}
-				tr.add("U", c, t0)
+				tr.add("U", c, "", t0)
 				tr.remove(c, t0)
 			}
 		})
@@ -114,9 +114,9 @@ func TestForgetServer(t *testing.T) {
 		}}}
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	gone, kept := Conn{Server: "S1", CID: 1}, Conn{Server: "S2", CID: 1}
-	tr.add("U1", gone, t0)
-	tr.add("U1", kept, t0)
-	tr.add("U2", Conn{Server: "S1", CID: 2}, t0)
+	tr.add("U1", gone, "", t0)
+	tr.add("U1", kept, "", t0)
+	tr.add("U2", Conn{Server: "S1", CID: 2}, "", t0)
 	tr.kicking[gone] = true
 	if n := tr.forgetServer("S1"); n != 2 {
 		t.Fatalf("forgetServer dropped %d connections, want 2", n)
@@ -133,7 +133,7 @@ func TestForgetServer(t *testing.T) {
 			t.Fatalf("OnChange calls %q, want S1's connections closed", changes)
 		}
 	}
-	if _, added := tr.add("U1", gone, t0.Add(time.Second)); !added {
+	if _, added := tr.add("U1", gone, "", t0.Add(time.Second)); !added {
 		t.Fatal("a forgotten broker's connection, listed again, is refused")
 	}
 	if n := tr.forgetServer("S3"); n != 0 || tr.Count() != 2 {
@@ -151,9 +151,9 @@ func TestStranded(t *testing.T) {
 	if s := tr.Stranded(); len(s) != 0 {
 		t.Fatalf("no connections: stranded %v", s)
 	}
-	tr.add("U1", Conn{Server: "S1", CID: 1}, t0)
-	tr.add("U2", Conn{Server: "S2", CID: 1}, t0)
-	tr.add("U3", Conn{Server: "S2", CID: 2}, t0)
+	tr.add("U1", Conn{Server: "S1", CID: 1}, "", t0)
+	tr.add("U2", Conn{Server: "S2", CID: 1}, "", t0)
+	tr.add("U3", Conn{Server: "S2", CID: 2}, "", t0)
 	if s := tr.Stranded(); !slices.Equal(s, []string{"S2"}) {
 		t.Fatalf("stranded %v, want [S2]", s)
 	}

@@ -227,6 +227,9 @@ type Agent struct {
 	applyOwed []string
 	// conn is the connection to the mesh once made (nil before): the loop's.
 	conn *nats.Conn
+	// replyTo is the inbox the status reports name as their reply subject, where
+	// the mesh says what it has to tell the node (statusAnswered); "" for none.
+	replyTo string
 	// stale is whether the log said last that the applied declaration expired.
 	stale bool
 	// received counts the envelopes that arrived on the declaration subject.
@@ -561,6 +564,9 @@ func (a *Agent) Run(ctx context.Context) error {
 				return fmt.Errorf("subscribe %s: %w", a.id.Subjects.Declarations, err)
 			}
 			defer sub.Unsubscribe()
+			var stop func()
+			a.replyTo, stop = a.statusInbox(nc)
+			defer stop()
 			a.event(event{connected: true}) // sync and report
 		case ev := <-a.events:
 			switch {
@@ -1783,7 +1789,10 @@ func (a *Agent) report(nc *nats.Conn) {
 	if nc == nil || !nc.IsConnected() {
 		return
 	}
-	if err := nc.Publish(a.id.Subjects.Status, a.statusReport()); err != nil {
+	// The reply subject asks the mesh to answer when it has something to tell this
+	// node: that another machine holds its key. A control plane that does not know
+	// it never answers.
+	if err := nc.PublishMsg(&nats.Msg{Subject: a.id.Subjects.Status, Reply: a.replyTo, Data: a.statusReport()}); err != nil {
 		a.log.Warn("status not sent", "err", err)
 	}
 }

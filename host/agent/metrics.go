@@ -62,6 +62,9 @@ type stats struct {
 	// unsavedNextAttempt is when the agent tries a failed declaration again,
 	// while its state file is behind (zero: no retry owed).
 	unsavedNextAttempt time.Time
+	// sharedKey is what the mesh last said of another machine holding this
+	// node's key (statusAnswered).
+	sharedKey sharedKey
 }
 
 func (s *stats) set(f func(*stats)) {

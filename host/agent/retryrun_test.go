@@ -30,6 +30,7 @@ import (
 // it envelopes. Each sync request is handed to answer, which may send envelopes
 // first and returns how many it sent.
 type meshBroker struct {
+	s     *server.Server
 	nc    *nats.Conn
 	mu    sync.Mutex
 	syncs []wire.SyncRequest
@@ -72,7 +73,7 @@ func startMeshBroker(t *testing.T, f *fixture, answer func(n int, req wire.SyncR
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	mb := &meshBroker{nc: nc}
+	mb := &meshBroker{s: s, nc: nc}
 	if _, err := nc.Subscribe(f.a.id.Subjects.Sync, func(m *nats.Msg) {
 		var req wire.SyncRequest
 		if err := json.Unmarshal(m.Data, &req); err != nil {

@@ -59,6 +59,9 @@ type LinkStatus struct {
 	// found it could not, and with --check-files 0): a host fixed by hand sees
 	// whether its change was put back.
 	Files *FilesStatus `json:"files,omitempty"`
+	// SharedKey is set while the mesh says that another machine holds this node's
+	// key (one cloned after its enrolment).
+	SharedKey *SharedKeyStatus `json:"shared_key,omitempty"`
 }
 
 // FilesStatus is what the agent's file check found last.
@@ -127,6 +130,7 @@ func (a *Agent) linkStatus() LinkStatus {
 	if !st.Synced {
 		st.Error = s.linkErr
 	}
+	st.SharedKey = a.sharedKeyStatus(s)
 	return st
 }
 

@@ -228,6 +228,31 @@ type Status struct {
 	BatchProofs bool `json:"batch_proofs,omitempty"`
 }
 
+// StatusAnswer is what the mesh answers a status report that names a reply subject
+// (under the node's inbox), and only when it has something to tell the node: a
+// report is a heartbeat. A control plane before it never answers.
+type StatusAnswer struct {
+	V int `json:"v"`
+	// SharedKey lists the connections that hold this node's key on the mesh's
+	// brokers, the oldest first, when more than one has held it for longer than a
+	// reconnection lasts: another machine holds it (one cloned after its
+	// enrolment). The agent finds its own among them by its broker's server id and
+	// its connection id there.
+	SharedKey []KeyHolder `json:"shared_key,omitempty"`
+}
+
+// KeyHolder is one connection holding a node's key.
+type KeyHolder struct {
+	// Server is the id of the broker holding it, CID the connection's id there:
+	// what the broker told the client as it connected.
+	Server string `json:"server"`
+	CID    uint64 `json:"cid"`
+	// Addr is the client's address as the broker sees it (an IP), "" when unknown.
+	Addr string `json:"addr,omitempty"`
+	// Since is when the mesh first saw the connection.
+	Since time.Time `json:"since,omitzero"`
+}
+
 // DecodeReply's errors. Every refusal is ErrMalformedReply; the two that are not about
 // the JSON itself are also ErrReplyTooLarge or ErrReplyVersion, so callers can tell
 // "upgrade meshhost" from "the control plane sent garbage".
@@ -241,7 +266,9 @@ var (
 )
 
 // Reply is a message the agent receives.
-type Reply interface{ EnrolResponse | SyncResponse }
+type Reply interface {
+	EnrolResponse | SyncResponse | StatusAnswer
+}
 
 // DecodeReply parses a reply: size capped, JSON, version checked.
 func DecodeReply[T Reply](data []byte) (T, error) {

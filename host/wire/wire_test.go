@@ -34,6 +34,7 @@ var goldenTypes = map[string]func() any{
 	"sync_response_refused":  func() any { return new(SyncResponse) },
 	"status":                 func() any { return new(Status) },
 	"status_with_error":      func() any { return new(Status) },
+	"status_answer":          func() any { return new(StatusAnswer) },
 }
 
 func golden(t testing.TB) map[string]json.RawMessage {
@@ -112,6 +113,13 @@ func TestGoldenVectorsCoverEveryField(t *testing.T) {
 		if sub, ok := fields["subjects"]; ok {
 			mark(reflect.TypeOf(Subjects{}), sub)
 		}
+		if sub, ok := fields["shared_key"]; ok {
+			var holders []json.RawMessage
+			json.Unmarshal(sub, &holders)
+			for _, h := range holders {
+				mark(reflect.TypeOf(KeyHolder{}), h)
+			}
+		}
 	}
 	for typ, fields := range seen {
 		for i := range typ.NumField() {
@@ -163,6 +171,11 @@ func TestGoldenDecodeReply(t *testing.T) {
 	srr, err := DecodeReply[SyncResponse](v["sync_response_refused"])
 	if err != nil || srr.Error == nil || srr.Error.Code != CodeNotFound || srr.Sent != 0 {
 		t.Fatalf("sync refusal = %+v, %v", srr, err)
+	}
+	sa, err := DecodeReply[StatusAnswer](v["status_answer"])
+	if err != nil || len(sa.SharedKey) != 2 || sa.SharedKey[1].CID != 7 || sa.SharedKey[1].Addr != "198.51.100.7" ||
+		len(sa.SharedKey[0].Server) != 56 || !sa.SharedKey[0].Since.Before(sa.SharedKey[1].Since) {
+		t.Fatalf("status answer = %+v, %v", sa, err)
 	}
 
 	// What this agent sends is what the control plane reads: the request vector's

@@ -23,7 +23,8 @@ func statusCommand() command {
 	return rosterCommand("status", `Show convergence: per node declared vs applied version, last error, last seen, staleness; and a summary.
 Exits 0 only when every live node applied the version declared for it, ran its hooks
 without a failure, and is not stale; otherwise 5, naming the nodes that are not (a
-failed hook with the end of its output). Offline and revoked nodes are
+failed hook with the end of its output; key_shared: a node whose key two machines hold,
+one cloned after its enrolment). Offline and revoked nodes are
 counted, not waited for, unless named (ID...): a named node that is revoked, or
 offline and behind, exits 5 too; a name that is no node exits 4. With --role, --label
 or --state, the table, the summary and the verdict are about the nodes selected, and a
@@ -101,7 +102,7 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 						if line := putBackLine(res.Nodes, answeredAt(res, time.Now())); line != "" {
 							fmt.Fprintln(cio.stdout, line)
 						}
-						if line := sharedKeyLine(res.Nodes); line != "" {
+						if line := sharedKeyLine(res.Nodes, answeredAt(res, time.Now())); line != "" {
 							fmt.Fprintln(cio.stdout, line)
 						}
 					}
@@ -331,22 +332,28 @@ func putBackLine(nodes []api.NodeView, now time.Time) string {
 	return fmt.Sprintf("files changed on the host and put back as declared, on %d node(s): %s", len(hit), strings.Join(parts, ", "))
 }
 
-// sharedKeyLine names the nodes whose key holds more than one connection at once:
-// a reconnection whose old connection the broker has not seen end yet (a minute at
-// most), or a second machine holding the key, which the control plane cannot tell
-// apart from the first (a machine cloned after its enrolment): its reports and the
-// first's overwrite each other, so what the node seems to have applied flips.
-func sharedKeyLine(nodes []api.NodeView) string {
+// sharedKeyLine names the nodes whose key holds more than one connection at once,
+// with for how long when the control plane says: a reconnection whose old connection
+// the broker has not seen end yet (100 s at most), or a second machine holding the
+// key, which the control plane cannot tell apart from the first (a machine cloned
+// after its enrolment): its reports and the first's overwrite each other, so what the
+// node seems to have applied flips. Past the control plane's grace (two minutes by
+// default) the node is failing key_shared, and the verdict names it.
+func sharedKeyLine(nodes []api.NodeView, now time.Time) string {
 	var parts []string
 	for _, n := range nodes {
 		if n.Connections > 1 && n.State != api.StateRevoked {
-			parts = append(parts, fmt.Sprintf("%s (%d)", n.ID, n.Connections))
+			part := fmt.Sprintf("%s (%d", n.ID, n.Connections)
+			if !n.SharedSince.IsZero() {
+				part += ", for " + now.Sub(n.SharedSince).Round(time.Second).String()
+			}
+			parts = append(parts, part+")")
 		}
 	}
 	if len(parts) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("more than one connection with one node's key, on %d node(s): %s; lasting more than a minute, a second machine holds the key (cloned after its enrolment?): see operations, Cloned machines",
+	return fmt.Sprintf("more than one connection with one node's key, on %d node(s): %s; lasting more than two minutes, a second machine holds the key (cloned after its enrolment?), and the node is failing key_shared: see operations, Cloned machines",
 		len(parts), strings.Join(parts, ", "))
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"mesh/controlplane/api"
 	"mesh/controlplane/daemon"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/replication"
@@ -57,6 +58,7 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 				heartbeat time.Duration
 				offline   time.Duration
 				reconcile time.Duration
+				shared    time.Duration
 			)
 			def := replication.DefaultTimeouts()
 			fs.StringVar(&dir, "data", "", "data directory made by bootstrap or join (required)")
@@ -69,6 +71,7 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 			fs.DurationVar(&heartbeat, "raft-heartbeat", def.Heartbeat, "Raft heartbeat and election timeout; raise it on slow or loaded machines (100ms to 1m)")
 			fs.DurationVar(&offline, "offline-after", defaultOfflineAfter, "a node that has not reported for this long is shown offline (1s to 1h)")
 			fs.DurationVar(&reconcile, "reconcile", defaultReconcile, "how often declarations not yet applied are sent again (1s to 1h)")
+			fs.DurationVar(&shared, "shared-key-grace", api.SharedKeyGrace, "a node whose key more than one connection holds for this long counts as held by two machines (a clone): failing key_shared (1s to 1h; below 100s an agent's reconnection may count, its old connection not yet closed by its broker)")
 			var metricsListen string
 			fs.StringVar(&metricsListen, "metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this ip:port (off by default)")
 			var profiling bool
@@ -111,6 +114,9 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 				if err := checkDuration("reconcile", reconcile, time.Second, time.Hour, defaultReconcile); err != nil {
 					return err
 				}
+				if err := checkDuration("shared-key-grace", shared, time.Second, time.Hour, api.SharedKeyGrace); err != nil {
+					return err
+				}
 				if err := checkMetricsListen(metricsListen); err != nil {
 					return err
 				}
@@ -144,6 +150,7 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 						SnapshotInterval: snapInterval, SnapshotThreshold: snapThreshold},
 					OfflineAfter:       offline,
 					ReconcileInterval:  reconcile,
+					SharedKeyGrace:     shared,
 					MetricsListen:      metricsListen,
 					Profiling:          profiling,
 					RequireBoundLogins: requireBound,

@@ -48,6 +48,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--data", dir, "--offline-after", "0"}, "--offline-after 0s: must be between 1s and 1h0m0s"},
 		{[]string{"serve", "--data", dir, "--offline-after", "10000h"}, "--offline-after 10000h0m0s: must be between 1s and 1h0m0s"},
 		{[]string{"serve", "--data", dir, "--offline-after", "-45s"}, "--offline-after -45s: must be between 1s and 1h0m0s"},
+		{[]string{"serve", "--data", dir, "--shared-key-grace", "0"}, "--shared-key-grace 0s: must be between 1s and 1h0m0s (the default is 2m0s)"},
+		{[]string{"serve", "--data", dir, "--shared-key-grace", "2h"}, "--shared-key-grace 2h0m0s: must be between 1s and 1h0m0s"},
 		{[]string{"serve", "--data", dir, "--max-hosts", "many"}, `--max-hosts "many": not a whole number (such as 5000; --help names the range it takes)`},
 		{[]string{"serve", "--data", dir, "--max-hosts", "1e9"}, `--max-hosts "1e9": not a whole number`},
 		{[]string{"serve", "--data", dir, "--raft-snapshot-threshold", "-1"}, `--raft-snapshot-threshold "-1": not a whole number of 0 or more (such as 5000; --help names the range it takes)`},

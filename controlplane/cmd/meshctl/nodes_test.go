@@ -239,25 +239,29 @@ func TestKeyringStatusNamesNodesThatNeverReported(t *testing.T) {
 }
 
 // TestSharedKeyLine: status names the nodes whose key holds more than one
-// connection at once (a machine cloned after its enrolment shows so for good);
-// revoked nodes and nodes with one connection are left out.
+// connection at once (a machine cloned after its enrolment shows so for good), for
+// how long when the control plane says; revoked nodes and nodes with one
+// connection are left out.
 func TestSharedKeyLine(t *testing.T) {
+	now := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
 	nodes := []api.NodeView{
-		{ID: "web-1", State: api.StateAlive, Connections: 2},
+		{ID: "web-1", State: api.StateAlive, Connections: 2, SharedSince: now.Add(-3 * time.Minute)},
 		{ID: "web-2", State: api.StateAlive},
 		{ID: "web-3", State: api.StateRevoked, Connections: 3},
+		{ID: "web-4", State: api.StateAlive, Connections: 2}, // a control plane that does not say since when
 	}
-	got := sharedKeyLine(nodes)
-	if !strings.HasPrefix(got, "more than one connection with one node's key, on 1 node(s): web-1 (2);") || !strings.Contains(got, "Cloned machines") {
+	got := sharedKeyLine(nodes, now)
+	if !strings.HasPrefix(got, "more than one connection with one node's key, on 2 node(s): web-1 (2, for 3m0s), web-4 (2);") ||
+		!strings.Contains(got, "failing key_shared") || !strings.Contains(got, "Cloned machines") {
 		t.Fatalf("sharedKeyLine = %q", got)
 	}
-	if got := sharedKeyLine(nodes[1:]); got != "" {
+	if got := sharedKeyLine(nodes[1:3], now); got != "" {
 		t.Fatalf("no shared key: %q", got)
 	}
 	// The table says it of the node too (audit of the host's weeks, finding 7: only
 	// status's summary did), not of a revoked one.
 	var b strings.Builder
-	printNodes(&b, api.NodesResult{Nodes: nodes}, time.Now(), false)
+	printNodes(&b, api.NodesResult{Nodes: nodes[:3]}, time.Now(), false)
 	if !strings.Contains(b.String(), "alive (2 connections)") || strings.Contains(b.String(), "(3 connections)") {
 		t.Fatalf("the table:\n%s", b.String())
 	}

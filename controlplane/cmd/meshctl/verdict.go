@@ -120,6 +120,10 @@ func failure(verb, id, code, msg string) (what, hint, example string) {
 	if code != "" {
 		what += " " + oneLine(code, api.MaxStatusCodeLen)
 	}
+	if code == api.KeyShared {
+		// The control plane's word, not a host's: one node, two machines.
+		hint = "two machines hold one node's key: revoke the node, then enrol each machine again with a token of its own"
+	}
 	if code == api.StatusHookFailed {
 		// Its files are applied; a command of the host's hooks file failed.
 		hint = "fix the host, then `meshhost hooks retry` there"

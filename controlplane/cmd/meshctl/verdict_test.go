@@ -127,3 +127,34 @@ func TestAVerdictOfManyCausesIsCapped(t *testing.T) {
 		t.Errorf("a hook name of 200 bytes makes the cause %q", what)
 	}
 }
+
+// TestAKeyTwoMachinesHoldIsNotConverged: a node the control plane shows failing
+// key_shared (its key held by two connections past the grace: a clone) is named by
+// status's verdict, exit 5, with what to do; counted failing in the summary; and
+// declare --wait's verdict says the same of it. Before, status said "1 converged"
+// and exited 0.
+func TestAKeyTwoMachinesHoldIsNotConverged(t *testing.T) {
+	v := uint64(3)
+	msg := "held by 2 connections for 5m0s, from 192.0.2.7, 198.51.100.9: two machines hold this node's key"
+	nodes := []api.NodeView{
+		{ID: "web-1", State: api.StateAlive, Declared: 3, Applied: &v, Connections: 2,
+			LastError: &api.StatusError{Code: api.KeyShared, Message: msg, Version: 3}},
+		{ID: "web-2", State: api.StateAlive, Declared: 3, Applied: &v, Converged: true},
+	}
+	err := notConverged(nodes, false)
+	var ex exitError
+	if !errors.As(err, &ex) || ex.code != exitNotConverged {
+		t.Fatalf("want exit %d, got %v", exitNotConverged, err)
+	}
+	const hint = "(two machines hold one node's key: revoke the node, then enrol each machine again with a token of its own)"
+	if want := "not converged: 1 live node(s): 1 failing key_shared " + hint + ": web-1 (held by 2 connections for 5m0s"; !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("the verdict %q, want it to start %q", err, want)
+	}
+	if s := summarise(api.NodesResult{Nodes: nodes}); s.Converged != 1 || s.Failing != 1 {
+		t.Errorf("summary %+v: want 1 converged, 1 failing", s)
+	}
+	cv := convergence{Converged: []string{"web-2"}, Failed: map[string]string{"web-1": api.KeyShared + ": " + msg}}
+	if err := cv.err(); err == nil || !strings.Contains(err.Error(), "1 failed key_shared "+hint+": web-1 (") {
+		t.Errorf("declare --wait's verdict: %v", err)
+	}
+}

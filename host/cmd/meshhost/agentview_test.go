@@ -195,3 +195,58 @@ func TestFilesLine(t *testing.T) {
 		t.Errorf("not kept:\ngot  %q\nwant %q", got, want)
 	}
 }
+
+// TestStatusSaysAnotherMachineHoldsTheKey: neither machine's meshhost status said
+// anything of a clone. While the running agent says the mesh told it that another
+// machine holds the node's key, status says so, from where, and what to do, in text
+// and in JSON; without it, nothing.
+func TestStatusSaysAnotherMachineHoldsTheKey(t *testing.T) {
+	_, id := enrolled(t)
+	dir, err := os.MkdirTemp("", "mh") // short: a socket's address is at most 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := identity.Save(dir, id); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", agent.SocketPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	plain := `{"connected":true,"synced":true,"broker":"tls://127.0.0.1:1","since":"2026-12-05T01:00:00Z"}`
+	answer := strings.TrimSuffix(plain, "}") + `,"shared_key":{"from":["192.0.2.9"],"connections":2,"since":"2026-12-05T00:55:00Z","told_at":"2026-12-05T01:10:00Z"}}`
+	var answerMu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			bufio.NewReader(c).ReadString('\n')
+			answerMu.Lock()
+			fmt.Fprintln(c, answer)
+			answerMu.Unlock()
+			c.Close()
+		}
+	}()
+	code, out, stderr := runCLI("", nil, "status", "--state", dir)
+	want := "shared    ANOTHER MACHINE holds this node's key (from 192.0.2.9; since 2026-12-05T00:55:00Z, 2 connections with it, as the mesh said at 2026-12-05T01:10:00Z)"
+	if code != exitOK || !strings.Contains(out, want) || !strings.Contains(out, "meshctl revoke "+id.Node) {
+		t.Fatalf("status (exit %d):\n%s%s", code, out, stderr)
+	}
+	code, out, stderr = runCLI("", nil, "status", "--state", dir, "--json")
+	if code != exitOK || !strings.Contains(out, `"shared_key": {`) || !strings.Contains(out, `"192.0.2.9"`) {
+		t.Fatalf("status --json (exit %d):\n%s%s", code, out, stderr)
+	}
+	answerMu.Lock()
+	answer = plain
+	answerMu.Unlock()
+	if code, out, stderr = runCLI("", nil, "status", "--state", dir); code != exitOK || strings.Contains(out, "shared ") {
+		t.Fatalf("status without it (exit %d):\n%s%s", code, out, stderr)
+	}
+}

@@ -897,6 +897,9 @@ func cmdStatus(args []string, cio *cliIO) error {
 	if f := out.Agent.Files; f != nil {
 		fmt.Fprintf(cio.stdout, "files     %s\n", shown(filesLine(f)))
 	}
+	if k := out.Agent.SharedKey; k != nil {
+		fmt.Fprintf(cio.stdout, "shared    %s\n", shown(sharedKeyLine(k, out.Node)))
+	}
 	if revoked {
 		what := "REVOKED by the mesh"
 		if !rec.Signed {
@@ -987,6 +990,17 @@ func filesLine(f *agent.FilesStatus) string {
 		parts = append(parts, "its copy of the applied declaration is NOT KEPT in the state directory (tried again at each check; after a restart, files are checked once the mesh sends a copy): "+f.NotKept)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// sharedKeyLine says that another machine holds this node's key, as the mesh told
+// the running agent: from where, since when, and what to do.
+func sharedKeyLine(k *agent.SharedKeyStatus, node string) string {
+	since := ""
+	if !k.Since.IsZero() {
+		since = " since " + k.Since.UTC().Format(time.RFC3339) + ","
+	}
+	return fmt.Sprintf("ANOTHER MACHINE holds this node's key (from %s;%s %d connections with it, as the mesh said at %s): both receive every declaration, secrets included, and the mesh cannot tell them apart; have the node revoked (meshctl revoke %s) and enrol each machine again with a token of its own",
+		strings.Join(k.From, ", "), since, k.Connections, k.ToldAt.UTC().Format(time.RFC3339), node)
 }
 
 // putBackText says how many files the check put back since the agent started, the

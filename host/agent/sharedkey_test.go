@@ -1,0 +1,159 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"mesh/host/wire"
+)
+
+// lockedLog is a log written from the loop's and nats.go's goroutines.
+type lockedLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestAnotherMachineHoldingTheKeyIsSaid: the running agent's reports name a reply
+// subject under its inbox; a mesh that answers one with the connections holding the
+// node's key (this one and another machine's) makes the agent log, as an error, that
+// another machine holds its key, from the other's address and not its own, once
+// however many reports are answered, again after sharedKeyLogEvery or when another
+// machine is named; `meshhost status` (linkStatus) says it while the mesh does,
+// and stops a few heartbeats after the mesh stops.
+func TestAnotherMachineHoldingTheKeyIsSaid(t *testing.T) {
+	f := newFixture(t)
+	var logs lockedLog
+	f.a.log = slog.New(slog.NewTextHandler(&logs, nil))
+	var clock struct {
+		sync.Mutex
+		now time.Time
+	}
+	clock.now = t0
+	now := func() time.Time { clock.Lock(); defer clock.Unlock(); return clock.now }
+	advance := func(d time.Duration) { clock.Lock(); clock.now = clock.now.Add(d); clock.Unlock() }
+	f.a.o.Now = now
+	f.a.o.Heartbeat = 50 * time.Millisecond
+	mb := startMeshBroker(t, f, func(int, wire.SyncRequest) int { return 0 })
+
+	// The mesh: answers each report while others holds the key too.
+	var mu sync.Mutex
+	var others []wire.KeyHolder
+	replies := map[string]bool{}
+	if _, err := mb.nc.Subscribe(f.a.id.Subjects.Status, func(m *nats.Msg) {
+		mu.Lock()
+		replies[m.Reply] = true
+		held := slices.Clone(others)
+		mu.Unlock()
+		if len(held) == 0 || m.Reply == "" {
+			return
+		}
+		// The agent's own connection, as this broker numbers it: the one that
+		// is not the mesh's.
+		conns, err := mb.s.Connz(&server.ConnzOptions{})
+		if err != nil {
+			t.Errorf("connz: %v", err)
+			return
+		}
+		mine, _ := mb.nc.GetClientID()
+		for _, c := range conns.Conns {
+			if c.Cid != mine {
+				held = append(held, wire.KeyHolder{Server: mb.s.ID(), CID: c.Cid, Addr: c.IP, Since: t0})
+			}
+		}
+		data, _ := json.Marshal(wire.StatusAnswer{V: wire.ProtocolVersion, SharedKey: held})
+		mb.nc.Publish(m.Reply, data)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mb.nc.Flush()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	const line = "another machine holds this node's key"
+	until := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 10s; the log:\n%s", what, logs.String())
+			}
+		}
+	}
+	until("a report", func() bool { mu.Lock(); defer mu.Unlock(); return len(replies) > 0 })
+	time.Sleep(200 * time.Millisecond) // reports a mesh that says nothing does not answer
+	mu.Lock()
+	for r := range replies {
+		if !strings.HasPrefix(r, f.a.id.Subjects.InboxPrefix+".") {
+			t.Errorf("a report names the reply subject %q, outside the node's inbox", r)
+		}
+	}
+	mu.Unlock()
+	if strings.Contains(logs.String(), line) || f.a.linkStatus().SharedKey != nil {
+		t.Fatalf("said with no other machine named:\n%s", logs.String())
+	}
+
+	mu.Lock()
+	others = []wire.KeyHolder{{Server: "NOTHER", CID: 7, Addr: "192.0.2.9", Since: t0.Add(-5 * time.Minute)}}
+	mu.Unlock()
+	until("logged", func() bool { return strings.Contains(logs.String(), line) })
+	time.Sleep(300 * time.Millisecond) // six more heartbeats, each answered
+	got := logs.String()
+	if n := strings.Count(got, line); n != 1 {
+		t.Fatalf("%d lines, want 1 however many reports are answered:\n%s", n, got)
+	}
+	said := got[strings.LastIndex(got[:strings.Index(got, line)], "\n")+1:]
+	said = said[:strings.Index(said, "\n")]
+	if !strings.Contains(said, "level=ERROR") || !strings.Contains(said, "from=192.0.2.9 ") || strings.Contains(said, "127.0.0.1") || !strings.Contains(said, "connections=2") {
+		t.Fatalf("the line does not name the other machine alone, as an error: %s", said)
+	}
+	st := f.a.linkStatus().SharedKey
+	if st == nil || !slices.Equal(st.From, []string{"192.0.2.9"}) || st.Connections != 2 || !st.Since.Equal(t0.Add(-5*time.Minute)) {
+		t.Fatalf("meshhost status: %+v", st)
+	}
+
+	advance(sharedKeyLogEvery)
+	until("logged again after the interval", func() bool { return strings.Count(logs.String(), line) == 2 })
+	mu.Lock()
+	others = append(others, wire.KeyHolder{Server: "NOTHER", CID: 8, Addr: "198.51.100.4"})
+	mu.Unlock()
+	until("logged at once when another machine is named", func() bool {
+		return strings.Count(logs.String(), line) == 3 && strings.Contains(logs.String(), "from=\"192.0.2.9, 198.51.100.4\"")
+	})
+
+	mu.Lock()
+	others = nil
+	mu.Unlock()
+	time.Sleep(100 * time.Millisecond) // an answer on its way
+	advance(sharedKeyShownFor*f.a.o.Heartbeat + time.Second)
+	if st := f.a.linkStatus().SharedKey; st != nil {
+		t.Fatalf("meshhost status still says it after the mesh stopped: %+v", st)
+	}
+}
