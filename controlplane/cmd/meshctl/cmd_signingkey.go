@@ -19,7 +19,8 @@ func signingKeyCommand() command {
 		summary: `Roll the declaration signing key over, with overlap and no flag day.
   rotate  adds a new key: the keyring lists old and new, signed by both; declarations
           are signed by both; every control node receives the new key sealed to it.
-  status  shows which live nodes acknowledged which keyring.
+  status  shows which live nodes acknowledged which keyring; exits 5 while a live
+          node has not acknowledged the current one (a script waits on it).
   retire  drops the old key; refused while a live node has not acknowledged the
           current keyring, unless --force, which names the nodes it strands.
 Hosts offline throughout catch up by following the chain of keyrings.`,
@@ -69,9 +70,13 @@ Hosts offline throughout catch up by following the chain of keyrings.`,
 						return err
 					}
 					if asJSON {
-						return writeJSON(cio.stdout, res)
+						if err := writeJSON(cio.stdout, res); err != nil {
+							return err
+						}
+					} else {
+						printKeyringStatus(cio.stdout, res)
 					}
-					printKeyringStatus(cio.stdout, res)
+					return keyringNotAcknowledged(res)
 				case "retire":
 					var res api.KeyringResult
 					if err := client.Call(api.OpSigningKeyRetire, api.RetireRequest{Force: force}, &res); err != nil {
@@ -106,6 +111,30 @@ Hosts offline throughout catch up by following the chain of keyrings.`,
 			}
 		},
 	}
+}
+
+// keyringNotAcknowledged is `signing-key status`'s exit: 5 (not converged) while a
+// live node has not acknowledged the current keyring, or a node holds a newer one
+// than the control plane, as status exits 5 while a live node has not applied what
+// was declared. It exited 0 either way, and the rotation's "wait until every live
+// node shows the new epoch" could not be scripted (a newcomer's audit).
+func keyringNotAcknowledged(res api.KeyringStatus) error {
+	behind, ahead := 0, 0
+	for _, n := range res.Nodes {
+		switch {
+		case n.Epoch > res.Epoch:
+			ahead++
+		case n.Epoch < res.Epoch && n.State == api.StateAlive:
+			behind++
+		}
+	}
+	switch {
+	case ahead > 0:
+		return exitError{code: exitNotConverged, err: fmt.Errorf("not converged: %d node(s) hold a keyring newer than the control plane's epoch %d", ahead, res.Epoch)}
+	case behind > 0:
+		return exitError{code: exitNotConverged, err: fmt.Errorf("not converged: %d live node(s) have not acknowledged keyring epoch %d", behind, res.Epoch)}
+	}
+	return nil
 }
 
 // printKeyringStatus prints `signing-key status`: the keyring and which nodes

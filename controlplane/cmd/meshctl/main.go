@@ -14,8 +14,8 @@
 // (also: a join token refused or no broker proving its CA pin, operator credentials
 // that may only read, a control token minted or a certificate renewed away from
 // the CA key); 5 not
-// converged (declare --wait, status), or a voter that does not answer or follow the
-// leader (control status); 6 this control node was removed and will not
+// converged (declare --wait, status, signing-key status), or a voter that does not
+// answer or follow the leader (control status); 6 this control node was removed and will not
 // serve again; 7 the data directory is not one the command can use (not a control
 // node's: not bootstrapped or joined, or a join that did not complete; one of its
 // files missing, corrupt, cut short or not a regular file; one this user cannot write; for
@@ -423,7 +423,7 @@ func printUsage(w io.Writer, root *cobra.Command) {
 	}
 	fmt.Fprintln(w, "\nrun `meshctl <command> --help` for a command's flags; `meshctl --version` for the version.")
 	fmt.Fprintln(w, "exit codes: 0 ok, 1 failure, 2 usage, 3 control plane unreachable, 4 refused by the control plane,")
-	fmt.Fprintln(w, "5 not converged (declare --wait, status) or a voter not answering or following (control status),")
+	fmt.Fprintln(w, "5 not converged (declare --wait, status, signing-key status) or a voter not answering or following (control status),")
 	fmt.Fprintln(w, "6 this control node was removed, 7 data directory not usable here,")
 	fmt.Fprintln(w, "8 data directory in use by another process, 9 interrupted (SIGINT, SIGTERM) before it completed")
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -312,5 +313,35 @@ func TestNodesTableShowsLabels(t *testing.T) {
 	}
 	if got := strings.Fields(lines[2][col:])[0]; got != "-" {
 		t.Errorf("web-2, no labels: %q:\n%s", got, b.String())
+	}
+}
+
+// TestSigningKeyStatusExitsFiveWhileNodesLag (a newcomer's audit): the rotation's
+// "wait until every live node shows the new epoch" could not be scripted: status
+// exited 0 either way. It exits 5 while a live node is behind, or a node holds a
+// keyring newer than the control plane's; an offline node behind does not count.
+func TestSigningKeyStatusExitsFiveWhileNodesLag(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		nodes []api.KeyringAck
+		want  int
+	}{
+		{"all acknowledged", []api.KeyringAck{{Node: "a", State: api.StateAlive, Epoch: 2}}, 0},
+		{"an offline node behind", []api.KeyringAck{{Node: "a", State: api.StateAlive, Epoch: 2}, {Node: "b", State: api.StateOffline, Epoch: 1}}, 0},
+		{"a live node behind", []api.KeyringAck{{Node: "a", State: api.StateAlive, Epoch: 1}}, exitNotConverged},
+		{"a live node never reported", []api.KeyringAck{{Node: "a", State: api.StateAlive}}, exitNotConverged},
+		{"a node ahead", []api.KeyringAck{{Node: "a", State: api.StateOffline, Epoch: 3}}, exitNotConverged},
+	} {
+		err := keyringNotAcknowledged(api.KeyringStatus{Epoch: 2, Keys: []string{"a", "b"}, Nodes: c.nodes})
+		got := 0
+		var ee exitError
+		if errors.As(err, &ee) {
+			got = ee.code
+		} else if err != nil {
+			got = -1
+		}
+		if got != c.want {
+			t.Errorf("%s: exit %d (%v), want %d", c.name, got, err, c.want)
+		}
 	}
 }
