@@ -282,7 +282,12 @@ func (o *Options) defaults() error {
 	}
 	// Said first: it is what a wildcard --listen lacks above all.
 	if listen, err := netip.ParseAddrPort(o.Listen); err == nil && listen.Addr().IsUnspecified() && o.Advertise == "" {
-		return optionError("--listen", "%s is a wildcard address; give --advertise ip:port, the address hosts will dial", o.Listen)
+		more := ""
+		if o.RaftListen == "" || o.ClusterListen == "" {
+			// Named now: each was asked for by a run of its own (a newcomer's audit).
+			more = ", and --raft-listen and --cluster-listen, the concrete addresses the other control nodes reach this one's Raft and routes at"
+		}
+		return optionError("--listen", "%s is a wildcard address; give --advertise ip:port, the address hosts will dial%s", o.Listen, more)
 	}
 	// All three before the data directory is touched: they are recorded in mesh.json
 	// and the Raft configuration for good, and serve listens on each.

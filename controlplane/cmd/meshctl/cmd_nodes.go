@@ -35,7 +35,7 @@ selection of none exits 1.`, true)
 func rosterCommand(name, summaryText string, withSummary bool) command {
 	return command{
 		name:    name,
-		usage:   "--data DIR [--json] [ID... | --role R | --label k=v... | --state S...]",
+		usage:   "--data DIR [--json] [ID... | --role R | --label k=v... | --state S... | --body DIGEST]",
 		summary: summaryText,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			var cp controlPlaneFlags
@@ -94,8 +94,11 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 						fmt.Fprintf(cio.stdout, "(none of the %d node(s) matches %s)\n", enrolled, &sel)
 					}
 					if withSummary && (len(res.Nodes) > 0 || len(args) == 0) {
-						fmt.Fprintf(cio.stdout, "\n%d node(s): %d converged, %d behind, %d failing, %d stale, %d offline, %d revoked; keyring epoch %d\n",
-							sum.Nodes, sum.Converged, sum.Behind, sum.Failing, sum.Stale, sum.Offline, sum.Revoked, res.KeyringEpoch)
+						// Converged, behind, failing and revoked partition the nodes;
+						// stale and offline are said of some of the others, apart: in
+						// one list they added up to more nodes than there were.
+						fmt.Fprintf(cio.stdout, "\n%d node(s): %d converged, %d behind, %d failing, %d revoked (of those not revoked: %d stale, %d offline); keyring epoch %d\n",
+							sum.Nodes, sum.Converged, sum.Behind, sum.Failing, sum.Revoked, sum.Stale, sum.Offline, res.KeyringEpoch)
 						if line := agentsLine(sum.Agents); line != "" {
 							fmt.Fprintln(cio.stdout, line)
 						}

@@ -255,7 +255,9 @@ func reportOut(cio *cliIO, tok tokenfmt.Token, labels map[string]string, name st
 		res.Out = name
 		return writeJSON(cio.stdout, res)
 	}
-	fmt.Fprintf(cio.stderr, "meshctl token: the token for %s is in %s (mode 0600), pending until %s\n", tok.Node, name, tok.Expiry.UTC().Format(time.RFC3339))
+	// Without the "meshctl token:" of an error's line: it is what a mint that
+	// worked says (on stderr, stdout holding data only, none with --out).
+	fmt.Fprintf(cio.stderr, "minted: the token for %s is in %s (mode 0600), pending until %s\n", tok.Node, name, tok.Expiry.UTC().Format(time.RFC3339))
 	return nil
 }
 

@@ -2,7 +2,7 @@
 //
 //	meshctl bootstrap --mesh demo --listen 127.0.0.1:7300 --data ./cp
 //	meshctl serve     --data ./cp
-//	meshctl token     --data ./cp --node web-1 --ttl 15m > token.txt
+//	meshctl token     --data ./cp --node web-1 --ttl 15m --out token.txt
 //	meshctl declare   --data ./cp --node web-1 --file web.json
 //	meshctl nodes     --data ./cp [--json]
 //	meshctl revoke    --data ./cp web-1
