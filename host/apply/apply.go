@@ -24,7 +24,6 @@ import (
 	"strings"
 
 	"mesh/declarations"
-	"mesh/host/atomicfile"
 )
 
 // MaxFileSize is the most a managed file may hold: what a declaration may
@@ -81,16 +80,19 @@ type Applier interface {
 
 // FileApplier keeps the regular files under Root equal to the declared ones.
 //
-// Paths are opened through os.Root, so no path and no symbolic link can reach
-// outside Root; beyond that, a symbolic link anywhere on a declared or
-// previously managed path (even one pointing inside Root) is refused, so a
+// Paths are opened one name at a time from the root, never following a link
+// (through os.Root where the system has no openat), so no path and no symbolic
+// link can reach outside Root; beyond that, a symbolic link anywhere on a declared
+// or previously managed path (even one pointing inside Root) is refused, so a
 // declaration cannot aim writes through links. Root itself may be a link: it
 // is the operator's configuration, not the declaration's.
 //
 // Each file is written atomically (temp file in its directory, fsync, chown,
 // chmod, rename, fsync of the directory) and only when its content, mode or
 // declared ownership differs. The temp files an apply killed part way left in a
-// directory are removed by the next apply that writes there. The file found at a declared or previously
+// directory are removed by the first apply that writes or removes there, once per
+// directory while the Guard keeps the root (see run.sweep); without a Guard, by
+// every apply that does. The file found at a declared or previously
 // managed path is opened without following a link at its name, and read only
 // if it is a regular file of at most MaxFileSize bytes. Missing parent directories
 // of declared files are created with mode 0755, whatever the umask; Root itself, when
@@ -252,7 +254,7 @@ func (a FileApplier) begin(ctx context.Context, files []File, previous []string,
 	if err != nil || root == nil {
 		return nil, nil, nil, err
 	}
-	r := &run{a: a, root: root, known: func(p string) bool {
+	r := &run{a: a, root: root, guard: guard, known: func(p string) bool {
 		_, declared := decl[p]
 		return declared || slices.Contains(stale, p)
 	}}
@@ -374,12 +376,13 @@ type plan struct {
 
 // run is one Apply's progress, so a failure can be undone.
 type run struct {
-	a    FileApplier
-	root *os.Root
-	done []undo
+	a     FileApplier
+	root  *rootDir   // the managed root, opened and judged by guard
+	guard *RootGuard // the Apply's guard, which remembers the directories swept
+	done  []undo
 	// dirs are the directories this Apply works in, each opened once: every step
-	// on a file then names it by its base name alone, instead of os.Root opening
-	// each directory on the way again for every step.
+	// on a file then names it by its base name alone, instead of opening each
+	// directory on the way again for every step.
 	dirs map[string]*dirHandle
 	// open counts the handles of dirs holding descriptors: past maxOpenDirs the
 	// others are closed (reopened, one name at a time, when needed again).
@@ -404,19 +407,26 @@ func (r *run) skipRead(p string, declared bool, size int64) bool {
 }
 
 // dirHandle is one directory of the managed tree, opened as far as this Apply
-// needs it and no further: the directory itself, to open the files in it
-// without following a link at their names (see readExisting) and to flush it,
-// and a Root for the steps that write in it. An Apply that finds every file
-// unchanged opens only the first, in the one open per directory it always cost.
+// needs it and no further, once: from its parent's descriptor, one name at a
+// time, never through a link (dirFd in dir_linux.go, dirFile in dir_other.go), so
+// that every step on a file in it names the file by its base name alone. An
+// Apply that finds every file unchanged opens each directory once and writes
+// through none.
+//
+// By name from the managed root, a step would follow a link that stays inside
+// it: a local user who may write one directory of the root, swapping a link to
+// another (../etc) in for a directory of a declared path between the inspection
+// and the write, had the agent write a file of theirs into etc/, or remove one
+// there. And before the first step that changes anything in it (ready), the
+// directory's path must still lead to the directory opened: one swapped since
+// the inspection makes the apply fail and roll back, rather than write a file
+// that is not at its path.
 type dirHandle struct {
-	swept   bool       // the leftovers of an interrupted apply were removed from it
-	name    string     // slash-separated in the managed root, "." for the root itself
-	parent  *dirHandle // the directory it is in; nil for the managed root
-	managed *os.Root   // the managed root
-	run     *run       // the Apply it belongs to, which bounds the handles open
-	file    *os.File
-	root    *os.Root
-	own     bool // root is this handle's to close (not the managed root itself)
+	swept  bool       // this Apply has swept it (see run.sweep)
+	name   string     // slash-separated in the managed root, "." for the root itself
+	parent *dirHandle // the directory it is in; nil for the managed root
+	run    *run       // the Apply it belongs to, which bounds the handles open
+	sysDir            // what the system keeps of it (dir_linux.go, dir_other.go)
 }
 
 // dir returns the handle of dir, a clean slash-separated path in the managed
@@ -426,7 +436,7 @@ func (r *run) dir(dir string) *dirHandle {
 	if d, ok := r.dirs[dir]; ok {
 		return d
 	}
-	d := &dirHandle{name: dir, managed: r.root, run: r}
+	d := &dirHandle{name: dir, run: r}
 	if dir != "." {
 		d.parent = r.dir(path.Dir(dir))
 	}
@@ -435,37 +445,6 @@ func (r *run) dir(dir string) *dirHandle {
 	}
 	r.dirs[dir] = d
 	return d
-}
-
-// dirFile returns the directory itself, opened once: from its parent's
-// descriptor, one name at a time, never through a link (openDirIn). By name from
-// the managed root, os.Root follows a link that stays inside it: a local user who
-// may write one directory of the root, swapping a link to another (../etc) in
-// for a directory of a declared path between the inspection and the write, had the
-// agent write a file of theirs into etc/, or remove one there.
-func (d *dirHandle) dirFile() (*os.File, error) {
-	if d.file == nil {
-		if d.parent == nil {
-			f, err := d.managed.OpenFile(d.name, os.O_RDONLY|atomicfile.NoPoll|openDirFlag, 0)
-			if err != nil {
-				return nil, err
-			}
-			d.file = f
-			return f, nil
-		}
-		d.run.makeRoom(d)
-		pf, err := d.parent.dirFile()
-		if err != nil {
-			return nil, err
-		}
-		f, err := openDirIn(pf, path.Base(d.name), d.name, d.managed)
-		if err != nil {
-			return nil, err
-		}
-		d.file = f
-		d.run.open++
-	}
-	return d.file, nil
 }
 
 // maxOpenDirs bounds the directory handles an Apply keeps open (each holds one or
@@ -492,80 +471,23 @@ func (r *run) makeRoom(d *dirHandle) {
 		if r.open < limit/2 {
 			return
 		}
-		if h.parent == nil || keep[h] || h.file == nil {
+		if h.parent == nil || keep[h] || !h.isOpen() {
 			continue
 		}
 		h.close()
 	}
 }
 
-// close gives back a handle's descriptors; it is opened again when needed.
-func (d *dirHandle) close() {
-	if d.file != nil {
-		d.file.Close()
-		d.file = nil
-		d.run.open--
-	}
-	if d.own {
-		d.root.Close()
-		d.root, d.own = nil, false
-	}
-}
-
-// writeRoot returns the Root the steps on the files in the directory go
-// through, opened once. It is the very directory dirFile opened: os.Root opens
-// by name, and a directory swapped since is refused.
-func (d *dirHandle) writeRoot() (*os.Root, error) {
-	if d.root == nil {
-		if d.name == "." {
-			d.root = d.managed
-			return d.root, nil
-		}
-		f, err := d.dirFile()
-		if err != nil {
-			return nil, err
-		}
-		sub, err := d.managed.OpenRoot(d.name)
-		if err != nil {
-			return nil, err
-		}
-		want, err1 := f.Stat()
-		got, err2 := sub.Stat(".")
-		if err1 != nil || err2 != nil || !os.SameFile(want, got) {
-			sub.Close()
-			return nil, &PathError{Path: d.name, Err: ErrEscapesRoot,
-				Reason: "the directory was replaced as the agent opened it (a link swapped in?): something else writes in the managed root"}
-		}
-		d.root, d.own = sub, true
-	}
-	return d.root, nil
-}
-
-// in returns the Root of the directory p is in, and p's name there: the steps on p
-// (make, remove) go through it, never through a path of several names.
-func (r *run) in(p string) (*os.Root, string, error) {
-	root, err := r.dir(path.Dir(p)).writeRoot()
-	return root, path.Base(p), err
-}
-
-// sync flushes the directory, so that a rename, creation or removal in it
-// survives a crash.
-func (d *dirHandle) sync() error {
-	f, err := d.dirFile()
-	if err != nil {
-		return err
-	}
-	return f.Sync()
+// in returns the handle of the directory p is in, ready for a step that changes
+// it, and p's name there: the steps on p (make, remove) go through it, never
+// through a path of several names.
+func (r *run) in(p string) (*dirHandle, string, error) {
+	d := r.dir(path.Dir(p))
+	return d, path.Base(p), d.ready()
 }
 
 func (r *run) closeDirs() {
 	for _, d := range r.dirs {
-		if d.parent == nil {
-			if d.file != nil {
-				d.file.Close()
-			}
-			continue
-		}
 		d.close()
 	}
 }
@@ -657,7 +579,7 @@ func (r *run) checkParents(p string, goingAway map[string]bool, declared bool) (
 	elems := strings.Split(p, "/")
 	for i := 1; i < len(elems); i++ {
 		dir := strings.Join(elems[:i], "/")
-		fi, err := r.root.Lstat(dir)
+		mode, err := r.onTheWay(dir, goingAway[dir])
 		switch {
 		case errors.Is(err, fs.ErrNotExist) || err == nil && goingAway[dir]:
 			var missing []string
@@ -667,14 +589,14 @@ func (r *run) checkParents(p string, goingAway map[string]bool, declared bool) (
 			return missing, nil
 		case err != nil:
 			return nil, fmt.Errorf("apply: inspecting %q: %w", dir, err)
-		case !declared && !fi.IsDir():
-			return nil, leftOnTheWay(dir, fi.Mode())
-		case fi.Mode()&fs.ModeSymlink != 0:
+		case !declared && !mode.IsDir():
+			return nil, leftOnTheWay(dir, mode)
+		case mode&fs.ModeSymlink != 0:
 			return nil, &PathError{Path: p, Err: ErrEscapesRoot,
 				Reason: fmt.Sprintf("%q on its way is a symbolic link, and declared files are never written through links", dir)}
-		case !fi.IsDir():
+		case !mode.IsDir():
 			return nil, &PathError{Path: p, Err: ErrInvalidPath,
-				Reason: fmt.Sprintf("%q on its way is a %s, not a directory", dir, kind(fi.Mode()))}
+				Reason: fmt.Sprintf("%q on its way is a %s, not a directory", dir, kind(mode))}
 		}
 	}
 	return nil, nil
@@ -732,7 +654,7 @@ func (r *run) write(w write) error {
 		if err != nil {
 			return err
 		}
-		if err := parent.Mkdir(name, 0o755); err != nil {
+		if err := parent.mkdir(name); err != nil {
 			if errors.Is(err, fs.ErrExist) {
 				continue // an earlier file in this run made it
 			}
@@ -742,7 +664,7 @@ func (r *run) write(w write) error {
 		if err := r.hook("mkdir", dir); err != nil {
 			return err
 		}
-		if err := r.settleDir(r.dir(path.Dir(dir)), dir, path.Base(dir)); err != nil {
+		if err := r.settleDir(parent, dir, name); err != nil {
 			return err
 		}
 		if err := r.syncDir(path.Dir(dir)); err != nil {
@@ -771,12 +693,11 @@ func (r *run) write(w write) error {
 // torn); without the directory's after it, a crash can forget the rename, so that
 // p holds the old content while the agent recorded the new declaration as applied.
 func (r *run) writeAtomic(p string, data []byte, mode fs.FileMode, uid, gid int) (replaced bool, err error) {
-	d := r.dir(path.Dir(p))
-	root, err := d.writeRoot()
+	d, name, err := r.in(p)
 	if err != nil {
 		return false, err
 	}
-	r.sweep(d, root)
+	r.sweep(d)
 	if err := r.hook("create", p); err != nil {
 		return false, err
 	}
@@ -785,27 +706,29 @@ func (r *run) writeAtomic(p string, data []byte, mode fs.FileMode, uid, gid int)
 	// A short fixed-length name: a 255-byte declared name must not make its
 	// temp name too long.
 	tmp := tempPrefix + hex.EncodeToString(rnd[:])
-	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|atomicfile.NoPoll, 0o600)
+	f, err := d.createTemp(tmp)
 	if err != nil {
 		return false, err
 	}
 	defer func() {
 		if err != nil {
-			f.Close()
-			root.Remove(tmp)
+			f.close()
+			if rerr := d.removeFile(tmp); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+				// A leftover after all, which this process must sweep again.
+				r.guard.setSwept(d.name, false)
+			}
 		}
 	}()
-	if _, err := f.Write(data); err != nil {
+	if err := f.write(data); err != nil {
 		return false, err
 	}
-	if err := f.Sync(); err != nil {
+	if err := f.sync(); err != nil {
 		return false, err
 	}
 	if uid >= 0 || gid >= 0 {
 		// Only what differs from the new file's owner, so that restoring a
 		// file the agent owned works without privilege.
-		if fi, err := f.Stat(); err == nil {
-			cu, cg := owner(fi)
+		if cu, cg, ok := f.owner(); ok {
 			if cu == uid {
 				uid = -1
 			}
@@ -815,18 +738,18 @@ func (r *run) writeAtomic(p string, data []byte, mode fs.FileMode, uid, gid int)
 		}
 	}
 	if uid >= 0 || gid >= 0 {
-		if err := f.Chown(uid, gid); err != nil {
+		if err := f.chown(uid, gid); err != nil {
 			return false, err
 		}
 	}
 	// After chown, which clears setuid and setgid.
-	if err := f.Chmod(mode); err != nil {
+	if err := f.chmod(mode); err != nil {
 		return false, err
 	}
-	if err := f.Close(); err != nil {
+	if err := f.close(); err != nil {
 		return false, err
 	}
-	if err := root.Rename(tmp, path.Base(p)); err != nil {
+	if err := d.rename(tmp, name); err != nil {
 		return false, err
 	}
 	if err := r.hook("syncdir", p); err != nil {
@@ -842,40 +765,45 @@ const (
 	tempLen    = len(tempPrefix) + 16
 )
 
-// sweep removes, once per Apply, the temporary files an apply killed part way (a
-// SIGKILL, a crash, a power cut) left in d, where it is about to write: nothing
-// else would ever remove them, each as large as a file it wrote, and readable by
-// the agent's user only. A regular file with such a name that is declared or
-// managed is kept. Failures are ignored: the write that follows says what is
-// wrong with the directory, if anything.
-func (r *run) sweep(d *dirHandle, root *os.Root) {
-	if d.swept {
+// sweep removes the temporary files an apply killed part way (a SIGKILL, a crash,
+// a power cut) left in d, where it is about to write or remove: nothing else would
+// ever remove them, each as large as a file it wrote, and readable by the agent's
+// user only. A regular file with such a name that is declared or managed is kept.
+// Failures are ignored: the step that follows says what is wrong with the
+// directory, if anything.
+//
+// Once per directory for as long as the guard keeps the root (the agent's: the
+// process's life), not at every Apply: such a leftover is only made by an apply
+// cut off with its process (killed, crashed, the machine down), and the process
+// that starts next sweeps each directory before its first write or removal there.
+// A temporary file this process failed to remove makes its directory swept again
+// (writeAtomic), and another root accepted sweeps everything again. Swept at every
+// Apply, a directory cost three reads of its names a declaration, a tenth of the
+// agent's system calls for one.
+func (r *run) sweep(d *dirHandle) {
+	if d.swept || r.guard.sweptAlready(d.name) {
 		return
 	}
 	d.swept = true
-	f, err := d.dirFile()
-	if err != nil {
-		return
-	}
-	// In batches: a directory of the root others may write in can hold as many
-	// names as they care to make (65,000 links of 247-byte names cost the agent
-	// 21 MB read whole), and the sweep needs only the few that are ours.
-	for {
-		names, err := f.Readdirnames(sweepBatch)
-		for _, name := range names {
-			if len(name) != tempLen || !strings.HasPrefix(name, tempPrefix) || !isLowerHex(name[len(tempPrefix):]) {
-				continue
-			}
-			if r.known != nil && r.known(path.Join(d.name, name)) {
-				continue
-			}
-			if fi, err := root.Lstat(name); err == nil && fi.Mode().IsRegular() {
-				root.Remove(name)
-			}
+	complete := d.eachName(func(name string) bool {
+		if len(name) != tempLen || !strings.HasPrefix(name, tempPrefix) || !isLowerHex(name[len(tempPrefix):]) {
+			return true
 		}
-		if err != nil || len(names) == 0 {
-			return
+		if r.known != nil && r.known(path.Join(d.name, name)) {
+			return true
 		}
+		fi, err := d.lstat(name)
+		if err != nil {
+			return errors.Is(err, fs.ErrNotExist)
+		}
+		if !fi.Mode().IsRegular() {
+			return true
+		}
+		err = d.removeFile(name)
+		return err == nil || errors.Is(err, fs.ErrNotExist)
+	})
+	if complete {
+		r.guard.setSwept(d.name, true)
 	}
 }
 
@@ -897,32 +825,35 @@ func (r *run) remove(rm remove) error {
 	if err := r.hook("remove", rm.path); err != nil {
 		return err
 	}
-	d := r.dir(path.Dir(rm.path))
-	parent, err := d.writeRoot()
+	d, name, err := r.in(rm.path)
 	if err != nil {
 		return err
 	}
 	// Swept too: a temporary file an apply killed part way left in a directory
 	// that the applies after it only removed from stayed for good.
-	r.sweep(d, parent)
-	if err := parent.Remove(path.Base(rm.path)); err != nil {
+	r.sweep(d)
+	if err := d.removeFile(name); err != nil {
 		return err
 	}
 	r.done = append(r.done, undo{path: rm.path, prev: rm.prev, removed: true})
-	return r.syncDir(path.Dir(rm.path))
+	return d.sync()
 }
 
 // maxRollbackErrors is how many of a rollback's failures ApplyError names; the
 // rest are counted.
 const maxRollbackErrors = 10
 
-// removeIn removes p through the directory it is in (r.in).
-func (r *run) removeIn(p string) error {
+// removeIn removes the file p, or the directory p when dir is set, through the
+// directory it is in (r.in).
+func (r *run) removeIn(p string, dir bool) error {
 	parent, name, err := r.in(p)
 	if err != nil {
 		return err
 	}
-	return parent.Remove(name)
+	if dir {
+		return parent.removeDir(name)
+	}
+	return parent.removeFile(name)
 }
 
 // fail undoes this run's changes, newest first, and reports the failure.
@@ -938,11 +869,11 @@ func (r *run) fail(p string, cause error) error {
 		switch {
 		case u.isDir:
 			// Only if still empty: something else may have put a file there.
-			if rerr := r.removeIn(u.path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) && !isNotEmpty(rerr) {
+			if rerr := r.removeIn(u.path, true); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) && !isNotEmpty(rerr) {
 				err = rerr
 			}
 		case u.prev == nil:
-			if rerr := r.removeIn(u.path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			if rerr := r.removeIn(u.path, false); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 				err = rerr
 			}
 		default:

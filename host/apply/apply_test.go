@@ -1128,6 +1128,107 @@ func TestApplyDirectorySwappedForALinkInsideTheRoot(t *testing.T) {
 	}
 }
 
+// TestApplyUpperDirectorySwappedForALink: the directory swapped for a link is not
+// the one the file is in but one above it (shared/, of shared/sub/app.conf), the
+// link leading to another tree holding a sub/ of its own. The steps go through the
+// descriptor of the sub/ the agent opened, which moved with shared/: they cannot
+// be redirected, but the file would not be at its path (nor would the one removed
+// be the one at it). The path of each directory written in is checked from the
+// root down before the first step in it, so the apply fails and is undone, and
+// neither tree holds a file the agent wrote or lost one.
+func TestApplyUpperDirectorySwappedForALink(t *testing.T) {
+	for _, step := range []string{"write", "remove"} {
+		t.Run(step, func(t *testing.T) {
+			root := t.TempDir()
+			mustWrite(t, filepath.Join(root, "other/sub/app.conf"), "the other tree's", 0o644)
+			files := []File{{Path: "etc/app.conf", Data: []byte("root's"), Mode: 0o644}}
+			managed := []string{"etc/app.conf"}
+			mustWrite(t, filepath.Join(root, "etc/app.conf"), "root's", 0o644)
+			if step == "write" {
+				if err := os.MkdirAll(filepath.Join(root, "shared/sub"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				files = append(files, File{Path: "shared/sub/app.conf", Data: []byte("declared"), Mode: 0o644})
+			} else {
+				mustWrite(t, filepath.Join(root, "shared/sub/app.conf"), "managed", 0o644)
+				managed = append(managed, "shared/sub/app.conf")
+			}
+			swapped := false
+			a := FileApplier{Root: root, failpoint: func(s, p string) error {
+				if s == step && p == "shared/sub/app.conf" && !swapped {
+					swapped = true
+					if err := os.Rename(filepath.Join(root, "shared"), filepath.Join(root, "moved")); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.Symlink("other", filepath.Join(root, "shared")); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return nil
+			}}
+			_, err := a.Apply(context.Background(), files, managed)
+			if !swapped {
+				t.Fatal("the failpoint never ran")
+			}
+			var ae *ApplyError
+			if !errors.Is(err, ErrEscapesRoot) || !errors.As(err, &ae) || !ae.RolledBack {
+				t.Fatalf("got %v, want the apply refused (ErrEscapesRoot) and undone", err)
+			}
+			assertFile(t, filepath.Join(root, "other/sub/app.conf"), "the other tree's", 0o644)
+			if step == "write" {
+				assertAbsent(t, filepath.Join(root, "moved/sub/app.conf"))
+			} else {
+				assertFile(t, filepath.Join(root, "moved/sub/app.conf"), "managed", 0o644)
+			}
+			assertFile(t, filepath.Join(root, "etc/app.conf"), "root's", 0o644)
+		})
+	}
+}
+
+// TestADirectoryIsSweptOncePerRoot: with a RootGuard, which the agent keeps for its
+// life, the leftovers of an interrupted apply are removed from a directory at the
+// first Apply that writes there, and not looked for again at every later one (three
+// reads of its names a declaration): only an apply cut off with its process leaves
+// one, and the next process sweeps. A new guard, as a restarted agent has, sweeps
+// again; so does the same guard once it has accepted another root.
+func TestADirectoryIsSweptOncePerRoot(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "managed")
+	leftover := filepath.Join(root, "etc", ".meshhost-0123456789abcdef")
+	mustWrite(t, leftover, "half of a declared file", 0o600)
+	g := &RootGuard{}
+	apply := func(g *RootGuard, n int) {
+		t.Helper()
+		files := []File{{Path: "etc/a", Data: []byte(fmt.Sprint(n)), Mode: 0o644}}
+		if n == 5 {
+			files[0].Path = "var/a"
+		}
+		if _, err := (FileApplier{Root: root, Guard: g}).Apply(context.Background(), files, []string{"etc/a"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply(g, 1)
+	assertAbsent(t, leftover)
+	// Made by hand, not by a crash: left until the next process.
+	mustWrite(t, leftover, "not a crash's", 0o600)
+	apply(g, 2)
+	assertFile(t, leftover, "not a crash's", 0o600)
+	apply(&RootGuard{}, 3)
+	assertAbsent(t, leftover)
+
+	// Another root accepted (removed by hand, made again by an Apply that writes
+	// elsewhere in it): swept again.
+	mustWrite(t, leftover, "again", 0o600)
+	apply(g, 4)
+	assertFile(t, leftover, "again", 0o600)
+	if err := os.RemoveAll(root); err != nil {
+		t.Fatal(err)
+	}
+	apply(g, 5)
+	mustWrite(t, leftover, "in the new root", 0o600)
+	apply(g, 6)
+	assertAbsent(t, leftover)
+}
+
 // TestARollbackThatFailsEverywhereIsSaidShortly: a rollback that cannot restore any
 // of thousands of paths names the first few and counts the rest; one line a path,
 // an apply out of descriptors made a text of 21 MB, logged whole and too large for

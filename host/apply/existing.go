@@ -25,15 +25,11 @@ func (r *run) readExisting(p string, declared bool) (*saved, error) {
 
 // readExistingByName is readExisting for a system where a file cannot be opened
 // relative to its directory without following a link at its name (os.Root
-// follows one that stays inside the root). It looks at the name first, and
-// checks that the file it then opened is the one it looked at, so that a link
-// swapped in between is refused all the same; the facts it keeps are those of
-// the open file.
-func (r *run) readExistingByName(d *dirHandle, p, name string, declared bool) (*saved, error) {
-	root, err := d.writeRoot()
-	if err != nil {
-		return nil, inspectError(p, err)
-	}
+// follows one that stays inside the root): name in root, the directory of p. It
+// looks at the name first, and checks that the file it then opened is the one it
+// looked at, so that a link swapped in between is refused all the same; the facts
+// it keeps are those of the open file.
+func (r *run) readExistingByName(root *os.Root, p, name string, declared bool) (*saved, error) {
 	fi, err := root.Lstat(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

@@ -5,15 +5,10 @@ package apply
 import (
 	"errors"
 	"io/fs"
-	"os"
 	"syscall"
 
 	"mesh/host/atomicfile"
 )
-
-// openDirFlag makes opening a directory handle fail if a directory is no
-// longer there.
-const openDirFlag = syscall.O_DIRECTORY
 
 // existingFlags open a file found at a managed path, to read it: never through
 // a symbolic link at its name (O_NOFOLLOW: the open fails with ELOOP instead),
@@ -28,7 +23,7 @@ const existingFlags = syscall.O_RDONLY | syscall.O_NOFOLLOW | syscall.O_NOCTTY |
 // fstat replace a lookup of the name and an open, so this costs no system call
 // more than reading the file did before it was checked this way.
 func (r *run) readExistingAt(d *dirHandle, p, name string, declared bool) (*saved, error) {
-	dir, err := d.dirFile()
+	dir, err := d.dirFd()
 	if err != nil {
 		return nil, inspectError(p, err)
 	}
@@ -60,24 +55,14 @@ func (r *run) readExistingAt(d *dirHandle, p, name string, declared bool) (*save
 	return &saved{data: data, mode: mode & modeBits, uid: int(st.Uid), gid: int(st.Gid)}, nil
 }
 
-// openAt opens name in the directory dir with existingFlags.
-func openAt(dir *os.File, name string) (int, error) {
-	rc, err := dir.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
+// openAt opens name in the directory dirfd with existingFlags.
+func openAt(dirfd int, name string) (int, error) {
 	fd := -1
-	var oerr error
-	if err := rc.Control(func(dirfd uintptr) {
-		oerr = ignoringEINTR(func() (err error) {
-			fd, err = syscall.Openat(int(dirfd), name, existingFlags, 0)
-			return err
-		})
+	if err := ignoringEINTR(func() (err error) {
+		fd, err = syscall.Openat(dirfd, name, existingFlags, 0)
+		return err
 	}); err != nil {
-		return -1, err
-	}
-	if oerr != nil {
-		return -1, &fs.PathError{Op: "openat", Path: name, Err: oerr}
+		return -1, &fs.PathError{Op: "openat", Path: name, Err: err}
 	}
 	return fd, nil
 }
@@ -86,11 +71,9 @@ func openAt(dir *os.File, name string) (int, error) {
 // link: a socket, or a device without a driver, cannot be opened at all, and is
 // refused as any file that is not regular; anything else is the open's error.
 func (r *run) notOpened(d *dirHandle, p, name string, openErr error, declared bool) error {
-	if root, err := d.writeRoot(); err == nil {
-		if fi, err := root.Lstat(name); err == nil {
-			if refusal := checkExisting(p, fi.Mode(), fi.Size(), declared); refusal != nil {
-				return refusal
-			}
+	if fi, err := d.lstat(name); err == nil {
+		if refusal := checkExisting(p, fi.Mode(), fi.Size(), declared); refusal != nil {
+			return refusal
 		}
 	}
 	return inspectError(p, openErr)
@@ -145,34 +128,4 @@ func fileMode(m uint32) fs.FileMode {
 		}
 	}
 	return mode
-}
-
-// openDirIn opens the directory called name in parent, by its descriptor, never
-// following a link at that name: a link (swapped in since the inspection) or
-// anything but a directory is refused. p names it in messages.
-func openDirIn(parent *os.File, name, p string, _ *os.Root) (*os.File, error) {
-	rc, err := parent.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	fd := -1
-	var oerr error
-	if err := rc.Control(func(dirfd uintptr) {
-		oerr = ignoringEINTR(func() (err error) {
-			fd, err = syscall.Openat(int(dirfd), name, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-			return err
-		})
-	}); err != nil {
-		return nil, err
-	}
-	switch {
-	case errors.Is(oerr, syscall.ELOOP):
-		return nil, &PathError{Path: p, Err: ErrEscapesRoot,
-			Reason: "it is a symbolic link (swapped in since the agent looked?), and declared files are never written through links"}
-	case errors.Is(oerr, syscall.ENOTDIR):
-		return nil, &PathError{Path: p, Err: ErrInvalidPath, Reason: "it is no longer a directory: something else writes in the managed root"}
-	case oerr != nil:
-		return nil, &fs.PathError{Op: "open", Path: p, Err: oerr}
-	}
-	return os.NewFile(uintptr(fd), p), nil
 }

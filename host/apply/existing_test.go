@@ -265,25 +265,23 @@ func TestReadExistingByName(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	run := &run{root: r, a: FileApplier{Root: root, failpoint: func(step, p string) error {
+	run := &run{a: FileApplier{Root: root, failpoint: func(step, p string) error {
 		if step == "open" && p == "b" {
 			swapForLink(t, filepath.Join(root, "b"), "target")
 		}
 		return nil
 	}}}
-	defer run.closeDirs()
-	d := run.dir(".")
-	got, err := run.readExistingByName(d, "a", "a", true)
+	got, err := run.readExistingByName(r, "a", "a", true)
 	if err != nil || string(got.data) != "a" || got.mode != 0o640 {
 		t.Fatalf("an ordinary file: %+v, %v", got, err)
 	}
-	if got, err := run.readExistingByName(d, "none", "none", true); got != nil || err != nil {
+	if got, err := run.readExistingByName(r, "none", "none", true); got != nil || err != nil {
 		t.Fatalf("nothing there: %+v, %v", got, err)
 	}
-	if _, err := run.readExistingByName(d, "b", "b", true); !errors.Is(err, ErrEscapesRoot) {
+	if _, err := run.readExistingByName(r, "b", "b", true); !errors.Is(err, ErrEscapesRoot) {
 		t.Fatalf("a link swapped in: %v", err)
 	}
-	if _, err := run.readExistingByName(d, "huge", "huge", true); !errors.Is(err, ErrTooLarge) {
+	if _, err := run.readExistingByName(r, "huge", "huge", true); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("a huge file: %v", err)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 )
 
 // ErrRootMoved means the managed root's path led to another directory while it was
@@ -84,8 +83,9 @@ func (e *RootGoneError) Is(target error) bool { return target == ErrRootGone }
 // that aims the agent's writes, as root, into any directory. So the directory opened
 // is judged against its path (Check), and the path must still lead to it after the
 // check: a path swapped back and forth around the check is caught either way. Once
-// judged, the directory is remembered (os.SameFile): the next Apply that opens the
-// same directory is not judged again, one fstat instead of a walk of the path.
+// judged, the directory is remembered (its device and inode): the next Apply that
+// opens the same directory is not judged again, one fstat instead of a walk of the
+// path.
 //
 // Once a root is accepted (by Accept as the agent starts, or by the first Apply),
 // another directory at its path is refused (ErrRootGone), not written into: a file
@@ -108,6 +108,39 @@ type RootGuard struct {
 	judged fs.FileInfo // the directory last judged, by its identity; nil before one
 	parent fs.FileInfo // the directory above it when it was judged
 	link   bool        // the root's path was a symbolic link when it was judged
+	// swept holds the directories of the judged root (slash-separated, "." for
+	// the root itself) from which an Apply removed the leftovers of an interrupted
+	// one (run.sweep): none appears there again while this process runs, but for a
+	// temporary file it failed to remove, which unmarks its directory.
+	swept map[string]bool
+}
+
+// sweptAlready reports whether the directory dir of the root was swept since the
+// root was accepted.
+func (g *RootGuard) sweptAlready(dir string) bool {
+	if g == nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.swept[dir]
+}
+
+// setSwept records whether dir is free of leftovers (run.sweep).
+func (g *RootGuard) setSwept(dir string, swept bool) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !swept {
+		delete(g.swept, dir)
+		return
+	}
+	if g.swept == nil {
+		g.swept = map[string]bool{}
+	}
+	g.swept[dir] = true
 }
 
 // Accept judges the managed root at path as it is now, if it exists, and takes it as
@@ -118,7 +151,7 @@ func (g *RootGuard) Accept(path string) error {
 	if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
 		return nil // nothing to accept yet, or not a directory: statedir.PrepareRoot says which
 	}
-	root, err := openRoot(path)
+	root, opened, err := openRoot(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -126,15 +159,15 @@ func (g *RootGuard) Accept(path string) error {
 		return fmt.Errorf("apply: opening the managed root: %w", err)
 	}
 	defer root.Close()
-	return g.judge(root, path, false)
+	return g.judge(opened, path, false)
 }
 
 // open opens the managed root at path for one Apply, judged (see RootGuard). A
 // root that does not exist is made when create is set (its parent must exist, and
 // be the directory it was in), its path judged first; otherwise open returns nil
 // and no error.
-func (g *RootGuard) open(path string, create bool) (*os.Root, error) {
-	root, err := openRoot(path)
+func (g *RootGuard) open(path string, create bool) (*rootDir, error) {
+	root, opened, err := openRoot(path)
 	made := false
 	if errors.Is(err, fs.ErrNotExist) {
 		if err := g.gone(path); err != nil {
@@ -146,27 +179,17 @@ func (g *RootGuard) open(path string, create bool) (*os.Root, error) {
 		if err := g.make(path); err != nil {
 			return nil, err
 		}
-		root, err = openRoot(path)
+		root, opened, err = openRoot(path)
 		made = true
 	}
 	if err != nil {
 		return nil, fmt.Errorf("apply: opening the managed root: %w", err)
 	}
-	if err := g.judge(root, path, made); err != nil {
+	if err := g.judge(opened, path, made); err != nil {
 		root.Close()
 		return nil, err
 	}
 	return root, nil
-}
-
-// openRoot opens the directory at path as an os.Root, and refuses something else
-// there before opening it: os.OpenRoot opens a named pipe as any file, and waits
-// for a writer that may never come, the agent held with it.
-func openRoot(path string) (*os.Root, error) {
-	if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
-		return nil, fmt.Errorf("%s is a %s, not a directory: %w", path, kind(fi.Mode()), syscall.ENOTDIR)
-	}
-	return os.OpenRoot(path)
 }
 
 // make makes the missing managed root at path, and only it: the directories above
@@ -205,7 +228,7 @@ func (g *RootGuard) gone(path string) error {
 	switch {
 	case err != nil:
 		return &RootGoneError{Root: path, Missing: topMissing(parent)}
-	case g.parent != nil && !os.SameFile(now, g.parent):
+	case g.parent != nil && !sameFile(now, g.parent):
 		return &RootGoneError{Root: path, Moved: parent, Was: dirID(g.parent), Now: dirID(now)}
 	}
 	return nil
@@ -226,25 +249,27 @@ func topMissing(dir string) string {
 	}
 }
 
-// judge accepts the directory root holds as the managed root at path: the one
+// judge accepts the directory opened (its fstat) as the managed root at path: the one
 // judged before; or, when none was or the guard has just made it (made), one
 // whose path passes Check and still leads to it after. Another directory than the
 // one judged before is refused (ErrRootGone).
-func (g *RootGuard) judge(root *os.Root, path string, made bool) error {
-	opened, err := root.Stat(".")
-	if err != nil {
-		return fmt.Errorf("apply: the managed root: %w", err)
-	}
+func (g *RootGuard) judge(opened fs.FileInfo, path string, made bool) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.judged != nil && os.SameFile(g.judged, opened) {
+	if made {
+		// Another root, whose directories were swept in none (the file system may
+		// give it the inode of the one removed). Accepted otherwise, the root is
+		// the first, or refused.
+		g.swept = nil
+	}
+	if g.judged != nil && sameFile(g.judged, opened) {
 		return nil
 	}
 	if err := g.check(path); err != nil {
 		return err
 	}
 	now, err := os.Stat(path)
-	if err != nil || !os.SameFile(now, opened) {
+	if err != nil || !sameFile(now, opened) {
 		return fmt.Errorf("%w: %s; nothing was written, and the next apply tries again", ErrRootMoved, path)
 	}
 	if g.judged != nil && !made {
