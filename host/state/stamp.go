@@ -10,15 +10,6 @@ type stamp struct {
 	size                int64
 }
 
-// stampOf reads f's stamp.
-func stampOf(f *os.File) (stamp, bool) {
-	fi, err := f.Stat()
-	if err != nil {
-		return stamp{}, false
-	}
-	return stampOfInfo(fi)
-}
-
 // stampPath reads the stamp of the file at path, without opening it.
 func stampPath(path string) (stamp, bool) {
 	fi, err := os.Lstat(path)

@@ -62,7 +62,7 @@ func (s *Store) Save(a Applied) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(Path(s.dir), os.O_RDWR|noFollow|atomicfile.NoPoll, 0)
+	f, err := openStoreFile(Path(s.dir))
 	if err != nil {
 		s.known = false
 		if err := s.Gone(); err != nil {
@@ -70,8 +70,8 @@ func (s *Store) Save(a Applied) error {
 		}
 		return s.create(js)
 	}
-	defer f.Close()
-	if st, ok := stampOf(f); !ok || !s.known || st != s.stamp {
+	defer f.close()
+	if st, ok := f.stamp(); !ok || !s.known || st != s.stamp {
 		// The file is not as this Store left it: the directory it is in may not
 		// be either. A file as it was (the usual save) costs no look more.
 		if err := s.Gone(); err != nil {
@@ -147,13 +147,13 @@ func (s *Store) encode(a Applied) ([]byte, error) {
 }
 
 // examine reads f to learn its slots; false if it is not a whole state file.
-func (s *Store) examine(f *os.File) bool {
-	st, ok := stampOf(f)
+func (s *Store) examine(f *storeFile) bool {
+	st, ok := f.stamp()
 	if !ok || st.size > MaxFileSize {
 		return false
 	}
 	data := make([]byte, st.size)
-	if _, err := f.ReadAt(data, 0); err != nil && !errors.Is(err, io.EOF) {
+	if _, err := f.readAt(data, 0); err != nil && !errors.Is(err, io.EOF) {
 		return false
 	}
 	sl, fault := readSlots(data)
@@ -166,7 +166,7 @@ func (s *Store) examine(f *os.File) bool {
 }
 
 // overwrite writes the record of js over the older slot of f and flushes it.
-func (s *Store) overwrite(f *os.File, js []byte) error {
+func (s *Store) overwrite(f *storeFile, js []byte) error {
 	k := 1 - s.sl.cur
 	rec := appendRecord(s.buf[:0], s.sl.seq+1, js)
 	n := len(rec)
@@ -176,16 +176,16 @@ func (s *Store) overwrite(f *os.File, js []byte) error {
 		clear(rec[n:])
 	}
 	s.buf = rec
-	if _, err := f.WriteAt(rec, int64(k*s.sl.size)); err != nil {
+	if err := f.writeAt(rec, int64(k*s.sl.size)); err != nil {
 		s.sl.used[k] = s.sl.size // part of it may be written
 		return s.failed(err)
 	}
-	if err := datasync(f); err != nil {
+	if err := f.datasync(); err != nil {
 		s.sl.used[k] = s.sl.size
 		return s.failed(err)
 	}
 	s.sl.cur, s.sl.seq, s.sl.used[k] = k, s.sl.seq+1, n
-	s.stamp, s.known = stampOf(f)
+	s.stamp, s.known = f.stamp()
 	return nil
 }
 

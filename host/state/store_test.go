@@ -341,11 +341,14 @@ func TestOpenKnowsTheFile(t *testing.T) {
 		t.Fatal("the Store from Open does not know the file it read")
 	}
 	// What Save compares with before writing: the stamp of the file it opens.
-	f, _ := os.Open(Path(dir))
-	if st, ok := stampOf(f); !ok || st != s.stamp {
+	f, err := openStoreFile(Path(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, ok := f.stamp(); !ok || st != s.stamp {
 		t.Fatalf("the opened file's stamp %+v differs from what Open recorded %+v: the first save would read the file again", st, s.stamp)
 	}
-	f.Close()
+	f.close()
 	if err := s.Save(version(2)); err != nil {
 		t.Fatal(err)
 	}
