@@ -26,8 +26,8 @@ import (
 //   - An agent running as root marks trusted.meshhost.applied, which only a process
 //     with CAP_SYS_ADMIN may set, or even read, whatever the root's mode. The
 //     user.meshhost.applied an earlier agent wrote is not read (it may have been
-//     set by anyone who could write the root then), and is removed at the next
-//     mark; until then the check goes by the state alone, as before the mark.
+//     set by anyone who could write the root then), and is removed at the agent's
+//     first mark; until then the check goes by the state alone, as before the mark.
 //   - An agent running as another user marks user.meshhost.applied, and trusts it
 //     only on a root it owns that group and others may not write, or that has the
 //     sticky bit (there Linux lets only the owner, or CAP_FOWNER, set a user.*
@@ -138,6 +138,13 @@ func (a *Agent) markApplied() bool {
 			a.log.Warn("could not mark the managed root with the version applied; the file check goes by the state directory alone", "root", a.o.Root, "err", err)
 		}
 		return false
+	}
+	if a.euid == 0 && !a.userMarkCleared {
+		// Once per agent: only an earlier agent wrote it, and a root replaced
+		// since this one started is refused (apply.ErrRootGone), or made anew
+		// without attributes. At every mark it was a system call a declaration.
+		clearUserMark(a.o.Root)
+		a.userMarkCleared = true
 	}
 	if a.off.code == CheckOffRootNewer {
 		a.log.Info("the managed root is marked with the declaration the mesh sent as its current one: the file check puts back files changed on this host again",

@@ -17,6 +17,13 @@ func openRoot(root string) (int, error) {
 	return unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 }
 
+// rootDir names root's directory itself for a system call on the path: a link
+// there is followed, and anything but a directory fails (ENOTDIR), as openRoot
+// does, without opening it. An agent running as root marks and reads its mark so,
+// in one system call where opening the root cost three: it trusts any root's
+// trusted.* mark, so it has nothing to look at on a descriptor.
+func rootDir(root string) string { return root + "/." }
+
 // trustedRoot reports whether the root open at fd keeps a mark only an agent
 // running as euid could have set (rootmark.go): any root for root's agent
 // (trusted.*), else userMarkTrusted.
@@ -35,10 +42,37 @@ func trustedRoot(fd, euid int) (bool, error) {
 // without such extended attributes (NFS for trusted.*, tmpfs before Linux 6.6 for
 // user.*) keeps none, and the check then has only the state to go by, as before.
 // A root whose user.* mark another user could set is not marked
-// (errRootMarkUntrusted). As root, the user.* mark an earlier agent wrote is
-// removed: it is never read again, and left, it named a stale version to whoever
-// looked (getfattr).
+// (errRootMarkUntrusted).
 func markRoot(root string, euid int, m rootMarkValue) error {
+	attr := rootMarkAttr(euid)
+	var err error
+	if euid == 0 {
+		err = unix.Setxattr(rootDir(root), attr, m.text(), 0)
+	} else {
+		err = onTrustedRoot(root, euid, func(fd int) error { return unix.Fsetxattr(fd, attr, m.text(), 0) })
+	}
+	switch {
+	case errors.Is(err, unix.ENOTSUP):
+		return nil
+	case errors.Is(err, errRootMarkUntrusted):
+		return err
+	case err != nil:
+		return fmt.Errorf("setting %s: %w", attr, err)
+	}
+	return nil
+}
+
+// clearUserMark removes from root the user.* mark an earlier agent wrote, for an
+// agent running as root: it is never read again, and left, it named a stale version
+// to whoever looked (getfattr). Absent (ENODATA), or on a file system without user.*
+// attributes, there is nothing to remove; any other failure leaves a mark nobody
+// reads.
+func clearUserMark(root string) { _ = unix.Removexattr(rootDir(root), rootMarkUser) }
+
+// onTrustedRoot opens root and calls fn with its descriptor if the root keeps a
+// mark only an agent running as euid could have set (trustedRoot), and fails
+// with errRootMarkUntrusted if not.
+func onTrustedRoot(root string, euid int, fn func(fd int) error) error {
 	fd, err := openRoot(root)
 	if err != nil {
 		return err
@@ -50,34 +84,23 @@ func markRoot(root string, euid int, m rootMarkValue) error {
 	case !ok:
 		return errRootMarkUntrusted
 	}
-	err = unix.Fsetxattr(fd, rootMarkAttr(euid), m.text(), 0)
-	if errors.Is(err, unix.ENOTSUP) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("setting %s: %w", rootMarkAttr(euid), err)
-	}
-	if euid == 0 {
-		// Absent (ENODATA), or a file system without user.* attributes: nothing
-		// to remove. Any other failure leaves a mark nobody reads.
-		_ = unix.Fremovexattr(fd, rootMarkUser)
-	}
-	return nil
+	return fn(fd)
 }
 
 // rootMark reads root's mark, and whether it has one this agent (running as euid)
 // can read and trust.
 func rootMark(root string, euid int) (rootMarkValue, bool) {
-	fd, err := openRoot(root)
-	if err != nil {
-		return rootMarkValue{}, false
-	}
-	defer unix.Close(fd)
-	if ok, err := trustedRoot(fd, euid); err != nil || !ok {
-		return rootMarkValue{}, false
-	}
 	buf := make([]byte, 128)
-	n, err := unix.Fgetxattr(fd, rootMarkAttr(euid), buf)
+	var n int
+	var err error
+	if euid == 0 {
+		n, err = unix.Getxattr(rootDir(root), rootMarkTrusted, buf)
+	} else {
+		err = onTrustedRoot(root, euid, func(fd int) (err error) {
+			n, err = unix.Fgetxattr(fd, rootMarkUser, buf)
+			return err
+		})
+	}
 	if err != nil {
 		return rootMarkValue{}, false
 	}

@@ -197,6 +197,58 @@ func TestUserMarkTrusted(t *testing.T) {
 	}
 }
 
+// TestTheMarkGoesOnADirectoryOnly: an agent running as root marks, and reads, the
+// root's mark by its path in one system call, not on a descriptor of the root: a
+// link to a directory is followed, as the applier follows it, but a file or a named
+// pipe in the root's place is not marked (ENOTDIR), nor does it hold the agent.
+func TestTheMarkGoesOnADirectoryOnly(t *testing.T) {
+	needRoot(t)
+	dir := t.TempDir()
+	m := rootMarkValue{version: 3, digest: strings.Repeat("cd", 32)}
+	target, link := dir+"/target", dir+"/link"
+	if err := os.Mkdir(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("target", link); err != nil {
+		t.Fatal(err)
+	}
+	if err := markRoot(link, 0, m); err != nil {
+		t.Fatalf("a root given as a link to a directory: %v", err)
+	}
+	if got, err := getAttr(t, target, rootMarkTrusted); err != nil || got != string(m.text()) {
+		t.Fatalf("the directory the link leads to: %s = %q (%v), want %q", rootMarkTrusted, got, err, m.text())
+	}
+	if got, ok := rootMark(link, 0); !ok || got != m {
+		t.Fatalf("the mark read through the link: %+v, %t", got, ok)
+	}
+
+	file, fifo := dir+"/file", dir+"/fifo"
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{file, fifo} {
+		done := make(chan error, 1)
+		go func() { done <- markRoot(p, 0, m) }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, unix.ENOTDIR) {
+				t.Errorf("%s in the root's place: %v, want ENOTDIR", p, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s in the root's place holds the mark", p)
+		}
+		if got, err := getAttr(t, p, rootMarkTrusted); !errors.Is(err, unix.ENODATA) {
+			t.Errorf("%s in the root's place was marked: %q (%v)", p, got, err)
+		}
+		if _, ok := rootMark(p, 0); ok {
+			t.Errorf("a mark was read from %s in the root's place", p)
+		}
+	}
+}
+
 // declAt signs v1 of the fixture's body ("declared") issued at issued.
 func (f *fixture) declAt(t *testing.T, issued time.Time) []byte {
 	t.Helper()
