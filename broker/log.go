@@ -55,7 +55,21 @@ func (l *natsLog) Warnf(format string, v ...any) {
 	}
 	l.emit(level, format, v)
 }
-func (l *natsLog) Errorf(format string, v ...any) { l.emit(slog.LevelError, format, v) }
+func (l *natsLog) Errorf(format string, v ...any) {
+	level := slog.LevelError
+	if format == routeDialFormat {
+		level = slog.LevelWarn
+	}
+	l.emit(level, format, v)
+}
+
+// routeDialFormat is nats-server's line for a route to another control node it
+// could not dial. Every rolling restart, and every join before the new node's serve
+// runs, made the other nodes log it as an error (a newcomer's walkthrough: nine in a
+// short session), paging whoever alerts on errors for what is an ordinary day; a
+// control node that stays down is named by `meshctl control status` (exit 5) and by
+// the leader's warning of a silent voter. It is a warning, once an interval.
+const routeDialFormat = "Error trying to connect to route (attempt %v): %v"
 func (l *natsLog) Debugf(format string, v ...any) { l.emit(slog.LevelDebug, format, v) }
 
 // Fatalf is an error marked fatal: nats-server's own logger would exit the process,
