@@ -349,12 +349,17 @@ func printControlStatus(w io.Writer, r controlStatusReport, now time.Time) {
 }
 
 // raftText is a's Raft state for the table, in the words of `meshctl nodes`: a
-// follower that votes is a follower, one that does not a nonvoter. Raft calls a
-// nonvoter a follower too, and the two commands named the same node follower and
-// nonvoter. A follower in no configuration (removed, or not yet added) says so.
+// follower that votes is a voter, one that does not a nonvoter. Raft calls both a
+// follower, and the two commands named the same node follower and voter, or
+// follower and nonvoter (a newcomer's walkthrough). A candidate or a leader is
+// said as Raft says it; a follower in no configuration (removed, or not yet added)
+// says so.
 func raftText(a api.ControlStatus, voters []string) string {
-	if a.Raft != api.RaftStateFollower || slices.Contains(voters, a.Node) {
+	if a.Raft != api.RaftStateFollower {
 		return a.Raft
+	}
+	if slices.Contains(voters, a.Node) {
+		return api.RaftVoter
 	}
 	for _, m := range a.Members {
 		if m.ID == a.Node {

@@ -220,8 +220,9 @@ func TestNoLeaderSaysWhy(t *testing.T) {
 }
 
 // TestControlStatusNamesNonvoters: a control node that does not vote is a nonvoter
-// in the RAFT column, as in `meshctl nodes`; Raft calls it a follower, and the two
-// commands named the same node differently. One in no configuration says so.
+// in the RAFT column, and one that does a voter, as in `meshctl nodes`; Raft calls
+// both followers, and the two commands named the same node differently. One in no
+// configuration says so.
 func TestControlStatusNamesNonvoters(t *testing.T) {
 	members := []api.RaftMember{{ID: "cp-1", Voter: true}, {ID: "cp-2", Voter: true}, {ID: "cp-3", Voter: true}, {ID: "cp-4"}}
 	r := reportControlStatus([]api.ControlStatus{
@@ -234,7 +235,7 @@ func TestControlStatusNamesNonvoters(t *testing.T) {
 	printControlStatus(&b, r, time.Now())
 	lines := strings.Split(b.String(), "\n")
 	col := strings.Index(lines[0], "RAFT")
-	for i, want := range []string{"leader", "follower", "nonvoter", "not a member"} {
+	for i, want := range []string{"leader", "voter", "nonvoter", "not a member"} {
 		if got := lines[i+1][col:]; !strings.HasPrefix(got, want+" ") {
 			t.Errorf("row %d: RAFT %q, want %q:\n%s", i+1, got, want, b.String())
 		}
