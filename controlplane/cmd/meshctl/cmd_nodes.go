@@ -154,7 +154,14 @@ func printNodes(w io.Writer, res api.NodesResult, now time.Time, controlNamed bo
 	if len(res.Control) > 1 || controlNamed && len(res.Control) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "CONTROL\tRAFT\tSTATE\tLAST SEEN\tBROKER\tHOSTS\tAPPLIED INDEX")
+		removed := 0
 		for _, c := range res.Control {
+			if c.Raft == api.RaftRemoved && !controlNamed {
+				// Kept in the roster for good, they were a row each, "removed
+				// removed", as long as the mesh lived: counted below instead.
+				removed++
+				continue
+			}
 			seen := "never"
 			if !c.LastSeen.IsZero() {
 				seen = ago(now.Sub(c.LastSeen))
@@ -172,6 +179,9 @@ func printNodes(w io.Writer, res api.NodesResult, now time.Time, controlNamed bo
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", name, c.Raft, state, seen, c.Broker, hostsText(c.Hosts), c.AppliedIndex)
 		}
 		tw.Flush()
+		if removed > 0 {
+			fmt.Fprintf(w, "(%d control node(s) removed: meshctl nodes --json lists them, or name one)\n", removed)
+		}
 		if controlNamed && len(res.Nodes) == 0 {
 			return // only control nodes were named: no host table under them
 		}

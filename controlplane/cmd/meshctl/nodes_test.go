@@ -345,3 +345,25 @@ func TestSigningKeyStatusExitsFiveWhileNodesLag(t *testing.T) {
 		}
 	}
 }
+
+// TestRemovedControlNodesAreCounted (a newcomer's walkthrough): control nodes
+// removed stay in the roster for good, and were a row each, "removed removed",
+// as long as the mesh lived. They are counted under the table; named, shown.
+func TestRemovedControlNodesAreCounted(t *testing.T) {
+	now := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	res := api.NodesResult{Control: []api.ControlView{
+		{ID: "cp-1", Raft: api.RaftLeader, State: api.StateAlive, LastSeen: now},
+		{ID: "cp-2", Raft: api.RaftVoter, State: api.StateAlive, LastSeen: now},
+		{ID: "cp-3", Raft: api.RaftRemoved, State: api.StateRemoved},
+	}}
+	var b strings.Builder
+	printNodes(&b, res, now, false)
+	if strings.Contains(b.String(), "cp-3") || !strings.Contains(b.String(), "(1 control node(s) removed: meshctl nodes --json lists them, or name one)") {
+		t.Errorf("a removed control node in the table:\n%s", b.String())
+	}
+	b.Reset()
+	printNodes(&b, api.NodesResult{Control: res.Control[2:]}, now, true)
+	if !strings.Contains(b.String(), "cp-3") || strings.Contains(b.String(), "removed:") {
+		t.Errorf("a removed control node named:\n%s", b.String())
+	}
+}
