@@ -106,7 +106,7 @@ func TestDeclareDryRun(t *testing.T) {
 		t.Errorf("web-1 keeps etc/old.conf after the real declaration: %v", err)
 	}
 	r = cp.Ctl("declare", "--all", "--file", bodyB, "--dry-run")
-	if r.Code != 0 || !strings.Contains(r.Stdout, "2 node(s) (web-1 v3, web-2 v2): no change (2 file(s) as they are)\n") ||
+	if r.Code != 0 || !strings.Contains(r.Stdout, "2 node(s) (web-1 v3, web-2 v2): no change (2 file(s) as they are; the new version is sent all the same)\n") ||
 		!strings.Contains(r.Stdout, "dry run: 2 node(s) selected, 0 would change, 2 unchanged; nothing was declared\n") {
 		t.Errorf("a dry run of the body declared: exit %d\n%s", r.Code, r.Combined())
 	}

@@ -71,7 +71,10 @@ func planNodes(g api.PlanGroup) string {
 // planVerdict sums a group's change up.
 func planVerdict(g api.PlanGroup) string {
 	if g.AddedCount+g.ChangedCount+g.RemovedCount == 0 {
-		return fmt.Sprintf("no change (%d file(s) as they are)", g.Unchanged)
+		// The version is new all the same (a declaration is signed and sent
+		// whatever it changes): said, as the new version beside each node was
+		// read as a change (a newcomer's walkthrough).
+		return fmt.Sprintf("no change (%d file(s) as they are; the new version is sent all the same)", g.Unchanged)
 	}
 	return fmt.Sprintf("%d to add, %d to change, %d to remove, %d unchanged", g.AddedCount, g.ChangedCount, g.RemovedCount, g.Unchanged)
 }

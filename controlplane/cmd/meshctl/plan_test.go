@@ -40,7 +40,7 @@ func TestWritePlan(t *testing.T) {
 	var out bytes.Buffer
 	writePlan(&out, testPlan())
 	want := []string{
-		"12 node(s) (db-01 v4, db-02 v4, db-03 v4, db-04 v4, db-05 v4, db-06 v4, db-07 v4, db-08 v4, db-09 v4, db-10 v4 and 2 more): no change (2 file(s) as they are)",
+		"12 node(s) (db-01 v4, db-02 v4, db-03 v4, db-04 v4, db-05 v4, db-06 v4, db-07 v4, db-08 v4, db-09 v4, db-10 v4 and 2 more): no change (2 file(s) as they are; the new version is sent all the same)",
 		"3 node(s) (web-1 v5, web-2 v5, web-3 v9): 1 to add, 1 to change, 1 to remove, 1 unchanged",
 		"  + etc/new.conf  (0644, 12 bytes)",
 		"  ~ etc/app.conf  (content, 40 -> 52 bytes; mode 0600 -> 0640)",
