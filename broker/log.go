@@ -70,6 +70,7 @@ func (l *natsLog) Errorf(format string, v ...any) {
 // control node that stays down is named by `meshctl control status` (exit 5) and by
 // the leader's warning of a silent voter. It is a warning, once an interval.
 const routeDialFormat = "Error trying to connect to route (attempt %v): %v"
+
 func (l *natsLog) Debugf(format string, v ...any) { l.emit(slog.LevelDebug, format, v) }
 
 // Fatalf is an error marked fatal: nats-server's own logger would exit the process,
