@@ -125,9 +125,11 @@ func TestJSONOutput(t *testing.T) {
 	}
 
 	ports := harness.FreePorts(t, 3)
-	check("meshctl bootstrap", harness.Run(t, "", nil, bin.Meshctl, "bootstrap", "--json", "--mesh", "other", "--data", filepath.Join(t.TempDir(), "cp"),
+	other := filepath.Join(t.TempDir(), "cp")
+	check("meshctl bootstrap", harness.Run(t, "", nil, bin.Meshctl, "bootstrap", "--json", "--mesh", "other", "--data", other,
 		"--listen", fmt.Sprintf("127.0.0.1:%d", ports[0]), "--raft-listen", fmt.Sprintf("127.0.0.1:%d", ports[1]), "--cluster-listen", fmt.Sprintf("127.0.0.1:%d", ports[2])),
 		0, "plan:")
+	check("meshctl check", harness.Run(t, "", nil, bin.Meshctl, "check", "--json", "--data", other), 0, "")
 	tok := cp.Ctl("token", "--node", "web-1", "--json")
 	check("meshctl token", tok, 0, "")
 	var minted struct{ Token string }

@@ -46,34 +46,53 @@ func (c certificates) notAfter() (leaf, ca time.Time) {
 	return leaf, ca
 }
 
-// loadCertificates parses the certificates LoadIdentity checked and refuses them
-// when they are not valid now (datadir.CertificateTimeError, exit 7): every peer
-// and host would refuse them, and the node, unable to reach the others, used to
-// exit a minute later advising a quorum recovery.
-func (d *Daemon) loadCertificates(caPEM, leafPEM []byte) error {
+// readCertificates parses the certificates of dir LoadIdentity checked and refuses
+// them when they are not valid at now (datadir.CertificateTimeError, exit 7): every
+// peer and host would refuse them, and the node, unable to reach the others, used
+// to exit a minute later advising a quorum recovery. Refused, they are returned all
+// the same, for the warnings of the other.
+func readCertificates(dir datadir.Dir, caPEM, leafPEM []byte, now time.Time) (certificates, error) {
 	ca, err := pki.ParseCertificatePEM(caPEM)
 	if err != nil {
-		return fmt.Errorf("%s: %w", d.opts.Dir.Path(datadir.CACertFile), err)
+		return certificates{}, fmt.Errorf("%s: %w", dir.Path(datadir.CACertFile), err)
 	}
 	leaf, err := pki.ParseCertificatePEM(leafPEM)
 	if err != nil {
-		return fmt.Errorf("%s: %w", d.opts.Dir.Path(datadir.TLSCertFile), err)
+		return certificates{}, fmt.Errorf("%s: %w", dir.Path(datadir.TLSCertFile), err)
 	}
-	if err := d.opts.Dir.CheckCertificateTimes(ca, leaf, d.now()); err != nil {
-		return err
-	}
-	d.certs = certificates{leaf: leaf, ca: ca}
-	return nil
+	return certificates{leaf: leaf, ca: ca}, dir.CheckCertificateTimes(ca, leaf, now)
 }
 
 // warnExpiry logs a warning for each certificate of this node that expires within
 // expiryWarning of now, naming the file, when, and how to renew it.
 func (d *Daemon) warnExpiry(now time.Time) {
+	for _, n := range expiryNotices(d.opts.Dir, d.certs, now) {
+		if n.expired {
+			d.log.Error(n.msg, "file", n.file, "not_after", n.notAfter.Format(time.RFC3339))
+			continue
+		}
+		d.log.Warn(n.msg, "file", n.file, "not_after", n.notAfter.Format(time.RFC3339), "days_left", n.daysLeft)
+	}
+}
+
+// expiryNotice is what serve says of a certificate that expires within
+// expiryWarning, or expired while it ran.
+type expiryNotice struct {
+	expired  bool
+	msg      string
+	file     string
+	notAfter time.Time // UTC
+	daysLeft int
+}
+
+// expiryNotices are the notices due at now for the certificates of dir.
+func expiryNotices(dir datadir.Dir, certs certificates, now time.Time) []expiryNotice {
+	var out []expiryNotice
 	for _, c := range []struct {
 		cert *x509.Certificate
 		name string
 		ca   bool
-	}{{d.certs.ca, datadir.CACertFile, true}, {d.certs.leaf, datadir.TLSCertFile, false}} {
+	}{{certs.ca, datadir.CACertFile, true}, {certs.leaf, datadir.TLSCertFile, false}} {
 		if c.cert == nil {
 			continue
 		}
@@ -81,30 +100,29 @@ func (d *Daemon) warnExpiry(now time.Time) {
 		if left >= expiryWarning {
 			continue
 		}
-		path := d.opts.Dir.Path(c.name)
-		if left <= 0 {
+		n := expiryNotice{file: dir.Path(c.name), notAfter: c.cert.NotAfter.UTC(), daysLeft: int(left / (24 * time.Hour))}
+		switch {
+		case left <= 0:
 			// Expired while serve runs (a start refuses it): said as such, not
 			// "expires soon" with days left below zero.
 			what := "this control node's certificate expired: the other control nodes and the hosts refuse it"
 			if c.ca {
 				what = "the mesh CA's certificate expired: every host and control node refuses every broker"
 			}
-			d.log.Error(what+". Renew it over the same key where the CA key is ("+datadir.RenewCommand+"), put it in place and restart (docs/operations.md, \"Certificate lifetimes\")",
-				"file", path, "not_after", c.cert.NotAfter.UTC().Format(time.RFC3339))
-			continue
+			n.expired = true
+			n.msg = what + ". Renew it over the same key where the CA key is (" + datadir.RenewCommand + "), put it in place and restart (docs/operations.md, \"Certificate lifetimes\")"
+		case c.ca:
+			n.msg = "the mesh CA's certificate expires soon: then every host and control node refuses every broker. " +
+				"Renew it over the same key where the CA key is (" + datadir.RenewCommand + " --data CA-DIR --certificate CA-DIR/ca.pem: the CA's pin, and every certificate it issued, stay good), " +
+				"copy the new ca.pem into every control node's data directory and restart each (docs/operations.md, \"Certificate lifetimes\")"
+		default:
+			n.msg = "this control node's certificate expires soon: then the other control nodes and the hosts refuse it. " +
+				"Renew it over the same key where the CA key is (" + datadir.RenewCommand + " --data CA-DIR --certificate COPY-OF-tls.pem: its pin stays), " +
+				"put the result in place of tls.pem and restart this node (docs/operations.md, \"Certificate lifetimes\")"
 		}
-		if c.ca {
-			d.log.Warn("the mesh CA's certificate expires soon: then every host and control node refuses every broker. "+
-				"Renew it over the same key where the CA key is ("+datadir.RenewCommand+" --data CA-DIR --certificate CA-DIR/ca.pem: the CA's pin, and every certificate it issued, stay good), "+
-				"copy the new ca.pem into every control node's data directory and restart each (docs/operations.md, \"Certificate lifetimes\")",
-				"file", path, "not_after", c.cert.NotAfter.UTC().Format(time.RFC3339), "days_left", int(left/(24*time.Hour)))
-			continue
-		}
-		d.log.Warn("this control node's certificate expires soon: then the other control nodes and the hosts refuse it. "+
-			"Renew it over the same key where the CA key is ("+datadir.RenewCommand+" --data CA-DIR --certificate COPY-OF-tls.pem: its pin stays), "+
-			"put the result in place of tls.pem and restart this node (docs/operations.md, \"Certificate lifetimes\")",
-			"file", path, "not_after", c.cert.NotAfter.UTC().Format(time.RFC3339), "days_left", int(left/(24*time.Hour)))
+		out = append(out, n)
 	}
+	return out
 }
 
 // watchExpiry warns of certificates about to expire once a day (warnExpiry), the

@@ -200,48 +200,21 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 			d.Close()
 		}
 	}()
-	if err := opts.Dir.CheckNotRemoved(); err != nil {
-		return nil, err
+	// The data directory's files, checked in turn (startChecks, which `meshctl
+	// check` makes too), the first that cannot be used refused, naming it.
+	files, err := loadStartFiles(opts.Dir, d.now())
+	d.cfg = files.cfg
+	if files.certs.leaf != nil {
+		// Warned of even when a file read after them failed.
+		d.certs = files.certs
+		d.warnExpiry(d.now())
 	}
-	if err := opts.Dir.CheckPrivate(); err != nil {
-		return nil, err
-	}
-	if d.cfg, err = opts.Dir.LoadConfig(); err != nil {
-		return nil, err
-	}
-	// Checked whole here, each file named when it cannot be used: tls.X509KeyPair
-	// named neither file, and blamed the key for an empty certificate.
-	caPEM, leaf, err := opts.Dir.LoadIdentity(d.cfg.CAPin)
 	if err != nil {
 		return nil, err
 	}
-	if err := d.loadCertificates(caPEM, leaf.CertPEM); err != nil {
-		return nil, err
-	}
-	d.warnExpiry(d.now())
-	d.caPEM = caPEM
-	keys, err := opts.Dir.LoadSigningKeys()
-	if err != nil {
-		return nil, err
-	}
-	if d.curve, err = opts.Dir.LoadCurveKey(); err != nil {
-		return nil, err
-	}
-	// Not used to serve, but meshctl on this machine logs in with it, and so does
-	// a start that asks the others whether this node was removed: a damaged copy
-	// is said here, naming the file, not later as an unreachable control plane.
-	if _, err := opts.Dir.LoadOperatorKey(); err != nil {
-		return nil, err
-	}
-	d.signer = newSigner(keys)
-	mutual, err := pki.MutualConfig(leaf, d.caPEM)
-	if err != nil {
-		return nil, err
-	}
-	serverTLS, err := pki.ServerConfig(leaf, d.caPEM)
-	if err != nil {
-		return nil, err
-	}
+	d.caPEM, d.curve = files.caPEM, files.curve
+	d.signer = newSigner(files.keys)
+	mutual, serverTLS := files.mutual, files.server
 
 	d.raft, err = replication.Open(replication.Config{
 		Dir:             opts.Dir.Path(datadir.RaftDir),
@@ -262,18 +235,8 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		// bootstrap's last step, or the join's confirmation, left state in the store.
 		MustHoldState: true,
 	})
-	if errors.Is(err, replication.ErrStateLost) && !d.cfg.JoinedNode() && d.cfg.Served {
-		// It served: the loss is real, and bootstrap refuses to start it over.
-		return nil, fmt.Errorf("%w\nThis node served (mesh.json records it): do not run `meshctl bootstrap` here, which refuses to make a new, empty Raft cluster; recover it as above", err)
-	}
-	if errors.Is(err, replication.ErrStateLost) && !d.cfg.JoinedNode() {
-		// The one way to an empty store that is no loss: a bootstrap stopped
-		// before its last step. Running it again on a node that served would
-		// start the mesh over, empty, so the choice is the operator's.
-		return nil, fmt.Errorf("%w\nIf `meshctl bootstrap --data %s` stopped before its last step (raft) and this node never served, run it again with the same flags to finish it; if it served, do not: it would make a new, empty Raft cluster", err, opts.Dir)
-	}
 	if err != nil {
-		return nil, err
+		return nil, stateLost(err, d.cfg, opts.Dir)
 	}
 	d.raftOpened = time.Now()
 	if opts.MetricsListen != "" {
@@ -1016,14 +979,18 @@ func (d *Daemon) watchRemoved(ctx context.Context) error {
 // removed node's id starts from a snapshot that may still hold the removed
 // machine's record, and catches up on its own admission from the log after it.
 func (d *Daemon) checkNotRemoved() error {
-	var removed bool
-	mine := curvePublic(d.curve)
-	d.fsm.Read(func(s *state.State) {
-		c, ok := s.ControlNodes[d.cfg.Node]
-		removed = ok && c.Removed && (c.CurveKey == mine || c.CurveKey == "")
-	})
-	if removed {
-		return fmt.Errorf("%w: %s was removed (meshctl control remove); it will not serve again. To bring the machine back, join it with a new control token and a fresh --data directory", ErrRemoved, d.cfg.Node)
+	var err error
+	d.fsm.Read(func(s *state.State) { err = removedIn(s, d.cfg.Node, d.curve) })
+	return err
+}
+
+// removedIn returns ErrRemoved, saying so, when state s records that node, with
+// curve as its curve key, was removed from the control plane.
+func removedIn(s *state.State, node string, curve nkeys.KeyPair) error {
+	mine := curvePublic(curve)
+	c, ok := s.ControlNodes[node]
+	if ok && c.Removed && (c.CurveKey == mine || c.CurveKey == "") {
+		return fmt.Errorf("%w: %s was removed (meshctl control remove); it will not serve again. To bring the machine back, join it with a new control token and a fresh --data directory", ErrRemoved, node)
 	}
 	return nil
 }

@@ -46,36 +46,9 @@ func (d *Daemon) syncKeys() error {
 	if err != nil {
 		return err
 	}
-	byPub := map[string]ed25519.PrivateKey{}
-	for _, k := range held {
-		byPub[hex.EncodeToString(k.Public().(ed25519.PublicKey))] = k
-	}
-	var keys []ed25519.PrivateKey
-	var missing []string
-	for _, pub := range want {
-		if k, ok := byPub[pub]; ok {
-			keys = append(keys, k)
-			continue
-		}
-		if have && sealed.KeyID == pub {
-			pemData, err := seal.FromCurveKey(d.curve, sealed.Blob, sealed.Sealer)
-			if err != nil {
-				return fmt.Errorf("open the new signing key sealed to this node: %w", err)
-			}
-			k, err := datadir.ParseSigningKey(pemData)
-			if err != nil {
-				return err
-			}
-			if hex.EncodeToString(k.Public().(ed25519.PublicKey)) != pub {
-				return fmt.Errorf("the signing key sealed to this node is not the keyring's key %s", pub[:16])
-			}
-			keys = append(keys, k)
-			continue
-		}
-		missing = append(missing, pub[:16])
-	}
-	if len(keys) == 0 {
-		return fmt.Errorf("this control node holds none of the keyring's signing keys (%s)", strings.Join(missing, ", "))
+	keys, missing, err := keyringKeys(want, sealed, have, held, d.curve)
+	if err != nil {
+		return err
 	}
 	if len(missing) > 0 {
 		d.log.Error("this control node lacks signing keys of the keyring; hosts that trust only those will not verify what it signs", "missing", missing)
@@ -279,4 +252,42 @@ func (d *Daemon) publishKeyring(env []byte) {
 	_ = d.conns.publisher.Flush()
 	// Declarations re-signed by the new set of keys follow.
 	d.publishDeclarations(ids)
+}
+
+// keyringKeys picks the signing keys of the keyring want (public keys, hex) from
+// those held (signing-key.pem) and the one sealed to this node's curve key during a
+// rotation (when have), in the keyring's order, and names the keys it lacks (their
+// first 16 hex digits). Holding none of them is an error: the node could sign
+// nothing hosts verify.
+func keyringKeys(want []string, sealed state.SealedKey, have bool, held []ed25519.PrivateKey, curve nkeys.KeyPair) (keys []ed25519.PrivateKey, missing []string, err error) {
+	byPub := map[string]ed25519.PrivateKey{}
+	for _, k := range held {
+		byPub[hex.EncodeToString(k.Public().(ed25519.PublicKey))] = k
+	}
+	for _, pub := range want {
+		if k, ok := byPub[pub]; ok {
+			keys = append(keys, k)
+			continue
+		}
+		if have && sealed.KeyID == pub {
+			pemData, err := seal.FromCurveKey(curve, sealed.Blob, sealed.Sealer)
+			if err != nil {
+				return nil, nil, fmt.Errorf("open the new signing key sealed to this node: %w", err)
+			}
+			k, err := datadir.ParseSigningKey(pemData)
+			if err != nil {
+				return nil, nil, err
+			}
+			if hex.EncodeToString(k.Public().(ed25519.PublicKey)) != pub {
+				return nil, nil, fmt.Errorf("the signing key sealed to this node is not the keyring's key %s", pub[:16])
+			}
+			keys = append(keys, k)
+			continue
+		}
+		missing = append(missing, pub[:16])
+	}
+	if len(keys) == 0 {
+		return nil, missing, fmt.Errorf("this control node holds none of the keyring's signing keys (%s)", strings.Join(missing, ", "))
+	}
+	return keys, missing, nil
 }

@@ -2,6 +2,7 @@ package datadir
 
 import (
 	"errors"
+	"io/fs"
 	"syscall"
 
 	"mesh/host/atomicfile"
@@ -66,4 +67,20 @@ func (d Dir) LockExisting(command string) (*Lock, error) {
 		_, _ = atomicfile.RemoveStale(string(d))
 	}
 	return l, err
+}
+
+// CheckNotInUse is for a command that only reads the directory (`meshctl check`):
+// an *InUseError naming the holder when another process holds the lock (serve,
+// bootstrap, join), nil otherwise. It takes no lock and writes nothing: a serve
+// started while the command reads is not refused for it (dirlock.Probe).
+func (d Dir) CheckNotInUse() error {
+	if err := d.CheckIsDir(); err != nil {
+		return err
+	}
+	err := dirlock.Probe(dataDirectory, string(d))
+	if errors.Is(err, fs.ErrPermission) {
+		// Another user's directory: said as for every other file of it.
+		return &UnreadableError{Path: d.Path(LockFile), Err: err}
+	}
+	return err
 }

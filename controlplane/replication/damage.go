@@ -16,11 +16,12 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"mesh/controlplane/datadir"
 )
@@ -112,6 +113,34 @@ func checkRaftDBPresent(dir string) error {
 // Errors of the file system (permissions, a read-only or full disk) are returned
 // as they are.
 func openBolt(dir string) (store *raftboltdb.BoltStore, err error) {
+	return openBoltWith(dir, boltAccess{})
+}
+
+// boltAccess is how raft.db is opened: for writing (serve, bootstrap), waiting for
+// any other process's lock on the file to go, or read-only (Inspect), waiting at
+// most wait for a writer's lock (bbolt's flock: shared for readers, exclusive for a
+// writer) and then refused with ErrStoreInUse.
+type boltAccess struct {
+	readOnly bool
+	wait     time.Duration
+}
+
+// ErrStoreInUse means another process has raft.db open for writing (a control node
+// serving from it): Inspect, which reads, did not wait for it to stop. It matches
+// datadir.ErrInUse.
+var ErrStoreInUse = fmt.Errorf("%w: the Raft store is open in another process", datadir.ErrInUse)
+
+// inUse turns bbolt's timeout waiting for the file's lock into ErrStoreInUse.
+func inUse(path string, err error) error {
+	if errors.Is(err, berrors.ErrTimeout) {
+		return fmt.Errorf("%w: %s is held by another process (a meshctl serve running on this data directory?); "+
+			"check a copy taken while serve was stopped, or stop serve first (docs/operations.md, \"Backing up\")", ErrStoreInUse, path)
+	}
+	return err
+}
+
+// openBoltWith is openBolt, raft.db opened as access says.
+func openBoltWith(dir string, access boltAccess) (store *raftboltdb.BoltStore, err error) {
 	path := raftDBPath(dir)
 	// bbolt maps the file and reads its pages in place: a page the file was cut
 	// before is a fault (SIGBUS), fatal unless it is made a panic.
@@ -131,10 +160,17 @@ func openBolt(dir string) (store *raftboltdb.BoltStore, err error) {
 	if err := datadir.CheckRegular(path); err != nil {
 		return nil, err
 	}
-	if err := checkBoltPages(path); err != nil {
+	if err := checkBoltPages(path, access.wait); err != nil {
 		return nil, err
 	}
-	store, err = raftboltdb.New(raftboltdb.Options{Path: path})
+	opts := raftboltdb.Options{Path: path}
+	if access.readOnly {
+		opts.BoltOptions = &bbolt.Options{ReadOnly: true, Timeout: access.wait}
+	}
+	store, err = raftboltdb.New(opts)
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, inUse(path, err)
+	}
 	if err != nil {
 		var pe *fs.PathError
 		var errno syscall.Errno
@@ -151,8 +187,10 @@ func openBolt(dir string) (store *raftboltdb.BoltStore, err error) {
 // wrote it (cp, tar or rsync of a running node) can hold pages of two moments: a
 // page both in use and on the freelist reads well, and bbolt panics ("page N
 // already freed") on the first write that frees it, once the node leads. A file
-// that is missing or empty is left to the callers: bbolt makes a new one.
-func checkBoltPages(path string) (err error) {
+// that is missing or empty is left to the callers: bbolt makes a new one. wait
+// bounds how long it waits for a writer's lock on the file (zero: as long as it
+// takes).
+func checkBoltPages(path string, wait time.Duration) (err error) {
 	if fi, serr := os.Stat(path); serr != nil || fi.Size() == 0 {
 		return nil
 	}
@@ -170,7 +208,10 @@ func checkBoltPages(path string) (err error) {
 	}()
 	// PreLoadFreelist: the freelist is read here, where a garbled one's panic is
 	// recovered, not in Check's goroutine.
-	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, PreLoadFreelist: true})
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, PreLoadFreelist: true, Timeout: wait})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return inUse(path, err)
+	}
 	if err != nil {
 		var pe *fs.PathError
 		var errno syscall.Errno
@@ -277,22 +318,19 @@ func snapshotDirs(dir string) ([]snapshotDir, error) {
 // the log continues from that snapshot. A newer snapshot that is not whole is
 // passed over, as Raft does, when the log covers what it held (passedOver says
 // which); it is damage when the log does not. Panics of bbolt on garbled pages
-// come back as a DamageError.
-func checkStores(dir string, store *raftboltdb.BoltStore) (passedOver *DamageError, err error) {
+// come back as a DamageError. open opens a snapshot by its id as raft's file
+// snapshot store does, its checksum checked.
+func checkStores(dir string, store *raftboltdb.BoltStore, open func(id string) (io.ReadCloser, error)) (found storesFound, err error) {
 	path := raftDBPath(dir)
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true)) // as in openBolt
 	defer func() {
 		if p := recover(); p != nil {
-			passedOver, err = nil, &DamageError{File: path, Problem: "is corrupt or cut short", Err: fmt.Errorf("%v", p)}
+			found, err = storesFound{}, &DamageError{File: path, Problem: "is corrupt or cut short", Err: fmt.Errorf("%v", p)}
 		}
 	}()
 	snaps, err := snapshotDirs(dir)
 	if err != nil {
-		return nil, fmt.Errorf("list raft snapshots: %w", err)
-	}
-	check, err := raft.NewFileSnapshotStoreWithLogger(dir, len(snaps)+1, hclog.NewNullLogger())
-	if err != nil {
-		return nil, fmt.Errorf("open raft snapshots: %w", err)
+		return found, fmt.Errorf("list raft snapshots: %w", err)
 	}
 	var (
 		restored uint64 // the index of the snapshot Raft will restore
@@ -306,7 +344,7 @@ func checkStores(dir string, store *raftboltdb.BoltStore) (passedOver *DamageErr
 			}
 			continue
 		}
-		_, rc, oerr := check.Open(s.name)
+		rc, oerr := open(s.name)
 		if oerr == nil {
 			_, oerr = io.Copy(io.Discard, rc)
 			rc.Close()
@@ -318,27 +356,28 @@ func checkStores(dir string, store *raftboltdb.BoltStore) (passedOver *DamageErr
 			continue
 		}
 		restored = s.index
+		found.restored = &s
 		break
 	}
 	if passed != nil && restored == 0 && slices.ContainsFunc(snaps, func(s snapshotDir) bool { return s.metaReadable }) {
 		// Raft refuses to start when no snapshot it lists opens.
-		return nil, passed
+		return storesFound{}, passed
 	}
 
 	first, err := store.FirstIndex()
 	if err != nil {
-		return nil, &DamageError{File: path, Problem: "cannot be read", Err: err}
+		return storesFound{}, &DamageError{File: path, Problem: "cannot be read", Err: err}
 	}
 	last, err := store.LastIndex()
 	if err != nil {
-		return nil, &DamageError{File: path, Problem: "cannot be read", Err: err}
+		return storesFound{}, &DamageError{File: path, Problem: "cannot be read", Err: err}
 	}
 	if last > restored && first > restored+1 {
 		if passed != nil {
 			passed.Problem += fmt.Sprintf(", and the Raft log starts at entry %d, after the newest whole snapshot (entry %d): the entries in between are lost", first, restored)
-			return nil, passed
+			return storesFound{}, passed
 		}
-		return nil, &DamageError{File: path, Problem: fmt.Sprintf("starts at entry %d, but no snapshot holds the entries before it", first)}
+		return storesFound{}, &DamageError{File: path, Problem: fmt.Sprintf("starts at entry %d, but no snapshot holds the entries before it", first)}
 	}
 	// Raft reads the last entry whatever the snapshot ("failed to get last log"
 	// stops it with no advice), and the first when it compacts: both are read even
@@ -348,7 +387,7 @@ func checkStores(dir string, store *raftboltdb.BoltStore) (passedOver *DamageErr
 			break
 		}
 		if err := checkEntry(store, path, i, first, last, restored); err != nil {
-			return nil, err
+			return storesFound{}, err
 		}
 	}
 	// Only what Raft reads: the entries after the snapshot it restores. A follower
@@ -356,15 +395,26 @@ func checkStores(dir string, store *raftboltdb.BoltStore) (passedOver *DamageErr
 	// with a gap up to the snapshot: that is no damage.
 	for i := max(first, restored+1); i <= last && last > 0; i++ {
 		if err := checkEntry(store, path, i, first, last, restored); err != nil {
-			return nil, err
+			return storesFound{}, err
 		}
 	}
 	if last > 0 || restored > 0 || len(snaps) > 0 {
 		if _, err := store.GetUint64(stableCurrentTerm); err != nil {
-			return nil, &DamageError{File: path, Problem: "has lost this node's Raft term and vote", Err: err}
+			return storesFound{}, &DamageError{File: path, Problem: "has lost this node's Raft term and vote", Err: err}
 		}
 	}
-	return passed, nil
+	found.first, found.last, found.passedOver = first, last, passed
+	return found, nil
+}
+
+// storesFound is what checkStores found in a member's stores.
+type storesFound struct {
+	// restored is the snapshot Raft restores at start (nil: none).
+	restored *snapshotDir
+	// first and last bound the log (both 0: it holds no entry).
+	first, last uint64
+	// passedOver is a newer snapshot that is not whole, which Raft passes over.
+	passedOver *DamageError
 }
 
 // checkEntry reads entry i of the log first..last, restored being the index of the

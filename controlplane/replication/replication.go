@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -159,13 +160,22 @@ func openStores(dir string, log hclog.Logger, mustHoldState bool) (*raftboltdb.B
 			return nil, nil, err
 		}
 	}
-	passedOver, err := checkStores(dir, store)
+	// The snapshots are read by a store of their own, as Raft will read them.
+	check, err := raft.NewFileSnapshotStoreWithLogger(dir, snapshotsRetained, hclog.NewNullLogger())
+	if err != nil {
+		store.Close()
+		return nil, nil, fmt.Errorf("open raft snapshots: %w", err)
+	}
+	found, err := checkStores(dir, store, func(id string) (io.ReadCloser, error) {
+		_, rc, err := check.Open(id)
+		return rc, err
+	})
 	if err != nil {
 		store.Close()
 		return nil, nil, err
 	}
-	if passedOver != nil {
-		log.Warn("a Raft snapshot is damaged; starting from the one before it and the log, which hold the same state", "file", passedOver.File, "problem", passedOver.Problem)
+	if found.passedOver != nil {
+		log.Warn("a Raft snapshot is damaged; starting from the one before it and the log, which hold the same state", "file", found.passedOver.File, "problem", found.passedOver.Problem)
 	}
 	snaps, err := newTidySnapshots(dir, snapshotsRetained, log)
 	if err != nil {
@@ -961,29 +971,12 @@ func noVoter(path string) bool {
 
 func recoverFromPeersFile(cfg Config, rc *raft.Config, store *raftboltdb.BoltStore, snaps raft.SnapshotStore, trans raft.Transport, log *slog.Logger) error {
 	path := filepath.Join(cfg.Dir, PeersFile)
-	fi, err := os.Stat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err == nil && fi.Size() > maxPeersFile {
-		return fmt.Errorf("%w: %s is %d bytes, more than a list of a mesh's control nodes ever takes (%d at most)", ErrPeersFile, path, fi.Size(), maxPeersFile)
+	conf, ok, err := readPeersFile(cfg.Dir, cfg.ID)
+	if err != nil || !ok {
+		return err
 	}
 	if cfg.EmptyFSM == nil {
 		return fmt.Errorf("%s: this member cannot recover its Raft configuration (no empty state machine to replay the log into)", path)
-	}
-	if noVoter(path) {
-		// hashicorp/raft's own words are "need at least one voter in
-		// configuration": a survivor that was a nonvoter, written as it was.
-		return fmt.Errorf("%w: %s lists no voter (every server is \"non_voter\": true), and a configuration needs one: write the most up-to-date survivor "+
-			"(the highest APPLIED INDEX in meshctl control status) \"non_voter\": false, whatever it was before (docs/operations.md, \"Recovering from lost quorum\")",
-			ErrPeersFile, path)
-	}
-	conf, err := raft.ReadConfigJSON(path)
-	if err != nil {
-		return fmt.Errorf("%w: %s: %w (expected [{\"id\":\"cp-2\",\"address\":\"10.0.0.2:7301\",\"non_voter\":false}])", ErrPeersFile, path, err)
-	}
-	if !slices.ContainsFunc(conf.Servers, func(s raft.Server) bool { return string(s.ID) == cfg.ID }) {
-		return fmt.Errorf("%w: %s does not list this node (%s); a node only recovers into a configuration it belongs to", ErrPeersFile, path, cfg.ID)
 	}
 	// RecoverCluster replays the log into a scratch state machine to compute the new
 	// snapshot; the real one is restored from it when Raft starts.
@@ -995,4 +988,33 @@ func recoverFromPeersFile(cfg Config, rc *raft.Config, store *raftboltdb.BoltSto
 	}
 	log.Warn("Raft configuration recovered from the peers file", "file", path, "servers", len(conf.Servers))
 	return nil
+}
+
+// readPeersFile reads the peers file in dir, when there is one (ok false: there is
+// none), and refuses one a recovery cannot use (ErrPeersFile): too large, no list
+// of servers, no voter in it, or member id not among them.
+func readPeersFile(dir, id string) (conf raft.Configuration, ok bool, err error) {
+	path := filepath.Join(dir, PeersFile)
+	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return conf, false, nil
+	}
+	if err == nil && fi.Size() > maxPeersFile {
+		return conf, false, fmt.Errorf("%w: %s is %d bytes, more than a list of a mesh's control nodes ever takes (%d at most)", ErrPeersFile, path, fi.Size(), maxPeersFile)
+	}
+	if noVoter(path) {
+		// hashicorp/raft's own words are "need at least one voter in
+		// configuration": a survivor that was a nonvoter, written as it was.
+		return conf, false, fmt.Errorf("%w: %s lists no voter (every server is \"non_voter\": true), and a configuration needs one: write the most up-to-date survivor "+
+			"(the highest APPLIED INDEX in meshctl control status) \"non_voter\": false, whatever it was before (docs/operations.md, \"Recovering from lost quorum\")",
+			ErrPeersFile, path)
+	}
+	conf, err = raft.ReadConfigJSON(path)
+	if err != nil {
+		return conf, false, fmt.Errorf("%w: %s: %w (expected [{\"id\":\"cp-2\",\"address\":\"10.0.0.2:7301\",\"non_voter\":false}])", ErrPeersFile, path, err)
+	}
+	if !slices.ContainsFunc(conf.Servers, func(s raft.Server) bool { return string(s.ID) == id }) {
+		return conf, false, fmt.Errorf("%w: %s does not list this node (%s); a node only recovers into a configuration it belongs to", ErrPeersFile, path, id)
+	}
+	return conf, true, nil
 }

@@ -241,3 +241,40 @@ func (l *Lock) Release() error {
 	l.f = nil
 	return err
 }
+
+// Probe reports whether another process holds dir's lock, for a command that only
+// reads the directory (`meshctl check`): an *InUseError naming the holder when one
+// does, nil when none does or there is no lock file. It creates and writes nothing,
+// and holds nothing when it returns: the lock is tried shared and given up at once,
+// so a holder that comes a moment later is not refused for it, and two readers never
+// refuse each other.
+func Probe(what, dir string) error {
+	path := filepath.Join(dir, File)
+	f, err := os.OpenFile(path, os.O_RDONLY|noFollow, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.EISDIR) {
+		kind := "a symbolic link"
+		if errors.Is(err, syscall.EISDIR) {
+			kind = "a directory"
+		}
+		return &NotALockError{Path: path, Kind: kind}
+	}
+	if err != nil {
+		return fmt.Errorf("open the lock of %s: %w", dir, err)
+	}
+	defer f.Close() // gives the shared lock up
+	free, err := trySharedLock(f)
+	if err != nil {
+		return fmt.Errorf("lock %s: %w", path, err)
+	}
+	if free {
+		return nil
+	}
+	e := &InUseError{What: what, Dir: dir}
+	if r, ok := readRecord(f); ok {
+		e.PID, e.Command = r.PID, r.Command
+	}
+	return e
+}

@@ -29,3 +29,21 @@ func tryLock(f *os.File) (bool, error) {
 		}
 	}
 }
+
+// trySharedLock takes a shared flock on f without waiting (closing f gives it up):
+// false means another open file holds the exclusive lock.
+func trySharedLock(f *os.File) (bool, error) {
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, syscall.EWOULDBLOCK):
+			return false, nil
+		case errors.Is(err, syscall.EINTR):
+			continue
+		default:
+			return false, err
+		}
+	}
+}

@@ -244,3 +244,43 @@ func TestReadOnlyDirectoryIsNotWritable(t *testing.T) {
 		t.Fatalf("LockExisting where no lock file exists: %v, %v; want nothing to hold", l, err)
 	}
 }
+
+// TestProbeSaysWhoHoldsTheLockAndHoldsNothing: Probe names the holder of a held lock
+// (ErrInUse) and passes a free one, an absent lock file and an absent directory; it
+// creates nothing, leaves the holder's record as it was, and holds nothing when it
+// returns: the lock can be taken right after it, and two probes pass together.
+func TestProbeSaysWhoHoldsTheLockAndHoldsNothing(t *testing.T) {
+	d := dir(t.TempDir())
+	if err := Probe("data directory", string(d)); err != nil {
+		t.Errorf("probe without a lock file: %v", err)
+	}
+	if d.Exists(File) {
+		t.Error("Probe made the lock file")
+	}
+	if err := Probe("data directory", d.Path("missing")); err != nil {
+		t.Errorf("probe of a missing directory: %v", err)
+	}
+
+	held := mustLock(t, d, "meshctl serve")
+	record, _ := os.ReadFile(d.Path(File))
+	var in *InUseError
+	err := Probe("data directory", string(d))
+	if !errors.As(err, &in) || !errors.Is(err, ErrInUse) || in.PID != os.Getpid() || in.Command != "meshctl serve" {
+		t.Errorf("probe of a held lock: %v, want an *InUseError naming pid %d (meshctl serve)", err, os.Getpid())
+	}
+	if after, _ := os.ReadFile(d.Path(File)); string(after) != string(record) {
+		t.Errorf("Probe changed the holder's record: %q, was %q", after, record)
+	}
+	if err := held.Release(); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := Probe("data directory", string(d)); err != nil {
+		t.Errorf("probe of a free lock: %v", err)
+	}
+	l, err := d.Lock("meshctl serve")
+	if err != nil {
+		t.Fatalf("the lock right after a probe: %v (the probe kept it)", err)
+	}
+	l.Release()
+}

@@ -154,6 +154,7 @@ func commands() []command {
 	return []command{
 		bootstrapCommand(),
 		serveCommand(),
+		checkCommand(),
 		tokenCommand(),
 		declareCommand(),
 		nodesCommand(),
