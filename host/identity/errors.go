@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 )
 
 // Errors callers branch on with errors.Is. The typed errors below carry the
 // details and match these sentinels.
 var (
 	// ErrNotEnrolled: no identity file exists. This is the ordinary state of a
-	// machine that has never enrolled, not a fault.
+	// machine that has never enrolled, not a fault. See *NotEnrolledError.
 	ErrNotEnrolled = errors.New("identity: this machine has not enrolled")
 	// ErrUnreadable: the file exists but cannot be read (permissions, a
 	// directory in its place, an I/O error). See *UnreadableError.
@@ -51,6 +52,35 @@ func what(pending bool) string {
 	}
 	return "identity"
 }
+
+// NotEnrolledError reports a state directory that holds no identity file: a machine
+// that has not enrolled, or whose enrolment did not finish (Pending: its pending key
+// is there). It matches ErrNotEnrolled. Its text is said to a person as the answer
+// of meshhost status, run or hooks retry, so it names what to run next, and carries
+// no package prefix: meshhost names the command it comes from.
+type NotEnrolledError struct {
+	Path    string // the identity file that is not there
+	Pending bool   // an enrolment was started in the directory and did not finish
+}
+
+func (e *NotEnrolledError) Error() string {
+	if e.Pending {
+		// Whether the same token can finish it depends on how its last attempt
+		// ended, which meshhost enrol said and no file records: both courses are
+		// given. (enrol removes the pending file when the mesh refuses the token
+		// for good.)
+		return fmt.Sprintf("this machine has not enrolled (there is no %s): an enrolment was started here and did not finish (%s holds the key it presented). "+
+			"If its last attempt could be retried (exit 7: no broker answered, no answer came, the mesh answered unavailable or internal, or its broker refused the login), "+
+			"run meshhost enrol again with the same token to finish it: it presents the same key, which the mesh may have recorded. "+
+			"If the mesh refused the token (exit 3: used, expired, unknown, cancelled; or exit 7, login_refused, again a minute later), ask the operator for a new token (meshctl token) and enrol with it; that replaces this key",
+			e.Path, PendingFileName)
+	}
+	return fmt.Sprintf("this machine has not enrolled (there is no %s): enrol it first, with the token an operator minted for it (meshctl token): meshhost enrol --state %s < token.txt",
+		e.Path, filepath.Dir(e.Path))
+}
+
+// Is reports whether target is ErrNotEnrolled.
+func (e *NotEnrolledError) Is(target error) bool { return target == ErrNotEnrolled }
 
 // UnreadableError reports a file that exists but could not be read: permission
 // denied, a directory or device in its place, a dangling symbolic link, an I/O
@@ -142,7 +172,7 @@ func (e *EnrolledError) Error() string {
 	if e.Node != "" {
 		who = fmt.Sprintf("the identity of node %q in mesh %q", e.Node, e.Mesh)
 	}
-	return fmt.Sprintf("identity: this machine is already enrolled: %s holds %s. "+
+	return fmt.Sprintf("this machine is already enrolled: %s holds %s. "+
 		"Enrolling again would give it a second identity. To move it to another mesh or node, "+
 		"have an operator revoke it first, then remove %s and enrol with a new token", e.Path, who, e.Path)
 }

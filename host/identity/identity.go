@@ -281,8 +281,8 @@ func (id Identity) MarshalJSON() ([]byte, error) {
 }
 
 // Load reads the identity in stateDir. Its errors tell apart:
-//   - absent: an error matching ErrNotEnrolled, the ordinary state of a machine
-//     that has not enrolled;
+//   - absent: *NotEnrolledError (ErrNotEnrolled), the ordinary state of a machine
+//     that has not enrolled, whose text names the enrolment to run;
 //   - unreadable: *UnreadableError (ErrUnreadable), wrapping the OS error;
 //   - truncated: *TruncatedError (ErrTruncated), empty or cut short;
 //   - corrupt: *CorruptError (ErrCorrupt), readable but not a valid identity.
@@ -314,18 +314,8 @@ func loadKeyPair(path string, read readFunc) (Identity, *KeyPair, error) {
 	var f fileIdentity
 	if err := decodeFile(path, read, MaxFileSize, FormatVersion, false, &f, &f.Format); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			if _, perr := os.Lstat(PendingPath(filepath.Dir(path))); perr == nil {
-				// An enrolment stopped half way. Whether the same token can finish it
-				// depends on how its last attempt ended, which meshhost enrol said and
-				// this file does not record: both courses are given. (enrol removes the
-				// file when the mesh refuses the token for good.)
-				return Identity{}, nil, fmt.Errorf("%w (there is no %s): an enrolment was started here and did not finish (%s holds the key it presented). "+
-					"If its last attempt could be retried (exit 7: no broker answered, no answer came, the mesh answered unavailable or internal, or its broker refused the login), "+
-					"run meshhost enrol again with the same token to finish it: it presents the same key, which the mesh may have recorded. "+
-					"If the mesh refused the token (exit 3: used, expired, unknown, cancelled; or exit 7, login_refused, again a minute later), ask the operator for a new token (meshctl token) and enrol with it; that replaces this key",
-					ErrNotEnrolled, path, PendingFileName)
-			}
-			return Identity{}, nil, fmt.Errorf("%w (there is no %s)", ErrNotEnrolled, path)
+			_, perr := os.Lstat(PendingPath(filepath.Dir(path)))
+			return Identity{}, nil, &NotEnrolledError{Path: path, Pending: perr == nil}
 		}
 		return Identity{}, nil, err
 	}

@@ -73,6 +73,11 @@ func TestSaveFillsFormat(t *testing.T) {
 	}
 }
 
+// TestLoadAbsent: no identity file is the ordinary "not enrolled", a
+// *NotEnrolledError matching ErrNotEnrolled, whose text names the enrolment to run
+// on that state directory, without the package's prefix (meshhost names the
+// command it comes from: "meshhost status: identity: this machine has not
+// enrolled (there is no …)" gave no next step).
 func TestLoadAbsent(t *testing.T) {
 	for name, dir := range map[string]string{
 		"empty state dir":   t.TempDir(),
@@ -81,6 +86,14 @@ func TestLoadAbsent(t *testing.T) {
 		_, err := Load(dir)
 		if got := outcome(t, err); got != "absent" {
 			t.Errorf("%s: %v is %s, want absent", name, err, got)
+		}
+		var ne *NotEnrolledError
+		if !errors.As(err, &ne) || ne.Path != Path(dir) || ne.Pending {
+			t.Errorf("%s: %#v, want a *NotEnrolledError for %s, no enrolment pending", name, err, Path(dir))
+		}
+		msg := err.Error()
+		if want := "meshhost enrol --state " + dir + " < token.txt"; !strings.Contains(msg, want) || strings.HasPrefix(msg, "identity:") {
+			t.Errorf("%s: %q; want it to name %q, with no package prefix", name, msg, want)
 		}
 		if err := CheckAbsent(dir); err != nil {
 			t.Errorf("%s: CheckAbsent: %v", name, err)

@@ -46,6 +46,11 @@ func TestSaveNeverReplaces(t *testing.T) {
 	if strings.Contains(cerr.Error(), string(first.Seed)) {
 		t.Fatal("message quotes the seed")
 	}
+	// Said as meshhost's other answers are: meshhost names the command, no
+	// package prefix follows.
+	if strings.HasPrefix(cerr.Error(), "identity:") || !strings.HasPrefix(cerr.Error(), "this machine is already enrolled: ") {
+		t.Fatalf("CheckAbsent: %q, want it to begin \"this machine is already enrolled: \"", cerr)
+	}
 }
 
 func TestSaveOverDamagedFile(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -31,8 +32,16 @@ var errHooksFailed = errors.New("a hook failed again")
 func cmdHooks(args []string, cio *cliIO) error {
 	if len(args) == 0 || args[0] != "retry" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			fmt.Fprintf(cio.stdout, "usage: meshhost hooks retry %s\n", synopsis("hooks retry"))
-			return nil
+			// hooks has one command: its help is retry's, flags and exit codes too.
+			return cmdHooks([]string{"retry", "--help"}, cio)
+		}
+		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			// As for a misspelt command: `hooks retyr` is retry's.
+			hint := ""
+			if len(suggest(args[0], []string{"retry"})) > 0 {
+				hint = " (did you mean hooks retry?)"
+			}
+			return usageError{fmt.Sprintf("unknown command %q%s; usage: meshhost hooks retry --state DIR [--timeout D] [--json]", "hooks "+args[0], hint)}
 		}
 		return usageError{"usage: meshhost hooks retry --state DIR [--timeout D] [--json]"}
 	}
@@ -49,7 +58,10 @@ func cmdHooks(args []string, cio *cliIO) error {
 	if err := checkBetween("timeout", *timeout, time.Second, maxRetryTimeout, defaultRetryTimeout); err != nil {
 		return err
 	}
-	if err := statedir.Check(*stateDir); err != nil {
+	// A directory that does not exist is identity.Load's to say, as for status and
+	// run: not enrolled, and how to enrol (it said "stat DIR: no such file or
+	// directory", exit 1).
+	if err := statedir.Check(*stateDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	// A directory that holds no enrolled node is not an agent's (a mistyped

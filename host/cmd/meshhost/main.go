@@ -158,8 +158,7 @@ func run(args []string, cio *cliIO) int {
 			fmt.Fprintln(cio.stdout, readVersion())
 		}
 	default:
-		fmt.Fprintf(cio.stderr, "meshhost: unknown command %s\n\n", token.HideTokens(strconv.Quote(args[0])))
-		usage(cio.stderr)
+		unknownCommand(cio.stderr, args[0])
 		return exitUsage
 	}
 	return exitCode(cio.stderr, args[0], err)
@@ -180,7 +179,7 @@ usage:
   meshhost version [--json]                      the version and the commit it was built from (also --version)
 
 run meshhost <command> --help for all of a command's flags (run: --metrics-listen, --metrics-textfile,
---heartbeat, --broker-ping, --return-home, --check-files, --broker, --log-level).
+--heartbeat, --broker-ping, --return-home, --check-files, --broker, --log-level) and its exit codes.
 exit codes: 0 ok, 1 failure, 2 usage, 3 token unusable or refused, 4 not the mesh (retrying
 will not help), 5 identity file or state directory in the way (or not safe), 6 revoked,
 7 mesh unreachable, or its broker refused the login (retrying may help; refused again a
@@ -247,15 +246,76 @@ func exitCode(stderr io.Writer, name string, err error) int {
 func synopsis(name string) string {
 	switch name {
 	case "enrol":
-		return "--state DIR [--token-file F] [--json]   (the token in F, in MESH_TOKEN, in the systemd credential mesh-token, or on stdin)\n\nAdopt this machine into the mesh the token names: pin checked before any credential\nleaves, a key generated here (it logs in by signing the broker's nonce), the answer\nverified (its first declaration is signed for this key), the identity saved. One\nconnection; `meshhost run` then connects as the node. Each step is printed.\nExits 3 when the token cannot be used or the mesh refuses it, 4 when the broker is\nnot the mesh the token names, 5 when this machine is enrolled already or the state\ndirectory is not safe, 7 when no broker answered or one refused the login\n(login_refused: retrying a minute later may help; refused again, the token is not\none the mesh knows: ask for a new one), 8 when another meshhost holds the state\ndirectory."
+		return "--state DIR [--token-file F] [--json]   (the token in F, in MESH_TOKEN, in the systemd credential mesh-token, or on stdin)\n\nAdopt this machine into the mesh the token names: pin checked before any credential\nleaves, a key generated here (it logs in by signing the broker's nonce), the answer\nverified (its first declaration is signed for this key), the identity saved. One\nconnection; `meshhost run` then connects as the node. Each step is printed."
 	case "run":
-		return "--state DIR --root DIR [--hooks F] [--log-format text|json]\n\nStay connected as this node and keep the managed root in line with its declarations:\nevery one verified (signature, audience, version, validity) before it is applied.\nUnder systemd (Type=notify) it reports ready once connected and synced with the mesh.\nExits 6 once the mesh revoked this node; 5 when the identity or the state directory\nis unusable or not safe, --root is not a directory, or the hooks file cannot be used, or a path it acts on (the hooks\nfile, the managed root's parents) another user could change; 1 when --root's parent does not exist\n(a mount not there yet: the unit restarts it); 2 when --state or --hooks is inside --root; 8 when another\nmeshhost holds the state directory."
+		return "--state DIR --root DIR [--hooks F] [--log-format text|json]\n\nStay connected as this node and keep the managed root in line with its declarations:\nevery one verified (signature, audience, version, validity) before it is applied.\nUnder systemd (Type=notify) it reports ready once connected and synced with the mesh.\nSIGTERM or SIGINT stops it (logged: agent stopping, with the signal, then agent stopped)."
 	case "status":
-		return "--state DIR [--json]\n\nShow this node's identity, applied version, last error, and the hooks owed or failed\n(run again by meshhost hooks retry). Exits 6 when the mesh\nrevoked this node (as `meshhost run` recorded it)."
+		return "--state DIR [--json]\n\nShow this node's identity, applied version, last error, and the hooks owed or failed\n(run again by meshhost hooks retry), and whether the running agent reaches the mesh."
 	case "hooks retry":
-		return "--state DIR [--timeout D] [--json]\n\nAsk the agent running on DIR (meshhost run) to run again the hooks that failed, and\nthose still owed, once what they run is fixed on this host; print their outcome. A\nsuccess clears the node's hook_failed at the control plane (the node's own report).\nExits 0 when they succeeded or none was owed, 1 when one failed again or, with hooks\nowed, no agent answers (restarting the agent runs the owed hooks too), 5 when the\nstate directory is not safe to use, 9 when interrupted before the agent answered\n(the agent runs the hooks on)."
+		return "--state DIR [--timeout D] [--json]\n\nAsk the agent running on DIR (meshhost run) to run again the hooks that failed, and\nthose still owed, once what they run is fixed on this host; print their outcome. A\nsuccess clears the node's hook_failed at the control plane (the node's own report)."
 	case "version":
 		return "[--json]\n\nPrint the version and the commit this binary was built from, as Go recorded it."
+	}
+	return ""
+}
+
+// exitCodes is what each exit code a subcommand can return means for it, as its
+// --help lists them: TestHelpListsEveryExit holds each list to the codes exitCode
+// gives the errors that command can meet, and docs/operations.md's exit table says
+// the same for every command at once.
+func exitCodes(name string) string {
+	switch name {
+	case "enrol":
+		return `  0  enrolled (or found enrolled, by an earlier run of this enrolment)
+  1  another failure: the identity could not be saved (a full disk: free space, then
+     run it again with the same token), or the mesh's answer does not verify
+  2  usage: the command line is wrong (a token given as an argument is refused,
+     never shown), or a token in MESH_TOKEN and a file on stdin
+  3  the token cannot be used (cut short, expired, a --token-file that does not
+     exist), or the mesh refused it for good (used, unknown, cancelled): ask for a new one
+  4  the broker is not the mesh the token names: retrying will not help
+  5  this machine is enrolled already, or the state directory (or the token file) is
+     not safe to use, or holds files that are none of meshhost's
+  7  no broker answered, no answer came, the mesh could not take it now (unavailable,
+     internal), or its broker refused the login (login_refused: retrying a minute
+     later may help; refused again, the token is not one the mesh knows: ask for a
+     new one)
+  8  another meshhost holds the state directory
+  9  interrupted (SIGINT, SIGTERM) before it finished: run it again with the same
+     token, it resumes
+`
+	case "run":
+		return `  0  stopped by SIGTERM or SIGINT
+  1  --root's parent does not exist (a mount not there yet: the unit restarts it), or
+     another failure (--metrics-listen cannot be served)
+  2  usage: the command line is wrong, or --state or --hooks is inside --root
+  5  not enrolled (enrol first), or the identity or the state directory is unusable or
+     not safe, --root is not a directory, the hooks file cannot be used, or a path it
+     acts on (the hooks file, the managed root's parents) another user could change
+  6  the mesh revoked this node
+  8  another meshhost holds the state directory
+`
+	case "status":
+		return `  0  shown
+  1  another failure (an I/O error reading the state directory, say)
+  2  usage: the command line is wrong
+  5  not enrolled (enrol first), or the identity, the applied state, the revocation
+     record or the state directory is unusable or not safe
+  6  the mesh revoked this node, or keeps refusing its key (as meshhost run recorded it)
+`
+	case "hooks retry":
+		return `  0  the hooks succeeded, or none was owed
+  1  one failed again, or hooks are owed and no agent answers (restarting the agent
+     runs them too)
+  2  usage: the command line is wrong
+  5  not enrolled (enrol first), or the state directory is not safe to use or its
+     files are unusable
+  9  interrupted (SIGINT, SIGTERM) before the agent answered: the agent runs the hooks on
+`
+	case "version":
+		return `  0  printed
+  2  usage: an argument other than --json
+`
 	}
 	return ""
 }
@@ -266,6 +326,7 @@ func newFlags(name string, cio *cliIO) *flag.FlagSet {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: meshhost %s %s\n\nflags:\n", name, synopsis(name))
 		flagHelp(fs.Output(), fs)
+		fmt.Fprintf(fs.Output(), "\nexit codes:\n%s", exitCodes(name))
 	}
 	return fs
 }
@@ -710,10 +771,16 @@ func cmdRun(args []string, cio *cliIO) error {
 	if err := statedir.PrepareRoot(*root); err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	// The stop is logged, and why, as meshctl serve logs its own: it went without a
+	// word (exit 0), and the journal showed an agent that had simply ceased. With
+	// the node, as the agent's own lines have it.
+	ctx, stop := stopSignals(func(sig os.Signal) {
+		log.Info("agent stopping", "node", id.Node, "reason", "interrupted by "+signalName(sig))
+	})
 	defer stop()
 	defer hangup.Ignore(log, "the agent goes on running")()
 	err = a.Run(ctx)
+	log.Info("agent stopped", "node", id.Node)
 	_ = cio.notifyState("STOPPING=1")
 	if errors.Is(err, agent.ErrRevoked) {
 		if rerr := recordRevocation(*stateDir, id, err, cio.clock()); rerr != nil {
@@ -796,6 +863,12 @@ func cmdStatus(args []string, cio *cliIO) error {
 	if err != nil {
 		return err
 	}
+	// Listed always, if empty: a script reads "managed": [] as none, where null
+	// (no file managed yet, or state written before the list) was no list at all.
+	managed := applied.Managed
+	if managed == nil {
+		managed = []string{}
+	}
 	out := struct {
 		Mesh           string   `json:"mesh"`
 		Node           string   `json:"node"`
@@ -820,7 +893,7 @@ func cmdStatus(args []string, cio *cliIO) error {
 		// Agent is what the agent running on the state directory says of its
 		// link to the mesh.
 		Agent agentView `json:"agent"`
-	}{id.Mesh, id.Node, id.PublicKey, id.Brokers, applied.HaveApplied, applied.Version, "", applied.KeyringEpoch, "", "", applied.HooksPending, applied.HooksFailed, applied.Managed, nil, askAgent(*stateDir)}
+	}{id.Mesh, id.Node, id.PublicKey, id.Brokers, applied.HaveApplied, applied.Version, "", applied.KeyringEpoch, "", "", applied.HooksPending, applied.HooksFailed, managed, nil, askAgent(*stateDir)}
 	if len(applied.Brokers) > 0 {
 		// The mesh's signed list, accepted since the enrolment: what the agent dials.
 		out.Brokers = applied.Brokers

@@ -226,7 +226,7 @@ func TestTokenArgumentsNotEchoed(t *testing.T) {
 // TestUsagePointsToCommandHelp: the short usage names run's flags in part, and says
 // where the others are.
 func TestUsagePointsToCommandHelp(t *testing.T) {
-	code, _, stderr := runCLI("", nil, "frobnicate")
+	code, _, stderr := runCLI("", nil)
 	if code != exitUsage || !strings.Contains(stderr, "meshhost <command> --help") || !strings.Contains(stderr, "--metrics-listen") {
 		t.Fatalf("exit %d, usage lacks the pointer to a command's --help:\n%s", code, stderr)
 	}
