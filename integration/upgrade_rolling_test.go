@@ -6,12 +6,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"mesh/controlplane/api"
+	"mesh/controlplane/state"
 	"mesh/integration/harness"
 )
 
@@ -238,8 +241,16 @@ func TestRollingUpgrade(t *testing.T) {
 	// A join by the older meshctl (a machine image not updated) into the upgraded
 	// mesh is refused up front, nothing used: it was admitted, then rolled back as
 	// "not replicating the log". The same token then joins with this meshctl.
+	// An older meshctl on the same rules as this one (a revision of this session,
+	// say) applies the log alike, and joins.
 	tok5, cp5 := cp1.ControlToken("cp-5")
 	cp5.Bin = old
+	if revisionRules(t, rev) == state.ApplyRules {
+		if r := cp5.Join(tok5); r.Code != 0 {
+			t.Fatalf("join by an older meshctl on this one's rules (%d): exit %d:\n%s", state.ApplyRules, r.Code, r.Combined())
+		}
+		return
+	}
 	if r := cp5.Join(tok5); r.Code == 0 || !strings.Contains(r.Stderr, "older than those the mesh's state was built by") {
 		t.Fatalf("join by the older meshctl: exit %d, want refused as older:\n%s", r.Code, r.Combined())
 	}
@@ -247,6 +258,24 @@ func TestRollingUpgrade(t *testing.T) {
 	if r := cp5.Join(tok5); r.Code != 0 {
 		t.Fatalf("join with this meshctl after the older one was refused: exit %d:\n%s", r.Code, r.Combined())
 	}
+}
+
+// revisionRules reads the rules (state.ApplyRules) the meshctl of rev applies the
+// log by, from its source; 1 for a revision from before they were announced.
+func revisionRules(t *testing.T, rev string) int {
+	t.Helper()
+	show := exec.Command("git", "show", rev+":controlplane/state/state.go")
+	show.Dir = ".."
+	src, err := show.Output()
+	if err != nil {
+		t.Fatalf("git show %s's state.go: %v", rev, err)
+	}
+	m := regexp.MustCompile(`(?m)^const ApplyRules = ([0-9]+)$`).FindSubmatch(src)
+	if m == nil {
+		return 1
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
 }
 
 // hookCount is what TestRollingUpgrade's declaration expects of a failed hook.
