@@ -179,9 +179,6 @@ type Agent struct {
 	keptLoaded bool
 	// rootMarkFailed: marking the managed root failed once, and was said then.
 	rootMarkFailed bool
-	// userMarkCleared: the user.* mark an earlier agent left on the root was
-	// removed, by this agent running as root (markApplied).
-	userMarkCleared bool
 	// euid is the agent's effective user: root's marks the managed root in a
 	// namespace only it may write (rootmark.go).
 	euid int

@@ -21,35 +21,23 @@ import (
 // may write a directory without the sticky bit may also set its user.* attributes
 // (a reviewer's audit, 2026-12: uid 65534 set one on a root-owned 0777 root, which
 // statedir.CheckRoot accepts), and so could turn the check off while swapping the
-// root's files for theirs. So:
+// root's files for theirs. So the agent marks user.meshhost.applied, and trusts it,
+// only on a root that is its own user's (root's, for the unit's agent) and that
+// group and others may not write, or that has the sticky bit (there Linux lets only
+// the owner, or CAP_FOWNER, set a user.* attribute): userMarkTrusted. On any other
+// root it marks nothing and reads nothing, says so once, and goes by the state
+// alone.
 //
-//   - An agent running as root marks trusted.meshhost.applied, which only a process
-//     with CAP_SYS_ADMIN may set, or even read, whatever the root's mode. The
-//     user.meshhost.applied an earlier agent wrote is not read (it may have been
-//     set by anyone who could write the root then), and is removed at the agent's
-//     first mark; until then the check goes by the state alone, as before the mark.
-//   - An agent running as another user marks user.meshhost.applied, and trusts it
-//     only on a root it owns that group and others may not write, or that has the
-//     sticky bit (there Linux lets only the owner, or CAP_FOWNER, set a user.*
-//     attribute): userMarkTrusted. Elsewhere it marks nothing and reads nothing, and
-//     goes by the state alone.
+// Not trusted.*, which only CAP_SYS_ADMIN may set whatever the root's mode: the
+// unit runs the agent without it (dist/systemd/meshhost.service's
+// CapabilityBoundingSet), and an agent that marked trusted.* kept no mark at all
+// under it (a second review, 2026-12).
 //
 // A mark set while the root was writable by others, then kept as the operator
 // tightened its mode, can still turn the check off, but only until the mesh's
 // answer to the ask it causes: a fresh copy of the applied declaration marks the
 // root again (markCurrent).
-const (
-	rootMarkTrusted = "trusted.meshhost.applied"
-	rootMarkUser    = "user.meshhost.applied"
-)
-
-// rootMarkAttr is the attribute an agent running as euid marks the root with.
-func rootMarkAttr(euid int) string {
-	if euid == 0 {
-		return rootMarkTrusted
-	}
-	return rootMarkUser
-}
+const rootMarkAttr = "user.meshhost.applied"
 
 // userMarkTrusted reports whether a user.* mark on a root owned by uid, of mode
 // perm (permission bits, sticky included, as stat gives them), can only have been
@@ -118,7 +106,7 @@ func (a *Agent) rootNewer() (held bool, ask bool) {
 		why = fmt.Sprintf("the managed root was last written by another body of v%d than the state directory names (restored from another copy): files are not put back until the mesh sends its current declaration", m.version)
 	}
 	if a.checkOff(CheckOffRootNewer, why) {
-		a.log.Warn("files changed on this host are not put back: "+why+"; to go back to the state's declaration on purpose, remove the mark (setfattr -x "+rootMarkAttr(a.euid)+" ROOT)",
+		a.log.Warn("files changed on this host are not put back: "+why+"; to go back to the state's declaration on purpose, remove the mark (setfattr -x "+rootMarkAttr+" ROOT)",
 			"root", a.o.Root, "root_version", m.version, "state_version", a.applied.Version)
 		ask = !a.askApplied
 		a.askApplied = true
@@ -138,13 +126,6 @@ func (a *Agent) markApplied() bool {
 			a.log.Warn("could not mark the managed root with the version applied; the file check goes by the state directory alone", "root", a.o.Root, "err", err)
 		}
 		return false
-	}
-	if a.euid == 0 && !a.userMarkCleared {
-		// Once per agent: only an earlier agent wrote it, and a root replaced
-		// since this one started is refused (apply.ErrRootGone), or made anew
-		// without attributes. At every mark it was a system call a declaration.
-		clearUserMark(a.o.Root)
-		a.userMarkCleared = true
 	}
 	if a.off.code == CheckOffRootNewer {
 		a.log.Info("the managed root is marked with the declaration the mesh sent as its current one: the file check puts back files changed on this host again",

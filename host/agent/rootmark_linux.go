@@ -7,30 +7,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// errRootMarkUntrusted: the root is one whose user.* mark another user could set
+// errRootMarkUntrusted: the root is one whose mark another user could set
 // (userMarkTrusted), so none is written or read.
-var errRootMarkUntrusted = errors.New("the managed root is not this user's, or group or others may write it without the sticky bit: they could set its mark too, so none is kept (run the agent as root, or chmod go-w the root)")
+var errRootMarkUntrusted = errors.New("the managed root is not this agent's user's, or group or others may write it without the sticky bit: they could set its mark too, so none is kept (chmod go-w the root, or give it to the agent's user)")
 
 // openRoot opens root for its mark. A root given as a symbolic link to a directory
 // is followed, as the applier does: statedir.CheckRoot judged the link's owner.
+// O_DIRECTORY refuses anything else without opening it (ENOTDIR): a named pipe in
+// the root's place does not hold the agent.
 func openRoot(root string) (int, error) {
 	return unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 }
 
-// rootDir names root's directory itself for a system call on the path: a link
-// there is followed, and anything but a directory fails (ENOTDIR), as openRoot
-// does, without opening it. An agent running as root marks and reads its mark so,
-// in one system call where opening the root cost three: it trusts any root's
-// trusted.* mark, so it has nothing to look at on a descriptor.
-func rootDir(root string) string { return root + "/." }
-
 // trustedRoot reports whether the root open at fd keeps a mark only an agent
-// running as euid could have set (rootmark.go): any root for root's agent
-// (trusted.*), else userMarkTrusted.
+// running as euid could have set (userMarkTrusted), judged on the descriptor the
+// mark is then read or written on.
 func trustedRoot(fd, euid int) (bool, error) {
-	if euid == 0 {
-		return true, nil
-	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return false, err
@@ -38,36 +30,22 @@ func trustedRoot(fd, euid int) (bool, error) {
 	return userMarkTrusted(int(st.Uid), euid, st.Mode&0o7777), nil
 }
 
-// markRoot records m on root (rootMarkAttr for euid). Best effort: a file system
-// without such extended attributes (NFS for trusted.*, tmpfs before Linux 6.6 for
-// user.*) keeps none, and the check then has only the state to go by, as before.
-// A root whose user.* mark another user could set is not marked
-// (errRootMarkUntrusted).
+// markRoot records m on root (rootMarkAttr). Best effort: a file system without
+// user extended attributes (tmpfs before Linux 6.6) keeps none, and the check then
+// has only the state to go by, as before. A root whose mark another user could
+// set is not marked (errRootMarkUntrusted).
 func markRoot(root string, euid int, m rootMarkValue) error {
-	attr := rootMarkAttr(euid)
-	var err error
-	if euid == 0 {
-		err = unix.Setxattr(rootDir(root), attr, m.text(), 0)
-	} else {
-		err = onTrustedRoot(root, euid, func(fd int) error { return unix.Fsetxattr(fd, attr, m.text(), 0) })
-	}
+	err := onTrustedRoot(root, euid, func(fd int) error { return unix.Fsetxattr(fd, rootMarkAttr, m.text(), 0) })
 	switch {
 	case errors.Is(err, unix.ENOTSUP):
 		return nil
 	case errors.Is(err, errRootMarkUntrusted):
 		return err
 	case err != nil:
-		return fmt.Errorf("setting %s: %w", attr, err)
+		return fmt.Errorf("setting %s: %w", rootMarkAttr, err)
 	}
 	return nil
 }
-
-// clearUserMark removes from root the user.* mark an earlier agent wrote, for an
-// agent running as root: it is never read again, and left, it named a stale version
-// to whoever looked (getfattr). Absent (ENODATA), or on a file system without user.*
-// attributes, there is nothing to remove; any other failure leaves a mark nobody
-// reads.
-func clearUserMark(root string) { _ = unix.Removexattr(rootDir(root), rootMarkUser) }
 
 // onTrustedRoot opens root and calls fn with its descriptor if the root keeps a
 // mark only an agent running as euid could have set (trustedRoot), and fails
@@ -92,15 +70,10 @@ func onTrustedRoot(root string, euid int, fn func(fd int) error) error {
 func rootMark(root string, euid int) (rootMarkValue, bool) {
 	buf := make([]byte, 128)
 	var n int
-	var err error
-	if euid == 0 {
-		n, err = unix.Getxattr(rootDir(root), rootMarkTrusted, buf)
-	} else {
-		err = onTrustedRoot(root, euid, func(fd int) (err error) {
-			n, err = unix.Fgetxattr(fd, rootMarkUser, buf)
-			return err
-		})
-	}
+	err := onTrustedRoot(root, euid, func(fd int) (err error) {
+		n, err = unix.Fgetxattr(fd, rootMarkAttr, buf)
+		return err
+	})
 	if err != nil {
 		return rootMarkValue{}, false
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"os"
@@ -86,10 +87,9 @@ var forged = rootMarkValue{version: math.MaxUint64, digest: strings.Repeat("ab",
 // anyone who may write a directory without the sticky bit may set its user.*
 // attributes, and statedir.CheckRoot accepts a root others may write; such a user
 // set user.meshhost.applied to the last version and the file check stayed off for
-// good, while they could swap the root's files. An agent running as root marks
-// trusted.meshhost.applied, which that user cannot set, and no longer reads (and
-// removes) the user.* one; an agent running as another user trusts its user.* mark
-// only on a root it owns that group and others may not write, or that is sticky.
+// good, while they could swap the root's files. An agent trusts the mark, and
+// writes it, only on a root its user owns that group and others may not write, or
+// that is sticky: root's agent on a root-owned 0755 root, not once it is 0777.
 func TestAMarkAnotherUserCouldSetIsNotTrusted(t *testing.T) {
 	needRoot(t)
 	f := newFixture(t)
@@ -97,35 +97,28 @@ func TestAMarkAnotherUserCouldSetIsNotTrusted(t *testing.T) {
 	if err := os.Mkdir(f.root, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// An earlier agent's mark, in the namespace anyone who may write could set.
-	if err := unix.Setxattr(f.root, rootMarkUser, forged.text(), 0); err != nil {
-		t.Fatal(err)
-	}
 	if err := f.a.handle(ctx, f.decl(t, 1, "declared")); err != nil {
 		t.Fatal(err)
 	}
 	want := string(rootMarkValue{version: 1, digest: f.a.applied.BodyDigest}.text())
-	if got, err := getAttr(t, f.root, rootMarkTrusted); err != nil || got != want {
-		t.Fatalf("the root agent's mark after v1: %s = %q (%v), want %q", rootMarkTrusted, got, err, want)
-	}
-	if got, err := getAttr(t, f.root, rootMarkUser); !errors.Is(err, unix.ENODATA) {
-		t.Fatalf("the earlier agent's %s is still there: %q (%v)", rootMarkUser, got, err)
+	if got, err := getAttr(t, f.root, rootMarkAttr); err != nil || got != want {
+		t.Fatalf("the root agent's mark after v1: %s = %q (%v), want %q", rootMarkAttr, got, err, want)
 	}
 
-	// The root made 0777: nobody sets the user.* mark (the kernel lets them), not
-	// the trusted.* one. The root agent goes by its own mark, and puts back.
+	// The root made 0777: nobody sets the mark (the kernel lets them). The root
+	// agent does not trust a mark there, and puts back.
 	if err := os.Chmod(f.root, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	if err := setMarkAs(t, 65534, f.root, rootMarkUser, string(forged.text())); err != nil {
-		t.Fatalf("nobody could not set %s on a 0777 root: %v (the premise of the audit)", rootMarkUser, err)
-	}
-	if err := setMarkAs(t, 65534, f.root, rootMarkTrusted, string(forged.text())); !errors.Is(err, unix.EPERM) {
-		t.Fatalf("nobody setting %s: %v, want EPERM", rootMarkTrusted, err)
+	if err := setMarkAs(t, 65534, f.root, rootMarkAttr, string(forged.text())); err != nil {
+		t.Fatalf("nobody could not set %s on a 0777 root: %v (the premise of the audit)", rootMarkAttr, err)
 	}
 	f.handEdit(t, "swapped by nobody")
 	if out := f.a.checkFiles(ctx); !out.putBack || f.file(t) != "declared" || f.a.off.code != "" {
-		t.Fatalf("the root agent under nobody's %s: put back %t, file %q, check off for %q; want put back", rootMarkUser, out.putBack, f.file(t), f.a.off.code)
+		t.Fatalf("the root agent under nobody's mark on a 0777 root: put back %t, file %q, check off for %q; want put back", out.putBack, f.file(t), f.a.off.code)
+	}
+	if err := markRoot(f.root, 0, rootMarkValue{version: 1, digest: f.a.applied.BodyDigest}); !errors.Is(err, errRootMarkUntrusted) {
+		t.Fatalf("the root agent marking a 0777 root: %v, want errRootMarkUntrusted", err)
 	}
 
 	// An agent running as uid 4242, whose root it is, 0777: nobody's mark is not
@@ -147,11 +140,11 @@ func TestAMarkAnotherUserCouldSetIsNotTrusted(t *testing.T) {
 	if err := os.Chmod(f.root, 0o777|os.ModeSticky); err != nil {
 		t.Fatal(err)
 	}
-	if err := setMarkAs(t, 65534, f.root, rootMarkUser, string(forged.text())); !errors.Is(err, unix.EPERM) {
-		t.Fatalf("nobody setting %s on a sticky root: %v, want EPERM", rootMarkUser, err)
+	if err := setMarkAs(t, 65534, f.root, rootMarkAttr, string(forged.text())); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("nobody setting %s on a sticky root: %v, want EPERM", rootMarkAttr, err)
 	}
-	if err := setMarkAs(t, agentUID, f.root, rootMarkUser, "7 "+forged.digest); err != nil {
-		t.Fatalf("the owner setting %s on its sticky root: %v", rootMarkUser, err)
+	if err := setMarkAs(t, agentUID, f.root, rootMarkAttr, "7 "+forged.digest); err != nil {
+		t.Fatalf("the owner setting %s on its sticky root: %v", rootMarkAttr, err)
 	}
 	f.handEdit(t, "v7's content")
 	if out := f.a.checkFiles(ctx); out.putBack || f.file(t) != "v7's content" || f.a.off.code != CheckOffRootNewer {
@@ -197,10 +190,10 @@ func TestUserMarkTrusted(t *testing.T) {
 	}
 }
 
-// TestTheMarkGoesOnADirectoryOnly: an agent running as root marks, and reads, the
-// root's mark by its path in one system call, not on a descriptor of the root: a
-// link to a directory is followed, as the applier follows it, but a file or a named
-// pipe in the root's place is not marked (ENOTDIR), nor does it hold the agent.
+// TestTheMarkGoesOnADirectoryOnly: the root's mark is set and read on a
+// descriptor of the root opened O_DIRECTORY: a link to a directory is followed, as
+// the applier follows it, but a file or a named pipe in the root's place is not
+// marked (ENOTDIR), nor does it hold the agent.
 func TestTheMarkGoesOnADirectoryOnly(t *testing.T) {
 	needRoot(t)
 	dir := t.TempDir()
@@ -215,8 +208,8 @@ func TestTheMarkGoesOnADirectoryOnly(t *testing.T) {
 	if err := markRoot(link, 0, m); err != nil {
 		t.Fatalf("a root given as a link to a directory: %v", err)
 	}
-	if got, err := getAttr(t, target, rootMarkTrusted); err != nil || got != string(m.text()) {
-		t.Fatalf("the directory the link leads to: %s = %q (%v), want %q", rootMarkTrusted, got, err, m.text())
+	if got, err := getAttr(t, target, rootMarkAttr); err != nil || got != string(m.text()) {
+		t.Fatalf("the directory the link leads to: %s = %q (%v), want %q", rootMarkAttr, got, err, m.text())
 	}
 	if got, ok := rootMark(link, 0); !ok || got != m {
 		t.Fatalf("the mark read through the link: %+v, %t", got, ok)
@@ -240,7 +233,7 @@ func TestTheMarkGoesOnADirectoryOnly(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("%s in the root's place holds the mark", p)
 		}
-		if got, err := getAttr(t, p, rootMarkTrusted); !errors.Is(err, unix.ENODATA) {
+		if got, err := getAttr(t, p, rootMarkAttr); !errors.Is(err, unix.ENODATA) {
 			t.Errorf("%s in the root's place was marked: %q (%v)", p, got, err)
 		}
 		if _, ok := rootMark(p, 0); ok {
@@ -404,4 +397,76 @@ func setImmutable(t *testing.T, dir string) {
 			t.Errorf("could not make %s mutable again: %v", dir, err)
 		}
 	})
+}
+
+// unitCapabilities are the capabilities dist/systemd/meshhost.service leaves the
+// agent (CapabilityBoundingSet), as numbers.
+func unitCapabilities(t *testing.T) []int {
+	t.Helper()
+	unit, err := os.ReadFile("../../dist/systemd/meshhost.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]int{"CAP_CHOWN": unix.CAP_CHOWN, "CAP_DAC_OVERRIDE": unix.CAP_DAC_OVERRIDE, "CAP_DAC_READ_SEARCH": unix.CAP_DAC_READ_SEARCH,
+		"CAP_FOWNER": unix.CAP_FOWNER, "CAP_FSETID": unix.CAP_FSETID, "CAP_KILL": unix.CAP_KILL, "CAP_SETUID": unix.CAP_SETUID, "CAP_SETGID": unix.CAP_SETGID,
+		"CAP_SYS_ADMIN": unix.CAP_SYS_ADMIN}
+	for line := range strings.Lines(string(unit)) {
+		names, ok := strings.CutPrefix(strings.TrimSpace(line), "CapabilityBoundingSet=")
+		if !ok {
+			continue
+		}
+		var caps []int
+		for _, n := range strings.Fields(names) {
+			c, ok := byName[n]
+			if !ok {
+				t.Fatalf("the unit names %s, which this test does not know: add it", n)
+			}
+			caps = append(caps, c)
+		}
+		return caps
+	}
+	t.Fatal("the unit sets no CapabilityBoundingSet")
+	return nil
+}
+
+// TestTheUnitsAgentKeepsItsMark (a second review, 2026-12): an agent running as
+// root marked trusted.meshhost.applied, which needs CAP_SYS_ADMIN; the unit runs it
+// without, so the mark failed (EPERM), and the protection it gives (a restored
+// state directory does not put older files back) was off on every host run by the
+// unit. With exactly the unit's capabilities, as root, the mark is written and read
+// back on a root-owned 0755 root.
+func TestTheUnitsAgentKeepsItsMark(t *testing.T) {
+	needRoot(t)
+	caps := unitCapabilities(t)
+	root := t.TempDir() + "/root"
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m := rootMarkValue{version: 4, digest: strings.Repeat("ef", 32)}
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // not unlocked: the thread exits with this goroutine
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var data [2]unix.CapUserData
+		for _, c := range caps {
+			data[c/32].Effective |= 1 << (c % 32)
+			data[c/32].Permitted |= 1 << (c % 32)
+		}
+		if err := unix.Capset(&hdr, &data[0]); err != nil {
+			errc <- fmt.Errorf("%w: capset: %v", errNotAsUser, err)
+			return
+		}
+		if err := markRoot(root, 0, m); err != nil {
+			errc <- fmt.Errorf("marking the root with the unit's capabilities: %w", err)
+			return
+		}
+		if got, ok := rootMark(root, 0); !ok || got != m {
+			errc <- fmt.Errorf("the mark read back with the unit's capabilities: %+v, %t; want %+v", got, ok, m)
+			return
+		}
+		errc <- nil
+	}()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
 }

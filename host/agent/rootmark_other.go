@@ -8,6 +8,3 @@ func markRoot(string, int, rootMarkValue) error { return nil }
 
 // rootMark finds no mark where markRoot keeps none.
 func rootMark(string, int) (rootMarkValue, bool) { return rootMarkValue{}, false }
-
-// clearUserMark has no mark to remove where markRoot keeps none.
-func clearUserMark(string) {}
