@@ -148,10 +148,15 @@ func (s *signer) encoded(digest string, raw []byte) (declarations.EncodedBody, e
 	s.mu.Lock()
 	body, ok := s.bodies[digest]
 	refused := s.refused[digest]
-	s.mu.Unlock()
 	if ok || refused != nil {
+		// Judged before: the verdict kept too, which a clearing of verdicts alone
+		// (past maxVerdicts) lost while the body stayed here, and an unsignable
+		// body then showed converged (a review's run).
+		s.keepVerdict(digest, refused)
+		s.mu.Unlock()
 		return body, refused
 	}
+	s.mu.Unlock()
 	parsed, err := declarations.ParseBody(raw)
 	if err == nil {
 		body, err = declarations.EncodeBody(parsed)
@@ -167,11 +172,20 @@ func (s *signer) encoded(digest string, raw []byte) (declarations.EncodedBody, e
 	} else {
 		s.bodies[digest] = body
 	}
+	s.keepVerdict(digest, err)
+	return body, err
+}
+
+// keepVerdict records refused as digest's verdict (s.mu held), clearing the
+// verdicts first when they are maxVerdicts.
+func (s *signer) keepVerdict(digest string, refused error) {
+	if _, known := s.verdicts[digest]; known {
+		return
+	}
 	if len(s.verdicts) >= maxVerdicts {
 		clear(s.verdicts)
 	}
-	s.verdicts[digest] = err
-	return body, err
+	s.verdicts[digest] = refused
 }
 
 // maxVerdicts bounds signer.verdicts: a 64-byte digest and an error value each,

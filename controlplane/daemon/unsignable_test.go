@@ -75,3 +75,24 @@ func TestABodyThisVersionCannotSignIsFailing(t *testing.T) {
 		t.Fatalf("n-0 declared again: %+v", n.LastError)
 	}
 }
+
+// TestAVerdictIsKeptForABodyJudgedBefore (a review's run): a body whose encoding
+// the signer kept, its verdict cleared (past maxVerdicts), was returned from the
+// encoded bodies without a verdict: an unsignable one then showed converged. The
+// verdict is kept again whenever the body is asked for.
+func TestAVerdictIsKeptForABodyJudgedBefore(t *testing.T) {
+	s := newSigner(nil)
+	bad := []byte(`{"files":[{"path":"etc/-x.conf","content":"x"}]}`)
+	if _, err := s.encoded("bad", bad); err == nil {
+		t.Fatal("a body this version refuses was encoded")
+	}
+	s.mu.Lock()
+	clear(s.verdicts) // as past maxVerdicts, the refused body kept
+	s.mu.Unlock()
+	if _, err := s.encoded("bad", bad); err == nil {
+		t.Fatal("asked again: no refusal")
+	}
+	if refused, known := s.verdict("bad"); !known || refused == nil {
+		t.Fatalf("the verdict after the body was asked for again: %v, known %t", refused, known)
+	}
+}

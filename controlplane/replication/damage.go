@@ -24,7 +24,12 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"mesh/controlplane/datadir"
+	"mesh/host/readfile"
 )
+
+// maxSnapshotMeta bounds the meta.json of a snapshot read to judge it: raft writes
+// a few hundred bytes and the configuration (a few per control node).
+const maxSnapshotMeta = 1 << 20
 
 // A power loss on a disk that loses or garbles what it was told to keep, or a hand
 // that truncated a file, leaves a control node's Raft store damaged. hashicorp/raft
@@ -293,7 +298,10 @@ func snapshotDirs(dir string) ([]snapshotDir, error) {
 			s.index, _ = strconv.ParseUint(parts[1], 10, 64)
 			s.msec, _ = strconv.ParseUint(parts[2], 10, 64)
 		}
-		data, err := os.ReadFile(filepath.Join(dir, "snapshots", e.Name(), "meta.json"))
+		// Without waiting on a named pipe at its name (a review's run: it held
+		// `meshctl check`, and serve, for good): a meta.json that is no regular
+		// file is unreadable, and the snapshot passed over as such.
+		data, err := readfile.Regular(filepath.Join(dir, "snapshots", e.Name(), "meta.json"), maxSnapshotMeta)
 		var meta raft.SnapshotMeta
 		if err == nil && json.Unmarshal(data, &meta) == nil && meta.ID == e.Name() {
 			s.metaReadable, s.term, s.index = true, meta.Term, meta.Index

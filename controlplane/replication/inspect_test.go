@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -161,5 +162,39 @@ func TestInspectRefusesAStoreInUse(t *testing.T) {
 	}
 	if _, err := Inspect(dir, "cp-1", func() raft.FSM { return &probeFSM{} }, 200*time.Millisecond); err != nil {
 		t.Errorf("Inspect once the store was closed: %v", err)
+	}
+}
+
+// TestANamedPipeInTheStoreHoldsNothing (a review's run): a named pipe at
+// raft/peers.json or a snapshot's meta.json, in a backup copy `meshctl check` looks
+// at, held the reader until a writer came, for good (and serve, at start). The
+// peers file is refused as no file; the snapshot passed over as unreadable.
+func TestANamedPipeInTheStoreHoldsNothing(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(dir, PeersFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(dir, "snapshots", "2-10-1700000000000")
+	if err := os.MkdirAll(snap, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(snap, "meta.json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, ok, err := readPeersFile(dir, "cp-1"); ok || !errors.Is(err, ErrPeersFile) || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("a named pipe as the peers file: ok %t, %v", ok, err)
+		}
+		snaps, err := snapshotDirs(dir)
+		if err != nil || len(snaps) != 1 || snaps[0].metaReadable {
+			t.Errorf("a named pipe as a snapshot's meta.json: %+v, %v; want it unreadable", snaps, err)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a named pipe in the Raft store holds the reader")
 	}
 }

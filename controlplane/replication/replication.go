@@ -27,6 +27,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"mesh/controlplane/state"
+	"mesh/host/readfile"
 	"mesh/logging"
 )
 
@@ -947,14 +948,10 @@ const maxPeersFile = 64 << 10
 // recovered and the file stays as it is.
 var ErrPeersFile = errors.New("unusable peers file")
 
-// noVoter reports whether the peers file at path is a list of servers in which
+// noVoter reports whether the peers file's data is a list of servers in which
 // every one is a nonvoter. A file it cannot read as such a list is left to
 // raft.ReadConfigJSON to refuse.
-func noVoter(path string) bool {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return false
-	}
+func noVoter(data []byte) bool {
 	var servers []struct {
 		NonVoter bool `json:"non_voter"`
 	}
@@ -995,14 +992,21 @@ func recoverFromPeersFile(cfg Config, rc *raft.Config, store *raftboltdb.BoltSto
 // of servers, no voter in it, or member id not among them.
 func readPeersFile(dir, id string) (conf raft.Configuration, ok bool, err error) {
 	path := filepath.Join(dir, PeersFile)
-	fi, err := os.Stat(path)
-	if errors.Is(err, os.ErrNotExist) {
+	// Read as a regular file first, without waiting: a named pipe at its name (in
+	// a copy `meshctl check` looks at, or put there by hand) held the reader until
+	// a writer came, for good (a review's run).
+	data, err := readfile.Regular(path, maxPeersFile)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
 		return conf, false, nil
+	case errors.Is(err, readfile.ErrTooLarge):
+		return conf, false, fmt.Errorf("%w: %s is more than a list of a mesh's control nodes ever takes (%d bytes at most)", ErrPeersFile, path, maxPeersFile)
+	case errors.Is(err, readfile.ErrNotRegular):
+		return conf, false, fmt.Errorf("%w: %v: write the peers file as a file (docs/operations.md, \"Recovering from lost quorum\")", ErrPeersFile, err)
+	case err != nil:
+		return conf, false, fmt.Errorf("%w: %s: %w", ErrPeersFile, path, err)
 	}
-	if err == nil && fi.Size() > maxPeersFile {
-		return conf, false, fmt.Errorf("%w: %s is %d bytes, more than a list of a mesh's control nodes ever takes (%d at most)", ErrPeersFile, path, fi.Size(), maxPeersFile)
-	}
-	if noVoter(path) {
+	if noVoter(data) {
 		// hashicorp/raft's own words are "need at least one voter in
 		// configuration": a survivor that was a nonvoter, written as it was.
 		return conf, false, fmt.Errorf("%w: %s lists no voter (every server is \"non_voter\": true), and a configuration needs one: write the most up-to-date survivor "+

@@ -250,7 +250,10 @@ func (l *Lock) Release() error {
 // refuse each other.
 func Probe(what, dir string) error {
 	path := filepath.Join(dir, File)
-	f, err := os.OpenFile(path, os.O_RDONLY|noFollow, 0)
+	// Without waiting: a named pipe in the lock's place (a backup copy may come
+	// from anywhere) held `meshctl check` until a writer came, for good (a review's
+	// run); it is refused below as no lock file.
+	f, err := os.OpenFile(path, os.O_RDONLY|noFollow|nonBlock, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -265,6 +268,9 @@ func Probe(what, dir string) error {
 		return fmt.Errorf("open the lock of %s: %w", dir, err)
 	}
 	defer f.Close() // gives the shared lock up
+	if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
+		return &NotALockError{Path: path, Kind: "a " + kindOf(fi.Mode())}
+	}
 	free, err := trySharedLock(f)
 	if err != nil {
 		return fmt.Errorf("lock %s: %w", path, err)
@@ -277,4 +283,19 @@ func Probe(what, dir string) error {
 		e.PID, e.Command = r.PID, r.Command
 	}
 	return e
+}
+
+// kindOf names what a file of mode m is, for NotALockError.
+func kindOf(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	case m.IsDir():
+		return "directory"
+	}
+	return "file of another kind"
 }

@@ -6,6 +6,9 @@ import "os"
 
 const noFollow = 0
 
+// nonBlock: no flag where a lock file cannot be a named pipe one waits on.
+const nonBlock = 0
+
 // tryLock has no flock to take here: the mesh runs on Unix, and elsewhere
 // the lock file only records its last holder.
 func tryLock(*os.File) (bool, error) { return true, nil }

@@ -284,3 +284,59 @@ func TestProbeSaysWhoHoldsTheLockAndHoldsNothing(t *testing.T) {
 	}
 	l.Release()
 }
+
+// TestProbeRefusesANamedPipe (a review's run): a named pipe in the lock's place, in
+// a backup copy `meshctl check` looks at, held Probe until a writer came, for good.
+// It is refused as no lock file, at once.
+func TestProbeRefusesANamedPipe(t *testing.T) {
+	d := dir(t.TempDir())
+	if err := syscall.Mkfifo(d.Path(File), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- Probe("data directory", string(d)) }()
+	select {
+	case err := <-done:
+		var not *NotALockError
+		if !errors.As(err, &not) || !strings.Contains(err.Error(), "a named pipe") {
+			t.Errorf("probe of a named pipe: %v, want a *NotALockError saying so", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Probe waits on a named pipe in the lock's place")
+	}
+}
+
+// TestALockHeldForAMomentIsWaitedFor (a review's reading): Probe holds the lock
+// shared for one system call, and a serve starting in that instant was refused as
+// if another process held it, naming the lock's last holder. A lock held for a
+// moment is tried again; one that stays held is still refused.
+func TestALockHeldForAMomentIsWaitedFor(t *testing.T) {
+	d := dir(t.TempDir())
+	mustLock(t, d, "meshctl serve").Release() // the lock file, free
+	reader, err := os.Open(d.Path(File))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(reader.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(30 * time.Millisecond)
+		reader.Close() // gives the shared lock up
+	}()
+	l, err := d.Lock("meshctl serve")
+	if err != nil {
+		t.Fatalf("a lock held shared for 30 ms: %v", err)
+	}
+	l.Release()
+
+	held := mustLock(t, d, "meshctl serve")
+	defer held.Release()
+	start := time.Now()
+	if _, err := d.Lock("meshctl serve"); !errors.Is(err, ErrInUse) {
+		t.Fatalf("a lock that stays held: %v, want ErrInUse", err)
+	}
+	if waited := time.Since(start); waited > 2*time.Second {
+		t.Errorf("refused after %s", waited)
+	}
+}

@@ -33,7 +33,9 @@ tls.pem and tls-key.pem, the certificates' dates, signing-key.pem,
 control-curve.nk, admin.creds), reads the Raft store as serve would start from it
 (raft.db opened read-only: its last index and term, the snapshot it starts from,
 the members), replays the state it holds in memory, and checks the signing keys
-against the state's keyring. It writes nothing, takes no lock and starts nothing.
+against the state's keyring. It writes nothing and starts nothing; it holds no lock of
+the directory's (it tries it, shared, for an instant), only raft.db's shared lock
+while it reads, which a serve started meanwhile waits for.
 Run it as the user serve runs as: the owners are judged against that user.
 It exits 0 when serve would start on the directory (naming what serve would warn
 of), else with the code serve would stop with: 7 for a file missing, damaged, of
