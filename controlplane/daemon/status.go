@@ -13,7 +13,9 @@ import (
 )
 
 // handleStatus records a node's report: liveness in memory, changes through the log.
-// A status is a publish, never a request: any reply subject it names is ignored.
+// A status is a publish, not a request: the reply subject it names is answered only
+// when another machine holds the node's key (tellKeyShared), and only into the
+// node's own inbox.
 func (d *Daemon) handleStatus(m *nats.Msg) {
 	node := nodeOf(m.Subject)
 	if !d.admitNodeMessage("status", node, m, d.guard.budgets.MaxStatus) {
@@ -33,6 +35,12 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 		// Operators read codes in a terminal, and each change is a log entry:
 		// nothing but a short word is kept.
 		d.guard.drop("status", ReasonMalformed, node, "the error code is not 1 to 64 characters of a-z, 0-9 and _")
+		return
+	}
+	if st.Error != nil && (st.Error.Code == api.KeyShared || st.Error.Code == api.UnsignableBody) {
+		// The control plane's own verdicts, no host's: reported, status told the
+		// operator to revoke a node on its word (a review's reading).
+		d.guard.drop("status", ReasonMalformed, node, "the error code "+st.Error.Code+" is the control plane's, not a host's")
 		return
 	}
 	d.seen.mark(node, now)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"mesh/controlplane/api"
 	"mesh/controlplane/state"
 )
@@ -94,5 +96,29 @@ func TestAVerdictIsKeptForABodyJudgedBefore(t *testing.T) {
 	}
 	if refused, known := s.verdict("bad"); !known || refused == nil {
 		t.Fatalf("the verdict after the body was asked for again: %v, known %t", refused, known)
+	}
+}
+
+// TestAHostCannotReportTheControlPlanesCodes (a review's reading): key_shared and
+// unsignable_body are the control plane's verdicts; a host that reported one as
+// its own error had status tell the operator to revoke it, on its word. Such a
+// report is dropped as malformed, and nothing of it recorded.
+func TestAHostCannotReportTheControlPlanesCodes(t *testing.T) {
+	d := fleet(t, 1)
+	before := d.guard.snapshot().Dropped[DropKey{Subject: "status", Reason: ReasonMalformed}]
+	for _, code := range []string{api.KeyShared, api.UnsignableBody} {
+		data, err := json.Marshal(api.Status{V: api.ProtocolVersion, Node: "n-0", HaveApplied: true, AppliedVersion: 0, KeyringEpoch: 1,
+			Error: &api.StatusError{Code: code, Message: "two machines hold this node's key: revoke it"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.handleStatus(&nats.Msg{Subject: api.StatusSubject("n-0"), Data: data})
+	}
+	d.status.flush()
+	if n := d.guard.snapshot().Dropped[DropKey{Subject: "status", Reason: ReasonMalformed}]; n != before+2 {
+		t.Errorf("%d reports dropped as malformed, want the 2 naming the control plane's codes", n-before)
+	}
+	if n := d.fsmNode(t, "n-0"); n.Applied.ErrorCode != "" {
+		t.Errorf("a host's report of %q recorded", n.Applied.ErrorCode)
 	}
 }

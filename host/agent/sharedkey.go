@@ -23,6 +23,10 @@ import (
 // bury the rest of the log. Other machines are news, logged at once.
 const sharedKeyLogEvery = 10 * time.Minute
 
+// sharedKeyLogGap is the least time between two such lines, other machines named
+// or not: a heartbeat's interval.
+const sharedKeyLogGap = 15 * time.Second
+
 // sharedKeyShownFor is how many heartbeats `meshhost status` shows what the mesh
 // last said after it stopped saying it (the other machine stopped, or was enrolled
 // again): the mesh tells at every report while it lasts, and nothing once it is over.
@@ -98,7 +102,11 @@ func (a *Agent) statusAnswered(nc *nats.Conn, data []byte) {
 	a.stats.set(func(s *stats) {
 		k := &s.sharedKey
 		k.from, k.connections, k.since, k.toldAt = from, len(ans.SharedKey), since, now
-		if k.loggedAt.IsZero() || fromText != k.loggedFrom || now.Sub(k.loggedAt) >= sharedKeyLogEvery {
+		// Other machines named at once, the same again every sharedKeyLogEvery, and
+		// never more than a line each sharedKeyLogGap: only the control plane may
+		// answer into this inbox, but a hostile one (or broker) that changed the
+		// addresses at every answer would have filled the journal (a review).
+		if k.loggedAt.IsZero() || now.Sub(k.loggedAt) >= sharedKeyLogEvery || fromText != k.loggedFrom && now.Sub(k.loggedAt) >= sharedKeyLogGap {
 			k.loggedAt, k.loggedFrom, logNow = now, fromText, true
 		}
 	})

@@ -140,8 +140,17 @@ func (g *RootGuard) setSwept(dir string, swept bool) {
 	if g.swept == nil {
 		g.swept = map[string]bool{}
 	}
+	if len(g.swept) >= maxSwept {
+		// Declarations that name new directories over months (a release's
+		// directory each) grew it for the agent's life: forgotten, each is swept
+		// once more.
+		clear(g.swept)
+	}
 	g.swept[dir] = true
 }
+
+// maxSwept bounds the directories a RootGuard remembers as swept.
+const maxSwept = 4096
 
 // Accept judges the managed root at path as it is now, if it exists, and takes it as
 // the root from now on (see RootGuard): the agent calls it as it starts, so that a
