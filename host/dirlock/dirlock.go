@@ -21,6 +21,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"mesh/host/readfile"
 )
 
 // File is the lock file's name in the directory it locks.
@@ -269,7 +271,7 @@ func Probe(what, dir string) error {
 	}
 	defer f.Close() // gives the shared lock up
 	if fi, err := f.Stat(); err == nil && !fi.Mode().IsRegular() {
-		return &NotALockError{Path: path, Kind: "a " + kindOf(fi.Mode())}
+		return &NotALockError{Path: path, Kind: readfile.Kind(fi.Mode())}
 	}
 	free, err := trySharedLock(f)
 	if err != nil {
@@ -283,19 +285,4 @@ func Probe(what, dir string) error {
 		e.PID, e.Command = r.PID, r.Command
 	}
 	return e
-}
-
-// kindOf names what a file of mode m is, for NotALockError.
-func kindOf(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "named pipe"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	case m&fs.ModeDevice != 0:
-		return "device"
-	case m.IsDir():
-		return "directory"
-	}
-	return "file of another kind"
 }
