@@ -17,7 +17,8 @@ import (
 	"mesh/host/wire"
 )
 
-// lockedLog is a log written from the loop's and nats.go's goroutines.
+// lockedLog is a log written from several goroutines (the agent's loop, nats.go's,
+// the status socket's): its tests read it as it grows.
 type lockedLog struct {
 	mu sync.Mutex
 	b  bytes.Buffer

@@ -9,29 +9,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
-
-// syncBuffer is a bytes.Buffer for a logger written from the socket's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // peerHelperEnv names the socket a re-run of this test binary, as another user,
 // asks for a retry on (TestSocketPeerHelper).
@@ -68,7 +49,7 @@ func TestSocketRefusesOtherUsers(t *testing.T) {
 	}
 	dir := socketDir(t)
 	f := newFixtureIn(t, dir)
-	var logs syncBuffer
+	var logs lockedLog
 	f.a.log = slog.New(slog.NewTextHandler(&logs, nil))
 	asked := make(chan struct{}, 4)
 	serveTestSocket(t, f.a, dir, func(r chan<- HooksOutcome) { asked <- struct{}{}; r <- HooksOutcome{Nothing: true} })
