@@ -255,23 +255,7 @@ func TestAnotherNodesCertificateExpiryIsShown(t *testing.T) {
 	}
 
 	// What this node sends: the dates of the certificates it serves with.
-	sub, err := d.conns.control.SubscribeSync(api.ControlHeartbeatSubject(d.cfg.Node))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { d.heartbeatLoop(ctx); close(done) }()
-	m, err := sub.NextMsg(5 * time.Second)
-	cancel()
-	<-done
-	if err != nil {
-		t.Fatal(err)
-	}
-	var own api.ControlHeartbeat
-	if err := json.Unmarshal(m.Data, &own); err != nil {
-		t.Fatal(err)
-	}
+	own := ownHeartbeat(t, d)
 	if !own.CertNotAfter.Equal(leaf) || !own.CANotAfter.Equal(ca) {
 		t.Fatalf("this node's heartbeat says its certificates expire at %v and %v; they do at %v and %v", own.CertNotAfter, own.CANotAfter, leaf, ca)
 	}

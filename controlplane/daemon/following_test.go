@@ -202,23 +202,7 @@ func TestAControlNodeNotFollowingIsShownAndLogged(t *testing.T) {
 	}
 
 	// What this node sends: its Raft state, the leader it follows (itself) and its term.
-	sub, err := d.conns.control.SubscribeSync(api.ControlHeartbeatSubject(d.cfg.Node))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { d.heartbeatLoop(ctx); close(done) }()
-	m, err := sub.NextMsg(5 * time.Second)
-	cancel()
-	<-done
-	if err != nil {
-		t.Fatal(err)
-	}
-	var own api.ControlHeartbeat
-	if err := json.Unmarshal(m.Data, &own); err != nil {
-		t.Fatal(err)
-	}
+	own := ownHeartbeat(t, d)
 	if own.RaftState != api.RaftStateLeader || own.Leader != d.cfg.Node || own.Term == 0 {
 		t.Fatalf("this node's heartbeat says Raft state %q, leader %q, term %d; want leader, %s, its term", own.RaftState, own.Leader, own.Term, d.cfg.Node)
 	}
@@ -259,4 +243,28 @@ func TestAVoterNotFollowingDoesNotServeForAChangeOfVoters(t *testing.T) {
 	if !c.serving("cp-3", now) {
 		t.Fatal("a voter following again does not serve")
 	}
+}
+
+// ownHeartbeat runs d's heartbeat loop until it sent one heartbeat, and returns it
+// as the other control nodes receive it.
+func ownHeartbeat(t *testing.T, d *Daemon) api.ControlHeartbeat {
+	t.Helper()
+	sub, err := d.conns.control.SubscribeSync(api.ControlHeartbeatSubject(d.cfg.Node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { d.heartbeatLoop(ctx); close(done) }()
+	m, err := sub.NextMsg(5 * time.Second)
+	cancel()
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own api.ControlHeartbeat
+	if err := json.Unmarshal(m.Data, &own); err != nil {
+		t.Fatal(err)
+	}
+	return own
 }
