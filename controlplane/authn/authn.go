@@ -39,6 +39,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
@@ -637,8 +638,17 @@ func verifyNonce(pub string, c broker.Client) (bound bool, err error) {
 			return false, ErrBadSignature
 		}
 	}
-	if c.Binding != nil && kp.Verify(broker.BoundNonce(c.Nonce, c.Binding), raw) == nil {
-		return true, nil
+	// A bound message that is valid UTF-8 is never taken as bound: a client older
+	// than the binding signs whatever nonce the INFO it read carries, always text
+	// (nats.go decodes it from JSON), and a relay holding a leaf of the mesh CA
+	// could hand it its own session's bound message as that nonce, then log in
+	// with the signature, bound, past --require-bound-logins. A real binding is 32
+	// random bytes, valid UTF-8 about once in 10^8 sessions: that login is refused,
+	// and the client connects again over another session.
+	if c.Binding != nil {
+		if m := broker.BoundNonce(c.Nonce, c.Binding); !utf8.Valid(m) && kp.Verify(m, raw) == nil {
+			return true, nil
+		}
 	}
 	if err := kp.Verify(c.Nonce, raw); err != nil {
 		return false, ErrBadSignature

@@ -114,6 +114,15 @@ func enrolling(t testing.TB, node, secret string, kp nkeys.KeyPair, nonce []byte
 	return broker.Client{Username: EnrolUserPrefix + node, Password: secret, Nkey: pub(kp), Nonce: nonce, Sig: sign(t, kp, nonce), Remote: remote1}
 }
 
+// binding is a TLS session's channel binding as the tests' sessions export it: 32
+// bytes, fill but the first, 0xff, which keeps it from being valid UTF-8 (a real one
+// is random, and valid UTF-8 once in 10^8 sessions; verifyNonce refuses that one).
+func binding(fill byte) []byte {
+	b := bytes.Repeat([]byte{fill}, broker.BindingSize)
+	b[0] = 0xff
+	return b
+}
+
 // proving is the client an enrolling host since decision 0018 presents: the token's
 // id and its secret's proof for the node it names and the key it registers, which
 // signs the nonce bound to session.
@@ -205,7 +214,7 @@ func TestAuthenticate(t *testing.T) {
 	newKey := mustKey(t, nkeys.CreateUser)
 	// Two TLS sessions' channel bindings: the client's with a relay, and the
 	// relay's with the broker.
-	session1, session2 := bytes.Repeat([]byte{1}, broker.BindingSize), bytes.Repeat([]byte{2}, broker.BindingSize)
+	session1, session2 := binding(1), binding(2)
 	tests := []struct {
 		name     string
 		internal string
@@ -743,7 +752,7 @@ func FuzzAuthenticate(f *testing.F) {
 func TestUnboundLogins(t *testing.T) {
 	fx := newFixture(t)
 	nonce := []byte("server-nonce-1234")
-	session := bytes.Repeat([]byte{7}, broker.BindingSize)
+	session := binding(7)
 	operator := mustKey(t, nkeys.CreateUser)
 	opJWT := userJWT(t, fx.account, operator, nil)
 	newKey := mustKey(t, nkeys.CreateUser)
@@ -783,6 +792,44 @@ func TestUnboundLogins(t *testing.T) {
 			}
 			if want := []string{c.kind}; c.kind == "" && len(heard) != 0 || c.kind != "" && !slices.Equal(heard, want) {
 				t.Errorf("require=%v, %s: counted %v, want %q", require, c.name, heard, c.kind)
+			}
+		}
+	}
+}
+
+// TestABareSignerIsNotMadeToSignABoundNonce: a client older than the binding signs
+// whatever nonce the INFO it read carries, as text. A relay holding a leaf of the
+// mesh CA, whose own session with a broker exports a binding that is valid UTF-8,
+// hands such a client that session's bound message as the nonce and forwards the
+// signature: it must not log in bound, required or not (a review; 1 session in 10^8
+// exports such a binding). An honest bound signature over such a session is
+// refused with it, and the client connects again over another session.
+func TestABareSignerIsNotMadeToSignABoundNonce(t *testing.T) {
+	fx := newFixture(t)
+	relayed := []byte("0123456789abcdef0123456789ABCDEF") // the relay's session, valid UTF-8
+	nonce := []byte("Xq3w9m-broker-nonce")
+	info, err := json.Marshal(map[string]string{"nonce": string(broker.BoundNonce(nonce, relayed))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var read struct{ Nonce string }
+	if err := json.Unmarshal(info, &read); err != nil || read.Nonce != string(broker.BoundNonce(nonce, relayed)) {
+		t.Fatalf("the relay's INFO does not carry its bound message as text: %q, %v", read.Nonce, err)
+	}
+	operator := mustKey(t, nkeys.CreateUser)
+	opJWT := userJWT(t, fx.account, operator, nil)
+	for _, c := range []struct {
+		name   string
+		client broker.Client
+	}{
+		{"node", broker.Client{Nkey: pub(fx.web1), Nonce: nonce, Binding: relayed, Sig: sign(t, fx.web1, []byte(read.Nonce)), Remote: remote1}},
+		{"operator", broker.Client{JWT: opJWT, Nonce: nonce, Binding: relayed, Sig: sign(t, operator, []byte(read.Nonce)), Remote: remote1}},
+	} {
+		for _, require := range []bool{false, true} {
+			a := fx.auth("")
+			a.cfg.RequireBound = require
+			if g, err := a.Authenticate(c.client); err == nil {
+				t.Errorf("require=%v, %s: a bare signature over the relay's bound message logged in as %s", require, c.name, g.User)
 			}
 		}
 	}
@@ -891,7 +938,7 @@ func TestLoginsWaitForReplication(t *testing.T) {
 	secret := hex.EncodeToString(tok.Secret[:])
 	id, _ := SecretID(secret)
 	arrive = []state.Command{{Op: state.OpCreateToken, At: now0, CreateToken: &state.CreateTokenCmd{ID: id, ProofKey: hex.EncodeToString(tok.ProofKey()), Node: "app-11", Role: state.RoleWorker, TTL: time.Hour}}}
-	session := []byte("session")
+	session := binding(3)
 	if _, err := a.Authenticate(proving(t, "app-11", secret, mustKey(t, nkeys.CreateUser), nonce, session)); err != nil || waits != 3 {
 		t.Fatalf("a token minted during the wait: %v, waits %d", err, waits)
 	}

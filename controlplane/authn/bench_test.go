@@ -99,7 +99,7 @@ func BenchmarkEnrollingCheck(b *testing.B) {
 	a := New(Config{Roster: fx.fsm, Mesh: "demo", Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return fx.clock },
 		TokenConnections: 1 << 30})
 	kp := mustKey(b, nkeys.CreateUser)
-	session := make([]byte, broker.BindingSize)
+	session := binding(0)
 	for _, tc := range []struct {
 		name string
 		mk   func(nonce []byte) broker.Client

@@ -1,7 +1,6 @@
 package authn
 
 import (
-	"bytes"
 	"errors"
 	"testing"
 	"time"
@@ -20,7 +19,7 @@ import (
 func TestRecheckLooksAtTheRoster(t *testing.T) {
 	fx := newFixture(t)
 	nonce := []byte("server-nonce-1234")
-	session := bytes.Repeat([]byte{7}, broker.BindingSize)
+	session := binding(7)
 	var heard []string
 	a := fx.auth("")
 	a.cfg.Unbound = func(kind string) { heard = append(heard, kind) }
@@ -68,7 +67,7 @@ func TestRecheckLooksAtTheRoster(t *testing.T) {
 func BenchmarkRecheck(b *testing.B) {
 	fx := newFixture(b)
 	nonce := []byte("server-nonce-1234")
-	session := bytes.Repeat([]byte{7}, broker.BindingSize)
+	session := binding(7)
 	a := fx.auth("")
 	login := broker.Client{Nkey: pub(fx.web1), Nonce: nonce, Binding: session, Sig: sign(b, fx.web1, broker.BoundNonce(nonce, session)), Remote: remote1}
 	recheck := login

@@ -1,7 +1,6 @@
 package authn
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -21,7 +20,7 @@ import (
 func TestSweepForgetsWhatLimitsNobody(t *testing.T) {
 	fx := newFixture(t)
 	a := New(Config{Roster: fx.fsm, Mesh: "demo", Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return fx.clock }})
-	session := bytes.Repeat([]byte{1}, broker.BindingSize)
+	session := binding(1)
 	conns := 0
 	nonce := func() []byte { conns++; return []byte(fmt.Sprintf("nonce-%d", conns)) }
 	if _, err := a.Authenticate(proving(t, "web-2", fx.secret, mustKey(t, nkeys.CreateUser), nonce(), session)); err != nil {
