@@ -373,3 +373,26 @@ func BenchmarkVerifyBatchDeclaration(b *testing.B) {
 		})
 	}
 }
+
+// TestARootSignatureDoesNotOpenAsAPlainEnvelope: a batch's signatures sign
+// PAE(PayloadTypeBatch, root), which is also the plain PAE of an envelope of that
+// type carrying the root as its payload: such an envelope is malformed, whatever the
+// type asked for (a review found that it opened as a verified payload).
+func TestARootSignatureDoesNotOpenAsAPlainEnvelope(t *testing.T) {
+	_, payloads := batchDecls(t, 3)
+	envs := signBatch(t, payloads, testKey(1))
+	var e Envelope
+	if err := json.Unmarshal(envs[0], &e); err != nil || e.Batch == nil {
+		t.Fatalf("not a batch envelope: %v", err)
+	}
+	root := e.Batch.root(e.PayloadType, e.Payload)
+	forged, err := json.Marshal(Envelope{PayloadType: PayloadTypeBatch, Payload: root[:], Signatures: e.Signatures})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := OpenEnvelope(forged, PayloadTypeBatch, []ed25519.PublicKey{pub(testKey(1))})
+	var malformed *MalformedError
+	if !errors.As(err, &malformed) {
+		t.Errorf("the root's signature opened as a plain envelope (%x), err %v; want malformed", p, err)
+	}
+}

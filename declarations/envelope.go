@@ -223,6 +223,12 @@ func parseEnvelope(raw []byte) (Envelope, error) {
 	if reason := checkPayloadType(env.PayloadType); reason != "" {
 		return bad("%s", reason)
 	}
+	if env.PayloadType == PayloadTypeBatch {
+		// Its plain PAE is what a batch's signatures sign: a fan-out's root would
+		// open here as a verified payload of that type. A root is only ever
+		// verified under a batch proof, whose envelope names its leaf's type.
+		return bad("its payloadType %s names a batch's root, which is signed only under a batch proof", PayloadTypeBatch)
+	}
 	if len(env.Payload) == 0 {
 		return bad("the payload is empty")
 	}
