@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -27,8 +29,8 @@ func statusMsg(t testing.TB, node, agent string) *nats.Msg {
 func pendingAgent(d *Daemon, node string) (string, bool) {
 	d.status.mu.Lock()
 	defer d.status.mu.Unlock()
-	a, ok := d.status.pending[node]
-	return a.Agent, ok
+	p, ok := d.status.pending[node]
+	return p.applied.Agent, ok
 }
 
 // TestStatusKeepsTheAgentOnChangeOnly: the agent a node reports is kept in its
@@ -59,7 +61,13 @@ func TestStatusKeepsTheAgentOnChangeOnly(t *testing.T) {
 		{"", false, ""},
 		{"meshhost/0.1.0", true, "meshhost/0.1.0"},
 	}
+	// Each step an upgrade of its own, past textEvery: reports that change only the
+	// agent, sent faster, are held back (TestReportsChangingOnlyTextAreHeldBack).
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	d.status.setNow(func() time.Time { return time.Unix(0, clock.Load()) })
 	for i, s := range steps {
+		clock.Add(int64(textEvery))
 		d.handleStatus(statusMsg(t, node, s.report))
 		got, pending := pendingAgent(d, node)
 		if pending != s.changes {
@@ -79,6 +87,13 @@ func TestStatusKeepsTheAgentOnChangeOnly(t *testing.T) {
 	if n := d.guard.snapshot().Dropped; len(n) != 0 {
 		t.Errorf("reports dropped: %v; an agent the control plane does not keep is no reason to drop the report", n)
 	}
+}
+
+// setNow sets the batcher's clock, under its lock: its flushes run meanwhile.
+func (b *statusBatcher) setNow(now func() time.Time) {
+	b.mu.Lock()
+	b.now = now
+	b.mu.Unlock()
 }
 
 // fsmNode is a copy of node's record.
@@ -213,5 +228,64 @@ func TestAReportedSecretIsNotKept(t *testing.T) {
 	d.fsm.Read(func(s *state.State) { kept = s.Nodes[node].Applied.ErrorMessage })
 	if strings.Contains(kept, seed) || !strings.Contains(kept, "(bad key)") {
 		t.Fatalf("the state keeps %q", kept)
+	}
+}
+
+// TestReportsChangingOnlyTextAreHeldBack: a host that names a new error text (or a
+// new agent) in every report it may send has the leader commit it at most once each
+// textEvery, the newest when that has passed; a report that changes more (another
+// error code, a version) is committed at the next flush with it. A review measured a
+// host within its budget having 5 log entries a second written for it.
+func TestReportsChangingOnlyTextAreHeldBack(t *testing.T) {
+	d := fleet(t, 1)
+	const node = "n-0"
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	d.status.setNow(func() time.Time { return time.Unix(0, clock.Load()) })
+	d.guard.now = func() time.Time { return time.Unix(0, clock.Load()) } // the node's budget refills by the same clock
+	report := func(code, text string) {
+		t.Helper()
+		data, err := json.Marshal(api.Status{V: api.ProtocolVersion, Node: node, HaveApplied: true, AppliedVersion: 1, KeyringEpoch: 1,
+			Agent: "meshhost/0.1.0", Error: &api.StatusError{Code: code, Message: text, Version: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.handleStatus(&nats.Msg{Subject: api.StatusSubject(node), Data: data})
+		d.status.flush()
+	}
+	recorded := func() string {
+		var a state.Applied
+		d.fsm.Read(func(s *state.State) { a = s.Nodes[node].Applied })
+		return a.ErrorCode + ": " + a.ErrorMessage
+	}
+	report(api.StatusHookFailed, "text 0")
+	if got := recorded(); got != "hook_failed: text 0" {
+		t.Fatalf("the first failure is recorded as %q", got)
+	}
+	// Twenty seconds of reports at 19 a second, a new text in each.
+	const perSecond = 19
+	changes, last := 0, recorded()
+	for i := 1; i <= 20*perSecond; i++ {
+		clock.Add(int64(time.Second / perSecond))
+		report(api.StatusHookFailed, fmt.Sprintf("text %d", i))
+		if got := recorded(); got != last {
+			changes++
+			last = got
+		}
+	}
+	if max := int(20*time.Second/textEvery) + 1; changes > max || changes == 0 {
+		t.Errorf("20 s of reports changing only their text were committed %d times, want 1 to %d", changes, max)
+	}
+	// Held, not lost: the newest is committed once textEvery has passed.
+	clock.Add(int64(textEvery))
+	d.status.flush()
+	if got, want := recorded(), fmt.Sprintf("hook_failed: text %d", 20*perSecond); got != want {
+		t.Errorf("after the reports stopped the record says %q, want the newest, %q", got, want)
+	}
+	// More than text: at once, however recent the last commit.
+	report(api.StatusHookFailed, "text again")
+	report(api.StatusApplyFailed, "another failure")
+	if got := recorded(); got != "apply_failed: another failure" {
+		t.Errorf("a report changing the error code right after a text-only one was recorded as %q", got)
 	}
 }
