@@ -89,6 +89,8 @@ type Config struct {
 
 // Node is a running Raft member.
 type Node struct {
+	// id is this member's server id (Config.ID).
+	id  raft.ServerID
 	now func() time.Time
 	// observe is Config.ApplyObserver.
 	observe func(time.Duration)
@@ -353,7 +355,7 @@ func Open(cfg Config) (*Node, error) {
 	if now == nil {
 		now = time.Now
 	}
-	n := &Node{now: now, observe: cfg.ApplyObserver, raft: r, fsm: fsm, store: store, guarded: guarded, snaps: snaps, trans: trans, stream: stream, leader: leader, log: log}
+	n := &Node{id: raft.ServerID(cfg.ID), now: now, observe: cfg.ApplyObserver, raft: r, fsm: fsm, store: store, guarded: guarded, snaps: snaps, trans: trans, stream: stream, leader: leader, log: log}
 	n.observeLeaders()
 	electAloneAtOnce(r, rc)
 	return n, nil

@@ -148,7 +148,7 @@ func write(path string, data []byte, perm fs.FileMode, exclusive bool, h *hooks)
 			return fmt.Errorf("atomicfile: replacing %s: %w", path, err)
 		}
 	}
-	if err := step("syncdir", func() error { return syncDir(dir) }); err != nil {
+	if err := step("syncdir", func() error { return SyncDir(dir) }); err != nil {
 		return fmt.Errorf("atomicfile: %s was written but its directory could not be flushed to disk: %w", path, err)
 	}
 	return nil
@@ -175,8 +175,10 @@ func createTemp(dir, base string) (*os.File, string, error) {
 	}
 }
 
-// syncDir flushes a directory so that a rename or link in it survives a crash.
-func syncDir(dir string) error {
+// SyncDir flushes a directory so that a rename or link in it (or a file made in
+// it) survives a crash. A file system that cannot flush a directory, and says so,
+// is not an error: its names are as durable as they will ever be.
+func SyncDir(dir string) error {
 	d, err := os.OpenFile(dir, os.O_RDONLY|NoPoll, 0)
 	if err != nil {
 		return err
