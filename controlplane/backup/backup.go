@@ -1,0 +1,232 @@
+// Package backup is a control node's backups of itself, taken while it serves
+// (`meshctl serve --backup-dir`): every interval, a directory that is a whole data
+// directory, which `meshctl check` passes and `meshctl serve` starts on, holding
+// the replicated state as of one Raft index (decision 0037).
+//
+// A backup is built under a temporary name in the backup directory and renamed
+// into place once whole and flushed, so that a name of the backup pattern is
+// always a complete backup: the Raft store written through Raft
+// (replication.Node.BackUp, never a copy of raft.db), then every other file of the
+// data directory copied with its mode. The newest Config.Keep are kept.
+package backup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/replication"
+	"mesh/host/atomicfile"
+)
+
+// Defaults and bounds of a control node's backups, as serve's flags take them.
+const (
+	// DefaultEvery is how often a backup is taken.
+	DefaultEvery = time.Hour
+	// MinEvery is the shortest interval: each backup is a snapshot of the whole
+	// state and a copy of it.
+	MinEvery = time.Minute
+	// MaxEvery is the longest: past a week, an interval is a typo (1000h for 10h)
+	// that leaves the mesh without a recent backup.
+	MaxEvery = 7 * 24 * time.Hour
+	// DefaultKeep is how many backups are kept: a day's, hourly.
+	DefaultKeep = 24
+)
+
+// Source is the Raft member a backup is taken of: replication.Node.
+type Source interface {
+	// BackUp writes a consistent copy of the member's Raft store into dir, which
+	// it creates.
+	BackUp(ctx context.Context, dir string) (replication.BackupStore, error)
+}
+
+// Config is a control node's backups.
+type Config struct {
+	// Dir is the backup directory: absolute, outside the data directory's raft/
+	// (Resolve says so). New creates it.
+	Dir string
+	// Data is the data directory backed up, and Node its control node's id, which
+	// names its backups.
+	Data datadir.Dir
+	Node string
+	// Every is the interval between backups (Run), Keep how many are kept.
+	Every time.Duration
+	Keep  int
+	// Source takes the Raft store's part of a backup.
+	Source Source
+	Logger *slog.Logger
+	// Now is the clock that names the backups and times them; nil means time.Now.
+	Now func() time.Time
+}
+
+// Backup is a backup written.
+type Backup struct {
+	// Path is the backup's directory.
+	Path string
+	// Index is the Raft index the state is as of.
+	Index uint64
+	// Size is the bytes of its files.
+	Size int64
+	// Took is how long it took to write.
+	Took time.Duration
+	// At is when it was taken (its name says it to the second).
+	At time.Time
+}
+
+// Stats is how a writer's backups went: what the metrics export.
+type Stats struct {
+	// LastSuccess is when the last backup that succeeded was taken (zero: none
+	// since the writer started), LastSize and LastDuration its size and how long
+	// it took.
+	LastSuccess  time.Time
+	LastSize     int64
+	LastDuration time.Duration
+	// Failures counts the backups that failed.
+	Failures uint64
+}
+
+// Writer takes a control node's backups.
+type Writer struct {
+	cfg Config
+	log *slog.Logger
+
+	mu    sync.Mutex
+	stats Stats
+}
+
+// New prepares the backup directory for cfg: it creates it (mode 0700) if it is
+// missing, refuses it as serve refuses a data directory (datadir.ErrUnprotected:
+// another user's, or one group or others may write, or under a directory another
+// user could change), and removes what an earlier backup of this node cut short
+// left there.
+func New(cfg Config) (*Writer, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Every <= 0 || cfg.Keep < 1 || cfg.Source == nil || cfg.Node == "" {
+		return nil, errors.New("backup: an interval, a number to keep of at least 1, a source and a node are needed")
+	}
+	dir, err := Resolve(cfg.Dir, cfg.Data)
+	if err != nil {
+		return nil, fmt.Errorf("--backup-dir %s: %w", cfg.Dir, err)
+	}
+	cfg.Dir = dir
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("--backup-dir %s: %w", dir, err)
+	}
+	if err := datadir.Dir(dir).CheckPlace(); err != nil {
+		return nil, fmt.Errorf("--backup-dir %s: each backup holds a whole data directory, its keys and credentials, so the backup directory is judged as one: %w", dir, err)
+	}
+	w := &Writer{cfg: cfg, log: cfg.Logger.With("component", "backup")}
+	if n := w.removeTemporary(); n > 0 {
+		w.log.Info("removed the unfinished backups a stop or a failure left", "count", n, "dir", dir)
+	}
+	return w, nil
+}
+
+// Dir is the backup directory, absolute.
+func (w *Writer) Dir() string { return w.cfg.Dir }
+
+// Stats returns how the writer's backups went.
+func (w *Writer) Stats() Stats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stats
+}
+
+// Run takes a backup at once, then every Config.Every, until ctx ends, and
+// returns ctx's error. A backup that fails is logged and counted, and the next
+// one is taken at the next interval: it never stops the caller.
+func (w *Writer) Run(ctx context.Context) error {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		w.takeLogged(ctx)
+		t.Reset(w.cfg.Every)
+	}
+}
+
+// takeLogged takes one backup, logging and counting how it went.
+func (w *Writer) takeLogged(ctx context.Context) {
+	b, err := w.Take(ctx)
+	switch {
+	case err == nil:
+		w.log.Info("backup written", "path", b.Path, "index", b.Index, "size", b.Size, "duration", b.Took.Round(time.Millisecond))
+	case ctx.Err() != nil:
+		// Stopping: the backup cut short is no failure of the backups.
+		w.log.Info("backup stopped with the control node; its unfinished directory was removed", "dir", w.cfg.Dir)
+	default:
+		w.log.Warn("backup failed; this control node goes on serving and tries again in "+w.cfg.Every.String()+
+			": make room in the backup directory, or give it back to the user serve runs as, as the error says (docs/operations.md, \"Backing up\")",
+			"dir", w.cfg.Dir, "err", err)
+	}
+}
+
+// Take writes one backup and removes the backups of this node beyond the newest
+// Config.Keep. On a failure nothing is left under a backup's name: the temporary
+// directory is removed.
+func (w *Writer) Take(ctx context.Context) (b Backup, err error) {
+	defer func() {
+		if err != nil && ctx.Err() == nil {
+			w.mu.Lock()
+			w.stats.Failures++
+			w.mu.Unlock()
+		}
+	}()
+	start := w.cfg.Now()
+	stamp := start.UTC().Format(stampLayout)
+	tmp, err := os.MkdirTemp(w.cfg.Dir, tempPrefix(w.cfg.Node, stamp)+"*")
+	if err != nil {
+		return Backup{}, fmt.Errorf("make the backup's directory in %s: %w", w.cfg.Dir, err)
+	}
+	defer func() {
+		if err != nil {
+			if rerr := os.RemoveAll(tmp); rerr != nil {
+				w.log.Warn("could not remove an unfinished backup; serve removes it when it next starts", "dir", tmp, "err", rerr)
+			}
+		}
+	}()
+	store, err := w.cfg.Source.BackUp(ctx, filepath.Join(tmp, datadir.RaftDir))
+	if err != nil {
+		return Backup{}, fmt.Errorf("back up the Raft store: %w", err)
+	}
+	// After the snapshot: a file the state refers to (a signing key the keyring
+	// lists) is as new as the state or newer, never older.
+	size, err := copyFiles(ctx, w.cfg.Data, tmp)
+	if err != nil {
+		return Backup{}, err
+	}
+	if err := atomicfile.SyncDir(tmp); err != nil {
+		return Backup{}, fmt.Errorf("flush the backup %s: %w", tmp, err)
+	}
+	final := filepath.Join(w.cfg.Dir, Name(w.cfg.Node, start, store.Index))
+	// os.Rename refuses an existing directory at final (rename(2) would replace
+	// an empty one): an existing name is never replaced.
+	if err := os.Rename(tmp, final); err != nil {
+		return Backup{}, fmt.Errorf("name the backup: %w", err)
+	}
+	if err := atomicfile.SyncDir(w.cfg.Dir); err != nil {
+		// The backup is whole, under its name, which a crash may lose.
+		w.log.Warn("the backup directory could not be flushed; the new backup's name may not survive a crash", "dir", w.cfg.Dir, "err", err)
+	}
+	b = Backup{Path: final, Index: store.Index, Size: size + store.Size, Took: w.cfg.Now().Sub(start), At: start}
+	w.mu.Lock()
+	w.stats.LastSuccess, w.stats.LastSize, w.stats.LastDuration = start, b.Size, b.Took
+	w.mu.Unlock()
+	w.retain()
+	return b, nil
+}

@@ -1,0 +1,403 @@
+package backup
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/replication"
+)
+
+// fakeSource writes a Raft store of one file, at the index it is told, or fails as
+// it is told after writing part of it.
+type fakeSource struct {
+	mu    sync.Mutex
+	index uint64
+	// fail, when set, is returned after raft/ and a part of the store are
+	// written; cancel, when set, is called there instead.
+	fail   error
+	cancel context.CancelFunc
+	calls  int
+}
+
+func (s *fakeSource) BackUp(_ context.Context, dir string) (replication.BackupStore, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return replication.BackupStore{}, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "raft.db"), []byte("store"), 0o600); err != nil {
+		return replication.BackupStore{}, err
+	}
+	if s.cancel != nil {
+		s.cancel()
+	}
+	if s.fail != nil {
+		return replication.BackupStore{}, s.fail
+	}
+	return replication.BackupStore{Index: s.index, Term: 2, CurrentTerm: 3, Taken: true, Size: 5}, nil
+}
+
+// dataFiles are the files of the data directory the tests back up, with their
+// modes: the keys private, the certificates and mesh.json readable.
+var dataFiles = map[string]fs.FileMode{
+	datadir.ConfigFile: 0o644, datadir.CACertFile: 0o644, datadir.TLSCertFile: 0o644,
+	datadir.TLSKeyFile: 0o600, datadir.SigningKeyFile: 0o600, datadir.CurveKeyFile: 0o600,
+	datadir.AdminCredsFile: 0o600, datadir.CAKeyFile: 0o600, "extra.txt": 0o640,
+}
+
+// makeData makes a data directory: dataFiles, each holding its name, and what a
+// backup leaves out: the lock, a write's temporary file, raft/ with a log in it,
+// and a directory of something else.
+func makeData(t *testing.T) datadir.Dir {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "cp")
+	for _, d := range []string{dir, filepath.Join(dir, datadir.RaftDir), filepath.Join(dir, "other")} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]fs.FileMode{datadir.LockFile: 0o600, ".mesh.json.tmp-123": 0o600,
+		filepath.Join(datadir.RaftDir, "raft.db"): 0o600, filepath.Join("other", "x"): 0o600}
+	for name, mode := range dataFiles {
+		files[name] = mode
+	}
+	for name, mode := range files {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return datadir.Dir(dir)
+}
+
+// clock is a settable clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// lockedBuffer is a log the writer's goroutine writes while the test reads.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// newWriter is a writer backing up a fresh data directory into a fresh backup
+// directory (not made yet), as node cp-1, at 2026-12-06 09:52:21 UTC.
+func newWriter(t *testing.T, src *fakeSource, keep int) (*Writer, *clock, *lockedBuffer) {
+	t.Helper()
+	c := &clock{t: time.Date(2026, 12, 6, 9, 52, 21, 0, time.UTC)}
+	var log lockedBuffer
+	w, err := New(Config{Dir: filepath.Join(t.TempDir(), "backups"), Data: makeData(t), Node: "cp-1", Every: time.Hour, Keep: keep,
+		Source: src, Logger: slog.New(slog.NewTextHandler(&log, nil)), Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, c, &log
+}
+
+// entries lists a directory's names.
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// TestABackupIsADataDirectory: a backup is a directory named for the node, the
+// time (UTC, to the second) and the index, mode 0700, holding the Raft store its
+// source wrote and every file of the data directory with its content and its
+// mode (the keys 0600), and nothing else: not the lock, not a write's temporary
+// file, not the data directory's own raft/ nor another directory.
+func TestABackupIsADataDirectory(t *testing.T) {
+	t.Parallel()
+	src := &fakeSource{index: 42}
+	w, _, _ := newWriter(t, src, 3)
+	b, err := w.Take(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(w.Dir(), "cp-1-20261206T095221Z-i42")
+	if b.Path != want || b.Index != 42 {
+		t.Fatalf("backup %+v, want %s at index 42", b, want)
+	}
+	if got := entries(t, w.Dir()); !slices.Equal(got, []string{filepath.Base(want)}) {
+		t.Fatalf("the backup directory holds %v, want the backup alone", got)
+	}
+	if fi, err := os.Stat(b.Path); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the backup: %v, %v; want a directory of mode 0700", fi, err)
+	}
+	var wantNames []string
+	var size int64 = 5 // the store
+	for name, mode := range dataFiles {
+		wantNames = append(wantNames, name)
+		p := filepath.Join(b.Path, name)
+		fi, err := os.Lstat(p)
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != mode {
+			t.Errorf("%s: %v, %v; want a file of mode %#o", p, fi, err, mode)
+			continue
+		}
+		if data, _ := os.ReadFile(p); string(data) != name {
+			t.Errorf("%s holds %q, want the data directory's %q", p, data, name)
+		}
+		size += fi.Size()
+	}
+	wantNames = append(wantNames, datadir.RaftDir)
+	slices.Sort(wantNames)
+	if got := entries(t, b.Path); !slices.Equal(got, wantNames) {
+		t.Errorf("the backup holds %v, want %v", got, wantNames)
+	}
+	if got := entries(t, filepath.Join(b.Path, datadir.RaftDir)); !slices.Equal(got, []string{"raft.db"}) {
+		t.Errorf("the backup's raft/ holds %v, want the source's store alone", got)
+	}
+	if data, _ := os.ReadFile(filepath.Join(b.Path, datadir.RaftDir, "raft.db")); string(data) != "store" {
+		t.Errorf("the backup's raft.db holds %q, want the source's, not the data directory's", data)
+	}
+	if b.Size != size {
+		t.Errorf("size %d, want %d", b.Size, size)
+	}
+	if s := w.Stats(); !s.LastSuccess.Equal(b.At) || s.LastSize != size || s.Failures != 0 {
+		t.Errorf("stats %+v after a backup of %d bytes at %s", s, size, b.At)
+	}
+}
+
+// TestOnlyTheNewestAreKept: with --backup-keep 3, five backups leave the newest
+// three (by time, then index: two in the same second), and the older are
+// removed; another node's backups (one whose id begins with this one's), other
+// names and files in the directory are left alone.
+func TestOnlyTheNewestAreKept(t *testing.T) {
+	t.Parallel()
+	src := &fakeSource{}
+	w, c, _ := newWriter(t, src, 3)
+	others := []string{"cp-1-1-20200101T000000Z-i1", "cp-10-20200101T000000Z-i1", "cp-1-notes", "cp-1-20200101T000000Z-i1.tar"}
+	for _, name := range others {
+		if err := os.Mkdir(filepath.Join(w.Dir(), name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var taken []string
+	for i, step := range []time.Duration{0, time.Minute, time.Minute, 0, time.Hour} {
+		c.add(step)
+		src.index = uint64(10 + i)
+		b, err := w.Take(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken = append(taken, filepath.Base(b.Path))
+	}
+	want := append(slices.Clone(others), taken[2:]...)
+	slices.Sort(want)
+	if got := entries(t, w.Dir()); !slices.Equal(got, want) {
+		t.Fatalf("after five backups, keeping 3: %v, want %v", got, want)
+	}
+}
+
+// TestAFailedBackupLeavesNothing: a backup that fails part way (its Raft store
+// half written, a stop in the middle of it, a name taken already) leaves nothing
+// in the backup directory, under a backup's name or any other, and an earlier
+// backup is kept. A failure is counted; a stop is not.
+func TestAFailedBackupLeavesNothing(t *testing.T) {
+	t.Parallel()
+	src := &fakeSource{index: 7}
+	w, c, _ := newWriter(t, src, 3)
+	first, err := w.Take(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := []string{filepath.Base(first.Path)}
+	c.add(time.Minute)
+
+	src.fail = errors.New("disk full")
+	if _, err := w.Take(context.Background()); err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("a backup whose store failed: %v", err)
+	}
+	if got := entries(t, w.Dir()); !slices.Equal(got, kept) {
+		t.Fatalf("after a failed backup the directory holds %v, want %v", got, kept)
+	}
+	if s := w.Stats(); s.Failures != 1 || !s.LastSuccess.Equal(first.At) {
+		t.Fatalf("stats %+v after a failure, want 1 failure and the first backup's time", s)
+	}
+
+	// Stopped after the store was written, while the files are copied.
+	src.fail = nil
+	ctx, cancel := context.WithCancel(context.Background())
+	src.cancel = cancel
+	if _, err := w.Take(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a backup stopped part way: %v, want it cancelled", err)
+	}
+	src.cancel = nil
+	if got := entries(t, w.Dir()); !slices.Equal(got, kept) {
+		t.Fatalf("after a stopped backup the directory holds %v, want %v", got, kept)
+	}
+	if s := w.Stats(); s.Failures != 1 {
+		t.Fatalf("a stop counted as a failure: %+v", s)
+	}
+
+	// Its name taken by something else (an empty directory, which rename(2)
+	// would replace; Go's os.Rename refuses it): refused, the something left as
+	// it was.
+	taken := Name("cp-1", c.now(), 7)
+	if err := os.Mkdir(filepath.Join(w.Dir(), taken), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Take(context.Background()); err == nil {
+		t.Fatal("a backup over a name taken succeeded")
+
+	}
+	kept = append(kept, taken)
+	slices.Sort(kept)
+	if got := entries(t, w.Dir()); !slices.Equal(got, kept) {
+		t.Fatalf("after a backup whose name was taken the directory holds %v, want %v", got, kept)
+	}
+	if got := entries(t, filepath.Join(w.Dir(), taken)); len(got) != 0 {
+		t.Fatalf("the directory in the backup's place was replaced: it holds %v", got)
+	}
+}
+
+// TestRunGoesOnAfterAFailure: Run takes a backup at once, logs a failure at WARN
+// saying what to do, takes the next at the next interval, logs it at INFO with its
+// path, index, size and duration, and returns once its context ends.
+func TestRunGoesOnAfterAFailure(t *testing.T) {
+	t.Parallel()
+	src := &fakeSource{index: 9, fail: errors.New("disk full")}
+	w, c, log := newWriter(t, src, 3)
+	w.cfg.Every = 20 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for w.Stats().Failures == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no backup was tried at start")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	src.mu.Lock()
+	src.fail = nil
+	src.mu.Unlock()
+	c.add(time.Minute)
+	for w.Stats().LastSuccess.IsZero() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no backup after the failure:\n%s", log)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run returned %v, want its context's end", err)
+	}
+	out := log.String()
+	for _, want := range []string{`level=WARN msg="backup failed; this control node goes on serving and tries again in 20ms`, `err="back up the Raft store: disk full"`,
+		`level=INFO msg="backup written" component=backup path=` + filepath.Join(w.Dir(), "cp-1-20261206T095321Z-i9") + " index=9 size="} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the log lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestNewPreparesTheDirectory: a missing backup directory is made, mode 0700; one
+// that group or others may write is refused as a data directory is
+// (datadir.ErrUnprotected); the data directory itself and anything inside its
+// raft/ (through a link too) are refused (ErrPlace); and what a backup of this
+// node cut short left is removed, another node's and other names left.
+func TestNewPreparesTheDirectory(t *testing.T) {
+	t.Parallel()
+	data := makeData(t)
+	cfg := func(dir string) Config {
+		return Config{Dir: dir, Data: data, Node: "cp-1", Every: time.Hour, Keep: 1, Source: &fakeSource{}, Logger: slog.New(slog.DiscardHandler)}
+	}
+	made := filepath.Join(t.TempDir(), "a", "backups")
+	if _, err := New(cfg(made)); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(made); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the backup directory made: %v, %v; want mode 0700", fi, err)
+	}
+
+	open := filepath.Join(t.TempDir(), "open")
+	if err := os.Mkdir(open, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(cfg(open)); !errors.Is(err, datadir.ErrUnprotected) || !strings.Contains(err.Error(), "chmod 755 "+open) {
+		t.Fatalf("a backup directory others may write: %v, want it refused naming the chmod", err)
+	}
+
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(data.Path(datadir.RaftDir), link); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{string(data), data.Path(datadir.RaftDir), filepath.Join(data.Path(datadir.RaftDir), "b"), filepath.Join(link, "b")} {
+		if _, err := New(cfg(dir)); !errors.Is(err, ErrPlace) {
+			t.Errorf("backups in %s: %v, want ErrPlace", dir, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(data.Path(datadir.RaftDir), "b")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a refused backup directory was made: %v", err)
+	}
+	if got, err := Resolve("rel", data); err != nil || !filepath.IsAbs(got) {
+		t.Errorf("a relative backup directory resolved to %q, %v; want it made absolute", got, err)
+	}
+
+	left := []string{".tmp-cp-1-20261206T095221Z-12345", ".tmp-cp-1-20261206T095221Z-6"}
+	stay := []string{".tmp-cp-1-1-20261206T095221Z-12345", ".tmp-cp-10-20261206T095221Z-1", ".tmp-other", "cp-1-20261206T095221Z-i4"}
+	for _, name := range append(slices.Clone(left), stay...) {
+		if err := os.MkdirAll(filepath.Join(made, name, "raft"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := New(cfg(made)); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(stay)
+	if got := entries(t, made); !slices.Equal(got, stay) {
+		t.Fatalf("after a start the backup directory holds %v, want %v", got, stay)
+	}
+}

@@ -1,0 +1,97 @@
+package backup
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"mesh/controlplane/datadir"
+	"mesh/host/atomicfile"
+)
+
+// copyFiles copies every file of the data directory data into dir, each with its
+// mode, and returns the bytes copied: the keys, certificates, credentials,
+// mesh.json, and whatever else is there. Left out are the lock (a backup is no
+// process's directory), raft/ (the caller writes its own, through Raft), hidden
+// names (the temporary files of writes under way: datadir's and atomicfile's
+// begin with a dot), and what is not a regular file.
+func copyFiles(ctx context.Context, data datadir.Dir, dir string) (int64, error) {
+	entries, err := os.ReadDir(string(data))
+	if err != nil {
+		return 0, fmt.Errorf("list the data directory: %w", err)
+	}
+	var total int64
+	for _, e := range entries {
+		name := e.Name()
+		if name == datadir.LockFile || name == datadir.RaftDir || strings.HasPrefix(name, ".") || !e.Type().IsRegular() {
+			continue
+		}
+		n, err := copyFile(ctx, data.Path(name), filepath.Join(dir, name))
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// copyFile copies the regular file src to dst, which must not exist, with src's
+// permission bits: through a temporary file in dst's directory (mode 0600 while
+// it is written), flushed, then renamed. The directory is the caller's to flush.
+func copyFile(ctx context.Context, src, dst string) (n int64, err error) {
+	in, err := os.OpenFile(src, os.O_RDONLY|atomicfile.NoPoll, 0)
+	if err != nil {
+		return 0, fmt.Errorf("copy %s: %w", src, err)
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("copy %s: %w", src, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return 0, fmt.Errorf("copy %s: %w", src, datadir.ErrNotAFile)
+	}
+	out, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
+	if err != nil {
+		return 0, fmt.Errorf("copy %s: %w", src, err)
+	}
+	tmp := out.Name()
+	defer func() {
+		if err != nil {
+			out.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if n, err = io.Copy(out, ctxReader{ctx: ctx, r: in}); err != nil {
+		return 0, fmt.Errorf("copy %s: %w", src, err)
+	}
+	if err = out.Sync(); err != nil {
+		return 0, fmt.Errorf("copy %s: flush %s: %w", src, tmp, err)
+	}
+	if err = out.Chmod(fi.Mode().Perm()); err != nil {
+		return 0, fmt.Errorf("copy %s: %w", src, err)
+	}
+	if err = out.Close(); err != nil {
+		return 0, fmt.Errorf("copy %s: %w", src, err)
+	}
+	if err = os.Rename(tmp, dst); err != nil {
+		return 0, fmt.Errorf("copy %s: %w", src, err)
+	}
+	return n, nil
+}
+
+// ctxReader is r, failing with ctx's error once ctx ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}

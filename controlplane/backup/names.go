@@ -1,0 +1,175 @@
+package backup
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"mesh/controlplane/datadir"
+)
+
+// stampLayout is the time in a backup's name: UTC, to the second.
+const stampLayout = "20060102T150405Z"
+
+// Name is the name of node's backup taken at t of the state as of Raft index
+// index: NODE-YYYYMMDDTHHMMSSZ-iINDEX, the time in UTC.
+func Name(node string, t time.Time, index uint64) string {
+	return fmt.Sprintf("%s-%s-i%d", node, t.UTC().Format(stampLayout), index)
+}
+
+// tempPrefix begins the name of a backup of node being written, taken at stamp:
+// hidden, and unlike any backup's name.
+func tempPrefix(node, stamp string) string { return ".tmp-" + node + "-" + stamp + "-" }
+
+// namePattern matches the names of node's backups, and only those: another node
+// whose id begins with node's and a dash ("cp" and "cp-1") has names that do not
+// match, the time being digits.
+func namePattern(node string) *regexp.Regexp {
+	return regexp.MustCompile(`^` + regexp.QuoteMeta(node) + `-([0-9]{8}T[0-9]{6}Z)-i([0-9]+)$`)
+}
+
+// tempPattern matches the names of node's backups being written (tempPrefix).
+func tempPattern(node string) *regexp.Regexp {
+	return regexp.MustCompile(`^\.tmp-` + regexp.QuoteMeta(node) + `-[0-9]{8}T[0-9]{6}Z-[0-9]+$`)
+}
+
+// ErrPlace means the backup directory named is one no backup may go in: the data
+// directory itself, or inside its raft/, which Raft owns.
+var ErrPlace = errors.New("not a place for backups")
+
+// Resolve returns dir made absolute and clean, or ErrPlace when it is the data
+// directory data or inside data's raft/ (the error does not name dir: the
+// caller does).
+func Resolve(dir string, data datadir.Dir) (string, error) {
+	if dir == "" {
+		return "", fmt.Errorf("%w: no backup directory given", ErrPlace)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	home, err := filepath.Abs(string(data))
+	if err != nil {
+		return "", err
+	}
+	raftDir := filepath.Join(home, datadir.RaftDir)
+	for _, same := range []func(a, b string) bool{sameName, sameFile} {
+		switch {
+		case same(abs, home):
+			return "", fmt.Errorf("%w: it is the data directory; give a directory of its own (backups in it would be copied with it)", ErrPlace)
+		case same(abs, raftDir) || within(abs, raftDir, same):
+			return "", fmt.Errorf("%w: it is inside the data directory's %s/, which Raft owns; give a directory outside it", ErrPlace, datadir.RaftDir)
+		}
+	}
+	return abs, nil
+}
+
+// sameName reports whether two clean absolute paths are the same name.
+func sameName(a, b string) bool { return a == b }
+
+// sameFile reports whether two paths name the same existing directory, through
+// links.
+func sameFile(a, b string) bool {
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
+}
+
+// within reports whether path is below dir: one of path's parents is dir as same
+// judges it.
+func within(path, dir string, same func(a, b string) bool) bool {
+	for p := filepath.Dir(path); ; p = filepath.Dir(p) {
+		if same(p, dir) {
+			return true
+		}
+		if p == filepath.Dir(p) {
+			return false
+		}
+	}
+}
+
+// stored is one of the node's backups found in the backup directory.
+type stored struct {
+	name  string
+	at    string // its time, as its name says it: sorts as the time does
+	index uint64
+}
+
+// list returns the node's backups in the backup directory, newest first (by
+// time, then index).
+func (w *Writer) list() ([]stored, error) {
+	entries, err := os.ReadDir(w.cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	pat := namePattern(w.cfg.Node)
+	var out []stored
+	for _, e := range entries {
+		m := pat.FindStringSubmatch(e.Name())
+		if m == nil || !e.IsDir() {
+			continue
+		}
+		index, err := strconv.ParseUint(m[2], 10, 64)
+		if err != nil {
+			continue
+		}
+		out = append(out, stored{name: e.Name(), at: m[1], index: index})
+	}
+	slices.SortFunc(out, func(a, b stored) int {
+		if c := strings.Compare(b.at, a.at); c != 0 {
+			return c
+		}
+		if a.index != b.index {
+			if b.index > a.index {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(b.name, a.name)
+	})
+	return out, nil
+}
+
+// retain removes the node's backups beyond the newest Config.Keep. Another
+// node's backups, and anything else in the directory, are left alone.
+func (w *Writer) retain() {
+	backups, err := w.list()
+	if err != nil {
+		w.log.Warn("could not list the backups to remove the old ones", "dir", w.cfg.Dir, "err", err)
+		return
+	}
+	for _, b := range backups[min(len(backups), w.cfg.Keep):] {
+		if err := os.RemoveAll(filepath.Join(w.cfg.Dir, b.name)); err != nil {
+			w.log.Warn("could not remove an old backup", "path", filepath.Join(w.cfg.Dir, b.name), "err", err)
+		}
+	}
+}
+
+// removeTemporary removes the node's backups being written that a stop, a kill or
+// a failure left, and returns how many. Only New calls it: with the data
+// directory's lock held, no other process writes this node's backups.
+func (w *Writer) removeTemporary() int {
+	entries, err := os.ReadDir(w.cfg.Dir)
+	if err != nil {
+		return 0
+	}
+	pat := tempPattern(w.cfg.Node)
+	removed := 0
+	for _, e := range entries {
+		if !pat.MatchString(e.Name()) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(w.cfg.Dir, e.Name())); err != nil {
+			w.log.Warn("could not remove an unfinished backup", "dir", filepath.Join(w.cfg.Dir, e.Name()), "err", err)
+			continue
+		}
+		removed++
+	}
+	return removed
+}
