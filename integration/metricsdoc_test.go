@@ -204,9 +204,9 @@ func nodeStatesAgree(cp *harness.ControlPlane) error {
 }
 
 // TestMetricsMatchTheOperationsGuide: a control node and an agent, driven through
-// what makes each of their mesh_* families appear (an enrolment, a failed hook, a
-// spent token, a compromised host over its budgets and grants, a bare login, an
-// unknown key), expose exactly the families docs/operations.md's tables list, with
+// what makes each of their mesh_* families appear (backups taken, an enrolment, a
+// failed hook, a spent token, a compromised host over its budgets and grants, a
+// bare login, an unknown key), expose exactly the families docs/operations.md's tables list, with
 // the labels listed. Then the gauges go back down when their condition clears: the
 // hook retried with success, the agent stopped and started again; and all along,
 // mesh_nodes{state} counts what meshctl status counts.
@@ -217,7 +217,8 @@ func TestMetricsMatchTheOperationsGuide(t *testing.T) {
 	}
 
 	cp := harness.NewControlPlane(t, bin, "metricsdoc")
-	cp.Serve()
+	// With backups: their figures are exported only by a node that takes them.
+	cp.Serve("--backup-dir", filepath.Join(t.TempDir(), "backups"))
 	dir := t.TempDir()
 	fixed := filepath.Join(dir, "fixed")
 	hooksFile := filepath.Join(dir, "hooks.json")

@@ -266,6 +266,11 @@ func CheckDir(dir datadir.Dir, now time.Time, wait time.Duration) CheckReport {
 		r.Raft = in
 		fsm, _ = in.State.(*state.FSM)
 		c.Detail = fmt.Sprintf("last index %d (term %d), current term %d", in.LastIndex, in.LastTerm, in.CurrentTerm)
+		if in.LastIndex == 0 {
+			// A backup serve took of itself holds a snapshot and no log entry
+			// (decision 0037): "last index 0" read as an empty store.
+			c.Detail = fmt.Sprintf("no log entry (the state is the snapshot's, term %d), current term %d", in.LastTerm, in.CurrentTerm)
+		}
 		if in.Snapshot != nil {
 			c.Detail += fmt.Sprintf(", snapshot at %d", in.Snapshot.Index)
 		} else {

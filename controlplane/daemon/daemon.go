@@ -32,6 +32,7 @@ import (
 	"mesh/broker"
 	"mesh/controlplane/api"
 	"mesh/controlplane/authn"
+	"mesh/controlplane/backup"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/operator"
 	"mesh/controlplane/pki"
@@ -85,6 +86,8 @@ type Options struct {
 	// connection at once before the node counts as held by two machines, failing
 	// api.KeyShared; api.SharedKeyGrace when zero.
 	SharedKeyGrace time.Duration
+	// Backup, when set, has this node back itself up while it serves.
+	Backup *BackupOptions
 	// TermNotRecorded is replication.Config.TermNotRecorded: the node cannot go on,
 	// and the caller ends the process saying why. nil leaves it to Raft's panic.
 	TermNotRecorded func(error)
@@ -184,6 +187,8 @@ type Daemon struct {
 	keysMu sync.Mutex
 	// resends bounds the log line about what reconcile re-sends.
 	resends resendNotice
+	// backups takes this node's backups (Options.Backup), nil when it takes none.
+	backups *backup.Writer
 }
 
 // Open loads the data directory, starts Raft and waits until this node's state is
@@ -214,6 +219,9 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	}
 	d.caPEM, d.curve = files.caPEM, files.curve
 	d.signer = newSigner(files.keys)
+	if err := d.openBackups(); err != nil {
+		return nil, err
+	}
 	mutual, serverTLS := files.mutual, files.server
 
 	d.raft, err = replication.Open(replication.Config{
@@ -518,6 +526,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	{
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return d.watchExpiry(ctx) }, func(error) { cancel() })
+	}
+	if d.backups != nil {
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return d.backups.Run(ctx) }, func(error) { cancel() })
 	}
 	{
 		ctx, cancel := context.WithCancel(ctx)

@@ -462,6 +462,9 @@ func (d *Daemon) newRegistry() *prometheus.Registry {
 	reg := d.startingRegistry()
 	reg.MustRegister(collector{d})
 	reg.MustRegister(d.metrics.all()...)
+	if d.backups != nil {
+		reg.MustRegister(backupCollector{d.backups})
+	}
 	return reg
 }
 

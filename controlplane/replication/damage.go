@@ -69,7 +69,7 @@ func (e *DamageError) Error() string {
 	return fmt.Sprintf("%v: %s %s. Serving from it could lose committed changes or split the mesh's state, so this node will not start: "+
 		"if other control nodes run, remove this node from the mesh (`meshctl control remove`) and `meshctl join` it again with a new control token on a fresh data directory "+
 		"(docs/operations.md, \"A damaged Raft store\"; never restore its copy beside them); "+
-		"a single control node: restore its data directory from a backup taken while it was stopped (docs/operations.md, Backing up)",
+		"a single control node: restore its data directory from a backup (one serve --backup-dir took, or a copy taken while serve was stopped; docs/operations.md, Backing up)",
 		head, e.File, what)
 }
 
@@ -139,7 +139,7 @@ var ErrStoreInUse = fmt.Errorf("%w: the Raft store is open in another process", 
 func inUse(path string, err error) error {
 	if errors.Is(err, berrors.ErrTimeout) {
 		return fmt.Errorf("%w: %s is held by another process (a meshctl serve running on this data directory?); "+
-			"check a copy taken while serve was stopped, or stop serve first (docs/operations.md, \"Backing up\")", ErrStoreInUse, path)
+			"check a copy: a backup serve took (--backup-dir), or one taken while serve was stopped, or stop serve first (docs/operations.md, \"Backing up\")", ErrStoreInUse, path)
 	}
 	return err
 }

@@ -26,9 +26,10 @@ func checkCommand() command {
 		name:  "check",
 		usage: "--data DIR [--json]",
 		summary: `Check a control node's data directory as serve would at start, without starting it.
-Meant for a backup copy of a data directory, or the directory of a stopped node
-(docs/operations.md, "Checking a copy"). It makes serve's start-up checks of the files
-(removed.json, owners and modes, mesh.json, ca.pem against mesh.json's CA pin,
+Meant for a backup (one serve --backup-dir took, or a copy of a data directory),
+or the directory of a stopped node (docs/operations.md, "Checking a copy"). It
+makes serve's start-up checks of the files (removed.json, owners and modes,
+mesh.json, ca.pem against mesh.json's CA pin,
 tls.pem and tls-key.pem, the certificates' dates, signing-key.pem,
 control-curve.nk, admin.creds), reads the Raft store as serve would start from it
 (raft.db opened read-only: its last index and term, the snapshot it starts from,
@@ -86,7 +87,7 @@ func checkDataDir(cio *cliIO, dir datadir.Dir, now time.Time, asJSON bool) error
 	}
 	if err := dir.CheckNotInUse(); err != nil {
 		if errors.Is(err, datadir.ErrInUse) {
-			return fmt.Errorf("%w; meshctl check reads a stopped node's directory or a copy of it: check a copy taken while serve was stopped (docs/operations.md, \"Backing up\")", err)
+			return fmt.Errorf("%w; meshctl check reads a stopped node's directory or a copy of it: check a copy: a backup serve took (--backup-dir), or one taken while serve was stopped (docs/operations.md, \"Backing up\")", err)
 		}
 		return err
 	}
@@ -128,7 +129,9 @@ func printCheck(w io.Writer, dir datadir.Dir, r daemon.CheckReport, err error) {
 	if err != nil {
 		return
 	}
-	fmt.Fprintf(w, "serve would start on this data directory, at Raft index %d (meshctl serve --data %s)\n", r.Raft.LastIndex, dir)
+	// The index the state is as of: the log's last entry, or the snapshot's when
+	// the log holds none after it (a backup serve took of itself).
+	fmt.Fprintf(w, "serve would start on this data directory, at Raft index %d (meshctl serve --data %s)\n", r.Raft.Applied, dir)
 }
 
 // indentLines indents the lines of a message after its first under the report's.

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"mesh/controlplane/api"
+	"mesh/controlplane/backup"
 	"mesh/controlplane/daemon"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/replication"
@@ -35,7 +36,7 @@ func serveCommand() command {
 	return command{
 		name:       "serve",
 		ownSignals: true,
-		usage:      "--data DIR [--log-format text|json]",
+		usage:      "--data DIR [--log-format text|json] [--backup-dir DIR]",
 		summary: `Run this control node: Raft member, embedded broker, enrolment and declarations.
 Runs until interrupted (SIGINT or SIGTERM), which stops it at any point, starting
 included (exit 9 if it was not ready yet). It holds the data directory's lock: a
@@ -46,6 +47,14 @@ is missing or damaged (exit 7, naming it), or whose certificate (tls.pem, ca.pem
 expired or is not valid yet by this machine's clock (exit 7, naming it, when it
 expired and how to renew it), and that of a control node that was removed (exit 6).
 It warns when either certificate has less than 180 days left, at start and daily. Logs go to stderr.
+With --backup-dir it backs itself up while it serves: at once, then every
+--backup-every, a directory DIR/NODE-YYYYMMDDTHHMMSSZ-iINDEX that is a whole data
+directory (meshctl check passes it, meshctl serve starts on it), holding the
+replicated state as of Raft index INDEX, taken through Raft; the newest
+--backup-keep are kept. DIR is created (0700) if missing and refused, exit 7, as the
+data directory is, if another user owns it or others may write it. A backup that
+fails is logged and tried again at the next interval; serve goes on
+(docs/operations.md, "Backing up").
 Under systemd (Type=notify) it reports ready once its replicated state is current and
 its broker accepts connections (dist/systemd/meshctl.service).`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
@@ -84,12 +93,23 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 			var snapThreshold uint64
 			fs.DurationVar(&snapInterval, "raft-snapshot-interval", def.SnapshotInterval, "how often Raft checks whether to snapshot the state and compact its log (1s to 1h)")
 			fs.Uint64Var(&snapThreshold, "raft-snapshot-threshold", def.SnapshotThreshold, "log entries since the last snapshot that trigger a new one (1 to 1000000)")
+			var backupDir string
+			var backupEvery time.Duration
+			var backupKeep int
+			fs.StringVar(&backupDir, "backup-dir", "", "back this control node up while it serves, into this directory (off by default; not the data directory, nor inside its raft/)")
+			fs.DurationVar(&backupEvery, "backup-every", backup.DefaultEvery, "with --backup-dir: how often a backup is taken (1m to 168h); one is taken at start too")
+			fs.IntVar(&backupKeep, "backup-keep", backup.DefaultKeep, "with --backup-dir: how many of this node's backups are kept, the newest (at least 1)")
+			_ = c.MarkFlagDirname("backup-dir")
 			return func(args []string) error {
 				if err := noPositional(args); err != nil {
 					return err
 				}
 				if dir == "" {
 					return usagef("--data is required")
+				}
+				backups, err := backupFlags(c, dir, backupDir, backupEvery, backupKeep)
+				if err != nil {
+					return err
 				}
 				if snapThreshold == 0 || snapThreshold > maxSnapshotThreshold {
 					return usagef("--raft-snapshot-threshold %d: must be between 1 and %d entries (the default is %d)", snapThreshold, maxSnapshotThreshold, def.SnapshotThreshold)
@@ -155,11 +175,37 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 					Profiling:          profiling,
 					RequireBoundLogins: requireBound,
 					MaxHosts:           maxHosts,
+					Backup:             backups,
 				}
 				return interruptible(ctx, func() error { return serve(ctx, cio, log, opts) })
 			}
 		},
 	}
+}
+
+// backupFlags reads --backup-dir, --backup-every and --backup-keep: nil when
+// --backup-dir is not given (the other two then change nothing, and are refused
+// alone: they would be taken for backups that are not taken).
+func backupFlags(c *cobra.Command, data, dir string, every time.Duration, keep int) (*daemon.BackupOptions, error) {
+	if dir == "" {
+		for _, name := range []string{"backup-every", "backup-keep"} {
+			if c.Flags().Changed(name) {
+				return nil, usagef("--%s takes effect only with --backup-dir: give the directory the backups go in", name)
+			}
+		}
+		return nil, nil
+	}
+	if err := checkDuration("backup-every", every, backup.MinEvery, backup.MaxEvery, backup.DefaultEvery); err != nil {
+		return nil, err
+	}
+	if keep < 1 {
+		return nil, usagef("--backup-keep %d: keep at least 1 backup (the default is %d)", keep, backup.DefaultKeep)
+	}
+	abs, err := backup.Resolve(dir, datadir.Dir(data))
+	if err != nil {
+		return nil, usagef("--backup-dir %s: %v", dir, err)
+	}
+	return &daemon.BackupOptions{Dir: abs, Every: every, Keep: keep}, nil
 }
 
 // checkMetricsListen refuses a --metrics-listen that is no address, as the usage

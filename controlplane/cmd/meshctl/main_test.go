@@ -56,6 +56,18 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--data", dir, "--metrics-listen", "nonsense"}, `--metrics-listen "nonsense": give ip:port`},
 		{[]string{"serve", "--data", dir, "--metrics-listen", "127.0.0.1:99999"}, `--metrics-listen "127.0.0.1:99999": the port is not a number from 1 to 65535`},
 		{[]string{"serve", "--data", dir, "--log-level", "loud"}, "--log-level"},
+		// The backups' flags, refused before the backup directory is made (dir/b
+		// would be left in dir).
+		{[]string{"serve", "--data", dir, "--backup-dir", filepath.Join(dir, "raft", "b")}, "--backup-dir " + filepath.Join(dir, "raft", "b") + ": not a place for backups: it is inside the data directory's raft/"},
+		{[]string{"serve", "--data", dir, "--backup-dir", filepath.Join(dir, "raft")}, "it is inside the data directory's raft/"},
+		{[]string{"serve", "--data", dir, "--backup-dir", dir}, "--backup-dir " + dir + ": not a place for backups: it is the data directory"},
+		{[]string{"serve", "--data", dir, "--backup-dir", filepath.Join(dir, "b"), "--backup-every", "30s"}, "--backup-every 30s: must be between 1m0s and 168h0m0s (the default is 1h0m0s)"},
+		{[]string{"serve", "--data", dir, "--backup-dir", filepath.Join(dir, "b"), "--backup-every", "0"}, "--backup-every 0s: must be between 1m0s and 168h0m0s"},
+		{[]string{"serve", "--data", dir, "--backup-dir", filepath.Join(dir, "b"), "--backup-every", "1000h"}, "--backup-every 1000h0m0s: must be between 1m0s and 168h0m0s"},
+		{[]string{"serve", "--data", dir, "--backup-dir", filepath.Join(dir, "b"), "--backup-keep", "0"}, "--backup-keep 0: keep at least 1 backup (the default is 24)"},
+		{[]string{"serve", "--data", dir, "--backup-dir", filepath.Join(dir, "b"), "--backup-keep", "-3"}, "--backup-keep -3: keep at least 1 backup"},
+		{[]string{"serve", "--data", dir, "--backup-keep", "5"}, "--backup-keep takes effect only with --backup-dir"},
+		{[]string{"serve", "--data", dir, "--backup-every", "2h"}, "--backup-every takes effect only with --backup-dir"},
 		{[]string{"token", "--data", dir}, "--node is required"},
 		{[]string{"token", "--data", dir, "--node", "WEB_1"}, "--node"},
 		{[]string{"token", "--data", dir, "--node", "web-1", "--ttl", "2h"}, "at most 1h"},
