@@ -18,7 +18,7 @@ import (
 )
 
 // backupName is the name of a backup serve takes of node cp-1.
-var backupName = regexp.MustCompile(`^cp-1-[0-9]{8}T[0-9]{6}Z-i([0-9]+)$`)
+var backupName = regexp.MustCompile(`^cp-1-[0-9a-f]{8}-[0-9]{8}T[0-9]{6}Z-i([0-9]+)$`)
 
 // backupsOf lists the backups of cp-1 in dir by their index.
 func backupsOf(t *testing.T, dir string) map[uint64]string {

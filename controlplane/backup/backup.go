@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,6 +56,9 @@ type Config struct {
 	// names its backups.
 	Data datadir.Dir
 	Node string
+	// CAPin is the mesh CA's pin (hex, as mesh.json holds it): the first
+	// MeshTagLen digits name the mesh in the backups' names.
+	CAPin string
 	// Every is the interval between backups (Run), Keep how many are kept.
 	Every time.Duration
 	Keep  int
@@ -95,6 +99,7 @@ type Stats struct {
 type Writer struct {
 	cfg Config
 	log *slog.Logger
+	tag string // the mesh's in the backups' names (Name)
 
 	mu    sync.Mutex
 	stats Stats
@@ -104,7 +109,9 @@ type Writer struct {
 // missing, refuses it as serve refuses a data directory (datadir.ErrUnprotected:
 // another user's, or one group or others may write, or under a directory another
 // user could change), and removes what an earlier backup of this node cut short
-// left there.
+// left there. A directory that cannot be made or read now (a backup disk not
+// mounted yet, a read-only file system, a file in its place) is no reason for the
+// control node not to serve: it is logged, and each backup tries it again.
 func New(cfg Config) (*Writer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -112,25 +119,40 @@ func New(cfg Config) (*Writer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.Every <= 0 || cfg.Keep < 1 || cfg.Source == nil || cfg.Node == "" {
-		return nil, errors.New("backup: an interval, a number to keep of at least 1, a source and a node are needed")
+	if cfg.Every <= 0 || cfg.Keep < 1 || cfg.Source == nil || cfg.Node == "" || len(cfg.CAPin) < MeshTagLen {
+		return nil, errors.New("backup: an interval, a number to keep of at least 1, a source, a node and the mesh's CA pin are needed")
 	}
 	dir, err := Resolve(cfg.Dir, cfg.Data)
 	if err != nil {
 		return nil, fmt.Errorf("--backup-dir %s: %w", cfg.Dir, err)
 	}
 	cfg.Dir = dir
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("--backup-dir %s: %w", dir, err)
+	w := &Writer{cfg: cfg, log: cfg.Logger.With("component", "backup"), tag: strings.ToLower(cfg.CAPin[:MeshTagLen])}
+	if err := w.prepare(); err != nil {
+		if errors.Is(err, datadir.ErrUnprotected) {
+			return nil, err
+		}
+		w.log.Warn("the backup directory cannot be used now; this control node serves all the same, and each backup tries it again", "dir", dir, "err", err)
+		return w, nil
 	}
-	if err := datadir.Dir(dir).CheckPlace(); err != nil {
-		return nil, fmt.Errorf("--backup-dir %s: each backup holds a whole data directory, its keys and credentials, so the backup directory is judged as one: %w", dir, err)
-	}
-	w := &Writer{cfg: cfg, log: cfg.Logger.With("component", "backup")}
 	if n := w.removeTemporary(); n > 0 {
 		w.log.Info("removed the unfinished backups a stop or a failure left", "count", n, "dir", dir)
 	}
 	return w, nil
+}
+
+// prepare makes the backup directory if it is missing, and judges it as serve
+// judges a data directory: at start, and before each backup (a directory given
+// to another user, or opened to others, while serve runs gets no more keys).
+func (w *Writer) prepare() error {
+	dir := w.cfg.Dir
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("--backup-dir %s: %w", dir, err)
+	}
+	if err := datadir.Dir(dir).CheckPlace(); err != nil {
+		return fmt.Errorf("--backup-dir %s: each backup holds a whole data directory, its keys and credentials, so the backup directory is judged as one: %w", dir, err)
+	}
+	return nil
 }
 
 // Dir is the backup directory, absolute.
@@ -143,11 +165,15 @@ func (w *Writer) Stats() Stats {
 	return w.stats
 }
 
-// Run takes a backup at once, then every Config.Every, until ctx ends, and
-// returns ctx's error. A backup that fails is logged and counted, and the next
-// one is taken at the next interval: it never stops the caller.
+// Run takes a backup, then one every Config.Every, until ctx ends, and returns
+// ctx's error. The first is taken at once unless the newest backup of this node
+// is younger than Config.Every: then when it is that old (a node restarted again
+// and again took a backup at each start, and the newest Keep became copies of one
+// state, the day's history removed; a review). A backup that fails is logged and
+// counted, and the next one is taken at the next interval: it never stops the
+// caller.
 func (w *Writer) Run(ctx context.Context) error {
-	t := time.NewTimer(0)
+	t := time.NewTimer(w.firstWait())
 	defer t.Stop()
 	for {
 		select {
@@ -187,9 +213,12 @@ func (w *Writer) Take(ctx context.Context) (b Backup, err error) {
 			w.mu.Unlock()
 		}
 	}()
+	if err := w.prepare(); err != nil {
+		return Backup{}, err
+	}
 	start := w.cfg.Now()
 	stamp := start.UTC().Format(stampLayout)
-	tmp, err := os.MkdirTemp(w.cfg.Dir, tempPrefix(w.cfg.Node, stamp)+"*")
+	tmp, err := os.MkdirTemp(w.cfg.Dir, tempPrefix(w.cfg.Node, w.tag, stamp)+"*")
 	if err != nil {
 		return Backup{}, fmt.Errorf("make the backup's directory in %s: %w", w.cfg.Dir, err)
 	}
@@ -213,7 +242,7 @@ func (w *Writer) Take(ctx context.Context) (b Backup, err error) {
 	if err := atomicfile.SyncDir(tmp); err != nil {
 		return Backup{}, fmt.Errorf("flush the backup %s: %w", tmp, err)
 	}
-	final := filepath.Join(w.cfg.Dir, Name(w.cfg.Node, start, store.Index))
+	final := filepath.Join(w.cfg.Dir, Name(w.cfg.Node, w.tag, start, store.Index))
 	// os.Rename refuses an existing directory at final (rename(2) would replace
 	// an empty one): an existing name is never replaced.
 	if err := os.Rename(tmp, final); err != nil {
@@ -227,6 +256,25 @@ func (w *Writer) Take(ctx context.Context) (b Backup, err error) {
 	w.mu.Lock()
 	w.stats.LastSuccess, w.stats.LastSize, w.stats.LastDuration = start, b.Size, b.Took
 	w.mu.Unlock()
-	w.retain()
+	w.retain(filepath.Base(final))
 	return b, nil
+}
+
+// firstWait is how long Run waits before its first backup: until the newest
+// backup of this node is Config.Every old, at once when there is none, when it is
+// that old already, or when its time is ahead of the clock.
+func (w *Writer) firstWait() time.Duration {
+	backups, err := w.list()
+	if err != nil || len(backups) == 0 {
+		return 0
+	}
+	at, err := time.Parse(stampLayout, backups[0].at)
+	if err != nil {
+		return 0
+	}
+	age := w.cfg.Now().Sub(at)
+	if age < 0 || age >= w.cfg.Every {
+		return 0
+	}
+	return w.cfg.Every - age
 }

@@ -121,13 +121,18 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
+// testPin is the mesh CA's pin the tests' backups are named by (their first
+// MeshTagLen digits: 3f2a9c1e).
+const testPin = "3f2a9c1e" + "00000000000000000000000000000000000000000000000000000000"
+
 // newWriter is a writer backing up a fresh data directory into a fresh backup
-// directory (not made yet), as node cp-1, at 2026-12-06 09:52:21 UTC.
+// directory (not made yet), as node cp-1 of the mesh of testPin, at 2026-12-06
+// 09:52:21 UTC.
 func newWriter(t *testing.T, src *fakeSource, keep int) (*Writer, *clock, *lockedBuffer) {
 	t.Helper()
 	c := &clock{t: time.Date(2026, 12, 6, 9, 52, 21, 0, time.UTC)}
 	var log lockedBuffer
-	w, err := New(Config{Dir: filepath.Join(t.TempDir(), "backups"), Data: makeData(t), Node: "cp-1", Every: time.Hour, Keep: keep,
+	w, err := New(Config{Dir: filepath.Join(t.TempDir(), "backups"), Data: makeData(t), Node: "cp-1", CAPin: testPin, Every: time.Hour, Keep: keep,
 		Source: src, Logger: slog.New(slog.NewTextHandler(&log, nil)), Now: c.now})
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +167,7 @@ func TestABackupIsADataDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := filepath.Join(w.Dir(), "cp-1-20261206T095221Z-i42")
+	want := filepath.Join(w.Dir(), "cp-1-3f2a9c1e-20261206T095221Z-i42")
 	if b.Path != want || b.Index != 42 {
 		t.Fatalf("backup %+v, want %s at index 42", b, want)
 	}
@@ -208,13 +213,15 @@ func TestABackupIsADataDirectory(t *testing.T) {
 
 // TestOnlyTheNewestAreKept: with --backup-keep 3, five backups leave the newest
 // three (by time, then index: two in the same second), and the older are
-// removed; another node's backups (one whose id begins with this one's), other
-// names and files in the directory are left alone.
+// removed; another node's backups (one whose id begins with this one's), another
+// mesh's node of the same id, other names and files in the directory are left
+// alone, and nothing hidden is left of the removed ones.
 func TestOnlyTheNewestAreKept(t *testing.T) {
 	t.Parallel()
 	src := &fakeSource{}
 	w, c, _ := newWriter(t, src, 3)
-	others := []string{"cp-1-1-20200101T000000Z-i1", "cp-10-20200101T000000Z-i1", "cp-1-notes", "cp-1-20200101T000000Z-i1.tar"}
+	others := []string{"cp-1-1-3f2a9c1e-20200101T000000Z-i1", "cp-10-3f2a9c1e-20200101T000000Z-i1", "cp-1-0badf00d-20200101T000000Z-i1",
+		"cp-1-20200101T000000Z-i1", "cp-1-notes", "cp-1-3f2a9c1e-20200101T000000Z-i1.tar"}
 	for _, name := range others {
 		if err := os.Mkdir(filepath.Join(w.Dir(), name), 0o700); err != nil {
 			t.Fatal(err)
@@ -281,7 +288,7 @@ func TestAFailedBackupLeavesNothing(t *testing.T) {
 	// Its name taken by something else (an empty directory, which rename(2)
 	// would replace; Go's os.Rename refuses it): refused, the something left as
 	// it was.
-	taken := Name("cp-1", c.now(), 7)
+	taken := Name("cp-1", "3f2a9c1e", c.now(), 7)
 	if err := os.Mkdir(filepath.Join(w.Dir(), taken), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +340,7 @@ func TestRunGoesOnAfterAFailure(t *testing.T) {
 	}
 	out := log.String()
 	for _, want := range []string{`level=WARN msg="backup failed; this control node goes on serving and tries again in 20ms`, `err="back up the Raft store: disk full"`,
-		`level=INFO msg="backup written" component=backup path=` + filepath.Join(w.Dir(), "cp-1-20261206T095321Z-i9") + " index=9 size="} {
+		`level=INFO msg="backup written" component=backup path=` + filepath.Join(w.Dir(), "cp-1-3f2a9c1e-20261206T095321Z-i9") + " index=9 size="} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the log lacks %q:\n%s", want, out)
 		}
@@ -349,7 +356,7 @@ func TestNewPreparesTheDirectory(t *testing.T) {
 	t.Parallel()
 	data := makeData(t)
 	cfg := func(dir string) Config {
-		return Config{Dir: dir, Data: data, Node: "cp-1", Every: time.Hour, Keep: 1, Source: &fakeSource{}, Logger: slog.New(slog.DiscardHandler)}
+		return Config{Dir: dir, Data: data, Node: "cp-1", CAPin: testPin, Every: time.Hour, Keep: 1, Source: &fakeSource{}, Logger: slog.New(slog.DiscardHandler)}
 	}
 	made := filepath.Join(t.TempDir(), "a", "backups")
 	if _, err := New(cfg(made)); err != nil {
@@ -386,8 +393,9 @@ func TestNewPreparesTheDirectory(t *testing.T) {
 		t.Errorf("a relative backup directory resolved to %q, %v; want it made absolute", got, err)
 	}
 
-	left := []string{".tmp-cp-1-20261206T095221Z-12345", ".tmp-cp-1-20261206T095221Z-6"}
-	stay := []string{".tmp-cp-1-1-20261206T095221Z-12345", ".tmp-cp-10-20261206T095221Z-1", ".tmp-other", "cp-1-20261206T095221Z-i4"}
+	left := []string{".tmp-cp-1-3f2a9c1e-20261206T095221Z-12345", ".tmp-cp-1-3f2a9c1e-20261206T095221Z-6", ".tmp-cp-1-3f2a9c1e-20200101T000000Z-old"}
+	stay := []string{".tmp-cp-1-1-3f2a9c1e-20261206T095221Z-12345", ".tmp-cp-10-3f2a9c1e-20261206T095221Z-1", ".tmp-cp-1-0badf00d-20261206T095221Z-1",
+		".tmp-other", "cp-1-3f2a9c1e-20261206T095221Z-i4"}
 	for _, name := range append(slices.Clone(left), stay...) {
 		if err := os.MkdirAll(filepath.Join(made, name, "raft"), 0o700); err != nil {
 			t.Fatal(err)
@@ -399,5 +407,104 @@ func TestNewPreparesTheDirectory(t *testing.T) {
 	slices.Sort(stay)
 	if got := entries(t, made); !slices.Equal(got, stay) {
 		t.Fatalf("after a start the backup directory holds %v, want %v", got, stay)
+	}
+}
+
+// TestAClockSetBackKeepsTheNewBackup: a backup taken after the clock went back
+// sorts oldest by the time in its name; it is kept all the same, the older ones
+// are removed down to --backup-keep, and the log says the clock is behind. Before,
+// the backup just written was removed at once, at every interval, while the log
+// said it was written (a review).
+func TestAClockSetBackKeepsTheNewBackup(t *testing.T) {
+	t.Parallel()
+	src := &fakeSource{index: 1}
+	w, c, log := newWriter(t, src, 2)
+	var names []string
+	for range 2 {
+		b, err := w.Take(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, filepath.Base(b.Path))
+		c.add(time.Hour)
+		src.index++
+	}
+	c.add(-48 * time.Hour)
+	b, err := w.Take(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{names[1], filepath.Base(b.Path)}
+	slices.Sort(want)
+	if got := entries(t, w.Dir()); !slices.Equal(got, want) {
+		t.Fatalf("after a backup with the clock set back a day, keeping 2: %v, want %v (the new one and the newest before it)", got, want)
+	}
+	if !strings.Contains(log.String(), "clock is behind the time of an earlier backup") {
+		t.Errorf("the log does not say the clock is behind:\n%s", log)
+	}
+}
+
+// TestTheFirstBackupWaitsForTheNewestToAge: serve's first backup is taken at once
+// when there is none, or the newest is --backup-every old, or ahead of the clock;
+// otherwise when the newest is that old. A control node restarted again and again
+// took one at each start, and its newest --backup-keep became copies of one state
+// (a review).
+func TestTheFirstBackupWaitsForTheNewestToAge(t *testing.T) {
+	t.Parallel()
+	w, c, _ := newWriter(t, &fakeSource{index: 3}, 3)
+	if d := w.firstWait(); d != 0 {
+		t.Fatalf("with no backup the first waits %s, want none", d)
+	}
+	if _, err := w.Take(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		by   time.Duration
+		want time.Duration
+	}{{40 * time.Minute, 20 * time.Minute}, {20 * time.Minute, 0}, {5 * time.Hour, 0}, {-7 * time.Hour, 0}} {
+		c.add(step.by)
+		if d := w.firstWait(); d != step.want {
+			t.Errorf("the newest backup %s old: the first waits %s, want %s", c.now().Sub(time.Date(2026, 12, 6, 9, 52, 21, 0, time.UTC)), d, step.want)
+		}
+	}
+}
+
+// TestAnUnusableDirectoryIsTriedAgain: a backup directory that cannot be made
+// (a file in its place, a disk not mounted) does not keep the control node from
+// starting: New logs it, each backup fails and is counted until it can be made,
+// then backups are taken. One opened to others while serve runs gets no backup.
+func TestAnUnusableDirectoryIsTriedAgain(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	dir := filepath.Join(base, "backups")
+	if err := os.WriteFile(dir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var log lockedBuffer
+	w, err := New(Config{Dir: dir, Data: makeData(t), Node: "cp-1", CAPin: testPin, Every: time.Hour, Keep: 2,
+		Source: &fakeSource{index: 5}, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatalf("a backup directory that cannot be made now stopped the start: %v", err)
+	}
+	if !strings.Contains(log.String(), "cannot be used now") {
+		t.Errorf("the start does not say the backup directory cannot be used:\n%s", log.String())
+	}
+	if _, err := w.Take(context.Background()); err == nil || w.Stats().Failures != 1 {
+		t.Fatalf("a backup into a file: %v, stats %+v; want it failed and counted", err, w.Stats())
+	}
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Take(context.Background()); err != nil {
+		t.Fatalf("a backup once the directory can be made: %v", err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Take(context.Background()); !errors.Is(err, datadir.ErrUnprotected) {
+		t.Fatalf("a backup into a directory opened to others: %v, want ErrUnprotected", err)
+	}
+	if got := entries(t, dir); len(got) != 1 {
+		t.Errorf("the directory opened to others holds %v, want the one backup taken before", got)
 	}
 }

@@ -42,6 +42,13 @@ func copyFiles(ctx context.Context, data datadir.Dir, dir string) (int64, error)
 // permission bits: through a temporary file in dst's directory (mode 0600 while
 // it is written), flushed, then renamed. The directory is the caller's to flush.
 func copyFile(ctx context.Context, src, dst string) (n int64, err error) {
+	named, err := os.Lstat(src)
+	if err != nil {
+		return 0, fmt.Errorf("copy %s: %w", src, err)
+	}
+	if !named.Mode().IsRegular() {
+		return 0, fmt.Errorf("copy %s: %w", src, datadir.ErrNotAFile)
+	}
 	in, err := os.OpenFile(src, os.O_RDONLY|atomicfile.NoPoll, 0)
 	if err != nil {
 		return 0, fmt.Errorf("copy %s: %w", src, err)
@@ -51,8 +58,10 @@ func copyFile(ctx context.Context, src, dst string) (n int64, err error) {
 	if err != nil {
 		return 0, fmt.Errorf("copy %s: %w", src, err)
 	}
-	if !fi.Mode().IsRegular() {
-		return 0, fmt.Errorf("copy %s: %w", src, datadir.ErrNotAFile)
+	// What was opened is the file the name held a moment before: a link put in
+	// its place meanwhile is not followed (only serve's own user could).
+	if !fi.Mode().IsRegular() || !os.SameFile(named, fi) {
+		return 0, fmt.Errorf("copy %s: it was replaced while the backup was taken: %w", src, datadir.ErrNotAFile)
 	}
 	out, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".tmp-*")
 	if err != nil {

@@ -17,26 +17,36 @@ import (
 // stampLayout is the time in a backup's name: UTC, to the second.
 const stampLayout = "20060102T150405Z"
 
-// Name is the name of node's backup taken at t of the state as of Raft index
-// index: NODE-YYYYMMDDTHHMMSSZ-iINDEX, the time in UTC.
-func Name(node string, t time.Time, index uint64) string {
-	return fmt.Sprintf("%s-%s-i%d", node, t.UTC().Format(stampLayout), index)
+// MeshTagLen is how many hex digits of the mesh CA's pin a backup's name holds:
+// every mesh bootstrapped with the defaults names its first node cp-1, and two
+// meshes backing up into one directory removed each other's backups (a review).
+const MeshTagLen = 8
+
+// Name is the name of node's backup, of the mesh whose CA pin begins with tag,
+// taken at t of the state as of Raft index index: NODE-TAG-YYYYMMDDTHHMMSSZ-iINDEX,
+// the time in UTC.
+func Name(node, tag string, t time.Time, index uint64) string {
+	return fmt.Sprintf("%s-%s-%s-i%d", node, tag, t.UTC().Format(stampLayout), index)
 }
 
-// tempPrefix begins the name of a backup of node being written, taken at stamp:
-// hidden, and unlike any backup's name.
-func tempPrefix(node, stamp string) string { return ".tmp-" + node + "-" + stamp + "-" }
-
-// namePattern matches the names of node's backups, and only those: another node
-// whose id begins with node's and a dash ("cp" and "cp-1") has names that do not
-// match, the time being digits.
-func namePattern(node string) *regexp.Regexp {
-	return regexp.MustCompile(`^` + regexp.QuoteMeta(node) + `-([0-9]{8}T[0-9]{6}Z)-i([0-9]+)$`)
+// tempPrefix begins the name of a backup of node (of the mesh tag) being written,
+// taken at stamp, or of one being removed: hidden, and unlike any backup's name.
+func tempPrefix(node, tag, stamp string) string {
+	return ".tmp-" + node + "-" + tag + "-" + stamp + "-"
 }
 
-// tempPattern matches the names of node's backups being written (tempPrefix).
-func tempPattern(node string) *regexp.Regexp {
-	return regexp.MustCompile(`^\.tmp-` + regexp.QuoteMeta(node) + `-[0-9]{8}T[0-9]{6}Z-[0-9]+$`)
+// namePattern matches the names of the backups of node of the mesh tag, and only
+// those: another node whose id begins with node's and a dash ("cp" and "cp-1"),
+// or another mesh's node of the same id, has names that do not match, the tag
+// being hex digits and the time digits.
+func namePattern(node, tag string) *regexp.Regexp {
+	return regexp.MustCompile(`^` + regexp.QuoteMeta(node+"-"+tag) + `-([0-9]{8}T[0-9]{6}Z)-i([0-9]+)$`)
+}
+
+// tempPattern matches the names of node's backups being written or removed
+// (tempPrefix).
+func tempPattern(node, tag string) *regexp.Regexp {
+	return regexp.MustCompile(`^\.tmp-` + regexp.QuoteMeta(node+"-"+tag) + `-[0-9]{8}T[0-9]{6}Z-[0-9a-z]+$`)
 }
 
 // ErrPlace means the backup directory named is one no backup may go in: the data
@@ -108,7 +118,7 @@ func (w *Writer) list() ([]stored, error) {
 	if err != nil {
 		return nil, err
 	}
-	pat := namePattern(w.cfg.Node)
+	pat := namePattern(w.cfg.Node, w.tag)
 	var out []stored
 	for _, e := range entries {
 		m := pat.FindStringSubmatch(e.Name())
@@ -136,19 +146,41 @@ func (w *Writer) list() ([]stored, error) {
 	return out, nil
 }
 
-// retain removes the node's backups beyond the newest Config.Keep. Another
-// node's backups, and anything else in the directory, are left alone.
-func (w *Writer) retain() {
+// retain removes the node's backups beyond the newest Config.Keep, never written,
+// the one just written: with the clock set back, it sorts oldest by its name, and
+// was removed at once, at every interval, while the log said it was written (a
+// review). Another node's backups, and anything else in the directory, are left
+// alone. Each is renamed to a hidden name before it is removed, so that a removal
+// cut short leaves no part of a backup under a backup's name (New removes it).
+func (w *Writer) retain(written string) {
 	backups, err := w.list()
 	if err != nil {
 		w.log.Warn("could not list the backups to remove the old ones", "dir", w.cfg.Dir, "err", err)
 		return
 	}
-	for _, b := range backups[min(len(backups), w.cfg.Keep):] {
-		if err := os.RemoveAll(filepath.Join(w.cfg.Dir, b.name)); err != nil {
-			w.log.Warn("could not remove an old backup", "path", filepath.Join(w.cfg.Dir, b.name), "err", err)
+	backups = slices.DeleteFunc(backups, func(b stored) bool { return b.name == written })
+	if len(backups) > 0 && w.newer(backups[0], written) {
+		w.log.Warn("this machine's clock is behind the time of an earlier backup: the new backup is kept, and the older ones are removed by the time in their names, the one the clock passed last first; set the clock right",
+			"newest_before", backups[0].name, "written", written)
+	}
+	for _, b := range backups[min(len(backups), max(w.cfg.Keep-1, 0)):] {
+		old := filepath.Join(w.cfg.Dir, b.name)
+		gone := filepath.Join(w.cfg.Dir, tempPrefix(w.cfg.Node, w.tag, b.at)+"old")
+		if err := os.Rename(old, gone); err != nil {
+			w.log.Warn("could not remove an old backup", "path", old, "err", err)
+			continue
+		}
+		if err := os.RemoveAll(gone); err != nil {
+			w.log.Warn("could not remove an old backup; serve removes it when it next starts", "path", gone, "err", err)
 		}
 	}
+}
+
+// newer reports whether the backup b's time, in its name, is past that of the
+// backup named written.
+func (w *Writer) newer(b stored, written string) bool {
+	m := namePattern(w.cfg.Node, w.tag).FindStringSubmatch(written)
+	return m != nil && b.at > m[1]
 }
 
 // removeTemporary removes the node's backups being written that a stop, a kill or
@@ -159,7 +191,7 @@ func (w *Writer) removeTemporary() int {
 	if err != nil {
 		return 0
 	}
-	pat := tempPattern(w.cfg.Node)
+	pat := tempPattern(w.cfg.Node, w.tag)
 	removed := 0
 	for _, e := range entries {
 		if !pat.MatchString(e.Name()) {

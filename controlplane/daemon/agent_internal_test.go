@@ -288,4 +288,13 @@ func TestReportsChangingOnlyTextAreHeldBack(t *testing.T) {
 	if got := recorded(); got != "apply_failed: another failure" {
 		t.Errorf("a report changing the error code right after a text-only one was recorded as %q", got)
 	}
+	// A text held back, then the host back to the text recorded: the held one is
+	// never committed over it.
+	report(api.StatusApplyFailed, "a passing text")
+	report(api.StatusApplyFailed, "another failure")
+	clock.Add(int64(textEvery))
+	d.status.flush()
+	if got := recorded(); got != "apply_failed: another failure" {
+		t.Errorf("a text held back, the host back to the recorded one, then %s: recorded %q", textEvery, got)
+	}
 }

@@ -35,7 +35,7 @@ func (d *Daemon) openBackups() error {
 	if o.Keep == 0 {
 		o.Keep = backup.DefaultKeep
 	}
-	w, err := backup.New(backup.Config{Dir: o.Dir, Data: d.opts.Dir, Node: d.cfg.Node, Every: o.Every, Keep: o.Keep,
+	w, err := backup.New(backup.Config{Dir: o.Dir, Data: d.opts.Dir, Node: d.cfg.Node, CAPin: d.cfg.CAPin, Every: o.Every, Keep: o.Keep,
 		Source: raftSource{d}, Logger: d.log, Now: d.opts.Now})
 	if err != nil {
 		return err

@@ -94,6 +94,10 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 	}
 	if changed {
 		d.status.add(node, a, textOnly)
+	} else if key != "" {
+		// Back to what is recorded: a text held back (textEvery) would have
+		// replaced it with what the host no longer says.
+		d.status.dropHeld(node)
 	}
 	if key != "" {
 		d.tellKeyShared(m, node, key, now)
@@ -165,6 +169,16 @@ func (b *statusBatcher) addSeen(node, key string, at time.Time) {
 func (b *statusBatcher) add(node string, a state.Applied, textOnly bool) {
 	b.mu.Lock()
 	b.pending[node] = pendingReport{applied: a, textOnly: textOnly}
+	b.mu.Unlock()
+}
+
+// dropHeld forgets node's queued report if it changes only what is shown: the
+// node's newest report matches its record.
+func (b *statusBatcher) dropHeld(node string) {
+	b.mu.Lock()
+	if p, ok := b.pending[node]; ok && p.textOnly {
+		delete(b.pending, node)
+	}
 	b.mu.Unlock()
 }
 

@@ -47,13 +47,15 @@ is missing or damaged (exit 7, naming it), or whose certificate (tls.pem, ca.pem
 expired or is not valid yet by this machine's clock (exit 7, naming it, when it
 expired and how to renew it), and that of a control node that was removed (exit 6).
 It warns when either certificate has less than 180 days left, at start and daily. Logs go to stderr.
-With --backup-dir it backs itself up while it serves: at once, then every
---backup-every, a directory DIR/NODE-YYYYMMDDTHHMMSSZ-iINDEX that is a whole data
+With --backup-dir it backs itself up while it serves: at once (unless its newest backup
+is younger than --backup-every), then every --backup-every, a directory
+DIR/NODE-MESH-YYYYMMDDTHHMMSSZ-iINDEX (MESH: the CA pin's first 8 digits) that is a whole data
 directory (meshctl check passes it, meshctl serve starts on it), holding the
 replicated state as of Raft index INDEX, taken through Raft; the newest
 --backup-keep are kept. DIR is created (0700) if missing and refused, exit 7, as the
-data directory is, if another user owns it or others may write it. A backup that
-fails is logged and tried again at the next interval; serve goes on
+data directory is, if another user owns it or others may write it; one that cannot be
+made now (a disk not mounted) is logged. A backup that fails is logged and tried
+again at the next interval; serve goes on
 (docs/operations.md, "Backing up").
 Under systemd (Type=notify) it reports ready once its replicated state is current and
 its broker accepts connections (dist/systemd/meshctl.service).`,
@@ -97,7 +99,7 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 			var backupEvery time.Duration
 			var backupKeep int
 			fs.StringVar(&backupDir, "backup-dir", "", "back this control node up while it serves, into this directory (off by default; not the data directory, nor inside its raft/)")
-			fs.DurationVar(&backupEvery, "backup-every", backup.DefaultEvery, "with --backup-dir: how often a backup is taken (1m to 168h); one is taken at start too")
+			fs.DurationVar(&backupEvery, "backup-every", backup.DefaultEvery, "with --backup-dir: how often a backup is taken (1m to 168h); one is taken at start too, unless the newest is younger")
 			fs.IntVar(&backupKeep, "backup-keep", backup.DefaultKeep, "with --backup-dir: how many of this node's backups are kept, the newest (at least 1)")
 			_ = c.MarkFlagDirname("backup-dir")
 			return func(args []string) error {
