@@ -98,7 +98,8 @@ func (n *Node) BackUp(ctx context.Context, dir string) (BackupStore, error) {
 }
 
 // openBackupSnapshot takes a snapshot through Raft and opens it. When Raft finds
-// nothing new to snapshot (nothing applied since the newest one), that one is
+// nothing new to snapshot (its state machine applied nothing since this process
+// started it from the newest snapshot, whose state is then the state), that one is
 // opened instead (taken false), again if Raft's retention removed it meanwhile.
 func (n *Node) openBackupSnapshot() (*raft.SnapshotMeta, io.ReadCloser, bool, error) {
 	f := n.raft.Snapshot()
