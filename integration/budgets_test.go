@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"mesh/controlplane/api"
+	"mesh/controlplane/authn"
 	"mesh/controlplane/daemon"
 	"mesh/controlplane/datadir"
 	"mesh/integration/harness"
@@ -24,7 +25,9 @@ import (
 // TestNodeBudgets: a node that sends a message over its subject's size budget, or
 // more messages than its rate budget, or holds more connections than its budget, is
 // disconnected, on whichever broker holds it; each is counted, the log stays short,
-// and the node can connect again afterwards.
+// and the node can connect again afterwards: after a cooldown, during which the
+// broker refuses its key (node_cooldown), a second, then twice as long after each
+// disconnection that follows (decision 0038).
 func TestNodeBudgets(t *testing.T) {
 	t.Parallel()
 	cp := harness.NewControlPlane(t, bin, "budgets")
@@ -58,6 +61,16 @@ func TestNodeBudgets(t *testing.T) {
 	if got := cp.Counter("mesh_control_budget_disconnects_total", "reason=too_large"); got != 1 {
 		t.Errorf("disconnects for size: %v, want 1", got)
 	}
+	// Disconnected for its budget, the key is refused on this broker for a while.
+	refusedNow := func(when string) {
+		t.Helper()
+		if c, err := dialNode(t, h.KeyPair(t), pinOf(t, cp), cp.Listen); err == nil {
+			c.Close()
+			t.Errorf("%s: the key was admitted again at once", when)
+		}
+	}
+	refusedNow("disconnected for a message over its size")
+	time.Sleep(authn.KickCooldown)
 	// Over the broker's own cap for hosts (64 KiB), nats-server closes the connection
 	// itself (or nats.go, told the cap, refuses to send): the control plane never
 	// sees the message.
@@ -113,6 +126,17 @@ func TestNodeBudgets(t *testing.T) {
 	if got := cp.Counter("mesh_control_budget_disconnects_total", "reason=connections"); got != 1 {
 		t.Errorf("disconnects for connections: %v, want 1", got)
 	}
+	// The broker that admitted the fifth refuses the key for a while: the third
+	// disconnection in a row, 4 s. The four connections stay.
+	refusedNow("disconnected for a fifth connection")
+	if got := cp.Counter("mesh_broker_connections_refused_total", "reason="+authn.ErrNodeCooldown.Code); got != 2 {
+		t.Errorf("logins refused in a cooldown: %v, want 2", got)
+	}
+	for i, c := range conns {
+		if closedBy(c) {
+			t.Errorf("connection %d of 4 was closed by the cooldown", i+1)
+		}
+	}
 	for _, c := range conns {
 		c.Close()
 	}
@@ -151,7 +175,8 @@ func TestNodeBudgets(t *testing.T) {
 		t.Fatalf("a flood on the node's shared enrolment subject kept its machine out (exit %d): %s", r.Code, r.Combined())
 	}
 
-	// The node is not locked out: its agent connects and converges.
+	// The node is not locked out: its agent connects and converges (refused while
+	// the cooldown lasts, it tries again).
 	h.Run()
 	cp.WaitConverged("flood", 0, 20*time.Second)
 }

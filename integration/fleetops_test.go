@@ -83,6 +83,13 @@ func TestRollingRestartCountsEveryHostOnce(t *testing.T) {
 		if k := cp.Counter("mesh_control_budget_disconnects_total"); k != 0 {
 			t.Errorf("cp-%d disconnected %v hosts for their budget", i+1, k)
 		}
+		// Every host logged in again on the brokers left, and again on its own:
+		// none was refused for its logins' rate (decision 0038).
+		for _, code := range []string{"node_login_rate", "node_cooldown"} {
+			if n := cp.Counter("mesh_broker_connections_refused_total", "reason="+code); n != 0 {
+				t.Errorf("cp-%d refused %v logins of hosts with %s", i+1, n, code)
+			}
+		}
 	}
 
 	// Revoked through a control node that may not lead, hosts on any of the brokers

@@ -325,6 +325,9 @@ func (w *week) tablesHoldOnlyTheLiving() {
 	want := map[string]float64{
 		"connections": live, "liveness": live, "budgets": live, "envelopes": live,
 		"owed_disconnects": 0, "token_logins": 0, "revoked_logins": 0,
+		// Logins counted a span (10 s) at most, of the live agents alone; no honest
+		// agent is ever disconnected for its budget.
+		"node_logins": live, "node_cooldowns": 0,
 	}
 	// closed_connections is remembered for two minutes by design, failed_addresses
 	// (none here: the expired token is refused by the enrolment, not the login) for

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"mesh/controlplane/api"
+	"mesh/controlplane/authn"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
 	"mesh/host/identity"
@@ -166,6 +167,9 @@ func TestHostileHeaders(t *testing.T) {
 		return cp.Counter("mesh_control_messages_dropped_total", "subject=sync", "reason=too_large") == tooLarge+1 &&
 			(bloated.IsClosed() || !bloated.IsConnected())
 	})
+	// Disconnected for its budget, the key is refused on this broker for a while
+	// (decision 0038): the attacker waits it out.
+	time.Sleep(authn.KickCooldown)
 
 	// Message tracing: nats-server publishes its trace of a message to the subject
 	// the Nats-Trace-Dest header names, if the publisher may publish there. Another

@@ -13,7 +13,8 @@
 //     same way: for a minute, in an account of their own, the operator API's reads
 //     only, with answers on their own key's inbox;
 //   - enrolled nodes, proving their nkey by signing the nonce; they reach their own
-//     subjects only;
+//     subjects only, and log in at a bounded rate (NodeLogins), not at all for a
+//     while after the control plane disconnected them for their budget (Kicked);
 //   - revoked nodes' keys, proving the key the same way: for a few seconds, in an
 //     account of their own, to ask for their state and hear the signed notice of
 //     their revocation;
@@ -119,6 +120,41 @@ const (
 	DefaultTokenConnections = 3
 )
 
+// Logins of live node keys (docs/decisions/0038). A host kicked for its budget
+// reconnected at once, 135 to 380 times a second, each login costing its broker
+// about 1.7 ms of CPU, and each connection's flood more: most of a core.
+const (
+	// NodeLogins is how many logins of one live node key one broker admits per
+	// NodeLoginSpan; more are refused (ErrNodeLoginRate) until the oldest is that
+	// old. An agent logs in again only when its connection ends; it tries the other
+	// brokers first, and waits 1 to 2 s after each pass over them that fails (longer
+	// as passes fail; before its first connection, 1 s, doubling). So a network that
+	// drops each of its connections a moment after it is made has it log in about
+	// once a second on one broker, 10 times a span; a broker restarted, a move back
+	// to the first broker (decision 0020) or a rolling restart of the control nodes
+	// add one or two each. Twice that leaves room for a machine cloned with its key
+	// (two agents, one key), and gives a host that logs in as fast as it can 2 logins
+	// a second. An agent that met it would be slowed, not stopped: refused there for
+	// the rest of the span, it goes to another broker or tries again after its wait.
+	NodeLogins = 20
+	// NodeLoginSpan is the span NodeLogins are counted over.
+	NodeLoginSpan = 10 * time.Second
+	// KickCooldown is how long a broker refuses a live node key after the control
+	// plane disconnected it for going past a budget (its message rate or size, or
+	// more connections than it may hold: Kicked); each disconnection that follows
+	// within KickCooldownReset of the end of the last cooldown doubles it, up to
+	// MaxKickCooldown. An honest agent is never disconnected for its budget; a
+	// machine cloned onto many (more connections than the budget, all with one key)
+	// is refused a minute at a time at most, its connections kept.
+	KickCooldown = time.Second
+	// MaxKickCooldown bounds the cooldown after a disconnection for the budget.
+	MaxKickCooldown = time.Minute
+	// KickCooldownReset is how long a key must go without a disconnection for the
+	// budget, after its last cooldown ended, for the next to start at KickCooldown
+	// again.
+	KickCooldownReset = 10 * time.Minute
+)
+
 // Refusals, each distinct in the control plane's log. Their code is the reason label
 // of mesh_broker_connections_refused_total, which dashboards and alerts name: keep
 // it stable (the text is for people, and may change). A nonce signature bound to
@@ -131,6 +167,8 @@ var (
 	ErrRevoked         = broker.NewRefusal("revoked", "node revoked")
 	ErrRevokedBusy     = broker.NewRefusal("revoked_busy", "too many connections for this revoked key at once")
 	ErrRetiredBusy     = broker.NewRefusal("retired_busy", "too many connections for a removed control node's operator credentials at once")
+	ErrNodeLoginRate   = broker.NewRefusal("node_login_rate", fmt.Sprintf("this node's key logged in more often than this broker admits (%d times in %s); refused until that span has passed", NodeLogins, NodeLoginSpan))
+	ErrNodeCooldown    = broker.NewRefusal("node_cooldown", fmt.Sprintf("this node's key was disconnected for going past its budget; this broker refuses it for a while (%s, doubling with each such disconnection, up to %s)", KickCooldown, MaxKickCooldown))
 	ErrUnknownSecret   = broker.NewRefusal("unknown_secret", "token secret matches no minted token")
 	ErrNoEnrolKey      = broker.NewRefusal("no_enrol_key", "an enrolling client must present the node key it enrols (nkey and signed nonce)")
 	ErrBadNode         = broker.NewRefusal("bad_node", "enrolling client names no valid node")
@@ -146,7 +184,7 @@ var (
 // increase, and the first unknown key after a restart is the one to hear of).
 func Refusals() []*broker.Refusal {
 	return []*broker.Refusal{ErrNoCredentials, ErrBadSignature, ErrUnknownKey, ErrRevoked, ErrRevokedBusy, ErrRetiredBusy,
-		ErrUnknownSecret, ErrNoEnrolKey, ErrBadNode, ErrTokenBusy, ErrRateLimited, ErrUnbound, ErrBadOperator, ErrInternalMissing}
+		ErrNodeLoginRate, ErrNodeCooldown, ErrUnknownSecret, ErrNoEnrolKey, ErrBadNode, ErrTokenBusy, ErrRateLimited, ErrUnbound, ErrBadOperator, ErrInternalMissing}
 }
 
 // Roster is what authentication reads of the replicated state: typed queries that
@@ -222,6 +260,14 @@ type Authenticator struct {
 	// retired counts the connections granted to the operator credentials of each
 	// removed control node, held for RetiredConnectionLifetime.
 	retired *window
+	// nodes counts the logins of each live node key (NodeLogins).
+	nodes *window
+	// cooling holds the keys the control plane disconnected for their budget
+	// (Kicked), refused for a while.
+	cooling *cooldowns
+	// cooled bounds the lines saying a key is refused for a while: one a
+	// disconnection, and whoever holds many keys can have each disconnected.
+	cooled *logging.Limiter
 }
 
 // New returns an Authenticator.
@@ -249,6 +295,9 @@ func New(cfg Config) *Authenticator {
 		tokens:  &window{limit: cfg.TokenConnections, span: EnrolConnectionLifetime, m: map[string][]admitted{}},
 		revoked: &window{limit: RevokedConnections, span: RevokedConnectionLifetime, m: map[string][]admitted{}},
 		retired: &window{limit: RetiredConnections, span: RetiredConnectionLifetime, m: map[string][]admitted{}},
+		nodes:   &window{limit: NodeLogins, span: NodeLoginSpan, m: map[string][]admitted{}},
+		cooling: &cooldowns{first: KickCooldown, most: MaxKickCooldown, reset: KickCooldownReset, m: map[string]*cooldown{}},
+		cooled:  logging.NewLimiter(logging.RepeatInterval, cfg.Now),
 	}
 }
 
@@ -447,19 +496,63 @@ func (a *Authenticator) node(c broker.Client) (broker.Grant, error) {
 	case !found && !revoked:
 		return broker.Grant{}, ErrUnknownKey
 	}
+	now := a.cfg.Now()
+	// A live key's login past its budget is refused before its signature is
+	// verified: only logins verified are counted, so nobody but the key's holder
+	// fills its window, and refusing one costs a map read. A connection admitted
+	// before is never closed for them on a recheck (a reload).
+	live := !revoked && !c.Recheck
+	if live {
+		if a.cooling.refused(c.Nkey, now) {
+			return broker.Grant{}, ErrNodeCooldown
+		}
+		if a.nodes.full(c.Nkey, now) {
+			return broker.Grant{}, ErrNodeLoginRate
+		}
+	}
 	// nats-server does not check the nonce signature of a key it does not know
 	// itself; we are the ones who know it, so we check.
 	if err := a.checkLogin(c.Nkey, c, UnboundNode); err != nil {
 		return broker.Grant{}, err
 	}
 	if revoked {
-		now := a.cfg.Now()
 		if !a.revoked.admit(c.Nkey, string(c.Nonce), now) {
 			return broker.Grant{}, ErrRevokedBusy
 		}
 		return RevokedGrant(node, now.Add(RevokedConnectionLifetime)), nil
 	}
+	// Counted once verified; logins in parallel that all found room are counted
+	// here, under the window's lock, and the last ones refused.
+	if live && !a.nodes.admit(c.Nkey, string(c.Nonce), now) {
+		return broker.Grant{}, ErrNodeLoginRate
+	}
 	return NodeGrant(n.ID), nil
+}
+
+// Kicked tells the Authenticator that the control plane disconnected the
+// connections of node key key for going past its budget (its message rate or size,
+// or its connections): this broker refuses its logins for KickCooldown, doubled for
+// each such disconnection that follows within KickCooldownReset of the last
+// cooldown's end, up to MaxKickCooldown. Told again while the key is refused (the
+// rest of a flood, queued before the disconnection), it changes nothing. A key that
+// is no enrolled node's (an enrolling client's) is not recorded: the budget of its
+// token bounds it.
+//
+// Before, a host disconnected for its budget connected again at once, and flooded
+// again until disconnected: hundreds of times a second (docs/decisions/0038).
+func (a *Authenticator) Kicked(key string) {
+	n, ok := a.cfg.Roster.NodeByKey(key)
+	if !ok || n.Revoked {
+		return
+	}
+	now := a.cfg.Now()
+	d, streak, started := a.cooling.kicked(key, now)
+	if !started {
+		return
+	}
+	const msg = "a node disconnected for its budget is refused on this broker for a while"
+	a.cooled.LogFirst(context.Background(), a.log, slog.LevelWarn, 5, "authn", msg, msg,
+		slog.String("node", n.ID), slog.String("key", key), slog.String("for", d.String()), slog.Int("in_a_row", streak))
 }
 
 // enrolling admits a client that presents a token's secret and the node key it is
@@ -690,6 +783,8 @@ func (a *Authenticator) Sweep() {
 	a.tokens.sweepNow(now)
 	a.revoked.sweepNow(now)
 	a.retired.sweepNow(now)
+	a.nodes.sweepNow(now)
+	a.cooling.sweepNow(now)
 	a.limiter.sweepNow(now)
 }
 
@@ -701,11 +796,17 @@ type Entries struct {
 	RevokedLogins int
 	// FailedAddresses: remote addresses with failed enrolments counted or blocked.
 	FailedAddresses int
+	// NodeLogins: live node keys with logins counted (NodeLogins).
+	NodeLogins int
+	// NodeCooldowns: node keys disconnected for their budget, refused for a while
+	// or remembered until KickCooldownReset has passed (Kicked).
+	NodeCooldowns int
 }
 
 // Entries returns how many keys each of the Authenticator's tables holds.
 func (a *Authenticator) Entries() Entries {
-	return Entries{TokenLogins: a.tokens.len(), RevokedLogins: a.revoked.len(), FailedAddresses: a.limiter.len()}
+	return Entries{TokenLogins: a.tokens.len(), RevokedLogins: a.revoked.len(), FailedAddresses: a.limiter.len(),
+		NodeLogins: a.nodes.len(), NodeCooldowns: a.cooling.len()}
 }
 
 // limiter counts failed enrolment attempts per remote address.
@@ -818,6 +919,20 @@ func (w *window) len() int {
 	return len(w.m)
 }
 
+// full says whether key has no room left in the window at now: admit would
+// refuse a new connection. It changes nothing.
+func (w *window) full(key string, now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, a := range w.m[key] {
+		if now.Sub(a.at) < w.span {
+			n++
+		}
+	}
+	return n >= w.limit
+}
+
 func (w *window) admit(key, conn string, now time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -842,6 +957,80 @@ func (w *window) admit(key, conn string, now time.Time) bool {
 	}
 	w.m[key] = append(recent, admitted{at: now, conn: conn})
 	return true
+}
+
+// cooldowns refuses keys for a while after each disconnection for their budget,
+// for longer with each that follows soon after the last (Authenticator.Kicked).
+type cooldowns struct {
+	mu    sync.Mutex
+	first time.Duration // the first cooldown
+	most  time.Duration // the longest
+	reset time.Duration // a key refused last longer ago than this starts at first again
+	m     map[string]*cooldown
+	sweep sweeper
+}
+
+// cooldown is one key's: refused until until; length is the last cooldown's, and
+// streak how many disconnections in a row made it.
+type cooldown struct {
+	until  time.Time
+	length time.Duration
+	streak int
+}
+
+// kicked starts a cooldown for key at now, and returns it and how many in a row it
+// makes; started is false when key is refused already (nothing changes).
+func (c *cooldowns) kicked(key string, now time.Time) (d time.Duration, streak int, started bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sweep.due(len(c.m)) {
+		c.expire(now)
+	}
+	e := c.m[key]
+	switch {
+	case e == nil || now.Sub(e.until) >= c.reset:
+		e = &cooldown{length: c.first}
+		c.m[key] = e
+	case now.Before(e.until):
+		return 0, e.streak, false
+	default:
+		e.length = min(2*e.length, c.most)
+	}
+	e.streak++
+	e.until = now.Add(e.length)
+	return e.length, e.streak, true
+}
+
+// refused says whether key is refused at now.
+func (c *cooldowns) refused(key string, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.m[key]
+	return e != nil && now.Before(e.until)
+}
+
+// expire forgets the keys whose last cooldown ended longer than reset ago: their
+// next starts afresh, as for a key never refused. c.mu is held.
+func (c *cooldowns) expire(now time.Time) {
+	before := len(c.m)
+	for k, e := range c.m {
+		if now.Sub(e.until) >= c.reset {
+			delete(c.m, k)
+		}
+	}
+	c.sweep.swept(before, len(c.m))
+}
+
+func (c *cooldowns) sweepNow(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.expire(now)
+}
+
+func (c *cooldowns) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.m)
 }
 
 // sweepFloor is how many keys a table of recent events holds before it is first swept

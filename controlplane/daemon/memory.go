@@ -20,11 +20,13 @@ const (
 	tableTokenLogins       = "token_logins"       // tokens whose enrolling connections are counted (authn)
 	tableRevokedLogins     = "revoked_logins"     // revoked keys whose connections are counted (authn)
 	tableFailedAddresses   = "failed_addresses"   // addresses with failed enrolments counted or blocked (authn)
+	tableNodeLogins        = "node_logins"        // live node keys whose logins are counted (authn)
+	tableNodeCooldowns     = "node_cooldowns"     // node keys disconnected for their budget, refused for a while (authn)
 )
 
 // memoryTables lists the tables in the order the metrics show them.
 var memoryTables = []string{tableConnections, tableClosedConnections, tableLiveness, tableBudgets, tableOwedDisconnects,
-	tableEnvelopes, tableTokenLogins, tableRevokedLogins, tableFailedAddresses}
+	tableEnvelopes, tableTokenLogins, tableRevokedLogins, tableFailedAddresses, tableNodeLogins, tableNodeCooldowns}
 
 var descMemory = prometheus.NewDesc("mesh_control_memory_entries",
 	"Entries this control node holds in memory, by table: per connection, node, token or address. None grows with nodes revoked, tokens gone or connections closed.",
@@ -45,6 +47,8 @@ func (d *Daemon) memoryEntries() map[string]int {
 		tableTokenLogins:       a.TokenLogins,
 		tableRevokedLogins:     a.RevokedLogins,
 		tableFailedAddresses:   a.FailedAddresses,
+		tableNodeLogins:        a.NodeLogins,
+		tableNodeCooldowns:     a.NodeCooldowns,
 	}
 }
 

@@ -14,8 +14,14 @@ func (d *Daemon) Counters() Counts { return d.guard.snapshot() }
 
 // connectionChanged is told by the presence tracker of every host connection that
 // opens or closes, on any broker. A node holding more connections than its budget
-// has its newest closed, by the leader alone so that it is closed once.
+// has its newest closed, by the leader alone so that it is closed once, and is
+// refused for a while by the broker that admitted it.
 func (d *Daemon) connectionChanged(user string, c presence.Conn, started time.Time, opened bool, open int) {
+	if opened && open > d.guard.budgets.MaxConnections && c.Server == d.broker.InProcess().ID() {
+		// The leader closes it; the broker that admitted it, this one, refuses the
+		// key for a while (decision 0038), which only that broker can do.
+		d.authn.Kicked(user)
+	}
 	if !d.raft.IsLeader() {
 		return
 	}

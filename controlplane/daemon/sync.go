@@ -185,6 +185,7 @@ func (d *Daemon) disconnectNode(node string, why Reason) {
 // disconnectKey closes every connection of the hosts account that logged in with
 // key (a node's, or an enrolling client's), cluster-wide, as disconnectNode does.
 func (d *Daemon) disconnectKey(key string, why Reason) {
+	d.authn.Kicked(key) // this broker refuses the key for a while (decision 0038)
 	asked, open := d.presence.Kick(key)
 	switch {
 	case asked > 0:

@@ -738,12 +738,13 @@ func (a *Agent) linkFailed(err error) {
 // and at every AuthFailureLimit-th an error and OnRefused.
 func (a *Agent) authRefused(n int) {
 	if n%a.o.AuthFailureLimit != 0 {
-		a.log.Warn("the mesh refused this node's key (or had no room for another host); trying again", "in_a_row", n)
+		a.log.Warn("the mesh refused this node's key (or had no room for another host, or refuses the key for a while: it logged in too often, or was disconnected for going past its budget); trying again", "in_a_row", n)
 		return
 	}
 	err := fmt.Errorf("%w: refused %d times in a row, without the signed notice a revoked node is sent. "+
 		"The control plane may have lost this node (restored from an older backup), or a machine holding a certificate of the mesh answers at a broker's address, "+
-		"or every control node reached holds as many hosts as its open-file limit allows (its log says so: raise its LimitNOFILE or add a control node). "+
+		"or every control node reached holds as many hosts as its open-file limit allows (its log says so: raise its LimitNOFILE or add a control node), "+
+		"or a broker refuses this key for a while, up to a minute at a time: it logged in too often there, or the mesh disconnected it for going past its budget (another process, or a second machine, using this node's key; the control node's log says node_login_rate or node_cooldown). "+
 		"The agent keeps trying; if the control plane lost this node, remove the identity file and enrol with a new token to adopt this machine again", ErrIdentityRefused, n)
 	a.log.Error("the mesh keeps refusing this node's key", "err", err)
 	if a.o.OnRefused != nil {
