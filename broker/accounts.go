@@ -104,19 +104,43 @@ const MaxGatherWait = 30 * time.Second
 // Limits bound every connection of the hosts account, enforced by nats-server: a
 // larger message closes the connection ("Maximum Payload Violation"); a subscription
 // past the cap is refused ("Maximum Subscriptions Exceeded") and the connection stays.
+// The revoked and retired accounts have the same subscription cap.
 type Limits struct {
 	// MaxPayload caps one message published in the hosts account; 0 means 64 KiB.
 	MaxPayload int32
-	// MaxSubscriptions caps one connection's subscriptions; 0 means 16.
+	// MaxSubscriptions caps one connection's subscriptions; 0 means
+	// DefaultHostSubscriptions (4).
 	MaxSubscriptions int32
 }
+
+// DefaultHostSubscriptions is the default of Limits.MaxSubscriptions. Every
+// subscription a connection holds on a subject gets its own copy of each message
+// published there, so what the control plane sends onto a node's subjects reaches
+// the node up to this many times on each connection it holds: with 16, one host
+// that subscribed 15 times on each of its 4 connections had its declaration sent to
+// it 60 times a sync. What the clients of these accounts hold:
+//
+//   - an agent (meshhost run): its declaration subject, the inbox its status
+//     reports name, and nats.go's request mux (its syncs): 3; agents before the
+//     status inbox, 2; a revoked key's agent the same, in the revoked account;
+//   - an enrolling client (meshhost enrol, meshctl join's control-role
+//     enrolment): nats.go's request mux, 1;
+//   - meshctl with a removed control node's credentials (the retired account):
+//     the request mux and a gather's inbox, 2;
+//   - the control plane's own connection in the hosts account: the two enrolment
+//     subjects, sync and status, 4. It is built with this broker, never of another
+//     version, and its subscriptions are checked against the cap by its tests.
+//
+// The most a host's client needs (3), plus one; the control plane's connection
+// needs exactly that.
+const DefaultHostSubscriptions = 4
 
 func (l Limits) withDefaults() Limits {
 	if l.MaxPayload == 0 {
 		l.MaxPayload = 64 << 10
 	}
 	if l.MaxSubscriptions == 0 {
-		l.MaxSubscriptions = 16
+		l.MaxSubscriptions = DefaultHostSubscriptions
 	}
 	return l
 }
@@ -172,6 +196,7 @@ func ConnectionEvents(mesh string, a Account) (connect, disconnect string, err e
 // accounts is the resolved account layout of one broker.
 type accounts struct {
 	names    map[Account]string // public account key by account
+	limits   Limits             // the hosts account's, defaults filled in
 	resolver *server.MemAccResolver
 	system   string
 }
@@ -193,7 +218,7 @@ func newAccounts(mesh string, operator nkeys.KeyPair, flows Flows, limits Limits
 		return nil, errors.New("broker: the mesh id is required: it names the broker's accounts")
 	}
 	limits = limits.withDefaults()
-	acc := &accounts{names: map[Account]string{}, resolver: &server.MemAccResolver{}}
+	acc := &accounts{names: map[Account]string{}, limits: limits, resolver: &server.MemAccResolver{}}
 	for _, a := range []Account{AccountHosts, AccountControl, AccountOperators, AccountSystem, AccountRevoked, AccountRetired} {
 		kp, err := accountKey(mesh, a)
 		if err != nil {

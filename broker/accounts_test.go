@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -157,6 +158,44 @@ func TestHostLimits(t *testing.T) {
 		}
 	case <-time.After(3 * time.Second):
 		t.Fatal("a subscription past the cap was not refused")
+	}
+}
+
+// TestHostSubscriptionsDefault: by default a connection of the hosts account (and of
+// the retired account) holds 4 subscriptions, what an agent needs and one more; the
+// 5th is refused, on the node's own declaration subject too, where each one would be
+// another copy of every declaration sent to the node. With 16, one host held 15 on
+// each of its connections and had each answer to its syncs sent 60 times.
+func TestHostSubscriptionsDefault(t *testing.T) {
+	m := newMesh(t)
+	grants := accountGrants()
+	grants["retired"] = broker.Grant{User: "operator:bob of removed control node cp-2", Account: broker.AccountRetired,
+		Subscribe: []string{"_INBOX.bob.>"}}
+	s, _ := start(t, m, byToken(grants))
+	if got := s.HostLimits().MaxSubscriptions; got != 4 {
+		t.Fatalf("the broker says it enforces %d subscriptions a host connection, want 4", got)
+	}
+	for token, subject := range map[string]string{"host": "mesh.node.a.decl", "retired": "_INBOX.bob.x"} {
+		c := mustDial(t, s, m.ca.Pin(), nats.Token(token))
+		for range 4 {
+			if _, err := c.nc.SubscribeSync(subject); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.expectNoError(t)
+		c.nc.SubscribeSync(subject)
+		c.nc.Flush()
+		select {
+		case err := <-c.errs:
+			if !errors.Is(err, nats.ErrMaxSubscriptionsExceeded) {
+				t.Fatalf("%s: the 5th subscription answered %v, want %v", token, err, nats.ErrMaxSubscriptionsExceeded)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatalf("%s: a 5th subscription was not refused", token)
+		}
+		if !c.nc.IsConnected() {
+			t.Errorf("%s: the connection was closed for it; the broker only refuses the subscription", token)
+		}
 	}
 }
 

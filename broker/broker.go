@@ -383,6 +383,11 @@ func (s *Server) ConnectionEvents(a Account) (connect, disconnect string) {
 // AccountName returns the name nats-server knows account a by (a public account key).
 func (s *Server) AccountName(a Account) string { return s.accounts.names[a] }
 
+// HostLimits returns the limits this broker enforces on each connection of the hosts
+// account (Config.HostLimits, defaults filled in). A message published on a node's
+// subject reaches at most MaxSubscriptions copies on each connection the node holds.
+func (s *Server) HostLimits() Limits { return s.accounts.limits }
+
 // maxClosedClients is how many closed connections the broker's monitoring lists.
 const maxClosedClients = 1000
 

@@ -25,7 +25,7 @@ func TestASyncAnswerIsPaidForBySize(t *testing.T) {
 			t.Errorf("an answer of %d bytes costs %v messages, want %v", size, got, want)
 		}
 	}
-	// A 1 MiB declaration on 4 connections (64 messages) plus its request: three
+	// A 1 MiB declaration, 4 copies (64 messages), plus its request: three
 	// answers of a full budget of 200, then none until it refills; the requests
 	// refused an answer cost one message each.
 	answered := 0

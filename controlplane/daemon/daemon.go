@@ -185,8 +185,9 @@ type Daemon struct {
 	// keysMu serialises syncKeys: the leader's handler and the effects actor may
 	// both run it.
 	keysMu sync.Mutex
-	// resends bounds the log line about what reconcile re-sends.
-	resends resendNotice
+	// resends bounds the log line about what reconcile re-sends, and
+	// resendsSkipped the one about what it could not (the nodes' budgets).
+	resends, resendsSkipped resendNotice
 	// backups takes this node's backups (Options.Backup), nil when it takes none.
 	backups *backup.Writer
 }

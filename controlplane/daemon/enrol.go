@@ -90,6 +90,16 @@ func (d *Daemon) handleEnrol(m *nats.Msg) {
 		d.log.Error("encode enrolment reply", "err", err)
 		return
 	}
+	// Paid for by its size, on the client's budget, as a sync's answer is: a
+	// repeated enrolment is answered from the state with the node's declaration (up
+	// to the 64 KiB an answer may be) on every subscription the key's connections
+	// hold on its inbox. A first enrolment's answer, a few KiB, always fits the
+	// budget; a repeat that does not is refused, and answered again once it refills.
+	if !d.payAnswer(budget, req.PublicKey, len(data)) {
+		d.guard.refuse(subjectEnrol, ReasonRate, node, "the client repeated its enrolment faster than its budget pays for sending the answer")
+		data, _ = json.Marshal(api.EnrolResponse{V: api.ProtocolVersion, Error: &api.Error{Code: api.CodeUnavailable,
+			Message: "this enrolment was repeated faster than its message budget allows for the answer's size: run enrol again in a few seconds"}})
+	}
 	if err := d.conns.hosts.Publish(m.Reply, data); err != nil {
 		d.logRepeated(slog.LevelWarn, "enrolment reply not sent", "node", node, "err", err)
 	}

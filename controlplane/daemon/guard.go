@@ -56,11 +56,24 @@ type Budgets struct {
 	// MaxConnections caps the connections one node key holds open at once,
 	// cluster-wide.
 	MaxConnections int
-	// SyncAnswerBytes is how many bytes of what a sync's answer sends cost the
-	// node one more message of its budget: a request of a few bytes is answered
-	// with the node's whole declaration (up to 1 MiB) on each connection the node
-	// holds, and at a message each, a stolen identity syncing at its rate had
-	// 20 MiB a second sent to it, a connection.
+	// SyncAnswerBytes is how many bytes of what the control plane sends onto a
+	// node's subjects on its behalf (a sync's answer, a repeated enrolment's, a
+	// re-send to a node that has not acknowledged) cost it one more message of its
+	// budget, counted once for every copy the broker may deliver: the hosts
+	// account's subscription cap on each connection the key holds (payAnswer). A
+	// request of a few bytes is answered with the node's whole declaration (up to
+	// 1 MiB); at a message each, a stolen identity syncing at its rate had 20 MiB a
+	// second sent to it, a connection, and charged a copy a connection, 17 MiB a
+	// second on 4 connections of 15 subscriptions each.
+	//
+	// At 64 KiB, an agent (one connection, 4 copies charged) syncing the largest
+	// declaration pays 64 messages of its 200: a sync and a re-send, with the
+	// request and a report, take 130, refilled in 6.5 s; a declaration of up to
+	// 16 KiB costs it nothing more. What one node can have sent to it is 12.5 MiB at
+	// once (one answer of up to 16 MiB, which costs a full budget: payable) and
+	// 1.25 MiB a second after, whatever it holds; what it can leave in its brokers'
+	// memory by not reading is what that pays for within nats-server's 10 s write
+	// deadline (docs/security.md, Budgets).
 	SyncAnswerBytes int
 }
 
@@ -317,8 +330,8 @@ func (g *guard) sweep() {
 // spend takes one message from node's budget and reports whether it had one.
 func (g *guard) spend(node string) bool { return g.spendN(node, 1) }
 
-// answerCost is what a sync's answer of size bytes costs the node beyond its
-// request, in messages of its budget: one for each SyncAnswerBytes it sends (see
+// answerCost is what sending size bytes (every copy counted) costs the node beyond
+// its request, in messages of its budget: one for each SyncAnswerBytes (see
 // payable).
 func (g *guard) answerCost(size int) float64 {
 	return g.payable(float64(size / g.budgets.SyncAnswerBytes))

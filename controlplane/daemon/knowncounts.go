@@ -66,7 +66,10 @@ func enrolRefusals() []string {
 // that hosts and enrolling clients meet. An operator's refusals (subject admin) are
 // answered to the operator, who reads them there, and appear when first counted.
 func knownRefusals() []DropKey {
-	out := []DropKey{{Subject: subjectSync, Reason: ReasonRate}, {Subject: subjectRevokedSync, Reason: ReasonRate}}
+	// rate: an answer the requester's budget cannot pay for (payAnswer; the revoked
+	// key's notices), answered unavailable.
+	out := []DropKey{{Subject: subjectSync, Reason: ReasonRate}, {Subject: subjectRevokedSync, Reason: ReasonRate},
+		{Subject: subjectEnrol, Reason: ReasonRate}}
 	for _, code := range enrolRefusals() {
 		out = append(out, DropKey{Subject: subjectEnrol, Reason: Reason(code)})
 	}

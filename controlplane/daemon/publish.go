@@ -16,7 +16,14 @@ import (
 // once, from the publisher's connection: the first nodes of a fleet of 10,000 get
 // theirs while the envelopes of the others are still being made, and verify and
 // apply meanwhile.
-func (d *Daemon) publishDeclarations(nodes []string) {
+func (d *Daemon) publishDeclarations(nodes []string) { d.sendDeclarations(nodes, nil) }
+
+// sendDeclarations is publishDeclarations with before, when not nil, called for each
+// node just before its envelope is sent (env nil when it could not be signed), on
+// the goroutine that sends it: the envelope goes out only if before returns true.
+// What before publishes for the node (the keyrings a re-send puts first) goes out
+// ahead of the envelope, on the same connection.
+func (d *Daemon) sendDeclarations(nodes []string, before func(node string, env []byte) bool) {
 	inputs := d.fsm.DeclarationInputs(nodes)
 	// The nodes to sign in a batch first, the others after, in place.
 	n := 0
@@ -40,6 +47,9 @@ func (d *Daemon) publishDeclarations(nodes []string) {
 	var mu sync.Mutex
 	var unsigned, unsent notDone
 	send := func(node string, env []byte, err error) {
+		if before != nil && !before(node, env) {
+			return
+		}
 		if err != nil {
 			mu.Lock()
 			unsigned.add(node, err)

@@ -37,12 +37,14 @@ func (d *Daemon) reconcile(now time.Time) {
 	var (
 		lagging []string
 		chains  = map[string][]json.RawMessage{}
+		keys    = map[string]string{}
 	)
 	d.fsm.Read(func(s *state.State) {
 		for id, n := range s.Nodes {
 			if n.Revoked || !d.alive(n, now) {
 				continue
 			}
+			keys[id] = n.PublicKey
 			a := n.Applied
 			if a.KeyringEpoch < s.Keyring.Epoch {
 				chains[id] = s.KeyringChain(a.KeyringEpoch)
@@ -66,12 +68,37 @@ func (d *Daemon) reconcile(now time.Time) {
 		d.log.Info("re-sending what live nodes have not acknowledged", "nodes", len(lagging), "behind_on_keyrings", len(chains),
 			"first", strings.Join(firstIDs(lagging, resendShown), ","), "count", rounds)
 	}
-	for id, chain := range chains {
+	// Each node pays for what is re-sent to it, as for a sync's answer: a node that
+	// never acknowledges (a hostile one, its subscriptions duplicated) was re-sent
+	// its declaration on every one of them each round, for nothing. One whose budget
+	// cannot pay now is skipped this round, keyrings and declaration together.
+	var (
+		skipped []string
+		mu      sync.Mutex
+	)
+	d.sendDeclarations(lagging, func(node string, env []byte) bool {
+		chain := chains[node]
+		size := len(env)
 		for _, kr := range chain {
-			_ = d.conns.publisher.Publish(api.DeclarationSubject(id), kr)
+			size += len(kr)
+		}
+		if !d.payAnswer(node, keys[node], size) {
+			mu.Lock()
+			skipped = append(skipped, node)
+			mu.Unlock()
+			return false
+		}
+		for _, kr := range chain {
+			_ = d.conns.publisher.Publish(api.DeclarationSubject(node), kr)
+		}
+		return true
+	})
+	if len(skipped) > 0 {
+		if due, rounds := d.resendsSkipped.due(now); due {
+			d.log.Warn("re-sending skipped for nodes whose message budget cannot pay for it now: each is re-sent once its budget refills (a node asking for its declaration faster than its budget allows, or holding many connections and subscriptions)",
+				"nodes", len(skipped), "first", strings.Join(firstIDs(skipped, resendShown), ","), "count", rounds)
 		}
 	}
-	d.publishDeclarations(lagging)
 }
 
 // resendShown is how many of the nodes re-sent to the line about it names.

@@ -89,15 +89,12 @@ func (d *Daemon) handleSync(m *nats.Msg) {
 			}
 			// What is sent is paid for from the node's budget as the request was:
 			// a few bytes asking, again and again, for a declaration of a megabyte,
-			// delivered to each connection the node holds (up to MaxConnections).
+			// delivered to every subscription the node holds on its subject.
 			size := 0
 			for _, e := range envs {
 				size += len(e)
 			}
-			if size >= d.guard.budgets.SyncAnswerBytes/d.guard.budgets.MaxConnections {
-				size *= max(1, d.presence.Open(in.NodeKey)) // the presence lock, only when it may matter
-			}
-			if cost := d.guard.answerCost(size); cost > 0 && !d.guard.spendN(node, cost) {
+			if !d.payAnswer(node, in.NodeKey, size) {
 				d.guard.refuse("sync", ReasonRate, node, "the node asked for its declaration again faster than its budget pays for sending it")
 				resp.Error = &api.Error{Code: api.CodeUnavailable, Message: "this node asked for its declaration again faster than its message budget allows for its size: ask again in a few seconds"}
 				envs = nil
@@ -122,6 +119,31 @@ func (d *Daemon) handleSync(m *nats.Msg) {
 	if err := d.conns.hosts.PublishMsg(&nats.Msg{Subject: m.Reply, Data: data, Header: header}); err != nil {
 		d.logRepeated(slog.LevelWarn, "sync reply not sent", "node", node, "err", err)
 	}
+}
+
+// payAnswer takes from budget what sending size bytes onto the subjects of key (a
+// node's, or an enrolling client's) costs, and reports whether the budget paid: the
+// guard's answerCost of every copy the broker may deliver. Each connection of the
+// key may hold the hosts account's cap of subscriptions on the subject (the broker's
+// HostLimits), and each receives its own copy: charged a copy a connection, a host
+// holding 15 subscriptions on each of its 4 connections was sent 15 times what its
+// budget paid for, 17 MiB a second.
+func (d *Daemon) payAnswer(budget, key string, size int) bool {
+	perConn := int(d.broker.HostLimits().MaxSubscriptions)
+	// The presence lock, only when the answer may cost anything (a key holds more
+	// than MaxConnections only until the newest are closed).
+	if size*d.guard.budgets.MaxConnections*perConn < d.guard.budgets.SyncAnswerBytes {
+		return true
+	}
+	cost := d.guard.answerCost(size * d.copies(key, perConn))
+	return cost == 0 || d.guard.spendN(budget, cost)
+}
+
+// copies is how many copies of a message published on one of key's subjects the
+// broker may deliver: perConn on each connection of the key, and on one, for a
+// connection nats-server has not announced yet.
+func (d *Daemon) copies(key string, perConn int) int {
+	return max(1, d.presence.Open(key)) * perConn
 }
 
 // syncTag returns the tag of a sync request (api.SyncHeader), or "" if it has none

@@ -141,6 +141,12 @@ func TestADeclarationThatWouldWrapIsRefused(t *testing.T) {
 // host, or whoever copied its identity file, can publish.
 func loggedInAs(t *testing.T, d *Daemon, node string) *nats.Conn {
 	t.Helper()
+	return dialAs(t, d, node, enrolledKey(t, d, node))
+}
+
+// enrolledKey enrols node through the log with a key the test holds, and returns it.
+func enrolledKey(t *testing.T, d *Daemon, node string) nkeys.KeyPair {
+	t.Helper()
 	kp, _ := nkeys.CreateUser()
 	pub, _ := kp.PublicKey()
 	sum := sha256.Sum256([]byte(node)) // a token id of its own: several nodes may log in
@@ -153,7 +159,16 @@ func loggedInAs(t *testing.T, d *Daemon, node string) *nats.Conn {
 			t.Fatalf("enrolling %s: %v %v", node, err, res.Err)
 		}
 	}
-	nc, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()),
+	return kp
+}
+
+// dialAs returns a connection to d's broker logged in with kp, node's key, nonce
+// signed, replies on node's inbox: another connection of the same host, or of
+// whoever holds its key.
+func dialAs(t *testing.T, d *Daemon, node string, kp nkeys.KeyPair) *nats.Conn {
+	t.Helper()
+	pub, _ := kp.PublicKey()
+	nc, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()), nats.CustomInboxPrefix(api.NodeInbox(node)),
 		nats.Nkey(pub, func(nonce []byte) ([]byte, error) { return kp.Sign(nonce) }))
 	if err != nil {
 		t.Fatalf("logging in as %s: %v", node, err)
