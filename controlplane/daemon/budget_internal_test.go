@@ -15,12 +15,12 @@ import (
 
 // TestASyncAnswerIsPaidForBySize: what a sync's answer sends costs the node a
 // message of its budget for each SyncAnswerBytes, all or nothing, never more than a
-// full budget less the request; the budget refills as for messages.
+// full budget less the request and answerReserve; the budget refills as for messages.
 func TestASyncAnswerIsPaidForBySize(t *testing.T) {
 	clock := time.Now()
 	g := newGuard(slog.New(slog.DiscardHandler), func() time.Time { return clock }, Budgets{})
 	unit := g.budgets.SyncAnswerBytes
-	for size, want := range map[int]float64{0: 0, 300: 0, unit - 1: 0, unit: 1, 16 * unit: 16, 4 << 20: 64, 1 << 30: g.budgets.Burst - 1} {
+	for size, want := range map[int]float64{0: 0, 300: 0, unit - 1: 0, unit: 1, 16 * unit: 16, 4 << 20: 64, 1 << 30: g.budgets.Burst - 1 - answerReserve} {
 		if got := g.answerCost(size); got != want {
 			t.Errorf("an answer of %d bytes costs %v messages, want %v", size, got, want)
 		}

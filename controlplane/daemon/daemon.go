@@ -367,7 +367,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	d.presence, err = presence.Start(presence.Config{
 		Conn: d.conns.events, Connect: connect, Disconnect: disconnect, Account: d.broker.AccountName(broker.AccountHosts),
 		Reachable: d.broker.Reachable,
-		OnChange:  d.connectionChanged, Logger: d.log.With("component", "presence"), Now: opts.Now,
+		OnChange:  d.connectionChanged, OnKicked: d.connectionKicked, Logger: d.log.With("component", "presence"), Now: opts.Now,
 		Ignore: func(user string) bool { return strings.HasPrefix(user, "control-plane:") },
 	})
 	if err != nil {

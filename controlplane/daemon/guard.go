@@ -69,11 +69,12 @@ type Budgets struct {
 	// At 64 KiB, an agent (one connection, 4 copies charged) syncing the largest
 	// declaration pays 64 messages of its 200: a sync and a re-send, with the
 	// request and a report, take 130, refilled in 6.5 s; a declaration of up to
-	// 16 KiB costs it nothing more. What one node can have sent to it is 12.5 MiB at
+	// 16 KiB costs it nothing more. What one node can have sent to it is 16 MiB at
 	// once (one answer of up to 16 MiB, which costs a full budget: payable) and
-	// 1.25 MiB a second after, whatever it holds; what it can leave in its brokers'
-	// memory by not reading is what that pays for within nats-server's 10 s write
-	// deadline (docs/security.md, Budgets).
+	// about 1.6 MiB a second after (1.25 at 64 KiB a message; an answer capped at a
+	// full budget sends more a message), whatever it holds; what it can leave in
+	// its brokers' memory by not reading is what that pays for within nats-server's
+	// 10 s write deadline (docs/security.md, Budgets).
 	SyncAnswerBytes int
 }
 
@@ -337,15 +338,25 @@ func (g *guard) answerCost(size int) float64 {
 	return g.payable(float64(size / g.budgets.SyncAnswerBytes))
 }
 
-// payable caps a cost in messages at what a full budget less the request holds,
-// so that any answer can be paid for once the budget refills.
+// payable caps a cost in messages at what a full budget less the request and
+// answerReserve holds, so that any answer can be paid for once the budget refills.
 func (g *guard) payable(n float64) float64 {
-	return min(n, max(g.budgets.Burst-1, 0))
+	return min(n, max(g.budgets.Burst-1-answerReserve, 0))
 }
 
 // spendN takes n messages from node's budget if it holds them, and reports whether
 // it did; it takes nothing when it does not.
-func (g *guard) spendN(node string, n float64) bool {
+func (g *guard) spendN(node string, n float64) bool { return g.spendKeeping(node, n, 0) }
+
+// answerReserve is how many messages of a node's budget an answer paid for from it
+// leaves: the node's next message (the report an agent sends once it applied what
+// it was sent) counted as one past its budget, and disconnected the node, when the
+// answer took the last one (a review).
+const answerReserve = 2
+
+// spendKeeping is spendN for what leaves at least keep messages in the budget: it
+// takes nothing unless the budget holds n+keep.
+func (g *guard) spendKeeping(node string, n, keep float64) bool {
 	now := g.now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -357,7 +368,7 @@ func (g *guard) spendN(node string, n float64) bool {
 		b = &tokenBucket{tokens: g.budgets.Burst, at: now}
 		g.buckets[node] = b
 	}
-	return b.take(now, g.budgets.Burst, g.budgets.PerSecond, n)
+	return b.take(now, g.budgets.Burst, g.budgets.PerSecond, n, keep)
 }
 
 // tokenBucket is a message budget: up to burst at once, refilled at rate per second.
@@ -366,12 +377,13 @@ type tokenBucket struct {
 	at     time.Time
 }
 
-func (b *tokenBucket) take(now time.Time, burst, rate, n float64) bool {
+// take takes n messages, refilled to now, if at least keep are left after them.
+func (b *tokenBucket) take(now time.Time, burst, rate, n, keep float64) bool {
 	if d := now.Sub(b.at); d > 0 {
 		b.tokens = min(burst, b.tokens+d.Seconds()*rate)
 		b.at = now
 	}
-	if b.tokens < n {
+	if b.tokens < n+keep {
 		return false
 	}
 	b.tokens -= n

@@ -12,16 +12,26 @@ import (
 // started (docs/security.md: every refusal is counted).
 func (d *Daemon) Counters() Counts { return d.guard.snapshot() }
 
-// connectionChanged is told by the presence tracker of every host connection that
-// opens or closes, on any broker. A node holding more connections than its budget
-// has its newest closed, by the leader alone so that it is closed once, and is
-// refused for a while by the broker that admitted it.
-func (d *Daemon) connectionChanged(user string, c presence.Conn, started time.Time, opened bool, open int) {
-	if opened && open > d.guard.budgets.MaxConnections && c.Server == d.broker.InProcess().ID() {
-		// The leader closes it; the broker that admitted it, this one, refuses the
-		// key for a while (decision 0038), which only that broker can do.
+// connectionKicked is told by the presence tracker of every host connection that a
+// broker closed on request ($SYS.REQ.SERVER.<id>.KICK), on any broker. The leader
+// asks for it, for a node's budget (its message rate or size, more connections than
+// it may hold) or a revocation; the broker that held the connection, this one when
+// the event is this broker's, refuses a live node's key for a while (decision 0038:
+// authn.Kicked, which passes over revoked keys and enrolling clients'). The leader
+// handles every host's messages, from any broker: the cooldown it started on its own
+// broker left the one the host flooded through admitting it again 2 ms later (a
+// review).
+func (d *Daemon) connectionKicked(user string, c presence.Conn) {
+	if c.Server == d.broker.InProcess().ID() {
 		d.authn.Kicked(user)
 	}
+}
+
+// connectionChanged is told by the presence tracker of every host connection that
+// opens or closes, on any broker. A node holding more connections than its budget
+// has its newest closed, by the leader alone so that it is closed once (and its key
+// is then refused for a while by the broker that held it: connectionKicked).
+func (d *Daemon) connectionChanged(user string, c presence.Conn, started time.Time, opened bool, open int) {
 	if !d.raft.IsLeader() {
 		return
 	}

@@ -136,7 +136,7 @@ func (d *Daemon) payAnswer(budget, key string, size int) bool {
 		return true
 	}
 	cost := d.guard.answerCost(size * d.copies(key, perConn))
-	return cost == 0 || d.guard.spendN(budget, cost)
+	return cost == 0 || d.guard.spendKeeping(budget, cost, answerReserve)
 }
 
 // copies is how many copies of a message published on one of key's subjects the
@@ -207,7 +207,8 @@ func (d *Daemon) disconnectNode(node string, why Reason) {
 // disconnectKey closes every connection of the hosts account that logged in with
 // key (a node's, or an enrolling client's), cluster-wide, as disconnectNode does.
 func (d *Daemon) disconnectKey(key string, why Reason) {
-	d.authn.Kicked(key) // this broker refuses the key for a while (decision 0038)
+	// The brokers that held its connections refuse the key for a while once they
+	// close them (connectionKicked, decision 0038).
 	asked, open := d.presence.Kick(key)
 	switch {
 	case asked > 0:

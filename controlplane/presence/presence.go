@@ -51,6 +51,10 @@ type Config struct {
 	// changes, with the connection that changed it and when the broker accepted it
 	// (zero when not known). It runs on the events goroutine and must not block.
 	OnChange func(user string, c Conn, started time.Time, opened bool, open int)
+	// OnKicked, when set, is called when a connection closes because it was kicked
+	// ($SYS.REQ.SERVER.<id>.KICK: the disconnect event's reason "Kicked"), on the
+	// events goroutine, after OnChange; it must not block.
+	OnKicked func(user string, c Conn)
 	// Ignore, when set, names users not to track (the control plane's own
 	// connections in the account).
 	Ignore func(user string) bool
@@ -179,19 +183,25 @@ type event struct {
 		Start time.Time `json:"start"`
 		Host  string    `json:"host"`
 	} `json:"client"`
+	// Reason is why a connection closed (a disconnect event's).
+	Reason string `json:"reason"`
 }
 
-func (t *Tracker) decode(m *nats.Msg) (Conn, string, time.Time, string, bool) {
+// reasonKicked is a disconnect event's reason for a connection closed by
+// $SYS.REQ.SERVER.<id>.KICK (nats-server's ClosedState Kicked).
+const reasonKicked = "Kicked"
+
+func (t *Tracker) decode(m *nats.Msg) (Conn, string, time.Time, string, string, bool) {
 	var e event
 	if err := json.Unmarshal(m.Data, &e); err != nil || e.Server.ID == "" || e.Client.User == "" {
 		t.cfg.Logger.Warn("connection event not understood", "subject", m.Subject, "err", err)
-		return Conn{}, "", time.Time{}, "", false
+		return Conn{}, "", time.Time{}, "", "", false
 	}
-	return Conn{Server: e.Server.ID, CID: e.Client.ID}, e.Client.User, e.Client.Start, e.Client.Host, true
+	return Conn{Server: e.Server.ID, CID: e.Client.ID}, e.Client.User, e.Client.Start, e.Client.Host, e.Reason, true
 }
 
 func (t *Tracker) onConnect(m *nats.Msg) {
-	c, user, started, addr, ok := t.decode(m)
+	c, user, started, addr, _, ok := t.decode(m)
 	if !ok {
 		return
 	}
@@ -201,12 +211,15 @@ func (t *Tracker) onConnect(m *nats.Msg) {
 }
 
 func (t *Tracker) onDisconnect(m *nats.Msg) {
-	c, user, started, _, ok := t.decode(m)
+	c, user, started, _, reason, ok := t.decode(m)
 	if !ok {
 		return
 	}
 	if n, removed := t.remove(c, t.cfg.Now()); removed && t.cfg.OnChange != nil {
 		t.cfg.OnChange(user, c, started, false, n)
+	}
+	if reason == reasonKicked && t.cfg.OnKicked != nil {
+		t.cfg.OnKicked(user, c)
 	}
 }
 
