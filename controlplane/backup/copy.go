@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"mesh/controlplane/datadir"
+	"mesh/controlplane/internal/ctxio"
 	"mesh/host/atomicfile"
 )
 
@@ -74,7 +75,7 @@ func copyFile(ctx context.Context, src, dst string) (n int64, err error) {
 			os.Remove(tmp)
 		}
 	}()
-	if n, err = io.Copy(out, ctxReader{ctx: ctx, r: in}); err != nil {
+	if n, err = io.Copy(out, ctxio.Reader(ctx, in)); err != nil {
 		return 0, fmt.Errorf("copy %s: %w", src, err)
 	}
 	if err = out.Sync(); err != nil {
@@ -90,17 +91,4 @@ func copyFile(ctx context.Context, src, dst string) (n int64, err error) {
 		return 0, fmt.Errorf("copy %s: %w", src, err)
 	}
 	return n, nil
-}
-
-// ctxReader is r, failing with ctx's error once ctx ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
+	"mesh/controlplane/internal/ctxio"
 	"mesh/host/atomicfile"
 )
 
@@ -76,7 +77,7 @@ func (n *Node) BackUp(ctx context.Context, dir string) (BackupStore, error) {
 	if err != nil {
 		return out, fmt.Errorf("create the backup's snapshot: %w", err)
 	}
-	written, err := io.Copy(sink, ctxReader{ctx: ctx, r: rc})
+	written, err := io.Copy(sink, ctxio.Reader(ctx, rc))
 	if err != nil {
 		_ = sink.Cancel()
 		return out, fmt.Errorf("write the backup's snapshot: %w", err)
@@ -166,16 +167,3 @@ var (
 	stableLastVoteTerm = []byte("LastVoteTerm")
 	stableLastVoteCand = []byte("LastVoteCand")
 )
-
-// ctxReader is r, failing with ctx's error once ctx ends.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
-}
