@@ -78,19 +78,6 @@ func declareBytes(t *testing.T, d *Daemon, node string, size int) uint64 {
 	return res.Assignments[0].Version
 }
 
-// settle waits until n stops growing, and returns it.
-func settle(n *atomic.Int64) int64 {
-	last := n.Load()
-	for {
-		time.Sleep(200 * time.Millisecond)
-		now := n.Load()
-		if now == last {
-			return now
-		}
-		last = now
-	}
-}
-
 // TestSyncAnswersArePaidForEveryCopy: a host holding its 4 connections with 4
 // subscriptions each on its declaration subject (the most the broker lets it hold:
 // its requests name a reply subject it does not subscribe to), syncing at the most
@@ -106,7 +93,7 @@ func TestSyncAnswersArePaidForEveryCopy(t *testing.T) {
 	}
 	conns, _, got, _ := heldBy(t, d, "evil", 4, 4)
 	declareBytes(t, d, "evil", 200<<10)
-	settle(got) // the operator's push: not the node's to pay
+	settled(got) // the operator's push: not the node's to pay
 	got.Store(0)
 
 	budgets := d.guard.budgets
@@ -121,7 +108,7 @@ func TestSyncAnswersArePaidForEveryCopy(t *testing.T) {
 		requests++
 		time.Sleep(time.Until(start.Add(time.Duration(requests) * time.Second / 19)))
 	}
-	received := settle(got)
+	received := settled(got)
 	elapsed := time.Since(start).Seconds()
 	answered := requests - int(refused())
 	// Paid: the burst and the refill, less the requests; each answer may send up to
@@ -249,7 +236,7 @@ func TestResendsArePaidForEveryCopy(t *testing.T) {
 	t.Cleanup(d.Close)
 	_, _, got, envelopes := heldBy(t, d, "evil", 4, 4)
 	declareBytes(t, d, "evil", 200<<10)
-	settle(got)
+	settled(got)
 	clock := time.Now()
 	d.guard.now = func() time.Time { return clock }
 	budgets := d.guard.budgets
@@ -264,7 +251,7 @@ func TestResendsArePaidForEveryCopy(t *testing.T) {
 		now = now.Add(10 * time.Second)
 		d.seen.mark("evil", now) // it reports, and never acknowledges
 		d.reconcile(now)
-		n = settle(envelopes) - n0
+		n = settled(envelopes) - n0
 		return got.Load() - b0, n
 	}
 	var sent []int64
@@ -316,7 +303,7 @@ func TestAnAgentIsServedItsLargestDeclaration(t *testing.T) {
 	nc := conns[0]
 	// The most a body may be: signed, it must stay under the envelope's cap.
 	declareBytes(t, d, "big", (declarations.MaxEnvelopeSize-8<<10)*3/4)
-	settle(envelopes)
+	settled(envelopes)
 	largest := got.Load()
 	if largest < declarations.MaxEnvelopeSize-64<<10 {
 		t.Fatalf("the declaration's envelope is %d bytes; the test needs one near the cap (%d)", largest, declarations.MaxEnvelopeSize)
@@ -336,7 +323,7 @@ func TestAnAgentIsServedItsLargestDeclaration(t *testing.T) {
 		if err := json.Unmarshal(m.Data, &resp); err != nil || resp.Error != nil || resp.Sent == 0 {
 			t.Fatalf("%s answered %s", what, m.Data)
 		}
-		if n := settle(envelopes) - n0; n != int64(resp.Sent) {
+		if n := settled(envelopes) - n0; n != int64(resp.Sent) {
 			t.Fatalf("%s: %d envelopes arrived of %d sent", what, n, resp.Sent)
 		}
 	}
@@ -345,7 +332,7 @@ func TestAnAgentIsServedItsLargestDeclaration(t *testing.T) {
 	now := d.now().Add(d.opts.ReconcileInterval)
 	d.seen.mark("big", now)
 	d.reconcile(now)
-	if settle(envelopes) == n0 {
+	if settled(envelopes) == n0 {
 		t.Fatal("the re-send was not sent")
 	}
 	report, _ := json.Marshal(api.Status{V: api.ProtocolVersion, Node: "big"})
