@@ -14,9 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"mesh/controlplane/api"
-	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
-	"mesh/host/identity"
 	"mesh/integration/harness"
 )
 
@@ -79,24 +77,16 @@ func TestAStalledHostHoldsLittleOfItsBroker(t *testing.T) {
 	if r := cp.Ctl("declare", "--node", "evil", "--file", body); r.Code != 0 {
 		t.Fatalf("declare: %s", r.Combined())
 	}
-	id, err := identity.Load(h.State)
+	kp, pin := h.KeyPair(t), pinOf(t, cp)
+	pub, err := kp.PublicKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	kp, err := id.KeyPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := datadir.Dir(cp.Dir).LoadConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pin, _ := cfg.Pin()
 	var stall atomic.Bool
 	var conns []*nats.Conn
 	for range 4 {
 		nc, err := nats.Connect("tls://"+cp.Listen, nats.Secure(pki.PinnedClientConfig(pin)), nats.TLSHandshakeFirst(),
-			nats.Nkey(id.PublicKey, kp.Sign), nats.NoReconnect(), nats.SetCustomDialer(stallingDialer{&stall}),
+			nats.Nkey(pub, kp.Sign), nats.NoReconnect(), nats.SetCustomDialer(stallingDialer{&stall}),
 			nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 		if err != nil {
 			t.Fatal(err)
