@@ -21,8 +21,13 @@ func (d *Daemon) Counters() Counts { return d.guard.snapshot() }
 // handles every host's messages, from any broker: the cooldown it started on its own
 // broker left the one the host flooded through admitting it again 2 ms later (a
 // review).
+//
+// Not while this broker sheds its hosts (decision 0023): it closes every host's
+// connection the same way, and its hosts, refused meanwhile anyway, were refused
+// again for a while once it admitted them, logged as disconnected for their budget
+// (a review).
 func (d *Daemon) connectionKicked(user string, c presence.Conn) {
-	if c.Server == d.broker.InProcess().ID() {
+	if c.Server == d.broker.InProcess().ID() && !d.broker.Shedding() {
 		d.authn.Kicked(user)
 	}
 }
