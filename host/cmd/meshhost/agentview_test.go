@@ -93,38 +93,9 @@ func TestAgentViewSaysWhyNot(t *testing.T) {
 // that it is not saved, and why, in text and in JSON.
 func TestStatusSaysWhatTheAgentCouldNotSave(t *testing.T) {
 	_, id := enrolled(t)
-	dir, err := os.MkdirTemp("", "mh") // short: a socket's address is at most 108 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := identity.Save(dir, id); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("unix", agent.SocketPath(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
 	answer := `{"connected":true,"synced":true,"broker":"tls://127.0.0.1:1","since":"2026-12-05T01:00:00Z",` +
 		`"unsaved":{"have_applied":true,"applied_version":2,"expires_at":"2099-01-01T00:00:00Z","error":"write applied.state: no space left on device"}}`
-	var answerMu sync.Mutex
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			bufio.NewReader(c).ReadString('\n')
-			answerMu.Lock()
-			fmt.Fprintln(c, answer)
-			answerMu.Unlock()
-			c.Close()
-		}
-	}()
+	dir, answers := fakeAgent(t, id, answer)
 	code, out, stderr := runCLI("", nil, "status", "--state", dir)
 	if code != exitOK || !strings.Contains(out, "applied   v2") || !strings.Contains(out, "state_not_saved: write applied.state: no space left on device") || !strings.Contains(out, "NOT SAVED") {
 		t.Fatalf("status (exit %d):\n%s%s", code, out, stderr)
@@ -144,9 +115,7 @@ func TestStatusSaysWhatTheAgentCouldNotSave(t *testing.T) {
 	if code != exitOK || strings.Contains(out, "retry") || !strings.Contains(out, "its state file v1") {
 		t.Fatalf("status with a retry over in the file (exit %d):\n%s%s", code, out, stderr)
 	}
-	answerMu.Lock()
-	answer = strings.Replace(answer, `"error":"write`, `"next_attempt":"2099-02-01T00:00:00Z","error":"write`, 1)
-	answerMu.Unlock()
+	answers(strings.Replace(answer, `"error":"write`, `"next_attempt":"2099-02-01T00:00:00Z","error":"write`, 1))
 	code, out, stderr = runCLI("", nil, "status", "--state", dir)
 	if code != exitOK || !strings.Contains(out, "retry     at 2099-02-01T00:00:00Z") {
 		t.Fatalf("status with the agent owing a retry (exit %d):\n%s%s", code, out, stderr)
@@ -202,6 +171,29 @@ func TestFilesLine(t *testing.T) {
 // and in JSON; without it, nothing.
 func TestStatusSaysAnotherMachineHoldsTheKey(t *testing.T) {
 	_, id := enrolled(t)
+	plain := `{"connected":true,"synced":true,"broker":"tls://127.0.0.1:1","since":"2026-12-05T01:00:00Z"}`
+	answer := strings.TrimSuffix(plain, "}") + `,"shared_key":{"from":["192.0.2.9"],"connections":2,"since":"2026-12-05T00:55:00Z","told_at":"2026-12-05T01:10:00Z"}}`
+	dir, answers := fakeAgent(t, id, answer)
+	code, out, stderr := runCLI("", nil, "status", "--state", dir)
+	want := "shared    ANOTHER MACHINE holds this node's key (from 192.0.2.9; since 2026-12-05T00:55:00Z, 2 connections with it, as the mesh said at 2026-12-05T01:10:00Z)"
+	if code != exitOK || !strings.Contains(out, want) || !strings.Contains(out, "meshctl revoke "+id.Node) {
+		t.Fatalf("status (exit %d):\n%s%s", code, out, stderr)
+	}
+	code, out, stderr = runCLI("", nil, "status", "--state", dir, "--json")
+	if code != exitOK || !strings.Contains(out, `"shared_key": {`) || !strings.Contains(out, `"192.0.2.9"`) {
+		t.Fatalf("status --json (exit %d):\n%s%s", code, out, stderr)
+	}
+	answers(plain)
+	if code, out, stderr = runCLI("", nil, "status", "--state", dir); code != exitOK || strings.Contains(out, "shared ") {
+		t.Fatalf("status without it (exit %d):\n%s%s", code, out, stderr)
+	}
+}
+
+// fakeAgent is a state directory holding id, with something on the agent's socket
+// that answers every status request with answer, or with what the returned function
+// was given last.
+func fakeAgent(t *testing.T, id identity.Identity, answer string) (string, func(string)) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "mh") // short: a socket's address is at most 108 bytes
 	if err != nil {
 		t.Fatal(err)
@@ -217,10 +209,8 @@ func TestStatusSaysAnotherMachineHoldsTheKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	plain := `{"connected":true,"synced":true,"broker":"tls://127.0.0.1:1","since":"2026-12-05T01:00:00Z"}`
-	answer := strings.TrimSuffix(plain, "}") + `,"shared_key":{"from":["192.0.2.9"],"connections":2,"since":"2026-12-05T00:55:00Z","told_at":"2026-12-05T01:10:00Z"}}`
-	var answerMu sync.Mutex
+	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -228,25 +218,15 @@ func TestStatusSaysAnotherMachineHoldsTheKey(t *testing.T) {
 				return
 			}
 			bufio.NewReader(c).ReadString('\n')
-			answerMu.Lock()
+			mu.Lock()
 			fmt.Fprintln(c, answer)
-			answerMu.Unlock()
+			mu.Unlock()
 			c.Close()
 		}
 	}()
-	code, out, stderr := runCLI("", nil, "status", "--state", dir)
-	want := "shared    ANOTHER MACHINE holds this node's key (from 192.0.2.9; since 2026-12-05T00:55:00Z, 2 connections with it, as the mesh said at 2026-12-05T01:10:00Z)"
-	if code != exitOK || !strings.Contains(out, want) || !strings.Contains(out, "meshctl revoke "+id.Node) {
-		t.Fatalf("status (exit %d):\n%s%s", code, out, stderr)
-	}
-	code, out, stderr = runCLI("", nil, "status", "--state", dir, "--json")
-	if code != exitOK || !strings.Contains(out, `"shared_key": {`) || !strings.Contains(out, `"192.0.2.9"`) {
-		t.Fatalf("status --json (exit %d):\n%s%s", code, out, stderr)
-	}
-	answerMu.Lock()
-	answer = plain
-	answerMu.Unlock()
-	if code, out, stderr = runCLI("", nil, "status", "--state", dir); code != exitOK || strings.Contains(out, "shared ") {
-		t.Fatalf("status without it (exit %d):\n%s%s", code, out, stderr)
+	return dir, func(a string) {
+		mu.Lock()
+		answer = a
+		mu.Unlock()
 	}
 }
