@@ -20,7 +20,6 @@ import (
 	"mesh/controlplane/authn"
 	"mesh/controlplane/bootstrap"
 	"mesh/controlplane/datadir"
-	"mesh/controlplane/replication"
 	"mesh/controlplane/state"
 )
 
@@ -29,7 +28,7 @@ func fleet(b testing.TB, n int) *Daemon {
 	b.Helper()
 	dir := bootstrapped(b, "bench")
 	d, err := Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.DiscardHandler), wrapAuth: withObserver,
-		Timeouts: replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
+		Timeouts: testTimeouts})
 	if err != nil {
 		b.Fatal(err)
 	}

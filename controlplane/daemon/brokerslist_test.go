@@ -1,13 +1,9 @@
 package daemon
 
 import (
-	"context"
-	"log/slog"
 	"slices"
 	"testing"
 	"time"
-
-	"mesh/controlplane/replication"
 )
 
 // TestMeshJSONListsTheBrokersAgain: a broker list mesh.json does not hold (a save
@@ -16,16 +12,7 @@ import (
 // node tries the brokers there are.
 func TestMeshJSONListsTheBrokersAgain(t *testing.T) {
 	dir := bootstrapped(t, "brokers")
-	d, err := Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.DiscardHandler), ReadyTimeout: 20 * time.Second,
-		ReconcileInterval: 200 * time.Millisecond,
-		Timeouts:          replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- d.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-ran; d.Close() })
+	runDaemon(t, Options{Dir: dir, ReadyTimeout: 20 * time.Second, ReconcileInterval: 200 * time.Millisecond})
 
 	cfg, err := dir.LoadConfig()
 	if err != nil {

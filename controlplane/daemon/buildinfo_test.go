@@ -4,9 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"testing"
-	"time"
-
-	"mesh/controlplane/replication"
 )
 
 // TestBuildInfoAndLeaderChanges: a control node's metrics name the build serving,
@@ -16,7 +13,7 @@ import (
 func TestBuildInfoAndLeaderChanges(t *testing.T) {
 	d, err := Open(context.Background(), Options{Dir: bootstrapped(t, "build"), Logger: slog.New(slog.DiscardHandler),
 		Version: "0.1.0+git20261203145709.7132ef2931ef", Revision: "7132ef2931ef0123",
-		Timeouts: replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
+		Timeouts: testTimeouts})
 	if err != nil {
 		t.Fatal(err)
 	}

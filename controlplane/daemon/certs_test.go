@@ -16,7 +16,6 @@ import (
 	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
-	"mesh/controlplane/replication"
 	"mesh/controlplane/state"
 )
 
@@ -89,7 +88,7 @@ func TestCertificateExpiryWarnedAndExported(t *testing.T) {
 	clock.Store(leaf.NotAfter.Add(-100 * 24 * time.Hour).UnixNano())
 	now := func() time.Time { return time.Unix(0, clock.Load()) }
 	d, err := Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.NewTextHandler(&log, nil)), Now: now,
-		Timeouts: replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
+		Timeouts: testTimeouts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"mesh/controlplane/api"
-	"mesh/controlplane/replication"
 	"mesh/declarations"
 )
 
@@ -229,7 +228,7 @@ func TestResendsArePaidForEveryCopy(t *testing.T) {
 	// No reconcile of its own during the test: the rounds are the test's.
 	d, err := Open(context.Background(), Options{Dir: bootstrapped(t, "resend"), Logger: slog.New(slog.NewTextHandler(&log, nil)),
 		ReconcileInterval: 10 * time.Minute,
-		Timeouts:          replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
+		Timeouts:          testTimeouts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +290,7 @@ func TestResendsArePaidForEveryCopy(t *testing.T) {
 func TestAnAgentIsServedItsLargestDeclaration(t *testing.T) {
 	d, err := Open(context.Background(), Options{Dir: bootstrapped(t, "largest"), Logger: slog.New(slog.DiscardHandler),
 		ReconcileInterval: 10 * time.Minute,
-		Timeouts:          replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
+		Timeouts:          testTimeouts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 func serveNode(t *testing.T, dir datadir.Dir, log *slog.Logger, now func() time.Time) *Daemon {
 	t.Helper()
 	d, err := Open(context.Background(), Options{Dir: dir, Logger: log, Now: now,
-		Timeouts: replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
+		Timeouts: testTimeouts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"mesh/controlplane/api"
-	"mesh/controlplane/replication"
 )
 
 // TestRefusalLevels: an operator's request refused for what it asked is logged at
@@ -46,7 +45,7 @@ func TestRefusalLevels(t *testing.T) {
 func TestATypoedRevokeWarnsNothing(t *testing.T) {
 	var log lockedBuffer
 	d, err := Open(context.Background(), Options{Dir: bootstrapped(t, "typo"), Logger: slog.New(slog.NewTextHandler(&log, nil)), wrapAuth: withObserver,
-		Timeouts: replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
+		Timeouts: testTimeouts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"mesh/controlplane/api"
-	"mesh/controlplane/replication"
 	"mesh/controlplane/state"
 	"mesh/declarations"
 )
@@ -46,7 +45,7 @@ func loggedDaemon(t *testing.T, log *lockedBuffer, nodes []string) *Daemon {
 	t.Helper()
 	dir := bootstrapped(t, "logs")
 	d, err := Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.NewTextHandler(log, nil)),
-		Timeouts: replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
+		Timeouts: testTimeouts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,7 @@
 package daemon
 
 import (
-	"context"
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +14,6 @@ import (
 	"mesh/controlplane/authn"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
-	"mesh/controlplane/replication"
 	"mesh/controlplane/state"
 )
 
@@ -46,16 +43,7 @@ func (r rechecksAsAtLogin) Authenticate(c broker.Client) (broker.Grant, error) {
 // then log in again with the reads only.
 func TestARemovedControlNodesOperatorConnectionIsClosed(t *testing.T) {
 	dir := bootstrapped(t, "removedop")
-	d, err := Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.DiscardHandler),
-		wrapAuth: func(a broker.Authenticator) broker.Authenticator { return rechecksAsAtLogin{a} },
-		Timeouts: replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- d.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-ran; d.Close() })
+	d, _ := runDaemon(t, Options{Dir: dir, wrapAuth: func(a broker.Authenticator) broker.Authenticator { return rechecksAsAtLogin{a} }})
 
 	seed, err := dir.ReadFile(datadir.AccountKeyFile)
 	if err != nil {

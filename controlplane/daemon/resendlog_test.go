@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"mesh/controlplane/replication"
 )
 
 // TestResendingIsNotLoggedEveryRound: live nodes that stay behind for a reason
@@ -21,7 +19,7 @@ import (
 func TestResendingIsNotLoggedEveryRound(t *testing.T) {
 	var log lockedBuffer
 	d, err := Open(context.Background(), Options{Dir: bootstrapped(t, "resend"), Logger: slog.New(slog.NewTextHandler(&log, nil)),
-		Timeouts: replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
+		Timeouts: testTimeouts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,12 +13,28 @@ import (
 	"mesh/controlplane/replication"
 )
 
+// testTimeouts are Raft's timeouts for a control node in a test: a one-voter
+// cluster elects itself in a fraction of a second.
+var testTimeouts = replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}
+
 // runUntilStopped opens and runs the control node of dir, its clock now; stop ends
 // it (at most once, and at the test's end if the test did not).
 func runUntilStopped(t *testing.T, dir datadir.Dir, now func() time.Time) (d *Daemon, stop func()) {
 	t.Helper()
-	d, err := Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.DiscardHandler), Now: now, ReadyTimeout: 20 * time.Second,
-		Timeouts: replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
+	return runDaemon(t, Options{Dir: dir, Now: now, ReadyTimeout: 20 * time.Second})
+}
+
+// runDaemon opens and runs a control node with opts (no log and testTimeouts unless
+// given); stop ends it (at most once, and at the test's end if the test did not).
+func runDaemon(t *testing.T, opts Options) (d *Daemon, stop func()) {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Timeouts == (replication.Timeouts{}) {
+		opts.Timeouts = testTimeouts
+	}
+	d, err := Open(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

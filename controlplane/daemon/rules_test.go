@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"mesh/controlplane/replication"
 	"mesh/controlplane/state"
 )
 
@@ -19,7 +18,7 @@ func TestEntryOfANewerMeshctlStopsTheNode(t *testing.T) {
 	dir := bootstrapped(t, "rules")
 	open := func() (*Daemon, error) {
 		return Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.DiscardHandler), ReadyTimeout: 20 * time.Second,
-			Timeouts: replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
+			Timeouts: testTimeouts})
 	}
 	d, err := open()
 	if err != nil {

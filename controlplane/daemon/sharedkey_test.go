@@ -1,10 +1,8 @@
 package daemon
 
 import (
-	"context"
 	"encoding/hex"
 	"encoding/json"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +12,6 @@ import (
 
 	"mesh/broker"
 	"mesh/controlplane/api"
-	"mesh/controlplane/replication"
 	"mesh/controlplane/state"
 )
 
@@ -27,20 +24,7 @@ import (
 // the grace, and once one connection is left, reports are not answered.
 func TestAKeyHeldTwicePastTheGraceIsFailing(t *testing.T) {
 	const grace = 3 * time.Second
-	d, err := Open(context.Background(), Options{Dir: bootstrapped(t, "clone"), Logger: slog.New(slog.DiscardHandler), SharedKeyGrace: grace, wrapAuth: withObserver,
-		Timeouts: replication.Timeouts{Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond, Commit: 5 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := d.Run(ctx); err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done; d.Close() })
+	d, _ := runDaemon(t, Options{Dir: bootstrapped(t, "clone"), SharedKeyGrace: grace, wrapAuth: withObserver})
 	kp, _ := nkeys.CreateUser()
 	pub, _ := kp.PublicKey()
 	id := hex.EncodeToString([]byte(strings.Repeat("c", 32)))
