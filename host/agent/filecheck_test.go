@@ -685,23 +685,12 @@ func TestAnOlderCopyIsNotKept(t *testing.T) {
 	ctx := context.Background()
 	now := t0
 	f.a.o.Now = func() time.Time { return now }
-	signed := func(issued time.Time) []byte {
-		content := "declared"
-		env, err := declarations.SignDeclaration(declarations.Declaration{
-			Mesh: "m", Node: "n-1", NodeKey: f.nodeKey, Version: 1, IssuedAt: issued, ExpiresAt: issued.Add(24 * time.Hour),
-			Body: declarations.Body{Files: []declarations.File{{Path: "etc/app.conf", Content: &content}}},
-		}, f.key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return env
-	}
-	first := signed(t0)
+	first := f.declAt(t, t0)
 	if err := f.a.handle(ctx, first); err != nil {
 		t.Fatal(err)
 	}
 	now = t0.Add(12 * time.Hour)
-	refresh := signed(now)
+	refresh := f.declAt(t, now)
 	if err := f.a.handle(ctx, refresh); err != nil {
 		t.Fatal(err)
 	}
@@ -1208,4 +1197,18 @@ func TestARootNewerThanTheStateIsNotPutBack(t *testing.T) {
 	if !f.a.checkFiles(ctx).putBack || f.file(t) != "declared" || f.a.off.code != "" {
 		t.Fatalf("with the root's mark at v1 the file is %q, the check off for %q; want put back", f.file(t), f.a.off.code)
 	}
+}
+
+// declAt signs v1 of the fixture's body ("declared") issued at issued.
+func (f *fixture) declAt(t *testing.T, issued time.Time) []byte {
+	t.Helper()
+	content := "declared"
+	env, err := declarations.SignDeclaration(declarations.Declaration{
+		Mesh: "m", Node: "n-1", NodeKey: f.nodeKey, Version: 1, IssuedAt: issued, ExpiresAt: issued.Add(24 * time.Hour),
+		Body: declarations.Body{Files: []declarations.File{{Path: "etc/app.conf", Content: &content}}},
+	}, f.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
 }

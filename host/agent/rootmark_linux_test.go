@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"mesh/declarations"
 )
 
 // errNotAsUser: asUser could not make its thread another user's.
@@ -240,20 +238,6 @@ func TestTheMarkGoesOnADirectoryOnly(t *testing.T) {
 			t.Errorf("a mark was read from %s in the root's place", p)
 		}
 	}
-}
-
-// declAt signs v1 of the fixture's body ("declared") issued at issued.
-func (f *fixture) declAt(t *testing.T, issued time.Time) []byte {
-	t.Helper()
-	content := "declared"
-	env, err := declarations.SignDeclaration(declarations.Declaration{
-		Mesh: "m", Node: "n-1", NodeKey: f.nodeKey, Version: 1, IssuedAt: issued, ExpiresAt: issued.Add(24 * time.Hour),
-		Body: declarations.Body{Files: []declarations.File{{Path: "etc/app.conf", Content: &content}}},
-	}, f.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return env
 }
 
 // TestTheMeshsCopyEndsRootNewerWithoutFlapping (a reviewer's audit, 2026-12,
