@@ -10,6 +10,7 @@ import (
 	"io"
 	"time"
 
+	"mesh/controlplane/pki"
 	"mesh/host/jsonkeys"
 )
 
@@ -418,6 +419,17 @@ type TokenCreateRequest struct {
 	// pending token refuses the request (token_pending). A control plane older than
 	// this field refuses the request as an unknown member.
 	Replace bool `json:"replace,omitempty"`
+}
+
+// ControlClaim is what the mesh CA signs for a control token's creation, r, in mesh:
+// the terms the control plane takes from r and would hand a joiner for.
+func (r TokenCreateRequest) ControlClaim(mesh string) pki.ControlClaim {
+	c := r.Control
+	if c == nil {
+		c = &ControlMember{}
+	}
+	return pki.ControlClaim{Mesh: mesh, TokenID: r.ID, Node: r.Node, Broker: c.Broker, Raft: c.Raft, Cluster: c.Cluster,
+		Pin: c.Pin, Operator: c.Operator, ProofKey: r.ProofKey, SealedSum: pki.SealedSum(r.Sealed), Expiry: c.ClaimExpiry}
 }
 
 // TokenCreateResult tells meshctl what to put in the token besides the secret.

@@ -282,11 +282,16 @@ type ControlMember struct {
 	Raft    string `json:"raft"`
 	Cluster string `json:"cluster"`
 	// Pin and Operator, in a control token's creation only, name the TLS key and the
-	// operator credentials the CA holder issued for the node (pki.ControlClaim), and
-	// Proof is the CA's signature over that claim.
-	Pin      string `json:"pin,omitempty"`
-	Operator string `json:"operator,omitempty"`
-	Proof    []byte `json:"proof,omitempty"`
+	// operator credentials the CA holder issued for the node, ClaimExpiry when the
+	// CA's claim stops admitting the token, and Proof is the CA's signature over that
+	// claim (TokenCreateRequest.ControlClaim). A control plane older than
+	// ClaimExpiry refuses the request as an unknown member; one of this version
+	// refuses a request without it, an older meshctl's, whose claim (version 1)
+	// did not cover the token's proof key.
+	Pin         string    `json:"pin,omitempty"`
+	Operator    string    `json:"operator,omitempty"`
+	Proof       []byte    `json:"proof,omitempty"`
+	ClaimExpiry time.Time `json:"claim_expiry,omitzero"`
 }
 
 // ControlAdmission is what a joining control node receives.

@@ -1187,10 +1187,16 @@ func (d *Daemon) checkControlClaim(req api.TokenCreateRequest) error {
 	if err != nil {
 		return &api.Error{Code: api.CodeInternal, Message: "the mesh CA certificate of this node does not parse: " + err.Error()}
 	}
-	claim := pki.ControlClaim{Mesh: d.cfg.Mesh, TokenID: req.ID, Node: req.Node,
-		Broker: c.Broker, Raft: c.Raft, Cluster: c.Cluster, Pin: c.Pin, Operator: c.Operator}
-	if err := pki.VerifyControlClaim(ca, claim, c.Proof); err != nil {
+	if c.ClaimExpiry.IsZero() {
+		return badRequest("this control token was minted by a meshctl older than the control plane, whose CA claim does not cover the token's proof key: nothing was minted; mint it again with this version's meshctl on the CA holder")
+	}
+	if err := pki.VerifyControlClaim(ca, req.ControlClaim(d.cfg.Mesh), c.Proof); err != nil {
 		return &api.Error{Code: api.CodeNotCAHolder, Message: err.Error()}
+	}
+	// After its expiry, a claim could register the id of a token purged since.
+	if now := d.now(); now.After(c.ClaimExpiry) {
+		return badRequest("the CA's claim for this control token expired at %s (this control node's clock reads %s): nothing was minted; mint it again, and if the CA holder's clock is behind, set it right first",
+			c.ClaimExpiry.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 	}
 	return nil
 }

@@ -1,7 +1,10 @@
 package daemon
 
 import (
+	"crypto"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"strings"
@@ -19,7 +22,11 @@ import (
 // control token hands its holder the signing key, so the control plane records a
 // control token only with the mesh CA's signature over it, and records the pin and
 // operator key the CA vouched for. Without it, or with another CA's, or with a claim
-// changed after signing, the answer is not_ca_holder and nothing is recorded.
+// changed after signing, the answer is not_ca_holder and nothing is recorded. The
+// claim covers the token's proof key and sealed identity: one taken from the CA
+// holder's request (an on-path relay, say) admits nobody but the holder of that
+// token's secret. An expired claim, or an older meshctl's (which covered neither),
+// is refused as a bad request, nothing recorded.
 func TestControlTokenNeedsTheCA(t *testing.T) {
 	d := fleet(t, 0)
 	ca, err := d.opts.Dir.LoadCA()
@@ -33,19 +40,16 @@ func TestControlTokenNeedsTheCA(t *testing.T) {
 	user, _ := nkeys.CreateUser()
 	operatorKey, _ := user.PublicKey()
 	newReq := func() api.TokenCreateRequest {
-		var id [32]byte
+		var id, key [32]byte
 		rand.Read(id[:])
-		return api.TokenCreateRequest{ID: hex.EncodeToString(id[:]), ProofKey: hex.EncodeToString(id[:]), Node: "cp-2", Role: state.RoleControl, TTL: api.Duration(time.Hour),
+		rand.Read(key[:])
+		return api.TokenCreateRequest{ID: hex.EncodeToString(id[:]), ProofKey: hex.EncodeToString(key[:]), Node: "cp-2", Role: state.RoleControl, TTL: api.Duration(time.Hour),
 			Control: &api.ControlMember{Broker: "127.0.0.2:7300", Raft: "127.0.0.2:7301", Cluster: "127.0.0.2:7302",
-				Pin: hex.EncodeToString(make([]byte, 32)), Operator: operatorKey},
+				Pin: hex.EncodeToString(make([]byte, 32)), Operator: operatorKey, ClaimExpiry: d.now().Add(time.Hour).Truncate(time.Second)},
 			Sealed: []byte("sealed")}
 	}
-	claimOf := func(r api.TokenCreateRequest) pki.ControlClaim {
-		c := r.Control
-		return pki.ControlClaim{Mesh: d.cfg.Mesh, TokenID: r.ID, Node: r.Node, Broker: c.Broker, Raft: c.Raft, Cluster: c.Cluster, Pin: c.Pin, Operator: c.Operator}
-	}
 	sign := func(ca *pki.CA, r api.TokenCreateRequest) []byte {
-		sig, err := ca.SignControlClaim(claimOf(r))
+		sig, err := ca.SignControlClaim(r.ControlClaim(d.cfg.Mesh))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,18 +78,52 @@ func TestControlTokenNeedsTheCA(t *testing.T) {
 	r.Control.Operator = "not a key"
 	r.Control.Proof = sign(ca, r)
 	refused["no operator key"] = r
+	r = newReq()
+	r.Control.Proof = sign(ca, r)
+	r.ProofKey = newReq().ProofKey
+	refused["the claim with another proof key"] = r
+	r = newReq()
+	r.Control.Proof = sign(ca, r)
+	r.Sealed = []byte("sealed to the taker")
+	refused["the claim with another sealed identity"] = r
+	r = newReq()
+	r.Control.Proof = sign(ca, r)
+	r.Control.ClaimExpiry = r.Control.ClaimExpiry.Add(time.Hour)
+	refused["the claim with a later expiry"] = r
+
+	badRequests := map[string]api.TokenCreateRequest{}
+	r = newReq()
+	r.Control.ClaimExpiry = d.now().Add(-time.Second).Truncate(time.Second)
+	r.Control.Proof = sign(ca, r)
+	badRequests["an expired claim"] = r
+	r = newReq()
+	r.Control.ClaimExpiry = time.Time{}
+	r.Control.Proof = signV1(t, ca, d.cfg.Mesh, r)
+	badRequests["an older meshctl's claim"] = r
+
 	for name, req := range refused {
 		_, err := d.createToken(req)
 		var ae *api.Error
 		if !errors.As(err, &ae) || ae.Code != api.CodeNotCAHolder {
 			t.Errorf("%s: %v, want %s", name, err, api.CodeNotCAHolder)
 		}
-		d.fsm.Read(func(s *state.State) {
-			if _, ok := s.Tokens[req.ID]; ok {
-				t.Errorf("%s: the token was recorded", name)
-			}
-		})
 	}
+	for name, req := range badRequests {
+		_, err := d.createToken(req)
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Code != api.CodeBadRequest || !strings.Contains(ae.Message, "mint it again") {
+			t.Errorf("%s: %v, want %s saying to mint it again", name, err, api.CodeBadRequest)
+		}
+	}
+	d.fsm.Read(func(s *state.State) {
+		for name, reqs := range map[string]map[string]api.TokenCreateRequest{"not_ca_holder": refused, "bad_request": badRequests} {
+			for what, req := range reqs {
+				if _, ok := s.Tokens[req.ID]; ok {
+					t.Errorf("%s (%s): the token was recorded", what, name)
+				}
+			}
+		}
+	})
 
 	good := newReq()
 	good.Control.Proof = sign(ca, good)
@@ -94,10 +132,29 @@ func TestControlTokenNeedsTheCA(t *testing.T) {
 	}
 	d.fsm.Read(func(s *state.State) {
 		tk := s.Tokens[good.ID]
-		if tk == nil || tk.Control.Pin != good.Control.Pin || tk.Control.Operator != operatorKey {
-			t.Fatalf("recorded token %+v: the pin and operator key are not those the CA signed", tk)
+		if tk == nil || tk.Control.Pin != good.Control.Pin || tk.Control.Operator != operatorKey || tk.ProofKey != good.ProofKey {
+			t.Fatalf("recorded token %+v: the pin, operator key and proof key are not those the CA signed", tk)
 		}
 	})
+}
+
+// signV1 signs r's claim as a meshctl before claim version 2 did: no proof key,
+// sealed identity or expiry.
+func signV1(t *testing.T, ca *pki.CA, mesh string, r api.TokenCreateRequest) []byte {
+	t.Helper()
+	c := r.Control
+	h := sha256.New()
+	for _, f := range []string{"mesh control token claim v1", mesh, r.ID, r.Node, c.Broker, c.Raft, c.Cluster, c.Pin, c.Operator} {
+		var n [4]byte
+		binary.BigEndian.PutUint32(n[:], uint32(len(f)))
+		h.Write(n[:])
+		h.Write([]byte(f))
+	}
+	sig, err := ca.Key.Sign(rand.Reader, h.Sum(nil), crypto.SHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sig
 }
 
 // TestFirstControlNodeRecordsItsIdentity: the bootstrap node's record carries the pin
@@ -166,8 +223,8 @@ func TestControlTokenRefusedWhileAnOlderControlNodeServes(t *testing.T) {
 		Control: &api.ControlMember{Broker: "127.0.0.4:7300", Raft: "127.0.0.4:7301", Cluster: "127.0.0.4:7302",
 			Pin: hex.EncodeToString(make([]byte, 32)), Operator: operatorKey},
 		Sealed: []byte("sealed")}
-	c := req.Control
-	req.Control.Proof, err = ca.SignControlClaim(pki.ControlClaim{Mesh: d.cfg.Mesh, TokenID: req.ID, Node: req.Node, Broker: c.Broker, Raft: c.Raft, Cluster: c.Cluster, Pin: c.Pin, Operator: c.Operator})
+	req.Control.ClaimExpiry = d.now().Add(time.Hour)
+	req.Control.Proof, err = ca.SignControlClaim(req.ControlClaim(d.cfg.Mesh))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -225,16 +225,18 @@ func Mint(dir datadir.Dir, o MintOptions) (tokenfmt.Token, []api.TokenView, erro
 	if addrs.Operator, err = datadir.CredsUserKey(creds); err != nil {
 		return tok, nil, err
 	}
-	claim := pki.ControlClaim{Mesh: cfg.Mesh, TokenID: hex.EncodeToString(id[:]), Node: o.Node,
-		Broker: addrs.Broker, Raft: addrs.Raft, Cluster: addrs.Cluster, Pin: addrs.Pin, Operator: addrs.Operator}
-	if addrs.Proof, err = ca.SignControlClaim(claim); err != nil {
+	// The claim lives as long as the token: past that, its id may be purged and
+	// registered anew.
+	addrs.ClaimExpiry = o.Now().Add(o.TTL).Truncate(time.Second)
+	req := api.TokenCreateRequest{
+		ID: hex.EncodeToString(id[:]), ProofKey: hex.EncodeToString(tok.ProofKey()), Node: o.Node, Role: string(tokenfmt.RoleControl), TTL: api.Duration(o.TTL),
+		Control: &addrs, Sealed: sealed, Replace: o.Replace,
+	}
+	if addrs.Proof, err = ca.SignControlClaim(req.ControlClaim(cfg.Mesh)); err != nil {
 		return tok, nil, err
 	}
 	var res api.TokenCreateResult
-	if err := c.Call(api.OpTokenCreate, api.TokenCreateRequest{
-		ID: claim.TokenID, ProofKey: hex.EncodeToString(tok.ProofKey()), Node: o.Node, Role: string(tokenfmt.RoleControl), TTL: api.Duration(o.TTL),
-		Control: &addrs, Sealed: sealed, Replace: o.Replace,
-	}, &res); err != nil {
+	if err := c.Call(api.OpTokenCreate, req, &res); err != nil {
 		return tok, nil, err
 	}
 	tok, err = operator.TokenFrom(tok.Secret, o.Node, tokenfmt.RoleControl, res)

@@ -10,6 +10,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 )
 
 // ErrBadControlProof refuses a control token whose claim the mesh CA did not sign:
@@ -17,24 +19,41 @@ import (
 var ErrBadControlProof = errors.New("the control token is not signed by the mesh CA: control tokens are minted on the control node that holds the CA key (meshctl token --role control there)")
 
 // ControlClaim is what the holder of the CA key vouches for when it mints a control
-// token: the token (by the hash of its secret), the node and addresses it admits,
-// and the TLS key and operator credentials it issued for that node. The control plane
-// admits a control node only with a claim the CA signed, so operator credentials
-// alone mint no control identity and obtain no signing key.
+// token: the token (by the hash of its secret, and by the key that proves the
+// secret), the node and addresses it admits, the TLS key and operator credentials it
+// issued for that node, the identity it sealed under the secret, and until when.
+// The control plane admits a control node only with a claim the CA signed, so
+// operator credentials alone mint no control identity and obtain no signing key:
+// not even with a claim taken from the CA holder's request, which admits only the
+// holder of that token's secret, and only until the claim expires (after which a
+// purged token's id could be registered again).
 type ControlClaim struct {
 	Mesh, TokenID, Node   string
 	Broker, Raft, Cluster string
 	Pin                   string // LeafPin of the issued leaf
 	Operator              string // public key of the issued operator credentials
+	ProofKey              string // hex tokenfmt.Token.ProofKey of the token
+	SealedSum             string // hex SHA-256 of the identity sealed under the token's secret
+	Expiry                time.Time
 }
 
 // controlClaimTag separates these signatures from anything else the CA key signs.
-const controlClaimTag = "mesh control token claim v1"
+// Version 1 covered neither the proof key, the sealed identity nor an expiry: no
+// control plane of this version takes it.
+const controlClaimTag = "mesh control token claim v2"
 
-// digest hashes the claim's fields, each length-prefixed, after the tag.
+// SealedSum is a ControlClaim's SealedSum of sealed.
+func SealedSum(sealed []byte) string {
+	sum := sha256.Sum256(sealed)
+	return hex.EncodeToString(sum[:])
+}
+
+// digest hashes the claim's fields, each length-prefixed, after the tag; the expiry
+// in whole seconds since 1970.
 func (c ControlClaim) digest() []byte {
 	h := sha256.New()
-	for _, f := range []string{controlClaimTag, c.Mesh, c.TokenID, c.Node, c.Broker, c.Raft, c.Cluster, c.Pin, c.Operator} {
+	for _, f := range []string{controlClaimTag, c.Mesh, c.TokenID, c.Node, c.Broker, c.Raft, c.Cluster, c.Pin, c.Operator,
+		c.ProofKey, c.SealedSum, strconv.FormatInt(c.Expiry.Unix(), 10)} {
 		var n [4]byte
 		binary.BigEndian.PutUint32(n[:], uint32(len(f)))
 		h.Write(n[:])

@@ -3,14 +3,17 @@ package pki
 import (
 	"errors"
 	"testing"
+	"time"
 )
 
-// TestControlClaim: a claim signed by the CA verifies; any field changed, another
-// CA's signature, or no signature at all is ErrBadControlProof.
+// TestControlClaim: a claim signed by the CA verifies; any field changed (the token's
+// proof key, its sealed identity and the expiry included), another CA's signature, or
+// no signature at all is ErrBadControlProof.
 func TestControlClaim(t *testing.T) {
 	ca, other := newCA(t, "m"), newCA(t, "m")
 	claim := ControlClaim{Mesh: "m", TokenID: "00ff", Node: "cp-2", Broker: "10.0.0.2:7300", Raft: "10.0.0.2:7301",
-		Cluster: "10.0.0.2:7302", Pin: LeafPin(parse(t, leafOf(t, ca, "control cp-2").CertPEM)), Operator: "UABC"}
+		Cluster: "10.0.0.2:7302", Pin: LeafPin(parse(t, leafOf(t, ca, "control cp-2").CertPEM)), Operator: "UABC",
+		ProofKey: "aa01", SealedSum: SealedSum([]byte("sealed")), Expiry: time.Unix(1_800_000_000, 0)}
 	sig, err := ca.SignControlClaim(claim)
 	if err != nil {
 		t.Fatal(err)
@@ -27,6 +30,9 @@ func TestControlClaim(t *testing.T) {
 		func(c *ControlClaim) { c.Cluster = "10.0.0.9:7302" },
 		func(c *ControlClaim) { c.Pin = "00" },
 		func(c *ControlClaim) { c.Operator = "UXYZ" },
+		func(c *ControlClaim) { c.ProofKey = "aa02" },
+		func(c *ControlClaim) { c.SealedSum = SealedSum([]byte("sealed to another")) },
+		func(c *ControlClaim) { c.Expiry = c.Expiry.Add(time.Second) },
 		// Fields are length-prefixed: moving a character across a boundary changes the claim.
 		func(c *ControlClaim) { c.Node, c.Broker = "cp-21", "0.0.0.2:7300" },
 	}
