@@ -758,8 +758,9 @@ type RevokeRequest struct {
 	// Key, with one node named, revokes it only if it holds this key (its nkey
 	// public key, as nodes shows it): a command run again after the id enrolled
 	// another machine is refused (CodeKeyMismatch) instead of revoking that one.
-	// Checked by the leader against its state as it proposes the revocation. A
-	// control plane older than it refuses the member (bad_request).
+	// Checked by the leader against its state as it proposes the revocation, and
+	// again as the revocation commits (state.RulesRevokeByKey). A control plane
+	// older than it refuses the member (bad_request).
 	Key string `json:"key,omitempty"`
 }
 

@@ -927,7 +927,18 @@ func (d *Daemon) view(n *state.Node, now time.Time) api.NodeView {
 }
 
 func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
-	out := api.RevokeResult{Revoked: []api.RevokedNode{}}
+	cmd, err := d.proposeRevoke(req)
+	if err != nil {
+		return api.RevokeResult{Revoked: []api.RevokedNode{}}, err
+	}
+	return d.commitRevoke(cmd, req.Key)
+}
+
+// proposeRevoke checks a revocation against the state and returns the command that
+// carries it out: each check that can be made before the commit is made here,
+// where its answer can name what the operator sees.
+func (d *Daemon) proposeRevoke(req api.RevokeRequest) (state.Command, error) {
+	var out state.Command
 	nodes := (&state.RevokeCmd{Node: req.Node, Nodes: req.Nodes}).Targets()
 	switch {
 	case len(nodes) == 0:
@@ -1018,12 +1029,41 @@ func (d *Daemon) revoke(req api.RevokeRequest) (api.RevokeResult, error) {
 			seen = append(seen, state.SeenReport{Node: n, At: last})
 		}
 	}
-	res, err := d.commit(state.Command{Op: state.OpRevoke, At: at, Revoke: &state.RevokeCmd{Nodes: nodes, Seen: seen},
-		Rules: d.tokenRules()})
+	out = state.Command{Op: state.OpRevoke, At: at, Revoke: &state.RevokeCmd{Nodes: nodes, Seen: seen}, Rules: d.tokenRules()}
+	if req.Key != "" {
+		// Checked above as the state stood; checked again as the command applies
+		// where every member applies the rule: a new machine enrolled under the
+		// revoked id in between is not revoked in the key's place.
+		if rules := d.rulesFor(state.RulesRevokeByKey); rules != 0 {
+			out.Rules = rules
+			out.Revoke.Keys = map[string]string{nodes[0]: req.Key}
+		}
+	}
+	return out, nil
+}
+
+// commitRevoke commits a revocation proposeRevoke made, naming key if the
+// revocation named one, and tells what it revoked.
+func (d *Daemon) commitRevoke(cmd state.Command, key string) (api.RevokeResult, error) {
+	out := api.RevokeResult{Revoked: []api.RevokedNode{}}
+	at := cmd.At
+	res, err := d.commit(cmd)
 	if err != nil {
 		return out, err
 	}
 	if res.Err != nil {
+		if errors.Is(res.Err, state.ErrKeyMismatch) {
+			// The same answer as the check before the commit gives.
+			var mismatch *api.Error
+			d.fsm.Read(func(s *state.State) {
+				if n, ok := s.Nodes[cmd.Revoke.Targets()[0]]; ok {
+					mismatch = keyMismatch(s, n, key)
+				}
+			})
+			if mismatch != nil {
+				return out, mismatch
+			}
+		}
 		return out, refusal(res.Err)
 	}
 	for i := range res.Tokens {

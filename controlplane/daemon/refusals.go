@@ -48,6 +48,8 @@ func refusalCode(err error) string {
 		return api.CodeTokenPending
 	case errors.Is(err, state.ErrNodeRevoked):
 		return api.CodeNodeRevoked
+	case errors.Is(err, state.ErrKeyMismatch):
+		return api.CodeKeyMismatch
 	}
 	return api.CodeInternal
 }

@@ -209,6 +209,9 @@ type RevokeCmd struct {
 	// applies the revocation alike without it, as it does StatusCmd.Seen
 	// (decision 0027).
 	Seen []SeenReport `json:"seen,omitempty"`
+	// Keys names, by node, the key the node must hold for the command to revoke
+	// anything (RulesRevokeByKey); a node it does not name may hold any.
+	Keys map[string]string `json:"keys,omitempty"`
 }
 
 // Targets is every node the command names, once each, in order.
@@ -802,6 +805,16 @@ func (s *State) applyRevoke(at time.Time, c *RevokeCmd, rules int) Result {
 	}
 	if len(unknown) > 0 {
 		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownNode, strings.Join(unknown, ", "))}
+	}
+	if rules >= RulesRevokeByKey {
+		for _, id := range slices.Sorted(maps.Keys(c.Keys)) {
+			switch n, ok := s.Nodes[id]; {
+			case !ok || !slices.Contains(targets, id):
+				return Result{Err: fmt.Errorf("%w: a revocation names the key of %s, which it does not revoke", ErrBadCommand, id)}
+			case n.PublicKey != c.Keys[id]:
+				return Result{Err: fmt.Errorf("%s holds %s, not %s: %w", id, n.PublicKey, c.Keys[id], ErrKeyMismatch)}
+			}
+		}
 	}
 	res := Result{Revoked: make([]Node, 0, len(targets))}
 	for _, id := range targets {

@@ -38,8 +38,9 @@ import (
 // admitted is listed to hosts only once the leader has heard it serve
 // (RulesBrokersWhenServing). 7: a token cancellation may name the tokens it
 // cancels (RulesCancelByID). 8: a rotation may take the keyring past an epoch
-// hosts report (RulesRotatePastReported).
-const ApplyRules = 8
+// hosts report (RulesRotatePastReported). 9: a revocation may name the key it
+// revokes (RulesRevokeByKey).
+const ApplyRules = 9
 
 // Revisions of the rules that changed how a command applies; a command that needs one
 // is stamped with it (Command.Rules), and applied by the rules before it otherwise.
@@ -95,6 +96,13 @@ const (
 	// leader takes the rotation past the highest epoch they report. Older rules
 	// refuse such a rotation.
 	RulesRotatePastReported = 8
+	// RulesRevokeByKey: a RevokeCmd that names its nodes' keys (Keys) revokes
+	// nothing unless each named node holds the key named for it (ErrKeyMismatch):
+	// `meshctl revoke --key` run again as a new machine enrolled under the revoked
+	// id, between the leader's look at the state and the commit, refused instead of
+	// revoking the new machine. Older rules ignore Keys: the leader then checks the
+	// key only as it proposes.
+	RulesRevokeByKey = 9
 )
 
 // Roles a node can hold.
@@ -357,6 +365,7 @@ var (
 	ErrKeyRevoked           = errors.New("this node key was revoked and stays refused")
 	ErrKeyInUse             = errors.New("this node key is already enrolled as another node, and a key identifies one node only: enrol this machine with a key of its own")
 	ErrUnknownNode          = errors.New("no such node")
+	ErrKeyMismatch          = errors.New("the node holds another key than the one named: another machine is under the id now, and nothing was revoked")
 	// ErrTokenPending: a token is minted for a node that has a pending one
 	// (RulesTokensFollowNodes).
 	ErrTokenPending = errors.New("a token for this node is pending")
