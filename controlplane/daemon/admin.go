@@ -1233,10 +1233,19 @@ func (d *Daemon) checkControlClaim(req api.TokenCreateRequest) error {
 	if err := pki.VerifyControlClaim(ca, req.ControlClaim(d.cfg.Mesh), c.Proof); err != nil {
 		return &api.Error{Code: api.CodeNotCAHolder, Message: err.Error()}
 	}
-	// After its expiry, a claim could register the id of a token purged since.
-	if now := d.now(); now.After(c.ClaimExpiry) {
-		return badRequest("the CA's claim for this control token expired at %s (this control node's clock reads %s): nothing was minted; mint it again, and if the CA holder's clock is behind, set it right first",
-			c.ClaimExpiry.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	// The claim's expiry is the CA holder's clock plus the token's ttl; it is judged
+	// by this node's, within the tolerance every stamp of another machine gets.
+	// After it, a claim could register the id of a token purged since; one further
+	// ahead than the ttl would outlive the token's record, purged a day after the
+	// record's expiry, and so register that id again once it is purged.
+	now, ttl, tol := d.now(), time.Duration(req.TTL), state.StampAheadTolerance
+	if now.After(c.ClaimExpiry.Add(tol)) {
+		return badRequest("the CA's claim for this control token expired at %s, and this control node's clock reads %s: nothing was minted; mint it again, and if the CA holder's clock is behind this node's (by %s or more), set it right first (NTP; meshctl control status shows the control nodes' clocks)",
+			c.ClaimExpiry.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), now.Sub(c.ClaimExpiry.Add(-ttl)).Round(time.Second))
+	}
+	if ahead := c.ClaimExpiry.Sub(now.Add(ttl)); ahead > tol {
+		return badRequest("the CA holder's clock is %s ahead of this control node's (the claim expires at %s, the ttl is %s and this clock reads %s): nothing was minted; set the CA holder's clock right (NTP; meshctl control status shows the control nodes' clocks) and mint again: a certificate it issues now is not valid yet on machines whose clock is right",
+			ahead.Round(time.Second), c.ClaimExpiry.UTC().Format(time.RFC3339), ttl, now.UTC().Format(time.RFC3339))
 	}
 	return nil
 }

@@ -93,9 +93,13 @@ func TestControlTokenNeedsTheCA(t *testing.T) {
 
 	badRequests := map[string]api.TokenCreateRequest{}
 	r = newReq()
-	r.Control.ClaimExpiry = d.now().Add(-time.Second).Truncate(time.Second)
+	r.Control.ClaimExpiry = d.now().Add(-state.StampAheadTolerance - time.Second).Truncate(time.Second)
 	r.Control.Proof = sign(ca, r)
 	badRequests["an expired claim"] = r
+	r = newReq()
+	r.Control.ClaimExpiry = d.now().Add(25 * time.Hour).Truncate(time.Second)
+	r.Control.Proof = sign(ca, r)
+	badRequests["a claim of a CA holder a day ahead"] = r
 	r = newReq()
 	r.Control.ClaimExpiry = time.Time{}
 	r.Control.Proof = signV1(t, ca, d.cfg.Mesh, r)
@@ -111,8 +115,8 @@ func TestControlTokenNeedsTheCA(t *testing.T) {
 	for name, req := range badRequests {
 		_, err := d.createToken(req)
 		var ae *api.Error
-		if !errors.As(err, &ae) || ae.Code != api.CodeBadRequest || !strings.Contains(ae.Message, "mint it again") {
-			t.Errorf("%s: %v, want %s saying to mint it again", name, err, api.CodeBadRequest)
+		if !errors.As(err, &ae) || ae.Code != api.CodeBadRequest || !strings.Contains(ae.Message, "nothing was minted") {
+			t.Errorf("%s: %v, want %s saying nothing was minted", name, err, api.CodeBadRequest)
 		}
 	}
 	d.fsm.Read(func(s *state.State) {
@@ -124,6 +128,24 @@ func TestControlTokenNeedsTheCA(t *testing.T) {
 			}
 		}
 	})
+
+	// Clocks a few minutes apart: the claim ends a little after the ttl, or ended
+	// a little before this node's clock, by the CA holder's.
+	for name, expiry := range map[string]time.Time{
+		"a CA holder 4 minutes ahead":           d.now().Add(time.Hour + 4*time.Minute),
+		"a CA holder 64 minutes behind, ttl 1h": d.now().Add(-4 * time.Minute),
+	} {
+		r := newReq()
+		r.Node = "cp-7"
+		r.Control.ClaimExpiry = expiry.Truncate(time.Second)
+		r.Control.Proof = sign(ca, r)
+		if _, err := d.createToken(r); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if _, err := d.cancelTokens(api.TokenCancelRequest{Node: "cp-7"}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	good := newReq()
 	good.Control.Proof = sign(ca, good)

@@ -192,10 +192,12 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 					if err != nil {
 						return err
 					}
+					asked := time.Now()
 					tok, rep, err := join.Mint(datadir.Dir(cp.dir), join.MintOptions{Node: node, Broker: addr, Raft: raftAddr, Cluster: clusterAddr, TTL: ttl, Operator: opts, Replace: replace})
 					if err != nil {
 						return mintFailed(err, node, emptied)
 					}
+					warnMintClock(cio, tok.Expiry, asked, time.Now(), ttl)
 					return show(tok, rep)
 				}
 				if addr != "" || raftAddr != "" || clusterAddr != "" {
