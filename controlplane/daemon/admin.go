@@ -1238,14 +1238,25 @@ func (d *Daemon) checkControlClaim(req api.TokenCreateRequest) error {
 	// After it, a claim could register the id of a token purged since; one further
 	// ahead than the ttl would outlive the token's record, purged a day after the
 	// record's expiry, and so register that id again once it is purged.
+	// Only whole seconds are signed (pki.ControlClaim): what a relay could add
+	// below one is not judged.
+	expiry := c.ClaimExpiry.Truncate(time.Second)
 	now, ttl, tol := d.now(), time.Duration(req.TTL), state.StampAheadTolerance
-	if now.After(c.ClaimExpiry.Add(tol)) {
-		return badRequest("the CA's claim for this control token expired at %s, and this control node's clock reads %s: nothing was minted; mint it again, and if the CA holder's clock is behind this node's (by %s or more), set it right first (NTP; meshctl control status shows the control nodes' clocks)",
-			c.ClaimExpiry.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), now.Sub(c.ClaimExpiry.Add(-ttl)).Round(time.Second))
+	if t, ok := d.fsm.TokenByID(req.ID); ok && !t.Used && !t.Cancelled && now.Before(t.Expiry) {
+		// Pending: the same request sent again, its answer lost, is answered with
+		// the token the state holds (Repeated), claim expired or not; other terms
+		// under its id are refused. A record no longer pending is judged as a new
+		// request: the commit's purge may drop it first, and the claim would then
+		// register its id again.
+		return nil
 	}
-	if ahead := c.ClaimExpiry.Sub(now.Add(ttl)); ahead > tol {
+	if now.After(expiry.Add(tol)) {
+		return badRequest("the CA's claim for this control token expired at %s, and this control node's clock reads %s: nothing was minted; mint it again, and if the CA holder's clock is behind this node's (by %s or more), set it right first (NTP; meshctl control status shows the control nodes' clocks)",
+			expiry.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), now.Sub(expiry.Add(-ttl)).Round(time.Second))
+	}
+	if ahead := expiry.Sub(now.Add(ttl)); ahead > tol {
 		return badRequest("the CA holder's clock is %s ahead of this control node's (the claim expires at %s, the ttl is %s and this clock reads %s): nothing was minted; set the CA holder's clock right (NTP; meshctl control status shows the control nodes' clocks) and mint again: a certificate it issues now is not valid yet on machines whose clock is right",
-			ahead.Round(time.Second), c.ClaimExpiry.UTC().Format(time.RFC3339), ttl, now.UTC().Format(time.RFC3339))
+			ahead.Round(time.Second), expiry.UTC().Format(time.RFC3339), ttl, now.UTC().Format(time.RFC3339))
 	}
 	return nil
 }

@@ -160,6 +160,50 @@ func TestControlTokenNeedsTheCA(t *testing.T) {
 	})
 }
 
+// TestAControlTokenSentAgainAfterItsClaimExpired (a review): meshctl sends a
+// token.create again when its answer was lost; sent after the claim expired, it
+// was refused "nothing was minted" although the token was recorded and pending.
+// While the token is pending the same request is answered with it; once the token
+// is no longer pending (expired, its record about to be purged) the request is
+// judged as a new one, and its expired claim refused: the purge at its commit
+// would otherwise let it register the id again.
+func TestAControlTokenSentAgainAfterItsClaimExpired(t *testing.T) {
+	d := fleet(t, 0)
+	ca, err := d.opts.Dir.LoadCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, _ := nkeys.CreateUser()
+	operatorKey, _ := user.PublicKey()
+	var id, key [32]byte
+	rand.Read(id[:])
+	rand.Read(key[:])
+	start := d.now()
+	// A CA holder 50 minutes behind: the claim ends 10 minutes from now, the
+	// token an hour from now.
+	req := api.TokenCreateRequest{ID: hex.EncodeToString(id[:]), ProofKey: hex.EncodeToString(key[:]), Node: "cp-2", Role: state.RoleControl, TTL: api.Duration(time.Hour),
+		Control: &api.ControlMember{Broker: "127.0.0.2:7300", Raft: "127.0.0.2:7301", Cluster: "127.0.0.2:7302",
+			Pin: hex.EncodeToString(make([]byte, 32)), Operator: operatorKey, ClaimExpiry: start.Add(10 * time.Minute).Truncate(time.Second)},
+		Sealed: []byte("sealed")}
+	if req.Control.Proof, err = ca.SignControlClaim(req.ControlClaim(d.cfg.Mesh)); err != nil {
+		t.Fatal(err)
+	}
+	first, err := d.createToken(req)
+	if err != nil {
+		t.Fatalf("minted: %v", err)
+	}
+	d.opts.Now = func() time.Time { return time.Now().Add(20 * time.Minute) }
+	again, err := d.createToken(req)
+	if err != nil || !again.Expiry.Equal(first.Expiry) {
+		t.Fatalf("sent again 20 minutes later, the claim expired, the token pending: %+v, %v; want the token minted, expiry %s", again, err, first.Expiry)
+	}
+	d.opts.Now = func() time.Time { return time.Now().Add(25 * time.Hour) }
+	var ae *api.Error
+	if _, err := d.createToken(req); !errors.As(err, &ae) || ae.Code != api.CodeBadRequest || !strings.Contains(ae.Message, "expired") {
+		t.Fatalf("sent again once the token expired: %v, want bad_request, the claim expired", err)
+	}
+}
+
 // signV1 signs r's claim as a meshctl before claim version 2 did: no proof key,
 // sealed identity or expiry.
 func signV1(t *testing.T, ca *pki.CA, mesh string, r api.TokenCreateRequest) []byte {

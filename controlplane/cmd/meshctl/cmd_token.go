@@ -195,7 +195,7 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 					asked := time.Now()
 					tok, rep, err := join.Mint(datadir.Dir(cp.dir), join.MintOptions{Node: node, Broker: addr, Raft: raftAddr, Cluster: clusterAddr, TTL: ttl, Operator: opts, Replace: replace})
 					if err != nil {
-						return mintFailed(err, node, emptied)
+						return mintFailed(olderClaim(err), node, emptied)
 					}
 					warnMintClock(cio, tok.Expiry, asked, time.Now(), ttl)
 					return show(tok, rep)
@@ -227,6 +227,18 @@ func olderReplace(err error, node string) error {
 	var ae *api.Error
 	if errors.As(err, &ae) && ae.Code == api.CodeBadRequest && strings.Contains(ae.Message, `"replace"`) {
 		return fmt.Errorf("%w\nthe control plane is older than this meshctl and cannot replace tokens; it minted nothing: cancel the pending token (meshctl token cancel %s) and mint again without --replace, or upgrade the control plane", err, node)
+	}
+	return err
+}
+
+// olderClaim explains the refusal of a control token by a leader older than its
+// claim's expiry (claim_expiry, an unknown member to it): the CA's claim now covers
+// the token's proof key, sealed identity and expiry, which an older control plane
+// does not take.
+func olderClaim(err error) error {
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Code == api.CodeBadRequest && strings.Contains(ae.Message, `"claim_expiry"`) {
+		return fmt.Errorf("%w\nthe leading control node is older than this meshctl, and does not take the CA's claim this meshctl signs (it covers the token's proof key, sealed identity and expiry); nothing was minted: upgrade every control node, then mint the control token again (docs/operations.md, Upgrading)", err)
 	}
 	return err
 }

@@ -50,3 +50,19 @@ func TestAnOlderControlPlaneRefusingReplace(t *testing.T) {
 		t.Fatalf("another refusal became %v", got)
 	}
 }
+
+// TestAnOlderControlPlaneRefusingTheClaimExpiry: a leader older than the control
+// token's claim version 2 refuses its claim_expiry member with the decoder's words
+// alone; meshctl says nothing was minted and to upgrade the control nodes first.
+// Other refusals pass.
+func TestAnOlderControlPlaneRefusingTheClaimExpiry(t *testing.T) {
+	older := &api.Error{Code: api.CodeBadRequest, Message: `not a request for this operation: args: json: unknown field "claim_expiry"`}
+	err := olderClaim(older)
+	if !errors.Is(err, older) || !strings.Contains(err.Error(), "nothing was minted") || !strings.Contains(err.Error(), "upgrade every control node") {
+		t.Fatalf("%v", err)
+	}
+	other := &api.Error{Code: api.CodeBadRequest, Message: `not a request for this operation: args: json: unknown field "replace"`}
+	if got := olderClaim(other); got != error(other) {
+		t.Fatalf("another refusal became %v", got)
+	}
+}
