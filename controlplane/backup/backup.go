@@ -38,6 +38,9 @@ const (
 	MaxEvery = 7 * 24 * time.Hour
 	// DefaultKeep is how many backups are kept: a day's, hourly.
 	DefaultKeep = 24
+	// DefaultStopGrace is how long a stop waits for a backup under way to end
+	// (Config.StopGrace).
+	DefaultStopGrace = 5 * time.Second
 )
 
 // Source is the Raft member a backup is taken of: replication.Node.
@@ -67,6 +70,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock that names the backups and times them; nil means time.Now.
 	Now func() time.Time
+	// StopGrace is how long Run, stopped, waits for a backup under way, which
+	// stops at its next read or write; 0 means DefaultStopGrace. A backup blocked
+	// in the kernel (a hung network file system) is left behind: the control node
+	// stops without it, rather than until its service manager kills it.
+	StopGrace time.Duration
 }
 
 // Backup is a backup written.
@@ -118,6 +126,9 @@ func New(cfg Config) (*Writer, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = DefaultStopGrace
 	}
 	if cfg.Every <= 0 || cfg.Keep < 1 || cfg.Source == nil || cfg.Node == "" || len(cfg.CAPin) < MeshTagLen {
 		return nil, errors.New("backup: an interval, a number to keep of at least 1, a source, a node and the mesh's CA pin are needed")
@@ -171,7 +182,7 @@ func (w *Writer) Stats() Stats {
 // and again took a backup at each start, and the newest Keep became copies of one
 // state, the day's history removed; a review). A backup that fails is logged and
 // counted, and the next one is taken at the next interval: it never stops the
-// caller.
+// caller, and a stop waits for a backup under way at most Config.StopGrace.
 func (w *Writer) Run(ctx context.Context) error {
 	t := time.NewTimer(w.firstWait())
 	defer t.Stop()
@@ -181,7 +192,24 @@ func (w *Writer) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-t.C:
 		}
-		w.takeLogged(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			w.takeLogged(ctx)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			grace := time.NewTimer(w.cfg.StopGrace)
+			select {
+			case <-done:
+				grace.Stop()
+			case <-grace.C:
+				w.log.Warn("a backup under way did not stop within "+w.cfg.StopGrace.String()+" of the stop: its file system does not answer (a hung network mount?); this control node stops without it, and its unfinished directory is removed when serve next starts",
+					"dir", w.cfg.Dir)
+				return ctx.Err()
+			}
+		}
 		t.Reset(w.cfg.Every)
 	}
 }

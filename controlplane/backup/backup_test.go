@@ -508,3 +508,48 @@ func TestAnUnusableDirectoryIsTriedAgain(t *testing.T) {
 		t.Errorf("the directory opened to others holds %v, want the one backup taken before", got)
 	}
 }
+
+// hungSource is a Raft store's backup that blocks, whatever its context, until
+// released: a backup directory on a network file system that stopped answering.
+type hungSource struct {
+	called  chan struct{}
+	release chan struct{}
+}
+
+func (s *hungSource) BackUp(context.Context, string) (replication.BackupStore, error) {
+	close(s.called)
+	<-s.release
+	return replication.BackupStore{}, errors.New("released")
+}
+
+// TestAStopWaitsForAHungBackupABoundedTime: a backup blocked in the file system
+// does not see its context end; serve's stop waited for it until the service
+// manager killed the process. Run returns StopGrace after the stop instead, and
+// says why.
+func TestAStopWaitsForAHungBackupABoundedTime(t *testing.T) {
+	t.Parallel()
+	src := &hungSource{called: make(chan struct{}), release: make(chan struct{})}
+	t.Cleanup(func() { close(src.release) })
+	var log lockedBuffer
+	w, err := New(Config{Dir: filepath.Join(t.TempDir(), "backups"), Data: makeData(t), Node: "cp-1", CAPin: testPin, Every: time.Hour, Keep: 1,
+		Source: src, Logger: slog.New(slog.NewTextHandler(&log, nil)), StopGrace: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	<-src.called
+	cancel()
+	select {
+	case err := <-ran:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run still waits for the hung backup 10 s after the stop")
+	}
+	if !strings.Contains(log.String(), "did not stop within 50ms of the stop") {
+		t.Fatalf("log:\n%s", log.String())
+	}
+}
