@@ -223,7 +223,7 @@ func verifyDeclaration(env Envelope, trusted []ed25519.PublicKey, exp Expect) (V
 		return Verified{}, &NotYetValidError{Version: d.Version, IssuedAt: d.IssuedAt, Now: exp.Now, Tolerance: future}
 	}
 	if exp.Now.After(d.ExpiresAt.Add(skew)) {
-		return Verified{}, &ExpiredError{Version: d.Version, ExpiresAt: d.ExpiresAt, Now: exp.Now}
+		return Verified{}, &ExpiredError{Version: d.Version, IssuedAt: d.IssuedAt, ExpiresAt: d.ExpiresAt, Now: exp.Now}
 	}
 
 	if err := d.Body.Validate(); err != nil { // 9

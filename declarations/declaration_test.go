@@ -3,6 +3,7 @@ package declarations
 import (
 	"crypto/ed25519"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -317,6 +318,10 @@ func TestVerifyDeclarationWindow(t *testing.T) {
 		t.Fatalf("ExpiredError = %+v (%v)", ee, err)
 	}
 	wantErrContains(t, err, "expired 3h0m0s ago")
+	// The issue time is given, and both clocks named: stamped by a clock behind,
+	// a declaration is expired on arrival.
+	wantErrContains(t, err, fmt.Sprintf("issued %s ago at %s", (d.ExpiresAt.Sub(d.IssuedAt)+3*time.Hour).Round(time.Second), d.IssuedAt.UTC().Format(time.RFC3339)))
+	wantErrContains(t, err, "this node's clock is ahead, or the control plane's was behind when it stamped it")
 
 	exp.Now = d.IssuedAt.Add(-2 * time.Hour)
 	_, err = VerifyDeclaration(raw, trusted, exp)

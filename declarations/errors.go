@@ -234,11 +234,15 @@ func (e *ReplayedError) Error() string {
 func (e *ReplayedError) Is(target error) bool { return target == ErrReplayed }
 
 // ExpiredError reports a declaration whose validity window has passed, with
-// the allowed skew already taken into account. It matches ErrExpired.
+// the allowed skew already taken into account. It matches ErrExpired. Its text
+// gives the issue time too: one issued about the validity before its expiry and
+// refused on arrival tells a stamping clock behind (which stamped it into this
+// node's past) from a copy that is merely old.
 type ExpiredError struct {
 	// Version is the declaration's, so that the node reports which one it
 	// refused; 0 for another payload.
 	Version   uint64
+	IssuedAt  time.Time // from the declaration; zero: not known
 	ExpiresAt time.Time // from the declaration
 	Now       time.Time // this node's clock when it checked
 }
@@ -247,8 +251,13 @@ type ExpiredError struct {
 func (e *ExpiredError) Ago() time.Duration { return e.Now.Sub(e.ExpiresAt) }
 
 func (e *ExpiredError) Error() string {
-	return fmt.Sprintf("declarations: expired %s ago (expires_at %s); the control plane re-signs declarations before they expire, so it is unreachable, something is withholding newer ones, or this node's clock is wrong",
-		e.Ago().Round(time.Second), e.ExpiresAt.UTC().Format(time.RFC3339))
+	issued := ""
+	if !e.IssuedAt.IsZero() {
+		issued = fmt.Sprintf("issued %s ago at %s, ", e.Now.Sub(e.IssuedAt).Round(time.Second), e.IssuedAt.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("declarations: expired %s ago (%sexpires_at %s, this node's clock reads %s); the control plane re-signs declarations before they expire, "+
+		"so it is unreachable, something is withholding newer ones, this node's clock is ahead, or the control plane's was behind when it stamped it",
+		e.Ago().Round(time.Second), issued, e.ExpiresAt.UTC().Format(time.RFC3339), e.Now.UTC().Format(time.RFC3339))
 }
 
 // Is reports whether target is ErrExpired.
