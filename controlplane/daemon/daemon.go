@@ -188,6 +188,9 @@ type Daemon struct {
 	// resends bounds the log line about what reconcile re-sends, and
 	// resendsSkipped the one about what it could not (the nodes' budgets).
 	resends, resendsSkipped resendNotice
+	// stampsAhead bounds refresh's line about declarations stamped further in
+	// this node's future than their validity.
+	stampsAhead resendNotice
 	// backups takes this node's backups (Options.Backup), nil when it takes none.
 	backups *backup.Writer
 }

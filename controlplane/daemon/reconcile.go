@@ -156,24 +156,35 @@ func (d *Daemon) purge(now time.Time) {
 
 // refresh re-signs, in one log entry, every declaration past half its validity, and
 // sends them: hosts that keep receiving them never go stale. So it does those issued
-// in this node's future (state.DueForRefresh), which hosts refuse.
+// in this node's future (state.DueForRefresh), which hosts refuse, except those
+// issued further in its future than the validity: stamped again they would expire
+// before they were issued, and it reports them instead (an ERROR, at most every
+// resendLogEvery).
 func (d *Daemon) refresh(now time.Time) {
-	var (
-		due   []string
-		ahead int
-	)
-	d.fsm.Read(func(s *state.State) { due, ahead = s.DueForRefresh(now) })
-	if len(due) == 0 {
+	var due state.DueRefresh
+	d.fsm.Read(func(s *state.State) { due = s.DueForRefresh(now) })
+	if len(due.Behind) > 0 {
+		if ok, rounds := d.stampsAhead.due(now); ok {
+			d.log.Error("this control node's clock is behind the declarations' stamps in its state by more than their validity: "+
+				"what it stamps now expires before a clock that agrees with theirs reads it, and hosts refuse it as expired, so these are not stamped again, and every declare it commits is refused too. "+
+				"Set this node's clock right (NTP; meshctl control status shows the control nodes' clocks). "+
+				"If it is right, a control node whose clock was that far ahead stamped them: fix that clock, then declare to these nodes again",
+				"nodes", len(due.Behind), "first", strings.Join(firstIDs(due.Behind, resendShown), ","),
+				"behind_at_least", due.Newest.Sub(now).Round(time.Second).String(),
+				"newest_stamp", due.Newest.UTC().Format(time.RFC3339), "now", now.UTC().Format(time.RFC3339), "count", rounds)
+		}
+	}
+	if len(due.Nodes) == 0 {
 		return
 	}
-	res, err := d.raft.Apply(state.Command{Op: state.OpRefresh, At: now.UTC(), Refresh: &state.RefreshCmd{Nodes: due}}, commitTimeout)
+	res, err := d.raft.Apply(state.Command{Op: state.OpRefresh, At: now.UTC(), Refresh: &state.RefreshCmd{Nodes: due.Nodes}}, commitTimeout)
 	if err != nil || res.Err != nil {
-		d.log.Warn("declarations not refreshed; will try again", "nodes", len(due), "err", errors.Join(err, res.Err))
+		d.log.Warn("declarations not refreshed; will try again", "nodes", len(due.Nodes), "err", errors.Join(err, res.Err))
 		return
 	}
-	if ahead > 0 {
-		d.log.Warn("declarations issued in this node's future were stamped again by its clock: a clock ahead stamped them (this node's before it was stepped back, or another control node's that led), and hosts refuse those more than an hour ahead of theirs",
-			"nodes", ahead, "now", now.UTC().Format(time.RFC3339))
+	if due.Ahead > 0 {
+		d.log.Warn("declarations issued in this node's future were stamped again by its clock: either a clock ahead stamped them (this node's before it was stepped back, or another control node's that led), or this node's clock is behind now, and then what it stamps expires early by as much for hosts with a right clock; meshctl control status shows the control nodes' clocks",
+			"nodes", due.Ahead, "now", now.UTC().Format(time.RFC3339))
 	}
 	nodes := make([]string, 0, len(res.Assignments))
 	for _, a := range res.Assignments {

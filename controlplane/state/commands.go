@@ -1038,9 +1038,26 @@ func (s *State) applyRefresh(at time.Time, c *RefreshCmd) Result {
 // change nothing (decision 0006).
 const StampAheadTolerance = 5 * time.Minute
 
-// DueForRefresh lists the nodes whose declaration has less than half its validity left
-// at now (or has expired), or was issued more than StampAheadTolerance after now,
-// sorted; ahead counts the latter.
+// DueRefresh is what DueForRefresh finds: the declarations to stamp again, and
+// those it must not.
+type DueRefresh struct {
+	// Nodes are the nodes whose declaration is due, sorted.
+	Nodes []string
+	// Ahead counts those of Nodes whose declaration was issued more than
+	// StampAheadTolerance in the reader's future.
+	Ahead int
+	// Behind are the nodes, sorted, whose declaration was issued further in the
+	// reader's future than the validity: stamped again, it would expire before
+	// its current stamp was issued. They are not among Nodes.
+	Behind []string
+	// Newest is the latest issue time among Behind's declarations.
+	Newest time.Time
+}
+
+// DueForRefresh finds the nodes whose declaration has less than half its validity
+// left at now (or has expired), or was issued more than StampAheadTolerance after
+// now (Ahead), and those issued more than the validity after now (Behind). It is
+// the leader's question before it proposes a refresh; no rule of the state reads it.
 //
 // A declaration issued in now's future was stamped by a clock ahead of this one: the
 // leader's before NTP stepped it back, or another control node's that led. Hosts
@@ -1048,19 +1065,35 @@ const StampAheadTolerance = 5 * time.Minute
 // and by its expiry alone it would be re-signed only once half the validity counted
 // from that future time had passed, while the copy the hosts hold expires: so it is
 // stamped again by this clock, same version and body.
-func (s *State) DueForRefresh(now time.Time) (due []string, ahead int) {
+//
+// Unless it was issued more than the validity after now: stamped again, it would
+// expire before the time it was issued, so every clock that agrees with the one that
+// stamped it would refuse the copy as expired. Either this clock is behind by more
+// than the validity (a machine booted with its clock restored from its last
+// shutdown, before NTP), and then everything it stamps is refused, or the one that
+// stamped it was that far ahead. The reader cannot tell which, and stamping it again
+// helps only in the second case: it is left as it is (Behind), for the leader to
+// report.
+func (s *State) DueForRefresh(now time.Time) DueRefresh {
+	var r DueRefresh
 	for id, n := range s.Nodes {
 		if n.Revoked {
 			continue
 		}
 		switch {
+		case now.Add(s.Validity).Before(n.Declared.IssuedAt):
+			r.Behind = append(r.Behind, id)
+			if n.Declared.IssuedAt.After(r.Newest) {
+				r.Newest = n.Declared.IssuedAt
+			}
 		case n.Declared.IssuedAt.Sub(now) > StampAheadTolerance:
-			ahead++
-			due = append(due, id)
+			r.Ahead++
+			r.Nodes = append(r.Nodes, id)
 		case n.Declared.ExpiresAt.Sub(now) < s.Validity/2:
-			due = append(due, id)
+			r.Nodes = append(r.Nodes, id)
 		}
 	}
-	slices.Sort(due)
-	return due, ahead
+	slices.Sort(r.Nodes)
+	slices.Sort(r.Behind)
+	return r
 }

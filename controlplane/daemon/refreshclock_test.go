@@ -1,0 +1,61 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/controlplane/state"
+)
+
+// TestRefreshByAClockBehindTheValidity (clock audit, finding 3): a control node
+// whose clock is more than the validity behind the stamps in its state stamped every
+// declaration again into the past, where each expired before any host read it, and
+// its log blamed "a clock ahead". Now: nothing is stamped again, and an ERROR says
+// this node's clock is at least that far behind, at most every resendLogEvery. One
+// behind by less than the validity still stamps them again, and the WARN names both
+// clocks.
+func TestRefreshByAClockBehindTheValidity(t *testing.T) {
+	var log lockedBuffer
+	d, err := Open(context.Background(), Options{Dir: bootstrapped(t, "behind"), Logger: slog.New(slog.NewTextHandler(&log, nil)),
+		Timeouts: testTimeouts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	enrolledKey(t, d, "web-1")
+	var (
+		before   state.Declared
+		validity time.Duration
+	)
+	d.fsm.Read(func(s *state.State) { before, validity = s.Nodes["web-1"].Declared, s.Validity })
+
+	behind := before.IssuedAt.Add(-validity - 2*time.Hour)
+	d.refresh(behind)
+	d.refresh(behind.Add(d.opts.ReconcileInterval))
+	var after state.Declared
+	d.fsm.Read(func(s *state.State) { after = s.Nodes["web-1"].Declared })
+	if after != before {
+		t.Fatalf("a clock %s behind the stamp stamped it again: %+v, was %+v", validity+2*time.Hour, after, before)
+	}
+	var lines []string
+	for _, l := range strings.Split(log.String(), "\n") {
+		if strings.Contains(l, "level=ERROR") && strings.Contains(l, "clock is behind the declarations' stamps") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], "behind_at_least="+(validity+2*time.Hour).String()) || !strings.Contains(lines[0], "first=web-1") {
+		t.Fatalf("want one ERROR naming web-1 and how far behind this clock is at least; got:\n%s", log.String())
+	}
+
+	d.refresh(before.IssuedAt.Add(-2 * time.Hour))
+	d.fsm.Read(func(s *state.State) { after = s.Nodes["web-1"].Declared })
+	if !after.IssuedAt.Equal(before.IssuedAt.Add(-2 * time.Hour)) {
+		t.Fatalf("a clock 2h behind the stamp, within the validity, did not stamp it again: %+v", after)
+	}
+	if !strings.Contains(log.String(), "or this node's clock is behind now") {
+		t.Fatalf("the WARN does not name this clock behind:\n%s", log.String())
+	}
+}
