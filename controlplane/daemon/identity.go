@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nkeys"
 
@@ -53,18 +54,25 @@ func (d *Daemon) sealToControlNodes(identity []byte) (map[string]state.SealedIde
 // the pending tokens' identities as it joins (resealControlTokens); one that holds
 // none for this token (admitted by a node that held none either, or joined while
 // the token was being minted) refuses the joiner before anything is committed, and
-// tells it to mint a new token.
+// tells it to mint a new token. So does one whose identity is gone while it is
+// pending by this node's clock (state.Token.IdentityLost): a command stamped by a
+// control node whose clock was ahead found the token expired and dropped it.
 func (d *Daemon) controlIdentity(tokenID, node string) ([]byte, *api.Error) {
 	var (
 		plain   []byte
 		mine    state.SealedIdentity
 		have    bool
 		holders []string
+		lost    *state.Token
 	)
 	d.fsm.Read(func(s *state.State) {
 		t, ok := s.Tokens[tokenID]
 		if !ok {
 			return
+		}
+		if t.IdentityLost() {
+			tc := *t
+			lost = &tc
 		}
 		plain = t.Sealed
 		mine, have = t.SealedTo[d.cfg.Node]
@@ -87,6 +95,14 @@ func (d *Daemon) controlIdentity(tokenID, node string) ([]byte, *api.Error) {
 		slices.Sort(holders)
 		return nil, &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf("the token's identity is sealed to control nodes %s only; %s, which leads now, holds no copy of it: "+
 			"cancel the token (meshctl token cancel %s) and mint a new control token", strings.Join(holders, ", "), d.cfg.Node, node)}
+	}
+	if lost != nil {
+		// Not internal, which join's caller is told to run again with the same
+		// token: nothing brings the identity back, and the token can admit no node.
+		return nil, &api.Error{Code: api.CodeTokenExpired, Message: fmt.Sprintf("control token %s for %s expires at %s by this control node's clock, "+
+			"but a command stamped by a control node whose clock was ahead found it expired and dropped its sealed identity, which nothing brings back: it admits no node. "+
+			"Mint a new control token for %s where the CA key is (with --replace, which cancels this one), and check the control nodes' clocks (meshctl control status shows them; fix NTP where one is off)",
+			lost.ShortID(), node, lost.Expiry.UTC().Format(time.RFC3339), node)}
 	}
 	return nil, &api.Error{Code: api.CodeInternal, Message: "the control token's sealed identity is missing from the state"}
 }

@@ -487,14 +487,14 @@ func (s *State) PendingTokens(node string, at time.Time) []*Token {
 // pendingTokens returns the tokens of node that the rules count as pending at at,
 // in PendingTokens' order: by their record alone from RulesPendingByRecord on, stale
 // ones included, as the record is the same on every control node; by what
-// ShownState shows before (see RulesPendingByRecord).
+// ShownState showed before (staleOrState; see RulesPendingByRecord).
 func (s *State) pendingTokens(node string, at time.Time, rules int) []*Token {
 	var out []*Token
 	for _, id := range s.tokensOf[node] {
 		t := s.Tokens[id]
 		st := t.StateAt(at)
 		if rules < RulesPendingByRecord {
-			st = s.ShownState(t, at)
+			st = s.staleOrState(t, at)
 		}
 		if st == TokenPending {
 			out = append(out, t)

@@ -272,13 +272,36 @@ func (t *Token) StateAt(at time.Time) string {
 }
 
 // ShownState is the token's state at a given time as operators see it: StateAt's,
-// and TokenStale for a pending token whose signing key the keyring no longer holds.
+// TokenExpired for a pending control token whose sealed identity is gone
+// (IdentityLost: it cannot admit its node), and TokenStale for a pending token whose
+// signing key the keyring no longer holds. It is a view: the rules count a token
+// whose identity is gone as pending until its expiry, as they always have.
 func (s *State) ShownState(t *Token, at time.Time) string {
+	st := s.staleOrState(t, at)
+	if st != TokenUsed && st != TokenCancelled && t.IdentityLost() {
+		return TokenExpired
+	}
+	return st
+}
+
+// staleOrState is what ShownState showed before IdentityLost: StateAt's, and
+// TokenStale for a pending token whose signing key the keyring no longer holds.
+// Rules before RulesPendingByRecord count pending tokens by it, and so must it stay.
+func (s *State) staleOrState(t *Token, at time.Time) string {
 	st := t.StateAt(at)
 	if st == TokenPending && t.SigningKey != "" && !slices.Contains(s.Keyring.Keys, t.SigningKey) {
 		return TokenStale
 	}
 	return st
+}
+
+// IdentityLost reports whether t is a control token, unused and not cancelled, that
+// holds no sealed identity. The first command stamped at or after its expiry drops
+// the identity (purgeTokens), so one that is not expired yet by a clock read now
+// lost it to a command stamped by a leader whose clock was ahead of that one, and
+// can admit no node: nothing brings the identity back. No rule of the state reads it.
+func (t *Token) IdentityLost() bool {
+	return t.Role == RoleControl && t.UsedAt.IsZero() && t.CancelledAt.IsZero() && !t.HoldsIdentity()
 }
 
 // Node is one enrolled machine.
