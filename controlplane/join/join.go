@@ -323,10 +323,16 @@ func Join(ctx context.Context, o Options) error {
 		o.RouteTimeout = 30 * time.Second
 	}
 	r := &run{o: o}
-	tok, err := tokenfmt.Parse(o.Token, o.Now())
+	now := o.Now()
+	tok, err := tokenfmt.Parse(o.Token, now)
 	var expired *tokenfmt.ExpiredError
 	if errors.As(err, &expired) && expired.Ago() <= 5*time.Minute {
 		err = nil // the mesh's clock decides
+	} else if expired != nil {
+		// As meshhost enrol says it: the expiry was judged by this clock, which
+		// may be the wrong one.
+		err = fmt.Errorf("%w (by this machine's clock, which reads %s; the mesh's clock decides, so if this clock is wrong, fix it and run join again)",
+			err, now.UTC().Format(time.RFC3339))
 	}
 	if err != nil {
 		if expired != nil && tok.Role == tokenfmt.RoleControl {
@@ -346,7 +352,11 @@ func Join(ctx context.Context, o Options) error {
 	}
 	r.tok = tok
 	fmt.Fprintf(o.Out, "join control node %s into mesh %s\n", tok.Node, tok.Mesh)
-	r.step("token", "parsed offline: role control, %d broker(s), expires in %s", len(tok.Brokers), tok.Expiry.Sub(o.Now()).Round(time.Second))
+	left := fmt.Sprintf("expires in %s", tok.Expiry.Sub(now).Round(time.Second))
+	if expired != nil {
+		left = fmt.Sprintf("expired %s ago by this machine's clock; the mesh's clock decides", expired.Ago().Round(time.Second))
+	}
+	r.step("token", "parsed offline: role control, %d broker(s), %s", len(tok.Brokers), left)
 
 	lock, note, err := r.lock()
 	if err != nil {

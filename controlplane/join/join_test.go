@@ -126,6 +126,38 @@ func TestAnExpiredTokenOfAnAdmittedJoinSaysRemoveFirst(t *testing.T) {
 	}
 }
 
+// TestAnExpiredTokenNamesThisClock (clock audit, finding 6): a token expired by
+// this machine's clock was refused as "the token expired 7m ago … mint a new one",
+// naming no clock, where meshhost enrol names its own; one expired by less than
+// the tolerance, passed on for the mesh's clock to decide, was printed as "expires
+// in -3m0s".
+func TestAnExpiredTokenNamesThisClock(t *testing.T) {
+	pin := [32]byte{1}
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	// Minted 22 minutes ago for 15: expired 7 minutes ago by this clock.
+	err := Join(t.Context(), Options{Dir: datadir.Dir(t.TempDir()), Now: clock,
+		Token: controlToken(t, "127.0.0.1:1", pin, tokenfmt.RoleControl, now.Add(-22*time.Minute))})
+	if !errors.Is(err, ErrToken) || !errors.Is(err, tokenfmt.ErrExpired) ||
+		!strings.Contains(err.Error(), "by this machine's clock, which reads 2026-12-06T12:00:00Z; the mesh's clock decides") {
+		t.Fatalf("a token expired 7m ago by this clock: %v", err)
+	}
+
+	// Expired 3 minutes ago: passed on. The data directory in the way stops the
+	// join after its first step.
+	d := datadir.Dir(t.TempDir())
+	write(t, d.Path("notes.txt"), "mine")
+	var out strings.Builder
+	err = Join(t.Context(), Options{Dir: d, Now: clock, Out: &out,
+		Token: controlToken(t, "127.0.0.1:1", pin, tokenfmt.RoleControl, now.Add(-18*time.Minute))})
+	if !errors.Is(err, ErrDataDir) {
+		t.Fatalf("want the directory refused after the token step, got %v", err)
+	}
+	if !strings.Contains(out.String(), "expired 3m0s ago by this machine's clock; the mesh's clock decides") || strings.Contains(out.String(), "expires in -") {
+		t.Fatalf("the token step of a token expired within the tolerance:\n%s", out.String())
+	}
+}
+
 func TestJoinDataDirectoryInTheWay(t *testing.T) {
 	pin := [32]byte{1}
 	tok := controlToken(t, "127.0.0.1:1", pin, tokenfmt.RoleControl, time.Now())
