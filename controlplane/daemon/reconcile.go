@@ -159,10 +159,23 @@ func (d *Daemon) purge(now time.Time) {
 // in this node's future (state.DueForRefresh), which hosts refuse, except those
 // issued further in its future than the validity: stamped again they would expire
 // before they were issued, and it reports them instead (an ERROR, at most every
-// resendLogEvery).
+// resendLogEvery), unless another control node's clock agrees with its own: then a
+// clock that far ahead stamped them, and it stamps them again.
 func (d *Daemon) refresh(now time.Time) {
 	var due state.DueRefresh
 	d.fsm.Read(func(s *state.State) { due = s.DueForRefresh(now) })
+	if len(due.Behind) > 0 {
+		if peer, agreed := d.ctl.clockAgreed(now); agreed {
+			// Another control node's clock agrees with this one: a clock that far
+			// ahead stamped them, and stamped again they hold for hosts whose
+			// clocks agree with the two.
+			d.log.Warn("declarations stamped more than their validity ahead of this control node's clock, which another control node's agrees with: a control node whose clock was that far ahead stamped them, and hosts with a right clock refuse them; stamping them again by this clock",
+				"nodes", len(due.Behind), "agreeing", peer, "ahead_at_least", due.Newest.Sub(now).Round(time.Second).String(),
+				"newest_stamp", due.Newest.UTC().Format(time.RFC3339), "now", now.UTC().Format(time.RFC3339))
+			due.Nodes = append(due.Nodes, due.Behind...)
+			due.Behind = nil
+		}
+	}
 	if len(due.Behind) > 0 {
 		if ok, rounds := d.stampsAhead.due(now); ok {
 			d.log.Error("this control node's clock is behind the declarations' stamps in its state by more than their validity: "+

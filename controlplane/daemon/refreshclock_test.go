@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"mesh/controlplane/api"
 	"mesh/controlplane/state"
 )
 
@@ -57,5 +58,45 @@ func TestRefreshByAClockBehindTheValidity(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "or this node's clock is behind now") {
 		t.Fatalf("the WARN does not name this clock behind:\n%s", log.String())
+	}
+}
+
+// TestRefreshOfStampsFromAClockFarAhead: stamps more than the validity ahead of this
+// node's clock are left alone while nothing says which clock is off; when another
+// control node's clock agrees with this one's, a clock that far ahead stamped them
+// (a leader booted a day ahead, stepped back since), and they are stamped again by
+// this clock, as before the rule above, with a WARN naming the node that agrees.
+func TestRefreshOfStampsFromAClockFarAhead(t *testing.T) {
+	var log lockedBuffer
+	d, err := Open(context.Background(), Options{Dir: bootstrapped(t, "ahead"), Logger: slog.New(slog.NewTextHandler(&log, nil)),
+		Timeouts: testTimeouts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	enrolledKey(t, d, "web-1")
+	var (
+		before   state.Declared
+		validity time.Duration
+	)
+	d.fsm.Read(func(s *state.State) { before, validity = s.Nodes["web-1"].Declared, s.Validity })
+	now := before.IssuedAt.Add(-validity - 2*time.Hour)
+	// cp-3's clock a day off this one's: no agreement.
+	d.ctl.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-3", Raft: api.RaftVoter, Rules: state.ApplyRules, Clock: now.Add(25 * time.Hour)}, now, 0)
+	d.refresh(now)
+	var after state.Declared
+	d.fsm.Read(func(s *state.State) { after = s.Nodes["web-1"].Declared })
+	if after != before {
+		t.Fatalf("stamped again with no clock agreeing with this one: %+v, was %+v", after, before)
+	}
+	// cp-2's clock agrees with this one's, within the tolerance.
+	d.ctl.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-2", Raft: api.RaftVoter, Rules: state.ApplyRules, Clock: now.Add(time.Minute)}, now, 0)
+	d.refresh(now)
+	d.fsm.Read(func(s *state.State) { after = s.Nodes["web-1"].Declared })
+	if !after.IssuedAt.Equal(now) {
+		t.Fatalf("with cp-2's clock agreeing, not stamped again by this clock: %+v, want issued %s", after, now)
+	}
+	if !strings.Contains(log.String(), "agreeing=cp-2") {
+		t.Fatalf("the WARN does not name cp-2:\n%s", log.String())
 	}
 }
