@@ -90,11 +90,12 @@ type Applier interface {
 // Each file is written atomically (temp file in its directory, fsync, chown,
 // chmod, rename, fsync of the directory) and only when its content, mode or
 // declared ownership differs. The temp files an apply killed part way left in a
-// directory are removed by the first apply that writes or removes there, once per
-// directory while the Guard keeps the root (see run.sweep); without a Guard, by
-// every apply that does. The file found at a declared or previously
-// managed path is opened without following a link at its name, and read only
-// if it is a regular file of at most MaxFileSize bytes. Missing parent directories
+// directory of a declared or previously managed path are removed by the next
+// Apply, before its first write or removal there or after its writes
+// (run.sweepRest), once per directory while the Guard keeps the root (see
+// run.sweep); without a Guard, by every Apply. The file found at a declared or
+// previously managed path is opened without following a link at its name, and
+// read only if it is a regular file of at most MaxFileSize bytes. Missing parent directories
 // of declared files are created with mode 0755, whatever the umask; Root itself, when
 // missing, is created 0755 less the umask (0700 under umask 077: the operator's
 // setting, and the safer way to be wrong), never the directories above it
@@ -184,6 +185,7 @@ func (a FileApplier) Apply(ctx context.Context, files []File, previous []string)
 		}
 		res.Written = append(res.Written, w.path)
 	}
+	r.sweepRest(decl, stale)
 	return res, nil
 }
 
@@ -804,6 +806,31 @@ func (r *run) sweep(d *dirHandle) {
 	})
 	if complete {
 		r.guard.setSwept(d.name, true)
+	}
+}
+
+// sweepRest sweeps the directories of the declared and previously managed paths
+// that no write or removal of this Apply swept, those that still lead where they
+// did (ready): a temporary file left there by an apply killed part way stayed for
+// good when the next declaration only dropped its path, which the killed apply
+// had not yet written (nothing to remove), or declared it again with the content
+// already there (nothing to write). With the agent's Guard, each directory once
+// in the process's life, as for the others: the first Apply after a start, not
+// every Apply. A directory that is not ready is left to the Apply that next
+// writes or removes in it, which says what is wrong with it.
+func (r *run) sweepRest(decl map[string]*File, stale []string) {
+	each := func(p string) {
+		d := r.dir(path.Dir(p))
+		if d.swept || r.guard.sweptAlready(d.name) || d.ready() != nil {
+			return
+		}
+		r.sweep(d)
+	}
+	for p := range decl {
+		each(p)
+	}
+	for _, p := range stale {
+		each(p)
 	}
 }
 

@@ -959,6 +959,62 @@ func TestApplyRemovesAKilledApplysTemporaryFiles(t *testing.T) {
 	}
 }
 
+// TestApplyRemovesALeftoverWhereNothingIsWritten: an apply killed before the
+// rename of a new file leaves its temporary file (up to MaxFileSize of declared
+// content) in a directory where the next Apply may neither write nor remove: the
+// path dropped by the next declaration (the file never made, nothing to remove), or
+// declared again with the content already there (nothing to write). The Apply
+// sweeps those directories too. Not a link with the temporary name, nor what
+// stands outside the directories of declared and managed paths.
+func TestApplyRemovesALeftoverWhereNothingIsWritten(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		files    []File
+		previous []string // other/c.conf: recorded before the killed apply made it
+	}{
+		{"the path dropped", []File{{Path: "etc/a.conf", Data: []byte("a"), Mode: 0o644}},
+			[]string{"etc/a.conf", "other/c.conf"}},
+		{"declared again as it is", []File{
+			{Path: "etc/a.conf", Data: []byte("a"), Mode: 0o644},
+			{Path: "other/b.conf", Data: []byte("b"), Mode: 0o644},
+		}, []string{"etc/a.conf", "other/b.conf", "other/c.conf"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			mustWrite(t, filepath.Join(root, "etc/a.conf"), "a", 0o644)
+			if len(tc.files) > 1 {
+				mustWrite(t, filepath.Join(root, "other/b.conf"), "b", 0o644)
+			}
+			leftover := filepath.Join(root, "other", ".meshhost-0123456789abcdef")
+			mustWrite(t, leftover, "a secret declared for other/c.conf", 0o600)
+			target := filepath.Join(root, "target")
+			mustWrite(t, target, "not the applier's", 0o600)
+			link := filepath.Join(root, "other", ".meshhost-00000000000000ff")
+			if err := os.Symlink(target, link); err != nil {
+				t.Fatal(err)
+			}
+			elsewhere := filepath.Join(root, "var", ".meshhost-fedcba9876543210")
+			mustWrite(t, elsewhere, "in no directory of a managed path", 0o600)
+
+			res, err := (FileApplier{Root: root, Guard: &RootGuard{}}).Apply(context.Background(), tc.files, tc.previous)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Written)+len(res.Removed) != 0 {
+				t.Fatalf("wrote %v, removed %v", res.Written, res.Removed)
+			}
+			if _, err := os.Lstat(leftover); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("the killed apply's temporary file is still there (%v)", err)
+			}
+			if fi, err := os.Lstat(link); err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+				t.Errorf("the link with a temporary name: %v, %v", fi, err)
+			}
+			assertFile(t, target, "not the applier's", 0o600)
+			assertFile(t, elsewhere, "in no directory of a managed path", 0o600)
+		})
+	}
+}
+
 func TestApplyNoRoot(t *testing.T) {
 	if _, err := (FileApplier{}).Apply(context.Background(), nil, nil); err == nil {
 		t.Fatal("an applier without a root applied")
