@@ -59,7 +59,8 @@ var dataFiles = map[string]fs.FileMode{
 
 // makeData makes a data directory: dataFiles, each holding its name, and what a
 // backup leaves out: the lock, a write's temporary file, raft/ with a log in it,
-// and a directory of something else.
+// a directory of something else, and the keys a join stopped at its last step
+// left (join-pending.json: the node's private keys a second time).
 func makeData(t *testing.T) datadir.Dir {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "cp")
@@ -68,7 +69,7 @@ func makeData(t *testing.T) datadir.Dir {
 			t.Fatal(err)
 		}
 	}
-	files := map[string]fs.FileMode{datadir.LockFile: 0o600, ".mesh.json.tmp-123": 0o600,
+	files := map[string]fs.FileMode{datadir.LockFile: 0o600, ".mesh.json.tmp-123": 0o600, datadir.JoinPendingFile: 0o600,
 		filepath.Join(datadir.RaftDir, "raft.db"): 0o600, filepath.Join("other", "x"): 0o600}
 	for name, mode := range dataFiles {
 		files[name] = mode
@@ -158,7 +159,8 @@ func entries(t *testing.T, dir string) []string {
 // time (UTC, to the second) and the index, mode 0700, holding the Raft store its
 // source wrote and every file of the data directory with its content and its
 // mode (the keys 0600), and nothing else: not the lock, not a write's temporary
-// file, not the data directory's own raft/ nor another directory.
+// file, not a finished join's leftover keys, not the data directory's own raft/
+// nor another directory.
 func TestABackupIsADataDirectory(t *testing.T) {
 	t.Parallel()
 	src := &fakeSource{index: 42}

@@ -18,7 +18,9 @@ import (
 // mesh.json, and whatever else is there. Left out are the lock (a backup is no
 // process's directory), raft/ (the caller writes its own, through Raft), hidden
 // names (the temporary files of writes under way: datadir's and atomicfile's
-// begin with a dot), and what is not a regular file.
+// begin with a dot), join-pending.json (a serving node's join is done: the file
+// is a leftover of a join stopped at its last step, the node's private keys a
+// second time, which serve removes at start), and what is not a regular file.
 func copyFiles(ctx context.Context, data datadir.Dir, dir string) (int64, error) {
 	entries, err := os.ReadDir(string(data))
 	if err != nil {
@@ -27,7 +29,8 @@ func copyFiles(ctx context.Context, data datadir.Dir, dir string) (int64, error)
 	var total int64
 	for _, e := range entries {
 		name := e.Name()
-		if name == datadir.LockFile || name == datadir.RaftDir || strings.HasPrefix(name, ".") || !e.Type().IsRegular() {
+		if name == datadir.LockFile || name == datadir.RaftDir || name == datadir.JoinPendingFile ||
+			strings.HasPrefix(name, ".") || !e.Type().IsRegular() {
 			continue
 		}
 		n, err := copyFile(ctx, data.Path(name), filepath.Join(dir, name))

@@ -251,6 +251,17 @@ func CheckDir(dir datadir.Dir, now time.Time, wait time.Duration) CheckReport {
 			for _, n := range expiryNotices(dir, files.certs, now) {
 				c.Warnings = append(c.Warnings, fmt.Sprintf("%s expires %s (%d days left): %s", n.file, n.notAfter.Format(time.RFC3339), n.daysLeft, n.msg))
 			}
+		case sc.name == CheckCurveKey && !failed[CheckCurveKey] && !failed[CheckConfig]:
+			// Looked at, not removed: check writes nothing (serve removes it).
+			c := &r.Checks[len(r.Checks)-1]
+			left, err := dir.LeftJoinKeys(files.cfg, files.curve)
+			switch {
+			case err != nil:
+				c.Warnings = append(c.Warnings, err.Error())
+			case left:
+				c.Warnings = append(c.Warnings, fmt.Sprintf("%s holds the keys of this node's finished join a second time (a join stopped at its last step): serve removes it at start",
+					dir.Path(datadir.JoinPendingFile)))
+			}
 		}
 	}
 

@@ -222,6 +222,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		return nil, err
 	}
 	d.caPEM, d.curve = files.caPEM, files.curve
+	d.removeFinishedJoinKeys()
 	d.signer = newSigner(files.keys)
 	if err := d.openBackups(); err != nil {
 		return nil, err
@@ -417,6 +418,21 @@ func (d *Daemon) recordServed() {
 		return
 	}
 	d.servedRecorded.Store(true)
+}
+
+// removeFinishedJoinKeys removes the keys of this node's join (join-pending.json)
+// left by a `meshctl join` stopped after it recorded the join as done, and before
+// it removed them: nothing else would, and they were the node's private keys a
+// second time, in every backup taken after. A file there it cannot remove, or that
+// is not that join's, is warned of and left: it stops nothing.
+func (d *Daemon) removeFinishedJoinKeys() {
+	removed, err := d.opts.Dir.RemoveFinishedJoinKeys(d.cfg, d.curve)
+	if removed {
+		d.log.Info("removed the keys of this node's finished join, left by a join stopped at its last step", "file", d.opts.Dir.Path(datadir.JoinPendingFile))
+	}
+	if err != nil {
+		d.log.Warn("a join's keys are left in the data directory", "err", err)
+	}
 }
 
 // initialise applies the mesh's first command if the state is empty: the mesh id, the
