@@ -1381,8 +1381,9 @@ func filesOf(v declarations.Verified) ([]apply.File, error) {
 }
 
 // managedMissing reports whether a file the agent manages is missing from the root:
-// a root restored from a backup older than the state directory, or a file removed by
-// hand while the agent was stopped. The mesh does not send a node the declaration it
+// a root restored from a backup older than the state directory, a file removed by
+// hand while the agent was stopped, or one an apply cut off had recorded as managed
+// and not written yet (said apart: appliedPaths). The mesh does not send a node the declaration it
 // holds applied (a fleet restarting would be sent every one), so the file stayed
 // missing until the next re-signed copy, up to 12 hours later. Only absence is
 // checked, one lstat a file, as the agent starts; a file changed by hand is put back
@@ -1400,9 +1401,47 @@ func (a *Agent) managedMissing() bool {
 	if len(missing) == 0 {
 		return false
 	}
-	a.log.Warn("managed files are missing from the root (restored from an older backup, or removed by hand while the agent was stopped): the applied declaration is asked for again to put them back",
-		"count", len(missing), "first", missing[0])
+	// A path the applied declaration does not name was recorded as managed by an
+	// apply of a newer one, before its first write (handleDeclaration), and that
+	// apply was cut off: blaming a backup or a person sent the operator looking for
+	// one that never was.
+	named := a.appliedPaths()
+	var cutOff, gone []string
+	for _, p := range missing {
+		if named != nil && !named[p] {
+			cutOff = append(cutOff, p)
+		} else {
+			gone = append(gone, p)
+		}
+	}
+	if len(cutOff) > 0 {
+		a.log.Warn("managed files are missing from the root that the applied declaration does not name: an apply was cut off (the agent stopped or crashed) before writing them; the mesh is asked for its declaration",
+			"count", len(cutOff), "first", cutOff[0])
+	}
+	if len(gone) > 0 {
+		a.log.Warn("managed files are missing from the root (restored from an older backup, or removed by hand while the agent was stopped): the applied declaration is asked for again to put them back",
+			"count", len(gone), "first", gone[0])
+	}
 	return true
+}
+
+// appliedPaths returns the paths of the applied declaration's files, as the copy of
+// it the agent keeps has them (verified: verifyCopy); nil when it keeps no usable
+// copy, and cannot tell.
+func (a *Agent) appliedPaths() map[string]bool {
+	raw := a.loadKept()
+	if raw == nil {
+		return nil
+	}
+	_, files, err := a.verifyCopy(raw)
+	if err != nil {
+		return nil
+	}
+	named := make(map[string]bool, len(files))
+	for _, f := range files {
+		named[f.Path] = true
+	}
+	return named
 }
 
 // putBack applies the declaration already applied again: the applier writes only

@@ -244,7 +244,12 @@ var errNotApplied = errors.New("not the applied declaration")
 // Refused, a clock stepped back by a day stopped the checks without a word until
 // the clock was set right (an audit).
 func (a *Agent) verifyKept() (declarations.Verified, []apply.File, error) {
-	env, err := declarations.ParseEnvelope(a.kept)
+	return a.verifyCopy(a.kept)
+}
+
+// verifyCopy is verifyKept of raw, a copy of the applied declaration.
+func (a *Agent) verifyCopy(raw []byte) (declarations.Verified, []apply.File, error) {
+	env, err := declarations.ParseEnvelope(raw)
 	if err != nil {
 		return declarations.Verified{}, nil, err
 	}

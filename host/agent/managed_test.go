@@ -482,3 +482,50 @@ func TestAPathLeftInPlaceIsLogged(t *testing.T) {
 		t.Fatalf("%d lines saying a path was %s, want 2:\n%s", n, said, logged.String())
 	}
 }
+
+// TestAnApplyCutOffIsNotBlamedOnABackup (durability audit, finding 2): a path an
+// apply recorded as managed before its first write, the agent killed before it
+// wrote it, is missing at the next start. The applied declaration (the kept copy)
+// does not name it: the log says an apply was cut off, not that the root was
+// restored from an older backup or the file removed by hand, which sent the
+// operator looking for a restore nobody made. A file the applied declaration
+// names, missing, is still said the old way.
+func TestAnApplyCutOffIsNotBlamedOnABackup(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.a.handle(ctx, f.declFiles(t, 1, "etc/a.conf")); err != nil {
+		t.Fatal(err)
+	}
+	f.a.checkFiles(ctx) // keeps the copy of v1 on disk
+	// v2 adds other/c.conf: on record before it is written, then the kill.
+	f.a.applied.Managed = append(f.a.applied.Managed, "other/c.conf")
+	f.a.save()
+	f.a.kp.Wipe()
+	var logged bytes.Buffer
+	a, err := New(Options{StateDir: f.dir, Root: f.root, Now: func() time.Time { return t0 }, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const cutOff, backup = "an apply was cut off", "restored from an older backup"
+	if !a.managedMissing() {
+		t.Fatal("the path an apply cut off had not written is not missing")
+	}
+	if log := logged.String(); !strings.Contains(log, cutOff) || !strings.Contains(log, "first=other/c.conf") || strings.Contains(log, backup) {
+		t.Fatalf("want the apply cut off named, and no backup:\n%s", log)
+	}
+	if err := os.Remove(filepath.Join(f.root, "etc", "a.conf")); err != nil {
+		t.Fatal(err)
+	}
+	logged.Reset()
+	if !a.managedMissing() {
+		t.Fatal("not missing")
+	}
+	for _, line := range strings.Split(strings.TrimSpace(logged.String()), "\n") {
+		if strings.Contains(line, backup) != strings.Contains(line, "first=etc/a.conf") {
+			t.Errorf("the backup or the hand is blamed for the wrong path: %s", line)
+		}
+	}
+	if n := strings.Count(logged.String(), "\n"); n != 2 {
+		t.Errorf("%d lines, want one for each cause:\n%s", n, logged.String())
+	}
+}
