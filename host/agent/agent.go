@@ -308,6 +308,9 @@ func New(o Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := store.MarkLegacy(); err != nil {
+		o.Logger.Warn("the legacy state file is not marked as replaced; tried again at the next start", "err", err)
+	}
 	kr, err := trustedKeyring(id, applied)
 	if err != nil {
 		return nil, err

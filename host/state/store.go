@@ -209,6 +209,25 @@ func (s *Store) create(js []byte) error {
 	return nil // the next Save reads the new file's layout
 }
 
+// MarkLegacy makes the legacy file the marker, once the applied state is kept in
+// applied.state, if it is not the marker yet: create marks it as soon as the state
+// file takes its name, and only create does (later saves are in place), so an agent
+// killed between the two left the pre-upgrade state in the legacy file for good,
+// which a meshhost older than this one, put back on the machine, would read instead
+// of stopping, and accept older declarations. The agent calls it as it starts: one
+// look at the file and a read of the marker's length, a write only when it is not
+// the marker. Before the first save it does nothing: that save marks the file.
+func (s *Store) MarkLegacy() error {
+	if _, err := os.Lstat(Path(s.dir)); err != nil {
+		return nil
+	}
+	if err := markLegacy(s.dir); err != nil {
+		return fmt.Errorf("state: %s could not be marked as replaced by %s (a meshhost older than this one would read it): %w",
+			LegacyPath(s.dir), Path(s.dir), err)
+	}
+	return nil
+}
+
 func (s *Store) failed(err error) error {
 	path := Path(s.dir)
 	if errors.Is(err, syscall.ENOSPC) {

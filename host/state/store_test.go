@@ -512,3 +512,51 @@ func TestAStateDirectoryGoneIsNotMadeAgain(t *testing.T) {
 		}
 	})
 }
+
+// TestTheLegacyFileIsMarkedLate (durability audit, finding 4): an agent killed after
+// applied.state took its name and before applied.json became the marker left the
+// pre-upgrade state in applied.json for good (later saves are in place), which an
+// older meshhost put back would read. MarkLegacy, as the agent starts, marks it.
+func TestTheLegacyFileIsMarkedLate(t *testing.T) {
+	dir := t.TempDir()
+	if err := NewStore(dir).Save(version(8)); err != nil {
+		t.Fatal(err)
+	}
+	// The kill: applied.state saved, applied.json still the legacy state.
+	if err := os.WriteFile(LegacyPath(dir), fileOf(t, version(7)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, s, err := Open(dir)
+	if err != nil || a.Version != 8 {
+		t.Fatalf("open: v%d, %v", a.Version, err)
+	}
+	if err := s.MarkLegacy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(version(9)); err != nil {
+		t.Fatal(err)
+	}
+	if !isMarker(LegacyPath(dir), readRegular) {
+		data, _ := os.ReadFile(LegacyPath(dir))
+		t.Fatalf("applied.json holds %q, want the marker", data)
+	}
+	if got := mustLoad(t, dir); got.Version != 9 {
+		t.Fatalf("after the save: v%d", got.Version)
+	}
+
+	// Before the first save (the legacy state the one kept): nothing is marked.
+	fresh := t.TempDir()
+	if err := os.WriteFile(LegacyPath(fresh), fileOf(t, version(7)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, s, err = Open(fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkLegacy(); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustLoad(t, fresh); got.Version != 7 {
+		t.Fatalf("the legacy state, not moved yet: v%d, want 7", got.Version)
+	}
+}
