@@ -157,7 +157,8 @@ func New(cfg Config) (*Writer, error) {
 // to another user, or opened to others, while serve runs gets no more keys).
 func (w *Writer) prepare() error {
 	dir := w.cfg.Dir
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// Flushed into its parent: each backup's rename in it is flushed, its name not.
+	if err := atomicfile.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("--backup-dir %s: %w", dir, err)
 	}
 	if err := datadir.Dir(dir).CheckPlace(); err != nil {

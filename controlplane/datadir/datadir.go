@@ -514,9 +514,9 @@ func ParseSigningKey(data []byte) (ed25519.PrivateKey, error) {
 }
 
 // WriteFile writes data atomically and durably (temp file, fsync, rename, fsync of the
-// directory), creating the directory (0700) if needed.
+// directory), creating the directory (0700) if needed, flushed into its parent.
 func WriteFile(path string, data []byte, perm fs.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := atomicfile.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
 	return atomicfile.WriteFile(path, data, perm)

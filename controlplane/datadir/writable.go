@@ -3,9 +3,9 @@ package datadir
 import (
 	"errors"
 	"fmt"
-	"os"
 	"syscall"
 
+	"mesh/host/atomicfile"
 	"mesh/host/dirlock"
 )
 
@@ -66,8 +66,10 @@ func (d Dir) WriteFailed(doing string, err error) error {
 	return err
 }
 
-// Make creates the data directory, mode 0700, and its missing parents; one that
-// exists is left as it is. Its failures for the directory's place are WriteFailed's.
+// Make creates the data directory, mode 0700, and its missing parents, each
+// flushed into its parent (atomicfile.MkdirAll: bootstrap's files outlast a power
+// cut only if the directory's name does); one that exists is left as it is. Its
+// failures for the directory's place are WriteFailed's.
 func (d Dir) Make() error {
-	return d.WriteFailed("", os.MkdirAll(string(d), 0o700))
+	return d.WriteFailed("", atomicfile.MkdirAll(string(d), 0o700))
 }

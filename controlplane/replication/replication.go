@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -27,6 +28,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"mesh/controlplane/state"
+	"mesh/host/atomicfile"
 	"mesh/host/readfile"
 	"mesh/logging"
 )
@@ -144,9 +146,15 @@ func openStores(dir string, log hclog.Logger, mustHoldState bool) (*raftboltdb.B
 			return nil, nil, err
 		}
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// raft/ flushed into the data directory, and, below, raft.db and snapshots/
+	// into raft/ when this made them: bbolt flushes the file, not its name, and a
+	// power cut after bootstrap or join said the mesh exists could lose the store.
+	if err := atomicfile.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, err
 	}
+	_, dberr := os.Lstat(raftDBPath(dir))
+	_, snaperr := os.Lstat(filepath.Join(dir, "snapshots"))
+	made := errors.Is(dberr, fs.ErrNotExist) || errors.Is(snaperr, fs.ErrNotExist)
 	// Checked before Raft reads them: it, and bbolt under it, panic on a damaged
 	// store or start from an emptied one (damage.go).
 	if err := checkRaftDBPresent(dir); err != nil {
@@ -184,6 +192,12 @@ func openStores(dir string, log hclog.Logger, mustHoldState bool) (*raftboltdb.B
 	if err != nil {
 		store.Close()
 		return nil, nil, fmt.Errorf("open raft snapshots: %w", err)
+	}
+	if made {
+		if err := atomicfile.SyncDir(dir); err != nil {
+			store.Close()
+			return nil, nil, fmt.Errorf("flush %s: %w", dir, err)
+		}
 	}
 	return store, snaps, nil
 }
@@ -984,6 +998,12 @@ func recoverFromPeersFile(cfg Config, rc *raft.Config, store *raftboltdb.BoltSto
 	}
 	if err := os.Rename(path, path+".applied"); err != nil {
 		return err
+	}
+	// Flushed: a rename a power cut lost (the store's own flushes need not commit
+	// raft/'s names) ran the recovery again at the next start, with the old list of
+	// servers, over a membership changed since.
+	if err := atomicfile.SyncDir(cfg.Dir); err != nil {
+		return fmt.Errorf("recovered the Raft configuration from %s and renamed it, but flushing %s: %w", path, cfg.Dir, err)
 	}
 	log.Warn("Raft configuration recovered from the peers file", "file", path, "servers", len(conf.Servers))
 	return nil

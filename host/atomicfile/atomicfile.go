@@ -175,6 +175,35 @@ func createTemp(dir, base string) (*os.File, string, error) {
 	}
 }
 
+// MkdirAll is os.MkdirAll, and flushes the parent of each directory it made: a file
+// written durably in a new directory (WriteFile flushes the directory it is in) is
+// lost all the same after a power cut that loses the directory's own name, on a
+// file system that does not commit one directory's changes with another's.
+// Nothing is flushed when dir exists.
+func MkdirAll(dir string, perm fs.FileMode) error {
+	var made []string // the directories missing, innermost first
+	for d := filepath.Clean(dir); ; {
+		if _, err := os.Stat(d); !errors.Is(err, fs.ErrNotExist) {
+			break // there, or not known missing: os.MkdirAll says what is wrong
+		}
+		made = append(made, d)
+		parent := filepath.Dir(d)
+		if parent == d {
+			break
+		}
+		d = parent
+	}
+	if err := os.MkdirAll(dir, perm); err != nil {
+		return err
+	}
+	for _, d := range made {
+		if err := SyncDir(filepath.Dir(d)); err != nil {
+			return fmt.Errorf("flushing the directory %s was made in: %w", d, err)
+		}
+	}
+	return nil
+}
+
 // SyncDir flushes a directory so that a rename or link in it (or a file made in
 // it) survives a crash. A file system that cannot flush a directory, and says so,
 // is not an error: its names are as durable as they will ever be.

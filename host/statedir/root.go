@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"mesh/host/atomicfile"
 	"mesh/host/dirlock"
 	"mesh/host/readfile"
 )
@@ -109,7 +110,13 @@ func PrepareRoot(dir string) error {
 	if err := CheckRoot(what, dir); err != nil {
 		return err
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	err = os.Mkdir(dir, 0o755)
+	if err == nil {
+		// Flushed into its parent: the files an apply writes durably in it are
+		// lost with the root's own name otherwise.
+		err = atomicfile.SyncDir(parent)
+	}
+	if err != nil && !errors.Is(err, fs.ErrExist) {
 		if dirlock.NotWritable(err) {
 			return &dirlock.NotWritableError{What: what, Dir: dir, Err: err}
 		}

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"mesh/host/atomicfile"
 	"mesh/host/dirlock"
 	"mesh/host/readfile"
 )
@@ -158,7 +159,9 @@ func (e *FileError) Is(target error) bool { return target == e.Kind }
 // *dirlock.NotWritableError, as one it may not write; one under a file is a
 // *NotDirError.
 func Prepare(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// Flushed into its parent: the identity enrolment writes durably in it is lost
+	// with the directory's name otherwise.
+	if err := atomicfile.MkdirAll(dir, 0o700); err != nil {
 		if errors.Is(err, syscall.ENOTDIR) {
 			if cerr := Check(dir); errors.Is(cerr, ErrNotDir) {
 				return cerr

@@ -97,6 +97,12 @@ func privateOutput(w io.Writer) (tokenOutput, error) {
 			_ = os.Remove(tmpName)
 			return err
 		}
+		// As --out's: a power cut could otherwise put back the empty file the
+		// shell made, the token pending in the mesh and nowhere on disk.
+		if d, err := os.Open(filepath.Dir(name)); err == nil {
+			_ = d.Sync() // the new name survives a crash
+			d.Close()
+		}
 		return nil
 	}
 	return out, nil
