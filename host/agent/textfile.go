@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
+
+	"mesh/host/statedir"
 )
 
 // TextfileInterval is how often the agent writes its metrics for a node
@@ -50,6 +52,9 @@ func (a *Agent) textfileRegistry() *prometheus.Registry {
 // dead agent's file, left by a crash, shows stale. Each write replaces the file
 // whole (a new file renamed over it), so the collector never reads half of one.
 func (a *Agent) writeTextfiles(ctx context.Context, path string, interval time.Duration) {
+	if n := removeTextfileTemps(path); n > 0 {
+		a.log.Info("removed the temporary metrics textfiles a stop part way through a write left", "count", n, "dir", filepath.Dir(path))
+	}
 	reg := a.textfileRegistry()
 	failing := ""
 	write := func() {
@@ -77,6 +82,43 @@ func (a *Agent) writeTextfiles(ctx context.Context, path string, interval time.D
 			write()
 		}
 	}
+}
+
+// removeTextfileTemps removes the temporary files writeTextfile left beside path,
+// an agent killed between their create and their rename (a write every interval),
+// and returns how many: nothing else would, as the collector skips them. Once, as
+// the agent starts writing. Only names of writeTextfile's pattern, and only
+// regular files of the agent's user (the directory is the node exporter's, which
+// others may write in), looked at without following a link.
+func removeTextfileTemps(path string) int {
+	dir, prefix := filepath.Dir(path), "."+filepath.Base(path)+"-"
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0 // the write says what is wrong with the directory
+	}
+	n := 0
+	for _, e := range entries {
+		name := e.Name()
+		digits, ok := strings.CutPrefix(name, prefix)
+		if ok {
+			digits, ok = strings.CutSuffix(digits, ".tmp")
+		}
+		if !ok || digits == "" || strings.Trim(digits, "0123456789") != "" {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		fi, err := os.Lstat(p)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if uid, ok := statedir.FileOwner(fi); !ok || uid != os.Geteuid() {
+			continue
+		}
+		if os.Remove(p) == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // writeTextfile writes what g gathers to path in the text format, whole: a new

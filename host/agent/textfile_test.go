@@ -140,3 +140,36 @@ func TestTheTextfileIsMadeReadableThroughItsDescriptor(t *testing.T) {
 		t.Fatalf("the textfile: %v, %v; want a regular file, mode 0644", fi.Mode(), err)
 	}
 }
+
+// TestAKilledWritesTextfileIsRemoved (durability audit, finding 7): an agent killed
+// between a metrics write's create and its rename left the temporary file in the
+// node exporter's directory for good, one per kill. The agent removes its own as it
+// starts writing: not a link of that name, nor other files.
+func TestAKilledWritesTextfileIsRemoved(t *testing.T) {
+	f := newFixture(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "meshhost.prom")
+	leftover := filepath.Join(dir, ".meshhost.prom-2093847561.tmp")
+	target := filepath.Join(dir, "target")
+	link := filepath.Join(dir, ".meshhost.prom-12.tmp")
+	keep := []string{filepath.Join(dir, ".meshhost.prom-x1.tmp"), filepath.Join(dir, "123.tmp"), filepath.Join(dir, ".other.prom-123.tmp"), target}
+	for _, p := range append([]string{leftover}, keep...) {
+		if err := os.WriteFile(p, []byte("# a write cut short\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // one write, then the stop
+	f.a.writeTextfiles(ctx, path, time.Hour)
+	if _, err := os.Lstat(leftover); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the killed write's temporary file is still there (%v)", err)
+	}
+	for _, p := range append(keep, link) {
+		if _, err := os.Lstat(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+}

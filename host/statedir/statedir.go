@@ -153,6 +153,10 @@ func (e *FileError) Error() string {
 // Is reports whether target is the kind of file refused.
 func (e *FileError) Is(target error) bool { return target == e.Kind }
 
+// FileOwner returns the numeric owner of the file fi describes; false where files
+// have none (Windows).
+func FileOwner(fi fs.FileInfo) (int, bool) { return owner(fi) }
+
 // Prepare creates dir (mode 0700, and its missing parents) if it is absent, and
 // checks it as Check does: what enrolment does before it writes anything there. A
 // directory it may not make, on a read-only or full file system, is a
