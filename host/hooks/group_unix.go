@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"mesh/host/atomicfile"
 )
 
 // ownGroup runs cmd in a new process group, and makes cancelling it signal the
@@ -39,6 +41,9 @@ func killGroup(cmd *exec.Cmd) {
 
 // recordGroup writes the hook's process group to c.groupFile: its id and its
 // leader's start time, which tell it from a later process given the same id.
+// Atomically (a new file renamed over the name): written in place, an agent killed
+// between the truncate and the write left an empty record, and the next one could
+// neither kill the hook still running nor keep from running it again beside it.
 func (c Config) recordGroup(cmd *exec.Cmd) {
 	if c.groupFile == "" {
 		return
@@ -48,7 +53,7 @@ func (c Config) recordGroup(cmd *exec.Cmd) {
 	if err != nil {
 		return
 	}
-	_ = os.WriteFile(c.groupFile, fmt.Appendf(nil, "%d %d %s\n", pid, start, bootID()), 0o600)
+	_ = atomicfile.WriteFile(c.groupFile, fmt.Appendf(nil, "%d %d %s\n", pid, start, bootID()), 0o600)
 }
 
 // bootID is this boot's id (Linux's random boot_id), "" where there is none: start
