@@ -24,30 +24,12 @@ import (
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
 	"mesh/controlplane/replication"
+	"mesh/integration/freeport"
 )
-
-// freeAddrs returns n loopback addresses that could be bound a moment ago.
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var out []string
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return out
-}
 
 func options(t *testing.T, dir string) (Options, *bytes.Buffer) {
 	t.Helper()
-	addrs := freeAddrs(t, 3)
+	addrs := freeport.Addrs(t, 3)
 	out := &bytes.Buffer{}
 	return Options{
 		Mesh:          "demo",
@@ -417,7 +399,7 @@ func TestConflicts(t *testing.T) {
 			t.Fatalf("another node: err = %v, want ErrConflict", err)
 		}
 		o3 := o
-		o3.Listen = freeAddrs(t, 1)[0]
+		o3.Listen = freeport.Addrs(t, 1)[0]
 		if err := Run(o3); !errors.Is(err, ErrConflict) {
 			t.Fatalf("another listen address: err = %v, want ErrConflict", err)
 		}
@@ -427,7 +409,7 @@ func TestConflicts(t *testing.T) {
 		before := snapshotDir(t, dir)
 		for _, flag := range []string{"--raft-listen", "--cluster-listen", "--advertise"} {
 			o4 := o
-			other := freeAddrs(t, 1)[0]
+			other := freeport.Addrs(t, 1)[0]
 			switch flag {
 			case "--raft-listen":
 				o4.RaftListen = other

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 	"mesh/controlplane/bootstrap"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/state"
+	"mesh/integration/freeport"
 )
 
 // fleet is a control plane with n enrolled nodes, seeded through the log.
@@ -170,33 +170,11 @@ func BenchmarkDeclareFanout(b *testing.B) {
 	}
 }
 
-// freeAddrs returns n loopback addresses whose ports were free when picked: the
-// listeners are held until all n are picked, so the ports differ (closed one by one,
-// the kernel could hand the same port out twice, and a broker found its own cluster
-// port taken), then closed for whoever checks or binds them next.
-func freeAddrs(t testing.TB, n int) []string {
-	t.Helper()
-	var addrs []string
-	var held []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-		addrs = append(addrs, l.Addr().String())
-	}
-	for _, l := range held {
-		l.Close()
-	}
-	return addrs
-}
-
 // bootstrapped bootstraps a control node of mesh in a new data directory, on three
-// free loopback ports (freeAddrs).
+// free loopback ports (freeport.Addrs).
 func bootstrapped(t testing.TB, mesh string) datadir.Dir {
 	t.Helper()
-	addrs := freeAddrs(t, 3)
+	addrs := freeport.Addrs(t, 3)
 	dir := datadir.Dir(filepath.Join(t.TempDir(), "cp"))
 	if err := bootstrap.Run(bootstrap.Options{Mesh: mesh, Dir: dir,
 		Listen: addrs[0], RaftListen: addrs[1], ClusterListen: addrs[2]}); err != nil {

@@ -14,6 +14,7 @@ import (
 	"mesh/controlplane/join"
 	"mesh/controlplane/replication"
 	"mesh/controlplane/state"
+	"mesh/integration/freeport"
 )
 
 // TestAdmissionRulesFollowTheOldestMember: a control node's admission is stamped with
@@ -159,7 +160,7 @@ func TestAJoinIsListedOnceTheNodeServes(t *testing.T) {
 	}
 	first := brokers()
 
-	addrs := freeAddrs(t, 3)
+	addrs := freeport.Addrs(t, 3)
 	tok, _, err := join.Mint(dir1, join.MintOptions{Node: "cp-2", Broker: addrs[0], Raft: addrs[1], Cluster: addrs[2], TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)

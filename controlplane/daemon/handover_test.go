@@ -13,6 +13,7 @@ import (
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/join"
 	"mesh/controlplane/replication"
+	"mesh/integration/freeport"
 )
 
 // serveNode opens and runs the control node of dir, its clock now, until the test
@@ -44,7 +45,7 @@ func serveNode(t *testing.T, dir datadir.Dir, log *slog.Logger, now func() time.
 // loopback ports, joins node with it into a new data directory and serves it.
 func joinNode(t *testing.T, from datadir.Dir, node string, log *slog.Logger) *Daemon {
 	t.Helper()
-	addrs := freeAddrs(t, 3)
+	addrs := freeport.Addrs(t, 3)
 	tok, _, err := join.Mint(from, join.MintOptions{Node: node, Broker: addrs[0], Raft: addrs[1], Cluster: addrs[2], TTL: time.Hour})
 	if err != nil {
 		t.Fatalf("mint a control token for %s: %v", node, err)

@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"mesh/integration/freeport"
 )
 
 // startTestWeb serves h on a free address within lim until the test ends.
 func startTestWeb(t *testing.T, h http.Handler, lim webLimits) string {
 	t.Helper()
-	addr := freeAddrs(t, 1)[0]
+	addr := freeport.Addrs(t, 1)[0]
 	e, err := startWebWithin(addr, h, slog.New(slog.DiscardHandler), lim)
 	if err != nil {
 		t.Fatal(err)

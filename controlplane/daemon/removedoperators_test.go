@@ -15,6 +15,7 @@ import (
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
 	"mesh/controlplane/state"
+	"mesh/integration/freeport"
 )
 
 // rechecksAsAtLogin answers nats-server's recheck of an operator's connection (on a
@@ -75,7 +76,7 @@ func TestARemovedControlNodesOperatorConnectionIsClosed(t *testing.T) {
 	}
 	cp2Key, cp2Creds := creds("cp-2")
 	_, otherCreds := creds("operator")
-	addrs := freeAddrs(t, 3)
+	addrs := freeport.Addrs(t, 3)
 	for _, c := range []state.Command{
 		{Op: state.OpCreateToken, At: d.now().UTC(), CreateToken: &state.CreateTokenCmd{ID: "tok-cp-2", Node: "cp-2", Role: state.RoleControl, TTL: time.Hour,
 			Control: &state.ControlAddrs{Broker: addrs[0], Raft: addrs[1], Cluster: addrs[2], Pin: strings.Repeat("ab", 32), Operator: cp2Key},

@@ -3,21 +3,17 @@ package daemon
 import (
 	"encoding/json"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
+
+	"mesh/integration/freeport"
 )
 
 // What the metrics endpoint's HTTP server reports itself reaches the node's log as a
 // structured warning; it was written bare to standard error, outside the log.
 func TestTheMetricsServersOwnErrorsAreLogged(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := freeport.Addrs(t, 1)[0]
 	var out lockedBuffer
 	log := slog.New(slog.NewJSONHandler(&out, nil))
 	// A handler that answers twice: net/http reports the second answer on its own.

@@ -19,6 +19,7 @@ import (
 	"mesh/controlplane/bootstrap"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
+	"mesh/integration/freeport"
 )
 
 // fakeLeader is a control plane that answers a joiner's operator calls as a test
@@ -145,15 +146,7 @@ func joinAgainst(t *testing.T, f *fakeLeader) (*run, datadir.Config, *steps) {
 			t.Fatal(err)
 		}
 	}
-	var addrs []string
-	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, ln.Addr().String())
-		ln.Close()
-	}
+	addrs := freeport.Addrs(t, 3)
 	pin := ca.Pin()
 	cfg := datadir.Config{Format: datadir.ConfigFormat, Mesh: "m", Node: "cp-2", Listen: addrs[0], RaftListen: addrs[1], ClusterListen: addrs[2],
 		Brokers: []string{srv.Addr()}, CAPin: hexOf(pin[:]), Joining: true, Joined: true}

@@ -2,13 +2,13 @@ package join
 
 import (
 	"errors"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
+	"mesh/integration/freeport"
 )
 
 // TestARouteThatFailsIsNotRolledBack: a join whose NATS route did not come up after
@@ -21,15 +21,7 @@ func TestARouteThatFailsIsNotRolledBack(t *testing.T) {
 	d := joinerDir(t)
 	// This node's broker and cluster addresses, and another control node's
 	// cluster address where nothing listens: free a moment ago.
-	var addrs []string
-	for range 3 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, ln.Addr().String())
-		ln.Close()
-	}
+	addrs := freeport.Addrs(t, 3)
 	r := &run{o: Options{Dir: d, Out: &strings.Builder{}, RouteTimeout: 300 * time.Millisecond}}
 	cfg := datadir.Config{Mesh: "m", Node: "cp-2", Listen: addrs[0], ClusterListen: addrs[1]}
 	err := r.route(t.Context(), cfg, &api.ControlAdmission{Members: []api.ControlMember{{ID: "cp-1", Cluster: addrs[2]}}}, func() bool { return false })

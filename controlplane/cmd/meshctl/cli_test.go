@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -21,6 +20,7 @@ import (
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/operator"
 	"mesh/controlplane/pki"
+	"mesh/integration/freeport"
 )
 
 func runCLIEnv(env map[string]string, args ...string) (int, string, string) {
@@ -399,15 +399,7 @@ func TestEndpointFromDataDir(t *testing.T) {
 // bootstrapped, its pin the one mesh.json records.
 func TestBootstrapJSON(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "cp")
-	var addrs []string
-	for range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, l.Addr().String())
-		l.Close()
-	}
+	addrs := freeport.Addrs(t, 3)
 	code, out, stderr := runCLI("bootstrap", "--mesh", "js", "--listen", addrs[0], "--raft-listen", addrs[1], "--cluster-listen", addrs[2], "--data", dir, "--json")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)

@@ -17,20 +17,13 @@ import (
 	"mesh/controlplane/bootstrap"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
+	"mesh/integration/freeport"
 )
 
 // bootstrappedDir bootstraps a control node of mesh in a new data directory.
 func bootstrappedDir(t *testing.T, mesh string) datadir.Dir {
 	t.Helper()
-	var addrs []string
-	for range 3 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, l.Addr().String())
-		l.Close()
-	}
+	addrs := freeport.Addrs(t, 3)
 	dir := datadir.Dir(filepath.Join(t.TempDir(), "cp"))
 	if err := bootstrap.Run(bootstrap.Options{Mesh: mesh, Dir: dir, Listen: addrs[0], RaftListen: addrs[1], ClusterListen: addrs[2]}); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package harness
+package freeport
 
 import (
 	"fmt"
@@ -6,16 +6,16 @@ import (
 	"testing"
 )
 
-// TestFreePortsBelowEphemeral: the ports are distinct across calls, free, and
+// TestPortsBelowEphemeral: the ports are distinct across calls, free, and
 // outside the range the kernel hands to outgoing connections, where it says which
 // range that is.
-func TestFreePortsBelowEphemeral(t *testing.T) {
+func TestPortsBelowEphemeral(t *testing.T) {
 	low, high := belowEphemeral()
 	if high == 0 {
 		t.Skip("this system does not say its ephemeral port range (/proc/sys/net/ipv4/ip_local_port_range)")
 	}
 	// Two calls, as two tests of one process make: no port given twice.
-	ports := append(FreePorts(t, 25), FreePorts(t, 25)...)
+	ports := append(Ports(t, 25), Ports(t, 25)...)
 	seen := map[int]bool{}
 	for _, p := range ports {
 		if seen[p] {
