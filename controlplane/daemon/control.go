@@ -198,18 +198,19 @@ func (c *controlTracker) clockHandover(voters []string, leaderApplied uint64, no
 	return h, false
 }
 
-// clockAgreed returns, at now, another control node whose clock agrees with this
-// node's within clockTolerance, by its last heartbeat (within three heartbeat
-// intervals, not stopping, carrying a clock), the first by name; false with none.
-// A stamp far ahead of two clocks that agree was made by a clock that ran ahead,
-// not read by one behind.
-func (c *controlTracker) clockAgreed(now time.Time) (string, bool) {
+// clockAgreed returns, at now, a control node other than self whose clock agrees
+// with this node's within clockTolerance, by its last heartbeat (within three
+// heartbeat intervals, not stopping, carrying a clock), the first by name; false
+// with none. A stamp far ahead of two clocks that agree was made by a clock that
+// ran ahead, not read by one behind. Self's own heartbeats reach the tracker too,
+// and agree with its clock always.
+func (c *controlTracker) clockAgreed(self string, now time.Time) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var agreed []string
 	for node, hb := range c.beats {
 		at := c.seen[node]
-		if hb.Stopping || hb.Clock.IsZero() || now.Sub(at) > 3*HeartbeatInterval {
+		if node == self || hb.Stopping || hb.Clock.IsZero() || now.Sub(at) > 3*HeartbeatInterval {
 			continue
 		}
 		if hb.Clock.Sub(at).Abs() <= clockTolerance {

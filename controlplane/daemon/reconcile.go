@@ -165,7 +165,7 @@ func (d *Daemon) refresh(now time.Time) {
 	var due state.DueRefresh
 	d.fsm.Read(func(s *state.State) { due = s.DueForRefresh(now) })
 	if len(due.Behind) > 0 {
-		if peer, agreed := d.ctl.clockAgreed(now); agreed {
+		if peer, agreed := d.ctl.clockAgreed(d.cfg.Node, now); agreed {
 			// Another control node's clock agrees with this one: a clock that far
 			// ahead stamped them, and stamped again they hold for hosts whose
 			// clocks agree with the two.

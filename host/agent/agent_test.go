@@ -729,3 +729,28 @@ func TestTheFinishedEnrolmentsDraftKeyIsRemoved(t *testing.T) {
 		t.Fatalf("the finished enrolment's draft key is still there: %v", err)
 	}
 }
+
+// TestAnAgentStartingMarksTheLegacyStateFile (a review of the durability fixes): an
+// agent killed between saving applied.state and turning applied.json into the
+// marker left the pre-upgrade state in applied.json for good, which an older
+// meshhost put back on the machine would read. The next agent's start marks it.
+func TestAnAgentStartingMarksTheLegacyStateFile(t *testing.T) {
+	f := newFixture(t)
+	if err := f.a.handle(context.Background(), f.decl(t, 1, "one")); err != nil {
+		t.Fatal(err)
+	}
+	f.a.kp.Wipe()
+	stale := []byte(`{"format": 1, "version": 0}` + "\n")
+	if err := os.WriteFile(state.LegacyPath(f.dir), stale, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Options{StateDir: f.dir, Root: f.root, Now: func() time.Time { return t0 }, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.kp.Wipe()
+	got, err := os.ReadFile(state.LegacyPath(f.dir))
+	if err != nil || bytes.Equal(got, stale) || !bytes.Contains(got, []byte(`"`+state.FileName+`"`)) {
+		t.Fatalf("applied.json after the start: %q, %v; want the marker naming %s", got, err, state.FileName)
+	}
+}

@@ -197,7 +197,9 @@ func MkdirAll(dir string, perm fs.FileMode) error {
 		return err
 	}
 	for _, d := range made {
-		if err := SyncDir(filepath.Dir(d)); err != nil {
+		if err := SyncDir(filepath.Dir(d)); err != nil && !errors.Is(err, fs.ErrPermission) {
+			// A parent this user may write but not read (mode 0333) cannot be
+			// opened to flush: the directory is made, as os.MkdirAll made it.
 			return fmt.Errorf("flushing the directory %s was made in: %w", d, err)
 		}
 	}

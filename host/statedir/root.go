@@ -114,7 +114,11 @@ func PrepareRoot(dir string) error {
 	if err == nil {
 		// Flushed into its parent: the files an apply writes durably in it are
 		// lost with the root's own name otherwise.
-		err = atomicfile.SyncDir(parent)
+		// A parent this user may write but not read cannot be opened to
+		// flush: the root is made, as before the flush.
+		if err = atomicfile.SyncDir(parent); errors.Is(err, fs.ErrPermission) {
+			err = nil
+		}
 	}
 	if err != nil && !errors.Is(err, fs.ErrExist) {
 		if dirlock.NotWritable(err) {
