@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -37,24 +38,8 @@ func TestControlTokenNeedsTheCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	user, _ := nkeys.CreateUser()
-	operatorKey, _ := user.PublicKey()
-	newReq := func() api.TokenCreateRequest {
-		var id, key [32]byte
-		rand.Read(id[:])
-		rand.Read(key[:])
-		return api.TokenCreateRequest{ID: hex.EncodeToString(id[:]), ProofKey: hex.EncodeToString(key[:]), Node: "cp-2", Role: state.RoleControl, TTL: api.Duration(time.Hour),
-			Control: &api.ControlMember{Broker: "127.0.0.2:7300", Raft: "127.0.0.2:7301", Cluster: "127.0.0.2:7302",
-				Pin: hex.EncodeToString(make([]byte, 32)), Operator: operatorKey, ClaimExpiry: d.now().Add(time.Hour).Truncate(time.Second)},
-			Sealed: []byte("sealed")}
-	}
-	sign := func(ca *pki.CA, r api.TokenCreateRequest) []byte {
-		sig, err := ca.SignControlClaim(r.ControlClaim(d.cfg.Mesh))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return sig
-	}
+	newReq := func() api.TokenCreateRequest { return controlTokenRequest("cp-2", 2, d.now().Add(time.Hour)) }
+	sign := func(ca *pki.CA, r api.TokenCreateRequest) []byte { return signClaim(t, ca, d.cfg.Mesh, r) }
 
 	refused := map[string]api.TokenCreateRequest{}
 	r := newReq()
@@ -154,7 +139,7 @@ func TestControlTokenNeedsTheCA(t *testing.T) {
 	}
 	d.fsm.Read(func(s *state.State) {
 		tk := s.Tokens[good.ID]
-		if tk == nil || tk.Control.Pin != good.Control.Pin || tk.Control.Operator != operatorKey || tk.ProofKey != good.ProofKey {
+		if tk == nil || tk.Control.Pin != good.Control.Pin || tk.Control.Operator != good.Control.Operator || tk.ProofKey != good.ProofKey {
 			t.Fatalf("recorded token %+v: the pin, operator key and proof key are not those the CA signed", tk)
 		}
 	})
@@ -173,21 +158,10 @@ func TestAControlTokenSentAgainAfterItsClaimExpired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	user, _ := nkeys.CreateUser()
-	operatorKey, _ := user.PublicKey()
-	var id, key [32]byte
-	rand.Read(id[:])
-	rand.Read(key[:])
-	start := d.now()
 	// A CA holder 50 minutes behind: the claim ends 10 minutes from now, the
 	// token an hour from now.
-	req := api.TokenCreateRequest{ID: hex.EncodeToString(id[:]), ProofKey: hex.EncodeToString(key[:]), Node: "cp-2", Role: state.RoleControl, TTL: api.Duration(time.Hour),
-		Control: &api.ControlMember{Broker: "127.0.0.2:7300", Raft: "127.0.0.2:7301", Cluster: "127.0.0.2:7302",
-			Pin: hex.EncodeToString(make([]byte, 32)), Operator: operatorKey, ClaimExpiry: start.Add(10 * time.Minute).Truncate(time.Second)},
-		Sealed: []byte("sealed")}
-	if req.Control.Proof, err = ca.SignControlClaim(req.ControlClaim(d.cfg.Mesh)); err != nil {
-		t.Fatal(err)
-	}
+	req := controlTokenRequest("cp-2", 2, d.now().Add(10*time.Minute))
+	req.Control.Proof = signClaim(t, ca, d.cfg.Mesh, req)
 	first, err := d.createToken(req)
 	if err != nil {
 		t.Fatalf("minted: %v", err)
@@ -202,6 +176,33 @@ func TestAControlTokenSentAgainAfterItsClaimExpired(t *testing.T) {
 	if _, err := d.createToken(req); !errors.As(err, &ae) || ae.Code != api.CodeBadRequest || !strings.Contains(ae.Message, "expired") {
 		t.Fatalf("sent again once the token expired: %v, want bad_request, the claim expired", err)
 	}
+}
+
+// controlTokenRequest is a control token's creation for node at 127.0.0.N (its
+// broker, Raft and cluster ports 7300-7302), with a new id and proof key and an
+// operator key of its own, its claim ending at claimExpiry; Proof is not set
+// (signClaim).
+func controlTokenRequest(node string, n int, claimExpiry time.Time) api.TokenCreateRequest {
+	var id, key [32]byte
+	rand.Read(id[:])
+	rand.Read(key[:])
+	user, _ := nkeys.CreateUser()
+	operatorKey, _ := user.PublicKey()
+	host := fmt.Sprintf("127.0.0.%d", n)
+	return api.TokenCreateRequest{ID: hex.EncodeToString(id[:]), ProofKey: hex.EncodeToString(key[:]), Node: node, Role: state.RoleControl, TTL: api.Duration(time.Hour),
+		Control: &api.ControlMember{Broker: host + ":7300", Raft: host + ":7301", Cluster: host + ":7302",
+			Pin: hex.EncodeToString(make([]byte, 32)), Operator: operatorKey, ClaimExpiry: claimExpiry.Truncate(time.Second)},
+		Sealed: []byte("sealed")}
+}
+
+// signClaim is ca's signature over r's claim in mesh.
+func signClaim(t *testing.T, ca *pki.CA, mesh string, r api.TokenCreateRequest) []byte {
+	t.Helper()
+	sig, err := ca.SignControlClaim(r.ControlClaim(mesh))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sig
 }
 
 // signV1 signs r's claim as a meshctl before claim version 2 did: no proof key,
@@ -281,19 +282,8 @@ func TestControlTokenRefusedWhileAnOlderControlNodeServes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	user, _ := nkeys.CreateUser()
-	operatorKey, _ := user.PublicKey()
-	var id [32]byte
-	rand.Read(id[:])
-	req := api.TokenCreateRequest{ID: hex.EncodeToString(id[:]), ProofKey: hex.EncodeToString(id[:]), Node: "cp-4", Role: state.RoleControl, TTL: api.Duration(time.Hour),
-		Control: &api.ControlMember{Broker: "127.0.0.4:7300", Raft: "127.0.0.4:7301", Cluster: "127.0.0.4:7302",
-			Pin: hex.EncodeToString(make([]byte, 32)), Operator: operatorKey},
-		Sealed: []byte("sealed")}
-	req.Control.ClaimExpiry = d.now().Add(time.Hour)
-	req.Control.Proof, err = ca.SignControlClaim(req.ControlClaim(d.cfg.Mesh))
-	if err != nil {
-		t.Fatal(err)
-	}
+	req := controlTokenRequest("cp-4", 4, d.now().Add(time.Hour))
+	req.Control.Proof = signClaim(t, ca, d.cfg.Mesh, req)
 	// cp-2 announces no rules: a version from before them.
 	d.ctl.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-2", Raft: api.RaftVoter}, d.now(), 0)
 	d.ctl.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-3", Raft: api.RaftVoter, Rules: state.ApplyRules}, d.now(), 0)
@@ -308,6 +298,7 @@ func TestControlTokenRefusedWhileAnOlderControlNodeServes(t *testing.T) {
 		}
 	})
 	// A worker token means the same to both versions' rules.
+	var id [32]byte
 	rand.Read(id[:])
 	worker := api.TokenCreateRequest{ID: hex.EncodeToString(id[:]), ProofKey: hex.EncodeToString(id[:]), Node: "web-1", Role: state.RoleWorker, TTL: api.Duration(time.Hour)}
 	if _, err := d.createToken(worker); err != nil {

@@ -19,19 +19,7 @@ import (
 // behind by less than the validity still stamps them again, and the WARN names both
 // clocks.
 func TestRefreshByAClockBehindTheValidity(t *testing.T) {
-	var log lockedBuffer
-	d, err := Open(context.Background(), Options{Dir: bootstrapped(t, "behind"), Logger: slog.New(slog.NewTextHandler(&log, nil)),
-		Timeouts: testTimeouts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	enrolledKey(t, d, "web-1")
-	var (
-		before   state.Declared
-		validity time.Duration
-	)
-	d.fsm.Read(func(s *state.State) { before, validity = s.Nodes["web-1"].Declared, s.Validity })
+	d, log, before, validity := refreshFixture(t)
 
 	behind := before.IssuedAt.Add(-validity - 2*time.Hour)
 	// Its own heartbeat, which reaches it as the others' do, vouches for nothing.
@@ -69,19 +57,7 @@ func TestRefreshByAClockBehindTheValidity(t *testing.T) {
 // (a leader booted a day ahead, stepped back since), and they are stamped again by
 // this clock, as before the rule above, with a WARN naming the node that agrees.
 func TestRefreshOfStampsFromAClockFarAhead(t *testing.T) {
-	var log lockedBuffer
-	d, err := Open(context.Background(), Options{Dir: bootstrapped(t, "ahead"), Logger: slog.New(slog.NewTextHandler(&log, nil)),
-		Timeouts: testTimeouts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	enrolledKey(t, d, "web-1")
-	var (
-		before   state.Declared
-		validity time.Duration
-	)
-	d.fsm.Read(func(s *state.State) { before, validity = s.Nodes["web-1"].Declared, s.Validity })
+	d, log, before, validity := refreshFixture(t)
 	now := before.IssuedAt.Add(-validity - 2*time.Hour)
 	// cp-3's clock a day off this one's: no agreement.
 	d.ctl.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-3", Raft: api.RaftVoter, Rules: state.ApplyRules, Clock: now.Add(25 * time.Hour)}, now, 0)
@@ -101,4 +77,24 @@ func TestRefreshOfStampsFromAClockFarAhead(t *testing.T) {
 	if !strings.Contains(log.String(), "agreeing=cp-2") {
 		t.Fatalf("the WARN does not name cp-2:\n%s", log.String())
 	}
+}
+
+// refreshFixture is a control node whose log the test reads, with web-1 enrolled:
+// web-1's declaration as stamped, and the state's validity.
+func refreshFixture(t *testing.T) (*Daemon, *lockedBuffer, state.Declared, time.Duration) {
+	t.Helper()
+	log := &lockedBuffer{}
+	d, err := Open(context.Background(), Options{Dir: bootstrapped(t, "refresh"), Logger: slog.New(slog.NewTextHandler(log, nil)),
+		Timeouts: testTimeouts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	enrolledKey(t, d, "web-1")
+	var (
+		before   state.Declared
+		validity time.Duration
+	)
+	d.fsm.Read(func(s *state.State) { before, validity = s.Nodes["web-1"].Declared, s.Validity })
+	return d, log, before, validity
 }
