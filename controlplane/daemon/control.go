@@ -387,6 +387,12 @@ func (c *controlTracker) forget(node string) {
 	for _, m := range []map[string]time.Time{c.seen, c.warned} {
 		delete(m, node)
 	}
+	// What was said of it, and when (due): keyed by the node and what was said.
+	for key := range c.warned {
+		if strings.HasPrefix(key, node+"\x00") {
+			delete(c.warned, key)
+		}
+	}
 	delete(c.beats, node)
 	delete(c.leaderAt, node)
 	delete(c.reached, node)

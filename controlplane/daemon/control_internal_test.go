@@ -115,13 +115,20 @@ func TestStoppingNodeKeepsItsLastSeen(t *testing.T) {
 // TestARemovedNodeIsForgotten: what was heard of a removed control node is dropped
 // when a machine is admitted under its id, so that one is not shown with the removed
 // one's heartbeats (holding the CA key, alive, caught up) before it is heard from
-// itself.
+// itself, nor with what was logged of the removed one (a leak review: those entries
+// were kept for good).
 func TestARemovedNodeIsForgotten(t *testing.T) {
 	at := time.Unix(1_800_000_000, 0)
 	c := newControlTracker()
 	c.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-1", AppliedIndex: 100, CAKey: true}, at, 100)
 	c.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-2", AppliedIndex: 100}, at, 100)
+	// What was said of each, and when: said again at once of the new machine.
+	c.due("cp-1\x00follow", at, time.Hour)
+	c.due("cp-2\x00follow", at, time.Hour)
 	c.forget("cp-1")
+	if !c.due("cp-1\x00follow", at, time.Hour) || c.due("cp-2\x00follow", at, time.Hour) {
+		t.Fatal("forgetting cp-1 kept when it was last told of, or forgot cp-2's")
+	}
 	if hb, _, ok := c.last("cp-1"); ok || hb.CAKey {
 		t.Fatalf("the removed node is still heard of: %+v", hb)
 	}

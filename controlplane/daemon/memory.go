@@ -11,22 +11,23 @@ import (
 // Tables a control node keeps in memory, as mesh_control_memory_entries{table}
 // names them.
 const (
-	tableConnections       = "connections"        // host connections open, cluster-wide (presence)
-	tableClosedConnections = "closed_connections" // closed ones remembered for a late listing (presence)
-	tableLiveness          = "liveness"           // nodes heard from (the leader's)
-	tableBudgets           = "budgets"            // nodes' message budgets (guard)
-	tableOwedDisconnects   = "owed_disconnects"   // disconnections owed to connections not announced yet (guard)
-	tableEnvelopes         = "envelopes"          // signed declarations kept to send again (signer)
-	tableTokenLogins       = "token_logins"       // tokens whose enrolling connections are counted (authn)
-	tableRevokedLogins     = "revoked_logins"     // revoked keys whose connections are counted (authn)
-	tableFailedAddresses   = "failed_addresses"   // addresses with failed enrolments counted or blocked (authn)
-	tableNodeLogins        = "node_logins"        // live node keys whose logins are counted (authn)
-	tableNodeCooldowns     = "node_cooldowns"     // node keys disconnected for their budget, refused for a while (authn)
+	tableConnections       = "connections"          // host connections open, cluster-wide (presence)
+	tableClosedConnections = "closed_connections"   // closed ones remembered for a late listing (presence)
+	tableLiveness          = "liveness"             // nodes heard from (the leader's)
+	tableBudgets           = "budgets"              // nodes' message budgets (guard)
+	tableOwedDisconnects   = "owed_disconnects"     // disconnections owed to connections not announced yet (guard)
+	tableEnvelopes         = "envelopes"            // signed declarations kept to send again (signer)
+	tableTokenLogins       = "token_logins"         // tokens whose enrolling connections are counted (authn)
+	tableRevokedLogins     = "revoked_logins"       // revoked keys whose connections are counted (authn)
+	tableFailedAddresses   = "failed_addresses"     // addresses with failed enrolments counted or blocked (authn)
+	tableNodeLogins        = "node_logins"          // live node keys whose logins are counted (authn)
+	tableNodeCooldowns     = "node_cooldowns"       // node keys disconnected for their budget, refused for a while (authn)
+	tableShutOut           = "shut_out_connections" // connections of revoked keys and retired credentials, open or remembered closed (presence)
 )
 
 // memoryTables lists the tables in the order the metrics show them.
 var memoryTables = []string{tableConnections, tableClosedConnections, tableLiveness, tableBudgets, tableOwedDisconnects,
-	tableEnvelopes, tableTokenLogins, tableRevokedLogins, tableFailedAddresses, tableNodeLogins, tableNodeCooldowns}
+	tableEnvelopes, tableTokenLogins, tableRevokedLogins, tableFailedAddresses, tableNodeLogins, tableNodeCooldowns, tableShutOut}
 
 var descMemory = prometheus.NewDesc("mesh_control_memory_entries",
 	"Entries this control node holds in memory, by table: per connection, node, token or address. None grows with nodes revoked, tokens gone or connections closed.",
@@ -37,6 +38,11 @@ func (d *Daemon) memoryEntries() map[string]int {
 	open, closed := d.presence.Remembered()
 	budgets, owed := d.guard.entries()
 	a := d.authn.Entries()
+	shutOut := 0
+	for _, t := range d.shutOut {
+		o, c := t.Remembered()
+		shutOut += o + c
+	}
 	return map[string]int{
 		tableConnections:       open,
 		tableClosedConnections: closed,
@@ -49,6 +55,7 @@ func (d *Daemon) memoryEntries() map[string]int {
 		tableFailedAddresses:   a.FailedAddresses,
 		tableNodeLogins:        a.NodeLogins,
 		tableNodeCooldowns:     a.NodeCooldowns,
+		tableShutOut:           shutOut,
 	}
 }
 

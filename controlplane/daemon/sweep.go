@@ -23,6 +23,11 @@ func (d *Daemon) sweep() {
 	d.authn.Sweep()
 	d.guard.sweep()
 	d.presence.Expire()
+	// Their closed connections went only as the next close in their account came,
+	// weeks later perhaps.
+	for _, t := range d.shutOut {
+		t.Expire()
+	}
 	d.forgetGoneNodes()
 }
 
