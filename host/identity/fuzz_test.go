@@ -3,6 +3,8 @@ package identity
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +15,8 @@ import (
 // FuzzIdentityLoad writes arbitrary bytes as the identity file. Load must not
 // panic, must land in exactly one of the states a present file can be in
 // (valid, unreadable, truncated, corrupt), must only succeed with an identity
-// that passes Validate, and must never quote a seed in its error.
+// that passes Validate and saves and loads back unchanged, and must never quote
+// a seed in its error.
 func FuzzIdentityLoad(f *testing.F) {
 	id := validIdentity(f)
 	good := fileBytes(f, id)
@@ -31,6 +34,7 @@ func FuzzIdentityLoad(f *testing.F) {
 	// One directory for every input: a fresh one per input costs more than
 	// the Load it surrounds, and inputs run one at a time in each process.
 	state := f.TempDir()
+	again := filepath.Join(f.TempDir(), "again")
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if err := os.WriteFile(Path(state), data, 0o600); err != nil {
 			t.Fatal(err)
@@ -40,6 +44,21 @@ func FuzzIdentityLoad(f *testing.F) {
 		case "ok":
 			if verr := got.Validate(); verr != nil {
 				t.Fatalf("Load succeeded with an identity that fails Validate: %v", verr)
+			}
+			// What Load accepts, Save writes and Load reads back unchanged.
+			if err := os.RemoveAll(again); err != nil {
+				t.Fatal(err)
+			}
+			if err := Save(again, got); err != nil {
+				t.Fatalf("Save of a loaded identity: %v", err)
+			}
+			back, err := Load(again)
+			if err != nil || !back.EnrolledAt.Equal(got.EnrolledAt) {
+				t.Fatalf("reload: %v, %v", back, err)
+			}
+			back.EnrolledAt, got.EnrolledAt = time.Time{}, time.Time{}
+			if !reflect.DeepEqual(back, got) {
+				t.Fatalf("reload changed the identity: %#v, was %#v", back, got)
 			}
 		case "truncated", "corrupt", "unreadable":
 			if seed := seedIn(data); seed != "" && strings.Contains(err.Error(), seed) {
