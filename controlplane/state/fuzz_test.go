@@ -3,13 +3,14 @@ package state
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 )
 
 // FuzzApply feeds arbitrary log entries to an initialised state machine with nodes and
 // tokens: nothing may panic, and the state must still snapshot and restore to the same
-// bytes afterwards.
+// bytes afterwards, unless the entry was of newer rules, which stops the machine.
 func FuzzApply(f *testing.F) {
 	for _, c := range history() {
 		data, _ := json.Marshal(c)
@@ -19,6 +20,7 @@ func FuzzApply(f *testing.F) {
 	f.Add([]byte(`{"op":"declare","at":"2001-02-03T04:05:06Z","declare":{"selector":{"nodes":[""]},"body":null}}`))
 	f.Add([]byte(`{"op":"status","at":"0001-01-01T00:00:00Z","status":{"reports":[{"node":"a"}]}}`))
 	f.Add([]byte(`{"op":"label","at":"2001-02-03T04:05:06Z","label":{"node":"a","labels":null}}`))
+	f.Add([]byte(fmt.Sprintf(`{"op":"label","rules":%d,"at":"2001-02-03T04:05:06Z","label":{"node":"a","labels":{"k":"v"}}}`, ApplyRules+1)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m := newMachine(t)
 		for _, c := range history()[:12] {
@@ -27,6 +29,9 @@ func FuzzApply(f *testing.F) {
 		m.applyRaw(data)
 		// A second application of the same entry must not panic either.
 		m.applyRaw(data)
+		if stoppedAtNewerRules(t, m.f, nil) {
+			return
+		}
 		snap := m.snapshot()
 		g := NewFSM()
 		if err := g.Restore(nopCloser{bytes.NewReader(snap)}); err != nil {

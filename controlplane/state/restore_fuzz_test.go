@@ -12,7 +12,8 @@ import (
 // FuzzRestore feeds arbitrary bytes to Restore as a snapshot. It must not panic; a
 // refused snapshot is ErrBadSnapshot and leaves the state as it was; an accepted one
 // is one JSON object, snapshots again to bytes that restore to the same bytes, and
-// leaves a state machine that still applies commands.
+// leaves a state machine that still applies commands; one of newer rules stops the
+// state machine with nothing of it taken.
 func FuzzRestore(f *testing.F) {
 	m := newMachine(f)
 	for _, c := range history()[:12] {
@@ -28,6 +29,7 @@ func FuzzRestore(f *testing.F) {
 	f.Add([]byte(`{"control_nodes":{"a":null}}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte(`{}`))
+	f.Add(newerRules(f, snap))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m := newMachine(t)
 		for _, c := range history()[:12] {
@@ -46,6 +48,9 @@ func FuzzRestore(f *testing.F) {
 		}
 		if !json.Valid(data) || bytes.TrimLeft(data, " \t\r\n")[0] != '{' {
 			t.Fatalf("restored what is not one JSON object: %q", data)
+		}
+		if stoppedAtNewerRules(t, g, before) {
+			return
 		}
 		again := snapshotBytes(t, g)
 		h := NewFSM()
@@ -169,6 +174,9 @@ func FuzzRestoreThenApply(f *testing.F) {
 	withoutB, _ := json.Marshal(doc)
 	repeat, _ := json.Marshal(enrolCmd("t-b", "b", RoleWorker, "KB", t0.Add(3*time.Minute)))
 	f.Add(withoutB, repeat)
+	// A snapshot of newer rules stops the state machine: no entry applies after it,
+	// and it takes no snapshot.
+	f.Add(newerRules(f, snap), repeat)
 	f.Fuzz(func(t *testing.T, snapshot, entry []byte) {
 		m := newMachine(t)
 		for _, c := range history()[:12] {
@@ -177,8 +185,16 @@ func FuzzRestoreThenApply(f *testing.F) {
 		if err := m.f.Restore(nopCloser{bytes.NewReader(snapshot)}); err != nil {
 			return // FuzzRestore holds refusals to their rules
 		}
+		before := stateBytes(t, m.f)
+		halted := m.f.HaltErr() != nil
 		m.applyRaw(entry)
 		m.applyRaw(entry)
+		if halted && !bytes.Equal(stateBytes(t, m.f), before) {
+			t.Fatal("an entry was applied after the state machine stopped")
+		}
+		if stoppedAtNewerRules(t, m.f, nil) {
+			return
+		}
 		again := m.snapshot()
 		g := NewFSM()
 		if err := g.Restore(nopCloser{bytes.NewReader(again)}); err != nil {
@@ -189,6 +205,53 @@ func FuzzRestoreThenApply(f *testing.F) {
 		}
 		revokedIndexAgrees(t, m.state())
 	})
+}
+
+// newerRules returns snap stamped with the rules after this code's.
+func newerRules(t testing.TB, snap []byte) []byte {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(snap, &doc); err != nil {
+		t.Fatal(err)
+	}
+	doc["rules"], _ = json.Marshal(ApplyRules + 1)
+	data, _ := json.Marshal(doc)
+	return data
+}
+
+// stoppedAtNewerRules reports whether f stopped at a snapshot or an entry of newer
+// rules than this code's (TestSnapshotOfNewerRulesStopsTheStateMachine,
+// TestEntryOfNewerRulesStopsTheStateMachine): it then takes no snapshot, and, when
+// before is given, its state is still those bytes, nothing of the snapshot taken.
+// A running one has nothing to say why it stopped.
+func stoppedAtNewerRules(t *testing.T, f *FSM, before []byte) bool {
+	t.Helper()
+	err := f.HaltErr()
+	if err == nil {
+		return false
+	}
+	if !errors.Is(err, ErrNewerRules) {
+		t.Fatalf("stopped for a reason of no known kind: %v", err)
+	}
+	if _, serr := f.Snapshot(); !errors.Is(serr, ErrNewerRules) {
+		t.Fatalf("a stopped state machine took a snapshot: %v", serr)
+	}
+	if before != nil && !bytes.Equal(stateBytes(t, f), before) {
+		t.Fatal("a snapshot of newer rules changed the state")
+	}
+	return true
+}
+
+// stateBytes is the state as Snapshot encodes it, read whether or not the state
+// machine stopped.
+func stateBytes(t *testing.T, f *FSM) []byte {
+	t.Helper()
+	var data []byte
+	var err error
+	f.Read(func(s *State) { data, err = json.Marshal(s) })
+	if err != nil {
+		t.Fatalf("encode the state: %v", err)
+	}
+	return data
 }
 
 // revokedIndexAgrees holds the index of revoked keys by node to RevokedKeys, which
