@@ -35,6 +35,7 @@ func TestTransferLeadership(t *testing.T) {
 			t.Errorf("%s learnt of %d leaders before the transfer, want 1", id, got)
 		}
 	}
+	term := leader.raft.CurrentTerm()
 	if err := leader.TransferLeadership("cp-3", binds["cp-3"]); err != nil {
 		t.Fatalf("transfer to cp-3: %v", err)
 	}
@@ -44,8 +45,12 @@ func TestTransferLeadership(t *testing.T) {
 	}
 	for id, n := range all {
 		waitFor(t, id+" knows cp-3 leads", func() bool { _, lid := n.raft.LeaderWithID(); return lid == "cp-3" })
-		if got := n.Status().LeaderChanges; got != 2 {
-			t.Errorf("%s learnt of %d leaders after the transfer, want 2", id, got)
+		// The transfer is one election (term+1). On a loaded machine a follower
+		// may miss heartbeats and call more; each can make it learn of one more
+		// leader, and each raises the term: only those are allowed for.
+		extra := n.raft.CurrentTerm() - term - 1
+		if got := n.Status().LeaderChanges; got < 2 || got > 2+extra {
+			t.Errorf("%s learnt of %d leaders after the transfer and %d election(s) besides it, want 2 and one for each", id, got, extra)
 		}
 	}
 	probe(t, nodes["cp-3"], "after")
