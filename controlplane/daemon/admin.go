@@ -967,6 +967,14 @@ func (d *Daemon) proposeRevoke(req api.RevokeRequest) (state.Command, error) {
 			if node, ok := s.Nodes[n]; ok && req.Key != "" && node.PublicKey != req.Key {
 				mismatch = keyMismatch(s, node, req.Key)
 			}
+			if f, ok := s.Forgotten[n]; ok {
+				// Revoked already, its record forgotten since: answered as
+				// revoked, unless the key named is none it was revoked under.
+				if req.Key != "" && s.RevokedKeys[req.Key] != n {
+					mismatch = forgottenKeyMismatch(n, f, req.Key)
+				}
+				continue
+			}
 			if _, ok := s.Nodes[n]; !ok {
 				if cn, ok := s.ControlNodes[n]; ok {
 					if cn.Removed {
@@ -1056,8 +1064,11 @@ func (d *Daemon) commitRevoke(cmd state.Command, key string) (api.RevokeResult, 
 			// The same answer as the check before the commit gives.
 			var mismatch *api.Error
 			d.fsm.Read(func(s *state.State) {
-				if n, ok := s.Nodes[cmd.Revoke.Targets()[0]]; ok {
+				id := cmd.Revoke.Targets()[0]
+				if n, ok := s.Nodes[id]; ok {
 					mismatch = keyMismatch(s, n, key)
+				} else if f, ok := s.Forgotten[id]; ok {
+					mismatch = forgottenKeyMismatch(id, f, key)
 				}
 			})
 			if mismatch != nil {
@@ -1071,12 +1082,15 @@ func (d *Daemon) commitRevoke(cmd state.Command, key string) (api.RevokeResult, 
 		out.CancelledTokens = append(out.CancelledTokens, tokenView(t, state.TokenCancelled))
 		d.log.Info("token cancelled: its node was revoked", "node", t.Node, "token", t.ShortID())
 	}
-	revoked := make([]revokedNode, len(res.Revoked))
+	revoked := make([]revokedNode, 0, len(res.Revoked))
 	fresh := 0
-	for i, n := range res.Revoked {
+	for _, n := range res.Revoked {
 		// Connections of an earlier revocation's key are closed again too: none
-		// should be left, and closing one that is costs nothing.
-		revoked[i] = revokedNode{node: n.ID, key: n.PublicKey}
+		// should be left, and closing one that is costs nothing. A forgotten
+		// node's key is not known when the id was revoked under several.
+		if n.PublicKey != "" {
+			revoked = append(revoked, revokedNode{node: n.ID, key: n.PublicKey})
+		}
 		r := api.RevokedNode{Node: n.ID, Connections: d.presence.Open(n.PublicKey), PublicKey: n.PublicKey, EnrolledAt: n.EnrolledAt.UTC(),
 			EarlierRevokedAt: n.EarlierRevokedAt.UTC()}
 		for _, k := range d.fsm.Revocations(n.ID) {
@@ -1095,6 +1109,18 @@ func (d *Daemon) commitRevoke(cmd state.Command, key string) (api.RevokeResult, 
 	d.enforceRevocations(revoked)
 	d.metrics.revocations.Add(float64(fresh))
 	return out, nil
+}
+
+// forgottenKeyMismatch refuses a revocation of a forgotten node that names a key it
+// was never revoked under.
+func forgottenKeyMismatch(node string, f state.ForgottenNode, key string) *api.Error {
+	return &api.Error{Code: api.CodeKeyMismatch, Message: fmt.Sprintf("%s was revoked at %s and its record forgotten %s later; it was never revoked under %s, and nothing was revoked",
+		node, f.RevokedAt.UTC().Format(time.RFC3339), retentionText(), key)}
+}
+
+// retentionText is state.RevokedRetention in days, as operators count it.
+func retentionText() string {
+	return fmt.Sprintf("%d days", int(state.RevokedRetention/(24*time.Hour)))
 }
 
 // keyMismatch refuses a revocation of n that names key, another key than n's: most
@@ -1151,11 +1177,16 @@ func (d *Daemon) label(req api.LabelRequest) (api.NodeView, error) {
 // control nodes' ids, saying so: "no such node" of a control node the operator sees
 // in meshctl nodes reads as a bug (as revoke says, decision 0029's audit). what is
 // what the request gave them ("labels", "declarations"). The other unknown ids are
-// named after them. nil when none is a control node's.
+// named after them. So are ids of revoked nodes whose record the state forgot
+// (state.Forgotten): "no such node" of a host revoked last month hides why. nil when
+// none is a control node's or forgotten.
 func notAHost(s *state.State, unknown []string, what string) *api.Error {
-	var control, removed, others []string
+	var control, removed, forgotten, others []string
 	for _, id := range unknown {
+		_, gone := s.Forgotten[id]
 		switch cn, ok := s.ControlNodes[id]; {
+		case gone:
+			forgotten = append(forgotten, id)
 		case !ok:
 			others = append(others, id)
 		case cn.Removed:
@@ -1165,6 +1196,9 @@ func notAHost(s *state.State, unknown []string, what string) *api.Error {
 		}
 	}
 	var parts []string
+	if len(forgotten) > 0 {
+		parts = append(parts, fmt.Sprintf("%s: revoked, and its record forgotten %s later (its keys stay refused): nothing takes %s under it until a machine enrols under the id again (meshctl token --node ID)", strings.Join(forgotten, ", "), retentionText(), what))
+	}
 	if len(control) > 0 {
 		parts = append(parts, fmt.Sprintf("%s: a control node, not a host: control nodes take no labels or declarations (they select and serve the hosts that do; meshctl nodes lists the hosts)", strings.Join(control, ", ")))
 	}

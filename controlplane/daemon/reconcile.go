@@ -33,6 +33,7 @@ func (d *Daemon) reconcileLoop(ctx context.Context) error {
 // refused without the keyrings before it.
 func (d *Daemon) reconcile(now time.Time) {
 	d.purge(now)
+	d.forget(now)
 	d.refresh(now)
 	var (
 		lagging []string
@@ -152,6 +153,28 @@ func (d *Daemon) purge(now time.Time) {
 	if res, err := d.raft.Apply(state.Command{Op: state.OpPurge, At: now.UTC()}, commitTimeout); err != nil || res.Err != nil {
 		d.log.Warn("expired token records not purged; will try again", "err", errors.Join(err, res.Err))
 	}
+}
+
+// forget commits the forgetting of nodes revoked more than state.RevokedRetention
+// ago, state.ForgetBatch at a time: an ephemeral fleet (a machine enrolled once,
+// revoked when it goes away) would otherwise grow the state, its snapshots and every
+// backup by a whole record a machine for ever. Only once every control node applies
+// the rules of it: an older one would keep the records and part from the others.
+func (d *Daemon) forget(now time.Time) {
+	var due []string
+	before := now.Add(-state.RevokedRetention).UTC()
+	d.fsm.Read(func(s *state.State) { due = s.RevokedDue(before, state.ForgetBatch) })
+	if len(due) == 0 || d.rulesFor(state.RulesForgetRevoked) == 0 {
+		return
+	}
+	cmd := state.Command{Op: state.OpForget, At: now.UTC(), Rules: state.RulesForgetRevoked,
+		Forget: &state.ForgetCmd{Nodes: due, RevokedBefore: before}}
+	if res, err := d.raft.Apply(cmd, commitTimeout); err != nil || res.Err != nil {
+		d.log.Warn("revoked nodes' records not forgotten; will try again", "nodes", len(due), "err", errors.Join(err, res.Err))
+		return
+	}
+	d.log.Info("revoked nodes' records forgotten: their keys stay refused, their ids' versions go on",
+		"nodes", len(due), "revoked_before", before.Format(time.RFC3339), "first", firstIDs(due, 5))
 }
 
 // refresh re-signs, in one log entry, every declaration past half its validity, and

@@ -43,6 +43,8 @@ type Command struct {
 	Rotate        *RotateCmd        `json:"rotate,omitempty"`
 	Retire        *RetireCmd        `json:"retire,omitempty"`
 	CancelTokens  *CancelTokensCmd  `json:"cancel_tokens,omitempty"`
+	// Forget is stamped with RulesForgetRevoked, always.
+	Forget *ForgetCmd `json:"forget_revoked,omitempty"`
 
 	// ControlServing is stamped with RulesBrokersWhenServing, always.
 	ControlServing *ControlServingCmd `json:"control_serving,omitempty"`
@@ -389,6 +391,8 @@ func (s *State) applyCommand(c *Command) Result {
 		return s.applyRetire(c.Retire)
 	case c.Op == OpCancelTokens && c.CancelTokens != nil:
 		return s.applyCancelTokens(c.At, c.CancelTokens, c.Rules)
+	case c.Op == OpForget && c.Forget != nil && c.Rules >= RulesForgetRevoked:
+		return s.applyForget(c.Forget)
 	case c.Op == OpPurge:
 		return Result{} // purgeTokens ran above
 	}
@@ -666,7 +670,8 @@ func (s *State) applyEnrol(at time.Time, c *EnrolCmd, rules int) Result {
 	if !t.UsedAt.IsZero() {
 		// The same enrolment again: its answer is the node that key enrolled. A
 		// state restored from a snapshot that holds the used token but not that
-		// node (no command removes a node) has nothing to repeat, and must not stop
+		// node (a damaged one; a ForgetCmd removes only a node revoked long after its
+		// token was purged) has nothing to repeat, and must not stop
 		// the state machine on every control node replaying this entry.
 		n, ok := s.Nodes[c.Node]
 		if !ok || n.PublicKey != c.PublicKey {
@@ -683,8 +688,12 @@ func (s *State) applyEnrol(at time.Time, c *EnrolCmd, rules int) Result {
 	// are bound to the node key, so none of the old key's is taken by the new.
 	first := uint64(0)
 	old, again := s.Nodes[c.Node]
-	if again {
+	forgotten, wasForgotten := s.Forgotten[c.Node]
+	switch {
+	case again:
 		first = old.Declared.Version + 1
+	case wasForgotten:
+		first = forgotten.Version + 1
 	}
 	n := &Node{
 		ID:         c.Node,
@@ -699,8 +708,12 @@ func (s *State) applyEnrol(at time.Time, c *EnrolCmd, rules int) Result {
 			ExpiresAt:  at.Add(s.Validity),
 		},
 	}
-	if again && old.Revoked {
+	switch {
+	case again && old.Revoked:
 		n.EarlierRevokedAt = old.RevokedAt
+	case wasForgotten:
+		n.EarlierRevokedAt = forgotten.RevokedAt
+		delete(s.Forgotten, c.Node) // the record holds the count again
 	}
 	s.Nodes[c.Node] = n
 	if again && s.byKey[old.PublicKey] == c.Node {
@@ -799,7 +812,9 @@ func (s *State) applyRevoke(at time.Time, c *RevokeCmd, rules int) Result {
 	// All or nothing: one unknown node refuses the whole command.
 	var unknown []string
 	for _, id := range targets {
-		if _, ok := s.Nodes[id]; !ok {
+		_, ok := s.Nodes[id]
+		_, forgotten := s.Forgotten[id]
+		if !ok && !forgotten {
 			unknown = append(unknown, id)
 		}
 	}
@@ -808,7 +823,12 @@ func (s *State) applyRevoke(at time.Time, c *RevokeCmd, rules int) Result {
 	}
 	if rules >= RulesRevokeByKey {
 		for _, id := range slices.Sorted(maps.Keys(c.Keys)) {
-			switch n, ok := s.Nodes[id]; {
+			n, ok := s.Nodes[id]
+			if f, forgotten := s.Forgotten[id]; forgotten && !ok {
+				// Revoked already: the key must be one it was revoked under.
+				n, ok = s.forgottenView(id, f, c.Keys[id]), true
+			}
+			switch {
 			case !ok || !slices.Contains(targets, id):
 				return Result{Err: fmt.Errorf("%w: a revocation names the key of %s, which it does not revoke", ErrBadCommand, id)}
 			case n.PublicKey != c.Keys[id]:
@@ -818,7 +838,12 @@ func (s *State) applyRevoke(at time.Time, c *RevokeCmd, rules int) Result {
 	}
 	res := Result{Revoked: make([]Node, 0, len(targets))}
 	for _, id := range targets {
-		n := s.Nodes[id]
+		n, ok := s.Nodes[id]
+		if !ok {
+			// Forgotten: revoked already, at its time.
+			res.Revoked = append(res.Revoked, *s.forgottenView(id, s.Forgotten[id], c.Keys[id]))
+			continue
+		}
 		if !n.Revoked {
 			n.Revoked = true
 			n.RevokedAt = at
@@ -875,6 +900,9 @@ func (s *State) applyStatus(at time.Time, c *StatusCmd) Result {
 
 func (s *State) applyLabel(c *LabelCmd, rules int) Result {
 	n, ok := s.Nodes[c.Node]
+	if _, forgotten := s.Forgotten[c.Node]; !ok && forgotten {
+		return Result{Err: fmt.Errorf("%s: %w", c.Node, ErrNodeRevoked)}
+	}
 	if !ok {
 		return Result{Err: fmt.Errorf("%w: %s", ErrUnknownNode, c.Node)}
 	}

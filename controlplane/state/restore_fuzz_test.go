@@ -101,7 +101,8 @@ func TestRestoreRefusesWhatItCannotUse(t *testing.T) {
 }
 
 // TestARepeatWithoutItsNodeIsRefused: a state that holds a used token without the
-// node it enrolled (only a damaged snapshot can: no command removes a node), or with
+// node it enrolled (only a damaged snapshot can: a ForgetCmd removes only a node
+// revoked long after its token was purged), or with
 // that node under another key, answers a repeat of the enrolment with ErrTokenUsed.
 // The first crashed the state machine, on every control node replaying the entry
 // (found by FuzzRestore, testdata/fuzz/FuzzRestore/61228406bc43d94d).

@@ -39,8 +39,9 @@ import (
 // (RulesBrokersWhenServing). 7: a token cancellation may name the tokens it
 // cancels (RulesCancelByID). 8: a rotation may take the keyring past an epoch
 // hosts report (RulesRotatePastReported). 9: a revocation may name the key it
-// revokes (RulesRevokeByKey).
-const ApplyRules = 9
+// revokes (RulesRevokeByKey). 10: revoked nodes' records are forgotten
+// (RulesForgetRevoked).
+const ApplyRules = 10
 
 // Revisions of the rules that changed how a command applies; a command that needs one
 // is stamped with it (Command.Rules), and applied by the rules before it otherwise.
@@ -103,6 +104,11 @@ const (
 	// revoking the new machine. Older rules ignore Keys: the leader then checks the
 	// key only as it proposes.
 	RulesRevokeByKey = 9
+	// RulesForgetRevoked: a ForgetCmd replaces revoked nodes' records by
+	// State.Forgotten, which an enrolment under a forgotten id continues the
+	// versions of, a revocation answers as revoked already, and a label change
+	// refuses (ErrNodeRevoked). Older rules know no such command.
+	RulesForgetRevoked = 10
 )
 
 // Roles a node can hold.
@@ -131,6 +137,10 @@ type State struct {
 	// RevokedKeys lists every node key the mesh has revoked, with its node id: a
 	// revoked key stays refused even after its node id enrols again.
 	RevokedKeys map[string]string `json:"revoked_keys"`
+	// Forgotten holds, by id, what is kept of revoked nodes whose record was
+	// forgotten RevokedRetention after their revocation (ForgetCmd): the id's last
+	// version and when it was revoked, about a tenth of a record.
+	Forgotten map[string]ForgottenNode `json:"forgotten,omitempty"`
 	// RevokedOperators lists the operator credentials' public keys of removed control
 	// nodes, with the node's id: they may read, never change, the mesh.
 	RevokedOperators map[string]string `json:"revoked_operators,omitempty"`
@@ -531,6 +541,7 @@ func (s *State) Clone() *State {
 	}
 	c.Bodies = maps.Clone(s.Bodies)
 	c.RevokedKeys = maps.Clone(s.RevokedKeys)
+	c.Forgotten = maps.Clone(s.Forgotten)
 	c.RevokedOperators = maps.Clone(s.RevokedOperators)
 	c.Requests = maps.Clone(s.Requests)
 	c.ControlNodes = make(map[string]*ControlNode, len(s.ControlNodes))
