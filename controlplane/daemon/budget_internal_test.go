@@ -89,4 +89,22 @@ func TestRevokedSyncsArePaidForByNotices(t *testing.T) {
 	if got := refused(); got != 2 {
 		t.Fatalf("a sync once the budget refilled was refused (%d refused)", got)
 	}
+
+	// An agent that names its key (leak audit, finding 2) is sent its own
+	// notice alone, one signature, and costs the budget one message: the 33 left
+	// pay for 33 such syncs, where one of the agent before took 41.
+	key := d.fsm.Revocations(node)[17].Key
+	named := &nats.Msg{Subject: msg.Subject, Reply: msg.Reply, Data: []byte(`{"v":2,"key":"` + key + `"}`)}
+	for i := range 33 {
+		d.handleRevokedSync(named)
+		if got := refused(); got != 2 {
+			t.Fatalf("sync %d of 33 naming its key was refused (%d refused, 2 before): it was charged for every notice of the id", i+1, got)
+		}
+	}
+	dropped := func() uint64 { return d.guard.snapshot().Dropped[DropKey{Subject: "revoked_sync", Reason: ReasonRate}] }
+	before := dropped()
+	d.handleRevokedSync(named)
+	if got := dropped(); got != before+1 {
+		t.Fatalf("a sync naming its key past the budget: %d dropped, want %d", got, before+1)
+	}
 }

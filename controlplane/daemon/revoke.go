@@ -3,6 +3,7 @@ package daemon
 import (
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -106,7 +107,8 @@ func (d *Daemon) handleRevokedSync(m *nats.Msg) {
 	// public (the signing keys' public halves, each signed by the one before).
 	// A request that cannot be read still gets its notices.
 	var chain []json.RawMessage
-	if req, err := api.Decode[api.SyncRequest](m.Data); err == nil {
+	req, err := api.Decode[api.SyncRequest](m.Data)
+	if err == nil {
 		d.fsm.Read(func(s *state.State) { chain = s.KeyringChain(req.KeyringEpoch) })
 	}
 	size := 0
@@ -129,10 +131,17 @@ func (d *Daemon) handleRevokedSync(m *nats.Msg) {
 		resp.Sent++
 	}
 	revocations := d.fsm.Revocations(node)
-	// Each notice is signed afresh, one for each time the id was revoked: an id
-	// replaced every week has dozens. Each beyond the first costs the id's
-	// budget a message, so a revoked key asking again and again costs at most
-	// the budget's rate in signatures.
+	if req.Key != "" {
+		// The agent names its key: its own notice is the one it stops on, and an
+		// id replaced every week has dozens of others.
+		if i := slices.IndexFunc(revocations, func(r state.Revocation) bool { return r.Key == req.Key }); i >= 0 {
+			revocations = revocations[i : i+1]
+		}
+	}
+	// Each notice is signed afresh, one for each time the id was revoked, unless
+	// the request names one of its keys (older agents name none). Each beyond the
+	// first costs the id's budget a message, so a revoked key asking again and
+	// again costs at most the budget's rate in signatures.
 	if extra := d.guard.payable(float64(len(revocations) - 1)); extra > 0 && !d.guard.spendN(authn.RevokedUserPrefix+node, extra) {
 		d.guard.refuse(kind, ReasonRate, node, "the revoked node asked for its notices again faster than its budget pays for signing them")
 		resp.Error = &api.Error{Code: api.CodeUnavailable, Message: "asked for the revocation notices again faster than the budget allows for how many there are: ask again in a few seconds"}

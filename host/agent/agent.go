@@ -945,7 +945,9 @@ func (a *Agent) syncRequest() wire.SyncRequest {
 	return wire.SyncRequest{V: wire.ProtocolVersion, AppliedVersion: a.applied.Version, KeyringEpoch: a.keyring.Epoch,
 		MembershipVersion: a.applied.MembershipVersion, HaveApplied: a.applied.HaveApplied, AppliedExpiresAt: expires,
 		// This agent's verifier takes declarations signed in a batch (decision 0034).
-		BatchProofs: true}
+		BatchProofs: true,
+		// Revoked, it is sent its own key's notice only.
+		Key: a.id.PublicKey}
 }
 
 // startIfWanted starts a sync if the envelope just handled asked for one

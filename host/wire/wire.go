@@ -176,6 +176,11 @@ type SyncRequest struct {
 	// its node's proof: decision 0034). Agents before it never send it, and are
 	// sent declarations signed one by one.
 	BatchProofs bool `json:"batch_proofs,omitempty"`
+	// Key is the node's public key (a U... nkey). A revoked key's sync is sent
+	// the notice of that key's revocation alone, not one for each time the id was
+	// revoked; a node not revoked is served alike with it or without. Agents
+	// before it never send it, and are sent every notice of the id.
+	Key string `json:"key,omitempty"`
 }
 
 // SyncResponse acknowledges a sync. The signed envelopes themselves (the keyrings
