@@ -531,6 +531,13 @@ func (s *State) Clone() *State {
 	for k, t := range s.Tokens {
 		tc := *t
 		tc.Labels = maps.Clone(t.Labels)
+		// What a command changes in place is copied; byte blobs are only ever
+		// replaced, never written into.
+		tc.SealedTo = maps.Clone(t.SealedTo)
+		if t.Control != nil {
+			ctl := *t.Control
+			tc.Control = &ctl
+		}
 		c.Tokens[k] = &tc
 	}
 	c.Nodes = make(map[string]*Node, len(s.Nodes))
