@@ -178,6 +178,17 @@ func TestFleetTargeting(t *testing.T) {
 	if r := cp.Ctl("status", "--label", "env=dev"); r.Code != 5 || !strings.Contains(r.Stderr, "1 failing apply_failed: web-2 (") {
 		t.Errorf("status --label env=dev: exit %d\n%s", r.Code, r.Combined())
 	}
+	// --summary: the same verdict and summary, no row for each node.
+	if r := cp.Ctl("status", "--summary"); r.Code != 5 || !strings.HasPrefix(r.Stdout, "3 node(s): ") || strings.Contains(r.Stdout, "NODE") ||
+		strings.Contains(r.Stdout, "web-1") || !strings.Contains(r.Stderr, "1 failing apply_failed: web-2 (") {
+		t.Errorf("status --summary: exit %d, want 5 with the summary alone\n%s", r.Code, r.Combined())
+	}
+	if r := cp.Ctl("status", "--summary", "--json"); r.Code != 5 || !strings.Contains(r.Stdout, `"summary"`) || strings.Contains(r.Stdout, `"nodes":[`) || strings.Contains(r.Stdout, `"web-1"`) {
+		t.Errorf("status --summary --json: exit %d, want the summary alone\n%s", r.Code, r.Combined())
+	}
+	if r := cp.Ctl("nodes", "--summary"); r.Code != 2 {
+		t.Errorf("nodes --summary: exit %d, want 2 (status's flag)\n%s", r.Code, r.Combined())
+	}
 	if r := cp.Ctl("status", "--label", "env=none"); r.Code != 1 || !strings.Contains(r.Stderr, "no node matches --label env=none") {
 		t.Errorf("status selecting none: exit %d, want 1\n%s", r.Code, r.Combined())
 	}

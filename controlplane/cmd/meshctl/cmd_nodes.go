@@ -33,16 +33,23 @@ selection of none exits 1.`, true)
 
 // rosterCommand is nodes, or status when withSummary adds the convergence summary.
 func rosterCommand(name, summaryText string, withSummary bool) command {
+	usage := "--data DIR [--json] [ID... | --role R | --label k=v... | --state S... | --body DIGEST]"
+	if withSummary {
+		usage = "--data DIR [--json] [--summary] [ID... | --role R | --label k=v... | --state S... | --body DIGEST]"
+	}
 	return command{
 		name:    name,
-		usage:   "--data DIR [--json] [ID... | --role R | --label k=v... | --state S... | --body DIGEST]",
+		usage:   usage,
 		summary: summaryText,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			var cp controlPlaneFlags
-			var asJSON bool
+			var asJSON, summaryOnly bool
 			var sel rosterSelection
 			cp.register(c, cio)
 			c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+			if withSummary {
+				c.Flags().BoolVar(&summaryOnly, "summary", false, "print the summary and the verdict, not a row for each node (a fleet's thousands); the exit code is the same")
+			}
 			sel.register(c)
 			c.ValidArgsFunction = cp.completeNodes(0)
 			return func(args []string) error {
@@ -66,6 +73,12 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 				}
 				sum := summarise(res)
 				switch {
+				case asJSON && summaryOnly:
+					if err := writeJSON(cio.stdout, struct {
+						Summary summary `json:"summary"`
+					}{sum}); err != nil {
+						return err
+					}
 				case asJSON && withSummary:
 					if err := writeJSON(cio.stdout, struct {
 						Summary summary        `json:"summary"`
@@ -85,7 +98,9 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 					if len(args) > 0 || sel.active() {
 						shown.Control = controlNamed // the nodes asked for alone, as the guide says
 					}
-					printNodes(cio.stdout, shown, answeredAt(res, time.Now()), len(controlNamed) > 0)
+					if !summaryOnly {
+						printNodes(cio.stdout, shown, answeredAt(res, time.Now()), len(controlNamed) > 0)
+					}
 					switch {
 					case len(res.Nodes) > 0, len(args) > 0:
 					case enrolled == 0:
@@ -97,7 +112,10 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 						// Converged, behind, failing and revoked partition the nodes;
 						// stale and offline are said of some of the others, apart: in
 						// one list they added up to more nodes than there were.
-						fmt.Fprintf(cio.stdout, "\n%d node(s): %d converged, %d behind, %d failing, %d revoked (of those not revoked: %d stale, %d offline); keyring epoch %d\n",
+						if !summaryOnly {
+							fmt.Fprintln(cio.stdout)
+						}
+						fmt.Fprintf(cio.stdout, "%d node(s): %d converged, %d behind, %d failing, %d revoked (of those not revoked: %d stale, %d offline); keyring epoch %d\n",
 							sum.Nodes, sum.Converged, sum.Behind, sum.Failing, sum.Revoked, sum.Stale, sum.Offline, res.KeyringEpoch)
 						if line := agentsLine(sum.Agents); line != "" {
 							fmt.Fprintln(cio.stdout, line)
