@@ -454,14 +454,26 @@ func (d *Daemon) declare(req api.DeclareRequest, call requestCall) (api.DeclareR
 		if r, ok := s.Requests[call.ID]; ok && call.ID != "" {
 			done = &r
 		}
+		var forgotten []string
 		for _, n := range req.Nodes {
-			if _, ok := s.Nodes[n]; !ok {
+			_, kept := s.Nodes[n]
+			_, gone := s.Forgotten[n]
+			switch {
+			case gone && !kept:
+				// Skipped, as a revoked node is, whose record this was: a
+				// list an automation declares to each day did not stop
+				// reaching its live nodes the day one record was forgotten.
+				forgotten = append(forgotten, n)
+			case !kept:
 				unknown = append(unknown, n)
 			}
 		}
 		notHosts = notAHost(s, unknown, "declarations")
 		reaches = s.Reaches(sel)
 		spent = s.OutOfVersions(sel)
+		if !reaches && notHosts == nil && len(unknown) == 0 && len(forgotten) > 0 {
+			notHosts = notAHost(s, forgotten, "declarations")
+		}
 	})
 	if done != nil && !req.DryRun {
 		// Carried out by an earlier sending whose answer was lost: whatever
@@ -961,19 +973,24 @@ func (d *Daemon) proposeRevoke(req api.RevokeRequest) (state.Command, error) {
 	}
 	var unknown, minted, control, removed []string
 	var mismatch *api.Error
+	var forgotten bool
 	now := d.now()
 	d.fsm.Read(func(s *state.State) {
 		for _, n := range nodes {
 			if node, ok := s.Nodes[n]; ok && req.Key != "" && node.PublicKey != req.Key {
 				mismatch = keyMismatch(s, node, req.Key)
 			}
-			if f, ok := s.Forgotten[n]; ok {
-				// Revoked already, its record forgotten since: answered as
-				// revoked, unless the key named is none it was revoked under.
-				if req.Key != "" && s.RevokedKeys[req.Key] != n {
-					mismatch = forgottenKeyMismatch(n, f, req.Key)
+			if _, ok := s.Forgotten[n]; ok {
+				if _, ok := s.Nodes[n]; !ok {
+					// Revoked already, its record forgotten since: answered as
+					// revoked, unless the key named is not its last machine's
+					// (as while the record was kept).
+					if req.Key != "" && s.ForgottenKey(n) != req.Key {
+						mismatch = forgottenKeyMismatch(s, n, req.Key)
+					}
+					forgotten = true
+					continue
 				}
-				continue
 			}
 			if _, ok := s.Nodes[n]; !ok {
 				if cn, ok := s.ControlNodes[n]; ok {
@@ -1038,12 +1055,19 @@ func (d *Daemon) proposeRevoke(req api.RevokeRequest) (state.Command, error) {
 		}
 	}
 	out = state.Command{Op: state.OpRevoke, At: at, Revoke: &state.RevokeCmd{Nodes: nodes, Seen: seen}, Rules: d.tokenRules()}
+	if forgotten {
+		// It names a forgotten id, which every control node on the rules that
+		// forget answers as revoked; one put back to an older meshctl since, which
+		// ignored the forgotten records of the snapshot it started from, would
+		// refuse the whole revocation: it stops at the entry instead.
+		out.Rules = state.RulesForgetRevoked
+	}
 	if req.Key != "" {
 		// Checked above as the state stood; checked again as the command applies
 		// where every member applies the rule: a new machine enrolled under the
 		// revoked id in between is not revoked in the key's place.
 		if rules := d.rulesFor(state.RulesRevokeByKey); rules != 0 {
-			out.Rules = rules
+			out.Rules = max(out.Rules, rules)
 			out.Revoke.Keys = map[string]string{nodes[0]: req.Key}
 		}
 	}
@@ -1067,8 +1091,8 @@ func (d *Daemon) commitRevoke(cmd state.Command, key string) (api.RevokeResult, 
 				id := cmd.Revoke.Targets()[0]
 				if n, ok := s.Nodes[id]; ok {
 					mismatch = keyMismatch(s, n, key)
-				} else if f, ok := s.Forgotten[id]; ok {
-					mismatch = forgottenKeyMismatch(id, f, key)
+				} else if _, ok := s.Forgotten[id]; ok {
+					mismatch = forgottenKeyMismatch(s, id, key)
 				}
 			})
 			if mismatch != nil {
@@ -1111,16 +1135,29 @@ func (d *Daemon) commitRevoke(cmd state.Command, key string) (api.RevokeResult, 
 	return out, nil
 }
 
-// forgottenKeyMismatch refuses a revocation of a forgotten node that names a key it
-// was never revoked under.
-func forgottenKeyMismatch(node string, f state.ForgottenNode, key string) *api.Error {
-	return &api.Error{Code: api.CodeKeyMismatch, Message: fmt.Sprintf("%s was revoked at %s and its record forgotten %s later; it was never revoked under %s, and nothing was revoked",
-		node, f.RevokedAt.UTC().Format(time.RFC3339), retentionText(), key)}
+// forgottenKeyMismatch refuses a revocation of a forgotten node that names another
+// key than its last machine's, as keyMismatch does while the record is kept.
+func forgottenKeyMismatch(s *state.State, node, key string) *api.Error {
+	last := s.ForgottenKey(node)
+	if last == "" {
+		last = "a key the state cannot tell"
+	}
+	msg := fmt.Sprintf("%s was revoked at %s under %s, and the record forgotten since (%s); nothing was revoked", node, s.Forgotten[node].RevokedAt.UTC().Format(time.RFC3339), last, forgottenText())
+	switch was, ok := s.RevokedKeys[key]; {
+	case ok && was == node:
+		msg += fmt.Sprintf(": %s was %s's key before, and is revoked already", key, node)
+	case ok:
+		msg += fmt.Sprintf(": %s was %s's key, revoked already", key, was)
+	default:
+		msg += fmt.Sprintf(": %s never held %s", node, key)
+	}
+	return &api.Error{Code: api.CodeKeyMismatch, Message: msg}
 }
 
-// retentionText is state.RevokedRetention in days, as operators count it.
-func retentionText() string {
-	return fmt.Sprintf("%d days", int(state.RevokedRetention/(24*time.Hour)))
+// forgottenText says when records are forgotten: "30 days after" is not always so
+// (after an upgrade, a record revoked a year before is forgotten at once).
+func forgottenText() string {
+	return fmt.Sprintf("records are forgotten %d days or more after their revocation", int(state.RevokedRetention/(24*time.Hour)))
 }
 
 // keyMismatch refuses a revocation of n that names key, another key than n's: most
@@ -1185,19 +1222,19 @@ func notAHost(s *state.State, unknown []string, what string) *api.Error {
 	for _, id := range unknown {
 		_, gone := s.Forgotten[id]
 		switch cn, ok := s.ControlNodes[id]; {
+		case ok && !cn.Removed:
+			control = append(control, id)
 		case gone:
 			forgotten = append(forgotten, id)
-		case !ok:
-			others = append(others, id)
-		case cn.Removed:
+		case ok:
 			removed = append(removed, id)
 		default:
-			control = append(control, id)
+			others = append(others, id)
 		}
 	}
 	var parts []string
 	if len(forgotten) > 0 {
-		parts = append(parts, fmt.Sprintf("%s: revoked, and its record forgotten %s later (its keys stay refused): nothing takes %s under it until a machine enrols under the id again (meshctl token --node ID)", strings.Join(forgotten, ", "), retentionText(), what))
+		parts = append(parts, fmt.Sprintf("%s: revoked, and the record forgotten since (%s; the keys stay refused): nothing takes %s under the id until a machine enrols under it again (meshctl token --node ID)", strings.Join(forgotten, ", "), forgottenText(), what))
 	}
 	if len(control) > 0 {
 		parts = append(parts, fmt.Sprintf("%s: a control node, not a host: control nodes take no labels or declarations (they select and serve the hosts that do; meshctl nodes lists the hosts)", strings.Join(control, ", ")))

@@ -169,8 +169,9 @@ type Check struct {
 type StateSummary struct {
 	// Initialised is false until the node first served: serve then initialises it.
 	Initialised bool
-	// Hosts counts the nodes enrolled, Revoked those among them revoked.
-	Hosts, Revoked int
+	// Hosts counts the nodes enrolled, Revoked those among them revoked, and
+	// Forgotten the revoked ones whose record the state forgot (decision 0039).
+	Hosts, Revoked, Forgotten int
 	// ControlNodes are the control nodes it lists, removed ones left out.
 	ControlNodes []string
 	// KeyringEpoch is the signing keyring's epoch.
@@ -321,6 +322,7 @@ func CheckDir(dir datadir.Dir, now time.Time, wait time.Duration) CheckReport {
 					sum.Revoked++
 				}
 			}
+			sum.Forgotten = len(s.Forgotten)
 			for _, cn := range s.ActiveControlNodes() {
 				sum.ControlNodes = append(sum.ControlNodes, cn.ID)
 			}
@@ -339,7 +341,11 @@ func CheckDir(dir datadir.Dir, now time.Time, wait time.Duration) CheckReport {
 			c.Detail += "; not initialised yet: serve initialises it when it first leads"
 			return nil
 		}
-		c.Detail += fmt.Sprintf(": %d host(s) (%d revoked), control nodes %s, keyring epoch %d", sum.Hosts, sum.Revoked, strings.Join(sum.ControlNodes, ", "), sum.KeyringEpoch)
+		c.Detail += fmt.Sprintf(": %d host(s) (%d revoked)", sum.Hosts, sum.Revoked)
+		if sum.Forgotten > 0 {
+			c.Detail += fmt.Sprintf(", %d revoked record(s) forgotten", sum.Forgotten)
+		}
+		c.Detail += fmt.Sprintf(", control nodes %s, keyring epoch %d", strings.Join(sum.ControlNodes, ", "), sum.KeyringEpoch)
 		return nil
 	})
 	check(CheckKeyringMatch, []string{CheckState, CheckSigningKeys}, func(c *Check) error {

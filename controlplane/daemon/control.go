@@ -645,6 +645,21 @@ func (d *Daemon) admitControl(req api.EnrolRequest, identity []byte, cn *state.C
 	return adm, nil
 }
 
+// enrolRules is what an enrolment of node in role is stamped with: admissionRules,
+// and RulesForgetRevoked under a forgotten id, whose versions go on from the
+// forgotten record's: a control node put back to an older meshctl since, which
+// ignored the forgotten records of the snapshot it started from, would start them
+// over; it stops at the entry instead.
+func (d *Daemon) enrolRules(role, node string) int {
+	rules := d.admissionRules(role)
+	var forgotten bool
+	d.fsm.Read(func(s *state.State) { _, forgotten = s.Forgotten[node] })
+	if forgotten {
+		rules = max(rules, state.RulesForgetRevoked)
+	}
+	return rules
+}
+
 // admissionRules is the rules an enrolment of role is stamped with: for a control
 // node, RulesBrokersWhenServing once every other member of Raft is known to apply
 // the log by them (rulesFor), so that the node is listed to hosts only once it

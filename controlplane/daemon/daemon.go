@@ -191,6 +191,9 @@ type Daemon struct {
 	// stampsAhead bounds refresh's line about declarations stamped further in
 	// this node's future than their validity.
 	stampsAhead resendNotice
+	// forgetHeld bounds the line saying revoked records due to be forgotten are
+	// kept while a control node on older rules may run.
+	forgetHeld resendNotice
 	// backups takes this node's backups (Options.Backup), nil when it takes none.
 	backups *backup.Writer
 }

@@ -244,7 +244,7 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 			return refuse(e.Code, e.Message)
 		}
 	}
-	res, err := d.raft.Apply(state.Command{Op: state.OpEnrol, At: now, Rules: d.admissionRules(req.Role), Enrol: &state.EnrolCmd{
+	res, err := d.raft.Apply(state.Command{Op: state.OpEnrol, At: now, Rules: d.enrolRules(req.Role, req.Node), Enrol: &state.EnrolCmd{
 		TokenID: id, Node: req.Node, Role: req.Role, PublicKey: req.PublicKey, CurveKey: req.CurveKey, Reseal: reseal,
 	}}, commitTimeout)
 	if err != nil {

@@ -92,6 +92,9 @@ var (
 	descNodes = prometheus.NewDesc("mesh_nodes",
 		"Enrolled nodes by state. alive, offline and revoked partition the nodes; converged and behind partition the ones not revoked, failing counts those behind that report an error or whose key two machines hold (key_shared), stale those whose declaration expired (as meshctl status counts them); alive_not_converged those alive and not converged, or stale (the nodes meshctl status names, exit 5). The leader's figures are the ones meshctl shows.",
 		[]string{"state"}, nil)
+	descForgotten = prometheus.NewDesc("mesh_nodes_forgotten",
+		"Revoked nodes whose record the state forgot, 30 days or more after their revocation (decision 0039): not counted in mesh_nodes; their keys stay refused.",
+		nil, nil)
 	descNodeErrors = prometheus.NewDesc("mesh_nodes_errors",
 		"Nodes not revoked by the error code they last reported, converged or not (a converged node that refused junk sent to it keeps its code until its next apply): the protocol's codes, and other for any other a host reported.",
 		[]string{"code"}, nil)
@@ -144,7 +147,7 @@ var (
 type collector struct{ d *Daemon }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDropped, descRefused, descKicked, descHostConns, descNodes, descNodeErrors, descAgents, descControl,
+	for _, d := range []*prometheus.Desc{descDropped, descRefused, descKicked, descHostConns, descNodes, descForgotten, descNodeErrors, descAgents, descControl,
 		descBrokerConns, descBrokerRoutes, descBrokerMsgs, descBrokerBytes, descBrokerSlow, descBrokerHeld, descBrokerShedding, descBrokerIsolated,
 		descBrokerRefused, descBrokerViolations, descBrokerHosts, descBrokerMaxHosts, descBrokerAnswers} {
 		ch <- d
@@ -169,6 +172,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for _, st := range nodeStates() {
 		ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(counts[st]), st)
 	}
+	var forgotten int
+	d.fsm.Read(func(s *state.State) { forgotten = len(s.Forgotten) })
+	ch <- prometheus.MustNewConstMetric(descForgotten, prometheus.GaugeValue, float64(forgotten))
 	for code, n := range d.errorCounts() {
 		ch <- prometheus.MustNewConstMetric(descNodeErrors, prometheus.GaugeValue, float64(n), code)
 	}

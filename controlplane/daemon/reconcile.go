@@ -161,20 +161,37 @@ func (d *Daemon) purge(now time.Time) {
 // backup by a whole record a machine for ever. Only once every control node applies
 // the rules of it: an older one would keep the records and part from the others.
 func (d *Daemon) forget(now time.Time) {
-	var due []string
 	before := now.Add(-state.RevokedRetention).UTC()
+	if older := d.notOnRules(state.RulesForgetRevoked); len(older) > 0 {
+		// Said, at most every resendLogEvery, while records are due: a member
+		// down for good and never removed holds them back for as long.
+		var due bool
+		d.fsm.Read(func(s *state.State) { due = s.AnyRevokedBefore(before) })
+		if !due {
+			return
+		}
+		if ok, _ := d.forgetHeld.due(now); ok {
+			d.log.Warn("revoked nodes' records due to be forgotten are kept while a control node that may apply older rules is a member: upgrade it, or remove it if it is gone for good",
+				"revoked_before", before.Format(time.RFC3339), "older", older)
+		}
+		return
+	}
+	var due []string
 	d.fsm.Read(func(s *state.State) { due = s.RevokedDue(before, state.ForgetBatch) })
-	if len(due) == 0 || d.rulesFor(state.RulesForgetRevoked) == 0 {
+	if len(due) == 0 {
 		return
 	}
 	cmd := state.Command{Op: state.OpForget, At: now.UTC(), Rules: state.RulesForgetRevoked,
 		Forget: &state.ForgetCmd{Nodes: due, RevokedBefore: before}}
-	if res, err := d.raft.Apply(cmd, commitTimeout); err != nil || res.Err != nil {
+	res, err := d.raft.Apply(cmd, commitTimeout)
+	if err != nil || res.Err != nil {
 		d.log.Warn("revoked nodes' records not forgotten; will try again", "nodes", len(due), "err", errors.Join(err, res.Err))
 		return
 	}
-	d.log.Info("revoked nodes' records forgotten: their keys stay refused, their ids' versions go on",
-		"nodes", len(due), "revoked_before", before.Format(time.RFC3339), "first", firstIDs(due, 5))
+	if len(res.Forgotten) > 0 {
+		d.log.Info("revoked nodes' records forgotten: their keys stay refused, their ids' versions go on",
+			"nodes", len(res.Forgotten), "revoked_before", before.Format(time.RFC3339), "first", firstIDs(res.Forgotten, 5))
+	}
 }
 
 // refresh re-signs, in one log entry, every declaration past half its validity, and

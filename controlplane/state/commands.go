@@ -290,6 +290,8 @@ type Result struct {
 	NotPending   []Token
 	StillPending []Token
 	Revoked      []Node // the nodes a RevokeCmd revoked, in its order
+	// Forgotten are the nodes a ForgetCmd forgot, in its order.
+	Forgotten []string
 	// Repeated is set when a CreateTokenCmd or a control node's admission repeated
 	// one already applied: nothing changed (Token is the token made then); when a
 	// ControlServingCmd names a node listed already; or when
@@ -825,8 +827,9 @@ func (s *State) applyRevoke(at time.Time, c *RevokeCmd, rules int) Result {
 		for _, id := range slices.Sorted(maps.Keys(c.Keys)) {
 			n, ok := s.Nodes[id]
 			if f, forgotten := s.Forgotten[id]; forgotten && !ok {
-				// Revoked already: the key must be one it was revoked under.
-				n, ok = s.forgottenView(id, f, c.Keys[id]), true
+				// Revoked already: the key must be its last machine's, as
+				// while its record was kept.
+				n, ok = s.forgottenView(id, f), true
 			}
 			switch {
 			case !ok || !slices.Contains(targets, id):
@@ -841,7 +844,7 @@ func (s *State) applyRevoke(at time.Time, c *RevokeCmd, rules int) Result {
 		n, ok := s.Nodes[id]
 		if !ok {
 			// Forgotten: revoked already, at its time.
-			res.Revoked = append(res.Revoked, *s.forgottenView(id, s.Forgotten[id], c.Keys[id]))
+			res.Revoked = append(res.Revoked, *s.forgottenView(id, s.Forgotten[id]))
 			continue
 		}
 		if !n.Revoked {

@@ -40,6 +40,27 @@ type ForgottenNode struct {
 	Version uint64 `json:"version"`
 	// RevokedAt is when its last machine was revoked.
 	RevokedAt time.Time `json:"revoked_at"`
+	// Key is its last machine's key when the id was revoked under several (which
+	// RevokedKeys cannot tell apart); empty when it was revoked under one, the
+	// fleet's common case, which then costs nothing more.
+	Key string `json:"key,omitempty"`
+}
+
+// ForgottenKey is the key a forgotten id's last machine held: its Key, or the one
+// key the id was revoked under; "" if the id is not forgotten or the state cannot
+// tell (a damaged state).
+func (s *State) ForgottenKey(id string) string {
+	f, ok := s.Forgotten[id]
+	switch {
+	case !ok:
+		return ""
+	case f.Key != "":
+		return f.Key
+	}
+	if keys := s.revokedOf[id]; len(keys) == 1 {
+		return keys[0]
+	}
+	return ""
 }
 
 // RevokedDue returns, sorted, at most limit revoked nodes revoked before before: those
@@ -55,7 +76,19 @@ func (s *State) RevokedDue(before time.Time, limit int) []string {
 	return out[:min(len(out), limit)]
 }
 
+// AnyRevokedBefore reports whether a node revoked before before is kept: it stops at
+// the first.
+func (s *State) AnyRevokedBefore(before time.Time) bool {
+	for _, n := range s.Nodes {
+		if n.Revoked && n.RevokedAt.Before(before) {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *State) applyForget(c *ForgetCmd) Result {
+	var res Result
 	dropped := map[string]bool{}
 	for _, id := range c.Nodes {
 		n, ok := s.Nodes[id]
@@ -65,7 +98,12 @@ func (s *State) applyForget(c *ForgetCmd) Result {
 		if s.Forgotten == nil {
 			s.Forgotten = map[string]ForgottenNode{}
 		}
-		s.Forgotten[id] = ForgottenNode{Version: n.Declared.Version, RevokedAt: n.RevokedAt}
+		f := ForgottenNode{Version: n.Declared.Version, RevokedAt: n.RevokedAt}
+		if len(s.revokedOf[id]) > 1 {
+			f.Key = n.PublicKey
+		}
+		s.Forgotten[id] = f
+		res.Forgotten = append(res.Forgotten, id)
 		delete(s.Nodes, id)
 		if s.byKey[n.PublicKey] == id {
 			delete(s.byKey, n.PublicKey)
@@ -83,19 +121,11 @@ func (s *State) applyForget(c *ForgetCmd) Result {
 		}
 	}
 	s.collectBodies()
-	return Result{}
+	return res
 }
 
 // forgottenView is the record a revocation answers with for a forgotten node: revoked
-// at its time, under its last key when the state can tell which (the id was revoked
-// under one key only), and key if the command named one of its revoked keys.
-func (s *State) forgottenView(id string, f ForgottenNode, key string) *Node {
-	n := &Node{ID: id, Role: RoleWorker, Revoked: true, RevokedAt: f.RevokedAt, Declared: Declared{Version: f.Version}}
-	switch keys := s.revokedOf[id]; {
-	case key != "" && slices.Contains(keys, key):
-		n.PublicKey = key
-	case len(keys) == 1:
-		n.PublicKey = keys[0]
-	}
-	return n
+// at its time, under its last key.
+func (s *State) forgottenView(id string, f ForgottenNode) *Node {
+	return &Node{ID: id, Role: RoleWorker, PublicKey: s.ForgottenKey(id), Revoked: true, RevokedAt: f.RevokedAt, Declared: Declared{Version: f.Version}}
 }

@@ -196,23 +196,28 @@ func TestAForgetCmdLeavesARecordChangedSinceTheLeaderLooked(t *testing.T) {
 		t.Fatal("c, revoked before and unchanged, was not forgotten")
 	}
 
-	// b, revoked under two keys, forgotten later: which key was its last is not
-	// kept, so neither revocation's time is told, and a revocation run again
-	// names no key unless it is given one of them.
+	// b, revoked under two keys, forgotten later: its last key is kept (which
+	// RevokedKeys cannot tell), and b is answered as while its record was kept.
 	later := looked.Add(RevokedRetention + time.Minute)
-	m.must(forgetCmd(later, later.Add(-RevokedRetention), "b"))
-	rv := m.f.Revocations("b")
-	if len(rv) != 2 || !rv[0].At.IsZero() || !rv[1].At.IsZero() {
-		t.Fatalf("Revocations(b) = %+v, want both keys without a time", rv)
+	r := m.must(forgetCmd(later, later.Add(-RevokedRetention), "b"))
+	if len(r.Forgotten) != 1 || r.Forgotten[0] != "b" {
+		t.Fatalf("the forget says it forgot %v, want [b]", r.Forgotten)
 	}
-	r := m.must(Command{Op: OpRevoke, At: later, Rules: RulesForgetRevoked, Revoke: &RevokeCmd{Nodes: []string{"b", "c"}}})
-	if len(r.Revoked) != 2 || r.Revoked[0].PublicKey != "" || !r.Revoked[0].RevokedAt.Equal(looked) || r.Revoked[1].PublicKey != "K-c" || !r.Revoked[1].RevokedAt.Equal(at) {
+	if f := m.state().Forgotten; f["b"].Key != "K2-b" || f["c"].Key != "" {
+		t.Fatalf("forgotten b %+v, c %+v: want b's last key kept, c's (its only one) not", f["b"], f["c"])
+	}
+	rv := m.f.Revocations("b")
+	if len(rv) != 2 || rv[0].Key != "K-b" || !rv[0].At.IsZero() || rv[1].Key != "K2-b" || !rv[1].At.Equal(looked) {
+		t.Fatalf("Revocations(b) = %+v, want K-b without a time and K2-b at %s", rv, looked)
+	}
+	r = m.must(Command{Op: OpRevoke, At: later, Rules: RulesForgetRevoked, Revoke: &RevokeCmd{Nodes: []string{"b", "c"}}})
+	if len(r.Revoked) != 2 || r.Revoked[0].PublicKey != "K2-b" || !r.Revoked[0].RevokedAt.Equal(looked) || r.Revoked[1].PublicKey != "K-c" || !r.Revoked[1].RevokedAt.Equal(at) {
 		t.Fatalf("revoking b and c again: %+v", r.Revoked)
 	}
-	r = m.must(Command{Op: OpRevoke, At: later, Rules: RulesForgetRevoked, Revoke: &RevokeCmd{Nodes: []string{"b"}, Keys: map[string]string{"b": "K-b"}}})
-	if len(r.Revoked) != 1 || r.Revoked[0].PublicKey != "K-b" {
-		t.Fatalf("revoking b again by its first key: %+v", r.Revoked)
+	if r := m.apply(Command{Op: OpRevoke, At: later, Rules: RulesForgetRevoked, Revoke: &RevokeCmd{Nodes: []string{"b"}, Keys: map[string]string{"b": "K-b"}}}); !errors.Is(r.Err, ErrKeyMismatch) {
+		t.Fatalf("revoking b again by its first machine's key: %v, want ErrKeyMismatch, as while its record was kept", r.Err)
 	}
+	m.must(Command{Op: OpRevoke, At: later, Rules: RulesForgetRevoked, Revoke: &RevokeCmd{Nodes: []string{"b"}, Keys: map[string]string{"b": "K2-b"}}})
 	// A revocation naming a forgotten node and a live one revokes the live one.
 	r = m.must(Command{Op: OpRevoke, At: later, Rules: RulesForgetRevoked, Revoke: &RevokeCmd{Nodes: []string{"c", "a"}}})
 	if len(r.Revoked) != 2 || !r.Revoked[1].RevokedAt.Equal(later) || !m.state().Nodes["a"].Revoked {

@@ -21,6 +21,8 @@ func FuzzApply(f *testing.F) {
 	f.Add([]byte(`{"op":"status","at":"0001-01-01T00:00:00Z","status":{"reports":[{"node":"a"}]}}`))
 	f.Add([]byte(`{"op":"label","at":"2001-02-03T04:05:06Z","label":{"node":"a","labels":null}}`))
 	f.Add([]byte(fmt.Sprintf(`{"op":"label","rules":%d,"at":"2001-02-03T04:05:06Z","label":{"node":"a","labels":{"k":"v"}}}`, ApplyRules+1)))
+	// Over the prefix below no node is revoked: these take the path that forgets
+	// nothing (FuzzRestoreThenApply forgets, from a snapshot with b revoked).
 	for _, nodes := range []string{`["a","b","c","a",""]`, `null`, `["zz"]`} {
 		f.Add([]byte(fmt.Sprintf(`{"op":"forget_revoked","rules":%d,"at":"2101-02-03T04:05:06Z","forget_revoked":{"nodes":%s,"revoked_before":"2101-01-01T00:00:00Z"}}`, RulesForgetRevoked, nodes)))
 	}

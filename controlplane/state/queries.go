@@ -67,8 +67,8 @@ func (f *FSM) RevokedKey(key string) (node string, revoked bool) {
 }
 
 // Revocations returns the keys node was revoked under, each with the time of its
-// revocation (zero when the node id has enrolled again since, or its record was
-// forgotten after it had been revoked under several keys, and the time is not kept),
+// revocation (zero when the node id has enrolled again since and the time is not
+// kept),
 // sorted by key: one for each time the id was revoked.
 func (f *FSM) Revocations(node string) []Revocation {
 	f.mu.RLock()
@@ -78,8 +78,8 @@ func (f *FSM) Revocations(node string) []Revocation {
 		r := Revocation{Key: key}
 		if n, ok := f.st.Nodes[node]; ok && n.Revoked && n.PublicKey == key {
 			r.At = n.RevokedAt
-		} else if fn, ok := f.st.Forgotten[node]; ok && len(f.st.revokedOf[node]) == 1 {
-			r.At = fn.RevokedAt // its one key: the record revoked under it is forgotten
+		} else if fn, ok := f.st.Forgotten[node]; ok && f.st.ForgottenKey(node) == key {
+			r.At = fn.RevokedAt // its last machine's key: the record is forgotten
 		}
 		out = append(out, r)
 	}

@@ -30,6 +30,7 @@ func FuzzRestore(f *testing.F) {
 	f.Add([]byte(`null`))
 	f.Add([]byte(`{}`))
 	f.Add(newerRules(f, snap))
+	f.Add(forgottenSnapshot(f))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m := newMachine(t)
 		for _, c := range history()[:12] {
@@ -178,6 +179,19 @@ func FuzzRestoreThenApply(f *testing.F) {
 	// A snapshot of newer rules stops the state machine: no entry applies after it,
 	// and it takes no snapshot.
 	f.Add(newerRules(f, snap), repeat)
+	// b revoked and forgotten: its id enrolled again, revoked again, labelled,
+	// forgotten again.
+	forgot := forgottenSnapshot(f)
+	for _, c := range []Command{
+		stamped(tokenCmd("t-b3", "b", RoleWorker, t0.Add(time.Hour), time.Hour)),
+		{Op: OpRevoke, At: t0.Add(time.Hour), Rules: RulesForgetRevoked, Revoke: &RevokeCmd{Nodes: []string{"b", "a"}, Keys: map[string]string{"b": "KB"}}},
+		{Op: OpLabel, At: t0.Add(time.Hour), Rules: RulesForgetRevoked, Label: &LabelCmd{Node: "b", Labels: map[string]string{"k": "v"}}},
+		forgetCmd(t0.Add(time.Hour), t0.Add(time.Hour), "a", "b"),
+	} {
+		entry, _ := json.Marshal(c)
+		f.Add(forgot, entry)
+	}
+	f.Add(forgot, repeat)
 	f.Fuzz(func(t *testing.T, snapshot, entry []byte) {
 		m := newMachine(t)
 		for _, c := range history()[:12] {
@@ -278,4 +292,17 @@ func revokedIndexAgrees(t *testing.T, s *State) {
 			t.Fatalf("node %s: the index lists revoked keys %v, RevokedKeys %v", id, got, keys)
 		}
 	}
+}
+
+// forgottenSnapshot is a snapshot of the history up to b's revocation, with b's
+// record forgotten since (State.Forgotten).
+func forgottenSnapshot(f *testing.F) []byte {
+	m := newMachine(f)
+	for _, c := range history()[:15] {
+		m.apply(c)
+	}
+	if r := m.apply(forgetCmd(t0.Add(time.Hour), t0.Add(time.Hour), "b")); r.Err != nil || len(r.Forgotten) != 1 {
+		f.Fatalf("forgetting b in the history: %+v", r)
+	}
+	return m.snapshot()
 }

@@ -197,6 +197,7 @@ type checkStateJSON struct {
 	Initialised  bool     `json:"initialised"`
 	Hosts        int      `json:"hosts"`
 	Revoked      int      `json:"revoked"`
+	Forgotten    int      `json:"forgotten,omitempty"`
 	ControlNodes []string `json:"control_nodes"`
 	KeyringEpoch uint64   `json:"keyring_epoch"`
 }
@@ -235,7 +236,7 @@ func checkJSONOf(dir datadir.Dir, r daemon.CheckReport, err error) checkJSON {
 		out.Raft = rj
 	}
 	if s := r.State; s != nil {
-		out.State = &checkStateJSON{Initialised: s.Initialised, Hosts: s.Hosts, Revoked: s.Revoked, ControlNodes: s.ControlNodes, KeyringEpoch: s.KeyringEpoch}
+		out.State = &checkStateJSON{Initialised: s.Initialised, Hosts: s.Hosts, Revoked: s.Revoked, Forgotten: s.Forgotten, ControlNodes: s.ControlNodes, KeyringEpoch: s.KeyringEpoch}
 		if out.State.ControlNodes == nil {
 			out.State.ControlNodes = []string{}
 		}

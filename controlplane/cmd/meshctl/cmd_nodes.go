@@ -129,7 +129,7 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 					}
 				}
 				if len(unknown) > 0 {
-					return exitError{code: exitRefused, err: fmt.Errorf("no such node: %s (`meshctl nodes` lists them)", strings.Join(unknown, ", "))}
+					return exitError{code: exitRefused, err: fmt.Errorf("no such node: %s (`meshctl nodes` lists them; a node revoked 30 days ago or more is no longer listed)", strings.Join(unknown, ", "))}
 				}
 				if !withSummary {
 					return nil

@@ -81,8 +81,12 @@ is refused (exit 4, key_mismatch) and revokes nothing.`,
 // words as the first revocation told the operator nothing.
 func printRevoked(w io.Writer, r api.RevokedNode) {
 	machine := ""
-	if r.PublicKey != "" {
+	switch {
+	case r.PublicKey != "" && !r.EnrolledAt.IsZero():
 		machine = fmt.Sprintf("key %s, enrolled %s; ", r.PublicKey, r.EnrolledAt.UTC().Format(time.RFC3339))
+	case r.PublicKey != "":
+		// A record forgotten since its revocation keeps no enrolment time.
+		machine = fmt.Sprintf("key %s; ", r.PublicKey)
 	}
 	if !r.AlreadyRevokedAt.IsZero() {
 		fmt.Fprintf(w, "%s was already revoked (%sat %s); its key stays refused\n", r.Node, machine, r.AlreadyRevokedAt.UTC().Format(time.RFC3339))
@@ -106,6 +110,11 @@ func printRevoked(w io.Writer, r api.RevokedNode) {
 		if r.EarlierRevocations == 1 {
 			when = ", at " + r.EarlierRevokedAt.UTC().Format(time.RFC3339)
 		}
+	}
+	if !r.AlreadyRevokedAt.IsZero() {
+		// Nothing was revoked now: the earlier revocations are the id's history.
+		fmt.Fprintf(w, "%s was also revoked %s before that%s, under another key\n", r.Node, times, when)
+		return
 	}
 	fmt.Fprintf(w, "%s was revoked %s before%s, under another key: the machine revoked here is the one enrolled under the id since. "+
 		"If this command was run again for that earlier revocation, it revoked a machine it did not mean to: enrolling it again needs a new token and its identity removed. "+

@@ -32,6 +32,14 @@ func TestARevocationSaysWhichMachine(t *testing.T) {
 		t.Errorf("a first revocation speaks of an earlier one:\n%s", b.String())
 	}
 	b.Reset()
+	// Revoked already, its record forgotten (review 28, LOW-1): no enrolment time
+	// to show, and nothing was revoked now, so no warning that it revoked a
+	// machine it did not mean to.
+	printRevoked(&b, api.RevokedNode{Node: "web-3", PublicKey: "UNEWKEY", AlreadyRevokedAt: enrolled, EarlierRevocations: 2})
+	if want := "web-3 was already revoked (key UNEWKEY; at 2026-12-06T03:38:10Z); its key stays refused\nweb-3 was also revoked twice before that, under another key\n"; b.String() != want {
+		t.Errorf("revoked already, record forgotten:\n%s\nwant\n%s", b.String(), want)
+	}
+	b.Reset()
 	// An older control plane: no key, said as before.
 	printRevoked(&b, api.RevokedNode{Node: "web-3", Connections: 2})
 	if b.String() != "revoked web-3 (2 connection(s) open, closed now); its key is refused from now on\n" {
