@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -462,5 +463,41 @@ func TestAFailedHookThatRanAgainIsNoLongerNamed(t *testing.T) {
 	}
 	if !slices.Equal(on.HooksFailed, []string{"reload-b"}) || !slices.Equal(on.HooksPending, []string{"etc/b.conf"}) || on.LastErrorCode != wire.StatusHookFailed {
 		t.Fatalf("on record after reload-a succeeded: failed %q, owed %q, error %q; want reload-b failing for etc/b.conf", on.HooksFailed, on.HooksPending, on.LastErrorCode)
+	}
+}
+
+// TestPathsOwedToAFailingHookAreBounded (leak review, finding 5): a hook failing for
+// weeks while each declaration changed new paths (dated or versioned file names)
+// kept every changed path owed, in memory and in the applied state rewritten at
+// every apply. Past maxOwedBytes they are cut to what the hook's MESH_CHANGED can
+// carry: the hook still runs, fails, and is told some paths did not fit.
+func TestPathsOwedToAFailingHookAreBounded(t *testing.T) {
+	f := newFixture(t)
+	cfg, _, runs := failingUntilFixed(t)
+	a := f.withHooks(t, cfg)
+	const rounds, each = 16, 40
+	long := strings.Repeat("x", 240)
+	for v := range uint64(rounds) {
+		paths := make([]string, each)
+		for i := range paths {
+			paths[i] = fmt.Sprintf("etc/%s-%02d-%03d", long, v, i)
+		}
+		if err := a.handle(context.Background(), f.declFiles(t, v+1, paths...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	on, err := state.Load(f.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs() != rounds || !slices.Equal(on.HooksFailed, []string{"restart-app"}) || on.LastErrorCode != wire.StatusHookFailed {
+		t.Fatalf("after %d failing runs: ran %d, failed %q, error %q", rounds, runs(), on.HooksFailed, on.LastErrorCode)
+	}
+	// Every path changed (640 written, 600 of them removed since: 160 KiB) was
+	// owed. Cut once past 128 KiB to the 64 KiB one hook's MESH_CHANGED carries,
+	// and one more path, then grown again by what each round changes.
+	size := pathsSize(on.HooksPending)
+	if size > maxOwedBytes || size < 64<<10 {
+		t.Fatalf("%d paths owed, %d bytes: want them cut to between 64 and 128 KiB, not all %d changed", len(on.HooksPending), size, rounds*each)
 	}
 }

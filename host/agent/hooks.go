@@ -27,6 +27,20 @@ type hookRun struct {
 	notRetry bool
 }
 
+// maxOwedBytes is how much the paths of failed hooks the agent keeps owed may add
+// up to before it cuts them to what the hooks' MESH_CHANGED can carry
+// (hooks.Config.Bound: 64 KiB a hook).
+const maxOwedBytes = 128 << 10
+
+// pathsSize is how much paths add up to, a byte between each.
+func pathsSize(paths []string) int {
+	n := 0
+	for _, p := range paths {
+		n += len(p) + 1
+	}
+	return n
+}
+
 // HooksOutcome is what `meshhost hooks retry` is told once the hooks it asked for
 // ran (see the agent's socket).
 type HooksOutcome struct {
@@ -180,6 +194,11 @@ func (a *Agent) hooksFinished(h hookRun) {
 		// failure's paths, which are this batch's.
 		again := hooks.Config{Hooks: slices.DeleteFunc(slices.Clone(a.o.Hooks.Hooks), func(k hooks.Hook) bool { return !slices.Contains(batchFailed, k.Name) })}
 		a.hookFailed = union(a.hookFailed, again.Matching(along))
+	}
+	if pathsSize(a.hookFailed) > maxOwedBytes {
+		// A hook failing for weeks while declarations change new paths each
+		// time: what its MESH_CHANGED can carry is kept, no more.
+		a.hookFailed = a.o.Hooks.Bound(a.hookFailed)
 	}
 	// Owed now: what waits for the worker, and what failed.
 	var owed []string

@@ -21,6 +21,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -529,6 +530,41 @@ const hookDir = "/"
 // of one declaration can add up to more (1000 paths of 150 bytes), so such a hook
 // could never run. Half of that leaves room for the rest of the environment.
 const maxChanged = 64 << 10
+
+// Bound returns paths, sorted, cut to what the hooks' MESH_CHANGED can carry: for
+// each hook, the paths it matches up to maxChanged, and the one that goes past it
+// (so that its MESH_CHANGED_OMITTED still says some did not fit). Paths no hook
+// matches are dropped: no hook would run for them. The agent keeps the paths of a
+// failed hook until it runs again and succeeds; one failing for weeks while
+// declarations changed new paths each time kept every one of them, in memory and in
+// its applied state, rewritten at every apply.
+func (c Config) Bound(paths []string) []string {
+	sorted := slices.Sorted(slices.Values(paths))
+	size := make([]int, len(c.Hooks))
+	var out []string
+	for _, p := range slices.Compact(sorted) {
+		keep := false
+		for i, h := range c.Hooks {
+			if h.matches(p) && size[i] <= maxChanged {
+				keep = true
+			}
+		}
+		if !keep {
+			continue
+		}
+		for i, h := range c.Hooks {
+			if h.matches(p) {
+				// As changedList measures: a newline before all but the first.
+				if size[i] > 0 {
+					size[i]++
+				}
+				size[i] += len(p)
+			}
+		}
+		out = append(out, p)
+	}
+	return out
+}
 
 // changedList is MESH_CHANGED: the paths one a line, as many whole ones as fit in
 // maxChanged, and how many did not fit (MESH_CHANGED_OMITTED), so that a hook

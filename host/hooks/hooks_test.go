@@ -526,3 +526,42 @@ func TestAHookPrintingASeedOrAKeyHidesThem(t *testing.T) {
 		t.Errorf("the failure lost the hook's reason:\n%s", out)
 	}
 }
+
+// TestBoundKeepsWhatEachHookIsTold: Bound keeps, for each hook, the paths its
+// MESH_CHANGED carries and the one past them, so a hook run with what is kept is
+// still told some paths did not fit; paths no hook matches go; a list within that is
+// kept whole.
+func TestBoundKeepsWhatEachHookIsTold(t *testing.T) {
+	cfg, err := Load(write(t, `{"hooks":[{"name":"etc","paths":["etc/*"],"run":["true"]},{"name":"srv","paths":["srv/*"],"run":["true"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var etc, srv []string
+	for i := range 1000 {
+		etc = append(etc, fmt.Sprintf("etc/%04d-%s", i, strings.Repeat("x", 150)))
+	}
+	for i := range 10 {
+		srv = append(srv, fmt.Sprintf("srv/%d", i))
+	}
+	all := slices.Concat(etc, srv, []string{"var/none", "etc/0001-" + strings.Repeat("x", 150)})
+	kept := cfg.Bound(all)
+	var keptEtc []string
+	for _, p := range kept {
+		if strings.HasPrefix(p, "etc/") {
+			keptEtc = append(keptEtc, p)
+		}
+	}
+	listed, omitted := changedList(keptEtc)
+	if omitted != 1 || len(listed) > maxChanged || len(keptEtc) >= len(etc) {
+		t.Fatalf("etc: %d of %d kept, %d bytes listed, %d omitted; want what 64 KiB lists and one more", len(keptEtc), len(etc), len(listed), omitted)
+	}
+	if !slices.Equal(keptEtc, etc[:len(keptEtc)]) {
+		t.Fatal("etc: the paths kept are not the first ones")
+	}
+	if got := kept[len(keptEtc):]; !slices.Equal(got, srv) {
+		t.Fatalf("srv: kept %v, want all of %v, and var/none (no hook's) dropped", got, srv)
+	}
+	if small := cfg.Bound(append(slices.Clone(srv), "etc/a")); !slices.Equal(small, append([]string{"etc/a"}, srv...)) {
+		t.Fatalf("a short list was not kept whole: %v", small)
+	}
+}
