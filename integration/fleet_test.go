@@ -186,6 +186,11 @@ func TestFleetTargeting(t *testing.T) {
 	if r := cp.Ctl("status", "--summary", "--json"); r.Code != 5 || !strings.Contains(r.Stdout, `"summary"`) || strings.Contains(r.Stdout, `"nodes":[`) || strings.Contains(r.Stdout, `"web-1"`) {
 		t.Errorf("status --summary --json: exit %d, want the summary alone\n%s", r.Code, r.Combined())
 	}
+	// A control node named alone has no summary: its row, as without --summary.
+	ctlID := cp.Nodes().Control[0].ID
+	if r := cp.Ctl("status", "--summary", ctlID); r.Code != 0 || !strings.Contains(r.Stdout, "CONTROL") || !strings.Contains(r.Stdout, ctlID) {
+		t.Errorf("status --summary %s: exit %d, want its row\n%s", ctlID, r.Code, r.Combined())
+	}
 	if r := cp.Ctl("nodes", "--summary"); r.Code != 2 {
 		t.Errorf("nodes --summary: exit %d, want 2 (status's flag)\n%s", r.Code, r.Combined())
 	}

@@ -458,8 +458,9 @@ func (d *Daemon) declare(req api.DeclareRequest, call requestCall) (api.DeclareR
 		for _, n := range req.Nodes {
 			_, kept := s.Nodes[n]
 			_, gone := s.Forgotten[n]
+			cn, control := s.ControlNodes[n]
 			switch {
-			case gone && !kept:
+			case gone && !kept && !(control && !cn.Removed):
 				// Skipped, as a revoked node is, whose record this was: a
 				// list an automation declares to each day did not stop
 				// reaching its live nodes the day one record was forgotten.

@@ -40,9 +40,8 @@ type ForgottenNode struct {
 	Version uint64 `json:"version"`
 	// RevokedAt is when its last machine was revoked.
 	RevokedAt time.Time `json:"revoked_at"`
-	// Key is its last machine's key when the id was revoked under several (which
-	// RevokedKeys cannot tell apart); empty when it was revoked under one, the
-	// fleet's common case, which then costs nothing more.
+	// Key is its last machine's key unless that is the one key the id was revoked
+	// under (RevokedKeys), the fleet's common case, which then costs nothing more.
 	Key string `json:"key,omitempty"`
 }
 
@@ -99,7 +98,10 @@ func (s *State) applyForget(c *ForgetCmd) Result {
 			s.Forgotten = map[string]ForgottenNode{}
 		}
 		f := ForgottenNode{Version: n.Declared.Version, RevokedAt: n.RevokedAt}
-		if len(s.revokedOf[id]) > 1 {
+		if keys := s.revokedOf[id]; len(keys) != 1 || keys[0] != n.PublicKey {
+			// Not told by the id's one revoked key: revoked under several, or
+			// (a state written before a key was refused for a second node) its
+			// key listed under another id.
 			f.Key = n.PublicKey
 		}
 		s.Forgotten[id] = f

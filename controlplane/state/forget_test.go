@@ -224,3 +224,34 @@ func TestAForgetCmdLeavesARecordChangedSinceTheLeaderLooked(t *testing.T) {
 		t.Fatalf("revoking c (forgotten) and a: %+v", r.Revoked)
 	}
 }
+
+// TestTheLastKeyOfAForgottenRecordIsKeptWhenTheStateCannotTellIt (review 28b, LOW-1):
+// in a state written before a key was refused for a second node, an id's record
+// can hold a key listed revoked under the other id, so its one revoked key is an
+// earlier machine's. Forgotten, the record keeps its own key, and a revocation run
+// again names it, not the earlier one.
+func TestTheLastKeyOfAForgottenRecordIsKeptWhenTheStateCannotTellIt(t *testing.T) {
+	m := enrolled(t, map[string]string{"a": RoleWorker, "x": RoleWorker})
+	at := t0.Add(time.Hour)
+	m.must(revokeCmd("a", at))
+	m.must(stamped(tokenCmd("tok-a2", "a", RoleWorker, at, time.Hour)))
+	m.must(enrolCmd("tok-a2", "a", RoleWorker, "K2", at))
+	m.f.Read(func(s *State) {
+		// What an older version let happen: x enrolled with a's key.
+		s.Nodes["x"].PublicKey = "K2"
+		s.reindex()
+	})
+	m.must(revokeCmd("a", at.Add(time.Minute)))
+	m.must(revokeCmd("x", at.Add(2*time.Minute))) // K2 is listed under x now
+	later := at.Add(RevokedRetention + time.Hour)
+	m.must(forgetCmd(later, later.Add(-RevokedRetention), "a"))
+	var key string
+	m.f.Read(func(s *State) { key = s.ForgottenKey("a") })
+	if key != "K2" {
+		t.Fatalf("a's last key once forgotten: %q, want K2 (its one revoked key, K-a, was its first machine's)", key)
+	}
+	r := m.must(Command{Op: OpRevoke, At: later, Rules: RulesForgetRevoked, Revoke: &RevokeCmd{Nodes: []string{"a"}}})
+	if r.Revoked[0].PublicKey != "K2" {
+		t.Fatalf("revoke a run again names %q, want K2", r.Revoked[0].PublicKey)
+	}
+}

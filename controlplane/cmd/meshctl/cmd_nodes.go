@@ -98,7 +98,8 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 					if len(args) > 0 || sel.active() {
 						shown.Control = controlNamed // the nodes asked for alone, as the guide says
 					}
-					if !summaryOnly {
+					if !summaryOnly || len(res.Nodes) == 0 && len(controlNamed) > 0 {
+						// Control nodes named alone have no summary: their rows.
 						printNodes(cio.stdout, shown, answeredAt(res, time.Now()), len(controlNamed) > 0)
 					}
 					switch {
