@@ -105,8 +105,14 @@ type Node struct {
 	stream  *tlsStream
 	leader  chan bool
 	log     *slog.Logger
-	// leaders counts the leaders this member has learnt of (observeLeaders).
+	// leaders counts the leaders this member has learnt of (observeLeaders), and
+	// counted the last one counted, with its term.
 	leaders atomic.Uint64
+	counted struct {
+		sync.Mutex
+		id   raft.ServerID
+		term uint64
+	}
 }
 
 // ErrNotLeader means a write was proposed on a control node that is not the leader.
@@ -379,12 +385,24 @@ func Open(cfg Config) (*Node, error) {
 // starts, and each one after an election, the same node again included (the term
 // also grows on elections nobody won, so it cannot say how often the leader
 // changed). hashicorp/raft observes a leader when it learns of one that differs from
-// the last it knew, none included, and calls an observer's filter on its own
-// goroutine for each observation: counted there and never queued, none is dropped,
-// and Raft waits on nothing of ours.
+// the last it knew, none included, and calls an observer's filter on the goroutine
+// that learnt it (Raft's, or the transport's heartbeat path) for each observation:
+// counted there and never queued, none is dropped, and Raft waits on nothing of
+// ours. A leader is counted once per term: during a transfer a follower forgets the
+// leader before it takes the new term, and a heartbeat of the old leader landing
+// between the two had it learn the old leader again, in the same term, with no
+// election (TestTransferLeadership failed 1 run in 7 under load).
 func (n *Node) observeLeaders() {
 	n.raft.RegisterObserver(raft.NewObserver(nil, false, func(o *raft.Observation) bool {
-		if lo, ok := o.Data.(raft.LeaderObservation); ok && lo.LeaderID != "" {
+		lo, ok := o.Data.(raft.LeaderObservation)
+		if !ok || lo.LeaderID == "" {
+			return false
+		}
+		term := n.raft.CurrentTerm()
+		n.counted.Lock()
+		defer n.counted.Unlock()
+		if lo.LeaderID != n.counted.id || term != n.counted.term {
+			n.counted.id, n.counted.term = lo.LeaderID, term
 			n.leaders.Add(1)
 		}
 		return false
