@@ -349,12 +349,21 @@ func FuzzVerifyKeyring(f *testing.F) {
 		if err != nil {
 			t.Fatalf("accepted keyring with unusable keys: %v", err)
 		}
-		// Every key added must have signed: here, the only seed that adds
-		// k2 was signed by both.
+		// Every key added must have signed the envelope that adds it: checked
+		// against the envelope's own signatures, not only against the keys the
+		// seeds know (a seed holds k1+k2 signed by k1 alone).
+		curKeys, _ := current.PublicKeys()
+		var added []ed25519.PublicKey
 		for _, k := range keys {
 			if !k.Equal(pub(k1)) && !bytes.Equal(k, pub(k2)) {
 				t.Fatalf("accepted an unknown key %s", KeyID(k))
 			}
+			if !slices.ContainsFunc(curKeys, func(c ed25519.PublicKey) bool { return c.Equal(k) }) {
+				added = append(added, k)
+			}
+		}
+		if signed := verifySignatures(env, added); len(signed) != len(added) {
+			t.Fatalf("accepted a keyring adding %d key(s), of which %d signed it", len(added), len(signed))
 		}
 	})
 }

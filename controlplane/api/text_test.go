@@ -90,8 +90,9 @@ func TestValidAgent(t *testing.T) {
 			t.Errorf("%q accepted", a)
 		}
 	}
-	if n := testing.AllocsPerRun(100, func() { ValidAgent("meshhost/0.1.0+git20261203145709.7132ef2931ef") }); n != 0 {
-		t.Errorf("ValidAgent allocates %v times a call; it runs for every status report", n)
+	valid := false
+	if n := testing.AllocsPerRun(100, func() { valid = ValidAgent("meshhost/0.1.0+git20261203145709.7132ef2931ef") }); n != 0 || !valid {
+		t.Errorf("ValidAgent allocates %v times a call (and says %v of a stamped agent); it runs for every status report", n, valid)
 	}
 }
 

@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -34,6 +35,9 @@ func dialConns(b *broker.Server, token, node string, onError func(conn string, s
 			nats.Token(token),
 			nats.Name(string(r.role)+" "+node),
 			nats.MaxReconnects(-1),
+			// nats.go's 2 s failed a start on a machine overloaded for a moment
+			// (a test audit saw it); every other client of the mesh waits 10 s.
+			nats.Timeout(10*time.Second),
 			nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) { onError(string(r.role), sub, err) }),
 		)
 		if err != nil {
