@@ -266,10 +266,17 @@ a --certificate that is missing, damaged or of another mesh. See docs/operations
 					return usagef("--certificate and --out are flags of meshctl control %s", renewSub)
 				}
 				if len(args) == 1 && args[0] == "status" {
+					if c.Flags().Changed("timeout") {
+						// Taken and ignored, it read as a wait that did not happen.
+						return usagef("--timeout is how long control remove waits for its answer; control status waits --wait for the control nodes' answers (at most %s)", broker.MaxGatherWait)
+					}
 					return controlStatus(&cp, cio, wait, asJSON)
 				}
 				if len(args) != 2 || args[0] != "remove" {
 					return usagef("usage: meshctl control remove NODE --data DIR, meshctl control status --data DIR, or meshctl control %s --certificate F --data DIR", renewSub)
+				}
+				if c.Flags().Changed("wait") {
+					return usagef("--wait is how long control status waits for the control nodes' answers; control remove waits --timeout for its answer")
 				}
 				node := strings.TrimSpace(args[1])
 				// The removal revokes the operator credentials of the node's own data
