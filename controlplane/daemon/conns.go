@@ -36,7 +36,7 @@ func dialConns(b *broker.Server, token, node string, onError func(conn string, s
 			nats.Name(string(r.role)+" "+node),
 			nats.MaxReconnects(-1),
 			// nats.go's 2 s failed a start on a machine overloaded for a moment
-			// (a test audit saw it); every other client of the mesh waits 10 s.
+			// (a test audit saw it); the agent and join wait 10 s too.
 			nats.Timeout(10*time.Second),
 			nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) { onError(string(r.role), sub, err) }),
 		)

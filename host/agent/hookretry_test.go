@@ -470,10 +470,31 @@ func TestAFailedHookThatRanAgainIsNoLongerNamed(t *testing.T) {
 // weeks while each declaration changed new paths (dated or versioned file names)
 // kept every changed path owed, in memory and in the applied state rewritten at
 // every apply. Past maxOwedBytes they are cut to what the hook's MESH_CHANGED can
-// carry: the hook still runs, fails, and is told some paths did not fit.
+// carry: the hook still runs and fails; and from the cut until nothing is owed, every
+// run is told some paths were left out (review 28c: a hook given the paths kept in
+// runs of fewer was told in none), through a restart too.
 func TestPathsOwedToAFailingHookAreBounded(t *testing.T) {
 	f := newFixture(t)
-	cfg, _, runs := failingUntilFixed(t)
+	dir := t.TempDir()
+	fixed, seen := filepath.Join(dir, "fixed"), filepath.Join(dir, "seen")
+	script := `echo "omitted=${MESH_CHANGED_OMITTED:-0}" >> ` + seen + `; test -e ` + fixed + ` || { echo "port in use" >&2; exit 1; }`
+	load := func(pattern string) hooks.Config {
+		js, _ := json.Marshal(map[string]any{"hooks": []any{map[string]any{"name": "restart-app", "paths": []string{pattern}, "run": []string{"sh", "-c", script}}}})
+		p := filepath.Join(dir, "hooks.json")
+		if err := os.WriteFile(p, js, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := hooks.Load(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	cfg := load("etc/*")
+	runs := func() []string {
+		b, _ := os.ReadFile(seen)
+		return strings.Fields(string(b))
+	}
 	a := f.withHooks(t, cfg)
 	const rounds, each = 16, 40
 	long := strings.Repeat("x", 240)
@@ -490,14 +511,39 @@ func TestPathsOwedToAFailingHookAreBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if runs() != rounds || !slices.Equal(on.HooksFailed, []string{"restart-app"}) || on.LastErrorCode != wire.StatusHookFailed {
-		t.Fatalf("after %d failing runs: ran %d, failed %q, error %q", rounds, runs(), on.HooksFailed, on.LastErrorCode)
+	if len(runs()) != rounds || !slices.Equal(on.HooksFailed, []string{"restart-app"}) || on.LastErrorCode != wire.StatusHookFailed {
+		t.Fatalf("after %d failing runs: ran %d, failed %q, error %q", rounds, len(runs()), on.HooksFailed, on.LastErrorCode)
 	}
 	// Every path changed (640 written, 600 of them removed since: 160 KiB) was
 	// owed. Cut once past 128 KiB to the 64 KiB one hook's MESH_CHANGED carries,
 	// and one more path, then grown again by what each round changes.
 	size := pathsSize(on.HooksPending)
-	if size > maxOwedBytes || size < 64<<10 {
-		t.Fatalf("%d paths owed, %d bytes: want them cut to between 64 and 128 KiB, not all %d changed", len(on.HooksPending), size, rounds*each)
+	if size > maxOwedBytes || size < 64<<10 || !on.HooksCut {
+		t.Fatalf("%d paths owed, %d bytes, cut %v: want them cut to between 64 and 128 KiB, and the cut on record, not all %d changed", len(on.HooksPending), size, on.HooksCut, rounds*each)
+	}
+
+	// Fixed, its hooks file narrowed to the last round's paths (10 KiB of those
+	// owed, which MESH_CHANGED carries whole), and run again by a restart: told
+	// some paths were left out all the same; then nothing is owed and the cut is
+	// over.
+	if err := os.WriteFile(fixed, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg = load(fmt.Sprintf("etc/*-%02d-*", rounds-1))
+	a = f.withHooks(t, cfg)
+	a.runOwedHooks()
+	on, err = state.Load(f.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := runs(); len(r) != rounds+1 || r[rounds] == "omitted=0" || on.HooksCut || len(on.HooksPending) != 0 || on.LastErrorCode != "" {
+		t.Fatalf("the run after the fix saw %v; on record cut %v, owed %d, error %q", r[rounds:], on.HooksCut, len(on.HooksPending), on.LastErrorCode)
+	}
+	// The next change is a change like any other.
+	if err := a.handle(context.Background(), f.declFiles(t, rounds+1, fmt.Sprintf("etc/new-%02d-0", rounds-1))); err != nil {
+		t.Fatal(err)
+	}
+	if r := runs(); len(r) != rounds+2 || r[rounds+1] != "omitted=0" {
+		t.Fatalf("a run after the cut was over saw %v, want omitted=0", r[rounds+1:])
 	}
 }

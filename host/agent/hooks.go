@@ -25,6 +25,18 @@ type hookRun struct {
 	// notRetry: nobody acted (the file check put files back), so the batch does not
 	// take along the paths of the hooks that failed before (queueHooks).
 	notRetry bool
+	// cut: the paths owed were cut since (state.Applied.HooksCut); the hooks are
+	// told some were left out.
+	cut bool
+}
+
+// run runs h's hooks, telling them when the paths owed were cut.
+func (h *hookRun) run(ctx context.Context, cfg hooks.Config, root string) {
+	if h.cut {
+		h.ran, h.failures = cfg.RunCut(ctx, root, h.changed)
+		return
+	}
+	h.ran, h.failures = cfg.Run(ctx, root, h.changed)
 }
 
 // maxOwedBytes is how much the paths of failed hooks the agent keeps owed may add
@@ -68,6 +80,7 @@ type HooksOutcome struct {
 // operator fixed the host, then asked for a retry, declared again, or restarted
 // the agent): a failed hook runs again only when someone acts, never by itself.
 func (a *Agent) queueHooks(h hookRun) {
+	h.cut = h.cut || a.applied.HooksCut
 	switch {
 	case len(a.hookFailed) > 0 && !h.notRetry:
 		h.changed = union(slices.Clone(h.changed), a.hookFailed)
@@ -81,13 +94,14 @@ func (a *Agent) queueHooks(h hookRun) {
 		}
 	}
 	if a.hookJobs == nil { // not running (tests call handle directly)
-		h.ran, h.failures = a.o.Hooks.Run(context.Background(), a.o.Root, h.changed)
+		h.run(context.Background(), a.o.Hooks, a.o.Root)
 		a.hooksFinished(h)
 		return
 	}
 	if a.hookWaiting != nil {
 		w := a.hookWaiting
 		w.version = h.version
+		w.cut = w.cut || h.cut
 		for _, p := range h.changed {
 			if !slices.Contains(w.changed, p) {
 				w.changed = append(w.changed, p)
@@ -128,7 +142,7 @@ func (a *Agent) runHooks(ctx context.Context, done chan<- hookRun) {
 		case <-ctx.Done():
 			return
 		case h := <-a.hookJobs:
-			h.ran, h.failures = a.o.Hooks.Run(ctx, a.o.Root, h.changed)
+			h.run(ctx, a.o.Hooks, a.o.Root)
 			select {
 			case done <- h:
 			case <-ctx.Done():
@@ -197,8 +211,13 @@ func (a *Agent) hooksFinished(h hookRun) {
 	}
 	if pathsSize(a.hookFailed) > maxOwedBytes {
 		// A hook failing for weeks while declarations change new paths each
-		// time: what its MESH_CHANGED can carry is kept, no more.
-		a.hookFailed = a.o.Hooks.Bound(a.hookFailed)
+		// time: what its MESH_CHANGED can carry is kept, no more, and from now
+		// until none is owed every hook that runs is told some were left out: a
+		// hook given the paths kept in two runs of fewer would be told in neither.
+		if kept := a.o.Hooks.Bound(a.hookFailed); len(kept) < len(a.hookFailed) {
+			a.hookFailed = kept
+			a.applied.HooksCut = true
+		}
 	}
 	// Owed now: what waits for the worker, and what failed.
 	var owed []string
@@ -230,6 +249,11 @@ func (a *Agent) hooksFinished(h hookRun) {
 				a.applied.LastErrorCode, a.applied.LastError, a.applied.LastErrorVersion = "", "", 0
 			}
 			a.applied.HooksFailed = nil
+			save = true
+		}
+		if len(owed) == 0 && a.applied.HooksCut {
+			// Every hook owed ran, told some paths were left out, and succeeded.
+			a.applied.HooksCut = false
 			save = true
 		}
 		if len(a.hookFailed) > 0 && !slices.Equal(failed, a.applied.HooksFailed) {
@@ -289,7 +313,7 @@ func (a *Agent) runOwedHooks() {
 	}
 	if len(a.o.Hooks.Hooks) == 0 || len(owed) == 0 {
 		a.log.Warn("hooks were owed or had failed when the agent last stopped, and none are configured now, or none is owed: forgotten", "paths", owed)
-		a.applied.HooksPending, a.applied.HooksFailed = nil, nil
+		a.applied.HooksPending, a.applied.HooksFailed, a.applied.HooksCut = nil, nil, false
 		if a.applied.LastErrorCode == wire.StatusHookFailed {
 			a.applied.LastErrorCode, a.applied.LastError, a.applied.LastErrorVersion = "", "", 0
 		}

@@ -443,6 +443,18 @@ func (h Hook) matches(p string) bool {
 // its output, so no hook can hold the caller past its timeout. What is left in the
 // group when the hook exits is killed then (ErrLeftBehind when it held the output).
 func (c Config) Run(ctx context.Context, root string, changed []string) (ran []string, failures []Failure) {
+	return c.run(ctx, root, changed, false)
+}
+
+// RunCut is Run for paths cut short (the agent kept what MESH_CHANGED carries of
+// the paths owed to a hook failing for long: Bound): every hook that runs is told
+// some paths were left out, MESH_CHANGED_OMITTED at least 1, however few it is
+// given; how many is no longer known.
+func (c Config) RunCut(ctx context.Context, root string, changed []string) (ran []string, failures []Failure) {
+	return c.run(ctx, root, changed, true)
+}
+
+func (c Config) run(ctx context.Context, root string, changed []string, cut bool) (ran []string, failures []Failure) {
 	// MESH_ROOT is absolute: the command runs in hookDir, where a relative one
 	// (`--root ./h1/managed`) names a directory that is not there.
 	if abs, err := filepath.Abs(root); err == nil {
@@ -484,6 +496,9 @@ func (c Config) Run(ctx context.Context, root string, changed []string) (ran []s
 		cmd.WaitDelay = killGrace
 		cmd.Dir = hookDir
 		listed, omitted := changedList(hit)
+		if cut {
+			omitted = max(omitted, 1)
+		}
 		cmd.Env = append(hookEnv(os.Environ()), "MESH_CHANGED="+listed, "MESH_ROOT="+root)
 		if omitted > 0 {
 			cmd.Env = append(cmd.Env, "MESH_CHANGED_OMITTED="+strconv.Itoa(omitted))

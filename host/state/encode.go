@@ -85,6 +85,9 @@ func appendApplied(b []byte, a *Applied, keyring64 []byte) ([]byte, bool) {
 		e.raw(`,"hooks_failed":`)
 		e.list(a.HooksFailed)
 	}
+	if a.HooksCut {
+		e.raw(`,"hooks_cut":true`)
+	}
 	e.raw(`}`)
 	return e.b, e.ok
 }

@@ -70,6 +70,11 @@ type Applied struct {
 	// HooksFailed are the names of the hooks that failed when they last ran, and
 	// whose paths stay in HooksPending until they run again and succeed.
 	HooksFailed []string `json:"hooks_failed,omitempty"`
+	// HooksCut: the paths owed to failed hooks were cut to what their
+	// MESH_CHANGED carries (a hook failing for long while declarations changed
+	// many paths). Until none is owed, every hook that runs is told some paths
+	// were left out (MESH_CHANGED_OMITTED), however few it is given.
+	HooksCut bool `json:"hooks_cut,omitempty"`
 }
 
 // Path returns the applied state's path in stateDir.
