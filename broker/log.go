@@ -103,7 +103,9 @@ var byDesign = []string{
 const sysImportFormat = "Error setting up system service import %s -> %s for account: %v"
 
 // sameSysImport reports whether a sysImportFormat line says the import it set out to
-// add exists already, the same subject mapped to the same subject.
+// add exists already, the same subject mapped to the same subject. nats-server gives
+// no typed error for it, so its text is read; TestASystemImportThereAlreadyIsInfo
+// checks that text against nats-server's source.
 func sameSysImport(format string, v []any) bool {
 	if format != sysImportFormat || len(v) != 3 {
 		return false
@@ -181,6 +183,7 @@ const noticesPerInterval = 20
 // handshakeFailed is what nats-server's lines about a failed TLS handshake say
 // ("TLS handshake error: …", "TLS route handshake error: …"), followed by the
 // error and the subject of the certificate the peer presented, which it chose.
+// TestMatchedTextsAreNATSServers checks nats-server's source still logs it.
 const handshakeFailed = " handshake error: "
 
 // kindOf is the kind of line the limiter counts repeats of: the line with what a
@@ -214,6 +217,9 @@ func kindOf(msg string) string {
 // loaded rather than what the client did. 10,000 hosts reconnecting to a restarted
 // control node made it log a readloop stall for each of 700–2,400 of them, one line
 // each; as one kind they are a line every interval, with the count of the others.
+// (A slow consumer is a notice in nats-server 2.15, not a warning; its kind is folded
+// all the same.) TestMatchedTextsAreNATSServers checks nats-server's source still logs
+// each.
 var loadSignals = []string{" - Readloop processing time: ", " - Slow Consumer Detected"}
 
 // foldDigits replaces each run of digits by one '#'.

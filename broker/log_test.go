@@ -222,11 +222,32 @@ func TestByDesignWarningsAreInfo(t *testing.T) {
 		}
 	}
 
+	src := natsServerSource(t, "*.go")
+	for _, format := range byDesign {
+		if !strings.Contains(src, "Warnf("+strconv.Quote(format)+")") {
+			t.Errorf("nats-server no longer warns %q: update byDesign", format)
+		}
+	}
+	// The route dial's line, made a warning (routeDialFormat), is one nats-server
+	// still logs as an error: reworded, it would be an error again unnoticed.
+	if !strings.Contains(src, strconv.Quote(routeDialFormat)) {
+		t.Errorf("nats-server no longer logs %q: update routeDialFormat", routeDialFormat)
+	}
+}
+
+// natsServerSource is the source of nats-server's server package as this module builds
+// it: the files matching pattern, tests left out. The test is skipped if the source
+// cannot be found (no module cache, no go command).
+func natsServerSource(t *testing.T, pattern string) string {
+	t.Helper()
 	dir, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/nats-io/nats-server/v2").Output()
 	if err != nil {
 		t.Skipf("cannot locate nats-server's source (go list -m: %v)", err)
 	}
-	files, _ := filepath.Glob(filepath.Join(strings.TrimSpace(string(dir)), "server", "*.go"))
+	files, err := filepath.Glob(filepath.Join(strings.TrimSpace(string(dir)), "server", pattern))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var src strings.Builder
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
@@ -239,18 +260,9 @@ func TestByDesignWarningsAreInfo(t *testing.T) {
 		src.Write(b)
 	}
 	if src.Len() == 0 {
-		t.Skip("no Go source in nats-server's module directory")
+		t.Skipf("no Go source matching %s in nats-server's module directory", pattern)
 	}
-	for _, format := range byDesign {
-		if !strings.Contains(src.String(), "Warnf("+strconv.Quote(format)+")") {
-			t.Errorf("nats-server no longer warns %q: update byDesign", format)
-		}
-	}
-	// The route dial's line, made a warning (routeDialFormat), is one nats-server
-	// still logs as an error: reworded, it would be an error again unnoticed.
-	if !strings.Contains(src.String(), strconv.Quote(routeDialFormat)) {
-		t.Errorf("nats-server no longer logs %q: update routeDialFormat", routeDialFormat)
-	}
+	return src.String()
 }
 
 // TestStrangersOnTheRoutePortAreBounded: a stranger's connections to the route port
@@ -314,14 +326,19 @@ func TestStrangersFromIPv6AreBounded(t *testing.T) {
 // TestASystemImportThereAlreadyIsInfo: nats-server's race setting up an account's
 // system imports (found in a soak of rolling restarts: "duplicate service import
 // subject", the same import already there) is an info line; the same line about
-// another import, or another failure, stays an error. The format is checked against
-// nats-server's source, so that a release that rewords it fails here.
+// another import, or another failure, stays an error. The line's format and the
+// error's are checked against nats-server's source, so that a release that rewords
+// either fails here: sameSysImport reads the error's text, as nats-server gives no
+// typed error for it, and reworded it would be an error line again unnoticed.
 func TestASystemImportThereAlreadyIsInfo(t *testing.T) {
+	// dupImportError is nats-server's error for an import there already (accounts.go,
+	// addServiceImport): the subject imported, the account, the subject it maps to.
+	const dupImportError = "duplicate service import subject %q, previously used in import for account %q, subject %q"
 	var out bytes.Buffer
 	l := newNATSLog(slog.New(slog.NewJSONHandler(&out, nil)), nil)
 	const subj, mapped = "$SYS.REQ.ACCOUNT.PING.STATZ", "$SYS.REQ.ACCOUNT.ACGIRG.STATZ"
-	l.Errorf(sysImportFormat, subj, mapped, fmt.Errorf("duplicate service import subject %q, previously used in import for account %q, subject %q", subj, "AA2YKT", mapped))
-	l.Errorf(sysImportFormat, subj, mapped, fmt.Errorf("duplicate service import subject %q, previously used in import for account %q, subject %q", subj, "AA2YKT", "$SYS.REQ.ACCOUNT.OTHER.STATZ"))
+	l.Errorf(sysImportFormat, subj, mapped, fmt.Errorf(dupImportError, subj, "AA2YKT", mapped))
+	l.Errorf(sysImportFormat, subj, mapped, fmt.Errorf(dupImportError, subj, "AA2YKT", "$SYS.REQ.ACCOUNT.OTHER.STATZ"))
 	l.Errorf(sysImportFormat, subj, mapped, fmt.Errorf("missing account"))
 	recs := jsonRecords(t, &out)
 	if len(recs) != 3 {
@@ -333,15 +350,70 @@ func TestASystemImportThereAlreadyIsInfo(t *testing.T) {
 		}
 	}
 
-	dir, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/nats-io/nats-server/v2").Output()
-	if err != nil {
-		t.Skipf("cannot locate nats-server's source (go list -m: %v)", err)
+	if src := natsServerSource(t, "events.go"); !strings.Contains(src, strconv.Quote(sysImportFormat)) {
+		t.Errorf("nats-server's events.go no longer logs %q: update sysImportFormat", sysImportFormat)
 	}
-	src, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(dir)), "server", "events.go"))
-	if err != nil {
-		t.Skipf("nats-server's events.go: %v", err)
+	if src := natsServerSource(t, "accounts.go"); !strings.Contains(src, "fmt.Errorf("+strconv.Quote(dupImportError)+",") {
+		t.Errorf("nats-server's accounts.go no longer gives the error %q: update sameSysImport", dupImportError)
 	}
-	if !strings.Contains(string(src), strconv.Quote(sysImportFormat)) {
-		t.Errorf("nats-server's events.go no longer logs %q", sysImportFormat)
+}
+
+// TestMatchedTextsAreNATSServers: the texts the broker recognises nats-server's lines by
+// where nats-server gives nothing but text (handshakeFailed, loadSignals) are in the
+// lines nats-server logs, word for word in its source as this module builds it. A
+// release that rewords one fails here: otherwise a stranger's failed handshakes would
+// be errors again, each a kind of its own, and a reconnect storm's readloop stalls a
+// line for each connection, unnoticed.
+func TestMatchedTextsAreNATSServers(t *testing.T) {
+	// A client's lines are its connection, " - ", and the format (client.format).
+	const clientFormat = `fmt.Sprintf("%s - %s", s, format)`
+	const conn = `127.0.0.1:40000 - cid:9 - "UXY"`
+	lines := []struct {
+		format string // as in client.go
+		args   []any
+		by     string // what of the broker's recognises it
+	}{
+		{"TLS %s handshake error: %v%s", []any{"route", "EOF", " (CN=x)"}, "handshakeFailed"},
+		{"TLS handshake error: %v%s", []any{"EOF", " (CN=x)"}, "handshakeFailed"},
+		{"Readloop processing time: %v", []any{2 * time.Second}, "loadSignals"},
+		{"Slow Consumer Detected: MaxPending of %d Exceeded", []any{64 << 20}, "loadSignals"},
+		// %s is scState, "Detected" the first time (pinned below).
+		{"Slow Consumer %s: WriteDeadline of %v exceeded with %d chunks of %d total bytes.", []any{"Detected", 10 * time.Second, 3, 4096}, "loadSignals"},
+	}
+	src := natsServerSource(t, "client.go")
+	for _, lit := range []string{clientFormat, `scState := "Detected"`} {
+		if !strings.Contains(src, lit) {
+			t.Errorf("nats-server's client.go no longer holds %s: check handshakeFailed and loadSignals", lit)
+		}
+	}
+	signals := map[string]bool{}
+	for _, l := range lines {
+		if !strings.Contains(src, strconv.Quote(l.format)) {
+			t.Errorf("nats-server's client.go no longer logs %q: update %s", l.format, l.by)
+		}
+		msg := fmt.Sprintf(conn+" - "+l.format, l.args...)
+		switch l.by {
+		case "handshakeFailed":
+			if !strings.Contains(msg, handshakeFailed) {
+				t.Errorf("%q does not hold handshakeFailed (%q)", msg, handshakeFailed)
+			}
+		case "loadSignals":
+			var found bool
+			for _, sig := range loadSignals {
+				if strings.Contains(msg, sig) {
+					signals[sig], found = true, true
+				}
+			}
+			if !found {
+				t.Errorf("%q holds none of loadSignals %q", msg, loadSignals)
+			}
+		default:
+			t.Fatalf("no check for %q", l.by)
+		}
+	}
+	for _, sig := range loadSignals {
+		if !signals[sig] {
+			t.Errorf("load signal %q is in no line of nats-server this test knows: add the line it matches", sig)
+		}
 	}
 }
