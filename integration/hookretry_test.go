@@ -154,11 +154,12 @@ func TestHooksRetryInterrupted(t *testing.T) {
 	t.Parallel() // mostly waits: see TestMain
 	cp, h := servedHost(t, "hookint", "web-1")
 	dir := t.TempDir()
-	fixed, done := filepath.Join(dir, "fixed"), filepath.Join(dir, "done")
+	fixed, started, done := filepath.Join(dir, "fixed"), filepath.Join(dir, "started"), filepath.Join(dir, "done")
 	hooksFile := filepath.Join(dir, "hooks.json")
-	// Fails until fixed; once fixed, takes 3 s and then says it is done.
+	// Fails until fixed; once fixed, says it started, takes 3 s and then says it is
+	// done.
 	writeFile(t, hooksFile, `{"hooks":[{"name":"slow","paths":["etc/*"],"run":["sh","-c",`+
-		`"test -e `+fixed+` || exit 1; sleep 3; touch `+done+`"]}]}`)
+		`"test -e `+fixed+` || exit 1; touch `+started+`; sleep 3; touch `+done+`"]}]}`)
 	h.Run("--hooks", hooksFile)
 	body := filepath.Join(dir, "a.json")
 	writeFile(t, body, `{"files":[{"path":"etc/a.conf","content":"a"}]}`)
@@ -167,7 +168,15 @@ func TestHooksRetryInterrupted(t *testing.T) {
 	}
 	writeFile(t, fixed, "")
 	retry := harness.Start(t, nil, bin.Meshhost, "hooks", "retry", "--state", h.State)
-	time.Sleep(time.Second)
+	// A failed hook is not tried again by itself: it runs because the retry asked,
+	// and the retry waits for it.
+	harness.Eventually(t, 20*time.Second, "the retried hook starts", func() bool {
+		_, err := os.Stat(started)
+		return err == nil
+	})
+	if retry.Exited() {
+		t.Fatalf("hooks retry ended before the hook it asked for did:\n%s", retry.Output())
+	}
 	retry.Signal(syscall.SIGINT)
 	if code := retry.Wait(10 * time.Second); code != hostExitInterrupted || !strings.Contains(retry.Output(), "the agent runs the hooks on") {
 		t.Fatalf("hooks retry interrupted: exit %d, want %d saying the hooks run on:\n%s", code, hostExitInterrupted, retry.Output())
