@@ -547,3 +547,34 @@ func TestPathsOwedToAFailingHookAreBounded(t *testing.T) {
 		t.Fatalf("a run after the cut was over saw %v, want omitted=0", r[rounds+1:])
 	}
 }
+
+// TestABatchQueuedBeforeACutIsToldOfIt (review 28d): a batch waiting while the one
+// before failed and the paths owed were cut ran without the cut's flag, and its
+// success cleared the failure of paths it never listed. It is handed over with it.
+func TestABatchQueuedBeforeACutIsToldOfIt(t *testing.T) {
+	f := newFixture(t)
+	cfg, _, _ := failingUntilFixed(t)
+	a := f.withHooks(t, cfg)
+	a.hookJobs = make(chan hookRun, 1) // as Run makes it
+	ctx := context.Background()
+	long := strings.Repeat("x", 240)
+	var paths []string
+	for i := range 540 { // 140 KiB: past maxOwedBytes
+		paths = append(paths, fmt.Sprintf("etc/%s-%03d", long, i))
+	}
+	if err := a.handle(ctx, f.declFiles(t, 1, paths...)); err != nil {
+		t.Fatal(err)
+	}
+	first := <-a.hookJobs
+	if err := a.handle(ctx, f.declFiles(t, 2, append(paths, "etc/new")...)); err != nil {
+		t.Fatal(err)
+	}
+	first.run(ctx, a.o.Hooks, a.o.Root) // fails: not fixed
+	a.hooksFinished(first)
+	if !a.applied.HooksCut {
+		t.Fatalf("%d paths failed (%d bytes) and the cut is not on record", len(paths), pathsSize(paths))
+	}
+	if second := <-a.hookJobs; !second.cut {
+		t.Fatal("the batch queued before the cut was handed over without it")
+	}
+}

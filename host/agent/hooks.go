@@ -123,6 +123,9 @@ func (a *Agent) offerHooks() {
 	if a.hookWaiting == nil || a.hookBusy {
 		return
 	}
+	// A batch queued before the paths owed were cut is told of the cut as well:
+	// its success clears the failure of the paths it takes along.
+	a.hookWaiting.cut = a.hookWaiting.cut || a.applied.HooksCut
 	select {
 	case a.hookJobs <- *a.hookWaiting:
 		a.hookWaiting = nil

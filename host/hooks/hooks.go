@@ -547,9 +547,9 @@ const hookDir = "/"
 const maxChanged = 64 << 10
 
 // Bound returns paths, sorted, cut to what the hooks' MESH_CHANGED can carry: for
-// each hook, the paths it matches up to maxChanged, and the one that goes past it
-// (so that its MESH_CHANGED_OMITTED still says some did not fit). Paths no hook
-// matches are dropped: no hook would run for them. The agent keeps the paths of a
+// each hook, the paths it matches up to maxChanged, and the one that goes past it.
+// Paths no hook matches are dropped: no hook would run for them. What was cut is the
+// caller's to say: the agent runs hooks with RunCut until none is owed. The agent keeps the paths of a
 // failed hook until it runs again and succeeds; one failing for weeks while
 // declarations changed new paths each time kept every one of them, in memory and in
 // its applied state, rewritten at every apply.
