@@ -214,7 +214,7 @@ func TestRevokeRunAgainAfterReEnrolment(t *testing.T) {
 		t.Fatalf("revoke web-3 run again without --key (exit %d): %v\n%s", r.Code, err, r.Combined())
 	}
 	if r := cp.Ctl("revoke", "web-3"); r.Code != 0 || !strings.Contains(r.Stdout, "web-3 was already revoked (key "+secondKey) ||
-		!strings.Contains(r.Stdout, "web-3 was revoked once before, at ") {
+		!strings.Contains(r.Stdout, "web-3 was also revoked once before that, at ") || strings.Contains(r.Stdout, "did not mean to") {
 		t.Fatalf("revoke web-3 a third time (exit %d): %s", r.Code, r.Combined())
 	}
 }

@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -127,5 +128,45 @@ func TestACloneSharesNothingACommandChanges(t *testing.T) {
 	tk.Control.Broker = "10.9.9.9:7300"
 	if !bytes.Equal(before, m.snapshot()) {
 		t.Fatal("writing into a clone's token changed the state")
+	}
+}
+
+// TestASnapshotIsTheStateAsItWasTaken: a snapshot is encoded as Raft persists it,
+// beside the commands applied after it was taken; what it persists is the state at
+// the moment it was taken, whatever those commands change in place (labels, a
+// token's sealed copies dropped, declarations, a revocation, a forgetting).
+func TestASnapshotIsTheStateAsItWasTaken(t *testing.T) {
+	m := newMachine(t)
+	for _, c := range history() {
+		m.apply(c)
+	}
+	m.must(Command{Op: OpCreateToken, At: t0, CreateToken: &CreateTokenCmd{ID: "tok-cp", Node: "cp-2", Role: RoleControl, TTL: time.Hour,
+		Control:  &ControlAddrs{Broker: "10.0.0.2:7300", Raft: "10.0.0.2:7301", Cluster: "10.0.0.2:7302"},
+		SealedTo: map[string]SealedIdentity{"cp-1": {Blob: []byte("sealed"), Sealer: "X"}}, SealedSum: "sum"}})
+	var want []byte
+	m.f.Read(func(s *State) {
+		var err error
+		if want, err = json.Marshal(s); err != nil {
+			t.Fatal(err)
+		}
+	})
+	snap, err := m.f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := t0.Add(RevokedRetention + 48*time.Hour) // past every token: identities dropped
+	m.must(Command{Op: OpLabel, At: later, Label: &LabelCmd{Node: "a", Labels: map[string]string{"env": "dev", "new": "x"}}})
+	m.must(declareCmd(Selector{All: true}, `{"files":[{"path":"z","content":"later"}]}`, later))
+	m.must(revokeCmd("a", later))
+	m.must(forgetCmd(later.Add(RevokedRetention+time.Hour), later.Add(RevokedRetention), "a"))
+	sink := &memSink{}
+	if err := snap.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(sink.Bytes(), want) {
+		t.Fatalf("the snapshot persisted the state as changed after it was taken:\n%s\nwant\n%s", sink.Bytes(), want)
+	}
+	if bytes.Equal(want, m.snapshot()) {
+		t.Fatal("the commands after the snapshot changed nothing: the test shows nothing")
 	}
 }
