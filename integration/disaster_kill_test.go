@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -53,13 +54,23 @@ func TestDisasterKillDuringDeclarations(t *testing.T) {
 		bodyDir    = t.TempDir()
 		acknowlege = regexp.MustCompile(`declared web-1 v(\d+)`)
 	)
+	// The writer calls nothing of t (a test may only fail from its own goroutine:
+	// cp.Ctl fails it when meshctl cannot start), reports on failed, and has
+	// stopped before the control plane and its directory are removed, however the
+	// test ends.
+	failed := make(chan error, 1)
+	t.Cleanup(func() { stop.Store(true); <-done })
 	go func() {
 		defer close(done)
 		for i := 1; !stop.Load(); i++ {
 			body := filepath.Join(bodyDir, fmt.Sprintf("b%d.json", i))
-			writeFile(t, body, fmt.Sprintf(`{"files":[{"path":"app.conf","content":"attempt %d\n%s"}]}`, i, strings.Repeat("x", pad)))
-			r := cp.Ctl("declare", "--node", "web-1", "--file", body, "--timeout", "5s")
-			if m := acknowlege.FindStringSubmatch(r.Stdout); m != nil {
+			if err := os.WriteFile(body, fmt.Appendf(nil, `{"files":[{"path":"app.conf","content":"attempt %d\n%s"}]}`, i, strings.Repeat("x", pad)), 0o600); err != nil {
+				failed <- err
+				return
+			}
+			// serve is killed meanwhile: a declaration it did not take is expected.
+			out, _ := exec.Command(cp.Bin.Meshctl, "declare", "--node", "web-1", "--file", body, "--timeout", "5s", "--data", cp.Dir).Output()
+			if m := acknowlege.FindStringSubmatch(string(out)); m != nil {
 				v, _ := strconv.ParseUint(m[1], 10, 64)
 				mu.Lock()
 				if v > ackedVer {
@@ -112,8 +123,16 @@ func TestDisasterKillDuringDeclarations(t *testing.T) {
 	}
 	stop.Store(true)
 	<-done
+	select {
+	case err := <-failed:
+		t.Fatalf("the declarations' writer: %v", err)
+	default:
+	}
 
-	n, _ := cp.Node("web-1")
+	n, ok := cp.Node("web-1")
+	if !ok {
+		t.Fatal("web-1 is not among the nodes")
+	}
 	mu.Lock()
 	acked, try := ackedVer, ackedTry
 	mu.Unlock()
