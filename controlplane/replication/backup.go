@@ -52,7 +52,8 @@ const backupOpenTries = 5
 // writes an entry under a term below its snapshot's) and a vote for itself in that
 // term (so that it grants no other candidate a vote in a term this member may have
 // voted in already). Taking the snapshot costs what Raft's own snapshots cost (the
-// state encoded under its read lock, then written to this member's store); the
+// state copied under its read lock, then encoded and written to this member's
+// store beside Raft's apply); the
 // copy into dir is made here, on the caller's goroutine, which ctx may stop.
 // Everything written is flushed to disk. On an error, dir may hold part of the
 // copy: the caller removes it.

@@ -35,10 +35,10 @@ func BenchmarkMintInAFleet(b *testing.B) {
 }
 
 // BenchmarkSnapshotOfAFleet measures a snapshot of a fleet's state, 10,000 nodes
-// enrolled and declared to: "taken" is what Raft's FSM goroutine, and the state's
-// lock, wait for (FSM.Snapshot: a deep copy), "persisted" what Raft's snapshot
-// goroutine does beside them (encoding), and "encoded-under-lock" what Snapshot did
-// before, the baseline.
+// enrolled and declared to: "taken" is what Raft's FSM goroutine, every Apply, waits
+// for (FSM.Snapshot: a copy, under the state's read lock), "persisted" what Raft's
+// snapshot goroutine does beside it (encoding), and "encoded-under-lock" what
+// Snapshot did before, the baseline.
 //
 //	go test ./controlplane/state -run '^$' -bench SnapshotOfAFleet -benchtime 20x
 func BenchmarkSnapshotOfAFleet(b *testing.B) {

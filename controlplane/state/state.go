@@ -254,7 +254,10 @@ func (t *Token) HoldsIdentity() bool { return len(t.Sealed) > 0 || len(t.SealedT
 // to tell two tokens of one node apart and useless for enrolling.
 func (t *Token) ShortID() string { return t.ID[:min(12, len(t.ID))] }
 
-// dropIdentity forgets the token's sealed identity, every copy of it.
+// dropIdentity forgets the token's sealed identity, every copy of it. The bytes are
+// let go of, never written into (clear would wipe them): a snapshot being encoded
+// beside the state machine shares them (State.Clone copies what commands change in
+// place, and byte slices are only ever replaced).
 func (t *Token) dropIdentity() { t.Sealed, t.SealedTo = nil, nil }
 
 // Token states, as operators see them.
@@ -521,7 +524,10 @@ func (s *State) keyTaken(key, node string) error {
 	return nil
 }
 
-// Clone returns a deep copy, so readers never share maps with the state machine.
+// Clone returns a copy that shares nothing a command changes in place: readers, and
+// a snapshot encoded beside the state machine (FSM.Snapshot), never see a change
+// made after it. Byte slices (sealed identities and keys, bodies, keyring
+// envelopes) are shared: no command writes into one, each is replaced whole.
 func (s *State) Clone() *State {
 	c := *s
 	c.Keyring.Keys = slices.Clone(s.Keyring.Keys)
