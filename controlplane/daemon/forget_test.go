@@ -1,9 +1,7 @@
 package daemon
 
 import (
-	"context"
 	"errors"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -21,12 +19,7 @@ import (
 // forgotten.
 func TestTheLeaderForgetsRevokedNodesAfterTheirRetention(t *testing.T) {
 	log := &lockedBuffer{}
-	d, err := Open(context.Background(), Options{Dir: bootstrapped(t, "forget"), Logger: slog.New(slog.NewTextHandler(log, nil)),
-		Timeouts: testTimeouts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
+	d := loggedDaemon(t, log, nil)
 	kp := enrolledKey(t, d, "web-1")
 	key, _ := kp.PublicKey()
 	enrolledKey(t, d, "web-2")

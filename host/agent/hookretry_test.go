@@ -371,6 +371,20 @@ func TestAFailedHookNoLongerConfiguredIsNotSaidToHaveRun(t *testing.T) {
 	}
 }
 
+// loadHooks writes v, a hooks file's document, and loads it.
+func loadHooks(t *testing.T, v any) hooks.Config {
+	t.Helper()
+	js, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := hooks.Load(writeHooks(t, string(js)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 func writeHooks(t *testing.T, content string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "hooks.json")
@@ -479,16 +493,7 @@ func TestPathsOwedToAFailingHookAreBounded(t *testing.T) {
 	fixed, seen := filepath.Join(dir, "fixed"), filepath.Join(dir, "seen")
 	script := `echo "omitted=${MESH_CHANGED_OMITTED:-0}" >> ` + seen + `; test -e ` + fixed + ` || { echo "port in use" >&2; exit 1; }`
 	load := func(pattern string) hooks.Config {
-		js, _ := json.Marshal(map[string]any{"hooks": []any{map[string]any{"name": "restart-app", "paths": []string{pattern}, "run": []string{"sh", "-c", script}}}})
-		p := filepath.Join(dir, "hooks.json")
-		if err := os.WriteFile(p, js, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := hooks.Load(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cfg
+		return loadHooks(t, map[string]any{"hooks": []any{map[string]any{"name": "restart-app", "paths": []string{pattern}, "run": []string{"sh", "-c", script}}}})
 	}
 	cfg := load("etc/*")
 	runs := func() []string {

@@ -3,7 +3,6 @@ package agent
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -12,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"mesh/host/hooks"
 )
 
 // socketDir is a directory short enough for a socket's path (107 bytes at most;
@@ -222,15 +219,7 @@ func TestRetryAnswerOfManyFailedHooks(t *testing.T) {
 		list = append(list, map[string]any{"name": fmt.Sprintf("hook-%02d", i), "paths": []string{"etc/*"},
 			"run": []string{"sh", "-c", `head -c 6000 /dev/zero | tr '\0' x; exit 1`}})
 	}
-	js, _ := json.Marshal(map[string]any{"hooks": list})
-	p := filepath.Join(dir, "hooks.json")
-	if err := os.WriteFile(p, js, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := hooks.Load(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := loadHooks(t, map[string]any{"hooks": list})
 	a := f.withHooks(t, cfg)
 	if err := a.handle(context.Background(), f.decl(t, 1, "x")); err != nil {
 		t.Fatal(err)
