@@ -127,12 +127,17 @@ type Limits struct {
 //     enrolment): nats.go's request mux, 1;
 //   - meshctl with a removed control node's credentials (the retired account):
 //     the request mux and a gather's inbox, 2;
-//   - the control plane's own connection in the hosts account: the two enrolment
-//     subjects, sync and status, 4. It is built with this broker, never of another
-//     version, and its subscriptions are checked against the cap by its tests.
+//   - the control plane's own connection in the hosts account: the enrolment
+//     subjects (one wildcard), sync and status, 3. It is built with this broker,
+//     never of another version, and its subscriptions are checked against the cap
+//     by its tests.
 //
-// The most a host's client needs (3), plus one; the control plane's connection
-// needs exactly that.
+// The most a host's client needs (3), plus one. A connection must stay below the
+// cap, not at it: nats-server applies an account's limits again to each of its
+// connections whenever the account is updated (every reload of the accounts: a
+// control node admitted or removed), and closes one whose subscriptions reach the
+// cap (client.go applyAccountLimits, subsAtLimit's >=). The control plane's
+// connection held 4 and was closed at each such reload.
 const DefaultHostSubscriptions = 4
 
 func (l Limits) withDefaults() Limits {

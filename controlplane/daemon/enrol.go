@@ -34,6 +34,12 @@ func (d *Daemon) handleEnrol(m *nats.Msg) {
 	// mesh.enrol.<node>.<key>, where the broker lets only the connection that proved
 	// <key> publish; or mesh.enrol.<node>, which clients before it use.
 	node, key, keyed := strings.Cut(strings.TrimPrefix(m.Subject, api.EnrolPrefix), ".")
+	if strings.Contains(key, ".") {
+		// One subscription takes every subject under the prefix; no client may
+		// publish deeper ones (the broker's permissions), and none is served.
+		d.guard.drop("enrol", ReasonMalformed, node, "an enrolment subject deeper than mesh.enrol.<node>.<key>")
+		return
+	}
 	if payloadSize(m) > d.guard.budgets.MaxEnrol {
 		d.guard.drop("enrol", ReasonTooLarge, node, "enrolment request over its budget")
 		return
