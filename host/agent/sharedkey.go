@@ -46,13 +46,29 @@ type sharedKey struct {
 	loggedFrom string
 }
 
+// noRespondersHeader and noResponders are the header and value of the message the
+// broker sends to a request's reply subject when nothing subscribes to its subject
+// (nats.go's statusHdr and noResponders, unexported there).
+const (
+	noRespondersHeader = "Status"
+	noResponders       = "503"
+)
+
 // statusInbox subscribes to the inbox the agent's status reports name as their reply
 // subject, on nc for as long as it lives (nats.go subscribes again after a
 // reconnection), and returns it; "" when it could not, and the reports then name
 // none.
 func (a *Agent) statusInbox(nc *nats.Conn) (string, func()) {
 	inbox := nc.NewInbox()
-	sub, err := nc.Subscribe(inbox, func(m *nats.Msg) { a.statusAnswered(nc, m.Data) })
+	sub, err := nc.Subscribe(inbox, func(m *nats.Msg) {
+		if len(m.Data) == 0 && m.Header.Get(noRespondersHeader) == noResponders {
+			// The broker says no one serves status reports where this
+			// connection is: a revoked key's, in the revoked account, while it
+			// waits for its notice. Nothing was answered.
+			return
+		}
+		a.statusAnswered(nc, m.Data)
+	})
 	if err != nil {
 		a.log.Warn("no inbox for the mesh's answers to status reports: this agent will not hear that another machine holds its key", "err", err)
 		return "", func() {}

@@ -210,6 +210,18 @@ func (a *Agent) Stop() {
 	}
 }
 
+// Ended waits at most limit for the agent's Run to return by itself, and says
+// whether it did and what it returned.
+func (a *Agent) Ended(limit time.Duration) (ended bool, err error) {
+	select {
+	case err := <-a.done:
+		a.done <- err // for Stop
+		return true, err
+	case <-time.After(limit):
+		return false, nil
+	}
+}
+
 // Log is what the agent logged.
 func (a *Agent) Log() string { return a.logBuf.String() }
 
