@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -69,7 +70,11 @@ func TestDisasterKillDuringDeclarations(t *testing.T) {
 				return
 			}
 			// serve is killed meanwhile: a declaration it did not take is expected.
-			out, _ := exec.Command(cp.Bin.Meshctl, "declare", "--node", "web-1", "--file", body, "--timeout", "5s", "--data", cp.Dir).Output()
+			// Bounded as the harness bounds what it runs: a meshctl that hangs
+			// fails the test rather than hanging it.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			out, _ := exec.CommandContext(ctx, cp.Bin.Meshctl, "declare", "--node", "web-1", "--file", body, "--timeout", "5s", "--data", cp.Dir).Output()
+			cancel()
 			if m := acknowlege.FindStringSubmatch(string(out)); m != nil {
 				v, _ := strconv.ParseUint(m[1], 10, 64)
 				mu.Lock()

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -173,7 +174,11 @@ func TestKillDuringVersionWrites(t *testing.T) {
 				failed <- err
 				return
 			}
-			out, err := exec.Command(cp.Bin.Meshctl, "declare", "--node", "web-1", "--file", body, "--timeout", "10s", "--data", cp.Dir).CombinedOutput()
+			// Bounded as the harness bounds what it runs: a meshctl that hangs
+			// fails the test rather than hanging it.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			out, err := exec.CommandContext(ctx, cp.Bin.Meshctl, "declare", "--node", "web-1", "--file", body, "--timeout", "10s", "--data", cp.Dir).CombinedOutput()
+			cancel()
 			if err != nil {
 				// The control plane is up throughout: a declaration it refuses is a
 				// failure, not a kill's effect.

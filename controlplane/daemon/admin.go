@@ -1112,7 +1112,7 @@ func (d *Daemon) commitRevoke(cmd state.Command, key string) (api.RevokeResult, 
 	for _, n := range res.Revoked {
 		// Connections of an earlier revocation's key are closed again too: none
 		// should be left, and closing one that is costs nothing. A forgotten
-		// node's key is not known when the id was revoked under several.
+		// node's key is "" only in a damaged state (state.ForgottenKey).
 		if n.PublicKey != "" {
 			revoked = append(revoked, revokedNode{node: n.ID, key: n.PublicKey})
 		}

@@ -105,9 +105,10 @@ type Node struct {
 	stream  *tlsStream
 	leader  chan bool
 	log     *slog.Logger
-	// leaders counts the leaders this member has learnt of (observeLeaders), and
-	// counted the last one counted, with its term.
+	// leaders counts the leaders this member has learnt of (observeLeaders).
 	leaders atomic.Uint64
+	// counted is the last leader counted, with the term it was counted in: the
+	// same leader learnt again in the same term is not another.
 	counted struct {
 		sync.Mutex
 		id   raft.ServerID

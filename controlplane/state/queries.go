@@ -68,8 +68,7 @@ func (f *FSM) RevokedKey(key string) (node string, revoked bool) {
 
 // Revocations returns the keys node was revoked under, each with the time of its
 // revocation (zero when the node id has enrolled again since and the time is not
-// kept),
-// sorted by key: one for each time the id was revoked.
+// kept), sorted by key: one for each time the id was revoked.
 func (f *FSM) Revocations(node string) []Revocation {
 	f.mu.RLock()
 	defer f.mu.RUnlock()

@@ -138,8 +138,10 @@ type State struct {
 	// revoked key stays refused even after its node id enrols again.
 	RevokedKeys map[string]string `json:"revoked_keys"`
 	// Forgotten holds, by id, what is kept of revoked nodes whose record was
-	// forgotten RevokedRetention after their revocation (ForgetCmd): the id's last
-	// version and when it was revoked, about a tenth of a record.
+	// forgotten, RevokedRetention or more after their revocation (ForgetCmd): the
+	// id's last version, when it was revoked, and its last key when RevokedKeys
+	// cannot tell it; about a tenth of a record's bytes (with its keys in
+	// RevokedKeys, a fifth).
 	Forgotten map[string]ForgottenNode `json:"forgotten,omitempty"`
 	// RevokedOperators lists the operator credentials' public keys of removed control
 	// nodes, with the node's id: they may read, never change, the mesh.

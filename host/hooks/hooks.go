@@ -549,10 +549,10 @@ const maxChanged = 64 << 10
 // Bound returns paths, sorted, cut to what the hooks' MESH_CHANGED can carry: for
 // each hook, the paths it matches up to maxChanged, and the one that goes past it.
 // Paths no hook matches are dropped: no hook would run for them. What was cut is the
-// caller's to say: the agent runs hooks with RunCut until none is owed. The agent keeps the paths of a
-// failed hook until it runs again and succeeds; one failing for weeks while
-// declarations changed new paths each time kept every one of them, in memory and in
-// its applied state, rewritten at every apply.
+// caller's to say: the agent runs hooks with RunCut until none is owed. The agent
+// keeps the paths of a failed hook until it runs again and succeeds; one failing for
+// weeks while declarations changed new paths each time kept every one of them, in
+// memory and in its applied state, rewritten at every apply.
 func (c Config) Bound(paths []string) []string {
 	sorted := slices.Sorted(slices.Values(paths))
 	size := make([]int, len(c.Hooks))

@@ -266,10 +266,6 @@ a --certificate that is missing, damaged or of another mesh. See docs/operations
 					return usagef("--certificate and --out are flags of meshctl control %s", renewSub)
 				}
 				if len(args) == 1 && args[0] == "status" {
-					if c.Flags().Changed("timeout") {
-						// Taken and ignored, it read as a wait that did not happen.
-						return usagef("--timeout is how long control remove waits for its answer; control status waits --wait for the control nodes' answers (at most %s)", broker.MaxGatherWait)
-					}
 					return controlStatus(&cp, cio, wait, asJSON)
 				}
 				if len(args) != 2 || args[0] != "remove" {

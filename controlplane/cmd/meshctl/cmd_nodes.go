@@ -26,7 +26,8 @@ without a failure, and is not stale; otherwise 5, naming the nodes that are not 
 failed hook with the end of its output; key_shared: a node whose key two machines hold,
 one cloned after its enrolment). Offline and revoked nodes are
 counted, not waited for, unless named (ID...): a named node that is revoked, or
-offline and behind, exits 5 too; a name that is no node exits 4. With --role, --label
+offline and behind, exits 5 too; a name that is no node exits 4 (so does a revoked
+node once its record is forgotten, 30 days or more after). With --role, --label
 or --state, the table, the summary and the verdict are about the nodes selected, and a
 selection of none exits 1.`, true)
 }

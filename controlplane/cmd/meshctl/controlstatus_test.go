@@ -585,17 +585,16 @@ func TestControlStatusNamesCertificatesThatExpire(t *testing.T) {
 	}
 }
 
-// TestControlWaitAndTimeoutAreEachTheirSubcommands: `control status --timeout 30s`
-// took the flag and waited its 2 s default for the answers all the same; `control
-// remove --wait` likewise. Each is refused naming the flag that does it, before
-// anything is asked.
-func TestControlWaitAndTimeoutAreEachTheirSubcommands(t *testing.T) {
+// TestControlRemoveRefusesWait: `control remove --wait` took the flag, which is
+// control status's, and ignored it. It is refused naming the flag that bounds the
+// removal's wait, before anything is asked. (control status takes --timeout: it
+// bounds its connection, and --wait its wait for the answers.)
+func TestControlRemoveRefusesWait(t *testing.T) {
 	dir := t.TempDir()
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"control", "status", "--data", dir, "--timeout", "30s"}, "control status waits --wait"},
 		{[]string{"control", "remove", "cp-2", "--data", dir, "--wait", "5s"}, "control remove waits --timeout"},
 	} {
 		if code, _, stderr := runCLI(c.args...); code != exitUsage || !strings.Contains(stderr, c.want) {
