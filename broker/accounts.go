@@ -133,11 +133,13 @@ type Limits struct {
 //     by its tests.
 //
 // The most a host's client needs (3), plus one. A connection must stay below the
-// cap, not at it: nats-server applies an account's limits again to each of its
-// connections whenever the account is updated (every reload of the accounts: a
-// control node admitted or removed), and closes one whose subscriptions reach the
-// cap (client.go applyAccountLimits, subsAtLimit's >=). The control plane's
-// connection held 4 and was closed at each such reload.
+// cap, not at it, so 3 is what any client may really hold: at every reload of the
+// broker (a control node admitted or removed), nats-server asks the authentication
+// hook again about each client, and registering its user applies the account's
+// limits again (client.go RegisterUser, applyAccountLimits), which closes a
+// connection whose subscriptions reach the cap (subsAtLimit's >=). The control
+// plane's connection held 4 and was closed at each such reload; an agent that took
+// a 4th would be, the whole fleet at once.
 const DefaultHostSubscriptions = 4
 
 func (l Limits) withDefaults() Limits {

@@ -71,7 +71,8 @@ func TestDisasterKillDuringDeclarations(t *testing.T) {
 			}
 			// serve is killed meanwhile: a declaration it did not take is expected.
 			// Bounded as the harness bounds what it runs: a meshctl that hangs
-			// fails the test rather than hanging it.
+			// is killed, its declaration not counted, rather than hanging the
+			// test.
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			out, _ := exec.CommandContext(ctx, cp.Bin.Meshctl, "declare", "--node", "web-1", "--file", body, "--timeout", "5s", "--data", cp.Dir).Output()
 			cancel()

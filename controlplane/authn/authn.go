@@ -340,7 +340,9 @@ func InternalGrant(r Role, hostEvents []string) (broker.Grant, bool) {
 	switch r {
 	case RoleHosts:
 		g.Account = broker.AccountHosts
-		g.Subscribe = []string{api.EnrolPrefix + "*", api.EnrolPrefix + "*.*", api.NodePrefix + "*" + api.SyncSuffix, api.NodePrefix + "*" + api.StatusSuffix}
+		// The enrolment subjects under one wildcard, as the control plane
+		// subscribes them: its connection stays below the hosts' cap.
+		g.Subscribe = []string{api.EnrolPrefix + ">", api.NodePrefix + "*" + api.SyncSuffix, api.NodePrefix + "*" + api.StatusSuffix}
 		g.Publish = []string{api.NodeInboxPrefix + "*.>", api.EnrolInboxPrefix + "*.>"}
 	case RolePublisher:
 		g.Account = broker.AccountControl

@@ -226,7 +226,7 @@ func TestAuthenticate(t *testing.T) {
 		// The control plane's own connections, one per role.
 		{name: "internal hosts role", internal: "s3cret-internal", client: broker.Client{Username: string(RoleHosts), Token: "s3cret-internal"},
 			grant: broker.Grant{User: string(RoleHosts), Account: broker.AccountHosts,
-				Subscribe: []string{"mesh.enrol.*", "mesh.enrol.*.*", "mesh.node.*.sync", "mesh.node.*.status"},
+				Subscribe: []string{"mesh.enrol.>", "mesh.node.*.sync", "mesh.node.*.status"},
 				Publish:   []string{"_INBOX.node.*.>", "_INBOX.enrol.*.>"}}},
 		{name: "internal publisher role", internal: "s3cret-internal", client: broker.Client{Username: string(RolePublisher), Token: "s3cret-internal"},
 			grant: broker.Grant{User: string(RolePublisher), Account: broker.AccountControl, Publish: []string{"mesh.node.*.decl"}}},

@@ -688,8 +688,9 @@ func (d *Daemon) serveAPI() error {
 		// One subscription for both subjects (mesh.enrol.<node> and
 		// mesh.enrol.<node>.<key>): the connection holds fewer than the hosts'
 		// cap, which nats-server treats as exceeded when a connection is at it as
-		// it applies the account's limits again, at each reload of the accounts
-		// (a control node admitted or removed), and closes the connection.
+		// it applies the account's limits again, at each reload of the broker (a
+		// control node admitted or removed: broker.DefaultHostSubscriptions),
+		// and closes the connection.
 		{d.conns.hosts, api.EnrolPrefix + ">", d.handlers.concurrently(enrolConcurrency, d.handleEnrol)},
 		{d.conns.hosts, api.NodePrefix + "*" + api.SyncSuffix, d.handlers.concurrently(runtime.GOMAXPROCS(0), d.handleSync)},
 		// Status reports are cheap and batched; one at a time keeps a node's in order.

@@ -63,8 +63,9 @@ func (a *Agent) statusInbox(nc *nats.Conn) (string, func()) {
 	sub, err := nc.Subscribe(inbox, func(m *nats.Msg) {
 		if len(m.Data) == 0 && m.Header.Get(noRespondersHeader) == noResponders {
 			// The broker says no one serves status reports where this
-			// connection is: a revoked key's, in the revoked account, while it
-			// waits for its notice. Nothing was answered.
+			// connection is: between two leaders, or a revoked key's, in the
+			// revoked account, while it waits for its notice. Nothing was
+			// answered: at each change of leader the whole fleet warned.
 			return
 		}
 		a.statusAnswered(nc, m.Data)
