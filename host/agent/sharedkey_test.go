@@ -164,3 +164,61 @@ func TestAnotherMachineHoldingTheKeyIsSaid(t *testing.T) {
 		t.Fatalf("meshhost status still says it after the mesh stopped: %+v", st)
 	}
 }
+
+// TestAnAgentHoldsThreeSubscriptions: the mesh's brokers cap a host connection's
+// subscriptions at 4, and close one that holds 4 at their next reload (a control
+// node admitted or removed: broker.DefaultHostSubscriptions), so 3 is what an agent
+// may hold: its declaration subject, its status reports' inbox and nats.go's request
+// inbox (its syncs). A 4th would close every agent of the fleet at each admission.
+func TestAnAgentHoldsThreeSubscriptions(t *testing.T) {
+	f := newFixture(t)
+	f.a.o.Heartbeat = 50 * time.Millisecond
+	synced := make(chan struct{}, 1)
+	mb := startMeshBroker(t, f, func(int, wire.SyncRequest) int {
+		select {
+		case synced <- struct{}{}:
+		default:
+		}
+		return 0
+	})
+	reported := make(chan struct{}, 1)
+	if _, err := mb.nc.Subscribe(f.a.id.Subjects.Status, func(*nats.Msg) {
+		select {
+		case reported <- struct{}{}:
+		default:
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mb.nc.Flush()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for _, c := range []chan struct{}{synced, reported} {
+		select {
+		case <-c:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the agent neither synced nor reported within 10 s")
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // a few heartbeats more: nothing subscribes later
+	conns, err := mb.s.Connz(&server.ConnzOptions{Subscriptions: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, _ := mb.nc.GetClientID()
+	found := false
+	for _, c := range conns.Conns {
+		if c.Cid == mine {
+			continue
+		}
+		found = true
+		if c.NumSubs != 3 {
+			t.Errorf("the agent's connection holds %d subscriptions, want 3 (below the mesh's cap of 4): %v", c.NumSubs, c.Subs)
+		}
+	}
+	if !found {
+		t.Fatal("no connection of the agent's at the broker")
+	}
+}
