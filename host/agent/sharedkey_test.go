@@ -90,15 +90,7 @@ func TestAnotherMachineHoldingTheKeyIsSaid(t *testing.T) {
 	}
 	mb.nc.Flush()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	defer runAgent(t, f)()
 	const line = "another machine holds this node's key"
 	until := func(what string, ok func() bool) {
 		t.Helper()
@@ -191,10 +183,7 @@ func TestAnAgentHoldsThreeSubscriptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	mb.nc.Flush()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer runAgent(t, f)()
 	for _, c := range []chan struct{}{synced, reported} {
 		select {
 		case <-c:
@@ -220,5 +209,20 @@ func TestAnAgentHoldsThreeSubscriptions(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no connection of the agent's at the broker")
+	}
+}
+
+// runAgent runs the fixture's agent until the returned function stops it, which
+// fails t if Run returned an error.
+func runAgent(t *testing.T, f *fixture) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.a.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
 	}
 }
