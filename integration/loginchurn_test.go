@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -25,18 +26,22 @@ import (
 // churn is what a loop of logins with one node's credentials got in a phase.
 type churn struct {
 	admitted, refused int64
-	serveCPU          time.Duration
-	elapsed           time.Duration
+	// failed counts the logins that ended some other way than admitted or refused
+	// by the broker (a timeout on a loaded machine): the broker's refusal counters
+	// do not see them.
+	failed   int64
+	serveCPU time.Duration
+	elapsed  time.Duration
 }
 
 // perAttempt is serve's CPU per login tried, in milliseconds.
 func (c churn) perAttempt() float64 {
-	return 1000 * c.serveCPU.Seconds() / float64(max(1, c.admitted+c.refused))
+	return 1000 * c.serveCPU.Seconds() / float64(max(1, c.admitted+c.refused+c.failed))
 }
 
 func (c churn) String() string {
-	return fmt.Sprintf("%d logins admitted, %d refused in %.1fs; serve used %.2fs of CPU (%.0f%% of a core)",
-		c.admitted, c.refused, c.elapsed.Seconds(), c.serveCPU.Seconds(), 100*c.serveCPU.Seconds()/c.elapsed.Seconds())
+	return fmt.Sprintf("%d logins admitted, %d refused, %d failed otherwise in %.1fs; serve used %.2fs of CPU (%.0f%% of a core)",
+		c.admitted, c.refused, c.failed, c.elapsed.Seconds(), c.serveCPU.Seconds(), 100*c.serveCPU.Seconds()/c.elapsed.Seconds())
 }
 
 // loginLoop logs in with kp at addr from loops goroutines, as fast as they can, for
@@ -46,7 +51,7 @@ func (c churn) String() string {
 func loginLoop(t *testing.T, pid int, kp nkeys.KeyPair, pin [32]byte, addr, node string, loops int, d time.Duration, flood bool) churn {
 	t.Helper()
 	report, _ := json.Marshal(api.Status{V: api.ProtocolVersion, Node: node})
-	var admitted, refused atomic.Int64
+	var admitted, refused, failed atomic.Int64
 	// Not t.Fatal: it may run beside the test's goroutine.
 	cpu0, err := fleet.ProcCPU(pid)
 	if err != nil {
@@ -62,8 +67,12 @@ func loginLoop(t *testing.T, pid int, kp nkeys.KeyPair, pin [32]byte, addr, node
 			defer wg.Done()
 			for time.Now().Before(end) {
 				nc, err := dialQuiet(kp, pin, addr)
-				if err != nil {
+				if errors.Is(err, nats.ErrAuthorization) {
 					refused.Add(1)
+					continue
+				}
+				if err != nil {
+					failed.Add(1)
 					continue
 				}
 				admitted.Add(1)
@@ -82,7 +91,7 @@ func loginLoop(t *testing.T, pid int, kp nkeys.KeyPair, pin [32]byte, addr, node
 	if err != nil {
 		t.Error(err)
 	}
-	return churn{admitted: admitted.Load(), refused: refused.Load(), serveCPU: cpu1 - cpu0, elapsed: el}
+	return churn{admitted: admitted.Load(), refused: refused.Load(), failed: failed.Load(), serveCPU: cpu1 - cpu0, elapsed: el}
 }
 
 // TestAHostLoggingInInALoopIsBounded: one enrolled host's credentials log in again
@@ -91,10 +100,14 @@ func loginLoop(t *testing.T, pid int, kp nkeys.KeyPair, pin [32]byte, addr, node
 // the key authn.NodeLogins times an authn.NodeLoginSpan and refuses the rest
 // (node_login_rate); after each disconnection for the budget it refuses the key for a
 // cooldown that doubles (node_cooldown), so the flood is admitted fewer times still.
-// Each login tried costs serve what one with a key the mesh never enrolled costs (a
-// TLS handshake and a refusal: what anyone who reaches the port can make it spend,
+// Each refusal the loops see is one the broker counted for the rate or the cooldown
+// (refused in the authentication hook, as a key the mesh never enrolled is: a TLS
+// handshake and a refusal, what anyone who reaches the port can make serve spend,
 // which a firewall bounds), and an honest agent on the same control node takes each
-// declaration sent during the loops. Before, every login was admitted: 3,900 in 6 s,
+// declaration sent during the loops. The CPU each login cost serve is logged beside
+// the stranger's and held to a coarse 2×: on a shared machine (other packages' tests
+// run beside this one) the ratio moves by a quarter, so the accounting, not the
+// clock, is what pins the cheap path. Before, every login was admitted: 3,900 in 6 s,
 // each costing serve 1.3 ms, and 1,200 flooding ones, 4.8 ms each, a whole core
 // (the DoS review, M1: the host reconnected 135-380 times a second).
 func TestAHostLoggingInInALoopIsBounded(t *testing.T) {
@@ -166,22 +179,29 @@ func TestAHostLoggingInInALoopIsBounded(t *testing.T) {
 			flood.admitted, span, most, authn.NodeLogins)
 	}
 	// What a login tried with the host's key costs serve, against one with a key the
-	// mesh never enrolled (a TLS handshake and a refusal), at most 20% more.
+	// mesh never enrolled: a coarse bound (a flooding login admitted each time cost
+	// 4.8 times as much); the accounting below is the exact check.
 	for _, c := range []struct {
 		what string
 		churn
 	}{{"a login closed at once", plain}, {"a flooding login", flood}} {
-		if c.perAttempt() > 1.2*stranger.perAttempt() {
-			t.Errorf("%s cost serve %.2f ms of CPU, against %.2f ms for a key the mesh never enrolled: want at most 20%% more",
+		if c.perAttempt() > 2*stranger.perAttempt() {
+			t.Errorf("%s cost serve %.2f ms of CPU, against %.2f ms for a key the mesh never enrolled: want at most twice as much",
 				c.what, c.perAttempt(), stranger.perAttempt())
+		}
+		if tried := c.admitted + c.refused + c.failed; c.failed*10 > tried {
+			t.Errorf("%s: %d of %d logins failed without the broker's refusal, want at most a tenth", c.what, c.failed, tried)
 		}
 	}
 	fams := cp.Scrape()
 	rate := harness.Sum(fams, "mesh_broker_connections_refused_total", "reason="+authn.ErrNodeLoginRate.Code)
 	cool := harness.Sum(fams, "mesh_broker_connections_refused_total", "reason="+authn.ErrNodeCooldown.Code)
 	t.Logf("refused for the rate: %v; in a cooldown: %v; disconnected for the budget: %v", rate, cool, harness.Sum(fams, "mesh_control_budget_disconnects_total"))
-	if rate < 1 || cool < 1 {
-		t.Errorf("mesh_broker_connections_refused_total: %v for node_login_rate and %v for node_cooldown, want each counted", rate, cool)
+	// Every refusal the loops saw was the hook's, for the rate while the host's key
+	// closed its connections, for a cooldown while it flooded them: none went further.
+	if rate < float64(plain.refused) || cool < float64(flood.refused) || plain.refused < 1 || flood.refused < 1 {
+		t.Errorf("mesh_broker_connections_refused_total: %v for node_login_rate and %v for node_cooldown, want at least the %d and %d refusals the loops saw",
+			rate, cool, plain.refused, flood.refused)
 	}
 	// The log names both refusals, a few lines each an interval.
 	out := serve.Output()
