@@ -109,7 +109,7 @@ var errAccountChanged = NewRefusal("account_changed", "its grant moved to anothe
 
 // Refusals are the broker's own refusals, beside its Authenticator's: what the
 // metrics export from the start, at 0 until one happens.
-func Refusals() []*Refusal { return []*Refusal{ErrFull, errAccountChanged} }
+func Refusals() []*Refusal { return []*Refusal{ErrFull, errAccountChanged, errNoLoginAtReload} }
 
 // hook adapts an Authenticator to nats-server's CustomClientAuthentication.
 type hook struct {
@@ -129,6 +129,8 @@ type hook struct {
 	refusalsOnce sync.Once
 	// refused counts every refused connection by reason, logged or held back.
 	refused eventCounts
+	// pending are the clients let through a reload before their CONNECT (pending.go).
+	pending pendingLogins
 }
 
 // Check decides a connection for nats-server, and scrubs what a refused client
@@ -138,6 +140,10 @@ func (h *hook) Check(c server.ClientAuthentication) bool {
 	if o == nil {
 		return false
 	}
+	if h.letThrough(c, o) {
+		return true
+	}
+	h.asked(c)
 	if h.check(c, o) {
 		return true
 	}
@@ -176,12 +182,7 @@ func (h *hook) check(c server.ClientAuthentication, o *server.ClientOpts) bool {
 	// subscriptions kept): it is refused, and closed. A host beyond the broker's
 	// capacity is refused before the process runs out of descriptors for its
 	// operators and itself; one admitted before is never closed for it.
-	var was *server.Account
-	if cur, ok := c.(interface{ Account() *server.Account }); ok {
-		if a := cur.Account(); a != nil && h.accounts.ours(a.Name) {
-			was = a
-		}
-	}
+	was := h.inOurAccount(c)
 	cl.HostsFull = was == nil && h.full()
 	cl.Recheck = was != nil
 	g, err := h.auth.Authenticate(cl)
@@ -220,7 +221,7 @@ func (h *hook) check(c server.ClientAuthentication, o *server.ClientOpts) bool {
 		},
 	}
 	if !g.Host || was != nil || h.maxHosts <= 0 {
-		c.RegisterUser(user)
+		h.register(c, user)
 		return true
 	}
 	// A new host: counted in its account by RegisterUser, under the same lock as
@@ -233,8 +234,19 @@ func (h *hook) check(c server.ClientAuthentication, o *server.ClientOpts) bool {
 		h.logRefused(slog.LevelWarn, "client refused", reason, refusedAttrs(cl, ErrFull)...)
 		return false
 	}
-	c.RegisterUser(user)
+	h.register(c, user)
 	return true
+}
+
+// inOurAccount is the mesh's account c is in, nil when it is in none (nats-server's
+// global account, where every client is before its CONNECT is decided).
+func (h *hook) inOurAccount(c server.ClientAuthentication) *server.Account {
+	if cur, ok := c.(interface{ Account() *server.Account }); ok {
+		if a := cur.Account(); a != nil && h.accounts.ours(a.Name) {
+			return a
+		}
+	}
+	return nil
 }
 
 // full says whether the broker has no room for another host: it holds maxHosts

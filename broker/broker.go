@@ -230,7 +230,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	h := &hook{auth: cfg.Auth, log: log, accounts: accts, maxHosts: cfg.Capacity.MaxHosts}
+	h := &hook{auth: cfg.Auth, log: log, accounts: accts, maxHosts: cfg.Capacity.MaxHosts,
+		pending: pendingLogins{within: time.Duration((opts.TLSTimeout+float64(opts.AuthTimeout))*float64(time.Second)) + time.Second}}
 	opts.CustomClientAuthentication = h
 	ns, err := server.NewServer(opts)
 	if err != nil {
@@ -488,7 +489,7 @@ func (s *Server) SetClusterPeers(pins []string, routes []string) error {
 	// The handshakes under way are checked against the new pins from now on; the
 	// reload closes the routes already up (routePins says why both).
 	s.routePins.store(set)
-	if err := s.ns.ReloadOptions(&next); err != nil {
+	if err := s.reload(&next); err != nil {
 		s.routePins.store(withoutSweep(cur.Cluster.TLSPinnedCerts))
 		return fmt.Errorf("broker: set cluster peers: %w", err)
 	}
@@ -498,6 +499,12 @@ func (s *Server) SetClusterPeers(pins []string, routes []string) error {
 		s.sweepLater(set)
 	}
 	return nil
+}
+
+// reload has nats-server run with next, letting through the clients that have not
+// logged in yet (pending.go).
+func (s *Server) reload(next *server.Options) error {
+	return s.hook.reloading(func() error { return s.ns.ReloadOptions(next) })
 }
 
 // sweepLater has the routes checked against the pins again if a route handshake
@@ -526,7 +533,7 @@ func (s *Server) sweepRoutes() {
 	}
 	next := *cur
 	next.Cluster.TLSPinnedCerts = sweepToggled(cur.Cluster.TLSPinnedCerts)
-	if err := s.ns.ReloadOptions(&next); err != nil {
+	if err := s.reload(&next); err != nil {
 		s.log.Error("could not check the routes against the pins again; a removed control node may keep a route until the next change of the control nodes",
 			"err", err)
 		return

@@ -35,17 +35,14 @@ import (
 var ErrUnreachable = errors.New("cannot reach the control plane")
 
 // ErrLoginRefused means a broker of the mesh (it proved the CA pin) refused the
-// credentials' login: nats-server's "Authorization Violation". Seen from here, three
+// credentials' login: nats-server's "Authorization Violation". Seen from here, two
 // causes give it alike: a broker of a version older than logins bound to the TLS
-// session (decision 0018), which cannot check this login, as during an upgrade;
-// credentials that are not this mesh's; or, once, a broker reloading as a control
-// node was admitted or removed, which asks about every connection, one still in
-// its handshake included (no credentials yet), and refuses it. The text names all.
+// session (decision 0018), which cannot check this login, as during an upgrade; or
+// credentials that are not this mesh's. The text names both.
 var ErrLoginRefused = errors.New("the broker refused these operator credentials (Authorization Violation): " +
 	"either that control node runs a meshctl older than this one, which cannot check its login " +
 	"(during an upgrade, use the older meshctl against it, or upgrade it first: operations.md, Upgrading), " +
-	"or the credentials are not this mesh's (copy admin.creds from one of its control nodes), " +
-	"or a control node was being admitted or removed as this one logged in (run the command again)")
+	"or the credentials are not this mesh's (copy admin.creds from one of its control nodes)")
 
 // ErrNoLeader means the brokers answered but no control node served the request.
 var ErrNoLeader = errors.New("no control node answered: the control plane is not serving (is `meshctl serve` running, and does it have a Raft leader? `meshctl control status` shows which control nodes run, and serve's log why one that runs does not lead: a full disk, a quorum lost)")
