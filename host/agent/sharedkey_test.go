@@ -226,3 +226,63 @@ func runAgent(t *testing.T, f *fixture) (stop func()) {
 		}
 	}
 }
+
+// TestANoRespondersAnswerToAStatusReportIsNoWarning: where nothing serves status
+// reports (between two leaders; a revoked key's account while it waits for its
+// notice), the broker answers a report's reply subject with an empty message whose
+// Status header is 503. The agent passes over it: every agent of a fleet warned
+// that the mesh's answer was not understood at each change of leader. An answer it
+// does not understand, with a body, is still warned about.
+func TestANoRespondersAnswerToAStatusReportIsNoWarning(t *testing.T) {
+	f := newFixture(t)
+	var logs lockedLog
+	f.a.log = slog.New(slog.NewTextHandler(&logs, nil))
+	f.a.o.Heartbeat = 50 * time.Millisecond
+	mb := startMeshBroker(t, f, func(int, wire.SyncRequest) int { return 0 })
+	var mu sync.Mutex
+	var answer *nats.Msg
+	answered := 0
+	if _, err := mb.nc.Subscribe(f.a.id.Subjects.Status, func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		if answer == nil || m.Reply == "" {
+			return
+		}
+		reply := *answer
+		reply.Subject = m.Reply
+		if mb.nc.PublishMsg(&reply) == nil {
+			answered++
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	mb.nc.Flush()
+	defer runAgent(t, f)()
+	const line = "answer to a status report was not understood"
+	answerWith := func(m *nats.Msg) {
+		mu.Lock()
+		answer, answered = m, 0
+		mu.Unlock()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			mu.Lock()
+			n := answered
+			mu.Unlock()
+			if n >= 3 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d reports answered in 10s, want 3", n)
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // the last answer on its way to the agent
+	}
+	noResponders := &nats.Msg{Header: nats.Header{"Status": []string{"503"}}}
+	answerWith(noResponders)
+	if strings.Contains(logs.String(), line) {
+		t.Fatalf("the broker's no-responders answer was warned about:\n%s", logs.String())
+	}
+	answerWith(&nats.Msg{Header: nats.Header{"Status": []string{"503"}}, Data: []byte("not an answer")})
+	if !strings.Contains(logs.String(), line) {
+		t.Fatalf("an answer with a body the agent does not understand was not warned about:\n%s", logs.String())
+	}
+}
