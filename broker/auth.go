@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -109,7 +110,7 @@ var errAccountChanged = NewRefusal("account_changed", "its grant moved to anothe
 
 // Refusals are the broker's own refusals, beside its Authenticator's: what the
 // metrics export from the start, at 0 until one happens.
-func Refusals() []*Refusal { return []*Refusal{ErrFull, errAccountChanged, errNoLoginAtReload} }
+func Refusals() []*Refusal { return []*Refusal{ErrFull, errAccountChanged} }
 
 // hook adapts an Authenticator to nats-server's CustomClientAuthentication.
 type hook struct {
@@ -129,8 +130,8 @@ type hook struct {
 	refusalsOnce sync.Once
 	// refused counts every refused connection by reason, logged or held back.
 	refused eventCounts
-	// pending are the clients let through a reload before their CONNECT (pending.go).
-	pending pendingLogins
+	// reloads counts the broker's reloads under way (reloadcheck.go).
+	reloads atomic.Int32
 }
 
 // Check decides a connection for nats-server, and scrubs what a refused client
@@ -140,11 +141,12 @@ func (h *hook) Check(c server.ClientAuthentication) bool {
 	if o == nil {
 		return false
 	}
-	if h.letThrough(c, o) {
+	reload := h.askedByReload()
+	if reload && h.inOurAccount(c) == nil {
+		// Not logged in yet: its CONNECT decides it (reloadcheck.go).
 		return true
 	}
-	h.asked(c)
-	if h.check(c, o) {
+	if h.check(c, o, reload) {
 		return true
 	}
 	scrub(o)
@@ -161,8 +163,9 @@ func scrub(o *server.ClientOpts) {
 	o.JWT, o.Password, o.Token, o.Username = "", "", "", ""
 }
 
-// check is Check before the scrub.
-func (h *hook) check(c server.ClientAuthentication, o *server.ClientOpts) bool {
+// check is Check before the scrub; reload says nats-server asks on a reload rather
+// than at a CONNECT.
+func (h *hook) check(c server.ClientAuthentication, o *server.ClientOpts, reload bool) bool {
 	cl := Client{
 		Username: o.Username,
 		Password: o.Password,
@@ -177,12 +180,16 @@ func (h *hook) check(c server.ClientAuthentication, o *server.ClientOpts) bool {
 	}
 	cl.Binding = ChannelBinding(cl.TLS)
 	// nats-server asks again about every connection on a reload: was is the account
-	// of a connection admitted before. A connection never moves to another account
+	// of a connection admitted before; at a CONNECT, none (reloadcheck.go says why
+	// whatever account the client is in). A connection never moves to another account
 	// there (a node revoked meanwhile would be granted the revoked account, its
 	// subscriptions kept): it is refused, and closed. A host beyond the broker's
 	// capacity is refused before the process runs out of descriptors for its
 	// operators and itself; one admitted before is never closed for it.
-	was := h.inOurAccount(c)
+	var was *server.Account
+	if reload {
+		was = h.inOurAccount(c)
+	}
 	cl.HostsFull = was == nil && h.full()
 	cl.Recheck = was != nil
 	g, err := h.auth.Authenticate(cl)
@@ -221,7 +228,7 @@ func (h *hook) check(c server.ClientAuthentication, o *server.ClientOpts) bool {
 		},
 	}
 	if !g.Host || was != nil || h.maxHosts <= 0 {
-		h.register(c, user)
+		c.RegisterUser(user)
 		return true
 	}
 	// A new host: counted in its account by RegisterUser, under the same lock as
@@ -234,19 +241,8 @@ func (h *hook) check(c server.ClientAuthentication, o *server.ClientOpts) bool {
 		h.logRefused(slog.LevelWarn, "client refused", reason, refusedAttrs(cl, ErrFull)...)
 		return false
 	}
-	h.register(c, user)
+	c.RegisterUser(user)
 	return true
-}
-
-// inOurAccount is the mesh's account c is in, nil when it is in none (nats-server's
-// global account, where every client is before its CONNECT is decided).
-func (h *hook) inOurAccount(c server.ClientAuthentication) *server.Account {
-	if cur, ok := c.(interface{ Account() *server.Account }); ok {
-		if a := cur.Account(); a != nil && h.accounts.ours(a.Name) {
-			return a
-		}
-	}
-	return nil
 }
 
 // full says whether the broker has no room for another host: it holds maxHosts

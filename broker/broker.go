@@ -230,8 +230,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
-	h := &hook{auth: cfg.Auth, log: log, accounts: accts, maxHosts: cfg.Capacity.MaxHosts,
-		pending: pendingLogins{within: time.Duration((opts.TLSTimeout+float64(opts.AuthTimeout))*float64(time.Second)) + time.Second}}
+	h := &hook{auth: cfg.Auth, log: log, accounts: accts, maxHosts: cfg.Capacity.MaxHosts}
 	opts.CustomClientAuthentication = h
 	ns, err := server.NewServer(opts)
 	if err != nil {
@@ -501,8 +500,8 @@ func (s *Server) SetClusterPeers(pins []string, routes []string) error {
 	return nil
 }
 
-// reload has nats-server run with next, letting through the clients that have not
-// logged in yet (pending.go).
+// reload has nats-server run with next, its questions about the clients told from
+// logins (reloadcheck.go).
 func (s *Server) reload(next *server.Options) error {
 	return s.hook.reloading(func() error { return s.ns.ReloadOptions(next) })
 }

@@ -94,25 +94,9 @@ func TestSweepPinChangesNothingButTheSet(t *testing.T) {
 	}
 }
 
-// HoldReload has s's hook take every question from now on for one of a reload's,
-// as nats-server's reload asks them, until release: a CONNECT decided meanwhile is
-// what a reload would meet.
+// HoldReload makes s's hook answer as during a reload of its own until release,
+// with no reload running: every question it gets meanwhile is a CONNECT's.
 func HoldReload(s *Server) (release func()) {
-	s.hook.pending.mu.Lock()
-	s.hook.pending.reloads++
-	s.hook.pending.mu.Unlock()
-	return func() {
-		s.hook.pending.mu.Lock()
-		s.hook.pending.reloads--
-		s.hook.pending.mu.Unlock()
-	}
-}
-
-// CloseUnaskedLogins closes at once the clients let through a reload and not asked
-// about since, as the broker does once they could have logged in.
-func CloseUnaskedLogins(s *Server) {
-	s.hook.pending.mu.Lock()
-	s.hook.pending.within = 0
-	s.hook.pending.mu.Unlock()
-	s.hook.closeUnasked()
+	s.hook.reloads.Add(1)
+	return func() { s.hook.reloads.Add(-1) }
 }
