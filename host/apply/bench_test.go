@@ -47,6 +47,24 @@ func BenchmarkApply(b *testing.B) {
 			}
 			reportUs(b)
 		})
+		// An agent's first Apply, on the goroutine that runs the agent, whose
+		// stack is as small as a new goroutine's: the fleet's first round.
+		b.Run(fsys.name+"/first", func(b *testing.B) {
+			parent := fsys.dir(b)
+			files := []File{{Path: "etc/fleet.conf", Data: []byte("# first\n"), Mode: 0o644}}
+			for i := 0; b.Loop(); i++ {
+				a := FileApplier{Root: filepath.Join(parent, fmt.Sprint(i)), Guard: new(RootGuard)}
+				done := make(chan error)
+				go func() {
+					_, err := a.Apply(context.Background(), files, nil)
+					done <- err
+				}()
+				if err := <-done; err != nil {
+					b.Fatal(err)
+				}
+			}
+			reportUs(b)
+		})
 		b.Run(fsys.name+"/bare-durable-write", func(b *testing.B) {
 			dir := filepath.Join(fsys.dir(b), "etc")
 			if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -209,7 +209,7 @@ func (d *dirHandle) createTemp(name string) (*tempFile, error) {
 // directory of the root others may write in can hold as many names as they care to
 // make (65,000 links of 247-byte names cost the agent 21 MB read whole), and the
 // sweep needs only the few that are ours.
-func (d *dirHandle) eachName(fn func(name string) bool) bool {
+func (d *dirHandle) eachName(_ []byte, fn func(name string) bool) bool {
 	f, err := d.dirFile()
 	if err != nil {
 		return false
