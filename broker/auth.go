@@ -141,12 +141,16 @@ func (h *hook) Check(c server.ClientAuthentication) bool {
 	if o == nil {
 		return false
 	}
-	reload := h.askedByReload()
-	if reload && h.inOurAccount(c) == nil {
-		// Not logged in yet: its CONNECT decides it (reloadcheck.go).
-		return true
+	// was is the account of a connection a reload asks about again; nil at a
+	// CONNECT, whatever account the client is in (reloadcheck.go).
+	var was *server.Account
+	if h.askedByReload() {
+		if was = h.inOurAccount(c); was == nil {
+			// Not logged in yet: its CONNECT decides it.
+			return true
+		}
 	}
-	if h.check(c, o, reload) {
+	if h.check(c, o, was) {
 		return true
 	}
 	scrub(o)
@@ -163,9 +167,9 @@ func scrub(o *server.ClientOpts) {
 	o.JWT, o.Password, o.Token, o.Username = "", "", "", ""
 }
 
-// check is Check before the scrub; reload says nats-server asks on a reload rather
-// than at a CONNECT.
-func (h *hook) check(c server.ClientAuthentication, o *server.ClientOpts, reload bool) bool {
+// check is Check before the scrub; was is the mesh's account of a connection a
+// reload asks about again, nil for a login.
+func (h *hook) check(c server.ClientAuthentication, o *server.ClientOpts, was *server.Account) bool {
 	cl := Client{
 		Username: o.Username,
 		Password: o.Password,
@@ -179,17 +183,12 @@ func (h *hook) check(c server.ClientAuthentication, o *server.ClientOpts, reload
 		TLS:      c.GetTLSConnectionState(),
 	}
 	cl.Binding = ChannelBinding(cl.TLS)
-	// nats-server asks again about every connection on a reload: was is the account
-	// of a connection admitted before; at a CONNECT, none (reloadcheck.go says why
-	// whatever account the client is in). A connection never moves to another account
+	// nats-server asks again about every connection on a reload (was, the account
+	// it was admitted to). A connection never moves to another account
 	// there (a node revoked meanwhile would be granted the revoked account, its
 	// subscriptions kept): it is refused, and closed. A host beyond the broker's
 	// capacity is refused before the process runs out of descriptors for its
 	// operators and itself; one admitted before is never closed for it.
-	var was *server.Account
-	if reload {
-		was = h.inOurAccount(c)
-	}
 	cl.HostsFull = was == nil && h.full()
 	cl.Recheck = was != nil
 	g, err := h.auth.Authenticate(cl)

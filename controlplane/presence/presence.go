@@ -210,12 +210,23 @@ func (t *Tracker) onConnect(m *nats.Msg) {
 	}
 }
 
+// onDisconnect takes the closed connection for the user it was recorded under, not
+// the one its event names: nats-server names the user its options hold at the
+// close, and a host that sends CONNECT again on its live connection, naming another
+// node's key, has them hold that key until its CONNECT is refused. Kicked then (for
+// its own budget), the event blamed the other node, whose key this broker refused
+// for a while (a review: one kick in six at a random moment). A connection not
+// recorded is nobody's to blame.
 func (t *Tracker) onDisconnect(m *nats.Msg) {
-	c, user, started, _, reason, ok := t.decode(m)
+	c, _, started, _, reason, ok := t.decode(m)
 	if !ok {
 		return
 	}
-	if n, removed := t.remove(c, t.cfg.Now()); removed && t.cfg.OnChange != nil {
+	user, n, removed := t.remove(c, t.cfg.Now())
+	if !removed {
+		return
+	}
+	if t.cfg.OnChange != nil {
 		t.cfg.OnChange(user, c, started, false, n)
 	}
 	if reason == reasonKicked && t.cfg.OnKicked != nil {
@@ -295,14 +306,17 @@ func (t *Tracker) add(user string, c Conn, addr string, now time.Time) (int, boo
 	return len(set), true
 }
 
-func (t *Tracker) remove(c Conn, now time.Time) (int, bool) {
+// remove forgets c as closed at now, and returns the user it was recorded under and
+// how many connections that user still holds; removed is false when c was not
+// recorded.
+func (t *Tracker) remove(c Conn, now time.Time) (user string, open int, removed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.gone.add(c, now)
 	delete(t.kicking, c)
 	user, ok := t.byID[c]
 	if !ok {
-		return 0, false
+		return "", 0, false
 	}
 	delete(t.byID, c)
 	delete(t.addrs, c)
@@ -311,7 +325,7 @@ func (t *Tracker) remove(c Conn, now time.Time) (int, bool) {
 	if len(set) == 0 {
 		delete(t.users, user)
 	}
-	return len(set), true
+	return user, len(set), true
 }
 
 // Open returns how many connections user holds open, cluster-wide.

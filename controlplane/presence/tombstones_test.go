@@ -17,7 +17,7 @@ func TestClosedConnectionIsRememberedForAWhile(t *testing.T) {
 	if n, added := tr.add("U1", c, "", t0); !added || n != 1 {
 		t.Fatalf("add = %d, %v; want 1, true", n, added)
 	}
-	if n, removed := tr.remove(c, t0.Add(time.Second)); !removed || n != 0 {
+	if _, n, removed := tr.remove(c, t0.Add(time.Second)); !removed || n != 0 {
 		t.Fatalf("remove = %d, %v; want 0, true", n, removed)
 	}
 	if _, added := tr.add("U1", c, "", t0.Add(time.Minute)); added {
