@@ -62,9 +62,10 @@ type Grant struct {
 	Host bool
 }
 
-// Authenticator decides client connections. It runs for every connection and again for
-// every client on a configuration reload, so it must be idempotent and cheap: it must
-// not consume anything (tokens are consumed by the enrolment handler, through the log).
+// Authenticator decides client connections. It runs for every login and again for
+// every client logged in on a configuration reload (Client.Recheck), so it must be
+// idempotent and cheap: it must not consume anything (tokens are consumed by the
+// enrolment handler, through the log).
 type Authenticator interface {
 	Authenticate(Client) (Grant, error)
 }

@@ -455,9 +455,9 @@ func (s *Server) Connections() (map[string]int, error) {
 // Calls are serialized, and one that changes nothing does nothing.
 //
 // Every change is a reload of nats-server's options, and every reload has
-// nats-server authenticate each connected client again: the Authenticator runs
-// once more for each (nats-server takes its users and accounts options for changed
-// on any reload).
+// nats-server authenticate each logged-in client again: the Authenticator runs once
+// more for each, as a recheck (nats-server takes its users and accounts options for
+// changed on any reload; reloadcheck.go).
 func (s *Server) SetClusterPeers(pins []string, routes []string) error {
 	set, err := pinSet(pins)
 	if err != nil {
