@@ -92,7 +92,7 @@ const tombstoneFor = 2 * time.Minute
 // a fleet's enrolment closes 20,000 connections in half a minute, and scanning every
 // tombstone on each close made that quadratic.
 type tombstones struct {
-	at    map[Conn]time.Time
+	at    map[Conn]grave
 	order []tombstone // oldest first; an entry whose time at no longer holds is stale
 	head  int
 }
@@ -102,17 +102,33 @@ type tombstone struct {
 	at time.Time
 }
 
+// grave is what a tombstone remembers of a closed connection.
+type grave struct {
+	at time.Time
+	// user is the user the connection was recorded under, "" when it never was.
+	user string
+	// kickOwed says it was kicked before it was recorded: the first connect event
+	// that comes for it names who to blame (Tracker.add).
+	kickOwed bool
+}
+
 func (g *tombstones) has(c Conn) bool {
 	_, ok := g.at[c]
 	return ok
 }
 
-// add records c as closed at now and forgets the tombstones older than tombstoneFor.
-func (g *tombstones) add(c Conn, now time.Time) {
+// add records c, recorded under user ("" if never), as closed at now and forgets
+// the tombstones older than tombstoneFor. A tombstone's user and owed kick are kept
+// when it is closed again.
+func (g *tombstones) add(c Conn, now time.Time, user string) {
 	if g.at == nil {
-		g.at = map[Conn]time.Time{}
+		g.at = map[Conn]grave{}
 	}
-	g.at[c] = now
+	prior := g.at[c]
+	if user == "" {
+		user = prior.user
+	}
+	g.at[c] = grave{at: now, user: user, kickOwed: prior.kickOwed}
 	g.order = append(g.order, tombstone{c, now})
 	g.expire(now)
 }
@@ -121,7 +137,7 @@ func (g *tombstones) add(c Conn, now time.Time) {
 func (g *tombstones) expire(now time.Time) {
 	for g.head < len(g.order) && now.Sub(g.order[g.head].at) > tombstoneFor {
 		old := g.order[g.head]
-		if at, ok := g.at[old.c]; ok && at.Equal(old.at) {
+		if gr, ok := g.at[old.c]; ok && gr.at.Equal(old.at) {
 			delete(g.at, old.c)
 		}
 		g.order[g.head] = tombstone{}
@@ -191,9 +207,11 @@ type event struct {
 // $SYS.REQ.SERVER.<id>.KICK (nats-server's ClosedState Kicked).
 const reasonKicked = "Kicked"
 
-func (t *Tracker) decode(m *nats.Msg) (Conn, string, time.Time, string, string, bool) {
+// decode reads a connection event; a disconnect event (needUser false) may name no
+// user: the tracker blames the user it recorded.
+func (t *Tracker) decode(m *nats.Msg, needUser bool) (Conn, string, time.Time, string, string, bool) {
 	var e event
-	if err := json.Unmarshal(m.Data, &e); err != nil || e.Server.ID == "" || e.Client.User == "" {
+	if err := json.Unmarshal(m.Data, &e); err != nil || e.Server.ID == "" || (needUser && e.Client.User == "") {
 		t.cfg.Logger.Warn("connection event not understood", "subject", m.Subject, "err", err)
 		return Conn{}, "", time.Time{}, "", "", false
 	}
@@ -201,13 +219,34 @@ func (t *Tracker) decode(m *nats.Msg) (Conn, string, time.Time, string, string, 
 }
 
 func (t *Tracker) onConnect(m *nats.Msg) {
-	c, user, started, addr, _, ok := t.decode(m)
+	c, user, started, addr, _, ok := t.decode(m, true)
 	if !ok {
 		return
 	}
-	if n, added := t.add(user, c, addr, t.cfg.Now()); added && t.cfg.OnChange != nil {
+	n, added := t.add(user, c, addr, t.cfg.Now())
+	if added && t.cfg.OnChange != nil {
 		t.cfg.OnChange(user, c, started, true, n)
 	}
+	// Kicked before this event was handled (the two kinds of event come on two
+	// subscriptions, each on its goroutine): the connect event names the user it
+	// logged in as, the first one for the connection.
+	if !added && t.kickOwedTo(c) && t.cfg.OnKicked != nil {
+		t.cfg.OnKicked(user, c)
+	}
+}
+
+// kickOwedTo says whether c was kicked before it was recorded, and forgets it: the
+// caller blames the user of the first connect event for it.
+func (t *Tracker) kickOwedTo(c Conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g, ok := t.gone.at[c]
+	if !ok || !g.kickOwed {
+		return false
+	}
+	g.kickOwed = false
+	t.gone.at[c] = g
+	return true
 }
 
 // onDisconnect takes the closed connection for the user it was recorded under, not
@@ -215,23 +254,32 @@ func (t *Tracker) onConnect(m *nats.Msg) {
 // close, and a host that sends CONNECT again on its live connection, naming another
 // node's key, has them hold that key until its CONNECT is refused. Kicked then (for
 // its own budget), the event blamed the other node, whose key this broker refused
-// for a while (a review: one kick in six at a random moment). A connection not
-// recorded is nobody's to blame.
+// for a while (a review: one kick in six at a random moment). A kicked connection
+// no longer recorded (a listing dropped it first) is blamed on the user its
+// tombstone keeps; one not recorded yet, on the user its connect event names when
+// it comes (onConnect).
 func (t *Tracker) onDisconnect(m *nats.Msg) {
-	c, _, started, _, reason, ok := t.decode(m)
+	c, _, started, _, reason, ok := t.decode(m, false)
 	if !ok {
 		return
 	}
 	user, n, removed := t.remove(c, t.cfg.Now())
-	if !removed {
-		return
-	}
-	if t.cfg.OnChange != nil {
+	if removed && t.cfg.OnChange != nil {
 		t.cfg.OnChange(user, c, started, false, n)
 	}
-	if reason == reasonKicked && t.cfg.OnKicked != nil {
-		t.cfg.OnKicked(user, c)
+	if reason != reasonKicked || t.cfg.OnKicked == nil {
+		return
 	}
+	if user != "" {
+		t.cfg.OnKicked(user, c)
+		return
+	}
+	t.mu.Lock()
+	if g, ok := t.gone.at[c]; ok {
+		g.kickOwed = true
+		t.gone.at[c] = g
+	}
+	t.mu.Unlock()
 }
 
 // forgetServer drops every connection of broker server, as closed, and returns how
@@ -306,17 +354,17 @@ func (t *Tracker) add(user string, c Conn, addr string, now time.Time) (int, boo
 	return len(set), true
 }
 
-// remove forgets c as closed at now, and returns the user it was recorded under and
-// how many connections that user still holds; removed is false when c was not
-// recorded.
+// remove forgets c as closed at now, and returns the user it was recorded under (or,
+// closed already, its tombstone's; "" if never recorded) and how many connections
+// that user still holds; removed is false when c was not open.
 func (t *Tracker) remove(c Conn, now time.Time) (user string, open int, removed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.gone.add(c, now)
 	delete(t.kicking, c)
 	user, ok := t.byID[c]
+	t.gone.add(c, now, user)
 	if !ok {
-		return "", 0, false
+		return t.gone.at[c].user, 0, false
 	}
 	delete(t.byID, c)
 	delete(t.addrs, c)

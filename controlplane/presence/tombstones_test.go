@@ -39,13 +39,13 @@ func TestTombstoneClosedTwiceKeepsTheLaterTime(t *testing.T) {
 	var g tombstones
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	c := Conn{Server: "S1", CID: 1}
-	g.add(c, t0)
-	g.add(c, t0.Add(tombstoneFor/2))
-	g.add(Conn{Server: "S1", CID: 2}, t0.Add(tombstoneFor+time.Second))
+	g.add(c, t0, "")
+	g.add(c, t0.Add(tombstoneFor/2), "")
+	g.add(Conn{Server: "S1", CID: 2}, t0.Add(tombstoneFor+time.Second), "")
 	if !g.has(c) {
 		t.Fatal("the first close's expiry removed the second close's tombstone")
 	}
-	g.add(Conn{Server: "S1", CID: 3}, t0.Add(tombstoneFor/2+tombstoneFor+time.Second))
+	g.add(Conn{Server: "S1", CID: 3}, t0.Add(tombstoneFor/2+tombstoneFor+time.Second), "")
 	if g.has(c) {
 		t.Fatal("the second close's tombstone did not expire")
 	}
@@ -58,7 +58,7 @@ func TestTombstonesStayBounded(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	const perSecond = 100
 	for i := range 20 * 60 * perSecond { // 20 minutes of closes
-		g.add(Conn{Server: "S1", CID: uint64(i)}, t0.Add(time.Duration(i)*time.Second/perSecond))
+		g.add(Conn{Server: "S1", CID: uint64(i)}, t0.Add(time.Duration(i)*time.Second/perSecond), "")
 	}
 	young := int(tombstoneFor/time.Second)*perSecond + 1
 	if len(g.at) != young {

@@ -275,9 +275,10 @@ func (d *dirHandle) createTemp(name string) (*tempFile, error) {
 
 // eachName calls fn with each name in the directory but "." and "..", a buffer of
 // them at a time (buf, run.direntBuffer's: about sweepBatch), and reports whether it
-// read them all and fn returned true for each. In batches: a directory of the root others may write in
-// can hold as many names as they care to make (65,000 links of 247-byte names cost
-// the agent 21 MB read whole), and the sweep needs only the few that are ours.
+// read them all and fn returned true for each. In batches: a directory of the root
+// others may write in can hold as many names as they care to make (65,000 links of
+// 247-byte names cost the agent 21 MB read whole), and the sweep needs only the few
+// that are ours.
 func (d *dirHandle) eachName(buf []byte, fn func(name string) bool) bool {
 	fd, err := d.dirFd()
 	if err != nil {
