@@ -108,7 +108,7 @@ type grave struct {
 	// user is the user the connection was recorded under, "" when it never was.
 	user string
 	// kickOwed says it was kicked before it was recorded: the first connect event
-	// that comes for it names who to blame (Tracker.add).
+	// that comes for it names who to blame (onConnect).
 	kickOwed bool
 }
 
