@@ -16,10 +16,6 @@ import (
 // warns of it: pki.RenewWithin, the time `meshctl control status` names it in too.
 const expiryWarning = pki.RenewWithin
 
-// expiryCheckEvery is how often a running node looks at its certificates' expiry
-// again: once a day.
-var expiryCheckEvery = 24 * time.Hour
-
 // Labels of mesh_tls_certificate_expiry_timestamp_seconds.
 const (
 	certLeaf = "leaf"
@@ -128,7 +124,7 @@ func expiryNotices(dir datadir.Dir, certs certificates, now time.Time) []expiryN
 // watchExpiry warns of certificates about to expire once a day (warnExpiry), the
 // warning at start aside.
 func (d *Daemon) watchExpiry(ctx context.Context) error {
-	t := time.NewTicker(expiryCheckEvery)
+	t := time.NewTicker(d.opts.expiryCheckEvery)
 	defer t.Stop()
 	for {
 		select {

@@ -88,7 +88,7 @@ func TestCertificateExpiryWarnedAndExported(t *testing.T) {
 	clock.Store(leaf.NotAfter.Add(-100 * 24 * time.Hour).UnixNano())
 	now := func() time.Time { return time.Unix(0, clock.Load()) }
 	d, err := Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.NewTextHandler(&log, nil)), Now: now,
-		Timeouts: testTimeouts})
+		Timeouts: testTimeouts, expiryCheckEvery: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,8 +138,6 @@ func TestCertificateExpiryWarnedAndExported(t *testing.T) {
 	}
 
 	// Once a day while it runs: a day later, a second warning, a day fewer.
-	defer func(every time.Duration) { expiryCheckEvery = every }(expiryCheckEvery)
-	expiryCheckEvery = 20 * time.Millisecond
 	clock.Add(int64(24 * time.Hour))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -95,6 +95,9 @@ type Options struct {
 	// wrapAuth, when set, wraps the broker's authenticator: the package's tests
 	// use it to admit an observer no real client can be.
 	wrapAuth func(broker.Authenticator) broker.Authenticator
+	// expiryCheckEvery is how often a running node looks at its certificates'
+	// expiry again (watchExpiry): once a day unless a test asks for sooner.
+	expiryCheckEvery time.Duration
 }
 
 func (o *Options) defaults() {
@@ -118,6 +121,9 @@ func (o *Options) defaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.expiryCheckEvery == 0 {
+		o.expiryCheckEvery = 24 * time.Hour
 	}
 }
 
