@@ -1898,7 +1898,7 @@ var ErrStateInRoot = errors.New("the state directory must not be inside the mana
 func CheckApart(stateDir, root string) error { return outside(stateDir, root) }
 
 // outside refuses a state directory that is the managed root or inside it (links
-// resolved as far as the paths exist): a declaration names any path in the root,
+// resolved as far as the paths exist, directories judged by identity too): a declaration names any path in the root,
 // and could replace identity.json (the keys the node trusts) or applied.state.
 // A managed root inside the state directory is fine: declarations stay in it.
 func outside(stateDir, root string) error {
@@ -1910,7 +1910,7 @@ func outside(stateDir, root string) error {
 	if err != nil {
 		return err
 	}
-	if rel, err := filepath.Rel(r, s); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+	if statedir.Within(s, r) {
 		return fmt.Errorf("%w: --state %s is in --root %s, where a declaration could replace the node's keys; choose places apart", ErrStateInRoot, stateDir, root)
 	}
 	return nil

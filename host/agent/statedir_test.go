@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -94,5 +95,34 @@ func TestNewRefusesAManagedRootOthersControl(t *testing.T) {
 	}
 	if err := newAgent(f.dir, f.dir); !errors.Is(err, ErrStateInRoot) {
 		t.Fatalf("the state directory as the root: %v, want ErrStateInRoot", err)
+	}
+}
+
+// TestAStateDirectoryInTheRootUnderAnotherNameIsRefused: a state directory reached
+// through a second name of the root that no link explains (a bind mount here;
+// another letter case on a file system that folds it) is inside the root, where a
+// declaration could replace identity.json.
+func TestAStateDirectoryInTheRootUnderAnotherNameIsRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to bind-mount the managed root under a second name")
+	}
+	base := t.TempDir()
+	root, alias := filepath.Join(base, "root"), filepath.Join(base, "alias")
+	for _, d := range []string{filepath.Join(root, "state"), alias} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command("mount", "--bind", root, alias).CombinedOutput(); err != nil {
+		t.Skipf("cannot bind-mount here (%v: %s)", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", alias).Run() })
+	for _, state := range []string{alias, filepath.Join(alias, "state"), filepath.Join(alias, "new")} {
+		if err := CheckApart(state, root); !errors.Is(err, ErrStateInRoot) {
+			t.Errorf("--state %s --root %s (the same directory): %v, want ErrStateInRoot", state, root, err)
+		}
+	}
+	if err := CheckApart(filepath.Join(base, "state"), root); err != nil {
+		t.Errorf("a state directory beside the root and its second name: %v, want it taken", err)
 	}
 }

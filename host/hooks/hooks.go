@@ -110,7 +110,8 @@ var ErrInRoot = errors.New("the hooks file must not be inside the managed root")
 // any path in the root, and a hooks file it wrote there (root's, 0644, as Load
 // wants it) would name the commands the agent runs, as root, from its next start.
 // The file is judged both where its name is (the directory holding it, resolved)
-// and where it leads. Whether the file exists is Load's to say; one not there yet
+// and where it leads, and each directory on the way by identity too
+// (statedir.Within): the root under another name is the root. Whether the file exists is Load's to say; one not there yet
 // is refused too, as a declaration could make it.
 func CheckApart(file, root string) error {
 	r, err := statedir.Resolved(root)
@@ -130,7 +131,7 @@ func CheckApart(file, root string) error {
 		return err
 	}
 	for _, p := range []string{filepath.Join(dir, filepath.Base(abs)), leads} {
-		if rel, err := filepath.Rel(r, p); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+		if statedir.Within(p, r) {
 			resolved := ""
 			if p != abs {
 				resolved = " (" + p + ", links resolved)"

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -563,5 +564,36 @@ func TestBoundKeepsWhatEachHookIsTold(t *testing.T) {
 	}
 	if small := cfg.Bound(append(slices.Clone(srv), "etc/a")); !slices.Equal(small, append([]string{"etc/a"}, srv...)) {
 		t.Fatalf("a short list was not kept whole: %v", small)
+	}
+}
+
+// TestAHooksFileInTheRootUnderAnotherNameIsRefused: the root reached by a second
+// name that no link explains (a bind mount here; another letter case on a file
+// system that folds it, as macOS's and Windows' do, is the same to the check) is
+// still the root. Judged by name alone, --hooks ALIAS/hooks.json beside --root ROOT
+// was taken, and a declaration writing hooks.json chose the commands run as root.
+func TestAHooksFileInTheRootUnderAnotherNameIsRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to bind-mount the managed root under a second name")
+	}
+	base := t.TempDir()
+	root, alias := filepath.Join(base, "root"), filepath.Join(base, "alias")
+	for _, d := range []string{filepath.Join(root, "meshhost"), alias} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command("mount", "--bind", root, alias).CombinedOutput(); err != nil {
+		t.Skipf("cannot bind-mount here (%v: %s)", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", alias).Run() })
+	for _, file := range []string{filepath.Join(alias, "hooks.json"), filepath.Join(alias, "meshhost", "hooks.json"),
+		filepath.Join(alias, "not", "yet", "hooks.json")} {
+		if err := CheckApart(file, root); !errors.Is(err, ErrInRoot) {
+			t.Errorf("--hooks %s --root %s (the same directory): %v, want ErrInRoot", file, root, err)
+		}
+	}
+	if err := CheckApart(filepath.Join(base, "hooks.json"), root); err != nil {
+		t.Errorf("a hooks file beside the root and its second name: %v, want it taken", err)
 	}
 }

@@ -405,3 +405,28 @@ func Invoker(getenv func(string) string) int {
 func ReadableByOthers(fi fs.FileInfo) bool {
 	return fi.Mode().IsRegular() && fi.Mode().Perm()&0o044 != 0
 }
+
+// Within reports whether p is root or lies below it, both as Resolved returns
+// them. It judges by name and by identity: a directory on p's way that is root's
+// very directory (os.SameFile) counts, so that a second spelling of root (another
+// case on a file system that folds it: macOS, Windows, a casefold directory; a
+// bind mount) does not place a path outside root that is in it.
+func Within(p, root string) bool {
+	if rel, err := filepath.Rel(root, p); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return true
+	}
+	r, err := os.Stat(root)
+	if err != nil {
+		return false
+	}
+	for q := p; ; {
+		if fi, err := os.Stat(q); err == nil && os.SameFile(fi, r) {
+			return true
+		}
+		parent := filepath.Dir(q)
+		if parent == q {
+			return false
+		}
+		q = parent
+	}
+}
