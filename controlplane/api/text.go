@@ -34,9 +34,9 @@ func ValidStatusCode(code string) bool {
 
 // CleanText returns s as one line a terminal shows as it is, cut to at most max
 // bytes on a character boundary: tabs and line breaks become spaces; other control
-// characters (an escape sequence's ESC among them), the characters that reorder
-// text or separate lines, and invalid UTF-8 are written as Go escapes (\x1b,
-// \u202e, \ufffd). Text a node sends (its error message) goes through it before
+// characters (an escape sequence's ESC among them), the format characters (those
+// that reorder text, and the invisible ones) and the line separators, and invalid
+// UTF-8 are written as Go escapes (\x1b, \u202e, \u200b, \ufffd). Text a node sends (its error message) goes through it before
 // it is kept or shown.
 func CleanText(s string, max int) string {
 	clean := true
@@ -111,25 +111,18 @@ func TerminalText(s string) string {
 // terminalHidden reports whether TerminalText writes r out: what acts on a
 // terminal, or does not show itself there, line breaks and tabs apart.
 func terminalHidden(r rune) bool {
-	if r == '\n' || r == '\t' {
-		return false
-	}
-	return hidden(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
+	return r != '\n' && r != '\t' && hidden(r)
 }
 
 // hidden reports whether r changes what a terminal shows rather than showing
-// itself: control characters, and the format characters that reorder text or
-// break lines.
+// itself: control characters, every format character (those that reorder text,
+// and the invisible ones: U+200B, U+FEFF, U+00AD, the tag characters that can
+// carry a hidden text in an innocent-looking one), and the line and paragraph
+// separators. A node's error message kept with only the reordering ones escaped
+// reached every control node's state and operators' tables with the rest as
+// sent (a review), where meshctl's own text and meshhost's escaped them all.
 func hidden(r rune) bool {
-	switch {
-	case unicode.IsControl(r):
-		return true
-	case r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, r == 0x200e, r == 0x200f, r == 0x061c:
-		return true
-	case r == 0x2028 || r == 0x2029:
-		return true
-	}
-	return false
+	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp)
 }
 
 // MaxAgentLen bounds the agent a node names in its enrolment and its status

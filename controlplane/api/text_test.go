@@ -32,6 +32,10 @@ func TestCleanText(t *testing.T) {
 		{"\x1b]0;pwned\x07\x1b[2J", 512, `\x1b]0;pwned\a\x1b[2J`},
 		{"evil\u202egnp.exe\u2028x", 512, `evil\u202egnp.exe\u2028x`},
 		{"bad \xff utf-8", 512, `bad \ufffd utf-8`},
+		// The invisible ones too, as meshctl's TerminalText and meshhost write them:
+		// zero-width space, word joiner, byte order mark, soft hyphen, and the tag
+		// characters that carry a hidden text ("ig" here) in an innocent one.
+		{"apply ok\u200b\u2060\ufeff\u00ad\U000e0069\U000e0067", 512, `apply ok\u200b\u2060\ufeff\u00ad\U000e0069\U000e0067`},
 		{"\x7f\u0085", 512, `\x7f\u0085`},
 		{"keeps é, 日本 and \ufffd", 512, "keeps é, 日本 and \ufffd"},
 		{"abcdef", 4, "abcd"},
