@@ -164,15 +164,9 @@ func parseBrokers(s string) ([]netip.AddrPort, error) {
 		if text == "" {
 			return nil, bad("broker address %d is empty (a stray comma)", i+1)
 		}
-		ap, err := netip.ParseAddrPort(text)
-		if err != nil {
-			return nil, bad("broker address %d is not ip:port (a numeric IPv4 address, or an IPv6 address in brackets, then a port); host names are not accepted", i+1)
-		}
-		if reason := brokerProblem(ap); reason != "" {
+		ap, reason := addressProblem(text)
+		if reason != "" {
 			return nil, bad("broker address %d %s", i+1, reason)
-		}
-		if ap.String() != text {
-			return nil, bad("broker address %d is not written in canonical form (lowercase, shortest IPv6 form, no leading zeros in the port)", i+1)
 		}
 		for j, prev := range out {
 			if prev == ap {
@@ -182,6 +176,34 @@ func parseBrokers(s string) ([]netip.AddrPort, error) {
 		out = append(out, ap)
 	}
 	return out, nil
+}
+
+// CheckAddress refuses an address that a token could not carry as a broker's: not
+// a numeric ip:port, or not written in canonical form, or one that means nothing
+// to another machine (a zone, port 0, a wildcard or multicast address). The
+// control plane holds a control token's addresses to it, as written by meshctl:
+// they are listed to hosts as brokers, and compared with its members' as text.
+func CheckAddress(s string) error {
+	if _, reason := addressProblem(s); reason != "" {
+		return fmt.Errorf("address %q %s", s, reason)
+	}
+	return nil
+}
+
+// addressProblem parses text as a broker address and describes why it cannot be
+// one, or returns "".
+func addressProblem(text string) (netip.AddrPort, string) {
+	ap, err := netip.ParseAddrPort(text)
+	if err != nil {
+		return ap, "is not ip:port (a numeric IPv4 address, or an IPv6 address in brackets, then a port); host names are not accepted"
+	}
+	if reason := brokerProblem(ap); reason != "" {
+		return ap, reason
+	}
+	if ap.String() != text {
+		return ap, "is not written in canonical form (lowercase, shortest IPv6 form, no leading zeros in the port)"
+	}
+	return ap, ""
 }
 
 // brokerProblem describes why ap cannot be a broker address, or returns "".

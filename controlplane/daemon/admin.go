@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -209,8 +208,11 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 	if _, err := tokenfmt.ParseRole(req.Role); err != nil {
 		return out, badRequest("%v", err)
 	}
-	if b, err := hex.DecodeString(req.ID); err != nil || len(b) != 32 {
-		return out, badRequest("token id is not a 64 hex digit hash")
+	if b, err := hex.DecodeString(req.ID); err != nil || len(b) != 32 || hex.EncodeToString(b) != req.ID {
+		// Every reader of the id (an enrolment's proof, token list and cancel)
+		// takes it in lowercase: one recorded in another case was pending for
+		// good, of no use, and kept every later token for the node out.
+		return out, badRequest("token id is not a hash of 64 lowercase hex digits")
 	}
 	// Enrolling clients prove the secret with this key rather than send it
 	// (decision 0018); a token without it would be refused to every current host.
@@ -230,8 +232,11 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 			return out, badRequest("a control token needs its addresses and a sealed identity: mint it with meshctl token --role control on the machine holding the CA key")
 		}
 		for _, a := range []string{req.Control.Broker, req.Control.Raft, req.Control.Cluster} {
-			if _, err := netip.ParseAddrPort(a); err != nil {
-				return out, badRequest("control address %q is not ip:port", a)
+			if err := tokenfmt.CheckAddress(a); err != nil {
+				// meshctl writes them so (bootstrap.CheckAddresses); by hand, one
+				// written otherwise passed the check of addresses taken, and a zone
+				// reached every later token's broker list, which no token takes.
+				return out, badRequest("control %v: mint the control token with meshctl token --role control", err)
 			}
 		}
 		if taken := d.controlAddressesTaken(req.Node, req.Control); taken != "" {

@@ -315,3 +315,66 @@ func TestControlTokenRefusedWhileAnOlderControlNodeServes(t *testing.T) {
 		}
 	})
 }
+
+// TestATokenRequestWrittenOtherwiseThanMeshctlWritesIsRefused: what meshctl never
+// sends, a request by hand could (a review): a token id in upper case was recorded
+// as sent, while every reader takes ids in lowercase, so the token was pending for
+// good, of no use, and kept every later token for its node out; a control token's
+// address written otherwise than canonically passed the check of the members'
+// addresses, compared as text, and one with an IPv6 zone (an escape sequence in it)
+// went to operators' terminals and into every later token's broker list, which no
+// token takes. Each is refused as a bad request, nothing recorded, even with the
+// CA's signature over it.
+func TestATokenRequestWrittenOtherwiseThanMeshctlWritesIsRefused(t *testing.T) {
+	d := fleet(t, 0)
+	ca, err := d.opts.Dir.LoadCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id [32]byte
+	rand.Read(id[:])
+	upper := api.TokenCreateRequest{ID: strings.ToUpper(hex.EncodeToString(id[:])), ProofKey: hex.EncodeToString(id[:]), Node: "web-9",
+		Role: state.RoleWorker, TTL: api.Duration(time.Hour)}
+	requests := map[string]api.TokenCreateRequest{"an upper-case id": upper}
+	n := 2
+	for name, addr := range map[string]string{
+		"a port with a leading zero":    "127.0.0.2:07300",
+		"an IPv6 zone":                  "[fe80::1%eth0]:7300",
+		"an escape sequence in a zone":  "[fe80::1%\x1b[2J]:7300",
+		"a wildcard address":            "0.0.0.0:7300",
+		"IPv4 written as IPv6":          "[::ffff:127.0.0.2]:7300",
+		"IPv6 not in its shortest form": "[fe80:0::1]:7300",
+		"port 0":                        "127.0.0.2:0",
+	} {
+		// Each for a node of its own, so that one recorded keeps no other out.
+		n++
+		r := controlTokenRequest(fmt.Sprintf("cp-%d", n), n, d.now().Add(time.Hour))
+		r.Control.Broker = addr
+		r.Control.Proof = signClaim(t, ca, d.cfg.Mesh, r)
+		requests[name] = r
+	}
+	for name, req := range requests {
+		_, err := d.createToken(req)
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Code != api.CodeBadRequest {
+			t.Errorf("%s: %v, want %s", name, err, api.CodeBadRequest)
+		}
+	}
+	d.fsm.Read(func(s *state.State) {
+		for name, req := range requests {
+			if _, ok := s.Tokens[req.ID]; ok {
+				t.Errorf("%s: the token was recorded", name)
+			}
+		}
+	})
+	// The same written as meshctl writes it is minted.
+	upper.ID = strings.ToLower(upper.ID)
+	if _, err := d.createToken(upper); err != nil {
+		t.Errorf("the token with its id in lowercase: %v", err)
+	}
+	good := controlTokenRequest("cp-2", 2, d.now().Add(time.Hour))
+	good.Control.Proof = signClaim(t, ca, d.cfg.Mesh, good)
+	if _, err := d.createToken(good); err != nil {
+		t.Errorf("a control token at 127.0.0.2:7300: %v", err)
+	}
+}
