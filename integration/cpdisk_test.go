@@ -2,6 +2,7 @@ package integration
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -136,4 +137,60 @@ func TestControlNodeWhoseDiskGoesReadOnly(t *testing.T) {
 	if r := cp.Ctl("token", "list", "--node", "web-1", "--json"); r.Code != 0 || !strings.Contains(r.Stdout, `"pending"`) {
 		t.Fatalf("the token minted before, once mended (exit %d): %s", r.Code, r.Combined())
 	}
+}
+
+// TestAnEnrolmentOnAFullDiskSaysSoAndNamesNoPath: an enrolment the control node's
+// Raft log has no room for is refused as worth another try (exit 7), saying the
+// control plane cannot record it and the token is not used, with nothing of the
+// control node's own (its data directory, its store's error: the client has proved
+// only a token); the control node's log names the disk and where to free space.
+// Once there is room the same token enrols. Before (a review), the host was told
+// "commit enrol: write …/raft/raft.db: no space left on device" and to try again in
+// a few seconds.
+func TestAnEnrolmentOnAFullDiskSaysSoAndNamesNoPath(t *testing.T) {
+	mnt := filepath.Join(t.TempDir(), "fs")
+	mountSmallFS(t, mnt, "16m", "nothing else here checks what an enrolling host is told of a full disk")
+
+	cp := harness.NewControlPlaneIn(t, bin, "cpdiskenrol", filepath.Join(mnt, "cp"))
+	serve := cp.Serve()
+	const n = 40
+	tokens := make([]string, n)
+	for i := range tokens {
+		tokens[i] = cp.Token(fmt.Sprintf("web-%d", i))
+	}
+	fillDisk(t, filepath.Join(mnt, "filler"))
+	// Raft's store takes small entries in the pages it holds free inside its file
+	// until they run out: enrol one host after another until one finds no room.
+	refused := -1
+	var r harness.Result
+	for i := 0; i < n && refused < 0; i++ {
+		r = harness.NewHost(t, bin, fmt.Sprintf("web-%d", i)).Enrol(tokens[i], "--timeout", "20s")
+		if r.Code != 0 {
+			refused = i
+		}
+	}
+	if refused < 0 {
+		t.Fatalf("%d enrolments on a full disk all went through: nothing here fills the Raft store", n)
+	}
+	t.Logf("enrolment %d refused:\n%s", refused, r.Stderr)
+	if r.Code != 7 || !strings.Contains(r.Stderr, "cannot write its Raft log") || !strings.Contains(r.Stderr, "the token is not used") {
+		t.Fatalf("enrolment %d on a full disk: exit %d, want 7 saying the control plane cannot record it and the token is not used:\n%s", refused, r.Code, r.Combined())
+	}
+	for _, private := range []string{mnt, "raft.db", "no space left"} {
+		if strings.Contains(r.Combined(), private) {
+			t.Errorf("the enrolling host was told %q of the control node:\n%s", private, r.Combined())
+		}
+	}
+	if !strings.Contains(serve.Output(), "disk is full") || !strings.Contains(serve.Output(), cp.Dir) {
+		t.Errorf("serve's log does not name the full disk and where to free space:\n%s", serve.Output())
+	}
+
+	if err := os.Remove(filepath.Join(mnt, "filler")); err != nil {
+		t.Fatal(err)
+	}
+	host := harness.NewHost(t, bin, fmt.Sprintf("web-%d", refused))
+	harness.Eventually(t, 30*time.Second, "the same token enrols once there is room", func() bool {
+		r = host.Enrol(tokens[refused], "--timeout", "5s")
+		return r.Code == 0
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -104,7 +105,7 @@ func (d *Daemon) handleEnrol(m *nats.Msg) {
 	if !d.payAnswer(budget, req.PublicKey, len(data)) {
 		d.guard.refuse(subjectEnrol, ReasonRate, node, "the client repeated its enrolment faster than its budget pays for sending the answer")
 		data, _ = json.Marshal(api.EnrolResponse{V: api.ProtocolVersion, Error: &api.Error{Code: api.CodeUnavailable,
-			Message: "this enrolment was repeated faster than its message budget allows for the answer's size: run enrol again in a few seconds"}})
+			Message: "this enrolment was repeated faster than its message budget allows for the answer's size"}})
 	}
 	if err := d.conns.hosts.Publish(m.Reply, data); err != nil {
 		d.logRepeated(slog.LevelWarn, "enrolment reply not sent", "node", node, "err", err)
@@ -167,15 +168,28 @@ func (d *Daemon) encodeEnrolAnswer(resp api.EnrolResponse) ([]byte, error) {
 	return json.Marshal(resp)
 }
 
+// enrolNotRecorded tells an enrolling client that the control plane can record
+// nothing now: unavailable, which every agent takes as worth another try, since one
+// that knew no disk_full took that for a refusal for good. It names no control
+// node's path or error: the control node's log does, for its operators.
+//
+// What the mesh tells an enrolling client says what happened, not what to run: the
+// client adds that (meshhost enrol, meshctl join), once.
+const enrolNotRecorded = "the control plane cannot record enrolments now: a control node cannot write its Raft log (a full or read-only disk), which the mesh's operators must mend (meshctl control status names it); nothing was recorded and the token is not used"
+
 // enrolBudgetKey prefixes the message budget of a node's enrolling clients, apart
 // from the node's own once enrolled.
 const enrolBudgetKey = "enrol:"
 
 func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
-	refuse := func(code, msg string) api.EnrolResponse {
-		d.guard.refuse("enrol", Reason(code), node, msg)
+	// refuseSaying logs detail and tells the enrolling client msg: what the control
+	// node knows of its own failure (its paths, its store's errors) is for its
+	// operators, not for a client that has proved only a token.
+	refuseSaying := func(code, msg, detail string) api.EnrolResponse {
+		d.guard.refuse("enrol", Reason(code), node, detail)
 		return api.EnrolResponse{V: api.ProtocolVersion, Error: &api.Error{Code: code, Message: msg}}
 	}
+	refuse := func(code, msg string) api.EnrolResponse { return refuseSaying(code, msg, msg) }
 	answer := func(resp api.EnrolResponse, e *api.Error) api.EnrolResponse {
 		if e != nil {
 			return refuse(e.Code, e.Message)
@@ -230,7 +244,7 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 	}
 	if req.Role == state.RoleWorker {
 		if open := d.closeRevokedOf(req.Node); open > 0 {
-			return refuse(api.CodeUnavailable, fmt.Sprintf("%d connection(s) of a key this node id was revoked under are still open, and would hear the declarations of the machine enrolled now: they are being closed; run enrol again in a few seconds", open))
+			return refuse(api.CodeUnavailable, fmt.Sprintf("%d connection(s) of a key this node id was revoked under are still open, and would hear the declarations of the machine enrolled now: they are being closed", open))
 		}
 	}
 	// A control node's identity is opened before the enrolment is committed: one
@@ -250,14 +264,24 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 			return refuse(e.Code, e.Message)
 		}
 	}
+	if why := d.noWritableQuorum(now); why != "" {
+		// Nothing proposed, as for an operator's change (commit): committed
+		// whenever there is room again, long after the client gave up.
+		return refuseSaying(api.CodeUnavailable, enrolNotRecorded, "nothing can be committed now: "+why)
+	}
 	res, err := d.raft.Apply(state.Command{Op: state.OpEnrol, At: now, Rules: d.enrolRules(req.Role, req.Node), Enrol: &state.EnrolCmd{
 		TokenID: id, Node: req.Node, Role: req.Role, PublicKey: req.PublicKey, CurveKey: req.CurveKey, Reseal: reseal,
 	}}, commitTimeout)
 	if err != nil {
 		if errors.Is(err, replication.ErrNotLeader) {
-			return refuse(api.CodeUnavailable, "the control plane is electing a leader; run enrol again in a few seconds")
+			return refuse(api.CodeUnavailable, "the control plane is electing a leader")
 		}
-		return refuse(api.CodeUnavailable, "the enrolment could not be committed: "+err.Error())
+		if errors.Is(err, syscall.ENOSPC) {
+			return refuseSaying(api.CodeUnavailable, enrolNotRecorded, fmt.Sprintf(
+				"control node %s could not write its Raft log: its disk is full (%v); free space under %s", d.cfg.Node, err, d.opts.Dir))
+		}
+		return refuseSaying(api.CodeUnavailable, "the control plane could not record the enrolment now (its log says why); nothing was recorded and the token is not used",
+			"the enrolment could not be committed: "+err.Error())
 	}
 	if res.Err != nil {
 		return refuse(refusalCode(res.Err), res.Err.Error())

@@ -630,13 +630,13 @@ func (r *run) join(ctx context.Context) error {
 }
 
 // dropSpentKeys removes the keys of this join (join-pending.json) once the mesh's
-// answer refused its token for good (ErrRefused: used, expired, cancelled, unknown,
+// answer refused its token for good (tokenSpent: used, expired, cancelled, unknown,
 // another role or node): no join can finish with them, and a seed nobody will use
 // should not lie about. After any other failure they stay, for a run with the same
-// token: a login a broker refused (ErrLoginRefused) among them, since a broker
+// token (a refusal by an older control node among them, which uses nothing up): a login a broker refused (ErrLoginRefused) among them, since a broker
 // refuses some for a minute only, without saying which.
 func (r *run) dropSpentKeys(err error) error {
-	if !errors.Is(err, ErrRefused) {
+	if !tokenSpent(err) {
 		return err
 	}
 	path := r.o.Dir.Path(pendingFile)
@@ -768,16 +768,34 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 	return resp, "", fmt.Errorf("%w: no broker of the mesh could be reached (%s); retrying may help", operator.ErrUnreachable, strings.Join(errs, "; "))
 }
 
-// answerError is the error of the mesh's refusal e of an admission: ErrUnavailable
-// when the mesh cannot admit anyone now (an election, a commit that failed) or
-// failed to answer (internal: its log says why), where a join run again with the
-// token is answered from the state should the mesh have recorded it; ErrRefused
-// for a refusal of the token or the request.
+// answerError is the error of the mesh's refusal e of an admission, e kept for
+// errors.As: ErrUnavailable when the mesh cannot admit anyone now (an election, a
+// commit that failed, a full disk) or failed to answer (internal: its log says
+// why), where a join run again with the token is answered from the state should
+// the mesh have recorded it; ErrRefused for a refusal of the token or the request.
 func answerError(e *api.Error) error {
-	if e.Code == api.CodeUnavailable || e.Code == api.CodeInternal {
-		return fmt.Errorf("%w (%s): %s", ErrUnavailable, e.Code, e.Message)
+	switch e.Code {
+	case api.CodeUnavailable, api.CodeInternal, api.CodeDiskFull:
+		return fmt.Errorf("%w (%s): %w; run the join again with the same token", ErrUnavailable, e.Code, e)
 	}
-	return fmt.Errorf("%w (%s): %s", ErrRefused, e.Code, e.Message)
+	return fmt.Errorf("%w (%s): %w", ErrRefused, e.Code, e)
+}
+
+// tokenSpent reports whether err is a refusal after which no join with the token
+// can finish: the token used, expired, cancelled or not the mesh's, or its node or
+// key taken. Other refusals (an older control node, a malformed request) leave the
+// token as it was, which the mesh says too.
+func tokenSpent(err error) bool {
+	var ae *api.Error
+	if !errors.Is(err, ErrRefused) || !errors.As(err, &ae) {
+		return false
+	}
+	switch ae.Code {
+	case api.CodeTokenUnknown, api.CodeTokenUsed, api.CodeTokenExpired, api.CodeTokenOtherNode, api.CodeTokenWrongRole,
+		api.CodeTokenOtherMesh, api.CodeTokenStaleKey, api.CodeTokenCancelled, api.CodeNodeExists, api.CodeKeyRevoked, api.CodeKeyInUse:
+		return true
+	}
+	return false
 }
 
 // member makes the node a confirmed Raft member with a route to the other brokers.
@@ -1003,12 +1021,13 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 // node having applied the probe entry at index probe. A failure that says the mesh
 // cannot answer now (unavailable: no leader, or one that changed during the
 // request; internal; no answer; a lost connection) rolls nothing back: the node
-// replicates, and the same join run again confirms it. Before, it was rolled back
-// as not confirmed. A refusal (the node did not name its probe: not replicating)
+// replicates, and the same join run again confirms it (disk_full too: the leader
+// could not record the confirmation, and will once there is room). Before, it was
+// rolled back as not confirmed. A refusal (the node did not name its probe: not replicating)
 // rolls the join back with rollback.
 func (r *run) confirmFailed(node string, probe uint64, err error, rollback func() error) error {
 	var ae *api.Error
-	if errors.As(err, &ae) && (ae.Code == api.CodeUnavailable || ae.Code == api.CodeInternal) ||
+	if errors.As(err, &ae) && (ae.Code == api.CodeUnavailable || ae.Code == api.CodeInternal || ae.Code == api.CodeDiskFull) ||
 		errors.Is(err, operator.ErrNoLeader) || errors.Is(err, operator.ErrNoAnswer) || errors.Is(err, operator.ErrConnectionLost) {
 		return fmt.Errorf("%w (%w): %s applied the probe entry at index %d and is a Raft nonvoter, not confirmed yet; nothing was rolled back: run the same meshctl join --data %s again with the same token to resume",
 			ErrConfirmLater, err, node, probe, r.o.Dir)

@@ -17,7 +17,8 @@
 // directory above it, that another user could change; a managed root or a token file
 // another user owns or could write);
 // 6 this node was revoked (or its key is refused); 7 the mesh could not be reached,
-// or its broker refused the enrolment's login (retrying may help); 8 the state
+// or its broker refused the enrolment's login, or this machine's clock is off
+// (retrying may help, once the clock is set); 8 the state
 // directory is in use by another meshhost (run, enrol); 9 enrol interrupted (SIGINT,
 // SIGTERM) before it finished, or hooks retry before the agent answered. The systemd unit names the ones that mean a person must act
 // (RestartPreventExitStatus in dist/systemd/meshhost.service).
@@ -234,7 +235,11 @@ func exitCode(stderr io.Writer, name string, err error) int {
 			return exitUnreachable
 		}
 		return exitToken
-	case errors.Is(err, enrol.ErrUnreachable), errors.Is(err, enrol.ErrNoAnswer):
+	case errors.Is(err, enrol.ErrUnreachable), errors.Is(err, enrol.ErrNoAnswer),
+		// This machine's clock, by which the broker's certificate or the mesh's
+		// answer is out of its validity: enrol run again with the same token goes
+		// on once it is set, as meshctl join's exit 3 says for the same fault.
+		errors.Is(err, enrol.ErrClock), errors.Is(err, enrol.ErrAnswerTime):
 		return exitUnreachable
 	case errors.Is(err, enrol.ErrInterrupted), errors.Is(err, errRetryInterrupted):
 		return exitInterrupted
@@ -279,7 +284,8 @@ func exitCodes(name string) string {
   7  no broker answered, no answer came, the mesh could not take it now (unavailable,
      internal), or its broker refused the login (login_refused: retrying a minute
      later may help; refused again, the token is not one the mesh knows: ask for a
-     new one)
+     new one), or the broker's certificate or the mesh's answer is not valid at this
+     machine's time (set the clock, then run it again with the same token)
   8  another meshhost holds the state directory
   9  interrupted (SIGINT, SIGTERM) before it finished: run it again with the same
      token, it resumes

@@ -251,6 +251,21 @@ func TestRefusalExitCodes(t *testing.T) {
 	}
 }
 
+// TestAClockFaultExitsAsWorthAnotherTry: a broker certificate or an answer out of
+// its validity by this machine's clock exits 7 (retrying may help, once the clock is
+// set), as meshctl join exits 3 for the same fault; it exited 1, "another failure",
+// which no help listed (a review).
+func TestAClockFaultExitsAsWorthAnotherTry(t *testing.T) {
+	for _, err := range []error{
+		fmt.Errorf("4. connect: %w: this machine's clock is wrong", enrol.ErrClock),
+		fmt.Errorf("%w: this machine's clock reads 2026-12-05T00:00:00Z", enrol.ErrAnswerTime),
+	} {
+		if got := exitCode(io.Discard, "enrol", err); got != exitUnreachable {
+			t.Errorf("%v: exit %d, want %d", err, got, exitUnreachable)
+		}
+	}
+}
+
 // TestAFlagOfOneValueGivenTwice: a flag that takes one value, given twice, is a
 // usage error naming both values (the last one used to win silently: `run --root A
 // --root B` managed B); --broker stays repeatable, and --help still names each
