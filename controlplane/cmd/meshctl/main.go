@@ -208,6 +208,8 @@ func run(args []string, cio *cliIO) int {
 	if cio.rerun == nil {
 		cio.rerun = new(atomic.Pointer[string])
 	}
+	out := &outputWriter{w: cio.stdout}
+	cio = cio.withStdout(out)
 	root := newRoot(cio)
 	if len(args) == 0 {
 		return rootUsageError(root, cio)
@@ -221,12 +223,18 @@ func run(args []string, cio *cliIO) int {
 	}
 	root.SetArgs(joinOptionalValues(root, args))
 	cmd, err := root.ExecuteC()
-	if err == nil {
-		return exitOK
-	}
 	name := "meshctl"
 	if cmd != nil && cmd != root {
 		name = cmd.CommandPath()
+	}
+	if err == nil {
+		if werr := out.failed(); werr != nil {
+			if op := cio.sent.Load(); op != nil {
+				return exitCode(cio.stderr, name, fmt.Errorf("the change was sent, but its output could not be written (%w): look at what it did (%s) before running it again", werr, operator.LookAt(*op)))
+			}
+			return exitCode(cio.stderr, name, fmt.Errorf("the output could not be written (%w): what was shown is incomplete", werr))
+		}
+		return exitOK
 	}
 	var ce commandError
 	if errors.As(err, &ce) {
@@ -235,6 +243,30 @@ func run(args []string, cio *cliIO) int {
 	// Anything cobra itself refused is a malformed command line.
 	fmt.Fprintf(cio.stderr, "%s: %s\nrun `%s --help` for usage\n", name, tokenfmt.HideTokens(err.Error()), name)
 	return exitUsage
+}
+
+// outputWriter is a command's standard output, keeping its first write error: a
+// table printed to a full disk or a closed file is no success, and a printer that
+// does not check each write (a tabwriter's Flush) still fails the command.
+type outputWriter struct {
+	w   io.Writer
+	err atomic.Pointer[error]
+}
+
+func (o *outputWriter) Write(p []byte) (int, error) {
+	n, err := o.w.Write(p)
+	if err != nil {
+		o.err.CompareAndSwap(nil, &err)
+	}
+	return n, err
+}
+
+// failed is the first write error, or nil.
+func (o *outputWriter) failed() error {
+	if p := o.err.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // newRoot builds the command tree, writing to cio.

@@ -44,6 +44,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -120,7 +121,36 @@ func main() {
 	os.Exit(run(os.Args[1:], cio))
 }
 
+// run executes a command line and returns the exit code: a command that succeeded
+// but whose output could not be written (a full disk under `meshhost status >
+// F`) fails.
 func run(args []string, cio *cliIO) int {
+	if len(args) > 0 && args[0] == "run" {
+		// run's stdout is no output of its own: whatever writes there (nothing
+		// does) is no reason for the agent to stop.
+		return dispatch(args, cio)
+	}
+	out := &outputWriter{w: cio.stdout}
+	c := *cio
+	c.stdout = out
+	code := dispatch(args, &c)
+	werr := out.failed()
+	if code != exitOK || werr == nil {
+		return code
+	}
+	name := "help"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name = args[0]
+	}
+	err := fmt.Errorf("the output could not be written (%w): what was shown is incomplete", werr)
+	if name == "enrol" || name == "enroll" {
+		err = fmt.Errorf("this machine is enrolled (meshhost status shows it), but the output could not be written (%w)", werr)
+	}
+	return exitCode(cio.stderr, name, err)
+}
+
+// dispatch runs the command args names.
+func dispatch(args []string, cio *cliIO) int {
 	switch {
 	case len(args) == 0:
 		// No command is a mistake in the command line: the overview goes where
@@ -163,6 +193,30 @@ func run(args []string, cio *cliIO) int {
 		return exitUsage
 	}
 	return exitCode(cio.stderr, args[0], err)
+}
+
+// outputWriter is a command's standard output, keeping its first write error: a
+// status printed to a full disk or a closed file is no success, though each line's
+// write goes unchecked.
+type outputWriter struct {
+	w   io.Writer
+	err atomic.Pointer[error]
+}
+
+func (o *outputWriter) Write(p []byte) (int, error) {
+	n, err := o.w.Write(p)
+	if err != nil {
+		o.err.CompareAndSwap(nil, &err)
+	}
+	return n, err
+}
+
+// failed is the first write error, or nil.
+func (o *outputWriter) failed() error {
+	if p := o.err.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func usage(w io.Writer) {

@@ -1,0 +1,73 @@
+package integration
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"mesh/integration/harness"
+)
+
+// TestOutputThatCannotBeWrittenFails: a command whose output cannot be written (a
+// full disk under `meshctl nodes > nodes.txt`; /dev/full here) fails, exit 1, saying
+// so, whether it prints a table or JSON. Before (a review), the tables of nodes,
+// status, control status and signing-key status, and meshhost's status and
+// version, exited 0 with nothing written: a script kept an empty file as the
+// fleet's list. meshhost enrol, whose enrolment finished, says the machine is
+// enrolled; run again, it finds it so.
+func TestOutputThatCannotBeWrittenFails(t *testing.T) {
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skipf("no /dev/full to write to: %v", err)
+	}
+	defer full.Close()
+	cp := harness.NewControlPlane(t, bin, "fullout")
+	cp.Serve()
+	web := harness.NewHost(t, bin, "web-1")
+	token := cp.Token("web-1")
+
+	run := func(stdin string, path string, args ...string) (int, string) {
+		t.Helper()
+		cmd := exec.Command(path, args...)
+		cmd.Stdin = strings.NewReader(stdin)
+		cmd.Stdout = full
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, stderr.String()
+	}
+
+	code, stderr := run(token, bin.Meshhost, "enrol", "--state", web.State)
+	if code != 1 || !strings.Contains(stderr, "this machine is enrolled") || !strings.Contains(stderr, "could not be written") {
+		t.Fatalf("meshhost enrol > /dev/full: exit %d, want 1 saying the machine is enrolled but the output could not be written:\n%s", code, stderr)
+	}
+	if r := web.Enrol(token); r.Code != 0 {
+		t.Fatalf("meshhost enrol run again, to a writable output: %s", r.Combined())
+	}
+
+	for _, args := range [][]string{
+		{"nodes"}, {"nodes", "--json"}, {"nodes", "web-1"}, {"status"}, {"control", "status"}, {"control", "status", "--json"},
+		{"signing-key", "status"}, {"token", "list"}, {"version"}, {"--help"},
+	} {
+		if args[0] != "version" && args[0] != "--help" {
+			args = append(args, "--data", cp.Dir)
+		}
+		code, stderr := run("", bin.Meshctl, args...)
+		if code != 1 || !strings.Contains(stderr, "no space left on device") {
+			t.Errorf("meshctl %s > /dev/full: exit %d, want 1 naming the write's failure:\n%s", strings.Join(args, " "), code, stderr)
+		}
+	}
+	for _, args := range [][]string{{"status", "--state", web.State}, {"status", "--state", web.State, "--json"}, {"version"}, {"--help"}} {
+		if code, stderr := run("", bin.Meshhost, args...); code != 1 || !strings.Contains(stderr, "no space left on device") {
+			t.Errorf("meshhost %s > /dev/full: exit %d, want 1 naming the write's failure:\n%s", strings.Join(args, " "), code, stderr)
+		}
+	}
+}
