@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
 	"mesh/controlplane/replication"
+	"mesh/host/dirlock"
 )
 
 func TestCaughtUpHoldsOnABusyLog(t *testing.T) {
@@ -81,6 +83,13 @@ func TestNotFollowingSaysWhatToDo(t *testing.T) {
 			!strings.Contains(err.Error(), "no space left on device") || strings.Contains(err.Error(), "slow disk") {
 			t.Errorf("leader %q, store not written: %q", leader, err)
 		}
+	}
+	// The data directory's own words for it, which meshctl maps to exit 7 as it
+	// does the same fault while serve runs (it was exit 1: the cause was text).
+	full := datadir.Dir("/var/lib/mesh").WriteFailed("", fmt.Errorf("write /var/lib/mesh/raft/raft.db: %w", syscall.ENOSPC))
+	err = notFollowing(context.DeadlineExceeded, "cp-1", "", three, time.Minute, full)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, syscall.ENOSPC) || !errors.Is(err, dirlock.ErrNotWritable) || !errors.Is(err, datadir.ErrDiskFull) {
+		t.Errorf("a full disk's error is not in the chain: %q", err)
 	}
 }
 

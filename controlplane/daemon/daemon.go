@@ -918,7 +918,9 @@ func (d *Daemon) waitFollowing(ctx context.Context) error {
 		if storeErr == nil {
 			storeErr = d.raft.SnapshotWriteError()
 		}
-		return notFollowing(err, d.cfg.Node, d.raft.Leader(), members, d.opts.ReadyTimeout, storeErr)
+		// A full disk or a read-only one said as the data directory's (exit 7, as
+		// the same fault while serving), not as a wait that ran out (exit 1).
+		return notFollowing(err, d.cfg.Node, d.raft.Leader(), members, d.opts.ReadyTimeout, d.opts.Dir.WriteFailed("", storeErr))
 	}
 	return err
 }
@@ -930,7 +932,7 @@ func (d *Daemon) waitFollowing(ctx context.Context) error {
 // disk").
 func notFollowing(err error, node, leader string, members []replication.Member, waited time.Duration, storeErr error) error {
 	if storeErr != nil {
-		return fmt.Errorf("%w: %s could not write its Raft store within %s (%v): it cannot join its cluster until it can; free space (or mend the file system) under its data directory, then start it again", err, node, waited, storeErr)
+		return fmt.Errorf("%s could not write its Raft store within %s (%w), and cannot join its cluster until it can: free space (or mend the file system) under its data directory, then start it again (%w)", node, waited, storeErr, err)
 	}
 	if leader != "" {
 		return fmt.Errorf("%w: %s follows %s but had not applied its log within %s (a large state to transfer, or a slow disk); start it again to go on", err, node, leader, waited)
