@@ -126,8 +126,9 @@ var (
 	// declaration is this host's proof that the mesh recorded its key, so nothing was
 	// saved. It also matches ErrBadAnswer.
 	ErrNoFirstDeclaration = errors.New("the mesh's answer leaves out the node's declaration")
-	// ErrSave: the identity could not be saved.
-	ErrSave = errors.New("the identity could not be saved")
+	// ErrSave: the enrolment could not be saved on this machine (its identity, or
+	// the applied state saved with it).
+	ErrSave = errors.New("the enrolment could not be saved on this machine")
 	// ErrInterrupted: the context ended (SIGINT, SIGTERM) while the enrolment dialled
 	// or waited for the mesh's answer; nothing was saved, and running enrol again
 	// with the same token resumes with the same key.

@@ -232,9 +232,9 @@ func (s *Store) failed(err error) error {
 	path := Path(s.dir)
 	if errors.Is(err, syscall.ENOSPC) {
 		return fmt.Errorf("state: cannot record the applied state in %s because the disk is full; "+
-			"the previous record is intact: %w", path, err)
+			"any record saved before is intact: %w", path, err)
 	}
-	return fmt.Errorf("state: cannot record the applied state in %s (the previous record is intact): %w", path, err)
+	return fmt.Errorf("state: cannot record the applied state in %s (any record saved before is intact): %w", path, err)
 }
 
 // legacyMarker is what the legacy file holds once the state moved to the two-slot

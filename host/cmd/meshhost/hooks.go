@@ -16,6 +16,7 @@ import (
 	"mesh/host/identity"
 	"mesh/host/state"
 	"mesh/host/statedir"
+	"mesh/host/wire"
 )
 
 // Bounds of `hooks retry --timeout`: hooks run one after another, each for at most
@@ -75,7 +76,7 @@ func cmdHooks(args []string, cio *cliIO) error {
 	}
 	// The agent records what it owes before it runs it: nothing on record, nothing
 	// to run, whether or not an agent runs.
-	if len(applied.HooksPending) == 0 && len(applied.HooksFailed) == 0 && applied.LastErrorCode != "hook_failed" {
+	if len(applied.HooksPending) == 0 && len(applied.HooksFailed) == 0 && applied.LastErrorCode != wire.StatusHookFailed {
 		if *asJSON {
 			return writeJSONTo(cio, agent.HooksOutcome{Nothing: true})
 		}

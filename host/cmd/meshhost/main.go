@@ -326,7 +326,7 @@ func exitCodes(name string) string {
 	switch name {
 	case "enrol":
 		return `  0  enrolled (or found enrolled, by an earlier run of this enrolment)
-  1  another failure: the identity could not be saved (a full disk: free space, then
+  1  another failure: the enrolment could not be saved here (a full disk: free space, then
      run it again with the same token), or the mesh's answer does not verify
   2  usage: the command line is wrong (a token given as an argument is refused,
      never shown), or a token in MESH_TOKEN and a file on stdin
