@@ -127,7 +127,14 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 		case api.OpSigningKeyRetire:
 			result, err = adminCall(op, m.Data, d.retireKey)
 		default:
-			err = &api.Error{Code: api.CodeNotFound, Message: "unknown operation " + op}
+			// not_found, as every version answered it; said as what it most likely
+			// is, a meshctl newer than this control node (a review).
+			runs := "an older meshctl"
+			if d.opts.Version != "" {
+				runs = "meshctl " + d.opts.Version
+			}
+			err = &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("unknown operation %q: this control node runs %s, which does not know it; upgrade the control nodes (meshctl control status shows what each runs), or run the meshctl they run",
+				api.CleanText(op, 64), runs)}
 		}
 	}
 	resp := api.AdminResponse{V: api.ProtocolVersion}
