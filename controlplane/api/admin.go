@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"mesh/controlplane/pki"
@@ -364,6 +365,18 @@ func decodeAdminRequest(op string, data []byte, args any) (AdminRequest, error) 
 
 // decodeStrict decodes one JSON value, refusing unknown fields, trailing data, a
 // member twice and a member named in another case than its field.
+// RefusedMember reports whether err is a control plane's refusal of a request for
+// carrying member, a member it does not know: an older control plane reads
+// requests strictly (decodeStrict) and says so only in encoding/json's words,
+// `json: unknown field "member"`, in a bad_request. meshctl tells an older control
+// plane by it; this is the one place that reads those words, and it reads them
+// whole, so that a value the refusal quotes ("key" in `key "key" is not a node's
+// public key`) is not taken for the member.
+func RefusedMember(err error, member string) bool {
+	var ae *Error
+	return errors.As(err, &ae) && ae.Code == CodeBadRequest && strings.Contains(ae.Message, `unknown field "`+member+`"`)
+}
+
 func decodeStrict(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()

@@ -391,7 +391,7 @@ func (c *Client) call(op, id string, mayRepeat bool, req, res any) error {
 			return err
 		}
 		if resp.Error != nil {
-			if out.mayRepeat && resp.Error.Code == api.CodeBadRequest && strings.Contains(resp.Error.Message, `"again"`) {
+			if out.mayRepeat && api.RefusedMember(resp.Error, "again") {
 				return fmt.Errorf("%w: the control plane is older than request ids given to it (it refused the mark of a change that may repeat an earlier one: %s); nothing was carried out", ErrRequestIDRefused, resp.Error.Message)
 			}
 			if out.sentAgain && !out.mayRepeat && resp.Error.Code == api.CodeBadRequest {

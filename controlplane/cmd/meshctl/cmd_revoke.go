@@ -1,10 +1,8 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nkeys"
@@ -124,8 +122,7 @@ func printRevoked(w io.Writer, r api.RevokedNode) {
 // olderKey explains the refusal of a control plane older than --key: it reads
 // requests strictly, so it refuses the member, and revokes nothing.
 func olderKey(err error) error {
-	var ae *api.Error
-	if errors.As(err, &ae) && ae.Code == api.CodeBadRequest && strings.Contains(ae.Message, `"key"`) {
+	if api.RefusedMember(err, "key") {
 		return fmt.Errorf("%w\nthe control plane is older than this meshctl and cannot check --key; it revoked nothing: look at the node's key (meshctl nodes NODE --json) and revoke without --key, or upgrade the control plane", err)
 	}
 	return err

@@ -224,8 +224,7 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 // reads requests strictly, so it refuses the replace member (and mints nothing)
 // with only the decoder's text.
 func olderReplace(err error, node string) error {
-	var ae *api.Error
-	if errors.As(err, &ae) && ae.Code == api.CodeBadRequest && strings.Contains(ae.Message, `"replace"`) {
+	if api.RefusedMember(err, "replace") {
 		return fmt.Errorf("%w\nthe control plane is older than this meshctl and cannot replace tokens; it minted nothing: cancel the pending token (meshctl token cancel %s) and mint again without --replace, or upgrade the control plane", err, node)
 	}
 	return err
@@ -236,8 +235,7 @@ func olderReplace(err error, node string) error {
 // the token's proof key, sealed identity and expiry, which an older control plane
 // does not take.
 func olderClaim(err error) error {
-	var ae *api.Error
-	if errors.As(err, &ae) && ae.Code == api.CodeBadRequest && strings.Contains(ae.Message, `"claim_expiry"`) {
+	if api.RefusedMember(err, "claim_expiry") {
 		return fmt.Errorf("%w\nthe leading control node is older than this meshctl, and does not take the CA's claim this meshctl signs (it covers the token's proof key, sealed identity and expiry); nothing was minted: upgrade every control node, then mint the control token again (docs/operations.md, Upgrading)", err)
 	}
 	return err
@@ -413,8 +411,7 @@ func notPendingBecause(t api.TokenView) string {
 // cancelling by id refuses the ids (and cancels nothing); one whose answer was lost
 // may have cancelled them, and sent again with the same ids it cancels nothing more.
 func cancelFailed(err error, node string, ids []string) error {
-	var ae *api.Error
-	if errors.As(err, &ae) && ae.Code == api.CodeBadRequest && strings.Contains(ae.Message, `"ids"`) {
+	if api.RefusedMember(err, "ids") {
 		return fmt.Errorf("%w\nthe control plane is older than this meshctl and cannot cancel tokens by id; it cancelled nothing: upgrade it, or cancel with the meshctl of its version (which cancels every token of %s pending when the control plane applies it, one minted meanwhile included)", err, node)
 	}
 	if errors.Is(err, operator.ErrNoAnswer) || errors.Is(err, operator.ErrConnectionLost) {

@@ -118,8 +118,7 @@ func olderDryRun(err error) error {
 	if errors.Is(err, operator.ErrNoAnswer) {
 		return fmt.Errorf("%w to the dry run within --timeout; a dry run changes nothing, so run it again", operator.ErrNoAnswer)
 	}
-	var ae *api.Error
-	if errors.As(err, &ae) && ae.Code == api.CodeBadRequest && strings.Contains(ae.Message, `"dry_run"`) {
+	if api.RefusedMember(err, "dry_run") {
 		return fmt.Errorf("%w\nthe control plane is older than this meshctl and cannot do a dry run; it declared nothing: upgrade the control plane to use --dry-run", err)
 	}
 	return err
