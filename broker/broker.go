@@ -31,6 +31,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 
+	"mesh/host/busyaddr"
 	"mesh/logging"
 )
 
@@ -248,6 +249,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if err := waitReady(ns, nlog, deadline); err != nil {
 		ns.Shutdown()
+		// nats-server says a listener it could not open in its own words only:
+		// asked again, the system says which and why.
+		listens := []string{cfg.Listen}
+		if cfg.Cluster != nil {
+			listens = append(listens, cfg.Cluster.Listen)
+		}
+		if lerr := busyaddr.Check(listens...); lerr != nil {
+			return nil, fmt.Errorf("broker: %w: %w", ErrNotReady, lerr)
+		}
 		return nil, fmt.Errorf("broker: not accepting connections on %s: %w", cfg.Listen, err)
 	}
 	answered := slices.Clone(cfg.Flows.OperatorServices)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -127,4 +128,30 @@ func procAddr(s string) (netip.AddrPort, error) {
 	}
 	addr, _ := netip.AddrFromSlice(raw)
 	return netip.AddrPortFrom(addr.Unmap(), uint16(port)), nil
+}
+
+// TestAPortTakenIsSaidAsSuch: `meshctl serve` whose broker, Raft or cluster port
+// another process holds exits 1 saying that another process listens there, which
+// command names it, and to stop it or give another address; before (a review), the
+// broker's came in nats-server's words ("Error listening on port"), with nothing to
+// do. Once the port is free, serve starts.
+func TestAPortTakenIsSaidAsSuch(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "portheld")
+	for _, addr := range []string{cp.Listen, cp.Raft, cp.Cluster} {
+		held, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(addr)
+		serve := cp.StartServe()
+		code := serve.Wait(30 * time.Second)
+		held.Close()
+		lines := strings.Split(strings.TrimSpace(serve.Output()), "\n")
+		t.Logf("%s held: %s", addr, lines[len(lines)-1])
+		if out := serve.Output(); code != 1 || !strings.Contains(out, "cannot listen on "+addr+": another process listens there") ||
+			!strings.Contains(out, "sport = :"+port) {
+			t.Errorf("serve with %s held: exit %d, want 1 saying another process listens there:\n%s", addr, code, out)
+		}
+	}
+	cp.Serve()
 }

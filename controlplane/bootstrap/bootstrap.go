@@ -25,6 +25,7 @@ import (
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/pki"
 	"mesh/controlplane/replication"
+	"mesh/host/busyaddr"
 	"mesh/tokenfmt"
 )
 
@@ -651,16 +652,7 @@ func (b *run) makeRaft() (string, error) {
 	return "", err
 }
 
-func checkBindable(addrs ...string) error {
-	for _, a := range addrs {
-		ln, err := net.Listen("tcp", a)
-		if err != nil {
-			return fmt.Errorf("cannot listen on %s: %w (is another process using it, or is the address not on this machine?)", a, err)
-		}
-		ln.Close()
-	}
-	return nil
-}
+func checkBindable(addrs ...string) error { return busyaddr.Check(addrs...) }
 
 func checkClock(now time.Time) (string, error) {
 	if now.Year() < 2025 || now.Year() > 2200 {

@@ -328,7 +328,7 @@ func Open(cfg Config) (*Node, error) {
 	stream, err := newTLSStream(cfg.Bind, adv, cfg.TLS, cfg.PeerAllowed, cfg.Members, log.With("component", "raft"), repeats, t.Handshake)
 	if err != nil {
 		store.Close()
-		return nil, fmt.Errorf("raft listen on %s: %w", cfg.Bind, err)
+		return nil, fmt.Errorf("raft: %w", err)
 	}
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  stream,

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"mesh/controlplane/pki"
+	"mesh/host/busyaddr"
 	"mesh/logging"
 )
 
@@ -55,7 +56,7 @@ var errNotMember = errors.New("its certificate is not a current control node's")
 func newTLSStream(bind string, advertise net.Addr, cfg *tls.Config, allowed func(pin string) bool, members func() []byte, log *slog.Logger, repeats *logging.Limiter, handshake time.Duration) (*tlsStream, error) {
 	ln, err := net.Listen("tcp", bind)
 	if err != nil {
-		return nil, err
+		return nil, busyaddr.Listened(bind, err)
 	}
 	if advertise == nil {
 		advertise = ln.Addr()

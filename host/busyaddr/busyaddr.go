@@ -39,3 +39,56 @@ func Await(ctx context.Context, addr string, every time.Duration) net.Listener {
 		}
 	}
 }
+
+// ListenError is a TCP address this machine could not listen on, said with what to
+// do for its likely cause: another process holding it, an address this machine
+// does not have, a privileged port. Err is the system's error.
+type ListenError struct {
+	Addr string
+	Err  error
+}
+
+func (e *ListenError) Error() string {
+	port := e.Addr
+	if _, p, err := net.SplitHostPort(e.Addr); err == nil {
+		port = p
+	}
+	switch {
+	case errors.Is(e.Err, syscall.EADDRINUSE):
+		return "cannot listen on " + e.Addr + ": another process listens there (`ss -ltnp 'sport = :" + port + "'` names it): stop it, or give another address"
+	case errors.Is(e.Err, syscall.EADDRNOTAVAIL):
+		return "cannot listen on " + e.Addr + ": this machine has no such address (`ip -br addr` lists its addresses): give one of them"
+	case errors.Is(e.Err, syscall.EACCES):
+		return "cannot listen on " + e.Addr + ": a port below 1024 needs root (or CAP_NET_BIND_SERVICE): give a port from 1024 up"
+	}
+	return "cannot listen on " + e.Addr + ": " + e.Err.Error()
+}
+
+// Unwrap returns the system's error.
+func (e *ListenError) Unwrap() error { return e.Err }
+
+// Listened says why err, a failure to listen on addr, happened, as a *ListenError;
+// nil stays nil.
+func Listened(addr string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var le *ListenError
+	if errors.As(err, &le) {
+		return err
+	}
+	return &ListenError{Addr: addr, Err: err}
+}
+
+// Check listens on each address and closes it at once: nil when this machine can
+// listen on them all now, else the first one's *ListenError.
+func Check(addrs ...string) error {
+	for _, a := range addrs {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			return Listened(a, err)
+		}
+		ln.Close()
+	}
+	return nil
+}
