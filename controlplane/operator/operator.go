@@ -213,7 +213,7 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 		if e.Hint != "" {
 			hint = " (" + e.Hint + ")"
 		}
-		return nil, fmt.Errorf("%w at %s: %v%s", ErrUnreachable, strings.Join(servers, ", "), err, hint)
+		return nil, fmt.Errorf("%w at %s: %w%s", ErrUnreachable, strings.Join(servers, ", "), err, hint)
 	}
 	c := newClient(nc, timeout, o.LeaderWait)
 	c.sending, c.waiting = o.Sending, o.Waiting

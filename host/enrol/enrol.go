@@ -732,7 +732,7 @@ func (r *run) request(ctx context.Context, nc *nats.Conn, kp *identity.KeyPair, 
 			return wire.EnrolResponse{}, &RefusedError{Code: wire.CodeUnavailable, Message: "no control node is serving enrolments right now"}
 		}
 		// Not "no broker could be reached": one was, and took the request.
-		return wire.EnrolResponse{}, fmt.Errorf("%w (%v): it was sent, and the mesh may have enrolled this machine's key; run enrol again with the same token, which presents the same key (the pending one in %s), and is answered from the mesh's records if it did", ErrNoAnswer, err, identity.PendingPath(r.o.StateDir))
+		return wire.EnrolResponse{}, fmt.Errorf("%w (%w): it was sent, and the mesh may have enrolled this machine's key; run enrol again with the same token, which presents the same key (the pending one in %s), and is answered from the mesh's records if it did", ErrNoAnswer, err, identity.PendingPath(r.o.StateDir))
 	}
 	resp, err := wire.DecodeReply[wire.EnrolResponse](msg.Data)
 	if err != nil {

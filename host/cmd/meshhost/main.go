@@ -573,7 +573,7 @@ func readToken(file string, cio *cliIO) (string, error) {
 			return "", err
 		}
 		if err != nil {
-			return "", fmt.Errorf("%w: %v", enrol.ErrToken, err)
+			return "", fmt.Errorf("%w: %w", enrol.ErrToken, err)
 		}
 		return string(data), nil
 	case cio.getenv("MESH_TOKEN") != "" && !fromStdin:
@@ -602,7 +602,7 @@ func readToken(file string, cio *cliIO) (string, error) {
 	}
 	data, err := io.ReadAll(io.LimitReader(r, maxTokenInput+1))
 	if err != nil {
-		return "", fmt.Errorf("%w: read: %v", enrol.ErrToken, err)
+		return "", fmt.Errorf("%w: read: %w", enrol.ErrToken, err)
 	}
 	if len(data) > maxTokenInput {
 		return "", fmt.Errorf("%w: the input is over %d bytes; a token is one line of a few hundred characters", enrol.ErrToken, maxTokenInput)
@@ -639,7 +639,7 @@ func readPasted(cio *cliIO) (string, error) {
 		"paste the token and press Enter (it is not shown): ", "paste the token and press Enter: ",
 		maxTokenInput, cio.hideInput)
 	if err != nil && !errors.Is(err, terminal.ErrInterrupted) {
-		return "", fmt.Errorf("%w: read: %v", enrol.ErrToken, err)
+		return "", fmt.Errorf("%w: read: %w", enrol.ErrToken, err)
 	}
 	return line, err
 }
