@@ -46,7 +46,7 @@ var errOutputExposed = errors.New("a token must not be written there")
 // already, as with >>, may be read by whoever holds it open).
 func privateOutput(w io.Writer) (tokenOutput, error) {
 	out := tokenOutput{w: w}
-	f, ok := w.(*os.File)
+	f, ok := outputFile(w)
 	if !ok {
 		return out, nil
 	}
@@ -228,10 +228,21 @@ func privateTemp(name string) (*os.File, string, error) {
 	return tmp, tmpName, err
 }
 
+// outputFile is the file w writes to, through run's outputWriter: stdout is
+// written through it, and a check of the file that did not look through it was
+// never made (a token written to a file others may read; a review).
+func outputFile(w io.Writer) (*os.File, bool) {
+	if o, ok := w.(*outputWriter); ok {
+		w = o.w
+	}
+	f, ok := w.(*os.File)
+	return f, ok
+}
+
 // emptyFile reports whether w is an empty regular file: stdout redirected with `>`,
 // which the shell empties before the command runs.
 func emptyFile(w io.Writer) bool {
-	f, ok := w.(*os.File)
+	f, ok := outputFile(w)
 	if !ok {
 		return false
 	}
