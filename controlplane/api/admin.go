@@ -363,8 +363,6 @@ func decodeAdminRequest(op string, data []byte, args any) (AdminRequest, error) 
 	return req, nil
 }
 
-// decodeStrict decodes one JSON value, refusing unknown fields, trailing data, a
-// member twice and a member named in another case than its field.
 // RefusedMember reports whether err is a control plane's refusal of a request for
 // carrying member, a member it does not know: an older control plane reads
 // requests strictly (decodeStrict) and says so only in encoding/json's words,
@@ -377,6 +375,8 @@ func RefusedMember(err error, member string) bool {
 	return errors.As(err, &ae) && ae.Code == CodeBadRequest && strings.Contains(ae.Message, `unknown field "`+member+`"`)
 }
 
+// decodeStrict decodes one JSON value, refusing unknown fields, trailing data, a
+// member twice and a member named in another case than its field.
 func decodeStrict(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
