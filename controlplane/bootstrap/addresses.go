@@ -98,6 +98,17 @@ func parseAddress(flag, s string) (netip.AddrPort, error) {
 	if ap.Port() == 0 {
 		return ap, optionError(flag, "%s has port 0, which listens on a random port nobody could dial: give the port (1 to 65535)", ap)
 	}
+	// What no token carries as a broker's address (tokenfmt.CheckAddress), and so
+	// what the control plane refuses in a control token: said here, as the
+	// flag's, before a CA's claim is signed over it.
+	switch a := ap.Addr(); {
+	case a.Zone() != "":
+		return ap, optionError(flag, "%s has an IPv6 zone, which means nothing on another machine (and no certificate carries one): give an address without it", ap)
+	case a.Is4In6():
+		return ap, optionError(flag, "%s is an IPv4-mapped IPv6 address: write it as plain IPv4 (%s)", ap, netip.AddrPortFrom(a.Unmap(), ap.Port()))
+	case a.IsMulticast():
+		return ap, optionError(flag, "%s is a multicast address: give an address of this machine's", ap)
+	}
 	return ap, nil
 }
 

@@ -77,7 +77,8 @@ func TestListenWhoseDefaultsOverflow(t *testing.T) {
 // mesh was created, then every serve exited 1 blaming "another process" for its own
 // clash; names and wildcards were recorded (and the other control nodes dial them);
 // `--raft-listen foo` failed the bind check (exit 1) and left a lock file in a
-// directory that was new.
+// directory that was new. An address no token carries (a zone, IPv4 written as
+// IPv6, multicast) is refused as its flag's too.
 func TestAddressesBySameRules(t *testing.T) {
 	for _, c := range []struct {
 		name                  string
@@ -98,6 +99,11 @@ func TestAddressesBySameRules(t *testing.T) {
 		{"cluster an IPv6 wildcard", "127.0.0.1:27600", "", "[::]:27802", "--cluster-listen", "wildcard"},
 		{"Raft port 0", "127.0.0.1:27600", "127.0.0.1:0", "", "--raft-listen", "port 0"},
 		{"broker port 0", "127.0.0.1:0", "127.0.0.1:27601", "127.0.0.1:27602", "--listen", "port 0"},
+		// What no token carries, which the control plane refuses in a control
+		// token after the CA signed its claim (a review): said as the flag's.
+		{"broker an IPv6 zone", "[fe80::1%lo]:27600", "127.0.0.1:27601", "127.0.0.1:27602", "--listen", "IPv6 zone"},
+		{"Raft IPv4 as IPv6", "127.0.0.1:27600", "[::ffff:127.0.0.1]:27601", "", "--raft-listen", "write it as plain IPv4 (127.0.0.1:27601)"},
+		{"cluster multicast", "127.0.0.1:27600", "", "224.0.0.1:27602", "--cluster-listen", "multicast"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "data")
