@@ -395,3 +395,26 @@ func TestAnAdmissionThatFailedIsRetried(t *testing.T) {
 		}
 	}
 }
+
+// TestOnlyATokenSpentDropsTheJoinsKeys: the join's keys (join-pending.json) go, with
+// a line saying no join can finish with the token, only after a refusal that spent
+// it; after an older control node's refusal, which says the token is not used, they
+// stay and nothing says otherwise (a review: they went, and the line said so).
+func TestOnlyATokenSpentDropsTheJoinsKeys(t *testing.T) {
+	for code, dropped := range map[string]bool{
+		api.CodeTokenUsed: true, api.CodeTokenExpired: true, api.CodeOlderControlNode: false, api.CodeBadRequest: false, api.CodeUnavailable: false,
+	} {
+		d := datadir.Dir(t.TempDir())
+		write(t, d.Path(pendingFile), "{}")
+		var out strings.Builder
+		r := &run{o: Options{Dir: d, Out: &out}}
+		err := r.dropSpentKeys(answerError(&api.Error{Code: code, Message: "m"}))
+		_, serr := os.Stat(d.Path(pendingFile))
+		if gone := errors.Is(serr, os.ErrNotExist); gone != dropped || strings.Contains(out.String(), "for good") != dropped {
+			t.Errorf("%s: keys removed %t, want %t; said:\n%s", code, gone, dropped, out.String())
+		}
+		if !strings.Contains(err.Error(), code) {
+			t.Errorf("%s: the error does not name its code: %v", code, err)
+		}
+	}
+}
