@@ -86,10 +86,17 @@ func TestNotFollowingSaysWhatToDo(t *testing.T) {
 	}
 	// The data directory's own words for it, which meshctl maps to exit 7 as it
 	// does the same fault while serve runs (it was exit 1: the cause was text).
-	full := datadir.Dir("/var/lib/mesh").WriteFailed("", fmt.Errorf("write /var/lib/mesh/raft/raft.db: %w", syscall.ENOSPC))
+	full := storeFailed("/var/lib/mesh", fmt.Errorf("write /var/lib/mesh/raft/raft.db: %w", syscall.ENOSPC))
 	err = notFollowing(context.DeadlineExceeded, "cp-1", "", three, time.Minute, full)
-	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, syscall.ENOSPC) || !errors.Is(err, dirlock.ErrNotWritable) || !errors.Is(err, datadir.ErrDiskFull) {
-		t.Errorf("a full disk's error is not in the chain: %q", err)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, syscall.ENOSPC) || !errors.Is(err, dirlock.ErrNotWritable) || !errors.Is(err, datadir.ErrDiskFull) ||
+		strings.Count(err.Error(), "free space") != 1 {
+		t.Errorf("a full disk's error is not in the chain, or its advice not said once: %q", err)
+	}
+	if err := storeFailed("/var/lib/mesh", syscall.EIO); !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), "mend the file system under /var/lib/mesh") {
+		t.Errorf("another store error: %q", err)
+	}
+	if storeFailed("/var/lib/mesh", nil) != nil {
+		t.Error("no store error became one")
 	}
 }
 

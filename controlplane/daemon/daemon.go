@@ -918,11 +918,23 @@ func (d *Daemon) waitFollowing(ctx context.Context) error {
 		if storeErr == nil {
 			storeErr = d.raft.SnapshotWriteError()
 		}
-		// A full disk or a read-only one said as the data directory's (exit 7, as
-		// the same fault while serving), not as a wait that ran out (exit 1).
-		return notFollowing(err, d.cfg.Node, d.raft.Leader(), members, d.opts.ReadyTimeout, d.opts.Dir.WriteFailed("", storeErr))
+		return notFollowing(err, d.cfg.Node, d.raft.Leader(), members, d.opts.ReadyTimeout, storeFailed(d.opts.Dir, storeErr))
 	}
 	return err
+}
+
+// storeFailed is err, a failed write of Raft's store under dir, said as the data
+// directory's when it is a full or read-only disk (exit 7, as the same fault while
+// serving, not a wait that ran out: exit 1), with what to do; nil stays nil, and
+// any other error is said with what to look at.
+func storeFailed(dir datadir.Dir, err error) error {
+	if err == nil {
+		return nil
+	}
+	if said := dir.WriteFailed("", err); said != err {
+		return said
+	}
+	return fmt.Errorf("%w: mend the file system under %s, then start it again", err, dir)
 }
 
 // notFollowing says why a starting node did not catch up within waited, and what to
@@ -932,7 +944,7 @@ func (d *Daemon) waitFollowing(ctx context.Context) error {
 // disk").
 func notFollowing(err error, node, leader string, members []replication.Member, waited time.Duration, storeErr error) error {
 	if storeErr != nil {
-		return fmt.Errorf("%s could not write its Raft store within %s (%w), and cannot join its cluster until it can: free space (or mend the file system) under its data directory, then start it again (%w)", node, waited, storeErr, err)
+		return fmt.Errorf("%s could not write its Raft store within %s, and cannot join its cluster until it can: %w (%w)", node, waited, storeErr, err)
 	}
 	if leader != "" {
 		return fmt.Errorf("%w: %s follows %s but had not applied its log within %s (a large state to transfer, or a slow disk); start it again to go on", err, node, leader, waited)
