@@ -2,8 +2,10 @@ package integration
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -49,6 +51,9 @@ func TestOutputThatCannotBeWrittenFails(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "this machine is enrolled") || !strings.Contains(stderr, "could not be written") {
 		t.Fatalf("meshhost enrol > /dev/full: exit %d, want 1 saying the machine is enrolled but the output could not be written:\n%s", code, stderr)
 	}
+	if code, stderr := run(token, bin.Meshhost, "enrol", "--state", web.State, "--json"); code != 1 || !strings.Contains(stderr, "this machine is enrolled") {
+		t.Fatalf("meshhost enrol --json > /dev/full, run again: exit %d, want 1 saying the machine is enrolled:\n%s", code, stderr)
+	}
 	if r := web.Enrol(token); r.Code != 0 {
 		t.Fatalf("meshhost enrol run again, to a writable output: %s", r.Combined())
 	}
@@ -64,6 +69,16 @@ func TestOutputThatCannotBeWrittenFails(t *testing.T) {
 		if code != 1 || !strings.Contains(stderr, "no space left on device") {
 			t.Errorf("meshctl %s > /dev/full: exit %d, want 1 naming the write's failure:\n%s", strings.Join(args, " "), code, stderr)
 		}
+	}
+	ports := harness.FreePorts(t, 3)
+	data := filepath.Join(t.TempDir(), "cp2")
+	code, stderr = run("", bin.Meshctl, "bootstrap", "--mesh", "fullout2", "--data", data, "--listen", fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		"--raft-listen", fmt.Sprintf("127.0.0.1:%d", ports[1]), "--cluster-listen", fmt.Sprintf("127.0.0.1:%d", ports[2]))
+	if code != 1 || !strings.Contains(stderr, "it finished") || !strings.Contains(stderr, "meshctl check") {
+		t.Errorf("meshctl bootstrap > /dev/full: exit %d, want 1 saying it finished:\n%s", code, stderr)
+	}
+	if r := harness.Run(t, "", nil, bin.Meshctl, "check", "--data", data); r.Code != 0 {
+		t.Errorf("the data directory bootstrapped with its output lost: %s", r.Combined())
 	}
 	for _, args := range [][]string{{"status", "--state", web.State}, {"status", "--state", web.State, "--json"}, {"version"}, {"--help"}} {
 		if code, stderr := run("", bin.Meshhost, args...); code != 1 || !strings.Contains(stderr, "no space left on device") {

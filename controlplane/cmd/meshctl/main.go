@@ -232,6 +232,10 @@ func run(args []string, cio *cliIO) int {
 			if op := cio.sent.Load(); op != nil {
 				return exitCode(cio.stderr, name, fmt.Errorf("the change was sent, but its output could not be written (%w): look at what it did (%s) before running it again", werr, operator.LookAt(*op)))
 			}
+			if cmd.Name() == "bootstrap" || cmd.Name() == "join" {
+				// They finished: what they made in the data directory stands.
+				return exitCode(cio.stderr, name, fmt.Errorf("it finished, but its output could not be written (%w): what it made in the data directory stands (meshctl check --data DIR looks at it)", werr))
+			}
 			return exitCode(cio.stderr, name, fmt.Errorf("the output could not be written (%w): what was shown is incomplete", werr))
 		}
 		return exitOK

@@ -144,7 +144,7 @@ func run(args []string, cio *cliIO) int {
 	}
 	err := fmt.Errorf("the output could not be written (%w): what was shown is incomplete", werr)
 	if name == "enrol" || name == "enroll" {
-		err = fmt.Errorf("this machine is enrolled (meshhost status shows it), but the output could not be written (%w)", werr)
+		err = enrolledOutput(werr)
 	}
 	return exitCode(cio.stderr, name, err)
 }
@@ -523,7 +523,7 @@ func cmdEnrol(args []string, cio *cliIO) (err error) {
 	if *asJSON {
 		enc := json.NewEncoder(cio.stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(struct {
+		return enrolledOutput(enc.Encode(struct {
 			Mesh      string   `json:"mesh"`
 			Node      string   `json:"node"`
 			PublicKey string   `json:"public_key"`
@@ -535,10 +535,19 @@ func cmdEnrol(args []string, cio *cliIO) (err error) {
 			// this one found it so (its declaration_version is then 0: the agent's
 			// state holds what was applied). A script could not tell the two apart.
 			Finished bool `json:"finished,omitempty"`
-		}{res.Identity.Mesh, res.Identity.Node, res.Identity.PublicKey, res.Identity.Brokers, res.DeclarationVersion, *stateDir, next, res.Finished})
+		}{res.Identity.Mesh, res.Identity.Node, res.Identity.PublicKey, res.Identity.Brokers, res.DeclarationVersion, *stateDir, next, res.Finished}))
 	}
 	fmt.Fprintf(cio.stdout, "enrolled %s in mesh %s. next: %s\n", res.Identity.Node, res.Identity.Mesh, next)
 	return nil
+}
+
+// enrolledOutput is the failure to write an enrolment's result, err (nil stays nil):
+// the machine is enrolled all the same, which a run again finds and says.
+func enrolledOutput(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("this machine is enrolled (meshhost status shows it), but the output could not be written (%w)", err)
 }
 
 // readToken takes the token from --token-file, MESH_TOKEN, the systemd credential
