@@ -8,6 +8,9 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -59,9 +62,24 @@ func (e *ListenError) Error() string {
 	case errors.Is(e.Err, syscall.EADDRNOTAVAIL):
 		return "cannot listen on " + e.Addr + ": this machine has no such address (`ip -br addr` lists its addresses): give one of them"
 	case errors.Is(e.Err, syscall.EACCES):
-		return "cannot listen on " + e.Addr + ": a port below 1024 needs root (or CAP_NET_BIND_SERVICE): give a port from 1024 up"
+		start := unprivilegedPortStart()
+		if n, err := strconv.Atoi(port); err == nil && n < start {
+			return "cannot listen on " + e.Addr + ": a port below " + strconv.Itoa(start) + " needs root (or CAP_NET_BIND_SERVICE): give a port from " + strconv.Itoa(start) + " up"
+		}
+		return "cannot listen on " + e.Addr + ": permission denied (" + e.Err.Error() + "): a security policy (SELinux, AppArmor, a firewall's socket rules) refuses this address to this process"
 	}
 	return "cannot listen on " + e.Addr + ": " + e.Err.Error()
+}
+
+// unprivilegedPortStart is the first port any user may listen on: Linux's
+// net.ipv4.ip_unprivileged_port_start, 1024 where it cannot be read.
+func unprivilegedPortStart() int {
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_unprivileged_port_start"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			return n
+		}
+	}
+	return 1024
 }
 
 // Unwrap returns the system's error.

@@ -3,6 +3,7 @@ package busyaddr
 import (
 	"errors"
 	"net"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -35,5 +36,23 @@ func TestCheckSaysWhatToDo(t *testing.T) {
 	}
 	if Listened("x", nil) != nil || Listened("x", le) != le {
 		t.Error("Listened changed nil, or wrapped a ListenError again")
+	}
+}
+
+// TestAPermissionRefusedIsSaidByItsPort: a port below the first unprivileged one
+// is said to need root; one above it refused all the same, to be a security policy's
+// doing (it was said to need root whatever the port: a review).
+func TestAPermissionRefusedIsSaidByItsPort(t *testing.T) {
+	start := unprivilegedPortStart()
+	above := &ListenError{Addr: "127.0.0.1:" + strconv.Itoa(start+1000), Err: syscall.EACCES}
+	if !strings.Contains(above.Error(), "security policy") || strings.Contains(above.Error(), "needs root") {
+		t.Errorf("port %d: %v", start+1000, above)
+	}
+	if start == 0 {
+		return // every port is any user's here
+	}
+	below := &ListenError{Addr: "127.0.0.1:" + strconv.Itoa(start-1), Err: syscall.EACCES}
+	if !strings.Contains(below.Error(), "needs root") || !errors.Is(below, syscall.EACCES) {
+		t.Errorf("port %d: %v", start-1, below)
 	}
 }
