@@ -188,7 +188,7 @@ func (e *RefusedError) Error() string {
 		wire.CodeTokenWrongRole: "ask for a token of the right role",
 		wire.CodeNodeExists:     "the operator must revoke the existing node first",
 		wire.CodeKeyRevoked:     "this key was revoked",
-		wire.CodeUnavailable:    "run enrol again in a few seconds with the same token",
+		wire.CodeUnavailable:    "run enrol again with the same token: in a few seconds, or once what the mesh names is mended",
 		wire.CodeTokenOtherMesh: "the token was not minted by the mesh at its address: check where it came from",
 		wire.CodeTokenStaleKey:  "ask the operator for a new one",
 		wire.CodeTokenCancelled: "ask the operator for a new one",
