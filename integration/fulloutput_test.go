@@ -80,6 +80,23 @@ func TestOutputThatCannotBeWrittenFails(t *testing.T) {
 	if r := harness.Run(t, "", nil, bin.Meshctl, "check", "--data", data); r.Code != 0 {
 		t.Errorf("the data directory bootstrapped with its output lost: %s", r.Combined())
 	}
+	// Help, and a plan that made nothing, are output like any other: no word of
+	// work done.
+	for _, c := range []struct {
+		path string
+		args []string
+	}{{bin.Meshhost, []string{"enrol", "--help"}}, {bin.Meshctl, []string{"bootstrap", "--help"}},
+		{bin.Meshctl, []string{"bootstrap", "--dry-run", "--mesh", "fullout3", "--data", filepath.Join(t.TempDir(), "cp3"), "--listen", fmt.Sprintf("127.0.0.1:%d", ports[0])}}} {
+		if code, stderr := run("", c.path, c.args...); code != 1 || strings.Contains(stderr, "enrolled") || strings.Contains(stderr, "it finished") {
+			t.Errorf("%s %s > /dev/full: exit %d, want 1 saying nothing of work done:\n%s", filepath.Base(c.path), strings.Join(c.args, " "), code, stderr)
+		}
+	}
+	data4 := filepath.Join(t.TempDir(), "cp4")
+	code, stderr = run("", bin.Meshctl, "bootstrap", "--json", "--mesh", "fullout4", "--data", data4, "--listen", fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		"--raft-listen", fmt.Sprintf("127.0.0.1:%d", ports[1]), "--cluster-listen", fmt.Sprintf("127.0.0.1:%d", ports[2]))
+	if code != 1 || !strings.Contains(stderr, "it finished") {
+		t.Errorf("meshctl bootstrap --json > /dev/full: exit %d, want 1 saying it finished:\n%s", code, stderr)
+	}
 	for _, args := range [][]string{{"status", "--state", web.State}, {"status", "--state", web.State, "--json"}, {"version"}, {"--help"}} {
 		if code, stderr := run("", bin.Meshhost, args...); code != 1 || !strings.Contains(stderr, "no space left on device") {
 			t.Errorf("meshhost %s > /dev/full: exit %d, want 1 naming the write's failure:\n%s", strings.Join(args, " "), code, stderr)

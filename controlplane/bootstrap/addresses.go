@@ -107,7 +107,7 @@ func parseAddress(flag, s string) (netip.AddrPort, error) {
 	case a.Is4In6():
 		return ap, optionError(flag, "%s is an IPv4-mapped IPv6 address: write it as plain IPv4 (%s)", ap, netip.AddrPortFrom(a.Unmap(), ap.Port()))
 	case a.IsMulticast():
-		return ap, optionError(flag, "%s is a multicast address: give an address of this machine's", ap)
+		return ap, optionError(flag, "%s is a multicast address, which no node listens on: give the node's own", ap)
 	}
 	return ap, nil
 }

@@ -125,3 +125,29 @@ func TestAddressesBySameRules(t *testing.T) {
 		})
 	}
 }
+
+// TestAnAdvertisedAddressATokenCannotCarryIsRefused: every token carries the
+// advertised address (--listen's when no --advertise is given); one no token takes
+// was recorded, and then every mint failed, each leaving a pending token whose
+// secret nobody held (a review). It is refused as its flag's, nothing made.
+func TestAnAdvertisedAddressATokenCannotCarryIsRefused(t *testing.T) {
+	for _, c := range []struct{ name, listen, advertise, flag, says string }{
+		{"advertised IPv4 as IPv6", "127.0.0.1:27600", "[::ffff:192.0.2.10]:7300", "--advertise", "plain IPv4"},
+		{"advertised with a zone", "127.0.0.1:27600", "[fe80::1%eth0]:7300", "--advertise", "IPv6 zone"},
+		{"advertised multicast", "127.0.0.1:27600", "224.0.0.1:7300", "--advertise", "multicast"},
+		{"advertised port written with a leading zero", "127.0.0.1:27600", "192.0.2.10:07300", "--advertise", "canonical form"},
+		{"listen port written with a leading zero, no --advertise", "127.0.0.1:027600", "", "--listen", "canonical form"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "data")
+			o, _ := options(t, dir)
+			o.Listen, o.Advertise = c.listen, c.advertise
+			err := Run(o)
+			var oe *OptionError
+			if !errors.As(err, &oe) || oe.Flag != c.flag || !strings.Contains(err.Error(), c.says) {
+				t.Fatalf("err = %v, want an OptionError of %s saying %q", err, c.flag, c.says)
+			}
+			assertNotCreated(t, dir)
+		})
+	}
+}

@@ -302,12 +302,19 @@ func (o *Options) defaults() error {
 	if o.ClusterListen == "" {
 		o.ClusterListen = addrs.Cluster.String()
 	}
+	advertiseFlag := "--advertise"
 	if o.Advertise == "" {
-		o.Advertise = o.Listen
+		o.Advertise, advertiseFlag = o.Listen, "--listen"
 	}
 	adv, err := netip.ParseAddrPort(o.Advertise)
 	if err != nil || adv.Addr().IsUnspecified() {
 		return optionError("--advertise", "%q must be a concrete ip:port hosts can dial", o.Advertise)
+	}
+	// Every token carries it: one no token takes (a zone, IPv4 written as IPv6,
+	// not in canonical form) made every mint fail, each leaving a pending token
+	// whose secret nobody held (a review).
+	if err := tokenfmt.CheckAddress(o.Advertise); err != nil {
+		return optionError(advertiseFlag, "%v: give the ip:port hosts dial, as a token carries it", err)
 	}
 	return nil
 }

@@ -64,16 +64,19 @@ mesh as bootstrapped (its id, this node, addresses and CA pin) as JSON.`,
 					done, err = bootstrap.RunContext(ctx, o)
 					return err
 				})
-				if err != nil || !asJSON {
+				if err != nil || o.DryRun {
 					return err
+				}
+				if !asJSON {
+					return madeOutput(cio.stdout, nil, dir)
 				}
 				cfg, err := o.Dir.LoadConfig()
 				if err != nil {
 					return err
 				}
-				return writeJSON(cio.stdout, bootstrapResult{Mesh: cfg.Mesh, Node: cfg.Node, Listen: cfg.Listen, RaftListen: cfg.RaftListen,
+				return madeOutput(cio.stdout, writeJSON(cio.stdout, bootstrapResult{Mesh: cfg.Mesh, Node: cfg.Node, Listen: cfg.Listen, RaftListen: cfg.RaftListen,
 					ClusterListen: cfg.ClusterListen, Brokers: cfg.Brokers, CAPin: cfg.CAPin, Data: dir, Next: "meshctl serve --data " + dir,
-					AlreadyBootstrapped: done.AlreadyBootstrapped})
+					AlreadyBootstrapped: done.AlreadyBootstrapped}), dir)
 			}
 		},
 	}

@@ -84,14 +84,14 @@ serve.`,
 					return err
 				}
 				if !asJSON {
-					return nil
+					return madeOutput(cio.stdout, nil, dir)
 				}
 				cfg, err := datadir.Dir(dir).LoadConfig()
 				if err != nil {
 					return err
 				}
-				return writeJSON(cio.stdout, joinResult{Mesh: cfg.Mesh, Node: cfg.Node, Broker: cfg.Listen, Brokers: cfg.Brokers, AlreadyJoined: already,
-					Next: "meshctl serve --data " + dir})
+				return madeOutput(cio.stdout, writeJSON(cio.stdout, joinResult{Mesh: cfg.Mesh, Node: cfg.Node, Broker: cfg.Listen, Brokers: cfg.Brokers, AlreadyJoined: already,
+					Next: "meshctl serve --data " + dir}), dir)
 			}
 		},
 	}

@@ -232,10 +232,6 @@ func run(args []string, cio *cliIO) int {
 			if op := cio.sent.Load(); op != nil {
 				return exitCode(cio.stderr, name, fmt.Errorf("the change was sent, but its output could not be written (%w): look at what it did (%s) before running it again", werr, operator.LookAt(*op)))
 			}
-			if cmd.Name() == "bootstrap" || cmd.Name() == "join" {
-				// They finished: what they made in the data directory stands.
-				return exitCode(cio.stderr, name, fmt.Errorf("it finished, but its output could not be written (%w): what it made in the data directory stands (meshctl check --data DIR looks at it)", werr))
-			}
 			return exitCode(cio.stderr, name, fmt.Errorf("the output could not be written (%w): what was shown is incomplete", werr))
 		}
 		return exitOK
@@ -271,6 +267,20 @@ func (o *outputWriter) failed() error {
 		return *p
 	}
 	return nil
+}
+
+// madeOutput is what a command that made a data directory (bootstrap, join) says
+// when its output could not be written, err (nil: it could): the work finished,
+// and what it made stands. w is the command's stdout, run's outputWriter, whose
+// first failure counts too.
+func madeOutput(w io.Writer, err error, dir string) error {
+	if o, ok := w.(*outputWriter); ok && err == nil {
+		err = o.failed()
+	}
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("it finished, but its output could not be written (%w): what it made in %s stands (meshctl check --data %s looks at it)", err, dir, dir)
 }
 
 // newRoot builds the command tree, writing to cio.

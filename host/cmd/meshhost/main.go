@@ -142,11 +142,7 @@ func run(args []string, cio *cliIO) int {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		name = args[0]
 	}
-	err := fmt.Errorf("the output could not be written (%w): what was shown is incomplete", werr)
-	if name == "enrol" || name == "enroll" {
-		err = enrolledOutput(werr)
-	}
-	return exitCode(cio.stderr, name, err)
+	return exitCode(cio.stderr, name, fmt.Errorf("the output could not be written (%w): what was shown is incomplete", werr))
 }
 
 // dispatch runs the command args names.
@@ -538,6 +534,9 @@ func cmdEnrol(args []string, cio *cliIO) (err error) {
 		}{res.Identity.Mesh, res.Identity.Node, res.Identity.PublicKey, res.Identity.Brokers, res.DeclarationVersion, *stateDir, next, res.Finished}))
 	}
 	fmt.Fprintf(cio.stdout, "enrolled %s in mesh %s. next: %s\n", res.Identity.Node, res.Identity.Mesh, next)
+	if o, ok := cio.stdout.(*outputWriter); ok {
+		return enrolledOutput(o.failed())
+	}
 	return nil
 }
 
