@@ -53,6 +53,7 @@ import (
 	"mesh/host/dirlock"
 	"mesh/host/statedir"
 	"mesh/host/terminal"
+	"mesh/host/writeerr"
 	"mesh/tokenfmt"
 )
 
@@ -208,7 +209,7 @@ func run(args []string, cio *cliIO) int {
 	if cio.rerun == nil {
 		cio.rerun = new(atomic.Pointer[string])
 	}
-	out := &outputWriter{w: cio.stdout}
+	out := &writeerr.Writer{W: cio.stdout}
 	cio = cio.withStdout(out)
 	root := newRoot(cio)
 	if len(args) == 0 {
@@ -228,7 +229,7 @@ func run(args []string, cio *cliIO) int {
 		name = cmd.CommandPath()
 	}
 	if err == nil {
-		if werr := out.failed(); werr != nil {
+		if werr := out.Err(); werr != nil {
 			if op := cio.sent.Load(); op != nil {
 				return exitCode(cio.stderr, name, fmt.Errorf("the change was sent, but its output could not be written (%w): look at what it did (%s) before running it again", werr, operator.LookAt(*op)))
 			}
@@ -245,37 +246,13 @@ func run(args []string, cio *cliIO) int {
 	return exitUsage
 }
 
-// outputWriter is a command's standard output, keeping its first write error: a
-// table printed to a full disk or a closed file is no success, and a printer that
-// does not check each write (a tabwriter's Flush) still fails the command.
-type outputWriter struct {
-	w   io.Writer
-	err atomic.Pointer[error]
-}
-
-func (o *outputWriter) Write(p []byte) (int, error) {
-	n, err := o.w.Write(p)
-	if err != nil {
-		o.err.CompareAndSwap(nil, &err)
-	}
-	return n, err
-}
-
-// failed is the first write error, or nil.
-func (o *outputWriter) failed() error {
-	if p := o.err.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
 // madeOutput is what a command that made a data directory (bootstrap, join) says
 // when its output could not be written, err (nil: it could): the work finished,
-// and what it made stands. w is the command's stdout, run's outputWriter, whose
+// and what it made stands. w is the command's stdout, run's writeerr.Writer, whose
 // first failure counts too.
 func madeOutput(w io.Writer, err error, dir string) error {
-	if o, ok := w.(*outputWriter); ok && err == nil {
-		err = o.failed()
+	if o, ok := w.(*writeerr.Writer); ok && err == nil {
+		err = o.Err()
 	}
 	if err == nil {
 		return nil

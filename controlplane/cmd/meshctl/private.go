@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"mesh/controlplane/datadir"
+	"mesh/host/writeerr"
 )
 
 // tokenOutput is where a token is written: stdout, or, when stdout is a new file
@@ -228,12 +229,12 @@ func privateTemp(name string) (*os.File, string, error) {
 	return tmp, tmpName, err
 }
 
-// outputFile is the file w writes to, through run's outputWriter: stdout is
+// outputFile is the file w writes to, through run's writeerr.Writer: stdout is
 // written through it, and a check of the file that did not look through it was
 // never made (a token written to a file others may read; a review).
 func outputFile(w io.Writer) (*os.File, bool) {
-	if o, ok := w.(*outputWriter); ok {
-		w = o.w
+	if o, ok := w.(*writeerr.Writer); ok {
+		w = o.W
 	}
 	f, ok := w.(*os.File)
 	return f, ok

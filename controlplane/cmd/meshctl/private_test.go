@@ -5,10 +5,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"mesh/host/writeerr"
 )
 
-// TestTokenOutputIsJudgedThroughTheOutputWriter: run writes stdout through an
-// outputWriter, and the token's checks of the file stdout is must look through it.
+// TestTokenOutputIsJudgedThroughTheOutputWriter: run writes stdout through a
+// writeerr.Writer, and the token's checks of the file stdout is must look through it.
 // They did not (a review): a file others may read, holding data already (>>), was
 // written to, where it is refused; and a file the shell emptied was not seen.
 func TestTokenOutputIsJudgedThroughTheOutputWriter(t *testing.T) {
@@ -24,7 +26,7 @@ func TestTokenOutputIsJudgedThroughTheOutputWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := privateOutput(&outputWriter{w: f}); !errors.Is(err, errOutputExposed) {
+	if _, err := privateOutput(&writeerr.Writer{W: f}); !errors.Is(err, errOutputExposed) {
 		t.Errorf("a file others may read, holding data, through the output writer: %v, want errOutputExposed", err)
 	}
 	empty, err := os.Create(filepath.Join(t.TempDir(), "empty.txt"))
@@ -32,7 +34,7 @@ func TestTokenOutputIsJudgedThroughTheOutputWriter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer empty.Close()
-	if !emptyFile(&outputWriter{w: empty}) {
+	if !emptyFile(&writeerr.Writer{W: empty}) {
 		t.Error("an empty file through the output writer is not seen as one")
 	}
 }

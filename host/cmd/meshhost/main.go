@@ -44,7 +44,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -61,6 +60,7 @@ import (
 	"mesh/host/statedir"
 	"mesh/host/terminal"
 	"mesh/host/token"
+	"mesh/host/writeerr"
 )
 
 const (
@@ -130,11 +130,11 @@ func run(args []string, cio *cliIO) int {
 		// does) is no reason for the agent to stop.
 		return dispatch(args, cio)
 	}
-	out := &outputWriter{w: cio.stdout}
+	out := &writeerr.Writer{W: cio.stdout}
 	c := *cio
 	c.stdout = out
 	code := dispatch(args, &c)
-	werr := out.failed()
+	werr := out.Err()
 	if code != exitOK || werr == nil {
 		return code
 	}
@@ -189,30 +189,6 @@ func dispatch(args []string, cio *cliIO) int {
 		return exitUsage
 	}
 	return exitCode(cio.stderr, args[0], err)
-}
-
-// outputWriter is a command's standard output, keeping its first write error: a
-// status printed to a full disk or a closed file is no success, though each line's
-// write goes unchecked.
-type outputWriter struct {
-	w   io.Writer
-	err atomic.Pointer[error]
-}
-
-func (o *outputWriter) Write(p []byte) (int, error) {
-	n, err := o.w.Write(p)
-	if err != nil {
-		o.err.CompareAndSwap(nil, &err)
-	}
-	return n, err
-}
-
-// failed is the first write error, or nil.
-func (o *outputWriter) failed() error {
-	if p := o.err.Load(); p != nil {
-		return *p
-	}
-	return nil
 }
 
 func usage(w io.Writer) {
@@ -534,8 +510,8 @@ func cmdEnrol(args []string, cio *cliIO) (err error) {
 		}{res.Identity.Mesh, res.Identity.Node, res.Identity.PublicKey, res.Identity.Brokers, res.DeclarationVersion, *stateDir, next, res.Finished}))
 	}
 	fmt.Fprintf(cio.stdout, "enrolled %s in mesh %s. next: %s\n", res.Identity.Node, res.Identity.Mesh, next)
-	if o, ok := cio.stdout.(*outputWriter); ok {
-		return enrolledOutput(o.failed())
+	if o, ok := cio.stdout.(*writeerr.Writer); ok {
+		return enrolledOutput(o.Err())
 	}
 	return nil
 }
