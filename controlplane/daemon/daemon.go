@@ -114,7 +114,11 @@ func (o *Options) defaults() {
 		o.StatusFlushInterval = 200 * time.Millisecond
 	}
 	if o.ReadyTimeout == 0 {
-		o.ReadyTimeout = time.Minute
+		// A minute, or longer for a slow Raft: with --raft-heartbeat 1m (allowed,
+		// for slow machines) no election was held before every voter of a cold
+		// restart gave up at a minute, and under systemd they failed together for
+		// good (a review).
+		o.ReadyTimeout = max(time.Minute, o.Timeouts.FirstElectionWithin())
 	}
 	if o.SharedKeyGrace == 0 {
 		o.SharedKeyGrace = api.SharedKeyGrace

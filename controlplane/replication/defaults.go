@@ -61,6 +61,15 @@ type Timeouts struct {
 // DefaultTimeouts suit small, noisy machines.
 func DefaultTimeouts() Timeouts { return Timeouts{}.withDefaults() }
 
+// FirstElectionWithin is how long after a cold start of every voter the first
+// election may take to be held: hashicorp/raft's follower stands only after a
+// random 1 to 2 election timeouts without a leader, and a split vote starts
+// another such wait.
+func (t Timeouts) FirstElectionWithin() time.Duration {
+	t = t.withDefaults()
+	return 2 * 2 * max(t.Heartbeat, t.Election)
+}
+
 func (t Timeouts) withDefaults() Timeouts {
 	if t.Heartbeat == 0 {
 		t.Heartbeat = defaultHeartbeat
