@@ -37,6 +37,39 @@ func (d *Daemon) handleAdmin(m *nats.Msg) {
 	d.serveAdmin(strings.TrimPrefix(m.Subject, api.AdminPrefix), m)
 }
 
+// adminDispatch serves the operator API: reads on slots of their own, so that
+// changes waiting on a commit never hold one (two `meshctl token` runs, resent
+// while a leader's log write hung, took all eight shared slots, and `meshctl
+// nodes` went unanswered: a review); changes on as many as adminChangesWaiting,
+// one more refused at once. Neither waits in the subscription's goroutine for the
+// other's slots.
+func (d *Daemon) adminDispatch() nats.MsgHandler {
+	reads := d.handlers.concurrently(adminConcurrency, d.handleAdmin)
+	changes := d.handlers.atMost(adminChangesWaiting, d.handleAdmin, d.refuseChangeNow)
+	return func(m *nats.Msg) {
+		if api.ReadOnly(strings.TrimPrefix(m.Subject, api.AdminPrefix)) {
+			reads(m)
+			return
+		}
+		changes(m)
+	}
+}
+
+// refuseChangeNow answers an operator's change that finds adminChangesWaiting
+// changes taken already: nothing done, and said so (NotDone), which meshctl sends
+// again while it waits for a leader.
+func (d *Daemon) refuseChangeNow(m *nats.Msg) {
+	op := strings.TrimPrefix(m.Subject, api.AdminPrefix)
+	if !replyUnder(m.Reply, "_R_.") {
+		d.dropReply("admin", op, m.Reply)
+		return
+	}
+	ae := &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf(
+		"control node %s has %d changes waiting their turn (a log write that does not return holds them: meshctl control status); nothing was done: send it again", d.cfg.Node, adminChangesWaiting)}
+	d.guard.refuse("admin", Reason(ae.Code), op, ae.Message)
+	d.reply(op, m.Reply, api.AdminResponse{V: api.ProtocolVersion, Error: ae, NotDone: true})
+}
+
 // retiredBudget names the one message budget that every removed control node's
 // operator credentials share: they read now and then, and what a copy of such a
 // file sends past it closes all their connections.
@@ -194,6 +227,12 @@ func (d *Daemon) commit(c state.Command) (state.Result, error) {
 		}
 		if errors.Is(err, replication.ErrNotLeader) {
 			return res, &api.Error{Code: api.CodeUnavailable, Message: "leadership changed during the request; run it again"}
+		}
+		if errors.Is(err, replication.ErrCommitPending) {
+			// Its handler answers, and no longer holds a slot every operator
+			// shares: the change may still be carried out.
+			return res, &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf(
+				"control node %s took the change up but could not commit it (%v): it may still be carried out: look before running it again (meshctl control status shows whether its log can be written)", d.cfg.Node, err)}
 		}
 		if errors.Is(err, syscall.ENOSPC) {
 			// Raft wrote nothing of the entry, and the leader steps down: waiting

@@ -665,15 +665,23 @@ const queueGroup = "control-plane"
 
 // commitTimeout is the timeout every change (a command, a membership change, a
 // barrier) hands to Raft: how long it may wait for Raft to take it up, as
-// hashicorp/raft defines it. A change Raft took then waits for its commit, or
-// fails when the leader steps down for want of a quorum. Either failure reaches
-// the caller as "unavailable", which operators and hosts retry.
+// hashicorp/raft defines it. A command Raft took then waits for its commit, or
+// fails when the leader steps down for want of a quorum, or when a fifth more than
+// this has passed (replication.ErrCommitPending: a log write that does not return, which
+// hashicorp/raft's timeout does not bound; membership changes and barriers still
+// wait on Raft alone). Each failure reaches the caller as "unavailable", which
+// operators and hosts retry.
 const commitTimeout = 10 * time.Second
 
 // How many requests of a kind are handled at once.
 const (
 	enrolConcurrency = 64
 	adminConcurrency = 8
+	// adminChangesWaiting bounds the operators' changes taken at once: they are
+	// carried out one at a time (adminMu), the rest wait their turn; past it, one
+	// more is refused at once, nothing done (a log write that does not return
+	// holds them all: ErrCommitPending frees each in time).
+	adminChangesWaiting = 32
 	// retiredConcurrency, retiredPendingMsgs and retiredPendingBytes bound what the
 	// reads of removed control nodes' credentials take of the leader: a few at once,
 	// and a short queue, past which nats.go drops them.
@@ -707,8 +715,8 @@ func (d *Daemon) serveAPI() error {
 		{d.conns.hosts, api.NodePrefix + "*" + api.StatusSuffix, d.handleStatus},
 		// Revoked nodes' keys ask on the same subjects, in an account of their own.
 		{d.conns.revoked, api.NodePrefix + "*" + api.SyncSuffix, d.handleRevokedSync},
-		// Operators' reads never wait behind another operator's change (adminOp).
-		{d.conns.admin, api.AdminPrefix + ">", d.handlers.concurrently(adminConcurrency, d.handleAdmin)},
+		// Operators' reads never wait behind another operator's change.
+		{d.conns.admin, api.AdminPrefix + ">", d.adminDispatch()},
 		// Removed control nodes' credentials read in a queue of their own.
 		{d.conns.admin, api.RetiredPrefix + ">", d.handlers.concurrently(retiredConcurrency, d.handleRetired)},
 	}

@@ -42,6 +42,32 @@ func (hs *handlers) concurrently(n int, h nats.MsgHandler) nats.MsgHandler {
 	}
 }
 
+// atMost runs h for each message on up to n goroutines at once, as concurrently
+// does, but never waits for a slot: a message that finds the n taken goes to busy,
+// on the subscription's goroutine, at once.
+func (hs *handlers) atMost(n int, h, busy nats.MsgHandler) nats.MsgHandler {
+	slots := make(chan struct{}, n)
+	return func(m *nats.Msg) {
+		select {
+		case slots <- struct{}{}:
+		default:
+			busy(m)
+			return
+		}
+		if !hs.begin() {
+			<-slots
+			return
+		}
+		go func() {
+			defer func() {
+				<-slots
+				hs.running.Done()
+			}()
+			h(m)
+		}()
+	}
+}
+
 // begin counts one more handler under way, unless the daemon is closing. The lock
 // orders it before wait's: a WaitGroup must not grow from zero while it is waited on.
 func (hs *handlers) begin() bool {
@@ -55,8 +81,8 @@ func (hs *handlers) begin() bool {
 }
 
 // wait refuses any further handler and returns when those under way have returned.
-// They finish on their own: Raft is still open, so a commit they wait on is taken
-// or refused within commitTimeout.
+// They finish on their own: Raft is still open, and a commit they wait on answers
+// within a fifth more than commitTimeout (replication.ErrCommitPending past it).
 func (hs *handlers) wait() {
 	hs.mu.Lock()
 	hs.closing = true

@@ -280,7 +280,9 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 			return refuseSaying(api.CodeUnavailable, enrolNotRecorded, fmt.Sprintf(
 				"control node %s could not write its Raft log: its disk is full (%v); free space under %s", d.cfg.Node, err, d.opts.Dir))
 		}
-		return refuseSaying(api.CodeUnavailable, "the control plane could not record the enrolment now (its log says why); nothing was recorded and the token is not used",
+		// Perhaps recorded (a commit that did not return in time): the same key
+		// sent again is answered from the mesh's records if it was.
+		return refuseSaying(api.CodeUnavailable, "the control plane could not confirm the enrolment now (its log says why); if it was recorded, the same token and key are answered from the mesh's records",
 			"the enrolment could not be committed: "+err.Error())
 	}
 	if res.Err != nil {

@@ -125,6 +125,13 @@ var ErrNotLeader = errors.New("this control node is not the Raft leader")
 // after the entry was appended, a timeout) may still be committed.
 var ErrNotAppended = errors.New("the command never reached the Raft log")
 
+// ErrCommitPending marks a command that Raft took up and did not answer within
+// the wait Apply allows (a fifth more than its timeout): an entry appended whose commit hangs,
+// as on a leader whose log write does not return (a disk that does not answer). It
+// may still be committed. Raft's own timeout bounds only the taking up, and the
+// callers, an operator's handler among them, waited for good.
+var ErrCommitPending = errors.New("the command was taken up by Raft and is not committed yet")
+
 // ErrLeadershipLost marks a change of the Raft configuration (AddNonvoter, Promote,
 // Demote, Remove) that this node appended as leader and then lost its leadership
 // before the change was committed: a new leader may commit it or drop it, and
@@ -504,7 +511,9 @@ func (n *Node) ApplyIndex(c state.Command, timeout time.Duration) (uint64, error
 }
 
 // Apply proposes a command and waits for it to be applied, returning the state
-// machine's result. The command's time is stamped here, on the leader.
+// machine's result: timeout bounds Raft's taking it up, and the whole wait is at
+// most a fifth more than timeout (ErrCommitPending past it). The command's time is stamped
+// here, on the leader.
 func (n *Node) Apply(c state.Command, timeout time.Duration) (state.Result, error) {
 	res, _, err := n.apply(c, timeout)
 	return res, err
@@ -523,7 +532,9 @@ func (n *Node) apply(c state.Command, timeout time.Duration) (state.Result, uint
 	}
 	start := time.Now()
 	f := n.raft.Apply(data, timeout)
-	err = f.Error()
+	// A fifth past Raft's own bound: the answer reaches meshctl within its
+	// default --timeout (15s) at the daemon's 10s.
+	err = settled(f, timeout+timeout/5)
 	if n.observe != nil {
 		n.observe(time.Since(start))
 	}
@@ -536,10 +547,29 @@ func (n *Node) apply(c state.Command, timeout time.Duration) (state.Result, uint
 		if errors.Is(err, raft.ErrLeadershipLost) {
 			return state.Result{}, 0, fmt.Errorf("%w: %w", ErrNotLeader, err)
 		}
+		if errors.Is(err, ErrCommitPending) {
+			return state.Result{}, 0, fmt.Errorf("commit %s: %w after %s (a log write that does not return: a disk that does not answer?)", c.Op, err, time.Since(start).Round(time.Second))
+		}
 		return state.Result{}, 0, fmt.Errorf("commit %s: %w", c.Op, err)
 	}
 	res, _ := f.Response().(state.Result)
 	return res, f.Index(), nil
+}
+
+// settled is f's error, waited for at most wait; ErrCommitPending past it. The wait
+// for f goes on in a goroutine of its own, which ends when Raft answers it (once the
+// log write returns, or at Raft's shutdown).
+func settled(f raft.Future, wait time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return ErrCommitPending
+	}
 }
 
 // Close shuts Raft down and closes the stores.
