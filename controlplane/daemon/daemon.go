@@ -1074,6 +1074,12 @@ func (d *Daemon) logCapacity(c broker.Capacity) {
 		d.log.Info("broker capacity: the open-file limit is unknown or unlimited; hosts are not capped")
 		return
 	}
+	if asked := d.opts.MaxHosts; asked > c.MaxHosts {
+		// Said, not taken silently: the cap applies, lower than asked.
+		d.log.Warn("--max-hosts is above what the open-file limit allows: the lower cap applies", "max_hosts_asked", asked, "max_hosts", c.MaxHosts,
+			"open_file_limit", c.OpenFiles, "hint", "raise the open-file limit (LimitNOFILE) for more hosts on this control node")
+		return
+	}
 	d.log.Info("broker capacity", "max_hosts", c.MaxHosts, "max_connections", c.MaxConnections, "open_file_limit", c.OpenFiles,
 		"hint", "each connection is a file descriptor: raise the open-file limit (LimitNOFILE) for more hosts on this control node")
 }

@@ -237,7 +237,7 @@ a --certificate that is missing, damaged or of another mesh. See docs/operations
 			var certificate, out string
 			cp.register(c, cio)
 			c.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
-			c.Flags().DurationVar(&wait, "wait", operator.DefaultGatherWait, fmt.Sprintf("status: how long to wait for the control nodes' answers (at most %s)", broker.MaxGatherWait))
+			c.Flags().DurationVar(&wait, "wait", operator.DefaultGatherWait, fmt.Sprintf("status: how long to wait for the control nodes' answers (%s to %s)", minGatherWait, broker.MaxGatherWait))
 			c.Flags().StringVar(&certificate, "certificate", "", "renew-certificate: the certificate to renew (a copy of a control node's tls.pem, or the mesh CA's ca.pem)")
 			c.Flags().StringVar(&out, "out", "", "renew-certificate: where to write the renewed certificate (default: over --certificate)")
 			_ = c.MarkFlagFilename("certificate", "pem")

@@ -13,13 +13,19 @@ import (
 	"mesh/broker"
 	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
+	"mesh/controlplane/operator"
 	"mesh/controlplane/state"
 )
 
+// minGatherWait is the shortest --wait of control status: a control node's answer
+// takes a round trip and its own reading of Raft, and a wait of nanoseconds heard
+// none, naming every node silent.
+const minGatherWait = 100 * time.Millisecond
+
 // controlStatus runs `meshctl control status`.
 func controlStatus(cp *controlPlaneFlags, cio *cliIO, wait time.Duration, asJSON bool) error {
-	if wait <= 0 || wait > broker.MaxGatherWait {
-		return usagef("--wait %s: must be positive and at most %s", wait, broker.MaxGatherWait)
+	if wait < minGatherWait || wait > broker.MaxGatherWait {
+		return usagef("--wait %s: must be between %s and %s (the default is %s)", wait, minGatherWait, broker.MaxGatherWait, operator.DefaultGatherWait)
 	}
 	c, err := cp.dial()
 	if err != nil {

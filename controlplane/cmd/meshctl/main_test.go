@@ -109,7 +109,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"token", "--node", "cp-2", "--role", "control", "--addr", "127.0.0.1:7300", "--creds", "x.creds"}, "data directory of the control node that holds the CA key"},
 		{[]string{"serve", "--data", dir, "--log-format", "xml"}, "--log-format"},
 		{[]string{"serve", "--data", dir, "--log-json", "--log-format", "text"}, "disagree"},
-		{[]string{"declare", "--data", dir, "--node", "web-1", "--file", "x.json", "--wait=soon"}, "positive duration"},
+		{[]string{"declare", "--data", dir, "--node", "web-1", "--file", "x.json", "--wait=soon"}, "give a duration from 1s to 1h0m0s"},
 		{[]string{"declare", "--data", dir, "--node", "web-1", "--file", "x.json", "30s"}, `unexpected argument "30s": --wait takes a positive duration`},
 		{[]string{"version", "extra"}, "unexpected argument"},
 		{[]string{"--version", "extra"}, `unexpected argument "extra" after --version`},
@@ -128,11 +128,14 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"nodes", "--data", dir, "--timeout", "1ns"}, "--timeout 1ns: must be between 1s and 10m0s"},
 		{[]string{"nodes", "--data", dir, "--timeout", "100000h"}, "--timeout 100000h0m0s: must be between 1s and 10m0s"},
 		{[]string{"nodes", "--data", dir, "--timeout", "15"}, `--timeout "15": not a duration: give a number and its unit, such as 30s`},
-		{[]string{"declare", "--data", dir, "--node", "web-1", "--file", "x.json", "--wait", "1000h"}, "--wait=1000h: give a positive duration of at most 1h0m0s"},
+		{[]string{"declare", "--data", dir, "--node", "web-1", "--file", "x.json", "--wait", "1000h"}, "--wait=1000h: give a duration from 1s to 1h0m0s"},
 		// A negative or zero duration after --wait is --wait's, refused as such: it
 		// was read as the shorthand flags -1 and -s ("unknown shorthand flag").
-		{[]string{"declare", "--data", dir, "--node", "web-1", "--file", "x.json", "--wait", "-1s"}, "--wait=-1s: give a positive duration of at most 1h0m0s"},
-		{[]string{"declare", "--data", dir, "--node", "web-1", "--file", "x.json", "--wait", "0s"}, "--wait=0s: give a positive duration"},
+		{[]string{"declare", "--data", dir, "--node", "web-1", "--file", "x.json", "--wait", "-1s"}, "--wait=-1s: give a duration from 1s to 1h0m0s"},
+		// A wait too short to hear any node (a review: 1ns was taken).
+		{[]string{"declare", "--data", dir, "--node", "web-1", "--file", "x.json", "--wait", "1ns"}, "--wait=1ns: give a duration from 1s"},
+		{[]string{"control", "status", "--data", dir, "--wait", "1ns"}, "--wait 1ns: must be between 100ms and 30s (the default is 2s)"},
+		{[]string{"declare", "--data", dir, "--node", "web-1", "--file", "x.json", "--wait", "0s"}, "--wait=0s: give a duration from 1s"},
 		{[]string{"signing-key", "rotat", "--data", dir}, `unknown signing-key action "rotat"`},
 		{[]string{"signing-key", "rotat", "--servers", "127.0.0.1:1", "--creds", "x.creds", "--ca", "ca.pem"}, `unknown signing-key action "rotat"`},
 		{[]string{"signing-key", "status", "x", "--data", dir}, `unexpected argument "x"`},

@@ -51,8 +51,8 @@ func (w *waitFlag) Set(v string) error {
 		return nil
 	}
 	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 || d > maxWait {
-		return fmt.Errorf("--wait=%s: give a positive duration of at most %s, such as 30s (to wait longer, run meshctl status until it exits 0)", v, maxWait)
+	if err != nil || d < time.Second || d > maxWait {
+		return fmt.Errorf("--wait=%s: give a duration from 1s to %s, such as 30s (to wait longer, run meshctl status until it exits 0)", v, maxWait)
 	}
 	w.d = d
 	return nil

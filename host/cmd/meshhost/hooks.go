@@ -48,7 +48,7 @@ func cmdHooks(args []string, cio *cliIO) error {
 	}
 	fs := newFlags("hooks retry", cio)
 	stateDir := fs.String("state", "", "state directory of the running agent (required)")
-	timeout := durationFlag(fs, "timeout", defaultRetryTimeout, "how long to wait for the hooks to run (a hook's own timeout is at most 1h)")
+	timeout := durationFlag(fs, "timeout", defaultRetryTimeout, "how long to wait for the hooks to run, 1s to 2h (a hook's own timeout is at most 1h)")
 	asJSON := fs.Bool("json", false, "print the outcome as JSON")
 	if err := parse(fs, args[1:], cio); err != nil {
 		return err

@@ -689,11 +689,11 @@ func cmdRun(args []string, cio *cliIO) error {
 	if err := checkBetween("heartbeat", *heartbeat, time.Second, maxHeartbeat, defaultHeartbeat); err != nil {
 		return err
 	}
-	if *brokerPing < time.Second || *brokerPing > maxBrokerPing {
-		return usageError{fmt.Sprintf("--broker-ping must be between 1s and %s", maxBrokerPing)}
+	if err := checkBetween("broker-ping", *brokerPing, time.Second, maxBrokerPing, link.PingInterval); err != nil {
+		return err
 	}
 	if *returnHome != 0 && (*returnHome < time.Second || *returnHome > time.Hour) {
-		return usageError{"--return-home must be 0 (never) or between 1s and 1h"}
+		return usageError{fmt.Sprintf("--return-home %s: must be 0 (never) or between 1s and 1h (the default is %s)", *returnHome, 5*time.Minute)}
 	}
 	if *checkFiles != 0 && (*checkFiles < time.Second || *checkFiles > 24*time.Hour) {
 		return usageError{fmt.Sprintf("--check-files %s: must be 0 (never) or between 1s and 24h (the default is %s)", *checkFiles, agent.DefaultCheckFiles)}
