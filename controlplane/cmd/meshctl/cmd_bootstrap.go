@@ -1,6 +1,8 @@
 package main
 
 import (
+	"syscall"
+
 	"github.com/spf13/cobra"
 
 	"mesh/controlplane/bootstrap"
@@ -16,7 +18,7 @@ func bootstrapCommand() command {
 Prints its plan, checks first (data directory, addresses, clock), then makes the CA,
 this node's TLS identity, the declaration signing key, operator credentials and a
 one-voter Raft cluster. Running it again resumes an unfinished bootstrap and never
-makes a second CA; SIGINT or SIGTERM stops it between steps (exit 9), and running it
+makes a second CA; SIGINT, SIGTERM or SIGHUP (a terminal closed) stops it between steps (exit 9), and running it
 again resumes. It refuses at once a data directory another process holds (exit 8),
 the directory of a control node that joined a mesh (exit 7), and that of a control
 node that was removed (exit 6). With --json the plan and its steps go to stderr, and stdout is the
@@ -56,7 +58,10 @@ mesh as bootstrapped (its id, this node, addresses and CA pin) as JSON.`,
 				if asJSON {
 					o.Out = cio.stderr
 				}
-				ctx, stop := signalContext()
+				// A terminal closed under it (an SSH session dropped) stops it as
+				// Ctrl-C does, with its clean stop (a join's rollback), where
+				// SIGHUP's default ended it at once (a review).
+				ctx, stop := signalContext(syscall.SIGHUP)
 				defer stop()
 				privateUmask() // the Raft store it makes, as serve's
 				var done bootstrap.Outcome

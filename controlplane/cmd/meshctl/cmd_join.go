@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -32,10 +33,10 @@ Prints each step: pin check, TLS identity and signing key received, Raft nonvote
 proof that it replicates, promotion, a NATS route to the other brokers. Reports
 success only when confirmed; a join that cannot be confirmed is rolled back and says
 why (or that rolling back failed, and what to do). Running it again resumes an
-unfinished join, and is a no-op on a joined node. SIGINT or SIGTERM stops it at any
-step (exit 9), rolling back a join the mesh had as a nonvoter; running it again with
-the same token resumes. It refuses at once a data directory another process holds
-(exit 8), one that holds another mesh, another node or other files (exit 7), and
+unfinished join, and is a no-op on a joined node. SIGINT, SIGTERM or SIGHUP (a terminal
+closed) stops it at any step (exit 9), rolling back a join the mesh had as a
+nonvoter; running it again with the same token resumes. It refuses at once a data
+directory another process holds (exit 8), one that holds another mesh, another node or other files (exit 7), and
 that of a control node that was removed (exit 6); a token that cannot be used, or
 that the mesh's answer refuses, exits 4; no broker reached, no answer, a mesh that
 cannot admit or confirm anyone now (an election), a login the brokers refused
@@ -70,7 +71,10 @@ serve.`,
 				if asJSON {
 					steps = cio.stderr
 				}
-				ctx, stop := signalContext()
+				// A terminal closed under it (an SSH session dropped) stops it as
+				// Ctrl-C does, with its clean stop (a join's rollback), where
+				// SIGHUP's default ended it at once (a review).
+				ctx, stop := signalContext(syscall.SIGHUP)
 				defer stop()
 				err = interruptible(ctx, func() error {
 					privateUmask() // the Raft store it makes, as serve's

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"os/signal"
 	"runtime/debug"
 	"strconv"
 	"syscall"
@@ -159,6 +160,10 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 				ctx, stop := signalContext()
 				defer stop()
 				defer hangup.Ignore(log, "this control node goes on serving")()
+				// A log line written to a pipe that closed (`serve 2>&1 | tee`, tee
+				// ended by the same Ctrl-C) ended serve by SIGPIPE, skipping its
+				// clean stop (a review): the write fails instead.
+				signal.Ignore(syscall.SIGPIPE)
 				if profiling && metricsListen == "" {
 					return usagef("--pprof serves on the --metrics-listen address: give one")
 				}

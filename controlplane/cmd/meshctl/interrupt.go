@@ -32,16 +32,19 @@ func signalName(sig os.Signal) string {
 		return "SIGINT"
 	case syscall.SIGTERM:
 		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
 	}
 	return sig.String()
 }
 
 // signalContext is a context cancelled, with an *interruptedError as its cause, when
-// SIGINT or SIGTERM arrives. stop restores the signals' default behaviour.
-func signalContext() (ctx context.Context, stop func()) {
+// SIGINT or SIGTERM arrives, or one of also. stop restores the signals' default
+// behaviour.
+func signalContext(also ...os.Signal) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(ch, append([]os.Signal{syscall.SIGINT, syscall.SIGTERM}, also...)...)
 	done := make(chan struct{})
 	go func() {
 		select {

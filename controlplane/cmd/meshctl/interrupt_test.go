@@ -39,6 +39,30 @@ func TestSignalContext(t *testing.T) {
 	}
 }
 
+// TestAHangupStopsWhatAsksForIt: bootstrap and join take SIGHUP (a terminal closed
+// under them, an SSH session dropped) as they take Ctrl-C, with their clean stop
+// (a join's rollback) and exit 9; its default ended them at once, exit 129, a
+// nonvoter left in Raft (a review).
+func TestAHangupStopsWhatAsksForIt(t *testing.T) {
+	ctx, stop := signalContext(syscall.SIGHUP)
+	defer stop()
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("SIGHUP did not cancel the context")
+	}
+	var ie *interruptedError
+	if !errors.As(context.Cause(ctx), &ie) || ie.Error() != "interrupted by SIGHUP" {
+		t.Fatalf("cause = %v", context.Cause(ctx))
+	}
+	if code := exitCode(io.Discard, "meshctl join", context.Cause(ctx)); code != exitInterrupted {
+		t.Errorf("exit %d, want %d", code, exitInterrupted)
+	}
+}
+
 // TestInterruptible: an error returned after a signal says so (once); one returned
 // without a signal is left alone; a command that does not stop within the grace is
 // given up on.

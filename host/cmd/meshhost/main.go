@@ -267,7 +267,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		// on once it is set, as meshctl join's exit 3 says for the same fault.
 		errors.Is(err, enrol.ErrClock), errors.Is(err, enrol.ErrAnswerTime):
 		return exitUnreachable
-	case errors.Is(err, enrol.ErrInterrupted), errors.Is(err, errRetryInterrupted):
+	case errors.Is(err, enrol.ErrInterrupted), errors.Is(err, errRetryInterrupted), errors.Is(err, terminal.ErrInterrupted):
 		return exitInterrupted
 	}
 	return exitFailure
@@ -823,6 +823,10 @@ func cmdRun(args []string, cio *cliIO) error {
 	})
 	defer stop()
 	defer hangup.Ignore(log, "the agent goes on running")()
+	// A log line written to a pipe that closed (`run 2>&1 | tee`, tee ended by the
+	// same Ctrl-C) ended the agent by SIGPIPE, skipping its clean stop and leaving a
+	// running hook unsignalled (a review): the write fails instead.
+	signal.Ignore(syscall.SIGPIPE)
 	err = a.Run(ctx)
 	log.Info("agent stopped", "node", id.Node)
 	_ = cio.notifyState("STOPPING=1")
