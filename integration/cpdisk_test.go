@@ -241,6 +241,16 @@ func TestAControlNodeWhoseDiskHangs(t *testing.T) {
 			t.Errorf("meshctl token on a hung disk: exit %d, want 3 saying it may be carried out:\n%s", r.Code, r.Combined())
 		}
 	}
+	// The hung log is said where operators look (it said all was well: a review),
+	// and a change is refused at once, nothing done, not queued behind it.
+	r := cp.Ctl("control", "status")
+	t.Logf("control status on a hung disk: exit %d:\n%s", r.Code, r.Combined())
+	if r.Code == 0 || !strings.Contains(r.Combined(), "Raft log") {
+		t.Errorf("control status with the leader's log write hung: exit %d, want it named:\n%s", r.Code, r.Combined())
+	}
+	start = time.Now()
+	r = cp.Ctl("label", "w-1", "a=b", "--timeout", "5s")
+	t.Logf("a change on a hung disk: exit %d after %s: %s", r.Code, time.Since(start).Round(time.Millisecond), strings.TrimSpace(r.Stderr))
 	thaw()
 	harness.Eventually(t, 30*time.Second, "a change once the disk answers", func() bool {
 		return cp.Ctl("token", "--node", "w-9").Code == 0

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -69,4 +72,45 @@ func TestALogPipeThatClosesDoesNotKillTheDaemons(t *testing.T) {
 	agent := start(bin.Meshhost, "run", "--state", web.State, "--root", web.Root, "--heartbeat", "1s")
 	stop("meshhost run", agent)
 	stop("meshctl serve", serve)
+}
+
+// TestAHookGetsSIGPIPEAsAnyCommandDoes: the agent catches SIGPIPE (a closed log
+// pipe must not end it), but what it runs must not inherit the signal ignored: a
+// hook's `yes | head -1` then ran until the hook's timeout (a review, with
+// signal.Ignore). The hook ends at once, and its process starts with SIGPIPE's
+// default.
+func TestAHookGetsSIGPIPEAsAnyCommandDoes(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "hookpipe")
+	cp.Serve()
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	dir := t.TempDir()
+	mask := filepath.Join(dir, "sigign")
+	hooksFile := filepath.Join(dir, "hooks.json")
+	writeFile(t, hooksFile, `{"hooks":[{"name":"pipe","paths":["etc/*"],"timeout":"30s","run":["sh","-c",`+
+		`"grep SigIgn /proc/self/status > `+mask+`; yes | head -1 > /dev/null"]}]}`)
+	h.Run("--hooks", hooksFile)
+	body := filepath.Join(dir, "app.json")
+	writeFile(t, body, `{"files":[{"path":"etc/app.conf","content":"x\n"}]}`)
+	start := time.Now()
+	if r := cp.Ctl("declare", "--node", "web-1", "--file", body, "--wait", "25s"); r.Code != 0 {
+		t.Fatalf("declare --wait with a hook running `yes | head -1`: exit %d after %s:\n%s", r.Code, time.Since(start), r.Combined())
+	}
+	if waited := time.Since(start); waited > 15*time.Second {
+		t.Errorf("the hook took %s: `yes` did not end with its pipe", waited)
+	}
+	data, err := os.ReadFile(mask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(string(data))
+	ignored, err := strconv.ParseUint(fields[len(fields)-1], 16, 64)
+	if err != nil {
+		t.Fatalf("SigIgn line %q: %v", data, err)
+	}
+	if ignored&(1<<(uint(syscall.SIGPIPE)-1)) != 0 {
+		t.Errorf("the hook started with SIGPIPE ignored (SigIgn %s)", strings.TrimSpace(string(data)))
+	}
 }

@@ -215,7 +215,7 @@ func (d *Daemon) commit(c state.Command) (state.Result, error) {
 		// Nothing proposed: refused now rather than committed whenever there is
 		// room again, long after meshctl gave up on it.
 		return state.Result{}, errors.Join(errNotDone, &api.Error{Code: api.CodeUnavailable, Message: "nothing can be committed now, and nothing was: " + why +
-			"; free space under their data directories (meshctl control status names them), then run the command again"})
+			"; free space under their data directories, or mend the disk that does not answer (meshctl control status names them), then run the command again"})
 	}
 	res, err := d.raft.Apply(c, commitTimeout)
 	if err != nil {

@@ -175,7 +175,7 @@ func (d *Daemon) encodeEnrolAnswer(resp api.EnrolResponse) ([]byte, error) {
 //
 // What the mesh tells an enrolling client says what happened, not what to run: the
 // client adds that (meshhost enrol, meshctl join), once.
-const enrolNotRecorded = "the control plane cannot record enrolments now: a control node cannot write its Raft log (a full or read-only disk), which the mesh's operators must mend (meshctl control status names it); nothing was recorded and the token is not used"
+const enrolNotRecorded = "the control plane cannot record enrolments now: a control node cannot write its Raft log (a full or read-only disk, or one that does not answer), which the mesh's operators must mend (meshctl control status names it); nothing was recorded and the token is not used"
 
 // enrolBudgetKey prefixes the message budget of a node's enrolling clients, apart
 // from the node's own once enrolled.

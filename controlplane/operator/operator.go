@@ -394,6 +394,11 @@ func (c *Client) call(op, id string, mayRepeat bool, req, res any) error {
 			if out.mayRepeat && api.RefusedMember(resp.Error, "again") {
 				return fmt.Errorf("%w: the control plane is older than request ids given to it (it refused the mark of a change that may repeat an earlier one: %s); nothing was carried out", ErrRequestIDRefused, resp.Error.Message)
 			}
+			if resp.NotDone && out.unanswered && !api.ReadOnly(op) {
+				// This sending was not carried out; an earlier one may be, still
+				// (a leader whose log write hung took it up: a review).
+				return fmt.Errorf("%w; an earlier sending of it went unanswered and may still be carried out: look (%s) before running it again", resp.Error, LookAt(op))
+			}
 			if out.sentAgain && !out.mayRepeat && resp.Error.Code == api.CodeBadRequest {
 				// The first sending was checked alike and its answer lost; a
 				// control plane older than the mark refuses it as unknown.
@@ -431,6 +436,10 @@ type sending struct {
 	// mayRepeat: every sending is marked as sent again, the first too
 	// (CallRequest).
 	mayRepeat bool
+	// unanswered records that a sending went unanswered (timed out, or its
+	// connection lost): a later sending's "nothing was done" speaks for itself
+	// only, and the unanswered one may still be carried out.
+	unanswered bool
 }
 
 // message is the request to send now.
@@ -511,6 +520,7 @@ func (c *Client) request(out *sending) (*nats.Msg, error) {
 		if (!lost && !timedOut) || time.Until(deadline) <= 0 {
 			return msg, err
 		}
+		out.unanswered = true
 		if out.again != nil {
 			if time.Since(out.first) > api.MaxResend {
 				return msg, err // its id may be off the record by the time it arrives

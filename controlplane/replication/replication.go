@@ -91,6 +91,11 @@ type Config struct {
 
 // Node is a running Raft member.
 type Node struct {
+	// stalled counts the commands past settled's wait that Raft has not answered
+	// yet, since stalledSince: a log write that does not return (LogWriteError).
+	stalledMu    sync.Mutex
+	stalled      int
+	stalledSince time.Time
 	// id is this member's server id (Config.ID).
 	id  raft.ServerID
 	now func() time.Time
@@ -534,7 +539,7 @@ func (n *Node) apply(c state.Command, timeout time.Duration) (state.Result, uint
 	f := n.raft.Apply(data, timeout)
 	// A fifth past Raft's own bound: the answer reaches meshctl within its
 	// default --timeout (15s) at the daemon's 10s.
-	err = settled(f, timeout+timeout/5)
+	err = settled(f, timeout+timeout/5, func() func() { return n.stall(start) })
 	if n.observe != nil {
 		n.observe(time.Since(start))
 	}
@@ -556,10 +561,11 @@ func (n *Node) apply(c state.Command, timeout time.Duration) (state.Result, uint
 	return res, f.Index(), nil
 }
 
-// settled is f's error, waited for at most wait; ErrCommitPending past it. The wait
-// for f goes on in a goroutine of its own, which ends when Raft answers it (once the
-// log write returns, or at Raft's shutdown).
-func settled(f raft.Future, wait time.Duration) error {
+// settled is f's error, waited for at most wait; ErrCommitPending past it, and
+// stall is told then (when not nil), and what it returns once Raft answers. The
+// wait for f goes on in a goroutine of its own, which ends when Raft answers it
+// (once the log write returns, or at Raft's shutdown).
+func settled(f raft.Future, wait time.Duration, stall func() (answered func())) error {
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
 	t := time.NewTimer(wait)
@@ -568,7 +574,30 @@ func settled(f raft.Future, wait time.Duration) error {
 	case err := <-done:
 		return err
 	case <-t.C:
-		return ErrCommitPending
+	}
+	if stall != nil {
+		answered := stall()
+		go func() {
+			<-done
+			answered()
+		}()
+	}
+	return ErrCommitPending
+}
+
+// stall records a command proposed at since and past settled's wait, until Raft
+// answers it.
+func (n *Node) stall(since time.Time) (answered func()) {
+	n.stalledMu.Lock()
+	if n.stalled == 0 {
+		n.stalledSince = since
+	}
+	n.stalled++
+	n.stalledMu.Unlock()
+	return func() {
+		n.stalledMu.Lock()
+		n.stalled--
+		n.stalledMu.Unlock()
 	}
 }
 
@@ -748,14 +777,26 @@ func (n *Node) Status() Status {
 }
 
 // LogWriteError is the error of this member's last write to its Raft log when no
-// write succeeded since, or nil. A member whose disk is full cannot append the
-// entry an election starts with, so it does not lead while this stays set.
+// write succeeded since, or ErrLogStalled while a command it took up has gone
+// unanswered past Apply's wait (a log write that does not return), or nil. A
+// member whose disk is full cannot append the entry an election starts with, so
+// it does not lead while this stays set. Every view of the control plane that
+// says whether a node's log can be written reads it (control status, heartbeats,
+// mesh_raft_log_write_failing), and changes are refused before they are proposed.
 func (n *Node) LogWriteError() error {
 	if p := n.guarded.writeErr.Load(); p != nil {
 		return *p
 	}
+	n.stalledMu.Lock()
+	defer n.stalledMu.Unlock()
+	if n.stalled > 0 {
+		return fmt.Errorf("%w: %d command(s) taken up by Raft unanswered for %s (a disk that does not answer?)", ErrLogStalled, n.stalled, time.Since(n.stalledSince).Round(time.Second))
+	}
 	return nil
 }
+
+// ErrLogStalled: a write to this member's Raft log has not returned (LogWriteError).
+var ErrLogStalled = errors.New("a write to the Raft log does not return")
 
 // SnapshotWriteError returns the error of the last snapshot this member wrote, or
 // was sent and wrote down, when none succeeded since; nil otherwise.

@@ -65,7 +65,7 @@ make their own id (openssl rand -hex 16) and give it to every attempt.`,
 			fs.BoolVar(&dryRun, "dry-run", false, "show what the declaration would change on each node, and declare nothing")
 			fs.StringVar(&requestID, "request-id", "", "the declaration's request id, 32 hex digits: under an id carried out within the hour, nothing more is declared (a retry, from any process)")
 			wait := waitFlag{}
-			fs.Var(&wait, "wait", "wait until the nodes applied it: --wait (2m), --wait 30s or --wait=30s (at most 1h); exits 5 naming the nodes that failed or did not answer")
+			fs.Var(&wait, "wait", "wait until the nodes applied it: --wait (2m), --wait 30s or --wait=30s (1s to 1h); exits 5 naming the nodes that failed or did not answer")
 			fs.Lookup("wait").NoOptDefVal = defaultWait.String()
 			_ = c.RegisterFlagCompletionFunc("node", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
 				return cp.nodeNames(false), cobra.ShellCompDirectiveNoFileComp

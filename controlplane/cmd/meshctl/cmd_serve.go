@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"os"
 	"os/signal"
 	"runtime/debug"
 	"strconv"
@@ -162,8 +163,9 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 				defer hangup.Ignore(log, "this control node goes on serving")()
 				// A log line written to a pipe that closed (`serve 2>&1 | tee`, tee
 				// ended by the same Ctrl-C) ended serve by SIGPIPE, skipping its
-				// clean stop (a review): the write fails instead.
-				signal.Ignore(syscall.SIGPIPE)
+				// clean stop (a review): the write fails instead. Caught, not
+				// ignored, as the agent does (an ignored signal is inherited).
+				signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 				if profiling && metricsListen == "" {
 					return usagef("--pprof serves on the --metrics-listen address: give one")
 				}

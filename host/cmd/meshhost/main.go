@@ -825,8 +825,10 @@ func cmdRun(args []string, cio *cliIO) error {
 	defer hangup.Ignore(log, "the agent goes on running")()
 	// A log line written to a pipe that closed (`run 2>&1 | tee`, tee ended by the
 	// same Ctrl-C) ended the agent by SIGPIPE, skipping its clean stop and leaving a
-	// running hook unsignalled (a review): the write fails instead.
-	signal.Ignore(syscall.SIGPIPE)
+	// running hook unsignalled (a review): the write fails instead. Caught, not
+	// ignored: an ignored signal stays ignored in what the agent runs, and a hook's
+	// `yes | head -1` then ran until its timeout.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	err = a.Run(ctx)
 	log.Info("agent stopped", "node", id.Node)
 	_ = cio.notifyState("STOPPING=1")
