@@ -116,7 +116,7 @@ var (
 	descRaftContact = prometheus.NewDesc("mesh_raft_last_contact_seconds",
 		"Seconds since a follower last heard from the leader, or since it started if it has heard none (0 on the leader).", nil, nil)
 	descRaftWriteFailing = prometheus.NewDesc("mesh_raft_log_write_failing",
-		"1 when this node's last write to its Raft log failed and none succeeded since (a full disk): it cannot lead.", nil, nil)
+		"1 when this node's last write to its Raft log failed and none succeeded since (a full disk), or one has been under way for 10s or more (a disk that does not answer): it cannot lead.", nil, nil)
 	descBrokerConns  = prometheus.NewDesc("mesh_broker_connections", "Client connections open on this node's broker.", nil, nil)
 	descBrokerRoutes = prometheus.NewDesc("mesh_broker_routes", "Route connections of this node's broker to the other control nodes' brokers.", nil, nil)
 	descBrokerMsgs   = prometheus.NewDesc("mesh_broker_messages_total", "Messages through this node's broker, by direction.", []string{"direction"}, nil)

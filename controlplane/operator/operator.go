@@ -394,7 +394,7 @@ func (c *Client) call(op, id string, mayRepeat bool, req, res any) error {
 			if out.mayRepeat && api.RefusedMember(resp.Error, "again") {
 				return fmt.Errorf("%w: the control plane is older than request ids given to it (it refused the mark of a change that may repeat an earlier one: %s); nothing was carried out", ErrRequestIDRefused, resp.Error.Message)
 			}
-			if resp.NotDone && out.unanswered && !api.ReadOnly(op) {
+			if resp.NotDone && out.unanswered && !api.ReadOnly(op) && !changesNothing(req) {
 				// This sending was not carried out; an earlier one may be, still
 				// (a leader whose log write hung took it up: a review).
 				return fmt.Errorf("%w; an earlier sending of it went unanswered and may still be carried out: look (%s) before running it again", resp.Error, LookAt(op))

@@ -91,11 +91,6 @@ type Config struct {
 
 // Node is a running Raft member.
 type Node struct {
-	// stalled counts the commands past settled's wait that Raft has not answered
-	// yet, since stalledSince: a log write that does not return (LogWriteError).
-	stalledMu    sync.Mutex
-	stalled      int
-	stalledSince time.Time
 	// id is this member's server id (Config.ID).
 	id  raft.ServerID
 	now func() time.Time
@@ -539,7 +534,7 @@ func (n *Node) apply(c state.Command, timeout time.Duration) (state.Result, uint
 	f := n.raft.Apply(data, timeout)
 	// A fifth past Raft's own bound: the answer reaches meshctl within its
 	// default --timeout (15s) at the daemon's 10s.
-	err = settled(f, timeout+timeout/5, func() func() { return n.stall(start) })
+	err = settled(f, timeout+timeout/5)
 	if n.observe != nil {
 		n.observe(time.Since(start))
 	}
@@ -561,11 +556,10 @@ func (n *Node) apply(c state.Command, timeout time.Duration) (state.Result, uint
 	return res, f.Index(), nil
 }
 
-// settled is f's error, waited for at most wait; ErrCommitPending past it, and
-// stall is told then (when not nil), and what it returns once Raft answers. The
-// wait for f goes on in a goroutine of its own, which ends when Raft answers it
-// (once the log write returns, or at Raft's shutdown).
-func settled(f raft.Future, wait time.Duration, stall func() (answered func())) error {
+// settled is f's error, waited for at most wait; ErrCommitPending past it. The wait
+// for f goes on in a goroutine of its own, which ends when Raft answers it (once the
+// log write returns, or at Raft's shutdown).
+func settled(f raft.Future, wait time.Duration) error {
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
 	t := time.NewTimer(wait)
@@ -574,30 +568,7 @@ func settled(f raft.Future, wait time.Duration, stall func() (answered func())) 
 	case err := <-done:
 		return err
 	case <-t.C:
-	}
-	if stall != nil {
-		answered := stall()
-		go func() {
-			<-done
-			answered()
-		}()
-	}
-	return ErrCommitPending
-}
-
-// stall records a command proposed at since and past settled's wait, until Raft
-// answers it.
-func (n *Node) stall(since time.Time) (answered func()) {
-	n.stalledMu.Lock()
-	if n.stalled == 0 {
-		n.stalledSince = since
-	}
-	n.stalled++
-	n.stalledMu.Unlock()
-	return func() {
-		n.stalledMu.Lock()
-		n.stalled--
-		n.stalledMu.Unlock()
+		return ErrCommitPending
 	}
 }
 
@@ -777,23 +748,28 @@ func (n *Node) Status() Status {
 }
 
 // LogWriteError is the error of this member's last write to its Raft log when no
-// write succeeded since, or ErrLogStalled while a command it took up has gone
-// unanswered past Apply's wait (a log write that does not return), or nil. A
-// member whose disk is full cannot append the entry an election starts with, so
-// it does not lead while this stays set. Every view of the control plane that
-// says whether a node's log can be written reads it (control status, heartbeats,
+// write succeeded since, or ErrLogStalled while a write to it has been under way
+// for LogWriteHung or more (a disk that does not answer), or nil. A member whose
+// disk is full cannot append the entry an election starts with, so it does not
+// lead while this stays set. Every view of the control plane that says whether a
+// node's log can be written reads it (control status, heartbeats,
 // mesh_raft_log_write_failing), and changes are refused before they are proposed.
+// A commit slow for another reason (followers slow to answer) is not a log that
+// cannot be written, and is not said to be one.
 func (n *Node) LogWriteError() error {
 	if p := n.guarded.writeErr.Load(); p != nil {
 		return *p
 	}
-	n.stalledMu.Lock()
-	defer n.stalledMu.Unlock()
-	if n.stalled > 0 {
-		return fmt.Errorf("%w: %d command(s) taken up by Raft unanswered for %s (a disk that does not answer?)", ErrLogStalled, n.stalled, time.Since(n.stalledSince).Round(time.Second))
+	if d := n.guarded.hungFor(); d >= LogWriteHung {
+		return fmt.Errorf("%w: a write to it has been under way for %s (a disk that does not answer?)", ErrLogStalled, d.Round(time.Second))
 	}
 	return nil
 }
+
+// LogWriteHung is how long a write to the Raft log may be under way before the
+// log counts as one that cannot be written (ErrLogStalled): far past the sync of
+// any disk that answers.
+const LogWriteHung = 10 * time.Second
 
 // ErrLogStalled: a write to this member's Raft log has not returned (LogWriteError).
 var ErrLogStalled = errors.New("a write to the Raft log does not return")
@@ -878,6 +854,10 @@ type guardedStore struct {
 	writeErr atomic.Pointer[error]
 	// termNotRecorded is Config.TermNotRecorded.
 	termNotRecorded func(error)
+	// writes counts the log writes under way, since writesSince (hungFor).
+	wmu         sync.Mutex
+	writes      int
+	writesSince time.Time
 }
 
 // noteWrite records how a log write ended.
@@ -889,6 +869,31 @@ func (s *guardedStore) noteWrite(err error) {
 		return
 	}
 	s.writeErr.Store(&err)
+}
+
+// writing records a log write under way until the function it returns is called.
+func (s *guardedStore) writing() (done func()) {
+	s.wmu.Lock()
+	if s.writes == 0 {
+		s.writesSince = time.Now()
+	}
+	s.writes++
+	s.wmu.Unlock()
+	return func() {
+		s.wmu.Lock()
+		s.writes--
+		s.wmu.Unlock()
+	}
+}
+
+// hungFor is how long the log writes under way have been, 0 when none is.
+func (s *guardedStore) hungFor() time.Duration {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.writes == 0 {
+		return 0
+	}
+	return time.Since(s.writesSince)
 }
 
 // enter admits a call, or parks the goroutine of one made after close.
@@ -934,6 +939,7 @@ func (s *guardedStore) GetLog(index uint64, l *raft.Log) error {
 func (s *guardedStore) StoreLog(l *raft.Log) error {
 	s.enter()
 	defer s.leave()
+	defer s.writing()()
 	err := s.inner.StoreLog(l)
 	s.noteWrite(err)
 	return err
@@ -943,6 +949,7 @@ func (s *guardedStore) StoreLog(l *raft.Log) error {
 func (s *guardedStore) StoreLogs(logs []*raft.Log) error {
 	s.enter()
 	defer s.leave()
+	defer s.writing()()
 	err := s.inner.StoreLogs(logs)
 	s.noteWrite(err)
 	return err
