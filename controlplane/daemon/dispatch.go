@@ -28,17 +28,7 @@ func (hs *handlers) concurrently(n int, h nats.MsgHandler) nats.MsgHandler {
 	slots := make(chan struct{}, n)
 	return func(m *nats.Msg) {
 		slots <- struct{}{}
-		if !hs.begin() {
-			<-slots
-			return
-		}
-		go func() {
-			defer func() {
-				<-slots
-				hs.running.Done()
-			}()
-			h(m)
-		}()
+		hs.start(slots, h, m)
 	}
 }
 
@@ -50,22 +40,27 @@ func (hs *handlers) atMost(n int, h, busy nats.MsgHandler) nats.MsgHandler {
 	return func(m *nats.Msg) {
 		select {
 		case slots <- struct{}{}:
+			hs.start(slots, h, m)
 		default:
 			busy(m)
-			return
 		}
-		if !hs.begin() {
-			<-slots
-			return
-		}
-		go func() {
-			defer func() {
-				<-slots
-				hs.running.Done()
-			}()
-			h(m)
-		}()
 	}
+}
+
+// start runs h(m) on a goroutine of its own, holding the slot taken in slots until
+// it returns; or, once the daemon is closing, gives the slot back and drops m.
+func (hs *handlers) start(slots chan struct{}, h nats.MsgHandler, m *nats.Msg) {
+	if !hs.begin() {
+		<-slots
+		return
+	}
+	go func() {
+		defer func() {
+			<-slots
+			hs.running.Done()
+		}()
+		h(m)
+	}()
 }
 
 // begin counts one more handler under way, unless the daemon is closing. The lock
