@@ -752,6 +752,12 @@ func TokenFrom(secret [tokenfmt.SecretSize]byte, node string, role tokenfmt.Role
 		if err != nil {
 			return t, fmt.Errorf("the control plane lists broker %q, which is not ip:port", b)
 		}
+		if len(t.Brokers) == tokenfmt.MaxBrokers {
+			// A token carries at most so many; the node learns every broker
+			// from its signed membership once enrolled. With more control
+			// nodes, every mint failed after the token was recorded (a review).
+			continue
+		}
 		t.Brokers = append(t.Brokers, ap)
 	}
 	pin, err := hex.DecodeString(res.CAPin)
