@@ -77,7 +77,7 @@ nats-server with TLS, Raft on disk, signed declarations.`,
 				defer stop()
 				ctx, cancel := context.WithTimeout(sctx, 2*time.Minute)
 				defer cancel()
-				return interruptible(sctx, func() error { return runDemo(ctx, cio.stdout, dir, keep, verbose) })
+				return demoIn(sctx, cio.stdout, dir, keep, func(dir string) error { return runDemo(ctx, cio.stdout, dir, verbose) })
 			}
 		},
 	}
@@ -122,20 +122,41 @@ func (i *indent) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func runDemo(ctx context.Context, out io.Writer, dir string, keep, verbose bool) (err error) {
-	n := &narrator{w: out, start: time.Now()}
+// demoIn runs the demo in dir (a new temporary directory when dir is empty) and then,
+// unless keep, removes the directory: also when a signal stopped the demo and it did
+// not return within the grace, since the directory holds the demo mesh's CA key and
+// an exit without its removal left that in the temporary directory for good.
+func demoIn(sctx context.Context, out io.Writer, dir string, keep bool, run func(dir string) error) (err error) {
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "mesh-demo-"); err != nil {
 			return err
 		}
 	}
-	defer func() {
-		if keep {
-			fmt.Fprintf(out, "\neverything is kept in %s\n", dir)
-			return
+	err = interruptible(sctx, func() error { return run(dir) })
+	if keep {
+		fmt.Fprintf(out, "\neverything is kept in %s\n", dir)
+		return err
+	}
+	if rmErr := removeDemoDir(dir); rmErr != nil {
+		return errors.Join(err, fmt.Errorf("could not remove the demo's directory: %w; remove it by hand (it holds the demo mesh's CA key)", rmErr))
+	}
+	return err
+}
+
+// removeDemoDir removes dir, trying again a few times: a demo that did not stop in
+// time may still be writing into it while it goes.
+func removeDemoDir(dir string) (err error) {
+	for range 5 {
+		if err = os.RemoveAll(dir); err == nil {
+			return nil
 		}
-		os.RemoveAll(dir)
-	}()
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
+}
+
+func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) (err error) {
+	n := &narrator{w: out, start: time.Now()}
 	logOut := io.Discard
 	if verbose {
 		logOut = &indent{w: out}
