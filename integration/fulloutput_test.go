@@ -103,3 +103,44 @@ func TestOutputThatCannotBeWrittenFails(t *testing.T) {
 		}
 	}
 }
+
+// TestAChangeWhoseOutputPipeClosedSaysWhatItDid: `meshctl token | reader` whose
+// reader had exited was killed by SIGPIPE, exit 141 and no word, the token minted
+// and pending with a secret nobody held. A command that changes the mesh says what
+// it did and what to do (exit 1); a read-only one keeps SIGPIPE's quiet end, as
+// `meshctl nodes | head` expects.
+func TestAChangeWhoseOutputPipeClosedSaysWhatItDid(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "pipeout")
+	cp.Serve()
+	run := func(args ...string) (code int, signalled bool, stderr string) {
+		t.Helper()
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Close() // the reader is gone before meshctl writes
+		defer w.Close()
+		cmd := exec.Command(bin.Meshctl, args...)
+		cmd.Stdout = w
+		var errBuf bytes.Buffer
+		cmd.Stderr = &errBuf
+		err = cmd.Run()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), ee.ExitCode() == -1, errBuf.String()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return 0, false, errBuf.String()
+	}
+	code, signalled, stderr := run("token", "--node", "web-1", "--data", cp.Dir)
+	if code != 1 || !strings.Contains(stderr, "was minted") || !strings.Contains(stderr, "--replace") {
+		t.Fatalf("meshctl token | (closed): exit %d (killed by a signal: %v), want 1 saying the token is pending and how to replace it:\n%s", code, signalled, stderr)
+	}
+	if r := cp.Ctl("token", "list", "--node", "web-1"); r.Code != 0 || !strings.Contains(r.Stdout, "pending") {
+		t.Fatalf("the token said to be pending is not: %s", r.Combined())
+	}
+	code, signalled, stderr = run("nodes", "--data", cp.Dir)
+	if !signalled || stderr != "" {
+		t.Errorf("meshctl nodes | (closed): exit %d, stderr %q; want SIGPIPE's quiet end", code, stderr)
+	}
+}

@@ -36,8 +36,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -305,7 +307,11 @@ func newRoot(cio *cliIO) *cobra.Command {
 				return stopOnSignal(changes, cio.carried, cio.sent, cio.rerun, func() error { return own(args) })
 			}
 		}
+		catchPipe := spec.changes || spec.ownSignals
 		c.RunE = func(_ *cobra.Command, args []string) error {
+			if catchPipe {
+				defer failOnClosedPipe()()
+			}
 			if err := exec(args); err != nil {
 				return commandError{err}
 			}
@@ -314,6 +320,18 @@ func newRoot(cio *cliIO) *cobra.Command {
 		root.AddCommand(c)
 	}
 	return root
+}
+
+// failOnClosedPipe makes a write to a pipe whose reader is gone fail (EPIPE), as any
+// write that fails, where SIGPIPE's default killed the process with no word, exit
+// 141: `meshctl token | reader` whose reader had exited left a pending token nobody
+// held, unsaid. A command that changes the mesh or makes a data directory says what
+// it did instead. Read-only commands keep the default, as other tools do, so that
+// `meshctl nodes | head` ends quietly. stop restores it.
+func failOnClosedPipe() (stop func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGPIPE)
+	return func() { signal.Stop(ch) }
 }
 
 // exitCode reports err and maps it to meshctl's exit codes.
