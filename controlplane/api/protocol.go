@@ -396,7 +396,17 @@ type Status struct {
 	// BatchProofs is the sync request's BatchProofs, said in every report so that
 	// the control plane's record of the node holds it for a fan-out.
 	BatchProofs bool `json:"batch_proofs,omitempty"`
+	// HeartbeatSeconds is how often the agent reports when nothing changes, in
+	// whole seconds (0: not said, an agent before it). The leader counts a node
+	// offline after three of them without a report, or after --offline-after if
+	// that is longer; above MaxHeartbeat it is taken as MaxHeartbeat.
+	HeartbeatSeconds uint32 `json:"heartbeat_seconds,omitempty"`
 }
+
+// MaxHeartbeat is the longest report interval an agent may have (meshhost run
+// --heartbeat takes 1s to 10m). A report saying more counts as this, so that a
+// host cannot keep its silent connection counted alive for longer.
+const MaxHeartbeat = 10 * time.Minute
 
 // StatusAnswer is what the control plane answers a status report that names a
 // reply subject (under the node's inbox), and only when it has something to tell

@@ -110,8 +110,11 @@ func (l *liveness) forget(node string) {
 
 // alive reports whether node n counts as alive at now: it holds a connection on some
 // broker of the mesh, as nats-server announced it, and, on the leader, has not been
-// silent for longer than OfflineAfter since this control node started hearing from
-// it. A host whose connection closes is offline at once, on every control node.
+// silent, since this control node started hearing from it, for longer than
+// OfflineAfter or three of the report intervals its agent says it has, whichever is
+// longer (an agent run with --heartbeat 1m was shown offline between its reports
+// under the default 45 s). A host whose connection closes is offline at once, on
+// every control node.
 //
 // A follower hears no reports (the leader handles them): the brokers' view is all it
 // has, and a node it counted offline for its silence would be offline in the
@@ -133,5 +136,5 @@ func (d *Daemon) alive(n *state.Node, now time.Time) bool {
 	if lead := d.seen.since(); !lead.IsZero() && from.Before(lead) {
 		from = lead
 	}
-	return now.Sub(from) <= d.opts.OfflineAfter
+	return now.Sub(from) <= max(d.opts.OfflineAfter, 3*time.Duration(n.Applied.HeartbeatSeconds)*time.Second)
 }

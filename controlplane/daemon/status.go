@@ -57,6 +57,9 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 		Stale:        st.Stale,
 		HooksRunning: st.HooksRunning,
 		BatchProofs:  st.BatchProofs,
+		// Capped: a report saying more would keep the node's silent connection
+		// counted alive for longer than any agent reports at.
+		HeartbeatSeconds: min(st.HeartbeatSeconds, uint32(api.MaxHeartbeat/time.Second)),
 	}
 	// The agent is shown to operators and is a metric's label: kept only when it
 	// is a name and a version, else unknown. Unchanged, as it is in all but the
@@ -105,10 +108,11 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 }
 
 // sameButText reports whether a report changes no more of a node's record than what
-// is only shown: the agent it names, its error's message and the time it tries
-// again.
+// is only shown or read only for liveness: the agent it names, its error's message,
+// the time it tries again and the agent's report interval. A host that changed any
+// of them in every report would commit a log entry at every flush (textEvery).
 func sameButText(old, a state.Applied) bool {
-	old.Agent, old.ErrorMessage, old.ErrorRetryAt = a.Agent, a.ErrorMessage, a.ErrorRetryAt
+	old.Agent, old.ErrorMessage, old.ErrorRetryAt, old.HeartbeatSeconds = a.Agent, a.ErrorMessage, a.ErrorRetryAt, a.HeartbeatSeconds
 	return old == a
 }
 

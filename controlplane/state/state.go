@@ -378,8 +378,15 @@ type Applied struct {
 	// (decision 0034), as it says in its status. A fan-out signs the declarations
 	// of such nodes as one tree. Like Agent, no rule of the state reads it, and it
 	// changes only with an upgrade of the host.
-	BatchProofs bool      `json:"batch_proofs,omitempty"`
-	ReportedAt  time.Time `json:"reported_at,omitzero"`
+	BatchProofs bool `json:"batch_proofs,omitempty"`
+	// HeartbeatSeconds is how often the node's agent reports when nothing changes,
+	// as it says in its status (0: it does not say; at most api.MaxHeartbeat). The
+	// leader counts the node offline after three of them without a report, or
+	// after its --offline-after if longer: kept here, and not in the leader's
+	// memory, so that a new leader knows it before the node's next report. It
+	// changes only when a host's setting does; no rule of the state reads it.
+	HeartbeatSeconds uint32    `json:"heartbeat_seconds,omitempty"`
+	ReportedAt       time.Time `json:"reported_at,omitzero"`
 }
 
 // Errors the state machine returns for refused commands. The enrolment refusals map to

@@ -1852,6 +1852,9 @@ func (a *Agent) statusReport() []byte {
 		KeyringEpoch: a.keyring.Epoch, Stale: a.Stale(), Agent: a.o.Agent, HooksRunning: a.hooksRunning(),
 		// This agent's verifier takes declarations signed in a batch (decision 0034).
 		BatchProofs: true,
+		// The control plane counts the node offline after three of them without
+		// a report (or after its --offline-after if longer).
+		HeartbeatSeconds: uint32((a.o.Heartbeat + time.Second - 1) / time.Second),
 	}
 	if a.applied.LastErrorCode != "" {
 		st.Error = &wire.StatusError{Code: a.applied.LastErrorCode, Message: clipMessage(a.applied.LastError), Version: a.applied.LastErrorVersion,

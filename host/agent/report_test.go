@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"mesh/host/apply"
@@ -207,5 +208,26 @@ func TestStatusReportNamesTheAgentsBuild(t *testing.T) {
 	f.a.o.Agent = ""
 	if data := f.a.statusReport(); bytes.Contains(data, []byte(`"agent"`)) {
 		t.Errorf("an agent given no name reports %s", data)
+	}
+}
+
+// TestTheReportSaysTheHeartbeat: the control plane counts a node offline after three
+// of the report intervals its agent says it has (or its --offline-after if longer);
+// an agent run with --heartbeat 1m was shown offline between its reports. The
+// interval is said in whole seconds, rounded up.
+func TestTheReportSaysTheHeartbeat(t *testing.T) {
+	for _, c := range []struct {
+		every time.Duration
+		want  uint32
+	}{{time.Minute, 60}, {1500 * time.Millisecond, 2}, {15 * time.Second, 15}} {
+		f := newFixture(t)
+		f.a.o.Heartbeat = c.every
+		var st wire.Status
+		if err := json.Unmarshal(f.a.statusReport(), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.HeartbeatSeconds != c.want {
+			t.Errorf("heartbeat %s is reported as %d s, want %d", c.every, st.HeartbeatSeconds, c.want)
+		}
 	}
 }

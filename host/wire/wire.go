@@ -231,6 +231,11 @@ type Status struct {
 	// BatchProofs is the sync request's BatchProofs, said in every report so that
 	// the control plane's record of the node holds it for a fan-out.
 	BatchProofs bool `json:"batch_proofs,omitempty"`
+	// HeartbeatSeconds is how often the agent reports when nothing changes
+	// (meshhost run --heartbeat), whole seconds rounded up: the control plane
+	// counts a node silent for three of them, or its --offline-after if longer,
+	// as offline. Agents before it never send it.
+	HeartbeatSeconds uint32 `json:"heartbeat_seconds,omitempty"`
 }
 
 // StatusAnswer is what the mesh answers a status report that names a reply subject

@@ -668,7 +668,7 @@ func cmdRun(args []string, cio *cliIO) error {
 	fs := newFlags("run", cio)
 	stateDir := fs.String("state", "", "state directory written by enrol (required)")
 	root := fs.String("root", "", "managed root: declared files are kept here (required)")
-	heartbeat := durationFlag(fs, "heartbeat", defaultHeartbeat, "how often to report status when nothing changes (the control plane shows a node offline after its --offline-after, 45s by default, without a report; 1s to 10m)")
+	heartbeat := durationFlag(fs, "heartbeat", defaultHeartbeat, "how often to report status when nothing changes (the control plane shows a node offline after three of them without a report, or after its --offline-after, 45s by default, if longer; 1s to 10m)")
 	brokerPing := durationFlag(fs, "broker-ping", link.PingInterval, "how often to ping the broker: one whose process stops reading (stopped, wedged) is left for another after two unanswered pings; shorter notices sooner and costs this host and the broker more at rest (1s to 10m)")
 	returnHome := durationFlag(fs, "return-home", 5*time.Minute, "after failing over to another broker, how often to try moving back to this node's first one (the brokers are rotated by node id so that a fleet spreads over the control nodes); doubles up to an hour while a move does not end there; 0 stays where it is, else 1s to 1h")
 	checkFiles := durationFlag(fs, "check-files", agent.DefaultCheckFiles, "how often to compare the managed files with the applied declaration and put back, running their hooks, those changed or removed on this host since; 0 never (then a new declaration, or the mesh's re-signed copy every 12 hours, puts them back), else 1s to 24h")
