@@ -308,6 +308,15 @@ func serve(ctx context.Context, cio *cliIO, log *slog.Logger, opts daemon.Option
 		}
 	}
 	d, err := daemon.Open(ctx, opts)
+	if err == nil && ctx.Err() != nil {
+		// The signal came as Open finished its last steps, which do not wait on
+		// ctx: this node stops as one stopped while starting does, and tells
+		// systemd nothing of being ready (it said READY=1, then stopped, exit 0).
+		d.Close()
+		_ = notifyState(cio, "STOPPING=1")
+		return fmt.Errorf("%w while starting, before this control node was ready; nothing is left half-done: start it again with `meshctl serve --data %s`",
+			context.Cause(ctx), opts.Dir)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			_ = notifyState(cio, "STOPPING=1")
