@@ -204,6 +204,9 @@ func EncodeBody(b Body) (EncodedBody, error) {
 	return EncodedBody{encoded: enc}, nil
 }
 
+// Len is the size of the body's encoding in bytes: what keeping it costs.
+func (b EncodedBody) Len() int { return len(b.encoded) }
+
 // Declaration is SignDeclaration of d with body as its body, which this Signer's
 // keys sign: it checks d as SignDeclaration does and produces the same bytes.
 // d.Body must be empty; body is the one signed.

@@ -26,6 +26,10 @@ type signer struct {
 	signErr error
 	cache   map[string]signed                   // by node
 	bodies  map[string]declarations.EncodedBody // parsed and encoded bodies by digest
+	// cacheBytes and bodyBytes are the sizes of the envelopes in cache and the
+	// bodies in bodies: each envelope carries its whole body, so a count alone
+	// bounded nothing (4,096 envelopes of a 256 KiB body held 1.4 GiB: a review).
+	cacheBytes, bodyBytes int
 	// refused are the bodies by digest this version's rules refuse to sign, and
 	// why: declared by an older meshctl whose rules took them (a path element
 	// starting with '-', an invisible character).
@@ -56,9 +60,20 @@ type signed struct {
 	envelope []byte
 }
 
-// maxCachedEnvelopes bounds the envelopes the signer keeps: about a kilobyte each,
-// so that a fleet's memory does not hold one per node.
-const maxCachedEnvelopes = 4096
+// maxCachedEnvelopes and maxCachedEnvelopeBytes bound the envelopes the signer
+// keeps, so that a fleet's memory does not hold one per node: a kilobyte or so each
+// for a small body, and as large as the body for a large one (to about 1 MiB).
+const (
+	maxCachedEnvelopes     = 4096
+	maxCachedEnvelopeBytes = 32 << 20
+)
+
+// maxBodies and maxBodyBytes bound the parsed bodies the signer keeps beside the
+// state's; the sweep also drops those the state no longer holds (keepBodies).
+const (
+	maxBodies    = 1024
+	maxBodyBytes = 32 << 20
+)
 
 func newSigner(keys []ed25519.PrivateKey) *signer {
 	s := &signer{cache: map[string]signed{}, bodies: map[string]declarations.EncodedBody{}, refused: map[string]error{}, verdicts: map[string]error{}}
@@ -72,6 +87,7 @@ func (s *signer) setKeys(keys []ed25519.PrivateKey) {
 	s.keys = slices.Clone(keys)
 	s.sign, s.signErr = declarations.NewSigner(keys...)
 	clear(s.cache)
+	s.cacheBytes = 0
 	s.members = signedMembership{}
 	s.mu.Unlock()
 }
@@ -163,13 +179,16 @@ func (s *signer) encoded(digest string, raw []byte) (declarations.EncodedBody, e
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.bodies)+len(s.refused) > 1024 {
+	if len(s.bodies)+len(s.refused) > maxBodies || s.bodyBytes+body.Len() > maxBodyBytes {
 		clear(s.bodies)
 		clear(s.refused)
+		s.bodyBytes = 0
 	}
 	if err != nil {
 		s.refused[digest] = err
-	} else {
+	} else if old, ok := s.bodies[digest]; !ok || old.Len() != body.Len() {
+		// (Encoded by another caller meanwhile: the same body, counted once.)
+		s.bodyBytes += body.Len() - old.Len()
 		s.bodies[digest] = body
 	}
 	s.keepVerdict(digest, err)
@@ -218,16 +237,25 @@ func (s *signer) keep(in state.DeclarationInput, env []byte, batched bool) {
 	dcl := in.Declared
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.cache) >= maxCachedEnvelopes {
-		// Evict one at random (Go's map order): the cache spares re-signing for
-		// nodes that ask again soon (a reconnect, a laggard), not for the fleet.
-		for k := range s.cache {
+	if old, ok := s.cache[in.Node]; ok {
+		s.cacheBytes -= len(old.envelope)
+		delete(s.cache, in.Node)
+	}
+	if len(env) > maxCachedEnvelopeBytes {
+		return
+	}
+	// Evict at random (Go's map order) until it fits: the cache spares re-signing
+	// for nodes that ask again soon (a reconnect, a laggard), not for the fleet.
+	for len(s.cache) >= maxCachedEnvelopes || s.cacheBytes+len(env) > maxCachedEnvelopeBytes {
+		for k, c := range s.cache {
+			s.cacheBytes -= len(c.envelope)
 			delete(s.cache, k)
 			break
 		}
 	}
 	s.cache[in.Node] = signed{version: dcl.Version, issuedAt: dcl.IssuedAt, epoch: in.KeyringEpoch, digest: dcl.BodyDigest,
 		nodeKey: in.NodeKey, batched: batched, envelope: env}
+	s.cacheBytes += len(env)
 }
 
 // declarationOf is the declaration in describes, without its body.
@@ -314,11 +342,34 @@ func (b *signedBatch) envelope(i int) ([]byte, error) {
 	return env, nil
 }
 
-// cached returns how many envelopes the signer keeps.
-func (s *signer) cached() int {
+// held returns how many envelopes and parsed bodies the signer keeps, and their
+// sizes in bytes.
+func (s *signer) held() (envelopes, envelopeBytes, bodies, bodyBytes int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.cache)
+	return len(s.cache), s.cacheBytes, len(s.bodies) + len(s.refused), s.bodyBytes
+}
+
+// bodyDigests returns the digests of the bodies the signer keeps, parsed or refused.
+func (s *signer) bodyDigests() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append(slices.Collect(maps.Keys(s.bodies)), slices.Collect(maps.Keys(s.refused))...)
+}
+
+// dropBodies forgets the bodies of digests (the state holds them no more): the
+// signer's copies stayed until a thousand others came, and with large bodies
+// that was hundreds of MiB on every control node (a review).
+func (s *signer) dropBodies(digests []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range digests {
+		if b, ok := s.bodies[d]; ok {
+			s.bodyBytes -= b.Len()
+			delete(s.bodies, d)
+		}
+		delete(s.refused, d)
+	}
 }
 
 // nodes returns the nodes whose envelopes the signer keeps.
@@ -333,7 +384,10 @@ func (s *signer) forget(nodes []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, node := range nodes {
-		delete(s.cache, node)
+		if c, ok := s.cache[node]; ok {
+			s.cacheBytes -= len(c.envelope)
+			delete(s.cache, node)
+		}
 	}
 }
 

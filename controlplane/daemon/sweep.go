@@ -37,17 +37,24 @@ func (d *Daemon) sweep() {
 // then, and the envelopes of revoked nodes stayed until 4,096 others pushed them out.
 func (d *Daemon) forgetGoneNodes() {
 	held := append(d.signer.nodes(), d.seen.nodes()...)
-	if len(held) == 0 {
+	digests := d.signer.bodyDigests()
+	if len(held) == 0 && len(digests) == 0 {
 		return
 	}
-	var gone []string
+	var gone, goneBodies []string
 	d.fsm.Read(func(s *state.State) {
 		for _, node := range held {
 			if n, ok := s.Nodes[node]; !ok || n.Revoked {
 				gone = append(gone, node)
 			}
 		}
+		for _, digest := range digests {
+			if _, ok := s.Bodies[digest]; !ok {
+				goneBodies = append(goneBodies, digest)
+			}
+		}
 	})
+	d.signer.dropBodies(goneBodies)
 	d.signer.forget(gone)
 	for _, node := range gone {
 		d.seen.forget(node)
