@@ -112,6 +112,9 @@ type KeyringAck struct {
 	Node  string `json:"node"`
 	State string `json:"state"`
 	Epoch uint64 `json:"epoch"`
+	// Gone: the node cannot follow the chain of keyrings any more and must be
+	// enrolled again (KeyringGone). A control plane before it never says it.
+	Gone bool `json:"keyring_gone,omitempty"`
 }
 
 // ControlRequest names a control node.

@@ -178,6 +178,13 @@ const UnsignableBody = "unsignable_body"
 // until it is revoked and each machine enrolled again.
 const KeyShared = "key_shared"
 
+// KeyringGone is no host's status code: the control plane shows it for a node whose
+// keyring epoch is older than the chain of keyrings the mesh keeps reaches
+// (state.MaxKeyringHistory epochs, 32 rotations): the node cannot follow the signing
+// keys any more and refuses all the mesh sends it, so it is failing until it is
+// enrolled again. Nothing is re-sent to it meanwhile.
+const KeyringGone = "keyring_gone"
+
 // SharedKeyGrace is how long a node's key may be held by more than one connection
 // at once before the control plane counts it as held by two machines (KeyShared).
 // An agent that reconnects while its broker has not yet seen the old connection end

@@ -867,6 +867,7 @@ func (d *Daemon) nodes(req api.NodesRequest) (api.NodesResult, error) {
 	var judged []int // the page's nodes, by index, whose body the signer must sign again
 	d.fsm.Read(func(s *state.State) {
 		out.KeyringEpoch = s.Keyring.Epoch
+		oldest := s.OldestKeptKeyring()
 		out.Control = d.controlViews(s, now)
 		ids := make([]string, 0, len(s.Nodes))
 		for id := range s.Nodes {
@@ -881,7 +882,7 @@ func (d *Daemon) nodes(req api.NodesRequest) (api.NodesResult, error) {
 		}
 		for _, id := range ids {
 			n := s.Nodes[id]
-			out.Nodes = append(out.Nodes, d.view(n, now))
+			out.Nodes = append(out.Nodes, d.view(n, now, oldest))
 			if digest := n.Declared.BodyDigest; !n.Revoked && s.Bodies[digest] != nil {
 				judged = append(judged, len(out.Nodes)-1)
 				if _, known := d.signer.verdict(digest); !known {
@@ -926,7 +927,20 @@ func unsignable(v *api.NodeView, refused error) {
 		"the control plane cannot sign v%d again, declared by an older meshctl whose rules took its body: %v; declare the node again with a body this meshctl takes", v.Declared, refused), api.MaxStatusMessageLen)}
 }
 
-func (d *Daemon) view(n *state.Node, now time.Time) api.NodeView {
+// keyringGone marks v failing for a keyring epoch the chain of keyrings the mesh
+// keeps no longer reaches (state.PastKeyringHistory): the node refuses all the mesh
+// sends it from now on, and said only "untrusted".
+func keyringGone(v *api.NodeView, oldest uint64) {
+	v.Converged = false
+	v.LastError = &api.StatusError{Code: api.KeyringGone, Version: v.Declared, Message: fmt.Sprintf(
+		"the node holds keyring epoch %d, older than the oldest the mesh keeps (epoch %d: the last %d, 32 rotations), and refused the chain it was sent: it cannot follow the signing keys any more and refuses all the mesh sends it; "+
+			"enrol it again: meshctl revoke %s, then on the machine stop meshhost, remove identity.json and enrol with a new token (docs/operations.md, Rotating the declaration signing key)",
+		v.KeyringEpoch, oldest, state.MaxKeyringHistory, v.ID)}
+}
+
+// view is what operators are shown of node n at now; oldest is the state's
+// OldestKeptKeyring.
+func (d *Daemon) view(n *state.Node, now time.Time, oldest uint64) api.NodeView {
 	v := api.NodeView{
 		ID:             n.ID,
 		Role:           n.Role,
@@ -978,6 +992,9 @@ func (d *Daemon) view(n *state.Node, now time.Time) api.NodeView {
 	}
 	if last, ok := d.seen.get(n.ID); ok && last.After(v.LastSeen) {
 		v.LastSeen = last.UTC()
+	}
+	if !n.Revoked && state.PastKeyringHistory(n.Applied, oldest) {
+		keyringGone(&v, oldest)
 	}
 	switch {
 	case n.Revoked:
@@ -1259,7 +1276,9 @@ func (d *Daemon) label(req api.LabelRequest) (api.NodeView, error) {
 	if res.Err != nil {
 		return api.NodeView{}, refusal(res.Err)
 	}
-	return d.view(res.Node, d.now()), nil
+	var oldest uint64
+	d.fsm.Read(func(s *state.State) { oldest = s.OldestKeptKeyring() })
+	return d.view(res.Node, d.now(), oldest), nil
 }
 
 // notAHost refuses, not_found, the ids among unknown (no host of s) that are

@@ -80,7 +80,7 @@ func TestStatusKeepsTheAgentOnChangeOnly(t *testing.T) {
 		if a := agentOf(); a != s.kept {
 			t.Fatalf("step %d, report %q: the record says %q, want %q", i, s.report, a, s.kept)
 		}
-		if v := d.view(d.fsmNode(t, node), d.now()); v.Agent != s.kept {
+		if v := d.view(d.fsmNode(t, node), d.now(), 0); v.Agent != s.kept {
 			t.Fatalf("step %d: meshctl nodes would show %q, want %q", i, v.Agent, s.kept)
 		}
 	}

@@ -161,12 +161,14 @@ func (d *Daemon) keyringStatus(api.KeyringStatusRequest) (api.KeyringStatus, err
 	var out api.KeyringStatus
 	d.fsm.Read(func(s *state.State) {
 		out.Epoch, out.Keys = s.Keyring.Epoch, s.Keyring.Keys
+		oldest := s.OldestKeptKeyring()
 		for _, n := range s.Nodes {
 			if n.Revoked {
 				continue
 			}
-			v := d.view(n, now)
-			out.Nodes = append(out.Nodes, api.KeyringAck{Node: n.ID, State: v.State, Epoch: n.Applied.KeyringEpoch})
+			v := d.view(n, now, oldest)
+			out.Nodes = append(out.Nodes, api.KeyringAck{Node: n.ID, State: v.State, Epoch: n.Applied.KeyringEpoch,
+				Gone: state.PastKeyringHistory(n.Applied, oldest)})
 		}
 	})
 	slices.SortFunc(out.Nodes, func(a, b api.KeyringAck) int { return strings.Compare(a.Node, b.Node) })
@@ -189,7 +191,9 @@ func (d *Daemon) retireKey(req api.RetireRequest) (api.KeyringResult, error) {
 	}
 	var lagging []string
 	for _, n := range st.Nodes {
-		if n.State == api.StateAlive && n.Epoch < st.Epoch {
+		// A node past the keyring history can never acknowledge: it refused
+		// every retirement for good, unless forced (it is failing keyring_gone).
+		if n.State == api.StateAlive && n.Epoch < st.Epoch && !n.Gone {
 			lagging = append(lagging, fmt.Sprintf("%s (epoch %d)", n.Node, n.Epoch))
 		}
 	}

@@ -64,12 +64,12 @@ func TestLastSeenIsTheLatestKnown(t *testing.T) {
 		t.Fatal(err, res.Err)
 	}
 	n := d.fsmNode(t, "n-0")
-	if v := d.view(n, now); !v.LastSeen.Equal(n.LastSeen) {
+	if v := d.view(n, now, 0); !v.LastSeen.Equal(n.LastSeen) {
 		t.Errorf("LAST SEEN shows %v, want the committed %v", v.LastSeen, n.LastSeen)
 	}
 	// Heard from since: that is shown.
 	d.seen.mark("n-0", now)
-	if v := d.view(n, now); !v.LastSeen.Equal(now.UTC()) {
+	if v := d.view(n, now, 0); !v.LastSeen.Equal(now.UTC()) {
 		t.Errorf("LAST SEEN shows %v, want now, when it was last heard from", v.LastSeen)
 	}
 }

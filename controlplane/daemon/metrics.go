@@ -287,6 +287,7 @@ func (d *Daemon) nodeCounts(now time.Time) map[string]int {
 	out := map[string]int{}
 	d.judgeBodies()
 	d.fsm.Read(func(s *state.State) {
+		oldest := s.OldestKeptKeyring()
 		for _, n := range s.Nodes {
 			if n.Revoked {
 				out[api.StateRevoked]++
@@ -307,11 +308,12 @@ func (d *Daemon) nodeCounts(now time.Time) map[string]int {
 			// A body this version cannot sign again is failing, as status shows
 			// it (unsignable_body); one not judged yet was declared since
 			// judgeBodies, by this version, which signs it. So is a key two
-			// machines hold (api.KeyShared).
+			// machines hold (api.KeyShared), and a keyring the mesh's chain no
+			// longer reaches (api.KeyringGone).
 			refused, _ := d.signer.verdict(n.Declared.BodyDigest)
 			_, shared := d.keyShared(n.PublicKey, now)
 			switch {
-			case refused != nil, shared:
+			case refused != nil, shared, state.PastKeyringHistory(a, oldest):
 				converged = false
 				out[stateBehind]++
 				out[stateFailing]++

@@ -91,7 +91,7 @@ func TestRosterPagesFitTheMessageCap(t *testing.T) {
 	var views []api.NodeView
 	d.fsm.Read(func(s *state.State) {
 		for i := range api.MaxNodesPage {
-			views = append(views, d.view(s.Nodes[fmt.Sprintf("n-%d", i)], d.now()))
+			views = append(views, d.view(s.Nodes[fmt.Sprintf("n-%d", i)], d.now(), 0))
 		}
 	})
 	if size := answerSize(t, api.NodesResult{Nodes: views}); size <= limit {

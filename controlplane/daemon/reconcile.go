@@ -41,8 +41,12 @@ func (d *Daemon) reconcile(now time.Time) {
 		keys    = map[string]string{}
 	)
 	d.fsm.Read(func(s *state.State) {
+		oldest := s.OldestKeptKeyring()
 		for id, n := range s.Nodes {
-			if n.Revoked || !d.alive(n, now) {
+			// A node past the keyring history refuses all that is sent to it
+			// (api.KeyringGone): it was re-sent the chain and its declaration
+			// every round, for good.
+			if n.Revoked || !d.alive(n, now) || state.PastKeyringHistory(n.Applied, oldest) {
 				continue
 			}
 			keys[id] = n.PublicKey

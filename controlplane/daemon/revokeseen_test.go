@@ -104,7 +104,7 @@ func TestLastSeenOfANodeRevokedWhileConnected(t *testing.T) {
 	lastSeen := func(d *Daemon, when string) {
 		t.Helper()
 		n := d.fsmNode(t, node)
-		v := d.view(n, d.now())
+		v := d.view(n, d.now(), 0)
 		if v.State != api.StateRevoked {
 			t.Fatalf("%s: web-1 is %s, want revoked", when, v.State)
 		}

@@ -94,8 +94,29 @@ func (s *State) applyRetire(c *RetireCmd) Result {
 
 // MaxKeyringHistory bounds the earlier keyrings the state keeps for hosts that were
 // away: a host more than this many epochs behind cannot follow the chain and must be
-// enrolled again.
+// enrolled again (a rotation and its retirement take two epochs: 32 rotations).
 const MaxKeyringHistory = 64
+
+// OldestKeptKeyring is the epoch of the oldest earlier keyring the state keeps for
+// hosts that were away (0: none, no rotation yet).
+func (s *State) OldestKeptKeyring() uint64 {
+	if len(s.Keyrings) == 0 {
+		return 0
+	}
+	return slices.Min(slices.Collect(maps.Keys(s.Keyrings)))
+}
+
+// PastKeyringHistory reports whether a node's report a shows that it cannot follow
+// the chain of keyrings to the current one: it holds an epoch older than every
+// keyring the state keeps (oldestKept, OldestKeptKeyring), so the chain it is sent
+// starts past its own, and it refused what it was sent as signed by no key it
+// trusts. Such a node refuses every keyring, declaration and revocation notice
+// signed since and must be enrolled again. (Whether a host can take the oldest
+// kept link depends on the keys its keyring shares with the link's signers, which
+// the state no longer knows for a keyring it dropped: the host's refusal says.)
+func PastKeyringHistory(a Applied, oldestKept uint64) bool {
+	return a.KeyringEpoch != 0 && a.KeyringEpoch < oldestKept && a.ErrorCode == "untrusted"
+}
 
 func (s *State) archiveKeyring() {
 	if s.Keyrings == nil {

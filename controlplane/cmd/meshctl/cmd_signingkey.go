@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"mesh/controlplane/api"
+	"mesh/controlplane/state"
 )
 
 func signingKeyCommand() command {
@@ -143,7 +144,7 @@ func printKeyringStatus(w io.Writer, res api.KeyringStatus) {
 	fmt.Fprintf(w, "keyring epoch %d, %d key(s)\n", res.Epoch, len(res.Keys))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTATE\tKEYRING\tACKNOWLEDGED")
-	behind, ahead := 0, 0
+	behind, ahead, gone := 0, 0, 0
 	for _, n := range res.Nodes {
 		mark, held := "yes", fmt.Sprintf("epoch %d", n.Epoch)
 		if n.Epoch < res.Epoch {
@@ -163,9 +164,17 @@ func printKeyringStatus(w io.Writer, res api.KeyringStatus) {
 			// its agent not run yet).
 			held, mark = "-", "no (never reported)"
 		}
+		if n.Gone {
+			mark = "no (past the keyring history: enrol it again)"
+			gone++
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n.Node, n.State, held, mark)
 	}
 	tw.Flush()
+	if gone > 0 {
+		fmt.Fprintf(w, "%d node(s) hold a keyring older than the %d the mesh keeps and refused the chain they were sent: they refuse all it sends and are sent nothing more; "+
+			"enrol each again (meshctl revoke NODE, then a new token; meshctl nodes NODE says how)\n", gone, state.MaxKeyringHistory)
+	}
 	if ahead > 0 {
 		fmt.Fprintf(w, "%d node(s) hold a keyring newer than the control plane's: it was restored from a copy older than a rotation, and they refuse what it signs now; "+
 			"after a rotation alone, meshctl signing-key rotate takes the keyring past theirs; after a retirement they must enrol again: see docs/operations.md, Backing up\n", ahead)
