@@ -317,8 +317,8 @@ func operatorFiles(t *testing.T) (dir, ca, creds string) {
 }
 
 // TestEndpointSources: on an operator's machine, each of servers, creds and CA comes
-// from its flag, else its environment variable, else the NATS context; the pin is
-// the CA's.
+// from its flag, else the NATS context --context names, else its environment
+// variable, else the context MESH_CONTEXT names; the pin is the CA's.
 func TestEndpointSources(t *testing.T) {
 	dir, ca, creds := operatorFiles(t)
 	caPEM, _ := os.ReadFile(ca)
@@ -340,6 +340,10 @@ func TestEndpointSources(t *testing.T) {
 		{"environment", controlPlaneFlags{}, map[string]string{envServers: "10.0.0.3:7300,10.0.0.4:7300", envCreds: creds, envCA: ca}, []string{"10.0.0.3:7300", "10.0.0.4:7300"}},
 		{"flag over environment", controlPlaneFlags{servers: []string{"10.0.0.5:7300"}}, map[string]string{envServers: "10.0.0.3:7300", envCreds: creds, envCA: ca}, []string{"10.0.0.5:7300"}},
 		{"context", controlPlaneFlags{context: "mesh"}, map[string]string{"XDG_CONFIG_HOME": filepath.Join(dir, "config")}, []string{"10.9.9.9:7300"}},
+		// A --context on the command line comes before the environment, which
+		// names another mesh (it was never read).
+		{"a context flag over the environment", controlPlaneFlags{context: "mesh"}, map[string]string{"XDG_CONFIG_HOME": filepath.Join(dir, "config"),
+			envServers: "10.0.0.3:7300", envCreds: "/elsewhere/admin.creds", envCA: "/elsewhere/ca.pem"}, []string{"10.9.9.9:7300"}},
 		{"context from the environment, a flag over it", controlPlaneFlags{servers: []string{"10.0.0.6:7300"}}, map[string]string{envContext: filepath.Join(ctxDir, "mesh.json")}, []string{"10.0.0.6:7300"}},
 	}
 	for _, c := range cases {

@@ -100,8 +100,12 @@ func (f *controlPlaneFlags) remote() bool {
 
 // endpoint resolves where the control plane is and how to log in. A data directory
 // is used as it is (--servers may replace its brokers). Otherwise each of servers,
-// creds and CA comes from its flag, else its environment variable, else the NATS
-// context named by --context or MESH_CONTEXT.
+// creds and CA comes from its flag, else the NATS context named by --context, else
+// its environment variable, else the context named by MESH_CONTEXT. A --context
+// given on the command line comes before the environment: after it, with
+// MESH_SERVERS, MESH_CREDS and MESH_CA exported for one mesh, `--context other`
+// was never read and the command changed the first mesh (a review: same node ids,
+// the same CA pin for the set, nothing to refuse it).
 func (f *controlPlaneFlags) endpoint() (operator.Endpoint, error) {
 	if f.dir != "" {
 		if f.remote() {
@@ -119,6 +123,24 @@ func (f *controlPlaneFlags) endpoint() (operator.Endpoint, error) {
 		return e, nil
 	}
 	servers, creds, ca := strings.Join(f.servers, ","), f.creds, f.ca
+	fill := func(name string) error {
+		if servers != "" && creds != "" && ca != "" {
+			return nil
+		}
+		ctx, err := operator.LoadContext(name, f.getenv)
+		if err != nil {
+			return err
+		}
+		servers = orElse(servers, ctx.URL)
+		creds = orElse(creds, ctx.Creds)
+		ca = orElse(ca, ctx.CA)
+		return nil
+	}
+	if f.context != "" {
+		if err := fill(f.context); err != nil {
+			return operator.Endpoint{}, err
+		}
+	}
 	if servers == "" {
 		servers = f.getenv(envServers)
 	}
@@ -128,18 +150,10 @@ func (f *controlPlaneFlags) endpoint() (operator.Endpoint, error) {
 	if ca == "" {
 		ca = f.getenv(envCA)
 	}
-	name := f.context
-	if name == "" {
-		name = f.getenv(envContext)
-	}
-	if name != "" && (servers == "" || creds == "" || ca == "") {
-		ctx, err := operator.LoadContext(name, f.getenv)
-		if err != nil {
+	if name := f.getenv(envContext); f.context == "" && name != "" {
+		if err := fill(name); err != nil {
 			return operator.Endpoint{}, err
 		}
-		servers = orElse(servers, ctx.URL)
-		creds = orElse(creds, ctx.Creds)
-		ca = orElse(ca, ctx.CA)
 	}
 	if servers == "" && creds == "" && ca == "" {
 		if !f.remoteAllowed {
