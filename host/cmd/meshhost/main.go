@@ -815,6 +815,13 @@ func cmdRun(args []string, cio *cliIO) error {
 	if err := statedir.PrepareRoot(*root); err != nil {
 		return err
 	}
+	// One agent to a root: two (of two meshes, or two nodes) put back each
+	// other's files for good (exit 8, as a state directory in use).
+	rootLock, err := dirlock.AcquireRoot(*root)
+	if err != nil {
+		return err
+	}
+	defer rootLock.Release()
 	// The stop is logged, and why, as meshctl serve logs its own: it went without a
 	// word (exit 0), and the journal showed an agent that had simply ceased. With
 	// the node, as the agent's own lines have it.

@@ -1,0 +1,48 @@
+//go:build unix
+
+package dirlock
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestARootIsOneAgents: a managed root held by one agent is refused to another, by
+// its own name, through a symbolic link to it, and for a root inside it; another
+// root, and the same once given up, are taken.
+func TestARootIsOneAgents(t *testing.T) {
+	base := t.TempDir()
+	root, other := filepath.Join(base, "root"), filepath.Join(base, "other")
+	for _, d := range []string{filepath.Join(root, "etc", "sub"), other} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(root, link); err != nil {
+		t.Fatal(err)
+	}
+	held, err := AcquireRoot(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ root, outer string }{{root, ""}, {link, ""}, {filepath.Join(root, "etc", "sub"), root}} {
+		_, err := AcquireRoot(c.root)
+		var ie *RootInUseError
+		if !errors.As(err, &ie) || !errors.Is(err, ErrInUse) || ie.Outer != c.outer && !(c.outer != "" && filepath.Clean(ie.Outer) == c.outer) {
+			t.Errorf("a second agent on %s: %v, want refused (outer %q)", c.root, err, c.outer)
+		}
+	}
+	l, err := AcquireRoot(other)
+	if err != nil {
+		t.Fatalf("a root apart: %v", err)
+	}
+	l.Release()
+	held.Release()
+	if l, err = AcquireRoot(filepath.Join(root, "etc")); err != nil {
+		t.Fatalf("inside a root given up: %v", err)
+	}
+	l.Release()
+}
