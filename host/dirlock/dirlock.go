@@ -20,6 +20,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"mesh/host/readfile"
@@ -40,6 +41,8 @@ type InUseError struct {
 	// it has not recorded them yet.
 	PID     int
 	Command string
+	// Asker is the command that asked for the lock ("meshhost run").
+	Asker string
 }
 
 func (e *InUseError) Error() string {
@@ -54,11 +57,23 @@ func (e *InUseError) Error() string {
 			who += " (" + e.Command + ")"
 		}
 	}
+	if program(e.Command) != "" && program(e.Asker) != "" && program(e.Command) != program(e.Asker) {
+		// The other program's directory: waiting for it, or stopping it to go on,
+		// puts the two programs' files in one directory for good.
+		return fmt.Sprintf("%s %s is in use by %s: it is %s's directory, not %s's; give %s a directory of its own",
+			what, e.Dir, who, program(e.Command), program(e.Asker), program(e.Asker))
+	}
 	return fmt.Sprintf("%s %s is in use by %s: one process at a time works on a %s; stop that process or wait for it to finish, then run this again",
 		what, e.Dir, who, what)
 }
 
 // Is makes errors.Is(err, ErrInUse) hold.
+// program is the program of a recorded command ("meshctl serve": "meshctl").
+func program(command string) string {
+	name, _, _ := strings.Cut(command, " ")
+	return name
+}
+
 func (e *InUseError) Is(target error) bool { return target == ErrInUse }
 
 // ErrNotALock means something other than a lock file is at the lock's name: a
@@ -186,7 +201,7 @@ func acquire(what, dir, command string, create int) (*Lock, error) {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	if !held {
-		e := &InUseError{What: what, Dir: dir}
+		e := &InUseError{What: what, Dir: dir, Asker: command}
 		if r, ok := readRecord(f); ok {
 			e.PID, e.Command = r.PID, r.Command
 		}

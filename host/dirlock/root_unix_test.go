@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -45,4 +46,25 @@ func TestARootIsOneAgents(t *testing.T) {
 		t.Fatalf("inside a root given up: %v", err)
 	}
 	l.Release()
+}
+
+// TestTheOtherProgramsDirectoryIsSaidAsSuch: a directory locked by meshctl serve,
+// asked for by meshhost (a control node's data directory given as a state
+// directory), said "stop that process or wait for it to finish", which puts the
+// two programs' files in one directory for good; it says whose it is.
+func TestTheOtherProgramsDirectoryIsSaidAsSuch(t *testing.T) {
+	dir := t.TempDir()
+	held, err := Acquire("data directory", dir, "meshctl serve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	_, err = Acquire("state directory", dir, "meshhost run")
+	if !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "it is meshctl's directory, not meshhost's") || strings.Contains(err.Error(), "wait for it") {
+		t.Fatalf("meshhost on meshctl's directory: %v", err)
+	}
+	_, err = Acquire("data directory", dir, "meshctl check")
+	if !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "wait for it to finish") {
+		t.Fatalf("meshctl on meshctl's directory: %v", err)
+	}
 }

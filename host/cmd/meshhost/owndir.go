@@ -26,6 +26,10 @@ var ownFiles = []string{
 	agent.KeptFileName, agent.HookGroupName, agent.SocketName, dirlock.File, revokedFile,
 }
 
+// controlNodeFiles are names only a control node's data directory holds (meshctl's
+// datadir, which meshhost does not import): its configuration and its Raft store.
+var controlNodeFiles = []string{"mesh.json", "raft"}
+
 // checkOwnDirectory refuses an existing, non-empty state directory that holds none
 // of meshhost's files. One that holds some is an earlier enrolment's (begun, or of a
 // node since revoked); `lost+found` is a file system of its own's; hidden files (a
@@ -38,6 +42,16 @@ func checkOwnDirectory(dir, tokenFile string) error {
 			return nil
 		}
 		return err
+	}
+	// A control node's data directory holds a lock file of the same name as
+	// meshhost's, which counted as meshhost's own: an enrolment there wrote the
+	// host's identity beside the CA key, and serve and the agent then locked each
+	// other out for good (a review).
+	for _, e := range entries {
+		if slices.Contains(controlNodeFiles, e.Name()) {
+			return fmt.Errorf("--state %s is a control node's data directory (it holds %s): %w, and nothing was written there; give the agent a directory of its own (the packaged one is /var/lib/meshhost)",
+				dir, e.Name(), errForeignFiles)
+		}
 	}
 	var others []string
 	for _, e := range entries {

@@ -67,3 +67,26 @@ func TestEnrolRefusesADirectoryOfOtherFiles(t *testing.T) {
 		t.Errorf("enrol with its token file in the directory refused as not meshhost's:\n%s", stderr)
 	}
 }
+
+// TestEnrolRefusesAControlNodesDataDirectory: a control node's data directory holds a
+// lock file named as meshhost's own, which made it pass for an earlier enrolment's:
+// the host's identity went in beside the CA key, and serve and the agent then locked
+// each other out for good (a review). It is refused, exit 5, nothing written.
+func TestEnrolRefusesAControlNodesDataDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cp")
+	if err := os.MkdirAll(filepath.Join(dir, "raft"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"lock", "mesh.json", "ca-key.pem"} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, _, stderr := runCLI("not a token", nil, "enrol", "--state", dir)
+	if code != exitIdentity || !strings.Contains(stderr, "is a control node's data directory") {
+		t.Fatalf("enrol into a control node's data directory: exit %d, want %d saying what it is:\n%s", code, exitIdentity, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "identity.json")); err == nil {
+		t.Fatal("the refused enrolment wrote its identity there")
+	}
+}
