@@ -426,11 +426,14 @@ func (r *run) skipRead(p string, declared bool, size int64) bool {
 // the inspection makes the apply fail and roll back, rather than write a file
 // that is not at its path.
 type dirHandle struct {
-	swept  bool       // this Apply has swept it (see run.sweep)
-	name   string     // slash-separated in the managed root, "." for the root itself
-	parent *dirHandle // the directory it is in; nil for the managed root
-	run    *run       // the Apply it belongs to, which bounds the handles open
-	sysDir            // what the system keeps of it (dir_linux.go, dir_other.go)
+	swept bool // this Apply has swept it (see run.sweep)
+	// meshChecked: meshDirectory looked at it; meshFile is what it found.
+	meshChecked bool
+	meshFile    string
+	name        string     // slash-separated in the managed root, "." for the root itself
+	parent      *dirHandle // the directory it is in; nil for the managed root
+	run         *run       // the Apply it belongs to, which bounds the handles open
+	sysDir                 // what the system keeps of it (dir_linux.go, dir_other.go)
 }
 
 // dir returns the handle of dir, a clean slash-separated path in the managed
@@ -580,6 +583,9 @@ func (r *run) inspect(decl map[string]*File, stale []string) (plan, error) {
 // to be created, outermost first. For p no longer declared, such a thing on the
 // way is a *leftInPlace instead of a refusal.
 func (r *run) checkParents(p string, goingAway map[string]bool, declared bool) ([]string, error) {
+	if file := r.meshDirectory(r.dir(".")); file != "" {
+		return nil, meshDirectoryRefusal(p, ".", file, declared)
+	}
 	elems := strings.Split(p, "/")
 	for i := 1; i < len(elems); i++ {
 		dir := strings.Join(elems[:i], "/")
@@ -601,6 +607,9 @@ func (r *run) checkParents(p string, goingAway map[string]bool, declared bool) (
 		case !mode.IsDir():
 			return nil, &PathError{Path: p, Err: ErrInvalidPath,
 				Reason: fmt.Sprintf("%q on its way is a %s, not a directory", dir, kind(mode))}
+		}
+		if file := r.meshDirectory(r.dir(dir)); file != "" {
+			return nil, meshDirectoryRefusal(p, dir, file, declared)
 		}
 	}
 	return nil, nil

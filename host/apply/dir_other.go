@@ -249,3 +249,13 @@ func (f *tempFile) owner() (uid, gid int, ok bool) {
 func (f *tempFile) chown(uid, gid int) error     { return f.f.Chown(uid, gid) }
 func (f *tempFile) chmod(mode fs.FileMode) error { return f.f.Chmod(mode) }
 func (f *tempFile) close() error                 { return f.f.Close() }
+
+// holds reports whether the directory holds name, and whether it is a regular file
+// there, without following a link.
+func (d *dirHandle) holds(name string) (exists, regular bool) {
+	fi, err := d.lstat(name)
+	if err != nil {
+		return false, false
+	}
+	return true, fi.Mode().IsRegular()
+}

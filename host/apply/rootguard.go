@@ -113,6 +113,34 @@ type RootGuard struct {
 	// one (run.sweep): none appears there again while this process runs, but for a
 	// temporary file it failed to remove, which unmarks its directory.
 	swept map[string]bool
+	// clean holds the directories of the judged root found to be none of the mesh's
+	// programs' (meshDirectory): one of theirs is made only in a directory that is
+	// empty, which one the agent wrote in is not while it manages files there.
+	clean map[string]bool
+}
+
+// knownClean reports whether dir was found to be none of the mesh's programs'
+// directories since the root was accepted.
+func (g *RootGuard) knownClean(dir string) bool {
+	if g == nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.clean[dir]
+}
+
+// setClean records that dir is none of the mesh's programs' directories.
+func (g *RootGuard) setClean(dir string) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.clean == nil || len(g.clean) >= maxSwept {
+		g.clean = map[string]bool{}
+	}
+	g.clean[dir] = true
 }
 
 // sweptAlready reports whether the directory dir of the root was swept since the
@@ -269,7 +297,7 @@ func (g *RootGuard) judge(opened fs.FileInfo, path string, made bool) error {
 		// Another root, whose directories were swept in none (the file system may
 		// give it the inode of the one removed). Accepted otherwise, the root is
 		// the first, or refused.
-		g.swept = nil
+		g.swept, g.clean = nil, nil
 	}
 	if g.judged != nil && sameFile(g.judged, opened) {
 		return nil
