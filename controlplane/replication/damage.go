@@ -118,8 +118,15 @@ func checkRaftDBPresent(dir string) error {
 // Errors of the file system (permissions, a read-only or full disk) are returned
 // as they are.
 func openBolt(dir string) (store *raftboltdb.BoltStore, err error) {
-	return openBoltWith(dir, boltAccess{})
+	return openBoltWith(dir, boltAccess{wait: writerLockWait})
 }
+
+// writerLockWait bounds how long serve and bootstrap wait for another process's
+// lock on raft.db: the data directory's own lock keeps a second serve out before it
+// gets here, unless that lock file was replaced or removed (a review: a declaration
+// of another mesh did), and a second serve then waited on raft.db for good, saying
+// nothing, where it is refused (exit 8). A check reading a copy holds it far less.
+const writerLockWait = 30 * time.Second
 
 // boltAccess is how raft.db is opened: for writing (serve, bootstrap), waiting for
 // any other process's lock on the file to go, or read-only (Inspect), waiting at
@@ -135,8 +142,13 @@ type boltAccess struct {
 // datadir.ErrInUse.
 var ErrStoreInUse = fmt.Errorf("%w: the Raft store is open in another process", datadir.ErrInUse)
 
-// inUse turns bbolt's timeout waiting for the file's lock into ErrStoreInUse.
-func inUse(path string, err error) error {
+// inUse turns bbolt's timeout waiting for the file's lock into ErrStoreInUse, for a
+// reader (readOnly) or a writer.
+func inUse(path string, err error, readOnly bool) error {
+	if errors.Is(err, berrors.ErrTimeout) && !readOnly {
+		return fmt.Errorf("%w: %s is held by another process (a meshctl serve running on this data directory, whose lock file was replaced or removed?): "+
+			"stop it, then start this again (`fuser -v %s` names it)", ErrStoreInUse, path, path)
+	}
 	if errors.Is(err, berrors.ErrTimeout) {
 		return fmt.Errorf("%w: %s is held by another process (a meshctl serve running on this data directory?); "+
 			"check a copy: a backup serve took (--backup-dir), or one taken while serve was stopped, or stop serve first (docs/operations.md, \"Backing up\")", ErrStoreInUse, path)
@@ -165,16 +177,20 @@ func openBoltWith(dir string, access boltAccess) (store *raftboltdb.BoltStore, e
 	if err := datadir.CheckRegular(path); err != nil {
 		return nil, err
 	}
-	if err := checkBoltPages(path, access.wait); err != nil {
+	if err := checkBoltPages(path, access.wait, access.readOnly); err != nil {
 		return nil, err
 	}
 	opts := raftboltdb.Options{Path: path}
 	if access.readOnly {
 		opts.BoltOptions = &bbolt.Options{ReadOnly: true, Timeout: access.wait}
+	} else if access.wait > 0 {
+		o := *bbolt.DefaultOptions
+		o.Timeout = access.wait
+		opts.BoltOptions = &o
 	}
 	store, err = raftboltdb.New(opts)
 	if errors.Is(err, berrors.ErrTimeout) {
-		return nil, inUse(path, err)
+		return nil, inUse(path, err, access.readOnly)
 	}
 	if err != nil {
 		var pe *fs.PathError
@@ -195,7 +211,7 @@ func openBoltWith(dir string, access boltAccess) (store *raftboltdb.BoltStore, e
 // that is missing or empty is left to the callers: bbolt makes a new one. wait
 // bounds how long it waits for a writer's lock on the file (zero: as long as it
 // takes).
-func checkBoltPages(path string, wait time.Duration) (err error) {
+func checkBoltPages(path string, wait time.Duration, readOnly bool) (err error) {
 	if fi, serr := os.Stat(path); serr != nil || fi.Size() == 0 {
 		return nil
 	}
@@ -215,7 +231,7 @@ func checkBoltPages(path string, wait time.Duration) (err error) {
 	// recovered, not in Check's goroutine.
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, PreLoadFreelist: true, Timeout: wait})
 	if errors.Is(err, berrors.ErrTimeout) {
-		return inUse(path, err)
+		return inUse(path, err, readOnly)
 	}
 	if err != nil {
 		var pe *fs.PathError
