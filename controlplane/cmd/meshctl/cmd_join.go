@@ -115,6 +115,11 @@ type joinResult struct {
 // hundred characters.
 const maxTokenInput = 16 << 10
 
+// stdinOfferWait is how long a pipe on stdin is given to offer a token while
+// MESH_TOKEN holds one (readfile.OffersInput): a pipe of `cat token.txt |` has it at
+// once; one a provisioning tool leaves open and silent is no second token.
+const stdinOfferWait = 200 * time.Millisecond
+
 // readSecretInput reads a token from a file ("-": stdin, as `declare --file -`),
 // MESH_TOKEN or stdin; never from the command line. Whatever keeps the input from
 // being a token (a file missing, a directory or a device, one too large, a read that
@@ -125,11 +130,12 @@ func readSecretInput(file string, cio *cliIO) (string, error) {
 	switch file {
 	case "":
 		if v := cio.getenv("MESH_TOKEN"); v != "" {
-			if f, ok := cio.stdin.(*os.File); ok {
-				// `MESH_TOKEN=… meshctl join < cp2.txt`: two tokens, one of them set
-				// and forgotten perhaps; MESH_TOKEN won without a word.
-				if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
-					return "", usagef("a token in MESH_TOKEN and a file on stdin: give one (unset MESH_TOKEN, or --token-file - to read stdin)")
+			if f, ok := cio.stdin.(*os.File); ok && !cio.stdinIsTTY {
+				// `MESH_TOKEN=… meshctl join < cp2.txt`, or `cat cp2.txt |`: two
+				// tokens, one of them set and forgotten perhaps; MESH_TOKEN won
+				// without a word.
+				if readfile.OffersInput(f, stdinOfferWait) {
+					return "", usagef("a token in MESH_TOKEN and another on stdin: give one (unset MESH_TOKEN, or --token-file - to read stdin)")
 				}
 			}
 			return v, nil

@@ -79,6 +79,11 @@ const (
 // maxTokenInput bounds what is read as a token: a token is a few hundred bytes.
 const maxTokenInput = 16 << 10
 
+// stdinOfferWait is how long a pipe on stdin is given to offer a token while
+// MESH_TOKEN holds one (readfile.OffersInput): a pipe of `cat token.txt |` has it at
+// once; one a provisioning tool leaves open and silent is no second token.
+const stdinOfferWait = 200 * time.Millisecond
+
 // credentialName is the systemd credential enrolment reads the token from
 // (LoadCredential=mesh-token:FILE in dist/systemd/meshhost-enrol.service).
 const credentialName = "mesh-token"
@@ -301,7 +306,7 @@ func exitCodes(name string) string {
   1  another failure: the enrolment could not be saved here (a full disk: free space, then
      run it again with the same token), or the mesh's answer does not verify
   2  usage: the command line is wrong (a token given as an argument is refused,
-     never shown), or a token in MESH_TOKEN and a file on stdin
+     never shown), or a token in MESH_TOKEN and another on stdin
   3  the token cannot be used (cut short, expired, a --token-file that does not
      exist), or the mesh refused it for good (used, unknown, cancelled): ask for a new one
   4  the broker is not the mesh the token names: retrying will not help
@@ -561,11 +566,12 @@ func readToken(file string, cio *cliIO) (string, error) {
 		}
 		return string(data), nil
 	case cio.getenv("MESH_TOKEN") != "" && !fromStdin:
-		if f, ok := cio.stdin.(*os.File); ok {
-			// `MESH_TOKEN=… meshhost enrol < token.txt`: two tokens, one of them
-			// set and forgotten perhaps; MESH_TOKEN won without a word.
-			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
-				return "", usageError{"a token in MESH_TOKEN and a file on stdin: give one (unset MESH_TOKEN, or --token-file - to read stdin)"}
+		if f, ok := cio.stdin.(*os.File); ok && !cio.stdinIsTTY {
+			// `MESH_TOKEN=… meshhost enrol < token.txt`, or `cat token.txt |`:
+			// two tokens, one of them set and forgotten perhaps; MESH_TOKEN won
+			// without a word, and the machine joined its mesh.
+			if readfile.OffersInput(f, stdinOfferWait) {
+				return "", usageError{"a token in MESH_TOKEN and another on stdin: give one (unset MESH_TOKEN, or --token-file - to read stdin)"}
 			}
 		}
 		return cio.getenv("MESH_TOKEN"), nil
