@@ -52,6 +52,14 @@ func TestMetricsEndpoints(t *testing.T) {
 		t.Fatalf("control /readyz on a serving single node: %d", code)
 	}
 	before := cp.Scrape()
+	// Whose scrape and readiness it is: another process on the port (another
+	// mesh's control node) answered for this one unseen (a review).
+	if v := harness.Sum(before, "mesh_build_info", "mesh=metrics", "node=cp-1"); v != 1 {
+		t.Errorf("mesh_build_info{mesh=metrics,node=cp-1} = %v, want 1", v)
+	}
+	if b := httpBody(t, cpURL+"/readyz"); b != "ready: control node cp-1 of mesh metrics\n" {
+		t.Errorf("control /readyz says %q", b)
+	}
 	if v := harness.Sum(before, "mesh_raft_leader"); v != 1 {
 		t.Fatalf("mesh_raft_leader = %v on the only control node", v)
 	}
@@ -72,6 +80,12 @@ func TestMetricsEndpoints(t *testing.T) {
 	})
 	if code := httpStatus(agentURL + "/healthz"); code != http.StatusOK {
 		t.Fatalf("agent /healthz: %d", code)
+	}
+	if b := httpBody(t, agentURL+"/readyz"); b != "ready: node web-1 of mesh metrics\n" {
+		t.Errorf("agent /readyz says %q", b)
+	}
+	if v := harness.Sum(harness.Scrape(t, agentURL+"/metrics"), "mesh_agent_build_info", "mesh=metrics", "node=web-1"); v != 1 {
+		t.Errorf("mesh_agent_build_info{mesh=metrics,node=web-1} = %v, want 1", v)
 	}
 
 	body := filepath.Join(t.TempDir(), "b.json")

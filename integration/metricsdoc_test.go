@@ -112,11 +112,15 @@ var openLabels = map[string]bool{
 	"mesh_broker_client_violations_total/kind":    true,
 	"mesh_broker_client_violations_total/account": true,
 	"mesh_agent_envelopes_refused_total/code":     true,
-	// The build: its version and commit.
+	// The build: its version and commit; and whose it is, the mesh and the node.
 	"mesh_build_info/version":        true,
 	"mesh_build_info/revision":       true,
+	"mesh_build_info/mesh":           true,
+	"mesh_build_info/node":           true,
 	"mesh_agent_build_info/version":  true,
 	"mesh_agent_build_info/revision": true,
+	"mesh_agent_build_info/mesh":     true,
+	"mesh_agent_build_info/node":     true,
 	// The agents the hosts report (none and other aside, which the row names).
 	"mesh_nodes_agents/agent": true,
 }

@@ -480,18 +480,19 @@ func (d *Daemon) newRegistry() *prometheus.Registry {
 // figures, its certificates' expiry and the process's.
 func (d *Daemon) startingRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(buildInfo(d.opts.Version, d.opts.Revision), raftCollector{d}, certCollector{d},
+	reg.MustRegister(buildInfo(d.opts.Version, d.opts.Revision, d.cfg.Mesh, d.cfg.Node), raftCollector{d}, certCollector{d},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
 
 // buildInfo is mesh_build_info: 1, labelled with the build serving, so that a
 // dashboard can tell which control nodes an upgrade has reached (meshctl control
-// status says it of the nodes that answer).
-func buildInfo(version, revision string) prometheus.Collector {
+// status says it of the nodes that answer), and with the mesh and the node, so that
+// a scrape says whose it is (another mesh's control node on the port, a review).
+func buildInfo(version, revision, mesh, node string) prometheus.Collector {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "mesh_build_info",
-		Help:        "1, labelled with the version of meshctl serving (meshctl version) and the commit it was built from (unknown when its build recorded none).",
-		ConstLabels: prometheus.Labels{"version": orUnknown(version), "revision": orUnknown(revision)}})
+		Help:        "1, labelled with the version of meshctl serving (meshctl version), the commit it was built from (unknown when its build recorded none), and the mesh and control node it serves.",
+		ConstLabels: prometheus.Labels{"version": orUnknown(version), "revision": orUnknown(revision), "mesh": orUnknown(mesh), "node": orUnknown(node)}})
 	g.Set(1)
 	return g
 }
@@ -541,7 +542,8 @@ func (d *Daemon) handler() http.Handler {
 			http.Error(w, why, http.StatusServiceUnavailable)
 			return
 		}
-		w.Write([]byte("ready\n"))
+		// Whose: another process on the port answered for this one (a review).
+		fmt.Fprintf(w, "ready: control node %s of mesh %s\n", d.cfg.Node, d.cfg.Mesh)
 	})
 	return mux
 }

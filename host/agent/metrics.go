@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -106,8 +107,8 @@ var (
 	descCheckOff = prometheus.NewDesc("mesh_agent_file_check_off",
 		"1 while the file check cannot put back files changed on this host: it holds no usable copy of the applied declaration (expired while the mesh was out of reach, or none kept); meshhost status says why and since when.", nil, nil)
 	descBuildInfo = prometheus.NewDesc("mesh_agent_build_info",
-		"1, labelled with the version of meshhost running (meshhost version) and the commit it was built from (unknown when its build recorded none).",
-		[]string{"version", "revision"}, nil)
+		"1, labelled with the version of meshhost running (meshhost version), the commit it was built from (unknown when its build recorded none), and the mesh and node it runs as.",
+		[]string{"version", "revision", "mesh", "node"}, nil)
 )
 
 // collector exports the agent's stats at scrape time.
@@ -150,7 +151,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descCheckOff, boolValue(checkOff))
 	gauge(descHooksFailed, float64(hooksFailed))
 	ch <- prometheus.MustNewConstMetric(descPutBack, prometheus.CounterValue, float64(putBack))
-	ch <- prometheus.MustNewConstMetric(descBuildInfo, prometheus.GaugeValue, 1, orUnknown(a.o.Version), orUnknown(a.o.Revision))
+	ch <- prometheus.MustNewConstMetric(descBuildInfo, prometheus.GaugeValue, 1, orUnknown(a.o.Version), orUnknown(a.o.Revision), orUnknown(a.id.Mesh), orUnknown(a.id.Node))
 }
 
 // orUnknown is s, or "unknown" for "": Prometheus drops a label whose value is empty.
@@ -228,7 +229,8 @@ func (a *Agent) serveHTTPWithin(ctx context.Context, ln net.Listener, lim webLim
 			http.Error(w, "not ready: not connected to the mesh, or not synced since connecting", http.StatusServiceUnavailable)
 			return
 		}
-		w.Write([]byte("ready\n"))
+		// Whose: another agent on the port answered for this one (a review).
+		fmt.Fprintf(w, "ready: node %s of mesh %s\n", a.id.Node, a.id.Mesh)
 	})
 	// What the server itself reports (a connection it could not serve) is logged as
 	// the agent's other lines are, not written bare to standard error.
