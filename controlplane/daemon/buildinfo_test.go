@@ -18,7 +18,7 @@ func TestBuildInfoAndLeaderChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Close)
-	want := "revision=7132ef2931ef0123,version=0.1.0+git20261203145709.7132ef2931ef"
+	want := "mesh=build,node=cp-1,revision=7132ef2931ef0123,version=0.1.0+git20261203145709.7132ef2931ef"
 	if got := gathered(t, d)["mesh_build_info"]; len(got) != 1 || got[want] != 1 {
 		t.Errorf("mesh_build_info %v, want {%s} 1", got, want)
 	}
