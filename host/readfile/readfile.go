@@ -232,3 +232,19 @@ func readPipe(f *os.File, path string, max int64, wait time.Duration, waiting fu
 		}
 	}
 }
+
+// OffersInput reports whether f (a command's stdin) is a regular file that is not
+// empty: what a token redirected with `< token.txt` arrives as, beside one in
+// MESH_TOKEN. A pipe is not read to find out: it may be a script's (`curl … | bash`,
+// whose commands inherit it), and a byte taken from it is taken from the script (a
+// review); IsPipe says one is there.
+func OffersInput(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode().IsRegular() && fi.Size() > 0
+}
+
+// IsPipe reports whether f is a pipe or a socket.
+func IsPipe(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&(fs.ModeNamedPipe|fs.ModeSocket) != 0
+}

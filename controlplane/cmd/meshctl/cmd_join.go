@@ -115,11 +115,6 @@ type joinResult struct {
 // hundred characters.
 const maxTokenInput = 16 << 10
 
-// stdinOfferWait is how long a pipe on stdin is given to offer a token while
-// MESH_TOKEN holds one (readfile.OffersInput): a pipe of `cat token.txt |` has it at
-// once; one a provisioning tool leaves open and silent is no second token.
-const stdinOfferWait = 200 * time.Millisecond
-
 // readSecretInput reads a token from a file ("-": stdin, as `declare --file -`),
 // MESH_TOKEN or stdin; never from the command line. Whatever keeps the input from
 // being a token (a file missing, a directory or a device, one too large, a read that
@@ -131,11 +126,14 @@ func readSecretInput(file string, cio *cliIO) (string, error) {
 	case "":
 		if v := cio.getenv("MESH_TOKEN"); v != "" {
 			if f, ok := cio.stdin.(*os.File); ok && !cio.stdinIsTTY {
-				// `MESH_TOKEN=… meshctl join < cp2.txt`, or `cat cp2.txt |`: two
-				// tokens, one of them set and forgotten perhaps; MESH_TOKEN won
-				// without a word.
-				if readfile.OffersInput(f, stdinOfferWait) {
+				// `MESH_TOKEN=… meshctl join < cp2.txt`: two tokens, one of them
+				// set and forgotten perhaps; MESH_TOKEN won without a word.
+				if readfile.OffersInput(f) {
 					return "", usagef("a token in MESH_TOKEN and another on stdin: give one (unset MESH_TOKEN, or --token-file - to read stdin)")
+				}
+				// A pipe is not read (it may be the script running this): said.
+				if readfile.IsPipe(f) {
+					fmt.Fprintln(cio.stderr, "meshctl join: using the token in MESH_TOKEN; stdin, a pipe, is not read (unset MESH_TOKEN, or --token-file -, to read a token from it)")
 				}
 			}
 			return v, nil

@@ -79,11 +79,6 @@ const (
 // maxTokenInput bounds what is read as a token: a token is a few hundred bytes.
 const maxTokenInput = 16 << 10
 
-// stdinOfferWait is how long a pipe on stdin is given to offer a token while
-// MESH_TOKEN holds one (readfile.OffersInput): a pipe of `cat token.txt |` has it at
-// once; one a provisioning tool leaves open and silent is no second token.
-const stdinOfferWait = 200 * time.Millisecond
-
 // credentialName is the systemd credential enrolment reads the token from
 // (LoadCredential=mesh-token:FILE in dist/systemd/meshhost-enrol.service).
 const credentialName = "mesh-token"
@@ -567,11 +562,16 @@ func readToken(file string, cio *cliIO) (string, error) {
 		return string(data), nil
 	case cio.getenv("MESH_TOKEN") != "" && !fromStdin:
 		if f, ok := cio.stdin.(*os.File); ok && !cio.stdinIsTTY {
-			// `MESH_TOKEN=… meshhost enrol < token.txt`, or `cat token.txt |`:
-			// two tokens, one of them set and forgotten perhaps; MESH_TOKEN won
-			// without a word, and the machine joined its mesh.
-			if readfile.OffersInput(f, stdinOfferWait) {
+			// `MESH_TOKEN=… meshhost enrol < token.txt`: two tokens, one of them
+			// set and forgotten perhaps; MESH_TOKEN won without a word.
+			if readfile.OffersInput(f) {
 				return "", usageError{"a token in MESH_TOKEN and another on stdin: give one (unset MESH_TOKEN, or --token-file - to read stdin)"}
+			}
+			// A pipe is not read (it may be the script running this): said,
+			// as `cat other-token |` with a MESH_TOKEN forgotten enrolled the
+			// machine into MESH_TOKEN's mesh without a word (a review).
+			if readfile.IsPipe(f) {
+				fmt.Fprintln(cio.stderr, "meshhost enrol: using the token in MESH_TOKEN; stdin, a pipe, is not read (unset MESH_TOKEN, or --token-file -, to read a token from it)")
 			}
 		}
 		return cio.getenv("MESH_TOKEN"), nil
