@@ -828,6 +828,9 @@ func cmdRun(args []string, cio *cliIO) error {
 		return err
 	}
 	defer rootLock.Release()
+	if rootLock.Unheld != "" {
+		log.Warn(rootLock.Unheld, "root", *root)
+	}
 	// The stop is logged, and why, as meshctl serve logs its own: it went without a
 	// word (exit 0), and the journal showed an agent that had simply ceased. With
 	// the node, as the agent's own lines have it.
