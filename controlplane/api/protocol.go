@@ -185,6 +185,11 @@ const KeyShared = "key_shared"
 // enrolled again. Nothing is re-sent to it meanwhile.
 const KeyringGone = "keyring_gone"
 
+// ControlPlaneVerdicts are the codes the control plane shows of a node on its own
+// judgement (UnsignableBody, KeyShared, KeyringGone): a host's report naming one is
+// dropped, or status would tell the operator to act on the host's word.
+func ControlPlaneVerdicts() []string { return []string{UnsignableBody, KeyShared, KeyringGone} }
+
 // SharedKeyGrace is how long a node's key may be held by more than one connection
 // at once before the control plane counts it as held by two machines (KeyShared).
 // An agent that reconnects while its broker has not yet seen the old connection end

@@ -55,6 +55,23 @@ func TestAnAgentsReportIntervalSetsWhenItCountsOffline(t *testing.T) {
 			}
 		}
 	}
+	// A report that changes only the interval is held back as one that changes
+	// only text (textEvery): a host changing it at every report committed a log
+	// entry at every flush.
+	data, err := json.Marshal(api.Status{V: api.ProtocolVersion, Node: "slow", HaveApplied: true, AppliedVersion: 1, KeyringEpoch: 1, HeartbeatSeconds: 61})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.handleStatus(&nats.Msg{Subject: api.StatusSubject("slow"), Data: data})
+	d.status.mu.Lock()
+	p, pending := d.status.pending["slow"]
+	d.status.mu.Unlock()
+	if !pending || !p.textOnly {
+		t.Errorf("a report changing only the interval: pending %v, held back as text %v; want both", pending, p.textOnly)
+	}
+	d.status.mu.Lock()
+	delete(d.status.pending, "slow")
+	d.status.mu.Unlock()
 	check("reporting", 50*time.Second, map[string]bool{"slow": true, "usual": false, "liar": true})
 	check("reporting", 179*time.Second, map[string]bool{"slow": true, "liar": true})
 	check("reporting", 181*time.Second, map[string]bool{"slow": false, "liar": true})

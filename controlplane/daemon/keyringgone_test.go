@@ -3,6 +3,7 @@ package daemon
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -69,5 +70,57 @@ func TestANodePastTheKeyringHistoryIsFailing(t *testing.T) {
 		if n.Gone != want[n.Node] {
 			t.Errorf("signing-key status: %s gone %v, want %v", n.Node, n.Gone, want[n.Node])
 		}
+	}
+}
+
+// TestANodePastTheKeyringHistoryIsNotResentAndHoldsNothingBack: a live node past the
+// keyring history was re-sent the chain and its declaration at every reconcile,
+// for good, and a retirement was refused for it until forced: it is sent nothing,
+// and a retirement goes on.
+func TestANodePastTheKeyringHistoryIsNotResentAndHoldsNothingBack(t *testing.T) {
+	d := fleet(t, 0)
+	const node = "away"
+	kp := enrolledKey(t, d, node)
+	nc := dialAs(t, d, node, kp)
+	key, _ := kp.PublicKey()
+	waitFor(t, 10*time.Second, "the node's connection counted", func() bool { return d.presence.Open(key) == 1 })
+	sent := make(chan *nats.Msg, 256)
+	if _, err := nc.ChanSubscribe(api.DeclarationSubject(node), sent); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for range state.MaxKeyringHistory/2 + 1 {
+		if _, err := d.rotateKey(api.RotateRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.retireKey(api.RetireRequest{Force: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := json.Marshal(api.Status{V: api.ProtocolVersion, Node: node, KeyringEpoch: 1,
+		Error: &api.StatusError{Code: "untrusted", Message: "no valid signature by a trusted key"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.handleStatus(&nats.Msg{Subject: api.StatusSubject(node), Data: data})
+	d.status.flush()
+	for len(sent) > 0 {
+		<-sent // what the rotations pushed
+	}
+	d.reconcile(d.now())
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := len(sent); n != 0 {
+		t.Errorf("a node past the keyring history was re-sent %d messages", n)
+	}
+	if _, err := d.rotateKey(api.RotateRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.retireKey(api.RetireRequest{}); err != nil {
+		t.Errorf("a retirement with only a node past the history behind: %v, want it done", err)
 	}
 }

@@ -58,8 +58,11 @@ func (d *Daemon) sendDeclarations(nodes []string, before func(node string, env [
 	}
 	// run signs and sends ins' declarations on every core: from the batch b, or
 	// one by one when b is nil.
+	// Workers by the fan-out's size, not a part's: a part of a large body holds few
+	// nodes, each envelope a long encoding (a review: one worker a part).
+	workers := min(runtime.GOMAXPROCS(0), max(1, len(inputs)/64))
 	run := func(ins []state.DeclarationInput, b *signedBatch) {
-		workers := min(runtime.GOMAXPROCS(0), max(1, len(ins)/64))
+		workers := min(workers, len(ins))
 		var wg sync.WaitGroup
 		for w := range workers {
 			wg.Add(1)

@@ -179,10 +179,20 @@ func (s *signer) encoded(digest string, raw []byte) (declarations.EncodedBody, e
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.bodies)+len(s.refused) > maxBodies || s.bodyBytes+body.Len() > maxBodyBytes {
+	if len(s.bodies)+len(s.refused) > maxBodies {
 		clear(s.bodies)
 		clear(s.refused)
 		s.bodyBytes = 0
+	}
+	// Over the bytes, bodies go at random until this one fits: cleared whole, a
+	// fleet of a few hundred large bodies re-parsed one for nearly every node (a
+	// review).
+	for s.bodyBytes+body.Len() > maxBodyBytes && len(s.bodies) > 0 {
+		for d, b := range s.bodies {
+			s.bodyBytes -= b.Len()
+			delete(s.bodies, d)
+			break
+		}
 	}
 	if err != nil {
 		s.refused[digest] = err

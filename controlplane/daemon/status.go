@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -37,7 +38,7 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 		d.guard.drop("status", ReasonMalformed, node, "the error code is not 1 to 64 characters of a-z, 0-9 and _")
 		return
 	}
-	if st.Error != nil && (st.Error.Code == api.KeyShared || st.Error.Code == api.UnsignableBody) {
+	if st.Error != nil && slices.Contains(api.ControlPlaneVerdicts(), st.Error.Code) {
 		// The control plane's own verdicts, no host's: reported, status told the
 		// operator to revoke a node on its word (a review's reading).
 		d.guard.drop("status", ReasonMalformed, node, "the error code "+st.Error.Code+" is the control plane's, not a host's")

@@ -99,14 +99,15 @@ func TestAVerdictIsKeptForABodyJudgedBefore(t *testing.T) {
 	}
 }
 
-// TestAHostCannotReportTheControlPlanesCodes (a review's reading): key_shared and
-// unsignable_body are the control plane's verdicts; a host that reported one as
+// TestAHostCannotReportTheControlPlanesCodes (a review's reading): key_shared,
+// unsignable_body and keyring_gone are the control plane's verdicts; a host that reported one as
 // its own error had status tell the operator to revoke it, on its word. Such a
 // report is dropped as malformed, and nothing of it recorded.
 func TestAHostCannotReportTheControlPlanesCodes(t *testing.T) {
 	d := fleet(t, 1)
 	before := d.guard.snapshot().Dropped[DropKey{Subject: "status", Reason: ReasonMalformed}]
-	for _, code := range []string{api.KeyShared, api.UnsignableBody} {
+	codes := api.ControlPlaneVerdicts()
+	for _, code := range codes {
 		data, err := json.Marshal(api.Status{V: api.ProtocolVersion, Node: "n-0", HaveApplied: true, AppliedVersion: 0, KeyringEpoch: 1,
 			Error: &api.StatusError{Code: code, Message: "two machines hold this node's key: revoke it"}})
 		if err != nil {
@@ -115,8 +116,8 @@ func TestAHostCannotReportTheControlPlanesCodes(t *testing.T) {
 		d.handleStatus(&nats.Msg{Subject: api.StatusSubject("n-0"), Data: data})
 	}
 	d.status.flush()
-	if n := d.guard.snapshot().Dropped[DropKey{Subject: "status", Reason: ReasonMalformed}]; n != before+2 {
-		t.Errorf("%d reports dropped as malformed, want the 2 naming the control plane's codes", n-before)
+	if n := d.guard.snapshot().Dropped[DropKey{Subject: "status", Reason: ReasonMalformed}]; n != before+uint64(len(codes)) || len(codes) < 3 {
+		t.Errorf("%d reports dropped as malformed, want the %d naming the control plane's codes", n-before, len(codes))
 	}
 	if n := d.fsmNode(t, "n-0"); n.Applied.ErrorCode != "" {
 		t.Errorf("a host's report of %q recorded", n.Applied.ErrorCode)

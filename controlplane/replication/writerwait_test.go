@@ -30,3 +30,31 @@ func TestAWriterDoesNotWaitForRaftsStoreForGood(t *testing.T) {
 		t.Fatalf("a second writer: %v after %s, want in use, at once after its wait", err, time.Since(start))
 	}
 }
+
+// TestServesOpenOfRaftsStoreWaitsABoundedTime: serve's own open (openBolt) gives up
+// after writerLockWait, as the bounded wait above does; it waited for good.
+func TestServesOpenOfRaftsStoreWaitsABoundedTime(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, err := openBolt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	done := make(chan error, 1)
+	go func() {
+		second, err := openBolt(dir)
+		if err == nil {
+			second.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, datadir.ErrInUse) {
+			t.Fatalf("a second serve's open: %v, want in use", err)
+		}
+	case <-time.After(writerLockWait + 15*time.Second):
+		t.Fatalf("a second serve's open still waits after %s", writerLockWait+15*time.Second)
+	}
+}

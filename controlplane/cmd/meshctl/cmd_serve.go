@@ -82,7 +82,7 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 			_ = c.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions([]cobra.Completion{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
 			_ = c.RegisterFlagCompletionFunc("log-level", cobra.FixedCompletions([]cobra.Completion{"debug", "info", "warn", "error"}, cobra.ShellCompDirectiveNoFileComp))
 			fs.DurationVar(&heartbeat, "raft-heartbeat", def.Heartbeat, "Raft heartbeat and election timeout; raise it on slow or loaded machines (100ms to 1m)")
-			fs.DurationVar(&offline, "offline-after", defaultOfflineAfter, "a node that has not reported for this long is shown offline (1s to 1h)")
+			fs.DurationVar(&offline, "offline-after", defaultOfflineAfter, "a node that has not reported for this long is shown offline, or for three of the report intervals its agent says it has if longer (1s to 1h)")
 			fs.DurationVar(&reconcile, "reconcile", defaultReconcile, "how often declarations not yet applied are sent again (1s to 1h)")
 			fs.DurationVar(&shared, "shared-key-grace", api.SharedKeyGrace, "a node whose key more than one connection holds for this long counts as held by two machines (a clone): failing key_shared (1s to 1h; below 100s an agent's reconnection may count, its old connection not yet closed by its broker)")
 			var metricsListen string
