@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 )
 
 // RootInUseError says that a managed root is another agent's: the same directory,
@@ -13,7 +12,7 @@ type RootInUseError struct {
 	Root string
 	// Outer is the other agent's root that holds Root; "" when it is Root itself.
 	Outer string
-	// PID is the other agent's process.
+	// PID is the other agent's process, as the kernel gives it (0 when unknown).
 	PID int
 }
 
@@ -29,36 +28,46 @@ func (e *RootInUseError) Error() string {
 // Is matches ErrInUse.
 func (e *RootInUseError) Is(target error) bool { return target == ErrInUse }
 
-// RootLock is an agent's hold on its managed root.
+// RootLock is an agent's claim on its managed root.
 type RootLock struct {
-	f *os.File
-	// Unheld says why the root is not held, when a process that is no agent
-	// holds a lock on it: the agent goes on, and a second agent on the root is not
-	// refused. "" when it is held.
+	release func()
+	// Unheld says why the root is not claimed, when a process of another user
+	// holds its claim: the agent goes on, and a second agent on the root is not
+	// refused. "" when it is claimed.
 	Unheld string
 }
 
-// Release gives the root up (exiting does too).
-func (l *RootLock) Release() error {
-	if l.f == nil {
-		return nil
+// Release gives the claim up (exiting does too).
+func (l *RootLock) Release() {
+	if l.release != nil {
+		l.release()
 	}
-	return l.f.Close()
 }
 
-// AcquireRoot takes root, an agent's managed root, for this process: an exclusive
-// flock(2) on the directory itself, so that nothing is written into the root, and
-// the kernel gives it up however the agent exits. It refuses, with a
-// *RootInUseError, a root another agent holds, or one inside the root another agent
-// holds (each directory above root is tried shared for the time of one call). A root
-// that holds another agent's root is refused by that agent when it starts next.
+// claimant is the process holding a root's claim, as the kernel says it (the
+// credentials it listened with).
+type claimant struct{ pid, uid int }
+
+// agent reports whether the claimant is an agent's that counts: root's, or this
+// process's user's. Another user may take a root's claim first (any user may); that
+// claim is not an agent's, and refusing for it let any local user keep the agent
+// from starting (a review).
+func (c claimant) agent() bool { return c.uid == 0 || c.uid == os.Geteuid() }
+
+// AcquireRoot claims root, an agent's managed root, for this process, or refuses,
+// with a *RootInUseError, a root another agent claims, or one inside the root
+// another agent claims. A root that holds another agent's root is refused by that
+// agent when it starts next.
 //
 // Two agents on one root (of two meshes, or two nodes of one) each put back the
 // other's files at every check, forever, running their hooks each time, while both
-// meshes showed the node converged (a review). Any user who may read a directory
-// may lock it, so a lock is an agent's only when its holder is one (isAgent, by
-// /proc/locks; where that cannot be told, no holder is): another's lock leaves the
-// root unheld (RootLock.Unheld), and the agent runs.
+// meshes showed the node converged (a review). The claim is a name the kernel keeps
+// for one process at a time, made of the root's device and inode (claimRoot): it
+// goes with the process however it exits, holds nothing open in the root (a lock
+// on the directory kept its file system from being unmounted), and its holder's
+// user is the kernel's word, not a name a process can take. Where the kernel has
+// no such names (not Linux), or in another network namespace, nothing is claimed
+// or found.
 func AcquireRoot(root string) (*RootLock, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
@@ -67,70 +76,31 @@ func AcquireRoot(root string) (*RootLock, error) {
 	if real, err := filepath.EvalSymlinks(abs); err == nil {
 		abs = real
 	}
-	f, err := os.Open(abs)
+	fi, err := os.Stat(abs)
 	if err != nil {
-		return nil, fmt.Errorf("open the managed root to hold it: %w", err)
+		return nil, fmt.Errorf("the managed root %s: %w", root, err)
 	}
-	held, err := tryLock(f)
+	release, holder, err := claimRoot(fi)
 	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("hold the managed root %s: %w", root, err)
+		return nil, fmt.Errorf("claim the managed root %s: %w", root, err)
 	}
-	lock := &RootLock{f: f}
-	if !held {
-		holders := flockHolders(f)
-		if pid := agentAmong(holders); pid != 0 {
-			f.Close()
-			return nil, &RootInUseError{Root: root, PID: pid}
+	lock := &RootLock{release: release}
+	if holder != nil {
+		if holder.agent() {
+			return nil, &RootInUseError{Root: root, PID: holder.pid}
 		}
-		f.Close()
-		lock = &RootLock{Unheld: fmt.Sprintf("a process that is no agent holds a lock on the managed root (%s): the agent runs without holding it, and a second agent on this root would not be refused", pidList(holders))}
+		lock.Unheld = fmt.Sprintf("a process of another user (uid %d, pid %d) holds the managed root's claim: the agent runs without it, and a second agent on this root would not be refused", holder.uid, holder.pid)
 	}
 	for dir := filepath.Dir(abs); ; dir = filepath.Dir(dir) {
-		if pid := agentHolding(dir); pid != 0 {
-			lock.Release()
-			return nil, &RootInUseError{Root: root, Outer: dir, PID: pid}
+		if di, err := os.Stat(dir); err == nil {
+			if h := rootClaimant(di); h != nil && h.agent() {
+				lock.Release()
+				return nil, &RootInUseError{Root: root, Outer: dir, PID: h.pid}
+			}
 		}
 		if dir == filepath.Dir(dir) {
 			break
 		}
 	}
 	return lock, nil
-}
-
-// agentAmong returns the first of pids that is an agent's (isAgent), 0 if none.
-func agentAmong(pids []int) int {
-	for _, pid := range pids {
-		if isAgent(pid) {
-			return pid
-		}
-	}
-	return 0
-}
-
-// pidList names pids for a message.
-func pidList(pids []int) string {
-	if len(pids) == 0 {
-		return "its process unknown"
-	}
-	s := make([]string, len(pids))
-	for i, pid := range pids {
-		s[i] = fmt.Sprint(pid)
-	}
-	return "pid " + strings.Join(s, ", ")
-}
-
-// agentHolding returns the agent (isAgent) that holds dir's exclusive flock, 0 if
-// none does. Anything that keeps it from being tried (a directory this user cannot
-// open) says none.
-func agentHolding(dir string) int {
-	d, err := os.Open(dir)
-	if err != nil {
-		return 0
-	}
-	defer d.Close()
-	if free, err := trySharedLock(d); free || err != nil {
-		return 0
-	}
-	return agentAmong(flockHolders(d))
 }

@@ -5,12 +5,9 @@ package dirlock
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 )
 
 // TestARootIsOneAgents: a managed root held by one agent is refused to another, by
@@ -70,59 +67,4 @@ func TestTheOtherProgramsDirectoryIsSaidAsSuch(t *testing.T) {
 	if !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "wait for it to finish") {
 		t.Fatalf("meshctl on meshctl's directory: %v", err)
 	}
-}
-
-// TestALockOfAnotherUserDoesNotStopTheAgent: any user who may read a directory may
-// lock it, and a lock on the managed root or on / kept the agent from starting (a
-// review: `runuser -u nobody -- flock -s /srv/mesh`). A lock whose holder is no
-// agent leaves the root unheld, said, and the agent runs.
-func TestALockOfAnotherUserDoesNotStopTheAgent(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to lock as another user")
-	}
-	if _, err := exec.LookPath("flock"); err != nil {
-		t.Skip("no flock(1) to hold a lock as another user")
-	}
-	root := t.TempDir()
-	for _, d := range []string{filepath.Dir(root), root} { // nobody passes through
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, c := range []struct{ what, dir, mode string }{{"the root, shared", root, "-s"}, {"the root, exclusive", root, "-x"}, {"/", "/", "-x"}} {
-		hold := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "flock", c.mode, c.dir, "sleep", "30")
-		if err := hold.Start(); err != nil {
-			t.Skipf("cannot run flock as nobody: %v", err)
-		}
-		waitHeld(t, c.dir)
-		l, err := AcquireRoot(root)
-		hold.Process.Kill()
-		hold.Wait()
-		if err != nil {
-			t.Errorf("%s locked by nobody: %v, want the agent to run", c.what, err)
-			continue
-		}
-		if c.dir == root && l.Unheld == "" {
-			t.Errorf("%s locked by nobody: held, want it said unheld", c.what)
-		}
-		l.Release()
-	}
-}
-
-// waitHeld waits until something holds an exclusive or shared lock on dir.
-func waitHeld(t *testing.T, dir string) {
-	t.Helper()
-	for range 100 {
-		d, err := os.Open(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = syscall.Flock(int(d.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		d.Close()
-		if err != nil {
-			return // another holds it
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("nothing came to hold %s", dir)
 }

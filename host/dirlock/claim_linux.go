@@ -1,0 +1,92 @@
+//go:build linux
+
+package dirlock
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// rootClaimName is the abstract Unix socket name (Linux's: no file, gone with its
+// process) that claims the directory fi describes.
+func rootClaimName(fi fs.FileInfo) (string, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return "", false
+	}
+	return fmt.Sprintf("@meshhost-root-%d-%d", st.Dev, st.Ino), true
+}
+
+// claimRoot takes the claim of the directory fi describes: release gives it up.
+// When another process holds it, holder says whose, and nothing is claimed.
+func claimRoot(fi fs.FileInfo) (release func(), holder *claimant, err error) {
+	name, ok := rootClaimName(fi)
+	if !ok {
+		return func() {}, nil, nil
+	}
+	return claimName(name)
+}
+
+// claimName takes the claim name (see claimRoot).
+func claimName(name string) (release func(), holder *claimant, err error) {
+	for range 3 {
+		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
+		if err == nil {
+			// Probes are let in and closed at once: a backlog left full would
+			// turn a second agent's probe away as if nothing held the root.
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					c.Close()
+				}
+			}()
+			return func() { l.Close() }, nil, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return nil, nil, err
+		}
+		if h := claimantOf(name); h != nil {
+			return func() {}, h, nil
+		}
+		// Its holder went between the two calls: claim it again.
+	}
+	return func() {}, nil, nil
+}
+
+// rootClaimant returns who holds the claim of the directory fi describes, nil if
+// nobody does.
+func rootClaimant(fi fs.FileInfo) *claimant {
+	name, ok := rootClaimName(fi)
+	if !ok {
+		return nil
+	}
+	return claimantOf(name)
+}
+
+// claimantOf connects to the claim name and asks the kernel who listens there
+// (SO_PEERCRED: the credentials it listened with).
+func claimantOf(name string) *claimant {
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: name, Net: "unix"})
+	if err != nil {
+		return nil
+	}
+	defer c.Close()
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) { cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) }); err != nil || credErr != nil {
+		return nil
+	}
+	return &claimant{pid: int(cred.Pid), uid: int(cred.Uid)}
+}
