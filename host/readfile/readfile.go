@@ -233,14 +233,24 @@ func readPipe(f *os.File, path string, max int64, wait time.Duration, waiting fu
 	}
 }
 
-// OffersInput reports whether f (a command's stdin) is a regular file that is not
-// empty: what a token redirected with `< token.txt` arrives as, beside one in
-// MESH_TOKEN. A pipe is not read to find out: it may be a script's (`curl … | bash`,
-// whose commands inherit it), and a byte taken from it is taken from the script (a
-// review); IsPipe says one is there.
-func OffersInput(f *os.File) bool {
+// OffersInput reports whether f (a command's stdin) is a regular file whose content,
+// from where it is read next, looks like what isToken takes: what a token redirected
+// with `< token.txt` arrives as, beside one in MESH_TOKEN. It is read at its offset
+// without moving it (a script run as `bash < install.sh` is the next commands'
+// stdin, and read on). A pipe is not read at all: a byte taken from it is taken from
+// the script it may be (`curl … | bash`, a review); IsPipe says one is there.
+func OffersInput(f *os.File, isToken func([]byte) bool) bool {
 	fi, err := f.Stat()
-	return err == nil && fi.Mode().IsRegular() && fi.Size() > 0
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 {
+		return false
+	}
+	at, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return false
+	}
+	buf := make([]byte, 256)
+	n, _ := f.ReadAt(buf, at)
+	return isToken(buf[:n])
 }
 
 // IsPipe reports whether f is a pipe or a socket.

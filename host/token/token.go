@@ -14,6 +14,7 @@
 package token
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"net/netip"
@@ -99,4 +100,22 @@ func (t Token) SecretHex() string {
 		out[2*i+1] = digits[b&0x0f]
 	}
 	return string(out)
+}
+
+// LooksLikeToken reports whether b, leading blanks aside, starts as a token does:
+// Prefix, a version's digits and "_". It judges what is offered, not whether it
+// parses: a file on stdin beside MESH_TOKEN is a second token when it starts as
+// one, and the rest of a script (`bash < install.sh`, its next line `meshhost run
+// …`) is not.
+func LooksLikeToken(b []byte) bool {
+	t := bytes.TrimLeft(b, " \t\r\n\uFEFF")
+	rest, ok := bytes.CutPrefix(t, []byte(Prefix))
+	if !ok {
+		return false
+	}
+	digits := 0
+	for digits < len(rest) && rest[digits] >= '0' && rest[digits] <= '9' {
+		digits++
+	}
+	return digits > 0 && digits < len(rest) && rest[digits] == '_'
 }

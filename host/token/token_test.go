@@ -260,3 +260,22 @@ func BenchmarkProve(b *testing.B) {
 		t.Prove("mesh", "web-1", "UAFVA4V6T7TXVWXKLTOKXNOEOM563KHY4UBWLUTMRWBTTPERXFF64XRI")
 	}
 }
+
+// TestLooksLikeToken: what starts as a token does, and what does not (a script's
+// next line, which starts with "mesh" too).
+func TestLooksLikeToken(t *testing.T) {
+	for in, want := range map[string]bool{
+		"mesh1_AAAA":             true,
+		"\n  mesh1_AAAA\n":       true,
+		"\uFEFFmesh12_x":         true,
+		"meshhost run --state s": false,
+		"mesh_AAAA":              false,
+		"mesh1":                  false,
+		"echo mesh1_AAAA":        false,
+		"":                       false,
+	} {
+		if got := LooksLikeToken([]byte(in)); got != want {
+			t.Errorf("LooksLikeToken(%q) = %v, want %v", in, got, want)
+		}
+	}
+}

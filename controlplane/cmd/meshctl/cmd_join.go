@@ -21,6 +21,7 @@ import (
 	"mesh/host/readfile"
 	"mesh/host/statedir"
 	"mesh/host/terminal"
+	hosttoken "mesh/host/token"
 )
 
 func joinCommand() command {
@@ -128,7 +129,7 @@ func readSecretInput(file string, cio *cliIO) (string, error) {
 			if f, ok := cio.stdin.(*os.File); ok && !cio.stdinIsTTY {
 				// `MESH_TOKEN=… meshctl join < cp2.txt`: two tokens, one of them
 				// set and forgotten perhaps; MESH_TOKEN won without a word.
-				if readfile.OffersInput(f) {
+				if readfile.OffersInput(f, hosttoken.LooksLikeToken) {
 					return "", usagef("a token in MESH_TOKEN and another on stdin: give one (unset MESH_TOKEN, or --token-file - to read stdin)")
 				}
 				// A pipe is not read (it may be the script running this): said.

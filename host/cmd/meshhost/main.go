@@ -564,7 +564,7 @@ func readToken(file string, cio *cliIO) (string, error) {
 		if f, ok := cio.stdin.(*os.File); ok && !cio.stdinIsTTY {
 			// `MESH_TOKEN=… meshhost enrol < token.txt`: two tokens, one of them
 			// set and forgotten perhaps; MESH_TOKEN won without a word.
-			if readfile.OffersInput(f) {
+			if readfile.OffersInput(f, token.LooksLikeToken) {
 				return "", usageError{"a token in MESH_TOKEN and another on stdin: give one (unset MESH_TOKEN, or --token-file - to read stdin)"}
 			}
 			// A pipe is not read (it may be the script running this): said,

@@ -105,6 +105,27 @@ func TestTwoTokensAreRefused(t *testing.T) {
 		t.Errorf("the pipe lost what it held: %q left", rest)
 	}
 	r.Close()
+	// A script run as `bash < install.sh` is the next commands' stdin: what is
+	// left of it is no token, is not read on, and MESH_TOKEN is taken (it was
+	// refused as a second token, a review).
+	script := filepath.Join(t.TempDir(), "install.sh")
+	if err := os.WriteFile(script, []byte("MESH_TOKEN=x meshhost enrol\nmeshhost run --state s --root r\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sf, err := os.Open(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sf.Close()
+	if _, err := sf.Seek(28, io.SeekStart); err != nil { // bash read the first line
+		t.Fatal(err)
+	}
+	if got, err := readToken("", &cliIO{stdin: sf, stderr: &bytes.Buffer{}, getenv: getenv}); err != nil || got != tok {
+		t.Errorf("MESH_TOKEN and a script on stdin: %q, %v; want MESH_TOKEN", got, err)
+	}
+	if at, _ := sf.Seek(0, io.SeekCurrent); at != 28 {
+		t.Errorf("the script on stdin was read on, to %d", at)
+	}
 	empty := filepath.Join(t.TempDir(), "empty")
 	os.WriteFile(empty, nil, 0o600)
 	for _, path := range []string{os.DevNull, empty} {
