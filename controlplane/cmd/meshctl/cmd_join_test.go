@@ -125,3 +125,30 @@ func TestJoinFailuresARunAgainMendsExit3(t *testing.T) {
 		}
 	}
 }
+
+// TestJoinSaysAPipeIsNotRead: MESH_TOKEN beside a pipe on stdin (which may be the
+// script running join: a byte read from it was the script's) is taken, saying the
+// pipe is not read; the pipe keeps what it held.
+func TestJoinSaysAPipeIsNotRead(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	w.WriteString("echo next\n")
+	w.Close()
+	var out, errb bytes.Buffer
+	run([]string{"join", "--data", filepath.Join(t.TempDir(), "new")}, &cliIO{stdin: r, stdout: &out, stderr: &errb,
+		getenv: func(k string) string {
+			if k == "MESH_TOKEN" {
+				return "mesh1_from_env"
+			}
+			return ""
+		}})
+	if !strings.Contains(errb.String(), "stdin, a pipe, is not read") {
+		t.Errorf("join with MESH_TOKEN and a pipe said:\n%s", errb.String())
+	}
+	if rest, _ := io.ReadAll(r); string(rest) != "echo next\n" {
+		t.Errorf("the pipe lost what it held: %q left", rest)
+	}
+}
