@@ -124,6 +124,10 @@ func failure(verb, id, code, msg string) (what, hint, example string) {
 		// The control plane's word, not a host's: one node, two machines.
 		hint = "two machines hold one node's key: revoke the node, then enrol each machine again with a token of its own"
 	}
+	if code == api.KeyringGone {
+		// The control plane's word too: the node cannot follow the signing keys.
+		hint = "the nodes hold a keyring older than the 64 the mesh keeps and cannot follow the signing keys: revoke each, then enrol the machine again with a new token (meshctl nodes NODE says how)"
+	}
 	if code == api.StatusHookFailed {
 		// Its files are applied; a command of the host's hooks file failed.
 		hint = "fix the host, then `meshhost hooks retry` there"

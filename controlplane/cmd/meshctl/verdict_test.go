@@ -158,3 +158,15 @@ func TestAKeyTwoMachinesHoldIsNotConverged(t *testing.T) {
 		t.Errorf("declare --wait's verdict: %v", err)
 	}
 }
+
+// TestANodePastTheKeyringHistoryIsNamedWithWhatToDo: status's verdict of a node
+// failing keyring_gone says what to do, as it does of key_shared.
+func TestANodePastTheKeyringHistoryIsNamedWithWhatToDo(t *testing.T) {
+	v := uint64(3)
+	nodes := []api.NodeView{{ID: "old-1", State: api.StateAlive, Declared: 3, Applied: &v,
+		LastError: &api.StatusError{Code: api.KeyringGone, Message: "the node holds keyring epoch 2", Version: 3}}}
+	err := notConverged(nodes, false)
+	if err == nil || !strings.Contains(err.Error(), "1 failing keyring_gone (the nodes hold a keyring older than the 64 the mesh keeps") {
+		t.Fatalf("the verdict: %v", err)
+	}
+}
