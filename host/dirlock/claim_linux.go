@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,22 +33,15 @@ func claimRoot(fi fs.FileInfo) (release func(), holder *claimant, err error) {
 	return claimName(name)
 }
 
-// claimName takes the claim name (see claimRoot).
+// claimName takes the claim name (see claimRoot). A name taken by something that
+// does not answer (bound and not listening, or its backlog full: any user can make
+// either) is held by someone unknown (uid -1): the agent runs saying so, where it
+// took itself for the holder, silently (a review).
 func claimName(name string) (release func(), holder *claimant, err error) {
-	for range 3 {
+	for try := range 5 {
 		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
 		if err == nil {
-			// Probes are let in and closed at once: a backlog left full would
-			// turn a second agent's probe away as if nothing held the root.
-			go func() {
-				for {
-					c, err := l.Accept()
-					if err != nil {
-						return
-					}
-					c.Close()
-				}
-			}()
+			go acceptAndClose(l)
 			return func() { l.Close() }, nil, nil
 		}
 		if !errors.Is(err, syscall.EADDRINUSE) {
@@ -56,9 +50,28 @@ func claimName(name string) (release func(), holder *claimant, err error) {
 		if h := claimantOf(name); h != nil {
 			return func() {}, h, nil
 		}
-		// Its holder went between the two calls: claim it again.
+		// Its holder went between the two calls, or is between its bind and its
+		// listen (an agent starting): try again shortly.
+		time.Sleep(time.Duration(try+1) * 10 * time.Millisecond)
 	}
-	return func() {}, nil, nil
+	return func() {}, &claimant{pid: 0, uid: -1}, nil
+}
+
+// acceptAndClose lets probes in and closes them at once until l is closed: a
+// backlog left full would turn a second agent's probe away as if nothing held the
+// root. An error that is not l's closing (out of descriptors) is waited out.
+func acceptAndClose(l *net.UnixListener) {
+	for {
+		c, err := l.Accept()
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
+		if err != nil {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		c.Close()
+	}
 }
 
 // rootClaimant returns who holds the claim of the directory fi describes, nil if

@@ -7,8 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestAClaimOfAnotherUserDoesNotStopTheAgent: any user may take a root's claim
@@ -100,5 +103,34 @@ func copyExecutable(t *testing.T, from, to string) {
 	}
 	if err := dst.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestANameTakenButSilentIsSaid: a root's claim name bound and not listening (any
+// user can) answered no probe, and the agent took itself for the holder, saying
+// nothing, and a second agent on the root ran too (a review). It is said: the
+// agent runs without the claim and logs it.
+func TestANameTakenButSilentIsSaid(t *testing.T) {
+	root := t.TempDir()
+	fi, err := os.Stat(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, _ := rootClaimName(fi)
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: name}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := AcquireRoot(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	if !strings.Contains(l.Unheld, "does not answer") {
+		t.Fatalf("a claim name bound and silent: unheld %q, want it said", l.Unheld)
 	}
 }

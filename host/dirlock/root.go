@@ -89,7 +89,11 @@ func AcquireRoot(root string) (*RootLock, error) {
 		if holder.agent() {
 			return nil, &RootInUseError{Root: root, PID: holder.pid}
 		}
-		lock.Unheld = fmt.Sprintf("a process of another user (uid %d, pid %d) holds the managed root's claim: the agent runs without it, and a second agent on this root would not be refused", holder.uid, holder.pid)
+		who := fmt.Sprintf("a process of another user (uid %d, pid %d)", holder.uid, holder.pid)
+		if holder.uid < 0 {
+			who = "a process that does not answer"
+		}
+		lock.Unheld = who + " holds the managed root's claim: the agent runs without it, and a second agent on this root would not be refused"
 	}
 	for dir := filepath.Dir(abs); ; dir = filepath.Dir(dir) {
 		if di, err := os.Stat(dir); err == nil {

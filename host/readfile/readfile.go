@@ -248,7 +248,7 @@ func OffersInput(f *os.File, isToken func([]byte) bool) bool {
 	if err != nil {
 		return false
 	}
-	buf := make([]byte, 256)
+	buf := make([]byte, 4096)
 	n, _ := f.ReadAt(buf, at)
 	return isToken(buf[:n])
 }

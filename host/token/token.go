@@ -19,6 +19,7 @@ import (
 	"crypto/sha256"
 	"net/netip"
 	"time"
+	"unicode"
 )
 
 const (
@@ -108,7 +109,7 @@ func (t Token) SecretHex() string {
 // one, and the rest of a script (`bash < install.sh`, its next line `meshhost run
 // …`) is not.
 func LooksLikeToken(b []byte) bool {
-	t := bytes.TrimLeft(b, " \t\r\n\uFEFF")
+	t := bytes.TrimLeftFunc(b, func(r rune) bool { return unicode.IsSpace(r) || r == '\uFEFF' })
 	rest, ok := bytes.CutPrefix(t, []byte(Prefix))
 	if !ok {
 		return false

@@ -268,6 +268,7 @@ func TestLooksLikeToken(t *testing.T) {
 		"mesh1_AAAA":             true,
 		"\n  mesh1_AAAA\n":       true,
 		"\uFEFFmesh12_x":         true,
+		"\v\f\u00a0mesh1_x":      true,
 		"meshhost run --state s": false,
 		"mesh_AAAA":              false,
 		"mesh1":                  false,
