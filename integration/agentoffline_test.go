@@ -400,3 +400,41 @@ func cpuTime(t *testing.T, pid int) time.Duration {
 	}
 	return time.Duration(ticks) * 10 * time.Millisecond
 }
+
+// TestAnAgentSaysStoppingAsItsStopBegins: an agent stopped while a hook runs gives
+// the hook its grace (SIGTERM, then SIGKILL 2 s later) before it exits; it told the
+// service manager STOPPING=1 only once it had, so the unit looked as running
+// meanwhile. It says so as the stop begins.
+func TestAnAgentSaysStoppingAsItsStopBegins(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "stopping")
+	cp.Serve()
+	h := harness.NewHost(t, bin, "web-1")
+	if r := h.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	dir := t.TempDir()
+	started := filepath.Join(dir, "started")
+	hooksFile := filepath.Join(dir, "hooks.json")
+	writeFile(t, hooksFile, `{"hooks":[{"name":"slow","paths":["etc/*"],"timeout":"60s","run":["sh","-c",`+
+		`"trap '' TERM; touch `+started+`; sleep 30"]}]}`)
+	sock, msgs := notifySocket(t)
+	p := harness.Start(t, []string{"NOTIFY_SOCKET=" + sock}, bin.Meshhost, "run", "--state", h.State, "--root", h.Root, "--heartbeat", "1s", "--hooks", hooksFile)
+	waitNotify(t, msgs, "READY=1", 30*time.Second, p)
+	body := filepath.Join(dir, "app.json")
+	writeFile(t, body, `{"files":[{"path":"etc/app.conf","content":"x\n"}]}`)
+	if r := cp.Ctl("declare", "--node", "web-1", "--file", body); r.Code != 0 {
+		t.Fatalf("declare: %s", r.Combined())
+	}
+	harness.Eventually(t, 30*time.Second, "the hook runs", func() bool {
+		_, err := os.Stat(started)
+		return err == nil
+	})
+	p.Signal(syscall.SIGTERM)
+	waitNotify(t, msgs, "STOPPING=1", 1500*time.Millisecond, p)
+	if p.Exited() {
+		t.Fatalf("the agent had exited when it said STOPPING=1: said as its stop ended, not as it began")
+	}
+	if code := p.Wait(15 * time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM, want 0:\n%s", code, p.Output())
+	}
+}

@@ -836,6 +836,9 @@ func cmdRun(args []string, cio *cliIO) error {
 	// the node, as the agent's own lines have it.
 	ctx, stop := stopSignals(func(sig os.Signal) {
 		log.Info("agent stopping", "node", id.Node, "reason", "interrupted by "+signalName(sig))
+		// Said as the stop begins, not once it ends: a hook given its grace
+		// held "deactivating" unsaid (systemd shows it as still running).
+		_ = cio.notifyState("STOPPING=1")
 	})
 	defer stop()
 	defer hangup.Ignore(log, "the agent goes on running")()
