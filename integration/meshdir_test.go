@@ -19,7 +19,8 @@ func TestADeclarationCannotReachAnotherAgentsStateDirectory(t *testing.T) {
 	cp := harness.NewControlPlane(t, bin, "meshdir")
 	cp.Serve()
 	inner, outer := harness.NewHost(t, bin, "web-1"), harness.NewHost(t, bin, "web-2")
-	outer.Root = filepath.Dir(inner.State) // holds web-1's state directory
+	inner.Root = filepath.Join(t.TempDir(), "managed") // apart from web-2's root
+	outer.Root = filepath.Dir(inner.State)             // holds web-1's state directory
 	for _, h := range []*harness.Host{inner, outer} {
 		if r := h.Enrol(cp.Token(h.Name)); r.Code != 0 {
 			t.Fatalf("enrol %s: %s", h.Name, r.Combined())

@@ -38,7 +38,10 @@ func claimRoot(fi fs.FileInfo) (release func(), holder *claimant, err error) {
 // either) is held by someone unknown (uid -1): the agent runs saying so, where it
 // took itself for the holder, silently (a review).
 func claimName(name string) (release func(), holder *claimant, err error) {
-	for try := range 5 {
+	// An agent starting at the same instant may be between its bind and its
+	// listen for as long as a loaded machine holds it there: a second's tries.
+	deadline := time.Now().Add(claimWait)
+	for {
 		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
 		if err == nil {
 			go acceptAndClose(l)
@@ -50,12 +53,18 @@ func claimName(name string) (release func(), holder *claimant, err error) {
 		if h := claimantOf(name); h != nil {
 			return func() {}, h, nil
 		}
-		// Its holder went between the two calls, or is between its bind and its
-		// listen (an agent starting): try again shortly.
-		time.Sleep(time.Duration(try+1) * 10 * time.Millisecond)
+		if time.Now().After(deadline) {
+			return func() {}, &claimant{pid: 0, uid: -1}, nil
+		}
+		// Its holder went between the two calls, or is between its bind and
+		// its listen: try again shortly.
+		time.Sleep(20 * time.Millisecond)
 	}
-	return func() {}, &claimant{pid: 0, uid: -1}, nil
 }
+
+// claimWait is how long a claim name taken by something that does not answer is
+// tried again before it counts as held by someone unknown.
+const claimWait = time.Second
 
 // acceptAndClose lets probes in and closes them at once until l is closed: a
 // backlog left full would turn a second agent's probe away as if nothing held the

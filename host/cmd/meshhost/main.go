@@ -837,8 +837,9 @@ func cmdRun(args []string, cio *cliIO) error {
 	ctx, stop := stopSignals(func(sig os.Signal) {
 		log.Info("agent stopping", "node", id.Node, "reason", "interrupted by "+signalName(sig))
 		// Said as the stop begins, not once it ends: a hook given its grace
-		// held "deactivating" unsaid (systemd shows it as still running).
-		_ = cio.notifyState("STOPPING=1")
+		// held "deactivating" unsaid (systemd shows it as still running). Sent
+		// beside the stop, which a send that waits must not hold up.
+		go func() { _ = cio.notifyState("STOPPING=1") }()
 	})
 	defer stop()
 	defer hangup.Ignore(log, "the agent goes on running")()
