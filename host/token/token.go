@@ -14,12 +14,11 @@
 package token
 
 import (
-	"bytes"
 	"crypto/ed25519"
 	"crypto/sha256"
+	"errors"
 	"net/netip"
 	"time"
-	"unicode"
 )
 
 const (
@@ -103,20 +102,13 @@ func (t Token) SecretHex() string {
 	return string(out)
 }
 
-// LooksLikeToken reports whether b, leading blanks aside, starts as a token does:
-// Prefix, a version's digits and "_". It judges what is offered, not whether it
-// parses: a file on stdin beside MESH_TOKEN is a second token when it starts as
-// one, and the rest of a script (`bash < install.sh`, its next line `meshhost run
-// …`) is not.
+// LooksLikeToken reports whether b starts as a token does, as Parse reads it (Trim,
+// then the head checkHead checks: Prefix, a version's digits and "_"), of this
+// version or another. It judges what is offered, not whether it parses: a file on
+// stdin beside MESH_TOKEN is a second token when it starts as one, and the rest of a
+// script (`bash < install.sh`, its next line `meshhost run …`) is not.
 func LooksLikeToken(b []byte) bool {
-	t := bytes.TrimLeftFunc(b, func(r rune) bool { return unicode.IsSpace(r) || r == '\uFEFF' })
-	rest, ok := bytes.CutPrefix(t, []byte(Prefix))
-	if !ok {
-		return false
-	}
-	digits := 0
-	for digits < len(rest) && rest[digits] >= '0' && rest[digits] <= '9' {
-		digits++
-	}
-	return digits > 0 && digits < len(rest) && rest[digits] == '_'
+	err := checkHead(Trim(string(b)))
+	var ve *VersionError
+	return err == nil || errors.As(err, &ve)
 }
