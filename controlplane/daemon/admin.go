@@ -1270,16 +1270,9 @@ func (d *Daemon) label(req api.LabelRequest) (api.NodeView, error) {
 		// of a few was merged in, and a label stamped at every deploy grew a node's
 		// record, every snapshot and every backup for good (a review: 2,000
 		// accepted).
-		after := len(n.Labels)
-		for k, v := range req.Labels {
-			_, has := n.Labels[k]
-			switch {
-			case v == "" && has:
-				after--
-			case v != "" && !has:
-				after++
-			}
-		}
+		// The state machine checks it again as the change applies (RulesLabelCap):
+		// a change committed since this look would slip past it otherwise.
+		after := state.LabelsAfter(n.Labels, req.Labels)
 		if after > api.MaxLabels && after > len(n.Labels) {
 			tooMany = badRequest("%s would carry %d labels, more than %d: remove some (meshctl label %s k=) before adding others; nothing was changed", req.Node, after, api.MaxLabels, req.Node)
 		}
@@ -1290,8 +1283,12 @@ func (d *Daemon) label(req api.LabelRequest) (api.NodeView, error) {
 	if tooMany != nil {
 		return api.NodeView{}, tooMany
 	}
-	res, err := d.commit(state.Command{Op: state.OpLabel, Label: &state.LabelCmd{Node: req.Node, Labels: req.Labels},
-		Rules: d.rulesFor(state.RulesTokensFollowNodes)})
+	cmd := state.Command{Op: state.OpLabel, Label: &state.LabelCmd{Node: req.Node, Labels: req.Labels},
+		Rules: d.rulesFor(state.RulesTokensFollowNodes)}
+	if r := d.rulesFor(state.RulesLabelCap); r != 0 {
+		cmd.Rules, cmd.Label.Max = r, api.MaxLabels
+	}
+	res, err := d.commit(cmd)
 	if err != nil {
 		return api.NodeView{}, err
 	}

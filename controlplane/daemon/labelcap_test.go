@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,4 +55,48 @@ func TestANodesLabelsAreCapped(t *testing.T) {
 	}
 	ok("n-1", map[string]string{"k0": ""})
 	refused("n-1", labels(1, 1000))
+}
+
+// TestLabelChangesFromManyOperatorsAtOnceStayWithinTheCap: each change looked at
+// alone is within the cap, and the leader looks at each before any commits; the
+// state machine checks the cap again as each commits (RulesLabelCap), so a node
+// never carries more than api.MaxLabels, and each refused change changed nothing.
+func TestLabelChangesFromManyOperatorsAtOnceStayWithinTheCap(t *testing.T) {
+	d := fleet(t, 1)
+	start := map[string]string{}
+	for i := range api.MaxLabels - 4 {
+		start[fmt.Sprintf("k%d", i)] = "v"
+	}
+	if _, err := d.label(api.LabelRequest{Node: "n-0", Labels: start}); err != nil {
+		t.Fatal(err)
+	}
+	const operators = 32
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var added []string
+	for i := range operators {
+		wg.Go(func() {
+			key := fmt.Sprintf("op%d", i)
+			_, err := d.label(api.LabelRequest{Node: "n-0", Labels: map[string]string{key: "v"}})
+			var ae *api.Error
+			switch {
+			case err == nil:
+				mu.Lock()
+				added = append(added, key)
+				mu.Unlock()
+			case !errors.As(err, &ae) || ae.Code != api.CodeBadRequest:
+				t.Errorf("label n-0 %s=v: %v, want it done or refused bad_request", key, err)
+			}
+		})
+	}
+	wg.Wait()
+	got := d.fsmNode(t, "n-0").Labels
+	if len(got) > api.MaxLabels || len(got) != len(start)+len(added) {
+		t.Fatalf("n-0 carries %d labels after %d changes went through from %d, want at most %d and %d", len(got), len(added), len(start), api.MaxLabels, len(start)+len(added))
+	}
+	for _, k := range added {
+		if _, ok := got[k]; !ok {
+			t.Fatalf("%s was answered done and n-0 does not carry it", k)
+		}
+	}
 }

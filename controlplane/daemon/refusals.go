@@ -50,6 +50,8 @@ func refusalCode(err error) string {
 		return api.CodeNodeRevoked
 	case errors.Is(err, state.ErrKeyMismatch):
 		return api.CodeKeyMismatch
+	case errors.Is(err, state.ErrTooManyLabels):
+		return api.CodeBadRequest
 	}
 	return api.CodeInternal
 }

@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -203,7 +204,10 @@ func TestAnInstalledSnapshotIsNotWrittenAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := leader.raft.Snapshot().Error(); err != nil {
+	// Raft's own snapshot, every interval past 4 entries, may have taken it
+	// already: then this one is refused as nothing new, and the newest holds the
+	// last entry all the same.
+	if err := leader.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
 		t.Fatal(err)
 	}
 	first, _ := leader.store.FirstIndex()

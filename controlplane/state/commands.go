@@ -256,6 +256,10 @@ type StatusReport struct {
 type LabelCmd struct {
 	Node   string            `json:"node"`
 	Labels map[string]string `json:"labels"`
+	// Max, when set, is the most labels the node may carry after the change; a
+	// change that would leave it with more, and more than it has, is refused
+	// (RulesLabelCap). A node already past Max may still lose labels.
+	Max int `json:"max,omitempty"`
 }
 
 // ProbeCmd occupies an index: a joining control node proves it replicates by
@@ -912,6 +916,9 @@ func (s *State) applyLabel(c *LabelCmd, rules int) Result {
 	if n.Revoked && rules >= RulesTokensFollowNodes {
 		return Result{Err: fmt.Errorf("%s: %w", c.Node, ErrNodeRevoked)}
 	}
+	if after := LabelsAfter(n.Labels, c.Labels); c.Max > 0 && rules >= RulesLabelCap && after > c.Max && after > len(n.Labels) {
+		return Result{Err: fmt.Errorf("%w: %s would carry %d, more than %d; remove some (meshctl label %s key=) before adding others; nothing was changed", ErrTooManyLabels, c.Node, after, c.Max, c.Node)}
+	}
 	if n.Labels == nil {
 		n.Labels = map[string]string{}
 	}
@@ -923,6 +930,22 @@ func (s *State) applyLabel(c *LabelCmd, rules int) Result {
 		}
 	}
 	return Result{Node: n.copy()}
+}
+
+// LabelsAfter counts the labels a node holding have carries once change is merged
+// in: a key given an empty value is removed, any other set.
+func LabelsAfter(have, change map[string]string) int {
+	after := len(have)
+	for k, v := range change {
+		_, has := have[k]
+		switch {
+		case v == "" && has:
+			after--
+		case v != "" && !has:
+			after++
+		}
+	}
+	return after
 }
 
 // copy returns a copy of n that shares no map with the state: results travel to the

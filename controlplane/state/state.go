@@ -40,8 +40,9 @@ import (
 // cancels (RulesCancelByID). 8: a rotation may take the keyring past an epoch
 // hosts report (RulesRotatePastReported). 9: a revocation may name the key it
 // revokes (RulesRevokeByKey). 10: revoked nodes' records are forgotten
-// (RulesForgetRevoked).
-const ApplyRules = 10
+// (RulesForgetRevoked). 11: a label change carries the most labels a node may
+// hold, checked as it applies (RulesLabelCap).
+const ApplyRules = 11
 
 // Revisions of the rules that changed how a command applies; a command that needs one
 // is stamped with it (Command.Rules), and applied by the rules before it otherwise.
@@ -109,6 +110,12 @@ const (
 	// versions of, a revocation answers as revoked already, and a label change
 	// refuses (ErrNodeRevoked). Older rules know no such command.
 	RulesForgetRevoked = 10
+	// RulesLabelCap: a LabelCmd that carries Max changes nothing if it would leave
+	// its node with more than Max labels (ErrTooManyLabels). The leader checks it
+	// as it proposes too, but a change committed between that look and this one's
+	// commit (another operator's, or one a new leader had pending) let a node past
+	// the cap. Older rules ignore Max.
+	RulesLabelCap = 11
 )
 
 // Roles a node can hold.
@@ -416,8 +423,11 @@ var (
 	ErrTokenPending = errors.New("a token for this node is pending")
 	// ErrNodeRevoked: a label change names a revoked node (RulesTokensFollowNodes).
 	ErrNodeRevoked = errors.New("this node is revoked; the machine enrolled next under its id takes the labels of its token: give them with meshctl token --label")
-	ErrBadCommand  = errors.New("malformed command")
-	ErrNoTargets   = errors.New("the declaration matches no enrolled, unrevoked node")
+	// ErrTooManyLabels: a label change would leave its node with more labels than
+	// its LabelCmd.Max (RulesLabelCap).
+	ErrTooManyLabels = errors.New("too many labels")
+	ErrBadCommand    = errors.New("malformed command")
+	ErrNoTargets     = errors.New("the declaration matches no enrolled, unrevoked node")
 	// ErrOutOfVersions: a node's declared version is the last there is (OutOfVersions).
 	ErrOutOfVersions = errors.New("declared the last version there is: the next would wrap around to v0, which the host refuses as older than what it holds (a broken or hostile agent reported that version before reports were bounded); check the machine, revoke the node and enrol it again with a new token (its new key starts its versions over)")
 )
