@@ -425,7 +425,19 @@ func (d *Daemon) tokenRules() int {
 // without a word whenever one control node was down, an ordinary day. A node put
 // back to an older version meanwhile stops at the first entry stamped with rules it
 // lacks (decision 0021) until the newer meshctl is back.
+//
+// None is, whatever the heartbeats say, once the state was built by need or later
+// (State.Rules): a node on older rules stopped at that entry already, and a joiner's
+// rules were checked against the state's as it was admitted (checkJoinerRules).
+// Counting a member never heard as older lifted the token rules, request ids and
+// the label cap while a control node was joined and not yet serving, or was down
+// as the leader started (a review: two pending tokens for one node).
 func (d *Daemon) notOnRules(need int) []string {
+	var built int
+	d.fsm.Read(func(s *state.State) { built = s.Rules })
+	if need <= built {
+		return nil
+	}
 	out := d.ctl.olderRules(d.cfg.Node, d.now(), need)
 	members, err := d.raft.Members()
 	if err != nil {

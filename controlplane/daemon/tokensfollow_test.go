@@ -143,3 +143,43 @@ func TestControlNodesRun(t *testing.T) {
 		t.Errorf("two: %q", got)
 	}
 }
+
+// TestAMemberNeverHeardDoesNotLiftRulesTheStateWasBuiltBy: a control node joined and
+// not yet serving, or down as the leader started, is a member never heard. Once an
+// entry stamped with a revision of the rules committed (State.Rules), every node
+// still applying the log applies it by those rules or later ones: one on older
+// rules stopped at that entry, and a joiner was checked against them as it was
+// admitted. Counting the member as older lifted them (a review: two operators
+// minted a pending token each for one node, and `--replace` was refused as if
+// cp-2 ran an older meshctl). Rules newer than the state's still wait for it.
+func TestAMemberNeverHeardDoesNotLiftRulesTheStateWasBuiltBy(t *testing.T) {
+	d := fleet(t, 0)
+	mint := func(node string) error {
+		var id [32]byte
+		rand.Read(id[:])
+		_, err := d.createToken(api.TokenCreateRequest{ID: hex.EncodeToString(id[:]), ProofKey: hex.EncodeToString(id[:]), Node: node,
+			Role: state.RoleWorker, TTL: api.Duration(time.Hour)})
+		return err
+	}
+	if err := mint("web-1"); err != nil { // alone: stamped RulesPendingByRecord
+		t.Fatal(err)
+	}
+	var built int
+	d.fsm.Read(func(s *state.State) { built = s.Rules })
+	if built != state.RulesPendingByRecord {
+		t.Fatalf("the state was built by rules %d, want %d", built, state.RulesPendingByRecord)
+	}
+	if err := d.raft.AddNonvoter("cp-2", "127.0.0.1:1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got, who := d.tokenRules(), d.notOnRules(state.RulesTokensFollowNodes); got != state.RulesPendingByRecord || len(who) != 0 {
+		t.Fatalf("cp-2 never heard, the state built by rules %d: token rules %d, not on them %v; want %d and none", built, got, who, state.RulesPendingByRecord)
+	}
+	var ae *api.Error
+	if err := mint("web-1"); !errors.As(err, &ae) || ae.Code != api.CodeTokenPending {
+		t.Fatalf("a second token for web-1 with cp-2 never heard: %v, want token_pending", err)
+	}
+	if got, who := d.rulesFor(state.RulesRequests), d.notOnRules(state.RulesRequests); got != 0 || len(who) != 1 || who[0] != "cp-2" {
+		t.Fatalf("rules %d, newer than the state's: %d, not on them %v; want 0 and cp-2", state.RulesRequests, got, who)
+	}
+}
