@@ -621,7 +621,9 @@ func (d *Daemon) admitControl(req api.EnrolRequest, identity []byte, cn *state.C
 	if req.CurveKey == "" {
 		return nil, errors.New("a joining control node must present a curve key")
 	}
+	d.keyringMu.Lock() // after a rotation in progress, which did not seal to this node
 	keyPEM, err := datadir.EncodeSigningKeys(d.signer.currentKeys())
+	d.keyringMu.Unlock()
 	if err != nil {
 		return nil, err
 	}

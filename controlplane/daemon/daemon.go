@@ -195,6 +195,12 @@ type Daemon struct {
 	// keysMu serialises syncKeys: the leader's handler and the effects actor may
 	// both run it.
 	keysMu sync.Mutex
+	// keyringMu holds a rotation from its look at the control nodes, whose curve
+	// keys it seals the new key to, until this node signs with that key
+	// (syncKeys); an admission seals the keys it hands its joiner under it. A
+	// control node admitted in between was otherwise sealed neither copy of the new
+	// key, and after the retire held no key of the keyring (a review).
+	keyringMu sync.Mutex
 	// resends bounds the log line about what reconcile re-sends, and
 	// resendsSkipped the one about what it could not (the nodes' budgets).
 	resends, resendsSkipped resendNotice

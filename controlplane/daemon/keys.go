@@ -65,7 +65,14 @@ func (d *Daemon) syncKeys() error {
 
 // rotateKey adds a new signing key: the keyring epoch+1 lists the old keys and the new
 // one, signed by all of them; the new private key is sealed to each control node.
-func (d *Daemon) rotateKey(api.RotateRequest) (api.KeyringResult, error) {
+func (d *Daemon) rotateKey(req api.RotateRequest) (api.KeyringResult, error) {
+	d.keyringMu.Lock()
+	defer d.keyringMu.Unlock()
+	return d.rotateHeld(req)
+}
+
+// rotateHeld is rotateKey under keyringMu.
+func (d *Daemon) rotateHeld(api.RotateRequest) (api.KeyringResult, error) {
 	var (
 		cur      state.Keyring
 		members  []state.ControlNode

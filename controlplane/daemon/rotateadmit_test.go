@@ -1,0 +1,72 @@
+package daemon
+
+import (
+	"crypto/ed25519"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nkeys"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/seal"
+	"mesh/controlplane/state"
+)
+
+// TestAControlNodeAdmittedDuringARotationGetsTheNewKey: a rotation seals the new
+// signing key to the control nodes it looked at; a node admitted after that look and
+// before the rotation's commit is not among them, and its admission handed it the
+// keys this node signed with, the old one alone. After the retire it held no key of
+// the keyring, and hosts refused everything it signed as leader (a review). The
+// admission's sealing waits for a rotation in progress, and hands the new key too.
+func TestAControlNodeAdmittedDuringARotationGetsTheNewKey(t *testing.T) {
+	d := fleet(t, 0)
+	curve, err := nkeys.CreateCurveKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := curve.PublicKey()
+
+	d.keyringMu.Lock() // a rotation that has looked at the control nodes
+	admitted := make(chan *api.ControlAdmission, 1)
+	go func() {
+		adm, err := d.admitControl(api.EnrolRequest{CurveKey: pub}, []byte("identity"), &state.ControlNode{ID: "cp-2"})
+		if err != nil {
+			t.Error(err)
+		}
+		admitted <- adm
+	}()
+	select {
+	case <-admitted:
+		d.keyringMu.Unlock()
+		t.Fatal("the admission sealed its keys while a rotation was in progress")
+	case <-time.After(100 * time.Millisecond):
+	}
+	res, err := d.rotateHeld(api.RotateRequest{})
+	d.keyringMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm := <-admitted
+	if adm == nil {
+		t.FailNow()
+	}
+	pem, err := seal.FromCurveKey(curve, adm.SigningKey, adm.Sealer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := datadir.ParseSigningKeys(pem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handed := map[string]bool{}
+	for _, k := range keys {
+		handed[hex.EncodeToString(k.Public().(ed25519.PublicKey))] = true
+	}
+	for _, k := range res.Keys {
+		if !handed[k] {
+			t.Fatalf("the joiner was handed %d key(s), not %s of the keyring epoch %d %v", len(keys), k, res.Epoch, res.Keys)
+		}
+	}
+}
