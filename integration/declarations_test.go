@@ -222,4 +222,13 @@ func TestDeclareWithARequestIDRunAgain(t *testing.T) {
 	if r := cp.Ctl("declare", "--node", "web-1", "--file", body); r.Code != 0 || !strings.Contains(r.Stdout, "declared web-1 v2") {
 		t.Fatalf("declare without --request-id (exit %d): %s", r.Code, r.Combined())
 	}
+	// Another operator declares another body: the request run again says web-1
+	// holds it no longer, and its --wait is not converged, as the first run's was.
+	if r := cp.Ctl("declare", "--node", "web-1", "--file", other); r.Code != 0 || !strings.Contains(r.Stdout, "declared web-1 v3") {
+		t.Fatalf("declare another body (exit %d): %s", r.Code, r.Combined())
+	}
+	r = cp.Ctl("declare", "--node", "web-1", "--file", body, "--request-id", id, "--wait", "5s")
+	if r.Code != 5 || !strings.Contains(r.Stdout, "superseded web-1 (declared another body since, v3") || !strings.Contains(r.Stderr, "declared another body since") {
+		t.Fatalf("declare --request-id --wait run again after another body (exit %d, want 5): %s", r.Code, r.Combined())
+	}
 }

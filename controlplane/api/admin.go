@@ -563,6 +563,12 @@ type DeclareResult struct {
 	// same request (its answer lost): Assignments are the nodes declared with its
 	// body now, at the versions they hold.
 	Repeated bool `json:"repeated,omitempty"`
+	// NoLonger, with Repeated, lists the nodes the selector names or matches,
+	// enrolled before the request was carried out, that hold its body no longer:
+	// declared another body since (State superseded, Version the version that
+	// did) or revoked since (State revoked, RevokedAt). A control plane older than
+	// it leaves them out.
+	NoLonger []TargetProgress `json:"no_longer,omitempty"`
 }
 
 // MaxPlanSize bounds a dry run's answer, well inside the broker's 2 MiB message

@@ -663,7 +663,10 @@ func selectorText(sel state.Selector) string {
 
 // declaredAlready answers a declaration an earlier sending of the same request
 // carried out (r): the nodes of sel declared with its body now, at the versions they
-// hold. They are sent their declarations again, unless this node sent them (the
+// hold, and those enrolled before it that no longer are (declared another body, or
+// revoked, since): left out without a word, a script's rerun saw fewer nodes than
+// its first run declared, and its --wait exited 0 where the first run's said "declared
+// another body since" (a review). They are sent their declarations again, unless this node sent them (the
 // first answer was slow, not lost): the leader that carried it out may have stopped
 // before it sent them, and then once: a request sent again and again is not a
 // fleet's declarations signed and sent each time.
@@ -679,10 +682,19 @@ func (d *Daemon) declaredAlready(sel state.Selector, id string, r *state.Request
 	out := api.DeclareResult{Body: r.Body, Repeated: true}
 	var nodes []string
 	d.fsm.Read(func(s *state.State) {
-		for _, node := range s.Select(sel) {
-			if n := s.Nodes[node]; n != nil && !n.Revoked && n.Declared.BodyDigest == r.Body {
+		for _, node := range s.SelectWithRevoked(sel) {
+			n := s.Nodes[node]
+			switch {
+			case n == nil || n.EnrolledAt.After(r.At):
+				// Unknown, or enrolled since: not among the request's nodes.
+			case n.Revoked && n.RevokedAt.After(r.At):
+				out.NoLonger = append(out.NoLonger, api.TargetProgress{Node: node, State: api.ProgressRevoked, RevokedAt: n.RevokedAt})
+			case n.Revoked:
+			case n.Declared.BodyDigest == r.Body:
 				out.Assignments = append(out.Assignments, api.Assignment{Node: node, Version: n.Declared.Version})
 				nodes = append(nodes, node)
+			case n.Declared.IssuedAt.After(r.At):
+				out.NoLonger = append(out.NoLonger, api.TargetProgress{Node: node, State: api.ProgressSuperseded, Version: n.Declared.Version})
 			}
 		}
 	})

@@ -8,8 +8,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"mesh/controlplane/api"
+	"mesh/controlplane/state"
 )
 
 // declareAs sends a declaration through the broker as meshctl does: under request id
@@ -192,4 +194,61 @@ func servedToOperators(t *testing.T, d *Daemon) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// TestADeclarationSentAgainSaysWhichNodesHoldItNoLonger: a script's declaration whose
+// answer was lost is run again under its request id after another operator
+// declared another body to one of its nodes and revoked another. The answer listed
+// only the nodes that hold its body now: the others went unsaid, and the rerun's
+// --wait exited 0 where the first run's said "declared another body since" (a
+// review). They are listed as no longer holding it, superseded by the version that
+// did or revoked when; a node enrolled since the request is not among them.
+func TestADeclarationSentAgainSaysWhichNodesHoldItNoLonger(t *testing.T) {
+	d := fleet(t, 3)
+	nc := servedToOperators(t, d)
+	req := api.DeclareRequest{All: true, Body: json.RawMessage(`{"files":[{"path":"a","content":"x"}]}`)}
+	id := api.NewRequestID()
+	first, aerr := declareAs(t, nc, req, id, false)
+	if aerr != nil || len(first.Assignments) != 3 {
+		t.Fatalf("first sending: %+v, %v", first, aerr)
+	}
+	other, aerr := declareAs(t, nc, api.DeclareRequest{Nodes: []string{"n-1"}, Body: json.RawMessage(`{"files":[{"path":"a","content":"y"}]}`)}, api.NewRequestID(), false)
+	if aerr != nil {
+		t.Fatal(aerr)
+	}
+	if _, err := d.revoke(api.RevokeRequest{Node: "n-2"}); err != nil {
+		t.Fatal(err)
+	}
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	at := d.now().UTC()
+	for _, c := range []state.Command{
+		{Op: state.OpCreateToken, At: at, CreateToken: &state.CreateTokenCmd{ID: strings.Repeat("ab", 32), Node: "n-9", Role: state.RoleWorker, TTL: time.Hour}},
+		{Op: state.OpEnrol, At: at, Enrol: &state.EnrolCmd{TokenID: strings.Repeat("ab", 32), Node: "n-9", Role: state.RoleWorker, PublicKey: pub}},
+	} {
+		if res, err := d.raft.Apply(c, time.Minute); err != nil || res.Err != nil {
+			t.Fatal(err, res.Err)
+		}
+	}
+	// Declared another body, as n-1 was, but enrolled after the request.
+	if _, aerr := declareAs(t, nc, api.DeclareRequest{Nodes: []string{"n-9"}, Body: json.RawMessage(`{"files":[{"path":"a","content":"z"}]}`)}, api.NewRequestID(), false); aerr != nil {
+		t.Fatal(aerr)
+	}
+
+	again, aerr := declareAs(t, nc, req, id, true)
+	if aerr != nil || !again.Repeated {
+		t.Fatalf("sent again: %+v, %v", again, aerr)
+	}
+	if len(again.Assignments) != 1 || again.Assignments[0] != first.Assignments[0] {
+		t.Errorf("sent again: assignments %+v, want n-0's first %+v alone", again.Assignments, first.Assignments[0])
+	}
+	if len(again.NoLonger) != 2 {
+		t.Fatalf("sent again: no longer %+v, want n-1 superseded and n-2 revoked", again.NoLonger)
+	}
+	if p := again.NoLonger[0]; p.Node != "n-1" || p.State != api.ProgressSuperseded || p.Version != other.Assignments[0].Version {
+		t.Errorf("n-1: %+v, want superseded by v%d", p, other.Assignments[0].Version)
+	}
+	if p := again.NoLonger[1]; p.Node != "n-2" || p.State != api.ProgressRevoked || p.RevokedAt.IsZero() {
+		t.Errorf("n-2: %+v, want revoked, with when", p)
+	}
 }

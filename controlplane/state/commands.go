@@ -958,14 +958,20 @@ func (n *Node) copy() *Node {
 
 // Select resolves a selector to node ids, sorted. Unknown ids named explicitly are
 // returned too, so the caller can report them.
-func (s *State) Select(sel Selector) []string {
+func (s *State) Select(sel Selector) []string { return s.selectNodes(sel, false) }
+
+// SelectWithRevoked is Select with the revoked nodes the selector matches too: those
+// a declaration made before their revocation may have reached.
+func (s *State) SelectWithRevoked(sel Selector) []string { return s.selectNodes(sel, true) }
+
+func (s *State) selectNodes(sel Selector, revoked bool) []string {
 	set := map[string]bool{}
 	for _, id := range sel.Nodes {
 		set[id] = true
 	}
 	if sel.All || sel.Role != "" || len(sel.Labels) > 0 {
 		for id, n := range s.Nodes {
-			if n.Revoked {
+			if n.Revoked && !revoked {
 				continue
 			}
 			if sel.All || matches(n, sel.Role, sel.Labels) {

@@ -176,6 +176,14 @@ make their own id (openssl rand -hex 16) and give it to every attempt.`,
 				for _, s := range res.Skipped {
 					fmt.Fprintf(versions, "skipped  %s (revoked or not a worker)\n", s)
 				}
+				for _, p := range res.NoLonger {
+					switch p.State {
+					case api.ProgressSuperseded:
+						fmt.Fprintf(versions, "superseded %s (declared another body since, v%d: this one is no longer what it is to hold)\n", p.Node, p.Version)
+					case api.ProgressRevoked:
+						fmt.Fprintf(versions, "revoked  %s (since, at %s: it will not apply this one)\n", p.Node, p.RevokedAt.UTC().Format(time.RFC3339))
+					}
+				}
 				if res.Body != "" && len(res.Assignments) > 0 {
 					// What names this rollout once the wait, or the terminal, is gone.
 					fmt.Fprintf(versions, "body     %s (meshctl status --body %s: its nodes, and which have not applied it)\n", res.Body[:min(12, len(res.Body))], res.Body[:min(12, len(res.Body))])
@@ -190,6 +198,7 @@ make their own id (openssl rand -hex 16) and give it to every attempt.`,
 				if err != nil {
 					return &waitStoppedError{err: err}
 				}
+				report.noLonger(res.NoLonger)
 				if asJSON {
 					if err := writeJSON(cio.stdout, struct {
 						api.DeclareResult

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"mesh/controlplane/api"
 )
@@ -168,5 +169,29 @@ func TestANodePastTheKeyringHistoryIsNamedWithWhatToDo(t *testing.T) {
 	err := notConverged(nodes, false)
 	if err == nil || !strings.Contains(err.Error(), "1 failing keyring_gone (the nodes hold a keyring older than the 64 the mesh keeps") {
 		t.Fatalf("the verdict: %v", err)
+	}
+}
+
+// TestADeclarationSentAgainCountsTheNodesThatHoldItNoLonger: the nodes a declaration
+// sent again lists as no longer holding it (api.DeclareResult.NoLonger) are not
+// converged, as its first sending's --wait said: exit 5, naming them by cause. The
+// rerun's wait, waiting on the others alone, exited 0 before.
+func TestADeclarationSentAgainCountsTheNodesThatHoldItNoLonger(t *testing.T) {
+	at := time.Date(2026, 12, 7, 1, 2, 3, 0, time.UTC)
+	var c convergence // a control plane's answer naming no node to wait for
+	c.Converged = []string{"n-0"}
+	c.noLonger([]api.TargetProgress{
+		{Node: "n-1", State: api.ProgressSuperseded, Version: 7},
+		{Node: "n-2", State: api.ProgressRevoked, RevokedAt: at},
+	})
+	err := c.err()
+	var ee exitError
+	if !errors.As(err, &ee) || ee.code != exitNotConverged {
+		t.Fatalf("verdict %v, want exit %d", err, exitNotConverged)
+	}
+	for _, want := range []string{"2 of 3 node(s)", "declared another body since", "n-1 (v7)", "revoked since", "n-2 (at 2026-12-07T01:02:03Z)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("verdict %q does not say %q", err, want)
+		}
 	}
 }

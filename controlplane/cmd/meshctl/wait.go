@@ -70,6 +70,25 @@ type convergence struct {
 	Revoked map[string]time.Time `json:"revoked,omitempty"`
 }
 
+// noLonger counts the nodes a declaration sent again reached and that hold it no
+// longer (api.DeclareResult.NoLonger) as the first sending's wait would have.
+func (c *convergence) noLonger(nodes []api.TargetProgress) {
+	if c.Superseded == nil {
+		c.Superseded = map[string]uint64{}
+	}
+	if c.Revoked == nil {
+		c.Revoked = map[string]time.Time{}
+	}
+	for _, p := range nodes {
+		switch p.State {
+		case api.ProgressSuperseded:
+			c.Superseded[p.Node] = p.Version
+		case api.ProgressRevoked:
+			c.Revoked[p.Node] = p.RevokedAt
+		}
+	}
+}
+
 // err is --wait's verdict: nil when every node converged, else an exit-5 error
 // naming the others, grouped by cause (causes).
 func (c convergence) err() error {
