@@ -344,13 +344,15 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 	out.Mesh = d.cfg.Mesh
 	out.CAPin = d.cfg.CAPin
 	out.Expiry = res.Token.Expiry
+	for i := range res.Tokens {
+		out.Replaced = append(out.Replaced, tokenView(&res.Tokens[i], state.TokenCancelled))
+	}
 	if res.Repeated {
 		d.log.Info("token request repeated; answered with the token minted for it", "node", req.Node, "role", req.Role, "expiry", out.Expiry)
 		return out, nil
 	}
 	for i := range res.Tokens {
 		t := &res.Tokens[i]
-		out.Replaced = append(out.Replaced, tokenView(t, state.TokenCancelled))
 		d.log.Info("token cancelled: replaced", "node", t.Node, "token", t.ShortID())
 	}
 	d.log.Info("token minted", "node", req.Node, "role", req.Role, "expiry", out.Expiry)

@@ -83,7 +83,10 @@ func TestTokenCancelNamesWhatItCancels(t *testing.T) {
 		t.Fatalf("cancelling db-1 by node: %+v, %v", res, err)
 	}
 
-	// cp-2 applies the rules before names.
+	// cp-2 applies the rules before names, on a mesh whose state no entry stamped
+	// with them built yet: on this one, cp-2 would have stopped at the first
+	// cancellation by name (notOnRules).
+	d = fleet(t, 0)
 	d.ctl.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-2", Raft: api.RaftVoter, Rules: state.RulesBrokersWhenServing}, d.now(), 0)
 	e := mint("web-1", false)
 	if res, err := d.cancelTokens(api.TokenCancelRequest{Node: "web-1", IDs: []string{e}}); err != nil || len(res.Cancelled) != 1 || res.Cancelled[0].ID != e {

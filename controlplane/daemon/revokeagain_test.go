@@ -122,7 +122,11 @@ func TestARevocationByKeyRacingAnEnrolment(t *testing.T) {
 		}
 	})
 
-	// A member on the rules before: the key is checked before the commit only.
+	// A member on the rules before, on a mesh whose state no revocation by key
+	// built yet (on this one it would have stopped at the first): the key is
+	// checked before the commit only.
+	d = fleet(t, 0)
+	second = enrolWeb3(t, d)(0)
 	d.ctl.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-2", Raft: api.RaftVoter, Rules: state.RulesRevokeByKey - 1}, d.now(), 0)
 	cmd, err = d.proposeRevoke(api.RevokeRequest{Node: "web-3", Key: second})
 	if err != nil || cmd.Revoke.Keys != nil || cmd.Rules >= state.RulesRevokeByKey {

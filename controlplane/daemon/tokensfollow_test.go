@@ -183,3 +183,28 @@ func TestAMemberNeverHeardDoesNotLiftRulesTheStateWasBuiltBy(t *testing.T) {
 		t.Fatalf("rules %d, newer than the state's: %d, not on them %v; want 0 and cp-2", state.RulesRequests, got, who)
 	}
 }
+
+// TestAReplacingMintSentAgainNamesWhatItReplaced: meshctl sends a token request
+// again when no answer came; the first sending's --replace cancelled a pending
+// token, perhaps one another operator handed out, and the answer to the second
+// named none (a review): it names the same, cancelled by the first.
+func TestAReplacingMintSentAgainNamesWhatItReplaced(t *testing.T) {
+	d := fleet(t, 0)
+	req := func(replace bool) api.TokenCreateRequest {
+		var id [32]byte
+		rand.Read(id[:])
+		return api.TokenCreateRequest{ID: hex.EncodeToString(id[:]), ProofKey: hex.EncodeToString(id[:]), Node: "web-1",
+			Role: state.RoleWorker, TTL: api.Duration(time.Hour), Replace: replace}
+	}
+	theirs := req(false)
+	if _, err := d.createToken(theirs); err != nil {
+		t.Fatal(err)
+	}
+	mine := req(true)
+	for _, sending := range []string{"first", "again"} {
+		res, err := d.createToken(mine)
+		if err != nil || len(res.Replaced) != 1 || res.Replaced[0].ID != theirs.ID[:api.TokenIDLen] || res.Replaced[0].State != state.TokenCancelled {
+			t.Fatalf("%s sending: replaced %+v, %v; want %s, cancelled", sending, res.Replaced, err, theirs.ID[:api.TokenIDLen])
+		}
+	}
+}

@@ -452,7 +452,7 @@ func (s *State) applyCreateToken(at time.Time, c *CreateTokenCmd, rules int) Res
 		}
 		tc := *t
 		tc.Labels = maps.Clone(t.Labels)
-		return Result{Token: &tc, Repeated: true}
+		return Result{Token: &tc, Repeated: true, Tokens: s.replacedBy(t)}
 	}
 	if err := s.idTaken(c.Node); err != nil {
 		return Result{Err: err}
@@ -511,6 +511,28 @@ func (s *State) pendingTokens(node string, at time.Time, rules int) []*Token {
 		}
 	}
 	slices.SortFunc(out, func(a, b *Token) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out
+}
+
+// replacedBy returns copies of the tokens t's mint cancelled (CreateTokenCmd.Replace),
+// cancelled in its entry: a repeated request's answer names them as the first did.
+// Without them, a --replace whose answer was lost, sent again, said nothing of the
+// token it had cancelled, someone else's perhaps (a review).
+func (s *State) replacedBy(t *Token) []Token {
+	var out []Token
+	for _, id := range s.tokensOf[t.Node] {
+		if o := s.Tokens[id]; id != t.ID && o.CancelledAt.Equal(t.CreatedAt) {
+			oc := *o
+			oc.Labels = maps.Clone(o.Labels)
+			out = append(out, oc)
+		}
+	}
+	slices.SortFunc(out, func(a, b Token) int {
 		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
 			return c
 		}
