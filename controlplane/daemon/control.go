@@ -548,7 +548,7 @@ func (d *Daemon) heartbeatLoop(ctx context.Context) error {
 			CertNotAfter: leaf, CANotAfter: ca})
 		_ = d.conns.control.Publish(api.ControlHeartbeatSubject(d.cfg.Node), data)
 		if role == api.RaftLeader && !stopping {
-			d.promoteServing(d.now())
+			d.autopilot(d.now())
 			d.handOverIfClockOff(d.now())
 		}
 	}
@@ -786,6 +786,20 @@ func (d *Daemon) controlConfirm(req api.ControlConfirmRequest) (api.ControlConfi
 	}
 	d.log.Info("control node confirmed", "node", cn.ID, "voter", out.Voter, "voters", out.Voters)
 	return out, nil
+}
+
+// autopilot runs promoteServing from the heartbeat, unless an operator's change
+// runs (adminMu): it reads the members, then promotes or demotes by what it read,
+// and a `control remove` committed in between had the node it removed added back
+// as a voter, one that never answers (a review). An operator's change that
+// promotes does it under the lock itself (control remove); skipped, the next
+// heartbeat tries again, and the heartbeat never waits on an operator.
+func (d *Daemon) autopilot(now time.Time) {
+	if !d.adminMu.TryLock() {
+		return
+	}
+	defer d.adminMu.Unlock()
+	d.promoteServing(now)
 }
 
 // promoteServing is the leader's autopilot: it promotes the nonvoters that serve (a
