@@ -89,6 +89,11 @@ func CheckAddresses(broker, raft, cluster string, flags AddressFlags, wildcardBr
 	return a, nil
 }
 
+// CheckListen checks an address a control node's broker listens on, given with flag
+// apart from the address hosts dial (join's --listen, behind NAT): an IP address,
+// a wildcard allowed, and a nonzero port. Errors are *OptionError.
+func CheckListen(flag, s string) (netip.AddrPort, error) { return parseAddress(flag, s) }
+
 // parseAddress reads one address given with flag: an IP address and a nonzero port.
 func parseAddress(flag, s string) (netip.AddrPort, error) {
 	ap, err := netip.ParseAddrPort(s)

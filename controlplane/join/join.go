@@ -46,6 +46,7 @@ import (
 	"mesh/controlplane/seal"
 	"mesh/controlplane/state"
 	"mesh/declarations"
+	"mesh/host/busyaddr"
 	"mesh/host/jsonkeys"
 	"mesh/tokenfmt"
 )
@@ -97,6 +98,10 @@ var (
 	// joined; the token it joined with is used up.
 	ErrRemoved = errors.New("this control node was removed while it joined")
 	ErrDataDir = errors.New("the data directory is in the way")
+	// ErrCannotListen: this machine cannot listen on an address the node was
+	// admitted with (or --listen): found before anything is added to Raft, and
+	// the same join run again, once it can, resumes.
+	ErrCannotListen = errors.New("this machine cannot listen on the node's addresses")
 )
 
 // MintOptions describe a control token.
@@ -260,8 +265,12 @@ type Options struct {
 	Dir   datadir.Dir
 	Token string
 	Out   io.Writer
-	// The node binds the addresses its token was minted for (its certificate
-	// carries them).
+	// Listen, when set, is the address the node's broker listens on, apart from the
+	// one its token was minted for, which hosts dial (a machine behind NAT, or a
+	// wildcard); otherwise, and for Raft and the cluster always, the node binds the
+	// addresses of its token (its certificate carries them). A join resumed without
+	// it keeps the one an earlier run was given.
+	Listen   string
 	Logger   *slog.Logger
 	Now      func() time.Time
 	Timeouts replication.Timeouts
@@ -349,6 +358,13 @@ func Join(ctx context.Context, o Options) error {
 	}
 	if tok.Role != tokenfmt.RoleControl {
 		return fmt.Errorf("%w: this is a %s token; workers enrol with meshhost enrol", ErrToken, tok.Role)
+	}
+	if o.Listen != "" {
+		ap, err := bootstrap.CheckListen("--listen", o.Listen)
+		if err != nil {
+			return err
+		}
+		o.Listen = ap.String()
 	}
 	r.tok = tok
 	fmt.Fprintf(o.Out, "join control node %s into mesh %s\n", tok.Node, tok.Mesh)
@@ -595,10 +611,15 @@ func (r *run) join(ctx context.Context) error {
 	}
 	r.step("keys", "TLS identity (chains to the pinned CA), signing key (in keyring epoch %d) and operator credentials received", kr.Epoch)
 
+	listen, err := r.listenable(adm.Self)
+	if err != nil {
+		return err
+	}
+
 	// 3. Write the data directory, marked as joining until the end.
 	cfg := datadir.Config{
 		Format: datadir.ConfigFormat, Mesh: r.tok.Mesh, Node: r.tok.Node,
-		Listen: adm.Self.Broker, RaftListen: adm.Self.Raft, ClusterListen: adm.Self.Cluster,
+		Listen: listen, RaftListen: adm.Self.Raft, ClusterListen: adm.Self.Cluster,
 		Brokers: resp.Brokers, CAPin: hex.EncodeToString(r.tok.CAPin[:]), AdminAccount: adm.AdminAccount,
 		CAHolder: adm.CAHolder, Joining: true, Joined: true,
 	}
@@ -627,6 +648,38 @@ func (r *run) join(ctx context.Context) error {
 
 	// 4. Raft: nonvoter, proof of replication, promotion.
 	return r.member(ctx, cfg, adm)
+}
+
+// listenable returns the address the node's broker listens on (Options.Listen, or
+// an earlier run's, or the one it was admitted with, self.Broker) once this machine
+// can listen on it and on the node's Raft and cluster addresses. Found at the route,
+// the last step, a node admitted with an address this machine lacks (a public one,
+// NAT'd) had been added to Raft and handed the keys, and was left a nonvoter nothing
+// answered at (a review).
+func (r *run) listenable(self api.ControlMember) (string, error) {
+	listen, flag := self.Broker, "the broker address the node was admitted with"
+	if cfg, err := r.o.Dir.ReadConfigRaw(); err == nil && cfg.Joining && cfg.Listen != "" {
+		listen, flag = cfg.Listen, "the broker address an earlier run of this join listened on"
+	}
+	if r.o.Listen != "" {
+		listen, flag = r.o.Listen, "--listen"
+	}
+	if listen != self.Broker {
+		if _, err := bootstrap.CheckAddresses(listen, self.Raft, self.Cluster, bootstrap.AddressFlags{Broker: "--listen", Raft: "the node's Raft address", Cluster: "the node's cluster address"}, true); err != nil {
+			return "", err
+		}
+	}
+	if err := busyaddr.Check(listen, self.Raft, self.Cluster); err != nil {
+		var le *busyaddr.ListenError
+		if errors.As(err, &le) && le.Addr == listen && r.o.Listen == "" {
+			return "", fmt.Errorf("%w: %w (%s). The mesh admitted %s, and nothing was added to Raft: if hosts reach this machine at %s through NAT, give the address it listens on, meshctl join --listen IP:PORT (0.0.0.0:PORT for every address), and run the join again with the same token; "+
+				"if the address is wrong, remove the node (meshctl control remove %s) and mint a control token with this machine's address",
+				ErrCannotListen, err, flag, r.tok.Node, self.Broker, r.tok.Node)
+		}
+		return "", fmt.Errorf("%w: %w. The mesh admitted %s, and nothing was added to Raft: run the join again with the same token once this machine can listen there, or remove the node (meshctl control remove %s) and mint a control token with this machine's addresses",
+			ErrCannotListen, err, r.tok.Node, r.tok.Node)
+	}
+	return listen, nil
 }
 
 // dropSpentKeys removes the keys of this join (join-pending.json) once the mesh's

@@ -523,6 +523,27 @@ func (cp *ControlPlane) ControlTokenOn(node string, ips [3]string) (string, *Con
 	return r.Stdout, n
 }
 
+// ControlTokenBehindNAT is ControlToken for a node hosts reach through NAT: its
+// token's broker address, advertised, is 192.0.2.10 (TEST-NET-1, no machine's),
+// at the port of the node's Listen, 127.0.0.1, which its join must be given.
+func (cp *ControlPlane) ControlTokenBehindNAT(node string) (token, advertised string, n *ControlPlane) {
+	cp.t.Helper()
+	ports := FreePorts(cp.t, 4)
+	n = &ControlPlane{
+		Bin: cp.Bin, Dir: filepath.Join(cp.t.TempDir(), node), Mesh: cp.Mesh, t: cp.t,
+		Listen:  fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		Raft:    fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		Cluster: fmt.Sprintf("127.0.0.1:%d", ports[2]),
+		Metrics: fmt.Sprintf("127.0.0.1:%d", ports[3]),
+	}
+	advertised = fmt.Sprintf("192.0.2.10:%d", ports[0])
+	r := cp.Ctl("token", "--role", "control", "--node", node, "--addr", advertised, "--raft-addr", n.Raft, "--cluster-addr", n.Cluster)
+	if r.Code != 0 {
+		cp.t.Fatalf("control token for %s (%d): %s", node, r.Code, r.Combined())
+	}
+	return r.Stdout, advertised, n
+}
+
 // Join runs `meshctl join` for this (new) control node with token.
 func (cp *ControlPlane) Join(token string) Result {
 	cp.t.Helper()

@@ -14,6 +14,7 @@ import (
 
 	"mesh/broker"
 	"mesh/controlplane/api"
+	"mesh/controlplane/bootstrap"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/join"
 	"mesh/controlplane/operator"
@@ -28,7 +29,7 @@ func joinCommand() command {
 	return command{
 		name:       "join",
 		ownSignals: true,
-		usage:      "--data DIR [--token-file F] [--json]   (the control token on stdin, in F, or in MESH_TOKEN)",
+		usage:      "--data DIR [--token-file F] [--listen IP:PORT] [--json]   (the control token on stdin, in F, or in MESH_TOKEN)",
 		summary: `Join this machine to a mesh as a control node, with a control token.
 Prints each step: pin check, TLS identity and signing key received, Raft nonvoter,
 proof that it replicates, promotion, a NATS route to the other brokers. Reports
@@ -42,15 +43,18 @@ that of a control node that was removed (exit 6); a token that cannot be used, o
 that the mesh's answer refuses, exits 4; no broker reached, no answer, a mesh that
 cannot admit or confirm anyone now (an election), a login the brokers refused
 (wait a minute) or a clock that disagrees with the mesh's certificates exits 3, and
-running it again with the same token goes on. Then start the node with meshctl
-serve.`,
+running it again with the same token goes on. A machine that cannot listen on the
+addresses the node was admitted with is told so before anything is added to Raft
+(exit 1); behind NAT, --listen gives the address its broker listens on, while hosts
+dial the one in the token. Then start the node with meshctl serve.`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			fs := c.Flags()
-			var dir, tokenFile string
+			var dir, tokenFile, listen string
 			var heartbeat time.Duration
 			var asJSON bool
 			fs.StringVar(&dir, "data", "", "data directory for the new control node (required)")
 			fs.StringVar(&tokenFile, "token-file", "", "read the control token from this file instead of stdin (\"-\": stdin)")
+			fs.StringVar(&listen, "listen", "", "ip:port this node's broker listens on, when hosts dial another (its token's --addr, through NAT); 0.0.0.0:PORT or [::]:PORT for every address (default: the token's address)")
 			fs.DurationVar(&heartbeat, "raft-heartbeat", replication.DefaultTimeouts().Heartbeat, "Raft heartbeat and election timeout (100ms to 1m)")
 			fs.BoolVar(&asJSON, "json", false, "print the result as JSON on stdout (the steps go to stderr)")
 			_ = c.MarkFlagDirname("data")
@@ -63,6 +67,11 @@ serve.`,
 				}
 				if err := checkRaftHeartbeat(heartbeat); err != nil {
 					return err
+				}
+				if listen != "" {
+					if _, err := bootstrap.CheckListen("--listen", listen); err != nil {
+						return err
+					}
 				}
 				text, err := readSecretInput(tokenFile, cio)
 				if err != nil {
@@ -79,7 +88,7 @@ serve.`,
 				defer stop()
 				err = interruptible(ctx, func() error {
 					privateUmask() // the Raft store it makes, as serve's
-					return join.Join(ctx, join.Options{Dir: datadir.Dir(dir), Token: text, Out: steps,
+					return join.Join(ctx, join.Options{Dir: datadir.Dir(dir), Token: text, Out: steps, Listen: listen,
 						Timeouts: replication.Timeouts{Heartbeat: heartbeat, Election: heartbeat, LeaderLease: heartbeat / 2, Commit: 50 * time.Millisecond}})
 				})
 				already := errors.Is(err, join.ErrAlreadyJoined)

@@ -1,0 +1,51 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/integration/harness"
+)
+
+// TestAControlNodeBehindNATJoinsWithListen: a second control node on a machine
+// whose public address, the one hosts dial, is NAT'd and on no interface. Its join
+// found out at the last step that it could not listen there, after the mesh had
+// added it to Raft and handed it the keys, and no flag let it listen elsewhere (a
+// review). The join says so right after the admission, nothing added to Raft, and
+// run again with the same token and --listen it completes; served, the node is
+// alive, listed at the address hosts dial. The built binaries.
+func TestAControlNodeBehindNATJoinsWithListen(t *testing.T) {
+	t.Parallel()
+	cp1 := harness.NewControlPlane(t, bin, "natjoin")
+	cp1.Serve()
+	tok, advertised, cp2 := cp1.ControlTokenBehindNAT("cp-2")
+
+	r := harness.Run(t, tok, nil, bin.Meshctl, "join", "--data", cp2.Dir, "--raft-heartbeat", "300ms")
+	if r.Code != 1 || !strings.Contains(r.Stderr, "cannot listen on "+advertised) || !strings.Contains(r.Stderr, "nothing was added to Raft") ||
+		!strings.Contains(r.Stderr, "meshctl join --listen") {
+		t.Fatalf("join on a machine without its advertised address (exit %d, want 1):\n%s", r.Code, r.Combined())
+	}
+	for _, c := range cp1.Nodes().Control {
+		if c.ID == "cp-2" && c.Raft != "not a member" {
+			t.Fatalf("cp-2 is %q in Raft after a join that could not listen, want not a member", c.Raft)
+		}
+	}
+	if r := harness.Run(t, "", nil, bin.Meshctl, "join", "--data", cp2.Dir, "--listen", "localhost:1"); r.Code != 2 || !strings.Contains(r.Stderr, "--listen") {
+		t.Fatalf("join --listen with a name (exit %d, want 2):\n%s", r.Code, r.Combined())
+	}
+
+	r = harness.Run(t, tok, nil, bin.Meshctl, "join", "--data", cp2.Dir, "--raft-heartbeat", "300ms", "--listen", cp2.Listen)
+	if r.Code != 0 {
+		t.Fatalf("join --listen %s run again (exit %d):\n%s", cp2.Listen, r.Code, r.Combined())
+	}
+	cp2.Serve()
+	harness.Eventually(t, 30*time.Second, "cp-2 alive, listed at "+advertised, func() bool {
+		for _, c := range cp1.Nodes().Control {
+			if c.ID == "cp-2" {
+				return c.State == "alive" && c.Broker == advertised
+			}
+		}
+		return false
+	})
+}
