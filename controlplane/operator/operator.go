@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -126,6 +127,13 @@ func Dial(dir datadir.Dir, o Options) (*Client, error) {
 	return DialEndpoint(e, o)
 }
 
+// brokerURL is the URL the NATS client dials broker host:port at. An IPv6 zone's
+// "%" is escaped ("%25"): written as is, the URL did not parse, and an operator's
+// --servers [fe80::1%eth0]:7300 failed as a broker unreachable (a review).
+func brokerURL(hostport string) string {
+	return (&url.URL{Scheme: "tls", Host: hostport}).String()
+}
+
 // DialEndpoint connects to the first broker of e that answers, checking inside the
 // TLS handshake that it proves e's CA pin, and logs in with e's credentials.
 func DialEndpoint(e Endpoint, o Options) (*Client, error) {
@@ -138,7 +146,7 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 	}
 	urls := make([]string, 0, len(servers))
 	for _, s := range servers {
-		urls = append(urls, "tls://"+s)
+		urls = append(urls, brokerURL(s))
 	}
 	timeout := o.Timeout
 	if timeout == 0 {

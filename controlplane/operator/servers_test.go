@@ -2,6 +2,7 @@ package operator
 
 import (
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -30,6 +31,19 @@ func TestParseServersHidesCredentials(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), "s3cr3t") || strings.Contains(err.Error(), "alice") {
 			t.Errorf("the refusal shows the credentials: %v", err)
+		}
+	}
+}
+
+// TestABrokerURLKeepsItsIPv6Zone: --servers [fe80::1%eth0]:7300 (a link-local
+// address, dialled through the named interface) went into the URL as is, which did
+// not parse: the command failed as a broker unreachable, exit 3 (a review). The
+// zone's "%" is escaped, and the URL reads back as the address given.
+func TestABrokerURLKeepsItsIPv6Zone(t *testing.T) {
+	for _, hostport := range []string{"[fe80::1%eth0]:7300", "[::1]:7300", "127.0.0.1:7300", "cp-1.example:7300"} {
+		u, err := url.Parse(brokerURL(hostport))
+		if err != nil || u.Scheme != "tls" || u.Host != hostport {
+			t.Errorf("%s: URL %q reads back as %v (%v), want tls and the address given", hostport, brokerURL(hostport), u, err)
 		}
 	}
 }

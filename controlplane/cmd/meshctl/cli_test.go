@@ -478,6 +478,19 @@ func TestAFlagOfOneValueGivenTwice(t *testing.T) {
 // broker, Raft or cluster address is a usage error naming both; it took the port
 // first, and the broker failed "address already in use" without naming the flag.
 func TestMetricsListenApartFromTheNodesOwn(t *testing.T) {
+	check := func(addr, want string, err error) {
+		t.Helper()
+		if want == "" {
+			if err != nil {
+				t.Errorf("%q: %v", addr, err)
+			}
+			return
+		}
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want a usage error naming the %s", addr, err, want)
+		}
+	}
 	cfg := datadir.Config{Listen: "10.0.0.1:7300", RaftListen: "10.0.0.1:7301", ClusterListen: "10.0.0.1:7302"}
 	for addr, want := range map[string]string{
 		"10.0.0.1:7300":  "broker (listen) address 10.0.0.1:7300",
@@ -487,17 +500,17 @@ func TestMetricsListenApartFromTheNodesOwn(t *testing.T) {
 		"10.0.0.1:9300":  "",
 		"":               "",
 	} {
-		err := checkMetricsApart(addr, cfg)
-		if want == "" {
-			if err != nil {
-				t.Errorf("%q: %v", addr, err)
-			}
-			continue
-		}
-		var ue usageError
-		if !errors.As(err, &ue) || !strings.Contains(err.Error(), want) {
-			t.Errorf("%q: %v, want a usage error naming the %s", addr, err, want)
-		}
+		check(addr, want, checkMetricsApart(addr, cfg))
+	}
+	// Compared as addresses, and a name by what it resolves to: as text,
+	// localhost:7300 passed beside 127.0.0.1:7300 and took the broker's port.
+	local := datadir.Config{Listen: "127.0.0.1:7300", RaftListen: "[::1]:7301", ClusterListen: "127.0.0.1:7302"}
+	for addr, want := range map[string]string{
+		"localhost:7300": "broker (listen) address 127.0.0.1:7300",
+		"[0::1]:7301":    "Raft (raft_listen) address [::1]:7301",
+		"localhost:9300": "",
+	} {
+		check(addr, want, checkMetricsApart(addr, local))
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -238,7 +239,9 @@ func checkMetricsListen(addr string) error {
 // checkMetricsApart refuses a --metrics-listen on the port of one of the node's own
 // listeners (broker, Raft, cluster) where both could be the same socket: the metrics
 // listener took it first and the broker failed "address already in use", its own
-// flag unnamed.
+// flag unnamed. Addresses are compared as addresses, a name by those it resolves
+// to: compared as text, localhost:7300 passed beside 127.0.0.1:7300, and took the
+// broker's port (a review).
 func checkMetricsApart(metrics string, cfg datadir.Config) error {
 	if metrics == "" {
 		return nil
@@ -247,16 +250,39 @@ func checkMetricsApart(metrics string, cfg datadir.Config) error {
 	if err != nil {
 		return nil // checkMetricsListen said so
 	}
+	mips := hostIPs(mhost)
 	for _, own := range []struct{ what, addr string }{{"broker (listen)", cfg.Listen}, {"Raft (raft_listen)", cfg.RaftListen}, {"cluster (cluster_listen)", cfg.ClusterListen}} {
 		host, port, err := net.SplitHostPort(own.addr)
 		if err != nil || port != mport {
 			continue
 		}
-		if mhost == host || mhost == "" || host == "" || net.ParseIP(mhost).IsUnspecified() || net.ParseIP(host).IsUnspecified() {
+		clash := mhost == host || mhost == "" || host == ""
+		for _, ip := range hostIPs(host) {
+			for _, mip := range mips {
+				clash = clash || ip == mip || ip.IsUnspecified() || mip.IsUnspecified()
+			}
+		}
+		if clash {
 			return usagef("--metrics-listen %s takes the port of this control node's %s address %s (mesh.json): give another port, such as 9300", metrics, own.what, own.addr)
 		}
 	}
 	return nil
+}
+
+// hostIPs is host's address, or the addresses the name host resolves to (none if it
+// does not), IPv4-mapped ones as IPv4.
+func hostIPs(host string) []netip.Addr {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{ip.Unmap().WithZone("")}
+	}
+	ips, _ := net.LookupIP(host)
+	var out []netip.Addr
+	for _, ip := range ips {
+		if a, ok := netip.AddrFromSlice(ip); ok {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
 }
 
 // checkRaftHeartbeat bounds --raft-heartbeat, which is also the election timeout: a
