@@ -40,7 +40,7 @@ func TestRenumberedControlNode(t *testing.T) {
 	n.ip("-n", cp.ns, "route", "add", "default", "via", "10.77.61.1")
 
 	began := time.Now()
-	p := harness.Start(t, nil, "ip", in(cp.ns, bin.Meshctl, "serve", "--data", cp.dir)...)
+	p := harness.Start(t, nil, "ip", in(cp.ns, bin.Meshctl, "serve", "--data", cp.dir, "--address-wait", "2s")...)
 	code := p.Wait(60 * time.Second)
 	took := time.Since(began)
 	out := p.Output()
@@ -48,13 +48,18 @@ func TestRenumberedControlNode(t *testing.T) {
 	if code == 0 || took > 20*time.Second {
 		t.Fatalf("serve on a machine that no longer has its address: exit %d after %s, want a failure within 20 s", code, took)
 	}
-	if !strings.Contains(out, cp.ip) || !strings.Contains(out, "ip addr add") || !strings.Contains(out, "Moving a control node") {
-		t.Fatalf("serve's failure does not name the address it no longer has (%s), how to get it back and how to move a control node", cp.ip)
+	if !strings.Contains(out, cp.ip) || !strings.Contains(out, "ip addr add ADDRESS/32") || !strings.Contains(out, "Moving a control node") ||
+		!strings.Contains(out, "waiting for an address of this control node") || !strings.Contains(out, "waited 2s") {
+		t.Fatalf("serve's failure does not say it waited for the address it no longer has (%s), how to get it back and how to move a control node", cp.ip)
 	}
 
-	// As the message says: the old address back, as a second one.
+	// As the message says: the old address back, as a second one, while serve
+	// waits for it (as for an IPv6 address in duplicate address detection, or a
+	// lease late at boot): it starts once the address is there.
+	cp.proc = harness.Start(t, nil, "ip", in(cp.ns, bin.Meshctl, "serve", "--data", cp.dir)...)
+	cp.proc.WaitOutput(t, "waiting for an address of this control node", 10*time.Second)
 	n.ip("-n", cp.ns, "addr", "add", cp.ip+"/32", "dev", "eth0")
-	cp.serve(t, 30*time.Second)
+	cp.proc.WaitOutput(t, "control node ready", 30*time.Second)
 	declare("after the renumbering")
 	if b, _ := os.ReadFile(filepath.Join(host.dir, "managed", "state")); string(b) != "after the renumbering" {
 		t.Fatalf("web-1's state = %q", b)

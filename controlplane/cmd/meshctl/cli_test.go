@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/operator"
 	"mesh/controlplane/pki"
+	"mesh/host/busyaddr"
 	"mesh/integration/freeport"
 )
 
@@ -605,5 +608,17 @@ func TestDeclareRefusesAFileAnotherUserCouldWrite(t *testing.T) {
 	}
 	if code, stderr := declare(nil, strings.NewReader(body), "-"); refused("on stdin", stderr) {
 		t.Errorf("a pipe: exit %d, %s; want it taken", code, stderr)
+	}
+}
+
+// TestTheAddressToAddBackIsOfItsFamily: serve on a renumbered machine says how to
+// give it its address back; for an IPv6 one it said ADDRESS/32 (a review), which
+// adds a route to a quarter of the Internet's addresses.
+func TestTheAddressToAddBackIsOfItsFamily(t *testing.T) {
+	for addr, want := range map[string]string{"10.0.0.2:7300": "ADDRESS/32", "[fd37::44]:7501": "ADDRESS/128", "[::ffff:10.0.0.2]:7300": "ADDRESS/32"} {
+		err := fmt.Errorf("raft: %w", busyaddr.Listened(addr, syscall.EADDRNOTAVAIL))
+		if got := hostPrefix(err); got != want {
+			t.Errorf("%s: %s, want %s", addr, got, want)
+		}
 	}
 }

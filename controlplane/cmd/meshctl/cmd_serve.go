@@ -23,6 +23,7 @@ import (
 	"mesh/controlplane/daemon"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/replication"
+	"mesh/host/busyaddr"
 	"mesh/host/hangup"
 )
 
@@ -87,7 +88,9 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 			fs.DurationVar(&reconcile, "reconcile", defaultReconcile, "how often declarations not yet applied are sent again (1s to 1h)")
 			fs.DurationVar(&shared, "shared-key-grace", api.SharedKeyGrace, "a node whose key more than one connection holds for this long counts as held by two machines (a clone): failing key_shared (1s to 1h; below 100s an agent's reconnection may count, its old connection not yet closed by its broker)")
 			var metricsListen string
+			var addressWait time.Duration
 			fs.StringVar(&metricsListen, "metrics-listen", "", "serve /metrics (Prometheus), /healthz and /readyz on this ip:port (off by default)")
+			fs.DurationVar(&addressWait, "address-wait", defaultAddressWait, "at start, how long to wait for this node's addresses to appear on the machine (an IPv6 address in duplicate address detection, a network not up yet) before failing (0s to 5m)")
 			var profiling bool
 			fs.BoolVar(&profiling, "pprof", false, "also serve Go's profiler under /debug/pprof/ on --metrics-listen (exposes internals: keep the address private)")
 			var requireBound bool
@@ -142,6 +145,9 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 				if err := checkDuration("shared-key-grace", shared, time.Second, time.Hour, api.SharedKeyGrace); err != nil {
 					return err
 				}
+				if err := checkDuration("address-wait", addressWait, 0, 5*time.Minute, defaultAddressWait); err != nil {
+					return err
+				}
 				if err := checkMetricsListen(metricsListen); err != nil {
 					return err
 				}
@@ -187,7 +193,7 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 					MaxHosts:           maxHosts,
 					Backup:             backups,
 				}
-				return interruptible(ctx, func() error { return serve(ctx, cio, log, opts) })
+				return interruptible(ctx, func() error { return serve(ctx, cio, log, opts, addressWait) })
 			}
 		},
 	}
@@ -298,12 +304,67 @@ func checkRaftHeartbeat(d time.Duration) error {
 	return nil
 }
 
+// hostPrefix is the address to add back for a listener's error err, as `ip addr
+// add` takes it: ADDRESS/32 for IPv4, ADDRESS/128 for IPv6 (a /32 of an IPv6
+// address adds a route to a quarter of the Internet's addresses).
+func hostPrefix(err error) string {
+	var le *busyaddr.ListenError
+	if errors.As(err, &le) {
+		if ap, perr := netip.ParseAddrPort(le.Addr); perr == nil && ap.Addr().Unmap().Is6() {
+			return "ADDRESS/128"
+		}
+	}
+	return "ADDRESS/32"
+}
+
+// defaultAddressWait is how long serve waits at start for its addresses to appear
+// (waitForAddresses): an IPv6 address added at boot is unusable for a second or two
+// of duplicate address detection, and failing at once spent the unit's restarts
+// on an address a lease brought a little late (a review).
+const defaultAddressWait = 15 * time.Second
+
+// waitForAddresses waits, up to wait, until this machine has every address of addrs
+// to listen on (no EADDRNOTAVAIL), saying once what it waits for: in the log and to
+// systemd. Any other outcome, a port in use included, is left to the listeners.
+func waitForAddresses(ctx context.Context, cio *cliIO, log *slog.Logger, wait time.Duration, addrs ...string) {
+	deadline := time.Now().Add(wait)
+	said := ""
+	for {
+		missing := ""
+		for _, a := range addrs {
+			ln, err := net.Listen("tcp", a)
+			if err == nil {
+				ln.Close()
+				continue
+			}
+			if errors.Is(err, syscall.EADDRNOTAVAIL) {
+				missing = a
+				break
+			}
+		}
+		if missing == "" || !time.Now().Before(deadline) {
+			return
+		}
+		if missing != said {
+			said = missing
+			log.Warn("waiting for an address of this control node to appear on this machine (an IPv6 address in duplicate address detection, a network not up yet)",
+				"addr", missing, "wait", wait.String())
+			_ = notifyState(cio, "STATUS=waiting for address "+missing+" to appear on this machine")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
 // serveGCPercent is the garbage collector's target for `meshctl serve` (GOGC).
 const serveGCPercent = 50
 
 // serve runs the control node of opts.Dir until ctx ends, holding the directory's
 // lock throughout.
-func serve(ctx context.Context, cio *cliIO, log *slog.Logger, opts daemon.Options) error {
+func serve(ctx context.Context, cio *cliIO, log *slog.Logger, opts daemon.Options, addressWait time.Duration) error {
 	privateUmask()
 	lock, err := opts.Dir.Lock("meshctl serve")
 	if errors.Is(err, fs.ErrNotExist) {
@@ -323,6 +384,9 @@ func serve(ctx context.Context, cio *cliIO, log *slog.Logger, opts daemon.Option
 		// plain nats-server's for a few percent of CPU (docs/benchmarks.md). GOGC,
 		// when set, decides instead.
 		debug.SetGCPercent(serveGCPercent)
+	}
+	if cfg, err := opts.Dir.LoadConfig(); err == nil {
+		waitForAddresses(ctx, cio, log, addressWait, cfg.Listen, cfg.RaftListen, cfg.ClusterListen)
 	}
 	if cio.exit != nil {
 		opts.TermNotRecorded = func(err error) {
@@ -352,10 +416,10 @@ func serve(ctx context.Context, cio *cliIO, log *slog.Logger, opts daemon.Option
 		if errors.Is(err, syscall.EADDRNOTAVAIL) {
 			// The machine was renumbered: editing mesh.json would make the node
 			// serve where nobody looks, so say what does work.
-			return fmt.Errorf("%w\nan address this control node serves on is not this machine's any more (was it renumbered?). "+
+			return fmt.Errorf("%w\nan address this control node serves on is not this machine's any more (was it renumbered?; waited %s for it to appear, --address-wait). "+
 				"It is in the node's certificate, in the replicated state and in every host's list of brokers: give the machine that address back, "+
-				"as a second address if need be (ip addr add ADDRESS/32 dev INTERFACE), start serve again, "+
-				"then move the node as docs/operations.md says (\"Moving a control node to another address\")", err)
+				"as a second address if need be (ip addr add %s dev INTERFACE), start serve again, "+
+				"then move the node as docs/operations.md says (\"Moving a control node to another address\")", err, addressWait, hostPrefix(err))
 		}
 		return err
 	}
