@@ -222,6 +222,8 @@ func brokerProblem(ap netip.AddrPort) string {
 		return "is an unspecified address (0.0.0.0 or ::), which is where a server listens, not where to connect"
 	case a.IsMulticast():
 		return "is a multicast address"
+	case a.Is6() && a.IsLinkLocalUnicast():
+		return "is an IPv6 link-local address (fe80::/10), which no machine dials without the zone of its interface, and a token carries none"
 	}
 	return ""
 }

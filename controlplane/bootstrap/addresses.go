@@ -113,6 +113,8 @@ func parseAddress(flag, s string) (netip.AddrPort, error) {
 		return ap, optionError(flag, "%s is an IPv4-mapped IPv6 address: write it as plain IPv4 (%s)", ap, netip.AddrPortFrom(a.Unmap(), ap.Port()))
 	case a.IsMulticast():
 		return ap, optionError(flag, "%s is a multicast address, which no node listens on: give the node's own", ap)
+	case a.Is6() && a.IsLinkLocalUnicast():
+		return ap, optionError(flag, "%s is an IPv6 link-local address, which no other machine dials without the zone of its interface, and neither tokens nor certificates carry one: give a global or unique local (fd00::/8) address", ap)
 	}
 	return ap, nil
 }

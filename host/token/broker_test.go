@@ -26,6 +26,7 @@ func TestParseBroker(t *testing.T) {
 		"[::]:7300":                             "is an unspecified address",
 		"10.0.0.1:0":                            "has port 0",
 		"[ff02::1]:7300":                        "is a multicast address",
+		"[fe80::4:6eff:fe84:2003]:7300":         "is an IPv6 link-local address",
 		"[::ffff:10.0.0.1]:7300":                "is an IPv4-mapped IPv6 address",
 		"cp-1.example:7300":                     "is not ip:port",
 		"10.0.0.1":                              "is not ip:port",
