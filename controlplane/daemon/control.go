@@ -548,7 +548,10 @@ func (d *Daemon) heartbeatLoop(ctx context.Context) error {
 			CertNotAfter: leaf, CANotAfter: ca})
 		_ = d.conns.control.Publish(api.ControlHeartbeatSubject(d.cfg.Node), data)
 		if role == api.RaftLeader && !stopping {
-			d.autopilot(d.now())
+			select {
+			case d.autopilotDue <- struct{}{}:
+			default: // a round is due already
+			}
 			d.handOverIfClockOff(d.now())
 		}
 	}
@@ -788,18 +791,31 @@ func (d *Daemon) controlConfirm(req api.ControlConfirmRequest) (api.ControlConfi
 	return out, nil
 }
 
-// autopilot runs promoteServing from the heartbeat, unless an operator's change
-// runs (adminMu): it reads the members, then promotes or demotes by what it read,
-// and a `control remove` committed in between had the node it removed added back
-// as a voter, one that never answers (a review). An operator's change that
-// promotes does it under the lock itself (control remove); skipped, the next
-// heartbeat tries again, and the heartbeat never waits on an operator.
-func (d *Daemon) autopilot(now time.Time) {
-	if !d.adminMu.TryLock() {
-		return
+// autopilotLoop runs promoteServing each time the leader's heartbeat asks for it
+// (autopilotDue), as an operator's change does: one at a time with them (adminMu).
+// It reads the members, then promotes or demotes by what it read, and run beside
+// them a `control remove` committed in between had the node it removed added back
+// as a voter, one that never answers (a review). In a goroutine of its own, the
+// heartbeat never waits on an operator; and it waits its turn rather than skip it,
+// which under a stream of changes (a fleet's tokens minted) promoted nobody.
+func (d *Daemon) autopilotLoop(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.autopilotDue:
+			d.autopilot()
+		}
 	}
+}
+
+// autopilot is one round of autopilotLoop, while this node leads.
+func (d *Daemon) autopilot() {
+	d.adminMu.Lock()
 	defer d.adminMu.Unlock()
-	d.promoteServing(now)
+	if d.raft.IsLeader() {
+		d.promoteServing(d.now())
+	}
 }
 
 // promoteServing is the leader's autopilot: it promotes the nonvoters that serve (a

@@ -201,6 +201,8 @@ type Daemon struct {
 	// control node admitted in between was otherwise sealed neither copy of the new
 	// key, and after the retire held no key of the keyring (a review).
 	keyringMu sync.Mutex
+	// autopilotDue wakes autopilotLoop: the leader's heartbeat asks for a round.
+	autopilotDue chan struct{}
 	// resends bounds the log line about what reconcile re-sends, and
 	// resendsSkipped the one about what it could not (the nodes' budgets).
 	resends, resendsSkipped resendNotice
@@ -220,7 +222,7 @@ type Daemon struct {
 func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	opts.defaults()
 	d := &Daemon{opts: opts, log: opts.Logger, fsm: state.NewFSM(), seen: newLiveness(), ctl: newControlTracker(),
-		removed: make(chan struct{}), peersChanged: make(chan struct{}, 1), effects: newEffectQueue(), metrics: newInstruments()}
+		removed: make(chan struct{}), peersChanged: make(chan struct{}, 1), autopilotDue: make(chan struct{}, 1), effects: newEffectQueue(), metrics: newInstruments()}
 	d.guard = newGuard(opts.Logger, opts.Now, opts.Budgets)
 	defer func() {
 		if err != nil {
@@ -537,6 +539,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	{
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return d.heartbeatLoop(ctx) }, func(error) { cancel() })
+	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return d.autopilotLoop(ctx) }, func(error) { cancel() })
 	}
 	{
 		ctx, cancel := context.WithCancel(ctx)
