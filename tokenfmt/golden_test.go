@@ -260,7 +260,6 @@ func goldenCases() []goldenCase {
 		field("malformed_brokers_ipv4_mapped", "malformed:brokers", func(s *spec) { s.brokers = []string{"[::ffff:192.0.2.10]:7300"} }),
 		field("malformed_brokers_unspecified", "malformed:brokers", func(s *spec) { s.brokers = []string{"0.0.0.0:7300"} }),
 		field("malformed_brokers_multicast", "malformed:brokers", func(s *spec) { s.brokers = []string{"[ff02::1]:7300"} }),
-		field("malformed_brokers_ipv6_link_local", "malformed:brokers", func(s *spec) { s.brokers = []string{"[fe80::4:6eff:fe84:2003]:7300"} }),
 		field("malformed_ca_pin_uppercase", "malformed:ca_pin", func(s *spec) { s.pin = strings.ToUpper(s.pin) }),
 		field("malformed_ca_pin_truncated_to_63", "malformed:ca_pin", func(s *spec) { s.pin = s.pin[:63] }),
 		field("malformed_ca_pin_sha1_length", "malformed:ca_pin", func(s *spec) { s.pin = s.pin[:40] }),

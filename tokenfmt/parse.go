@@ -183,8 +183,17 @@ func parseBrokers(s string) ([]netip.AddrPort, error) {
 // to another machine (a zone, port 0, a wildcard or multicast address). The
 // control plane holds a control token's addresses to it, as written by meshctl:
 // they are listed to hosts as brokers, and compared with its members' as text.
+//
+// It refuses an IPv6 link-local address too, which no machine dials without the
+// zone of its interface (hosts were told "unreachable, retrying may help"); tokens
+// and identities that carry one, from before, are still read, since their other
+// brokers work (a review: refused there, the agents of such a mesh did not start).
 func CheckAddress(s string) error {
-	if _, reason := addressProblem(s); reason != "" {
+	ap, reason := addressProblem(s)
+	if reason == "" && ap.Addr().Is6() && ap.Addr().IsLinkLocalUnicast() {
+		reason = "is an IPv6 link-local address (fe80::/10), which no other machine dials without the zone of its interface, and a token carries none: give a global or unique local (fd00::/8) address"
+	}
+	if reason != "" {
 		return fmt.Errorf("address %q %s", s, reason)
 	}
 	return nil
@@ -222,8 +231,6 @@ func brokerProblem(ap netip.AddrPort) string {
 		return "is an unspecified address (0.0.0.0 or ::), which is where a server listens, not where to connect"
 	case a.IsMulticast():
 		return "is a multicast address"
-	case a.Is6() && a.IsLinkLocalUnicast():
-		return "is an IPv6 link-local address (fe80::/10), which no machine dials without the zone of its interface, and a token carries none"
 	}
 	return ""
 }

@@ -254,9 +254,6 @@ func addrFault(ap netip.AddrPort) string {
 	if ip.IsMulticast() {
 		return "is a multicast address"
 	}
-	if ip.Is6() && ip.IsLinkLocalUnicast() {
-		return "is an IPv6 link-local address (fe80::/10), which no machine dials without the zone of its interface, and a token carries none"
-	}
 	return ""
 }
 
