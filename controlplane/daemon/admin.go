@@ -687,6 +687,11 @@ func (d *Daemon) declaredAlready(sel state.Selector, id string, r *state.Request
 		for _, node := range s.SelectWithRevoked(sel) {
 			n := s.Nodes[node]
 			switch {
+			case n != nil && n.EnrolledAt.After(r.At) && n.EarlierRevokedAt.After(r.At):
+				// The machine the request reached was revoked since, and another
+				// enrolled under the id: as revoked (the first run's wait saw the
+				// id declared another body).
+				out.NoLonger = append(out.NoLonger, api.TargetProgress{Node: node, State: api.ProgressRevoked, RevokedAt: n.EarlierRevokedAt})
 			case n == nil || n.EnrolledAt.After(r.At):
 				// Unknown, or enrolled since: not among the request's nodes.
 			case n.Revoked && n.RevokedAt.After(r.At):

@@ -204,12 +204,12 @@ func servedToOperators(t *testing.T, d *Daemon) *nats.Conn {
 // review). They are listed as no longer holding it, superseded by the version that
 // did or revoked when; a node enrolled since the request is not among them.
 func TestADeclarationSentAgainSaysWhichNodesHoldItNoLonger(t *testing.T) {
-	d := fleet(t, 3)
+	d := fleet(t, 4)
 	nc := servedToOperators(t, d)
 	req := api.DeclareRequest{All: true, Body: json.RawMessage(`{"files":[{"path":"a","content":"x"}]}`)}
 	id := api.NewRequestID()
 	first, aerr := declareAs(t, nc, req, id, false)
-	if aerr != nil || len(first.Assignments) != 3 {
+	if aerr != nil || len(first.Assignments) != 4 {
 		t.Fatalf("first sending: %+v, %v", first, aerr)
 	}
 	other, aerr := declareAs(t, nc, api.DeclareRequest{Nodes: []string{"n-1"}, Body: json.RawMessage(`{"files":[{"path":"a","content":"y"}]}`)}, api.NewRequestID(), false)
@@ -219,17 +219,27 @@ func TestADeclarationSentAgainSaysWhichNodesHoldItNoLonger(t *testing.T) {
 	if _, err := d.revoke(api.RevokeRequest{Node: "n-2"}); err != nil {
 		t.Fatal(err)
 	}
-	kp, _ := nkeys.CreateUser()
-	pub, _ := kp.PublicKey()
-	at := d.now().UTC()
-	for _, c := range []state.Command{
-		{Op: state.OpCreateToken, At: at, CreateToken: &state.CreateTokenCmd{ID: strings.Repeat("ab", 32), Node: "n-9", Role: state.RoleWorker, TTL: time.Hour}},
-		{Op: state.OpEnrol, At: at, Enrol: &state.EnrolCmd{TokenID: strings.Repeat("ab", 32), Node: "n-9", Role: state.RoleWorker, PublicKey: pub}},
-	} {
-		if res, err := d.raft.Apply(c, time.Minute); err != nil || res.Err != nil {
-			t.Fatal(err, res.Err)
+	// n-3's machine is revoked, and another enrolled under the id since: the
+	// first run's wait would say n-3 was declared another body.
+	if _, err := d.revoke(api.RevokeRequest{Node: "n-3"}); err != nil {
+		t.Fatal(err)
+	}
+	enrol := func(node, tok string) {
+		t.Helper()
+		kp, _ := nkeys.CreateUser()
+		pub, _ := kp.PublicKey()
+		at := d.now().UTC()
+		for _, c := range []state.Command{
+			{Op: state.OpCreateToken, At: at, Rules: state.RulesTokensFollowNodes, CreateToken: &state.CreateTokenCmd{ID: tok, Node: node, Role: state.RoleWorker, TTL: time.Hour}},
+			{Op: state.OpEnrol, At: at, Enrol: &state.EnrolCmd{TokenID: tok, Node: node, Role: state.RoleWorker, PublicKey: pub}},
+		} {
+			if res, err := d.raft.Apply(c, time.Minute); err != nil || res.Err != nil {
+				t.Fatal(err, res.Err)
+			}
 		}
 	}
+	enrol("n-3", strings.Repeat("cd", 32))
+	enrol("n-9", strings.Repeat("ab", 32))
 	// Declared another body, as n-1 was, but enrolled after the request.
 	if _, aerr := declareAs(t, nc, api.DeclareRequest{Nodes: []string{"n-9"}, Body: json.RawMessage(`{"files":[{"path":"a","content":"z"}]}`)}, api.NewRequestID(), false); aerr != nil {
 		t.Fatal(aerr)
@@ -242,13 +252,16 @@ func TestADeclarationSentAgainSaysWhichNodesHoldItNoLonger(t *testing.T) {
 	if len(again.Assignments) != 1 || again.Assignments[0] != first.Assignments[0] {
 		t.Errorf("sent again: assignments %+v, want n-0's first %+v alone", again.Assignments, first.Assignments[0])
 	}
-	if len(again.NoLonger) != 2 {
-		t.Fatalf("sent again: no longer %+v, want n-1 superseded and n-2 revoked", again.NoLonger)
+	if len(again.NoLonger) != 3 {
+		t.Fatalf("sent again: no longer %+v, want n-1 superseded, n-2 and n-3's machine revoked", again.NoLonger)
 	}
 	if p := again.NoLonger[0]; p.Node != "n-1" || p.State != api.ProgressSuperseded || p.Version != other.Assignments[0].Version {
 		t.Errorf("n-1: %+v, want superseded by v%d", p, other.Assignments[0].Version)
 	}
 	if p := again.NoLonger[1]; p.Node != "n-2" || p.State != api.ProgressRevoked || p.RevokedAt.IsZero() {
 		t.Errorf("n-2: %+v, want revoked, with when", p)
+	}
+	if p := again.NoLonger[2]; p.Node != "n-3" || p.State != api.ProgressRevoked || p.RevokedAt.IsZero() {
+		t.Errorf("n-3: %+v, want its first machine revoked, with when", p)
 	}
 }
