@@ -35,9 +35,12 @@ func TestAControlNodeBehindNATJoinsWithListen(t *testing.T) {
 		t.Fatalf("join --listen with a name (exit %d, want 2):\n%s", r.Code, r.Combined())
 	}
 
-	r = harness.Run(t, tok, nil, bin.Meshctl, "join", "--data", cp2.Dir, "--raft-heartbeat", "300ms", "--listen", cp2.Listen)
+	r = harness.Run(t, tok, nil, bin.Meshctl, "join", "--data", cp2.Dir, "--raft-heartbeat", "300ms", "--listen", cp2.Listen, "--json")
 	if r.Code != 0 {
 		t.Fatalf("join --listen %s run again (exit %d):\n%s", cp2.Listen, r.Code, r.Combined())
+	}
+	if !strings.Contains(r.Stdout, `"broker": "`+advertised+`"`) {
+		t.Fatalf("join --json with --listen names another broker than the one hosts dial (%s):\n%s", advertised, r.Stdout)
 	}
 	cp2.Serve()
 	harness.Eventually(t, 30*time.Second, "cp-2 alive, listed at "+advertised, func() bool {

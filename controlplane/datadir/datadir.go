@@ -56,6 +56,10 @@ type Config struct {
 	Listen        string `json:"listen"`
 	RaftListen    string `json:"raft_listen"`
 	ClusterListen string `json:"cluster_listen"`
+	// Advertise, when set, is the broker address hosts dial, apart from Listen: a
+	// node that joined with --listen (behind NAT). Bootstrap's node keeps its own
+	// in Brokers.
+	Advertise string `json:"advertise,omitempty"`
 	// Brokers are the client addresses of the mesh's brokers, the ones tokens carry.
 	Brokers []string `json:"brokers"`
 	// CAPin is the hex SHA-256 of the CA's SubjectPublicKeyInfo.

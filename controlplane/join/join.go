@@ -623,6 +623,9 @@ func (r *run) join(ctx context.Context) error {
 		Brokers: resp.Brokers, CAPin: hex.EncodeToString(r.tok.CAPin[:]), AdminAccount: adm.AdminAccount,
 		CAHolder: adm.CAHolder, Joining: true, Joined: true,
 	}
+	if listen != adm.Self.Broker {
+		cfg.Advertise = adm.Self.Broker
+	}
 	for _, f := range []struct {
 		name string
 		data []byte

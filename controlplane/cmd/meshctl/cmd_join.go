@@ -104,7 +104,11 @@ dial the one in the token. Then start the node with meshctl serve.`,
 				if err != nil {
 					return err
 				}
-				return madeOutput(cio.stdout, writeJSON(cio.stdout, joinResult{Mesh: cfg.Mesh, Node: cfg.Node, Broker: cfg.Listen, Brokers: cfg.Brokers, AlreadyJoined: already,
+				broker := cfg.Listen
+				if cfg.Advertise != "" {
+					broker = cfg.Advertise // what hosts dial; --listen's is apart
+				}
+				return madeOutput(cio.stdout, writeJSON(cio.stdout, joinResult{Mesh: cfg.Mesh, Node: cfg.Node, Broker: broker, Brokers: cfg.Brokers, AlreadyJoined: already,
 					Next: "meshctl serve --data " + dir}), dir)
 			}
 		},
