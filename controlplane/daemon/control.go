@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -624,9 +625,11 @@ func (d *Daemon) admitControl(req api.EnrolRequest, identity []byte, cn *state.C
 	if req.CurveKey == "" {
 		return nil, errors.New("a joining control node must present a curve key")
 	}
-	d.keyringMu.Lock() // after a rotation in progress, which did not seal to this node
-	keyPEM, err := datadir.EncodeSigningKeys(d.signer.currentKeys())
-	d.keyringMu.Unlock()
+	keys, err := d.keysToHandOver()
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := datadir.EncodeSigningKeys(keys)
 	if err != nil {
 		return nil, err
 	}
@@ -648,6 +651,34 @@ func (d *Daemon) admitControl(req api.EnrolRequest, identity []byte, cn *state.C
 		return nil, errors.New("the control token's sealed identity is missing from the state")
 	}
 	return adm, nil
+}
+
+// errKeysNotHeld: this node, leading, does not hold every signing key of the
+// committed keyring, so a control node admitted now would be handed fewer keys
+// than the keyring lists, and none of a rotation it was not sealed to.
+var errKeysNotHeld = errors.New("this control node does not hold every signing key of the mesh's keyring yet")
+
+// keysToHandOver returns the signing keys an admission hands its joiner: every key
+// of the committed keyring, which this node holds once it synced them (syncKeys).
+// It waits for a rotation in progress (keyringMu), which did not seal the new key
+// to the joiner; and it syncs first, since a leader that took over after a rotation
+// committed syncs asynchronously (the effects actor), and an admission before it
+// handed the old key alone: after the retire, the joiner held none (a review).
+func (d *Daemon) keysToHandOver() ([]ed25519.PrivateKey, error) {
+	d.keyringMu.Lock()
+	defer d.keyringMu.Unlock()
+	if err := d.syncKeys(); err != nil {
+		return nil, err
+	}
+	keys := d.signer.currentKeys()
+	var want []string
+	d.fsm.Read(func(s *state.State) { want = slices.Clone(s.Keyring.Keys) })
+	for _, k := range want {
+		if !slices.ContainsFunc(keys, func(p ed25519.PrivateKey) bool { return hex.EncodeToString(p.Public().(ed25519.PublicKey)) == k }) {
+			return nil, fmt.Errorf("%w (it lacks %s…): run the join again in a minute; if it goes on, another control node may hold it (meshctl control status)", errKeysNotHeld, k[:min(12, len(k))])
+		}
+	}
+	return keys, nil
 }
 
 // enrolRules is what an enrolment of node in role is stamped with: admissionRules,

@@ -290,6 +290,9 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 	}
 	if res.Control != nil {
 		adm, err := d.admitControl(req, identity, res.Control)
+		if errors.Is(err, errKeysNotHeld) {
+			return refuse(api.CodeUnavailable, err.Error())
+		}
 		if err != nil {
 			return refuse(api.CodeInternal, err.Error())
 		}

@@ -70,3 +70,36 @@ func TestAControlNodeAdmittedDuringARotationGetsTheNewKey(t *testing.T) {
 		}
 	}
 }
+
+// TestAnAdmissionHandsOverTheKeysOfTheCommittedKeyring: a leader that took over
+// after a rotation committed syncs its signer with the new key asynchronously (the
+// effects actor); an admission before that handed the old key alone, and after
+// the retire the joiner held none (a review). The admission syncs first.
+func TestAnAdmissionHandsOverTheKeysOfTheCommittedKeyring(t *testing.T) {
+	d := fleet(t, 0)
+	res, err := d.rotateKey(api.RotateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.signer.setKeys(d.signer.currentKeys()[:1]) // the new key not synced yet
+	curve, err := nkeys.CreateCurveKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := curve.PublicKey()
+	adm, err := d.admitControl(api.EnrolRequest{CurveKey: pub}, []byte("identity"), &state.ControlNode{ID: "cp-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pem, err := seal.FromCurveKey(curve, adm.SigningKey, adm.Sealer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := datadir.ParseSigningKeys(pem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != len(res.Keys) {
+		t.Fatalf("the joiner was handed %d key(s); the keyring epoch %d lists %d", len(keys), res.Epoch, len(res.Keys))
+	}
+}
