@@ -156,7 +156,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	// Persist, which Raft runs beside Apply: encoded
 	// here, under the read lock on Raft's FSM goroutine, a fleet's state held
 	// every Apply 4 to 7 times as long (BenchmarkSnapshotOfAFleet).
-	return stateSnapshot{st: f.st.Clone()}, nil
+	return stateSnapshot{st: f.st.snapshotCopy()}, nil
 }
 
 // ErrBadSnapshot is Restore's refusal of a snapshot it cannot use; the state stays
