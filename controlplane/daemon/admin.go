@@ -687,7 +687,7 @@ func (d *Daemon) declaredAlready(sel state.Selector, id string, r *state.Request
 		for _, node := range s.SelectWithRevoked(sel) {
 			n := s.Nodes[node]
 			switch {
-			case n != nil && n.EnrolledAt.After(r.At) && n.EarlierRevokedAt.After(r.At):
+			case n != nil && n.EnrolledAt.After(r.At) && n.EarlierRevokedAt.After(r.At) && !n.EarlierEnrolledAt.IsZero() && !n.EarlierEnrolledAt.After(r.At):
 				// The machine the request reached was revoked since, and another
 				// enrolled under the id: as revoked (the first run's wait saw the
 				// id declared another body).

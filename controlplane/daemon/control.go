@@ -835,16 +835,19 @@ func (d *Daemon) autopilotLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-d.autopilotDue:
-			d.autopilot()
+			d.autopilot(ctx)
 		}
 	}
 }
 
-// autopilot is one round of autopilotLoop, while this node leads.
-func (d *Daemon) autopilot() {
+// autopilot is one round of autopilotLoop, while this node leads and serves: not
+// once it stops (its turn may come after), nor while it cannot write its Raft log,
+// since a membership change has no time limit and would hold every operator's
+// change behind it.
+func (d *Daemon) autopilot(ctx context.Context) {
 	d.adminMu.Lock()
 	defer d.adminMu.Unlock()
-	if d.raft.IsLeader() {
+	if ctx.Err() == nil && d.raft.IsLeader() && d.raft.LogWriteError() == nil {
 		d.promoteServing(d.now())
 	}
 }

@@ -263,6 +263,11 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 		if reseal, e = d.resealControlTokens(id, req.CurveKey); e != nil {
 			return refuse(e.Code, e.Message)
 		}
+		// Nor one this node lacks signing keys for (admitControl checks again,
+		// after a rotation that ran meanwhile).
+		if _, err := d.keysToHandOver(); errors.Is(err, errKeysNotHeld) {
+			return refuse(api.CodeUnavailable, err.Error())
+		}
 	}
 	if why := d.noWritableQuorum(now); why != "" {
 		// Nothing proposed, as for an operator's change (commit): committed

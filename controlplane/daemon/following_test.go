@@ -284,7 +284,7 @@ func TestTheAutopilotRunsOneAtATimeWithOperatorsChanges(t *testing.T) {
 	const said = "a joined control node is not serving yet" // promoteServing's word on cp-2
 	d.adminMu.Lock()
 	done := make(chan struct{})
-	go func() { d.autopilot(); close(done) }()
+	go func() { d.autopilot(t.Context()); close(done) }()
 	select {
 	case <-done:
 		d.adminMu.Unlock()

@@ -240,6 +240,13 @@ func TestADeclarationSentAgainSaysWhichNodesHoldItNoLonger(t *testing.T) {
 	}
 	enrol("n-3", strings.Repeat("cd", 32))
 	enrol("n-9", strings.Repeat("ab", 32))
+	// n-7 did not exist at the request: enrolled, revoked and enrolled again since,
+	// it is none of the request's nodes.
+	enrol("n-7", strings.Repeat("e1", 32))
+	if _, err := d.revoke(api.RevokeRequest{Node: "n-7"}); err != nil {
+		t.Fatal(err)
+	}
+	enrol("n-7", strings.Repeat("e2", 32))
 	// Declared another body, as n-1 was, but enrolled after the request.
 	if _, aerr := declareAs(t, nc, api.DeclareRequest{Nodes: []string{"n-9"}, Body: json.RawMessage(`{"files":[{"path":"a","content":"z"}]}`)}, api.NewRequestID(), false); aerr != nil {
 		t.Fatal(aerr)

@@ -3,6 +3,8 @@ package daemon
 import (
 	"crypto/ed25519"
 	"encoding/hex"
+	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -52,14 +54,7 @@ func TestAControlNodeAdmittedDuringARotationGetsTheNewKey(t *testing.T) {
 	if adm == nil {
 		t.FailNow()
 	}
-	pem, err := seal.FromCurveKey(curve, adm.SigningKey, adm.Sealer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := datadir.ParseSigningKeys(pem)
-	if err != nil {
-		t.Fatal(err)
-	}
+	keys := handedKeys(t, curve, adm)
 	handed := map[string]bool{}
 	for _, k := range keys {
 		handed[hex.EncodeToString(k.Public().(ed25519.PublicKey))] = true
@@ -91,6 +86,36 @@ func TestAnAdmissionHandsOverTheKeysOfTheCommittedKeyring(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	keys := handedKeys(t, curve, adm)
+	if len(keys) != len(res.Keys) {
+		t.Fatalf("the joiner was handed %d key(s); the keyring epoch %d lists %d", len(keys), res.Epoch, len(res.Keys))
+	}
+}
+
+// TestAnAdmissionIsRefusedWhileThisNodeLacksAKeyOfTheKeyring: a keyring that lists a
+// key this node was sealed no copy of (a rotation that missed it): an admission here
+// would hand its joiner fewer keys than the keyring lists, so none is made, and the
+// refusal is one to wait out (unavailable), said before the token is used.
+func TestAnAdmissionIsRefusedWhileThisNodeLacksAKeyOfTheKeyring(t *testing.T) {
+	d := fleet(t, 0)
+	if _, err := d.keysToHandOver(); err != nil {
+		t.Fatalf("every key held: %v", err)
+	}
+	var cur state.Keyring
+	d.fsm.Read(func(s *state.State) { cur = s.Keyring })
+	other, _, _ := ed25519.GenerateKey(nil)
+	next := state.Keyring{Epoch: cur.Epoch + 1, Keys: append(slices.Clone(cur.Keys), hex.EncodeToString(other)), Envelope: cur.Envelope}
+	if res, err := d.raft.Apply(state.Command{Op: state.OpRotate, Rotate: &state.RotateCmd{Keyring: next}}, time.Minute); err != nil || res.Err != nil {
+		t.Fatal(err, res.Err)
+	}
+	if _, err := d.keysToHandOver(); !errors.Is(err, errKeysNotHeld) {
+		t.Fatalf("a keyring key not held: %v, want errKeysNotHeld", err)
+	}
+}
+
+// handedKeys opens the signing keys an admission sealed to the joiner's curve key.
+func handedKeys(t *testing.T, curve nkeys.KeyPair, adm *api.ControlAdmission) []ed25519.PrivateKey {
+	t.Helper()
 	pem, err := seal.FromCurveKey(curve, adm.SigningKey, adm.Sealer)
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +124,5 @@ func TestAnAdmissionHandsOverTheKeysOfTheCommittedKeyring(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(keys) != len(res.Keys) {
-		t.Fatalf("the joiner was handed %d key(s); the keyring epoch %d lists %d", len(keys), res.Epoch, len(res.Keys))
-	}
+	return keys
 }

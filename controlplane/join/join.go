@@ -685,6 +685,15 @@ func (r *run) listenable(self api.ControlMember) (string, error) {
 	return listen, nil
 }
 
+// Dialled is the broker address hosts dial at the node of cfg: Advertise, when it
+// joined with --listen, else the one it listens on.
+func Dialled(cfg datadir.Config) string {
+	if cfg.Advertise != "" {
+		return cfg.Advertise
+	}
+	return cfg.Listen
+}
+
 // dropSpentKeys removes the keys of this join (join-pending.json) once the mesh's
 // answer refused its token for good (tokenSpent: used, expired, cancelled, unknown,
 // another role or node): no join can finish with them, and a seed nobody will use
@@ -940,7 +949,7 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 			if c.ID == cfg.Node && c.Raft == api.RaftRemoved {
 				return fmt.Errorf("%w: control node %s was removed (meshctl control remove) while this join ran, and the token it joined with is used up: "+
 					"mint a new control token for it where the CA key is (meshctl token --role control --node %s --addr %s) and run meshctl join --data %s with it",
-					ErrRemoved, cfg.Node, cfg.Node, cfg.Listen, d)
+					ErrRemoved, cfg.Node, cfg.Node, Dialled(cfg), d)
 			}
 		}
 		return nil
@@ -1049,7 +1058,7 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 		if gone() {
 			return fmt.Errorf("%w: control node %s was removed (meshctl control remove) as this join finished, and the token it joined with is used up: "+
 				"mint a new control token for it where the CA key is (meshctl token --role control --node %s --addr %s) and run meshctl join --data %s with it",
-				ErrRemoved, cfg.Node, cfg.Node, cfg.Listen, d)
+				ErrRemoved, cfg.Node, cfg.Node, Dialled(cfg), d)
 		}
 		return nil
 	}

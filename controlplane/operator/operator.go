@@ -755,10 +755,17 @@ var ErrPinMismatch = errors.New("the answer names another mesh CA than the one t
 // token's creation.
 func TokenFrom(secret [tokenfmt.SecretSize]byte, node string, role tokenfmt.Role, res api.TokenCreateResult) (tokenfmt.Token, error) {
 	t := tokenfmt.Token{Secret: secret, Mesh: res.Mesh, Node: node, Role: role, Expiry: res.Expiry.UTC().Truncate(time.Second)}
+	var linkLocal []netip.AddrPort
 	for _, b := range res.Brokers {
 		ap, err := netip.ParseAddrPort(b)
 		if err != nil {
 			return t, fmt.Errorf("the control plane lists broker %q, which is not ip:port", b)
+		}
+		if ap.Addr().Is6() && ap.Addr().IsLinkLocalUnicast() {
+			// Listed from before meshctl refused one: no host dials it
+			// (no zone), so the token carries the others (tokenfmt.CheckAddress).
+			linkLocal = append(linkLocal, ap)
+			continue
 		}
 		if len(t.Brokers) == tokenfmt.MaxBrokers {
 			// A token carries at most so many; the node learns every broker
@@ -767,6 +774,9 @@ func TokenFrom(secret [tokenfmt.SecretSize]byte, node string, role tokenfmt.Role
 			continue
 		}
 		t.Brokers = append(t.Brokers, ap)
+	}
+	if len(t.Brokers) == 0 {
+		t.Brokers = linkLocal[:min(len(linkLocal), tokenfmt.MaxBrokers)] // nothing else to carry
 	}
 	pin, err := hex.DecodeString(res.CAPin)
 	if err != nil || len(pin) != 32 {

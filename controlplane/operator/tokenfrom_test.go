@@ -42,3 +42,26 @@ func TestATokenCarriesAtMostItsBrokers(t *testing.T) {
 		}
 	}
 }
+
+// TestATokenLeavesOutALinkLocalBroker: a mesh that listed an IPv6 link-local broker
+// before meshctl refused one (bootstrap --advertise) kept handing it out in every
+// token, and no host dials one without a zone (a review). The token carries the
+// others; with none other, it carries it, as before.
+func TestATokenLeavesOutALinkLocalBroker(t *testing.T) {
+	pub, _, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := api.TokenCreateResult{Mesh: "m", CAPin: "01" + hex.EncodeToString(make([]byte, 31)), SigningKey: hex.EncodeToString(pub),
+		Expiry: time.Now().Add(time.Hour), Brokers: []string{"[fe80::1]:7300", "10.0.0.2:7300"}}
+	var secret [tokenfmt.SecretSize]byte
+	secret[0] = 1
+	tok, err := TokenFrom(secret, "web-1", tokenfmt.RoleWorker, res)
+	if err != nil || len(tok.Brokers) != 1 || tok.Brokers[0].String() != "10.0.0.2:7300" {
+		t.Fatalf("a token from brokers %v: %v, %v; want 10.0.0.2:7300 alone", res.Brokers, tok.Brokers, err)
+	}
+	res.Brokers = res.Brokers[:1]
+	if tok, err = TokenFrom(secret, "web-1", tokenfmt.RoleWorker, res); err != nil || len(tok.Brokers) != 1 {
+		t.Fatalf("a token from a link-local broker alone: %v, %v; want it carried", tok.Brokers, err)
+	}
+}

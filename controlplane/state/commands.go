@@ -738,7 +738,7 @@ func (s *State) applyEnrol(at time.Time, c *EnrolCmd, rules int) Result {
 	}
 	switch {
 	case again && old.Revoked:
-		n.EarlierRevokedAt = old.RevokedAt
+		n.EarlierRevokedAt, n.EarlierEnrolledAt = old.RevokedAt, old.EnrolledAt
 	case wasForgotten:
 		n.EarlierRevokedAt = forgotten.RevokedAt
 		delete(s.Forgotten, c.Node) // the record holds the count again

@@ -42,14 +42,7 @@ func BenchmarkMintInAFleet(b *testing.B) {
 //
 //	go test ./controlplane/state -run '^$' -bench SnapshotOfAFleet -benchtime 20x
 func BenchmarkSnapshotOfAFleet(b *testing.B) {
-	m := newMachine(b)
-	m.must(initCmd("demo", t0))
-	for i := range 10000 {
-		id := fmt.Sprintf("n-%05d", i)
-		m.must(tokenCmd("tok-"+id, id, RoleWorker, t0, time.Hour))
-		m.must(enrolCmd("tok-"+id, id, RoleWorker, fmt.Sprintf("U%055d", i), t0))
-	}
-	m.must(declareCmd(Selector{All: true}, `{"files":[{"path":"etc/app.conf","content":"v1"}]}`, t0))
+	m := declaredFleet(b)
 	b.Run("taken", func(b *testing.B) {
 		for range b.N {
 			if _, err := m.f.Snapshot(); err != nil {
@@ -83,14 +76,7 @@ func BenchmarkSnapshotOfAFleet(b *testing.B) {
 //
 //	go test ./controlplane/state -run '^$' -bench SnapshotAfterAYear -benchtime 20x
 func BenchmarkSnapshotAfterAYear(b *testing.B) {
-	m := newMachine(b)
-	m.must(initCmd("demo", t0))
-	for i := range 10000 {
-		id := fmt.Sprintf("n-%05d", i)
-		m.must(tokenCmd("tok-"+id, id, RoleWorker, t0, time.Hour))
-		m.must(enrolCmd("tok-"+id, id, RoleWorker, fmt.Sprintf("U%055d", i), t0))
-	}
-	m.must(declareCmd(Selector{All: true}, `{"files":[{"path":"etc/app.conf","content":"v1"}]}`, t0))
+	m := declaredFleet(b)
 	// A year's revocations, as the records forgetting leaves (ForgetCmd), written
 	// in place: 182,500 commands would measure the commands, not the snapshot.
 	m.f.mu.Lock()
@@ -109,4 +95,17 @@ func BenchmarkSnapshotAfterAYear(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// declaredFleet is a state machine holding 10,000 nodes enrolled and declared to.
+func declaredFleet(b *testing.B) *machine {
+	m := newMachine(b)
+	m.must(initCmd("demo", t0))
+	for i := range 10000 {
+		id := fmt.Sprintf("n-%05d", i)
+		m.must(tokenCmd("tok-"+id, id, RoleWorker, t0, time.Hour))
+		m.must(enrolCmd("tok-"+id, id, RoleWorker, fmt.Sprintf("U%055d", i), t0))
+	}
+	m.must(declareCmd(Selector{All: true}, `{"files":[{"path":"etc/app.conf","content":"v1"}]}`, t0))
+	return m
 }

@@ -351,6 +351,12 @@ type Node struct {
 	// it applies the enrolment alike without it, as it does RevokeCmd.Seen
 	// (decision 0027).
 	EarlierRevokedAt time.Time `json:"earlier_revoked_at,omitzero"`
+	// EarlierEnrolledAt is when that machine had enrolled (zero: none, or not
+	// known: its record was forgotten, or the enrolment was applied by a version
+	// before this field): a declaration sent again under its request id names the
+	// machine it reached, revoked since, only if it was enrolled then. No rule of
+	// the state reads it (decision 0027), as EarlierRevokedAt.
+	EarlierEnrolledAt time.Time `json:"earlier_enrolled_at,omitzero"`
 }
 
 // Declared is the declaration the mesh wants a node to hold. The signed envelope is

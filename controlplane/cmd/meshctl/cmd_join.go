@@ -104,11 +104,7 @@ dial the one in the token. Then start the node with meshctl serve.`,
 				if err != nil {
 					return err
 				}
-				broker := cfg.Listen
-				if cfg.Advertise != "" {
-					broker = cfg.Advertise // what hosts dial; --listen's is apart
-				}
-				return madeOutput(cio.stdout, writeJSON(cio.stdout, joinResult{Mesh: cfg.Mesh, Node: cfg.Node, Broker: broker, Brokers: cfg.Brokers, AlreadyJoined: already,
+				return madeOutput(cio.stdout, writeJSON(cio.stdout, joinResult{Mesh: cfg.Mesh, Node: cfg.Node, Broker: join.Dialled(cfg), Brokers: cfg.Brokers, AlreadyJoined: already,
 					Next: "meshctl serve --data " + dir}), dir)
 			}
 		},

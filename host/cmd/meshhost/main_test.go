@@ -50,6 +50,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--state", dir, "--root", dir, "--check-files", "-1m"}, "--check-files -1m0s: must be 0 (never) or between 1s and 24h (the default is 1m0s)"},
 		{[]string{"run", "--state", dir, "--root", dir, "--broker-ping", "soon"}, "invalid value"},
 		{[]string{"run", "--state", dir, "--root", dir, "--broker", "cp-1.example:7300"}, "not ip:port"},
+		{[]string{"run", "--state", dir, "--root", dir, "--broker", "[fe80::4:6eff:fe84:2003]:7300"}, "IPv6 link-local address"},
 		{[]string{"run", "--state", dir, "--root", dir, "--log-level", "loud"}, "--log-level"},
 		{[]string{"run", "--state", dir, "--root", dir, "--metrics-listen", "nonsense"}, `--metrics-listen "nonsense": give ip:port`},
 		{[]string{"run", "--state", dir, "--root", dir, "--metrics-listen", "127.0.0.1:99999"}, `--metrics-listen "127.0.0.1:99999": the port is not a number from 1 to 65535`},

@@ -112,6 +112,11 @@ func (b *brokerList) Set(v string) error {
 	if err != nil {
 		return err
 	}
+	if ap.Addr().Is6() && ap.Addr().IsLinkLocalUnicast() {
+		// Read in a token or an identity from before, as its other brokers
+		// work; as a flag, every dial of it failed (connect: invalid argument).
+		return errors.New("the broker address is an IPv6 link-local address (fe80::/10), which is not dialled without the zone of its interface: give a global or unique local address")
+	}
 	*b = append(*b, ap.String())
 	return nil
 }
