@@ -191,6 +191,11 @@ func TestPackages(t *testing.T) {
 	wantFile(t, "/usr/bin/meshctl", 0o755)
 	wantFile(t, "/lib/systemd/system/meshctl.service", 0o644)
 	wantFile(t, "/usr/share/doc/meshctl/NEXT-STEPS", 0o644)
+	// needrestart must not restart every control node at once after an upgrade.
+	wantFile(t, "/etc/needrestart/conf.d/meshctl.conf", 0o644)
+	if conffiles := mustRun(t, "dpkg-query", "-W", "-f=${Conffiles}", "meshctl"); !strings.Contains(conffiles, "/etc/needrestart/conf.d/meshctl.conf") {
+		t.Errorf("meshctl's conffiles: %q, want the needrestart override among them", conffiles)
+	}
 	// The documents the note points at.
 	for _, pkg := range []string{"meshctl", "meshhost"} {
 		for _, doc := range []string{"getting-started.md", "operations.md"} {
@@ -265,6 +270,21 @@ func TestPackages(t *testing.T) {
 			t.Errorf("%s still installed after dpkg -r", pkg)
 		}
 	}
+
+	// On a minimal image, which leaves /usr/share/doc out (dpkg path-exclude, as
+	// slim container and cloud images do): the note's file is not there, and the
+	// configure failed under set -e, leaving both packages half-configured and
+	// every later apt run failing (a review). They install, saying the next steps.
+	minimal := mustRun(t, "dpkg", "--path-exclude=/usr/share/doc/*", "-i", debs[0], debs[1])
+	if strings.Count(minimal, "is installed. Next steps") != 2 {
+		t.Errorf("dpkg -i on a system without /usr/share/doc: want each package's next steps said:\n%s", minimal)
+	}
+	for _, pkg := range []string{"meshctl", "meshhost"} {
+		if status, _ := packageState(pkg); status != "ii" {
+			t.Errorf("%s is %q after an install without /usr/share/doc, want ii", pkg, status)
+		}
+	}
+	mustRun(t, "dpkg", "-r", "meshctl", "meshhost")
 }
 
 // holdMachine waits for, and holds until the test and its cleanups end, a lock of

@@ -87,11 +87,13 @@ func TestSystemdUnitsVerify(t *testing.T) {
 	}
 	copyFile(t, bin.Meshctl, filepath.Join(root, "usr", "bin", "meshctl"), 0o755)
 	copyFile(t, bin.Meshhost, filepath.Join(root, "usr", "bin", "meshhost"), 0o755)
-	rm, err := exec.LookPath("rm")
-	if err != nil {
-		t.Fatal(err)
+	for _, tool := range []string{"rm", "mkdir"} { // meshhost-enrol's ExecStartPost, meshhost's ExecStartPre
+		path, err := exec.LookPath(tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copyFile(t, path, filepath.Join(root, "bin", tool), 0o755)
 	}
-	copyFile(t, rm, filepath.Join(root, "bin", "rm"), 0o755)
 	src := filepath.Join(moduleDir(t), "dist", "systemd")
 	for _, u := range unitNames() {
 		copyFile(t, filepath.Join(src, u), filepath.Join(root, "etc", "systemd", "system", u), 0o644)
