@@ -47,9 +47,14 @@ func TestUnitMatchesExitCodes(t *testing.T) {
 			t.Errorf("%s=%v, want %s", key, got, want)
 		}
 	}
-	// The state directory and the managed root are the only places it writes.
-	if got := unitValues(t, unit, "ReadWritePaths"); !slices.Equal(got, []string{"/var/lib/meshhost", "/srv/mesh"}) {
+	// The state directory and the managed root are the only places it writes;
+	// the root, missing, is made before the sandbox needs it (a ReadWritePaths=
+	// path that does not exist failed the start), and not the directories above.
+	if got := unitValues(t, unit, "ReadWritePaths"); !slices.Equal(got, []string{"/var/lib/meshhost", "-/srv/mesh"}) {
 		t.Errorf("ReadWritePaths=%v", got)
+	}
+	if got := strings.Join(unitValues(t, unit, "ExecStartPre"), " "); got != "-+/bin/mkdir -m 0755 /srv/mesh" {
+		t.Errorf("ExecStartPre=%v, want the managed root made, and no directory above it", got)
 	}
 	if exec := strings.Join(unitValues(t, unit, "ExecStart"), " "); !strings.Contains(exec, "--state /var/lib/meshhost --root /srv/mesh") {
 		t.Errorf("ExecStart=%s", exec)
