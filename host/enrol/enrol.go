@@ -723,7 +723,7 @@ func (r *run) request(ctx context.Context, nc *nats.Conn, kp *identity.KeyPair, 
 		SigningKey: hex.EncodeToString(r.tok.SigningKey),
 		Agent:      r.o.Agent,
 	})
-	msg, err := requestServed(ctx, nc, wire.EnrolKeySubject(r.tok.Node, pub), req, r.o.RequestTimeout, enrolResend)
+	msg, err := requestServed(ctx, nc, wire.EnrolKeySubject(r.tok.Node, pub), req, r.o.RequestTimeout)
 	if ctx.Err() != nil {
 		return wire.EnrolResponse{}, interrupted(ctx, "waiting for the mesh's answer")
 	}
@@ -747,40 +747,25 @@ func (r *run) request(ctx context.Context, nc *nats.Conn, kp *identity.KeyPair, 
 	return resp, nil
 }
 
-// enrolResend is how long an enrolment request goes unanswered before it is sent
-// again, within Options.RequestTimeout.
-const enrolResend = 5 * time.Second
-
 // requestServed sends a request and waits up to timeout for an answer. While no
 // control node serves the subject (a leader election, a control plane still
 // starting) the broker answers "no responders": nothing received the request, so it
-// is sent again, within the same timeout. One unanswered for resend is sent again
-// too: a leader that stopped serving as it came, or a control node cut off whose
-// subscription the broker still counted (its route not yet found dead), took it
-// and nobody answered, and the enrolment failed after the whole timeout (seen in a
-// partition test). The same token and key sent again are answered from the mesh's
-// records, so a second sending enrols nothing twice.
-func requestServed(ctx context.Context, nc *nats.Conn, subject string, data []byte, timeout, resend time.Duration) (*nats.Msg, error) {
+// is sent again, within the same timeout.
+func requestServed(ctx context.Context, nc *nats.Conn, subject string, data []byte, timeout time.Duration) (*nats.Msg, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	pause := 50 * time.Millisecond
 	for {
-		attempt, stop := context.WithTimeout(ctx, resend)
-		msg, err := nc.RequestWithContext(attempt, subject, data)
-		stop()
-		switch {
-		case errors.Is(err, nats.ErrNoResponders):
-			select {
-			case <-ctx.Done():
-				return msg, err
-			case <-time.After(pause):
-			}
-			pause = min(2*pause, time.Second)
-		case err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-			// Unanswered for resend, with time left: sent again.
-		default:
+		msg, err := nc.RequestWithContext(ctx, subject, data)
+		if !errors.Is(err, nats.ErrNoResponders) {
 			return msg, err
 		}
+		select {
+		case <-ctx.Done():
+			return msg, err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, time.Second)
 	}
 }
 
