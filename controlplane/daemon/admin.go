@@ -667,9 +667,9 @@ func selectorText(sel state.Selector) string {
 // carried out (r): the nodes of sel declared with its body now, at the versions they
 // hold, and those enrolled before it that no longer are (declared another body, or
 // revoked, since): left out without a word, a script's rerun saw fewer nodes than
-// its first run declared, and its --wait exited 0 where the first run's said "declared
-// another body since" (a review). They are sent their declarations again, unless this node sent them (the
-// first answer was slow, not lost): the leader that carried it out may have stopped
+// its first run declared, and its --wait exited 0 where the first run's said
+// "declared another body since" (a review). They are sent their declarations again,
+// unless this node sent them (the first answer was slow, not lost): the leader that carried it out may have stopped
 // before it sent them, and then once: a request sent again and again is not a
 // fleet's declarations signed and sent each time.
 //
