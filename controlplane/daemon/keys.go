@@ -110,6 +110,10 @@ func (d *Daemon) rotateHeld(api.RotateRequest) (api.KeyringResult, error) {
 				"mesh_epoch", cur.Epoch, "reported_epoch", reported, "older", d.notOnRules(state.RulesRotatePastReported))
 		}
 	}
+	// Checked again as it commits: a control node admitted meanwhile has no copy.
+	if r := d.rulesFor(state.RulesRotateSealedToAll); r != 0 {
+		rules = max(rules, r)
+	}
 	next := declarations.Keyring{Mesh: mesh, Epoch: epoch, Keys: append(slices.Clone(cur.Keys), hex.EncodeToString(pub)), IssuedAt: d.now().UTC().Truncate(time.Second)}
 	env, err := declarations.SignKeyring(next, append(d.signer.currentKeys(), key)...)
 	if err != nil {

@@ -50,7 +50,7 @@ func refusalCode(err error) string {
 		return api.CodeNodeRevoked
 	case errors.Is(err, state.ErrKeyMismatch):
 		return api.CodeKeyMismatch
-	case errors.Is(err, state.ErrTooManyLabels):
+	case errors.Is(err, state.ErrTooManyLabels), errors.Is(err, state.ErrRotationMissesNode):
 		return api.CodeBadRequest
 	}
 	return api.CodeInternal

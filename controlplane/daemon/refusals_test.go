@@ -47,6 +47,7 @@ func TestEveryStateRefusalHasItsCode(t *testing.T) {
 		"ErrNodeRevoked":          {state.ErrNodeRevoked, api.CodeNodeRevoked},
 		"ErrKeyMismatch":          {state.ErrKeyMismatch, api.CodeKeyMismatch},
 		"ErrTooManyLabels":        {state.ErrTooManyLabels, api.CodeBadRequest},
+		"ErrRotationMissesNode":   {state.ErrRotationMissesNode, api.CodeBadRequest},
 		// Not a refusal of a command: Raft's restore of a snapshot it cannot use.
 		"ErrBadSnapshot": {state.ErrBadSnapshot, api.CodeInternal},
 		// Not a refusal either: the state machine stopped at an entry of a newer

@@ -46,8 +46,9 @@ func TestARotationGoesPastTheEpochHostsReport(t *testing.T) {
 		if err != nil || res.Epoch != 4 || len(res.Keys) != 2 {
 			t.Fatalf("rotate: %+v, %v; want epoch 4, past the 3 n-0 reports", res, err)
 		}
-		if r := rules(d); r != state.RulesRotatePastReported {
-			t.Errorf("the state's rules after the rotation: %d, want %d (stamped)", r, state.RulesRotatePastReported)
+		// Stamped with the newest rules a rotation needs, which include these.
+		if r := rules(d); r != state.RulesRotateSealedToAll {
+			t.Errorf("the state's rules after the rotation: %d, want %d (stamped)", r, state.RulesRotateSealedToAll)
 		}
 		st, _ := d.keyringStatus(api.KeyringStatusRequest{})
 		if st.Epoch != 4 {
@@ -71,8 +72,10 @@ func TestARotationGoesPastTheEpochHostsReport(t *testing.T) {
 		if res, err := d.rotateKey(api.RotateRequest{}); err != nil || res.Epoch != 2 {
 			t.Fatalf("rotate: %+v, %v; want epoch 2", res, err)
 		}
-		if r := rules(d); r >= state.RulesRotatePastReported {
-			t.Errorf("an ordinary rotation was stamped with rules %d", r)
+		// Stamped all the same (every rotation is checked for a copy sealed to
+		// each control node), but with the next epoch.
+		if r := rules(d); r != state.RulesRotateSealedToAll {
+			t.Errorf("an ordinary rotation was stamped with rules %d, want %d", r, state.RulesRotateSealedToAll)
 		}
 	})
 }

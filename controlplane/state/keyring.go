@@ -63,6 +63,13 @@ func (s *State) applyRotate(c *RotateCmd, rules int) Result {
 	if next.Epoch != s.Keyring.Epoch+1 && !past || len(next.Keys) != len(s.Keyring.Keys)+1 || !slices.Equal(next.Keys[:len(s.Keyring.Keys)], s.Keyring.Keys) {
 		return Result{Err: fmt.Errorf("%w: a rotation adds one key to keyring epoch %d, under the next epoch (or a later one, by rules %d)", ErrBadCommand, s.Keyring.Epoch, RulesRotatePastReported)}
 	}
+	if rules >= RulesRotateSealedToAll {
+		for _, cn := range s.ActiveControlNodes() {
+			if _, ok := c.Sealed[cn.ID]; !ok {
+				return Result{Err: fmt.Errorf("%w (%s)", ErrRotationMissesNode, cn.ID)}
+			}
+		}
+	}
 	s.archiveKeyring()
 	s.Keyring = next
 	s.SealedKeys = maps.Clone(c.Sealed)

@@ -41,8 +41,9 @@ import (
 // hosts report (RulesRotatePastReported). 9: a revocation may name the key it
 // revokes (RulesRevokeByKey). 10: revoked nodes' records are forgotten
 // (RulesForgetRevoked). 11: a label change carries the most labels a node may
-// hold, checked as it applies (RulesLabelCap).
-const ApplyRules = 11
+// hold, checked as it applies (RulesLabelCap). 12: a rotation seals the new key to
+// every control node, checked as it applies (RulesRotateSealedToAll).
+const ApplyRules = 12
 
 // Revisions of the rules that changed how a command applies; a command that needs one
 // is stamped with it (Command.Rules), and applied by the rules before it otherwise.
@@ -116,6 +117,12 @@ const (
 	// commit (another operator's, or one a new leader had pending) let a node past
 	// the cap. Older rules ignore Max.
 	RulesLabelCap = 11
+	// RulesRotateSealedToAll: a RotateCmd whose new key is not sealed to every
+	// active control node changes nothing (ErrRotationMissesNode). The leader seals
+	// it to those it looked at; one admitted before the rotation committed (its
+	// commit pending across a leader change, say) held no copy, and after the
+	// retire no key of the keyring. Older rules apply such a rotation.
+	RulesRotateSealedToAll = 12
 )
 
 // Roles a node can hold.
@@ -432,8 +439,11 @@ var (
 	// ErrTooManyLabels: a label change would leave its node with more labels than
 	// its LabelCmd.Max (RulesLabelCap).
 	ErrTooManyLabels = errors.New("too many labels")
-	ErrBadCommand    = errors.New("malformed command")
-	ErrNoTargets     = errors.New("the declaration matches no enrolled, unrevoked node")
+	// ErrRotationMissesNode: a rotation seals its new key to none of a control node's
+	// copies (RulesRotateSealedToAll).
+	ErrRotationMissesNode = errors.New("a control node was admitted after the rotation looked at the control nodes, and the new key is sealed to none of its copies: nothing was changed; run the rotation again")
+	ErrBadCommand         = errors.New("malformed command")
+	ErrNoTargets          = errors.New("the declaration matches no enrolled, unrevoked node")
 	// ErrOutOfVersions: a node's declared version is the last there is (OutOfVersions).
 	ErrOutOfVersions = errors.New("declared the last version there is: the next would wrap around to v0, which the host refuses as older than what it holds (a broken or hostile agent reported that version before reports were bounded); check the machine, revoke the node and enrol it again with a new token (its new key starts its versions over)")
 )
