@@ -87,7 +87,7 @@ func TestSystemdUnitsVerify(t *testing.T) {
 	}
 	copyFile(t, bin.Meshctl, filepath.Join(root, "usr", "bin", "meshctl"), 0o755)
 	copyFile(t, bin.Meshhost, filepath.Join(root, "usr", "bin", "meshhost"), 0o755)
-	for _, tool := range []string{"rm", "mkdir"} { // meshhost-enrol's ExecStartPost, meshhost's ExecStartPre
+	for _, tool := range []string{"rm", "sh", "mkdir"} { // meshhost-enrol's ExecStartPost, meshhost's ExecStartPre
 		path, err := exec.LookPath(tool)
 		if err != nil {
 			t.Fatal(err)

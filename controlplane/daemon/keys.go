@@ -132,7 +132,7 @@ func (d *Daemon) rotateHeld(api.RotateRequest) (api.KeyringResult, error) {
 		if err != nil {
 			return api.KeyringResult{}, err
 		}
-		sealed[m.ID] = state.SealedKey{KeyID: hex.EncodeToString(pub), Blob: blob, Sealer: sender}
+		sealed[m.ID] = state.SealedKey{KeyID: hex.EncodeToString(pub), Blob: blob, Sealer: sender, To: m.CurveKey}
 	}
 	res, err := d.commit(state.Command{Op: state.OpRotate, Rules: rules, Rotate: &state.RotateCmd{
 		Keyring: state.Keyring{Epoch: next.Epoch, Keys: next.Keys, Envelope: env}, Sealed: sealed,

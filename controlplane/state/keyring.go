@@ -12,6 +12,10 @@ type SealedKey struct {
 	KeyID  string `json:"key_id"` // hex public key it belongs to
 	Blob   []byte `json:"blob"`
 	Sealer string `json:"sealer"` // the sender's public curve key
+	// To is the recipient's public curve key (RulesRotateSealedToAll): a copy for a
+	// control node id is its machine's only if the keys match, since another
+	// machine may have been admitted under the id since the rotation looked.
+	To string `json:"to,omitempty"`
 }
 
 // RotateCmd adds a new signing key: the keyring it installs lists the old keys and the
@@ -65,8 +69,8 @@ func (s *State) applyRotate(c *RotateCmd, rules int) Result {
 	}
 	if rules >= RulesRotateSealedToAll {
 		for _, cn := range s.ActiveControlNodes() {
-			if _, ok := c.Sealed[cn.ID]; !ok {
-				return Result{Err: fmt.Errorf("%w (%s)", ErrRotationMissesNode, cn.ID)}
+			if sk, ok := c.Sealed[cn.ID]; !ok || sk.To != cn.CurveKey {
+				return Result{Err: fmt.Errorf("%w: control node %s has no copy of the new key (admitted after the rotation looked at the control nodes); nothing was changed: run the rotation again", ErrRotationMissesNode, cn.ID)}
 			}
 		}
 	}

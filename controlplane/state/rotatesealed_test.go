@@ -32,7 +32,7 @@ func TestARotationSealsItsKeyToEveryControlNode(t *testing.T) {
 	rotate := func(rules int, to ...string) Command {
 		sealed := map[string]SealedKey{}
 		for _, n := range to {
-			sealed[n] = SealedKey{KeyID: "bb22", Blob: []byte("key to " + n), Sealer: "S"}
+			sealed[n] = SealedKey{KeyID: "bb22", Blob: []byte("key to " + n), Sealer: "S", To: "XKEY" + n}
 		}
 		return Command{Op: OpRotate, At: t0, Rules: rules, Rotate: &RotateCmd{Keyring: Keyring{Epoch: 2, Keys: []string{"aa11", "bb22"}, Envelope: json.RawMessage(`{"payloadType":"k2"}`)}, Sealed: sealed}}
 	}
@@ -47,6 +47,15 @@ func TestARotationSealsItsKeyToEveryControlNode(t *testing.T) {
 	}
 	if e := epoch(m); e != 1 {
 		t.Fatalf("the refused rotation changed the keyring: epoch %d", e)
+	}
+	// A copy for cp-2's id sealed to another machine's key (one admitted under the
+	// id since the rotation looked): as none.
+	wrong := rotate(RulesRotateSealedToAll, "cp-1", "cp-2")
+	sk := wrong.Rotate.Sealed["cp-2"]
+	sk.To = "XKEYcp-2-before"
+	wrong.Rotate.Sealed["cp-2"] = sk
+	if r := m.apply(wrong); !errors.Is(r.Err, ErrRotationMissesNode) {
+		t.Fatalf("a copy for cp-2 sealed to another machine's key: %v, want ErrRotationMissesNode", r.Err)
 	}
 	m.must(rotate(RulesRotateSealedToAll, "cp-1", "cp-2")) // cp-3, removed, needs none
 

@@ -166,7 +166,7 @@ func TestASnapshotIsTheStateAsItWasTaken(t *testing.T) {
 	}
 	m.must(Command{Op: OpDeclare, At: t0, Rules: R, Request: "req-1", Declare: &DeclareCmd{Selector: Selector{All: true}, Body: json.RawMessage(`{"files":[{"path":"x","content":"1"}]}`)}})
 	m.must(Command{Op: OpRotate, At: t0, Rules: R, Rotate: &RotateCmd{Keyring: Keyring{Epoch: 2, Keys: []string{"aa11", "bb22"}, Envelope: json.RawMessage(`{"payloadType":"k2"}`)},
-		Sealed: map[string]SealedKey{"cp-1": {KeyID: "bb22", Blob: []byte("key to cp-1"), Sealer: "S"}}}})
+		Sealed: map[string]SealedKey{"cp-1": {KeyID: "bb22", Blob: []byte("key to cp-1"), Sealer: "S", To: "XKEYcp-1"}}}})
 	for _, n := range []string{"cp-2", "cp-3", "cp-4"} {
 		m.must(Command{Op: OpCreateToken, At: t0, Rules: R, CreateToken: &CreateTokenCmd{ID: "tok-" + n, Node: n, Role: RoleControl, TTL: time.Hour,
 			Control:  &ControlAddrs{Broker: "10.0.0.2:7300", Raft: "10.0.0.2:7301", Cluster: "10.0.0.2:7302", Operator: "OP-" + n},

@@ -441,7 +441,7 @@ var (
 	ErrTooManyLabels = errors.New("too many labels")
 	// ErrRotationMissesNode: a rotation seals its new key to none of a control node's
 	// copies (RulesRotateSealedToAll).
-	ErrRotationMissesNode = errors.New("a control node was admitted after the rotation looked at the control nodes, and the new key is sealed to none of its copies: nothing was changed; run the rotation again")
+	ErrRotationMissesNode = errors.New("the rotation does not seal its new key to every active control node")
 	ErrBadCommand         = errors.New("malformed command")
 	ErrNoTargets          = errors.New("the declaration matches no enrolled, unrevoked node")
 	// ErrOutOfVersions: a node's declared version is the last there is (OutOfVersions).

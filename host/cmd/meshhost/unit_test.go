@@ -53,7 +53,7 @@ func TestUnitMatchesExitCodes(t *testing.T) {
 	if got := unitValues(t, unit, "ReadWritePaths"); !slices.Equal(got, []string{"/var/lib/meshhost", "-/srv/mesh"}) {
 		t.Errorf("ReadWritePaths=%v", got)
 	}
-	if got := strings.Join(unitValues(t, unit, "ExecStartPre"), " "); got != "-+/bin/mkdir -m 0755 /srv/mesh" {
+	if got := strings.Join(unitValues(t, unit, "ExecStartPre"), " "); got != "-+/bin/sh -c 'test -d /srv/mesh || exec /bin/mkdir -m 0755 /srv/mesh'" {
 		t.Errorf("ExecStartPre=%v, want the managed root made, and no directory above it", got)
 	}
 	if exec := strings.Join(unitValues(t, unit, "ExecStart"), " "); !strings.Contains(exec, "--state /var/lib/meshhost --root /srv/mesh") {
