@@ -75,7 +75,7 @@ type observing struct{ broker.Authenticator }
 func (o observing) Authenticate(c broker.Client) (broker.Grant, error) {
 	switch c.Token {
 	case observerToken:
-		return broker.Grant{User: "test-observer", Account: broker.AccountHosts, Subscribe: []string{"mesh.node.*.decl", "_INBOX.>"}}, nil
+		return broker.Grant{User: "test-observer", Account: broker.AccountHosts, Subscribe: []string{"mesh.node.*.decl", "_INBOX.>", "mesh.enrol.>"}}, nil
 	case operatorToken:
 		return authn.OperatorGrant("test"), nil
 	}

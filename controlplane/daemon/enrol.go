@@ -311,7 +311,9 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 		d.metrics.enrolments.WithLabelValues(enrolledControl).Inc()
 		return resp
 	}
-	return answer(d.enrolAnswer(req, res.Node.Role, now, false))
+	// Repeated: the same enrolment sent again while its first sending was being
+	// committed (a host sends it again when unanswered), recorded once.
+	return answer(d.enrolAnswer(req, res.Node.Role, now, res.Repeated))
 }
 
 // tokenOf returns the id of the token an enrolment request presents: a client since

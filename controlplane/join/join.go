@@ -48,6 +48,7 @@ import (
 	"mesh/declarations"
 	"mesh/host/busyaddr"
 	"mesh/host/jsonkeys"
+	"mesh/host/resend"
 	"mesh/tokenfmt"
 )
 
@@ -787,7 +788,11 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 			PublicKey: pub, KeyProof: base64.StdEncoding.EncodeToString(proof),
 			CAPin: hex.EncodeToString(r.tok.CAPin[:]), SigningKey: hex.EncodeToString(r.tok.SigningKey),
 			Agent: "meshctl join", CurveKey: curve, Rules: state.ApplyRules})
-		msg, err := operator.Request(nc, api.EnrolKeySubject(r.tok.Node, pub), req, 20*time.Second, operator.DefaultLeaderWait)
+		// Sent again when unanswered (a leader that stopped leading as it came, or
+		// a control node cut off, took it): the earlier sendings' answers are heard
+		// too, and a refusal one of them may still overtake is held (admitSettles).
+		a, err := resend.Send(ctx, nc, resend.Request{Subject: api.EnrolKeySubject(r.tok.Node, pub), Data: req,
+			Timeout: admissionTimeout, Resend: admissionResend, Settles: admitSettles})
 		if ctx.Err() != nil {
 			return resp, "", r.interrupted(ctx, "waiting for the mesh to admit "+r.tok.Node, "")
 		}
@@ -797,6 +802,7 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 		if err != nil {
 			return resp, "", fmt.Errorf("%w to the join request (%v); run join again with the same token", operator.ErrNoAnswer, err)
 		}
+		msg := a.Msg
 		if err := json.Unmarshal(msg.Data, &resp); err != nil {
 			return resp, "", fmt.Errorf("%w: %v", ErrBadAnswer, err)
 		}
@@ -804,7 +810,7 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 			if resp.Error == nil {
 				return resp, "", fmt.Errorf("%w: a refusal without a reason", ErrBadAnswer)
 			}
-			return resp, "", answerError(resp.Error)
+			return resp, "", refusalError(resp.Error, a.Unanswered > 0 && !admitSettles(msg.Data))
 		}
 		if resp.Control == nil || resp.Mesh != r.tok.Mesh || resp.Node != r.tok.Node {
 			return resp, "", fmt.Errorf("%w: the answer is not a control admission for %s", ErrBadAnswer, r.tok.Node)
@@ -831,6 +837,44 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 		return resp, "", pki.ErrPinMismatch
 	}
 	return resp, "", fmt.Errorf("%w: no broker of the mesh could be reached (%s); retrying may help", operator.ErrUnreachable, strings.Join(errs, "; "))
+}
+
+// admissionTimeout bounds the wait for the mesh's answer to a join (a leader
+// election within it); admissionResend is how long one sending goes unanswered
+// before the request is sent again.
+const (
+	admissionTimeout = 20 * time.Second
+	admissionResend  = 5 * time.Second
+)
+
+// admitSettles reports whether an answer to an admission is taken while an earlier
+// sending is unanswered: an admission is, and a refusal no sending still under way
+// can overtake. Not unavailable, internal or disk_full (this sending found no
+// leader, or could not be committed or confirmed) nor token_expired (it came after
+// the token's hour to a leader that had not yet applied the earlier sending's
+// admission, made within it).
+func admitSettles(data []byte) bool {
+	var resp api.EnrolResponse
+	if err := json.Unmarshal(data, &resp); err != nil || resp.OK || resp.Error == nil {
+		return true
+	}
+	switch resp.Error.Code {
+	case api.CodeUnavailable, api.CodeInternal, api.CodeDiskFull, api.CodeTokenExpired:
+		return false
+	}
+	return true
+}
+
+// refusalError is the error of the mesh's refusal e of an admission (answerError);
+// overtakable says an earlier sending of the request went unanswered and may still
+// have admitted this node, so that the refusal is not final: ErrUnavailable, the
+// keys kept for the run again.
+func refusalError(e *api.Error, overtakable bool) error {
+	if overtakable {
+		return fmt.Errorf("%w (%s): %w; but the request was sent again after going unanswered, and the mesh may have admitted this node by an earlier sending: run the join again with the same token, which presents the same keys and is answered from the mesh's records if it did",
+			ErrUnavailable, e.Code, e)
+	}
+	return answerError(e)
 }
 
 // answerError is the error of the mesh's refusal e of an admission, e kept for

@@ -418,3 +418,40 @@ func TestOnlyATokenSpentDropsTheJoinsKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestARefusalAfterAnUnansweredSendingKeepsTheJoinsKeys: the join request went
+// unanswered and was sent again (a leader that stopped as it came took it), and the
+// second sending was refused in a way the first, perhaps being committed, can
+// overtake (token_expired from a leader that had not yet applied it; unavailable).
+// That refusal is not final: ErrUnavailable, the keys kept, the same token advised.
+// A refusal no sending can overtake stays what it was.
+func TestARefusalAfterAnUnansweredSendingKeepsTheJoinsKeys(t *testing.T) {
+	for code, settles := range map[string]bool{
+		api.CodeTokenExpired: false, api.CodeUnavailable: false, api.CodeInternal: false, api.CodeDiskFull: false,
+		api.CodeTokenUsed: true, api.CodeTokenCancelled: true, api.CodeNodeExists: true, api.CodeOlderControlNode: true,
+	} {
+		data, _ := json.Marshal(api.EnrolResponse{V: api.ProtocolVersion, Error: &api.Error{Code: code, Message: "m"}})
+		if admitSettles(data) != settles {
+			t.Errorf("%s: settles %t, want %t", code, admitSettles(data), settles)
+		}
+	}
+	if data, _ := json.Marshal(api.EnrolResponse{V: api.ProtocolVersion, OK: true}); !admitSettles(data) {
+		t.Error("an admission does not settle")
+	}
+	d := datadir.Dir(t.TempDir())
+	write(t, d.Path(pendingFile), "{}")
+	var out strings.Builder
+	r := &run{o: Options{Dir: d, Out: &out}}
+	err := r.dropSpentKeys(refusalError(&api.Error{Code: api.CodeTokenExpired, Message: "m"}, true))
+	var ae *api.Error
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrRefused) || !errors.As(err, &ae) || ae.Code != api.CodeTokenExpired ||
+		!strings.Contains(err.Error(), "run the join again with the same token") {
+		t.Fatalf("got %v, want it not final, the mesh's error in its chain", err)
+	}
+	if _, serr := os.Stat(d.Path(pendingFile)); serr != nil || strings.Contains(out.String(), "for good") {
+		t.Fatalf("the keys an earlier sending may have admitted were dropped (%v):\n%s", serr, out.String())
+	}
+	if err := refusalError(&api.Error{Code: api.CodeTokenExpired, Message: "m"}, false); !tokenSpent(err) {
+		t.Fatalf("sent once, token_expired spends the token: %v", err)
+	}
+}

@@ -296,8 +296,9 @@ type Result struct {
 	Revoked      []Node // the nodes a RevokeCmd revoked, in its order
 	// Forgotten are the nodes a ForgetCmd forgot, in its order.
 	Forgotten []string
-	// Repeated is set when a CreateTokenCmd or a control node's admission repeated
-	// one already applied: nothing changed (Token is the token made then); when a
+	// Repeated is set when a CreateTokenCmd, an enrolment or a control node's
+	// admission repeated one already applied: nothing changed (Token is the token
+	// made then, Node the node enrolled then); when a
 	// ControlServingCmd names a node listed already; or when
 	// the command carried a request id already on record (Request is its record).
 	Repeated bool
@@ -705,7 +706,7 @@ func (s *State) applyEnrol(at time.Time, c *EnrolCmd, rules int) Result {
 		if !ok || n.PublicKey != c.PublicKey {
 			return Result{Err: ErrTokenUsed}
 		}
-		return Result{Node: n.copy()}
+		return Result{Node: n.copy(), Repeated: true}
 	}
 	t.UsedAt = at
 	t.UsedKey = c.PublicKey

@@ -37,6 +37,7 @@ import (
 	"mesh/host/identity"
 	"mesh/host/link"
 	"mesh/host/pintls"
+	"mesh/host/resend"
 	"mesh/host/state"
 	"mesh/host/statedir"
 	"mesh/host/token"
@@ -76,6 +77,9 @@ type Options struct {
 	// DialTimeout bounds each connection attempt; RequestTimeout the enrolment reply.
 	DialTimeout    time.Duration
 	RequestTimeout time.Duration
+	// Resend is how long the request goes unanswered before it is sent again,
+	// within RequestTimeout; zero means 5 s.
+	Resend time.Duration
 	// Agent is what the request names the agent (Agent(version)); "" names none.
 	// The mesh keeps only NAME/VERSION of at most 64 bytes of letters, digits
 	// and . _ + - (controlplane/api.ValidAgent).
@@ -177,6 +181,10 @@ func subjectsText(s wire.Subjects) string {
 type RefusedError struct {
 	Code    string
 	Message string
+	// EarlierUnanswered: the request was sent more than once and a sending the
+	// refusal does not answer went unanswered; the mesh may have enrolled this
+	// machine's key by it, so the refusal is not final (Retryable).
+	EarlierUnanswered bool
 }
 
 func (e *RefusedError) Error() string {
@@ -209,6 +217,12 @@ func (e *RefusedError) Error() string {
 		}
 	}
 	msg := fmt.Sprintf("%s (%s): %s", ErrRefused, e.Code, message)
+	if e.EarlierUnanswered && !e.retryableCode() {
+		// The usual advice (a new token) would leave an enrolment the earlier
+		// sending may have made: the same token and key are answered from the
+		// mesh's records if it did.
+		return msg + "; but the request was sent again after going unanswered, and the mesh may have enrolled this machine's key by an earlier sending: run enrol again with the same token, which presents the same key and is answered from the mesh's records if it did (for a day after the token expires); if it is refused again, ask the operator for a new token"
+	}
 	if advice != "" {
 		msg += "; " + advice
 	}
@@ -221,8 +235,13 @@ func (e *RefusedError) Unwrap() error { return ErrRefused }
 // the mesh could not take the enrolment now (unavailable), or failed to answer one
 // it may have committed (internal), which a repeat with the same token and key is
 // answered from the state, or its broker refused the login (login_refused), which
-// it does for a moment as well as for good.
+// it does for a moment as well as for good; or the refusal came while an earlier
+// sending of the request, which may have enrolled the key, went unanswered.
 func (e *RefusedError) Retryable() bool {
+	return e.retryableCode() || e.EarlierUnanswered
+}
+
+func (e *RefusedError) retryableCode() bool {
 	return e.Code == wire.CodeUnavailable || e.Code == wire.CodeInternal || e.Code == CodeLoginRefused
 }
 
@@ -319,6 +338,9 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	}
 	if o.RequestTimeout == 0 {
 		o.RequestTimeout = 20 * time.Second
+	}
+	if o.Resend == 0 {
+		o.Resend = 5 * time.Second
 	}
 	r := &run{o: o, out: o.Out}
 
@@ -723,7 +745,8 @@ func (r *run) request(ctx context.Context, nc *nats.Conn, kp *identity.KeyPair, 
 		SigningKey: hex.EncodeToString(r.tok.SigningKey),
 		Agent:      r.o.Agent,
 	})
-	msg, err := requestServed(ctx, nc, wire.EnrolKeySubject(r.tok.Node, pub), req, r.o.RequestTimeout)
+	a, err := resend.Send(ctx, nc, resend.Request{Subject: wire.EnrolKeySubject(r.tok.Node, pub), Data: req,
+		Timeout: r.o.RequestTimeout, Resend: r.o.Resend, Settles: enrolSettles})
 	if ctx.Err() != nil {
 		return wire.EnrolResponse{}, interrupted(ctx, "waiting for the mesh's answer")
 	}
@@ -734,7 +757,7 @@ func (r *run) request(ctx context.Context, nc *nats.Conn, kp *identity.KeyPair, 
 		// Not "no broker could be reached": one was, and took the request.
 		return wire.EnrolResponse{}, fmt.Errorf("%w (%w): it was sent, and the mesh may have enrolled this machine's key; run enrol again with the same token, which presents the same key (the pending one in %s), and is answered from the mesh's records if it did", ErrNoAnswer, err, identity.PendingPath(r.o.StateDir))
 	}
-	resp, err := wire.DecodeReply[wire.EnrolResponse](msg.Data)
+	resp, err := wire.DecodeReply[wire.EnrolResponse](a.Msg.Data)
 	if err != nil {
 		return resp, fmt.Errorf("%w: %v", ErrBadAnswer, err)
 	}
@@ -742,31 +765,28 @@ func (r *run) request(ctx context.Context, nc *nats.Conn, kp *identity.KeyPair, 
 		if resp.Error == nil {
 			return resp, fmt.Errorf("%w: a refusal without a reason", ErrBadAnswer)
 		}
-		return resp, &RefusedError{Code: resp.Error.Code, Message: resp.Error.Message}
+		return resp, &RefusedError{Code: resp.Error.Code, Message: resp.Error.Message, EarlierUnanswered: a.Unanswered > 0 && !enrolSettles(a.Msg.Data)}
 	}
 	return resp, nil
 }
 
-// requestServed sends a request and waits up to timeout for an answer. While no
-// control node serves the subject (a leader election, a control plane still
-// starting) the broker answers "no responders": nothing received the request, so it
-// is sent again, within the same timeout.
-func requestServed(ctx context.Context, nc *nats.Conn, subject string, data []byte, timeout time.Duration) (*nats.Msg, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	pause := 50 * time.Millisecond
-	for {
-		msg, err := nc.RequestWithContext(ctx, subject, data)
-		if !errors.Is(err, nats.ErrNoResponders) {
-			return msg, err
-		}
-		select {
-		case <-ctx.Done():
-			return msg, err
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, time.Second)
+// enrolSettles reports whether an enrolment answer is taken while an earlier sending
+// of the request is unanswered: an acceptance is, and a refusal no sending still
+// under way can overtake. Not these, each of which the earlier sending, taken by a
+// control node and still being committed, can turn into an enrolment: unavailable
+// and internal (this sending found no leader, or a commit it could not confirm), and
+// token_expired (this sending came after the token's hour, to a leader that had not
+// yet applied the earlier sending's enrolment, made within it).
+func enrolSettles(data []byte) bool {
+	resp, err := wire.DecodeReply[wire.EnrolResponse](data)
+	if err != nil || resp.OK || resp.Error == nil {
+		return true
 	}
+	switch resp.Error.Code {
+	case wire.CodeUnavailable, wire.CodeInternal, wire.CodeTokenExpired:
+		return false
+	}
+	return true
 }
 
 // answer is what the mesh's enrolment reply gave, verified.

@@ -1,0 +1,119 @@
+package daemon
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"mesh/controlplane/operator"
+	"mesh/controlplane/state"
+	"mesh/host/enrol"
+	"mesh/host/identity"
+	"mesh/tokenfmt"
+)
+
+// TestAnEnrolmentTakenByALeaderThatStoppedIsSentAgain: a leader that stops leading
+// drops the enrolment requests its subscription held, and a control node cut off
+// takes requests its broker still routes to it; the host waited its whole timeout
+// and failed (seen in TestMinorityPartition). Here the request is taken by a
+// member of the control plane's queue that drops it and hands the queue back, as a
+// leader stepping down and a new one stepping up would. The real agent's
+// enrolment, through the real broker over pinned TLS, sends it again unanswered and
+// is admitted by the control node serving.
+func TestAnEnrolmentTakenByALeaderThatStoppedIsSentAgain(t *testing.T) {
+	// Run, not only opened: its broker's TLS and its leadership are the real ones.
+	d, _ := runDaemon(t, Options{Dir: bootstrapped(t, "resend"), wrapAuth: withObserver, ReadyTimeout: 20 * time.Second})
+	waitFor(t, 20*time.Second, "the control node serves", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return len(d.subs) > 0
+	})
+	nc := servedToOperators(t, d)
+	tok, err := operator.NewClient(nc, 0).MintToken("web-1", tokenfmt.RoleWorker, time.Hour, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.stopAPI()
+	obs, err := nats.Connect("", nats.InProcessServer(d.broker.InProcess()), nats.Token(observerToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(obs.Close)
+	var (
+		taken atomic.Int32
+		once  sync.Once
+		sub   *nats.Subscription
+	)
+	sub, err = obs.QueueSubscribe("mesh.enrol.>", queueGroup, func(*nats.Msg) {
+		taken.Add(1)
+		once.Do(func() {
+			go func() {
+				if err := d.serveAPI(); err != nil {
+					t.Error(err)
+				}
+				_ = sub.Unsubscribe()
+			}()
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := obs.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir() + "/state"
+	res, err := enrol.Enrol(t.Context(), enrol.Options{StateDir: dir, Token: tok.Encode(), RequestTimeout: 10 * time.Second, Resend: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("enrol: %v", err)
+	}
+	if taken.Load() != 1 {
+		t.Fatalf("the stopped leader took %d request(s), want the first", taken.Load())
+	}
+	id, err := identity.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var key string
+	d.fsm.Read(func(s *state.State) {
+		if n, ok := s.Nodes["web-1"]; ok {
+			key = n.PublicKey
+		}
+	})
+	if key == "" || key != id.PublicKey || res.Identity.PublicKey != key {
+		t.Fatalf("the mesh holds web-1 under %q, the host's key is %q", key, id.PublicKey)
+	}
+}
+
+// TestAnEnrolmentSentTwiceAtOnceIsRecordedOnce: the host's second sending can come
+// while the first is being committed; both are answered, and the enrolment is
+// counted and logged once.
+func TestAnEnrolmentSentTwiceAtOnceIsRecordedOnce(t *testing.T) {
+	d := fleet(t, 0)
+	e := newEnrolling(t, d, "web-1")
+	req := e.request()
+	enrolments := func() float64 {
+		return gathered(t, d)["mesh_control_enrolments_total"]["kind="+enrolledHost]
+	}
+	before := enrolments()
+	var wg sync.WaitGroup
+	resps := make([]bool, 4)
+	for i := range resps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resps[i] = d.enrol("web-1", req).OK
+		}()
+	}
+	wg.Wait()
+	for i, ok := range resps {
+		if !ok {
+			t.Fatalf("sending %d refused", i)
+		}
+	}
+	if got := enrolments() - before; got != 1 {
+		t.Fatalf("the enrolment was counted %v times, want once", got)
+	}
+}
