@@ -41,14 +41,15 @@ const (
 func AdminOps() []string {
 	return []string{OpPing, OpTokenCreate, OpTokenList, OpTokenCancel, OpDeclare, OpProgress, OpNodes, OpRevoke, OpLabel,
 		OpControlAdd, OpControlConfirm, OpControlAbort, OpControlRemove,
-		OpSigningKeyRotate, OpSigningKeyStatus, OpSigningKeyRetire}
+		OpSigningKeyRotate, OpSigningKeyStatus, OpSigningKeyRetire,
+		OpOperatorAdd, OpOperatorList, OpOperatorRevoke}
 }
 
 // ReadOnly reports whether op only reads: it changes nothing, so running it again is
 // always safe, and the control plane serves it beside the changes in flight.
 func ReadOnly(op string) bool {
 	switch op {
-	case OpPing, OpNodes, OpProgress, OpTokenList, OpSigningKeyStatus:
+	case OpPing, OpNodes, OpProgress, OpTokenList, OpSigningKeyStatus, OpOperatorList:
 		return true
 	}
 	return false
@@ -68,9 +69,10 @@ func ReadOnlySubjects() []string {
 
 // Repeatable reports whether the same request for op may be sent again when no answer
 // came: a read, or a token creation, which the control plane answers with the token
-// it already minted for the same secret's hash instead of a second one.
+// it already minted for the same secret's hash instead of a second one, or the
+// record of operator credentials, answered with the record made for the same key.
 func Repeatable(op string) bool {
-	return ReadOnly(op) || op == OpTokenCreate
+	return ReadOnly(op) || op == OpTokenCreate || op == OpOperatorAdd
 }
 
 // KeyringResult describes the keyring a rotation or retirement installed.

@@ -151,6 +151,9 @@ const (
 	// ProgressRequest.Targets (the operator client halves them by itself). A change
 	// was carried out all the same: only its answer is missing.
 	CodeTooLarge = "too_large"
+	// CodeOperatorExists: operator credentials issued under the name are still
+	// valid (state.ErrOperatorExists); nothing was recorded.
+	CodeOperatorExists = "operator_exists"
 )
 
 // Codes a host reports in a status's error besides the verifier's

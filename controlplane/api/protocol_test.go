@@ -531,7 +531,7 @@ func TestSyncRequestHasDeclared(t *testing.T) {
 }
 
 // The lists of operations that run beside changes (reads) and that may be sent again
-// when no answer came (reads and token creation): a change counted in either by
+// when no answer came (reads, token creation, an operator's record): a change counted in either by
 // mistake would run beside other changes, or be carried out twice.
 func TestOpClasses(t *testing.T) {
 	for _, c := range []struct {
@@ -539,8 +539,11 @@ func TestOpClasses(t *testing.T) {
 		is   func(string) bool
 		want []string
 	}{
-		{"read-only", ReadOnly, []string{OpPing, OpTokenList, OpProgress, OpNodes, OpSigningKeyStatus}},
-		{"repeatable", Repeatable, []string{OpPing, OpTokenList, OpProgress, OpNodes, OpSigningKeyStatus, OpTokenCreate}},
+		{"read-only", ReadOnly, []string{OpPing, OpTokenList, OpProgress, OpNodes, OpSigningKeyStatus, OpOperatorList}},
+		// operator.add: the same key's record again is answered with it; not
+		// operator.revoke, which sent again would revoke credentials issued
+		// under the name since.
+		{"repeatable", Repeatable, []string{OpPing, OpTokenList, OpProgress, OpNodes, OpSigningKeyStatus, OpOperatorList, OpTokenCreate, OpOperatorAdd}},
 	} {
 		var got []string
 		for _, op := range AdminOps() {

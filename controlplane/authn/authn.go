@@ -176,6 +176,7 @@ var (
 	ErrRateLimited     = broker.NewRefusal("rate_limited", "too many failed enrolment attempts from this address")
 	ErrUnbound         = broker.NewRefusal("unbound", "the client signed the bare nonce or sent its token's secret, and this broker requires logins bound to the TLS session")
 	ErrBadOperator     = broker.NewRefusal("bad_operator", "operator credentials not issued by this mesh")
+	ErrOperatorRevoked = broker.NewRefusal("operator_revoked", "operator credentials revoked (meshctl operator revoke)")
 	ErrInternalMissing = broker.NewRefusal("bad_internal", "wrong control-plane token or role")
 )
 
@@ -184,7 +185,7 @@ var (
 // increase, and the first unknown key after a restart is the one to hear of).
 func Refusals() []*broker.Refusal {
 	return []*broker.Refusal{ErrNoCredentials, ErrBadSignature, ErrUnknownKey, ErrRevoked, ErrRevokedBusy, ErrRetiredBusy,
-		ErrNodeLoginRate, ErrNodeCooldown, ErrUnknownSecret, ErrNoEnrolKey, ErrBadNode, ErrTokenBusy, ErrRateLimited, ErrUnbound, ErrBadOperator, ErrInternalMissing}
+		ErrNodeLoginRate, ErrNodeCooldown, ErrUnknownSecret, ErrNoEnrolKey, ErrBadNode, ErrTokenBusy, ErrRateLimited, ErrUnbound, ErrBadOperator, ErrOperatorRevoked, ErrInternalMissing}
 }
 
 // Roster is what authentication reads of the replicated state: typed queries that
@@ -192,6 +193,8 @@ func Refusals() []*broker.Refusal {
 type Roster interface {
 	AdminAccount() string
 	OperatorRevoked(key string) (node string, revoked bool)
+	// OperatorRefused: operator credentials issued by name and revoked since.
+	OperatorRefused(key string) bool
 	NodeByKey(key string) (state.NodeAuth, bool)
 	RevokedKey(key string) (node string, revoked bool)
 	TokenByID(id string) (state.TokenAuth, bool)
@@ -467,6 +470,11 @@ func (a *Authenticator) operator(c broker.Client) (broker.Grant, error) {
 	}
 	if err := a.checkLogin(claims.Subject, c, UnboundOperator); err != nil {
 		return broker.Grant{}, err
+	}
+	if a.cfg.Roster.OperatorRefused(claims.Subject) {
+		// At a reload too (c.Recheck): a connection made before the revocation
+		// is closed by it if nothing closed it first.
+		return broker.Grant{}, ErrOperatorRevoked
 	}
 	if node, revoked := a.cfg.Roster.OperatorRevoked(claims.Subject); revoked {
 		now := a.cfg.Now()

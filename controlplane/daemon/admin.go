@@ -159,6 +159,12 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 			result, err = adminCall(op, m.Data, d.keyringStatus)
 		case api.OpSigningKeyRetire:
 			result, err = adminCall(op, m.Data, d.retireKey)
+		case api.OpOperatorAdd:
+			result, err = adminCall(op, m.Data, d.operatorAdd)
+		case api.OpOperatorList:
+			result, err = adminCall(op, m.Data, d.operatorList)
+		case api.OpOperatorRevoke:
+			result, err = adminCall(op, m.Data, d.operatorRevoke)
 		default:
 			// not_found, as every version answered it; said as what it most likely
 			// is, a meshctl newer than this control node (a review).

@@ -787,6 +787,8 @@ func (d *Daemon) applied(c *state.Command, res state.Result) {
 	switch {
 	case c.Op == state.OpRotate || c.Op == state.OpRetire:
 		d.effects.push(effect{kind: effectKeyring})
+	case c.Op == state.OpRevokeOperators:
+		d.effects.push(effect{kind: effectOperatorsRevoked})
 	case c.Op == state.OpRemoveControl && c.RemoveControl != nil:
 		d.effects.push(effect{kind: effectMembership})
 		d.effects.push(effect{kind: effectOperatorsRemoved})

@@ -38,6 +38,9 @@ const (
 	// connections this node's broker holds with its operator credentials are closed
 	// (they log in again with the reads only, decision 0014).
 	effectOperatorsRemoved
+	// effectOperatorsRevoked: operator credentials were revoked by name: the
+	// connections this node's broker holds with them are closed.
+	effectOperatorsRevoked
 )
 
 type effect struct {
@@ -109,6 +112,8 @@ func (d *Daemon) carryOut(e effect) {
 		d.updateClusterPeers()
 	case effectOperatorsRemoved:
 		d.closeRemovedOperators()
+	case effectOperatorsRevoked:
+		d.closeRevokedOperators()
 	case effectTellBrokers:
 		d.tellBrokers("a new leader told hosts the brokers")
 	case effectBrokers:

@@ -92,6 +92,21 @@ func (d *Daemon) closeRemovedOperators() {
 	}
 }
 
+// closeRevokedOperators closes the connections this node's broker holds with
+// operator credentials revoked by name (meshctl operator revoke): nats-server checks
+// credentials at login and at a reload only, and a connection made before keeps
+// every right of the operators' account until something closes it. The login that
+// follows is refused (authn.ErrOperatorRevoked).
+func (d *Daemon) closeRevokedOperators() {
+	n, err := d.broker.KickOperators(d.fsm.OperatorRefused)
+	switch {
+	case err != nil:
+		d.log.Error("the connections of revoked operator credentials could not be listed; they keep an operator's rights until they close (restarting this control node closes them)", "err", err)
+	case n > 0:
+		d.log.Info("closed the connections of revoked operator credentials", "connections", n)
+	}
+}
+
 // warnUnpinned tells the operator, at start, that routes and Raft take any leaf of
 // the mesh CA because a control node has no pin recorded.
 func (d *Daemon) warnUnpinned() {

@@ -50,8 +50,12 @@ func refusalCode(err error) string {
 		return api.CodeNodeRevoked
 	case errors.Is(err, state.ErrKeyMismatch):
 		return api.CodeKeyMismatch
-	case errors.Is(err, state.ErrTooManyLabels), errors.Is(err, state.ErrRotationMissesNode):
+	case errors.Is(err, state.ErrTooManyLabels), errors.Is(err, state.ErrRotationMissesNode), errors.Is(err, state.ErrTooManyOperators):
 		return api.CodeBadRequest
+	case errors.Is(err, state.ErrUnknownOperator):
+		return api.CodeNotFound
+	case errors.Is(err, state.ErrOperatorExists):
+		return api.CodeOperatorExists
 	}
 	return api.CodeInternal
 }

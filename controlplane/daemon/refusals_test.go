@@ -48,6 +48,9 @@ func TestEveryStateRefusalHasItsCode(t *testing.T) {
 		"ErrKeyMismatch":          {state.ErrKeyMismatch, api.CodeKeyMismatch},
 		"ErrTooManyLabels":        {state.ErrTooManyLabels, api.CodeBadRequest},
 		"ErrRotationMissesNode":   {state.ErrRotationMissesNode, api.CodeBadRequest},
+		"ErrOperatorExists":       {state.ErrOperatorExists, api.CodeOperatorExists},
+		"ErrUnknownOperator":      {state.ErrUnknownOperator, api.CodeNotFound},
+		"ErrTooManyOperators":     {state.ErrTooManyOperators, api.CodeBadRequest},
 		// Not a refusal of a command: Raft's restore of a snapshot it cannot use.
 		"ErrBadSnapshot": {state.ErrBadSnapshot, api.CodeInternal},
 		// Not a refusal either: the state machine stopped at an entry of a newer

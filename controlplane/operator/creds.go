@@ -3,6 +3,7 @@ package operator
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/jwt/v2"
 )
@@ -27,4 +28,27 @@ func credsJWT(path string, contents []byte) (string, error) {
 		return "", fmt.Errorf("the credentials file %s %w", path, ErrNoUserJWT)
 	}
 	return text, nil
+}
+
+// ErrCredsExpired means the broker refused operator credentials whose JWT has
+// expired by this machine's clock: new ones are issued where the operator account
+// key is (meshctl operator add).
+var ErrCredsExpired = errors.New("these operator credentials have expired")
+
+// credsExpiry is when the user JWT of the .creds file at path expires (zero: never,
+// or the file cannot be read as one).
+func credsExpiry(path string) time.Time {
+	b, err := readSmall(path)
+	if err != nil {
+		return time.Time{}
+	}
+	text, err := credsJWT(path, b)
+	if err != nil {
+		return time.Time{}
+	}
+	claims, err := jwt.DecodeUserClaims(text)
+	if err != nil || claims.Expires == 0 {
+		return time.Time{}
+	}
+	return time.Unix(claims.Expires, 0)
 }

@@ -43,7 +43,7 @@ var ErrUnreachable = errors.New("cannot reach the control plane")
 var ErrLoginRefused = errors.New("the broker refused these operator credentials (Authorization Violation): " +
 	"either that control node runs a meshctl older than this one, which cannot check its login " +
 	"(during an upgrade, use the older meshctl against it, or upgrade it first: operations.md, Upgrading), " +
-	"or the credentials are not this mesh's (copy admin.creds from one of its control nodes)")
+	"or the credentials are not this mesh's (copy admin.creds from one of its control nodes), or were revoked (meshctl operator list shows those issued by name)")
 
 // ErrNoLeader means the brokers answered but no control node served the request.
 var ErrNoLeader = errors.New("no control node answered: the control plane is not serving (is `meshctl serve` running, and does it have a Raft leader? `meshctl control status` shows which control nodes run, and serve's log why one that runs does not lead: a full disk, a quorum lost)")
@@ -213,6 +213,11 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 			return nil, fmt.Errorf("%w: %w", ErrEndpoint, err)
 		}
 		if errors.Is(err, nats.ErrAuthorization) {
+			if exp := credsExpiry(e.Creds); !exp.IsZero() && time.Now().After(exp) {
+				// Said as what it most likely is: the broker does not say why.
+				return nil, fmt.Errorf("%w: the broker refused them, and they expired at %s by this machine's clock: ask for new ones (meshctl operator add, on the control node holding the operator account key)",
+					ErrCredsExpired, exp.UTC().Format(time.RFC3339))
+			}
 			// Not unreachable in fact, but that is the exit code (3) it has always
 			// had, and the one scripts that wait out an upgrade retry on.
 			return nil, fmt.Errorf("%w at %s: %w", ErrUnreachable, strings.Join(servers, ", "), ErrLoginRefused)

@@ -45,6 +45,9 @@ type Command struct {
 	CancelTokens  *CancelTokensCmd  `json:"cancel_tokens,omitempty"`
 	// Forget is stamped with RulesForgetRevoked, always.
 	Forget *ForgetCmd `json:"forget_revoked,omitempty"`
+	// AddOperator and RevokeOperators are stamped with RulesOperators, always.
+	AddOperator     *AddOperatorCmd     `json:"add_operator,omitempty"`
+	RevokeOperators *RevokeOperatorsCmd `json:"revoke_operators,omitempty"`
 
 	// ControlServing is stamped with RulesBrokersWhenServing, always.
 	ControlServing *ControlServingCmd `json:"control_serving,omitempty"`
@@ -296,6 +299,9 @@ type Result struct {
 	Revoked      []Node // the nodes a RevokeCmd revoked, in its order
 	// Forgotten are the nodes a ForgetCmd forgot, in its order.
 	Forgotten []string
+	// Operators are the operator credentials an AddOperatorCmd recorded or a
+	// RevokeOperatorsCmd revoked.
+	Operators []Operator
 	// Repeated is set when a CreateTokenCmd, an enrolment or a control node's
 	// admission repeated one already applied: nothing changed (Token is the token
 	// made then, Node the node enrolled then); when a
@@ -400,6 +406,10 @@ func (s *State) applyCommand(c *Command) Result {
 		return s.applyCancelTokens(c.At, c.CancelTokens, c.Rules)
 	case c.Op == OpForget && c.Forget != nil && c.Rules >= RulesForgetRevoked:
 		return s.applyForget(c.Forget)
+	case c.Op == OpAddOperator && c.AddOperator != nil && c.Rules >= RulesOperators:
+		return s.applyAddOperator(c.At, c.AddOperator)
+	case c.Op == OpRevokeOperators && c.RevokeOperators != nil && c.Rules >= RulesOperators:
+		return s.applyRevokeOperators(c.At, c.RevokeOperators)
 	case c.Op == OpPurge:
 		return Result{} // purgeTokens ran above
 	}

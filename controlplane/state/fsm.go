@@ -221,6 +221,11 @@ func decodeSnapshot(r io.Reader) (*State, error) {
 			return nil, fmt.Errorf("control node %q is null", id)
 		}
 	}
+	for key, o := range st.Operators {
+		if o == nil {
+			return nil, fmt.Errorf("operator %q is null", key)
+		}
+	}
 	return st, nil
 }
 

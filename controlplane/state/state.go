@@ -42,8 +42,9 @@ import (
 // revokes (RulesRevokeByKey). 10: revoked nodes' records are forgotten
 // (RulesForgetRevoked). 11: a label change carries the most labels a node may
 // hold, checked as it applies (RulesLabelCap). 12: a rotation seals the new key to
-// every control node, checked as it applies (RulesRotateSealedToAll).
-const ApplyRules = 12
+// every control node, checked as it applies (RulesRotateSealedToAll). 13: operator
+// credentials are recorded by name, and revoked (RulesOperators).
+const ApplyRules = 13
 
 // Revisions of the rules that changed how a command applies; a command that needs one
 // is stamped with it (Command.Rules), and applied by the rules before it otherwise.
@@ -123,6 +124,10 @@ const (
 	// commit pending across a leader change, say) held no copy, and after the
 	// retire no key of the keyring. Older rules apply such a rotation.
 	RulesRotateSealedToAll = 12
+	// RulesOperators: AddOperatorCmd records operator credentials issued by name
+	// (State.Operators) and RevokeOperatorsCmd revokes them, refused at login from
+	// then on. Older rules know neither command.
+	RulesOperators = 13
 )
 
 // Roles a node can hold.
@@ -160,6 +165,9 @@ type State struct {
 	// RevokedOperators lists the operator credentials' public keys of removed control
 	// nodes, with the node's id: they may read, never change, the mesh.
 	RevokedOperators map[string]string `json:"revoked_operators,omitempty"`
+	// Operators are the operator credentials issued by name (meshctl operator add),
+	// by their public key: revoked ones are refused at login (RulesOperators).
+	Operators map[string]*Operator `json:"operators,omitempty"`
 	// AdminAccount is the public account nkey that issues operator credentials.
 	AdminAccount string `json:"admin_account"`
 	// ControlNodes are the members of the control plane, by id.
@@ -611,6 +619,13 @@ func (s *State) snapshotCopy() *State {
 	c.RevokedKeys = maps.Clone(s.RevokedKeys)
 	c.Forgotten = maps.Clone(s.Forgotten)
 	c.RevokedOperators = maps.Clone(s.RevokedOperators)
+	if s.Operators != nil {
+		c.Operators = make(map[string]*Operator, len(s.Operators))
+		for k, o := range s.Operators {
+			oc := *o
+			c.Operators[k] = &oc
+		}
+	}
 	c.Requests = maps.Clone(s.Requests)
 	c.ControlNodes = make(map[string]*ControlNode, len(s.ControlNodes))
 	for k, n := range s.ControlNodes {

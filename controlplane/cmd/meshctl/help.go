@@ -59,6 +59,10 @@ func flagError(err error) error {
 	}
 	var ive *pflag.InvalidValueError
 	if errors.As(err, &ive) && ive.GetFlag() != nil && ive.GetFlag().Value.Type() == "duration" {
+		if o, ok := ive.GetFlag().Value.(*onceValue); ok && isDays(o.Value) {
+			// It takes days too, and says so.
+			return usagef("--%s %v", ive.GetFlag().Name, errors.Unwrap(ive))
+		}
 		if _, own := ive.GetFlag().Value.(optionalValue); !own {
 			return usagef("--%s %q: not a duration: give a number and its unit, such as 30s, 5m or 1h", ive.GetFlag().Name, ive.GetValue())
 		}

@@ -50,6 +50,7 @@ import (
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/join"
 	"mesh/controlplane/operator"
+	"mesh/controlplane/operatorcreds"
 	"mesh/controlplane/pki"
 	"mesh/controlplane/replication"
 	"mesh/host/dirlock"
@@ -167,6 +168,7 @@ func commands() []command {
 		joinCommand(),
 		controlCommand(),
 		signingKeyCommand(),
+		operatorCommand(),
 		demoCommand(),
 		completionCommand(),
 		versionCommand(),
@@ -389,7 +391,8 @@ func exitCode(stderr io.Writer, name string, err error) int {
 		errors.Is(err, join.ErrLoginRefused), errors.Is(err, join.ErrClock):
 		return exitUnreachable
 	case errors.Is(err, join.ErrRefused), errors.Is(err, join.ErrToken), errors.Is(err, join.ErrRemoved),
-		errors.Is(err, operator.ErrReadOnly), errors.Is(err, join.ErrNotCAHolder), errors.Is(err, operator.ErrRequestIDRefused):
+		errors.Is(err, operator.ErrReadOnly), errors.Is(err, join.ErrNotCAHolder), errors.Is(err, operator.ErrRequestIDRefused),
+		errors.Is(err, operatorcreds.ErrNoAccountKey), errors.Is(err, operator.ErrCredsExpired):
 		return exitRefused
 	case errors.As(err, &ae):
 		switch ae.Code {

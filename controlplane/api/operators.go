@@ -1,0 +1,93 @@
+package api
+
+import (
+	"fmt"
+	"time"
+)
+
+// Operations on operator credentials issued by name (meshctl operator).
+const (
+	// OpOperatorAdd records credentials `meshctl operator add` issued where the
+	// operator account key is; the mesh keeps their name and public key.
+	OpOperatorAdd = "operator.add"
+	// OpOperatorList lists the recorded credentials.
+	OpOperatorList = "operator.list"
+	// OpOperatorRevoke revokes the credentials issued under names: refused at
+	// login from then on, their open connections closed.
+	OpOperatorRevoke = "operator.revoke"
+)
+
+// OperatorAddRequest records the operator credentials whose user JWT is JWT (its
+// name, user key and expiry; the seed never leaves the machine that issued them).
+type OperatorAddRequest struct {
+	JWT string `json:"jwt"`
+}
+
+// OperatorListRequest has no arguments.
+type OperatorListRequest struct{}
+
+// OperatorRevokeRequest revokes the credentials issued under each of Names.
+type OperatorRevokeRequest struct {
+	Names []string `json:"names"`
+}
+
+// MaxOperatorNames is how many names one revocation names at most.
+const MaxOperatorNames = 64
+
+// OperatorView is a recorded operator credential as operators see it.
+type OperatorView struct {
+	Name      string    `json:"name"`
+	Key       string    `json:"key"`
+	IssuedAt  time.Time `json:"issued_at"`
+	Expires   time.Time `json:"expires"`
+	IssuedBy  string    `json:"issued_by,omitempty"`
+	RevokedAt time.Time `json:"revoked_at,omitzero"`
+	// State is valid, expired or revoked, by the leader's clock.
+	State string `json:"state"`
+}
+
+// States of operator credentials (OperatorView.State).
+const (
+	OperatorValid   = "valid"
+	OperatorExpired = "expired"
+	OperatorRevoked = "revoked"
+)
+
+// OperatorAddResult is the record made (Repeated: made by the same request before).
+type OperatorAddResult struct {
+	Operator OperatorView `json:"operator"`
+	Repeated bool         `json:"repeated,omitempty"`
+}
+
+// OperatorListResult lists the recorded credentials, by name then issue time.
+type OperatorListResult struct {
+	Operators []OperatorView `json:"operators"`
+}
+
+// OperatorRevokeResult lists the credentials the names held, each revoked now or
+// before (its RevokedAt says when).
+type OperatorRevokeResult struct {
+	Revoked []OperatorView `json:"revoked"`
+}
+
+// MaxOperatorNameLen bounds an operator's name.
+const MaxOperatorNameLen = 64
+
+// CheckOperatorName accepts a name for operator credentials: 1 to 64 letters,
+// digits and . _ @ + -, starting with a letter or digit (a person's login or mail
+// address, an automation's name), so that it reads the same in every list, log
+// and JWT.
+func CheckOperatorName(name string) error {
+	if name == "" || len(name) > MaxOperatorNameLen {
+		return fmt.Errorf("operator name %q: 1 to %d characters", CleanText(name, MaxOperatorNameLen), MaxOperatorNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '@' || c == '+' || c == '-'):
+		default:
+			return fmt.Errorf("operator name %q: letters, digits and . _ @ + - only, starting with a letter or digit", CleanText(name, MaxOperatorNameLen))
+		}
+	}
+	return nil
+}

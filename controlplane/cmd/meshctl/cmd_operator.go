@@ -1,0 +1,237 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/operatorcreds"
+)
+
+func operatorCommand() command {
+	return command{
+		name:    "operator",
+		changes: true,
+		usage:   "add NAME --data DIR [--ttl 90d] [--out FILE] [--json]  |  list [--json]  |  revoke NAME... [--json]",
+		summary: `Operator credentials of one's own, by name: expiring, and revoked one by one.
+  add     issues credentials named NAME (a person's login, an automation's name),
+          valid for --ttl (1h to 2y, default 90d), on the control node holding the
+          operator account key (the bootstrap machine's --data); the mesh records
+          the name and public key, and the file --out (default NAME.creds, mode
+          0600, never one that exists) holds the only copy of the seed. Hand it out
+          with ca.pem and the brokers' addresses: meshctl --servers ... --creds
+          NAME.creds --ca ca.pem.
+  list    shows the credentials recorded: valid, expired or revoked.
+  revoke  refuses the credentials issued under each NAME from now on, and closes
+          their open connections on every control node; the name may be issued
+          anew. Revoked credentials stay listed until 90 days after they expire.
+A control node's own admin.creds is not among them: it lasts as long as its node.`,
+		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
+			fs := c.Flags()
+			var cp controlPlaneFlags
+			var asJSON bool
+			var out string
+			ttl := dayDuration(operatorcreds.DefaultTTL)
+			cp.register(c, cio)
+			c.ValidArgs = []cobra.Completion{"add\tissue credentials by name", "list\tthe credentials recorded", "revoke\trevoke credentials by name"}
+			fs.Var(&ttl, "ttl", "add: how long the credentials live, 1h to 2y (a Go duration, or days: 90d)")
+			fs.StringVar(&out, "out", "", "add: the file to write the credentials to, mode 0600; one that exists is refused (default NAME.creds)")
+			fs.BoolVar(&asJSON, "json", false, "print JSON")
+			return func(args []string) error {
+				if len(args) == 0 {
+					return usagef("say add, list or revoke")
+				}
+				action, names := args[0], args[1:]
+				switch action {
+				case "add":
+					if len(names) != 1 {
+						return usagef("operator add takes one NAME")
+					}
+					if err := api.CheckOperatorName(names[0]); err != nil {
+						return usagef("%v", err)
+					}
+				case "list":
+					if len(names) > 0 {
+						return usagef("unexpected argument %q: operator list takes none", names[0])
+					}
+				case "revoke":
+					if len(names) == 0 {
+						return usagef("operator revoke takes the NAMEs to revoke (meshctl operator list shows them)")
+					}
+					if len(names) > api.MaxOperatorNames {
+						return usagef("%d names: at most %d in one revocation", len(names), api.MaxOperatorNames)
+					}
+					for _, n := range names {
+						if err := api.CheckOperatorName(n); err != nil {
+							return usagef("%v", err)
+						}
+					}
+				default:
+					return usagef("unknown operator action %q: say add, list or revoke", action)
+				}
+				if action != "add" && (fs.Changed("ttl") || fs.Changed("out")) {
+					return usagef("--ttl and --out apply to operator add")
+				}
+				switch action {
+				case "add":
+					return operatorAdd(cio, &cp, names[0], time.Duration(ttl), out, asJSON)
+				case "list":
+					var res api.OperatorListResult
+					if err := cp.call(api.OpOperatorList, api.OperatorListRequest{}, &res); err != nil {
+						return err
+					}
+					if asJSON {
+						return writeJSON(cio.stdout, res)
+					}
+					printOperators(cio.stdout, res.Operators)
+					return nil
+				default:
+					var res api.OperatorRevokeResult
+					if err := cp.call(api.OpOperatorRevoke, api.OperatorRevokeRequest{Names: names}, &res); err != nil {
+						return err
+					}
+					if asJSON {
+						return writeJSON(cio.stdout, res)
+					}
+					for _, o := range res.Revoked {
+						fmt.Fprintf(cio.stdout, "revoked %s (key %s…) at %s: refused at login; its open connections are closed\n",
+							o.Name, o.Key[:min(12, len(o.Key))], o.RevokedAt.UTC().Format(time.RFC3339))
+					}
+					return nil
+				}
+			}
+		},
+	}
+}
+
+// operatorAdd issues credentials named name and writes them to out (NAME.creds by
+// default): the file is made beside its name first, mode 0600, and takes the name
+// only once the mesh recorded the credentials; a name that exists is never written
+// over (a second run of the same command line refuses, and the first file, the one
+// copy of that seed, stays).
+func operatorAdd(cio *cliIO, cp *controlPlaneFlags, name string, ttl time.Duration, out string, asJSON bool) error {
+	if cp.dir == "" || cp.remote() {
+		return usagef("operator add runs on the control node that holds the operator account key: --data DIR (the bootstrap machine's)")
+	}
+	if ttl < operatorcreds.MinTTL || ttl > operatorcreds.MaxTTL {
+		return usagef("--ttl %s: must be between %s and %s (the default is %s)", ttl, operatorcreds.MinTTL, operatorcreds.MaxTTL, "90d")
+	}
+	if out == "" {
+		out = name + ".creds"
+	}
+	if _, err := os.Lstat(out); err == nil {
+		return usagef("--out %s exists: nothing was issued; name a new file (the one there may hold the only copy of credentials issued before)", out)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("--out %s: %w; nothing was issued", out, err)
+	}
+	tmp, tmpName, err := privateTemp(out)
+	if err != nil {
+		return fmt.Errorf("--out %s: no file can be made in %s (%w); nothing was issued", out, filepath.Dir(out), err)
+	}
+	defer os.Remove(tmpName) // gone by then once linked; otherwise the seed goes with it
+	opts, err := cp.options()
+	if err != nil {
+		tmp.Close()
+		return err
+	}
+	issued, err := operatorcreds.Issue(datadir.Dir(cp.dir), operatorcreds.Options{Name: name, TTL: ttl, Operator: opts})
+	if err != nil {
+		tmp.Close()
+		return err
+	}
+	_, err = tmp.Write(issued.Creds)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		// Link, not rename: a file made under the name meanwhile is not replaced.
+		err = os.Link(tmpName, out)
+	}
+	if err != nil {
+		return fmt.Errorf("operator credentials %s were recorded, but could not be written to %s (%w): nobody holds their seed; revoke them (meshctl operator revoke %s) and issue them again", name, out, err, name)
+	}
+	if d, err := os.Open(filepath.Dir(out)); err == nil {
+		_ = d.Sync() // the new name survives a crash
+		d.Close()
+	}
+	cio.carriedOut()
+	if asJSON {
+		return writeJSON(cio.stdout, struct {
+			api.OperatorView
+			Out string `json:"out"`
+		}{issued.Record, out})
+	}
+	fmt.Fprintf(cio.stdout, "operator credentials %s written to %s (mode 0600), valid until %s\n"+
+		"hand them over privately, with ca.pem and the brokers' addresses: meshctl nodes --servers ADDR --creds %s --ca ca.pem\n"+
+		"revoke them with: meshctl operator revoke %s\n",
+		name, out, issued.Record.Expires.UTC().Format(time.RFC3339), filepath.Base(out), name)
+	return nil
+}
+
+func printOperators(w io.Writer, ops []api.OperatorView) {
+	if len(ops) == 0 {
+		fmt.Fprintln(w, "no operator credentials are recorded (meshctl operator add issues them; control nodes' admin.creds are not listed)")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSTATE\tISSUED\tEXPIRES\tREVOKED\tKEY")
+	for _, o := range ops {
+		revoked := "-"
+		if !o.RevokedAt.IsZero() {
+			revoked = o.RevokedAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s…\n", api.TerminalText(o.Name), o.State, o.IssuedAt.UTC().Format(time.RFC3339),
+			o.Expires.UTC().Format(time.RFC3339), revoked, o.Key[:min(12, len(o.Key))])
+	}
+	tw.Flush()
+}
+
+// dayDuration is a duration flag that also takes whole days (90d), as credentials'
+// lives are counted.
+type dayDuration time.Duration
+
+func (d *dayDuration) String() string {
+	v := time.Duration(*d)
+	if v > 0 && v%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(v/(24*time.Hour)), 10) + "d"
+	}
+	return v.String()
+}
+
+func (d *dayDuration) Set(s string) error {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 || n > 100*366 {
+			return fmt.Errorf("%q: a whole number of days (90d) or a Go duration (36h)", s)
+		}
+		*d = dayDuration(time.Duration(n) * 24 * time.Hour)
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q: a whole number of days (90d) or a Go duration (36h)", s)
+	}
+	*d = dayDuration(v)
+	return nil
+}
+
+func (d *dayDuration) Type() string { return "duration" }
+
+func isDays(v any) bool {
+	_, ok := v.(*dayDuration)
+	return ok
+}

@@ -1,0 +1,121 @@
+package daemon
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/state"
+)
+
+// MaxOperatorLife is the longest operator credentials the mesh records may live:
+// credentials that never expire outlive whoever holds them.
+const MaxOperatorLife = 2 * 366 * 24 * time.Hour
+
+// operatorAdd records operator credentials issued by name (meshctl operator add): the
+// request carries their user JWT, without its seed, which the leader reads the name,
+// the key and the expiry from, and checks was issued by the mesh's operator account.
+func (d *Daemon) operatorAdd(req api.OperatorAddRequest) (api.OperatorAddResult, error) {
+	var out api.OperatorAddResult
+	claims, err := jwt.DecodeUserClaims(req.JWT)
+	if err != nil {
+		return out, badRequest("the credentials' JWT cannot be read: %v", err)
+	}
+	var account string
+	d.fsm.Read(func(s *state.State) { account = s.AdminAccount })
+	now := d.now().UTC()
+	switch {
+	case claims.Issuer != account || claims.IssuerAccount != "":
+		return out, badRequest("the credentials were not issued by this mesh's operator account key: meshctl operator add issues them on the control node that holds it")
+	case !nkeys.IsValidPublicUserKey(claims.Subject):
+		return out, badRequest("the credentials' subject is not a user key")
+	case claims.Expires == 0:
+		return out, badRequest("the credentials never expire: operator credentials issued by name must (meshctl operator add --ttl)")
+	case time.Unix(claims.Expires, 0).After(now.Add(MaxOperatorLife)):
+		return out, badRequest("the credentials expire %s, more than %s from now by the leader's clock", time.Unix(claims.Expires, 0).UTC().Format(time.RFC3339), MaxOperatorLife)
+	case !time.Unix(claims.Expires, 0).After(now):
+		return out, badRequest("the credentials expired at %s by the leader's clock", time.Unix(claims.Expires, 0).UTC().Format(time.RFC3339))
+	}
+	if err := api.CheckOperatorName(claims.Name); err != nil {
+		return out, badRequest("%v", err)
+	}
+	if older := d.notOnRules(state.RulesOperators); len(older) > 0 {
+		return out, d.olderForOperators(older)
+	}
+	res, err := d.commit(state.Command{Op: state.OpAddOperator, Rules: state.RulesOperators, AddOperator: &state.AddOperatorCmd{
+		Name: claims.Name, Key: claims.Subject, Expires: time.Unix(claims.Expires, 0).UTC(), IssuedBy: d.cfg.Node}})
+	if err != nil {
+		return out, err
+	}
+	if res.Err != nil {
+		return out, &api.Error{Code: refusalCode(res.Err), Message: res.Err.Error()}
+	}
+	out.Operator, out.Repeated = operatorView(res.Operators[0], now), res.Repeated
+	if !res.Repeated {
+		d.log.Info("operator credentials recorded", "name", claims.Name, "key", claims.Subject, "expires", out.Operator.Expires)
+	}
+	return out, nil
+}
+
+// operatorList lists the recorded operator credentials.
+func (d *Daemon) operatorList(api.OperatorListRequest) (api.OperatorListResult, error) {
+	out := api.OperatorListResult{Operators: []api.OperatorView{}}
+	var list []state.Operator
+	d.fsm.Read(func(s *state.State) { list = s.OperatorList() })
+	now := d.now()
+	for _, o := range list {
+		out.Operators = append(out.Operators, operatorView(o, now))
+	}
+	return out, nil
+}
+
+// operatorRevoke revokes the credentials issued under the names: the state refuses
+// them at login from the commit on, and every control node closes the connections
+// its broker holds with them (effectOperatorsRevoked).
+func (d *Daemon) operatorRevoke(req api.OperatorRevokeRequest) (api.OperatorRevokeResult, error) {
+	out := api.OperatorRevokeResult{Revoked: []api.OperatorView{}}
+	if len(req.Names) == 0 || len(req.Names) > api.MaxOperatorNames {
+		return out, badRequest("name 1 to %d operators to revoke", api.MaxOperatorNames)
+	}
+	for _, n := range req.Names {
+		if err := api.CheckOperatorName(n); err != nil {
+			return out, badRequest("%v", err)
+		}
+	}
+	if older := d.notOnRules(state.RulesOperators); len(older) > 0 {
+		return out, d.olderForOperators(older)
+	}
+	res, err := d.commit(state.Command{Op: state.OpRevokeOperators, Rules: state.RulesOperators, RevokeOperators: &state.RevokeOperatorsCmd{Names: req.Names}})
+	if err != nil {
+		return out, err
+	}
+	if res.Err != nil {
+		return out, &api.Error{Code: refusalCode(res.Err), Message: res.Err.Error()}
+	}
+	now := d.now()
+	for _, o := range res.Operators {
+		out.Revoked = append(out.Revoked, operatorView(o, now))
+		d.log.Info("operator credentials revoked", "name", o.Name, "key", o.Key)
+	}
+	return out, nil
+}
+
+func (d *Daemon) olderForOperators(older []string) error {
+	return &api.Error{Code: api.CodeOlderControlNode, Message: fmt.Sprintf(
+		"%s an older meshctl (by its last heartbeat, or it was never heard from), which records no operator credentials by name: nothing was recorded; upgrade every control node first",
+		controlNodesRun(older))}
+}
+
+func operatorView(o state.Operator, now time.Time) api.OperatorView {
+	v := api.OperatorView{Name: o.Name, Key: o.Key, IssuedAt: o.IssuedAt, Expires: o.Expires, IssuedBy: o.IssuedBy, RevokedAt: o.RevokedAt, State: api.OperatorValid}
+	switch {
+	case !o.RevokedAt.IsZero():
+		v.State = api.OperatorRevoked
+	case !now.Before(o.Expires):
+		v.State = api.OperatorExpired
+	}
+	return v
+}

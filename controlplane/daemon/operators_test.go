@@ -1,0 +1,176 @@
+package daemon
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/operator"
+	"mesh/controlplane/operatorcreds"
+	"mesh/controlplane/state"
+)
+
+// operatorJWT is a user JWT named name expiring at exp (0: never), signed by account.
+func operatorJWT(t *testing.T, account nkeys.KeyPair, name string, exp int64) string {
+	t.Helper()
+	user, _ := nkeys.CreateUser()
+	pub, _ := user.PublicKey()
+	claims := jwt.NewUserClaims(pub)
+	claims.Name, claims.Expires = name, exp
+	tok, err := claims.Encode(account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func accountKey(t *testing.T, d *Daemon) nkeys.KeyPair {
+	t.Helper()
+	seed, err := datadir.Dir(d.opts.Dir).ReadFile(datadir.AccountKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := nkeys.FromSeed(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
+}
+
+// TestOperatorCredentialsAreRecordedOnlyAsTheirJWTSays: the control plane reads the
+// name, key and expiry from the credentials' JWT, and records only credentials the
+// mesh's operator account issued, that expire, within MaxOperatorLife, under a name
+// every list and log shows as it is. Nothing else is recorded.
+func TestOperatorCredentialsAreRecordedOnlyAsTheirJWTSays(t *testing.T) {
+	d := fleet(t, 0)
+	account := accountKey(t, d)
+	other, _ := nkeys.CreateAccount()
+	now := d.now()
+	inAMonth := now.Add(30 * 24 * time.Hour).Unix()
+	for name, c := range map[string]struct {
+		jwt  string
+		code string
+	}{
+		"another account's":    {operatorJWT(t, other, "alice", inAMonth), api.CodeBadRequest},
+		"never expiring":       {operatorJWT(t, account, "alice", 0), api.CodeBadRequest},
+		"expired":              {operatorJWT(t, account, "alice", now.Add(-time.Minute).Unix()), api.CodeBadRequest},
+		"living past the cap":  {operatorJWT(t, account, "alice", now.Add(MaxOperatorLife+time.Hour).Unix()), api.CodeBadRequest},
+		"a name with a slash":  {operatorJWT(t, account, "alice/../root", inAMonth), api.CodeBadRequest},
+		"a name with a escape": {operatorJWT(t, account, "al\x1b[2Jice", inAMonth), api.CodeBadRequest},
+		"no JWT":               {"not a jwt", api.CodeBadRequest},
+	} {
+		_, err := d.operatorAdd(api.OperatorAddRequest{JWT: c.jwt})
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Code != c.code {
+			t.Errorf("%s: %v, want %s", name, err, c.code)
+		}
+	}
+	var n int
+	d.fsm.Read(func(s *state.State) { n = len(s.Operators) })
+	if n != 0 {
+		t.Fatalf("%d credentials recorded from refused requests", n)
+	}
+	good := operatorJWT(t, account, "alice", inAMonth)
+	res, err := d.operatorAdd(api.OperatorAddRequest{JWT: good})
+	if err != nil || res.Operator.Name != "alice" || res.Operator.State != api.OperatorValid || res.Operator.Expires.Unix() != inAMonth || res.Repeated {
+		t.Fatalf("recorded: %+v, %v", res, err)
+	}
+	// Sent again (its answer lost): the same record, said to be one.
+	if again, err := d.operatorAdd(api.OperatorAddRequest{JWT: good}); err != nil || !again.Repeated || again.Operator.Key != res.Operator.Key {
+		t.Fatalf("sent again: %+v, %v", again, err)
+	}
+	_, err = d.operatorAdd(api.OperatorAddRequest{JWT: operatorJWT(t, account, "alice", inAMonth)})
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeOperatorExists {
+		t.Fatalf("another credential under alice: %v, want operator_exists", err)
+	}
+	if _, err := d.operatorRevoke(api.OperatorRevokeRequest{Names: []string{"alice", "bob"}}); !errors.As(err, &ae) || ae.Code != api.CodeNotFound {
+		t.Fatalf("revoking bob, never issued: %v, want not_found", err)
+	}
+	rev, err := d.operatorRevoke(api.OperatorRevokeRequest{Names: []string{"alice"}})
+	if err != nil || len(rev.Revoked) != 1 || rev.Revoked[0].State != api.OperatorRevoked {
+		t.Fatalf("revoke: %+v, %v", rev, err)
+	}
+	if !d.fsm.OperatorRefused(res.Operator.Key) {
+		t.Fatal("the revoked key is not refused")
+	}
+	list, _ := d.operatorList(api.OperatorListRequest{})
+	if len(list.Operators) != 1 || list.Operators[0].State != api.OperatorRevoked {
+		t.Fatalf("list: %+v", list)
+	}
+}
+
+// TestOperatorCredentialsWaitForEveryControlNode: a control node on older rules
+// would not know the command (and stop at it): nothing is recorded, and the answer
+// names it.
+func TestOperatorCredentialsWaitForEveryControlNode(t *testing.T) {
+	d := fleet(t, 0)
+	if err := d.raft.AddNonvoter("cp-2", "127.0.0.1:1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	d.ctl.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-2", Raft: api.RaftNonvoter, Rules: state.RulesOperators - 1}, d.now(), 0)
+	_, err := d.operatorAdd(api.OperatorAddRequest{JWT: operatorJWT(t, accountKey(t, d), "alice", d.now().Add(time.Hour).Unix())})
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeOlderControlNode || !strings.Contains(ae.Message, "cp-2") {
+		t.Fatalf("with cp-2 on older rules: %v, want older_control_node naming cp-2", err)
+	}
+	if _, err := d.operatorRevoke(api.OperatorRevokeRequest{Names: []string{"alice"}}); !errors.As(err, &ae) || ae.Code != api.CodeOlderControlNode {
+		t.Fatalf("revoke with cp-2 on older rules: %v, want older_control_node", err)
+	}
+}
+
+// TestExpiredOperatorCredentialsAreSaidToBe: the broker refuses credentials past
+// their JWT's expiry without saying why; meshctl says they expired, not that the
+// control node may be older or the credentials another mesh's.
+func TestExpiredOperatorCredentialsAreSaidToBe(t *testing.T) {
+	d, _ := runDaemon(t, Options{Dir: bootstrapped(t, "expired"), ReadyTimeout: 20 * time.Second})
+	waitFor(t, 20*time.Second, "the control node serves", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return len(d.subs) > 0
+	})
+	user, _ := nkeys.CreateUser()
+	pub, _ := user.PublicKey()
+	seed, _ := user.Seed()
+	claims := jwt.NewUserClaims(pub)
+	claims.Name, claims.Expires = "alice", time.Now().Add(-time.Minute).Unix()
+	tok, err := claims.Encode(accountKey(t, d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, _ := jwt.FormatUserConfig(tok, seed)
+	path := t.TempDir() + "/alice.creds"
+	if err := writeFile(path, creds); err != nil {
+		t.Fatal(err)
+	}
+	e, err := operator.DirEndpoint(datadir.Dir(d.opts.Dir), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Creds = path
+	if _, err := operator.DialEndpoint(e, operator.Options{LeaderWait: -1}); !errors.Is(err, operator.ErrCredsExpired) {
+		t.Fatalf("dial with expired credentials: %v, want ErrCredsExpired", err)
+	}
+	// Issued by operatorcreds, they work.
+	issued, err := operatorcreds.Issue(datadir.Dir(d.opts.Dir), operatorcreds.Options{Name: "bob", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeFile(path, issued.Creds); err != nil {
+		t.Fatal(err)
+	}
+	c, err := operator.DialEndpoint(e, operator.Options{LeaderWait: -1})
+	if err != nil {
+		t.Fatalf("dial with bob's credentials: %v", err)
+	}
+	c.Close()
+}
+
+func writeFile(path string, data []byte) error { return os.WriteFile(path, data, 0o600) }

@@ -1,0 +1,115 @@
+// Package operatorcreds issues operator credentials by name: one person's, or one
+// automation's, each recorded by the mesh (its name and public key, never its
+// seed), expiring, and revocable on its own (meshctl operator revoke) without
+// touching anyone else's. The control nodes' own admin.creds stay what a control
+// node's operator commands use.
+package operatorcreds
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nkeys"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/operator"
+)
+
+// ErrNoAccountKey: the data directory does not hold the operator account key, which
+// signs operator credentials; only the control node holding it issues them.
+var ErrNoAccountKey = errors.New("operator credentials are issued only on the control node holding the operator account key")
+
+// DefaultTTL is how long credentials live unless --ttl says otherwise; MaxTTL the
+// longest (the control plane refuses longer).
+const (
+	DefaultTTL = 90 * 24 * time.Hour
+	MaxTTL     = 2 * 365 * 24 * time.Hour
+	MinTTL     = time.Hour
+)
+
+// Options are what Issue needs besides the data directory.
+type Options struct {
+	Name string
+	TTL  time.Duration
+	Now  func() time.Time
+	// Operator tunes the call that records the credentials.
+	Operator operator.Options
+}
+
+// Issued is a credential issued and recorded.
+type Issued struct {
+	// Creds is the .creds file (user JWT and seed): the only copy of the seed.
+	Creds []byte
+	// Record is the mesh's record of it.
+	Record api.OperatorView
+}
+
+// Issue makes operator credentials named o.Name, valid for o.TTL, signed by the
+// operator account key of dir, and records them through dir's control plane: only
+// recorded credentials are listed and may be revoked by name. Nothing is written:
+// the caller writes Creds where it was told, and if that fails, revokes them.
+func Issue(dir datadir.Dir, o Options) (Issued, error) {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if err := api.CheckOperatorName(o.Name); err != nil {
+		return Issued{}, err
+	}
+	if o.TTL < MinTTL || o.TTL > MaxTTL {
+		return Issued{}, fmt.Errorf("--ttl %s: credentials live %s to %s", o.TTL, MinTTL, MaxTTL)
+	}
+	cfg, err := dir.LoadConfig()
+	if err != nil {
+		return Issued{}, err
+	}
+	if !dir.Exists(datadir.AccountKeyFile) {
+		where := "the machine that ran meshctl bootstrap"
+		if cfg.CAHolder != "" && cfg.CAHolder != cfg.Node {
+			where = cfg.CAHolder + ", unless it was restored elsewhere (meshctl nodes marks the CA holder)"
+		}
+		return Issued{}, fmt.Errorf("%w: this is %s, and its data directory holds no %s; issue them on %s", ErrNoAccountKey, cfg.Node, datadir.AccountKeyFile, where)
+	}
+	if err := dir.CheckKeysPrivate(datadir.AccountKeyFile); err != nil {
+		return Issued{}, err
+	}
+	seed, err := dir.ReadFile(datadir.AccountKeyFile)
+	if err != nil {
+		return Issued{}, err
+	}
+	account, err := nkeys.FromSeed(seed)
+	if err != nil {
+		return Issued{}, fmt.Errorf("%s: %w: %w", datadir.AccountKeyFile, datadir.ErrCorrupt, err)
+	}
+	user, err := nkeys.CreateUser()
+	if err != nil {
+		return Issued{}, err
+	}
+	userPub, _ := user.PublicKey()
+	userSeed, _ := user.Seed()
+	now := o.Now()
+	claims := jwt.NewUserClaims(userPub)
+	claims.Name = o.Name
+	claims.IssuedAt = now.Unix()
+	claims.Expires = now.Add(o.TTL).Unix()
+	token, err := claims.Encode(account)
+	if err != nil {
+		return Issued{}, fmt.Errorf("sign the operator JWT: %w", err)
+	}
+	creds, err := jwt.FormatUserConfig(token, userSeed)
+	if err != nil {
+		return Issued{}, err
+	}
+	c, err := operator.Dial(dir, o.Operator)
+	if err != nil {
+		return Issued{}, err
+	}
+	defer c.Close()
+	var res api.OperatorAddResult
+	if err := c.Call(api.OpOperatorAdd, api.OperatorAddRequest{JWT: token}, &res); err != nil {
+		return Issued{}, err
+	}
+	return Issued{Creds: creds, Record: res.Operator}, nil
+}

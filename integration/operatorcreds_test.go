@@ -1,0 +1,129 @@
+package integration
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"mesh/controlplane/api"
+	"mesh/controlplane/datadir"
+	"mesh/controlplane/operator"
+	"mesh/controlplane/pki"
+	"mesh/integration/harness"
+)
+
+// TestOperatorCredentialsByName: an operator who leaves is an ordinary week. Before,
+// every operator used a copy of some control node's admin.creds, which never
+// expires, and taking one person's access away meant removing that control node.
+// Now each gets credentials of their own (`meshctl operator add`), listed, expiring,
+// and revoked alone: the broker refuses them from the revocation on, on every
+// control node, after a restart too, and the connection they held is closed.
+// Run twice, `add` refuses to write over the first file; a second credential under
+// a name still valid is refused; the name is issued anew once revoked.
+func TestOperatorCredentialsByName(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "opcreds")
+	serve := cp.Serve()
+	dir := t.TempDir()
+	alice := filepath.Join(dir, "alice.creds")
+	ca := filepath.Join(cp.Dir, datadir.CACertFile)
+	asAlice := func(creds string, args ...string) harness.Result {
+		return harness.Run(t, "", nil, bin.Meshctl, append(args, "--servers", cp.Listen, "--creds", creds, "--ca", ca)...)
+	}
+
+	r := cp.Ctl("operator", "add", "alice", "--ttl", "30d", "--out", alice)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "meshctl operator revoke alice") {
+		t.Fatalf("operator add: exit %d\n%s", r.Code, r.Combined())
+	}
+	first, err := os.ReadFile(alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(alice); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("alice.creds mode %v, want 0600", fi.Mode().Perm())
+	}
+	if r := cp.Ctl("operator", "add", "alice", "--out", alice); r.Code != 2 || !strings.Contains(r.Stderr, "exists") {
+		t.Fatalf("add run again over the same file: exit %d, want 2\n%s", r.Code, r.Combined())
+	}
+	if again, _ := os.ReadFile(alice); string(again) != string(first) {
+		t.Fatal("the second run changed the first run's file")
+	}
+	other := filepath.Join(dir, "alice-2.creds")
+	if r := cp.Ctl("operator", "add", "alice", "--out", other); r.Code != 4 || !strings.Contains(r.Stderr, api.CodeOperatorExists) {
+		t.Fatalf("a second credential under alice: exit %d, want 4 operator_exists\n%s", r.Code, r.Combined())
+	}
+	if _, err := os.Stat(other); !os.IsNotExist(err) {
+		t.Fatalf("a refused add left %s behind: %v", other, err)
+	}
+	// No file is left beside it either (the seed of credentials nobody recorded).
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("files in the output directory: %v, want alice.creds alone", entries)
+	}
+
+	if r := asAlice(alice, "nodes"); r.Code != 0 {
+		t.Fatalf("nodes as alice: exit %d\n%s", r.Code, r.Combined())
+	}
+	var list api.OperatorListResult
+	if r := asAlice(alice, "operator", "list", "--json"); r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &list) != nil ||
+		len(list.Operators) != 1 || list.Operators[0].Name != "alice" || list.Operators[0].State != api.OperatorValid ||
+		list.Operators[0].Expires.Sub(time.Now()) < 29*24*time.Hour {
+		t.Fatalf("operator list: exit %d %+v\n%s", r.Code, list, r.Combined())
+	}
+
+	// Alice's session, open as she is revoked.
+	cfg, err := datadir.Dir(cp.Dir).LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin, _ := cfg.Pin()
+	closed := make(chan struct{})
+	nc, err := nats.Connect("tls://"+cp.Listen, append(operator.CredsLogin(alice, pki.PinnedClientConfig(pin), 10*time.Second),
+		nats.NoReconnect(), nats.ClosedHandler(func(*nats.Conn) { close(closed) }))...)
+	if err != nil {
+		t.Fatalf("alice's connection: %v", err)
+	}
+	defer nc.Close()
+
+	if r := cp.Ctl("operator", "revoke", "alice"); r.Code != 0 || !strings.Contains(r.Stdout, "revoked alice") {
+		t.Fatalf("revoke: exit %d\n%s", r.Code, r.Combined())
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("alice's open connection was not closed by the revocation")
+	}
+	r = asAlice(alice, "nodes")
+	if r.Code != 3 || !strings.Contains(r.Stderr, "revoked") {
+		t.Fatalf("nodes as alice, revoked: exit %d, want 3 naming a revocation\n%s", r.Code, r.Combined())
+	}
+	if r := cp.Ctl("operator", "revoke", "alice"); r.Code != 0 {
+		t.Fatalf("revoke run again: exit %d\n%s", r.Code, r.Combined())
+	}
+	if r := cp.Ctl("operator", "revoke", "bob"); r.Code != 4 || !strings.Contains(r.Stderr, "not_found") {
+		t.Fatalf("revoke of a name never issued: exit %d, want 4 not_found\n%s", r.Code, r.Combined())
+	}
+
+	// The name anew, with a new key; the old one stays refused after a restart.
+	if r := cp.Ctl("operator", "add", "alice", "--out", other); r.Code != 0 {
+		t.Fatalf("alice issued anew: exit %d\n%s", r.Code, r.Combined())
+	}
+	serve.Signal(syscall.SIGTERM)
+	if code := serve.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("serve stopped with %d:\n%s", code, serve.Output())
+	}
+	cp.Serve()
+	if r := asAlice(other, "nodes"); r.Code != 0 {
+		t.Fatalf("nodes with alice's new credentials: exit %d\n%s", r.Code, r.Combined())
+	}
+	if r := asAlice(alice, "nodes"); r.Code != 3 {
+		t.Fatalf("alice's revoked credentials after a restart: exit %d, want 3\n%s", r.Code, r.Combined())
+	}
+	if r := cp.Ctl("operator", "list"); r.Code != 0 || strings.Count(r.Stdout, "alice") != 2 || !strings.Contains(r.Stdout, "revoked") {
+		t.Fatalf("operator list: exit %d\n%s", r.Code, r.Combined())
+	}
+}
