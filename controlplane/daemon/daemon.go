@@ -201,6 +201,9 @@ type Daemon struct {
 	// control node admitted in between was otherwise sealed neither copy of the new
 	// key, and after the retire held no key of the keyring (a review).
 	keyringMu sync.Mutex
+	// enrolling holds the enrolments this node is carrying out, by token and key:
+	// the same enrolment sent again meanwhile waits for it (sameEnrolment).
+	enrolling enrolmentsInFlight
 	// autopilotDue wakes autopilotLoop: the leader's heartbeat asks for a round.
 	autopilotDue chan struct{}
 	// resends bounds the log line about what reconcile re-sends, and

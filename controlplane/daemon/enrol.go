@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -206,6 +207,12 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 	if e != nil {
 		return refuse(e.Code, e.Message)
 	}
+	// The same enrolment sent again while this node carries it out (a host sends
+	// it again unanswered, and a commit may take longer than that) waits for it,
+	// and is then answered from the state as a repeat: one commit, not one a
+	// sending, when commits are slow and hosts send again.
+	done := d.enrolling.start(id + " " + req.PublicKey)
+	defer done()
 	// Answer a hopeless request without touching the log, and tell a repeat from a
 	// first enrolment.
 	now := d.now().UTC()
@@ -307,6 +314,10 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 			resp.Keyring = s.Keyring.Envelope
 			resp.Brokers = s.Brokers()
 		})
+		if res.Repeated {
+			d.log.Debug("control node admission repeated", "node", req.Node)
+			return resp
+		}
 		d.log.Info("control node admitted; it joins Raft next", "node", req.Node, "raft", res.Control.Raft)
 		d.metrics.enrolments.WithLabelValues(enrolledControl).Inc()
 		return resp
@@ -415,4 +426,48 @@ func (d *Daemon) checkJoinerRules(rules int) *api.Error {
 	return &api.Error{Code: api.CodeOlderControlNode, Message: fmt.Sprintf(
 		"this meshctl join applies the log by rules older than those the mesh's state was built by (rules %d): it could not follow the log; nothing was admitted and the token is not used: run the join with the meshctl the control nodes run",
 		built)}
+}
+
+// enrolmentsInFlight are the enrolments a control node carries out, by token id and
+// key.
+type enrolmentsInFlight struct {
+	mu sync.Mutex
+	m  map[string]chan struct{}
+}
+
+// enrolmentWait bounds how long the same enrolment sent again waits for the one in
+// flight: a commit's timeout and the wait for a revoked key's connections.
+const enrolmentWait = commitTimeout + revokedCloseWait
+
+// start waits, up to enrolmentWait, for the enrolment key names in flight here to
+// end, then marks it in flight; done ends it.
+func (f *enrolmentsInFlight) start(key string) (done func()) {
+	deadline := time.Now().Add(enrolmentWait)
+	f.mu.Lock()
+	for {
+		ch, busy := f.m[key]
+		if !busy {
+			break
+		}
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-time.After(time.Until(deadline)):
+			// Carried out beside it: the log decides between them.
+			return func() {}
+		}
+		f.mu.Lock()
+	}
+	if f.m == nil {
+		f.m = map[string]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	f.m[key] = ch
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		delete(f.m, key)
+		f.mu.Unlock()
+		close(ch)
+	}
 }

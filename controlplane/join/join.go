@@ -799,6 +799,9 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 		if errors.Is(err, nats.ErrNoResponders) {
 			return resp, "", fmt.Errorf("%w; run join again with the same token", operator.ErrNoLeader)
 		}
+		if errors.Is(err, resend.ErrNotSent) {
+			return resp, "", fmt.Errorf("%w: the connection to %s was lost before the join request could be sent (%w); nothing reached the mesh: run join again with the same token", operator.ErrUnreachable, addr, err)
+		}
 		if err != nil {
 			return resp, "", fmt.Errorf("%w to the join request (%v); run join again with the same token", operator.ErrNoAnswer, err)
 		}
@@ -810,7 +813,7 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 			if resp.Error == nil {
 				return resp, "", fmt.Errorf("%w: a refusal without a reason", ErrBadAnswer)
 			}
-			return resp, "", refusalError(resp.Error, a.Unanswered > 0 && !admitSettles(msg.Data))
+			return resp, "", refusalError(resp.Error, a.Unsettled > 0 && !admitSettles(msg.Data))
 		}
 		if resp.Control == nil || resp.Mesh != r.tok.Mesh || resp.Node != r.tok.Node {
 			return resp, "", fmt.Errorf("%w: the answer is not a control admission for %s", ErrBadAnswer, r.tok.Node)

@@ -181,9 +181,10 @@ func subjectsText(s wire.Subjects) string {
 type RefusedError struct {
 	Code    string
 	Message string
-	// EarlierUnanswered: the request was sent more than once and a sending the
-	// refusal does not answer went unanswered; the mesh may have enrolled this
-	// machine's key by it, so the refusal is not final (Retryable).
+	// EarlierUnanswered: the request was sent more than once, and a sending the
+	// refusal does not answer went unanswered or was answered with what does not
+	// settle it (a commit that could not be confirmed); the mesh may have enrolled
+	// this machine's key by it, so the refusal is not final (Retryable).
 	EarlierUnanswered bool
 }
 
@@ -754,6 +755,9 @@ func (r *run) request(ctx context.Context, nc *nats.Conn, kp *identity.KeyPair, 
 		if errors.Is(err, nats.ErrNoResponders) {
 			return wire.EnrolResponse{}, &RefusedError{Code: wire.CodeUnavailable, Message: "no control node is serving enrolments right now"}
 		}
+		if errors.Is(err, resend.ErrNotSent) {
+			return wire.EnrolResponse{}, fmt.Errorf("%w: the connection was lost before the request could be sent (%w); nothing reached the mesh: run enrol again with the same token", ErrUnreachable, err)
+		}
 		// Not "no broker could be reached": one was, and took the request.
 		return wire.EnrolResponse{}, fmt.Errorf("%w (%w): it was sent, and the mesh may have enrolled this machine's key; run enrol again with the same token, which presents the same key (the pending one in %s), and is answered from the mesh's records if it did", ErrNoAnswer, err, identity.PendingPath(r.o.StateDir))
 	}
@@ -765,7 +769,7 @@ func (r *run) request(ctx context.Context, nc *nats.Conn, kp *identity.KeyPair, 
 		if resp.Error == nil {
 			return resp, fmt.Errorf("%w: a refusal without a reason", ErrBadAnswer)
 		}
-		return resp, &RefusedError{Code: resp.Error.Code, Message: resp.Error.Message, EarlierUnanswered: a.Unanswered > 0 && !enrolSettles(a.Msg.Data)}
+		return resp, &RefusedError{Code: resp.Error.Code, Message: resp.Error.Message, EarlierUnanswered: a.Unsettled > 0 && !enrolSettles(a.Msg.Data)}
 	}
 	return resp, nil
 }

@@ -8,9 +8,10 @@
 // whole timeout for nothing. Sent again, the control node serving now answers. Each
 // sending has a reply subject of its own under one subscription, so the answer of
 // an earlier sending that comes late is taken as much as the latest's; and a
-// refusal an earlier sending still under way may have caused (an enrolment being
-// committed, refused "expired" to its second sending by a leader that has not yet
-// applied it) is held while an earlier sending may still answer.
+// refusal an earlier sending may still overtake (an enrolment being committed,
+// refused "expired" to its second sending by a leader that has not yet applied it)
+// is held while an earlier sending may still answer, and said not to be final when
+// it is the answer.
 package resend
 
 import (
@@ -28,13 +29,16 @@ import (
 type Request struct {
 	Subject string
 	Data    []byte
-	// Timeout bounds the whole wait, every sending within it.
+	// Timeout bounds the whole wait, every sending within it; it must be positive.
 	Timeout time.Duration
-	// Resend is how long the latest sending goes unanswered before the request is
-	// sent again; zero sends it once (and again only after "no responders").
+	// Resend is how long the first sending goes unanswered before the request is
+	// sent again; each wait after is twice the one before (a control plane slow
+	// to commit is not sent more and more of the same). Zero sends it once, and
+	// again only after "no responders".
 	Resend time.Duration
-	// Settles reports whether an answer ends the wait while an earlier sending is
-	// unanswered. One that does not is held, and returned if no other answer
+	// Settles reports whether an answer ends the wait while another sending is
+	// unanswered, and is final: an acceptance, or a refusal no sending still under
+	// way can overtake. One that does not is held, and is the answer if nothing
 	// settles before every sending is answered or the timeout. nil: every answer
 	// settles.
 	Settles func(data []byte) bool
@@ -43,15 +47,24 @@ type Request struct {
 // Answer is the answer taken and how the request fared.
 type Answer struct {
 	Msg *nats.Msg
-	// Sent counts the sendings; Unanswered those unanswered when Msg was taken.
-	// A refusal taken while a sending is unanswered may be overtaken by what that
-	// sending is doing: an enrolment it carries may still be recorded.
-	Sent, Unanswered int
+	// Sent counts the sendings published; Reached those that reached a
+	// subscriber (not answered "no responders").
+	Sent, Reached int
+	// Unsettled counts the other sendings that may still have been carried out
+	// when Msg was taken: unanswered, or answered with what does not settle (a
+	// commit that could not be confirmed). A refusal taken while it is above zero
+	// is not final: what those sendings did may overtake it.
+	Unsettled int
 }
 
-// ErrUnanswered means no sending was answered within the timeout; the request may
-// have been carried out.
-var ErrUnanswered = errors.New("no answer")
+// Errors of Send besides the connection's and ctx's.
+var (
+	// ErrUnanswered: no sending was answered within the timeout; the request may
+	// have been carried out.
+	ErrUnanswered = errors.New("no answer")
+	// ErrNotSent: the request could not be published; nothing reached the broker.
+	ErrNotSent = errors.New("the request could not be sent")
+)
 
 // noRespondersPause is the first wait before a request that reached nobody is sent
 // again; it doubles up to a second.
@@ -61,88 +74,160 @@ const noRespondersPause = 50 * time.Millisecond
 // decides where answers are heard, as for nc.Request. "No responders" for every
 // sending (nothing received the request: an election, a control plane starting)
 // sends it again after a short pause, until the timeout, and is then
-// nats.ErrNoResponders. ctx ending ends the wait with ctx's cause.
+// nats.ErrNoResponders. ctx ending ends the wait with ctx's cause; the connection
+// closing ends it with nats.ErrConnectionClosed.
 func Send(ctx context.Context, nc *nats.Conn, r Request) (Answer, error) {
-	inbox := nc.NewInbox()
+	if r.Timeout <= 0 {
+		return Answer{}, fmt.Errorf("%w: a timeout of %s", ErrNotSent, r.Timeout)
+	}
+	s := &sending{r: r, nc: nc, inbox: nc.NewInbox(), unanswered: map[string]bool{}, settles: r.Settles}
+	if s.settles == nil {
+		s.settles = func([]byte) bool { return true }
+	}
+	closed := nc.StatusChanged(nats.CLOSED)
+	defer nc.RemoveStatusListener(closed)
 	// A channel subscription, not a synchronous one: nats.go's NextMsg turns the
 	// broker's "no responders" into an error that does not say which sending it
 	// answers. Few sendings are made, so the channel never fills.
 	msgs := make(chan *nats.Msg, 64)
-	sub, err := nc.ChanSubscribe(inbox+".*", msgs)
+	sub, err := nc.ChanSubscribe(s.inbox+".*", msgs)
 	if err != nil {
-		return Answer{}, err
+		return Answer{}, fmt.Errorf("%w: %w", ErrNotSent, err)
 	}
 	defer sub.Unsubscribe()
-
+	if err := s.send(); err != nil {
+		return Answer{}, fmt.Errorf("%w: %w", ErrNotSent, err)
+	}
 	deadline := time.NewTimer(r.Timeout)
 	defer deadline.Stop()
-	var (
-		sent        int
-		unanswered  = map[string]bool{}
-		held        *nats.Msg
-		latest      string
-		noResponder bool
-		pause       = noRespondersPause
-	)
-	send := func() error {
-		sent++
-		latest = inbox + "." + strconv.Itoa(sent)
-		unanswered[latest] = true
-		return nc.PublishRequest(r.Subject, latest, r.Data)
-	}
-	if err := send(); err != nil {
-		return Answer{}, err
-	}
-	// next fires when the request is to be sent again: after Resend unanswered, or
-	// after a pause once every sending reached nobody.
-	next := time.NewTimer(never(r.Resend))
+	resend := r.Resend
+	// next fires when the request is to be sent again: after a wait unanswered,
+	// or after a pause once every sending reached nobody.
+	next := time.NewTimer(never(resend))
 	defer next.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return Answer{Sent: sent, Unanswered: len(unanswered)}, context.Cause(ctx)
-		case <-deadline.C:
-			if held != nil {
-				return Answer{Msg: held, Sent: sent, Unanswered: len(unanswered)}, nil
-			}
-			if noResponder && len(unanswered) == 0 {
-				return Answer{Sent: sent}, nats.ErrNoResponders
-			}
-			return Answer{Sent: sent, Unanswered: len(unanswered)}, fmt.Errorf("%w within %s (sent %d time(s))", ErrUnanswered, r.Timeout, sent)
-		case <-next.C:
-			if err := send(); err != nil {
-				return Answer{Sent: sent, Unanswered: len(unanswered)}, err
-			}
-			next.Reset(never(r.Resend))
-		case m := <-msgs:
-			if !unanswered[m.Subject] {
-				continue // a second answer to one sending (a broker's 503 after it)
-			}
-			delete(unanswered, m.Subject)
-			if isNoResponders(m) {
-				noResponder = true
-				if held != nil && len(unanswered) == 0 {
-					return Answer{Msg: held, Sent: sent}, nil
+	pause := noRespondersPause
+	// drain takes up what already arrived: an answer and the deadline (or ctx)
+	// ready together are not left to the select's draw.
+	drain := func() (Answer, bool) {
+		for {
+			select {
+			case m := <-msgs:
+				if a, done, _ := s.take(m); done {
+					return a, true
 				}
-				if m.Subject == latest {
-					// Nobody serves now (an election): sent again shortly,
-					// while an earlier sending may still answer.
-					next.Reset(pause)
-					pause = min(2*pause, time.Second)
-				}
-				continue
-			}
-			if len(unanswered) == 0 || r.Settles == nil || r.Settles(m.Data) {
-				return Answer{Msg: m, Sent: sent, Unanswered: len(unanswered)}, nil
-			}
-			held = m
-			if m.Subject == latest {
-				// A control node serves: sending again would be answered the
-				// same. What is left is the earlier sendings' answers.
-				next.Stop()
+			default:
+				return Answer{}, false
 			}
 		}
 	}
+	for {
+		select {
+		case <-ctx.Done():
+			if a, done := drain(); done {
+				return a, nil
+			}
+			return s.answer(nil), context.Cause(ctx)
+		case <-closed:
+			if a, done := drain(); done {
+				return a, nil
+			}
+			return s.answer(nil), nats.ErrConnectionClosed
+		case <-deadline.C:
+			if a, done := drain(); done {
+				return a, nil
+			}
+			if s.held != nil {
+				return s.answer(s.held), nil
+			}
+			if s.noResponder && len(s.unanswered) == 0 {
+				return s.answer(nil), nats.ErrNoResponders
+			}
+			return s.answer(nil), fmt.Errorf("%w within %s (sent %d time(s), %d reaching a control node)", ErrUnanswered, r.Timeout, s.sent, s.reached())
+		case <-next.C:
+			if err := s.send(); err != nil {
+				return s.answer(nil), err
+			}
+			resend *= 2
+			next.Reset(never(resend))
+		case m := <-msgs:
+			a, done, nobody := s.take(m)
+			if done {
+				return a, nil
+			}
+			if nobody {
+				// Nobody serves now (an election): sent again shortly, while an
+				// earlier sending may still answer.
+				next.Reset(pause)
+				pause = min(2*pause, time.Second)
+			}
+		}
+	}
+}
+
+// sending is what Send knows of its sendings.
+type sending struct {
+	r       Request
+	nc      *nats.Conn
+	inbox   string
+	settles func([]byte) bool
+
+	sent        int
+	unanswered  map[string]bool
+	latest      string
+	noResponder bool
+	nobody      int // sendings answered "no responders"
+	// held is the latest answer that does not settle; heldCount counts them all.
+	held      *nats.Msg
+	heldCount int
+}
+
+func (s *sending) send() error {
+	s.sent++
+	s.latest = s.inbox + "." + strconv.Itoa(s.sent)
+	s.unanswered[s.latest] = true
+	if err := s.nc.PublishRequest(s.r.Subject, s.latest, s.r.Data); err != nil {
+		delete(s.unanswered, s.latest)
+		s.sent--
+		return err
+	}
+	return nil
+}
+
+func (s *sending) reached() int { return s.sent - s.nobody }
+
+// answer is Send's answer with m taken (nil: none).
+func (s *sending) answer(m *nats.Msg) Answer {
+	a := Answer{Msg: m, Sent: s.sent, Reached: s.reached(), Unsettled: len(s.unanswered) + s.heldCount}
+	if m != nil && !s.settles(m.Data) {
+		a.Unsettled-- // m itself
+	}
+	return a
+}
+
+// take takes answer m: done when it is Send's answer; nobody when it said its
+// sending, the latest, reached no subscriber.
+func (s *sending) take(m *nats.Msg) (a Answer, done, nobody bool) {
+	if !s.unanswered[m.Subject] {
+		return Answer{}, false, false // a second answer to one sending (a broker's 503 after it)
+	}
+	delete(s.unanswered, m.Subject)
+	if isNoResponders(m) {
+		s.noResponder = true
+		s.nobody++
+		if s.held != nil && len(s.unanswered) == 0 {
+			return s.answer(s.held), true, false
+		}
+		return Answer{}, false, m.Subject == s.latest
+	}
+	if s.settles(m.Data) {
+		return s.answer(m), true, false
+	}
+	s.held = m
+	s.heldCount++
+	if len(s.unanswered) == 0 {
+		return s.answer(m), true, false
+	}
+	return Answer{}, false, false
 }
 
 // never is d, or as good as never for zero.

@@ -74,7 +74,7 @@ func TestAnAnsweredRequestIsSentOnce(t *testing.T) {
 	nc := broker(t)
 	got := serve(t, nc, "mesh.enrol.web-1", func(int) []byte { return []byte(ok) })
 	a, err := Send(context.Background(), nc, req(5*time.Second, 200*time.Millisecond))
-	if err != nil || string(a.Msg.Data) != ok || a.Sent != 1 || a.Unanswered != 0 || got.Load() != 1 {
+	if err != nil || string(a.Msg.Data) != ok || a.Sent != 1 || a.Unsettled != 0 || got.Load() != 1 {
 		t.Fatalf("%+v, %v after %d received; want ok, sent once", a, err, got.Load())
 	}
 }
@@ -91,11 +91,11 @@ func TestAnUnansweredRequestIsSentAgain(t *testing.T) {
 		return []byte(ok)
 	})
 	a, err := Send(context.Background(), nc, req(5*time.Second, 200*time.Millisecond))
-	if err != nil || string(a.Msg.Data) != ok || a.Sent != 2 || got.Load() != 2 {
-		t.Fatalf("%+v, %v after %d received; want the second sending answered", a, err, got.Load())
+	if err != nil || string(a.Msg.Data) != ok || a.Sent < 2 || int(got.Load()) != a.Sent {
+		t.Fatalf("%+v, %v after %d received; want a later sending answered", a, err, got.Load())
 	}
-	if a.Unanswered != 1 {
-		t.Fatalf("unanswered %d, want the first sending counted", a.Unanswered)
+	if a.Unsettled < 1 {
+		t.Fatalf("unsettled %d, want the first sending counted", a.Unsettled)
 	}
 }
 
@@ -132,29 +132,29 @@ func TestARefusalAnEarlierSendingMayOvertakeIsHeld(t *testing.T) {
 	nc := broker(t)
 	release := make(chan struct{})
 	var got atomic.Int32
+	var once sync.Once
 	if _, err := nc.Subscribe("mesh.enrol.web-1", func(m *nats.Msg) {
 		if got.Add(1) == 1 {
 			go func() { <-release; _ = m.Respond([]byte(ok)) }()
 			return
 		}
 		_ = m.Respond([]byte(refused))
-		time.AfterFunc(300*time.Millisecond, func() { close(release) })
+		time.AfterFunc(300*time.Millisecond, func() { once.Do(func() { close(release) }) })
 	}); err != nil {
 		t.Fatal(err)
 	}
 	a, err := Send(context.Background(), nc, req(5*time.Second, 200*time.Millisecond))
-	if err != nil || string(a.Msg.Data) != ok || a.Sent != 2 || a.Unanswered != 0 {
+	if err != nil || string(a.Msg.Data) != ok || a.Sent < 2 {
 		t.Fatalf("%+v, %v; want the first sending's acceptance over the second's refusal", a, err)
 	}
 }
 
-// TestAHeldRefusalIsTheAnswerAtTheTimeout: the first sending never answers; the
-// second's refusal is the answer once the timeout passes, saying a sending went
-// unanswered, and no third is sent meanwhile (a control node serves, and would
-// answer the same).
+// TestAHeldRefusalIsTheAnswerAtTheTimeout: the first sending never answers; a later
+// one's refusal is the answer once the timeout passes, saying a sending may still
+// have been carried out.
 func TestAHeldRefusalIsTheAnswerAtTheTimeout(t *testing.T) {
 	nc := broker(t)
-	got := serve(t, nc, "mesh.enrol.web-1", func(n int) []byte {
+	serve(t, nc, "mesh.enrol.web-1", func(n int) []byte {
 		if n == 1 {
 			return nil
 		}
@@ -162,14 +162,58 @@ func TestAHeldRefusalIsTheAnswerAtTheTimeout(t *testing.T) {
 	})
 	start := time.Now()
 	a, err := Send(context.Background(), nc, req(time.Second, 200*time.Millisecond))
-	if err != nil || a.Msg == nil || string(a.Msg.Data) != refused || a.Sent != 2 || a.Unanswered != 1 {
-		t.Fatalf("%+v, %v; want the held refusal, one sending unanswered", a, err)
+	if err != nil || a.Msg == nil || string(a.Msg.Data) != refused || a.Sent < 2 || a.Unsettled < 1 {
+		t.Fatalf("%+v, %v; want the held refusal, a sending unsettled", a, err)
 	}
 	if took := time.Since(start); took < 900*time.Millisecond {
 		t.Fatalf("answered after %s, want at the 1 s timeout", took)
 	}
-	if got.Load() != 2 {
-		t.Fatalf("%d sendings received, want 2", got.Load())
+}
+
+// TestAHeldRefusalDoesNotStopTheSendings: "unavailable" is most often a moment (a
+// leader change under the commit): the request is sent again after it, and the
+// acceptance of a later sending is the answer (a review: the first version stopped
+// sending, and failed at the timeout what one more sending carried out).
+func TestAHeldRefusalDoesNotStopTheSendings(t *testing.T) {
+	nc := broker(t)
+	got := serve(t, nc, "mesh.enrol.web-1", func(n int) []byte {
+		switch n {
+		case 1:
+			return nil
+		case 2:
+			return []byte(refused)
+		}
+		return []byte(ok)
+	})
+	a, err := Send(context.Background(), nc, req(5*time.Second, 200*time.Millisecond))
+	if err != nil || string(a.Msg.Data) != ok || got.Load() < 3 {
+		t.Fatalf("%+v, %v after %d sendings; want a third sending's acceptance", a, err, got.Load())
+	}
+}
+
+// TestARefusalAfterAnUnconfirmedAnswerIsNotFinal: the first sending was answered
+// "could not confirm" (its commit may still land), the later ones refused for good
+// by their look: every sending answered, yet the refusal is not final (a review:
+// it was taken as final, and the host deleted the key the first may have enrolled).
+func TestARefusalAfterAnUnconfirmedAnswerIsNotFinal(t *testing.T) {
+	nc := broker(t)
+	release := make(chan struct{})
+	var once sync.Once
+	var got atomic.Int32
+	if _, err := nc.Subscribe("mesh.enrol.web-1", func(m *nats.Msg) {
+		if got.Add(1) == 1 {
+			go func() { <-release; _ = m.Respond([]byte(refused)) }()
+			return
+		}
+		once.Do(func() { close(release) })
+		time.Sleep(100 * time.Millisecond) // after the first's answer
+		_ = m.Respond([]byte(refused))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := Send(context.Background(), nc, req(5*time.Second, 200*time.Millisecond))
+	if err != nil || string(a.Msg.Data) != refused || a.Unsettled < 1 {
+		t.Fatalf("%+v, %v; want the refusal, another sending unsettled", a, err)
 	}
 }
 
@@ -185,7 +229,7 @@ func TestARefusalNoEarlierSendingCanOvertakeIsFinal(t *testing.T) {
 	})
 	start := time.Now()
 	a, err := Send(context.Background(), nc, req(5*time.Second, 200*time.Millisecond))
-	if err != nil || string(a.Msg.Data) != final || a.Unanswered != 1 {
+	if err != nil || string(a.Msg.Data) != final || a.Unsettled != 1 {
 		t.Fatalf("%+v, %v; want the final refusal", a, err)
 	}
 	if took := time.Since(start); took > 2*time.Second {
@@ -198,7 +242,7 @@ func TestTheOnlySendingsRefusalIsFinal(t *testing.T) {
 	nc := broker(t)
 	serve(t, nc, "mesh.enrol.web-1", func(int) []byte { return []byte(refused) })
 	a, err := Send(context.Background(), nc, req(5*time.Second, time.Second))
-	if err != nil || string(a.Msg.Data) != refused || a.Sent != 1 || a.Unanswered != 0 {
+	if err != nil || string(a.Msg.Data) != refused || a.Sent != 1 || a.Unsettled != 0 {
 		t.Fatalf("%+v, %v; want the one sending's refusal", a, err)
 	}
 }
@@ -244,7 +288,7 @@ func TestARequestTakenThenNobodyServesIsUnanswered(t *testing.T) {
 	}
 	nc.Flush()
 	a, err := Send(context.Background(), nc, req(time.Second, 200*time.Millisecond))
-	if !errors.Is(err, ErrUnanswered) || errors.Is(err, nats.ErrNoResponders) || a.Unanswered != 1 || a.Sent < 2 {
+	if !errors.Is(err, ErrUnanswered) || errors.Is(err, nats.ErrNoResponders) || a.Unsettled != 1 || a.Sent < 2 || a.Reached != 1 {
 		t.Fatalf("%+v, %v; want unanswered, the first sending counted", a, err)
 	}
 }
@@ -260,8 +304,9 @@ func TestNeverAnsweredEndsAtTheTimeout(t *testing.T) {
 	if took := time.Since(start); took < 600*time.Millisecond || took > 3*time.Second {
 		t.Fatalf("gave up after %s, want about the 700 ms timeout", took)
 	}
-	if a.Sent < 3 || int(got.Load()) != a.Sent || a.Unanswered != a.Sent {
-		t.Fatalf("%+v, %d received; want one sending every 200 ms, each received and unanswered", a, got.Load())
+	// At 0, 200 and 600 ms (each wait twice the one before).
+	if a.Sent != 3 || int(got.Load()) < a.Sent-1 || a.Unsettled != a.Sent {
+		t.Fatalf("%+v, %d received; want three sendings, each unanswered", a, got.Load())
 	}
 }
 
@@ -308,5 +353,80 @@ func TestAnswersAreHeardUnderTheConnectionsInbox(t *testing.T) {
 	a, err := Send(context.Background(), host, req(5*time.Second, time.Second))
 	if err != nil || string(a.Msg.Data) != ok {
 		t.Fatalf("%+v, %v; want the answer on the host's inbox", a, err)
+	}
+}
+
+// TestAClosedConnectionEndsTheWait: nats.go does not close a channel subscription's
+// channel when the connection closes; the wait ends at once all the same, not at the
+// timeout (a review: 4 s where a request took 300 ms).
+func TestAClosedConnectionEndsTheWait(t *testing.T) {
+	nc := broker(t)
+	serve(t, nc, "mesh.enrol.web-1", func(int) []byte { return nil })
+	time.AfterFunc(200*time.Millisecond, nc.Close)
+	start := time.Now()
+	if _, err := Send(context.Background(), nc, req(5*time.Second, 0)); !errors.Is(err, nats.ErrConnectionClosed) {
+		t.Fatalf("want the connection closed, got %v", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("took %s", took)
+	}
+}
+
+// TestNothingIsSentWithoutATimeout: a zero timeout is refused before anything is
+// published, and a connection closed before the first sending says nothing was sent.
+func TestNothingIsSentWithoutATimeout(t *testing.T) {
+	nc := broker(t)
+	got := serve(t, nc, "mesh.enrol.web-1", func(int) []byte { return []byte(ok) })
+	if _, err := Send(context.Background(), nc, req(0, 0)); !errors.Is(err, ErrNotSent) {
+		t.Fatalf("zero timeout: %v, want ErrNotSent", err)
+	}
+	nc.Flush()
+	if got.Load() != 0 {
+		t.Fatal("a request with a zero timeout was published")
+	}
+	nc.Close()
+	if _, err := Send(context.Background(), nc, req(time.Second, 0)); !errors.Is(err, ErrNotSent) {
+		t.Fatalf("closed connection: %v, want ErrNotSent", err)
+	}
+}
+
+// TestAnAnswerReadyAtTheDeadlineIsTaken: an acceptance already received when the
+// timeout fires is the answer, not the held refusal (a review: the select drew the
+// deadline 13 times in 30).
+func TestAnAnswerReadyAtTheDeadlineIsTaken(t *testing.T) {
+	nc := broker(t)
+	var n atomic.Int32
+	var second *nats.Msg
+	if _, err := nc.Subscribe("mesh.enrol.web-1", func(m *nats.Msg) {
+		switch n.Add(1) {
+		case 1: // taken, never answered
+		case 2:
+			second = m // answered with the third, just before it
+		case 3:
+			_ = second.Respond([]byte(refused))
+			_ = m.Respond([]byte(ok))
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Settles is slow enough that the third sending's acceptance and the
+	// deadline are both ready while the second's refusal is being looked at.
+	r := req(300*time.Millisecond, 10*time.Millisecond)
+	slow := func(data []byte) bool {
+		if string(data) == refused {
+			time.Sleep(500 * time.Millisecond)
+		}
+		return settles(data)
+	}
+	r.Settles = slow
+	for range 5 {
+		n.Store(0)
+		a, err := Send(context.Background(), nc, r)
+		if err != nil || a.Msg == nil {
+			t.Fatalf("%+v, %v", a, err)
+		}
+		if string(a.Msg.Data) == refused && a.Unsettled > 0 {
+			t.Fatalf("the held refusal was taken though an acceptance had come: %+v", a)
+		}
 	}
 }
