@@ -21,6 +21,9 @@ const (
 // name, user key and expiry; the seed never leaves the machine that issued them).
 type OperatorAddRequest struct {
 	JWT string `json:"jwt"`
+	// IssuedBy is the control node whose operator account key signed them (the
+	// record's issued_by; the leader's id when it is no node id).
+	IssuedBy string `json:"issued_by,omitempty"`
 }
 
 // OperatorListRequest has no arguments.

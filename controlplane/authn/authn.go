@@ -161,23 +161,24 @@ const (
 // another TLS session (a relay's) is ErrBadSignature; a token proof that does not
 // verify is ErrUnknownSecret.
 var (
-	ErrNoCredentials   = broker.NewRefusal("no_credentials", "no credentials presented")
-	ErrBadSignature    = broker.NewRefusal("bad_signature", "nonce signature does not verify")
-	ErrUnknownKey      = broker.NewRefusal("unknown_key", "unknown node key")
-	ErrRevoked         = broker.NewRefusal("revoked", "node revoked")
-	ErrRevokedBusy     = broker.NewRefusal("revoked_busy", "too many connections for this revoked key at once")
-	ErrRetiredBusy     = broker.NewRefusal("retired_busy", "too many connections for a removed control node's operator credentials at once")
-	ErrNodeLoginRate   = broker.NewRefusal("node_login_rate", fmt.Sprintf("this node's key logged in more often than this broker admits (%d times in %s); refused until that span has passed", NodeLogins, NodeLoginSpan))
-	ErrNodeCooldown    = broker.NewRefusal("node_cooldown", fmt.Sprintf("this node's key was disconnected for going past its budget; this broker refuses it for a while (%s, doubling with each such disconnection, up to %s)", KickCooldown, MaxKickCooldown))
-	ErrUnknownSecret   = broker.NewRefusal("unknown_secret", "token secret matches no minted token")
-	ErrNoEnrolKey      = broker.NewRefusal("no_enrol_key", "an enrolling client must present the node key it enrols (nkey and signed nonce)")
-	ErrBadNode         = broker.NewRefusal("bad_node", "enrolling client names no valid node")
-	ErrTokenBusy       = broker.NewRefusal("token_busy", "too many connections for this token at once")
-	ErrRateLimited     = broker.NewRefusal("rate_limited", "too many failed enrolment attempts from this address")
-	ErrUnbound         = broker.NewRefusal("unbound", "the client signed the bare nonce or sent its token's secret, and this broker requires logins bound to the TLS session")
-	ErrBadOperator     = broker.NewRefusal("bad_operator", "operator credentials not issued by this mesh")
-	ErrOperatorRevoked = broker.NewRefusal("operator_revoked", "operator credentials revoked (meshctl operator revoke)")
-	ErrInternalMissing = broker.NewRefusal("bad_internal", "wrong control-plane token or role")
+	ErrNoCredentials      = broker.NewRefusal("no_credentials", "no credentials presented")
+	ErrBadSignature       = broker.NewRefusal("bad_signature", "nonce signature does not verify")
+	ErrUnknownKey         = broker.NewRefusal("unknown_key", "unknown node key")
+	ErrRevoked            = broker.NewRefusal("revoked", "node revoked")
+	ErrRevokedBusy        = broker.NewRefusal("revoked_busy", "too many connections for this revoked key at once")
+	ErrRetiredBusy        = broker.NewRefusal("retired_busy", "too many connections for a removed control node's operator credentials at once")
+	ErrNodeLoginRate      = broker.NewRefusal("node_login_rate", fmt.Sprintf("this node's key logged in more often than this broker admits (%d times in %s); refused until that span has passed", NodeLogins, NodeLoginSpan))
+	ErrNodeCooldown       = broker.NewRefusal("node_cooldown", fmt.Sprintf("this node's key was disconnected for going past its budget; this broker refuses it for a while (%s, doubling with each such disconnection, up to %s)", KickCooldown, MaxKickCooldown))
+	ErrUnknownSecret      = broker.NewRefusal("unknown_secret", "token secret matches no minted token")
+	ErrNoEnrolKey         = broker.NewRefusal("no_enrol_key", "an enrolling client must present the node key it enrols (nkey and signed nonce)")
+	ErrBadNode            = broker.NewRefusal("bad_node", "enrolling client names no valid node")
+	ErrTokenBusy          = broker.NewRefusal("token_busy", "too many connections for this token at once")
+	ErrRateLimited        = broker.NewRefusal("rate_limited", "too many failed enrolment attempts from this address")
+	ErrUnbound            = broker.NewRefusal("unbound", "the client signed the bare nonce or sent its token's secret, and this broker requires logins bound to the TLS session")
+	ErrBadOperator        = broker.NewRefusal("bad_operator", "operator credentials not issued by this mesh")
+	ErrOperatorRevoked    = broker.NewRefusal("operator_revoked", "operator credentials revoked (meshctl operator revoke)")
+	ErrOperatorUnrecorded = broker.NewRefusal("operator_unrecorded", "operator credentials the mesh holds no record of: neither a control node's nor issued by meshctl operator add (or issued after the backup the mesh was restored from)")
+	ErrInternalMissing    = broker.NewRefusal("bad_internal", "wrong control-plane token or role")
 )
 
 // Refusals are every refusal the Authenticator gives: what the metrics export from
@@ -185,7 +186,7 @@ var (
 // increase, and the first unknown key after a restart is the one to hear of).
 func Refusals() []*broker.Refusal {
 	return []*broker.Refusal{ErrNoCredentials, ErrBadSignature, ErrUnknownKey, ErrRevoked, ErrRevokedBusy, ErrRetiredBusy,
-		ErrNodeLoginRate, ErrNodeCooldown, ErrUnknownSecret, ErrNoEnrolKey, ErrBadNode, ErrTokenBusy, ErrRateLimited, ErrUnbound, ErrBadOperator, ErrOperatorRevoked, ErrInternalMissing}
+		ErrNodeLoginRate, ErrNodeCooldown, ErrUnknownSecret, ErrNoEnrolKey, ErrBadNode, ErrTokenBusy, ErrRateLimited, ErrUnbound, ErrBadOperator, ErrOperatorRevoked, ErrOperatorUnrecorded, ErrInternalMissing}
 }
 
 // Roster is what authentication reads of the replicated state: typed queries that
@@ -193,8 +194,9 @@ func Refusals() []*broker.Refusal {
 type Roster interface {
 	AdminAccount() string
 	OperatorRevoked(key string) (node string, revoked bool)
-	// OperatorRefused: operator credentials issued by name and revoked since.
-	OperatorRefused(key string) bool
+	// OperatorStanding: whether operator credentials are recorded, revoked by
+	// name, or unknown to the mesh.
+	OperatorStanding(key string) state.OperatorStanding
 	NodeByKey(key string) (state.NodeAuth, bool)
 	RevokedKey(key string) (node string, revoked bool)
 	TokenByID(id string) (state.TokenAuth, bool)
@@ -471,19 +473,37 @@ func (a *Authenticator) operator(c broker.Client) (broker.Grant, error) {
 	if err := a.checkLogin(claims.Subject, c, UnboundOperator); err != nil {
 		return broker.Grant{}, err
 	}
-	if a.cfg.Roster.OperatorRefused(claims.Subject) {
+	if claims.BearerToken {
+		// The mesh's credentials are never bearer tokens, and nats-server's
+		// connection listing hides a bearer JWT, which a revocation's kick reads.
+		return broker.Grant{}, fmt.Errorf("%w: a bearer token", ErrBadOperator)
+	}
+	switch a.cfg.Roster.OperatorStanding(claims.Subject) {
+	case state.OperatorRevokedByName:
 		// At a reload too (c.Recheck): a connection made before the revocation
 		// is closed by it if nothing closed it first.
 		return broker.Grant{}, ErrOperatorRevoked
+	case state.OperatorUnrecorded:
+		return broker.Grant{}, ErrOperatorUnrecorded
 	}
+	var g broker.Grant
 	if node, revoked := a.cfg.Roster.OperatorRevoked(claims.Subject); revoked {
 		now := a.cfg.Now()
 		if !a.retired.admit(claims.Subject, string(c.Nonce), now) {
 			return broker.Grant{}, ErrRetiredBusy
 		}
-		return RemovedOperatorGrant(claims.Name, node, claims.Subject, now.Add(RetiredConnectionLifetime)), nil
+		g = RemovedOperatorGrant(claims.Name, node, claims.Subject, now.Add(RetiredConnectionLifetime))
+	} else {
+		g = OperatorGrant(claims.Name)
 	}
-	return OperatorGrant(claims.Name), nil
+	if claims.Expires != 0 {
+		// nats-server ends a JWT's connection at its expiry only when it checks
+		// the JWT itself; this hook does, so the grant says when.
+		if exp := time.Unix(claims.Expires, 0); g.Deadline.IsZero() || exp.Before(g.Deadline) {
+			g.Deadline = exp
+		}
+	}
+	return g, nil
 }
 
 func (a *Authenticator) node(c broker.Client) (broker.Grant, error) {

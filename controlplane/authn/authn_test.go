@@ -65,7 +65,11 @@ func newFixture(t testing.TB) *fixture {
 	accountPub, _ := fx.account.PublicKey()
 
 	at := now0.Add(-time.Hour)
-	fx.apply(t, state.Command{Op: state.OpInit, At: at, Init: &state.InitCmd{Mesh: "demo", AdminAccount: accountPub, Validity: time.Hour}})
+	// A control node whose operator key was never recorded (a mesh from before
+	// it was): every operator key the account signed may log in, unless revoked
+	// (TestOperatorKeysTheMeshDoesNotRecordAreRefused has them recorded).
+	fx.apply(t, state.Command{Op: state.OpInit, At: at, Init: &state.InitCmd{Mesh: "demo", AdminAccount: accountPub, Validity: time.Hour,
+		Control: state.ControlNode{ID: "cp-1"}}})
 	enrol := func(tokenID, node string, kp nkeys.KeyPair) {
 		pub, _ := kp.PublicKey()
 		fx.apply(t, state.Command{Op: state.OpCreateToken, At: at, CreateToken: &state.CreateTokenCmd{ID: tokenID, Node: node, Role: state.RoleWorker, TTL: time.Hour}})
@@ -262,7 +266,7 @@ func TestAuthenticate(t *testing.T) {
 		}), Nonce: nonce, Sig: sign(t, operator, nonce)}, want: ErrBadOperator},
 		{name: "operator expiring later", client: broker.Client{JWT: userJWT(t, fx.account, operator, func(c *jwt.UserClaims) {
 			c.Expires = now0.Add(time.Hour).Unix()
-		}), Nonce: nonce, Sig: sign(t, operator, nonce)}, grant: OperatorGrant("alice")},
+		}), Nonce: nonce, Sig: sign(t, operator, nonce)}, grant: OperatorGrant("alice"), deadline: time.Hour},
 		{name: "operator JWT tampered", client: broker.Client{JWT: tampered, Nonce: nonce, Sig: sign(t, operator, nonce)}, want: ErrBadOperator},
 		{name: "operator JWT garbage", client: broker.Client{JWT: "not.a.jwt", Nonce: nonce, Sig: sign(t, operator, nonce)}, want: ErrBadOperator},
 		{name: "operator nonce signed by another key", client: broker.Client{JWT: goodJWT, Nonce: nonce, Sig: sign(t, fx.web1, nonce)}, want: ErrBadSignature},
@@ -1045,4 +1049,44 @@ func refusalsDeclared(t *testing.T) int {
 		})
 	}
 	return n
+}
+
+// TestOperatorKeysTheMeshDoesNotRecordAreRefused: once every control node's operator
+// key is recorded, an operator logs in with a control node's credentials or with
+// credentials recorded by name, and with nothing else the account signed (issued
+// after the backup the mesh was restored from, or outside meshctl operator add);
+// revoked ones, and bearer tokens, are refused; a connection ends at its
+// credentials' expiry (a review: it outlived it with every right).
+func TestOperatorKeysTheMeshDoesNotRecordAreRefused(t *testing.T) {
+	fx := &fixture{fsm: state.NewFSM(), clock: now0}
+	fx.account = mustKey(t, nkeys.CreateAccount)
+	cp, alice, bob, stranger := mustKey(t, nkeys.CreateUser), mustKey(t, nkeys.CreateUser), mustKey(t, nkeys.CreateUser), mustKey(t, nkeys.CreateUser)
+	at := now0.Add(-time.Hour)
+	fx.apply(t, state.Command{Op: state.OpInit, At: at, Init: &state.InitCmd{Mesh: "demo", AdminAccount: pub(fx.account), Validity: time.Hour,
+		Control: state.ControlNode{ID: "cp-1", Operator: pub(cp)}}})
+	exp := now0.Add(30 * 24 * time.Hour)
+	for name, kp := range map[string]nkeys.KeyPair{"alice": alice, "bob": bob} {
+		fx.apply(t, state.Command{Op: state.OpAddOperator, At: at, Rules: state.RulesOperators, AddOperator: &state.AddOperatorCmd{Name: name, Key: pub(kp), Expires: exp}})
+	}
+	fx.apply(t, state.Command{Op: state.OpRevokeOperators, At: at, Rules: state.RulesOperators, RevokeOperators: &state.RevokeOperatorsCmd{Names: []string{"bob"}}})
+	nonce := []byte("nonce-1")
+	login := func(kp nkeys.KeyPair, edit func(*jwt.UserClaims)) (broker.Grant, error) {
+		return fx.auth("").Authenticate(broker.Client{JWT: userJWT(t, fx.account, kp, edit), Nonce: nonce, Sig: sign(t, kp, nonce)})
+	}
+	if g, err := login(cp, nil); err != nil || g.Account != broker.AccountOperators || !g.Deadline.IsZero() {
+		t.Fatalf("the control node's own credentials: %+v, %v", g, err)
+	}
+	g, err := login(alice, func(c *jwt.UserClaims) { c.Expires = exp.Unix() })
+	if err != nil || g.Account != broker.AccountOperators || !g.Deadline.Equal(time.Unix(exp.Unix(), 0)) {
+		t.Fatalf("alice, recorded: %+v, %v; want admitted until %s", g, err, exp)
+	}
+	if _, err := login(bob, func(c *jwt.UserClaims) { c.Expires = exp.Unix() }); !errors.Is(err, ErrOperatorRevoked) {
+		t.Fatalf("bob, revoked: %v", err)
+	}
+	if _, err := login(stranger, nil); !errors.Is(err, ErrOperatorUnrecorded) {
+		t.Fatalf("a key the account signed and nobody recorded: %v", err)
+	}
+	if _, err := login(alice, func(c *jwt.UserClaims) { c.Expires = exp.Unix(); c.BearerToken = true }); !errors.Is(err, ErrBadOperator) {
+		t.Fatalf("alice's key in a bearer token: %v", err)
+	}
 }

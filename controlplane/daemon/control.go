@@ -570,6 +570,25 @@ func (d *Daemon) heartbeatLoop(ctx context.Context) error {
 	}
 }
 
+// operatorSweepLoop asks the effects actor, every operatorSweepEvery, to close the
+// connections this node's broker still holds with operator credentials revoked by
+// name or of removed control nodes: the kick at the change's apply misses those of
+// a node that caught up from a snapshot (no apply runs there), and a login checked
+// just before the apply that joins its account just after the kick's listing.
+func (d *Daemon) operatorSweepLoop(ctx context.Context) error {
+	t := time.NewTicker(d.opts.operatorSweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			d.effects.push(effect{kind: effectOperatorsRevoked})
+			d.effects.push(effect{kind: effectOperatorsRemoved})
+		}
+	}
+}
+
 func (d *Daemon) handleHeartbeat(m *nats.Msg) {
 	var h api.ControlHeartbeat
 	if err := json.Unmarshal(m.Data, &h); err != nil || h.V != api.ProtocolVersion || api.ControlHeartbeatSubject(h.Node) != m.Subject {

@@ -98,6 +98,9 @@ type Options struct {
 	// expiryCheckEvery is how often a running node looks at its certificates'
 	// expiry again (watchExpiry): once a day unless a test asks for sooner.
 	expiryCheckEvery time.Duration
+	// operatorSweepEvery is how often a running node closes the connections of
+	// operator credentials revoked or removed that its broker still holds.
+	operatorSweepEvery time.Duration
 }
 
 func (o *Options) defaults() {
@@ -125,6 +128,9 @@ func (o *Options) defaults() {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.operatorSweepEvery == 0 {
+		o.operatorSweepEvery = 30 * time.Second
 	}
 	if o.expiryCheckEvery == 0 {
 		o.expiryCheckEvery = 24 * time.Hour
@@ -546,6 +552,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	{
 		ctx, cancel := context.WithCancel(ctx)
 		g.Add(func() error { return d.autopilotLoop(ctx) }, func(error) { cancel() })
+	}
+	{
+		ctx, cancel := context.WithCancel(ctx)
+		g.Add(func() error { return d.operatorSweepLoop(ctx) }, func(error) { cancel() })
 	}
 	{
 		ctx, cancel := context.WithCancel(ctx)

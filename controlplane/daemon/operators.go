@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -9,7 +11,12 @@ import (
 
 	"mesh/controlplane/api"
 	"mesh/controlplane/state"
+	"mesh/tokenfmt"
 )
+
+// reservedOperatorName is the name bootstrap gives the first control node's own
+// credentials.
+const reservedOperatorName = "admin"
 
 // MaxOperatorLife is the longest operator credentials the mesh records may live:
 // credentials that never expire outlive whoever holds them.
@@ -32,6 +39,8 @@ func (d *Daemon) operatorAdd(req api.OperatorAddRequest) (api.OperatorAddResult,
 		return out, badRequest("the credentials were not issued by this mesh's operator account key: meshctl operator add issues them on the control node that holds it")
 	case !nkeys.IsValidPublicUserKey(claims.Subject):
 		return out, badRequest("the credentials' subject is not a user key")
+	case !plainOperatorJWT(claims):
+		return out, badRequest("the credentials' JWT carries permissions, limits, tags or a bearer flag: the mesh grants operators their rights itself and records only plain credentials, as meshctl operator add issues them")
 	case claims.Expires == 0:
 		return out, badRequest("the credentials never expire: operator credentials issued by name must (meshctl operator add --ttl)")
 	case time.Unix(claims.Expires, 0).After(now.Add(MaxOperatorLife)):
@@ -42,11 +51,22 @@ func (d *Daemon) operatorAdd(req api.OperatorAddRequest) (api.OperatorAddResult,
 	if err := api.CheckOperatorName(claims.Name); err != nil {
 		return out, badRequest("%v", err)
 	}
+	var clash bool
+	d.fsm.Read(func(s *state.State) { _, clash = s.ControlNodes[claims.Name] })
+	if clash || claims.Name == reservedOperatorName {
+		// The broker knows an operator by its name: these would read, in its
+		// connection listings and logs, as a control node's own credentials.
+		return out, badRequest("operator name %q is a control node's (or, admin, the first one's credentials'): choose another, so that the broker's listings tell them apart", claims.Name)
+	}
+	issuedBy := d.cfg.Node
+	if tokenfmt.CheckNodeID(req.IssuedBy) == nil {
+		issuedBy = req.IssuedBy
+	}
 	if older := d.notOnRules(state.RulesOperators); len(older) > 0 {
 		return out, d.olderForOperators(older)
 	}
 	res, err := d.commit(state.Command{Op: state.OpAddOperator, Rules: state.RulesOperators, AddOperator: &state.AddOperatorCmd{
-		Name: claims.Name, Key: claims.Subject, Expires: time.Unix(claims.Expires, 0).UTC(), IssuedBy: d.cfg.Node}})
+		Name: claims.Name, Key: claims.Subject, Expires: time.Unix(claims.Expires, 0).UTC(), IssuedBy: issuedBy}})
 	if err != nil {
 		return out, err
 	}
@@ -101,6 +121,16 @@ func (d *Daemon) operatorRevoke(req api.OperatorRevokeRequest) (api.OperatorRevo
 		d.log.Info("operator credentials revoked", "name", o.Name, "key", o.Key)
 	}
 	return out, nil
+}
+
+// plainOperatorJWT reports whether claims carry nothing but a user key, a name and
+// times: what meshctl operator add signs. Anything else (permissions, limits, a
+// bearer flag that nats-server's connection listing hides the JWT for, tags) the
+// mesh's authentication would not honour as the JWT says.
+func plainOperatorJWT(claims *jwt.UserClaims) bool {
+	plain, _ := json.Marshal(jwt.NewUserClaims(claims.Subject).UserPermissionLimits)
+	got, err := json.Marshal(claims.UserPermissionLimits)
+	return err == nil && bytes.Equal(plain, got) && claims.IssuerAccount == "" && len(claims.Tags) == 0
 }
 
 func (d *Daemon) olderForOperators(older []string) error {

@@ -98,7 +98,7 @@ func (d *Daemon) closeRemovedOperators() {
 // every right of the operators' account until something closes it. The login that
 // follows is refused (authn.ErrOperatorRevoked).
 func (d *Daemon) closeRevokedOperators() {
-	n, err := d.broker.KickOperators(d.fsm.OperatorRefused)
+	n, err := d.broker.KickOperators(func(key string) bool { return d.fsm.OperatorStanding(key) == state.OperatorRevokedByName })
 	switch {
 	case err != nil:
 		d.log.Error("the connections of revoked operator credentials could not be listed; they keep an operator's rights until they close (restarting this control node closes them)", "err", err)

@@ -78,9 +78,12 @@ func TestARemovedControlNodesOperatorConnectionIsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	cp2Key, cp2Creds := creds("cp-2")
-	_, otherCreds := creds("operator")
+	// Another operator's, recorded by name: the mesh admits no credentials it
+	// holds no record of.
+	otherKey, otherCreds := creds("operator")
 	addrs := freeport.Addrs(t, 3)
 	for _, c := range []state.Command{
+		{Op: state.OpAddOperator, At: d.now().UTC(), Rules: state.RulesOperators, AddOperator: &state.AddOperatorCmd{Name: "operator", Key: otherKey, Expires: d.now().Add(time.Hour)}},
 		{Op: state.OpCreateToken, At: d.now().UTC(), CreateToken: &state.CreateTokenCmd{ID: "tok-cp-2", Node: "cp-2", Role: state.RoleControl, TTL: time.Hour,
 			Control: &state.ControlAddrs{Broker: addrs[0], Raft: addrs[1], Cluster: addrs[2], Pin: strings.Repeat("ab", 32), Operator: cp2Key},
 			Sealed:  []byte("sealed")}},

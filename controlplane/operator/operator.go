@@ -559,6 +559,8 @@ func LookAt(op string) string {
 		return "`meshctl signing-key status`"
 	case strings.HasPrefix(op, "control."):
 		return "`meshctl control status`, `meshctl nodes`"
+	case strings.HasPrefix(op, "operator."):
+		return "`meshctl operator list`"
 	}
 	return "`meshctl nodes`"
 }

@@ -49,8 +49,9 @@ type Issued struct {
 
 // Issue makes operator credentials named o.Name, valid for o.TTL, signed by the
 // operator account key of dir, and records them through dir's control plane: only
-// recorded credentials are listed and may be revoked by name. Nothing is written:
-// the caller writes Creds where it was told, and if that fails, revokes them.
+// recorded credentials are listed, log in, and may be revoked by name. Nothing is
+// written: the caller writes Creds where it was told, and if that fails, says to
+// revoke them (nobody holds their seed).
 func Issue(dir datadir.Dir, o Options) (Issued, error) {
 	if o.Now == nil {
 		o.Now = time.Now
@@ -108,7 +109,7 @@ func Issue(dir datadir.Dir, o Options) (Issued, error) {
 	}
 	defer c.Close()
 	var res api.OperatorAddResult
-	if err := c.Call(api.OpOperatorAdd, api.OperatorAddRequest{JWT: token}, &res); err != nil {
+	if err := c.Call(api.OpOperatorAdd, api.OperatorAddRequest{JWT: token, IssuedBy: cfg.Node}, &res); err != nil {
 		return Issued{}, err
 	}
 	return Issued{Creds: creds, Record: res.Operator}, nil

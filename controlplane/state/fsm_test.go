@@ -50,6 +50,9 @@ func history() []Command {
 		tokenCmd("t-b2", "b", RoleWorker, at(11), time.Hour),
 		enrolCmd("t-b2", "b", RoleWorker, "KB2", at(12)),
 		declareCmd(Selector{Role: RoleWorker}, `{"files":[{"path":"y"}]}`, at(13)),
+		addOperatorCmd("alice", "UALICE1", at(14), at(90)),
+		addOperatorCmd("bob", "UBOB1", at(14), at(90)),
+		revokeOperatorsCmd(at(15), "alice"),
 	}
 }
 

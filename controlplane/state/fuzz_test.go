@@ -22,6 +22,7 @@ func FuzzApply(f *testing.F) {
 	f.Add([]byte(`{"op":"label","at":"2001-02-03T04:05:06Z","label":{"node":"a","labels":null}}`))
 	f.Add([]byte(fmt.Sprintf(`{"op":"add_operator","rules":%d,"at":"2001-02-03T04:05:06Z","add_operator":{"name":"alice","key":"UA","expires":"2002-01-01T00:00:00Z"}}`, RulesOperators)))
 	f.Add([]byte(fmt.Sprintf(`{"op":"revoke_operators","rules":%d,"at":"2001-02-03T04:05:06Z","revoke_operators":{"names":["alice",""]}}`, RulesOperators)))
+	f.Add([]byte(fmt.Sprintf(`{"op":"revoke_operators","rules":%d,"at":"2001-02-03T04:05:06Z","revoke_operators":{"names":["alice"]}}`, RulesOperators)))
 	f.Add([]byte(fmt.Sprintf(`{"op":"label","rules":%d,"at":"2001-02-03T04:05:06Z","label":{"node":"a","labels":{"k":"v"}}}`, ApplyRules+1)))
 	// Over the prefix below no node is revoked: these take the path that forgets
 	// nothing (FuzzRestoreThenApply forgets, from a snapshot with b revoked).
@@ -33,6 +34,8 @@ func FuzzApply(f *testing.F) {
 		for _, c := range history()[:12] {
 			m.apply(c)
 		}
+		// Operator credentials recorded, for an entry to revoke (or repeat).
+		m.apply(addOperatorCmd("alice", "UALICE1", t0, t0.Add(time.Hour)))
 		m.applyRaw(data)
 		// A second application of the same entry must not panic either.
 		m.applyRaw(data)

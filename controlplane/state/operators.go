@@ -29,11 +29,16 @@ func (o Operator) Active(at time.Time) bool {
 	return o.RevokedAt.IsZero() && at.Before(o.Expires)
 }
 
-// OperatorRetention is how long the record of operator credentials revoked or
-// expired stays after that: `meshctl operator list` shows them, and a revoked key
-// stays refused however long its JWT would have lived (the JWT's expiry bounds it:
-// a record is dropped only once its credentials expired too).
+// OperatorRetention is how long the record of revoked operator credentials stays
+// after the credentials expire: a revoked key stays refused by its record for as
+// long as its JWT would let it in, and that long again, so that no broker whose
+// clock runs behind the leader's admits it once the record is gone.
 const OperatorRetention = 90 * 24 * time.Hour
+
+// ExpiredOperatorRetention is how long the record of credentials that expired
+// unrevoked stays: listed a while (`meshctl operator list`), not so long that an
+// automation issued credentials every hour fills MaxOperators.
+const ExpiredOperatorRetention = 7 * 24 * time.Hour
 
 // MaxOperators bounds the operator credentials the state records at once, revoked
 // and expired ones within their retention included.
@@ -71,9 +76,9 @@ var (
 )
 
 // applyAddOperator records c. The same command again (its answer lost) is
-// Repeated; another key under a name whose credentials are active is refused.
+// Repeated; another key under a name whose credentials are active is refused, as
+// is a control node's own key.
 func (s *State) applyAddOperator(at time.Time, c *AddOperatorCmd) Result {
-	s.purgeOperators(at)
 	if c.Name == "" || c.Key == "" || !c.Expires.After(at) {
 		return Result{Err: fmt.Errorf("%w: operator credentials need a name, a key and an expiry after now", ErrBadCommand)}
 	}
@@ -87,14 +92,21 @@ func (s *State) applyAddOperator(at time.Time, c *AddOperatorCmd) Result {
 	if _, ok := s.RevokedOperators[c.Key]; ok {
 		return Result{Err: fmt.Errorf("%w: the key is a removed control node's", ErrBadCommand)}
 	}
+	for _, n := range s.ControlNodes {
+		if n.Operator == c.Key {
+			return Result{Err: fmt.Errorf("%w: the key is control node %s's own", ErrBadCommand, n.ID)}
+		}
+	}
 	for _, o := range s.Operators {
 		if o.Name == c.Name && o.Active(at) {
 			return Result{Err: fmt.Errorf("%w (%q, until %s)", ErrOperatorExists, c.Name, o.Expires.UTC().Format(time.RFC3339))}
 		}
 	}
-	if len(s.Operators) >= MaxOperators {
-		return Result{Err: fmt.Errorf("%w (%d): revoke those no longer used; revoked and expired ones are dropped %s after", ErrTooManyOperators, MaxOperators, OperatorRetention)}
+	if len(s.Operators)-s.purgeableOperators(at) >= MaxOperators {
+		return Result{Err: fmt.Errorf("%w (%d): revoke those no longer used; records of expired credentials are dropped %s after they expire, of revoked ones %s after", ErrTooManyOperators, MaxOperators, ExpiredOperatorRetention, OperatorRetention)}
 	}
+	// Only now that it is carried out: a refused command changes nothing.
+	s.purgeOperators(at)
 	if s.Operators == nil {
 		s.Operators = map[string]*Operator{}
 	}
@@ -107,13 +119,13 @@ func (s *State) applyAddOperator(at time.Time, c *AddOperatorCmd) Result {
 // (ErrUnknownOperator otherwise, nothing revoked). A name whose credentials are all
 // revoked already is answered with them, unchanged (a revocation run again).
 func (s *State) applyRevokeOperators(at time.Time, c *RevokeOperatorsCmd) Result {
-	s.purgeOperators(at)
 	var res Result
 	for _, name := range c.Names {
-		if !slices.ContainsFunc(s.operatorKeys(), func(k string) bool { return s.Operators[k].Name == name }) {
+		if !slices.ContainsFunc(s.operatorKeys(), func(k string) bool { return s.Operators[k].Name == name && !s.operatorPurgeable(k, at) }) {
 			return Result{Err: fmt.Errorf("%w: %q", ErrUnknownOperator, name)}
 		}
 	}
+	s.purgeOperators(at)
 	for _, k := range s.operatorKeys() {
 		o := s.Operators[k]
 		if !slices.Contains(c.Names, o.Name) {
@@ -138,16 +150,32 @@ func (s *State) operatorKeys() []string {
 	return keys
 }
 
-// purgeOperators drops the records of credentials revoked or expired more than
-// OperatorRetention ago whose JWT has expired too (a revoked key is refused as
-// long as its credentials could log in).
-func (s *State) purgeOperators(at time.Time) {
-	for k, o := range s.Operators {
-		ended := o.Expires
-		if !o.RevokedAt.IsZero() && o.RevokedAt.Before(ended) {
-			ended = o.RevokedAt
+// operatorPurgeable reports whether the record under key is due to be dropped at
+// at: revoked, OperatorRetention after the credentials expire; unrevoked,
+// ExpiredOperatorRetention after they expire.
+func (s *State) operatorPurgeable(key string, at time.Time) bool {
+	o := s.Operators[key]
+	keep := ExpiredOperatorRetention
+	if !o.RevokedAt.IsZero() {
+		keep = OperatorRetention
+	}
+	return at.Sub(o.Expires) > keep
+}
+
+func (s *State) purgeableOperators(at time.Time) int {
+	n := 0
+	for k := range s.Operators {
+		if s.operatorPurgeable(k, at) {
+			n++
 		}
-		if at.Sub(ended) > OperatorRetention && at.After(o.Expires) {
+	}
+	return n
+}
+
+// purgeOperators drops the records due (operatorPurgeable).
+func (s *State) purgeOperators(at time.Time) {
+	for k := range s.Operators {
+		if s.operatorPurgeable(k, at) {
 			delete(s.Operators, k)
 		}
 	}
@@ -163,7 +191,10 @@ func (s *State) OperatorList() []Operator {
 		if c := strings.Compare(a.Name, b.Name); c != 0 {
 			return c
 		}
-		return a.IssuedAt.Compare(b.IssuedAt)
+		if c := a.IssuedAt.Compare(b.IssuedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key, b.Key)
 	})
 	return out
 }
@@ -175,4 +206,49 @@ func (f *FSM) OperatorRefused(key string) bool {
 	defer f.mu.RUnlock()
 	o, ok := f.st.Operators[key]
 	return ok && !o.RevokedAt.IsZero()
+}
+
+// OperatorStanding is what the state says of an operator key at login.
+type OperatorStanding int
+
+const (
+	// OperatorUnrecorded: the key is no control node's and recorded by no name,
+	// in a mesh that records every control node's: refused. Credentials issued
+	// after the backup a mesh was restored from are such (their record went with
+	// what the backup did not hold); so are credentials the operator account key
+	// signed outside meshctl operator add.
+	OperatorUnrecorded OperatorStanding = iota
+	// OperatorRecorded: a control node's (active or removed), or recorded by name
+	// and not revoked.
+	OperatorRecorded
+	// OperatorRevokedByName: recorded by name and revoked.
+	OperatorRevokedByName
+)
+
+// OperatorStanding returns key's standing (OperatorStanding). While some control
+// node was admitted before its credentials' key was recorded, the state cannot tell
+// its key from an unrecorded one, and admits what is not refused.
+func (f *FSM) OperatorStanding(key string) OperatorStanding {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if o, ok := f.st.Operators[key]; ok {
+		if !o.RevokedAt.IsZero() {
+			return OperatorRevokedByName
+		}
+		return OperatorRecorded
+	}
+	if _, ok := f.st.RevokedOperators[key]; ok {
+		return OperatorRecorded
+	}
+	unrecorded := false
+	for _, n := range f.st.ControlNodes {
+		if n.Operator == key {
+			return OperatorRecorded
+		}
+		unrecorded = unrecorded || n.Operator == "" && !n.Removed
+	}
+	if unrecorded {
+		return OperatorRecorded
+	}
+	return OperatorUnrecorded
 }

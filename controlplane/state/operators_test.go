@@ -40,20 +40,20 @@ func TestOperatorCredentialsAreRecordedAndRevokedByName(t *testing.T) {
 		t.Fatalf("alice's key under bob: %v, want ErrBadCommand", r.Err)
 	}
 	m.must(addOperatorCmd("bob", "UBOB1", t0, year))
-	if m.f.OperatorRefused("UALICE1") {
+	if refusedOp(m.f, "UALICE1") {
 		t.Fatal("alice's valid credentials are refused")
 	}
 	if r := m.apply(revokeOperatorsCmd(t0.Add(time.Hour), "alice", "carol")); !errors.Is(r.Err, ErrUnknownOperator) || !strings.Contains(r.Err.Error(), "carol") {
 		t.Fatalf("revoking an unknown name: %v, want ErrUnknownOperator naming it", r.Err)
 	}
-	if m.f.OperatorRefused("UALICE1") {
+	if refusedOp(m.f, "UALICE1") {
 		t.Fatal("a refused revocation revoked alice")
 	}
 	r = m.must(revokeOperatorsCmd(t0.Add(time.Hour), "alice"))
 	if len(r.Operators) != 1 || r.Operators[0].Key != "UALICE1" || !r.Operators[0].RevokedAt.Equal(t0.Add(time.Hour)) {
 		t.Fatalf("revoked: %+v", r.Operators)
 	}
-	if !m.f.OperatorRefused("UALICE1") || m.f.OperatorRefused("UBOB1") || m.f.OperatorRefused("UNEVER") {
+	if !refusedOp(m.f, "UALICE1") || refusedOp(m.f, "UBOB1") || refusedOp(m.f, "UNEVER") {
 		t.Fatal("refused: want alice's revoked key only")
 	}
 	// Run again: answered with the record, its time unchanged.
@@ -62,7 +62,7 @@ func TestOperatorCredentialsAreRecordedAndRevokedByName(t *testing.T) {
 	}
 	// The name again, with a new key; the old key stays refused.
 	m.must(addOperatorCmd("alice", "UALICE2", t0.Add(3*time.Hour), year))
-	if !m.f.OperatorRefused("UALICE1") || m.f.OperatorRefused("UALICE2") {
+	if !refusedOp(m.f, "UALICE1") || refusedOp(m.f, "UALICE2") {
 		t.Fatal("after alice's new credentials: want the old key refused, the new one not")
 	}
 	if r := m.apply(addOperatorCmd("alice", "UALICE1", t0.Add(4*time.Hour), year)); r.Err == nil {
@@ -77,14 +77,16 @@ func TestOperatorCredentialsAreRecordedAndRevokedByName(t *testing.T) {
 	if err := f.Restore(nopCloser{bytes.NewReader(m.snapshot())}); err != nil {
 		t.Fatal(err)
 	}
-	if !f.OperatorRefused("UALICE1") || f.OperatorRefused("UALICE2") {
+	if !refusedOp(f, "UALICE1") || refusedOp(f, "UALICE2") {
 		t.Fatal("restored: want the revoked key refused")
 	}
 }
 
 // TestRevokedOperatorsAreKeptWhileTheirCredentialsCouldLogIn: a revoked record is
-// dropped only once its credentials expired and OperatorRetention passed, so the key
-// is refused as long as its JWT would let it in; an expired one's record likewise.
+// kept until OperatorRetention after its credentials expire, so its key stays
+// refused by the record wherever a broker's clock runs behind (a review: the record
+// went at the expiry, and a broker behind admitted the key by its JWT); an expired,
+// unrevoked one is dropped ExpiredOperatorRetention after it expires.
 func TestRevokedOperatorsAreKeptWhileTheirCredentialsCouldLogIn(t *testing.T) {
 	m := newMachine(t)
 	m.must(initCmd("demo", t0))
@@ -92,26 +94,86 @@ func TestRevokedOperatorsAreKeptWhileTheirCredentialsCouldLogIn(t *testing.T) {
 	m.must(addOperatorCmd("alice", "UALICE1", t0, long))
 	m.must(addOperatorCmd("bob", "UBOB1", t0, t0.Add(24*time.Hour)))
 	m.must(revokeOperatorsCmd(t0.Add(time.Hour), "alice"))
-	// A year on: bob's expired long ago and his record is gone; alice's revoked
-	// key could still log in by its JWT, and stays refused.
-	m.must(addOperatorCmd("carol", "UCAROL1", t0.Add(365*24*time.Hour), long))
-	if !m.f.OperatorRefused("UALICE1") {
-		t.Fatal("a revoked key whose credentials are still valid was forgotten")
+	names := func() map[string]bool {
+		out := map[string]bool{}
+		for _, o := range m.state().OperatorList() {
+			out[o.Name] = true
+		}
+		return out
 	}
-	names := map[string]bool{}
-	for _, o := range m.state().OperatorList() {
-		names[o.Name] = true
+	// Bob's expired a day ago: still listed.
+	m.must(addOperatorCmd("carol", "UCAROL1", t0.Add(48*time.Hour), long))
+	if !names()["bob"] {
+		t.Fatal("an expired record was dropped within ExpiredOperatorRetention")
 	}
-	if names["bob"] || !names["alice"] {
-		t.Fatalf("kept %v; want alice kept, bob's expired record dropped", names)
+	// A week and more after: gone. Alice's revoked key stays refused.
+	m.must(addOperatorCmd("dave", "UDAVE1", t0.Add(24*time.Hour+ExpiredOperatorRetention+time.Hour), long))
+	if got := names(); got["bob"] || !got["alice"] {
+		t.Fatalf("kept %v; want alice kept, bob's expired record dropped", got)
 	}
-	// Past alice's expiry and the retention: dropped.
-	m.must(addOperatorCmd("dave", "UDAVE1", long.Add(OperatorRetention+time.Hour), long.Add(OperatorRetention+48*time.Hour)))
-	if m.f.OperatorRefused("UALICE1") {
+	// A second after alice's credentials expire: still refused by the record.
+	m.must(addOperatorCmd("erin", "UERIN1", long.Add(time.Second), long.Add(48*time.Hour)))
+	if m.f.OperatorStanding("UALICE1") != OperatorRevokedByName {
+		t.Fatal("a revoked record was dropped as its credentials expired")
+	}
+	// Past the expiry and the retention: dropped.
+	m.must(addOperatorCmd("frank", "UFRANK1", long.Add(OperatorRetention+time.Hour), long.Add(OperatorRetention+48*time.Hour)))
+	if m.f.OperatorStanding("UALICE1") == OperatorRevokedByName {
 		t.Fatal("a record past its credentials' expiry and the retention was kept")
 	}
 }
 
+// TestARefusedOperatorCommandChangesNothing: a command refused leaves the state as
+// it was, records due to be dropped included.
+func TestARefusedOperatorCommandChangesNothing(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	m.must(addOperatorCmd("bob", "UBOB1", t0, t0.Add(time.Hour)))
+	before := m.snapshot()
+	late := t0.Add(ExpiredOperatorRetention + 2*time.Hour)
+	if r := m.apply(revokeOperatorsCmd(late, "carol")); r.Err == nil {
+		t.Fatal("revoking an unknown name was not refused")
+	}
+	if r := m.apply(addOperatorCmd("bob", "UBOB1", late, late.Add(-time.Minute))); r.Err == nil {
+		t.Fatal("an expired record was not refused")
+	}
+	if !bytes.Equal(before, m.snapshot()) {
+		t.Fatal("refused commands changed the state")
+	}
+	// A record due is not revoked by name: it is as good as gone.
+	if r := m.apply(revokeOperatorsCmd(late, "bob")); !errors.Is(r.Err, ErrUnknownOperator) {
+		t.Fatalf("revoking a record due to be dropped: %v", r.Err)
+	}
+}
+
+// TestOperatorStandingAtLogin: recorded keys are admitted, revoked ones refused,
+// and keys neither a control node's nor recorded by name are refused, unless some
+// control node's key was never recorded (a mesh from before it was), when the
+// state cannot tell.
+func TestOperatorStandingAtLogin(t *testing.T) {
+	m := newMachine(t)
+	init := initCmd("demo", t0)
+	init.Init.Control = ControlNode{ID: "cp-1", Operator: "UCP1"}
+	m.must(init)
+	m.must(addOperatorCmd("alice", "UALICE1", t0, t0.Add(time.Hour)))
+	m.must(addOperatorCmd("bob", "UBOB1", t0, t0.Add(time.Hour)))
+	m.must(revokeOperatorsCmd(t0, "bob"))
+	for key, want := range map[string]OperatorStanding{"UCP1": OperatorRecorded, "UALICE1": OperatorRecorded, "UBOB1": OperatorRevokedByName, "UOTHER": OperatorUnrecorded} {
+		if got := m.f.OperatorStanding(key); got != want {
+			t.Errorf("%s: %v, want %v", key, got, want)
+		}
+	}
+	if r := m.apply(addOperatorCmd("cp", "UCP1", t0, t0.Add(time.Hour))); !errors.Is(r.Err, ErrBadCommand) {
+		t.Fatalf("a control node's own key recorded by name: %v", r.Err)
+	}
+	legacy := newMachine(t)
+	old := initCmd("demo", t0)
+	old.Init.Control = ControlNode{ID: "cp-1"}
+	legacy.must(old)
+	if got := legacy.f.OperatorStanding("UOTHER"); got != OperatorRecorded {
+		t.Fatalf("a mesh whose control node's key is not recorded: %v, want admitted", got)
+	}
+}
 func TestOperatorsAreCapped(t *testing.T) {
 	m := newMachine(t)
 	m.must(initCmd("demo", t0))
@@ -143,3 +205,5 @@ func TestASnapshotWithANullOperatorIsRefused(t *testing.T) {
 		t.Fatalf("restore: %v, want ErrBadSnapshot", err)
 	}
 }
+
+func refusedOp(f *FSM, key string) bool { return f.OperatorStanding(key) == OperatorRevokedByName }

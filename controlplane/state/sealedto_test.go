@@ -175,6 +175,7 @@ func TestASnapshotIsTheStateAsItWasTaken(t *testing.T) {
 	m.must(Command{Op: OpCreateToken, At: t0, Rules: R, CreateToken: &CreateTokenCmd{ID: "tok-p", Node: "p", Role: RoleWorker, TTL: time.Hour, Labels: map[string]string{"a": "b"}}})
 	m.must(revokeCmd("w3", at(time.Minute)))
 	m.must(Command{Op: OpEnrol, At: at(time.Minute), Rules: R, Enrol: &EnrolCmd{TokenID: "tok-cp-3", Node: "cp-3", Role: RoleControl, PublicKey: "UKEYcp-3", CurveKey: "XKEYcp-3"}})
+	m.must(addOperatorCmd("alice", "UALICE1", at(time.Minute), at(RevokedRetention+48*time.Hour)))
 
 	var want []byte
 	m.f.Read(func(s *State) { want, _ = json.Marshal(s) })
@@ -210,6 +211,8 @@ func TestASnapshotIsTheStateAsItWasTaken(t *testing.T) {
 		{Op: OpPurge, At: at(time.Hour), Rules: R},
 		{Op: OpDeclare, At: at(2 * time.Hour), Rules: R, Request: "req-2", Declare: &DeclareCmd{Selector: Selector{All: true}, Body: json.RawMessage(`{"files":[{"path":"x","content":"2"}]}`)}},
 		forgetCmd(at(RevokedRetention+time.Hour), at(RevokedRetention), "w3"),
+		// Revoked in place: the snapshot's record is a copy.
+		revokeOperatorsCmd(at(RevokedRetention+time.Hour), "alice"),
 	}
 	for _, c := range steps {
 		c.Rules = max(c.Rules, R)
@@ -220,7 +223,7 @@ func TestASnapshotIsTheStateAsItWasTaken(t *testing.T) {
 	if len(bad) > 0 {
 		t.Fatalf("%v", bad)
 	}
-	if !bytes.Contains(want, []byte(`"forgotten":{"w0"`)) || !bytes.Contains(want, []byte(`"revoked_operators":{"OP-cp-5"`)) {
+	if !bytes.Contains(want, []byte(`"forgotten":{"w0"`)) || !bytes.Contains(want, []byte(`"revoked_operators":{"OP-cp-5"`)) || !bytes.Contains(want, []byte(`"UALICE1"`)) {
 		t.Fatalf("the state taken lacks a forgotten record or a removed control node's operator key: the test shows less than it says:\n%s", want)
 	}
 	if bytes.Equal(want, m.snapshot()) {

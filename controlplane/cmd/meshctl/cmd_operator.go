@@ -159,7 +159,11 @@ func operatorAdd(cio *cliIO, cp *controlPlaneFlags, name string, ttl time.Durati
 	}
 	if err == nil {
 		// Link, not rename: a file made under the name meanwhile is not replaced.
-		err = os.Link(tmpName, out)
+		if err = os.Link(tmpName, out); err != nil && !errors.Is(err, fs.ErrExist) {
+			// A file system without hard links (a vfat stick, a likely way to
+			// hand credentials over): made under the name, never over one.
+			err = writeNew(out, issued.Creds)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("operator credentials %s were recorded, but could not be written to %s (%w): nobody holds their seed; revoke them (meshctl operator revoke %s) and issue them again", name, out, err, name)
@@ -180,6 +184,26 @@ func operatorAdd(cio *cliIO, cp *controlPlaneFlags, name string, ttl time.Durati
 		"revoke them with: meshctl operator revoke %s\n",
 		name, out, issued.Record.Expires.UTC().Format(time.RFC3339), filepath.Base(out), name)
 	return nil
+}
+
+// writeNew writes data to a new file name, mode 0600, and syncs it; a name that
+// exists is left as it is (fs.ErrExist).
+func writeNew(name string, data []byte) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(name)
+	}
+	return err
 }
 
 func printOperators(w io.Writer, ops []api.OperatorView) {
