@@ -141,3 +141,56 @@ func TestOperatorCredentialsByName(t *testing.T) {
 		t.Fatalf("operator list: exit %d\n%s", r.Code, r.Combined())
 	}
 }
+
+// TestARevokedOperatorIsShutOutOfEveryControlNode: alice holds a connection on a
+// control node that is not the one the revocation is sent to (a follower, or the
+// leader when the revocation went through another broker): that node closes it as
+// it applies the revocation, and every node refuses her login after. Her
+// credentials work on every control node before (joined nodes record the issuing
+// node's name). The nodes' own credentials stay admitted.
+func TestARevokedOperatorIsShutOutOfEveryControlNode(t *testing.T) {
+	cp1 := harness.NewControlPlane(t, bin, "opcreds-ha")
+	cp1.Serve()
+	cp2 := joinControl(t, cp1, "cp-2")
+	cp3 := joinControl(t, cp1, "cp-3")
+	alice := filepath.Join(t.TempDir(), "alice.creds")
+	if r := cp1.Ctl("operator", "add", "alice", "--out", alice); r.Code != 0 {
+		t.Fatalf("operator add: exit %d\n%s", r.Code, r.Combined())
+	}
+	ca := filepath.Join(cp1.Dir, datadir.CACertFile)
+	asAlice := func(cp *harness.ControlPlane, args ...string) harness.Result {
+		return harness.Run(t, "", nil, bin.Meshctl, append(args, "--servers", cp.Listen, "--creds", alice, "--ca", ca)...)
+	}
+	for _, cp := range []*harness.ControlPlane{cp1, cp2, cp3} {
+		if r := asAlice(cp, "nodes"); r.Code != 0 {
+			t.Fatalf("nodes as alice through %s: exit %d\n%s", cp.Listen, r.Code, r.Combined())
+		}
+	}
+	cfg, err := datadir.Dir(cp1.Dir).LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin, _ := cfg.Pin()
+	closed := make(chan struct{})
+	nc, err := nats.Connect("tls://"+cp3.Listen, append(operator.CredsLogin(alice, pki.PinnedClientConfig(pin), 10*time.Second),
+		nats.NoReconnect(), nats.ClosedHandler(func(*nats.Conn) { close(closed) }))...)
+	if err != nil {
+		t.Fatalf("alice's connection to cp-3: %v", err)
+	}
+	defer nc.Close()
+	// Revoked through cp-2's broker with cp-2's own credentials.
+	if r := cp2.Ctl("operator", "revoke", "alice"); r.Code != 0 {
+		t.Fatalf("revoke through cp-2: exit %d\n%s", r.Code, r.Combined())
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("alice's connection to cp-3 was not closed")
+	}
+	for _, cp := range []*harness.ControlPlane{cp1, cp2, cp3} {
+		harness.Eventually(t, 10*time.Second, "alice refused at "+cp.Listen, func() bool { return asAlice(cp, "nodes").Code == 3 })
+		if r := cp.Ctl("nodes"); r.Code != 0 {
+			t.Fatalf("the control node's own credentials at %s: exit %d\n%s", cp.Listen, r.Code, r.Combined())
+		}
+	}
+}

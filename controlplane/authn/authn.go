@@ -478,7 +478,17 @@ func (a *Authenticator) operator(c broker.Client) (broker.Grant, error) {
 		// connection listing hides a bearer JWT, which a revocation's kick reads.
 		return broker.Grant{}, fmt.Errorf("%w: a bearer token", ErrBadOperator)
 	}
-	switch a.cfg.Roster.OperatorStanding(claims.Subject) {
+	standing := a.cfg.Roster.OperatorStanding(claims.Subject)
+	if standing == state.OperatorUnrecorded {
+		// Credentials recorded a moment ago, on a control node whose state has
+		// not applied the record yet (a follower behind by a heartbeat): as a
+		// node's new key, given the state a moment to catch up.
+		a.lookAgain(c, func() bool {
+			standing = a.cfg.Roster.OperatorStanding(claims.Subject)
+			return standing != state.OperatorUnrecorded
+		})
+	}
+	switch standing {
 	case state.OperatorRevokedByName:
 		// At a reload too (c.Recheck): a connection made before the revocation
 		// is closed by it if nothing closed it first.
