@@ -177,7 +177,7 @@ var (
 	ErrUnbound            = broker.NewRefusal("unbound", "the client signed the bare nonce or sent its token's secret, and this broker requires logins bound to the TLS session")
 	ErrBadOperator        = broker.NewRefusal("bad_operator", "operator credentials not issued by this mesh")
 	ErrOperatorRevoked    = broker.NewRefusal("operator_revoked", "operator credentials revoked (meshctl operator revoke)")
-	ErrOperatorUnrecorded = broker.NewRefusal("operator_unrecorded", "operator credentials the mesh holds no record of: neither a control node's nor issued by meshctl operator add (or issued after the backup the mesh was restored from)")
+	ErrOperatorUnrecorded = broker.NewRefusal("operator_unrecorded", "operator credentials this control node holds no record of: neither a control node's nor recorded by meshctl operator add (issued outside it, after the backup the mesh was restored from, or recorded a moment ago and not yet applied here)")
 	ErrInternalMissing    = broker.NewRefusal("bad_internal", "wrong control-plane token or role")
 )
 

@@ -211,7 +211,10 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 	// it again unanswered, and a commit may take longer than that) waits for it,
 	// and is then answered from the state as a repeat: one commit, not one a
 	// sending, when commits are slow and hosts send again.
-	done := d.enrolling.start(id + " " + req.PublicKey)
+	done, ok := d.enrolling.start(id + " " + req.PublicKey)
+	if !ok {
+		return refuse(api.CodeUnavailable, "this enrolment is being carried out already, and as many of its sendings wait for it as may: its answer comes on an earlier sending")
+	}
 	defer done()
 	// Answer a hopeless request without touching the log, and tell a repeat from a
 	// first enrolment.
@@ -429,19 +432,27 @@ func (d *Daemon) checkJoinerRules(rules int) *api.Error {
 }
 
 // enrolmentsInFlight are the enrolments a control node carries out, by token id and
-// key.
+// key, and how many sendings of each wait for it.
 type enrolmentsInFlight struct {
-	mu sync.Mutex
-	m  map[string]chan struct{}
+	mu      sync.Mutex
+	m       map[string]chan struct{}
+	waiting map[string]int
 }
+
+// maxEnrolmentWaiters bounds the sendings of one enrolment that wait for it: each
+// holds one of the enrolConcurrency handlers, and an honest host sends three at
+// most in its 20 s; a client flooding its own enrolment would otherwise hold them
+// all, and every other enrolment would queue behind it.
+const maxEnrolmentWaiters = 2
 
 // enrolmentWait bounds how long the same enrolment sent again waits for the one in
 // flight: a commit's timeout and the wait for a revoked key's connections.
 const enrolmentWait = commitTimeout + revokedCloseWait
 
 // start waits, up to enrolmentWait, for the enrolment key names in flight here to
-// end, then marks it in flight; done ends it.
-func (f *enrolmentsInFlight) start(key string) (done func()) {
+// end, then marks it in flight; done ends it. ok is false, nothing waited for, when
+// maxEnrolmentWaiters sendings of it wait already.
+func (f *enrolmentsInFlight) start(key string) (done func(), ok bool) {
 	deadline := time.Now().Add(enrolmentWait)
 	f.mu.Lock()
 	for {
@@ -449,14 +460,30 @@ func (f *enrolmentsInFlight) start(key string) (done func()) {
 		if !busy {
 			break
 		}
+		if f.waiting[key] >= maxEnrolmentWaiters {
+			f.mu.Unlock()
+			return nil, false
+		}
+		if f.waiting == nil {
+			f.waiting = map[string]int{}
+		}
+		f.waiting[key]++
 		f.mu.Unlock()
+		timedOut := false
 		select {
 		case <-ch:
 		case <-time.After(time.Until(deadline)):
-			// Carried out beside it: the log decides between them.
-			return func() {}
+			timedOut = true
 		}
 		f.mu.Lock()
+		if f.waiting[key]--; f.waiting[key] == 0 {
+			delete(f.waiting, key)
+		}
+		if timedOut {
+			// Carried out beside it: the log decides between them.
+			f.mu.Unlock()
+			return func() {}, true
+		}
 	}
 	if f.m == nil {
 		f.m = map[string]chan struct{}{}
@@ -469,5 +496,5 @@ func (f *enrolmentsInFlight) start(key string) (done func()) {
 		delete(f.m, key)
 		f.mu.Unlock()
 		close(ch)
-	}
+	}, true
 }

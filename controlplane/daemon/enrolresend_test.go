@@ -101,7 +101,7 @@ func TestAnEnrolmentSentTwiceAtOnceIsRecordedOnce(t *testing.T) {
 	}
 	before, index := enrolments(), d.fsm.AppliedIndex()
 	var wg sync.WaitGroup
-	resps := make([]bool, 4)
+	resps := make([]bool, 1+maxEnrolmentWaiters)
 	for i := range resps {
 		wg.Add(1)
 		go func() {
@@ -119,6 +119,52 @@ func TestAnEnrolmentSentTwiceAtOnceIsRecordedOnce(t *testing.T) {
 		t.Fatalf("the enrolment was counted %v times, want once", got)
 	}
 	if n := d.fsm.AppliedIndex() - index; n != 1 {
-		t.Fatalf("%d entries committed for one enrolment sent 4 times at once, want 1", n)
+		t.Fatalf("%d entries committed for one enrolment sent %d times at once, want 1", n, len(resps))
+	}
+}
+
+// TestFewSendingsOfOneEnrolmentWait: each waiting sending holds one of the enrolment
+// handlers; past maxEnrolmentWaiters a sending is refused at once (unavailable, which
+// the host holds while an earlier sending may answer), so that a client flooding its
+// own enrolment cannot hold them all while the first is committed (a review).
+func TestFewSendingsOfOneEnrolmentWait(t *testing.T) {
+	var f enrolmentsInFlight
+	done, ok := f.start("k")
+	if !ok {
+		t.Fatal("the first sending was refused")
+	}
+	started := make(chan bool, maxEnrolmentWaiters)
+	for range maxEnrolmentWaiters {
+		go func() {
+			d, ok := f.start("k")
+			if ok {
+				d()
+			}
+			started <- ok
+		}()
+	}
+	waitFor(t, 5*time.Second, "the waiters wait", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.waiting["k"] == maxEnrolmentWaiters
+	})
+	if _, ok := f.start("k"); ok {
+		t.Fatal("a sending past the waiters' bound was let wait")
+	}
+	if d, ok := f.start("other"); !ok {
+		t.Fatal("another enrolment was refused")
+	} else {
+		d()
+	}
+	done()
+	for range maxEnrolmentWaiters {
+		if !<-started {
+			t.Fatal("a waiter was refused")
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.m) != 0 || len(f.waiting) != 0 {
+		t.Fatalf("left behind: %v %v", f.m, f.waiting)
 	}
 }

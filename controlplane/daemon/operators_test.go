@@ -234,3 +234,53 @@ func TestRevokedOperatorConnectionsAreSweptWhereTheKickMissedThem(t *testing.T) 
 		t.Fatal("the revoked credentials' connection is still open")
 	}
 }
+
+// TestAConnectionEndsWithItsCredentials: the broker closes an operator's connection
+// when its credentials expire (a review: it kept every right past the expiry), and
+// the call made on it says the credentials expired, not that the connection was
+// lost (exit 3, "look before running it again", as if the mesh were unreachable).
+func TestAConnectionEndsWithItsCredentials(t *testing.T) {
+	d, _ := runDaemon(t, Options{Dir: bootstrapped(t, "ends"), ReadyTimeout: 20 * time.Second})
+	waitFor(t, 20*time.Second, "the control node serves", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return len(d.subs) > 0
+	})
+	user, _ := nkeys.CreateUser()
+	key, _ := user.PublicKey()
+	seed, _ := user.Seed()
+	exp := time.Now().Add(2 * time.Second).Truncate(time.Second).Add(time.Second)
+	claims := jwt.NewUserClaims(key)
+	claims.Name, claims.Expires = "alice", exp.Unix()
+	tok, err := claims.Encode(accountKey(t, d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := d.raft.Apply(state.Command{Op: state.OpAddOperator, At: d.now().UTC(), Rules: state.RulesOperators,
+		AddOperator: &state.AddOperatorCmd{Name: "alice", Key: key, Expires: exp}}, time.Minute); err != nil || res.Err != nil {
+		t.Fatalf("record alice: %v %v", err, res.Err)
+	}
+	creds, _ := jwt.FormatUserConfig(tok, seed)
+	path := t.TempDir() + "/alice.creds"
+	if err := writeFile(path, creds); err != nil {
+		t.Fatal(err)
+	}
+	e, err := operator.DirEndpoint(datadir.Dir(d.opts.Dir), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Creds = path
+	c, err := operator.DialEndpoint(e, operator.Options{LeaderWait: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var res api.PingResult
+	if err := c.Call(api.OpPing, struct{}{}, &res); err != nil {
+		t.Fatalf("ping before the expiry: %v", err)
+	}
+	time.Sleep(time.Until(exp) + 500*time.Millisecond)
+	if err := c.Call(api.OpPing, struct{}{}, &res); !errors.Is(err, operator.ErrCredsExpired) {
+		t.Fatalf("ping after the expiry: %v, want ErrCredsExpired", err)
+	}
+}

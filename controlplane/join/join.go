@@ -792,7 +792,7 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 		// a control node cut off, took it): the earlier sendings' answers are heard
 		// too, and a refusal one of them may still overtake is held (admitSettles).
 		a, err := resend.Send(ctx, nc, resend.Request{Subject: api.EnrolKeySubject(r.tok.Node, pub), Data: req,
-			Timeout: admissionTimeout, Resend: admissionResend, Settles: admitSettles})
+			Timeout: admissionTimeout, Resend: admissionResend, Settles: admitSettles, Pending: admitPending})
 		if ctx.Err() != nil {
 			return resp, "", r.interrupted(ctx, "waiting for the mesh to admit "+r.tok.Node, "")
 		}
@@ -878,6 +878,14 @@ func refusalError(e *api.Error, overtakable bool) error {
 			ErrUnavailable, e.Code, e)
 	}
 	return answerError(e)
+}
+
+// admitPending reports whether a refusal says its sending may still be carried
+// out: unavailable and internal (a commit that could not be confirmed); not
+// token_expired or disk_full, refused before anything was recorded.
+func admitPending(data []byte) bool {
+	var resp api.EnrolResponse
+	return json.Unmarshal(data, &resp) == nil && resp.Error != nil && (resp.Error.Code == api.CodeUnavailable || resp.Error.Code == api.CodeInternal)
 }
 
 // answerError is the error of the mesh's refusal e of an admission, e kept for

@@ -72,6 +72,9 @@ type Client struct {
 	firstAttempt time.Duration
 	sending      func(op string)
 	waiting      func(op string, timeout time.Duration)
+	// credsExpire is when the credentials the connection logged in with expire
+	// (zero: never): the broker closes the connection then.
+	credsExpire time.Time
 }
 
 // defaultFirstAttempt is how long a read (or a token creation, see Call) first waits
@@ -231,6 +234,7 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 	c := newClient(nc, timeout, o.LeaderWait)
 	c.sending, c.waiting = o.Sending, o.Waiting
 	c.denied, c.loss, c.pin = denied, loss, e.Pin
+	c.credsExpire = credsExpiry(e.Creds)
 	return c, nil
 }
 
@@ -481,6 +485,12 @@ func (c *Client) callOnce(out *sending) (api.AdminResponse, error) {
 			return resp, ErrReadOnly
 		}
 		repeatable := api.Repeatable(op) || out.again != nil
+		if (errors.Is(err, errAnswerLost) || errors.Is(err, nats.ErrConnectionClosed)) && !c.credsExpire.IsZero() && !time.Now().Before(c.credsExpire) {
+			// The broker ends a connection at its credentials' expiry, and
+			// refuses them from then on: not a connection to wait out.
+			return resp, fmt.Errorf("%w (at %s): the connection closed with them before %s was answered; the control node that took it may have carried it out: look (%s) with credentials that are valid, and ask for new ones (meshctl operator add)",
+				ErrCredsExpired, c.credsExpire.UTC().Format(time.RFC3339), op, LookAt(op))
+		}
 		if errors.Is(err, errAnswerLost) {
 			if repeatable {
 				return resp, fmt.Errorf("%w while %s waited for its answer, and it was not answered through the brokers that took the connection over within %s; run it again", ErrConnectionLost, op, c.timeout)

@@ -747,7 +747,7 @@ func (r *run) request(ctx context.Context, nc *nats.Conn, kp *identity.KeyPair, 
 		Agent:      r.o.Agent,
 	})
 	a, err := resend.Send(ctx, nc, resend.Request{Subject: wire.EnrolKeySubject(r.tok.Node, pub), Data: req,
-		Timeout: r.o.RequestTimeout, Resend: r.o.Resend, Settles: enrolSettles})
+		Timeout: r.o.RequestTimeout, Resend: r.o.Resend, Settles: enrolSettles, Pending: enrolPending})
 	if ctx.Err() != nil {
 		return wire.EnrolResponse{}, interrupted(ctx, "waiting for the mesh's answer")
 	}
@@ -772,6 +772,14 @@ func (r *run) request(ctx context.Context, nc *nats.Conn, kp *identity.KeyPair, 
 		return resp, &RefusedError{Code: resp.Error.Code, Message: resp.Error.Message, EarlierUnanswered: a.Unsettled > 0 && !enrolSettles(a.Msg.Data)}
 	}
 	return resp, nil
+}
+
+// enrolPending reports whether a refusal says its sending may still be carried out:
+// unavailable and internal (a commit that could not be confirmed) may; token_expired
+// was refused before anything was done.
+func enrolPending(data []byte) bool {
+	resp, err := wire.DecodeReply[wire.EnrolResponse](data)
+	return err == nil && resp.Error != nil && (resp.Error.Code == wire.CodeUnavailable || resp.Error.Code == wire.CodeInternal)
 }
 
 // enrolSettles reports whether an enrolment answer is taken while an earlier sending

@@ -42,6 +42,11 @@ type Request struct {
 	// settles before every sending is answered or the timeout. nil: every answer
 	// settles.
 	Settles func(data []byte) bool
+	// Pending reports whether an answer that does not settle says its own sending
+	// may still be carried out (a commit that could not be confirmed), as against
+	// one refused before anything was done: only those count in Unsettled. nil:
+	// every answer that does not settle.
+	Pending func(data []byte) bool
 }
 
 // Answer is the answer taken and how the request fared.
@@ -51,8 +56,7 @@ type Answer struct {
 	// subscriber (not answered "no responders").
 	Sent, Reached int
 	// Unsettled counts the other sendings that may still have been carried out
-	// when Msg was taken: unanswered, or answered with what does not settle (a
-	// commit that could not be confirmed). A refusal taken while it is above zero
+	// when Msg was taken: unanswered, or answered that they may (Request.Pending). A refusal taken while it is above zero
 	// is not final: what those sendings did may overtake it.
 	Unsettled int
 }
@@ -80,9 +84,12 @@ func Send(ctx context.Context, nc *nats.Conn, r Request) (Answer, error) {
 	if r.Timeout <= 0 {
 		return Answer{}, fmt.Errorf("%w: a timeout of %s", ErrNotSent, r.Timeout)
 	}
-	s := &sending{r: r, nc: nc, inbox: nc.NewInbox(), unanswered: map[string]bool{}, settles: r.Settles}
+	s := &sending{r: r, nc: nc, inbox: nc.NewInbox(), unanswered: map[string]bool{}, settles: r.Settles, pending: r.Pending}
 	if s.settles == nil {
 		s.settles = func([]byte) bool { return true }
+	}
+	if s.pending == nil {
+		s.pending = func([]byte) bool { return true }
 	}
 	closed := nc.StatusChanged(nats.CLOSED)
 	defer nc.RemoveStatusListener(closed)
@@ -101,11 +108,12 @@ func Send(ctx context.Context, nc *nats.Conn, r Request) (Answer, error) {
 	deadline := time.NewTimer(r.Timeout)
 	defer deadline.Stop()
 	resend := r.Resend
-	// next fires when the request is to be sent again: after a wait unanswered,
-	// or after a pause once every sending reached nobody.
+	// next fires when the request is to be sent again: after a wait unanswered
+	// (each twice the one before), or after a pause once the latest sending
+	// reached nobody (paused).
 	next := time.NewTimer(never(resend))
 	defer next.Stop()
-	pause := noRespondersPause
+	pause, paused := noRespondersPause, false
 	// drain takes up what already arrived: an answer and the deadline (or ctx)
 	// ready together are not left to the select's draw.
 	drain := func() (Answer, bool) {
@@ -147,7 +155,14 @@ func Send(ctx context.Context, nc *nats.Conn, r Request) (Answer, error) {
 			if err := s.send(); err != nil {
 				return s.answer(nil), err
 			}
-			resend *= 2
+			if !paused {
+				// Only a sending that reached a control node and went
+				// unanswered doubles the wait: an election's "no responders"
+				// pushed it past the timeout, and a sending the new leader
+				// took and dropped was never sent again (a review).
+				resend *= 2
+			}
+			paused = false
 			next.Reset(never(resend))
 		case m := <-msgs:
 			a, done, nobody := s.take(m)
@@ -158,7 +173,7 @@ func Send(ctx context.Context, nc *nats.Conn, r Request) (Answer, error) {
 				// Nobody serves now (an election): sent again shortly, while an
 				// earlier sending may still answer.
 				next.Reset(pause)
-				pause = min(2*pause, time.Second)
+				pause, paused = min(2*pause, time.Second), true
 			}
 		}
 	}
@@ -166,19 +181,20 @@ func Send(ctx context.Context, nc *nats.Conn, r Request) (Answer, error) {
 
 // sending is what Send knows of its sendings.
 type sending struct {
-	r       Request
-	nc      *nats.Conn
-	inbox   string
-	settles func([]byte) bool
+	r                Request
+	nc               *nats.Conn
+	inbox            string
+	settles, pending func([]byte) bool
 
 	sent        int
 	unanswered  map[string]bool
 	latest      string
 	noResponder bool
 	nobody      int // sendings answered "no responders"
-	// held is the latest answer that does not settle; heldCount counts them all.
-	held      *nats.Msg
-	heldCount int
+	// held is the latest answer that does not settle; pendingCount counts those
+	// that say their sending may still be carried out.
+	held         *nats.Msg
+	pendingCount int
 }
 
 func (s *sending) send() error {
@@ -197,8 +213,8 @@ func (s *sending) reached() int { return s.sent - s.nobody }
 
 // answer is Send's answer with m taken (nil: none).
 func (s *sending) answer(m *nats.Msg) Answer {
-	a := Answer{Msg: m, Sent: s.sent, Reached: s.reached(), Unsettled: len(s.unanswered) + s.heldCount}
-	if m != nil && !s.settles(m.Data) {
+	a := Answer{Msg: m, Sent: s.sent, Reached: s.reached(), Unsettled: len(s.unanswered) + s.pendingCount}
+	if m != nil && !s.settles(m.Data) && s.pending(m.Data) {
 		a.Unsettled-- // m itself
 	}
 	return a
@@ -223,7 +239,9 @@ func (s *sending) take(m *nats.Msg) (a Answer, done, nobody bool) {
 		return s.answer(m), true, false
 	}
 	s.held = m
-	s.heldCount++
+	if s.pending(m.Data) {
+		s.pendingCount++
+	}
 	if len(s.unanswered) == 0 {
 		return s.answer(m), true, false
 	}

@@ -304,9 +304,10 @@ func TestNeverAnsweredEndsAtTheTimeout(t *testing.T) {
 	if took := time.Since(start); took < 600*time.Millisecond || took > 3*time.Second {
 		t.Fatalf("gave up after %s, want about the 700 ms timeout", took)
 	}
-	// At 0, 200 and 600 ms (each wait twice the one before).
-	if a.Sent != 3 || int(got.Load()) < a.Sent-1 || a.Unsettled != a.Sent {
-		t.Fatalf("%+v, %d received; want three sendings, each unanswered", a, got.Load())
+	// At 0, 200 and 600 ms (each wait twice the one before), the last one
+	// perhaps late on a loaded machine.
+	if a.Sent < 2 || a.Sent > 3 || int(got.Load()) < a.Sent-1 || a.Unsettled != a.Sent {
+		t.Fatalf("%+v, %d received; want two or three sendings, each unanswered", a, got.Load())
 	}
 }
 
@@ -410,11 +411,12 @@ func TestAnAnswerReadyAtTheDeadlineIsTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Settles is slow enough that the third sending's acceptance and the
-	// deadline are both ready while the second's refusal is being looked at.
-	r := req(300*time.Millisecond, 10*time.Millisecond)
+	// deadline are both ready while the second's refusal is being looked at
+	// (the third goes out 30 ms in: a second leaves room for a loaded machine).
+	r := req(time.Second, 10*time.Millisecond)
 	slow := func(data []byte) bool {
 		if string(data) == refused {
-			time.Sleep(500 * time.Millisecond)
+			time.Sleep(1500 * time.Millisecond)
 		}
 		return settles(data)
 	}
@@ -428,5 +430,62 @@ func TestAnAnswerReadyAtTheDeadlineIsTaken(t *testing.T) {
 		if string(a.Msg.Data) == refused && a.Unsettled > 0 {
 			t.Fatalf("the held refusal was taken though an acceptance had come: %+v", a)
 		}
+	}
+}
+
+// TestAnElectionDoesNotStretchTheResend: "no responders" (nobody leads) sends the
+// request again after short pauses; those sendings reached nobody and do not double
+// the wait for the next. The sending the new leader takes and drops is sent again
+// (a review: six sendings in an election pushed the next one past the timeout).
+func TestAnElectionDoesNotStretchTheResend(t *testing.T) {
+	nc := broker(t)
+	time.AfterFunc(1600*time.Millisecond, func() {
+		serve(t, nc, "mesh.enrol.web-1", func(n int) []byte {
+			if n == 1 {
+				return nil
+			}
+			return []byte(ok)
+		})
+	})
+	a, err := Send(context.Background(), nc, req(5*time.Second, 200*time.Millisecond))
+	if err != nil || string(a.Msg.Data) != ok {
+		t.Fatalf("%+v: the dropped sending was not sent again: %v", a, err)
+	}
+}
+
+// TestOnlyAnswersThatMayBeCarriedOutCountAsUnsettled: a held refusal whose sending
+// was refused before anything was done (Pending false: "expired") does not make a
+// later refusal not final; one that may still be committed ("for now") does.
+func TestOnlyAnswersThatMayBeCarriedOutCountAsUnsettled(t *testing.T) {
+	nc := broker(t)
+	release := make(chan struct{})
+	var once sync.Once
+	var got atomic.Int32
+	first := refused
+	if _, err := nc.Subscribe("mesh.enrol.web-1", func(m *nats.Msg) {
+		if got.Add(1) == 1 {
+			go func() { <-release; _ = m.Respond([]byte(first)) }()
+			return
+		}
+		once.Do(func() { close(release) })
+		time.Sleep(100 * time.Millisecond) // after the first's answer
+		_ = m.Respond([]byte("expired"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := req(5*time.Second, 200*time.Millisecond)
+	r.Settles = func(data []byte) bool { return string(data) == ok || string(data) == final }
+	r.Pending = func(data []byte) bool { return string(data) == refused }
+	a, err := Send(context.Background(), nc, r)
+	if err != nil || string(a.Msg.Data) != "expired" || a.Unsettled != 1 {
+		t.Fatalf("after a sending answered %q: %+v, %v; want expired, one unsettled", first, a, err)
+	}
+	got.Store(0)
+	release = make(chan struct{})
+	once = sync.Once{}
+	first = "expired"
+	a, err = Send(context.Background(), nc, r)
+	if err != nil || string(a.Msg.Data) != "expired" || a.Unsettled != 0 {
+		t.Fatalf("after a sending answered %q: %+v, %v; want expired, final", first, a, err)
 	}
 }
