@@ -194,6 +194,7 @@ type sending struct {
 	// held is the latest answer that does not settle; pendingCount counts those
 	// that say their sending may still be carried out.
 	held         *nats.Msg
+	heldPending  bool
 	pendingCount int
 }
 
@@ -214,7 +215,7 @@ func (s *sending) reached() int { return s.sent - s.nobody }
 // answer is Send's answer with m taken (nil: none).
 func (s *sending) answer(m *nats.Msg) Answer {
 	a := Answer{Msg: m, Sent: s.sent, Reached: s.reached(), Unsettled: len(s.unanswered) + s.pendingCount}
-	if m != nil && !s.settles(m.Data) && s.pending(m.Data) {
+	if m != nil && m == s.held && s.heldPending {
 		a.Unsettled-- // m itself
 	}
 	return a
@@ -235,11 +236,17 @@ func (s *sending) take(m *nats.Msg) (a Answer, done, nobody bool) {
 		}
 		return Answer{}, false, m.Subject == s.latest
 	}
+	if len(s.unanswered) == 0 && s.held == nil {
+		// The one sending out, or the last, and nothing held: the answer
+		// whatever it says, looked at by nobody here (an enrolment's answer is
+		// a few KiB of JSON that Settles would decode for nothing).
+		return s.answer(m), true, false
+	}
 	if s.settles(m.Data) {
 		return s.answer(m), true, false
 	}
-	s.held = m
-	if s.pending(m.Data) {
+	s.held, s.heldPending = m, s.pending(m.Data)
+	if s.heldPending {
 		s.pendingCount++
 	}
 	if len(s.unanswered) == 0 {
