@@ -25,12 +25,7 @@ import (
 // is admitted by the control node serving.
 func TestAnEnrolmentTakenByALeaderThatStoppedIsSentAgain(t *testing.T) {
 	// Run, not only opened: its broker's TLS and its leadership are the real ones.
-	d, _ := runDaemon(t, Options{Dir: bootstrapped(t, "resend"), wrapAuth: withObserver, ReadyTimeout: 20 * time.Second})
-	waitFor(t, 20*time.Second, "the control node serves", func() bool {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		return len(d.subs) > 0
-	})
+	d := servingDaemon(t, Options{Dir: bootstrapped(t, "resend"), wrapAuth: withObserver})
 	nc := servedToOperators(t, d)
 	tok, err := operator.NewClient(nc, 0).MintToken("web-1", tokenfmt.RoleWorker, time.Hour, nil)
 	if err != nil {

@@ -147,12 +147,7 @@ func TestOperatorCredentialsWaitForEveryControlNode(t *testing.T) {
 // their JWT's expiry without saying why; meshctl says they expired, not that the
 // control node may be older or the credentials another mesh's.
 func TestExpiredOperatorCredentialsAreSaidToBe(t *testing.T) {
-	d, _ := runDaemon(t, Options{Dir: bootstrapped(t, "expired"), ReadyTimeout: 20 * time.Second})
-	waitFor(t, 20*time.Second, "the control node serves", func() bool {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		return len(d.subs) > 0
-	})
+	d := servingDaemon(t, Options{Dir: bootstrapped(t, "expired")})
 	user, _ := nkeys.CreateUser()
 	pub, _ := user.PublicKey()
 	seed, _ := user.Seed()
@@ -198,12 +193,7 @@ func writeFile(path string, data []byte) error { return os.WriteFile(path, data,
 // closes such connections every operatorSweepEvery. Here the kick at the apply is
 // lost as it is for an entry replayed before the node opened.
 func TestRevokedOperatorConnectionsAreSweptWhereTheKickMissedThem(t *testing.T) {
-	d, _ := runDaemon(t, Options{Dir: bootstrapped(t, "sweep"), ReadyTimeout: 20 * time.Second, operatorSweepEvery: 200 * time.Millisecond})
-	waitFor(t, 20*time.Second, "the control node serves", func() bool {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		return len(d.subs) > 0
-	})
+	d := servingDaemon(t, Options{Dir: bootstrapped(t, "sweep"), operatorSweepEvery: 200 * time.Millisecond})
 	issued, err := operatorcreds.Issue(datadir.Dir(d.opts.Dir), operatorcreds.Options{Name: "alice", TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -240,12 +230,7 @@ func TestRevokedOperatorConnectionsAreSweptWhereTheKickMissedThem(t *testing.T) 
 // the call made on it says the credentials expired, not that the connection was
 // lost (exit 3, "look before running it again", as if the mesh were unreachable).
 func TestAConnectionEndsWithItsCredentials(t *testing.T) {
-	d, _ := runDaemon(t, Options{Dir: bootstrapped(t, "ends"), ReadyTimeout: 20 * time.Second})
-	waitFor(t, 20*time.Second, "the control node serves", func() bool {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		return len(d.subs) > 0
-	})
+	d := servingDaemon(t, Options{Dir: bootstrapped(t, "ends")})
 	user, _ := nkeys.CreateUser()
 	key, _ := user.PublicKey()
 	seed, _ := user.Seed()
@@ -283,4 +268,18 @@ func TestAConnectionEndsWithItsCredentials(t *testing.T) {
 	if err := c.Call(api.OpPing, struct{}{}, &res); !errors.Is(err, operator.ErrCredsExpired) {
 		t.Fatalf("ping after the expiry: %v, want ErrCredsExpired", err)
 	}
+}
+
+// servingDaemon runs a control node with opts (runDaemon) and waits until it serves
+// the API as the leader.
+func servingDaemon(t *testing.T, opts Options) *Daemon {
+	t.Helper()
+	opts.ReadyTimeout = 20 * time.Second
+	d, _ := runDaemon(t, opts)
+	waitFor(t, 20*time.Second, "the control node serves", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return len(d.subs) > 0
+	})
+	return d
 }
