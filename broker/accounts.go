@@ -2,14 +2,12 @@ package broker
 
 import (
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 )
 
@@ -65,9 +63,7 @@ type Flows struct {
 	HostStreams []string
 	// OperatorServices are subjects served in the control account that operators
 	// may request; nats-server rewrites each request's reply subject, so the
-	// responder can answer the requester and nobody else, and puts in each
-	// request who sent it (RequesterHeader): the requester's user JWT as it
-	// logged in with it, which no client can write itself.
+	// responder can answer the requester and nobody else.
 	OperatorServices []string
 	// OperatorGathers are subjects served in the control account by every control
 	// node, each with its own answer, that operators may request: like
@@ -258,7 +254,7 @@ func newAccounts(mesh string, operator nkeys.KeyPair, flows Flows, limits Limits
 	}
 	for _, subj := range flows.OperatorServices {
 		control.Exports.Add(&jwt.Export{Subject: jwt.Subject(subj), Type: jwt.Service})
-		ops.Imports.Add(&jwt.Import{Account: acc.names[AccountControl], Subject: jwt.Subject(subj), Type: jwt.Service, Share: true})
+		ops.Imports.Add(&jwt.Import{Account: acc.names[AccountControl], Subject: jwt.Subject(subj), Type: jwt.Service})
 	}
 	retired := claims[AccountRetired]
 	retired.Limits.Conn = RetiredAccountConnections
@@ -290,31 +286,4 @@ func newAccounts(mesh string, operator nkeys.KeyPair, flows Flows, limits Limits
 		}
 	}
 	return acc, nil
-}
-
-// RequesterHeader is the header nats-server puts in a request crossing a service
-// import (Flows.OperatorServices): a JSON object whose "jwt" is the requester's user
-// JWT. nats-server replaces whatever the requester wrote there.
-const RequesterHeader = server.ClientInfoHdr
-
-// Requester is who sent a request on one of Flows.OperatorServices, as the broker
-// says in RequesterHeader: the name and user key of the JWT the client logged in
-// with. ok is false when the header is missing or holds no user JWT (a request from
-// inside the control account, or through a broker from before the header).
-func Requester(h nats.Header) (name, key string, ok bool) {
-	raw := h.Get(RequesterHeader)
-	if raw == "" {
-		return "", "", false
-	}
-	var ci struct {
-		JWT string `json:"jwt"`
-	}
-	if json.Unmarshal([]byte(raw), &ci) != nil || ci.JWT == "" {
-		return "", "", false
-	}
-	claims, err := jwt.DecodeUserClaims(ci.JWT)
-	if err != nil {
-		return "", "", false
-	}
-	return claims.Name, claims.Subject, true
 }

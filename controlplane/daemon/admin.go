@@ -196,33 +196,7 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 		}
 		resp.Error = &api.Error{Code: api.CodeInternal, Message: msg}
 	}
-	if !api.ReadOnly(op) {
-		d.auditChange(op, m, resp)
-	}
 	d.reply(op, m.Reply, resp)
-}
-
-// auditChange logs who asked for a change and how it ended: the operator's name and
-// key the broker put in the request (broker.RequesterHeader, from the JWT the
-// operator logged in with; no client can write it), so that a change is told to a
-// person (credentials by name, decision 0041) or to a control node's admin.creds.
-// Reads are not logged: they change nothing, and scripts poll them.
-func (d *Daemon) auditChange(op string, m *nats.Msg, resp api.AdminResponse) {
-	name, key, ok := broker.Requester(m.Header)
-	if !ok {
-		name, key = "unknown", "" // through a broker from before the header
-	}
-	outcome := "done"
-	if resp.Error != nil {
-		outcome = resp.Error.Code
-	}
-	attrs := []any{"op", api.CleanText(op, 64), "by", api.CleanText(name, api.MaxOperatorNameLen), "key", key, "outcome", outcome}
-	if m.Header != nil {
-		if id := m.Header.Get(api.RequestHeader); id != "" {
-			attrs = append(attrs, "request_id", api.CleanText(id, 64))
-		}
-	}
-	d.log.Info("operator change", attrs...)
 }
 
 // errNotDone marks an operator request's failure that left nothing done: the
