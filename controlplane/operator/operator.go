@@ -488,6 +488,10 @@ func (c *Client) callOnce(out *sending) (api.AdminResponse, error) {
 		if (errors.Is(err, errAnswerLost) || errors.Is(err, nats.ErrConnectionClosed)) && !c.credsExpire.IsZero() && !time.Now().Before(c.credsExpire) {
 			// The broker ends a connection at its credentials' expiry, and
 			// refuses them from then on: not a connection to wait out.
+			if api.ReadOnly(op) {
+				return resp, fmt.Errorf("%w (at %s): the connection closed with them before %s was answered; ask for new ones (meshctl operator add)",
+					ErrCredsExpired, c.credsExpire.UTC().Format(time.RFC3339), op)
+			}
 			return resp, fmt.Errorf("%w (at %s): the connection closed with them before %s was answered; the control node that took it may have carried it out: look (%s) with credentials that are valid, and ask for new ones (meshctl operator add)",
 				ErrCredsExpired, c.credsExpire.UTC().Format(time.RFC3339), op, LookAt(op))
 		}
