@@ -68,6 +68,19 @@ func TestOperatorCredentialsByName(t *testing.T) {
 	if r := asAlice(alice, "nodes"); r.Code != 0 {
 		t.Fatalf("nodes as alice: exit %d\n%s", r.Code, r.Combined())
 	}
+	// Each change is logged by the recorded name of the key that signed it.
+	if r := asAlice(alice, "token", "--node", "web-1"); r.Code != 0 {
+		t.Fatalf("token as alice: exit %d\n%s", r.Code, r.Combined())
+	}
+	harness.Eventually(t, 5*time.Second, "serve logs alice's token", func() bool {
+		return strings.Contains(serve.Output(), `msg="operator change" op=token.create by=alice key=U`)
+	})
+	if !strings.Contains(serve.Output(), `msg="operator change" op=operator.add by="cp-1 (its admin.creds)"`) {
+		t.Fatalf("the add through the control node's own credentials is not logged as its:\n%s", serve.Output())
+	}
+	if strings.Contains(serve.Output(), `op=nodes`) {
+		t.Fatal("a read was logged as a change")
+	}
 	var list api.OperatorListResult
 	if r := asAlice(alice, "operator", "list", "--json"); r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &list) != nil ||
 		len(list.Operators) != 1 || list.Operators[0].Name != "alice" || list.Operators[0].State != api.OperatorValid ||

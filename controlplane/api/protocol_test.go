@@ -615,3 +615,23 @@ func FuzzParseEnrolPassword(f *testing.F) {
 		}
 	})
 }
+
+// TestOperatorSigHeader: the signature header reads back what was written, and
+// nothing else of its form is read as one.
+func TestOperatorSigHeader(t *testing.T) {
+	v := FormatOperatorSig("UKEY", 1700000000, []byte{1, 2, 3})
+	key, at, sig, ok := ParseOperatorSig(v)
+	if !ok || key != "UKEY" || at != 1700000000 || string(sig) != "\x01\x02\x03" {
+		t.Fatalf("round trip of %q: %q %d %v %t", v, key, at, sig, ok)
+	}
+	for _, bad := range []string{"", "v1", "v1 UKEY 17 AQID extra", "v2 UKEY 17 AQID", "v1 UKEY soon AQID", "v1 UKEY 17 !!", "v1 UKEY 17 " + strings.Repeat("A", 600)} {
+		if _, _, _, ok := ParseOperatorSig(bad); ok {
+			t.Errorf("%q read as a signature", bad)
+		}
+	}
+	a, b := OperatorSigned("declare", 1, "id", []byte("x")), OperatorSigned("declare", 1, "id", []byte("y"))
+	if string(a) == string(b) || string(a) == string(OperatorSigned("revoke", 1, "id", []byte("x"))) ||
+		string(a) == string(OperatorSigned("declare", 2, "id", []byte("x"))) || string(a) == string(OperatorSigned("declare", 1, "id2", []byte("x"))) {
+		t.Fatal("what is signed does not tell bodies, operations, times or request ids apart")
+	}
+}

@@ -196,7 +196,72 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 		}
 		resp.Error = &api.Error{Code: api.CodeInternal, Message: msg}
 	}
+	if !api.ReadOnly(op) {
+		d.logChange(op, m, resp)
+	}
 	d.reply(op, m.Reply, resp)
+}
+
+// logChange logs who asked for a change and how it ended. Who is the name the mesh
+// records for the key that signed the request (api.OperatorSigHeader): a person's
+// credentials by name (decision 0041) or a control node's own admin.creds (its id).
+// Not the broker's word: nothing the broker puts in a request is out of a client's
+// reach (a header line of its own is read before the broker's), and a signature
+// needs the key's seed. Reads are not logged: they change nothing, and scripts poll.
+func (d *Daemon) logChange(op string, m *nats.Msg, resp api.AdminResponse) {
+	by, key := d.signedBy(op, m)
+	outcome := "done"
+	if resp.Error != nil {
+		outcome = resp.Error.Code
+	}
+	attrs := []any{"op", api.CleanText(op, 64), "by", by}
+	if key != "" {
+		attrs = append(attrs, "key", key)
+	}
+	attrs = append(attrs, "outcome", outcome)
+	if id := m.Header.Get(api.RequestHeader); id != "" {
+		attrs = append(attrs, "request_id", api.CleanText(id, 64))
+	}
+	d.log.Info("operator change", attrs...)
+}
+
+// Who logChange says asked, when the request says nothing it can check.
+const (
+	byUnsigned     = "(unsigned)"      // an older meshctl, the nats CLI
+	byBadSignature = "(bad signature)" // not the request signed, or not now
+	byUnrecorded   = "(unrecorded key)"
+)
+
+// signedBy returns the name the mesh records for the key that signed m, and the key.
+func (d *Daemon) signedBy(op string, m *nats.Msg) (by, key string) {
+	v := m.Header.Get(api.OperatorSigHeader)
+	if v == "" {
+		return byUnsigned, ""
+	}
+	key, at, sig, ok := api.ParseOperatorSig(v)
+	if !ok || !nkeys.IsValidPublicUserKey(key) {
+		return byBadSignature, ""
+	}
+	kp, _ := nkeys.FromPublicKey(key)
+	skew := d.now().Sub(time.Unix(at, 0))
+	if skew < -api.MaxOperatorSigSkew || skew > api.MaxOperatorSigSkew ||
+		kp.Verify(api.OperatorSigned(op, at, m.Header.Get(api.RequestHeader), m.Data), sig) != nil {
+		return byBadSignature, key
+	}
+	by = byUnrecorded
+	d.fsm.Read(func(s *state.State) {
+		if o, ok := s.Operators[key]; ok {
+			by = o.Name
+			return
+		}
+		for _, n := range s.ControlNodes {
+			if n.Operator == key {
+				by = n.ID + " (its admin.creds)"
+				return
+			}
+		}
+	})
+	return by, key
 }
 
 // errNotDone marks an operator request's failure that left nothing done: the

@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"errors"
+	"log/slog"
+	"mesh/tokenfmt"
 	"os"
 	"strings"
 	"testing"
@@ -282,4 +284,81 @@ func servingDaemon(t *testing.T, opts Options) *Daemon {
 		return len(d.subs) > 0
 	})
 	return d
+}
+
+// TestAChangeIsLoggedByWhoSignedIt: each change is logged with the recorded name of
+// the key that signed the request (meshctl signs every change with the credentials'
+// key): alice's by alice, the control node's own credentials' by its id. A request
+// unsigned, one whose body is not what was signed, or signed too long ago, is
+// logged so, never under someone's name (a review of a first version, which took
+// the name from a header the broker writes and a client can write before it).
+func TestAChangeIsLoggedByWhoSignedIt(t *testing.T) {
+	var log lockedBuffer
+	d := servingDaemon(t, Options{Dir: bootstrapped(t, "signed"), Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	dir := datadir.Dir(d.opts.Dir)
+	issued, err := operatorcreds.Issue(dir, operatorcreds.Options{Name: "alice", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := t.TempDir() + "/alice.creds"
+	if err := writeFile(path, issued.Creds); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), `msg="operator change" op=operator.add by="`+d.cfg.Node+` (its admin.creds)"`) {
+		t.Fatalf("the add through the node's own credentials is not logged by it:\n%s", log.String())
+	}
+	e, err := operator.DirEndpoint(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Creds = path
+	c, err := operator.DialEndpoint(e, operator.Options{LeaderWait: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.MintToken("web-1", tokenfmt.RoleWorker, time.Hour, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), `msg="operator change" op=token.create by=alice key=`+issued.Record.Key+` outcome=done`) {
+		t.Fatalf("alice's mint is not logged by her:\n%s", log.String())
+	}
+	// Requests made by hand on a connection of alice's.
+	raw, err := nats.Connect("tls://"+e.Servers[0], operator.CredsLogin(path, pki.PinnedClientConfig(e.Pin), 10*time.Second)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	kp, err := jwt.ParseDecoratedUserNKey(issued.Creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(sigFor []byte, at int64, body []byte) {
+		t.Helper()
+		m := nats.NewMsg(api.AdminSubject(api.OpTokenCancel))
+		m.Data = body
+		if sigFor != nil {
+			sig, _ := kp.Sign(api.OperatorSigned(api.OpTokenCancel, at, "", sigFor))
+			m.Header.Set(api.OperatorSigHeader, api.FormatOperatorSig(issued.Record.Key, at, sig))
+		}
+		if _, err := raw.RequestMsg(m, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := []byte(`{"v":2,"op":"token.cancel","args":{"node":"web-1"}}`)
+	other := []byte(`{"v":2,"op":"token.cancel","args":{"node":"web-2"}}`)
+	now := time.Now().Unix()
+	before := strings.Count(log.String(), "by=alice")
+	send(nil, now, body)
+	send(other, now, body)                                             // signed another body
+	send(body, now-int64(api.MaxOperatorSigSkew/time.Second)-60, body) // signed too long ago
+	if !strings.Contains(log.String(), `op=token.cancel by=(unsigned)`) {
+		t.Fatalf("the unsigned request is not logged as such:\n%s", log.String())
+	}
+	if strings.Count(log.String(), `op=token.cancel by="(bad signature)"`) != 2 {
+		t.Fatalf("want two requests logged as badly signed:\n%s", log.String())
+	}
+	if strings.Count(log.String(), "by=alice") != before {
+		t.Fatalf("a request alice did not sign as sent was logged as hers:\n%s", log.String())
+	}
 }

@@ -75,6 +75,56 @@ type Client struct {
 	// credsExpire is when the credentials the connection logged in with expire
 	// (zero: never): the broker closes the connection then.
 	credsExpire time.Time
+	// sign signs a change request with the credentials' key (nil: unsigned, a
+	// client that wraps a connection it did not dial).
+	sign func(msg []byte) (key string, sig []byte, err error)
+}
+
+// signed adds to m, a change's request, the operator's signature of it
+// (api.OperatorSigHeader), by which the control plane logs who asked for it. A
+// signature that cannot be made leaves the request unsigned: it is carried out all
+// the same, and logged as unsigned.
+func (c *Client) signed(op string, m *nats.Msg) *nats.Msg {
+	if c.sign == nil || api.ReadOnly(op) {
+		return m
+	}
+	at := time.Now().Unix()
+	id := ""
+	if m.Header != nil {
+		id = m.Header.Get(api.RequestHeader)
+	}
+	key, sig, err := c.sign(api.OperatorSigned(op, at, id, m.Data))
+	if err != nil {
+		return m
+	}
+	if m.Header == nil {
+		m.Header = nats.Header{}
+	}
+	m.Header.Set(api.OperatorSigHeader, api.FormatOperatorSig(key, at, sig))
+	return m
+}
+
+// credsSigner signs with the key of the .creds file at path, read at each signing
+// and wiped after, as the login's nonce is signed (CredsLogin).
+func credsSigner(path string) func([]byte) (string, []byte, error) {
+	return func(msg []byte) (string, []byte, error) {
+		b, err := readSmall(path)
+		if err != nil {
+			return "", nil, err
+		}
+		defer clear(b)
+		kp, err := jwt.ParseDecoratedUserNKey(b)
+		if err != nil {
+			return "", nil, err
+		}
+		defer kp.Wipe()
+		key, err := kp.PublicKey()
+		if err != nil {
+			return "", nil, err
+		}
+		sig, err := kp.Sign(msg)
+		return key, sig, err
+	}
 }
 
 // defaultFirstAttempt is how long a read (or a token creation, see Call) first waits
@@ -235,6 +285,7 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 	c.sending, c.waiting = o.Sending, o.Waiting
 	c.denied, c.loss, c.pin = denied, loss, e.Pin
 	c.credsExpire = credsExpiry(e.Creds)
+	c.sign = credsSigner(e.Creds)
 	return c, nil
 }
 
@@ -531,7 +582,7 @@ func (c *Client) callOnce(out *sending) (api.AdminResponse, error) {
 func (c *Client) request(out *sending) (*nats.Msg, error) {
 	subject := api.AdminSubject(out.op)
 	if !api.Repeatable(out.op) && out.again == nil {
-		return c.attempt(out.message(subject), c.timeout)
+		return c.attempt(c.signed(out.op, out.message(subject)), c.timeout)
 	}
 	deadline := time.Now().Add(c.timeout)
 	attempt := c.firstAttempt
@@ -542,7 +593,7 @@ func (c *Client) request(out *sending) (*nats.Msg, error) {
 	}
 	for {
 		wait := min(attempt, time.Until(deadline))
-		msg, err := c.attempt(out.message(subject), wait)
+		msg, err := c.attempt(c.signed(out.op, out.message(subject)), wait)
 		lost, timedOut := errors.Is(err, errAnswerLost), errors.Is(err, nats.ErrTimeout)
 		if (!lost && !timedOut) || time.Until(deadline) <= 0 {
 			return msg, err
