@@ -114,10 +114,15 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 		return
 	}
 	var (
-		result any
-		err    error
+		result  any
+		err     error
+		by, key string
 	)
-	if !api.ReadOnly(op) {
+	change := !api.ReadOnly(op)
+	if change {
+		// Who signed it, judged as it arrives: a change may wait its turn for
+		// minutes, and its signature's time is the sending's.
+		by, key = d.signedBy(op, m)
 		// Changes run one at a time, as they did when the API was served by one
 		// goroutine; reads run beside them.
 		d.adminMu.Lock()
@@ -196,8 +201,8 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 		}
 		resp.Error = &api.Error{Code: api.CodeInternal, Message: msg}
 	}
-	if !api.ReadOnly(op) {
-		d.logChange(op, m, resp)
+	if change {
+		d.logChange(op, m, by, key, resp)
 	}
 	d.reply(op, m.Reply, resp)
 }
@@ -208,8 +213,7 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 // Not the broker's word: nothing the broker puts in a request is out of a client's
 // reach (a header line of its own is read before the broker's), and a signature
 // needs the key's seed. Reads are not logged: they change nothing, and scripts poll.
-func (d *Daemon) logChange(op string, m *nats.Msg, resp api.AdminResponse) {
-	by, key := d.signedBy(op, m)
+func (d *Daemon) logChange(op string, m *nats.Msg, by, key string, resp api.AdminResponse) {
 	outcome := "done"
 	if resp.Error != nil {
 		outcome = resp.Error.Code
@@ -228,7 +232,8 @@ func (d *Daemon) logChange(op string, m *nats.Msg, resp api.AdminResponse) {
 // Who logChange says asked, when the request says nothing it can check.
 const (
 	byUnsigned     = "(unsigned)"      // an older meshctl, the nats CLI
-	byBadSignature = "(bad signature)" // not the request signed, or not now
+	byBadSignature = "(bad signature)" // not the request that was signed
+	byOutOfTime    = "(signed more than 5 minutes off this node's clock)"
 	byUnrecorded   = "(unrecorded key)"
 )
 
@@ -243,19 +248,36 @@ func (d *Daemon) signedBy(op string, m *nats.Msg) (by, key string) {
 		return byBadSignature, ""
 	}
 	kp, _ := nkeys.FromPublicKey(key)
-	skew := d.now().Sub(time.Unix(at, 0))
-	if skew < -api.MaxOperatorSigSkew || skew > api.MaxOperatorSigSkew ||
-		kp.Verify(api.OperatorSigned(op, at, m.Header.Get(api.RequestHeader), m.Data), sig) != nil {
+	if kp.Verify(api.OperatorSigned(op, at, m.Header.Get(api.RequestHeader), m.Data), sig) != nil {
 		return byBadSignature, key
 	}
+	// A signature made long ago may be a copy: its signer is not named. (A
+	// sending held back by an election, or a clock that is off, says so too.)
+	if skew := d.now().Sub(time.Unix(at, 0)); skew < -api.MaxOperatorSigSkew || skew > api.MaxOperatorSigSkew {
+		return byOutOfTime, key
+	}
+	now := d.now()
 	by = byUnrecorded
 	d.fsm.Read(func(s *state.State) {
+		// Named with what the key is now: a revoked key (a leaked file signs as
+		// well as ever) or a removed node's is said to be one.
 		if o, ok := s.Operators[key]; ok {
-			by = o.Name
+			switch {
+			case !o.RevokedAt.IsZero():
+				by = o.Name + " (revoked key)"
+			case !o.Active(now):
+				by = o.Name + " (expired key)"
+			default:
+				by = o.Name
+			}
+			return
+		}
+		if node, ok := s.RevokedOperators[key]; ok {
+			by = node + " (removed; its admin.creds)"
 			return
 		}
 		for _, n := range s.ControlNodes {
-			if n.Operator == key {
+			if n.Operator == key && !n.Removed {
 				by = n.ID + " (its admin.creds)"
 				return
 			}

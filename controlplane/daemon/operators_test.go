@@ -355,10 +355,27 @@ func TestAChangeIsLoggedByWhoSignedIt(t *testing.T) {
 	if !strings.Contains(log.String(), `op=token.cancel by=(unsigned)`) {
 		t.Fatalf("the unsigned request is not logged as such:\n%s", log.String())
 	}
-	if strings.Count(log.String(), `op=token.cancel by="(bad signature)"`) != 2 {
-		t.Fatalf("want two requests logged as badly signed:\n%s", log.String())
+	if strings.Count(log.String(), `op=token.cancel by="(bad signature)"`) != 1 ||
+		strings.Count(log.String(), `op=token.cancel by="(signed more than 5 minutes off this node's clock)"`) != 1 {
+		t.Fatalf("want one request logged as badly signed, one as signed too long ago:\n%s", log.String())
 	}
 	if strings.Count(log.String(), "by=alice") != before {
 		t.Fatalf("a request alice did not sign as sent was logged as hers:\n%s", log.String())
+	}
+	// Revoked, alice's key still signs (a leaked file): a change so signed, sent
+	// through another's connection, is said to be by a revoked key.
+	if _, err := d.operatorRevoke(api.OperatorRevokeRequest{Names: []string{"alice"}}); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+	admin, err := nats.Connect("tls://"+e.Servers[0], operator.CredsLogin(dir.Path(datadir.AdminCredsFile), pki.PinnedClientConfig(e.Pin), 10*time.Second)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	raw = admin
+	send(body, time.Now().Unix(), body)
+	if !strings.Contains(log.String(), `op=token.cancel by="alice (revoked key)"`) {
+		t.Fatalf("a change signed by a revoked key is not said to be:\n%s", log.String())
 	}
 }
