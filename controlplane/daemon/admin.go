@@ -120,13 +120,19 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 	)
 	change := !api.ReadOnly(op)
 	if change {
-		// Who signed it, judged as it arrives: a change may wait its turn for
-		// minutes, and its signature's time is the sending's.
-		by, key = d.signedBy(op, m)
+		// The signature is judged as the request arrives (a change may wait its
+		// turn for minutes, and its time is the sending's); the key is named as
+		// it stands when the change runs (a revocation may come first).
+		var signed string
+		key, signed = d.checkSignature(op, m)
 		// Changes run one at a time, as they did when the API was served by one
 		// goroutine; reads run beside them.
 		d.adminMu.Lock()
 		defer d.adminMu.Unlock()
+		by = signed
+		if signed == "" {
+			by = d.nameOfKey(key)
+		}
 	}
 	if len(m.Data) > MaxAdminRequest {
 		err = badRequest("request of %d bytes exceeds the %d byte cap", len(m.Data), MaxAdminRequest)
@@ -233,31 +239,39 @@ func (d *Daemon) logChange(op string, m *nats.Msg, by, key string, resp api.Admi
 const (
 	byUnsigned     = "(unsigned)"      // an older meshctl, the nats CLI
 	byBadSignature = "(bad signature)" // not the request that was signed
-	byOutOfTime    = "(signed more than 5 minutes off this node's clock)"
 	byUnrecorded   = "(unrecorded key)"
 )
 
-// signedBy returns the name the mesh records for the key that signed m, and the key.
-func (d *Daemon) signedBy(op string, m *nats.Msg) (by, key string) {
+// byOutOfTime is said of a request signed too far from this node's clock.
+var byOutOfTime = fmt.Sprintf("(signed more than %d minutes off this node's clock)", int(api.MaxOperatorSigSkew/time.Minute))
+
+// checkSignature checks the operator's signature of m: it returns the key that
+// signed it, and "" when it is to be named (nameOfKey), or what to say instead.
+func (d *Daemon) checkSignature(op string, m *nats.Msg) (key, instead string) {
 	v := m.Header.Get(api.OperatorSigHeader)
 	if v == "" {
-		return byUnsigned, ""
+		return "", byUnsigned
 	}
 	key, at, sig, ok := api.ParseOperatorSig(v)
 	if !ok || !nkeys.IsValidPublicUserKey(key) {
-		return byBadSignature, ""
+		return "", byBadSignature
 	}
 	kp, _ := nkeys.FromPublicKey(key)
 	if kp.Verify(api.OperatorSigned(op, at, m.Header.Get(api.RequestHeader), m.Data), sig) != nil {
-		return byBadSignature, key
+		return key, byBadSignature
 	}
 	// A signature made long ago may be a copy: its signer is not named. (A
 	// sending held back by an election, or a clock that is off, says so too.)
 	if skew := d.now().Sub(time.Unix(at, 0)); skew < -api.MaxOperatorSigSkew || skew > api.MaxOperatorSigSkew {
-		return byOutOfTime, key
+		return key, byOutOfTime
 	}
+	return key, ""
+}
+
+// nameOfKey is the name the mesh records for an operator key, as the key stands now.
+func (d *Daemon) nameOfKey(key string) string {
 	now := d.now()
-	by = byUnrecorded
+	by := byUnrecorded
 	d.fsm.Read(func(s *state.State) {
 		// Named with what the key is now: a revoked key (a leaked file signs as
 		// well as ever) or a removed node's is said to be one.
@@ -283,7 +297,7 @@ func (d *Daemon) signedBy(op string, m *nats.Msg) (by, key string) {
 			}
 		}
 	})
-	return by, key
+	return by
 }
 
 // errNotDone marks an operator request's failure that left nothing done: the

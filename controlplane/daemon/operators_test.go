@@ -362,11 +362,8 @@ func TestAChangeIsLoggedByWhoSignedIt(t *testing.T) {
 	if strings.Count(log.String(), "by=alice") != before {
 		t.Fatalf("a request alice did not sign as sent was logged as hers:\n%s", log.String())
 	}
-	// Revoked, alice's key still signs (a leaked file): a change so signed, sent
-	// through another's connection, is said to be by a revoked key.
-	if _, err := d.operatorRevoke(api.OperatorRevokeRequest{Names: []string{"alice"}}); err != nil {
-		t.Fatal(err)
-	}
+	// From here on, alice's signature travels on the node's own connection
+	// (hers is closed by her revocation).
 	raw.Close()
 	admin, err := nats.Connect("tls://"+e.Servers[0], operator.CredsLogin(dir.Path(datadir.AdminCredsFile), pki.PinnedClientConfig(e.Pin), 10*time.Second)...)
 	if err != nil {
@@ -374,8 +371,33 @@ func TestAChangeIsLoggedByWhoSignedIt(t *testing.T) {
 	}
 	defer admin.Close()
 	raw = admin
+	// A change of alice's that waits its turn behind her revocation is named as
+	// her key stands when it runs: revoked.
+	d.adminMu.Lock()
+	waited := make(chan struct{})
+	go func() {
+		defer close(waited)
+		m := nats.NewMsg(api.AdminSubject(api.OpTokenCancel))
+		m.Data = body
+		at := time.Now().Unix()
+		sig, _ := kp.Sign(api.OperatorSigned(api.OpTokenCancel, at, "", body))
+		m.Header.Set(api.OperatorSigHeader, api.FormatOperatorSig(issued.Record.Key, at, sig))
+		_, _ = admin.RequestMsg(m, 10*time.Second)
+	}()
+	time.Sleep(300 * time.Millisecond) // it arrives and waits for adminMu
+	if res, err := d.raft.Apply(state.Command{Op: state.OpRevokeOperators, At: d.now().UTC(), Rules: state.RulesOperators,
+		RevokeOperators: &state.RevokeOperatorsCmd{Names: []string{"alice"}}}, time.Minute); err != nil || res.Err != nil {
+		t.Fatalf("revoke alice: %v %v", err, res.Err)
+	}
+	d.adminMu.Unlock()
+	<-waited
+	if strings.Count(log.String(), "by=alice") != before || !strings.Contains(log.String(), `op=token.cancel by="alice (revoked key)"`) {
+		t.Fatalf("a change that ran after alice's revocation is named as before it:\n%s", log.String())
+	}
+	// Revoked, alice's key still signs (a leaked file): a change so signed, sent
+	// through another's connection, is said to be by a revoked key.
 	send(body, time.Now().Unix(), body)
-	if !strings.Contains(log.String(), `op=token.cancel by="alice (revoked key)"`) {
+	if strings.Count(log.String(), `op=token.cancel by="alice (revoked key)"`) != 2 {
 		t.Fatalf("a change signed by a revoked key is not said to be:\n%s", log.String())
 	}
 }
