@@ -160,15 +160,7 @@ func TestExpiredOperatorCredentialsAreSaidToBe(t *testing.T) {
 		t.Fatal(err)
 	}
 	creds, _ := jwt.FormatUserConfig(tok, seed)
-	path := t.TempDir() + "/alice.creds"
-	if err := writeFile(path, creds); err != nil {
-		t.Fatal(err)
-	}
-	e, err := operator.DirEndpoint(datadir.Dir(d.opts.Dir), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Creds = path
+	e, path := credsEndpoint(t, d, creds)
 	if _, err := operator.DialEndpoint(e, operator.Options{LeaderWait: -1}); !errors.Is(err, operator.ErrCredsExpired) {
 		t.Fatalf("dial with expired credentials: %v, want ErrCredsExpired", err)
 	}
@@ -189,6 +181,22 @@ func TestExpiredOperatorCredentialsAreSaidToBe(t *testing.T) {
 
 func writeFile(path string, data []byte) error { return os.WriteFile(path, data, 0o600) }
 
+// credsEndpoint writes creds to a file of their own (mode 0600) and returns where
+// d's control plane is reached with them, and the file.
+func credsEndpoint(t *testing.T, d *Daemon, creds []byte) (operator.Endpoint, string) {
+	t.Helper()
+	path := t.TempDir() + "/op.creds"
+	if err := writeFile(path, creds); err != nil {
+		t.Fatal(err)
+	}
+	e, err := operator.DirEndpoint(datadir.Dir(d.opts.Dir), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Creds = path
+	return e, path
+}
+
 // TestRevokedOperatorConnectionsAreSweptWhereTheKickMissedThem: a control node that
 // caught up from a snapshot runs no apply, and so no kick, for a revocation in it (a
 // review); its broker kept the revoked credentials' open connection. Every node
@@ -200,14 +208,7 @@ func TestRevokedOperatorConnectionsAreSweptWhereTheKickMissedThem(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := t.TempDir() + "/alice.creds"
-	if err := writeFile(path, issued.Creds); err != nil {
-		t.Fatal(err)
-	}
-	e, err := operator.DirEndpoint(datadir.Dir(d.opts.Dir), false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, path := credsEndpoint(t, d, issued.Creds)
 	closed := make(chan struct{})
 	nc, err := nats.Connect("tls://"+e.Servers[0], append(operator.CredsLogin(path, pki.PinnedClientConfig(e.Pin), 10*time.Second),
 		nats.NoReconnect(), nats.ClosedHandler(func(*nats.Conn) { close(closed) }))...)
@@ -248,15 +249,7 @@ func TestAConnectionEndsWithItsCredentials(t *testing.T) {
 		t.Fatalf("record alice: %v %v", err, res.Err)
 	}
 	creds, _ := jwt.FormatUserConfig(tok, seed)
-	path := t.TempDir() + "/alice.creds"
-	if err := writeFile(path, creds); err != nil {
-		t.Fatal(err)
-	}
-	e, err := operator.DirEndpoint(datadir.Dir(d.opts.Dir), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Creds = path
+	e, _ := credsEndpoint(t, d, creds)
 	c, err := operator.DialEndpoint(e, operator.Options{LeaderWait: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -300,18 +293,10 @@ func TestAChangeIsLoggedByWhoSignedIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := t.TempDir() + "/alice.creds"
-	if err := writeFile(path, issued.Creds); err != nil {
-		t.Fatal(err)
-	}
+	e, path := credsEndpoint(t, d, issued.Creds)
 	if !strings.Contains(log.String(), `msg="operator change" op=operator.add by="`+d.cfg.Node+` (its admin.creds)"`) {
 		t.Fatalf("the add through the node's own credentials is not logged by it:\n%s", log.String())
 	}
-	e, err := operator.DirEndpoint(dir, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.Creds = path
 	c, err := operator.DialEndpoint(e, operator.Options{LeaderWait: -1})
 	if err != nil {
 		t.Fatal(err)
