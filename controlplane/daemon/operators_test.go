@@ -3,7 +3,6 @@ package daemon
 import (
 	"errors"
 	"log/slog"
-	"mesh/tokenfmt"
 	"os"
 	"strings"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"mesh/controlplane/operatorcreds"
 	"mesh/controlplane/pki"
 	"mesh/controlplane/state"
+	"mesh/tokenfmt"
 )
 
 // operatorJWT is a user JWT named name expiring at exp (0: never), signed by account.
@@ -384,5 +384,50 @@ func TestAChangeIsLoggedByWhoSignedIt(t *testing.T) {
 	send(body, time.Now().Unix(), body)
 	if strings.Count(log.String(), `op=token.cancel by="alice (revoked key)"`) != 2 {
 		t.Fatalf("a change signed by a revoked key is not said to be:\n%s", log.String())
+	}
+}
+
+// TestAChangeThatCannotBeSignedIsNotSent: a change meshctl cannot sign (its
+// credentials file removed or damaged since it logged in) is not sent: before, it
+// went unsigned without a word, carried out and logged as by nobody. Reads, which
+// are not signed, still go.
+func TestAChangeThatCannotBeSignedIsNotSent(t *testing.T) {
+	var log lockedBuffer
+	d := servingDaemon(t, Options{Dir: bootstrapped(t, "unsignable"), Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	issued, err := operatorcreds.Issue(datadir.Dir(d.opts.Dir), operatorcreds.Options{Name: "alice", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, path := credsEndpoint(t, d, issued.Creds)
+	c, err := operator.DialEndpoint(e, operator.Options{LeaderWait: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, damage := range []func() error{
+		func() error { return os.Remove(path) },
+		func() error { return writeFile(path, []byte("not a creds file\n")) },
+	} {
+		if err := damage(); err != nil {
+			t.Fatal(err)
+		}
+		_, err := c.MintToken("web-1", tokenfmt.RoleWorker, time.Hour, nil)
+		if !errors.Is(err, operator.ErrNotSigned) {
+			t.Fatalf("a change that cannot be signed: %v, want ErrNotSigned", err)
+		}
+		if !strings.Contains(err.Error(), "put the credentials file back") {
+			t.Errorf("the error does not say what to do: %v", err)
+		}
+		if _, err := c.Nodes(api.NodesRequest{}); err != nil {
+			t.Fatalf("a read after it: %v", err)
+		}
+	}
+	if strings.Contains(log.String(), "op=token.create") {
+		t.Fatalf("a change that could not be signed reached the control plane:\n%s", log.String())
+	}
+	var toks int
+	d.fsm.Read(func(s *state.State) { toks = len(s.Tokens) })
+	if toks != 0 {
+		t.Fatalf("a change that could not be signed was carried out: %d token(s)", toks)
 	}
 }

@@ -80,13 +80,19 @@ type Client struct {
 	sign func(msg []byte) (key string, sig []byte, err error)
 }
 
+// ErrNotSigned is a change this meshctl could not sign with the key of the
+// credentials it logged in with (the file removed or replaced since the login), and
+// so did not send.
+var ErrNotSigned = errors.New("this change could not be signed with the key of the credentials file it logged in with, so it was not sent")
+
 // signed adds to m, a change's request, the operator's signature of it
 // (api.OperatorSigHeader), by which the control plane logs who asked for it. A
-// signature that cannot be made leaves the request unsigned: it is carried out all
-// the same, and logged as unsigned.
-func (c *Client) signed(op string, m *nats.Msg) *nats.Msg {
+// signature that cannot be made is ErrNotSigned, and m is not sent: before, it went
+// unsigned without a word, and the control plane's log named nobody for a change
+// the operator's credentials made.
+func (c *Client) signed(op string, m *nats.Msg) (*nats.Msg, error) {
 	if c.sign == nil || api.ReadOnly(op) {
-		return m
+		return m, nil
 	}
 	at := time.Now().Unix()
 	id := ""
@@ -95,13 +101,13 @@ func (c *Client) signed(op string, m *nats.Msg) *nats.Msg {
 	}
 	key, sig, err := c.sign(api.OperatorSigned(op, at, id, m.Data))
 	if err != nil {
-		return m
+		return nil, fmt.Errorf("%w (%v): put the credentials file back (--creds, or the data directory's admin.creds) and run it again", ErrNotSigned, err)
 	}
 	if m.Header == nil {
 		m.Header = nats.Header{}
 	}
 	m.Header.Set(api.OperatorSigHeader, api.FormatOperatorSig(key, at, sig))
-	return m
+	return m, nil
 }
 
 // credsSigner signs with the key of the .creds file at path, read at each signing
@@ -582,7 +588,11 @@ func (c *Client) callOnce(out *sending) (api.AdminResponse, error) {
 func (c *Client) request(out *sending) (*nats.Msg, error) {
 	subject := api.AdminSubject(out.op)
 	if !api.Repeatable(out.op) && out.again == nil {
-		return c.attempt(c.signed(out.op, out.message(subject)), c.timeout)
+		m, err := c.signed(out.op, out.message(subject))
+		if err != nil {
+			return nil, err
+		}
+		return c.attempt(m, c.timeout)
 	}
 	deadline := time.Now().Add(c.timeout)
 	attempt := c.firstAttempt
@@ -593,7 +603,14 @@ func (c *Client) request(out *sending) (*nats.Msg, error) {
 	}
 	for {
 		wait := min(attempt, time.Until(deadline))
-		msg, err := c.attempt(c.signed(out.op, out.message(subject)), wait)
+		m, err := c.signed(out.op, out.message(subject))
+		if err != nil {
+			if out.unanswered {
+				return nil, fmt.Errorf("%w; an earlier sending of it went unanswered and may still be carried out: look (%s) before running it again", err, LookAt(out.op))
+			}
+			return nil, err
+		}
+		msg, err := c.attempt(m, wait)
 		lost, timedOut := errors.Is(err, errAnswerLost), errors.Is(err, nats.ErrTimeout)
 		if (!lost && !timedOut) || time.Until(deadline) <= 0 {
 			return msg, err
