@@ -193,3 +193,92 @@ func TestARevokedOperatorIsShutOutOfEveryControlNode(t *testing.T) {
 		}
 	}
 }
+
+// TestOperatorCredentialsRenewed: credentials expire (90 days by default), and
+// their holder moves to new ones without a moment shut out. Before, a second
+// `operator add` under a valid name was refused, and the only way was to revoke
+// the credentials in use first. `add --renew` issues new ones beside them (two at
+// most); `revoke NAME --key KEY`, the key as `operator list` shows it, revokes the
+// older alone, and closes the connection that held it while the new one works.
+func TestOperatorCredentialsRenewed(t *testing.T) {
+	cp := harness.NewControlPlane(t, bin, "renew")
+	serve := cp.Serve()
+	dir := t.TempDir()
+	old, renewed := filepath.Join(dir, "alice.creds"), filepath.Join(dir, "alice-2.creds")
+	ca := filepath.Join(cp.Dir, datadir.CACertFile)
+	as := func(creds string, args ...string) harness.Result {
+		return harness.Run(t, "", nil, bin.Meshctl, append(args, "--servers", cp.Listen, "--creds", creds, "--ca", ca)...)
+	}
+	if r := cp.Ctl("operator", "add", "alice", "--out", old); r.Code != 0 {
+		t.Fatalf("operator add: exit %d\n%s", r.Code, r.Combined())
+	}
+	if r := cp.Ctl("operator", "add", "bob", "--out", filepath.Join(dir, "bob.creds")); r.Code != 0 {
+		t.Fatalf("operator add bob: exit %d\n%s", r.Code, r.Combined())
+	}
+	cfg, err := datadir.Dir(cp.Dir).LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin, _ := cfg.Pin()
+	closed := make(chan struct{})
+	nc, err := nats.Connect("tls://"+cp.Listen, append(operator.CredsLogin(old, pki.PinnedClientConfig(pin), 10*time.Second),
+		nats.NoReconnect(), nats.ClosedHandler(func(*nats.Conn) { close(closed) }))...)
+	if err != nil {
+		t.Fatalf("alice's connection: %v", err)
+	}
+	defer nc.Close()
+
+	r := cp.Ctl("operator", "add", "alice", "--renew", "--out", renewed)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "stay valid") || !strings.Contains(r.Stdout, "meshctl operator revoke alice --key") {
+		t.Fatalf("operator add --renew: exit %d\n%s", r.Code, r.Combined())
+	}
+	for _, creds := range []string{old, renewed} {
+		if r := as(creds, "nodes"); r.Code != 0 {
+			t.Fatalf("nodes with %s after the renewal: exit %d\n%s", filepath.Base(creds), r.Code, r.Combined())
+		}
+	}
+	if r := cp.Ctl("operator", "add", "alice", "--renew", "--out", filepath.Join(dir, "alice-3.creds")); r.Code != 4 || !strings.Contains(r.Stderr, "as many valid credentials") {
+		t.Fatalf("a third valid credential under alice: exit %d, want 4\n%s", r.Code, r.Combined())
+	}
+	var list api.OperatorListResult
+	if r := as(renewed, "operator", "list", "--json"); r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &list) != nil || len(list.Operators) != 3 {
+		t.Fatalf("operator list --json: exit %d\n%s", r.Code, r.Combined())
+	}
+	// Listed by name, then issue time: alice's older first.
+	if list.Operators[0].Name != "alice" || list.Operators[1].Name != "alice" || list.Operators[2].Name != "bob" ||
+		list.Operators[0].State != api.OperatorValid || list.Operators[1].State != api.OperatorValid {
+		t.Fatalf("operator list --json: %+v", list.Operators)
+	}
+	oldKey, bobKey := list.Operators[0].Key, list.Operators[2].Key
+	// The key as the table shows it, its ellipsis too.
+	shown := oldKey[:12] + "…"
+	if r := cp.Ctl("operator", "list"); r.Code != 0 || !strings.Contains(r.Stdout, shown) {
+		t.Fatalf("operator list does not show %s:\n%s", shown, r.Combined())
+	}
+	if r := cp.Ctl("operator", "revoke", "alice", "--key", bobKey[:12]); r.Code != 4 || !strings.Contains(r.Stderr, "no credentials of alice") {
+		t.Fatalf("revoke alice by bob's key: exit %d, want 4\n%s", r.Code, r.Combined())
+	}
+	if r := cp.Ctl("operator", "revoke", "alice", "--key", shown); r.Code != 0 || strings.Count(r.Stdout, "revoked alice") != 1 {
+		t.Fatalf("revoke alice --key %s: exit %d\n%s", shown, r.Code, r.Combined())
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the older credentials' open connection was not closed by their revocation")
+	}
+	if r := as(old, "nodes"); r.Code != 3 || !strings.Contains(r.Stderr, "revoked") {
+		t.Fatalf("nodes with the revoked older credentials: exit %d, want 3\n%s", r.Code, r.Combined())
+	}
+	if r := as(renewed, "token", "--node", "web-1"); r.Code != 0 {
+		t.Fatalf("a change with the renewed credentials: exit %d\n%s", r.Code, r.Combined())
+	}
+	harness.Eventually(t, 5*time.Second, "serve logs alice's token", func() bool {
+		return strings.Contains(serve.Output(), `msg="operator change" op=token.create by=alice key=U`)
+	})
+	if !strings.Contains(serve.Output(), "renewal=true") {
+		t.Fatalf("the renewal is not logged as one:\n%s", serve.Output())
+	}
+	if r := as(filepath.Join(dir, "bob.creds"), "nodes"); r.Code != 0 {
+		t.Fatalf("bob after alice's revocation by key: exit %d\n%s", r.Code, r.Combined())
+	}
+}

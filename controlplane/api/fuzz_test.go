@@ -96,9 +96,10 @@ func FuzzDecodeAdminRequest(f *testing.F) {
 		{OpSigningKeyRotate, RotateRequest{}},
 		{OpSigningKeyStatus, KeyringStatusRequest{}},
 		{OpSigningKeyRetire, RetireRequest{Force: true}},
-		{OpOperatorAdd, OperatorAddRequest{JWT: "eyJhbGciOiJlZDI1NTE5LW5rZXkifQ.e30.c2ln", IssuedBy: "cp-1"}},
+		{OpOperatorAdd, OperatorAddRequest{JWT: "eyJhbGciOiJlZDI1NTE5LW5rZXkifQ.e30.c2ln", IssuedBy: "cp-1", Renew: true}},
 		{OpOperatorList, OperatorListRequest{}},
 		{OpOperatorRevoke, OperatorRevokeRequest{Names: []string{"alice", "bob"}}},
+		{OpOperatorRevoke, OperatorRevokeRequest{Names: []string{"alice"}, Keys: []string{"UABC"}}},
 		{OpControlStatus, ControlStatusRequest{}},
 	} {
 		f.Add(r.op, must(EncodeAdminRequest(r.op, r.args)))

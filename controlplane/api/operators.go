@@ -28,14 +28,19 @@ type OperatorAddRequest struct {
 	// IssuedBy is the control node whose operator account key signed them (the
 	// record's issued_by; the leader's id when it is no node id).
 	IssuedBy string `json:"issued_by,omitempty"`
+	// Renew records them beside the valid credentials of their name, which stay
+	// valid (meshctl operator add NAME --renew).
+	Renew bool `json:"renew,omitempty"`
 }
 
 // OperatorListRequest has no arguments.
 type OperatorListRequest struct{}
 
-// OperatorRevokeRequest revokes the credentials issued under each of Names.
+// OperatorRevokeRequest revokes the credentials issued under each of Names; with
+// Keys, those of the one name alone (meshctl operator revoke NAME --key KEY).
 type OperatorRevokeRequest struct {
 	Names []string `json:"names"`
+	Keys  []string `json:"keys,omitempty"`
 }
 
 // MaxOperatorNames is how many names one revocation names at most.

@@ -62,11 +62,15 @@ func (d *Daemon) operatorAdd(req api.OperatorAddRequest) (api.OperatorAddResult,
 	if tokenfmt.CheckNodeID(req.IssuedBy) == nil {
 		issuedBy = req.IssuedBy
 	}
-	if older := d.notOnRules(state.RulesOperators); len(older) > 0 {
-		return out, d.olderForOperators(older)
+	rules := state.RulesOperators
+	if req.Renew {
+		rules = state.RulesOperatorRenewal
 	}
-	res, err := d.commit(state.Command{Op: state.OpAddOperator, Rules: state.RulesOperators, AddOperator: &state.AddOperatorCmd{
-		Name: claims.Name, Key: claims.Subject, Expires: time.Unix(claims.Expires, 0).UTC(), IssuedBy: issuedBy}})
+	if older := d.notOnRules(rules); len(older) > 0 {
+		return out, d.olderForOperators(older, rules)
+	}
+	res, err := d.commit(state.Command{Op: state.OpAddOperator, Rules: rules, AddOperator: &state.AddOperatorCmd{
+		Name: claims.Name, Key: claims.Subject, Expires: time.Unix(claims.Expires, 0).UTC(), IssuedBy: issuedBy, Renew: req.Renew}})
 	if err != nil {
 		return out, err
 	}
@@ -75,7 +79,7 @@ func (d *Daemon) operatorAdd(req api.OperatorAddRequest) (api.OperatorAddResult,
 	}
 	out.Operator, out.Repeated = operatorView(res.Operators[0], now), res.Repeated
 	if !res.Repeated {
-		d.log.Info("operator credentials recorded", "name", claims.Name, "key", claims.Subject, "expires", out.Operator.Expires)
+		d.log.Info("operator credentials recorded", "name", claims.Name, "key", claims.Subject, "expires", out.Operator.Expires, "renewal", req.Renew)
 	}
 	return out, nil
 }
@@ -105,10 +109,22 @@ func (d *Daemon) operatorRevoke(req api.OperatorRevokeRequest) (api.OperatorRevo
 			return out, badRequest("%v", err)
 		}
 	}
-	if older := d.notOnRules(state.RulesOperators); len(older) > 0 {
-		return out, d.olderForOperators(older)
+	rules := state.RulesOperators
+	if len(req.Keys) > 0 {
+		if len(req.Names) != 1 || len(req.Keys) > api.MaxOperatorNames {
+			return out, badRequest("a revocation by key names one operator and 1 to %d of its keys", api.MaxOperatorNames)
+		}
+		for _, k := range req.Keys {
+			if !nkeys.IsValidPublicUserKey(k) {
+				return out, badRequest("%q is not an operator credentials' key (meshctl operator list --json shows them)", api.CleanText(k, 60))
+			}
+		}
+		rules = state.RulesOperatorRenewal
 	}
-	res, err := d.commit(state.Command{Op: state.OpRevokeOperators, Rules: state.RulesOperators, RevokeOperators: &state.RevokeOperatorsCmd{Names: req.Names}})
+	if older := d.notOnRules(rules); len(older) > 0 {
+		return out, d.olderForOperators(older, rules)
+	}
+	res, err := d.commit(state.Command{Op: state.OpRevokeOperators, Rules: rules, RevokeOperators: &state.RevokeOperatorsCmd{Names: req.Names, Keys: req.Keys}})
 	if err != nil {
 		return out, err
 	}
@@ -133,10 +149,14 @@ func plainOperatorJWT(claims *jwt.UserClaims) bool {
 	return err == nil && bytes.Equal(plain, got) && claims.IssuerAccount == "" && len(claims.Tags) == 0
 }
 
-func (d *Daemon) olderForOperators(older []string) error {
+func (d *Daemon) olderForOperators(older []string, rules int) error {
+	what := "records no operator credentials by name"
+	if rules >= state.RulesOperatorRenewal {
+		what = "neither renews operator credentials nor revokes them by key"
+	}
 	return &api.Error{Code: api.CodeOlderControlNode, Message: fmt.Sprintf(
-		"%s an older meshctl (by its last heartbeat, or it was never heard from), which records no operator credentials by name: nothing was recorded; upgrade every control node first",
-		controlNodesRun(older))}
+		"%s an older meshctl (by its last heartbeat, or it was never heard from), which %s: nothing was recorded; upgrade every control node first",
+		controlNodesRun(older), what)}
 }
 
 func operatorView(o state.Operator, now time.Time) api.OperatorView {

@@ -145,6 +145,58 @@ func TestOperatorCredentialsWaitForEveryControlNode(t *testing.T) {
 	}
 }
 
+// TestOperatorRenewalsWaitForEveryControlNode: with a control node on the rules
+// before renewals, a renewal and a revocation by key are refused, naming it: it
+// would refuse the first and revoke the whole name for the second. A plain add and
+// revoke still go. With every node on the rules, the renewal is recorded beside
+// the valid credentials and the revocation by key takes the older alone.
+func TestOperatorRenewalsWaitForEveryControlNode(t *testing.T) {
+	d := fleet(t, 0)
+	account := accountKey(t, d)
+	exp := d.now().Add(time.Hour).Unix()
+	first, err := d.operatorAdd(api.OperatorAddRequest{JWT: operatorJWT(t, account, "alice", exp)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.raft.AddNonvoter("cp-2", "127.0.0.1:1", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	d.ctl.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-2", Raft: api.RaftNonvoter, Rules: state.RulesOperatorRenewal - 1}, d.now(), 0)
+	var ae *api.Error
+	_, err = d.operatorAdd(api.OperatorAddRequest{JWT: operatorJWT(t, account, "alice", exp), Renew: true})
+	if !errors.As(err, &ae) || ae.Code != api.CodeOlderControlNode || !strings.Contains(ae.Message, "cp-2") || !strings.Contains(ae.Message, "renews") {
+		t.Fatalf("a renewal with cp-2 on older rules: %v, want older_control_node naming cp-2", err)
+	}
+	_, err = d.operatorRevoke(api.OperatorRevokeRequest{Names: []string{"alice"}, Keys: []string{first.Operator.Key}})
+	if !errors.As(err, &ae) || ae.Code != api.CodeOlderControlNode {
+		t.Fatalf("a revocation by key with cp-2 on older rules: %v, want older_control_node", err)
+	}
+	if _, err := d.operatorAdd(api.OperatorAddRequest{JWT: operatorJWT(t, account, "bob", exp)}); err != nil {
+		t.Fatalf("a plain add with cp-2 on the rules of operator credentials: %v", err)
+	}
+
+	d.ctl.beat(api.ControlHeartbeat{V: api.ProtocolVersion, Node: "cp-2", Raft: api.RaftNonvoter, Rules: state.RulesOperatorRenewal}, d.now(), 0)
+	renewed, err := d.operatorAdd(api.OperatorAddRequest{JWT: operatorJWT(t, account, "alice", exp), Renew: true})
+	if err != nil || renewed.Operator.Key == first.Operator.Key {
+		t.Fatalf("the renewal: %+v %v", renewed, err)
+	}
+	for _, bad := range []api.OperatorRevokeRequest{
+		{Names: []string{"alice", "bob"}, Keys: []string{first.Operator.Key}},
+		{Names: []string{"alice"}, Keys: []string{"UNOTAKEY"}},
+	} {
+		if _, err := d.operatorRevoke(bad); !errors.As(err, &ae) || ae.Code != api.CodeBadRequest {
+			t.Fatalf("revoke %+v: %v, want bad_request", bad, err)
+		}
+	}
+	res, err := d.operatorRevoke(api.OperatorRevokeRequest{Names: []string{"alice"}, Keys: []string{first.Operator.Key}})
+	if err != nil || len(res.Revoked) != 1 || res.Revoked[0].Key != first.Operator.Key {
+		t.Fatalf("revoke the older by key: %+v %v", res, err)
+	}
+	if d.fsm.OperatorStanding(first.Operator.Key) != state.OperatorRevokedByName || d.fsm.OperatorStanding(renewed.Operator.Key) != state.OperatorRecorded {
+		t.Fatal("want the older key revoked and the renewal valid")
+	}
+}
+
 // TestExpiredOperatorCredentialsAreSaidToBe: the broker refuses credentials past
 // their JWT's expiry without saying why; meshctl says they expired, not that the
 // control node may be older or the credentials another mesh's.

@@ -51,6 +51,8 @@ func TestEveryStateRefusalHasItsCode(t *testing.T) {
 		"ErrOperatorExists":       {state.ErrOperatorExists, api.CodeOperatorExists},
 		"ErrUnknownOperator":      {state.ErrUnknownOperator, api.CodeNotFound},
 		"ErrTooManyOperators":     {state.ErrTooManyOperators, api.CodeBadRequest},
+		"ErrOperatorRenewals":     {state.ErrOperatorRenewals, api.CodeOperatorExists},
+		"ErrOperatorKeyNotNamed":  {state.ErrOperatorKeyNotNamed, api.CodeNotFound},
 		// Not a refusal of a command: Raft's restore of a snapshot it cannot use.
 		"ErrBadSnapshot": {state.ErrBadSnapshot, api.CodeInternal},
 		// Not a refusal either: the state machine stopped at an entry of a newer

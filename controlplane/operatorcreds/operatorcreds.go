@@ -34,7 +34,10 @@ const (
 type Options struct {
 	Name string
 	TTL  time.Duration
-	Now  func() time.Time
+	// Renew issues them beside the valid credentials of Name, which stay valid
+	// (until they expire, or are revoked by their key).
+	Renew bool
+	Now   func() time.Time
 	// Operator tunes the call that records the credentials.
 	Operator operator.Options
 }
@@ -109,7 +112,11 @@ func Issue(dir datadir.Dir, o Options) (Issued, error) {
 	}
 	defer c.Close()
 	var res api.OperatorAddResult
-	if err := c.Call(api.OpOperatorAdd, api.OperatorAddRequest{JWT: token, IssuedBy: cfg.Node}, &res); err != nil {
+	if err := c.Call(api.OpOperatorAdd, api.OperatorAddRequest{JWT: token, IssuedBy: cfg.Node, Renew: o.Renew}, &res); err != nil {
+		if api.RefusedMember(err, "renew") {
+			// A control plane from before renewals decodes requests strictly.
+			return Issued{}, &api.Error{Code: api.CodeOlderControlNode, Message: "the control plane is older than renewals (--renew): nothing was recorded; upgrade every control node first"}
+		}
 		return Issued{}, err
 	}
 	return Issued{Creds: creds, Record: res.Operator}, nil

@@ -45,7 +45,8 @@ type Command struct {
 	CancelTokens  *CancelTokensCmd  `json:"cancel_tokens,omitempty"`
 	// Forget is stamped with RulesForgetRevoked, always.
 	Forget *ForgetCmd `json:"forget_revoked,omitempty"`
-	// AddOperator and RevokeOperators are stamped with RulesOperators, always.
+	// AddOperator and RevokeOperators are stamped with RulesOperators, always;
+	// with RulesOperatorRenewal when they renew or name keys.
 	AddOperator     *AddOperatorCmd     `json:"add_operator,omitempty"`
 	RevokeOperators *RevokeOperatorsCmd `json:"revoke_operators,omitempty"`
 
@@ -407,9 +408,9 @@ func (s *State) applyCommand(c *Command) Result {
 	case c.Op == OpForget && c.Forget != nil && c.Rules >= RulesForgetRevoked:
 		return s.applyForget(c.Forget)
 	case c.Op == OpAddOperator && c.AddOperator != nil && c.Rules >= RulesOperators:
-		return s.applyAddOperator(c.At, c.AddOperator)
+		return s.applyAddOperator(c.At, c.AddOperator, c.Rules)
 	case c.Op == OpRevokeOperators && c.RevokeOperators != nil && c.Rules >= RulesOperators:
-		return s.applyRevokeOperators(c.At, c.RevokeOperators)
+		return s.applyRevokeOperators(c.At, c.RevokeOperators, c.Rules)
 	case c.Op == OpPurge:
 		return Result{} // purgeTokens ran above
 	}

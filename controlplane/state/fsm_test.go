@@ -53,6 +53,8 @@ func history() []Command {
 		addOperatorCmd("alice", "UALICE1", at(14), at(90)),
 		addOperatorCmd("bob", "UBOB1", at(14), at(90)),
 		revokeOperatorsCmd(at(15), "alice"),
+		renewOperatorCmd("bob", "UBOB2", at(16), at(91)),
+		revokeOperatorKeysCmd(at(17), "bob", "UBOB1"),
 	}
 }
 

@@ -23,6 +23,8 @@ func FuzzApply(f *testing.F) {
 	f.Add([]byte(fmt.Sprintf(`{"op":"add_operator","rules":%d,"at":"2001-02-03T04:05:06Z","add_operator":{"name":"alice","key":"UA","expires":"2002-01-01T00:00:00Z"}}`, RulesOperators)))
 	f.Add([]byte(fmt.Sprintf(`{"op":"revoke_operators","rules":%d,"at":"2001-02-03T04:05:06Z","revoke_operators":{"names":["alice",""]}}`, RulesOperators)))
 	f.Add([]byte(fmt.Sprintf(`{"op":"revoke_operators","rules":%d,"at":"2001-02-03T04:05:06Z","revoke_operators":{"names":["alice"]}}`, RulesOperators)))
+	f.Add([]byte(fmt.Sprintf(`{"op":"add_operator","rules":%d,"at":"2001-02-03T04:05:06Z","add_operator":{"name":"alice","key":"UA2","expires":"2002-01-01T00:00:00Z","renew":true}}`, RulesOperatorRenewal)))
+	f.Add([]byte(fmt.Sprintf(`{"op":"revoke_operators","rules":%d,"at":"2001-02-03T04:05:06Z","revoke_operators":{"names":["alice"],"keys":["UALICE1","UALICE1",""]}}`, RulesOperatorRenewal)))
 	f.Add([]byte(fmt.Sprintf(`{"op":"label","rules":%d,"at":"2001-02-03T04:05:06Z","label":{"node":"a","labels":{"k":"v"}}}`, ApplyRules+1)))
 	// Over the prefix below no node is revoked: these take the path that forgets
 	// nothing (FuzzRestoreThenApply forgets, from a snapshot with b revoked).

@@ -45,18 +45,31 @@ const ExpiredOperatorRetention = 7 * 24 * time.Hour
 const MaxOperators = 1000
 
 // AddOperatorCmd records operator credentials issued under Name with the public
-// key Key, valid until Expires. Stamped with RulesOperators.
+// key Key, valid until Expires. Stamped with RulesOperators; with Renew, with
+// RulesOperatorRenewal.
 type AddOperatorCmd struct {
 	Name     string    `json:"name"`
 	Key      string    `json:"key"`
 	Expires  time.Time `json:"expires"`
 	IssuedBy string    `json:"issued_by,omitempty"`
+	// Renew records them beside valid credentials of the same name (`meshctl
+	// operator add NAME --renew`), which stay valid: the holder moves to the new
+	// file before the old one expires or is revoked by its key.
+	Renew bool `json:"renew,omitempty"`
 }
 
+// MaxValidPerName is how many valid credentials one name may hold at once: the
+// ones in use and their renewal.
+const MaxValidPerName = 2
+
 // RevokeOperatorsCmd revokes the active operator credentials issued under each of
-// Names. Stamped with RulesOperators.
+// Names. Stamped with RulesOperators; with Keys, with RulesOperatorRenewal.
 type RevokeOperatorsCmd struct {
 	Names []string `json:"names"`
+	// Keys, when given, are the only credentials revoked: each must be recorded
+	// under one of Names (`meshctl operator revoke NAME --key KEY`, the older of a
+	// renewal).
+	Keys []string `json:"keys,omitempty"`
 }
 
 // Operations on operator credentials.
@@ -68,7 +81,13 @@ const (
 // Errors of the operator credentials' commands.
 var (
 	// ErrOperatorExists: active credentials are recorded under the name.
-	ErrOperatorExists = errors.New("operator credentials are issued under this name and still valid: revoke them first (meshctl operator revoke), or choose another name")
+	ErrOperatorExists = errors.New("operator credentials are issued under this name and still valid: renew them (meshctl operator add NAME --renew: both stay valid until the older expires or is revoked by its key), revoke them first (meshctl operator revoke NAME), or choose another name")
+	// ErrOperatorRenewals: a renewal under a name that holds MaxValidPerName
+	// valid credentials already.
+	ErrOperatorRenewals = errors.New("this name holds as many valid credentials as it may (2: the ones in use and their renewal)")
+	// ErrOperatorKeyNotNamed: a key a revocation names is not recorded under
+	// its name.
+	ErrOperatorKeyNotNamed = errors.New("no operator credentials with this key are recorded under this name (meshctl operator list --json shows each name's keys)")
 	// ErrUnknownOperator: no credentials are recorded under the name.
 	ErrUnknownOperator = errors.New("no operator credentials are recorded under this name (meshctl operator list shows those that are)")
 	// ErrTooManyOperators: the state records MaxOperators credentials already.
@@ -76,9 +95,10 @@ var (
 )
 
 // applyAddOperator records c. The same command again (its answer lost) is
-// Repeated; another key under a name whose credentials are active is refused, as
-// is a control node's own key.
-func (s *State) applyAddOperator(at time.Time, c *AddOperatorCmd) Result {
+// Repeated; another key under a name whose credentials are active is refused
+// unless it renews them (rules >= RulesOperatorRenewal, MaxValidPerName), as is a
+// control node's own key.
+func (s *State) applyAddOperator(at time.Time, c *AddOperatorCmd, rules int) Result {
 	if c.Name == "" || c.Key == "" || !c.Expires.After(at) {
 		return Result{Err: fmt.Errorf("%w: operator credentials need a name, a key and an expiry after now", ErrBadCommand)}
 	}
@@ -97,10 +117,21 @@ func (s *State) applyAddOperator(at time.Time, c *AddOperatorCmd) Result {
 			return Result{Err: fmt.Errorf("%w: the key is control node %s's own", ErrBadCommand, n.ID)}
 		}
 	}
+	valid := 0
+	var last time.Time
 	for _, o := range s.Operators {
 		if o.Name == c.Name && o.Active(at) {
-			return Result{Err: fmt.Errorf("%w (%q, until %s)", ErrOperatorExists, c.Name, o.Expires.UTC().Format(time.RFC3339))}
+			valid++
+			if o.Expires.After(last) {
+				last = o.Expires
+			}
 		}
+	}
+	switch renew := c.Renew && rules >= RulesOperatorRenewal; {
+	case valid > 0 && !renew:
+		return Result{Err: fmt.Errorf("%w (%q, until %s)", ErrOperatorExists, c.Name, last.UTC().Format(time.RFC3339))}
+	case valid >= MaxValidPerName:
+		return Result{Err: fmt.Errorf("%w (%q): revoke the older by its key first (meshctl operator revoke %s --key KEY)", ErrOperatorRenewals, c.Name, c.Name)}
 	}
 	if len(s.Operators)-s.purgeableOperators(at) >= MaxOperators {
 		return Result{Err: fmt.Errorf("%w (%d): revoke those no longer used; records of expired credentials are dropped %s after they expire, of revoked ones %s after", ErrTooManyOperators, MaxOperators, ExpiredOperatorRetention, OperatorRetention)}
@@ -118,17 +149,29 @@ func (s *State) applyAddOperator(at time.Time, c *AddOperatorCmd) Result {
 // applyRevokeOperators revokes the credentials named: every name must be recorded
 // (ErrUnknownOperator otherwise, nothing revoked). A name whose credentials are all
 // revoked already is answered with them, unchanged (a revocation run again).
-func (s *State) applyRevokeOperators(at time.Time, c *RevokeOperatorsCmd) Result {
+//
+// With Keys (rules >= RulesOperatorRenewal), those keys alone are revoked, each of
+// which must be recorded under one of Names (ErrOperatorKeyNotNamed otherwise,
+// nothing revoked).
+func (s *State) applyRevokeOperators(at time.Time, c *RevokeOperatorsCmd, rules int) Result {
 	var res Result
 	for _, name := range c.Names {
 		if !slices.ContainsFunc(s.operatorKeys(), func(k string) bool { return s.Operators[k].Name == name && !s.operatorPurgeable(k, at) }) {
 			return Result{Err: fmt.Errorf("%w: %q", ErrUnknownOperator, name)}
 		}
 	}
+	byKey := len(c.Keys) > 0 && rules >= RulesOperatorRenewal
+	if byKey {
+		for _, k := range c.Keys {
+			if o, ok := s.Operators[k]; !ok || !slices.Contains(c.Names, o.Name) || s.operatorPurgeable(k, at) {
+				return Result{Err: fmt.Errorf("%w: %s", ErrOperatorKeyNotNamed, k)}
+			}
+		}
+	}
 	s.purgeOperators(at)
 	for _, k := range s.operatorKeys() {
 		o := s.Operators[k]
-		if !slices.Contains(c.Names, o.Name) {
+		if !slices.Contains(c.Names, o.Name) || byKey && !slices.Contains(c.Keys, k) {
 			continue
 		}
 		if o.RevokedAt.IsZero() {

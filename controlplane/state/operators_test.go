@@ -82,6 +82,81 @@ func TestOperatorCredentialsAreRecordedAndRevokedByName(t *testing.T) {
 	}
 }
 
+func renewOperatorCmd(name, key string, at, expires time.Time) Command {
+	c := addOperatorCmd(name, key, at, expires)
+	c.Rules, c.AddOperator.Renew = RulesOperatorRenewal, true
+	return c
+}
+
+func revokeOperatorKeysCmd(at time.Time, name string, keys ...string) Command {
+	c := revokeOperatorsCmd(at, name)
+	c.Rules, c.RevokeOperators.Keys = RulesOperatorRenewal, keys
+	return c
+}
+
+// TestOperatorCredentialsAreRenewedBesideThoseInUse: a name's credentials are
+// renewed while they are valid (both valid, two at most), and the older revoked by
+// its key alone; a key not recorded under the name revokes nothing. Under the
+// rules before renewal, the same commands apply as those rules did: refused, and
+// the whole name revoked.
+func TestOperatorCredentialsAreRenewedBesideThoseInUse(t *testing.T) {
+	m := newMachine(t)
+	m.must(initCmd("demo", t0))
+	year := t0.Add(365 * 24 * time.Hour)
+	m.must(addOperatorCmd("alice", "UALICE1", t0, year))
+	m.must(addOperatorCmd("bob", "UBOB1", t0, year))
+	r := m.must(renewOperatorCmd("alice", "UALICE2", t0.Add(time.Hour), year.Add(time.Hour)))
+	if len(r.Operators) != 1 || r.Operators[0].Key != "UALICE2" || r.Repeated {
+		t.Fatalf("renewed: %+v", r)
+	}
+	if r := m.must(renewOperatorCmd("alice", "UALICE2", t0.Add(2*time.Hour), year.Add(time.Hour))); !r.Repeated {
+		t.Fatalf("the same renewal again: %+v, want Repeated", r)
+	}
+	if refusedOp(m.f, "UALICE1") || refusedOp(m.f, "UALICE2") {
+		t.Fatal("want both of alice's credentials valid after the renewal")
+	}
+	if r := m.apply(renewOperatorCmd("alice", "UALICE3", t0.Add(2*time.Hour), year)); !errors.Is(r.Err, ErrOperatorRenewals) {
+		t.Fatalf("a third valid credential under alice: %v, want ErrOperatorRenewals", r.Err)
+	}
+	for _, keys := range [][]string{{"UBOB1"}, {"UNEVER"}, {"UALICE1", "UBOB1"}} {
+		if r := m.apply(revokeOperatorKeysCmd(t0.Add(3*time.Hour), "alice", keys...)); !errors.Is(r.Err, ErrOperatorKeyNotNamed) {
+			t.Fatalf("revoking alice's %v: %v, want ErrOperatorKeyNotNamed", keys, r.Err)
+		}
+	}
+	if refusedOp(m.f, "UALICE1") || refusedOp(m.f, "UBOB1") {
+		t.Fatal("a refused revocation by key revoked something")
+	}
+	r = m.must(revokeOperatorKeysCmd(t0.Add(3*time.Hour), "alice", "UALICE1"))
+	if len(r.Operators) != 1 || r.Operators[0].Key != "UALICE1" {
+		t.Fatalf("revoked by key: %+v", r.Operators)
+	}
+	if !refusedOp(m.f, "UALICE1") || refusedOp(m.f, "UALICE2") || refusedOp(m.f, "UBOB1") {
+		t.Fatal("want alice's older key alone refused")
+	}
+	// The older revoked, the name has room for the next renewal.
+	m.must(renewOperatorCmd("alice", "UALICE3", t0.Add(4*time.Hour), year))
+	// Without renewal, another key under a valid name is refused as before.
+	if r := m.apply(addOperatorCmd("alice", "UALICE4", t0.Add(5*time.Hour), year)); !errors.Is(r.Err, ErrOperatorExists) {
+		t.Fatalf("another key under alice without renewal: %v, want ErrOperatorExists", r.Err)
+	}
+
+	// The rules before renewal: Renew and Keys are not read.
+	old := newMachine(t)
+	old.must(initCmd("demo", t0))
+	old.must(addOperatorCmd("alice", "UALICE1", t0, year))
+	renew := renewOperatorCmd("alice", "UALICE2", t0.Add(time.Hour), year)
+	renew.Rules = RulesOperators
+	if r := old.apply(renew); !errors.Is(r.Err, ErrOperatorExists) {
+		t.Fatalf("a renewal by the rules before it: %v, want ErrOperatorExists", r.Err)
+	}
+	old.must(addOperatorCmd("alice2", "UALICE2", t0, year))
+	byKey := revokeOperatorKeysCmd(t0.Add(time.Hour), "alice", "UNEVER")
+	byKey.Rules = RulesOperators
+	if r := old.must(byKey); len(r.Operators) != 1 || !refusedOp(old.f, "UALICE1") {
+		t.Fatalf("a revocation by key by the rules before it: %+v, want the name revoked", r.Operators)
+	}
+}
+
 // TestRevokedOperatorsAreKeptWhileTheirCredentialsCouldLogIn: a revoked record is
 // kept until OperatorRetention after its credentials expire, so its key stays
 // refused by the record wherever a broker's clock runs behind (a review: the record

@@ -43,8 +43,10 @@ import (
 // (RulesForgetRevoked). 11: a label change carries the most labels a node may
 // hold, checked as it applies (RulesLabelCap). 12: a rotation seals the new key to
 // every control node, checked as it applies (RulesRotateSealedToAll). 13: operator
-// credentials are recorded by name, and revoked (RulesOperators).
-const ApplyRules = 13
+// credentials are recorded by name, and revoked (RulesOperators). 14: a name's
+// credentials are renewed beside those it holds, and revoked one key at a time
+// (RulesOperatorRenewal).
+const ApplyRules = 14
 
 // Revisions of the rules that changed how a command applies; a command that needs one
 // is stamped with it (Command.Rules), and applied by the rules before it otherwise.
@@ -128,6 +130,12 @@ const (
 	// (State.Operators) and RevokeOperatorsCmd revokes them, refused at login from
 	// then on. Older rules know neither command.
 	RulesOperators = 13
+	// RulesOperatorRenewal: an AddOperatorCmd with Renew records credentials
+	// under a name that holds valid ones (MaxValidPerName in all), and a
+	// RevokeOperatorsCmd with Keys revokes those keys of its name alone. Older
+	// rules refuse the first (ErrOperatorExists) and revoke every key of the name
+	// for the second.
+	RulesOperatorRenewal = 14
 )
 
 // Roles a node can hold.

@@ -23,7 +23,7 @@ func operatorCommand() command {
 	return command{
 		name:    "operator",
 		changes: true,
-		usage:   "add NAME --data DIR [--ttl 90d] [--out FILE] [--json]  |  list [--json]  |  revoke NAME... [--json]",
+		usage:   "add NAME --data DIR [--ttl 90d] [--out FILE] [--renew] [--json]  |  list [--json]  |  revoke NAME... [--json]  |  revoke NAME --key KEY [--json]",
 		summary: `Operator credentials of one's own, by name: expiring, and revoked one by one.
   add     issues credentials named NAME (a person's login, an automation's name),
           valid for --ttl (1h to 2y, default 90d), on the control node holding the
@@ -31,22 +31,29 @@ func operatorCommand() command {
           the name and public key, and the file --out (default NAME.creds, mode
           0600, never one that exists) holds the only copy of the seed. Hand it out
           with ca.pem and the brokers' addresses: meshctl --servers ... --creds
-          NAME.creds --ca ca.pem.
+          NAME.creds --ca ca.pem. With --renew, while NAME's credentials are
+          valid: new ones beside them (two at most), the older staying valid
+          until they expire or are revoked by their key.
   list    shows the credentials recorded: valid, expired or revoked.
   revoke  refuses the credentials issued under each NAME from now on, and closes
           their open connections on every control node; the name may be issued
-          anew. Revoked credentials stay listed until 90 days after they expire.
+          anew. With --key, only NAME's credentials of that key (the older of a
+          renewal; as list shows it, or whole from list --json). Revoked
+          credentials stay listed until 90 days after they expire.
 A control node's own admin.creds is not among them: it lasts as long as its node.`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			fs := c.Flags()
 			var cp controlPlaneFlags
-			var asJSON bool
+			var asJSON, renew bool
 			var out string
+			var keys []string
 			ttl := dayDuration(operatorcreds.DefaultTTL)
 			cp.register(c, cio)
 			c.ValidArgs = []cobra.Completion{"add\tissue credentials by name", "list\tthe credentials recorded", "revoke\trevoke credentials by name"}
 			fs.Var(&ttl, "ttl", "add: how long the credentials live, 1h to 2y (a Go duration, or days: 90d)")
 			fs.StringVar(&out, "out", "", "add: the file to write the credentials to, mode 0600; one that exists is refused (default NAME.creds)")
+			fs.BoolVar(&renew, "renew", false, "add: issue them while NAME's credentials are valid, beside them (the older stay valid until they expire or are revoked by key)")
+			fs.StringArrayVar(&keys, "key", nil, "revoke: only NAME's credentials of this key (repeatable; the key as operator list shows it, or whole)")
 			fs.BoolVar(&asJSON, "json", false, "print JSON")
 			return func(args []string) error {
 				if len(args) == 0 {
@@ -80,12 +87,22 @@ A control node's own admin.creds is not among them: it lasts as long as its node
 				default:
 					return usagef("unknown operator action %q: say add, list or revoke", action)
 				}
-				if action != "add" && (fs.Changed("ttl") || fs.Changed("out")) {
-					return usagef("--ttl and --out apply to operator add")
+				if action != "add" && (fs.Changed("ttl") || fs.Changed("out") || renew) {
+					return usagef("--ttl, --out and --renew apply to operator add")
+				}
+				if fs.Changed("key") && (action != "revoke" || len(names) != 1) {
+					return usagef("--key applies to operator revoke of one NAME")
+				}
+				for _, k := range keys {
+					// An empty --key "$OLD" must not become a revocation of the
+					// whole name.
+					if len(strings.TrimSuffix(k, "…")) < minKeyPrefix {
+						return usagef("--key %q: give the key as operator list shows it (%d characters or more), or whole", k, minKeyPrefix)
+					}
 				}
 				switch action {
 				case "add":
-					return operatorAdd(cio, &cp, names[0], time.Duration(ttl), out, asJSON)
+					return operatorAdd(cio, &cp, names[0], time.Duration(ttl), out, renew, asJSON)
 				case "list":
 					var res api.OperatorListResult
 					if err := cp.call(api.OpOperatorList, api.OperatorListRequest{}, &res); err != nil {
@@ -97,8 +114,18 @@ A control node's own admin.creds is not among them: it lasts as long as its node
 					printOperators(cio.stdout, res.Operators)
 					return nil
 				default:
+					req := api.OperatorRevokeRequest{Names: names}
+					if len(keys) > 0 {
+						var err error
+						if req.Keys, err = operatorKeys(&cp, names[0], keys); err != nil {
+							return err
+						}
+					}
 					var res api.OperatorRevokeResult
-					if err := cp.call(api.OpOperatorRevoke, api.OperatorRevokeRequest{Names: names}, &res); err != nil {
+					if err := cp.call(api.OpOperatorRevoke, req, &res); err != nil {
+						if api.RefusedMember(err, "keys") {
+							return &api.Error{Code: api.CodeOlderControlNode, Message: "the control plane is older than revocations by key (--key): nothing was revoked; upgrade every control node first"}
+						}
 						return err
 					}
 					if asJSON {
@@ -106,7 +133,7 @@ A control node's own admin.creds is not among them: it lasts as long as its node
 					}
 					for _, o := range res.Revoked {
 						fmt.Fprintf(cio.stdout, "revoked %s (key %s…) at %s: refused at login; its open connections are closed\n",
-							o.Name, o.Key[:min(12, len(o.Key))], o.RevokedAt.UTC().Format(time.RFC3339))
+							o.Name, o.Key[:min(minKeyPrefix, len(o.Key))], o.RevokedAt.UTC().Format(time.RFC3339))
 					}
 					return nil
 				}
@@ -120,7 +147,7 @@ A control node's own admin.creds is not among them: it lasts as long as its node
 // only once the mesh recorded the credentials; a name that exists is never written
 // over (a second run of the same command line refuses, and the first file, the one
 // copy of that seed, stays).
-func operatorAdd(cio *cliIO, cp *controlPlaneFlags, name string, ttl time.Duration, out string, asJSON bool) error {
+func operatorAdd(cio *cliIO, cp *controlPlaneFlags, name string, ttl time.Duration, out string, renew, asJSON bool) error {
 	if cp.dir == "" || cp.remote() {
 		return usagef("operator add runs on the control node that holds the operator account key: --data DIR (the bootstrap machine's)")
 	}
@@ -145,7 +172,7 @@ func operatorAdd(cio *cliIO, cp *controlPlaneFlags, name string, ttl time.Durati
 		tmp.Close()
 		return err
 	}
-	issued, err := operatorcreds.Issue(datadir.Dir(cp.dir), operatorcreds.Options{Name: name, TTL: ttl, Operator: opts})
+	issued, err := operatorcreds.Issue(datadir.Dir(cp.dir), operatorcreds.Options{Name: name, TTL: ttl, Renew: renew, Operator: opts})
 	if err != nil {
 		tmp.Close()
 		return err
@@ -166,7 +193,7 @@ func operatorAdd(cio *cliIO, cp *controlPlaneFlags, name string, ttl time.Durati
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("operator credentials %s were recorded, but could not be written to %s (%w): nobody holds their seed; revoke them (meshctl operator revoke %s) and issue them again", name, out, err, name)
+		return fmt.Errorf("operator credentials %s were recorded, but could not be written to %s (%w): nobody holds their seed; revoke them (meshctl operator revoke %s --key %s) and issue them again", name, out, err, name, issued.Record.Key)
 	}
 	if d, err := os.Open(filepath.Dir(out)); err == nil {
 		_ = d.Sync() // the new name survives a crash
@@ -180,10 +207,47 @@ func operatorAdd(cio *cliIO, cp *controlPlaneFlags, name string, ttl time.Durati
 		}{issued.Record, out})
 	}
 	fmt.Fprintf(cio.stdout, "operator credentials %s written to %s (mode 0600), valid until %s\n"+
-		"hand them over privately, with ca.pem and the brokers' addresses: meshctl nodes --servers ADDR --creds %s --ca ca.pem\n"+
-		"revoke them with: meshctl operator revoke %s\n",
-		name, out, issued.Record.Expires.UTC().Format(time.RFC3339), filepath.Base(out), name)
+		"hand them over privately, with ca.pem and the brokers' addresses: meshctl nodes --servers ADDR --creds %s --ca ca.pem\n",
+		name, out, issued.Record.Expires.UTC().Format(time.RFC3339), filepath.Base(out))
+	if renew {
+		fmt.Fprintf(cio.stdout, "the earlier credentials of %s stay valid until they expire; once the new file is in use, revoke them: meshctl operator revoke %s --key KEY (meshctl operator list shows the keys; this one's is %s…)\n",
+			name, name, issued.Record.Key[:min(minKeyPrefix, len(issued.Record.Key))])
+	} else {
+		fmt.Fprintf(cio.stdout, "revoke them with: meshctl operator revoke %s\n", name)
+	}
 	return nil
+}
+
+// minKeyPrefix is how much of a key operator list shows, and --key takes.
+const minKeyPrefix = 12
+
+// operatorKeys resolves the keys --key gave (each whole, or as operator list shows
+// it) to the whole keys of name's recorded credentials: one each, or an error that
+// says which matched none or several.
+func operatorKeys(cp *controlPlaneFlags, name string, given []string) ([]string, error) {
+	var list api.OperatorListResult
+	if err := cp.call(api.OpOperatorList, api.OperatorListRequest{}, &list); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, g := range given {
+		prefix := strings.TrimSuffix(g, "…")
+		var found []string
+		for _, o := range list.Operators {
+			if o.Name == name && strings.HasPrefix(o.Key, prefix) {
+				found = append(found, o.Key)
+			}
+		}
+		switch len(found) {
+		case 0:
+			return nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("no credentials of %s have a key that starts %s (meshctl operator list shows them): nothing was revoked", name, api.CleanText(prefix, 60))}
+		case 1:
+			out = append(out, found[0])
+		default:
+			return nil, &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf("%d credentials of %s have a key that starts %s: give more of it (meshctl operator list --json shows them whole); nothing was revoked", len(found), name, api.CleanText(prefix, 60))}
+		}
+	}
+	return out, nil
 }
 
 // writeNew writes data to a new file name, mode 0600, and syncs it; a name that
@@ -219,7 +283,7 @@ func printOperators(w io.Writer, ops []api.OperatorView) {
 			revoked = o.RevokedAt.UTC().Format(time.RFC3339)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s…\n", api.TerminalText(o.Name), o.State, o.IssuedAt.UTC().Format(time.RFC3339),
-			o.Expires.UTC().Format(time.RFC3339), revoked, o.Key[:min(12, len(o.Key))])
+			o.Expires.UTC().Format(time.RFC3339), revoked, o.Key[:min(minKeyPrefix, len(o.Key))])
 	}
 	tw.Flush()
 }

@@ -35,6 +35,13 @@ func TestOperatorCommandLine(t *testing.T) {
 		{[]string{"operator", "list", "--data", dir, "--ttl", "1d"}, "apply to operator add"},
 		{[]string{"operator", "revoke", "--data", dir}, "NAMEs to revoke"},
 		{[]string{"operator", "revoke", "a b", "--data", dir}, "letters, digits"},
+		{[]string{"operator", "list", "--data", dir, "--renew"}, "apply to operator add"},
+		{[]string{"operator", "revoke", "alice", "--data", dir, "--renew"}, "apply to operator add"},
+		{[]string{"operator", "revoke", "alice", "bob", "--data", dir, "--key", "UABCDEFGHIJKL"}, "one NAME"},
+		{[]string{"operator", "add", "alice", "--data", dir, "--key", "UABCDEFGHIJKL"}, "one NAME"},
+		{[]string{"operator", "list", "--data", dir, "--key", "UABCDEFGHIJKL"}, "one NAME"},
+		{[]string{"operator", "revoke", "alice", "--data", dir, "--key", "UAB…"}, "12 characters or more"},
+		{[]string{"operator", "revoke", "alice", "--data", dir, "--key", ""}, "12 characters or more"},
 	} {
 		code, _, stderr := runCLI(c.args...)
 		if code != exitUsage || !strings.Contains(stderr, c.want) {
