@@ -392,6 +392,9 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 				return out, badRequest("control %v: mint the control token with meshctl token --role control", err)
 			}
 		}
+		if name := d.operatorNamed(req.Node); name != "" {
+			return out, badRequest("%q is the name of operator credentials (meshctl operator list): a control node under it would read as that person in the broker's listings and logs; give the control node another id", name)
+		}
 		if taken := d.controlAddressesTaken(req.Node, req.Control); taken != "" {
 			return out, badRequest("%s: the new control node would listen where a member does; give it addresses of its own (--addr, and the two ports after its port)", taken)
 		}

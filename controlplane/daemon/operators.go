@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -51,12 +52,10 @@ func (d *Daemon) operatorAdd(req api.OperatorAddRequest) (api.OperatorAddResult,
 	if err := api.CheckOperatorName(claims.Name); err != nil {
 		return out, badRequest("%v", err)
 	}
-	var clash bool
-	d.fsm.Read(func(s *state.State) { _, clash = s.ControlNodes[claims.Name] })
-	if clash || claims.Name == reservedOperatorName {
+	if d.controlNodeNamed(claims.Name, now) || strings.EqualFold(claims.Name, reservedOperatorName) {
 		// The broker knows an operator by its name: these would read, in its
 		// connection listings and logs, as a control node's own credentials.
-		return out, badRequest("operator name %q is a control node's (or, admin, the first one's credentials'): choose another, so that the broker's listings tell them apart", claims.Name)
+		return out, badRequest("operator name %q is a control node's, or one a pending control token admits, in some letter case (or, admin, the first one's credentials'): choose another, so that the broker's listings tell them apart", claims.Name)
 	}
 	issuedBy := d.cfg.Node
 	if tokenfmt.CheckNodeID(req.IssuedBy) == nil {
@@ -147,6 +146,42 @@ func plainOperatorJWT(claims *jwt.UserClaims) bool {
 	plain, _ := json.Marshal(jwt.NewUserClaims(claims.Subject).UserPermissionLimits)
 	got, err := json.Marshal(claims.UserPermissionLimits)
 	return err == nil && bytes.Equal(plain, got) && claims.IssuerAccount == "" && len(claims.Tags) == 0
+}
+
+// controlNodeNamed reports whether name, in any letter case (a reader of the
+// broker's listings takes CP-1 for cp-1), is a control node's id, or the id a
+// pending control token admits.
+func (d *Daemon) controlNodeNamed(name string, now time.Time) bool {
+	id := strings.ToLower(name)
+	found := false
+	d.fsm.Read(func(s *state.State) {
+		if _, found = s.ControlNodes[id]; found {
+			return
+		}
+		for _, t := range s.Tokens {
+			if t.Node == id && t.Role == state.RoleControl && t.StateAt(now) == state.TokenPending {
+				found = true
+				return
+			}
+		}
+	})
+	return found
+}
+
+// operatorNamed returns the recorded operator name that id, a control node's to be,
+// is in some letter case ("" if none): the broker's listings would not tell the
+// control node from that person.
+func (d *Daemon) operatorNamed(id string) string {
+	name := ""
+	d.fsm.Read(func(s *state.State) {
+		for _, o := range s.Operators {
+			if strings.EqualFold(o.Name, id) {
+				name = o.Name
+				return
+			}
+		}
+	})
+	return name
 }
 
 func (d *Daemon) olderForOperators(older []string, rules int) error {

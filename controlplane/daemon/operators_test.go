@@ -197,6 +197,35 @@ func TestOperatorRenewalsWaitForEveryControlNode(t *testing.T) {
 	}
 }
 
+// TestOperatorNamesAndControlNodeIdsStayApart: an operator's name is never a
+// control node's id in any letter case, nor the id a pending control token admits,
+// and a control token is not minted for an id that is an operator's name: the
+// broker's listings and logs name both alike. Before (a review), the check was
+// made at the operator's add alone, in one case: an operator cp-6 and then a
+// control node cp-6 both stood, and CP-1 was taken beside cp-1.
+func TestOperatorNamesAndControlNodeIdsStayApart(t *testing.T) {
+	d := fleet(t, 0)
+	account := accountKey(t, d)
+	exp := d.now().Add(time.Hour).Unix()
+	if res, err := d.raft.Apply(state.Command{Op: state.OpCreateToken, At: d.now().UTC(), CreateToken: &state.CreateTokenCmd{ID: "tok-cp-8", Node: "cp-8", Role: state.RoleControl,
+		TTL: time.Hour, Control: &state.ControlAddrs{Broker: "127.0.0.8:7300", Raft: "127.0.0.8:7301", Cluster: "127.0.0.8:7302"}, Sealed: []byte("sealed")}}, time.Minute); err != nil || res.Err != nil {
+		t.Fatalf("a control token for cp-8: %v %v", err, res.Err)
+	}
+	var ae *api.Error
+	for _, name := range []string{strings.ToUpper(d.cfg.Node), "cp-8", "CP-8", "Admin"} {
+		if _, err := d.operatorAdd(api.OperatorAddRequest{JWT: operatorJWT(t, account, name, exp)}); !errors.As(err, &ae) || ae.Code != api.CodeBadRequest {
+			t.Errorf("operator %s: %v, want bad_request", name, err)
+		}
+	}
+	if _, err := d.operatorAdd(api.OperatorAddRequest{JWT: operatorJWT(t, account, "Cp-9", exp)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := d.createToken(controlTokenRequest("cp-9", 9, d.now().Add(time.Hour)))
+	if !errors.As(err, &ae) || ae.Code != api.CodeBadRequest || !strings.Contains(ae.Message, "Cp-9") {
+		t.Fatalf("a control token for cp-9 beside operator Cp-9: %v, want bad_request naming it", err)
+	}
+}
+
 // TestExpiredOperatorCredentialsAreSaidToBe: the broker refuses credentials past
 // their JWT's expiry without saying why; meshctl says they expired, not that the
 // control node may be older or the credentials another mesh's.
