@@ -117,6 +117,9 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 		result  any
 		err     error
 		by, key string
+		// dryRun: a declaration's dry run, which changes nothing and is not
+		// logged as a change (it was, as done: a review).
+		dryRun bool
 	)
 	change := !api.ReadOnly(op)
 	if change {
@@ -147,7 +150,7 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 		case api.OpTokenCancel:
 			result, err = adminCall(op, m.Data, d.cancelTokens)
 		case api.OpDeclare:
-			result, err = d.declareCall(m)
+			result, dryRun, err = d.declareCall(m)
 		case api.OpNodes:
 			result, err = adminCall(op, m.Data, d.nodes)
 		case api.OpProgress:
@@ -207,7 +210,7 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 		}
 		resp.Error = &api.Error{Code: api.CodeInternal, Message: msg}
 	}
-	if change {
+	if change && !dryRun {
 		d.logChange(op, m, by, key, resp)
 	}
 	d.reply(op, m.Reply, resp)
@@ -574,12 +577,13 @@ type requestCall struct {
 	Again bool
 }
 
-// declareCall decodes a declaration's request, its id and whether it is sent again.
-func (d *Daemon) declareCall(m *nats.Msg) (any, error) {
+// declareCall decodes a declaration's request, its id and whether it is sent
+// again, and carries it out; dryRun says it asked for a dry run.
+func (d *Daemon) declareCall(m *nats.Msg) (result any, dryRun bool, err error) {
 	var req api.DeclareRequest
 	again, err := api.DecodeAdminCall(api.OpDeclare, m.Data, &req)
 	if err != nil {
-		return nil, badRequest("%v", err)
+		return nil, false, badRequest("%v", err)
 	}
 	call := requestCall{Again: again}
 	if m.Header != nil {
@@ -587,12 +591,13 @@ func (d *Daemon) declareCall(m *nats.Msg) (any, error) {
 	}
 	if call.ID != "" {
 		if err := api.CheckRequestID(call.ID); err != nil {
-			return nil, badRequest("header %s: %v", api.RequestHeader, err)
+			return nil, req.DryRun, badRequest("header %s: %v", api.RequestHeader, err)
 		}
 	} else if again {
-		return nil, badRequest("a change sent again needs the request id of its first sending (header %s)", api.RequestHeader)
+		return nil, req.DryRun, badRequest("a change sent again needs the request id of its first sending (header %s)", api.RequestHeader)
 	}
-	return d.declare(req, call)
+	result, err = d.declare(req, call)
+	return result, req.DryRun, err
 }
 
 func (d *Daemon) declare(req api.DeclareRequest, call requestCall) (api.DeclareResult, error) {

@@ -26,8 +26,14 @@ import (
 // fleet is a control plane with n enrolled nodes, seeded through the log.
 func fleet(b testing.TB, n int) *Daemon {
 	b.Helper()
+	return fleetLogging(b, n, slog.New(slog.DiscardHandler))
+}
+
+// fleetLogging is fleet logging to log.
+func fleetLogging(b testing.TB, n int, log *slog.Logger) *Daemon {
+	b.Helper()
 	dir := bootstrapped(b, "bench")
-	d, err := Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.DiscardHandler), wrapAuth: withObserver,
+	d, err := Open(context.Background(), Options{Dir: dir, Logger: log, wrapAuth: withObserver,
 		Timeouts: testTimeouts})
 	if err != nil {
 		b.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,5 +137,33 @@ func TestDeclareDryRunChangesNothing(t *testing.T) {
 	}
 	if s := got.Load(); s != sent0 {
 		t.Errorf("%d messages on declaration subjects during the dry runs, want 0", s-sent0)
+	}
+}
+
+// TestADryRunIsNotLoggedAsAChange: a dry run changes nothing, and is not logged
+// as an operator's change; before (a docs walkthrough), it was, `op=declare …
+// outcome=done`, as a declaration carried out, which an audit could not tell
+// apart. The declaration itself is logged.
+func TestADryRunIsNotLoggedAsAChange(t *testing.T) {
+	var log lockedBuffer
+	d := fleetLogging(t, 1, slog.New(slog.NewTextHandler(&log, nil)))
+	c := operator.NewClient(servedToOperators(t, d), 0)
+	body := json.RawMessage(`{"files":[{"path":"etc/app.conf","content":"a=1\n"}]}`)
+	var dry api.DeclareResult
+	if err := c.Call(api.OpDeclare, api.DeclareRequest{All: true, Body: body, DryRun: true}, &dry); err != nil || dry.Plan == nil {
+		t.Fatalf("dry run: %+v %v", dry, err)
+	}
+	// Refused, a dry run is not logged as a change either.
+	if err := c.Call(api.OpDeclare, api.DeclareRequest{Nodes: []string{"ghost"}, Body: body, DryRun: true}, &dry); err == nil {
+		t.Fatal("a dry run for an unknown node was answered")
+	}
+	if strings.Contains(log.String(), `msg="operator change"`) {
+		t.Fatalf("a dry run was logged as a change:\n%s", log.String())
+	}
+	if err := c.Call(api.OpDeclare, api.DeclareRequest{All: true, Body: body}, &api.DeclareResult{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), `msg="operator change" op=declare`) {
+		t.Fatalf("the declaration is not logged as a change:\n%s", log.String())
 	}
 }
