@@ -61,13 +61,13 @@ func TestOperatorCommandLine(t *testing.T) {
 }
 
 func TestDayDuration(t *testing.T) {
-	for in, want := range map[string]time.Duration{"90d": 90 * 24 * time.Hour, "1d": 24 * time.Hour, "36h": 36 * time.Hour, "0d": 0} {
+	for in, want := range map[string]time.Duration{"90d": 90 * 24 * time.Hour, "1d": 24 * time.Hour, "36h": 36 * time.Hour, "0d": 0, "2y": 730 * 24 * time.Hour, "1y": 365 * 24 * time.Hour} {
 		var d dayDuration
 		if err := d.Set(in); err != nil || time.Duration(d) != want {
 			t.Errorf("%q: %v, %v; want %v", in, time.Duration(d), err, want)
 		}
 	}
-	for _, in := range []string{"", "d", "-1d", "1.5d", "90 d", "99999999d", "1w"} {
+	for _, in := range []string{"", "d", "-1d", "1.5d", "90 d", "99999999d", "1w", "y", "1.5y", "101y", "-2y", "2yd"} {
 		var d dayDuration
 		if err := d.Set(in); err == nil {
 			t.Errorf("%q accepted as %v", in, time.Duration(d))
