@@ -252,8 +252,9 @@ func TestOperatorCredentialsRenewed(t *testing.T) {
 	oldKey, bobKey := list.Operators[0].Key, list.Operators[2].Key
 	// The key as the table shows it, its ellipsis too.
 	shown := oldKey[:12] + "…"
-	if r := cp.Ctl("operator", "list"); r.Code != 0 || !strings.Contains(r.Stdout, shown) {
-		t.Fatalf("operator list does not show %s:\n%s", shown, r.Combined())
+	// The table names the control node whose account key signed each.
+	if r := cp.Ctl("operator", "list"); r.Code != 0 || !strings.Contains(r.Stdout, shown) || !strings.Contains(r.Stdout, "ISSUED BY") || strings.Count(r.Stdout, " cp-1\n") != 3 {
+		t.Fatalf("operator list does not show %s, nor who issued each:\n%s", shown, r.Combined())
 	}
 	if r := cp.Ctl("operator", "revoke", "alice", "--key", bobKey[:12]); r.Code != 4 || !strings.Contains(r.Stderr, "no credentials of alice") {
 		t.Fatalf("revoke alice by bob's key: exit %d, want 4\n%s", r.Code, r.Combined())

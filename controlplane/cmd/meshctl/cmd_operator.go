@@ -277,14 +277,17 @@ func printOperators(w io.Writer, ops []api.OperatorView) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSTATE\tISSUED\tEXPIRES\tREVOKED\tKEY")
+	fmt.Fprintln(tw, "NAME\tSTATE\tISSUED\tEXPIRES\tREVOKED\tKEY\tISSUED BY")
 	for _, o := range ops {
-		revoked := "-"
+		revoked, by := "-", "-"
 		if !o.RevokedAt.IsZero() {
 			revoked = o.RevokedAt.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s…\n", api.TerminalText(o.Name), o.State, o.IssuedAt.UTC().Format(time.RFC3339),
-			o.Expires.UTC().Format(time.RFC3339), revoked, o.Key[:min(minKeyPrefix, len(o.Key))])
+		if o.IssuedBy != "" {
+			by = api.TerminalText(o.IssuedBy)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s…\t%s\n", api.TerminalText(o.Name), o.State, o.IssuedAt.UTC().Format(time.RFC3339),
+			o.Expires.UTC().Format(time.RFC3339), revoked, o.Key[:min(minKeyPrefix, len(o.Key))], by)
 	}
 	tw.Flush()
 }
