@@ -141,16 +141,18 @@ func CAEndpoint(servers []string, creds, caFile string) (Endpoint, error) {
 
 // The flags an operator's machine names its files with, in messages.
 const (
-	flagCreds = "--creds"
-	flagCA    = "--ca"
+	flagCreds   = "--creds"
+	flagCA      = "--ca"
+	flagContext = "--context"
 )
 
-// ErrUnusableFile means the operator credentials (--creds) or the mesh CA (--ca)
-// given to reach the control plane cannot be used as they are. See *InputFileError.
-var ErrUnusableFile = errors.New("an operator's credentials or CA file cannot be used")
+// ErrUnusableFile means the operator credentials (--creds), the mesh CA (--ca) or
+// the NATS context (--context) given to reach the control plane cannot be used as
+// they are. See *InputFileError.
+var ErrUnusableFile = errors.New("an operator's credentials, CA or NATS context file cannot be used")
 
-// InputFileError is a --creds or --ca file (or a NATS context's) that cannot be
-// used: Flag names which, Reason says what is wrong and what to give instead. Kind
+// InputFileError is a --creds, --ca or --context file (or one a NATS context
+// names) that cannot be used: Flag names which, Reason says what is wrong and what to give instead. Kind
 // is what datadir calls the same fault in a data directory (datadir.ErrMissing,
 // ErrTruncated, ErrCorrupt, ErrNotAFile, ErrTooLarge), so that an operator's file
 // and a control node's admin.creds are refused alike (meshctl exits 7 for both; a
@@ -166,8 +168,11 @@ type InputFileError struct {
 
 func (e *InputFileError) Error() string {
 	name := "CA"
-	if e.Flag == flagCreds {
+	switch e.Flag {
+	case flagCreds:
 		name = "creds"
+	case flagContext:
+		name = "NATS context"
 	}
 	return fmt.Sprintf("%v: the %s file %s (%s) %s", ErrEndpoint, name, e.Path, e.Flag, e.Reason)
 }
@@ -376,22 +381,28 @@ func LoadContext(name string, getenv func(string) string) (Context, error) {
 	if err != nil {
 		return Context{}, err
 	}
+	// Its faults are an *InputFileError, as those of the files it names, and
+	// exit 7 alike: a context missing or damaged exited 1 (a docs walkthrough).
 	data, err := readTrusted(path, "the NATS context", "brokers, credentials and CA")
-	if errors.Is(err, fs.ErrNotExist) {
-		return Context{}, fmt.Errorf("%w: no NATS context %q (%s); create it with `nats context add` or write the file with url, creds and ca", ErrEndpoint, name, path)
-	}
-	if err != nil {
-		return Context{}, fmt.Errorf("%w: %w", ErrEndpoint, err)
+	var unsafe *statedir.InputError
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return Context{}, &InputFileError{Flag: flagContext, Path: path, Kind: datadir.ErrMissing, Err: err,
+			Reason: fmt.Sprintf("does not exist (no NATS context %q): create it with `nats context add` or write the file with url, creds and ca", name)}
+	case errors.As(err, &unsafe):
+		return Context{}, fmt.Errorf("%w: %w", ErrEndpoint, err) // others may write it: said as such
+	case err != nil:
+		return Context{}, unreadable(flagContext, path, err)
 	}
 	var c Context
 	if err := json.Unmarshal(data, &c); err != nil {
-		return Context{}, fmt.Errorf("%w: NATS context %s is not valid JSON: %w", ErrEndpoint, path, err)
+		return Context{}, &InputFileError{Flag: flagContext, Path: path, Kind: datadir.ErrCorrupt, Err: err, Reason: "is not valid JSON: " + err.Error()}
 	}
 	// A member twice (two urls) was read as its last, silently, as every JSON file
 	// the mesh reads refuses (decision 0024). A member in another case than the
 	// nats CLI writes it is the nats CLI's to accept, and is accepted here too.
 	if err := jsonkeys.Check(data, &c); errors.Is(err, jsonkeys.ErrDuplicate) {
-		return Context{}, fmt.Errorf("%w: NATS context %s: %w: keep one", ErrEndpoint, path, err)
+		return Context{}, &InputFileError{Flag: flagContext, Path: path, Kind: datadir.ErrCorrupt, Err: err, Reason: err.Error() + ": keep one"}
 	}
 	c.Path = path
 	c.Creds = expandHome(c.Creds, getenv)

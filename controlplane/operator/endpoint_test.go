@@ -191,7 +191,9 @@ func TestLoadContext(t *testing.T) {
 	if p, _ := ContextPath("prod", getenv); p != filepath.Join(xdg, "nats", "context", "prod.json") {
 		t.Fatalf("with XDG_CONFIG_HOME: %s", p)
 	}
-	if _, err := LoadContext("prod", getenv); !errors.Is(err, ErrEndpoint) || !strings.Contains(err.Error(), "nats context add") {
+	// A missing or damaged context is an unusable input file, as the files it
+	// names are (meshctl exits 7 for both; it exited 1).
+	if _, err := LoadContext("prod", getenv); !errors.Is(err, ErrEndpoint) || !errors.Is(err, ErrUnusableFile) || !errors.Is(err, datadir.ErrMissing) || !strings.Contains(err.Error(), "nats context add") {
 		t.Fatalf("a missing context: %v", err)
 	}
 	// A path is taken as it is.
@@ -199,13 +201,13 @@ func TestLoadContext(t *testing.T) {
 		t.Fatalf("context by path: %+v %v", c, err)
 	}
 	writeFile(t, filepath.Join(dir, "broken.json"), []byte(`{"url":`))
-	if _, err := LoadContext(filepath.Join(dir, "broken.json"), getenv); !errors.Is(err, ErrEndpoint) || !strings.Contains(err.Error(), "not valid JSON") {
+	if _, err := LoadContext(filepath.Join(dir, "broken.json"), getenv); !errors.Is(err, ErrEndpoint) || !errors.Is(err, datadir.ErrCorrupt) || !strings.Contains(err.Error(), "not valid JSON") {
 		t.Fatalf("a broken context: %v", err)
 	}
 	// Two urls: refused, not the last taken. A member in another case is the nats
 	// CLI's to accept (Go's decoder does), and is read.
 	writeFile(t, filepath.Join(dir, "twice.json"), []byte(`{"url":"tls://10.0.0.1:7300","creds":"/c","ca":"/a","url":"tls://203.0.113.9:7300"}`))
-	if _, err := LoadContext(filepath.Join(dir, "twice.json"), getenv); !errors.Is(err, ErrEndpoint) || !errors.Is(err, jsonkeys.ErrDuplicate) || !strings.Contains(err.Error(), `"url" appears twice`) {
+	if _, err := LoadContext(filepath.Join(dir, "twice.json"), getenv); !errors.Is(err, ErrEndpoint) || !errors.Is(err, jsonkeys.ErrDuplicate) || !errors.Is(err, datadir.ErrCorrupt) || !strings.Contains(err.Error(), `"url" appears twice`) {
 		t.Fatalf("a context with two urls: %v", err)
 	}
 	writeFile(t, filepath.Join(dir, "case.json"), []byte(`{"URL":"tls://10.0.0.1:7300","creds":"/c","ca":"/a"}`))

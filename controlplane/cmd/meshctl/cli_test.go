@@ -622,3 +622,18 @@ func TestTheAddressToAddBackIsOfItsFamily(t *testing.T) {
 		}
 	}
 }
+
+// TestAContextThatCannotBeUsedExitsAsItsFilesDo: a NATS context that does not
+// exist, or is not JSON, exits 7 as a --creds or --ca file in that state does
+// (and as one the context names): it exited 1 (a docs walkthrough).
+func TestAContextThatCannotBeUsedExitsAsItsFilesDo(t *testing.T) {
+	dir := t.TempDir()
+	broken := filepath.Join(dir, "broken.json")
+	writeTestFile(t, broken, `{"url":`)
+	for _, ctx := range []string{filepath.Join(dir, "none.json"), broken} {
+		code, _, stderr := runCLI("nodes", "--context", ctx)
+		if code != exitDataDir || !strings.Contains(stderr, "NATS context file "+ctx) {
+			t.Errorf("--context %s: exit %d, want %d naming the file\n%s", ctx, code, exitDataDir, stderr)
+		}
+	}
+}
