@@ -168,3 +168,45 @@ func TestServeBacksItselfUp(t *testing.T) {
 		t.Fatalf("the host's file says %q", got)
 	}
 }
+
+// TestAKeyringChangeIsBackedUpAtOnce: a rotation of the declaration signing key,
+// and its retirement, are each backed up at once, with the built binaries,
+// whatever the interval: hosts follow the keyring forward, never back, so a
+// backup from before it restores a control plane the hosts refuse. Before, the
+// next interval took it (an hour by default), and a restart inside it took none
+// (a docs walkthrough restored the copy from before, and web-1 refused every
+// declaration as untrusted).
+func TestAKeyringChangeIsBackedUpAtOnce(t *testing.T) {
+	t.Parallel()
+	cp := harness.NewControlPlane(t, bin, "keybackup")
+	backups := filepath.Join(t.TempDir(), "backups")
+	cp.Serve("--backup-dir", backups, "--backup-every", "1h", "--backup-keep", "5")
+	harness.Eventually(t, 20*time.Second, "a backup taken at start", func() bool { return len(backupsOf(t, backups)) == 1 })
+	applied := func() uint64 {
+		t.Helper()
+		var nodes struct {
+			Control []struct {
+				AppliedIndex uint64 `json:"applied_index"`
+			} `json:"control"`
+		}
+		r := cp.Ctl("nodes", "--json")
+		if err := json.Unmarshal([]byte(r.Stdout), &nodes); err != nil || len(nodes.Control) != 1 {
+			t.Fatalf("nodes --json: %v\n%s", err, r.Combined())
+		}
+		return nodes.Control[0].AppliedIndex
+	}
+	for _, step := range [][]string{{"signing-key", "rotate"}, {"signing-key", "retire"}} {
+		if r := cp.Ctl(step...); r.Code != 0 {
+			t.Fatalf("%v: exit %d\n%s", step, r.Code, r.Combined())
+		}
+		changed := applied()
+		harness.Eventually(t, 20*time.Second, fmt.Sprintf("a backup at index %d or later after %v", changed, step), func() bool {
+			for i := range backupsOf(t, backups) {
+				if i >= changed {
+					return true
+				}
+			}
+			return false
+		})
+	}
+}

@@ -108,6 +108,8 @@ type Writer struct {
 	cfg Config
 	log *slog.Logger
 	tag string // the mesh's in the backups' names (Name)
+	// soon carries Soon's asks to Run: one waiting at most.
+	soon chan struct{}
 
 	mu    sync.Mutex
 	stats Stats
@@ -138,7 +140,7 @@ func New(cfg Config) (*Writer, error) {
 		return nil, fmt.Errorf("--backup-dir %s: %w", cfg.Dir, err)
 	}
 	cfg.Dir = dir
-	w := &Writer{cfg: cfg, log: cfg.Logger.With("component", "backup"), tag: strings.ToLower(cfg.CAPin[:MeshTagLen])}
+	w := &Writer{cfg: cfg, log: cfg.Logger.With("component", "backup"), tag: strings.ToLower(cfg.CAPin[:MeshTagLen]), soon: make(chan struct{}, 1)}
 	if err := w.prepare(); err != nil {
 		if errors.Is(err, datadir.ErrUnprotected) {
 			return nil, err
@@ -177,8 +179,19 @@ func (w *Writer) Stats() Stats {
 	return w.stats
 }
 
-// Run takes a backup, then one every Config.Every, until ctx ends, and returns
-// ctx's error. The first is taken at once unless the newest backup of this node
+// Soon asks Run for a backup now, whatever the interval, for a change after which
+// a backup from before it is no safe copy to restore (the declaration signing
+// keyring rotated or retired: hosts follow it forward, never back). Asks made while
+// one waits are one; the interval counts again from the backup. It never blocks.
+func (w *Writer) Soon() {
+	select {
+	case w.soon <- struct{}{}:
+	default:
+	}
+}
+
+// Run takes a backup, then one every Config.Every, and one whenever Soon asks,
+// until ctx ends, and returns ctx's error. The first is taken at once unless the newest backup of this node
 // is younger than Config.Every: then when it is that old (a node restarted again
 // and again took a backup at each start, and the newest Keep became copies of one
 // state, the day's history removed; a review). A backup that fails is logged and
@@ -192,6 +205,7 @@ func (w *Writer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
+		case <-w.soon:
 		}
 		done := make(chan struct{})
 		go func() {

@@ -471,6 +471,44 @@ func TestTheFirstBackupWaitsForTheNewestToAge(t *testing.T) {
 	}
 }
 
+// TestSoonTakesABackupBeforeTheInterval: a backup asked for (a keyring rotated)
+// is taken at once, though the newest is younger than the interval: before, a
+// restart inside it took none, and the only copies held the keyring before the
+// rotation (a docs walkthrough).
+func TestSoonTakesABackupBeforeTheInterval(t *testing.T) {
+	t.Parallel()
+	src := &fakeSource{index: 4}
+	w, c, log := newWriter(t, src, 5)
+	if _, err := w.Take(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.add(time.Minute) // its name differs from the first's
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	time.Sleep(50 * time.Millisecond)
+	if n := len(entries(t, w.Dir())); n != 1 {
+		t.Fatalf("%d backups before any ask, want the first alone (the interval is an hour)", n)
+	}
+	src.mu.Lock()
+	src.index = 5
+	src.mu.Unlock()
+	w.Soon()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(entries(t, w.Dir())) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no backup after Soon:\n%s", log)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	<-done
+	if got := entries(t, w.Dir()); len(got) != 2 || !strings.HasSuffix(got[1], "-i5") {
+		t.Fatalf("backups %v, want the first and one of index 5", got)
+	}
+}
+
 // TestAnUnusableDirectoryIsTriedAgain: a backup directory that cannot be made
 // (a file in its place, a disk not mounted) does not keep the control node from
 // starting: New logs it, each backup fails and is counted until it can be made,

@@ -102,6 +102,11 @@ func (d *Daemon) carryOut(e effect) {
 		if err := d.syncKeys(); err != nil {
 			d.log.Error("signing keys not updated after a keyring change", "err", err)
 		}
+		if d.backups != nil {
+			// A backup from before the change restores a control plane that
+			// signs with a key, or an epoch, the hosts have left behind.
+			d.backups.Soon()
+		}
 	case effectRemoved:
 		d.log.Warn("this control node was removed from the control plane; stopping")
 		d.removedOnce.Do(func() { close(d.removed) })
