@@ -33,10 +33,13 @@ type UnprotectedError struct {
 	Fix     string
 }
 
+// Error says what is wrong and how to mend it, and nothing of what the caller does
+// about it: serve refuses to start, a backup taken while serve runs is not written,
+// a control token is not minted (each said "Nothing was started": a review).
 func (e *UnprotectedError) Error() string {
 	return fmt.Sprintf("%v: %s %s. The data directory holds the mesh's CA and signing keys and the operators' credentials, "+
 		"so only the user serve runs as may own it, write in it and read its keys (as OpenSSH's StrictModes asks of ~/.ssh; "+
-		"a copy restored without its modes looks like this). Nothing was started. Check that the files are the ones meshctl wrote "+
+		"a copy restored without its modes looks like this). Check that the files are the ones meshctl wrote "+
 		"(anyone who could write there may have replaced them), then: %s",
 		ErrUnprotected, e.Path, e.Problem, e.Fix)
 }
