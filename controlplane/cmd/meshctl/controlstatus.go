@@ -177,6 +177,14 @@ func reportControlStatus(answers []api.ControlStatus, now time.Time) controlStat
 		}
 	}
 	r.Quorum = len(r.Voters)/2 + 1
+	if r.Leader != "" && !answered(r.Leader) && !followedByQuorum(answers, r.Leader, r.Voters, r.Quorum) {
+		// Named by followers alone, it may have just stopped: they name it until
+		// their election timeout. Without voters that follow it and make a quorum
+		// with it, nothing says it leads (a nonvoter named the only voter, stopped,
+		// for 3 s: "the voters left are the quorum", exit 5, with no voter left; a
+		// review).
+		r.Leader = ""
+	}
 	if r.Leader != "" {
 		lead, leaderAnswered := r.leaderAnswer()
 		for _, a := range answers {
@@ -197,6 +205,18 @@ func reportControlStatus(answers []api.ControlStatus, now time.Time) controlStat
 	}
 	r.Certificates = certificateExpiries(answers, r.Leader, now)
 	return r
+}
+
+// followedByQuorum reports whether voters other than leader answered that they
+// follow it, enough of them to make a quorum with it.
+func followedByQuorum(answers []api.ControlStatus, leader string, voters []string, quorum int) bool {
+	n := 0
+	for _, a := range answers {
+		if a.Node != leader && slices.Contains(voters, a.Node) && a.Raft == api.RaftStateFollower && a.Leader == leader {
+			n++
+		}
+	}
+	return n > 0 && n+1 >= quorum
 }
 
 // notFollowing says why a, a voter's own answer, shows it not following leader;

@@ -44,6 +44,14 @@ func TestReportControlStatus(t *testing.T) {
 			},
 			leader: "cp-1", missing: []string{"cp-1", "cp-4"}, voters: 3, quorum: 2, wantInText: "leader cp-1; not answering: cp-1, cp-4",
 		},
+		// It named cp-1 the leader for 3 s after it stopped, by the nonvoter's
+		// word, and said "the voters left are the quorum" with none left, exit 5.
+		"the only voter stopped; a nonvoter still names it": {
+			answers: []api.ControlStatus{
+				{Node: "cp-4", Raft: api.RaftStateFollower, Leader: "cp-1", Members: []api.RaftMember{three[0], three[3]}, CommitIndex: 9, LastContact: now.Add(-time.Second)},
+			},
+			missing: []string{"cp-1"}, voters: 1, quorum: 1, wantInText: "no leader",
+		},
 		"quorum lost; the newest configuration counts": {
 			answers: []api.ControlStatus{
 				{Node: "cp-1", Raft: api.RaftStateCandidate, Members: three, CommitIndex: 12, LastContact: now.Add(-41 * time.Second)},
