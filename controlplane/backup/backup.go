@@ -89,6 +89,10 @@ type Backup struct {
 	Took time.Duration
 	// At is when it was taken (its name says it to the second).
 	At time.Time
+	// Existing: a backup of this node under the same name (the same second and
+	// Raft index) was there already, and is kept: the new copy, of the same
+	// state, was dropped.
+	Existing bool
 }
 
 // Stats is how a writer's backups went: what the metrics export.
@@ -201,16 +205,25 @@ func (w *Writer) Run(ctx context.Context) error {
 	t := time.NewTimer(w.firstWait())
 	defer t.Stop()
 	for {
+		asked := false
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
 		case <-w.soon:
+			asked = true
+		}
+		// A backup asked for that fails is tried again soon, not at the next
+		// interval: until then the only copies are of the state before the change.
+		next := w.cfg.Every
+		if asked {
+			next = min(w.cfg.Every, MinEvery)
 		}
 		done := make(chan struct{})
+		ok := false
 		go func() {
 			defer close(done)
-			w.takeLogged(ctx)
+			ok = w.takeLogged(ctx, next)
 		}()
 		select {
 		case <-done:
@@ -225,24 +238,31 @@ func (w *Writer) Run(ctx context.Context) error {
 				return ctx.Err()
 			}
 		}
-		t.Reset(w.cfg.Every)
+		if ok {
+			next = w.cfg.Every
+		}
+		t.Reset(next)
 	}
 }
 
-// takeLogged takes one backup, logging and counting how it went.
-func (w *Writer) takeLogged(ctx context.Context) {
+// takeLogged takes one backup, logging and counting how it went, and reports
+// whether it succeeded; retry is when the next is tried after a failure.
+func (w *Writer) takeLogged(ctx context.Context, retry time.Duration) bool {
 	b, err := w.Take(ctx)
 	switch {
+	case err == nil && b.Existing:
+		w.log.Info("a backup of this state was written this second already; kept it", "path", b.Path, "index", b.Index)
 	case err == nil:
 		w.log.Info("backup written", "path", b.Path, "index", b.Index, "size", b.Size, "duration", b.Took.Round(time.Millisecond))
 	case ctx.Err() != nil:
 		// Stopping: the backup cut short is no failure of the backups.
 		w.log.Info("backup stopped with the control node; its unfinished directory was removed", "dir", w.cfg.Dir)
 	default:
-		w.log.Warn("backup failed; this control node goes on serving and tries again in "+w.cfg.Every.String()+
+		w.log.Warn("backup failed; this control node goes on serving and tries again in "+retry.String()+
 			": make room in the backup directory, or give it back to the user serve runs as, as the error says (docs/operations.md, \"Backing up\")",
 			"dir", w.cfg.Dir, "err", err)
 	}
+	return err == nil
 }
 
 // Take writes one backup and removes the backups of this node beyond the newest
@@ -286,6 +306,16 @@ func (w *Writer) Take(ctx context.Context) (b Backup, err error) {
 		return Backup{}, fmt.Errorf("flush the backup %s: %w", tmp, err)
 	}
 	final := filepath.Join(w.cfg.Dir, Name(w.cfg.Node, w.tag, start, store.Index))
+	if isBackup(final) {
+		// Two asked for at once (a rotation and its retirement applied in one
+		// batch): the same state, taken in the same second. Not a failure (it
+		// was counted one, and logged as a full disk's: a review). Anything else
+		// under the name is refused below, and left as it is.
+		if err := os.RemoveAll(tmp); err != nil {
+			w.log.Warn("could not remove an unfinished backup; serve removes it when it next starts", "dir", tmp, "err", err)
+		}
+		return Backup{Path: final, Index: store.Index, At: start, Existing: true}, nil
+	}
 	// os.Rename refuses an existing directory at final (rename(2) would replace
 	// an empty one): an existing name is never replaced.
 	if err := os.Rename(tmp, final); err != nil {
@@ -301,6 +331,17 @@ func (w *Writer) Take(ctx context.Context) (b Backup, err error) {
 	w.mu.Unlock()
 	w.retain(filepath.Base(final))
 	return b, nil
+}
+
+// isBackup reports whether dir holds what a backup writes: the Raft store and
+// the mesh's configuration.
+func isBackup(dir string) bool {
+	for _, name := range []string{datadir.RaftDir, datadir.ConfigFile} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // firstWait is how long Run waits before its first backup: until the newest

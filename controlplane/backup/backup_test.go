@@ -509,6 +509,79 @@ func TestSoonTakesABackupBeforeTheInterval(t *testing.T) {
 	}
 }
 
+// TestTwoAsksInOneSecondAreOneBackup: a rotation and its retirement applied in one
+// batch ask for two backups of one state within a second: the second finds the
+// first under its name and keeps it. Before (a review), it was counted a failure
+// and logged as a full disk's ("make room in the backup directory").
+func TestTwoAsksInOneSecondAreOneBackup(t *testing.T) {
+	t.Parallel()
+	src := &fakeSource{index: 3}
+	w, c, log := newWriter(t, src, 5)
+	if _, err := w.Take(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.add(time.Minute)
+	src.mu.Lock()
+	src.index = 4
+	src.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	w.Soon() // the rotation's
+	deadline := time.Now().Add(10 * time.Second)
+	for len(entries(t, w.Dir())) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no backup after Soon:\n%s", log)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	w.Soon() // the retirement's, in the first backup's snapshot already
+	for !strings.Contains(log.String(), "a backup of this state was written this second already") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second ask was not taken up:\n%s", log)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	if f := w.Stats().Failures; f != 0 || strings.Contains(log.String(), "backup failed") || len(entries(t, w.Dir())) != 2 {
+		t.Fatalf("failures %d, backups %v:\n%s", f, entries(t, w.Dir()), log)
+	}
+}
+
+// TestABackupAskedForThatFailsIsTriedAgainSoon: a backup Soon asked for that fails
+// is tried again within MinEvery, not at the next interval (an hour here): until
+// then the only copies are of the keyring before the change.
+func TestABackupAskedForThatFailsIsTriedAgainSoon(t *testing.T) {
+	t.Parallel()
+	src := &fakeSource{index: 3}
+	w, c, log := newWriter(t, src, 5)
+	if _, err := w.Take(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.add(time.Minute)
+	src.mu.Lock()
+	src.fail = errors.New("disk full")
+	src.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.Run(ctx) }()
+	w.Soon()
+	deadline := time.Now().Add(10 * time.Second)
+	for w.Stats().Failures == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the backup asked for was not tried")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for !strings.Contains(log.String(), "backup failed") {
+		time.Sleep(time.Millisecond)
+	}
+	if want := "tries again in " + MinEvery.String(); !strings.Contains(log.String(), want) {
+		t.Fatalf("the failure does not say %q:\n%s", want, log)
+	}
+}
+
 // TestAnUnusableDirectoryIsTriedAgain: a backup directory that cannot be made
 // (a file in its place, a disk not mounted) does not keep the control node from
 // starting: New logs it, each backup fails and is counted until it can be made,

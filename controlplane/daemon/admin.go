@@ -396,7 +396,7 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 			}
 		}
 		if name := d.operatorNamed(req.Node); name != "" {
-			return out, badRequest("%q is the name of operator credentials (meshctl operator list): a control node under it would read as that person in the broker's listings and logs; give the control node another id", name)
+			return out, badRequest("%q is the name of operator credentials the mesh records, valid, expired or revoked (meshctl operator list; a revoked record stays until 90 days after its credentials expire): a control node under it would read as that person in the broker's listings and logs; give the control node another id", name)
 		}
 		if taken := d.controlAddressesTaken(req.Node, req.Control); taken != "" {
 			return out, badRequest("%s: the new control node would listen where a member does; give it addresses of its own (--addr, and the two ports after its port)", taken)

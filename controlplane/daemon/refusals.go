@@ -52,7 +52,7 @@ func refusalCode(err error) string {
 		return api.CodeKeyMismatch
 	case errors.Is(err, state.ErrTooManyLabels), errors.Is(err, state.ErrRotationMissesNode), errors.Is(err, state.ErrTooManyOperators):
 		return api.CodeBadRequest
-	case errors.Is(err, state.ErrUnknownOperator), errors.Is(err, state.ErrOperatorKeyNotNamed):
+	case errors.Is(err, state.ErrUnknownOperator), errors.Is(err, state.ErrOperatorKeyNotNamed), errors.Is(err, state.ErrNothingToRenew):
 		return api.CodeNotFound
 	case errors.Is(err, state.ErrOperatorExists), errors.Is(err, state.ErrOperatorRenewals):
 		return api.CodeOperatorExists

@@ -53,6 +53,7 @@ func TestEveryStateRefusalHasItsCode(t *testing.T) {
 		"ErrTooManyOperators":     {state.ErrTooManyOperators, api.CodeBadRequest},
 		"ErrOperatorRenewals":     {state.ErrOperatorRenewals, api.CodeOperatorExists},
 		"ErrOperatorKeyNotNamed":  {state.ErrOperatorKeyNotNamed, api.CodeNotFound},
+		"ErrNothingToRenew":       {state.ErrNothingToRenew, api.CodeNotFound},
 		// Not a refusal of a command: Raft's restore of a snapshot it cannot use.
 		"ErrBadSnapshot": {state.ErrBadSnapshot, api.CodeInternal},
 		// Not a refusal either: the state machine stopped at an entry of a newer

@@ -168,10 +168,10 @@ type InputFileError struct {
 
 func (e *InputFileError) Error() string {
 	name := "CA"
-	switch e.Flag {
-	case flagCreds:
+	switch {
+	case e.Flag == flagCreds:
 		name = "creds"
-	case flagContext:
+	case strings.Contains(strings.ToLower(e.Flag), "context"): // --context, or MESH_CONTEXT
 		name = "NATS context"
 	}
 	return fmt.Sprintf("%v: the %s file %s (%s) %s", ErrEndpoint, name, e.Path, e.Flag, e.Reason)

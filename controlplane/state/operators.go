@@ -85,6 +85,10 @@ var (
 	// ErrOperatorRenewals: a renewal under a name that holds MaxValidPerName
 	// valid credentials already.
 	ErrOperatorRenewals = errors.New("this name holds as many valid credentials as it may (2: the ones in use and their renewal)")
+	// ErrNothingToRenew: a renewal under a name that holds no valid credentials
+	// (revoked since the renewal was asked for, or expired): it records nothing,
+	// so that a revocation of the name is never undone by a renewal in flight.
+	ErrNothingToRenew = errors.New("no valid operator credentials are recorded under this name to renew (revoked or expired): operator add NAME without --renew issues new ones, if that person is to have them")
 	// ErrOperatorKeyNotNamed: a key a revocation names is not recorded under
 	// its name.
 	ErrOperatorKeyNotNamed = errors.New("no operator credentials with this key are recorded under this name (meshctl operator list --json shows each name's keys)")
@@ -97,7 +101,8 @@ var (
 // applyAddOperator records c. The same command again (its answer lost) is
 // Repeated; another key under a name whose credentials are active is refused
 // unless it renews them (rules >= RulesOperatorRenewal, MaxValidPerName), as is a
-// control node's own key.
+// control node's own key. A renewal under a name with no valid credentials is
+// refused: committed after the name's revocation, it would let its holder back in.
 func (s *State) applyAddOperator(at time.Time, c *AddOperatorCmd, rules int) Result {
 	if c.Name == "" || c.Key == "" || !c.Expires.After(at) {
 		return Result{Err: fmt.Errorf("%w: operator credentials need a name, a key and an expiry after now", ErrBadCommand)}
@@ -132,6 +137,8 @@ func (s *State) applyAddOperator(at time.Time, c *AddOperatorCmd, rules int) Res
 		return Result{Err: fmt.Errorf("%w (%q, until %s)", ErrOperatorExists, c.Name, last.UTC().Format(time.RFC3339))}
 	case valid >= MaxValidPerName:
 		return Result{Err: fmt.Errorf("%w (%q): revoke the older by its key first (meshctl operator revoke %s --key KEY)", ErrOperatorRenewals, c.Name, c.Name)}
+	case valid == 0 && renew:
+		return Result{Err: fmt.Errorf("%w (%q)", ErrNothingToRenew, c.Name)}
 	}
 	if len(s.Operators)-s.purgeableOperators(at) >= MaxOperators {
 		return Result{Err: fmt.Errorf("%w (%d): revoke those no longer used; records of expired credentials are dropped %s after they expire, of revoked ones %s after", ErrTooManyOperators, MaxOperators, ExpiredOperatorRetention, OperatorRetention)}

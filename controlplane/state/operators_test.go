@@ -135,6 +135,16 @@ func TestOperatorCredentialsAreRenewedBesideThoseInUse(t *testing.T) {
 	}
 	// The older revoked, the name has room for the next renewal.
 	m.must(renewOperatorCmd("alice", "UALICE3", t0.Add(4*time.Hour), year))
+	// A renewal under a name with nothing valid (revoked since it was asked for)
+	// records nothing: a revocation is never undone by a renewal in flight (a
+	// review).
+	m.must(revokeOperatorsCmd(t0.Add(6*time.Hour), "bob"))
+	if r := m.apply(renewOperatorCmd("bob", "UBOB2", t0.Add(7*time.Hour), year)); !errors.Is(r.Err, ErrNothingToRenew) || !refusedOp(m.f, "UBOB1") {
+		t.Fatalf("a renewal after bob's revocation: %v, want ErrNothingToRenew", r.Err)
+	}
+	if m.f.OperatorStanding("UBOB2") != OperatorUnrecorded {
+		t.Fatal("a refused renewal recorded its key")
+	}
 	// Without renewal, another key under a valid name is refused as before.
 	if r := m.apply(addOperatorCmd("alice", "UALICE4", t0.Add(5*time.Hour), year)); !errors.Is(r.Err, ErrOperatorExists) {
 		t.Fatalf("another key under alice without renewal: %v, want ErrOperatorExists", r.Err)

@@ -632,8 +632,13 @@ func TestAContextThatCannotBeUsedExitsAsItsFilesDo(t *testing.T) {
 	writeTestFile(t, broken, `{"url":`)
 	for _, ctx := range []string{filepath.Join(dir, "none.json"), broken} {
 		code, _, stderr := runCLI("nodes", "--context", ctx)
-		if code != exitDataDir || !strings.Contains(stderr, "NATS context file "+ctx) {
+		if code != exitDataDir || !strings.Contains(stderr, "NATS context file "+ctx+" (--context)") {
 			t.Errorf("--context %s: exit %d, want %d naming the file\n%s", ctx, code, exitDataDir, stderr)
+		}
+		// Given by the environment, it is said to be.
+		code, _, stderr = runCLIEnv(map[string]string{"MESH_CONTEXT": ctx}, "nodes")
+		if code != exitDataDir || !strings.Contains(stderr, "NATS context file "+ctx+" (MESH_CONTEXT)") {
+			t.Errorf("MESH_CONTEXT=%s: exit %d, want %d naming the file and the variable\n%s", ctx, code, exitDataDir, stderr)
 		}
 	}
 }

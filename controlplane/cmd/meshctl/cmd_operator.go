@@ -194,7 +194,12 @@ func operatorAdd(cio *cliIO, cp *controlPlaneFlags, name string, ttl time.Durati
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("operator credentials %s were recorded, but could not be written to %s (%w): nobody holds their seed; revoke them (meshctl operator revoke %s --key %s) and issue them again", name, out, err, name, issued.Record.Key)
+		revoke := "meshctl operator revoke " + name
+		if renew {
+			// The name holds the credentials renewed too, which stay.
+			revoke += " --key " + issued.Record.Key
+		}
+		return fmt.Errorf("operator credentials %s were recorded, but could not be written to %s (%w): nobody holds their seed; revoke them (%s) and issue them again", name, out, err, revoke)
 	}
 	if d, err := os.Open(filepath.Dir(out)); err == nil {
 		_ = d.Sync() // the new name survives a crash
@@ -309,7 +314,7 @@ func (d *dayDuration) Set(s string) error {
 	for unit, days := range map[string]int{"d": 1, "y": 365} {
 		if n, ok := strings.CutSuffix(s, unit); ok {
 			v, err := strconv.Atoi(n)
-			if err != nil || v < 0 || v*days > 100*366 {
+			if err != nil || v < 0 || v > 100*366/days { // before multiplying: 5508753709683126373y wrapped to a day
 				return fmt.Errorf("%q: a whole number of days (90d) or years (2y), or a Go duration (36h)", s)
 			}
 			*d = dayDuration(time.Duration(v*days) * 24 * time.Hour)

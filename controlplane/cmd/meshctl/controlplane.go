@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -123,11 +124,15 @@ func (f *controlPlaneFlags) endpoint() (operator.Endpoint, error) {
 		return e, nil
 	}
 	servers, creds, ca := strings.Join(f.servers, ","), f.creds, f.ca
-	fill := func(name string) error {
+	fill := func(name, from string) error {
 		if servers != "" && creds != "" && ca != "" {
 			return nil
 		}
 		ctx, err := operator.LoadContext(name, f.getenv)
+		var fe *operator.InputFileError
+		if errors.As(err, &fe) {
+			fe.Flag = from // the context file's own faults name where it was given
+		}
 		if err != nil {
 			return err
 		}
@@ -137,7 +142,7 @@ func (f *controlPlaneFlags) endpoint() (operator.Endpoint, error) {
 		return nil
 	}
 	if f.context != "" {
-		if err := fill(f.context); err != nil {
+		if err := fill(f.context, "--context"); err != nil {
 			return operator.Endpoint{}, err
 		}
 	}
@@ -151,7 +156,7 @@ func (f *controlPlaneFlags) endpoint() (operator.Endpoint, error) {
 		ca = f.getenv(envCA)
 	}
 	if name := f.getenv(envContext); f.context == "" && name != "" {
-		if err := fill(name); err != nil {
+		if err := fill(name, envContext); err != nil {
 			return operator.Endpoint{}, err
 		}
 	}

@@ -72,7 +72,16 @@ func (r controlStatusReport) verdict() error {
 			parts = append(parts, "voters not following the leader "+oneLine(r.Leader, 64)+": "+strings.Join(r.notFollowingIDs(), ", "))
 		}
 		if len(parts) > 0 {
-			parts = []string{strings.Join(parts, "; ") + "; the voters left are the quorum: restart no other control node until `meshctl control status` exits 0"}
+			tail := "the voters left are the quorum: restart no other control node until `meshctl control status` exits 0"
+			if answering := len(r.Voters) - len(r.missingVoters()); answering < r.Quorum {
+				// The leader is named by nodes that answer, and does not answer
+				// itself: said so, not "the voters left are the quorum" with none
+				// left (a nonvoter named the only voter for 3 s after it stopped; a
+				// review). A leader whose broker is not routed here is named so too.
+				tail = fmt.Sprintf("%d of %d voters answer, fewer than a quorum of %d: the leader %s is named by the nodes that answer, not by itself (stopped a moment ago: they name it until their election timeout; or its broker not routed here); "+
+					"restart no other control node until `meshctl control status` exits 0", answering, len(r.Voters), r.Quorum, oneLine(r.Leader, 64))
+			}
+			parts = []string{strings.Join(parts, "; ") + "; " + tail}
 		}
 		if expired != "" {
 			parts = append(parts, expired)
@@ -177,14 +186,6 @@ func reportControlStatus(answers []api.ControlStatus, now time.Time) controlStat
 		}
 	}
 	r.Quorum = len(r.Voters)/2 + 1
-	if r.Leader != "" && !answered(r.Leader) && !followedByQuorum(answers, r.Leader, r.Voters, r.Quorum) {
-		// Named by followers alone, it may have just stopped: they name it until
-		// their election timeout. Without voters that follow it and make a quorum
-		// with it, nothing says it leads (a nonvoter named the only voter, stopped,
-		// for 3 s: "the voters left are the quorum", exit 5, with no voter left; a
-		// review).
-		r.Leader = ""
-	}
 	if r.Leader != "" {
 		lead, leaderAnswered := r.leaderAnswer()
 		for _, a := range answers {
@@ -205,18 +206,6 @@ func reportControlStatus(answers []api.ControlStatus, now time.Time) controlStat
 	}
 	r.Certificates = certificateExpiries(answers, r.Leader, now)
 	return r
-}
-
-// followedByQuorum reports whether voters other than leader answered that they
-// follow it, enough of them to make a quorum with it.
-func followedByQuorum(answers []api.ControlStatus, leader string, voters []string, quorum int) bool {
-	n := 0
-	for _, a := range answers {
-		if a.Node != leader && slices.Contains(voters, a.Node) && a.Raft == api.RaftStateFollower && a.Leader == leader {
-			n++
-		}
-	}
-	return n > 0 && n+1 >= quorum
 }
 
 // notFollowing says why a, a voter's own answer, shows it not following leader;

@@ -44,13 +44,13 @@ func TestReportControlStatus(t *testing.T) {
 			},
 			leader: "cp-1", missing: []string{"cp-1", "cp-4"}, voters: 3, quorum: 2, wantInText: "leader cp-1; not answering: cp-1, cp-4",
 		},
-		// It named cp-1 the leader for 3 s after it stopped, by the nonvoter's
-		// word, and said "the voters left are the quorum" with none left, exit 5.
-		"the only voter stopped; a nonvoter still names it": {
+		// The only voter stopped, or its broker not routed here: the nonvoter
+		// still names it (until its election timeout, or for good).
+		"the only voter does not answer; a nonvoter names it": {
 			answers: []api.ControlStatus{
 				{Node: "cp-4", Raft: api.RaftStateFollower, Leader: "cp-1", Members: []api.RaftMember{three[0], three[3]}, CommitIndex: 9, LastContact: now.Add(-time.Second)},
 			},
-			missing: []string{"cp-1"}, voters: 1, quorum: 1, wantInText: "no leader",
+			leader: "cp-1", missing: []string{"cp-1"}, voters: 1, quorum: 1, wantInText: "leader cp-1; not answering: cp-1",
 		},
 		"quorum lost; the newest configuration counts": {
 			answers: []api.ControlStatus{
@@ -224,6 +224,25 @@ func TestNoLeaderSaysWhy(t *testing.T) {
 		if !errors.As(err, &ee) || ee.code != exitUnreachable || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "0 of") {
 			t.Errorf("%+v: %v, want exit %d saying %q", tc.r, err, exitUnreachable, tc.want)
 		}
+	}
+}
+
+// TestALeaderThatDoesNotAnswerIsSaidToBeNamedByOthers: a leader named by the nodes
+// that answer (a nonvoter, the only voter stopped a moment ago or its broker not
+// routed here) is kept, exit 5 as before, but the verdict says how few voters
+// answer, not "the voters left are the quorum" with none left (a review).
+func TestALeaderThatDoesNotAnswerIsSaidToBeNamedByOthers(t *testing.T) {
+	r := controlStatusReport{Leader: "cp-1", Voters: []string{"cp-1"}, Quorum: 1, Missing: []string{"cp-1"}}
+	err := r.verdict()
+	var ee exitError
+	if !errors.As(err, &ee) || ee.code != exitNotConverged || strings.Contains(err.Error(), "the voters left are the quorum") ||
+		!strings.Contains(err.Error(), "0 of 1 voters answer, fewer than a quorum of 1: the leader cp-1 is named by the nodes that answer, not by itself") {
+		t.Fatalf("verdict: %v, want exit %d saying how few voters answer", err, exitNotConverged)
+	}
+	// Three voters, one missing: the two left are the quorum, as said before.
+	r = controlStatusReport{Leader: "cp-1", Voters: []string{"cp-1", "cp-2", "cp-3"}, Quorum: 2, Missing: []string{"cp-3"}}
+	if err := r.verdict(); err == nil || !strings.Contains(err.Error(), "the voters left are the quorum") {
+		t.Fatalf("with two of three voters: %v", err)
 	}
 }
 

@@ -67,7 +67,7 @@ func TestDayDuration(t *testing.T) {
 			t.Errorf("%q: %v, %v; want %v", in, time.Duration(d), err, want)
 		}
 	}
-	for _, in := range []string{"", "d", "-1d", "1.5d", "90 d", "99999999d", "1w", "y", "1.5y", "101y", "-2y", "2yd"} {
+	for _, in := range []string{"", "d", "-1d", "1.5d", "90 d", "99999999d", "1w", "y", "1.5y", "101y", "-2y", "2yd", "5508753709683126373y"} {
 		var d dayDuration
 		if err := d.Set(in); err == nil {
 			t.Errorf("%q accepted as %v", in, time.Duration(d))
