@@ -211,6 +211,15 @@ func TestRollingUpgrade(t *testing.T) {
 	if r := cp1.Ctl("status"); r.Code != 0 {
 		t.Fatalf("status after the upgrade: exit %d:\n%s", r.Code, r.Combined())
 	}
+	// Every control node upgraded, operator credentials are renewed beside those
+	// in use (rules 14, stamped on a log an older version built).
+	alice, alice2 := filepath.Join(dir, "alice.creds"), filepath.Join(dir, "alice-2.creds")
+	if r := cp1.Ctl("operator", "add", "alice", "--out", alice); r.Code != 0 {
+		t.Fatalf("operator add after the upgrade: exit %d:\n%s", r.Code, r.Combined())
+	}
+	if r := cp1.Ctl("operator", "add", "alice", "--renew", "--out", alice2); r.Code != 0 {
+		t.Fatalf("operator add --renew after the upgrade: exit %d:\n%s", r.Code, r.Combined())
+	}
 
 	// Tokens minted before the upgrade.
 	web3 := harness.NewHost(t, bin, "web-3")
@@ -243,12 +252,11 @@ func TestRollingUpgrade(t *testing.T) {
 	// "not replicating the log". The same token then joins with this meshctl.
 	// An older meshctl on rules no older than those this story's log was stamped
 	// with (a revision of this session, say) applies the log alike, and joins: its
-	// newest entries are control nodes admitted once they serve (rules 6) and
-	// declarations under their request ids (5); a step stamped with newer rules
-	// raises this.
+	// newest entries are the operator credentials renewed above (rules 14); a step
+	// stamped with newer rules raises this.
 	tok5, cp5 := cp1.ControlToken("cp-5")
 	cp5.Bin = old
-	if revisionRules(t, rev) >= state.RulesBrokersWhenServing {
+	if revisionRules(t, rev) >= state.RulesOperatorRenewal {
 		if r := cp5.Join(tok5); r.Code != 0 {
 			t.Fatalf("join by an older meshctl on the rules of this story's log (%d): exit %d:\n%s", revisionRules(t, rev), r.Code, r.Combined())
 		}
