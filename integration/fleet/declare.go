@@ -50,7 +50,8 @@ type RoundResult struct {
 	Examples []string       `json:"examples,omitempty"`
 	Phase    Phase          `json:"phase"`
 
-	lat []time.Duration // every host's apply latency, for pooling rounds
+	lat     []time.Duration // every host's apply latency, for pooling rounds
+	started time.Time       // just before declare was started
 }
 
 // Failures is the sum of every failure the round counted.
@@ -116,6 +117,7 @@ func (b *bench) declareRound(ctx context.Context, name string, hosts []*Host, as
 	}
 	sp := begin(name)
 	t0 := time.Now()
+	res.started = t0
 	r, err := b.cp.Ctl(ctx, "declare", "--all", "--file", body.path, "--json", "--wait="+b.cfg.WaitTimeout.String())
 	if err != nil {
 		return res, err

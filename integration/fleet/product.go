@@ -366,8 +366,13 @@ func (b *bench) restart(ctx context.Context, res *ProductResult) error {
 		return err
 	}
 	res.Restart.Round = r
-	res.Restart.ConvergedMs = ms(time.Since(killed))
-	fmt.Fprintf(b.out, "   converged %.0f ms after the kill\n", res.Restart.ConvergedMs)
+	// When declare --wait saw every node converged, as the field says: before,
+	// the time was read after this benchmark's own check of every host (their
+	// state files read, a sample of files compared), 7 s of the 13.6 at 10,000
+	// hosts, counted as the product's. The check still runs, and a host it finds
+	// behind fails the goal.
+	res.Restart.ConvergedMs = ms(r.started.Sub(killed)) + r.ConvergeMs
+	fmt.Fprintf(b.out, "   converged %.0f ms after the kill, as declare --wait saw it (its hosts checked %.0f ms after the kill)\n", res.Restart.ConvergedMs, ms(time.Since(killed)))
 	return nil
 }
 
