@@ -178,14 +178,17 @@ func collect() time.Duration {
 
 // begin collects this process's garbage (see collect), then starts timing a phase
 // and prints a progress line.
-func (m *meter) begin(name string) *span { return m.start(name, true) }
+func (m *meter) begin(name string) *span { return m.start(name, true, true) }
 
 // beginAsIs starts timing a phase without collecting first, for a phase that goes on
 // timing something already under way (the convergence after a kill -9), where a
-// collection would fall inside what is measured.
-func (m *meter) beginAsIs(name string) *span { return m.start(name, false) }
+// collection would fall inside what is measured; nor does it read serve's collector
+// counters, a scrape that, with the fleet reconnecting, took a second or more.
+func (m *meter) beginAsIs(name string) *span { return m.start(name, false, false) }
 
-func (m *meter) start(name string, collecting bool) *span {
+// start starts timing a phase, collecting this process's garbage first and reading
+// serve's collector counters when told to.
+func (m *meter) start(name string, collecting, scraping bool) *span {
 	fmt.Fprintf(m.out, "== %s\n", name)
 	var collected time.Duration
 	if collecting {
@@ -197,7 +200,7 @@ func (m *meter) start(name string, collecting bool) *span {
 	}
 	s.cpu[len(m.sources)] = m.reading(machine())
 	s.prof = m.prof.begin(name)
-	if m.serveGC != nil {
+	if m.serveGC != nil && scraping {
 		// After the profiler's own collections, which are not the phase's. The
 		// scrape costs serve about a millisecond of the phase's CPU.
 		s.gc = m.serveGC()
@@ -206,6 +209,11 @@ func (m *meter) start(name string, collecting bool) *span {
 	go sampleSpeed(s.stopProbe, s.probe)
 	return s
 }
+
+// serveRestarted tells the span that serve was restarted within it: its collector
+// counters began again, and end does not read them (a scrape of a serve the whole
+// fleet is reconnecting to held up what came next by a second or more).
+func (s *span) serveRestarted() { s.gc.ok = false }
 
 // end stops the phase, records it and prints what it cost.
 func (s *span) end() Phase {

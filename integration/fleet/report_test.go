@@ -148,7 +148,7 @@ func TestPhaseCountsServeCollections(t *testing.T) {
 	var out strings.Builder
 	m := &meter{out: &out, self: "bench", sources: []cpuSource{{"bench", SelfCPU}},
 		serveGC: func() gcCounters { return readGC(addr) }}
-	s := m.beginAsIs("two collections")
+	s := m.start("two collections", false, true)
 	var keep [][]byte
 	for range 16 {
 		keep = append(keep, make([]byte, 1<<20))
@@ -166,11 +166,11 @@ func TestPhaseCountsServeCollections(t *testing.T) {
 
 	readings := []gcCounters{{allocated: 100, cycles: 5, ok: true}, {allocated: 10, cycles: 1, ok: true}}
 	m.serveGC = func() gcCounters { r := readings[0]; readings = readings[1:]; return r }
-	if p := m.beginAsIs("restarted").end(); p.ServeGC != nil || !strings.Contains(out.String(), "serve restarted") {
+	if p := m.start("restarted", false, true).end(); p.ServeGC != nil || !strings.Contains(out.String(), "serve restarted") {
 		t.Fatalf("a restart in the phase gave %+v\n%s", p.ServeGC, out.String())
 	}
 	m.serveGC = func() gcCounters { return gcCounters{} }
-	if p := m.beginAsIs("unreadable").end(); p.ServeGC != nil {
+	if p := m.start("unreadable", false, true).end(); p.ServeGC != nil {
 		t.Fatalf("an unreadable /metrics gave %+v", p.ServeGC)
 	}
 	var table strings.Builder
