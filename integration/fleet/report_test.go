@@ -74,6 +74,14 @@ func TestPhaseProbesTheMachine(t *testing.T) {
 	// The phase slept: what is left of the process's CPU once the probes are taken
 	// off is far below what they cost.
 	if p.CPUMs["bench"] >= p.Probe.CostMs {
+		// Unless the machine turned noisy meanwhile (other packages' tests beside
+		// this one): asked again as at the start, it says so, and the check cannot
+		// judge. On a quiet machine it still fails.
+		before, _ := SelfCPU()
+		time.Sleep(3*probeEvery/2 + probeEvery/4)
+		if after, _ := SelfCPU(); after-before > 2*time.Millisecond {
+			t.Skipf("this machine charged this process %s of CPU while it slept, after the phase: the probes' cost (%.1f ms) cannot be told from that", after-before, p.Probe.CostMs)
+		}
 		t.Fatalf("bench charged %.1f ms for a phase that slept while probes took %.1f ms", p.CPUMs["bench"], p.Probe.CostMs)
 	}
 }
