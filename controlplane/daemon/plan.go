@@ -61,10 +61,13 @@ func diffBodies(old, new declarations.Body) (fileDiff, error) {
 		if from.Mode != to.Mode {
 			what = append(what, api.PlanMode)
 		}
-		if from.Owner != to.Owner {
+		// An owner (group) the new body leaves out is kept on the host, whatever
+		// the file has (declarations.md): no change. The plan said `owner "1234"
+		// -> ""`, which the host never does (a docs walkthrough).
+		if to.Owner != "" && from.Owner != to.Owner {
 			what = append(what, api.PlanOwner)
 		}
-		if from.Group != to.Group {
+		if to.Group != "" && from.Group != to.Group {
 			what = append(what, api.PlanGroupOf)
 		}
 		if len(what) == 0 {

@@ -38,6 +38,7 @@ func TestDiffBodies(t *testing.T) {
 		{"path":"etc/app.conf","content":"a=1\n","mode":"0640"},
 		{"path":"etc/mode.conf","content":"m","mode":"0600"},
 		{"path":"etc/owner.conf","content":"o","owner":"app"},
+		{"path":"etc/kept.conf","content":"k","owner":"1234","group":"4321"},
 		{"path":"etc/same.conf","content":"s"},
 		{"path":"etc/b64.bin","content":"hi"},
 		{"path":"etc/old.conf","content":"secret-old","mode":"0600"}]}`)
@@ -46,6 +47,7 @@ func TestDiffBodies(t *testing.T) {
 		{"path":"etc/app.conf","content":"a=2\n","mode":"0644"},
 		{"path":"etc/mode.conf","content":"m","mode":"0640"},
 		{"path":"etc/owner.conf","content":"o","owner":"web","group":"web"},
+		{"path":"etc/kept.conf","content":"k"},
 		{"path":"etc/same.conf","content":"s","mode":"0644"},
 		{"path":"etc/b64.bin","content_base64":"aGk="}]}`)
 	d, err := diffBodies(old, new)
@@ -69,8 +71,10 @@ func TestDiffBodies(t *testing.T) {
 	if !reflect.DeepEqual(d.removed, wantRemoved) {
 		t.Errorf("removed = %+v, want %+v", d.removed, wantRemoved)
 	}
-	if d.unchanged != 2 {
-		t.Errorf("unchanged = %d, want 2 (etc/same.conf, etc/b64.bin)", d.unchanged)
+	// An owner and group left out are kept on the host: etc/kept.conf does not
+	// change.
+	if d.unchanged != 3 {
+		t.Errorf("unchanged = %d, want 3 (etc/same.conf, etc/b64.bin, etc/kept.conf)", d.unchanged)
 	}
 
 	// Nothing declared yet: everything is added.
