@@ -1900,6 +1900,19 @@ var ErrStateInRoot = errors.New("the state directory must not be inside the mana
 // missing from a directory that is not the state directory meant.
 func CheckApart(stateDir, root string) error { return outside(stateDir, root) }
 
+// RootInState reports whether the managed root is the state directory or inside it
+// (links resolved as far as the paths exist): safe, declarations stay in it, but the
+// state directory is the agent's user's alone (mode 0700), so no other user reaches
+// a declared file, whatever owner and mode it is declared with.
+func RootInState(stateDir, root string) bool {
+	s, err := statedir.Resolved(stateDir)
+	if err != nil {
+		return false
+	}
+	r, err := statedir.Resolved(root)
+	return err == nil && statedir.Within(r, s)
+}
+
 // outside refuses a state directory that is the managed root or inside it (links
 // resolved as far as the paths exist, directories judged by identity too): a declaration names any path in the root,
 // and could replace identity.json (the keys the node trusts) or applied.state.

@@ -303,3 +303,21 @@ func TestStatusWarnsOfAnIdentityOthersMayRead(t *testing.T) {
 		t.Fatalf("status changed the file's mode to %v", fi.Mode().Perm())
 	}
 }
+
+// TestRunWarnsOfARootInsideTheState: a managed root inside the state directory is
+// allowed, and said to be out of every other user's reach (the directory is 0700);
+// one beside it is not warned of.
+func TestRunWarnsOfARootInsideTheState(t *testing.T) {
+	parent := t.TempDir()
+	state := filepath.Join(parent, "h1")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	const warning = "--root is inside --state, which only the agent's user may enter"
+	for root, want := range map[string]bool{filepath.Join(state, "managed"): true, filepath.Join(parent, "managed"): false} {
+		_, _, stderr := runCLI("", nil, "run", "--state", state, "--root", root)
+		if strings.Contains(stderr, warning) != want {
+			t.Errorf("--root %s: warned %v, want %v:\n%s", root, !want, want, stderr)
+		}
+	}
+}

@@ -762,6 +762,12 @@ func cmdRun(args []string, cio *cliIO) error {
 	if err := agent.CheckApart(*stateDir, *root); errors.Is(err, agent.ErrStateInRoot) {
 		return err // exit 2, before the directory's lock and identity are looked at
 	}
+	if agent.RootInState(*stateDir, *root) {
+		// The README's example did so, and a service user could read none of the
+		// files declared for it (a docs walkthrough).
+		log.Warn("--root is inside --state, which only the agent's user may enter (mode 0700): no other user reaches the declared files, whatever owner and mode they are declared with; give the managed root a directory of its own (/srv/mesh, say)",
+			"state", *stateDir, "root", *root)
+	}
 	// A state directory that does not exist is agent.New's to explain (not enrolled);
 	// one another user owns or may write is refused before its lock file is opened.
 	if err := statedir.Check(*stateDir); err != nil && !errors.Is(err, os.ErrNotExist) {
