@@ -71,7 +71,8 @@ func TestFailedHookIsFailingUntilRetried(t *testing.T) {
 	retry := func() harness.Result {
 		return harness.Run(t, "", nil, bin.Meshhost, "hooks", "retry", "--state", h.State, "--timeout", "60s")
 	}
-	if r := retry(); r.Code != 1 || !strings.Contains(r.Stderr, "port 8080 in use") {
+	if r := retry(); r.Code != 1 || !strings.Contains(r.Stderr, "port 8080 in use") || !strings.Contains(r.Stdout, "ran restart-app; failed again: restart-app") ||
+		!strings.Contains(r.Stderr, "meshhost hooks retry: a hook failed again") {
 		t.Fatalf("retry before the fix: exit %d, want 1 with the hook's output:\n%s", r.Code, r.Combined())
 	}
 	// The operator frees the port, and retries.

@@ -296,7 +296,7 @@ func checkDeclared(files []File, unprivileged bool) (map[string]*File, error) {
 		}
 		if unprivileged && f.Mode&0o400 == 0 {
 			return nil, &PathError{Path: f.Path, Err: ErrUnreadableMode,
-				Reason: fmt.Sprintf("mode %#o leaves the file unreadable to its owner, the agent's user (uid %d), which reads every managed file at each apply; declare it with the owner's read bit (0400, 0600), or run the agent as root", uint32(f.Mode.Perm()), os.Geteuid())}
+				Reason: fmt.Sprintf("mode %04o leaves the file unreadable to its owner, the agent's user (uid %d), which reads every managed file at each apply; declare it with the owner's read bit (0400, 0600), or run the agent as root", uint32(f.Mode.Perm()), os.Geteuid())}
 		}
 		// The next apply would refuse to read such a file back.
 		if len(f.Data) > MaxFileSize {

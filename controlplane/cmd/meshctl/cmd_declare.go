@@ -157,9 +157,9 @@ make their own id (openssl rand -hex 16) and give it to every attempt.`,
 				case res.Repeated && given:
 					// Said on stderr, so that stdout reads as a declaration's
 					// always does.
-					fmt.Fprintf(cio.stderr, "meshctl: a declaration under request id %s was carried out already (an earlier run), once: nothing more was declared; the versions below are those its nodes are declared at now\n", requestID)
+					fmt.Fprintf(cio.stderr, "meshctl declare: a declaration under request id %s was carried out already (an earlier run), once: nothing more was declared; the versions below are those its nodes are declared at now\n", requestID)
 				case res.Repeated:
-					fmt.Fprintln(cio.stderr, "meshctl: this declaration was sent again (its answer was lost, or slow to come): the first sending had been carried out, once; the versions below are those its nodes are declared at now")
+					fmt.Fprintln(cio.stderr, "meshctl declare: this declaration was sent again (its answer was lost, or slow to come): the first sending had been carried out, once; the versions below are those its nodes are declared at now")
 				}
 				// The versions are said before any wait: on stdout, or with --json on
 				// stderr, as the progress is, so that a wait interrupted or failing
@@ -249,7 +249,7 @@ func readBody(file string, cio *cliIO) ([]byte, error) {
 	check := trustedBody(file, cio)
 	if file == "-" && cio.stdinIsTTY {
 		// Typed or pasted: without a word, the command looks stuck.
-		fmt.Fprintln(cio.stderr, "meshctl: reading the declaration body from the terminal; end it with Ctrl-D on a line of its own (Ctrl-C to stop)")
+		fmt.Fprintln(cio.stderr, "meshctl declare: reading the declaration body from the terminal; end it with Ctrl-D on a line of its own (Ctrl-C to stop)")
 	}
 	if f, ok := cio.stdin.(*os.File); ok && file == "-" {
 		// `declare --file - < app.json`: the file the shell opened is judged as
@@ -382,6 +382,6 @@ func writeJSON(w io.Writer, v any) error {
 // without a word looks like a command that hangs.
 func pipeWaiting(file string, cio *cliIO) func() {
 	return func() {
-		fmt.Fprintf(cio.stderr, "meshctl: %s is a pipe; waiting up to %s for what writes to it (Ctrl-C to stop)\n", file, readfile.PipeWait)
+		fmt.Fprintf(cio.stderr, "meshctl declare: %s is a pipe; waiting up to %s for what writes to it (Ctrl-C to stop)\n", file, readfile.PipeWait)
 	}
 }

@@ -180,7 +180,7 @@ func labelCommand() command {
 					return err
 				}
 				for _, k := range unset {
-					fmt.Fprintf(cio.stderr, "meshctl: %s had no label %s: nothing to remove (a typo? its labels are below)\n", v.ID, k)
+					fmt.Fprintf(cio.stderr, "meshctl label: %s had no label %s: nothing to remove (a typo? its labels are below)\n", v.ID, k)
 				}
 				if asJSON {
 					return writeJSON(cio.stdout, v)

@@ -110,6 +110,9 @@ func cmdHooks(args []string, cio *cliIO) error {
 			fmt.Fprintln(cio.stdout, "no hook is owed or failed: nothing to run")
 		case len(out.Ran) == 0:
 			fmt.Fprintln(cio.stdout, "no hook matched the owed paths: nothing ran")
+		case len(out.Failed) > 0:
+			// "ran X" alone read as a success beside exit 1 (a docs walkthrough).
+			fmt.Fprintf(cio.stdout, "ran %s; failed again: %s\n", strings.Join(out.Ran, ", "), strings.Join(out.Failed, ", "))
 		default:
 			fmt.Fprintf(cio.stdout, "ran %s\n", strings.Join(out.Ran, ", "))
 		}

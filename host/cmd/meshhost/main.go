@@ -188,7 +188,13 @@ func dispatch(args []string, cio *cliIO) int {
 		unknownCommand(cio.stderr, args[0])
 		return exitUsage
 	}
-	return exitCode(cio.stderr, args[0], err)
+	name := args[0]
+	if name == "hooks" && len(args) > 1 && args[1] == "retry" {
+		// "meshhost hooks retry: …", not "meshhost hooks: …". Its own name only:
+		// anything else given there may be a token, never echoed.
+		name += " retry"
+	}
+	return exitCode(cio.stderr, name, err)
 }
 
 func usage(w io.Writer) {
@@ -205,8 +211,9 @@ usage:
                                                  run again the hooks that failed (the running agent does)
   meshhost version [--json]                      the version and the commit it was built from (also --version)
 
-run meshhost <command> --help for all of a command's flags (run: --metrics-listen, --metrics-textfile,
---heartbeat, --broker-ping, --return-home, --check-files, --broker, --log-level) and its exit codes.
+run meshhost <command> --help for all of a command's flags (enrol: --timeout; run: --metrics-listen,
+--metrics-textfile, --heartbeat, --broker-ping, --return-home, --check-files, --broker, --log-level)
+and its exit codes.
 exit codes: 0 ok, 1 failure, 2 usage, 3 token unusable or refused, 4 not the mesh (retrying
 will not help), 5 identity file or state directory in the way (or not safe), 6 revoked,
 7 mesh unreachable, or its broker refused the login (retrying may help; refused again a

@@ -28,7 +28,11 @@ func TestNotEnrolledSaysHowToEnrol(t *testing.T) {
 			{"hooks", "retry", "--state", dir},
 		} {
 			code, stdout, stderr := runCLI("", nil, args...)
-			want := "meshhost " + args[0] + ": this machine has not enrolled (there is no " + filepath.Join(dir, "identity.json") + ")"
+			command := args[0]
+			if command == "hooks" {
+				command = "hooks retry"
+			}
+			want := "meshhost " + command + ": this machine has not enrolled (there is no " + filepath.Join(dir, "identity.json") + ")"
 			next := "meshhost enrol --state " + dir + " < token.txt"
 			if code != exitIdentity || !strings.HasPrefix(stderr, want) || !strings.Contains(stderr, next) || stdout != "" {
 				t.Errorf("%s: %q: exit %d, stdout %q, stderr %q; want %d, %q and %q on stderr", name, args, code, stdout, stderr, exitIdentity, want, next)
