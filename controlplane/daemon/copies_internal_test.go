@@ -346,3 +346,47 @@ func TestAnAgentIsServedItsLargestDeclaration(t *testing.T) {
 		t.Errorf("the agent was refused or disconnected: %+v", d.guard.snapshot())
 	}
 }
+
+// TestAKeySharedAnswerIsPaidFor: the answer to a status report naming the other
+// connections that hold the node's key is paid for from the node's budget, as a
+// sync's answer is: with the budget spent, it is not sent, and the refusal is
+// counted. Before (a review), it was sent free to every subscription of every
+// connection of the key, at the rate of the clones' reports.
+func TestAKeySharedAnswerIsPaidFor(t *testing.T) {
+	d := fleet(t, 0)
+	// The answer, a few hundred bytes a copy, costs less than a unit of the
+	// default budget on every copy together (paid for by its report); with a
+	// smaller unit, it costs.
+	d.guard.budgets.SyncAnswerBytes = 256
+	if err := d.serveAPI(); err != nil {
+		t.Fatal(err)
+	}
+	conns, key, _, _ := heldBy(t, d, "evil", 2, 1)
+	var answers atomic.Int64
+	for _, nc := range conns {
+		for range 3 { // with heldBy's one, the broker's cap of 4 a connection
+			if _, err := nc.Subscribe(api.NodeInbox("evil")+".status", func(*nats.Msg) { answers.Add(1) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := time.Now().Add(time.Hour) // both connections past the grace
+	report := &nats.Msg{Subject: api.StatusSubject("evil"), Reply: api.NodeInbox("evil") + ".status"}
+	d.tellKeyShared(report, "evil", key, later)
+	waitFor(t, 5*time.Second, "the answer with a budget to pay it, a copy on each subscription", func() bool { return answers.Load() == 6 })
+	for d.guard.spend("evil") {
+	}
+	refused := func() uint64 { return d.guard.snapshot().Refused[DropKey{Subject: "status", Reason: ReasonRate}] }
+	before, sent := refused(), answers.Load()
+	d.tellKeyShared(report, "evil", key, later)
+	if err := conns[0].Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if answers.Load() != sent || refused() != before+1 {
+		t.Fatalf("with the budget spent: %d more answers, %d refusals counted; want none and one", answers.Load()-sent, refused()-before)
+	}
+}

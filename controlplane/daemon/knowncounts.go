@@ -67,9 +67,10 @@ func enrolRefusals() []string {
 // answered to the operator, who reads them there, and appear when first counted.
 func knownRefusals() []DropKey {
 	// rate: an answer the requester's budget cannot pay for (payAnswer; the revoked
-	// key's notices), answered unavailable.
+	// key's notices), answered unavailable; a status report's (the connections
+	// holding a shared key) is not sent.
 	out := []DropKey{{Subject: subjectSync, Reason: ReasonRate}, {Subject: subjectRevokedSync, Reason: ReasonRate},
-		{Subject: subjectEnrol, Reason: ReasonRate}}
+		{Subject: subjectEnrol, Reason: ReasonRate}, {Subject: subjectStatus, Reason: ReasonRate}}
 	for _, code := range enrolRefusals() {
 		out = append(out, DropKey{Subject: subjectEnrol, Reason: Reason(code)})
 	}

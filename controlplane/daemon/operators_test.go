@@ -485,9 +485,16 @@ func TestAChangeThatCannotBeSignedIsNotSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	bob, err := operatorcreds.Issue(datadir.Dir(d.opts.Dir), operatorcreds.Options{Name: "bob", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, damage := range []func() error{
 		func() error { return os.Remove(path) },
 		func() error { return writeFile(path, []byte("not a creds file\n")) },
+		// Another operator's credentials in its place: a change on alice's
+		// connection would be logged as bob's (a review).
+		func() error { return writeFile(path, bob.Creds) },
 	} {
 		if err := damage(); err != nil {
 			t.Fatal(err)

@@ -96,6 +96,12 @@ func (d *Daemon) tellKeyShared(m *nats.Msg, node, key string, now time.Time) {
 		answer.SharedKey = append(answer.SharedKey, api.KeyHolder{Server: h.Server, CID: h.CID, Addr: h.Addr, Since: h.Since.UTC()})
 	}
 	data, _ := json.Marshal(answer)
+	// Paid for from the node's budget as a sync's answer is (a review found it
+	// free): the clones' reports, each answered to every subscription they hold.
+	if !d.payAnswer(node, key, len(data)) {
+		d.guard.refuse(subjectStatus, ReasonRate, node, "the node's reports came faster than its budget pays for telling it of the other connections holding its key")
+		return
+	}
 	if err := d.conns.hosts.Publish(m.Reply, data); err != nil {
 		d.logRepeated(slog.LevelWarn, "status answer not sent", "node", node, "err", err)
 	}

@@ -111,8 +111,11 @@ func (c *Client) signed(op string, m *nats.Msg) (*nats.Msg, error) {
 }
 
 // credsSigner signs with the key of the .creds file at path, read at each signing
-// and wiped after, as the login's nonce is signed (CredsLogin).
-func credsSigner(path string) func([]byte) (string, []byte, error) {
+// and wiped after, as the login's nonce is signed (CredsLogin). want is the key the
+// file held as the command dialled (""; not known): a file since replaced by other
+// credentials signs nothing, so that a change is never logged under a key other
+// than the one its connection logged in with (a review).
+func credsSigner(path, want string) func([]byte) (string, []byte, error) {
 	return func(msg []byte) (string, []byte, error) {
 		b, err := readSmall(path)
 		if err != nil {
@@ -127,6 +130,9 @@ func credsSigner(path string) func([]byte) (string, []byte, error) {
 		key, err := kp.PublicKey()
 		if err != nil {
 			return "", nil, err
+		}
+		if want != "" && key != want {
+			return "", nil, fmt.Errorf("the credentials file %s now holds other credentials (key %s…) than those this command logged in with (key %s…)", path, key[:12], want[:min(12, len(want))])
 		}
 		sig, err := kp.Sign(msg)
 		return key, sig, err
@@ -291,7 +297,7 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 	c.sending, c.waiting = o.Sending, o.Waiting
 	c.denied, c.loss, c.pin = denied, loss, e.Pin
 	c.credsExpire = credsExpiry(e.Creds)
-	c.sign = credsSigner(e.Creds)
+	c.sign = credsSigner(e.Creds, credsKey(e.Creds))
 	return c, nil
 }
 

@@ -153,7 +153,7 @@ type State struct {
 	// Keyrings holds every earlier signed keyring by epoch: the chain a host that
 	// was away follows.
 	Keyrings map[uint64]json.RawMessage `json:"keyrings,omitempty"`
-	// SealedKeys holds, during a rotation, the newest signing key sealed to each
+	// SealedKeys holds, from a rotation until the next, the newest signing key sealed to each
 	// control node's curve key (never in clear).
 	SealedKeys map[string]SealedKey `json:"sealed_keys,omitempty"`
 	// Tokens are indexed by the hex SHA-256 id of their secret.
