@@ -3,6 +3,7 @@ package declarations
 import (
 	"bytes"
 	"crypto/ed25519"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"strings"
@@ -66,16 +67,7 @@ func TestTheDocsEnvelopeVerifies(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("the doc's envelope carries\n%s\nnot the doc's payload\n%s", got, want)
 	}
-	if pub := key.Public().(ed25519.PublicKey); !strings.Contains(doc, "public key `"+hexString(pub)+"`") {
+	if pub := key.Public().(ed25519.PublicKey); !strings.Contains(doc, "public key `"+hex.EncodeToString(pub)+"`") {
 		t.Fatalf("the doc does not name the key's public key %x", []byte(pub))
 	}
-}
-
-func hexString(b []byte) string {
-	const digits = "0123456789abcdef"
-	out := make([]byte, 0, 2*len(b))
-	for _, c := range b {
-		out = append(out, digits[c>>4], digits[c&15])
-	}
-	return string(out)
 }

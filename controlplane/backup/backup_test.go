@@ -471,6 +471,33 @@ func TestTheFirstBackupWaitsForTheNewestToAge(t *testing.T) {
 	}
 }
 
+// runningAfterOne is a writer that took one backup of src a minute ago (its newest,
+// younger than the hour between backups) and now runs; stop stops it and waits.
+func runningAfterOne(t *testing.T, src *fakeSource) (w *Writer, log *lockedBuffer, stop func()) {
+	t.Helper()
+	w, c, log := newWriter(t, src, 5)
+	if _, err := w.Take(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	c.add(time.Minute) // the next's name differs from the first's
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	return w, log, func() { cancel(); <-done }
+}
+
+// waitForBackups waits until w's directory holds n entries.
+func waitForBackups(t *testing.T, w *Writer, n int, log *lockedBuffer) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(entries(t, w.Dir())) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("no backup after Soon:\n%s", log)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestSoonTakesABackupBeforeTheInterval: a backup asked for (a keyring rotated)
 // is taken at once, though the newest is younger than the interval: before, a
 // restart inside it took none, and the only copies held the keyring before the
@@ -478,14 +505,7 @@ func TestTheFirstBackupWaitsForTheNewestToAge(t *testing.T) {
 func TestSoonTakesABackupBeforeTheInterval(t *testing.T) {
 	t.Parallel()
 	src := &fakeSource{index: 4}
-	w, c, log := newWriter(t, src, 5)
-	if _, err := w.Take(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	c.add(time.Minute) // its name differs from the first's
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
+	w, log, stop := runningAfterOne(t, src)
 	time.Sleep(50 * time.Millisecond)
 	if n := len(entries(t, w.Dir())); n != 1 {
 		t.Fatalf("%d backups before any ask, want the first alone (the interval is an hour)", n)
@@ -494,16 +514,9 @@ func TestSoonTakesABackupBeforeTheInterval(t *testing.T) {
 	src.index = 5
 	src.mu.Unlock()
 	w.Soon()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(entries(t, w.Dir())) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no backup after Soon:\n%s", log)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitForBackups(t, w, 2, log)
 	time.Sleep(50 * time.Millisecond)
-	cancel()
-	<-done
+	stop()
 	if got := entries(t, w.Dir()); len(got) != 2 || !strings.HasSuffix(got[1], "-i5") {
 		t.Fatalf("backups %v, want the first and one of index 5", got)
 	}
@@ -516,34 +529,21 @@ func TestSoonTakesABackupBeforeTheInterval(t *testing.T) {
 func TestTwoAsksInOneSecondAreOneBackup(t *testing.T) {
 	t.Parallel()
 	src := &fakeSource{index: 3}
-	w, c, log := newWriter(t, src, 5)
-	if _, err := w.Take(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	c.add(time.Minute)
+	w, log, stop := runningAfterOne(t, src)
 	src.mu.Lock()
 	src.index = 4
 	src.mu.Unlock()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
 	w.Soon() // the rotation's
-	deadline := time.Now().Add(10 * time.Second)
-	for len(entries(t, w.Dir())) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no backup after Soon:\n%s", log)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitForBackups(t, w, 2, log)
 	w.Soon() // the retirement's, in the first backup's snapshot already
+	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(log.String(), "a backup of this state was written this second already") {
 		if time.Now().After(deadline) {
 			t.Fatalf("the second ask was not taken up:\n%s", log)
 		}
 		time.Sleep(time.Millisecond)
 	}
-	cancel()
-	<-done
+	stop()
 	if f := w.Stats().Failures; f != 0 || strings.Contains(log.String(), "backup failed") || len(entries(t, w.Dir())) != 2 {
 		t.Fatalf("failures %d, backups %v:\n%s", f, entries(t, w.Dir()), log)
 	}
@@ -555,17 +555,11 @@ func TestTwoAsksInOneSecondAreOneBackup(t *testing.T) {
 func TestABackupAskedForThatFailsIsTriedAgainSoon(t *testing.T) {
 	t.Parallel()
 	src := &fakeSource{index: 3}
-	w, c, log := newWriter(t, src, 5)
-	if _, err := w.Take(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	c.add(time.Minute)
+	w, log, stop := runningAfterOne(t, src)
+	defer stop()
 	src.mu.Lock()
 	src.fail = errors.New("disk full")
 	src.mu.Unlock()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = w.Run(ctx) }()
 	w.Soon()
 	deadline := time.Now().Add(10 * time.Second)
 	for w.Stats().Failures == 0 {
