@@ -489,22 +489,25 @@ func TestAChangeThatCannotBeSignedIsNotSent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, damage := range []func() error{
-		func() error { return os.Remove(path) },
-		func() error { return writeFile(path, []byte("not a creds file\n")) },
+	for _, damage := range []struct {
+		do     func() error
+		advice string
+	}{
+		{func() error { return os.Remove(path) }, "put the credentials file back"},
+		{func() error { return writeFile(path, []byte("not a creds file\n")) }, "put the credentials file back"},
 		// Another operator's credentials in its place: a change on alice's
 		// connection would be logged as bob's (a review).
-		func() error { return writeFile(path, bob.Creds) },
+		{func() error { return writeFile(path, bob.Creds) }, "run the command again"},
 	} {
-		if err := damage(); err != nil {
+		if err := damage.do(); err != nil {
 			t.Fatal(err)
 		}
 		_, err := c.MintToken("web-1", tokenfmt.RoleWorker, time.Hour, nil)
 		if !errors.Is(err, operator.ErrNotSigned) {
 			t.Fatalf("a change that cannot be signed: %v, want ErrNotSigned", err)
 		}
-		if !strings.Contains(err.Error(), "put the credentials file back") {
-			t.Errorf("the error does not say what to do: %v", err)
+		if !strings.Contains(err.Error(), damage.advice) {
+			t.Errorf("the error does not say what to do (%q): %v", damage.advice, err)
 		}
 		if _, err := c.Nodes(api.NodesRequest{}); err != nil {
 			t.Fatalf("a read after it: %v", err)

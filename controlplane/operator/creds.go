@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nkeys"
 )
 
 // ErrNoUserJWT means an operator credentials file holds no user JWT; nothing was
@@ -38,24 +37,6 @@ var ErrCredsExpired = errors.New("these operator credentials have expired")
 
 // credsExpiry is when the user JWT of the .creds file at path expires (zero: never,
 // or the file cannot be read as one).
-// credsKey is the user key of the credentials at path, "" if they cannot be read.
-func credsKey(path string) string {
-	b, err := readSmall(path)
-	if err != nil {
-		return ""
-	}
-	defer clear(b)
-	text, err := credsJWT(path, b)
-	if err != nil {
-		return ""
-	}
-	claims, err := jwt.DecodeUserClaims(text)
-	if err != nil || !nkeys.IsValidPublicUserKey(claims.Subject) {
-		return ""
-	}
-	return claims.Subject
-}
-
 func credsExpiry(path string) time.Time {
 	b, err := readSmall(path)
 	if err != nil {

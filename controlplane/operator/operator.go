@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"sync"
 	"time"
 
@@ -101,7 +102,7 @@ func (c *Client) signed(op string, m *nats.Msg) (*nats.Msg, error) {
 	}
 	key, sig, err := c.sign(api.OperatorSigned(op, at, id, m.Data))
 	if err != nil {
-		return nil, fmt.Errorf("%w (%v): put the credentials file back (--creds, or the data directory's admin.creds) and run it again", ErrNotSigned, err)
+		return nil, fmt.Errorf("%w: %v", ErrNotSigned, err)
 	}
 	if m.Header == nil {
 		m.Header = nats.Header{}
@@ -111,28 +112,34 @@ func (c *Client) signed(op string, m *nats.Msg) (*nats.Msg, error) {
 }
 
 // credsSigner signs with the key of the .creds file at path, read at each signing
-// and wiped after, as the login's nonce is signed (CredsLogin). want is the key the
-// file held as the command dialled (""; not known): a file since replaced by other
+// and wiped after, as the login's nonce is signed (CredsLogin). loggedIn holds the
+// key the connection's last login signed with: a file since replaced by other
 // credentials signs nothing, so that a change is never logged under a key other
-// than the one its connection logged in with (a review).
-func credsSigner(path, want string) func([]byte) (string, []byte, error) {
+// than the one its connection logged in with (a review). A reconnection logs in with
+// what the file holds then (a renewal put in its place), and signs with it.
+func credsSigner(path string, loggedIn *atomic.Pointer[string]) func([]byte) (string, []byte, error) {
 	return func(msg []byte) (string, []byte, error) {
+		const putBack = ": put the credentials file back (--creds, or the data directory's admin.creds) and run it again"
 		b, err := readSmall(path)
 		if err != nil {
-			return "", nil, err
+			return "", nil, fmt.Errorf("%w%s", err, putBack)
 		}
 		defer clear(b)
 		kp, err := jwt.ParseDecoratedUserNKey(b)
 		if err != nil {
-			return "", nil, err
+			return "", nil, fmt.Errorf("%w%s", err, putBack)
 		}
 		defer kp.Wipe()
 		key, err := kp.PublicKey()
 		if err != nil {
 			return "", nil, err
 		}
-		if want != "" && key != want {
-			return "", nil, fmt.Errorf("the credentials file %s now holds other credentials (key %s…) than those this command logged in with (key %s…)", path, key[:12], want[:min(12, len(want))])
+		want := loggedIn.Load()
+		if want == nil {
+			return "", nil, fmt.Errorf("the key this connection logged in with is not known: run the command again")
+		}
+		if key != *want {
+			return "", nil, fmt.Errorf("the credentials file %s now holds other credentials (key %s…) than those this connection logged in with (key %s…): run the command again, to log in with what the file holds now", path, key[:min(12, len(key))], (*want)[:min(12, len(*want))])
 		}
 		sig, err := kp.Sign(msg)
 		return key, sig, err
@@ -226,8 +233,9 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 	// operator can reach a node that is still starting, and see why.
 	tlsConfig.NextProtos = []string{broker.OperatorProtocol}
 	denied, loss := &deniedSubjects{}, newConnLoss()
+	loggedIn := new(atomic.Pointer[string]) // the key each login signed with, the last
 	connect := func() (*nats.Conn, error) {
-		return nats.Connect(strings.Join(urls, ","), append(CredsLogin(e.Creds, tlsConfig, dialTimeout),
+		return nats.Connect(strings.Join(urls, ","), append(credsLogin(e.Creds, tlsConfig, dialTimeout, loggedIn),
 			nats.ErrorHandler(denied.record),
 			nats.DisconnectErrHandler(loss.disconnected),
 			nats.Name("meshctl"),
@@ -297,7 +305,7 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 	c.sending, c.waiting = o.Sending, o.Waiting
 	c.denied, c.loss, c.pin = denied, loss, e.Pin
 	c.credsExpire = credsExpiry(e.Creds)
-	c.sign = credsSigner(e.Creds, credsKey(e.Creds))
+	c.sign = credsSigner(e.Creds, loggedIn)
 	return c, nil
 }
 
@@ -332,6 +340,12 @@ func stalled(err error) bool {
 // holding a leaf of the mesh CA cannot relay the login. The file is read at each
 // connection and the seed is wiped after signing, as nats.UserCredentials does.
 func CredsLogin(creds string, tlsConfig *tls.Config, timeout time.Duration) []nats.Option {
+	return credsLogin(creds, tlsConfig, timeout, nil)
+}
+
+// credsLogin is CredsLogin, recording in loggedIn (when not nil) the public key each
+// login signed its nonce with: a reconnection logs in with what the file holds then.
+func credsLogin(creds string, tlsConfig *tls.Config, timeout time.Duration, loggedIn *atomic.Pointer[string]) []nats.Option {
 	d := &broker.BoundDialer{TLS: tlsConfig, Timeout: timeout}
 	userJWT := func() (string, error) {
 		b, err := readSmall(creds)
@@ -352,6 +366,11 @@ func CredsLogin(creds string, tlsConfig *tls.Config, timeout time.Duration) []na
 			return nil, fmt.Errorf("the credentials file %s holds no user seed: %w", creds, err)
 		}
 		defer kp.Wipe()
+		if loggedIn != nil {
+			if key, err := kp.PublicKey(); err == nil {
+				loggedIn.Store(&key)
+			}
+		}
 		return kp.Sign(msg)
 	}
 	opts := []nats.Option{nats.SetCustomDialer(d), nats.TLSHandshakeFirst(), nats.UserJWT(userJWT, d.Sign(sign))}

@@ -1900,17 +1900,25 @@ var ErrStateInRoot = errors.New("the state directory must not be inside the mana
 // missing from a directory that is not the state directory meant.
 func CheckApart(stateDir, root string) error { return outside(stateDir, root) }
 
-// RootInState reports whether the managed root is the state directory or inside it
-// (links resolved as far as the paths exist): safe, declarations stay in it, but the
-// state directory is the agent's user's alone (mode 0700), so no other user reaches
-// a declared file, whatever owner and mode it is declared with.
-func RootInState(stateDir, root string) bool {
+// RootInState reports whether the managed root is inside the state directory (links
+// resolved as far as the paths exist) while group and others may not enter the state
+// directory (as enrol makes it, 0700), and its mode: safe, declarations stay in it,
+// but no other user reaches a declared file, whatever owner and mode it is declared
+// with.
+func RootInState(stateDir, root string) (fs.FileMode, bool) {
 	s, err := statedir.Resolved(stateDir)
 	if err != nil {
-		return false
+		return 0, false
 	}
 	r, err := statedir.Resolved(root)
-	return err == nil && statedir.Within(r, s)
+	if err != nil || !statedir.Within(r, s) {
+		return 0, false
+	}
+	fi, err := os.Stat(s)
+	if err != nil || fi.Mode().Perm()&0o011 != 0 {
+		return 0, false
+	}
+	return fi.Mode().Perm(), true
 }
 
 // outside refuses a state directory that is the managed root or inside it (links

@@ -112,6 +112,19 @@ func TestGoalsNotMetByAPhaseWithFailures(t *testing.T) {
 	}
 }
 
+// A kill -9 whose declare --wait ran out (exit 5) did not see every host converge,
+// though the hosts checked after it all had: its goal is not met.
+func TestGoalsKillNotMetByAWaitThatRanOut(t *testing.T) {
+	p, b := goalRun(100, 10, 10, 10000)
+	if g := goalNamed(t, goals(p, b, 10000), "kill -9 until all converged"); !g.Met {
+		t.Fatalf("the run's kill -9 goal is not met to begin with: %+v", g)
+	}
+	p.Restart.Round.ExitCode = 5
+	if g := goalNamed(t, goals(p, b, 10000), "kill -9 until all converged"); g.Met {
+		t.Errorf("met by a declare --wait that ran out: %+v", g)
+	}
+}
+
 // What the run cannot judge is left out: every ratio without the baseline, the
 // revocation's total when it revoked other than 100, a baseline figure of zero, and
 // below 10,000 hosts every goal but the fan-out's.

@@ -199,7 +199,12 @@ func (m *meter) start(name string, collecting, scraping bool) *span {
 		s.cpu[i] = m.reading(src)
 	}
 	s.cpu[len(m.sources)] = m.reading(machine())
-	s.prof = m.prof.begin(name)
+	if scraping {
+		// Not in a phase begun as is: the profiler collects serve's garbage twice
+		// and starts its profile, which after a kill -9 fell between the API's
+		// answer and the declaration (a review).
+		s.prof = m.prof.begin(name)
+	}
 	if m.serveGC != nil && scraping {
 		// After the profiler's own collections, which are not the phase's. The
 		// scrape costs serve about a millisecond of the phase's CPU.

@@ -373,8 +373,12 @@ func (b *bench) restart(ctx context.Context, res *ProductResult) error {
 	// hosts, counted as the product's. The check still runs, and a host it finds
 	// behind fails the goal.
 	res.Restart.ConvergedMs = ms(r.started.Sub(killed)) + r.ConvergeMs
-	fmt.Fprintf(b.out, "   converged %.0f ms after the kill, as declare --wait saw it (declared %.0f ms after the API answered; its hosts checked %.0f ms after the kill)\n",
-		res.Restart.ConvergedMs, ms(r.started.Sub(answered)), ms(time.Since(killed)))
+	said := "converged"
+	if r.ExitCode != 0 {
+		said = fmt.Sprintf("NOT all converged (declare exited %d)", r.ExitCode)
+	}
+	fmt.Fprintf(b.out, "   %s %.0f ms after the kill, as declare --wait saw it (declared %.0f ms after the API answered; its hosts checked %.0f ms after the kill)\n",
+		said, res.Restart.ConvergedMs, ms(r.started.Sub(answered)), ms(time.Since(killed)))
 	return nil
 }
 

@@ -313,11 +313,19 @@ func TestRunWarnsOfARootInsideTheState(t *testing.T) {
 	if err := os.Mkdir(state, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	const warning = "--root is inside --state, which only the agent's user may enter"
+	const warning = "--root is inside --state, which only the agent's user may enter (mode 0700)"
 	for root, want := range map[string]bool{filepath.Join(state, "managed"): true, filepath.Join(parent, "managed"): false} {
 		_, _, stderr := runCLI("", nil, "run", "--state", state, "--root", root)
 		if strings.Contains(stderr, warning) != want {
 			t.Errorf("--root %s: warned %v, want %v:\n%s", root, !want, want, stderr)
 		}
+	}
+	// A state directory others may enter (made 0755 by hand) keeps nobody out:
+	// not warned of.
+	if err := os.Chmod(state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, stderr := runCLI("", nil, "run", "--state", state, "--root", filepath.Join(state, "managed")); strings.Contains(stderr, "--root is inside --state") {
+		t.Errorf("warned of a root inside a state directory others may enter:\n%s", stderr)
 	}
 }

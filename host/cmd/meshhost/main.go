@@ -769,10 +769,10 @@ func cmdRun(args []string, cio *cliIO) error {
 	if err := agent.CheckApart(*stateDir, *root); errors.Is(err, agent.ErrStateInRoot) {
 		return err // exit 2, before the directory's lock and identity are looked at
 	}
-	if agent.RootInState(*stateDir, *root) {
+	if mode, in := agent.RootInState(*stateDir, *root); in {
 		// The README's example did so, and a service user could read none of the
 		// files declared for it (a docs walkthrough).
-		log.Warn("--root is inside --state, which only the agent's user may enter (mode 0700): no other user reaches the declared files, whatever owner and mode they are declared with; give the managed root a directory of its own (/srv/mesh, say)",
+		log.Warn(fmt.Sprintf("--root is inside --state, which only the agent's user may enter (mode %04o): no other user reaches the declared files, whatever owner and mode they are declared with; give the managed root a directory of its own (/srv/mesh, say)", mode),
 			"state", *stateDir, "root", *root)
 	}
 	// A state directory that does not exist is agent.New's to explain (not enrolled);
