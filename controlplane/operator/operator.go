@@ -18,8 +18,8 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
