@@ -39,6 +39,22 @@ func backupsOf(t *testing.T, dir string) map[uint64]string {
 	return out
 }
 
+// appliedIndex is the Raft index the one control node of cp has applied, as
+// `meshctl nodes --json` says.
+func appliedIndex(t *testing.T, cp *harness.ControlPlane) uint64 {
+	t.Helper()
+	var nodes struct {
+		Control []struct {
+			AppliedIndex uint64 `json:"applied_index"`
+		} `json:"control"`
+	}
+	r := cp.Ctl("nodes", "--json")
+	if err := json.Unmarshal([]byte(r.Stdout), &nodes); err != nil || len(nodes.Control) != 1 {
+		t.Fatalf("nodes --json: %v\n%s", err, r.Combined())
+	}
+	return nodes.Control[0].AppliedIndex
+}
+
 // TestServeBacksItselfUp: `meshctl serve --backup-dir` backs a single control node
 // up while it serves, with the built binaries. A backup directory others may write
 // is refused at start (exit 7, naming the chmod). Given a missing one, serve makes
@@ -92,16 +108,7 @@ func TestServeBacksItselfUp(t *testing.T) {
 	if r := cp.Ctl("declare", "--node", "web-1", "--file", body, "--wait", "30s"); r.Code != 0 {
 		t.Fatalf("declare (%d): %s", r.Code, r.Combined())
 	}
-	var nodes struct {
-		Control []struct {
-			AppliedIndex uint64 `json:"applied_index"`
-		} `json:"control"`
-	}
-	r := cp.Ctl("nodes", "--json")
-	if err := json.Unmarshal([]byte(r.Stdout), &nodes); err != nil || len(nodes.Control) != 1 {
-		t.Fatalf("nodes --json: %v\n%s", err, r.Combined())
-	}
-	changed := nodes.Control[0].AppliedIndex
+	changed := appliedIndex(t, cp)
 	if changed <= first {
 		t.Fatalf("the declaration is at index %d, not after the first backup's %d", changed, first)
 	}
@@ -134,7 +141,7 @@ func TestServeBacksItselfUp(t *testing.T) {
 	}
 
 	// A data directory `meshctl check` passes, while serve runs on the original.
-	r = harness.Run(t, "", nil, bin.Meshctl, "check", "--data", backup)
+	r := harness.Run(t, "", nil, bin.Meshctl, "check", "--data", backup)
 	if want := fmt.Sprintf("serve would start on this data directory, at Raft index %d", index); r.Code != 0 || !strings.Contains(r.Stdout, want) ||
 		!strings.Contains(r.Stdout, "ok       raft store: no log entry (the state is the snapshot's") || strings.Contains(r.Stdout, "FAILED") {
 		t.Fatalf("check of the backup: exit %d, want 0 and %q:\n%s", r.Code, want, r.Combined())
@@ -182,24 +189,11 @@ func TestAKeyringChangeIsBackedUpAtOnce(t *testing.T) {
 	backups := filepath.Join(t.TempDir(), "backups")
 	cp.Serve("--backup-dir", backups, "--backup-every", "1h", "--backup-keep", "5")
 	harness.Eventually(t, 20*time.Second, "a backup taken at start", func() bool { return len(backupsOf(t, backups)) == 1 })
-	applied := func() uint64 {
-		t.Helper()
-		var nodes struct {
-			Control []struct {
-				AppliedIndex uint64 `json:"applied_index"`
-			} `json:"control"`
-		}
-		r := cp.Ctl("nodes", "--json")
-		if err := json.Unmarshal([]byte(r.Stdout), &nodes); err != nil || len(nodes.Control) != 1 {
-			t.Fatalf("nodes --json: %v\n%s", err, r.Combined())
-		}
-		return nodes.Control[0].AppliedIndex
-	}
 	for _, step := range [][]string{{"signing-key", "rotate"}, {"signing-key", "retire"}} {
 		if r := cp.Ctl(step...); r.Code != 0 {
 			t.Fatalf("%v: exit %d\n%s", step, r.Code, r.Combined())
 		}
-		changed := applied()
+		changed := appliedIndex(t, cp)
 		harness.Eventually(t, 20*time.Second, fmt.Sprintf("a backup at index %d or later after %v", changed, step), func() bool {
 			for i := range backupsOf(t, backups) {
 				if i >= changed {
