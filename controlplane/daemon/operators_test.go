@@ -522,3 +522,31 @@ func TestAChangeThatCannotBeSignedIsNotSent(t *testing.T) {
 		t.Fatalf("a change that could not be signed was carried out: %d token(s)", toks)
 	}
 }
+
+// TestOperatorAddAwayFromTheAccountKeyNamesWhereItIs: operator add on a control
+// node whose data directory holds no operator account key names the control node
+// that holds it now, as the mesh's heartbeats say (as a control token's mint does),
+// not mesh.json's holder at this node's join, which may have been lost and its keys
+// restored elsewhere (a walkthrough was sent to the removed machine).
+func TestOperatorAddAwayFromTheAccountKeyNamesWhereItIs(t *testing.T) {
+	d := servingDaemon(t, Options{Dir: bootstrapped(t, "where")})
+	src := datadir.Dir(d.opts.Dir)
+	other := datadir.Dir(t.TempDir())
+	for _, f := range []string{datadir.ConfigFile, datadir.CACertFile, datadir.AdminCredsFile} {
+		data, err := src.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(other.Path(f), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var err error
+	waitFor(t, 20*time.Second, "the error names the holder the mesh reports", func() bool {
+		_, err = operatorcreds.Issue(other, operatorcreds.Options{Name: "alice", TTL: time.Hour})
+		return err != nil && strings.Contains(err.Error(), d.cfg.Node+", which holds it now")
+	})
+	if !errors.Is(err, operatorcreds.ErrNoAccountKey) {
+		t.Fatalf("%v, want ErrNoAccountKey", err)
+	}
+}

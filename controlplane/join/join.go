@@ -119,28 +119,6 @@ type MintOptions struct {
 	Replace bool
 }
 
-// caHolderNow asks the control plane which running control node holds the CA key
-// and the operator account key now (its heartbeats say so): "" when none, and
-// asked false when the control plane could not be asked.
-func caHolderNow(dir datadir.Dir, o operator.Options) (holder string, asked bool) {
-	o.LeaderWait = -1 // a hint for an error: not worth a wait
-	c, err := operator.Dial(dir, o)
-	if err != nil {
-		return "", false
-	}
-	defer c.Close()
-	var res api.NodesResult
-	if err := c.Call(api.OpNodes, api.NodesRequest{Limit: 1}, &res); err != nil {
-		return "", false
-	}
-	for _, cv := range res.Control {
-		if cv.CAHolder && cv.State == api.StateAlive {
-			return cv.ID, true
-		}
-	}
-	return "", true
-}
-
 // Mint mints a control token through the control plane of dir, which must hold the CA
 // key and the operator account key: the new node's TLS identity and operator
 // credentials are issued here and sealed under the token secret.
@@ -159,7 +137,7 @@ func Mint(dir datadir.Dir, o MintOptions) (tokenfmt.Token, []api.TokenView, erro
 		// mesh.json names the bootstrap machine; `nodes` shows where the keys are
 		// now, should they have been restored elsewhere from their backup.
 		where := "`meshctl nodes` marks the control node that holds it (CA)"
-		if h, asked := caHolderNow(dir, o.Operator); asked && h != "" {
+		if h, asked := operator.CAHolderNow(dir, o.Operator); asked && h != "" {
 			where = fmt.Sprintf("%s holds it now, as its heartbeats say", h)
 		} else if asked {
 			// mesh.json's holder is the one at this node's join: removed since,

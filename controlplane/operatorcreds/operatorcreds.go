@@ -70,8 +70,16 @@ func Issue(dir datadir.Dir, o Options) (Issued, error) {
 		return Issued{}, err
 	}
 	if !dir.Exists(datadir.AccountKeyFile) {
+		// mesh.json names the holder at this node's join, which may have been lost
+		// and its keys restored elsewhere since (a walkthrough was sent to the
+		// removed machine): the mesh says where they are now, as for a control
+		// token (join.Mint).
 		where := "the machine that ran meshctl bootstrap"
-		if cfg.CAHolder != "" && cfg.CAHolder != cfg.Node {
+		if h, asked := operator.CAHolderNow(dir, o.Operator); asked && h != "" {
+			where = h + ", which holds it now, as its heartbeats say"
+		} else if asked {
+			where = "the control node it is restored into: no running control node says it holds it"
+		} else if cfg.CAHolder != "" && cfg.CAHolder != cfg.Node {
 			where = cfg.CAHolder + ", unless it was restored elsewhere (meshctl nodes marks the CA holder)"
 		}
 		return Issued{}, fmt.Errorf("%w: this is %s, and its data directory holds no %s; issue them on %s", ErrNoAccountKey, cfg.Node, datadir.AccountKeyFile, where)
