@@ -55,7 +55,7 @@ import (
 // Errors a join ends with.
 var (
 	ErrToken       = errors.New("the token cannot be used to join")
-	ErrNotCAHolder = errors.New("control tokens are minted only on the machine holding the CA key")
+	ErrNotCAHolder = errors.New("this needs the mesh CA key, which only the control node holding it has")
 	// ErrRefused: the mesh's answer refused the token or the request (its code
 	// says which: token_used, token_expired …); a broker's refusal of the login,
 	// which says nothing of why, is ErrLoginRefused.

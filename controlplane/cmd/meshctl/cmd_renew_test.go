@@ -183,6 +183,10 @@ func TestControlRenewCertificate(t *testing.T) {
 		if code != c.code || !strings.Contains(stderr, c.says) {
 			t.Errorf("%s: exit %d, want %d saying %q:\n%s", c.name, code, c.code, c.says, stderr)
 		}
+		// A renewal's refusal spoke of minting control tokens (a walkthrough).
+		if strings.Contains(stderr, "control tokens are minted") {
+			t.Errorf("%s: a renewal's refusal speaks of control tokens:\n%s", c.name, stderr)
+		}
 	}
 	for _, f := range []string{"x.pem", "y.pem", "z.pem"} {
 		if _, err := os.Stat(filepath.Join(work, f)); err == nil {
