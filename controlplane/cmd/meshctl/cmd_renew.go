@@ -205,12 +205,23 @@ func readCertificate(path string) (*x509.Certificate, error) {
 // tab-completion away from ca.pem, replaced the mesh CA's key with its certificate,
 // exit 0, and no certificate could ever be renewed again (a reviewer's run).
 func checkOut(out string, renewed []byte, dir datadir.Dir) error {
-	if d, err := os.Stat(filepath.Dir(out)); err == nil {
-		if own, err := os.Stat(string(dir)); err == nil && os.SameFile(d, own) {
-			if base := filepath.Base(out); base != datadir.TLSCertFile && base != datadir.CACertFile {
-				return usagef("--out %s is in the data directory %s, where only %s and %s are certificates: nothing was written; give one of those, or a path outside it",
-					out, dir, datadir.TLSCertFile, datadir.CACertFile)
-			}
+	// A directory that does not exist is refused, not made: a typo in it
+	// (/etc/mesh/tsl/…) wrote the certificate where nothing reads it, exit 0
+	// (a walkthrough).
+	d, err := os.Stat(filepath.Dir(out))
+	if errors.Is(err, fs.ErrNotExist) {
+		return usagef("--out %s: its directory %s does not exist: nothing was written; give a path in a directory that exists (it is not made: a typo would put the certificate where nothing reads it)", out, filepath.Dir(out))
+	}
+	if err != nil {
+		return usagef("--out %s: its directory %s cannot be used (%v): nothing was written; give a path in a directory that exists", out, filepath.Dir(out), errors.Unwrap(err))
+	}
+	if !d.IsDir() {
+		return usagef("--out %s: %s is not a directory: nothing was written; give a path in a directory that exists", out, filepath.Dir(out))
+	}
+	if own, err := os.Stat(string(dir)); err == nil && os.SameFile(d, own) {
+		if base := filepath.Base(out); base != datadir.TLSCertFile && base != datadir.CACertFile {
+			return usagef("--out %s is in the data directory %s, where only %s and %s are certificates: nothing was written; give one of those, or a path outside it",
+				out, dir, datadir.TLSCertFile, datadir.CACertFile)
 		}
 	}
 	if fi, err := os.Lstat(out); errors.Is(err, fs.ErrNotExist) {
@@ -261,9 +272,6 @@ func writeCertificate(path string, data []byte) error {
 		if uid, ok := datadir.FileOwner(fi); ok && uid != os.Geteuid() && os.Geteuid() == 0 {
 			owner = uid
 		}
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return fmt.Errorf("write the renewed certificate: %w", err)
 	}
 	write := func() error { return atomicfile.WriteFile(path, data, mode) }
 	if owner >= 0 {

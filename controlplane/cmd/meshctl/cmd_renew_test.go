@@ -175,6 +175,8 @@ func TestControlRenewCertificate(t *testing.T) {
 		{"another mesh's leaf", []string{"--data", string(dir), "--certificate", other.Path(datadir.TLSCertFile), "--out", filepath.Join(work, "x.pem")}, exitDataDir, "was not issued by this mesh's CA"},
 		{"another mesh's CA", []string{"--data", string(dir), "--certificate", other.Path(datadir.CACertFile), "--out", filepath.Join(work, "y.pem")}, exitDataDir, "another CA"},
 		{"not a certificate", []string{"--data", string(dir), "--certificate", dir.Path(datadir.ConfigFile), "--out", filepath.Join(work, "z.pem")}, exitDataDir, "no PEM certificate"},
+		{"--out in a directory that does not exist", []string{"--data", string(dir), "--certificate", copyPath, "--out", filepath.Join(work, "tsl", "w.pem")}, exitUsage, "does not exist"},
+		{"--out under a file", []string{"--data", string(dir), "--certificate", copyPath, "--out", filepath.Join(copyPath, "w.pem")}, exitUsage, "is not a directory"},
 		{"no --certificate", []string{"--data", string(dir)}, exitUsage, "--certificate"},
 		{"no --data", []string{"--certificate", copyPath}, exitUsage, "--data"},
 		{"operator credentials", []string{"--data", string(dir), "--certificate", copyPath, "--servers", "127.0.0.1:1"}, exitUsage, "calls no control plane"},
@@ -188,7 +190,7 @@ func TestControlRenewCertificate(t *testing.T) {
 			t.Errorf("%s: a renewal's refusal speaks of control tokens:\n%s", c.name, stderr)
 		}
 	}
-	for _, f := range []string{"x.pem", "y.pem", "z.pem"} {
+	for _, f := range []string{"x.pem", "y.pem", "z.pem", "tsl"} {
 		if _, err := os.Stat(filepath.Join(work, f)); err == nil {
 			t.Errorf("a refused renewal wrote %s", f)
 		}
