@@ -447,6 +447,11 @@ func (r *run) checkDir() (string, error) {
 	if partial {
 		return fmt.Sprintf("%s holds the keys of an unfinished join, saved in part: resuming", d), nil
 	}
+	if pendingHere {
+		// A run that stopped before the mesh's answer, or whose login was refused
+		// (exit 3): it said "is new" as the next run resumed it.
+		return fmt.Sprintf("%s holds the keys an earlier run of a join presented (%s)", d, pendingFile), nil
+	}
 	return fmt.Sprintf("%s is new", d), nil
 }
 
@@ -500,9 +505,11 @@ func (r *run) keys() (nkeys.KeyPair, nkeys.KeyPair, error) {
 			if err1 != nil || err2 != nil {
 				return nil, nil, unusable("its keys are not valid seeds")
 			}
+			r.step("keys", "presenting again the keys an earlier run of this join presented, should the mesh have admitted them")
 			return nk, ck, nil
 		}
 		// The pending join of another token (or node): this join starts afresh.
+		r.step("keys", "%s held the keys of a join with another token or node: new keys replace them", pendingFile)
 	}
 	nk, err := nkeys.CreateUser()
 	if err != nil {

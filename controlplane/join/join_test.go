@@ -360,6 +360,46 @@ func TestJoinResumesAfterKeysSavedInPart(t *testing.T) {
 	}
 }
 
+// TestAJoinRunAgainSaysItPresentsTheSameKeys (a walkthrough): a join run again
+// after one that stopped before the mesh's answer said its data directory "is
+// new", as it presented the keys the mesh may have admitted. Now it says it holds
+// an earlier run's keys and presents them again, or that another token's keys are
+// replaced.
+func TestAJoinRunAgainSaysItPresentsTheSameKeys(t *testing.T) {
+	tok := controlToken(t, "127.0.0.1:1", [32]byte{1}, tokenfmt.RoleControl, time.Now())
+	parsed, err := tokenfmt.Parse(tok, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	th := parsed.SecretHash()
+	user, _ := nkeys.CreateUser()
+	curve, _ := nkeys.CreateCurveKeys()
+	userSeed, _ := user.Seed()
+	curveSeed, _ := curve.Seed()
+	for name, c := range map[string]struct {
+		hash string
+		says string
+	}{
+		"this token's keys":    {hexOf(th[:]), "presenting again the keys an earlier run of this join presented"},
+		"another token's keys": {hexOf(make([]byte, 32)), "held the keys of a join with another token or node: new keys replace them"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			d := datadir.Dir(t.TempDir())
+			pendingJSON, _ := json.Marshal(map[string]string{"node": parsed.Node, "token_hash": c.hash,
+				"nkey_seed": string(userSeed), "curve_seed": string(curveSeed)})
+			write(t, d.Path(pendingFile), string(pendingJSON))
+			var out strings.Builder
+			if err := Join(t.Context(), Options{Dir: d, Token: tok, Out: &out}); err == nil {
+				t.Fatal("joined through an unreachable broker")
+			}
+			steps := out.String()
+			if strings.Contains(steps, "is new") || !strings.Contains(steps, "holds the keys an earlier run of a join presented") || !strings.Contains(steps, c.says) {
+				t.Fatalf("the steps do not say what the directory holds and what is presented:\n%s", steps)
+			}
+		})
+	}
+}
+
 // TestAnAdmissionThatFailedIsRetried: the mesh's `internal` (it failed to answer)
 // is not a refusal of the token: like `unavailable` and `disk_full`, the join says
 // to run it again (exit 3), where it exited 4 as if the token were refused. Other
