@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path"
@@ -86,6 +87,11 @@ var ErrTruncated = fmt.Errorf("%w: it ends before its JSON object does (empty or
 // (statedir.OpenFile), and only as a regular file.
 func Load(file string) (Config, error) {
 	f, err := statedir.OpenFile("the hooks file", file)
+	if errors.Is(err, fs.ErrNotExist) {
+		// Named as given: the lstat's own words named the path cleaned
+		// ("lstat nope.json" for ./nope.json), as none was given.
+		return Config{}, fmt.Errorf("%w: %s does not exist: write it (docs/declarations.md, \"Hooks\"), or run without --hooks", ErrConfig, file)
+	}
 	if err != nil {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}

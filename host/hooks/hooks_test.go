@@ -50,7 +50,8 @@ func TestLoadRefusesBadConfigs(t *testing.T) {
 			t.Errorf("%s: %v, want ErrConfig", name, err)
 		}
 	}
-	if _, err := Load(filepath.Join(t.TempDir(), "absent.json")); !errors.Is(err, ErrConfig) {
+	absent := filepath.Join(t.TempDir(), ".", "absent.json")
+	if _, err := Load(absent); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), absent+" does not exist") {
 		t.Errorf("absent file: %v", err)
 	}
 }
