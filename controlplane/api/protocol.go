@@ -154,6 +154,16 @@ const (
 	// CodeOperatorExists: operator credentials issued under the name are still
 	// valid (state.ErrOperatorExists); nothing was recorded.
 	CodeOperatorExists = "operator_exists"
+	// CodeCredentialsNotValid: an operator change signed by credentials the
+	// control plane no longer admits (revoked, expired, a removed control node's,
+	// unrecorded); nothing was done. Such credentials reach the leader only
+	// through a broker whose state has not applied the revocation yet, or a change
+	// that waited its turn behind it (decision 0042).
+	CodeCredentialsNotValid = "credentials_not_valid"
+	// CodeNotSigned: an operator change whose signature does not verify, or, on a
+	// control plane that serves with --require-signed-changes, one not signed or
+	// signed too far from the control node's clock; nothing was done.
+	CodeNotSigned = "not_signed"
 )
 
 // Codes a host reports in a status's error besides the verifier's

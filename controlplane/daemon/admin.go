@@ -124,8 +124,10 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 	change := !api.ReadOnly(op)
 	if change {
 		// The signature is judged as the request arrives (a change may wait its
-		// turn for minutes, and its time is the sending's); the key is named as
-		// it stands when the change runs (a revocation may come first).
+		// turn for minutes, and its time is the sending's); the key is named, and
+		// judged, as it stands when the change runs (a revocation may come first:
+		// revocations are changes too, so none commits between the judgement and
+		// the change).
 		var signed string
 		key, signed = d.checkSignature(op, m)
 		// Changes run one at a time, as they did when the API was served by one
@@ -134,10 +136,17 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 		defer d.adminMu.Unlock()
 		by = signed
 		if signed == "" {
-			by = d.nameOfKey(key)
+			var refused *api.Error
+			if by, refused = d.standingOfKey(key); refused != nil {
+				err = refused
+			}
+		} else if refused := d.unsignedRefusal(signed); refused != nil {
+			err = refused
 		}
 	}
-	if len(m.Data) > MaxAdminRequest {
+	if err != nil {
+		// Refused for who signed it: nothing runs.
+	} else if len(m.Data) > MaxAdminRequest {
 		err = badRequest("request of %d bytes exceeds the %d byte cap", len(m.Data), MaxAdminRequest)
 	} else {
 		switch op {
@@ -249,7 +258,7 @@ const (
 var byOutOfTime = fmt.Sprintf("(signed more than %d minutes off this node's clock)", int(api.MaxOperatorSigSkew/time.Minute))
 
 // checkSignature checks the operator's signature of m: it returns the key that
-// signed it, and "" when it is to be named (nameOfKey), or what to say instead.
+// signed it, and "" when it is to be named (standingOfKey), or what to say instead.
 func (d *Daemon) checkSignature(op string, m *nats.Msg) (key, instead string) {
 	v := m.Header.Get(api.OperatorSigHeader)
 	if v == "" {
@@ -271,36 +280,78 @@ func (d *Daemon) checkSignature(op string, m *nats.Msg) (key, instead string) {
 	return key, ""
 }
 
-// nameOfKey is the name the mesh records for an operator key, as the key stands now.
-func (d *Daemon) nameOfKey(key string) string {
+// standingOfKey is the name the mesh records for an operator key that signed a
+// change, as the key stands now, and the change's refusal when the key's
+// credentials are no longer admitted: revoked, expired, a removed control node's
+// (which may only read), or unrecorded where every control node's key is recorded
+// (as the login refuses them, authn). Such credentials reach the leader through a
+// broker whose state has not applied their revocation (one cut from Raft, its
+// routes up), or with a change that waited its turn behind the revocation: each
+// broker judges the login by its own state, and the leader by its own (a review:
+// the change was carried out and logged as by a revoked key).
+func (d *Daemon) standingOfKey(key string) (by string, refused *api.Error) {
 	now := d.now()
-	by := byUnrecorded
+	by = byUnrecorded
+	why := ""
 	d.fsm.Read(func(s *state.State) {
 		// Named with what the key is now: a revoked key (a leaked file signs as
 		// well as ever) or a removed node's is said to be one.
 		if o, ok := s.Operators[key]; ok {
 			switch {
 			case !o.RevokedAt.IsZero():
-				by = o.Name + " (revoked key)"
+				by, why = o.Name+" (revoked key)", fmt.Sprintf("were revoked at %s", o.RevokedAt.UTC().Format(time.RFC3339))
 			case !o.Active(now):
-				by = o.Name + " (expired key)"
+				by, why = o.Name+" (expired key)", fmt.Sprintf("expired at %s", o.Expires.UTC().Format(time.RFC3339))
 			default:
 				by = o.Name
 			}
 			return
 		}
 		if node, ok := s.RevokedOperators[key]; ok {
-			by = node + " (removed; its admin.creds)"
+			by, why = node+" (removed; its admin.creds)", "are the admin.creds of "+node+", a removed control node, which may only read"
 			return
 		}
 		for _, n := range s.ControlNodes {
-			if n.Operator == key && !n.Removed {
+			switch {
+			case n.Operator == key && !n.Removed:
 				by = n.ID + " (its admin.creds)"
+				return
+			case n.Operator == key:
+				by, why = n.ID+" (removed; its admin.creds)", "are the admin.creds of "+n.ID+", a removed control node, which may only read"
 				return
 			}
 		}
 	})
-	return by
+	if by == byUnrecorded && d.fsm.OperatorStanding(key) == state.OperatorUnrecorded {
+		why = "are recorded by no name (issued outside meshctl operator add, or after the backup this mesh was restored from)"
+	}
+	if why == "" {
+		return by, nil
+	}
+	return by, &api.Error{Code: api.CodeCredentialsNotValid, Message: fmt.Sprintf(
+		"the credentials that signed this change (key %s, %s) %s: nothing was done; ask for new credentials (meshctl operator add NAME, where the operator account key is)",
+		key, api.CleanText(by, 96), why)}
+}
+
+// unsignedRefusal is the refusal of a change whose signature cannot name who
+// made it (what checkSignature said instead of a key): always one that does not
+// verify (no meshctl sends such a one: the request was changed since it was
+// signed); with RequireSignedChanges, also one not signed, or signed too far from
+// this node's clock.
+func (d *Daemon) unsignedRefusal(instead string) *api.Error {
+	switch {
+	case instead == byBadSignature:
+		return &api.Error{Code: api.CodeNotSigned, Message: "the change's signature (" + api.OperatorSigHeader + ") does not verify: the operation, its body or its request id is not what was signed; nothing was done"}
+	case !d.opts.RequireSignedChanges:
+		return nil
+	case instead == byUnsigned:
+		return &api.Error{Code: api.CodeNotSigned, Message: "this control plane carries out only changes signed by their credentials' key (serve --require-signed-changes), and this one is not " +
+			"(the stock nats CLI, or a meshctl older than the signature): nothing was done; make the change with a current meshctl"}
+	case instead == byOutOfTime:
+		return &api.Error{Code: api.CodeNotSigned, Message: fmt.Sprintf("the change was signed more than %d minutes off this control node's clock (serve --require-signed-changes): nothing was done; "+
+			"set the clock of this machine or of the control node (date -u on each), then run it again", int(api.MaxOperatorSigSkew/time.Minute))}
+	}
+	return &api.Error{Code: api.CodeNotSigned, Message: "the change's signature cannot be checked (serve --require-signed-changes): nothing was done"}
 }
 
 // errNotDone marks an operator request's failure that left nothing done: the

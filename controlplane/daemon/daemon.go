@@ -79,6 +79,13 @@ type Options struct {
 	// meshctl older than decision 0018, and the stock nats CLI
 	// (authn.Config.RequireBound). Off by default, so that those keep working.
 	RequireBoundLogins bool
+	// RequireSignedChanges refuses operator changes not signed by their
+	// credentials' key (api.OperatorSigHeader), or signed more than
+	// api.MaxOperatorSigSkew off this node's clock: those of the stock nats CLI
+	// and of meshctl older than the signature. Off by default, so that those keep
+	// working. A change signed by credentials no longer valid is refused either
+	// way (decision 0042).
+	RequireSignedChanges bool
 	// MaxHosts, when positive, caps the host connections this node's broker holds
 	// below what its open-file limit allows (broker.ProcessCapacity).
 	MaxHosts int

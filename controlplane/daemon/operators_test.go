@@ -1,10 +1,14 @@
 package daemon
 
 import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -365,7 +369,11 @@ func servingDaemon(t *testing.T, opts Options) *Daemon {
 // key): alice's by alice, the control node's own credentials' by its id. A request
 // unsigned, one whose body is not what was signed, or signed too long ago, is
 // logged so, never under someone's name (a review of a first version, which took
-// the name from a header the broker writes and a client can write before it).
+// the name from a header the broker writes and a client can write before it). One
+// whose signature does not verify is refused; so is one signed by credentials
+// revoked since, whether it waited its turn behind the revocation or came later
+// (through a broker that had not applied it): it was carried out, logged as by a
+// revoked key (a review).
 func TestAChangeIsLoggedByWhoSignedIt(t *testing.T) {
 	var log lockedBuffer
 	d := servingDaemon(t, Options{Dir: bootstrapped(t, "signed"), Logger: slog.New(slog.NewTextHandler(&log, nil))})
@@ -399,7 +407,7 @@ func TestAChangeIsLoggedByWhoSignedIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	send := func(sigFor []byte, at int64, body []byte) {
+	send := func(sigFor []byte, at int64, body []byte) string {
 		t.Helper()
 		m := nats.NewMsg(api.AdminSubject(api.OpTokenCancel))
 		m.Data = body
@@ -407,17 +415,38 @@ func TestAChangeIsLoggedByWhoSignedIt(t *testing.T) {
 			sig, _ := kp.Sign(api.OperatorSigned(api.OpTokenCancel, at, "", sigFor))
 			m.Header.Set(api.OperatorSigHeader, api.FormatOperatorSig(issued.Record.Key, at, sig))
 		}
-		if _, err := raw.RequestMsg(m, 5*time.Second); err != nil {
+		r, err := raw.RequestMsg(m, 5*time.Second)
+		if err != nil {
 			t.Fatal(err)
 		}
+		var resp api.AdminResponse
+		if err := json.Unmarshal(r.Data, &resp); err != nil {
+			t.Fatal(err)
+		}
+		if resp.Error == nil {
+			return "done"
+		}
+		return resp.Error.Code
 	}
 	body := []byte(`{"v":2,"op":"token.cancel","args":{"node":"web-1"}}`)
 	other := []byte(`{"v":2,"op":"token.cancel","args":{"node":"web-2"}}`)
 	now := time.Now().Unix()
 	before := strings.Count(log.String(), "by=alice")
-	send(nil, now, body)
-	send(other, now, body)                                             // signed another body
-	send(body, now-int64(api.MaxOperatorSigSkew/time.Second)-60, body) // signed too long ago
+	for _, c := range []struct {
+		name       string
+		sigFor     []byte
+		at         int64
+		wantAnswer string
+	}{
+		{"unsigned", nil, now, "done"},
+		{"signed another body", other, now, api.CodeNotSigned},
+		{"signed too long ago", body, now - int64(api.MaxOperatorSigSkew/time.Second) - 60, "done"},
+	} {
+		mintFor(t, d, "web-1")
+		if got := send(c.sigFor, c.at, body); got != c.wantAnswer {
+			t.Errorf("%s: answered %s, want %s", c.name, got, c.wantAnswer)
+		}
+	}
 	if !strings.Contains(log.String(), `op=token.cancel by=(unsigned)`) {
 		t.Fatalf("the unsigned request is not logged as such:\n%s", log.String())
 	}
@@ -438,17 +467,12 @@ func TestAChangeIsLoggedByWhoSignedIt(t *testing.T) {
 	defer admin.Close()
 	raw = admin
 	// A change of alice's that waits its turn behind her revocation is named as
-	// her key stands when it runs: revoked.
+	// her key stands when it runs, revoked, and refused.
+	mintFor(t, d, "web-1")
 	d.adminMu.Lock()
-	waited := make(chan struct{})
+	waited := make(chan string)
 	go func() {
-		defer close(waited)
-		m := nats.NewMsg(api.AdminSubject(api.OpTokenCancel))
-		m.Data = body
-		at := time.Now().Unix()
-		sig, _ := kp.Sign(api.OperatorSigned(api.OpTokenCancel, at, "", body))
-		m.Header.Set(api.OperatorSigHeader, api.FormatOperatorSig(issued.Record.Key, at, sig))
-		_, _ = admin.RequestMsg(m, 10*time.Second)
+		waited <- send(body, time.Now().Unix(), body)
 	}()
 	time.Sleep(300 * time.Millisecond) // it arrives and waits for adminMu
 	if res, err := d.raft.Apply(state.Command{Op: state.OpRevokeOperators, At: d.now().UTC(), Rules: state.RulesOperators,
@@ -456,15 +480,23 @@ func TestAChangeIsLoggedByWhoSignedIt(t *testing.T) {
 		t.Fatalf("revoke alice: %v %v", err, res.Err)
 	}
 	d.adminMu.Unlock()
-	<-waited
-	if strings.Count(log.String(), "by=alice") != before || !strings.Contains(log.String(), `op=token.cancel by="alice (revoked key)"`) {
-		t.Fatalf("a change that ran after alice's revocation is named as before it:\n%s", log.String())
+	if got := <-waited; got != api.CodeCredentialsNotValid {
+		t.Errorf("a change of alice's that waited behind her revocation: answered %s, want %s", got, api.CodeCredentialsNotValid)
+	}
+	if strings.Count(log.String(), "by=alice") != before || !strings.Contains(log.String(), `op=token.cancel by="alice (revoked key)" key=`+issued.Record.Key+` outcome=credentials_not_valid`) {
+		t.Fatalf("a change that ran after alice's revocation is named as before it, or not refused:\n%s", log.String())
 	}
 	// Revoked, alice's key still signs (a leaked file): a change so signed, sent
-	// through another's connection, is said to be by a revoked key.
-	send(body, time.Now().Unix(), body)
-	if strings.Count(log.String(), `op=token.cancel by="alice (revoked key)"`) != 2 {
-		t.Fatalf("a change signed by a revoked key is not said to be:\n%s", log.String())
+	// through another's connection (as through a broker whose state has not
+	// applied the revocation), is refused, said to be by a revoked key.
+	if got := send(body, time.Now().Unix(), body); got != api.CodeCredentialsNotValid {
+		t.Errorf("a change signed by a revoked key: answered %s, want %s", got, api.CodeCredentialsNotValid)
+	}
+	if strings.Count(log.String(), `op=token.cancel by="alice (revoked key)" key=`+issued.Record.Key+` outcome=credentials_not_valid`) != 2 {
+		t.Fatalf("a change signed by a revoked key is not said to be, or not refused:\n%s", log.String())
+	}
+	if !tokenPending(d, "web-1") {
+		t.Fatal("a change signed by a revoked key cancelled the token")
 	}
 }
 
@@ -548,5 +580,111 @@ func TestOperatorAddAwayFromTheAccountKeyNamesWhereItIs(t *testing.T) {
 	})
 	if !errors.Is(err, operatorcreds.ErrNoAccountKey) {
 		t.Fatalf("%v, want ErrNoAccountKey", err)
+	}
+}
+
+// mintFor records a pending worker token for node (replacing one pending), as an
+// operator's mint does.
+func mintFor(t *testing.T, d *Daemon, node string) {
+	t.Helper()
+	var id [32]byte
+	rand.Read(id[:])
+	if _, err := d.createToken(api.TokenCreateRequest{ID: hex.EncodeToString(id[:]), ProofKey: hex.EncodeToString(id[:]), Node: node,
+		Role: state.RoleWorker, TTL: api.Duration(time.Hour), Replace: true}); err != nil {
+		t.Fatalf("mint for %s: %v", node, err)
+	}
+}
+
+// tokenPending reports whether node has a pending token.
+func tokenPending(d *Daemon, node string) (pending bool) {
+	d.fsm.Read(func(s *state.State) { pending = len(s.PendingTokens(node, d.now())) > 0 })
+	return pending
+}
+
+// TestRequireSignedChanges: with RequireSignedChanges a change unsigned (the stock
+// nats CLI, an older meshctl) or signed too far from the node's clock is refused,
+// not_signed, and nothing done; one signed by valid credentials is carried out.
+// Signed by credentials that expired since, it is refused with or without the
+// option: credentials_not_valid (decision 0042).
+func TestRequireSignedChanges(t *testing.T) {
+	var skew atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	d := servingDaemon(t, Options{Dir: bootstrapped(t, "require"), RequireSignedChanges: true, Now: now})
+	dir := datadir.Dir(d.opts.Dir)
+	issued, err := operatorcreds.Issue(dir, operatorcreds.Options{Name: "alice", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := credsEndpoint(t, d, issued.Creds)
+	admin, err := nats.Connect("tls://"+e.Servers[0], operator.CredsLogin(dir.Path(datadir.AdminCredsFile), pki.PinnedClientConfig(e.Pin), 10*time.Second)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	creds, err := os.ReadFile(dir.Path(datadir.AdminCredsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := jwt.ParseDecoratedUserNKey(creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, err := jwt.ParseDecoratedUserNKey(issued.Creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"v":2,"op":"token.cancel","args":{"node":"web-1"}}`)
+	send := func(kp nkeys.KeyPair, at time.Time) (string, string) {
+		t.Helper()
+		m := nats.NewMsg(api.AdminSubject(api.OpTokenCancel))
+		m.Data = body
+		if kp != nil {
+			pub, _ := kp.PublicKey()
+			sig, _ := kp.Sign(api.OperatorSigned(api.OpTokenCancel, at.Unix(), "", body))
+			m.Header.Set(api.OperatorSigHeader, api.FormatOperatorSig(pub, at.Unix(), sig))
+		}
+		r, err := admin.RequestMsg(m, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp api.AdminResponse
+		if err := json.Unmarshal(r.Data, &resp); err != nil {
+			t.Fatal(err)
+		}
+		if resp.Error == nil {
+			return "done", ""
+		}
+		return resp.Error.Code, resp.Error.Message
+	}
+	for _, c := range []struct {
+		name   string
+		kp     nkeys.KeyPair
+		at     time.Duration
+		want   string
+		saying string
+	}{
+		{"unsigned", nil, 0, api.CodeNotSigned, "--require-signed-changes"},
+		{"signed too long ago", node, -api.MaxOperatorSigSkew - time.Minute, api.CodeNotSigned, "set the clock"},
+		{"signed ahead of the clock", node, api.MaxOperatorSigSkew + time.Minute, api.CodeNotSigned, "set the clock"},
+		{"signed by the node's credentials", node, 0, "done", ""},
+		{"signed by alice's", alice, 0, "done", ""},
+	} {
+		mintFor(t, d, "web-1")
+		code, msg := send(c.kp, now().Add(c.at))
+		if code != c.want || !strings.Contains(msg, c.saying) {
+			t.Errorf("%s: answered %s (%s), want %s saying %q", c.name, code, msg, c.want, c.saying)
+		}
+		if pending := tokenPending(d, "web-1"); pending != (c.want != "done") {
+			t.Errorf("%s: the token is pending %t after the answer %s", c.name, pending, code)
+		}
+	}
+	// Two hours on, alice's credentials have expired: her key still signs.
+	skew.Store(int64(2 * time.Hour))
+	mintFor(t, d, "web-1")
+	if code, msg := send(alice, now()); code != api.CodeCredentialsNotValid || !strings.Contains(msg, "expired at") || !strings.Contains(msg, "alice (expired key)") {
+		t.Errorf("signed by expired credentials: answered %s (%s), want %s", code, msg, api.CodeCredentialsNotValid)
+	}
+	if !tokenPending(d, "web-1") {
+		t.Error("a change signed by expired credentials cancelled the token")
 	}
 }

@@ -95,6 +95,8 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 			fs.BoolVar(&profiling, "pprof", false, "also serve Go's profiler under /debug/pprof/ on --metrics-listen (exposes internals: keep the address private)")
 			var requireBound bool
 			fs.BoolVar(&requireBound, "require-bound-logins", false, "refuse logins not bound to their TLS session: meshhost and meshctl older than this version, and the stock nats CLI (see mesh_broker_unbound_logins_total before turning it on)")
+			var requireSigned bool
+			fs.BoolVar(&requireSigned, "require-signed-changes", false, "refuse operator changes not signed by their credentials' key: those of the stock nats CLI and of meshctl older than this version (the log names them by=(unsigned) before you turn it on)")
 			var maxHosts int
 			fs.IntVar(&maxHosts, "max-hosts", 0, "the most host connections this control node holds; more are refused and go to another control node (default: what the open-file limit allows, less room for operators and the control plane)")
 			var snapInterval time.Duration
@@ -184,14 +186,15 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 					Revision: build.Revision,
 					Timeouts: replication.Timeouts{Heartbeat: heartbeat, Election: heartbeat, LeaderLease: heartbeat / 2, Commit: def.Commit,
 						SnapshotInterval: snapInterval, SnapshotThreshold: snapThreshold},
-					OfflineAfter:       offline,
-					ReconcileInterval:  reconcile,
-					SharedKeyGrace:     shared,
-					MetricsListen:      metricsListen,
-					Profiling:          profiling,
-					RequireBoundLogins: requireBound,
-					MaxHosts:           maxHosts,
-					Backup:             backups,
+					OfflineAfter:         offline,
+					ReconcileInterval:    reconcile,
+					SharedKeyGrace:       shared,
+					MetricsListen:        metricsListen,
+					Profiling:            profiling,
+					RequireBoundLogins:   requireBound,
+					RequireSignedChanges: requireSigned,
+					MaxHosts:             maxHosts,
+					Backup:               backups,
 				}
 				return interruptible(ctx, func() error { return serve(ctx, cio, log, opts, addressWait) })
 			}
