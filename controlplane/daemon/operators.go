@@ -109,6 +109,12 @@ func (d *Daemon) operatorRevoke(req api.OperatorRevokeRequest) (api.OperatorRevo
 		}
 	}
 	rules := state.RulesOperators
+	if req.Keys != nil && len(req.Keys) == 0 {
+		// "keys":[] (an empty variable in a script) revoked every key of the name,
+		// as a revocation by name does; meshctl refused an empty --key, the API
+		// did not (a review).
+		return out, badRequest("keys is empty: name 1 to %d keys of the operator's credentials, or leave keys out to revoke all of them", api.MaxOperatorNames)
+	}
 	if len(req.Keys) > 0 {
 		if len(req.Names) != 1 || len(req.Keys) > api.MaxOperatorNames {
 			return out, badRequest("a revocation by key names one operator and 1 to %d of its keys", api.MaxOperatorNames)

@@ -192,6 +192,14 @@ func TestOperatorRenewalsWaitForEveryControlNode(t *testing.T) {
 			t.Fatalf("revoke %+v: %v, want bad_request", bad, err)
 		}
 	}
+	// "keys":[] as the API decodes it (an empty variable in a script) revoked every
+	// key of the name (a review).
+	if _, err := adminCall(api.OpOperatorRevoke, []byte(`{"v":2,"op":"operator.revoke","args":{"names":["alice"],"keys":[]}}`), d.operatorRevoke); !errors.As(err, &ae) || ae.Code != api.CodeBadRequest {
+		t.Fatalf("revoke with keys empty: %v, want bad_request", err)
+	}
+	if d.fsm.OperatorStanding(first.Operator.Key) != state.OperatorRecorded || d.fsm.OperatorStanding(renewed.Operator.Key) != state.OperatorRecorded {
+		t.Fatal("a refused revocation revoked a key")
+	}
 	res, err := d.operatorRevoke(api.OperatorRevokeRequest{Names: []string{"alice"}, Keys: []string{first.Operator.Key}})
 	if err != nil || len(res.Revoked) != 1 || res.Revoked[0].Key != first.Operator.Key {
 		t.Fatalf("revoke the older by key: %+v %v", res, err)

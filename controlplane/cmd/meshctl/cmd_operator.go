@@ -133,7 +133,7 @@ A control node's own admin.creds is not among them: it lasts as long as its node
 					}
 					for _, o := range res.Revoked {
 						fmt.Fprintf(cio.stdout, "revoked %s (key %s…) at %s: refused at login; its open connections are closed\n",
-							o.Name, o.Key[:min(minKeyPrefix, len(o.Key))], o.RevokedAt.UTC().Format(time.RFC3339))
+							api.TerminalText(o.Name), keyPrefix(o.Key), o.RevokedAt.UTC().Format(time.RFC3339))
 					}
 					return nil
 				}
@@ -217,7 +217,7 @@ func operatorAdd(cio *cliIO, cp *controlPlaneFlags, name string, ttl time.Durati
 		name, out, issued.Record.Expires.UTC().Format(time.RFC3339), filepath.Base(out))
 	if renew {
 		fmt.Fprintf(cio.stdout, "the earlier credentials of %s stay valid until they expire; once the new file is in use, revoke them: meshctl operator revoke %s --key KEY (meshctl operator list shows the keys; this one's is %s…)\n",
-			name, name, issued.Record.Key[:min(minKeyPrefix, len(issued.Record.Key))])
+			name, name, keyPrefix(issued.Record.Key))
 	} else {
 		fmt.Fprintf(cio.stdout, "revoke them with: meshctl operator revoke %s\n", name)
 	}
@@ -292,9 +292,16 @@ func printOperators(w io.Writer, ops []api.OperatorView) {
 			by = api.TerminalText(o.IssuedBy)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s…\t%s\n", api.TerminalText(o.Name), o.State, o.IssuedAt.UTC().Format(time.RFC3339),
-			o.Expires.UTC().Format(time.RFC3339), revoked, o.Key[:min(minKeyPrefix, len(o.Key))], by)
+			o.Expires.UTC().Format(time.RFC3339), revoked, keyPrefix(o.Key), by)
 	}
 	tw.Flush()
+}
+
+// keyPrefix is the start of an operator key as the listings show it (and --key
+// takes it), made safe for a terminal: it comes from the control plane's answer,
+// which a broker that passes the CA pin (a removed control node on the path) writes.
+func keyPrefix(key string) string {
+	return api.TerminalText(key[:min(minKeyPrefix, len(key))])
 }
 
 // dayDuration is a duration flag that also takes whole days (90d) and years of 365

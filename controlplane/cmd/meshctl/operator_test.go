@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"mesh/controlplane/api"
 )
 
 // TestOperatorCommandLine: every malformed `meshctl operator` line is a usage error
@@ -76,5 +78,19 @@ func TestDayDuration(t *testing.T) {
 	d := dayDuration(90 * 24 * time.Hour)
 	if d.String() != "90d" {
 		t.Errorf("90 days shown as %q", d.String())
+	}
+}
+
+// TestOperatorListingsEscapeWhatTheAnswerSays (a review): names and keys in
+// operator list come from the control plane's answer, which a broker that passes
+// the CA pin writes: printed raw, its escape sequences reached the terminal.
+func TestOperatorListingsEscapeWhatTheAnswerSays(t *testing.T) {
+	var out strings.Builder
+	printOperators(&out, []api.OperatorView{{Name: "a\x1b[2J", Key: "U\x1b]0;x\x07AAAAAAAAAAAAAAAA", State: "valid", IssuedBy: "cp-1\x1b[1m"}})
+	if strings.ContainsRune(out.String(), 0x1b) || strings.ContainsRune(out.String(), 0x07) {
+		t.Fatalf("the listing holds control bytes: %q", out.String())
+	}
+	if k := keyPrefix("U\x1b[2JAAAAAAAAAAAAAAAA"); strings.ContainsRune(k, 0x1b) {
+		t.Fatalf("keyPrefix keeps an escape: %q", k)
 	}
 }
