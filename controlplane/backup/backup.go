@@ -7,7 +7,8 @@
 // into place once whole and flushed, so that a name of the backup pattern is
 // always a complete backup: the Raft store written through Raft
 // (replication.Node.BackUp, never a copy of raft.db), then every other file of the
-// data directory copied with its mode. The newest Config.Keep are kept.
+// data directory copied with its mode. The newest of each of the newest
+// Config.Keep intervals of Config.Every is kept.
 package backup
 
 import (
@@ -62,7 +63,8 @@ type Config struct {
 	// CAPin is the mesh CA's pin (hex, as mesh.json holds it): the first
 	// MeshTagLen digits name the mesh in the backups' names.
 	CAPin string
-	// Every is the interval between backups (Run), Keep how many are kept.
+	// Every is the interval between backups (Run); Keep how many intervals keep
+	// one, the newest in each (retain).
 	Every time.Duration
 	Keep  int
 	// Source takes the Raft store's part of a backup.

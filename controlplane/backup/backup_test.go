@@ -213,11 +213,12 @@ func TestABackupIsADataDirectory(t *testing.T) {
 	}
 }
 
-// TestOnlyTheNewestAreKept: with --backup-keep 3, five backups leave the newest
-// three (by time, then index: two in the same second), and the older are
-// removed; another node's backups (one whose id begins with this one's), another
-// mesh's node of the same id, other names and files in the directory are left
-// alone, and nothing hidden is left of the removed ones.
+// TestOnlyTheNewestAreKept: with --backup-keep 3, six backups leave the newest of
+// each of the newest three intervals (hours here; by time, then index: two in the
+// same second), and the others are removed; another node's backups (one whose id
+// begins with this one's), another mesh's node of the same id, other names and
+// files in the directory are left alone, and nothing hidden is left of the
+// removed ones.
 func TestOnlyTheNewestAreKept(t *testing.T) {
 	t.Parallel()
 	src := &fakeSource{}
@@ -230,7 +231,8 @@ func TestOnlyTheNewestAreKept(t *testing.T) {
 		}
 	}
 	var taken []string
-	for i, step := range []time.Duration{0, time.Minute, time.Minute, 0, time.Hour} {
+	// 09:52:21, 10:52:21, 11:52:21, 11:53:21 twice, 12:53:21.
+	for i, step := range []time.Duration{0, time.Hour, time.Hour, time.Minute, 0, time.Hour} {
 		c.add(step)
 		src.index = uint64(10 + i)
 		b, err := w.Take(context.Background())
@@ -239,10 +241,45 @@ func TestOnlyTheNewestAreKept(t *testing.T) {
 		}
 		taken = append(taken, filepath.Base(b.Path))
 	}
-	want := append(slices.Clone(others), taken[2:]...)
+	want := append(slices.Clone(others), taken[1], taken[4], taken[5])
 	slices.Sort(want)
 	if got := entries(t, w.Dir()); !slices.Equal(got, want) {
-		t.Fatalf("after five backups, keeping 3: %v, want %v", got, want)
+		t.Fatalf("after six backups, keeping 3: %v, want %v", got, want)
+	}
+}
+
+// TestAskedBackupsDoNotEvictTheHistory (a review): backups asked for after keyring
+// changes (Soon) replace one another, and the backup of their interval, within
+// their interval; the newest of each earlier interval stays. Counted by number,
+// --backup-keep of them in one afternoon removed every backup from before them:
+// the copies needed to undo what the operator who made those changes did.
+func TestAskedBackupsDoNotEvictTheHistory(t *testing.T) {
+	t.Parallel()
+	src := &fakeSource{}
+	w, c, _ := newWriter(t, src, 3)
+	var taken []string
+	take := func() {
+		t.Helper()
+		src.index++
+		b, err := w.Take(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken = append(taken, filepath.Base(b.Path))
+	}
+	take() // 09:52:21
+	c.add(time.Hour)
+	take() // 10:52:21
+	c.add(time.Hour)
+	take() // 11:52:21
+	for range 5 {
+		c.add(time.Second)
+		take() // asked for, 11:52:22 to 11:52:26
+	}
+	want := []string{taken[0], taken[1], taken[len(taken)-1]}
+	slices.Sort(want)
+	if got := entries(t, w.Dir()); !slices.Equal(got, want) {
+		t.Fatalf("after three hourly backups and five asked for in the last hour, keeping 3: %v, want %v (the hours before kept)", got, want)
 	}
 }
 
@@ -479,7 +516,7 @@ func runningAfterOne(t *testing.T, src *fakeSource) (w *Writer, log *lockedBuffe
 	if _, err := w.Take(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	c.add(time.Minute) // the next's name differs from the first's
+	c.add(30 * time.Minute) // 10:22:21: the next's name and interval (hour) differ from the first's; the first wait is 30m
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()

@@ -3,6 +3,7 @@ package backup
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -146,12 +147,18 @@ func (w *Writer) list() ([]stored, error) {
 	return out, nil
 }
 
-// retain removes the node's backups beyond the newest Config.Keep, never written,
-// the one just written: with the clock set back, it sorts oldest by its name, and
-// was removed at once, at every interval, while the log said it was written (a
-// review). Another node's backups, and anything else in the directory, are left
-// alone. Each is renamed to a hidden name before it is removed, so that a removal
-// cut short leaves no part of a backup under a backup's name (New removes it).
+// retain keeps the newest of the node's backups in each of the newest
+// Config.Keep intervals of Config.Every (counted from the epoch, by the time in
+// their names), and removes the others; never written, the one just written: with
+// the clock set back, it sorts oldest by its name, and was removed at once, at
+// every interval, while the log said it was written (a review). Backups a day of
+// keyring changes asked for (Soon) so replace one another, and the interval's
+// backup, within their interval, not the day's history: counted by number, a
+// dozen rotations and retirements removed every backup from before them (a
+// review). Interval backups, Config.Every apart, each have their own. Another
+// node's backups, and anything else in the directory, are left alone. Each is
+// renamed to a hidden name before it is removed, so that a removal cut short
+// leaves no part of a backup under a backup's name (New removes it).
 func (w *Writer) retain(written string) {
 	backups, err := w.list()
 	if err != nil {
@@ -163,7 +170,16 @@ func (w *Writer) retain(written string) {
 		w.log.Warn("this machine's clock is behind the time of an earlier backup: the new backup is kept, and the older ones are removed by the time in their names, the one the clock passed last first; set the clock right",
 			"newest_before", backups[0].name, "written", written)
 	}
-	for _, b := range backups[min(len(backups), max(w.cfg.Keep-1, 0)):] {
+	kept := map[int64]bool{w.slot(written): true}
+	var remove []stored
+	for _, b := range backups {
+		if slot := w.slot(b.name); len(kept) < w.cfg.Keep && !kept[slot] {
+			kept[slot] = true
+			continue
+		}
+		remove = append(remove, b)
+	}
+	for _, b := range remove {
 		old := filepath.Join(w.cfg.Dir, b.name)
 		gone := filepath.Join(w.cfg.Dir, tempPrefix(w.cfg.Node, w.tag, b.at)+"old")
 		if err := os.Rename(old, gone); err != nil {
@@ -174,6 +190,20 @@ func (w *Writer) retain(written string) {
 			w.log.Warn("could not remove an old backup; serve removes it when it next starts", "path", gone, "err", err)
 		}
 	}
+}
+
+// slot is the interval of Config.Every, from the epoch, the backup named name was
+// taken in (by the time in its name); names it cannot read share the first.
+func (w *Writer) slot(name string) int64 {
+	m := namePattern(w.cfg.Node, w.tag).FindStringSubmatch(name)
+	if m == nil {
+		return math.MinInt64
+	}
+	at, err := time.Parse(stampLayout, m[1])
+	if err != nil {
+		return math.MinInt64
+	}
+	return at.UnixNano() / int64(w.cfg.Every)
 }
 
 // newer reports whether the backup b's time, in its name, is past that of the

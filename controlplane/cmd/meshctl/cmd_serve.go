@@ -55,8 +55,8 @@ With --backup-dir it backs itself up while it serves: at once (unless its newest
 is younger than --backup-every), then every --backup-every, a directory
 DIR/NODE-MESH-YYYYMMDDTHHMMSSZ-iINDEX (MESH: the CA pin's first 8 digits) that is a whole data
 directory (meshctl check passes it, meshctl serve starts on it), holding the
-replicated state as of Raft index INDEX, taken through Raft; the newest
---backup-keep are kept. DIR is created (0700) if missing and refused, exit 7, as the
+replicated state as of Raft index INDEX, taken through Raft; the newest of each of
+the newest --backup-keep intervals of --backup-every is kept. DIR is created (0700) if missing and refused, exit 7, as the
 data directory is, if another user owns it or others may write it; one that cannot be
 made now (a disk not mounted) is logged. A backup that fails is logged and tried
 again at the next interval; serve goes on
@@ -108,7 +108,7 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 			var backupKeep int
 			fs.StringVar(&backupDir, "backup-dir", "", "back this control node up while it serves, into this directory (off by default; not the data directory, nor inside its raft/)")
 			fs.DurationVar(&backupEvery, "backup-every", backup.DefaultEvery, "with --backup-dir: how often a backup is taken (1m to 168h); one is taken at start too, unless the newest is younger")
-			fs.IntVar(&backupKeep, "backup-keep", backup.DefaultKeep, "with --backup-dir: how many of this node's backups are kept, the newest (at least 1)")
+			fs.IntVar(&backupKeep, "backup-keep", backup.DefaultKeep, "with --backup-dir: how many intervals of --backup-every keep a backup of this node, the newest of each (at least 1)")
 			_ = c.MarkFlagDirname("backup-dir")
 			return func(args []string) error {
 				if err := noPositional(args); err != nil {
