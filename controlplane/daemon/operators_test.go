@@ -696,3 +696,42 @@ func TestRequireSignedChanges(t *testing.T) {
 		t.Error("a change signed by expired credentials cancelled the token")
 	}
 }
+
+// TestARenewalWhoseAnswerIsLostNamesItsKey (a review): credentials issued whose
+// answer never came may be recorded, their seed gone with meshctl; the error
+// names their key and how to revoke them alone, and revoking it so leaves the
+// credentials in use valid.
+func TestARenewalWhoseAnswerIsLostNamesItsKey(t *testing.T) {
+	d := servingDaemon(t, Options{Dir: bootstrapped(t, "lostanswer")})
+	dir := datadir.Dir(d.opts.Dir)
+	first, err := operatorcreds.Issue(dir, operatorcreds.Options{Name: "alice", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.adminMu.Lock() // the renewal waits its turn past meshctl's timeout
+	_, err = operatorcreds.Issue(dir, operatorcreds.Options{Name: "alice", TTL: time.Hour, Renew: true, Operator: operator.Options{Timeout: 500 * time.Millisecond}})
+	d.adminMu.Unlock()
+	if !errors.Is(err, operator.ErrNoAnswer) {
+		t.Fatalf("want no answer, got %v", err)
+	}
+	var key string
+	waitFor(t, 10*time.Second, "the renewal recorded once its turn came", func() bool {
+		d.fsm.Read(func(s *state.State) {
+			for _, o := range s.OperatorList() {
+				if o.Name == "alice" && o.Key != first.Record.Key {
+					key = o.Key
+				}
+			}
+		})
+		return key != ""
+	})
+	if want := "meshctl operator revoke alice --key " + key; !strings.Contains(err.Error(), want) {
+		t.Fatalf("the error does not say %q: %v", want, err)
+	}
+	if _, err := d.operatorRevoke(api.OperatorRevokeRequest{Names: []string{"alice"}, Keys: []string{key}}); err != nil {
+		t.Fatal(err)
+	}
+	if d.fsm.OperatorStanding(first.Record.Key) != state.OperatorRecorded {
+		t.Fatal("revoking the lost renewal revoked the credentials in use")
+	}
+}

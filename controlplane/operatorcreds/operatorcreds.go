@@ -125,6 +125,14 @@ func Issue(dir datadir.Dir, o Options) (Issued, error) {
 			// A control plane from before renewals decodes requests strictly.
 			return Issued{}, &api.Error{Code: api.CodeOlderControlNode, Message: "the control plane is older than renewals (--renew): nothing was recorded; upgrade every control node first"}
 		}
+		if errors.Is(err, operator.ErrNoAnswer) || errors.Is(err, operator.ErrConnectionLost) {
+			// The record may have committed, and the seed goes with this process:
+			// a renewal's record nobody holds kept the name at its two valid
+			// credentials, and the refusal of the next said to revoke the older,
+			// the one in use (a review). Named here, it is revoked alone.
+			return Issued{}, fmt.Errorf("%w\nthe mesh may have recorded these credentials (key %s) before the answer was lost, and nobody holds their seed: if meshctl operator list shows that key, revoke it (meshctl operator revoke %s --key %s), then run this again",
+				err, userPub, o.Name, userPub)
+		}
 		return Issued{}, err
 	}
 	return Issued{Creds: creds, Record: res.Operator}, nil

@@ -136,7 +136,7 @@ func (s *State) applyAddOperator(at time.Time, c *AddOperatorCmd, rules int) Res
 	case valid > 0 && !renew:
 		return Result{Err: fmt.Errorf("%w (%q, until %s)", ErrOperatorExists, c.Name, last.UTC().Format(time.RFC3339))}
 	case valid >= MaxValidPerName:
-		return Result{Err: fmt.Errorf("%w (%q): revoke the older by its key first (meshctl operator revoke %s --key KEY)", ErrOperatorRenewals, c.Name, c.Name)}
+		return Result{Err: fmt.Errorf("%w (%q): revoke the one no longer in use by its key first (meshctl operator list shows both, with their keys; a renewal whose file was never written is the newer): meshctl operator revoke %s --key KEY", ErrOperatorRenewals, c.Name, c.Name)}
 	case valid == 0 && renew:
 		return Result{Err: fmt.Errorf("%w (%q)", ErrNothingToRenew, c.Name)}
 	}
