@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -537,5 +538,57 @@ func TestHungControlNodeLeftByItsHosts(t *testing.T) {
 	})
 	if agent.Exited() {
 		t.Fatalf("the agent exited:\n%s", agent.Output())
+	}
+}
+
+// TestAMemberHoldingAnotherRaftConfigurationIsGivenTheLeaders: a member that holds
+// another Raft configuration than the leader's while it follows its log (here a
+// survivor of a recovery not given the peers file; a walkthrough met one that took
+// an older snapshot's over newer entries) is given the leader's within seconds:
+// the leader appends its configuration again. Before, the member kept its own
+// until the next membership change, and voted (or refused to vote) by it: a
+// rejoined voter that held one in which it did not vote left the control plane
+// without a leader, two of three voters up.
+func TestAMemberHoldingAnotherRaftConfigurationIsGivenTheLeaders(t *testing.T) {
+	t.Parallel()
+	cp1 := harness.NewControlPlane(t, bin, "spreadconf")
+	cp1.Serve()
+	cp2 := joinControl(t, cp1, "cp-2")
+	cp3 := joinControl(t, cp1, "cp-3")
+	for _, cp := range []*harness.ControlPlane{cp3, cp2, cp1} {
+		cp.Process().Signal(syscall.SIGTERM)
+		if code := cp.Process().Wait(30 * time.Second); code != 0 {
+			t.Fatalf("stop: exit %d\n%s", code, cp.Process().Output())
+		}
+	}
+	// cp-3 is lost; the recovery gives cp-1 alone the peers file, which keeps
+	// cp-2 a nonvoter: cp-1 leads alone, and cp-2 follows it holding the three
+	// voters of before.
+	writeFile(t, filepath.Join(cp1.Dir, "raft", "peers.json"),
+		`[{"id":"cp-1","address":"`+cp1.Raft+`","non_voter":false},{"id":"cp-2","address":"`+cp2.Raft+`","non_voter":true}]`)
+	cp1.Serve()
+	cp2.Serve()
+	want := []api.RaftMember{{ID: "cp-1", Address: cp1.Raft, Voter: true}, {ID: "cp-2", Address: cp2.Raft, Voter: false}}
+	var last string
+	harness.Eventually(t, 60*time.Second, "cp-2 holds the leader's Raft configuration", func() bool {
+		r := cp1.Ctl("control", "status", "--json")
+		var out struct {
+			Answered []api.ControlStatus `json:"answered"`
+		}
+		if json.Unmarshal([]byte(r.Stdout), &out) != nil {
+			return false
+		}
+		for _, a := range out.Answered {
+			if a.Node == "cp-2" {
+				members := slices.Clone(a.Members)
+				slices.SortFunc(members, func(x, y api.RaftMember) int { return strings.Compare(x.ID, y.ID) })
+				last = fmt.Sprint(members)
+				return slices.Equal(members, want)
+			}
+		}
+		return false
+	})
+	if !strings.Contains(cp1.Process().Output(), "the leader appends its configuration again") {
+		t.Errorf("the leader does not say it gave cp-2 its configuration (cp-2 held %s):\n%s", last, cp1.Process().Output())
 	}
 }

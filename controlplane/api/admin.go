@@ -239,6 +239,12 @@ type ControlHeartbeat struct {
 	// send neither, and older nodes ignore them (heartbeats are decoded leniently).
 	CertNotAfter time.Time `json:"cert_not_after,omitzero"`
 	CANotAfter   time.Time `json:"ca_not_after,omitzero"`
+	// RaftConfig is the Raft configuration the node holds, as
+	// replication.Node.ConfigurationText writes it, so that the leader can tell a
+	// member that kept another one (a snapshot installed over newer entries, a
+	// recovery's peers file not given to it) and append its own again. Older
+	// versions send none.
+	RaftConfig string `json:"raft_config,omitempty"`
 }
 
 // AdminSubject is the subject of an operator API operation.

@@ -121,28 +121,23 @@ func (d *Daemon) serveAdmin(op string, m *nats.Msg) {
 		// logged as a change (it was, as done: a review).
 		dryRun bool
 	)
-	change := !api.ReadOnly(op)
+	// An operation this node does not know is answered not_found below, as it
+	// always was, not judged as a change (a newer meshctl's read, unsigned,
+	// was refused as not signed: a review).
+	change := !api.ReadOnly(op) && slices.Contains(api.AdminOps(), op)
 	if change {
 		// The signature is judged as the request arrives (a change may wait its
 		// turn for minutes, and its time is the sending's); the key is named, and
 		// judged, as it stands when the change runs (a revocation may come first:
 		// revocations are changes too, so none commits between the judgement and
-		// the change).
+		// the change but one whose commit was left pending, waited for here).
 		var signed string
 		key, signed = d.checkSignature(op, m)
 		// Changes run one at a time, as they did when the API was served by one
 		// goroutine; reads run beside them.
 		d.adminMu.Lock()
 		defer d.adminMu.Unlock()
-		by = signed
-		if signed == "" {
-			var refused *api.Error
-			if by, refused = d.standingOfKey(key); refused != nil {
-				err = refused
-			}
-		} else if refused := d.unsignedRefusal(signed); refused != nil {
-			err = refused
-		}
+		by, err = d.judgeSigner(key, signed)
 	}
 	if err != nil {
 		// Refused for who signed it: nothing runs.
@@ -280,6 +275,41 @@ func (d *Daemon) checkSignature(op string, m *nats.Msg) (key, instead string) {
 	return key, ""
 }
 
+// judgeSigner says who signed a change (what logChange names) and refuses it, as
+// it is about to run, when its signer may not change anything: credentials no
+// longer valid (standingOfKey), whatever the signature's time; a signature that
+// does not verify; and with RequireSignedChanges, none, or one made too far from
+// this node's clock. signed is checkSignature's word instead of the key's name.
+func (d *Daemon) judgeSigner(key, signed string) (by string, err error) {
+	if d.changePending.Load() {
+		// A change under this lock whose commit was left pending (a log write
+		// that did not return) may be a revocation: applied after the judgement
+		// below, it would let a change it should refuse commit after it (a
+		// review). Everything before now is applied first, or nothing is done.
+		if berr := d.raft.Barrier(commitTimeout); berr != nil {
+			return signed, errors.Join(errNotDone, &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf(
+				"an earlier change on control node %s is not committed yet (%v): nothing was done; run it again once meshctl control status shows its log can be written", d.cfg.Node, berr)})
+		}
+		d.changePending.Store(false)
+	}
+	by = signed
+	if key != "" && signed != byBadSignature {
+		// The signature verifies: the key is judged even when signed long ago
+		// (a revoked key's holder sets the time; a review).
+		name, refused := d.standingOfKey(key)
+		if signed == "" {
+			by = name
+		}
+		if refused != nil {
+			return by, refused
+		}
+	}
+	if refused := d.unsignedRefusal(signed); refused != nil {
+		return by, refused
+	}
+	return by, nil
+}
+
 // standingOfKey is the name the mesh records for an operator key that signed a
 // change, as the key stands now, and the change's refusal when the key's
 // credentials are no longer admitted: revoked, expired, a removed control node's
@@ -292,23 +322,26 @@ func (d *Daemon) checkSignature(op string, m *nats.Msg) (key, instead string) {
 func (d *Daemon) standingOfKey(key string) (by string, refused *api.Error) {
 	now := d.now()
 	by = byUnrecorded
-	why := ""
+	var whose, why, advice string
+	const byName = "ask for new credentials (meshctl operator add NAME, where the operator account key is)"
+	const removed = "use credentials by name, or an active control node's admin.creds"
 	d.fsm.Read(func(s *state.State) {
 		// Named with what the key is now: a revoked key (a leaked file signs as
 		// well as ever) or a removed node's is said to be one.
 		if o, ok := s.Operators[key]; ok {
+			whose = fmt.Sprintf("%s's credentials", o.Name)
 			switch {
 			case !o.RevokedAt.IsZero():
-				by, why = o.Name+" (revoked key)", fmt.Sprintf("were revoked at %s", o.RevokedAt.UTC().Format(time.RFC3339))
+				by, why, advice = o.Name+" (revoked key)", "were revoked at "+o.RevokedAt.UTC().Format(time.RFC3339), byName
 			case !o.Active(now):
-				by, why = o.Name+" (expired key)", fmt.Sprintf("expired at %s", o.Expires.UTC().Format(time.RFC3339))
+				by, why, advice = o.Name+" (expired key)", "expired at "+o.Expires.UTC().Format(time.RFC3339), byName
 			default:
 				by = o.Name
 			}
 			return
 		}
 		if node, ok := s.RevokedOperators[key]; ok {
-			by, why = node+" (removed; its admin.creds)", "are the admin.creds of "+node+", a removed control node, which may only read"
+			by, whose, why, advice = node+" (removed; its admin.creds)", "the admin.creds of "+node, "are a removed control node's, which may only read", removed
 			return
 		}
 		for _, n := range s.ControlNodes {
@@ -317,20 +350,19 @@ func (d *Daemon) standingOfKey(key string) (by string, refused *api.Error) {
 				by = n.ID + " (its admin.creds)"
 				return
 			case n.Operator == key:
-				by, why = n.ID+" (removed; its admin.creds)", "are the admin.creds of "+n.ID+", a removed control node, which may only read"
+				by, whose, why, advice = n.ID+" (removed; its admin.creds)", "the admin.creds of "+n.ID, "are a removed control node's, which may only read", removed
 				return
 			}
 		}
 	})
 	if by == byUnrecorded && d.fsm.OperatorStanding(key) == state.OperatorUnrecorded {
-		why = "are recorded by no name (issued outside meshctl operator add, or after the backup this mesh was restored from)"
+		whose, why, advice = "the credentials", "are recorded by no name (issued outside meshctl operator add, or after the backup this mesh was restored from)", byName
 	}
 	if why == "" {
 		return by, nil
 	}
 	return by, &api.Error{Code: api.CodeCredentialsNotValid, Message: fmt.Sprintf(
-		"the credentials that signed this change (key %s, %s) %s: nothing was done; ask for new credentials (meshctl operator add NAME, where the operator account key is)",
-		key, api.CleanText(by, 96), why)}
+		"%s that signed this change (key %s) %s: nothing was done; %s", api.CleanText(whose, 96), key, why, advice)}
 }
 
 // unsignedRefusal is the refusal of a change whose signature cannot name who
@@ -340,6 +372,8 @@ func (d *Daemon) standingOfKey(key string) (by string, refused *api.Error) {
 // this node's clock.
 func (d *Daemon) unsignedRefusal(instead string) *api.Error {
 	switch {
+	case instead == "":
+		return nil
 	case instead == byBadSignature:
 		return &api.Error{Code: api.CodeNotSigned, Message: "the change's signature (" + api.OperatorSigHeader + ") does not verify: the operation, its body or its request id is not what was signed; nothing was done"}
 	case !d.opts.RequireSignedChanges:
@@ -391,7 +425,9 @@ func (d *Daemon) commit(c state.Command) (state.Result, error) {
 		}
 		if errors.Is(err, replication.ErrCommitPending) {
 			// Its handler answers, and no longer holds a slot every operator
-			// shares: the change may still be carried out.
+			// shares: the change may still be carried out, and the next change's
+			// judgement waits for it (judgeSigner).
+			d.changePending.Store(true)
 			return res, &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf(
 				"control node %s took the change up but could not commit it (%v): it may still be carried out: look before running it again (meshctl control status shows whether its log can be written)", d.cfg.Node, err)}
 		}

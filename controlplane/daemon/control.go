@@ -546,7 +546,7 @@ func (d *Daemon) heartbeatLoop(ctx context.Context) error {
 		data, _ := json.Marshal(api.ControlHeartbeat{V: api.ProtocolVersion, Node: d.cfg.Node, AppliedIndex: d.raft.AppliedIndex(), Raft: role,
 			CAKey: d.holdsCAKey(), Hosts: d.hostCapacity(), Stopping: stopping, Rules: state.ApplyRules, Clock: d.now().UTC(),
 			LogWriteFailing: d.raft.LogWriteError() != nil, RaftState: d.raft.State(), Leader: d.raft.Leader(), Term: d.raft.Status().Term,
-			CertNotAfter: leaf, CANotAfter: ca})
+			CertNotAfter: leaf, CANotAfter: ca, RaftConfig: d.raft.ConfigurationText()})
 		_ = d.conns.control.Publish(api.ControlHeartbeatSubject(d.cfg.Node), data)
 		if role == api.RaftLeader && !stopping {
 			select {
@@ -867,7 +867,62 @@ func (d *Daemon) autopilot(ctx context.Context) {
 	d.adminMu.Lock()
 	defer d.adminMu.Unlock()
 	if ctx.Err() == nil && d.raft.IsLeader() && d.raft.LogWriteError() == nil {
-		d.promoteServing(d.now())
+		now := d.now()
+		d.promoteServing(now)
+		d.spreadConfiguration(now)
+	}
+}
+
+// Configurations held apart: a member whose heartbeats show another Raft
+// configuration than the leader's for configStaleAfter, caught up with the log,
+// holds a stale one (a change in flight reaches every member within a commit); the
+// leader appends its own again, at most once every configSpreadEvery.
+const (
+	configStaleAfter  = 10 * time.Second
+	configSpreadEvery = 30 * time.Second
+)
+
+// spreadConfiguration is the leader's autopilot for members that hold another
+// Raft configuration than its own, long after any change (replication.Node.
+// SpreadConfiguration says how one comes to): it appends its configuration again,
+// which they take as they append it. Before, such a member kept it until the next
+// membership change: a rejoined voter that held one in which it did not vote
+// refused every vote once the leader was lost, and the control plane had no
+// leader with two of three voters up (a walkthrough). Called under adminMu.
+func (d *Daemon) spreadConfiguration(now time.Time) {
+	own := d.raft.ConfigurationText()
+	members, err := d.raft.Members()
+	if own == "" || err != nil {
+		return
+	}
+	applied := d.raft.AppliedIndex()
+	var stale []string
+	for _, m := range members {
+		if m.ID == d.cfg.Node {
+			continue
+		}
+		hb, at, heard := d.ctl.last(m.ID)
+		if !heard || hb.RaftConfig == "" || now.Sub(at) > 3*HeartbeatInterval || hb.RaftConfig == own || !d.ctl.caughtUp(m.ID, applied) {
+			delete(d.configApart, m.ID)
+			continue
+		}
+		since, ok := d.configApart[m.ID]
+		if !ok {
+			d.configApart[m.ID] = now
+			continue
+		}
+		if now.Sub(since) >= configStaleAfter {
+			stale = append(stale, m.ID+" ("+hb.RaftConfig+")")
+		}
+	}
+	if len(stale) == 0 || now.Sub(d.configSpread) < configSpreadEvery {
+		return
+	}
+	d.configSpread = now
+	d.log.Warn("control nodes hold another Raft configuration than the leader's, though they follow its log (a snapshot installed over newer entries, or a recovery's peers file not given to them): the leader appends its configuration again for them to take",
+		"nodes", strings.Join(stale, "; "), "leader_configuration", own)
+	if err := d.raft.SpreadConfiguration(commitTimeout); err != nil {
+		d.log.Warn("the Raft configuration was not appended again; the leader tries again", "err", err)
 	}
 }
 

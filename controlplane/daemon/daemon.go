@@ -203,6 +203,14 @@ type Daemon struct {
 	handlers handlers
 	// adminMu serialises the operator API's changes (see readOnlyOp).
 	adminMu sync.Mutex
+	// changePending: a commit under adminMu was left pending (ErrCommitPending):
+	// the next change's judgement waits for everything before it to apply.
+	changePending atomic.Bool
+	// configApart is when each member was first seen holding another Raft
+	// configuration than the leader's, configSpread when the leader last appended
+	// its own again (spreadConfiguration; under adminMu).
+	configApart  map[string]time.Time
+	configSpread time.Time
 	// sent remembers the requests whose declarations this node sent (declaredAlready).
 	sent sentRequests
 	// keysMu serialises syncKeys: the leader's handler and the effects actor may
@@ -238,7 +246,8 @@ type Daemon struct {
 func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 	opts.defaults()
 	d := &Daemon{opts: opts, log: opts.Logger, fsm: state.NewFSM(), seen: newLiveness(), ctl: newControlTracker(),
-		removed: make(chan struct{}), peersChanged: make(chan struct{}, 1), autopilotDue: make(chan struct{}, 1), effects: newEffectQueue(), metrics: newInstruments()}
+		removed: make(chan struct{}), peersChanged: make(chan struct{}, 1), autopilotDue: make(chan struct{}, 1), effects: newEffectQueue(), metrics: newInstruments(),
+		configApart: map[string]time.Time{}}
 	d.guard = newGuard(opts.Logger, opts.Now, opts.Budgets)
 	defer func() {
 		if err != nil {

@@ -209,6 +209,11 @@ func refusalLevel(subject string, reason Reason) slog.Level {
 	switch string(reason) {
 	case api.CodeInternal, api.CodeDiskFull, api.CodeUnavailable:
 		return slog.LevelWarn
+	case api.CodeCredentialsNotValid, api.CodeNotSigned:
+		// Not a typo: credentials revoked, expired or a removed node's at work
+		// (a leaked file?), or a request changed since it was signed, which
+		// is what an operator alerts on (a review).
+		return slog.LevelWarn
 	}
 	return slog.LevelInfo
 }

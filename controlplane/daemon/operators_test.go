@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"mesh/controlplane/operatorcreds"
 	"mesh/controlplane/pki"
 	"mesh/controlplane/state"
+	"mesh/integration/freeport"
 	"mesh/tokenfmt"
 )
 
@@ -415,26 +417,36 @@ func TestAChangeIsLoggedByWhoSignedIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	send := func(sigFor []byte, at int64, body []byte) string {
-		t.Helper()
+	// answer sends a token.cancel signed over sigFor at at, and says how it was
+	// answered: "done", the refusal's code, or what went wrong (no t.Fatal: it
+	// runs in a goroutine too).
+	answer := func(sigFor []byte, at int64, body []byte) string {
 		m := nats.NewMsg(api.AdminSubject(api.OpTokenCancel))
 		m.Data = body
 		if sigFor != nil {
 			sig, _ := kp.Sign(api.OperatorSigned(api.OpTokenCancel, at, "", sigFor))
 			m.Header.Set(api.OperatorSigHeader, api.FormatOperatorSig(issued.Record.Key, at, sig))
 		}
-		r, err := raw.RequestMsg(m, 5*time.Second)
+		r, err := raw.RequestMsg(m, 10*time.Second)
 		if err != nil {
-			t.Fatal(err)
+			return "no answer: " + err.Error()
 		}
 		var resp api.AdminResponse
 		if err := json.Unmarshal(r.Data, &resp); err != nil {
-			t.Fatal(err)
+			return "not an answer: " + err.Error()
 		}
 		if resp.Error == nil {
 			return "done"
 		}
 		return resp.Error.Code
+	}
+	send := func(sigFor []byte, at int64, body []byte) string {
+		t.Helper()
+		got := answer(sigFor, at, body)
+		if strings.HasPrefix(got, "no answer") || strings.HasPrefix(got, "not an answer") {
+			t.Fatal(got)
+		}
+		return got
 	}
 	body := []byte(`{"v":2,"op":"token.cancel","args":{"node":"web-1"}}`)
 	other := []byte(`{"v":2,"op":"token.cancel","args":{"node":"web-2"}}`)
@@ -480,9 +492,11 @@ func TestAChangeIsLoggedByWhoSignedIt(t *testing.T) {
 	d.adminMu.Lock()
 	waited := make(chan string)
 	go func() {
-		waited <- send(body, time.Now().Unix(), body)
+		waited <- answer(body, time.Now().Unix(), body)
 	}()
-	time.Sleep(300 * time.Millisecond) // it arrives and waits for adminMu
+	// It arrives and waits for adminMu, judged after the revocation below: not
+	// one that came after it, which is refused as well (a review).
+	waitFor(t, 10*time.Second, "the change waits its turn", func() bool { return waitingForAdminMu() == 1 })
 	if res, err := d.raft.Apply(state.Command{Op: state.OpRevokeOperators, At: d.now().UTC(), Rules: state.RulesOperators,
 		RevokeOperators: &state.RevokeOperatorsCmd{Names: []string{"alice"}}}, time.Minute); err != nil || res.Err != nil {
 		t.Fatalf("revoke alice: %v %v", err, res.Err)
@@ -686,10 +700,20 @@ func TestRequireSignedChanges(t *testing.T) {
 			t.Errorf("%s: the token is pending %t after the answer %s", c.name, pending, code)
 		}
 	}
+	// An operation this node does not know (a newer meshctl's read, unsigned) is
+	// not_found, as ever, not refused as a change not signed (a review).
+	r, err := admin.Request(api.AdminSubject("nosuch.read"), []byte(`{"v":2,"op":"nosuch.read","args":{}}`), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var resp api.AdminResponse
+	if json.Unmarshal(r.Data, &resp) != nil || resp.Error == nil || resp.Error.Code != api.CodeNotFound {
+		t.Errorf("an unknown operation, unsigned: %s, want not_found", r.Data)
+	}
 	// Two hours on, alice's credentials have expired: her key still signs.
 	skew.Store(int64(2 * time.Hour))
 	mintFor(t, d, "web-1")
-	if code, msg := send(alice, now()); code != api.CodeCredentialsNotValid || !strings.Contains(msg, "expired at") || !strings.Contains(msg, "alice (expired key)") {
+	if code, msg := send(alice, now()); code != api.CodeCredentialsNotValid || !strings.Contains(msg, "expired at") || !strings.Contains(msg, "alice's credentials") {
 		t.Errorf("signed by expired credentials: answered %s (%s), want %s", code, msg, api.CodeCredentialsNotValid)
 	}
 	if !tokenPending(d, "web-1") {
@@ -734,4 +758,103 @@ func TestARenewalWhoseAnswerIsLostNamesItsKey(t *testing.T) {
 	if d.fsm.OperatorStanding(first.Record.Key) != state.OperatorRecorded {
 		t.Fatal("revoking the lost renewal revoked the credentials in use")
 	}
+}
+
+// TestTheSignerIsJudgedAsTheChangeRuns (a review): the key that signed a change is
+// judged by the leader's state whatever the signature's time: a removed control
+// node's admin.creds, credentials the mesh holds no record of, and revoked ones
+// signing with their clock set back are refused, credentials_not_valid; valid
+// credentials out of time are carried out (without RequireSignedChanges). While a
+// control node's key was never recorded (an older mesh) an unrecorded key is not
+// refused, as its login is not. A commit left pending makes the next judgement
+// wait for everything before it (a Barrier) first.
+func TestTheSignerIsJudgedAsTheChangeRuns(t *testing.T) {
+	d := servingDaemon(t, Options{Dir: bootstrapped(t, "judged")})
+	apply := func(c state.Command) {
+		t.Helper()
+		c.At = d.now().UTC()
+		if res, err := d.raft.Apply(c, time.Minute); err != nil || res.Err != nil {
+			t.Fatalf("%s: %v %v", c.Op, err, res.Err)
+		}
+	}
+	admit := func(node, operatorKey string) {
+		t.Helper()
+		addrs := freeport.Addrs(t, 3)
+		apply(state.Command{Op: state.OpCreateToken, CreateToken: &state.CreateTokenCmd{ID: "tok-" + node, Node: node, Role: state.RoleControl, TTL: time.Hour,
+			Control: &state.ControlAddrs{Broker: addrs[0], Raft: addrs[1], Cluster: addrs[2], Pin: strings.Repeat("ab", 32), Operator: operatorKey},
+			Sealed:  []byte("sealed")}})
+		user, _ := nkeys.CreateUser()
+		pub, _ := user.PublicKey()
+		curve, _ := nkeys.CreateCurveKeys()
+		cpub, _ := curve.PublicKey()
+		apply(state.Command{Op: state.OpEnrol, Enrol: &state.EnrolCmd{TokenID: "tok-" + node, Node: node, Role: state.RoleControl, PublicKey: pub, CurveKey: cpub}})
+	}
+	key := func() string {
+		user, _ := nkeys.CreateUser()
+		pub, _ := user.PublicKey()
+		return pub
+	}
+	cp2, alice, stranger := key(), key(), key()
+	admit("cp-2", cp2)
+	apply(state.Command{Op: state.OpRemoveControl, RemoveControl: &state.RemoveControlCmd{Node: "cp-2"}})
+	apply(state.Command{Op: state.OpAddOperator, Rules: state.RulesOperators, AddOperator: &state.AddOperatorCmd{Name: "alice", Key: alice, Expires: d.now().Add(time.Hour)}})
+	apply(state.Command{Op: state.OpRevokeOperators, Rules: state.RulesOperators, RevokeOperators: &state.RevokeOperatorsCmd{Names: []string{"alice"}}})
+	var self string
+	d.fsm.Read(func(s *state.State) {
+		for _, n := range s.ControlNodes {
+			if n.ID == d.cfg.Node {
+				self = n.Operator
+			}
+		}
+	})
+	if self == "" {
+		t.Fatal("this node's credentials' key is not recorded")
+	}
+	var ae *api.Error
+	for _, c := range []struct {
+		name, key, signed string
+		refused           bool
+		by                string
+	}{
+		{"a removed control node's admin.creds", cp2, "", true, "cp-2 (removed; its admin.creds)"},
+		{"unrecorded credentials", stranger, "", true, byUnrecorded},
+		{"revoked credentials, signed long ago", alice, byOutOfTime, true, byOutOfTime},
+		{"this node's credentials, signed long ago", self, byOutOfTime, false, byOutOfTime},
+		{"this node's credentials", self, "", false, d.cfg.Node + " (its admin.creds)"},
+		{"unsigned", "", byUnsigned, false, byUnsigned},
+	} {
+		by, err := d.judgeSigner(c.key, c.signed)
+		if refused := errors.As(err, &ae) && ae.Code == api.CodeCredentialsNotValid; refused != c.refused || (err != nil && !refused) || by != c.by {
+			t.Errorf("%s: named %q, %v; want named %q, refused %t", c.name, by, err, c.by, c.refused)
+		}
+		if c.refused && (strings.Contains(ae.Message, "((") || !strings.Contains(ae.Message, c.key)) {
+			t.Errorf("%s: the refusal does not name the key, or names it badly: %s", c.name, ae.Message)
+		}
+	}
+	if _, err := d.judgeSigner(cp2, ""); !strings.Contains(err.Error(), "active control node's admin.creds") {
+		t.Errorf("a removed node's refusal advises new credentials by name alone: %v", err)
+	}
+	// An older mesh: a control node whose key was never recorded.
+	admit("cp-3", "")
+	if by, err := d.judgeSigner(stranger, ""); err != nil || by != byUnrecorded {
+		t.Errorf("an unrecorded key while a control node's key is unrecorded: named %q, %v; want carried out", by, err)
+	}
+	d.changePending.Store(true)
+	if _, err := d.judgeSigner(self, ""); err != nil || d.changePending.Load() {
+		t.Errorf("a judgement after a pending commit: %v, still pending %t; want the pending change waited for", err, d.changePending.Load())
+	}
+}
+
+// waitingForAdminMu counts the operator requests waiting for adminMu, their turn
+// to run, by the goroutines' stacks.
+func waitingForAdminMu() int {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "sync.(*Mutex).Lock") && strings.Contains(g, "(*Daemon).serveAdmin") {
+			n++
+		}
+	}
+	return n
 }

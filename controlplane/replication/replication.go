@@ -636,6 +636,54 @@ func (n *Node) Members() ([]Member, error) {
 	return out, nil
 }
 
+// ConfigurationText is the Raft configuration this member holds, one line that two
+// members holding the same configuration write alike: each server's id, address and
+// vote ("v" or "n"), sorted by id. "" when it cannot tell.
+func (n *Node) ConfigurationText() string {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return ""
+	}
+	var servers []string
+	for _, s := range f.Configuration().Servers {
+		vote := "n"
+		if s.Suffrage == raft.Voter {
+			vote = "v"
+		}
+		servers = append(servers, string(s.ID)+"@"+string(s.Address)+":"+vote)
+	}
+	slices.Sort(servers)
+	return strings.Join(servers, ",")
+}
+
+// SpreadConfiguration appends the leader's Raft configuration to the log again,
+// unchanged, so that every member takes it as it appends the entry: Raft sends a
+// configuration only in a log entry (or a snapshot), and a member holding another
+// one keeps it until the next change. hashicorp/raft installs a snapshot older
+// than the entries a member has, and takes that snapshot's configuration, which
+// the entries it then receives again do not replace (a walkthrough: a rejoined
+// control node so held one in which it and another voter did not vote, and
+// refused every vote when the leader was lost); a survivor of a lost quorum not
+// given the peers file keeps the configuration from before. The caller makes no
+// other membership change meanwhile (the daemon's changes run one at a time).
+func (n *Node) SpreadConfiguration(timeout time.Duration) error {
+	if !n.IsLeader() {
+		return fmt.Errorf("%w: %w", ErrNotLeader, ErrNotAppended)
+	}
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	for _, s := range f.Configuration().Servers {
+		if s.ID == n.id && s.Suffrage == raft.Voter {
+			// A voter added again at its own address: the same configuration,
+			// in a new entry.
+			return changeError(n.raft.AddVoter(s.ID, s.Address, 0, timeout).Error())
+		}
+	}
+	return fmt.Errorf("%w: this member is no voter of its configuration", ErrNotLeader)
+}
+
 // State is this member's Raft state, as raft names it in lower case: leader,
 // follower, candidate or shutdown.
 func (n *Node) State() string { return strings.ToLower(n.raft.State().String()) }
