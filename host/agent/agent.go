@@ -77,6 +77,10 @@ type Options struct {
 	// Hooks are the commands this host's local configuration runs after files
 	// change; a declaration can never add one.
 	Hooks hooks.Config
+	// HooksFile is where Hooks were read from (--hooks; "" none): `meshhost hooks
+	// retry` reads it again, so that a hook whose command was mended in the file
+	// runs as mended (it ran as read when the agent started: a walkthrough).
+	HooksFile string
 	// MetricsTextfile, when set, is a file the agent writes its metrics to every
 	// TextfileInterval, for the textfile collector of the node exporter the host
 	// runs (CheckTextfile), and removes as it stops.

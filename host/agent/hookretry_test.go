@@ -583,3 +583,66 @@ func TestABatchQueuedBeforeACutIsToldOfIt(t *testing.T) {
 		t.Fatal("the batch queued before the cut was handed over without it")
 	}
 }
+
+// TestRetryReadsTheHooksFileAgain (a walkthrough): `meshhost hooks retry` after the
+// hook's command was mended in the hooks file ran the command as read when the
+// agent started, and said it failed again. The retry reads the file again: mended,
+// the hook runs as mended; a file that cannot be used now runs nothing and says
+// why, the hooks read before kept.
+func TestRetryReadsTheHooksFileAgain(t *testing.T) {
+	dir, err := os.MkdirTemp("", "mh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	f := newFixtureIn(t, dir)
+	p := filepath.Join(t.TempDir(), "hooks.json")
+	write := func(run string) {
+		t.Helper()
+		js, _ := json.Marshal(map[string]any{"hooks": []any{map[string]any{"name": "restart-app", "paths": []string{"etc/*"}, "run": []string{"sh", "-c", run}}}})
+		if err := os.WriteFile(p, js, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`echo "a typo in the hook's own command" >&2; exit 1`)
+	cfg, err := hooks.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := f.withHooks(t, cfg)
+	a.o.HooksFile = p
+	if err := a.handle(context.Background(), f.decl(t, 1, "x")); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := listenSocket(SocketPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.serveSocket(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done })
+	go func() {
+		for {
+			select {
+			case r := <-a.hookRetries:
+				a.retryHooks(r)
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	if out, err := RetryHooks(dir, 10*time.Second); err != nil || len(out.Failed) != 1 || !strings.Contains(out.Error, "a typo") {
+		t.Fatalf("retry before the file is mended: %+v, %v", out, err)
+	}
+	if err := os.WriteFile(p, []byte(`{"hooks":[`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := RetryHooks(dir, 10*time.Second); err != nil || out.ConfigError == "" || len(out.Ran) != 0 {
+		t.Fatalf("retry with the file cut short: %+v, %v; want nothing run, the file's fault said", out, err)
+	}
+	write(`true`)
+	if out, err := RetryHooks(dir, 10*time.Second); err != nil || len(out.Failed) != 0 || !slices.Equal(out.Ran, []string{"restart-app"}) {
+		t.Fatalf("retry once the file is mended: %+v, %v; want the mended hook run", out, err)
+	}
+}

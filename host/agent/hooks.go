@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"slices"
 
 	"mesh/host/hooks"
@@ -58,6 +59,8 @@ func pathsSize(paths []string) int {
 type HooksOutcome struct {
 	// Nothing: no hook was owed or failed, so none ran.
 	Nothing bool `json:"nothing,omitempty"`
+	// ConfigError: the hooks file, read again, cannot be used (why); nothing ran.
+	ConfigError string `json:"config_error,omitempty"`
 	// Ran are the hooks that ran, in order.
 	Ran []string `json:"ran,omitempty"`
 	// Failed are the hooks that failed, and Error why (their output's tail).
@@ -286,6 +289,13 @@ func (a *Agent) retryHooks(reply chan<- HooksOutcome) {
 	wait := []chan<- HooksOutcome{reply}
 	switch {
 	case !a.hooksRunning() && (len(a.hookFailed) > 0 || len(a.applied.HooksPending) > 0):
+		// Read again before they run: the worker is idle (nothing queued or
+		// running), and takes the hooks with the next job.
+		if err := a.reloadHooks(); err != nil {
+			a.log.Warn("hooks retry: the hooks file cannot be used now; nothing ran, and the hooks read before are kept", "file", a.o.HooksFile, "err", err)
+			reply <- HooksOutcome{ConfigError: err.Error()}
+			return
+		}
 		a.log.Info("running again the hooks owed, as asked on this host", "paths", union(a.hookFailed, a.applied.HooksPending))
 		a.queueHooks(hookRun{version: a.applied.Version, changed: slices.Clone(a.applied.HooksPending), waiters: wait})
 	case len(a.hookFailed) > 0:
@@ -299,6 +309,24 @@ func (a *Agent) retryHooks(reply chan<- HooksOutcome) {
 	default:
 		reply <- HooksOutcome{Nothing: true}
 	}
+}
+
+// reloadHooks reads the hooks file again, as `meshhost run` read it at start (not
+// in the managed root, as sudo reads sudoers); on an error the hooks read before
+// stay. Only while no hook is queued or running: the worker reads a.o.Hooks.
+func (a *Agent) reloadHooks() error {
+	if a.o.HooksFile == "" {
+		return nil
+	}
+	if err := hooks.CheckApart(a.o.HooksFile, a.o.Root); err != nil {
+		return err
+	}
+	cfg, err := hooks.Load(a.o.HooksFile)
+	if err != nil {
+		return err
+	}
+	a.o.Hooks = cfg.WithGroupFile(filepath.Join(a.o.StateDir, HookGroupName))
+	return nil
 }
 
 // runOwedHooks queues the hooks a stopped or crashed agent owed (state.Applied's

@@ -29,6 +29,10 @@ const (
 // errHooksFailed is `meshhost hooks retry`'s outcome when a hook failed again.
 var errHooksFailed = errors.New("a hook failed again")
 
+// errHooksFileUnusable: the agent read the hooks file again for the retry, and
+// cannot use it.
+var errHooksFileUnusable = errors.New("the hooks file, read again, cannot be used")
+
 // cmdHooks is `meshhost hooks retry`: the one subcommand of hooks.
 func cmdHooks(args []string, cio *cliIO) error {
 	if len(args) == 0 || args[0] != "retry" {
@@ -99,6 +103,14 @@ func cmdHooks(args []string, cio *cliIO) error {
 	}
 	if err != nil {
 		return err
+	}
+	if out.ConfigError != "" {
+		if *asJSON {
+			if err := writeJSONTo(cio, out); err != nil {
+				return err
+			}
+		}
+		return fmt.Errorf("%w: %s; nothing ran, and the agent keeps the hooks it read before: mend the file, then run this again", errHooksFileUnusable, out.ConfigError)
 	}
 	if *asJSON {
 		if err := writeJSONTo(cio, out); err != nil {

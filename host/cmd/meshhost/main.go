@@ -788,7 +788,7 @@ func cmdRun(args []string, cio *cliIO) error {
 	var ready sync.Once
 	var id identity.Identity
 	build := readVersion()
-	a, err := agent.New(agent.Options{StateDir: *stateDir, Agent: agentName(), Root: *root, Logger: log, Heartbeat: *heartbeat, BrokerPing: *brokerPing, ReturnHome: *returnHome, CheckFiles: *checkFiles, Hooks: hk,
+	a, err := agent.New(agent.Options{StateDir: *stateDir, Agent: agentName(), Root: *root, Logger: log, Heartbeat: *heartbeat, BrokerPing: *brokerPing, ReturnHome: *returnHome, CheckFiles: *checkFiles, Hooks: hk, HooksFile: *hooksFile,
 		Version:         build.Version,
 		Revision:        build.Revision,
 		ExtraBrokers:    extra,
