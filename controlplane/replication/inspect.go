@@ -136,6 +136,13 @@ func replay(dir string, store raft.LogStore, fsm raft.FSM, in *Inspection) (err 
 		in.LastTerm = l.Term
 		switch l.Type {
 		case raft.LogCommand:
+			if !json.Valid(l.Data) {
+				// Every leader writes a command as JSON: one whose bytes are not
+				// is garbled on this disk, and the state machine would skip it
+				// here alone, this node's state then differing from the others'
+				// (a walkthrough: a revocation so lost passed as "ok").
+				return &DamageError{File: raftDBPath(dir), Problem: fmt.Sprintf("holds at entry %d a command whose bytes are not a command (not JSON): garbled on this disk", i)}
+			}
 			fsm.Apply(&l)
 			in.Commands++
 		case raft.LogConfiguration:
