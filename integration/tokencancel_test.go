@@ -2,6 +2,7 @@ package integration
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -37,8 +38,8 @@ func TestTokenCancelLeavesATokenMintedSince(t *testing.T) {
 	leaked := seen[0].ID
 
 	r := cp.Ctl("token", "--node", "db-1", "--label", "tier=db", "--replace")
-	if r.Code != 0 {
-		t.Fatalf("B's token --replace (%d): %s", r.Code, r.Combined())
+	if r.Code != 0 || strings.Contains(r.Stderr, "labels this one does not") {
+		t.Fatalf("B's token --replace, with the same label (%d): %s", r.Code, r.Combined())
 	}
 	handedOut := r.Stdout
 	var fresh string
@@ -82,5 +83,17 @@ func TestTokenCancelLeavesATokenMintedSince(t *testing.T) {
 	if r := cp.Ctl("token", "cancel", "db-1", fresh); r.Code != 0 || !strings.Contains(r.Stdout, "was not pending: it enrolled db-1") ||
 		!strings.Contains(r.Stdout, "meshctl revoke db-1") {
 		t.Fatalf("cancelling the used token by name (exit %d):\n%s", r.Code, r.Combined())
+	}
+	// A token minted again without the labels of the one it replaces says so, with
+	// or without --out (a walkthrough: its machine enrolled without them).
+	cp.Token("db-2", "--label", "tier=db", "--label", "env=prod")
+	if r := cp.Ctl("token", "--node", "db-2", "--replace", "--label", "env=prod"); r.Code != 0 ||
+		!strings.Contains(r.Stderr, "warning: the cancelled token gave db-2 labels this one does not: --label tier=db;") {
+		t.Fatalf("token --replace without a label of the token it replaces (exit %d):\n%s", r.Code, r.Combined())
+	}
+	out := filepath.Join(t.TempDir(), "db-2.txt")
+	if r := cp.Ctl("token", "--node", "db-2", "--replace", "--out", out); r.Code != 0 ||
+		!strings.Contains(r.Stderr, "labels this one does not: --label env=prod;") {
+		t.Fatalf("token --replace --out without the labels of the token it replaces (exit %d):\n%s", r.Code, r.Combined())
 	}
 }

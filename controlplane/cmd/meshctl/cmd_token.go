@@ -269,15 +269,29 @@ func reportOut(cio *cliIO, tok tokenfmt.Token, labels map[string]string, name st
 	}
 	// Without the "meshctl token:" of an error's line: it is what a mint that
 	// worked says (on stderr, stdout holding data only, none with --out).
+	tellReplaced(cio, replaced, labels)
 	fmt.Fprintf(cio.stderr, "minted: the token for %s is in %s (mode 0600), pending until %s\n", tok.Node, name, tok.Expiry.UTC().Format(time.RFC3339))
 	return nil
 }
 
-// tellReplaced says on stderr which pending tokens a mint cancelled: stdout is the
-// token alone.
-func tellReplaced(cio *cliIO, replaced []api.TokenView) {
+// tellReplaced says on stderr which pending tokens a mint cancelled (stdout is the
+// token alone), and the labels one gave its node that the new token does not: a
+// token minted again with --replace and no --label enrolled its machine without
+// them, and declarations by label missed it without a word (a walkthrough).
+func tellReplaced(cio *cliIO, replaced []api.TokenView, labels map[string]string) {
 	for _, t := range replaced {
 		fmt.Fprintf(cio.stderr, "cancelled token %s of %s (minted %s): it admits nothing from now on\n", t.ID, t.Node, t.CreatedAt.UTC().Format(time.RFC3339))
+		var lost []string
+		for k, v := range t.Labels {
+			if w, ok := labels[k]; !ok || w != v {
+				lost = append(lost, "--label "+api.TerminalText(k+"="+v))
+			}
+		}
+		if len(lost) > 0 {
+			slices.Sort(lost)
+			fmt.Fprintf(cio.stderr, "warning: the cancelled token gave %s labels this one does not: %s; to give them, mint again: meshctl token --node %s --replace %s\n",
+				t.Node, strings.Join(lost, " "), t.Node, strings.Join(lost, " "))
+		}
 	}
 }
 
@@ -536,7 +550,7 @@ func warnMintClock(cio *cliIO, expiry, asked, got time.Time, ttl time.Duration) 
 func printToken(cio *cliIO, tok tokenfmt.Token, labels map[string]string, asJSON bool, replaced []api.TokenView) error {
 	var err error
 	if !asJSON {
-		tellReplaced(cio, replaced)
+		tellReplaced(cio, replaced, labels)
 		_, err = fmt.Fprintln(cio.stdout, tok.Encode())
 	} else {
 		res := newTokenResult(tok, labels, replaced)
