@@ -231,6 +231,11 @@ func (d Dir) LoadConfig() (Config, error) {
 		err = d.inNotADirectory(err)
 	}
 	if errors.Is(err, fs.ErrNotExist) {
+		if _, serr := os.Stat(string(d)); errors.Is(serr, fs.ErrNotExist) {
+			// A path mistyped was told to bootstrap there: a second, unrelated
+			// mesh (a walkthrough).
+			return Config{}, fmt.Errorf("%w: %s does not exist: check the path to the control node's data directory (a new mesh is made with `meshctl bootstrap --data DIR`; a control node joins with `meshctl join`)", ErrNoConfig, d)
+		}
 		return Config{}, fmt.Errorf("%w in %s: run `meshctl bootstrap --data %s` (or `meshctl join`) first", ErrNoConfig, d, d)
 	}
 	if errors.Is(err, fs.ErrPermission) {

@@ -466,3 +466,19 @@ func TestJoinedNode(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadConfigOfADirectoryThatDoesNotExist (a walkthrough): a mistyped --data was
+// told to run `meshctl bootstrap` there, which makes a second, unrelated mesh. A
+// directory that does not exist is said so; an empty one is still told how to
+// bootstrap or join.
+func TestLoadConfigOfADirectoryThatDoesNotExist(t *testing.T) {
+	missing := Dir(filepath.Join(t.TempDir(), "cpX"))
+	_, err := missing.LoadConfig()
+	if !errors.Is(err, ErrNoConfig) || !strings.Contains(err.Error(), "does not exist: check the path") || strings.Contains(err.Error(), "bootstrap --data "+string(missing)) {
+		t.Fatalf("a directory that does not exist: %v", err)
+	}
+	empty := Dir(t.TempDir())
+	if _, err := empty.LoadConfig(); !errors.Is(err, ErrNoConfig) || !strings.Contains(err.Error(), "bootstrap --data "+string(empty)) {
+		t.Fatalf("an empty directory: %v", err)
+	}
+}
