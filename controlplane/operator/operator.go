@@ -498,6 +498,13 @@ func (c *Client) call(op, id string, mayRepeat bool, req, res any) error {
 				// (a leader whose log write hung took it up: a review).
 				return fmt.Errorf("%w; an earlier sending of it went unanswered and may still be carried out: look (%s) before running it again", resp.Error, LookAt(op))
 			}
+			if resp.Error.Code == api.CodeNotFound && strings.HasPrefix(resp.Error.Message, "unknown operation") && !strings.Contains(resp.Error.Message, "upgrade") {
+				// A control node older than the operation says no more (newer ones
+				// name their version): during an upgrade in the documented order
+				// the leader is the last upgraded (a walkthrough).
+				return &api.Error{Code: resp.Error.Code, Message: resp.Error.Message + ": the leading control node runs a meshctl older than this one, which does not know " + op +
+					"; nothing was done: upgrade every control node (meshctl control status shows what each runs), or run the meshctl they run"}
+			}
 			if out.sentAgain && !out.mayRepeat && resp.Error.Code == api.CodeBadRequest {
 				// The first sending was checked alike and its answer lost; a
 				// control plane older than the mark refuses it as unknown.

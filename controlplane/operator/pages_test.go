@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,5 +132,31 @@ func TestProgressFollowsWhatIsLeft(t *testing.T) {
 	})
 	if _, err := newClient(nc2, 5*time.Second, 5*time.Second).Progress(api.ProgressRequest{Targets: targets[:3]}); !errors.Is(err, ErrProgressAnswer) {
 		t.Errorf("an answer for none of the targets: %v", err)
+	}
+}
+
+// TestAnOperationAnOlderLeaderDoesNotKnowSaysSo (a walkthrough): during an upgrade
+// in the documented order the leader, upgraded last, runs the older meshctl, and
+// answered `operator add` with "unknown operation operator.add" and nothing more.
+// The answer now says the leading control node is older and what to do; a newer
+// node's own words (naming the upgrade) are kept as they are.
+func TestAnOperationAnOlderLeaderDoesNotKnowSaysSo(t *testing.T) {
+	nc := startBroker(t)
+	serve(t, nc, api.OpOperatorList, func(api.OperatorListRequest) (any, *api.Error) {
+		return nil, &api.Error{Code: api.CodeNotFound, Message: `unknown operation "operator.list"`}
+	})
+	var res api.OperatorListResult
+	err := newClient(nc, 5*time.Second, 5*time.Second).Call(api.OpOperatorList, api.OperatorListRequest{}, &res)
+	var ae *api.Error
+	if !errors.As(err, &ae) || ae.Code != api.CodeNotFound || !strings.Contains(ae.Message, "the leading control node runs a meshctl older than this one") {
+		t.Fatalf("an older leader's unknown operation: %v", err)
+	}
+	nc2 := startBroker(t)
+	const newer = `unknown operation "operator.list": this control node runs meshctl 0.2.0, which does not know it; upgrade the control nodes`
+	serve(t, nc2, api.OpOperatorList, func(api.OperatorListRequest) (any, *api.Error) {
+		return nil, &api.Error{Code: api.CodeNotFound, Message: newer}
+	})
+	if err := newClient(nc2, 5*time.Second, 5*time.Second).Call(api.OpOperatorList, api.OperatorListRequest{}, &res); !errors.As(err, &ae) || ae.Message != newer {
+		t.Fatalf("a newer node's own words: %v", err)
 	}
 }
