@@ -405,10 +405,10 @@ func (a *Agent) Run(ctx context.Context) error {
 			// The mesh's own certificate, out of its validity by this machine's
 			// clock (booted before NTP set it): not a substitution. The dials go
 			// on, and succeed once the clock is right.
-			a.log.Error("this machine's clock is wrong: the mesh's certificate is not valid at its time; nothing is sent until it is set, and the agent keeps trying", "now", a.o.Now().UTC().Format(time.RFC3339), "err", err)
+			a.log.Error("this machine's clock is wrong: the mesh's certificate is not valid at its time; nothing is sent until it is set, and the agent keeps trying", "now", a.o.Now().UTC().Format(time.RFC3339), "broker", brokerOf(err), "err", err)
 			return
 		}
-		a.log.Error("a broker address answered with a certificate that is not the mesh's: refusing it and trying again", "err", err)
+		a.log.Error("a broker address answered with a certificate that is not the mesh's: refusing it and trying again", "broker", brokerOf(err), "err", err)
 	})
 	if err != nil {
 		return err
@@ -1942,4 +1942,13 @@ func outside(stateDir, root string) error {
 		return fmt.Errorf("%w: --state %s is in --root %s, where a declaration could replace the node's keys; choose places apart", ErrStateInRoot, stateDir, root)
 	}
 	return nil
+}
+
+// brokerOf is the broker address a pin refusal names (link.BrokerError), or "".
+func brokerOf(err error) string {
+	var be *link.BrokerError
+	if errors.As(err, &be) {
+		return be.Broker
+	}
+	return ""
 }

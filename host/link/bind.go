@@ -63,6 +63,8 @@ type boundDialer struct {
 	tls     *tls.Config
 	tcp     *net.Dialer
 	timeout time.Duration
+	// refused hears of each broker the pin check refuses (Login.Refused).
+	refused func(error)
 
 	mu   sync.Mutex
 	last *tls.Conn
@@ -83,6 +85,11 @@ func (d *boundDialer) Dial(network, address string) (net.Conn, error) {
 	c := tls.Client(raw, d.tls)
 	if err := c.HandshakeContext(ctx); err != nil {
 		raw.Close()
+		if d.refused != nil && (IsSubstituted(err) || IsClock(err)) {
+			// Told here, where the address is known: nats.go reports a
+			// reconnection's failure to no handler.
+			d.refused(&BrokerError{Broker: address, Err: err})
+		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			// The connection opened, so the address answers: what stalls is the
 			// broker, or its certificates (the handshake's large packets) on the way.

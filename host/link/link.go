@@ -7,7 +7,6 @@ package link
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"strings"
@@ -46,21 +45,11 @@ type Login struct {
 // Dialer's settings, so that the kernel watches the long-lived ones (Liveness).
 func (l Login) Options() []nats.Option {
 	cfg := pintls.Config(l.Pin, l.Now)
-	if l.Refused != nil {
-		verify, refused := cfg.VerifyConnection, l.Refused
-		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-			err := verify(cs)
-			if err != nil {
-				refused(err)
-			}
-			return err
-		}
-	}
 	timeout := l.Timeout
 	if timeout <= 0 {
 		timeout = DialTimeout
 	}
-	d := &boundDialer{ctx: l.Context, tls: cfg, tcp: Dialer(), timeout: timeout}
+	d := &boundDialer{ctx: l.Context, tls: cfg, tcp: Dialer(), timeout: timeout, refused: l.Refused}
 	// The brokers a host dials are those of its token, its identity and the signed
 	// membership (the agent sets its pool from it): addresses a broker's INFO lists
 	// are signed by nobody, and a relay holding a leaf of the mesh CA (decision
@@ -106,6 +95,17 @@ func PinOf(id identity.Identity) ([32]byte, error) {
 	copy(pin[:], b)
 	return pin, nil
 }
+
+// BrokerError is what Login.Refused hears: the pin check of the broker at Broker
+// (ip:port, as dialled) refused it, Err says why. An operator told "check what
+// listens there" needs the address (a walkthrough: the agent's log had none).
+type BrokerError struct {
+	Broker string
+	Err    error
+}
+
+func (e *BrokerError) Error() string { return e.Broker + ": " + e.Err.Error() }
+func (e *BrokerError) Unwrap() error { return e.Err }
 
 // IsSubstituted reports whether a connection failed because the broker's chain does
 // not reach the pinned CA (nats.go wraps the handshake's error).

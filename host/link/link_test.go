@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"errors"
 	"math/big"
 	"net"
 	"testing"
@@ -56,6 +57,12 @@ func TestSubstitutedIsAnError(t *testing.T) {
 	_, err = nats.Connect(URLs([]string{ln.Addr().String()}), append(Login{Pin: pin, PublicKey: "UNODE", Sign: sign, Refused: func(err error) { told = append(told, err) }}.Options(), nats.Timeout(2*time.Second), nats.NoReconnect())...)
 	if !IsSubstituted(err) || len(told) != 1 || !IsSubstituted(told[0]) {
 		t.Fatalf("connect with a watcher: %v; the watcher heard %v, want one error matching pintls.ErrSubstituted", err, told)
+	}
+	// Naming the address it dialled: "check what listens there" needs it (a
+	// walkthrough: the agent's log had none).
+	var be *BrokerError
+	if !errors.As(told[0], &be) || be.Broker != ln.Addr().String() {
+		t.Fatalf("the watcher heard %v, want the broker %s named", told[0], ln.Addr())
 	}
 	_ = pintls.ErrSubstituted
 }
