@@ -8,6 +8,7 @@ package operatorcreds
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -125,15 +126,42 @@ func Issue(dir datadir.Dir, o Options) (Issued, error) {
 			// A control plane from before renewals decodes requests strictly.
 			return Issued{}, &api.Error{Code: api.CodeOlderControlNode, Message: "the control plane is older than renewals (--renew): nothing was recorded; upgrade every control node first"}
 		}
-		if errors.Is(err, operator.ErrNoAnswer) || errors.Is(err, operator.ErrConnectionLost) {
+		if mayBeRecorded(err) {
 			// The record may have committed, and the seed goes with this process:
 			// a renewal's record nobody holds kept the name at its two valid
 			// credentials, and the refusal of the next said to revoke the older,
-			// the one in use (a review). Named here, it is revoked alone.
-			return Issued{}, fmt.Errorf("%w\nthe mesh may have recorded these credentials (key %s) before the answer was lost, and nobody holds their seed: if meshctl operator list shows that key, revoke it (meshctl operator revoke %s --key %s), then run this again",
-				err, userPub, o.Name, userPub)
+			// the one in use (a review). Named here, it is revoked alone (a
+			// plain add's, by name: the only valid ones then, and --key needs
+			// rules 14).
+			revoke := "meshctl operator revoke " + o.Name
+			if o.Renew {
+				revoke += " --key " + userPub
+			}
+			return Issued{}, fmt.Errorf("%w\nthe mesh may have recorded these credentials (key %s), and nobody holds their seed: if meshctl operator list shows that key, revoke them (%s), then run this again",
+				err, userPub, revoke)
 		}
 		return Issued{}, err
 	}
 	return Issued{Creds: creds, Record: res.Operator}, nil
+}
+
+// mayBeRecorded reports whether an operator.add that failed may have been
+// committed all the same: no answer, a connection lost, or an
+// answer saying the change may still be (or was) carried out; not a refusal,
+// which records nothing.
+func mayBeRecorded(err error) bool {
+	if errors.Is(err, operator.ErrNoAnswer) || errors.Is(err, operator.ErrConnectionLost) {
+		return true
+	}
+	var ae *api.Error
+	if !errors.As(err, &ae) {
+		return false
+	}
+	switch ae.Code {
+	case api.CodeInternal, api.CodeTooLarge:
+		return true // carried out, its answer not written
+	case api.CodeUnavailable:
+		return strings.Contains(ae.Message, "may still be carried out")
+	}
+	return false
 }

@@ -291,7 +291,7 @@ func printOperators(w io.Writer, ops []api.OperatorView) {
 		if o.IssuedBy != "" {
 			by = api.TerminalText(o.IssuedBy)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s…\t%s\n", api.TerminalText(o.Name), o.State, o.IssuedAt.UTC().Format(time.RFC3339),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s…\t%s\n", api.TerminalText(o.Name), api.TerminalText(o.State), o.IssuedAt.UTC().Format(time.RFC3339),
 			o.Expires.UTC().Format(time.RFC3339), revoked, keyPrefix(o.Key), by)
 	}
 	tw.Flush()

@@ -217,6 +217,11 @@ func backupFlags(c *cobra.Command, data, dir string, every time.Duration, keep i
 	if err := checkDuration("backup-every", every, backup.MinEvery, backup.MaxEvery, backup.DefaultEvery); err != nil {
 		return nil, err
 	}
+	if every%time.Second != 0 {
+		// Backups are named to the second, and kept one per interval by those
+		// names: two an interval of 1m0.5s apart could share one (a review).
+		return nil, usagef("--backup-every %s: give whole seconds (backups are named, and kept, by the second)", every)
+	}
 	if keep < 1 {
 		return nil, usagef("--backup-keep %d: keep at least 1 backup (the default is %d)", keep, backup.DefaultKeep)
 	}

@@ -86,7 +86,7 @@ func TestDayDuration(t *testing.T) {
 // the CA pin writes: printed raw, its escape sequences reached the terminal.
 func TestOperatorListingsEscapeWhatTheAnswerSays(t *testing.T) {
 	var out strings.Builder
-	printOperators(&out, []api.OperatorView{{Name: "a\x1b[2J", Key: "U\x1b]0;x\x07AAAAAAAAAAAAAAAA", State: "valid", IssuedBy: "cp-1\x1b[1m"}})
+	printOperators(&out, []api.OperatorView{{Name: "a\x1b[2J", Key: "U\x1b]0;x\x07AAAAAAAAAAAAAAAA", State: "valid\x1b[5m", IssuedBy: "cp-1\x1b[1m"}})
 	if strings.ContainsRune(out.String(), 0x1b) || strings.ContainsRune(out.String(), 0x07) {
 		t.Fatalf("the listing holds control bytes: %q", out.String())
 	}
