@@ -64,6 +64,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--data", dir, "--backup-dir", filepath.Join(dir, "b"), "--backup-every", "30s"}, "--backup-every 30s: must be between 1m0s and 168h0m0s (the default is 1h0m0s)"},
 		{[]string{"serve", "--data", dir, "--backup-dir", filepath.Join(dir, "b"), "--backup-every", "0"}, "--backup-every 0s: must be between 1m0s and 168h0m0s"},
 		{[]string{"serve", "--data", dir, "--backup-dir", filepath.Join(dir, "b"), "--backup-every", "1000h"}, "--backup-every 1000h0m0s: must be between 1m0s and 168h0m0s"},
+		{[]string{"serve", "--data", dir, "--backup-dir", filepath.Join(dir, "b"), "--backup-every", "1m0.5s"}, "--backup-every 1m0.5s: give whole seconds"},
 		{[]string{"serve", "--data", dir, "--backup-dir", filepath.Join(dir, "b"), "--backup-keep", "0"}, "--backup-keep 0: keep at least 1 backup (the default is 24)"},
 		{[]string{"serve", "--data", dir, "--backup-dir", filepath.Join(dir, "b"), "--backup-keep", "-3"}, "--backup-keep -3: keep at least 1 backup"},
 		{[]string{"serve", "--data", dir, "--backup-keep", "5"}, "--backup-keep takes effect only with --backup-dir"},
