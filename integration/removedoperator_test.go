@@ -79,5 +79,11 @@ func TestAnOperatorConnectionOfARemovedControlNodeIsClosed(t *testing.T) {
 	if r.Code != 4 || !strings.Contains(r.Stderr, "may only read") {
 		t.Errorf("a token minted with cp-2's credentials after its removal: exit %d, want 4 saying they may only read:\n%s", r.Code, r.Combined())
 	}
+	// control status asks every control node, which they may not: said so, exit
+	// 4 (it was exit 1, "they are not an operator's": a walkthrough).
+	r = harness.Run(t, "", nil, bin.Meshctl, "control", "status", "--data", cp2.Dir, "--servers", cp1.Listen)
+	if r.Code != 4 || !strings.Contains(r.Stderr, "may only read") || !strings.Contains(r.Stderr, "meshctl nodes") {
+		t.Errorf("control status with cp-2's credentials after its removal: exit %d, want 4 saying they may only read:\n%s", r.Code, r.Combined())
+	}
 	cp2.Process().Wait(30 * time.Second)
 }

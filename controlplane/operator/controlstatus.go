@@ -66,7 +66,11 @@ func (c *Client) ControlStatus(wait time.Duration) ([]api.ControlStatus, error) 
 		answers[s.Node] = s
 	}
 	if c.denied.has(api.ControlStatusSubject) {
-		return nil, fmt.Errorf("the broker refused these credentials the request on %s: they are not an operator's", api.ControlStatusSubject)
+		// Only an active operator's credentials reach every control node's own
+		// view: a removed control node's read through the leader alone (exit 4,
+		// as their changes; it was exit 1, in words that named no way out: a
+		// walkthrough).
+		return nil, fmt.Errorf("%w (control status asks every control node, on %s, which they may not); meshctl nodes with these credentials reads the leader's view", ErrReadOnly, api.ControlStatusSubject)
 	}
 	if len(answers) == 0 {
 		if len(problems) > 0 {
