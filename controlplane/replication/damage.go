@@ -349,7 +349,7 @@ func checkStores(dir string, store *raftboltdb.BoltStore, open func(id string) (
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true)) // as in openBolt
 	defer func() {
 		if p := recover(); p != nil {
-			found, err = storesFound{}, &DamageError{File: path, Problem: "is corrupt or cut short", Err: fmt.Errorf("%v", p)}
+			found, err = storesFound{}, readPanic(path, p)
 		}
 	}()
 	snaps, err := snapshotDirs(dir)
@@ -452,4 +452,15 @@ func checkEntry(store *raftboltdb.BoltStore, path string, i, first, last, restor
 		return &DamageError{File: path, Problem: fmt.Sprintf("holds entry %d under index %d", l.Index, i)}
 	}
 	return nil
+}
+
+// readPanic is the damage a panic reading raft.db at path says: bbolt's own words
+// for a garbled page, and for a runtime error (a nil pointer: a bbolt file without
+// Raft's buckets, restored from the wrong place), what the file is not, never the
+// runtime's words, which read like a crash (a walkthrough).
+func readPanic(path string, p any) error {
+	if _, ok := p.(runtime.Error); ok {
+		return &DamageError{File: path, Problem: "cannot be read as a Raft log: it is corrupt, cut short, or a file of something else (a bbolt file holding no Raft log)"}
+	}
+	return &DamageError{File: path, Problem: "is corrupt or cut short", Err: fmt.Errorf("%v", p)}
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -374,4 +375,27 @@ func TestTornFreelistIsRefused(t *testing.T) {
 	if strings.Contains(err.Error(), "runtime error") {
 		t.Fatalf("the error quotes a recovered panic: %v", err)
 	}
+}
+
+// TestABoltFileWithoutARaftLogIsSaidSo (a walkthrough): a raft.db that is a bbolt
+// file holding none of Raft's buckets (a file restored from the wrong place) was
+// refused as "corrupt or cut short: runtime error: invalid memory address or nil
+// pointer dereference", read like a crash. It is damage, said in words.
+func TestABoltFileWithoutARaftLogIsSaidSo(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "snapshots", "1-5-1700000000000"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bbolt.Open(raftDBPath(dir), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Inspect(dir, "cp-1", func() raft.FSM { return &probeFSM{} }, time.Second)
+	if !errors.Is(err, ErrDamaged) || strings.Contains(err.Error(), "runtime error") || strings.Contains(err.Error(), "nil pointer") {
+		t.Fatalf("a bbolt file without a Raft log: %v", err)
+	}
+	t.Log(err)
 }

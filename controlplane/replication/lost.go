@@ -2,7 +2,6 @@ package replication
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"runtime/debug"
@@ -54,7 +53,7 @@ func checkNotEmpty(dir string, store *raftboltdb.BoltStore) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
-			err = &DamageError{File: raftDBPath(dir), Problem: "is corrupt or cut short", Err: fmt.Errorf("%v", p)}
+			err = readPanic(raftDBPath(dir), p)
 		}
 	}()
 	if snaps, err := snapshotDirs(dir); err != nil || len(snaps) > 0 {
