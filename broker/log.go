@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -57,10 +58,27 @@ func (l *natsLog) Warnf(format string, v ...any) {
 }
 func (l *natsLog) Errorf(format string, v ...any) {
 	level := slog.LevelError
-	if format == routeDialFormat {
+	if format == routeDialFormat || peerHungUp(format, v) {
 		level = slog.LevelWarn
 	}
 	l.emit(level, format, v)
+}
+
+// flushFormat ends nats-server's line for a write to a route (or another
+// non-client connection) that failed, prefixed with the connection's name.
+const flushFormat = "Error flushing: %v"
+
+// peerHungUp reports whether format and v are nats-server's line for a write that
+// failed because the peer closed the connection first (broken pipe, reset): a
+// route closed as a control node joins (two routes between the same nodes, one
+// closed), is removed or restarts, an ordinary day (a walkthrough met it at every
+// join). Other write errors stay errors.
+func peerHungUp(format string, v []any) bool {
+	if !strings.HasSuffix(format, flushFormat) || len(v) == 0 {
+		return false
+	}
+	err, ok := v[len(v)-1].(error)
+	return ok && (errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET))
 }
 
 // routeDialFormat is nats-server's line for a route to another control node it

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -415,5 +418,27 @@ func TestMatchedTextsAreNATSServers(t *testing.T) {
 		if !signals[sig] {
 			t.Errorf("load signal %q is in no line of nats-server this test knows: add the line it matches", sig)
 		}
+	}
+}
+
+// TestARouteThePeerClosedIsAWarning (a walkthrough): a route's write that failed
+// because the other control node closed it first (a join closes one of two routes
+// between the same nodes; a removal, a restart) was an ERROR at every join. A
+// broken pipe or a reset is a warning; another write error stays an error.
+func TestARouteThePeerClosedIsAWarning(t *testing.T) {
+	var out bytes.Buffer
+	l := newNATSLog(slog.New(slog.NewJSONHandler(&out, nil)), nil)
+	hungUp := &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}
+	reset := &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.ECONNRESET)}
+	other := &net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EIO)}
+	l.Errorf("127.0.0.1:40738 - rid:37 - Error flushing: %v", hungUp)
+	l.Errorf("127.0.0.1:40739 - rid:38 - Error flushing: %v", reset)
+	l.Errorf("127.0.0.1:40740 - rid:39 - Error flushing: %v", other)
+	var levels []string
+	for _, r := range jsonRecords(t, &out) {
+		levels = append(levels, fmt.Sprint(r["level"]))
+	}
+	if want := []string{"WARN", "WARN", "ERROR"}; !slices.Equal(levels, want) {
+		t.Fatalf("levels %v, want %v:\n%s", levels, want, out.String())
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -137,8 +138,24 @@ func nothingNewToSnapshot(msg string, args []any) bool {
 	return false
 }
 
+// peerHungUp reports whether msg and args are Raft's line for an answer it could not
+// send because the peer closed the connection first (broken pipe, reset): a member
+// removed, or restarted, as an RPC to it was under way, an ordinary day (a
+// walkthrough met it at every control remove).
+func peerHungUp(msg string, args []any) bool {
+	if msg != "failed to flush response" {
+		return false
+	}
+	for i := 0; i+1 < len(args); i += 2 {
+		if err, ok := args[i+1].(error); ok && args[i] == "error" && (errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)) {
+			return true
+		}
+	}
+	return false
+}
+
 func (l *slogger) Log(level hclog.Level, msg string, args ...any) {
-	if level == hclog.Error && peerUnreachable(msg) {
+	if level == hclog.Error && (peerUnreachable(msg) || peerHungUp(msg, args)) {
 		level = hclog.Warn
 	}
 	if level == hclog.Error && nothingNewToSnapshot(msg, args) {

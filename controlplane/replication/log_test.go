@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -305,5 +307,31 @@ func TestNothingNewToSnapshotIsNotAnError(t *testing.T) {
 	}
 	if src := raftSource(t); !strings.Contains(src, `r.logger.Error("failed to take snapshot", "error", err)`) || !strings.Contains(src, `req.respond(ErrNothingNewToSnapshot)`) {
 		t.Error("hashicorp/raft no longer logs a snapshot not taken as it did: update nothingNewToSnapshot")
+	}
+}
+
+// TestAPeerThatHungUpIsAWarning (a walkthrough): Raft's answer it could not send
+// because the peer closed the connection first (a member removed or restarted as
+// an RPC was under way) was an ERROR at every control remove. A broken pipe or a
+// reset is a warning; any other failure to send stays an error. The line is checked
+// against hashicorp/raft's source.
+func TestAPeerThatHungUpIsAWarning(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}, "WARN"},
+		{&net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.ECONNRESET)}, "WARN"},
+		{errors.New("tls: use of closed connection"), "ERROR"},
+	} {
+		var out bytes.Buffer
+		l := newSlogger(jsonLogger(&out, slog.LevelInfo), "raft", hclog.Info, logging.NewLimiter(10*time.Second, time.Now))
+		l.Error("failed to flush response", "error", tc.err)
+		if recs := records(t, &out); len(recs) != 1 || recs[0]["level"] != tc.want {
+			t.Errorf("%v: %v, want one %s line", tc.err, recs, tc.want)
+		}
+	}
+	if src := raftSource(t); !strings.Contains(src, `n.logger.Error("failed to flush response", "error", err)`) {
+		t.Error("hashicorp/raft no longer logs an answer it could not send as it did: update peerHungUp")
 	}
 }
