@@ -87,7 +87,10 @@ func knownBrokerRefusals() []string {
 	for _, r := range append(authn.Refusals(), broker.Refusals()...) {
 		out = append(out, r.Code)
 	}
-	return out
+	// A refusal that gave no code, and an authentication that failed: counted
+	// too, and exported at 0 with the others, so that an alert on their first
+	// increase sees it (a walkthrough).
+	return append(out, broker.CodeRefused, broker.CodeNotRefusal)
 }
 
 // Kinds of mesh_control_enrolments_total.
