@@ -56,7 +56,10 @@ func privateOutput(w io.Writer) (tokenOutput, error) {
 		return out, nil
 	}
 	if uid, ok := datadir.FileOwner(fi); ok && uid != os.Geteuid() && (fi.Mode().IsRegular() || fi.Mode()&fs.ModeNamedPipe != 0) {
-		return out, fmt.Errorf("%w: stdout is a %s another user owns (uid %d), who could read the token in it; no token was minted: write it to a file of your own (remove that one first), or through a pipe",
+		// A pipe another user's shell made (`runuser -u meshctl -- meshctl token |
+		// cat` from root's) is refused as theirs: not "through a pipe" as the
+		// way out (a walkthrough).
+		return out, fmt.Errorf("%w: stdout is a %s another user owns (uid %d), who could read the token in it; no token was minted: write it with --out FILE, a file of this user's (mode 0600), or to a file or pipe this user made",
 			errOutputExposed, fileKind(fi), uid)
 	}
 	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 == 0 {
@@ -111,7 +114,7 @@ func privateOutput(w io.Writer) (tokenOutput, error) {
 
 func fileKind(fi fs.FileInfo) string {
 	if fi.Mode()&fs.ModeNamedPipe != 0 {
-		return "named pipe (FIFO)"
+		return "pipe or FIFO" // Go's mode says the same for both
 	}
 	return "file"
 }
