@@ -87,13 +87,22 @@ func TestTokenCancelLeavesATokenMintedSince(t *testing.T) {
 	// A token minted again without the labels of the one it replaces says so, with
 	// or without --out (a walkthrough: its machine enrolled without them).
 	cp.Token("db-2", "--label", "tier=db", "--label", "env=prod")
-	if r := cp.Ctl("token", "--node", "db-2", "--replace", "--label", "env=prod"); r.Code != 0 ||
-		!strings.Contains(r.Stderr, "warning: the cancelled token gave db-2 labels this one does not: --label tier=db;") {
+	r = cp.Ctl("token", "--node", "db-2", "--replace", "--label", "env=prod")
+	if r.Code != 0 || !strings.Contains(r.Stderr, "warning: the cancelled token gave db-2 labels this one does not: --label tier=db;") ||
+		!strings.Contains(r.Stderr, "meshctl token --node db-2 --replace --label env=prod --label tier=db") {
 		t.Fatalf("token --replace without a label of the token it replaces (exit %d):\n%s", r.Code, r.Combined())
 	}
+	// As the warning says: no warning then.
+	if r := cp.Ctl("token", "--node", "db-2", "--replace", "--label", "env=prod", "--label", "tier=db"); r.Code != 0 || strings.Contains(r.Stderr, "warning") {
+		t.Fatalf("token --replace as the warning said (exit %d):\n%s", r.Code, r.Combined())
+	}
 	out := filepath.Join(t.TempDir(), "db-2.txt")
-	if r := cp.Ctl("token", "--node", "db-2", "--replace", "--out", out); r.Code != 0 ||
-		!strings.Contains(r.Stderr, "labels this one does not: --label env=prod;") {
+	r = cp.Ctl("token", "--node", "db-2", "--replace", "--label", "env=prod", "--label", "tier=db", "--out", out)
+	if r.Code != 0 || strings.Contains(r.Stderr, "warning") || strings.Count(r.Stderr, "cancelled token") != 1 {
+		t.Fatalf("token --replace --out with the labels of the token it replaces (exit %d): want one cancelled line, no warning:\n%s", r.Code, r.Combined())
+	}
+	if r := cp.Ctl("token", "--node", "db-2", "--replace", "--out", filepath.Join(t.TempDir(), "db-2b.txt")); r.Code != 0 ||
+		!strings.Contains(r.Stderr, "labels this one does not: --label env=prod --label tier=db;") {
 		t.Fatalf("token --replace --out without the labels of the token it replaces (exit %d):\n%s", r.Code, r.Combined())
 	}
 }

@@ -139,11 +139,12 @@ func nothingNewToSnapshot(msg string, args []any) bool {
 }
 
 // peerHungUp reports whether msg and args are Raft's line for an answer it could not
-// send because the peer closed the connection first (broken pipe, reset): a member
+// send, or a request it could not read, because the peer closed the connection
+// first (broken pipe, reset): a member
 // removed, or restarted, as an RPC to it was under way, an ordinary day (a
 // walkthrough met it at every control remove).
 func peerHungUp(msg string, args []any) bool {
-	if msg != "failed to flush response" {
+	if msg != "failed to flush response" && msg != "failed to decode incoming command" {
 		return false
 	}
 	for i := 0; i+1 < len(args); i += 2 {

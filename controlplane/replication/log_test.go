@@ -327,11 +327,13 @@ func TestAPeerThatHungUpIsAWarning(t *testing.T) {
 		var out bytes.Buffer
 		l := newSlogger(jsonLogger(&out, slog.LevelInfo), "raft", hclog.Info, logging.NewLimiter(10*time.Second, time.Now))
 		l.Error("failed to flush response", "error", tc.err)
-		if recs := records(t, &out); len(recs) != 1 || recs[0]["level"] != tc.want {
-			t.Errorf("%v: %v, want one %s line", tc.err, recs, tc.want)
+		l.Error("failed to decode incoming command", "error", tc.err)
+		if recs := records(t, &out); len(recs) != 2 || recs[0]["level"] != tc.want || recs[1]["level"] != tc.want {
+			t.Errorf("%v: %v, want two %s lines", tc.err, recs, tc.want)
 		}
 	}
-	if src := raftSource(t); !strings.Contains(src, `n.logger.Error("failed to flush response", "error", err)`) {
+	if src := raftSource(t); !strings.Contains(src, `n.logger.Error("failed to flush response", "error", err)`) ||
+		!strings.Contains(src, `n.logger.Error("failed to decode incoming command", "error", err)`) {
 		t.Error("hashicorp/raft no longer logs an answer it could not send as it did: update peerHungUp")
 	}
 }

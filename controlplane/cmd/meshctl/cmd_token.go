@@ -170,8 +170,10 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 				// comes once the file is written.
 				show := func(tok tokenfmt.Token, rep []api.TokenView) error {
 					if outFile != "" {
+						// The file holds the token alone; the tokens it replaced
+						// are told once it is written (reportOut), once.
 						minted, replaced = &tok, rep
-						return printToken(cio, tok, nil, false, rep)
+						return printToken(cio, tok, nil, false, nil)
 					}
 					return printToken(cio, tok, labels, asJSON, rep)
 				}
@@ -281,16 +283,25 @@ func reportOut(cio *cliIO, tok tokenfmt.Token, labels map[string]string, name st
 func tellReplaced(cio *cliIO, replaced []api.TokenView, labels map[string]string) {
 	for _, t := range replaced {
 		fmt.Fprintf(cio.stderr, "cancelled token %s of %s (minted %s): it admits nothing from now on\n", t.ID, t.Node, t.CreatedAt.UTC().Format(time.RFC3339))
-		var lost []string
+		var lost, all []string
 		for k, v := range t.Labels {
 			if w, ok := labels[k]; !ok || w != v {
 				lost = append(lost, "--label "+api.TerminalText(k+"="+v))
+				if !ok {
+					all = append(all, "--label "+api.TerminalText(k+"="+v))
+				}
 			}
 		}
 		if len(lost) > 0 {
+			// The command given keeps the labels given now too: run as said, it
+			// warns no more (a review).
+			for k, v := range labels {
+				all = append(all, "--label "+api.TerminalText(k+"="+v))
+			}
 			slices.Sort(lost)
+			slices.Sort(all)
 			fmt.Fprintf(cio.stderr, "warning: the cancelled token gave %s labels this one does not: %s; to give them, mint again: meshctl token --node %s --replace %s\n",
-				t.Node, strings.Join(lost, " "), t.Node, strings.Join(lost, " "))
+				t.Node, strings.Join(lost, " "), t.Node, strings.Join(all, " "))
 		}
 	}
 }
