@@ -285,8 +285,16 @@ func (d *Daemon) judgeSigner(key, signed string) (by string, err error) {
 		// A change under this lock whose commit was left pending (a log write
 		// that did not return) may be a revocation: applied after the judgement
 		// below, it would let a change it should refuse commit after it (a
-		// review). Everything before now is applied first, or nothing is done.
-		if berr := d.raft.Barrier(commitTimeout); berr != nil {
+		// review). Everything before now is applied first, or nothing is done;
+		// the wait is bounded as a commit's (a review: raft's timeout bounds only
+		// the barrier's queueing).
+		var berr error
+		if why := d.noWritableQuorum(d.now()); why != "" {
+			berr = errors.New(why)
+		} else {
+			berr = d.raft.BarrierWithin(commitTimeout)
+		}
+		if berr != nil {
 			return signed, errors.Join(errNotDone, &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf(
 				"an earlier change on control node %s is not committed yet (%v): nothing was done; run it again once meshctl control status shows its log can be written", d.cfg.Node, berr)})
 		}

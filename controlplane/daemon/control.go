@@ -895,35 +895,90 @@ func (d *Daemon) spreadConfiguration(now time.Time) {
 	if own == "" || err != nil {
 		return
 	}
-	applied := d.raft.AppliedIndex()
-	var stale []string
-	for _, m := range members {
-		if m.ID == d.cfg.Node {
-			continue
-		}
-		hb, at, heard := d.ctl.last(m.ID)
-		if !heard || hb.RaftConfig == "" || now.Sub(at) > 3*HeartbeatInterval || hb.RaftConfig == own || !d.ctl.caughtUp(m.ID, applied) {
-			delete(d.configApart, m.ID)
-			continue
-		}
-		since, ok := d.configApart[m.ID]
-		if !ok {
-			d.configApart[m.ID] = now
-			continue
-		}
-		if now.Sub(since) >= configStaleAfter {
-			stale = append(stale, m.ID+" ("+hb.RaftConfig+")")
-		}
+	// Who was seen apart is forgotten when this node's configuration or term
+	// changes: a member apart from an earlier one, or from another leader, is not
+	// apart from this one (a review).
+	if key := fmt.Sprintf("%s#%d", own, d.raft.Status().Term); key != d.configApartKey {
+		clear(d.configApart)
+		d.configApartKey = key
 	}
+	applied := d.raft.AppliedIndex()
+	ids := make([]string, 0, len(members))
+	for _, m := range members {
+		ids = append(ids, m.ID)
+	}
+	stale, newer := configsApart(configView{self: d.cfg.Node, own: own, now: now, members: ids, apart: d.configApart,
+		last:     d.ctl.last,
+		caughtUp: func(id string) bool { return d.ctl.caughtUp(id, applied) },
+		alive:    func(id string) bool { return d.ctl.alive(id, now) }})
 	if len(stale) == 0 || now.Sub(d.configSpread) < configSpreadEvery {
 		return
 	}
 	d.configSpread = now
+	if len(newer) > 0 {
+		d.log.Warn("control nodes hold another Raft configuration than the leader's, listing control nodes that serve and that the leader's leaves out: the leader's may be the stale one, and is not appended again; restart this control node's serve (it reads its configuration again from its log), and another leads meanwhile",
+			"nodes", strings.Join(stale, "; "), "serving_not_in_leader_configuration", strings.Join(newer, ","), "leader_configuration", own)
+		return
+	}
 	d.log.Warn("control nodes hold another Raft configuration than the leader's, though they follow its log (a snapshot installed over newer entries, or a recovery's peers file not given to them): the leader appends its configuration again for them to take",
 		"nodes", strings.Join(stale, "; "), "leader_configuration", own)
 	if err := d.raft.SpreadConfiguration(commitTimeout); err != nil {
 		d.log.Warn("the Raft configuration was not appended again; the leader tries again", "err", err)
 	}
+}
+
+// configView is what configsApart judges: this leader (self), the configuration it
+// holds (own, replication.Node.ConfigurationText), the members of it, their last
+// heartbeats, and when each was first seen apart (updated in place).
+type configView struct {
+	self, own string
+	now       time.Time
+	members   []string
+	apart     map[string]time.Time
+	last      func(id string) (api.ControlHeartbeat, time.Time, bool)
+	caughtUp  func(id string) bool
+	alive     func(id string) bool
+}
+
+// configsApart returns the members that have held another configuration than the
+// leader's for configStaleAfter while they follow it, caught up (stale: each with
+// its configuration), and the control nodes that serve which their configurations
+// list and the leader's leaves out (newer: the stale one may be the leader's).
+func configsApart(v configView) (stale, newer []string) {
+	ownIDs := replication.ConfigurationIDs(v.own)
+	for _, id := range v.members {
+		if id == v.self {
+			continue
+		}
+		hb, at, heard := v.last(id)
+		// Judged only when it follows this leader, caught up, in this version's
+		// words: one cut from Raft is told nothing by an entry it does not get.
+		if !heard || v.now.Sub(at) > 3*HeartbeatInterval || hb.RaftConfig == v.own || hb.Leader != v.self ||
+			replication.ConfigurationIDs(hb.RaftConfig) == nil || !v.caughtUp(id) {
+			delete(v.apart, id)
+			continue
+		}
+		since, ok := v.apart[id]
+		if !ok {
+			v.apart[id] = v.now
+			continue
+		}
+		if v.now.Sub(since) < configStaleAfter {
+			continue
+		}
+		stale = append(stale, id+" ("+hb.RaftConfig+")")
+		// A control node the member's configuration lists, and this leader's
+		// does not, that serves: the stale configuration may be this leader's
+		// (hashicorp/raft keeps an installed snapshot's until the next entry or
+		// a restart), and appending it would drop that node from Raft (a review).
+		for _, other := range replication.ConfigurationIDs(hb.RaftConfig) {
+			if !slices.Contains(ownIDs, other) && other != v.self && !slices.Contains(newer, other) && v.alive(other) {
+				newer = append(newer, other)
+			}
+		}
+	}
+	slices.Sort(newer)
+	return stale, newer
 }
 
 // promoteServing is the leader's autopilot: it promotes the nonvoters that serve (a

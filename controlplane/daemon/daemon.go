@@ -209,8 +209,9 @@ type Daemon struct {
 	// configApart is when each member was first seen holding another Raft
 	// configuration than the leader's, configSpread when the leader last appended
 	// its own again (spreadConfiguration; under adminMu).
-	configApart  map[string]time.Time
-	configSpread time.Time
+	configApart    map[string]time.Time
+	configApartKey string // the configuration and term configApart was seen against
+	configSpread   time.Time
 	// sent remembers the requests whose declarations this node sent (declaredAlready).
 	sent sentRequests
 	// keysMu serialises syncKeys: the leader's handler and the effects actor may

@@ -161,7 +161,9 @@ func mayBeRecorded(err error) bool {
 	case api.CodeInternal, api.CodeTooLarge:
 		return true // carried out, its answer not written
 	case api.CodeUnavailable:
-		return strings.Contains(ae.Message, "may still be carried out")
+		// A commit left pending, or leadership lost after the entry was
+		// appended: either may still commit (a review).
+		return strings.Contains(ae.Message, "may still be carried out") || strings.Contains(ae.Message, "leadership changed during the request")
 	}
 	return false
 }

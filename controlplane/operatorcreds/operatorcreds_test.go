@@ -21,6 +21,7 @@ func TestMayBeRecorded(t *testing.T) {
 		{fmt.Errorf("call: %w", operator.ErrConnectionLost), true},
 		{&api.Error{Code: api.CodeInternal, Message: "the change was carried out, but its answer could not be written"}, true},
 		{&api.Error{Code: api.CodeUnavailable, Message: "control node cp-1 took the change up but could not commit it (x): it may still be carried out: look"}, true},
+		{&api.Error{Code: api.CodeUnavailable, Message: "leadership changed during the request; run it again"}, true},
 		{&api.Error{Code: api.CodeUnavailable, Message: "nothing can be committed now, and nothing was"}, false},
 		{&api.Error{Code: api.CodeOperatorExists, Message: "valid credentials"}, false},
 		{&api.Error{Code: api.CodeBadRequest, Message: "no"}, false},

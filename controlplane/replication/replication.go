@@ -501,6 +501,17 @@ func (n *Node) Barrier(timeout time.Duration) error {
 	return err
 }
 
+// BarrierWithin is Barrier waited for at most a fifth more than timeout, as Apply's
+// commit is (ErrCommitPending past it): raft's own timeout bounds only the
+// barrier's queueing, and a log write that never returns held the caller for good.
+func (n *Node) BarrierWithin(timeout time.Duration) error {
+	err := settled(n.raft.Barrier(timeout), timeout+timeout/5)
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	return err
+}
+
 // ApplyIndex is Apply for commands whose log index matters (probe entries).
 func (n *Node) ApplyIndex(c state.Command, timeout time.Duration) (uint64, error) {
 	res, index, err := n.apply(c, timeout)
@@ -653,7 +664,26 @@ func (n *Node) ConfigurationText() string {
 		servers = append(servers, string(s.ID)+"@"+string(s.Address)+":"+vote)
 	}
 	slices.Sort(servers)
-	return strings.Join(servers, ",")
+	return ConfigurationTextFormat + strings.Join(servers, ",")
+}
+
+// ConfigurationTextFormat begins ConfigurationText: a leader compares only texts
+// of its own format, so that another version's members are never judged apart.
+const ConfigurationTextFormat = "1|"
+
+// ConfigurationIDs are the server ids a ConfigurationText of this format lists
+// (nil for another format).
+func ConfigurationIDs(text string) []string {
+	rest, ok := strings.CutPrefix(text, ConfigurationTextFormat)
+	if !ok || rest == "" {
+		return nil
+	}
+	var ids []string
+	for _, s := range strings.Split(rest, ",") {
+		id, _, _ := strings.Cut(s, "@")
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // SpreadConfiguration appends the leader's Raft configuration to the log again,

@@ -132,7 +132,7 @@ A control node's own admin.creds is not among them: it lasts as long as its node
 						return writeJSON(cio.stdout, res)
 					}
 					for _, o := range res.Revoked {
-						fmt.Fprintf(cio.stdout, "revoked %s (key %s…) at %s: each control node refuses it at login, and closes its open connections, as it applies the revocation (within a second)\n",
+						fmt.Fprintf(cio.stdout, "revoked %s (key %s…) at %s: each control node refuses it at login, and closes its open connections, as it applies the revocation (within a heartbeat, on a node that follows the leader)\n",
 							api.TerminalText(o.Name), keyPrefix(o.Key), o.RevokedAt.UTC().Format(time.RFC3339))
 					}
 					return nil
