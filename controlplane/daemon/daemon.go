@@ -305,6 +305,10 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		}
 	}
 	d.fsm.OnApply(d.applied)
+	d.fsm.OnUndecodable(func(index uint64, err error) {
+		d.log.Error("an entry of the Raft log does not decode as a command, and was skipped: most likely garbled on this node's disk, so this node's state may no longer be the others'; remove this node and join it again on a fresh data directory (docs/operations.md, \"A damaged Raft store\")",
+			"index", index, "err", err)
+	})
 	readyCtx, cancel := context.WithTimeout(ctx, opts.ReadyTimeout)
 	defer cancel()
 	// The snapshot restored at start may already say this node was removed: it

@@ -1257,3 +1257,25 @@ func TestARotationPastTheNextEpochNeedsItsRules(t *testing.T) {
 		t.Fatalf("after the stamped rotation: epoch %d, rules %d, chain after 1: %d, after 3: %d", s.Keyring.Epoch, s.Rules, len(s.KeyringChain(1)), len(s.KeyringChain(3)))
 	}
 }
+
+// TestOnUndecodable (a walkthrough): a command entry that does not decode is
+// skipped, and was skipped in silence; the hook hears of it, with its index, so
+// that the control node says its log may be garbled. Commands that decode, refused
+// or not, are not reported to it.
+func TestOnUndecodable(t *testing.T) {
+	m := newMachine(t)
+	var seen []uint64
+	m.f.OnUndecodable(func(index uint64, err error) {
+		m.f.Read(func(*State) {}) // outside the lock
+		if err == nil {
+			t.Error("no error for an entry that does not decode")
+		}
+		seen = append(seen, index)
+	})
+	m.must(initCmd("demo", t0))
+	m.apply(enrolCmd("x", "a", RoleWorker, "K", t0))
+	m.applyRaw([]byte("{garbage"))
+	if want := []uint64{m.f.AppliedIndex()}; !slices.Equal(seen, want) {
+		t.Fatalf("heard of %v, want %v (the garbled entry alone)", seen, want)
+	}
+}

@@ -21,6 +21,9 @@ type FSM struct {
 	next chan struct{}
 	// onApply, when set, is called after each command is applied, outside the lock.
 	onApply func(*Command, Result)
+	// onUndecodable, when set, is called with each command entry that does not
+	// decode (skipped), outside the lock.
+	onUndecodable func(index uint64, err error)
 	// halt is set, once, by the first entry this code's rules cannot apply
 	// (*NewerRulesError); halted is closed then.
 	halt   error
@@ -93,6 +96,17 @@ func (f *FSM) OnApply(fn func(*Command, Result)) {
 	f.mu.Unlock()
 }
 
+// OnUndecodable registers a function called with each command entry that does not
+// decode, which the state machine skips: every leader writes commands that decode,
+// so such an entry is most likely garbled on this node's disk, and this node's state
+// is then no longer the others' (a walkthrough: nothing said so). It runs on Raft's
+// apply goroutine.
+func (f *FSM) OnUndecodable(fn func(index uint64, err error)) {
+	f.mu.Lock()
+	f.onUndecodable = fn
+	f.mu.Unlock()
+}
+
 // Apply implements raft.FSM.
 func (f *FSM) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
@@ -109,7 +123,11 @@ func (f *FSM) Apply(l *raft.Log) any {
 		f.mu.Lock()
 		f.index = l.Index
 		f.moved()
+		hook := f.onUndecodable
 		f.mu.Unlock()
+		if hook != nil {
+			hook(l.Index, err)
+		}
 		return Result{Err: fmt.Errorf("%w: %v", ErrBadCommand, err)}
 	}
 	if c.Rules > ApplyRules {
