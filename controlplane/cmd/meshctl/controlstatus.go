@@ -177,6 +177,13 @@ func reportControlStatus(answers []api.ControlStatus, now time.Time) controlStat
 	answered := func(id string) bool {
 		return slices.ContainsFunc(answers, func(a api.ControlStatus) bool { return a.Node == id })
 	}
+	if lead, ok := r.leaderAnswer(); ok {
+		// The leader's configuration is the mesh's: a member that applied as
+		// much may hold a stale one (an older snapshot installed over newer
+		// entries), and its voters were taken for the mesh's (a walkthrough:
+		// exit 0 with a voter stopped).
+		newest = lead
+	}
 	for _, m := range newest.Members {
 		if m.Voter {
 			r.Voters = append(r.Voters, m.ID)
@@ -195,6 +202,9 @@ func reportControlStatus(answers []api.ControlStatus, now time.Time) controlStat
 			why := notFollowing(a, r.Leader)
 			if why == "" && leaderAnswered && a.Node != r.Leader {
 				why = notFollowingByLeader(lead, a.Node)
+			}
+			if why == "" && leaderAnswered && a.Node != r.Leader && !sameMembers(a.Members, lead.Members) {
+				why = "it holds another Raft configuration than the leader's (" + membersText(a.Members) + "), by which it votes: the leader gives it its own within about 10 s; if it stays, restart that node's serve"
 			}
 			if why != "" {
 				if r.NotFollowing == nil {
@@ -382,6 +392,27 @@ func raftText(a api.ControlStatus, voters []string) string {
 		}
 	}
 	return "not a member"
+}
+
+// sameMembers reports whether two Raft configurations hold the same servers,
+// addresses and votes, in any order.
+func sameMembers(a, b []api.RaftMember) bool {
+	return membersText(a) == membersText(b)
+}
+
+// membersText is a configuration in a line: each server's id, a "*" for a voter,
+// sorted.
+func membersText(ms []api.RaftMember) string {
+	out := make([]string, 0, len(ms))
+	for _, m := range ms {
+		s := oneLine(m.ID, 64) + "@" + oneLine(m.Address, 64)
+		if m.Voter {
+			s += "*"
+		}
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return strings.Join(out, " ")
 }
 
 // leaderAnswer is the leader's own answer, if it gave one.

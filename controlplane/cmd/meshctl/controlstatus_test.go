@@ -629,3 +629,30 @@ func TestControlRemoveRefusesWait(t *testing.T) {
 		}
 	}
 }
+
+// TestControlStatusNamesAVoterHoldingAnotherConfiguration (a walkthrough): a
+// rejoined voter held an older snapshot's Raft configuration, in which it and cp-2
+// did not vote; its answer, as current as the leader's, was taken for the mesh's:
+// voters cp-1 alone, and exit 0 with cp-2 stopped. The leader's configuration is
+// the mesh's, and a voter holding another is named, exit 5.
+func TestControlStatusNamesAVoterHoldingAnotherConfiguration(t *testing.T) {
+	now := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	leaders := []api.RaftMember{{ID: "cp-1", Address: "10.0.0.1:7301", Voter: true}, {ID: "cp-2", Address: "10.0.0.2:7301", Voter: true},
+		{ID: "cp-3", Address: "10.0.0.3:7301", Voter: true}}
+	stale := []api.RaftMember{{ID: "cp-1", Address: "10.0.0.1:7301", Voter: true}, {ID: "cp-2", Address: "10.0.0.2:7301"},
+		{ID: "cp-3", Address: "10.0.0.3:7301"}}
+	r := reportControlStatus([]api.ControlStatus{
+		{Node: "cp-1", Raft: api.RaftStateLeader, Members: leaders, CommitIndex: 78, AppliedIndex: 78},
+		{Node: "cp-3", Raft: api.RaftStateFollower, Leader: "cp-1", Members: stale, CommitIndex: 78, AppliedIndex: 78},
+	}, now)
+	if !slices.Equal(r.Voters, []string{"cp-1", "cp-2", "cp-3"}) || r.Quorum != 2 || !slices.Equal(r.Missing, []string{"cp-2"}) {
+		t.Fatalf("voters %v, quorum %d, missing %v: want the leader's three voters, cp-2 missing", r.Voters, r.Quorum, r.Missing)
+	}
+	if why := r.NotFollowing["cp-3"]; !strings.Contains(why, "another Raft configuration than the leader's") {
+		t.Fatalf("cp-3 holding another configuration is not named: %v", r.NotFollowing)
+	}
+	var ex exitError
+	if err := r.verdict(); !errors.As(err, &ex) || ex.code != exitNotConverged {
+		t.Fatalf("verdict %v, want exit %d", err, exitNotConverged)
+	}
+}
