@@ -139,6 +139,12 @@ func failure(verb, id, code, msg string) (what, hint, example string) {
 	if msg == "" {
 		return what, hint, id
 	}
+	if code == api.KeyShared {
+		// Its message says how many, how long and from where first, and what to
+		// do last, which the hint says: the head is kept, the addresses in it
+		// (the cut kept the advice and lost them: a walkthrough).
+		return what, hint, fmt.Sprintf("%s (%s)", id, headAndTail(msg, 160, 0))
+	}
 	return what, hint, fmt.Sprintf("%s (%s)", id, headAndTail(msg, 40, 120))
 }
 
