@@ -94,7 +94,7 @@ func (e *ClockError) Error() string {
 		return fmt.Sprintf("%s: this machine's clock says %s, %s before the mesh's certificates are valid (from %s): this machine's clock is wrong (set it, or wait for NTP, and it connects), or the mesh's certificates were made by a clock ahead (they are valid from then)",
 			ErrClock, e.Now.UTC().Format(time.RFC3339), roughly(e.NotBefore.Sub(e.Now)), e.NotBefore.UTC().Format(time.RFC3339))
 	}
-	return fmt.Sprintf("%s: this machine's clock says %s, %s after the broker's certificate expired (at %s): this machine's clock is wrong (set it), or, if it is right, that control node's certificate expired and it must be joined again with a new control token",
+	return fmt.Sprintf("%s: this machine's clock says %s, %s after the broker's certificate expired (at %s): this machine's clock is wrong (set it), or, if it is right, that control node's certificate (or the mesh CA's) expired: renew it where the CA key is (meshctl control renew-certificate) and restart that control node, which keeps its place; nothing changes on this host",
 		ErrClock, e.Now.UTC().Format(time.RFC3339), roughly(e.Now.Sub(e.NotAfter)), e.NotAfter.UTC().Format(time.RFC3339))
 }
 

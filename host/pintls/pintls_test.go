@@ -371,6 +371,11 @@ func TestVerifyByAWrongClock(t *testing.T) {
 			if !strings.Contains(err.Error(), tt.clock) || !strings.Contains(err.Error(), "this machine's clock") {
 				t.Fatalf("err = %q, want it to say %q and name this machine's clock", err, tt.clock)
 			}
+			// An expired certificate is renewed, never joined again (a walkthrough:
+			// the agent sent operators to the most destructive fix).
+			if strings.Contains(err.Error(), "expired") && (!strings.Contains(err.Error(), "renew-certificate") || strings.Contains(err.Error(), "joined again")) {
+				t.Fatalf("err = %q, want the renewal as the way out", err)
+			}
 		})
 	}
 }
