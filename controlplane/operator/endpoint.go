@@ -194,7 +194,7 @@ func unreadable(flag, path string, err error) error {
 	case errors.Is(err, fs.ErrNotExist):
 		e.Kind, e.Reason = datadir.ErrMissing, "does not exist"
 		if flag == flagCreds {
-			e.Reason += ": give the operator's .creds file (admin.creds of a control node's data directory)"
+			e.Reason += ": give the operator's .creds file (NAME.creds that meshctl operator add wrote)"
 		} else {
 			e.Reason += ": give the mesh CA certificate (ca.pem of a control node's data directory)"
 		}
@@ -235,13 +235,13 @@ func checkCreds(creds string) error {
 // seed, each between its BEGIN and END lines): in words, and the kind of fault as
 // datadir names it; a nil kind when it is one.
 func credsProblem(data []byte) (reason string, kind error) {
-	const what = "a .creds file holds the operator's user JWT and its seed (admin.creds of a control node's data directory)"
+	const what = "a .creds file holds the operator's user JWT and its seed (NAME.creds that meshctl operator add wrote)"
 	if len(bytes.TrimSpace(data)) == 0 {
 		return "is empty: " + what, datadir.ErrTruncated
 	}
 	if block, _ := pem.Decode(data); block != nil {
 		if block.Type == "CERTIFICATE" {
-			return "is a certificate: --ca takes it; --creds takes the operator's .creds file (admin.creds of a control node's data directory)", datadir.ErrCorrupt
+			return "is a certificate: --ca takes it; --creds takes the operator's .creds file (NAME.creds that meshctl operator add wrote)", datadir.ErrCorrupt
 		}
 		return fmt.Sprintf("holds a PEM block of type %q, not operator credentials: %s", block.Type, what), datadir.ErrCorrupt
 	}
