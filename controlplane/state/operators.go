@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -164,7 +165,11 @@ func (s *State) applyRevokeOperators(at time.Time, c *RevokeOperatorsCmd, rules 
 	var res Result
 	for _, name := range c.Names {
 		if !slices.ContainsFunc(s.operatorKeys(), func(k string) bool { return s.Operators[k].Name == name && !s.operatorPurgeable(k, at) }) {
-			return Result{Err: fmt.Errorf("%w: %q", ErrUnknownOperator, name)}
+			if len(c.Names) > 1 {
+				// "bbob not found" read as alice revoked (a walkthrough).
+				return Result{Err: fmt.Errorf("%w: %q; nothing was revoked, the other names (%s) included: run it again without %q", ErrUnknownOperator, name, quotedNames(c.Names, name), name)}
+			}
+			return Result{Err: fmt.Errorf("%w: %q; nothing was revoked", ErrUnknownOperator, name)}
 		}
 	}
 	byKey := len(c.Keys) > 0 && rules >= RulesOperatorRenewal
@@ -301,4 +306,15 @@ func (f *FSM) OperatorStanding(key string) OperatorStanding {
 		return OperatorRecorded
 	}
 	return OperatorUnrecorded
+}
+
+// quotedNames lists names but skip, quoted, comma-separated.
+func quotedNames(names []string, skip string) string {
+	var out []string
+	for _, n := range names {
+		if n != skip {
+			out = append(out, strconv.Quote(n))
+		}
+	}
+	return strings.Join(out, ", ")
 }

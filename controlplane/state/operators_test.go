@@ -43,8 +43,9 @@ func TestOperatorCredentialsAreRecordedAndRevokedByName(t *testing.T) {
 	if refusedOp(m.f, "UALICE1") {
 		t.Fatal("alice's valid credentials are refused")
 	}
-	if r := m.apply(revokeOperatorsCmd(t0.Add(time.Hour), "alice", "carol")); !errors.Is(r.Err, ErrUnknownOperator) || !strings.Contains(r.Err.Error(), "carol") {
-		t.Fatalf("revoking an unknown name: %v, want ErrUnknownOperator naming it", r.Err)
+	if r := m.apply(revokeOperatorsCmd(t0.Add(time.Hour), "alice", "carol")); !errors.Is(r.Err, ErrUnknownOperator) || !strings.Contains(r.Err.Error(), "carol") ||
+		!strings.Contains(r.Err.Error(), `nothing was revoked, the other names ("alice") included`) {
+		t.Fatalf("revoking an unknown name: %v, want ErrUnknownOperator naming it, and saying alice was not revoked (a walkthrough)", r.Err)
 	}
 	if refusedOp(m.f, "UALICE1") {
 		t.Fatal("a refused revocation revoked alice")

@@ -216,8 +216,11 @@ func operatorAdd(cio *cliIO, cp *controlPlaneFlags, name string, ttl time.Durati
 		"hand them over privately, with ca.pem and the brokers' addresses: meshctl nodes --servers ADDR --creds %s --ca ca.pem\n",
 		name, out, issued.Record.Expires.UTC().Format(time.RFC3339), filepath.Base(out))
 	if renew {
-		fmt.Fprintf(cio.stdout, "the earlier credentials of %s stay valid until they expire; once the new file is in use, revoke them: meshctl operator revoke %s --key KEY (meshctl operator list shows the keys; this one's is %s…)\n",
-			name, name, keyPrefix(issued.Record.Key))
+		// The new key was the only one on the screen beside "revoke them:
+		// --key KEY", and pasting it revoked the file just handed over (a
+		// walkthrough): it is named as the one to keep.
+		fmt.Fprintf(cio.stdout, "the earlier credentials of %s stay valid until they expire; once the new file is in use, revoke the earlier ones by their key: meshctl operator revoke %s --key KEY, KEY from meshctl operator list, the key of %s's other credentials, NOT this new one's (%s…)\n",
+			name, name, name, keyPrefix(issued.Record.Key))
 	} else {
 		fmt.Fprintf(cio.stdout, "revoke them with: meshctl operator revoke %s\n", name)
 	}
