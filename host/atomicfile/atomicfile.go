@@ -35,6 +35,7 @@ type hooks struct {
 	// owner is the user the file is given to before it takes its name, when
 	// setOwner (WriteFileOwned).
 	owner    int
+	group    int // -1: the creator's
 	setOwner bool
 }
 
@@ -63,8 +64,8 @@ func WriteFile(path string, data []byte, perm fs.FileMode) error {
 // rename. A chown of path after the rename goes by name, and follows a link that
 // another user able to write in the directory puts in the new file's place, giving
 // uid whatever file the link names.
-func WriteFileOwned(path string, data []byte, perm fs.FileMode, uid int) error {
-	return write(path, data, perm, false, &hooks{owner: uid, setOwner: true})
+func WriteFileOwned(path string, data []byte, perm fs.FileMode, uid, gid int) error {
+	return write(path, data, perm, false, &hooks{owner: uid, group: gid, setOwner: true})
 }
 
 // CreateExclusive is WriteFile that never replaces an existing file: it links
@@ -121,7 +122,7 @@ func write(path string, data []byte, perm fs.FileMode, exclusive bool, h *hooks)
 		return fmt.Errorf("atomicfile: setting the mode of %s: %w", path, err)
 	}
 	if h != nil && h.setOwner {
-		if err := step("chown", func() error { return f.Chown(h.owner, -1) }); err != nil {
+		if err := step("chown", func() error { return f.Chown(h.owner, h.group) }); err != nil {
 			return fmt.Errorf("atomicfile: giving %s to uid %d: %w", path, h.owner, err)
 		}
 	}

@@ -263,19 +263,25 @@ func checkOut(out string, renewed []byte, dir datadir.Dir) error {
 // refuses a tls.pem or ca.pem another user owns. A new file is 0644.
 func writeCertificate(path string, data []byte) error {
 	mode := fs.FileMode(0o644)
-	owner := -1
+	owner, group := -1, -1
 	if fi, err := os.Lstat(path); err == nil {
 		if !fi.Mode().IsRegular() {
 			return &certificateFileError{Path: path, Kind: datadir.ErrNotAFile, Reason: "(--out) is not a regular file: give where the renewed certificate goes"}
 		}
 		mode = fi.Mode().Perm() & 0o644
-		if uid, ok := datadir.FileOwner(fi); ok && uid != os.Geteuid() && os.Geteuid() == 0 {
-			owner = uid
+		if os.Geteuid() == 0 {
+			// Its group too: a 0640 file given root's group was no longer
+			// readable by its own (a walkthrough).
+			uid, _ := datadir.FileOwner(fi)
+			gid, _ := datadir.FileGroup(fi)
+			if uid != os.Geteuid() || gid != os.Getegid() {
+				owner, group = uid, gid
+			}
 		}
 	}
 	write := func() error { return atomicfile.WriteFile(path, data, mode) }
 	if owner >= 0 {
-		write = func() error { return atomicfile.WriteFileOwned(path, data, mode, owner) }
+		write = func() error { return atomicfile.WriteFileOwned(path, data, mode, owner, group) }
 	}
 	if err := write(); err != nil {
 		return fmt.Errorf("write the renewed certificate: %w", err)

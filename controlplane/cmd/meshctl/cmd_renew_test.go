@@ -272,13 +272,15 @@ func TestRenewCertificateRefusesAnOutItMustNotReplace(t *testing.T) {
 	}
 	// As root, a file another user owns is given back to them, as the temp file
 	// it is before its rename.
-	if err := os.Chown(again, 4242, -1); err != nil {
+	// Its group too (a walkthrough: root's group, and a 0640 file unreadable by
+	// its own).
+	if err := os.Chown(again, 4242, 4343); err != nil {
 		t.Fatal(err)
 	}
 	if code, stdout, stderr := runCLI("control", "renew-certificate", "--data", string(dir), "--certificate", again); code != 0 {
 		t.Fatalf("renew in place: exit %d:\n%s%s", code, stdout, stderr)
 	}
-	if fi, err := os.Stat(again); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 4242 || fi.Mode().Perm() != 0o640 {
-		t.Errorf("renewed in place: %v %v, want owned by uid 4242, mode 0640", fi, err)
+	if fi, err := os.Stat(again); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 4242 || fi.Sys().(*syscall.Stat_t).Gid != 4343 || fi.Mode().Perm() != 0o640 {
+		t.Errorf("renewed in place: %v %v, want owned by uid 4242, group 4343, mode 0640", fi, err)
 	}
 }
