@@ -284,6 +284,12 @@ func writeCertificate(path string, data []byte) error {
 		write = func() error { return atomicfile.WriteFileOwned(path, data, mode, owner, group) }
 	}
 	if err := write(); err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			// A copy root made in /tmp (sticky), renewed as the meshctl user, as
+			// the doc's steps go (a walkthrough): said, with the ways out.
+			return fmt.Errorf("write the renewed certificate: this user may not replace %s (another user's file in a sticky directory such as /tmp, or a directory this user may not write): nothing was written; "+
+				"give --out a path in a directory this user owns, or copy the certificate there first, or run this as root: %w", path, err)
+		}
 		return fmt.Errorf("write the renewed certificate: %w", err)
 	}
 	return nil
