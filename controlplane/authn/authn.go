@@ -161,22 +161,27 @@ const (
 // another TLS session (a relay's) is ErrBadSignature; a token proof that does not
 // verify is ErrUnknownSecret.
 var (
-	ErrNoCredentials      = broker.NewRefusal("no_credentials", "no credentials presented")
-	ErrBadSignature       = broker.NewRefusal("bad_signature", "nonce signature does not verify")
-	ErrUnknownKey         = broker.NewRefusal("unknown_key", "unknown node key")
-	ErrRevoked            = broker.NewRefusal("revoked", "node revoked")
-	ErrRevokedBusy        = broker.NewRefusal("revoked_busy", "too many connections for this revoked key at once")
-	ErrRetiredBusy        = broker.NewRefusal("retired_busy", "too many connections for a removed control node's operator credentials at once")
-	ErrNodeLoginRate      = broker.NewRefusal("node_login_rate", fmt.Sprintf("this node's key logged in more often than this broker admits (%d times in %s); refused until that span has passed", NodeLogins, NodeLoginSpan))
-	ErrNodeCooldown       = broker.NewRefusal("node_cooldown", fmt.Sprintf("this node's key was disconnected for going past its budget; this broker refuses it for a while (%s, doubling with each such disconnection, up to %s)", KickCooldown, MaxKickCooldown))
-	ErrUnknownSecret      = broker.NewRefusal("unknown_secret", "token secret matches no minted token")
-	ErrNoEnrolKey         = broker.NewRefusal("no_enrol_key", "an enrolling client must present the node key it enrols (nkey and signed nonce)")
-	ErrBadNode            = broker.NewRefusal("bad_node", "enrolling client names no valid node")
-	ErrTokenBusy          = broker.NewRefusal("token_busy", "too many connections for this token at once")
-	ErrRateLimited        = broker.NewRefusal("rate_limited", "too many failed enrolment attempts from this address")
-	ErrUnbound            = broker.NewRefusal("unbound", "the client signed the bare nonce or sent its token's secret, and this broker requires logins bound to the TLS session")
-	ErrBadOperator        = broker.NewRefusal("bad_operator", "operator credentials not issued by this mesh")
-	ErrOperatorRevoked    = broker.NewRefusal("operator_revoked", "operator credentials revoked (meshctl operator revoke)")
+	ErrNoCredentials   = broker.NewRefusal("no_credentials", "no credentials presented")
+	ErrBadSignature    = broker.NewRefusal("bad_signature", "nonce signature does not verify")
+	ErrUnknownKey      = broker.NewRefusal("unknown_key", "unknown node key")
+	ErrRevoked         = broker.NewRefusal("revoked", "node revoked")
+	ErrRevokedBusy     = broker.NewRefusal("revoked_busy", "too many connections for this revoked key at once")
+	ErrRetiredBusy     = broker.NewRefusal("retired_busy", "too many connections for a removed control node's operator credentials at once")
+	ErrNodeLoginRate   = broker.NewRefusal("node_login_rate", fmt.Sprintf("this node's key logged in more often than this broker admits (%d times in %s); refused until that span has passed", NodeLogins, NodeLoginSpan))
+	ErrNodeCooldown    = broker.NewRefusal("node_cooldown", fmt.Sprintf("this node's key was disconnected for going past its budget; this broker refuses it for a while (%s, doubling with each such disconnection, up to %s)", KickCooldown, MaxKickCooldown))
+	ErrUnknownSecret   = broker.NewRefusal("unknown_secret", "token secret matches no minted token")
+	ErrNoEnrolKey      = broker.NewRefusal("no_enrol_key", "an enrolling client must present the node key it enrols (nkey and signed nonce)")
+	ErrBadNode         = broker.NewRefusal("bad_node", "enrolling client names no valid node")
+	ErrTokenBusy       = broker.NewRefusal("token_busy", "too many connections for this token at once")
+	ErrRateLimited     = broker.NewRefusal("rate_limited", "too many failed enrolment attempts from this address")
+	ErrUnbound         = broker.NewRefusal("unbound", "the client signed the bare nonce or sent its token's secret, and this broker requires logins bound to the TLS session")
+	ErrBadOperator     = broker.NewRefusal("bad_operator", "operator credentials not issued by this mesh")
+	ErrOperatorRevoked = broker.NewRefusal("operator_revoked", "operator credentials revoked (meshctl operator revoke)")
+	// ErrOperatorExpired: the mesh's own operator credentials, past their
+	// expiry: an ordinary day once credentials live 90 days, counted apart from
+	// credentials of another issuer (they were bad_operator, "not issued by this
+	// mesh", which reads as an intrusion: a walkthrough).
+	ErrOperatorExpired    = broker.NewRefusal("operator_expired", "operator credentials expired (meshctl operator add NAME --renew issues new ones before they do)")
 	ErrOperatorUnrecorded = broker.NewRefusal("operator_unrecorded", "operator credentials this control node holds no record of: neither a control node's nor recorded by meshctl operator add (issued outside it, after the backup the mesh was restored from, or recorded a moment ago and not yet applied here)")
 	ErrInternalMissing    = broker.NewRefusal("bad_internal", "wrong control-plane token or role")
 )
@@ -186,7 +191,7 @@ var (
 // increase, and the first unknown key after a restart is the one to hear of).
 func Refusals() []*broker.Refusal {
 	return []*broker.Refusal{ErrNoCredentials, ErrBadSignature, ErrUnknownKey, ErrRevoked, ErrRevokedBusy, ErrRetiredBusy,
-		ErrNodeLoginRate, ErrNodeCooldown, ErrUnknownSecret, ErrNoEnrolKey, ErrBadNode, ErrTokenBusy, ErrRateLimited, ErrUnbound, ErrBadOperator, ErrOperatorRevoked, ErrOperatorUnrecorded, ErrInternalMissing}
+		ErrNodeLoginRate, ErrNodeCooldown, ErrUnknownSecret, ErrNoEnrolKey, ErrBadNode, ErrTokenBusy, ErrRateLimited, ErrUnbound, ErrBadOperator, ErrOperatorRevoked, ErrOperatorExpired, ErrOperatorUnrecorded, ErrInternalMissing}
 }
 
 // Roster is what authentication reads of the replicated state: typed queries that
@@ -465,7 +470,7 @@ func (a *Authenticator) operator(c broker.Client) (broker.Grant, error) {
 	}
 	now := a.cfg.Now().Unix()
 	if claims.Expires != 0 && now > claims.Expires {
-		return broker.Grant{}, fmt.Errorf("%w: credentials expired", ErrBadOperator)
+		return broker.Grant{}, ErrOperatorExpired
 	}
 	if claims.NotBefore != 0 && now < claims.NotBefore {
 		return broker.Grant{}, fmt.Errorf("%w: credentials not valid yet", ErrBadOperator)

@@ -260,7 +260,7 @@ func TestAuthenticate(t *testing.T) {
 		}), Nonce: nonce, Sig: sign(t, operator, nonce)}, want: ErrBadOperator},
 		{name: "operator expired", client: broker.Client{JWT: userJWT(t, fx.account, operator, func(c *jwt.UserClaims) {
 			c.Expires = now0.Add(-time.Second).Unix()
-		}), Nonce: nonce, Sig: sign(t, operator, nonce)}, want: ErrBadOperator},
+		}), Nonce: nonce, Sig: sign(t, operator, nonce)}, want: ErrOperatorExpired},
 		{name: "operator not yet valid", client: broker.Client{JWT: userJWT(t, fx.account, operator, func(c *jwt.UserClaims) {
 			c.NotBefore = now0.Add(time.Hour).Unix()
 		}), Nonce: nonce, Sig: sign(t, operator, nonce)}, want: ErrBadOperator},
