@@ -155,6 +155,12 @@ func peerHungUp(msg string, args []any) bool {
 	return false
 }
 
+// nonvoterElection is Raft's line for a member with no vote that lost contact with
+// the leader: a nonvoter at every restart of the leader, an ordinary day (a
+// walkthrough: a WARN at each rolling restart); a voter removed from the
+// configuration says so too, and stops on its own.
+const nonvoterElection = "not part of stable configuration, aborting election"
+
 func (l *slogger) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.Error && (peerUnreachable(msg) || peerHungUp(msg, args)) {
 		level = hclog.Warn
@@ -162,7 +168,7 @@ func (l *slogger) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.Error && nothingNewToSnapshot(msg, args) {
 		level = hclog.Debug
 	}
-	if level == hclog.Warn && firstElection(msg, args) {
+	if level == hclog.Warn && (firstElection(msg, args) || msg == nonvoterElection) {
 		level = hclog.Info
 	}
 	if !l.enabled(level) {

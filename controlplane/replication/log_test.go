@@ -337,3 +337,19 @@ func TestAPeerThatHungUpIsAWarning(t *testing.T) {
 		t.Error("hashicorp/raft no longer logs an answer it could not send as it did: update peerHungUp")
 	}
 }
+
+// TestANonvoterLosingTheLeaderIsInfo (a walkthrough): a nonvoter that lost contact
+// with the leader (every restart of the leader) logged a WARN that it is not part of
+// a stable configuration; it is info. The line is checked against hashicorp/raft's
+// source.
+func TestANonvoterLosingTheLeaderIsInfo(t *testing.T) {
+	var out bytes.Buffer
+	l := newSlogger(jsonLogger(&out, slog.LevelInfo), "raft", hclog.Info, logging.NewLimiter(10*time.Second, time.Now))
+	l.Warn(nonvoterElection)
+	if recs := records(t, &out); len(recs) != 1 || recs[0]["level"] != "INFO" {
+		t.Fatalf("%v, want one INFO line", recs)
+	}
+	if src := raftSource(t); !strings.Contains(src, `r.logger.Warn("`+nonvoterElection+`")`) {
+		t.Error("hashicorp/raft no longer logs a member without a vote losing the leader as it did: update nonvoterElection")
+	}
+}
