@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -640,5 +641,36 @@ func TestAContextThatCannotBeUsedExitsAsItsFilesDo(t *testing.T) {
 		if code != exitDataDir || !strings.Contains(stderr, "NATS context file "+ctx+" (MESH_CONTEXT)") {
 			t.Errorf("MESH_CONTEXT=%s: exit %d, want %d naming the file and the variable\n%s", ctx, code, exitDataDir, stderr)
 		}
+	}
+}
+
+// TestCompletionIsBoundedAsAWhole (a walkthrough): completing a node id against
+// brokers that accept connections and never answer took 4 s a broker (8 s for
+// two): the dial's timeout is each broker's. The whole completion ends within its
+// bound, with no candidate.
+func TestCompletionIsBoundedAsAWhole(t *testing.T) {
+	dir := bootstrappedDir(t, "stalled")
+	var addrs []string
+	for range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				t.Cleanup(func() { c.Close() }) // held open, never answered
+			}
+		}()
+		addrs = append(addrs, ln.Addr().String())
+	}
+	start := time.Now()
+	code, out, _ := runCLI("__complete", "revoke", "--servers", strings.Join(addrs, ","), "--creds", dir.Path(datadir.AdminCredsFile), "--ca", dir.Path(datadir.CACertFile), "")
+	if took := time.Since(start); code != exitOK || took > completionTimeout+time.Second || strings.Contains(out, "web-") {
+		t.Fatalf("completion against two stalled brokers: exit %d after %s, want at most %s:\n%s", code, took, completionTimeout+time.Second, out)
 	}
 }

@@ -230,8 +230,24 @@ func (f *controlPlaneFlags) completionClient() (*operator.Client, error) {
 }
 
 // nodeNames lists the node ids the control plane knows, for shell completion; it
-// fails silently (no candidates) when the control plane cannot answer at once.
+// fails silently (no candidates) when the control plane cannot answer at once. The
+// whole of it is bounded by completionTimeout: the dial's timeout is each broker's,
+// and a tab hung 4 s a broker that accepts and never answers (a walkthrough).
 func (f *controlPlaneFlags) nodeNames(control bool) []string {
+	done := make(chan []string, 1)
+	go func() { done <- f.nodeNamesNow(control) }()
+	t := time.NewTimer(completionTimeout)
+	defer t.Stop()
+	select {
+	case names := <-done:
+		return names
+	case <-t.C:
+		return nil // the call goes on, and ends with the process
+	}
+}
+
+// nodeNamesNow is nodeNames without its bound.
+func (f *controlPlaneFlags) nodeNamesNow(control bool) []string {
 	c, err := f.completionClient()
 	if err != nil {
 		return nil
