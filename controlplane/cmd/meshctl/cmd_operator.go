@@ -163,6 +163,11 @@ func operatorAdd(cio *cliIO, cp *controlPlaneFlags, name string, ttl time.Durati
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("--out %s: %w; nothing was issued", out, err)
 	}
+	if _, err := os.Stat(filepath.Dir(out)); errors.Is(err, fs.ErrNotExist) {
+		// A usage error, as renew-certificate's --out (it was exit 1: a
+		// walkthrough).
+		return usagef("--out %s: its directory %s does not exist: nothing was issued; give a path in a directory that exists", out, filepath.Dir(out))
+	}
 	tmp, tmpName, err := privateTemp(out)
 	if err != nil {
 		return fmt.Errorf("--out %s: no file can be made in %s (%w); nothing was issued", out, filepath.Dir(out), err)

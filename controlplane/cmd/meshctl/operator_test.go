@@ -33,6 +33,7 @@ func TestOperatorCommandLine(t *testing.T) {
 		{[]string{"operator", "add", "alice", "--data", dir, "--ttl", "soon"}, "days"},
 		{[]string{"operator", "add", "alice", "--creds", "x.creds", "--ca", "ca.pem"}, "--data DIR"},
 		{[]string{"operator", "add", "alice", "--data", dir, "--out", taken}, "exists"},
+		{[]string{"operator", "add", "alice", "--data", dir, "--out", filepath.Join(dir, "nodir", "alice.creds")}, "does not exist"},
 		{[]string{"operator", "list", "alice", "--data", dir}, "takes none"},
 		{[]string{"operator", "list", "--data", dir, "--ttl", "1d"}, "apply to operator add"},
 		{[]string{"operator", "revoke", "--data", dir}, "NAMEs to revoke"},
