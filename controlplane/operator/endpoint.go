@@ -405,12 +405,15 @@ func LoadContext(name string, getenv func(string) string) (Context, error) {
 		return Context{}, &InputFileError{Flag: flagContext, Path: path, Kind: datadir.ErrCorrupt, Err: err, Reason: err.Error() + ": keep one"}
 	}
 	c.Path = path
-	c.Creds = expandHome(c.Creds, getenv)
-	c.CA = expandHome(c.CA, getenv)
+	c.Creds = ExpandHome(c.Creds, getenv)
+	c.CA = ExpandHome(c.CA, getenv)
 	return c, nil
 }
 
-func expandHome(p string, getenv func(string) string) string {
+// ExpandHome is p with a leading ~/ made $HOME's, as a shell would: in a NATS
+// context, and in MESH_CREDS and MESH_CA (which an Environment= line or a .env file
+// leaves as written).
+func ExpandHome(p string, getenv func(string) string) string {
 	if rest, ok := strings.CutPrefix(p, "~/"); ok {
 		if home := getenv("HOME"); home != "" {
 			return filepath.Join(home, rest)

@@ -674,3 +674,30 @@ func TestCompletionIsBoundedAsAWhole(t *testing.T) {
 		t.Fatalf("completion against two stalled brokers: exit %d after %s, want at most %s:\n%s", code, took, completionTimeout+time.Second, out)
 	}
 }
+
+// TestEnvironmentPathsExpandHome (a walkthrough): MESH_CREDS and MESH_CA written
+// with ~/ (an Environment= line, a .env file: no shell to expand it) were taken as
+// written, and the fault was named --creds, a flag never given. They are expanded
+// as in a NATS context, and a fault is named by its variable.
+func TestEnvironmentPathsExpandHome(t *testing.T) {
+	dir := bootstrappedDir(t, "envhome")
+	home := t.TempDir()
+	for name, from := range map[string]string{"op.creds": dir.Path(datadir.AdminCredsFile), "ca.pem": dir.Path(datadir.CACertFile)} {
+		data, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(home, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := map[string]string{"HOME": home, "MESH_SERVERS": "127.0.0.1:1", "MESH_CREDS": "~/op.creds", "MESH_CA": "~/ca.pem"}
+	// Read whole: what fails is the broker that is not there.
+	if code, _, stderr := runCLIEnv(env, "nodes", "--leader-wait", "0"); code != exitUnreachable {
+		t.Fatalf("~/ paths in the environment: exit %d, want %d (unreachable, the files read):\n%s", code, exitUnreachable, stderr)
+	}
+	env["MESH_CREDS"] = "~/nope.creds"
+	if code, _, stderr := runCLIEnv(env, "nodes", "--leader-wait", "0"); code != exitDataDir || !strings.Contains(stderr, "MESH_CREDS") || strings.Contains(stderr, "(--creds)") {
+		t.Fatalf("a MESH_CREDS that does not exist: exit %d, want %d naming MESH_CREDS:\n%s", code, exitDataDir, stderr)
+	}
+}

@@ -149,11 +149,20 @@ func (f *controlPlaneFlags) endpoint() (operator.Endpoint, error) {
 	if servers == "" {
 		servers = f.getenv(envServers)
 	}
+	// From the environment, ~/ is expanded as in a context (an Environment=
+	// line or a .env file does not expand it, as a shell does), and a fault of
+	// the file is named by its variable, not by a flag never given (a
+	// walkthrough).
+	credsFrom, caFrom := "", ""
 	if creds == "" {
-		creds = f.getenv(envCreds)
+		if creds = operator.ExpandHome(f.getenv(envCreds), f.getenv); creds != "" {
+			credsFrom = envCreds
+		}
 	}
 	if ca == "" {
-		ca = f.getenv(envCA)
+		if ca = operator.ExpandHome(f.getenv(envCA), f.getenv); ca != "" {
+			caFrom = envCA
+		}
 	}
 	if name := f.getenv(envContext); f.context == "" && name != "" {
 		if err := fill(name, envContext); err != nil {
@@ -182,7 +191,17 @@ func (f *controlPlaneFlags) endpoint() (operator.Endpoint, error) {
 	if err != nil {
 		return operator.Endpoint{}, usagef("servers: %v", err)
 	}
-	return operator.CAEndpoint(list, creds, ca)
+	e, err := operator.CAEndpoint(list, creds, ca)
+	var fe *operator.InputFileError
+	if errors.As(err, &fe) {
+		switch {
+		case fe.Flag == "--creds" && credsFrom != "" && fe.Path == creds:
+			fe.Flag = credsFrom
+		case fe.Flag == "--ca" && caFrom != "" && fe.Path == ca:
+			fe.Flag = caFrom
+		}
+	}
+	return e, err
 }
 
 // orElse is a unless it is empty, else b.
