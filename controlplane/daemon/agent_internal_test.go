@@ -298,3 +298,38 @@ func TestReportsChangingOnlyTextAreHeldBack(t *testing.T) {
 		t.Errorf("a text held back, the host back to the recorded one, then %s: recorded %q", textEvery, got)
 	}
 }
+
+// TestAReportBackToTheRecordSupersedesOneQueued (a walkthrough): an agent that put
+// a file back reports its hooks running, then not, milliseconds apart, before the
+// next flush. The first was queued, the second matched the record and dropped only
+// a text held back: the first was committed, and the node shown "hooks running",
+// not converged, until its next heartbeat (`meshctl status` exit 5 at every hand
+// edit). The newest report wins.
+func TestAReportBackToTheRecordSupersedesOneQueued(t *testing.T) {
+	d := fleet(t, 1)
+	const node = "n-0"
+	report := func(hooksRunning bool) {
+		t.Helper()
+		data, err := json.Marshal(api.Status{V: api.ProtocolVersion, Node: node, HaveApplied: true, AppliedVersion: 1, KeyringEpoch: 1,
+			Agent: "meshhost/0.1.0", HooksRunning: hooksRunning})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.handleStatus(&nats.Msg{Subject: api.StatusSubject(node), Data: data})
+	}
+	running := func() (r bool) {
+		d.fsm.Read(func(s *state.State) { r = s.Nodes[node].Applied.HooksRunning })
+		return r
+	}
+	report(false)
+	d.status.flush()
+	if running() {
+		t.Fatal("the first report is recorded with its hooks running")
+	}
+	report(true)  // a file put back: its hooks queued
+	report(false) // and run, before the next flush
+	d.status.flush()
+	if running() {
+		t.Fatal("a report of hooks running, superseded before the flush by one matching the record, was committed")
+	}
+}

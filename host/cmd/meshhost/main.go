@@ -869,7 +869,7 @@ func cmdRun(args []string, cio *cliIO) error {
 		if rerr := recordRevocation(*stateDir, id, err, cio.clock()); rerr != nil {
 			log.Warn("could not record the revocation for meshhost status", "err", rerr)
 		}
-		return fmt.Errorf("%w\nthe agent stopped. To adopt this machine again, remove %s and enrol with a new token", err, identity.Path(*stateDir))
+		return fmt.Errorf("%w\nthe agent stopped. %s", err, adoptAgain(*stateDir))
 	}
 	return err
 }

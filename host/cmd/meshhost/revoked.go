@@ -109,11 +109,19 @@ func clearRefusal(stateDir string, id identity.Identity) error {
 // agent.ErrRevoked (signed) or agent.ErrIdentityRefused, exit code 6 either way.
 func (r revocation) err(stateDir string) error {
 	if r.Signed {
-		return fmt.Errorf("%w: %s was revoked at %s; the agent will not connect again. To adopt this machine again, remove %s and enrol with a new token",
-			agent.ErrRevoked, r.Node, r.At.Format(time.RFC3339), identity.Path(stateDir))
+		return fmt.Errorf("%w: %s was revoked at %s; the agent will not connect again. %s",
+			agent.ErrRevoked, r.Node, r.At.Format(time.RFC3339), adoptAgain(stateDir))
 	}
 	return fmt.Errorf("%w: the mesh refused %s's key time after time (last at %s): it was revoked without the notice reaching it, the control plane lost it, "+
 		"or no control node had room for another host (their logs say so; then wait, or raise their open-file limit). `meshhost run` tries again; "+
 		"if `meshctl nodes` does not list the node, remove %s and enrol with a new token",
 		agent.ErrIdentityRefused, r.Node, r.At.Format(time.RFC3339), identity.Path(stateDir))
+}
+
+// adoptAgain says how to adopt a revoked machine again: the whole state directory
+// goes, not its identity alone (a walkthrough: the advice was to remove
+// identity.json, and the revoked node's applied declaration, its secrets included,
+// stayed beside the next node's identity until that node's first declaration).
+func adoptAgain(stateDir string) string {
+	return fmt.Sprintf("To adopt this machine again, remove the state directory %s (or move it away: it holds the revoked node's applied declaration, secrets included) and enrol with a new token", stateDir)
 }

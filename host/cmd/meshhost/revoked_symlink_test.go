@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,5 +31,16 @@ func TestRevocationRecordThroughALinkRefused(t *testing.T) {
 	}
 	if _, ok, err := loadRevocation(state, id); ok || !errors.Is(err, statedir.ErrSymlink) {
 		t.Fatalf("the record behind a link: found %v, %v; want statedir.ErrSymlink", ok, err)
+	}
+}
+
+// TestARevokedNodeIsToldToRemoveItsStateDirectory (a walkthrough): the advice was
+// to remove identity.json and enrol again; the revoked node's applied declaration,
+// its secrets included, then stayed in the state directory beside the next node's
+// identity. The whole directory goes, as the doc says.
+func TestARevokedNodeIsToldToRemoveItsStateDirectory(t *testing.T) {
+	err := revocation{Signed: true, Node: "web-4", At: time.Date(2026, 12, 7, 10, 21, 36, 0, time.UTC)}.err("/var/lib/meshhost")
+	if msg := err.Error(); !strings.Contains(msg, "remove the state directory /var/lib/meshhost") || strings.Contains(msg, "identity.json") {
+		t.Fatalf("the revoked node's advice: %v", err)
 	}
 }
