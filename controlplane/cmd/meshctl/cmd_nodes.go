@@ -386,7 +386,7 @@ func sharedKeyLine(nodes []api.NodeView, now time.Time) string {
 	if len(parts) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("more than one connection with one node's key, on %d node(s): %s; lasting more than two minutes, a second machine holds the key (cloned after its enrolment?), and the node is failing key_shared: see operations, Cloned machines",
+	return fmt.Sprintf("more than one connection with one node's key, on %d node(s): %s; lasting past the control plane's --shared-key-grace (2 minutes unless serve was given another), a second machine holds the key (cloned after its enrolment?), and the node is failing key_shared: see operations, Cloned machines",
 		len(parts), strings.Join(parts, ", "))
 }
 

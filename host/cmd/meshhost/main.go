@@ -217,7 +217,7 @@ and its exit codes.
 exit codes: 0 ok, 1 failure, 2 usage, 3 token unusable or refused, 4 not the mesh (retrying
 will not help), 5 identity file or state directory in the way (or not safe), 6 revoked,
 7 mesh unreachable, or its broker refused the login (retrying may help; refused again a
-minute later, ask for a new token), 8 state directory in use by another meshhost,
+minute later, ask for a new token), 8 state directory (or, for run, the managed root) in use by another meshhost,
 9 enrol interrupted before it finished (run it again: it resumes), or hooks retry
 before the agent answered (the agent runs the hooks on)
 `)
@@ -332,7 +332,8 @@ func exitCodes(name string) string {
      not safe, --root is not a directory, the hooks file cannot be used, or a path it
      acts on (the hooks file, the managed root's parents) another user could change
   6  the mesh revoked this node
-  8  another meshhost holds the state directory
+  8  another meshhost holds the state directory, or another running agent claims
+     --root (the same root, one inside it, or one holding it)
 `
 	case "status":
 		return `  0  shown
