@@ -767,6 +767,9 @@ func cmdRun(args []string, cio *cliIO) error {
 			log.Warn("a hook's command cannot be run now: the hook will fail when it runs, unless it is installed first", "err", err)
 		}
 	}
+	if err := refuseControlDir(*stateDir); err != nil {
+		return err // exit 5, before the lock is taken: its record is meshctl's
+	}
 	if err := agent.CheckApart(*stateDir, *root); errors.Is(err, agent.ErrStateInRoot) {
 		return err // exit 2, before the directory's lock and identity are looked at
 	}
@@ -926,6 +929,9 @@ func cmdStatus(args []string, cio *cliIO) error {
 	// said to be one (status blamed an unreadable identity file, and advised having
 	// the node revoked), and a directory this user may not enter is someone else's,
 	// not one to take over. Absent, it is identity.Load's to say: not enrolled.
+	if err := refuseControlDir(*stateDir); err != nil {
+		return err
+	}
 	if err := statedir.Check(*stateDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}

@@ -298,3 +298,26 @@ func TestAFlagOfOneValueGivenTwice(t *testing.T) {
 		t.Errorf("run --help (exit %d) no longer names the flags' types:\n%s", code, stdout)
 	}
 }
+
+// TestRunAndStatusRefuseAControlNodesDirectory (a walkthrough): a control node's
+// data directory given as --state made run and status say "not enrolled: enrol it
+// first" into it, which enrol refused, and run wrote its lock record over
+// meshctl's. Both refuse it, exit 5, and write nothing.
+func TestRunAndStatusRefuseAControlNodesDirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "mesh.json"), []byte(`{"format":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"run", "--state", dir, "--root", filepath.Join(t.TempDir(), "root")},
+		{"status", "--state", dir},
+	} {
+		code, _, stderr := runCLI("", nil, args...)
+		if code != exitIdentity || !strings.Contains(stderr, "is a control node's data directory") || strings.Contains(stderr, "enrol it first") {
+			t.Errorf("%v: exit %d, want %d saying it is a control node's:\n%s", args[0], code, exitIdentity, stderr)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("the control node's directory holds %d entries after the refusals, want mesh.json alone", len(entries))
+	}
+}

@@ -83,3 +83,17 @@ func sameFile(a, b string) bool {
 	fb, err := os.Stat(b)
 	return err == nil && os.SameFile(fa, fb)
 }
+
+// refuseControlDir refuses a control node's data directory given as --state to
+// run and status (enrol refuses it in checkOwnDirectory): they said "not enrolled,
+// enrol into it", which enrol then refused, and run wrote its lock record over
+// meshctl's (a walkthrough). Nothing is written.
+func refuseControlDir(dir string) error {
+	for _, name := range controlNodeFiles {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+			return fmt.Errorf("--state %s is a control node's data directory (it holds %s): %w; give the agent's own state directory (the packaged one is /var/lib/meshhost)",
+				dir, name, errForeignFiles)
+		}
+	}
+	return nil
+}
