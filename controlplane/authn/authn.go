@@ -469,14 +469,16 @@ func (a *Authenticator) operator(c broker.Client) (broker.Grant, error) {
 		return broker.Grant{}, ErrBadOperator
 	}
 	now := a.cfg.Now().Unix()
-	if claims.Expires != 0 && now > claims.Expires {
-		return broker.Grant{}, ErrOperatorExpired
-	}
 	if claims.NotBefore != 0 && now < claims.NotBefore {
 		return broker.Grant{}, fmt.Errorf("%w: credentials not valid yet", ErrBadOperator)
 	}
+	// The login's signature first: whoever holds an old JWT without its key is
+	// refused for that, not counted as an ordinary expiry (a review).
 	if err := a.checkLogin(claims.Subject, c, UnboundOperator); err != nil {
 		return broker.Grant{}, err
+	}
+	if claims.Expires != 0 && now > claims.Expires {
+		return broker.Grant{}, ErrOperatorExpired
 	}
 	if claims.BearerToken {
 		// The mesh's credentials are never bearer tokens, and nats-server's

@@ -169,7 +169,7 @@ type InputFileError struct {
 func (e *InputFileError) Error() string {
 	name := "CA"
 	switch {
-	case e.Flag == flagCreds:
+	case e.Flag == flagCreds || e.Flag == "MESH_CREDS":
 		name = "creds"
 	case strings.Contains(strings.ToLower(e.Flag), "context"): // --context, or MESH_CONTEXT
 		name = "NATS context"

@@ -697,7 +697,7 @@ func TestEnvironmentPathsExpandHome(t *testing.T) {
 		t.Fatalf("~/ paths in the environment: exit %d, want %d (unreachable, the files read):\n%s", code, exitUnreachable, stderr)
 	}
 	env["MESH_CREDS"] = "~/nope.creds"
-	if code, _, stderr := runCLIEnv(env, "nodes", "--leader-wait", "0"); code != exitDataDir || !strings.Contains(stderr, "MESH_CREDS") || strings.Contains(stderr, "(--creds)") {
+	if code, _, stderr := runCLIEnv(env, "nodes", "--leader-wait", "0"); code != exitDataDir || !strings.Contains(stderr, "the creds file "+home+"/nope.creds (MESH_CREDS)") || strings.Contains(stderr, "(--creds)") {
 		t.Fatalf("a MESH_CREDS that does not exist: exit %d, want %d naming MESH_CREDS:\n%s", code, exitDataDir, stderr)
 	}
 }

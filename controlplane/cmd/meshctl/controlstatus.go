@@ -203,8 +203,12 @@ func reportControlStatus(answers []api.ControlStatus, now time.Time) controlStat
 			if why == "" && leaderAnswered && a.Node != r.Leader {
 				why = notFollowingByLeader(lead, a.Node)
 			}
-			if why == "" && leaderAnswered && a.Node != r.Leader && !sameMembers(a.Members, lead.Members) {
-				why = "it holds another Raft configuration than the leader's (" + membersText(a.Members) + "), by which it votes: the leader gives it its own within about 10 s; if it stays, restart that node's serve"
+			// Judged only once the member has committed as far as the leader: a
+			// configuration entry reaches each member a moment after a majority
+			// has it, and a join or promotion that just returned would otherwise
+			// read as stale (a review).
+			if why == "" && leaderAnswered && a.Node != r.Leader && a.CommitIndex >= lead.CommitIndex && !sameMembers(a.Members, lead.Members) {
+				why = "it holds another Raft configuration than the leader's (" + membersText(a.Members) + "), by which it votes: the leader appends its own again within a minute; if it stays, the leader's log says which of the two to restart"
 			}
 			if why != "" {
 				if r.NotFollowing == nil {
