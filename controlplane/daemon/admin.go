@@ -1175,7 +1175,7 @@ func keyringGone(v *api.NodeView, oldest uint64) {
 	v.Converged = false
 	v.LastError = &api.StatusError{Code: api.KeyringGone, Version: v.Declared, Message: fmt.Sprintf(
 		"the node holds keyring epoch %d, older than the oldest the mesh keeps (epoch %d: the last %d, 32 rotations), and refused the chain it was sent: it cannot follow the signing keys any more and refuses all the mesh sends it; "+
-			"enrol it again: meshctl revoke %s, then on the machine stop meshhost, remove identity.json and enrol with a new token (docs/operations.md, Rotating the declaration signing key)",
+			"enrol it again: meshctl revoke %s, then on the machine stop meshhost, remove its state directory (or move it away) and enrol with a new token (docs/operations.md, Rotating the declaration signing key)",
 		v.KeyringEpoch, oldest, state.MaxKeyringHistory, v.ID)}
 }
 

@@ -333,7 +333,7 @@ func exitCodes(name string) string {
      acts on (the hooks file, the managed root's parents) another user could change
   6  the mesh revoked this node
   8  another meshhost holds the state directory, or another running agent claims
-     --root (the same root, one inside it, or one holding it)
+     --root (the same root, or one holding it)
 `
 	case "status":
 		return `  0  shown

@@ -123,5 +123,5 @@ func (r revocation) err(stateDir string) error {
 // identity.json, and the revoked node's applied declaration, its secrets included,
 // stayed beside the next node's identity until that node's first declaration).
 func adoptAgain(stateDir string) string {
-	return fmt.Sprintf("To adopt this machine again, remove the state directory %s (or move it away: it holds the revoked node's applied declaration, secrets included) and enrol with a new token", stateDir)
+	return fmt.Sprintf("To adopt this machine again, remove the state directory %s (or move it away: it holds the revoked node's applied declaration, secrets included; a managed root inside it goes with it, so move that out first) and enrol with a new token", stateDir)
 }
