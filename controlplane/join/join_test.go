@@ -305,18 +305,8 @@ func listing(t *testing.T, d datadir.Dir) string {
 // resumes (here, as far as the unreachable broker lets it). Those files without the
 // pending file, or another file beside them, are still refused.
 func TestJoinResumesAfterKeysSavedInPart(t *testing.T) {
-	tok := controlToken(t, "127.0.0.1:1", [32]byte{1}, tokenfmt.RoleControl, time.Now())
-	parsed, err := tokenfmt.Parse(tok, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	th := parsed.SecretHash()
-	user, _ := nkeys.CreateUser()
-	curve, _ := nkeys.CreateCurveKeys()
-	userSeed, _ := user.Seed()
-	curveSeed, _ := curve.Seed()
-	pendingJSON, _ := json.Marshal(map[string]string{"node": parsed.Node, "token_hash": hexOf(th[:]),
-		"nkey_seed": string(userSeed), "curve_seed": string(curveSeed)})
+	tok, pendingOf, hash := unreachableJoin(t)
+	pendingJSON := pendingOf(hash)
 	partial := func(d datadir.Dir) {
 		write(t, d.Path(datadir.CACertFile), "ca")
 		write(t, d.Path(datadir.TLSKeyFile), "key")
@@ -366,28 +356,17 @@ func TestJoinResumesAfterKeysSavedInPart(t *testing.T) {
 // an earlier run's keys and presents them again, or that another token's keys are
 // replaced.
 func TestAJoinRunAgainSaysItPresentsTheSameKeys(t *testing.T) {
-	tok := controlToken(t, "127.0.0.1:1", [32]byte{1}, tokenfmt.RoleControl, time.Now())
-	parsed, err := tokenfmt.Parse(tok, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	th := parsed.SecretHash()
-	user, _ := nkeys.CreateUser()
-	curve, _ := nkeys.CreateCurveKeys()
-	userSeed, _ := user.Seed()
-	curveSeed, _ := curve.Seed()
+	tok, pendingOf, hash := unreachableJoin(t)
 	for name, c := range map[string]struct {
 		hash string
 		says string
 	}{
-		"this token's keys":    {hexOf(th[:]), "presenting again the keys an earlier run of this join presented"},
+		"this token's keys":    {hash, "presenting again the keys an earlier run of this join presented"},
 		"another token's keys": {hexOf(make([]byte, 32)), "held the keys of a join with another token or node: new keys replace them"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			d := datadir.Dir(t.TempDir())
-			pendingJSON, _ := json.Marshal(map[string]string{"node": parsed.Node, "token_hash": c.hash,
-				"nkey_seed": string(userSeed), "curve_seed": string(curveSeed)})
-			write(t, d.Path(pendingFile), string(pendingJSON))
+			write(t, d.Path(pendingFile), string(pendingOf(c.hash)))
 			var out strings.Builder
 			if err := Join(t.Context(), Options{Dir: d, Token: tok, Out: &out}); err == nil {
 				t.Fatal("joined through an unreachable broker")
@@ -494,4 +473,26 @@ func TestARefusalAfterAnUnansweredSendingKeepsTheJoinsKeys(t *testing.T) {
 	if err := refusalError(&api.Error{Code: api.CodeTokenExpired, Message: "m"}, false); !tokenSpent(err) {
 		t.Fatalf("sent once, token_expired spends the token: %v", err)
 	}
+}
+
+// unreachableJoin is a control token whose one broker is not there, the pending
+// file of a join with keys of its own under a token hash (pendingOf), and the
+// token's own hash.
+func unreachableJoin(t *testing.T) (tok string, pendingOf func(hash string) []byte, hash string) {
+	t.Helper()
+	tok = controlToken(t, "127.0.0.1:1", [32]byte{1}, tokenfmt.RoleControl, time.Now())
+	parsed, err := tokenfmt.Parse(tok, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	th := parsed.SecretHash()
+	user, _ := nkeys.CreateUser()
+	curve, _ := nkeys.CreateCurveKeys()
+	userSeed, _ := user.Seed()
+	curveSeed, _ := curve.Seed()
+	return tok, func(hash string) []byte {
+		data, _ := json.Marshal(map[string]string{"node": parsed.Node, "token_hash": hash,
+			"nkey_seed": string(userSeed), "curve_seed": string(curveSeed)})
+		return data
+	}, hexOf(th[:])
 }

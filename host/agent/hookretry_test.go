@@ -173,28 +173,10 @@ func TestRetryThroughTheSocket(t *testing.T) {
 	if _, err := RetryHooks(dir, 5*time.Second); !errors.Is(err, ErrNoAgent) {
 		t.Fatalf("no agent listening: %v, want ErrNoAgent", err)
 	}
-	ln, err := listenSocket(SocketPath(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
+	answerRetries(t, a, dir)
 	if fi, err := os.Stat(SocketPath(dir)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("socket mode %v (%v), want 0600", fi.Mode().Perm(), err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); a.serveSocket(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
-	// The loop's part: take requests and answer them.
-	go func() {
-		for {
-			select {
-			case r := <-a.hookRetries:
-				a.retryHooks(r)
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
 	out, err := RetryHooks(dir, 10*time.Second)
 	if err != nil || len(out.Failed) != 1 || !strings.Contains(out.Error, "port in use") {
 		t.Fatalf("retry before the fix: %+v, %v", out, err)
@@ -614,24 +596,7 @@ func TestRetryReadsTheHooksFileAgain(t *testing.T) {
 	if err := a.handle(context.Background(), f.decl(t, 1, "x")); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := listenSocket(SocketPath(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); a.serveSocket(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		for {
-			select {
-			case r := <-a.hookRetries:
-				a.retryHooks(r)
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
+	answerRetries(t, a, dir)
 	if out, err := RetryHooks(dir, 10*time.Second); err != nil || len(out.Failed) != 1 || !strings.Contains(out.Error, "a typo") {
 		t.Fatalf("retry before the file is mended: %+v, %v", out, err)
 	}
@@ -645,4 +610,29 @@ func TestRetryReadsTheHooksFileAgain(t *testing.T) {
 	if out, err := RetryHooks(dir, 10*time.Second); err != nil || len(out.Failed) != 0 || !slices.Equal(out.Ran, []string{"restart-app"}) {
 		t.Fatalf("retry once the file is mended: %+v, %v; want the mended hook run", out, err)
 	}
+}
+
+// answerRetries serves a's socket in dir and answers `meshhost hooks retry` as the
+// agent's loop does, until the test ends.
+func answerRetries(t *testing.T, a *Agent, dir string) {
+	t.Helper()
+	ln, err := listenSocket(SocketPath(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); a.serveSocket(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-done })
+	// The loop's part: take requests and answer them.
+	go func() {
+		for {
+			select {
+			case r := <-a.hookRetries:
+				a.retryHooks(r)
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 }
