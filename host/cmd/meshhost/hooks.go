@@ -63,6 +63,10 @@ func cmdHooks(args []string, cio *cliIO) error {
 	if err := checkBetween("timeout", *timeout, time.Second, maxRetryTimeout, defaultRetryTimeout); err != nil {
 		return err
 	}
+	// As run and status: a control node's data directory is not an agent's.
+	if err := refuseControlDir(*stateDir); err != nil {
+		return err
+	}
 	// A directory that does not exist is identity.Load's to say, as for status and
 	// run: not enrolled, and how to enrol (it said "stat DIR: no such file or
 	// directory", exit 1).

@@ -311,10 +311,11 @@ func TestRunAndStatusRefuseAControlNodesDirectory(t *testing.T) {
 	for _, args := range [][]string{
 		{"run", "--state", dir, "--root", filepath.Join(t.TempDir(), "root")},
 		{"status", "--state", dir},
+		{"hooks", "retry", "--state", dir},
 	} {
 		code, _, stderr := runCLI("", nil, args...)
 		if code != exitIdentity || !strings.Contains(stderr, "is a control node's data directory") || strings.Contains(stderr, "enrol it first") {
-			t.Errorf("%v: exit %d, want %d saying it is a control node's:\n%s", args[0], code, exitIdentity, stderr)
+			t.Errorf("%v: exit %d, want %d saying it is a control node's:\n%s", args[:2], code, exitIdentity, stderr)
 		}
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
