@@ -31,11 +31,17 @@ func TestASecondAgentOnARootIsRefused(t *testing.T) {
 	if err := os.MkdirAll(inside, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct{ root, says string }{{h1.Root, "in use by another running agent"}, {inside, "is inside " + h1.Root}} {
+	// A root not made yet inside the first's is refused before it is made: a
+	// refused run left it in the other agent's tree (a docs walkthrough).
+	unmade := filepath.Join(inside, "new")
+	for _, c := range []struct{ root, says string }{{h1.Root, "in use by another running agent"}, {inside, "is inside " + h1.Root}, {unmade, "is inside " + h1.Root}} {
 		second := harness.Start(t, nil, bin.Meshhost, "run", "--state", h2.State, "--root", c.root, "--heartbeat", "1s")
 		if code := second.Wait(20 * time.Second); code != 8 || !strings.Contains(second.Output(), c.says) {
 			t.Errorf("a second agent on %s: exit %d, want 8 saying %q:\n%s", c.root, code, c.says, second.Output())
 		}
+	}
+	if _, err := os.Lstat(unmade); !os.IsNotExist(err) {
+		t.Errorf("the refused run made its root %s inside the running agent's: %v", unmade, err)
 	}
 	if first.Exited() {
 		t.Fatalf("the first agent exited:\n%s", first.Output())

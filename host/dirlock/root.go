@@ -95,16 +95,38 @@ func AcquireRoot(root string) (*RootLock, error) {
 		}
 		lock.Unheld = who + " holds the managed root's claim: the agent runs without it, and a second agent on this root would not be refused"
 	}
+	if err := claimedAbove(root, abs); err != nil {
+		lock.Release()
+		return nil, err
+	}
+	return lock, nil
+}
+
+// RefuseInsideClaimed refuses, with a *RootInUseError, a root inside the root of
+// another running agent, whether or not the root exists yet: asked before the agent
+// makes a missing root, so that a refused run leaves no directory in the other
+// agent's tree (it did, a docs walkthrough). AcquireRoot asks again.
+func RefuseInsideClaimed(root string) error {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return err
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	return claimedAbove(root, abs)
+}
+
+// claimedAbove looks for an agent's claim on each directory above abs.
+func claimedAbove(root, abs string) error {
 	for dir := filepath.Dir(abs); ; dir = filepath.Dir(dir) {
 		if di, err := os.Stat(dir); err == nil {
 			if h := rootClaimant(di); h != nil && h.agent() {
-				lock.Release()
-				return nil, &RootInUseError{Root: root, Outer: dir, PID: h.pid}
+				return &RootInUseError{Root: root, Outer: dir, PID: h.pid}
 			}
 		}
 		if dir == filepath.Dir(dir) {
-			break
+			return nil
 		}
 	}
-	return lock, nil
 }

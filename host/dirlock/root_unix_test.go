@@ -36,6 +36,13 @@ func TestARootIsOneAgents(t *testing.T) {
 			t.Errorf("a second agent on %s: %v, want refused (outer %q)", c.root, err, c.outer)
 		}
 	}
+	var ie *RootInUseError
+	if err := RefuseInsideClaimed(filepath.Join(root, "etc", "not-made")); !errors.As(err, &ie) || filepath.Clean(ie.Outer) != root {
+		t.Errorf("a root not made yet inside a held root: %v, want refused (outer %s)", err, root)
+	}
+	if err := RefuseInsideClaimed(filepath.Join(other, "not-made")); err != nil {
+		t.Errorf("a root not made yet apart: %v", err)
+	}
 	l, err := AcquireRoot(other)
 	if err != nil {
 		t.Fatalf("a root apart: %v", err)

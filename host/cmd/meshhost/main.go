@@ -835,6 +835,9 @@ func cmdRun(args []string, cio *cliIO) error {
 	// was made with all its missing parents, and the declared files written there.
 	// Judged once the identity is known good: "not enrolled" is the truer answer
 	// for --state ./h1 --root ./h1/managed before enrol made ./h1.
+	if err := dirlock.RefuseInsideClaimed(*root); err != nil {
+		return err // exit 8, before a missing root is made inside the other's
+	}
 	if err := statedir.PrepareRoot(*root); err != nil {
 		return err
 	}
