@@ -1212,3 +1212,17 @@ func (f *fixture) declAt(t *testing.T, issued time.Time) []byte {
 	}
 	return env
 }
+
+// TestNoFileCheckIsSaid: with --check-files 0 meshhost status showed no files line at
+// all (a docs walkthrough), as before the first check: an operator who fixed a file
+// by hand could not tell that it would stay.
+func TestNoFileCheckIsSaid(t *testing.T) {
+	f := newFixture(t)
+	if st := f.a.linkStatus(); st.Files != nil {
+		t.Fatalf("before the first check, with the check on: %+v", st.Files)
+	}
+	f.a.o.CheckFiles = -1
+	if st := f.a.linkStatus(); st.Files == nil || !st.Files.Never {
+		t.Fatalf("with --check-files 0: %+v, want never", st.Files)
+	}
+}

@@ -56,8 +56,8 @@ type LinkStatus struct {
 	// reads does not say yet, and why. The agent tries again at each heartbeat.
 	Unsaved *UnsavedState `json:"unsaved,omitempty"`
 	// Files is what the file check found (nil before it compared anything or
-	// found it could not, and with --check-files 0): a host fixed by hand sees
-	// whether its change was put back.
+	// found it could not), or that it never runs (--check-files 0): a host fixed
+	// by hand sees whether its change was put back, or that it will not be.
 	Files *FilesStatus `json:"files,omitempty"`
 	// SharedKey is set while the mesh says that another machine holds this node's
 	// key (one cloned after its enrolment).
@@ -66,6 +66,10 @@ type LinkStatus struct {
 
 // FilesStatus is what the agent's file check found last.
 type FilesStatus struct {
+	// Never is set when the agent runs with no file check (--check-files 0):
+	// files changed on this host stay as they are until a declaration, or the
+	// mesh's re-signed copy, rewrites them.
+	Never bool `json:"never,omitempty"`
 	// CheckedAt is when the check last compared the managed files; zero when it
 	// has not since the agent started (it is off).
 	CheckedAt time.Time `json:"checked_at,omitzero"`
@@ -126,6 +130,14 @@ func (a *Agent) linkStatus() LinkStatus {
 		st.Files = &FilesStatus{CheckedAt: s.checkedAt, PutBack: s.putBack, LastPutBackAt: s.lastPutBackAt,
 			LastPutBackCount: s.lastPutBackCount, LastPutBack: slices.Clone(s.lastPutBack), Failed: s.putBackFailed,
 			OffCode: s.checkOff.code, Off: s.checkOff.why, OffSince: s.checkOff.since, NotKept: s.notKept}
+	}
+	if a.o.CheckFiles < 0 {
+		// Said rather than left out: an operator who fixed a file by hand saw no
+		// files line at all, and could not tell "not put back" from "not checked yet".
+		if st.Files == nil {
+			st.Files = &FilesStatus{}
+		}
+		st.Files.Never = true
 	}
 	if !st.Synced {
 		st.Error = s.linkErr

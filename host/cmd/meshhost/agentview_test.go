@@ -157,6 +157,13 @@ func TestFilesLine(t *testing.T) {
 	if got := filesLine(f); got != want {
 		t.Errorf("off since the start:\ngot  %q\nwant %q", got, want)
 	}
+	// --check-files 0: said, and neither "not compared" nor "none changed", which
+	// read as a check still to come.
+	f = &agent.FilesStatus{Never: true}
+	want = "NEVER CHECKED: the agent runs with --check-files 0, so files changed on this host stay as they are until a new declaration, or the mesh's re-signed copy (every 12 hours), rewrites them"
+	if got := filesLine(f); got != want {
+		t.Errorf("never:\ngot  %q\nwant %q", got, want)
+	}
 	// The copy not kept on disk: the check goes on, a restart would wait.
 	f = &agent.FilesStatus{CheckedAt: at, NotKept: "no space left on device"}
 	want = "checked at 2026-12-05T09:40:00Z; none changed on this host since the agent started; its copy of the applied declaration is NOT KEPT in the state directory (tried again at each check; after a restart, files are checked once the mesh sends a copy): no space left on device"

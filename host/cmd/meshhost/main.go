@@ -1132,10 +1132,14 @@ func askAgent(stateDir string) agentView {
 // back since the agent started.
 func filesLine(f *agent.FilesStatus) string {
 	var parts []string
+	if f.Never {
+		parts = append(parts, "NEVER CHECKED: the agent runs with --check-files 0, so files changed on this host stay as they are until a new declaration, or the mesh's re-signed copy (every 12 hours), rewrites them")
+	}
 	if f.OffCode != "" {
 		parts = append(parts, fmt.Sprintf("OFF since %s, files changed on this host are not put back: %s", f.OffSince.UTC().Format(time.RFC3339), f.Off))
 	}
 	switch {
+	case f.Never:
 	case f.CheckedAt.IsZero():
 		parts = append(parts, "not compared since the agent started")
 	case f.OffCode != "":
@@ -1149,7 +1153,7 @@ func filesLine(f *agent.FilesStatus) string {
 	switch {
 	case f.PutBack > 0:
 		parts = append(parts, putBackText(f))
-	case f.Failed == "" && f.OffCode == "":
+	case f.Failed == "" && f.OffCode == "" && !f.Never:
 		parts = append(parts, "none changed on this host since the agent started")
 	}
 	if f.NotKept != "" {
