@@ -446,6 +446,11 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		d.web.serve(d.handler())
 	}
 	d.recordServed()
+	// A stop asked for during the steps above, which do not wait on ctx: not
+	// "ready" in the log, then a stop before ready (exit 9), as serve has it.
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
 	d.log.Info("control node ready", "mesh", d.cfg.Mesh, "node", d.cfg.Node, "broker", d.broker.Addr())
 	return d, nil
 }

@@ -1,0 +1,60 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAStopWhileOpeningIsNotReady: a stop asked for while Open runs its last steps,
+// which do not wait on ctx, was logged "control node ready", then serve stopped as
+// before ready (exit 9): the journal said ready to a node that never was (a
+// review). Open gives the stop back instead, and logs no "ready".
+func TestAStopWhileOpeningIsNotReady(t *testing.T) {
+	var log lockedBuffer
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	stopped := errors.New("interrupted by SIGTERM")
+	// The stop comes as the broker's capacity is said, after the last step that
+	// waits on ctx, as the review's signal did.
+	h := stopOn{Handler: slog.NewTextHandler(&log, nil), msg: "broker capacity", stop: func() { cancel(stopped) }}
+	d, err := Open(ctx, Options{Dir: bootstrapped(t, "openstop"), Logger: slog.New(h), ReadyTimeout: 20 * time.Second})
+	if !strings.Contains(log.String(), "broker capacity") {
+		t.Fatalf("the broker's capacity was not said, so no stop came late:\n%s", log.String())
+	}
+	if err == nil {
+		d.Close()
+		t.Fatal("Open stopped as it ended gave a daemon")
+	}
+	if !errors.Is(err, stopped) {
+		t.Errorf("Open stopped as it ended: %v, want the stop's cause", err)
+	}
+	if strings.Contains(log.String(), "control node ready") {
+		t.Errorf("logged ready while stopping:\n%s", log.String())
+	}
+}
+
+// stopOn calls stop when a record's message starts with msg.
+type stopOn struct {
+	slog.Handler
+	msg  string
+	stop func()
+}
+
+func (h stopOn) Handle(ctx context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, h.msg) {
+		h.stop()
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h stopOn) WithAttrs(as []slog.Attr) slog.Handler {
+	return stopOn{Handler: h.Handler.WithAttrs(as), msg: h.msg, stop: h.stop}
+}
+
+func (h stopOn) WithGroup(name string) slog.Handler {
+	return stopOn{Handler: h.Handler.WithGroup(name), msg: h.msg, stop: h.stop}
+}
