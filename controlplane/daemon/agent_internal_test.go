@@ -332,4 +332,26 @@ func TestAReportBackToTheRecordSupersedesOneQueued(t *testing.T) {
 	if running() {
 		t.Fatal("a report of hooks running, superseded before the flush by one matching the record, was committed")
 	}
+	// The second report comes while the first is being committed: judged against
+	// the record, which does not hold the first yet, it was dropped, and the
+	// first committed after it (the last session's note left it open).
+	report(true)
+	d.status.beforeCommit = func() { report(false) }
+	d.status.flush()
+	d.status.beforeCommit = nil
+	if !running() {
+		t.Fatal("the report being committed is not recorded")
+	}
+	d.status.flush()
+	if running() {
+		t.Fatal("a report matching the record, which came while an older one was being committed, did not follow it")
+	}
+	// A commit of the older report that ends between the reading of the record
+	// and the judging: the record is read again.
+	report(true)
+	commits := d.status.commitsDone()
+	d.status.flush()
+	if d.status.backToRecord(node, state.Applied{}, commits) {
+		t.Fatal("a report judged against a record read before a commit ended was decided on it")
+	}
 }

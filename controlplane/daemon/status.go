@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -76,6 +77,7 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 	}
 	changed, textOnly, ahead := false, false, false
 	var key string
+	commits := d.status.commitsDone()
 	d.fsm.Read(func(s *state.State) {
 		n, ok := s.Nodes[node]
 		if !ok || n.Revoked {
@@ -99,9 +101,24 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 	if changed {
 		d.status.add(node, a, textOnly)
 	} else if key != "" {
-		// Back to what is recorded: a report queued before would replace it
-		// with what the host no longer says.
-		d.status.dropPending(node)
+		// Back to what is recorded: a report queued before, or one being
+		// committed, would replace it with what the host no longer says.
+		for !d.status.backToRecord(node, a, commits) {
+			// A commit ended since the record was read: read it again.
+			commits = d.status.commitsDone()
+			same := false
+			d.fsm.Read(func(s *state.State) {
+				if n, ok := s.Nodes[node]; ok && !n.Revoked {
+					old := n.Applied
+					old.ReportedAt = time.Time{}
+					same = old == a
+				}
+			})
+			if !same {
+				d.status.add(node, a, false)
+				break
+			}
+		}
 	}
 	if key != "" {
 		d.tellKeyShared(m, node, key, now)
@@ -149,6 +166,15 @@ type statusBatcher struct {
 	// seen is when the leader last heard from each node that went offline since
 	// the last flush (state.StatusCmd.Seen), with its key.
 	seen map[string]seenAt
+	// inflight is the batch a flush is committing, nil between commits, and
+	// commits counts the flushes that ended: a report back to a node's record,
+	// judged against the record before a commit of that node's older report
+	// ended, must follow it (backToRecord).
+	inflight map[string]pendingReport
+	commits  atomic.Uint64
+	// beforeCommit, when set (tests), runs as a flush's command is about to be
+	// committed.
+	beforeCommit func()
 }
 
 // seenAt is when the leader last heard from a node whose last connection closed.
@@ -177,16 +203,31 @@ func (b *statusBatcher) add(node string, a state.Applied, textOnly bool) {
 	b.mu.Unlock()
 }
 
-// dropPending forgets node's queued report: the node's newest report matches its
-// record, and the one queued is older (a node's reports arrive in order). Not
-// only a report that changes what is shown: an agent that put a file back reports
-// its hooks running, then not, milliseconds apart; the first was committed at the
-// next flush, and the node shown "hooks running", not converged, until its next
-// heartbeat, up to 15 s (a walkthrough: `meshctl status` exit 5 at every hand edit).
-func (b *statusBatcher) dropPending(node string) {
+// commitsDone is how many flushes ended, for backToRecord.
+func (b *statusBatcher) commitsDone() uint64 { return b.commits.Load() }
+
+// backToRecord takes node's report a, which matches its record as read when
+// commitsDone was commits: the report queued before it, older (a node's reports
+// arrive in order), is forgotten; and if a flush is committing an older report of
+// the node, a is queued to follow it. Not only a report that changes what is
+// shown: an agent that put a file back reports its hooks running, then not,
+// milliseconds apart; the first was committed, and the node shown "hooks running",
+// not converged, until its next heartbeat, up to 15 s (a walkthrough: `meshctl
+// status` exit 5 at every hand edit), whether it was queued or being committed when
+// the second came. False, deciding nothing, when a flush ended since the record
+// was read: the record may hold the older report now; read it again.
+func (b *statusBatcher) backToRecord(node string, a state.Applied, commits uint64) bool {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p, ok := b.inflight[node]; ok && p.applied != a {
+		b.pending[node] = pendingReport{applied: a}
+		return true
+	}
+	if b.commits.Load() != commits {
+		return false
+	}
 	delete(b.pending, node)
-	b.mu.Unlock()
+	return true
 }
 
 func (b *statusBatcher) run(ctx context.Context) error {
@@ -207,8 +248,13 @@ func (b *statusBatcher) flush() {
 	if len(seen) > 0 {
 		b.seen = map[string]seenAt{}
 	}
+	b.inflight = batch
 	b.mu.Unlock()
 	defer func() {
+		b.mu.Lock()
+		b.inflight = nil
+		b.commits.Add(1)
+		b.mu.Unlock()
 		clear(batch)
 		b.mu.Lock()
 		b.spare = batch
@@ -253,6 +299,9 @@ func (b *statusBatcher) flush() {
 	}
 	if len(cmd.Reports) == 0 && len(cmd.Seen) == 0 {
 		return
+	}
+	if b.beforeCommit != nil {
+		b.beforeCommit()
 	}
 	if _, err := b.d.raft.Apply(state.Command{Op: state.OpStatus, Status: cmd}, commitTimeout); err != nil {
 		// The times nodes were last heard from are not sent again: LAST SEEN
