@@ -363,8 +363,17 @@ func (d *Daemon) standingOfKey(key string) (by string, refused *api.Error) {
 			}
 		}
 	})
-	if by == byUnrecorded && d.fsm.OperatorStanding(key) == state.OperatorUnrecorded {
+	switch {
+	case by != byUnrecorded:
+	case d.fsm.OperatorStanding(key) == state.OperatorUnrecorded:
 		whose, why, advice = "the credentials", "are recorded by no name (issued outside meshctl operator add, or after the backup this mesh was restored from)", byName
+	case d.opts.RequireSignedChanges:
+		// The state admits an unrecorded key while a control node admitted by an
+		// older version has none recorded (it cannot tell that node's key from
+		// another), and so did this: any key made on the spot signed a change
+		// under the flag, a revoked operator's at a lagging broker too (a review).
+		whose, why, advice = "the credentials", "are recorded by no name, and this control plane carries out only changes signed by recorded credentials (serve --require-signed-changes; "+
+			"a control node admitted by an older version has admin.creds of no recorded key)", byName
 	}
 	if why == "" {
 		return by, nil

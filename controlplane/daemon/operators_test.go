@@ -839,6 +839,16 @@ func TestTheSignerIsJudgedAsTheChangeRuns(t *testing.T) {
 	if by, err := d.judgeSigner(stranger, ""); err != nil || by != byUnrecorded {
 		t.Errorf("an unrecorded key while a control node's key is unrecorded: named %q, %v; want carried out", by, err)
 	}
+	// There, --require-signed-changes carried out a change signed by any key made
+	// on the spot (a review): only recorded credentials may sign under it.
+	d.opts.RequireSignedChanges = true
+	if _, err := d.judgeSigner(stranger, ""); !errors.As(err, &ae) || ae.Code != api.CodeCredentialsNotValid || !strings.Contains(ae.Message, "--require-signed-changes") {
+		t.Errorf("an unrecorded key under --require-signed-changes, a control node's key unrecorded: %v, want %s", err, api.CodeCredentialsNotValid)
+	}
+	if by, err := d.judgeSigner(self, ""); err != nil || by != d.cfg.Node+" (its admin.creds)" {
+		t.Errorf("this node's recorded credentials under --require-signed-changes: named %q, %v", by, err)
+	}
+	d.opts.RequireSignedChanges = false
 	d.changePending.Store(true)
 	if _, err := d.judgeSigner(self, ""); err != nil || d.changePending.Load() {
 		t.Errorf("a judgement after a pending commit: %v, still pending %t; want the pending change waited for", err, d.changePending.Load())
