@@ -195,6 +195,12 @@ const (
 	RaftRemoved   = "removed"
 )
 
+// MaxControlHeartbeat caps a control node's heartbeat, in bytes: one of a mesh of a
+// hundred control nodes, whose Raft configuration it carries, is a few KiB. The
+// broker let 2 MiB through, which the leader parsed under the lock of operators'
+// changes at every round of its autopilot (a review).
+const MaxControlHeartbeat = 32 << 10
+
 // ControlHeartbeatSubject is where control node id reports itself.
 func ControlHeartbeatSubject(id string) string { return ControlPrefix + id + ".heartbeat" }
 

@@ -590,6 +590,10 @@ func (d *Daemon) operatorSweepLoop(ctx context.Context) error {
 }
 
 func (d *Daemon) handleHeartbeat(m *nats.Msg) {
+	if len(m.Data) > api.MaxControlHeartbeat {
+		d.guard.drop("heartbeat", ReasonTooLarge, m.Subject, fmt.Sprintf("%d bytes, over %d", len(m.Data), api.MaxControlHeartbeat))
+		return
+	}
 	var h api.ControlHeartbeat
 	if err := json.Unmarshal(m.Data, &h); err != nil || h.V != api.ProtocolVersion || api.ControlHeartbeatSubject(h.Node) != m.Subject {
 		d.guard.drop("heartbeat", ReasonMalformed, m.Subject, "not a heartbeat of this protocol version from the node its subject names")
@@ -880,6 +884,13 @@ func (d *Daemon) autopilot(ctx context.Context) {
 const (
 	configStaleAfter  = 10 * time.Second
 	configSpreadEvery = 30 * time.Second
+	// configHeardRecently is how recently a control node must have been heard,
+	// stopped now, for a configuration that lists it to count against the
+	// leader's (configsApart): a leader holds a stale configuration only while
+	// it runs (a restart reads its log again), so one it heard within a rolling
+	// restart's time is a member, and one it has not heard since it started
+	// may be one a lost quorum took.
+	configHeardRecently = 10 * time.Minute
 )
 
 // spreadConfiguration is the leader's autopilot for members that hold another
@@ -907,21 +918,31 @@ func (d *Daemon) spreadConfiguration(now time.Time) {
 	for _, m := range members {
 		ids = append(ids, m.ID)
 	}
-	stale, newer := configsApart(configView{self: d.cfg.Node, own: own, now: now, members: ids, apart: d.configApart,
+	kept, removed := map[string]bool{}, map[string]bool{}
+	d.fsm.Read(func(s *state.State) {
+		for _, n := range s.ControlNodes {
+			removed[n.ID] = n.Removed
+			kept[n.ID] = !n.Removed && !n.NeverServed
+		}
+	})
+	stale, newer, ghosts := configsApart(configView{self: d.cfg.Node, own: own, now: now, members: ids, apart: d.configApart,
 		last:     d.ctl.last,
 		caughtUp: func(id string) bool { return d.ctl.caughtUp(id, applied) },
-		alive:    func(id string) bool { return d.ctl.alive(id, now) }})
+		alive:    func(id string) bool { return d.ctl.alive(id, now) },
+		kept:     func(id string) bool { return kept[id] },
+		removed:  func(id string) bool { return removed[id] }})
 	if len(stale) == 0 || now.Sub(d.configSpread) < configSpreadEvery {
 		return
 	}
 	d.configSpread = now
-	if len(newer) > 0 {
-		d.log.Warn("control nodes hold another Raft configuration than the leader's, listing control nodes that serve and that the leader's leaves out: the leader's may be the stale one, and is not appended again; restart this control node's serve (it reads its configuration again from its log), and another leads meanwhile",
-			"nodes", strings.Join(stale, "; "), "serving_not_in_leader_configuration", strings.Join(newer, ","), "leader_configuration", own)
+	if len(newer) > 0 || len(ghosts) > 0 {
+		d.log.Warn("control nodes hold another Raft configuration than the leader's, and the leader's leaves out control nodes of the mesh that theirs list, or lists removed ones: the leader's may be the stale one, and is not appended again; restart this control node's serve (it reads its configuration again from its log), and another leads meanwhile",
+			"nodes", clipText(strings.Join(stale, "; "), 2048), "not_in_leader_configuration", strings.Join(newer, ","), "removed_in_leader_configuration", strings.Join(ghosts, ","),
+			"leader_configuration", clipText(own, 2048))
 		return
 	}
 	d.log.Warn("control nodes hold another Raft configuration than the leader's, though they follow its log (a snapshot installed over newer entries, or a recovery's peers file not given to them): the leader appends its configuration again for them to take",
-		"nodes", strings.Join(stale, "; "), "leader_configuration", own)
+		"nodes", clipText(strings.Join(stale, "; "), 2048), "leader_configuration", clipText(own, 2048))
 	if err := d.raft.SpreadConfiguration(commitTimeout); err != nil {
 		d.log.Warn("the Raft configuration was not appended again; the leader tries again", "err", err)
 	}
@@ -929,7 +950,10 @@ func (d *Daemon) spreadConfiguration(now time.Time) {
 
 // configView is what configsApart judges: this leader (self), the configuration it
 // holds (own, replication.Node.ConfigurationText), the members of it, their last
-// heartbeats, and when each was first seen apart (updated in place).
+// heartbeats, and when each was first seen apart (updated in place); alive, kept
+// and removed say of a control node whether it serves now, whether the replicated
+// state keeps it (admitted, not removed, and it served once), and whether the state
+// marks it removed.
 type configView struct {
 	self, own string
 	now       time.Time
@@ -938,13 +962,28 @@ type configView struct {
 	last      func(id string) (api.ControlHeartbeat, time.Time, bool)
 	caughtUp  func(id string) bool
 	alive     func(id string) bool
+	kept      func(id string) bool
+	removed   func(id string) bool
+}
+
+// heardWithin reports whether id's last heartbeat came within d.
+func (v configView) heardWithin(id string, d time.Duration) bool {
+	_, at, ok := v.last(id)
+	return ok && v.now.Sub(at) <= d
 }
 
 // configsApart returns the members that have held another configuration than the
 // leader's for configStaleAfter while they follow it, caught up (stale: each with
-// its configuration), and the control nodes that serve which their configurations
-// list and the leader's leaves out (newer: the stale one may be the leader's).
-func configsApart(v configView) (stale, newer []string) {
+// its configuration); then, when there are such, what says the stale configuration
+// may be the leader's: the control nodes which their configurations list and the
+// leader's leaves out that serve, or that the state keeps and this leader heard
+// within configHeardRecently (newer: one stopped for a moment, in a rolling
+// restart), and the control nodes the leader's lists that the state marks removed
+// (ghosts). Appending the leader's then would drop a voter from Raft for good, or
+// make a removed node, whose connections are refused, every member's voter (a
+// review). Nodes long silent do not count: those a lost quorum took, which a
+// survivor not given the peers file still lists, and which are removed later.
+func configsApart(v configView) (stale, newer, ghosts []string) {
 	ownIDs := replication.ConfigurationIDs(v.own)
 	for _, id := range v.members {
 		if id == v.self {
@@ -972,13 +1011,21 @@ func configsApart(v configView) (stale, newer []string) {
 		// (hashicorp/raft keeps an installed snapshot's until the next entry or
 		// a restart), and appending it would drop that node from Raft (a review).
 		for _, other := range replication.ConfigurationIDs(hb.RaftConfig) {
-			if !slices.Contains(ownIDs, other) && other != v.self && !slices.Contains(newer, other) && v.alive(other) {
+			if !slices.Contains(ownIDs, other) && other != v.self && !slices.Contains(newer, other) && (v.alive(other) || v.kept(other) && v.heardWithin(other, configHeardRecently)) {
 				newer = append(newer, other)
 			}
 		}
 	}
+	if len(stale) > 0 {
+		for _, id := range ownIDs {
+			if v.removed(id) && !slices.Contains(ghosts, id) {
+				ghosts = append(ghosts, id)
+			}
+		}
+	}
 	slices.Sort(newer)
-	return stale, newer
+	slices.Sort(ghosts)
+	return stale, newer, ghosts
 }
 
 // promoteServing is the leader's autopilot: it promotes the nonvoters that serve (a

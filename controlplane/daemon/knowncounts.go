@@ -46,7 +46,7 @@ func knownDrops() []DropKey {
 	add(subjectSync, replyReasons()...)
 	add(subjectStatus, admitReasons()...)
 	add(subjectStatus, ReasonOtherNode)
-	add(subjectHeartbeat, ReasonMalformed)
+	add(subjectHeartbeat, ReasonMalformed, ReasonTooLarge)
 	add(subjectRevokedSync, ReasonMalformed, ReasonTooLarge, ReasonRate)
 	add(subjectRevokedSync, replyReasons()...)
 	add(subjectAdmin, replyReasons()...)

@@ -141,7 +141,10 @@ var ErrLeadershipLost = errors.New("leadership lost before the change was commit
 
 // changeError classifies the error of a change of the Raft configuration as Apply
 // does a command's: ErrNotLeader and ErrNotAppended for a change raft did not take,
-// ErrLeadershipLost for one it had appended.
+// ErrLeadershipLost for one it had appended, ErrCommitPending for one still not
+// committed a fifth past its timeout (waited for as a command is: each change runs
+// under the lock that runs operators' changes one at a time, and a log write that
+// does not return held them all, a review).
 func changeError(err error) error {
 	switch {
 	case err == nil:
@@ -708,7 +711,7 @@ func (n *Node) SpreadConfiguration(timeout time.Duration) error {
 		if s.ID == n.id && s.Suffrage == raft.Voter {
 			// A voter added again at its own address: the same configuration,
 			// in a new entry.
-			return changeError(n.raft.AddVoter(s.ID, s.Address, 0, timeout).Error())
+			return changeError(settled(n.raft.AddVoter(s.ID, s.Address, 0, timeout), timeout+timeout/5))
 		}
 	}
 	return fmt.Errorf("%w: this member is no voter of its configuration", ErrNotLeader)
@@ -731,18 +734,18 @@ func (n *Node) LastContact() time.Time { return n.raft.LastContact() }
 // AddNonvoter adds a server that receives the log but does not vote. Raft reports
 // success without ever reaching the server, so a caller must confirm it replicates.
 func (n *Node) AddNonvoter(id, addr string, timeout time.Duration) error {
-	return changeError(n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout).Error())
+	return changeError(settled(n.raft.AddNonvoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout), timeout+timeout/5))
 }
 
 // Promote makes a server a voter.
 func (n *Node) Promote(id, addr string, timeout time.Duration) error {
-	return changeError(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout).Error())
+	return changeError(settled(n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, timeout), timeout+timeout/5))
 }
 
 // Demote makes a voter a nonvoter: it keeps receiving the log and no longer counts
 // towards a quorum.
 func (n *Node) Demote(id string, timeout time.Duration) error {
-	return changeError(n.raft.DemoteVoter(raft.ServerID(id), 0, timeout).Error())
+	return changeError(settled(n.raft.DemoteVoter(raft.ServerID(id), 0, timeout), timeout+timeout/5))
 }
 
 // TransferLeadership has this node, the leader, hand leadership to the voter id at
@@ -794,7 +797,7 @@ func (n *Node) HandOver(limit time.Duration) (bool, error) {
 
 // Remove takes a server out of the configuration.
 func (n *Node) Remove(id string, timeout time.Duration) error {
-	return changeError(n.raft.RemoveServer(raft.ServerID(id), 0, timeout).Error())
+	return changeError(settled(n.raft.RemoveServer(raft.ServerID(id), 0, timeout), timeout+timeout/5))
 }
 
 // Status is this member's view of Raft, for metrics.
