@@ -57,6 +57,12 @@ type ControlStatus struct {
 	// At is this node's clock as it answered (versions before it send none): the
 	// clock LastContact is by, and how long ago that was is counted from it.
 	At time.Time `json:"at,omitzero"`
+	// RequireSignedChanges says whether this node serves with
+	// --require-signed-changes (nil from versions before it, which carry out
+	// unsigned changes): a per-process flag, and any node may lead, so `meshctl
+	// control status` names nodes that differ (a review: a failover to a node
+	// without it let unsigned changes in again without a word).
+	RequireSignedChanges *bool `json:"require_signed_changes,omitempty"`
 }
 
 // RaftMember is one server of a Raft configuration.

@@ -45,6 +45,7 @@ func (d *Daemon) controlStatus() api.ControlStatus {
 	out := api.ControlStatus{
 		Mesh: d.cfg.Mesh, Node: d.cfg.Node, Version: d.opts.Version, Raft: d.raft.State(), Leader: d.raft.Leader(),
 		Term: st.Term, CommitIndex: st.CommitIndex, AppliedIndex: st.Applied,
+		RequireSignedChanges: &d.opts.RequireSignedChanges,
 	}
 	if err := d.raft.LogWriteError(); err != nil {
 		out.LogWriteError = err.Error()

@@ -55,7 +55,8 @@ func controlStatus(cp *controlPlaneFlags, cio *cliIO, wait time.Duration, asJSON
 // and every new one is refused); nil when every voter answers and follows the
 // leader and no certificate has expired, which is what a rolling restart waits for
 // before the next node. A certificate that expires within 180 days is printed, and
-// fails nothing.
+// fails nothing; so are control nodes that differ in --require-signed-changes, which
+// a rolling restart turning it on goes through.
 func (r controlStatusReport) verdict() error {
 	var expired string
 	if names := r.expiredCertificates(); len(names) > 0 {
@@ -128,7 +129,23 @@ type controlStatusReport struct {
 	// its own and the CA's it serves with, judged by this machine's clock; a node
 	// offline, or of a version that does not say, is not among them.
 	Certificates []certificateExpiry `json:"certificates,omitempty"`
-	Answered     []api.ControlStatus `json:"answered"`
+	// SignedOnly and Unsigned, set only when the answering control nodes differ,
+	// are those that serve with --require-signed-changes and those that do not
+	// (older versions among them): any may lead, and one without it carries out
+	// unsigned changes.
+	SignedOnly []string            `json:"require_signed_changes,omitempty"`
+	Unsigned   []string            `json:"unsigned_changes_allowed,omitempty"`
+	Answered   []api.ControlStatus `json:"answered"`
+}
+
+// signedChangesApart says which answering nodes serve with --require-signed-changes
+// and which do not, when they differ; "" when they agree.
+func (r controlStatusReport) signedChangesApart() string {
+	if len(r.SignedOnly) == 0 || len(r.Unsigned) == 0 {
+		return ""
+	}
+	return "--require-signed-changes is on at " + strings.Join(r.SignedOnly, ", ") + " and off at " + strings.Join(r.Unsigned, ", ") +
+		": any control node may lead, and one without it carries out unsigned changes (revoked credentials' through a lagging broker among them); serve every control node with it, or none (restart them one at a time)"
 }
 
 // missingVoters are the voters that did not answer, printable.
@@ -219,6 +236,18 @@ func reportControlStatus(answers []api.ControlStatus, now time.Time) controlStat
 		}
 	}
 	r.Certificates = certificateExpiries(answers, r.Leader, now)
+	for _, a := range answers {
+		if a.RequireSignedChanges != nil && *a.RequireSignedChanges {
+			r.SignedOnly = append(r.SignedOnly, oneLine(a.Node, 64))
+		} else {
+			r.Unsigned = append(r.Unsigned, oneLine(a.Node, 64))
+		}
+	}
+	if len(r.SignedOnly) == 0 || len(r.Unsigned) == 0 {
+		r.SignedOnly, r.Unsigned = nil, nil
+	}
+	slices.Sort(r.SignedOnly)
+	slices.Sort(r.Unsigned)
 	return r
 }
 
@@ -341,6 +370,9 @@ func printControlStatus(w io.Writer, r controlStatusReport, now time.Time) {
 		printClocks(w, r, lead, now)
 	}
 	printCertificates(w, r, now)
+	if apart := r.signedChangesApart(); apart != "" {
+		fmt.Fprintln(w, apart)
+	}
 	// A node whose disk is full cannot append the entry an election starts with:
 	// starting voters does not help, room does.
 	for _, a := range r.Answered {

@@ -666,3 +666,38 @@ func TestControlStatusNamesAVoterHoldingAnotherConfiguration(t *testing.T) {
 		t.Fatalf("a member a commit behind, its configuration on its way: not following %v, verdict %v; want exit 0", r.NotFollowing, r.verdict())
 	}
 }
+
+// TestControlStatusNamesNodesApartInSignedChanges: --require-signed-changes is each
+// serve's own flag, and any node may lead: a failover to one without it let
+// unsigned changes in again without a word (a review). Nodes that differ are named,
+// an older one (which says nothing) as off; the exit is not failed, since a rolling
+// restart turning the flag on goes through that; nodes that agree print nothing.
+func TestControlStatusNamesNodesApartInSignedChanges(t *testing.T) {
+	on, off := true, false
+	members := []api.RaftMember{{ID: "cp-1", Voter: true}, {ID: "cp-2", Voter: true}, {ID: "cp-3", Voter: true}}
+	answers := []api.ControlStatus{
+		{Node: "cp-1", Raft: api.RaftStateLeader, Members: members, RequireSignedChanges: &on},
+		{Node: "cp-2", Raft: api.RaftStateFollower, Leader: "cp-1", Members: members, RequireSignedChanges: &off},
+		{Node: "cp-3", Raft: api.RaftStateFollower, Leader: "cp-1", Members: members},
+	}
+	now := time.Now()
+	r := reportControlStatus(answers, now)
+	var b bytes.Buffer
+	printControlStatus(&b, r, now)
+	if want := "--require-signed-changes is on at cp-1 and off at cp-2, cp-3"; !strings.Contains(b.String(), want) {
+		t.Errorf("the nodes apart are not named (want %q):\n%s", want, b.String())
+	}
+	if !slices.Equal(r.SignedOnly, []string{"cp-1"}) || !slices.Equal(r.Unsigned, []string{"cp-2", "cp-3"}) {
+		t.Errorf("--json: require_signed_changes %v, unsigned_changes_allowed %v", r.SignedOnly, r.Unsigned)
+	}
+	if err := r.verdict(); err != nil {
+		t.Errorf("nodes apart in --require-signed-changes failed the exit: %v", err)
+	}
+	answers[1].RequireSignedChanges, answers[2].RequireSignedChanges = &on, &on
+	r = reportControlStatus(answers, now)
+	b.Reset()
+	printControlStatus(&b, r, now)
+	if strings.Contains(b.String(), "require-signed-changes") || r.SignedOnly != nil || r.Unsigned != nil {
+		t.Errorf("every node with the flag: said apart:\n%s", b.String())
+	}
+}
