@@ -281,6 +281,18 @@ func (d *Daemon) checkSignature(op string, m *nats.Msg) (key, instead string) {
 // does not verify; and with RequireSignedChanges, none, or one made too far from
 // this node's clock. signed is checkSignature's word instead of the key's name.
 func (d *Daemon) judgeSigner(key, signed string) (by string, err error) {
+	term := d.raft.Status().Term
+	if !d.changePending.Load() && term != d.currentTerm.Load() {
+		// Leading in another term than the one whose barrier this node applied
+		// (it stepped down and led again while the change waited its turn, or
+		// it led from the start): what the terms between committed, a
+		// revocation maybe, is applied first.
+		if err := d.raft.BarrierWithin(commitTimeout); err != nil {
+			return signed, errors.Join(errNotDone, &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf(
+				"control node %s could not apply what was committed before this change (%v): nothing was done; run it again", d.cfg.Node, err)})
+		}
+		d.currentTerm.Store(term)
+	}
 	if d.changePending.Load() {
 		// A change under this lock whose commit was left pending (a log write
 		// that did not return) may be a revocation: applied after the judgement
@@ -299,6 +311,7 @@ func (d *Daemon) judgeSigner(key, signed string) (by string, err error) {
 				"an earlier change on control node %s is not committed yet (%v): nothing was done; run it again once meshctl control status shows its log can be written", d.cfg.Node, berr)})
 		}
 		d.changePending.Store(false)
+		d.currentTerm.Store(term)
 	}
 	by = signed
 	if key != "" && signed != byBadSignature {

@@ -206,6 +206,12 @@ type Daemon struct {
 	// changePending: a commit under adminMu was left pending (ErrCommitPending):
 	// the next change's judgement waits for everything before it to apply.
 	changePending atomic.Bool
+	// currentTerm is the Raft term in which this node, leading, last applied
+	// everything committed before serving a change (followLeadership's barrier, or
+	// judgeSigner's): a change that waited its turn across a step-down and a new
+	// term of this node is judged only once that term's barrier applied what the
+	// terms between committed (a review).
+	currentTerm atomic.Uint64
 	// configApart is when each member was first seen holding another Raft
 	// configuration than the leader's, configSpread when the leader last appended
 	// its own again (spreadConfiguration; under adminMu).
@@ -673,6 +679,7 @@ func (d *Daemon) followLeadership(ctx context.Context) error {
 				if !untilCurrent(ctx, func() error { return d.raft.Barrier(commitTimeout) }, d.raft.IsLeader, time.Second, d.log) {
 					continue
 				}
+				d.currentTerm.Store(d.raft.Status().Term)
 				d.log.Info("this control node is now the leader; serving the API")
 				if err := d.serveAPI(); err != nil {
 					return err

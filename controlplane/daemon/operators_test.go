@@ -853,6 +853,12 @@ func TestTheSignerIsJudgedAsTheChangeRuns(t *testing.T) {
 	if _, err := d.judgeSigner(self, ""); err != nil || d.changePending.Load() {
 		t.Errorf("a judgement after a pending commit: %v, still pending %t; want the pending change waited for", err, d.changePending.Load())
 	}
+	// A change that waited its turn across a step-down and a new term of this
+	// node is judged once what the terms between committed is applied (a review).
+	d.currentTerm.Store(0)
+	if _, err := d.judgeSigner(self, ""); err != nil || d.currentTerm.Load() != d.raft.Status().Term {
+		t.Errorf("a judgement in a term not barriered: %v, term barriered %d, want %d", err, d.currentTerm.Load(), d.raft.Status().Term)
+	}
 }
 
 // waitingForAdminMu counts the operator requests waiting for adminMu, their turn
