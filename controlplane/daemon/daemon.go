@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1063,20 +1064,23 @@ func (d *Daemon) listedRemoved() bool {
 
 // otherBrokers lists the brokers of the other control nodes, from mesh.json: asking
 // this node's own broker would reach nothing once the others stopped routing to it.
+// Neither the address it advertises nor the one it listens on is asked: a node
+// joined with --listen behind NAT asked its own broker there, heard no leader, and
+// never stopped once removed (a docs walkthrough).
 func (d *Daemon) otherBrokers() []string {
 	e, err := operator.DirEndpoint(d.opts.Dir, false)
 	if err != nil {
 		return nil
 	}
-	var own string
+	own := []string{d.cfg.Listen}
 	d.fsm.Read(func(s *state.State) {
 		if c, ok := s.ControlNodes[d.cfg.Node]; ok {
-			own = c.Broker
+			own = append(own, c.Broker)
 		}
 	})
 	var out []string
 	for _, b := range e.Servers {
-		if b != own {
+		if !slices.Contains(own, b) {
 			out = append(out, b)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,4 +58,26 @@ func (h stopOn) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h stopOn) WithGroup(name string) slog.Handler {
 	return stopOn{Handler: h.Handler.WithGroup(name), msg: h.msg, stop: h.stop}
+}
+
+// TestOtherBrokersLeaveOutThisNodesOwn: a node joined with --listen behind NAT
+// listens on one address and advertises another; asked whether it was removed, it
+// dialled its own broker at the first, heard no leader, and never stopped (a docs
+// walkthrough). Neither is asked.
+func TestOtherBrokersLeaveOutThisNodesOwn(t *testing.T) {
+	d := servingDaemon(t, Options{Dir: bootstrapped(t, "others")})
+	cfg, err := d.opts.Dir.LoadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	advertised := cfg.Brokers[0]
+	cfg.Listen = "127.0.0.71:17480"
+	cfg.Brokers = []string{advertised, "127.0.0.9:7300"}
+	if err := d.opts.Dir.SaveConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	d.cfg.Listen = cfg.Listen
+	if got := d.otherBrokers(); !slices.Equal(got, []string{"127.0.0.9:7300"}) {
+		t.Errorf("the other brokers: %v, want 127.0.0.9:7300 alone (not the address listened on, %s, nor the one advertised, %s)", got, cfg.Listen, advertised)
+	}
 }
