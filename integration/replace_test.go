@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -145,4 +146,50 @@ func TestBootstrapMachineReplaced(t *testing.T) {
 		t.Errorf("the copy's data directory does not remember the removal: %v", err)
 	}
 	repl.WaitConverged("web-1", 11, 5*time.Second)
+}
+
+// TestALoneVoterRemovedThatComesBackStops: two control nodes are one voter and one
+// nonvoter; the voter (the bootstrap machine) is lost, the survivor recovered alone
+// from a peers file as "Losing the bootstrap machine" says, and the lost machine
+// removed. Back on its old disk, it is the only voter of its configuration and leads
+// at once: it served a control plane of its own, minting tokens, its control status
+// exit 0 (a docs walkthrough), since only a node hearing no leader asked the others.
+// A leader no member follows asks too, and it stops for good (exit 6).
+func TestALoneVoterRemovedThatComesBackStops(t *testing.T) {
+	t.Parallel()
+	cp1 := harness.NewControlPlane(t, bin, "lonevoter")
+	cp1.Serve()
+	cp2 := joinControl(t, cp1, "cp-2")
+	cp1.Process().Kill()
+	cp2.Process().Signal(syscall.SIGTERM)
+	if code := cp2.Process().Wait(30 * time.Second); code != 0 {
+		t.Fatalf("stop cp-2: exit %d\n%s", code, cp2.Process().Output())
+	}
+	writeFile(t, filepath.Join(cp2.Dir, "raft", "peers.json"), `[{"id":"cp-2","address":"`+cp2.Raft+`","non_voter":false}]`)
+	cp2.Serve()
+	// The CA files restored on the survivor first: the removal names it as holding
+	// them (it said no control token could be minted, a docs walkthrough).
+	for _, f := range []string{datadir.CAKeyFile, datadir.AccountKeyFile} {
+		copyFile(t, filepath.Join(cp1.Dir, f), filepath.Join(cp2.Dir, f), 0o600)
+	}
+	harness.Eventually(t, 20*time.Second, "nodes marks cp-2 as holding the CA key", func() bool {
+		for _, c := range cp2.Nodes().Control {
+			if c.ID == "cp-2" && c.CAHolder {
+				return true
+			}
+		}
+		return false
+	})
+	var removal harness.Result
+	harness.Eventually(t, 30*time.Second, "cp-1 removed", func() bool {
+		removal = cp2.Ctl("control", "remove", "cp-1")
+		return removal.Code == 0
+	})
+	if !strings.Contains(removal.Stdout, "cp-2 hold(s) them too") || strings.Contains(removal.Stdout, "no control token can be minted") {
+		t.Errorf("removing the CA holder, cp-2 holding the keys too:\n%s", removal.Stdout)
+	}
+	back := harness.Start(t, nil, bin.Meshctl, "serve", "--data", cp1.Dir, "--raft-heartbeat", "300ms")
+	if code := back.Wait(30 * time.Second); code != ctlExitRemoved || !strings.Contains(back.Output(), "the other control nodes list this node as removed") {
+		t.Fatalf("the removed lone voter back: exit %d, want %d:\n%s", code, ctlExitRemoved, back.Output())
+	}
 }

@@ -1062,6 +1062,24 @@ func (d *Daemon) listedRemoved() bool {
 	return false
 }
 
+// followed reports whether another member of this leader's Raft configuration was
+// heard following it within three heartbeats.
+func (d *Daemon) followed(now time.Time) bool {
+	members, err := d.raft.Members()
+	if err != nil {
+		return true // nothing known: nothing asked
+	}
+	for _, m := range members {
+		if m.ID == d.cfg.Node {
+			continue
+		}
+		if hb, at, ok := d.ctl.last(m.ID); ok && hb.Leader == d.cfg.Node && now.Sub(at) <= 3*HeartbeatInterval {
+			return true
+		}
+	}
+	return false
+}
+
 // otherBrokers lists the brokers of the other control nodes, from mesh.json: asking
 // this node's own broker would reach nothing once the others stopped routing to it.
 // Neither the address it advertises nor the one it listens on is asked: a node
@@ -1091,18 +1109,25 @@ func (d *Daemon) otherBrokers() []string {
 // it: the leader cuts a removed node's Raft connections and routes as soon as the
 // removal is applied, possibly before the node learnt that the entry committed. A
 // node that hears no leader for removedAskAfter asks the others, as a starting node
-// does (waitFollowing).
+// does (waitFollowing); so does a leader no other member follows: the only voter of
+// its configuration, lost, removed by the survivors after their recovery, and back
+// on its old disk, led a control plane of its own, minting tokens with the CA key (a
+// docs walkthrough of "Losing the bootstrap machine").
 func (d *Daemon) watchRemoved(ctx context.Context) error {
 	return every(ctx, removedAskAfter, func() {
 		// Raft's contact time is its own wall clock, hence time.Since.
-		if c := d.raft.LastContact(); d.raft.IsLeader() || !c.IsZero() && time.Since(c) < removedAskAfter {
+		leader := d.raft.IsLeader()
+		if c := d.raft.LastContact(); leader || !c.IsZero() && time.Since(c) < removedAskAfter {
 			if d.raft.Current() {
 				d.forgetAhead()
 			}
-			return
+			if !leader || d.followed(d.now()) {
+				return
+			}
+		} else {
+			// Its state may not list the member that leads now (peers.go).
+			d.learnMembers()
 		}
-		// Its state may not list the member that leads now (peers.go).
-		d.learnMembers()
 		if d.listedRemoved() {
 			d.log.Warn("the other control nodes list this node as removed; stopping")
 			d.removedOnce.Do(func() { close(d.removed) })

@@ -303,11 +303,18 @@ a --certificate that is missing, damaged or of another mesh. See docs/operations
 					}
 				}
 				// Asked first: once removed, a node is no one's CA holder.
+				// Another node holding them too (copied there, as moving a control
+				// node says) is named: the warning that no control token could be
+				// minted was given all the same (a docs walkthrough).
 				heldCA := false
+				var otherCA []string
 				var before api.NodesResult
 				if err := cp.call(api.OpNodes, api.NodesRequest{Limit: 1}, &before); err == nil {
 					for _, c := range before.Control {
 						heldCA = heldCA || c.ID == node && c.CAHolder
+						if c.ID != node && c.CAHolder && c.Raft != api.RaftRemoved {
+							otherCA = append(otherCA, oneLine(c.ID, 64))
+						}
 					}
 				}
 				var res api.ControlRemoveResult
@@ -323,18 +330,31 @@ a --certificate that is missing, damaged or of another mesh. See docs/operations
 						Demoted         string          `json:"demoted,omitempty"`
 						NotServing      bool            `json:"demoted_not_serving,omitempty"`
 						HeldCAKey       bool            `json:"held_ca_key,omitempty"`
+						OtherCAHolders  []string        `json:"other_ca_holders,omitempty"`
 						NeverAdmitted   bool            `json:"never_admitted,omitempty"`
 						CancelledTokens []api.TokenView `json:"cancelled_tokens,omitempty"`
-					}{node, res.AlreadyRemoved, res.PendingTokens, res.Demoted, res.DemotedNotServing, heldCA, res.NeverAdmitted, res.CancelledTokens})
+					}{node, res.AlreadyRemoved, res.PendingTokens, res.Demoted, res.DemotedNotServing, heldCA, otherCAHolders(heldCA, otherCA), res.NeverAdmitted, res.CancelledTokens})
 				}
 				printRemoval(cio.stdout, node, res)
-				if heldCA {
+				switch {
+				case heldCA && len(otherCA) > 0:
+					fmt.Fprintf(cio.stdout, "%s held the mesh CA key and the operator account key; %s hold(s) them too: mint control tokens there\n", node, strings.Join(otherCA, ", "))
+				case heldCA:
 					fmt.Fprintf(cio.stdout, "%s held the mesh CA key and the operator account key: no control token can be minted until ca-key.pem and admin-account.nk are restored from their backup on another control node (docs/operations.md, \"Losing the bootstrap machine\")\n", node)
 				}
 				return nil
 			}
 		},
 	}
+}
+
+// otherCAHolders is the other control nodes holding the CA key, said when the
+// removed node held it.
+func otherCAHolders(heldCA bool, others []string) []string {
+	if !heldCA {
+		return nil
+	}
+	return others
 }
 
 // printRemoval says what `meshctl control remove` did and, for a removal just done,
