@@ -118,14 +118,18 @@ Hosts offline throughout catch up by following the chain of keyrings.`,
 // live node has not acknowledged the current keyring, or a node holds a newer one
 // than the control plane, as status exits 5 while a live node has not applied what
 // was declared. It exited 0 either way, and the rotation's "wait until every live
-// node shows the new epoch" could not be scripted (a newcomer's audit).
+// node shows the new epoch" could not be scripted (a newcomer's audit). A node past
+// the keyring history does not count: it will never acknowledge (it is sent nothing
+// more), holds back no retirement, and `status` and `nodes` show it failing
+// (keyring_gone, exit 5); counted, it kept the rotation's wait loop going for ever
+// (a docs walkthrough).
 func keyringNotAcknowledged(res api.KeyringStatus) error {
 	behind, ahead := 0, 0
 	for _, n := range res.Nodes {
 		switch {
 		case n.Epoch > res.Epoch:
 			ahead++
-		case n.Epoch < res.Epoch && n.State == api.StateAlive:
+		case n.Epoch < res.Epoch && n.State == api.StateAlive && !n.Gone:
 			behind++
 		}
 	}
@@ -149,7 +153,7 @@ func printKeyringStatus(w io.Writer, res api.KeyringStatus) {
 		mark, held := "yes", fmt.Sprintf("epoch %d", n.Epoch)
 		if n.Epoch < res.Epoch {
 			mark = "no (behind)"
-			if n.State == api.StateAlive {
+			if n.State == api.StateAlive && !n.Gone {
 				behind++
 			}
 		}
@@ -172,8 +176,8 @@ func printKeyringStatus(w io.Writer, res api.KeyringStatus) {
 	}
 	tw.Flush()
 	if gone > 0 {
-		fmt.Fprintf(w, "%d node(s) hold a keyring older than the %d the mesh keeps and refused the chain they were sent: they refuse all it sends and are sent nothing more; "+
-			"enrol each again (meshctl revoke NODE, then a new token; meshctl nodes NODE says how)\n", gone, state.MaxKeyringHistory)
+		fmt.Fprintf(w, "%d node(s) hold a keyring older than the %d the mesh keeps and refused the chain they were sent: they refuse all it sends and are sent nothing more, "+
+			"and hold back neither a retirement nor this command's exit; enrol each again (meshctl revoke NODE, then a new token; meshctl nodes NODE says how)\n", gone, state.MaxKeyringHistory)
 	}
 	if ahead > 0 {
 		fmt.Fprintf(w, "%d node(s) hold a keyring newer than the control plane's: it was restored from a copy older than a rotation, and they refuse what it signs now; "+
