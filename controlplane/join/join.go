@@ -324,6 +324,16 @@ func Join(ctx context.Context, o Options) error {
 	}
 	if err != nil {
 		if expired != nil && tok.Role == tokenfmt.RoleControl {
+			if cfg, cerr := o.Dir.ReadConfigRaw(); cerr == nil && !cfg.Joining && cfg.Mesh == tok.Mesh && cfg.Node == tok.Node {
+				// Run again on a node its token joined, the join is a no-op
+				// whatever the token's age, as a provisioning script runs it: it
+				// said "mint a new one", which the mesh then refused (node_exists;
+				// a docs walkthrough). Read, not locked: nothing is written.
+				r.tok = tok
+				if _, derr := r.checkDir(); derr != nil {
+					return derr
+				}
+			}
 			if cfg, cerr := o.Dir.ReadConfigRaw(); cerr == nil && cfg.Joining && cfg.Mesh == tok.Mesh && cfg.Node == tok.Node {
 				// mesh.json is written after the admission: the mesh admitted this
 				// node with the token, and a new one is refused until it is removed.

@@ -126,6 +126,32 @@ func TestAnExpiredTokenOfAnAdmittedJoinSaysRemoveFirst(t *testing.T) {
 	}
 }
 
+// TestAJoinRunAgainWithItsExpiredTokenIsANoOp: run again on a node its token
+// joined, long after the token expired (a provisioning script's second run), join
+// said the token expired, exit 4, "mint a new one", which the mesh then refused
+// (node_exists; a docs walkthrough); it is "already joined", as within the token's
+// life. Another node's directory is still refused for the token.
+func TestAJoinRunAgainWithItsExpiredTokenIsANoOp(t *testing.T) {
+	pin := [32]byte{1}
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	tok := controlToken(t, "127.0.0.1:1", pin, tokenfmt.RoleControl, now.Add(-2*time.Hour))
+	d := datadir.Dir(t.TempDir())
+	save(t, d, datadir.Config{Mesh: "m", Node: "cp-2", Listen: "127.0.0.1:1", Brokers: []string{"127.0.0.1:1"}, CAPin: "00"})
+	before := listing(t, d)
+	err := Join(t.Context(), Options{Dir: d, Token: tok, Now: func() time.Time { return now }})
+	if !errors.Is(err, ErrAlreadyJoined) {
+		t.Fatalf("a joined node's expired token: %v, want already joined", err)
+	}
+	if after := listing(t, d); after != before {
+		t.Fatalf("the join run again changed the directory: %s -> %s", before, after)
+	}
+	other := datadir.Dir(t.TempDir())
+	save(t, other, datadir.Config{Mesh: "m", Node: "cp-7", Listen: "127.0.0.1:1", Brokers: []string{"127.0.0.1:1"}, CAPin: "00"})
+	if err := Join(t.Context(), Options{Dir: other, Token: tok, Now: func() time.Time { return now }}); !errors.Is(err, ErrToken) {
+		t.Fatalf("another node's directory, an expired token: %v, want the token refused", err)
+	}
+}
+
 // TestAnExpiredTokenNamesThisClock (clock audit, finding 6): a token expired by
 // this machine's clock was refused as "the token expired 7m ago … mint a new one",
 // naming no clock, where meshhost enrol names its own; one expired by less than
