@@ -216,6 +216,15 @@ func addressProblem(text string) (netip.AddrPort, string) {
 }
 
 // brokerProblem describes why ap cannot be a broker address, or returns "".
+// CheckBroker says why ap cannot be a broker address a token names (one given
+// beside a token, meshctl join --broker), as Parse refuses it in a token.
+func CheckBroker(ap netip.AddrPort) error {
+	if reason := brokerProblem(ap); reason != "" {
+		return fmt.Errorf("the broker address %s %s", ap, reason)
+	}
+	return nil
+}
+
 func brokerProblem(ap netip.AddrPort) string {
 	a := ap.Addr()
 	switch {

@@ -249,7 +249,11 @@ type Options struct {
 	// wildcard); otherwise, and for Raft and the cluster always, the node binds the
 	// addresses of its token (its certificate carries them). A join resumed without
 	// it keeps the one an earlier run was given.
-	Listen   string
+	Listen string
+	// Brokers are tried after the token's, for a token minted before the other
+	// control nodes served, whose only broker (the bootstrap machine's) is gone:
+	// the mesh's CA pin is checked there as at the token's.
+	Brokers  []netip.AddrPort
 	Logger   *slog.Logger
 	Now      func() time.Time
 	Timeouts replication.Timeouts
@@ -278,6 +282,8 @@ type run struct {
 	o   Options
 	tok tokenfmt.Token
 	n   int
+	// brokers are the token's, then Options.Brokers.
+	brokers []netip.AddrPort
 }
 
 func (r *run) step(kind, format string, args ...any) {
@@ -356,6 +362,12 @@ func Join(ctx context.Context, o Options) error {
 		o.Listen = ap.String()
 	}
 	r.tok = tok
+	r.brokers = slices.Clone(tok.Brokers)
+	for _, b := range o.Brokers {
+		if !slices.Contains(r.brokers, b) {
+			r.brokers = append(r.brokers, b)
+		}
+	}
 	fmt.Fprintf(o.Out, "join control node %s into mesh %s\n", tok.Node, tok.Mesh)
 	left := fmt.Sprintf("expires in %s", tok.Expiry.Sub(now).Round(time.Second))
 	if expired != nil {
@@ -719,7 +731,7 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 	var errs []string
 	substituted, refused := 0, 0
 	var clockErr *pki.ClockError
-	for _, b := range r.tok.Brokers {
+	for _, b := range r.brokers {
 		addr := b.String()
 		pub, _ := nk.PublicKey()
 		// The token (its id and the proof of its secret for this key; the secret
@@ -831,10 +843,11 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 		// clock: the clock is what to fix, whatever the others did.
 		return resp, "", fmt.Errorf("%w; nothing was sent: run meshctl join --data %s again with the same token once the clock is right (%s)", clockErr, r.o.Dir, strings.Join(errs, "; "))
 	}
-	if substituted > 0 && substituted == len(r.tok.Brokers) {
+	if substituted > 0 && substituted == len(r.brokers) {
 		return resp, "", pki.ErrPinMismatch
 	}
-	return resp, "", fmt.Errorf("%w: no broker of the mesh could be reached (%s); retrying may help", operator.ErrUnreachable, strings.Join(errs, "; "))
+	return resp, "", fmt.Errorf("%w: no broker of the mesh could be reached (%s); run it again once one runs, or, if the token names only control nodes that are gone (minted before the others served), "+
+		"give a broker of a control node that runs: meshctl join --broker IP:PORT (the mesh's CA pin is checked there as at the token's)", operator.ErrUnreachable, strings.Join(errs, "; "))
 }
 
 // admissionTimeout bounds the wait for the mesh's answer to a join (a leader

@@ -276,6 +276,48 @@ func TestJoinRefusesAnImpostorBeforeTheSecret(t *testing.T) {
 	if d.Exists(datadir.ConfigFile) {
 		t.Fatal("a refused join wrote mesh.json")
 	}
+
+	// A broker given beside the token (--broker: the token's only broker, the
+	// bootstrap machine's, is gone; a docs walkthrough was stuck there) is tried
+	// after it, and its pin checked as the token's: the impostor is refused there.
+	ln2, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln2.Close()
+	var dialled atomic.Int64
+	go func() {
+		for {
+			c, err := ln2.Accept()
+			if err != nil {
+				return
+			}
+			dialled.Add(1)
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				n, _ := io.Copy(io.Discard, c)
+				received.Add(n)
+			}()
+		}
+	}()
+	gone, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	goneAddr := gone.Addr().String()
+	gone.Close()
+	tok = controlToken(t, goneAddr, realCA.Pin(), tokenfmt.RoleControl, now)
+	d = datadir.Dir(filepath.Join(t.TempDir(), "cp-2"))
+	err = Join(t.Context(), Options{Dir: d, Token: tok, Brokers: []netip.AddrPort{netip.MustParseAddrPort(ln2.Addr().String())}})
+	if err == nil || dialled.Load() == 0 || !strings.Contains(err.Error(), ln2.Addr().String()+": the server's certificate does not chain to the pinned mesh CA") {
+		t.Fatalf("a broker given beside the token: %v (dialled %d times), want it tried and its pin refused", err, dialled.Load())
+	}
+	ln2.Close()
+	time.Sleep(100 * time.Millisecond)
+	if n := received.Load(); n != 0 {
+		t.Fatalf("the impostor given beside the token received %d application bytes", n)
+	}
 }
 
 func TestJoinUnreachableSaysRetry(t *testing.T) {
@@ -288,8 +330,8 @@ func TestJoinUnreachableSaysRetry(t *testing.T) {
 	pin := [32]byte{1}
 	d := datadir.Dir(filepath.Join(t.TempDir(), "cp-2"))
 	err = Join(t.Context(), Options{Dir: d, Token: controlToken(t, addr, pin, tokenfmt.RoleControl, time.Now())})
-	if err == nil || !strings.Contains(err.Error(), "retrying may help") {
-		t.Fatalf("want an unreachable mesh that says retrying may help, got %v", err)
+	if err == nil || !strings.Contains(err.Error(), "run it again once one runs") || !strings.Contains(err.Error(), "meshctl join --broker IP:PORT") {
+		t.Fatalf("want an unreachable mesh that says to run it again, or give --broker, got %v", err)
 	}
 	if d.Exists(datadir.ConfigFile) {
 		t.Fatal("an unreachable mesh left mesh.json")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/netip"
 	"os"
 	"strings"
 	"syscall"
@@ -23,13 +24,30 @@ import (
 	"mesh/host/statedir"
 	"mesh/host/terminal"
 	hosttoken "mesh/host/token"
+	"mesh/tokenfmt"
 )
+
+// joinBrokers reads join's --broker addresses: IP:PORT each, as a token names them.
+func joinBrokers(given []string) ([]netip.AddrPort, error) {
+	var out []netip.AddrPort
+	for _, b := range given {
+		ap, err := netip.ParseAddrPort(strings.TrimSpace(b))
+		if err != nil {
+			return nil, usagef("--broker %q: give IP:PORT (10.0.0.2:7300, [2001:db8::2]:7300), an address, not a name", b)
+		}
+		if err := tokenfmt.CheckBroker(ap); err != nil {
+			return nil, usagef("--broker: %v", err)
+		}
+		out = append(out, ap)
+	}
+	return out, nil
+}
 
 func joinCommand() command {
 	return command{
 		name:       "join",
 		ownSignals: true,
-		usage:      "--data DIR [--token-file F] [--listen IP:PORT] [--json]   (the control token on stdin, in F, or in MESH_TOKEN)",
+		usage:      "--data DIR [--token-file F] [--listen IP:PORT] [--broker IP:PORT]... [--json]   (the control token on stdin, in F, or in MESH_TOKEN)",
 		summary: `Join this machine to a mesh as a control node, with a control token.
 Prints each step: pin check, TLS identity and signing key received, Raft nonvoter,
 proof that it replicates, promotion, a NATS route to the other brokers. Reports
@@ -46,15 +64,20 @@ cannot admit or confirm anyone now (an election), a login the brokers refused
 running it again with the same token goes on. A machine that cannot listen on the
 addresses the node was admitted with is told so before anything is added to Raft
 (exit 1); behind NAT, --listen gives the address its broker listens on, while hosts
-dial the one in the token. Then start the node with meshctl serve.`,
+dial the one in the token. A token minted before the other control nodes served names
+the bootstrap machine alone: if it is gone, --broker gives a broker of a control
+node that runs (the mesh's CA pin is checked there as at the token's). Then start
+the node with meshctl serve.`,
 		setup: func(c *cobra.Command, cio *cliIO) func([]string) error {
 			fs := c.Flags()
 			var dir, tokenFile, listen string
+			var brokers []string
 			var heartbeat time.Duration
 			var asJSON bool
 			fs.StringVar(&dir, "data", "", "data directory for the new control node (required)")
 			fs.StringVar(&tokenFile, "token-file", "", "read the control token from this file instead of stdin (\"-\": stdin)")
 			fs.StringVar(&listen, "listen", "", "ip:port this node's broker listens on, when hosts dial another (its token's --addr, through NAT); 0.0.0.0:PORT or [::]:PORT for every address (default: the token's address)")
+			fs.StringArrayVar(&brokers, "broker", nil, "a broker of the mesh (ip:port) to try after those the token names, for a token whose brokers are gone; repeat for several")
 			fs.DurationVar(&heartbeat, "raft-heartbeat", replication.DefaultTimeouts().Heartbeat, "Raft heartbeat and election timeout (100ms to 1m)")
 			fs.BoolVar(&asJSON, "json", false, "print the result as JSON on stdout (the steps go to stderr)")
 			_ = c.MarkFlagDirname("data")
@@ -73,6 +96,10 @@ dial the one in the token. Then start the node with meshctl serve.`,
 						return err
 					}
 				}
+				extra, err := joinBrokers(brokers)
+				if err != nil {
+					return err
+				}
 				text, err := readSecretInput(tokenFile, cio)
 				if err != nil {
 					return err
@@ -88,7 +115,7 @@ dial the one in the token. Then start the node with meshctl serve.`,
 				defer stop()
 				err = interruptible(ctx, func() error {
 					privateUmask() // the Raft store it makes, as serve's
-					return join.Join(ctx, join.Options{Dir: datadir.Dir(dir), Token: text, Out: steps, Listen: listen,
+					return join.Join(ctx, join.Options{Dir: datadir.Dir(dir), Token: text, Out: steps, Listen: listen, Brokers: extra,
 						Timeouts: replication.Timeouts{Heartbeat: heartbeat, Election: heartbeat, LeaderLease: heartbeat / 2, Commit: 50 * time.Millisecond}})
 				})
 				already := errors.Is(err, join.ErrAlreadyJoined)

@@ -35,3 +35,18 @@ func TestTheReplacedTokensCommandTakesOnlyWhatTheMeshAdmits(t *testing.T) {
 		t.Errorf("a node id that is none: a command suggested:\n%s", out)
 	}
 }
+
+// TestJoinBrokerFlagTakesAddressesOnly: join --broker takes IP:PORT as a token
+// names a broker; a name, a wildcard, port 0 or a zone is a usage error (exit 2)
+// before the token is read.
+func TestJoinBrokerFlagTakesAddressesOnly(t *testing.T) {
+	data := t.TempDir()
+	for _, bad := range []string{"cp-2.example:7300", "0.0.0.0:7300", "10.0.0.2:0", "[fe80::1%eth0]:7300", "10.0.0.2"} {
+		if code, _, stderr := runCLI("join", "--data", data, "--broker", bad); code != exitUsage || !strings.Contains(stderr, "--broker") {
+			t.Errorf("--broker %s: exit %d, want %d naming --broker:\n%s", bad, code, exitUsage, stderr)
+		}
+	}
+	if _, err := joinBrokers([]string{"10.0.0.2:7300", "[2001:db8::2]:7300"}); err != nil {
+		t.Errorf("good addresses refused: %v", err)
+	}
+}
