@@ -1209,11 +1209,11 @@ func (d *Daemon) controlAbort(req api.ControlRequest) (struct{}, error) {
 func (d *Daemon) controlRemove(req api.ControlRequest) (api.ControlRemoveResult, error) {
 	var out api.ControlRemoveResult
 	var known, removed bool
-	var joined time.Time
+	var joined, removedAt time.Time
 	read := func() {
 		d.fsm.Read(func(s *state.State) {
 			if c, ok := s.ControlNodes[req.Node]; ok {
-				known, removed, joined = true, c.Removed, c.JoinedAt
+				known, removed, joined, removedAt = true, c.Removed, c.JoinedAt, c.RemovedAt
 			}
 		})
 	}
@@ -1250,7 +1250,7 @@ func (d *Daemon) controlRemove(req api.ControlRequest) (api.ControlRemoveResult,
 		// The advice holds as it did at the removal: the caller may be a second
 		// operator, or a rerun of a command whose answer was lost.
 		out.AlreadyRemoved = true
-		out.PendingTokens = d.pendingTokenNodes(joined)
+		out.PendingTokens = d.pendingTokenNodes(joined, removedAt)
 		return out, nil
 	}
 	voters := 0
@@ -1308,7 +1308,7 @@ func (d *Daemon) controlRemove(req api.ControlRequest) (api.ControlRemoveResult,
 	if demoted := d.promoteServing(d.now()); out.Demoted == "" {
 		out.Demoted = demoted
 	}
-	out.PendingTokens = d.pendingTokenNodes(joined)
+	out.PendingTokens = d.pendingTokenNodes(joined, time.Time{})
 	return out, nil
 }
 
@@ -1476,15 +1476,19 @@ func tokenStateSince(t *state.Token, now time.Time) string {
 }
 
 // pendingTokenNodes lists, sorted, the nodes that have a token still able to admit a
-// machine and minted since (the brokers a token lists are the mesh's when it was
-// minted: those of a removed node are the tokens minted since it joined;
-// api.ControlRemoveResult.PendingTokens).
-func (d *Daemon) pendingTokenNodes(since time.Time) []string {
+// machine and minted since, and until when that is not zero (the brokers a token
+// lists are the mesh's when it was minted: those of a removed node are the tokens
+// minted since it joined and until its removal; api.ControlRemoveResult.PendingTokens).
+func (d *Daemon) pendingTokenNodes(since, until time.Time) []string {
 	now := d.now()
 	var out []string
 	d.fsm.Read(func(s *state.State) {
 		for _, t := range s.Tokens {
-			if t.StateAt(now) == state.TokenPending && !t.CreatedAt.Before(since) {
+			// Minted after the removal (until), a token names the brokers of
+			// the mesh as it was then, not the removed node's: a rerun named
+			// those too, and the advice would have cancelled a new machine's
+			// valid token (a docs walkthrough).
+			if t.StateAt(now) == state.TokenPending && !t.CreatedAt.Before(since) && (until.IsZero() || !t.CreatedAt.After(until)) {
 				out = append(out, t.Node)
 			}
 		}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"mesh/controlplane/state"
 )
 
 // TestAStopWhileOpeningIsNotReady: a stop asked for while Open runs its last steps,
@@ -79,5 +81,36 @@ func TestOtherBrokersLeaveOutThisNodesOwn(t *testing.T) {
 	d.cfg.Listen = cfg.Listen
 	if got := d.otherBrokers(); !slices.Equal(got, []string{"127.0.0.9:7300"}) {
 		t.Errorf("the other brokers: %v, want 127.0.0.9:7300 alone (not the address listened on, %s, nor the one advertised, %s)", got, cfg.Listen, advertised)
+	}
+}
+
+// TestPendingTokensOfARemovalEndAtIt: a removal's advice names the nodes whose
+// pending tokens list the removed node's broker, those minted while it was a
+// member; a rerun named those minted after the removal too, whose tokens list the
+// mesh as it was then, and cancelling them as advised would have cancelled a new
+// machine's valid token (a docs walkthrough).
+func TestPendingTokensOfARemovalEndAtIt(t *testing.T) {
+	d := servingDaemon(t, Options{Dir: bootstrapped(t, "tokensuntil")})
+	created := func(node string) (at time.Time) {
+		d.fsm.Read(func(s *state.State) {
+			for _, tk := range s.PendingTokens(node, d.now()) {
+				at = tk.CreatedAt
+			}
+		})
+		return at
+	}
+	mintFor(t, d, "web-1")
+	first := created("web-1")
+	time.Sleep(1100 * time.Millisecond) // creation times may be whole seconds
+	mintFor(t, d, "web-2")
+	if second := created("web-2"); !second.After(first) {
+		t.Fatalf("minted %s, then %s: not later", first, second)
+	}
+	since := first.Add(-time.Minute)
+	if got := d.pendingTokenNodes(since, first); !slices.Equal(got, []string{"web-1"}) {
+		t.Errorf("tokens minted until the removal: %v, want web-1 alone", got)
+	}
+	if got := d.pendingTokenNodes(since, time.Time{}); !slices.Equal(got, []string{"web-1", "web-2"}) {
+		t.Errorf("tokens minted since, no end: %v, want both", got)
 	}
 }
