@@ -3,10 +3,16 @@
 package dirlock
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,31 +26,37 @@ func rootClaimName(fi fs.FileInfo) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	return fmt.Sprintf("@meshhost-root-%d-%d", st.Dev, st.Ino), true
+	return fmt.Sprintf("%s%d-%d", claimPrefix, st.Dev, st.Ino), true
 }
 
-// claimRoot takes the claim of the directory fi describes: release gives it up.
-// When another process holds it, holder says whose, and nothing is claimed.
-func claimRoot(fi fs.FileInfo) (release func(), holder *claimant, err error) {
+// claimPrefix begins the name of every root's claim.
+const claimPrefix = "@meshhost-root-"
+
+// claimRoot takes the claim of the directory fi describes, whose absolute path is
+// abs: release gives it up. When another process holds it, holder says whose, and
+// nothing is claimed.
+func claimRoot(abs string, fi fs.FileInfo) (release func(), holder *claimant, err error) {
 	name, ok := rootClaimName(fi)
 	if !ok {
 		return func() {}, nil, nil
 	}
-	return claimName(name)
+	return claimName(name, abs)
 }
 
 // claimName takes the claim name (see claimRoot). A name taken by something that
 // does not answer (bound and not listening, or its backlog full: any user can make
 // either) is held by someone unknown (uid -1): the agent runs saying so, where it
-// took itself for the holder, silently (a review).
-func claimName(name string) (release func(), holder *claimant, err error) {
+// took itself for the holder, silently (a review). Whoever connects to the claim is
+// told path, the root claimed ("" tells nothing, as an agent of an earlier version
+// did).
+func claimName(name, path string) (release func(), holder *claimant, err error) {
 	// An agent starting at the same instant may be between its bind and its
 	// listen for as long as a loaded machine holds it there: a second's tries.
 	deadline := time.Now().Add(claimWait)
 	for {
 		l, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
 		if err == nil {
-			go acceptAndClose(l)
+			go acceptAndClose(l, path)
 			return func() { l.Close() }, nil, nil
 		}
 		if !errors.Is(err, syscall.EADDRINUSE) {
@@ -66,10 +78,12 @@ func claimName(name string) (release func(), holder *claimant, err error) {
 // tried again before it counts as held by someone unknown.
 const claimWait = time.Second
 
-// acceptAndClose lets probes in and closes them at once until l is closed: a
-// backlog left full would turn a second agent's probe away as if nothing held the
-// root. An error that is not l's closing (out of descriptors) is waited out.
-func acceptAndClose(l *net.UnixListener) {
+// acceptAndClose lets probes in, tells each the root claimed (path) and closes it
+// at once, until l is closed: a backlog left full would turn a second agent's probe
+// away as if nothing held the root, and an agent starting on a directory above the
+// root learns from path that it holds this one (claimInside). An error that is not
+// l's closing (out of descriptors) is waited out.
+func acceptAndClose(l *net.UnixListener, path string) {
 	for {
 		c, err := l.Accept()
 		if errors.Is(err, net.ErrClosed) {
@@ -79,8 +93,20 @@ func acceptAndClose(l *net.UnixListener) {
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
-		c.Close()
+		tell(c, path)
 	}
+}
+
+// tell writes path to c and closes it. The write does not wait on the prober for
+// long (a socket's buffer takes a path whole): the accept loop stays open to the
+// next.
+func tell(c net.Conn, path string) {
+	defer c.Close()
+	if path == "" {
+		return
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(claimAnswerWait))
+	_, _ = io.WriteString(c, path)
 }
 
 // rootClaimant returns who holds the claim of the directory fi describes, nil if
@@ -101,6 +127,11 @@ func claimantOf(name string) *claimant {
 		return nil
 	}
 	defer c.Close()
+	return peerOf(c)
+}
+
+// peerOf asks the kernel who listens at the other end of c (SO_PEERCRED).
+func peerOf(c *net.UnixConn) *claimant {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return nil
@@ -111,4 +142,118 @@ func claimantOf(name string) *claimant {
 		return nil
 	}
 	return &claimant{pid: int(cred.Pid), uid: int(cred.Uid)}
+}
+
+// Bounds on looking for the claims inside a root: claim names are anyone's to make,
+// and none may hold an agent's start up for long.
+const (
+	// claimsAsked is how many claim names are asked at most.
+	claimsAsked = 1024
+	// claimAnswerWait is how long a claim is waited for, to connect and to answer.
+	claimAnswerWait = 200 * time.Millisecond
+	// claimPathMax is the longest root a claim may answer (PATH_MAX).
+	claimPathMax = 4096
+)
+
+// claimInside finds the claim of an agent (this user's or root's) on a directory
+// strictly inside abs, an absolute path with its links resolved: that root and its
+// holder, or "" and nil. A claim's holder says its root (acceptAndClose); the root
+// is taken where its links lead now, and counts only if its device and inode are
+// those the claim is named after, so that a claim cannot name a root it does not
+// hold. A claim that says nothing (an agent of an earlier version) is not found.
+func claimInside(abs string) (string, *claimant) {
+	names, err := listeningClaims()
+	if err != nil {
+		return "", nil
+	}
+	for _, name := range names {
+		said, h := askClaim(name)
+		if h == nil || !filepath.IsAbs(said) {
+			continue
+		}
+		root, err := filepath.EvalSymlinks(said)
+		if err == nil && inside(abs, root) && confirmed(name, root) {
+			return root, h
+		}
+	}
+	return "", nil
+}
+
+// listeningClaims lists the root claims listening in this network namespace, at
+// most claimsAsked of them.
+func listeningClaims() ([]string, error) {
+	f, err := os.Open("/proc/net/unix")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return claimsListed(f)
+}
+
+// acceptConn is __SO_ACCEPTCON, the flag of a listening socket in /proc/net/unix.
+const acceptConn = 1 << 16
+
+// claimsListed reads /proc/net/unix's lines ("Num RefCount Protocol Flags Type St
+// Inode Path") for the claim names that listen, once each: the connections a claim
+// accepted carry its name too.
+func claimsListed(r io.Reader) ([]string, error) {
+	seen := map[string]bool{}
+	var names []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() && len(names) < claimsAsked {
+		f := strings.Fields(sc.Text())
+		if len(f) != 8 || !strings.HasPrefix(f[7], claimPrefix) || seen[f[7]] {
+			continue
+		}
+		if flags, err := strconv.ParseUint(f[3], 16, 32); err != nil || flags&acceptConn == 0 {
+			continue
+		}
+		seen[f[7]] = true
+		names = append(names, f[7])
+	}
+	return names, sc.Err()
+}
+
+// askClaim connects to the claim name and, if its holder is an agent's, reads the
+// root it says it holds: "" and nil when it is not an agent's, or does not answer
+// in time. Another user's claim is not read: it could make it answer slowly.
+func askClaim(name string) (string, *claimant) {
+	d := net.Dialer{Timeout: claimAnswerWait}
+	conn, err := d.Dial("unix", name)
+	if err != nil {
+		return "", nil
+	}
+	defer conn.Close()
+	c, ok := conn.(*net.UnixConn)
+	if !ok {
+		return "", nil
+	}
+	h := peerOf(c)
+	if h == nil || !h.agent() {
+		return "", nil
+	}
+	if err := c.SetReadDeadline(time.Now().Add(claimAnswerWait)); err != nil {
+		return "", nil
+	}
+	b, err := io.ReadAll(io.LimitReader(c, claimPathMax+1))
+	if err != nil || len(b) > claimPathMax {
+		return "", nil
+	}
+	return string(b), h
+}
+
+// inside reports whether path lies strictly inside dir, both absolute and clean.
+func inside(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// confirmed reports whether root is the directory the claim name is named after.
+func confirmed(name, root string) bool {
+	fi, err := os.Stat(root)
+	if err != nil || !fi.IsDir() {
+		return false
+	}
+	n, ok := rootClaimName(fi)
+	return ok && n == name
 }

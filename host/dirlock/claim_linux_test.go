@@ -3,6 +3,7 @@
 package dirlock
 
 import (
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -20,10 +21,11 @@ import (
 // program renamed meshhost holding it). A claim whose holder the kernel says is
 // another user's leaves the root unclaimed, said, and the agent runs; nothing of the
 // agent's is held open in the root (a lock on it kept its file system from being
-// unmounted).
+// unmounted). Nor does another user's claim of a directory inside the root, saying
+// so, refuse it.
 func TestAClaimOfAnotherUserDoesNotStopTheAgent(t *testing.T) {
 	if name := os.Getenv("MESH_TEST_HOLD_CLAIM"); name != "" {
-		holdClaimAndWait(t, name)
+		holdClaimAndWait(t, name, os.Getenv("MESH_TEST_HOLD_CLAIM_SAYS"))
 		return
 	}
 	if os.Geteuid() != 0 {
@@ -42,14 +44,18 @@ func TestAClaimOfAnotherUserDoesNotStopTheAgent(t *testing.T) {
 		}
 	}
 	root := t.TempDir()
-	for _, c := range []struct{ what, dir string }{{"the root", root}, {"/", "/"}} {
+	inner := filepath.Join(root, "app")
+	if err := os.Mkdir(inner, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ what, dir string }{{"the root", root}, {"/", "/"}, {"a directory inside the root", inner}} {
 		fi, err := os.Stat(c.dir)
 		if err != nil {
 			t.Fatal(err)
 		}
 		name, _ := rootClaimName(fi)
 		hold := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-test.run=^TestAClaimOfAnotherUserDoesNotStopTheAgent$")
-		hold.Env = append(os.Environ(), "MESH_TEST_HOLD_CLAIM="+name)
+		hold.Env = append(os.Environ(), "MESH_TEST_HOLD_CLAIM="+name, "MESH_TEST_HOLD_CLAIM_SAYS="+c.dir)
 		if err := hold.Start(); err != nil {
 			t.Skipf("cannot run as nobody: %v", err)
 		}
@@ -76,9 +82,10 @@ func TestAClaimOfAnotherUserDoesNotStopTheAgent(t *testing.T) {
 	}
 }
 
-// holdClaimAndWait holds the claim name until killed: the other user's process.
-func holdClaimAndWait(t *testing.T, name string) {
-	release, holder, err := claimName(name)
+// holdClaimAndWait holds the claim name, saying path, until killed: the other
+// user's process.
+func holdClaimAndWait(t *testing.T, name, path string) {
+	release, holder, err := claimName(name, path)
 	if err != nil || holder != nil {
 		t.Fatalf("claim %s: %v (held by %+v)", name, err, holder)
 	}
@@ -132,5 +139,116 @@ func TestANameTakenButSilentIsSaid(t *testing.T) {
 	defer l.Release()
 	if !strings.Contains(l.Unheld, "does not answer") {
 		t.Fatalf("a claim name bound and silent: unheld %q, want it said", l.Unheld)
+	}
+}
+
+// TestARootHoldingAnotherAgentsIsRefused: an agent started on a directory above a
+// running agent's root went unrefused, and the two put back each other's files for
+// good while both nodes said converged (a docs walkthrough). It is refused, naming
+// the root inside and its agent; a root apart is not, nor one the other agent gave
+// up.
+func TestARootHoldingAnotherAgentsIsRefused(t *testing.T) {
+	base := t.TempDir()
+	outer, other := filepath.Join(base, "outer"), filepath.Join(base, "other")
+	inner := filepath.Join(outer, "srv", "app")
+	for _, d := range []string{inner, other} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := AcquireRoot(inner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := filepath.EvalSymlinks(inner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, root := range []string{outer, base} {
+		l, err := AcquireRoot(root)
+		if err == nil {
+			l.Release() // the next case is not refused for it
+		}
+		var ie *RootInUseError
+		if !errors.As(err, &ie) || !errors.Is(err, ErrInUse) || ie.Inner != want || ie.Outer != "" || ie.PID != os.Getpid() {
+			t.Errorf("an agent on %s, which holds a running agent's %s: %v (%+v), want refused", root, inner, err, ie)
+			continue
+		}
+		if says := root + " holds " + want + ", the managed root of a running agent (pid "; !strings.Contains(err.Error(), says) {
+			t.Errorf("an agent on %s: %q, want it to say %q", root, err, says)
+		}
+	}
+	l, err := AcquireRoot(other)
+	if err != nil {
+		t.Fatalf("a root apart: %v", err)
+	}
+	l.Release()
+	held.Release()
+	if l, err = AcquireRoot(outer); err != nil {
+		t.Fatalf("above a root given up: %v", err)
+	}
+	l.Release()
+}
+
+// TestAClaimCountsOnlyForTheRootItIsNamedAfter: a claim says the root it holds, and
+// any agent of the user could say any path; it counts only for the directory whose
+// device and inode name it. One that says nothing (an agent of an earlier version)
+// refuses nothing above it.
+func TestAClaimCountsOnlyForTheRootItIsNamedAfter(t *testing.T) {
+	base := t.TempDir()
+	outer, elsewhere := filepath.Join(base, "outer"), filepath.Join(base, "elsewhere")
+	inner := filepath.Join(outer, "app")
+	for _, d := range []string{inner, elsewhere} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		what, namedAfter, says string
+		refused                bool
+	}{
+		{"a claim of another directory saying the root inside", elsewhere, inner, false},
+		{"a claim saying nothing", inner, "", false},
+		{"a claim saying a relative path", inner, "outer/app", false},
+		{"a claim saying its own root", inner, inner, true},
+	} {
+		fi, err := os.Stat(c.namedAfter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, _ := rootClaimName(fi)
+		release, holder, err := claimName(name, c.says)
+		if err != nil || holder != nil {
+			t.Fatalf("claim %s: %v (held by %+v)", name, err, holder)
+		}
+		l, err := AcquireRoot(outer)
+		release()
+		if refused := errors.Is(err, ErrInUse); refused != c.refused || !refused && err != nil {
+			t.Errorf("%s: %v, want refused %v", c.what, err, c.refused)
+		}
+		if err == nil {
+			l.Release()
+		}
+	}
+}
+
+// TestTheClaimsListedAreTheListeningOnes: of /proc/net/unix, the claims listening,
+// once each (the connections a claim accepted carry its name too), not other names.
+func TestTheClaimsListedAreTheListeningOnes(t *testing.T) {
+	const table = `Num       RefCount Protocol Flags    Type St Inode Path
+0000000000000000: 00000002 00000000 00010000 0001 01 1001 @meshhost-root-2049-131
+0000000000000000: 00000003 00000000 00000000 0001 03 1002 @meshhost-root-2049-131
+0000000000000000: 00000002 00000000 00000000 0001 01 1003 @meshhost-root-2049-7
+0000000000000000: 00000002 00000000 00010000 0001 01 1004 /run/meshhost.sock
+0000000000000000: 00000002 00000000 00010000 0001 01 1005 @meshhost-root-66-12
+0000000000000000: 00000002 00000000 00010000 0001 01 1006 @other
+0000000000000000: 00000003 00000000 00000000 0001 03 1007
+`
+	names, err := claimsListed(strings.NewReader(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(names, " "), "@meshhost-root-2049-131 @meshhost-root-66-12"; got != want {
+		t.Fatalf("claims listed: %q, want %q", got, want)
 	}
 }

@@ -7,11 +7,15 @@ import (
 )
 
 // RootInUseError says that a managed root is another agent's: the same directory,
-// or one inside the root of another (Outer). It matches ErrInUse.
+// one inside the root of another (Outer), or one holding it (Inner). It matches
+// ErrInUse.
 type RootInUseError struct {
 	Root string
 	// Outer is the other agent's root that holds Root; "" when it is Root itself.
 	Outer string
+	// Inner is the other agent's root inside Root, as its links lead; "" when
+	// Root does not hold it.
+	Inner string
 	// PID is the other agent's process, as the kernel gives it (0 when unknown).
 	PID int
 }
@@ -20,6 +24,10 @@ func (e *RootInUseError) Error() string {
 	if e.Outer != "" {
 		return fmt.Sprintf("managed root %s is inside %s, the managed root of a running agent (pid %d): two agents on one tree put back each other's files for good, "+
 			"each running its hooks every time; give each agent a root of its own, apart from the other's", e.Root, e.Outer, e.PID)
+	}
+	if e.Inner != "" {
+		return fmt.Sprintf("managed root %s holds %s, the managed root of a running agent (pid %d): two agents on one tree put back each other's files for good, "+
+			"each running its hooks every time; give each agent a root of its own, apart from the other's", e.Root, e.Inner, e.PID)
 	}
 	return fmt.Sprintf("managed root %s is in use by another running agent (pid %d): two agents on one root put back each other's files for good, "+
 		"each running its hooks every time; give each agent a root of its own", e.Root, e.PID)
@@ -55,9 +63,10 @@ type claimant struct{ pid, uid int }
 func (c claimant) agent() bool { return c.uid == 0 || c.uid == os.Geteuid() }
 
 // AcquireRoot claims root, an agent's managed root, for this process, or refuses,
-// with a *RootInUseError, a root another agent claims, or one inside the root
-// another agent claims. A root that holds another agent's root is refused by that
-// agent when it starts next.
+// with a *RootInUseError, a root another agent claims, one inside the root another
+// agent claims, or one holding it. Each is looked for once the claim is taken, so
+// that of two agents starting at once on roots one inside the other, the second to
+// claim finds the first.
 //
 // Two agents on one root (of two meshes, or two nodes of one) each put back the
 // other's files at every check, forever, running their hooks each time, while both
@@ -80,7 +89,7 @@ func AcquireRoot(root string) (*RootLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the managed root %s: %w", root, err)
 	}
-	release, holder, err := claimRoot(fi)
+	release, holder, err := claimRoot(abs, fi)
 	if err != nil {
 		return nil, fmt.Errorf("claim the managed root %s: %w", root, err)
 	}
@@ -96,6 +105,12 @@ func AcquireRoot(root string) (*RootLock, error) {
 		lock.Unheld = who + " holds the managed root's claim: the agent runs without it, and a second agent on this root would not be refused"
 	}
 	if err := claimedAbove(root, abs); err != nil {
+		lock.Release()
+		return nil, err
+	}
+	// An agent started on a root above a running agent's went unrefused, and the
+	// two put back each other's files for good (a docs walkthrough).
+	if err := claimedBelow(root, abs); err != nil {
 		lock.Release()
 		return nil, err
 	}
@@ -129,4 +144,12 @@ func claimedAbove(root, abs string) error {
 			return nil
 		}
 	}
+}
+
+// claimedBelow looks for an agent's claim on a directory inside abs (claimInside).
+func claimedBelow(root, abs string) error {
+	if inner, h := claimInside(abs); h != nil {
+		return &RootInUseError{Root: root, Inner: inner, PID: h.pid}
+	}
+	return nil
 }

@@ -19,7 +19,8 @@
 // 6 this node was revoked (or its key is refused); 7 the mesh could not be reached,
 // or its broker refused the enrolment's login, or this machine's clock is off
 // (retrying may help, once the clock is set); 8 the state
-// directory is in use by another meshhost (run, enrol); 9 enrol interrupted (SIGINT,
+// directory is in use by another meshhost (run, enrol), or the managed root, or one
+// inside or above it, by another running agent (run); 9 enrol interrupted (SIGINT,
 // SIGTERM) before it finished, or hooks retry before the agent answered. The systemd unit names the ones that mean a person must act
 // (RestartPreventExitStatus in dist/systemd/meshhost.service).
 //
@@ -217,7 +218,7 @@ and its exit codes.
 exit codes: 0 ok, 1 failure, 2 usage, 3 token unusable or refused, 4 not the mesh (retrying
 will not help), 5 identity file or state directory in the way (or not safe), 6 revoked,
 7 mesh unreachable, or its broker refused the login (retrying may help; refused again a
-minute later, ask for a new token), 8 state directory (or, for run, the managed root) in use by another meshhost,
+minute later, ask for a new token), 8 state directory (or, for run, the managed root, or one inside or above it) in use by another meshhost,
 9 enrol interrupted before it finished (run it again: it resumes), or hooks retry
 before the agent answered (the agent runs the hooks on)
 `)
@@ -333,7 +334,7 @@ func exitCodes(name string) string {
      acts on (the hooks file, the managed root's parents) another user could change
   6  the mesh revoked this node
   8  another meshhost holds the state directory, or another running agent claims
-     --root (the same root, or one holding it)
+     --root (the same root, one holding it, or one inside it)
 `
 	case "status":
 		return `  0  shown
