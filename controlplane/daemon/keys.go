@@ -215,6 +215,9 @@ func (d *Daemon) retireKey(req api.RetireRequest) (api.KeyringResult, error) {
 	}
 	var mesh string
 	d.fsm.Read(func(s *state.State) { mesh = s.Mesh })
+	// Tokens an earlier retirement made useless are not this one's news: each
+	// retirement named them again as "refused from now on" (a docs walkthrough).
+	staleBefore := d.staleTokens(d.now())
 	keep := st.Keys[len(st.Keys)-1:]
 	next := declarations.Keyring{Mesh: mesh, Epoch: st.Epoch + 1, Keys: keep, IssuedAt: d.now().UTC().Truncate(time.Second)}
 	// Signed by every key it replaces, so a host still on an older keyring can
@@ -236,14 +239,11 @@ func (d *Daemon) retireKey(req api.RetireRequest) (api.KeyringResult, error) {
 	d.publishKeyring(env)
 	d.metrics.keyringEpochs.Inc()
 	var stale []string
-	now := d.now()
-	d.fsm.Read(func(s *state.State) {
-		for _, t := range s.Tokens {
-			if s.ShownState(t, now) == state.TokenStale {
-				stale = append(stale, t.Node)
-			}
+	for id, node := range d.staleTokens(d.now()) {
+		if _, before := staleBefore[id]; !before {
+			stale = append(stale, node)
 		}
-	})
+	}
 	slices.Sort(stale)
 	stale = slices.Compact(stale)
 	d.log.Warn("old signing key retired", "epoch", next.Epoch, "stranded", lagging, "stale_tokens", len(stale))
@@ -305,4 +305,18 @@ func keyringKeys(want []string, sealed state.SealedKey, have bool, held []ed2551
 		return nil, missing, fmt.Errorf("this control node holds none of the keyring's signing keys (%s)", strings.Join(missing, ", "))
 	}
 	return keys, missing, nil
+}
+
+// staleTokens are the pending tokens that carry a retired key (token_stale_key),
+// by id, each to its node.
+func (d *Daemon) staleTokens(now time.Time) map[string]string {
+	out := map[string]string{}
+	d.fsm.Read(func(s *state.State) {
+		for id, t := range s.Tokens {
+			if s.ShownState(t, now) == state.TokenStale {
+				out[id] = t.Node
+			}
+		}
+	})
+	return out
 }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -47,5 +48,28 @@ func TestRotateRunTwice(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Code != api.CodeBadRequest || !strings.Contains(ae.Message, fmt.Sprintf("epoch %d", first.Epoch)) ||
 		!strings.Contains(ae.Message, "if that rotation is yours, it completed") || !strings.Contains(ae.Message, first.Keys[1][:12]) {
 		t.Fatalf("rotate again: %v, want bad_request naming epoch %d, its new key and that it completed", err, first.Epoch)
+	}
+}
+
+// TestARetirementNamesOnlyTheTokensItMadeStale: each retirement named again the
+// pending tokens an earlier one made useless, as "refused from now on" (a docs
+// walkthrough); it names those that carried the key it retires.
+func TestARetirementNamesOnlyTheTokensItMadeStale(t *testing.T) {
+	d := fleet(t, 0)
+	mintFor(t, d, "web-1")
+	for i, want := range [][]string{{"web-1"}, {"web-2"}} {
+		if i == 1 {
+			mintFor(t, d, "web-2")
+		}
+		if _, err := d.rotateKey(api.RotateRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := d.retireKey(api.RetireRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(res.StaleTokens, want) {
+			t.Errorf("retirement %d: stale tokens %v, want %v", i+1, res.StaleTokens, want)
+		}
 	}
 }
