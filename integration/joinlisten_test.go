@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -51,4 +53,17 @@ func TestAControlNodeBehindNATJoinsWithListen(t *testing.T) {
 		}
 		return false
 	})
+
+	// A token whose Raft and cluster addresses default to the public one: --listen,
+	// which moves the broker alone, cannot help, and the join says so and what
+	// does (the advice above failed the run that followed it: a docs walkthrough).
+	ports := harness.FreePorts(t, 1)
+	mint := cp1.Ctl("token", "--role", "control", "--node", "cp-3", "--addr", fmt.Sprintf("192.0.2.11:%d", ports[0]))
+	if mint.Code != 0 {
+		t.Fatalf("control token for cp-3 (%d): %s", mint.Code, mint.Combined())
+	}
+	r = harness.Run(t, mint.Stdout, nil, bin.Meshctl, "join", "--data", filepath.Join(t.TempDir(), "cp-3"), "--raft-heartbeat", "300ms")
+	if r.Code != 1 || !strings.Contains(r.Stderr, "--listen (which moves the broker alone) cannot help") || !strings.Contains(r.Stderr, "--raft-addr OWN:PORT --cluster-addr OWN:PORT") {
+		t.Fatalf("join of a token whose every address is missing here (exit %d, want 1):\n%s", r.Code, r.Combined())
+	}
 }

@@ -108,7 +108,7 @@ func (e *ServedError) Error() string {
 	}
 	return fmt.Sprintf("%v: control node %s of mesh %s served from %s (mesh.json records \"served\": true), and its Raft store %s is lost or damaged (`meshctl serve --data %s` says how). "+
 		"Bootstrapping it again would make a new, empty Raft cluster with this mesh's CA and keys, which hosts still trust: every host, declaration, revocation and token would be forgotten. "+
-		"Nothing was changed. Restore this data directory from a copy taken while the node was stopped (docs/operations.md, \"Backing up\"); "+
+		"Nothing was changed. Restore this data directory from a backup (one serve --backup-dir took, or a copy taken while serve was stopped; docs/operations.md, \"Backing up\"); "+
 		"or, if other control nodes run with a quorum, remove this one (`meshctl control remove %s` on another) and `meshctl join` it again with a new control token on a fresh data directory%s "+
 		"(\"A damaged Raft store\"); or, if too few voters are left for a quorum, recover the control plane from the survivors (\"Recovering from lost quorum\"). "+
 		"To create a new mesh, use an empty --data directory",

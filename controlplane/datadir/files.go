@@ -39,7 +39,7 @@ func (e *FileError) Unwrap() error { return e.Err }
 
 // remedy says how to mend a file of the data directory that cannot be used.
 func remedy(name string) string {
-	const backup = `Restore it from a backup of this data directory taken while the node was stopped (docs/operations.md, "Backing up")`
+	const backup = `Restore it from a backup of this data directory (one serve --backup-dir took, or a copy taken while serve was stopped; docs/operations.md, "Backing up")`
 	if name == CACertFile {
 		return backup + ", or copy " + CACertFile + " from another control node of the mesh: it is the same on every one"
 	}

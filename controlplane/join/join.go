@@ -682,6 +682,15 @@ func (r *run) listenable(self api.ControlMember) (string, error) {
 	}
 	if err := busyaddr.Check(listen, self.Raft, self.Cluster); err != nil {
 		var le *busyaddr.ListenError
+		if errors.As(err, &le) && le.Addr == listen && r.o.Listen == "" && (sameHost(listen, self.Raft) || sameHost(listen, self.Cluster)) {
+			// --listen moves the broker alone: the Raft and cluster addresses
+			// on the same missing address failed the run that followed this
+			// advice (a docs walkthrough).
+			return "", fmt.Errorf("%w: %w (%s). The mesh admitted %s, and nothing was added to Raft: its Raft and cluster addresses (%s, %s) must be this machine's own, and the token gave them on the same address, "+
+				"so --listen (which moves the broker alone) cannot help. Remove the node (meshctl control remove %s) and mint a control token with the address hosts dial and this machine's own for Raft and the cluster: "+
+				"meshctl token --role control --node %s --addr PUBLIC:PORT --raft-addr OWN:PORT --cluster-addr OWN:PORT, then meshctl join --listen OWN:PORT with it",
+				ErrCannotListen, err, flag, r.tok.Node, self.Raft, self.Cluster, r.tok.Node, r.tok.Node)
+		}
 		if errors.As(err, &le) && le.Addr == listen && r.o.Listen == "" {
 			return "", fmt.Errorf("%w: %w (%s). The mesh admitted %s, and nothing was added to Raft: if hosts reach this machine at %s through NAT, give the address it listens on, meshctl join --listen IP:PORT (0.0.0.0:PORT for every address), and run the join again with the same token; "+
 				"if the address is wrong, remove the node (meshctl control remove %s) and mint a control token with this machine's address",
@@ -1307,4 +1316,11 @@ var errJoining = broker.NewRefusal("joining", "this control node is still joinin
 
 func (refuseAll) Authenticate(broker.Client) (broker.Grant, error) {
 	return broker.Grant{}, errJoining
+}
+
+// sameHost reports whether the addresses a and b (host:port) are on one host.
+func sameHost(a, b string) bool {
+	ha, _, err := net.SplitHostPort(a)
+	hb, _, err2 := net.SplitHostPort(b)
+	return err == nil && err2 == nil && ha == hb
 }

@@ -60,7 +60,7 @@ func (e *ListenError) Error() string {
 	case errors.Is(e.Err, syscall.EADDRINUSE):
 		return "cannot listen on " + e.Addr + ": another process listens there (`ss -ltnp 'sport = :" + port + "'` names it): stop it, or give another address"
 	case errors.Is(e.Err, syscall.EADDRNOTAVAIL):
-		return "cannot listen on " + e.Addr + ": this machine has no such address (`ip -br addr` lists its addresses): give one of them"
+		return "cannot listen on " + e.Addr + ": this machine has no such address (`ip -br addr` lists those it has)"
 	case errors.Is(e.Err, syscall.EACCES):
 		start := unprivilegedPortStart()
 		if n, err := strconv.Atoi(port); err == nil && n < start {

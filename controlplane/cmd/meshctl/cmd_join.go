@@ -402,7 +402,7 @@ func printRemoval(w io.Writer, node string, res api.ControlRemoveResult) {
 		// see the first one's advice.
 		fmt.Fprintf(w, "control node %s was already removed from Raft and from the control plane; nothing to do but what its removal said:\n", node)
 	} else {
-		fmt.Fprintf(w, "removed control node %s from Raft and from the control plane\n", node)
+		fmt.Fprintf(w, "removed control node %s from the control plane (and from Raft, where it was a member)\n", node)
 	}
 	switch {
 	case res.Demoted != "" && res.DemotedNotServing:

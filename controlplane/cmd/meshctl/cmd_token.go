@@ -21,7 +21,7 @@ func tokenCommand() command {
 	return command{
 		name:    "token",
 		changes: true,
-		usage:   "--data DIR --node ID [--ttl 15m] [--label k=v]... [--replace] [--out FILE] [--json]  |  --data DIR --role control --node ID --addr IP:PORT [--out FILE] [--json]\n       meshctl token list [--node ID] [--json]  |  meshctl token cancel NODE [ID]... [--json]",
+		usage:   "--data DIR --node ID [--ttl 15m] [--label k=v]... [--replace] [--out FILE] [--json]  |  --data DIR --role control --node ID --addr IP:PORT [--raft-addr IP:PORT] [--cluster-addr IP:PORT] [--ttl 15m] [--out FILE] [--json]\n       meshctl token list [--node ID] [--json]  |  meshctl token cancel NODE [ID]... [--json]",
 		summary: `Mint a one-time enrolment token for one node; stdout is the token and nothing else.
 The secret is generated here and only its hash reaches the control plane. The token
 carries the broker addresses, the CA pin and the signing key the node will believe.

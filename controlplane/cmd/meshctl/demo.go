@@ -333,7 +333,7 @@ func runDemo(ctx context.Context, out io.Writer, dir string, verbose bool) (err 
 	fmt.Fprintf(out, "\nthe whole story took %s on loopback. The same commands on two machines:\n", time.Since(n.start).Round(100*time.Millisecond))
 	fmt.Fprintln(out, "   control:  meshctl bootstrap --mesh demo --listen IP:7300 --data ./cp && meshctl serve --data ./cp")
 	fmt.Fprintln(out, "   operator: meshctl token --data ./cp --node web-1 --ttl 15m --out token.txt   (carry it to the machine)")
-	fmt.Fprintln(out, "   machine:  meshhost enrol --state ./h1 < token.txt && meshhost run --state ./h1 --root ./h1/managed")
+	fmt.Fprintln(out, "   machine:  meshhost enrol --state ./h1 < token.txt && meshhost run --state ./h1 --root ./managed")
 	return nil
 }
 

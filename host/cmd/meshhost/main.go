@@ -2,7 +2,7 @@
 // token, then keeps it in line with the declarations the mesh signs.
 //
 //	meshhost enrol --state ./h1 < token.txt     (or --token-file F, MESH_TOKEN, or the systemd credential mesh-token)
-//	meshhost run   --state ./h1 --root ./h1/managed
+//	meshhost run   --state ./h1 --root ./managed
 //	meshhost status --state ./h1 [--json]
 //	meshhost hooks retry --state ./h1 [--timeout 5m] [--json]
 //	meshhost version [--json]
