@@ -213,7 +213,7 @@ type Agent struct {
 	hookWaiting *hookRun
 	// hookBusy: the worker holds a batch; hookBusyWaiters want its outcome.
 	hookBusy        bool
-	hookBusyWaiters []chan<- HooksOutcome
+	hookBusyWaiters []hooksWaiter
 	// hookFailed are the paths of hooks that failed and are not queued again: owed
 	// until an operator's action runs them (retryHooks, a declaration, a restart).
 	hookFailed []string
@@ -752,7 +752,7 @@ func (a *Agent) authRefused(n int) {
 		"The control plane may have lost this node (restored from an older backup), or a machine holding a certificate of the mesh answers at a broker's address, "+
 		"or every control node reached holds as many hosts as its open-file limit allows (its log says so: raise its LimitNOFILE or add a control node), "+
 		"or a broker refuses this key for a while, up to a minute at a time: it logged in too often there, or the mesh disconnected it for going past its budget (another process, or a second machine, using this node's key; the control node's log says node_login_rate or node_cooldown). "+
-		"The agent keeps trying; if the control plane lost this node, remove the identity file and enrol with a new token to adopt this machine again", ErrIdentityRefused, n)
+		"The agent keeps trying; if the control plane lost this node, adopt this machine again: %s", ErrIdentityRefused, n, identity.StartOver(a.o.StateDir))
 	a.log.Error("the mesh keeps refusing this node's key", "err", err)
 	if a.o.OnRefused != nil {
 		a.o.OnRefused(err)

@@ -22,7 +22,7 @@ type hookRun struct {
 	ran      []string
 	failures []hooks.Failure
 	// waiters are told the batch's outcome: `meshhost hooks retry` asked for it.
-	waiters []chan<- HooksOutcome
+	waiters []hooksWaiter
 	// notRetry: nobody acted (the file check put files back), so the batch does not
 	// take along the paths of the hooks that failed before (queueHooks).
 	notRetry bool
@@ -59,6 +59,14 @@ func pathsSize(paths []string) int {
 type HooksOutcome struct {
 	// Nothing: no hook was owed or failed, so none ran.
 	Nothing bool `json:"nothing,omitempty"`
+	// Reloaded: the agent read the hooks file again for this request, as `meshhost
+	// run` read it at start; the hooks it runs from now on are the file's as it is
+	// now. An operator who edited the file learns that it is live.
+	Reloaded bool `json:"reloaded,omitempty"`
+	// NotReloaded says why the agent did not read the hooks file again: hooks ran or
+	// waited their turn when asked (they ran as read before), or it runs without
+	// one. Empty when Reloaded, or ConfigError says why the file cannot be used.
+	NotReloaded string `json:"not_reloaded,omitempty"`
 	// ConfigError: the hooks file, read again, cannot be used (why); nothing ran.
 	ConfigError string `json:"config_error,omitempty"`
 	// Ran are the hooks that ran, in order.
@@ -66,6 +74,10 @@ type HooksOutcome struct {
 	// Failed are the hooks that failed, and Error why (their output's tail).
 	Failed []string `json:"failed,omitempty"`
 	Error  string   `json:"error,omitempty"`
+	// Cleared are the hooks that had failed and whose failure is cleared though
+	// they did not run: the hooks file, read again, no longer runs them for the
+	// paths they failed for (removed, or their paths changed).
+	Cleared []string `json:"cleared,omitempty"`
 	// Owed are the changed paths whose hooks are still owed afterwards.
 	Owed []string `json:"owed,omitempty"`
 	// Unreported: the agent was not connected to the mesh when the hooks
@@ -73,6 +85,28 @@ type HooksOutcome struct {
 	// soon as it reaches a broker; until then the control plane shows the node as
 	// it last heard of it.
 	Unreported bool `json:"unreported,omitempty"`
+}
+
+// Why the agent did not read the hooks file again for a retry (NotReloaded).
+const (
+	notReloadedBusy = "hooks were running or waiting their turn when asked: the agent reads the hooks file again only while none does, " +
+		"so they ran as read before; run meshhost hooks retry again to read it"
+	notReloadedNoFile = "the agent runs without a hooks file (meshhost run was started without --hooks)"
+)
+
+// hooksWaiter is a `meshhost hooks retry` waiting for a batch's outcome, with what
+// became of the hooks file for its own request: requests answered by one batch may
+// have found the file read again or not.
+type hooksWaiter struct {
+	reply       chan<- HooksOutcome
+	reloaded    bool
+	notReloaded string
+}
+
+// tell answers the waiter with out, and what became of the hooks file for it.
+func (w hooksWaiter) tell(out HooksOutcome) {
+	out.Reloaded, out.NotReloaded = w.reloaded, w.notReloaded
+	w.reply <- out // buffered, one value each
 }
 
 // queueHooks hands a batch to the hook worker, or, while it is busy, merges it into
@@ -182,6 +216,7 @@ func (a *Agent) stillFailed() []string {
 
 func (a *Agent) hooksFinished(h hookRun) {
 	a.hookBusy = false
+	failedBefore := a.applied.HooksFailed
 	var along []string
 	if len(a.hookFailed) > 0 {
 		// A batch queued before those hooks failed (a declaration applied while they
@@ -246,10 +281,11 @@ func (a *Agent) hooksFinished(h hookRun) {
 		if len(a.hookFailed) == 0 && (a.applied.LastErrorCode == wire.StatusHookFailed || len(a.applied.HooksFailed) > 0) {
 			if a.applied.LastErrorCode == wire.StatusHookFailed {
 				if len(h.ran) > 0 {
-					a.log.Info("the hooks that had failed ran again and succeeded; the failure is cleared", "hooks", h.ran, "version", a.applied.LastErrorVersion)
+					a.log.Info("the hooks that had failed ran again and succeeded; the failure is cleared", "hooks", h.ran, "not_run", notRun(a.applied.HooksFailed, h.ran), "version", a.applied.LastErrorVersion)
 				} else {
-					// The hooks file changed since (the agent restarted): no hook
-					// runs for the paths they were owed any more.
+					// The hooks file changed since (the agent restarted, or hooks
+					// retry read it again): no hook runs for the paths they were
+					// owed any more.
 					a.log.Info("the hooks that had failed no longer run for their paths (the hooks file changed): none ran; the failure is cleared", "failed", a.applied.HooksFailed, "paths", h.changed, "version", a.applied.LastErrorVersion)
 				}
 				a.applied.LastErrorCode, a.applied.LastError, a.applied.LastErrorVersion = "", "", 0
@@ -271,11 +307,26 @@ func (a *Agent) hooksFinished(h hookRun) {
 			a.save()
 		}
 	}
+	// `hooks retry --json` printed {} of failures cleared this way (a walkthrough).
+	out.Cleared = notRun(slices.DeleteFunc(slices.Clone(failedBefore), func(k string) bool { return slices.Contains(a.applied.HooksFailed, k) }), h.ran)
 	for _, w := range slices.Concat(h.waiters, a.hookBusyWaiters) {
-		w <- out // buffered, one value each
+		w.tell(out)
 	}
 	a.hookBusyWaiters = nil
 	a.offerHooks()
+}
+
+// notRun is those of failed that are not among ran, or nil: hooks whose failure is
+// cleared though they did not run (the hooks file no longer runs them for their
+// paths).
+func notRun(failed, ran []string) []string {
+	var out []string
+	for _, k := range failed {
+		if !slices.Contains(ran, k) {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // online reports whether the agent is connected to the mesh now: what it reports
@@ -283,32 +334,65 @@ func (a *Agent) hooksFinished(h hookRun) {
 func (a *Agent) online() bool { return a.conn != nil && a.conn.IsConnected() }
 
 // retryHooks runs again the hooks that failed (`meshhost hooks retry`, through the
-// agent's socket), and tells reply their outcome. Nothing failed and nothing
-// running: it says so at once. Hooks already queued or running: it waits for them.
+// agent's socket), and tells reply their outcome. While no hook runs or waits its
+// turn it reads the hooks file again first, whatever is owed: an operator who edited
+// the file and ran hooks retry with nothing owed believed the file was live, and the
+// agent kept the hooks it had read at start (a walkthrough). Nothing owed: it says
+// so at once, and that the file was read again.
 func (a *Agent) retryHooks(reply chan<- HooksOutcome) {
-	wait := []chan<- HooksOutcome{reply}
-	switch {
-	case !a.hooksRunning() && (len(a.hookFailed) > 0 || len(a.applied.HooksPending) > 0):
-		// Read again before they run: the worker is idle (nothing queued or
-		// running), and takes the hooks with the next job.
-		if err := a.reloadHooks(); err != nil {
-			a.log.Warn("hooks retry: the hooks file cannot be used now; nothing ran, and the hooks read before are kept", "file", a.o.HooksFile, "err", err)
-			reply <- HooksOutcome{ConfigError: err.Error()}
-			return
-		}
-		a.log.Info("running again the hooks owed, as asked on this host", "paths", union(a.hookFailed, a.applied.HooksPending))
-		a.queueHooks(hookRun{version: a.applied.Version, changed: slices.Clone(a.applied.HooksPending), waiters: wait})
-	case len(a.hookFailed) > 0:
-		// Others run now: the failed ones run after them.
-		a.log.Info("running again the hooks that failed, once those running now finish, as asked on this host", "paths", a.hookFailed)
-		a.queueHooks(hookRun{version: a.applied.Version, waiters: wait})
-	case a.hookWaiting != nil:
-		a.hookWaiting.waiters = append(a.hookWaiting.waiters, reply)
-	case a.hookBusy:
-		a.hookBusyWaiters = append(a.hookBusyWaiters, reply)
-	default:
-		reply <- HooksOutcome{Nothing: true}
+	if a.hooksRunning() {
+		a.retryBehind(hooksWaiter{reply: reply, notReloaded: notReloadedBusy})
+		return
 	}
+	w, err := a.rereadHooks(reply)
+	if err != nil {
+		a.log.Warn("hooks retry: the hooks file cannot be used now; nothing ran, and the hooks read before are kept", "file", a.o.HooksFile, "err", err)
+		reply <- HooksOutcome{ConfigError: err.Error()}
+		return
+	}
+	if len(a.hookFailed) == 0 && len(a.applied.HooksPending) == 0 {
+		w.tell(HooksOutcome{Nothing: true})
+		return
+	}
+	// The worker is idle (nothing queued or running), and takes the hooks read
+	// again with this job.
+	a.log.Info("running again the hooks owed, as asked on this host", "paths", union(a.hookFailed, a.applied.HooksPending))
+	a.queueHooks(hookRun{version: a.applied.Version, changed: slices.Clone(a.applied.HooksPending), waiters: []hooksWaiter{w}})
+}
+
+// retryBehind answers a retry asked for while hooks run or wait their turn: the
+// worker reads the hooks, so the file is not read again, and the failed hooks run
+// after those, as read before.
+func (a *Agent) retryBehind(w hooksWaiter) {
+	switch {
+	case len(a.hookFailed) > 0:
+		a.log.Info("running again the hooks that failed, once those running now finish, as asked on this host", "paths", a.hookFailed)
+		a.queueHooks(hookRun{version: a.applied.Version, waiters: []hooksWaiter{w}})
+	case a.hookWaiting != nil:
+		a.hookWaiting.waiters = append(a.hookWaiting.waiters, w)
+	default:
+		a.hookBusyWaiters = append(a.hookBusyWaiters, w)
+	}
+}
+
+// rereadHooks reads the hooks file again for a retry (reloadHooks), and returns the
+// waiter for reply, told that it was read, or why not: the agent runs without one.
+func (a *Agent) rereadHooks(reply chan<- HooksOutcome) (hooksWaiter, error) {
+	w := hooksWaiter{reply: reply}
+	if a.o.HooksFile == "" {
+		w.notReloaded = notReloadedNoFile
+		return w, nil
+	}
+	if err := a.reloadHooks(); err != nil {
+		return w, err
+	}
+	a.log.Info("hooks retry: the hooks file was read again; its hooks run from now on", "file", a.o.HooksFile, "hooks", hookNames(a.o.Hooks))
+	// As `meshhost run` says as it starts: now, not at the next change.
+	for _, err := range a.o.Hooks.Check(a.o.Root) {
+		a.log.Warn("a hook's command cannot be run now: the hook will fail when it runs, unless it is installed first", "err", err)
+	}
+	w.reloaded = true
+	return w, nil
 }
 
 // reloadHooks reads the hooks file again, as `meshhost run` read it at start (not
@@ -327,6 +411,15 @@ func (a *Agent) reloadHooks() error {
 	}
 	a.o.Hooks = cfg.WithGroupFile(filepath.Join(a.o.StateDir, HookGroupName))
 	return nil
+}
+
+// hookNames is the names of cfg's hooks, in the file's order.
+func hookNames(cfg hooks.Config) []string {
+	names := make([]string, 0, len(cfg.Hooks))
+	for _, k := range cfg.Hooks {
+		names = append(names, k.Name)
+	}
+	return names
 }
 
 // runOwedHooks queues the hooks a stopped or crashed agent owed (state.Applied's

@@ -119,6 +119,12 @@ func TestUnsignedRefusalsDoNotStopTheAgent(t *testing.T) {
 	if len(got) != 1 || !errors.Is(got[0], ErrIdentityRefused) || !strings.Contains(got[0].Error(), "keeps trying") {
 		t.Fatalf("OnRefused was told %v, want one ErrIdentityRefused at the 2nd refusal that says the agent keeps trying", got)
 	}
+	// A node the control plane lost is adopted again from a fresh state directory:
+	// the advice named the identity file alone, and the node's applied declaration,
+	// secrets included, stayed beside the next enrolment's identity.
+	if msg := got[0].Error(); !strings.Contains(msg, "remove the state directory "+f.dir+" (or move it away") || strings.Contains(msg, "identity file") {
+		t.Fatalf("the advice to adopt the machine again: %s", msg)
+	}
 	cancel()
 	select {
 	case err := <-done:

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -551,7 +552,7 @@ func (e *EnrolledAsTokenError) Error() string {
 		s += fmt.Sprintf("; the mesh did not confirm that this token admitted its key (%v)", e.Why)
 	}
 	return s + ". If this enrolment ran here before, it is done: meshhost status says how the node stands (start the agent, meshhost run, if it is not running). " +
-		"To enrol this machine afresh, have an operator revoke the node first, then remove " + e.Path + " and enrol with a new token"
+		"To enrol this machine afresh, have an operator revoke the node first, then " + identity.StartOver(filepath.Dir(e.Path))
 }
 
 // Is reports whether target is identity.ErrAlreadyEnrolled.

@@ -92,10 +92,17 @@ func TestARunAgainOnTheTokensNodeSaysSo(t *testing.T) {
 	if !errors.As(err, &as) || !errors.Is(err, identity.ErrAlreadyEnrolled) || as.Node != first.Identity.Node {
 		t.Fatalf("got %v, want the identity of the token's node said as such", err)
 	}
-	for _, want := range []string{"the node this token names", "token_stale_key", "meshhost status", "If this enrolment ran here before, it is done"} {
+	// To enrol afresh, the whole state directory goes (a docs walkthrough: the advice
+	// named identity.json alone, and the node's applied declaration, secrets
+	// included, stayed beside the next enrolment's identity).
+	for _, want := range []string{"the node this token names", "token_stale_key", "meshhost status", "If this enrolment ran here before, it is done",
+		"have an operator revoke the node first, then remove the state directory " + dir + " (or move it away"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the rerun does not say %q:\n%v", want, err)
 		}
+	}
+	if strings.Contains(err.Error(), "remove "+identity.Path(dir)) {
+		t.Errorf("the rerun advises removing the identity file alone:\n%v", err)
 	}
 
 	// Two days on: refused offline as expired no more, and the mesh is asked (its
@@ -122,7 +129,7 @@ func TestARunAgainOnTheTokensNodeSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = Enrol(context.Background(), Options{StateDir: dir, Token: m.token, DialTimeout: 5 * time.Second, RequestTimeout: 5 * time.Second})
-	if !errors.Is(err, identity.ErrAlreadyEnrolled) || errors.As(err, &as) || !strings.Contains(err.Error(), "revoke it first") {
-		t.Fatalf("another node's identity: got %v, want already enrolled, revoke it first", err)
+	if !errors.Is(err, identity.ErrAlreadyEnrolled) || errors.As(err, &as) || !strings.Contains(err.Error(), "revoke it first, then remove the state directory "+dir) {
+		t.Fatalf("another node's identity: got %v, want already enrolled, revoke it first, then remove the state directory", err)
 	}
 }

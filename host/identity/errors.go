@@ -43,7 +43,16 @@ func advice(pending bool, path string) string {
 	}
 	return fmt.Sprintf("Do not enrol again over it: the mesh still believes the identity in this file. "+
 		"Restore %s from a backup, or have an operator revoke this node on the control plane, "+
-		"then remove the file and enrol with a new token", path)
+		"then %s", path, StartOver(filepath.Dir(path)))
+}
+
+// StartOver says how to give a machine a new identity once its node is revoked: the
+// whole state directory goes, not identity.json alone, which left the node's applied
+// declaration (its files' contents, secrets included) beside the next enrolment's
+// identity. Every message that advises enrolling afresh says it in these words.
+func StartOver(stateDir string) string {
+	return fmt.Sprintf("remove the state directory %s (or move it away: it holds the node's applied declaration, secrets included; "+
+		"a managed root inside it goes with it, so move that out first) and enrol with a new token", stateDir)
 }
 
 func what(pending bool) string {
@@ -174,7 +183,7 @@ func (e *EnrolledError) Error() string {
 	}
 	return fmt.Sprintf("this machine is already enrolled: %s holds %s. "+
 		"Enrolling again would give it a second identity. To move it to another mesh or node, "+
-		"have an operator revoke it first, then remove %s and enrol with a new token", e.Path, who, e.Path)
+		"have an operator revoke it first, then %s", e.Path, who, StartOver(filepath.Dir(e.Path)))
 }
 
 // Is reports whether target is ErrAlreadyEnrolled.

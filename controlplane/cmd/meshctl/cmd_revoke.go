@@ -115,7 +115,7 @@ func printRevoked(w io.Writer, r api.RevokedNode) {
 		return
 	}
 	fmt.Fprintf(w, "%s was revoked %s before%s, under another key: the machine revoked here is the one enrolled under the id since. "+
-		"If this command was run again for that earlier revocation, it revoked a machine it did not mean to: enrolling it again needs a new token and its identity removed. "+
+		"If this command was run again for that earlier revocation, it revoked a machine it did not mean to: enrolling it again needs a new token, and on the machine its state directory removed (or moved away: it holds the node's applied declaration, secrets included). "+
 		"meshctl revoke --key KEY revokes a node only while it holds KEY\n", r.Node, times, when)
 }
 

@@ -21,7 +21,11 @@ func TestARevocationSaysWhichMachine(t *testing.T) {
 	var b bytes.Buffer
 	printRevoked(&b, api.RevokedNode{Node: "web-3", PublicKey: "UNEWKEY", EnrolledAt: enrolled, EarlierRevocations: 1, EarlierRevokedAt: earlier})
 	for _, want := range []string{"revoked web-3 (key UNEWKEY, enrolled 2026-12-06T03:38:10Z; 0 connection(s) open", "web-3 was revoked once before, at 2026-12-06T02:38:10Z, under another key",
-		"meshctl revoke --key KEY"} {
+		"meshctl revoke --key KEY",
+		// The whole state directory goes, as the agent's revocation message says (a
+		// docs walkthrough: "its identity removed" left the node's applied
+		// declaration, secrets included, on the machine).
+		"needs a new token, and on the machine its state directory removed (or moved away: it holds the node's applied declaration, secrets included)"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("lacks %q:\n%s", want, b.String())
 		}

@@ -82,28 +82,18 @@ func cmdHooks(args []string, cio *cliIO) error {
 	if err != nil {
 		return err
 	}
-	// The agent records what it owes before it runs it: nothing on record, nothing
-	// to run, whether or not an agent runs.
-	if len(applied.HooksPending) == 0 && len(applied.HooksFailed) == 0 && applied.LastErrorCode != wire.StatusHookFailed {
-		if *asJSON {
-			return writeJSONTo(cio, agent.HooksOutcome{Nothing: true})
-		}
-		fmt.Fprintln(cio.stdout, "no hook is owed or failed: nothing to run")
-		return nil
+	// The agent records what it owes before it runs it. Nothing on record, it is
+	// asked all the same: it reads the hooks file again (it answered "nothing to
+	// run" without, and an operator who had edited the file believed it live).
+	owed := len(applied.HooksPending) > 0 || len(applied.HooksFailed) > 0 || applied.LastErrorCode == wire.StatusHookFailed
+	if owed {
+		// The wait lasts as long as the hooks run, up to --timeout: said before it
+		// starts, on stderr, so a terminal shows what it waits for (it was silent).
+		fmt.Fprintf(cio.stderr, "asking the agent to run the hooks %s (waiting up to %s for their outcome)\n", owedText(applied), *timeout)
 	}
-	// The wait lasts as long as the hooks run, up to --timeout: said before it
-	// starts, on stderr, so a terminal shows what it waits for (it was silent).
-	fmt.Fprintf(cio.stderr, "asking the agent to run the hooks %s (waiting up to %s for their outcome)\n", owedText(applied), *timeout)
 	out, err := retryInterruptibly(*stateDir, *timeout)
 	if errors.Is(err, agent.ErrNoAgent) {
-		// Say whether an agent runs at all: without one, its next start runs what it owes.
-		lock, lerr := dirlock.AcquireExisting("state directory", *stateDir, "meshhost hooks retry")
-		if lerr == nil {
-			lock.Release()
-			return fmt.Errorf("meshhost run is not running on %s: it runs the owed hooks (for %s) when it starts (systemctl start meshhost)",
-				*stateDir, listShort(applied.HooksPending, 5))
-		}
-		return fmt.Errorf("%w; the agent holding the state directory does not answer (one that could not make its socket says why in its log; or a version from before meshhost hooks retry): restarting it runs the owed hooks", err)
+		return noAgentAnswers(cio, err, *stateDir, applied, owed, *asJSON)
 	}
 	if err != nil {
 		return err
@@ -121,28 +111,85 @@ func cmdHooks(args []string, cio *cliIO) error {
 			return err
 		}
 	} else {
-		switch {
-		case out.Nothing:
-			fmt.Fprintln(cio.stdout, "no hook is owed or failed: nothing to run")
-		case len(out.Ran) == 0:
-			fmt.Fprintln(cio.stdout, "no hook matched the owed paths: nothing ran")
-		case len(out.Failed) > 0:
-			// "ran X" alone read as a success beside exit 1 (a docs walkthrough).
-			fmt.Fprintf(cio.stdout, "ran %s; failed again: %s\n", strings.Join(out.Ran, ", "), strings.Join(out.Failed, ", "))
-		default:
-			fmt.Fprintf(cio.stdout, "ran %s\n", strings.Join(out.Ran, ", "))
-		}
-		if len(out.Owed) > 0 && len(out.Failed) == 0 {
-			fmt.Fprintf(cio.stdout, "still owed: hooks for %s (queued since)\n", listShort(out.Owed, 5))
-		}
-		if out.Unreported {
-			fmt.Fprintln(cio.stdout, "the agent cannot reach the mesh now: it reports this outcome once it does (meshhost status shows since when it has not)")
-		}
+		printRetried(cio, out)
 	}
 	if len(out.Failed) > 0 {
 		return fmt.Errorf("%w: %s", errHooksFailed, out.Error)
 	}
 	return nil
+}
+
+// notReadNoAgent is NotReloaded when no agent runs: nothing owed, nothing to ask.
+const notReadNoAgent = "meshhost run is not running: it reads the hooks file as it starts"
+
+// noAgentAnswers is hooks retry's outcome when no agent answers on the state
+// directory's socket: with nothing owed and no agent running, there is nothing to
+// run and no file to read again (exit 0); otherwise whether an agent runs at all,
+// and what runs the owed hooks or reads the file.
+func noAgentAnswers(cio *cliIO, err error, stateDir string, applied state.Applied, owed, asJSON bool) error {
+	lock, lerr := dirlock.AcquireExisting("state directory", stateDir, "meshhost hooks retry")
+	if lerr == nil {
+		lock.Release()
+		if !owed {
+			if asJSON {
+				return writeJSONTo(cio, agent.HooksOutcome{Nothing: true, NotReloaded: notReadNoAgent})
+			}
+			fmt.Fprintf(cio.stdout, "no hook is owed or failed: nothing to run; meshhost run is not running on %s: it reads the hooks file as it starts\n", stateDir)
+			return nil
+		}
+		return fmt.Errorf("meshhost run is not running on %s: it runs the owed hooks (for %s) when it starts (systemctl start meshhost)",
+			stateDir, listShort(applied.HooksPending, 5))
+	}
+	restart := "restarting it runs the owed hooks"
+	if !owed {
+		restart = "no hook is owed or failed, and the hooks file was not read again: restarting it reads the file"
+	}
+	return fmt.Errorf("%w; the agent holding the state directory does not answer (one that could not make its socket says why in its log; or a version from before meshhost hooks retry): %s", err, restart)
+}
+
+// printRetried says a retry's outcome in words: what ran, what failed again, whose
+// failure is cleared though it did not run, and whether the hooks file was read
+// again.
+func printRetried(cio *cliIO, out agent.HooksOutcome) {
+	switch {
+	case out.Nothing:
+		fmt.Fprintln(cio.stdout, "no hook is owed or failed: nothing to run")
+	case len(out.Ran) == 0 && len(out.Cleared) > 0:
+		// The agent's log said so, and the answer said nothing (a walkthrough).
+		fmt.Fprintf(cio.stdout, "no hook ran: the hooks file no longer runs %s for the paths that had failed; their failure is cleared\n", strings.Join(out.Cleared, ", "))
+	case len(out.Ran) == 0:
+		fmt.Fprintln(cio.stdout, "no hook matched the owed paths: nothing ran")
+	case len(out.Failed) > 0:
+		// "ran X" alone read as a success beside exit 1 (a docs walkthrough).
+		fmt.Fprintf(cio.stdout, "ran %s; failed again: %s\n", strings.Join(out.Ran, ", "), strings.Join(out.Failed, ", "))
+	default:
+		fmt.Fprintf(cio.stdout, "ran %s\n", strings.Join(out.Ran, ", "))
+	}
+	if len(out.Ran) > 0 && len(out.Cleared) > 0 {
+		fmt.Fprintf(cio.stdout, "not run: the hooks file no longer runs %s for the paths that had failed; their failure is cleared\n", strings.Join(out.Cleared, ", "))
+	}
+	if len(out.Owed) > 0 && len(out.Failed) == 0 {
+		fmt.Fprintf(cio.stdout, "still owed: hooks for %s (queued since)\n", listShort(out.Owed, 5))
+	}
+	fmt.Fprintln(cio.stdout, hooksFileText(out))
+	if out.Unreported {
+		fmt.Fprintln(cio.stdout, "the agent cannot reach the mesh now: it reports this outcome once it does (meshhost status shows since when it has not)")
+	}
+}
+
+// hooksFileText says whether the agent read the hooks file again for the retry, so
+// that an operator who edited it knows whether it is live.
+func hooksFileText(out agent.HooksOutcome) string {
+	switch {
+	case out.Reloaded:
+		return "the hooks file was read again: the agent runs its hooks as the file has them now"
+	case out.NotReloaded != "":
+		return "the hooks file was not read again: " + out.NotReloaded
+	default:
+		// An agent older than this meshhost (upgraded, not restarted) does not
+		// say, and reads the file only when something is owed.
+		return "the agent did not say whether it read the hooks file again (it is older than this meshhost): restarting it (systemctl restart meshhost) reads the file"
+	}
 }
 
 // owedText names what a retry runs, as the state on record says it: the hooks owed

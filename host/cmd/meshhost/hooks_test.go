@@ -20,6 +20,10 @@ func TestHooksOwedAndFailedShown(t *testing.T) {
 	if code, out, errs := runCLI("", nil, "hooks", "retry", "--state", dir); code != 0 || !strings.Contains(out, "nothing to run") {
 		t.Fatalf("retry with nothing owed: exit %d\n%s%s", code, out, errs)
 	}
+	// No agent runs: no file was read again, and --json says so too.
+	if code, out, errs := runCLI("", nil, "hooks", "retry", "--state", dir, "--json"); code != 0 || !strings.Contains(out, `"not_reloaded": "meshhost run is not running: it reads the hooks file as it starts"`) {
+		t.Fatalf("retry --json with nothing owed and no agent: exit %d\n%s%s", code, out, errs)
+	}
 	now := time.Now().UTC().Truncate(time.Second)
 	if err := state.Save(dir, state.Applied{HaveApplied: true, Version: 3, BodyDigest: strings.Repeat("ab", 32),
 		IssuedAt: now, ExpiresAt: now.Add(24 * time.Hour), Managed: []string{"etc/app.conf"},
@@ -87,5 +91,57 @@ func TestAHooksOutputCannotDriveTheTerminal(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(out), &st); err != nil || code != 0 || st.LastError != "hook_failed: "+output {
 		t.Fatalf("status --json: exit %d, last error %q, %v", code, st.LastError, err)
+	}
+}
+
+// TestHooksRetrySaysTheFileWasReadAgain (a docs walkthrough): with no hook owed or
+// failed, `meshhost hooks retry` answered "nothing to run" without asking the agent,
+// which kept the hooks file it had read at start: an operator who had edited the
+// file believed it live. It asks the agent, which reads the file again, and says so
+// (text and --json), or says why it did not; a file that cannot be used is exit 1.
+// A failure cleared because the file no longer runs the hook is said too (--json
+// printed {}).
+func TestHooksRetrySaysTheFileWasReadAgain(t *testing.T) {
+	_, id := enrolled(t)
+	dir, answer := fakeAgent(t, id, `{"nothing":true,"reloaded":true}`)
+	code, out, errs := runCLI("", nil, "hooks", "retry", "--state", dir)
+	if code != 0 || !strings.Contains(out, "nothing to run") || !strings.Contains(out, "the hooks file was read again") {
+		t.Fatalf("retry with nothing owed: exit %d\n%s%s", code, out, errs)
+	}
+	type answered struct {
+		Nothing  bool     `json:"nothing"`
+		Reloaded bool     `json:"reloaded"`
+		Cleared  []string `json:"cleared"`
+	}
+	code, out, errs = runCLI("", nil, "hooks", "retry", "--state", dir, "--json")
+	var got answered
+	if err := json.Unmarshal([]byte(out), &got); err != nil || code != 0 || !got.Nothing || !got.Reloaded {
+		t.Fatalf("retry --json with nothing owed: exit %d, %+v, %v\n%s%s", code, got, err, out, errs)
+	}
+	answer(`{"nothing":true,"not_reloaded":"the agent runs without a hooks file (meshhost run was started without --hooks)"}`)
+	if code, out, errs := runCLI("", nil, "hooks", "retry", "--state", dir); code != 0 || !strings.Contains(out, "the hooks file was not read again: the agent runs without a hooks file") {
+		t.Fatalf("retry, the agent without a hooks file: exit %d\n%s%s", code, out, errs)
+	}
+	answer(`{"config_error":"hooks: unexpected end of JSON input"}`)
+	if code, out, errs := runCLI("", nil, "hooks", "retry", "--state", dir); code != 1 || !strings.Contains(errs, "the hooks file, read again, cannot be used: hooks: unexpected end of JSON input") {
+		t.Fatalf("retry with nothing owed, the file cut short: exit %d\n%s%s", code, out, errs)
+	}
+
+	now := time.Now().UTC().Truncate(time.Second)
+	if err := state.Save(dir, state.Applied{HaveApplied: true, Version: 3, BodyDigest: strings.Repeat("ab", 32),
+		IssuedAt: now, ExpiresAt: now.Add(24 * time.Hour), Managed: []string{"etc/app.conf"},
+		LastErrorCode: "hook_failed", LastError: "hook restart-app: exit status 1", LastErrorVersion: 3,
+		HooksPending: []string{"etc/app.conf"}, HooksFailed: []string{"restart-app"}}); err != nil {
+		t.Fatal(err)
+	}
+	answer(`{"reloaded":true,"cleared":["restart-app"]}`)
+	code, out, errs = runCLI("", nil, "hooks", "retry", "--state", dir)
+	if code != 0 || !strings.Contains(out, "no hook ran: the hooks file no longer runs restart-app for the paths that had failed; their failure is cleared") {
+		t.Fatalf("retry, the failed hook gone from the file: exit %d\n%s%s", code, out, errs)
+	}
+	got = answered{}
+	code, out, errs = runCLI("", nil, "hooks", "retry", "--state", dir, "--json")
+	if err := json.Unmarshal([]byte(out), &got); err != nil || code != 0 || len(got.Cleared) != 1 || got.Cleared[0] != "restart-app" {
+		t.Fatalf("retry --json, the failed hook gone from the file: exit %d, %+v, %v\n%s%s", code, got, err, out, errs)
 	}
 }

@@ -291,7 +291,7 @@ func synopsis(name string) string {
 	case "status":
 		return "--state DIR [--json]\n\nShow this node's identity, applied version, last error, and the hooks owed or failed\n(run again by meshhost hooks retry), and whether the running agent reaches the mesh."
 	case "hooks retry":
-		return "--state DIR [--timeout D] [--json]\n\nAsk the agent running on DIR (meshhost run) to run again the hooks that failed, and\nthose still owed, once what they run is fixed on this host; print their outcome. A\nsuccess clears the node's hook_failed at the control plane (the node's own report)."
+		return "--state DIR [--timeout D] [--json]\n\nAsk the agent running on DIR (meshhost run) to run again the hooks that failed, and\nthose still owed, once what they run is fixed on this host; print their outcome. A\nsuccess clears the node's hook_failed at the control plane (the node's own report).\nWhile no hook runs, the agent first reads its hooks file (--hooks) again, owed or not,\nand says so."
 	case "version":
 		return "[--json]\n\nPrint the version and the commit this binary was built from, as Go recorded it."
 	}
@@ -346,8 +346,9 @@ func exitCodes(name string) string {
 `
 	case "hooks retry":
 		return `  0  the hooks succeeded, or none was owed
-  1  one failed again, or hooks are owed and no agent answers (restarting the agent
-     runs them too)
+  1  one failed again, the hooks file read again cannot be used (the agent keeps the
+     hooks it read before), or an agent holds the state directory and does not answer,
+     or hooks are owed and no agent runs (restarting the agent runs them too)
   2  usage: the command line is wrong
   5  not enrolled (enrol first), or the state directory is not safe to use or its
      files are unusable

@@ -114,8 +114,8 @@ func (r revocation) err(stateDir string) error {
 	}
 	return fmt.Errorf("%w: the mesh refused %s's key time after time (last at %s): it was revoked without the notice reaching it, the control plane lost it, "+
 		"or no control node had room for another host (their logs say so; then wait, or raise their open-file limit). `meshhost run` tries again; "+
-		"if `meshctl nodes` does not list the node, remove %s and enrol with a new token",
-		agent.ErrIdentityRefused, r.Node, r.At.Format(time.RFC3339), identity.Path(stateDir))
+		"if `meshctl nodes` does not list the node, %s",
+		agent.ErrIdentityRefused, r.Node, r.At.Format(time.RFC3339), identity.StartOver(stateDir))
 }
 
 // adoptAgain says how to adopt a revoked machine again: the whole state directory
@@ -123,5 +123,5 @@ func (r revocation) err(stateDir string) error {
 // identity.json, and the revoked node's applied declaration, its secrets included,
 // stayed beside the next node's identity until that node's first declaration).
 func adoptAgain(stateDir string) string {
-	return fmt.Sprintf("To adopt this machine again, remove the state directory %s (or move it away: it holds the revoked node's applied declaration, secrets included; a managed root inside it goes with it, so move that out first) and enrol with a new token", stateDir)
+	return "To adopt this machine again, " + identity.StartOver(stateDir)
 }

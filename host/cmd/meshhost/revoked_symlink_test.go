@@ -43,4 +43,10 @@ func TestARevokedNodeIsToldToRemoveItsStateDirectory(t *testing.T) {
 	if msg := err.Error(); !strings.Contains(msg, "remove the state directory /var/lib/meshhost") || strings.Contains(msg, "identity.json") {
 		t.Fatalf("the revoked node's advice: %v", err)
 	}
+	// Refused time after time without the notice: a node the mesh no longer lists
+	// is adopted again the same way (it said to remove identity.json).
+	err = revocation{Node: "web-4", At: time.Date(2026, 12, 7, 10, 21, 36, 0, time.UTC)}.err("/var/lib/meshhost")
+	if msg := err.Error(); !strings.Contains(msg, "does not list the node, remove the state directory /var/lib/meshhost (or move it away") || strings.Contains(msg, "identity.json") {
+		t.Fatalf("the refused node's advice: %v", err)
+	}
 }
