@@ -215,7 +215,6 @@ func addressProblem(text string) (netip.AddrPort, string) {
 	return ap, ""
 }
 
-// brokerProblem describes why ap cannot be a broker address, or returns "".
 // CheckBroker says why ap cannot be a broker address a token names (one given
 // beside a token, meshctl join --broker), as Parse refuses it in a token.
 func CheckBroker(ap netip.AddrPort) error {
@@ -225,6 +224,7 @@ func CheckBroker(ap netip.AddrPort) error {
 	return nil
 }
 
+// brokerProblem describes why ap cannot be a broker address, or returns "".
 func brokerProblem(ap netip.AddrPort) string {
 	a := ap.Addr()
 	switch {

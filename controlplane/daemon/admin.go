@@ -286,8 +286,15 @@ func (d *Daemon) judgeSigner(key, signed string) (by string, err error) {
 		// Leading in another term than the one whose barrier this node applied
 		// (it stepped down and led again while the change waited its turn, or
 		// it led from the start): what the terms between committed, a
-		// revocation maybe, is applied first.
-		if err := d.raft.BarrierWithin(commitTimeout); err != nil {
+		// revocation maybe, is applied first. A quorum that cannot write is
+		// said at once, as commit says it, not after the barrier's wait.
+		err := error(nil)
+		if why := d.noWritableQuorum(d.now()); why != "" {
+			err = errors.New(why)
+		} else {
+			err = d.raft.BarrierWithin(commitTimeout)
+		}
+		if err != nil {
 			return signed, errors.Join(errNotDone, &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf(
 				"control node %s could not apply what was committed before this change (%v): nothing was done; run it again", d.cfg.Node, err)})
 		}

@@ -884,13 +884,6 @@ func (d *Daemon) autopilot(ctx context.Context) {
 const (
 	configStaleAfter  = 10 * time.Second
 	configSpreadEvery = 30 * time.Second
-	// configHeardRecently is how recently a control node must have been heard,
-	// stopped now, for a configuration that lists it to count against the
-	// leader's (configsApart): a leader holds a stale configuration only while
-	// it runs (a restart reads its log again), so one it heard within a rolling
-	// restart's time is a member, and one it has not heard since it started
-	// may be one a lost quorum took.
-	configHeardRecently = 10 * time.Minute
 )
 
 // spreadConfiguration is the leader's autopilot for members that hold another
@@ -936,7 +929,8 @@ func (d *Daemon) spreadConfiguration(now time.Time) {
 	}
 	d.configSpread = now
 	if len(newer) > 0 || len(ghosts) > 0 {
-		d.log.Warn("control nodes hold another Raft configuration than the leader's, and the leader's leaves out control nodes of the mesh that theirs list, or lists removed ones: the leader's may be the stale one, and is not appended again; restart this control node's serve (it reads its configuration again from its log), and another leads meanwhile",
+		d.log.Warn("control nodes hold another Raft configuration than the leader's, and the leader's leaves out control nodes of the mesh that theirs list, or lists removed ones: the leader's may be the stale one, and is not appended again; "+
+			"if a removal of a listed node did not finish (meshctl control remove said not from Raft yet), run it again; otherwise restart this control node's serve (it reads its configuration again from its log), and another leads meanwhile",
 			"nodes", clipText(strings.Join(stale, "; "), 2048), "not_in_leader_configuration", strings.Join(newer, ","), "removed_in_leader_configuration", strings.Join(ghosts, ","),
 			"leader_configuration", clipText(own, 2048))
 		return
@@ -966,10 +960,15 @@ type configView struct {
 	removed   func(id string) bool
 }
 
-// heardWithin reports whether id's last heartbeat came within d.
-func (v configView) heardWithin(id string, d time.Duration) bool {
-	_, at, ok := v.last(id)
-	return ok && v.now.Sub(at) <= d
+// heardSinceStart reports whether this node heard id since its serve started: a
+// leader holds a stale configuration only while it runs (a restart reads its log
+// again), so a control node it heard, stopped since for however long (a rolling
+// restart, a long maintenance), is a member, and one it never heard may be one a
+// lost quorum took (the recovered leader restarted with the peers file). A window
+// of 10 minutes dropped a voter stopped for longer from Raft for good (a review).
+func (v configView) heardSinceStart(id string) bool {
+	_, _, ok := v.last(id)
+	return ok
 }
 
 // configsApart returns the members that have held another configuration than the
@@ -977,12 +976,12 @@ func (v configView) heardWithin(id string, d time.Duration) bool {
 // its configuration); then, when there are such, what says the stale configuration
 // may be the leader's: the control nodes which their configurations list and the
 // leader's leaves out that serve, or that the state keeps and this leader heard
-// within configHeardRecently (newer: one stopped for a moment, in a rolling
-// restart), and the control nodes the leader's lists that the state marks removed
+// since it started (newer: one stopped for a while, in a rolling restart or a
+// maintenance), and the control nodes the leader's lists that the state marks removed
 // (ghosts). Appending the leader's then would drop a voter from Raft for good, or
 // make a removed node, whose connections are refused, every member's voter (a
-// review). Nodes long silent do not count: those a lost quorum took, which a
-// survivor not given the peers file still lists, and which are removed later.
+// review). Nodes this leader never heard do not count: those a lost quorum took,
+// which a survivor not given the peers file still lists, and which are removed later.
 func configsApart(v configView) (stale, newer, ghosts []string) {
 	ownIDs := replication.ConfigurationIDs(v.own)
 	for _, id := range v.members {
@@ -1011,7 +1010,7 @@ func configsApart(v configView) (stale, newer, ghosts []string) {
 		// (hashicorp/raft keeps an installed snapshot's until the next entry or
 		// a restart), and appending it would drop that node from Raft (a review).
 		for _, other := range replication.ConfigurationIDs(hb.RaftConfig) {
-			if !slices.Contains(ownIDs, other) && other != v.self && !slices.Contains(newer, other) && (v.alive(other) || v.kept(other) && v.heardWithin(other, configHeardRecently)) {
+			if !slices.Contains(ownIDs, other) && other != v.self && !slices.Contains(newer, other) && (v.alive(other) || v.kept(other) && v.heardSinceStart(other)) {
 				newer = append(newer, other)
 			}
 		}
@@ -1308,7 +1307,13 @@ func (d *Daemon) controlRemove(req api.ControlRequest) (api.ControlRemoveResult,
 	if demoted := d.promoteServing(d.now()); out.Demoted == "" {
 		out.Demoted = demoted
 	}
-	out.PendingTokens = d.pendingTokenNodes(joined, time.Time{})
+	// A removal finished on a rerun (the roster committed, the Raft change not):
+	// tokens minted since the first run list the mesh as it was then (a review).
+	until := time.Time{}
+	if removed {
+		until = removedAt
+	}
+	out.PendingTokens = d.pendingTokenNodes(joined, until)
 	return out, nil
 }
 

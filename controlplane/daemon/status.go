@@ -169,7 +169,11 @@ type statusBatcher struct {
 	// inflight is the batch a flush is committing, nil between commits, and
 	// commits counts the flushes that ended: a report back to a node's record,
 	// judged against the record before a commit of that node's older report
-	// ended, must follow it (backToRecord).
+	// ended, must follow it (backToRecord). A commit left pending (a log write
+	// that does not return) or appended by a leader that lost leadership may
+	// still apply after its flush ended: a report back to the record in that
+	// window is dropped, and the node shows the older report until its next
+	// heartbeat.
 	inflight map[string]pendingReport
 	commits  atomic.Uint64
 	// beforeCommit, when set (tests), runs as a flush's command is about to be

@@ -85,7 +85,7 @@ const claimWait = time.Second
 // l's closing (out of descriptors) is waited out.
 func acceptAndClose(l *net.UnixListener, path string) {
 	for {
-		c, err := l.Accept()
+		c, err := l.AcceptUnix()
 		if errors.Is(err, net.ErrClosed) {
 			return
 		}
@@ -99,10 +99,15 @@ func acceptAndClose(l *net.UnixListener, path string) {
 
 // tell writes path to c and closes it. The write does not wait on the prober for
 // long (a socket's buffer takes a path whole): the accept loop stays open to the
-// next.
-func tell(c net.Conn, path string) {
+// next. Only a prober whose word counts (root, or this agent's user: claimant.agent)
+// is told: abstract names have no permissions, and any local user could read every
+// agent's root, one under a directory they may not list too (a review).
+func tell(c *net.UnixConn, path string) {
 	defer c.Close()
 	if path == "" {
+		return
+	}
+	if p := peerOf(c); p == nil || !p.agent() {
 		return
 	}
 	_ = c.SetWriteDeadline(time.Now().Add(claimAnswerWait))
@@ -147,8 +152,12 @@ func peerOf(c *net.UnixConn) *claimant {
 // Bounds on looking for the claims inside a root: claim names are anyone's to make,
 // and none may hold an agent's start up for long.
 const (
-	// claimsAsked is how many claim names are asked at most.
-	claimsAsked = 1024
+	// claimsAsked is how many claims of agents (this user's or root's) are read
+	// at most; claimNamesMax how many claim names are looked at, whoever holds
+	// them: another user's cost a connection and the kernel's word on its holder,
+	// and counted among the first, a thousand of theirs hid a real one (a review).
+	claimsAsked   = 1024
+	claimNamesMax = 1 << 16
 	// claimAnswerWait is how long a claim is waited for, to connect and to answer.
 	claimAnswerWait = 200 * time.Millisecond
 	// claimPathMax is the longest root a claim may answer (PATH_MAX).
@@ -166,9 +175,16 @@ func claimInside(abs string) (string, *claimant) {
 	if err != nil {
 		return "", nil
 	}
+	asked := 0
 	for _, name := range names {
 		said, h := askClaim(name)
-		if h == nil || !filepath.IsAbs(said) {
+		if h == nil {
+			continue
+		}
+		if asked++; asked > claimsAsked {
+			break
+		}
+		if !filepath.IsAbs(said) {
 			continue
 		}
 		root, err := filepath.EvalSymlinks(said)
@@ -180,7 +196,7 @@ func claimInside(abs string) (string, *claimant) {
 }
 
 // listeningClaims lists the root claims listening in this network namespace, at
-// most claimsAsked of them.
+// most claimNamesMax of them.
 func listeningClaims() ([]string, error) {
 	f, err := os.Open("/proc/net/unix")
 	if err != nil {
@@ -200,7 +216,7 @@ func claimsListed(r io.Reader) ([]string, error) {
 	seen := map[string]bool{}
 	var names []string
 	sc := bufio.NewScanner(r)
-	for sc.Scan() && len(names) < claimsAsked {
+	for sc.Scan() && len(names) < claimNamesMax {
 		f := strings.Fields(sc.Text())
 		if len(f) != 8 || !strings.HasPrefix(f[7], claimPrefix) || seen[f[7]] {
 			continue

@@ -5,6 +5,7 @@ package dirlock
 import (
 	"errors"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -250,5 +251,58 @@ func TestTheClaimsListedAreTheListeningOnes(t *testing.T) {
 	}
 	if got, want := strings.Join(names, " "), "@meshhost-root-2049-131 @meshhost-root-66-12"; got != want {
 		t.Fatalf("claims listed: %q, want %q", got, want)
+	}
+}
+
+// TestAClaimTellsItsRootOnlyToAgents: a claim says its root to whoever connects, so
+// that an agent starting above it finds it; abstract names have no permissions, and
+// any local user read every agent's root, one under a directory they may not list
+// too (a review). Another user connecting reads nothing; this user reads the root.
+func TestAClaimTellsItsRootOnlyToAgents(t *testing.T) {
+	if name := os.Getenv("MESH_TEST_READ_CLAIM"); name != "" {
+		c, err := net.Dial("unix", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(c)
+		os.Stdout.WriteString("read:" + string(b) + "\n")
+		return
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to connect as another user")
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("no setpriv to run as another user")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "dirlock.test")
+	copyExecutable(t, os.Args[0], bin)
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := t.TempDir()
+	lock, err := AcquireRoot(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release()
+	fi, err := os.Stat(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, _ := rootClaimName(fi)
+	if said, h := askClaim(name); h == nil || said == "" {
+		t.Fatalf("this user reads %q from the claim, want its root", said)
+	}
+	read := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", bin, "-test.run=^TestAClaimTellsItsRootOnlyToAgents$")
+	read.Env = append(os.Environ(), "MESH_TEST_READ_CLAIM="+name)
+	out, err := read.CombinedOutput()
+	if err != nil {
+		t.Skipf("cannot run as nobody: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "read:\n") || strings.Contains(string(out), root) {
+		t.Errorf("another user read from the claim:\n%s", out)
 	}
 }

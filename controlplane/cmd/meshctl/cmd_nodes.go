@@ -182,7 +182,10 @@ func printNodes(w io.Writer, res api.NodesResult, now time.Time, controlNamed bo
 				removed++
 				continue
 			}
-			seen := "never"
+			// Heard by the answering node since it started: after a recovery
+			// from lost quorum the lost voters read "never", having served for
+			// months (a docs walkthrough).
+			seen := "not heard"
 			if !c.LastSeen.IsZero() {
 				seen = ago(now.Sub(c.LastSeen))
 			}

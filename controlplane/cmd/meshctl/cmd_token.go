@@ -379,7 +379,10 @@ func cancelWith(cio *cliIO, client caller, node string, ids []string, asJSON boo
 		}
 		for _, t := range list.Tokens {
 			// A stale token (its signing key retired) is still a pending one.
-			if t.State == "pending" || t.State == "stale" {
+			// Only an id as the mesh makes them: the ids go into the command
+			// printed for sending it again (a review: an answer a broker passing
+			// the pin wrote put shell text there).
+			if (t.State == "pending" || t.State == "stale") && api.CheckTokenID(t.ID) == nil {
 				ids = append(ids, t.ID)
 			}
 		}
@@ -400,10 +403,10 @@ func cancelWith(cio *cliIO, client caller, node string, ids []string, asJSON boo
 		return writeJSON(cio.stdout, res)
 	}
 	for _, t := range res.Cancelled {
-		fmt.Fprintf(cio.stdout, "cancelled token %s of %s (%s): it admits nothing from now on\n", t.ID, t.Node, tokenTerms(t))
+		fmt.Fprintf(cio.stdout, "cancelled token %s of %s (%s): it admits nothing from now on\n", api.TerminalText(t.ID), api.TerminalText(t.Node), tokenTerms(t))
 	}
 	for _, t := range res.NotPending {
-		fmt.Fprintf(cio.stdout, "token %s of %s was not pending: %s\n", t.ID, t.Node, notPendingBecause(t))
+		fmt.Fprintf(cio.stdout, "token %s of %s was not pending: %s\n", api.TerminalText(t.ID), api.TerminalText(t.Node), notPendingBecause(t))
 	}
 	if len(res.Cancelled) == 0 && len(res.NotPending) == 0 {
 		fmt.Fprintf(cio.stdout, "%s has no pending token: nothing to cancel (meshctl token list --node %s shows its tokens)\n", node, node)
@@ -413,8 +416,14 @@ func cancelWith(cio *cliIO, client caller, node string, ids []string, asJSON boo
 		if read {
 			why = fmt.Sprintf("it was minted after this command read %s's tokens (another operator's token --replace?), and may be one just handed out", node)
 		}
+		if api.CheckTokenID(t.ID) != nil {
+			// No command with what the mesh would not make an id of.
+			fmt.Fprintf(cio.stderr, "meshctl token cancel: a token of %s the answer names is pending and was left: %s; meshctl token list --node %s shows it\n",
+				api.TerminalText(t.Node), why, node)
+			continue
+		}
 		fmt.Fprintf(cio.stderr, "meshctl token cancel: token %s of %s (%s) is pending and was left: %s; to cancel it too: meshctl token cancel %s %s\n",
-			t.ID, t.Node, tokenTerms(t), why, node, t.ID)
+			t.ID, api.TerminalText(t.Node), tokenTerms(t), why, node, t.ID)
 	}
 	return nil
 }
@@ -436,11 +445,14 @@ func notPendingBecause(t api.TokenView) string {
 	case "cancelled":
 		return "cancelled already, at " + t.CancelledAt.UTC().Format(time.RFC3339)
 	case "used":
+		if tokenfmt.CheckNodeID(t.Node) != nil {
+			return "it enrolled its node at " + t.UsedAt.UTC().Format(time.RFC3339) + ", which cancelling cannot undo (meshctl revoke NODE takes the node out)"
+		}
 		return fmt.Sprintf("it enrolled %s at %s, which cancelling cannot undo (meshctl revoke %s takes the node out)", t.Node, t.UsedAt.UTC().Format(time.RFC3339), t.Node)
 	case "expired":
 		return "expired at " + t.ExpiresAt.UTC().Format(time.RFC3339)
 	}
-	return t.State
+	return api.TerminalText(t.State)
 }
 
 // cancelFailed explains a cancellation that failed: a control plane older than

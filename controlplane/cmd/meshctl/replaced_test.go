@@ -50,3 +50,18 @@ func TestJoinBrokerFlagTakesAddressesOnly(t *testing.T) {
 		t.Errorf("good addresses refused: %v", err)
 	}
 }
+
+// TestAControlNodeNotHeardIsNotNeverSeen: after a recovery from lost quorum the
+// lost voters, which served for months, read LAST SEEN "never" (a docs walkthrough):
+// the answering node has not heard them since it started, which is what it says.
+func TestAControlNodeNotHeardIsNotNeverSeen(t *testing.T) {
+	var b bytes.Buffer
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	printNodes(&b, api.NodesResult{Control: []api.ControlView{
+		{ID: "cp-1", Raft: api.RaftLeader, State: api.StateAlive, LastSeen: now},
+		{ID: "cp-2", Raft: "not a member", State: api.StateOffline},
+	}}, now, false)
+	if !strings.Contains(b.String(), "not heard") || strings.Contains(b.String(), "never") {
+		t.Errorf("a control node not heard since the answering node started:\n%s", b.String())
+	}
+}

