@@ -29,6 +29,10 @@ func writePlan(w io.Writer, p *api.DeclarePlan) {
 		for _, f := range g.Removed {
 			fmt.Fprintf(w, "  - %s  (%s)\n", f.Path, planFileText(f))
 		}
+		for _, p := range fileOverDirectory(g) {
+			fmt.Fprintf(w, "  ! %s: the host holds a directory there (the files removed above were in it), and the applier never replaces a directory by a file: "+
+				"the declaration fails there (apply_failed) until the directory is removed on the host\n", p)
+		}
 		if g.Truncated {
 			fmt.Fprintf(w, "  (cut to fit the answer: %d added, %d changed, %d removed in all; --json lists what fitted)\n",
 				g.AddedCount, g.ChangedCount, g.RemovedCount)
@@ -46,6 +50,22 @@ func writePlan(w io.Writer, p *api.DeclarePlan) {
 		fmt.Fprintf(w, ", %d skipped", len(p.Skipped))
 	}
 	fmt.Fprintln(w, "; nothing was declared")
+}
+
+// fileOverDirectory is the paths g adds as files where a file it removes lay in a
+// directory of that name: the dry run showed "+ etc/app" and "- etc/app/a.conf",
+// and the declaration then failed on every host (a docs walkthrough).
+func fileOverDirectory(g api.PlanGroup) []string {
+	var out []string
+	for _, a := range g.Added {
+		for _, r := range g.Removed {
+			if strings.HasPrefix(r.Path, a.Path+"/") {
+				out = append(out, a.Path)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // planNodes names a group's nodes, with the version each would get.

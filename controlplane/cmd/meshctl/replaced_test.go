@@ -65,3 +65,22 @@ func TestAControlNodeNotHeardIsNotNeverSeen(t *testing.T) {
 		t.Errorf("a control node not heard since the answering node started:\n%s", b.String())
 	}
 }
+
+// TestTheDryRunSaysAFileCannotReplaceADirectory: a body turning a managed directory
+// into a file (etc/app/a.conf, then etc/app) showed "+ etc/app" and "- etc/app/a.conf",
+// and the declaration failed on every host: the applier never replaces a directory
+// (a docs walkthrough). The dry run says so; a sibling path is not taken for one.
+func TestTheDryRunSaysAFileCannotReplaceADirectory(t *testing.T) {
+	var b bytes.Buffer
+	writePlan(&b, &api.DeclarePlan{Nodes: 1, Changing: 1, Groups: []api.PlanGroup{{Count: 1, Nodes: []api.Assignment{{Node: "web-1", Version: 3}},
+		Added:   []api.PlanFile{{Path: "etc/app", Mode: "0644", Size: 11}, {Path: "etc/ap", Mode: "0644"}},
+		Removed: []api.PlanFile{{Path: "etc/app/a.conf", Mode: "0644", Size: 5}, {Path: "etc/apple", Mode: "0644"}},
+		AddedCount: 2, RemovedCount: 2}}})
+	out := b.String()
+	if !strings.Contains(out, "! etc/app: the host holds a directory there") {
+		t.Errorf("the dry run does not say the file cannot replace the directory:\n%s", out)
+	}
+	if strings.Count(out, "! ") != 1 {
+		t.Errorf("another path is said to replace a directory:\n%s", out)
+	}
+}
