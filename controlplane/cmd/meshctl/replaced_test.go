@@ -73,8 +73,8 @@ func TestAControlNodeNotHeardIsNotNeverSeen(t *testing.T) {
 func TestTheDryRunSaysAFileCannotReplaceADirectory(t *testing.T) {
 	var b bytes.Buffer
 	writePlan(&b, &api.DeclarePlan{Nodes: 1, Changing: 1, Groups: []api.PlanGroup{{Count: 1, Nodes: []api.Assignment{{Node: "web-1", Version: 3}},
-		Added:   []api.PlanFile{{Path: "etc/app", Mode: "0644", Size: 11}, {Path: "etc/ap", Mode: "0644"}},
-		Removed: []api.PlanFile{{Path: "etc/app/a.conf", Mode: "0644", Size: 5}, {Path: "etc/apple", Mode: "0644"}},
+		Added:      []api.PlanFile{{Path: "etc/app", Mode: "0644", Size: 11}, {Path: "etc/ap", Mode: "0644"}},
+		Removed:    []api.PlanFile{{Path: "etc/app/a.conf", Mode: "0644", Size: 5}, {Path: "etc/apple", Mode: "0644"}},
 		AddedCount: 2, RemovedCount: 2}}})
 	out := b.String()
 	if !strings.Contains(out, "! etc/app: the host holds a directory there") {
