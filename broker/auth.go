@@ -291,8 +291,21 @@ func refusedAttrs(cl Client, err error) []slog.Attr {
 		slog.String("user", userText(cl.Username)),
 		slog.String("nkey", clip(cl.Nkey)),
 		slog.String("code", RefusalCode(err)),
-		slog.String("reason", clip(err.Error())),
+		slog.String("reason", reasonText(err)),
 	}
+}
+
+// reasonText is a refusal's reason for the log: whole when it is one of the
+// broker's own refusals, whose text no client chose (cut at 128 bytes, they lost
+// their useful end: "up to 1m0s", "the host will try another control node", a
+// walkthrough); cut as what a client chose otherwise, since a wrapped error may
+// repeat it.
+func reasonText(err error) string {
+	var r *Refusal
+	if errors.As(err, &r) && err == error(r) {
+		return r.Error()
+	}
+	return clip(err.Error())
 }
 
 // userText is a refused client's user name for the log: as it is when it has the

@@ -39,7 +39,7 @@ const (
 )
 
 // ErrFull refuses a host because its broker holds MaxHosts host connections already.
-var ErrFull = NewRefusal("full", "this control node holds as many host connections as its open-file limit allows; the host will try another control node")
+var ErrFull = NewRefusal("full", "this control node holds as many host connections as it admits (its open-file limit, or serve --max-hosts); the host will try another control node")
 
 // CapacityFor derives a broker's capacity from the process's open-file limit. maxHosts,
 // when positive, caps the hosts lower still (meshctl serve --max-hosts). An openFiles of

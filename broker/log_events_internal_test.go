@@ -274,3 +274,24 @@ func TestRefusalCode(t *testing.T) {
 		t.Errorf("a refusal reads %q: its text is for people, as before", reason.Error())
 	}
 }
+
+// TestARefusalsOwnReasonIsWhole: the broker's own refusal texts were cut at 128
+// bytes like what a client chose, and lost their useful end ("up to 1m0s", "the
+// host will try another control node": a walkthrough); they are logged whole, and
+// an error that wraps other text is still cut.
+func TestARefusalsOwnReasonIsWhole(t *testing.T) {
+	long := NewRefusal("full", strings.Repeat("a reason of the broker's own, ", 8)+"and its useful end")
+	attrs := map[string]string{}
+	for _, a := range refusedAttrs(Client{}, long) {
+		attrs[a.Key] = a.Value.String()
+	}
+	if !strings.HasSuffix(attrs["reason"], "and its useful end") {
+		t.Errorf("the broker's own reason was cut: %q", attrs["reason"])
+	}
+	wrapped := fmt.Errorf("%w: %s", long, strings.Repeat("x", 500))
+	for _, a := range refusedAttrs(Client{}, wrapped) {
+		if a.Key == "reason" && len(a.Value.String()) > maxClientText+len("…") {
+			t.Errorf("a wrapped reason, %d bytes, was not cut", len(a.Value.String()))
+		}
+	}
+}

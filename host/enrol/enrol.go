@@ -660,8 +660,9 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 			"It refuses while too many connections used this token in the last 30 seconds or this address made too many failed attempts in the last minute, and while no control node reached has room for another host (their logs say so): " +
 			"for these, wait a minute and run enrol again with the same token. " +
 			"It refuses for good a token this mesh never minted (or one that expired more than a day ago, or minted by a meshctl older than the control plane's), a node key that was revoked, " +
-			"and a login relayed by something on the path that holds a certificate of the mesh (a removed control node; the secret was not sent): " +
-			"if a run a minute later is refused again, ask the operator whether the token is pending (meshctl token list) and for a new one"}
+			"a login relayed by something on the path that holds a certificate of the mesh (a removed control node; the secret was not sent), " +
+			"and every login of this meshhost where the control plane runs a meshctl older than the proof this meshhost sends (upgrade the control plane before the agents, docs/operations.md, \"Upgrading\": a new token from it is refused the same way): " +
+			"if a run a minute later is refused again, ask the operator whether the token is pending (meshctl token list) and for a new one, and which version the control plane runs (meshctl control status, VERSION)"}
 	}
 	if clockErr != nil && substituted == 0 {
 		// A broker that is the mesh by its chain but was refused for this

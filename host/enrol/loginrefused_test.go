@@ -69,7 +69,7 @@ func TestARefusedLoginIsNotCalledAnUnknownToken(t *testing.T) {
 		t.Error("a refused login is not retryable: exit 3, as if waiting could not help")
 	}
 	msg := err.Error()
-	for _, want := range []string{"(login_refused)", "without saying why", "wait a minute and run enrol again with the same token", "never minted", "for a new one"} {
+	for _, want := range []string{"(login_refused)", "without saying why", "wait a minute and run enrol again with the same token", "never minted", "for a new one", "upgrade the control plane before the agents"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("the refusal does not say %q:\n%s", want, msg)
 		}
