@@ -84,7 +84,9 @@ var ErrRefused = errors.New("connection refused")
 type Refusal struct {
 	// Code is lower-case letters and underscores, fixed by the code that refuses.
 	Code string
-	// Text says why, for people: the log's reason and the error's text.
+	// Text says why, for people: the log's reason and the error's text. Fixed by
+	// the code that refuses, never what a client chose: the log repeats it whole
+	// (reasonText), and text a client chose goes in an error wrapped around it.
 	Text string
 }
 

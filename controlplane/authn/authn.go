@@ -169,7 +169,7 @@ var (
 	ErrRetiredBusy     = broker.NewRefusal("retired_busy", fmt.Sprintf("too many connections for a removed control node's operator credentials in the last %s (%d are granted)", RetiredConnectionLifetime, RetiredConnections))
 	ErrNodeLoginRate   = broker.NewRefusal("node_login_rate", fmt.Sprintf("this node's key logged in more often than this broker admits (%d times in %s); refused until that span has passed", NodeLogins, NodeLoginSpan))
 	ErrNodeCooldown    = broker.NewRefusal("node_cooldown", fmt.Sprintf("this node's key was disconnected for going past its budget; this broker refuses it for a while (%s, doubling with each such disconnection, up to %s)", KickCooldown, MaxKickCooldown))
-	ErrUnknownSecret   = broker.NewRefusal("unknown_secret", "token secret matches no minted token, or its proof does not verify (a token minted by a meshctl older than this control plane has no proof key: mint it again)")
+	ErrUnknownSecret   = broker.NewRefusal("unknown_secret", "token secret matches no minted token, or its proof does not verify (a token minted by a meshctl older than this control plane, or while it was half upgraded, has no proof key: mint it again)")
 	ErrNoEnrolKey      = broker.NewRefusal("no_enrol_key", "an enrolling client must present the node key it enrols (nkey and signed nonce)")
 	ErrBadNode         = broker.NewRefusal("bad_node", "enrolling client names no valid node")
 	ErrTokenBusy       = broker.NewRefusal("token_busy", fmt.Sprintf("too many connections for this token in the last %s", EnrolConnectionLifetime))

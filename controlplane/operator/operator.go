@@ -46,7 +46,7 @@ var ErrLoginRefused = errors.New("the broker refused these operator credentials 
 	"(during an upgrade, use the older meshctl against it, or upgrade it first: operations.md, Upgrading), " +
 	"or the credentials are not this mesh's, or were revoked (meshctl operator list shows those issued by name; meshctl operator add issues new ones where the CA key is), " +
 	"or they are a removed control node's admin.creds, which log in a few times a minute at most (wait a minute), " +
-	"or the login was relayed by something on the path that holds a certificate of the mesh (a removed control node answering at this address: the broker refuses a login bound to another TLS session; the credentials did not leave this machine)")
+	"or the login was relayed by something on the path that holds a certificate of the mesh (a removed control node answering at this address: the broker refuses a login bound to another TLS session; the credentials' seed did not leave this machine)")
 
 // ErrNoLeader means the brokers answered but no control node served the request.
 var ErrNoLeader = errors.New("no control node answered: the control plane is not serving (is `meshctl serve` running, and does it have a Raft leader? `meshctl control status` shows which control nodes run, and serve's log why one that runs does not lead: a full disk, a quorum lost)")

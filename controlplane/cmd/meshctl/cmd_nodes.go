@@ -184,7 +184,7 @@ func printNodes(w io.Writer, res api.NodesResult, now time.Time, controlNamed bo
 			}
 			// Heard by the answering node since it started: after a recovery
 			// from lost quorum the lost voters read "never", having served for
-			// months (a docs walkthrough). One word, as scripts split the table.
+			// months (a docs walkthrough).
 			seen := "-"
 			if !c.LastSeen.IsZero() {
 				seen = ago(now.Sub(c.LastSeen))

@@ -287,7 +287,7 @@ func reportOut(cio *cliIO, tok tokenfmt.Token, labels map[string]string, name st
 // (a review: a label's value `$(…)` or a line break was printed for pasting).
 func tellReplaced(cio *cliIO, replaced []api.TokenView, labels map[string]string) {
 	for _, t := range replaced {
-		fmt.Fprintf(cio.stderr, "cancelled token %s of %s (minted %s): it admits nothing from now on\n", api.TerminalText(t.ID), api.TerminalText(t.Node), t.CreatedAt.UTC().Format(time.RFC3339))
+		fmt.Fprintf(cio.stderr, "cancelled token %s of %s (minted %s): it admits nothing from now on\n", oneLine(t.ID, 64), oneLine(t.Node, 64), t.CreatedAt.UTC().Format(time.RFC3339))
 		if tokenfmt.CheckNodeID(t.Node) != nil {
 			continue
 		}
@@ -338,7 +338,8 @@ func listTokens(cio *cliIO, cp *controlPlaneFlags, node string, asJSON bool) err
 	tw := tabwriter.NewWriter(cio.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNODE\tROLE\tSTATE\tEXPIRES\tLABELS")
 	for _, t := range res.Tokens {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Node, t.Role, t.State, t.ExpiresAt.UTC().Format(time.RFC3339), formatLabels(t.Labels))
+		// The answer's text, as nodes prints it: a broker passing the pin writes it.
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", oneLine(t.ID, 64), oneLine(t.Node, 64), oneLine(t.Role, 16), oneLine(t.State, 16), t.ExpiresAt.UTC().Format(time.RFC3339), oneLine(formatLabels(t.Labels), 4096))
 	}
 	return tw.Flush()
 }
@@ -403,10 +404,10 @@ func cancelWith(cio *cliIO, client caller, node string, ids []string, asJSON boo
 		return writeJSON(cio.stdout, res)
 	}
 	for _, t := range res.Cancelled {
-		fmt.Fprintf(cio.stdout, "cancelled token %s of %s (%s): it admits nothing from now on\n", api.TerminalText(t.ID), api.TerminalText(t.Node), tokenTerms(t))
+		fmt.Fprintf(cio.stdout, "cancelled token %s of %s (%s): it admits nothing from now on\n", oneLine(t.ID, 64), oneLine(t.Node, 64), tokenTerms(t))
 	}
 	for _, t := range res.NotPending {
-		fmt.Fprintf(cio.stdout, "token %s of %s was not pending: %s\n", api.TerminalText(t.ID), api.TerminalText(t.Node), notPendingBecause(t))
+		fmt.Fprintf(cio.stdout, "token %s of %s was not pending: %s\n", oneLine(t.ID, 64), oneLine(t.Node, 64), notPendingBecause(t))
 	}
 	if len(res.Cancelled) == 0 && len(res.NotPending) == 0 {
 		fmt.Fprintf(cio.stdout, "%s has no pending token: nothing to cancel (meshctl token list --node %s shows its tokens)\n", node, node)
@@ -419,11 +420,11 @@ func cancelWith(cio *cliIO, client caller, node string, ids []string, asJSON boo
 		if api.CheckTokenID(t.ID) != nil {
 			// No command with what the mesh would not make an id of.
 			fmt.Fprintf(cio.stderr, "meshctl token cancel: a token of %s the answer names is pending and was left: %s; meshctl token list --node %s shows it\n",
-				api.TerminalText(t.Node), why, node)
+				oneLine(t.Node, 64), why, node)
 			continue
 		}
 		fmt.Fprintf(cio.stderr, "meshctl token cancel: token %s of %s (%s) is pending and was left: %s; to cancel it too: meshctl token cancel %s %s\n",
-			t.ID, api.TerminalText(t.Node), tokenTerms(t), why, node, t.ID)
+			t.ID, oneLine(t.Node, 64), tokenTerms(t), why, node, t.ID)
 	}
 	return nil
 }
@@ -433,7 +434,7 @@ func cancelWith(cio *cliIO, client caller, node string, ids []string, asJSON boo
 func tokenTerms(t api.TokenView) string {
 	out := fmt.Sprintf("minted %s, expiring %s", t.CreatedAt.UTC().Format(time.RFC3339), t.ExpiresAt.UTC().Format(time.RFC3339))
 	if len(t.Labels) > 0 {
-		out += ", labels " + api.TerminalText(formatLabels(t.Labels))
+		out += ", labels " + oneLine(formatLabels(t.Labels), 4096)
 	}
 	return out
 }
@@ -452,7 +453,7 @@ func notPendingBecause(t api.TokenView) string {
 	case "expired":
 		return "expired at " + t.ExpiresAt.UTC().Format(time.RFC3339)
 	}
-	return api.TerminalText(t.State)
+	return oneLine(t.State, 64)
 }
 
 // cancelFailed explains a cancellation that failed: a control plane older than

@@ -31,7 +31,7 @@ func writePlan(w io.Writer, p *api.DeclarePlan) {
 		}
 		for _, p := range fileOverDirectory(g) {
 			fmt.Fprintf(w, "  ! %s: the host holds a directory there (the files removed above were in it), and the applier never replaces a directory by a file: "+
-				"the declaration fails there (apply_failed) until the directory is removed on the host\n", p)
+				"the host applies none of the declaration (apply_failed) until the directory is removed there\n", p)
 		}
 		if g.Truncated {
 			fmt.Fprintf(w, "  (cut to fit the answer: %d added, %d changed, %d removed in all; --json lists what fitted)\n",

