@@ -29,21 +29,7 @@ func TestAClaimOfAnotherUserDoesNotStopTheAgent(t *testing.T) {
 		holdClaimAndWait(t, name, os.Getenv("MESH_TEST_HOLD_CLAIM_SAYS"))
 		return
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to hold a claim as another user")
-	}
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Skip("no setpriv to run as another user")
-	}
-	// This test binary, where another user may run it.
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "dirlock.test")
-	copyExecutable(t, os.Args[0], bin)
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bin := binaryForNobody(t, "hold a claim as another user")
 	root := t.TempDir()
 	inner := filepath.Join(root, "app")
 	if err := os.Mkdir(inner, 0o755); err != nil {
@@ -268,20 +254,7 @@ func TestAClaimTellsItsRootOnlyToAgents(t *testing.T) {
 		os.Stdout.WriteString("read:" + string(b) + "\n")
 		return
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to connect as another user")
-	}
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Skip("no setpriv to run as another user")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "dirlock.test")
-	copyExecutable(t, os.Args[0], bin)
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bin := binaryForNobody(t, "connect as another user")
 	root := t.TempDir()
 	lock, err := AcquireRoot(root)
 	if err != nil {
@@ -305,4 +278,26 @@ func TestAClaimTellsItsRootOnlyToAgents(t *testing.T) {
 	if !strings.Contains(string(out), "read:\n") || strings.Contains(string(out), root) {
 		t.Errorf("another user read from the claim:\n%s", out)
 	}
+}
+
+// binaryForNobody is this test binary copied where another user may run it (through
+// setpriv, as nobody); the test is skipped, saying it needs root to do what, where
+// that cannot be.
+func binaryForNobody(t *testing.T, what string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to " + what)
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("no setpriv to run as another user")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "dirlock.test")
+	copyExecutable(t, os.Args[0], bin)
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bin
 }
