@@ -182,14 +182,23 @@ func TestServeBacksItselfUp(t *testing.T) {
 // backup from before it restores a control plane the hosts refuse. Before, the
 // next interval took it (an hour by default), and a restart inside it took none
 // (a docs walkthrough restored the copy from before, and web-1 refused every
-// declaration as untrusted).
+// declaration as untrusted). So are a node's revocation and operator credentials'
+// revoked by name: a backup from before them restores a control plane that admits
+// what was revoked (the last session's note left it open).
 func TestAKeyringChangeIsBackedUpAtOnce(t *testing.T) {
 	t.Parallel()
 	cp := harness.NewControlPlane(t, bin, "keybackup")
 	backups := filepath.Join(t.TempDir(), "backups")
 	cp.Serve("--backup-dir", backups, "--backup-every", "1h", "--backup-keep", "5")
 	harness.Eventually(t, 20*time.Second, "a backup taken at start", func() bool { return len(backupsOf(t, backups)) == 1 })
-	for _, step := range [][]string{{"signing-key", "rotate"}, {"signing-key", "retire"}} {
+	web := harness.NewHost(t, bin, "web-1")
+	if r := web.Enrol(cp.Token("web-1")); r.Code != 0 {
+		t.Fatalf("enrol: %s", r.Combined())
+	}
+	if r := cp.Ctl("operator", "add", "alice", "--out", filepath.Join(t.TempDir(), "alice.creds")); r.Code != 0 {
+		t.Fatalf("operator add: %s", r.Combined())
+	}
+	for _, step := range [][]string{{"signing-key", "rotate"}, {"signing-key", "retire"}, {"revoke", "web-1"}, {"operator", "revoke", "alice"}} {
 		if r := cp.Ctl(step...); r.Code != 0 {
 			t.Fatalf("%v: exit %d\n%s", step, r.Code, r.Combined())
 		}

@@ -836,9 +836,15 @@ func (d *Daemon) applied(c *state.Command, res state.Result) {
 		d.effects.push(effect{kind: effectKeyring})
 	case c.Op == state.OpRevokeOperators:
 		d.effects.push(effect{kind: effectOperatorsRevoked})
+		d.effects.push(effect{kind: effectBackup})
+	case c.Op == state.OpRevoke:
+		// A backup from before a revocation restores a control plane that admits
+		// the revoked nodes (the last note left it open).
+		d.effects.push(effect{kind: effectBackup})
 	case c.Op == state.OpRemoveControl && c.RemoveControl != nil:
 		d.effects.push(effect{kind: effectMembership})
 		d.effects.push(effect{kind: effectOperatorsRemoved})
+		d.effects.push(effect{kind: effectBackup})
 		if c.RemoveControl.Node == d.cfg.Node {
 			d.effects.push(effect{kind: effectRemoved})
 		}

@@ -41,6 +41,10 @@ const (
 	// effectOperatorsRevoked: operator credentials were revoked by name: the
 	// connections this node's broker holds with them are closed.
 	effectOperatorsRevoked
+	// effectBackup: a revocation (of nodes, of operator credentials, a control
+	// node's removal) was applied: a backup is taken soon, since one from before it
+	// restores a control plane that admits what was revoked.
+	effectBackup
 )
 
 type effect struct {
@@ -117,6 +121,10 @@ func (d *Daemon) carryOut(e effect) {
 		d.updateClusterPeers()
 	case effectOperatorsRemoved:
 		d.closeRemovedOperators()
+	case effectBackup:
+		if d.backups != nil {
+			d.backups.Soon()
+		}
 	case effectOperatorsRevoked:
 		d.closeRevokedOperators()
 	case effectTellBrokers:
