@@ -133,7 +133,7 @@ A control node's own admin.creds is not among them: it lasts as long as its node
 					}
 					for _, o := range res.Revoked {
 						fmt.Fprintf(cio.stdout, "revoked %s (key %s…) at %s: each control node refuses it at login, and closes its open connections, as it applies the revocation (within a heartbeat, on a node that follows the leader)\n",
-							api.TerminalText(o.Name), keyPrefix(o.Key), o.RevokedAt.UTC().Format(time.RFC3339))
+							oneLine(o.Name, 128), keyPrefix(o.Key), o.RevokedAt.UTC().Format(time.RFC3339))
 					}
 					return nil
 				}
@@ -297,9 +297,9 @@ func printOperators(w io.Writer, ops []api.OperatorView) {
 			revoked = o.RevokedAt.UTC().Format(time.RFC3339)
 		}
 		if o.IssuedBy != "" {
-			by = api.TerminalText(o.IssuedBy)
+			by = oneLine(o.IssuedBy, 128)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s…\t%s\n", api.TerminalText(o.Name), api.TerminalText(o.State), o.IssuedAt.UTC().Format(time.RFC3339),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s…\t%s\n", oneLine(o.Name, 128), oneLine(o.State, 32), o.IssuedAt.UTC().Format(time.RFC3339),
 			o.Expires.UTC().Format(time.RFC3339), revoked, keyPrefix(o.Key), by)
 	}
 	tw.Flush()
@@ -309,7 +309,7 @@ func printOperators(w io.Writer, ops []api.OperatorView) {
 // takes it), made safe for a terminal: it comes from the control plane's answer,
 // which a broker that passes the CA pin (a removed control node on the path) writes.
 func keyPrefix(key string) string {
-	return api.TerminalText(key[:min(minKeyPrefix, len(key))])
+	return oneLine(key[:min(minKeyPrefix, len(key))], 64)
 }
 
 // dayDuration is a duration flag that also takes whole days (90d) and years of 365

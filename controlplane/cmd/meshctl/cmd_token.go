@@ -339,7 +339,7 @@ func listTokens(cio *cliIO, cp *controlPlaneFlags, node string, asJSON bool) err
 	fmt.Fprintln(tw, "ID\tNODE\tROLE\tSTATE\tEXPIRES\tLABELS")
 	for _, t := range res.Tokens {
 		// The answer's text, as nodes prints it: a broker passing the pin writes it.
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", oneLine(t.ID, 64), oneLine(t.Node, 64), oneLine(t.Role, 16), oneLine(t.State, 16), t.ExpiresAt.UTC().Format(time.RFC3339), oneLine(formatLabels(t.Labels), 4096))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", oneLine(t.ID, 64), oneLine(t.Node, 64), oneLine(t.Role, 16), oneLine(t.State, 16), t.ExpiresAt.UTC().Format(time.RFC3339), oneLine(formatLabels(t.Labels), 16384))
 	}
 	return tw.Flush()
 }
@@ -434,7 +434,7 @@ func cancelWith(cio *cliIO, client caller, node string, ids []string, asJSON boo
 func tokenTerms(t api.TokenView) string {
 	out := fmt.Sprintf("minted %s, expiring %s", t.CreatedAt.UTC().Format(time.RFC3339), t.ExpiresAt.UTC().Format(time.RFC3339))
 	if len(t.Labels) > 0 {
-		out += ", labels " + oneLine(formatLabels(t.Labels), 4096)
+		out += ", labels " + oneLine(formatLabels(t.Labels), 16384)
 	}
 	return out
 }

@@ -87,9 +87,13 @@ func TestDayDuration(t *testing.T) {
 // the CA pin writes: printed raw, its escape sequences reached the terminal.
 func TestOperatorListingsEscapeWhatTheAnswerSays(t *testing.T) {
 	var out strings.Builder
-	printOperators(&out, []api.OperatorView{{Name: "a\x1b[2J", Key: "U\x1b]0;x\x07AAAAAAAAAAAAAAAA", State: "valid\x1b[5m", IssuedBy: "cp-1\x1b[1m"}})
+	printOperators(&out, []api.OperatorView{{Name: "a\x1b[2J\nmeshctl: run this", Key: "U\x1b]0;x\x07AAAAAAAAAAAAAAAA", State: "valid\x1b[5m", IssuedBy: "cp-1\x1b[1m"}})
 	if strings.ContainsRune(out.String(), 0x1b) || strings.ContainsRune(out.String(), 0x07) {
 		t.Fatalf("the listing holds control bytes: %q", out.String())
+	}
+	// A line break made a line of its own (a review): one line a record.
+	if strings.Contains(out.String(), "\nmeshctl: run this") {
+		t.Fatalf("a line break in the answer printed a line of its own: %q", out.String())
 	}
 	if k := keyPrefix("U\x1b[2JAAAAAAAAAAAAAAAA"); strings.ContainsRune(k, 0x1b) {
 		t.Fatalf("keyPrefix keeps an escape: %q", k)
