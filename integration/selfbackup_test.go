@@ -182,9 +182,10 @@ func TestServeBacksItselfUp(t *testing.T) {
 // backup from before it restores a control plane the hosts refuse. Before, the
 // next interval took it (an hour by default), and a restart inside it took none
 // (a docs walkthrough restored the copy from before, and web-1 refused every
-// declaration as untrusted). So are a node's revocation and operator credentials'
-// revoked by name: a backup from before them restores a control plane that admits
-// what was revoked (the last session's note left it open).
+// declaration as untrusted). So are a node's revocation, operator credentials'
+// revoked by name and a token's cancellation: a backup from before them restores a
+// control plane that admits what was revoked or cancelled (the last session's note
+// left it open).
 func TestAKeyringChangeIsBackedUpAtOnce(t *testing.T) {
 	t.Parallel()
 	cp := harness.NewControlPlane(t, bin, "keybackup")
@@ -198,7 +199,8 @@ func TestAKeyringChangeIsBackedUpAtOnce(t *testing.T) {
 	if r := cp.Ctl("operator", "add", "alice", "--out", filepath.Join(t.TempDir(), "alice.creds")); r.Code != 0 {
 		t.Fatalf("operator add: %s", r.Combined())
 	}
-	for _, step := range [][]string{{"signing-key", "rotate"}, {"signing-key", "retire"}, {"revoke", "web-1"}, {"operator", "revoke", "alice"}} {
+	cp.Token("web-2")
+	for _, step := range [][]string{{"signing-key", "rotate"}, {"signing-key", "retire"}, {"revoke", "web-1"}, {"operator", "revoke", "alice"}, {"token", "cancel", "web-2"}} {
 		if r := cp.Ctl(step...); r.Code != 0 {
 			t.Fatalf("%v: exit %d\n%s", step, r.Code, r.Combined())
 		}

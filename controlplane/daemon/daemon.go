@@ -837,9 +837,10 @@ func (d *Daemon) applied(c *state.Command, res state.Result) {
 	case c.Op == state.OpRevokeOperators:
 		d.effects.push(effect{kind: effectOperatorsRevoked})
 		d.effects.push(effect{kind: effectBackup})
-	case c.Op == state.OpRevoke:
+	case c.Op == state.OpRevoke || c.Op == state.OpCancelTokens:
 		// A backup from before a revocation restores a control plane that admits
-		// the revoked nodes (the last note left it open).
+		// the revoked nodes (the last note left it open); one from before a
+		// cancellation, the tokens cancelled (a lost token, a review).
 		d.effects.push(effect{kind: effectBackup})
 	case c.Op == state.OpRemoveControl && c.RemoveControl != nil:
 		d.effects.push(effect{kind: effectMembership})

@@ -42,8 +42,9 @@ const (
 	// connections this node's broker holds with them are closed.
 	effectOperatorsRevoked
 	// effectBackup: a revocation (of nodes, of operator credentials, a control
-	// node's removal) was applied: a backup is taken soon, since one from before it
-	// restores a control plane that admits what was revoked.
+	// node's removal) or a token's cancellation was applied: a backup is taken soon,
+	// since one from before it restores a control plane that admits what was
+	// revoked or cancelled.
 	effectBackup
 )
 
