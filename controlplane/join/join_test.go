@@ -237,26 +237,8 @@ func TestJoinRefusesAnImpostorBeforeTheSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	var received atomic.Int64
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-				n, _ := io.Copy(io.Discard, c) // completes the handshake, counts what follows
-				received.Add(n)
-			}()
-		}
-	}()
+	var received, dialled atomic.Int64
+	ln := impostor(t, cfg, &dialled, &received)
 
 	realCA, _, err := pki.NewCA("m", now)
 	if err != nil {
@@ -280,27 +262,8 @@ func TestJoinRefusesAnImpostorBeforeTheSecret(t *testing.T) {
 	// A broker given beside the token (--broker: the token's only broker, the
 	// bootstrap machine's, is gone; a docs walkthrough was stuck there) is tried
 	// after it, and its pin checked as the token's: the impostor is refused there.
-	ln2, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln2.Close()
-	var dialled atomic.Int64
-	go func() {
-		for {
-			c, err := ln2.Accept()
-			if err != nil {
-				return
-			}
-			dialled.Add(1)
-			go func() {
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-				n, _ := io.Copy(io.Discard, c)
-				received.Add(n)
-			}()
-		}
-	}()
+	dialled.Store(0)
+	ln2 := impostor(t, cfg, &dialled, &received)
 	gone, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -563,4 +526,32 @@ func unreachableJoin(t *testing.T) (tok string, pendingOf func(hash string) []by
 			"nkey_seed": string(userSeed), "curve_seed": string(curveSeed)})
 		return data
 	}, hexOf(th[:])
+}
+
+// impostor listens on loopback with cfg (another CA's certificate), counting the
+// connections it accepts (dialled) and the application bytes each sends after the
+// handshake (received); it is closed with the test.
+func impostor(t *testing.T, cfg *tls.Config, dialled, received *atomic.Int64) net.Listener {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dialled.Add(1)
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				n, _ := io.Copy(io.Discard, c) // completes the handshake, counts what follows
+				received.Add(n)
+			}()
+		}
+	}()
+	return ln
 }

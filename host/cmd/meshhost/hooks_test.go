@@ -24,13 +24,7 @@ func TestHooksOwedAndFailedShown(t *testing.T) {
 	if code, out, errs := runCLI("", nil, "hooks", "retry", "--state", dir, "--json"); code != 0 || !strings.Contains(out, `"not_reloaded": "meshhost run is not running: it reads the hooks file as it starts"`) {
 		t.Fatalf("retry --json with nothing owed and no agent: exit %d\n%s%s", code, out, errs)
 	}
-	now := time.Now().UTC().Truncate(time.Second)
-	if err := state.Save(dir, state.Applied{HaveApplied: true, Version: 3, BodyDigest: strings.Repeat("ab", 32),
-		IssuedAt: now, ExpiresAt: now.Add(24 * time.Hour), Managed: []string{"etc/app.conf"},
-		LastErrorCode: "hook_failed", LastError: "hook restart-app: exit status 1: port 8080 in use", LastErrorVersion: 3,
-		HooksPending: []string{"etc/app.conf"}, HooksFailed: []string{"restart-app"}}); err != nil {
-		t.Fatal(err)
-	}
+	saveFailedHook(t, dir, "hook restart-app: exit status 1: port 8080 in use")
 	code, out, errs := runCLI("", nil, "status", "--state", dir)
 	if code != 0 || !strings.Contains(out, "FAILED: restart-app") || !strings.Contains(out, "meshhost hooks retry --state "+dir) ||
 		!strings.Contains(out, "owed      hooks for 1 changed path(s): etc/app.conf") || !strings.Contains(out, "port 8080 in use") {
@@ -127,13 +121,7 @@ func TestHooksRetrySaysTheFileWasReadAgain(t *testing.T) {
 		t.Fatalf("retry with nothing owed, the file cut short: exit %d\n%s%s", code, out, errs)
 	}
 
-	now := time.Now().UTC().Truncate(time.Second)
-	if err := state.Save(dir, state.Applied{HaveApplied: true, Version: 3, BodyDigest: strings.Repeat("ab", 32),
-		IssuedAt: now, ExpiresAt: now.Add(24 * time.Hour), Managed: []string{"etc/app.conf"},
-		LastErrorCode: "hook_failed", LastError: "hook restart-app: exit status 1", LastErrorVersion: 3,
-		HooksPending: []string{"etc/app.conf"}, HooksFailed: []string{"restart-app"}}); err != nil {
-		t.Fatal(err)
-	}
+	saveFailedHook(t, dir, "hook restart-app: exit status 1")
 	answer(`{"reloaded":true,"cleared":["restart-app"]}`)
 	code, out, errs = runCLI("", nil, "hooks", "retry", "--state", dir)
 	if code != 0 || !strings.Contains(out, "no hook ran: the hooks file no longer runs restart-app for the paths that had failed; their failure is cleared") {
@@ -143,5 +131,18 @@ func TestHooksRetrySaysTheFileWasReadAgain(t *testing.T) {
 	code, out, errs = runCLI("", nil, "hooks", "retry", "--state", dir, "--json")
 	if err := json.Unmarshal([]byte(out), &got); err != nil || code != 0 || len(got.Cleared) != 1 || got.Cleared[0] != "restart-app" {
 		t.Fatalf("retry --json, the failed hook gone from the file: exit %d, %+v, %v\n%s%s", code, got, err, out, errs)
+	}
+}
+
+// saveFailedHook records in dir's state that hook restart-app failed (why) for
+// etc/app.conf of version 3, as the agent records it.
+func saveFailedHook(t *testing.T, dir, why string) {
+	t.Helper()
+	now := time.Now().UTC().Truncate(time.Second)
+	if err := state.Save(dir, state.Applied{HaveApplied: true, Version: 3, BodyDigest: strings.Repeat("ab", 32),
+		IssuedAt: now, ExpiresAt: now.Add(24 * time.Hour), Managed: []string{"etc/app.conf"},
+		LastErrorCode: "hook_failed", LastError: why, LastErrorVersion: 3,
+		HooksPending: []string{"etc/app.conf"}, HooksFailed: []string{"restart-app"}}); err != nil {
+		t.Fatal(err)
 	}
 }
