@@ -170,10 +170,16 @@ const (
 // is taken where its links lead now, and counts only if its device and inode are
 // those the claim is named after, so that a claim cannot name a root it does not
 // hold. A claim that says nothing (an agent of an earlier version) is not found.
-func claimInside(abs string) (string, *claimant) {
-	names, err := listeningClaims()
+// When the claims could not all be looked at, unchecked says why (the agent logs
+// it: the look failed open without a word, a review).
+func claimInside(abs string) (root string, holder *claimant, unchecked string) {
+	names, more, err := listeningClaims()
 	if err != nil {
-		return "", nil
+		return "", nil, fmt.Sprintf("the directories inside the managed root could not be looked for another agent's root (%v): "+
+			"an agent on a root inside this one would not be refused", err)
+	}
+	if more {
+		unchecked = fmt.Sprintf("more than %d claim names listen on this machine: the directories inside the managed root were looked for another agent's root among the first %d only", claimNamesMax, claimNamesMax)
 	}
 	asked := 0
 	for _, name := range names {
@@ -182,6 +188,7 @@ func claimInside(abs string) (string, *claimant) {
 			continue
 		}
 		if asked++; asked > claimsAsked {
+			unchecked = fmt.Sprintf("more than %d agents' claims listen on this machine: the directories inside the managed root were looked for another agent's root among the first %d only", claimsAsked, claimsAsked)
 			break
 		}
 		if !filepath.IsAbs(said) {
@@ -189,18 +196,18 @@ func claimInside(abs string) (string, *claimant) {
 		}
 		root, err := filepath.EvalSymlinks(said)
 		if err == nil && inside(abs, root) && confirmed(name, root) {
-			return root, h
+			return root, h, ""
 		}
 	}
-	return "", nil
+	return "", nil, unchecked
 }
 
 // listeningClaims lists the root claims listening in this network namespace, at
-// most claimNamesMax of them.
-func listeningClaims() ([]string, error) {
+// most claimNamesMax of them; more says there were more.
+func listeningClaims() (names []string, more bool, err error) {
 	f, err := os.Open("/proc/net/unix")
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer f.Close()
 	return claimsListed(f)
@@ -211,12 +218,12 @@ const acceptConn = 1 << 16
 
 // claimsListed reads /proc/net/unix's lines ("Num RefCount Protocol Flags Type St
 // Inode Path") for the claim names that listen, once each: the connections a claim
-// accepted carry its name too.
-func claimsListed(r io.Reader) ([]string, error) {
+// accepted carry its name too. At most claimNamesMax are listed; more says there
+// were more.
+func claimsListed(r io.Reader) (names []string, more bool, err error) {
 	seen := map[string]bool{}
-	var names []string
 	sc := bufio.NewScanner(r)
-	for sc.Scan() && len(names) < claimNamesMax {
+	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		if len(f) != 8 || !strings.HasPrefix(f[7], claimPrefix) || seen[f[7]] {
 			continue
@@ -224,10 +231,13 @@ func claimsListed(r io.Reader) ([]string, error) {
 		if flags, err := strconv.ParseUint(f[3], 16, 32); err != nil || flags&acceptConn == 0 {
 			continue
 		}
+		if len(names) == claimNamesMax {
+			return names, true, nil
+		}
 		seen[f[7]] = true
 		names = append(names, f[7])
 	}
-	return names, sc.Err()
+	return names, false, sc.Err()
 }
 
 // askClaim connects to the claim name and, if its holder is an agent's, reads the

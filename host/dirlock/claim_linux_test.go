@@ -4,6 +4,7 @@ package dirlock
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -231,12 +232,73 @@ func TestTheClaimsListedAreTheListeningOnes(t *testing.T) {
 0000000000000000: 00000002 00000000 00010000 0001 01 1006 @other
 0000000000000000: 00000003 00000000 00000000 0001 03 1007
 `
-	names, err := claimsListed(strings.NewReader(table))
+	names, more, err := claimsListed(strings.NewReader(table))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Join(names, " "), "@meshhost-root-2049-131 @meshhost-root-66-12"; got != want {
-		t.Fatalf("claims listed: %q, want %q", got, want)
+	if got, want := strings.Join(names, " "), "@meshhost-root-2049-131 @meshhost-root-66-12"; got != want || more {
+		t.Fatalf("claims listed: %q (more %v), want %q and no more", got, more, want)
+	}
+}
+
+// TestClaimsPastTheCapAreSaid: names are looked at up to a cap (any user can make
+// claim names by the thousand); past it the look was cut short without a word, and
+// an agent on a root inside went unrefused silently (a review). The cap is exact,
+// and what is past it is said.
+func TestClaimsPastTheCapAreSaid(t *testing.T) {
+	var table strings.Builder
+	table.WriteString("Num       RefCount Protocol Flags    Type St Inode Path\n")
+	for i := range claimNamesMax {
+		fmt.Fprintf(&table, "0000000000000000: 00000002 00000000 00010000 0001 01 %d @meshhost-root-1-%d\n", i, i)
+	}
+	names, more, err := claimsListed(strings.NewReader(table.String()))
+	if err != nil || len(names) != claimNamesMax || more {
+		t.Fatalf("exactly %d claims: %d listed, more %v, %v; want all, no more", claimNamesMax, len(names), more, err)
+	}
+	table.WriteString("0000000000000000: 00000002 00000000 00010000 0001 01 1 @meshhost-root-2-1\n")
+	names, more, err = claimsListed(strings.NewReader(table.String()))
+	if err != nil || len(names) != claimNamesMax || !more {
+		t.Fatalf("one claim past %d: %d listed, more %v, %v; want %d and more said", claimNamesMax, len(names), more, err, claimNamesMax)
+	}
+}
+
+// TestAgentsClaimsPastTheCapAreSaid: an agent reads at most claimsAsked agents'
+// claims (this user's or root's) looking for a root inside its own; past them the
+// look ended silently (a review). More than that many claims of this user listen:
+// the root is taken, and what was not looked at is said.
+func TestAgentsClaimsPastTheCapAreSaid(t *testing.T) {
+	var releases []func()
+	releaseAll := func() {
+		for _, r := range releases {
+			r()
+		}
+		releases = nil
+	}
+	defer releaseAll()
+	for i := range claimsAsked + 1 {
+		release, holder, err := claimName(fmt.Sprintf("%stest-%d-%d", claimPrefix, os.Getpid(), i), "")
+		if err != nil || holder != nil {
+			t.Fatalf("claim %d: %v (held by %+v)", i, err, holder)
+		}
+		releases = append(releases, release)
+	}
+	l, err := AcquireRoot(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	if !strings.Contains(l.Unchecked, fmt.Sprintf("more than %d agents' claims", claimsAsked)) {
+		t.Fatalf("%d claims of this user: unchecked %q, want the cap said", claimsAsked+1, l.Unchecked)
+	}
+
+	// With them gone, every claim is looked at, and nothing is said.
+	releaseAll()
+	if l, err = AcquireRoot(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	if l.Unchecked != "" {
+		t.Fatalf("a few claims: unchecked %q, want nothing said", l.Unchecked)
 	}
 }
 

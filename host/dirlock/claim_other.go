@@ -14,4 +14,4 @@ func claimRoot(string, fs.FileInfo) (release func(), holder *claimant, err error
 func rootClaimant(fs.FileInfo) *claimant { return nil }
 
 // claimInside finds no claim here (see claimRoot).
-func claimInside(string) (string, *claimant) { return "", nil }
+func claimInside(string) (string, *claimant, string) { return "", nil, "" }

@@ -43,6 +43,10 @@ type RootLock struct {
 	// holds its claim: the agent goes on, and a second agent on the root is not
 	// refused. "" when it is claimed.
 	Unheld string
+	// Unchecked says why the directories inside the root were not all looked
+	// for another agent's root (claimInside): the agent goes on, and one on a
+	// root inside this one might not be refused. "" when all were.
+	Unchecked string
 }
 
 // Release gives the claim up (exiting does too).
@@ -110,10 +114,12 @@ func AcquireRoot(root string) (*RootLock, error) {
 	}
 	// An agent started on a root above a running agent's went unrefused, and the
 	// two put back each other's files for good (a docs walkthrough).
-	if err := claimedBelow(root, abs); err != nil {
+	inner, h, unchecked := claimInside(abs)
+	if h != nil {
 		lock.Release()
-		return nil, err
+		return nil, &RootInUseError{Root: root, Inner: inner, PID: h.pid}
 	}
+	lock.Unchecked = unchecked
 	return lock, nil
 }
 
@@ -146,10 +152,3 @@ func claimedAbove(root, abs string) error {
 	}
 }
 
-// claimedBelow looks for an agent's claim on a directory inside abs (claimInside).
-func claimedBelow(root, abs string) error {
-	if inner, h := claimInside(abs); h != nil {
-		return &RootInUseError{Root: root, Inner: inner, PID: h.pid}
-	}
-	return nil
-}

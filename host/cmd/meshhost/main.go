@@ -853,6 +853,9 @@ func cmdRun(args []string, cio *cliIO) error {
 	if rootLock.Unheld != "" {
 		log.Warn(rootLock.Unheld, "root", *root)
 	}
+	if rootLock.Unchecked != "" {
+		log.Warn(rootLock.Unchecked, "root", *root)
+	}
 	// The stop is logged, and why, as meshctl serve logs its own: it went without a
 	// word (exit 0), and the journal showed an agent that had simply ceased. With
 	// the node, as the agent's own lines have it.
