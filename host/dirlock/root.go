@@ -151,4 +151,3 @@ func claimedAbove(root, abs string) error {
 		}
 	}
 }
-
