@@ -917,7 +917,10 @@ func (s *syncer) start(ctx context.Context, workers *sync.WaitGroup) {
 	s.seq++
 	s.tag, s.base, s.tagged, s.byTag = strconv.FormatUint(s.seq, 10), s.a.received, 0, false
 	tag := s.tag
-	req, _ := json.Marshal(s.a.syncRequest())
+	sr := s.a.syncRequest()
+	req, _ := json.Marshal(sr)
+	s.a.log.Debug("sync asked", "tag", tag, "applied_version", sr.AppliedVersion, "keyring_epoch", sr.KeyringEpoch,
+		"membership_version", sr.MembershipVersion, "asks_applied_copy", sr.HaveApplied && sr.AppliedExpiresAt.IsZero())
 	workers.Add(1)
 	go func() {
 		defer workers.Done()
@@ -980,6 +983,7 @@ func (s *syncer) finished(ctx context.Context, r syncResult) {
 		s.schedule("the mesh could not answer the sync", r.resp.Error.Code+": "+r.resp.Error.Message)
 	case s.got() < uint64(r.resp.Sent):
 		// Acknowledged, but not everything it sent has arrived yet.
+		a.log.Debug("sync answered; waiting for its envelopes", "sent", r.resp.Sent, "arrived", s.got())
 		s.expect = uint64(r.resp.Sent)
 		if s.check != nil {
 			s.check.Stop()
@@ -1006,6 +1010,7 @@ func (s *syncer) synced() {
 	// as the mesh's, which then sent none: no copy for the file check, and the
 	// refusal reported, until the re-sign up to 12 hours later.
 	s.backoff = 0
+	s.a.log.Debug("synced: every envelope of the sync arrived", "tag", s.tag)
 	s.a.stats.set(func(st *stats) { st.synced, st.linkErr = true, "" })
 	if s.a.o.OnSynced != nil {
 		s.a.o.OnSynced()
@@ -1084,7 +1089,12 @@ func (a *Agent) handle(ctx context.Context, raw []byte) error {
 		a.fail(err, 0)
 		return nil
 	}
-	switch typ := env.PayloadType(); typ {
+	typ := env.PayloadType()
+	// --log-level debug follows each envelope from its arrival: what an operator
+	// asks first of a host that does not converge (it logged nothing more than at
+	// info, a review).
+	a.log.Debug("envelope received", "type", typ, "bytes", len(raw))
+	switch typ {
 	case declarations.PayloadTypeDeclaration:
 		a.handleDeclaration(ctx, raw, env)
 	case declarations.PayloadTypeKeyring:
@@ -1164,6 +1174,7 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 		// A re-signed copy of what is applied (every 12 hours): its validity moves,
 		// and the files are put back as declared if someone changed or removed one
 		// by hand since.
+		a.log.Debug("a copy of the applied declaration verified: nothing new to apply", "version", v.Version, "expires_at", v.ExpiresAt.Format(time.RFC3339))
 		if v.ExpiresAt.After(a.applied.ExpiresAt) {
 			a.applied.IssuedAt, a.applied.ExpiresAt = v.IssuedAt, v.ExpiresAt
 			a.save()
@@ -1554,6 +1565,7 @@ func (a *Agent) handleMembership(env *declarations.Parsed) {
 		return
 	}
 	if m.Version == a.applied.MembershipVersion {
+		a.log.Debug("the mesh's brokers verified: as held already", "version", m.Version)
 		return
 	}
 	a.applied.Brokers, a.applied.MembershipVersion = m.Brokers, m.Version
@@ -1584,6 +1596,7 @@ func (a *Agent) handleKeyring(raw []byte, env *declarations.Parsed) {
 		return
 	}
 	if kr.Epoch == a.keyring.Epoch {
+		a.log.Debug("keyring verified: as held already", "epoch", kr.Epoch)
 		return
 	}
 	keys, err := kr.PublicKeys()
@@ -1843,7 +1856,9 @@ func (a *Agent) report(nc *nats.Conn) {
 	// it never answers.
 	if err := nc.PublishMsg(&nats.Msg{Subject: a.id.Subjects.Status, Reply: a.replyTo, Data: a.statusReport()}); err != nil {
 		a.log.Warn("status not sent", "err", err)
+		return
 	}
+	a.log.Debug("status sent", "applied_version", a.applied.Version, "error", a.applied.LastErrorCode)
 }
 
 // statusReport is the status report as sent. Its error message is clipped (see

@@ -639,6 +639,35 @@ func TestARestartForgetsTheNextAttempt(t *testing.T) {
 // TestStaleIsLogged: the agent's log says once when the applied declaration expires
 // without a fresh one (the mesh out of reach), and once when a fresh one came.
 // Before, only the metric and meshhost status said so; the journal said nothing.
+// TestDebugFollowsEachEnvelope: at --log-level debug an agent logged almost nothing
+// more than at info (a review); it says each envelope it receives, a copy of what
+// it holds that changes nothing, and a file check that found the files as declared.
+// At info none of these is written.
+func TestDebugFollowsEachEnvelope(t *testing.T) {
+	for _, level := range []slog.Level{slog.LevelDebug, slog.LevelInfo} {
+		f := newFixture(t)
+		var logged bytes.Buffer
+		f.a.log = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: level}))
+		ctx := context.Background()
+		v1 := f.decl(t, 1, "one")
+		for range 2 {
+			if err := f.a.handle(ctx, v1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.a.checkFiles(ctx)
+		for _, line := range []string{
+			"envelope received\" type=application/vnd.mesh.declaration.v2+json",
+			"a copy of the applied declaration verified: nothing new to apply\" version=1",
+			"file check: the managed files are as declared\" version=1 paths=1",
+		} {
+			if got := strings.Contains(logged.String(), line); got != (level == slog.LevelDebug) {
+				t.Errorf("at %v, %q logged: %v\n%s", level, line, got, logged.String())
+			}
+		}
+	}
+}
+
 func TestStaleIsLogged(t *testing.T) {
 	f := newFixture(t)
 	var logged bytes.Buffer

@@ -157,6 +157,7 @@ func (a *Agent) checkFiles(ctx context.Context) checkOutcome {
 	// root is as declared: the verifier decides, with its tolerance, whether the
 	// check is off.
 	if !a.o.Now().After(a.keptUntil) && a.asDeclared(ctx) {
+		a.log.Debug("file check: the managed files are as declared", "version", a.applied.Version, "paths", len(a.applied.Managed))
 		a.checkOn()
 		a.checked()
 		return checkOutcome{}
