@@ -238,7 +238,10 @@ type Agent struct {
 	stale bool
 	// received counts the envelopes that arrived on the declaration subject.
 	received uint64
-	stats    stats
+	// answering is the request of the sync whose answer the envelope in hand is
+	// (tagged with its tag), nil otherwise: what crossedSync judges by.
+	answering *wire.SyncRequest
+	stats     stats
 }
 
 type event struct {
@@ -613,7 +616,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		case m := <-a.msgs:
 			a.received++
 			sy.note(m)
-			if err := a.handle(ctx, m.Data); err != nil {
+			a.answering = sy.answers(m)
+			err := a.handle(ctx, m.Data)
+			a.answering = nil
+			if err != nil {
 				return err
 			}
 			a.report(nc)
@@ -863,9 +869,11 @@ type syncer struct {
 	again    bool // a sync was asked for while one was in flight
 	backoff  time.Duration
 	timer    *time.Timer
-	// seq numbers the syncs; tag is the current one's, as sent.
-	seq uint64
-	tag string
+	// seq numbers the syncs; tag is the current one's, as sent, and asked what
+	// it asked.
+	seq   uint64
+	tag   string
+	asked wire.SyncRequest
 	// base is the envelope count when the sync started, and tagged the count of
 	// envelopes carrying its tag; byTag says the mesh tags them (an older control
 	// plane does not: then every envelope counts). expect is how many must arrive.
@@ -918,6 +926,7 @@ func (s *syncer) start(ctx context.Context, workers *sync.WaitGroup) {
 	s.tag, s.base, s.tagged, s.byTag = strconv.FormatUint(s.seq, 10), s.a.received, 0, false
 	tag := s.tag
 	sr := s.a.syncRequest()
+	s.asked = sr
 	req, _ := json.Marshal(sr)
 	s.a.log.Debug("sync asked", "tag", tag, "applied_version", sr.AppliedVersion, "keyring_epoch", sr.KeyringEpoch,
 		"membership_version", sr.MembershipVersion, "asks_applied_copy", sr.HaveApplied && sr.AppliedExpiresAt.IsZero())
@@ -1030,6 +1039,15 @@ func (s *syncer) got() uint64 {
 		return s.tagged
 	}
 	return s.a.received - s.base
+}
+
+// answers returns the request of the current sync if m is one of its envelopes (its
+// tag on it), nil otherwise.
+func (s *syncer) answers(m *nats.Msg) *wire.SyncRequest {
+	if s.tag == "" || m.Header.Get(wire.SyncHeader) != s.tag {
+		return nil
+	}
+	return &s.asked
 }
 
 // note counts m if the current sync's tag is on it. Envelopes of a sync may arrive
@@ -1150,6 +1168,13 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 		case errors.As(err, &be):
 			// A body an older control plane signed and this agent's rules refuse.
 			version = be.Version
+		}
+		if a.crossedSync(err, "declaration", func(q *wire.SyncRequest) bool {
+			// Newer than the node held as it asked, signed under a keyring it
+			// held then or since: what the sync brought, overtaken by a push.
+			return (ve != nil && (!q.HaveApplied || ve.Got > q.AppliedVersion)) || (oe != nil && oe.Got >= q.KeyringEpoch)
+		}) {
+			return
 		}
 		if a.applied.HaveApplied && version == a.applied.Version &&
 			(errors.Is(err, declarations.ErrExpired) || errors.Is(err, declarations.ErrNotYetValid)) {
@@ -1561,6 +1586,10 @@ func (a *Agent) logLeft(version uint64, left []apply.LeftPath) {
 func (a *Agent) handleMembership(env *declarations.Parsed) {
 	m, err := env.VerifyMembership(a.keys, a.id.Mesh, a.applied.MembershipVersion, a.applied.Brokers)
 	if err != nil {
+		var ve *declarations.VersionError
+		if a.crossedSync(err, "membership", func(q *wire.SyncRequest) bool { return errors.As(err, &ve) && ve.Got > q.MembershipVersion }) {
+			return
+		}
 		a.fail(err, 0)
 		return
 	}
@@ -1592,6 +1621,10 @@ func (a *Agent) followBrokers() {
 func (a *Agent) handleKeyring(raw []byte, env *declarations.Parsed) {
 	kr, err := env.VerifyKeyring(a.keyring, a.id.Mesh)
 	if err != nil {
+		var ve *declarations.VersionError
+		if a.crossedSync(err, "keyring", func(q *wire.SyncRequest) bool { return errors.As(err, &ve) && ve.Got > q.KeyringEpoch }) {
+			return
+		}
 		a.fail(err, 0)
 		return
 	}
@@ -1608,6 +1641,24 @@ func (a *Agent) handleKeyring(raw []byte, env *declarations.Parsed) {
 	a.applied.Keyring, a.applied.KeyringEpoch = raw, kr.Epoch
 	a.save()
 	a.log.Info("keyring accepted", "epoch", kr.Epoch, "keys", len(kr.Keys))
+}
+
+// crossedSync reports whether err refuses an envelope of the sync in hand
+// (answering) that newer says was newer than what the node held as it asked: the
+// mesh read its state for the answer, then pushed what changed next, which came
+// first (a rotation's keyring, a declaration). Nothing is applied, and it is no
+// refusal to report: reported, a converged node showed rolled_back or
+// old_keyring, which say that old envelopes were replayed to it or that the
+// control plane was restored from an older copy (a docs walkthrough). An answer
+// older than what the node held as it asked (a restored control plane) is
+// reported as before. Only what has the current sync's tag counts; the broker,
+// which sees the tag, can as well drop the report.
+func (a *Agent) crossedSync(err error, what string, newer func(*wire.SyncRequest) bool) bool {
+	if a.answering == nil || !newer(a.answering) {
+		return false
+	}
+	a.log.Debug("an envelope of the sync crossed a newer one pushed meanwhile: nothing to apply", "envelope", what, "err", err)
+	return true
 }
 
 // fail records why an envelope was refused; the applied state is untouched. A refusal does not hide a failure of

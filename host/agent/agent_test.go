@@ -14,6 +14,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"log/slog"
+	"maps"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -665,6 +666,114 @@ func TestDebugFollowsEachEnvelope(t *testing.T) {
 				t.Errorf("at %v, %q logged: %v\n%s", level, line, got, logged.String())
 			}
 		}
+	}
+}
+
+// TestASyncAnswerCrossedByAPushIsNoRefusal: the mesh reads its state for a sync's
+// answer, then pushes what changed next (a rotation's keyring, a declaration),
+// which may arrive first; the answer's older envelope was then reported as
+// rolled_back or old_keyring, which say that envelopes were replayed or the control
+// plane restored from an older copy, on a converged node (a docs walkthrough). An
+// envelope of the sync newer than what the node held as it asked is no refusal;
+// one older than that (a restored control plane answering) or outside the sync (a
+// replay) is reported as before.
+func TestASyncAnswerCrossedByAPushIsNoRefusal(t *testing.T) {
+	ctx := context.Background()
+	keyring := func(f *fixture, epoch uint64) []byte {
+		env, err := declarations.SignKeyring(declarations.Keyring{Mesh: "m", Epoch: epoch, Keys: f.a.id.SigningKeys, IssuedAt: t0}, f.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	membership := func(f *fixture, version uint64) []byte {
+		env, err := declarations.SignMembership(declarations.Membership{Mesh: "m", Version: version, Brokers: []string{"127.0.0.1:1"}, IssuedAt: t0}, f.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	for _, c := range []struct {
+		name string
+		// held is what the node holds, in order; late arrives after them.
+		held    func(*fixture) [][]byte
+		late    func(*fixture) []byte
+		asked   *wire.SyncRequest
+		code    string
+		version uint64
+	}{
+		{"a declaration the sync brought, after a newer pushed", func(f *fixture) [][]byte { return [][]byte{f.decl(t, 1, "one"), f.decl(t, 3, "three")} },
+			func(f *fixture) []byte { return f.decl(t, 2, "two") }, &wire.SyncRequest{HaveApplied: true, AppliedVersion: 1}, "", 0},
+		{"the first declaration the sync brought, after a newer pushed", func(f *fixture) [][]byte { return [][]byte{f.decl(t, 3, "three")} },
+			func(f *fixture) []byte { return f.decl(t, 2, "two") }, &wire.SyncRequest{}, "", 0},
+		{"a declaration older than the node held as it asked (a restored control plane)", func(f *fixture) [][]byte { return [][]byte{f.decl(t, 3, "three")} },
+			func(f *fixture) []byte { return f.decl(t, 2, "two") }, &wire.SyncRequest{HaveApplied: true, AppliedVersion: 3}, "rolled_back", 2},
+		{"an older declaration outside any sync (a replay)", func(f *fixture) [][]byte { return [][]byte{f.decl(t, 3, "three")} },
+			func(f *fixture) []byte { return f.decl(t, 2, "two") }, nil, "rolled_back", 2},
+		{"a keyring of the sync's chain, after a newer pushed", func(f *fixture) [][]byte { return [][]byte{keyring(f, 2)} },
+			func(f *fixture) []byte { return keyring(f, 1) }, &wire.SyncRequest{KeyringEpoch: 0}, "", 0},
+		{"a keyring older than the node held as it asked", func(f *fixture) [][]byte { return [][]byte{keyring(f, 2)} },
+			func(f *fixture) []byte { return keyring(f, 1) }, &wire.SyncRequest{KeyringEpoch: 2}, "rolled_back", 0},
+		{"a declaration the sync signed before a rotation pushed since", func(f *fixture) [][]byte { return [][]byte{keyring(f, 1)} },
+			func(f *fixture) []byte { return f.decl(t, 2, "two") }, &wire.SyncRequest{KeyringEpoch: 0}, "", 0},
+		{"a declaration signed under a keyring older than the node held as it asked", func(f *fixture) [][]byte { return [][]byte{keyring(f, 1)} },
+			func(f *fixture) []byte { return f.decl(t, 2, "two") }, &wire.SyncRequest{KeyringEpoch: 1}, "old_keyring", 2},
+		{"a membership of the sync, after a newer pushed", func(f *fixture) [][]byte { return [][]byte{membership(f, 3)} },
+			func(f *fixture) []byte { return membership(f, 2) }, &wire.SyncRequest{MembershipVersion: 1}, "", 0},
+		{"a membership older than the node held as it asked", func(f *fixture) [][]byte { return [][]byte{membership(f, 3)} },
+			func(f *fixture) []byte { return membership(f, 2) }, &wire.SyncRequest{MembershipVersion: 3}, "rolled_back", 0},
+	} {
+		f := newFixture(t)
+		for _, env := range c.held(f) {
+			if err := f.a.handle(ctx, env); err != nil || f.a.applied.LastErrorCode != "" {
+				t.Fatalf("%s: what the node holds: %v %q", c.name, err, f.a.applied.LastError)
+			}
+		}
+		before := f.a.applied
+		f.a.answering = c.asked
+		err := f.a.handle(ctx, c.late(f))
+		f.a.answering = nil
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		got := f.a.applied
+		if got.LastErrorCode != c.code || got.LastErrorVersion != c.version {
+			t.Errorf("%s: error %q v%d (%s), want %q v%d", c.name, got.LastErrorCode, got.LastErrorVersion, got.LastError, c.code, c.version)
+		}
+		if got.Version != before.Version || got.KeyringEpoch != before.KeyringEpoch || got.MembershipVersion != before.MembershipVersion {
+			t.Errorf("%s: the node holds v%d keyring %d membership %d now, held v%d keyring %d membership %d", c.name,
+				got.Version, got.KeyringEpoch, got.MembershipVersion, before.Version, before.KeyringEpoch, before.MembershipVersion)
+		}
+		f.a.stats.mu.Lock()
+		refused := maps.Clone(f.a.stats.refused)
+		f.a.stats.mu.Unlock()
+		if c.code == "" && len(refused) != 0 || c.code != "" && refused[c.code] != 1 {
+			t.Errorf("%s: refusals counted %v", c.name, refused)
+		}
+	}
+}
+
+// TestASyncsEnvelopesAreToldByItsTag: what judges a crossing is the request of the
+// sync whose tag an envelope carries; a push (no tag) or an earlier sync's is not.
+func TestASyncsEnvelopesAreToldByItsTag(t *testing.T) {
+	sy := &syncer{tag: "7", asked: wire.SyncRequest{AppliedVersion: 4}}
+	tagged := func(tag string) *nats.Msg {
+		m := &nats.Msg{Header: nats.Header{}}
+		if tag != "" {
+			m.Header.Set(wire.SyncHeader, tag)
+		}
+		return m
+	}
+	if q := sy.answers(tagged("7")); q == nil || q.AppliedVersion != 4 {
+		t.Fatalf("the current sync's envelope: %+v, want its request", q)
+	}
+	for _, tag := range []string{"", "6", "8"} {
+		if q := sy.answers(tagged(tag)); q != nil {
+			t.Fatalf("an envelope tagged %q: %+v, want none", tag, q)
+		}
+	}
+	if q := (&syncer{}).answers(tagged("")); q != nil {
+		t.Fatalf("no sync made yet: %+v", q)
 	}
 }
 
