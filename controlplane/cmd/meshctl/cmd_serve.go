@@ -435,10 +435,17 @@ func serve(ctx context.Context, cio *cliIO, log *slog.Logger, opts daemon.Option
 	if err := notifyState(cio, fmt.Sprintf("READY=1\nSTATUS=control node %s of mesh %s; broker on %s", cfg.Node, cfg.Mesh, d.BrokerAddr())); err != nil {
 		log.Warn("could not tell systemd the control node is ready", "err", err)
 	}
-	err = d.Run(ctx)
-	_ = notifyState(cio, "STOPPING=1")
-	if ctx.Err() != nil {
+	// The stop is said as it begins, to the log and to systemd, not once the
+	// actors have ended (a leader hands its leadership over first): meanwhile
+	// systemd showed the unit as still running, as an agent's was (a review).
+	sayStopping := context.AfterFunc(ctx, func() {
 		log.Info("control node stopping", "reason", context.Cause(ctx).Error())
+		_ = notifyState(cio, "STOPPING=1")
+	})
+	err = d.Run(ctx)
+	if sayStopping() {
+		// Stopped for another cause than a signal (removed, a fatal error).
+		_ = notifyState(cio, "STOPPING=1")
 	}
 	d.Close()
 	log.Info("control node stopped")
