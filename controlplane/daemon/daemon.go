@@ -312,6 +312,7 @@ func Open(ctx context.Context, opts Options) (_ *Daemon, err error) {
 		}
 	}
 	d.fsm.OnApply(d.applied)
+	d.fsm.OnRestore(d.restored)
 	d.fsm.OnUndecodable(func(index uint64, err error) {
 		d.log.Error("an entry of the Raft log does not decode as a command, and was skipped: most likely garbled on this node's disk, so this node's state may no longer be the others'; remove this node and join it again on a fresh data directory (docs/operations.md, \"A damaged Raft store\")",
 			"index", index, "err", err)
@@ -822,6 +823,24 @@ func (d *Daemon) stopAPI() {
 // apiDrain bounds how long stopAPI waits for the operator requests already received
 // to be taken up by their handlers (then answered: handlers.wait).
 const apiDrain = 500 * time.Millisecond
+
+// restored runs after a snapshot replaced the state, on Raft's goroutine: on a
+// follower the leader sent one to (too far behind for the log: cut off for a while
+// from a busy mesh), the commands it stands for were never applied one by one, and
+// their effects were not carried out. A rotation and retirement missed so kept this
+// node signing with the retired key, which hosts refuse, once it led; a removal of
+// another node left its routes and Raft connections open. Every effect that
+// follows from the state as a whole is queued; each does nothing when nothing
+// changed. At start the queue is not open yet, and opening covers it.
+func (d *Daemon) restored() {
+	d.effects.push(effect{kind: effectKeyring})
+	d.effects.push(effect{kind: effectMembership})
+	d.effects.push(effect{kind: effectOperatorsRemoved})
+	d.effects.push(effect{kind: effectOperatorsRevoked})
+	if d.checkNotRemoved() != nil {
+		d.effects.push(effect{kind: effectRemoved})
+	}
+}
 
 // applied runs after every command on every control node, on Raft's apply goroutine.
 // It does nothing itself: what a command calls for on this node (taking up new

@@ -1,9 +1,20 @@
 package daemon
 
 import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nkeys"
 
 	"mesh/controlplane/state"
 )
@@ -48,4 +59,77 @@ func TestWhatIsRevokedIsBackedUpAtOnce(t *testing.T) {
 			t.Errorf("%s refused: asks for a backup", c.name)
 		}
 	}
+}
+
+// TestASnapshotFromTheLeaderHasItsEffects: a follower too far behind for the log
+// (cut off for a while from a busy mesh) is sent the leader's snapshot, and the
+// commands it stands for are never applied one by one: their effects were not
+// carried out, and a rotation and retirement missed so kept the node signing with
+// the retired key once it led. A snapshot restored queues every effect that follows
+// from the state as a whole, and the node's stop when the state says it was
+// removed.
+func TestASnapshotFromTheLeaderHasItsEffects(t *testing.T) {
+	curve, err := nkeys.CreateCurveKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Daemon{effects: newEffectQueue(), fsm: state.NewFSM(), curve: curve}
+	d.cfg.Node = "cp-1"
+	d.effects.opened.Store(true)
+	d.fsm.OnRestore(d.restored)
+	restore := func(removed bool) []effectKind {
+		st := state.New()
+		st.ControlNodes["cp-1"] = &state.ControlNode{ID: "cp-1", Removed: removed}
+		data, err := json.Marshal(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.fsm.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+			t.Fatal(err)
+		}
+		var kinds []effectKind
+		for _, e := range d.effects.take() {
+			kinds = append(kinds, e.kind)
+		}
+		return kinds
+	}
+	got := restore(false)
+	for _, want := range []effectKind{effectKeyring, effectMembership, effectOperatorsRemoved, effectOperatorsRevoked} {
+		if !slices.Contains(got, want) {
+			t.Errorf("a snapshot restored: effects %v, want %v among them", got, want)
+		}
+	}
+	if slices.Contains(got, effectRemoved) {
+		t.Errorf("a snapshot restored that keeps this node: effects %v, want no stop", got)
+	}
+	if got := restore(true); !slices.Contains(got, effectRemoved) {
+		t.Errorf("a snapshot restored that says this node was removed: effects %v, want the stop", got)
+	}
+}
+
+// TestARunningNodeCarriesOutARestoredSnapshotsEffects: the restore's effects are
+// wired into a serving control node. A snapshot whose keyring lists a key this
+// node was never given (a rotation it missed, whose sealed copy is not there either)
+// is restored under it: the node takes up the keyring, and says it lacks the key.
+func TestARunningNodeCarriesOutARestoredSnapshotsEffects(t *testing.T) {
+	var log lockedBuffer
+	d := servingDaemon(t, Options{Dir: bootstrapped(t, "restored"), Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	var data []byte
+	d.fsm.Read(func(s *state.State) {
+		other, _, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := *s
+		c.Keyring.Keys = append(slices.Clone(s.Keyring.Keys), hex.EncodeToString(other))
+		if data, err = json.Marshal(&c); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err := d.fsm.Restore(io.NopCloser(bytes.NewReader(data))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the node takes up the restored keyring", func() bool {
+		return strings.Contains(log.String(), "this control node lacks signing keys of the keyring")
+	})
 }

@@ -24,6 +24,9 @@ type FSM struct {
 	// onUndecodable, when set, is called with each command entry that does not
 	// decode (skipped), outside the lock.
 	onUndecodable func(index uint64, err error)
+	// onRestore, when set, is called after a snapshot replaced the state, outside
+	// the lock.
+	onRestore func()
 	// halt is set, once, by the first entry this code's rules cannot apply
 	// (*NewerRulesError); halted is closed then.
 	halt   error
@@ -104,6 +107,16 @@ func (f *FSM) OnApply(fn func(*Command, Result)) {
 func (f *FSM) OnUndecodable(fn func(index uint64, err error)) {
 	f.mu.Lock()
 	f.onUndecodable = fn
+	f.mu.Unlock()
+}
+
+// OnRestore registers a function called after a snapshot replaced the state: this
+// node's own as it starts, or the leader's, sent to a follower too far behind for
+// the log. The commands the snapshot stands for are not applied one by one, and
+// OnApply hears nothing of them. It runs on Raft's goroutine.
+func (f *FSM) OnRestore(fn func()) {
+	f.mu.Lock()
+	f.onRestore = fn
 	f.mu.Unlock()
 }
 
@@ -206,7 +219,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	f.st = st
 	f.moved()
+	hook := f.onRestore
 	f.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	return nil
 }
 
