@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -196,7 +197,9 @@ its broker accepts connections (dist/systemd/meshctl.service).`,
 					MaxHosts:             maxHosts,
 					Backup:               backups,
 				}
-				return interruptible(ctx, func() error { return serve(ctx, cio, log, opts, addressWait) })
+				var ready atomic.Bool
+				err = interruptible(ctx, func() error { return serve(ctx, cio, log, opts, addressWait, &ready) })
+				return stopOverdue(err, ready.Load(), log)
 			}
 		},
 	}
@@ -372,7 +375,23 @@ const serveGCPercent = 50
 
 // serve runs the control node of opts.Dir until ctx ends, holding the directory's
 // lock throughout.
-func serve(ctx context.Context, cio *cliIO, log *slog.Logger, opts daemon.Options, addressWait time.Duration) error {
+// stopOverdue is serve's outcome err, once interruptible returned it: a control node
+// that was ready and did not finish its stop within the grace after a signal (a
+// hand-over and a drain beside a peer that does not answer, on a loaded machine)
+// exits 0 with a warning, not 9, which the exit codes keep for a stop while
+// starting (a docs walkthrough).
+func stopOverdue(err error, ready bool, log *slog.Logger) error {
+	var overdue *overdueError
+	if !ready || !errors.As(err, &overdue) {
+		return err
+	}
+	log.Warn("control node stopped without waiting for the rest of its stop: it had not ended "+interruptGrace.String()+" after the signal "+
+		"(a control node that does not answer, most likely: meshctl control status on another node names it); every file it writes is whole, and nothing is lost",
+		"reason", overdue.cause.Error())
+	return nil
+}
+
+func serve(ctx context.Context, cio *cliIO, log *slog.Logger, opts daemon.Options, addressWait time.Duration, ready *atomic.Bool) error {
 	privateUmask()
 	lock, err := opts.Dir.Lock("meshctl serve")
 	if errors.Is(err, fs.ErrNotExist) {
@@ -432,6 +451,7 @@ func serve(ctx context.Context, cio *cliIO, log *slog.Logger, opts daemon.Option
 		return err
 	}
 	cfg := d.Config()
+	ready.Store(true)
 	if err := notifyState(cio, fmt.Sprintf("READY=1\nSTATUS=control node %s of mesh %s; broker on %s", cfg.Node, cfg.Mesh, d.BrokerAddr())); err != nil {
 		log.Warn("could not tell systemd the control node is ready", "err", err)
 	}

@@ -78,9 +78,20 @@ func interruptible(ctx context.Context, f func() error) error {
 	case err := <-done:
 		return asInterrupted(ctx, err)
 	case <-grace.C:
-		return fmt.Errorf("%w; it did not stop within %s, so it exits anyway (every file it writes is whole: running it again resumes)", context.Cause(ctx), interruptGrace)
+		return &overdueError{cause: context.Cause(ctx)}
 	}
 }
+
+// overdueError is interruptible's answer when f had not returned interruptGrace
+// after the signal (cause): the command exits without it.
+type overdueError struct{ cause error }
+
+func (e *overdueError) Error() string {
+	return fmt.Sprintf("%v; it did not stop within %s, so it exits anyway (every file it writes is whole: running it again resumes)", e.cause, interruptGrace)
+}
+
+// Unwrap is the signal's *interruptedError: exit 9, as a command interrupted.
+func (e *overdueError) Unwrap() error { return e.cause }
 
 // asInterrupted makes an error returned after a signal wrap the signal's
 // *interruptedError (once), so that it exits with exitInterrupted.
