@@ -141,7 +141,7 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 				var out tokenOutput
 				emptied := false // stdout as `>` leaves it: see mintFailed
 				if outFile != "" {
-					out, err = fileOutput(outFile, replace)
+					out, err = fileOutput(outFile, replace, node)
 				} else {
 					emptied = emptyFile(cio.stdout)
 					out, err = privateOutput(cio.stdout)
@@ -264,14 +264,14 @@ func mintFailed(err error, node string, emptied bool) error {
 // reportOut says, once --out's file is written, where the token is: on stderr as
 // text, or as the JSON object on stdout, without the token, with "out".
 func reportOut(cio *cliIO, tok tokenfmt.Token, labels map[string]string, name string, asJSON bool, replaced []api.TokenView) error {
+	// Without the "meshctl token:" of an error's line: it is what a mint that
+	// worked says (on stderr, stdout holding data only, none with --out).
+	tellReplaced(cio, replaced, labels, asJSON)
 	if asJSON {
 		res := newTokenResult(tok, labels, replaced)
 		res.Out = name
 		return writeJSON(cio.stdout, res)
 	}
-	// Without the "meshctl token:" of an error's line: it is what a mint that
-	// worked says (on stderr, stdout holding data only, none with --out).
-	tellReplaced(cio, replaced, labels)
 	fmt.Fprintf(cio.stderr, "minted: the token for %s is in %s (mode 0600), pending until %s\n", tok.Node, name, tok.Expiry.UTC().Format(time.RFC3339))
 	return nil
 }
@@ -285,9 +285,15 @@ func reportOut(cio *cliIO, tok tokenfmt.Token, labels map[string]string, name st
 // passing the pin writes (a removed control node on the path): only a node id and
 // labels as the mesh admits them go into it, characters a shell takes as they are
 // (a review: a label's value `$(…)` or a line break was printed for pasting).
-func tellReplaced(cio *cliIO, replaced []api.TokenView, labels map[string]string) {
+//
+// With --json (asJSON) the cancelled tokens are the object's "replaced", and only
+// the labels' warning is said: it was not, and scripts, which --json is for, lost
+// the labels without a word (a docs walkthrough).
+func tellReplaced(cio *cliIO, replaced []api.TokenView, labels map[string]string, asJSON bool) {
 	for _, t := range replaced {
-		fmt.Fprintf(cio.stderr, "cancelled token %s of %s (minted %s): it admits nothing from now on\n", oneLine(t.ID, 64), oneLine(t.Node, 64), t.CreatedAt.UTC().Format(time.RFC3339))
+		if !asJSON {
+			fmt.Fprintf(cio.stderr, "cancelled token %s of %s (minted %s): it admits nothing from now on\n", oneLine(t.ID, 64), oneLine(t.Node, 64), t.CreatedAt.UTC().Format(time.RFC3339))
+		}
 		if tokenfmt.CheckNodeID(t.Node) != nil {
 			continue
 		}
@@ -584,8 +590,8 @@ func warnMintClock(cio *cliIO, expiry, asked, got time.Time, ttl time.Duration) 
 // redirection) is pending at the mesh with a secret nobody holds, and is said so.
 func printToken(cio *cliIO, tok tokenfmt.Token, labels map[string]string, asJSON bool, replaced []api.TokenView) error {
 	var err error
+	tellReplaced(cio, replaced, labels, asJSON)
 	if !asJSON {
-		tellReplaced(cio, replaced, labels)
 		_, err = fmt.Fprintln(cio.stdout, tok.Encode())
 	} else {
 		res := newTokenResult(tok, labels, replaced)

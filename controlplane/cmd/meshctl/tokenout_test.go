@@ -1,10 +1,12 @@
 package main
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	"mesh/controlplane/api"
 	"mesh/controlplane/operator"
+	"mesh/tokenfmt"
 )
 
 // TestTokenOutWritesOnlyAMintedToken (audit of commands run twice, finding 1): a
@@ -26,6 +29,7 @@ import (
 func TestTokenOutWritesOnlyAMintedToken(t *testing.T) {
 	dir := t.TempDir()
 	name := filepath.Join(dir, "token.txt")
+	first, second := tokenText(t, "web-1", 1)+"\n", tokenText(t, "web-1", 2)+"\n"
 	write := func(out tokenOutput, text string, ok bool) error {
 		t.Helper()
 		if _, err := io.WriteString(out.w, text); err != nil {
@@ -40,7 +44,7 @@ func TestTokenOutWritesOnlyAMintedToken(t *testing.T) {
 		}
 	}
 	// A mint that failed: nothing at the name.
-	out, err := fileOutput(name, false)
+	out, err := fileOutput(name, false, "web-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,20 +56,20 @@ func TestTokenOutWritesOnlyAMintedToken(t *testing.T) {
 	}
 	leftovers()
 	// A mint that succeeded: the token, 0600, whatever the umask.
-	out, err = fileOutput(name, false)
+	out, err = fileOutput(name, false, "web-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := write(out, "mesh1_first\n", true); err != nil {
+	if err := write(out, first, true); err != nil {
 		t.Fatal(err)
 	}
 	fi, err := os.Stat(name)
-	if data, _ := os.ReadFile(name); err != nil || string(data) != "mesh1_first\n" || fi.Mode().Perm() != 0o600 {
+	if data, _ := os.ReadFile(name); err != nil || string(data) != first || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("written: %q, %v, %v", data, fi.Mode(), err)
 	}
 	leftovers()
 	// Run again: refused before anything is minted, exit 2, the file as it was.
-	_, err = fileOutput(name, false)
+	_, err = fileOutput(name, false, "web-1")
 	var held *outputHoldsDataError
 	if !errors.As(err, &held) || !strings.Contains(err.Error(), "holds data already") || !strings.Contains(err.Error(), "--replace") {
 		t.Fatalf("a file holding a token: %v, want it refused naming --replace", err)
@@ -73,30 +77,64 @@ func TestTokenOutWritesOnlyAMintedToken(t *testing.T) {
 	if code := exitCode(io.Discard, "meshctl token", err); code != exitUsage {
 		t.Fatalf("a file holding a token: exit %d, want %d", code, exitUsage)
 	}
-	if data, _ := os.ReadFile(name); string(data) != "mesh1_first\n" {
+	if data, _ := os.ReadFile(name); string(data) != first {
 		t.Fatalf("the refusal changed the file: %q", data)
 	}
 	leftovers()
 	// --replace: written over, once minted.
-	out, err = fileOutput(name, true)
+	out, err = fileOutput(name, true, "web-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if data, _ := os.ReadFile(name); string(data) != "mesh1_first\n" {
+	if data, _ := os.ReadFile(name); string(data) != first {
 		t.Fatalf("the file changed before the mint: %q", data)
 	}
-	if err := write(out, "mesh1_second\n", true); err != nil {
+	if err := write(out, second, true); err != nil {
 		t.Fatal(err)
 	}
-	if data, _ := os.ReadFile(name); string(data) != "mesh1_second\n" {
+	if data, _ := os.ReadFile(name); string(data) != second {
 		t.Fatalf("--replace: %q", data)
+	}
+	// --replace over anything but a token of the node (a notes file, mesh.json,
+	// another node's token, perhaps its one copy): refused, exit 2, nothing
+	// minted and the file as it was; it wrote over any file (a docs walkthrough).
+	notes := filepath.Join(dir, "notes.txt")
+	other := filepath.Join(dir, "web-12.txt")
+	for _, c := range []struct{ file, data, says string }{
+		{notes, "important notes\nline2\n", "not a join token"},
+		{other, tokenText(t, "web-12", 1) + "\n", "the token of web-12, another node"},
+		{notes, first + "and a note after it\n", "not a join token"},
+	} {
+		if err := os.WriteFile(c.file, []byte(c.data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := fileOutput(c.file, true, "web-1")
+		if err == nil || !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), "no token was minted") {
+			t.Errorf("--replace over %q: %v, want it refused saying %q", c.data, err, c.says)
+		}
+		if code := exitCode(io.Discard, "meshctl token", err); code != exitUsage {
+			t.Errorf("--replace over %q: exit %d, want %d", c.data, code, exitUsage)
+		}
+		if data, _ := os.ReadFile(c.file); string(data) != c.data {
+			t.Errorf("the refusal changed the file: %q", data)
+		}
+	}
+	// An expired token of the node is its file still.
+	expired := filepath.Join(dir, "expired.txt")
+	if err := os.WriteFile(expired, []byte(tokenText(t, "web-1", -1)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := fileOutput(expired, true, "web-1"); err != nil {
+		t.Errorf("--replace over the node's expired token: %v", err)
+	} else if err := write(out, second, true); err != nil {
+		t.Fatal(err)
 	}
 	// An empty file (touched first, or emptied by a `>`): written.
 	empty := filepath.Join(dir, "empty.txt")
 	if err := os.WriteFile(empty, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err = fileOutput(empty, false)
+	out, err = fileOutput(empty, false, "web-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +146,7 @@ func TestTokenOutWritesOnlyAMintedToken(t *testing.T) {
 	}
 	// A name made by another while the token was minted: left as it is.
 	raced := filepath.Join(dir, "raced.txt")
-	out, err = fileOutput(raced, false)
+	out, err = fileOutput(raced, false, "web-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,10 +166,23 @@ func TestTokenOutWritesOnlyAMintedToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, bad := range []string{link, dir} {
-		if _, err := fileOutput(bad, true); !errors.Is(err, errOutputExposed) {
+		if _, err := fileOutput(bad, true, "web-1"); !errors.Is(err, errOutputExposed) {
 			t.Fatalf("--out %s: %v, want it refused", bad, err)
 		}
 	}
+}
+
+// tokenText is a worker token of node whose expiry is hours from now (negative:
+// past).
+func tokenText(t *testing.T, node string, hours int) string {
+	t.Helper()
+	tok := tokenfmt.Token{Mesh: "m", Node: node, Role: tokenfmt.RoleWorker, Expiry: time.Now().Add(time.Duration(hours) * time.Hour).Truncate(time.Second),
+		Brokers: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:7300")}, SigningKey: make(ed25519.PublicKey, ed25519.PublicKeySize)}
+	tok.Secret[0], tok.CAPin[0], tok.SigningKey[0] = 0x5a, 0x5b, 0x5c
+	if err := tok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return tok.Encode()
 }
 
 // TestAMintRefusedSaysWhatTheRerunNeeds (audit of commands run twice, findings 1 and
@@ -190,7 +241,7 @@ func TestATokenLeftInATempFileIsSwept(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	out, err := fileOutput(name, false)
+	out, err := fileOutput(name, false, "web-1")
 	if err != nil {
 		t.Fatal(err)
 	}
