@@ -56,6 +56,9 @@ type OperatorView struct {
 	RevokedAt time.Time `json:"revoked_at,omitzero"`
 	// State is valid, expired or revoked, by the leader's clock.
 	State string `json:"state"`
+	// AlreadyRevoked, in an OperatorRevokeResult only, says the credentials were
+	// revoked before this request: a revocation run again changed nothing.
+	AlreadyRevoked bool `json:"already_revoked,omitempty"`
 }
 
 // States of operator credentials (OperatorView.State).

@@ -129,7 +129,10 @@ func (d *Daemon) operatorRevoke(req api.OperatorRevokeRequest) (api.OperatorRevo
 	if older := d.notOnRules(rules); len(older) > 0 {
 		return out, d.olderForOperators(older, rules)
 	}
-	res, err := d.commit(state.Command{Op: state.OpRevokeOperators, Rules: rules, RevokeOperators: &state.RevokeOperatorsCmd{Names: req.Names, Keys: req.Keys}})
+	// A revocation made by this command is stamped with its time, at: one stamped
+	// before it was made by an earlier one.
+	at := d.now().UTC()
+	res, err := d.commit(state.Command{Op: state.OpRevokeOperators, At: at, Rules: rules, RevokeOperators: &state.RevokeOperatorsCmd{Names: req.Names, Keys: req.Keys}})
 	if err != nil {
 		return out, err
 	}
@@ -138,8 +141,11 @@ func (d *Daemon) operatorRevoke(req api.OperatorRevokeRequest) (api.OperatorRevo
 	}
 	now := d.now()
 	for _, o := range res.Operators {
-		out.Revoked = append(out.Revoked, operatorView(o, now))
-		d.log.Info("operator credentials revoked", "name", o.Name, "key", o.Key)
+		v := operatorView(o, now)
+		if v.AlreadyRevoked = o.RevokedAt.Before(at); !v.AlreadyRevoked {
+			d.log.Info("operator credentials revoked", "name", o.Name, "key", o.Key)
+		}
+		out.Revoked = append(out.Revoked, v)
 	}
 	return out, nil
 }

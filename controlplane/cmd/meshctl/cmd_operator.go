@@ -132,6 +132,13 @@ A control node's own admin.creds is not among them: it lasts as long as its node
 						return writeJSON(cio.stdout, res)
 					}
 					for _, o := range res.Revoked {
+						if o.AlreadyRevoked {
+							// Run again, it read as a revocation made now (a docs
+							// walkthrough), as `revoke` says of a node already revoked.
+							fmt.Fprintf(cio.stdout, "%s (key %s…) was already revoked, at %s: nothing changed\n",
+								oneLine(o.Name, 128), keyPrefix(o.Key), o.RevokedAt.UTC().Format(time.RFC3339))
+							continue
+						}
 						fmt.Fprintf(cio.stdout, "revoked %s (key %s…) at %s: each control node refuses it at login, and closes its open connections, as it applies the revocation (within a heartbeat, on a node that follows the leader)\n",
 							oneLine(o.Name, 128), keyPrefix(o.Key), o.RevokedAt.UTC().Format(time.RFC3339))
 					}

@@ -144,6 +144,12 @@ func renewCertificate(cp *controlPlaneFlags, cio *cliIO, certPath, out string, a
 		res.NotBefore, res.NotAfter, res.CANotAfter = cert.NotBefore.UTC(), cert.NotAfter.UTC(), ca.Cert.NotAfter.UTC()
 		res.Next = fmt.Sprintf("put %s in place of %s in the data directory of the control node it belongs to (%s), then restart that node's meshctl serve; its key and pin are unchanged, so nothing else changes",
 			out, datadir.TLSCertFile, old.Subject.CommonName)
+		if sameFile(out, dir.Path(datadir.TLSCertFile)) {
+			// Renewed in place: it said to put the file where it already was (a
+			// docs walkthrough).
+			res.Next = fmt.Sprintf("restart this control node's meshctl serve (%s), which reads %s as it starts; its key and pin are unchanged, so nothing else changes",
+				old.Subject.CommonName, datadir.TLSCertFile)
+		}
 	}
 	if err := checkOut(out, certPEM, dir); err != nil {
 		return err

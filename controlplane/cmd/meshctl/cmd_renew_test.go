@@ -133,6 +133,13 @@ func TestControlRenewCertificate(t *testing.T) {
 	if fi, _ := os.Stat(copyPath); fi.Mode().Perm() != 0o600 {
 		t.Errorf("renewed in place, the file's mode became %v, want 0600 as it was", fi.Mode().Perm())
 	}
+	// The node's own tls.pem in place: the next step is a restart, not to put the
+	// file where it is already (a docs walkthrough).
+	own := dir.Path(datadir.TLSCertFile)
+	code, stdout, stderr = runCLI("control", "renew-certificate", "--data", string(dir), "--certificate", own)
+	if code != exitOK || !strings.Contains(stdout, "next: restart this control node's meshctl serve") || strings.Contains(stdout, "in place of") {
+		t.Errorf("renew the node's own tls.pem in place: exit %d, want the next step a restart:\n%s%s", code, stdout, stderr)
+	}
 
 	// The CA's own certificate, in place.
 	caPath := dir.Path(datadir.CACertFile)
