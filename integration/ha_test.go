@@ -411,9 +411,13 @@ func TestJoinRefusals(t *testing.T) {
 	} else if !strings.Contains(r.Stdout, "removed the keys of this join") {
 		t.Errorf("the refused join does not say it removed its keys:\n%s", r.Stdout)
 	}
-	// Refused for good, the join leaves no key behind (it held a seed nobody will use).
+	// Refused for good, the join leaves no key behind (it held a seed nobody will use),
+	// nor the directory it made, with its lock alone in it (a docs walkthrough).
 	if _, err := os.Stat(filepath.Join(other.Dir, datadir.JoinPendingFile)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a join refused for good left %s: %v", datadir.JoinPendingFile, err)
+	}
+	if entries, err := os.ReadDir(other.Dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a join refused for good left the directory it made: %v, %v", entries, err)
 	}
 }
 

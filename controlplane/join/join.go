@@ -375,42 +375,63 @@ func Join(ctx context.Context, o Options) error {
 	}
 	r.step("token", "parsed offline: role control, %d broker(s), %s", len(tok.Brokers), left)
 
-	lock, note, err := r.lock()
+	lock, note, made, err := r.lock()
 	if err != nil {
 		return err
 	}
 	defer lock.Release()
 	r.step("data dir", "%s", note)
-	return r.join(ctx)
+	err = r.join(ctx)
+	if err != nil && made {
+		r.unmakeIfEmpty()
+	}
+	return err
+}
+
+// unmakeIfEmpty removes the data directory this run made, and its lock file, when
+// the join failed leaving nothing else there (refused before any key was kept, or
+// its keys dropped with a spent token): a failed join left a directory holding only
+// its lock, which meshhost enrol does not (a docs walkthrough). Keys kept for a run
+// with the same token keep the directory. The lock is still held; removing its
+// file does not release it.
+func (r *run) unmakeIfEmpty() {
+	d := r.o.Dir
+	entries, err := os.ReadDir(string(d))
+	if err != nil || len(entries) != 1 || entries[0].Name() != datadir.LockFile {
+		return
+	}
+	_ = os.Remove(d.Path(datadir.LockFile))
+	_ = os.Remove(string(d)) // only if empty
 }
 
 // lock takes the data directory's lock and checks the directory. A lock file is
 // created only in a directory the join may use, never in one it refuses.
-func (r *run) lock() (*datadir.Lock, string, error) {
+// made says the directory did not exist before.
+func (r *run) lock() (lock *datadir.Lock, note string, made bool, err error) {
 	d := r.o.Dir
 	// Before anything is written: the keys the mesh hands over go where no other
 	// user could swap the directory, or a link on the way to it.
 	if err := d.CheckPlace(); err != nil {
-		return nil, "", err
+		return nil, "", false, err
 	}
-	lock, err := d.LockExisting("meshctl join")
+	lock, err = d.LockExisting("meshctl join")
 	if err != nil {
-		return nil, "", err
+		return nil, "", false, err
 	}
-	note, err := r.checkDir()
+	note, err = r.checkDir()
 	if err != nil {
 		lock.Release()
-		return nil, "", err
+		return nil, "", false, err
 	}
 	if lock != nil {
-		return lock, note, nil
+		return lock, note, false, nil
 	}
 	// A read-only file system, no write access or a full disk is said as such
 	// (exit 7), not as mkdir's raw error.
 	_, statErr := os.Stat(string(d))
-	made := errors.Is(statErr, fs.ErrNotExist)
+	made = errors.Is(statErr, fs.ErrNotExist)
 	if err := d.Make(); err != nil {
-		return nil, "", err
+		return nil, "", false, err
 	}
 	if lock, err = d.Lock("meshctl join"); err != nil {
 		if made && !errors.Is(err, datadir.ErrInUse) {
@@ -419,14 +440,14 @@ func (r *run) lock() (*datadir.Lock, string, error) {
 			_ = os.Remove(d.Path(datadir.LockFile))
 			_ = os.Remove(string(d)) // only if empty
 		}
-		return nil, "", err
+		return nil, "", false, err
 	}
 	// Check again under the lock: another process may have used the directory since.
 	if note, err = r.checkDir(); err != nil {
 		lock.Release()
-		return nil, "", err
+		return nil, "", false, err
 	}
-	return lock, note, nil
+	return lock, note, made, nil
 }
 
 // checkDir says what the directory holds, or why the join cannot use it.
