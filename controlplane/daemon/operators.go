@@ -57,6 +57,19 @@ func (d *Daemon) operatorAdd(req api.OperatorAddRequest) (api.OperatorAddResult,
 		// connection listings and logs, as a control node's own credentials.
 		return out, badRequest("operator name %q is a control node's, or one a pending control token admits, in some letter case (or, admin, the first one's credentials'): choose another, so that the broker's listings tell them apart", claims.Name)
 	}
+	var twin string
+	d.fsm.Read(func(s *state.State) {
+		for _, o := range s.Operators {
+			if o.Name != claims.Name && strings.EqualFold(o.Name, claims.Name) {
+				twin = o.Name
+			}
+		}
+	})
+	if twin != "" {
+		// `operator revoke alice` left Alice's credentials valid, and lists and
+		// logs told the two apart by letter case alone (a docs walkthrough).
+		return out, badRequest("operator name %q differs from %q, recorded already, only in letter case: renew that one (meshctl operator add %s --renew), or choose a name of its own", claims.Name, twin, twin)
+	}
 	issuedBy := d.cfg.Node
 	if tokenfmt.CheckNodeID(req.IssuedBy) == nil {
 		issuedBy = req.IssuedBy

@@ -240,6 +240,32 @@ func TestOperatorNamesAndControlNodeIdsStayApart(t *testing.T) {
 	}
 }
 
+// TestOperatorNamesDifferMoreThanInCase: alice and Alice were both recorded, and
+// `operator revoke alice` left Alice's credentials valid, lists and logs telling
+// them apart by letter case alone (a docs walkthrough). A name differing from a
+// recorded one only in case is refused, naming it; the same name is a renewal's
+// business (operator_exists without --renew), as before.
+func TestOperatorNamesDifferMoreThanInCase(t *testing.T) {
+	d := fleet(t, 0)
+	account := accountKey(t, d)
+	exp := d.now().Add(time.Hour).Unix()
+	if _, err := d.operatorAdd(api.OperatorAddRequest{JWT: operatorJWT(t, account, "alice", exp)}); err != nil {
+		t.Fatal(err)
+	}
+	var ae *api.Error
+	for _, name := range []string{"Alice", "ALICE"} {
+		if _, err := d.operatorAdd(api.OperatorAddRequest{JWT: operatorJWT(t, account, name, exp)}); !errors.As(err, &ae) || ae.Code != api.CodeBadRequest || !strings.Contains(ae.Message, `"alice", recorded already, only in letter case`) {
+			t.Errorf("operator %s beside alice: %v, want bad_request naming alice", name, err)
+		}
+	}
+	if _, err := d.operatorAdd(api.OperatorAddRequest{JWT: operatorJWT(t, account, "alice", exp)}); !errors.As(err, &ae) || ae.Code == api.CodeBadRequest {
+		t.Errorf("alice again: %v, want the refusal of a name recorded (not bad_request)", err)
+	}
+	if _, err := d.operatorAdd(api.OperatorAddRequest{JWT: operatorJWT(t, account, "alicia", exp)}); err != nil {
+		t.Errorf("another name: %v", err)
+	}
+}
+
 // TestExpiredOperatorCredentialsAreSaidToBe: the broker refuses credentials past
 // their JWT's expiry without saying why; meshctl says they expired, not that the
 // control node may be older or the credentials another mesh's.

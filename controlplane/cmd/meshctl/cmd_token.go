@@ -128,7 +128,9 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 				}
 				r, err := tokenfmt.ParseRole(role)
 				if err != nil {
-					return usagef("--role: %v", err)
+					// Not the token parser's words ("token field role is
+					// malformed"): no token exists yet (a docs walkthrough).
+					return usagef(`--role: must be "worker" or "control" (lowercase)`)
 				}
 				if ttl < time.Second || ttl > tokenfmt.MaxTTL {
 					return usagef("--ttl %s: must be at least 1s and at most %s (a long-lived token is a long-lived root credential)", ttl, tokenfmt.MaxTTL)

@@ -73,7 +73,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"token", "--data", dir, "--node", "WEB_1"}, "--node"},
 		{[]string{"token", "--data", dir, "--node", "web-1", "--ttl", "2h"}, "at most 1h"},
 		{[]string{"token", "--data", dir, "--node", "web-1", "--ttl", "100ms"}, "at least 1s"},
-		{[]string{"token", "--data", dir, "--node", "web-1", "--role", "king"}, "--role"},
+		{[]string{"token", "--data", dir, "--node", "web-1", "--role", "king"}, `--role: must be "worker" or "control"`},
 		{[]string{"token", "--data", dir, "--node", "web-1", "--label", "novalue"}, "key=value"},
 		{[]string{"declare", "--data", dir, "--file", "x.json"}, "say which nodes"},
 		{[]string{"declare", "--data", dir, "--node", "web-1"}, "--file is required"},
