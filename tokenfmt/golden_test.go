@@ -206,6 +206,12 @@ func goldenCases() []goldenCase {
 		bad("not_token_version_too_many_digits", "mesh0001"+tok[5:], "not_token"),
 		bad("not_token_other_product", "soli2_soli-prod_203.0.113.7:7300_"+base.pin+"_rk-02_worker_"+base.expiry+"_"+base.secret+"_00000000", "not_token"),
 		bad("not_token_prefix_inside", "token: "+tok, "not_token"),
+		// A whole token with what was copied around it: refused, as not canonical.
+		bad("not_token_double_quoted", `"`+tok+`"`, "not_token"),
+		bad("not_token_backticks", "`"+tok+"`", "not_token"),
+		bad("not_token_env_assignment", "MESH_TOKEN="+tok, "not_token"),
+		bad("not_token_after_prompt_line", "root@web-1:~# cat token.txt\n"+tok, "not_token"),
+		bad("not_token_zero_width_space", "\u200b"+tok, "not_token"),
 		bad("truncated_prefix_mes", "mes", "truncated"),
 		bad("truncated_prefix_mesh1", "mesh1", "truncated"),
 
@@ -230,6 +236,7 @@ func goldenCases() []goldenCase {
 		bad("malformed_crc_short_non_hex", body+"_12x", "malformed:crc"),
 		bad("malformed_crc_text_after_token", tok+"_and-more", "malformed:crc"),
 		bad("malformed_crc_text_after_space", tok+" (worker)", "malformed:crc"),
+		bad("malformed_crc_line_break_inside", body+"_"+crc[:4]+"\n"+crc[4:], "malformed:crc"),
 		bad("checksum_altered_secret_char", tok[:secretStart+10]+flip(tok[secretStart+10])+tok[secretStart+11:], "checksum"),
 		bad("checksum_altered_node", strings.Replace(tok, "_web-1_", "_web-2_", 1), "checksum"),
 		bad("checksum_altered_role", strings.Replace(tok, "_worker_", "_control_", 1), "checksum"),
@@ -509,5 +516,36 @@ func TestGoldenMint(t *testing.T) {
 		if got := tok.Encode(); got != c.Token {
 			t.Errorf("%s: Mint+Encode\n got %s\nwant %s", name, got, c.Token)
 		}
+	}
+}
+
+// TestTheDocumentedRoundTrip: docs/token-format.md states what Encode(Parse(x))
+// gives back, and what step 1 of parsing removes. It said strings.TrimSpace(x),
+// and whitespace only, while Trim drops a leading byte order mark too: for a token
+// saved by an editor that writes one, the stated identity was false.
+func TestTheDocumentedRoundTrip(t *testing.T) {
+	doc, err := os.ReadFile("../docs/token-format.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(doc)
+	if !strings.Contains(text, "`Encode(Parse(x)) == Trim(x)`") || strings.Contains(text, "`Encode(Parse(x)) == strings.TrimSpace(x)`") {
+		t.Error("docs/token-format.md does not state Encode(Parse(x)) == Trim(x)")
+	}
+	_, parsing, _ := strings.Cut(text, "\n## Parsing, in order\n")
+	_, step1, _ := strings.Cut(parsing, "\n| 1 | ")
+	step1, _, _ = strings.Cut(step1, "\n")
+	if !strings.Contains(step1, "byte order mark (U+FEFF)") {
+		t.Errorf("step 1 of parsing in docs/token-format.md does not say a byte order mark is removed: %q", step1)
+	}
+
+	tok := mustMint(t, testOptions(t))
+	x := "\uFEFF" + tok.Encode() + "\r\n"
+	got, err := Parse(x, tok.Expiry.Add(-time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Encode() != Trim(x) || got.Encode() == strings.TrimSpace(x) {
+		t.Errorf("Encode(Parse(x)) = %q, Trim(x) = %q, strings.TrimSpace(x) = %q: the documented identity does not hold as stated", got.Encode(), Trim(x), strings.TrimSpace(x))
 	}
 }

@@ -54,7 +54,7 @@ func Parse(s string, now time.Time) (Token, error) {
 	}
 	version, ok := readVersion(s)
 	if !ok {
-		return Token{}, ErrNotToken
+		return Token{}, notToken(s, head)
 	}
 	if version != Version {
 		return Token{}, &VersionError{Got: version}
@@ -69,19 +69,8 @@ func Parse(s string, now time.Time) (Token, error) {
 		return Token{}, &FieldError{Field: fieldCRC, Reason: fmt.Sprintf("the token has %d fields separated by '_' where %d are expected: there is text after the checksum, or an extra '_'; copy only the token line", len(parts), numFields)}
 	}
 
-	crc := parts[9]
-	if len(crc) < 8 && isLowerHex(crc) {
-		return Token{}, detail(ErrTruncated, "the token is truncated: the checksum at its end has %d of 8 digits; copy the whole line again", len(crc))
-	}
-	if len(crc) != 8 || !isLowerHex(crc) {
-		return Token{}, &FieldError{Field: fieldCRC, Reason: "the checksum must be 8 lowercase hex digits; copy only the token line"}
-	}
-	body := s[:len(s)-len(crc)-1]
-	if checksum(body) != crc {
-		if strings.ContainsFunc(body, unicode.IsSpace) {
-			return Token{}, detail(ErrChecksum, "the token's checksum does not match and the token contains a space or line break: it was split when copied; paste it as one line")
-		}
-		return Token{}, ErrChecksum
+	if err := checkCRC(s, parts[9]); err != nil {
+		return Token{}, err
 	}
 
 	t, err := parseFields(parts)
@@ -94,6 +83,75 @@ func Parse(s string, now time.Time) (Token, error) {
 		return t, &ExpiredError{Expiry: t.Expiry, Now: now}
 	}
 	return t, nil
+}
+
+// checkCRC checks the checksum field crc, the last of s, against everything before it.
+func checkCRC(s, crc string) error {
+	if splitCRC(crc) {
+		return &FieldError{Field: fieldCRC, Reason: "the checksum has a space or line break inside: the token was split when copied; paste it as one line"}
+	}
+	if len(crc) < 8 && isLowerHex(crc) {
+		return detail(ErrTruncated, "the token is truncated: the checksum at its end has %d of 8 digits; copy the whole line again", len(crc))
+	}
+	if len(crc) != 8 || !isLowerHex(crc) {
+		return &FieldError{Field: fieldCRC, Reason: "the checksum must be 8 lowercase hex digits; copy only the token line"}
+	}
+	body := s[:len(s)-len(crc)-1]
+	if checksum(body) != crc {
+		if strings.ContainsFunc(body, unicode.IsSpace) {
+			return detail(ErrChecksum, "the token's checksum does not match and the token contains a space or line break: it was split when copied; paste it as one line")
+		}
+		return ErrChecksum
+	}
+	return nil
+}
+
+// splitCRC reports whether the checksum field crc has white space inside and is
+// otherwise up to 8 lowercase hex digits: a line break that a terminal or a mail
+// client put in the token's last characters, which deserves the advice a break in
+// any other field gets, not "copy only the token line" (text after the token).
+func splitCRC(crc string) bool {
+	if !strings.ContainsFunc(crc, unicode.IsSpace) {
+		return false
+	}
+	joined := strings.Join(strings.Fields(crc), "")
+	return joined != "" && len(joined) <= 8 && isLowerHex(joined)
+}
+
+// notToken is ErrNotToken for s, which does not start with head. When head comes
+// later in s, a whole token may have been pasted with what was around it (quotes or
+// backticks, MESH_TOKEN=, a shell prompt's line, a zero-width space copied from a
+// web page), which "a token starts with mesh1_" does not explain: the person sees
+// a token that starts so. It is still refused (a token has one way of being
+// written, and cutting it out of the text around it would be a guess), but the
+// message says how many characters come first, and how many of them cannot be seen.
+// Nothing of s is quoted: it may hold the secret.
+func notToken(s, head string) error {
+	i := strings.Index(s, head)
+	if i <= 0 {
+		return ErrNotToken
+	}
+	n, hidden := 0, 0
+	for _, r := range s[:i] {
+		n++
+		if !unicode.IsGraphic(r) && !unicode.IsSpace(r) {
+			hidden++
+		}
+	}
+	var what string
+	switch {
+	case n == 1 && hidden == 1:
+		what = "1 invisible character comes"
+	case n == 1:
+		what = "1 character comes"
+	case hidden == n:
+		what = fmt.Sprintf("%d invisible characters come", n)
+	case hidden > 0:
+		what = fmt.Sprintf("%d characters, %d of them invisible, come", n, hidden)
+	default:
+		what = fmt.Sprintf("%d characters come", n)
+	}
+	return detail(ErrNotToken, "this is not a mesh join token as given: %s before %s, where a token starts; paste the token alone, without what was copied with it (a quote, a shell prompt, MESH_TOKEN=, an invisible character)", what, head)
 }
 
 // readVersion reads "mesh<digits>_" at the start of s.

@@ -413,6 +413,18 @@ func TestParseMessages(t *testing.T) {
 		{"checksum with line break", text[:40] + "\r\n" + text[40:], ErrChecksum, []string{"one line"}},
 		{"too long", strings.Repeat("a", MaxEncodedLen+1), ErrTooLong, []string{"4097", "4096"}},
 		{"not a token", "ssh-ed25519 AAAA", ErrNotToken, []string{"mesh1_"}},
+		// A whole token with what was copied around it is still refused, but said
+		// to be one: "a token starts with mesh1_" was all it said.
+		{"in double quotes", `"` + text + `"`, ErrNotToken, []string{"1 character comes before mesh1_", "paste the token alone"}},
+		{"in backticks", "`" + text + "`", ErrNotToken, []string{"1 character comes before mesh1_", "paste the token alone"}},
+		{"after MESH_TOKEN=", "MESH_TOKEN=" + text, ErrNotToken, []string{"11 characters come before mesh1_"}},
+		{"after a shell prompt", "root@web-1:~# cat token.txt\n" + text, ErrNotToken, []string{"28 characters come before mesh1_", "a shell prompt"}},
+		{"after a zero-width space", "\u200b" + text, ErrNotToken, []string{"1 invisible character comes before mesh1_", "an invisible character"}},
+		{"after text and zero-width spaces", "x\u200b\u200b" + text, ErrNotToken, []string{"3 characters, 2 of them invisible, come before mesh1_"}},
+		// A line break in the checksum is the same split, not text after the token.
+		{"split in the crc", text[:len(text)-3] + "\r\n" + text[len(text)-3:], ErrMalformed, []string{"crc", "split when copied; paste it as one line"}},
+		{"split after the last '_'", text[:len(text)-8] + "\n" + text[len(text)-8:], ErrMalformed, []string{"crc", "split when copied; paste it as one line"}},
+		{"text after the token", text + " (worker)", ErrMalformed, []string{"crc", "copy only the token line"}},
 		{"extra field", text + "_x", ErrMalformed, []string{"crc", "11 fields"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -596,7 +596,7 @@ func expiryText(exp, now time.Time) string {
 // dialEnrolment connects to the first broker that completes a pinned handshake,
 // presenting the token's secret and the node key kp.
 func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub string) (*nats.Conn, string, error) {
-	var errs []string
+	var errs []brokerFault
 	substituted, refused := 0, 0
 	var clockErr *pintls.ClockError
 	for _, b := range r.tok.Brokers {
@@ -633,11 +633,11 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 				clockErr = ce
 			}
 			r.step("connect", "%s: REFUSED: the certificate chains to the pinned CA but is not valid at this machine's time (%s); nothing was sent", addr, r.o.Now().UTC().Format(time.RFC3339))
-			errs = append(errs, addr+": not valid at this machine's time")
+			errs = append(errs, brokerFault{addr, "not valid at this machine's time"})
 		case link.IsSubstituted(err):
 			substituted++
 			r.step("connect", "%s: REFUSED: the certificate does not chain to the pinned CA; nothing was sent", addr)
-			errs = append(errs, addr+": certificate does not chain to the pinned CA")
+			errs = append(errs, brokerFault{addr, "certificate does not chain to the pinned CA"})
 		case link.IsAuthRefused(err):
 			// The pin was checked, so this is the mesh itself refusing the login
 			// before admitting the connection (a used or expired token is admitted
@@ -645,10 +645,10 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 			// control node may have room where this one had none.
 			refused++
 			r.step("connect", "%s: the mesh refused the login", addr)
-			errs = append(errs, addr+": login refused")
+			errs = append(errs, brokerFault{addr, "login refused"})
 		default:
 			r.step("connect", "%s: unreachable (%v)", addr, err)
-			errs = append(errs, addr+": "+err.Error())
+			errs = append(errs, brokerFault{addr, err.Error()})
 		}
 	}
 	if refused > 0 {
@@ -656,30 +656,62 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 		// some pass within a minute, others never do. Calling it token_unknown
 		// ("ask for a new token", exit 3) sent people after a new token when
 		// waiting a minute would have done.
-		return nil, "", &RefusedError{Code: CodeLoginRefused, Message: "the mesh's broker refused the enrolment's login without saying why; the token was not spent and nothing was saved but the pending key, kept for a run with the same token. " +
-			"It refuses while too many connections used this token in the last 30 seconds or this address made too many failed attempts in the last minute, and while no control node reached has room for another host (their logs say so): " +
-			"for these, wait a minute and run enrol again with the same token. " +
-			"It refuses for good a token this mesh never minted (or one that expired more than a day ago, or minted by a meshctl older than the control plane's), a node key that was revoked, " +
+		// The next step comes first: the causes are many, most pass within a
+		// minute, and at the end of a long line the step was read last if at all.
+		return nil, "", &RefusedError{Code: CodeLoginRefused, Message: "the mesh's broker refused the enrolment's login without saying why. " +
+			"Next: wait a minute and run enrol again with the same token (it was not spent, and nothing was saved but the pending key, kept for that run); " +
+			"if it is refused again, ask the operator whether the token is pending (meshctl token list) and for a new one, and which version the control plane runs (meshctl control status, VERSION). " +
+			"Why it refuses for a minute: too many connections used this token in the last 30 seconds, this address made too many failed attempts in the last minute, " +
+			"or no control node reached has room for another host (their logs say so). " +
+			"Why it refuses for good: a token this mesh never minted (or one that expired more than a day ago, or minted by a meshctl older than the control plane's), a node key that was revoked, " +
 			"a login relayed by something on the path that holds a certificate of the mesh (a removed control node; the secret was not sent), " +
-			"and every login of this meshhost where the control plane runs a meshctl older than the proof this meshhost sends (upgrade the control plane before the agents, docs/operations.md, \"Upgrading\": a new token from it is refused the same way): " +
-			"if a run a minute later is refused again, ask the operator whether the token is pending (meshctl token list) and for a new one, and which version the control plane runs (meshctl control status, VERSION)"}
+			"or every login of this meshhost where the control plane runs a meshctl older than the proof this meshhost sends (upgrade the control plane before the agents, docs/operations.md, \"Upgrading\": a new token from it is refused the same way)"}
 	}
 	if clockErr != nil && substituted == 0 {
 		// A broker that is the mesh by its chain but was refused for this
 		// machine's clock: the clock is what to fix, whatever the others did.
-		return nil, "", fmt.Errorf("%w; run enrol again with the same token once the clock is right (%s)", clockErr, strings.Join(errs, "; "))
+		return nil, "", fmt.Errorf("%w; run enrol again with the same token once the clock is right (%s)", clockErr, byReason(errs))
 	}
 	if substituted > 0 && substituted == len(r.tok.Brokers) {
-		return nil, "", fmt.Errorf("%w; retrying will not help (%s)", ErrSubstituted, strings.Join(errs, "; "))
+		return nil, "", fmt.Errorf("%w; retrying will not help (%s)", ErrSubstituted, byReason(errs))
 	}
 	if substituted > 0 {
-		return nil, "", fmt.Errorf("%w; and at least one address answered with another CA: %s", ErrUnreachable, strings.Join(errs, "; "))
+		return nil, "", fmt.Errorf("%w; and at least one address answered with another CA: %s", ErrUnreachable, byReason(errs))
 	}
 	// The token names the control nodes as they were when it was minted: one lost for
 	// good since (the bootstrap machine, say) is never reached, and only a token
 	// minted on a control node that runs names the others.
 	return nil, "", fmt.Errorf("%w (%s); retrying may help once the network or the control plane is back. "+
-		"If the control nodes the token names are gone for good, mint a new token on a control node that runs (meshctl token there)", ErrUnreachable, strings.Join(errs, "; "))
+		"If the control nodes the token names are gone for good, mint a new token on a control node that runs (meshctl token there)", ErrUnreachable, byReason(errs))
+}
+
+// brokerFault is why the broker at addr did not take the enrolment.
+type brokerFault struct{ addr, reason string }
+
+// byReason says faults with the brokers that share a reason together, "3 brokers
+// (a, b, c): reason", in the order each reason first came, and one broker's as
+// "a: reason". A token names up to 16 brokers, which mostly fail alike (the
+// network down, a handshake timing out): said one by one, the final error repeated
+// the same reason of some 250 characters 16 times, and a different one among them
+// was lost in it.
+func byReason(faults []brokerFault) string {
+	var order []string
+	addrs := map[string][]string{}
+	for _, f := range faults {
+		if _, seen := addrs[f.reason]; !seen {
+			order = append(order, f.reason)
+		}
+		addrs[f.reason] = append(addrs[f.reason], f.addr)
+	}
+	parts := make([]string, 0, len(order))
+	for _, reason := range order {
+		if a := addrs[reason]; len(a) == 1 {
+			parts = append(parts, a[0]+": "+reason)
+		} else {
+			parts = append(parts, fmt.Sprintf("%d brokers (%s): %s", len(a), strings.Join(a, ", "), reason))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // nodeKey returns the pending key of an unfinished enrolment with this token, or a

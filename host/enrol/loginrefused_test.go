@@ -94,3 +94,42 @@ func TestARefusedLoginIsNotCalledAnUnknownToken(t *testing.T) {
 		t.Errorf("after a second refused login the key is gone: %v", err)
 	}
 }
+
+// TestARefusedLoginLeadsWithTheNextStep: the refusal says what to do before why it
+// may have happened, and keeps every cause. It was one line of some 1,300
+// characters, the causes first and the next step (and meshctl token list) at its
+// very end.
+func TestARefusedLoginLeadsWithTheNextStep(t *testing.T) {
+	tok := refusingBroker(t)
+	o := Options{StateDir: filepath.Join(t.TempDir(), "state"), Token: tok, Out: &strings.Builder{}, DialTimeout: 5 * time.Second, RequestTimeout: 5 * time.Second}
+	_, err := Enrol(context.Background(), o)
+	var re *RefusedError
+	if !errors.As(err, &re) || re.Code != CodeLoginRefused {
+		t.Fatalf("got %v, want the refusal %s", err, CodeLoginRefused)
+	}
+	msg := err.Error()
+	first := len(msg)
+	for _, cause := range []string{
+		"too many connections used this token in the last 30 seconds",
+		"this address made too many failed attempts in the last minute",
+		"no control node reached has room for another host",
+		"a token this mesh never minted",
+		"expired more than a day ago",
+		"minted by a meshctl older than the control plane's",
+		"a node key that was revoked",
+		"a login relayed by something on the path that holds a certificate of the mesh",
+		"a meshctl older than the proof this meshhost sends",
+	} {
+		i := strings.Index(msg, cause)
+		if i < 0 {
+			t.Errorf("the refusal no longer names the cause %q:\n%s", cause, msg)
+			continue
+		}
+		first = min(first, i)
+	}
+	for _, step := range []string{"wait a minute and run enrol again with the same token", "refused again", "meshctl token list", "for a new one"} {
+		if i := strings.Index(msg, step); i < 0 || i > first || i > 400 {
+			t.Errorf("the next step %q is not said before the causes, within the first 400 characters (at %d, the first cause at %d):\n%s", step, i, first, msg)
+		}
+	}
+}

@@ -70,9 +70,24 @@ func what(pending bool) string {
 type NotEnrolledError struct {
 	Path    string // the identity file that is not there
 	Pending bool   // an enrolment was started in the directory and did not finish
+	// NoDir: the state directory itself does not exist. A machine that never
+	// enrolled, or a directory moved or removed under the agent that ran with it
+	// (whose socket and lock went with it, so nothing is there to ask).
+	NoDir bool
 }
 
 func (e *NotEnrolledError) Error() string {
+	if e.NoDir {
+		// "Enrol it first" alone is wrong advice for a machine whose directory
+		// went away under a running agent: the node is enrolled, and its key is
+		// in the directory, wherever it is now.
+		dir := filepath.Dir(e.Path)
+		return fmt.Sprintf("the state directory %s does not exist (so neither does %s): this machine has not enrolled, or the directory was moved or removed. "+
+			"If an agent ran with this directory, move it back (a running agent takes it up again at its next heartbeat), or restore it from a backup and restart the agent "+
+			"(docs/operations.md, \"A host fixed by hand\"). If this machine never enrolled (or --state is mistyped), enrol it with the token an operator minted for it (meshctl token): "+
+			"meshhost enrol --state %s < token.txt",
+			dir, e.Path, dir)
+	}
 	if e.Pending {
 		// Whether the same token can finish it depends on how its last attempt
 		// ended, which meshhost enrol said and no file records: both courses are

@@ -282,7 +282,8 @@ func (id Identity) MarshalJSON() ([]byte, error) {
 
 // Load reads the identity in stateDir. Its errors tell apart:
 //   - absent: *NotEnrolledError (ErrNotEnrolled), the ordinary state of a machine
-//     that has not enrolled, whose text names the enrolment to run;
+//     that has not enrolled, whose text names the enrolment to run (and, when the
+//     state directory itself is missing, NoDir, how to put back one moved away);
 //   - unreadable: *UnreadableError (ErrUnreadable), wrapping the OS error;
 //   - truncated: *TruncatedError (ErrTruncated), empty or cut short;
 //   - corrupt: *CorruptError (ErrCorrupt), readable but not a valid identity.
@@ -315,7 +316,8 @@ func loadKeyPair(path string, read readFunc) (Identity, *KeyPair, error) {
 	if err := decodeFile(path, read, MaxFileSize, FormatVersion, false, &f, &f.Format); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			_, perr := os.Lstat(PendingPath(filepath.Dir(path)))
-			return Identity{}, nil, &NotEnrolledError{Path: path, Pending: perr == nil}
+			_, derr := os.Lstat(filepath.Dir(path))
+			return Identity{}, nil, &NotEnrolledError{Path: path, Pending: perr == nil, NoDir: errors.Is(derr, fs.ErrNotExist)}
 		}
 		return Identity{}, nil, err
 	}

@@ -28,7 +28,7 @@ var ErrRootParentMissing = errors.New("statedir: the managed root's parent does 
 // Mode is what is at Root (links followed) when it is not a directory, Link saying
 // Root itself is a symbolic link; Target is where Root, a symbolic link, points
 // when nothing is there; Part is a file on Root's path; Missing is Root's parent,
-// which does not exist. It matches ErrRootParentMissing when Missing is set, and
+// which does not exist, as an absolute path. It matches ErrRootParentMissing when Missing is set, and
 // ErrRootUnusable otherwise.
 type RootError struct {
 	Root    string
@@ -104,6 +104,12 @@ func PrepareRoot(dir string) error {
 	}
 	parent := filepath.Dir(filepath.Clean(dir))
 	if _, err := os.Stat(parent); errors.Is(err, fs.ErrNotExist) {
+		// Said absolute: the message suggests RequiresMountsFor= with it, which
+		// systemd refuses for a relative path (--root ./nope/managed said
+		// RequiresMountsFor=nope).
+		if abs, err := filepath.Abs(parent); err == nil {
+			parent = abs
+		}
 		return &RootError{Root: dir, Missing: parent}
 	}
 	// Nothing is made where another user could change the way.

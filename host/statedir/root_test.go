@@ -114,3 +114,20 @@ func TestPrepareRootWithoutItsParent(t *testing.T) {
 		t.Errorf("the missing root's parent was made: %v", err)
 	}
 }
+
+// TestARelativeRootsMissingParentIsSaidAbsolute: --root ./nope/managed, its parent
+// missing, suggests RequiresMountsFor= with the parent's absolute path. It said
+// RequiresMountsFor=nope, a relative path systemd rejects.
+func TestARelativeRootsMissingParentIsSaidAbsolute(t *testing.T) {
+	base := t.TempDir()
+	t.Chdir(base)
+	err := PrepareRoot("./nope/managed")
+	var re *RootError
+	if !errors.As(err, &re) || !errors.Is(err, ErrRootParentMissing) {
+		t.Fatalf("%v; want a *RootError for the missing parent", err)
+	}
+	want := filepath.Join(base, "nope")
+	if re.Missing != want || !strings.Contains(err.Error(), "RequiresMountsFor="+want+")") {
+		t.Errorf("Missing %q, %v; want RequiresMountsFor=%s", re.Missing, err, want)
+	}
+}

@@ -79,13 +79,13 @@ func checkHead(s string) error {
 		return &wrapped{cause: ErrTruncated, msg: "the token is truncated: it ends inside its " + strconv.Quote(want) + " prefix; copy the whole line again"}
 	}
 	if !strings.HasPrefix(s, Prefix) {
-		return ErrNotToken
+		return notToken(s, want)
 	}
 	digits := s[len(Prefix):]
 	end := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' })
 	// One to three digits, no leading zero, then '_'.
 	if end < 1 || end > 3 || digits[end] != '_' || (end > 1 && digits[0] == '0') {
-		return ErrNotToken
+		return notToken(s, want)
 	}
 	v, _ := strconv.Atoi(digits[:end])
 	if v != Version {
@@ -94,8 +94,58 @@ func checkHead(s string) error {
 	return nil
 }
 
+// notToken is ErrNotToken for s, which does not start with head. When head comes
+// later in s, a whole token may have been pasted with what was around it (quotes or
+// backticks, MESH_TOKEN=, a shell prompt's line, a zero-width space copied from a
+// web page), which "a join token starts with mesh1_" does not explain: the person
+// sees a token that starts so. It is still refused (a token has one way of being
+// written, and cutting it out of the text around it would be a guess), but the
+// message says how many characters come first, and how many of them cannot be seen.
+// Nothing of s is quoted: it may hold the secret.
+func notToken(s, head string) error {
+	i := strings.Index(s, head)
+	if i <= 0 {
+		return ErrNotToken
+	}
+	n, hidden := 0, 0
+	for _, r := range s[:i] {
+		n++
+		if !unicode.IsGraphic(r) && !unicode.IsSpace(r) {
+			hidden++
+		}
+	}
+	what := strconv.Itoa(n) + " characters come"
+	switch {
+	case n == 1 && hidden == 1:
+		what = "1 invisible character comes"
+	case n == 1:
+		what = "1 character comes"
+	case hidden == n:
+		what = strconv.Itoa(n) + " invisible characters come"
+	case hidden > 0:
+		what = strconv.Itoa(n) + " characters, " + strconv.Itoa(hidden) + " of them invisible, come"
+	}
+	return &wrapped{cause: ErrNotToken, msg: "this is not a mesh join token as given: " + what + " before " + head +
+		", where a join token starts; paste the token alone, without what was copied with it (a quote, a shell prompt, MESH_TOKEN=, an invisible character)"}
+}
+
+// splitCRC reports whether the checksum field crc has white space inside and is
+// otherwise up to 8 lowercase hex digits: a line break that a terminal or a mail
+// client put in the token's last characters, which deserves the advice a break in
+// any other field gets, not "paste only the token line" (text after the token).
+func splitCRC(crc string) bool {
+	if !strings.ContainsFunc(crc, unicode.IsSpace) {
+		return false
+	}
+	joined := strings.Join(strings.Fields(crc), "")
+	return len(joined) > 0 && len(joined) <= 8 && allLowerHex(joined)
+}
+
 // checkCRC checks the last field against the CRC-32C of everything before it.
 func checkCRC(s, crc string) error {
+	if splitCRC(crc) {
+		return &FieldError{Field: fieldName(iCRC), Reason: "the checksum has a space or line break inside: the token was split when copied; paste it as one line"}
+	}
 	if len(crc) < 8 && allLowerHex(crc) {
 		return &wrapped{cause: ErrTruncated, msg: "the token is truncated: its checksum has " + strconv.Itoa(len(crc)) + " of 8 digits; copy the whole line again"}
 	}

@@ -92,6 +92,19 @@ func TestParseErrors(t *testing.T) {
 		{"only separators", "mesh1_" + strings.Repeat("_", 3000), "malformed:crc", nil},
 		{"changed char", strings.Replace(good, "web-1", "web-7", 1), "checksum", []string{"altered or mis-copied"}},
 		{"split line", good[:50] + "\n" + good[50:], "checksum", []string{"one line"}},
+		// A line break in the checksum is the same split, not text after the token.
+		{"split in the crc", body + "_" + good[len(good)-8:len(good)-3] + "\r\n" + good[len(good)-3:], "malformed:crc", []string{"split when copied; paste it as one line"}},
+		{"split after the last '_'", body + "_\n" + good[len(good)-8:], "malformed:crc", []string{"split when copied; paste it as one line"}},
+		{"text after the token", good + " (worker)", "malformed:crc", []string{"paste only the token line"}},
+		// A whole token with what was copied around it is still refused, but said
+		// to be one: "a join token starts with mesh1_" was all it said.
+		{"in double quotes", `"` + good + `"`, "not_token", []string{"1 character comes before mesh1_", "paste the token alone"}},
+		{"in backticks", "`" + good + "`", "not_token", []string{"1 character comes before mesh1_", "paste the token alone"}},
+		{"after MESH_TOKEN=", "MESH_TOKEN=" + good, "not_token", []string{"11 characters come before mesh1_"}},
+		{"after a shell prompt", "root@web-1:~# cat token.txt\n" + good, "not_token", []string{"28 characters come before mesh1_", "a shell prompt"}},
+		{"after a zero-width space", "\u200b" + good, "not_token", []string{"1 invisible character comes before mesh1_", "an invisible character"}},
+		{"after text and zero-width spaces", "x\u200b\u200b" + good, "not_token", []string{"3 characters, 2 of them invisible, come before mesh1_"}},
+		{"a command line naming a token", "meshhost enrol " + good, "not_token", []string{"15 characters come before mesh1_"}},
 		{"bad mesh", with(1, "a..b"), "malformed:mesh", []string{"position 2", "meshctl token"}},
 		{"comma flood", with(2, strings.Repeat(",", 2000)), "malformed:brokers", []string{"2001 broker addresses"}},
 		{"host name", with(2, "localhost:7300"), "malformed:brokers", []string{"host names"}},

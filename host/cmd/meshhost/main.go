@@ -356,6 +356,7 @@ func exitCodes(name string) string {
 `
 	case "version":
 		return `  0  printed
+  1  the output could not be written (a full disk under meshhost version > F)
   2  usage: an argument other than --json
 `
 	}
@@ -1092,7 +1093,11 @@ func cmdVersion(args []string, cio *cliIO) error {
 	if *asJSON {
 		enc := json.NewEncoder(cio.stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(v)
+		// v always encodes: an error is the output's, which run says as it does
+		// for the text form ("the output could not be written"), where returned
+		// here it was the bare "no space left on device".
+		_ = enc.Encode(v)
+		return nil
 	}
 	fmt.Fprintln(cio.stdout, v)
 	return nil

@@ -1,0 +1,88 @@
+package enrol
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// tokenFor is a worker token, valid for half an hour, naming brokers (ip:port) in
+// that order; its pin is of no CA, which matters only to a broker that answers.
+func tokenFor(brokers []string) string {
+	signed := fmt.Sprintf("mesh1_demo_%s_%s_%s_web-1_worker_%d_%s", strings.Join(brokers, ","), strings.Repeat("ab", 32), strings.Repeat("cd", 32),
+		time.Now().Add(30*time.Minute).Unix(), strings.Repeat("ef", 32))
+	return fmt.Sprintf("%s_%08x", signed, crc32.Checksum([]byte(signed), crc32.MakeTable(crc32.Castagnoli)))
+}
+
+// closedAddresses returns n loopback addresses nothing listens on.
+func closedAddresses(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, l.Addr().String())
+		l.Close()
+	}
+	return out
+}
+
+// TestUnreachableBrokersAreSaidOncePerReason: a token whose 16 brokers all fail
+// alike says the reason once, with the 16 addresses, and a broker that failed
+// otherwise apart, with its own reason. The final error repeated the same reason
+// for each broker, 16 times over.
+func TestUnreachableBrokersAreSaidOncePerReason(t *testing.T) {
+	t.Run("alike", func(t *testing.T) {
+		brokers := closedAddresses(t, 16)
+		_, err := Enrol(context.Background(), Options{StateDir: filepath.Join(t.TempDir(), "state"), Token: tokenFor(brokers), DialTimeout: 2 * time.Second})
+		if !errors.Is(err, ErrUnreachable) {
+			t.Fatalf("got %v, want ErrUnreachable", err)
+		}
+		msg := err.Error()
+		group := "16 brokers (" + strings.Join(brokers, ", ") + "): "
+		i := strings.Index(msg, group)
+		if i < 0 {
+			t.Fatalf("the error does not say the 16 brokers together:\n%s", msg)
+		}
+		reason, _, _ := strings.Cut(msg[i+len(group):], ")")
+		if reason == "" || strings.Count(msg, reason) != 1 {
+			t.Errorf("the reason %q is not said once:\n%s", reason, msg)
+		}
+	})
+	t.Run("apart", func(t *testing.T) {
+		// A broker whose address takes the connection and never answers the TLS
+		// handshake fails for another reason than those nothing listens on.
+		silent, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { silent.Close() })
+		go func() {
+			for {
+				c, err := silent.Accept()
+				if err != nil {
+					return
+				}
+				t.Cleanup(func() { c.Close() })
+			}
+		}()
+		closed := closedAddresses(t, 3)
+		brokers := append([]string{closed[0], silent.Addr().String()}, closed[1:]...)
+		_, err = Enrol(context.Background(), Options{StateDir: filepath.Join(t.TempDir(), "state"), Token: tokenFor(brokers), DialTimeout: 300 * time.Millisecond})
+		if !errors.Is(err, ErrUnreachable) {
+			t.Fatalf("got %v, want ErrUnreachable", err)
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, "3 brokers ("+strings.Join(closed, ", ")+"): ") || !strings.Contains(msg, "; "+silent.Addr().String()+": ") {
+			t.Errorf("the brokers are not said by reason, the silent one apart:\n%s", msg)
+		}
+	})
+}
