@@ -68,7 +68,7 @@ make their own id (openssl rand -hex 16) and give it to every attempt.`,
 			fs.Var(&wait, "wait", "wait until the nodes applied it: --wait (2m), --wait 30s or --wait=30s (1s to 1h); exits 5 naming the nodes that failed or did not answer")
 			fs.Lookup("wait").NoOptDefVal = defaultWait.String()
 			_ = c.RegisterFlagCompletionFunc("node", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
-				return cp.nodeNames(false), cobra.ShellCompDirectiveNoFileComp
+				return cp.nodeNames(nodesNotRevoked), cobra.ShellCompDirectiveNoFileComp
 			})
 			_ = c.RegisterFlagCompletionFunc("role", cobra.FixedCompletions([]cobra.Completion{"worker"}, cobra.ShellCompDirectiveNoFileComp))
 			return func(args []string) error {

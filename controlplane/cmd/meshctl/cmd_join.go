@@ -296,7 +296,7 @@ a --certificate that is missing, damaged or of another mesh. See docs/operations
 					if args[0] == renewSub {
 						return nil, cobra.ShellCompDirectiveNoFileComp
 					}
-					return cp.nodeNames(true), cobra.ShellCompDirectiveNoFileComp
+					return cp.nodeNames(controlNodes), cobra.ShellCompDirectiveNoFileComp
 				}
 				return nil, cobra.ShellCompDirectiveNoFileComp
 			}

@@ -52,7 +52,7 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 				c.Flags().BoolVar(&summaryOnly, "summary", false, "print the summary and the verdict, not a row for each node (a fleet's thousands); the exit code is the same")
 			}
 			sel.register(c)
-			c.ValidArgsFunction = cp.completeNodes(0)
+			c.ValidArgsFunction = cp.completeNodes(0, everyNode)
 			return func(args []string) error {
 				if len(args) > 0 && sel.active() {
 					return usagef("name the nodes, or select them with --role, --label and --state, not both")

@@ -34,7 +34,7 @@ is refused (exit 4, key_mismatch) and revokes nothing.`,
 			cp.register(c, cio)
 			c.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 			c.Flags().StringVar(&key, "key", "", "revoke the node only if it holds this key (its public_key): not a machine enrolled under the id since")
-			c.ValidArgsFunction = cp.completeNodes(0)
+			c.ValidArgsFunction = cp.completeNodes(0, nodesNotRevoked)
 			return func(args []string) error {
 				if len(args) == 0 {
 					return usagef("name the node(s) to revoke")
@@ -141,7 +141,7 @@ func labelCommand() command {
 			c.Flags().BoolVar(&asJSON, "json", false, "print the node as JSON")
 			c.ValidArgsFunction = func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
 				if len(args) == 0 {
-					return cp.completeNodes(1)(cmd, args, toComplete)
+					return cp.completeNodes(1, nodesNotRevoked)(cmd, args, toComplete)
 				}
 				return nil, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
 			}

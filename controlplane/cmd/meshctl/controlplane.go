@@ -252,9 +252,9 @@ func (f *controlPlaneFlags) completionClient() (*operator.Client, error) {
 // fails silently (no candidates) when the control plane cannot answer at once. The
 // whole of it is bounded by completionTimeout: the dial's timeout is each broker's,
 // and a tab hung 4 s a broker that accepts and never answers (a walkthrough).
-func (f *controlPlaneFlags) nodeNames(control bool) []string {
+func (f *controlPlaneFlags) nodeNames(which nodeChoice) []string {
 	done := make(chan []string, 1)
-	go func() { done <- f.nodeNamesNow(control) }()
+	go func() { done <- f.nodeNamesNow(which) }()
 	t := time.NewTimer(completionTimeout)
 	defer t.Stop()
 	select {
@@ -265,8 +265,22 @@ func (f *controlPlaneFlags) nodeNames(control bool) []string {
 	}
 }
 
+// nodeChoice is which nodes a completion offers.
+type nodeChoice int
+
+const (
+	// everyNode: the hosts, revoked ones too (nodes, status: a revoked node's
+	// record is worth reading).
+	everyNode nodeChoice = iota
+	// nodesNotRevoked: the hosts a change can still reach (label, declare, revoke:
+	// a revoked node offered there was refused, a docs walkthrough).
+	nodesNotRevoked
+	// controlNodes: the control nodes.
+	controlNodes
+)
+
 // nodeNamesNow is nodeNames without its bound.
-func (f *controlPlaneFlags) nodeNamesNow(control bool) []string {
+func (f *controlPlaneFlags) nodeNamesNow(which nodeChoice) []string {
 	c, err := f.completionClient()
 	if err != nil {
 		return nil
@@ -276,26 +290,35 @@ func (f *controlPlaneFlags) nodeNamesNow(control bool) []string {
 	if err != nil {
 		return nil
 	}
+	return nodeCompletions(res, which)
+}
+
+// nodeCompletions are the candidates of which in res, each host's with its role
+// and state.
+func nodeCompletions(res api.NodesResult, which nodeChoice) []string {
 	var names []string
-	if control {
+	if which == controlNodes {
 		for _, n := range res.Control {
 			names = append(names, n.ID)
 		}
 		return names
 	}
 	for _, n := range res.Nodes {
+		if which == nodesNotRevoked && n.State == api.StateRevoked {
+			continue
+		}
 		names = append(names, n.ID+"\t"+n.Role+", "+n.State)
 	}
 	return names
 }
 
-// completeNodes completes positional arguments with node ids, at most max of them
-// (0: any number).
-func (f *controlPlaneFlags) completeNodes(max int) cobra.CompletionFunc {
+// completeNodes completes positional arguments with the ids of which nodes, at most
+// max of them (0: any number).
+func (f *controlPlaneFlags) completeNodes(max int, which nodeChoice) cobra.CompletionFunc {
 	return func(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		if max > 0 && len(args) >= max {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		return f.nodeNames(false), cobra.ShellCompDirectiveNoFileComp
+		return f.nodeNames(which), cobra.ShellCompDirectiveNoFileComp
 	}
 }

@@ -116,3 +116,22 @@ func TestAReplaceWithJSONStillWarnsOfLostLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestChangesCompleteNodesNotRevoked: label, declare --node and revoke offered
+// revoked nodes, which each refuses (a docs walkthrough); nodes and status offer
+// them still, a revoked node's record being worth reading.
+func TestChangesCompleteNodesNotRevoked(t *testing.T) {
+	res := api.NodesResult{
+		Nodes:   []api.NodeView{{ID: "web-1", Role: "worker", State: api.StateRevoked}, {ID: "web-2", Role: "worker", State: "alive"}},
+		Control: []api.ControlView{{ID: "cp-1"}},
+	}
+	for which, want := range map[nodeChoice]string{
+		everyNode:       "web-1\tworker, revoked web-2\tworker, alive",
+		nodesNotRevoked: "web-2\tworker, alive",
+		controlNodes:    "cp-1",
+	} {
+		if got := strings.Join(nodeCompletions(res, which), " "); got != want {
+			t.Errorf("choice %d: %q, want %q", which, got, want)
+		}
+	}
+}
