@@ -197,16 +197,16 @@ func verifyDeclaration(env Envelope, trusted []ed25519.PublicKey, exp Expect) (V
 			GotMesh: d.Mesh, GotNode: d.Node, GotKey: d.NodeKey}
 	}
 
+	digest := d.Body.Digest()
 	if d.KeyringEpoch < exp.KeyringEpoch { // 6
-		return Verified{}, &OldKeyringError{Got: d.KeyringEpoch, Current: exp.KeyringEpoch, Version: d.Version}
+		return Verified{}, &OldKeyringError{Got: d.KeyringEpoch, Current: exp.KeyringEpoch, Version: d.Version, BodyDigest: digest}
 	}
 
-	digest := d.Body.Digest() // 7
-	same := false
+	same := false // 7
 	if exp.HaveApplied {
 		switch {
 		case d.Version < exp.AppliedVersion:
-			return Verified{}, &VersionError{What: "declaration version", Got: d.Version, Current: exp.AppliedVersion}
+			return Verified{}, &VersionError{What: "declaration version", Got: d.Version, Current: exp.AppliedVersion, BodyDigest: digest}
 		case d.Version == exp.AppliedVersion && digest != exp.AppliedBodyDigest:
 			return Verified{}, &ReplayedError{Version: d.Version}
 		case d.Version == exp.AppliedVersion:

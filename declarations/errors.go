@@ -190,6 +190,9 @@ type OldKeyringError struct {
 	// Version is the declaration's: its signature verified, so the node may name it
 	// in what it reports.
 	Version uint64
+	// BodyDigest is the declaration's body's digest: whether it is a copy of one
+	// the node held (a sync's answer overtaken by a push) or another body.
+	BodyDigest [32]byte
 }
 
 func (e *OldKeyringError) Error() string {
@@ -208,6 +211,9 @@ type VersionError struct {
 	// Got is the version or epoch the message carries; Current is the one
 	// the node already applied or accepted.
 	Got, Current uint64
+	// BodyDigest is a declaration's body's digest (zero for a keyring or a
+	// membership): whether it is a copy of one the node held or another body.
+	BodyDigest [32]byte
 }
 
 func (e *VersionError) Error() string {

@@ -238,9 +238,9 @@ type Agent struct {
 	stale bool
 	// received counts the envelopes that arrived on the declaration subject.
 	received uint64
-	// answering is the request of the sync whose answer the envelope in hand is
-	// (tagged with its tag), nil otherwise: what crossedSync judges by.
-	answering *wire.SyncRequest
+	// answering is what the sync whose answer the envelope in hand is (tagged with
+	// its tag) asked, nil otherwise: what crossedSync judges by.
+	answering *syncAsked
 	stats     stats
 }
 
@@ -614,12 +614,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-sy.checkDue():
 			sy.checkArrived()
 		case m := <-a.msgs:
-			a.received++
-			sy.note(m)
-			a.answering = sy.answers(m)
-			err := a.handle(ctx, m.Data)
-			a.answering = nil
-			if err != nil {
+			if err := a.onEnvelope(ctx, m, sy); err != nil {
 				return err
 			}
 			a.report(nc)
@@ -873,7 +868,7 @@ type syncer struct {
 	// it asked.
 	seq   uint64
 	tag   string
-	asked wire.SyncRequest
+	asked syncAsked
 	// base is the envelope count when the sync started, and tagged the count of
 	// envelopes carrying its tag; byTag says the mesh tags them (an older control
 	// plane does not: then every envelope counts). expect is how many must arrive.
@@ -881,6 +876,13 @@ type syncer struct {
 	byTag        bool
 	expect       uint64
 	check        *time.Timer
+}
+
+// syncAsked is what a sync asked: its request, and the digest of the applied
+// declaration's body (hex, "" before any) the node held then.
+type syncAsked struct {
+	req        wire.SyncRequest
+	bodyDigest string
 }
 
 // syncEnvelopeGrace is how long after its acknowledgement a sync's envelopes may
@@ -926,7 +928,7 @@ func (s *syncer) start(ctx context.Context, workers *sync.WaitGroup) {
 	s.tag, s.base, s.tagged, s.byTag = strconv.FormatUint(s.seq, 10), s.a.received, 0, false
 	tag := s.tag
 	sr := s.a.syncRequest()
-	s.asked = sr
+	s.asked = syncAsked{req: sr, bodyDigest: s.a.applied.BodyDigest}
 	req, _ := json.Marshal(sr)
 	s.a.log.Debug("sync asked", "tag", tag, "applied_version", sr.AppliedVersion, "keyring_epoch", sr.KeyringEpoch,
 		"membership_version", sr.MembershipVersion, "asks_applied_copy", sr.HaveApplied && sr.AppliedExpiresAt.IsZero())
@@ -1041,9 +1043,9 @@ func (s *syncer) got() uint64 {
 	return s.a.received - s.base
 }
 
-// answers returns the request of the current sync if m is one of its envelopes (its
-// tag on it), nil otherwise.
-func (s *syncer) answers(m *nats.Msg) *wire.SyncRequest {
+// answers returns what the current sync asked if m is one of its envelopes (its tag
+// on it), nil otherwise.
+func (s *syncer) answers(m *nats.Msg) *syncAsked {
 	if s.tag == "" || m.Header.Get(wire.SyncHeader) != s.tag {
 		return nil
 	}
@@ -1095,6 +1097,17 @@ func (s *syncer) schedule(what, why string) {
 	if s.a.o.OnWaiting != nil {
 		s.a.o.OnWaiting(errors.New(what + ": " + why))
 	}
+}
+
+// onEnvelope handles m, an envelope that arrived on the node's subject: counted, and
+// judged knowing whether it answers the current sync (crossedSync). Only a
+// verified revocation returns an error.
+func (a *Agent) onEnvelope(ctx context.Context, m *nats.Msg, sy *syncer) error {
+	a.received++
+	sy.note(m)
+	a.answering = sy.answers(m)
+	defer func() { a.answering = nil }()
+	return a.handle(ctx, m.Data)
 }
 
 // handle routes one envelope to its verifier. Only a verified revocation stops the
@@ -1169,10 +1182,18 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 			// A body an older control plane signed and this agent's rules refuse.
 			version = be.Version
 		}
-		if a.crossedSync(err, "declaration", func(q *wire.SyncRequest) bool {
-			// Newer than the node held as it asked, signed under a keyring it
-			// held then or since: what the sync brought, overtaken by a push.
-			return (ve != nil && (!q.HaveApplied || ve.Got > q.AppliedVersion)) || (oe != nil && oe.Got >= q.KeyringEpoch)
+		if a.crossedSync(err, "declaration", func(q *syncAsked) bool {
+			// The declaration the node held as it asked (the same body: a copy
+			// re-signed, or asked for) or a newer one, signed under a keyring it
+			// held then or since: what the sync brought, overtaken by a push. An
+			// older one, or another body under the version it held, is not (a
+			// review: signed under an older keyring, any version passed).
+			heldOrNewer := func(version uint64, digest [32]byte) bool {
+				return !q.req.HaveApplied || version > q.req.AppliedVersion ||
+					version == q.req.AppliedVersion && hex.EncodeToString(digest[:]) == q.bodyDigest
+			}
+			return (ve != nil && heldOrNewer(ve.Got, ve.BodyDigest)) ||
+				(oe != nil && oe.Got >= q.req.KeyringEpoch && heldOrNewer(oe.Version, oe.BodyDigest))
 		}) {
 			return
 		}
@@ -1587,7 +1608,7 @@ func (a *Agent) handleMembership(env *declarations.Parsed) {
 	m, err := env.VerifyMembership(a.keys, a.id.Mesh, a.applied.MembershipVersion, a.applied.Brokers)
 	if err != nil {
 		var ve *declarations.VersionError
-		if a.crossedSync(err, "membership", func(q *wire.SyncRequest) bool { return errors.As(err, &ve) && ve.Got > q.MembershipVersion }) {
+		if a.crossedSync(err, "membership", func(q *syncAsked) bool { return errors.As(err, &ve) && ve.Got > q.req.MembershipVersion }) {
 			return
 		}
 		a.fail(err, 0)
@@ -1622,7 +1643,7 @@ func (a *Agent) handleKeyring(raw []byte, env *declarations.Parsed) {
 	kr, err := env.VerifyKeyring(a.keyring, a.id.Mesh)
 	if err != nil {
 		var ve *declarations.VersionError
-		if a.crossedSync(err, "keyring", func(q *wire.SyncRequest) bool { return errors.As(err, &ve) && ve.Got > q.KeyringEpoch }) {
+		if a.crossedSync(err, "keyring", func(q *syncAsked) bool { return errors.As(err, &ve) && ve.Got > q.req.KeyringEpoch }) {
 			return
 		}
 		a.fail(err, 0)
@@ -1644,7 +1665,8 @@ func (a *Agent) handleKeyring(raw []byte, env *declarations.Parsed) {
 }
 
 // crossedSync reports whether err refuses an envelope of the sync in hand
-// (answering) that newer says was newer than what the node held as it asked: the
+// (answering) that newer says is what the node held as it asked (the same body) or
+// newer: the
 // mesh read its state for the answer, then pushed what changed next, which came
 // first (a rotation's keyring, a declaration). Nothing is applied, and it is no
 // refusal to report: reported, a converged node showed rolled_back or
@@ -1653,7 +1675,7 @@ func (a *Agent) handleKeyring(raw []byte, env *declarations.Parsed) {
 // older than what the node held as it asked (a restored control plane) is
 // reported as before. Only what has the current sync's tag counts; the broker,
 // which sees the tag, can as well drop the report.
-func (a *Agent) crossedSync(err error, what string, newer func(*wire.SyncRequest) bool) bool {
+func (a *Agent) crossedSync(err error, what string, newer func(*syncAsked) bool) bool {
 	if a.answering == nil || !newer(a.answering) {
 		return false
 	}

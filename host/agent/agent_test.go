@@ -674,9 +674,12 @@ func TestDebugFollowsEachEnvelope(t *testing.T) {
 // which may arrive first; the answer's older envelope was then reported as
 // rolled_back or old_keyring, which say that envelopes were replayed or the control
 // plane restored from an older copy, on a converged node (a docs walkthrough). An
-// envelope of the sync newer than what the node held as it asked is no refusal;
-// one older than that (a restored control plane answering) or outside the sync (a
-// replay) is reported as before.
+// envelope of the sync that is what the node held as it asked (the same body) or
+// newer is no refusal; one older than that (a restored control plane answering),
+// another body under the version it held, or one outside the sync (a replay) is
+// reported as before, signed under an older keyring or not (a review). Each case
+// goes through the loop's own path for an envelope (onEnvelope), tagged with the
+// sync's tag or not.
 func TestASyncAnswerCrossedByAPushIsNoRefusal(t *testing.T) {
 	ctx := context.Background()
 	keyring := func(f *fixture, epoch uint64) []byte {
@@ -693,47 +696,75 @@ func TestASyncAnswerCrossedByAPushIsNoRefusal(t *testing.T) {
 		}
 		return env
 	}
+	decl := func(version uint64, content string) func(*fixture) []byte {
+		return func(f *fixture) []byte { return f.decl(t, version, content) }
+	}
 	for _, c := range []struct {
 		name string
-		// held is what the node holds, in order; late arrives after them.
-		held    func(*fixture) [][]byte
-		late    func(*fixture) []byte
-		asked   *wire.SyncRequest
+		// asked is what the node holds as the sync asks, pushed what arrives
+		// before the answer's envelope, late.
+		asked, pushed []func(*fixture) []byte
+		late          func(*fixture) []byte
+		// tagged says late carries the sync's tag.
+		tagged  bool
 		code    string
 		version uint64
 	}{
-		{"a declaration the sync brought, after a newer pushed", func(f *fixture) [][]byte { return [][]byte{f.decl(t, 1, "one"), f.decl(t, 3, "three")} },
-			func(f *fixture) []byte { return f.decl(t, 2, "two") }, &wire.SyncRequest{HaveApplied: true, AppliedVersion: 1}, "", 0},
-		{"the first declaration the sync brought, after a newer pushed", func(f *fixture) [][]byte { return [][]byte{f.decl(t, 3, "three")} },
-			func(f *fixture) []byte { return f.decl(t, 2, "two") }, &wire.SyncRequest{}, "", 0},
-		{"a declaration older than the node held as it asked (a restored control plane)", func(f *fixture) [][]byte { return [][]byte{f.decl(t, 3, "three")} },
-			func(f *fixture) []byte { return f.decl(t, 2, "two") }, &wire.SyncRequest{HaveApplied: true, AppliedVersion: 3}, "rolled_back", 2},
-		{"an older declaration outside any sync (a replay)", func(f *fixture) [][]byte { return [][]byte{f.decl(t, 3, "three")} },
-			func(f *fixture) []byte { return f.decl(t, 2, "two") }, nil, "rolled_back", 2},
-		{"a keyring of the sync's chain, after a newer pushed", func(f *fixture) [][]byte { return [][]byte{keyring(f, 2)} },
-			func(f *fixture) []byte { return keyring(f, 1) }, &wire.SyncRequest{KeyringEpoch: 0}, "", 0},
-		{"a keyring older than the node held as it asked", func(f *fixture) [][]byte { return [][]byte{keyring(f, 2)} },
-			func(f *fixture) []byte { return keyring(f, 1) }, &wire.SyncRequest{KeyringEpoch: 2}, "rolled_back", 0},
-		{"a declaration the sync signed before a rotation pushed since", func(f *fixture) [][]byte { return [][]byte{keyring(f, 1)} },
-			func(f *fixture) []byte { return f.decl(t, 2, "two") }, &wire.SyncRequest{KeyringEpoch: 0}, "", 0},
-		{"a declaration signed under a keyring older than the node held as it asked", func(f *fixture) [][]byte { return [][]byte{keyring(f, 1)} },
-			func(f *fixture) []byte { return f.decl(t, 2, "two") }, &wire.SyncRequest{KeyringEpoch: 1}, "old_keyring", 2},
-		{"a membership of the sync, after a newer pushed", func(f *fixture) [][]byte { return [][]byte{membership(f, 3)} },
-			func(f *fixture) []byte { return membership(f, 2) }, &wire.SyncRequest{MembershipVersion: 1}, "", 0},
-		{"a membership older than the node held as it asked", func(f *fixture) [][]byte { return [][]byte{membership(f, 3)} },
-			func(f *fixture) []byte { return membership(f, 2) }, &wire.SyncRequest{MembershipVersion: 3}, "rolled_back", 0},
+		{name: "a declaration the sync brought, after a newer pushed",
+			asked: []func(*fixture) []byte{decl(1, "one")}, pushed: []func(*fixture) []byte{decl(3, "three")}, late: decl(2, "two"), tagged: true},
+		{name: "the first declaration the sync brought, after a newer pushed",
+			pushed: []func(*fixture) []byte{decl(3, "three")}, late: decl(2, "two"), tagged: true},
+		{name: "a copy of the declaration held as the sync asked (re-signed), after a newer pushed",
+			asked: []func(*fixture) []byte{decl(1, "one")}, pushed: []func(*fixture) []byte{decl(3, "three")}, late: decl(1, "one"), tagged: true},
+		{name: "another body under the version held as the sync asked, after a newer pushed",
+			asked: []func(*fixture) []byte{decl(1, "one")}, pushed: []func(*fixture) []byte{decl(3, "three")}, late: decl(1, "other"), tagged: true, code: "rolled_back", version: 1},
+		{name: "a declaration older than the node held as it asked (a restored control plane)",
+			asked: []func(*fixture) []byte{decl(3, "three")}, late: decl(2, "two"), tagged: true, code: "rolled_back", version: 2},
+		{name: "an older declaration outside any sync (a replay)",
+			asked: []func(*fixture) []byte{decl(1, "one")}, pushed: []func(*fixture) []byte{decl(3, "three")}, late: decl(2, "two"), code: "rolled_back", version: 2},
+		{name: "a keyring of the sync's chain, after a newer pushed",
+			pushed: []func(*fixture) []byte{func(f *fixture) []byte { return keyring(f, 2) }}, late: func(f *fixture) []byte { return keyring(f, 1) }, tagged: true},
+		{name: "the keyring held as the sync asked, after a newer pushed (no sync sends it)",
+			asked: []func(*fixture) []byte{func(f *fixture) []byte { return keyring(f, 1) }}, pushed: []func(*fixture) []byte{func(f *fixture) []byte { return keyring(f, 2) }},
+			late: func(f *fixture) []byte { return keyring(f, 1) }, tagged: true, code: "rolled_back"},
+		{name: "a declaration the sync signed before a rotation pushed since",
+			pushed: []func(*fixture) []byte{func(f *fixture) []byte { return keyring(f, 1) }}, late: decl(2, "two"), tagged: true},
+		{name: "a copy of the declaration held, signed before a rotation pushed since",
+			asked: []func(*fixture) []byte{decl(3, "three")}, pushed: []func(*fixture) []byte{func(f *fixture) []byte { return keyring(f, 1) }}, late: decl(3, "three"), tagged: true},
+		{name: "a declaration older than held, signed under the keyring held as the sync asked (a restored control plane)",
+			asked: []func(*fixture) []byte{decl(3, "three")}, pushed: []func(*fixture) []byte{func(f *fixture) []byte { return keyring(f, 1) }}, late: decl(2, "two"), tagged: true, code: "old_keyring", version: 2},
+		{name: "another body under the version held, signed before a rotation pushed since",
+			asked: []func(*fixture) []byte{decl(3, "three")}, pushed: []func(*fixture) []byte{func(f *fixture) []byte { return keyring(f, 1) }}, late: decl(3, "other"), tagged: true, code: "old_keyring", version: 3},
+		{name: "a declaration signed under a keyring older than the node held as it asked",
+			asked: []func(*fixture) []byte{func(f *fixture) []byte { return keyring(f, 1) }}, late: decl(2, "two"), tagged: true, code: "old_keyring", version: 2},
+		{name: "a membership of the sync, after a newer pushed",
+			asked: []func(*fixture) []byte{func(f *fixture) []byte { return membership(f, 1) }}, pushed: []func(*fixture) []byte{func(f *fixture) []byte { return membership(f, 3) }},
+			late: func(f *fixture) []byte { return membership(f, 2) }, tagged: true},
+		{name: "the membership held as the sync asked, after a newer pushed (no sync sends it)",
+			asked: []func(*fixture) []byte{func(f *fixture) []byte { return membership(f, 2) }}, pushed: []func(*fixture) []byte{func(f *fixture) []byte { return membership(f, 3) }},
+			late: func(f *fixture) []byte { return membership(f, 2) }, tagged: true, code: "rolled_back"},
 	} {
 		f := newFixture(t)
-		for _, env := range c.held(f) {
-			if err := f.a.handle(ctx, env); err != nil || f.a.applied.LastErrorCode != "" {
-				t.Fatalf("%s: what the node holds: %v %q", c.name, err, f.a.applied.LastError)
+		sy := &syncer{a: f.a}
+		hold := func(envs []func(*fixture) []byte) {
+			for _, env := range envs {
+				if err := f.a.onEnvelope(ctx, &nats.Msg{Data: env(f)}, sy); err != nil || f.a.applied.LastErrorCode != "" {
+					t.Fatalf("%s: what the node holds: %v %q", c.name, err, f.a.applied.LastError)
+				}
 			}
 		}
+		hold(c.asked)
+		// The sync asks now, as start does.
+		sy.seq++
+		sy.tag = strconv.FormatUint(sy.seq, 10)
+		sy.asked = syncAsked{req: f.a.syncRequest(), bodyDigest: f.a.applied.BodyDigest}
+		hold(c.pushed)
 		before := f.a.applied
-		f.a.answering = c.asked
-		err := f.a.handle(ctx, c.late(f))
-		f.a.answering = nil
-		if err != nil {
+		m := &nats.Msg{Data: c.late(f), Header: nats.Header{}}
+		if c.tagged {
+			m.Header.Set(wire.SyncHeader, sy.tag)
+		}
+		if err := f.a.onEnvelope(ctx, m, sy); err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		got := f.a.applied
@@ -750,13 +781,16 @@ func TestASyncAnswerCrossedByAPushIsNoRefusal(t *testing.T) {
 		if c.code == "" && len(refused) != 0 || c.code != "" && refused[c.code] != 1 {
 			t.Errorf("%s: refusals counted %v", c.name, refused)
 		}
+		if f.a.answering != nil {
+			t.Errorf("%s: the sync's request is left for the next envelope", c.name)
+		}
 	}
 }
 
-// TestASyncsEnvelopesAreToldByItsTag: what judges a crossing is the request of the
-// sync whose tag an envelope carries; a push (no tag) or an earlier sync's is not.
+// TestASyncsEnvelopesAreToldByItsTag: what judges a crossing is what the sync whose
+// tag an envelope carries asked; a push (no tag) or an earlier sync's is not.
 func TestASyncsEnvelopesAreToldByItsTag(t *testing.T) {
-	sy := &syncer{tag: "7", asked: wire.SyncRequest{AppliedVersion: 4}}
+	sy := &syncer{tag: "7", asked: syncAsked{req: wire.SyncRequest{AppliedVersion: 4}}}
 	tagged := func(tag string) *nats.Msg {
 		m := &nats.Msg{Header: nats.Header{}}
 		if tag != "" {
@@ -764,7 +798,7 @@ func TestASyncsEnvelopesAreToldByItsTag(t *testing.T) {
 		}
 		return m
 	}
-	if q := sy.answers(tagged("7")); q == nil || q.AppliedVersion != 4 {
+	if q := sy.answers(tagged("7")); q == nil || q.req.AppliedVersion != 4 {
 		t.Fatalf("the current sync's envelope: %+v, want its request", q)
 	}
 	for _, tag := range []string{"", "6", "8"} {
