@@ -58,17 +58,24 @@ func (d *Daemon) operatorAdd(req api.OperatorAddRequest) (api.OperatorAddResult,
 		return out, badRequest("operator name %q is a control node's, or one a pending control token admits, in some letter case (or, admin, the first one's credentials'): choose another, so that the broker's listings tell them apart", claims.Name)
 	}
 	var twin string
+	recorded := false
 	d.fsm.Read(func(s *state.State) {
 		for _, o := range s.Operators {
-			if o.Name != claims.Name && strings.EqualFold(o.Name, claims.Name) {
+			switch {
+			case o.Name == claims.Name:
+				recorded = true
+			case strings.EqualFold(o.Name, claims.Name):
 				twin = o.Name
 			}
 		}
 	})
-	if twin != "" {
+	if twin != "" && !recorded {
 		// `operator revoke alice` left Alice's credentials valid, and lists and
-		// logs told the two apart by letter case alone (a docs walkthrough).
-		return out, badRequest("operator name %q differs from %q, recorded already, only in letter case: renew that one (meshctl operator add %s --renew), or choose a name of its own", claims.Name, twin, twin)
+		// logs told the two apart by letter case alone (a docs walkthrough). A
+		// name recorded already (twins recorded before this check) is the
+		// renewal's or the refusal's business, as before: refused here, neither
+		// twin could be renewed (a review).
+		return out, badRequest("operator name %q differs from %q, recorded already, only in letter case: choose a name of its own (the same person's credentials are renewed under %q: meshctl operator add %s --renew, while they are valid)", claims.Name, twin, twin, twin)
 	}
 	issuedBy := d.cfg.Node
 	if tokenfmt.CheckNodeID(req.IssuedBy) == nil {
@@ -155,7 +162,9 @@ func (d *Daemon) operatorRevoke(req api.OperatorRevokeRequest) (api.OperatorRevo
 	now := d.now()
 	for _, o := range res.Operators {
 		v := operatorView(o, now)
-		if v.AlreadyRevoked = o.RevokedAt.Before(at); !v.AlreadyRevoked {
+		// Exactly this command's time, whatever the clock did since an earlier
+		// one (a review).
+		if v.AlreadyRevoked = !o.RevokedAt.Equal(at); !v.AlreadyRevoked {
 			d.log.Info("operator credentials revoked", "name", o.Name, "key", o.Key)
 		}
 		out.Revoked = append(out.Revoked, v)

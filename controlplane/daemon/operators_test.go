@@ -265,6 +265,42 @@ func TestOperatorNamesDifferMoreThanInCase(t *testing.T) {
 	if _, err := d.operatorAdd(api.OperatorAddRequest{JWT: operatorJWT(t, account, "alicia", exp)}); err != nil {
 		t.Errorf("another name: %v", err)
 	}
+	// Twins recorded before the check: each is renewed as before (refused, neither
+	// could be, a review).
+	user, _ := nkeys.CreateUser()
+	key, _ := user.PublicKey()
+	if res, err := d.raft.Apply(state.Command{Op: state.OpAddOperator, At: d.now().UTC(), Rules: state.RulesOperators,
+		AddOperator: &state.AddOperatorCmd{Name: "Bob", Key: key, Expires: time.Unix(exp, 0).UTC()}}, time.Minute); err != nil || res.Err != nil {
+		t.Fatalf("record Bob: %v %v", err, res.Err)
+	}
+	user, _ = nkeys.CreateUser()
+	key, _ = user.PublicKey()
+	if res, err := d.raft.Apply(state.Command{Op: state.OpAddOperator, At: d.now().UTC(), Rules: state.RulesOperators,
+		AddOperator: &state.AddOperatorCmd{Name: "bob", Key: key, Expires: time.Unix(exp, 0).UTC()}}, time.Minute); err != nil || res.Err != nil {
+		t.Fatalf("record bob beside Bob, as before the check: %v %v", err, res.Err)
+	}
+	for _, name := range []string{"bob", "Bob"} {
+		if _, err := d.operatorAdd(api.OperatorAddRequest{JWT: operatorJWT(t, account, name, exp), Renew: true}); err != nil {
+			t.Errorf("renew %s, a twin recorded before the check: %v", name, err)
+		}
+	}
+}
+
+// TestAnOperatorRevokedAgainIsSaidAlreadyRevoked: `operator revoke alice` run again
+// read as a revocation made now (a docs walkthrough): the answer marks credentials
+// revoked before the request, by the request's own time.
+func TestAnOperatorRevokedAgainIsSaidAlreadyRevoked(t *testing.T) {
+	d := fleet(t, 0)
+	account := accountKey(t, d)
+	if _, err := d.operatorAdd(api.OperatorAddRequest{JWT: operatorJWT(t, account, "alice", d.now().Add(time.Hour).Unix())}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{false, true} {
+		res, err := d.operatorRevoke(api.OperatorRevokeRequest{Names: []string{"alice"}})
+		if err != nil || len(res.Revoked) != 1 || res.Revoked[0].AlreadyRevoked != want {
+			t.Fatalf("revoke %d: %+v, %v; want already_revoked %v", i+1, res, err, want)
+		}
+	}
 }
 
 // TestExpiredOperatorCredentialsAreSaidToBe: the broker refuses credentials past

@@ -458,7 +458,9 @@ func serve(ctx context.Context, cio *cliIO, log *slog.Logger, opts daemon.Option
 	// The stop is said as it begins, to the log and to systemd, not once the
 	// actors have ended (a leader hands its leadership over first): meanwhile
 	// systemd showed the unit as still running, as an agent's was (a review).
+	said := make(chan struct{})
 	sayStopping := context.AfterFunc(ctx, func() {
+		defer close(said)
 		log.Info("control node stopping", "reason", context.Cause(ctx).Error())
 		_ = notifyState(cio, "STOPPING=1")
 	})
@@ -466,6 +468,10 @@ func serve(ctx context.Context, cio *cliIO, log *slog.Logger, opts daemon.Option
 	if sayStopping() {
 		// Stopped for another cause than a signal (removed, a fatal error).
 		_ = notifyState(cio, "STOPPING=1")
+	} else {
+		// Said before "control node stopped", however the goroutines ran (a
+		// review: it could come after, or be lost with the process).
+		<-said
 	}
 	d.Close()
 	log.Info("control node stopped")

@@ -189,6 +189,11 @@ func fileOutput(name string, replace bool, node string) (tokenOutput, error) {
 		}
 		at, lerr := os.Lstat(name)
 		switch {
+		case replace && lerr == nil && (!existed || !os.SameFile(at, fi) || at.Size() != fi.Size() || !at.ModTime().Equal(fi.ModTime())):
+			// What --replace was to write over was judged before the mint,
+			// which may wait minutes for a leader: another node's token written
+			// there since is not written over (a review).
+			return fmt.Errorf("--out %s was written or made by another while the token was minted, and is left as it is", name)
 		case replace:
 			err = os.Rename(tmpName, name)
 		case lerr == nil && (!existed || !os.SameFile(at, fi) || at.Size() > 0):

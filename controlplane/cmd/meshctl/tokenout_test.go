@@ -119,6 +119,27 @@ func TestTokenOutWritesOnlyAMintedToken(t *testing.T) {
 			t.Errorf("the refusal changed the file: %q", data)
 		}
 	}
+	// A file changed between the check and the mint's end (a mint waits up to
+	// minutes for a leader): left as it is, the token not written over it.
+	out, err = fileOutput(name, true, "web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs := tokenText(t, "web-12", 1) + "\n"
+	time.Sleep(10 * time.Millisecond) // another modification time
+	if err := os.WriteFile(name, []byte(theirs), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(out, first, true); err == nil || !strings.Contains(err.Error(), "left as it is") {
+		t.Errorf("--replace over a file changed meanwhile: %v, want it left", err)
+	}
+	if data, _ := os.ReadFile(name); string(data) != theirs {
+		t.Errorf("a file changed meanwhile was written over: %q", data)
+	}
+	if err := os.WriteFile(name, []byte(second), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	leftovers()
 	// An expired token of the node is its file still.
 	expired := filepath.Join(dir, "expired.txt")
 	if err := os.WriteFile(expired, []byte(tokenText(t, "web-1", -1)+"\n"), 0o600); err != nil {
