@@ -1059,15 +1059,23 @@ func notFollowing(err error, node, leader string, members []replication.Member, 
 		err, waited, len(voters)/2+1, len(voters), strings.Join(voters, ", "))
 }
 
-// listedRemoved asks the control plane, through the other nodes' brokers, whether
-// this node is listed as removed. Any failure counts as "not listed": the wait goes
-// on as it would without asking.
+// listedRemoved asks the control plane, through each of the other nodes' brokers in
+// turn, whether this node is listed as removed. Any failure counts as "not listed":
+// the wait goes on as it would without asking. One broker at a time: a broker of
+// removed nodes back together routes to their own leader, which answers as they
+// see it, and one answer through any broker was taken for the mesh's.
 func (d *Daemon) listedRemoved() bool {
-	servers := d.otherBrokers()
-	if len(servers) == 0 {
-		return false
+	for _, server := range d.otherBrokers() {
+		if d.listedRemovedAt(server) {
+			return true
+		}
 	}
-	c, err := operator.Dial(d.opts.Dir, operator.Options{Servers: servers, Timeout: 2 * time.Second, LeaderWait: -1})
+	return false
+}
+
+// listedRemovedAt is listedRemoved's question through the broker at server.
+func (d *Daemon) listedRemovedAt(server string) bool {
+	c, err := operator.Dial(d.opts.Dir, operator.Options{Servers: []string{server}, Timeout: 2 * time.Second, LeaderWait: -1})
 	if err != nil {
 		return false
 	}
@@ -1088,9 +1096,9 @@ func (d *Daemon) listedRemoved() bool {
 	return false
 }
 
-// followed reports whether another member of this leader's Raft configuration was
-// heard following it within three heartbeats.
-func (d *Daemon) followed(now time.Time) bool {
+// followedByAll reports whether every other member of this leader's Raft
+// configuration was heard following it within three heartbeats.
+func (d *Daemon) followedByAll(now time.Time) bool {
 	members, err := d.raft.Members()
 	if err != nil {
 		return true // nothing known: nothing asked
@@ -1099,11 +1107,11 @@ func (d *Daemon) followed(now time.Time) bool {
 		if m.ID == d.cfg.Node {
 			continue
 		}
-		if hb, at, ok := d.ctl.last(m.ID); ok && hb.Leader == d.cfg.Node && now.Sub(at) <= 3*HeartbeatInterval {
-			return true
+		if hb, at, ok := d.ctl.last(m.ID); !ok || hb.Leader != d.cfg.Node || now.Sub(at) > 3*HeartbeatInterval {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // otherBrokers lists the brokers of the other control nodes, from mesh.json: asking
@@ -1138,7 +1146,12 @@ func (d *Daemon) otherBrokers() []string {
 // does (waitFollowing); so does a leader no other member follows: the only voter of
 // its configuration, lost, removed by the survivors after their recovery, and back
 // on its old disk, led a control plane of its own, minting tokens with the CA key (a
-// docs walkthrough of "Losing the bootstrap machine").
+// docs walkthrough of "Losing the bootstrap machine"), and so does a leader some
+// member does not follow: two removed voters back together on their old disks
+// elected one of them, which its fellow followed, and led a control plane of their
+// own (the last notes left it open). Asked, a member it cannot reach answers
+// nothing, one that follows it answers through it, not removed: only the control
+// plane that removed it says so.
 func (d *Daemon) watchRemoved(ctx context.Context) error {
 	return every(ctx, removedAskAfter, func() {
 		// Raft's contact time is its own wall clock, hence time.Since.
@@ -1147,7 +1160,7 @@ func (d *Daemon) watchRemoved(ctx context.Context) error {
 			if d.raft.Current() {
 				d.forgetAhead()
 			}
-			if !leader || d.followed(d.now()) {
+			if !leader || d.followedByAll(d.now()) {
 				return
 			}
 		} else {
