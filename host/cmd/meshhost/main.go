@@ -1029,9 +1029,10 @@ func cmdStatus(args []string, cio *cliIO) error {
 	if *asJSON {
 		enc := json.NewEncoder(cio.stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
-			return err
-		}
+		// out always encodes: an error is the output's, which run says as for
+		// the text form ("the output could not be written"), where returned here
+		// it was the bare "no space left on device" (a review).
+		_ = enc.Encode(out)
 		if revoked {
 			return rec.err(*stateDir)
 		}
