@@ -545,11 +545,7 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 	} else if req.Control != nil || len(req.Sealed) > 0 {
 		return out, badRequest("only control tokens carry addresses and a sealed identity")
 	}
-	// Stamped in whole seconds, so that the record's expiry (its time plus the
-	// ttl, whole seconds as meshctl asks) is the one the token's text carries,
-	// which has whole seconds only: it admitted for up to a second after the
-	// printed expiry (a docs walkthrough).
-	c := state.Command{Op: state.OpCreateToken, At: d.now().UTC().Truncate(time.Second), CreateToken: cmd, Rules: d.tokenRules()}
+	c := state.Command{Op: state.OpCreateToken, CreateToken: cmd, Rules: d.tokenRules()}
 	switch {
 	case c.Rules == 0 && req.Replace:
 		return out, &api.Error{Code: api.CodeOlderControlNode, Message: fmt.Sprintf(

@@ -226,6 +226,11 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 	d.fsm.Read(func(s *state.State) {
 		var t *state.Token
 		t, pre = s.TokenState(id, req.Node, req.Role, req.PublicKey, now)
+		if pre == nil && t.UsedAt.IsZero() && !now.Before(t.Deadline()) {
+			// Past the expiry the token's text says, within the second its record
+			// outlives it (Token.Deadline).
+			pre = fmt.Errorf("%w (at %s, as the token says)", state.ErrTokenExpired, t.Deadline().UTC().Format(time.RFC3339))
+		}
 		repeat = pre == nil && t.Role == state.RoleWorker && !t.UsedAt.IsZero()
 	})
 	if pre != nil {

@@ -106,6 +106,35 @@ func (e *enrolling) enrol(t *testing.T) (api.EnrolResponse, int) {
 	return resp, n
 }
 
+// TestATokenAdmitsUntilTheExpiryItsTextSays: the token's text carries its expiry in
+// whole seconds, and the record, its mint's time plus the ttl, outlives it by up to a
+// second, in which a client that skips the host's own check enrolled past the
+// printed expiry (a docs walkthrough). Past the deadline the text says, the login is
+// given the refusal's lifetime and the enrolment is refused token_expired; before
+// it, the same request enrols.
+func TestATokenAdmitsUntilTheExpiryItsTextSays(t *testing.T) {
+	d := fleet(t, 0)
+	e := newEnrolling(t, d, "web-1")
+	id := e.token().SecretHash()
+	var tok state.Token
+	d.fsm.Read(func(s *state.State) { tok = *s.Tokens[hex.EncodeToString(id[:])] })
+	frac := tok.Expiry.Sub(tok.Deadline())
+	if frac == 0 {
+		t.Skip("the token was minted on a whole second: no window to test (one run in a billion)")
+	}
+	if auth, ok := d.fsm.TokenByID(hex.EncodeToString(id[:])); !ok || !auth.Expiry.Equal(tok.Deadline()) {
+		t.Fatalf("authentication judges the token by %v, want the printed expiry %v", auth.Expiry, tok.Deadline())
+	}
+	real := d.opts.Now
+	d.opts.Now = func() time.Time { return tok.Deadline().Add(frac / 2) }
+	resp, _ := e.ask(t, e.request())
+	if resp.OK || resp.Error == nil || resp.Error.Code != api.CodeTokenExpired {
+		t.Fatalf("an enrolment past the printed expiry, within the record's: %+v, want token_expired", resp)
+	}
+	d.opts.Now = real
+	e.enrol(t)
+}
+
 // TestEnrolmentProvesTheSecret (decision 0018): a request names its token and proves
 // the secret for the key it registers; a proof made for another key, or another
 // token's, admits nothing. An older client's request carrying the secret is still

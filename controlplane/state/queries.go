@@ -22,9 +22,10 @@ type TokenAuth struct {
 	ProofKey string
 	Node     string
 	Role     string
-	Expiry   time.Time
-	Used     bool
-	UsedKey  string
+	// Expiry is when the token stops admitting, as its text says (Token.Deadline).
+	Expiry  time.Time
+	Used    bool
+	UsedKey string
 	// Cancelled: an operator cancelled the token; it admits nothing.
 	Cancelled bool
 }
@@ -116,7 +117,7 @@ func (f *FSM) TokenByID(id string) (TokenAuth, bool) {
 	if !ok {
 		return TokenAuth{}, false
 	}
-	return TokenAuth{ProofKey: t.ProofKey, Node: t.Node, Role: t.Role, Expiry: t.Expiry, Used: !t.UsedAt.IsZero(), UsedKey: t.UsedKey, Cancelled: !t.CancelledAt.IsZero()}, true
+	return TokenAuth{ProofKey: t.ProofKey, Node: t.Node, Role: t.Role, Expiry: t.Deadline(), Used: !t.UsedAt.IsZero(), UsedKey: t.UsedKey, Cancelled: !t.CancelledAt.IsZero()}, true
 }
 
 // The queries below feed the signer. Signing costs tens of microseconds a key, so it

@@ -304,6 +304,14 @@ const (
 )
 
 // StateAt is the token's state at a given time.
+// Deadline is when the token stops admitting a first enrolment, as its text says:
+// the text carries the expiry in whole seconds, and the record, its mint's time
+// plus the ttl, up to a second later. Judged where a login and an enrolment come
+// in (authn, the enrolment's handler), not by the log's rules, which every node
+// must apply alike, old ones included: a token admitted past its printed expiry
+// for up to a second (a docs walkthrough).
+func (t *Token) Deadline() time.Time { return t.Expiry.Truncate(time.Second) }
+
 func (t *Token) StateAt(at time.Time) string {
 	switch {
 	case !t.UsedAt.IsZero():
