@@ -879,10 +879,24 @@ type syncer struct {
 }
 
 // syncAsked is what a sync asked: its request, and the digest of the applied
-// declaration's body (hex, "" before any) the node held then.
+// declaration's body the node held then (held: false before any, or when the state
+// holds no digest it can read).
 type syncAsked struct {
 	req        wire.SyncRequest
-	bodyDigest string
+	bodyDigest [32]byte
+	held       bool
+}
+
+// askSync is what a sync sent now asks.
+func (a *Agent) askSync() syncAsked {
+	q := syncAsked{req: a.syncRequest()}
+	// Decoded, not compared as text: the state file takes the digest in either
+	// letter case (a review).
+	if b, err := hex.DecodeString(a.applied.BodyDigest); err == nil && len(b) == len(q.bodyDigest) {
+		copy(q.bodyDigest[:], b)
+		q.held = true
+	}
+	return q
 }
 
 // syncEnvelopeGrace is how long after its acknowledgement a sync's envelopes may
@@ -927,8 +941,8 @@ func (s *syncer) start(ctx context.Context, workers *sync.WaitGroup) {
 	s.seq++
 	s.tag, s.base, s.tagged, s.byTag = strconv.FormatUint(s.seq, 10), s.a.received, 0, false
 	tag := s.tag
-	sr := s.a.syncRequest()
-	s.asked = syncAsked{req: sr, bodyDigest: s.a.applied.BodyDigest}
+	s.asked = s.a.askSync()
+	sr := s.asked.req
 	req, _ := json.Marshal(sr)
 	s.a.log.Debug("sync asked", "tag", tag, "applied_version", sr.AppliedVersion, "keyring_epoch", sr.KeyringEpoch,
 		"membership_version", sr.MembershipVersion, "asks_applied_copy", sr.HaveApplied && sr.AppliedExpiresAt.IsZero())
@@ -1190,7 +1204,7 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 			// review: signed under an older keyring, any version passed).
 			heldOrNewer := func(version uint64, digest [32]byte) bool {
 				return !q.req.HaveApplied || version > q.req.AppliedVersion ||
-					version == q.req.AppliedVersion && hex.EncodeToString(digest[:]) == q.bodyDigest
+					version == q.req.AppliedVersion && q.held && digest == q.bodyDigest
 			}
 			return (ve != nil && heldOrNewer(ve.Got, ve.BodyDigest)) ||
 				(oe != nil && oe.Got >= q.req.KeyringEpoch && heldOrNewer(oe.Version, oe.BodyDigest))

@@ -757,7 +757,7 @@ func TestASyncAnswerCrossedByAPushIsNoRefusal(t *testing.T) {
 		// The sync asks now, as start does.
 		sy.seq++
 		sy.tag = strconv.FormatUint(sy.seq, 10)
-		sy.asked = syncAsked{req: f.a.syncRequest(), bodyDigest: f.a.applied.BodyDigest}
+		sy.asked = f.a.askSync()
 		hold(c.pushed)
 		before := f.a.applied
 		m := &nats.Msg{Data: c.late(f), Header: nats.Header{}}
@@ -784,6 +784,24 @@ func TestASyncAnswerCrossedByAPushIsNoRefusal(t *testing.T) {
 		if f.a.answering != nil {
 			t.Errorf("%s: the sync's request is left for the next envelope", c.name)
 		}
+	}
+}
+
+// TestASyncKeepsTheDigestItHeld: what a sync asked keeps the applied body's digest
+// as bytes, whatever letter case the state file holds it in (it was compared as
+// text, a review), and none before anything was applied.
+func TestASyncKeepsTheDigestItHeld(t *testing.T) {
+	f := newFixture(t)
+	if q := f.a.askSync(); q.held {
+		t.Fatalf("nothing applied: %+v, want no digest held", q)
+	}
+	if err := f.a.handle(context.Background(), f.decl(t, 1, "one")); err != nil {
+		t.Fatal(err)
+	}
+	want := f.a.askSync()
+	f.a.applied.BodyDigest = strings.ToUpper(f.a.applied.BodyDigest)
+	if got := f.a.askSync(); !got.held || !want.held || got.bodyDigest != want.bodyDigest || got.req.AppliedVersion != 1 {
+		t.Fatalf("asked with the digest in upper case: %+v, want %+v", got, want)
 	}
 }
 
