@@ -63,7 +63,9 @@ func (d *Daemon) operatorAdd(req api.OperatorAddRequest) (api.OperatorAddResult,
 		for _, o := range s.Operators {
 			switch {
 			case o.Name == claims.Name:
-				recorded = true
+				// Valid only: a revoked or expired record under the name kept
+				// for months let a new twin in beside a valid one (a review).
+				recorded = recorded || o.Active(now)
 			case strings.EqualFold(o.Name, claims.Name):
 				twin = o.Name
 			}

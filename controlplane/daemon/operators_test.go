@@ -283,6 +283,14 @@ func TestOperatorNamesDifferMoreThanInCase(t *testing.T) {
 			t.Errorf("renew %s, a twin recorded before the check: %v", name, err)
 		}
 	}
+	// A revoked record under the name (kept for months) lets no new twin in beside
+	// a valid one (a review).
+	if _, err := d.operatorRevoke(api.OperatorRevokeRequest{Names: []string{"Bob"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.operatorAdd(api.OperatorAddRequest{JWT: operatorJWT(t, account, "Bob", exp)}); !errors.As(err, &ae) || ae.Code != api.CodeBadRequest {
+		t.Errorf("Bob anew, revoked, beside a valid bob: %v, want bad_request", err)
+	}
 }
 
 // TestAnOperatorRevokedAgainIsSaidAlreadyRevoked: `operator revoke alice` run again

@@ -157,7 +157,16 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 				var replaced []api.TokenView
 				defer func() {
 					if out.commit != nil {
-						if cerr := out.commit(err == nil); err == nil && cerr != nil {
+						var changed *outputChangedError
+						if cerr := out.commit(err == nil); err == nil && errors.As(cerr, &changed) {
+							// Most likely another run for the node wrote its token
+							// there, cancelling this one: "mint another with
+							// --replace" would cancel that one in turn (a review).
+							err = fmt.Errorf("the token for %s was minted, but not written: %w (another meshctl token run for %s?). "+
+								"This run cancelled the node's tokens pending before it; the one it minted is pending unless a later --replace cancelled it, with a secret no one holds: "+
+								"see meshctl token list --node %s, hand out the token the file holds if it is the node's pending one, and cancel the others (meshctl token cancel %s ID)",
+								node, cerr, node, node, node)
+						} else if err == nil && cerr != nil {
 							err = fmt.Errorf("the token was minted, but could not be written out (%w): it stays pending with a secret no one holds; mint another with --replace", cerr)
 						}
 					}

@@ -193,7 +193,7 @@ func fileOutput(name string, replace bool, node string) (tokenOutput, error) {
 			// What --replace was to write over was judged before the mint,
 			// which may wait minutes for a leader: another node's token written
 			// there since is not written over (a review).
-			return fmt.Errorf("--out %s was written or made by another while the token was minted, and is left as it is", name)
+			return &outputChangedError{name: name}
 		case replace:
 			err = os.Rename(tmpName, name)
 		case lerr == nil && (!existed || !os.SameFile(at, fi) || at.Size() > 0):
@@ -213,6 +213,15 @@ func fileOutput(name string, replace bool, node string) (tokenOutput, error) {
 		return nil
 	}
 	return out, nil
+}
+
+// outputChangedError says that --replace's file was written or made by another
+// while the token was minted, and left as it is: the token minted is written
+// nowhere.
+type outputChangedError struct{ name string }
+
+func (e *outputChangedError) Error() string {
+	return fmt.Sprintf("--out %s was written or made by another while the token was minted, and is left as it is", e.name)
 }
 
 // notATokenFileError refuses `meshctl token --out FILE --replace` for a file that
