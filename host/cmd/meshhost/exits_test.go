@@ -71,7 +71,7 @@ func TestAnUnwrittenOutputIsAnExitTheHelpLists(t *testing.T) {
 		if code != exitFailure || !strings.Contains(errb.String(), "the output could not be written") {
 			t.Errorf("%q to a full disk: exit %d, %q; want %d saying the output could not be written", args, code, errb.String(), exitFailure)
 		}
-		if args[0] == "version" && !regexp.MustCompile(`(?m)^  ` + strconv.Itoa(code) + `  the output could not be written`).MatchString(list) {
+		if args[0] == "version" && !regexp.MustCompile(`(?m)^  `+strconv.Itoa(code)+`  the output could not be written`).MatchString(list) {
 			t.Errorf("%q exits %d when its output cannot be written, which version --help does not list:\n%s", args, code, list)
 		}
 	}
