@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -128,10 +130,27 @@ func loadStartFiles(dir datadir.Dir, now time.Time) (startFiles, error) {
 	var f startFiles
 	for _, c := range startChecks() {
 		if _, err := c.run(dir, now, &f); err != nil {
-			return f, err
+			return f, unfinishedBootstrap(err, f.cfg, dir)
 		}
 	}
 	return f, nil
+}
+
+// unfinishedBootstrap says first, of a file that cannot be used, that the directory
+// holds a `meshctl bootstrap` stopped before its last step, when it does: mesh.json
+// says a bootstrap's node that never served, and no Raft store is there. The file's
+// own remedy (restore it from a backup, or remove the node and join it again) is no
+// way forward where no mesh exists yet (a docs walkthrough: bootstrap interrupted at
+// its signing key, then serve). Any other error is returned as it is.
+func unfinishedBootstrap(err error, cfg datadir.Config, dir datadir.Dir) error {
+	if err == nil || cfg.Mesh == "" || cfg.Served || cfg.Joining || cfg.JoinedNode() || errors.Is(err, datadir.ErrInUse) {
+		return err
+	}
+	if _, serr := os.Stat(dir.Path(datadir.RaftDir)); !errors.Is(serr, fs.ErrNotExist) {
+		return err
+	}
+	return fmt.Errorf("%s holds a `meshctl bootstrap` stopped before its last step (no Raft store yet, and this node never served): "+
+		"run `meshctl bootstrap --data %s` again with the same flags to finish it. What it lacks now: %w", dir, dir, err)
 }
 
 // stateLost says what to do about a Raft store that lost its state
@@ -241,7 +260,7 @@ func CheckDir(dir datadir.Dir, now time.Time, wait time.Duration) CheckReport {
 	for _, sc := range startChecks() {
 		check(sc.name, sc.needs, func(c *Check) (err error) {
 			c.Detail, err = sc.run(dir, now, &files)
-			return err
+			return unfinishedBootstrap(err, files.cfg, dir)
 		})
 		switch {
 		case sc.name == CheckConfig && !failed[CheckConfig]:
