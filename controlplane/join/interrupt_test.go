@@ -57,11 +57,14 @@ func TestJoinInterruptedWhileConnecting(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	time.AfterFunc(300*time.Millisecond, func() { cancel(cause) })
 	start := time.Now()
-	err = Join(ctx, Options{Dir: d, Token: controlToken(t, ln.Addr().String(), [32]byte{1}, tokenfmt.RoleControl, time.Now())})
+	// The command to run again is the one run, the token's file named (printed
+	// without it, it waited on stdin: a docs walkthrough).
+	rerun := "meshctl join --data " + string(d) + " --token-file cp-2.txt"
+	err = Join(ctx, Options{Dir: d, Token: controlToken(t, ln.Addr().String(), [32]byte{1}, tokenfmt.RoleControl, time.Now()), Command: rerun})
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("the join took %s to stop", took)
 	}
-	if !errors.Is(err, cause) || !strings.Contains(err.Error(), "while connecting to the mesh") || !strings.Contains(err.Error(), "again with the same token") {
+	if !errors.Is(err, cause) || !strings.Contains(err.Error(), "while connecting to the mesh") || !strings.Contains(err.Error(), "run `"+rerun+"` again with the same token") {
 		t.Fatalf("err = %v, want the cause, what it was doing and how to resume", err)
 	}
 	if d.Exists(datadir.ConfigFile) {

@@ -243,7 +243,12 @@ func ControlAddresses(brokerAddr, raftAddr, clusterAddr string) (api.ControlMemb
 type Options struct {
 	Dir   datadir.Dir
 	Token string
-	Out   io.Writer
+	// Command is the join's command line as it is run again, the token's source
+	// included (`meshctl join --data DIR --token-file F`): the resume advice
+	// printed without --token-file waited on stdin, or said the token is empty (a
+	// docs walkthrough). Empty: `meshctl join --data DIR`.
+	Command string
+	Out     io.Writer
 	// Listen, when set, is the address the node's broker listens on, apart from the
 	// one its token was minted for, which hosts dial (a machine behind NAT, or a
 	// wildcard); otherwise, and for Raft and the cluster always, the node binds the
@@ -402,6 +407,14 @@ func (r *run) unmakeIfEmpty() {
 	}
 	_ = os.Remove(d.Path(datadir.LockFile))
 	_ = os.Remove(string(d)) // only if empty
+}
+
+// rerun is the command that runs this join again (Options.Command).
+func (r *run) rerun() string {
+	if r.o.Command != "" {
+		return r.o.Command
+	}
+	return "meshctl join --data " + string(r.o.Dir)
 }
 
 // lock takes the data directory's lock and checks the directory. A lock file is
@@ -863,15 +876,15 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 		// was then refused token_used, and a new token node_exists.
 		return resp, "", fmt.Errorf("%w (%s). The token was not spent by this run, and the keys of this join are kept in %s for a run with the same token. "+
 			"A broker refuses while too many connections used the token in the last 30 seconds (each run of join uses one), while this address made too many failed attempts in the last minute, "+
-			"and while the control node holds as many hosts as it has room for (its log says so): for these, wait a minute and run meshctl join --data %s again with the same token. "+
+			"and while the control node holds as many hosts as it has room for (its log says so): for these, wait a minute and run %s again with the same token. "+
 			"It refuses for good a token the mesh never minted (or one cancelled or expired more than a day ago, or minted by a meshctl older than the control plane's), a key that was revoked, and a login relayed by something on the path that holds a certificate of the mesh (the secret was not sent): "+
 			"if a run a minute later is refused again, look on the machine that holds the CA key whether the token is pending (meshctl token list) and mint a new one",
-			ErrLoginRefused, strings.Join(errs, "; "), r.o.Dir.Path(pendingFile), r.o.Dir)
+			ErrLoginRefused, strings.Join(errs, "; "), r.o.Dir.Path(pendingFile), r.rerun())
 	}
 	if clockErr != nil && substituted == 0 {
 		// A broker that is the mesh by its chain, refused for this machine's
 		// clock: the clock is what to fix, whatever the others did.
-		return resp, "", fmt.Errorf("%w; nothing was sent: run meshctl join --data %s again with the same token once the clock is right (%s)", clockErr, r.o.Dir, strings.Join(errs, "; "))
+		return resp, "", fmt.Errorf("%w; nothing was sent: run %s again with the same token once the clock is right (%s)", clockErr, r.rerun(), strings.Join(errs, "; "))
 	}
 	if substituted > 0 && substituted == len(r.brokers) {
 		return resp, "", pki.ErrPinMismatch
@@ -1006,7 +1019,7 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 	}
 	defer op.Close()
 	// again is how the join is resumed.
-	again := fmt.Sprintf("run the same meshctl join --data %s again with the same token", d)
+	again := fmt.Sprintf("run the same %s again with the same token", r.rerun())
 	// rollback takes the node out of Raft again, for a join that will not be
 	// confirmed. It returns nil once the control plane said it did, and otherwise
 	// ErrRollbackFailed, saying how to resume (resume) or give up on the node: the
@@ -1187,8 +1200,8 @@ func (r *run) confirmFailed(node string, probe uint64, err error, rollback func(
 	var ae *api.Error
 	if errors.As(err, &ae) && (ae.Code == api.CodeUnavailable || ae.Code == api.CodeInternal || ae.Code == api.CodeDiskFull) ||
 		errors.Is(err, operator.ErrNoLeader) || errors.Is(err, operator.ErrNoAnswer) || errors.Is(err, operator.ErrConnectionLost) {
-		return fmt.Errorf("%w (%w): %s applied the probe entry at index %d and is a Raft nonvoter, not confirmed yet; nothing was rolled back: run the same meshctl join --data %s again with the same token to resume",
-			ErrConfirmLater, err, node, probe, r.o.Dir)
+		return fmt.Errorf("%w (%w): %s applied the probe entry at index %d and is a Raft nonvoter, not confirmed yet; nothing was rolled back: run the same %s again with the same token to resume",
+			ErrConfirmLater, err, node, probe, r.rerun())
 	}
 	return r.notConfirmed(node, err.Error(), rollback())
 }
@@ -1199,8 +1212,8 @@ func (r *run) notConfirmed(node, why string, undo error) error {
 	if undo != nil {
 		return fmt.Errorf("%w: %s; %w", ErrNotConfirmed, why, undo)
 	}
-	return fmt.Errorf("%w: %s; the join was rolled back (%s is out of Raft again): fix that and run the same meshctl join --data %s again with the same token to resume",
-		ErrNotConfirmed, why, node, r.o.Dir)
+	return fmt.Errorf("%w: %s; the join was rolled back (%s is out of Raft again): fix that and run the same %s again with the same token to resume",
+		ErrNotConfirmed, why, node, r.rerun())
 }
 
 // rollbackError is the error of a rollback of node's join whose control.abort call
@@ -1255,9 +1268,9 @@ func (r *run) route(ctx context.Context, cfg datadir.Config, adm *api.ControlAdm
 			// Nothing is rolled back: the node is a confirmed nonvoter, and the
 			// same join resumes (the mesh skips what is done).
 			return fmt.Errorf("%w: %s is a confirmed member of the mesh (a Raft nonvoter: nothing was rolled back), but no NATS route from %s to %s came up within %s: "+
-				"open the cluster port both ways (mutual TLS between the control nodes' certificates) and run the same meshctl join --data %s again, with the same token while it is valid, to finish; "+
+				"open the cluster port both ways (mutual TLS between the control nodes' certificates) and run the same %s again, with the same token while it is valid, to finish; "+
 				"or, to give up on this node, remove it (meshctl control remove %s)",
-				ErrNoRoute, cfg.Node, cfg.ClusterListen, strings.Join(routes, ", "), r.o.RouteTimeout, r.o.Dir, cfg.Node)
+				ErrNoRoute, cfg.Node, cfg.ClusterListen, strings.Join(routes, ", "), r.o.RouteTimeout, r.rerun(), cfg.Node)
 		case <-poll.C:
 			if removed() {
 				return fmt.Errorf("%w: %s was removed while its route came up", ErrRemoved, cfg.Node)
@@ -1277,7 +1290,7 @@ func (r *run) interrupted(ctx context.Context, what, done string) error {
 	if done != "" {
 		done = "; " + done
 	}
-	return fmt.Errorf("%w while %s%s; run `meshctl join --data %s` again with the same token to resume", context.Cause(ctx), what, done, r.o.Dir)
+	return fmt.Errorf("%w while %s%s; run `%s` again with the same token to resume", context.Cause(ctx), what, done, r.rerun())
 }
 
 // dial is operator.Dial, given up when ctx ends; a connection made after that is

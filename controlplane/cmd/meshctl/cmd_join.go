@@ -115,7 +115,7 @@ the node with meshctl serve.`,
 				defer stop()
 				err = interruptible(ctx, func() error {
 					privateUmask() // the Raft store it makes, as serve's
-					return join.Join(ctx, join.Options{Dir: datadir.Dir(dir), Token: text, Out: steps, Listen: listen, Brokers: extra,
+					return join.Join(ctx, join.Options{Dir: datadir.Dir(dir), Token: text, Command: joinRerun(dir, tokenFile, extra), Out: steps, Listen: listen, Brokers: extra,
 						Timeouts: replication.Timeouts{Heartbeat: heartbeat, Election: heartbeat, LeaderLease: heartbeat / 2, Commit: 50 * time.Millisecond}})
 				})
 				already := errors.Is(err, join.ErrAlreadyJoined)
@@ -420,4 +420,30 @@ func printRemoval(w io.Writer, node string, res api.ControlRemoveResult) {
 		return
 	}
 	fmt.Fprintf(w, "it held the declaration signing key: if the machine is lost or suspected, rotate it (meshctl signing-key rotate)\n")
+}
+
+// joinRerun is the join's command line as it is run again: the token's file
+// named (a resume printed without it waited on stdin, or said the token is empty:
+// a docs walkthrough), and the brokers given beside the token, which a resume may
+// need again. Each part is quoted for a POSIX shell when it needs to be.
+func joinRerun(dir, tokenFile string, brokers []netip.AddrPort) string {
+	cmd := "meshctl join --data " + shellWord(dir)
+	if tokenFile != "" && tokenFile != "-" {
+		cmd += " --token-file " + shellWord(tokenFile)
+	}
+	for _, b := range brokers {
+		cmd += " --broker " + b.String()
+	}
+	return cmd
+}
+
+// shellWord is s as one word for a POSIX shell: as it is when it holds only
+// characters no shell treats apart, single-quoted otherwise.
+func shellWord(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("/._-+:,@=", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

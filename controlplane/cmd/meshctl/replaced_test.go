@@ -135,3 +135,25 @@ func TestChangesCompleteNodesNotRevoked(t *testing.T) {
 		}
 	}
 }
+
+// TestAJoinsRerunNamesItsTokenFile: a join's resume advice said `meshctl join
+// --data ./w4` for a join run with --token-file, which run as printed waited on
+// stdin or said the token is empty (a docs walkthrough). The command names the
+// token's file and the brokers given, each a word a shell takes whole.
+func TestAJoinsRerunNamesItsTokenFile(t *testing.T) {
+	for _, c := range []struct {
+		dir, file string
+		brokers   []netip.AddrPort
+		want      string
+	}{
+		{"./w4", "wt4.txt", nil, "meshctl join --data ./w4 --token-file wt4.txt"},
+		{"./w4", "-", nil, "meshctl join --data ./w4"},
+		{"./w4", "", []netip.AddrPort{netip.MustParseAddrPort("10.0.0.2:7300")}, "meshctl join --data ./w4 --broker 10.0.0.2:7300"},
+		{"/var/lib/mesh ctl", "it's.txt", nil, `meshctl join --data '/var/lib/mesh ctl' --token-file 'it'\''s.txt'`},
+		{"./d", "$(reboot)", nil, `meshctl join --data ./d --token-file '$(reboot)'`},
+	} {
+		if got := joinRerun(c.dir, c.file, c.brokers); got != c.want {
+			t.Errorf("joinRerun(%q, %q, %v) = %s, want %s", c.dir, c.file, c.brokers, got, c.want)
+		}
+	}
+}
