@@ -143,14 +143,20 @@ func loadStartFiles(dir datadir.Dir, now time.Time) (startFiles, error) {
 // way forward where no mesh exists yet (a docs walkthrough: bootstrap interrupted at
 // its signing key, then serve). Any other error is returned as it is.
 func unfinishedBootstrap(err error, cfg datadir.Config, dir datadir.Dir) error {
-	if err == nil || cfg.Mesh == "" || cfg.Served || cfg.Joining || cfg.JoinedNode() || errors.Is(err, datadir.ErrInUse) {
+	// A missing file only: bootstrap makes what is missing and takes a step whose
+	// file is there as done, so it mends nothing else. One broker only: a node
+	// that served among others lists them. Served is recorded only by versions
+	// since it was added, and not when its save failed: the advice says what it
+	// hangs on (a review).
+	if err == nil || !errors.Is(err, datadir.ErrMissing) || cfg.Mesh == "" || cfg.Served || cfg.Joining || cfg.JoinedNode() || len(cfg.Brokers) > 1 {
 		return err
 	}
 	if _, serr := os.Stat(dir.Path(datadir.RaftDir)); !errors.Is(serr, fs.ErrNotExist) {
 		return err
 	}
-	return fmt.Errorf("%s holds a `meshctl bootstrap` stopped before its last step (no Raft store yet, and this node never served): "+
-		"run `meshctl bootstrap --data %s` again with the same flags to finish it. What it lacks now: %w", dir, dir, err)
+	return fmt.Errorf("%s holds no Raft store and %s records no start: most likely a `meshctl bootstrap` stopped before its last step. "+
+		"If this node never served, run `meshctl bootstrap --data %s` again with the same flags to finish it; if it served, do not (it would make a new, empty mesh): "+
+		"restore the directory from a backup. What it lacks now: %w", dir, datadir.ConfigFile, dir, err)
 }
 
 // stateLost says what to do about a Raft store that lost its state

@@ -152,8 +152,9 @@ func TestAnUnfinishedBootstrapIsSaidAsSuch(t *testing.T) {
 		}
 	}
 	_, err := Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.DiscardHandler), Timeouts: testTimeouts})
-	want := "holds a `meshctl bootstrap` stopped before its last step"
-	if err == nil || !strings.HasPrefix(err.Error(), string(dir)+" "+want) || !strings.Contains(err.Error(), datadir.SigningKeyFile) {
+	want := "most likely a `meshctl bootstrap` stopped before its last step"
+	if err == nil || !strings.HasPrefix(err.Error(), string(dir)+" holds no Raft store") || !strings.Contains(err.Error(), want) ||
+		!strings.Contains(err.Error(), "if it served, do not") || !strings.Contains(err.Error(), datadir.SigningKeyFile) {
 		t.Fatalf("serve of an unfinished bootstrap: %v, want it said first, the missing file after", err)
 	}
 	var fe *datadir.FileError
@@ -169,16 +170,29 @@ func TestAnUnfinishedBootstrapIsSaidAsSuch(t *testing.T) {
 		t.Errorf("check of an unfinished bootstrap does not say so: %+v", r.Checks)
 	}
 
-	// A node that served: the file's own remedy alone.
+	// A file that is there but damaged: bootstrap, which takes a step whose file
+	// is there as done, would not mend it.
+	if err := os.WriteFile(dir.Path(datadir.SigningKeyFile), []byte("not a key"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.DiscardHandler), Timeouts: testTimeouts}); err == nil || strings.Contains(err.Error(), want) {
+		t.Errorf("serve with a damaged key: %v, want no word of bootstrap", err)
+	}
+	if err := os.Remove(dir.Path(datadir.SigningKeyFile)); err != nil {
+		t.Fatal(err)
+	}
+	// A node that served, by mesh.json (served recorded, or other brokers listed):
+	// the file's own remedy alone.
 	cfg, err := dir.LoadConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Served = true
-	if err := dir.SaveConfig(cfg); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.DiscardHandler), Timeouts: testTimeouts}); err == nil || strings.Contains(err.Error(), want) {
-		t.Errorf("serve of a node that served, its key missing: %v, want no word of bootstrap", err)
+	for _, c := range []datadir.Config{func() datadir.Config { c := cfg; c.Served = true; return c }(), func() datadir.Config { c := cfg; c.Brokers = append(c.Brokers, "10.0.0.2:7300"); return c }()} {
+		if err := dir.SaveConfig(c); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.DiscardHandler), Timeouts: testTimeouts}); err == nil || strings.Contains(err.Error(), want) {
+			t.Errorf("serve of a node that served (%+v), its key missing: %v, want no word of bootstrap", c, err)
+		}
 	}
 }
