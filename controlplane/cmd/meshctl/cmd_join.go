@@ -115,7 +115,7 @@ the node with meshctl serve.`,
 				defer stop()
 				err = interruptible(ctx, func() error {
 					privateUmask() // the Raft store it makes, as serve's
-					return join.Join(ctx, join.Options{Dir: datadir.Dir(dir), Token: text, Command: joinRerun(dir, tokenFile, extra), Out: steps, Listen: listen, Brokers: extra,
+					return join.Join(ctx, join.Options{Dir: datadir.Dir(dir), Token: text, Command: joinRerun(dir, tokenFile, listen, extra, heartbeat), Out: steps, Listen: listen, Brokers: extra,
 						Timeouts: replication.Timeouts{Heartbeat: heartbeat, Election: heartbeat, LeaderLease: heartbeat / 2, Commit: 50 * time.Millisecond}})
 				})
 				already := errors.Is(err, join.ErrAlreadyJoined)
@@ -424,15 +424,23 @@ func printRemoval(w io.Writer, node string, res api.ControlRemoveResult) {
 
 // joinRerun is the join's command line as it is run again: the token's file
 // named (a resume printed without it waited on stdin, or said the token is empty:
-// a docs walkthrough), and the brokers given beside the token, which a resume may
-// need again. Each part is quoted for a POSIX shell when it needs to be.
-func joinRerun(dir, tokenFile string, brokers []netip.AddrPort) string {
+// a docs walkthrough), and the flags a resume may need again (--listen behind NAT,
+// the brokers given beside the token, a Raft heartbeat not the default). Each part
+// is quoted for a POSIX shell when it needs to be (an IPv6 address's brackets are a
+// glob: a review).
+func joinRerun(dir, tokenFile, listen string, brokers []netip.AddrPort, heartbeat time.Duration) string {
 	cmd := "meshctl join --data " + shellWord(dir)
 	if tokenFile != "" && tokenFile != "-" {
 		cmd += " --token-file " + shellWord(tokenFile)
 	}
+	if listen != "" {
+		cmd += " --listen " + shellWord(listen)
+	}
 	for _, b := range brokers {
-		cmd += " --broker " + b.String()
+		cmd += " --broker " + shellWord(b.String())
+	}
+	if heartbeat != replication.DefaultTimeouts().Heartbeat {
+		cmd += " --raft-heartbeat " + heartbeat.String()
 	}
 	return cmd
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"mesh/controlplane/api"
+	"mesh/controlplane/replication"
 	"mesh/tokenfmt"
 )
 
@@ -141,19 +142,24 @@ func TestChangesCompleteNodesNotRevoked(t *testing.T) {
 // stdin or said the token is empty (a docs walkthrough). The command names the
 // token's file and the brokers given, each a word a shell takes whole.
 func TestAJoinsRerunNamesItsTokenFile(t *testing.T) {
+	def := replication.DefaultTimeouts().Heartbeat
 	for _, c := range []struct {
-		dir, file string
-		brokers   []netip.AddrPort
-		want      string
+		dir, file, listen string
+		brokers           []netip.AddrPort
+		heartbeat         time.Duration
+		want              string
 	}{
-		{"./w4", "wt4.txt", nil, "meshctl join --data ./w4 --token-file wt4.txt"},
-		{"./w4", "-", nil, "meshctl join --data ./w4"},
-		{"./w4", "", []netip.AddrPort{netip.MustParseAddrPort("10.0.0.2:7300")}, "meshctl join --data ./w4 --broker 10.0.0.2:7300"},
-		{"/var/lib/mesh ctl", "it's.txt", nil, `meshctl join --data '/var/lib/mesh ctl' --token-file 'it'\''s.txt'`},
-		{"./d", "$(reboot)", nil, `meshctl join --data ./d --token-file '$(reboot)'`},
+		{"./w4", "wt4.txt", "", nil, def, "meshctl join --data ./w4 --token-file wt4.txt"},
+		{"./w4", "-", "", nil, def, "meshctl join --data ./w4"},
+		{"./w4", "", "", []netip.AddrPort{netip.MustParseAddrPort("10.0.0.2:7300")}, def, "meshctl join --data ./w4 --broker 10.0.0.2:7300"},
+		{"./w4", "", "", []netip.AddrPort{netip.MustParseAddrPort("[2001:db8::2]:7300")}, def, "meshctl join --data ./w4 --broker '[2001:db8::2]:7300'"},
+		{"./w4", "t", "0.0.0.0:7300", nil, 300 * time.Millisecond, "meshctl join --data ./w4 --token-file t --listen 0.0.0.0:7300 --raft-heartbeat 300ms"},
+		{"/var/lib/mesh ctl", "it's.txt", "", nil, def, `meshctl join --data '/var/lib/mesh ctl' --token-file 'it'\''s.txt'`},
+		{"./d", "$(reboot)", "", nil, def, `meshctl join --data ./d --token-file '$(reboot)'`},
+		{"./d", "-x\nrm", "", nil, def, "meshctl join --data ./d --token-file '-x\nrm'"},
 	} {
-		if got := joinRerun(c.dir, c.file, c.brokers); got != c.want {
-			t.Errorf("joinRerun(%q, %q, %v) = %s, want %s", c.dir, c.file, c.brokers, got, c.want)
+		if got := joinRerun(c.dir, c.file, c.listen, c.brokers, c.heartbeat); got != c.want {
+			t.Errorf("joinRerun(%q, %q, %q, %v, %s) = %s, want %s", c.dir, c.file, c.listen, c.brokers, c.heartbeat, got, c.want)
 		}
 	}
 }
