@@ -1065,7 +1065,12 @@ func notFollowing(err error, node, leader string, members []replication.Member, 
 // removed nodes back together routes to their own leader, which answers as they
 // see it, and one answer through any broker was taken for the mesh's.
 func (d *Daemon) listedRemoved() bool {
-	for _, server := range d.otherBrokers() {
+	return d.listedRemovedThrough(d.otherBrokers())
+}
+
+// listedRemovedThrough is listedRemoved's question through each of servers in turn.
+func (d *Daemon) listedRemovedThrough(servers []string) bool {
+	for _, server := range servers {
 		if d.listedRemovedAt(server) {
 			return true
 		}
@@ -1096,22 +1101,37 @@ func (d *Daemon) listedRemovedAt(server string) bool {
 	return false
 }
 
-// followedByAll reports whether every other member of this leader's Raft
-// configuration was heard following it within three heartbeats.
-func (d *Daemon) followedByAll(now time.Time) bool {
+// notFollowing lists the other members of this leader's Raft configuration not
+// heard following it within three heartbeats.
+func (d *Daemon) notFollowing(now time.Time) []string {
 	members, err := d.raft.Members()
 	if err != nil {
-		return true // nothing known: nothing asked
+		return nil // nothing known: nothing asked
 	}
+	var out []string
 	for _, m := range members {
 		if m.ID == d.cfg.Node {
 			continue
 		}
 		if hb, at, ok := d.ctl.last(m.ID); !ok || hb.Leader != d.cfg.Node || now.Sub(at) > 3*HeartbeatInterval {
-			return false
+			out = append(out, m.ID)
 		}
 	}
-	return true
+	return out
+}
+
+// brokersOf lists the brokers of the control nodes ids, as the state records them;
+// nil when it records none of them.
+func (d *Daemon) brokersOf(ids []string) []string {
+	var out []string
+	d.fsm.Read(func(s *state.State) {
+		for _, id := range ids {
+			if c, ok := s.ControlNodes[id]; ok && c.Broker != "" {
+				out = append(out, c.Broker)
+			}
+		}
+	})
+	return out
 }
 
 // otherBrokers lists the brokers of the other control nodes, from mesh.json: asking
@@ -1160,7 +1180,22 @@ func (d *Daemon) watchRemoved(ctx context.Context) error {
 			if d.raft.Current() {
 				d.forgetAhead()
 			}
-			if !leader || d.followedByAll(d.now()) {
+			if !leader {
+				return
+			}
+			lost := d.notFollowing(d.now())
+			if len(lost) == 0 {
+				return
+			}
+			// Only the members that do not follow it are asked: those that
+			// follow answer through this leader, and each broker asked costs a
+			// dial of up to seconds, every removedAskAfter while a member is
+			// down (a review).
+			if servers := d.brokersOf(lost); len(servers) > 0 {
+				if d.listedRemovedThrough(servers) {
+					d.log.Warn("the other control nodes list this node as removed; stopping")
+					d.removedOnce.Do(func() { close(d.removed) })
+				}
 				return
 			}
 		} else {

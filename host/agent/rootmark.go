@@ -90,7 +90,8 @@ const CheckOffRootNewer = "root_newer"
 // hold any more (removed on purpose, or no longer trusted) ends it too.
 func (a *Agent) rootNewer() (held bool, ask bool) {
 	m, ok := rootMark(a.o.Root, a.euid)
-	newer := ok && (m.version > a.applied.Version || m.version == a.applied.Version && m.digest != a.applied.BodyDigest)
+	// Letter case aside: the state file takes the digest in either (a review).
+	newer := ok && (m.version > a.applied.Version || m.version == a.applied.Version && !strings.EqualFold(m.digest, a.applied.BodyDigest))
 	if !newer {
 		if a.off.code == CheckOffRootNewer {
 			a.log.Info("the managed root's mark no longer names another declaration than the state directory's (removed, or not trusted any more): the file check puts back files changed on this host again",
@@ -143,7 +144,7 @@ func (a *Agent) markApplied() bool {
 // an ask at every interval, for good when the mark was higher than the mesh's own
 // version (a control plane and a state directory both restored from backups).
 func (a *Agent) markCurrent() {
-	if m, ok := rootMark(a.o.Root, a.euid); ok && m.version == a.applied.Version && m.digest == a.applied.BodyDigest {
+	if m, ok := rootMark(a.o.Root, a.euid); ok && m.version == a.applied.Version && strings.EqualFold(m.digest, a.applied.BodyDigest) {
 		return
 	}
 	a.markApplied()
