@@ -1101,9 +1101,9 @@ func (d *Daemon) listedRemovedAt(server string) bool {
 	return false
 }
 
-// notFollowing lists the other members of this leader's Raft configuration not
-// heard following it within three heartbeats.
-func (d *Daemon) notFollowing(now time.Time) []string {
+// membersNotFollowing lists the other members of this leader's Raft configuration
+// not heard following it within three heartbeats.
+func (d *Daemon) membersNotFollowing(now time.Time) []string {
 	members, err := d.raft.Members()
 	if err != nil {
 		return nil // nothing known: nothing asked
@@ -1183,7 +1183,7 @@ func (d *Daemon) watchRemoved(ctx context.Context) error {
 			if !leader {
 				return
 			}
-			lost := d.notFollowing(d.now())
+			lost := d.membersNotFollowing(d.now())
 			if len(lost) == 0 {
 				return
 			}

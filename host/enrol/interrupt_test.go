@@ -22,20 +22,7 @@ import (
 // the mesh could be reached". Nothing is saved but the pending key, which the next
 // run presents again.
 func TestEnrolStopsWhenInterrupted(t *testing.T) {
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { silent.Close() })
-	go func() {
-		for {
-			c, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { c.Close() })
-		}
-	}()
+	silent := silentBroker(t)
 	signed := fmt.Sprintf("mesh1_demo_%s_%s_%s_web-1_worker_%d_%s", silent.Addr(), strings.Repeat("ab", 32), strings.Repeat("cd", 32),
 		time.Now().Add(30*time.Minute).Unix(), strings.Repeat("ef", 32))
 	stalled := fmt.Sprintf("%s_%08x", signed, crc32.Checksum([]byte(signed), crc32.MakeTable(crc32.Castagnoli)))
@@ -60,4 +47,25 @@ func TestEnrolStopsWhenInterrupted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// silentBroker listens on a loopback address that takes connections and never
+// answers (a TLS handshake waits there), until the test ends.
+func silentBroker(t *testing.T) net.Listener {
+	t.Helper()
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { silent.Close() })
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	return silent
 }

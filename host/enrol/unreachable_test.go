@@ -60,23 +60,10 @@ func TestUnreachableBrokersAreSaidOncePerReason(t *testing.T) {
 	t.Run("apart", func(t *testing.T) {
 		// A broker whose address takes the connection and never answers the TLS
 		// handshake fails for another reason than those nothing listens on.
-		silent, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { silent.Close() })
-		go func() {
-			for {
-				c, err := silent.Accept()
-				if err != nil {
-					return
-				}
-				t.Cleanup(func() { c.Close() })
-			}
-		}()
+		silent := silentBroker(t)
 		closed := closedAddresses(t, 3)
 		brokers := append([]string{closed[0], silent.Addr().String()}, closed[1:]...)
-		_, err = Enrol(context.Background(), Options{StateDir: filepath.Join(t.TempDir(), "state"), Token: tokenFor(brokers), DialTimeout: 300 * time.Millisecond})
+		_, err := Enrol(context.Background(), Options{StateDir: filepath.Join(t.TempDir(), "state"), Token: tokenFor(brokers), DialTimeout: 300 * time.Millisecond})
 		if !errors.Is(err, ErrUnreachable) {
 			t.Fatalf("got %v, want ErrUnreachable", err)
 		}
