@@ -784,6 +784,10 @@ type NodesResult struct {
 	// planes send none): the times above are its own, and how long ago a node
 	// was last seen is counted from it, not by the reader's clock.
 	At time.Time `json:"at,omitzero"`
+	// SharedKeyGrace is how long a node's key may be held by more than one
+	// connection before the node is failing KeyShared, as the answering control
+	// node runs (serve --shared-key-grace); zero from older control planes.
+	SharedKeyGrace Duration `json:"shared_key_grace,omitempty"`
 }
 
 // RevokeRequest revokes nodes for good.

@@ -1127,7 +1127,7 @@ func (d *Daemon) nodes(req api.NodesRequest) (api.NodesResult, error) {
 			want[id] = true
 		}
 	}
-	out := api.NodesResult{Mesh: d.cfg.Mesh, AnsweredBy: d.cfg.Node, At: now.UTC()}
+	out := api.NodesResult{Mesh: d.cfg.Mesh, AnsweredBy: d.cfg.Node, At: now.UTC(), SharedKeyGrace: api.Duration(d.opts.SharedKeyGrace)}
 	// The bodies of the page's nodes whose verdict the signer does not know yet,
 	// judged after the lock is let go: a parse is 32 µs for a 4 KiB body and
 	// 1.8 ms for 512 KiB, and Raft's apply waits on the lock.

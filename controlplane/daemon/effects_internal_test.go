@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
 	"mesh/controlplane/state"
 )
@@ -194,5 +195,16 @@ func TestAnUnfinishedBootstrapIsSaidAsSuch(t *testing.T) {
 		if _, err := Open(context.Background(), Options{Dir: dir, Logger: slog.New(slog.DiscardHandler), Timeouts: testTimeouts}); err == nil || strings.Contains(err.Error(), want) {
 			t.Errorf("serve of a node that served (%+v), its key missing: %v, want no word of bootstrap", c, err)
 		}
+	}
+}
+
+// TestNodesSayTheSharedKeyGrace: meshctl's line on a key held by more than one
+// connection named the default grace whatever serve was given (a docs
+// walkthrough): the answer says the grace the control node runs.
+func TestNodesSayTheSharedKeyGrace(t *testing.T) {
+	d := fleet(t, 0)
+	res, err := d.nodes(api.NodesRequest{})
+	if err != nil || time.Duration(res.SharedKeyGrace) != d.opts.SharedKeyGrace || res.SharedKeyGrace == 0 {
+		t.Fatalf("nodes: grace %v, %v; want %v", time.Duration(res.SharedKeyGrace), err, d.opts.SharedKeyGrace)
 	}
 }

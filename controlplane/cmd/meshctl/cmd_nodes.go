@@ -125,7 +125,7 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 						if line := putBackLine(res.Nodes, answeredAt(res, time.Now())); line != "" {
 							fmt.Fprintln(cio.stdout, line)
 						}
-						if line := sharedKeyLine(res.Nodes, answeredAt(res, time.Now())); line != "" {
+						if line := sharedKeyLine(res.Nodes, answeredAt(res, time.Now()), time.Duration(res.SharedKeyGrace)); line != "" {
 							fmt.Fprintln(cio.stdout, line)
 						}
 					}
@@ -374,8 +374,9 @@ func putBackLine(nodes []api.NodeView, now time.Time) string {
 // key, which the control plane cannot tell apart from the first (a machine cloned
 // after its enrolment): its reports and the first's overwrite each other, so what the
 // node seems to have applied flips. Past the control plane's grace (two minutes by
-// default) the node is failing key_shared, and the verdict names it.
-func sharedKeyLine(nodes []api.NodeView, now time.Time) string {
+// default) the node is failing key_shared, and the verdict names it. grace is the
+// one the control plane says it runs (zero from an older one).
+func sharedKeyLine(nodes []api.NodeView, now time.Time, grace time.Duration) string {
 	var parts []string
 	for _, n := range nodes {
 		if n.Connections > 1 && n.State != api.StateRevoked {
@@ -389,8 +390,14 @@ func sharedKeyLine(nodes []api.NodeView, now time.Time) string {
 	if len(parts) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("more than one connection with one node's key, on %d node(s): %s; lasting past the control plane's --shared-key-grace (2 minutes unless serve was given another), a second machine holds the key (cloned after its enrolment?), and the node is failing key_shared: see operations, Cloned machines",
-		len(parts), strings.Join(parts, ", "))
+	// The grace the control plane runs, when it says: the default was named
+	// whatever serve was given (a docs walkthrough).
+	past := "past the control plane's --shared-key-grace (2 minutes unless serve was given another),"
+	if grace > 0 {
+		past = "past the control plane's --shared-key-grace, " + grace.String() + ","
+	}
+	return fmt.Sprintf("more than one connection with one node's key, on %d node(s): %s; lasting %s a second machine holds the key (cloned after its enrolment?), and the node is failing key_shared: see operations, Cloned machines",
+		len(parts), strings.Join(parts, ", "), past)
 }
 
 // summary counts nodes by convergence, and the nodes not revoked by the agent they

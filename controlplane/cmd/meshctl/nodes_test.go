@@ -251,12 +251,18 @@ func TestSharedKeyLine(t *testing.T) {
 		{ID: "web-3", State: api.StateRevoked, Connections: 3},
 		{ID: "web-4", State: api.StateAlive, Connections: 2}, // a control plane that does not say since when
 	}
-	got := sharedKeyLine(nodes, now)
+	got := sharedKeyLine(nodes, now, 0)
 	if !strings.HasPrefix(got, "more than one connection with one node's key, on 2 node(s): web-1 (2, for 3m0s), web-4 (2);") ||
-		!strings.Contains(got, "failing key_shared") || !strings.Contains(got, "Cloned machines") {
+		!strings.Contains(got, "failing key_shared") || !strings.Contains(got, "Cloned machines") ||
+		!strings.Contains(got, "(2 minutes unless serve was given another), a second machine") {
 		t.Fatalf("sharedKeyLine = %q", got)
 	}
-	if got := sharedKeyLine(nodes[1:3], now); got != "" {
+	// The grace the control plane says it runs, where it said the default's
+	// whatever serve was given (a docs walkthrough).
+	if got := sharedKeyLine(nodes, now, 20*time.Second); !strings.Contains(got, "--shared-key-grace, 20s, a second machine") || strings.Contains(got, "2 minutes") {
+		t.Fatalf("sharedKeyLine with a grace of 20s = %q", got)
+	}
+	if got := sharedKeyLine(nodes[1:3], now, 0); got != "" {
 		t.Fatalf("no shared key: %q", got)
 	}
 	// The table says it of the node too (audit of the host's weeks, finding 7: only
