@@ -78,6 +78,9 @@ type Options struct {
 	// DialTimeout bounds each connection attempt; RequestTimeout the enrolment reply.
 	DialTimeout    time.Duration
 	RequestTimeout time.Duration
+	// DialStagger is how long an attempt at one of the token's brokers goes
+	// unanswered before the next broker is tried alongside; zero means 2 s.
+	DialStagger time.Duration
 	// Resend is how long the request goes unanswered before it is sent again,
 	// within RequestTimeout; zero means 5 s.
 	Resend time.Duration
@@ -341,6 +344,9 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	if o.RequestTimeout == 0 {
 		o.RequestTimeout = 20 * time.Second
 	}
+	if o.DialStagger == 0 {
+		o.DialStagger = 2 * time.Second
+	}
 	if o.Resend == 0 {
 		o.Resend = 5 * time.Second
 	}
@@ -594,36 +600,81 @@ func expiryText(exp, now time.Time) string {
 }
 
 // dialEnrolment connects to the first broker that completes a pinned handshake,
-// presenting the token's secret and the node key kp.
+// presenting the token's secret and the node key kp. The token's brokers are tried
+// in its order, the next one starting when the one before has failed or has not
+// answered within DialStagger: one after another, 16 addresses that drop packets
+// (the bootstrap machine gone, a firewall) kept the enrolment 16 dial timeouts long,
+// minutes, before it said so or reached the broker that answers. The first login
+// the mesh takes is kept and the others end; an attempt that succeeds too late is
+// closed, having cost one login of the token's budget at its broker.
 func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub string) (*nats.Conn, string, error) {
+	type attempt struct {
+		addr string
+		nc   *nats.Conn
+		err  error
+	}
+	dialCtx, stopDials := context.WithCancel(ctx)
+	defer stopDials()
+	results := make(chan attempt, len(r.tok.Brokers))
+	started, pending := 0, 0
+	startNext := func() {
+		addr := r.tok.Brokers[started].String()
+		started++
+		pending++
+		go func() {
+			nc, err := r.dialOne(dialCtx, kp, pub, addr)
+			results <- attempt{addr, nc, err}
+		}()
+	}
+	// closeLate closes the connections of attempts still under way once they end,
+	// for no goroutine to outlive the enrolment holding a login.
+	closeLate := func() {
+		stopDials()
+		go func(n int) {
+			for ; n > 0; n-- {
+				if a := <-results; a.nc != nil {
+					a.nc.Close()
+				}
+			}
+		}(pending)
+	}
+	stagger := time.NewTimer(r.o.DialStagger)
+	defer stagger.Stop()
+	startNext()
+
 	var errs []brokerFault
 	substituted, refused := 0, 0
 	var clockErr *pintls.ClockError
-	for _, b := range r.tok.Brokers {
-		if ctx.Err() != nil {
+	for pending > 0 {
+		var a attempt
+		select {
+		case <-ctx.Done():
+			closeLate()
 			return nil, "", interrupted(ctx, "connecting")
-		}
-		addr := b.String()
-		nc, err := nats.Connect(link.URLs([]string{addr}), append(link.Login{Pin: r.tok.CAPin, PublicKey: pub, Sign: kp.Sign, Timeout: r.o.DialTimeout, Now: r.o.Now, Context: ctx}.Options(),
-			nats.UserInfo(wire.EnrolUser(r.tok.Node), r.password(pub)),
-			nats.CustomInboxPrefix(wire.EnrolInbox(r.tok.Node, pub)),
-			nats.Name("meshhost enrol "+r.tok.Node),
-			nats.Timeout(r.o.DialTimeout),
-			nats.NoReconnect(),
-		)...)
-		if err == nil {
-			// Refused at addr, nats.go goes on to the brokers addr named in its
-			// greeting (every broker of the mesh names the others), pin checked alike.
-			if got := nc.ConnectedAddr(); got != "" && got != addr {
-				r.step("connect", "%s: the mesh refused the login there; %s, a broker it named, took it", addr, got)
-				addr = got
+		case <-stagger.C:
+			if started < len(r.tok.Brokers) {
+				startNext()
+				stagger.Reset(r.o.DialStagger)
 			}
-			r.step("connect", "%s: TLS handshake checked against the pinned CA: it is the mesh", addr)
-			return nc, addr, nil
+			continue
+		case a = <-results:
+			pending--
+		}
+		if a.err == nil {
+			closeLate()
+			// Only addr was dialled: the login ignores the brokers an INFO names.
+			r.step("connect", "%s: TLS handshake checked against the pinned CA: it is the mesh", a.addr)
+			return a.nc, a.addr, nil
 		}
 		if ctx.Err() != nil {
-			return nil, "", interrupted(ctx, "connecting to "+addr)
+			closeLate()
+			return nil, "", interrupted(ctx, "connecting to "+a.addr)
 		}
+		if started < len(r.tok.Brokers) {
+			startNext()
+			stagger.Reset(r.o.DialStagger)
+		}
+		addr, err := a.addr, a.err
 		switch {
 		case link.IsClock(err):
 			// The mesh's own chain, out of its validity by this machine's clock:
@@ -683,6 +734,18 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 	// minted on a control node that runs names the others.
 	return nil, "", fmt.Errorf("%w (%s); retrying may help once the network or the control plane is back. "+
 		"If the control nodes the token names are gone for good, mint a new token on a control node that runs (meshctl token there)", ErrUnreachable, byReason(errs))
+}
+
+// dialOne logs in to the broker at addr alone, with the pin checked inside the
+// handshake before the secret is sent. The dial ends when ctx does.
+func (r *run) dialOne(ctx context.Context, kp *identity.KeyPair, pub, addr string) (*nats.Conn, error) {
+	return nats.Connect(link.URLs([]string{addr}), append(link.Login{Pin: r.tok.CAPin, PublicKey: pub, Sign: kp.Sign, Timeout: r.o.DialTimeout, Now: r.o.Now, Context: ctx}.Options(),
+		nats.UserInfo(wire.EnrolUser(r.tok.Node), r.password(pub)),
+		nats.CustomInboxPrefix(wire.EnrolInbox(r.tok.Node, pub)),
+		nats.Name("meshhost enrol "+r.tok.Node),
+		nats.Timeout(r.o.DialTimeout),
+		nats.NoReconnect(),
+	)...)
 }
 
 // brokerFault is why the broker at addr did not take the enrolment.

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"mesh/host/wire"
 )
 
 // tokenFor is a worker token, valid for half an hour, naming brokers (ip:port) in
@@ -72,4 +74,50 @@ func TestUnreachableBrokersAreSaidOncePerReason(t *testing.T) {
 			t.Errorf("the brokers are not said by reason, the silent one apart:\n%s", msg)
 		}
 	})
+}
+
+// withBrokersFirst is tok naming the brokers first, before its own, its checksum
+// made again.
+func withBrokersFirst(t *testing.T, tok string, first []string) string {
+	t.Helper()
+	cut := strings.LastIndex(tok, "_")
+	fields := strings.Split(tok[:cut], "_")
+	if len(fields) < 3 {
+		t.Fatalf("not a token: %q", tok)
+	}
+	fields[2] = strings.Join(append(first, fields[2]), ",")
+	signed := strings.Join(fields, "_")
+	return fmt.Sprintf("%s_%08x", signed, crc32.Checksum([]byte(signed), crc32.MakeTable(crc32.Castagnoli)))
+}
+
+// TestEnrolDoesNotWaitOutSilentBrokers: a token whose first brokers take the
+// connection and never answer (a machine gone behind a firewall that drops, a
+// broker wedged) enrols at the broker that answers without waiting out each dial
+// timeout: the next broker is tried once the one before has gone DialStagger
+// unanswered. One after another, three silent brokers here kept the enrolment 30
+// minutes (three 10-minute timeouts; the default is 10 s each, 16 brokers 160 s),
+// and the test's minute ran out.
+func TestEnrolDoesNotWaitOutSilentBrokers(t *testing.T) {
+	mesh := newFakeMesh(t, func(*wire.EnrolResponse) {})
+	var silent []string
+	for range 3 {
+		silent = append(silent, silentBroker(t).Addr().String())
+	}
+	tok := withBrokersFirst(t, mesh.token, silent)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out strings.Builder
+	res, err := Enrol(ctx, Options{StateDir: filepath.Join(t.TempDir(), "state"), Token: tok, Out: &out,
+		DialTimeout: 10 * time.Minute, DialStagger: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("enrol with three silent brokers before the mesh's: %v\n%s", err, out.String())
+	}
+	for _, s := range silent {
+		if res.Broker == s {
+			t.Errorf("enrolled through %s, a broker that never answers", s)
+		}
+		if strings.Contains(out.String(), s) {
+			t.Errorf("the plan names the silent broker %s, whose attempt was only ended:\n%s", s, out.String())
+		}
+	}
 }
