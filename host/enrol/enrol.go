@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -605,8 +606,9 @@ func expiryText(exp, now time.Time) string {
 // answered within DialStagger: one after another, 16 addresses that drop packets
 // (the bootstrap machine gone, a firewall) kept the enrolment 16 dial timeouts long,
 // minutes, before it said so or reached the broker that answers. The first login
-// the mesh takes is kept and the others end; an attempt that succeeds too late is
-// closed, having cost one login of the token's budget at its broker.
+// the mesh takes is kept and the others end: those still dialling or in their
+// handshake when it returns stop there, and one that reaches its login after that
+// signs nothing (lentKey), so sends no login, and is closed.
 func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub string) (*nats.Conn, string, error) {
 	type attempt struct {
 		addr string
@@ -615,6 +617,9 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 	}
 	dialCtx, stopDials := context.WithCancel(ctx)
 	defer stopDials()
+	key := &lentKey{kp: kp}
+	defer key.end()
+	password := r.password(pub)
 	results := make(chan attempt, len(r.tok.Brokers))
 	started, pending := 0, 0
 	startNext := func() {
@@ -622,7 +627,7 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 		started++
 		pending++
 		go func() {
-			nc, err := r.dialOne(dialCtx, kp, pub, addr)
+			nc, err := r.dialOne(dialCtx, key.sign, pub, password, addr)
 			results <- attempt{addr, nc, err}
 		}()
 	}
@@ -737,15 +742,43 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 }
 
 // dialOne logs in to the broker at addr alone, with the pin checked inside the
-// handshake before the secret is sent. The dial ends when ctx does.
-func (r *run) dialOne(ctx context.Context, kp *identity.KeyPair, pub, addr string) (*nats.Conn, error) {
-	return nats.Connect(link.URLs([]string{addr}), append(link.Login{Pin: r.tok.CAPin, PublicKey: pub, Sign: kp.Sign, Timeout: r.o.DialTimeout, Now: r.o.Now, Context: ctx}.Options(),
-		nats.UserInfo(wire.EnrolUser(r.tok.Node), r.password(pub)),
+// handshake before the secret (password) is sent, the nonce signed by sign. The
+// dial ends when ctx does. Attempts run at once: it changes nothing of r.
+func (r *run) dialOne(ctx context.Context, sign func([]byte) ([]byte, error), pub, password, addr string) (*nats.Conn, error) {
+	return nats.Connect(link.URLs([]string{addr}), append(link.Login{Pin: r.tok.CAPin, PublicKey: pub, Sign: sign, Timeout: r.o.DialTimeout, Now: r.o.Now, Context: ctx}.Options(),
+		nats.UserInfo(wire.EnrolUser(r.tok.Node), password),
 		nats.CustomInboxPrefix(wire.EnrolInbox(r.tok.Node, pub)),
 		nats.Name("meshhost enrol "+r.tok.Node),
 		nats.Timeout(r.o.DialTimeout),
 		nats.NoReconnect(),
 	)...)
+}
+
+// lentKey lends the node key to the attempts of dialEnrolment until it returns:
+// the caller may wipe the key then, and an attempt still under way must neither
+// read it meanwhile nor log in once the enrolment has its connection.
+type lentKey struct {
+	mu sync.Mutex
+	kp *identity.KeyPair
+}
+
+// errAttemptEnded is what an attempt that reaches its login too late signs with.
+var errAttemptEnded = errors.New("another broker took the enrolment's login first")
+
+func (l *lentKey) sign(input []byte) ([]byte, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.kp == nil {
+		return nil, errAttemptEnded
+	}
+	return l.kp.Sign(input)
+}
+
+// end takes the key back, once any signature under way is made.
+func (l *lentKey) end() {
+	l.mu.Lock()
+	l.kp = nil
+	l.mu.Unlock()
 }
 
 // brokerFault is why the broker at addr did not take the enrolment.
