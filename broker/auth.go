@@ -185,6 +185,16 @@ func (h *hook) check(c server.ClientAuthentication, o *server.ClientOpts, was *s
 		Remote:   c.RemoteAddress(),
 		TLS:      c.GetTLSConnectionState(),
 	}
+	if cl.TLS == nil && c.RemoteAddress() == nil {
+		// Closed before its login was judged (nats-server lets go of a closed
+		// connection's socket, and its TLS state with it: a broker stopping closes
+		// every client at once). Judged without its TLS session, a bound nonce
+		// signature is checked as a bare one and fails: a broker that stopped
+		// logged the refusal of an honest host as bad_signature, what a relay's
+		// login is refused for. Nothing is admitted over a closed connection.
+		h.logRefused(slog.LevelDebug, "client gone before its login was judged", "", slog.String("user", clip(o.Username)))
+		return false
+	}
 	cl.Binding = ChannelBinding(cl.TLS)
 	// nats-server asks again about every connection on a reload (was, the account
 	// it was admitted to). A connection never moves to another account

@@ -240,7 +240,7 @@ func TestHookRefusals(t *testing.T) {
 	out.Reset()
 	own := &hook{auth: auth, log: slog.New(slog.NewJSONHandler(&out, nil))}
 	for i := range flood {
-		if own.Check(&fakeClientAuth{opts: server.ClientOpts{Username: fmt.Sprint(i)}}) {
+		if own.Check(&fakeClientAuth{opts: server.ClientOpts{Username: fmt.Sprint(i)}, remote: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: i}}) {
 			t.Fatal("a refused client was let in")
 		}
 	}
@@ -293,5 +293,31 @@ func TestARefusalsOwnReasonIsWhole(t *testing.T) {
 		if a.Key == "reason" && len(a.Value.String()) > maxClientText+len("…") {
 			t.Errorf("a wrapped reason, %d bytes, was not cut", len(a.Value.String()))
 		}
+	}
+}
+
+// TestALoginWhoseConnectionClosedIsNotJudged: a CONNECT whose connection nats-server
+// has closed before the hook runs (a stopping broker closes every client at once)
+// comes without its TLS state, and a bound nonce signature checked without it fails
+// as a relay's does: a broker that stopped logged an honest host's login as
+// bad_signature. Such a login is refused without asking the Authenticator, counted
+// under no reason, and not logged above debug; a live connection (an in-process
+// client has no TLS either) is judged as ever.
+func TestALoginWhoseConnectionClosedIsNotJudged(t *testing.T) {
+	asked := 0
+	auth := refuseAll(func(Client) error { asked++; return NewRefusal("bad_signature", "nonce signature does not verify") })
+	var out bytes.Buffer
+	h := &hook{auth: auth, log: slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	if h.Check(&fakeClientAuth{opts: server.ClientOpts{Nkey: "UKEY", Sig: "sig"}}) {
+		t.Fatal("a login over a closed connection was let in")
+	}
+	if asked != 0 || out.Len() != 0 || len(h.refused.snapshot()) != 0 {
+		t.Fatalf("a login over a closed connection was judged: asked %d, logged %q, counted %v", asked, out.String(), h.refused.snapshot())
+	}
+	if h.Check(&fakeClientAuth{opts: server.ClientOpts{Nkey: "UKEY", Sig: "sig"}, remote: &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 1}}) {
+		t.Fatal("a refused client was let in")
+	}
+	if asked != 1 || !strings.Contains(out.String(), "bad_signature") || h.refused.snapshot()["bad_signature"] != 1 {
+		t.Fatalf("a live connection was not judged: asked %d, logged %q, counted %v", asked, out.String(), h.refused.snapshot())
 	}
 }
