@@ -261,6 +261,11 @@ func TestAuthenticate(t *testing.T) {
 		{name: "operator expired", client: broker.Client{JWT: userJWT(t, fx.account, operator, func(c *jwt.UserClaims) {
 			c.Expires = now0.Add(-time.Second).Unix()
 		}), Nonce: nonce, Sig: sign(t, operator, nonce)}, want: ErrOperatorExpired},
+		// Expired from the second it names on, as the connection's deadline has it:
+		// a login within that second was admitted and closed at once.
+		{name: "operator expiring this second", client: broker.Client{JWT: userJWT(t, fx.account, operator, func(c *jwt.UserClaims) {
+			c.Expires = now0.Unix()
+		}), Nonce: nonce, Sig: sign(t, operator, nonce)}, want: ErrOperatorExpired},
 		{name: "operator not yet valid", client: broker.Client{JWT: userJWT(t, fx.account, operator, func(c *jwt.UserClaims) {
 			c.NotBefore = now0.Add(time.Hour).Unix()
 		}), Nonce: nonce, Sig: sign(t, operator, nonce)}, want: ErrBadOperator},

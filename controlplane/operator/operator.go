@@ -288,7 +288,7 @@ func DialEndpoint(e Endpoint, o Options) (*Client, error) {
 			return nil, fmt.Errorf("%w: %w", ErrEndpoint, err)
 		}
 		if errors.Is(err, nats.ErrAuthorization) {
-			if exp := credsExpiry(e.Creds); !exp.IsZero() && time.Now().After(exp) {
+			if exp := credsExpiry(e.Creds); !exp.IsZero() && !time.Now().Before(exp) {
 				// Said as what it most likely is: the broker does not say why.
 				return nil, fmt.Errorf("%w: the broker refused them, and they expired at %s by this machine's clock: ask for new ones (meshctl operator add, on the control node holding the operator account key)",
 					ErrCredsExpired, exp.UTC().Format(time.RFC3339))
