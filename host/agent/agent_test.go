@@ -167,6 +167,15 @@ func TestHandleVerifiesBeforeApplying(t *testing.T) {
 			t.Fatalf("%s: error version %d, want %d", c.name, got.LastErrorVersion, want)
 		}
 	}
+	// A copy of the declaration applied clears no refusal but one for its validity
+	// window: what reached the node stays the news (docs/protocol.md, "Status"),
+	// and something on the path could otherwise replace it with a quiet copy.
+	if err := f.a.handle(ctx, f.decl(t, 2, "two")); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.a.Applied(); got.LastErrorCode != "wrong_enrolment" || got.Version != 2 {
+		t.Fatalf("after a copy of v2: error %q, version %d; want wrong_enrolment kept", got.LastErrorCode, got.Version)
+	}
 	// A refusal is reported, not written to disk: anyone who can put bytes on the
 	// node's subject could otherwise make it write for each (a restart syncs, and
 	// whatever is refused again is reported again).
