@@ -293,7 +293,7 @@ func CheckDir(dir datadir.Dir, now time.Time, wait time.Duration) CheckReport {
 
 	var fsm *state.FSM
 	check(CheckRaftStore, nil, func(c *Check) error {
-		in, err := replication.Inspect(dir.Path(datadir.RaftDir), files.cfg.Node, func() raft.FSM { return state.NewFSM() }, wait)
+		in, err := replication.Inspect(dir.Path(datadir.RaftDir), files.cfg.Node, files.cfg.RaftListen, func() raft.FSM { return state.NewFSM() }, wait)
 		if err != nil {
 			if r.Config != nil {
 				err = stateLost(err, *r.Config, dir)

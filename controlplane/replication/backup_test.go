@@ -112,7 +112,7 @@ func TestBackUpIsTheStateAtItsIndex(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		in, err := Inspect(dir, "cp-1", func() raft.FSM { return &probeFSM{} }, time.Second)
+		in, err := Inspect(dir, "cp-1", "", func() raft.FSM { return &probeFSM{} }, time.Second)
 		if err != nil {
 			t.Fatalf("%s: the backup's store is refused: %v", name, err)
 		}

@@ -357,14 +357,16 @@ func checkStores(dir string, store *raftboltdb.BoltStore, open func(id string) (
 		return found, fmt.Errorf("list raft snapshots: %w", err)
 	}
 	var (
-		restored uint64 // the index of the snapshot Raft will restore
-		passed   *DamageError
+		restored    uint64 // the index of the snapshot Raft will restore
+		passed      *DamageError
+		passedIndex uint64 // the index the passed-over snapshot's name gives
 	)
 	for _, s := range snaps {
 		file := filepath.Join(dir, "snapshots", s.name, "state.bin")
 		if !s.metaReadable {
 			if passed == nil {
 				passed = &DamageError{File: filepath.Join(dir, "snapshots", s.name, "meta.json"), Problem: "cannot be read"}
+				passedIndex = s.index
 			}
 			continue
 		}
@@ -376,6 +378,7 @@ func checkStores(dir string, store *raftboltdb.BoltStore, open func(id string) (
 		if oerr != nil {
 			if passed == nil {
 				passed = &DamageError{File: file, Problem: fmt.Sprintf("is not whole (%v)", oerr)}
+				passedIndex = s.index
 			}
 			continue
 		}
@@ -402,6 +405,13 @@ func checkStores(dir string, store *raftboltdb.BoltStore, open func(id string) (
 			return storesFound{}, passed
 		}
 		return storesFound{}, &DamageError{File: path, Problem: fmt.Sprintf("starts at entry %d, but no snapshot holds the entries before it", first)}
+	}
+	if passed != nil && max(last, restored) < passedIndex {
+		// Neither an older snapshot nor the log reaches what the damaged one held
+		// (a backup serve took is one snapshot and no log entry): Raft would start
+		// from nothing, with no configuration, and wait for a leader for good.
+		passed.Problem += fmt.Sprintf(", and neither an older snapshot nor the Raft log reaches entry %d, which it held (the log ends at entry %d, the newest whole snapshot is at entry %d): its state is lost", passedIndex, last, restored)
+		return storesFound{}, passed
 	}
 	// Raft reads the last entry whatever the snapshot ("failed to get last log"
 	// stops it with no advice), and the first when it compacts: both are read even

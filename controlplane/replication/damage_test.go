@@ -169,6 +169,13 @@ func TestDamagedStoresAreRefused(t *testing.T) {
 		{name: "newest snapshot torn, the log does not cover it", first: 7, last: 12, snapAt: []uint64{4, 8}, damage: garbleSnapshot(8, "state.bin")},
 		{name: "newest snapshot's meta torn, the log does not cover it", first: 7, last: 12, snapAt: []uint64{4, 8}, damage: garbleSnapshot(8, "meta.json")},
 		{name: "the only snapshot torn", first: 1, last: 12, snapAt: []uint64{8}, damage: garbleSnapshot(8, "state.bin")},
+		// A backup serve took is one snapshot and no log entry: with its snapshot's
+		// meta torn, Raft started from nothing, with no configuration, and waited
+		// for a leader for good ("a leader needs 1 of the 0 voters"), while check
+		// said serve would start.
+		{name: "a backup's only snapshot's meta torn", snapAt: []uint64{8}, damage: garbleSnapshot(8, "meta.json")},
+		{name: "a backup's only snapshot torn", snapAt: []uint64{8}, damage: garbleSnapshot(8, "state.bin")},
+		{name: "newest snapshot's meta torn, an older one and no log", snapAt: []uint64{4, 8}, damage: garbleSnapshot(8, "meta.json")},
 		{name: "the log after a gap", first: 6, last: 12, damage: func(t *testing.T, dir string) string { return raftDBPath(dir) }},
 		{name: "the term lost", first: 1, last: 12, noTerm: true, damage: func(t *testing.T, dir string) string { return raftDBPath(dir) }},
 	}
@@ -393,7 +400,7 @@ func TestABoltFileWithoutARaftLogIsSaidSo(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Inspect(dir, "cp-1", func() raft.FSM { return &probeFSM{} }, time.Second)
+	_, err = Inspect(dir, "cp-1", "", func() raft.FSM { return &probeFSM{} }, time.Second)
 	if !errors.Is(err, ErrDamaged) || strings.Contains(err.Error(), "runtime error") || strings.Contains(err.Error(), "nil pointer") {
 		t.Fatalf("a bbolt file without a Raft log: %v", err)
 	}

@@ -59,11 +59,12 @@ type SnapshotInfo struct {
 // raft.db is opened read-only and the snapshots read as files, so it may be run on
 // a copy of a data directory, or on a directory whose node is stopped. It restores
 // the newest whole snapshot into emptyFSM() and applies every command entry after
-// it, in memory. The peers file is checked as member id's (not when id is "": the
-// member is not known). While a process has raft.db open for writing it waits up to wait,
+// it, in memory. The peers file is checked as member id's, whose own Raft address is
+// raftAddr (not when id is "": the member is not known; nor its address when
+// raftAddr is ""). While a process has raft.db open for writing it waits up to wait,
 // then returns ErrStoreInUse; a process that opens raft.db for writing meanwhile
 // waits until Inspect is done (bbolt's lock on the file).
-func Inspect(dir, id string, emptyFSM func() raft.FSM, wait time.Duration) (*Inspection, error) {
+func Inspect(dir, id, raftAddr string, emptyFSM func() raft.FSM, wait time.Duration) (*Inspection, error) {
 	if err := checkHoldsState(dir); err != nil {
 		return nil, err
 	}
@@ -90,7 +91,7 @@ func Inspect(dir, id string, emptyFSM func() raft.FSM, wait time.Duration) (*Ins
 		return nil, &DamageError{File: raftDBPath(dir), Problem: "has lost this node's Raft term and vote", Err: err}
 	}
 	if id != "" {
-		if _, in.PeersFile, err = readPeersFile(dir, id); err != nil {
+		if _, in.PeersFile, err = readPeersFile(dir, id, raftAddr); err != nil {
 			return nil, err
 		}
 	}

@@ -81,7 +81,7 @@ func TestInspectReadsTheStateWithoutWriting(t *testing.T) {
 	t.Parallel()
 	dir := servedStores(t, 1)
 	before := treeState(t, dir)
-	in, err := Inspect(dir, "cp-1", func() raft.FSM { return &probeFSM{} }, time.Second)
+	in, err := Inspect(dir, "cp-1", "", func() raft.FSM { return &probeFSM{} }, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestInspectPassesOverATornSnapshot(t *testing.T) {
 	if err := os.WriteFile(torn, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	in, err := Inspect(dir, "cp-1", func() raft.FSM { return &probeFSM{} }, time.Second)
+	in, err := Inspect(dir, "cp-1", "", func() raft.FSM { return &probeFSM{} }, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestInspectRefusesAStoreInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	_, err = Inspect(dir, "cp-1", func() raft.FSM { return &probeFSM{} }, 200*time.Millisecond)
+	_, err = Inspect(dir, "cp-1", "", func() raft.FSM { return &probeFSM{} }, 200*time.Millisecond)
 	if !errors.Is(err, ErrStoreInUse) || !errors.Is(err, datadir.ErrInUse) || !strings.Contains(err.Error(), raftDBPath(dir)) {
 		t.Errorf("Inspect of a store open for writing: %v, want ErrStoreInUse naming raft.db", err)
 	}
@@ -160,7 +160,7 @@ func TestInspectRefusesAStoreInUse(t *testing.T) {
 	if err := held.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Inspect(dir, "cp-1", func() raft.FSM { return &probeFSM{} }, 200*time.Millisecond); err != nil {
+	if _, err := Inspect(dir, "cp-1", "", func() raft.FSM { return &probeFSM{} }, 200*time.Millisecond); err != nil {
 		t.Errorf("Inspect once the store was closed: %v", err)
 	}
 }
@@ -184,7 +184,7 @@ func TestANamedPipeInTheStoreHoldsNothing(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if _, ok, err := readPeersFile(dir, "cp-1"); ok || !errors.Is(err, ErrPeersFile) || !strings.Contains(err.Error(), "not a regular file") {
+		if _, ok, err := readPeersFile(dir, "cp-1", ""); ok || !errors.Is(err, ErrPeersFile) || !strings.Contains(err.Error(), "not a regular file") {
 			t.Errorf("a named pipe as the peers file: ok %t, %v", ok, err)
 		}
 		snaps, err := snapshotDirs(dir)
@@ -225,7 +225,7 @@ func TestInspectRefusesACommandGarbledOnDisk(t *testing.T) {
 	if err := store.Close(); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Inspect(dir, "cp-1", func() raft.FSM { return &probeFSM{} }, time.Second)
+	_, err = Inspect(dir, "cp-1", "", func() raft.FSM { return &probeFSM{} }, time.Second)
 	var de *DamageError
 	if !errors.As(err, &de) || !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), fmt.Sprintf("entry %d", last)) {
 		t.Fatalf("a garbled command: %v, want the damage named at entry %d", err, last)

@@ -25,6 +25,7 @@ func TestPeersFileUnusable(t *testing.T) {
 		"not a list":          `{"id":"cp-1"}`,
 		"without this node":   `[{"id":"cp-2","address":"10.0.0.2:7301","non_voter":false}]`,
 		"a server without id": `[{"address":"10.0.0.2:7301"}]`,
+		"this node's broker port as its Raft address": `[{"id":"cp-1","address":"10.0.0.1:7300","non_voter":false}]`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -32,7 +33,7 @@ func TestPeersFileUnusable(t *testing.T) {
 			if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			cfg := Config{Dir: dir, ID: "cp-1", EmptyFSM: func() raft.FSM { return nil }}
+			cfg := Config{Dir: dir, ID: "cp-1", Bind: "10.0.0.1:7301", EmptyFSM: func() raft.FSM { return nil }}
 			err := recoverFromPeersFile(cfg, nil, nil, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			if !errors.Is(err, ErrPeersFile) {
 				t.Fatalf("got %v, want ErrPeersFile", err)

@@ -1162,7 +1162,11 @@ func noVoter(data []byte) bool {
 
 func recoverFromPeersFile(cfg Config, rc *raft.Config, store *raftboltdb.BoltStore, snaps raft.SnapshotStore, trans raft.Transport, log *slog.Logger) error {
 	path := filepath.Join(cfg.Dir, PeersFile)
-	conf, ok, err := readPeersFile(cfg.Dir, cfg.ID)
+	addr := cfg.Advertise
+	if addr == "" {
+		addr = cfg.Bind
+	}
+	conf, ok, err := readPeersFile(cfg.Dir, cfg.ID, addr)
 	if err != nil || !ok {
 		return err
 	}
@@ -1189,8 +1193,9 @@ func recoverFromPeersFile(cfg Config, rc *raft.Config, store *raftboltdb.BoltSto
 
 // readPeersFile reads the peers file in dir, when there is one (ok false: there is
 // none), and refuses one a recovery cannot use (ErrPeersFile): too large, no list
-// of servers, no voter in it, or member id not among them.
-func readPeersFile(dir, id string) (conf raft.Configuration, ok bool, err error) {
+// of servers, no voter in it, member id not among them, or listed at another
+// address than addr, its own Raft address (not checked when addr is "").
+func readPeersFile(dir, id, addr string) (conf raft.Configuration, ok bool, err error) {
 	path := filepath.Join(dir, PeersFile)
 	// Read as a regular file first, without waiting: a named pipe at its name (in
 	// a copy `meshctl check` looks at, or put there by hand) held the reader until
@@ -1217,8 +1222,27 @@ func readPeersFile(dir, id string) (conf raft.Configuration, ok bool, err error)
 	if err != nil {
 		return conf, false, fmt.Errorf("%w: %s: %w (expected [{\"id\":\"cp-2\",\"address\":\"10.0.0.2:7301\",\"non_voter\":false}])", ErrPeersFile, path, err)
 	}
-	if !slices.ContainsFunc(conf.Servers, func(s raft.Server) bool { return string(s.ID) == id }) {
+	i := slices.IndexFunc(conf.Servers, func(s raft.Server) bool { return string(s.ID) == id })
+	if i < 0 {
 		return conf, false, fmt.Errorf("%w: %s does not list this node (%s); a node only recovers into a configuration it belongs to", ErrPeersFile, path, id)
 	}
+	// This node's own Raft address is known (mesh.json's): one written otherwise (its
+	// broker's port, a typo) recovered and served alone, and the other members, once
+	// joined, dialled the wrong port for good after its next restart.
+	if got := string(conf.Servers[i].Address); addr != "" && !sameAddress(got, addr) {
+		return conf, false, fmt.Errorf("%w: %s gives this node (%s) the Raft address %s, but it listens for Raft on %s (mesh.json): write its Raft address, as `meshctl control status --json` gives it in members (docs/operations.md, \"Recovering from lost quorum\")",
+			ErrPeersFile, path, id, got, addr)
+	}
 	return conf, true, nil
+}
+
+// sameAddress reports whether a and b name one ip:port, however written ("[::1]:7301"
+// and "[0:0::1]:7301").
+func sameAddress(a, b string) bool {
+	x, errx := netip.ParseAddrPort(a)
+	y, erry := netip.ParseAddrPort(b)
+	if errx != nil || erry != nil {
+		return a == b
+	}
+	return x.Addr().Unmap() == y.Addr().Unmap() && x.Port() == y.Port()
 }
