@@ -521,7 +521,7 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 			return out, badRequest("%q is the name of operator credentials the mesh records, valid, expired or revoked (meshctl operator list; a revoked record stays until 90 days after its credentials expire): a control node under it would read as that person in the broker's listings and logs; give the control node another id", name)
 		}
 		if taken := d.controlAddressesTaken(req.Node, req.Control); taken != "" {
-			return out, badRequest("%s: the new control node would listen where a member does; give it addresses of its own (--addr, and the two ports after its port)", taken)
+			return out, badRequest("%s: the new control node would listen where another control node does; give it addresses of its own (--addr, and the two ports after its port)", taken)
 		}
 		if err := d.checkControlClaim(req); err != nil {
 			return out, err
@@ -596,23 +596,48 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 
 // controlAddressesTaken names the first of a control token's addresses that a
 // member of the control plane (not removed, not the node itself) listens on already
-// ("127.0.0.1:7300 is cp-1's broker address"), or "": a machine joined with it would
-// fail to bind, or, on another machine behind the same address, take the member's
-// traffic, and the token would stay pending until cancelled.
+// ("127.0.0.1:7300 is cp-1's broker address"), or that another node's pending control
+// token names, or "": a machine joined with it would fail to bind, or, on another
+// machine behind the same address, take the member's traffic, and the token would
+// stay pending until cancelled. Two tokens minted for the same addresses, the second
+// join was admitted, handed the keys, and failed at Raft ("duplicate address") at
+// every rerun it was told to make (a docs walkthrough).
 func (d *Daemon) controlAddressesTaken(node string, c *api.ControlMember) string {
+	// used names the first of c's addresses among another's, and which it is there.
+	used := func(broker, raft, cluster string) (addr, what string) {
+		for _, a := range []string{c.Broker, c.Raft, c.Cluster} {
+			for _, u := range []struct{ what, addr string }{{"broker", broker}, {"Raft", raft}, {"cluster", cluster}} {
+				if a == u.addr {
+					return a, u.what
+				}
+			}
+		}
+		return "", ""
+	}
 	taken := ""
+	now := d.now()
 	d.fsm.Read(func(s *state.State) {
 		for _, id := range slices.Sorted(maps.Keys(s.ControlNodes)) {
 			m := s.ControlNodes[id]
 			if m.Removed || id == node {
 				continue
 			}
-			for _, a := range []string{c.Broker, c.Raft, c.Cluster} {
-				for _, use := range []struct{ what, addr string }{{"broker", m.Broker}, {"Raft", m.Raft}, {"cluster", m.Cluster}} {
-					if a == use.addr && taken == "" {
-						taken = fmt.Sprintf("%s is %s's %s address", a, id, use.what)
-					}
-				}
+			if a, what := used(m.Broker, m.Raft, m.Cluster); a != "" {
+				taken = fmt.Sprintf("%s is %s's %s address", a, id, what)
+				return
+			}
+		}
+		var pending []*state.Token
+		for _, t := range s.Tokens {
+			if t.Role == state.RoleControl && t.Control != nil && t.Node != node && t.StateAt(now) == state.TokenPending {
+				pending = append(pending, t)
+			}
+		}
+		slices.SortFunc(pending, func(a, b *state.Token) int { return strings.Compare(a.Node, b.Node) })
+		for _, t := range pending {
+			if a, what := used(t.Control.Broker, t.Control.Raft, t.Control.Cluster); a != "" {
+				taken = fmt.Sprintf("%s is the %s address of %s's pending control token %s (meshctl token cancel %s cancels it)", a, what, t.Node, t.ShortID(), t.Node)
+				return
 			}
 		}
 	})
