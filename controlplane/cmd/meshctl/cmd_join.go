@@ -342,7 +342,18 @@ a --certificate that is missing, damaged or of another mesh. See docs/operations
 						if c.ID != node && c.CAHolder && c.Raft != api.RaftRemoved {
 							otherCA = append(otherCA, oneLine(c.ID, 64))
 						}
+						if c.ID == node && c.Raft != api.RaftRemoved {
+							// Its broker stops with the removal, and the answer
+							// comes back only the way the request went: sent
+							// through it, the removal was done and the command
+							// ended exit 3, "look" (a docs walkthrough).
+							cp.last = c.Broker
+						}
 					}
+				} else if errors.Is(err, operator.ErrUnreachable) || errors.Is(err, operator.ErrNoLeader) {
+					// Asked again for the removal, it waited --leader-wait a
+					// second time and said it had waited once (a walkthrough).
+					return err
 				}
 				var res api.ControlRemoveResult
 				if err := cp.call(api.OpControlRemove, api.ControlRequest{Node: args[1]}, &res); err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,10 @@ type controlPlaneFlags struct {
 	sent *atomic.Pointer[string]
 	// waiting says on a terminal that a call waits for its answer (nil off one).
 	waiting func(op string, timeout time.Duration)
+	// last is a broker to dial only after the others: that of a control node
+	// being removed, which stops, and takes with it the answer to a request that
+	// went in through it.
+	last string
 }
 
 func (f *controlPlaneFlags) register(c *cobra.Command, cio *cliIO) {
@@ -222,7 +227,27 @@ func (f *controlPlaneFlags) dial() (*operator.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	e.Servers = lastOf(e.Servers, f.last)
 	return operator.DialEndpoint(e, o)
+}
+
+// lastOf is servers with last, however written (an IPv6 address in another form),
+// moved to the end, the others in their order; servers as they are when last is
+// not among them or is "".
+func lastOf(servers []string, last string) []string {
+	want, err := netip.ParseAddrPort(last)
+	if err != nil {
+		return servers
+	}
+	var front, back []string
+	for _, s := range servers {
+		if ap, err := netip.ParseAddrPort(s); err == nil && ap.Addr().Unmap() == want.Addr().Unmap() && ap.Port() == want.Port() {
+			back = append(back, s)
+		} else {
+			front = append(front, s)
+		}
+	}
+	return append(front, back...)
 }
 
 // call runs one operator API call.
