@@ -146,8 +146,17 @@ func Mint(dir datadir.Dir, o MintOptions) (tokenfmt.Token, []api.TokenView, erro
 		} else if h := cfg.CAHolder; h != "" && h != cfg.Node {
 			where = fmt.Sprintf("the CA key is on %s (its %s), unless it was restored elsewhere: %s", h, datadir.CAKeyFile, where)
 		}
-		return tok, nil, fmt.Errorf("%w: this is %s, and its data directory holds no %s and %s; mint the control token where they are (%s), or restore them here from their backup (docs/operations.md, losing the bootstrap machine)",
-			ErrNotCAHolder, cfg.Node, datadir.CAKeyFile, datadir.AccountKeyFile, where)
+		holds := fmt.Sprintf("holds no %s and %s", datadir.CAKeyFile, datadir.AccountKeyFile)
+		switch {
+		case dir.Exists(datadir.CAKeyFile):
+			// Half restored: saying neither was there sent the operator
+			// looking for the wrong file (a docs walkthrough).
+			holds = fmt.Sprintf("holds %s but not %s: both are needed", datadir.CAKeyFile, datadir.AccountKeyFile)
+		case dir.Exists(datadir.AccountKeyFile):
+			holds = fmt.Sprintf("holds %s but not %s: both are needed", datadir.AccountKeyFile, datadir.CAKeyFile)
+		}
+		return tok, nil, fmt.Errorf("%w: this is %s, and its data directory %s; mint the control token where they are (%s), or restore them here from their backup (docs/operations.md, losing the bootstrap machine)",
+			ErrNotCAHolder, cfg.Node, holds, where)
 	}
 	if err := dir.CheckKeysPrivate(datadir.CAKeyFile, datadir.AccountKeyFile); err != nil {
 		return tok, nil, err

@@ -19,6 +19,7 @@ import (
 
 	"mesh/controlplane/api"
 	"mesh/controlplane/datadir"
+	"mesh/controlplane/operator"
 	"mesh/controlplane/pki"
 	"mesh/tokenfmt"
 )
@@ -554,4 +555,29 @@ func impostor(t *testing.T, cfg *tls.Config, dialled, received *atomic.Int64) ne
 		}
 	}()
 	return ln
+}
+
+// TestAMintWhereTheCAFilesAreHalfRestoredNamesTheMissingOne: a control token needs
+// the CA key and the operator account key; with one of them restored (losing the
+// bootstrap machine, step 3), the refusal said the directory held neither and sent
+// the operator looking for the file that was there (a docs walkthrough).
+func TestAMintWhereTheCAFilesAreHalfRestoredNamesTheMissingOne(t *testing.T) {
+	for _, c := range []struct{ present, missing string }{
+		{datadir.CAKeyFile, datadir.AccountKeyFile},
+		{datadir.AccountKeyFile, datadir.CAKeyFile},
+	} {
+		dir := datadir.Dir(t.TempDir())
+		if err := dir.SaveConfig(datadir.Config{Format: datadir.ConfigFormat, Mesh: "m", Node: "cp-5", Listen: "127.0.0.1:1",
+			RaftListen: "127.0.0.1:2", ClusterListen: "127.0.0.1:3", Brokers: []string{"127.0.0.1:1"}, CAPin: strings.Repeat("ab", 32), CAHolder: "cp-1", Joined: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dir.Path(c.present), []byte("restored"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := Mint(dir, MintOptions{Node: "cp-6", Broker: "127.0.0.1:4", Operator: operator.Options{Timeout: time.Second}})
+		want := "holds " + c.present + " but not " + c.missing
+		if !errors.Is(err, ErrNotCAHolder) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s restored alone: %v; want ErrNotCAHolder saying %q", c.present, err, want)
+		}
+	}
 }
