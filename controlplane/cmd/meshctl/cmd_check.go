@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/spf13/cobra"
 
+	"mesh/controlplane/backup"
 	"mesh/controlplane/daemon"
 	"mesh/controlplane/datadir"
 )
@@ -111,6 +112,12 @@ func printCheck(w io.Writer, dir datadir.Dir, r daemon.CheckReport, err error) {
 	head := "data directory " + string(dir)
 	if r.Config != nil {
 		head += fmt.Sprintf(": control node %s of mesh %s", r.Config.Node, r.Config.Mesh)
+		if len(r.Config.CAPin) >= backup.MeshTagLen {
+			// As a backup's name has it: two meshes of one id (every mesh
+			// bootstrapped with the defaults is cp-1's) told apart, a copy of
+			// the other restored by mistake seen before it serves (a walkthrough).
+			head += fmt.Sprintf(" (CA %s)", r.Config.CAPin[:backup.MeshTagLen])
+		}
 	}
 	fmt.Fprintln(w, head)
 	for _, c := range r.Checks {

@@ -70,7 +70,7 @@ func TestCheckAGoodDirectory(t *testing.T) {
 	if strings.Contains(stdout, "FAILED") || strings.Contains(stdout, "skipped") {
 		t.Errorf("a check failed or was skipped:\n%s", stdout)
 	}
-	for _, want := range []string{"control node cp-1 of mesh chk", "raft store: last index 1 (term 1)", "members cp-1", "serve would start on this data directory, at Raft index 1"} {
+	for _, want := range []string{"control node cp-1 of mesh chk (CA ", "raft store: last index 1 (term 1)", "members cp-1", "serve would start on this data directory, at Raft index 1"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("report lacks %q:\n%s", want, stdout)
 		}
