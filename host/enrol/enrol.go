@@ -10,8 +10,9 @@
 // identity is saved atomically. The answer is the proof that the mesh holds the node's
 // key: its first declaration is signed by the mesh for exactly that key, and the key
 // already logged in to the broker for this connection by signing its nonce, so the
-// enrolment makes one pinned connection, not a second one to log in again (decision
-// 0011). Nothing irreversible happens until everything reversible has succeeded: a
+// enrolment keeps the one pinned connection it logged in over, and makes no second
+// one to log in again (decision 0011); the token's brokers may be tried alongside
+// (dialEnrolment), the others' attempts ended or closed. Nothing irreversible happens until everything reversible has succeeded: a
 // half-finished enrolment can be run again with the same token until it expires.
 package enrol
 
@@ -611,6 +612,7 @@ func expiryText(exp, now time.Time) string {
 // signs nothing (lentKey), so sends no login, and is closed.
 func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub string) (*nats.Conn, string, error) {
 	type attempt struct {
+		i    int // the broker's place in the token
 		addr string
 		nc   *nats.Conn
 		err  error
@@ -623,12 +625,12 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 	results := make(chan attempt, len(r.tok.Brokers))
 	started, pending := 0, 0
 	startNext := func() {
-		addr := r.tok.Brokers[started].String()
+		i, addr := started, r.tok.Brokers[started].String()
 		started++
 		pending++
 		go func() {
 			nc, err := r.dialOne(dialCtx, key.sign, pub, password, addr)
-			results <- attempt{addr, nc, err}
+			results <- attempt{i, addr, nc, err}
 		}()
 	}
 	// closeLate closes the connections of attempts still under way once they end,
@@ -647,7 +649,10 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 	defer stagger.Stop()
 	startNext()
 
-	var errs []brokerFault
+	// The faults by the brokers' places in the token: attempts under way at once end
+	// in any order (a silent first broker's last), and they are said in the token's,
+	// as when the brokers were tried one after another.
+	faults := make([]brokerFault, len(r.tok.Brokers))
 	substituted, refused := 0, 0
 	var clockErr *pintls.ClockError
 	for pending > 0 {
@@ -689,11 +694,11 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 				clockErr = ce
 			}
 			r.step("connect", "%s: REFUSED: the certificate chains to the pinned CA but is not valid at this machine's time (%s); nothing was sent", addr, r.o.Now().UTC().Format(time.RFC3339))
-			errs = append(errs, brokerFault{addr, "not valid at this machine's time"})
+			faults[a.i] = brokerFault{addr, "not valid at this machine's time"}
 		case link.IsSubstituted(err):
 			substituted++
 			r.step("connect", "%s: REFUSED: the certificate does not chain to the pinned CA; nothing was sent", addr)
-			errs = append(errs, brokerFault{addr, "certificate does not chain to the pinned CA"})
+			faults[a.i] = brokerFault{addr, "certificate does not chain to the pinned CA"}
 		case link.IsAuthRefused(err):
 			// The pin was checked, so this is the mesh itself refusing the login
 			// before admitting the connection (a used or expired token is admitted
@@ -701,12 +706,14 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 			// control node may have room where this one had none.
 			refused++
 			r.step("connect", "%s: the mesh refused the login", addr)
-			errs = append(errs, brokerFault{addr, "login refused"})
+			faults[a.i] = brokerFault{addr, "login refused"}
 		default:
 			r.step("connect", "%s: unreachable (%v)", addr, err)
-			errs = append(errs, brokerFault{addr, err.Error()})
+			faults[a.i] = brokerFault{addr, err.Error()}
 		}
 	}
+	// Every broker was tried and failed: none of faults is left empty.
+	errs := faults
 	if refused > 0 {
 		// The broker refuses a login without saying why, so no cause is asserted:
 		// some pass within a minute, others never do. Calling it token_unknown
