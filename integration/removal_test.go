@@ -348,9 +348,10 @@ func TestRemovalWithAVoterDown(t *testing.T) {
 		Removed    string `json:"removed"`
 		Demoted    string `json:"demoted"`
 		NotServing bool   `json:"demoted_not_serving"`
+		SigningKey bool   `json:"held_signing_key"`
 	}
-	if r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &res) != nil || res.Removed != gone || res.Demoted != down || !res.NotServing {
-		t.Fatalf("control remove %s through the leader %s with %s stopped (exit %d), want exit 0 and %s demoted as not serving:\n%s",
+	if r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &res) != nil || res.Removed != gone || res.Demoted != down || !res.NotServing || !res.SigningKey {
+		t.Fatalf("control remove %s through the leader %s with %s stopped (exit %d), want exit 0 and %s demoted as not serving, the signing key held:\n%s",
 			gone, leader, down, r.Code, down, r.Combined())
 	}
 	if code := byID[gone].Process().Wait(30 * time.Second); code != 6 {

@@ -1414,7 +1414,11 @@ func (d *Daemon) cancelNeverAdmitted(node string) (api.ControlRemoveResult, erro
 	var pending []string
 	var worker, last string // a pending worker token's id; the newest control token's, and what became of it
 	var lastAt time.Time
+	host, hostRevoked := false, false // an enrolled host under the id
 	d.fsm.Read(func(s *state.State) {
+		if n, ok := s.Nodes[node]; ok {
+			host, hostRevoked = true, n.Revoked
+		}
 		for _, t := range s.Tokens {
 			if t.Node != node {
 				continue
@@ -1431,6 +1435,14 @@ func (d *Daemon) cancelNeverAdmitted(node string) (api.ControlRemoveResult, erro
 	})
 	if len(pending) == 0 {
 		msg := "no control node " + node + " was ever admitted (meshctl nodes lists them), and no control token for it is pending"
+		switch {
+		case host && hostRevoked:
+			msg = node + " is a host (a worker), revoked already: control remove is for control nodes, and " + node + " is out of the mesh. " + msg
+		case host:
+			// A worker named by mistake (a docs walkthrough): the command that
+			// takes a host out is another.
+			msg = node + " is a host (a worker): meshctl revoke " + node + " takes it out of the mesh; control remove is for control nodes. " + msg
+		}
 		if last != "" {
 			msg += " (its last, " + last + ")"
 		}

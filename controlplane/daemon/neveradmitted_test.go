@@ -78,6 +78,18 @@ func TestControlRemoveOfANodeNeverAdmittedCancelsItsToken(t *testing.T) {
 	if st := tokenState(idW); st != state.TokenPending {
 		t.Fatalf("web-9's worker token is %s after control remove, want pending", st)
 	}
+	// An enrolled host named: the command that takes it out is said (a docs
+	// walkthrough: control remove web-1 said only that no control node was).
+	idH := strings.Repeat("d4", 32)
+	mint(idH, "web-7", state.RoleWorker)
+	if res, err := d.raft.Apply(state.Command{Op: state.OpEnrol, At: d.now().UTC(), Rules: d.admissionRules(state.RoleWorker),
+		Enrol: &state.EnrolCmd{TokenID: idH, Node: "web-7", Role: state.RoleWorker, PublicKey: "KH"}}, time.Minute); err != nil || res.Err != nil {
+		t.Fatalf("enrol web-7: %v %v", err, res.Err)
+	}
+	_, err = d.controlRemove(api.ControlRequest{Node: "web-7"})
+	if !errors.As(err, &ae) || ae.Code != api.CodeNotFound || !strings.Contains(ae.Message, "web-7 is a host (a worker): meshctl revoke web-7 takes it out") {
+		t.Fatalf("control remove of web-7, an enrolled host: %v; want not_found naming meshctl revoke", err)
+	}
 
 	// cp-2 applies the rules before tokens were cancelled by name: the command goes
 	// unstamped, and cancels the one pending control token all the same.

@@ -45,6 +45,7 @@ var ErrLoginRefused = errors.New("the broker refused these operator credentials 
 	"either that control node runs a meshctl older than this one, which cannot check its login " +
 	"(during an upgrade, use the older meshctl against it, or upgrade it first: operations.md, Upgrading), " +
 	"or the credentials are not this mesh's, or were revoked (meshctl operator list shows those issued by name; meshctl operator add issues new ones where the CA key is), " +
+	"or they were issued after the backup the control plane was restored from, which holds no record of them (the control node's log says operator_unrecorded; issue them again), " +
 	"or they are a removed control node's admin.creds, which log in a few times a minute at most (wait a minute), " +
 	"or the login was relayed by something on the path that holds a certificate of the mesh (a removed control node answering at this address: the broker refuses a login bound to another TLS session; the credentials' seed did not leave this machine)")
 

@@ -371,7 +371,10 @@ a --certificate that is missing, damaged or of another mesh. See docs/operations
 						OtherCAHolders  []string        `json:"other_ca_holders,omitempty"`
 						NeverAdmitted   bool            `json:"never_admitted,omitempty"`
 						CancelledTokens []api.TokenView `json:"cancelled_tokens,omitempty"`
-					}{node, res.AlreadyRemoved, res.PendingTokens, res.Demoted, res.DemotedNotServing, heldCA, otherCAHolders(heldCA, otherCA), res.NeverAdmitted, res.CancelledTokens})
+						// Every admitted control node held the signing key: the text's
+						// advice to rotate it, which the JSON left out (a walkthrough).
+						HeldSigningKey bool `json:"held_signing_key,omitempty"`
+					}{node, res.AlreadyRemoved, res.PendingTokens, res.Demoted, res.DemotedNotServing, heldCA, otherCAHolders(heldCA, otherCA), res.NeverAdmitted, res.CancelledTokens, !res.NeverAdmitted})
 				}
 				printRemoval(cio.stdout, node, res)
 				switch {

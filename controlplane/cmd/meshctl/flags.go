@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -53,7 +54,7 @@ func (l labelFlag) Set(v string) error {
 		if was == val {
 			return nil
 		}
-		return fmt.Errorf("label %s is given twice, =%s and =%s: a node has one value for a key, and every label given must hold; give the key once (run the command once per value to cover several)", k, was, val)
+		return twiceLabelError{key: k, was: was, val: val}
 	}
 	if len(l) == api.MaxLabels {
 		return fmt.Errorf("more than %d labels", api.MaxLabels)
@@ -78,7 +79,28 @@ func (l valuedLabels) Set(v string) error {
 	if k, val, ok := strings.Cut(v, "="); ok && k != "" && val == "" {
 		return emptyLabelError{key: k, mint: l.mint}
 	}
-	return l.labelFlag.Set(v)
+	err := l.labelFlag.Set(v)
+	var twice twiceLabelError
+	if errors.As(err, &twice) && !l.mint {
+		twice.selector = true
+		return twice
+	}
+	return err
+}
+
+// twiceLabelError refuses a key given twice with two values: as labels to set
+// (meshctl label, a token's), a node has one value for a key; as a selector, no
+// node matches both.
+type twiceLabelError struct {
+	key, was, val string
+	selector      bool
+}
+
+func (e twiceLabelError) Error() string {
+	if e.selector {
+		return fmt.Sprintf("label %s is given twice, =%s and =%s: a node has one value for a key, and every label given must hold; give the key once (run the command once per value to cover several)", e.key, e.was, e.val)
+	}
+	return fmt.Sprintf("label %s is given twice, =%s and =%s: a node has one value for a key; give the key once", e.key, e.was, e.val)
 }
 
 // emptyLabelError refuses --label k= where a label needs its value.

@@ -86,15 +86,17 @@ func TestUsageErrors(t *testing.T) {
 		// A key given twice with two values, or text no label can hold, is a
 		// mistake of the command line: before, the last value was kept, and a
 		// malformed id or label met "matches no node" or "token field node".
-		{[]string{"label", "--data", dir, "web-1", "tier=web", "tier=db"}, "label tier is given twice, =web and =db"},
+		{[]string{"label", "--data", dir, "web-1", "tier=web", "tier=db"}, "label tier is given twice, =web and =db: a node has one value for a key; give the key once"},
 		{[]string{"label", "--data", dir, "Web_1", "tier=web"}, `node "Web_1": the node id has a character other than a-z`},
 		{[]string{"label", "--data", dir, "web-1", "bad key=x"}, `label "bad key"="x": keys are 1 to 63 characters of letters`},
-		{[]string{"declare", "--data", dir, "--file", "x.json", "--label", "tier=web", "--label", "tier=db"}, "label tier is given twice"},
+		{[]string{"declare", "--data", dir, "--file", "x.json", "--label", "tier=web", "--label", "tier=db"}, "every label given must hold; give the key once (run the command once per value"},
 		{[]string{"declare", "--data", dir, "--file", "x.json", "--node", "Web_1"}, `node "Web_1": the node id has a character`},
 		{[]string{"declare", "--data", dir, "--file", "x.json", "--role", "nosuch"}, `--role "nosuch": a node's role is worker or control`},
 		{[]string{"declare", "--data", dir, "--file", "x.json", "--label", "tier=w b"}, `keys are 1 to 63 characters`},
-		{[]string{"token", "--data", dir, "--node", "web-8", "--label", "tier=web", "--label", "tier=db"}, "label tier is given twice"},
-		{[]string{"nodes", "--data", dir, "--label", "tier=web", "--label", "tier=db"}, "label tier is given twice"},
+		// Labels set (label, a token's) are not a selector: one value a key, said
+		// so, without the selector's advice (a docs walkthrough).
+		{[]string{"token", "--data", dir, "--node", "web-8", "--label", "tier=web", "--label", "tier=db"}, "a node has one value for a key; give the key once"},
+		{[]string{"nodes", "--data", dir, "--label", "tier=web", "--label", "tier=db"}, "every label given must hold; give the key once (run the command once per value"},
 		{[]string{"status", "--data", dir, "--role", "nosuch"}, `--role "nosuch"`},
 		{[]string{"status", "--data", dir, "web_1"}, `node "web_1"`},
 		{[]string{"nodes", "--bogus"}, "unknown flag: --bogus"},
