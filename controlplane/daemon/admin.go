@@ -629,7 +629,7 @@ func (d *Daemon) controlAddressesTaken(node string, c *api.ControlMember) string
 		}
 		var pending []*state.Token
 		for _, t := range s.Tokens {
-			if t.Role == state.RoleControl && t.Control != nil && t.Node != node && t.StateAt(now) == state.TokenPending {
+			if t.Role == state.RoleControl && t.Control != nil && t.Node != node && t.StateAt(now) == state.TokenPending && !t.IdentityLost() {
 				pending = append(pending, t)
 			}
 		}

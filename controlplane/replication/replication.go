@@ -1233,6 +1233,12 @@ func readPeersFile(dir, id, addr string) (conf raft.Configuration, ok bool, err 
 		return conf, false, fmt.Errorf("%w: %s gives this node (%s) the Raft address %s, but it listens for Raft on %s (mesh.json): write its Raft address, as `meshctl control status --json` gives it in members (docs/operations.md, \"Recovering from lost quorum\")",
 			ErrPeersFile, path, id, got, addr)
 	}
+	if addr != "" {
+		// Recorded as mesh.json has it ("[0:0::1]:7301", "[::ffff:10.0.0.1]:7301" or
+		// a port's leading zero would otherwise become this node's address in the
+		// recovered configuration, in a form no token or certificate check writes).
+		conf.Servers[i].Address = raft.ServerAddress(addr)
+	}
 	return conf, true, nil
 }
 
