@@ -664,6 +664,23 @@ func (s *Server) routedPeers() ([]string, error) {
 	return out, nil
 }
 
+// RoutedNames returns the names (the control nodes' ids) of the peer brokers this
+// one has a route to now, sorted.
+func (s *Server) RoutedNames() []string {
+	rz, err := s.ns.Routez(nil)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, r := range rz.Routes {
+		if !slices.Contains(out, r.RemoteName) {
+			out = append(out, r.RemoteName)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // NumRoutes reports how many cluster routes are up.
 func (s *Server) NumRoutes() int { return s.ns.NumRoutes() }
 

@@ -1288,7 +1288,10 @@ func (r *run) route(ctx context.Context, cfg datadir.Config, adm *api.ControlAdm
 	}
 	// Without srv.NumRoutes(): nats-server counts each pooled connection, and
 	// said "11 route(s)" of three peers.
-	r.step("route", "NATS route up over mutual TLS (routes to %s)", strings.Join(routes, ", "))
+	// Named by what is up: the routes configured listed as if all were up, a
+	// dead node's among them (a docs walkthrough); the others come up as their
+	// nodes serve.
+	r.step("route", "NATS route up over mutual TLS to %s (routes configured: %s)", strings.Join(srv.RoutedNames(), ", "), strings.Join(routes, ", "))
 	return nil
 }
 
