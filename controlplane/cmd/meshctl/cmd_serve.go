@@ -448,6 +448,14 @@ func serve(ctx context.Context, cio *cliIO, log *slog.Logger, opts daemon.Option
 				"as a second address if need be (ip addr add %s dev INTERFACE), start serve again, "+
 				"then move the node as docs/operations.md says (\"Moving a control node to another address\")", err, addressWait, hostPrefix(err))
 		}
+		if errors.Is(err, syscall.EADDRINUSE) {
+			// "Give another address" does not help a control node, whose addresses
+			// are in its certificate and the replicated state; the likely holder is
+			// its own serve, still running from another directory (a restore with
+			// the old one not stopped first: a walkthrough).
+			return fmt.Errorf("%w\nif it is a meshctl serve of this control node (running from another data directory: a restore or a copy started with the old serve still running), stop that one first; "+
+				"a control node serves at its own addresses only, which are in its certificate and the replicated state", err)
+		}
 		return err
 	}
 	cfg := d.Config()
