@@ -23,16 +23,22 @@ func tokenFor(brokers []string) string {
 	return fmt.Sprintf("%s_%08x", signed, crc32.Checksum([]byte(signed), crc32.MakeTable(crc32.Castagnoli)))
 }
 
-// closedAddresses returns n loopback addresses nothing listens on.
+// closedAddresses returns n distinct loopback addresses nothing listens on: each
+// held until all are picked (closed one by one, the system gave a port it had just
+// given again, and a token naming one broker twice is malformed).
 func closedAddresses(t *testing.T, n int) []string {
 	t.Helper()
 	var out []string
+	var held []net.Listener
 	for range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, l.Addr().String())
+		held = append(held, l)
+	}
+	for _, l := range held {
 		l.Close()
 	}
 	return out
