@@ -102,6 +102,9 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 					if !summaryOnly || len(res.Nodes) == 0 && len(controlNamed) > 0 {
 						// Control nodes named alone have no summary: their rows.
 						printNodes(cio.stdout, shown, answeredAt(res, time.Now()), len(controlNamed) > 0)
+						if len(args) > 0 {
+							printNamedErrors(cio.stdout, res.Nodes)
+						}
 					}
 					switch {
 					case len(res.Nodes) > 0, len(args) > 0:
@@ -249,6 +252,23 @@ func printNodes(w io.Writer, res api.NodesResult, now time.Time, controlNamed bo
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\tv%d\t%s\t%s\t%s\t%s\n", n.ID, n.Role, state, seen, n.Declared, applied, agentText(n.Agent), labels, lastErr)
 	}
 	tw.Flush()
+}
+
+// printNamedErrors prints, under the table of nodes named on the command line,
+// each one's last error whole, which the table cuts to 60 bytes: a keyring_gone
+// says there how to enrol the node again, and the advice "meshctl nodes NODE says
+// how" (signing-key status, status) led to a row cut before it.
+func printNamedErrors(w io.Writer, nodes []api.NodeView) {
+	for _, n := range nodes {
+		if n.LastError == nil {
+			continue
+		}
+		whole := oneLine(n.LastError.Message, 6*len(n.LastError.Message)+1)
+		if whole == oneLine(n.LastError.Message, 60) {
+			continue // the row shows it whole
+		}
+		fmt.Fprintf(w, "\n%s: last error v%d %s: %s\n", n.ID, n.LastError.Version, oneLine(n.LastError.Code, api.MaxStatusCodeLen), whole)
+	}
 }
 
 func ago(d time.Duration) string {

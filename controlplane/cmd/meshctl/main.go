@@ -354,13 +354,14 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	var oe *bootstrap.OptionError
 	var ie *interruptedError
 	var held *outputHoldsDataError
+	var notAFile *outputNotAFileError
 	var notToken *notATokenFileError
 	switch {
 	case errors.As(err, &ie), errors.Is(err, terminal.ErrInterrupted):
 		return exitInterrupted
 	case errors.Is(err, datadir.ErrInUse):
 		return exitInUse
-	case errors.As(err, &ue), errors.As(err, &oe), errors.As(err, &held), errors.As(err, &notToken):
+	case errors.As(err, &ue), errors.As(err, &oe), errors.As(err, &held), errors.As(err, &notAFile), errors.As(err, &notToken):
 		fmt.Fprintf(stderr, "run `%s --help` for usage\n", name)
 		return exitUsage
 	case errors.Is(err, daemon.ErrRemoved):

@@ -120,6 +120,27 @@ func fileKind(fi fs.FileInfo) string {
 	return "file"
 }
 
+// outputNotAFileError refuses `meshctl token --out NAME` where NAME is no regular
+// file (a link, a directory, a FIFO), before anything is minted: a mistake of the
+// command line, exit 2, as a file that holds data is. It matches errOutputExposed.
+type outputNotAFileError struct {
+	name string
+	mode fs.FileMode
+}
+
+func (e *outputNotAFileError) Error() string {
+	kind := fmt.Sprintf("not a regular file (%v)", e.mode.Type())
+	switch {
+	case e.mode&fs.ModeSymlink != 0:
+		kind = "a symbolic link, which is not followed (the token's file would replace the link, not what it names)"
+	case e.mode.IsDir():
+		kind = "a directory"
+	}
+	return fmt.Sprintf("%v: --out %s is %s; no token was minted: name a file of your own, new or holding nothing", errOutputExposed, e.name, kind)
+}
+
+func (e *outputNotAFileError) Unwrap() error { return errOutputExposed }
+
 // outputHoldsDataError refuses `meshctl token --out FILE` for a file that holds data
 // already, before anything is minted: most likely the token an earlier run wrote
 // there, whose secret it is the only copy of. --replace mints anew, cancelling the
@@ -157,7 +178,7 @@ func fileOutput(name string, replace bool, node string) (tokenOutput, error) {
 	case err != nil:
 		return out, fmt.Errorf("--out %s: %w; no token was minted", name, err)
 	case !fi.Mode().IsRegular():
-		return out, fmt.Errorf("%w: --out %s is not a regular file (%v); no token was minted: name a file of your own, new or holding nothing", errOutputExposed, name, fi.Mode().Type())
+		return out, &outputNotAFileError{name: name, mode: fi.Mode()}
 	default:
 		if uid, ok := datadir.FileOwner(fi); ok && uid != os.Geteuid() {
 			return out, fmt.Errorf("%w: --out %s is a file another user owns (uid %d), who could read the token in it; no token was minted: name a file of your own", errOutputExposed, name, uid)

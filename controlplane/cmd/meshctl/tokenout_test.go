@@ -187,9 +187,15 @@ func TestTokenOutWritesOnlyAMintedToken(t *testing.T) {
 	if err := os.Symlink(name, link); err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []string{link, dir} {
-		if _, err := fileOutput(bad, true, "web-1"); !errors.Is(err, errOutputExposed) {
-			t.Fatalf("--out %s: %v, want it refused", bad, err)
+	// Said in words, exit 2 as the other --out refusals (a walkthrough: exit 1,
+	// "(L---------)").
+	for bad, kind := range map[string]string{link: "is a symbolic link", dir: "is a directory"} {
+		_, err := fileOutput(bad, true, "web-1")
+		if !errors.Is(err, errOutputExposed) || !strings.Contains(err.Error(), "--out "+bad+" "+kind) {
+			t.Fatalf("--out %s: %v, want it refused saying it %s", bad, err, kind)
+		}
+		if code := exitCode(io.Discard, "meshctl token", err); code != exitUsage {
+			t.Fatalf("--out %s: exit %d, want %d", bad, code, exitUsage)
 		}
 	}
 }

@@ -415,7 +415,7 @@ func cmdEnrol(args []string, cio *cliIO) (err error) {
 	fs := newFlags("enrol", cio)
 	stateDir := fs.String("state", "", "state directory for the identity and applied state (required)")
 	tokenFile := fs.String("token-file", "", "read the token from this file instead of stdin (- is stdin)")
-	timeout := durationFlag(fs, "timeout", defaultEnrolTimeout, "how long to wait for the mesh's answer (1s to 10m; the mesh closes an enrolling connection after 30s, so waiting longer helps nothing)")
+	timeout := durationFlag(fs, "timeout", defaultEnrolTimeout, "how long to wait for the mesh's answer (1s to 10m; the mesh closes an enrolling connection after 30s, so waiting longer helps nothing); connecting comes before it, up to 10s a broker")
 	asJSON := fs.Bool("json", false, "print the result as JSON on stdout (the steps go to stderr)")
 	if err := parse(fs, args, cio); err != nil {
 		return err
@@ -486,6 +486,13 @@ func cmdEnrol(args []string, cio *cliIO) (err error) {
 		}
 	}
 	if err != nil {
+		return err
+	}
+	// An identity the mesh revoked (its signed notice recorded by the agent) is in
+	// the way of any token: the mesh refuses its key for good, so asking it again
+	// gave login_refused and the advice to wait a minute and to have the node
+	// revoked, which it is. Said at once, as meshhost status and run say it.
+	if err := revokedInTheWay(*stateDir, tok.SecretHash()); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

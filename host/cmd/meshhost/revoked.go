@@ -1,12 +1,14 @@
 package main
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"mesh/host/agent"
@@ -124,4 +126,29 @@ func (r revocation) err(stateDir string) error {
 // stayed beside the next node's identity until that node's first declaration).
 func adoptAgain(stateDir string) string {
 	return "To adopt this machine again, " + identity.StartOver(stateDir)
+}
+
+// revokedInTheWay is enrol's refusal of a state directory whose identity the mesh
+// revoked (a signed notice the agent recorded): whatever the token, no enrolment
+// finishes over it, and the mesh, asked again with the revoked key, only refuses
+// the login. It matches identity.ErrAlreadyEnrolled (exit 5). Nil when the
+// directory holds no identity, or one not revoked, or one this very token's earlier
+// run saved (its pending key, of this token, still there): enrol finishes that run,
+// and status then says the node is revoked.
+func revokedInTheWay(stateDir string, tokenHash [32]byte) error {
+	id, err := identity.Load(stateDir)
+	if err != nil {
+		return nil // no identity (or a damaged one): enrol says so itself
+	}
+	if p, err := identity.LoadPending(stateDir); err == nil && p.TokenHash == hex.EncodeToString(tokenHash[:]) {
+		return nil
+	}
+	rec, ok, err := loadRevocation(stateDir, id)
+	if err != nil || !ok || !rec.Signed {
+		return nil
+	}
+	return fmt.Errorf("%w: %s holds node %s of mesh %s, which the mesh revoked at %s (%s): its key is refused for good, so no token enrols over it. "+
+		"Keep the token; %s",
+		identity.ErrAlreadyEnrolled, identity.Path(stateDir), id.Node, id.Mesh, rec.At.Format(time.RFC3339), revokedPath(stateDir),
+		strings.Replace(identity.StartOver(stateDir), "enrol with a new token", "run enrol again with the token (one minted after the revocation)", 1))
 }

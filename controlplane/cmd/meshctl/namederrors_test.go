@@ -1,0 +1,29 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"mesh/controlplane/api"
+)
+
+// TestNamedNodesShowTheirWholeError (a walkthrough): signing-key status and status
+// say of a node past the keyring history "meshctl nodes NODE says how", and the
+// row cut the error to 60 bytes, before the how. Named nodes get their error
+// whole under the table; one that fits in the row is not said twice.
+func TestNamedNodesShowTheirWholeError(t *testing.T) {
+	long := "the node holds keyring epoch 7, older than the oldest the mesh keeps (epoch 11: the last 64, 32 rotations), and refused the chain it was sent; enrol it again: meshctl revoke web-4, then on the machine stop meshhost"
+	var b strings.Builder
+	printNamedErrors(&b, []api.NodeView{
+		{ID: "web-4", LastError: &api.StatusError{Code: "keyring_gone", Message: long}},
+		{ID: "web-5", LastError: &api.StatusError{Code: "apply_failed", Message: "short"}},
+		{ID: "web-6"},
+	})
+	out := b.String()
+	if !strings.Contains(out, "web-4: last error v0 keyring_gone: "+long) {
+		t.Errorf("the long error is not shown whole:\n%s", out)
+	}
+	if strings.Contains(out, "web-5") || strings.Contains(out, "web-6") {
+		t.Errorf("an error that fits its row, or none, is shown again:\n%s", out)
+	}
+}
