@@ -785,6 +785,15 @@ func (d *Daemon) controlAdd(req api.ControlRequest) (api.ControlAddResult, error
 	}
 	idx := slices.IndexFunc(members, func(m replication.Member) bool { return m.ID == cn.ID })
 	if idx < 0 {
+		// Another member at its Raft address (two control tokens minted for the
+		// same addresses before the mint refused that): Raft refuses it as a
+		// "duplicate address", and the join said to run it again, for ever (a
+		// docs walkthrough). Said as what it is, with the way out.
+		if m := slices.IndexFunc(members, func(m replication.Member) bool { return m.Address == cn.Raft }); m >= 0 {
+			return out, &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf("%s was admitted at Raft address %s, where %s, a member, is: it cannot join there, and running the join again will not change that. "+
+				"Remove it (meshctl control remove %s), then mint its control token again at addresses of its own (meshctl token --role control --node %s --addr IP:PORT) and join with that on a fresh data directory",
+				cn.ID, cn.Raft, members[m].ID, cn.ID, cn.ID)}
+		}
 		if err := d.raft.AddNonvoter(cn.ID, cn.Raft, commitTimeout); err != nil {
 			return out, &api.Error{Code: api.CodeUnavailable, Message: "add " + cn.ID + " as a nonvoter: " + err.Error()}
 		}

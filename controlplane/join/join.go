@@ -1081,7 +1081,13 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 		// Nothing to roll back (it was "rolled back", exit 1, where nothing was
 		// tried): the mesh admitted the node, and the same join run again
 		// resumes. The error keeps its kind: no answer or a lost connection
-		// exits 3, a refusal 4.
+		// exits 3, a refusal 4. A request the mesh refuses as such (bad_request:
+		// another member at its Raft address) says itself what to do, which a
+		// rerun is not.
+		var ae *api.Error
+		if errors.As(err, &ae) && ae.Code == api.CodeBadRequest {
+			return fmt.Errorf("adding %s as a Raft nonvoter: %w", cfg.Node, err)
+		}
 		return fmt.Errorf("adding %s as a Raft nonvoter: %w\nthe mesh has admitted %s: run the same meshctl join again to resume", cfg.Node, err, cfg.Node)
 	}
 	r.step("raft", "added as a nonvoter; Raft replicates the log to %s", cfg.RaftListen)
