@@ -710,6 +710,13 @@ func (s *State) TokenState(id, node, role, key string, at time.Time) (*Token, er
 				"and run meshctl join with that (into the same --data directory)",
 				ErrTokenExpiredAdmitted, node, t.UsedAt.UTC().Format(time.RFC3339), t.Expiry.UTC().Format(time.RFC3339), node, node)
 		}
+		if cn, ok := s.ControlNodes[node]; ok && t.Role == RoleControl && !cn.Removed {
+			// Another machine's join with a control token that admitted the node:
+			// "mint a new token" met node_exists while the node stays admitted (a
+			// docs walkthrough). Said with the step that comes first.
+			return t, fmt.Errorf("%w: it admitted control node %s (another key, at %s), which stays admitted: to join %s on this machine instead, remove it first (meshctl control remove %s), then mint a new control token for it",
+				ErrTokenUsed, node, t.UsedAt.UTC().Format(time.RFC3339), node, node)
+		}
 		return t, ErrTokenUsed
 	}
 	if !at.Before(t.Expiry) {
