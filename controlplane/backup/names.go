@@ -203,7 +203,18 @@ func (w *Writer) slot(name string) int64 {
 	if err != nil {
 		return math.MinInt64
 	}
-	return at.UnixNano() / int64(w.cfg.Every)
+	if w.cfg.Every%time.Second != 0 {
+		return at.UnixNano() / int64(w.cfg.Every)
+	}
+	// Counted in seconds, and rounded down: in nanoseconds, a name past 2262 (or
+	// before 1678) wrapped around int64, and fell in an interval before every
+	// other; truncated toward zero, the intervals either side of the epoch were one.
+	secs, every := at.Unix(), int64(w.cfg.Every/time.Second)
+	slot := secs / every
+	if secs%every < 0 {
+		slot--
+	}
+	return slot
 }
 
 // newer reports whether the backup b's time, in its name, is past that of the

@@ -243,7 +243,13 @@ func credsProblem(data []byte) (reason string, kind error) {
 		if block.Type == "CERTIFICATE" {
 			return "is a certificate: --ca takes it; --creds takes the operator's .creds file (NAME.creds that meshctl operator add wrote)", datadir.ErrCorrupt
 		}
-		return fmt.Sprintf("holds a PEM block of type %q, not operator credentials: %s", block.Type, what), datadir.ErrCorrupt
+		// Its type is named only when it reads as one (a key's, a certificate's):
+		// the BEGIN line is the file's own text, and one that holds a seed or a JWT
+		// was quoted (FuzzCredsFile).
+		if pemTypeShown(block.Type) {
+			return fmt.Sprintf("holds a PEM block of type %q, not operator credentials: %s", block.Type, what), datadir.ErrCorrupt
+		}
+		return "holds a PEM block of another type, not operator credentials: " + what, datadir.ErrCorrupt
 	}
 	text, err := jwt.ParseDecoratedJWT(data)
 	if err == nil {
@@ -268,6 +274,21 @@ func credsProblem(data []byte) (reason string, kind error) {
 		return "holds no user seed: " + what, datadir.ErrCorrupt
 	}
 	return "is not operator credentials: " + what, datadir.ErrCorrupt
+}
+
+// pemTypeShown reports whether a PEM block's type may be quoted to say what a
+// file is: at most 32 characters of A-Z, 0-9 and spaces ("RSA PRIVATE KEY"), which
+// no nkey seed (58 characters) and no JWT is.
+func pemTypeShown(typ string) bool {
+	if typ == "" || len(typ) > 32 {
+		return false
+	}
+	for i := 0; i < len(typ); i++ {
+		if c := typ[i]; !('A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == ' ') {
+			return false
+		}
+	}
+	return true
 }
 
 // maxSmallFile bounds the CA file, a NATS context file and a credentials file: each

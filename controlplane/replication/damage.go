@@ -318,8 +318,7 @@ func snapshotDirs(dir string) ([]snapshotDir, error) {
 		// `meshctl check`, and serve, for good): a meta.json that is no regular
 		// file is unreadable, and the snapshot passed over as such.
 		data, err := readfile.Regular(filepath.Join(dir, "snapshots", e.Name(), "meta.json"), maxSnapshotMeta)
-		var meta raft.SnapshotMeta
-		if err == nil && json.Unmarshal(data, &meta) == nil && meta.ID == e.Name() {
+		if meta, merr := decodeSnapshotMeta(data); err == nil && merr == nil && meta.ID == e.Name() {
 			s.metaReadable, s.term, s.index = true, meta.Term, meta.Index
 		}
 		out = append(out, s)
@@ -335,6 +334,31 @@ func snapshotDirs(dir string) ([]snapshotDir, error) {
 		return a.name > b.name
 	})
 	return out, nil
+}
+
+// snapshotMeta is a snapshot's meta.json, as hashicorp/raft's file snapshot store
+// keeps it (its fileSnapshotMeta).
+type snapshotMeta struct {
+	raft.SnapshotMeta
+	CRC []byte
+}
+
+// decodeSnapshotMeta reads a snapshot's meta.json as hashicorp/raft's file snapshot
+// store does (FileSnapshotStore.readMeta, then getSnapshots's version check): the
+// first JSON value, whatever follows it, of a snapshot version raft restores. Read
+// with json.Unmarshal and no version check, a meta.json with bytes after its value
+// was damage to the check and a snapshot to raft, which restored it, and one of a
+// version raft skips was the snapshot the check judged raft would restore
+// (FuzzSnapshotDirs).
+func decodeSnapshotMeta(data []byte) (snapshotMeta, error) {
+	var meta snapshotMeta
+	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&meta); err != nil {
+		return meta, err
+	}
+	if meta.Version < raft.SnapshotVersionMin || meta.Version > raft.SnapshotVersionMax {
+		return meta, fmt.Errorf("snapshot version %d, not one raft restores (%d to %d)", meta.Version, raft.SnapshotVersionMin, raft.SnapshotVersionMax)
+	}
+	return meta, nil
 }
 
 // checkStores reads what Raft will read at start: the newest snapshot that is whole

@@ -183,11 +183,8 @@ func openSnapshot(dir, id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var meta struct {
-		raft.SnapshotMeta
-		CRC []byte
-	}
-	if err := json.Unmarshal(data, &meta); err != nil {
+	meta, err := decodeSnapshotMeta(data)
+	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", metaPath, err)
 	}
 	statePath := filepath.Join(snap, "state.bin")

@@ -1239,16 +1239,33 @@ func readPeersFile(dir, id, addr string) (conf raft.Configuration, ok bool, err 
 		// recovered configuration, in a form no token or certificate check writes).
 		conf.Servers[i].Address = raft.ServerAddress(addr)
 	}
+	// Two servers at one address, however written ("10.0.0.1:07301" beside
+	// "10.0.0.1:7301", or this node's own written otherwise beside another's):
+	// the rewrite above made them one string, which raft.RecoverCluster refused
+	// at serve's start ("found duplicate address") after `meshctl check` had
+	// called the file usable (FuzzReadPeersFile).
+	seen := make(map[string]raft.ServerID, len(conf.Servers))
+	for _, s := range conf.Servers {
+		key := addressKey(string(s.Address))
+		if other, dup := seen[key]; dup {
+			return conf, false, fmt.Errorf("%w: %s lists %s and %s at one address (%s): give each control node its own Raft address, as `meshctl control status --json` gives it in members (docs/operations.md, \"Recovering from lost quorum\")",
+				ErrPeersFile, path, other, s.ID, s.Address)
+		}
+		seen[key] = s.ID
+	}
 	return conf, true, nil
+}
+
+// addressKey is one spelling of an ip:port, as sameAddress judges them (any other
+// address as it is written).
+func addressKey(a string) string {
+	x, err := netip.ParseAddrPort(a)
+	if err != nil {
+		return a
+	}
+	return netip.AddrPortFrom(x.Addr().Unmap(), x.Port()).String()
 }
 
 // sameAddress reports whether a and b name one ip:port, however written ("[::1]:7301"
 // and "[0:0::1]:7301").
-func sameAddress(a, b string) bool {
-	x, errx := netip.ParseAddrPort(a)
-	y, erry := netip.ParseAddrPort(b)
-	if errx != nil || erry != nil {
-		return a == b
-	}
-	return x.Addr().Unmap() == y.Addr().Unmap() && x.Port() == y.Port()
-}
+func sameAddress(a, b string) bool { return addressKey(a) == addressKey(b) }
