@@ -75,6 +75,18 @@ func TestACloneOfAnEnrolledMachineIsShown(t *testing.T) {
 		!strings.Contains(n.LastError.Message, "from 127.0.0.1:") {
 		t.Errorf("nodes --json: web-1 converged %v, last error %+v, shared since %v", n.Converged, n.LastError, n.SharedSince)
 	}
+	// Named, the node's error is printed whole under the table, which cuts it to
+	// 60 bytes (nodes and status alike); --json is as it was.
+	for _, cmd := range []string{"nodes", "status"} {
+		r := cp.Ctl(cmd, "web-1")
+		if !strings.Contains(r.Stdout, "\nweb-1: last error v") || !strings.Contains(r.Stdout, " key_shared: held by 2 connections") ||
+			!strings.Contains(r.Stdout, "secrets included; revoke the node and enrol each machine again") {
+			t.Errorf("meshctl %s web-1 does not print the error whole:\n%s", cmd, r.Stdout)
+		}
+		if j := cp.Ctl(cmd, "--json", "web-1"); strings.Contains(j.Stdout, "last error v") {
+			t.Errorf("meshctl %s --json web-1 holds the text lines:\n%s", cmd, j.Stdout)
+		}
+	}
 	fams := cp.Scrape()
 	if got := harness.Sum(fams, "mesh_nodes", "state=alive_not_converged"); got != 1 {
 		t.Errorf("mesh_nodes{state=alive_not_converged} = %v, want 1", got)

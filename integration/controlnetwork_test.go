@@ -19,7 +19,7 @@ func TestControlTrafficOnItsOwnNetwork(t *testing.T) {
 	cp1 := harness.NewControlPlaneOn(t, bin, "nets", [3]string{"127.0.0.1", "127.0.0.2", "127.0.0.3"})
 	cp1.Serve()
 	tok, cp2 := cp1.ControlTokenOn("cp-2", [3]string{"127.0.0.4", "127.0.0.5", "127.0.0.6"})
-	if r := cp2.Join(tok); r.Code != 0 || !strings.Contains(r.Stdout, "NATS route up") {
+	if r := cp2.Join(tok); r.Code != 0 || !strings.Contains(r.Stdout, "NATS route up over mutual TLS to cp-1 (routes configured: "+cp1.Cluster+")") {
 		t.Fatalf("join cp-2 with Raft and routes on other IPs (exit %d):\n%s", r.Code, r.Combined())
 	}
 	cp2.Serve()

@@ -454,7 +454,7 @@ func serve(ctx context.Context, cio *cliIO, log *slog.Logger, opts daemon.Option
 			// its own serve, still running from another directory (a restore with
 			// the old one not stopped first: a walkthrough).
 			return fmt.Errorf("%w\nif it is a meshctl serve of this control node (running from another data directory: a restore or a copy started with the old serve still running), stop that one first; "+
-				"a control node serves at its own addresses only, which are in its certificate and the replicated state", err)
+				"another address, for a control node, is a move: its addresses are in its certificate and the replicated state (docs/operations.md, \"Moving a control node to another address\")", err)
 		}
 		return err
 	}

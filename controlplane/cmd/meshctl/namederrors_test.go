@@ -27,3 +27,20 @@ func TestNamedNodesShowTheirWholeError(t *testing.T) {
 		t.Errorf("an error that fits its row, or none, is shown again:\n%s", out)
 	}
 }
+
+// TestNamedNodesWholeErrorIsCleaned: a node's message is a host's text; printed
+// whole it is cleaned as the row's is (api.CleanText): an escape sequence, a
+// carriage return writing over the line and a line break reach the terminal as
+// Go escapes or a space, never as themselves.
+func TestNamedNodesWholeErrorIsCleaned(t *testing.T) {
+	hostile := strings.Repeat("x", 70) + "\x1b]0;owned\a\x1b[2J\rfake line\nsecond\u202e"
+	var b strings.Builder
+	printNamedErrors(&b, []api.NodeView{{ID: "web-7", LastError: &api.StatusError{Code: "apply_failed", Message: hostile}}})
+	out := b.String()
+	if strings.ContainsAny(out, "\x1b\a\r\u202e") || strings.Count(out, "\n") != 2 {
+		t.Errorf("the whole error reaches the terminal raw: %q", out)
+	}
+	if !strings.Contains(out, `\x1b]0;owned\a\x1b[2J fake line second\u202e`) {
+		t.Errorf("the whole error is not shown cleaned: %q", out)
+	}
+}

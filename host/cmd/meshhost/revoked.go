@@ -147,8 +147,18 @@ func revokedInTheWay(stateDir string, tokenHash [32]byte) error {
 	if err != nil || !ok || !rec.Signed {
 		return nil
 	}
-	return fmt.Errorf("%w: %s holds node %s of mesh %s, which the mesh revoked at %s (%s): its key is refused for good, so no token enrols over it. "+
+	return revokedInTheWayError(fmt.Sprintf("this machine is already enrolled: %s holds node %s of mesh %s, which the mesh revoked at %s (%s): its key is refused for good, so no token enrols over it. "+
 		"Keep the token; %s",
-		identity.ErrAlreadyEnrolled, identity.Path(stateDir), id.Node, id.Mesh, rec.At.Format(time.RFC3339), revokedPath(stateDir),
-		strings.Replace(identity.StartOver(stateDir), "enrol with a new token", "run enrol again with the token (one minted after the revocation)", 1))
+		identity.Path(stateDir), id.Node, id.Mesh, rec.At.Format(time.RFC3339), revokedPath(stateDir),
+		strings.Replace(identity.StartOver(stateDir), "enrol with a new token", "run enrol again with the token (one minted after the revocation)", 1)))
 }
+
+// revokedInTheWayError is revokedInTheWay's refusal, said as the other "already
+// enrolled" refusals are (identity.ErrAlreadyEnrolled's own text begins
+// "identity: ", which no other refusal shows). It matches ErrAlreadyEnrolled.
+type revokedInTheWayError string
+
+func (e revokedInTheWayError) Error() string { return string(e) }
+
+// Is reports whether target is identity.ErrAlreadyEnrolled.
+func (e revokedInTheWayError) Is(target error) bool { return target == identity.ErrAlreadyEnrolled }
