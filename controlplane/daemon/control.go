@@ -790,6 +790,20 @@ func (d *Daemon) controlAdd(req api.ControlRequest) (api.ControlAddResult, error
 		// "duplicate address", and the join said to run it again, for ever (a
 		// docs walkthrough). Said as what it is, with the way out.
 		if m := slices.IndexFunc(members, func(m replication.Member) bool { return m.Address == cn.Raft }); m >= 0 {
+			// A node removed from the roster whose Raft change did not finish
+			// (raftRemoveError) still holds the address: finishing its removal is the
+			// way out, not removing the node admitted there since (a review).
+			var gone bool
+			d.fsm.Read(func(s *state.State) {
+				if c, ok := s.ControlNodes[members[m].ID]; ok {
+					gone = c.Removed
+				}
+			})
+			if gone {
+				return out, &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf("%s was admitted at Raft address %s, which %s still holds in Raft: %s was removed (meshctl control remove), but its removal from Raft did not finish. "+
+					"Finish it (meshctl control remove %s), then run the same meshctl join again to resume",
+					cn.ID, cn.Raft, members[m].ID, members[m].ID, members[m].ID)}
+			}
 			return out, &api.Error{Code: api.CodeBadRequest, Message: fmt.Sprintf("%s was admitted at Raft address %s, where %s, a member, is: it cannot join there, and running the join again will not change that. "+
 				"Remove it (meshctl control remove %s), then mint its control token again at addresses of its own (meshctl token --role control --node %s --addr IP:PORT) and join with that on a fresh data directory",
 				cn.ID, cn.Raft, members[m].ID, cn.ID, cn.ID)}

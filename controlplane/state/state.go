@@ -714,8 +714,15 @@ func (s *State) TokenState(id, node, role, key string, at time.Time) (*Token, er
 			// Another machine's join with a control token that admitted the node:
 			// "mint a new token" met node_exists while the node stays admitted (a
 			// docs walkthrough). Said with the step that comes first.
-			return t, fmt.Errorf("%w: it admitted control node %s (another key, at %s), which stays admitted: to join %s on this machine instead, remove it first (meshctl control remove %s), then mint a new control token for it",
-				ErrTokenUsed, node, t.UsedAt.UTC().Format(time.RFC3339), node, node)
+			if t.UsedKey != key && cn.JoinedAt.Equal(t.UsedAt) {
+				return t, fmt.Errorf("%w: it admitted control node %s (another key, at %s), which stays admitted: to join %s on this machine instead, remove it first (meshctl control remove %s), then mint a new control token for it",
+					ErrTokenUsed, node, t.UsedAt.UTC().Format(time.RFC3339), node, node)
+			}
+			// The node this token admitted was removed, and another admission of the
+			// id stands since (possibly on another machine): not "another key", nor
+			// the admission this token made (a review).
+			return t, fmt.Errorf("%w: the control node %s it admitted at %s was removed, and %s was admitted again since, at %s, with another token: to join %s on this machine instead, remove it first (meshctl control remove %s), then mint a new control token for it",
+				ErrTokenUsed, node, t.UsedAt.UTC().Format(time.RFC3339), node, cn.JoinedAt.UTC().Format(time.RFC3339), node, node)
 		}
 		return t, ErrTokenUsed
 	}
