@@ -117,3 +117,20 @@ func seedsIn(data []byte) []string {
 	}
 	return out
 }
+
+// TestACredsRefusalQuotesOnlyAPEMTypeThatReadsAsOne: a file holding a PEM block of
+// another kind is said with its type when the type reads as one ("RSA PRIVATE
+// KEY"); a BEGIN line of other text, a seed's first 32 characters say, is not
+// quoted (the file's own text; a review).
+func TestACredsRefusalQuotesOnlyAPEMTypeThatReadsAsOne(t *testing.T) {
+	block := func(typ string) []byte {
+		return []byte("-----BEGIN " + typ + "-----\nAAAA\n-----END " + typ + "-----\n")
+	}
+	if reason, _ := credsProblem(block("RSA PRIVATE KEY")); !strings.Contains(reason, `"RSA PRIVATE KEY"`) {
+		t.Errorf("an RSA key's file: %q, want its type named", reason)
+	}
+	seedStart := "SUAMLK2ZNL35WSMW37E7UD4VZ7ELPKW7"
+	if reason, _ := credsProblem(block(seedStart)); reason == "" || strings.Contains(reason, seedStart) {
+		t.Errorf("a block typed with a seed's start: %q, want it refused without quoting the type", reason)
+	}
+}

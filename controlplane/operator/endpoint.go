@@ -277,10 +277,12 @@ func credsProblem(data []byte) (reason string, kind error) {
 }
 
 // pemTypeShown reports whether a PEM block's type may be quoted to say what a
-// file is: at most 32 characters of A-Z, 0-9 and spaces ("RSA PRIVATE KEY"), which
-// no nkey seed (58 characters) and no JWT is.
+// file is: at most 32 characters of A-Z, 0-9 and spaces, words apart ("RSA PRIVATE
+// KEY", "PUBLIC KEY"), which no part of an nkey seed or a JWT is (no space in either:
+// a hand-made BEGIN line of a seed's first 32 characters was quoted, a review).
+// A certificate, the one-word type, is said before this is asked.
 func pemTypeShown(typ string) bool {
-	if typ == "" || len(typ) > 32 {
+	if typ == "" || len(typ) > 32 || !strings.Contains(typ, " ") {
 		return false
 	}
 	for i := 0; i < len(typ); i++ {
