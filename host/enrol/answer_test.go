@@ -41,6 +41,9 @@ type fakeMesh struct {
 	token string
 	// agents are the agents the enrolment requests named, in turn.
 	agents chan string
+	// broker is its address; leaf its TLS identity, under the CA the token pins.
+	broker string
+	leaf   tls.Certificate
 }
 
 func newFakeMesh(t *testing.T, change func(*wire.EnrolResponse)) *fakeMesh {
@@ -102,7 +105,7 @@ func newFakeMeshSigningAt(t *testing.T, ahead time.Duration, change func(*wire.E
 	var secret [32]byte
 	rand.Read(secret[:])
 	signed := fmt.Sprintf("mesh1_demo_%s_%x_%x_web-1_worker_%d_%x", broker, pin, signing.Public(), time.Now().Add(30*time.Minute).Unix(), secret)
-	return &fakeMesh{token: fmt.Sprintf("%s_%08x", signed, crc32.Checksum([]byte(signed), crc32.MakeTable(crc32.Castagnoli))), agents: agents}
+	return &fakeMesh{token: fmt.Sprintf("%s_%08x", signed, crc32.Checksum([]byte(signed), crc32.MakeTable(crc32.Castagnoli))), agents: agents, broker: broker, leaf: leaf}
 }
 
 // signedAnswer is what the mesh answers node web-1 enrolling with nodeKey.

@@ -3,23 +3,12 @@ package enrol
 import (
 	"bufio"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"hash/crc32"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 
 	"mesh/host/wire"
 )
@@ -32,43 +21,8 @@ import (
 // token proof). Using kp.Sign instead of the lent key, or not ending the loan,
 // sends one.
 func TestALateAttemptAtAnotherBrokerSendsNoLogin(t *testing.T) {
-	caDER, leaf := meshCertificates(t)
-	ca, _ := x509.ParseCertificate(caDER)
-	pin := sha256.Sum256(ca.RawSubjectPublicKeyInfo)
-
-	// The mesh's answering broker.
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
-		TLS: true, TLSHandshakeFirst: true, AlwaysEnableNonce: true,
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{leaf}, MinVersion: tls.VersionTLS13}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Start()
-	t.Cleanup(s.Shutdown)
-	if !s.ReadyForConnections(5 * time.Second) {
-		t.Fatal("broker not ready")
-	}
-	broker := s.Addr().(*net.TCPAddr).String()
-	_, signing, _ := ed25519.GenerateKey(rand.Reader)
-	nc, err := nats.Connect("tls://"+broker, nats.Secure(&tls.Config{InsecureSkipVerify: true}), nats.TLSHandshakeFirst()) //nolint:gosec // the test's own broker
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	caPEM := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}))
-	if _, err := nc.Subscribe("mesh.enrol.web-1.*", func(m *nats.Msg) {
-		var req wire.EnrolRequest
-		if json.Unmarshal(m.Data, &req) != nil {
-			return
-		}
-		data, _ := json.Marshal(signedAnswer(t, signing, req.PublicKey, caPEM, broker, 0))
-		_ = m.Respond(data)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	mesh := newFakeMesh(t, func(*wire.EnrolResponse) {})
+	leaf, broker := mesh.leaf, mesh.broker
 
 	// The holding broker: the mesh's certificate, its INFO held until released.
 	hold, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{leaf}, MinVersion: tls.VersionTLS13})
@@ -100,10 +54,7 @@ func TestALateAttemptAtAnotherBrokerSendsNoLogin(t *testing.T) {
 		heard <- line
 	}()
 
-	var secret [32]byte
-	rand.Read(secret[:])
-	signed := fmt.Sprintf("mesh1_demo_%s,%s_%x_%x_web-1_worker_%d_%x", hold.Addr(), broker, pin, signing.Public(), time.Now().Add(30*time.Minute).Unix(), secret)
-	tok := fmt.Sprintf("%s_%08x", signed, crc32.Checksum([]byte(signed), crc32.MakeTable(crc32.Castagnoli)))
+	tok := withBrokersFirst(t, mesh.token, []string{hold.Addr().String()})
 
 	var out strings.Builder
 	res, err := Enrol(context.Background(), Options{StateDir: filepath.Join(t.TempDir(), "state"), Token: tok, Out: &out,
