@@ -122,9 +122,9 @@ type Writer struct {
 }
 
 // New prepares the backup directory for cfg: it creates it (mode 0700) if it is
-// missing, refuses it as serve refuses a data directory (datadir.ErrUnprotected:
-// another user's, or one group or others may write, or under a directory another
-// user could change), and removes what an earlier backup of this node cut short
+// missing, refuses it as serve refuses a data directory (datadir.ErrUnprotected,
+// in the backup directory's words: another user's, or one group or others may
+// write, or under a directory another user could change), and removes what an earlier backup of this node cut short
 // left there. A directory that cannot be made or read now (a backup disk not
 // mounted yet, a read-only file system, a file in its place) is no reason for the
 // control node not to serve: it is logged, and each backup tries it again.
@@ -169,8 +169,8 @@ func (w *Writer) prepare() error {
 	if err := atomicfile.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("--backup-dir %s: %w", dir, err)
 	}
-	if err := datadir.Dir(dir).CheckPlace(); err != nil {
-		return fmt.Errorf("--backup-dir %s: each backup holds a whole data directory, its keys and credentials, so the backup directory is judged as one: %w", dir, err)
+	if err := datadir.CheckBackupPlace(dir); err != nil {
+		return fmt.Errorf("--backup-dir %s: %w", dir, err)
 	}
 	return nil
 }

@@ -412,8 +412,22 @@ func TestNewPreparesTheDirectory(t *testing.T) {
 	if err := os.Chmod(open, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(cfg(open)); !errors.Is(err, datadir.ErrUnprotected) || !strings.Contains(err.Error(), "chmod 755 "+open) {
-		t.Fatalf("a backup directory others may write: %v, want it refused naming the chmod", err)
+	// Named as the backup directory, and mended to the mode it would have been
+	// made with: a walkthrough read "the data directory ... chmod 755".
+	if _, err := New(cfg(open)); !errors.Is(err, datadir.ErrUnprotected) || !strings.Contains(err.Error(), "then: chmod 700 "+open) ||
+		!strings.Contains(err.Error(), "the backup directory is not private") || strings.Contains(err.Error(), "the data directory") {
+		t.Fatalf("a backup directory others may write: %v, want it refused as the backup directory, naming chmod 700", err)
+	}
+	parent := filepath.Join(t.TempDir(), "shared")
+	if err := os.Mkdir(parent, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(parent, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(cfg(filepath.Join(parent, "backups"))); !errors.Is(err, datadir.ErrUnprotected) ||
+		!strings.Contains(err.Error(), "replace the backup directory below it") || !strings.Contains(err.Error(), "choose a backup directory whose parents") {
+		t.Fatalf("a backup directory under one others may write: %v, want it refused in the backup directory's words", err)
 	}
 
 	link := filepath.Join(t.TempDir(), "link")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 
 	"mesh/host/statedir"
 )
@@ -19,27 +20,55 @@ import (
 // aim the CA key and the Raft store at a place of theirs. bootstrap and join check
 // it before they write anything, serve as it starts.
 func (d Dir) CheckPlace() error {
-	return d.checkPlace(true)
+	return d.checkPlace(dataPlace)
 }
 
 // CheckPlaceToRead is CheckPlace for a command that only reads the data directory
 // (an operator's `--data`): the directory may be another user's (serve's, read by
 // root), but neither it nor a directory above it may be one others could change.
 func (d Dir) CheckPlaceToRead() error {
-	return d.checkPlace(false)
+	return d.checkPlace(place{own: false, fixMask: 0o022})
 }
 
-func (d Dir) checkPlace(own bool) error {
+// CheckBackupPlace is CheckPlace for a backup directory: each backup in it is a
+// whole data directory, keys and credentials included, so it is judged as one,
+// and named as what it is. Where group or others may write it, the mode advised
+// is the one a backup directory is made with (0700: the backups' names are no
+// one else's business either), not merely one without their write bits.
+func CheckBackupPlace(dir string) error {
+	return Dir(dir).checkPlace(place{own: true, fixMask: 0o077, backup: true})
+}
+
+// place is what checkPlace judges: whether the directory must be this user's
+// (own), the bits its advised chmod takes away, and whether it is a backup
+// directory (named so in what is refused).
+type place struct {
+	own     bool
+	fixMask fs.FileMode
+	backup  bool
+}
+
+// dataPlace is a data directory this user writes in (CheckPlace).
+var dataPlace = place{own: true, fixMask: 0o022}
+
+func (p place) name() string {
+	if p.backup {
+		return "the backup directory"
+	}
+	return "the data directory"
+}
+
+func (d Dir) checkPlace(p place) error {
 	// Its kind before its mode (a device's mode is not the data directory's to
 	// mend), and a file on the way to it before the parents (CheckParents would
 	// say only "not a directory").
 	if err := d.CheckIsDir(); err != nil {
 		return err
 	}
-	if err := statedir.CheckParents("the data directory", string(d)); err != nil {
+	if err := statedir.CheckParents(p.name(), string(d)); err != nil {
 		var ue *statedir.UnsafePathError
 		if errors.As(err, &ue) {
-			return unsafePlace(ue)
+			return unsafePlace(ue, p)
 		}
 		return err
 	}
@@ -51,28 +80,29 @@ func (d Dir) checkPlace(own bool) error {
 		return err
 	}
 	euid := os.Geteuid()
-	if uid, ok := FileOwner(fi); ok && own && uid != euid {
+	if uid, ok := FileOwner(fi); ok && p.own && uid != euid {
 		return &UnprotectedError{Path: string(d), Problem: fmt.Sprintf("belongs to %s, and meshctl runs as %s", userName(uid), userName(euid)),
-			Fix: fmt.Sprintf("use a directory of your own (remove this one, or chown -R %d %s if it is yours)", euid, d)}
+			Fix: fmt.Sprintf("use a directory of your own (remove this one, or chown -R %d %s if it is yours)", euid, d), Backup: p.backup}
 	}
 	if fi.Mode().Perm()&0o022 != 0 {
 		return &UnprotectedError{Path: string(d), Problem: fmt.Sprintf("has mode %#o: group or others may write it", fi.Mode().Perm()),
-			Fix: fmt.Sprintf("chmod %s %s", fixedMode(fi, 0o022), d)}
+			Fix: fmt.Sprintf("chmod %s %s", fixedMode(fi, p.fixMask), d), Backup: p.backup}
 	}
 	return nil
 }
 
 // unsafePlace says, in the data directory's words, what statedir found wrong on
 // the way to it.
-func unsafePlace(e *statedir.UnsafePathError) error {
-	problem := fmt.Sprintf("has mode %#o: group or others may write it, and so replace the data directory below it", e.Mode.Perm())
-	fix := "choose a data directory whose parents only you or root may change, or chmod go-w " + e.Part
+func unsafePlace(e *statedir.UnsafePathError, p place) error {
+	name := p.name()
+	problem := fmt.Sprintf("has mode %#o: group or others may write it, and so replace %s below it", e.Mode.Perm(), name)
+	fix := "choose a " + strings.TrimPrefix(name, "the ") + " whose parents only you or root may change, or chmod go-w " + e.Part
 	if e.UID != e.EUID && e.UID != 0 {
-		problem = fmt.Sprintf("belongs to %s, who may replace the data directory below it", userName(e.UID))
+		problem = fmt.Sprintf("belongs to %s, who may replace %s below it", userName(e.UID), name)
 		if e.Mode&fs.ModeSymlink != 0 {
 			problem = fmt.Sprintf("is a symbolic link that belongs to %s, who may point it elsewhere at any time", userName(e.UID))
 		}
-		fix = "choose a data directory whose parents only you or root may change"
+		fix = "choose a " + strings.TrimPrefix(name, "the ") + " whose parents only you or root may change"
 	}
-	return &UnprotectedError{Path: e.Part, Problem: problem + " (it is on the way to " + e.Path + ")", Fix: fix}
+	return &UnprotectedError{Path: e.Part, Problem: problem + " (it is on the way to " + e.Path + ")", Fix: fix, Backup: p.backup}
 }

@@ -31,12 +31,21 @@ type UnprotectedError struct {
 	Path    string
 	Problem string
 	Fix     string
+	// Backup is set when the directory judged is a backup directory
+	// (CheckBackupPlace), which the error names instead of the data directory.
+	Backup bool
 }
 
 // Error says what is wrong and how to mend it, and nothing of what the caller does
 // about it: serve refuses to start, a backup taken while serve runs is not written,
 // a control token is not minted (each said "Nothing was started": a review).
 func (e *UnprotectedError) Error() string {
+	if e.Backup {
+		return fmt.Sprintf("the backup directory is not private to its control node: %s %s. Each backup in it is a whole data directory, "+
+			"the mesh's CA and signing keys and the operators' credentials among them, so only the user serve runs as may own it and write in it. "+
+			"Check that the backups are the ones this control node wrote (anyone who could write there may have replaced them), then: %s",
+			e.Path, e.Problem, e.Fix)
+	}
 	return fmt.Sprintf("%v: %s %s. The data directory holds the mesh's CA and signing keys and the operators' credentials, "+
 		"so only the user serve runs as may own it, write in it and read its keys (as OpenSSH's StrictModes asks of ~/.ssh; "+
 		"a copy restored without its modes looks like this). Check that the files are the ones meshctl wrote "+
