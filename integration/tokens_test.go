@@ -122,6 +122,18 @@ func TestTokenListAndCancel(t *testing.T) {
 	if r.Code != 0 || !strings.Contains(r.Stdout, "web-3\tworker token") || strings.Contains(r.Stdout, "web-1") || strings.Contains(r.Stdout, "web-2") {
 		t.Fatalf("completing token cancel's node: exit %d\n%s", r.Code, r.Combined())
 	}
+	// Then its pending token's id, the node named either way, and none once named.
+	pendingID := list("--node", "web-3").Tokens[0].ID
+	for _, form := range [][]string{{"web-3", ""}, {"--node", "web-3", ""}} {
+		r = harness.Run(t, "", nil, bin.Meshctl, append([]string{"__complete", "token", "cancel", "--data", cp.Dir}, form...)...)
+		if r.Code != 0 || !strings.Contains(r.Stdout, pendingID+"\tpending, minted ") || strings.Contains(r.Stdout, "worker token") {
+			t.Fatalf("completing token cancel %v: exit %d, want %s offered\n%s", form, r.Code, pendingID, r.Combined())
+		}
+	}
+	r = harness.Run(t, "", nil, bin.Meshctl, "__complete", "token", "cancel", "--data", cp.Dir, "web-3", pendingID, "")
+	if r.Code != 0 || strings.Contains(r.Stdout, pendingID) {
+		t.Fatalf("completing token cancel's ids once named: exit %d\n%s", r.Code, r.Combined())
+	}
 
 	// One pending token a node: a second is refused, naming the first, and changes
 	// nothing; --replace cancels the first and says so on stderr, stdout being the

@@ -74,6 +74,10 @@ token_pending) unless --replace cancels it; revoking a node cancels its pending 
 				switch {
 				case len(args) == 0:
 					return []cobra.Completion{"list\tthe tokens the mesh remembers", "cancel\tcancel a node's pending tokens"}, cobra.ShellCompDirectiveNoFileComp
+				case len(args) >= 1 && args[0] == "cancel" && node != "":
+					// --node NODE names the node: what follows are its ids (a
+					// walkthrough was offered node ids there).
+					return cp.pendingTokenIDs(node, args[1:]), cobra.ShellCompDirectiveNoFileComp
 				case len(args) == 1 && args[0] == "cancel":
 					return cp.pendingTokenNodes(), cobra.ShellCompDirectiveNoFileComp
 				case len(args) >= 2 && args[0] == "cancel":
