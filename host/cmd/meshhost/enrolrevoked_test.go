@@ -14,8 +14,36 @@ import (
 
 // revokedTestToken is a worker token of id's mesh, node and CA pin naming broker.
 func revokedTestToken(id identity.Identity, broker string) string {
-	signed := "mesh1_" + id.Mesh + "_" + broker + "_" + id.CAPin + "_" + strings.Repeat("cd", 32) + "_" + id.Node + "_worker_1900000000_" + strings.Repeat("5e", 32)
+	return revokedTestTokenExpiring(id, broker, 1900000000)
+}
+
+// revokedTestTokenExpiring is revokedTestToken expiring at the Unix second expiry.
+func revokedTestTokenExpiring(id identity.Identity, broker string, expiry int64) string {
+	signed := "mesh1_" + id.Mesh + "_" + broker + "_" + id.CAPin + "_" + strings.Repeat("cd", 32) + "_" + id.Node + "_worker_" + fmt.Sprint(expiry) + "_" + strings.Repeat("5e", 32)
 	return fmt.Sprintf("%s_%08x", signed, crc32.Checksum([]byte(signed), crc32.MakeTable(crc32.Castagnoli)))
+}
+
+// TestEnrolOverARevokedIdentityWithAnExpiredTokenAsksForANewOne (a walkthrough): a
+// token of the revoked node itself gets past the expiry check (the identity in the
+// way is the news), and the refusal said to keep it, expired for a day.
+func TestEnrolOverARevokedIdentityWithAnExpiredTokenAsksForANewOne(t *testing.T) {
+	dir, id := enrolled(t)
+	if err := recordRevocation(dir, id, agent.ErrRevoked, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	expired := time.Now().Add(-24 * time.Hour).Truncate(time.Second)
+	code, out, stderr := runCLI(revokedTestTokenExpiring(id, closedLoopback(t), expired.Unix())+"\n", nil, "enrol", "--state", dir, "--timeout", "3s")
+	if code != exitIdentity || !strings.Contains(stderr, "which the mesh revoked") {
+		t.Fatalf("exit %d, want %d refusing the revoked identity:\n%s%s", code, exitIdentity, out, stderr)
+	}
+	for _, want := range []string{"The token has expired too (at " + expired.UTC().Format(time.RFC3339), "ask the operator for a new one", "remove the state directory " + dir, "enrol with a new token"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("the refusal does not say %q:\n%s", want, stderr)
+		}
+	}
+	if strings.Contains(stderr, "Keep the token") || strings.Contains(stderr, strings.Repeat("5e", 32)) {
+		t.Errorf("an expired token kept, or its secret shown:\n%s", stderr)
+	}
 }
 
 // closedLoopback is a loopback address nothing listens on: a broken guard dials it

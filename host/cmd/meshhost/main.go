@@ -492,7 +492,7 @@ func cmdEnrol(args []string, cio *cliIO) (err error) {
 	// the way of any token: the mesh refuses its key for good, so asking it again
 	// gave login_refused and the advice to wait a minute and to have the node
 	// revoked, which it is. Said at once, as meshhost status and run say it.
-	if err := revokedInTheWay(*stateDir, tok.SecretHash()); err != nil {
+	if err := revokedInTheWay(*stateDir, tok, cio.clock()); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -16,6 +16,7 @@ import (
 	"mesh/host/identity"
 	"mesh/host/internal/jsonfile"
 	"mesh/host/jsonkeys"
+	"mesh/host/token"
 )
 
 // revokedFile is where `meshhost run` records, in the state directory, that the mesh
@@ -134,8 +135,11 @@ func adoptAgain(stateDir string) string {
 // the login. It matches identity.ErrAlreadyEnrolled (exit 5). Nil when the
 // directory holds no identity, or one not revoked, or one this very token's earlier
 // run saved (its pending key, of this token, still there): enrol finishes that run,
-// and status then says the node is revoked.
-func revokedInTheWay(stateDir string, tokenHash [32]byte) error {
+// and status then says the node is revoked. A token expired by now's reading (one
+// of the revoked node's own gets past the expiry check, so that the identity is
+// the news) is not worth keeping: the refusal asks for a new one.
+func revokedInTheWay(stateDir string, tok token.Token, now time.Time) error {
+	tokenHash := tok.SecretHash()
 	id, err := identity.Load(stateDir)
 	if err != nil {
 		return nil // no identity (or a damaged one): enrol says so itself
@@ -147,10 +151,13 @@ func revokedInTheWay(stateDir string, tokenHash [32]byte) error {
 	if err != nil || !ok || !rec.Signed {
 		return nil
 	}
-	return revokedInTheWayError(fmt.Sprintf("this machine is already enrolled: %s holds node %s of mesh %s, which the mesh revoked at %s (%s): its key is refused for good, so no token enrols over it. "+
-		"Keep the token; %s",
-		identity.Path(stateDir), id.Node, id.Mesh, rec.At.Format(time.RFC3339), revokedPath(stateDir),
-		strings.Replace(identity.StartOver(stateDir), "enrol with a new token", "run enrol again with the token (one minted after the revocation)", 1)))
+	next := "Keep the token; " + strings.Replace(identity.StartOver(stateDir), "enrol with a new token", "run enrol again with the token (one minted after the revocation)", 1)
+	if !now.Before(tok.Expiry) {
+		next = fmt.Sprintf("The token has expired too (at %s, by this machine's clock): ask the operator for a new one (meshctl token), then %s",
+			tok.Expiry.UTC().Format(time.RFC3339), identity.StartOver(stateDir))
+	}
+	return revokedInTheWayError(fmt.Sprintf("this machine is already enrolled: %s holds node %s of mesh %s, which the mesh revoked at %s (%s): its key is refused for good, so no token enrols over it. %s",
+		identity.Path(stateDir), id.Node, id.Mesh, rec.At.Format(time.RFC3339), revokedPath(stateDir), next))
 }
 
 // revokedInTheWayError is revokedInTheWay's refusal, said as the other "already
