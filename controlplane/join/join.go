@@ -550,19 +550,9 @@ func (r *run) keys() (nkeys.KeyPair, nkeys.KeyPair, error) {
 	case err != nil && !errors.Is(err, os.ErrNotExist):
 		return nil, nil, err
 	case err == nil:
-		var p pending
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&p); err != nil {
-			return nil, nil, unusable("not a pending join: " + jsonReason(err))
-		}
-		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-			return nil, nil, unusable("data after the pending join")
-		}
-		// encoding/json keeps the last of two members of one name: the keys an
-		// earlier run presented are read one way only, or not at all.
-		if err := jsonkeys.Check(data, &p); err != nil {
-			return nil, nil, unusable("not a pending join: " + err.Error())
+		p, why := parsePending(data)
+		if why != "" {
+			return nil, nil, unusable(why)
 		}
 		if p.Node == r.tok.Node && p.TokenHash == hex.EncodeToString(th[:]) {
 			nk, err1 := nkeys.FromSeed([]byte(p.NkeySeed))
@@ -593,6 +583,26 @@ func (r *run) keys() (nkeys.KeyPair, nkeys.KeyPair, error) {
 	return nk, ck, nil
 }
 
+// parsePending reads the keys an earlier run of a join kept (pendingFile), one way
+// only: one JSON object of pending's members, each once, nothing after it. why says
+// what is wrong, without quoting the file (it holds seeds); empty when p is read.
+func parsePending(data []byte) (p pending, why string) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return pending{}, "not a pending join: " + jsonReason(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return pending{}, "data after the pending join"
+	}
+	// encoding/json keeps the last of two members of one name: the keys an
+	// earlier run presented are read one way only, or not at all.
+	if err := jsonkeys.Check(data, &p); err != nil {
+		return pending{}, "not a pending join: " + err.Error()
+	}
+	return p, ""
+}
+
 // jsonReason names what is wrong with a pending file without quoting it: it holds
 // seeds.
 func jsonReason(err error) string {
@@ -603,6 +613,8 @@ func jsonReason(err error) string {
 		return "empty or cut short"
 	case errors.As(err, &syn):
 		return fmt.Sprintf("not JSON at byte %d", syn.Offset)
+	case errors.As(err, &typ) && typ.Field == "":
+		return "not a JSON object"
 	case errors.As(err, &typ):
 		return fmt.Sprintf("field %q of the wrong type", typ.Field)
 	}
