@@ -192,7 +192,7 @@ func (h *hook) check(c server.ClientAuthentication, o *server.ClientOpts, was *s
 		// signature is checked as a bare one and fails: a broker that stopped
 		// logged the refusal of an honest host as bad_signature, what a relay's
 		// login is refused for. Nothing is admitted over a closed connection.
-		h.logRefused(slog.LevelDebug, "client gone before its login was judged", "", slog.String("user", clip(o.Username)))
+		h.logRefused(slog.LevelDebug, "client gone before its login was judged", "", slog.String("user", userText(o.Username)))
 		return false
 	}
 	cl.Binding = ChannelBinding(cl.TLS)

@@ -321,3 +321,20 @@ func TestALoginWhoseConnectionClosedIsNotJudged(t *testing.T) {
 		t.Fatalf("a live connection was not judged: asked %d, logged %q, counted %v", asked, out.String(), h.refused.snapshot())
 	}
 }
+
+// TestAClosedLoginLogsNoSecretGivenAsItsUser (a review): the refusal of a login
+// whose connection closed before it was judged clipped the user name where every
+// other refusal filters it (userText): a token's secret pasted as the user name
+// reached the debug log whole.
+func TestAClosedLoginLogsNoSecretGivenAsItsUser(t *testing.T) {
+	secret := strings.Repeat("0123456789abcdef", 4)
+	auth := refuseAll(func(Client) error { return NewRefusal("bad_signature", "x") })
+	var out bytes.Buffer
+	h := &hook{auth: auth, log: slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	if h.Check(&fakeClientAuth{opts: server.ClientOpts{Username: secret, Password: "x"}}) {
+		t.Fatal("a login over a closed connection was let in")
+	}
+	if !strings.Contains(out.String(), "gone before its login was judged") || strings.Contains(out.String(), secret) {
+		t.Fatalf("want the closed login logged without the secret given as its user: %s", out.String())
+	}
+}

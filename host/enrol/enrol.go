@@ -671,6 +671,9 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 			pending--
 		}
 		if a.err == nil {
+			// The key is taken back before anything else (Out may block: a
+			// pipe), so that no other attempt logs in meanwhile (a review).
+			key.end()
 			closeLate()
 			// Only addr was dialled: the login ignores the brokers an INFO names.
 			r.step("connect", "%s: TLS handshake checked against the pinned CA: it is the mesh", a.addr)
