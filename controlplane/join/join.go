@@ -792,110 +792,201 @@ func (r *run) tokenID() string {
 
 func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolResponse, string, error) {
 	var resp api.EnrolResponse
-	var errs []string
+	pub, _ := nk.PublicKey()
+	nc, addr, err := r.dialAdmission(ctx, nk, pub)
+	if err != nil {
+		return resp, "", err
+	}
+	defer nc.Close()
+	curve, _ := ck.PublicKey()
+	proof, _ := nk.Sign(api.KeyProofMessage(r.tok.Mesh, r.tok.Node, pub))
+	req, _ := json.Marshal(api.EnrolRequest{V: api.ProtocolVersion, Mesh: r.tok.Mesh, Node: r.tok.Node, Role: string(tokenfmt.RoleControl),
+		TokenID: r.tokenID(), TokenProof: base64.StdEncoding.EncodeToString(r.tok.Prove(r.tok.Mesh, r.tok.Node, pub)),
+		PublicKey: pub, KeyProof: base64.StdEncoding.EncodeToString(proof),
+		CAPin: hex.EncodeToString(r.tok.CAPin[:]), SigningKey: hex.EncodeToString(r.tok.SigningKey),
+		Agent: "meshctl join", CurveKey: curve, Rules: state.ApplyRules})
+	// Sent again when unanswered (a leader that stopped leading as it came, or
+	// a control node cut off, took it): the earlier sendings' answers are heard
+	// too, and a refusal one of them may still overtake is held (admitSettles).
+	a, err := resend.Send(ctx, nc, resend.Request{Subject: api.EnrolKeySubject(r.tok.Node, pub), Data: req,
+		Timeout: admissionTimeout, Resend: admissionResend, Settles: admitSettles, Pending: admitPending})
+	if ctx.Err() != nil {
+		return resp, "", r.interrupted(ctx, "waiting for the mesh to admit "+r.tok.Node, "")
+	}
+	if errors.Is(err, nats.ErrNoResponders) {
+		return resp, "", fmt.Errorf("%w; run join again with the same token", operator.ErrNoLeader)
+	}
+	if errors.Is(err, resend.ErrNotSent) {
+		return resp, "", fmt.Errorf("%w: the connection to %s was lost before the join request could be sent (%w); nothing reached the mesh: run join again with the same token", operator.ErrUnreachable, addr, err)
+	}
+	if err != nil {
+		return resp, "", fmt.Errorf("%w to the join request (%v); run join again with the same token", operator.ErrNoAnswer, err)
+	}
+	msg := a.Msg
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return resp, "", fmt.Errorf("%w: %v", ErrBadAnswer, err)
+	}
+	if !resp.OK || resp.Error != nil {
+		if resp.Error == nil {
+			return resp, "", fmt.Errorf("%w: a refusal without a reason", ErrBadAnswer)
+		}
+		return resp, "", refusalError(resp.Error, a.Unsettled > 0 && !admitSettles(msg.Data))
+	}
+	if resp.Control == nil || resp.Mesh != r.tok.Mesh || resp.Node != r.tok.Node {
+		return resp, "", fmt.Errorf("%w: the answer is not a control admission for %s", ErrBadAnswer, r.tok.Node)
+	}
+	return resp, addr, nil
+}
+
+// dialStagger is how long an attempt at one of the join's brokers goes unanswered
+// before the next one starts, as meshhost enrol's: one after another, each given
+// the dial's 10 s, a token naming control nodes that drop packets (a node lost, the
+// reason one is added) kept the join that long per node before it reached one that
+// answers.
+const dialStagger = 2 * time.Second
+
+// dialAdmission connects to the first of the join's brokers that completes a pinned
+// handshake and takes the join's login (the token's proof, and the key nk, pub,
+// signing the server's nonce bound to the TLS session, so that a relay holding a
+// leaf of the mesh CA can log in with neither: decision 0018). The brokers are
+// tried in their order, the next starting when the one before has failed or has not
+// answered within dialStagger. The first login taken is kept and the other attempts
+// end: those still dialling or in their handshake stop there, and one that reaches
+// its login after that signs nothing, so sends no login (a login spends the
+// token's connection budget). When none takes it, the faults are said in the
+// brokers' order.
+func (r *run) dialAdmission(ctx context.Context, nk nkeys.KeyPair, pub string) (*nats.Conn, string, error) {
+	type attempt struct {
+		i    int // the broker's place among the join's
+		addr string
+		nc   *nats.Conn
+		err  error
+	}
+	// Each attempt has its own context: the dialer closes its connection when the
+	// context ends, so the one kept ends with the caller's context, or once closed
+	// (the ClosedHandler), and the others when they lose.
+	stops := make([]context.CancelFunc, len(r.brokers))
+	stopOthers := func(keep int) {
+		for i, stop := range stops {
+			if i != keep && stop != nil {
+				stop()
+			}
+		}
+	}
+	kept := -1
+	defer func() { stopOthers(kept) }()
+	key := &lentKey{sign: nk.Sign}
+	defer key.end()
+	password := api.EnrolPassword(r.tokenID(), r.tok.Prove(r.tok.Mesh, r.tok.Node, pub))
+	results := make(chan attempt, len(r.brokers))
+	started, pending := 0, 0
+	startNext := func() {
+		i, addr := started, r.brokers[started].String()
+		started++
+		pending++
+		actx, stop := context.WithCancel(ctx)
+		stops[i] = stop
+		go func() {
+			d := &broker.BoundDialer{TLS: pki.PinnedClientConfig(r.tok.CAPin), Timeout: 10 * time.Second, Context: actx}
+			nc, err := nats.Connect("tls://"+addr,
+				nats.SetCustomDialer(d),
+				nats.TLSHandshakeFirst(),
+				nats.UserInfo(authn.EnrolUserPrefix+r.tok.Node, password),
+				nats.Nkey(pub, d.Sign(key.signWith)),
+				nats.CustomInboxPrefix(api.EnrolInbox(r.tok.Node, pub)),
+				nats.Timeout(10*time.Second), nats.NoReconnect(),
+				nats.ClosedHandler(func(*nats.Conn) { stop() }),
+			)
+			results <- attempt{i, addr, nc, err}
+		}()
+	}
+	// closeLate ends the attempts but keep's, and closes their connections once
+	// they end, for no goroutine to outlive the join holding a login.
+	closeLate := func(keep int) {
+		stopOthers(keep)
+		go func(n int) {
+			for ; n > 0; n-- {
+				if a := <-results; a.nc != nil {
+					a.nc.Close()
+				}
+			}
+		}(pending)
+	}
+	stagger := time.NewTimer(dialStagger)
+	defer stagger.Stop()
+	startNext()
+
+	errs := make([]string, len(r.brokers))
 	substituted, refused := 0, 0
 	var clockErr *pki.ClockError
-	for _, b := range r.brokers {
-		addr := b.String()
-		pub, _ := nk.PublicKey()
-		// The token (its id and the proof of its secret for this key; the secret
-		// never leaves this machine), and the key this node registers, signing the
-		// server's nonce bound to this TLS session, so that a relay holding a leaf of
-		// the mesh CA can log in with neither (decision 0018). The broker admits the
-		// connection only for a live token, and lets only it hear the answer, on the
-		// inbox bound to that key.
-		d := &broker.BoundDialer{TLS: pki.PinnedClientConfig(r.tok.CAPin), Timeout: 10 * time.Second, Context: ctx}
-		nc, err := nats.Connect("tls://"+addr,
-			nats.SetCustomDialer(d),
-			nats.TLSHandshakeFirst(),
-			nats.UserInfo(authn.EnrolUserPrefix+r.tok.Node, api.EnrolPassword(r.tokenID(), r.tok.Prove(r.tok.Mesh, r.tok.Node, pub))),
-			nats.Nkey(pub, d.Sign(nk.Sign)),
-			nats.CustomInboxPrefix(api.EnrolInbox(r.tok.Node, pub)),
-			nats.Timeout(10*time.Second), nats.NoReconnect(),
-		)
-		if ctx.Err() != nil {
-			if nc != nil {
-				nc.Close()
+	for pending > 0 {
+		var a attempt
+		select {
+		case <-ctx.Done():
+			closeLate(-1)
+			return nil, "", r.interrupted(ctx, "connecting to the mesh", "nothing was sent to the mesh")
+		case <-stagger.C:
+			if started < len(r.brokers) {
+				startNext()
+				stagger.Reset(dialStagger)
 			}
-			return resp, "", r.interrupted(ctx, "connecting to the mesh at "+addr, "nothing was sent to the mesh")
-		}
-		if err != nil {
-			if errors.Is(err, pki.ErrPinMismatch) {
-				r.step("connect", "%s: REFUSED: not the mesh's CA; nothing was sent", addr)
-				errs = append(errs, addr+": "+pki.ErrPinMismatch.Error())
-				substituted++
-				continue
-			}
-			var ce *pki.ClockError
-			if errors.As(err, &ce) {
-				// The mesh's own chain, out of its validity by this machine's
-				// clock: nothing was sent, and a run once the clock is set goes on.
-				clockErr = ce
-				r.step("connect", "%s: REFUSED: the certificate chains to the pinned CA but is not valid at this machine's time (%s); nothing was sent", addr, r.o.Now().UTC().Format(time.RFC3339))
-				errs = append(errs, addr+": not valid at this machine's time")
-				continue
-			}
-			if errors.Is(err, nats.ErrAuthorization) {
-				// The pin was checked: the mesh itself refused the login, before any
-				// request (a token it knows but will not admit is let in far enough
-				// to be told why, in its answer). The broker does not say why, and
-				// some refusals pass within a minute: another broker may take it,
-				// and the keys stay for a run with the same token.
-				refused++
-				r.step("connect", "%s: the mesh refused the login (a broker does not say why); nothing was sent", addr)
-				errs = append(errs, addr+": login refused")
-				continue
-			}
-			r.step("connect", "%s: unreachable (%v)", addr, err)
-			errs = append(errs, addr+": "+err.Error())
 			continue
+		case a = <-results:
+			pending--
 		}
-		r.step("connect", "%s: TLS handshake checked against the pinned CA", addr)
-		defer nc.Close()
-		curve, _ := ck.PublicKey()
-		proof, _ := nk.Sign(api.KeyProofMessage(r.tok.Mesh, r.tok.Node, pub))
-		req, _ := json.Marshal(api.EnrolRequest{V: api.ProtocolVersion, Mesh: r.tok.Mesh, Node: r.tok.Node, Role: string(tokenfmt.RoleControl),
-			TokenID: r.tokenID(), TokenProof: base64.StdEncoding.EncodeToString(r.tok.Prove(r.tok.Mesh, r.tok.Node, pub)),
-			PublicKey: pub, KeyProof: base64.StdEncoding.EncodeToString(proof),
-			CAPin: hex.EncodeToString(r.tok.CAPin[:]), SigningKey: hex.EncodeToString(r.tok.SigningKey),
-			Agent: "meshctl join", CurveKey: curve, Rules: state.ApplyRules})
-		// Sent again when unanswered (a leader that stopped leading as it came, or
-		// a control node cut off, took it): the earlier sendings' answers are heard
-		// too, and a refusal one of them may still overtake is held (admitSettles).
-		a, err := resend.Send(ctx, nc, resend.Request{Subject: api.EnrolKeySubject(r.tok.Node, pub), Data: req,
-			Timeout: admissionTimeout, Resend: admissionResend, Settles: admitSettles, Pending: admitPending})
+		if a.err == nil && ctx.Err() == nil {
+			// The key is taken back before anything else (the step's writer may
+			// block: a pipe), so that no other attempt logs in meanwhile.
+			key.end()
+			kept = a.i
+			closeLate(kept)
+			r.step("connect", "%s: TLS handshake checked against the pinned CA", a.addr)
+			return a.nc, a.addr, nil
+		}
+		stops[a.i]()
 		if ctx.Err() != nil {
-			return resp, "", r.interrupted(ctx, "waiting for the mesh to admit "+r.tok.Node, "")
-		}
-		if errors.Is(err, nats.ErrNoResponders) {
-			return resp, "", fmt.Errorf("%w; run join again with the same token", operator.ErrNoLeader)
-		}
-		if errors.Is(err, resend.ErrNotSent) {
-			return resp, "", fmt.Errorf("%w: the connection to %s was lost before the join request could be sent (%w); nothing reached the mesh: run join again with the same token", operator.ErrUnreachable, addr, err)
-		}
-		if err != nil {
-			return resp, "", fmt.Errorf("%w to the join request (%v); run join again with the same token", operator.ErrNoAnswer, err)
-		}
-		msg := a.Msg
-		if err := json.Unmarshal(msg.Data, &resp); err != nil {
-			return resp, "", fmt.Errorf("%w: %v", ErrBadAnswer, err)
-		}
-		if !resp.OK || resp.Error != nil {
-			if resp.Error == nil {
-				return resp, "", fmt.Errorf("%w: a refusal without a reason", ErrBadAnswer)
+			if a.nc != nil {
+				a.nc.Close()
 			}
-			return resp, "", refusalError(resp.Error, a.Unsettled > 0 && !admitSettles(msg.Data))
+			closeLate(-1)
+			return nil, "", r.interrupted(ctx, "connecting to the mesh at "+a.addr, "nothing was sent to the mesh")
 		}
-		if resp.Control == nil || resp.Mesh != r.tok.Mesh || resp.Node != r.tok.Node {
-			return resp, "", fmt.Errorf("%w: the answer is not a control admission for %s", ErrBadAnswer, r.tok.Node)
+		if started < len(r.brokers) {
+			startNext()
+			stagger.Reset(dialStagger)
 		}
-		return resp, addr, nil
+		addr, err := a.addr, a.err
+		var ce *pki.ClockError
+		switch {
+		case errors.Is(err, pki.ErrPinMismatch):
+			r.step("connect", "%s: REFUSED: not the mesh's CA; nothing was sent", addr)
+			errs[a.i] = addr + ": " + pki.ErrPinMismatch.Error()
+			substituted++
+		case errors.As(err, &ce):
+			// The mesh's own chain, out of its validity by this machine's clock:
+			// nothing was sent, and a run once the clock is set goes on.
+			clockErr = ce
+			r.step("connect", "%s: REFUSED: the certificate chains to the pinned CA but is not valid at this machine's time (%s); nothing was sent", addr, r.o.Now().UTC().Format(time.RFC3339))
+			errs[a.i] = addr + ": not valid at this machine's time"
+		case errors.Is(err, nats.ErrAuthorization):
+			// The pin was checked: the mesh itself refused the login, before any
+			// request (a token it knows but will not admit is let in far enough
+			// to be told why, in its answer). The broker does not say why, and
+			// some refusals pass within a minute: another broker may take it,
+			// and the keys stay for a run with the same token.
+			refused++
+			r.step("connect", "%s: the mesh refused the login (a broker does not say why); nothing was sent", addr)
+			errs[a.i] = addr + ": login refused"
+		default:
+			r.step("connect", "%s: unreachable (%v)", addr, err)
+			errs[a.i] = addr + ": " + err.Error()
+		}
 	}
 	if refused > 0 {
 		// Said as a refusal the mesh sends in its answer (token_unknown, exit 4),
 		// it deleted the keys a resumed join needs: a join the mesh had admitted
 		// was then refused token_used, and a new token node_exists.
-		return resp, "", fmt.Errorf("%w (%s). The token was not spent by this run, and the keys of this join are kept in %s for a run with the same token. "+
+		return nil, "", fmt.Errorf("%w (%s). The token was not spent by this run, and the keys of this join are kept in %s for a run with the same token. "+
 			"A broker refuses while too many connections used the token in the last 30 seconds (each run of join uses one), while this address made too many failed attempts in the last minute, "+
 			"and while the control node holds as many hosts as it has room for (its log says so): for these, wait a minute and run %s again with the same token. "+
 			"It refuses for good a token the mesh never minted (or one cancelled or expired more than a day ago, or minted by a meshctl older than the control plane's), a key that was revoked, and a login relayed by something on the path that holds a certificate of the mesh (the secret was not sent): "+
@@ -905,13 +996,39 @@ func (r *run) admission(ctx context.Context, nk, ck nkeys.KeyPair) (api.EnrolRes
 	if clockErr != nil && substituted == 0 {
 		// A broker that is the mesh by its chain, refused for this machine's
 		// clock: the clock is what to fix, whatever the others did.
-		return resp, "", fmt.Errorf("%w; nothing was sent: run %s again with the same token once the clock is right (%s)", clockErr, r.rerun(), strings.Join(errs, "; "))
+		return nil, "", fmt.Errorf("%w; nothing was sent: run %s again with the same token once the clock is right (%s)", clockErr, r.rerun(), strings.Join(errs, "; "))
 	}
 	if substituted > 0 && substituted == len(r.brokers) {
-		return resp, "", pki.ErrPinMismatch
+		return nil, "", pki.ErrPinMismatch
 	}
-	return resp, "", fmt.Errorf("%w: no broker of the mesh could be reached (%s); run it again once one runs, or, if the token names only control nodes that are gone (minted before the others served), "+
+	return nil, "", fmt.Errorf("%w: no broker of the mesh could be reached (%s); run it again once one runs, or, if the token names only control nodes that are gone (minted before the others served), "+
 		"give a broker of a control node that runs: meshctl join --broker IP:PORT (the mesh's CA pin is checked there as at the token's)", operator.ErrUnreachable, strings.Join(errs, "; "))
+}
+
+// lentKey lends the join's key to the attempts of dialAdmission until it returns:
+// an attempt that reaches its login after that signs nothing, so logs in nowhere.
+type lentKey struct {
+	mu   sync.Mutex
+	sign func([]byte) ([]byte, error)
+}
+
+// errAttemptEnded is what an attempt that reaches its login too late signs with.
+var errAttemptEnded = errors.New("another broker took the join's login first")
+
+func (l *lentKey) signWith(input []byte) ([]byte, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sign == nil {
+		return nil, errAttemptEnded
+	}
+	return l.sign(input)
+}
+
+// end takes the key back, once any signature under way is made.
+func (l *lentKey) end() {
+	l.mu.Lock()
+	l.sign = nil
+	l.mu.Unlock()
 }
 
 // admissionTimeout bounds the wait for the mesh's answer to a join (a leader

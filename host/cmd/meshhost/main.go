@@ -415,7 +415,7 @@ func cmdEnrol(args []string, cio *cliIO) (err error) {
 	fs := newFlags("enrol", cio)
 	stateDir := fs.String("state", "", "state directory for the identity and applied state (required)")
 	tokenFile := fs.String("token-file", "", "read the token from this file instead of stdin (- is stdin)")
-	timeout := durationFlag(fs, "timeout", defaultEnrolTimeout, "how long to wait for the mesh's answer (1s to 10m; the mesh closes an enrolling connection after 30s, so waiting longer helps nothing); connecting comes before it, up to 10s a broker")
+	timeout := durationFlag(fs, "timeout", defaultEnrolTimeout, "how long to wait for the mesh's answer (1s to 10m; the mesh closes an enrolling connection after 30s, so waiting longer helps nothing); connecting comes before it: each of the token's brokers is given 10s, the next tried once one has gone 2s unanswered")
 	asJSON := fs.Bool("json", false, "print the result as JSON on stdout (the steps go to stderr)")
 	if err := parse(fs, args, cio); err != nil {
 		return err
