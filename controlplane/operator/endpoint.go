@@ -277,20 +277,20 @@ func credsProblem(data []byte) (reason string, kind error) {
 }
 
 // pemTypeShown reports whether a PEM block's type may be quoted to say what a
-// file is: at most 32 characters of A-Z, 0-9 and spaces, words apart ("RSA PRIVATE
-// KEY", "PUBLIC KEY"), which no part of an nkey seed or a JWT is (no space in either:
-// a hand-made BEGIN line of a seed's first 32 characters was quoted, a review).
-// A certificate, the one-word type, is said before this is asked.
+// file is: one of the types keys, requests and other PEM files are written with
+// ("RSA PRIVATE KEY", "PUBLIC KEY"). The BEGIN line is the file's own text: a
+// hand-made one of a seed's first characters was quoted (a review), then one of
+// them split by a space (another); only a known type is. A certificate, the
+// one-word type, is said before this is asked.
 func pemTypeShown(typ string) bool {
-	if typ == "" || len(typ) > 32 || !strings.Contains(typ, " ") {
-		return false
+	switch typ {
+	case "PRIVATE KEY", "PUBLIC KEY", "ENCRYPTED PRIVATE KEY", "RSA PRIVATE KEY", "RSA PUBLIC KEY",
+		"EC PRIVATE KEY", "EC PARAMETERS", "DSA PRIVATE KEY", "OPENSSH PRIVATE KEY",
+		"CERTIFICATE REQUEST", "NEW CERTIFICATE REQUEST", "X509 CRL", "TRUSTED CERTIFICATE",
+		"PGP PUBLIC KEY BLOCK", "PGP PRIVATE KEY BLOCK", "PGP MESSAGE", "PGP SIGNATURE":
+		return true
 	}
-	for i := 0; i < len(typ); i++ {
-		if c := typ[i]; !('A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == ' ') {
-			return false
-		}
-	}
-	return true
+	return false
 }
 
 // maxSmallFile bounds the CA file, a NATS context file and a credentials file: each
