@@ -102,6 +102,12 @@ func parseMode(s string) (fs.FileMode, string) {
 		}
 	}
 	v, err := strconv.ParseUint(s, 8, 32)
+	if err == nil && len(s) == 4 && v > 0o777 {
+		// Octal, of four digits, the first not 0: setuid, setgid or sticky bits,
+		// which a declaration never sets ("not octal" was false: a walkthrough).
+		return 0, fmt.Sprintf("mode %q sets the setuid, setgid or sticky bit, which declarations refuse: they write ordinary files, none that runs as its owner or group; write %q",
+			s, "0"+s[1:])
+	}
 	if err != nil || v > 0o777 {
 		return 0, bad()
 	}
@@ -176,6 +182,11 @@ func checkPath(p string) string {
 	}
 	if path.Clean(p) != p {
 		return fmt.Sprintf("path is not clean (write it as %q: no \"./\", \"//\" or trailing \"/\")", clip(path.Clean(p), maxPathShown))
+	}
+	for _, el := range strings.Split(p, "/") {
+		if len(el) > MaxPathElementLen {
+			return fmt.Sprintf("path element %q is %d bytes, at most %d are allowed (the longest file name a host's file system takes)", clip(el, maxPathShown), len(el), MaxPathElementLen)
+		}
 	}
 	return ""
 }
@@ -267,7 +278,7 @@ func loneSurrogate(raw []byte) int {
 //   - at most MaxFiles files;
 //   - a path is non-empty, at most MaxPathLen bytes, valid UTF-8 without NUL,
 //     control or format (Cf) characters, relative, already clean (path.Clean(p) == p), without a ".." element
-//     and not ".";
+//     and not ".", and none of its elements over MaxPathElementLen bytes;
 //   - no path is declared twice, and no file lies inside another file's path;
 //   - exactly one of content and content_base64; content is valid UTF-8,
 //     content_base64 canonical standard base64; at most MaxFileSize bytes;

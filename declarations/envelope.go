@@ -44,6 +44,11 @@ const (
 	MaxFiles = 1000
 	// MaxPathLen bounds a file path in bytes.
 	MaxPathLen = 1024
+	// MaxPathElementLen bounds one element of a path (a file or directory name)
+	// in bytes: the longest name Linux's file systems take (NAME_MAX). A body
+	// with a longer one was signed and sent, and every host refused it at apply
+	// and tried it again for ever (a walkthrough).
+	MaxPathElementLen = 255
 	// MaxFileSize bounds a file's content in bytes, after base64 decoding.
 	MaxFileSize = 512 << 10
 

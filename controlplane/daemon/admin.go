@@ -747,6 +747,10 @@ func (d *Daemon) declareCall(m *nats.Msg) (result any, dryRun bool, err error) {
 	return result, req.DryRun, err
 }
 
+// envelopeRoom is what a declaration's envelope holds besides its base64 payload
+// (its header and signatures), kept free within the hosts' cap.
+const envelopeRoom = 4096
+
 func (d *Daemon) declare(req api.DeclareRequest, call requestCall) (api.DeclareResult, error) {
 	var out api.DeclareResult
 	start := time.Now()
@@ -759,8 +763,13 @@ func (d *Daemon) declare(req api.DeclareRequest, call requestCall) (api.DeclareR
 		return out, err
 	}
 	// The envelope base64-encodes the payload: keep well inside the host's cap.
-	if est := len(canonical)*4/3 + 4096; est > declarations.MaxEnvelopeSize {
-		return out, badRequest("the declaration body is %d bytes; signed, it would exceed the %d byte cap hosts accept", len(canonical), declarations.MaxEnvelopeSize)
+	if est := len(canonical)*4/3 + envelopeRoom; est > declarations.MaxEnvelopeSize {
+		// Said with what fits: "785063 bytes would exceed the 1048576 byte cap"
+		// read as a contradiction (a walkthrough).
+		fits := (declarations.MaxEnvelopeSize - envelopeRoom) * 3 / 4
+		return out, badRequest("the declaration body is %d bytes; signed, its payload travels in base64 and the envelope would be about %d bytes, over the %d byte cap hosts accept: "+
+			"at most %d bytes of body fit (as JSON, content_base64 counted as written), so make it %d bytes smaller, or split it (by label) or ship large files another way",
+			len(canonical), est, declarations.MaxEnvelopeSize, fits, len(canonical)-fits)
 	}
 	sel := state.Selector{Nodes: req.Nodes, Role: req.Role, Labels: req.Labels, All: req.All}
 	if sel.Empty() {
@@ -776,6 +785,7 @@ func (d *Daemon) declare(req api.DeclareRequest, call requestCall) (api.DeclareR
 		notHosts       *api.Error
 		reaches        bool
 		done           *state.RequestRecord
+		revoked        []string // the nodes named that are revoked, with when
 	)
 	d.fsm.Read(func(s *state.State) {
 		if r, ok := s.Requests[call.ID]; ok && call.ID != "" {
@@ -794,6 +804,8 @@ func (d *Daemon) declare(req api.DeclareRequest, call requestCall) (api.DeclareR
 				forgotten = append(forgotten, n)
 			case !kept:
 				unknown = append(unknown, n)
+			case s.Nodes[n].Revoked:
+				revoked = append(revoked, n+" (at "+s.Nodes[n].RevokedAt.UTC().Format(time.RFC3339)+")")
 			}
 		}
 		notHosts = notAHost(s, unknown, "declarations")
@@ -832,6 +844,19 @@ func (d *Daemon) declare(req api.DeclareRequest, call requestCall) (api.DeclareR
 		// Said with where to look: a label no node carries (a newcomer's audit: the
 		// guide's own example) said nothing more.
 		e := refusal(state.ErrNoTargets)
+		// Said with the reason where the selection tells it (a walkthrough: a
+		// revoked --node, or --role control, was told about labels).
+		var why []string
+		if len(revoked) > 0 {
+			why = append(why, "revoked: "+strings.Join(revoked, ", ")+"; a revoked node takes no declarations: to manage its machine again, enrol it anew (meshctl token --node ID, then meshhost enrol there)")
+		}
+		if req.Role == state.RoleControl {
+			why = append(why, "--role control: control nodes take no declarations (they sign and serve them); the hosts are --role worker")
+		}
+		if len(why) > 0 {
+			e.Message += ": " + strings.Join(why, "; ") + "; nothing was declared"
+			return out, e
+		}
 		e.Message += ": meshctl nodes lists the nodes with their role and labels; meshctl label NODE k=v gives one a label, meshctl token --label k=v a node to come; nothing was declared"
 		return out, e
 	}

@@ -106,3 +106,47 @@ func TestADeclarationMatchingNoNodeSaysWhereToLook(t *testing.T) {
 		t.Errorf("a node that is none: %v", err)
 	}
 }
+
+// TestADeclarationThatReachesNoNodeSaysWhy (a walkthrough): `declare --node X` of a
+// revoked node, and `--role control`, were told about labels (the generic "matches
+// no node" advice). Each says its reason, still no_targets, nothing declared; a
+// label nothing carries keeps the generic advice. A body too large to sign says
+// how much fits.
+func TestADeclarationThatReachesNoNodeSaysWhy(t *testing.T) {
+	d := fleet(t, 2)
+	if _, err := d.revoke(api.RevokeRequest{Node: "n-0"}); err != nil {
+		t.Fatal(err)
+	}
+	body := json.RawMessage(`{"files":[]}`)
+	var ae *api.Error
+	for name, c := range map[string]struct {
+		req       api.DeclareRequest
+		want, not string
+	}{
+		"a revoked node":  {api.DeclareRequest{Nodes: []string{"n-0"}}, "revoked: n-0 (at ", "meshctl label"},
+		"--role control":  {api.DeclareRequest{Role: "control"}, "--role control: control nodes take no declarations", "meshctl label"},
+		"a label of none": {api.DeclareRequest{Labels: map[string]string{"tier": "none"}}, "meshctl label NODE k=v gives one a label", "revoked:"},
+	} {
+		for _, dry := range []bool{false, true} {
+			c.req.Body, c.req.DryRun = body, dry
+			_, err := d.declare(c.req, requestCall{})
+			if !errors.As(err, &ae) || ae.Code != refusal(state.ErrNoTargets).Code ||
+				!strings.Contains(ae.Message, c.want) || strings.Contains(ae.Message, c.not) || !strings.HasSuffix(ae.Message, "nothing was declared") {
+				t.Errorf("%s (dry run %t): %v, want %s saying %q, not %q", name, dry, err, refusal(state.ErrNoTargets).Code, c.want, c.not)
+			}
+		}
+	}
+	d.fsm.Read(func(s *state.State) {
+		if v := s.Nodes["n-1"].Declared.Version; v != 0 {
+			t.Fatalf("a refused declaration declared n-1 v%d", v)
+		}
+	})
+
+	half := strings.Repeat("x", 400000)
+	big := json.RawMessage(`{"files":[{"path":"a","content":"` + half + `"},{"path":"b","content":"` + half + `"}]}`)
+	_, err := d.declare(api.DeclareRequest{All: true, Body: big, DryRun: true}, requestCall{})
+	// (1 MiB less the envelope's 4096 bytes of room, three quarters: base64.)
+	if !errors.As(err, &ae) || ae.Code != api.CodeBadRequest || !strings.Contains(ae.Message, "at most 783360 bytes of body fit") || !strings.Contains(ae.Message, "bytes smaller") {
+		t.Fatalf("a body too large to sign: %v, want bad_request saying what fits", err)
+	}
+}

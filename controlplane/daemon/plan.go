@@ -119,7 +119,14 @@ func buildPlan(p state.DeclarePreview, body declarations.Body, digest string, bu
 		if len(raw) > 0 {
 			var err error
 			if old, err = declarations.ParseBody(raw); err != nil {
-				return nil, fmt.Errorf("the body declared now under digest %s does not parse: %w", d, err)
+				// Declared under an older version's rules, which this one
+				// refuses (a path element over 255 bytes, that no host could
+				// apply): the dry run of the body that replaces it diffs
+				// against it as the state holds it, canonical JSON.
+				old = declarations.Body{}
+				if json.Unmarshal(raw, &old) != nil {
+					return nil, fmt.Errorf("the body declared now under digest %s does not parse: %w", d, err)
+				}
 			}
 		}
 		fd, err := diffBodies(old, body)

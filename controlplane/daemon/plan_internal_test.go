@@ -205,3 +205,28 @@ func TestBuildPlanBounded(t *testing.T) {
 		t.Errorf("the plan is %d bytes, over MaxPlanSize %d", n, api.MaxPlanSize)
 	}
 }
+
+// TestBuildPlanAgainstABodyOfOlderRules: a node holds a body an older version
+// declared, with a path element over 255 bytes that no host could apply and this
+// version refuses. The dry run of the body that replaces it (the way out) diffs
+// against it as the state holds it, instead of failing.
+func TestBuildPlanAgainstABodyOfOlderRules(t *testing.T) {
+	long := "etc/" + strings.Repeat("p", 300)
+	old := []byte(`{"files":[{"path":"` + long + `","content":"x"}]}`)
+	if _, err := declarations.ParseBody(old); err == nil {
+		t.Fatal("the old body is accepted by this version: the test needs one it refuses")
+	}
+	newRaw := `{"files":[{"path":"etc/app.conf","content":"y"}]}`
+	d := state.BodyDigest(old)
+	p := state.DeclarePreview{
+		Targets: []state.DeclareTarget{{Node: "web-1", Version: 2, BodyDigest: d}},
+		Bodies:  map[string]json.RawMessage{d: old},
+	}
+	plan, err := buildPlan(p, mustBody(t, newRaw), "n", api.MaxPlanSize)
+	if err != nil {
+		t.Fatalf("a dry run replacing a body of older rules: %v", err)
+	}
+	if len(plan.Groups) != 1 || plan.Groups[0].RemovedCount != 1 || plan.Groups[0].Removed[0].Path != long || plan.Groups[0].AddedCount != 1 {
+		t.Fatalf("plan = %+v, want the long path removed and etc/app.conf added", plan)
+	}
+}
