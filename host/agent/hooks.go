@@ -2,9 +2,9 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"mesh/host/hooks"
 	"mesh/host/wire"
@@ -272,7 +272,7 @@ func (a *Agent) hooksFinished(h hookRun) {
 		a.applied.HooksPending = owed
 		slices.Sort(failed)
 		a.applied.HooksFailed = slices.Compact(failed)
-		err := errors.Join(errs...)
+		err := hookFailures(errs)
 		out.Error = err.Error()
 		a.failCode(wire.StatusHookFailed, err, h.version)
 	} else {
@@ -447,3 +447,20 @@ func (a *Agent) runOwedHooks() {
 	a.log.Info("running the hooks the agent owed when it last stopped (interrupted, or failed)", "paths", owed, "version", a.applied.Version)
 	a.queueHooks(hookRun{version: a.applied.Version, changed: slices.Clone(owed)})
 }
+
+// hookFailures is the failures of one run of the hooks, said on one line, "hook a:
+// why; hook b: why": errors.Join's newline between them was flattened by what
+// shows a node's error on one line into "timed out after 2s hook daemon: …", and
+// meshctl named the first hook alone (a walkthrough).
+type hookFailures []error
+
+func (e hookFailures) Error() string {
+	parts := make([]string, len(e))
+	for i, err := range e {
+		parts[i] = err.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Unwrap gives errors.Is and errors.As each failure.
+func (e hookFailures) Unwrap() []error { return e }

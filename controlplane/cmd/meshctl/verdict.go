@@ -3,8 +3,10 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"mesh/controlplane/api"
 )
@@ -131,8 +133,11 @@ func failure(verb, id, code, msg string) (what, hint, example string) {
 	if code == api.StatusHookFailed {
 		// Its files are applied; a command of the host's hooks file failed.
 		hint = "fix the host, then `meshhost hooks retry` there"
-		if name, why, ok := hookOf(msg); ok {
-			what += " in hook " + name
+		if names, why, ok := hooksOf(msg); ok {
+			what += " in hook " + strings.Join(names, ", ")
+			if len(names) > 1 {
+				what = strings.Replace(what, " in hook ", " in hooks ", 1)
+			}
 			msg = why
 		}
 	}
@@ -145,19 +150,80 @@ func failure(verb, id, code, msg string) (what, hint, example string) {
 		// (the cut kept the advice and lost them: a walkthrough).
 		return what, hint, fmt.Sprintf("%s (%s)", id, headAndTail(msg, 160, 0))
 	}
-	return what, hint, fmt.Sprintf("%s (%s)", id, headAndTail(msg, 40, 120))
+	// Long quoted text (a path, a command) shortened first, then the middle cut:
+	// a host's "refusing "PATH": reason; advice" lost its reason to the cut, and
+	// with a long path kept nothing but the path (a walkthrough).
+	msg = shortenQuoted(msg, maxQuotedShown)
+	return what, hint, fmt.Sprintf("%s (%s)", id, headAndTail(msg, firstClause(msg, 100, 180), 100))
 }
 
-// hookOf splits a hook's failure, "hook NAME: why", into the hook's name, shown
-// as one short line, and why.
-func hookOf(msg string) (name, why string, ok bool) {
-	rest, found := strings.CutPrefix(msg, "hook ")
-	if !found {
-		return "", "", false
+// firstClause is how much of msg an example keeps at its head: through its first
+// clause (to the first "; ") when that ends between min and max bytes in, else min.
+func firstClause(msg string, min, max int) int {
+	if i := strings.Index(msg, "; "); i >= min && i <= max {
+		return i
 	}
-	name, why, ok = strings.Cut(rest, ": ")
-	if !ok || name == "" || len(name) > maxHookNameShown {
-		return "", "", false
-	}
-	return oneLine(name, maxHookNameShown), why, true
+	return min
 }
+
+// maxQuotedShown bounds a quoted string within a node's error as an example shows
+// it: its head and tail are kept, the middle marked.
+const maxQuotedShown = 48
+
+// shortenQuoted shortens each double-quoted string of s (as Go's %q writes one)
+// longer than max bytes to its head and tail around "…".
+func shortenQuoted(s string, max int) string {
+	return quoted.ReplaceAllStringFunc(s, func(q string) string {
+		if len(q) <= max {
+			return q
+		}
+		inner := q[1 : len(q)-1]
+		keep := (max - 5) / 2
+		h, t := keep, len(inner)-keep
+		for h > 0 && !utf8.RuneStart(inner[h]) {
+			h--
+		}
+		for t < len(inner) && !utf8.RuneStart(inner[t]) {
+			t++
+		}
+		return `"` + inner[:h] + "…" + inner[t:] + `"`
+	})
+}
+
+// quoted is a double-quoted string as Go's %q writes one.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
+// hooksOf splits a hook's failure, "hook NAME: why", into the hook's name, shown
+// as one short line, and why. Hooks that failed in one run are said one after
+// another, "hook a: why; hook b: why" (by an older agent, a line each): each is
+// named, and why is "a: why; b: why".
+func hooksOf(msg string) (names []string, why string, ok bool) {
+	starts := hookStart.FindAllStringSubmatchIndex(msg, -1)
+	if len(starts) == 0 || starts[0][0] != 0 {
+		return nil, "", false
+	}
+	whys := make([]string, len(starts))
+	for i, m := range starts {
+		end := len(msg)
+		if i+1 < len(starts) {
+			end = starts[i+1][0]
+		}
+		name := msg[m[2]:m[3]]
+		if len(name) > maxHookNameShown {
+			return nil, "", false
+		}
+		names = append(names, oneLine(name, maxHookNameShown))
+		whys[i] = msg[m[1]:end]
+	}
+	if len(names) == 1 {
+		return names, whys[0], true
+	}
+	for i := range whys {
+		whys[i] = names[i] + ": " + whys[i]
+	}
+	return names, strings.Join(whys, "; "), true
+}
+
+// hookStart is where one hook's failure begins in a node's error: at its start,
+// or after the "; " or newline that ends the one before.
+var hookStart = regexp.MustCompile(`(?:^|; |\n)hook ([^\n]+?): `)

@@ -198,3 +198,45 @@ func TestADeclarationSentAgainCountsTheNodesThatHoldItNoLonger(t *testing.T) {
 		}
 	}
 }
+
+// TestHooksThatFailedTogetherAreEachNamed (a walkthrough): two hooks failing in one
+// run were reported as one error of two lines, flattened to "timed out after 2s
+// hook daemon: …" under "in hook slow". Each hook is named, and each reason said
+// after its name, whether the agent joined them with "; " or (older) a newline; a
+// hook's name with a space is still one.
+func TestHooksThatFailedTogetherAreEachNamed(t *testing.T) {
+	v := uint64(2)
+	for _, sep := range []string{"; ", "\n"} {
+		nodes := []api.NodeView{{ID: "web-1", State: api.StateAlive, Declared: 3, Applied: &v,
+			LastError: &api.StatusError{Code: api.StatusHookFailed, Message: "hook slow: timed out after 2s" + sep + "hook daemon: it exited 0, but left a process", Version: 3}},
+			{ID: "web-2", State: api.StateAlive, Declared: 3, Applied: &v,
+				LastError: &api.StatusError{Code: api.StatusHookFailed, Message: "hook reload app: exit status 3", Version: 3}}}
+		msg := notConverged(nodes, false).Error()
+		for _, want := range []string{"failing hook_failed in hooks slow, daemon (fix the host", "web-1 (slow: timed out after 2s; daemon: it exited 0, but left a process)",
+			"failing hook_failed in hook reload app (fix the host", "web-2 (exit status 3)"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("separator %q: the verdict lacks %q:\n%s", sep, want, msg)
+			}
+		}
+	}
+}
+
+// TestANodesErrorKeepsItsReasonPastALongPath (a walkthrough): an example cut 40
+// bytes in kept of "apply: refusing "PATH": reason; advice" the path and the
+// advice's end; with a long path, the path alone. Quoted text is shortened
+// first, and the reason after it is kept.
+func TestANodesErrorKeepsItsReasonPastALongPath(t *testing.T) {
+	v := uint64(2)
+	long := "d000/" + strings.Repeat("p", 990)
+	for path, reason := range map[string]string{
+		long:      "a path element is longer than 255 bytes",
+		"etc/app": "a directory is in the way where the declaration puts a file",
+	} {
+		msg := `apply: refusing "` + path + `": ` + reason + `; nothing was changed; remove the directory on the host, or declare the files inside it instead, then declare again (the declaration is kept and tried again at each reconnection)`
+		nodes := []api.NodeView{{ID: "web-1", State: api.StateAlive, Declared: 3, Applied: &v, LastError: &api.StatusError{Code: api.StatusApplyFailed, Message: msg, Version: 3}}}
+		out := notConverged(nodes, false).Error()
+		if !strings.Contains(out, reason) || len(out) > 600 {
+			t.Errorf("the verdict (%d bytes) lacks the reason %q:\n%s", len(out), reason, out)
+		}
+	}
+}
