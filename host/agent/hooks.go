@@ -389,7 +389,7 @@ func (a *Agent) rereadHooks(reply chan<- HooksOutcome) (hooksWaiter, error) {
 	a.log.Info("hooks retry: the hooks file was read again; its hooks run from now on", "file", a.o.HooksFile, "hooks", hookNames(a.o.Hooks))
 	// As `meshhost run` says as it starts: now, not at the next change.
 	for _, err := range a.o.Hooks.Check(a.o.Root) {
-		a.log.Warn("a hook's command cannot be run now: the hook will fail when it runs, unless it is installed first", "err", err)
+		a.log.Warn(hooks.Warning(err), "err", err)
 	}
 	w.reloaded = true
 	return w, nil

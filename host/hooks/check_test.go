@@ -3,6 +3,7 @@ package hooks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -87,5 +88,44 @@ func TestARelativePATHEntryIsNotSearched(t *testing.T) {
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("the command was run from a relative PATH entry")
+	}
+}
+
+// TestCheckFindsPatternsThatDoNotMatchAsWritten (a walkthrough): "./etc/*" and
+// "etc/" match no declared path (paths are clean), and "etc/**" matches one level
+// as "etc/*" does; all were taken without a word, the hook never running for what
+// it seemed to name. Each is found (ErrPattern), with the pattern to write, and
+// said in the log by its kind; a command another user could change is no longer
+// told "unless it is installed first". The file still loads: a hooks file in use
+// must not stop the agent.
+func TestCheckFindsPatternsThatDoNotMatchAsWritten(t *testing.T) {
+	cfg, err := Load(write(t, `{"hooks":[
+		{"name":"dot","paths":["./etc/*"],"run":["sh","-c","true"]},
+		{"name":"slash","paths":["etc/"],"run":["sh","-c","true"]},
+		{"name":"double","paths":["etc/**"],"run":["sh","-c","true"]},
+		{"name":"fine","paths":["etc/app/*/*.conf","etc/*"],"run":["sh","-c","true"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := cfg.Check(t.TempDir())
+	var got []string
+	for _, err := range found {
+		if !errors.Is(err, ErrPattern) || errors.Is(err, ErrCommand) || !strings.HasPrefix(Warning(err), "a hook's path pattern does not match") {
+			t.Errorf("%v: want ErrPattern, warned of as a pattern", err)
+		}
+		got = append(got, err.Error())
+	}
+	all := strings.Join(got, "\n")
+	for _, want := range []string{`"dot": path pattern "./etc/*" never matches`, `write "etc/*"`, `"slash": path pattern "etc/" never matches`, `write "etc/*"`,
+		`"double": path pattern "etc/**" matches one level only`} {
+		if !strings.Contains(all, want) {
+			t.Errorf("findings lack %s:\n%s", want, all)
+		}
+	}
+	if len(found) != 3 || strings.Contains(all, "fine") {
+		t.Errorf("want the 3 patterns, got:\n%s", all)
+	}
+	if w := Warning(fmt.Errorf("%w: hook %q: not run: it belongs to uid 65534", ErrCommand, "x")); strings.Contains(w, "installed first") || !strings.Contains(w, "owner or mode") {
+		t.Errorf("a command's warning: %q", w)
 	}
 }

@@ -253,6 +253,21 @@ func (c *Config) validate() error {
 // ErrCommand is Check's finding that a hook's command cannot be run now.
 var ErrCommand = errors.New("hook command cannot be run")
 
+// ErrPattern is a finding of Check: a hook's path pattern that matches no
+// declared path as written (one that is not clean, as "./etc/*" or "etc/"), or
+// that reads as recursive and is not ("etc/**" is "etc/*": a * stops at a /).
+var ErrPattern = errors.New("hook path pattern does not match as written")
+
+// Warning is what to log of a finding of Check: said by its kind (a command that
+// exists but another user could change was told "unless it is installed first", a
+// walkthrough).
+func Warning(err error) string {
+	if errors.Is(err, ErrPattern) {
+		return "a hook's path pattern does not match what it seems to: the hook does not run for the paths it seems to name until its hooks file is mended"
+	}
+	return "a hook's command cannot be run now: the hook will fail when it runs unless this is mended first (the command installed, or its owner or mode set right)"
+}
+
 // Check looks, without running anything, whether each hook's command can be run
 // now: found (on the hooks' PATH for a bare name, under root for a relative path)
 // and executable, and not a file another user could change (safeCommand). It
@@ -260,11 +275,25 @@ var ErrCommand = errors.New("hook command cannot be run")
 // not a refusal: the command may come later (a package installed, a script a
 // declaration writes under the root) or be mended, and the hook fails only when it
 // runs; the agent says so as it starts, rather than at the first change, when a
-// service restart is due.
+// service restart is due. Patterns that do not match as written are found too
+// (ErrPattern): a hooks file in use before this check must not stop the agent.
 func (c Config) Check(root string) []error {
 	var out []error
 	pathEnv := hookPath()
 	for _, h := range c.Hooks {
+		for _, p := range h.Paths {
+			switch {
+			case path.Clean(p) != p:
+				// A directory's pattern ("etc/") is meant for the files in it.
+				fix := path.Clean(p)
+				if strings.HasSuffix(p, "/") && fix != "." {
+					fix += "/*"
+				}
+				out = append(out, fmt.Errorf("%w: hook %q: path pattern %q never matches: declared paths are clean (no \"./\", \"//\" or trailing \"/\"); write %q", ErrPattern, h.Name, p, fix))
+			case strings.Contains(p, "**"):
+				out = append(out, fmt.Errorf("%w: hook %q: path pattern %q matches one level only: a * stops at a /, so ** is *; write a pattern a level (such as %q)", ErrPattern, h.Name, p, "etc/app/*/*.conf"))
+			}
+		}
 		if err := runnable(h.Run[0], root, pathEnv); err != nil {
 			out = append(out, fmt.Errorf("%w: hook %q: %s: %w", ErrCommand, h.Name, h.Run[0], err))
 		} else if _, err := safeCommand(h, root); err != nil {

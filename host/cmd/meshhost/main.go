@@ -774,7 +774,7 @@ func cmdRun(args []string, cio *cliIO) error {
 		}
 		// Said now, not at the first change, when a service restart is due.
 		for _, err := range hk.Check(*root) {
-			log.Warn("a hook's command cannot be run now: the hook will fail when it runs, unless it is installed first", "err", err)
+			log.Warn(hooks.Warning(err), "err", err)
 		}
 	}
 	if err := refuseControlDir(*stateDir); err != nil {
