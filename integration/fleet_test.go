@@ -125,7 +125,7 @@ func TestFleetTargeting(t *testing.T) {
 	agents["db-1"].Kill()
 	harness.Eventually(t, 15*time.Second, "db-1 offline", func() bool { n, _ := cp.Node("db-1"); return n.State == "offline" })
 	r = declare(5, "--node", "db-1", "--file", body("off", `{"files":[]}`), "--wait=2s")
-	if !strings.Contains(r.Stderr, "1 offline: db-1") {
+	if !strings.Contains(r.Stderr, "1 offline (the declaration stands: each applies it when its agent reconnects; meshctl status NODE shows when): db-1") {
 		t.Fatalf("--wait with an offline node:\n%s", r.Combined())
 	}
 	// status exits 5 while a live node has not converged (web-2 fails); the

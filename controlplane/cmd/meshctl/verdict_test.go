@@ -97,7 +97,7 @@ func TestDeclareWaitsVerdictIsGroupedByCause(t *testing.T) {
 		t.Errorf("the verdict is %d bytes, over %d", len(msg), maxVerdictLen)
 	}
 	for _, want := range []string{"not converged: 5002 of 5003 node(s): 5000 failed hook_failed in hook restart-app (fix the host, then `meshhost hooks retry` there): web-0000 (exit status 1: ",
-		" and 4995 more", "; 1 failed: web-x", "; 1 offline: db-2", "--json lists every node"} {
+		" and 4995 more", "; 1 failed: web-x", "; 1 offline (the declaration stands: each applies it when its agent reconnects; meshctl status NODE shows when): db-2", "--json lists every node"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("%q lacks %q", msg, want)
 		}

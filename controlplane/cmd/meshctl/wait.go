@@ -111,7 +111,9 @@ func (c convergence) err() error {
 		g.add("did not apply it in time", "", n)
 	}
 	for _, n := range c.Offline {
-		g.add("offline", "", n)
+		// Nothing is lost: said so, and where to look (a walkthrough read "1
+		// offline" alone, and could not tell whether to declare again).
+		g.add("offline", "the declaration stands: each applies it when its agent reconnects; meshctl status NODE shows when", n)
 	}
 	if g.nodes == 0 {
 		return nil
