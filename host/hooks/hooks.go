@@ -210,9 +210,60 @@ func parse(data []byte) (Config, error) {
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 		return Config{}, ErrTruncated
 	default:
-		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, saidAs{decodeReason(data, err), err})
 	}
 	return c, c.validate()
+}
+
+// decodeReason says what encoding/json found wrong with a hooks file in its
+// terms, not Go's ("cannot unmarshal string into Go struct field Hook.hooks.run
+// of type []string", a walkthrough): where, by line and column, and what each
+// member takes.
+func decodeReason(data []byte, err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		line, col := lineAndColumn(data, syn.Offset)
+		return fmt.Sprintf("not valid JSON at line %d, column %d: %s", line, col, strings.TrimPrefix(syn.Error(), "json: "))
+	case errors.As(err, &typ):
+		// (Offset is where the value ends: its line, not a column within it.)
+		line, _ := lineAndColumn(data, typ.Offset)
+		field := typ.Field[strings.LastIndexByte(typ.Field, '.')+1:]
+		takes := map[string]string{
+			"hooks":   `a list of hooks, [{"name": …, "paths": […], "run": […]}, …]`,
+			"name":    "a string",
+			"paths":   `a list of patterns, such as ["etc/app/*.conf"]`,
+			"run":     `an argv, a list of strings run without a shell, such as ["/usr/bin/systemctl", "reload", "app"]`,
+			"timeout": `a duration with its unit, such as "30s"`,
+		}[field]
+		if typ.Field == "" || takes == "" {
+			return fmt.Sprintf("a JSON %s where it does not belong, at line %d", typ.Value, line)
+		}
+		return fmt.Sprintf("%q at line %d is a JSON %s: it takes %s", field, line, typ.Value, takes)
+	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return fmt.Sprintf("unknown member %s: the file holds \"hooks\", and each hook \"name\", \"paths\", \"run\" and \"timeout\"", name)
+	}
+	return err.Error()
+}
+
+// saidAs is err said in other words: errors.Is and errors.As still reach it.
+type saidAs struct {
+	text string
+	err  error
+}
+
+func (e saidAs) Error() string { return e.text }
+func (e saidAs) Unwrap() error { return e.err }
+
+// lineAndColumn is where byte offset off of data is, both counted from 1.
+func lineAndColumn(data []byte, off int64) (line, col int) {
+	off = min(max(off, 0), int64(len(data)))
+	before := data[:off]
+	line = bytes.Count(before, []byte("\n")) + 1
+	col = utf8.RuneCount(before[bytes.LastIndexByte(before, '\n')+1:])
+	return line, max(col, 1)
 }
 
 func (c *Config) validate() error {
@@ -242,7 +293,7 @@ func (c *Config) validate() error {
 		if h.Timeout != "" {
 			d, err := time.ParseDuration(h.Timeout)
 			if err != nil || d <= 0 || d > time.Hour {
-				return bad("timeout %q must be a duration up to 1h", h.Timeout)
+				return bad("timeout %q must be a duration with its unit, more than 0 and up to 1h, such as \"30s\"", h.Timeout)
 			}
 			h.timeout = d
 		}

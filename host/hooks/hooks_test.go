@@ -598,3 +598,26 @@ func TestAHooksFileInTheRootUnderAnotherNameIsRefused(t *testing.T) {
 		t.Errorf("a hooks file beside the root and its second name: %v, want it taken", err)
 	}
 }
+
+// TestAHooksFileRefusalIsSaidInItsTerms (a walkthrough): a hooks file with a
+// command given as a string was refused as "json: cannot unmarshal string into Go
+// struct field Hook.hooks.run of type []string", an unknown member as Go's "json:
+// unknown field", a syntax error by byte offset, and a timeout without its unit
+// as "must be a duration". Each says where (line and column) and what the member
+// takes.
+func TestAHooksFileRefusalIsSaidInItsTerms(t *testing.T) {
+	for name, c := range map[string]struct{ content, want string }{
+		"run as a string": {"{\"hooks\": [\n  {\"name\": \"a\", \"paths\": [\"x\"],\n   \"run\": \"systemctl reload app\"}]}",
+			`"run" at line 3 is a JSON string: it takes an argv, a list of strings run without a shell, such as ["/usr/bin/systemctl", "reload", "app"]`},
+		"paths as a string":      {`{"hooks":[{"name":"a","paths":"etc/*","run":["true"]}]}`, `"paths" at line 1 is a JSON string: it takes a list of patterns`},
+		"hooks as an object":     {`{"hooks":{"name":"a"}}`, `"hooks" at line 1 is a JSON object: it takes a list of hooks`},
+		"unknown member":         {`{"hooks":[{"name":"a","path":["x"],"run":["true"]}]}`, `unknown member "path": the file holds "hooks", and each hook "name", "paths", "run" and "timeout"`},
+		"syntax":                 {"{\"hooks\": [\n  {\"name\": \"a\" \"paths\": [\"x\"]}]}", "not valid JSON at line 2, column 16: invalid character '\"' after object key:value pair"},
+		"timeout without a unit": {`{"hooks":[{"name":"a","paths":["x"],"run":["true"],"timeout":"30"}]}`, `timeout "30" must be a duration with its unit, more than 0 and up to 1h, such as "30s"`},
+	} {
+		_, err := Load(write(t, c.content))
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "Go struct") || strings.Contains(err.Error(), "json: unknown") {
+			t.Errorf("%s: %v, want ErrConfig saying %q", name, err, c.want)
+		}
+	}
+}
