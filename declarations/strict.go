@@ -81,11 +81,6 @@ type scanner struct {
 	pos   int // the next byte to read
 	state tokenState
 	stack []tokenState // the states to return to when an array or object closes
-	// valueBytes counts the bytes of the scalar values (strings, keys, numbers,
-	// literals) read so far: encoding/json reports a syntax error inside a value at
-	// that count plus the bytes of the value up to the bad one, not at its place in
-	// the input, and the messages say what it said.
-	valueBytes int64
 	// path is where the value being read is, for messages.
 	path []pathElem
 }
@@ -128,9 +123,16 @@ type token struct {
 
 var errTruncated = errors.New("truncated JSON")
 
-// syntaxError words a syntax error as the walker did.
-func syntaxError(offset int64, msg string) error {
-	return fmt.Errorf("not valid JSON at byte %d: %s", offset, clip(msg, maxTextShown))
+// syntaxError words a syntax error at data[at] as the walker did, where it is
+// by line and column: an operator edits a body as a file of many lines, and
+// "at byte 52" sent them counting (a walkthrough). (encoding/json's offset of an
+// error inside a value is not its place in the input either.)
+func syntaxError(data []byte, at int, msg string) error {
+	at = min(max(at, 0), len(data))
+	before := data[:at]
+	line := bytes.Count(before, []byte("\n")) + 1
+	col := utf8.RuneCount(before[bytes.LastIndexByte(before, '\n')+1:]) + 1
+	return fmt.Errorf("not valid JSON at line %d, column %d: %s", line, col, clip(msg, maxTextShown))
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
@@ -272,7 +274,7 @@ func (s *scanner) tokenError(c byte) error {
 	case tokenObjectComma:
 		context = " after object key:value pair"
 	}
-	return syntaxError(int64(s.pos), "invalid character "+quoteChar(c)+context)
+	return syntaxError(s.data, s.pos, "invalid character "+quoteChar(c)+context)
 }
 
 // scalar reads the string, number or literal that starts at s.pos. A value cut
@@ -280,7 +282,7 @@ func (s *scanner) tokenError(c byte) error {
 func (s *scanner) scalar() (token, error) {
 	d, start := s.data, s.pos
 	bad := func(at int, context string) (token, error) {
-		return token{}, syntaxError(s.valueBytes+int64(at-start)+1, "invalid character "+quoteChar(d[at])+" "+context)
+		return token{}, syntaxError(d, at, "invalid character "+quoteChar(d[at])+" "+context)
 	}
 	i := start
 	var tok token
@@ -395,7 +397,6 @@ func (s *scanner) scalar() (token, error) {
 	default:
 		return bad(i, "looking for beginning of value")
 	}
-	s.valueBytes += int64(i - start)
 	s.pos = i
 	return tok, nil
 }
