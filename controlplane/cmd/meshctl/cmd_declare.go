@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -76,6 +77,11 @@ make their own id (openssl rand -hex 16) and give it to every attempt.`,
 					// A duration given without --wait: say what --wait wants.
 					if _, err := time.ParseDuration(args[0]); err == nil {
 						return usagef("unexpected argument %q: --wait takes a positive duration such as 30s (without --wait, declare does not wait)", args[0])
+					}
+					// A number: `--wait 30` left it apart, as a duration has a
+					// unit (a walkthrough was told only "unexpected argument").
+					if _, err := strconv.ParseUint(args[0], 10, 32); err == nil && fs.Changed("wait") {
+						return usagef("unexpected argument %q: --wait takes a duration with its unit, such as --wait %ss (1s to 1h); nothing was declared", args[0], args[0])
 					}
 				}
 				if err := noPositional(args); err != nil {

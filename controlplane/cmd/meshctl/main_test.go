@@ -114,6 +114,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--data", dir, "--log-json", "--log-format", "text"}, "disagree"},
 		{[]string{"declare", "--data", dir, "--node", "web-1", "--file", "x.json", "--wait=soon"}, "give a duration from 1s to 1h0m0s"},
 		{[]string{"declare", "--data", dir, "--node", "web-1", "--file", "x.json", "30s"}, `unexpected argument "30s": --wait takes a positive duration`},
+		// A number after --wait is left apart (a duration has a unit): said so.
+		{[]string{"declare", "--data", dir, "--node", "web-1", "--file", "x.json", "--wait", "30"}, `unexpected argument "30": --wait takes a duration with its unit, such as --wait 30s (1s to 1h); nothing was declared`},
 		{[]string{"version", "extra"}, "unexpected argument"},
 		{[]string{"--version", "extra"}, `unexpected argument "extra" after --version`},
 		{[]string{"-v", "--json", "extra"}, `unexpected argument "--json" after -v`},
