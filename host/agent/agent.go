@@ -1361,6 +1361,7 @@ func (a *Agent) handleDeclaration(ctx context.Context, raw []byte, env *declarat
 	a.save()
 	a.log.Info("declaration applied", "version", v.Version, "written", len(res.Written), "removed", len(res.Removed), "unchanged", len(res.Unchanged))
 	a.logLeft(v.Version, res.Left)
+	a.logOwnersIgnored(v.Version, files)
 	// A declaration, even one that changes nothing (the same body declared again),
 	// runs again the hooks that failed: it is how the control plane retries them.
 	if (len(changed) > 0 || len(a.hookFailed) > 0) && len(a.o.Hooks.Hooks) > 0 {
@@ -2053,4 +2054,27 @@ func brokerOf(err error) string {
 		return be.Broker
 	}
 	return ""
+}
+
+// logOwnersIgnored says, once an apply, that the owners and groups the declaration
+// gives were not set: an agent that is not root writes its files as its own user
+// (documented, and said nowhere else: a walkthrough found a file declared
+// "owner": "daemon" its agent's user's without a word).
+func (a *Agent) logOwnersIgnored(version uint64, files []apply.File) {
+	fa, ok := a.applier.(apply.FileApplier)
+	if !ok || fa.Chown {
+		return
+	}
+	n, first := 0, ""
+	for _, f := range files {
+		if f.Owner != "" || f.Group != "" {
+			if n == 0 {
+				first = f.Path
+			}
+			n++
+		}
+	}
+	if n > 0 {
+		a.log.Info("owner and group declared were not set: the agent does not run as root, and writes its files as its own user", "version", version, "files", n, "first", first, "uid", a.euid)
+	}
 }

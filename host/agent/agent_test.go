@@ -953,3 +953,43 @@ func TestAnAgentStartingMarksTheLegacyStateFile(t *testing.T) {
 		t.Fatalf("applied.json after the start: %q, %v; want the marker naming %s", got, err, state.FileName)
 	}
 }
+
+// TestOwnersNotSetAreSaid (a walkthrough): an agent that is not root applies a
+// declaration's files without their owner and group, as documented, and said so
+// nowhere. It says so once an apply, at info; as root, or with no owner declared,
+// nothing.
+func TestOwnersNotSetAreSaid(t *testing.T) {
+	for _, c := range []struct {
+		chown, owned bool
+		says         bool
+	}{{false, true, true}, {true, true, false}, {false, false, false}} {
+		f := newFixture(t)
+		fa, ok := f.a.applier.(apply.FileApplier)
+		if !ok {
+			t.Fatalf("the fixture's applier is a %T", f.a.applier)
+		}
+		fa.Chown = c.chown
+		f.a.applier = fa
+		var log bytes.Buffer
+		f.a.log = slog.New(slog.NewTextHandler(&log, nil))
+		content := "x"
+		file := declarations.File{Path: "etc/app.conf", Content: &content}
+		if c.owned {
+			file.Owner, file.Group = "0", "0"
+		}
+		env, err := declarations.SignDeclaration(declarations.Declaration{
+			Mesh: "m", Node: "n-1", NodeKey: f.nodeKey, Version: 1, IssuedAt: t0, ExpiresAt: t0.Add(24 * time.Hour),
+			Body: declarations.Body{Files: []declarations.File{file}},
+		}, f.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.a.handle(context.Background(), env); err != nil {
+			t.Fatal(err)
+		}
+		said := strings.Count(log.String(), "owner and group declared were not set")
+		if said != map[bool]int{true: 1, false: 0}[c.says] || c.says && !strings.Contains(log.String(), "first=etc/app.conf") {
+			t.Errorf("chown %t, owner declared %t: said %d times:\n%s", c.chown, c.owned, said, log.String())
+		}
+	}
+}
