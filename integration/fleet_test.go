@@ -194,8 +194,11 @@ func TestFleetTargeting(t *testing.T) {
 	if r := cp.Ctl("nodes", "--summary"); r.Code != 2 {
 		t.Errorf("nodes --summary: exit %d, want 2 (status's flag)\n%s", r.Code, r.Combined())
 	}
-	if r := cp.Ctl("status", "--label", "env=none"); r.Code != 1 || !strings.Contains(r.Stderr, "no node matches --label env=none") {
+	if r := cp.Ctl("status", "--label", "env=none"); r.Code != 1 || !strings.Contains(r.Stderr, "no node matches --label env=none") || !strings.Contains(r.Stderr, "with its role, state and labels") {
 		t.Errorf("status selecting none: exit %d, want 1\n%s", r.Code, r.Combined())
+	}
+	if r := cp.Ctl("status", "--body", "deadbeef0000"); r.Code != 1 || !strings.Contains(r.Stderr, "no node matches --body deadbeef0000") || !strings.Contains(r.Stderr, `"declared_body"`) {
+		t.Errorf("status of a body none holds: exit %d, want 1 naming where digests are\n%s", r.Code, r.Combined())
 	}
 	if r := cp.Ctl("status", "web-1", "--state", "alive"); r.Code != 2 {
 		t.Errorf("status with names and a selection: exit %d, want 2\n%s", r.Code, r.Combined())

@@ -142,7 +142,14 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 				if sel.active() && len(res.Nodes) == 0 {
 					// A verdict about no node would be a 0 a script takes for "converged",
 					// after a mistyped label as well as after a real one.
-					return fmt.Errorf("no node matches %s: nothing to report on; `meshctl nodes` lists every node with its role and state, `--json` its labels", &sel)
+					// Said with where to look for what was selected by (a
+					// walkthrough: "--json its labels" while the table has them,
+					// and nothing of a body).
+					where := "`meshctl nodes` lists every node with its role, state and labels"
+					if sel.body != "" {
+						where = "`meshctl nodes --json` gives each node's declared body digest (\"declared_body\"), and `meshctl declare` printed the one it declared"
+					}
+					return fmt.Errorf("no node matches %s: nothing to report on; %s", &sel, where)
 				}
 				return notConverged(res.Nodes, len(args) > 0)
 			}
