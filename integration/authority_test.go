@@ -425,10 +425,10 @@ func TestAuthorityModel(t *testing.T) {
 
 // TestAProofReplayedOnTheOldEnrolmentSubjectIsDropped: the old enrolment subject
 // mesh.enrol.<node> does not say which key its publisher proved at login, and the
-// proofs a request carries are the same every time they are made. Anyone holding any
-// token the mesh knows logs in under the victim's node name (admitted for a few
-// seconds, to be told token_other_node) and sends there a request read on the
-// victim's path (a removed control node's leaf, relaying it: decision 0018). Before,
+// proofs a request carries are the same every time they are made. Anyone holding a
+// token of the victim's node the mesh refuses (cancelled, used, expired: admitted
+// for a few seconds, to be told why) sends there a request read on the victim's
+// path (a removed control node's leaf, relaying it: decision 0018). Before,
 // the mesh carried it out: the worker's token was bound to the key of the request
 // and its machine then refused (token_used); a joining control node's request, sent
 // with the attacker's curve key, had the mesh's signing key sealed to that curve key
@@ -443,10 +443,32 @@ func TestAProofReplayedOnTheOldEnrolmentSubjectIsDropped(t *testing.T) {
 	malformed := func() float64 {
 		return cp.Counter("mesh_control_messages_dropped_total", "subject=enrol", "reason=malformed")
 	}
-	replay := func(node string, captured []byte, capturedKey string) {
+	replay := func(node string, held tokenfmt.Token, captured []byte, capturedKey string) {
 		t.Helper()
+		// A token of another node, under the victim's name, may not publish
+		// there at all (it was: any token the mesh knows could).
+		ko, _ := nkeys.CreateUser()
+		other := provingConnAs(t, cp, otherTok, ko, node)
+		violation := make(chan error, 1)
+		other.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case violation <- err:
+			default:
+			}
+		})
+		if err := other.PublishRequest(api.EnrolSubject(node), api.EnrolInbox(node, capturedKey)+".replay", captured); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-violation:
+			if !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+				t.Fatalf("another node's token publishing on %s's old subject: %v, want a permissions violation", node, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("another node's token published on %s's old subject without a permissions violation", node)
+		}
 		ka, _ := nkeys.CreateUser()
-		attacker := provingConnAs(t, cp, otherTok, ka, node)
+		attacker := provingConnAs(t, cp, held, ka, node)
 		before := malformed()
 		if err := attacker.PublishRequest(api.EnrolSubject(node), api.EnrolInbox(node, capturedKey)+".replay", captured); err != nil {
 			t.Fatal(err)
@@ -457,11 +479,12 @@ func TestAProofReplayedOnTheOldEnrolmentSubjectIsDropped(t *testing.T) {
 		harness.Eventually(t, 10*time.Second, "the replayed request for "+node+" dropped as malformed", func() bool { return malformed() == before+1 })
 	}
 
-	// A worker's request.
-	victimTok := parseToken(t, cp.Token("n1"))
+	// A worker's request; the attacker holds the node's token the victim's replaced.
+	held := parseToken(t, cp.Token("n1"))
+	victimTok := parseToken(t, cp.Token("n1", "--replace"))
 	kv, _ := nkeys.CreateUser()
 	kvPub, _ := kv.PublicKey()
-	replay("n1", proofEnrolRequest(victimTok, kv, "worker", ""), kvPub)
+	replay("n1", held, proofEnrolRequest(victimTok, kv, "worker", ""), kvPub)
 	if n, ok := cp.Node("n1"); ok {
 		t.Fatalf("a replayed request on the old subject enrolled n1 with key %s (the captured key: %v)", n.PublicKey, n.PublicKey == kvPub)
 	}
@@ -470,13 +493,18 @@ func TestAProofReplayedOnTheOldEnrolmentSubjectIsDropped(t *testing.T) {
 		t.Fatalf("the machine the token was minted for, after the replay: %s", r.Combined())
 	}
 
-	// A joining control node's, with the attacker's curve key in place of the joiner's.
+	// A joining control node's, with the attacker's curve key in place of the
+	// joiner's; the attacker holds the node's control token cancelled before.
+	heldText, _ := cp.ControlToken("cp-2")
+	if r := cp.Ctl("token", "cancel", "cp-2"); r.Code != 0 {
+		t.Fatalf("token cancel cp-2: %s", r.Combined())
+	}
 	ctlText, joiner := cp.ControlToken("cp-2")
 	kj, _ := nkeys.CreateUser()
 	kjPub, _ := kj.PublicKey()
 	curve, _ := nkeys.CreateCurveKeys()
 	curvePub, _ := curve.PublicKey()
-	replay("cp-2", proofEnrolRequest(parseToken(t, ctlText), kj, "control", curvePub), kjPub)
+	replay("cp-2", parseToken(t, heldText), proofEnrolRequest(parseToken(t, ctlText), kj, "control", curvePub), kjPub)
 	if r := joiner.Join(ctlText); r.Code != 0 {
 		t.Fatalf("the join the control token was minted for, after the replay (exit %d):\n%s", r.Code, r.Combined())
 	}
@@ -572,19 +600,39 @@ func TestTokenAdmitsOneMachineOnce(t *testing.T) {
 		nc.Close()
 	}
 
-	// A token under another node's name: admitted briefly, only to be told.
+	// A token under another node's name: admitted briefly, only to be told, on its
+	// key's subject; the node's old subject, whose budget web-2's enrolments share,
+	// is not its to publish on.
 	otherTok := parseToken(t, cp.Token("web-9"))
 	kp, _ := nkeys.CreateUser()
 	pub, _ := kp.PublicKey()
+	violation := make(chan error, 1)
 	nc, err := nats.Connect("tls://"+cp.Listen, nats.Secure(pki.PinnedClientConfig(pin)), nats.TLSHandshakeFirst(),
-		nats.UserInfo("enrol:web-2", hexSecret(otherTok)), nats.Nkey(pub, kp.Sign), nats.CustomInboxPrefix(api.EnrolInbox("web-2", pub)), nats.NoReconnect())
+		nats.UserInfo("enrol:web-2", hexSecret(otherTok)), nats.Nkey(pub, kp.Sign), nats.CustomInboxPrefix(api.EnrolInbox("web-2", pub)), nats.NoReconnect(),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case violation <- err:
+			default:
+			}
+		}))
 	if err != nil {
 		t.Fatalf("another node's name: %v", err)
 	}
 	sig, _ := kp.Sign(api.KeyProofMessage(otherTok.Mesh, "web-2", pub))
 	req, _ := json.Marshal(api.EnrolRequest{V: api.ProtocolVersion, Mesh: otherTok.Mesh, Node: "web-2", Role: "worker", Secret: hexSecret(otherTok),
 		PublicKey: pub, KeyProof: base64.StdEncoding.EncodeToString(sig), CAPin: hex.EncodeToString(otherTok.CAPin[:]), SigningKey: hex.EncodeToString(otherTok.SigningKey)})
-	m, err := nc.Request("mesh.enrol.web-2", req, 10*time.Second)
+	if err := nc.Publish("mesh.enrol.web-2", req); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-violation:
+		if !strings.Contains(strings.ToLower(err.Error()), "permissions violation") {
+			t.Fatalf("another node's token on web-2's old subject: %v, want a permissions violation", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("another node's token published on web-2's old subject without a permissions violation")
+	}
+	m, err := nc.Request(api.EnrolKeySubject("web-2", pub), req, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -459,6 +459,18 @@ func EnrolGrant(node, key string, deadline time.Time) broker.Grant {
 	}
 }
 
+// OtherNodeGrant is EnrolGrant for a login naming another node than its token's,
+// for the few seconds it takes to be told token_other_node: on its key's subject
+// only. On the node's old subject, whose budget every client enrolling the node
+// shares, such a login spent that budget under any node's name, with any token the
+// mesh knows (an outside probe); a client asks there only with its own node's
+// token, the one it names.
+func OtherNodeGrant(node, key string, deadline time.Time) broker.Grant {
+	g := EnrolGrant(node, key, deadline)
+	g.Publish = []string{api.EnrolKeySubject(node, key)}
+	return g
+}
+
 func (a *Authenticator) operator(c broker.Client) (broker.Grant, error) {
 	claims, err := jwt.DecodeUserClaims(c.JWT)
 	if err != nil {
@@ -691,7 +703,10 @@ func (a *Authenticator) enrolling(c broker.Client) (broker.Grant, error) {
 	if !a.tokens.admit(id, string(c.Nonce), now) {
 		return broker.Grant{}, ErrTokenBusy
 	}
-	live := t.Node == node && now.Before(t.Expiry) && !t.Cancelled && (!t.Used || t.UsedKey == c.Nkey)
+	if t.Node != node {
+		return OtherNodeGrant(node, c.Nkey, now.Add(RefusalConnectionLifetime)), nil
+	}
+	live := now.Before(t.Expiry) && !t.Cancelled && (!t.Used || t.UsedKey == c.Nkey)
 	if !live {
 		return EnrolGrant(node, c.Nkey, now.Add(RefusalConnectionLifetime)), nil
 	}

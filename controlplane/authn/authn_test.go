@@ -340,8 +340,13 @@ func TestAuthenticate(t *testing.T) {
 			grant: EnrolGrant("web-6", pub(newKey), time.Time{}), deadline: RefusalConnectionLifetime},
 		{name: "enrolling a cancelled token", client: enrolling(t, "web-7", fx.cancelled, newKey, nonce),
 			grant: EnrolGrant("web-7", pub(newKey), time.Time{}), deadline: RefusalConnectionLifetime},
+		// Under another node's name: told so on its key's subject, and nowhere
+		// else (the node's old subject shares its budget among its enrolments).
 		{name: "enrolling names another node", client: enrolling(t, "web-3", fx.secret, newKey, nonce),
-			grant: EnrolGrant("web-3", pub(newKey), time.Time{}), deadline: RefusalConnectionLifetime},
+			grant: broker.Grant{User: "enrol:web-3", Account: broker.AccountHosts, Publish: []string{"mesh.enrol.web-3." + pub(newKey)},
+				Subscribe: []string{"_INBOX.enrol.web-3." + pub(newKey) + ".>"}}, deadline: RefusalConnectionLifetime},
+		{name: "enrolling a used token names another node", client: enrolling(t, "web-3", fx.used, newKey, nonce),
+			grant: OtherNodeGrant("web-3", pub(newKey), time.Time{}), deadline: RefusalConnectionLifetime},
 		{name: "enrolling with a revoked key", client: enrolling(t, "web-2", fx.secret, fx.gone, nonce), want: ErrRevoked},
 
 		// Enrolling clients that prove the secret rather than send it (decision 0018).
@@ -352,7 +357,7 @@ func TestAuthenticate(t *testing.T) {
 		{name: "proving a used token, another key", client: proving(t, "web-5", fx.used, newKey, nonce, session1),
 			grant: EnrolGrant("web-5", pub(newKey), time.Time{}), deadline: RefusalConnectionLifetime},
 		{name: "proving names another node", client: proving(t, "web-3", fx.secret, newKey, nonce, session1),
-			grant: EnrolGrant("web-3", pub(newKey), time.Time{}), deadline: RefusalConnectionLifetime},
+			grant: OtherNodeGrant("web-3", pub(newKey), time.Time{}), deadline: RefusalConnectionLifetime},
 		{name: "proving, nonce bound to another session (a relay)", client: func() broker.Client {
 			c := proving(t, "web-2", fx.secret, newKey, nonce, session1)
 			c.Binding = session2
