@@ -721,13 +721,6 @@ func (s *State) TokenState(id, node, role, key string, at time.Time) (*Token, er
 			// The node this token admitted was removed, and another admission of the
 			// id stands since (possibly on another machine): not "another key", nor
 			// the admission this token made (a review).
-			if s.admittedWith(node, cn.JoinedAt, key) {
-				// This machine is that admission (it followed the advice above and
-				// joined again with a new token): "join on this machine instead,
-				// remove it first" would take out this machine's own join (a review).
-				return t, fmt.Errorf("%w: the control node %s it admitted at %s was removed, and this machine's key was admitted as %s again since, at %s, with another token: run meshctl join with that token (into the same --data directory) to resume or finish its join",
-					ErrTokenUsed, node, t.UsedAt.UTC().Format(time.RFC3339), node, cn.JoinedAt.UTC().Format(time.RFC3339))
-			}
 			return t, fmt.Errorf("%w: the control node %s it admitted at %s was removed, and %s was admitted again since, at %s, with another token: to join %s on this machine instead, remove it first (meshctl control remove %s), then mint a new control token for it",
 				ErrTokenUsed, node, t.UsedAt.UTC().Format(time.RFC3339), node, cn.JoinedAt.UTC().Format(time.RFC3339), node, node)
 		}
@@ -746,17 +739,6 @@ func (s *State) TokenState(id, node, role, key string, at time.Time) (*Token, er
 		return t, err
 	}
 	return t, nil
-}
-
-// admittedWith reports whether the control-node admission of node made at joined
-// was made with key: a control token of node used at that instant by that key.
-func (s *State) admittedWith(node string, joined time.Time, key string) bool {
-	for _, t := range s.Tokens {
-		if t.Role == RoleControl && t.Node == node && t.UsedKey == key && t.UsedAt.Equal(joined) {
-			return true
-		}
-	}
-	return false
 }
 
 // NodeByKey returns the node holding a public key, if any.

@@ -26,23 +26,3 @@ func TestAUsedControlTokenOfARemovedAdmissionSaysSo(t *testing.T) {
 		t.Fatalf("first machine (key K2, the key token ctl admitted) after cp-2 was re-admitted on KB: %v; want ErrTokenUsed saying cp-2 was admitted again, not 'another key'", r.Err)
 	}
 }
-
-// TestAUsedControlTokenPresentedByTheNodeAdmittedSinceSaysSo: the old token
-// presented with the key the node's later admission was made with is that very
-// machine: "to join it on this machine instead, remove it first" would have it
-// remove its own join (a review). Still token_used.
-func TestAUsedControlTokenPresentedByTheNodeAdmittedSinceSaysSo(t *testing.T) {
-	m := newMachine(t)
-	m.must(initCmd("demo", t0))
-	m.must(controlToken("ctl", "cp-2", "p2", "UOP2"))
-	m.must(controlEnrol("ctl", "cp-2", "K2", "XC2", t0.Add(time.Minute)))
-	m.must(controlToken("ctl3", "cp-3", "p3", "UOP3"))
-	m.must(controlEnrol("ctl3", "cp-3", "K3", "XC3", t0.Add(2*time.Minute)))
-	m.must(Command{Op: OpRemoveControl, At: t0.Add(3 * time.Minute), RemoveControl: &RemoveControlCmd{Node: "cp-2"}})
-	m.must(controlToken("ctl2", "cp-2", "pB", "UOPB"))
-	m.must(controlEnrol("ctl2", "cp-2", "KB", "XCB", t0.Add(4*time.Minute)))
-	r := m.apply(controlEnrol("ctl", "cp-2", "KB", "XCB", t0.Add(2*time.Hour)))
-	if !errors.Is(r.Err, ErrTokenUsed) || strings.Contains(r.Err.Error(), "remove it first") || !strings.Contains(r.Err.Error(), "this machine's key was admitted as cp-2 again since") {
-		t.Fatalf("the machine admitted since (key KB) with the old token: %v; want ErrTokenUsed saying this machine is the node admitted since", r.Err)
-	}
-}
