@@ -639,20 +639,26 @@ func answerRetries(t *testing.T, a *Agent, dir string) {
 
 // TestHooksThatFailTogetherAreReportedOnOneLine (a walkthrough): two hooks failing
 // in one run were reported as one error of two lines, which what shows a node's
-// error on one line glued into "exit status 3 hook b: …". They are said "hook a:
-// why; hook b: why", each still an error the failure unwraps to.
+// error on one line glued into "exit status 3 hook b: …". They are named first,
+// quoted, then each said on the same line; the names lead, so that a report cut
+// within the first hook's long output still names the second (a review).
 func TestHooksThatFailTogetherAreReportedOnOneLine(t *testing.T) {
-	f := newFixture(t)
-	cfg := loadHooks(t, map[string]any{"hooks": []any{
-		map[string]any{"name": "first", "paths": []string{"etc/*"}, "run": []string{"sh", "-c", "exit 3"}},
-		map[string]any{"name": "second", "paths": []string{"etc/*"}, "run": []string{"sh", "-c", "exit 4"}},
-	}})
-	a := f.withHooks(t, cfg)
-	if err := a.handle(context.Background(), f.decl(t, 1, "x")); err != nil {
-		t.Fatal(err)
-	}
-	st := reported(t, a)
-	if st.Error == nil || st.Error.Code != wire.StatusHookFailed || st.Error.Message != "hook first: exit status 3; hook second: exit status 4" {
-		t.Fatalf("reported %+v, want both hooks' failures on one line", st.Error)
+	for name, c := range map[string]struct{ first, want string }{
+		"short": {"exit 3", `hooks "first", "second" failed: hook first: exit status 3; hook second: exit status 4`},
+		"long":  {"head -c 900 /dev/zero | tr '\\0' x; exit 3", `hooks "first", "second" failed: hook first: exit status 3: xxx`},
+	} {
+		f := newFixture(t)
+		cfg := loadHooks(t, map[string]any{"hooks": []any{
+			map[string]any{"name": "first", "paths": []string{"etc/*"}, "run": []string{"sh", "-c", c.first}},
+			map[string]any{"name": "second", "paths": []string{"etc/*"}, "run": []string{"sh", "-c", "exit 4"}},
+		}})
+		a := f.withHooks(t, cfg)
+		if err := a.handle(context.Background(), f.decl(t, 1, "x")); err != nil {
+			t.Fatal(err)
+		}
+		st := reported(t, a)
+		if st.Error == nil || st.Error.Code != wire.StatusHookFailed || !strings.HasPrefix(st.Error.Message, c.want) || strings.Contains(st.Error.Message, "\n") {
+			t.Fatalf("%s: reported %+v, want it to begin %q", name, st.Error, c.want)
+		}
 	}
 }

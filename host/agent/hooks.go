@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"mesh/host/hooks"
@@ -448,18 +450,30 @@ func (a *Agent) runOwedHooks() {
 	a.queueHooks(hookRun{version: a.applied.Version, changed: slices.Clone(owed)})
 }
 
-// hookFailures is the failures of one run of the hooks, said on one line, "hook a:
-// why; hook b: why": errors.Join's newline between them was flattened by what
-// shows a node's error on one line into "timed out after 2s hook daemon: …", and
-// meshctl named the first hook alone (a walkthrough).
+// hookFailures is the failures of one run of the hooks, said on one line. One is
+// "hook a: why", as ever; several are named first, quoted, then each said:
+// `hooks "a", "b" failed: hook a: why; hook b: why`. errors.Join's newline between
+// them was flattened by what shows a node's error on one line into "timed out
+// after 2s hook daemon: …", and meshctl named the first hook alone (a
+// walkthrough); and the report, cut at 512 bytes, lost every hook after a first
+// one's long output (a review): the names lead, for meshctl to read whole.
 type hookFailures []error
 
 func (e hookFailures) Error() string {
 	parts := make([]string, len(e))
+	var names []string
 	for i, err := range e {
 		parts[i] = err.Error()
+		var f hooks.Failure
+		if errors.As(err, &f) {
+			names = append(names, strconv.Quote(f.Hook))
+		}
 	}
-	return strings.Join(parts, "; ")
+	msg := strings.Join(parts, "; ")
+	if len(e) > 1 && len(names) == len(e) {
+		msg = "hooks " + strings.Join(names, ", ") + " failed: " + msg
+	}
+	return msg
 }
 
 // Unwrap gives errors.Is and errors.As each failure.

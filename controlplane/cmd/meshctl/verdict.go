@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -190,40 +191,44 @@ func shortenQuoted(s string, max int) string {
 	})
 }
 
-// quoted is a double-quoted string as Go's %q writes one.
-var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+// quoted is a double-quoted string as Go's %q writes a path: without a space. A
+// hook's output is not quoted, and a stray '"' in it paired with the next one
+// across the reason, which was then cut (a review).
+var quoted = regexp.MustCompile(`"(?:[^"\\ ]|\\.)*"`)
 
 // hooksOf splits a hook's failure, "hook NAME: why", into the hook's name, shown
-// as one short line, and why. Hooks that failed in one run are said one after
-// another, "hook a: why; hook b: why" (by an older agent, a line each): each is
-// named, and why is "a: why; b: why".
+// as one short line, and why. Hooks that failed in one run are named first, quoted
+// (`hooks "a", "b" failed: hook a: why; hook b: why`, host/agent's hookFailures),
+// so that the names survive the cut of a long report and no hook's output is read
+// as another hook: each is named, and why is the rest.
 func hooksOf(msg string) (names []string, why string, ok bool) {
-	starts := hookStart.FindAllStringSubmatchIndex(msg, -1)
-	if len(starts) == 0 || starts[0][0] != 0 {
+	if rest, found := strings.CutPrefix(msg, "hooks "); found {
+		for {
+			q, err := strconv.QuotedPrefix(rest)
+			if err != nil {
+				return nil, "", false
+			}
+			name, _ := strconv.Unquote(q)
+			if name == "" || len(name) > maxHookNameShown {
+				return nil, "", false
+			}
+			names = append(names, oneLine(name, maxHookNameShown))
+			rest = rest[len(q):]
+			if after, more := strings.CutPrefix(rest, ", "); more {
+				rest = after
+				continue
+			}
+			why, ok = strings.CutPrefix(rest, " failed: ")
+			return names, why, ok && len(names) > 1
+		}
+	}
+	rest, found := strings.CutPrefix(msg, "hook ")
+	if !found {
 		return nil, "", false
 	}
-	whys := make([]string, len(starts))
-	for i, m := range starts {
-		end := len(msg)
-		if i+1 < len(starts) {
-			end = starts[i+1][0]
-		}
-		name := msg[m[2]:m[3]]
-		if len(name) > maxHookNameShown {
-			return nil, "", false
-		}
-		names = append(names, oneLine(name, maxHookNameShown))
-		whys[i] = msg[m[1]:end]
+	name, why, ok := strings.Cut(rest, ": ")
+	if !ok || name == "" || len(name) > maxHookNameShown {
+		return nil, "", false
 	}
-	if len(names) == 1 {
-		return names, whys[0], true
-	}
-	for i := range whys {
-		whys[i] = names[i] + ": " + whys[i]
-	}
-	return names, strings.Join(whys, "; "), true
+	return []string{oneLine(name, maxHookNameShown)}, why, true
 }
-
-// hookStart is where one hook's failure begins in a node's error: at its start,
-// or after the "; " or newline that ends the one before.
-var hookStart = regexp.MustCompile(`(?:^|; |\n)hook ([^\n]+?): `)

@@ -201,23 +201,33 @@ func TestADeclarationSentAgainCountsTheNodesThatHoldItNoLonger(t *testing.T) {
 
 // TestHooksThatFailedTogetherAreEachNamed (a walkthrough): two hooks failing in one
 // run were reported as one error of two lines, flattened to "timed out after 2s
-// hook daemon: …" under "in hook slow". Each hook is named, and each reason said
-// after its name, whether the agent joined them with "; " or (older) a newline; a
-// hook's name with a space is still one.
+// hook daemon: …" under "in hook slow". The agent names them first, quoted; each
+// is named here, also when the report was cut within the first one's output, and a
+// hook's output that reads "; hook x: " names no other hook (a review); a hook's
+// name with a space is still one.
 func TestHooksThatFailedTogetherAreEachNamed(t *testing.T) {
 	v := uint64(2)
-	for _, sep := range []string{"; ", "\n"} {
-		nodes := []api.NodeView{{ID: "web-1", State: api.StateAlive, Declared: 3, Applied: &v,
-			LastError: &api.StatusError{Code: api.StatusHookFailed, Message: "hook slow: timed out after 2s" + sep + "hook daemon: it exited 0, but left a process", Version: 3}},
-			{ID: "web-2", State: api.StateAlive, Declared: 3, Applied: &v,
-				LastError: &api.StatusError{Code: api.StatusHookFailed, Message: "hook reload app: exit status 3", Version: 3}}}
-		msg := notConverged(nodes, false).Error()
-		for _, want := range []string{"failing hook_failed in hooks slow, daemon (fix the host", "web-1 (slow: timed out after 2s; daemon: it exited 0, but left a process)",
-			"failing hook_failed in hook reload app (fix the host", "web-2 (exit status 3)"} {
-			if !strings.Contains(msg, want) {
-				t.Errorf("separator %q: the verdict lacks %q:\n%s", sep, want, msg)
-			}
+	node := func(id, msg string) api.NodeView {
+		return api.NodeView{ID: id, State: api.StateAlive, Declared: 3, Applied: &v, LastError: &api.StatusError{Code: api.StatusHookFailed, Message: msg, Version: 3}}
+	}
+	long := strings.Repeat("Traceback line; ", 40)
+	nodes := []api.NodeView{
+		node("web-1", `hooks "slow", "daemon" failed: hook slow: timed out after 2s; hook daemon: it exited 0, but left a process`),
+		node("web-2", "hook reload app: exit status 3"),
+		node("web-3", `hooks "a", "b c" failed: hook a: exit status 1: `+long+" … [cut: 900 bytes in all; the whole text is in the host's log and in meshhost status]"),
+		node("web-4", "hook only: exit status 1: see; hook other: not a hook of this run"),
+	}
+	msg := notConverged(nodes, false).Error()
+	for _, want := range []string{"failing hook_failed in hooks slow, daemon (fix the host", "web-1 (hook slow: timed out after 2s; hook daemon: it exited 0, but left a process)",
+		"failing hook_failed in hook reload app (fix the host", "web-2 (exit status 3)",
+		"failing hook_failed in hooks a, b c (fix the host", "web-3 (hook a: exit status 1: Traceback line",
+		"failing hook_failed in hook only (fix the host", "web-4 (exit status 1: see; hook other: not a hook of this run)"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the verdict lacks %q:\n%s", want, msg)
 		}
+	}
+	if strings.Contains(msg, "in hooks only") || strings.Contains(msg, "hooks only, other") {
+		t.Errorf("a hook's output was read as another hook:\n%s", msg)
 	}
 }
 
@@ -238,5 +248,17 @@ func TestANodesErrorKeepsItsReasonPastALongPath(t *testing.T) {
 		if !strings.Contains(out, reason) || len(out) > 600 {
 			t.Errorf("the verdict (%d bytes) lacks the reason %q:\n%s", len(out), reason, out)
 		}
+	}
+}
+
+// TestAStrayQuoteInAHooksOutputKeepsItsReason (a review): shortening quoted text
+// paired a '"' of a hook's output with the next one, across the reason, and cut it.
+func TestAStrayQuoteInAHooksOutputKeepsItsReason(t *testing.T) {
+	v := uint64(2)
+	msg := `hook reload: exit status 1: quoted string "abc: permission denied on /etc/app/app.conf while reloading; see "journalctl"`
+	out := notConverged([]api.NodeView{{ID: "web-1", State: api.StateAlive, Declared: 3, Applied: &v,
+		LastError: &api.StatusError{Code: api.StatusHookFailed, Message: msg, Version: 3}}}, false).Error()
+	if !strings.Contains(out, "permission denied on /etc/app/app.conf") {
+		t.Errorf("the reason was cut:\n%s", out)
 	}
 }
