@@ -237,7 +237,8 @@ func ParseBody(raw []byte) (Body, error) {
 		return Body{}, &BodyError{Index: -1, Reason: err.Error()}
 	}
 	if at := loneSurrogate(raw); at >= 0 {
-		return Body{}, &BodyError{Index: -1, Reason: fmt.Sprintf("the \\u escape at byte %d is half a UTF-16 surrogate pair, which is no character: it would be read as U+FFFD and the text changed; write the character itself", at+1)}
+		line, col := lineAndColumn(raw, at)
+		return Body{}, &BodyError{Index: -1, Reason: fmt.Sprintf("the \\u escape at line %d, column %d is half a UTF-16 surrogate pair, which is no character: it would be read as U+FFFD and the text changed; write the character itself", line, col)}
 	}
 	if err := b.Validate(); err != nil {
 		return Body{}, err

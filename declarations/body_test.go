@@ -203,7 +203,7 @@ func TestParseBodyRefuses(t *testing.T) {
 		{"trailing garbage", `{"files":[]}x`, "trailing"},
 		{"invalid UTF-8", "{\"files\":[{\"path\":\"a\xff\",\"content\":\"x\"}]}", "UTF-8"},
 		// Half a surrogate pair reads as U+FFFD: the text would change unsaid.
-		{"lone high surrogate in content", `{"files":[{"path":"a","content":"x\ud800y"}]}`, "byte 35 is half a UTF-16 surrogate pair"},
+		{"lone high surrogate in content", `{"files":[{"path":"a","content":"x\ud800y"}]}`, "the \\u escape at line 1, column 35 is half a UTF-16 surrogate pair"},
 		{"lone low surrogate in path", `{"files":[{"path":"a\udc00","content":"x"}]}`, "half a UTF-16 surrogate pair"},
 		{"high surrogate then another", `{"files":[{"path":"a","content":"\ud800\ud800"}]}`, "half a UTF-16 surrogate pair"},
 		{"high surrogate at the end", `{"files":[{"path":"a","content":"\ud83d"}]}`, "half a UTF-16 surrogate pair"},

@@ -128,11 +128,18 @@ var errTruncated = errors.New("truncated JSON")
 // "at byte 52" sent them counting (a walkthrough). (encoding/json's offset of an
 // error inside a value is not its place in the input either.)
 func syntaxError(data []byte, at int, msg string) error {
+	line, col := lineAndColumn(data, at)
+	return fmt.Errorf("not valid JSON at line %d, column %d: %s", line, col, clip(msg, maxTextShown))
+}
+
+// lineAndColumn is where data[at] is, both counted from 1, the column in
+// characters.
+func lineAndColumn(data []byte, at int) (line, col int) {
 	at = min(max(at, 0), len(data))
 	before := data[:at]
-	line := bytes.Count(before, []byte("\n")) + 1
-	col := utf8.RuneCount(before[bytes.LastIndexByte(before, '\n')+1:]) + 1
-	return fmt.Errorf("not valid JSON at line %d, column %d: %s", line, col, clip(msg, maxTextShown))
+	line = bytes.Count(before, []byte("\n")) + 1
+	col = utf8.RuneCount(before[bytes.LastIndexByte(before, '\n')+1:]) + 1
+	return line, col
 }
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }

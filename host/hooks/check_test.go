@@ -103,6 +103,8 @@ func TestCheckFindsPatternsThatDoNotMatchAsWritten(t *testing.T) {
 		{"name":"dot","paths":["./etc/*"],"run":["sh","-c","true"]},
 		{"name":"slash","paths":["etc/"],"run":["sh","-c","true"]},
 		{"name":"double","paths":["etc/**"],"run":["sh","-c","true"]},
+		{"name":"root","paths":["./"],"run":["sh","-c","true"]},
+		{"name":"up","paths":["../etc/*"],"run":["sh","-c","true"]},
 		{"name":"fine","paths":["etc/app/*/*.conf","etc/*"],"run":["sh","-c","true"]}]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -117,13 +119,15 @@ func TestCheckFindsPatternsThatDoNotMatchAsWritten(t *testing.T) {
 	}
 	all := strings.Join(got, "\n")
 	for _, want := range []string{`"dot": path pattern "./etc/*" never matches`, `write "etc/*"`, `"slash": path pattern "etc/" never matches`, `write "etc/*"`,
-		`"double": path pattern "etc/**" matches one level only`} {
+		`"double": path pattern "etc/**" matches one level only`,
+		`"root": path pattern "./" never matches: it names the managed root itself`, `write "*"`,
+		`"up": path pattern "../etc/*" never matches: declared paths have no ".."`} {
 		if !strings.Contains(all, want) {
 			t.Errorf("findings lack %s:\n%s", want, all)
 		}
 	}
-	if len(found) != 3 || strings.Contains(all, "fine") {
-		t.Errorf("want the 3 patterns, got:\n%s", all)
+	if len(found) != 5 || strings.Contains(all, "fine") {
+		t.Errorf("want the 5 patterns, got:\n%s", all)
 	}
 	if w := Warning(fmt.Errorf("%w: hook %q: not run: it belongs to uid 65534", ErrCommand, "x")); strings.Contains(w, "installed first") || !strings.Contains(w, "owner or mode") {
 		t.Errorf("a command's warning: %q", w)

@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -240,6 +241,10 @@ func decodeReason(data []byte, err error) string {
 		if typ.Field == "" || takes == "" {
 			return fmt.Sprintf("a JSON %s where it does not belong, at line %d", typ.Value, line)
 		}
+		if typ.Type != nil && typ.Type.Kind() != reflect.Slice && (field == "hooks" || field == "paths" || field == "run") {
+			// An element of the list, not the list ("run": ["systemctl", 1]).
+			return fmt.Sprintf("an element of %q at line %d is a JSON %s: %q takes %s", field, line, typ.Value, field, takes)
+		}
 		return fmt.Sprintf("%q at line %d is a JSON %s: it takes %s", field, line, typ.Value, takes)
 	}
 	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
@@ -334,6 +339,10 @@ func (c Config) Check(root string) []error {
 	for _, h := range c.Hooks {
 		for _, p := range h.Paths {
 			switch {
+			case slices.Contains(strings.Split(p, "/"), ".."):
+				out = append(out, fmt.Errorf("%w: hook %q: path pattern %q never matches: declared paths have no \"..\" (patterns are under the managed root)", ErrPattern, h.Name, p))
+			case path.Clean(p) == ".":
+				out = append(out, fmt.Errorf("%w: hook %q: path pattern %q never matches: it names the managed root itself, never a declared file; write %q for the files directly in it", ErrPattern, h.Name, p, "*"))
 			case path.Clean(p) != p:
 				// A directory's pattern ("etc/") is meant for the files in it.
 				fix := path.Clean(p)

@@ -609,8 +609,10 @@ func TestAHooksFileRefusalIsSaidInItsTerms(t *testing.T) {
 	for name, c := range map[string]struct{ content, want string }{
 		"run as a string": {"{\"hooks\": [\n  {\"name\": \"a\", \"paths\": [\"x\"],\n   \"run\": \"systemctl reload app\"}]}",
 			`"run" at line 3 is a JSON string: it takes an argv, a list of strings run without a shell, such as ["/usr/bin/systemctl", "reload", "app"]`},
-		"paths as a string":      {`{"hooks":[{"name":"a","paths":"etc/*","run":["true"]}]}`, `"paths" at line 1 is a JSON string: it takes a list of patterns`},
-		"hooks as an object":     {`{"hooks":{"name":"a"}}`, `"hooks" at line 1 is a JSON object: it takes a list of hooks`},
+		"paths as a string":  {`{"hooks":[{"name":"a","paths":"etc/*","run":["true"]}]}`, `"paths" at line 1 is a JSON string: it takes a list of patterns`},
+		"hooks as an object": {`{"hooks":{"name":"a"}}`, `"hooks" at line 1 is a JSON object: it takes a list of hooks`},
+		// An element of a list, said as such (a review: "run ... is a JSON number").
+		"a number in run":        {`{"hooks":[{"name":"a","paths":["x"],"run":["systemctl",1]}]}`, `an element of "run" at line 1 is a JSON number: "run" takes an argv`},
 		"unknown member":         {`{"hooks":[{"name":"a","path":["x"],"run":["true"]}]}`, `unknown member "path": the file holds "hooks", and each hook "name", "paths", "run" and "timeout"`},
 		"syntax":                 {"{\"hooks\": [\n  {\"name\": \"a\" \"paths\": [\"x\"]}]}", "not valid JSON at line 2, column 16: invalid character '\"' after object key:value pair"},
 		"timeout without a unit": {`{"hooks":[{"name":"a","paths":["x"],"run":["true"],"timeout":"30"}]}`, `timeout "30" must be a duration with its unit, more than 0 and up to 1h, such as "30s"`},
