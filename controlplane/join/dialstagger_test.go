@@ -3,6 +3,7 @@ package join
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -121,5 +122,45 @@ func TestAJoinReachesTheMeshPastSilentBrokers(t *testing.T) {
 	}
 	if steps := out.String(); !strings.Contains(steps, srv.Addr()+": TLS handshake checked against the pinned CA") {
 		t.Errorf("the steps do not name the broker that answered:\n%s", steps)
+	}
+}
+
+// TestAJoinSaysItsBrokersFaultsInTheirOrder: attempts under way at once end in any
+// order (here the token's first broker fails after its second), and the faults are
+// said in the token's order, as when the brokers were tried one after another.
+func TestAJoinSaysItsBrokersFaultsInTheirOrder(t *testing.T) {
+	slow, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { slow.Close() })
+	go func() {
+		for {
+			c, err := slow.Accept()
+			if err != nil {
+				return
+			}
+			// Past the stagger, so that the second broker's attempt starts and
+			// fails first.
+			time.AfterFunc(dialStagger+time.Second, func() { c.Close() })
+		}
+	}()
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := closed.Addr().String()
+	closed.Close()
+	now := time.Now()
+	tok := controlTokenFor(t, []string{slow.Addr().String(), down}, [32]byte{1}, tokenfmt.RoleControl, now)
+	out := &steps{}
+	err = Join(t.Context(), Options{Dir: datadir.Dir(t.TempDir() + "/cp-2"), Token: tok, Out: out})
+	msg := fmt.Sprint(err)
+	first, second := strings.Index(msg, slow.Addr().String()+": "), strings.Index(msg, down+": ")
+	if err == nil || first < 0 || second < 0 || first > second {
+		t.Fatalf("err = %v, want both brokers' faults, the token's first one first\n%s", err, out)
+	}
+	if steps := out.String(); strings.Index(steps, down+": unreachable") > strings.Index(steps, slow.Addr().String()+": unreachable") {
+		t.Errorf("the steps, said as the attempts end, should name the second broker first here:\n%s", steps)
 	}
 }
