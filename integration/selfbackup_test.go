@@ -77,7 +77,7 @@ func TestServeBacksItselfUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := cp.StartServe("--backup-dir", open)
-	if code := p.Wait(30 * time.Second); code != 7 || !strings.Contains(p.Output(), "chmod 755 "+open) {
+	if code := p.Wait(30 * time.Second); code != 7 || !strings.Contains(p.Output(), "chmod 700 "+open) || !strings.Contains(p.Output(), "the backup directory is not private") {
 		p.Kill()
 		t.Fatalf("serve with a backup directory others may write: exit %d, want 7 naming the chmod:\n%s", code, p.Output())
 	}
