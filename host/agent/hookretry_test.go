@@ -662,3 +662,22 @@ func TestHooksThatFailTogetherAreReportedOnOneLine(t *testing.T) {
 		}
 	}
 }
+
+// TestManyHooksFailingTogetherLeaveTheirReasons (a review): a dozen hooks of long
+// names failing in one run filled the report's 512 bytes with their names, and
+// no reason was left. The head names what fits in 160 bytes and counts the rest.
+func TestManyHooksFailingTogetherLeaveTheirReasons(t *testing.T) {
+	f := newFixture(t)
+	var list []any
+	for i := range 12 {
+		list = append(list, map[string]any{"name": fmt.Sprintf("restart-the-application-service-number-%02d", i), "paths": []string{"etc/*"}, "run": []string{"sh", "-c", "exit 3"}})
+	}
+	a := f.withHooks(t, loadHooks(t, map[string]any{"hooks": list}))
+	if err := a.handle(context.Background(), f.decl(t, 1, "x")); err != nil {
+		t.Fatal(err)
+	}
+	st := reported(t, a)
+	if st.Error == nil || !strings.HasPrefix(st.Error.Message, `hooks "restart-the-application-service-number-00", "restart-the-application-service-number-01", "restart-the-application-service-number-02" (and 9 more) failed: hook restart-the-application-service-number-00: exit status 3`) {
+		t.Fatalf("reported %+v", st.Error)
+	}
+}

@@ -3,10 +3,12 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"mesh/host/hooks"
 	"mesh/host/wire"
@@ -466,15 +468,48 @@ func (e hookFailures) Error() string {
 		parts[i] = err.Error()
 		var f hooks.Failure
 		if errors.As(err, &f) {
-			names = append(names, strconv.Quote(f.Hook))
+			names = append(names, strconv.Quote(clipName(f.Hook)))
 		}
 	}
 	msg := strings.Join(parts, "; ")
 	if len(e) > 1 && len(names) == len(e) {
-		msg = "hooks " + strings.Join(names, ", ") + " failed: " + msg
+		// The head stays short, within what the report keeps, whatever the hooks'
+		// names: a dozen long ones filled it, and no reason was left (a review).
+		head, shown := "", 0
+		for _, n := range names {
+			if shown > 0 && len(head)+len(n) > maxNamesShown {
+				break
+			}
+			if shown > 0 {
+				head += ", "
+			}
+			head += n
+			shown++
+		}
+		if more := len(names) - shown; more > 0 {
+			head += fmt.Sprintf(" (and %d more)", more)
+		}
+		msg = "hooks " + head + " failed: " + msg
 	}
 	return msg
 }
 
+// maxNamesShown bounds the names a report of several failed hooks begins with.
+const maxNamesShown = 160
+
 // Unwrap gives errors.Is and errors.As each failure.
 func (e hookFailures) Unwrap() []error { return e }
+
+// clipName is a hook's name as a report of several names it: at most 64 bytes, cut
+// on a character's start.
+func clipName(name string) string {
+	const max = 64
+	if len(name) <= max {
+		return name
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return name[:cut] + "…"
+}

@@ -175,7 +175,9 @@ const maxQuotedShown = 48
 // longer than max bytes to its head and tail around "…".
 func shortenQuoted(s string, max int) string {
 	return quoted.ReplaceAllStringFunc(s, func(q string) string {
-		if len(q) <= max {
+		// A reason within is no %q'd path: two quotes of a hook's output paired
+		// across one (a review).
+		if len(q) <= max || strings.Contains(q, ": ") || strings.Contains(q, "; ") {
 			return q
 		}
 		inner := q[1 : len(q)-1]
@@ -191,10 +193,8 @@ func shortenQuoted(s string, max int) string {
 	})
 }
 
-// quoted is a double-quoted string as Go's %q writes a path: without a space. A
-// hook's output is not quoted, and a stray '"' in it paired with the next one
-// across the reason, which was then cut (a review).
-var quoted = regexp.MustCompile(`"(?:[^"\\ ]|\\.)*"`)
+// quoted is a double-quoted string as Go's %q writes one.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 
 // hooksOf splits a hook's failure, "hook NAME: why", into the hook's name, shown
 // as one short line, and why. Hooks that failed in one run are named first, quoted
@@ -209,7 +209,7 @@ func hooksOf(msg string) (names []string, why string, ok bool) {
 				return nil, "", false
 			}
 			name, _ := strconv.Unquote(q)
-			if name == "" || len(name) > maxHookNameShown {
+			if name == "" {
 				return nil, "", false
 			}
 			names = append(names, oneLine(name, maxHookNameShown))
@@ -217,6 +217,15 @@ func hooksOf(msg string) (names []string, why string, ok bool) {
 			if after, more := strings.CutPrefix(rest, ", "); more {
 				rest = after
 				continue
+			}
+			// " (and 3 more)": the names past what the head holds.
+			if strings.HasPrefix(rest, " (and ") {
+				if end := strings.Index(rest, " more)"); end > 0 {
+					if n, err := strconv.Atoi(rest[len(" (and "):end]); err == nil && n > 0 {
+						names = append(names, fmt.Sprintf("%d more", n))
+						rest = rest[end+len(" more)"):]
+					}
+				}
 			}
 			why, ok = strings.CutPrefix(rest, " failed: ")
 			return names, why, ok && len(names) > 1

@@ -216,12 +216,15 @@ func TestHooksThatFailedTogetherAreEachNamed(t *testing.T) {
 		node("web-2", "hook reload app: exit status 3"),
 		node("web-3", `hooks "a", "b c" failed: hook a: exit status 1: `+long+" … [cut: 900 bytes in all; the whole text is in the host's log and in meshhost status]"),
 		node("web-4", "hook only: exit status 1: see; hook other: not a hook of this run"),
+		// The names past the head counted; a name over 64 bytes shown cut.
+		node("web-5", `hooks "`+strings.Repeat("n", 70)+`", "b" (and 10 more) failed: hook x: exit status 2`),
 	}
 	msg := notConverged(nodes, false).Error()
 	for _, want := range []string{"failing hook_failed in hooks slow, daemon (fix the host", "web-1 (hook slow: timed out after 2s; hook daemon: it exited 0, but left a process)",
 		"failing hook_failed in hook reload app (fix the host", "web-2 (exit status 3)",
 		"failing hook_failed in hooks a, b c (fix the host", "web-3 (hook a: exit status 1: Traceback line",
-		"failing hook_failed in hook only (fix the host", "web-4 (exit status 1: see; hook other: not a hook of this run)"} {
+		"failing hook_failed in hook only (fix the host", "web-4 (exit status 1: see; hook other: not a hook of this run)",
+		"failing hook_failed in hooks " + strings.Repeat("n", 60), ", b, 10 more (fix the host", "web-5 (hook x: exit status 2)"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("the verdict lacks %q:\n%s", want, msg)
 		}
@@ -260,5 +263,18 @@ func TestAStrayQuoteInAHooksOutputKeepsItsReason(t *testing.T) {
 		LastError: &api.StatusError{Code: api.StatusHookFailed, Message: msg, Version: 3}}}, false).Error()
 	if !strings.Contains(out, "permission denied on /etc/app/app.conf") {
 		t.Errorf("the reason was cut:\n%s", out)
+	}
+}
+
+// TestALongQuotedPathWithASpaceIsShortened (a review): a path with a space, quoted,
+// is shortened as any other, so that the reason after it is kept.
+func TestALongQuotedPathWithASpaceIsShortened(t *testing.T) {
+	v := uint64(2)
+	path := "srv/My Documents/" + strings.Repeat("deep/", 30) + "app.conf"
+	msg := `apply: refusing "` + path + `": a directory is in the way where the declaration puts a file; remove the directory on the host, then declare again, and the file is written at the next attempt of the agent`
+	out := notConverged([]api.NodeView{{ID: "web-1", State: api.StateAlive, Declared: 3, Applied: &v,
+		LastError: &api.StatusError{Code: api.StatusApplyFailed, Message: msg, Version: 3}}}, false).Error()
+	if !strings.Contains(out, "a directory is in the way where the declaration puts a file") || strings.Contains(out, path) {
+		t.Errorf("the path was not shortened, or the reason lost:\n%s", out)
 	}
 }
