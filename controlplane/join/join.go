@@ -390,6 +390,11 @@ func Join(ctx context.Context, o Options) error {
 	}
 	fmt.Fprintf(o.Out, "join control node %s into mesh %s\n", tok.Node, tok.Mesh)
 	left := fmt.Sprintf("expires in %s", tok.Expiry.Sub(now).Round(time.Second))
+	if tok.Expiry.Sub(now) > 24*time.Hour {
+		// No token lives a day (an hour at most): said as a date, not as a
+		// duration that overflows ("2562047h47m16s", a walkthrough).
+		left = fmt.Sprintf("expires at %s, far past the hour a token lives (the mesh decides)", tok.Expiry.UTC().Format(time.RFC3339))
+	}
 	if expired != nil {
 		left = fmt.Sprintf("expired %s ago by this machine's clock; the mesh's clock decides", expired.Ago().Round(time.Second))
 	}

@@ -630,3 +630,15 @@ func TestAJoinWithAnotherTokenKeepsTheKeysItFinds(t *testing.T) {
 		t.Fatal("this token's keys were not kept apart in turn")
 	}
 }
+
+// TestAFarExpiryIsSaidAsADate (a walkthrough): a token expiring far ahead of this
+// machine's clock printed "expires in 2562047h47m16.854775807s", the duration's
+// overflow; it is said as a date.
+func TestAFarExpiryIsSaidAsADate(t *testing.T) {
+	far := time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC)
+	var out strings.Builder
+	err := Join(t.Context(), Options{Dir: datadir.Dir(t.TempDir() + "/cp-2"), Token: controlToken(t, "127.0.0.1:1", [32]byte{1}, tokenfmt.RoleControl, far), Out: &out})
+	if err == nil || !strings.Contains(out.String(), "expires at 9000-01-01T00:15:00Z, far past the hour a token lives") || strings.Contains(out.String(), "2562047h") {
+		t.Fatalf("err %v, steps:\n%s", err, out.String())
+	}
+}

@@ -595,7 +595,11 @@ func (r *run) dropSpentKey(err error, pub string) error {
 }
 
 func expiryText(exp, now time.Time) string {
-	if d := exp.Sub(now); d > 0 {
+	if d := exp.Sub(now); d > 24*time.Hour {
+		// No token lives a day (an hour at most): a far expiry is said as a date,
+		// not as a duration that overflows ("2562047h47m16s", a walkthrough).
+		return "expires at " + exp.UTC().Format(time.RFC3339) + ", far past the hour a token lives (the mesh decides)"
+	} else if d > 0 {
 		return "expires in " + d.Round(time.Second).String()
 	}
 	return "expired " + now.Sub(exp).Round(time.Second).String() + " ago by this machine's clock (the mesh decides)"

@@ -267,7 +267,7 @@ func readBody(file string, cio *cliIO) ([]byte, error) {
 		}
 	}
 	data, err := readBoundedChecked(file, cio.stdin, declarations.MaxEnvelopeSize,
-		"the most a signed declaration can carry; split the state or ship large files another way", check, pipeWaiting(file, cio))
+		"the most a signed declaration can carry; split the state or ship large files another way", check, pipeWaiting("declare", file, cio))
 	if errors.Is(err, fs.ErrNotExist) {
 		// Named as join names its --token-file: the flag, and what to give it
 		// (it said only "open web.json: no such file or directory").
@@ -383,11 +383,11 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// pipeWaiting says, once, on stderr, that meshctl waits for what writes to the pipe
-// named as file: a FIFO nothing writes to is waited on for readfile.PipeWait, which
-// without a word looks like a command that hangs.
-func pipeWaiting(file string, cio *cliIO) func() {
+// pipeWaiting says, once, on stderr, that meshctl command waits for what writes to
+// the pipe named as file: a FIFO nothing writes to is waited on for
+// readfile.PipeWait, which without a word looks like a command that hangs.
+func pipeWaiting(command, file string, cio *cliIO) func() {
 	return func() {
-		fmt.Fprintf(cio.stderr, "meshctl declare: %s is a pipe; waiting up to %s for what writes to it (Ctrl-C to stop)\n", file, readfile.PipeWait)
+		fmt.Fprintf(cio.stderr, "meshctl %s: %s is a pipe; waiting up to %s for what writes to it (Ctrl-C to stop)\n", command, file, readfile.PipeWait)
 	}
 }

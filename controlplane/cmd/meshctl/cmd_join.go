@@ -178,7 +178,7 @@ func readSecretInput(file string, cio *cliIO) (string, error) {
 	case "-":
 		// Said so: MESH_TOKEN, set and forgotten, does not win over it.
 	default:
-		data, err := readfile.StreamWaiting(file, maxTokenInput, readfile.PipeWait, trustedToken(file, cio), pipeWaiting(file, cio))
+		data, err := readfile.StreamWaiting(file, maxTokenInput, readfile.PipeWait, trustedToken(file, cio), pipeWaiting("join", file, cio))
 		switch {
 		case errors.Is(err, readfile.ErrTooLarge):
 			err = tooLargeError(fmt.Sprintf("%s is larger than %d bytes, and a token is one line of a few hundred characters", file, maxTokenInput))

@@ -168,3 +168,26 @@ func TestABodyTypedOnATerminalIsAskedFor(t *testing.T) {
 		}
 	}
 }
+
+// TestJoinWaitingOnAPipeSaysJoin (a walkthrough): join's token through a FIFO that
+// stays silent past a second was announced as "meshctl declare: … is a pipe".
+func TestJoinWaitingOnAPipeSaysJoin(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "token.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("cannot make a FIFO here: %v", err)
+	}
+	go func() {
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		time.Sleep(1500 * time.Millisecond) // past the notice
+		f.Write([]byte("not a token\n"))
+	}()
+	code, _, stderr := runCLI("join", "--data", filepath.Join(dir, "new"), "--token-file", fifo)
+	if code == exitOK || !strings.Contains(stderr, "meshctl join: "+fifo+" is a pipe; waiting") || strings.Contains(stderr, "declare") {
+		t.Fatalf("join --token-file FIFO: exit %d: %s", code, stderr)
+	}
+}

@@ -56,6 +56,7 @@ import (
 	"mesh/host/dirlock"
 	"mesh/host/statedir"
 	"mesh/host/terminal"
+	hosttoken "mesh/host/token"
 	"mesh/host/writeerr"
 	"mesh/tokenfmt"
 )
@@ -225,6 +226,15 @@ func run(args []string, cio *cliIO) int {
 	} else if (args[0] == "--version" || args[0] == "-v") && len(args) > 1 {
 		// Cobra prints the version and ignores the rest, which meshhost refuses.
 		return exitCode(cio.stderr, "meshctl", usagef("unexpected argument %q after %s (it takes only --json; see meshctl version --help)", args[1], args[0]))
+	}
+	// Before any of them is parsed: a flag's error, a path that cannot be used, a
+	// step naming the data directory would quote it (a walkthrough: `join
+	// --data=TOKEN` made a directory named after the token and printed it).
+	for i, a := range args {
+		if hosttoken.Contains(a) {
+			return exitCode(cio.stderr, "meshctl", usagef("argument %d holds a join token, or the end of one with its secret; it is not shown. "+
+				"A token is never given on the command line, where other users and the shell's history see it: meshctl join reads it from stdin, --token-file or MESH_TOKEN", i+1))
+		}
 	}
 	root.SetArgs(joinOptionalValues(root, args))
 	cmd, err := root.ExecuteC()

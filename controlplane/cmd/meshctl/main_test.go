@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"mesh/controlplane/datadir"
 	"os"
 	"path/filepath"
@@ -276,10 +277,15 @@ func TestTokenArgumentsNotEchoed(t *testing.T) {
 		{"nodes", "--data", dir, "--timeout", tok},
 		{"token", "--data", dir, "--node", tok},
 		{"version", tok},
+		// A flag's value used as a path: join made a directory named after the
+		// token and printed it in its steps (a walkthrough).
+		{"join", "--data=" + filepath.Join(dir, tok)},
+		{"join", "--data", tok},
+		{"check", "--data=" + tok, "--json"},
 	} {
 		code, stdout, stderr := runCLI(args...)
-		if code != exitUsage {
-			t.Errorf("%.40q: exit %d, want %d:\n%s", args, code, exitUsage, stderr)
+		if code != exitUsage || !strings.Contains(stderr, "holds a join token, or the end of one with its secret; it is not shown") {
+			t.Errorf("%.40q: exit %d, want %d refusing the argument:\n%s", args, code, exitUsage, stderr)
 		}
 		if strings.Contains(stdout+stderr, secret) {
 			t.Errorf("%.40q: the token's secret was printed:\n%s", args, stderr)
@@ -287,6 +293,13 @@ func TestTokenArgumentsNotEchoed(t *testing.T) {
 		if strings.Contains(stdout+stderr, tok[:40]) {
 			t.Errorf("%.40q: the token was printed:\n%s", args, stderr)
 		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("a refused command made %v", entries)
+	}
+	if _, err := os.Stat(tok); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a directory named after the token was made: %v", err)
+		os.RemoveAll(tok)
 	}
 }
 

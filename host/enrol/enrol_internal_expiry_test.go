@@ -1,0 +1,23 @@
+package enrol
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAFarExpiryIsSaidAsADate (a walkthrough): a token expiring far ahead (a clock,
+// or a token written by hand) printed "expires in 2562047h47m16.854775807s", the
+// duration's overflow.
+func TestAFarExpiryIsSaidAsADate(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	for exp, want := range map[time.Time]string{
+		now.Add(15 * time.Minute):                         "expires in 15m0s",
+		time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC): "expires at 9999-12-31T23:59:59Z, far past the hour a token lives",
+		now.Add(-time.Minute):                             "expired 1m0s ago",
+	} {
+		if got := expiryText(exp, now); !strings.HasPrefix(got, want) || strings.Contains(got, "2562047h") {
+			t.Errorf("expiryText(%s) = %q, want %q", exp, got, want)
+		}
+	}
+}
