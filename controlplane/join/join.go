@@ -339,6 +339,12 @@ func Join(ctx context.Context, o Options) error {
 	r := &run{o: o}
 	now := o.Now()
 	tok, err := tokenfmt.Parse(o.Token, now)
+	if err != nil && strings.Contains(o.Token, "<redacted>") {
+		// Copied from a log or a listing, which print a token so: "truncated,
+		// copy the whole line again" sent the person back to the same line (a
+		// walkthrough).
+		return fmt.Errorf("%w: this is a token as a log prints it, its secret replaced by <redacted>: it admits nothing. Use the token meshctl token printed (it is shown once: mint a new one if it is lost)", ErrToken)
+	}
 	var expired *tokenfmt.ExpiredError
 	if errors.As(err, &expired) && expired.Ago() <= 5*time.Minute {
 		err = nil // the mesh's clock decides

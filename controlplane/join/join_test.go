@@ -642,3 +642,13 @@ func TestAFarExpiryIsSaidAsADate(t *testing.T) {
 		t.Fatalf("err %v, steps:\n%s", err, out.String())
 	}
 }
+
+// TestARedactedTokenIsSaidAsSuch (a walkthrough): a token copied from a log, its
+// secret "<redacted>", was refused as truncated, "copy the whole line again".
+func TestARedactedTokenIsSaidAsSuch(t *testing.T) {
+	text := "mesh1_m_127.0.0.1:1_" + strings.Repeat("ab", 32) + "_" + strings.Repeat("cd", 32) + "_cp-2_control_1796000900_<redacted>"
+	err := Join(t.Context(), Options{Dir: datadir.Dir(t.TempDir() + "/cp-2"), Token: text, Out: io.Discard})
+	if !errors.Is(err, ErrToken) || !strings.Contains(err.Error(), "a token as a log prints it") || strings.Contains(err.Error(), "copy the whole line") {
+		t.Fatalf("Join(redacted) = %v", err)
+	}
+}

@@ -276,6 +276,12 @@ func (r *run) step(kind, format string, args ...any) {
 // node (EnrolledAs). Errors wrap ErrToken.
 func ParseToken(text string, now time.Time, stateDir string) (token.Token, error) {
 	tok, err := token.Parse(text, now)
+	if err != nil && strings.Contains(text, redactedSecret) {
+		// Copied from a log or a listing, which print a token so: "truncated,
+		// copy the whole line again" sent the person back to the same line (a
+		// walkthrough).
+		return token.Token{}, fmt.Errorf("%w: this is a token as a log prints it, its secret replaced by %s: it enrols nothing. Use the token meshctl token printed (it is shown once: ask the operator for a new one if it is lost)", ErrToken, redactedSecret)
+	}
 	var expired *token.ExpiredError
 	if errors.As(err, &expired) && (expired.Ago() <= ClockTolerance || expired.Ago() <= ResumeWindow && begunIn(stateDir, tok)) {
 		err = nil // let the mesh's clock decide
@@ -296,6 +302,10 @@ func ParseToken(text string, now time.Time, stateDir string) (token.Token, error
 	}
 	return tok, nil
 }
+
+// redactedSecret is what a token prints in place of its secret (token.Token's
+// String): in a pasted text, the token was copied from a log.
+const redactedSecret = "<redacted>"
 
 // ResumeWindow is how long after its expiry a token still finishes an enrolment an
 // earlier run of it began in the state directory: the mesh answers the repeat of an

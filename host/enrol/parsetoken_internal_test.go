@@ -1,0 +1,34 @@
+package enrol
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAFarExpiryIsSaidAsADate (a walkthrough): a token expiring far ahead (a clock,
+// or a token written by hand) printed "expires in 2562047h47m16.854775807s", the
+// duration's overflow.
+func TestAFarExpiryIsSaidAsADate(t *testing.T) {
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	for exp, want := range map[time.Time]string{
+		now.Add(15 * time.Minute):                        "expires in 15m0s",
+		time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC): "expires at 9999-12-31T23:59:59Z, far past the hour a token lives",
+		now.Add(-time.Minute):                            "expired 1m0s ago",
+	} {
+		if got := expiryText(exp, now); !strings.HasPrefix(got, want) || strings.Contains(got, "2562047h") {
+			t.Errorf("expiryText(%s) = %q, want %q", exp, got, want)
+		}
+	}
+}
+
+// TestARedactedTokenIsSaidAsSuch (a walkthrough): a token copied from a log, its
+// secret "<redacted>", was refused as truncated, "copy the whole line again".
+func TestARedactedTokenIsSaidAsSuch(t *testing.T) {
+	text := "mesh1_demo_192.0.2.10:7300_" + strings.Repeat("ab", 32) + "_" + strings.Repeat("cd", 32) + "_web-1_worker_1796000900_<redacted>"
+	_, err := ParseToken(text, time.Now(), "")
+	if !errors.Is(err, ErrToken) || !strings.Contains(err.Error(), "a token as a log prints it") || strings.Contains(err.Error(), "copy the whole line") {
+		t.Fatalf("ParseToken(redacted) = %v", err)
+	}
+}
