@@ -497,13 +497,6 @@ func (d *Daemon) removeFinishedJoinKeys() {
 	if err != nil {
 		d.log.Warn("a join's keys are left in the data directory", "err", err)
 	}
-	removed, err = d.opts.Dir.RemoveReplacedJoinKeys(d.cfg)
-	if removed {
-		d.log.Info("removed the keys of a join with another token, kept apart by this node's join, left by a join stopped at its last step", "file", d.opts.Dir.Path(datadir.JoinReplacedFile))
-	}
-	if err != nil {
-		d.log.Warn("a join's keys are left in the data directory", "err", err)
-	}
 }
 
 // initialise applies the mesh's first command if the state is empty: the mesh id, the

@@ -84,24 +84,3 @@ func sameCurveKey(seed string, curve nkeys.KeyPair) bool {
 	b, err2 := curve.PublicKey()
 	return err1 == nil && err2 == nil && a == b
 }
-
-// RemoveReplacedJoinKeys removes JoinReplacedFile, the keys of a join with another
-// token that a join in this directory kept apart, once the node's join completed
-// (cfg not Joining): no join can be finished here any more, and they were private
-// keys in every backup. `meshctl join` removes it as it completes; a join stopped
-// at that step left it. It reports whether it removed it.
-func (d Dir) RemoveReplacedJoinKeys(cfg Config) (bool, error) {
-	if cfg.Joining {
-		return false, nil
-	}
-	path := d.Path(JoinReplacedFile)
-	if err := os.Remove(path); errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	} else if err != nil {
-		return false, fmt.Errorf("%w: it holds the keys of a join with another token, of no use once this node's join completed: remove it", err)
-	}
-	if err := atomicfile.SyncDir(string(d)); err != nil {
-		return true, fmt.Errorf("removed %s, but flushing %s: %w", path, d, err)
-	}
-	return true, nil
-}

@@ -75,23 +75,3 @@ func TestAFinishedJoinsKeysAreRemoved(t *testing.T) {
 		})
 	}
 }
-
-// TestReplacedJoinKeysGoOnceTheJoinCompleted: the keys of a join with another token,
-// kept apart by this node's join (JoinReplacedFile), are removed once the join
-// completed, and kept while it is under way.
-func TestReplacedJoinKeysGoOnceTheJoinCompleted(t *testing.T) {
-	for _, joining := range []bool{true, false} {
-		d := Dir(t.TempDir())
-		if err := os.WriteFile(d.Path(JoinReplacedFile), []byte(`{"node":"cp-2"}`), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		removed, err := d.RemoveReplacedJoinKeys(Config{Node: "cp-2", Joining: joining})
-		_, statErr := os.Stat(d.Path(JoinReplacedFile))
-		if err != nil || removed == joining || errors.Is(statErr, os.ErrNotExist) == joining {
-			t.Errorf("joining %t: removed %t, %v; the file: %v", joining, removed, err, statErr)
-		}
-	}
-	if removed, err := Dir(t.TempDir()).RemoveReplacedJoinKeys(Config{}); removed || err != nil {
-		t.Errorf("none there: %t, %v", removed, err)
-	}
-}
