@@ -40,9 +40,6 @@ const (
 	RaftDir        = "raft"
 	// JoinPendingFile holds the keys of a `meshctl join` until it completes.
 	JoinPendingFile = "join-pending.json"
-	// JoinReplacedFile holds the keys of the join of another token that a join
-	// with a new token found in JoinPendingFile, until the join completes.
-	JoinReplacedFile = "join-pending.replaced.json"
 )
 
 // ConfigFormat is the version of mesh.json this program writes.

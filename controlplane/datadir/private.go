@@ -18,7 +18,7 @@ var ErrUnprotected = errors.New("the data directory is not private to its contro
 // them. The Raft directory holds the replicated state, declaration bodies included,
 // and is judged the same way.
 func secretFiles() []string {
-	return []string{CAKeyFile, TLSKeyFile, SigningKeyFile, CurveKeyFile, AdminCredsFile, AccountKeyFile, JoinPendingFile, JoinReplacedFile, RaftDir}
+	return []string{CAKeyFile, TLSKeyFile, SigningKeyFile, CurveKeyFile, AdminCredsFile, AccountKeyFile, JoinPendingFile, RaftDir}
 }
 
 // publicFiles are read and trusted (the CA a node pins, its own certificate and

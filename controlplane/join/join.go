@@ -287,12 +287,6 @@ type pending struct {
 
 const pendingFile = datadir.JoinPendingFile
 
-// replacedFile keeps the keys a join with another token found in pendingFile: they
-// were replaced, and with them went the one way to finish that token's join, had
-// the mesh admitted it (a review: an old token run by mistake into the directory of
-// an admitted, unfinished join). A run with that token takes them back.
-const replacedFile = datadir.JoinReplacedFile
-
 // abortWait bounds the rollback of a join interrupted while the mesh had it as a
 // nonvoter: the process must stop promptly, and a join left in Raft is resumed (or
 // rolled back) by the next run.
@@ -516,7 +510,7 @@ func (r *run) checkDir() (string, error) {
 	partial := false
 	for _, e := range entries {
 		switch {
-		case e.Name() == pendingFile || e.Name() == replacedFile || e.Name() == datadir.LockFile:
+		case e.Name() == pendingFile || e.Name() == datadir.LockFile:
 		case pendingHere && savedBeforeConfig(e.Name()):
 			// A run that failed while saving the keys it was handed (a disk
 			// error), before mesh.json: the token is spent on this join, and only
@@ -580,18 +574,8 @@ func (r *run) keys() (nkeys.KeyPair, nkeys.KeyPair, error) {
 			r.step("keys", "presenting again the keys an earlier run of this join presented, should the mesh have admitted them")
 			return nk, ck, nil
 		}
-	}
-	other := err == nil // pendingFile holds another token's (or node's) join
-	if nk, ck, ok := r.keysReplaced(th, data, other); ok {
-		return nk, ck, nil
-	}
-	if other {
-		// The pending join of another token (or node): this join starts afresh,
-		// and those keys are kept apart, for a run with that token.
-		if err := datadir.WriteFile(r.o.Dir.Path(replacedFile), data, 0o600); err != nil {
-			return nil, nil, err
-		}
-		r.step("keys", "%s held the keys of a join with another token or node: kept as %s (a run with that token presents them again, should the mesh have admitted it), and new keys for this one", pendingFile, replacedFile)
+		// The pending join of another token (or node): this join starts afresh.
+		r.step("keys", "%s held the keys of a join with another token or node: new keys replace them", pendingFile)
 	}
 	nk, err := nkeys.CreateUser()
 	if err != nil {
@@ -608,40 +592,6 @@ func (r *run) keys() (nkeys.KeyPair, nkeys.KeyPair, error) {
 		return nil, nil, err
 	}
 	return nk, ck, nil
-}
-
-// keysReplaced returns the keys a join with another token kept apart in
-// replacedFile when they are this token's (th): an earlier run of this join, whose
-// keys a run with another token replaced. They become the pending ones again, and
-// the pending ones of that other token (current, when other) take their place.
-// ok is false when replacedFile holds no keys of this token.
-func (r *run) keysReplaced(th [32]byte, current []byte, other bool) (nkeys.KeyPair, nkeys.KeyPair, bool) {
-	data, err := r.o.Dir.ReadFile(replacedFile)
-	if err != nil {
-		return nil, nil, false
-	}
-	p, why := parsePending(data)
-	if why != "" || p.Node != r.tok.Node || p.TokenHash != hex.EncodeToString(th[:]) {
-		return nil, nil, false
-	}
-	nk, err1 := nkeys.FromSeed([]byte(p.NkeySeed))
-	ck, err2 := nkeys.FromCurveSeed([]byte(p.CurveSeed))
-	if err1 != nil || err2 != nil {
-		return nil, nil, false
-	}
-	// This join's keys first: it is the one run now.
-	if err := datadir.WriteFile(r.o.Dir.Path(pendingFile), data, 0o600); err != nil {
-		return nil, nil, false
-	}
-	if other {
-		if err := datadir.WriteFile(r.o.Dir.Path(replacedFile), current, 0o600); err != nil {
-			r.step("keys", "could not keep the keys of the join with another token apart (%v)", err)
-		}
-	} else {
-		_ = os.Remove(r.o.Dir.Path(replacedFile))
-	}
-	r.step("keys", "presenting again the keys an earlier run of this join presented (kept in %s when a join with another token replaced them), should the mesh have admitted them", replacedFile)
-	return nk, ck, true
 }
 
 // parsePending reads the keys an earlier run of a join kept (pendingFile), one way
@@ -1389,9 +1339,6 @@ func (r *run) member(ctx context.Context, cfg datadir.Config, adm *api.ControlAd
 		return err
 	}
 	_ = os.Remove(d.Path(pendingFile))
-	// The keys a run with another token kept apart: this node's join is done, and
-	// no other admission of it can be finished in this directory.
-	_ = os.Remove(d.Path(replacedFile))
 	fmt.Fprintf(r.o.Out, "joined: %s is a control node of mesh %s. start it with: meshctl serve --data %s\n", cfg.Node, cfg.Mesh, d)
 	return nil
 }
