@@ -231,7 +231,7 @@ func run(args []string, cio *cliIO) int {
 	// step naming the data directory would quote it (a walkthrough: `join
 	// --data=TOKEN` made a directory named after the token and printed it).
 	for i, a := range args {
-		if hosttoken.Contains(a) {
+		if holdsToken(a) {
 			return exitCode(cio.stderr, "meshctl", usagef("argument %d holds a join token, or the end of one with its secret; it is not shown. "+
 				"A token is never given on the command line, where other users and the shell's history see it: meshctl join reads it from stdin, --token-file or MESH_TOKEN", i+1))
 		}
@@ -497,4 +497,26 @@ func noPositional(args []string) error {
 		return usagef("unexpected argument %q", args[0])
 	}
 	return nil
+}
+
+// holdsToken reports whether a command-line argument holds a join token or the end
+// of one with its secret: a run that reads as one (host/token.Contains) and 64 hex
+// digits in a row, which a token's pin, signing key and secret each are. The first
+// alone refused paths, context names and labels that begin "mesh1_" (a review).
+func holdsToken(arg string) bool {
+	if !hosttoken.Contains(arg) {
+		return false
+	}
+	run := 0
+	for i := 0; i < len(arg); i++ {
+		c := arg[i]
+		if '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' {
+			if run++; run >= 64 {
+				return true
+			}
+		} else {
+			run = 0
+		}
+	}
+	return false
 }

@@ -297,6 +297,14 @@ func TestTokenArgumentsNotEchoed(t *testing.T) {
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("a refused command made %v", entries)
 	}
+	// What only begins as a token does is an operator's path, name or label (a
+	// review: they were refused).
+	for _, arg := range []string{"/srv/mesh1_controlplane/data", "~/.nkeys/mesh1_operator-alice.creds", "mesh1_eu-west-production",
+		"team=mesh1_platform-networking", "/tmp/mesh1_demo-walkthrough", "/srv/backup_" + strings.Repeat("ab", 16) + "_x"} {
+		if holdsToken(arg) {
+			t.Errorf("%q taken for a token", arg)
+		}
+	}
 	if _, err := os.Stat(tok); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a directory named after the token was made: %v", err)
 		os.RemoveAll(tok)
