@@ -48,6 +48,7 @@ import (
 	"mesh/declarations"
 	"mesh/host/busyaddr"
 	"mesh/host/jsonkeys"
+	"mesh/host/link"
 	"mesh/host/resend"
 	"mesh/tokenfmt"
 )
@@ -886,8 +887,8 @@ func (r *run) dialAdmission(ctx context.Context, nk nkeys.KeyPair, pub string) (
 	}
 	kept := -1
 	defer func() { stopOthers(kept) }()
-	key := &lentKey{sign: nk.Sign}
-	defer key.end()
+	key := link.Lend(nk.Sign)
+	defer key.End()
 	password := api.EnrolPassword(r.tokenID(), r.tok.Prove(r.tok.Mesh, r.tok.Node, pub))
 	results := make(chan attempt, len(r.brokers))
 	started, pending := 0, 0
@@ -903,7 +904,7 @@ func (r *run) dialAdmission(ctx context.Context, nk nkeys.KeyPair, pub string) (
 				nats.SetCustomDialer(d),
 				nats.TLSHandshakeFirst(),
 				nats.UserInfo(authn.EnrolUserPrefix+r.tok.Node, password),
-				nats.Nkey(pub, d.Sign(key.signWith)),
+				nats.Nkey(pub, d.Sign(key.Sign)),
 				nats.CustomInboxPrefix(api.EnrolInbox(r.tok.Node, pub)),
 				nats.Timeout(10*time.Second), nats.NoReconnect(),
 				nats.ClosedHandler(func(*nats.Conn) { stop() }),
@@ -948,7 +949,7 @@ func (r *run) dialAdmission(ctx context.Context, nk nkeys.KeyPair, pub string) (
 		if a.err == nil && ctx.Err() == nil {
 			// The key is taken back before anything else (the step's writer may
 			// block: a pipe), so that no other attempt logs in meanwhile.
-			key.end()
+			key.End()
 			kept = a.i
 			closeLate(kept)
 			r.step("connect", "%s: TLS handshake checked against the pinned CA", a.addr)
@@ -1014,32 +1015,6 @@ func (r *run) dialAdmission(ctx context.Context, nk nkeys.KeyPair, pub string) (
 	}
 	return nil, "", fmt.Errorf("%w: no broker of the mesh could be reached (%s); run it again once one runs, or, if the token names only control nodes that are gone (minted before the others served), "+
 		"give a broker of a control node that runs: meshctl join --broker IP:PORT (the mesh's CA pin is checked there as at the token's)", operator.ErrUnreachable, strings.Join(errs, "; "))
-}
-
-// lentKey lends the join's key to the attempts of dialAdmission until it returns:
-// an attempt that reaches its login after that signs nothing, so logs in nowhere.
-type lentKey struct {
-	mu   sync.Mutex
-	sign func([]byte) ([]byte, error)
-}
-
-// errAttemptEnded is what an attempt that reaches its login too late signs with.
-var errAttemptEnded = errors.New("another broker took the join's login first")
-
-func (l *lentKey) signWith(input []byte) ([]byte, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.sign == nil {
-		return nil, errAttemptEnded
-	}
-	return l.sign(input)
-}
-
-// end takes the key back, once any signature under way is made.
-func (l *lentKey) end() {
-	l.mu.Lock()
-	l.sign = nil
-	l.mu.Unlock()
 }
 
 // admissionTimeout bounds the wait for the mesh's answer to a join (a leader

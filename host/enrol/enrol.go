@@ -30,7 +30,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -623,7 +622,7 @@ func expiryText(exp, now time.Time) string {
 // minutes, before it said so or reached the broker that answers. The first login
 // the mesh takes is kept and the others end: those still dialling or in their
 // handshake when it returns stop there, and one that reaches its login after that
-// signs nothing (lentKey), so sends no login, and is closed.
+// signs nothing (link.Lent), so sends no login, and is closed.
 func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub string) (*nats.Conn, string, error) {
 	type attempt struct {
 		i    int // the broker's place in the token
@@ -633,8 +632,8 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 	}
 	dialCtx, stopDials := context.WithCancel(ctx)
 	defer stopDials()
-	key := &lentKey{kp: kp}
-	defer key.end()
+	key := link.Lend(kp.Sign)
+	defer key.End()
 	password := r.password(pub)
 	results := make(chan attempt, len(r.tok.Brokers))
 	started, pending := 0, 0
@@ -643,7 +642,7 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 		started++
 		pending++
 		go func() {
-			nc, err := r.dialOne(dialCtx, key.sign, pub, password, addr)
+			nc, err := r.dialOne(dialCtx, key.Sign, pub, password, addr)
 			results <- attempt{i, addr, nc, err}
 		}()
 	}
@@ -687,7 +686,7 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 		if a.err == nil {
 			// The key is taken back before anything else (Out may block: a
 			// pipe), so that no other attempt logs in meanwhile (a review).
-			key.end()
+			key.End()
 			closeLate()
 			// Only addr was dialled: the login ignores the brokers an INFO names.
 			r.step("connect", "%s: TLS handshake checked against the pinned CA: it is the mesh", a.addr)
@@ -776,33 +775,6 @@ func (r *run) dialOne(ctx context.Context, sign func([]byte) ([]byte, error), pu
 		nats.Timeout(r.o.DialTimeout),
 		nats.NoReconnect(),
 	)...)
-}
-
-// lentKey lends the node key to the attempts of dialEnrolment until it returns:
-// the caller may wipe the key then, and an attempt still under way must neither
-// read it meanwhile nor log in once the enrolment has its connection.
-type lentKey struct {
-	mu sync.Mutex
-	kp *identity.KeyPair
-}
-
-// errAttemptEnded is what an attempt that reaches its login too late signs with.
-var errAttemptEnded = errors.New("another broker took the enrolment's login first")
-
-func (l *lentKey) sign(input []byte) ([]byte, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.kp == nil {
-		return nil, errAttemptEnded
-	}
-	return l.kp.Sign(input)
-}
-
-// end takes the key back, once any signature under way is made.
-func (l *lentKey) end() {
-	l.mu.Lock()
-	l.kp = nil
-	l.mu.Unlock()
 }
 
 // brokerFault is why the broker at addr did not take the enrolment.

@@ -13,7 +13,7 @@ import (
 	"mesh/host/wire"
 )
 
-// TestALateAttemptAtAnotherBrokerSendsNoLogin: dialEnrolment in use, not lentKey
+// TestALateAttemptAtAnotherBrokerSendsNoLogin: dialEnrolment in use, not link.Lent alone
 // alone. The token's first broker is the mesh's (its certificate passes the pin) and
 // completes the TLS handshake at once, but holds its INFO; the second answers and
 // takes the enrolment. Once Enrol returned, the first sends its INFO: the attempt

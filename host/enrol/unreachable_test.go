@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"mesh/host/identity"
 	"mesh/host/wire"
 )
 
@@ -126,25 +125,5 @@ func TestEnrolDoesNotWaitOutSilentBrokers(t *testing.T) {
 		if strings.Contains(out.String(), s) {
 			t.Errorf("the plan names the silent broker %s, whose attempt was only ended:\n%s", s, out.String())
 		}
-	}
-}
-
-// TestALateAttemptSignsNothing: once dialEnrolment has its connection, an attempt
-// at another broker that reaches its login signs nothing, so sends no login (which
-// would spend one of the token's logins at that broker), and never reads the key,
-// which the caller may be wiping.
-func TestALateAttemptSignsNothing(t *testing.T) {
-	kp, err := identity.NewKeyPair()
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := &lentKey{kp: kp}
-	if sig, err := key.sign([]byte("nonce")); err != nil || len(sig) == 0 {
-		t.Fatalf("while lent: %x, %v; want a signature", sig, err)
-	}
-	key.end()
-	kp.Wipe()
-	if sig, err := key.sign([]byte("nonce")); !errors.Is(err, errAttemptEnded) || sig != nil {
-		t.Fatalf("after the enrolment had its connection: %x, %v; want errAttemptEnded and no signature", sig, err)
 	}
 }
