@@ -1,10 +1,7 @@
 package enrol
 
 import (
-	"bufio"
 	"context"
-	"crypto/tls"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -38,34 +35,7 @@ func (s *stallingOut) Write(p []byte) (int, error) {
 // signed, and sent CONNECT with the token proof. The key is taken back first.
 func TestNoAttemptLogsInWhileTheWinnerIsReported(t *testing.T) {
 	mesh := newFakeMesh(t, func(*wire.EnrolResponse) {})
-	hold, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{mesh.leaf}, MinVersion: tls.VersionTLS13})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { hold.Close() })
-	release := make(chan struct{})
-	heard := make(chan string, 1)
-	go func() {
-		c, err := hold.Accept()
-		if err != nil {
-			heard <- "accept: " + err.Error()
-			return
-		}
-		defer c.Close()
-		if err := c.(*tls.Conn).Handshake(); err != nil {
-			heard <- "handshake: " + err.Error()
-			return
-		}
-		<-release
-		fmt.Fprintf(c, "INFO {\"server_id\":\"held\",\"version\":\"2.15.2\",\"proto\":1,\"headers\":true,\"max_payload\":1048576,\"auth_required\":true,\"tls_required\":true,\"nonce\":\"abcdefghijklmnop\"}\r\n")
-		c.SetReadDeadline(time.Now().Add(3 * time.Second))
-		line, err := bufio.NewReader(c).ReadString('\n')
-		if err != nil {
-			heard <- ""
-			return
-		}
-		heard <- line
-	}()
+	hold, release, heard := holdingBroker(t, mesh.leaf)
 	tok := withBrokersFirst(t, mesh.token, []string{hold.Addr().String()})
 	var got string
 	out := &stallingOut{onWin: func() {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,34 +26,7 @@ func TestALateAttemptAtAnotherBrokerSendsNoLogin(t *testing.T) {
 	leaf, broker := mesh.leaf, mesh.broker
 
 	// The holding broker: the mesh's certificate, its INFO held until released.
-	hold, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{leaf}, MinVersion: tls.VersionTLS13})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { hold.Close() })
-	release := make(chan struct{})
-	heard := make(chan string, 1)
-	go func() {
-		c, err := hold.Accept()
-		if err != nil {
-			heard <- "accept: " + err.Error()
-			return
-		}
-		defer c.Close()
-		if err := c.(*tls.Conn).Handshake(); err != nil {
-			heard <- "handshake: " + err.Error()
-			return
-		}
-		<-release
-		fmt.Fprintf(c, "INFO {\"server_id\":\"held\",\"version\":\"2.15.2\",\"proto\":1,\"headers\":true,\"max_payload\":1048576,\"auth_required\":true,\"tls_required\":true,\"nonce\":\"abcdefghijklmnop\"}\r\n")
-		c.SetReadDeadline(time.Now().Add(3 * time.Second))
-		line, err := bufio.NewReader(c).ReadString('\n')
-		if err != nil {
-			heard <- "" // closed or silent: no login
-			return
-		}
-		heard <- line
-	}()
+	hold, release, heard := holdingBroker(t, leaf)
 
 	tok := withBrokersFirst(t, mesh.token, []string{hold.Addr().String()})
 
@@ -96,4 +70,40 @@ func TestFaultsAreSaidInTheTokensOrder(t *testing.T) {
 	if s < 0 || c < 0 || s > c {
 		t.Fatalf("the faults are not said in the token's order (%s first):\n%s", brokers[0], msg)
 	}
+}
+
+// holdingBroker listens on loopback with the mesh's leaf, completes one client's
+// TLS handshake and holds its INFO until release is closed; heard then gets the
+// first line the client sends ("" if it closed or sent nothing for 3 s, or what
+// failed before). It is closed with the test.
+func holdingBroker(t *testing.T, leaf tls.Certificate) (hold net.Listener, release chan struct{}, heard chan string) {
+	t.Helper()
+	hold, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{leaf}, MinVersion: tls.VersionTLS13})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hold.Close() })
+	release, heard = make(chan struct{}), make(chan string, 1)
+	go func() {
+		c, err := hold.Accept()
+		if err != nil {
+			heard <- "accept: " + err.Error()
+			return
+		}
+		defer c.Close()
+		if err := c.(*tls.Conn).Handshake(); err != nil {
+			heard <- "handshake: " + err.Error()
+			return
+		}
+		<-release
+		fmt.Fprintf(c, "INFO {\"server_id\":\"held\",\"version\":\"2.15.2\",\"proto\":1,\"headers\":true,\"max_payload\":1048576,\"auth_required\":true,\"tls_required\":true,\"nonce\":\"abcdefghijklmnop\"}\r\n")
+		c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			heard <- "" // closed or silent: no login
+			return
+		}
+		heard <- line
+	}()
+	return hold, release, heard
 }
