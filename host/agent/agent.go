@@ -1990,11 +1990,7 @@ func clipMessage(msg string) string {
 		return msg
 	}
 	marker := fmt.Sprintf(" … [cut: %d bytes in all; the whole text is in the host's log and in meshhost status]", whole)
-	cut := wire.MaxStatusMessage - len(marker)
-	for cut > 0 && !utf8.RuneStart(msg[cut]) { // back to the start of the rune it falls in
-		cut--
-	}
-	return msg[:cut] + marker
+	return runePrefix(msg, wire.MaxStatusMessage-len(marker)) + marker
 }
 
 // ErrStateInRoot: the state directory is the managed root or inside it, so a

@@ -507,9 +507,17 @@ func clipName(name string) string {
 	if len(name) <= max {
 		return name
 	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(name[cut]) {
-		cut--
+	return runePrefix(name, max) + "…"
+}
+
+// runePrefix is s cut to at most n bytes, at the start of the character the cut
+// falls in.
+func runePrefix(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
-	return name[:cut] + "…"
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

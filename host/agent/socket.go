@@ -16,7 +16,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unicode/utf8"
 )
 
 // SocketName is the agent's socket in its state directory, where `meshhost hooks
@@ -251,11 +250,7 @@ func cutAnswer(s string) string {
 	if len(s) <= maxAnswerError {
 		return s
 	}
-	i := maxAnswerError
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + " … (cut: meshhost status and the agent's log have the whole output)"
+	return runePrefix(s, maxAnswerError) + " … (cut: meshhost status and the agent's log have the whole output)"
 }
 
 // limitedConn reads at most n bytes of a connection: a request is one short line.
