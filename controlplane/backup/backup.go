@@ -124,10 +124,11 @@ type Writer struct {
 // New prepares the backup directory for cfg: it creates it (mode 0700) if it is
 // missing, refuses it as serve refuses a data directory (datadir.ErrUnprotected,
 // in the backup directory's words: another user's, or one group or others may
-// write, or under a directory another user could change), and removes what an earlier backup of this node cut short
-// left there. A directory that cannot be made or read now (a backup disk not
-// mounted yet, a read-only file system, a file in its place) is no reason for the
-// control node not to serve: it is logged, and each backup tries it again.
+// write, or under a directory another user could change), and removes what an
+// earlier backup of this node cut short left there. A directory that cannot be
+// made or read now (a backup disk not mounted yet, a read-only file system, a file
+// in its place) is no reason for the control node not to serve: it is logged, and
+// each backup tries it again.
 func New(cfg Config) (*Writer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
