@@ -1,7 +1,10 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -233,7 +236,9 @@ func TestTokenRulesHoldWhileAControlNodeIsDown(t *testing.T) {
 // admission). The join says that it was removed and that a new control token is
 // needed (exit 4), rather than blaming the network after its whole confirmation
 // wait, "no admitted control node", or read-only credentials (exit 1), as it did;
-// and a join with a new control token into the same data directory completes.
+// and a join with a new control token into the same data directory completes: the
+// removed join's keys (join-pending.json) are dropped, which the new token's join
+// would otherwise refuse to replace, as they could be an admitted join's.
 func TestAControlNodeRemovedWhileItJoins(t *testing.T) {
 	t.Parallel() // mostly waits: see TestMain
 	cp1 := harness.NewControlPlane(t, bin, "removedjoin")
@@ -263,6 +268,9 @@ func TestAControlNodeRemovedWhileItJoins(t *testing.T) {
 		t.Fatalf("join of a node removed meanwhile: exit %d, want 4 saying it was removed:\n%s", code, out)
 	}
 	t.Logf("the join said:\n%s", out)
+	if _, err := os.Stat(filepath.Join(n.Dir, "join-pending.json")); !errors.Is(err, os.ErrNotExist) || !strings.Contains(out, "the node was removed, so no join can finish with them") {
+		t.Errorf("the removed join's keys: %v, want join-pending.json removed, saying so", err)
+	}
 	serve := n.StartServe()
 	if code := serve.Wait(10 * time.Second); code != 7 || !strings.Contains(serve.Output(), "join with a new control token") {
 		t.Errorf("serve of the half-joined node: exit %d, want 7 saying a new control token may be needed:\n%s", code, serve.Output())

@@ -365,7 +365,7 @@ func Join(ctx context.Context, o Options) error {
 				// mesh.json is written after the admission: the mesh admitted this
 				// node with the token, and a new one is refused until it is removed.
 				return fmt.Errorf("%w: %w. The mesh admitted %s with it (%s records the unfinished join), and a join resumes with its token only while the token is valid: "+
-					"%s stays an admitted control node until removed. If meshctl nodes shows %s at this machine's addresses, remove it (meshctl control remove %s), mint a new control token for it where the CA key is, and run meshctl join with that (into the same --data directory); "+
+					"%s stays an admitted control node until removed. If meshctl nodes shows %s at this machine's addresses, remove it (meshctl control remove %s), mint a new control token for it where the CA key is, and run meshctl join with that into a new --data directory (this one holds the keys of the join it admitted); "+
 					"if it shows it at another machine's, that machine was admitted as %s since: leave it, and join this one under another id",
 					ErrToken, err, tok.Node, o.Dir.Path(datadir.ConfigFile), tok.Node, tok.Node, tok.Node, tok.Node)
 			}
@@ -575,7 +575,18 @@ func (r *run) keys() (nkeys.KeyPair, nkeys.KeyPair, error) {
 			r.step("keys", "presenting again the keys an earlier run of this join presented, should the mesh have admitted them")
 			return nk, ck, nil
 		}
-		// The pending join of another token (or node): this join starts afresh.
+		if admitted, what := r.admittedHere(); admitted {
+			// The mesh admitted the join these keys belong to, and only they can
+			// finish it: replaced, they were lost for good, and the node stayed
+			// admitted (a review). A node removed meanwhile is told by the mesh:
+			// the join that hears it drops its keys (ErrRemoved).
+			return nil, nil, fmt.Errorf("%w: %s holds the keys of a join of %s that the mesh admitted with another token (%s), and only they can finish it: "+
+				"run meshctl join with that token while it is valid. If it has expired, or the node was removed since, join with this token into a new --data directory "+
+				"(meshctl nodes shows whether %s is still admitted: remove it first, meshctl control remove %s)",
+				ErrDataDir, r.o.Dir, r.tok.Node, what, r.tok.Node, r.tok.Node)
+		}
+		// The pending join of another token (or node), which the mesh may not
+		// have admitted: this join starts afresh.
 		r.step("keys", "%s held the keys of a join with another token or node: new keys replace them", pendingFile)
 	}
 	nk, err := nkeys.CreateUser()
@@ -593,6 +604,22 @@ func (r *run) keys() (nkeys.KeyPair, nkeys.KeyPair, error) {
 		return nil, nil, err
 	}
 	return nk, ck, nil
+}
+
+// admittedHere reports whether the data directory shows the mesh's admission of a
+// join of this node: mesh.json marked joining, or files a join writes only after
+// the mesh's answer. what says which.
+func (r *run) admittedHere() (bool, string) {
+	if cfg, err := r.o.Dir.ReadConfigRaw(); err == nil && cfg.Joining && cfg.Node == r.tok.Node {
+		return true, datadir.ConfigFile + " records it"
+	}
+	entries, _ := os.ReadDir(string(r.o.Dir))
+	for _, e := range entries {
+		if savedBeforeConfig(e.Name()) {
+			return true, "its identity was saved in part"
+		}
+	}
+	return false, ""
 }
 
 // parsePending reads the keys an earlier run of a join kept (pendingFile), one way
@@ -725,7 +752,17 @@ func (r *run) join(ctx context.Context) error {
 	r.step("save", "identity and keys saved in %s (secrets 0600)", d)
 
 	// 4. Raft: nonvoter, proof of replication, promotion.
-	return r.member(ctx, cfg, adm)
+	err = r.member(ctx, cfg, adm)
+	if errors.Is(err, ErrRemoved) {
+		// The token is used up and its node removed: its keys finish no join, and
+		// kept they would stand in the way of the new token's join into this
+		// directory, which the error advises.
+		if rerr := os.Remove(d.Path(pendingFile)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			return fmt.Errorf("%w; and %v: remove %s before joining with a new token", err, rerr, d.Path(pendingFile))
+		}
+		r.step("keys", "removed the keys of this join (%s): the node was removed, so no join can finish with them", pendingFile)
+	}
+	return err
 }
 
 // listenable returns the address the node's broker listens on (Options.Listen, or
