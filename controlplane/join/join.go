@@ -334,7 +334,7 @@ func Join(ctx context.Context, o Options) error {
 	r := &run{o: o}
 	now := o.Now()
 	tok, err := tokenfmt.Parse(o.Token, now)
-	if trimmed := strings.TrimSpace(o.Token); err != nil && strings.HasSuffix(trimmed, "_<redacted>") && strings.Count(trimmed, "mesh") == 1 {
+	if err != nil && tokenfmt.IsRedacted(o.Token) {
 		// Copied from a log or a listing, which print a token so: "truncated,
 		// copy the whole line again" sent the person back to the same line (a
 		// walkthrough).

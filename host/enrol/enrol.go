@@ -275,7 +275,7 @@ func (r *run) step(kind, format string, args ...any) {
 // node (EnrolledAs). Errors wrap ErrToken.
 func ParseToken(text string, now time.Time, stateDir string) (token.Token, error) {
 	tok, err := token.Parse(text, now)
-	if trimmed := strings.TrimSpace(text); err != nil && strings.HasSuffix(trimmed, "_"+redactedSecret) && strings.Count(trimmed, "mesh") == 1 {
+	if err != nil && token.IsRedacted(text) {
 		// Copied from a log or a listing, which print a token so: "truncated,
 		// copy the whole line again" sent the person back to the same line (a
 		// walkthrough).
