@@ -3,6 +3,7 @@ package tokenfmt
 import (
 	"crypto/ed25519"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"net/netip"
@@ -357,4 +358,12 @@ func isLowerHex(s string) bool {
 // checksum is the crc field for body: CRC-32 (Castagnoli) as 8 lowercase hex digits.
 func checksum(body string) string {
 	return fmt.Sprintf("%08x", crc32.Checksum([]byte(body), crc32.MakeTable(crc32.Castagnoli)))
+}
+
+// CutShort reports whether s is the start of a token, cut short (ErrTruncated):
+// the first line of a wrapped token whose next line is still to come, to a
+// reader of a paste.
+func CutShort(s string) bool {
+	_, err := Parse(s, time.Time{})
+	return errors.Is(err, ErrTruncated)
 }

@@ -26,12 +26,16 @@ var ErrInterrupted = errors.New("interrupted before the token was read; nothing 
 // with it, line breaks and all (pasteRest; Linux): the caller judges the whole
 // paste, as it would the same text in a file, rather than its first line alone,
 // whose fault ("truncated: copy the whole line again") copying again would not
-// mend. What the terminal holds after that is discarded by hide's restore. An
+// mend. While incomplete (nil: never) says the paste read so far is cut short,
+// its next line is waited for longer (lateLine; a remote session can deliver a
+// wrapped paste's second line a second late): read after the restore, it would
+// reach the shell as a command, and its history, with the secret's end. What the
+// terminal holds after that is discarded by hide's restore. An
 // interrupt (Ctrl-C), a hangup, a quit or a termination while the echo is off puts
 // it back and returns ErrInterrupted. When hide is nil or fails (no terminal, or
 // one whose echo cannot be turned off) it writes shown instead and reads the line
 // as typed; hidden says which happened.
-func ReadHidden(in io.Reader, w io.Writer, prompt, shown string, max int, hide func() (func(), error)) (line string, hidden bool, err error) {
+func ReadHidden(in io.Reader, w io.Writer, prompt, shown string, max int, hide func() (func(), error), incomplete func(string) bool) (line string, hidden bool, err error) {
 	if hide == nil {
 		fmt.Fprint(w, shown)
 		line, err := ReadLine(in, max)
@@ -65,7 +69,14 @@ func ReadHidden(in io.Reader, w io.Writer, prompt, shown string, max int, hide f
 		if r.err == nil && strings.HasSuffix(line, "\n") {
 			// Read here, not beside the line: a signal then finds the
 			// terminal's settings put back before hide's restore runs.
-			line += restOfPaste(in, max-len(line))
+			rest, ok := restOfPaste(in, max-len(line))
+			line += rest
+			for late := time.Now().Add(lateLine); ok && incomplete != nil && incomplete(line) && time.Now().Before(late) && len(sigs) == 0; {
+				if rest, ok = restOfPaste(in, max-len(line)); rest != "" {
+					line += rest
+					late = time.Now().Add(lateLine)
+				}
+			}
 		}
 		fmt.Fprintln(w) // the Enter the terminal did not echo
 		select {
@@ -85,15 +96,20 @@ func ReadHidden(in io.Reader, w io.Writer, prompt, shown string, max int, hide f
 // milliseconds apart, and nobody types the next line within it.
 const pasteQuiet = 200 * time.Millisecond
 
-// restOfPaste is the rest of a paste on the terminal in, at most max bytes; ""
-// where in is not a terminal it can read that way.
-func restOfPaste(in io.Reader, max int) string {
+// lateLine is how long the next line of a paste the caller finds cut short is
+// waited for: a person who typed a short line waits that long to be told so.
+const lateLine = 3 * time.Second
+
+// restOfPaste is the rest of a paste on the terminal in, at most max bytes, and
+// whether more can be read after it: not where in is not a terminal it can read
+// that way, once max bytes are read, nor after an error.
+func restOfPaste(in io.Reader, max int) (string, bool) {
 	f, ok := in.(*os.File)
 	if !ok || max <= 0 {
-		return ""
+		return "", false
 	}
-	rest, _ := pasteRest(f, pasteQuiet, max)
-	return rest
+	rest, err := pasteRest(f, pasteQuiet, max)
+	return rest, err == nil && len(rest) < max
 }
 
 // ReadLine reads the first line of in, newline included, reading at most max

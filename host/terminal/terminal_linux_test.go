@@ -30,9 +30,13 @@ func readFrom(slave *os.File, w *bytes.Buffer, hide func() (func(), error)) chan
 }
 
 func readAtMost(slave *os.File, w *bytes.Buffer, max int, hide func() (func(), error)) chan result {
+	return readUntilWhole(slave, w, max, hide, nil)
+}
+
+func readUntilWhole(slave *os.File, w *bytes.Buffer, max int, hide func() (func(), error), incomplete func(string) bool) chan result {
 	got := make(chan result, 1)
 	go func() {
-		line, hidden, err := terminal.ReadHidden(slave, w, "hidden: ", "shown: ", max, hide)
+		line, hidden, err := terminal.ReadHidden(slave, w, "hidden: ", "shown: ", max, hide, incomplete)
 		got <- result{line, hidden, err}
 	}()
 	return got
@@ -194,6 +198,98 @@ func TestAPasteOfSeveralLinesIsReadWhole(t *testing.T) {
 			shellReadsOnlyWhatFollows(t, master, slave)
 		})
 	}
+}
+
+// TestALateLineOfAPasteCutShortIsWaitedFor: the second line of a wrapped paste
+// that a remote session delivers a second late was left for the shell, which ran
+// the secret's end as a command and kept it in its history: while the caller finds
+// the paste cut short, its next line is waited for (3 s), the echo still off. The
+// control: without the caller's judgment, the late line is not read here, and
+// reaches what reads the terminal next. A paste that stays cut short is returned
+// once the wait is over, and an interrupt ends the wait at once.
+func TestALateLineOfAPasteCutShortIsWaitedFor(t *testing.T) {
+	cutShort := func(s string) bool { return !strings.Contains(s, "_second_half") }
+	for _, c := range []struct {
+		name       string
+		incomplete func(string) bool
+		want       string
+	}{
+		{"cut short", cutShort, "mesh1_first_half\n" + secret + "_second_half\n"},
+		{"not judged", nil, "mesh1_first_half\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			master, slave := ptytest.Open(t)
+			var prompt bytes.Buffer
+			got := readUntilWhole(slave, &prompt, 1024, func() (func(), error) { return terminal.HideEcho(slave) }, c.incomplete)
+			ptytest.WaitEcho(t, slave, false)
+			if _, err := master.Write([]byte("mesh1_first_half\n")); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second) // past the 200 ms a paste's pieces are waited for
+			if _, err := master.Write([]byte(secret + "_second_half\n")); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case r := <-got:
+				if r.err != nil || r.line != c.want {
+					t.Fatalf("read %q, %v; want %q", r.line, r.err, c.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the paste was not read")
+			}
+			// Read without the caller's judgment, the late line came with the
+			// echo back on: shown, and left for the shell.
+			if shown := ptytest.Shown(master, 300*time.Millisecond); strings.Contains(shown, secret) != (c.incomplete == nil) {
+				t.Errorf("the terminal showed %q", shown)
+			}
+			ptytest.WaitEcho(t, slave, true)
+			if c.incomplete != nil {
+				shellReadsOnlyWhatFollows(t, master, slave)
+			}
+		})
+	}
+	t.Run("stays cut short", func(t *testing.T) {
+		master, slave := ptytest.Open(t)
+		var prompt bytes.Buffer
+		got := readUntilWhole(slave, &prompt, 1024, func() (func(), error) { return terminal.HideEcho(slave) }, cutShort)
+		ptytest.WaitEcho(t, slave, false)
+		start := time.Now()
+		if _, err := master.Write([]byte("mesh1_first_half\n")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-got:
+			if r.err != nil || r.line != "mesh1_first_half\n" || time.Since(start) < 3*time.Second {
+				t.Fatalf("read %q, %v after %s; want the first line after the 3 s wait", r.line, r.err, time.Since(start))
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the wait for the rest did not end")
+		}
+		ptytest.WaitEcho(t, slave, true)
+	})
+	t.Run("interrupted", func(t *testing.T) {
+		master, slave := ptytest.Open(t)
+		var prompt bytes.Buffer
+		got := readUntilWhole(slave, &prompt, 1024, func() (func(), error) { return terminal.HideEcho(slave) }, cutShort)
+		ptytest.WaitEcho(t, slave, false)
+		if _, err := master.Write([]byte("mesh1_first_half\n")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond) // in the wait for the late line
+		signalled := time.Now()
+		if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-got:
+			if !errors.Is(r.err, terminal.ErrInterrupted) || r.line != "" || time.Since(signalled) > time.Second {
+				t.Fatalf("%q, %v after %s; want ErrInterrupted at once", r.line, r.err, time.Since(signalled))
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the read did not end")
+		}
+		ptytest.WaitEcho(t, slave, true)
+	})
 }
 
 // termios is the terminal's settings on f.

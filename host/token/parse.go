@@ -2,6 +2,7 @@ package token
 
 import (
 	"crypto/ed25519"
+	"errors"
 	"hash/crc32"
 	"net/netip"
 	"strconv"
@@ -374,4 +375,12 @@ func readExpiry(s string) (time.Time, string) {
 // was "not a mesh join token").
 func Trim(s string) string {
 	return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(s), "\uFEFF"))
+}
+
+// CutShort reports whether s is the start of a token, cut short (ErrTruncated):
+// the first line of a wrapped token whose next line is still to come, to a
+// reader of a paste.
+func CutShort(s string) bool {
+	_, err := Parse(s, time.Time{})
+	return errors.Is(err, ErrTruncated)
 }

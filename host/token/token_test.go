@@ -293,3 +293,21 @@ func TestLooksLikeToken(t *testing.T) {
 		}
 	}
 }
+
+// TestCutShort: every prefix of a token is cut short, and so is the first line of
+// a token wrapped anywhere (whose next line a reader of a paste waits for); the
+// whole token, one split inside by a line break, and other text are not.
+func TestCutShort(t *testing.T) {
+	f, _ := sample()
+	whole := sealed(f...)
+	for i := 1; i < len(whole); i++ {
+		if !CutShort(whole[:i] + "\n") {
+			t.Fatalf("CutShort(%q) = false: its first %d bytes of %d", whole[:i], i, len(whole))
+		}
+	}
+	for _, s := range []string{whole, whole + "\n", whole[:40] + "\n" + whole[40:], "hello", ""} {
+		if CutShort(s) {
+			t.Errorf("CutShort(%q) = true", s)
+		}
+	}
+}

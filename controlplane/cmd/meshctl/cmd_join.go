@@ -193,7 +193,7 @@ func readSecretInput(file string, cio *cliIO) (string, error) {
 		// (see package terminal).
 		line, _, err := terminal.ReadHidden(cio.stdin, cio.stderr,
 			"paste the control token and press Enter (it is not shown): ", "paste the control token and press Enter: ",
-			maxTokenInput, cio.hideInput)
+			maxTokenInput, cio.hideInput, tokenfmt.CutShort)
 		return line, tokenInputError(err)
 	}
 	// `meshctl join < cp2.txt`: the file the shell opened is judged as

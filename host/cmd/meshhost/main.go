@@ -645,7 +645,7 @@ func trustedToken(name string, cio *cliIO) func(fs.FileInfo) error {
 func readPasted(cio *cliIO) (string, error) {
 	line, _, err := terminal.ReadHidden(cio.stdin, cio.stderr,
 		"paste the token and press Enter (it is not shown): ", "paste the token and press Enter: ",
-		maxTokenInput, cio.hideInput)
+		maxTokenInput, cio.hideInput, token.CutShort)
 	if err != nil && !errors.Is(err, terminal.ErrInterrupted) {
 		return "", fmt.Errorf("%w: read: %w", enrol.ErrToken, err)
 	}
