@@ -31,6 +31,35 @@ func HideTokens(s string) string {
 // instead of echoing it.
 func Contains(s string) bool { return HideTokens(s) != s }
 
+// InArgument reports whether a command-line argument holds a token or the end of
+// one with its secret: a run Contains finds, and 64 hex digits in a row beside a
+// '_', as a token's pin, signing key and secret each are (the field after each is
+// '_'-separated). Contains alone refused paths, context names and labels that begin
+// "mesh1_" (a review); without the '_', a path with a SHA-256 in it below such a
+// directory (a second review). Hiding in a message may take more than a token; a
+// refused argument stops an operator's command.
+func InArgument(arg string) bool {
+	if !Contains(arg) {
+		return false
+	}
+	isHex := func(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+	for i := 0; i < len(arg); {
+		if !isHex(arg[i]) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(arg) && isHex(arg[j]) {
+			j++
+		}
+		if j-i >= 64 && (i > 0 && arg[i-1] == '_' || j < len(arg) && arg[j] == '_') {
+			return true
+		}
+		i = j
+	}
+	return false
+}
+
 // hideHeads hides the runs that start as a token does.
 func hideHeads(s string) string {
 	var b strings.Builder

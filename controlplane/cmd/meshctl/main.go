@@ -500,23 +500,5 @@ func noPositional(args []string) error {
 }
 
 // holdsToken reports whether a command-line argument holds a join token or the end
-// of one with its secret: a run that reads as one (host/token.Contains) and 64 hex
-// digits in a row, which a token's pin, signing key and secret each are. The first
-// alone refused paths, context names and labels that begin "mesh1_" (a review).
-func holdsToken(arg string) bool {
-	if !hosttoken.Contains(arg) {
-		return false
-	}
-	run := 0
-	for i := 0; i < len(arg); i++ {
-		c := arg[i]
-		if '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' {
-			if run++; run >= 64 {
-				return true
-			}
-		} else {
-			run = 0
-		}
-	}
-	return false
-}
+// of one with its secret (host/token.InArgument, which meshhost refuses by too).
+func holdsToken(arg string) bool { return hosttoken.InArgument(arg) }

@@ -282,6 +282,8 @@ func TestTokenArgumentsNotEchoed(t *testing.T) {
 		{"join", "--data=" + filepath.Join(dir, tok)},
 		{"join", "--data", tok},
 		{"check", "--data=" + tok, "--json"},
+		// Its end alone, as a parser that cut it at a ':' quotes it.
+		{"nodes", "--data", "x_" + secret + "_0badc0de"},
 	} {
 		code, stdout, stderr := runCLI(args...)
 		if code != exitUsage || !strings.Contains(stderr, "holds a join token, or the end of one with its secret; it is not shown") {
@@ -300,7 +302,8 @@ func TestTokenArgumentsNotEchoed(t *testing.T) {
 	// What only begins as a token does is an operator's path, name or label (a
 	// review: they were refused).
 	for _, arg := range []string{"/srv/mesh1_controlplane/data", "~/.nkeys/mesh1_operator-alice.creds", "mesh1_eu-west-production",
-		"team=mesh1_platform-networking", "/tmp/mesh1_demo-walkthrough", "/srv/backup_" + strings.Repeat("ab", 16) + "_x"} {
+		"team=mesh1_platform-networking", "/tmp/mesh1_demo-walkthrough", "/srv/backup_" + strings.Repeat("ab", 16) + "_x",
+		"/srv/mesh1_prod/blobs/" + strings.Repeat("ab", 32), "/srv/mesh1_prod/" + strings.Repeat("cd", 32) + ".tar"} {
 		if holdsToken(arg) {
 			t.Errorf("%q taken for a token", arg)
 		}

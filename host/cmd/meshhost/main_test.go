@@ -210,16 +210,26 @@ func TestTokenArgumentsNotEchoed(t *testing.T) {
 		{"run", "--state", dir, "--root", dir, "--broker-ping", tok},
 		{"status", "--state", dir, tok},
 		{"--version", tok},
+		{"status", "--state=" + dir + "/" + tok},
+		// Its end alone, as a parser that cut it at a ':' quotes it.
+		{"status", "--state", "x_" + secret + "_0badc0de"},
 	} {
 		code, stdout, stderr := runCLI("", nil, args...)
-		if code != exitUsage {
-			t.Errorf("%.40q: exit %d, want %d", args, code, exitUsage)
+		if code != exitUsage || !strings.Contains(stderr, "not shown") {
+			t.Errorf("%.40q: exit %d, want %d refusing the argument:\n%s", args, code, exitUsage, stderr)
 		}
 		if strings.Contains(stdout+stderr, secret) {
 			t.Errorf("%.40q: the token's secret was printed:\n%s", args, stderr)
 		}
 		if strings.Contains(stdout+stderr, tok[:40]) {
 			t.Errorf("%.40q: the token was printed:\n%s", args, stderr)
+		}
+	}
+	// What only begins as a token does is an operator's path (a review: a state
+	// directory below one named mesh1_… was refused as a token on the command line).
+	for _, state := range []string{"/srv/mesh1_platform-networking/web-1", "/srv/mesh1_prod/" + strings.Repeat("ab", 32)} {
+		if code, _, stderr := runCLI("", nil, "status", "--state", state); code == exitUsage || strings.Contains(stderr, "join token") {
+			t.Errorf("--state %s: exit %d, refused as a token:\n%s", state, code, stderr)
 		}
 	}
 }

@@ -35,12 +35,12 @@ func (e tokenArgError) Error() string {
 
 func (e tokenArgError) Is(target error) bool { return target == errTokenArgument }
 
-// refuseTokens refuses the first of args that holds a token (token.Contains), as
+// refuseTokens refuses the first of args that holds a token (token.InArgument), as
 // the argument it is, before any of them is parsed: every later message about a
 // value (a flag's error, a path that cannot be used, a log line) could quote it.
 func refuseTokens(fs *flag.FlagSet, args []string) error {
 	for i, a := range args {
-		if !token.Contains(a) {
+		if !token.InArgument(a) {
 			continue
 		}
 		return tokenArgError{what: describeArg(fs, args, i), enrol: fs.Name() == "meshhost enrol"}
