@@ -398,9 +398,16 @@ func (b *tokenBucket) take(now time.Time, burst, rate, n, keep float64) bool {
 // replyUnder reports whether reply is a subject under prefix (prefix ends in '.').
 // A requester chooses its reply subject freely and the broker does not check it
 // against the requester's permissions, so the control plane answers only on the
-// requester's own inbox and drops everything else.
+// requester's own inbox and drops everything else. An empty token (`a..b`, a
+// trailing '.') makes no subject: the request was carried out (a token spent, a
+// sync's envelopes paid for) and its answer refused by the broker as a permissions
+// violation of the control plane's own connection (a walkthrough).
 func replyUnder(reply, prefix string) bool {
-	return len(reply) > len(prefix) && strings.HasPrefix(reply, prefix) && !strings.ContainsAny(reply[len(prefix):], "*> \t\r\n")
+	if len(reply) <= len(prefix) || !strings.HasPrefix(reply, prefix) {
+		return false
+	}
+	rest := reply[len(prefix):]
+	return !strings.ContainsAny(rest, "*> \t\r\n") && rest[0] != '.' && rest[len(rest)-1] != '.' && !strings.Contains(rest, "..")
 }
 
 func clipText(s string, n int) string {

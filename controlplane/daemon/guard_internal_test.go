@@ -9,7 +9,9 @@ import "testing"
 // the prefix alone, the inbox of another node whose id begins like this one's, and
 // white space (what follows would be read as more of the protocol line) are not the
 // requester's inbox either. Each is refused, before the handler reads anything.
-// replyUnder, which every handler's check is, had no test of its own.
+// replyUnder, which every handler's check is, had no test of its own. A reply with
+// an empty token is no subject at all: the request was carried out and its answer
+// refused by the broker.
 func TestReplyUnder(t *testing.T) {
 	const prefix = "_INBOX.node.web-1."
 	for _, c := range []struct {
@@ -37,6 +39,9 @@ func TestReplyUnder(t *testing.T) {
 		{"mesh.admin.signing-key.rotate", false},
 		{"mesh.node.web-1.decl", false}, // the node's own declaration subject
 		{"x_INBOX.node.web-1.abc", false},
+		{"_INBOX.node.web-1..x", false}, // an empty token: no subject (a walkthrough)
+		{"_INBOX.node.web-1.a..b", false},
+		{"_INBOX.node.web-1.abc.", false},
 	} {
 		if got := replyUnder(c.reply, prefix); got != c.ok {
 			t.Errorf("replyUnder(%q, %q) = %t, want %t", c.reply, prefix, got, c.ok)
