@@ -299,6 +299,74 @@ func TestReportsChangingOnlyTextAreHeldBack(t *testing.T) {
 	}
 }
 
+// TestReportsFlippingTheirRecordAreHeldBack (a walkthrough of protocol.md): a host
+// alternating its error code, or its stale flag, in every report it may send had
+// the leader commit each at the next flush, 36 log entries in 10 s where textEvery
+// bounds text to one. At most changesEach such reports are committed in a
+// textEvery, the newest held, not lost; a report of progress (a version forward)
+// is committed at once however many came before, and an honest agent's few
+// changes a declaration are committed at once.
+func TestReportsFlippingTheirRecordAreHeldBack(t *testing.T) {
+	for _, flip := range []string{"error code", "stale"} {
+		t.Run(flip, func(t *testing.T) {
+			d := fleet(t, 1)
+			const node = "n-0"
+			var clock atomic.Int64
+			clock.Store(time.Now().UnixNano())
+			d.status.setNow(func() time.Time { return time.Unix(0, clock.Load()) })
+			d.guard.now = func() time.Time { return time.Unix(0, clock.Load()) }
+			var commits atomic.Int64
+			d.status.beforeCommit = func() { commits.Add(1) }
+			report := func(version uint64, i int) {
+				t.Helper()
+				st := api.Status{V: api.ProtocolVersion, Node: node, HaveApplied: true, AppliedVersion: version, KeyringEpoch: 1, Agent: "meshhost/0.1.0"}
+				if flip == "stale" {
+					st.Stale = i%2 == 1
+				} else {
+					st.Error = &api.StatusError{Code: []string{api.StatusHookFailed, api.StatusApplyFailed}[i%2], Message: "m", Version: version}
+				}
+				data, err := json.Marshal(st)
+				if err != nil {
+					t.Fatal(err)
+				}
+				d.handleStatus(&nats.Msg{Subject: api.StatusSubject(node), Data: data})
+				d.status.flush()
+			}
+			d.declare(api.DeclareRequest{Nodes: []string{node}, Body: json.RawMessage(`{"files":[]}`)}, requestCall{})
+			d.declare(api.DeclareRequest{Nodes: []string{node}, Body: json.RawMessage(`{"files":[{"path":"x","content":"y"}]}`)}, requestCall{})
+			report(1, 0)
+			// Twenty seconds of reports at 19 a second, each flipping the record.
+			commits.Store(0)
+			const perSecond = 19
+			for i := 1; i <= 20*perSecond; i++ {
+				clock.Add(int64(time.Second / perSecond))
+				report(1, i)
+			}
+			// (20 s / textEvery + 1) × changesEach, as they are: a bound of its
+			// own, which raising either constant must face here. 380 before.
+			const most = 18
+			if commits.Load() > most || commits.Load() == 0 {
+				t.Errorf("20 s of reports flipping the %s were committed %d times, want 1 to %d", flip, commits.Load(), most)
+			}
+			// Progress at once, past every held report.
+			report(2, 0)
+			var a state.Applied
+			d.fsm.Read(func(s *state.State) { a = s.Nodes[node].Applied })
+			if a.Version != 2 {
+				t.Errorf("a report of version 2 after the flips: recorded version %d, want 2 at once", a.Version)
+			}
+			// Held, not lost: after the flips stop, the newest is committed.
+			report(2, 1)
+			clock.Add(int64(textEvery))
+			d.status.flush()
+			d.fsm.Read(func(s *state.State) { a = s.Nodes[node].Applied })
+			if a.Stale != (flip == "stale") || flip != "stale" && a.ErrorCode != api.StatusApplyFailed {
+				t.Errorf("the last report, held: recorded %+v", a)
+			}
+		})
+	}
+}
+
 // TestAReportBackToTheRecordSupersedesOneQueued (a walkthrough): an agent that put
 // a file back reports its hooks running, then not, milliseconds apart, before the
 // next flush. The first was queued, the second matched the record and dropped only

@@ -66,7 +66,7 @@ func TestAFanOutInPartsVerifiesOnEveryNode(t *testing.T) {
 	nodes := make([]string, n)
 	for i := range nodes {
 		nodes[i] = fmt.Sprintf("n-%d", i)
-		d.status.add(nodes[i], state.Applied{BatchProofs: true}, false)
+		d.status.add(nodes[i], state.Applied{BatchProofs: true}, reportChange)
 	}
 	d.status.flush()
 	var pub []ed25519.PublicKey

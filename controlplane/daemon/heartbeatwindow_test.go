@@ -66,8 +66,8 @@ func TestAnAgentsReportIntervalSetsWhenItCountsOffline(t *testing.T) {
 	d.status.mu.Lock()
 	p, pending := d.status.pending["slow"]
 	d.status.mu.Unlock()
-	if !pending || !p.textOnly {
-		t.Errorf("a report changing only the interval: pending %v, held back as text %v; want both", pending, p.textOnly)
+	if !pending || p.kind != reportText {
+		t.Errorf("a report changing only the interval: pending %v, held back as text %v; want both", pending, p.kind == reportText)
 	}
 	d.status.mu.Lock()
 	delete(d.status.pending, "slow")

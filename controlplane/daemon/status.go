@@ -75,7 +75,8 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 		a.ErrorCode, a.ErrorMessage, a.ErrorVersion = st.Error.Code, api.CleanText(redact.Secrets(st.Error.Message), api.MaxStatusMessageLen), st.Error.Version
 		a.ErrorRetryAt = st.Error.RetryAt.UTC().Truncate(time.Second)
 	}
-	changed, textOnly, ahead := false, false, false
+	changed, ahead := false, false
+	kind := reportChange
 	var key string
 	commits := d.status.commitsDone()
 	d.fsm.Read(func(s *state.State) {
@@ -92,14 +93,20 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 		old := n.Applied
 		old.ReportedAt = time.Time{}
 		changed = old != a
-		textOnly = changed && sameButText(old, a)
+		switch {
+		case !changed:
+		case sameButText(old, a):
+			kind = reportText
+		case a.Version > old.Version || a.KeyringEpoch > old.KeyringEpoch || a.HaveApplied && !old.HaveApplied:
+			kind = reportProgress
+		}
 	})
 	if ahead {
 		d.guard.drop("status", ReasonMalformed, node, "the report claims a version far past the one declared for the node")
 		return
 	}
 	if changed {
-		d.status.add(node, a, textOnly)
+		d.status.add(node, a, kind)
 	} else if key != "" {
 		// Back to what is recorded: a report queued before, or one being
 		// committed, would replace it with what the host no longer says.
@@ -115,7 +122,7 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 				}
 			})
 			if !same {
-				d.status.add(node, a, false)
+				d.status.add(node, a, reportChange)
 				break
 			}
 		}
@@ -144,10 +151,36 @@ func sameButText(old, a state.Applied) bool {
 // report that changes more.
 const textEvery = 10 * time.Second
 
+// changesEach is how many of a node's reports that change its record without
+// progress (hooks running, then not; an error, then another; stale) are committed
+// at once in a textEvery; past it, the newest is held as a text is. An honest agent
+// makes two or three a declaration; a host that flipped its error code or its
+// stale flag in every report had a log entry committed at every flush, 3.6 a
+// second, past textEvery's bound on text (a walkthrough: raft.db growing 15 KB/s).
+// A report of progress (a version or keyring epoch forward, a first apply) is never
+// held: convergence waits on it.
+const changesEach = 6
+
+// reportKind is what a report changes in its node's record, for what a flush holds
+// back.
+type reportKind uint8
+
+const (
+	reportChange   reportKind = iota // more than text, no progress: changesEach
+	reportText                       // only what sameButText leaves out: textEvery
+	reportProgress                   // a version or keyring epoch forward, or a first apply
+)
+
 // pendingReport is a node's report waiting for the next flush.
 type pendingReport struct {
-	applied  state.Applied
-	textOnly bool // it changes only what sameButText leaves out
+	applied state.Applied
+	kind    reportKind
+}
+
+// changeWindow counts a node's reports of reportChange committed since start.
+type changeWindow struct {
+	start time.Time
+	n     int
 }
 
 // statusBatcher collects status changes and commits them as one command per flush.
@@ -163,6 +196,9 @@ type statusBatcher struct {
 	// textAt is when a report of each node that changed only what is shown was
 	// last committed, for textEvery; forgotten once that has passed.
 	textAt map[string]time.Time
+	// changes counts each node's reports of reportChange committed in the
+	// textEvery since the first, for changesEach; forgotten once it has passed.
+	changes map[string]changeWindow
 	// seen is when the leader last heard from each node that went offline since
 	// the last flush (state.StatusCmd.Seen), with its key.
 	seen map[string]seenAt
@@ -189,7 +225,7 @@ type seenAt struct {
 
 func newStatusBatcher(d *Daemon) *statusBatcher {
 	return &statusBatcher{d: d, now: d.now, pending: map[string]pendingReport{}, spare: map[string]pendingReport{},
-		textAt: map[string]time.Time{}, seen: map[string]seenAt{}}
+		textAt: map[string]time.Time{}, changes: map[string]changeWindow{}, seen: map[string]seenAt{}}
 }
 
 // addSeen records that node, of key, went offline, last heard from at at.
@@ -200,10 +236,10 @@ func (b *statusBatcher) addSeen(node, key string, at time.Time) {
 }
 
 // add queues node's report a for the next flush, in place of any it queued before;
-// textOnly when it changes only what sameButText leaves out.
-func (b *statusBatcher) add(node string, a state.Applied, textOnly bool) {
+// kind is what it changes in the node's record.
+func (b *statusBatcher) add(node string, a state.Applied, kind reportKind) {
 	b.mu.Lock()
-	b.pending[node] = pendingReport{applied: a, textOnly: textOnly}
+	b.pending[node] = pendingReport{applied: a, kind: kind}
 	b.mu.Unlock()
 }
 
@@ -276,13 +312,30 @@ func (b *statusBatcher) flush() {
 			delete(b.textAt, node)
 		}
 	}
+	for node, w := range b.changes {
+		if now.Sub(w.start) >= textEvery || now.Before(w.start) {
+			delete(b.changes, node)
+		}
+	}
 	for node, p := range batch {
-		if p.textOnly {
+		switch p.kind {
+		case reportText:
 			if _, recent := b.textAt[node]; recent {
 				held = append(held, node)
 				continue
 			}
 			b.textAt[node] = now
+		case reportChange:
+			w, ok := b.changes[node]
+			if !ok {
+				w.start = now
+			}
+			if w.n >= changesEach {
+				held = append(held, node)
+				continue
+			}
+			w.n++
+			b.changes[node] = w
 		}
 		cmd.Reports = append(cmd.Reports, state.StatusReport{Node: node, Applied: p.applied})
 	}
