@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -100,8 +101,8 @@ type Backup struct {
 // Stats is how a writer's backups went: what the metrics export.
 type Stats struct {
 	// LastSuccess is when the last backup that succeeded was taken (zero: none
-	// since the writer started), LastSize and LastDuration its size and how long
-	// it took.
+	// taken since the writer started, nor found in the directory), LastSize and
+	// LastDuration its size and how long it took (zero for one found).
 	LastSuccess  time.Time
 	LastSize     int64
 	LastDuration time.Duration
@@ -158,7 +159,34 @@ func New(cfg Config) (*Writer, error) {
 	if n := w.removeTemporary(); n > 0 {
 		w.log.Info("removed the unfinished backups a stop or a failure left", "count", n, "dir", dir)
 	}
+	w.stats = w.newestStored()
 	return w, nil
+}
+
+// newestStored is what the metrics say of the newest backup of this node already
+// in the directory (zero when there is none): the last that succeeded. A restart
+// takes none while it is younger than Config.Every (firstWait), and the age alert
+// operations.md recommends read 0 and fired for up to an interval after every
+// restart (a walkthrough). How long it took is not known.
+func (w *Writer) newestStored() Stats {
+	backups, err := w.list()
+	if err != nil || len(backups) == 0 {
+		return Stats{}
+	}
+	at, err := time.Parse(stampLayout, backups[0].at)
+	if err != nil {
+		return Stats{}
+	}
+	var size int64
+	_ = filepath.WalkDir(filepath.Join(w.cfg.Dir, backups[0].name), func(_ string, e fs.DirEntry, err error) error {
+		if err == nil && e.Type().IsRegular() {
+			if fi, ierr := e.Info(); ierr == nil {
+				size += fi.Size()
+			}
+		}
+		return nil
+	})
+	return Stats{LastSuccess: at, LastSize: size}
 }
 
 // prepare makes the backup directory if it is missing, and judges it as serve

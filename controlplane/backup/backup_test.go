@@ -522,6 +522,38 @@ func TestTheFirstBackupWaitsForTheNewestToAge(t *testing.T) {
 	}
 }
 
+// TestTheNewestBackupFoundIsTheLastSuccess (a walkthrough): a control node
+// restarted within --backup-every of its newest backup takes none at start, and its
+// last-success metric read 0 until the next interval: the age alert the docs
+// recommend fired after every restart. A writer starts with the newest backup of
+// its node found in the directory as its last success, and its size; another
+// node's, newer, is not taken for it.
+func TestTheNewestBackupFoundIsTheLastSuccess(t *testing.T) {
+	t.Parallel()
+	w, c, _ := newWriter(t, &fakeSource{index: 3}, 3)
+	if s := w.Stats(); !s.LastSuccess.IsZero() {
+		t.Fatalf("an empty directory: last success %s, want none", s.LastSuccess)
+	}
+	b, err := w.Take(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := w.Stats()
+	other := filepath.Join(w.Dir(), Name("cp-2", "3f2a9c1e", c.now().Add(time.Minute), 9))
+	if err := os.MkdirAll(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c.add(10 * time.Minute)
+	again, err := New(w.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := again.Stats()
+	if !s.LastSuccess.Equal(taken.LastSuccess) || s.LastSize != taken.LastSize || s.LastSize == 0 || s.LastDuration != 0 {
+		t.Errorf("restarted after %s (%s): stats %+v, want the last success %s of %d bytes", b.Path, again.firstWait(), s, taken.LastSuccess, taken.LastSize)
+	}
+}
+
 // runningAfterOne is a writer that took one backup of src a minute ago (its newest,
 // younger than the hour between backups) and now runs; stop stops it and waits.
 func runningAfterOne(t *testing.T, src *fakeSource) (w *Writer, log *lockedBuffer, stop func()) {

@@ -56,13 +56,13 @@ func (s raftSource) BackUp(ctx context.Context, dir string) (replication.BackupS
 // node that takes backups, so that an alert on their age fires for those alone.
 var (
 	descBackupLast = prometheus.NewDesc("mesh_control_backup_last_success_timestamp_seconds",
-		"When this control node's last backup that succeeded was taken (Unix time; 0: none since serve started, which takes one at once).", nil, nil)
+		"When this control node's last backup that succeeded was taken (Unix time; at start, its newest in the backup directory; 0: none there, and serve takes one at once).", nil, nil)
 	descBackupFailures = prometheus.NewDesc("mesh_control_backup_failures_total",
 		"Backups of this control node that failed (the log says why; each is tried again at the next interval).", nil, nil)
 	descBackupSize = prometheus.NewDesc("mesh_control_backup_last_size_bytes",
 		"The size of this control node's last backup that succeeded, in bytes.", nil, nil)
 	descBackupDuration = prometheus.NewDesc("mesh_control_backup_last_duration_seconds",
-		"How long this control node's last backup that succeeded took to write.", nil, nil)
+		"How long this control node's last backup that succeeded took to write (0 for one serve found at start).", nil, nil)
 )
 
 // backupCollector exports the backups' figures.
