@@ -96,3 +96,50 @@ func TestCutSecretsHidesAKeyWhoseStartWasCut(t *testing.T) {
 		t.Fatalf("CutSecrets(%q) = %q, want it kept", in, CutSecrets(in))
 	}
 }
+
+// TestNamedSecretsAreHidden (a walkthrough): a failing hook that printed a
+// service's configuration (DB_PASSWORD=hunter2) had it shown by declare --wait,
+// status and nodes --json, and kept in every control node's Raft log and backups.
+// The value given to a name of a password, secret, token or key, as a shell, an
+// environment, INI, YAML, JSON or an HTTP header writes it, and a URL's password,
+// are hidden; the text around them, and text that names no secret, are kept; and
+// hiding again what was hidden changes nothing (the control plane hides an
+// agent's report again).
+func TestNamedSecretsAreHidden(t *testing.T) {
+	const pw = "hunter2x"
+	for _, c := range []struct{ in, want string }{
+		{"DB_PASSWORD=" + pw, "DB_PASSWORD=" + Hidden},
+		{"export AWS_SECRET_ACCESS_KEY='" + pw + " more'", "export AWS_SECRET_ACCESS_KEY=" + Hidden},
+		{`{"api_key": "` + pw + `", "user": "app"}`, `{"api_key": ` + Hidden + `, "user": "app"}`},
+		{"password: " + pw + "\nport: 5432", "password: " + Hidden + "\nport: 5432"},
+		{"[db]\npasswd = " + pw + "\n", "[db]\npasswd = " + Hidden + "\n"},
+		{"Authorization: Bearer " + pw, "Authorization: " + Hidden},
+		{"start: --password=" + pw + " --port 80", "start: --password=" + Hidden + " --port 80"},
+		{"SECRET_KEY_BASE=" + pw + ";next", "SECRET_KEY_BASE=" + Hidden + ";next"},
+		{"password=" + pw + ",more", "password=" + Hidden},
+		{"dsn postgres://app:" + pw + "@db:5432/x failed", "dsn postgres://app:" + Hidden + "@db:5432/x failed"},
+		{"GITHUB_TOKEN=" + pw, "GITHUB_TOKEN=" + Hidden},
+	} {
+		got := Secrets(c.in)
+		if got != c.want || strings.Contains(got, pw) {
+			t.Errorf("Secrets(%q) = %q, want %q", c.in, got, c.want)
+		}
+		if again := Secrets(got); again != got {
+			t.Errorf("hidden again, %q became %q", got, again)
+		}
+	}
+	for _, kept := range []string{
+		"hook failed: exit status 1", "nginx: [emerg] unknown directive \"foo\" in /etc/nginx/nginx.conf:12",
+		"declaration signing key: not in keyring", "author: someone", "keyring epoch 2", "port=5432 user=app",
+		"https://example.com:8443/path", "secret: " + Hidden, "password: <a token: not shown>",
+	} {
+		if got := Secrets(kept); got != kept {
+			t.Errorf("Secrets(%q) = %q, want it kept", kept, got)
+		}
+	}
+	// A token given to a secret's name is hidden whole, as a token.
+	tok := "mesh1_demo_192.0.2.10:7300,192.0.2.11:7300_" + strings.Repeat("ab", 32) + "_" + strings.Repeat("cd", 32) + "_web-1_worker_1796000900_" + strings.Repeat("5e", 32) + "_0badc0de"
+	if got := Secrets("MESH_TOKEN=" + tok + " x"); strings.Contains(got, "5e5e") || strings.Contains(got, "192.0.2.11") || !strings.HasSuffix(got, " x") {
+		t.Errorf("a token given to MESH_TOKEN: %q", got)
+	}
+}

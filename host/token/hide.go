@@ -2,8 +2,8 @@ package token
 
 import "strings"
 
-// hiddenToken stands in for a token's text in messages.
-const hiddenToken = "<a token: not shown>"
+// HiddenToken stands in for a token's text in messages.
+const HiddenToken = "<a token: not shown>"
 
 // hideMinLen is the shortest text after the "mesh<version>_" head that HideTokens
 // hides: shorter, it is a word in a message ("starts with mesh1_"), not a token.
@@ -88,7 +88,7 @@ func hideHeads(s string) string {
 		}
 		b.WriteString(rest[:i])
 		if end-(j+1) >= hideMinLen {
-			b.WriteString(hiddenToken)
+			b.WriteString(HiddenToken)
 		} else {
 			b.WriteString(rest[i:end])
 		}
@@ -109,7 +109,7 @@ func hideTails(s string) string {
 			continue
 		}
 		if run := s[start:i]; hasTail(run) {
-			b.WriteString(hiddenToken)
+			b.WriteString(HiddenToken)
 			changed = true
 		} else {
 			b.WriteString(run)
