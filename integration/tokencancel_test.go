@@ -89,7 +89,7 @@ func TestTokenCancelLeavesATokenMintedSince(t *testing.T) {
 	cp.Token("db-2", "--label", "tier=db", "--label", "env=prod")
 	r = cp.Ctl("token", "--node", "db-2", "--replace", "--label", "env=prod")
 	if r.Code != 0 || !strings.Contains(r.Stderr, "warning: the cancelled token gave db-2 labels this one does not: --label tier=db;") ||
-		!strings.Contains(r.Stderr, "meshctl token --node db-2 --replace --label env=prod --label tier=db") {
+		!strings.Contains(r.Stderr, "run the same command again with --replace and these labels: --label env=prod --label tier=db") {
 		t.Fatalf("token --replace without a label of the token it replaces (exit %d):\n%s", r.Code, r.Combined())
 	}
 	// As the warning says: no warning then.

@@ -156,7 +156,7 @@ A control node's own admin.creds is not among them: it lasts as long as its node
 // copy of that seed, stays).
 func operatorAdd(cio *cliIO, cp *controlPlaneFlags, name string, ttl time.Duration, out string, renew, asJSON bool) error {
 	if cp.dir == "" || cp.remote() {
-		return usagef("operator add runs on the control node that holds the operator account key: --data DIR (the bootstrap machine's)")
+		return usagef("operator add runs on the control node that holds the operator account key: --data DIR of the node meshctl nodes marks (CA)")
 	}
 	if ttl < operatorcreds.MinTTL || ttl > operatorcreds.MaxTTL {
 		d := dayDuration(ttl)

@@ -332,8 +332,11 @@ func tellReplaced(cio *cliIO, replaced []api.TokenView, labels map[string]string
 			}
 			slices.Sort(lost)
 			slices.Sort(all)
-			fmt.Fprintf(cio.stderr, "warning: the cancelled token gave %s labels this one does not: %s; to give them, mint again: meshctl token --node %s --replace %s\n",
-				t.Node, strings.Join(lost, " "), t.Node, strings.Join(all, " "))
+			// The same command, not one spelled here: a command without the
+			// --data or --out given failed, or printed the token where the
+			// operator's file kept the one it replaced (a walkthrough).
+			fmt.Fprintf(cio.stderr, "warning: the cancelled token gave %s labels this one does not: %s; to give them, run the same command again with --replace and these labels: %s\n",
+				t.Node, strings.Join(lost, " "), strings.Join(all, " "))
 		}
 	}
 }

