@@ -24,9 +24,9 @@ func TestAControlTokenForAMembersAddressIsRefused(t *testing.T) {
 	}
 	p, _ := strconv.Atoi(port)
 	for _, c := range []struct{ addr, want string }{
-		{cp.Listen, cp.Listen + " is cp-1's broker address"},
+		{cp.Listen, "the new control node's broker address (--addr), " + cp.Listen + ", is cp-1's broker address"},
 		// Its broker one port above: the member's Raft port.
-		{net.JoinHostPort(host, strconv.Itoa(p+1)), net.JoinHostPort(host, strconv.Itoa(p+1)) + " is cp-1's Raft address"},
+		{net.JoinHostPort(host, strconv.Itoa(p+1)), "broker address (--addr), " + net.JoinHostPort(host, strconv.Itoa(p+1)) + ", is cp-1's Raft address"},
 	} {
 		r := cp.Ctl("token", "--role", "control", "--node", "cp-2", "--addr", c.addr)
 		if r.Code != 4 || !strings.Contains(r.Stderr, c.want) || r.Stdout != "" {
@@ -46,8 +46,10 @@ func TestAControlTokenForAMembersAddressIsRefused(t *testing.T) {
 	// failed at Raft, "duplicate address", at every rerun it was told to make);
 	// for cp-2 itself, --replace mints it again.
 	for _, c := range []struct{ addr, want string }{
-		{own, own + " is the broker address of cp-2's pending control token"},
-		{net.JoinHostPort(host, strconv.Itoa(p+9)), net.JoinHostPort(host, strconv.Itoa(p+10)) + " is the broker address of cp-2's pending control token"},
+		{own, "broker address (--addr), " + own + ", is the broker address of cp-2's pending control token"},
+		// Which of the new node's addresses: its Raft address, derived from
+		// --addr, which the operator did not type (a walkthrough).
+		{net.JoinHostPort(host, strconv.Itoa(p+9)), "Raft address (--raft-addr; by default --addr's port + 1), " + net.JoinHostPort(host, strconv.Itoa(p+10)) + ", is the broker address of cp-2's pending control token"},
 	} {
 		r := cp.Ctl("token", "--role", "control", "--node", "cp-3", "--addr", c.addr)
 		if r.Code != 4 || !strings.Contains(r.Stderr, c.want) || !strings.Contains(r.Stderr, "meshctl token cancel cp-2") || r.Stdout != "" {

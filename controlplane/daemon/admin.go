@@ -521,7 +521,7 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 			return out, badRequest("%q is the name of operator credentials the mesh records, valid, expired or revoked (meshctl operator list; a revoked record stays until 90 days after its credentials expire): a control node under it would read as that person in the broker's listings and logs; give the control node another id", name)
 		}
 		if taken := d.controlAddressesTaken(req.Node, req.Control); taken != "" {
-			return out, badRequest("%s: the new control node would listen where another control node does; give it addresses of its own (--addr, and the two ports after its port)", taken)
+			return out, badRequest("the new control node's %s: it would listen where another control node does; give it addresses of its own (--addr, and the two ports after its port)", taken)
 		}
 		if err := d.checkControlClaim(req); err != nil {
 			return out, err
@@ -603,16 +603,23 @@ func (d *Daemon) createToken(req api.TokenCreateRequest) (api.TokenCreateResult,
 // join was admitted, handed the keys, and failed at Raft ("duplicate address") at
 // every rerun it was told to make (a docs walkthrough).
 func (d *Daemon) controlAddressesTaken(node string, c *api.ControlMember) string {
-	// used names the first of c's addresses among another's, and which it is there.
-	used := func(broker, raft, cluster string) (addr, what string) {
-		for _, a := range []string{c.Broker, c.Raft, c.Cluster} {
+	// used names the first of c's addresses among another's, which of the new
+	// node's it is, and which it is there: the Raft and cluster addresses are
+	// derived from --addr unless given, and "18300 is cp-1's broker address" for
+	// --addr 127.0.0.1:18299 left the operator to guess (a walkthrough).
+	used := func(broker, raft, cluster string) (addr, mine, what string) {
+		for _, a := range []struct{ addr, what string }{
+			{c.Broker, "broker address (--addr)"},
+			{c.Raft, "Raft address (--raft-addr; by default --addr's port + 1)"},
+			{c.Cluster, "cluster address (--cluster-addr; by default --addr's port + 2)"},
+		} {
 			for _, u := range []struct{ what, addr string }{{"broker", broker}, {"Raft", raft}, {"cluster", cluster}} {
-				if a == u.addr {
-					return a, u.what
+				if a.addr == u.addr {
+					return a.addr, a.what, u.what
 				}
 			}
 		}
-		return "", ""
+		return "", "", ""
 	}
 	taken := ""
 	now := d.now()
@@ -622,8 +629,8 @@ func (d *Daemon) controlAddressesTaken(node string, c *api.ControlMember) string
 			if m.Removed || id == node {
 				continue
 			}
-			if a, what := used(m.Broker, m.Raft, m.Cluster); a != "" {
-				taken = fmt.Sprintf("%s is %s's %s address", a, id, what)
+			if a, mine, what := used(m.Broker, m.Raft, m.Cluster); a != "" {
+				taken = fmt.Sprintf("%s, %s, is %s's %s address", mine, a, id, what)
 				return
 			}
 		}
@@ -635,8 +642,8 @@ func (d *Daemon) controlAddressesTaken(node string, c *api.ControlMember) string
 		}
 		slices.SortFunc(pending, func(a, b *state.Token) int { return strings.Compare(a.Node, b.Node) })
 		for _, t := range pending {
-			if a, what := used(t.Control.Broker, t.Control.Raft, t.Control.Cluster); a != "" {
-				taken = fmt.Sprintf("%s is the %s address of %s's pending control token %s (meshctl token cancel %s cancels it)", a, what, t.Node, t.ShortID(), t.Node)
+			if a, mine, what := used(t.Control.Broker, t.Control.Raft, t.Control.Cluster); a != "" {
+				taken = fmt.Sprintf("%s, %s, is the %s address of %s's pending control token %s (meshctl token cancel %s cancels it)", mine, a, what, t.Node, t.ShortID(), t.Node)
 				return
 			}
 		}
