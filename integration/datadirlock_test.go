@@ -282,7 +282,7 @@ func TestBootstrapOnAJoinedNode(t *testing.T) {
 		if r.Code != ctlExitDataDir {
 			t.Fatalf("bootstrap %v on a joined node: exit %d, want %d:\n%s", extra, r.Code, ctlExitDataDir, r.Combined())
 		}
-		for _, want := range []string{"control node cp-2 of mesh " + cp1.Mesh, "joined the mesh with `meshctl join`", "the CA key is on cp-1",
+		for _, want := range []string{"control node cp-2 of mesh " + cp1.Mesh, "joined the mesh with `meshctl join`", "when it joined, the CA key was on cp-1",
 			"nothing to bootstrap or resume", "meshctl serve --data " + cp2.Dir} {
 			if !strings.Contains(r.Stderr, want) {
 				t.Errorf("bootstrap %v: the refusal lacks %q:\n%s", extra, want, r.Stderr)

@@ -71,12 +71,15 @@ func (e *JoinedError) Error() string {
 		return fmt.Sprintf("%v: %s holds control node %s of mesh %s, whose `meshctl join` has not completed; it was not bootstrapped, so there is nothing to bootstrap or resume here. Finish the join with `meshctl join --data %s` and the same token; to create a new mesh, use an empty --data directory",
 			ErrConflict, e.Dir, e.Node, e.Mesh, e.Dir)
 	}
+	// Said as what this directory recorded: the holder, and the node itself, may
+	// have been removed since (a walkthrough: "the CA key is on cp-1" and "start
+	// it with serve" after both were removed).
 	holder := ""
 	if e.CAHolder != "" && e.CAHolder != e.Node {
-		holder = fmt.Sprintf(" (the CA key is on %s)", e.CAHolder)
+		holder = fmt.Sprintf(" (when it joined, the CA key was on %s; meshctl nodes marks where it is now)", e.CAHolder)
 	}
-	return fmt.Sprintf("%v: %s holds control node %s of mesh %s, which joined the mesh with `meshctl join`%s; it was not bootstrapped, so there is nothing to bootstrap or resume here. Start it with `meshctl serve --data %s`; to create a new mesh, use an empty --data directory",
-		ErrConflict, e.Dir, e.Node, e.Mesh, holder, e.Dir)
+	return fmt.Sprintf("%v: %s holds control node %s of mesh %s, which joined the mesh with `meshctl join`%s; it was not bootstrapped, so there is nothing to bootstrap or resume here. If meshctl nodes still lists %s, start it with `meshctl serve --data %s`; to create a new mesh, use an empty --data directory",
+		ErrConflict, e.Dir, e.Node, e.Mesh, holder, e.Node, e.Dir)
 }
 
 // Is makes errors.Is(err, ErrConflict) hold.

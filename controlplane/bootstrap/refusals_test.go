@@ -28,7 +28,7 @@ func TestRefusesAJoinedNode(t *testing.T) {
 		want    []string
 	}{
 		"joined": {func(d datadir.Dir, cfg datadir.Config) { saveConfig(t, d, cfg) },
-			[]string{"control node cp-2 of mesh demo", "joined the mesh with `meshctl join`", "the CA key is on cp-1", "meshctl serve --data"}},
+			[]string{"control node cp-2 of mesh demo", "joined the mesh with `meshctl join`", "when it joined, the CA key was on cp-1", "meshctl serve --data"}},
 		"joined before the field was recorded": {func(d datadir.Dir, cfg datadir.Config) {
 			cfg.Joined = false
 			saveConfig(t, d, cfg)
