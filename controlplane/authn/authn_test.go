@@ -285,6 +285,7 @@ func TestAuthenticate(t *testing.T) {
 				Account:   broker.AccountHosts,
 				Publish:   []string{"mesh.node.web-1.status", "mesh.node.web-1.sync"},
 				Subscribe: []string{"mesh.node.web-1.decl", "_INBOX.node.web-1.>"},
+				Host:      true,
 			}},
 		{name: "node, bound to its session", client: broker.Client{Nkey: pub(fx.web1), Nonce: nonce, Binding: session1, Sig: sign(t, fx.web1, broker.BoundNonce(nonce, session1))},
 			grant: NodeGrant("web-1")},
@@ -310,6 +311,7 @@ func TestAuthenticate(t *testing.T) {
 				Account:   broker.AccountRevoked,
 				Publish:   []string{"mesh.node.gone.status", "mesh.node.gone.sync"},
 				Subscribe: []string{"mesh.node.gone.decl", "_INBOX.node.gone.>"},
+				Host:      true,
 			}, deadline: RevokedConnectionLifetime},
 		{name: "node key revoked, id enrolled again", client: broker.Client{Nkey: pub(fx.oldDB), Nonce: nonce, Sig: sign(t, fx.oldDB, nonce)},
 			grant: RevokedGrant("db-1", time.Time{}), deadline: RevokedConnectionLifetime},
@@ -326,7 +328,7 @@ func TestAuthenticate(t *testing.T) {
 		// Enrolling clients: a live token, under its own node, with the key to register.
 		{name: "enrolling", client: enrolling(t, "web-2", fx.secret, newKey, nonce),
 			grant: broker.Grant{User: "enrol:web-2", Account: broker.AccountHosts, Publish: []string{"mesh.enrol.web-2." + pub(newKey), "mesh.enrol.web-2"},
-				Subscribe: []string{"_INBOX.enrol.web-2." + pub(newKey) + ".>"}}, deadline: EnrolConnectionLifetime},
+				Subscribe: []string{"_INBOX.enrol.web-2." + pub(newKey) + ".>"}, Host: true}, deadline: EnrolConnectionLifetime},
 		{name: "enrolling upper-case hex", client: enrolling(t, "web-2", strings.ToUpper(fx.secret), newKey, nonce),
 			grant: EnrolGrant("web-2", pub(newKey), time.Time{}), deadline: EnrolConnectionLifetime},
 		// The same enrolment run again with the key the token enrolled: admitted.
@@ -344,7 +346,7 @@ func TestAuthenticate(t *testing.T) {
 		// else (the node's old subject shares its budget among its enrolments).
 		{name: "enrolling names another node", client: enrolling(t, "web-3", fx.secret, newKey, nonce),
 			grant: broker.Grant{User: "enrol:web-3", Account: broker.AccountHosts, Publish: []string{"mesh.enrol.web-3." + pub(newKey)},
-				Subscribe: []string{"_INBOX.enrol.web-3." + pub(newKey) + ".>"}}, deadline: RefusalConnectionLifetime},
+				Subscribe: []string{"_INBOX.enrol.web-3." + pub(newKey) + ".>"}, Host: true}, deadline: RefusalConnectionLifetime},
 		{name: "enrolling a used token names another node", client: enrolling(t, "web-3", fx.used, newKey, nonce),
 			grant: OtherNodeGrant("web-3", pub(newKey), time.Time{}), deadline: RefusalConnectionLifetime},
 		{name: "enrolling with a revoked key", client: enrolling(t, "web-2", fx.secret, fx.gone, nonce), want: ErrRevoked},
@@ -431,7 +433,10 @@ func TestAuthenticate(t *testing.T) {
 			if err != nil {
 				t.Fatalf("refused: %v", err)
 			}
-			if g.User != tt.grant.User || g.Account != tt.grant.Account ||
+			// Host too: a host's grant without it escapes the broker's bound on
+			// hosts (Capacity.MaxHosts), and one of the control plane's own with
+			// it would count against that bound.
+			if g.User != tt.grant.User || g.Account != tt.grant.Account || g.Host != tt.grant.Host ||
 				!slices.Equal(g.Publish, tt.grant.Publish) || !slices.Equal(g.Subscribe, tt.grant.Subscribe) {
 				t.Fatalf("grant = %+v, want %+v", g, tt.grant)
 			}
