@@ -365,7 +365,7 @@ func Join(ctx context.Context, o Options) error {
 				// mesh.json is written after the admission: the mesh admitted this
 				// node with the token, and a new one is refused until it is removed.
 				return fmt.Errorf("%w: %w. The mesh admitted %s with it (%s records the unfinished join), and a join resumes with its token only while the token is valid: "+
-					"%s stays an admitted control node until removed. If meshctl nodes shows %s at this machine's addresses, remove it (meshctl control remove %s), mint a new control token for it where the CA key is, and run meshctl join with that into a new --data directory (this one holds the keys of the join it admitted); "+
+					"%s stays an admitted control node until removed. If meshctl nodes shows %s at this machine's addresses, remove it (meshctl control remove %s), mint a new control token for it where the CA key is, and run meshctl join with that (into the same --data directory); "+
 					"if it shows it at another machine's, that machine was admitted as %s since: leave it, and join this one under another id",
 					ErrToken, err, tok.Node, o.Dir.Path(datadir.ConfigFile), tok.Node, tok.Node, tok.Node, tok.Node)
 			}
@@ -575,18 +575,20 @@ func (r *run) keys() (nkeys.KeyPair, nkeys.KeyPair, error) {
 			r.step("keys", "presenting again the keys an earlier run of this join presented, should the mesh have admitted them")
 			return nk, ck, nil
 		}
-		if admitted, what := r.admittedHere(); admitted {
-			// The mesh admitted the join these keys belong to, and only they can
-			// finish it: replaced, they were lost for good, and the node stayed
-			// admitted (a review). A node removed meanwhile is told by the mesh:
-			// the join that hears it drops its keys (ErrRemoved).
-			return nil, nil, fmt.Errorf("%w: %s holds the keys of a join of %s that the mesh admitted with another token (%s), and only they can finish it: "+
-				"run meshctl join with that token while it is valid. If it has expired, or the node was removed since, join with this token into a new --data directory "+
-				"(meshctl nodes shows whether %s is still admitted: remove it first, meshctl control remove %s)",
-				ErrDataDir, r.o.Dir, r.tok.Node, what, r.tok.Node, r.tok.Node)
+		if admitted, what := r.admittedHere(p.Node); admitted && p.Node != r.tok.Node {
+			// The mesh admitted another node's join with these keys, and only
+			// they can finish it: replaced, they were lost for good, and that node
+			// stayed admitted (a review). Another token of this node's is another
+			// matter: the mesh mints one only once the node is removed (or no
+			// token of it was used), when these keys finish nothing.
+			return nil, nil, fmt.Errorf("%w: %s holds the keys of a join of %s that the mesh admitted (%s), and only they can finish it: "+
+				"run meshctl join with %s's token while it is valid, and join %s into a new --data directory. "+
+				"If %s is to be given up, remove it (meshctl control remove %s) and this directory",
+				ErrDataDir, r.o.Dir, p.Node, what, p.Node, r.tok.Node, p.Node, p.Node)
 		}
-		// The pending join of another token (or node), which the mesh may not
-		// have admitted: this join starts afresh.
+		// The pending join of another token of this node (whose node was
+		// removed, or never admitted with it), or of another node the mesh may
+		// not have admitted: this join starts afresh.
 		r.step("keys", "%s held the keys of a join with another token or node: new keys replace them", pendingFile)
 	}
 	nk, err := nkeys.CreateUser()
@@ -607,10 +609,10 @@ func (r *run) keys() (nkeys.KeyPair, nkeys.KeyPair, error) {
 }
 
 // admittedHere reports whether the data directory shows the mesh's admission of a
-// join of this node: mesh.json marked joining, or files a join writes only after
+// join of node: mesh.json marked joining for it, or files a join writes only after
 // the mesh's answer. what says which.
-func (r *run) admittedHere() (bool, string) {
-	if cfg, err := r.o.Dir.ReadConfigRaw(); err == nil && cfg.Joining && cfg.Node == r.tok.Node {
+func (r *run) admittedHere(node string) (bool, string) {
+	if cfg, err := r.o.Dir.ReadConfigRaw(); err == nil && cfg.Joining && cfg.Node == node {
 		return true, datadir.ConfigFile + " records it"
 	}
 	entries, _ := os.ReadDir(string(r.o.Dir))
