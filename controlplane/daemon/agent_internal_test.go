@@ -303,11 +303,30 @@ func TestReportsChangingOnlyTextAreHeldBack(t *testing.T) {
 // alternating its error code, or its stale flag, in every report it may send had
 // the leader commit each at the next flush, 36 log entries in 10 s where textEvery
 // bounds text to one. At most changesEach such reports are committed in a
-// textEvery, the newest held, not lost; a report of progress (a version forward)
-// is committed at once however many came before, and an honest agent's few
-// changes a declaration are committed at once.
+// textEvery, the newest held, not lost. A step toward convergence that nothing in
+// it takes back (progressed) is committed at once however many came before; a
+// host alternating two fields, one forward as the other goes back (a review:
+// version and keyring epoch, a first apply and a version, hooks and an error),
+// gets no more than one flipping a single field: changesEach steps away from
+// convergence in a textEvery, each followed by one back.
 func TestReportsFlippingTheirRecordAreHeldBack(t *testing.T) {
-	for _, flip := range []string{"error code", "stale"} {
+	for flip, at := range map[string]func(i int, st *api.Status){
+		"error code": func(i int, st *api.Status) {
+			st.Error = &api.StatusError{Code: []string{api.StatusHookFailed, api.StatusApplyFailed}[i%2], Message: "m", Version: 2}
+		},
+		"stale": func(i int, st *api.Status) { st.Stale = i%2 == 1 },
+		"version against epoch": func(i int, st *api.Status) {
+			st.AppliedVersion, st.KeyringEpoch = uint64(1+i%2), uint64(2-i%2)
+		},
+		"first apply against version": func(i int, st *api.Status) {
+			st.HaveApplied, st.AppliedVersion = i%2 == 1, uint64(2-i%2)
+		},
+		"hooks against error": func(i int, st *api.Status) {
+			if st.HooksRunning = i%2 == 0; !st.HooksRunning {
+				st.Error = &api.StatusError{Code: api.StatusHookFailed, Message: "m", Version: 1}
+			}
+		},
+	} {
 		t.Run(flip, func(t *testing.T) {
 			d := fleet(t, 1)
 			const node = "n-0"
@@ -317,14 +336,9 @@ func TestReportsFlippingTheirRecordAreHeldBack(t *testing.T) {
 			d.guard.now = func() time.Time { return time.Unix(0, clock.Load()) }
 			var commits atomic.Int64
 			d.status.beforeCommit = func() { commits.Add(1) }
-			report := func(version uint64, i int) {
+			send := func(st api.Status) {
 				t.Helper()
-				st := api.Status{V: api.ProtocolVersion, Node: node, HaveApplied: true, AppliedVersion: version, KeyringEpoch: 1, Agent: "meshhost/0.1.0"}
-				if flip == "stale" {
-					st.Stale = i%2 == 1
-				} else {
-					st.Error = &api.StatusError{Code: []string{api.StatusHookFailed, api.StatusApplyFailed}[i%2], Message: "m", Version: version}
-				}
+				st.V, st.Node, st.Agent = api.ProtocolVersion, node, "meshhost/0.1.0"
 				data, err := json.Marshal(st)
 				if err != nil {
 					t.Fatal(err)
@@ -332,38 +346,97 @@ func TestReportsFlippingTheirRecordAreHeldBack(t *testing.T) {
 				d.handleStatus(&nats.Msg{Subject: api.StatusSubject(node), Data: data})
 				d.status.flush()
 			}
-			d.declare(api.DeclareRequest{Nodes: []string{node}, Body: json.RawMessage(`{"files":[]}`)}, requestCall{})
-			d.declare(api.DeclareRequest{Nodes: []string{node}, Body: json.RawMessage(`{"files":[{"path":"x","content":"y"}]}`)}, requestCall{})
-			report(1, 0)
+			report := func(i int) {
+				st := api.Status{HaveApplied: true, AppliedVersion: 1, KeyringEpoch: 1}
+				at(i, &st)
+				send(st)
+			}
+			recorded := func() (a state.Applied) {
+				d.fsm.Read(func(s *state.State) { a = s.Nodes[node].Applied })
+				return a
+			}
+			declare := func(content string) {
+				d.declare(api.DeclareRequest{Nodes: []string{node}, Body: json.RawMessage(`{"files":[{"path":"x","content":"` + content + `"}]}`)}, requestCall{})
+			}
+			declare("1")
+			declare("2")
+			report(0)
 			// Twenty seconds of reports at 19 a second, each flipping the record.
 			commits.Store(0)
 			const perSecond = 19
 			for i := 1; i <= 20*perSecond; i++ {
 				clock.Add(int64(time.Second / perSecond))
-				report(1, i)
+				report(i)
 			}
-			// (20 s / textEvery + 1) × changesEach, as they are: a bound of its
-			// own, which raising either constant must face here. 380 before.
-			const most = 18
+			// (20 s / textEvery + 1) × changesEach, as they are, for the steps away
+			// from convergence, and as many back toward it (never held): a bound of
+			// its own, which raising either constant must face here. 380 before.
+			const most = 36
 			if commits.Load() > most || commits.Load() == 0 {
 				t.Errorf("20 s of reports flipping the %s were committed %d times, want 1 to %d", flip, commits.Load(), most)
 			}
 			// Progress at once, past every held report.
-			report(2, 0)
-			var a state.Applied
-			d.fsm.Read(func(s *state.State) { a = s.Nodes[node].Applied })
-			if a.Version != 2 {
-				t.Errorf("a report of version 2 after the flips: recorded version %d, want 2 at once", a.Version)
+			declare("3")
+			send(api.Status{HaveApplied: true, AppliedVersion: 3, KeyringEpoch: 2})
+			if a := recorded(); a.Version != 3 {
+				t.Errorf("a report of version 3 after the flips: recorded version %d, want 3 at once", a.Version)
 			}
-			// Held, not lost: after the flips stop, the newest is committed.
-			report(2, 1)
+			// Held, not lost: a failure when the window is spent is committed once
+			// it has passed.
+			for i := range changesEach + 1 {
+				send(api.Status{HaveApplied: true, AppliedVersion: 3, KeyringEpoch: 2, HooksRunning: i%2 == 0})
+			}
+			send(api.Status{HaveApplied: true, AppliedVersion: 3, KeyringEpoch: 2, Error: &api.StatusError{Code: api.StatusApplyFailed, Message: "m", Version: 3}})
 			clock.Add(int64(textEvery))
 			d.status.flush()
-			d.fsm.Read(func(s *state.State) { a = s.Nodes[node].Applied })
-			if a.Stale != (flip == "stale") || flip != "stale" && a.ErrorCode != api.StatusApplyFailed {
+			if a := recorded(); a.ErrorCode != api.StatusApplyFailed || a.HooksRunning {
 				t.Errorf("the last report, held: recorded %+v", a)
 			}
 		})
+	}
+}
+
+// TestAnHonestAgentsReportsAreNotHeld: an agent applying declarations one after
+// another, each with hooks (running, then not), and one failing then mended, has
+// every report committed at the flush it reaches: the window of changesEach holds
+// back only what takes a step away from convergence, and convergence (hooks done,
+// an error cleared) is never held (a review: after six changes, `declare --wait`
+// saw the seventh declaration's hooks done ten seconds late).
+func TestAnHonestAgentsReportsAreNotHeld(t *testing.T) {
+	d := fleet(t, 1)
+	const node = "n-0"
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	d.status.setNow(func() time.Time { return time.Unix(0, clock.Load()) })
+	d.guard.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	send := func(st api.Status) state.Applied {
+		t.Helper()
+		st.V, st.Node, st.Agent, st.HaveApplied, st.KeyringEpoch = api.ProtocolVersion, node, "meshhost/0.1.0", true, 1
+		data, err := json.Marshal(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.handleStatus(&nats.Msg{Subject: api.StatusSubject(node), Data: data})
+		d.status.flush()
+		var a state.Applied
+		d.fsm.Read(func(s *state.State) { a = s.Nodes[node].Applied })
+		return a
+	}
+	for v := uint64(1); v <= 12; v++ {
+		d.declare(api.DeclareRequest{Nodes: []string{node}, Body: json.RawMessage(fmt.Sprintf(`{"files":[{"path":"x","content":"%d"}]}`, v))}, requestCall{})
+		clock.Add(int64(1200 * time.Millisecond))
+		if a := send(api.Status{AppliedVersion: v, HooksRunning: true}); a.Version != v || !a.HooksRunning {
+			t.Fatalf("declaration %d, hooks running: recorded %+v", v, a)
+		}
+		if v == 6 {
+			// A hook fails, and is mended by hand.
+			if a := send(api.Status{AppliedVersion: v, Error: &api.StatusError{Code: api.StatusHookFailed, Message: "m", Version: v}}); a.ErrorCode != api.StatusHookFailed {
+				t.Fatalf("declaration %d, hook failed: recorded %+v", v, a)
+			}
+		}
+		if a := send(api.Status{AppliedVersion: v}); a.Version != v || a.HooksRunning || a.ErrorCode != "" {
+			t.Fatalf("declaration %d, converged: recorded %+v, want it at once", v, a)
+		}
 	}
 }
 

@@ -31,38 +31,18 @@ var privateKey = regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*
 // privateKeyEnd is the END line of a PEM private key block.
 var privateKeyEnd = regexp.MustCompile(`-----END [A-Z0-9 ]*PRIVATE KEY-----`)
 
-// assignment is a value given to a name that says it is a secret, as a shell, an
-// environment, a configuration file (INI, YAML, JSON) or a log line writes it: the
-// name (its quote, if any), '=' or ':', then the value (after an HTTP scheme:
-// "Authorization: Bearer …"), quoted or up to white space or punctuation that ends a
-// value (a ',' may be a password's, and is hidden with it); one already hidden
-// ("[secret hidden]", token.HiddenToken) is left. A service's failing start
-// that prints its configuration reached every operator, the replicated state and
-// every backup (a walkthrough: DB_PASSWORD=hunter2). The name's words, not the
-// value's form, mark it: a word of a message followed by ':' ("token: expired")
-// loses its next word, the safe side.
-var assignment = regexp.MustCompile(`(?i)([a-z0-9_.-]*(?:password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credentials?|authorization)[a-z0-9_.-]*["']?[ \t]*[=:][ \t]*)((?:bearer|basic|token)[ \t]+)?("[^"\n]*"|'[^'\n]*'|[^\s;"'}\]<\[][^\s;"'}\]]*)`)
-
-// urlPassword is the password of a URL's user information (postgres://app:PW@db/x).
-var urlPassword = regexp.MustCompile(`(?i)(\b[a-z][a-z0-9+.-]*://[^\s:/@]*:)([^\s@/]+)(@)`)
-
 // Secrets returns s with every token (token.HideTokens), nkey seed, PEM private
-// key, value given to a secret's name and password of a URL in it hidden.
-//
-// The order matters: a key's BEGIN line taken as a value would leave its body for
-// no pattern. A token hidden reads token.HiddenToken, whose "token:" is a name: it
-// is set apart while values are (the control plane hides again what an agent hid).
+// key, value given to a secret's name and password of a URL in it hidden (see
+// named.go). A key's BEGIN line is hidden first: taken as a value, its body would
+// be left for no pattern.
 func Secrets(s string) string {
 	if strings.Contains(s, "PRIVATE KEY-----") {
 		s = privateKey.ReplaceAllLiteralString(s, Hidden)
 	}
 	s = seed.ReplaceAllLiteralString(s, Hidden)
+	s = hideNamed(s)
 	s = token.HideTokens(s)
-	const apart = "<\x01\x02>" // no name's word, and no value starts with '<'
-	s = strings.ReplaceAll(s, token.HiddenToken, apart)
-	s = assignment.ReplaceAllString(s, "${1}"+Hidden)
-	s = strings.ReplaceAll(s, apart, token.HiddenToken)
-	return urlPassword.ReplaceAllString(s, "${1}"+Hidden+"${3}")
+	return hideURLPasswords(s)
 }
 
 // CutSecrets is Secrets for a text whose start was cut off (the end of a long

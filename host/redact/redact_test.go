@@ -113,12 +113,36 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 		{`{"api_key": "` + pw + `", "user": "app"}`, `{"api_key": ` + Hidden + `, "user": "app"}`},
 		{"password: " + pw + "\nport: 5432", "password: " + Hidden + "\nport: 5432"},
 		{"[db]\npasswd = " + pw + "\n", "[db]\npasswd = " + Hidden + "\n"},
-		{"Authorization: Bearer " + pw, "Authorization: " + Hidden},
+		{"Authorization: Bearer " + pw, "Authorization: Bearer " + Hidden},
 		{"start: --password=" + pw + " --port 80", "start: --password=" + Hidden + " --port 80"},
-		{"SECRET_KEY_BASE=" + pw + ";next", "SECRET_KEY_BASE=" + Hidden + ";next"},
+		{"SECRET_KEY_BASE=" + pw + ";next", "SECRET_KEY_BASE=" + Hidden}, // a line of its own: all of it
+		{"Server=db;Uid=app;Pwd=" + pw + ";Port=5", "Server=db;Uid=app;Pwd=" + Hidden + ";Port=5"},
 		{"password=" + pw + ",more", "password=" + Hidden},
 		{"dsn postgres://app:" + pw + "@db:5432/x failed", "dsn postgres://app:" + Hidden + "@db:5432/x failed"},
 		{"GITHUB_TOKEN=" + pw, "GITHUB_TOKEN=" + Hidden},
+		// A review's: values with blanks, on the next lines, escaped quotes, other
+		// separators and forms.
+		{`password = "a ` + pw + `"`, "password = " + Hidden},
+		{"password: >\n  " + pw + "\n  more\nport: 5\n", "password: >\n  " + Hidden + "\nport: 5\n"},
+		{"db:\n  password: |\n    " + pw + "\n  port: 5\n", "db:\n  password: |\n    " + Hidden + "\n  port: 5\n"},
+		{"password:\n  " + pw + "\n", "password:\n  " + Hidden + "\n"},
+		{"password:\r\n  " + pw + "\r\n", "password:\r\n  " + Hidden + "\r\n"},
+		{`{"password":"a\"` + pw + `"}`, `{"password":` + Hidden + `}`},
+		{"PASSWORD:=" + pw, "PASSWORD:=" + Hidden},
+		{"X-Api-Key: " + pw, "X-Api-Key: " + Hidden},
+		{"run: app --password " + pw + " --port 80", "run: app --password " + Hidden + " --port 80"},
+		{"passphrase = correct " + pw + " staple", "passphrase = " + Hidden},
+		{"Server=db;User Id=app;Password=a " + pw + ";Port=5", "Server=db;User Id=app;Password=" + Hidden + ";Port=5"},
+		{"MYSQL_PWD=" + pw, "MYSQL_PWD=" + Hidden},
+		{"DB_PASS=" + pw, "DB_PASS=" + Hidden},
+		{"<password>" + pw + "</password>", "<password>" + Hidden + "</password>"},
+		{"password=<" + pw + ">", "password=" + Hidden},
+		{"password: [" + pw + "]", "password: " + Hidden},
+		{"postgres://app:" + pw + "@x@db/x", "postgres://app:" + Hidden + "@db/x"},
+		{"redis://:" + pw + "/x@db:6379", "redis://:" + Hidden + "@db:6379"},
+		{"Set-Cookie: sid=" + pw + "; HttpOnly", "Set-Cookie: " + Hidden},
+		{`"password" => "` + pw + `"`, `"password" => ` + Hidden},
+		{`secret = """` + pw + ` x"""`, "secret = " + Hidden},
 	} {
 		got := Secrets(c.in)
 		if got != c.want || strings.Contains(got, pw) {
@@ -132,6 +156,12 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 		"hook failed: exit status 1", "nginx: [emerg] unknown directive \"foo\" in /etc/nginx/nginx.conf:12",
 		"declaration signing key: not in keyring", "author: someone", "keyring epoch 2", "port=5432 user=app",
 		"https://example.com:8443/path", "secret: " + Hidden, "password: <a token: not shown>",
+		// A name in a path, in a sentence, of something else than a secret, a
+		// stack frame's file.
+		"write /srv/app/secrets.yaml: no space left on device", "open /etc/app/credentials.json: permission denied",
+		"stat /var/lib/app/api_key: no such file or directory", "the mesh refused the token: token_used",
+		"error: invalid token: signature mismatch", "passwordless: true", "secret_count=3", "tokenizer: parse error at line 3",
+		"  at Foo.token(Token.java:42)", "https://user@example.com:8443/a", "ssh://git@github.com:org/repo.git", "http://[::1]:8080/x@y",
 	} {
 		if got := Secrets(kept); got != kept {
 			t.Errorf("Secrets(%q) = %q, want it kept", kept, got)
@@ -139,7 +169,32 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 	}
 	// A token given to a secret's name is hidden whole, as a token.
 	tok := "mesh1_demo_192.0.2.10:7300,192.0.2.11:7300_" + strings.Repeat("ab", 32) + "_" + strings.Repeat("cd", 32) + "_web-1_worker_1796000900_" + strings.Repeat("5e", 32) + "_0badc0de"
-	if got := Secrets("MESH_TOKEN=" + tok + " x"); strings.Contains(got, "5e5e") || strings.Contains(got, "192.0.2.11") || !strings.HasSuffix(got, " x") {
+	if got := Secrets("run with MESH_TOKEN=" + tok + " x"); strings.Contains(got, "5e5e") || strings.Contains(got, "192.0.2.11") || !strings.HasSuffix(got, " x") {
 		t.Errorf("a token given to MESH_TOKEN: %q", got)
 	}
+}
+
+// FuzzSecrets: any text is hidden without a panic, and hiding again what was
+// hidden changes nothing (the control plane hides again what an agent hid, and
+// what it keeps must not grow marks at each pass); a password given to a name, in
+// any surroundings, does not survive.
+func FuzzSecrets(f *testing.F) {
+	for _, s := range []string{"DB_PASSWORD=x", "password: >\n  x\n", `{"api_key":"a\"b"}`, "postgres://a:b@c/d", "x://a:b@", "--token x",
+		"<secret>x</secret>", "Server=a;Pwd=b;", "secret = '''x'''", "token: expired", "a\r\npassword:\r\n  x\r\n"} {
+		f.Add(s, "")
+	}
+	f.Fuzz(func(t *testing.T, s, around string) {
+		once := Secrets(s)
+		if twice := Secrets(once); twice != once {
+			t.Fatalf("hidden again, %q became %q", once, twice)
+		}
+		const pw = "Zq9vXw4kPm2t"
+		if strings.Contains(around, pw) {
+			return
+		}
+		in := around + "\nDB_PASSWORD=" + pw + "\n" + around
+		if got := Secrets(in); strings.Contains(got, pw) {
+			t.Fatalf("%q: the password survived: %q", in, got)
+		}
+	})
 }

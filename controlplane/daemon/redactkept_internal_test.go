@@ -1,0 +1,83 @@
+package daemon
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"mesh/controlplane/api"
+	"mesh/host/redact"
+)
+
+// redactPieces are what a failing hook's output is made of here: filler, and the
+// secrets redact recognises, some long (a token, shrunk to a short mark when
+// hidden) and some that shrink little.
+func redactPieces() []string {
+	tok := "mesh1_demo_192.0.2.10:7300_" + strings.Repeat("ab", 32) + "_" + strings.Repeat("cd", 32) + "_web-1_worker_1796000900_" + strings.Repeat("5e", 32) + "_0badc0de"
+	return []string{
+		"starting service ", "error: connection refused\n", "x", strings.Repeat("-", 40), " ",
+		tok, tok + "\n", "DB_PASSWORD=hunter2hunter2 ", "SUAM2VBHQFLFPDU4TDWXQ5RW4XX4S7DNM7YXZDJMBYWKUYHGBIVZ3YHTJA",
+		"postgres://app:pw0rdpw0rd@db:5432/x ", "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----\n",
+		`"api_key": "abcdefabcdef" `, "é", "\x1b[31m",
+	}
+}
+
+// TestRedactKeptKeepsWhatHidingAllKeeps: the start of a report's message kept in
+// the state is the same whether the whole message is hidden or, as redactKept does,
+// its first redactLook bytes: for messages of every length up to 8 KiB made of
+// filler and secrets, secrets straddling the cut among them (and many tokens before
+// it, which shrink the text toward the cut). A secret cut short at redactLook would
+// otherwise reach the state.
+func TestRedactKeptKeepsWhatHidingAllKeeps(t *testing.T) {
+	pieces := redactPieces()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for n := 0; n < 3000; n++ {
+		var b strings.Builder
+		want := rng.IntN(8 << 10)
+		tokens := rng.IntN(2) == 0 // mostly tokens: the text shrinks most
+		for b.Len() < want {
+			p := pieces[rng.IntN(len(pieces))]
+			if tokens && rng.IntN(2) == 0 {
+				p = pieces[5]
+			}
+			b.WriteString(p)
+		}
+		msg := b.String()
+		if len(msg) > 8<<10 {
+			msg = msg[:8<<10]
+		}
+		got := api.CleanText(redactKept(msg), api.MaxStatusMessageLen)
+		all := api.CleanText(redact.Secrets(msg), api.MaxStatusMessageLen)
+		if got != all {
+			t.Fatalf("message of %d bytes: kept %q, hiding it all keeps %q", len(msg), got, all)
+		}
+	}
+	// A seed cut at redactLook, behind tokens that shrink the text to it.
+	tok := pieces[5]
+	msg := strings.Repeat(tok, (redactLook-40)/len(tok))
+	msg += strings.Repeat("x", redactLook-len(msg)-20) + pieces[8] + strings.Repeat("y", 4000)
+	if got := api.CleanText(redactKept(msg), api.MaxStatusMessageLen); strings.Contains(got, pieces[8][:20]) {
+		t.Fatalf("a seed cut at the look's end was kept: %q", got)
+	}
+}
+
+// BenchmarkRedactKept: what the leader spends hiding a report's 8 KiB message,
+// against hiding all of it.
+func BenchmarkRedactKept(b *testing.B) {
+	pieces := redactPieces()
+	var sb strings.Builder
+	for i := 0; sb.Len() < 8<<10; i++ {
+		sb.WriteString(pieces[i%len(pieces)])
+	}
+	msg := sb.String()[:8<<10]
+	b.Run("kept", func(b *testing.B) {
+		for b.Loop() {
+			_ = api.CleanText(redactKept(msg), api.MaxStatusMessageLen)
+		}
+	})
+	b.Run("all", func(b *testing.B) {
+		for b.Loop() {
+			_ = api.CleanText(redact.Secrets(msg), api.MaxStatusMessageLen)
+		}
+	})
+}
