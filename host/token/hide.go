@@ -38,21 +38,27 @@ func Contains(s string) bool { return HideTokens(s) != s }
 // "mesh1_" (a review); without the '_', a path with a SHA-256 in it below such a
 // directory (a second review). Hiding in a message may take more than a token; a
 // refused argument stops an operator's command.
+//
+// The argument is read without its white space and in lower case: a token a
+// terminal or a mail client wrapped, given quoted, had each field split by a line
+// break and passed, and a file-name error printed its lines (a review); one
+// upper-cased holds the same secret. A token's end is the secret and the start of
+// its checksum ('_', 64 hex digits, '_', a hex digit), whatever follows it.
 func InArgument(arg string) bool {
-	if !Contains(arg) {
-		return false
-	}
-	isHex := func(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
-	for i := 0; i < len(arg); {
-		if !isHex(arg[i]) {
+	s := strings.ToLower(strings.Join(strings.Fields(arg), ""))
+	head := Contains(s)
+	isHex := func(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' }
+	for i := 0; i < len(s); {
+		if !isHex(s[i]) {
 			i++
 			continue
 		}
 		j := i
-		for j < len(arg) && isHex(arg[j]) {
+		for j < len(s) && isHex(s[j]) {
 			j++
 		}
-		if j-i >= 64 && (i > 0 && arg[i-1] == '_' || j < len(arg) && arg[j] == '_') {
+		before, after := i > 0 && s[i-1] == '_', j < len(s) && s[j] == '_'
+		if j-i >= 64 && (head && (before || after) || j-i == 64 && before && after && j+1 < len(s) && isHex(s[j+1])) {
 			return true
 		}
 		i = j

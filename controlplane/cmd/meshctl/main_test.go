@@ -284,6 +284,11 @@ func TestTokenArgumentsNotEchoed(t *testing.T) {
 		{"check", "--data=" + tok, "--json"},
 		// Its end alone, as a parser that cut it at a ':' quotes it.
 		{"nodes", "--data", "x_" + secret + "_0badc0de"},
+		// Wrapped and given quoted, upper-cased, its end followed by a letter
+		// (a review).
+		{"nodes", "--data", tok[:76] + "\n" + tok[76:152] + "\n" + tok[152:]},
+		{"nodes", "--data", strings.ToUpper(tok)},
+		{"nodes", "--data", "x_" + secret + "_0badc0dex"},
 	} {
 		code, stdout, stderr := runCLI(args...)
 		if code != exitUsage || !strings.Contains(stderr, "holds a join token, or the end of one with its secret; it is not shown") {

@@ -1085,7 +1085,7 @@ func cmdStatus(args []string, cio *cliIO) error {
 		if !rec.Signed {
 			// Not "most likely revoked": a mesh restored from a backup older
 			// than the node's enrolment refuses it too (a walkthrough).
-			what = "REFUSED by the mesh (revoked, or unknown to it: see below)"
+			what = "REFUSED by the mesh (revoked, unknown to it, or no room: see below)"
 		}
 		fmt.Fprintf(cio.stdout, "state     %s at %s\n", what, rec.At.Format(time.RFC3339))
 		return rec.err(*stateDir)

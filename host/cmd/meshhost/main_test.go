@@ -213,6 +213,12 @@ func TestTokenArgumentsNotEchoed(t *testing.T) {
 		{"status", "--state=" + dir + "/" + tok},
 		// Its end alone, as a parser that cut it at a ':' quotes it.
 		{"status", "--state", "x_" + secret + "_0badc0de"},
+		// Wrapped at 76 columns and given quoted, upper-cased, and its end
+		// followed by a letter (a review: each passed, and a file-name error
+		// printed the lines after the first).
+		{"status", "--state", wrap(tok, 76)},
+		{"status", "--state", strings.ToUpper(tok)},
+		{"status", "--state", "x_" + secret + "_0badc0dex"},
 	} {
 		code, stdout, stderr := runCLI("", nil, args...)
 		if code != exitUsage || !strings.Contains(stderr, "not shown") {
@@ -232,6 +238,17 @@ func TestTokenArgumentsNotEchoed(t *testing.T) {
 			t.Errorf("--state %s: exit %d, refused as a token:\n%s", state, code, stderr)
 		}
 	}
+}
+
+// wrap breaks s into lines of n bytes, as a terminal or a mail client wraps a
+// token.
+func wrap(s string, n int) string {
+	var b strings.Builder
+	for len(s) > n {
+		b.WriteString(s[:n] + "\n")
+		s = s[n:]
+	}
+	return b.String() + s
 }
 
 // TestUsagePointsToCommandHelp: the short usage names run's flags in part, and says
