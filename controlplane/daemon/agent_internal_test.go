@@ -303,12 +303,13 @@ func TestReportsChangingOnlyTextAreHeldBack(t *testing.T) {
 // alternating its error code, or its stale flag, in every report it may send had
 // the leader commit each at the next flush, 36 log entries in 10 s where textEvery
 // bounds text to one. At most changesEach such reports are committed in a
-// textEvery, the newest held, not lost. A step toward convergence that nothing in
-// it takes back (progressed) is committed at once however many came before; a
-// host alternating two fields, one forward as the other goes back (a review:
-// version and keyring epoch, a first apply and a version, hooks and an error),
-// gets no more than one flipping a single field: changesEach steps away from
-// convergence in a textEvery, each followed by one back.
+// textEvery, the newest held, not lost. The node's convergence (converges) is
+// committed at once however many came before; a host alternating two fields, one
+// forward as the other goes back (a review: version and keyring epoch, a first
+// apply and a version, hooks and an error), or resetting its record at once and
+// walking it forward a field at a time (a second review: 100 commits in 20 s),
+// gets no more than one flipping a single field: changesEach counted reports in a
+// textEvery, each followed by at most one convergence.
 func TestReportsFlippingTheirRecordAreHeldBack(t *testing.T) {
 	for flip, at := range map[string]func(i int, st *api.Status){
 		"error code": func(i int, st *api.Status) {
@@ -324,6 +325,14 @@ func TestReportsFlippingTheirRecordAreHeldBack(t *testing.T) {
 		"hooks against error": func(i int, st *api.Status) {
 			if st.HooksRunning = i%2 == 0; !st.HooksRunning {
 				st.Error = &api.StatusError{Code: api.StatusHookFailed, Message: "m", Version: 1}
+			}
+		},
+		"one step back, many forward": func(i int, st *api.Status) {
+			step := i % 7
+			st.HaveApplied, st.AppliedVersion, st.KeyringEpoch = step >= 1, uint64(min(step, 2)), uint64(min(max(step-2, 0), 1))
+			st.HooksRunning, st.Stale = step < 4, step < 6
+			if step < 5 {
+				st.Error = &api.StatusError{Code: api.StatusApplyFailed, Message: "m", Version: 2}
 			}
 		},
 	} {
@@ -396,12 +405,12 @@ func TestReportsFlippingTheirRecordAreHeldBack(t *testing.T) {
 	}
 }
 
-// TestAnHonestAgentsReportsAreNotHeld: an agent applying declarations one after
-// another, each with hooks (running, then not), and one failing then mended, has
-// every report committed at the flush it reaches: the window of changesEach holds
-// back only what takes a step away from convergence, and convergence (hooks done,
-// an error cleared) is never held (a review: after six changes, `declare --wait`
-// saw the seventh declaration's hooks done ten seconds late).
+// TestAnHonestAgentsReportsAreNotHeld: an agent applying a declaration every two
+// seconds, each with hooks (running, then not), and one failing then mended, has
+// every report committed at the flush it reaches; in a burst of declarations, five
+// a second, its convergence on each is still committed at once, whatever is held
+// of its hooks running (a review: after six changes, `declare --wait` saw the
+// seventh declaration's hooks done ten seconds late).
 func TestAnHonestAgentsReportsAreNotHeld(t *testing.T) {
 	d := fleet(t, 1)
 	const node = "n-0"
@@ -422,10 +431,15 @@ func TestAnHonestAgentsReportsAreNotHeld(t *testing.T) {
 		d.fsm.Read(func(s *state.State) { a = s.Nodes[node].Applied })
 		return a
 	}
-	for v := uint64(1); v <= 12; v++ {
+	for v := uint64(1); v <= 24; v++ {
 		d.declare(api.DeclareRequest{Nodes: []string{node}, Body: json.RawMessage(fmt.Sprintf(`{"files":[{"path":"x","content":"%d"}]}`, v))}, requestCall{})
-		clock.Add(int64(1200 * time.Millisecond))
-		if a := send(api.Status{AppliedVersion: v, HooksRunning: true}); a.Version != v || !a.HooksRunning {
+		burst := v > 12
+		if burst {
+			clock.Add(int64(200 * time.Millisecond))
+		} else {
+			clock.Add(int64(2 * time.Second))
+		}
+		if a := send(api.Status{AppliedVersion: v, HooksRunning: true}); !burst && (a.Version != v || !a.HooksRunning) {
 			t.Fatalf("declaration %d, hooks running: recorded %+v", v, a)
 		}
 		if v == 6 {

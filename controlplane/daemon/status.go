@@ -97,8 +97,8 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 		case !changed:
 		case sameButText(old, a):
 			kind = reportText
-		case progressed(old, a, n.Declared.Version, s.Keyring.Epoch):
-			kind = reportProgress
+		case converges(old, a, n.Declared.Version):
+			kind = reportConverged
 		}
 	})
 	if ahead {
@@ -164,24 +164,16 @@ const (
 	redactMargin = 128
 )
 
-// progressed reports whether a is a step of old toward convergence that nothing
-// in it takes back: what is applied moves forward (a version up to the one
-// declared, a keyring epoch up to the mesh's, a first apply), or, with none of it
-// moving, hooks that ran, an error cleared or a staleness ended, with no hook newly
-// running, error newly said or staleness begun. A report of progress is never held
-// (changesEach): convergence waits on it. Bounded by what is declared, and taken
-// back only by a report held, a host cannot make every report one (a review: with
-// any field forward, one alternating version and epoch was never held).
-func progressed(old, a state.Applied, declared, epoch uint64) bool {
-	if a.Version < old.Version || a.KeyringEpoch < old.KeyringEpoch || old.HaveApplied && !a.HaveApplied {
-		return false
-	}
-	if a.Version > old.Version && a.Version <= declared || a.KeyringEpoch > old.KeyringEpoch && a.KeyringEpoch <= epoch || a.HaveApplied && !old.HaveApplied {
-		return true
-	}
-	worse := !old.HooksRunning && a.HooksRunning || a.ErrorCode != "" && (a.ErrorCode != old.ErrorCode || a.ErrorVersion != old.ErrorVersion) || !old.Stale && a.Stale
-	better := old.HooksRunning && !a.HooksRunning || old.ErrorCode != "" && a.ErrorCode == "" || old.Stale && !a.Stale
-	return better && !worse
+// converges reports whether a report a, replacing the record old, is the node's
+// convergence on the version declared for it (convergedOn): the report `declare
+// --wait` and `status` wait on, never held (changesEach). Every other change is
+// counted, however it moves: a host that reset its record in one report and
+// walked it forward a field at a time had each step taken as progress and
+// committed at its flush (a review: 100 commits in 20 s). A cycle through
+// convergence costs the host a counted report, so it gets no more than
+// changesEach convergences in a textEvery.
+func converges(old, a state.Applied, declared uint64) bool {
+	return convergedOn(a, declared) && !convergedOn(old, declared)
 }
 
 // textEvery is the least time between two commits of a node's reports that change
@@ -200,7 +192,7 @@ const textEvery = 10 * time.Second
 // makes two or three a declaration; a host that flipped its error code or its
 // stale flag in every report had a log entry committed at every flush, 3.6 a
 // second, past textEvery's bound on text (a walkthrough: raft.db growing 15 KB/s).
-// A report of progress (progressed) is never held: convergence waits on it.
+// A node's convergence (converges) is never held: `declare --wait` waits on it.
 const changesEach = 6
 
 // reportKind is what a report changes in its node's record, for what a flush holds
@@ -210,7 +202,7 @@ type reportKind uint8
 const (
 	reportChange   reportKind = iota // more than text, no progress: changesEach
 	reportText                       // only what sameButText leaves out: textEvery
-	reportProgress                   // a step toward convergence (progressed)
+	reportConverged                  // the node's convergence (converges)
 )
 
 // pendingReport is a node's report waiting for the next flush.

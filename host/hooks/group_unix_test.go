@@ -122,7 +122,10 @@ func TestAStoppingAgentTermsItsHook(t *testing.T) {
 
 	cleaned := filepath.Join(dir, "cleaned-up")
 	started := filepath.Join(dir, "started")
-	took := stop(t, "trap 'touch "+cleaned+"; exit 0' TERM; touch "+started+"; sleep 30 & wait", started)
+	// Short sleeps, not `sleep 30 & wait`: a SIGTERM that reaches the shell
+	// between its touch and its wait is acted on when the wait ends (dash), and the
+	// test failed under load at killGrace, the hook's fault, not the agent's.
+	took := stop(t, "trap 'touch "+cleaned+"; exit 0' TERM; touch "+started+"; while :; do sleep 0.05; done", started)
 	if _, err := os.Stat(cleaned); err != nil {
 		t.Fatal("the hook was killed without a SIGTERM first: it could not clean up")
 	}
