@@ -200,9 +200,9 @@ const changesEach = 6
 type reportKind uint8
 
 const (
-	reportChange   reportKind = iota // more than text, no progress: changesEach
-	reportText                       // only what sameButText leaves out: textEvery
-	reportConverged                  // the node's convergence (converges)
+	reportChange    reportKind = iota // more than text, no progress: changesEach
+	reportText                        // only what sameButText leaves out: textEvery
+	reportConverged                   // the node's convergence (converges)
 )
 
 // pendingReport is a node's report waiting for the next flush.
