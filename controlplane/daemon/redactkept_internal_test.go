@@ -19,6 +19,8 @@ func redactPieces() []string {
 		tok, tok + "\n", "DB_PASSWORD=hunter2hunter2 ", "SUAM2VBHQFLFPDU4TDWXQ5RW4XX4S7DNM7YXZDJMBYWKUYHGBIVZ3YHTJA",
 		"postgres://app:pw0rdpw0rd@db:5432/x ", "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----\n",
 		`"api_key": "abcdefabcdef" `, "é", "\x1b[31m",
+		"postgres://app:" + strings.Repeat("p", 900) + "@db:5432/x ", // a password that may run past the cut
+		"<password>" + strings.Repeat("q", 900) + "</password>\n",
 	}
 }
 

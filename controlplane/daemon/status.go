@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -144,12 +145,17 @@ func sameButText(old, a state.Applied) bool {
 // redactKept is msg with its secrets hidden (redact.Secrets), as far as the start
 // CleanText keeps of it: a report may say 8 KiB, of which 512 bytes are kept, and
 // hiding it all cost the leader 2.5 ms a report (a review: a host at its budget
-// took 60 ms a second). The first redactLook bytes are hidden; only if what is
-// hidden in them shrinks the text so far that the kept start comes near the cut,
-// where a secret may be cut short, is the whole hidden.
+// took 60 ms a second). The first redactLook bytes are hidden, to the blank that
+// follows them (a URL whose password runs past the cut is found whole: a second
+// review); only if what is hidden in them shrinks the text so far that the kept
+// start comes near the cut, where a secret may be cut short, is the whole hidden.
 func redactKept(msg string) string {
 	if len(msg) > redactLook {
-		if hidden := redact.Secrets(msg[:redactLook]); len(hidden) >= api.MaxStatusMessageLen+redactMargin {
+		cut := len(msg)
+		if k := strings.IndexAny(msg[redactLook:], " \t\r\n"); k >= 0 {
+			cut = redactLook + k
+		}
+		if hidden := redact.Secrets(msg[:cut]); cut < len(msg) && len(hidden) >= api.MaxStatusMessageLen+redactMargin {
 			return hidden
 		}
 	}

@@ -143,6 +143,13 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 		{"Set-Cookie: sid=" + pw + "; HttpOnly", "Set-Cookie: " + Hidden},
 		{`"password" => "` + pw + `"`, `"password" => ` + Hidden},
 		{`secret = """` + pw + ` x"""`, "secret = " + Hidden},
+		// A second review's.
+		{`mysql --password "` + pw + ` x" -u app`, "mysql --password " + Hidden + " -u app"},
+		{"> Authorization: Bearer " + pw + "\n< Set-Cookie: sid=" + pw + "; HttpOnly\n", "> Authorization: Bearer " + Hidden + "\n< Set-Cookie: " + Hidden + "\n"},
+		{"password: |\n  " + pw + "\n\n  " + pw + "\nport: 5", "password: |\n  " + Hidden + "\nport: 5"},
+		{"passwords:\n- " + pw + "\nport: 5", "passwords:\n" + Hidden + "\nport: 5"},
+		{"password:\r  " + pw + "\rport: 5", "password:\r  " + Hidden + "\rport: 5"},
+		{"db: {user: app, password: " + pw + "}", "db: {user: app, password: " + Hidden + "}"},
 	} {
 		got := Secrets(c.in)
 		if got != c.want || strings.Contains(got, pw) {
@@ -162,6 +169,7 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 		"stat /var/lib/app/api_key: no such file or directory", "the mesh refused the token: token_used",
 		"error: invalid token: signature mismatch", "passwordless: true", "secret_count=3", "tokenizer: parse error at line 3",
 		"  at Foo.token(Token.java:42)", "https://user@example.com:8443/a", "ssh://git@github.com:org/repo.git", "http://[::1]:8080/x@y",
+		"vault-token.service: Failed with result 'exit-code'.", "TokenExpiredError: jwt expired", "usage: app --password",
 	} {
 		if got := Secrets(kept); got != kept {
 			t.Errorf("Secrets(%q) = %q, want it kept", kept, got)
@@ -197,4 +205,23 @@ func FuzzSecrets(f *testing.F) {
 			t.Fatalf("%q: the password survived: %q", in, got)
 		}
 	})
+}
+
+// BenchmarkSecrets: hiding 8 KiB of a failing hook's output, of the shapes that
+// cost the most: names on one long line (a scan back from each name to its line's
+// start was quadratic), values under their names, URLs, and plain text.
+func BenchmarkSecrets(b *testing.B) {
+	for name, in := range map[string]string{
+		"names on one line": strings.Repeat("token ", 8<<10/6),
+		"name=value lines":  strings.Repeat("DB_PASSWORD=hunter2\n", 8<<10/20),
+		"yaml blocks":       strings.Repeat("password: |\n  hunter2\n\n  x\n", 8<<10/28),
+		"urls":              strings.Repeat("x://a:b@c ", 8<<10/10),
+		"plain":             strings.Repeat("service failed to start\n", 8<<10/24),
+	} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				_ = Secrets(in)
+			}
+		})
+	}
 }

@@ -39,13 +39,14 @@ func Contains(s string) bool { return HideTokens(s) != s }
 // directory (a second review). Hiding in a message may take more than a token; a
 // refused argument stops an operator's command.
 //
-// The argument is read without its white space and in lower case: a token a
+// The argument is read without its white space and '>' and in lower case: a token a
 // terminal or a mail client wrapped, given quoted, had each field split by a line
 // break and passed, and a file-name error printed its lines (a review); one
 // upper-cased holds the same secret. A token's end is the secret and the start of
 // its checksum ('_', 64 hex digits, '_', a hex digit), whatever follows it.
 func InArgument(arg string) bool {
-	s := strings.ToLower(strings.Join(strings.Fields(arg), ""))
+	// '>': a wrapped token quoted in a mail reply (a second review).
+	s := strings.ToLower(strings.Join(strings.Fields(strings.ReplaceAll(arg, ">", " ")), ""))
 	head := Contains(s)
 	isHex := func(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' }
 	for i := 0; i < len(s); {

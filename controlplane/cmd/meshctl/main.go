@@ -236,6 +236,12 @@ func run(args []string, cio *cliIO) int {
 				"A token is never given on the command line, where other users and the shell's history see it: meshctl join reads it from stdin, --token-file or MESH_TOKEN", i+1))
 		}
 	}
+	if holdsToken(strings.Join(args, "\n")) {
+		// A wrapped token pasted unquoted: the shell made each line an argument,
+		// none of which holds a whole field (a second review).
+		return exitCode(cio.stderr, "meshctl", usagef("the arguments, read together, hold a join token wrapped over several lines; it is not shown. "+
+			"A token is never given on the command line, where other users and the shell's history see it: meshctl join reads it from stdin, --token-file or MESH_TOKEN"))
+	}
 	root.SetArgs(joinOptionalValues(root, args))
 	cmd, err := root.ExecuteC()
 	name := "meshctl"

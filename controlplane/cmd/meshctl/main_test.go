@@ -289,6 +289,10 @@ func TestTokenArgumentsNotEchoed(t *testing.T) {
 		{"nodes", "--data", tok[:76] + "\n" + tok[76:152] + "\n" + tok[152:]},
 		{"nodes", "--data", strings.ToUpper(tok)},
 		{"nodes", "--data", "x_" + secret + "_0badc0dex"},
+		// Quoted in a mail reply, and wrapped and pasted unquoted (a second
+		// review).
+		{"nodes", "--data", "> " + tok[:70] + "\n> " + tok[70:140] + "\n> " + tok[140:]},
+		{"nodes", "--data", tok[:70], tok[70:140], tok[140:]},
 	} {
 		code, stdout, stderr := runCLI(args...)
 		if code != exitUsage || !strings.Contains(stderr, "holds a join token, or the end of one with its secret; it is not shown") {

@@ -219,6 +219,10 @@ func TestTokenArgumentsNotEchoed(t *testing.T) {
 		{"status", "--state", wrap(tok, 76)},
 		{"status", "--state", strings.ToUpper(tok)},
 		{"status", "--state", "x_" + secret + "_0badc0dex"},
+		// Quoted in a mail reply, and wrapped and pasted unquoted: an argument
+		// a line (a second review).
+		{"status", "--state", "> " + strings.ReplaceAll(wrap(tok, 70), "\n", "\n> ")},
+		append([]string{"status", "--state"}, strings.Split(wrap(tok, 70), "\n")...),
 	} {
 		code, stdout, stderr := runCLI("", nil, args...)
 		if code != exitUsage || !strings.Contains(stderr, "not shown") {

@@ -45,6 +45,11 @@ func refuseTokens(fs *flag.FlagSet, args []string) error {
 		}
 		return tokenArgError{what: describeArg(fs, args, i), enrol: fs.Name() == "meshhost enrol"}
 	}
+	if token.InArgument(strings.Join(args, "\n")) {
+		// A wrapped token pasted unquoted: the shell made each line an argument,
+		// none of which holds a whole field (a second review).
+		return tokenArgError{what: "the arguments, read together (a token wrapped over several lines),", enrol: fs.Name() == "meshhost enrol"}
+	}
 	return nil
 }
 
