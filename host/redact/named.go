@@ -1,6 +1,7 @@
 package redact
 
 import (
+	"slices"
 	"strings"
 
 	"mesh/host/token"
@@ -78,10 +79,11 @@ func hideNamed(s string) string {
 	}
 	var b strings.Builder
 	last := 0 // s[last:] is not written yet
-	// The start of the line being read, and how far s was looked at for line
-	// breaks: found once, not by a scan back from each name (quadratic on one
-	// long line of names, a second review: 44 ms for 32 KiB).
-	line, looked := 0, 0
+	// The start of the line being read, its first character that is not a
+	// blank, and how far s was looked at for line breaks: found once, not by a
+	// scan back from each name (quadratic on one long line of names, a second
+	// review: 44 ms for 32 KiB; on leading blanks, a third).
+	line, text, looked := 0, 0, 0
 	for i := 0; i < len(s); {
 		if !isNameByte(s[i]) {
 			i++
@@ -91,11 +93,15 @@ func hideNamed(s string) string {
 		for j < len(s) && isNameByte(s[j]) {
 			j++
 		}
-		if k := strings.LastIndexAny(s[looked:i], "\r\n"); k >= 0 {
+		if k := strings.LastIndexAny(s[looked:i], "\r\n"); k >= 0 || looked == 0 {
 			line = looked + k + 1
+			text = skipBlanks(s, line)
 		}
 		looked = i
-		start, end, ok := namedValue(s, line, i, j)
+		start, end, ok := namedValue(s, line, text, i, j)
+		if !ok {
+			start, end, ok = pairedValue(s, line, text, i, j)
+		}
 		if !ok {
 			i = j
 			continue
@@ -111,94 +117,182 @@ func hideNamed(s string) string {
 	return b.String()
 }
 
+// operators are what may come between a name and its value.
+var operators = []string{":=", "=>", "?=", "+=", "=", ":"}
+
+// placeholders are what a usage or a help line gives a flag for its value.
+var placeholders = []string{"string", "value", "int", "duration", "file", "path"}
+
 // namedValue returns where the value given to the name s[i:j], on the line that
-// starts at s[line], starts and ends, when it names a secret and is given one.
-func namedValue(s string, line, i, j int) (start, end int, ok bool) {
-	name := s[i:j]
-	if !namesSecret(name) {
+// starts at s[line] (its text at s[text], after its blanks), starts and ends, when
+// it names a secret and is given one.
+func namedValue(s string, line, text, i, j int) (start, end int, ok bool) {
+	if !namesSecret(s[i:j]) {
 		return 0, 0, false
 	}
+	return valueOf(s, line, text, i, j)
+}
+
+// valueOf returns where the value given to the name s[i:j] starts and ends, if
+// it is given one.
+func valueOf(s string, line, text, i, j int) (start, end int, ok bool) {
+	name := s[i:j]
 	before := byte(0)
 	if i > 0 {
 		before = s[i-1]
 	}
-	if before == '/' || before == '\\' {
+	if before == '/' || before == '\\' && (i < 2 || !isQuote(s[i-2])) {
 		return 0, 0, false // a path's component
 	}
-	lineStart := atLineStart(s[line:i])
+	if before == '\\' {
+		before = s[i-2] // in JSON written into a string: {\"password\":\"…\"}
+	}
+	// What comes before the name on its line, when it is short enough to be a
+	// list's '-', a quote, "export " or curl -v's '>' or '<'; an indent as long.
+	lineStart := i-text <= 16 && atLineStart(s[text:i])
 	k := j
-	quoted := (before == '"' || before == '\'') && k < len(s) && s[k] == before
+	if k+1 < len(s) && s[k] == '\\' && isQuote(s[k+1]) {
+		k++
+	}
+	quoted := isQuote(before) && k < len(s) && s[k] == before
 	if quoted {
 		k++
 	}
 	if before == '<' && k < len(s) && s[k] == '>' {
-		// XML: <password>value</password>.
-		end := strings.IndexByte(s[k+1:], '<')
-		if end < 0 {
-			end = lineEnd(s, k+1) - (k + 1)
+		// XML: <password>value</password>, to the text's end with no tag after it.
+		v := k + 1
+		if hiddenAt(s, skipSpace(s, v)) {
+			return 0, 0, false
 		}
-		return k + 1, k + 1 + end, end > 0
+		end := strings.IndexByte(s[v:], '<')
+		if end < 0 {
+			end = len(s) - v
+		}
+		return v, v + end, end > 0
 	}
 	spaced := skipBlanks(s, k)
 	sep := ""
-	for _, op := range []string{":=", "=>", "=", ":"} {
+	for _, op := range operators {
 		if strings.HasPrefix(s[spaced:], op) {
 			sep = op
 			break
 		}
 	}
 	if sep == "" {
-		// A command's flag: --password VALUE.
+		// A command's flag: --password VALUE (not a help line's -token string).
 		if strings.HasPrefix(name, "-") && spaced > k && spaced < len(s) && s[spaced] != '-' && s[spaced] != '\n' && s[spaced] != '\r' && !hiddenAt(s, spaced) {
 			if isQuote(s[spaced]) {
 				return spaced, quotedEnd(s, spaced), true
 			}
-			return spaced, wordEnd(s, spaced), wordEnd(s, spaced) > spaced
+			e := wordEnd(s, spaced)
+			if w := s[spaced:e]; slices.Contains(placeholders, w) || strings.ToUpper(w) == w {
+				return 0, 0, false
+			}
+			return spaced, e, e > spaced
 		}
 		return 0, 0, false
 	}
 	v := skipBlanks(s, spaced+len(sep))
-	inMap := strings.HasSuffix(strings.TrimRight(s[line:i], " \t"), "{") || strings.HasSuffix(strings.TrimRight(s[line:i], " \t"), ",")
-	if sep == ":" && v > spaced+1 && !lineStart && !quoted && !inMap && v < len(s) && !isQuote(s[v]) {
-		return 0, 0, false // "the token: expired", a sentence
-	}
 	if hiddenAt(s, v) {
 		return 0, 0, false
 	}
-	if v < len(s) {
-		if (s[v] == 'b' || s[v] == 'B' || s[v] == 't' || s[v] == 'T') && schemeWord(s[v:]) > 0 {
-			v = skipBlanks(s, v+schemeWord(s[v:])) // Authorization: Bearer VALUE
-		}
+	scheme := 0
+	if v < len(s) && (s[v] == 'b' || s[v] == 'B' || s[v] == 't' || s[v] == 'T') {
+		scheme = schemeWord(s[v:]) // Authorization: Bearer VALUE
+	}
+	head := strings.TrimRight(s[line:i], " \t")
+	inMap := strings.HasSuffix(head, "{") || strings.HasSuffix(head, ",")
+	if sep == ":" && v > spaced+1 && !lineStart && !quoted && !inMap && !isQuote(before) && scheme == 0 && v < len(s) && !isQuote(s[v]) {
+		return 0, 0, false // "the token: expired", a sentence
+	}
+	if scheme > 0 {
+		v = skipBlanks(s, v+scheme)
 	}
 	switch {
 	case v >= len(s) || s[v] == '\n' || s[v] == '\r' || lineStart && isBlockIndicator(s[v:lineEnd(s, v)]):
-		// YAML: the value on the lines below, more indented than the name's,
-		// hidden from its first character: the lines' breaks before it kept,
-		// a text hidden again is read the same.
+		// YAML: the value on the lines below, more indented than the name (a
+		// list item's key by its column), hidden from its first character: the
+		// lines' breaks before it kept, a text hidden again is read the same.
 		from := lineEnd(s, v)
-		e := indentedBelow(s, s[line:i], from)
-		first := from
-		for first < e && (s[first] == '\r' || s[first] == '\n' || s[first] == ' ' || s[first] == '\t') {
-			first++
+		first := skipSpace(s, from)
+		if first >= len(s) || hiddenAt(s, first) {
+			return 0, 0, false
 		}
-		return first, e, e > first && !hiddenAt(s, first)
+		indent, listed := text-line, strings.HasPrefix(s[text:i], "- ")
+		if listed {
+			indent = i - line - 1 // at the key's column or past it
+		}
+		e := indentedBelow(s, indent, !listed, from)
+		return first, e, e > first
+	case s[v] == '\\' && v+1 < len(s) && isQuote(s[v+1]):
+		return v, escapedQuotedEnd(s, v), true
 	case isQuote(s[v]):
 		return v, quotedEnd(s, v), true
 	case s[v] == '<':
 		return v, closing(s, v, '>'), true
 	case s[v] == '[':
 		return v, closing(s, v, ']'), true
-	case before == ';' || strings.Contains(s[max(0, i-64):i], ";"):
+	case before == ';' || strings.Contains(s[max(line, i-64):i], ";"):
 		// A connection string: Password=VALUE;
-		e := strings.IndexByte(s[v:lineEnd(s, v)], ';')
-		if e < 0 {
-			return v, lineEnd(s, v), true
+		e := v
+		for e < len(s) && s[e] != ';' && s[e] != '\n' && s[e] != '\r' {
+			e++
 		}
-		return v, v + e, e > 0
+		return v, e, e > v
 	case lineStart && !quoted:
 		return v, lineEnd(s, v), true // INI, YAML, an environment: the whole line
 	}
 	return v, wordEnd(s, v), wordEnd(s, v) > v
+}
+
+// pairedValue returns where the value is that a pair names a secret by: a name
+// or key naming one and the value given beside it, as Kubernetes (`- name:
+// DB_PASSWORD` then `value: …`), .NET and Java configuration (`<add
+// key="Password" value="…"/>`) write it (a third review).
+func pairedValue(s string, line, text, i, j int) (start, end int, ok bool) {
+	if n := s[i:j]; !strings.EqualFold(n, "name") && !strings.EqualFold(n, "key") {
+		return 0, 0, false
+	}
+	k := j
+	if k < len(s) && isQuote(s[k]) {
+		k++
+	}
+	spaced := skipBlanks(s, k)
+	if spaced >= len(s) || s[spaced] != '=' && s[spaced] != ':' {
+		return 0, 0, false
+	}
+	v := skipBlanks(s, spaced+1)
+	if v < len(s) && isQuote(s[v]) {
+		v++
+	}
+	w := v
+	for w < len(s) && isNameByte(s[w]) {
+		w++
+	}
+	if w == v || !namesSecret(s[v:w]) {
+		return 0, 0, false
+	}
+	// The value beside it: within the next 200 bytes, as its own name.
+	window := s[w:min(len(s), w+200)]
+	lower := strings.ToLower(window)
+	for off := 0; ; {
+		at := strings.Index(lower[off:], "value")
+		if at < 0 {
+			return 0, 0, false
+		}
+		vi := w + off + at
+		vj := vi + len("value")
+		off += at + len("value")
+		if isNameByte(s[vi-1]) || vj < len(s) && isNameByte(s[vj]) {
+			continue
+		}
+		vline, vtext := line, text
+		if nl := strings.LastIndexAny(s[line:vi], "\r\n"); nl >= 0 {
+			vline = line + nl + 1
+			vtext = skipBlanks(s, vline)
+		}
+		return valueOf(s, vline, vtext, vi, vj)
+	}
 }
 
 // hiddenAt reports whether s[i:] starts with what stands in for a hidden secret:
@@ -208,11 +302,10 @@ func hiddenAt(s string, i int) bool {
 	return strings.HasPrefix(s[i:], Hidden) || strings.HasPrefix(s[i:], token.HiddenToken)
 }
 
-// atLineStart reports whether head, what comes before a name on its line, is
-// only blanks, a list's '-', a quote, "export ", or the '>' or '<' curl -v marks
-// a header it sends or receives with.
+// atLineStart reports whether head, what comes before a name on its line after
+// its blanks, is only a list's '-', a quote, "export ", or the '>' or '<' curl -v
+// marks a header it sends or receives with.
 func atLineStart(head string) bool {
-	head = strings.TrimLeft(head, " \t")
 	for _, p := range []string{"export ", "- ", "> ", "< "} {
 		head = strings.TrimPrefix(head, p)
 	}
@@ -268,13 +361,43 @@ func quotedEnd(s string, i int) int {
 	return len(s)
 }
 
-// closing is the end of the value s[i:] written up to c, included, or its line's.
+// closing is the end of the value s[i:] written up to c, included, or its line's:
+// read only as far as that (to its line's end for every value, it was quadratic
+// on a line of `token=<>`, a third review).
 func closing(s string, i int, c byte) int {
-	e := lineEnd(s, i)
-	if k := strings.IndexByte(s[i:e], c); k >= 0 {
-		return i + k + 1
+	for k := i + 1; k < len(s); k++ {
+		switch s[k] {
+		case c:
+			return k + 1
+		case '\n', '\r':
+			return k
+		}
 	}
-	return e
+	return len(s)
+}
+
+// skipSpace is the index of the first character at or after s[i] that is not a
+// blank or a line break.
+func skipSpace(s string, i int) int {
+	for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// escapedQuotedEnd is the end of a value written in escaped quotes (\"…\", JSON
+// inside a string), its closing pair included, or of its line.
+func escapedQuotedEnd(s string, i int) int {
+	q := s[i+1]
+	for k := i + 2; k+1 < len(s); k++ {
+		switch {
+		case s[k] == '\\' && s[k+1] == q:
+			return k + 2
+		case s[k] == '\n' || s[k] == '\r':
+			return k
+		}
+	}
+	return len(s)
 }
 
 // schemeWord is the length of an HTTP authentication scheme and the blank after it
@@ -299,13 +422,12 @@ func isBlockIndicator(rest string) bool {
 	return len(strings.Trim(rest[1:], "+-0123456789")) == 0
 }
 
-// indentedBelow is the end of the lines after from that are more indented than
-// the name's line, whose text before the name is head, or from when there is
-// none: a YAML value under its name. A blank line inside it is looked past, and a
-// list may sit at the name's own indentation; a line ends at "\r\n", '\n' or
-// '\r'.
-func indentedBelow(s, head string, from int) int {
-	indent := len(head) - len(strings.TrimLeft(head, " \t"))
+// indentedBelow is the end of the lines after from that are indented past
+// indent, or from when there is none: a YAML value under its name. A blank line
+// inside it is looked past, and, when list is set, a list at indent itself (YAML
+// lets a key's list sit at the key's indentation); a line ends at "\r\n", '\n'
+// or '\r'.
+func indentedBelow(s string, indent int, list bool, from int) int {
 	end := from
 	for k := from; k < len(s) && (s[k] == '\n' || s[k] == '\r'); {
 		next := k + 1
@@ -319,7 +441,7 @@ func indentedBelow(s, head string, from int) int {
 		case trimmed == "":
 			k = e // blank: the value may go on below it
 			continue
-		case at > indent, at == indent && strings.HasPrefix(trimmed, "- "):
+		case at > indent, list && at == indent && strings.HasPrefix(trimmed, "- "):
 			end, k = e, e
 			continue
 		}

@@ -150,6 +150,16 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 		{"passwords:\n- " + pw + "\nport: 5", "passwords:\n" + Hidden + "\nport: 5"},
 		{"password:\r  " + pw + "\rport: 5", "password:\r  " + Hidden + "\rport: 5"},
 		{"db: {user: app, password: " + pw + "}", "db: {user: app, password: " + Hidden + "}"},
+		// A third review's.
+		{"<privateKey>\nMIIE" + pw + "\nAAAA", "<privateKey>" + Hidden},
+		{"env:\n- name: DB_PASSWORD\n  value: " + pw + "\n- name: PORT\n  value: \"5\"", "env:\n- name: DB_PASSWORD\n  value: " + Hidden + "\n- name: PORT\n  value: \"5\""},
+		{`{"name":"DB_PASSWORD","value":"` + pw + `"}`, `{"name":"DB_PASSWORD","value":` + Hidden + `}`},
+		{`<add key="Password" value="` + pw + `"/>`, `<add key="Password" value=` + Hidden + `/>`},
+		{`curl -H "Authorization: Bearer ` + pw + `" https://x`, `curl -H "Authorization: Bearer ` + Hidden + `" https://x`},
+		{`curl -H 'X-Api-Key: ` + pw + `' https://x`, `curl -H 'X-Api-Key: ` + Hidden + `' https://x`},
+		{`"{\"password\":\"` + pw + `\"}"`, `"{\"password\":` + Hidden + `}"`},
+		{"DB_PASSWORD ?= " + pw, "DB_PASSWORD ?= " + Hidden},
+		{"  - token:\n    " + pw + "\n  - other", "  - token:\n    " + Hidden + "\n  - other"},
 	} {
 		got := Secrets(c.in)
 		if got != c.want || strings.Contains(got, pw) {
@@ -170,6 +180,7 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 		"error: invalid token: signature mismatch", "passwordless: true", "secret_count=3", "tokenizer: parse error at line 3",
 		"  at Foo.token(Token.java:42)", "https://user@example.com:8443/a", "ssh://git@github.com:org/repo.git", "http://[::1]:8080/x@y",
 		"vault-token.service: Failed with result 'exit-code'.", "TokenExpiredError: jwt expired", "usage: app --password",
+		"  -token string\n    \tthe token", "usage: app [--token TOKEN]",
 	} {
 		if got := Secrets(kept); got != kept {
 			t.Errorf("Secrets(%q) = %q, want it kept", kept, got)
@@ -212,11 +223,14 @@ func FuzzSecrets(f *testing.F) {
 // start was quadratic), values under their names, URLs, and plain text.
 func BenchmarkSecrets(b *testing.B) {
 	for name, in := range map[string]string{
-		"names on one line": strings.Repeat("token ", 8<<10/6),
-		"name=value lines":  strings.Repeat("DB_PASSWORD=hunter2\n", 8<<10/20),
-		"yaml blocks":       strings.Repeat("password: |\n  hunter2\n\n  x\n", 8<<10/28),
-		"urls":              strings.Repeat("x://a:b@c ", 8<<10/10),
-		"plain":             strings.Repeat("service failed to start\n", 8<<10/24),
+		"names on one line":  strings.Repeat("token ", 8<<10/6),
+		"names after blanks": strings.Repeat(" ", 4<<10) + strings.Repeat("token ", 4<<10/6),
+		"list items":         strings.Repeat("- password:\n  "+Hidden+"\n", 8<<10/32),
+		"values in brackets": strings.Repeat("pwd=;token=<>", 8<<10/13),
+		"name=value lines":   strings.Repeat("DB_PASSWORD=hunter2\n", 8<<10/20),
+		"yaml blocks":        strings.Repeat("password: |\n  hunter2\n\n  x\n", 8<<10/28),
+		"urls":               strings.Repeat("x://a:b@c ", 8<<10/10),
+		"plain":              strings.Repeat("service failed to start\n", 8<<10/24),
 	} {
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {

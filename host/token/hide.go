@@ -1,6 +1,9 @@
 package token
 
-import "strings"
+import (
+	"strings"
+	"unicode"
+)
 
 // HiddenToken stands in for a token's text in messages.
 const HiddenToken = "<a token: not shown>"
@@ -39,14 +42,13 @@ func Contains(s string) bool { return HideTokens(s) != s }
 // directory (a second review). Hiding in a message may take more than a token; a
 // refused argument stops an operator's command.
 //
-// The argument is read without its white space and '>' and in lower case: a token a
+// The argument is read as argumentText says, and in lower case: a token a
 // terminal or a mail client wrapped, given quoted, had each field split by a line
 // break and passed, and a file-name error printed its lines (a review); one
 // upper-cased holds the same secret. A token's end is the secret and the start of
 // its checksum ('_', 64 hex digits, '_', a hex digit), whatever follows it.
 func InArgument(arg string) bool {
-	// '>': a wrapped token quoted in a mail reply (a second review).
-	s := strings.ToLower(strings.Join(strings.Fields(strings.ReplaceAll(arg, ">", " ")), ""))
+	s := strings.ToLower(argumentText(arg))
 	head := Contains(s)
 	isHex := func(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' }
 	for i := 0; i < len(s); {
@@ -65,6 +67,24 @@ func InArgument(arg string) bool {
 		i = j
 	}
 	return false
+}
+
+// argumentText is arg without what a copy puts inside a token: white space, the
+// marks a mail reply or a chat quotes lines with ('>', '|', '#'), the characters
+// that show as nothing (zero-width spaces and joiners, a soft hyphen, a byte order
+// mark), and a line break's escape (a backslash or a quoted-printable '=' before
+// it): a token wrapped and quoted so passed, each field split (two reviews).
+func argumentText(arg string) string {
+	var b strings.Builder
+	for i, r := range arg {
+		switch {
+		case unicode.IsSpace(r), r == '>', r == '|', r == '#', r == '\u200b', r == '\u200c', r == '\u200d', r == '\u00ad', r == '\ufeff', r == '\u2060':
+		case (r == '\\' || r == '=') && i+1 < len(arg) && (arg[i+1] == '\n' || arg[i+1] == '\r'):
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // hideHeads hides the runs that start as a token does.

@@ -223,6 +223,12 @@ func TestTokenArgumentsNotEchoed(t *testing.T) {
 		// a line (a second review).
 		{"status", "--state", "> " + strings.ReplaceAll(wrap(tok, 70), "\n", "\n> ")},
 		append([]string{"status", "--state"}, strings.Split(wrap(tok, 70), "\n")...),
+		// Quoted with '|' or '#', with zero-width spaces in it, and a
+		// quoted-printable mail's soft line breaks (a third review).
+		{"status", "--state", "| " + strings.ReplaceAll(wrap(tok, 70), "\n", "\n| ")},
+		{"status", "--state", "# " + strings.ReplaceAll(wrap(tok, 70), "\n", "\n# ")},
+		{"status", "--state", strings.ReplaceAll(tok, "_", "_\u200b")},
+		{"status", "--state", strings.ReplaceAll(wrap(tok, 70), "\n", "=\n")},
 	} {
 		code, stdout, stderr := runCLI("", nil, args...)
 		if code != exitUsage || !strings.Contains(stderr, "not shown") {
