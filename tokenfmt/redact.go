@@ -92,38 +92,3 @@ func brokerStrings(list []netip.AddrPort) []string {
 	}
 	return s
 }
-
-// IsRedacted reports whether s ends as a printed token ends (String: its secret
-// replaced by <redacted>, no checksum) and holds that one token only: a token
-// copied from a log or a listing, which admits nothing. A token starts with
-// Prefix, its version and '_' where no id character comes before (an id may hold
-// "mesh1" itself: a mesh named meshlab, a node mesh1-gw).
-func IsRedacted(s string) bool {
-	s = strings.TrimSpace(s)
-	if !strings.HasSuffix(s, "_"+redacted) {
-		return false
-	}
-	head := Prefix + strconv.Itoa(Version) + "_"
-	starts := 0
-	for i := strings.Index(s, head); i >= 0; i = nextIndex(s, head, i) {
-		if i == 0 || !idOrSeparator(s[i-1]) {
-			starts++
-		}
-	}
-	return starts == 1
-}
-
-// nextIndex is the index of sub in s after the one at i, or -1.
-func nextIndex(s, sub string, i int) int {
-	j := strings.Index(s[i+1:], sub)
-	if j < 0 {
-		return -1
-	}
-	return i + 1 + j
-}
-
-// idOrSeparator reports whether c may be part of a token's id, or the '_' between
-// its fields.
-func idOrSeparator(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_'
-}

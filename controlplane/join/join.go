@@ -50,6 +50,7 @@ import (
 	"mesh/host/jsonkeys"
 	"mesh/host/link"
 	"mesh/host/resend"
+	hosttoken "mesh/host/token"
 	"mesh/tokenfmt"
 )
 
@@ -334,7 +335,7 @@ func Join(ctx context.Context, o Options) error {
 	r := &run{o: o}
 	now := o.Now()
 	tok, err := tokenfmt.Parse(o.Token, now)
-	if err != nil && tokenfmt.IsRedacted(o.Token) {
+	if err != nil && hosttoken.IsRedacted(o.Token) {
 		// Copied from a log or a listing, which print a token so: "truncated,
 		// copy the whole line again" sent the person back to the same line (a
 		// walkthrough).
