@@ -84,6 +84,9 @@ func hideNamed(s string) string {
 	// scan back from each name (quadratic on one long line of names, a second
 	// review: 44 ms for 32 KiB; on leading blanks, a third).
 	line, text, looked := 0, 0, 0
+	// Until where a value named by a pair is looked for (pairMark), -1 when
+	// none is.
+	pairUntil := -1
 	for i := 0; i < len(s); {
 		if !isNameByte(s[i]) {
 			i++
@@ -99,8 +102,25 @@ func hideNamed(s string) string {
 		}
 		looked = i
 		start, end, ok := namedValue(s, line, text, i, j)
-		if !ok {
-			start, end, ok = pairedValue(s, line, text, i, j)
+		switch {
+		case ok:
+		case i < pairUntil && hasSuffixFold(s[i:j], "value"):
+			// The pair's value, hidden here or already.
+			start, end, ok = valueOf(s, line, text, i, j)
+			pairUntil = -1
+		case hasSuffixFold(s[i:j], "name") || hasSuffixFold(s[i:j], "key"):
+			// Another pair's name ends the window of the one before.
+			var at int
+			if pairUntil, at = pairMark(s, j); at > 0 {
+				// An element's text: <property name="db.password">VALUE</property>.
+				if start, end, ok = elementText(s, at); ok {
+					// The rest of the tag, read as everywhere: the scan
+					// goes on after the text.
+					b.WriteString(s[last:j])
+					b.WriteString(hideNamed(s[j:start]))
+					last = start
+				}
+			}
 		}
 		if !ok {
 			i = j
@@ -185,8 +205,8 @@ func valueOf(s string, line, text, i, j int) (start, end int, ok bool) {
 				return spaced, quotedEnd(s, spaced), true
 			}
 			e := wordEnd(s, spaced)
-			if w := s[spaced:e]; slices.Contains(placeholders, w) || strings.ToUpper(w) == w {
-				return 0, 0, false
+			if w := s[spaced:e]; slices.Contains(placeholders, w) || w == strings.ToUpper(strings.ReplaceAll(strings.TrimLeft(name, "-"), "-", "_")) {
+				return 0, 0, false // a help line's -token string, a usage's [--api-key API_KEY]
 			}
 			return spaced, e, e > spaced
 		}
@@ -245,54 +265,82 @@ func valueOf(s string, line, text, i, j int) (start, end int, ok bool) {
 	return v, wordEnd(s, v), wordEnd(s, v) > v
 }
 
-// pairedValue returns where the value is that a pair names a secret by: a name
-// or key naming one and the value given beside it, as Kubernetes (`- name:
-// DB_PASSWORD` then `value: …`), .NET and Java configuration (`<add
-// key="Password" value="…"/>`) write it (a third review).
-func pairedValue(s string, line, text, i, j int) (start, end int, ok bool) {
-	if n := s[i:j]; !strings.EqualFold(n, "name") && !strings.EqualFold(n, "key") {
-		return 0, 0, false
-	}
+// pairMark returns until where the value a pair names a secret by is looked
+// for, when the name or key ending at s[j] is given a secret's name: Kubernetes
+// (`- name: DB_PASSWORD` then `value: …`), .NET and Java configuration (`<add
+// key="Password" value="…"/>`), JSON and AWS listings (`{"Name":
+// "/app/db/password", "Value": …}`, CloudFormation's ParameterKey and
+// ParameterValue) write it so (a third review). The scan goes on from the name's
+// value: what lies between is read as everywhere (a fourth review: jumping to the
+// value skipped a secret written before it). -1 when there is none.
+func pairMark(s string, j int) (until, at int) {
 	k := j
+	if k+1 < len(s) && s[k] == '\\' && isQuote(s[k+1]) {
+		k++
+	}
 	if k < len(s) && isQuote(s[k]) {
 		k++
 	}
-	spaced := skipBlanks(s, k)
-	if spaced >= len(s) || s[spaced] != '=' && s[spaced] != ':' {
-		return 0, 0, false
+	k = skipBlanks(s, k)
+	if k >= len(s) || s[k] != '=' && s[k] != ':' {
+		return -1, 0
 	}
-	v := skipBlanks(s, spaced+1)
-	if v < len(s) && isQuote(s[v]) {
+	v := skipBlanks(s, k+1)
+	if v < len(s) && s[v] == '\\' {
 		v++
 	}
-	w := v
-	for w < len(s) && isNameByte(s[w]) {
-		w++
+	quote := byte(0)
+	if v < len(s) && isQuote(s[v]) {
+		quote = s[v]
+		v++
 	}
-	if w == v || !namesSecret(s[v:w]) {
-		return 0, 0, false
+	// The name given, up to its quote or the word's end, at most 256 bytes.
+	e := v
+	for e < len(s) && e < v+256 && s[e] != '\n' && s[e] != '\r' && s[e] != '\\' && (quote != 0 && s[e] != quote || quote == 0 && !strings.ContainsRune(" \t,;}]", rune(s[e]))) {
+		e++
 	}
-	// The value beside it: within the next 200 bytes, as its own name.
-	window := s[w:min(len(s), w+200)]
-	lower := strings.ToLower(window)
-	for off := 0; ; {
-		at := strings.Index(lower[off:], "value")
-		if at < 0 {
-			return 0, 0, false
-		}
-		vi := w + off + at
-		vj := vi + len("value")
-		off += at + len("value")
-		if isNameByte(s[vi-1]) || vj < len(s) && isNameByte(s[vj]) {
+	for w := v; w < e; {
+		if !isNameByte(s[w]) {
+			w++
 			continue
 		}
-		vline, vtext := line, text
-		if nl := strings.LastIndexAny(s[line:vi], "\r\n"); nl >= 0 {
-			vline = line + nl + 1
-			vtext = skipBlanks(s, vline)
+		x := w
+		for x < e && isNameByte(s[x]) {
+			x++
 		}
-		return valueOf(s, vline, vtext, vi, vj)
+		if namesSecret(s[w:x]) {
+			return e + 200, e
+		}
+		w = x
 	}
+	return -1, 0
+}
+
+// elementText returns where the text of the XML element whose tag goes on at
+// s[at] starts and ends: after the tag's '>' (within 200 bytes, on its line, not
+// a tag that closes itself), up to the next '<'.
+func elementText(s string, at int) (start, end int, ok bool) {
+	for k := at; k < len(s) && k < at+200; k++ {
+		switch s[k] {
+		case '<', '\n', '\r':
+			return 0, 0, false
+		case '>':
+			if s[k-1] == '/' || k+1 >= len(s) || hiddenAt(s, k+1) {
+				return 0, 0, false
+			}
+			e := strings.IndexByte(s[k+1:], '<')
+			if e < 0 {
+				e = len(s) - (k + 1)
+			}
+			return k + 1, k + 1 + e, e > 0
+		}
+	}
+	return 0, 0, false
+}
+
+// hasSuffixFold reports whether s ends with suffix, in any case.
+func hasSuffixFold(s, suffix string) bool {
+	return len(s) >= len(suffix) && strings.EqualFold(s[len(s)-len(suffix):], suffix)
 }
 
 // hiddenAt reports whether s[i:] starts with what stands in for a hidden secret:

@@ -160,6 +160,15 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 		{`"{\"password\":\"` + pw + `\"}"`, `"{\"password\":` + Hidden + `}"`},
 		{"DB_PASSWORD ?= " + pw, "DB_PASSWORD ?= " + Hidden},
 		{"  - token:\n    " + pw + "\n  - other", "  - token:\n    " + Hidden + "\n  - other"},
+		// A fourth review's: what lies between a pair's name and its value is
+		// read too; AWS and CloudFormation pairs; a flag's capitalised value.
+		{"- name: DB_PASSWORD\n  valueFrom: {}\n+ export API_TOKEN=" + pw + "\necho value=1", "- name: DB_PASSWORD\n  valueFrom: {}\n+ export API_TOKEN=" + Hidden + "\necho value=" + Hidden},
+		{`{"Name": "/app/db/password", "Type": "SecureString", "Value": "` + pw + `"}`, `{"Name": "/app/db/password", "Type": "SecureString", "Value": ` + Hidden + `}`},
+		{`{"ParameterKey": "DbPassword", "ParameterValue": "` + pw + `"}`, `{"ParameterKey": "DbPassword", "ParameterValue": ` + Hidden + `}`},
+		{"app --password HUNTER2X --port 80", "app --password " + Hidden + " --port 80"},
+		{`<property name="hibernate.connection.password">` + pw + `</property>`, `<property name="hibernate.connection.password">` + Hidden + `</property>`},
+		{`<entry key="db.password">` + pw + `</entry>`, `<entry key="db.password">` + Hidden + `</entry>`},
+		{`<entry key="db.password" token="` + pw + `">` + pw + `</entry>`, `<entry key="db.password" token=` + Hidden + `>` + Hidden + `</entry>`},
 	} {
 		got := Secrets(c.in)
 		if got != c.want || strings.Contains(got, pw) {
@@ -180,7 +189,8 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 		"error: invalid token: signature mismatch", "passwordless: true", "secret_count=3", "tokenizer: parse error at line 3",
 		"  at Foo.token(Token.java:42)", "https://user@example.com:8443/a", "ssh://git@github.com:org/repo.git", "http://[::1]:8080/x@y",
 		"vault-token.service: Failed with result 'exit-code'.", "TokenExpiredError: jwt expired", "usage: app --password",
-		"  -token string\n    \tthe token", "usage: app [--token TOKEN]",
+		"  -token string\n    \tthe token", "usage: app [--token TOKEN]", "usage: app [--api-key API_KEY]",
+		"- name: PORT\n  value: 5", `<add key="Port" value="5"/>`,
 	} {
 		if got := Secrets(kept); got != kept {
 			t.Errorf("Secrets(%q) = %q, want it kept", kept, got)
@@ -227,6 +237,7 @@ func BenchmarkSecrets(b *testing.B) {
 		"names after blanks": strings.Repeat(" ", 4<<10) + strings.Repeat("token ", 4<<10/6),
 		"list items":         strings.Repeat("- password:\n  "+Hidden+"\n", 8<<10/32),
 		"values in brackets": strings.Repeat("pwd=;token=<>", 8<<10/13),
+		"pairs on one line":  strings.Repeat(`<add key="Password" value="x"/>`, 8<<10/31),
 		"name=value lines":   strings.Repeat("DB_PASSWORD=hunter2\n", 8<<10/20),
 		"yaml blocks":        strings.Repeat("password: |\n  hunter2\n\n  x\n", 8<<10/28),
 		"urls":               strings.Repeat("x://a:b@c ", 8<<10/10),
