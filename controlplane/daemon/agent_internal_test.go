@@ -506,7 +506,31 @@ func TestAReportBackToTheRecordSupersedesOneQueued(t *testing.T) {
 	report(true)
 	commits := d.status.commitsDone()
 	d.status.flush()
-	if d.status.backToRecord(node, state.Applied{}, commits) {
+	if d.status.backToRecord(node, state.Applied{}, commits, reportChange) {
 		t.Fatal("a report judged against a record read before a commit ended was decided on it")
+	}
+	// The report being committed spends the node's window of changes
+	// (changesEach): the report back to its converged record that follows it is
+	// its convergence, never held (a file put back six times in ten seconds showed
+	// "hooks running" for the rest of them).
+	d.status.flush()
+	report(false)
+	d.status.flush()
+	d.status.mu.Lock()
+	clear(d.status.changes)
+	d.status.mu.Unlock()
+	for range changesEach - 1 {
+		report(true)
+		d.status.flush()
+		report(false)
+		d.status.flush()
+	}
+	report(true)
+	d.status.beforeCommit = func() { report(false) }
+	d.status.flush()
+	d.status.beforeCommit = nil
+	d.status.flush()
+	if running() {
+		t.Fatal("with the window spent, a converged report following an older one being committed was held")
 	}
 }

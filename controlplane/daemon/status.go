@@ -95,6 +95,10 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 		old.ReportedAt = time.Time{}
 		changed = old != a
 		switch {
+		case !changed && convergedOn(a, n.Declared.Version):
+			// Back to a converged record: if it follows an older report being
+			// committed (backToRecord), it is the node's convergence again.
+			kind = reportConverged
 		case !changed:
 		case sameButText(old, a):
 			kind = reportText
@@ -111,7 +115,7 @@ func (d *Daemon) handleStatus(m *nats.Msg) {
 	} else if key != "" {
 		// Back to what is recorded: a report queued before, or one being
 		// committed, would replace it with what the host no longer says.
-		for !d.status.backToRecord(node, a, commits) {
+		for !d.status.backToRecord(node, a, commits, kind) {
 			// A commit ended since the record was read: read it again.
 			commits = d.status.commitsDone()
 			same := false
@@ -192,8 +196,8 @@ func converges(old, a state.Applied, declared uint64) bool {
 // report that changes more.
 const textEvery = 10 * time.Second
 
-// changesEach is how many of a node's reports that change its record without
-// progress (hooks running, then not; an error, then another; stale) are committed
+// changesEach is how many of a node's reports that change its record other than
+// by its convergence (hooks running; an error, then another; stale) are committed
 // at once in a textEvery; past it, the newest is held as a text is. An honest agent
 // makes two or three a declaration; a host that flipped its error code or its
 // stale flag in every report had a log entry committed at every flush, 3.6 a
@@ -206,7 +210,7 @@ const changesEach = 6
 type reportKind uint8
 
 const (
-	reportChange    reportKind = iota // more than text, no progress: changesEach
+	reportChange    reportKind = iota // more than text, not the node's convergence: changesEach
 	reportText                        // only what sameButText leaves out: textEvery
 	reportConverged                   // the node's convergence (converges)
 )
@@ -296,11 +300,11 @@ func (b *statusBatcher) commitsDone() uint64 { return b.commits.Load() }
 // status` exit 5 at every hand edit), whether it was queued or being committed when
 // the second came. False, deciding nothing, when a flush ended since the record
 // was read: the record may hold the older report now; read it again.
-func (b *statusBatcher) backToRecord(node string, a state.Applied, commits uint64) bool {
+func (b *statusBatcher) backToRecord(node string, a state.Applied, commits uint64, kind reportKind) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if p, ok := b.inflight[node]; ok && p.applied != a {
-		b.pending[node] = pendingReport{applied: a}
+		b.pending[node] = pendingReport{applied: a, kind: kind}
 		return true
 	}
 	if b.commits.Load() != commits {
