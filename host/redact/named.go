@@ -87,7 +87,23 @@ func hideNamed(s string) string {
 	// Until where a value named by a pair is looked for (pairMark), -1 when
 	// none is.
 	pairUntil := -1
+	// An element's text to hide once the scan, reading its tag's attributes as
+	// everywhere (the pair's own value="…" among them), reaches it; -1 when none.
+	elemStart, elemEnd := -1, -1
+	hideElement := func() {
+		if from := max(last, elemStart); from < elemEnd {
+			b.WriteString(s[last:from])
+			b.WriteString(Hidden)
+			last = elemEnd
+		}
+		elemStart = -1
+	}
 	for i := 0; i < len(s); {
+		if elemStart >= 0 && i >= elemStart {
+			hideElement()
+			i = max(i, last)
+			continue
+		}
 		if !isNameByte(s[i]) {
 			i++
 			continue
@@ -112,13 +128,11 @@ func hideNamed(s string) string {
 			// Another pair's name ends the window of the one before.
 			var at int
 			if pairUntil, at = pairMark(s, j); at > 0 {
-				// An element's text: <property name="db.password">VALUE</property>.
-				if start, end, ok = elementText(s, at); ok {
-					// The rest of the tag, read as everywhere: the scan
-					// goes on after the text.
-					b.WriteString(s[last:j])
-					b.WriteString(hideNamed(s[j:start]))
-					last = start
+				// An element's text: <property name="db.password">VALUE</property>,
+				// hidden once the rest of the tag is read (a fifth review: read
+				// apart, the tag's value="…" was left).
+				if es, ee, found := elementText(s, at); found {
+					elemStart, elemEnd = es, ee
 				}
 			}
 		}
@@ -129,6 +143,9 @@ func hideNamed(s string) string {
 		b.WriteString(s[last:start])
 		b.WriteString(Hidden)
 		last, i = end, end
+	}
+	if elemStart >= 0 {
+		hideElement()
 	}
 	if last == 0 {
 		return s
@@ -296,7 +313,7 @@ func pairMark(s string, j int) (until, at int) {
 	}
 	// The name given, up to its quote or the word's end, at most 256 bytes.
 	e := v
-	for e < len(s) && e < v+256 && s[e] != '\n' && s[e] != '\r' && s[e] != '\\' && (quote != 0 && s[e] != quote || quote == 0 && !strings.ContainsRune(" \t,;}]", rune(s[e]))) {
+	for e < len(s) && e < v+256 && s[e] != '\n' && s[e] != '\r' && s[e] != '\\' && (quote != 0 && s[e] != quote || quote == 0 && !strings.ContainsRune(" \t,;}]=:", rune(s[e]))) {
 		e++
 	}
 	for w := v; w < e; {
@@ -309,6 +326,9 @@ func pairMark(s string, j int) (until, at int) {
 			x++
 		}
 		if namesSecret(s[w:x]) {
+			if quote != 0 && e < len(s) && s[e] == quote {
+				e++ // the tag goes on past the name's closing quote
+			}
 			return e + 200, e
 		}
 		w = x
@@ -318,9 +338,18 @@ func pairMark(s string, j int) (until, at int) {
 
 // elementText returns where the text of the XML element whose tag goes on at
 // s[at] starts and ends: after the tag's '>' (within 200 bytes, on its line, not
-// a tag that closes itself), up to the next '<'.
+// a tag that closes itself; an attribute's quoted value read past), up to the
+// next '<'.
 func elementText(s string, at int) (start, end int, ok bool) {
 	for k := at; k < len(s) && k < at+200; k++ {
+		if s[k] == '"' || s[k] == '\'' {
+			// An attribute's value, read past whole: a '<' or '>' in it is
+			// not the tag's (a fifth review: so it read once hidden).
+			if q := strings.IndexByte(s[k+1:min(len(s), at+200)], s[k]); q >= 0 {
+				k += q + 1
+				continue
+			}
+		}
 		switch s[k] {
 		case '<', '\n', '\r':
 			return 0, 0, false
@@ -378,8 +407,10 @@ func lineEnd(s string, i int) int {
 }
 
 // wordEnd is where a value starting at s[i] and written without quotes ends.
+// A tag's '<' and '>' (and "/>") end it too: hidden with the value, the tag read
+// another way once hidden (a fifth review).
 func wordEnd(s string, i int) int {
-	for i < len(s) && !strings.ContainsRune(" \t\r\n;\"'`})]", rune(s[i])) {
+	for i < len(s) && !strings.ContainsRune(" \t\r\n;\"'`})]<>", rune(s[i])) && !strings.HasPrefix(s[i:], "/>") {
 		i++
 	}
 	return i

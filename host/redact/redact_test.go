@@ -169,6 +169,11 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 		{`<property name="hibernate.connection.password">` + pw + `</property>`, `<property name="hibernate.connection.password">` + Hidden + `</property>`},
 		{`<entry key="db.password">` + pw + `</entry>`, `<entry key="db.password">` + Hidden + `</entry>`},
 		{`<entry key="db.password" token="` + pw + `">` + pw + `</entry>`, `<entry key="db.password" token=` + Hidden + `>` + Hidden + `</entry>`},
+		// A fifth review's: the tag's own value="…" beside its text.
+		{`<entry key="password" value="` + pw + `">x</entry>`, `<entry key="password" value=` + Hidden + `>` + Hidden + `</entry>`},
+		{`<input type="password" name="password" value="` + pw + `">` + "\n<br>", `<input type="password" name="password" value=` + Hidden + `>` + Hidden + `<br>`},
+		{`<e key="password" token="a<b">` + pw + `</e>`, `<e key="password" token=` + Hidden + `>` + Hidden + `</e>`},
+		{`<e key="db.password" token=t1/>` + "\nx", `<e key="db.password" token=` + Hidden + "/>\nx"},
 	} {
 		got := Secrets(c.in)
 		if got != c.want || strings.Contains(got, pw) {
