@@ -576,16 +576,16 @@ func (r *run) keys() (nkeys.KeyPair, nkeys.KeyPair, error) {
 			r.step("keys", "presenting again the keys an earlier run of this join presented, should the mesh have admitted them")
 			return nk, ck, nil
 		}
-		if admitted, what := r.admittedHere(p.Node); admitted && p.Node != r.tok.Node {
+		if p.Node != r.tok.Node && r.savedInPart() {
 			// The mesh admitted another node's join with these keys, and only
 			// they can finish it: replaced, they were lost for good, and that node
 			// stayed admitted (a review). Another token of this node's is another
 			// matter: the mesh mints one only once the node is removed (or no
 			// token of it was used), when these keys finish nothing.
-			return nil, nil, fmt.Errorf("%w: %s holds the keys of a join of %s that the mesh admitted (%s), and only they can finish it: "+
+			return nil, nil, fmt.Errorf("%w: %s holds the keys of a join of %s that the mesh admitted (its identity was saved in part), and only they can finish it: "+
 				"run meshctl join with %s's token while it is valid, and join %s into a new --data directory. "+
 				"If %s is to be given up, remove it (meshctl control remove %s) and this directory",
-				ErrDataDir, r.o.Dir, p.Node, what, p.Node, r.tok.Node, p.Node, p.Node)
+				ErrDataDir, r.o.Dir, p.Node, p.Node, r.tok.Node, p.Node, p.Node)
 		}
 		// The pending join of another token of this node (whose node was
 		// removed, or never admitted with it), or of another node the mesh may
@@ -609,20 +609,13 @@ func (r *run) keys() (nkeys.KeyPair, nkeys.KeyPair, error) {
 	return nk, ck, nil
 }
 
-// admittedHere reports whether the data directory shows the mesh's admission of a
-// join of node: mesh.json marked joining for it, or files a join writes only after
-// the mesh's answer. what says which.
-func (r *run) admittedHere(node string) (bool, string) {
-	if cfg, err := r.o.Dir.ReadConfigRaw(); err == nil && cfg.Joining && cfg.Node == node {
-		return true, datadir.ConfigFile + " records it"
-	}
+// savedInPart reports whether the data directory holds files a join writes only
+// after the mesh's answer, before mesh.json: the mesh admitted the join whose keys
+// join-pending.json holds. (A mesh.json of another node is refused before the keys
+// are read: checkDir.)
+func (r *run) savedInPart() bool {
 	entries, _ := os.ReadDir(string(r.o.Dir))
-	for _, e := range entries {
-		if savedBeforeConfig(e.Name()) {
-			return true, "its identity was saved in part"
-		}
-	}
-	return false, ""
+	return slices.ContainsFunc(entries, func(e os.DirEntry) bool { return savedBeforeConfig(e.Name()) })
 }
 
 // parsePending reads the keys an earlier run of a join kept (pendingFile), one way
