@@ -203,6 +203,11 @@ func (d *Daemon) enrol(node string, req api.EnrolRequest) api.EnrolResponse {
 	if req.Mesh != d.cfg.Mesh {
 		return refuse(api.CodeTokenUnknown, "this is mesh "+d.cfg.Mesh+"; the token was minted for mesh "+req.Mesh)
 	}
+	if req.CurveKey != "" && req.Role != state.RoleControl {
+		// Only a joining control node's key is sealed to; a host's would be kept in
+		// the log entry unused, whatever the client put there.
+		return refuse(api.CodeBadRequest, "curve_key is sent only by a joining control node (meshctl join), not by a host")
+	}
 	id, e := d.tokenOf(req)
 	if e != nil {
 		return refuse(e.Code, e.Message)

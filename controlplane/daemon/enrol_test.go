@@ -165,6 +165,10 @@ func TestEnrolmentProvesTheSecret(t *testing.T) {
 	refused("a token id that is not hex", api.CodeBadRequest, func(r *api.EnrolRequest) { r.TokenID = strings.Repeat("z", 64) })
 	refused("a proof that is not base64", api.CodeBadRequest, func(r *api.EnrolRequest) { r.TokenProof = "!!" })
 	refused("neither proof nor secret", api.CodeBadRequest, func(r *api.EnrolRequest) { r.TokenID, r.TokenProof = "", "" })
+	refused("a host's request carrying a control node's curve key", api.CodeBadRequest, func(r *api.EnrolRequest) {
+		curve, _ := nkeys.CreateCurveKeys()
+		r.CurveKey, _ = curve.PublicKey()
+	})
 	d.fsm.Read(func(s *state.State) {
 		for _, tok := range s.Tokens {
 			if !tok.UsedAt.IsZero() {
