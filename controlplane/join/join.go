@@ -576,16 +576,22 @@ func (r *run) keys() (nkeys.KeyPair, nkeys.KeyPair, error) {
 			r.step("keys", "presenting again the keys an earlier run of this join presented, should the mesh have admitted them")
 			return nk, ck, nil
 		}
-		if p.Node != r.tok.Node && r.savedInPart() {
+		admittedBy := r.savedMesh()
+		if r.savedInPart() && (p.Node != r.tok.Node || admittedBy != "" && admittedBy != r.tok.Mesh) {
 			// The mesh admitted another node's join with these keys, and only
 			// they can finish it: replaced, they were lost for good, and that node
 			// stayed admitted (a review). Another token of this node's is another
 			// matter: the mesh mints one only once the node is removed (or no
-			// token of it was used), when these keys finish nothing.
+			// token of it was used), when these keys finish nothing; unless it is
+			// another mesh's, whose admission of the node id stands.
+			of, remove := p.Node, "meshctl control remove "+p.Node
+			if admittedBy != "" && admittedBy != r.tok.Mesh {
+				of, remove = p.Node+" into mesh "+admittedBy, "meshctl control remove "+p.Node+", in mesh "+admittedBy
+			}
 			return nil, nil, fmt.Errorf("%w: %s holds the keys of a join of %s that the mesh admitted (its identity was saved in part), and only they can finish it: "+
-				"run meshctl join with %s's token while it is valid, and join %s into a new --data directory. "+
-				"If %s is to be given up, remove it (meshctl control remove %s) and this directory",
-				ErrDataDir, r.o.Dir, p.Node, p.Node, r.tok.Node, p.Node, p.Node)
+				"run meshctl join with that join's token while it is valid, and join %s of mesh %s into a new --data directory. "+
+				"If that join is to be given up, remove its node (%s) and this directory",
+				ErrDataDir, r.o.Dir, of, r.tok.Node, r.tok.Mesh, remove)
 		}
 		// The pending join of another token of this node (whose node was
 		// removed, or never admitted with it), or of another node the mesh may
@@ -616,6 +622,23 @@ func (r *run) keys() (nkeys.KeyPair, nkeys.KeyPair, error) {
 func (r *run) savedInPart() bool {
 	entries, _ := os.ReadDir(string(r.o.Dir))
 	return slices.ContainsFunc(entries, func(e os.DirEntry) bool { return savedBeforeConfig(e.Name()) })
+}
+
+// savedMesh returns the mesh whose CA certificate the data directory holds, the
+// first file a join saves after the mesh's answer; empty when there is none, or
+// it names no mesh. join-pending.json does not say which mesh admitted the join
+// (and a meshctl older than that field would find the file unusable).
+func (r *run) savedMesh() string {
+	data, err := r.o.Dir.ReadFile(datadir.CACertFile)
+	if err != nil {
+		return ""
+	}
+	cert, err := pki.ParseCertificatePEM(data)
+	if err != nil {
+		return ""
+	}
+	mesh, _ := pki.MeshOf(cert)
+	return mesh
 }
 
 // parsePending reads the keys an earlier run of a join kept (pendingFile), one way

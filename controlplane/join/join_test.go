@@ -416,7 +416,9 @@ func TestAJoinRunAgainSaysItPresentsTheSameKeys(t *testing.T) {
 // when join ran with this node's token, and only they could finish that join: it
 // is refused, the keys kept byte for byte, naming that node. Another token of this
 // node's replaces them (a second review): the mesh mints one only once the node
-// is removed, or no token of it was used, when the old keys finish nothing.
+// is removed, or no token of it was used, when the old keys finish nothing; unless
+// the keys are of its join into another mesh (that mesh's CA saved), whose
+// admission stands.
 func TestAnAdmittedJoinsKeysAreNotReplaced(t *testing.T) {
 	tok, pendingOf, _ := unreachableJoin(t)
 	parsed, err := tokenfmt.Parse(tok, time.Now())
@@ -442,9 +444,35 @@ func TestAnAdmittedJoinsKeysAreNotReplaced(t *testing.T) {
 		t.Fatalf("the admitted join's keys were changed: %s", got)
 	}
 
-	// This node's, another token: replaced, saying so.
+	// This node's join into another mesh, admitted there (that mesh's CA saved):
+	// the other mesh's admission of the id stands, and only these keys finish it.
+	otherCA, _, err := pki.NewCA("elsewhere", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d = datadir.Dir(t.TempDir())
+	write(t, d.Path(datadir.CACertFile), string(otherCA.CertPEM))
+	otherMesh := pendingOf(hexOf(make([]byte, 32)))
+	write(t, d.Path(pendingFile), string(otherMesh))
+	out.Reset()
+	err = Join(t.Context(), Options{Dir: d, Token: tok, Out: &out})
+	if !errors.Is(err, ErrDataDir) || !strings.Contains(err.Error(), "a join of "+parsed.Node+" into mesh elsewhere that the mesh admitted") ||
+		!strings.Contains(err.Error(), "meshctl control remove "+parsed.Node+", in mesh elsewhere") {
+		t.Fatalf("this node's admitted join into another mesh: %v, want ErrDataDir naming that mesh\n%s", err, out.String())
+	}
+	if got, _ := os.ReadFile(d.Path(pendingFile)); string(got) != string(otherMesh) {
+		t.Fatalf("the other mesh's admitted join's keys were changed: %s", got)
+	}
+
+	// This node's, another token of this mesh (its CA saved in part): replaced,
+	// saying so.
+	thisCA, _, err := pki.NewCA(parsed.Mesh, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
 	d = datadir.Dir(t.TempDir())
 	save(t, d, datadir.Config{Mesh: parsed.Mesh, Node: parsed.Node, Listen: "127.0.0.1:1", Brokers: []string{"127.0.0.1:1"}, Joining: true, Joined: true})
+	write(t, d.Path(datadir.CACertFile), string(thisCA.CertPEM))
 	write(t, d.Path(pendingFile), string(pendingOf(hexOf(make([]byte, 32)))))
 	out.Reset()
 	if err := Join(t.Context(), Options{Dir: d, Token: tok, Out: &out}); errors.Is(err, ErrDataDir) || !strings.Contains(out.String(), "new keys replace them") {

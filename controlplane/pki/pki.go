@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"strings"
 	"time"
 )
 
@@ -59,6 +60,21 @@ func (ca *CA) Pin() [32]byte { return PinOf(ca.Cert) }
 // PinOf returns the SHA-256 of a certificate's SubjectPublicKeyInfo (DER).
 func PinOf(cert *x509.Certificate) [32]byte { return sha256.Sum256(cert.RawSubjectPublicKeyInfo) }
 
+// meshOrganization is the subject organization of a mesh's certificates: it
+// names the mesh (NewCA, IssueLeaf).
+const meshOrganization = "mesh "
+
+// MeshOf returns the mesh a certificate NewCA made, or one it issued, names, and
+// false for a certificate that names none. It identifies, does not verify: the
+// chain to a pinned CA is what proves a certificate is the mesh's.
+func MeshOf(cert *x509.Certificate) (string, bool) {
+	if len(cert.Subject.Organization) != 1 {
+		return "", false
+	}
+	mesh, ok := strings.CutPrefix(cert.Subject.Organization[0], meshOrganization)
+	return mesh, ok && mesh != ""
+}
+
 // NewCA makes a mesh CA. It returns the CA and its private key in PEM.
 func NewCA(mesh string, now time.Time) (*CA, []byte, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -71,7 +87,7 @@ func NewCA(mesh string, now time.Time) (*CA, []byte, error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "mesh CA " + mesh, Organization: []string{"mesh " + mesh}},
+		Subject:               pkix.Name{CommonName: "mesh CA " + mesh, Organization: []string{meshOrganization + mesh}},
 		NotBefore:             now.Add(-backdate),
 		NotAfter:              now.Add(CAValidity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,

@@ -89,6 +89,33 @@ func TestNewCA(t *testing.T) {
 	}
 }
 
+// TestMeshOf: the CA and the leaves it issues name the mesh; a certificate of
+// another subject names none.
+func TestMeshOf(t *testing.T) {
+	ca, _, err := NewCA("m-1", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.IssueLeaf("cp-1", nil, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ParseCertificatePEM(leaf.CertPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]*x509.Certificate{"CA": ca.Cert, "leaf": cert} {
+		if mesh, ok := MeshOf(c); !ok || mesh != "m-1" {
+			t.Errorf("%s: %q %t, want m-1", name, mesh, ok)
+		}
+	}
+	for _, org := range [][]string{nil, {"mesh "}, {"other m-1"}, {"mesh m-1", "mesh m-2"}} {
+		if mesh, ok := MeshOf(&x509.Certificate{Subject: pkix.Name{Organization: org}}); ok {
+			t.Errorf("organization %q names mesh %q", org, mesh)
+		}
+	}
+}
+
 func TestPin(t *testing.T) {
 	ca := newCA(t, "demo")
 	want := sha256.Sum256(ca.Cert.RawSubjectPublicKeyInfo)
