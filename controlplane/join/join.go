@@ -792,7 +792,11 @@ func (r *run) join(ctx context.Context) error {
 // answered at (a review).
 func (r *run) listenable(self api.ControlMember) (string, error) {
 	listen, flag := self.Broker, "the broker address the node was admitted with"
-	if cfg, err := r.o.Dir.ReadConfigRaw(); err == nil && cfg.Joining && cfg.Listen != "" {
+	if cfg, err := r.o.Dir.ReadConfigRaw(); err == nil && cfg.Joining && cfg.Listen != "" && Dialled(cfg) == self.Broker {
+		// Only for the address hosts dial that earlier run was admitted with: a
+		// join with a new token (its node removed, minted with another --addr)
+		// listened where the old one said, and hosts dialled the new address in
+		// vain.
 		listen, flag = cfg.Listen, "the broker address an earlier run of this join listened on"
 	}
 	if r.o.Listen != "" {
