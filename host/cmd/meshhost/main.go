@@ -218,7 +218,7 @@ and its exit codes.
 exit codes: 0 ok, 1 failure, 2 usage, 3 token unusable or refused, 4 not the mesh (retrying
 will not help), 5 identity file or state directory in the way (or not safe), 6 revoked,
 7 mesh unreachable, or its broker refused the login (retrying may help; refused again a
-minute later, ask for a new token), 8 state directory (or, for run, the managed root, or one inside or above it) in use by another meshhost,
+minute later, ask for a new token), or enrol found this machine's clock off (set it, run again), 8 state directory (or, for run, the managed root, or one inside or above it) in use by another meshhost,
 9 enrol interrupted before it finished (run it again: it resumes), or hooks retry
 before the agent answered (the agent runs the hooks on)
 `)
