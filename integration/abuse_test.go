@@ -366,7 +366,7 @@ func TestRevokeSeveralInOneCall(t *testing.T) {
 		return cp.Counter("mesh_control_host_connections") == 4
 	})
 
-	if r := cp.Ctl("revoke", "web-1", "nobody", "web-2"); r.Code != 4 || !strings.Contains(r.Stderr, "no such node: nobody") {
+	if r := cp.Ctl("revoke", "web-1", "nobody", "web-2"); r.Code != 4 || !strings.Contains(r.Stderr, "no such node: nobody") || !strings.Contains(r.Stderr, "nothing was revoked, of the 3 nodes named") {
 		t.Fatalf("revoke with an unknown node (%d): %s", r.Code, r.Combined())
 	}
 	for _, id := range []string{"web-1", "web-2"} {

@@ -213,7 +213,10 @@ func TestRevokeRunAgainAfterReEnrolment(t *testing.T) {
 	n, _ = cp.Node("web-3")
 	secondKey := n.PublicKey
 	r = cp.Ctl("revoke", "--key", firstKey, "web-3")
-	if r.Code != 4 || !strings.Contains(r.Stderr, "key_mismatch") || !strings.Contains(r.Stderr, "nothing was revoked") {
+	if r.Code != 4 || !strings.Contains(r.Stderr, "key_mismatch") || !strings.Contains(r.Stderr, "nothing was revoked") ||
+		// The command it suggests runs as pasted: with the --data that reached
+		// the mesh (a walkthrough: without it, exit 2).
+		!strings.Contains(r.Stderr, "meshctl revoke --data "+cp.Dir+" --key "+secondKey+" web-3") {
 		t.Fatalf("revoke --key of the first machine run again (exit %d): %s", r.Code, r.Combined())
 	}
 	if n, _ := cp.Node("web-3"); n.State == "revoked" {

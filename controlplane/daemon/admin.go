@@ -1416,7 +1416,7 @@ func (d *Daemon) proposeRevoke(req api.RevokeRequest) (state.Command, error) {
 		if len(unknown) > 0 {
 			parts = append(parts, "no such node: "+strings.Join(unknown, ", "))
 		}
-		return out, &api.Error{Code: api.CodeNotFound, Message: strings.Join(parts, "; ")}
+		return out, &api.Error{Code: api.CodeNotFound, Message: strings.Join(parts, "; ") + nothingRevoked(len(nodes))}
 	}
 	if len(unknown) > 0 {
 		msg := "no such node: " + strings.Join(unknown, ", ")
@@ -1425,7 +1425,7 @@ func (d *Daemon) proposeRevoke(req api.RevokeRequest) (state.Command, error) {
 			// what an operator revoking it wants stopped.
 			msg += fmt.Sprintf("; not enrolled, but a token would enrol: %s; cancel with meshctl token cancel NODE", strings.Join(minted, ", "))
 		}
-		return out, &api.Error{Code: api.CodeNotFound, Message: msg}
+		return out, &api.Error{Code: api.CodeNotFound, Message: msg + nothingRevoked(len(nodes))}
 	}
 	if mismatch != nil {
 		return out, mismatch
@@ -1552,6 +1552,15 @@ func forgottenKeyMismatch(s *state.State, node, key string) *api.Error {
 // (after an upgrade, a record revoked a year before is forgotten at once).
 func forgottenText() string {
 	return fmt.Sprintf("records are forgotten %d days or more after their revocation", int(state.RevokedRetention/(24*time.Hour)))
+}
+
+// nothingRevoked ends a refused revocation's message of n nodes: one naming only
+// the unknown ones left the operator wondering about the others (a walkthrough).
+func nothingRevoked(n int) string {
+	if n > 1 {
+		return fmt.Sprintf("; nothing was revoked, of the %d nodes named (a revocation is all or none)", n)
+	}
+	return "; nothing was revoked"
 }
 
 // keyMismatch refuses a revocation of n that names key, another key than n's: most

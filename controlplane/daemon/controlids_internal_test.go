@@ -82,8 +82,12 @@ func TestRevokeOfAControlNodeSaysWhatItIs(t *testing.T) {
 	if !errors.As(err, &ae) || ae.Code != api.CodeNotFound ||
 		!strings.Contains(ae.Message, d.cfg.Node+": a control node, not a host: `meshctl control remove NODE`") ||
 		!strings.Contains(ae.Message, "cp-9: a control node removed from the mesh already") || strings.Contains(ae.Message, "cp-9: a control node, not a host") ||
-		!strings.Contains(ae.Message, "no such node: ghost") {
+		!strings.Contains(ae.Message, "no such node: ghost") || !strings.HasSuffix(ae.Message, "; nothing was revoked, of the 3 nodes named (a revocation is all or none)") {
 		t.Fatalf("revoke %s cp-9 ghost: %v", d.cfg.Node, err)
+	}
+	// One unknown node alone: nothing revoked, said so too.
+	if _, err := d.revoke(api.RevokeRequest{Nodes: []string{"ghost"}}); !errors.As(err, &ae) || ae.Code != api.CodeNotFound || ae.Message != "no such node: ghost; nothing was revoked" {
+		t.Fatalf("revoke ghost: %v", err)
 	}
 }
 

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nkeys"
@@ -55,6 +57,12 @@ is refused (exit 4, key_mismatch) and revokes nothing.`,
 				}
 				var res api.RevokeResult
 				if err := cp.call(api.OpRevoke, api.RevokeRequest{Nodes: args, Key: key}, &res); err != nil {
+					var ae *api.Error
+					if errors.As(err, &ae) && ae.Code == api.CodeKeyMismatch {
+						// The mesh suggests the command without the flags that
+						// reached it.
+						ae.Message = strings.Replace(ae.Message, "meshctl revoke --key ", "meshctl revoke "+cp.given()+"--key ", 1)
+					}
 					return olderKey(err)
 				}
 				if asJSON {
@@ -89,7 +97,11 @@ func printRevoked(w io.Writer, r api.RevokedNode) {
 	if !r.AlreadyRevokedAt.IsZero() {
 		fmt.Fprintf(w, "%s was already revoked (%sat %s); its key stays refused\n", r.Node, machine, r.AlreadyRevokedAt.UTC().Format(time.RFC3339))
 	} else {
-		fmt.Fprintf(w, "revoked %s (%s%d connection(s) open, closed now); its key is refused from now on\n", r.Node, machine, r.Connections)
+		open := "no connection open"
+		if r.Connections > 0 {
+			open = fmt.Sprintf("%d connection(s) open, closed now", r.Connections)
+		}
+		fmt.Fprintf(w, "revoked %s (%s%s); its key is refused from now on\n", r.Node, machine, open)
 	}
 	if r.EarlierRevocations == 0 {
 		return

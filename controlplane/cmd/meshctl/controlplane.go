@@ -98,6 +98,25 @@ func (f *controlPlaneFlags) options() (operator.Options, error) {
 	return o, nil
 }
 
+// given is how the command line named the control plane, as flags (each followed
+// by a blank) to repeat in a command a message suggests: one suggested without
+// them failed as pasted (a walkthrough). What the environment gives, it gives
+// again.
+func (f *controlPlaneFlags) given() string {
+	var b strings.Builder
+	add := func(flag, v string) {
+		if v != "" {
+			b.WriteString(flag + " " + shellWord(v) + " ")
+		}
+	}
+	add("--data", f.dir)
+	add("--context", f.context)
+	add("--servers", strings.Join(f.servers, ","))
+	add("--creds", f.creds)
+	add("--ca", f.ca)
+	return b.String()
+}
+
 // remote reports whether the command line names the control plane by creds and CA
 // rather than by a data directory.
 func (f *controlPlaneFlags) remote() bool {

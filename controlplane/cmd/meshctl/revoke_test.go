@@ -20,7 +20,7 @@ func TestARevocationSaysWhichMachine(t *testing.T) {
 	earlier := enrolled.Add(-time.Hour)
 	var b bytes.Buffer
 	printRevoked(&b, api.RevokedNode{Node: "web-3", PublicKey: "UNEWKEY", EnrolledAt: enrolled, EarlierRevocations: 1, EarlierRevokedAt: earlier})
-	for _, want := range []string{"revoked web-3 (key UNEWKEY, enrolled 2026-12-06T03:38:10Z; 0 connection(s) open", "web-3 was revoked once before, at 2026-12-06T02:38:10Z, under another key",
+	for _, want := range []string{"revoked web-3 (key UNEWKEY, enrolled 2026-12-06T03:38:10Z; no connection open)", "web-3 was revoked once before, at 2026-12-06T02:38:10Z, under another key",
 		"meshctl revoke --key KEY",
 		// The whole state directory goes, as the agent's revocation message says (a
 		// docs walkthrough: "its identity removed" left the node's applied
@@ -57,6 +57,26 @@ func TestARevocationSaysWhichMachine(t *testing.T) {
 	for _, args := range [][]string{{"revoke", "--data", t.TempDir(), "--key", "UNOTAKEY", "web-3"}, {"revoke", "--data", t.TempDir(), "--key", "UNEWKEY", "web-3", "web-4"}} {
 		if code, _, stderr := runCLI(args...); code != exitUsage || !strings.Contains(stderr, "--key") {
 			t.Errorf("%v: exit %d: %s", args, code, stderr)
+		}
+	}
+}
+
+// TestGivenRepeatsTheFlagsThatNamedTheControlPlane: a command a message suggests
+// (revoke's key_mismatch) carries the flags that reached the mesh, quoted for a
+// shell, and nothing the environment gave.
+func TestGivenRepeatsTheFlagsThatNamedTheControlPlane(t *testing.T) {
+	for _, c := range []struct {
+		f    controlPlaneFlags
+		want string
+	}{
+		{controlPlaneFlags{}, ""},
+		{controlPlaneFlags{dir: "./cp"}, "--data ./cp "},
+		{controlPlaneFlags{dir: "/srv/my mesh"}, "--data '/srv/my mesh' "},
+		{controlPlaneFlags{servers: []string{"10.0.0.1:7300", "10.0.0.2:7300"}, creds: "ops.creds", ca: "ca.pem"}, "--servers 10.0.0.1:7300,10.0.0.2:7300 --creds ops.creds --ca ca.pem "},
+		{controlPlaneFlags{context: "prod"}, "--context prod "},
+	} {
+		if got := c.f.given(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.f, got, c.want)
 		}
 	}
 }
