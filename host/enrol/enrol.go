@@ -27,7 +27,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/netip"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -341,6 +343,12 @@ func EnrolledAs(stateDir string, tok token.Token) (identity.Identity, bool) {
 	return id, id.Mesh == tok.Mesh && id.Node == tok.Node && id.CAPin == hex.EncodeToString(tok.CAPin[:])
 }
 
+// dialable reports whether a broker of a token can be dialled from another
+// machine: an IPv6 link-local address cannot without its interface's zone.
+func dialable(b netip.AddrPort) bool {
+	return !(b.Addr().Is6() && b.Addr().IsLinkLocalUnicast())
+}
+
 // Enrol carries out the enrolment and returns the saved identity.
 func Enrol(ctx context.Context, o Options) (Result, error) {
 	if o.Now == nil {
@@ -368,6 +376,13 @@ func Enrol(ctx context.Context, o Options) (Result, error) {
 	tok, err := ParseToken(o.Token, now, o.StateDir)
 	if err != nil {
 		return Result{}, err
+	}
+	if !slices.ContainsFunc(tok.Brokers, dialable) {
+		// Read, as its other brokers work (token.ParseBroker); with none, every
+		// dial failed "connect: invalid argument" and the host was told
+		// retrying may help (a walkthrough).
+		return Result{}, fmt.Errorf("%w: every broker it names is an IPv6 link-local address (fe80::/10), which no machine dials without the zone of its interface, and a token carries none (meshctl refuses them since 2026-12-07): "+
+			"ask the mesh's operators for a new token, and for the control node to be given a global or unique local (fd00::/8) address", ErrToken)
 	}
 	r.tok = tok
 	fmt.Fprintf(r.out, "enrol node %s into mesh %s\n", tok.Node, tok.Mesh)

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -125,5 +127,26 @@ func TestEnrolDoesNotWaitOutSilentBrokers(t *testing.T) {
 		if strings.Contains(out.String(), s) {
 			t.Errorf("the plan names the silent broker %s, whose attempt was only ended:\n%s", s, out.String())
 		}
+	}
+}
+
+// TestATokenOfLinkLocalBrokersOnlyIsUnusable: a token minted before meshctl refused
+// IPv6 link-local brokers, naming only such, was dialled in vain ("connect: invalid
+// argument") and the host told retrying may help (a walkthrough): it is a token that
+// cannot be used, saying why, nothing dialled and no key made. One naming another
+// broker beside it is read, and that broker dialled.
+func TestATokenOfLinkLocalBrokersOnlyIsUnusable(t *testing.T) {
+	state := filepath.Join(t.TempDir(), "state")
+	_, err := Enrol(context.Background(), Options{StateDir: state, Token: tokenFor([]string{"[fe80::1]:7300", "[fe80::2]:7300"}), DialTimeout: time.Second})
+	if !errors.Is(err, ErrToken) || errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "link-local") || !strings.Contains(err.Error(), "new token") {
+		t.Fatalf("got %v, want ErrToken saying its brokers are link-local", err)
+	}
+	if _, serr := os.Stat(state); !errors.Is(serr, fs.ErrNotExist) {
+		t.Fatalf("the state directory was made for an unusable token: %v", serr)
+	}
+	closed := closedAddresses(t, 1)
+	_, err = Enrol(context.Background(), Options{StateDir: state, Token: tokenFor([]string{"[fe80::1]:7300", closed[0]}), DialTimeout: time.Second})
+	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), closed[0]) {
+		t.Fatalf("a token with a broker beside the link-local one: %v, want its broker dialled", err)
 	}
 }
