@@ -424,8 +424,15 @@ func (b *run) loadPrevious() error {
 		if cfg.Node != b.o.Node || cfg.Listen != b.o.Listen ||
 			(cfg.RaftListen != "" && cfg.RaftListen != b.o.RaftListen) || (cfg.ClusterListen != "" && cfg.ClusterListen != b.o.ClusterListen) ||
 			(advertised != "" && advertised != b.o.Advertise) {
-			return fmt.Errorf("%w: the bootstrap in %s was started with --node %s --listen %s --advertise %s --raft-listen %s --cluster-listen %s; run it again with the same flags to resume, or use a fresh --data directory",
-				ErrConflict, d, cfg.Node, cfg.Listen, advertised, cfg.RaftListen, cfg.ClusterListen)
+			recorded := fmt.Sprintf("--node %s --listen %s --advertise %s --raft-listen %s --cluster-listen %s", cfg.Node, cfg.Listen, advertised, cfg.RaftListen, cfg.ClusterListen)
+			if done, err := replication.HasState(d.Path(datadir.RaftDir)); err == nil && done && cfg.CAPin != "" && cfg.AdminAccount != "" {
+				// Finished: "run it again to resume" sent the operator after
+				// nothing (a walkthrough).
+				return fmt.Errorf("%w: %s holds mesh %s, bootstrapped already with %s: nothing is left to resume there; serve it (meshctl serve --data %s), or bootstrap with other flags into a fresh --data directory",
+					ErrConflict, d, cfg.Mesh, recorded, d)
+			}
+			return fmt.Errorf("%w: the bootstrap in %s was started with %s; run it again with the same flags to resume, or use a fresh --data directory",
+				ErrConflict, d, recorded)
 		}
 		if cfg.Served {
 			// Only bootstrap's own raft step leaves no state behind it; serve was

@@ -419,13 +419,21 @@ func TestConflicts(t *testing.T) {
 				o4.Advertise = other
 			}
 			err := Run(o4)
-			if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), flag+" ") {
+			if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), flag+" ") || !strings.Contains(err.Error(), "bootstrapped already") || strings.Contains(err.Error(), "to resume,") {
 				t.Fatalf("another %s: err = %v, want ErrConflict naming the recorded %s", flag, err, flag)
 			}
 		}
 		assertUnchanged(t, dir, before)
 		if err := Run(o); err != nil {
 			t.Fatalf("the same flags again: %v", err)
+		}
+		// Stopped before its Raft step, the bootstrap is one to resume, and the
+		// refusal says so.
+		if err := os.RemoveAll(filepath.Join(dir, datadir.RaftDir)); err != nil {
+			t.Fatal(err)
+		}
+		if err := Run(o3); !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "run it again with the same flags to resume") || strings.Contains(err.Error(), "bootstrapped already") {
+			t.Fatalf("another listen address on an unfinished bootstrap: %v, want the flags to resume with", err)
 		}
 	})
 	t.Run("unrelated non-empty directory", func(t *testing.T) {
