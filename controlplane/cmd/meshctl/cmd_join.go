@@ -159,6 +159,11 @@ const maxTokenInput = 16 << 10
 // user could have written stays the data directory's kind of refusal (exit 7), and an
 // interrupted prompt an interruption (exit 9).
 func readSecretInput(file string, cio *cliIO) (string, error) {
+	if file != "" && cio.getenv("MESH_TOKEN") != "" {
+		// Set and forgotten perhaps: --token-file wins, said, as a pipe not read
+		// beside MESH_TOKEN is (a walkthrough).
+		fmt.Fprintf(cio.stderr, "meshctl join: reading the token from --token-file %s; MESH_TOKEN is set and not read\n", file)
+	}
 	switch file {
 	case "":
 		if v := cio.getenv("MESH_TOKEN"); v != "" {

@@ -152,3 +152,28 @@ func TestJoinSaysAPipeIsNotRead(t *testing.T) {
 		t.Errorf("the pipe lost what it held: %q left", rest)
 	}
 }
+
+// TestJoinSaysATokenFileWinsOverMESH_TOKEN: --token-file comes before MESH_TOKEN,
+// and a MESH_TOKEN set (and forgotten, perhaps) was passed over without a word (a
+// walkthrough): it is said, and nothing is said without one.
+func TestJoinSaysATokenFileWinsOverMESH_TOKEN(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "cp-2.txt")
+	if err := os.WriteFile(file, []byte("mesh1_from_file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []string{"mesh1_from_env", ""} {
+		var errb bytes.Buffer
+		got, err := readSecretInput(file, &cliIO{stdin: strings.NewReader(""), stderr: &errb, getenv: func(k string) string {
+			if k == "MESH_TOKEN" {
+				return env
+			}
+			return ""
+		}})
+		if err != nil || strings.TrimSpace(got) != "mesh1_from_file" {
+			t.Fatalf("MESH_TOKEN %q: %q, %v; want the file's token", env, got, err)
+		}
+		if says := strings.Contains(errb.String(), "MESH_TOKEN is set and not read"); says != (env != "") {
+			t.Errorf("MESH_TOKEN %q: said %q", env, errb.String())
+		}
+	}
+}

@@ -548,6 +548,11 @@ func enrolledOutput(err error) error {
 // order; --token-file - is stdin, as meshctl declare's --file - is. It never comes
 // from the command line, where other users and shell history could see it.
 func readToken(file string, cio *cliIO) (string, error) {
+	if file != "" && cio.getenv("MESH_TOKEN") != "" {
+		// Set and forgotten perhaps: --token-file wins, said, as a pipe not read
+		// beside MESH_TOKEN is (a walkthrough).
+		fmt.Fprintf(cio.stderr, "meshhost enrol: reading the token from --token-file %s; MESH_TOKEN is set and not read\n", file)
+	}
 	fromStdin := file == "-"
 	if fromStdin {
 		file = ""

@@ -139,3 +139,29 @@ func TestTwoTokensAreRefused(t *testing.T) {
 		in.Close()
 	}
 }
+
+// TestATokenFileOverMESH_TOKENIsSaid: --token-file comes before MESH_TOKEN, as
+// documented, and a MESH_TOKEN set (and forgotten, perhaps) was passed over
+// without a word (a walkthrough): it is said, and nothing is said without one.
+func TestATokenFileOverMESH_TOKENIsSaid(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "token.txt")
+	if err := os.WriteFile(file, []byte("mesh1_from_file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, env := range []string{"mesh1_from_env", ""} {
+		var said bytes.Buffer
+		getenv := func(k string) string {
+			if k == "MESH_TOKEN" {
+				return env
+			}
+			return ""
+		}
+		got, err := readToken(file, &cliIO{stdin: strings.NewReader(""), stderr: &said, getenv: getenv})
+		if err != nil || strings.TrimSpace(got) != "mesh1_from_file" {
+			t.Fatalf("MESH_TOKEN %q: %q, %v; want the file's token", env, got, err)
+		}
+		if says := strings.Contains(said.String(), "MESH_TOKEN is set and not read"); says != (env != "") {
+			t.Errorf("MESH_TOKEN %q: said %q", env, said.String())
+		}
+	}
+}
