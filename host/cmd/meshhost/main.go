@@ -1235,6 +1235,6 @@ func (v agentView) String() string {
 // which without a word looks like a command that hangs.
 func pipeWaiting(file string, cio *cliIO) func() {
 	return func() {
-		fmt.Fprintf(cio.stderr, "meshhost: %s is a pipe; waiting up to %s for what writes to it (Ctrl-C to stop)\n", file, readfile.PipeWait)
+		fmt.Fprintf(cio.stderr, "meshhost enrol: %s is a pipe; waiting up to %s for what writes to it (Ctrl-C to stop)\n", file, readfile.PipeWait)
 	}
 }
