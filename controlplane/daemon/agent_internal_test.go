@@ -405,6 +405,59 @@ func TestReportsFlippingTheirRecordAreHeldBack(t *testing.T) {
 	}
 }
 
+// TestAHeldReportIsNotInFlight (a review): a report held by the window (changesEach)
+// stayed in the batch the flush was committing, so a report back to the node's
+// converged record, come while the flush committed other nodes' reports, was queued
+// to follow it as the node's convergence, never held: a host alternating hooks
+// running (held) and converged (sent during the commit) had an entry committed at
+// every other flush, 62 holding its report in 20 s. It is bounded as any host is:
+// (20 s / textEvery) × changesEach away from convergence and as many back.
+func TestAHeldReportIsNotInFlight(t *testing.T) {
+	d := fleet(t, 2)
+	const node = "n-0"
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	d.status.setNow(func() time.Time { return time.Unix(0, clock.Load()) })
+	d.guard.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	send := func(running bool) {
+		st := api.Status{V: api.ProtocolVersion, Node: node, Agent: "meshhost/0.1.0", HaveApplied: true, AppliedVersion: 1, KeyringEpoch: 1, HooksRunning: running}
+		data, _ := json.Marshal(st)
+		d.handleStatus(&nats.Msg{Subject: api.StatusSubject(node), Data: data})
+	}
+	reportedAt := func() (at time.Time) {
+		d.fsm.Read(func(s *state.State) { at = s.Nodes[node].Applied.ReportedAt })
+		return at
+	}
+	d.declare(api.DeclareRequest{Nodes: []string{node}, Body: json.RawMessage(`{"files":[{"path":"x","content":"1"}]}`)}, requestCall{})
+	send(false)
+	d.status.flush()
+	entries, other, last := 0, 0, reportedAt()
+	flush := func() {
+		clock.Add(int64(200 * time.Millisecond))
+		// Another node's report, as a fleet has at every flush, keeps each
+		// flush committing.
+		other++
+		d.status.add("n-1", state.Applied{HaveApplied: true, Version: uint64(other % 2)}, reportConverged)
+		d.status.flush()
+		if at := reportedAt(); !at.Equal(last) {
+			entries, last = entries+1, at
+		}
+	}
+	for range 50 { // 20 s, a flush each 200 ms
+		send(true)
+		d.status.beforeCommit = func() { send(false) }
+		flush()
+		d.status.beforeCommit = nil
+		flush()
+	}
+	// 2 windows × 6 (changesEach) each way, and the first convergence: a bound of
+	// its own, which raising changesEach must face here.
+	const most = 25
+	if entries > most {
+		t.Errorf("%d entries hold %s's report in 20 s, want at most %d", entries, node, most)
+	}
+}
+
 // TestAnHonestAgentsReportsAreNotHeld: an agent applying a declaration every two
 // seconds, each with hooks (running, then not), and one failing then mended, has
 // every report committed at the flush it reaches; in a burst of declarations, five

@@ -383,11 +383,16 @@ func (b *statusBatcher) flush() {
 		}
 		cmd.Reports = append(cmd.Reports, state.StatusReport{Node: node, Applied: p.applied})
 	}
-	// Held for a later flush, unless the node reported again meanwhile.
+	// Held for a later flush, unless the node reported again meanwhile; and no
+	// longer in flight: a report back to the record, come while the others
+	// commit, was queued to follow the held one as if it were being committed,
+	// as the node's convergence, never held (a review: a host alternating the
+	// two had a log entry every other flush once its window was spent).
 	for _, node := range held {
 		if _, newer := b.pending[node]; !newer {
 			b.pending[node] = batch[node]
 		}
+		delete(batch, node)
 	}
 	b.mu.Unlock()
 	for node, s := range seen {
