@@ -83,3 +83,32 @@ func BenchmarkRedactKept(b *testing.B) {
 		}
 	})
 }
+
+// TestRedactKeptHidesAMessageOnceAtMost (a security review): a message with no
+// blank after its first redactLook bytes was hidden to its end as the first part,
+// then again whole: twice the cost of hiding it all, 2 ms for 8 KiB. Whatever the
+// message, what is hidden is the whole at most once, and a first part at most
+// redactLook+redactSeek long; one with no blank near the look is hidden once.
+func TestRedactKeptHidesAMessageOnceAtMost(t *testing.T) {
+	pieces := redactPieces()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for n := 0; n < 2000; n++ {
+		var b strings.Builder
+		for want := rng.IntN(8 << 10); b.Len() < want; {
+			b.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		msg := b.String()
+		var calls, hidden int
+		redactKeptWith(msg, func(s string) string { calls, hidden = calls+1, hidden+len(s); return redact.Secrets(s) })
+		if calls > 2 || hidden > len(msg)+4*api.MaxStatusMessageLen+256 {
+			t.Fatalf("a message of %d bytes: hidden %d times, %d bytes in all", len(msg), calls, hidden)
+		}
+	}
+	for _, msg := range []string{strings.Repeat("key='key=", 8<<10/9), strings.Repeat("x", 8<<10), strings.Repeat("a", 2400) + " " + strings.Repeat("b", 6000)} {
+		calls := 0
+		redactKeptWith(msg, func(s string) string { calls++; return redact.Secrets(s) })
+		if calls != 1 {
+			t.Errorf("a message of %d bytes with no blank near the look was hidden %d times, want once", len(msg), calls)
+		}
+	}
+}
