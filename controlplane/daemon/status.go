@@ -155,7 +155,8 @@ func sameButText(old, a state.Applied) bool {
 // start comes near the cut, where a secret may be cut short, is the whole hidden.
 // With no blank within redactSeek past the first bytes, the whole is hidden at
 // once: hidden to a blank far off, or to none, a message was hidden twice whole (a
-// security review: 2 ms for 8 KiB without a blank).
+// security review: 2 ms for 8 KiB without a blank). Within 1 KiB, a message
+// whose look ends in a long URL or element still gains.
 func redactKept(msg string) string { return redactKeptWith(msg, redact.Secrets) }
 
 // redactKeptWith is redactKept hiding with hide.
@@ -176,7 +177,7 @@ func redactKeptWith(msg string, hide func(string) string) string {
 // (a seed is 58 characters).
 const (
 	redactLook   = 4 * api.MaxStatusMessageLen
-	redactSeek   = 256
+	redactSeek   = 1024
 	redactMargin = 128
 )
 
