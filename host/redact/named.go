@@ -42,6 +42,9 @@ func isNameByte(c byte) bool {
 // namesSecret reports whether name, a run of isNameByte, names a secret.
 func namesSecret(name string) bool {
 	lower := strings.ToLower(strings.TrimLeft(name, "-."))
+	if strings.HasSuffix(lower, "secret_id") || strings.HasSuffix(lower, "secret-id") {
+		return true // Vault's AppRole login, not a secret's id
+	}
 	for _, e := range notSecretEnds {
 		if strings.HasSuffix(lower, e) && len(lower) > len(e) {
 			return false
@@ -54,6 +57,13 @@ func namesSecret(name string) bool {
 	}
 	for _, e := range passEnds {
 		if lower == e || strings.HasSuffix(lower, "_"+e) || strings.HasSuffix(lower, "-"+e) {
+			return true
+		}
+	}
+	// A key's (ENCRYPTION_KEY, tls.key); "key" alone is a pair's name (pairMark),
+	// as ParameterKey is.
+	for _, e := range []string{"_key", "-key", ".key"} {
+		if strings.HasSuffix(lower, e) && len(lower) > len(e) {
 			return true
 		}
 	}
@@ -195,17 +205,18 @@ func valueOf(s string, line, text, i, j int) (start, end int, ok bool) {
 	if quoted {
 		k++
 	}
-	if before == '<' && k < len(s) && s[k] == '>' {
-		// XML: <password>value</password>, to the text's end with no tag after it.
-		v := k + 1
-		if hiddenAt(s, skipSpace(s, v)) {
-			return 0, 0, false
+	if (before == '<' || before == ':' && openedTag(s, i-1)) && k < len(s) {
+		// XML: <password>value</password>, to the text's end with no tag after it;
+		// with attributes, or a namespace's prefix (<wsse:Password Type="…">, a
+		// SOAP request's), after them.
+		switch s[k] {
+		case '>':
+			return elementValue(s, k+1)
+		case ' ', '\t':
+			if v, _, found := elementText(s, k); found {
+				return elementValue(s, v)
+			}
 		}
-		end := strings.IndexByte(s[v:], '<')
-		if end < 0 {
-			end = len(s) - v
-		}
-		return v, v + end, end > 0
 	}
 	spaced := skipBlanks(s, k)
 	sep := ""
@@ -263,24 +274,123 @@ func valueOf(s string, line, text, i, j int) (start, end int, ok bool) {
 		return first, e, e > first
 	case s[v] == '\\' && v+1 < len(s) && isQuote(s[v+1]):
 		return v, escapedQuotedEnd(s, v), true
+	case s[v] == '$' && v+1 < len(s) && s[v+1] == '\'':
+		return v, quotedEnd(s, v+1), true // a shell's $'…', as set -x writes a control character
 	case isQuote(s[v]):
 		return v, quotedEnd(s, v), true
 	case s[v] == '<':
 		return v, closing(s, v, '>'), true
 	case s[v] == '[':
 		return v, closing(s, v, ']'), true
-	case before == ';' || strings.Contains(s[max(line, i-64):i], ";"):
-		// A connection string: Password=VALUE;
-		e := v
-		for e < len(s) && s[e] != ';' && s[e] != '\n' && s[e] != '\r' {
-			e++
-		}
+	case isQuote(before) && !quoted:
+		// The quote opens before the name and wraps the pair: 'DB_PASSWORD=a b'
+		// (set -x), "DB_PASSWORD=a b" (a unit's Environment=, docker run -e,
+		// docker inspect's Env), "--password=a b": to its closing quote (a
+		// security review: to the first blank, the rest was kept).
+		e := wrappedEnd(s, v, before, i >= 2 && s[i-1] == before && s[i-2] == '\\')
 		return v, e, e > v
+	case before == ';' || strings.Contains(s[max(line, i-64):i], ";"):
+		return v, connEnd(s, v), connEnd(s, v) > v // a connection string: Password=VALUE;
 	case lineStart && !quoted:
 		return v, lineEnd(s, v), true // INI, YAML, an environment: the whole line
+	case connFollows(s, v):
+		return v, connEnd(s, v), connEnd(s, v) > v // one whose secret comes first: Password=a b;Server=x
 	}
 	return v, wordEnd(s, v), wordEnd(s, v) > v
 }
+
+// connEnd is the end of a connection string's value starting at s[v]: its ';', or
+// its line's end.
+func connEnd(s string, v int) int {
+	e := v
+	for e < len(s) && s[e] != ';' && s[e] != '\n' && s[e] != '\r' {
+		e++
+	}
+	return e
+}
+
+// connFollows reports whether the value at s[v] is a connection string's: a ';'
+// follows on its line within connLook bytes, then a name and '='.
+func connFollows(s string, v int) bool {
+	e := v
+	for e < len(s) && e < v+connLook && s[e] != ';' && s[e] != '\n' && s[e] != '\r' {
+		e++
+	}
+	if e >= len(s) || s[e] != ';' {
+		return false
+	}
+	n := skipBlanks(s, e+1)
+	k := n
+	for k < len(s) && k < n+64 && (isNameByte(s[k]) || s[k] == ' ') {
+		k++
+	}
+	return k > n && k < len(s) && s[k] == '='
+}
+
+// connLook bounds the look for a connection string's ';' after a value (looked
+// for at every name, to the line's end, it would be quadratic on a long line).
+const connLook = 256
+
+// wrappedEnd is the end of a value starting at s[v] inside a quote q that opened
+// before its name: that quote's close (escaped as \q when the quote before the name
+// was; a backslash escapes one inside double quotes), or its line's end.
+func wrappedEnd(s string, v int, q byte, escaped bool) int {
+	for k := v; k < len(s); k++ {
+		switch {
+		case s[k] == '\n' || s[k] == '\r':
+			return k
+		case escaped && s[k] == '\\' && k+1 < len(s) && s[k+1] == q:
+			return k
+		case !escaped && s[k] == '\\' && q == '"' && k+1 < len(s) && s[k+1] != '\n':
+			k++
+		case !escaped && s[k] == q:
+			return k
+		}
+	}
+	return len(s)
+}
+
+// openedTag reports whether the name ending at s[c], a ':', is a tag's namespace
+// prefix: '<' and a name before it.
+func openedTag(s string, c int) bool {
+	k := c
+	for k > 0 && c-k < 32 && isNameByte(s[k-1]) {
+		k--
+	}
+	return k < c && k > 0 && s[k-1] == '<'
+}
+
+// elementValue returns where the text of an element that starts at s[v] starts
+// and ends: to the next tag, or inside a CDATA section to its end (within
+// cdataLook, else its line's).
+func elementValue(s string, v int) (start, end int, ok bool) {
+	if strings.HasPrefix(s[v:], cdataOpen) {
+		v += len(cdataOpen)
+		if hiddenAt(s, v) {
+			return 0, 0, false
+		}
+		e := strings.Index(s[v:min(len(s), v+cdataLook)], "]]>")
+		if e < 0 {
+			e = lineEnd(s, v) - v
+		}
+		return v, v + e, e > 0
+	}
+	if hiddenAt(s, skipSpace(s, v)) {
+		return 0, 0, false
+	}
+	e := strings.IndexByte(s[v:], '<')
+	if e < 0 {
+		e = len(s) - v
+	}
+	return v, v + e, e > 0
+}
+
+// cdataOpen starts an XML CDATA section; cdataLook bounds the look for its end
+// (an unbounded one for each of many opened, never closed, is quadratic).
+const (
+	cdataOpen = "<![CDATA["
+	cdataLook = 1024
+)
 
 // pairMark returns until where the value a pair names a secret by is looked
 // for, when the name or key ending at s[j] is given a secret's name: Kubernetes
@@ -310,6 +420,11 @@ func pairMark(s string, j int) (until, at int) {
 	if v < len(s) && isQuote(s[v]) {
 		quote = s[v]
 		v++
+	}
+	if hiddenAt(s, v) {
+		// A value hidden, not a pair's name: "[secret hidden]" read as one on a
+		// second pass hid what followed (api_key:x>y, found by FuzzSecrets).
+		return -1, 0
 	}
 	// The name given, up to its quote or the word's end, at most 256 bytes.
 	e := v
@@ -431,6 +546,10 @@ func quotedEnd(s string, i int) int {
 		switch {
 		case s[k] == '\\' && q == '"' && k+1 < len(s) && s[k+1] != '\n':
 			k++
+		case s[k] == q && q == '\'' && k+1 < len(s) && s[k+1] == '\'':
+			k++ // YAML's '' in single quotes, a shell's '…''…': one value
+		case s[k] == q && q == '\'' && strings.HasPrefix(s[k+1:], `\''`):
+			k += 3 // a shell's '\'' (set -x writes a quote in a value so)
 		case s[k] == q:
 			return k + 1
 		case s[k] == '\n':

@@ -174,6 +174,31 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 		{`<input type="password" name="password" value="` + pw + `">` + "\n<br>", `<input type="password" name="password" value=` + Hidden + `>` + Hidden + `<br>`},
 		{`<e key="password" token="a<b">` + pw + `</e>`, `<e key="password" token=` + Hidden + `>` + Hidden + `</e>`},
 		{`<e key="db.password" token=t1/>` + "\nx", `<e key="db.password" token=` + Hidden + "/>\nx"},
+		// A security review's: a quote that wraps the pair (set -x, a unit's
+		// Environment=, docker), a connection string whose secret comes first,
+		// XML with attributes, a namespace's prefix or CDATA, names of keys,
+		// Vault's secret_id, and quotes escaped as YAML and shells write them.
+		{"+ export 'DB_PASSWORD=a " + pw + "'", "+ export 'DB_PASSWORD=" + Hidden + "'"},
+		{`Environment="DB_PASSWORD=a ` + pw + `" "PORT=5"`, `Environment="DB_PASSWORD=` + Hidden + `" "PORT=5"`},
+		{`docker run -e "DB_PASSWORD=a ` + pw + `" img`, `docker run -e "DB_PASSWORD=` + Hidden + `" img`},
+		{`"Env": ["DB_PASSWORD=a ` + pw + `", "PORT=5"]`, `"Env": ["DB_PASSWORD=` + Hidden + `", "PORT=5"]`},
+		{`"Env": ["DB_PASSWORD=a\"` + pw + `"]`, `"Env": ["DB_PASSWORD=` + Hidden + `"]`},
+		{`"{\"Env\":[\"DB_PASSWORD=a ` + pw + `\"]}"`, `"{\"Env\":[\"DB_PASSWORD=` + Hidden + `\"]}"`},
+		{`["--password=a ` + pw + `"]`, `["--password=` + Hidden + `"]`},
+		{`curl -H "Cookie: theme=dark; sid=` + pw + `" https://x`, `curl -H "Cookie: ` + Hidden + `" https://x`},
+		{"conn: Password=a " + pw + ";Server=x", "conn: Password=" + Hidden + ";Server=x"},
+		{`<wsse:Username>u</wsse:Username><wsse:Password Type="x#PasswordText">` + pw + `</wsse:Password>`, `<wsse:Username>u</wsse:Username><wsse:Password Type="x#PasswordText">` + Hidden + `</wsse:Password>`},
+		{"<ns:password>" + pw + "</ns:password>", "<ns:password>" + Hidden + "</ns:password>"},
+		{`<password encrypted="false">` + pw + `</password>`, `<password encrypted="false">` + Hidden + `</password>`},
+		{"<password><![CDATA[" + pw + " x]]></password>", "<password><![CDATA[" + Hidden + "]]></password>"},
+		{"ENCRYPTION_KEY=" + pw, "ENCRYPTION_KEY=" + Hidden},
+		{"run: JWT_SIGNING_KEY=" + pw + " app", "run: JWT_SIGNING_KEY=" + Hidden + " app"},
+		{"tls.key: " + pw, "tls.key: " + Hidden},
+		{"VAULT_SECRET_ID=" + pw, "VAULT_SECRET_ID=" + Hidden},
+		{"approle: {role_id: r, secret_id: " + pw + "}", "approle: {role_id: r, secret_id: " + Hidden + "}"},
+		{"password: 'it''s " + pw + "'", "password: " + Hidden},
+		{"+ DB_PASSWORD='it'\\''s " + pw + "' app", "+ DB_PASSWORD=" + Hidden + " app"},
+		{"+ DB_PASSWORD=$'" + pw + "\\n' app", "+ DB_PASSWORD=" + Hidden + " app"},
 	} {
 		got := Secrets(c.in)
 		if got != c.want || strings.Contains(got, pw) {
@@ -196,6 +221,8 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 		"vault-token.service: Failed with result 'exit-code'.", "TokenExpiredError: jwt expired", "usage: app --password",
 		"  -token string\n    \tthe token", "usage: app [--token TOKEN]", "usage: app [--api-key API_KEY]",
 		"- name: PORT\n  value: 5", `<add key="Port" value="5"/>`,
+		"key_id=abc", "keyring: 3 keys", `{"Key": "env", "Value": "prod"}`, "<ns:user>app</ns:user>", "</ns:password>",
+		"a;b=c", "monkey=1", "open server.key: no such file or directory", "role_id: r",
 	} {
 		if got := Secrets(kept); got != kept {
 			t.Errorf("Secrets(%q) = %q, want it kept", kept, got)
