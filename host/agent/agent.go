@@ -1482,6 +1482,13 @@ func (a *Agent) managedMissing() bool {
 	if len(missing) == 0 {
 		return false
 	}
+	if _, err := os.Lstat(a.o.Root); errors.Is(err, fs.ErrNotExist) {
+		// The root itself: blaming a backup or a person hid what it most often
+		// is, a mistyped --root, which the first apply makes (a walkthrough).
+		a.log.Warn("the managed root does not exist: a new or mistyped --root, or one removed while the agent was stopped; the agent makes it (never the directories above it) and asks for the applied declaration again to put its files there. If --root is mistyped, stop the agent and run it with the right one",
+			"root", a.o.Root, "count", len(missing))
+		return true
+	}
 	// A path the applied declaration does not name was recorded as managed by an
 	// apply of a newer one, before its first write (handleDeclaration), and that
 	// apply was cut off: blaming a backup or a person sent the operator looking for

@@ -529,3 +529,30 @@ func TestAnApplyCutOffIsNotBlamedOnABackup(t *testing.T) {
 		t.Errorf("%d lines, want one for each cause:\n%s", n, logged.String())
 	}
 }
+
+// TestAMissingRootIsSaidAsSuch (a walkthrough of declarations.md): an agent run with
+// a mistyped --root found every managed file missing, and said the root was restored
+// from an older backup or the files removed by hand; the first apply then made the
+// root at the mistyped path. It says the root itself is missing, and that a
+// mistyped --root is to be fixed, and still asks for the declaration again.
+func TestAMissingRootIsSaidAsSuch(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if err := f.a.handle(ctx, f.declFiles(t, 1, "etc/a.conf")); err != nil {
+		t.Fatal(err)
+	}
+	f.a.kp.Wipe()
+	var logged bytes.Buffer
+	typo := filepath.Join(filepath.Dir(f.root), "typo-root")
+	a, err := New(Options{StateDir: f.dir, Root: typo, Now: func() time.Time { return t0 }, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.managedMissing() {
+		t.Fatal("a root that does not exist: the declaration is not asked for again")
+	}
+	if log := logged.String(); !strings.Contains(log, "the managed root does not exist") || !strings.Contains(log, "mistyped --root") ||
+		!strings.Contains(log, "root="+typo) || strings.Contains(log, "restored from an older backup") {
+		t.Fatalf("want the missing root named, and no backup:\n%s", log)
+	}
+}
