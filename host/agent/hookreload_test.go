@@ -155,3 +155,23 @@ func TestARetryTellsOfAFailureClearedUnrun(t *testing.T) {
 		t.Fatalf("a retry that ran the failed hook again: %+v; want it run, none cleared unrun", out)
 	}
 }
+
+// TestARetrySaysWhatItFoundOfTheHooksFile (a walkthrough of declarations.md): the
+// hooks file read again for a retry was checked (a pattern that matches one level
+// only, a command that cannot be run now), and what was found went to the agent's
+// log only, while hooks retry said the file was read: the answer carries it.
+func TestARetrySaysWhatItFoundOfTheHooksFile(t *testing.T) {
+	f := newFixture(t)
+	p := filepath.Join(t.TempDir(), "hooks.json")
+	a := f.withHooks(t, hooksFile(t, p, [3]string{"restart-app", "etc/*", "true"}))
+	a.o.HooksFile = p
+	hooksFile(t, p, [3]string{"restart-app", "etc/**", "true"})
+	out := retried(t, a)
+	if !out.Reloaded || len(out.Warnings) != 1 || !strings.Contains(out.Warnings[0], `"etc/**" matches one level only`) {
+		t.Fatalf("a retry reading a file whose pattern matches one level only: %+v", out)
+	}
+	hooksFile(t, p, [3]string{"restart-app", "etc/*", "true"})
+	if out := retried(t, a); !out.Reloaded || len(out.Warnings) != 0 {
+		t.Fatalf("a retry reading a file with nothing to say of it: %+v", out)
+	}
+}

@@ -78,6 +78,11 @@ type HooksOutcome struct {
 	// Failed are the hooks that failed, and Error why (their output's tail).
 	Failed []string `json:"failed,omitempty"`
 	Error  string   `json:"error,omitempty"`
+	// Warnings are what the agent found of the hooks file it read again for this
+	// request (hooks.Check: a command that cannot be run now, a pattern that does
+	// not match as written), as its log says them: told to the operator who
+	// edited the file, not only logged (a walkthrough).
+	Warnings []string `json:"warnings,omitempty"`
 	// Cleared are the hooks that had failed and whose failure is cleared though
 	// they did not run: the hooks file, read again, no longer runs them for the
 	// paths they failed for (removed, or their paths changed).
@@ -105,11 +110,12 @@ type hooksWaiter struct {
 	reply       chan<- HooksOutcome
 	reloaded    bool
 	notReloaded string
+	warnings    []string
 }
 
 // tell answers the waiter with out, and what became of the hooks file for it.
 func (w hooksWaiter) tell(out HooksOutcome) {
-	out.Reloaded, out.NotReloaded = w.reloaded, w.notReloaded
+	out.Reloaded, out.NotReloaded, out.Warnings = w.reloaded, w.notReloaded, w.warnings
 	w.reply <- out // buffered, one value each
 }
 
@@ -394,6 +400,7 @@ func (a *Agent) rereadHooks(reply chan<- HooksOutcome) (hooksWaiter, error) {
 	// As `meshhost run` says as it starts: now, not at the next change.
 	for _, err := range a.o.Hooks.Check(a.o.Root) {
 		a.log.Warn(hooks.Warning(err), "err", err)
+		w.warnings = append(w.warnings, err.Error())
 	}
 	w.reloaded = true
 	return w, nil

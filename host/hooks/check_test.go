@@ -33,7 +33,8 @@ func TestCheckFindsCommandsThatCannotRun(t *testing.T) {
 		{"name":"missing","paths":["x"],"run":["/nonexistent/bin/reload-app"]},
 		{"name":"typo","paths":["x"],"run":["systemctll","restart","app"]},
 		{"name":"not-executable","paths":["x"],"run":["`+notExec+`"]},
-		{"name":"a-directory","paths":["x"],"run":["`+dir+`"]}]}`))
+		{"name":"a-directory","paths":["x"],"run":["`+dir+`"]},
+		{"name":"relative","paths":["x"],"run":["sbin/reload"]}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,13 +47,15 @@ func TestCheckFindsCommandsThatCannotRun(t *testing.T) {
 		got = append(got, err.Error())
 	}
 	all := strings.Join(got, "\n")
-	for _, want := range []string{`"missing"`, `"typo": systemctll: not found`, `"not-executable"`, "is not executable", `"a-directory"`, "is not a regular file"} {
+	for _, want := range []string{`"missing"`, `"typo": systemctll: not found`, `"not-executable"`, "is not executable", `"a-directory"`, "is not a regular file",
+		// Where it was looked for (a walkthrough: "not found" alone).
+		`"relative": sbin/reload: not found at ` + filepath.Join(root, "sbin", "reload") + " (a relative command is under the managed root)", "not found on the hooks' PATH ("} {
 		if !strings.Contains(all, want) {
 			t.Errorf("findings lack %s:\n%s", want, all)
 		}
 	}
-	if len(found) != 4 || strings.Contains(all, "on-path") || strings.Contains(all, "in-root") {
-		t.Errorf("want the 4 hooks that cannot run, got:\n%s", all)
+	if len(found) != 5 || strings.Contains(all, "on-path") || strings.Contains(all, "in-root") {
+		t.Errorf("want the 5 hooks that cannot run, got:\n%s", all)
 	}
 }
 

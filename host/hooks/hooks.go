@@ -351,7 +351,7 @@ func (c Config) Check(root string) []error {
 				}
 				out = append(out, fmt.Errorf("%w: hook %q: path pattern %q never matches: declared paths are clean (no \"./\", \"//\" or trailing \"/\"); write %q", ErrPattern, h.Name, p, fix))
 			case strings.Contains(p, "**"):
-				out = append(out, fmt.Errorf("%w: hook %q: path pattern %q matches one level only: a * stops at a /, so ** is *; write a pattern a level (such as %q)", ErrPattern, h.Name, p, "etc/app/*/*.conf"))
+				out = append(out, fmt.Errorf("%w: hook %q: path pattern %q matches one level only: a * stops at a /, so ** is *; write one * for each level (such as %q)", ErrPattern, h.Name, p, "etc/app/*/*.conf"))
 			}
 		}
 		if err := runnable(h.Run[0], root, pathEnv); err != nil {
@@ -449,7 +449,15 @@ func runnable(name, root, pathEnv string) error {
 	if first != nil {
 		return first
 	}
-	return errors.New("not found")
+	switch {
+	case strings.HasPrefix(name, "/"):
+		return errors.New("not found")
+	case strings.Contains(name, "/"):
+		// Said where it was looked for: "not found" alone left the operator
+		// looking in the agent's working directory (a walkthrough).
+		return fmt.Errorf("not found at %s (a relative command is under the managed root)", path.Join(root, name))
+	}
+	return fmt.Errorf("not found on the hooks' PATH (%s)", pathEnv)
 }
 
 // Failure is a hook that did not succeed.

@@ -172,6 +172,9 @@ func printRetried(cio *cliIO, out agent.HooksOutcome) {
 		fmt.Fprintf(cio.stdout, "still owed: hooks for %s (queued since)\n", listShort(out.Owed, 5))
 	}
 	fmt.Fprintln(cio.stdout, hooksFileText(out))
+	for _, w := range out.Warnings {
+		fmt.Fprintf(cio.stdout, "warning: %s\n", w)
+	}
 	if out.Unreported {
 		fmt.Fprintln(cio.stdout, "the agent cannot reach the mesh now: it reports this outcome once it does (meshhost status shows since when it has not)")
 	}

@@ -112,6 +112,13 @@ func TestHooksRetrySaysTheFileWasReadAgain(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil || code != 0 || !got.Nothing || !got.Reloaded {
 		t.Fatalf("retry --json with nothing owed: exit %d, %+v, %v\n%s%s", code, got, err, out, errs)
 	}
+	// What the agent found of the file read again, said, not only logged (a
+	// walkthrough of declarations.md).
+	answer(`{"nothing":true,"reloaded":true,"warnings":["hook pattern: hook \"h\": path pattern \"etc/**\" matches one level only"]}`)
+	if code, out, errs := runCLI("", nil, "hooks", "retry", "--state", dir); code != 0 || !strings.Contains(out, "the hooks file was read again") ||
+		!strings.Contains(out, `warning: hook pattern: hook "h": path pattern "etc/**" matches one level only`) {
+		t.Fatalf("retry, the file read again with a finding: exit %d\n%s%s", code, out, errs)
+	}
 	answer(`{"nothing":true,"not_reloaded":"the agent runs without a hooks file (meshhost run was started without --hooks)"}`)
 	if code, out, errs := runCLI("", nil, "hooks", "retry", "--state", dir); code != 0 || !strings.Contains(out, "the hooks file was not read again: the agent runs without a hooks file") {
 		t.Fatalf("retry, the agent without a hooks file: exit %d\n%s%s", code, out, errs)
