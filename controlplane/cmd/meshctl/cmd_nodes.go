@@ -120,8 +120,8 @@ func rosterCommand(name, summaryText string, withSummary bool) command {
 						if !summaryOnly {
 							fmt.Fprintln(cio.stdout)
 						}
-						fmt.Fprintf(cio.stdout, "%d node(s): %d converged, %d behind, %d failing, %d revoked (of those not revoked: %d stale, %d offline); keyring epoch %d\n",
-							sum.Nodes, sum.Converged, sum.Behind, sum.Failing, sum.Revoked, sum.Stale, sum.Offline, res.KeyringEpoch)
+						fmt.Fprintf(cio.stdout, "%d node(s): %d converged, %d behind, %d failing, %d revoked (of those not revoked: %d stale, %d offline, %d with hooks running); keyring epoch %d\n",
+							sum.Nodes, sum.Converged, sum.Behind, sum.Failing, sum.Revoked, sum.Stale, sum.Offline, sum.HooksRunning, res.KeyringEpoch)
 						if line := agentsLine(sum.Agents); line != "" {
 							fmt.Fprintln(cio.stdout, line)
 						}
@@ -431,14 +431,18 @@ func sharedKeyLine(nodes []api.NodeView, now time.Time, grace time.Duration) str
 // last reported (Agents; agentNone for those that reported none kept): how far
 // an upgrade of the agents has gone.
 type summary struct {
-	Nodes     int            `json:"nodes"`
-	Converged int            `json:"converged"`
-	Behind    int            `json:"behind"`
-	Failing   int            `json:"failing"`
-	Stale     int            `json:"stale"`
-	Offline   int            `json:"offline"`
-	Revoked   int            `json:"revoked"`
-	Agents    map[string]int `json:"agents"`
+	Nodes     int `json:"nodes"`
+	Converged int `json:"converged"`
+	Behind    int `json:"behind"`
+	Failing   int `json:"failing"`
+	Stale     int `json:"stale"`
+	Offline   int `json:"offline"`
+	// HooksRunning counts the nodes, revoked ones aside, whose hooks are queued or
+	// running: behind, or failing while a retry runs, they were named "hooks
+	// running" by the verdict below a summary that said neither (a walkthrough).
+	HooksRunning int            `json:"hooks_running"`
+	Revoked      int            `json:"revoked"`
+	Agents       map[string]int `json:"agents"`
 	// PutBack counts the nodes, revoked ones aside, whose agent reported managed
 	// files put back as declared since it started (NodeView.PutBack).
 	PutBack int `json:"put_back"`
@@ -474,6 +478,9 @@ func summarise(res api.NodesResult) summary {
 		}
 		if n.State == api.StateOffline {
 			s.Offline++
+		}
+		if n.HooksRunning {
+			s.HooksRunning++
 		}
 	}
 	return s

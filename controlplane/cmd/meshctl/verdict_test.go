@@ -278,3 +278,19 @@ func TestALongQuotedPathWithASpaceIsShortened(t *testing.T) {
 		t.Errorf("the path was not shortened, or the reason lost:\n%s", out)
 	}
 }
+
+// TestTheSummaryCountsHooksRunning (a walkthrough of declarations.md): a node whose
+// hooks ran was "behind" in the summary, or "failing" while a retry ran, and "hooks
+// running" in the verdict below it; the summary counts the nodes with hooks running
+// apart, revoked ones aside, as it does the stale and offline ones.
+func TestTheSummaryCountsHooksRunning(t *testing.T) {
+	nodes := []api.NodeView{
+		{ID: "web-1", State: api.StateAlive, HooksRunning: true},
+		{ID: "web-2", State: api.StateAlive, HooksRunning: true, LastError: &api.StatusError{Code: "hook_failed"}},
+		{ID: "web-3", State: api.StateAlive, Converged: true},
+		{ID: "web-4", State: api.StateRevoked, HooksRunning: true},
+	}
+	if s := summarise(api.NodesResult{Nodes: nodes}); s.HooksRunning != 2 || s.Behind != 1 || s.Failing != 1 {
+		t.Fatalf("summary %+v, want 2 with hooks running (1 behind, 1 failing)", s)
+	}
+}
