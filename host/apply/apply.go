@@ -603,7 +603,7 @@ func (r *run) checkParents(p string, goingAway map[string]bool, declared bool) (
 			return nil, leftOnTheWay(dir, mode)
 		case mode&fs.ModeSymlink != 0:
 			return nil, &PathError{Path: p, Err: ErrEscapesRoot,
-				Reason: fmt.Sprintf("%q on its way is a symbolic link, and declared files are never written through links", dir)}
+				Reason: fmt.Sprintf("%q on its way is a symbolic link, and declared files are never written through links"+linkRemedy, dir)}
 		case !mode.IsDir():
 			return nil, &PathError{Path: p, Err: ErrInvalidPath,
 				Reason: fmt.Sprintf("%q on its way is a %s, not a directory", dir, kind(mode))}

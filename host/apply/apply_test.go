@@ -372,6 +372,9 @@ func TestApplyRefusals(t *testing.T) {
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
+			if strings.Contains(pe.Reason, "symbolic link") && !strings.Contains(pe.Reason, "remove the link on the host") {
+				t.Fatalf("a link in the way, and no word of what to do: %v", err)
+			}
 			for _, other := range []error{ErrEscapesRoot, ErrInvalidPath, ErrInvalidMode, ErrUnknownOwner} {
 				if other != tc.want && errors.Is(err, other) {
 					t.Fatalf("%v also matches %v", err, other)

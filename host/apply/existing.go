@@ -135,8 +135,13 @@ func linkFound(p string, declared bool) error {
 
 func symlinkRefusal(p string) error {
 	return &PathError{Path: p, Err: ErrEscapesRoot,
-		Reason: "it is a symbolic link; the applier neither writes through nor removes links"}
+		Reason: "it is a symbolic link; the applier neither writes through nor removes links" + linkRemedy}
 }
+
+// linkRemedy is what to do of a link that stands where a declared file goes: said,
+// as a directory's refusal says it (a walkthrough: the link held back every
+// apply and put-back, and the refusal named no way out).
+const linkRemedy = "; remove the link on the host (or declare the path it points to instead), and the agent applies the declaration at its next attempt"
 
 // tooLarge is the refusal of a file found larger than MaxFileSize, size being
 // what is known of its size. What a person can do differs for a file still
