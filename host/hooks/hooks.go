@@ -91,7 +91,7 @@ func Load(file string) (Config, error) {
 	if errors.Is(err, fs.ErrNotExist) {
 		// Named as given: the lstat's own words named the path cleaned
 		// ("lstat nope.json" for ./nope.json), as none was given.
-		return Config{}, fmt.Errorf("%w: %s does not exist: write it (docs/declarations.md, \"Hooks\"), or run without --hooks", ErrConfig, file)
+		return Config{}, fmt.Errorf("%w: %s does not exist: write it (docs/declarations.md, \"Hooks: commands after a change, from the host only\"), or run without --hooks", ErrConfig, file)
 	}
 	if err != nil {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
