@@ -298,20 +298,41 @@ func oneLine(s string, n int) string {
 
 // headAndTail shows text a node reported as one line: all of it if it fits in
 // head+tail bytes, else its first head bytes and its last tail (where a failing
-// command says why), with an ellipsis between.
+// command says why), with an ellipsis between, each cut at a blank within
+// wordCut bytes of it (cut mid-word, "group a … h systemctl" read as nonsense: a
+// walkthrough).
 func headAndTail(s string, head, tail int) string {
 	c := oneLine(s, 6*len(s)+1)
 	if len(c) <= head+tail+3 {
 		return c
 	}
 	h, t := head, len(c)-tail
+	if h > 0 && inWord(c[h-1]) && inWord(c[h]) {
+		if b := strings.LastIndexByte(c[max(0, h-wordCut):h], ' '); b >= 0 {
+			h = max(0, h-wordCut) + b
+		}
+	}
+	if tail > 0 && t > 0 && inWord(c[t-1]) && inWord(c[t]) {
+		if b := strings.IndexByte(c[t:min(len(c), t+wordCut)], ' '); b >= 0 {
+			t += b + 1
+		}
+	}
 	for h > 0 && !utf8.RuneStart(c[h]) {
 		h--
 	}
-	for t < len(c) && !utf8.RuneStart(c[t]) {
+	for t < len(c) && (!utf8.RuneStart(c[t]) || c[t] == ' ') {
 		t++
 	}
-	return c[:h] + " … " + c[t:]
+	return strings.TrimRight(c[:h], " ") + " … " + c[t:]
+}
+
+// wordCut is how far headAndTail looks back (or on) for a blank to cut at.
+const wordCut = 24
+
+// inWord reports whether c is part of a word: a cut between two such bytes is
+// mid-word.
+func inWord(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c >= 0x80 || strings.IndexByte("_-'./", c) >= 0
 }
 
 // agentText is a node's agent for the table: the version of meshhost it last

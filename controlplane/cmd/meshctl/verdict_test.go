@@ -294,3 +294,25 @@ func TestTheSummaryCountsHooksRunning(t *testing.T) {
 		t.Fatalf("summary %+v, want 2 with hooks running (1 behind, 1 failing)", s)
 	}
 }
+
+// TestAnExampleIsCutBetweenWords (a walkthrough of declarations.md): a hook's error
+// shortened around "…" was cut mid-word at both ends ("group a … h systemctl"); the
+// head ends and the tail starts at a blank when one is near.
+func TestAnExampleIsCutBetweenWords(t *testing.T) {
+	msg := "hook restart-app: exit status 1: the hook left a process behind, which was killed with the hook's process group at its end; " +
+		"start services with systemctl (or systemd-run), not in the hook's background, so that they outlive it"
+	for head := 40; head < 70; head++ {
+		for tail := 30; tail < 60; tail++ {
+			got := headAndTail(msg, head, tail)
+			h, tl, ok := strings.Cut(got, " … ")
+			if !ok {
+				t.Fatalf("%d/%d: not shortened: %q", head, tail, got)
+			}
+			letter := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '\'' }
+			s := len(msg) - len(tl)
+			if !strings.HasPrefix(msg, h) || !strings.HasSuffix(msg, tl) || letter(msg[len(h)-1]) && letter(msg[len(h)]) || letter(msg[s-1]) && letter(msg[s]) {
+				t.Fatalf("%d/%d: cut mid-word: %q", head, tail, got)
+			}
+		}
+	}
+}
