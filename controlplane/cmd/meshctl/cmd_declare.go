@@ -19,6 +19,7 @@ import (
 	"mesh/declarations"
 	"mesh/host/readfile"
 	"mesh/host/statedir"
+	"mesh/tokenfmt"
 )
 
 func declareCommand() command {
@@ -83,6 +84,10 @@ make their own id (openssl rand -hex 16) and give it to every attempt.`,
 					if _, err := strconv.ParseUint(args[0], 10, 32); err == nil && fs.Changed("wait") {
 						return usagef("unexpected argument %q: --wait takes a duration with its unit, such as --wait %ss (1s to 1h); nothing was declared", args[0], args[0])
 					}
+				}
+				if len(args) > 0 && tokenfmt.CheckNodeID(args[0]) == nil && len(nodes) == 0 {
+					// A node named as revoke and status take one (a walkthrough).
+					return usagef("unexpected argument %q: declare names its nodes with --node (--node %s), or selects them with --label, --role or --all", args[0], args[0])
 				}
 				if err := noPositional(args); err != nil {
 					return err

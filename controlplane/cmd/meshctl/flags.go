@@ -140,6 +140,10 @@ func formatLabels(labels map[string]string) string {
 func checkTargets(nodes []string, role string) error {
 	for _, n := range nodes {
 		if err := tokenfmt.CheckNodeID(n); err != nil {
+			if first, _, list := strings.Cut(n, ","); list && tokenfmt.CheckNodeID(first) == nil {
+				// As --servers takes them: said what --node takes (a walkthrough).
+				return usagef("node %q: %v; name several nodes with --node each (--node %s --node ...)", n, err, first)
+			}
 			return usagef("node %q: %v", n, err)
 		}
 	}

@@ -92,6 +92,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"label", "--data", dir, "web-1", "bad key=x"}, `label "bad key"="x": keys are 1 to 63 characters of letters`},
 		{[]string{"declare", "--data", dir, "--file", "x.json", "--label", "tier=web", "--label", "tier=db"}, "every label given must hold; give the key once (run the command once per value"},
 		{[]string{"declare", "--data", dir, "--file", "x.json", "--node", "Web_1"}, `node "Web_1": the node id has a character`},
+		// Several nodes in one --node, as --servers takes them, and a node
+		// named as revoke takes one: said what declare takes (a walkthrough).
+		{[]string{"declare", "--data", dir, "--file", "x.json", "--node", "web-1,web-2"}, "name several nodes with --node each (--node web-1 --node ...)"},
+		{[]string{"declare", "--data", dir, "--file", "x.json", "web-1"}, `unexpected argument "web-1": declare names its nodes with --node (--node web-1)`},
 		{[]string{"declare", "--data", dir, "--file", "x.json", "--role", "nosuch"}, `--role "nosuch": a node's role is worker or control`},
 		{[]string{"declare", "--data", dir, "--file", "x.json", "--label", "tier=w b"}, `keys are 1 to 63 characters`},
 		// Labels set (label, a token's) are not a selector: one value a key, said
