@@ -596,7 +596,14 @@ func (r *run) keys() (nkeys.KeyPair, nkeys.KeyPair, error) {
 		// The pending join of another token of this node (whose node was
 		// removed, or never admitted with it), or of another node the mesh may
 		// not have admitted: this join starts afresh.
-		r.step("keys", "%s held the keys of a join with another token or node: new keys replace them", pendingFile)
+		if p.Node != r.tok.Node {
+			// Its answer may have been lost after the mesh admitted it: said
+			// how to tell, and what then stays to do (a security review).
+			r.step("keys", "%s held the keys of a join of %s, which saved nothing here: new keys replace them. If the mesh admitted %s with them (its answer lost; meshctl nodes lists it, never alive), remove it: meshctl control remove %s",
+				pendingFile, p.Node, p.Node, p.Node)
+		} else {
+			r.step("keys", "%s held the keys of a join with another token or node: new keys replace them", pendingFile)
+		}
 	}
 	nk, err := nkeys.CreateUser()
 	if err != nil {

@@ -444,6 +444,17 @@ func TestAnAdmittedJoinsKeysAreNotReplaced(t *testing.T) {
 		t.Fatalf("the admitted join's keys were changed: %s", got)
 	}
 
+	// Another node's keys, nothing saved (its answer perhaps lost after the mesh
+	// admitted it): replaced, saying how to tell and what then stays to do.
+	d = datadir.Dir(t.TempDir())
+	write(t, d.Path(pendingFile), string(otherNodes))
+	out.Reset()
+	if err := Join(t.Context(), Options{Dir: d, Token: tok, Out: &out}); errors.Is(err, ErrDataDir) ||
+		!strings.Contains(out.String(), "held the keys of a join of cp-9, which saved nothing here: new keys replace them") ||
+		!strings.Contains(out.String(), "meshctl control remove cp-9") {
+		t.Fatalf("another node's keys, nothing saved: %v\n%s", err, out.String())
+	}
+
 	// This node's join into another mesh, admitted there (that mesh's CA saved):
 	// the other mesh's admission of the id stands, and only these keys finish it.
 	otherCA, _, err := pki.NewCA("elsewhere", time.Now())
