@@ -41,6 +41,7 @@ func Secrets(s string) string {
 	}
 	s = seed.ReplaceAllLiteralString(s, Hidden)
 	s = hideNamed(s)
+	s = hideCommandPasswords(s)
 	s = token.HideTokens(s)
 	return hideURLPasswords(s)
 }

@@ -199,6 +199,19 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 		{"password: 'it''s " + pw + "'", "password: " + Hidden},
 		{"+ DB_PASSWORD='it'\\''s " + pw + "' app", "+ DB_PASSWORD=" + Hidden + " app"},
 		{"+ DB_PASSWORD=$'" + pw + "\\n' app", "+ DB_PASSWORD=" + Hidden + " app"},
+		// A password given as a command's flag that names none, as set -x
+		// prints the command a hook runs.
+		{"+ mysql -u root -p" + pw + " -h db app", "+ mysql -u root -p" + Hidden + " -h db app"},
+		{"+ /usr/bin/mysqldump -uroot '-p" + pw + "' app", "+ /usr/bin/mysqldump -uroot '-p" + Hidden + "' app"},
+		{"+ curl -fsS -u app:" + pw + " https://x", "+ curl -fsS -u app:" + Hidden + " https://x"},
+		{"+ curl -u 'app:" + pw + " x' https://x", "+ curl -u 'app:" + Hidden + "' https://x"},
+		{"+ curl --user=app:" + pw + " https://x", "+ curl --user=app:" + Hidden + " https://x"},
+		{"+ curl -uapp:" + pw + " https://x", "+ curl -uapp:" + Hidden + " https://x"},
+		{"+ sshpass -p " + pw + " ssh host", "+ sshpass -p " + Hidden + " ssh host"},
+		{"+ redis-cli -h r -a " + pw + " ping", "+ redis-cli -h r -a " + Hidden + " ping"},
+		{"+ docker login -u app -p " + pw + " registry.example", "+ docker login -u app -p " + Hidden + " registry.example"},
+		{"+ mysql -p" + pw + "\n+ cp -pr a b", "+ mysql -p" + Hidden + "\n+ cp -pr a b"},
+		{"+ sh -c 'mysql -p" + pw + " app' x", "+ sh -c 'mysql -p" + Hidden + " app' x"},
 	} {
 		got := Secrets(c.in)
 		if got != c.want || strings.Contains(got, pw) {
@@ -223,6 +236,7 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 		"- name: PORT\n  value: 5", `<add key="Port" value="5"/>`,
 		"key_id=abc", "keyring: 3 keys", `{"Key": "env", "Value": "prod"}`, "<ns:user>app</ns:user>", "</ns:password>",
 		"a;b=c", "monkey=1", "open server.key: no such file or directory", "role_id: r",
+		"+ mysql -p -h db app", "+ mysql -P3306 -u root", "+ curl -u app https://x", "+ grep -p x", "cp -p a b", "+ ssh -p 2222 host",
 	} {
 		if got := Secrets(kept); got != kept {
 			t.Errorf("Secrets(%q) = %q, want it kept", kept, got)
