@@ -2,8 +2,10 @@
 // machine: a failing hook's output, reported in the node's status, is kept in the
 // control plane's replicated state and shown to every operator. Tokens, nkey seeds,
 // PEM private keys, the value given to a name of a password, secret, token or key
-// (DB_PASSWORD=…, "api_key": "…", secret: …) and the password in a URL are
-// recognised; a secret of another form a hook prints is not (security.md says so).
+// (DB_PASSWORD=…, "api_key": "…", secret: …), a password given to a command's
+// flag that names none (mysql -p…, curl -u user:…: commands.go) and the password
+// in a URL are recognised; a secret of another form a hook prints is not
+// (security.md says so).
 package redact
 
 import (

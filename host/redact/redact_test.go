@@ -255,7 +255,8 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 // any surroundings, does not survive.
 func FuzzSecrets(f *testing.F) {
 	for _, s := range []string{"DB_PASSWORD=x", "password: >\n  x\n", `{"api_key":"a\"b"}`, "postgres://a:b@c/d", "x://a:b@", "--token x",
-		"<secret>x</secret>", "Server=a;Pwd=b;", "secret = '''x'''", "token: expired", "a\r\npassword:\r\n  x\r\n"} {
+		"<secret>x</secret>", "Server=a;Pwd=b;", "secret = '''x'''", "token: expired", "a\r\npassword:\r\n  x\r\n",
+		"+ mysql -px app", "curl -u 'a:b' x", "sh -c 'sshpass -p \"x y\" ssh'"} {
 		f.Add(s, "")
 	}
 	f.Fuzz(func(t *testing.T, s, around string) {
