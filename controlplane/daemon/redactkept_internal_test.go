@@ -21,6 +21,9 @@ func redactPieces() []string {
 		`"api_key": "abcdefabcdef" `, "é", "\x1b[31m",
 		"postgres://app:" + strings.Repeat("p", 900) + "@db:5432/x ", // a password that may run past the cut
 		"<password>" + strings.Repeat("q", 900) + "</password>\n",
+		// Values whose end is looked ahead for (a second review).
+		"conn: Password=open sesame" + strings.Repeat(" word", 30) + ";Server=db ", "<password><![CDATA[line\n" + strings.Repeat("qline\n", 40) + "]]></password> ",
+		"+ export 'DB_PASSWORD=it'\\''s " + strings.Repeat("w ", 60) + "' ",
 	}
 }
 
@@ -99,16 +102,43 @@ func TestRedactKeptHidesAMessageOnceAtMost(t *testing.T) {
 		}
 		msg := b.String()
 		var calls, hidden int
-		redactKeptWith(msg, func(s string) string { calls, hidden = calls+1, hidden+len(s); return redact.Secrets(s) })
+		count := func(s string) string { calls, hidden = calls+1, hidden+len(s); return redact.Secrets(s) }
+		redactKeptWith(msg, count, count)
 		if calls > 2 || hidden > len(msg)+4*api.MaxStatusMessageLen+1024 {
 			t.Fatalf("a message of %d bytes: hidden %d times, %d bytes in all", len(msg), calls, hidden)
 		}
 	}
 	for _, msg := range []string{strings.Repeat("key='key=", 8<<10/9), strings.Repeat("x", 8<<10), strings.Repeat("a", 3200) + " " + strings.Repeat("b", 5000)} {
 		calls := 0
-		redactKeptWith(msg, func(s string) string { calls++; return redact.Secrets(s) })
+		count := func(s string) string { calls++; return redact.Secrets(s) }
+		redactKeptWith(msg, count, count)
 		if calls != 1 {
 			t.Errorf("a message of %d bytes with no blank near the look was hidden %d times, want once", len(msg), calls)
+		}
+	}
+}
+
+// TestRedactKeptKeepsWhatHidingAllKeepsPastALookAhead (a second review): a value
+// whose end the scanner looks ahead for, a connection string's ';' or a CDATA
+// section's "]]>", lying past the first part's cut, behind secrets that shrink the
+// text toward it: the kept start showed the rest of the password, or the CDATA's
+// lines, where hiding it all hid them.
+func TestRedactKeptKeepsWhatHidingAllKeepsPastALookAhead(t *testing.T) {
+	words := func(n int) string { return strings.Repeat("lorem ", n/6+1)[:n] }
+	for name, mk := range map[string]func(pad int) string{
+		"a connection string": func(pad int) string {
+			return "run: password=" + strings.Repeat("x", 1400) + " " + words(pad) + " conn: Password=Sesame open" + strings.Repeat(" secretword", 18) + ";Server=db " + words(1500)
+		},
+		"a CDATA section": func(pad int) string {
+			return "run: password=" + strings.Repeat("x", 1100) + " " + words(pad) + " <password><![CDATA[line1\n" + strings.Repeat("secretline\n", 85) + "]]></password> " + words(1500)
+		},
+	} {
+		for pad := 0; pad < 700; pad++ {
+			msg := mk(pad)
+			kept := api.CleanText(redactKept(msg), api.MaxStatusMessageLen)
+			if all := api.CleanText(redact.Secrets(msg), api.MaxStatusMessageLen); kept != all || strings.Contains(kept, "secret") && !strings.Contains(kept, "[secret hidden]") {
+				t.Fatalf("%s, %d bytes before it: kept %q, hiding it all keeps %q", name, pad, kept, all)
+			}
 		}
 	}
 }

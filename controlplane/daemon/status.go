@@ -157,13 +157,18 @@ func sameButText(old, a state.Applied) bool {
 // once: hidden to a blank far off, or to none, a message was hidden twice whole (a
 // security review: 2 ms for 8 KiB without a blank). Within 1 KiB, a message
 // whose look ends in a long URL or element still gains.
-func redactKept(msg string) string { return redactKeptWith(msg, redact.Secrets) }
+// The first part is hidden as the start of a longer text (redact.SecretsOfStart):
+// a value whose end lies past the cut (a connection string's ';') is hidden to
+// it, not to its first blank (a second review found the kept start showing the
+// rest of such a password).
+func redactKept(msg string) string { return redactKeptWith(msg, redact.SecretsOfStart, redact.Secrets) }
 
-// redactKeptWith is redactKept hiding with hide.
-func redactKeptWith(msg string, hide func(string) string) string {
+// redactKeptWith is redactKept hiding the first part with hideStart, the whole
+// with hide.
+func redactKeptWith(msg string, hideStart, hide func(string) string) string {
 	if len(msg) > redactLook+redactSeek {
 		if k := strings.IndexAny(msg[redactLook:redactLook+redactSeek], " \t\r\n"); k >= 0 {
-			if hidden := hide(msg[:redactLook+k]); len(hidden) >= api.MaxStatusMessageLen+redactMargin {
+			if hidden := hideStart(msg[:redactLook+k]); len(hidden) >= api.MaxStatusMessageLen+redactMargin {
 				return hidden
 			}
 		}

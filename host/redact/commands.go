@@ -83,20 +83,33 @@ func hideCommandPasswordsIn(s string, depth int) string {
 		}
 		// An argument: to a blank outside quotes, or the line's end.
 		start := i
+		rawStart := i
 		for i < len(s) && s[i] != ' ' && s[i] != '\t' && s[i] != '\n' && s[i] != '\r' {
+			if n := hiddenLen(s, i); n > 0 {
+				i += n // one argument, though it holds a blank: read so again
+				continue
+			}
 			if isQuote(s[i]) {
 				i = quotedEnd(s, i)
 				continue
 			}
 			i++
 		}
-		arg, end := s[start:i], i
-		if len(arg) >= 2 && isQuote(arg[0]) {
-			// '-pSECRET', "--user=app:SECRET": read inside the quotes, which
-			// stay.
-			if arg[len(arg)-1] == arg[0] {
-				end--
+		arg, end, rawEnd := s[start:i], i, i
+		// value hides the password at s[vs:ve] in this argument: the argument
+		// whole when a quote is in it, which hidden would pair the quotes
+		// after it otherwise when read again (FuzzSecrets).
+		value := func(vs, ve int) {
+			if strings.ContainsAny(s[vs:ve], "\"'`") {
+				vs, ve = rawStart, rawEnd
 			}
+			hide(vs, ve)
+		}
+		if len(arg) >= 2 && isQuote(arg[0]) && arg[len(arg)-1] == arg[0] && quotedEnd(s, start) == end {
+			// '-pSECRET', "--user=app:SECRET": read inside the quotes, which
+			// stay; only an argument quoted whole, whose quotes close each
+			// other (FuzzSecrets: "sh -p"0, its inside hidden, lost its close).
+			end--
 			arg, start = s[start+1:end], start+1
 			if pending < 0 && depth < maxQuoteDepth && strings.ContainsAny(arg, " \t") {
 				if inner := hideCommandPasswordsIn(arg, depth+1); inner != arg {
@@ -110,7 +123,7 @@ func hideCommandPasswordsIn(s string, depth int) string {
 		if pending >= 0 {
 			f := flags[pending]
 			pending = -1
-			hide(valueStart(s, start, end, f.afterColon), end)
+			value(valueStart(s, start, end, f.afterColon), end)
 			continue
 		}
 		if fs, ok := commandFlags[arg[strings.LastIndexByte(arg, '/')+1:]]; ok {
@@ -122,9 +135,9 @@ func hideCommandPasswordsIn(s string, depth int) string {
 			case arg == f.flag && f.separate:
 				pending = k
 			case strings.HasPrefix(f.flag, "--") && strings.HasPrefix(arg, f.flag+"="):
-				hide(valueStart(s, start+len(f.flag)+1, end, f.afterColon), end)
+				value(valueStart(s, start+len(f.flag)+1, end, f.afterColon), end)
 			case f.attached && len(arg) > len(f.flag) && strings.HasPrefix(arg, f.flag) && !strings.HasPrefix(arg, "--"):
-				hide(valueStart(s, start+len(f.flag), end, f.afterColon), end)
+				value(valueStart(s, start+len(f.flag), end, f.afterColon), end)
 			default:
 				continue
 			}

@@ -61,14 +61,19 @@ func namesSecret(name string) bool {
 		}
 	}
 	// A key's (ENCRYPTION_KEY, tls.key); "key" alone is a pair's name (pairMark),
-	// as ParameterKey is.
+	// as ParameterKey is; and a key that is none of a secret's (a database's, a
+	// cache's, a public one) is not one.
 	for _, e := range []string{"_key", "-key", ".key"} {
 		if strings.HasSuffix(lower, e) && len(lower) > len(e) {
-			return true
+			return !slices.ContainsFunc(notSecretKeys, func(k string) bool { return strings.HasSuffix(lower, k) })
 		}
 	}
 	return false
 }
+
+// notSecretKeys are names of keys that are not secrets, as their last words.
+var notSecretKeys = []string{"public_key", "public-key", "public.key", "pubkey", "foreign_key", "primary_key", "sort_key", "partition_key", "hash_key",
+	"range_key", "row_key", "cache_key", "cache-key", "idempotency_key", "idempotency-key", "routing_key", "routing-key", "group_key", "map_key", "dedup_key"}
 
 // mayHoldNames reports whether s may hold a secret's name: a text with none of the
 // words is not scanned.
@@ -83,7 +88,10 @@ func mayHoldNames(s string) bool {
 }
 
 // hideNamed returns s with the value given to each secret's name hidden.
-func hideNamed(s string) string {
+//
+// open says the text goes on past its end (SecretsOfStart): a value whose end
+// cannot be told within it is hidden to its end.
+func hideNamed(s string, open bool) string {
 	if !mayHoldNames(s) {
 		return s
 	}
@@ -127,14 +135,8 @@ func hideNamed(s string) string {
 			text = skipBlanks(s, line)
 		}
 		looked = i
-		start, end, ok := namedValue(s, line, text, i, j)
-		switch {
-		case ok:
-		case i < pairUntil && hasSuffixFold(s[i:j], "value"):
-			// The pair's value, hidden here or already.
-			start, end, ok = valueOf(s, line, text, i, j)
-			pairUntil = -1
-		case hasSuffixFold(s[i:j], "name") || hasSuffixFold(s[i:j], "key"):
+		pairName := hasSuffixFold(s[i:j], "name") || hasSuffixFold(s[i:j], "key")
+		markPair := func() {
 			// Another pair's name ends the window of the one before.
 			var at int
 			if pairUntil, at = pairMark(s, j); at > 0 {
@@ -145,6 +147,21 @@ func hideNamed(s string) string {
 					elemStart, elemEnd = es, ee
 				}
 			}
+		}
+		start, end, ok := namedValue(s, line, text, i, j, open)
+		switch {
+		case ok && pairName:
+			// A secret's name that may be a pair's too (parameter_key:
+			// db_password, then parameter_value): its value hidden, and the
+			// pair's (a second review: the pair's value was kept).
+			markPair()
+		case ok:
+		case i < pairUntil && hasSuffixFold(s[i:j], "value"):
+			// The pair's value, hidden here or already.
+			start, end, ok = valueOf(s, line, text, i, j, open)
+			pairUntil = -1
+		case pairName:
+			markPair()
 		}
 		if !ok {
 			i = j
@@ -173,16 +190,16 @@ var placeholders = []string{"string", "value", "int", "duration", "file", "path"
 // namedValue returns where the value given to the name s[i:j], on the line that
 // starts at s[line] (its text at s[text], after its blanks), starts and ends, when
 // it names a secret and is given one.
-func namedValue(s string, line, text, i, j int) (start, end int, ok bool) {
+func namedValue(s string, line, text, i, j int, open bool) (start, end int, ok bool) {
 	if !namesSecret(s[i:j]) {
 		return 0, 0, false
 	}
-	return valueOf(s, line, text, i, j)
+	return valueOf(s, line, text, i, j, open)
 }
 
 // valueOf returns where the value given to the name s[i:j] starts and ends, if
 // it is given one.
-func valueOf(s string, line, text, i, j int) (start, end int, ok bool) {
+func valueOf(s string, line, text, i, j int, open bool) (start, end int, ok bool) {
 	name := s[i:j]
 	before := byte(0)
 	if i > 0 {
@@ -213,8 +230,8 @@ func valueOf(s string, line, text, i, j int) (start, end int, ok bool) {
 		case '>':
 			return elementValue(s, k+1)
 		case ' ', '\t':
-			if v, _, found := elementText(s, k); found {
-				return elementValue(s, v)
+			if start, end, found := elementText(s, k); found {
+				return start, end, true
 			}
 		}
 	}
@@ -275,25 +292,30 @@ func valueOf(s string, line, text, i, j int) (start, end int, ok bool) {
 	case s[v] == '\\' && v+1 < len(s) && isQuote(s[v+1]):
 		return v, escapedQuotedEnd(s, v), true
 	case s[v] == '$' && v+1 < len(s) && s[v+1] == '\'':
-		return v, quotedEnd(s, v+1), true // a shell's $'…', as set -x writes a control character
+		return v, ansiQuotedEnd(s, v+1), true // a shell's $'…', as set -x writes a control character
 	case isQuote(s[v]):
 		return v, quotedEnd(s, v), true
 	case s[v] == '<':
 		return v, closing(s, v, '>'), true
 	case s[v] == '[':
 		return v, closing(s, v, ']'), true
-	case isQuote(before) && !quoted:
+	case isQuote(before) && !quoted && (sep != ":" || hasSuffixFold(name, "cookie") || hasSuffixFold(name, "authorization")):
 		// The quote opens before the name and wraps the pair: 'DB_PASSWORD=a b'
 		// (set -x), "DB_PASSWORD=a b" (a unit's Environment=, docker run -e,
-		// docker inspect's Env), "--password=a b": to its closing quote (a
-		// security review: to the first blank, the rest was kept).
-		e := wrappedEnd(s, v, before, i >= 2 && s[i-1] == before && s[i-2] == '\\')
-		return v, e, e > v
+		// docker inspect's Env), "--password=a b", a header's "Cookie: a=b;
+		// sid=c": to its closing quote (a security review: to the first blank, the
+		// rest was kept). Not a message's "token: signature is invalid" (a second
+		// review: the diagnostic was lost), nor a quote that does not close near.
+		esc := i >= 2 && s[i-1] == before && s[i-2] == '\\'
+		ansi := before == '\'' && i >= 2 && s[i-2] == '$'
+		if e := wrappedEnd(s, v, before, esc, ansi); e >= 0 {
+			return v, e, e > v
+		}
 	case before == ';' || strings.Contains(s[max(line, i-64):i], ";"):
 		return v, connEnd(s, v), connEnd(s, v) > v // a connection string: Password=VALUE;
 	case lineStart && !quoted:
 		return v, lineEnd(s, v), true // INI, YAML, an environment: the whole line
-	case connFollows(s, v):
+	case connFollows(s, v, open):
 		return v, connEnd(s, v), connEnd(s, v) > v // one whose secret comes first: Password=a b;Server=x
 	}
 	return v, wordEnd(s, v), wordEnd(s, v) > v
@@ -310,13 +332,19 @@ func connEnd(s string, v int) int {
 }
 
 // connFollows reports whether the value at s[v] is a connection string's: a ';'
-// follows on its line within connLook bytes, then a name and '='.
-func connFollows(s string, v int) bool {
+// follows on its line within connLook bytes, then a name and '='; or, in a text
+// that goes on past its end (open), the text ends before that can be told (a
+// second review found the first part redactKept hides hiding less than the
+// whole).
+func connFollows(s string, v int, open bool) bool {
 	e := v
 	for e < len(s) && e < v+connLook && s[e] != ';' && s[e] != '\n' && s[e] != '\r' {
 		e++
 	}
-	if e >= len(s) || s[e] != ';' {
+	switch {
+	case e >= len(s):
+		return open
+	case s[e] != ';':
 		return false
 	}
 	n := skipBlanks(s, e+1)
@@ -324,7 +352,7 @@ func connFollows(s string, v int) bool {
 	for k < len(s) && k < n+64 && (isNameByte(s[k]) || s[k] == ' ') {
 		k++
 	}
-	return k > n && k < len(s) && s[k] == '='
+	return k >= len(s) && open || k > n && k < len(s) && s[k] == '='
 }
 
 // connLook bounds the look for a connection string's ';' after a value (looked
@@ -333,17 +361,48 @@ const connLook = 256
 
 // wrappedEnd is the end of a value starting at s[v] inside a quote q that opened
 // before its name: that quote's close (escaped as \q when the quote before the name
-// was; a backslash escapes one inside double quotes), or its line's end.
-func wrappedEnd(s string, v int, q byte, escaped bool) int {
+// was; a backslash escapes one inside double quotes, or inside a shell's $'…'
+// (ansi); two single quotes, and a shell's quote-backslash-quote-quote, go on
+// inside single quotes, as YAML and a shell write a quote), or its line's end, or the text's (the safe side for a text cut short:
+// redactKept). -1 when the quote does not close within wrapLook bytes: an
+// apostrophe, not a wrapper.
+func wrappedEnd(s string, v int, q byte, escaped, ansi bool) int {
 	for k := v; k < len(s); k++ {
 		switch {
+		case k-v > wrapLook:
+			return -1
 		case s[k] == '\n' || s[k] == '\r':
 			return k
 		case escaped && s[k] == '\\' && k+1 < len(s) && s[k+1] == q:
 			return k
-		case !escaped && s[k] == '\\' && q == '"' && k+1 < len(s) && s[k+1] != '\n':
+		case escaped:
+		case s[k] == '\\' && (q == '"' || ansi) && k+1 < len(s) && s[k+1] != '\n':
 			k++
-		case !escaped && s[k] == q:
+		case s[k] == q && q == '\'' && !ansi && k+1 < len(s) && s[k+1] == '\'':
+			k++
+		case s[k] == q && q == '\'' && !ansi && strings.HasPrefix(s[k+1:], `\''`):
+			k += 3
+		case s[k] == q:
+			return k
+		}
+	}
+	return len(s)
+}
+
+// wrapLook bounds how far a wrapping quote's close is looked for (wrappedEnd).
+const wrapLook = 256
+
+// ansiQuotedEnd is the end of a shell's $'…' value whose quote is at s[i]: its
+// closing quote included (a backslash escapes any byte, \' among them), or its
+// line's.
+func ansiQuotedEnd(s string, i int) int {
+	for k := i + 1; k < len(s); k++ {
+		switch {
+		case s[k] == '\\' && k+1 < len(s) && s[k+1] != '\n':
+			k++
+		case s[k] == '\'':
+			return k + 1
+		case s[k] == '\n' || s[k] == '\r':
 			return k
 		}
 	}
@@ -361,16 +420,23 @@ func openedTag(s string, c int) bool {
 }
 
 // elementValue returns where the text of an element that starts at s[v] starts
-// and ends: to the next tag, or inside a CDATA section to its end (within
-// cdataLook, else its line's).
+// and ends: to the next tag, or inside a CDATA section (after blanks and line
+// breaks, as pretty-printed XML writes it) to its end, within cdataLook, else
+// its line's end, or the text's when that comes first (the safe side for a text
+// cut short: redactKept).
 func elementValue(s string, v int) (start, end int, ok bool) {
-	if strings.HasPrefix(s[v:], cdataOpen) {
-		v += len(cdataOpen)
+	if c := skipSpace(s, v); strings.HasPrefix(s[c:], cdataOpen) {
+		v = c + len(cdataOpen)
 		if hiddenAt(s, v) {
 			return 0, 0, false
 		}
-		e := strings.Index(s[v:min(len(s), v+cdataLook)], "]]>")
-		if e < 0 {
+		look := min(len(s), v+cdataLook)
+		e := strings.Index(s[v:look], "]]>")
+		switch {
+		case e >= 0:
+		case look == len(s):
+			e = len(s) - v
+		default:
 			e = lineEnd(s, v) - v
 		}
 		return v, v + e, e > 0
@@ -432,6 +498,10 @@ func pairMark(s string, j int) (until, at int) {
 		e++
 	}
 	for w := v; w < e; {
+		if n := hiddenLen(s, w); n > 0 {
+			w += n // a value hidden names nothing (FuzzSecrets: 0.key=>0>0)
+			continue
+		}
 		if !isNameByte(s[w]) {
 			w++
 			continue
@@ -469,14 +539,13 @@ func elementText(s string, at int) (start, end int, ok bool) {
 		case '<', '\n', '\r':
 			return 0, 0, false
 		case '>':
-			if s[k-1] == '/' || k+1 >= len(s) || hiddenAt(s, k+1) {
+			if s[k-1] == '/' || k+1 >= len(s) {
 				return 0, 0, false
 			}
-			e := strings.IndexByte(s[k+1:], '<')
-			if e < 0 {
-				e = len(s) - (k + 1)
-			}
-			return k + 1, k + 1 + e, e > 0
+			// Its text, or a CDATA section's (a second review: a tag's
+			// attributes then CDATA, <wsse:Password Type="…"><![CDATA[…]]>,
+			// was read as an element without text).
+			return elementValue(s, k+1)
 		}
 	}
 	return 0, 0, false
@@ -490,8 +559,17 @@ func hasSuffixFold(s, suffix string) bool {
 // hiddenAt reports whether s[i:] starts with what stands in for a hidden secret:
 // hiding again what was hidden changes nothing (the control plane hides again
 // what an agent hid).
-func hiddenAt(s string, i int) bool {
-	return strings.HasPrefix(s[i:], Hidden) || strings.HasPrefix(s[i:], token.HiddenToken)
+func hiddenAt(s string, i int) bool { return hiddenLen(s, i) > 0 }
+
+// hiddenLen is the length of what stands in for a hidden secret at s[i], or 0.
+func hiddenLen(s string, i int) int {
+	switch {
+	case strings.HasPrefix(s[i:], Hidden):
+		return len(Hidden)
+	case strings.HasPrefix(s[i:], token.HiddenToken):
+		return len(token.HiddenToken)
+	}
+	return 0
 }
 
 // atLineStart reports whether head, what comes before a name on its line after

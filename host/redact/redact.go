@@ -37,12 +37,20 @@ var privateKeyEnd = regexp.MustCompile(`-----END [A-Z0-9 ]*PRIVATE KEY-----`)
 // key, value given to a secret's name and password of a URL in it hidden (see
 // named.go). A key's BEGIN line is hidden first: taken as a value, its body would
 // be left for no pattern.
-func Secrets(s string) string {
+func Secrets(s string) string { return secrets(s, false) }
+
+// SecretsOfStart is Secrets for the start of a longer text, cut at a blank: a
+// value whose end cannot be told before the cut (a connection string's, whose ';'
+// may come after it) is hidden to the cut, so that what it hides of the start is
+// at least what Secrets hides of the whole there (the control plane's redactKept).
+func SecretsOfStart(s string) string { return secrets(s, true) }
+
+func secrets(s string, open bool) string {
 	if strings.Contains(s, "PRIVATE KEY-----") {
 		s = privateKey.ReplaceAllLiteralString(s, Hidden)
 	}
 	s = seed.ReplaceAllLiteralString(s, Hidden)
-	s = hideNamed(s)
+	s = hideNamed(s, open)
 	s = hideCommandPasswords(s)
 	s = token.HideTokens(s)
 	return hideURLPasswords(s)

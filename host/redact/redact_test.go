@@ -212,6 +212,26 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 		{"+ docker login -u app -p " + pw + " registry.example", "+ docker login -u app -p " + Hidden + " registry.example"},
 		{"+ mysql -p" + pw + "\n+ cp -pr a b", "+ mysql -p" + Hidden + "\n+ cp -pr a b"},
 		{"+ sh -c 'mysql -p" + pw + " app' x", "+ sh -c 'mysql -p" + Hidden + " app' x"},
+		// A value holding a quote is hidden with its flag: hidden alone, the
+		// quotes after it paired otherwise when read again (FuzzSecrets).
+		{"+ mysql -p" + pw + "'x y\nz", "+ mysql " + Hidden + "\nz"},
+		// A second review's: bash's set -x of a wrapped pair with a quote in its
+		// value, a $'…' with \', CDATA after a tag's attributes or a line break,
+		// a pair whose name ends as a key's.
+		{"+ export 'DB_PASSWORD=it'\\''s " + pw + "'", "+ export 'DB_PASSWORD=" + Hidden + "'"},
+		{"+ docker run -e 'DB_PASSWORD=it'\\''s " + pw + "' img", "+ docker run -e 'DB_PASSWORD=" + Hidden + "' img"},
+		{"+ DB_PASSWORD=$'it\\'s\\t" + pw + "' app", "+ DB_PASSWORD=" + Hidden + " app"},
+		{"+ export $'DB_PASSWORD=it\\'s\\t" + pw + " c' x", "+ export $'DB_PASSWORD=" + Hidden + "' x"},
+		{`<wsse:Password Type="x#PasswordText"><![CDATA[` + pw + `]]></wsse:Password>`, `<wsse:Password Type="x#PasswordText"><![CDATA[` + Hidden + `]]></wsse:Password>`},
+		{"<password>\n  <![CDATA[" + pw + "]]>\n</password>", "<password>\n  <![CDATA[" + Hidden + "]]>\n</password>"},
+		{`<add key="db.password"><![CDATA[` + pw + `]]></add>`, `<add key="db.password"><![CDATA[` + Hidden + `]]></add>`},
+		{`{"parameter_key": "db_password", "parameter_value": "` + pw + `"}`, `{"parameter_key": ` + Hidden + `, "parameter_value": ` + Hidden + `}`},
+		{"- env_key: DB_PASSWORD\n  env_value: " + pw, "- env_key: " + Hidden + "\n  env_value: " + Hidden},
+		{`<setting setting-key="db.password" value="` + pw + `"/>`, `<setting setting-key=` + Hidden + ` value=` + Hidden + `/>`},
+		// A message's name and ':' in quotes hides a word, not the diagnostic
+		// to the quote's close.
+		{`{"error":"password: ` + pw + ` at least 8 characters"}`, `{"error":"password: ` + Hidden + ` at least 8 characters"}`},
+		{`err="token: ` + pw + ` is invalid" code=401`, `err="token: ` + Hidden + ` is invalid" code=401`},
 	} {
 		got := Secrets(c.in)
 		if got != c.want || strings.Contains(got, pw) {
@@ -236,7 +256,10 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 		"- name: PORT\n  value: 5", `<add key="Port" value="5"/>`,
 		"key_id=abc", "keyring: 3 keys", `{"Key": "env", "Value": "prod"}`, "<ns:user>app</ns:user>", "</ns:password>",
 		"a;b=c", "monkey=1", "open server.key: no such file or directory", "role_id: r",
-		"+ mysql -p -h db app", "+ mysql -P3306 -u root", "+ curl -u app https://x", "+ grep -p x", "cp -p a b", "+ ssh -p 2222 host",
+		"+ mysql -p -h db app", "+ mysql -P3306 -u root",
+		// A second review's: a message's diagnostics after a name and ':' in
+		// quotes, an empty wrapped value, keys that are no secrets.
+		"public_key=ssh-ed25519", "foreign_key=user_id", "PARTITION_KEY: tenant", "+ curl -u app https://x", "+ grep -p x", "cp -p a b", "+ ssh -p 2222 host",
 	} {
 		if got := Secrets(kept); got != kept {
 			t.Errorf("Secrets(%q) = %q, want it kept", kept, got)
