@@ -751,12 +751,14 @@ func (r *run) dialEnrolment(ctx context.Context, kp *identity.KeyPair, pub strin
 		// ("ask for a new token", exit 3) sent people after a new token when
 		// waiting a minute would have done.
 		// The next step comes first: the causes are many, most pass within a
-		// minute, and at the end of a long line the step was read last if at all.
-		return nil, "", &RefusedError{Code: CodeLoginRefused, Message: "the mesh's broker refused the enrolment's login without saying why. " +
+		// minute, and at the end of a long line the step was read last if at all;
+		// each part on a line of its own (a walkthrough: 1,200 characters on one
+		// line).
+		return nil, "", &RefusedError{Code: CodeLoginRefused, Message: "the mesh's broker refused the enrolment's login without saying why.\n" +
 			"Next: wait a minute and run enrol again with the same token (it was not spent, and nothing was saved but the pending key, kept for that run); " +
-			"if it is refused again, ask the operator whether the token is pending (meshctl token list) and for a new one, and which version the control plane runs (meshctl control status, VERSION). " +
+			"if it is refused again, ask the operator whether the token is pending (meshctl token list) and for a new one, and which version the control plane runs (meshctl control status, VERSION).\n" +
 			"Why it refuses for a minute: too many connections used this token in the last 30 seconds, this address made too many failed attempts in the last minute, " +
-			"or no control node reached has room for another host (their logs say so). " +
+			"or no control node reached has room for another host (their logs say so).\n" +
 			"Why it refuses for good: a token this mesh never minted (or one that expired more than a day ago, or minted by a meshctl older than the control plane's), a node key that was revoked, " +
 			"a login relayed by something on the path that holds a certificate of the mesh (a removed control node; the secret was not sent), " +
 			"or every login of this meshhost where the control plane runs a meshctl older than the proof this meshhost sends (upgrade the control plane before the agents, docs/operations.md, \"Upgrading\": a new token from it is refused the same way)"}

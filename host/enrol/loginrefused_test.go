@@ -69,6 +69,11 @@ func TestARefusedLoginIsNotCalledAnUnknownToken(t *testing.T) {
 		t.Error("a refused login is not retryable: exit 3, as if waiting could not help")
 	}
 	msg := err.Error()
+	// The next step on a line of its own, after what happened, the causes on
+	// theirs (a walkthrough: 1,200 characters on one line).
+	if lines := strings.Split(msg, "\n"); len(lines) != 4 || !strings.HasPrefix(lines[1], "Next: wait a minute") || !strings.HasPrefix(lines[3], "Why it refuses for good") {
+		t.Errorf("the refusal is not said a part a line:\n%s", msg)
+	}
 	for _, want := range []string{"(login_refused)", "without saying why", "wait a minute and run enrol again with the same token", "never minted", "for a new one", "upgrade the control plane before the agents"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("the refusal does not say %q:\n%s", want, msg)
