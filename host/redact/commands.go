@@ -1,13 +1,17 @@
 package redact
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // A password given to a command as the argument of a flag that names none, as
 // `set -x` prints the command a hook runs: `mysql -pSECRET`, `curl -u app:SECRET`,
 // `sshpass -p SECRET`, `redis-cli -a SECRET`, `docker login -p SECRET`. The
 // value given to a flag that names one (--password) is hidden with the other
 // names (named.go); these flags are a letter, and mean a password only after
-// their command, so they are read only on a line that runs it.
+// their command, so they are read only from the command's name to the end of
+// the command it runs (a line's end, or a shell's ';', '|' or '&').
 
 // passwordFlag is a command's flag whose argument holds a password: all of it,
 // or (afterColon) what follows its first ':' (curl's user:password).
@@ -16,29 +20,54 @@ type passwordFlag struct {
 	attached   bool   // the value is written right after the flag (mysql's -pSECRET) too
 	separate   bool   // the value is the next argument (sshpass -p SECRET)
 	afterColon bool
+	// clustered are the command's short flags without a value that may come
+	// before this one in one argument (curl -fsSLu user:SECRET).
+	clustered string
 }
+
+// command is what a command's name says of the arguments after it.
+type command struct {
+	flags []passwordFlag
+	// operandEnds: the command's first argument that is no option is the
+	// program it runs (sshpass), whose flags are its own.
+	operandEnds bool
+	// after are the words one of which must come right before the name (login:
+	// docker login, not a sentence's "login").
+	after []string
+}
+
+// curlNoValue are curl's short flags that take no value.
+const curlNoValue = "fsSLvkiIgGnNqZjJOR0123456#"
+
+var (
+	mysqlFlags = command{flags: []passwordFlag{{flag: "-p", attached: true}}}
+	ldapFlags  = command{flags: []passwordFlag{{flag: "-w", attached: true, separate: true}}}
+)
 
 // commandFlags are the commands, by their program's name, whose flags hold a
 // password, and those flags.
-var commandFlags = map[string][]passwordFlag{
-	"mysql":        {{flag: "-p", attached: true}},
-	"mysqldump":    {{flag: "-p", attached: true}},
-	"mysqladmin":   {{flag: "-p", attached: true}},
-	"mysqlimport":  {{flag: "-p", attached: true}},
-	"mysqlcheck":   {{flag: "-p", attached: true}},
-	"mariadb":      {{flag: "-p", attached: true}},
-	"mariadb-dump": {{flag: "-p", attached: true}},
-	"curl":         {{flag: "-u", attached: true, separate: true, afterColon: true}, {flag: "--user", separate: true, afterColon: true}, {flag: "--proxy-user", separate: true, afterColon: true}},
-	"sshpass":      {{flag: "-p", attached: true, separate: true}},
-	"redis-cli":    {{flag: "-a", attached: true, separate: true}},
-	// docker login, podman login, helm registry login, skopeo login.
-	"login": {{flag: "-p", separate: true}},
+var commandFlags = map[string]command{
+	"mysql": mysqlFlags, "mysqldump": mysqlFlags, "mysqladmin": mysqlFlags, "mysqlimport": mysqlFlags, "mysqlcheck": mysqlFlags, "mysqlshow": mysqlFlags,
+	"mariadb": mysqlFlags, "mariadb-dump": mysqlFlags, "mariadb-admin": mysqlFlags, "mariadb-import": mysqlFlags, "mariadb-check": mysqlFlags,
+	"curl": {flags: []passwordFlag{
+		{flag: "-u", attached: true, separate: true, afterColon: true, clustered: curlNoValue},
+		{flag: "-U", attached: true, separate: true, afterColon: true, clustered: curlNoValue},
+		{flag: "--user", separate: true, afterColon: true}, {flag: "--proxy-user", separate: true, afterColon: true},
+	}},
+	"sshpass":    {flags: []passwordFlag{{flag: "-p", attached: true, separate: true}}, operandEnds: true},
+	"redis-cli":  {flags: []passwordFlag{{flag: "-a", attached: true, separate: true}}},
+	"mongo":      {flags: []passwordFlag{{flag: "-p", separate: true}}},
+	"mongosh":    {flags: []passwordFlag{{flag: "-p", separate: true}}},
+	"sqlcmd":     {flags: []passwordFlag{{flag: "-P", attached: true, separate: true}}},
+	"ldapsearch": ldapFlags, "ldapadd": ldapFlags, "ldapmodify": ldapFlags, "ldapdelete": ldapFlags, "ldapwhoami": ldapFlags, "ldappasswd": ldapFlags,
+	"login": {flags: []passwordFlag{{flag: "-p", attached: true, separate: true}},
+		after: []string{"docker", "podman", "buildah", "skopeo", "registry", "oras", "nerdctl", "crane"}},
 }
 
 // mayRunCommand reports whether s may hold a line that runs one of commandFlags:
 // a text with none of their names is not scanned.
 func mayRunCommand(s string) bool {
-	for _, w := range []string{"mysql", "mariadb", "curl", "sshpass", "redis-cli", "login"} {
+	for _, w := range []string{"mysql", "mariadb", "curl", "sshpass", "redis-cli", "mongo", "sqlcmd", "ldap", "login"} {
 		if strings.Contains(s, w) {
 			return true
 		}
@@ -47,8 +76,10 @@ func mayRunCommand(s string) bool {
 }
 
 // hideCommandPasswords returns s with the passwords given to commandFlags'
-// flags hidden, on each line from the command's name to the line's end, and in
-// a quoted argument that runs one (sh -c 'mysql -pSECRET').
+// flags hidden, from the command's name to the end of the command it runs, and
+// in a quoted argument that runs one (sh -c 'mysql -pSECRET'), also when its
+// quote closes on a later line (a script) or past the text's end (a text cut
+// short: SecretsOfStart).
 func hideCommandPasswords(s string) string { return hideCommandPasswordsIn(s, 0) }
 
 // maxQuoteDepth bounds how deep in quotes a command is looked for: each level
@@ -69,31 +100,35 @@ func hideCommandPasswordsIn(s string, depth int) string {
 		b.WriteString(Hidden)
 		last = end
 	}
-	var flags []passwordFlag // the flags of the command the line runs, once named
-	pending := -1            // the index in flags of a flag whose value is the next argument
+	var cmd *command // the command whose arguments are read, once named
+	pending := -1    // the index in cmd.flags of a flag whose value is the next argument
+	previous := ""   // the argument before, as a name
 	for i := 0; i < len(s); {
 		switch s[i] {
-		case '\n', '\r':
-			flags, pending = nil, -1
+		case '\n', '\r', ';', '|', '&':
+			// The command's end: what follows runs another (a second review:
+			// mysql … && cp -pr a b had r hidden).
+			cmd, pending, previous = nil, -1, ""
 			i++
 			continue
 		case ' ', '\t':
 			i++
 			continue
 		}
-		// An argument: to a blank outside quotes, or the line's end.
-		start := i
-		rawStart := i
-		for i < len(s) && s[i] != ' ' && s[i] != '\t' && s[i] != '\n' && s[i] != '\r' {
-			if n := hiddenLen(s, i); n > 0 {
-				i += n // one argument, though it holds a blank: read so again
-				continue
+		// An argument: to a blank or a shell's separator outside quotes, or the
+		// line's end.
+		start, rawStart := i, i
+		for i < len(s) && !strings.ContainsRune(" \t\n\r;|&", rune(s[i])) {
+			switch {
+			case hiddenLen(s, i) > 0:
+				i += hiddenLen(s, i) // one argument, though it holds a blank: read so again
+			case s[i] == '\\' && i+1 < len(s) && s[i+1] != '\n' && s[i+1] != '\r':
+				i += 2
+			case isQuote(s[i]):
+				i, _ = shellQuoteEnd(s, i)
+			default:
+				i++
 			}
-			if isQuote(s[i]) {
-				i = quotedEnd(s, i)
-				continue
-			}
-			i++
 		}
 		arg, end, rawEnd := s[start:i], i, i
 		// value hides the password at s[vs:ve] in this argument: the argument
@@ -105,39 +140,78 @@ func hideCommandPasswordsIn(s string, depth int) string {
 			}
 			hide(vs, ve)
 		}
-		if len(arg) >= 2 && isQuote(arg[0]) && arg[len(arg)-1] == arg[0] && quotedEnd(s, start) == end {
-			// '-pSECRET', "--user=app:SECRET": read inside the quotes, which
-			// stay; only an argument quoted whole, whose quotes close each
-			// other (FuzzSecrets: "sh -p"0, its inside hidden, lost its close).
-			end--
-			arg, start = s[start+1:end], start+1
-			if pending < 0 && depth < maxQuoteDepth && strings.ContainsAny(arg, " \t") {
+		if len(arg) >= 2 && isQuote(arg[0]) {
+			qe, closed := shellQuoteEnd(s, start)
+			switch {
+			case closed && qe == end:
+				// '-pSECRET', "--user=app:SECRET": read inside the quotes,
+				// which stay; only an argument quoted whole, whose quotes close
+				// each other (FuzzSecrets: "sh -p"0, its inside hidden, lost its
+				// close).
+				end--
+				arg, start = s[start+1:end], start+1
+			case !closed:
+				// A quote that closes on a later line (bash -c 'mysql …\necho
+				// done'), or past the text's end: read inside it as far as it goes
+				// (a third review: a long sh -c '…' cut by SecretsOfStart was not
+				// read, where the whole text's was).
+				arg, start = s[start+1:end], start+1
+			}
+			if start > rawStart && pending < 0 && depth < maxQuoteDepth && strings.ContainsAny(arg, " \t") {
 				if inner := hideCommandPasswordsIn(arg, depth+1); inner != arg {
 					b.WriteString(s[last:start])
 					b.WriteString(inner)
 					last = end
+					previous = ""
 					continue
 				}
 			}
 		}
+		name := arg[strings.LastIndexByte(arg, '/')+1:]
 		if pending >= 0 {
-			f := flags[pending]
+			f := cmd.flags[pending]
 			pending = -1
 			value(valueStart(s, start, end, f.afterColon), end)
+			previous = name
 			continue
 		}
-		if fs, ok := commandFlags[arg[strings.LastIndexByte(arg, '/')+1:]]; ok {
-			flags = fs
+		if c, ok := commandFlags[name]; ok && (len(c.after) == 0 || slices.Contains(c.after, previous)) {
+			cmd, previous = &c, name
 			continue
 		}
-		for k, f := range flags {
+		previous = name
+		if cmd == nil {
+			continue
+		}
+		if cmd.operandEnds && !strings.HasPrefix(arg, "-") {
+			// sshpass's program: its flags are its own (ssh -p 2222).
+			cmd = nil
+			continue
+		}
+		for k, f := range cmd.flags {
 			switch {
 			case arg == f.flag && f.separate:
 				pending = k
 			case strings.HasPrefix(f.flag, "--") && strings.HasPrefix(arg, f.flag+"="):
 				value(valueStart(s, start+len(f.flag)+1, end, f.afterColon), end)
 			case f.attached && len(arg) > len(f.flag) && strings.HasPrefix(arg, f.flag) && !strings.HasPrefix(arg, "--"):
-				value(valueStart(s, start+len(f.flag), end, f.afterColon), end)
+				v := start + len(f.flag)
+				if s[v] == '=' {
+					v++ // -p=SECRET, as a Go program's flags read it
+				}
+				value(valueStart(s, v, end, f.afterColon), end)
+			case f.clustered != "" && len(arg) > 2 && arg[0] == '-' && arg[1] != '-':
+				// -fsSLu user:SECRET: the flag's letter after others that take
+				// no value.
+				at := strings.IndexByte(arg[1:], f.flag[1])
+				if at < 0 || strings.Trim(arg[1:1+at], f.clustered) != "" {
+					continue
+				}
+				if v := start + 1 + at + 1; v == end {
+					pending = k
+				} else {
+					value(valueStart(s, v, end, f.afterColon), end)
+				}
 			default:
 				continue
 			}
@@ -149,6 +223,26 @@ func hideCommandPasswordsIn(s string, depth int) string {
 	}
 	b.WriteString(s[last:])
 	return b.String()
+}
+
+// shellQuoteEnd is where the quoted text a shell reads at s[i] ends: after its
+// closing quote (closed), else at its line's end or the text's. A backslash
+// escapes a byte inside double quotes and backquotes, none inside single quotes;
+// a shell has no triple quotes (a third review: a Markdown fence, ```, made the
+// rest of the text one argument).
+func shellQuoteEnd(s string, i int) (end int, closed bool) {
+	q := s[i]
+	for k := i + 1; k < len(s); k++ {
+		switch {
+		case s[k] == '\\' && q != '\'' && k+1 < len(s) && s[k+1] != '\n' && s[k+1] != '\r':
+			k++
+		case s[k] == q:
+			return k + 1, true
+		case s[k] == '\n' || s[k] == '\r':
+			return k, false
+		}
+	}
+	return len(s), false
 }
 
 // valueStart is where the password in the argument s[start:end] starts: all of

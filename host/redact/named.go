@@ -30,7 +30,7 @@ var (
 	passEnds = []string{"pass", "pwd"}
 	// notSecretEnds are endings of a name that says something else of a secret.
 	notSecretEnds = []string{"less", "count", "file", "path", "length", "len", "izer", "expiry", "ttl", "id", "type", "name",
-		"error", "exception", "expired", "invalid", "missing", "required", ".service", ".socket", ".timer", ".mount", ".target", // a failure's name
+		"error", "exception", "expired", "invalid", "missing", "required", "stdin", ".service", ".socket", ".timer", ".mount", ".target", // a failure's name
 		".java", ".go", ".py", ".rb", ".js", ".ts", ".kt", ".rs", ".c", ".h", ".cpp", ".cs", ".php", ".sh"} // a stack frame's file: line
 )
 
@@ -60,6 +60,9 @@ func namesSecret(name string) bool {
 			return true
 		}
 	}
+	if lower == "sshpass" {
+		return true // the password sshpass -e reads
+	}
 	// A key's (ENCRYPTION_KEY, tls.key); "key" alone is a pair's name (pairMark),
 	// as ParameterKey is; and a key that is none of a secret's (a database's, a
 	// cache's, a public one) is not one.
@@ -73,7 +76,8 @@ func namesSecret(name string) bool {
 
 // notSecretKeys are names of keys that are not secrets, as their last words.
 var notSecretKeys = []string{"public_key", "public-key", "public.key", "pubkey", "foreign_key", "primary_key", "sort_key", "partition_key", "hash_key",
-	"range_key", "row_key", "cache_key", "cache-key", "idempotency_key", "idempotency-key", "routing_key", "routing-key", "group_key", "map_key", "dedup_key"}
+	"range_key", "row_key", "cache_key", "cache-key", "idempotency_key", "idempotency-key", "routing_key", "routing-key", "group_key", "map_key", "dedup_key",
+	"s3_key", "object_key", "unknown_key", "recv-key", "keyserver_key"}
 
 // mayHoldNames reports whether s may hold a secret's name: a text with none of the
 // words is not scanned.
@@ -143,7 +147,9 @@ func hideNamed(s string, open bool) string {
 				// An element's text: <property name="db.password">VALUE</property>,
 				// hidden once the rest of the tag is read (a fifth review: read
 				// apart, the tag's value="…" was left).
-				if es, ee, found := elementText(s, at); found {
+				if es, ee, found := elementText(s, at); found && elemStart < 0 {
+					// The first element pending stays (a third review: a later
+					// pair's name replaced it, hidden on a second pass).
 					elemStart, elemEnd = es, ee
 				}
 			}
@@ -308,7 +314,10 @@ func valueOf(s string, line, text, i, j int, open bool) (start, end int, ok bool
 		// review: the diagnostic was lost), nor a quote that does not close near.
 		esc := i >= 2 && s[i-1] == before && s[i-2] == '\\'
 		ansi := before == '\'' && i >= 2 && s[i-2] == '$'
-		if e := wrappedEnd(s, v, before, esc, ansi); e >= 0 {
+		// A header's value runs on past any bound (a third review: a Cookie
+		// header's session past 256 bytes was kept).
+		header := hasSuffixFold(name, "cookie") || hasSuffixFold(name, "authorization")
+		if e := wrappedEnd(s, v, before, esc, ansi, header); e >= 0 {
 			return v, e, e > v
 		}
 	case before == ';' || strings.Contains(s[max(line, i-64):i], ";"):
@@ -364,12 +373,12 @@ const connLook = 256
 // was; a backslash escapes one inside double quotes, or inside a shell's $'…'
 // (ansi); two single quotes, and a shell's quote-backslash-quote-quote, go on
 // inside single quotes, as YAML and a shell write a quote), or its line's end, or the text's (the safe side for a text cut short:
-// redactKept). -1 when the quote does not close within wrapLook bytes: an
-// apostrophe, not a wrapper.
-func wrappedEnd(s string, v int, q byte, escaped, ansi bool) int {
+// redactKept). -1 when the quote does not close within wrapLook bytes (unless
+// unbounded): an apostrophe, not a wrapper.
+func wrappedEnd(s string, v int, q byte, escaped, ansi, unbounded bool) int {
 	for k := v; k < len(s); k++ {
 		switch {
-		case k-v > wrapLook:
+		case k-v > wrapLook && !unbounded:
 			return -1
 		case s[k] == '\n' || s[k] == '\r':
 			return k

@@ -215,6 +215,21 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 		// A value holding a quote is hidden with its flag: hidden alone, the
 		// quotes after it paired otherwise when read again (FuzzSecrets).
 		{"+ mysql -p" + pw + "'x y\nz", "+ mysql " + Hidden + "\nz"},
+		// A third review's: a quote closing on a later line, a command's end,
+		// clustered flags, other tools, a long Cookie header.
+		{"+ docker exec db bash -c 'mysql -uroot -p" + pw + " app -e \"select 1\"\necho done'\n", "+ docker exec db bash -c 'mysql -uroot -p" + Hidden + " app -e \"select 1\"\necho done'\n"},
+		{"+ echo ```\n+ mysql -p" + pw + " app", "+ echo ```\n+ mysql -p" + Hidden + " app"},
+		{"+ docker login -u x -p" + pw + " reg", "+ docker login -u x -p" + Hidden + " reg"},
+		{"+ docker login -u x -p=" + pw + " reg", "+ docker login -u x -p=" + Hidden + " reg"},
+		{"+ curl -fsSLu app:" + pw + " https://x", "+ curl -fsSLu app:" + Hidden + " https://x"},
+		{"+ curl -sSu app:" + pw + " https://x", "+ curl -sSu app:" + Hidden + " https://x"},
+		{"+ curl -U proxy:" + pw + " https://x", "+ curl -U proxy:" + Hidden + " https://x"},
+		{"+ ldapsearch -x -D cn=admin -w " + pw + " -b dc=x", "+ ldapsearch -x -D cn=admin -w " + Hidden + " -b dc=x"},
+		{"+ mongosh -u app -p " + pw + " db", "+ mongosh -u app -p " + Hidden + " db"},
+		{"+ sqlcmd -S db -U sa -P " + pw + " -Q x", "+ sqlcmd -S db -U sa -P " + Hidden + " -Q x"},
+		{"+ SSHPASS=" + pw + " sshpass -e ssh host", "+ SSHPASS=" + Hidden + " sshpass -e ssh host"},
+		{"+ sshpass -p a\\ " + pw + " ssh host", "+ sshpass -p " + Hidden + " ssh host"},
+		{`curl -H "Cookie: ` + strings.Repeat("pref=dark; ", 30) + `sid=` + pw + `" https://x`, `curl -H "Cookie: ` + Hidden + `" https://x`},
 		// A second review's: bash's set -x of a wrapped pair with a quote in its
 		// value, a $'…' with \', CDATA after a tag's attributes or a line break,
 		// a pair whose name ends as a key's.
@@ -259,7 +274,9 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 		"+ mysql -p -h db app", "+ mysql -P3306 -u root",
 		// A second review's: a message's diagnostics after a name and ':' in
 		// quotes, an empty wrapped value, keys that are no secrets.
-		"public_key=ssh-ed25519", "foreign_key=user_id", "PARTITION_KEY: tenant", "+ curl -u app https://x", "+ grep -p x", "cp -p a b", "+ ssh -p 2222 host",
+		"public_key=ssh-ed25519", "foreign_key=user_id", "PARTITION_KEY: tenant",
+		"+ sshpass -f /run/pw ssh -p 2222 host", "+ mysql -uroot app && cp -pr a b", "error: login failed, retry with -p 5432",
+		"+ docker login reg && ssh -p 2222 host", "s3_key=backups/x.tar", "+ docker login --password-stdin reg", "+ curl -u app https://x", "+ grep -p x", "cp -p a b", "+ ssh -p 2222 host",
 	} {
 		if got := Secrets(kept); got != kept {
 			t.Errorf("Secrets(%q) = %q, want it kept", kept, got)
