@@ -80,13 +80,15 @@ func mayRunCommand(s string) bool {
 // in a quoted argument that runs one (sh -c 'mysql -pSECRET'), also when its
 // quote closes on a later line (a script) or past the text's end (a text cut
 // short: SecretsOfStart).
-func hideCommandPasswords(s string) string { return hideCommandPasswordsIn(s, 0) }
+func hideCommandPasswords(s string) string { return hideCommandPasswordsIn(s, 0, false) }
 
 // maxQuoteDepth bounds how deep in quotes a command is looked for: each level
 // reads its text again.
 const maxQuoteDepth = 2
 
-func hideCommandPasswordsIn(s string, depth int) string {
+// inSingle says s is the text inside single quotes, where a shell's command
+// writes a quote as '\” (set -x): read as one quote of the command's.
+func hideCommandPasswordsIn(s string, depth int, inSingle bool) string {
 	if !mayRunCommand(s) {
 		return s
 	}
@@ -103,11 +105,16 @@ func hideCommandPasswordsIn(s string, depth int) string {
 	var cmd *command // the command whose arguments are read, once named
 	pending := -1    // the index in cmd.flags of a flag whose value is the next argument
 	previous := ""   // the argument before, as a name
+	var quoted [][2]int
 	for i := 0; i < len(s); {
+		if n := continuation(s, i); n > 0 {
+			i += n // a line continued: the same command (a fourth review)
+			continue
+		}
 		switch s[i] {
-		case '\n', '\r', ';', '|', '&':
+		case '\n', '\r', ';', '|', '&', '(', ')':
 			// The command's end: what follows runs another (a second review:
-			// mysql … && cp -pr a b had r hidden).
+			// mysql … && cp -pr a b had r hidden), or a subshell's ($(mysql …)).
 			cmd, pending, previous = nil, -1, ""
 			i++
 			continue
@@ -116,16 +123,35 @@ func hideCommandPasswordsIn(s string, depth int) string {
 			continue
 		}
 		// An argument: to a blank or a shell's separator outside quotes, or the
-		// line's end.
+		// line's end; and the text inside each of its quotes.
 		start, rawStart := i, i
-		for i < len(s) && !strings.ContainsRune(" \t\n\r;|&", rune(s[i])) {
+		quoted = quoted[:0]
+		for i < len(s) && !strings.ContainsRune(argEnds, rune(s[i])) && continuation(s, i) == 0 {
 			switch {
 			case hiddenLen(s, i) > 0:
 				i += hiddenLen(s, i) // one argument, though it holds a blank: read so again
 			case s[i] == '\\' && i+1 < len(s) && s[i+1] != '\n' && s[i+1] != '\r':
 				i += 2
+			case inSingle && strings.HasPrefix(s[i:], singleInSingle):
+				// 'echo '\''hi'\''; sshpass -p …': the command's own quotes
+				// (a fourth review).
+				qs := i + len(singleInSingle)
+				e := lineEnd(s, qs)
+				if k := strings.Index(s[qs:e], singleInSingle); k >= 0 {
+					quoted = append(quoted, [2]int{qs, qs + k})
+					i = qs + k + len(singleInSingle)
+				} else {
+					quoted = append(quoted, [2]int{qs, e})
+					i = e
+				}
 			case isQuote(s[i]):
-				i, _ = shellQuoteEnd(s, i)
+				qs, closed := i, false
+				i, closed = shellQuoteEnd(s, i)
+				inner := i
+				if closed {
+					inner--
+				}
+				quoted = append(quoted, [2]int{qs + 1, inner})
 			default:
 				i++
 			}
@@ -140,34 +166,37 @@ func hideCommandPasswordsIn(s string, depth int) string {
 			}
 			hide(vs, ve)
 		}
-		if len(arg) >= 2 && isQuote(arg[0]) {
-			qe, closed := shellQuoteEnd(s, start)
-			switch {
-			case closed && qe == end:
-				// '-pSECRET', "--user=app:SECRET": read inside the quotes,
-				// which stay; only an argument quoted whole, whose quotes close
-				// each other (FuzzSecrets: "sh -p"0, its inside hidden, lost its
-				// close).
-				end--
-				arg, start = s[start+1:end], start+1
-			case !closed:
-				// A quote that closes on a later line (bash -c 'mysql …\necho
-				// done'), or past the text's end: read inside it as far as it goes
-				// (a third review: a long sh -c '…' cut by SecretsOfStart was not
-				// read, where the whole text's was).
-				arg, start = s[start+1:end], start+1
-			}
-			if start > rawStart && pending < 0 && depth < maxQuoteDepth && strings.ContainsAny(arg, " \t") {
-				if inner := hideCommandPasswordsIn(arg, depth+1); inner != arg {
-					b.WriteString(s[last:start])
-					b.WriteString(inner)
-					last = end
-					previous = ""
+		if pending < 0 && depth < maxQuoteDepth {
+			// A command in quotes (sh -c 'mysql …'), wherever they stand in the
+			// argument ({"cmd": "mysql …"}, a fourth review), also when they close
+			// on a later line (bash -c 'mysql …\necho done'), or past the text's
+			// end (a third review: a long sh -c '…' cut by SecretsOfStart was not
+			// read, where the whole text's was).
+			changed := false
+			for _, q := range quoted {
+				text := s[q[0]:q[1]]
+				if !strings.ContainsAny(text, " \t") {
 					continue
 				}
+				single := q[0] > 0 && s[q[0]-1] == '\'' && !(inSingle && strings.HasSuffix(s[:q[0]], singleInSingle))
+				if inner := hideCommandPasswordsIn(text, depth+1, single); inner != text {
+					b.WriteString(s[last:q[0]])
+					b.WriteString(inner)
+					last, changed = q[1], true
+				}
+			}
+			if changed {
+				previous = ""
+				continue
 			}
 		}
-		name := arg[strings.LastIndexByte(arg, '/')+1:]
+		if len(quoted) == 1 && quoted[0][0] == start+1 && (quoted[0][1] == end-1 && end-1 > start && s[end-1] == s[start] || quoted[0][1] == end) {
+			// '-pSECRET', "--user=app:SECRET": read inside the quotes, which
+			// stay; only an argument quoted whole (FuzzSecrets: "sh -p"0, its
+			// inside hidden, lost its close), or by a quote that does not close.
+			arg, start, end = s[quoted[0][0]:quoted[0][1]], quoted[0][0], quoted[0][1]
+		}
+		name := strings.TrimLeft(arg[strings.LastIndexByte(arg, '/')+1:], "$<{!\\")
 		if pending >= 0 {
 			f := cmd.flags[pending]
 			pending = -1
@@ -175,7 +204,7 @@ func hideCommandPasswordsIn(s string, depth int) string {
 			previous = name
 			continue
 		}
-		if c, ok := commandFlags[name]; ok && (len(c.after) == 0 || slices.Contains(c.after, previous)) {
+		if c, ok := commandFlags[name]; ok && (len(c.after) == 0 || slices.Contains(c.after, previous)) && !slices.Contains(namingOptions, previous) {
 			cmd, previous = &c, name
 			continue
 		}
@@ -225,6 +254,32 @@ func hideCommandPasswordsIn(s string, depth int) string {
 	return b.String()
 }
 
+// singleInSingle is a single quote as a shell's set -x writes it inside single
+// quotes.
+const singleInSingle = `'\''`
+
+// argEnds are what end an argument outside quotes.
+const argEnds = " \t\n\r;|&()"
+
+// namingOptions are options whose value names something else than the program
+// run: docker run --name mongo -p 27017:27017 (a fourth review).
+var namingOptions = []string{"--name", "--hostname", "--network-alias", "-h"}
+
+// continuation is the length of a backslash that continues the command on the
+// next line at s[i] (its line break included), or 0.
+func continuation(s string, i int) int {
+	if s[i] != '\\' || i+1 >= len(s) {
+		return 0
+	}
+	switch {
+	case s[i+1] == '\n':
+		return 2
+	case s[i+1] == '\r' && i+2 < len(s) && s[i+2] == '\n':
+		return 3
+	}
+	return 0
+}
+
 // shellQuoteEnd is where the quoted text a shell reads at s[i] ends: after its
 // closing quote (closed), else at its line's end or the text's. A backslash
 // escapes a byte inside double quotes and backquotes, none inside single quotes;
@@ -236,6 +291,8 @@ func shellQuoteEnd(s string, i int) (end int, closed bool) {
 		switch {
 		case s[k] == '\\' && q != '\'' && k+1 < len(s) && s[k+1] != '\n' && s[k+1] != '\r':
 			k++
+		case s[k] == '\'' && q == '\'' && strings.HasPrefix(s[k+1:], `\''`):
+			k += 3 // set -x writes a quote inside single quotes so: one text (a fourth review)
 		case s[k] == q:
 			return k + 1, true
 		case s[k] == '\n' || s[k] == '\r':

@@ -147,7 +147,7 @@ func hideNamed(s string, open bool) string {
 				// An element's text: <property name="db.password">VALUE</property>,
 				// hidden once the rest of the tag is read (a fifth review: read
 				// apart, the tag's value="…" was left).
-				if es, ee, found := elementText(s, at); found && elemStart < 0 {
+				if es, ee, closed := elementText(s, at); closed && ee > es && elemStart < 0 {
 					// The first element pending stays (a third review: a later
 					// pair's name replaced it, hidden on a second pass).
 					elemStart, elemEnd = es, ee
@@ -236,8 +236,11 @@ func valueOf(s string, line, text, i, j int, open bool) (start, end int, ok bool
 		case '>':
 			return elementValue(s, k+1)
 		case ' ', '\t':
-			if start, end, found := elementText(s, k); found {
-				return start, end, true
+			if start, end, closed := elementText(s, k); closed {
+				// An element's, hidden or not: its tag's attributes are not
+				// read as a value (a fourth review: <password =\>x hid \ once
+				// its text was hidden).
+				return start, end, end > start
 			}
 		}
 	}
@@ -533,8 +536,9 @@ func pairMark(s string, j int) (until, at int) {
 // elementText returns where the text of the XML element whose tag goes on at
 // s[at] starts and ends: after the tag's '>' (within 200 bytes, on its line, not
 // a tag that closes itself; an attribute's quoted value read past), up to the
-// next '<'.
-func elementText(s string, at int) (start, end int, ok bool) {
+// next '<'. closed says the tag closed there, whether its text is one to hide
+// (start < end) or not (hidden already, or none).
+func elementText(s string, at int) (start, end int, closed bool) {
 	for k := at; k < len(s) && k < at+200; k++ {
 		if s[k] == '"' || s[k] == '\'' {
 			// An attribute's value, read past whole: a '<' or '>' in it is
@@ -554,7 +558,8 @@ func elementText(s string, at int) (start, end int, ok bool) {
 			// Its text, or a CDATA section's (a second review: a tag's
 			// attributes then CDATA, <wsse:Password Type="…"><![CDATA[…]]>,
 			// was read as an element without text).
-			return elementValue(s, k+1)
+			start, end, _ := elementValue(s, k+1)
+			return start, end, true
 		}
 	}
 	return 0, 0, false

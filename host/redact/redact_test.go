@@ -229,6 +229,18 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 		{"+ sqlcmd -S db -U sa -P " + pw + " -Q x", "+ sqlcmd -S db -U sa -P " + Hidden + " -Q x"},
 		{"+ SSHPASS=" + pw + " sshpass -e ssh host", "+ SSHPASS=" + Hidden + " sshpass -e ssh host"},
 		{"+ sshpass -p a\\ " + pw + " ssh host", "+ sshpass -p " + Hidden + " ssh host"},
+		// A review of commands.go's: a quote inside a quoted command as set -x writes it,
+		// a quoted command inside a word (JSON, Ansible's "cmd"), a subshell, a
+		// line continued, an option naming a container.
+		{"+ bash -c 'mysql -uroot -p" + pw + " -e '\\''select 1'\\'''", "+ bash -c 'mysql -uroot -p" + Hidden + " -e '\\''select 1'\\'''"},
+		{"+ su - app -c 'curl -u app:" + pw + " https://x -H '\\''Accept: x'\\'''", "+ su - app -c 'curl -u app:" + Hidden + " https://x -H '\\''Accept: x'\\'''"},
+		{"+ sh -c 'echo '\\''hi'\\''; sshpass -p " + pw + " ssh h'", "+ sh -c 'echo '\\''hi'\\''; sshpass -p " + Hidden + " ssh h'"},
+		{`{"changed": true, "cmd": "mysql -uroot -p` + pw + ` -e 'select 1'", "rc": 1}`, `{"changed": true, "cmd": "mysql -uroot -p` + Hidden + ` -e 'select 1'", "rc": 1}`},
+		{`["sh", "-c", "mysql -p` + pw + ` app"]`, `["sh", "-c", "mysql -p` + Hidden + ` app"]`},
+		{"x=$(mysql -p" + pw + " -N -e 'select 1')", "x=$(mysql -p" + Hidden + " -N -e 'select 1')"},
+		{"(curl -u a:" + pw + " https://x)", "(curl -u a:" + Hidden + " https://x)"},
+		{"+ curl -u \\\n  a:" + pw + " https://x", "+ curl -u \\\n  a:" + Hidden + " https://x"},
+		{"mysql \\\r\n -p" + pw + " app", "mysql \\\r\n -p" + Hidden + " app"},
 		{`curl -H "Cookie: ` + strings.Repeat("pref=dark; ", 30) + `sid=` + pw + `" https://x`, `curl -H "Cookie: ` + Hidden + `" https://x`},
 		// A second review's: bash's set -x of a wrapped pair with a quote in its
 		// value, a $'…' with \', CDATA after a tag's attributes or a line break,
@@ -277,6 +289,7 @@ func TestNamedSecretsAreHidden(t *testing.T) {
 		"public_key=ssh-ed25519", "foreign_key=user_id", "PARTITION_KEY: tenant",
 		"+ sshpass -f /run/pw ssh -p 2222 host", "+ mysql -uroot app && cp -pr a b", "error: login failed, retry with -p 5432",
 		"+ docker login reg && ssh -p 2222 host", "s3_key=backups/x.tar", "+ docker login --password-stdin reg", "+ curl -u app https://x", "+ grep -p x", "cp -p a b", "+ ssh -p 2222 host",
+		"+ docker run --name mongo -p 27017:27017 mongo:7", "+ docker run --name mysql -p3306:3306 mysql:8",
 	} {
 		if got := Secrets(kept); got != kept {
 			t.Errorf("Secrets(%q) = %q, want it kept", kept, got)
