@@ -239,10 +239,7 @@ func TestAReportedSecretIsNotKept(t *testing.T) {
 func TestReportsChangingOnlyTextAreHeldBack(t *testing.T) {
 	d := fleet(t, 1)
 	const node = "n-0"
-	var clock atomic.Int64
-	clock.Store(time.Now().UnixNano())
-	d.status.setNow(func() time.Time { return time.Unix(0, clock.Load()) })
-	d.guard.now = func() time.Time { return time.Unix(0, clock.Load()) } // the node's budget refills by the same clock
+	clock := steppedClock(d) // the node's budget refills by the same clock
 	report := func(code, text string) {
 		t.Helper()
 		data, err := json.Marshal(api.Status{V: api.ProtocolVersion, Node: node, HaveApplied: true, AppliedVersion: 1, KeyringEpoch: 1,
@@ -339,10 +336,7 @@ func TestReportsFlippingTheirRecordAreHeldBack(t *testing.T) {
 		t.Run(flip, func(t *testing.T) {
 			d := fleet(t, 1)
 			const node = "n-0"
-			var clock atomic.Int64
-			clock.Store(time.Now().UnixNano())
-			d.status.setNow(func() time.Time { return time.Unix(0, clock.Load()) })
-			d.guard.now = func() time.Time { return time.Unix(0, clock.Load()) }
+			clock := steppedClock(d)
 			var commits atomic.Int64
 			d.status.beforeCommit = func() { commits.Add(1) }
 			send := func(st api.Status) {
@@ -415,10 +409,7 @@ func TestReportsFlippingTheirRecordAreHeldBack(t *testing.T) {
 func TestAHeldReportIsNotInFlight(t *testing.T) {
 	d := fleet(t, 2)
 	const node = "n-0"
-	var clock atomic.Int64
-	clock.Store(time.Now().UnixNano())
-	d.status.setNow(func() time.Time { return time.Unix(0, clock.Load()) })
-	d.guard.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	clock := steppedClock(d)
 	send := func(running bool) {
 		st := api.Status{V: api.ProtocolVersion, Node: node, Agent: "meshhost/0.1.0", HaveApplied: true, AppliedVersion: 1, KeyringEpoch: 1, HooksRunning: running}
 		data, _ := json.Marshal(st)
@@ -467,10 +458,7 @@ func TestAHeldReportIsNotInFlight(t *testing.T) {
 func TestAnHonestAgentsReportsAreNotHeld(t *testing.T) {
 	d := fleet(t, 1)
 	const node = "n-0"
-	var clock atomic.Int64
-	clock.Store(time.Now().UnixNano())
-	d.status.setNow(func() time.Time { return time.Unix(0, clock.Load()) })
-	d.guard.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	clock := steppedClock(d)
 	send := func(st api.Status) state.Applied {
 		t.Helper()
 		st.V, st.Node, st.Agent, st.HaveApplied, st.KeyringEpoch = api.ProtocolVersion, node, "meshhost/0.1.0", true, 1
@@ -586,4 +574,14 @@ func TestAReportBackToTheRecordSupersedesOneQueued(t *testing.T) {
 	if running() {
 		t.Fatal("with the window spent, a converged report following an older one being committed was held")
 	}
+}
+
+// steppedClock sets d's status batcher and guard on a clock the test moves
+// (clock.Add), at now.
+func steppedClock(d *Daemon) *atomic.Int64 {
+	clock := new(atomic.Int64)
+	clock.Store(time.Now().UnixNano())
+	d.status.setNow(func() time.Time { return time.Unix(0, clock.Load()) })
+	d.guard.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	return clock
 }
