@@ -155,6 +155,15 @@ func hideNamed(s string, open bool) string {
 			}
 		}
 		start, end, ok := namedValue(s, line, text, i, j, open)
+		if !ok && elemStart < 0 && j < len(s) && (s[j] == ' ' || s[j] == '\t') && i > 0 &&
+			(s[i-1] == '<' || s[i-1] == ':' && openedTag(s, i-1)) && namesSecret(s[i:j]) {
+			// <password encrypted="false">VALUE</password>: the element's text,
+			// hidden once its attributes are read as everywhere (FuzzSecrets:
+			// read past, an attribute's value was hidden on a second pass).
+			if es, ee, closed := elementText(s, j); closed && ee > es {
+				elemStart, elemEnd = es, ee
+			}
+		}
 		switch {
 		case ok && pairName:
 			// A secret's name that may be a pair's too (parameter_key:
@@ -236,12 +245,9 @@ func valueOf(s string, line, text, i, j int, open bool) (start, end int, ok bool
 		case '>':
 			return elementValue(s, k+1)
 		case ' ', '\t':
-			if start, end, closed := elementText(s, k); closed {
-				// An element's, hidden or not: its tag's attributes are not
-				// read as a value (a fourth review: <password =\>x hid \ once
-				// its text was hidden).
-				return start, end, end > start
-			}
+			// Its attributes first (hideNamed: the element's text waits for
+			// them, as a pair's does).
+			return 0, 0, false
 		}
 	}
 	spaced := skipBlanks(s, k)
