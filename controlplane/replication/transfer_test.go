@@ -45,6 +45,9 @@ func TestTransferLeadership(t *testing.T) {
 	}
 	for id, n := range all {
 		waitFor(t, id+" knows cp-3 leads", func() bool { _, lid := n.raft.LeaderWithID(); return lid == "cp-3" })
+		// Raft records the leader before its observers hear of it: the count
+		// may follow a moment later (it read 1 once, under load).
+		waitFor(t, id+" counts cp-3's leadership", func() bool { return n.Status().LeaderChanges >= 2 })
 		// The transfer is one election (term+1). On a loaded machine a follower
 		// may miss heartbeats and call more; each can make it learn of one more
 		// leader, and each raises the term: only those are allowed for. The old
