@@ -602,7 +602,7 @@ func (r *run) keys() (nkeys.KeyPair, nkeys.KeyPair, error) {
 			r.step("keys", "%s held the keys of a join of %s, which saved nothing here: new keys replace them. If the mesh admitted %s with them (its answer lost; meshctl nodes lists it, never alive), remove it: meshctl control remove %s",
 				pendingFile, p.Node, p.Node, p.Node)
 		} else {
-			r.step("keys", "%s held the keys of a join with another token or node: new keys replace them", pendingFile)
+			r.step("keys", "%s held the keys of a join of this node with another token: new keys replace them", pendingFile)
 		}
 	}
 	nk, err := nkeys.CreateUser()

@@ -394,7 +394,7 @@ func TestAJoinRunAgainSaysItPresentsTheSameKeys(t *testing.T) {
 		says string
 	}{
 		"this token's keys":    {hash, "presenting again the keys an earlier run of this join presented"},
-		"another token's keys": {hexOf(make([]byte, 32)), "held the keys of a join with another token or node: new keys replace them"},
+		"another token's keys": {hexOf(make([]byte, 32)), "held the keys of a join of this node with another token: new keys replace them"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			d := datadir.Dir(t.TempDir())
